@@ -1,0 +1,80 @@
+/* Block quantizers: the public entry point of qsweep's numeric core.
+ *
+ * CONTRACT HEADER, written first so the model engine can code against it; the kernels
+ * owner implements it and may extend it (never rename what is here without updating users).
+ *
+ * Tensors are row-major FP32 matrices [rows x k]; blocks run along k (the GEMM reduction
+ * axis). A ragged tail block (k not a multiple of the block size) is padded with zeros
+ * that never enter amax. Facts and formulas: ../shared/fp4-spec.md. */
+#ifndef QK_QUANT_H
+#define QK_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* Rounding of elements onto the element grid. */
+typedef enum qk_rounding {
+    QK_ROUND_RNE = 0, /* round to nearest, ties to even, saturating (cvt.rn.satfinite) */
+    QK_ROUND_RZ = 1,  /* round toward zero, saturating */
+    QK_ROUND_SR = 2,  /* stochastic rounding, Philox4x32-10 bits keyed by (seed, tensor, step, i) */
+} qk_rounding;
+
+/* MXFP block-scale rule (fp4-spec.md section 2.3). RCEIL is the default. */
+typedef enum qk_mx_scale_rule {
+    QK_MX_RCEIL = 0,
+    QK_MX_FLOOR = 1, /* OCP MX v1.0 section 6.3 */
+    QK_MX_CEIL = 2,
+    QK_MX_EVEN = 3,
+} qk_mx_scale_rule;
+
+/* NVFP4 block-scale lower clamp (fp4-spec.md section 6, item 4). NONE (TransformerEngine)
+ * is the default. */
+typedef enum qk_nvfp4_clamp {
+    QK_NVFP4_CLAMP_NONE = 0,
+    QK_NVFP4_CLAMP_TORCHAO = 1,  /* block scale >= 2^-6 */
+    QK_NVFP4_CLAMP_ZERO_TO_ONE = 2, /* ModelOpt: a zero block scale becomes 1 */
+} qk_nvfp4_clamp;
+
+/* One descriptor per format (STYLE.md: formats are data). Opaque here; see format.h. */
+typedef struct qk_format qk_format;
+
+/* Options of one quantization call. Zero-initialised = the documented defaults. */
+typedef struct qk_quant_options {
+    qk_rounding rounding;      /* default RNE */
+    qk_mx_scale_rule mx_rule;  /* MX formats only; default RCEIL */
+    qk_nvfp4_clamp nvfp4_clamp;/* NVFP4 only; default none */
+    int group_size;            /* INT4 group size; 0 = 128 */
+    uint64_t seed;             /* stochastic rounding and RHT sign vector */
+    uint32_t tensor_id;        /* distinct per tensor so two tensors never share an RNG stream */
+    uint32_t step;             /* training step (SR stream) */
+    int threads;               /* 0 = all (OpenMP default); results are identical for any value */
+} qk_quant_options;
+
+/* Error statistics of one fake-quant call, over all rows*k elements. */
+typedef struct qk_quant_stats {
+    double mse;           /* mean squared error, FP32 units squared */
+    double signal_power;  /* mean of x^2 */
+    double sqnr_db;       /* 10*log10(signal_power/mse); +INFINITY when mse == 0 */
+    size_t n_elements;
+    size_t n_clipped;     /* elements whose scaled magnitude exceeded the element max */
+    size_t n_blocks;
+    size_t n_underflow_blocks; /* nonzero blocks whose every element quantized to zero */
+} qk_quant_stats;
+
+/* Looks a format up by its canonical lowercase name: "bf16" (identity), "nvfp4", "nvfp4_2d",
+ * "mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "fp8_e4m3", "int8_channel",
+ * "int4_group". Returns NULL for an unknown name. */
+const qk_format *qk_format_by_name(const char *name);
+
+/* Canonical name of a format (the inverse of qk_format_by_name). */
+const char *qk_format_name(const qk_format *fmt);
+
+/* Fake-quantizes x [rows x k] in place: quantize to fmt then dequantize to FP32, exactly as
+ * the packed path would. stats may be NULL. Deterministic: identical bits for any thread
+ * count. Errors: QS_EINVAL (rows or k is 0, option invalid for the format). */
+qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
+                        size_t k, qk_quant_stats *stats, qs_error *err);
+
+#endif
