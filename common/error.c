@@ -23,7 +23,14 @@ qs_status qs_error_wrap(qs_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* Truncation of a very long chain is acceptable; build it piecewise so it is explicit. */
+    size_t n = strnlen(prefix, sizeof err->msg - 3);
+    memcpy(err->msg, prefix, n);
+    memcpy(err->msg + n, ": ", 2);
+    size_t room = sizeof err->msg - n - 3;
+    size_t m = strnlen(old, room);
+    memcpy(err->msg + n + 2, old, m);
+    err->msg[n + 2 + m] = '\0';
     return err->code;
 }
 
