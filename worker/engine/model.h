@@ -1,0 +1,79 @@
+/* The Llama forward pass on the CPU: the reference path of qsweep's engine.
+ *
+ * Architecture (Hugging Face LlamaForCausalLM, modeling_llama.py): token embeddings; per
+ * block x += o_proj(attn(rope(q_proj(rms(x))), rope(k_proj(rms(x))), v_proj(rms(x)))) and
+ * x += down_proj(silu(gate_proj(rms(x))) * up_proj(rms(x))); final RMSNorm; lm_head (tied to
+ * the embeddings or not). RoPE in HF's rotate_half layout (pairs i, i+head_dim/2), theta from
+ * the config, Llama 3.1 frequency scaling when rope_factor > 0. Grouped-query causal attention.
+ * FP32 activations throughout; GEMMs through OpenBLAS cblas_sgemm.
+ *
+ * Weights: the checkpoint's FP32 tensors are the unquantized masters (read in place from the
+ * checkpoint, never modified). Applying a policy gives each quantized tensor a working copy,
+ * refilled from its master and fake-quantized once; the forward pass reads the working copy
+ * where there is one, the master elsewhere. All activation buffers are allocated once, in
+ * qw_model_create, for sequences up to max_ctx tokens; the forward pass allocates nothing. */
+#ifndef QW_MODEL_H
+#define QW_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "policy.h"
+
+typedef struct qw_model qw_model;
+
+/* Builds a model over an open checkpoint (which must stay open until qw_model_destroy) for
+ * sequences of up to max_ctx tokens, with `threads` threads for GEMMs and elementwise loops
+ * (0 = all cores). Looks every tensor up and checks its shape against the config.
+ * OpenBLAS's thread count is process-wide: the last model created or qw_model_set_threads
+ * call sets it. Memory: activations ~ max_ctx*(4*dim + 2*hidden_dim + vocab + max_ctx) floats.
+ * Errors: QS_EINVAL (max_ctx < 1, threads < 0, config values out of range), QS_ENOTFOUND /
+ * QS_EFORMAT from the checkpoint (missing tensor, shape not matching the config: names the
+ * tensor and the expected shape), QS_ENOMEM. */
+qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out, qs_error *err);
+
+/* Frees the buffers and working copies (not the checkpoint). NULL is a no-op. */
+void qw_model_destroy(qw_model *m);
+
+const qw_config *qw_model_config(const qw_model *m);
+int qw_model_max_ctx(const qw_model *m);
+
+/* Sets the thread count of the GEMMs and loops (0 = all cores). Errors: QS_EINVAL. */
+qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
+
+/* Restores every tensor to its unquantized master, then fake-quantizes the weights that `p`
+ * names (once, here) and records the activation formats the forward pass applies.
+ * p == NULL or an all-none policy restores the unquantized model bit for bit.
+ * Errors: QS_EINVAL (p->n_layers differs from the model), errors of qk_fake_quant wrapped
+ * with the tensor name, QS_ENOMEM (a working copy). On error the model is left unquantized. */
+qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
+
+/* Runs tokens[0..n-1] (positions 0..n-1, a fresh causal context) and sets *logits to the
+ * model's buffer of [n x vocab_size] FP32 logits, row t predicting token t+1; valid until
+ * the next forward or destroy. Errors: QS_EINVAL (n < 1 or n > max_ctx, a token id >=
+ * vocab_size: names its index). */
+qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
+                           qs_error *err);
+
+/* Per-linear output SQNR probe. While on, every forward also computes, for each linear that
+ * has a weight or activation format, the unquantized linear (FP32 master weights, FP32
+ * input) on the same input and accumulates signal = sum(y_ref^2) and noise =
+ * sum((y - y_ref)^2) over all outputs. This doubles the GEMM work of quantized linears.
+ * Switching on resets the sums. */
+void qw_model_set_sqnr_probe(qw_model *m, int on);
+
+/* Sums of linear `index` (layer*QW_LINEAR_KINDS + kind; n_layers*7 = lm_head) since the probe
+ * was switched on. Returns 0 if the linear is quantized and was probed, -1 otherwise.
+ * SQNR (dB) = 10*log10(signal/noise); +inf when noise is 0. */
+int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise);
+
+/* Name of linear `index` as in the Hugging Face checkpoint without ".weight"
+ * ("model.layers.3.self_attn.q_proj", "lm_head"); "?" when out of range. */
+const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t cap);
+
+/* Number of probe-able linears: n_layers*QW_LINEAR_KINDS + 1 (lm_head). */
+int qw_model_n_linears(const qw_model *m);
+
+#endif
