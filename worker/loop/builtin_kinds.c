@@ -1,0 +1,66 @@
+/* Built-in job kinds for tests and benchmarks: sleep, fail, echo (loop.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loop.h"
+#include "loop_internal.h"
+
+/* A spec's optional "model_key" stands for a loaded model: keep it in the worker's cache. */
+static qs_status hold_model_key(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *key = json_object_get(qw_job_spec(ctx), "model_key");
+    if (!key) return QS_OK;
+    if (!json_is_string(key)) return qs_error_set(err, QS_EINVAL, "spec field model_key: not a string");
+    if (qw_job_cache_get(ctx, json_string_value(key))) return QS_OK;
+    char *value = strdup(json_string_value(key));
+    if (!value) return qs_error_set(err, QS_ENOMEM, "model_key");
+    qs_status st = qw_job_cache_put(ctx, json_string_value(key), value, free, err);
+    if (st != QS_OK) free(value);
+    return st;
+}
+
+static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *s = json_object_get(qw_job_spec(ctx), "seconds");
+    if (!json_is_number(s) || json_number_value(s) < 0 || json_number_value(s) > 86400.0)
+        return qs_error_set(err, QS_EINVAL, "sleep: spec field seconds: need a number in [0, 86400]");
+    qs_status st = hold_model_key(ctx, err);
+    if (st != QS_OK) return st;
+    double seconds = json_number_value(s);
+    uint64_t steps = (uint64_t)(seconds * 100.0 + 0.5);
+    for (uint64_t i = 0; i < steps; i++) {
+        if (qw_job_cancelled(ctx)) return qs_error_set(err, QS_ECANCELLED, "sleep: cancelled at step %llu",
+                                                       (unsigned long long)i);
+        qw_job_progress(ctx, i, steps, "sleep");
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    qw_job_progress(ctx, steps, steps, "sleep");
+    return qw_job_metric(ctx, "seconds", seconds, 0, true, err);
+}
+
+static qs_status kind_fail(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *m = json_object_get(qw_job_spec(ctx), "message");
+    return qs_error_set(err, QS_EINVAL, "%s", json_is_string(m) ? json_string_value(m) : "fail job");
+}
+
+static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *metrics = json_object_get(qw_job_spec(ctx), "metrics");
+    if (!json_is_object(metrics)) return qs_error_set(err, QS_EINVAL, "echo: spec field metrics: need an object");
+    qs_status st = hold_model_key(ctx, err);
+    if (st != QS_OK) return st;
+    const char *name;
+    const json_t *v;
+    json_object_foreach((json_t *)metrics, name, v) {
+        if (!json_is_number(v))
+            return qs_error_set(err, QS_EINVAL, "echo: spec field metrics.%s: not a number", name);
+        st = qw_job_metric(ctx, name, json_number_value(v), 0, true, err);
+        if (st != QS_OK) return st;
+    }
+    return QS_OK;
+}
+
+qs_status qw_register_builtin_kinds(qs_error *err) {
+    qs_status st = qw_register_kind("sleep", kind_sleep, err);
+    if (st == QS_OK) st = qw_register_kind("fail", kind_fail, err);
+    if (st == QS_OK) st = qw_register_kind("echo", kind_echo, err);
+    return st;
+}
