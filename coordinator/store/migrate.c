@@ -1,0 +1,168 @@
+/* Applies the numbered schema migrations. Contract: migrate.h. */
+#include "migrate.h"
+
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Advisory lock key held while migrating: "qsweepmg" read as a big-endian int64, so it does
+ * not collide with the coordinator's lock (store.c). */
+#define MIGRATE_LOCK_KEY "8175009025984851303"
+
+void qc_migration_checksum(const char *sql, size_t len, char out[65]) {
+    unsigned char h[crypto_generichash_BYTES];
+    crypto_generichash(h, sizeof h, (const unsigned char *)sql, len, NULL, 0);
+    sodium_bin2hex(out, 65, h, sizeof h);
+}
+
+/* Runs a command with no result rows; QS_EDB with the server's message on failure. */
+static qs_status exec_cmd(PGconn *conn, const char *sql, const char *what, qs_error *err) {
+    PGresult *r = PQexec(conn, sql);
+    ExecStatusType s = PQresultStatus(r);
+    qs_status st = QS_OK;
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+        st = qs_error_set(err, QS_EDB, "%s: %s", what, PQerrorMessage(conn));
+    PQclear(r);
+    return st;
+}
+
+/* 1-based line of the 1-based character position pos in sql (PG_DIAG_STATEMENT_POSITION
+ * counts characters; the files are ASCII, so characters are bytes). 0 when unknown. */
+static int line_of_position(const char *sql, size_t len, long pos) {
+    if (pos <= 0) return 0;
+    int line = 1;
+    for (size_t i = 0; i < len && (long)i < pos - 1; i++)
+        if (sql[i] == '\n') line++;
+    return line;
+}
+
+static qs_status apply_one(PGconn *conn, const qc_migration *m, const char *sum, qs_error *err) {
+    qs_status st = exec_cmd(conn, "BEGIN", m->name, err);
+    if (st) return st;
+    PGresult *r = PQexec(conn, m->sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        const char *pos = PQresultErrorField(r, PG_DIAG_STATEMENT_POSITION);
+        int line = line_of_position(m->sql, m->len, pos ? strtol(pos, NULL, 10) : 0);
+        st = qs_error_set(err, QS_EDB, "schema/%s:%d: migration %d failed: %s", m->name, line,
+                          m->version, PQresultErrorMessage(r));
+        PQclear(r);
+        qs_error ignored;
+        exec_cmd(conn, "ROLLBACK", m->name, &ignored);
+        return st;
+    }
+    PQclear(r);
+    char ver[16];
+    snprintf(ver, sizeof ver, "%d", m->version);
+    const char *params[] = {ver, m->name, sum};
+    r = PQexecParams(conn,
+                     "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                     3, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        st = qs_error_set(err, QS_EDB, "schema/%s: recording migration %d: %s", m->name, m->version,
+                          PQresultErrorMessage(r));
+        PQclear(r);
+        qs_error ignored;
+        exec_cmd(conn, "ROLLBACK", m->name, &ignored);
+        return st;
+    }
+    PQclear(r);
+    return exec_cmd(conn, "COMMIT", m->name, err);
+}
+
+/* Checks the recorded migrations against the list; then applies the missing ones. Called
+ * with the advisory lock held. */
+static qs_status migrate_locked(PGconn *conn, const qc_migration *list, size_t n, int *applied,
+                                qs_error *err) {
+    /* Create the table only when missing (not IF NOT EXISTS: that prints a NOTICE on every
+     * run into the caller's notice processor). */
+    PGresult *exists = PQexec(conn, "SELECT to_regclass('schema_migrations') IS NOT NULL");
+    if (PQresultStatus(exists) != PGRES_TUPLES_OK) {
+        qs_status st =
+            qs_error_set(err, QS_EDB, "looking for schema_migrations: %s", PQerrorMessage(conn));
+        PQclear(exists);
+        return st;
+    }
+    bool have_table = PQgetvalue(exists, 0, 0)[0] == 't';
+    PQclear(exists);
+    qs_status st = have_table ? QS_OK
+                              : exec_cmd(conn,
+                                         "CREATE TABLE schema_migrations ("
+                                         " version integer PRIMARY KEY,"
+                                         " name text NOT NULL,"
+                                         " checksum text NOT NULL,"
+                                         " applied_at timestamptz NOT NULL DEFAULT now())",
+                                         "creating schema_migrations", err);
+    if (st) return st;
+    PGresult *r =
+        PQexec(conn, "SELECT version, name, checksum FROM schema_migrations ORDER BY version");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        st = qs_error_set(err, QS_EDB, "reading schema_migrations: %s", PQerrorMessage(conn));
+        PQclear(r);
+        return st;
+    }
+    int rows = PQntuples(r);
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    if (!done) {
+        PQclear(r);
+        return qs_error_set(err, QS_ENOMEM, "migrate: out of memory");
+    }
+    for (int i = 0; i < rows && !st; i++) {
+        int ver = atoi(PQgetvalue(r, i, 0));
+        const char *name = PQgetvalue(r, i, 1), *sum = PQgetvalue(r, i, 2);
+        size_t k = 0;
+        while (k < n && list[k].version != ver)
+            k++;
+        if (k == n) {
+            st = qs_error_set(err, QS_ESTATE,
+                              "schema_migrations: migration %d (%s) is applied in the database "
+                              "but unknown to this program: the database is newer than qsweep",
+                              ver, name);
+            break;
+        }
+        char want[65];
+        qc_migration_checksum(list[k].sql, list[k].len, want);
+        if (strcmp(want, sum) != 0)
+            st = qs_error_set(err, QS_ESTATE,
+                              "schema/%s: migration %d was applied with checksum %s but the file "
+                              "now has checksum %s; applied migrations must not be edited "
+                              "(add a new numbered migration instead)",
+                              list[k].name, ver, sum, want);
+        done[k] = true;
+    }
+    PQclear(r);
+    for (size_t k = 0; k < n && !st; k++) {
+        if (done[k]) continue;
+        char sum[65];
+        qc_migration_checksum(list[k].sql, list[k].len, sum);
+        st = apply_one(conn, &list[k], sum, err);
+        if (!st && applied) (*applied)++;
+    }
+    free(done);
+    return st;
+}
+
+qs_status qc_migrate_list(PGconn *conn, const qc_migration *list, size_t n, int *applied,
+                          qs_error *err) {
+    if (applied) *applied = 0;
+    for (size_t k = 1; k < n; k++)
+        if (list[k].version <= list[k - 1].version)
+            return qs_error_set(err, QS_EINVAL,
+                                "migrations not sorted by increasing version: %s (%d) after %s "
+                                "(%d)",
+                                list[k].name, list[k].version, list[k - 1].name,
+                                list[k - 1].version);
+    if (sodium_init() < 0) return qs_error_set(err, QS_EINVAL, "migrate: sodium_init failed");
+    qs_status st =
+        exec_cmd(conn, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", "migration lock", err);
+    if (st) return st;
+    st = migrate_locked(conn, list, n, applied, err);
+    qs_error ignored;
+    exec_cmd(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", "migration unlock", &ignored);
+    return st;
+}
+
+qs_status qc_migrate(PGconn *conn, int *applied, qs_error *err) {
+    return qc_migrate_list(conn, qc_schema_migrations, qc_schema_migrations_count, applied, err);
+}

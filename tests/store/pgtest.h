@@ -1,0 +1,72 @@
+/* Helpers shared by the store_* tests: a fresh database on the test binary's private
+ * cluster, and one-line query assertions. Header-only (static inline functions) so each test binary
+ * stays one file. */
+#ifndef QS_TESTS_STORE_PGTEST_H
+#define QS_TESTS_STORE_PGTEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pgserver.h"
+
+static inline void pgtest_quiet(void *arg, const char *message) {
+    (void)arg;
+    (void)message;
+}
+
+/* Creates database `name` (dropping an old one) on srv and writes its conninfo into out. */
+static inline void pgtest_fresh_db(qc_pgserver *srv, const char *name, char *out, size_t cap) {
+    PGconn *c = PQconnectdb(qc_pgserver_conninfo(srv));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PQsetNoticeProcessor(c, pgtest_quiet, NULL); /* "does not exist, skipping" */
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+    r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+    /* libpq keeps the last value of a repeated keyword. */
+    snprintf(out, cap, "%s dbname=%s", qc_pgserver_conninfo(srv), name);
+}
+
+static inline PGconn *pgtest_connect(const char *conninfo) {
+    PGconn *c = PQconnectdb(conninfo);
+    if (PQstatus(c) != CONNECTION_OK) fprintf(stderr, "connect: %s", PQerrorMessage(c));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    return c;
+}
+
+/* Runs a query that returns one value and returns it as a long. */
+static inline long pgtest_long(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 1);
+    long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+static inline void pgtest_exec(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType s = PQresultStatus(r);
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+        fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+    assert_true(s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK);
+    PQclear(r);
+}
+
+#endif
