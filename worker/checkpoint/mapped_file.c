@@ -1,0 +1,55 @@
+/* Read-only whole-file mappings: checkpoints are read in place (STYLE.md, llama2.c run.c). */
+#include "checkpoint_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const uint8_t qw_empty_file[1];
+
+qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return qs_error_set(err, QS_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qs_error_set(err, QS_EIO, "%s: not a regular file", path);
+    }
+    const uint8_t *data = qw_empty_file;
+    size_t size = (size_t)sb.st_size;
+    if (size > 0) {
+        void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return qs_error_set(err, QS_EIO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
+        }
+        data = m;
+    }
+    close(fd); /* the mapping stays valid after close (POSIX mmap) */
+    f->path = strdup(path);
+    if (!f->path) {
+        if (size > 0) munmap((void *)data, size);
+        return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
+    }
+    f->data = data;
+    f->size = size;
+    return QS_OK;
+}
+
+void qw_unmap_file(qw_mapped_file *f) {
+    if (f->size > 0) munmap((void *)f->data, f->size);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
