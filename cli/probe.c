@@ -1,0 +1,48 @@
+/* Grid probe over the engine's loaders (probe.h). */
+#include "probe.h"
+
+#include <string.h>
+
+#include "checkpoint.h"
+#include "quant.h"
+#include "tokens.h"
+
+/* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
+ * its config and its digest. */
+static qs_status probe_model(void *user, const char *path, qc_model_facts *out, qs_error *err) {
+    (void)user;
+    qw_checkpoint *ck = NULL;
+    qs_status st = qw_checkpoint_open(path, &ck, err);
+    if (st) return st;
+    const qw_config *cfg = qw_checkpoint_config(ck);
+    out->n_layers = cfg->n_layers;
+    out->vocab_size = cfg->vocab_size;
+    st = qw_checkpoint_digest(ck, out->digest, err);
+    qw_checkpoint_close(ck);
+    return st;
+}
+
+static qs_status probe_dataset(void *user, const char *path, qc_dataset_facts *out, qs_error *err) {
+    (void)user;
+    qw_tokens t = {0};
+    qs_status st = qw_tokens_load(path, &t, err);
+    if (st) return st;
+    uint32_t mx = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.ids[i] > mx) mx = t.ids[i];
+    out->n_tokens = t.n;
+    out->max_token = mx;
+    memcpy(out->digest, t.digest, sizeof out->digest);
+    qw_tokens_free(&t);
+    return QS_OK;
+}
+
+static int probe_format(void *user, const char *name) {
+    (void)user;
+    return qk_format_by_name(name) != NULL;
+}
+
+const qc_grid_probe *qsweep_probe(void) {
+    static const qc_grid_probe probe = {probe_model, probe_dataset, probe_format, NULL};
+    return &probe;
+}

@@ -1,0 +1,171 @@
+/* Experiment grids: a YAML file that names models, a dataset and a sensitivity sweep, parsed
+ * with libfyaml, validated, and expanded into jobs (issue 5; DESIGN.md "Flow of one sweep").
+ *
+ * A grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is optional):
+ *
+ *   name: smollm2-fp4-components          # experiment name
+ *   description: free text
+ *   kind: sensitivity                     # the only kind so far
+ *   models:                               # each: a path string, or a mapping
+ *     - ${XDG_CACHE_HOME:-~/.cache}/qsweep/models/smollm2.gguf   # HF directory or .gguf file
+ *     - {path: ../ckpt/tiny, name: tiny}
+ *     - {synthetic: llama2-7b, seed: 1}   # named Llama shape, random weights from the seed
+ *   dataset: {tokens: ../data/wiki.tokens, ctx: 256, max_chunks: 16}   # max_chunks 0: all
+ *   sensitivity:
+ *     formats: [nvfp4, {name: mxfp4, options: {scale_rule: floor}}]
+ *     quantize: [weights, weights+activations]     # W4A16, W4A4; default [weights]
+ *     modes: [component, block]   # component|block|layer|leave_one_out|cumulative
+ *     metrics: [ppl, kl, top1, sqnr]              # default: all four
+ *   priority: 0                   # higher runs first
+ *   max_attempts: 3
+ *
+ * Relative paths are relative to the grid file's directory; ${VAR}, ${VAR:-default} and a
+ * leading ~ are expanded. Overrides given as "dotted.key=value" (Hydra style: sequence
+ * items by index, "+key=value" adds a key that is absent, the value is YAML) are applied
+ * before validation. Every error names file:line:column (or the --set argument) and what
+ * was expected. */
+#ifndef QC_GRID_H
+#define QC_GRID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* Version of the numerics a job's results depend on (quantizers, engine). Part of every
+ * job_key: bump it when a change of the numeric core or the engine changes results, so old
+ * results are not reused. */
+#define QC_NUMERICS_VERSION "1"
+
+/* Facts about one model that validation and expansion need. */
+typedef struct qc_model_facts {
+    int n_layers;     /* transformer blocks */
+    int vocab_size;   /* token ids must be < vocab_size */
+    char digest[65];  /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+} qc_model_facts;
+
+/* Facts about one token file. */
+typedef struct qc_dataset_facts {
+    char digest[65];    /* BLAKE2b-256 hex of the whole file (qw_tokens) */
+    size_t n_tokens;
+    uint32_t max_token; /* largest token id in the file */
+} qc_dataset_facts;
+
+/* How the grid reads models, token files and format names. The grid module knows no model
+ * or kernel code (dependencies point down: DESIGN.md); `qsweep` passes the engine's readers
+ * (worker/jobs/probe.h). Each function returns QS_OK or fills err (its message names the
+ * path) and returns the failure; format_known returns 1 when the numeric core knows name. */
+typedef struct qc_grid_probe {
+    qs_status (*model)(void *user, const char *path, qc_model_facts *out, qs_error *err);
+    qs_status (*dataset)(void *user, const char *path, qc_dataset_facts *out, qs_error *err);
+    int (*format_known)(void *user, const char *name);
+    void *user;
+} qc_grid_probe;
+
+/* Isolation modes (DESIGN.md "The science it serves"). */
+typedef enum qc_mode {
+    QC_MODE_COMPONENT = 0,     /* one linear kind in every block: 7 jobs */
+    QC_MODE_BLOCK = 1,         /* every linear of one block: n_layers jobs */
+    QC_MODE_LAYER = 2,         /* one linear of one block: 7 * n_layers jobs */
+    QC_MODE_LEAVE_ONE_OUT = 3, /* every linear but one kind: 7 jobs */
+    QC_MODE_CUMULATIVE = 4,    /* every linear of blocks 0..b: n_layers jobs */
+    QC_MODE_COUNT = 5,
+} qc_mode;
+
+/* Canonical mode name ("component", "block", "layer", "leave_one_out", "cumulative"). */
+const char *qc_mode_name(qc_mode m);
+
+/* The seven linear kinds of a Llama block, in block order: q, k, v, o, gate, up, down. */
+extern const char *const qc_linear_kinds[7];
+
+/* One model of the grid. */
+typedef struct qc_grid_model {
+    char *name;      /* label: the `name` key, else the file name, else "synthetic:<shape>" */
+    char *path;      /* absolute path, or "synthetic:<shape>:<seed>" */
+    qc_model_facts facts;
+} qc_grid_model;
+
+/* One format of the sweep. options: canonical JSON object (sorted keys, every option that
+ * applies to the format with its default filled in), so equal settings give equal keys. */
+typedef struct qc_grid_format {
+    char *name;
+    char *options_json;
+} qc_grid_format;
+
+/* A parsed, validated grid. Arrays are owned; free with qc_grid_free. */
+typedef struct qc_grid {
+    char *file;          /* the grid file as given */
+    char *name, *description;
+    char *source;        /* the grid as YAML after overrides, for the experiment record */
+    qc_grid_model *models;
+    size_t n_models;
+    char *dataset_path;  /* absolute */
+    int ctx;             /* tokens per chunk, >= 2 */
+    int max_chunks;      /* 0: every whole chunk of the file */
+    qc_dataset_facts dataset;
+    qc_grid_format *formats;
+    size_t n_formats;
+    int quantize_acts[2]; /* quantize modes in grid order: 0 = weights, 1 = weights+activations */
+    size_t n_quantize;
+    qc_mode modes[QC_MODE_COUNT];
+    size_t n_modes;
+    char *metrics_json;  /* canonical JSON array of metric names, sorted */
+    int priority;
+    int max_attempts;    /* >= 1 */
+} qc_grid;
+
+/* Parses grid file `path`, applies the n_sets overrides ("a.b=value", "+a.c=value"), checks
+ * every key and value, and probes every model and the dataset through probe. Nothing is
+ * queued here: a grid that loads is one that can be submitted.
+ * Errors (message "file:line:column: ..." or "--set ARG: ..."):
+ *   QS_EFORMAT    YAML syntax error; a key of the wrong type or value (names what was expected);
+ *   QS_EINVAL     a bad --set argument, an unknown key, an unknown format/mode/metric/option,
+ *                 dataset tokens >= a model's vocabulary;
+ *   QS_ENOTFOUND  a model or token file that does not exist;
+ *   QS_EIO and the probe's errors, wrapped with the location of the path in the grid;
+ *   QS_ENOMEM.
+ * On success *out is a new grid (free with qc_grid_free); on error *out is NULL. */
+qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
+                       const qc_grid_probe *probe, qc_grid **out, qs_error *err);
+
+/* Frees a grid. NULL is allowed. */
+void qc_grid_free(qc_grid *g);
+
+/* One job of an expanded grid. */
+typedef struct qc_job {
+    char key[65];      /* job_key: BLAKE2b-256 hex of the spec without its path fields */
+    char *spec;        /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
+    const char *kind;  /* "baseline" or "eval": the job kind in the worker's registry */
+    long depends_on;   /* index of the job this one needs done first (its baseline); -1 none */
+    char *label;       /* short human label: "<model> <format> <quantize> <mode> <part>" */
+} qc_job;
+
+/* Jobs in submission order: each baseline precedes the jobs that depend on it. */
+typedef struct qc_job_list {
+    qc_job *jobs;
+    size_t n;
+} qc_job_list;
+
+/* Expands g into jobs: per model, one baseline job (kind "baseline": the BF16 model's
+ * reference log-probabilities on the dataset), then for every format x quantize x mode x part
+ * one "eval" job that depends on it. Spec keys (schema/ views read them):
+ *   {"kind", "model": {"path", "digest"}, "dataset": {"path", "digest", "ctx", "max_chunks"},
+ *    "format", "format_options", "quantize": "weights"|"weights+activations",
+ *    "mode", "part", "metrics", "numerics_version"}
+ * A baseline has format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
+ * part: component and leave_one_out: the linear kind ("down"); block: the block index as a
+ * string ("3"); layer: "<block>.<kind>" ("3.down"); cumulative: the last block ("3" = 0..3).
+ * Jobs whose key repeats one already listed are listed once. Errors: QS_ENOMEM. */
+qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err);
+
+/* Frees the jobs of a list and zeroes it. NULL is allowed. */
+void qc_job_list_free(qc_job_list *list);
+
+/* job_key of a canonical spec: BLAKE2b-256 (libsodium crypto_generichash) of the spec
+ * re-serialised with JSON_SORT_KEYS|JSON_COMPACT after removing "model.path" and
+ * "dataset.path" (paths are where a file is, not what it is: the digests are identity).
+ * hex receives 64 lowercase hex digits and a NUL. Errors: QS_EFORMAT (spec is not a JSON
+ * object), QS_ENOMEM. */
+qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err);
+
+#endif
