@@ -1,0 +1,301 @@
+/* The coordinator's PostgreSQL store: everything the coordinator and the qsweep command write
+ * or read. Tables and views: the numbered migrations in schema/ (applied by qc_store_open).
+ *
+ * One qc_store is ONE libpq connection. The coordinator uses one store for its reads and
+ * control (and the coordinator lock), plus at most one more for a batch writer thread; a
+ * store is not thread-safe, a qc_batch belongs to one thread at a time.
+ *
+ * Writes of job state go through a qc_batch: the coordinator appends transitions (attempt
+ * started, lease renewed, attempt ended, job state changed, worker seen, results, cancel
+ * requests handled) and qc_store_flush writes the whole batch in ONE transaction with a fixed
+ * number of statements (set-based: unnest() of arrays for transitions, COPY for results).
+ * flush returns after COMMIT, i.e. once the batch is durable (synchronous_commit as
+ * configured on the server, on by default), so the coordinator acknowledges after it.
+ * A failed flush leaves the batch as it was, and every statement is idempotent, so the
+ * caller may flush the same batch again (also after a reconnect, when it is unknown whether
+ * the COMMIT reached the server).
+ *
+ * Errors: QS_EDB carries the server's message (and the statement's purpose). When the
+ * connection itself is lost the call returns QS_EDB and qc_store_connection_lost() is true:
+ * the coordinator must pause dispatch and call qc_store_reconnect() until it succeeds, then
+ * flush the failed batch again. QS_EINVAL names the bad field (job_key, JSON position). */
+#ifndef QC_STORE_STORE_H
+#define QC_STORE_STORE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* ---- states ---------------------------------------------------------------------------- */
+
+/* jobs.state. Terminal: succeeded, failed, cancelled. */
+typedef enum qc_job_state {
+    QC_JOB_PENDING = 0,
+    QC_JOB_RUNNING,
+    QC_JOB_SUCCEEDED,
+    QC_JOB_FAILED,
+    QC_JOB_CANCELLED,
+} qc_job_state;
+
+/* attempts.outcome. 'running' until the attempt ends. */
+typedef enum qc_attempt_outcome {
+    QC_ATTEMPT_RUNNING = 0,
+    QC_ATTEMPT_SUCCEEDED,
+    QC_ATTEMPT_FAILED,
+    QC_ATTEMPT_LOST,      /* lease expired */
+    QC_ATTEMPT_PREEMPTED, /* worker got SIGTERM; does not count against max_attempts */
+    QC_ATTEMPT_CANCELLED,
+} qc_attempt_outcome;
+
+/* The SQL spelling ("pending", ...); NULL for an out-of-range value. */
+const char *qc_job_state_name(qc_job_state s);
+const char *qc_attempt_outcome_name(qc_attempt_outcome o);
+/* Parses the SQL spelling; QS_EINVAL naming the text when unknown. */
+qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err);
+
+/* ---- connection ------------------------------------------------------------------------ */
+
+typedef struct qc_store qc_store;
+
+/* Connects with the libpq conninfo string, sets application_name to
+ * "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or "submit", shown
+ * in pg_stat_activity and in the "another coordinator" message), and applies the schema
+ * migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's
+ * message), QS_ESTATE (edited or unknown migration), QS_ENOMEM. */
+qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err);
+
+/* Closes the connection (releasing the coordinator lock) and frees the store. NULL is fine. */
+void qc_store_close(qc_store *s);
+
+/* Takes the coordinator lock: a session advisory lock (pg_try_advisory_lock) on this
+ * database, so a second coordinator on the same database fails at once. QS_ESTATE when it is
+ * held elsewhere, naming the holder's application_name, client and pid from pg_stat_activity.
+ * The store re-takes the lock on qc_store_reconnect. */
+qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
+
+/* True when the last call failed because the connection is gone (PQstatus CONNECTION_BAD). */
+bool qc_store_connection_lost(const qc_store *s);
+
+/* Tries once to re-establish a lost connection (PQreset), then re-takes the coordinator lock
+ * when this store held it. QS_OK when connected again; QS_EDB while the server is still
+ * unreachable (call again later); QS_ESTATE when another coordinator took the lock in
+ * between (the caller must stop). Costs one connection attempt; does not sleep. */
+qs_status qc_store_reconnect(qc_store *s, qs_error *err);
+
+/* The underlying connection, for read-only ad-hoc queries (qsweep results --sql). Owned by
+ * the store; valid until close or reconnect. */
+PGconn *qc_store_pgconn(qc_store *s);
+
+/* ---- submit (qsweep submit) ---------------------------------------------------------- */
+
+/* One job of a submission. Strings are borrowed for the duration of the call. */
+typedef struct qc_job_submit {
+    const char *job_key;   /* hash of the canonical spec, unique; non-empty */
+    const char *kind;      /* "eval", "baseline", "sleep", "fail", "echo", ...; non-empty */
+    const char *spec_json; /* the job spec, a JSON object (keys: see schema/002_views.sql) */
+    int32_t priority;      /* higher runs first */
+    int32_t gpus;          /* GPUs needed, >= 0 */
+    int64_t gpu_mem_mb;    /* GPU memory needed per GPU, MiB, >= 0 */
+    const char *model_key; /* model identity for affinity; NULL or "" for none */
+    int32_t max_attempts;  /* >= 1 */
+    const char *const *depends_on; /* job_keys this job waits for (in this submission or
+                                      already stored); n_depends_on of them */
+    size_t n_depends_on;
+} qc_job_submit;
+
+/* What a submission did. */
+typedef struct qc_submit_counts {
+    int64_t experiment_id;
+    bool experiment_new;   /* false: the experiment already existed with the same grid */
+    size_t jobs_new;       /* inserted now */
+    size_t reused_done;    /* job_key already stored and succeeded: linked, not re-run */
+    size_t reused_pending; /* already stored, pending or running: linked */
+    size_t reused_failed;  /* already stored, failed or cancelled: linked, left as is */
+} qc_submit_counts;
+
+/* Writes an experiment and its jobs in ONE transaction (serialised with other submissions by
+ * a transaction advisory lock, so job ids become visible in increasing order; see
+ * qc_store_load):
+ *   - experiments: a new row, or the existing row of that name when its grid text is the
+ *     same (QS_ESTATE naming the experiment when it differs);
+ *   - jobs: rows for job_keys not yet stored (state pending, resources
+ *     {"gpus":..,"gpu_mem_mb":..}); existing job_keys are left untouched and counted;
+ *   - experiment_jobs: every job linked to the experiment (ON CONFLICT DO NOTHING);
+ *   - job_deps: each depends_on resolved by job_key (QS_EINVAL naming the job and the
+ *     missing key when a dependency is neither in the submission nor stored);
+ *   - NOTIFY qsweep_jobs, so a listening coordinator looks for new work.
+ * Submitting the same grid twice adds nothing (jobs_new = 0 the second time). Each spec_json
+ * is parsed (jansson) first: QS_EINVAL naming the job_key, line and column when it is not a
+ * JSON object; likewise empty job_key/kind, negative resources, max_attempts < 1, or a
+ * job_key repeated within the submission with a different spec. Nothing is written when any
+ * check fails. grid_json may be NULL. */
+qs_status qc_store_submit(qc_store *s, const char *name, const char *description,
+                          const char *grid_text, const char *grid_json, const qc_job_submit *jobs,
+                          size_t n_jobs, qc_submit_counts *out, qs_error *err);
+
+/* Asks the coordinator to cancel one job (by job_key) or every unfinished job of an
+ * experiment (by name): inserts a cancel_requests row and NOTIFY qsweep_cancel, in one
+ * transaction. Exactly one of job_key / experiment is non-NULL. QS_ENOTFOUND naming it when
+ * it does not exist. The coordinator applies it (qc_store_poll_cancels). */
+qs_status qc_store_request_cancel(qc_store *s, const char *job_key, const char *experiment,
+                                  const char *reason, qs_error *err);
+
+/* ---- rebuild after a restart --------------------------------------------------------- */
+
+/* A non-terminal job as stored. Strings and arrays are owned by the snapshot. */
+typedef struct qc_stored_job {
+    int64_t id;
+    char *job_key, *kind, *spec_json, *model_key, *last_error; /* last_error may be NULL */
+    qc_job_state state;                                        /* pending or running */
+    int32_t priority;
+    int32_t gpus;
+    int64_t gpu_mem_mb;
+    int32_t max_attempts;
+    int32_t attempts_used; /* counted against max_attempts */
+    int32_t last_attempt;  /* highest attempt number started, 0 when none */
+    double not_before;     /* Unix time (s) before which not to dispatch; 0 = none */
+    double created_at;     /* Unix time (s), for age ordering */
+    int64_t *waiting_on;   /* ids of dependencies not yet succeeded (pending/running) */
+    size_t n_waiting_on;
+    size_t n_deps_failed; /* dependencies failed or cancelled: this job cannot run */
+} qc_stored_job;
+
+/* An attempt still marked running, with the worker and lease the coordinator gave it. */
+typedef struct qc_stored_attempt {
+    int64_t job;
+    int32_t attempt;
+    char *worker;
+    double started_at;       /* Unix time (s) */
+    double lease_expires_at; /* Unix time (s); 0 when none */
+} qc_stored_attempt;
+
+typedef struct qc_store_snapshot {
+    qc_stored_job *jobs; /* ordered by id */
+    size_t n_jobs;
+    qc_stored_attempt *running; /* ordered by job, attempt */
+    size_t n_running;
+    int64_t max_job_id; /* highest job id seen (pass it as after_id next time); unchanged
+                           from after_id when no job was returned */
+} qc_store_snapshot;
+
+/* Reads every pending or running job with id > after_id (0: all, for a rebuild after a
+ * restart; the last max_job_id: only jobs submitted since), with its unsatisfied
+ * dependencies and attempt counts, and every running attempt of those jobs. One
+ * REPEATABLE READ read-only transaction, so the picture is consistent. Free with
+ * qc_store_snapshot_free. Errors: QS_EDB, QS_ENOMEM. */
+qs_status qc_store_load(qc_store *s, int64_t after_id, qc_store_snapshot *out, qs_error *err);
+void qc_store_snapshot_free(qc_store_snapshot *snap);
+
+/* Unhandled cancel requests, expanded to the ids of unfinished jobs (pending/running) they
+ * name, in request order. *upto_request is the highest request id read; the coordinator
+ * cancels the jobs and then queues qc_batch_cancels_handled(b, upto_request), so a crash in
+ * between re-reads the requests. *job_ids is malloc'ed (free it); may be NULL when
+ * *n_jobs = 0. Errors: QS_EDB, QS_ENOMEM. */
+qs_status qc_store_poll_cancels(qc_store *s, int64_t **job_ids, size_t *n_jobs,
+                                int64_t *upto_request, qs_error *err);
+
+/* ---- batched transitions (the coordinator's write queue) ----------------------------- */
+
+typedef struct qc_batch qc_batch;
+
+/* One metric value. name: "ppl", "kl_mean", "sqnr_db.<layer>.<kind>", ...; step -1 for a
+ * final value, >= 0 for a point on a curve. */
+typedef struct qc_metric {
+    const char *name;
+    double value;
+    int64_t step;
+} qc_metric;
+
+qc_batch *qc_batch_new(void); /* NULL when out of memory */
+void qc_batch_free(qc_batch *b);
+/* Forgets every queued item (after a successful flush, or to drop the batch). */
+void qc_batch_clear(qc_batch *b);
+/* Number of queued items (transitions + metric rows). */
+size_t qc_batch_size(const qc_batch *b);
+
+/* The appenders copy their strings. They fail only with QS_ENOMEM or QS_EINVAL (a bad
+ * argument, named), and then queue nothing. */
+
+/* attempts: insert (job, attempt, worker, started now, lease now + lease_s, 'running').
+ * Re-flushing is harmless (ON CONFLICT (job, attempt) DO NOTHING). */
+qs_status qc_batch_attempt_started(qc_batch *b, int64_t job, int32_t attempt, const char *worker,
+                                   double lease_s, qs_error *err);
+/* attempts.lease_expires_at = now + lease_s for a running attempt. Several renewals of one
+ * attempt in a batch are coalesced (the last wins). */
+qs_status qc_batch_lease_renewed(qc_batch *b, int64_t job, int32_t attempt, double lease_s,
+                                 qs_error *err);
+/* attempts: outcome, ended_at = now, error (NULL for none), for an attempt still running
+ * (an attempt that already ended keeps its first outcome). */
+qs_status qc_batch_attempt_ended(qc_batch *b, int64_t job, int32_t attempt,
+                                 qc_attempt_outcome outcome, const char *error, qs_error *err);
+/* jobs: state, attempts_used, not_before = now + backoff_s (backoff_s <= 0: NULL),
+ * last_error (NULL keeps the stored one), updated_at = now. Absolute values, so replaying is
+ * harmless; several changes of one job in a batch: the last wins. */
+qs_status qc_batch_job_state(qc_batch *b, int64_t job, qc_job_state state, int32_t attempts_used,
+                             double backoff_s, const char *last_error, qs_error *err);
+/* workers: upsert (id, host, pid, gpus JSON array text, threads), last_seen = now;
+ * first_seen is kept. gpus_json NULL means "[]". */
+qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host, int32_t pid,
+                               const char *gpus_json, int32_t threads, qs_error *err);
+/* results: n metric rows of (job, attempt); final says whether they are the final set
+ * (each metric's step must then be -1; partial rows have step >= 0). Stored idempotently:
+ *   - a row whose (job, name, step) is stored already is ignored, except that a partial
+ *     (curve) point from a newer attempt replaces one from an older attempt;
+ *   - a final set is stored once per job: final rows of an attempt are ignored when the job
+ *     already has final rows from another attempt.
+ * QS_EINVAL naming the metric for an empty name or a step that contradicts final. */
+qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final,
+                           const qc_metric *rows, size_t n, qs_error *err);
+/* cancel_requests.handled_at = now for every request with id <= upto_request. */
+qs_status qc_batch_cancels_handled(qc_batch *b, int64_t upto_request, qs_error *err);
+
+/* Totals of one flush (rows the server actually changed). */
+typedef struct qc_flush_stats {
+    size_t attempts_started, leases_renewed, attempts_ended, jobs_changed, workers_seen;
+    size_t results_inserted; /* new or replaced result rows */
+    size_t results_ignored;  /* duplicate or late rows */
+} qc_flush_stats;
+
+/* Writes the whole batch in one transaction, in this order: workers, attempts started,
+ * leases renewed, attempts ended, job states, results (COPY into a temporary staging table,
+ * then one INSERT ... ON CONFLICT), cancels handled; then COMMIT. Returns after the COMMIT
+ * (durable). On success the batch is cleared; on failure it is kept intact. An empty batch
+ * costs nothing. stats may be NULL. Errors: QS_EDB (see connection_lost), QS_ENOMEM. */
+qs_status qc_store_flush(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err);
+
+/* ---- read helpers (qsweep status / results) ------------------------------------------ */
+
+/* One row of v_experiment_progress. */
+typedef struct qc_progress {
+    int64_t experiment_id;
+    char name[256];
+    int64_t total, pending, running, succeeded, failed, cancelled;
+} qc_progress;
+
+/* Progress of one experiment (name) or of all (name NULL), ordered by experiment id.
+ * *rows is malloc'ed (free it). QS_ENOTFOUND naming the experiment when it does not exist. */
+qs_status qc_store_progress(qc_store *s, const char *name, qc_progress **rows, size_t *n,
+                            qs_error *err);
+
+/* One row of v_job_results (strings valid only during the callback; NULL when the spec has
+ * no such field). */
+typedef struct qc_result_row {
+    const char *experiment, *job_key, *kind, *model, *format, *quantize, *mode, *part;
+    const char *metric;
+    double value;
+    int64_t step;
+    bool final;
+} qc_result_row;
+
+/* Calls fn for every stored result of experiment `name` (every experiment when NULL),
+ * ordered by job id, metric, step. fn returns 0 to go on, non-zero to stop (then this
+ * returns QS_ECANCELLED). Rows are fetched in chunks (single-row mode), so any number fits.
+ * QS_ENOTFOUND when the experiment does not exist. */
+qs_status qc_store_results(qc_store *s, const char *name,
+                           int (*fn)(void *ctx, const qc_result_row *row), void *ctx,
+                           qs_error *err);
+
+#endif
