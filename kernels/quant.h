@@ -50,6 +50,8 @@ typedef struct qk_quant_options {
     uint32_t tensor_id;        /* distinct per tensor so two tensors never share an RNG stream */
     uint32_t step;             /* training step (SR stream) */
     int threads;               /* 0 = all (OpenMP default); results are identical for any value */
+    int reference_only;        /* 1 = always take the scalar reference path (tests compare the
+                                  faster paths against it); 0 = fastest path, same bits */
 } qk_quant_options;
 
 /* Error statistics of one fake-quant call, over all rows*k elements. */
@@ -76,5 +78,57 @@ const char *qk_format_name(const qk_format *fmt);
  * count. Errors: QS_EINVAL (rows or k is 0, option invalid for the format). */
 qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
                         size_t k, qk_quant_stats *stats, qs_error *err);
+
+/* Packed storage of one quantized [rows x k] tensor. Buffers are carved out of ONE
+ * allocation owned by the struct (qk_packed_init / qk_packed_release).
+ * - codes: row r starts at codes + r*row_bytes. 4-bit codes (E2M1, INT4) are two per byte,
+ *   the even column in the low nibble (bits 3..0) as CUDA, PyTorch and cuBLAS store them
+ *   (fp4-spec.md 1.1); an odd k leaves the high nibble of a row's last byte 0. 6-, 8-bit
+ *   codes take one byte each (FP6 right-aligned in the byte, not bit-packed).
+ *   Minifloat codes are sign-magnitude, integer codes two's complement (codec.h).
+ * - scales (E4M3/E8M0 formats): [rows x blocks_per_row] bytes, row-major, one per 1D block;
+ *   a 16x16 2D block repeats its scale in each of its 16 rows. Swizzle for cuBLASLt with
+ *   qk_swizzle_128x4 (swizzle.h).
+ * - scales_f32 (INT formats): [rows x blocks_per_row] FP32 decode scales.
+ * - tensor_scale: the FP32 decode scale S_dec multiplying every value at decode (NVFP4:
+ *   amax_t/2688, what ModelOpt calls weight_scale_2; FP8 per tensor: amax_t/448); 1 when the
+ *   format has no tensor scale. */
+typedef struct qk_packed {
+    const qk_format *fmt;
+    size_t rows, k;        /* logical shape */
+    size_t block;          /* elements per block along k (k for per-row and per-tensor formats) */
+    size_t blocks_per_row; /* ceil(k / block) */
+    size_t row_bytes;      /* bytes of codes per row */
+    uint8_t *codes;        /* [rows x row_bytes] */
+    uint8_t *scales;       /* [rows x blocks_per_row] or NULL */
+    float *scales_f32;     /* [rows x blocks_per_row] or NULL */
+    float tensor_scale;    /* decode scale S_dec, or 1 */
+    float tensor_amax;     /* amax over the tensor that S_dec came from (0 when unused) */
+    void *storage_;        /* the one allocation; private */
+} qk_packed;
+
+/* Sizes and allocates p for fmt/opt (opt may be NULL: defaults) and a [rows x k] tensor.
+ * Errors: QS_EINVAL (rows or k 0, overflow, bad option), QS_EUNSUPPORTED ("bf16", which is
+ * not quantized), QS_ENOMEM. On error p owns nothing. */
+qs_status qk_packed_init(qk_packed *p, const qk_format *fmt, const qk_quant_options *opt,
+                         size_t rows, size_t k, qs_error *err);
+
+/* Frees what qk_packed_init allocated; p may be NULL or already released. */
+void qk_packed_release(qk_packed *p);
+
+/* Quantizes x [rows x k] (row-major FP32) into p, which qk_packed_init prepared with the
+ * same format, options and shape. Deterministic for any thread count. Errors: QS_EINVAL
+ * (shape or format differs from p's, bad option). */
+qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                      size_t rows, size_t k, qk_packed *p, qs_error *err);
+
+/* Decodes p into y [p->rows x p->k]: value = elem(code) * block decode scale * tensor_scale,
+ * in the order of the format's rule (format.h). threads: 0 = all. Errors: QS_EINVAL. */
+qs_status qk_dequantize(const qk_packed *p, float *y, int threads, qs_error *err);
+
+/* NVFP4 global scales from the tensor amax (fp4-spec.md 3.3 steps 2-3, TransformerEngine):
+ * S_enc = min(2688 / amax_t, FLT_MAX), and S_enc = 1 when amax_t is 0 or S_enc is 0
+ * (amax_t = Inf); S_dec = 1 / S_enc. All in FP32. */
+void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec);
 
 #endif

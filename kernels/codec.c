@@ -1,0 +1,213 @@
+/* Element codecs: one minifloat encoder/decoder and one integer encoder driven by qk_codec
+ * descriptors. Rules and sources: codec.h and fp4-spec.md sections 1.2, 2.3, 3.2, 4.4. */
+#include "codec.h"
+
+#include <math.h>
+#include <string.h>
+
+/*                                name    kind                bits e  m  bias special          max     nan     imax max_value  emax */
+const qk_codec qk_codec_e2m1 = {"e2m1", QK_CODEC_MINIFLOAT, 4, 2, 1, 1, QK_SPECIAL_NONE, 0x7, 0x7, 0, 6.0f, 2};
+const qk_codec qk_codec_e4m3 = {"e4m3", QK_CODEC_MINIFLOAT, 8, 4, 3, 7, QK_SPECIAL_E4M3, 0x7E, 0x7F, 0, 448.0f, 8};
+const qk_codec qk_codec_e5m2 = {"e5m2", QK_CODEC_MINIFLOAT, 8, 5, 2, 15, QK_SPECIAL_IEEE, 0x7B, 0x7F, 0, 57344.0f, 15};
+const qk_codec qk_codec_e2m3 = {"e2m3", QK_CODEC_MINIFLOAT, 6, 2, 3, 1, QK_SPECIAL_NONE, 0x1F, 0x1F, 0, 7.5f, 2};
+const qk_codec qk_codec_e3m2 = {"e3m2", QK_CODEC_MINIFLOAT, 6, 3, 2, 3, QK_SPECIAL_NONE, 0x1F, 0x1F, 0, 28.0f, 4};
+const qk_codec qk_codec_fp16 = {"fp16", QK_CODEC_MINIFLOAT, 16, 5, 10, 15, QK_SPECIAL_IEEE, 0x7BFF, 0x7E00, 0, 65504.0f, 15};
+const qk_codec qk_codec_bf16 = {"bf16", QK_CODEC_MINIFLOAT, 16, 8, 7, 127, QK_SPECIAL_IEEE, 0x7F7F, 0x7FC0, 0, 0x1.FEp127f, 127};
+const qk_codec qk_codec_int8 = {"int8", QK_CODEC_INT, 8, 0, 0, 0, QK_SPECIAL_NONE, 127, 0, 127, 127.0f, 6};
+const qk_codec qk_codec_int4 = {"int4", QK_CODEC_INT, 4, 0, 0, 0, QK_SPECIAL_NONE, 7, 0, 7, 7.0f, 2};
+
+const qk_codec *qk_codec_by_name(const char *name) {
+    static const qk_codec *const all[] = {&qk_codec_e2m1, &qk_codec_e4m3, &qk_codec_e5m2,
+                                          &qk_codec_e2m3, &qk_codec_e3m2, &qk_codec_fp16,
+                                          &qk_codec_bf16, &qk_codec_int8, &qk_codec_int4};
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(all[i]->name, name) == 0) return all[i];
+    return NULL;
+}
+
+static uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Minifloat encoder, done on the FP32 bit pattern so that every step is exact integer
+ * arithmetic: the magnitude is expressed as an integer count q of grid steps of the target
+ * (step 2^(te - man_bits), te = max(exponent of x, 1 - bias)), rounded by the remainder,
+ * then re-assembled into exponent and mantissa fields and saturated. */
+static uint32_t minifloat_encode(const qk_codec *c, float x, qk_rounding rounding,
+                                 uint32_t rbits) {
+    uint32_t u = f32_bits(x);
+    uint32_t a = u & 0x7FFFFFFFu;
+    uint32_t sign = (u >> 31) ? (1u << (c->bits - 1)) : 0;
+    if (a > 0x7F800000u) return c->nan_code;
+    if (a == 0x7F800000u) return sign | c->max_code;
+    int fe = (int)(a >> 23);
+    uint64_t sig = a & 0x7FFFFFu;
+    int e;
+    if (fe == 0) {
+        e = -126; /* FP32 subnormal: value = sig * 2^-149 */
+    } else {
+        e = fe - 127;
+        sig |= 0x800000u;
+    }
+    if (sig == 0) return sign;
+    int m = c->man_bits;
+    int emin = 1 - c->bias;
+    /* Every codec has emin >= -126, so an FP32 subnormal always lands on te = emin. */
+    int te = e < emin ? emin : e;
+    int shift = 23 - m + (te - e); /* FP32 ulp bits below one target step; >= 0 as m <= 23 */
+    uint64_t q = shift < 64 ? sig >> shift : 0;
+    uint64_t rem = shift < 64 ? sig - (q << shift) : sig;
+    switch (rounding) {
+    case QK_ROUND_RNE:
+        /* rem < 2^24 while half = 2^(shift-1) >= 2^24 for shift > 24: never a round-up */
+        if (shift >= 1 && shift <= 25) {
+            uint64_t half = 1ull << (shift - 1);
+            if (rem > half || (rem == half && (q & 1))) q++;
+        }
+        break;
+    case QK_ROUND_SR:
+        if (shift >= 1 && shift < 56) {
+            uint64_t frac32 = (rem << 32) >> shift; /* fraction of one step, 32 bits */
+            if ((uint64_t)rbits < frac32) q++;
+        }
+        break;
+    case QK_ROUND_RZ:
+    default:
+        break;
+    }
+    if (q == 0) return sign;
+    if (q >> (m + 1)) { /* rounding carried into the next binade: q == 2^(m+1) */
+        q >>= 1;
+        te++;
+    }
+    uint32_t mag;
+    if (q < (1ull << m)) {
+        mag = (uint32_t)q; /* subnormal of the target, only possible at te == emin */
+    } else {
+        int ef = te + c->bias;
+        if (ef >= (1 << c->exp_bits)) return sign | c->max_code;
+        mag = ((uint32_t)ef << m) | (uint32_t)(q - (1ull << m));
+    }
+    if (mag > c->max_code) mag = c->max_code;
+    return sign | mag;
+}
+
+/* Integer encoder: symmetric, saturating to +-int_max; NaN gives 0. */
+static uint32_t int_encode(const qk_codec *c, float x, qk_rounding rounding, uint32_t rbits) {
+    if (isnan(x)) return 0;
+    float lim = (float)c->int_max;
+    float r;
+    switch (rounding) {
+    case QK_ROUND_RZ:
+        r = truncf(x);
+        break;
+    case QK_ROUND_SR: {
+        float f = floorf(x);
+        /* x - f is exact for |x| < 2^24 and 0 beyond (x is then an integer) */
+        double frac = isinf(x) ? 0.0 : (double)(x - f);
+        r = ((double)rbits * 0x1p-32 < frac) ? f + 1.0f : f;
+        break;
+    }
+    case QK_ROUND_RNE:
+    default:
+        r = nearbyintf(x); /* the default FP environment rounds to nearest even */
+        break;
+    }
+    if (r > lim) r = lim;
+    if (r < -lim) r = -lim;
+    int v = (int)r;
+    return (uint32_t)v & ((1u << c->bits) - 1u);
+}
+
+uint32_t qk_codec_encode(const qk_codec *c, float x, qk_rounding rounding, uint32_t rbits) {
+    if (c->kind == QK_CODEC_INT) return int_encode(c, x, rounding, rbits);
+    return minifloat_encode(c, x, rounding, rbits);
+}
+
+float qk_codec_decode(const qk_codec *c, uint32_t code) {
+    uint32_t mask = (c->bits == 32) ? 0xFFFFFFFFu : ((1u << c->bits) - 1u);
+    code &= mask;
+    if (c->kind == QK_CODEC_INT) {
+        int32_t v = (int32_t)code;
+        if (code >> (c->bits - 1)) v -= (int32_t)(1u << c->bits);
+        return (float)v;
+    }
+    int m = c->man_bits;
+    uint32_t sign = code >> (c->bits - 1);
+    uint32_t mag = code & (mask >> 1);
+    uint32_t ef = mag >> m;
+    uint32_t man = mag & ((1u << m) - 1u);
+    uint32_t ef_all = (1u << c->exp_bits) - 1u;
+    float v;
+    if (c->special == QK_SPECIAL_E4M3 && ef == ef_all && man == ((1u << m) - 1u)) {
+        v = NAN;
+    } else if (c->special == QK_SPECIAL_IEEE && ef == ef_all) {
+        v = man ? NAN : INFINITY;
+    } else if (ef == 0) {
+        v = ldexpf((float)man, 1 - c->bias - m);
+    } else {
+        v = ldexpf((float)((1u << m) | man), (int)ef - c->bias - m);
+    }
+    return sign ? -v : v;
+}
+
+uint8_t qk_e8m0_encode(float x, qk_e8m0_rounding rounding) {
+    uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0xFF;
+    if (a == 0x7F800000u) return 0xFE;
+    if (a == 0) return 0x00;
+    uint32_t fe = a >> 23, man = a & 0x7FFFFFu;
+    if (fe == 0) {
+        /* FP32 subnormal, below 2^-126: rounds down to 2^-127 (code 0) except that RP takes
+         * anything above 2^-127 to 2^-126 (code 1). 2^-127 is the subnormal with man 2^22. */
+        if (rounding == QK_E8M0_RP && man > 0x400000u) return 0x01;
+        return 0x00;
+    }
+    uint32_t code = fe; /* 2^(fe-127) has E8M0 code fe */
+    if (rounding == QK_E8M0_RP && man != 0) code++;
+    if (code > 0xFE) code = 0xFE;
+    return (uint8_t)code;
+}
+
+float qk_e8m0_decode(uint8_t code) {
+    if (code == 0xFF) return NAN;
+    return ldexpf(1.0f, (int)code - 127);
+}
+
+uint8_t qk_mx_scale_code(float amax, qk_mx_scale_rule rule, const qk_codec *elem) {
+    uint32_t a = f32_bits(amax) & 0x7FFFFFFFu;
+    if (a >= 0x7F800000u) return 0xFF;
+    if (a == 0) return 0x00;
+    int ex; /* unbiased shared exponent before clamping */
+    switch (rule) {
+    case QK_MX_FLOOR:
+        ex = (int)(a >> 23) - 127 - elem->emax;
+        break;
+    case QK_MX_CEIL:
+        ex = (int)(a >> 23) - 127 + ((a & 0x7FFFFFu) != 0) - elem->emax;
+        break;
+    case QK_MX_EVEN: {
+        uint32_t r = (a + (1u << (22 - elem->man_bits))) & 0x7F800000u;
+        ex = (int)(r >> 23) - 127 - elem->emax;
+        break;
+    }
+    case QK_MX_RCEIL:
+    default: {
+        /* torchao's descale: amax * (1/max) in FP32, then round up to E8M0 (CUDA RP) */
+        float d = f32_from_bits(a) * (1.0f / elem->max_value);
+        return qk_e8m0_encode(d, QK_E8M0_RP);
+    }
+    }
+    if (ex < -127) ex = -127;
+    if (ex > 127) ex = 127;
+    return (uint8_t)(ex + 127);
+}

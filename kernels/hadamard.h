@@ -1,0 +1,27 @@
+/* The 16-point random Hadamard transform (RHT) of NVIDIA's NVFP4 training recipe
+ * ("Pretraining LLMs with NVFP4", arXiv 2509.25149, section 4.2; fp4-spec.md 3.6):
+ * every consecutive 16-element tile v of a row (along k) becomes v' = v * H with
+ * H = (1/4) * S * H16, H16 the +-1 Sylvester Hadamard matrix (H16[i][j] = (-1)^popcount(i&j))
+ * and S = diag(s) a random sign vector fixed by the seed (philox.h). H is orthogonal, so the
+ * inverse is v = v' * H^T = (1/4) * H16 * v' followed by the signs. */
+#ifndef QK_HADAMARD_H
+#define QK_HADAMARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* The 16 signs (+1.0f or -1.0f) for a seed: bit j of word 0 of Philox4x32-10 at counter
+ * {0, 0, 0xFFFFFFFF, 0xFFFFFFFF} with key {lo32(seed), hi32(seed)}; a set bit means -1. */
+void qk_rht16_signs(uint64_t seed, float signs[16]);
+
+/* Applies the RHT (inverse = 0) or its inverse (inverse = 1) in place to x [rows x k]
+ * (row-major FP32). k must be a multiple of 16. Computed as sign flip (forward), the 4-stage
+ * fast Walsh-Hadamard butterfly in a fixed order, and an exact multiply by 0.25, so the bits
+ * are the same for any thread count. threads: 0 = all. Errors: QS_EINVAL (k % 16 != 0,
+ * empty tensor, NULL x). */
+qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, int threads,
+                   qs_error *err);
+
+#endif

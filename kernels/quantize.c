@@ -1,0 +1,549 @@
+/* The one block quantizer: every format of format.c goes through the scalar reference
+ * (quant_group_ref); the E2M1 RNE formats (NVFP4 1D, MXFP4) also have a branch-free fast
+ * path (quant_row_e2m1_fast) that tests/kernels checks bit-identical against the reference.
+ *
+ * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
+ * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
+ * its block and on the tensor amax, and statistics are summed per group and then in group
+ * order, so the bits are the same for any thread count. */
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "e2m1_fast.h"
+#include "format.h"
+#include "philox.h"
+#include "quant.h"
+
+/* Everything one call derives from (format, options, tensor) before touching blocks. */
+typedef struct qk_plan {
+    const qk_format *fmt;
+    const qk_codec *elem;
+    qk_rounding rounding;
+    qk_mx_scale_rule mx_rule;
+    qk_nvfp4_clamp clamp;
+    size_t rows, k;
+    size_t block;   /* elements per block along k */
+    size_t nblk;    /* blocks per row */
+    size_t brows;   /* rows per block (1 or 16) */
+    float amax_t;   /* tensor amax (NVFP4 and per-tensor rules) */
+    float s_enc;    /* tensor encode scale */
+    float s_dec;    /* tensor decode scale */
+    float s_enc_6;  /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
+    uint64_t seed;
+    uint32_t tensor_id, step;
+    int threads;
+} qk_plan;
+
+/* The scale of one block, in the forms the element loop needs. */
+typedef struct block_scale {
+    uint8_t code; /* stored E4M3/E8M0 byte */
+    float f32;    /* stored FP32 decode scale (ABSMAX) */
+    float enc;    /* element encode multiplier (NVFP4 E_b, MX 2^-s, per-tensor S_enc) */
+    float dec;    /* block decode multiplier (NVFP4 float(sb), MX 2^s, ABSMAX scale) */
+    int divide;   /* 1: elements are x / f32 (ABSMAX); 0: x * enc */
+} block_scale;
+
+/* Statistics of one row group, summed in group order at the end. */
+typedef struct stats_acc {
+    double sq_err, sq_sig;
+    size_t clipped, blocks, underflow;
+} stats_acc;
+
+/* --- FP32 helpers ------------------------------------------------------------------------ */
+
+/* 2^e for -127 <= e <= 127, exactly (2^-127 is an FP32 subnormal). */
+static float pow2f(int e) {
+    uint32_t u = e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float e4m3_value[256]; /* decode table of the E4M3 block-scale codec */
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_table_build(void) {
+    for (uint32_t c = 0; c < 256; c++) e4m3_value[c] = qk_codec_decode(&qk_codec_e4m3, c);
+}
+
+/* --- options and plan -------------------------------------------------------------------- */
+
+static qs_status check_options(const qk_format *fmt, const qk_quant_options *o, qs_error *err) {
+    if ((unsigned)o->rounding > QK_ROUND_SR)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.rounding: unknown value %d",
+                            (int)o->rounding);
+    if ((unsigned)o->mx_rule > QK_MX_EVEN)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.mx_rule: unknown value %d",
+                            (int)o->mx_rule);
+    if ((unsigned)o->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.nvfp4_clamp: unknown value %d",
+                            (int)o->nvfp4_clamp);
+    if (o->mx_rule != QK_MX_RCEIL && fmt->rule != QK_RULE_MX)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.mx_rule: set for %s, which is not an MX format",
+                            fmt->name);
+    if (o->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && fmt->rule != QK_RULE_NVFP4)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.nvfp4_clamp: set for %s, which is not NVFP4",
+                            fmt->name);
+    if (o->group_size < 0 || (o->group_size != 0 && !fmt->group_option))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.group_size: %d is not valid for %s (only "
+                            "int4_group takes a group size, > 0)",
+                            o->group_size, fmt->name);
+    if (o->threads < 0)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.threads: %d is negative",
+                            o->threads);
+    return QS_OK;
+}
+
+static size_t block_of(const qk_format *fmt, const qk_quant_options *o, size_t k) {
+    if (fmt->block == 0) return k;
+    if (fmt->group_option && o->group_size > 0) return (size_t)o->group_size;
+    return (size_t)fmt->block;
+}
+
+/* Validates the call and fills the shape part of the plan (no pass over the data). */
+static qs_status plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt,
+                            size_t rows, size_t k, qs_error *err) {
+    static const qk_quant_options defaults;
+    if (!opt) opt = &defaults;
+    if (!fmt) return qs_error_set(err, QS_EINVAL, "kernels: format is NULL");
+    if (rows == 0 || k == 0)
+        return qs_error_set(err, QS_EINVAL, "kernels: %s: empty tensor (rows=%zu, k=%zu)",
+                            fmt->name, rows, k);
+    if (rows > SIZE_MAX / 8 / k)
+        return qs_error_set(err, QS_EINVAL, "kernels: %s: shape %zu x %zu overflows", fmt->name,
+                            rows, k);
+    qs_status st = check_options(fmt, opt, err);
+    if (st) return st;
+    memset(p, 0, sizeof *p);
+    p->fmt = fmt;
+    p->elem = fmt->elem;
+    p->rounding = opt->rounding;
+    p->mx_rule = opt->mx_rule;
+    p->clamp = opt->nvfp4_clamp;
+    p->rows = rows;
+    p->k = k;
+    p->block = block_of(fmt, opt, k);
+    p->nblk = (k + p->block - 1) / p->block;
+    p->brows = (size_t)fmt->block_rows;
+    p->seed = opt->seed;
+    p->tensor_id = opt->tensor_id;
+    p->step = opt->step;
+    p->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    p->s_enc = 1.0f;
+    p->s_dec = 1.0f;
+    pthread_once(&e4m3_once, e4m3_table_build);
+    return QS_OK;
+}
+
+/* max |x| over the tensor, NaN ignored (fmaxf semantics, as TransformerEngine's amax). */
+static float tensor_amax(const float *x, size_t n, int threads) {
+    float amax = 0.0f;
+#pragma omp parallel num_threads(threads)
+    {
+        float local = 0.0f;
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float a = fabsf(x[i]);
+            local = a > local ? a : local;
+        }
+#pragma omp critical(qk_amax)
+        amax = local > amax ? local : amax;
+    }
+    return amax;
+}
+
+void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec) {
+    float e = fminf(2688.0f / amax_t, FLT_MAX); /* 448 * 6, fp4-spec.md 3.3 step 2 */
+    if (amax_t == 0.0f || e == 0.0f) e = 1.0f;
+    *s_enc = e;
+    *s_dec = 1.0f / e;
+}
+
+/* Tensor scales: NVFP4's S_enc/S_dec, or the per-tensor FP8 rule with the same edge policy
+ * (an all-zero or infinite tensor gets S_enc = 1). */
+static void plan_tensor_scales(qk_plan *p, const float *x) {
+    if (p->fmt->rule != QK_RULE_NVFP4 && p->fmt->rule != QK_RULE_TENSOR) return;
+    p->amax_t = tensor_amax(x, p->rows * p->k, p->threads);
+    if (p->fmt->rule == QK_RULE_NVFP4) {
+        qk_nvfp4_global_scales(p->amax_t, &p->s_enc, &p->s_dec);
+        p->s_enc_6 = p->s_enc * (1.0f / 6.0f);
+    } else {
+        float e = fminf(p->elem->max_value / p->amax_t, FLT_MAX);
+        if (p->amax_t == 0.0f || e == 0.0f) e = 1.0f;
+        p->s_enc = e;
+        p->s_dec = 1.0f / e;
+    }
+}
+
+/* --- block scales ------------------------------------------------------------------------ */
+
+/* Scale of a block whose absolute maximum is amax (NaN-free except for MX, where a
+ * non-finite amax stands for "the block holds Inf or NaN"). */
+static block_scale scale_for(const qk_plan *p, float amax) {
+    block_scale bs = {0, 0.0f, 1.0f, 1.0f, 0};
+    switch (p->fmt->rule) {
+    case QK_RULE_NVFP4: {
+        float v = amax * p->s_enc_6;
+        if (p->clamp == QK_NVFP4_CLAMP_TORCHAO && v < 0x1p-6f) v = 0x1p-6f;
+        if (p->clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && v == 0.0f) v = 1.0f;
+        bs.code = (uint8_t)qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0);
+        float sb = e4m3_value[bs.code];
+        bs.dec = sb;
+        bs.enc = fminf(1.0f / (sb * p->s_dec), FLT_MAX); /* step 5; 1/0 -> FLT_MAX */
+        break;
+    }
+    case QK_RULE_MX:
+        bs.code = qk_mx_scale_code(amax, p->mx_rule, p->elem);
+        if (bs.code == 0xFF) {
+            bs.enc = NAN;
+            bs.dec = NAN;
+        } else {
+            bs.enc = pow2f(127 - (int)bs.code);
+            bs.dec = pow2f((int)bs.code - 127);
+        }
+        break;
+    case QK_RULE_TENSOR:
+        bs.enc = p->s_enc;
+        break;
+    case QK_RULE_ABSMAX: {
+        float s = fminf(amax / (float)p->elem->int_max, FLT_MAX);
+        if (s == 0.0f) s = 1.0f; /* all-zero block: any scale decodes to 0; 1 is harmless */
+        bs.f32 = s;
+        bs.dec = s;
+        bs.divide = 1;
+        break;
+    }
+    case QK_RULE_IDENTITY:
+    default:
+        break;
+    }
+    return bs;
+}
+
+/* Block scale as dequantize rebuilds it from packed storage. */
+static block_scale scale_from_packed(const qk_plan *p, const qk_packed *pk, size_t r, size_t b) {
+    block_scale bs = {0, 0.0f, 1.0f, 1.0f, 0};
+    size_t i = r * pk->blocks_per_row + b;
+    switch (p->fmt->storage) {
+    case QK_STORE_E4M3:
+        bs.dec = e4m3_value[pk->scales[i]];
+        break;
+    case QK_STORE_E8M0:
+        bs.dec = pk->scales[i] == 0xFF ? NAN : pow2f((int)pk->scales[i] - 127);
+        break;
+    case QK_STORE_F32:
+        bs.dec = pk->scales_f32[i];
+        break;
+    case QK_STORE_NONE:
+    default:
+        break;
+    }
+    return bs;
+}
+
+/* --- elements ---------------------------------------------------------------------------- */
+
+static inline float scaled_input(const block_scale *bs, float x) {
+    return bs->divide ? x / bs->f32 : x * bs->enc;
+}
+
+/* value = elem(code) * block decode * tensor decode, multiplied in this order (fp4-spec.md
+ * 3.3 step 7 for NVFP4). */
+static inline float decoded_output(const qk_plan *p, const block_scale *bs, float v) {
+    float y = v * bs->dec;
+    if (p->fmt->tensor_scale) y = y * p->s_dec;
+    return y;
+}
+
+static void put_code(qk_packed *pk, size_t r, size_t c, uint32_t code) {
+    uint8_t *row = pk->codes + r * pk->row_bytes;
+    if (pk->fmt->elem->bits == 4) {
+        if ((c & 1) == 0)
+            row[c >> 1] = (uint8_t)code; /* clears the high nibble of the pair */
+        else
+            row[c >> 1] = (uint8_t)(row[c >> 1] | (code << 4));
+    } else {
+        row[c] = (uint8_t)code;
+    }
+}
+
+static uint32_t get_code(const qk_packed *pk, size_t r, size_t c) {
+    const uint8_t *row = pk->codes + r * pk->row_bytes;
+    if (pk->fmt->elem->bits == 4) return (c & 1) ? (uint32_t)(row[c >> 1] >> 4) : row[c >> 1] & 0xFu;
+    return row[c];
+}
+
+/* Block amax over rows [r0, r0+h), columns [c0, c0+n). NaN is ignored except for MX, where
+ * any non-finite element makes the result NaN (so the block's scale becomes 0xFF). */
+static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, size_t c0,
+                        size_t n) {
+    float amax = 0.0f;
+    int nonfinite = 0;
+    for (size_t r = r0; r < r0 + h; r++) {
+        const float *row = x + r * p->k + c0;
+        for (size_t i = 0; i < n; i++) {
+            float a = fabsf(row[i]);
+            amax = a > amax ? a : amax;
+            nonfinite |= !(a <= FLT_MAX);
+        }
+    }
+    if (p->fmt->rule == QK_RULE_MX && nonfinite) return NAN;
+    return amax;
+}
+
+/* Scalar reference for the row group [r0, r0+h): for every block column, amax over the
+ * group's block, the block scale, then each element encoded (and SR bits drawn by its
+ * row-major index). Codes and scales go to pk when non-NULL; decoded values to y when
+ * non-NULL. y may alias x: a block is read whole (amax) before any of it is written. */
+static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h,
+                            qk_packed *pk, float *y, stats_acc *acc) {
+    const qk_codec *elem = p->elem;
+    for (size_t b = 0; b < p->nblk; b++) {
+        size_t c0 = b * p->block;
+        size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
+        block_scale bs = scale_for(p, block_amax(p, x, r0, h, c0, n));
+        int any_in = 0, any_out = 0;
+        for (size_t r = r0; r < r0 + h; r++) {
+            if (pk) {
+                if (pk->scales) pk->scales[r * p->nblk + b] = bs.code;
+                if (pk->scales_f32) pk->scales_f32[r * p->nblk + b] = bs.f32;
+            }
+            for (size_t i = 0; i < n; i++) {
+                size_t c = c0 + i;
+                float xin = x[r * p->k + c];
+                float s = scaled_input(&bs, xin);
+                uint32_t rb = p->rounding == QK_ROUND_SR
+                                  ? qk_sr_bits(p->seed, p->tensor_id, p->step, r * p->k + c)
+                                  : 0;
+                uint32_t code = qk_codec_encode(elem, s, p->rounding, rb);
+                if (pk) put_code(pk, r, c, code);
+                float out = decoded_output(p, &bs, qk_codec_decode(elem, code));
+                if (y) y[r * p->k + c] = out;
+                if (acc) {
+                    double d = (double)out - (double)xin;
+                    acc->sq_err += d * d;
+                    acc->sq_sig += (double)xin * (double)xin;
+                    acc->clipped += fabsf(s) > elem->max_value;
+                    any_in |= xin != 0.0f;
+                    any_out |= out != 0.0f;
+                }
+            }
+        }
+        if (acc) {
+            acc->blocks++;
+            acc->underflow += any_in && !any_out;
+        }
+    }
+}
+
+/* Fast path for E2M1 elements with RNE in 1D blocks (NVFP4, MXFP4), fake-quant only: the
+ * RNE decision table of fp4-spec.md 1.2 evaluated as a sum of comparisons, which the
+ * compiler vectorises. Bit-identical to quant_group_ref (tested). */
+static void quant_row_e2m1_fast(const qk_plan *p, const float *x, size_t r, float *y,
+                                stats_acc *acc) {
+    const float *xr = x + r * p->k;
+    float *yr = y + r * p->k;
+    const int tensor = p->fmt->tensor_scale;
+    const float s_dec = p->s_dec;
+    for (size_t b = 0; b < p->nblk; b++) {
+        size_t c0 = b * p->block;
+        size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
+        block_scale bs = scale_for(p, block_amax(p, x, r, 1, c0, n));
+        const float enc = bs.enc, dec = bs.dec;
+        double se = 0.0, sg = 0.0;
+        size_t clipped = 0;
+        int any_in = 0, any_out = 0;
+        for (size_t i = 0; i < n; i++) {
+            float xin = xr[c0 + i];
+            float s = xin * enc;
+            float v = qk_e2m1_rne_value(s);
+            float out = v * dec;
+            if (tensor) out = out * s_dec;
+            yr[c0 + i] = out;
+            if (acc) {
+                double d = (double)out - (double)xin;
+                se += d * d;
+                sg += (double)xin * (double)xin;
+                clipped += fabsf(s) > 6.0f;
+                any_in |= xin != 0.0f;
+                any_out |= out != 0.0f;
+            }
+        }
+        if (acc) {
+            acc->sq_err += se;
+            acc->sq_sig += sg;
+            acc->clipped += clipped;
+            acc->blocks++;
+            acc->underflow += any_in && !any_out;
+        }
+    }
+}
+
+/* --- public entry points ----------------------------------------------------------------- */
+
+static void stats_finish(const stats_acc *accs, size_t ngroups, size_t n, qk_quant_stats *st) {
+    stats_acc t = {0};
+    for (size_t g = 0; g < ngroups; g++) { /* fixed order: deterministic for any thread count */
+        t.sq_err += accs[g].sq_err;
+        t.sq_sig += accs[g].sq_sig;
+        t.clipped += accs[g].clipped;
+        t.blocks += accs[g].blocks;
+        t.underflow += accs[g].underflow;
+    }
+    memset(st, 0, sizeof *st);
+    st->n_elements = n;
+    st->mse = t.sq_err / (double)n;
+    st->signal_power = t.sq_sig / (double)n;
+    st->sqnr_db = st->mse == 0.0 ? INFINITY : 10.0 * log10(st->signal_power / st->mse);
+    st->n_clipped = t.clipped;
+    st->n_blocks = t.blocks;
+    st->n_underflow_blocks = t.underflow;
+}
+
+qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
+                        size_t k, qk_quant_stats *stats, qs_error *err) {
+    static const qk_quant_options defaults;
+    if (!opt) opt = &defaults;
+    qk_plan p;
+    qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
+    if (st) return st;
+    if (!x) return qs_error_set(err, QS_EINVAL, "kernels: %s: x is NULL", fmt->name);
+    if (fmt->rule == QK_RULE_IDENTITY) {
+        if (stats) {
+            stats_acc zero = {0};
+            double sg = 0.0;
+            for (size_t i = 0; i < rows * k; i++) sg += (double)x[i] * (double)x[i];
+            zero.sq_sig = sg;
+            stats_finish(&zero, 1, rows * k, stats);
+        }
+        return QS_OK;
+    }
+    plan_tensor_scales(&p, x);
+    size_t ngroups = (rows + p.brows - 1) / p.brows;
+    stats_acc *accs = NULL;
+    if (stats) {
+        accs = calloc(ngroups, sizeof *accs);
+        if (!accs)
+            return qs_error_set(err, QS_ENOMEM, "kernels: %s: statistics for %zu row groups",
+                                fmt->name, ngroups);
+    }
+    int fast = !opt->reference_only && p.elem == &qk_codec_e2m1 && p.brows == 1 &&
+               p.rounding == QK_ROUND_RNE;
+#pragma omp parallel for schedule(static) num_threads(p.threads)
+    for (size_t g = 0; g < ngroups; g++) {
+        size_t r0 = g * p.brows;
+        size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
+        if (fast)
+            quant_row_e2m1_fast(&p, x, r0, x, accs ? &accs[g] : NULL);
+        else
+            quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
+    }
+    if (stats) stats_finish(accs, ngroups, rows * k, stats);
+    free(accs);
+    return QS_OK;
+}
+
+qs_status qk_packed_init(qk_packed *pk, const qk_format *fmt, const qk_quant_options *opt,
+                         size_t rows, size_t k, qs_error *err) {
+    static const qk_quant_options defaults;
+    if (!opt) opt = &defaults;
+    if (!pk) return qs_error_set(err, QS_EINVAL, "kernels: packed is NULL");
+    memset(pk, 0, sizeof *pk);
+    qk_plan p;
+    qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
+    if (st) return st;
+    if (fmt->rule == QK_RULE_IDENTITY)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "kernels: %s is the unquantized reference and has no packed form",
+                            fmt->name);
+    pk->fmt = fmt;
+    pk->rows = rows;
+    pk->k = k;
+    pk->block = p.block;
+    pk->blocks_per_row = p.nblk;
+    pk->row_bytes = fmt->elem->bits == 4 ? (k + 1) / 2 : k;
+    pk->tensor_scale = 1.0f;
+    size_t code_bytes = rows * pk->row_bytes;
+    size_t nscales = rows * p.nblk;
+    size_t scale_bytes = 0;
+    if (fmt->storage == QK_STORE_E4M3 || fmt->storage == QK_STORE_E8M0) scale_bytes = nscales;
+    if (fmt->storage == QK_STORE_F32) scale_bytes = nscales * sizeof(float);
+    /* FP32 scales first so they are aligned; codes and byte scales after them */
+    uint8_t *mem = calloc(1, scale_bytes + code_bytes + 1);
+    if (!mem)
+        return qs_error_set(err, QS_ENOMEM, "kernels: %s: %zu bytes of packed storage",
+                            fmt->name, scale_bytes + code_bytes);
+    pk->storage_ = mem;
+    if (fmt->storage == QK_STORE_F32) pk->scales_f32 = (float *)(void *)mem;
+    if (fmt->storage == QK_STORE_E4M3 || fmt->storage == QK_STORE_E8M0) pk->scales = mem;
+    pk->codes = mem + scale_bytes;
+    return QS_OK;
+}
+
+void qk_packed_release(qk_packed *pk) {
+    if (!pk) return;
+    free(pk->storage_);
+    memset(pk, 0, sizeof *pk);
+}
+
+qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                      size_t rows, size_t k, qk_packed *pk, qs_error *err) {
+    static const qk_quant_options defaults;
+    if (!opt) opt = &defaults;
+    qk_plan p;
+    qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
+    if (st) return st;
+    if (!x || !pk || !pk->storage_)
+        return qs_error_set(err, QS_EINVAL, "kernels: %s: x or packed storage missing",
+                            fmt->name);
+    if (pk->fmt != fmt || pk->rows != rows || pk->k != k || pk->block != p.block)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: packed storage is %s [%zu x %zu] block %zu, the call "
+                            "is %s [%zu x %zu] block %zu",
+                            qk_format_name(pk->fmt), pk->rows, pk->k, pk->block, fmt->name, rows,
+                            k, p.block);
+    plan_tensor_scales(&p, x);
+    pk->tensor_scale = p.s_dec;
+    pk->tensor_amax = p.amax_t;
+    size_t ngroups = (rows + p.brows - 1) / p.brows;
+#pragma omp parallel for schedule(static) num_threads(p.threads)
+    for (size_t g = 0; g < ngroups; g++) {
+        size_t r0 = g * p.brows;
+        size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
+        quant_group_ref(&p, x, r0, h, pk, NULL, NULL);
+    }
+    return QS_OK;
+}
+
+qs_status qk_dequantize(const qk_packed *pk, float *y, int threads, qs_error *err) {
+    if (!pk || !pk->storage_ || !y)
+        return qs_error_set(err, QS_EINVAL, "kernels: dequantize: packed storage or y missing");
+    qk_quant_options o = {0};
+    o.threads = threads;
+    qk_plan p;
+    qs_status st = plan_shape(&p, pk->fmt, &o, pk->rows, pk->k, err);
+    if (st) return st;
+    p.block = pk->block;
+    p.nblk = pk->blocks_per_row;
+    p.s_dec = pk->tensor_scale;
+    size_t rows = pk->rows;
+#pragma omp parallel for schedule(static) num_threads(p.threads)
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t b = 0; b < p.nblk; b++) {
+            block_scale bs = scale_from_packed(&p, pk, r, b);
+            size_t c0 = b * p.block;
+            size_t n = p.k - c0 < p.block ? p.k - c0 : p.block;
+            for (size_t c = c0; c < c0 + n; c++)
+                y[r * p.k + c] = decoded_output(&p, &bs, qk_codec_decode(p.elem, get_code(pk, r, c)));
+        }
+    }
+    return QS_OK;
+}
