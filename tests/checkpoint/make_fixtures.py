@@ -249,6 +249,49 @@ def main():
         f.write("tokens_small.bin " + hashlib.blake2b(open(os.path.join(HERE, "tokens_small.bin"), "rb").read(),
                                                        digest_size=32).hexdigest() + "\n")
 
+    write_fuzz_seeds(os.path.join(os.path.dirname(HERE), "fuzz", "seeds"))
+
+
+LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+
+def write_fuzz_seeds(d):
+    """Small valid inputs for the libFuzzer targets (tests/checkpoint/fuzz/seeds/<target>/)."""
+    rng = np.random.default_rng(7)
+    for t in ("safetensors", "gguf", "config", "tokens"):
+        os.makedirs(os.path.join(d, t), exist_ok=True)
+    save_file({"a": rng.standard_normal((2, 3)).astype(np.float32), "b": np.ones(4, np.float16)},
+              os.path.join(d, "safetensors", "f32_f16.safetensors"))
+    write_bf16_safetensors(os.path.join(d, "safetensors", "bf16.safetensors"),
+                           {"w": bf16_bits(rng.standard_normal((2, 2)))})
+    g = GGUFWriter(os.path.join(d, "gguf", "mini.gguf"), "llama")
+    for k, v in (("context_length", 64), ("embedding_length", 32), ("block_count", 1), ("feed_forward_length", 32),
+                 ("head_count", 2), ("head_count_kv", 1)):
+        getattr(g, "add_" + k)(v)
+    g.add_layer_norm_rms_eps(1e-5)
+    g.add_rope_freq_base(10000.0)
+    g.add_token_list(["a", "b", "c", "d"])
+    g.add_array("test.nested", [[1, 2], ["x"]])
+    for name, qt in (("token_embd.weight", QT.Q8_0), ("blk.0.attn_q.weight", QT.Q4_0), ("blk.0.attn_k.weight", QT.Q4_1),
+                     ("blk.0.attn_v.weight", QT.BF16), ("blk.0.ffn_up.weight", QT.F16), ("output_norm.weight", QT.F32)):
+        shape = (32,) if name == "output_norm.weight" else (2, 32)
+        q = quantize(rng.standard_normal(shape).astype(np.float32), qt)
+        g.add_tensor(name, q, raw_dtype=None if qt == QT.F32 else qt)
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+    for name, tied, rope in (("llama2.json", False, None), ("llama31.json", False, LLAMA31_ROPE),
+                             ("llama32_tied.json", True, LLAMA31_ROPE)):
+        c = config(tied)
+        c["rope_scaling"] = rope
+        with open(os.path.join(d, "config", name), "w") as f:
+            json.dump(c, f)
+    toks = np.array([3, 1, 2], dtype="<u4")
+    with open(os.path.join(d, "tokens", "three.tok"), "wb") as f:
+        f.write(b"QSWTOKS\0" + struct.pack("<IIIIQ", 1, 4, 1, 0, len(toks)) + toks.tobytes())
+
 
 if __name__ == "__main__":
     main()
