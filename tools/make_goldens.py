@@ -6,13 +6,13 @@ Reference data only: qsweep never runs Python on its run path.
 (a) Small random-initialised LlamaForCausalLM checkpoints, written by transformers' own
     save_pretrained into tests/engine/data/<name>/, one per layout the loader must read:
       llama2_mha    Llama-2 style: MHA, rope theta 1e4, untied lm_head, F16 weights
-      llama3_gqa    Llama-3.1 style: GQA, rope theta 5e5 with "llama3" frequency scaling, BF16;
-                    config.json rewritten to the layout the published Llama 3.1 checkpoints
-                    use (top-level rope_theta and rope_scaling) instead of transformers 5's
-                    rope_parameters, so both spellings are covered
+      llama3_gqa    Llama-3.1 style: GQA, rope theta 5e5 with "llama3" frequency scaling, BF16
       llama32_tied  Llama-3.2 style: GQA, tied embeddings, llama3 scaling (factor 32), F32
       oddk          hidden 72 and intermediate 200 (K not a multiple of 16), head_dim 24, F16
       sharded       three shards (max_shard_size) with model.safetensors.index.json, BF16
+    transformers 5 writes the RoPE settings as one "rope_parameters" object; every config.json
+    here is rewritten to the layout the published Llama 2/3/3.1/3.2 checkpoints use (top-level
+    rope_theta, rope_scaling, torch_dtype), which is what qsweep's loader reads.
     Weights are drawn with a wider spread than transformers' default init (std 0.02 gives
     nearly uniform next-token distributions, a weak test), norms around 1. The reference
     model runs in FP32 on the stored weights (rounded to the stored dtype first), eager
@@ -55,7 +55,7 @@ CHECKPOINTS = [
          cfg=dict(vocab_size=320, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=4, rope_theta=10000.0,
                   rms_norm_eps=1e-5, tie_word_embeddings=False)),
-    dict(name="llama3_gqa", dtype=torch.bfloat16, seed=12, legacy_rope_keys=True,
+    dict(name="llama3_gqa", dtype=torch.bfloat16, seed=12,
          cfg=dict(vocab_size=384, hidden_size=64, intermediate_size=224, num_hidden_layers=3,
                   num_attention_heads=4, num_key_value_heads=2, rope_theta=500000.0,
                   rope_scaling=LLAMA3_ROPE, rms_norm_eps=1e-5, tie_word_embeddings=False)),
@@ -118,17 +118,16 @@ def make_checkpoint(spec, outdir):
     copy.deepcopy(model).to(spec["dtype"]).save_pretrained(d, max_shard_size=spec.get("max_shard_size", "50GB"))
     if os.path.exists(os.path.join(d, "generation_config.json")):
         os.remove(os.path.join(d, "generation_config.json"))
-    if spec.get("legacy_rope_keys"):
-        cpath = os.path.join(d, "config.json")
-        with open(cpath) as f:
-            c = json.load(f)
-        rp = c.pop("rope_parameters")
-        c["rope_theta"] = rp.pop("rope_theta")
-        c["rope_scaling"] = rp
-        c["torch_dtype"] = c.pop("dtype", "bfloat16")
-        with open(cpath, "w") as f:
-            json.dump(c, f, indent=2, sort_keys=True)
-            f.write("\n")
+    cpath = os.path.join(d, "config.json")
+    with open(cpath) as f:
+        c = json.load(f)
+    rp = c.pop("rope_parameters")
+    c["rope_theta"] = rp.pop("rope_theta")
+    c["rope_scaling"] = rp if rp.get("rope_type", "default") != "default" else None
+    c["torch_dtype"] = c.pop("dtype")
+    with open(cpath, "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
     rng = np.random.default_rng(spec["seed"])
     vocab = cfg.vocab_size
     seqs = []

@@ -61,8 +61,9 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
  * has a weight or activation format, the unquantized linear (FP32 master weights, FP32
  * input) on the same input and accumulates signal = sum(y_ref^2) and noise =
  * sum((y - y_ref)^2) over all outputs. This doubles the GEMM work of quantized linears.
- * Switching on resets the sums. */
-void qw_model_set_sqnr_probe(qw_model *m, int on);
+ * Switching on resets the sums and allocates the reference-output buffer once
+ * ([max_ctx x largest out_features], the vocabulary for lm_head). Errors: QS_ENOMEM. */
+qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err);
 
 /* Sums of linear `index` (layer*QW_LINEAR_KINDS + kind; n_layers*7 = lm_head) since the probe
  * was switched on. Returns 0 if the linear is quantized and was probed, -1 otherwise.

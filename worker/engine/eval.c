@@ -1,0 +1,431 @@
+/* Perplexity, baseline log-probabilities and KL divergence over a token file (eval.h, where
+ * the definitions are written out; they follow llama.cpp's tools/perplexity/perplexity.cpp). */
+#include "eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- definitions */
+
+qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_chunks, size_t *n_scored,
+                       qs_error *err) {
+    if (ctx < 2) return qs_error_set(err, QS_EINVAL, "eval: ctx %d < 2", ctx);
+    size_t n = n_tokens / (size_t)ctx;
+    if (n == 0)
+        return qs_error_set(err, QS_EINVAL, "eval: %zu tokens, fewer than one chunk of ctx %d", n_tokens, ctx);
+    if (max_chunks > 0 && n > max_chunks) n = max_chunks;
+    *n_chunks = n;
+    *n_scored = n * (size_t)(ctx - 1 - ctx / 2);
+    return QS_OK;
+}
+
+/* log-softmax of one row of logits [vocab], in double: writes l_i - max - log(sum exp(l - max))
+ * rounded to FP32 into lp (when lp != NULL) and returns the log of the normaliser
+ * (max + log sum) so a single entry can be read as l_i - lse. */
+static double row_logsumexp(const float *l, int vocab) {
+    float mx = l[0];
+    for (int i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)l[i] - mx);
+    return (double)mx + log(sum);
+}
+
+static void row_logprobs(const float *l, int vocab, float *lp) {
+    double lse = row_logsumexp(l, vocab);
+    for (int i = 0; i < vocab; i++) lp[i] = (float)((double)l[i] - lse);
+}
+
+void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, double *nll_sum,
+                         double *nll2_sum, size_t *n) {
+    int first = ctx / 2;
+    double s = 0.0, s2 = 0.0;
+#pragma omp parallel for reduction(+ : s, s2) schedule(static)
+    for (int j = first; j < ctx - 1; j++) {
+        const float *l = logits + (size_t)j * vocab;
+        double v = row_logsumexp(l, vocab) - (double)l[tokens[j + 1]];
+        s += v;
+        s2 += v * v;
+    }
+    *nll_sum += s;
+    *nll2_sum += s2;
+    *n += (size_t)(ctx - 1 - first);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentile at fraction f of sorted v[n], linear interpolation at f*(n-1) (llama.cpp). */
+static double percentile(const double *v, size_t n, double f) {
+    if (f <= 0.0) return v[0];
+    if (f >= 1.0) return v[n - 1];
+    double p = f * (double)(n - 1);
+    size_t i = (size_t)p;
+    p -= (double)i;
+    size_t j = i + 1 < n ? i + 1 : n - 1;
+    return (1.0 - p) * v[i] + p * v[j];
+}
+
+/* ---------------------------------------------------------------- baseline file */
+
+typedef struct blp_header {
+    uint32_t vocab, ctx, n_chunks, first;
+    int32_t bos_id;
+    uint64_t n_scored;
+    char model_digest[QW_BASELINE_DIGEST_CHARS];
+    char dataset_digest[QW_BASELINE_DIGEST_CHARS];
+} blp_header;
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void header_pack(const blp_header *h, unsigned char b[QW_BASELINE_HEADER_BYTES]) {
+    memset(b, 0, QW_BASELINE_HEADER_BYTES);
+    memcpy(b, QW_BASELINE_MAGIC, 8);
+    put_u32(b + 8, QW_BASELINE_VERSION);
+    put_u32(b + 12, h->vocab);
+    put_u32(b + 16, h->ctx);
+    put_u32(b + 20, h->n_chunks);
+    put_u32(b + 24, h->first);
+    put_u32(b + 28, (uint32_t)h->bos_id);
+    put_u64(b + 32, h->n_scored);
+    memcpy(b + 40, h->model_digest, QW_BASELINE_DIGEST_CHARS);
+    memcpy(b + 112, h->dataset_digest, QW_BASELINE_DIGEST_CHARS);
+}
+
+static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], const char *path, blp_header *h,
+                               qs_error *err) {
+    if (memcmp(b, QW_BASELINE_MAGIC, 8) != 0)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not a qsweep baseline file)", path);
+    uint32_t ver = get_u32(b + 8);
+    if (ver != QW_BASELINE_VERSION)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 8: version %u, expected %d", path, ver, QW_BASELINE_VERSION);
+    h->vocab = get_u32(b + 12);
+    h->ctx = get_u32(b + 16);
+    h->n_chunks = get_u32(b + 20);
+    h->first = get_u32(b + 24);
+    h->bos_id = (int32_t)get_u32(b + 28);
+    h->n_scored = get_u64(b + 32);
+    memcpy(h->model_digest, b + 40, QW_BASELINE_DIGEST_CHARS);
+    memcpy(h->dataset_digest, b + 112, QW_BASELINE_DIGEST_CHARS);
+    if (h->model_digest[QW_BASELINE_DIGEST_CHARS - 1] || h->dataset_digest[QW_BASELINE_DIGEST_CHARS - 1])
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 40/112: digest not NUL-terminated", path);
+    if (get_u32(b + 184) || get_u32(b + 188))
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 184: reserved fields not zero", path);
+    return QS_OK;
+}
+
+static void copy_digest(char dst[QW_BASELINE_DIGEST_CHARS], const char *src) {
+    memset(dst, 0, QW_BASELINE_DIGEST_CHARS);
+    if (src) strncpy(dst, src, QW_BASELINE_DIGEST_CHARS - 1);
+}
+
+/* ---------------------------------------------------------------- the run */
+
+typedef enum run_mode { RUN_BASELINE, RUN_COMPARE } run_mode;
+
+typedef struct run_state {
+    FILE *f;
+    char tmp_path[4096];
+    uint32_t *chunk;  /* [ctx] tokens of the current chunk after BOS replacement */
+    float *blk;       /* [n_pos x vocab] baseline log-probs of one chunk's scored positions */
+    float *lq;        /* [threads x vocab] scratch for the evaluated model's log-probs */
+    double *kl;       /* [n_scored] */
+    unsigned char *top1_hit; /* [n_scored] */
+} run_state;
+
+static void run_state_free(run_state *s) {
+    if (s->f) fclose(s->f);
+    free(s->chunk);
+    free(s->blk);
+    free(s->lq);
+    free(s->kl);
+    free(s->top1_hit);
+}
+
+static qs_status write_all(FILE *f, const void *p, size_t bytes, const char *path, qs_error *err) {
+    if (bytes && fwrite(p, 1, bytes, f) != bytes)
+        return qs_error_set(err, QS_EIO, "%s: write: %s", path, strerror(errno));
+    return QS_OK;
+}
+
+static qs_status read_all(FILE *f, void *p, size_t bytes, const char *path, long long off, qs_error *err) {
+    if (bytes && fread(p, 1, bytes, f) != bytes)
+        return qs_error_set(err, feof(f) ? QS_EFORMAT : QS_EIO, "%s: offset %lld: short read of %zu bytes%s%s",
+                            path, off, bytes, ferror(f) ? ": " : "", ferror(f) ? strerror(errno) : "");
+    return QS_OK;
+}
+
+/* Opens the baseline for compare and checks it against this run (eval.h). */
+static qs_status open_baseline(const char *path, const blp_header *want, const uint32_t *tokens, size_t n_tok,
+                               run_state *s, qs_error *err) {
+    s->f = fopen(path, "rb");
+    if (!s->f) return qs_error_set(err, QS_EIO, "%s: open: %s", path, strerror(errno));
+    unsigned char b[QW_BASELINE_HEADER_BYTES];
+    qs_status st = read_all(s->f, b, sizeof b, path, 0, err);
+    if (st != QS_OK) return st;
+    blp_header h;
+    st = header_unpack(b, path, &h, err);
+    if (st != QS_OK) return st;
+#define SAME(field, fmt)                                                                                 \
+    if (h.field != want->field)                                                                          \
+        return qs_error_set(err, QS_EINVAL, "%s: baseline " #field " " fmt ", this run " fmt, path, h.field, \
+                            want->field)
+    SAME(vocab, "%u");
+    SAME(ctx, "%u");
+    SAME(n_chunks, "%u");
+    SAME(first, "%u");
+    SAME(bos_id, "%d");
+#undef SAME
+    if (h.n_scored != want->n_scored)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 32: n_scored %llu, expected %llu", path,
+                            (unsigned long long)h.n_scored, (unsigned long long)want->n_scored);
+    if (h.model_digest[0] && want->model_digest[0] && strcmp(h.model_digest, want->model_digest) != 0)
+        return qs_error_set(err, QS_EINVAL, "%s: baseline model_digest %s, this run %s", path, h.model_digest,
+                            want->model_digest);
+    if (h.dataset_digest[0] && want->dataset_digest[0] && strcmp(h.dataset_digest, want->dataset_digest) != 0)
+        return qs_error_set(err, QS_EINVAL, "%s: baseline dataset_digest %s, this run %s", path, h.dataset_digest,
+                            want->dataset_digest);
+    if (fseeko(s->f, 0, SEEK_END) != 0) return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
+    unsigned long long size = (unsigned long long)ftello(s->f);
+    unsigned long long expect = QW_BASELINE_HEADER_BYTES + 4ull * n_tok + 4ull * h.n_scored * h.vocab;
+    if (size != expect)
+        return qs_error_set(err, QS_EFORMAT, "%s: size %llu bytes, header implies %llu", path, size, expect);
+    if (fseeko(s->f, QW_BASELINE_HEADER_BYTES, SEEK_SET) != 0)
+        return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
+    unsigned char tb[4096];
+    for (size_t i = 0; i < n_tok;) {
+        size_t k = n_tok - i < sizeof tb / 4 ? n_tok - i : sizeof tb / 4;
+        st = read_all(s->f, tb, 4 * k, path, (long long)(QW_BASELINE_HEADER_BYTES + 4 * i), err);
+        if (st != QS_OK) return st;
+        for (size_t j = 0; j < k; j++)
+            if (get_u32(tb + 4 * j) != tokens[i + j])
+                return qs_error_set(err, QS_EINVAL, "%s: offset %zu: baseline token %zu is %u, this run's is %u",
+                                    path, QW_BASELINE_HEADER_BYTES + 4 * (i + j), i + j, get_u32(tb + 4 * j),
+                                    tokens[i + j]);
+        i += k;
+    }
+    return QS_OK;
+}
+
+static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt, run_mode mode,
+                     const char *path, qw_eval_metrics *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    const qw_config *c = qw_model_config(m);
+    int vocab = c->vocab_size, ctx = opt->ctx;
+    if (ctx < 2 || ctx > qw_model_max_ctx(m))
+        return qs_error_set(err, QS_EINVAL, "eval: ctx %d outside 2..%d (the model's max_ctx)", ctx,
+                            qw_model_max_ctx(m));
+    if (toks->vocab_size > (uint32_t)vocab)
+        return qs_error_set(err, QS_EINVAL, "eval: token file vocab %u larger than the model's %d",
+                            toks->vocab_size, vocab);
+    if (opt->bos_id >= vocab || opt->bos_id < -1)
+        return qs_error_set(err, QS_EINVAL, "eval: bos_id %d outside -1..%d", opt->bos_id, vocab - 1);
+    if (mode == RUN_COMPARE && !path) return qs_error_set(err, QS_EINVAL, "eval compare: no baseline path");
+    size_t n_chunks = 0, n_scored = 0;
+    qs_status st = qw_eval_plan(toks->n, ctx, opt->max_chunks, &n_chunks, &n_scored, err);
+    if (st != QS_OK) return st;
+    int first = ctx / 2, n_pos = ctx - 1 - first;
+    size_t n_tok = n_chunks * (size_t)ctx;
+    blp_header h = {.vocab = (uint32_t)vocab, .ctx = (uint32_t)ctx, .n_chunks = (uint32_t)n_chunks,
+                    .first = (uint32_t)first, .bos_id = opt->bos_id, .n_scored = n_scored};
+    copy_digest(h.model_digest, opt->model_digest);
+    copy_digest(h.dataset_digest, opt->dataset_digest);
+
+    run_state s = {0};
+    int nthreads = omp_get_max_threads(); /* the team size of the loops below */
+    s.chunk = malloc((size_t)ctx * sizeof *s.chunk);
+    s.blk = path ? malloc((size_t)n_pos * vocab * sizeof *s.blk) : NULL;
+    s.lq = mode == RUN_COMPARE ? malloc((size_t)nthreads * vocab * sizeof *s.lq) : NULL;
+    s.kl = mode == RUN_COMPARE ? malloc(n_scored * sizeof *s.kl) : NULL;
+    s.top1_hit = mode == RUN_COMPARE ? malloc(n_scored) : NULL;
+    if (!s.chunk || (path && !s.blk) || (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
+        run_state_free(&s);
+        return qs_error_set(err, QS_ENOMEM, "eval: buffers for ctx %d, vocab %d", ctx, vocab);
+    }
+    if (mode == RUN_BASELINE && path) {
+        int w = snprintf(s.tmp_path, sizeof s.tmp_path, "%s.tmp", path);
+        if (w < 0 || (size_t)w >= sizeof s.tmp_path) {
+            run_state_free(&s);
+            return qs_error_set(err, QS_EINVAL, "eval: baseline path too long");
+        }
+        s.f = fopen(s.tmp_path, "wb");
+        if (!s.f) {
+            st = qs_error_set(err, QS_EIO, "%s: open for writing: %s", s.tmp_path, strerror(errno));
+            run_state_free(&s);
+            return st;
+        }
+        unsigned char b[QW_BASELINE_HEADER_BYTES];
+        header_pack(&h, b);
+        st = write_all(s.f, b, sizeof b, s.tmp_path, err);
+        for (size_t i = 0; i < n_tok && st == QS_OK; i++) {
+            unsigned char tb[4];
+            put_u32(tb, toks->ids[i]);
+            st = write_all(s.f, tb, 4, s.tmp_path, err);
+        }
+    } else if (mode == RUN_COMPARE) {
+        st = open_baseline(path, &h, toks->ids, n_tok, &s, err);
+    }
+    if (st == QS_OK && mode == RUN_COMPARE && opt->sqnr) st = qw_model_set_sqnr_probe(m, 1, err);
+
+    double nll = 0.0, nll2 = 0.0;
+    size_t count = 0;
+    for (size_t ch = 0; ch < n_chunks && st == QS_OK; ch++) {
+        if (opt->cancel && atomic_load(opt->cancel)) {
+            st = qs_error_set(err, QS_ECANCELLED, "eval: cancelled before chunk %zu of %zu", ch, n_chunks);
+            break;
+        }
+        memcpy(s.chunk, toks->ids + ch * ctx, (size_t)ctx * sizeof *s.chunk);
+        if (opt->bos_id >= 0) s.chunk[0] = (uint32_t)opt->bos_id;
+        const float *logits;
+        st = qw_model_forward(m, s.chunk, ctx, &logits, err);
+        if (st != QS_OK) {
+            qs_error_wrap(err, "eval: chunk %zu", ch);
+            break;
+        }
+        qw_eval_score_chunk(logits, s.chunk, ctx, vocab, &nll, &nll2, &count);
+        if (mode == RUN_BASELINE && path) {
+#pragma omp parallel for schedule(static)
+            for (int j = 0; j < n_pos; j++)
+                row_logprobs(logits + (size_t)(first + j) * vocab, vocab, s.blk + (size_t)j * vocab);
+            st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
+        } else if (mode == RUN_COMPARE) {
+            long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok + 4ll * (long long)ch * n_pos * vocab;
+            st = read_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), path, off, err);
+            if (st != QS_OK) break;
+            size_t base = ch * (size_t)n_pos;
+#pragma omp parallel for schedule(static)
+            for (int j = 0; j < n_pos; j++) {
+                /* Both sides as FP32 log-probs, KL summed in double: identical logits give 0. */
+                float *lq = s.lq + (size_t)omp_get_thread_num() * vocab;
+                const float *lp = s.blk + (size_t)j * vocab;
+                const float *l = logits + (size_t)(first + j) * vocab;
+                row_logprobs(l, vocab, lq);
+                double kl = 0.0;
+                int ap = 0, aq = 0;
+                for (int i = 0; i < vocab; i++) {
+                    kl += exp((double)lp[i]) * ((double)lp[i] - (double)lq[i]);
+                    if (lp[i] > lp[ap]) ap = i;
+                    if (l[i] > l[aq]) aq = i;
+                }
+                s.kl[base + j] = kl;
+                s.top1_hit[base + j] = ap == aq;
+            }
+        }
+        if (st == QS_OK && opt->progress && opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 &&
+            ch + 1 < n_chunks)
+            st = qs_error_set(err, QS_ECANCELLED, "eval: cancelled by the progress callback after chunk %zu of %zu",
+                              ch + 1, n_chunks);
+    }
+
+    if (st == QS_OK) {
+        out->n_tokens = toks->n;
+        out->n_chunks = n_chunks;
+        out->ctx = (size_t)ctx;
+        out->n_scored = count;
+        out->nll = nll / (double)count;
+        out->ppl = exp(out->nll);
+        double var = nll2 / (double)count - out->nll * out->nll;
+        out->nll_stderr = count > 1 && var > 0.0 ? sqrt(var / (double)(count - 1)) : 0.0;
+        out->ppl_stderr = out->nll_stderr * out->ppl;
+    }
+    if (st == QS_OK && mode == RUN_COMPARE) {
+        double sum = 0.0, mx = -INFINITY;
+        size_t hits = 0;
+        for (size_t i = 0; i < n_scored; i++) {
+            sum += s.kl[i];
+            mx = s.kl[i] > mx ? s.kl[i] : mx;
+            hits += s.top1_hit[i];
+        }
+        qsort(s.kl, n_scored, sizeof *s.kl, cmp_double);
+        out->has_kl = 1;
+        out->kl_mean = sum / (double)n_scored;
+        out->kl_median = percentile(s.kl, n_scored, 0.5);
+        out->kl_p90 = percentile(s.kl, n_scored, 0.9);
+        out->kl_p99 = percentile(s.kl, n_scored, 0.99);
+        out->kl_max = mx;
+        out->top1 = (double)hits / (double)n_scored;
+        if (opt->sqnr) {
+            int nl = qw_model_n_linears(m);
+            out->sqnr = calloc((size_t)nl, sizeof *out->sqnr);
+            if (!out->sqnr) st = qs_error_set(err, QS_ENOMEM, "eval: SQNR table");
+            for (int i = 0; i < nl && st == QS_OK; i++) {
+                double sig, noise;
+                if (qw_model_sqnr_sums(m, i, &sig, &noise) != 0) continue;
+                qw_linear_sqnr *q = &out->sqnr[out->n_sqnr++];
+                qw_model_linear_name(m, i, q->name, sizeof q->name);
+                q->sqnr_db = noise > 0.0 ? 10.0 * log10(sig / noise) : INFINITY;
+            }
+        }
+    }
+    if (mode == RUN_COMPARE && opt->sqnr) qw_model_set_sqnr_probe(m, 0, NULL);
+    if (mode == RUN_BASELINE && path && s.f) {
+        int bad = fclose(s.f) != 0;
+        s.f = NULL;
+        if (st == QS_OK && bad) st = qs_error_set(err, QS_EIO, "%s: close: %s", s.tmp_path, strerror(errno));
+        if (st == QS_OK && rename(s.tmp_path, path) != 0)
+            st = qs_error_set(err, QS_EIO, "%s: rename to %s: %s", s.tmp_path, path, strerror(errno));
+        if (st != QS_OK) remove(s.tmp_path);
+    }
+    run_state_free(&s);
+    if (st != QS_OK) qw_eval_metrics_free(out);
+    return st;
+}
+
+qs_status qw_eval_baseline(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt, const char *baseline_path,
+                           qw_eval_metrics *out, qs_error *err) {
+    return run(m, toks, opt, RUN_BASELINE, baseline_path, out, err);
+}
+
+qs_status qw_eval_compare(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt, const char *baseline_path,
+                          qw_eval_metrics *out, qs_error *err) {
+    return run(m, toks, opt, RUN_COMPARE, baseline_path, out, err);
+}
+
+void qw_eval_metrics_free(qw_eval_metrics *m) {
+    if (!m) return;
+    free(m->sqnr);
+    memset(m, 0, sizeof *m);
+}
+
+int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx) {
+    struct {
+        const char *name;
+        double v;
+    } rows[] = {{"n_tokens", (double)m->n_tokens}, {"n_chunks", (double)m->n_chunks}, {"ctx", (double)m->ctx},
+                {"n_scored", (double)m->n_scored}, {"nll", m->nll},                   {"ppl", m->ppl},
+                {"nll_stderr", m->nll_stderr},     {"ppl_stderr", m->ppl_stderr},     {"kl_mean", m->kl_mean},
+                {"kl_median", m->kl_median},       {"kl_p90", m->kl_p90},             {"kl_p99", m->kl_p99},
+                {"kl_max", m->kl_max},             {"top1", m->top1}};
+    size_t n = m->has_kl ? sizeof rows / sizeof rows[0] : 8;
+    for (size_t i = 0; i < n; i++) {
+        int r = fn(ctx, rows[i].name, rows[i].v);
+        if (r) return r;
+    }
+    char name[128];
+    for (size_t i = 0; i < m->n_sqnr; i++) {
+        snprintf(name, sizeof name, "sqnr_db:%s", m->sqnr[i].name);
+        int r = fn(ctx, name, m->sqnr[i].sqnr_db);
+        if (r) return r;
+    }
+    return 0;
+}
