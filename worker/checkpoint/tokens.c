@@ -27,8 +27,8 @@ qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw
         return qs_error_set(err, QS_EFORMAT, "%s: offset 16: field \"dtype\" = %u (only 1 = uint32)", file, dtype);
     if (reserved != 0) return qs_error_set(err, QS_EFORMAT, "%s: offset 20: field \"reserved\" = %u, must be 0", file, reserved);
     if (count > (size - QW_TOKENS_HEADER_BYTES) / 4 || QW_TOKENS_HEADER_BYTES + 4 * count != size)
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 24: field \"count\" = %llu needs %s bytes but the file has %zu", file,
-                            (unsigned long long)count, count > SIZE_MAX / 8 ? "more than 2^64" : "32 + 4 x count", size);
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 24: field \"count\" = %llu needs 32 + 4 x count bytes but the file has %zu", file,
+                            (unsigned long long)count, size);
     const uint8_t *ids = data + QW_TOKENS_HEADER_BYTES;
     for (uint64_t i = 0; i < count; i++) {
         uint32_t id = qw_le32(ids + 4 * i);
