@@ -22,7 +22,7 @@ typedef struct tsv_file {
 
 /* Opens QK_TESTDATA_DIR/name and skips comments and the header; NULL-safe on failure
  * (prints the path and returns 0). */
-static int tsv_open(tsv_file *t, const char *name) {
+static inline int tsv_open(tsv_file *t, const char *name) {
     memset(t, 0, sizeof *t);
     snprintf(t->path, sizeof t->path, "%s/%s", QK_TESTDATA_DIR, name);
     t->f = fopen(t->path, "r");
@@ -39,7 +39,7 @@ static int tsv_open(tsv_file *t, const char *name) {
 }
 
 /* Reads the next data row into t->field; returns the number of fields, 0 at the end. */
-static int tsv_next(tsv_file *t) {
+static inline int tsv_next(tsv_file *t) {
     while (fgets(t->line, sizeof t->line, t->f)) {
         t->lineno++;
         if (t->line[0] == '#' || t->line[0] == '\n') continue;
@@ -54,12 +54,12 @@ static int tsv_next(tsv_file *t) {
     return 0;
 }
 
-static void tsv_close(tsv_file *t) {
+static inline void tsv_close(tsv_file *t) {
     if (t->f) fclose(t->f);
     t->f = NULL;
 }
 
-static float f32_of_hex(const char *s) {
+static inline float f32_of_hex(const char *s) {
     unsigned long u = strtoul(s, NULL, 16);
     uint32_t b = (uint32_t)u;
     float x;
@@ -67,7 +67,7 @@ static float f32_of_hex(const char *s) {
     return x;
 }
 
-static uint32_t bits_of_f32(float x) {
+static inline uint32_t bits_of_f32(float x) {
     uint32_t b;
     memcpy(&b, &x, sizeof b);
     return b;
