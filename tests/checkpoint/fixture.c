@@ -125,6 +125,7 @@ void fx_assert_msg(const qs_error *err, ...) {
     va_start(ap, err);
     const char *s;
     while ((s = va_arg(ap, const char *)))
-        if (!strstr(err->msg, s)) fail_msg("error message \"%s\" does not mention \"%s\"", err->msg, s);
+        if (!strstr(err->msg, s))
+            fail_msg("error message \"%s\" does not mention \"%s\"", err->msg, s);
     va_end(ap);
 }

@@ -12,36 +12,52 @@
 #include "fixture.h"
 
 static const char *const llama2_7b =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\","
-    " \"hidden_size\": 4096, \"intermediate_size\": 11008, \"max_position_embeddings\": 4096, \"model_type\": \"llama\","
-    " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 32, \"rms_norm_eps\": 1e-05,"
-    " \"rope_scaling\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"float16\", \"vocab_size\": 32000}";
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2, "
+    "\"hidden_act\": \"silu\","
+    " \"hidden_size\": 4096, \"intermediate_size\": 11008, \"max_position_embeddings\": 4096, "
+    "\"model_type\": \"llama\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 32, "
+    "\"rms_norm_eps\": 1e-05,"
+    " \"rope_scaling\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"float16\", "
+    "\"vocab_size\": 32000}";
 
 static const char *const llama31_8b =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009],"
-    " \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"intermediate_size\": 14336, \"max_position_embeddings\": 131072,"
-    " \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,"
-    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
-    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0,"
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 128000, \"eos_token_id\": "
+    "[128001, 128008, 128009],"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"intermediate_size\": 14336, "
+    "\"max_position_embeddings\": 131072,"
+    " \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, "
+    "\"num_key_value_heads\": 8,"
+    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, "
+    "\"high_freq_factor\": 4.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": "
+    "500000.0,"
     " \"tie_word_embeddings\": false, \"vocab_size\": 128256}";
 
 static const char *const llama32_1b =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 64,"
-    " \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"intermediate_size\": 8192, \"max_position_embeddings\": 131072,"
-    " \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8,"
-    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0,"
-    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0,"
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 128000, \"eos_token_id\": "
+    "128001, \"head_dim\": 64,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"intermediate_size\": 8192, "
+    "\"max_position_embeddings\": 131072,"
+    " \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 16, "
+    "\"num_key_value_heads\": 8,"
+    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+    "\"low_freq_factor\": 1.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": "
+    "500000.0,"
     " \"tie_word_embeddings\": true, \"vocab_size\": 128256}";
 
 static qw_config parse_ok(const char *json) {
     qw_config c;
     qs_error err = {0};
-    if (qw_config_parse_json("m/config.json", json, strlen(json), &c, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_config_parse_json("m/config.json", json, strlen(json), &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
     return c;
 }
 
 /* Parses json with `from` replaced by `to` (must occur once) and expects failure. */
-static void expect_edit_fails(const char *base, const char *from, const char *to, qs_status code, const char *field) {
+static void expect_edit_fails(const char *base, const char *from, const char *to, qs_status code,
+                              const char *field) {
     char buf[4096];
     const char *at = strstr(base, from);
     assert_non_null(at);
@@ -49,7 +65,8 @@ static void expect_edit_fails(const char *base, const char *from, const char *to
     qw_config c;
     qs_error err = {0};
     qs_status st = qw_config_parse_json("m/config.json", buf, strlen(buf), &c, &err);
-    if (st != code) fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
+    if (st != code)
+        fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
     fx_assert_msg(&err, "m/config.json", field, NULL);
 }
 
@@ -61,7 +78,7 @@ static void llama2_defaults_rope_theta_and_head_dim(void **state) {
     assert_int_equal(c.n_layers, 32);
     assert_int_equal(c.n_heads, 32);
     assert_int_equal(c.n_kv_heads, 32);
-    assert_int_equal(c.head_dim, 4096 / 32);      /* LlamaConfig: head_dim = hidden_size // heads */
+    assert_int_equal(c.head_dim, 4096 / 32); /* LlamaConfig: head_dim = hidden_size // heads */
     assert_float_equal(c.rope_theta, 10000.0f, 0); /* LlamaConfig default */
     assert_float_equal(c.rope_factor, 0.0f, 0);
     assert_int_equal(c.vocab_size, 32000);
@@ -92,66 +109,78 @@ static void llama32_tied_embeddings_and_explicit_head_dim(void **state) {
 
 static void missing_required_field(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"hidden_size\": 4096,", "", QS_EFORMAT, "\"hidden_size\" is missing");
-    expect_edit_fails(llama2_7b, "\"rms_norm_eps\": 1e-05,", "", QS_EFORMAT, "\"rms_norm_eps\" is missing");
-    expect_edit_fails(llama2_7b, "\"vocab_size\": 32000", "\"x\": 0", QS_EFORMAT, "\"vocab_size\" is missing");
+    expect_edit_fails(llama2_7b, "\"hidden_size\": 4096,", "", QS_EFORMAT,
+                      "\"hidden_size\" is missing");
+    expect_edit_fails(llama2_7b, "\"rms_norm_eps\": 1e-05,", "", QS_EFORMAT,
+                      "\"rms_norm_eps\" is missing");
+    expect_edit_fails(llama2_7b, "\"vocab_size\": 32000", "\"x\": 0", QS_EFORMAT,
+                      "\"vocab_size\" is missing");
 }
 
 static void field_of_the_wrong_type(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"num_attention_heads\": 32", "\"num_attention_heads\": \"32\"", QS_EFORMAT,
-                      "\"num_attention_heads\" must be an integer");
-    expect_edit_fails(llama2_7b, "\"hidden_size\": 4096", "\"hidden_size\": 4096.5", QS_EFORMAT, "\"hidden_size\"");
-    expect_edit_fails(llama2_7b, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0", QS_EFORMAT,
-                      "\"tie_word_embeddings\"");
+    expect_edit_fails(llama2_7b, "\"num_attention_heads\": 32", "\"num_attention_heads\": \"32\"",
+                      QS_EFORMAT, "\"num_attention_heads\" must be an integer");
+    expect_edit_fails(llama2_7b, "\"hidden_size\": 4096", "\"hidden_size\": 4096.5", QS_EFORMAT,
+                      "\"hidden_size\"");
+    expect_edit_fails(llama2_7b, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0",
+                      QS_EFORMAT, "\"tie_word_embeddings\"");
 }
 
 static void non_positive_size(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"num_hidden_layers\": 32", "\"num_hidden_layers\": 0", QS_EFORMAT,
-                      "\"num_hidden_layers\" = 0");
-    expect_edit_fails(llama2_7b, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1e-05", QS_EFORMAT, "\"rms_norm_eps\"");
+    expect_edit_fails(llama2_7b, "\"num_hidden_layers\": 32", "\"num_hidden_layers\": 0",
+                      QS_EFORMAT, "\"num_hidden_layers\" = 0");
+    expect_edit_fails(llama2_7b, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1e-05", QS_EFORMAT,
+                      "\"rms_norm_eps\"");
 }
 
 static void heads_not_a_multiple_of_kv_heads(void **state) {
     (void)state;
-    expect_edit_fails(llama31_8b, "\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5", QS_EFORMAT,
-                      "\"num_key_value_heads\" (5)");
+    expect_edit_fails(llama31_8b, "\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5",
+                      QS_EFORMAT, "\"num_key_value_heads\" (5)");
 }
 
 static void hidden_size_not_divisible_without_head_dim(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"num_attention_heads\": 32", "\"num_attention_heads\": 30", QS_EFORMAT, "\"head_dim\"");
+    expect_edit_fails(llama2_7b, "\"num_attention_heads\": 32", "\"num_attention_heads\": 30",
+                      QS_EFORMAT, "\"head_dim\"");
 }
 
 static void other_architecture(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "LlamaForCausalLM", "MistralForCausalLM", QS_EUNSUPPORTED, "\"architectures\"");
-    expect_edit_fails(llama2_7b, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", QS_EUNSUPPORTED, "\"hidden_act\"");
+    expect_edit_fails(llama2_7b, "LlamaForCausalLM", "MistralForCausalLM", QS_EUNSUPPORTED,
+                      "\"architectures\"");
+    expect_edit_fails(llama2_7b, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"",
+                      QS_EUNSUPPORTED, "\"hidden_act\"");
 }
 
 static void unsupported_rope_scaling_type(void **state) {
     (void)state;
-    expect_edit_fails(llama31_8b, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"", QS_EUNSUPPORTED, "yarn");
+    expect_edit_fails(llama31_8b, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"",
+                      QS_EUNSUPPORTED, "yarn");
 }
 
 static void rope_scaling_missing_a_factor(void **state) {
     (void)state;
-    expect_edit_fails(llama31_8b, "\"low_freq_factor\": 1.0,", "", QS_EFORMAT, "rope_scaling.low_freq_factor");
+    expect_edit_fails(llama31_8b, "\"low_freq_factor\": 1.0,", "", QS_EFORMAT,
+                      "rope_scaling.low_freq_factor");
     expect_edit_fails(llama31_8b, "\"original_max_position_embeddings\": 8192,", "", QS_EFORMAT,
                       "rope_scaling.original_max_position_embeddings");
 }
 
 static void token_id_beyond_vocabulary(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"eos_token_id\": 2", "\"eos_token_id\": 32000", QS_EFORMAT, "\"eos_token_id\"");
+    expect_edit_fails(llama2_7b, "\"eos_token_id\": 2", "\"eos_token_id\": 32000", QS_EFORMAT,
+                      "\"eos_token_id\"");
 }
 
 static void not_json(void **state) {
     (void)state;
-    expect_edit_fails(llama2_7b, "\"vocab_size\": 32000}", "\"vocab_size\": 32000", QS_EFORMAT, "not valid JSON");
-    expect_edit_fails(llama2_7b, "\"bos_token_id\": 1,", "\"bos_token_id\": 1, \"bos_token_id\": 1,", QS_EFORMAT,
-                      "duplicate");
+    expect_edit_fails(llama2_7b, "\"vocab_size\": 32000}", "\"vocab_size\": 32000", QS_EFORMAT,
+                      "not valid JSON");
+    expect_edit_fails(llama2_7b, "\"bos_token_id\": 1,",
+                      "\"bos_token_id\": 1, \"bos_token_id\": 1,", QS_EFORMAT, "duplicate");
 }
 
 int main(void) {

@@ -15,8 +15,10 @@
 /* Tiny model of make_fixtures.py (DIM, FFN, LAYERS, HEADS, KV_HEADS, VOCAB). */
 enum { DIM = 64, FFN = 96, LAYERS = 2, HEADS = 4, KV_HEADS = 2, VOCAB = 64 };
 
-static const char *const roles[] = {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-                                    "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+static const char *const roles[] = {
+    "input_layernorm",  "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+    "self_attn.v_proj", "self_attn.o_proj",         "mlp.gate_proj",    "mlp.up_proj",
+    "mlp.down_proj"};
 
 static qw_checkpoint *open_ok(const char *path) {
     qw_checkpoint *ck = NULL;
@@ -43,7 +45,8 @@ static void for_each_name(int with_head, void (*fn)(const char *name, void *ctx)
 static void assert_same_floats(const char *what, const float *a, const float *b, int64_t n) {
     if (memcmp(a, b, (size_t)n * sizeof(float)) == 0) return;
     for (int64_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) fail_msg("%s: element %lld: %.9g vs %.9g", what, (long long)i, a[i], b[i]);
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            fail_msg("%s: element %lld: %.9g vs %.9g", what, (long long)i, a[i], b[i]);
 }
 
 typedef struct pair_ctx {
@@ -190,7 +193,8 @@ static void f16_and_bf16_conversion_matches_numpy(void **state) {
     memset(&in, 0, sizeof in);
     qs_error err = {0};
     assert_int_equal(qw_map_file(fx_path("dtypes.safetensors"), &in.file, &err), QS_OK);
-    assert_int_equal(qw_safetensors_parse(in.file.path, in.file.data, in.file.size, 0, &in.table, &err), QS_OK);
+    assert_int_equal(
+        qw_safetensors_parse(in.file.path, in.file.data, in.file.size, 0, &in.table, &err), QS_OK);
     const char *names[] = {"f16", "bf16"};
     for (int i = 0; i < 2; i++) {
         qw_tensor_entry *e = qw_table_find(&in.table, names[i]);

@@ -35,10 +35,16 @@ static size_t key_end(const gguf_bytes *g, const char *key) {
 }
 
 /* Offset just past tensor info name `name` (where its u32 n_dims starts). */
-static size_t tensor_info(const gguf_bytes *g, const char *name) { return key_end(g, name); }
+static size_t tensor_info(const gguf_bytes *g, const char *name) {
+    return key_end(g, name);
+}
 
-static void put32(gguf_bytes *g, size_t at, uint32_t v) { memcpy(g->b + at, &v, 4); }
-static void put64(gguf_bytes *g, size_t at, uint64_t v) { memcpy(g->b + at, &v, 8); }
+static void put32(gguf_bytes *g, size_t at, uint32_t v) {
+    memcpy(g->b + at, &v, 4);
+}
+static void put64(gguf_bytes *g, size_t at, uint64_t v) {
+    memcpy(g->b + at, &v, 8);
+}
 
 /* Writes the bytes to a scratch file, opens it, expects code and the substrings. */
 static void expect_fails(gguf_bytes *g, size_t n, qs_status code, const char *m1, const char *m2) {
@@ -47,7 +53,8 @@ static void expect_fails(gguf_bytes *g, size_t n, qs_status code, const char *m1
     qw_checkpoint *ck = NULL;
     qs_error err = {0};
     qs_status st = qw_checkpoint_open(p, &ck, &err);
-    if (st != code) fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
+    if (st != code)
+        fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
     assert_null(ck);
     fx_assert_msg(&err, "bad.gguf", m1, m2, NULL);
     free(p);
@@ -170,7 +177,8 @@ static void tensor_offset_misaligned(void **state) {
     uint64_t off;
     memcpy(&off, g.b + at, 8);
     put64(&g, at, off + 1);
-    expect_fails(&g, g.n, QS_EFORMAT, "model.layers.0.self_attn.v_proj.weight", "misaligned or past the end");
+    expect_fails(&g, g.n, QS_EFORMAT, "model.layers.0.self_attn.v_proj.weight",
+                 "misaligned or past the end");
 }
 
 static void tensor_data_past_the_end(void **state) {
@@ -229,8 +237,10 @@ static void every_truncation(void **state) {
         qw_tensor_table t = {0};
         qw_config cfg;
         qs_error err = {0};
-        if (qw_gguf_parse("cut.gguf", cut, len, 0, &cfg, &t, &err) == QS_OK) fail_msg("prefix %zu accepted", len);
-        if (err.code != QS_EFORMAT || !strstr(err.msg, "cut.gguf")) fail_msg("prefix %zu: %s", len, err.msg);
+        if (qw_gguf_parse("cut.gguf", cut, len, 0, &cfg, &t, &err) == QS_OK)
+            fail_msg("prefix %zu accepted", len);
+        if (err.code != QS_EFORMAT || !strstr(err.msg, "cut.gguf"))
+            fail_msg("prefix %zu: %s", len, err.msg);
         qw_table_free(&t);
         free(cut);
         refused++;

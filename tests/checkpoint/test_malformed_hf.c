@@ -19,7 +19,8 @@ static void expect_open_fails(const char *path, qs_status code, const char *m1, 
     qw_checkpoint *ck = (qw_checkpoint *)&ck; /* must be reset to NULL on failure */
     qs_error err = {0};
     qs_status st = qw_checkpoint_open(path, &ck, &err);
-    if (st != code) fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
+    if (st != code)
+        fail_msg("expected %s, got %s: %s", qs_status_name(code), qs_status_name(st), err.msg);
     assert_null(ck);
     fx_assert_msg(&err, m1, m2, NULL);
 }
@@ -53,7 +54,8 @@ static char *with_safetensors(const char *header, uint64_t hlen, size_t nbuf) {
     return dir;
 }
 
-static void check_st(const char *header, uint64_t hlen, size_t nbuf, qs_status code, const char *m1, const char *m2) {
+static void check_st(const char *header, uint64_t hlen, size_t nbuf, qs_status code, const char *m1,
+                     const char *m2) {
     char *dir = with_safetensors(header, hlen, nbuf);
     expect_open_fails(dir, code, m1, m2);
     fx_rmdir(dir);
@@ -85,43 +87,44 @@ static void safetensors_header_not_an_object(void **state) {
 
 static void safetensors_unknown_dtype(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F8_E9M9\", \"shape\": [2], \"data_offsets\": [0, 2]}}", UINT64_MAX, 2,
-             QS_EUNSUPPORTED, "\"w\"", "F8_E9M9");
+    check_st("{\"w\": {\"dtype\": \"F8_E9M9\", \"shape\": [2], \"data_offsets\": [0, 2]}}",
+             UINT64_MAX, 2, QS_EUNSUPPORTED, "\"w\"", "F8_E9M9");
 }
 
 static void safetensors_shape_not_a_list(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": 4, \"data_offsets\": [0, 16]}}", UINT64_MAX, 16, QS_EFORMAT, "\"w\"",
-             "\"shape\"");
+    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": 4, \"data_offsets\": [0, 16]}}", UINT64_MAX,
+             16, QS_EFORMAT, "\"w\"", "\"shape\"");
 }
 
 static void safetensors_negative_dimension(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [-4], \"data_offsets\": [0, 16]}}", UINT64_MAX, 16, QS_EFORMAT, "\"w\"",
-             "shape[0]");
+    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [-4], \"data_offsets\": [0, 16]}}",
+             UINT64_MAX, 16, QS_EFORMAT, "\"w\"", "shape[0]");
 }
 
 static void safetensors_offsets_past_the_buffer(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", UINT64_MAX, 12, QS_EFORMAT, "\"w\"",
-             "outside the 12-byte data buffer");
+    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", UINT64_MAX,
+             12, QS_EFORMAT, "\"w\"", "outside the 12-byte data buffer");
 }
 
 static void safetensors_offsets_disagree_with_shape(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"BF16\", \"shape\": [4, 2], \"data_offsets\": [0, 12]}}", UINT64_MAX, 16, QS_EFORMAT,
-             "\"w\"", "needs 16");
+    check_st("{\"w\": {\"dtype\": \"BF16\", \"shape\": [4, 2], \"data_offsets\": [0, 12]}}",
+             UINT64_MAX, 16, QS_EFORMAT, "\"w\"", "needs 16");
 }
 
 static void safetensors_begin_after_end(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 4]}}", UINT64_MAX, 16, QS_EFORMAT, "\"w\"",
-             "data_offsets");
+    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 4]}}", UINT64_MAX,
+             16, QS_EFORMAT, "\"w\"", "data_offsets");
 }
 
 static void safetensors_offsets_missing(void **state) {
     (void)state;
-    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [1]}}", UINT64_MAX, 4, QS_EFORMAT, "\"w\"", "data_offsets");
+    check_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [1]}}", UINT64_MAX, 4, QS_EFORMAT, "\"w\"",
+             "data_offsets");
 }
 
 /* Every proper prefix of a real safetensors file is refused: the last tensor ends at the
@@ -138,7 +141,8 @@ static void safetensors_every_truncation(void **state) {
         memcpy(cut, b, len);
         qw_tensor_table t = {0};
         qs_error err = {0};
-        if (qw_safetensors_parse("cut.safetensors", cut, len, 0, &t, &err) == QS_OK) fail_msg("prefix %zu accepted", len);
+        if (qw_safetensors_parse("cut.safetensors", cut, len, 0, &t, &err) == QS_OK)
+            fail_msg("prefix %zu accepted", len);
         assert_int_equal(err.code, QS_EFORMAT);
         assert_non_null(strstr(err.msg, "cut.safetensors"));
         qw_table_free(&t);
@@ -160,7 +164,9 @@ static void safetensors_data_cut_short(void **state) {
     fx_rmdir(dir);
 }
 
-static void edit_layers_3(json_t *c) { json_object_set_new(c, "num_hidden_layers", json_integer(3)); }
+static void edit_layers_3(json_t *c) {
+    json_object_set_new(c, "num_hidden_layers", json_integer(3));
+}
 static void config_declares_a_missing_tensor(void **state) {
     (void)state;
     char *dir = with_config("tiny_f32", edit_layers_3);
@@ -168,7 +174,9 @@ static void config_declares_a_missing_tensor(void **state) {
     fx_rmdir(dir);
 }
 
-static void edit_ffn_128(json_t *c) { json_object_set_new(c, "intermediate_size", json_integer(128)); }
+static void edit_ffn_128(json_t *c) {
+    json_object_set_new(c, "intermediate_size", json_integer(128));
+}
 static void config_contradicts_tensor_shape(void **state) {
     (void)state;
     char *dir = with_config("tiny_f32", edit_ffn_128);
@@ -176,7 +184,9 @@ static void config_contradicts_tensor_shape(void **state) {
     fx_rmdir(dir);
 }
 
-static void edit_kv_4(json_t *c) { json_object_set_new(c, "num_key_value_heads", json_integer(4)); }
+static void edit_kv_4(json_t *c) {
+    json_object_set_new(c, "num_key_value_heads", json_integer(4));
+}
 static void config_kv_heads_contradict_k_proj(void **state) {
     (void)state;
     char *dir = with_config("tiny_f32", edit_kv_4);
@@ -184,7 +194,9 @@ static void config_kv_heads_contradict_k_proj(void **state) {
     fx_rmdir(dir);
 }
 
-static void edit_untie(json_t *c) { json_object_set_new(c, "tie_word_embeddings", json_false()); }
+static void edit_untie(json_t *c) {
+    json_object_set_new(c, "tie_word_embeddings", json_false());
+}
 static void untied_config_without_lm_head(void **state) {
     (void)state;
     char *dir = with_config("tiny_bf16", edit_untie);
@@ -192,7 +204,9 @@ static void untied_config_without_lm_head(void **state) {
     fx_rmdir(dir);
 }
 
-static void edit_vocab(json_t *c) { json_object_set_new(c, "vocab_size", json_integer(65)); }
+static void edit_vocab(json_t *c) {
+    json_object_set_new(c, "vocab_size", json_integer(65));
+}
 static void config_vocab_contradicts_embeddings(void **state) {
     (void)state;
     char *dir = with_config("tiny_f32", edit_vocab);
@@ -220,7 +234,8 @@ static void directory_without_weights(void **state) {
 
 static void path_that_does_not_exist(void **state) {
     (void)state;
-    expect_open_fails("/nonexistent/qsweep/model", QS_ENOTFOUND, "/nonexistent/qsweep/model", "no such");
+    expect_open_fails("/nonexistent/qsweep/model", QS_ENOTFOUND, "/nonexistent/qsweep/model",
+                      "no such");
 }
 
 /* Sharded checkpoints: the index and the shards must agree. */
@@ -233,7 +248,8 @@ static char *sharded_with_index(const char *index_json) {
 
 static void sharded_index_names_a_missing_shard(void **state) {
     (void)state;
-    char *dir = fx_copy_dir("tiny_f16_sharded"), *p = fx_join(dir, "model-00002-of-00002.safetensors");
+    char *dir = fx_copy_dir("tiny_f16_sharded"),
+         *p = fx_join(dir, "model-00002-of-00002.safetensors");
     unlink(p);
     expect_open_fails(dir, QS_ENOTFOUND, "model-00002-of-00002.safetensors", "weight_map");
     free(p);
@@ -242,8 +258,9 @@ static void sharded_index_names_a_missing_shard(void **state) {
 
 static void sharded_index_names_the_wrong_shard(void **state) {
     (void)state;
-    char *dir = sharded_with_index("{\"weight_map\": {\"lm_head.weight\": \"model-00002-of-00002.safetensors\", "
-                                   "\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}");
+    char *dir = sharded_with_index(
+        "{\"weight_map\": {\"lm_head.weight\": \"model-00002-of-00002.safetensors\", "
+        "\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}");
     /* lm_head.weight sorts into the first shard (make_fixtures.py splits the sorted names). */
     expect_open_fails(dir, QS_EFORMAT, "weight_map.lm_head.weight", "does not hold");
     fx_rmdir(dir);
@@ -251,7 +268,8 @@ static void sharded_index_names_the_wrong_shard(void **state) {
 
 static void sharded_index_shard_outside_the_directory(void **state) {
     (void)state;
-    char *dir = sharded_with_index("{\"weight_map\": {\"lm_head.weight\": \"../model-00001-of-00002.safetensors\"}}");
+    char *dir = sharded_with_index(
+        "{\"weight_map\": {\"lm_head.weight\": \"../model-00001-of-00002.safetensors\"}}");
     expect_open_fails(dir, QS_EFORMAT, "weight_map.lm_head.weight", "plain file name");
     fx_rmdir(dir);
 }
@@ -278,7 +296,9 @@ static void tensor_lookup_of_a_missing_name(void **state) {
     const float *d;
     int64_t s[2];
     int nd;
-    assert_int_equal(qw_checkpoint_tensor(ck, "model.layers.9.mlp.up_proj.weight", &d, s, &nd, &err), QS_ENOTFOUND);
+    assert_int_equal(
+        qw_checkpoint_tensor(ck, "model.layers.9.mlp.up_proj.weight", &d, s, &nd, &err),
+        QS_ENOTFOUND);
     fx_assert_msg(&err, "tiny_f32", "model.layers.9.mlp.up_proj.weight", NULL);
     qw_checkpoint_close(ck);
 }

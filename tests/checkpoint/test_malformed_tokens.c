@@ -18,11 +18,14 @@ static size_t make(uint8_t *buf, uint64_t n) {
     uint32_t h[4] = {1, 16, 1, 0};
     memcpy(buf + 8, h, sizeof h);
     memcpy(buf + 24, &n, 8);
-    for (uint32_t i = 0; i < n; i++) memcpy(buf + 32 + 4 * i, &i, 4);
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(buf + 32 + 4 * i, &i, 4);
     return 32 + 4 * (size_t)n;
 }
 
-static void put32(uint8_t *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
+static void put32(uint8_t *b, size_t at, uint32_t v) {
+    memcpy(b + at, &v, 4);
+}
 
 static void expect_fails(const uint8_t *b, size_t n, const char *m1, const char *m2) {
     char *dir = fx_scratch(), *p = fx_join(dir, "bad.tok");

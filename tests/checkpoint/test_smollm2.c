@@ -25,9 +25,11 @@ static int find_model(void) {
     if (env && *env)
         snprintf(gguf_path, sizeof gguf_path, "%s", env);
     else if (xdg && *xdg)
-        snprintf(gguf_path, sizeof gguf_path, "%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
+        snprintf(gguf_path, sizeof gguf_path, "%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 xdg);
     else
-        snprintf(gguf_path, sizeof gguf_path, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+        snprintf(gguf_path, sizeof gguf_path,
+                 "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
     return access(gguf_path, R_OK) == 0;
 }
 
@@ -52,10 +54,15 @@ static void config_is_smollm2_135m(void **state) {
     json_t *g = json_load_file(fx_path("smollm2_golden.json"), 0, &je);
     assert_non_null(g);
     json_t *gc = json_object_get(g, "config");
-    assert_int_equal(c->max_seq_len, json_integer_value(json_object_get(gc, "llama.context_length")));
-    assert_float_equal(c->norm_eps, (float)json_number_value(json_object_get(gc, "llama.attention.layer_norm_rms_epsilon")), 0);
-    assert_int_equal(c->bos_token_id, json_integer_value(json_object_get(gc, "tokenizer.ggml.bos_token_id")));
-    assert_int_equal(c->eos_token_id, json_integer_value(json_object_get(gc, "tokenizer.ggml.eos_token_id")));
+    assert_int_equal(c->max_seq_len,
+                     json_integer_value(json_object_get(gc, "llama.context_length")));
+    assert_float_equal(
+        c->norm_eps,
+        (float)json_number_value(json_object_get(gc, "llama.attention.layer_norm_rms_epsilon")), 0);
+    assert_int_equal(c->bos_token_id,
+                     json_integer_value(json_object_get(gc, "tokenizer.ggml.bos_token_id")));
+    assert_int_equal(c->eos_token_id,
+                     json_integer_value(json_object_get(gc, "tokenizer.ggml.eos_token_id")));
     json_decref(g);
     qw_checkpoint_close(ck);
 }
@@ -79,7 +86,8 @@ static void tensors_match_gguf_py_dequantize(void **state) {
         if (qw_checkpoint_tensor(ck, name, &d, s, &nd, &err)) fail_msg("%s", err.msg);
         json_t *shape = json_object_get(t, "shape");
         assert_int_equal(nd, (int)json_array_size(shape));
-        for (int k = 0; k < nd; k++) assert_int_equal(s[k], json_integer_value(json_array_get(shape, (size_t)k)));
+        for (int k = 0; k < nd; k++)
+            assert_int_equal(s[k], json_integer_value(json_array_get(shape, (size_t)k)));
         int64_t cols = nd == 2 ? s[1] : s[0];
         const char *row;
         json_t *vals;
@@ -97,9 +105,11 @@ static void tensors_match_gguf_py_dequantize(void **state) {
             sum += d[k];
             sumsq += (double)d[k] * d[k];
         }
-        double wsum = json_number_value(json_object_get(t, "sum")), wsq = json_number_value(json_object_get(t, "sumsq"));
+        double wsum = json_number_value(json_object_get(t, "sum")),
+               wsq = json_number_value(json_object_get(t, "sumsq"));
         /* Same float32 values summed in another order: differences are double rounding only. */
-        if (fabs(sumsq - wsq) > 1e-9 * wsq || fabs(sum - wsum) > 1e-9 * sqrt(wsq * (double)(s[0] * s[1])))
+        if (fabs(sumsq - wsq) > 1e-9 * wsq ||
+            fabs(sum - wsum) > 1e-9 * sqrt(wsq * (double)(s[0] * s[1])))
             fail_msg("%s: sum %.17g sumsq %.17g, gguf-py %.17g %.17g", name, sum, sumsq, wsum, wsq);
         printf("OK %s [%lld, %lld] %s\n", name, (long long)s[0], (long long)s[1],
                json_string_value(json_object_get(t, "type")));
@@ -110,7 +120,8 @@ static void tensors_match_gguf_py_dequantize(void **state) {
 
 int main(void) {
     if (!find_model()) {
-        printf("checkpoint_smollm2: SKIPPED: %s is absent (run tools/fetch_smollm2.sh)\n", gguf_path);
+        printf("checkpoint_smollm2: SKIPPED: %s is absent (run tools/fetch_smollm2.sh)\n",
+               gguf_path);
         return 77;
     }
     const struct CMUnitTest tests[] = {

@@ -36,7 +36,9 @@ static char *qw_join(const char *dir, const char *name) {
     return p;
 }
 
-static int qw_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int qw_cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* model.safetensors.index.json: {"weight_map": {tensor: shard file name}}. Maps the shards
  * (sorted by name, each once), parses them, and checks each mapped tensor is in its shard. */
@@ -47,8 +49,8 @@ static qs_status qw_ck_open_sharded(qw_checkpoint *ck, const char *index_path, q
     json_error_t je;
     json_t *root = json_loadb((const char *)idx->data, idx->size, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return qs_error_set(err, QS_EFORMAT, "%s: line %d, column %d: not valid JSON: %s", index_path, je.line, je.column,
-                            je.text);
+        return qs_error_set(err, QS_EFORMAT, "%s: line %d, column %d: not valid JSON: %s",
+                            index_path, je.line, je.column, je.text);
     char **shards = NULL;
     size_t n_shards = 0;
     int first_shard = ck->n_files;
@@ -56,7 +58,9 @@ static qs_status qw_ck_open_sharded(qw_checkpoint *ck, const char *index_path, q
     const char *tname;
     json_t *fname;
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
-        st = qs_error_set(err, QS_EFORMAT, "%s: field \"weight_map\" is missing, empty or not an object", index_path);
+        st =
+            qs_error_set(err, QS_EFORMAT,
+                         "%s: field \"weight_map\" is missing, empty or not an object", index_path);
         goto done;
     }
     shards = calloc(json_object_size(wm), sizeof *shards);
@@ -68,11 +72,14 @@ static qs_status qw_ck_open_sharded(qw_checkpoint *ck, const char *index_path, q
         const char *s = json_is_string(fname) ? json_string_value(fname) : NULL;
         /* A shard is a file beside the index: no directories, no "..", no hidden path tricks. */
         if (!s || !*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
-            st = qs_error_set(err, QS_EFORMAT, "%s: field \"weight_map.%s\" is not a plain file name", index_path, tname);
+            st = qs_error_set(err, QS_EFORMAT,
+                              "%s: field \"weight_map.%s\" is not a plain file name", index_path,
+                              tname);
             goto done;
         }
         size_t i = 0;
-        while (i < n_shards && strcmp(shards[i], s) != 0) i++;
+        while (i < n_shards && strcmp(shards[i], s) != 0)
+            i++;
         if (i == n_shards) shards[n_shards++] = (char *)s;
     }
     qsort(shards, n_shards, sizeof *shards, qw_cmp_str);
@@ -89,15 +96,20 @@ static qs_status qw_ck_open_sharded(qw_checkpoint *ck, const char *index_path, q
             goto done;
         }
         const qw_mapped_file *f = &ck->files[ck->n_files - 1];
-        if ((st = qw_safetensors_parse(f->path, f->data, f->size, ck->n_files - 1, &ck->table, err))) goto done;
+        if ((st =
+                 qw_safetensors_parse(f->path, f->data, f->size, ck->n_files - 1, &ck->table, err)))
+            goto done;
     }
     json_object_foreach(wm, tname, fname) {
         const qw_tensor_entry *e = qw_table_find(&ck->table, tname);
         int want = first_shard;
-        while (strcmp(ck->files[want].path + strlen(ck->path) + 1, json_string_value(fname)) != 0) want++;
+        while (strcmp(ck->files[want].path + strlen(ck->path) + 1, json_string_value(fname)) != 0)
+            want++;
         if (!e || e->file_index != want) {
-            st = qs_error_set(err, QS_EFORMAT, "%s: field \"weight_map.%s\" names shard %s, which does not hold that tensor",
-                              index_path, tname, json_string_value(fname));
+            st = qs_error_set(
+                err, QS_EFORMAT,
+                "%s: field \"weight_map.%s\" names shard %s, which does not hold that tensor",
+                index_path, tname, json_string_value(fname));
             goto done;
         }
     }
@@ -117,7 +129,9 @@ static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
         goto done;
     }
     if ((st = qw_ck_add_file(ck, cfg_path, err))) goto done;
-    if ((st = qw_config_parse_json(cfg_path, (const char *)ck->files[0].data, ck->files[0].size, &ck->cfg, err))) goto done;
+    if ((st = qw_config_parse_json(cfg_path, (const char *)ck->files[0].data, ck->files[0].size,
+                                   &ck->cfg, err)))
+        goto done;
     struct stat sb;
     if (stat(index_path, &sb) == 0) {
         st = qw_ck_open_sharded(ck, index_path, err);
@@ -126,8 +140,9 @@ static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
         const qw_mapped_file *f = &ck->files[ck->n_files - 1];
         st = qw_safetensors_parse(f->path, f->data, f->size, ck->n_files - 1, &ck->table, err);
     } else {
-        st = qs_error_set(err, QS_ENOTFOUND, "%s: neither model.safetensors nor model.safetensors.index.json is present",
-                          ck->path);
+        st = qs_error_set(
+            err, QS_ENOTFOUND,
+            "%s: neither model.safetensors nor model.safetensors.index.json is present", ck->path);
     }
 done:
     free(cfg_path);
@@ -137,8 +152,8 @@ done:
 }
 
 /* Checks one tensor's presence and HF shape against what the config implies. */
-static qs_status qw_ck_expect(qw_checkpoint *ck, const char *name, int ndim, int64_t d0, int64_t d1, const char *fields,
-                              qs_error *err) {
+static qs_status qw_ck_expect(qw_checkpoint *ck, const char *name, int ndim, int64_t d0, int64_t d1,
+                              const char *fields, qs_error *err) {
     const qw_tensor_entry *e = qw_table_find(&ck->table, name);
     const char *file = ck->files[ck->n_files > 1 ? ck->n_files - 1 : 0].path;
     if (!e) return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is missing", ck->path, name);
@@ -146,13 +161,17 @@ static qs_status qw_ck_expect(qw_checkpoint *ck, const char *name, int ndim, int
     if (e->ndim != ndim || e->shape[0] != d0 || (ndim == 2 && e->shape[1] != d1)) {
         char got[96] = "[";
         for (int i = 0; i < e->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)e->shape[i]);
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)e->shape[i]);
         snprintf(got + strlen(got), sizeof got - strlen(got), "]");
         if (ndim == 2)
-            return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\" has shape %s but the config (%s) implies [%lld, %lld]",
-                                file, name, got, fields, (long long)d0, (long long)d1);
-        return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\" has shape %s but the config (%s) implies [%lld]", file, name,
-                            got, fields, (long long)d0);
+            return qs_error_set(
+                err, QS_EFORMAT,
+                "%s: tensor \"%s\" has shape %s but the config (%s) implies [%lld, %lld]", file,
+                name, got, fields, (long long)d0, (long long)d1);
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: tensor \"%s\" has shape %s but the config (%s) implies [%lld]",
+                            file, name, got, fields, (long long)d0);
     }
     return QS_OK;
 }
@@ -161,26 +180,43 @@ static qs_status qw_ck_validate(qw_checkpoint *ck, qs_error *err) {
     const qw_config *c = &ck->cfg;
     int64_t q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
     qs_status st;
-    if ((st = qw_ck_expect(ck, "model.embed_tokens.weight", 2, c->vocab_size, c->dim, "vocab_size, hidden_size", err)))
+    if ((st = qw_ck_expect(ck, "model.embed_tokens.weight", 2, c->vocab_size, c->dim,
+                           "vocab_size, hidden_size", err)))
         return st;
     if ((st = qw_ck_expect(ck, "model.norm.weight", 1, c->dim, 0, "hidden_size", err))) return st;
     if (!c->tied_embeddings &&
-        (st = qw_ck_expect(ck, "lm_head.weight", 2, c->vocab_size, c->dim, "vocab_size, hidden_size; tie_word_embeddings false", err)))
+        (st = qw_ck_expect(ck, "lm_head.weight", 2, c->vocab_size, c->dim,
+                           "vocab_size, hidden_size; tie_word_embeddings false", err)))
         return st;
-    static const char *const roles[] = {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-                                        "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-    const int64_t shapes[][3] = {{1, c->dim, 0},          {1, c->dim, 0},          {2, q, c->dim},
-                                 {2, kv, c->dim},         {2, kv, c->dim},         {2, c->dim, q},
-                                 {2, c->hidden_dim, c->dim}, {2, c->hidden_dim, c->dim}, {2, c->dim, c->hidden_dim}};
-    static const char *const fields[] = {"hidden_size", "hidden_size", "num_attention_heads x head_dim, hidden_size",
-                                         "num_key_value_heads x head_dim, hidden_size", "num_key_value_heads x head_dim, hidden_size",
-                                         "hidden_size, num_attention_heads x head_dim", "intermediate_size, hidden_size",
-                                         "intermediate_size, hidden_size", "hidden_size, intermediate_size"};
+    static const char *const roles[] = {
+        "input_layernorm",  "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+        "self_attn.v_proj", "self_attn.o_proj",         "mlp.gate_proj",    "mlp.up_proj",
+        "mlp.down_proj"};
+    const int64_t shapes[][3] = {{1, c->dim, 0},
+                                 {1, c->dim, 0},
+                                 {2, q, c->dim},
+                                 {2, kv, c->dim},
+                                 {2, kv, c->dim},
+                                 {2, c->dim, q},
+                                 {2, c->hidden_dim, c->dim},
+                                 {2, c->hidden_dim, c->dim},
+                                 {2, c->dim, c->hidden_dim}};
+    static const char *const fields[] = {"hidden_size",
+                                         "hidden_size",
+                                         "num_attention_heads x head_dim, hidden_size",
+                                         "num_key_value_heads x head_dim, hidden_size",
+                                         "num_key_value_heads x head_dim, hidden_size",
+                                         "hidden_size, num_attention_heads x head_dim",
+                                         "intermediate_size, hidden_size",
+                                         "intermediate_size, hidden_size",
+                                         "hidden_size, intermediate_size"};
     for (int l = 0; l < c->n_layers; l++)
         for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
             char name[128];
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, roles[r]);
-            if ((st = qw_ck_expect(ck, name, (int)shapes[r][0], shapes[r][1], shapes[r][2], fields[r], err))) return st;
+            if ((st = qw_ck_expect(ck, name, (int)shapes[r][0], shapes[r][1], shapes[r][2],
+                                   fields[r], err)))
+                return st;
         }
     return QS_OK;
 }
@@ -188,7 +224,8 @@ static qs_status qw_ck_validate(qw_checkpoint *ck, qs_error *err) {
 qs_status qw_checkpoint_open(const char *path, qw_checkpoint **out, qs_error *err) {
     *out = NULL;
     struct stat sb;
-    if (stat(path, &sb) != 0) return qs_error_set(err, QS_ENOTFOUND, "%s: no such file or directory", path);
+    if (stat(path, &sb) != 0)
+        return qs_error_set(err, QS_ENOTFOUND, "%s: no such file or directory", path);
     qw_checkpoint *ck = calloc(1, sizeof *ck);
     if (!ck || !(ck->path = strdup(path))) {
         free(ck);
@@ -199,7 +236,9 @@ qs_status qw_checkpoint_open(const char *path, qw_checkpoint **out, qs_error *er
         st = qw_ck_open_hf(ck, err);
     } else {
         st = qw_ck_add_file(ck, path, err);
-        if (!st) st = qw_gguf_parse(path, ck->files[0].data, ck->files[0].size, 0, &ck->cfg, &ck->table, err);
+        if (!st)
+            st = qw_gguf_parse(path, ck->files[0].data, ck->files[0].size, 0, &ck->cfg, &ck->table,
+                               err);
         /* GGUF has no tie flag: llama.cpp omits output.weight when lm_head is the embedding. */
         if (!st) ck->cfg.tied_embeddings = qw_table_find(&ck->table, "lm_head.weight") == NULL;
     }
@@ -212,7 +251,9 @@ qs_status qw_checkpoint_open(const char *path, qw_checkpoint **out, qs_error *er
     return QS_OK;
 }
 
-const qw_config *qw_checkpoint_config(const qw_checkpoint *ck) { return &ck->cfg; }
+const qw_config *qw_checkpoint_config(const qw_checkpoint *ck) {
+    return &ck->cfg;
+}
 
 /* Undoes convert_hf_to_gguf.py's LlamaModel.permute(): within each of `heads` blocks of
  * hd = rows/heads rows, GGUF row 2i+j holds HF row j*(hd/2)+i (i < hd/2, j < 2). */
@@ -224,14 +265,17 @@ static void qw_unpermute_rows(const float *src, float *dst, int64_t rows, int64_
     }
 }
 
-qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float **data, int64_t shape[2], int *ndim,
-                               qs_error *err) {
+qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float **data,
+                               int64_t shape[2], int *ndim, qs_error *err) {
     qw_tensor_entry *e = qw_table_find(&ck->table, name);
-    if (!e) return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is not in the checkpoint", ck->path, name);
+    if (!e)
+        return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is not in the checkpoint",
+                            ck->path, name);
     const char *file = ck->files[e->file_index].path;
     if (e->ndim < 1 || e->ndim > 2)
-        return qs_error_set(err, QS_EUNSUPPORTED, "%s: tensor \"%s\" has %d dimensions; only 1 or 2 are served", file, name,
-                            e->ndim);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: tensor \"%s\" has %d dimensions; only 1 or 2 are served", file,
+                            name, e->ndim);
     if (!e->data) {
         int aligned = ((uintptr_t)e->src % sizeof(float)) == 0;
         if (e->dtype == QW_DT_F32 && aligned && !e->permute_heads) {
@@ -239,15 +283,19 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
         } else {
             if (e->permute_heads &&
                 (e->ndim != 2 || e->shape[0] % (2 * (int64_t)e->permute_heads) != 0))
-                return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\": %lld rows cannot be %d heads of rotary pairs", file,
-                                    name, (long long)e->shape[0], e->permute_heads);
+                return qs_error_set(
+                    err, QS_EFORMAT,
+                    "%s: tensor \"%s\": %lld rows cannot be %d heads of rotary pairs", file, name,
+                    (long long)e->shape[0], e->permute_heads);
             size_t n = (size_t)e->numel;
             float *buf = malloc((n ? n : 1) * sizeof(float));
             float *tmp = e->permute_heads ? malloc((n ? n : 1) * sizeof(float)) : NULL;
             if (!buf || (e->permute_heads && !tmp)) {
                 free(buf);
                 free(tmp);
-                return qs_error_set(err, QS_ENOMEM, "%s: out of memory converting tensor \"%s\" (%zu floats)", file, name, n);
+                return qs_error_set(err, QS_ENOMEM,
+                                    "%s: out of memory converting tensor \"%s\" (%zu floats)", file,
+                                    name, n);
             }
             if (e->permute_heads) {
                 qw_dtype_to_f32(e->dtype, e->src, e->numel, tmp);
@@ -269,7 +317,8 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
 
 qs_status qw_checkpoint_digest(qw_checkpoint *ck, char hex[65], qs_error *err) {
     if (!ck->have_digest) {
-        if (sodium_init() < 0) return qs_error_set(err, QS_EIO, "%s: libsodium failed to initialise", ck->path);
+        if (sodium_init() < 0)
+            return qs_error_set(err, QS_EIO, "%s: libsodium failed to initialise", ck->path);
         crypto_generichash_state s;
         crypto_generichash_init(&s, NULL, 0, crypto_generichash_BYTES);
         for (int i = 0; i < ck->n_files; i++) {
@@ -289,7 +338,8 @@ qs_status qw_checkpoint_digest(qw_checkpoint *ck, char hex[65], qs_error *err) {
 void qw_checkpoint_close(qw_checkpoint *ck) {
     if (!ck) return;
     qw_table_free(&ck->table);
-    for (int i = 0; i < ck->n_files; i++) qw_unmap_file(&ck->files[i]);
+    for (int i = 0; i < ck->n_files; i++)
+        qw_unmap_file(&ck->files[i]);
     free(ck->files);
     free(ck->path);
     free(ck);

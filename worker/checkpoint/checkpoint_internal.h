@@ -40,8 +40,8 @@ typedef struct qw_tensor_entry {
     int64_t numel;
     const uint8_t *src;
     size_t nbytes;
-    size_t offset;    /* byte offset of src in its file, for messages */
-    int file_index;   /* index into the checkpoint's file list */
+    size_t offset;  /* byte offset of src in its file, for messages */
+    int file_index; /* index into the checkpoint's file list */
     int permute_heads;
     const float *data;
     float *owned;
@@ -92,16 +92,18 @@ void qw_table_free(qw_tensor_table *t);
  * transformers' LlamaConfig for optional ones). Errors: QS_EFORMAT (not JSON, a field of
  * the wrong type, missing, non-positive or contradicting another), QS_EUNSUPPORTED (another
  * architecture, activation or rope_scaling type). */
-qs_status qw_config_parse_json(const char *file, const char *text, size_t len, qw_config *cfg, qs_error *err);
+qs_status qw_config_parse_json(const char *file, const char *text, size_t len, qw_config *cfg,
+                               qs_error *err);
 
 /* Parses one safetensors file held in memory (`size` bytes at `data`): u64 header length N,
  * N bytes of JSON, then the byte buffer. Appends every tensor to *table with file_index,
  * src pointing into `data`. Checks: N fits in the file, JSON object, each entry has dtype
  * F32/F16/BF16, shape (<= 4 non-negative dims), data_offsets [begin, end] with
  * begin <= end <= buffer size and end - begin = numel x element size.
- * Errors name `file`, the tensor and the field or offset: QS_EFORMAT, QS_EUNSUPPORTED, QS_ENOMEM. */
-qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t size, int file_index, qw_tensor_table *table,
-                               qs_error *err);
+ * Errors name `file`, the tensor and the field or offset: QS_EFORMAT, QS_EUNSUPPORTED, QS_ENOMEM.
+ */
+qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t size, int file_index,
+                               qw_tensor_table *table, qs_error *err);
 
 /* Parses a GGUF v3 file held in memory: header, every metadata key/value (all value types,
  * arrays nested up to 8 deep), tensor infos, alignment (general.alignment, default 32).
@@ -111,11 +113,12 @@ qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t siz
  * Errors name `file`, the offset and the key or tensor: QS_EFORMAT (truncated, bad magic,
  * bad version, offsets/sizes outside the file, missing llama.* key), QS_EUNSUPPORTED (another
  * architecture, a tensor type other than F32/F16/BF16/Q8_0/Q4_0/Q4_1), QS_ENOMEM. */
-qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index, qw_config *cfg,
-                        qw_tensor_table *table, qs_error *err);
+qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index,
+                        qw_config *cfg, qw_tensor_table *table, qs_error *err);
 
 /* Validates a token file held in memory (format in tokens.h) and fills *out (ids copied to
  * the heap, digest of the bytes). Errors as qw_tokens_load. */
-qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw_tokens *out, qs_error *err);
+qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw_tokens *out,
+                          qs_error *err);
 
 #endif

@@ -14,12 +14,17 @@ typedef struct qw_dtype_desc {
 } qw_dtype_desc;
 
 static const qw_dtype_desc qw_dtypes[] = {
-    [QW_DT_F32] = {"F32", 1, 4},           [QW_DT_F16] = {"F16", 1, 2},
-    [QW_DT_BF16] = {"BF16", 1, 2},         [QW_DT_Q8_0] = {"Q8_0", QW_BLOCK, 2 + QW_BLOCK},
-    [QW_DT_Q4_0] = {"Q4_0", QW_BLOCK, 2 + QW_BLOCK / 2}, [QW_DT_Q4_1] = {"Q4_1", QW_BLOCK, 4 + QW_BLOCK / 2},
+    [QW_DT_F32] = {"F32", 1, 4},
+    [QW_DT_F16] = {"F16", 1, 2},
+    [QW_DT_BF16] = {"BF16", 1, 2},
+    [QW_DT_Q8_0] = {"Q8_0", QW_BLOCK, 2 + QW_BLOCK},
+    [QW_DT_Q4_0] = {"Q4_0", QW_BLOCK, 2 + QW_BLOCK / 2},
+    [QW_DT_Q4_1] = {"Q4_1", QW_BLOCK, 4 + QW_BLOCK / 2},
 };
 
-const char *qw_dtype_name(qw_dtype dt) { return qw_dtypes[dt].name; }
+const char *qw_dtype_name(qw_dtype dt) {
+    return qw_dtypes[dt].name;
+}
 
 size_t qw_dtype_bytes(qw_dtype dt, int64_t numel, int *overflow) {
     const qw_dtype_desc *d = &qw_dtypes[dt];
@@ -50,7 +55,9 @@ static float qw_f16_to_f32(uint16_t h) {
     return sign ? -v : v;
 }
 
-static uint16_t qw_load_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint16_t qw_load_u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 
 void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
     switch (dt) {
@@ -58,20 +65,25 @@ void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
     case QW_DT_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = qw_f16_to_f32(qw_load_u16(src + 2 * i));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = qw_f16_to_f32(qw_load_u16(src + 2 * i));
         break;
     case QW_DT_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = qw_bits_to_f32((uint32_t)qw_load_u16(src + 2 * i) << 16);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = qw_bits_to_f32((uint32_t)qw_load_u16(src + 2 * i) << 16);
         break;
     case QW_DT_Q8_0:
-        for (int64_t b = 0; b < n / QW_BLOCK; b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
+        for (int64_t b = 0; b < n / QW_BLOCK;
+             b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
             float d = qw_f16_to_f32(qw_load_u16(src));
             const int8_t *qs = (const int8_t *)(src + 2);
-            for (int j = 0; j < QW_BLOCK; j++) dst[j] = (float)qs[j] * d;
+            for (int j = 0; j < QW_BLOCK; j++)
+                dst[j] = (float)qs[j] * d;
         }
         break;
     case QW_DT_Q4_0:
-        for (int64_t b = 0; b < n / QW_BLOCK; b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
+        for (int64_t b = 0; b < n / QW_BLOCK;
+             b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
             float d = qw_f16_to_f32(qw_load_u16(src));
             const uint8_t *qs = src + 2;
             for (int j = 0; j < QW_BLOCK / 2; j++) {
@@ -81,7 +93,8 @@ void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
         }
         break;
     case QW_DT_Q4_1:
-        for (int64_t b = 0; b < n / QW_BLOCK; b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
+        for (int64_t b = 0; b < n / QW_BLOCK;
+             b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
             float d = qw_f16_to_f32(qw_load_u16(src));
             float m = qw_f16_to_f32(qw_load_u16(src + 2));
             const uint8_t *qs = src + 4;

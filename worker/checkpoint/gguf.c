@@ -9,11 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { QW_GGUF_VERSION = 3, QW_GGUF_DEFAULT_ALIGNMENT = 32, QW_GGUF_MAX_DEPTH = 8, QW_GGUF_MAX_NAME = 256 };
+enum {
+    QW_GGUF_VERSION = 3,
+    QW_GGUF_DEFAULT_ALIGNMENT = 32,
+    QW_GGUF_MAX_DEPTH = 8,
+    QW_GGUF_MAX_NAME = 256
+};
 
 /* gguf_type (value types of metadata), gguf.md "Metadata". */
 enum {
-    GT_U8 = 0, GT_I8, GT_U16, GT_I16, GT_U32, GT_I32, GT_F32, GT_BOOL, GT_STRING, GT_ARRAY, GT_U64, GT_I64, GT_F64,
+    GT_U8 = 0,
+    GT_I8,
+    GT_U16,
+    GT_I16,
+    GT_U32,
+    GT_I32,
+    GT_F32,
+    GT_BOOL,
+    GT_STRING,
+    GT_ARRAY,
+    GT_U64,
+    GT_I64,
+    GT_F64,
     GT_COUNT
 };
 
@@ -27,7 +44,8 @@ typedef struct qw_rd {
 
 static qs_status qw_rd_need(qw_rd *r, uint64_t n, const char *what) {
     if (n > r->size - r->off)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: truncated reading %s (%llu bytes needed, %zu left)",
+        return qs_error_set(r->err, QS_EFORMAT,
+                            "%s: offset %zu: truncated reading %s (%llu bytes needed, %zu left)",
                             r->file, r->off, what, (unsigned long long)n, r->size - r->off);
     return QS_OK;
 }
@@ -51,15 +69,15 @@ static qs_status qw_rd_str(qw_rd *r, const char **s, uint64_t *len, const char *
     return QS_OK;
 }
 
-static const int qw_gt_size[GT_COUNT] = {[GT_U8] = 1,  [GT_I8] = 1,  [GT_U16] = 2, [GT_I16] = 2, [GT_U32] = 4,
-                                         [GT_I32] = 4, [GT_F32] = 4, [GT_BOOL] = 1, [GT_U64] = 8, [GT_I64] = 8,
-                                         [GT_F64] = 8};
+static const int qw_gt_size[GT_COUNT] = {
+    [GT_U8] = 1,  [GT_I8] = 1,   [GT_U16] = 2, [GT_I16] = 2, [GT_U32] = 4, [GT_I32] = 4,
+    [GT_F32] = 4, [GT_BOOL] = 1, [GT_U64] = 8, [GT_I64] = 8, [GT_F64] = 8};
 
 /* Skips one value of type t (recursing into arrays), checking every length against the file. */
 static qs_status qw_rd_skip_value(qw_rd *r, uint32_t t, int depth, const char *key) {
     if (t >= GT_COUNT)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: key \"%s\": unknown value type %u", r->file, r->off, key,
-                            t);
+        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: key \"%s\": unknown value type %u",
+                            r->file, r->off, key, t);
     if (t == GT_STRING) {
         const char *s;
         uint64_t n;
@@ -71,20 +89,23 @@ static qs_status qw_rd_skip_value(qw_rd *r, uint32_t t, int depth, const char *k
         return QS_OK;
     }
     if (depth >= QW_GGUF_MAX_DEPTH)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: key \"%s\": arrays nested deeper than %d", r->file, r->off,
-                            key, QW_GGUF_MAX_DEPTH);
+        return qs_error_set(r->err, QS_EFORMAT,
+                            "%s: offset %zu: key \"%s\": arrays nested deeper than %d", r->file,
+                            r->off, key, QW_GGUF_MAX_DEPTH);
     uint32_t et;
     uint64_t n;
     if (qw_rd_u32(r, &et, key) || qw_rd_u64(r, &n, key)) return QS_EFORMAT;
     if (et >= GT_COUNT)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: key \"%s\": unknown array element type %u", r->file,
+        return qs_error_set(r->err, QS_EFORMAT,
+                            "%s: offset %zu: key \"%s\": unknown array element type %u", r->file,
                             r->off - 12, key, et);
     if (et != GT_STRING && et != GT_ARRAY) {
-        if (n > (r->size - r->off) / (uint64_t)qw_gt_size[et]) return qw_rd_need(r, UINT64_MAX, key);
+        if (n > (r->size - r->off) / (uint64_t)qw_gt_size[et])
+            return qw_rd_need(r, UINT64_MAX, key);
         r->off += (size_t)n * (size_t)qw_gt_size[et];
         return QS_OK;
     }
-    /* Strings take at least 8 bytes, arrays 12: a count beyond the file is refused before looping. */
+    /* Strings take at least 8 bytes, arrays 12: larger counts are refused before looping. */
     if (n > (r->size - r->off) / 8) return qw_rd_need(r, UINT64_MAX, key);
     for (uint64_t i = 0; i < n; i++)
         if (qw_rd_skip_value(r, et, depth + 1, key)) return QS_EFORMAT;
@@ -117,27 +138,65 @@ static qs_status qw_kv_int(qw_gguf *g, const char *key, int required, int64_t *v
     const qw_kv *kv = qw_kv_find(g, key);
     *found = kv != NULL;
     if (!kv) {
-        if (required) return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" is missing", g->r.file, key);
+        if (required)
+            return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" is missing",
+                                g->r.file, key);
         return QS_OK;
     }
     const uint8_t *p = g->r.p + kv->value_off;
     switch (kv->type) {
-    case GT_U8: *v = p[0]; break;
-    case GT_I8: *v = (int8_t)p[0]; break;
-    case GT_U16: { uint16_t x; memcpy(&x, p, 2); *v = x; break; }
-    case GT_I16: { int16_t x; memcpy(&x, p, 2); *v = x; break; }
-    case GT_U32: { uint32_t x; memcpy(&x, p, 4); *v = x; break; }
-    case GT_I32: { int32_t x; memcpy(&x, p, 4); *v = x; break; }
-    case GT_U64: { uint64_t x; memcpy(&x, p, 8); if (x > INT64_MAX) goto range; *v = (int64_t)x; break; }
-    case GT_I64: { int64_t x; memcpy(&x, p, 8); *v = x; break; }
+    case GT_U8:
+        *v = p[0];
+        break;
+    case GT_I8:
+        *v = (int8_t)p[0];
+        break;
+    case GT_U16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        *v = x;
+        break;
+    }
+    case GT_I16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        *v = x;
+        break;
+    }
+    case GT_U32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        *v = x;
+        break;
+    }
+    case GT_I32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        *v = x;
+        break;
+    }
+    case GT_U64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        if (x > INT64_MAX) goto range;
+        *v = (int64_t)x;
+        break;
+    }
+    case GT_I64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        *v = x;
+        break;
+    }
     default:
-        return qs_error_set(g->r.err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" has value type %u, not an integer",
+        return qs_error_set(g->r.err, QS_EFORMAT,
+                            "%s: offset %zu: metadata key \"%s\" has value type %u, not an integer",
                             g->r.file, kv->value_off, key, kv->type);
     }
     return QS_OK;
 range:
-    return qs_error_set(g->r.err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" is out of range", g->r.file,
-                        kv->value_off, key);
+    return qs_error_set(g->r.err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" is out of range",
+                        g->r.file, kv->value_off, key);
 }
 
 /* A positive int-sized integer key into *out; dflt when optional and absent. */
@@ -150,8 +209,9 @@ static qs_status qw_kv_pos_int(qw_gguf *g, const char *key, int required, int df
         return QS_OK;
     }
     if (v <= 0 || v > INT32_MAX)
-        return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" = %lld is out of range (1..%d)", g->r.file, key,
-                            (long long)v, INT32_MAX);
+        return qs_error_set(g->r.err, QS_EFORMAT,
+                            "%s: metadata key \"%s\" = %lld is out of range (1..%d)", g->r.file,
+                            key, (long long)v, INT32_MAX);
     *out = (int)v;
     return QS_OK;
 }
@@ -159,7 +219,9 @@ static qs_status qw_kv_pos_int(qw_gguf *g, const char *key, int required, int df
 static qs_status qw_kv_float(qw_gguf *g, const char *key, int required, float dflt, float *out) {
     const qw_kv *kv = qw_kv_find(g, key);
     if (!kv) {
-        if (required) return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" is missing", g->r.file, key);
+        if (required)
+            return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" is missing",
+                                g->r.file, key);
         *out = dflt;
         return QS_OK;
     }
@@ -172,18 +234,22 @@ static qs_status qw_kv_float(qw_gguf *g, const char *key, int required, float df
     } else if (kv->type == GT_F64) {
         memcpy(&v, p, 8);
     } else {
-        return qs_error_set(g->r.err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" has value type %u, not a float",
+        return qs_error_set(g->r.err, QS_EFORMAT,
+                            "%s: offset %zu: metadata key \"%s\" has value type %u, not a float",
                             g->r.file, kv->value_off, key, kv->type);
     }
     if (!(v > 0.0) || !(v < 3.4e38))
-        return qs_error_set(g->r.err, QS_EFORMAT, "%s: metadata key \"%s\" = %g must be positive and finite", g->r.file, key,
-                            v);
+        return qs_error_set(g->r.err, QS_EFORMAT,
+                            "%s: metadata key \"%s\" = %g must be positive and finite", g->r.file,
+                            key, v);
     *out = (float)v;
     return QS_OK;
 }
 
-/* Compares a string-valued key with want; returns 1 if equal. *found tells whether it exists as a string. */
-static int qw_kv_str_eq(const qw_gguf *g, const char *key, const char *want, int *found, char *got, size_t got_cap) {
+/* Compares a string-valued key with want; returns 1 if equal. *found tells whether it exists as a
+ * string. */
+static int qw_kv_str_eq(const qw_gguf *g, const char *key, const char *want, int *found, char *got,
+                        size_t got_cap) {
     const qw_kv *kv = qw_kv_find(g, key);
     *found = 0;
     if (!kv || kv->type != GT_STRING) return 0;
@@ -201,8 +267,12 @@ static qs_status qw_gguf_config(qw_gguf *g, qw_config *cfg) {
     char got[64];
     int found;
     if (!qw_kv_str_eq(g, "general.architecture", "llama", &found, got, sizeof got)) {
-        if (!found) return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"general.architecture\" is missing", f);
-        return qs_error_set(err, QS_EUNSUPPORTED, "%s: metadata key \"general.architecture\" = \"%s\": only \"llama\"", f, got);
+        if (!found)
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: metadata key \"general.architecture\" is missing", f);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: metadata key \"general.architecture\" = \"%s\": only \"llama\"", f,
+                            got);
     }
     memset(cfg, 0, sizeof *cfg);
     if (qw_kv_pos_int(g, "llama.embedding_length", 1, 0, &cfg->dim) ||
@@ -217,37 +287,45 @@ static qs_status qw_gguf_config(qw_gguf *g, qw_config *cfg) {
     const qw_kv *kl = qw_kv_find(g, "llama.attention.key_length");
     if (!kl && cfg->dim % cfg->n_heads != 0)
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: \"llama.embedding_length\" (%d) is not a multiple of \"llama.attention.head_count\" (%d) "
+                            "%s: \"llama.embedding_length\" (%d) is not a multiple of "
+                            "\"llama.attention.head_count\" (%d) "
                             "and \"llama.attention.key_length\" is absent",
                             f, cfg->dim, cfg->n_heads);
     if (qw_kv_pos_int(g, "llama.attention.key_length", 0, cfg->dim / cfg->n_heads, &cfg->head_dim))
         return err ? err->code : QS_EFORMAT;
     if (cfg->n_heads % cfg->n_kv_heads != 0 || cfg->head_dim % 2 != 0)
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: \"llama.attention.head_count\" (%d) must be a multiple of \"llama.attention.head_count_kv\" "
+                            "%s: \"llama.attention.head_count\" (%d) must be a multiple of "
+                            "\"llama.attention.head_count_kv\" "
                             "(%d) and the head size (%d) even",
                             f, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     /* Vocabulary: llama.vocab_size when written, else the tokenizer's token list length. */
     const qw_kv *tok = qw_kv_find(g, "tokenizer.ggml.tokens");
     if (qw_kv_find(g, "llama.vocab_size")) {
-        if (qw_kv_pos_int(g, "llama.vocab_size", 1, 0, &cfg->vocab_size)) return err ? err->code : QS_EFORMAT;
+        if (qw_kv_pos_int(g, "llama.vocab_size", 1, 0, &cfg->vocab_size))
+            return err ? err->code : QS_EFORMAT;
     } else if (tok && tok->type == GT_ARRAY) {
         uint64_t n;
         memcpy(&n, g->r.p + tok->value_off + 4, 8);
         if (n == 0 || n > INT32_MAX)
-            return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.tokens\" has %llu entries", f,
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: metadata key \"tokenizer.ggml.tokens\" has %llu entries", f,
                                 (unsigned long long)n);
         cfg->vocab_size = (int)n;
     } else {
-        return qs_error_set(err, QS_EFORMAT, "%s: neither \"llama.vocab_size\" nor \"tokenizer.ggml.tokens\" gives the vocabulary",
-                            f);
+        return qs_error_set(
+            err, QS_EFORMAT,
+            "%s: neither \"llama.vocab_size\" nor \"tokenizer.ggml.tokens\" gives the vocabulary",
+            f);
     }
     /* Rope scaling in GGUF: llama.cpp stores Llama 3.1's as a rope_freqs tensor, not as keys;
      * a linear or YaRN scaling key is a model this loader does not run. */
     if (qw_kv_find(g, "llama.rope.scaling.type") &&
         !qw_kv_str_eq(g, "llama.rope.scaling.type", "none", &found, got, sizeof got))
-        return qs_error_set(err, QS_EUNSUPPORTED, "%s: metadata key \"llama.rope.scaling.type\" = \"%s\" is not supported", f,
-                            found ? got : "(not a string)");
+        return qs_error_set(
+            err, QS_EUNSUPPORTED,
+            "%s: metadata key \"llama.rope.scaling.type\" = \"%s\" is not supported", f,
+            found ? got : "(not a string)");
     int64_t id;
     cfg->bos_token_id = cfg->eos_token_id = -1;
     if (qw_kv_int(g, "tokenizer.ggml.bos_token_id", 0, &id, &found)) return QS_EFORMAT;
@@ -255,37 +333,57 @@ static qs_status qw_gguf_config(qw_gguf *g, qw_config *cfg) {
     if (qw_kv_int(g, "tokenizer.ggml.eos_token_id", 0, &id, &found)) return QS_EFORMAT;
     if (found) cfg->eos_token_id = id >= 0 && id < cfg->vocab_size ? (int)id : -2;
     if (cfg->bos_token_id == -2 || cfg->eos_token_id == -2)
-        return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.%s_token_id\" is not below the vocabulary size %d",
-                            f, cfg->bos_token_id == -2 ? "bos" : "eos", cfg->vocab_size);
+        return qs_error_set(
+            err, QS_EFORMAT,
+            "%s: metadata key \"tokenizer.ggml.%s_token_id\" is not below the vocabulary size %d",
+            f, cfg->bos_token_id == -2 ? "bos" : "eos", cfg->vocab_size);
     return QS_OK;
 }
 
 /* ggml_type numbers (ggml.h) and names, for the types this loader reads and for messages. */
 static const char *qw_ggml_type_name(uint32_t t) {
     static const char *const names[] = {
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
-        "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-        "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0",
+        "F32",      "F16",      "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+        "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+        "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+        "I8",       "I16",      "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "Q4_0_4_4",
+        "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0",
     };
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
 static int qw_ggml_dtype(uint32_t t, qw_dtype *dt) {
     switch (t) {
-    case 0: *dt = QW_DT_F32; return 1;
-    case 1: *dt = QW_DT_F16; return 1;
-    case 2: *dt = QW_DT_Q4_0; return 1;
-    case 3: *dt = QW_DT_Q4_1; return 1;
-    case 8: *dt = QW_DT_Q8_0; return 1;
-    case 30: *dt = QW_DT_BF16; return 1;
-    default: return 0;
+    case 0:
+        *dt = QW_DT_F32;
+        return 1;
+    case 1:
+        *dt = QW_DT_F16;
+        return 1;
+    case 2:
+        *dt = QW_DT_Q4_0;
+        return 1;
+    case 3:
+        *dt = QW_DT_Q4_1;
+        return 1;
+    case 8:
+        *dt = QW_DT_Q8_0;
+        return 1;
+    case 30:
+        *dt = QW_DT_BF16;
+        return 1;
+    default:
+        return 0;
     }
 }
 
 /* GGUF tensor name -> Hugging Face name (tensor_mapping.py, LLAMA). Unknown names (e.g.
  * rope_freqs.weight) keep their GGUF name. *qk: 1 for attn_q, 2 for attn_k, else 0. */
 static void qw_gguf_hf_name(const char *g, char *out, size_t cap, int *qk) {
-    static const struct { const char *gguf, *hf; int qk; } blk[] = {
+    static const struct {
+        const char *gguf, *hf;
+        int qk;
+    } blk[] = {
         {"attn_norm.weight", "input_layernorm.weight", 0},
         {"ffn_norm.weight", "post_attention_layernorm.weight", 0},
         {"attn_q.weight", "self_attn.q_proj.weight", 1},
@@ -322,31 +420,36 @@ static void qw_gguf_hf_name(const char *g, char *out, size_t cap, int *qk) {
     snprintf(out, cap, "%s", g);
 }
 
-static qs_status qw_gguf_tensor_info(qw_gguf *g, uint64_t i, const qw_config *cfg, int file_index, qw_tensor_table *table,
-                                     size_t *rel_off_out) {
+static qs_status qw_gguf_tensor_info(qw_gguf *g, uint64_t i, const qw_config *cfg, int file_index,
+                                     qw_tensor_table *table, size_t *rel_off_out) {
     qw_rd *r = &g->r;
     size_t at = r->off;
     const char *name;
     uint64_t name_len;
     if (qw_rd_str(r, &name, &name_len, "tensor name")) return QS_EFORMAT;
     if (name_len == 0 || name_len >= QW_GGUF_MAX_NAME || memchr(name, '\0', (size_t)name_len))
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: tensor info %llu: name of %llu bytes is empty, too long or has a NUL",
-                            r->file, at, (unsigned long long)i, (unsigned long long)name_len);
+        return qs_error_set(
+            r->err, QS_EFORMAT,
+            "%s: offset %zu: tensor info %llu: name of %llu bytes is empty, too long or has a NUL",
+            r->file, at, (unsigned long long)i, (unsigned long long)name_len);
     char gname[QW_GGUF_MAX_NAME], hf[QW_GGUF_MAX_NAME + 64];
     memcpy(gname, name, (size_t)name_len);
     gname[name_len] = '\0';
     uint32_t nd, type;
     if (qw_rd_u32(r, &nd, gname)) return QS_EFORMAT;
     if (nd < 1 || nd > QW_MAX_DIMS)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: tensor \"%s\": n_dims = %u (1..%d)", r->file, r->off - 4,
-                            gname, nd, QW_MAX_DIMS);
+        return qs_error_set(r->err, QS_EFORMAT,
+                            "%s: offset %zu: tensor \"%s\": n_dims = %u (1..%d)", r->file,
+                            r->off - 4, gname, nd, QW_MAX_DIMS);
     uint64_t ne[QW_MAX_DIMS];
     int64_t numel = 1;
     for (uint32_t d = 0; d < nd; d++) {
         if (qw_rd_u64(r, &ne[d], gname)) return QS_EFORMAT;
         if (ne[d] == 0 || ne[d] > (uint64_t)INT64_MAX / (uint64_t)numel)
-            return qs_error_set(r->err, QS_EFORMAT, "%s: offset %zu: tensor \"%s\": dimension %u = %llu is zero or overflows",
-                                r->file, r->off - 8, gname, d, (unsigned long long)ne[d]);
+            return qs_error_set(
+                r->err, QS_EFORMAT,
+                "%s: offset %zu: tensor \"%s\": dimension %u = %llu is zero or overflows", r->file,
+                r->off - 8, gname, d, (unsigned long long)ne[d]);
         numel *= (int64_t)ne[d];
     }
     uint64_t rel;
@@ -354,33 +457,41 @@ static qs_status qw_gguf_tensor_info(qw_gguf *g, uint64_t i, const qw_config *cf
     qw_dtype dt;
     if (!qw_ggml_dtype(type, &dt))
         return qs_error_set(r->err, QS_EUNSUPPORTED,
-                            "%s: tensor \"%s\": ggml type %u (%s) is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+                            "%s: tensor \"%s\": ggml type %u (%s) is not supported (F32, F16, "
+                            "BF16, Q8_0, Q4_0, Q4_1)",
                             r->file, gname, type, qw_ggml_type_name(type));
     if (dt >= QW_DT_Q8_0 && ne[0] % 32 != 0)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: tensor \"%s\": row length %llu is not a multiple of the %s block (32)",
-                            r->file, gname, (unsigned long long)ne[0], qw_dtype_name(dt));
+        return qs_error_set(
+            r->err, QS_EFORMAT,
+            "%s: tensor \"%s\": row length %llu is not a multiple of the %s block (32)", r->file,
+            gname, (unsigned long long)ne[0], qw_dtype_name(dt));
     int qk;
     qw_gguf_hf_name(gname, hf, sizeof hf, &qk);
     if (qw_table_find(table, hf))
-        return qs_error_set(r->err, QS_EFORMAT, "%s: tensor \"%s\" (%s) appears twice", r->file, gname, hf);
+        return qs_error_set(r->err, QS_EFORMAT, "%s: tensor \"%s\" (%s) appears twice", r->file,
+                            gname, hf);
     qw_tensor_entry *e = qw_table_add(table, hf);
-    if (!e) return qs_error_set(r->err, QS_ENOMEM, "%s: out of memory adding tensor \"%s\"", r->file, gname);
+    if (!e)
+        return qs_error_set(r->err, QS_ENOMEM, "%s: out of memory adding tensor \"%s\"", r->file,
+                            gname);
     int overflow = 0;
     e->dtype = dt;
     e->ndim = (int)nd;
-    for (uint32_t d = 0; d < nd; d++) e->shape[d] = (int64_t)ne[nd - 1 - d]; /* ggml: ne[0] innermost */
+    for (uint32_t d = 0; d < nd; d++)
+        e->shape[d] = (int64_t)ne[nd - 1 - d]; /* ggml: ne[0] innermost */
     e->numel = numel;
     e->nbytes = qw_dtype_bytes(dt, numel, &overflow);
     if (overflow)
-        return qs_error_set(r->err, QS_EFORMAT, "%s: tensor \"%s\": byte size overflows", r->file, gname);
+        return qs_error_set(r->err, QS_EFORMAT, "%s: tensor \"%s\": byte size overflows", r->file,
+                            gname);
     e->file_index = file_index;
     e->permute_heads = qk == 1 ? cfg->n_heads : qk == 2 ? cfg->n_kv_heads : 0;
     *rel_off_out = (size_t)(rel > SIZE_MAX ? SIZE_MAX : rel);
     return QS_OK;
 }
 
-qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index, qw_config *cfg,
-                        qw_tensor_table *table, qs_error *err) {
+qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index,
+                        qw_config *cfg, qw_tensor_table *table, qs_error *err) {
     qw_gguf g = {.r = {.file = file, .p = data, .size = size, .off = 0, .err = err}};
     qw_rd *r = &g.r;
     uint32_t magic, version;
@@ -390,20 +501,25 @@ qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int 
         return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not \"GGUF\")", file);
     if (qw_rd_u32(r, &version, "version")) return QS_EFORMAT;
     if (version != QW_GGUF_VERSION)
-        return qs_error_set(err, QS_EUNSUPPORTED, "%s: offset 4: GGUF version %u (only %d is read)", file, version,
-                            QW_GGUF_VERSION);
-    if (qw_rd_u64(r, &n_tensors, "tensor count") || qw_rd_u64(r, &n_kv, "metadata count")) return QS_EFORMAT;
-    /* Each key/value takes at least 13 bytes and each tensor info at least 32: larger counts cannot fit. */
+        return qs_error_set(err, QS_EUNSUPPORTED, "%s: offset 4: GGUF version %u (only %d is read)",
+                            file, version, QW_GGUF_VERSION);
+    if (qw_rd_u64(r, &n_tensors, "tensor count") || qw_rd_u64(r, &n_kv, "metadata count"))
+        return QS_EFORMAT;
+    /* Each key/value takes at least 13 bytes and each tensor info at least 32: larger counts cannot
+     * fit. */
     if (n_kv > (size - r->off) / 13 || n_tensors > (size - r->off) / 32)
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 8: %llu tensors and %llu metadata entries cannot fit in %zu bytes",
-                            file, (unsigned long long)n_tensors, (unsigned long long)n_kv, size);
+        return qs_error_set(
+            err, QS_EFORMAT,
+            "%s: offset 8: %llu tensors and %llu metadata entries cannot fit in %zu bytes", file,
+            (unsigned long long)n_tensors, (unsigned long long)n_kv, size);
     g.kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g.kv);
     size_t *rel = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *rel);
     /* Entries are found again by index: adding to the table may move it. */
     size_t base = table->n;
     qs_status st = QS_OK;
     if (!g.kv || !rel) {
-        st = qs_error_set(err, QS_ENOMEM, "%s: out of memory for %llu metadata entries", file, (unsigned long long)n_kv);
+        st = qs_error_set(err, QS_ENOMEM, "%s: out of memory for %llu metadata entries", file,
+                          (unsigned long long)n_kv);
         goto done;
     }
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -415,7 +531,9 @@ qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int 
         snprintf(key, sizeof key, "%.*s", (int)(klen < 127 ? klen : 127), g.kv[i].key);
         for (uint64_t j = 0; j < i; j++)
             if (g.kv[j].key_len == klen && memcmp(g.kv[j].key, g.kv[i].key, (size_t)klen) == 0) {
-                st = qs_error_set(err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" appears twice", file, at, key);
+                st = qs_error_set(err, QS_EFORMAT,
+                                  "%s: offset %zu: metadata key \"%s\" appears twice", file, at,
+                                  key);
                 goto done;
             }
         if ((st = qw_rd_u32(r, &g.kv[i].type, key))) goto done;
@@ -430,8 +548,9 @@ qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int 
     if ((st = qw_kv_int(&g, "general.alignment", 0, &a, &found))) goto done;
     if (found) {
         if (a <= 0 || a > (1 << 30) || (a & (a - 1)) != 0) {
-            st = qs_error_set(err, QS_EFORMAT, "%s: metadata key \"general.alignment\" = %lld is not a power of two", file,
-                              (long long)a);
+            st = qs_error_set(err, QS_EFORMAT,
+                              "%s: metadata key \"general.alignment\" = %lld is not a power of two",
+                              file, (long long)a);
             goto done;
         }
         alignment = (uint64_t)a;
@@ -440,18 +559,22 @@ qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int 
         if ((st = qw_gguf_tensor_info(&g, i, cfg, file_index, table, &rel[i]))) goto done;
     size_t data_start = (r->off + alignment - 1) / alignment * alignment;
     if (data_start > size) {
-        st = qs_error_set(err, QS_EFORMAT, "%s: offset %zu: truncated before the tensor data (aligned to %llu)", file, r->off,
-                          (unsigned long long)alignment);
+        st = qs_error_set(err, QS_EFORMAT,
+                          "%s: offset %zu: truncated before the tensor data (aligned to %llu)",
+                          file, r->off, (unsigned long long)alignment);
         goto done;
     }
     for (uint64_t i = 0; i < n_tensors; i++) {
         qw_tensor_entry *e = &table->v[base + i];
-        if (rel[i] % alignment != 0 || rel[i] > size - data_start || e->nbytes > size - data_start - rel[i]) {
+        if (rel[i] % alignment != 0 || rel[i] > size - data_start ||
+            e->nbytes > size - data_start - rel[i]) {
             st = qs_error_set(err, QS_EFORMAT,
-                              "%s: tensor \"%s\": data at offset %zu + %zu bytes (%s) is misaligned or past the end of the "
+                              "%s: tensor \"%s\": data at offset %zu + %zu bytes (%s) is "
+                              "misaligned or past the end of the "
                               "%zu-byte file",
-                              file, e->name, rel[i] > SIZE_MAX - data_start ? SIZE_MAX : data_start + rel[i], e->nbytes,
-                              qw_dtype_name(e->dtype), size);
+                              file, e->name,
+                              rel[i] > SIZE_MAX - data_start ? SIZE_MAX : data_start + rel[i],
+                              e->nbytes, qw_dtype_name(e->dtype), size);
             goto done;
         }
         e->src = data + data_start + rel[i];

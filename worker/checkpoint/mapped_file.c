@@ -15,7 +15,8 @@ qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO, "%s: cannot open: %s",
+                            path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
@@ -33,7 +34,8 @@ qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err) {
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return qs_error_set(err, QS_EIO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
+            return qs_error_set(err, QS_EIO, "%s: cannot mmap %zu bytes: %s", path, size,
+                                strerror(e));
         }
         data = m;
     }
