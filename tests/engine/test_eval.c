@@ -1,0 +1,372 @@
+/* Evaluation definitions (worker/engine/eval.h, llama.cpp's perplexity tool): chunking, NLL and
+ * perplexity, the baseline file, KL and top-1 against it, cancellation and progress. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "eval.h"
+#include "golden.h"
+
+/* Deterministic token ids in [0, vocab) (xorshift), so tests need no data file. */
+static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab, uint32_t seed) {
+    uint32_t x = seed ? seed : 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        ids[i] = x % vocab;
+    }
+}
+
+typedef struct fixture {
+    char dir[512];
+    char tokens_path[600];
+    char baseline_path[600];
+    qw_checkpoint *ck;
+    qw_model *m;
+    qw_tokens toks;
+} fixture;
+
+/* The tied-embeddings golden model (vocab 256) with max_ctx 512, and a token file of n tokens. */
+static void fixture_open(fixture *f, size_t n_tokens, int max_ctx) {
+    memset(f, 0, sizeof *f);
+    assert_int_equal(make_temp_dir(f->dir, sizeof f->dir), 0);
+    snprintf(f->tokens_path, sizeof f->tokens_path, "%s/text.tokens", f->dir);
+    snprintf(f->baseline_path, sizeof f->baseline_path, "%s/baseline.blp", f->dir);
+    char ckpt[1024];
+    snprintf(ckpt, sizeof ckpt, "%s/llama32_tied", engine_data_dir());
+    qs_error err = {0};
+    if (qw_checkpoint_open(ckpt, &f->ck, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_model_create(f->ck, max_ctx, 0, &f->m, &err) != QS_OK) fail_msg("%s", err.msg);
+    uint32_t vocab = (uint32_t)qw_model_config(f->m)->vocab_size;
+    uint32_t *ids = malloc(n_tokens * sizeof *ids);
+    assert_non_null(ids);
+    fill_tokens(ids, n_tokens, vocab, 12345);
+    assert_int_equal(write_token_file(f->tokens_path, ids, n_tokens, vocab), 0);
+    free(ids);
+    if (qw_tokens_load(f->tokens_path, &f->toks, &err) != QS_OK) fail_msg("%s", err.msg);
+}
+
+static void fixture_close(fixture *f) {
+    qw_tokens_free(&f->toks);
+    qw_model_destroy(f->m);
+    qw_checkpoint_close(f->ck);
+    unlink(f->tokens_path);
+    unlink(f->baseline_path);
+    rmdir(f->dir);
+}
+
+static qw_eval_options opts(int ctx) {
+    qw_eval_options o = {.ctx = ctx, .bos_id = -1};
+    return o;
+}
+
+static void uniform_logits_give_perplexity_equal_to_vocab(void **state) {
+    (void)state;
+    const int ctx = 64, vocab = 300;
+    float *logits = calloc((size_t)ctx * vocab, sizeof *logits);
+    uint32_t ids[64];
+    assert_non_null(logits);
+    fill_tokens(ids, ctx, vocab, 7);
+    double nll = 0.0, nll2 = 0.0;
+    size_t n = 0;
+    qw_eval_score_chunk(logits, ids, ctx, vocab, &nll, &nll2, &n);
+    assert_int_equal(n, ctx - 1 - ctx / 2);
+    assert_close(exp(nll / (double)n), (double)vocab, 1e-9 * vocab);
+    free(logits);
+}
+
+static void scored_positions_are_second_half_minus_last(void **state) {
+    (void)state;
+    /* Logits that put probability 1/2 on token 0 and spread the rest: NLL of position j is
+     * -log(1/2) when token j+1 is 0 and -log(1/(2*(V-1))) otherwise; only j in
+     * ctx/2..ctx-2 count (llama.cpp: first = n_ctx/2, n_ctx - 1 - first positions). */
+    const int ctx = 10, vocab = 5;
+    float logits[10 * 5];
+    for (int j = 0; j < ctx; j++)
+        for (int i = 0; i < vocab; i++) logits[j * vocab + i] = i == 0 ? logf((float)(vocab - 1)) : 0.0f;
+    uint32_t ids[10] = {0, 0, 0, 0, 0, 0, 1, 0, 2, 0}; /* scored targets: ids[6..9] = 1, 0, 2, 0 */
+    double nll = 0.0, nll2 = 0.0;
+    size_t n = 0;
+    qw_eval_score_chunk(logits, ids, ctx, vocab, &nll, &nll2, &n);
+    assert_int_equal(n, 4);
+    double expect = 2.0 * log(2.0) + 2.0 * log(2.0 * (vocab - 1));
+    assert_close(nll, expect, 1e-6);
+}
+
+static void plan_counts_whole_chunks(void **state) {
+    (void)state;
+    size_t nc, ns;
+    assert_int_equal(qw_eval_plan(2048, 512, 0, &nc, &ns, NULL), QS_OK);
+    assert_int_equal(nc, 4);
+    assert_int_equal(ns, 4 * 255);
+    assert_int_equal(qw_eval_plan(2047, 512, 0, &nc, &ns, NULL), QS_OK);
+    assert_int_equal(nc, 3);
+    assert_int_equal(qw_eval_plan(2048, 512, 2, &nc, &ns, NULL), QS_OK);
+    assert_int_equal(nc, 2);
+    qs_error err = {0};
+    assert_int_equal(qw_eval_plan(511, 512, 0, &nc, &ns, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "fewer than one chunk"));
+}
+
+static void token_file_of_2048_at_ctx_512_gives_4_chunks(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2048, 512);
+    qw_eval_options o = opts(512);
+    qw_eval_metrics r;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, NULL, &r, &err) != QS_OK) fail_msg("%s", err.msg);
+    printf("n_tokens %zu n_chunks %zu ctx %zu n_scored %zu ppl %.4f +/- %.4f\n", r.n_tokens, r.n_chunks, r.ctx,
+           r.n_scored, r.ppl, r.ppl_stderr);
+    assert_int_equal(r.n_tokens, 2048);
+    assert_int_equal(r.n_chunks, 4);
+    assert_int_equal(r.ctx, 512);
+    assert_int_equal(r.n_scored, 4 * 255);
+    assert_true(isfinite(r.ppl) && r.ppl > 1.0);
+    qw_eval_metrics_free(&r);
+    fixture_close(&f);
+}
+
+/* The perplexity of one chunk equals the definition applied to transformers' own logits of the
+ * same tokens (the 40-token golden sequence of the tied model). */
+static void perplexity_matches_definition_on_transformers_logits(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama32_tied/goldens.bin", engine_data_dir());
+    golden g;
+    assert_int_equal(golden_load(path, &g), 0);
+    const golden_seq *q = &g.seqs[g.n_seqs - 1];
+    assert_int_equal(q->row0, 0);
+    double nll = 0.0, nll2 = 0.0;
+    size_t n = 0;
+    qw_eval_score_chunk(q->logits, q->tokens, (int)q->n, (int)g.vocab, &nll, &nll2, &n);
+    double expect = exp(nll / (double)n);
+
+    fixture f;
+    fixture_open(&f, 8, 64);
+    char tp[700];
+    snprintf(tp, sizeof tp, "%s/golden.tokens", f.dir);
+    assert_int_equal(write_token_file(tp, q->tokens, q->n, g.vocab), 0);
+    qw_tokens t;
+    qs_error err = {0};
+    if (qw_tokens_load(tp, &t, &err) != QS_OK) fail_msg("%s", err.msg);
+    qw_eval_options o = opts((int)q->n);
+    qw_eval_metrics r;
+    if (qw_eval_baseline(f.m, &t, &o, NULL, &r, &err) != QS_OK) fail_msg("%s", err.msg);
+    printf("ppl %.8f, from transformers' logits %.8f\n", r.ppl, expect);
+    assert_int_equal(r.n_scored, n);
+    assert_close(r.ppl, expect, 1e-5 * expect);
+    qw_eval_metrics_free(&r);
+    qw_tokens_free(&t);
+    unlink(tp);
+    golden_free(&g);
+    fixture_close(&f);
+}
+
+static void kl_of_baseline_against_itself_is_below_1e7(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 3 * 128 + 5, 128);
+    qw_eval_options o = opts(128);
+    o.model_digest = "model-abc";
+    o.dataset_digest = f.toks.digest;
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
+    printf("KL mean %.3g median %.3g p90 %.3g p99 %.3g max %.3g top1 %.4f ppl %.6f / %.6f\n", c.kl_mean, c.kl_median,
+           c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
+    assert_true(c.has_kl);
+    assert_true(fabs(c.kl_mean) < 1e-7);
+    assert_true(fabs(c.kl_max) < 1e-7);
+    assert_close(c.top1, 1.0, 0.0);
+    assert_close(c.ppl, b.ppl, 0.0);
+    assert_int_equal(c.n_scored, 3 * 63);
+    /* The file is FP32: header + tokens + n_scored x vocab floats. */
+    FILE *fp = fopen(f.baseline_path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    assert_int_equal(size, QW_BASELINE_HEADER_BYTES + 4 * 3 * 128 + 4L * 3 * 63 * 256);
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&c);
+    fixture_close(&f);
+}
+
+/* KL of a different distribution: quantized vs baseline is positive, median <= p90 <= p99 <= max. */
+static void kl_statistics_are_ordered(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 64, 64);
+    qw_eval_options o = opts(64);
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    qw_policy p;
+    assert_int_equal(qw_policy_init(&p, qw_model_config(f.m)->n_layers, &err), QS_OK);
+    qw_quant_spec s = {.weight = qk_format_by_name("mxfp4")};
+    assert_non_null(s.weight);
+    assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &s, &err), QS_OK);
+    if (qw_model_apply_policy(f.m, &p, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
+    printf("MXFP4 W4A16: KL mean %.4g median %.4g p90 %.4g p99 %.4g max %.4g top1 %.3f ppl %.4f -> %.4f\n", c.kl_mean,
+           c.kl_median, c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
+    assert_true(c.kl_mean > 1e-6);
+    assert_true(c.kl_median <= c.kl_p90 && c.kl_p90 <= c.kl_p99 && c.kl_p99 <= c.kl_max);
+    assert_true(c.top1 >= 0.0 && c.top1 <= 1.0);
+    qw_policy_free(&p);
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&c);
+    fixture_close(&f);
+}
+
+static void baseline_mismatch_is_refused(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 4 * 32, 64);
+    qw_eval_options o = opts(32);
+    o.model_digest = "model-A";
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    qw_eval_metrics_free(&b);
+
+    qw_eval_options o2 = o;
+    o2.ctx = 64;
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o2, f.baseline_path, &c, &err), QS_EINVAL);
+    printf("ctx: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "ctx"));
+
+    o2 = o;
+    o2.max_chunks = 2;
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o2, f.baseline_path, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "n_chunks"));
+
+    o2 = o;
+    o2.model_digest = "model-B";
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o2, f.baseline_path, &c, &err), QS_EINVAL);
+    printf("digest: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "model_digest"));
+
+    /* Other tokens, same count. */
+    f.toks.ids[40] = (f.toks.ids[40] + 1) % f.toks.vocab_size;
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err), QS_EINVAL);
+    printf("tokens: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "token 40"));
+    f.toks.ids[40] = (f.toks.ids[40] + f.toks.vocab_size - 1) % f.toks.vocab_size;
+
+    /* Truncated file. */
+    FILE *fp = fopen(f.baseline_path, "rb+");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    assert_int_equal(truncate(f.baseline_path, size - 4), 0);
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err), QS_EFORMAT);
+    printf("truncated: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "size"));
+
+    /* Bad magic. */
+    fp = fopen(f.baseline_path, "rb+");
+    assert_non_null(fp);
+    fputc('X', fp);
+    fclose(fp);
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err), QS_EFORMAT);
+    printf("magic: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "magic"));
+
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, "/nonexistent/baseline.blp", &c, &err), QS_EIO);
+    assert_non_null(strstr(err.msg, "/nonexistent/baseline.blp"));
+    fixture_close(&f);
+}
+
+typedef struct progress_log {
+    size_t calls, last_step, total;
+    size_t stop_after; /* 0 = never */
+} progress_log;
+
+static int on_progress(void *ctx, size_t step, size_t total) {
+    progress_log *p = ctx;
+    p->calls++;
+    p->last_step = step;
+    p->total = total;
+    return p->stop_after && step >= p->stop_after;
+}
+
+static void progress_reports_each_chunk_and_cancel_stops(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 5 * 16, 64);
+    qw_eval_options o = opts(16);
+    progress_log pl = {0};
+    o.progress = on_progress;
+    o.progress_ctx = &pl;
+    qw_eval_metrics r;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, NULL, &r, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(pl.calls, 5);
+    assert_int_equal(pl.last_step, 5);
+    assert_int_equal(pl.total, 5);
+    qw_eval_metrics_free(&r);
+
+    pl = (progress_log){.stop_after = 2};
+    assert_int_equal(qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &r, &err), QS_ECANCELLED);
+    assert_int_equal(pl.calls, 2);
+    assert_int_equal(access(f.baseline_path, F_OK), -1); /* nothing half-written left in place */
+
+    atomic_int cancel = 1;
+    o.progress = NULL;
+    o.cancel = &cancel;
+    assert_int_equal(qw_eval_baseline(f.m, &f.toks, &o, NULL, &r, &err), QS_ECANCELLED);
+    assert_non_null(strstr(err.msg, "cancelled"));
+    fixture_close(&f);
+}
+
+static int count_rows(void *ctx, const char *name, double value) {
+    (void)value;
+    int *n = ctx;
+    assert_true(name[0] != '\0');
+    (*n)++;
+    return 0;
+}
+
+static void metrics_rows_name_every_value(void **state) {
+    (void)state;
+    qw_eval_metrics m = {.n_tokens = 10, .n_chunks = 1, .ctx = 8, .n_scored = 3, .nll = 1.0, .ppl = exp(1.0)};
+    int n = 0;
+    assert_int_equal(qw_eval_metrics_foreach(&m, count_rows, &n), 0);
+    assert_int_equal(n, 8);
+    m.has_kl = 1;
+    qw_linear_sqnr s[2] = {{.name = "model.layers.0.self_attn.q_proj", .sqnr_db = 20.0}, {.name = "lm_head", .sqnr_db = 30.0}};
+    m.sqnr = s;
+    m.n_sqnr = 2;
+    n = 0;
+    assert_int_equal(qw_eval_metrics_foreach(&m, count_rows, &n), 0);
+    assert_int_equal(n, 14 + 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(uniform_logits_give_perplexity_equal_to_vocab),
+        cmocka_unit_test(scored_positions_are_second_half_minus_last),
+        cmocka_unit_test(plan_counts_whole_chunks),
+        cmocka_unit_test(token_file_of_2048_at_ctx_512_gives_4_chunks),
+        cmocka_unit_test(perplexity_matches_definition_on_transformers_logits),
+        cmocka_unit_test(kl_of_baseline_against_itself_is_below_1e7),
+        cmocka_unit_test(kl_statistics_are_ordered),
+        cmocka_unit_test(baseline_mismatch_is_refused),
+        cmocka_unit_test(progress_reports_each_chunk_and_cancel_stops),
+        cmocka_unit_test(metrics_rows_name_every_value),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
