@@ -155,9 +155,13 @@ done:
 static qs_status qw_ck_expect(qw_checkpoint *ck, const char *name, int ndim, int64_t d0, int64_t d1,
                               const char *fields, qs_error *err) {
     const qw_tensor_entry *e = qw_table_find(&ck->table, name);
-    const char *file = ck->files[ck->n_files > 1 ? ck->n_files - 1 : 0].path;
-    if (!e) return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is missing", ck->path, name);
-    file = ck->files[e->file_index].path;
+    if (!e)
+        return qs_error_set(err, QS_ENOTFOUND,
+                            "%s: tensor \"%s\" is missing (the config declares %d blocks, "
+                            "tie_word_embeddings %s)",
+                            ck->path, name, ck->cfg.n_layers,
+                            ck->cfg.tied_embeddings ? "true" : "false");
+    const char *file = ck->files[e->file_index].path;
     if (e->ndim != ndim || e->shape[0] != d0 || (ndim == 2 && e->shape[1] != d1)) {
         char got[96] = "[";
         for (int i = 0; i < e->ndim; i++)
