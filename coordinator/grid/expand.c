@@ -41,8 +41,8 @@ typedef struct builder {
 
 /* Serialises spec, keys it and appends it unless its key is already listed. *index receives
  * the position of the job with that key. Takes ownership of spec. */
-static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, const char *label,
-                         long *index) {
+static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model,
+                         const char *label, long *index) {
     char *text = spec ? json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(spec);
     if (!text) return qs_error_set(b->err, QS_ENOMEM, "out of memory");
@@ -73,6 +73,7 @@ static qs_status add_job(builder *b, json_t *spec, const char *kind, long depend
     j->spec = text;
     j->kind = kind;
     j->depends_on = depends_on;
+    j->model = model;
     j->label = strdup(label);
     if (!j->label) {
         free(text);
@@ -131,7 +132,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         char label[256];
         snprintf(label, sizeof label, "%s baseline", m->name);
         long base = -1;
-        st = add_job(&b, spec, "baseline", -1, label, &base);
+        st = add_job(&b, spec, "baseline", -1, mi, label, &base);
         for (size_t fi = 0; !st && fi < g->n_formats; fi++)
             for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
                 for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
@@ -154,7 +155,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                         snprintf(label, sizeof label, "%s %s %s %s %s", m->name, g->formats[fi].name, quant,
                                  qc_mode_name(mode), part);
                         long idx;
-                        st = add_job(&b, spec, "eval", base, label, &idx);
+                        st = add_job(&b, spec, "eval", base, mi, label, &idx);
                     }
                 }
     }

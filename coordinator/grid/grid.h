@@ -137,6 +137,7 @@ typedef struct qc_job {
     char *spec;        /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
     const char *kind;  /* "baseline" or "eval": the job kind in the worker's registry */
     long depends_on;   /* index of the job this one needs done first (its baseline); -1 none */
+    size_t model;      /* index of its model in the grid's models */
     char *label;       /* short human label: "<model> <format> <quantize> <mode> <part>" */
 } qc_job;
 

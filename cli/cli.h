@@ -1,0 +1,94 @@
+/* The qsweep command: one binary, one function per subcommand (issue 5).
+ *
+ * Exit codes (stable, documented in `qsweep --help` and README.md):
+ *   0  success
+ *   1  usage error (unknown subcommand or option, missing argument)
+ *   2  bad input: the grid, a model or token file, a format, an experiment name
+ *   3  database error (connecting, a query, migrations)
+ *   4  runtime failure (I/O, sockets, a child process, out of memory)
+ *   5  the sweep ran, but some of its jobs failed or were cancelled (`run`)
+ *   130 interrupted (SIGINT/SIGTERM) */
+#ifndef QSWEEP_CLI_H
+#define QSWEEP_CLI_H
+
+#include <libpq-fe.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "grid.h"
+#include "pgserver.h"
+#include "store.h"
+
+enum {
+    QSWEEP_EXIT_OK = 0,
+    QSWEEP_EXIT_USAGE = 1,
+    QSWEEP_EXIT_INPUT = 2,
+    QSWEEP_EXIT_DB = 3,
+    QSWEEP_EXIT_RUNTIME = 4,
+    QSWEEP_EXIT_JOBS_FAILED = 5,
+    QSWEEP_EXIT_INTERRUPTED = 130,
+};
+
+/* The exit code for a failure status (see above). */
+int qsweep_exit_code(qs_status st);
+
+/* Prints "qsweep <cmd>: <message>" on stderr and returns qsweep_exit_code(err->code). */
+int qsweep_fail(const char *cmd, const qs_error *err);
+
+/* Path of the running qsweep binary (/proc/self/exe), for starting its own subcommands. */
+const char *qsweep_self_exe(void);
+
+/* Connection string: the --db argument, else $QSWEEP_DB; NULL when neither is set. */
+const char *qsweep_db_arg(const char *opt);
+
+
+/* mkdir -p path: parents 0755, the last 0700. Errors: QS_EIO naming the directory. */
+qs_status qsweep_make_dirs(const char *path, qs_error *err);
+
+/* "<$var, else $HOME/fallback>/qsweep/<leaf>" (XDG Base Directory specification), e.g.
+ * ("XDG_DATA_HOME", ".local/share", "pg"). Errors: QS_EINVAL (no HOME, too long). */
+qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out, size_t cap,
+                          qs_error *err);
+
+/* Starts (or adopts, when it already runs) the private cluster in pg_dir, default
+ * ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg, creating the directory. As root the server
+ * runs as an unprivileged user (pgserver.h): the directories above pg_dir get the o+x bit
+ * when they lack it, with a note on stderr. Errors: qc_pgserver_start's, QS_EIO. */
+qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, qs_error *err);
+
+/* Loads and expands a grid with the real loaders (probe.h). *grid and *jobs are owned by
+ * the caller (qc_grid_free, qc_job_list_free). Errors: as qc_grid_load. */
+qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_sets, qc_grid **grid,
+                           qc_job_list *jobs, qs_error *err);
+
+/* Submits an expanded grid (qc_store_submit): the experiment and its jobs in one
+ * transaction. Each eval job depends on its baseline; every job's model_key is
+ * "model:<digest>", the key a worker caches the model under (worker/jobs/jobs.h), so the
+ * coordinator's affinity sends a model's jobs to the worker that holds it. */
+qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs, qc_submit_counts *counts,
+                             qs_error *err);
+
+/* Prints one experiment's progress line, without a newline: bar, counts by state, ETA
+ * (cmd_query.c). */
+void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out);
+
+/* Prints one line on what a submission did: new jobs, reused ones. */
+void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts *c, FILE *out);
+
+/* Prints the sensitivity tables of experiment `name` (cmd_results.c): one per (model, format,
+ * quantize), parts sorted by damage. format: 0 table, 1 CSV, 2 JSON. */
+qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out, qs_error *err);
+
+/* The subcommands; each parses its own options (argv[0] is the subcommand name) and returns
+ * an exit code. */
+int qsweep_cmd_run(int argc, char **argv);
+int qsweep_cmd_submit(int argc, char **argv);
+int qsweep_cmd_status(int argc, char **argv);
+int qsweep_cmd_cancel(int argc, char **argv);
+int qsweep_cmd_results(int argc, char **argv);
+int qsweep_cmd_coordinator(int argc, char **argv);
+int qsweep_cmd_worker(int argc, char **argv);
+int qsweep_cmd_workers(int argc, char **argv);
+int qsweep_cmd_db(int argc, char **argv);
+
+#endif

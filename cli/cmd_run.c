@@ -1,0 +1,322 @@
+/* qsweep run GRID: one command from grid to results on this machine (issue 5, item 3).
+ *
+ *   1. validates and expands the grid (nothing starts when it is bad: exit 2);
+ *   2. uses --db / $QSWEEP_DB, or starts (or adopts) a private PostgreSQL cluster under
+ *      ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg (coordinator/store/pgserver.h);
+ *   3. submits: jobs already stored by job_key are linked, not added, so a run that was
+ *      interrupted and started again only runs what is unfinished;
+ *   4. starts `qsweep coordinator` on a private ipc:// endpoint and N `qsweep worker`s as
+ *      child processes (their own process group, so a Ctrl-C reaches only this process,
+ *      which stops them in order; PR_SET_PDEATHSIG stops them if this process is killed);
+ *   5. shows progress until every job of the experiment is finished, stops the workers, the
+ *      coordinator and the cluster it started, and prints the results tables. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+}
+
+/* One child process (coordinator or worker). */
+typedef struct child {
+    pid_t pid; /* 0 once reaped */
+    int status;
+    char name[32];
+    char log[PATH_MAX + 32];
+} child;
+
+/* Starts `qsweep <argv...>` with stdout and stderr into c->log. */
+static qs_status spawn(child *c, char *const argv[], qs_error *err) {
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return qs_error_set(err, QS_EIO, "fork for %s: %s", c->name, strerror(errno));
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
+        int fd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (fd < 0 || in < 0) _exit(127);
+        dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(qsweep_self_exe(), argv);
+        _exit(127);
+    }
+    c->pid = pid;
+    return QS_OK;
+}
+
+/* Reaps c if it has exited; returns 1 when it is gone. */
+static int reaped(child *c) {
+    if (!c->pid) return 1;
+    if (waitpid(c->pid, &c->status, WNOHANG) == c->pid) {
+        c->pid = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Sends sig, waits up to timeout_ms for the exit, then SIGKILL. */
+static void stop_children(child *cs, size_t n, int sig, int timeout_ms) {
+    for (size_t i = 0; i < n; i++)
+        if (cs[i].pid) kill(cs[i].pid, sig);
+    for (int waited = 0;; waited += 20) {
+        int alive = 0;
+        for (size_t i = 0; i < n; i++) alive += !reaped(&cs[i]);
+        if (!alive) return;
+        if (waited >= timeout_ms) break;
+        usleep(20000);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (cs[i].pid) {
+            kill(cs[i].pid, SIGKILL);
+            waitpid(cs[i].pid, &cs[i].status, 0);
+            cs[i].pid = 0;
+        }
+}
+
+static void describe_exit(const child *c, char *buf, size_t cap) {
+    if (WIFEXITED(c->status)) snprintf(buf, cap, "exit status %d", WEXITSTATUS(c->status));
+    else if (WIFSIGNALED(c->status)) snprintf(buf, cap, "signal %d", WTERMSIG(c->status));
+    else snprintf(buf, cap, "status %d", c->status);
+}
+
+static void run_usage(FILE *out) {
+    fprintf(out,
+            "usage: qsweep run GRID [--set KEY=VALUE]... [--workers N] [--threads T] [--db CONNINFO]\n"
+            "                       [--pg-dir DIR] [--lease-ms MS]\n"
+            "  Validates GRID, queues its jobs, runs them with a coordinator and N local workers, shows\n"
+            "  progress and prints the results. Interrupted and run again, it runs only what is unfinished.\n"
+            "  --set KEY=VALUE  override a grid value (see qsweep submit --help)\n"
+            "  --workers N      local worker processes (default 2)\n"
+            "  --threads T      CPU threads per worker (default: CPUs / N)\n"
+            "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
+            "                   PostgreSQL cluster in --pg-dir (default ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
+            "                   is started for the run and stopped after it\n"
+            "  --lease-ms MS    a running job's lease (default 10000; heartbeats renew it)\n"
+            "  Logs of the coordinator and workers: ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/\n"
+            "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
+            "              5 some jobs failed or were cancelled, 130 interrupted\n");
+}
+
+typedef struct run_state {
+    qc_pgserver *pg;
+    qc_store *store;
+    child *children; /* [0] coordinator, [1..n_workers] workers */
+    size_t n_children;
+    char ipc_dir[64];
+} run_state;
+
+/* Frees what run_state holds and stops the cluster it started. The children are stopped
+ * before (workers first). */
+static void run_cleanup(run_state *r) {
+    free(r->children);
+    qc_store_close(r->store);
+    if (r->ipc_dir[0]) {
+        char sock[128];
+        snprintf(sock, sizeof sock, "%s/coordinator", r->ipc_dir);
+        unlink(sock);
+        rmdir(r->ipc_dir);
+    }
+    qc_pgserver_destroy(r->pg);
+}
+
+/* Watches the experiment until no job of it is pending or running. Prints a progress line
+ * when the counts change (on a terminal: one line rewritten in place). */
+static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_error *err) {
+    int tty = isatty(1);
+    qc_progress prev = {0};
+    prev.total = -1;
+    for (;;) {
+        if (stop_signal) return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d", (int)stop_signal);
+        if (reaped(&r->children[0])) {
+            char how[64];
+            describe_exit(&r->children[0], how, sizeof how);
+            return qs_error_set(err, QS_EIO, "the coordinator stopped (%s); see %s", how, r->children[0].log);
+        }
+        size_t alive = 0;
+        for (size_t i = 1; i < r->n_children; i++) {
+            int was = r->children[i].pid != 0;
+            if (!reaped(&r->children[i])) alive++;
+            else if (was) {
+                char how[64];
+                describe_exit(&r->children[i], how, sizeof how);
+                fprintf(stderr, "\nqsweep run: %s stopped (%s); see %s\n", r->children[i].name, how,
+                        r->children[i].log);
+            }
+        }
+        if (!alive) return qs_error_set(err, QS_EIO, "every worker stopped; see their logs");
+        qc_progress *rows = NULL;
+        size_t n = 0;
+        qs_status st = qc_store_progress(r->store, name, &rows, &n, err);
+        if (st) return st;
+        *last = rows[0];
+        free(rows);
+        int changed = prev.total != last->total || prev.pending != last->pending || prev.running != last->running ||
+                      prev.succeeded != last->succeeded || prev.failed != last->failed ||
+                      prev.cancelled != last->cancelled;
+        if (tty || changed) {
+            if (tty) fputs("\r\033[K", stdout); /* rewrite the line in place */
+            qsweep_print_progress(r->store, last, stdout);
+            if (!tty) putchar('\n');
+            fflush(stdout);
+        }
+        prev = *last;
+        if (last->pending + last->running == 0) {
+            if (tty) putchar('\n');
+            return QS_OK;
+        }
+        usleep(tty ? 500000 : 250000);
+    }
+}
+
+int qsweep_cmd_run(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"set", required_argument, 0, 's'},     {"workers", required_argument, 0, 'w'},
+        {"threads", required_argument, 0, 't'}, {"db", required_argument, 0, 'd'},
+        {"pg-dir", required_argument, 0, 'p'},  {"lease-ms", required_argument, 0, 'l'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    size_t n_sets = 0;
+    int workers = 2, threads = 0, lease_ms = 10000, c;
+    const char *db = NULL, *pg_dir = NULL;
+    if (!sets) return QSWEEP_EXIT_RUNTIME;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "s:w:t:d:p:l:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': sets[n_sets++] = optarg; break;
+        case 'w': workers = atoi(optarg); break;
+        case 't': threads = atoi(optarg); break;
+        case 'd': db = optarg; break;
+        case 'p': pg_dir = optarg; break;
+        case 'l': lease_ms = atoi(optarg); break;
+        case 'h': run_usage(stdout); free(sets); return QSWEEP_EXIT_OK;
+        default: run_usage(stderr); free(sets); return QSWEEP_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1 || workers < 1 || workers > 256 || threads < 0 || lease_ms < 1000) {
+        run_usage(stderr);
+        free(sets);
+        return QSWEEP_EXIT_USAGE;
+    }
+    if (!threads) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus > workers ? (int)(cpus / workers) : 1;
+    }
+    qs_error err = {0};
+    qc_grid *g = NULL;
+    qc_job_list jobs = {0};
+    qs_status st = qsweep_load_grid(argv[optind], sets, n_sets, &g, &jobs, &err);
+    free(sets);
+    if (st) return qsweep_fail("run", &err);
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    run_state r = {0};
+    char logs[PATH_MAX - 64], conn_buf[PATH_MAX + 64];
+    const char *conninfo = qsweep_db_arg(db);
+    if (!conninfo) {
+        st = qsweep_private_db_start(pg_dir, &r.pg, &err);
+        if (!st) {
+            printf("private PostgreSQL cluster in %s\n", qc_pgserver_data_dir(r.pg));
+            snprintf(conn_buf, sizeof conn_buf, "%s", qc_pgserver_conninfo(r.pg));
+            conninfo = conn_buf;
+        }
+    }
+    if (!st) st = qc_store_open(conninfo, "run", &r.store, &err);
+    qc_submit_counts counts = {0};
+    if (!st) st = qsweep_submit_jobs(r.store, g, &jobs, &counts, &err);
+    if (!st) qsweep_print_submit(g, jobs.n, &counts, stdout);
+
+    qc_progress prog = {0};
+    qc_progress *rows = NULL;
+    size_t n = 0;
+    if (!st) st = qc_store_progress(r.store, g->name, &rows, &n, &err);
+    if (!st) prog = rows[0];
+    free(rows);
+
+    if (!st && prog.pending + prog.running > 0) {
+        st = qsweep_xdg_path("XDG_STATE_HOME", ".local/state", "logs", logs, sizeof logs, &err);
+        if (!st) st = qsweep_make_dirs(logs, &err);
+        snprintf(r.ipc_dir, sizeof r.ipc_dir, "/tmp/qsweep-run-XXXXXX");
+        if (!st && !mkdtemp(r.ipc_dir)) {
+            st = qs_error_set(&err, QS_EIO, "mkdtemp %s: %s", r.ipc_dir, strerror(errno));
+            r.ipc_dir[0] = 0;
+        }
+        r.children = calloc((size_t)workers + 1, sizeof *r.children);
+        if (!st && !r.children) st = qs_error_set(&err, QS_ENOMEM, "out of memory");
+        char endpoint[128], lease[32], thr[32], id[64];
+        snprintf(endpoint, sizeof endpoint, "ipc://%s/coordinator", r.ipc_dir);
+        snprintf(lease, sizeof lease, "%d", lease_ms);
+        snprintf(thr, sizeof thr, "%d", threads);
+        if (!st) {
+            child *co = &r.children[r.n_children++];
+            snprintf(co->name, sizeof co->name, "coordinator");
+            snprintf(co->log, sizeof co->log, "%s/coordinator.log", logs);
+            char *av[] = {"qsweep", "coordinator", "--bind", endpoint, "--db", (char *)conninfo,
+                          "--lease-ms", lease, NULL};
+            st = spawn(co, av, &err);
+        }
+        char host[64] = "local";
+        gethostname(host, sizeof host);
+        host[sizeof host - 1] = 0;
+        for (int i = 0; !st && i < workers; i++) {
+            child *w = &r.children[r.n_children++];
+            snprintf(w->name, sizeof w->name, "worker %d", i + 1);
+            snprintf(w->log, sizeof w->log, "%s/worker-%d.log", logs, i + 1);
+            snprintf(id, sizeof id, "%.40s-run%d-w%d", host, (int)getpid(), i + 1);
+            char *av[] = {"qsweep", "worker", "--connect", endpoint, "--id", id, "--threads", thr, NULL};
+            st = spawn(w, av, &err);
+        }
+        if (!st) {
+            printf("coordinator and %d worker%s (%d thread%s each) running; logs in %s\n", workers,
+                   workers == 1 ? "" : "s", threads, threads == 1 ? "" : "s", logs);
+            fflush(stdout);
+            st = watch(&r, g->name, &prog, &err);
+        }
+        if (st == QS_ECANCELLED) fprintf(stderr, "\nqsweep run: interrupted; stopping the workers and the coordinator "
+                                                 "(running jobs are reported preempted and rerun next time)\n");
+    } else if (!st) {
+        qsweep_print_progress(r.store, &prog, stdout);
+        putchar('\n');
+    }
+    /* stop the workers first, so they hand their jobs back to a coordinator still running */
+    if (r.n_children > 1) stop_children(r.children + 1, r.n_children - 1, SIGTERM, 15000);
+    if (r.n_children > 0) stop_children(r.children, 1, SIGTERM, 15000);
+    if (!st) {
+        printf("\n");
+        st = qsweep_print_results(r.store, g->name, 0, stdout, &err);
+        if (!st && r.pg)
+            printf("(qsweep run stops its private cluster when it ends; to query it, start it with\n"
+                   "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");
+    }
+    run_cleanup(&r);
+    int rc = st ? qsweep_fail("run", &err) : (prog.failed + prog.cancelled > 0) ? QSWEEP_EXIT_JOBS_FAILED
+                                                                               : QSWEEP_EXIT_OK;
+    if (!st && rc == QSWEEP_EXIT_JOBS_FAILED)
+        fprintf(stderr, "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",
+                (long long)prog.failed, (long long)prog.cancelled);
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+    return rc;
+}

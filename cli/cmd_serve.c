@@ -1,0 +1,99 @@
+/* qsweep coordinator and qsweep worker: the two long-running processes of a sweep, thin
+ * shells over qc_server_run (coordinator/server/server.h) and qw_run (worker/loop/loop.h).
+ * The worker registers the sweep's job kinds (worker/jobs/jobs.h) before it connects. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "jobs.h"
+#include "loop.h"
+#include "server.h"
+
+static void coordinator_usage(FILE *out) {
+    fprintf(out, "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS] [--quiet]\n"
+                 "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
+                 "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
+                 "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
+                 "  --lease-ms MS    a running job's lease, renewed by worker heartbeats (default 30000)\n"
+                 "  --exit-when-done return once every job in the database is finished\n"
+                 "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): only workers that\n"
+                 "                   know its public key can connect\n");
+}
+
+int qsweep_cmd_coordinator(int argc, char **argv) {
+    static const struct option opts[] = {{"bind", required_argument, 0, 'b'},    {"db", required_argument, 0, 'd'},
+                                         {"lease-ms", required_argument, 0, 'l'}, {"quiet", no_argument, 0, 'q'},
+                                         {"exit-when-done", no_argument, 0, 'x'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    qc_server_options o = {.bind_endpoint = "tcp://0.0.0.0:5555"};
+    const char *db = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "b:d:l:qxh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': o.bind_endpoint = optarg; break;
+        case 'd': db = optarg; break;
+        case 'l': o.lease_ms = atoi(optarg); break;
+        case 'q': o.quiet = true; break;
+        case 'x': o.exit_when_done = true; break;
+        case 'h': coordinator_usage(stdout); return QSWEEP_EXIT_OK;
+        default: coordinator_usage(stderr); return QSWEEP_EXIT_USAGE;
+        }
+    }
+    o.conninfo = qsweep_db_arg(db);
+    if (optind != argc || !o.conninfo || o.lease_ms < 0) {
+        if (!o.conninfo) fprintf(stderr, "qsweep coordinator: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        coordinator_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    const char *curve = getenv("QSWEEP_CURVE_SECRET");
+    if (curve && *curve) o.curve_secret_key = curve;
+    qs_error err = {0};
+    qs_status st = qc_server_run(&o, &err);
+    return st ? qsweep_fail("coordinator", &err) : QSWEEP_EXIT_OK;
+}
+
+static void worker_usage(FILE *out) {
+    fprintf(out, "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--quiet]\n"
+                 "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
+                 "  loaded models between jobs.\n"
+                 "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
+                 "  --id NAME           worker name (default <host>-<pid>)\n"
+                 "  --threads N         CPU threads per job (default: all)\n"
+                 "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
+                 "                      the coordinator's public key and this worker's key pair\n"
+                 "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
+                 "  ${XDG_CACHE_HOME:-~/.cache}/qsweep/baselines.\n");
+}
+
+int qsweep_cmd_worker(int argc, char **argv) {
+    static const struct option opts[] = {{"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
+                                         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:i:t:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': o.endpoint = optarg; break;
+        case 'i': o.worker_id = optarg; break;
+        case 't': o.threads = atoi(optarg); break;
+        case 'q': o.quiet = true; break;
+        case 'h': worker_usage(stdout); return QSWEEP_EXIT_OK;
+        default: worker_usage(stderr); return QSWEEP_EXIT_USAGE;
+        }
+    }
+    if (optind != argc || o.threads < 0) {
+        worker_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    o.curve_server_key = getenv("QSWEEP_CURVE_SERVER");
+    o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");
+    o.curve_secret_key = getenv("QSWEEP_CURVE_SECRET");
+    qs_error err = {0};
+    qs_status st = qw_jobs_register(&err);
+    if (!st) st = qw_run(&o, &err);
+    return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
+}

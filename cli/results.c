@@ -1,0 +1,180 @@
+/* qsweep results EXPERIMENT: the sensitivity tables, from the v_sensitivity view
+ * (schema/002_views.sql). The table, the CSV and the JSON come from one SQL query, which is
+ * printed after the table so the same numbers can be read back with psql. */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* One row per (model, format, options, quantize, mode, part): the part's perplexity, its
+ * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement. Sorted
+ * by damage (perplexity increase) within each (model, format, options, quantize, mode). The
+ * experiment name is bound as $1 (or spliced in as an SQL literal for psql). */
+static const char *const RESULTS_SQL =
+    "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
+    "       j.spec ->> 'format_options' AS options, s.quantize, s.mode, s.part,\n"
+    "       max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl,\n"
+    "       max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
+    "       max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
+    "       max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
+    "       max(s.value) FILTER (WHERE s.metric = 'kl_p99') AS kl_p99,\n"
+    "       max(s.value) FILTER (WHERE s.metric = 'top1') AS top1\n"
+    "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+    "WHERE s.experiment = %s\n"
+    "GROUP BY 1, 2, 3, 4, 5, 6\n"
+    "ORDER BY 1, 2, 3, 4, 5, delta_ppl DESC NULLS LAST, kl_mean DESC NULLS LAST";
+
+enum { C_MODEL, C_FORMAT, C_OPTIONS, C_QUANT, C_MODE, C_PART, C_BASE, C_PPL, C_DELTA, C_KL, C_KL99, C_TOP1, C_N };
+static const char *const col_names[C_N] = {"model", "format", "options", "quantize", "mode", "part",
+                                           "baseline_ppl", "ppl", "delta_ppl", "kl_mean", "kl_p99", "top1"};
+
+static double num(PGresult *r, int row, int col) {
+    return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
+}
+
+static int same_group(PGresult *r, int a, int b) {
+    for (int c = C_MODEL; c <= C_MODE; c++)
+        if (strcmp(PQgetvalue(r, a, c), PQgetvalue(r, b, c))) return 0;
+    return 1;
+}
+
+static void print_table(PGresult *r, FILE *out) {
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || !same_group(r, i, i - 1)) {
+            double base = num(r, i, C_BASE);
+            fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (BF16 weights) ppl %.4f\n", PQgetvalue(r, i, C_MODEL),
+                    PQgetvalue(r, i, C_FORMAT), PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
+                    PQgetvalue(r, i, C_MODE), base);
+            fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%", "KL mean", "KL p99",
+                    "top-1");
+        }
+        double base = num(r, i, C_BASE), ppl = num(r, i, C_PPL), d = num(r, i, C_DELTA);
+        fprintf(out, "  %-8s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %7.2f%%\n", PQgetvalue(r, i, C_PART), ppl, d,
+                100.0 * d / base, num(r, i, C_KL), num(r, i, C_KL99), 100.0 * num(r, i, C_TOP1));
+    }
+}
+
+static void print_csv(PGresult *r, FILE *out) {
+    for (int c = 0; c < C_N; c++) fprintf(out, "%s%s", c ? "," : "", col_names[c]);
+    fputc('\n', out);
+    for (int i = 0; i < PQntuples(r); i++) {
+        for (int c = 0; c < C_N; c++) {
+            const char *v = PQgetvalue(r, i, c);
+            if (c) fputc(',', out);
+            if (strpbrk(v, ",\"\n")) { /* RFC 4180 quoting */
+                fputc('"', out);
+                for (; *v; v++) {
+                    if (*v == '"') fputc('"', out);
+                    fputc(*v, out);
+                }
+                fputc('"', out);
+            } else {
+                fputs(v, out);
+            }
+        }
+        fputc('\n', out);
+    }
+}
+
+static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++) {
+        json_t *o = json_object();
+        for (int c = 0; c < C_N; c++) {
+            json_t *v;
+            if (PQgetisnull(r, i, c)) v = json_null();
+            else if (c == C_OPTIONS) v = json_loads(PQgetvalue(r, i, c), 0, NULL);
+            else if (c >= C_BASE) v = json_real(num(r, i, c));
+            else v = json_string(PQgetvalue(r, i, c));
+            json_object_set_new(o, col_names[c], v ? v : json_null());
+        }
+        json_array_append_new(arr, o);
+    }
+    if (!arr || json_dumpf(arr, out, JSON_INDENT(2)) != 0) {
+        json_decref(arr);
+        return qs_error_set(err, QS_EIO, "cannot write the JSON output");
+    }
+    fputc('\n', out);
+    json_decref(arr);
+    return QS_OK;
+}
+
+qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out, qs_error *err) {
+    PGconn *c = qc_store_pgconn(db);
+    qc_progress *prog = NULL;
+    size_t np = 0;
+    qs_status st = qc_store_progress(db, name, &prog, &np, err);
+    free(prog);
+    if (st) return st;
+    char sql[2048];
+    snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
+    const char *params[1] = {name};
+    PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        st = qs_error_set(err, QS_EDB, "results of %s: %s", name, PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    if (format == 1) {
+        print_csv(r, out);
+    } else if (format == 2) {
+        st = print_json(r, out, err);
+    } else {
+        fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
+        print_table(r, out);
+        char *lit = PQescapeLiteral(c, name, strlen(name));
+        char q[2048];
+        snprintf(q, sizeof q, RESULTS_SQL, lit ? lit : "''");
+        PQfreemem(lit);
+        fprintf(out, "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" <<'SQL'\n%s;\nSQL\n",
+                PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+    }
+    PQclear(r);
+    return st;
+}
+
+static void results_usage(FILE *out) {
+    fprintf(out, "usage: qsweep results EXPERIMENT [--csv | --json] [--db CONNINFO]\n"
+                 "  One table per (model, format, quantize, isolation mode): the baseline perplexity, then\n"
+                 "  each isolated part with its perplexity, the increase over the baseline, KL divergence\n"
+                 "  (mean, p99) and top-1 agreement against the baseline, sorted by damage.\n"
+                 "  --csv / --json   machine-readable output of the same rows\n"
+                 "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
+}
+
+int qsweep_cmd_results(int argc, char **argv) {
+    static const struct option opts[] = {{"csv", no_argument, 0, 'c'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int format = 0, c;
+    const char *db = NULL;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "cjd:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': format = 1; break;
+        case 'j': format = 2; break;
+        case 'd': db = optarg; break;
+        case 'h': results_usage(stdout); return QSWEEP_EXIT_OK;
+        default: results_usage(stderr); return QSWEEP_EXIT_USAGE;
+        }
+    }
+    const char *conninfo = qsweep_db_arg(db);
+    if (optind != argc - 1 || !conninfo) {
+        if (!conninfo) fprintf(stderr, "qsweep results: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        results_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    qs_error err = {0};
+    qc_store *s = NULL;
+    qs_status st = qc_store_open(conninfo, "results", &s, &err);
+    if (!st) st = qsweep_print_results(s, argv[optind], format, stdout, &err);
+    qc_store_close(s);
+    return st ? qsweep_fail("results", &err) : QSWEEP_EXIT_OK;
+}

@@ -1,0 +1,42 @@
+/* qw_jobs: the "baseline" and "eval" job kinds of a sensitivity sweep (issue 5), run by the
+ * worker loop (worker/loop/loop.h) over the model engine (worker/engine/).
+ *
+ * Both read the job spec that coordinator/grid writes (grid.h, qc_grid_expand):
+ *   {"kind", "model": {"path", "digest"}, "dataset": {"path", "digest", "ctx", "max_chunks"},
+ *    "format", "format_options", "quantize", "mode", "part", "metrics", "numerics_version"}
+ *
+ * "baseline": the unquantized model on the dataset. Writes the reference log-probabilities
+ *   (worker/engine/eval.h's baseline file) into the baseline directory (qw_jobs_baseline_path)
+ *   and reports ppl, nll, their standard errors and n_tokens, n_chunks, n_scored, ctx.
+ * "eval": applies the policy the spec names (format, options, quantize, mode, part), compares
+ *   against the baseline file (recomputing it first when this machine has none) and reports
+ *   ppl, nll, kl_mean, kl_median, kl_p90, kl_p99, kl_max, top1 (the metrics requested:
+ *   "kl" gives the kl_* rows and "top1" the top1 row), "sqnr_db.<block>.<kind>" per quantized
+ *   linear (with "sqnr"; "sqnr_db.lm_head" for the head), n_tokens, n_chunks, n_scored, ctx.
+ *
+ * A worker keeps the loaded model in its cache (qw_job_cache_*) under "model:<digest>", so
+ * the coordinator's model affinity sends the next job of that model to it. The model file's
+ * digest is checked against the spec when it is loaded: a file changed since submission fails
+ * the job instead of producing results filed under the old digest. */
+#ifndef QW_JOBS_H
+#define QW_JOBS_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+/* Registers "baseline" and "eval" in the worker's registry (qw_register_kind). Call before
+ * qw_run. Errors: those of qw_register_kind. */
+qs_status qw_jobs_register(qs_error *err);
+
+/* The baseline file for (model digest, dataset digest, ctx, max_chunks, numerics version):
+ *   $QSWEEP_BASELINE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/baselines, then
+ *   "/<model_digest>-<dataset_digest>-ctx<ctx>-chunks<max_chunks>-v<numerics>.qswblp".
+ * Every local worker computes the same name, so a baseline made by one is reused by all.
+ * Writes at most cap bytes (NUL included) to buf. With mkdirs the directory is created.
+ * Errors: QS_EINVAL (buf too small, a digest that is not hex), QS_EIO (mkdir). */
+qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
+                                long max_chunks, const char *numerics_version, int mkdirs,
+                                char *buf, size_t cap, qs_error *err);
+
+#endif
