@@ -265,6 +265,8 @@ def write_fuzz_seeds(d):
               os.path.join(d, "safetensors", "f32_f16.safetensors"))
     write_bf16_safetensors(os.path.join(d, "safetensors", "bf16.safetensors"),
                            {"w": bf16_bits(rng.standard_normal((2, 2)))})
+    # A complete one-block model (tied), so that the fuzzer also reaches qw_checkpoint_open's
+    # shape validation and the Q/K un-permutation.
     g = GGUFWriter(os.path.join(d, "gguf", "mini.gguf"), "llama")
     for k, v in (("context_length", 64), ("embedding_length", 32), ("block_count", 1), ("feed_forward_length", 32),
                  ("head_count", 2), ("head_count_kv", 1)):
@@ -273,9 +275,12 @@ def write_fuzz_seeds(d):
     g.add_rope_freq_base(10000.0)
     g.add_token_list(["a", "b", "c", "d"])
     g.add_array("test.nested", [[1, 2], ["x"]])
-    for name, qt in (("token_embd.weight", QT.Q8_0), ("blk.0.attn_q.weight", QT.Q4_0), ("blk.0.attn_k.weight", QT.Q4_1),
-                     ("blk.0.attn_v.weight", QT.BF16), ("blk.0.ffn_up.weight", QT.F16), ("output_norm.weight", QT.F32)):
-        shape = (32,) if name == "output_norm.weight" else (2, 32)
+    for name, shape, qt in (("token_embd.weight", (4, 32), QT.Q8_0), ("output_norm.weight", (32,), QT.F32),
+                            ("blk.0.attn_norm.weight", (32,), QT.F32), ("blk.0.ffn_norm.weight", (32,), QT.F16),
+                            ("blk.0.attn_q.weight", (32, 32), QT.Q4_0), ("blk.0.attn_k.weight", (16, 32), QT.Q4_1),
+                            ("blk.0.attn_v.weight", (16, 32), QT.BF16), ("blk.0.attn_output.weight", (32, 32), QT.Q4_1),
+                            ("blk.0.ffn_gate.weight", (32, 32), QT.Q8_0), ("blk.0.ffn_up.weight", (32, 32), QT.Q4_0),
+                            ("blk.0.ffn_down.weight", (32, 32), QT.Q4_1)):
         q = quantize(rng.standard_normal(shape).astype(np.float32), qt)
         g.add_tensor(name, q, raw_dtype=None if qt == QT.F32 else qt)
     g.write_header_to_file()
