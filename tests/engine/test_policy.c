@@ -79,8 +79,9 @@ static void isolation_refuses_bad_arguments(void **state) {
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_COMPONENT, (qw_linear_kind)7, 0, &s, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "kind 7"));
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, NULL, &err), QS_EINVAL);
-    assert_int_equal(qw_policy_init(&p, 0, &err), QS_EINVAL);
     qw_policy_free(&p);
+    assert_int_equal(qw_policy_init(&p, 0, &err), QS_EINVAL);
+    assert_null(p.linears);
 }
 
 static void names_round_trip(void **state) {
