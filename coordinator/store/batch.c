@@ -1,0 +1,425 @@
+/* The coordinator's write queue: transitions collected as array columns and flushed in one
+ * transaction with one set-based statement per kind (unnest of the arrays), results through
+ * COPY into a session staging table. Contract: store.h (qc_batch_*, qc_store_flush). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sqltext.h"
+#include "store_internal.h"
+
+/* The columns of one kind of transition; `n` columns of `col`. */
+#define MAX_COLS 5
+typedef struct column_group {
+    qc_sqlarray col[MAX_COLS];
+    int n;
+} column_group;
+
+struct qc_batch {
+    column_group started; /* job, attempt, worker, lease_s */
+    column_group renewed; /* job, attempt, lease_s */
+    column_group ended;   /* job, attempt, outcome, error */
+    column_group states;  /* job, state, attempts_used, backoff_s, last_error */
+    column_group workers; /* id, host, pid, gpus, threads */
+    qc_sbuf results;      /* COPY text rows: job, attempt, name, value, step, final */
+    size_t n_final, n_partial;
+    int64_t cancels_upto; /* 0: none */
+};
+
+/* Lengths of a group's columns before an append, to undo a half-done one. */
+typedef struct group_mark {
+    size_t len[MAX_COLS], n[MAX_COLS];
+} group_mark;
+
+static group_mark mark(const column_group *g) {
+    group_mark m = {{0}, {0}};
+    for (int i = 0; i < g->n; i++) {
+        m.len[i] = g->col[i].text.len;
+        m.n[i] = g->col[i].n;
+    }
+    return m;
+}
+
+/* Keeps the append when no column ran out of memory, else restores the mark. */
+static qs_status commit_or_undo(column_group *g, const group_mark *m, const char *what,
+                                qs_error *err) {
+    bool oom = false;
+    for (int i = 0; i < g->n; i++)
+        oom |= g->col[i].text.oom;
+    if (!oom) return QS_OK;
+    for (int i = 0; i < g->n; i++) {
+        g->col[i].text.oom = false;
+        qc_sbuf_truncate(&g->col[i].text, m->len[i]);
+        g->col[i].n = m->n[i];
+    }
+    return qs_error_set(err, QS_ENOMEM, "batch: out of memory queueing %s", what);
+}
+
+qc_batch *qc_batch_new(void) {
+    qc_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->started.n = 4;
+    b->renewed.n = 3;
+    b->ended.n = 4;
+    b->states.n = 5;
+    b->workers.n = 5;
+    return b;
+}
+
+static column_group *groups(qc_batch *b, int i) {
+    column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states, &b->workers};
+    return i < 5 ? all[i] : NULL;
+}
+
+void qc_batch_clear(qc_batch *b) {
+    column_group *g;
+    for (int i = 0; (g = groups(b, i)) != NULL; i++)
+        for (int c = 0; c < g->n; c++)
+            qc_sqlarray_clear(&g->col[c]);
+    qc_sbuf_truncate(&b->results, 0);
+    b->results.oom = false;
+    b->n_final = b->n_partial = 0;
+    b->cancels_upto = 0;
+}
+
+void qc_batch_free(qc_batch *b) {
+    if (!b) return;
+    column_group *g;
+    for (int i = 0; (g = groups(b, i)) != NULL; i++)
+        for (int c = 0; c < g->n; c++)
+            qc_sqlarray_free(&g->col[c]);
+    qc_sbuf_free(&b->results);
+    free(b);
+}
+
+size_t qc_batch_size(const qc_batch *b) {
+    return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
+           b->workers.col[0].n + b->n_final + b->n_partial + (b->cancels_upto > 0);
+}
+
+static qs_status check_lease(double lease_s, const char *what, int64_t job, int32_t attempt,
+                             qs_error *err) {
+    if (!(lease_s > 0) || isinf(lease_s))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: %s job %lld attempt %d: lease %g s must be "
+                            "a positive finite number",
+                            what, (long long)job, attempt, lease_s);
+    return QS_OK;
+}
+
+qs_status qc_batch_attempt_started(qc_batch *b, int64_t job, int32_t attempt, const char *worker,
+                                   double lease_s, qs_error *err) {
+    qs_status st = check_lease(lease_s, "attempt started", job, attempt, err);
+    if (st) return st;
+    if (!worker || !*worker)
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: attempt started job %lld attempt %d: worker "
+                            "id is empty",
+                            (long long)job, attempt);
+    if (attempt < 1)
+        return qs_error_set(err, QS_EINVAL, "batch: attempt started job %lld: attempt %d < 1",
+                            (long long)job, attempt);
+    group_mark m = mark(&b->started);
+    qc_sqlarray_int(&b->started.col[0], job);
+    qc_sqlarray_int(&b->started.col[1], attempt);
+    qc_sqlarray_text(&b->started.col[2], worker);
+    qc_sqlarray_double(&b->started.col[3], lease_s);
+    return commit_or_undo(&b->started, &m, "an attempt start", err);
+}
+
+qs_status qc_batch_lease_renewed(qc_batch *b, int64_t job, int32_t attempt, double lease_s,
+                                 qs_error *err) {
+    qs_status st = check_lease(lease_s, "lease renewed", job, attempt, err);
+    if (st) return st;
+    group_mark m = mark(&b->renewed);
+    qc_sqlarray_int(&b->renewed.col[0], job);
+    qc_sqlarray_int(&b->renewed.col[1], attempt);
+    qc_sqlarray_double(&b->renewed.col[2], lease_s);
+    return commit_or_undo(&b->renewed, &m, "a lease renewal", err);
+}
+
+qs_status qc_batch_attempt_ended(qc_batch *b, int64_t job, int32_t attempt,
+                                 qc_attempt_outcome outcome, const char *error, qs_error *err) {
+    const char *name = qc_attempt_outcome_name(outcome);
+    if (!name || outcome == QC_ATTEMPT_RUNNING)
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: attempt ended job %lld attempt %d: outcome "
+                            "%d is not an end",
+                            (long long)job, attempt, (int)outcome);
+    group_mark m = mark(&b->ended);
+    qc_sqlarray_int(&b->ended.col[0], job);
+    qc_sqlarray_int(&b->ended.col[1], attempt);
+    qc_sqlarray_text(&b->ended.col[2], name);
+    qc_sqlarray_text(&b->ended.col[3], error);
+    return commit_or_undo(&b->ended, &m, "an attempt end", err);
+}
+
+qs_status qc_batch_job_state(qc_batch *b, int64_t job, qc_job_state state, int32_t attempts_used,
+                             double backoff_s, const char *last_error, qs_error *err) {
+    const char *name = qc_job_state_name(state);
+    if (!name)
+        return qs_error_set(err, QS_EINVAL, "batch: job %lld: state %d is not a job state",
+                            (long long)job, (int)state);
+    if (attempts_used < 0 || isnan(backoff_s) || isinf(backoff_s))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: job %lld: attempts_used %d or backoff %g s "
+                            "out of range",
+                            (long long)job, attempts_used, backoff_s);
+    group_mark m = mark(&b->states);
+    qc_sqlarray_int(&b->states.col[0], job);
+    qc_sqlarray_text(&b->states.col[1], name);
+    qc_sqlarray_int(&b->states.col[2], attempts_used);
+    qc_sqlarray_double(&b->states.col[3], backoff_s);
+    qc_sqlarray_text(&b->states.col[4], last_error);
+    return commit_or_undo(&b->states, &m, "a job state", err);
+}
+
+qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host, int32_t pid,
+                               const char *gpus_json, int32_t threads, qs_error *err) {
+    if (!worker || !*worker) return qs_error_set(err, QS_EINVAL, "batch: worker id is empty");
+    if (gpus_json) {
+        /* A bad document would fail the whole batch's transaction: refuse it here. */
+        json_error_t je;
+        json_t *g = json_loads(gpus_json, 0, &je);
+        bool ok = g && json_is_array(g);
+        json_decref(g);
+        if (!ok)
+            return qs_error_set(err, QS_EINVAL, "batch: worker %s: gpus is not a JSON array%s%s",
+                                worker, g ? "" : ": ", g ? "" : je.text);
+    }
+    group_mark m = mark(&b->workers);
+    qc_sqlarray_text(&b->workers.col[0], worker);
+    qc_sqlarray_text(&b->workers.col[1], host ? host : "");
+    qc_sqlarray_int(&b->workers.col[2], pid);
+    qc_sqlarray_text(&b->workers.col[3], gpus_json ? gpus_json : "[]");
+    qc_sqlarray_int(&b->workers.col[4], threads);
+    return commit_or_undo(&b->workers, &m, "a worker", err);
+}
+
+qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final,
+                           const qc_metric *rows, size_t n, qs_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].name || !*rows[i].name)
+            return qs_error_set(err, QS_EINVAL,
+                                "batch: results job %lld attempt %d: metric %zu "
+                                "has an empty name",
+                                (long long)job, attempt, i);
+        if (final ? rows[i].step != -1 : rows[i].step < 0)
+            return qs_error_set(err, QS_EINVAL,
+                                "batch: results job %lld attempt %d: metric %s "
+                                "step %lld contradicts final=%s",
+                                (long long)job, attempt, rows[i].name, (long long)rows[i].step,
+                                final ? "true" : "false");
+    }
+    size_t before = b->results.len;
+    for (size_t i = 0; i < n; i++) {
+        qc_sbuf_printf(&b->results, "%lld\t%d\t", (long long)job, attempt);
+        qc_copy_text(&b->results, rows[i].name);
+        qc_sbuf_putn(&b->results, "\t", 1);
+        qc_copy_double(&b->results, rows[i].value);
+        qc_sbuf_printf(&b->results, "\t%lld\t%c\n", (long long)rows[i].step, final ? 't' : 'f');
+    }
+    if (b->results.oom) {
+        b->results.oom = false;
+        qc_sbuf_truncate(&b->results, before);
+        return qs_error_set(err, QS_ENOMEM, "batch: out of memory queueing %zu results", n);
+    }
+    if (final)
+        b->n_final += n;
+    else
+        b->n_partial += n;
+    return QS_OK;
+}
+
+qs_status qc_batch_cancels_handled(qc_batch *b, int64_t upto_request, qs_error *err) {
+    if (upto_request < 1)
+        return qs_error_set(err, QS_EINVAL, "batch: cancel request id %lld < 1",
+                            (long long)upto_request);
+    if (upto_request > b->cancels_upto) b->cancels_upto = upto_request;
+    return QS_OK;
+}
+
+/* ---- flush --------------------------------------------------------------------------------- */
+
+/* The statements, in flush order; $k is the group's column k as an array literal. */
+static const char *const sql_workers =
+    "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen) "
+    "SELECT id, host, pid, gpus::jsonb, threads, now(), now() FROM ("
+    " SELECT DISTINCT ON (id) id, host, pid, gpus, threads FROM unnest($1::text[], $2::text[],"
+    " $3::int[], $4::text[], $5::int[]) WITH ORDINALITY AS u(id, host, pid, gpus, threads, ord)"
+    " ORDER BY id, ord DESC) v "
+    "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
+    "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now()";
+static const char *const sql_started =
+    "INSERT INTO attempts (job, attempt, worker, started_at, lease_expires_at) "
+    "SELECT job, att, worker, now(), now() + lease * interval '1 second' "
+    "FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[]) AS u(job, att, worker, lease) "
+    "ON CONFLICT (job, attempt) DO NOTHING";
+static const char *const sql_renewed =
+    "UPDATE attempts a SET lease_expires_at = now() + v.lease * interval '1 second' FROM ("
+    " SELECT DISTINCT ON (job, att) job, att, lease FROM unnest($1::bigint[], $2::int[],"
+    " $3::float8[]) WITH ORDINALITY AS u(job, att, lease, ord) ORDER BY job, att, ord DESC) v "
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
+/* The first end of an attempt wins (ord ascending), also against one already stored. */
+static const char *const sql_ended =
+    "UPDATE attempts a SET outcome = v.outcome, ended_at = now(), error = v.error FROM ("
+    " SELECT DISTINCT ON (job, att) job, att, outcome, error FROM unnest($1::bigint[], $2::int[],"
+    " $3::text[], $4::text[]) WITH ORDINALITY AS u(job, att, outcome, error, ord)"
+    " ORDER BY job, att, ord) v "
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
+/* The last state of each job wins; its last_error is the last non-NULL one queued, else the
+ * stored one. */
+static const char *const sql_states =
+    "WITH u AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[],"
+    " $5::text[]) WITH ORDINALITY AS u(job, state, used, backoff, err, ord)),"
+    " last AS (SELECT DISTINCT ON (job) job, state, used, backoff FROM u ORDER BY job, ord DESC),"
+    " lerr AS (SELECT DISTINCT ON (job) job, err FROM u WHERE err IS NOT NULL"
+    " ORDER BY job, ord DESC) "
+    "UPDATE jobs j SET state = last.state, attempts_used = last.used, "
+    "not_before = CASE WHEN last.backoff > 0 THEN now() + last.backoff * interval '1 second' END, "
+    "last_error = COALESCE(lerr.err, j.last_error), updated_at = now() "
+    "FROM last LEFT JOIN lerr ON lerr.job = last.job WHERE j.id = last.job";
+static const char *const sql_staging =
+    "CREATE TEMPORARY TABLE qc_results_in (job bigint, attempt integer, name text, "
+    "value double precision, step bigint, final boolean) ON COMMIT DELETE ROWS";
+/* Final rows: once per job. A final set from an attempt is dropped whole when the job already
+ * holds final rows of another attempt; duplicates of stored rows are ignored. */
+static const char *const sql_final =
+    "WITH blocked AS (SELECT DISTINCT i.job, i.attempt FROM qc_results_in i WHERE i.final AND "
+    "EXISTS (SELECT 1 FROM results r WHERE r.job = i.job AND r.step = -1 AND "
+    "r.attempt <> i.attempt)) "
+    "INSERT INTO results (job, attempt, name, value, step, final) "
+    "SELECT i.job, i.attempt, i.name, i.value, i.step, i.final FROM qc_results_in i "
+    "WHERE i.final AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.job = i.job AND "
+    "b.attempt = i.attempt) ON CONFLICT DO NOTHING";
+/* Curve points: a newer attempt's point replaces an older attempt's. */
+static const char *const sql_partial =
+    "INSERT INTO results (job, attempt, name, value, step, final) "
+    "SELECT DISTINCT ON (job, name, step) job, attempt, name, value, step, final "
+    "FROM qc_results_in WHERE NOT final ORDER BY job, name, step, attempt DESC "
+    "ON CONFLICT (job, name, step) DO UPDATE SET value = EXCLUDED.value, "
+    "attempt = EXCLUDED.attempt, created_at = now() "
+    "WHERE NOT results.final AND results.attempt < EXCLUDED.attempt";
+static const char *const sql_cancels =
+    "UPDATE cancel_requests SET handled_at = now() WHERE id <= $1 AND handled_at IS NULL";
+
+/* Runs one group's statement with its columns as array parameters; adds the rows changed to
+ * *count. */
+static qs_status flush_group(qc_store *s, const column_group *g, const char *sql, const char *what,
+                             size_t *count, qs_error *err) {
+    if (g->col[0].n == 0) return QS_OK;
+    qc_sbuf lit[MAX_COLS] = {{0}};
+    const char *v[MAX_COLS];
+    qs_status st = QS_OK;
+    for (int i = 0; i < g->n; i++)
+        if (!(v[i] = qc_sqlarray_literal(&g->col[i], &lit[i])))
+            st = qs_error_set(err, QS_ENOMEM, "flush: out of memory building %s", what);
+    if (!st) {
+        PGresult *r = qc_store_params(s, sql, g->n, v, PGRES_COMMAND_OK, what, err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            *count += strtoull(PQcmdTuples(r), NULL, 10);
+            PQclear(r);
+        }
+    }
+    for (int i = 0; i < g->n; i++)
+        qc_sbuf_free(&lit[i]);
+    return st;
+}
+
+static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
+    if (b->n_final + b->n_partial == 0) return QS_OK;
+    PGresult *r = PQexec(s->conn, "COPY qc_results_in FROM STDIN");
+    if (PQresultStatus(r) != PGRES_COPY_IN) {
+        qs_status st = qc_store_fail(s, r, "flush: COPY results", err);
+        PQclear(r);
+        return st;
+    }
+    PQclear(r);
+    if (PQputCopyData(s->conn, b->results.p, (int)b->results.len) != 1 ||
+        PQputCopyEnd(s->conn, NULL) != 1)
+        return qc_store_fail(s, NULL, "flush: sending results", err);
+    qs_status st = QS_OK;
+    while ((r = PQgetResult(s->conn)) != NULL) {
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && !st)
+            st = qc_store_fail(s, r, "flush: COPY results", err);
+        PQclear(r);
+    }
+    if (st) return st;
+    size_t inserted = 0;
+    if (b->n_final) {
+        r = qc_store_params(s, sql_final, 0, NULL, PGRES_COMMAND_OK, "flush: storing final results",
+                            err);
+        if (!r) return QS_EDB;
+        inserted += strtoull(PQcmdTuples(r), NULL, 10);
+        PQclear(r);
+    }
+    if (b->n_partial) {
+        r = qc_store_params(s, sql_partial, 0, NULL, PGRES_COMMAND_OK,
+                            "flush: storing partial results", err);
+        if (!r) return QS_EDB;
+        inserted += strtoull(PQcmdTuples(r), NULL, 10);
+        PQclear(r);
+    }
+    stats->results_inserted += inserted;
+    size_t total = b->n_final + b->n_partial;
+    stats->results_ignored += total > inserted ? total - inserted : 0;
+    return QS_OK;
+}
+
+static qs_status flush_in_transaction(qc_store *s, qc_batch *b, qc_flush_stats *stats,
+                                      qs_error *err) {
+    qs_status st = qc_store_exec(s, "BEGIN", "flush: BEGIN", err);
+    if (!st)
+        st = flush_group(s, &b->workers, sql_workers, "flush: workers seen", &stats->workers_seen,
+                         err);
+    if (!st)
+        st = flush_group(s, &b->started, sql_started, "flush: attempts started",
+                         &stats->attempts_started, err);
+    if (!st)
+        st = flush_group(s, &b->renewed, sql_renewed, "flush: leases renewed",
+                         &stats->leases_renewed, err);
+    if (!st)
+        st = flush_group(s, &b->ended, sql_ended, "flush: attempts ended", &stats->attempts_ended,
+                         err);
+    if (!st)
+        st = flush_group(s, &b->states, sql_states, "flush: job states", &stats->jobs_changed, err);
+    if (!st) st = flush_results(s, b, stats, err);
+    if (!st && b->cancels_upto > 0) {
+        char upto[32];
+        snprintf(upto, sizeof upto, "%lld", (long long)b->cancels_upto);
+        const char *p[] = {upto};
+        PGresult *r = qc_store_params(s, sql_cancels, 1, p, PGRES_COMMAND_OK,
+                                      "flush: cancel requests handled", err);
+        if (!r)
+            st = QS_EDB;
+        else
+            PQclear(r);
+    }
+    if (!st) st = qc_store_exec(s, "COMMIT", "flush: COMMIT", err);
+    return st;
+}
+
+qs_status qc_store_flush(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
+    qc_flush_stats local = {0};
+    if (!stats) stats = &local;
+    *stats = (qc_flush_stats){0};
+    if (qc_batch_size(b) == 0) return QS_OK;
+    if (b->n_final + b->n_partial > 0 && !s->staging_ready) {
+        /* Outside the transaction, so a rolled-back flush does not take the table with it. */
+        qs_status st = qc_store_exec(s, sql_staging, "flush: creating results staging", err);
+        if (st) return st;
+        s->staging_ready = true;
+    }
+    qs_status st = flush_in_transaction(s, b, stats, err);
+    if (st) {
+        qc_store_rollback(s);
+        *stats = (qc_flush_stats){0};
+        return st;
+    }
+    qc_batch_clear(b);
+    return QS_OK;
+}

@@ -1,0 +1,52 @@
+/* Growable text buffers that build PostgreSQL array literals ("{1,2,NULL}") and COPY text
+ * rows for the store's set-based statements. Internal to qc_store.
+ *
+ * Array literal rules (PostgreSQL docs, "Arrays", 8.15.6 Array Input and Output Syntax):
+ * elements separated by commas; an element in double quotes may hold any character, with
+ * '"' and '\' backslash-escaped; an unquoted NULL is the null value.
+ * COPY text rules (docs, COPY, "Text Format"): columns separated by tabs, rows by newlines;
+ * backslash, tab, newline and carriage return inside a value are written \\, \t, \n, \r. */
+#ifndef QC_STORE_SQLTEXT_H
+#define QC_STORE_SQLTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A NUL-terminated growable string. oom is set (and further appends ignored) when an
+ * allocation fails; callers check it once after a series of appends. */
+typedef struct qc_sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} qc_sbuf;
+
+void qc_sbuf_free(qc_sbuf *b);
+void qc_sbuf_truncate(qc_sbuf *b, size_t len);
+void qc_sbuf_putn(qc_sbuf *b, const char *s, size_t n);
+void qc_sbuf_puts(qc_sbuf *b, const char *s);
+void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A column of an array literal being built: its elements without the braces, and the count. */
+typedef struct qc_sqlarray {
+    qc_sbuf text;
+    size_t n;
+} qc_sqlarray;
+
+void qc_sqlarray_int(qc_sqlarray *a, int64_t v);
+/* A double as the shortest text that reads back to the same value ("%.17g"); NaN and the
+ * infinities as PostgreSQL spells them. */
+void qc_sqlarray_double(qc_sqlarray *a, double v);
+/* A quoted string element, or NULL when s is NULL. */
+void qc_sqlarray_text(qc_sqlarray *a, const char *s);
+/* Writes "{elements}" into out (reused across calls) and returns out->p. */
+const char *qc_sqlarray_literal(const qc_sqlarray *a, qc_sbuf *out);
+void qc_sqlarray_clear(qc_sqlarray *a);
+void qc_sqlarray_free(qc_sqlarray *a);
+
+/* Appends s to a COPY text row, escaped. */
+void qc_copy_text(qc_sbuf *b, const char *s);
+/* Appends a double to a COPY text row (as qc_sqlarray_double). */
+void qc_copy_double(qc_sbuf *b, double v);
+
+#endif

@@ -1,0 +1,29 @@
+/* What store.c and batch.c share: the store's fields and its error/exec helpers.
+ * Internal to qc_store. */
+#ifndef QC_STORE_STORE_INTERNAL_H
+#define QC_STORE_STORE_INTERNAL_H
+
+#include "sqltext.h"
+#include "store.h"
+
+struct qc_store {
+    PGconn *conn;
+    bool lost;          /* the last call found the connection gone */
+    bool holds_lock;    /* qc_store_lock_coordinator succeeded in this session */
+    bool staging_ready; /* the results staging table exists in this session */
+    qc_sbuf scratch;    /* reused parameter text */
+};
+
+/* Records a failed statement as QS_EDB "what: server message (detail)" and notes a lost
+ * connection. r may be NULL (then the connection's message is used). */
+qs_status qc_store_fail(qc_store *s, const PGresult *r, const char *what, qs_error *err);
+/* Runs a statement without parameters; QS_EDB on failure. */
+qs_status qc_store_exec(qc_store *s, const char *sql, const char *what, qs_error *err);
+/* Runs a statement with text parameters; returns the result when its status is want, else
+ * NULL with err filled (QS_EDB). */
+PGresult *qc_store_params(qc_store *s, const char *sql, int n, const char *const *params,
+                          ExecStatusType want, const char *what, qs_error *err);
+/* Rolls back an open transaction, if any, ignoring errors. */
+void qc_store_rollback(qc_store *s);
+
+#endif

@@ -1,0 +1,611 @@
+/* store_store: the coordinator's store against a real private PostgreSQL: submissions are
+ * idempotent and link shared jobs, batched transitions land in one transaction and replay
+ * harmlessly, results are stored once, a second coordinator is refused, and the store
+ * reconnects after PostgreSQL restarts. */
+#include "pgtest.h"
+
+#include <math.h>
+
+#include "store.h"
+
+static qc_pgserver *srv;
+
+static int setup(void **state) {
+    (void)state;
+    qs_error err = {0};
+    if (qc_pgserver_start_temp(&srv, &err)) {
+        fprintf(stderr, "pgserver: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    qc_pgserver_destroy(srv);
+    return 0;
+}
+
+/* A fresh database with the schema, and a store on it. */
+static qc_store *fresh_store(const char *db, char *ci, size_t cap) {
+    pgtest_fresh_db(srv, db, ci, cap);
+    qc_store *s = NULL;
+    qs_error err = {0};
+    qs_status st = qc_store_open(ci, "test", &s, &err);
+    if (st) fprintf(stderr, "open: %s\n", err.msg);
+    assert_int_equal(st, QS_OK);
+    return s;
+}
+
+static void ok(qs_status st, const qs_error *err) {
+    if (st) fprintf(stderr, "unexpected %s: %s\n", qs_status_name(st), err->msg);
+    assert_int_equal(st, QS_OK);
+}
+
+/* An eval job of the sensitivity grid (spec keys as `qsweep submit` writes them). */
+static void eval_spec(char *out, size_t cap, const char *model_digest, const char *format,
+                      const char *mode, const char *part) {
+    snprintf(out, cap,
+             "{\"kind\": \"eval\", \"model\": {\"path\": \"/m/llama\", \"digest\": \"%s\"}, "
+             "\"dataset\": {\"path\": \"/d/wiki\", \"digest\": \"d1\", \"ctx\": 512, "
+             "\"max_chunks\": 4}, \"format\": \"%s\", \"quantize\": \"weights\", "
+             "\"mode\": \"%s\", \"part\": \"%s\", \"numerics_version\": \"1\"}",
+             model_digest, format, mode, part);
+}
+
+static long count_where(qc_store *s, const char *sql) {
+    return pgtest_long(qc_store_pgconn(s), sql);
+}
+
+static int64_t job_id(qc_store *s, const char *key) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT id FROM jobs WHERE job_key = '%s'", key);
+    return count_where(s, sql);
+}
+
+/* ---- submit ---------------------------------------------------------------------------- */
+
+static void test_submit_twice_adds_nothing(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_submit", ci, sizeof ci);
+    char specs[3][512];
+    eval_spec(specs[0], sizeof specs[0], "m1", "nvfp4", "block", "0");
+    eval_spec(specs[1], sizeof specs[1], "m1", "nvfp4", "block", "1");
+    eval_spec(specs[2], sizeof specs[2], "m1", "mxfp4", "block", "0");
+    const char *dep[] = {"k0"};
+    qc_job_submit jobs[] = {
+        {"k0", "eval", specs[0], 5, 1, 4000, "m1", 3, NULL, 0},
+        {"k1", "eval", specs[1], 0, 1, 4000, "m1", 3, dep, 1},
+        {"k2", "eval", specs[2], 0, 0, 0, NULL, 2, NULL, 0},
+    };
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "sens", "block sweep", "grid: a", NULL, jobs, 3, &c, &err), &err);
+    assert_true(c.experiment_new);
+    assert_int_equal(c.jobs_new, 3);
+    assert_int_equal(c.reused_done + c.reused_pending + c.reused_failed, 0);
+    int64_t exp_id = c.experiment_id;
+
+    ok(qc_store_submit(s, "sens", "block sweep", "grid: a", NULL, jobs, 3, &c, &err), &err);
+    assert_false(c.experiment_new);
+    assert_int_equal(c.experiment_id, exp_id);
+    assert_int_equal(c.jobs_new, 0);
+    assert_int_equal(c.reused_pending, 3);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 3);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_jobs"), 3);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM job_deps"), 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiments"), 1);
+    /* Fields landed where the schema says. */
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE job_key = 'k0' AND "
+                                    "priority = 5 AND resources = '{\"gpus\": 1, "
+                                    "\"gpu_mem_mb\": 4000}' AND model_key = 'm1' AND "
+                                    "max_attempts = 3 AND state = 'pending' AND "
+                                    "spec ->> 'mode' = 'block'"),
+                     1);
+    qc_store_close(s);
+}
+
+static void test_job_shared_by_two_experiments_is_linked_not_copied(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_shared", ci, sizeof ci);
+    char a[512], b[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "3.up");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "3.down");
+    qc_job_submit first[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0}};
+    qc_job_submit second[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0},
+                              {"own", "eval", b, 0, 0, 0, "m1", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "exp-a", "", "grid: a", NULL, first, 1, &c, &err), &err);
+    /* Mark the shared job done, as the coordinator would. */
+    qc_batch *bt = qc_batch_new();
+    ok(qc_batch_job_state(bt, job_id(s, "shared"), QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    ok(qc_store_submit(s, "exp-b", "", "grid: b", "{\"g\": 1}", second, 2, &c, &err), &err);
+    assert_true(c.experiment_new);
+    assert_int_equal(c.jobs_new, 1);
+    assert_int_equal(c.reused_done, 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE job_key = 'shared'"), 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_jobs ej JOIN jobs j ON "
+                                    "j.id = ej.job WHERE j.job_key = 'shared'"),
+                     2);
+    qc_progress *rows;
+    size_t n;
+    ok(qc_store_progress(s, "exp-b", &rows, &n, &err), &err);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].total, 2);
+    assert_int_equal(rows[0].succeeded, 1);
+    assert_int_equal(rows[0].pending, 1);
+    free(rows);
+    assert_int_equal(qc_store_progress(s, "no-such", &rows, &n, &err), QS_ENOTFOUND);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+static void test_bad_submissions_write_nothing(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_badsub", ci, sizeof ci);
+    char good[512];
+    eval_spec(good, sizeof good, "m1", "nvfp4", "block", "0");
+    qc_submit_counts c;
+    qs_error err = {0};
+
+    qc_job_submit bad_json[] = {
+        {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0},
+        {"j2", "eval", "{\"kind\": \"eval\",\n \"model\": }", 0, 0, 0, NULL, 3, NULL, 0}};
+    assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, bad_json, 2, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "j2"));
+    assert_non_null(strstr(err.msg, "line 2"));
+
+    const char *missing[] = {"nowhere"};
+    qc_job_submit bad_dep[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, missing, 1}};
+    assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, bad_dep, 1, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "nowhere"));
+
+    char other[512];
+    eval_spec(other, sizeof other, "m2", "nvfp4", "block", "0");
+    qc_job_submit clash[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0},
+                             {"j1", "eval", other, 0, 0, 0, NULL, 3, NULL, 0}};
+    assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, clash, 2, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "j1"));
+
+    qc_job_submit zero_attempts[] = {{"j1", "eval", good, 0, 0, 0, NULL, 0, NULL, 0}};
+    assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, zero_attempts, 1, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "max_attempts"));
+
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiments"), 0);
+
+    /* The same job twice in one submission is one job. */
+    qc_job_submit twice[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0},
+                             {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0}};
+    ok(qc_store_submit(s, "e", "", "g", NULL, twice, 2, &c, &err), &err);
+    assert_int_equal(c.jobs_new, 1);
+    /* Same name, other grid: refused, by name. */
+    assert_int_equal(qc_store_submit(s, "e", "", "other grid", NULL, twice, 2, &c, &err),
+                     QS_ESTATE);
+    assert_non_null(strstr(err.msg, "'e'"));
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 1);
+    qc_store_close(s);
+}
+
+/* ---- transitions and rebuild ----------------------------------------------------------- */
+
+
+static void test_batched_transitions_and_rebuild(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_batch", ci, sizeof ci);
+    char a[512], b[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "component", "up");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "component", "down");
+    const char *dep[] = {"ja"};
+    qc_job_submit jobs[] = {{"ja", "eval", a, 1, 1, 1000, "m1", 3, NULL, 0},
+                            {"jb", "eval", b, 0, 1, 1000, "m1", 2, dep, 1}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 2, &c, &err), &err);
+    int64_t ja = job_id(s, "ja"), jb = job_id(s, "jb");
+
+    qc_store_snapshot snap;
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 2);
+    assert_int_equal(snap.jobs[0].id, ja);
+    assert_int_equal(snap.jobs[1].n_waiting_on, 1);
+    assert_int_equal(snap.jobs[1].waiting_on[0], ja);
+    assert_int_equal(snap.jobs[0].gpu_mem_mb, 1000);
+    assert_string_equal(snap.jobs[0].model_key, "m1");
+    assert_int_equal(snap.max_job_id, jb);
+    qc_store_snapshot_free(&snap);
+
+    /* Worker w1 takes ja: one batch, one transaction. */
+    qc_batch *bt = qc_batch_new();
+    ok(qc_batch_worker_seen(bt, "w1", "gpu-host-1", 4242,
+                            "[{\"name\": \"B200\", \"memory_mb\": 183000}]", 16, &err),
+       &err);
+    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
+    ok(qc_batch_lease_renewed(bt, ja, 1, 60, &err), &err);
+    ok(qc_batch_lease_renewed(bt, ja, 1, 600, &err), &err); /* coalesced: last wins */
+    assert_int_equal(qc_batch_size(bt), 5);
+    qc_flush_stats fs;
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(qc_batch_size(bt), 0);
+    assert_int_equal(fs.workers_seen, 1);
+    assert_int_equal(fs.attempts_started, 1);
+    assert_int_equal(fs.leases_renewed, 1);
+    assert_int_equal(fs.jobs_changed, 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE lease_expires_at > "
+                                    "now() + interval '500 seconds' AND outcome = 'running'"),
+                     1);
+
+    /* Rebuild after a "restart": the running attempt comes back with worker and lease. */
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_running, 1);
+    assert_int_equal(snap.running[0].job, ja);
+    assert_int_equal(snap.running[0].attempt, 1);
+    assert_string_equal(snap.running[0].worker, "w1");
+    assert_true(snap.running[0].lease_expires_at > snap.running[0].started_at + 500);
+    assert_int_equal(snap.jobs[0].state, QC_JOB_RUNNING);
+    assert_int_equal(snap.jobs[0].last_attempt, 1);
+    qc_store_snapshot_free(&snap);
+
+    /* Attempt 1 is lost (lease expired); the job is requeued with backoff. The same batch
+     * flushed twice (a retry after an unknown COMMIT outcome) changes nothing more. */
+    for (int replay = 0; replay < 2; replay++) {
+        ok(qc_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_LOST, "lease expired", &err), &err);
+        ok(qc_batch_job_state(bt, ja, QC_JOB_PENDING, 1, 120, "attempt 1 lost: lease expired",
+                              &err),
+           &err);
+        ok(qc_store_flush(s, bt, &fs, &err), &err);
+        assert_int_equal(fs.attempts_ended, replay == 0 ? 1 : 0);
+    }
+    assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE outcome = 'lost' AND "
+                                    "error = 'lease expired' AND ended_at IS NOT NULL"),
+                     1);
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_running, 0);
+    assert_int_equal(snap.jobs[0].attempts_used, 1);
+    assert_true(snap.jobs[0].not_before > snap.jobs[0].created_at + 100);
+    assert_string_equal(snap.jobs[0].last_error, "attempt 1 lost: lease expired");
+    qc_store_snapshot_free(&snap);
+
+    /* Attempt 2 succeeds; the dependent job is then free to run. A later state without an
+     * error keeps the stored last_error. */
+    ok(qc_batch_attempt_started(bt, ja, 2, "w1", 30, &err), &err);
+    ok(qc_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
+    ok(qc_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_FAILED, "too late", &err), &err);
+    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 1, 0, NULL, &err), &err);
+    ok(qc_batch_job_state(bt, ja, QC_JOB_SUCCEEDED, 2, 0, NULL, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE attempt = 2 AND "
+                                    "outcome = 'succeeded' AND error IS NULL"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND "
+                                    "attempts_used = 2 AND not_before IS NULL AND "
+                                    "last_error = 'attempt 1 lost: lease expired'"),
+                     1);
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 1);
+    assert_int_equal(snap.jobs[0].id, jb);
+    assert_int_equal(snap.jobs[0].n_waiting_on, 0);
+    assert_int_equal(snap.jobs[0].n_deps_failed, 0);
+    qc_store_snapshot_free(&snap);
+
+    /* Only jobs submitted after a watermark. */
+    char d[512];
+    eval_spec(d, sizeof d, "m1", "nvfp4", "component", "gate");
+    qc_job_submit more[] = {{"jc", "eval", d, 0, 0, 0, "m1", 1, NULL, 0}};
+    ok(qc_store_submit(s, "e2", "", "g2", NULL, more, 1, &c, &err), &err);
+    ok(qc_store_load(s, jb, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 1);
+    assert_string_equal(snap.jobs[0].job_key, "jc");
+    assert_int_equal(snap.max_job_id, job_id(s, "jc"));
+    qc_store_snapshot_free(&snap);
+
+    /* A bad worker document is refused at append time, not at flush. */
+    assert_int_equal(qc_batch_worker_seen(bt, "w2", "h", 1, "{not json", 1, &err), QS_EINVAL);
+    assert_int_equal(qc_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_RUNNING, NULL, &err), QS_EINVAL);
+    assert_int_equal(qc_batch_size(bt), 0);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+/* ---- results ---------------------------------------------------------------------------- */
+
+/* Reads back a stored value exactly (PostgreSQL 12+ prints float8 as the shortest text that
+ * reads back to the same double). */
+static double stored_value(qc_store *s, int64_t job, const char *name, long step) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT value::text FROM results WHERE job = %lld AND name = '%s' AND step = %ld",
+             (long long)job, name, step);
+    PGresult *r = PQexec(qc_store_pgconn(s), sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 1);
+    double v = strtod(PQgetvalue(r, 0, 0), NULL);
+    PQclear(r);
+    return v;
+}
+
+static void test_results_are_stored_once(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_results", ci, sizeof ci);
+    char a[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "block", "7");
+    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
+    int64_t ja = job_id(s, "ja");
+    qc_batch *bt = qc_batch_new();
+    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_batch_attempt_started(bt, ja, 2, "w2", 30, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+
+    /* Values that must survive the text round trip bit for bit. */
+    const qc_metric final1[] = {{"ppl", 7.123456789012345, -1},          {"kl_mean", 0.1, -1},
+                                {"kl_max", 4.9406564584124654e-324, -1}, /* smallest subnormal */
+                                {"sqnr_db.3.up", -INFINITY, -1},         {"top1", NAN, -1},
+                                {"name\twith\ttabs\\", 1e300, -1}};
+    qc_flush_stats fs;
+    ok(qc_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 6);
+    assert_true(stored_value(s, ja, "ppl", -1) == 7.123456789012345);
+    assert_true(stored_value(s, ja, "kl_mean", -1) == 0.1);
+    assert_true(stored_value(s, ja, "kl_max", -1) == 4.9406564584124654e-324);
+    assert_true(isinf(stored_value(s, ja, "sqnr_db.3.up", -1)));
+    assert_true(isnan(stored_value(s, ja, "top1", -1)));
+    assert_true(stored_value(s, ja, "name\twith\ttabs\\", -1) == 1e300);
+
+    /* The same set again (duplicate RESULT): ignored. */
+    ok(qc_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 0);
+    assert_int_equal(fs.results_ignored, 6);
+
+    /* A final set from another attempt (late result of a lost attempt), including a metric
+     * the first set did not have: dropped whole. */
+    const qc_metric final2[] = {{"ppl", 99.0, -1}, {"nll", 4.6, -1}};
+    ok(qc_batch_results(bt, ja, 2, true, final2, 2, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 0);
+    assert_int_equal(fs.results_ignored, 2);
+    assert_true(stored_value(s, ja, "ppl", -1) == 7.123456789012345);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results WHERE name = 'nll'"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results WHERE final"), 6);
+
+    /* Curve points: a newer attempt replaces an older one's, never the other way round. */
+    const qc_metric curve1[] = {{"loss", 3.0, 0}, {"loss", 2.5, 10}};
+    const qc_metric curve2[] = {{"loss", 3.1, 0}};
+    ok(qc_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 2);
+    ok(qc_batch_results(bt, ja, 2, false, curve2, 1, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_true(stored_value(s, ja, "loss", 0) == 3.1);
+    ok(qc_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 0);
+    assert_true(stored_value(s, ja, "loss", 0) == 3.1);
+    assert_true(stored_value(s, ja, "loss", 10) == 2.5);
+
+    /* Bad rows are refused when queued. */
+    const qc_metric bad[] = {{"ppl", 1.0, 5}};
+    assert_int_equal(qc_batch_results(bt, ja, 1, true, bad, 1, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "ppl"));
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+struct collected {
+    int rows;
+    double ppl;
+};
+
+static int collect(void *ctx, const qc_result_row *row) {
+    struct collected *c = ctx;
+    c->rows++;
+    if (!strcmp(row->kind, "eval") && !strcmp(row->metric, "ppl")) {
+        assert_string_equal(row->format, "nvfp4");
+        assert_string_equal(row->part, "3");
+        assert_true(row->final);
+        assert_int_equal(row->step, -1);
+        c->ppl = row->value;
+    }
+    return 0;
+}
+
+static int stop_at_first(void *ctx, const qc_result_row *row) {
+    (void)row;
+    ((struct collected *)ctx)->rows++;
+    return 1;
+}
+
+static void test_sensitivity_view_joins_baseline_and_results_reader(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_sens", ci, sizeof ci);
+    char base[512], ev[512];
+    snprintf(base, sizeof base,
+             "{\"kind\": \"baseline\", \"model\": {\"path\": \"/m/llama\", \"digest\": \"m1\"}, "
+             "\"dataset\": {\"path\": \"/d/wiki\", \"digest\": \"d1\", \"ctx\": 512, "
+             "\"max_chunks\": 4}, \"format\": \"bf16\", \"mode\": \"none\", "
+             "\"numerics_version\": \"1\"}");
+    eval_spec(ev, sizeof ev, "m1", "nvfp4", "block", "3");
+    const char *dep[] = {"base"};
+    qc_job_submit jobs[] = {{"base", "baseline", base, 0, 0, 0, "m1", 3, NULL, 0},
+                            {"ev", "eval", ev, 0, 0, 0, "m1", 3, dep, 1}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "sens", "", "g", NULL, jobs, 2, &c, &err), &err);
+    int64_t jbase = job_id(s, "base"), jev = job_id(s, "ev");
+    qc_batch *bt = qc_batch_new();
+    const qc_metric bm[] = {{"ppl", 8.25, -1}};
+    const qc_metric em[] = {{"ppl", 8.75, -1}, {"kl_mean", 0.03125, -1}};
+    ok(qc_batch_results(bt, jbase, 1, true, bm, 1, &err), &err);
+    ok(qc_batch_results(bt, jev, 1, true, em, 2, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    /* delta = eval ppl - baseline ppl = 8.75 - 8.25 (exact in binary). */
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sensitivity WHERE experiment = "
+                                    "'sens' AND model = '/m/llama' AND format = 'nvfp4' AND "
+                                    "mode = 'block' AND part = '3' AND metric = 'ppl' AND "
+                                    "value = 8.75 AND baseline_value = 8.25 AND delta = 0.5"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sensitivity WHERE metric = "
+                                    "'kl_mean' AND baseline_value IS NULL"),
+                     1);
+    struct collected got = {0, 0};
+    ok(qc_store_results(s, "sens", collect, &got, &err), &err);
+    assert_int_equal(got.rows, 3); /* baseline ppl, eval ppl and kl_mean */
+    assert_true(got.ppl == 8.75);
+    struct collected first = {0, 0};
+    assert_int_equal(qc_store_results(s, "sens", stop_at_first, &first, &err), QS_ECANCELLED);
+    assert_int_equal(first.rows, 1);
+    assert_int_equal(qc_store_results(s, "nope", stop_at_first, &first, &err), QS_ENOTFOUND);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+/* ---- cancel ----------------------------------------------------------------------------- */
+
+static void test_cancel_requests_reach_the_coordinator_once(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_cancel", ci, sizeof ci);
+    char a[512], b[512], d[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    eval_spec(d, sizeof d, "m1", "nvfp4", "layer", "0.v");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0},
+                          {"b", "eval", b, 0, 0, 0, "", 3, NULL, 0}};
+    qc_job_submit e2[] = {{"d", "eval", d, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 2, &c, &err), &err);
+    ok(qc_store_submit(s, "e2", "", "g", NULL, e2, 1, &c, &err), &err);
+
+    /* `qsweep cancel` runs in another process: another store. */
+    qc_store *cli = NULL;
+    ok(qc_store_open(ci, "cancel", &cli, &err), &err);
+    ok(qc_store_request_cancel(cli, NULL, "e1", "wrong grid", &err), &err);
+    ok(qc_store_request_cancel(cli, "d", NULL, NULL, &err), &err);
+    assert_int_equal(qc_store_request_cancel(cli, "zzz", NULL, NULL, &err), QS_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "zzz"));
+    assert_int_equal(qc_store_request_cancel(cli, "a", "e1", NULL, &err), QS_EINVAL);
+    qc_store_close(cli);
+
+    int64_t *ids;
+    size_t n;
+    int64_t upto;
+    ok(qc_store_poll_cancels(s, &ids, &n, &upto, &err), &err);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], job_id(s, "a"));
+    assert_int_equal(ids[1], job_id(s, "b"));
+    assert_int_equal(ids[2], job_id(s, "d"));
+    assert_int_equal(upto, 2);
+    qc_batch *bt = qc_batch_new();
+    for (size_t i = 0; i < n; i++)
+        ok(qc_batch_job_state(bt, ids[i], QC_JOB_CANCELLED, 0, 0, "cancelled", &err), &err);
+    ok(qc_batch_cancels_handled(bt, upto, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    free(ids);
+    ok(qc_store_poll_cancels(s, &ids, &n, &upto, &err), &err);
+    assert_int_equal(n, 0);
+    assert_int_equal(upto, 0);
+    free(ids);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'cancelled'"), 3);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+/* ---- coordinator lock and reconnect -------------------------------------------------------- */
+
+static void test_second_coordinator_is_refused(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *first = fresh_store("st_lock", ci, sizeof ci);
+    qs_error err = {0};
+    ok(qc_store_lock_coordinator(first, &err), &err);
+    qc_store *second = NULL;
+    ok(qc_store_open(ci, "coordinator", &second, &err), &err);
+    assert_int_equal(qc_store_lock_coordinator(second, &err), QS_ESTATE);
+    assert_non_null(strstr(err.msg, "another coordinator"));
+    assert_non_null(strstr(err.msg, "qsweep test")); /* names the holder's application_name */
+    /* The lock is per database: another database is free. */
+    char other[1024];
+    qc_store *elsewhere = fresh_store("st_lock_other", other, sizeof other);
+    ok(qc_store_lock_coordinator(elsewhere, &err), &err);
+    qc_store_close(elsewhere);
+    /* When the first goes away the lock is free. */
+    qc_store_close(first);
+    ok(qc_store_lock_coordinator(second, &err), &err);
+    qc_store_close(second);
+}
+
+static void test_reconnect_after_postgres_restarts(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_reconnect", ci, sizeof ci);
+    char a[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "1.o");
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
+    ok(qc_store_lock_coordinator(s, &err), &err);
+    int64_t ja = job_id(s, "a");
+    qc_batch *bt = qc_batch_new();
+    const qc_metric m[] = {{"ppl", 5.5, -1}};
+    ok(qc_batch_results(bt, ja, 1, true, m, 1, &err), &err); /* staging table now exists */
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+
+    ok(qc_pgserver_restart(srv, &err), &err);
+    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
+    assert_int_equal(qc_store_flush(s, bt, NULL, &err), QS_EDB);
+    assert_true(qc_store_connection_lost(s));
+    assert_int_equal(qc_batch_size(bt), 2); /* kept for the retry */
+
+    /* While the server is down, reconnect fails and says so; then it comes back. */
+    ok(qc_pgserver_kill(srv, &err), &err);
+    assert_int_equal(qc_store_reconnect(s, &err), QS_EDB);
+    assert_true(qc_store_connection_lost(s));
+    ok(qc_pgserver_resume(srv, &err), &err);
+    ok(qc_store_reconnect(s, &err), &err);
+    assert_false(qc_store_connection_lost(s));
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'running'"), 1);
+    /* The lock came back with the connection. */
+    qc_store *rival = NULL;
+    ok(qc_store_open(ci, "coordinator", &rival, &err), &err);
+    assert_int_equal(qc_store_lock_coordinator(rival, &err), QS_ESTATE);
+    qc_store_close(rival);
+    /* The results staging table was re-created in the new session. */
+    const qc_metric m2[] = {{"nll", 1.7, -1}};
+    ok(qc_batch_results(bt, ja, 1, true, m2, 1, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_submit_twice_adds_nothing),
+        cmocka_unit_test(test_job_shared_by_two_experiments_is_linked_not_copied),
+        cmocka_unit_test(test_bad_submissions_write_nothing),
+        cmocka_unit_test(test_batched_transitions_and_rebuild),
+        cmocka_unit_test(test_results_are_stored_once),
+        cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
+        cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
+        cmocka_unit_test(test_second_coordinator_is_refused),
+        cmocka_unit_test(test_reconnect_after_postgres_restarts),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
