@@ -20,6 +20,8 @@ written several ways; the tests check that every way gives back the same FP32 te
   tiny_bf16_expect.safetensors    FP32 value of each BF16 weight (bits << 16)
   tiny_f16_expect.safetensors     numpy's float16 -> float32 of each F16 weight
   dtypes.safetensors    every F16 bit pattern and 4096 BF16 patterns, with numpy's FP32 values
+  rope_*.gguf           one-block models with llama.cpp's rope_freqs.weight for Llama 3.1 and
+                        3.2 release rope scaling and a small case; rope_cases.json: the HF values
   tokens_small.bin      a 10-token file in the tokens.h format (vocab 64)
   digests.txt           hashlib BLAKE2b-256 digests as qw_checkpoint_digest / qw_tokens_load
                         define them (per file: u64 little-endian length, then the bytes)
@@ -28,6 +30,7 @@ Usage: tools need numpy, safetensors, gguf (pip). Run: python3 tests/checkpoint/
 """
 import hashlib
 import json
+import math
 import os
 import struct
 
@@ -249,7 +252,83 @@ def main():
         f.write("tokens_small.bin " + hashlib.blake2b(open(os.path.join(HERE, "tokens_small.bin"), "rb").read(),
                                                        digest_size=32).hexdigest() + "\n")
 
+    write_rope_ggufs(rng)
     write_fuzz_seeds(os.path.join(os.path.dirname(HERE), "fuzz", "seeds"))
+
+
+def llama3_rope_factors(hparams):
+    """llama.cpp convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors (numpy for torch)."""
+    rope_scaling = hparams["rope_scaling"]
+    base = hparams.get("rope_theta", 10000.0)
+    dim = hparams.get("head_dim", hparams["hidden_size"] // hparams["num_attention_heads"])
+    freqs = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor = rope_scaling.get("factor", 8.0)
+    low_freq_factor = rope_scaling.get("low_freq_factor", 1.0)
+    high_freq_factor = rope_scaling.get("high_freq_factor", 4.0)
+    old_context_len = hparams.get("original_max_position_embeddings", 8192)
+    old_context_len = rope_scaling.get("original_max_position_embeddings", old_context_len)
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    rope_factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_freq_wavelen:
+            rope_factors.append(1)
+        elif wavelen > low_freq_wavelen:
+            rope_factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            rope_factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(rope_factors, dtype=np.float32)
+
+
+ROPE_CASES = {  # file -> (head_dim, rope_theta, rope_scaling) as in the HF config.json
+    # Llama 3.1 8B/70B/405B release values (meta-llama/Llama-3.1-8B config.json).
+    "rope_llama31.gguf": (128, 500000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    # Llama 3.2 1B/3B release values (meta-llama/Llama-3.2-1B config.json).
+    "rope_llama32.gguf": (64, 500000.0, {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    # A small made-up case with a two-point smooth band.
+    "rope_small.gguf": (16, 10000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 16.0, "original_max_position_embeddings": 1024}),
+}
+
+
+def write_rope_ggufs(rng):
+    """One-block models (1 head, head_dim as in the case) carrying rope_freqs.weight as
+    llama.cpp writes it for Llama 3.1-style rope scaling; rope_cases.json holds the HF values."""
+    cases = {}
+    for fn, (hd, theta, rs) in ROPE_CASES.items():
+        hp = {"hidden_size": hd, "num_attention_heads": 1, "rope_theta": theta, "rope_scaling": rs}
+        g = GGUFWriter(os.path.join(HERE, fn), "llama")
+        for k, v in (("context_length", 131072), ("embedding_length", hd), ("block_count", 1),
+                     ("feed_forward_length", 32), ("head_count", 1), ("head_count_kv", 1)):
+            getattr(g, "add_" + k)(v)
+        g.add_layer_norm_rms_eps(1e-5)
+        g.add_rope_freq_base(theta)
+        g.add_vocab_size(4)
+        g.add_tensor("rope_freqs.weight", llama3_rope_factors(hp))
+        for name, shape in (("token_embd.weight", (4, hd)), ("output_norm.weight", (hd,)),
+                            ("blk.0.attn_norm.weight", (hd,)), ("blk.0.ffn_norm.weight", (hd,)),
+                            ("blk.0.attn_q.weight", (hd, hd)), ("blk.0.attn_k.weight", (hd, hd)),
+                            ("blk.0.attn_v.weight", (hd, hd)), ("blk.0.attn_output.weight", (hd, hd)),
+                            ("blk.0.ffn_gate.weight", (32, hd)), ("blk.0.ffn_up.weight", (32, hd)),
+                            ("blk.0.ffn_down.weight", (hd, 32))):
+            x = rng.standard_normal(shape).astype(np.float32)
+            if len(shape) == 1 or shape[-1] % 32:
+                g.add_tensor(name, x.astype(np.float16) if len(shape) > 1 else x)
+            else:
+                g.add_tensor(name, quantize(x, QT.Q4_0), raw_dtype=QT.Q4_0)
+        g.write_header_to_file()
+        g.write_kv_data_to_file()
+        g.write_tensors_to_file()
+        g.close()
+        cases[fn] = dict(rs, head_dim=hd, rope_theta=theta,
+                         rope_freqs=[float(v) for v in llama3_rope_factors(hp)])
+    with open(os.path.join(HERE, "rope_cases.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
 
 
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

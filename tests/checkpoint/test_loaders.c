@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "fixture.h"
 
@@ -119,6 +120,46 @@ static void gguf_config_read_from_llama_keys(void **state) {
         qw_checkpoint_close(g);
     }
     qw_checkpoint_close(f);
+}
+
+/* llama.cpp keeps Llama 3.1 rope scaling only as rope_freqs.weight; the config must come back
+ * with the HF config.json values it was made from (fixtures/rope_cases.json, written by
+ * make_fixtures.py with convert_hf_to_gguf.py's formula). */
+static void gguf_llama3_rope_scaling_from_rope_freqs(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *cases = json_load_file(fx_path("rope_cases.json"), 0, &je);
+    assert_non_null(cases);
+    const char *file;
+    json_t *c;
+    int n = 0;
+    json_object_foreach(cases, file, c) {
+        qw_checkpoint *ck = open_ok(fx_path(file));
+        const qw_config *cfg = qw_checkpoint_config(ck);
+        assert_int_equal(cfg->head_dim, json_integer_value(json_object_get(c, "head_dim")));
+        assert_float_equal(cfg->rope_theta, json_number_value(json_object_get(c, "rope_theta")), 0);
+        assert_float_equal(cfg->rope_factor, json_number_value(json_object_get(c, "factor")), 0);
+        assert_float_equal(cfg->rope_low_freq_factor,
+                           json_number_value(json_object_get(c, "low_freq_factor")), 0);
+        assert_float_equal(cfg->rope_high_freq_factor,
+                           json_number_value(json_object_get(c, "high_freq_factor")), 0);
+        assert_int_equal(cfg->rope_original_max_pos, json_integer_value(json_object_get(
+                                                         c, "original_max_position_embeddings")));
+        /* The tensor itself stays available under its GGUF name. */
+        const float *d;
+        int64_t s[2];
+        int nd;
+        qs_error err = {0};
+        assert_int_equal(qw_checkpoint_tensor(ck, "rope_freqs.weight", &d, s, &nd, &err), QS_OK);
+        json_t *rf = json_object_get(c, "rope_freqs");
+        assert_int_equal(s[0], (int64_t)json_array_size(rf));
+        for (size_t i = 0; i < json_array_size(rf); i++)
+            assert_float_equal(d[i], (float)json_number_value(json_array_get(rf, i)), 0);
+        qw_checkpoint_close(ck);
+        n++;
+    }
+    assert_int_equal(n, 3);
+    json_decref(cases);
 }
 
 static void gguf_f32_gives_the_hf_tensors(void **state) {
@@ -280,6 +321,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hf_config_read_from_config_json),
         cmocka_unit_test(gguf_config_read_from_llama_keys),
+        cmocka_unit_test(gguf_llama3_rope_scaling_from_rope_freqs),
         cmocka_unit_test(gguf_f32_gives_the_hf_tensors),
         cmocka_unit_test(f32_tensors_point_into_the_mapped_file),
         cmocka_unit_test(safetensors_bf16_tied_matches_numpy),

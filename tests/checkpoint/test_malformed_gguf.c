@@ -224,6 +224,49 @@ static void data_cut_short(void **state) {
     expect_fails(&g, g.n - 1, QS_EFORMAT, "past the end", NULL);
 }
 
+/* Loads a rope_*.gguf fixture and returns the file offset of rope_freqs.weight's data. */
+static gguf_bytes load_rope(const char *name, size_t *data_off) {
+    gguf_bytes g;
+    g.b = fx_read(fx_path(name), &g.n);
+    qw_tensor_table t = {0};
+    qw_config cfg;
+    qs_error err = {0};
+    assert_int_equal(qw_gguf_parse(name, g.b, g.n, 0, &cfg, &t, &err), QS_OK);
+    qw_tensor_entry *e = qw_table_find(&t, "rope_freqs.weight");
+    assert_non_null(e);
+    *data_off = e->offset;
+    qw_table_free(&t);
+    return g;
+}
+
+static void rope_freqs_off_the_llama3_rule(void **state) {
+    (void)state;
+    size_t at;
+    gguf_bytes g = load_rope("rope_small.gguf", &at);
+    float v;
+    memcpy(&v, g.b + at + 4 * 4, 4); /* element 4: in the smooth band of this case */
+    v *= 1.01f;
+    memcpy(g.b + at + 4 * 4, &v, 4);
+    expect_fails(&g, g.n, QS_EUNSUPPORTED, "rope_freqs.weight", "does not follow");
+}
+
+static void rope_freqs_not_positive(void **state) {
+    (void)state;
+    size_t at;
+    gguf_bytes g = load_rope("rope_llama32.gguf", &at);
+    float v = -1.0f;
+    memcpy(g.b + at, &v, 4);
+    expect_fails(&g, g.n, QS_EFORMAT, "rope_freqs.weight", "element 0");
+}
+
+static void rope_freqs_of_the_wrong_length(void **state) {
+    (void)state;
+    size_t at;
+    gguf_bytes g = load_rope("rope_llama31.gguf", &at);
+    put64(&g, tensor_info(&g, "rope_freqs.weight") + 4, 32); /* 64 -> 32 elements */
+    expect_fails(&g, g.n, QS_EFORMAT, "rope_freqs.weight", "head_dim / 2");
+}
+
 /* Every prefix of the header (metadata and tensor infos) and a sample of cuts in the data:
  * each is refused with EFORMAT, read from an exact-size buffer so ASan sees any over-read. */
 static void every_truncation(void **state) {
@@ -273,6 +316,9 @@ int main(void) {
         cmocka_unit_test(zero_dimension),
         cmocka_unit_test(duplicate_tensor),
         cmocka_unit_test(data_cut_short),
+        cmocka_unit_test(rope_freqs_off_the_llama3_rule),
+        cmocka_unit_test(rope_freqs_not_positive),
+        cmocka_unit_test(rope_freqs_of_the_wrong_length),
         cmocka_unit_test(every_truncation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,9 +38,10 @@ typedef struct qw_checkpoint qw_checkpoint;
  * config against the shape of every tensor the forward pass needs (embeddings, final norm,
  * lm_head unless tied, the 9 tensors of every block). Nothing is converted yet: tensors are
  * converted to FP32 on first qw_checkpoint_tensor call.
- * GGUF: config from llama.* keys; tied_embeddings = output.weight absent; Llama 3.1 rope
- * scaling is not in GGUF keys (llama.cpp stores it as the tensor "rope_freqs.weight", served
- * under that name), so rope_factor is 0 for GGUF files; a llama.rope.scaling.type other
+ * GGUF: config from llama.* keys; tied_embeddings = output.weight absent. Llama 3.1 rope
+ * scaling has no GGUF keys: llama.cpp stores it as the tensor "rope_freqs.weight" (served under
+ * that name); rope_factor/low/high/original_max_pos are recovered from it (low = 1, checked
+ * to reproduce every stored factor, else QS_EUNSUPPORTED). A llama.rope.scaling.type other
  * than "none" is QS_EUNSUPPORTED. GGUF tensors without an HF counterpart keep their GGUF name.
  * Errors: QS_EIO (cannot open/map: path and errno text), QS_EFORMAT (malformed: file,
  * offset, field or tensor), QS_EUNSUPPORTED (valid but not handled: dtype, tensor type,

@@ -109,7 +109,8 @@ qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t siz
  * arrays nested up to 8 deep), tensor infos, alignment (general.alignment, default 32).
  * Fills *cfg from the llama.* keys and appends every tensor to *table under its Hugging Face
  * name (token_embd -> model.embed_tokens, blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...),
- * shapes reversed to HF order, attn_q/attn_k marked for row un-permutation.
+ * shapes reversed to HF order, attn_q/attn_k marked for row un-permutation; Llama 3.1 rope
+ * scaling recovered from "rope_freqs.weight" when present (see checkpoint.h).
  * Errors name `file`, the offset and the key or tensor: QS_EFORMAT (truncated, bad magic,
  * bad version, offsets/sizes outside the file, missing llama.* key), QS_EUNSUPPORTED (another
  * architecture, a tensor type other than F32/F16/BF16/Q8_0/Q4_0/Q4_1), QS_ENOMEM. */

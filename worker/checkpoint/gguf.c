@@ -5,6 +5,7 @@
  * gguf-py/gguf/tensor_mapping.py (MODEL_ARCH.LLAMA). */
 #include "checkpoint_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +491,114 @@ static qs_status qw_gguf_tensor_info(qw_gguf *g, uint64_t i, const qw_config *cf
     return QS_OK;
 }
 
+/* The factor convert_hf_to_gguf.py (LlamaModel.generate_extra_tensors) stores for a rotary
+ * frequency of wavelength w under Llama 3.1 scaling (factor, lo, hi, original context L);
+ * it is modeling_rope_utils.py _compute_llama3_parameters written as a divisor of the frequency. */
+static double qw_llama3_divisor(double w, double factor, double lo, double hi, double L) {
+    if (w < L / hi) return 1.0;
+    if (w > L / lo) return factor;
+    double s = (L / w - lo) / (hi - lo);
+    return 1.0 / ((1.0 - s) / factor + s);
+}
+
+/* Rounds v to a multiple of 1/1024 when that is within 1e-4 relative (release values such as
+ * 8, 1, 4 or 32 come back exact), else leaves it. */
+static double qw_snap(double v) {
+    double r = round(v * 1024.0) / 1024.0;
+    return fabs(r - v) <= 1e-4 * fabs(v) ? r : v;
+}
+
+/* Llama 3.1 rope scaling from llama.cpp's "rope_freqs.weight" ([head_dim/2] F32 divisors of
+ * the rotary frequencies; GGUF has no keys for it). Only L/(hi-lo) and lo/(hi-lo) shape the
+ * smooth band, so lo = 1 (every Llama 3.x release) is assumed and hi, L are solved from the
+ * band's two outermost points; factor is the largest divisor. The result is accepted only if
+ * it reproduces every stored divisor within 1e-4 relative: anything else is refused, never
+ * approximated. A tensor of all ones means no scaling. */
+static qs_status qw_gguf_rope_freqs(qw_gguf *g, const qw_tensor_entry *e, qw_config *cfg) {
+    const char *f = g->r.file;
+    int n = cfg->head_dim / 2;
+    if (e->dtype != QW_DT_F32 || e->ndim != 1 || e->numel != n)
+        return qs_error_set(g->r.err, QS_EFORMAT,
+                            "%s: tensor \"rope_freqs.weight\" must be F32 [%d] (head_dim / 2)", f,
+                            n);
+    double factor = 0, rf[QW_GGUF_MAX_NAME], w[QW_GGUF_MAX_NAME];
+    if (n > QW_GGUF_MAX_NAME)
+        return qs_error_set(g->r.err, QS_EUNSUPPORTED,
+                            "%s: tensor \"rope_freqs.weight\": %d frequencies (at most %d)", f, n,
+                            QW_GGUF_MAX_NAME);
+    for (int i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, e->src + 4 * (size_t)i, 4);
+        if (!(v > 0.0f) || !isfinite(v))
+            return qs_error_set(
+                g->r.err, QS_EFORMAT,
+                "%s: tensor \"rope_freqs.weight\" element %d = %g is not a positive "
+                "number",
+                f, i, v);
+        rf[i] = v;
+        if (rf[i] > factor) factor = rf[i];
+        /* Frequencies as the converter computes them: float32 theta^(-2i/d), then 2 pi / f. */
+        float freq = 1.0f / powf(cfg->rope_theta, (float)(2 * i) / (float)cfg->head_dim);
+        w[i] = 2.0 * M_PI / (double)freq;
+    }
+    if (factor <= 1.0 + 1e-6) return QS_OK;
+    factor = qw_snap(factor);
+    int first = -1, last = -1, last_unscaled = -1, first_scaled = -1;
+    for (int i = 0; i < n; i++) {
+        if (fabs(rf[i] - 1.0) <= 1e-6)
+            last_unscaled = i;
+        else if (fabs(rf[i] - factor) <= 1e-6 * factor) {
+            if (first_scaled < 0) first_scaled = i;
+        } else {
+            if (first < 0) first = i;
+            last = i;
+        }
+    }
+    double lo = 1.0, hi, L;
+    if (first >= 0 && last > first) {
+        /* s = (L/w - lo)/(hi - lo) is linear in 1/w: two points give A = L/(hi-lo), B. */
+        double s1 = (1.0 / rf[first] - 1.0 / factor) / (1.0 - 1.0 / factor);
+        double s2 = (1.0 / rf[last] - 1.0 / factor) / (1.0 - 1.0 / factor);
+        double A = (s1 - s2) / (1.0 / w[first] - 1.0 / w[last]), B = s1 - A / w[first];
+        if (!(B < 0.0) || !(A > 0.0))
+            return qs_error_set(g->r.err, QS_EUNSUPPORTED,
+                                "%s: tensor \"rope_freqs.weight\" does not follow Llama 3.1's rope "
+                                "scaling rule",
+                                f);
+        hi = qw_snap(lo - lo / B);
+        L = round(A * (hi - lo));
+    } else if (first < 0 && last_unscaled >= 0 && first_scaled > last_unscaled) {
+        /* No smooth band: any L/hi and L/lo between the two neighbouring wavelengths. */
+        L = round(sqrt(w[last_unscaled] * w[first_scaled]));
+        hi = sqrt(L / w[last_unscaled]);
+    } else {
+        return qs_error_set(g->r.err, QS_EUNSUPPORTED,
+                            "%s: tensor \"rope_freqs.weight\": the Llama 3.1 scaling parameters "
+                            "cannot be recovered from it",
+                            f);
+    }
+    if (!(hi > lo) || !(L >= 1.0) || L > INT32_MAX)
+        return qs_error_set(g->r.err, QS_EUNSUPPORTED,
+                            "%s: tensor \"rope_freqs.weight\" does not follow Llama 3.1's rope "
+                            "scaling rule",
+                            f);
+    for (int i = 0; i < n; i++) {
+        double want = qw_llama3_divisor(w[i], factor, lo, hi, L);
+        if (fabs(want - rf[i]) > 1e-4 * rf[i])
+            return qs_error_set(
+                g->r.err, QS_EUNSUPPORTED,
+                "%s: tensor \"rope_freqs.weight\" element %d = %g does not follow "
+                "Llama 3.1's rope scaling rule (recovered factor %g, low 1, high %g, "
+                "original context %.0f gives %g)",
+                f, i, rf[i], factor, hi, L, want);
+    }
+    cfg->rope_factor = (float)factor;
+    cfg->rope_low_freq_factor = (float)lo;
+    cfg->rope_high_freq_factor = (float)hi;
+    cfg->rope_original_max_pos = (int)L;
+    return QS_OK;
+}
+
 qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index,
                         qw_config *cfg, qw_tensor_table *table, qs_error *err) {
     qw_gguf g = {.r = {.file = file, .p = data, .size = size, .off = 0, .err = err}};
@@ -580,6 +689,10 @@ qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int 
         e->src = data + data_start + rel[i];
         e->offset = data_start + rel[i];
     }
+    const qw_tensor_entry *rope = NULL;
+    for (size_t i = base; i < table->n; i++)
+        if (strcmp(table->v[i].name, "rope_freqs.weight") == 0) rope = &table->v[i];
+    if (rope) st = qw_gguf_rope_freqs(&g, rope, cfg);
 done:
     free(g.kv);
     free(rel);
