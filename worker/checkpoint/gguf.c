@@ -14,7 +14,8 @@ enum {
     QW_GGUF_VERSION = 3,
     QW_GGUF_DEFAULT_ALIGNMENT = 32,
     QW_GGUF_MAX_DEPTH = 8,
-    QW_GGUF_MAX_NAME = 256
+    QW_GGUF_MAX_NAME = 256,
+    QW_GGUF_MAX_ROPE_PAIRS = 512 /* head_dim up to 1024 */
 };
 
 /* gguf_type (value types of metadata), gguf.md "Metadata". */
@@ -521,11 +522,11 @@ static qs_status qw_gguf_rope_freqs(qw_gguf *g, const qw_tensor_entry *e, qw_con
         return qs_error_set(g->r.err, QS_EFORMAT,
                             "%s: tensor \"rope_freqs.weight\" must be F32 [%d] (head_dim / 2)", f,
                             n);
-    double factor = 0, rf[QW_GGUF_MAX_NAME], w[QW_GGUF_MAX_NAME];
-    if (n > QW_GGUF_MAX_NAME)
+    double factor = 0, rf[QW_GGUF_MAX_ROPE_PAIRS], w[QW_GGUF_MAX_ROPE_PAIRS];
+    if (n > QW_GGUF_MAX_ROPE_PAIRS)
         return qs_error_set(g->r.err, QS_EUNSUPPORTED,
                             "%s: tensor \"rope_freqs.weight\": %d frequencies (at most %d)", f, n,
-                            QW_GGUF_MAX_NAME);
+                            QW_GGUF_MAX_ROPE_PAIRS);
     for (int i = 0; i < n; i++) {
         float v;
         memcpy(&v, e->src + 4 * (size_t)i, 4);
