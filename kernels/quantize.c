@@ -34,6 +34,8 @@ typedef struct qk_plan {
     float s_enc;    /* tensor encode scale */
     float s_dec;    /* tensor decode scale */
     float s_enc_6;  /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
+    float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
+                          (step 5), tabulated once per call for the fast path */
     uint64_t seed;
     uint32_t tensor_id, step;
     int threads;
@@ -143,15 +145,20 @@ static qs_status plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_opt
     return QS_OK;
 }
 
-/* max |x| over the tensor, NaN ignored (fmaxf semantics, as TransformerEngine's amax). */
+/* max |x| over the tensor, NaN ignored (fmaxf semantics, as TransformerEngine's amax);
+ * per-thread maxima by bits (amax_by_bits), combined with max, which is order-free. */
+static float amax_by_bits(const float *v, size_t n, int *nonfinite);
 static float tensor_amax(const float *x, size_t n, int threads) {
     float amax = 0.0f;
+    size_t chunks = (n + 4095) / 4096;
 #pragma omp parallel num_threads(threads)
     {
         float local = 0.0f;
 #pragma omp for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float a = fabsf(x[i]);
+        for (size_t c = 0; c < chunks; c++) {
+            int nonfinite;
+            size_t lo = c * 4096, len = n - lo < 4096 ? n - lo : 4096;
+            float a = amax_by_bits(x + lo, len, &nonfinite);
             local = a > local ? a : local;
         }
 #pragma omp critical(qk_amax)
@@ -175,6 +182,8 @@ static void plan_tensor_scales(qk_plan *p, const float *x) {
     if (p->fmt->rule == QK_RULE_NVFP4) {
         qk_nvfp4_global_scales(p->amax_t, &p->s_enc, &p->s_dec);
         p->s_enc_6 = p->s_enc * (1.0f / 6.0f);
+        for (int c = 0; c < 128; c++)
+            p->nv_enc[c] = fminf(1.0f / (e4m3_value[c] * p->s_dec), FLT_MAX);
     } else {
         float e = fminf(p->elem->max_value / p->amax_t, FLT_MAX);
         if (p->amax_t == 0.0f || e == 0.0f) e = 1.0f;
@@ -344,43 +353,73 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
     }
 }
 
-/* Fast path for E2M1 elements with RNE in 1D blocks (NVFP4, MXFP4), fake-quant only: the
- * RNE decision table of fp4-spec.md 1.2 evaluated as a sum of comparisons, which the
- * compiler vectorises. Bit-identical to quant_group_ref (tested). */
-static void quant_row_e2m1_fast(const qk_plan *p, const float *x, size_t r, float *y,
-                                stats_acc *acc) {
-    const float *xr = x + r * p->k;
-    float *yr = y + r * p->k;
-    const int tensor = p->fmt->tensor_scale;
-    const float s_dec = p->s_dec;
+/* max |v[i]| over n values, computed on the FP32 bit patterns (for non-negative floats the
+ * integer order is the numeric order), which vectorises where a float max reduction does not.
+ * NaN is ignored; *nonfinite is set when any value is Inf or NaN. Same result as
+ * block_amax. */
+static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
+    /* signed 32-bit: |x| patterns are <= 0x7FFFFFFF, and SSE2 vectorises a signed max */
+    int32_t m = 0, any = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t b;
+        memcpy(&b, &v[i], sizeof b);
+        b &= 0x7FFFFFFF;
+        int32_t finite = b > 0x7F800000 ? 0 : b;
+        m = finite > m ? finite : m;
+        any = b > any ? b : any;
+    }
+    *nonfinite = any >= 0x7F800000;
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return f;
+}
+
+/* Fast path for E2M1 elements with RNE in 1D blocks (NVFP4, MXFP4), fake-quant in place on
+ * one row: per block the amax by bits, the block scale (the reference's scale_for), then a
+ * branch-free element loop (qk_e2m1_rne_value) that the compiler vectorises. The value is
+ * (e2m1 * dec) * s_dec with s_dec = 1 for MX, which is exact, so the bits equal
+ * quant_group_ref's (tested). Statistics, when asked for, keep a copy of the block's input. */
+#define QK_FAST_MAX_BLOCK 32
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Wider vectors where the CPU has them (glibc ifunc dispatch); every clone does the same
+ * IEEE operations in the same order (no FMA: -ffp-contract=off), so the bits are equal. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void quant_row_e2m1_fast(const qk_plan *p, float *row, stats_acc *acc) {
+    const float s_dec = p->fmt->tensor_scale ? p->s_dec : 1.0f;
+    const int mx = p->fmt->rule == QK_RULE_MX;
+    float in[QK_FAST_MAX_BLOCK];
     for (size_t b = 0; b < p->nblk; b++) {
         size_t c0 = b * p->block;
         size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
-        block_scale bs = scale_for(p, block_amax(p, x, r, 1, c0, n));
-        const float enc = bs.enc, dec = bs.dec;
-        double se = 0.0, sg = 0.0;
-        size_t clipped = 0;
-        int any_in = 0, any_out = 0;
-        for (size_t i = 0; i < n; i++) {
-            float xin = xr[c0 + i];
-            float s = xin * enc;
-            float v = qk_e2m1_rne_value(s);
-            float out = v * dec;
-            if (tensor) out = out * s_dec;
-            yr[c0 + i] = out;
-            if (acc) {
-                double d = (double)out - (double)xin;
-                se += d * d;
-                sg += (double)xin * (double)xin;
-                clipped += fabsf(s) > 6.0f;
-                any_in |= xin != 0.0f;
-                any_out |= out != 0.0f;
-            }
+        float *v = row + c0;
+        int nonfinite;
+        float amax = amax_by_bits(v, n, &nonfinite);
+        float enc, dec;
+        if (mx) {
+            block_scale bs = scale_for(p, nonfinite ? NAN : amax);
+            enc = bs.enc;
+            dec = bs.dec;
+        } else { /* scale_for's NVFP4 branch with the fast E4M3 cast */
+            float sv = amax * p->s_enc_6;
+            if (p->clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
+            if (p->clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
+            uint32_t sb = qk_e4m3_rne_nonneg(sv);
+            dec = e4m3_value[sb];
+            enc = p->nv_enc[sb];
         }
+        if (acc) memcpy(in, v, n * sizeof *v);
+        for (size_t i = 0; i < n; i++) v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
         if (acc) {
-            acc->sq_err += se;
-            acc->sq_sig += sg;
-            acc->clipped += clipped;
+            int any_in = 0, any_out = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = (double)v[i] - (double)in[i];
+                acc->sq_err += d * d;
+                acc->sq_sig += (double)in[i] * (double)in[i];
+                acc->clipped += fabsf(in[i] * enc) > 6.0f;
+                any_in |= in[i] != 0.0f;
+                any_out |= v[i] != 0.0f;
+            }
             acc->blocks++;
             acc->underflow += any_in && !any_out;
         }
@@ -436,13 +475,13 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
                                 fmt->name, ngroups);
     }
     int fast = !opt->reference_only && p.elem == &qk_codec_e2m1 && p.brows == 1 &&
-               p.rounding == QK_ROUND_RNE;
+               p.rounding == QK_ROUND_RNE && p.block <= QK_FAST_MAX_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
         if (fast)
-            quant_row_e2m1_fast(&p, x, r0, x, accs ? &accs[g] : NULL);
+            quant_row_e2m1_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
         else
             quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
     }

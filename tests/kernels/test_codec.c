@@ -275,6 +275,37 @@ static void e2m1_fast_path_matches_reference_near_thresholds(void **state) {
     }
 }
 
+/* The fast E4M3 cast (non-negative inputs) equals the reference at every E4M3 value, every
+ * midpoint between neighbours, one FP32 ulp either side of both, and on 2^22 samples. */
+static void e4m3_fast_cast_matches_reference(void **state) {
+    (void)state;
+    size_t n = 0;
+    for (uint32_t c = 0; c < 0x7F; c++) {
+        float lo = qk_codec_decode(&qk_codec_e4m3, c);
+        float hi = c < 0x7E ? qk_codec_decode(&qk_codec_e4m3, c + 1) : 480.0f;
+        float pts[2] = {lo, (lo + hi) * 0.5f}; /* the midpoint is exact in FP32 */
+        for (int j = 0; j < 2; j++) {
+            for (int d = -1; d <= 1; d++) {
+                uint32_t u = (uint32_t)((int64_t)bits_of_f32(pts[j]) + d);
+                if (u & 0x80000000u) continue;
+                float v;
+                memcpy(&v, &u, sizeof v);
+                assert_int_equal(qk_e4m3_rne_nonneg(v), qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
+                n++;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < (1u << 22); i++, n++) {
+        uint32_t u = qk_sr_bits(5, 5, 5, i) & 0x7FFFFFFFu;
+        if (u > 0x7F800000u) continue;
+        float v;
+        memcpy(&v, &u, sizeof v);
+        assert_int_equal(qk_e4m3_rne_nonneg(v), qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
+    }
+    assert_int_equal(qk_e4m3_rne_nonneg(INFINITY), 0x7E);
+    assert_true(n > 1000);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(e2m1_matches_every_testdata_row),
@@ -290,6 +321,7 @@ int main(void) {
         cmocka_unit_test(fp6_and_e5m2_extremes),
         cmocka_unit_test(int_codecs_round_and_saturate),
         cmocka_unit_test(e2m1_fast_path_matches_reference_near_thresholds),
+        cmocka_unit_test(e4m3_fast_cast_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
  * - kernels_cuda_oracle (QK_EXHAUSTIVE 0): 2^22 pseudo-random FP32 bit patterns plus edges,
  *   for E2M1 (RN, RZ), E4M3, E5M2, E2M3, E3M2 (RN, satfinite), E8M0 (RZ, RP), decoders.
  * - kernels_exhaustive_cuda (QK_EXHAUSTIVE 1, label "exhaustive"): all 2^32 FP32 inputs for
- *   E2M1 RN and RZ, the E2M1 fast path, and E4M3; OpenMP over the input space.
+ *   E2M1 RN and RZ, the E2M1 fast path, E4M3, and the fast non-negative E4M3 cast of the
+ *   NVFP4 block scale; OpenMP over the input space.
  * Without the headers (QK_HAVE_CUDA_HOST undefined) every test is skipped with a message. */
 #include <math.h>
 #include <setjmp.h>
@@ -56,8 +57,9 @@ static size_t check_one(uint32_t u, int full) {
     bad += qk_codec_encode(&qk_codec_e2m1, x, QK_ROUND_RNE, 0) != rn;
     bad += qk_codec_encode(&qk_codec_e2m1, x, QK_ROUND_RZ, 0) != rz;
     bad += u32(qk_e2m1_rne_value(x)) != u32(half_to_float(__nv_cvt_fp4_to_halfraw(rn, __NV_E2M1)));
-    bad += qk_codec_encode(&qk_codec_e4m3, x, QK_ROUND_RNE, 0) !=
-           __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    unsigned e4 = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    bad += qk_codec_encode(&qk_codec_e4m3, x, QK_ROUND_RNE, 0) != e4;
+    if (!(u >> 31) && !isnan(x)) bad += qk_e4m3_rne_nonneg(x) != e4;
     if (full) {
         bad += qk_codec_encode(&qk_codec_e5m2, x, QK_ROUND_RNE, 0) !=
                __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
@@ -130,7 +132,7 @@ static void all_2_32_inputs_match_cuda(void **state) {
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (uint32_t hi = 0; hi < 65536u; hi++)
         for (uint32_t lo = 0; lo < 65536u; lo++) bad += check_one((hi << 16) | lo, 0);
-    fprintf(stderr, "2^32 inputs x 4 conversions, %zu mismatches\n", bad);
+    fprintf(stderr, "2^32 inputs x 5 conversions, %zu mismatches\n", bad);
     assert_int_equal(bad, 0);
 #endif
 }
