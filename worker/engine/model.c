@@ -1,7 +1,13 @@
 /* The Llama forward pass on the CPU (model.h). Reads like modeling_llama.py: each layer is a
  * free function over raw float*, shapes in the comments (T = tokens, D = dim, F = hidden_dim,
  * H = heads, G = kv heads, E = head_dim, V = vocab). One allocation per buffer, made in
- * qw_model_create; the forward pass allocates nothing. */
+ * qw_model_create; the forward pass allocates nothing.
+ *
+ * Threads: one OpenMP team does all the work. GEMMs are split across it by output columns
+ * (linears) or by head (attention), each piece a single-threaded cblas_sgemm. OpenBLAS's own
+ * thread pool is switched off (openblas_set_num_threads(1)): two pools on the same cores,
+ * each spinning while the other works, ran the 2-thread forward at a third of the 1-thread
+ * speed per core (bench/engine). */
 #include "model.h"
 
 #include <cblas.h>
@@ -49,7 +55,8 @@ struct qw_model {
     float *k;      /* [T x G*E] */
     float *v;      /* [T x G*E] */
     float *att;    /* [T x H*E] attention output before o_proj */
-    float *scores; /* [T x T] one head's attention probabilities */
+    float *scores; /* [scores_threads x T x T] attention probabilities, one matrix per thread */
+    int scores_threads;
     float *hb;     /* [T x F] gate, then silu(gate)*up */
     float *hb2;    /* [T x F] up */
     float *ybuf;   /* [T x D] output of o_proj / down_proj before the residual add */
@@ -91,9 +98,9 @@ static void rope_forward(float *x, const float *cosb, const float *sinb, int T, 
     }
 }
 
-/* Causal softmax of scores [T x T] in place: row t over columns 0..t, zeros after. */
-static void causal_softmax(float *s, int T, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+/* Causal softmax of scores [T x T] in place: row t over columns 0..t, zeros after. Serial: the
+ * caller runs one head per thread. */
+static void causal_softmax(float *s, int T) {
     for (int t = 0; t < T; t++) {
         float *r = s + (size_t)t * T;
         float mx = r[0];
@@ -120,9 +127,20 @@ static void add_inplace(float *x, const float *y, size_t n, int nt) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* y[T x out] = x[T x in] * W^T (W [out x in] row-major). */
-static void matmul_wt(float *y, const float *x, const float *W, int T, int in, int out) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+/* y[T x out] = x[T x in] * W^T (W [out x in] row-major). The output columns are split into
+ * nt contiguous ranges (multiples of 16), one single-threaded sgemm per thread. */
+static void matmul_wt(float *y, const float *x, const float *W, int T, int in, int out, int nt) {
+    int pieces = (out + 15) / 16;
+    if (nt > pieces) nt = pieces;
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num(), n = omp_get_num_threads();
+        int c0 = (int)((long long)pieces * id / n) * 16, c1 = (int)((long long)pieces * (id + 1) / n) * 16;
+        if (c1 > out) c1 = out;
+        if (c1 > c0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in, W + (size_t)c0 * in, in,
+                        0.0f, y + c0, out);
+    }
 }
 
 /* One linear: optional activation fake-quant of the input (rows = tokens, k = in), the GEMM,
@@ -138,9 +156,9 @@ static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x
         if (st != QS_OK) return qs_error_wrap(err, "activations of %s", what);
         xin = m->actq;
     }
-    matmul_wt(y, xin, L->w, T, L->in, L->out);
+    matmul_wt(y, xin, L->w, T, L->in, L->out, m->threads);
     if (m->probe && L->quantized && m->ref) {
-        matmul_wt(m->ref, x, L->master, T, L->in, L->out);
+        matmul_wt(m->ref, x, L->master, T, L->in, L->out, m->threads);
         size_t n = (size_t)T * L->out;
         double sig = 0.0, noise = 0.0;
 #pragma omp parallel for num_threads(m->threads) reduction(+ : sig, noise) schedule(static)
@@ -238,7 +256,7 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
     m->cfg = *c;
     m->max_ctx = max_ctx;
     m->threads = resolve_threads(threads);
-    openblas_set_num_threads(m->threads);
+    openblas_set_num_threads(1);
     int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size;
     int L = c->n_layers;
     m->layers = calloc((size_t)L, sizeof *m->layers);
@@ -290,7 +308,8 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
     m->k = alloc_floats(T * G * E, &fail);
     m->v = alloc_floats(T * G * E, &fail);
     m->att = alloc_floats(T * H * E, &fail);
-    m->scores = alloc_floats(T * T, &fail);
+    m->scores = alloc_floats((size_t)m->threads * T * T, &fail);
+    m->scores_threads = m->threads;
     m->hb = alloc_floats(T * F, &fail);
     m->hb2 = alloc_floats(T * F, &fail);
     m->ybuf = alloc_floats(T * D, &fail);
@@ -337,8 +356,15 @@ int qw_model_n_linears(const qw_model *m) { return m->cfg.n_layers * QW_LINEAR_K
 
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (threads < 0) return qs_error_set(err, QS_EINVAL, "model: threads %d < 0", threads);
-    m->threads = resolve_threads(threads);
-    openblas_set_num_threads(m->threads);
+    int nt = resolve_threads(threads);
+    if (nt > m->scores_threads) {
+        float *s = realloc(m->scores, (size_t)nt * m->max_ctx * m->max_ctx * sizeof(float));
+        if (!s) return qs_error_set(err, QS_ENOMEM, "model: attention buffers for %d threads", nt);
+        m->scores = s;
+        m->scores_threads = nt;
+    }
+    m->threads = nt;
+    openblas_set_num_threads(1);
     return QS_OK;
 }
 
@@ -449,13 +475,15 @@ static void attention_forward(qw_model *m, int T) {
     const qw_config *c = &m->cfg;
     int H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, group = H / G;
     float scale = 1.0f / sqrtf((float)E);
+#pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int h = 0; h < H; h++) {
         int g = h / group;
+        float *S = m->scores + (size_t)omp_get_thread_num() * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, m->q + (size_t)h * E, H * E,
-                    m->k + (size_t)g * E, G * E, 0.0f, m->scores, T);
-        causal_softmax(m->scores, T, m->threads);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, 1.0f, m->scores, T, m->v + (size_t)g * E,
-                    G * E, 0.0f, m->att + (size_t)h * E, H * E);
+                    m->k + (size_t)g * E, G * E, 0.0f, S, T);
+        causal_softmax(S, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, 1.0f, S, T, m->v + (size_t)g * E, G * E, 0.0f,
+                    m->att + (size_t)h * E, H * E);
     }
 }
 

@@ -27,8 +27,9 @@ typedef struct qw_model qw_model;
 /* Builds a model over an open checkpoint (which must stay open until qw_model_destroy) for
  * sequences of up to max_ctx tokens, with `threads` threads for GEMMs and elementwise loops
  * (0 = all cores). Looks every tensor up and checks its shape against the config.
- * OpenBLAS's thread count is process-wide: the last model created or qw_model_set_threads
- * call sets it. Memory: activations ~ max_ctx*(4*dim + 2*hidden_dim + vocab + max_ctx) floats.
+ * The model runs its own OpenMP team and calls OpenBLAS single-threaded: creating a model or
+ * setting its threads sets OpenBLAS's process-wide thread count to 1.
+ * Memory: activations ~ max_ctx*(6*dim + 2*hidden_dim + vocab + threads*max_ctx) floats.
  * Errors: QS_EINVAL (max_ctx < 1, threads < 0, config values out of range), QS_ENOTFOUND /
  * QS_EFORMAT from the checkpoint (missing tensor, shape not matching the config: names the
  * tensor and the expected shape), QS_ENOMEM. */
