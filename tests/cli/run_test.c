@@ -1,0 +1,290 @@
+/* End to end: the tiny grid (experiments/tiny.yaml) through the real `qsweep` binary, real
+ * PostgreSQL clusters, real coordinator and worker processes over ZeroMQ (issue 5, "Done
+ * when"):
+ *   - `qsweep run` with 2 workers on its own private cluster finishes every job, and the
+ *     numbers are in the database;
+ *   - submitting the same grid again adds 0 jobs;
+ *   - a run interrupted mid-way and started again runs only the unfinished jobs;
+ *   - bad input is refused before any job is queued (syntax error at file:line:column,
+ *     missing model, unknown format, tokens beyond the vocabulary), with exit code 2. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <libpq-fe.h>
+
+#include "fixtures.h"
+#include "pgserver.h"
+
+#define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
+#define TINY_JOBS 29 /* 1 baseline + 2 formats x 2 quantize x 7 components */
+
+/* Runs qsweep with argv (NULL-terminated, without the program name), capturing stdout and
+ * stderr together into out (NUL-terminated, truncated to cap). Returns the exit code. */
+static int qsweep(char *out, size_t cap, const char *const *args) {
+    char path[] = "/tmp/qsweep-out-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        const char *argv[32] = {"qsweep"};
+        for (int i = 0; args[i] && i < 30; i++) argv[i + 1] = args[i];
+        execv(QSWEEP_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static long query_long(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQerrorMessage(c));
+    long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+static PGconn *connect_db(const char *conninfo) {
+    PGconn *c = PQconnectdb(conninfo);
+    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", conninfo, PQerrorMessage(c));
+    return c;
+}
+
+/* Each test gets its own XDG directories, so clusters, logs and baseline files never mix. */
+typedef struct env {
+    char *dir;
+    char pg_dir[512];
+} env;
+
+static int setup(void **state) {
+    env *e = calloc(1, sizeof *e);
+    e->dir = fx_tempdir("qsweep-e2e");
+    if (!e->dir) return -1;
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s/data", e->dir);
+    setenv("XDG_DATA_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/state", e->dir);
+    setenv("XDG_STATE_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/cache", e->dir);
+    setenv("XDG_CACHE_HOME", buf, 1);
+    unsetenv("QSWEEP_DB");
+    unsetenv("QSWEEP_BASELINE_DIR");
+    snprintf(e->pg_dir, sizeof e->pg_dir, "%s/data/qsweep/pg", e->dir);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state) {
+    env *e = *state;
+    fx_rmtree(e->dir);
+    free(e->dir);
+    free(e);
+    return 0;
+}
+
+/* The main path: no --db, so qsweep run starts a private cluster in XDG_DATA_HOME, runs the
+ * sweep with 2 workers, prints the tables and stops the cluster. Then the cluster is started
+ * again here to read what was stored, and the grid is submitted a second time. */
+static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *run[] = {"run", TINY, "--workers", "2", NULL};
+    int rc = qsweep(out, sizeof out, run);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "29 jobs: 29 new"));
+    assert_non_null(strstr(out, "baseline"));
+    assert_non_null(strstr(out, "FROM v_sensitivity"));
+
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &pg, &err), QS_OK);
+    PGconn *c = connect_db(qc_pgserver_conninfo(pg));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(DISTINCT worker) FROM attempts"), 2);
+    /* every eval has ppl, kl_mean, top1 and a baseline to compare with */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'ppl' AND baseline_value > 0"),
+                     TINY_JOBS - 1);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'kl_mean' AND value >= 0"),
+                     TINY_JOBS - 1);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'top1' AND value BETWEEN 0 AND 1"),
+                     TINY_JOBS - 1);
+    /* per-linear SQNR of a component job: one row per block (3 blocks) */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE part = 'down' AND format = 'nvfp4'"
+                                   " AND quantize = 'weights' AND metric LIKE 'sqnr_db.%.down'"),
+                     3);
+
+    const char *submit[] = {"submit", TINY, "--db", qc_pgserver_conninfo(pg), NULL};
+    rc = qsweep(out, sizeof out, submit);
+    if (rc != 0) fail_msg("qsweep submit exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "29 jobs: 0 new, 29 already done"));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM experiment_jobs"), TINY_JOBS);
+
+    /* results reads the same rows back: one line per eval job in the CSV */
+    const char *results[] = {"results", "tiny", "--csv", "--db", qc_pgserver_conninfo(pg), NULL};
+    assert_int_equal(qsweep(out, sizeof out, results), 0);
+    size_t lines = 0;
+    for (const char *p = out; *p; p++) lines += *p == '\n';
+    assert_int_equal(lines, 1 + TINY_JOBS - 1);
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+}
+
+/* Interrupt `qsweep run` (SIGINT, as Ctrl-C) once some jobs are done; run again: the jobs
+ * that had succeeded get no new attempt, the others run, and all end succeeded. */
+static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
+    (void)state;
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(pg);
+    PGconn *c = connect_db(db);
+
+    /* twice as many chunks per job as the grid says, one worker: a few seconds to interrupt in */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=16", "--db", db,
+              "--lease-ms", "2000", (char *)NULL);
+        _exit(127);
+    }
+    long done = 0;
+    for (int i = 0; i < 1200 && done < 3; i++) {
+        usleep(50000);
+        PGresult *r = PQexec(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) done = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 130);
+
+    long succeeded = query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+    assert_true(succeeded >= 3);
+    if (succeeded == TINY_JOBS) fail_msg("the run finished before it could be interrupted");
+    PQclear(PQexec(c, "CREATE TABLE before_rerun AS SELECT j.id, j.state, count(a.id) AS attempts"
+                      " FROM jobs j LEFT JOIN attempts a ON a.job = j.id GROUP BY j.id"));
+
+    static char out[1 << 16];
+    const char *again[] = {"run", TINY, "--workers", "2", "--set", "dataset.max_chunks=16", "--db", db,
+                           "--lease-ms", "2000", NULL};
+    int rc = qsweep(out, sizeof out, again);
+    if (rc != 0) fail_msg("second qsweep run exited %d:\n%s", rc, out);
+    char expect[128];
+    snprintf(expect, sizeof expect, "0 new, %ld already done", succeeded);
+    if (!strstr(out, expect)) fail_msg("second run did not report '%s':\n%s", expect, out);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), TINY_JOBS);
+    /* no job that had succeeded got another attempt */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state = 'succeeded'"
+                                   " AND (SELECT count(*) FROM attempts a WHERE a.job = b.id) <> b.attempts"),
+                     0);
+    /* and every job that had not succeeded ran */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state <> 'succeeded' AND NOT EXISTS"
+                                   " (SELECT 1 FROM attempts a WHERE a.job = b.id AND a.outcome = 'succeeded')"),
+                     0);
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+}
+
+/* One bad grid: qsweep run must exit 2 with `what` in its message and queue nothing. */
+static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_text, const char *const *sets,
+                           const char *what) {
+    char grid[600];
+    snprintf(grid, sizeof grid, "%s/bad.yaml", e->dir);
+    assert_int_equal(fx_write_text(grid, grid_text), 0);
+    const char *args[16] = {"run", grid, "--db", db};
+    int n = 4;
+    for (int i = 0; sets && sets[i]; i++) {
+        args[n++] = "--set";
+        args[n++] = sets[i];
+    }
+    args[n] = NULL;
+    static char out[1 << 14];
+    int rc = qsweep(out, sizeof out, args);
+    if (rc != 2 || !strstr(out, what)) fail_msg("expected exit 2 and '%s', got %d:\n%s", what, rc, out);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), 0);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM experiments"), 0);
+}
+
+static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
+    env *e = *state;
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(pg);
+    PGconn *c = connect_db(db);
+    PQclear(PQexec(c, "SELECT 1"));
+    /* the schema exists (a database someone migrated), so "nothing queued" is checkable */
+    const char *migrate[] = {"db", "migrate", "--db", db, NULL};
+    static char out[1 << 12];
+    assert_int_equal(qsweep(out, sizeof out, migrate), 0);
+
+    char text[2048];
+    const char *data = QSWEEP_SOURCE_DIR;
+    snprintf(text, sizeof text,
+             "name: bad\n"
+             "models: [%s/tests/engine/data/llama3_gqa]\n"
+             "dataset: {tokens: %s/experiments/data/gpl3.bytes.tokens, ctx: 64]\n"
+             "sensitivity: {formats: [nvfp4]}\n",
+             data, data);
+    char where[700];
+    snprintf(where, sizeof where, "%s/bad.yaml:3:", e->dir);
+    assert_refused(e, c, db, text, NULL, where); /* syntax error: file:line:column */
+    assert_refused(e, c, db, text, NULL, "YAML syntax error");
+
+    snprintf(text, sizeof text,
+             "name: bad\n"
+             "models: [%s/tests/engine/data/llama3_gqa]\n"
+             "dataset: {tokens: %s/experiments/data/gpl3.bytes.tokens, ctx: 64}\n"
+             "sensitivity: {formats: [nvfp4]}\n",
+             data, data);
+    const char *missing[] = {"models.0=/nonexistent/model.gguf", NULL};
+    assert_refused(e, c, db, text, missing, "model file /nonexistent/model.gguf: no such file or directory");
+    const char *format[] = {"sensitivity.formats=[nvfp4, fp3]", NULL};
+    assert_refused(e, c, db, text, format, "unknown format 'fp3'");
+    /* SmolLM2's token ids (vocab 49152) on a test model with 384 tokens */
+    char toks[600];
+    snprintf(toks, sizeof toks, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens", data);
+    const char *vocab[] = {toks, NULL};
+    assert_refused(e, c, db, text, vocab, "beyond the vocabulary of model llama3_gqa (vocab_size 384)");
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+}
+
+/* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
+ * none of them takes long). */
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
