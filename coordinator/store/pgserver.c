@@ -29,8 +29,8 @@ struct qc_pgserver {
     char bindir[PATH_MAX];
     char data_dir[PATH_MAX];
     char sock_dir[PATH_MAX];
-    char temp_root[PATH_MAX]; /* "" unless made by qc_pgserver_start_temp */
-    bool sock_dir_is_temp;    /* sock_dir was made under /tmp and is ours to remove */
+    char temp_root[32];    /* "/tmp/qspg-XXXXXX"; "" unless made by qc_pgserver_start_temp */
+    bool sock_dir_is_temp; /* sock_dir was made under /tmp and is ours to remove */
     int port;
     bool drop_privileges; /* euid 0: run commands as run_uid/run_gid */
     uid_t run_uid;
@@ -66,7 +66,7 @@ static qs_status find_bindir(char *out, size_t cap, qs_error *err) {
     int rc = glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g);
     if (rc == 0 && g.gl_pathc > 0) {
         long best_ver = -1;
-        const char *best = NULL;
+        const char *best = g.gl_pathv[0];
         for (size_t i = 0; i < g.gl_pathc; i++) {
             long ver = strtol(g.gl_pathv[i] + strlen("/usr/lib/postgresql/"), NULL, 10);
             if (ver > best_ver) {
@@ -262,11 +262,13 @@ static qs_status init_cluster(qc_pgserver *srv, qs_error *err) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            /* Report before closedir: e points into the DIR's buffer. */
+            qs_status st = qs_error_set(err, QS_EINVAL,
+                                        "%s: not a PostgreSQL data directory (no PG_VERSION) "
+                                        "and not empty (holds %s); refusing to initdb over it",
+                                        srv->data_dir, e->d_name);
             closedir(d);
-            return qs_error_set(err, QS_EINVAL,
-                                "%s: not a PostgreSQL data directory (no PG_VERSION) and not "
-                                "empty (holds %s); refusing to initdb over it",
-                                srv->data_dir, e->d_name);
+            return st;
         }
     }
     closedir(d);

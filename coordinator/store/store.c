@@ -93,7 +93,7 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
     if (!s) return qs_error_set(err, QS_ENOMEM, "store: out of memory");
     char host[128] = "?";
     gethostname(host, sizeof host - 1);
-    char app[64];
+    char app[200];
     snprintf(app, sizeof app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
     /* expand_dbname = 1: conninfo is a full connection string; the application_name after
      * it overrides one given there. */
