@@ -1,6 +1,7 @@
-/* Element codecs: one minifloat encoder/decoder and one integer encoder driven by qk_codec
- * descriptors. Rules and sources: codec.h and fp4-spec.md sections 1.2, 2.3, 3.2, 4.4. */
+/* Element codecs: one minifloat encoder (numerics.h, shared with CUDA) and decoder and one
+ * integer encoder driven by qk_codec descriptors. Rules and sources: codec.h and fp4-spec.md sections 1.2, 2.3, 3.2, 4.4. */
 #include "codec.h"
+#include "numerics.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,79 +27,10 @@ const qk_codec *qk_codec_by_name(const char *name) {
     return NULL;
 }
 
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float f32_from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* Minifloat encoder, done on the FP32 bit pattern so that every step is exact integer
- * arithmetic: the magnitude is expressed as an integer count q of grid steps of the target
- * (step 2^(te - man_bits), te = max(exponent of x, 1 - bias)), rounded by the remainder,
- * then re-assembled into exponent and mantissa fields and saturated. */
 static uint32_t minifloat_encode(const qk_codec *c, float x, qk_rounding rounding,
                                  uint32_t rbits) {
-    uint32_t u = f32_bits(x);
-    uint32_t a = u & 0x7FFFFFFFu;
-    uint32_t sign = (u >> 31) ? (1u << (c->bits - 1)) : 0;
-    if (a > 0x7F800000u) return c->nan_code;
-    if (a == 0x7F800000u) return sign | c->max_code;
-    int fe = (int)(a >> 23);
-    uint64_t sig = a & 0x7FFFFFu;
-    int e;
-    if (fe == 0) {
-        e = -126; /* FP32 subnormal: value = sig * 2^-149 */
-    } else {
-        e = fe - 127;
-        sig |= 0x800000u;
-    }
-    if (sig == 0) return sign;
-    int m = c->man_bits;
-    int emin = 1 - c->bias;
-    /* Every codec has emin >= -126, so an FP32 subnormal always lands on te = emin. */
-    int te = e < emin ? emin : e;
-    int shift = 23 - m + (te - e); /* FP32 ulp bits below one target step; >= 0 as m <= 23 */
-    uint64_t q = shift < 64 ? sig >> shift : 0;
-    uint64_t rem = shift < 64 ? sig - (q << shift) : sig;
-    switch (rounding) {
-    case QK_ROUND_RNE:
-        /* rem < 2^24 while half = 2^(shift-1) >= 2^24 for shift > 24: never a round-up */
-        if (shift >= 1 && shift <= 25) {
-            uint64_t half = 1ull << (shift - 1);
-            if (rem > half || (rem == half && (q & 1))) q++;
-        }
-        break;
-    case QK_ROUND_SR:
-        if (shift >= 1 && shift < 56) {
-            uint64_t frac32 = (rem << 32) >> shift; /* fraction of one step, 32 bits */
-            if ((uint64_t)rbits < frac32) q++;
-        }
-        break;
-    case QK_ROUND_RZ:
-    default:
-        break;
-    }
-    if (q == 0) return sign;
-    if (q >> (m + 1)) { /* rounding carried into the next binade: q == 2^(m+1) */
-        q >>= 1;
-        te++;
-    }
-    uint32_t mag;
-    if (q < (1ull << m)) {
-        mag = (uint32_t)q; /* subnormal of the target, only possible at te == emin */
-    } else {
-        int ef = te + c->bias;
-        if (ef >= (1 << c->exp_bits)) return sign | c->max_code;
-        mag = ((uint32_t)ef << m) | (uint32_t)(q - (1ull << m));
-    }
-    if (mag > c->max_code) mag = c->max_code;
-    return sign | mag;
+    return qk_minifloat_encode_core(c->bits, c->exp_bits, c->man_bits, c->bias, c->max_code,
+                                    c->nan_code, x, rounding, rbits);
 }
 
 /* Integer encoder: symmetric, saturating to +-int_max; NaN gives 0. */
@@ -161,21 +93,7 @@ float qk_codec_decode(const qk_codec *c, uint32_t code) {
 }
 
 uint8_t qk_e8m0_encode(float x, qk_e8m0_rounding rounding) {
-    uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return 0xFF;
-    if (a == 0x7F800000u) return 0xFE;
-    if (a == 0) return 0x00;
-    uint32_t fe = a >> 23, man = a & 0x7FFFFFu;
-    if (fe == 0) {
-        /* FP32 subnormal, below 2^-126: rounds down to 2^-127 (code 0) except that RP takes
-         * anything above 2^-127 to 2^-126 (code 1). 2^-127 is the subnormal with man 2^22. */
-        if (rounding == QK_E8M0_RP && man > 0x400000u) return 0x01;
-        return 0x00;
-    }
-    uint32_t code = fe; /* 2^(fe-127) has E8M0 code fe */
-    if (rounding == QK_E8M0_RP && man != 0) code++;
-    if (code > 0xFE) code = 0xFE;
-    return (uint8_t)code;
+    return qk_e8m0_encode_core(x, rounding == QK_E8M0_RP);
 }
 
 float qk_e8m0_decode(uint8_t code) {
@@ -184,30 +102,5 @@ float qk_e8m0_decode(uint8_t code) {
 }
 
 uint8_t qk_mx_scale_code(float amax, qk_mx_scale_rule rule, const qk_codec *elem) {
-    uint32_t a = f32_bits(amax) & 0x7FFFFFFFu;
-    if (a >= 0x7F800000u) return 0xFF;
-    if (a == 0) return 0x00;
-    int ex; /* unbiased shared exponent before clamping */
-    switch (rule) {
-    case QK_MX_FLOOR:
-        ex = (int)(a >> 23) - 127 - elem->emax;
-        break;
-    case QK_MX_CEIL:
-        ex = (int)(a >> 23) - 127 + ((a & 0x7FFFFFu) != 0) - elem->emax;
-        break;
-    case QK_MX_EVEN: {
-        uint32_t r = (a + (1u << (22 - elem->man_bits))) & 0x7F800000u;
-        ex = (int)(r >> 23) - 127 - elem->emax;
-        break;
-    }
-    case QK_MX_RCEIL:
-    default: {
-        /* torchao's descale: amax * (1/max) in FP32, then round up to E8M0 (CUDA RP) */
-        float d = f32_from_bits(a) * (1.0f / elem->max_value);
-        return qk_e8m0_encode(d, QK_E8M0_RP);
-    }
-    }
-    if (ex < -127) ex = -127;
-    if (ex > 127) ex = 127;
-    return (uint8_t)(ex + 127);
+    return qk_mx_scale_code_core(amax, rule, elem->emax, elem->man_bits, elem->max_value);
 }

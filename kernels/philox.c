@@ -1,39 +1,12 @@
-/* Philox4x32-10 (Salmon et al., SC11, section 4; Random123 philox.h constants). */
+/* Philox4x32-10; the rounds live in numerics.h so that CUDA kernels run the same code. */
 #include "philox.h"
 
-#define PHILOX_M0 0xD2511F53u /* multipliers */
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u /* Weyl key increments (golden ratio, sqrt(3)-1) */
-#define PHILOX_W1 0xBB67AE85u
+#include "numerics.h"
 
 void qk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) { /* the key is bumped before every round but the first */
-            k0 += PHILOX_W0;
-            k1 += PHILOX_W1;
-        }
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    qk_philox4x32_10_core(ctr, key, out);
 }
 
 uint32_t qk_sr_bits(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t index) {
-    uint64_t blk = index >> 2;
-    const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), tensor_id, step};
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t out[4];
-    qk_philox4x32_10(ctr, key, out);
-    return out[index & 3];
+    return qk_sr_bits_core(seed, tensor_id, step, index);
 }

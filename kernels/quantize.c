@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "codec.h"
-#include "e2m1_fast.h"
 #include "format.h"
+#include "numerics.h"
 #include "philox.h"
 #include "quant.h"
 
@@ -57,14 +57,6 @@ typedef struct stats_acc {
 } stats_acc;
 
 /* --- FP32 helpers ------------------------------------------------------------------------ */
-
-/* 2^e for -127 <= e <= 127, exactly (2^-127 is an FP32 subnormal). */
-static float pow2f(int e) {
-    uint32_t u = e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static float e4m3_value[256]; /* decode table of the E4M3 block-scale codec */
 static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
@@ -168,10 +160,7 @@ static float tensor_amax(const float *x, size_t n, int threads) {
 }
 
 void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec) {
-    float e = fminf(2688.0f / amax_t, FLT_MAX); /* 448 * 6, fp4-spec.md 3.3 step 2 */
-    if (amax_t == 0.0f || e == 0.0f) e = 1.0f;
-    *s_enc = e;
-    *s_dec = 1.0f / e;
+    qk_nvfp4_global_scales_core(amax_t, s_enc, s_dec);
 }
 
 /* Tensor scales: NVFP4's S_enc/S_dec, or the per-tensor FP8 rule with the same edge policy
@@ -215,8 +204,8 @@ static block_scale scale_for(const qk_plan *p, float amax) {
             bs.enc = NAN;
             bs.dec = NAN;
         } else {
-            bs.enc = pow2f(127 - (int)bs.code);
-            bs.dec = pow2f((int)bs.code - 127);
+            bs.enc = qk_pow2f(127 - (int)bs.code);
+            bs.dec = qk_pow2f((int)bs.code - 127);
         }
         break;
     case QK_RULE_TENSOR:
@@ -246,7 +235,7 @@ static block_scale scale_from_packed(const qk_plan *p, const qk_packed *pk, size
         bs.dec = e4m3_value[pk->scales[i]];
         break;
     case QK_STORE_E8M0:
-        bs.dec = pk->scales[i] == 0xFF ? NAN : pow2f((int)pk->scales[i] - 127);
+        bs.dec = pk->scales[i] == 0xFF ? NAN : qk_pow2f((int)pk->scales[i] - 127);
         break;
     case QK_STORE_F32:
         bs.dec = pk->scales_f32[i];

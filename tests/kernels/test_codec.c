@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "codec.h"
-#include "e2m1_fast.h"
+#include "numerics.h"
 #include "philox.h"
 #include "testdata.h"
 
@@ -306,6 +306,17 @@ static void e4m3_fast_cast_matches_reference(void **state) {
     assert_true(n > 1000);
 }
 
+/* The arithmetic decoders the CUDA kernels use (numerics.h) equal the codec decoders. */
+static void device_decoders_match_codec_decoders(void **state) {
+    (void)state;
+    for (uint32_t c = 0; c < 16; c++)
+        assert_true(bits_of_f32(qk_e2m1_value(c)) == bits_of_f32(qk_codec_decode(&qk_codec_e2m1, c)));
+    for (uint32_t c = 0; c <= 0x7E; c++)
+        assert_true(bits_of_f32(qk_e4m3_value_nonneg(c)) ==
+                    bits_of_f32(qk_codec_decode(&qk_codec_e4m3, c)));
+    for (int e = -127; e <= 127; e++) assert_true(qk_pow2f(e) == ldexpf(1.0f, e));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(e2m1_matches_every_testdata_row),
@@ -322,6 +333,7 @@ int main(void) {
         cmocka_unit_test(int_codecs_round_and_saturate),
         cmocka_unit_test(e2m1_fast_path_matches_reference_near_thresholds),
         cmocka_unit_test(e4m3_fast_cast_matches_reference),
+        cmocka_unit_test(device_decoders_match_codec_decoders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "codec.h"
-#include "e2m1_fast.h"
+#include "numerics.h"
 #include "philox.h"
 
 #ifdef QK_HAVE_CUDA_HOST
