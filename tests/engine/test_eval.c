@@ -203,6 +203,27 @@ static void kl_of_baseline_against_itself_is_below_1e7(void **state) {
     fixture_close(&f);
 }
 
+/* A baseline made with 1 thread and a compare run with 3 see the same bits: KL exactly 0. */
+static void results_do_not_depend_on_thread_count(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 100, 100);
+    qw_eval_options o = opts(100);
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    assert_int_equal(qw_model_set_threads(f.m, 1, &err), QS_OK);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(qw_model_set_threads(f.m, 3, &err), QS_OK);
+    assert_int_equal(qw_model_threads(f.m), 3);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
+    printf("1 thread ppl %.17g, 3 threads ppl %.17g, KL max %g\n", b.ppl, c.ppl, c.kl_max);
+    assert_true(b.ppl == c.ppl);
+    assert_true(c.kl_max == 0.0 && c.kl_mean == 0.0);
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&c);
+    fixture_close(&f);
+}
+
 /* KL of a different distribution: quantized vs baseline is positive, median <= p90 <= p99 <= max. */
 static void kl_statistics_are_ordered(void **state) {
     (void)state;
@@ -363,6 +384,7 @@ int main(void) {
         cmocka_unit_test(token_file_of_2048_at_ctx_512_gives_4_chunks),
         cmocka_unit_test(perplexity_matches_definition_on_transformers_logits),
         cmocka_unit_test(kl_of_baseline_against_itself_is_below_1e7),
+        cmocka_unit_test(results_do_not_depend_on_thread_count),
         cmocka_unit_test(kl_statistics_are_ordered),
         cmocka_unit_test(baseline_mismatch_is_refused),
         cmocka_unit_test(progress_reports_each_chunk_and_cancel_stops),

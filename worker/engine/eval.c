@@ -39,20 +39,33 @@ static void row_logprobs(const float *l, int vocab, float *lp) {
     for (int i = 0; i < vocab; i++) lp[i] = (float)((double)l[i] - lse);
 }
 
+/* NLL of each scored position of one chunk into v[ctx - 1 - ctx/2] (parallel over positions),
+ * then summed in position order, so the sums do not depend on the thread count. */
+static void score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, int nt, double *v,
+                        double *nll_sum, double *nll2_sum, size_t *n) {
+    int first = ctx / 2, n_pos = ctx - 1 - first;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int j = 0; j < n_pos; j++) {
+        const float *l = logits + (size_t)(first + j) * vocab;
+        v[j] = row_logsumexp(l, vocab) - (double)l[tokens[first + j + 1]];
+    }
+    for (int j = 0; j < n_pos; j++) {
+        *nll_sum += v[j];
+        *nll2_sum += v[j] * v[j];
+    }
+    *n += (size_t)n_pos;
+}
+
 void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, double *nll_sum,
                          double *nll2_sum, size_t *n) {
-    int first = ctx / 2;
-    double s = 0.0, s2 = 0.0;
-#pragma omp parallel for reduction(+ : s, s2) schedule(static)
-    for (int j = first; j < ctx - 1; j++) {
+    /* Serial twin of score_chunk: the same values summed in the same order. */
+    for (int j = ctx / 2; j < ctx - 1; j++) {
         const float *l = logits + (size_t)j * vocab;
         double v = row_logsumexp(l, vocab) - (double)l[tokens[j + 1]];
-        s += v;
-        s2 += v * v;
+        *nll_sum += v;
+        *nll2_sum += v * v;
     }
-    *nll_sum += s;
-    *nll2_sum += s2;
-    *n += (size_t)(ctx - 1 - first);
+    *n += (size_t)(ctx - 1 - ctx / 2);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -151,6 +164,7 @@ typedef struct run_state {
     float *lq;        /* [threads x vocab] scratch for the evaluated model's log-probs */
     double *kl;       /* [n_scored] */
     unsigned char *top1_hit; /* [n_scored] */
+    double *nll_pos;  /* [ctx - 1 - ctx/2] NLL of each scored position of the current chunk */
 } run_state;
 
 static void run_state_free(run_state *s) {
@@ -160,6 +174,7 @@ static void run_state_free(run_state *s) {
     free(s->lq);
     free(s->kl);
     free(s->top1_hit);
+    free(s->nll_pos);
 }
 
 static qs_status write_all(FILE *f, const void *p, size_t bytes, const char *path, qs_error *err) {
@@ -252,13 +267,14 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     copy_digest(h.dataset_digest, opt->dataset_digest);
 
     run_state s = {0};
-    int nthreads = omp_get_max_threads(); /* the team size of the loops below */
+    int nthreads = qw_model_threads(m); /* the team size of the loops below */
     s.chunk = malloc((size_t)ctx * sizeof *s.chunk);
+    s.nll_pos = malloc((size_t)n_pos * sizeof *s.nll_pos);
     s.blk = path ? malloc((size_t)n_pos * vocab * sizeof *s.blk) : NULL;
     s.lq = mode == RUN_COMPARE ? malloc((size_t)nthreads * vocab * sizeof *s.lq) : NULL;
     s.kl = mode == RUN_COMPARE ? malloc(n_scored * sizeof *s.kl) : NULL;
     s.top1_hit = mode == RUN_COMPARE ? malloc(n_scored) : NULL;
-    if (!s.chunk || (path && !s.blk) || (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
+    if (!s.chunk || !s.nll_pos || (path && !s.blk) || (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
         run_state_free(&s);
         return qs_error_set(err, QS_ENOMEM, "eval: buffers for ctx %d, vocab %d", ctx, vocab);
     }
@@ -302,9 +318,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             qs_error_wrap(err, "eval: chunk %zu", ch);
             break;
         }
-        qw_eval_score_chunk(logits, s.chunk, ctx, vocab, &nll, &nll2, &count);
+        score_chunk(logits, s.chunk, ctx, vocab, nthreads, s.nll_pos, &nll, &nll2, &count);
         if (mode == RUN_BASELINE && path) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++)
                 row_logprobs(logits + (size_t)(first + j) * vocab, vocab, s.blk + (size_t)j * vocab);
             st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
@@ -313,7 +329,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             st = read_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), path, off, err);
             if (st != QS_OK) break;
             size_t base = ch * (size_t)n_pos;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++) {
                 /* Both sides as FP32 log-probs, KL summed in double: identical logits give 0. */
                 float *lq = s.lq + (size_t)omp_get_thread_num() * vocab;

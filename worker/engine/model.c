@@ -352,6 +352,7 @@ void qw_model_destroy(qw_model *m) {
 
 const qw_config *qw_model_config(const qw_model *m) { return &m->cfg; }
 int qw_model_max_ctx(const qw_model *m) { return m->max_ctx; }
+int qw_model_threads(const qw_model *m) { return m->threads; }
 int qw_model_n_linears(const qw_model *m) { return m->cfg.n_layers * QW_LINEAR_KINDS + 1; }
 
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {

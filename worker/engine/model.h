@@ -41,6 +41,9 @@ void qw_model_destroy(qw_model *m);
 const qw_config *qw_model_config(const qw_model *m);
 int qw_model_max_ctx(const qw_model *m);
 
+/* Threads of the model's OpenMP team (the evaluation's loops use the same count). */
+int qw_model_threads(const qw_model *m);
+
 /* Sets the thread count of the GEMMs and loops (0 = all cores). Errors: QS_EINVAL. */
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 
