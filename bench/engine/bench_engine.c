@@ -10,10 +10,19 @@
  *   attention 2 * 2*T*T*E per head and block (Q K^T and P V over the full T x T square).
  * Elementwise work (norms, RoPE, softmax, SwiGLU) is not counted: it is the overhead.
  *
- * Usage: bench_engine [gguf] [ctx=512] [chunks=2]. Without the GGUF it says so and exits 0. */
+ * Usage: bench_engine [gguf-or-hf-dir] [ctx=512] [chunks=2]. Without the GGUF it says so and
+ * exits 0. bench_engine --synthetic DIR [ctx] [chunks] first writes, into DIR, a Hugging Face
+ * checkpoint with SmolLM2-135M's exact shapes and deterministic pseudo-random BF16 weights
+ * (same FLOPs and memory traffic, no download), for machines without the GGUF; its tokens are
+ * pseudo-random too. */
 #include <cblas.h>
+#include <errno.h>
+#include <jansson.h>
+#include <sys/stat.h>
 #include <omp.h>
 #include <stdio.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +35,108 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- synthetic SmolLM2-shaped checkpoint (config.json + model.safetensors, BF16) */
+
+enum { SYN_D = 576, SYN_F = 1536, SYN_L = 30, SYN_H = 9, SYN_G = 3, SYN_E = 64, SYN_V = 49152 };
+
+static uint32_t xorshift(uint32_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+typedef struct syn_tensor {
+    char name[96];
+    long long rows, cols; /* cols 0 = a vector */
+} syn_tensor;
+
+static int syn_tensors(syn_tensor *t) {
+    int n = 0;
+    t[n++] = (syn_tensor){"model.embed_tokens.weight", SYN_V, SYN_D};
+    const char *mods[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                           "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    const long long outs[7] = {SYN_H * SYN_E, SYN_G * SYN_E, SYN_G * SYN_E, SYN_D, SYN_F, SYN_F, SYN_D};
+    const long long ins[7] = {SYN_D, SYN_D, SYN_D, SYN_H * SYN_E, SYN_D, SYN_D, SYN_F};
+    for (int l = 0; l < SYN_L; l++) {
+        snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.input_layernorm.weight", l);
+        t[n].rows = SYN_D, t[n++].cols = 0;
+        snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.post_attention_layernorm.weight", l);
+        t[n].rows = SYN_D, t[n++].cols = 0;
+        for (int k = 0; k < 7; k++) {
+            snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.%s.weight", l, mods[k]);
+            t[n].rows = outs[k], t[n++].cols = ins[k];
+        }
+    }
+    t[n++] = (syn_tensor){"model.norm.weight", SYN_D, 0};
+    return n;
+}
+
+/* Writes DIR/config.json and DIR/model.safetensors (format: u64 header length, JSON header of
+ * dtype/shape/data_offsets, then the data). Returns 0, or -1 with a message on stderr. */
+static int write_synthetic(const char *dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_engine: mkdir %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char path[1200];
+    json_t *cfg = json_pack("{s:[s],s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s}", "architectures",
+                            "LlamaForCausalLM", "model_type", "llama", "hidden_act", "silu", "hidden_size", SYN_D,
+                            "intermediate_size", SYN_F, "num_hidden_layers", SYN_L, "num_attention_heads", SYN_H,
+                            "num_key_value_heads", SYN_G, "head_dim", SYN_E, "vocab_size", SYN_V,
+                            "max_position_embeddings", 8192, "rms_norm_eps", 1e-5, "rope_theta", 100000.0,
+                            "tie_word_embeddings", 1, "torch_dtype", "bfloat16");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!cfg || json_dump_file(cfg, path, JSON_INDENT(2)) != 0) {
+        fprintf(stderr, "bench_engine: cannot write %s\n", path);
+        json_decref(cfg);
+        return -1;
+    }
+    json_decref(cfg);
+    syn_tensor *t = malloc(sizeof(syn_tensor) * (2 + 9 * SYN_L));
+    int n = syn_tensors(t);
+    json_t *hdr = json_object();
+    long long off = 0;
+    for (int i = 0; i < n; i++) {
+        long long elems = t[i].rows * (t[i].cols ? t[i].cols : 1);
+        json_t *shape = t[i].cols ? json_pack("[I,I]", t[i].rows, t[i].cols) : json_pack("[I]", t[i].rows);
+        json_object_set_new(hdr, t[i].name,
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", "BF16", "shape", shape, "data_offsets", off,
+                                      off + 2 * elems));
+        off += 2 * elems;
+    }
+    char *h = json_dumps(hdr, JSON_COMPACT);
+    json_decref(hdr);
+    size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    int ok = f != NULL;
+    uint64_t le = padded;
+    ok = ok && fwrite(&le, 8, 1, f) == 1 && fwrite(h, 1, hl, f) == hl;
+    for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    uint32_t x = 2463534242u;
+    uint16_t buf[4096];
+    for (int i = 0; ok && i < n; i++) {
+        long long elems = t[i].rows * (t[i].cols ? t[i].cols : 1);
+        float scale = t[i].cols ? 1.7320508f / sqrtf((float)t[i].cols) : 0.0f; /* uniform, variance 1/in */
+        for (long long e = 0; ok && e < elems;) {
+            size_t k = 0;
+            for (; k < 4096 && e < elems; k++, e++) {
+                float v = t[i].cols ? scale * ((float)(xorshift(&x) >> 8) / 8388608.0f - 1.0f) : 1.0f;
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                buf[k] = (uint16_t)(bits >> 16);
+            }
+            ok = fwrite(buf, 2, k, f) == k;
+        }
+    }
+    if (f && fclose(f) != 0) ok = 0;
+    free(h);
+    free(t);
+    if (!ok) fprintf(stderr, "bench_engine: cannot write %s\n", path);
+    return ok ? 0 : -1;
 }
 
 typedef struct shape {
@@ -72,13 +183,16 @@ int main(int argc, char **argv) {
         snprintf(def, sizeof def, "%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
     else
         snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
-    const char *gguf = argc > 1 ? argv[1] : def;
-    int ctx = argc > 2 ? atoi(argv[2]) : 512;
-    int chunks = argc > 3 ? atoi(argv[3]) : 2;
+    int synthetic = argc > 2 && strcmp(argv[1], "--synthetic") == 0;
+    int a = synthetic ? 2 : 1;
+    const char *gguf = argc > a ? argv[a] : def;
+    int ctx = argc > a + 1 ? atoi(argv[a + 1]) : 512;
+    int chunks = argc > a + 2 ? atoi(argv[a + 2]) : 2;
     if (ctx < 2 || chunks < 1) {
         fprintf(stderr, "usage: bench_engine [gguf] [ctx>=2] [chunks>=1]\n");
         return 2;
     }
+    if (synthetic && write_synthetic(gguf) != 0) return 1;
     if (access(gguf, R_OK) != 0) {
         printf("bench_engine: %s absent (tools/fetch_smollm2.sh fetches it); nothing measured\n", gguf);
         return 0;
@@ -87,11 +201,20 @@ int main(int argc, char **argv) {
     snprintf(tokpath, sizeof tokpath, "%s/gpl3.smollm2.tokens", QW_ENGINE_DATA);
     qs_error err = {0};
     qw_checkpoint *ck;
-    qw_tokens toks;
+    qw_tokens toks = {0};
     qw_model *m;
     double t0 = now_s();
-    if (qw_checkpoint_open(gguf, &ck, &err) != QS_OK || qw_model_create(ck, ctx, 0, &m, &err) != QS_OK ||
-        qw_tokens_load(tokpath, &toks, &err) != QS_OK) {
+    if (qw_checkpoint_open(gguf, &ck, &err) != QS_OK || qw_model_create(ck, ctx, 0, &m, &err) != QS_OK) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 1;
+    }
+    if (synthetic) {
+        toks.n = (size_t)ctx * chunks;
+        toks.ids = malloc(toks.n * sizeof *toks.ids);
+        if (!toks.ids) return 1;
+        uint32_t x = 88172645u;
+        for (size_t i = 0; i < toks.n; i++) toks.ids[i] = xorshift(&x) % (uint32_t)qw_model_config(m)->vocab_size;
+    } else if (qw_tokens_load(tokpath, &toks, &err) != QS_OK) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
@@ -115,8 +238,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_engine: out of memory\n");
         return 1;
     }
-    printf("SmolLM2-135M (%s): %d layers, dim %d, ffn %d, heads %d/%d, vocab %d; load %.2f s\n", gguf, c->n_layers,
-           c->dim, c->hidden_dim, c->n_heads, c->n_kv_heads, c->vocab_size, t_load);
+    printf("%sSmolLM2-135M (%s): %d layers, dim %d, ffn %d, heads %d/%d, vocab %d; load %.2f s\n", synthetic ? "synthetic " : "",
+           gguf, c->n_layers, c->dim, c->hidden_dim, c->n_heads, c->n_kv_heads, c->vocab_size, t_load);
     printf("ctx %d, %d chunks per measurement, %.1f GFLOP per forward (%d GEMMs)\n\n", ctx, chunks, flops * 1e-9, ns);
     printf("%-8s %12s %14s %14s %14s %8s\n", "threads", "tokens/s", "s/chunk", "engine GF/s", "sgemm GF/s", "ratio");
     int all = omp_get_num_procs();
