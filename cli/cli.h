@@ -90,5 +90,6 @@ int qsweep_cmd_coordinator(int argc, char **argv);
 int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
+int qsweep_cmd_keygen(int argc, char **argv);
 
 #endif

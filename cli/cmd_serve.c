@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "cli.h"
 #include "jobs.h"
 #include "loop.h"
@@ -96,4 +98,24 @@ int qsweep_cmd_worker(int argc, char **argv) {
     qs_status st = qw_jobs_register(&err);
     if (!st) st = qw_run(&o, &err);
     return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
+}
+
+int qsweep_cmd_keygen(int argc, char **argv) {
+    if (argc != 1) {
+        fprintf(argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr,
+                "usage: qsweep keygen\n"
+                "  Prints a new CURVE key pair (Z85, libzmq's zmq_curve_keypair) as shell assignments.\n"
+                "  The coordinator runs with its secret key in $QSWEEP_CURVE_SECRET; each worker with\n"
+                "  $QSWEEP_CURVE_SERVER = the coordinator's public key and a key pair of its own in\n"
+                "  $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET. Peers without the coordinator's public\n"
+                "  key cannot connect, and the traffic is encrypted.\n");
+        return argc > 1 && !strcmp(argv[1], "--help") ? QSWEEP_EXIT_OK : QSWEEP_EXIT_USAGE;
+    }
+    char pub[41], sec[41];
+    if (zmq_curve_keypair(pub, sec) != 0) {
+        fprintf(stderr, "qsweep keygen: zmq_curve_keypair: %s (libzmq built without CURVE?)\n", zmq_strerror(zmq_errno()));
+        return QSWEEP_EXIT_RUNTIME;
+    }
+    printf("public='%s'\nsecret='%s'\n", pub, sec);
+    return QSWEEP_EXIT_OK;
 }

@@ -16,12 +16,13 @@ static const struct {
     {"run", qsweep_cmd_run, "GRID: from grid to results on this machine (database, coordinator, workers)"},
     {"submit", qsweep_cmd_submit, "GRID: queue a grid's jobs (--dry-run: count and show a sample)"},
     {"status", qsweep_cmd_status, "[EXPERIMENT]: progress bar, counts by state and ETA per experiment"},
-    {"cancel", qsweep_cmd_cancel, "EXPERIMENT | --job ID: ask the coordinator to cancel"},
+    {"cancel", qsweep_cmd_cancel, "EXPERIMENT | --job JOB_KEY: ask the coordinator to cancel"},
     {"results", qsweep_cmd_results, "EXPERIMENT: sensitivity tables (--csv, --json)"},
     {"coordinator", qsweep_cmd_coordinator, "serve jobs to workers over ZeroMQ"},
     {"worker", qsweep_cmd_worker, "run jobs from a coordinator"},
     {"workers", qsweep_cmd_workers, "list the workers the coordinator has seen"},
-    {"db", qsweep_cmd_db, "migrate: apply the schema migrations"},
+    {"db", qsweep_cmd_db, "migrate | start | stop: schema migrations, the private cluster"},
+    {"keygen", qsweep_cmd_keygen, "print a CURVE key pair for coordinator and workers"},
 };
 
 static void usage(FILE *out) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int fx_write_text(const char *path, const char *text) {
@@ -130,4 +131,30 @@ int fx_write_tokens(const char *path, const uint32_t *ids, size_t n, uint32_t vo
     memcpy(h + 24, &count, 8);
     int ok = fwrite(h, 1, 32, f) == 32 && fwrite(ids, 4, n, f) == n;
     return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+int fx_run(const char *exe, const char *const *args, char *out, size_t cap) {
+    char path[] = "/tmp/qsweep-out-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    unlink(path);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        const char *argv[64] = {exe};
+        for (int i = 0; args[i] && i < 62; i++) argv[i + 1] = args[i];
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

@@ -22,6 +22,11 @@ int fx_write_text(const char *path, const char *text);
 /* A fresh directory /tmp/<prefix>-XXXXXX; the caller frees the string. NULL on failure. */
 char *fx_tempdir(const char *prefix);
 
+/* Runs program exe with args (NULL-terminated, without argv[0]), stdout and stderr together
+ * captured into out (NUL-terminated, truncated to cap). Returns the exit code, or 128 + the
+ * signal that ended it, or -1 when it could not be started. */
+int fx_run(const char *exe, const char *const *args, char *out, size_t cap);
+
 /* rm -rf dir (nftw). */
 void fx_rmtree(const char *dir);
 

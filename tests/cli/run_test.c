@@ -31,29 +31,9 @@
 #define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
 #define TINY_JOBS 29 /* 1 baseline + 2 formats x 2 quantize x 7 components */
 
-/* Runs qsweep with argv (NULL-terminated, without the program name), capturing stdout and
- * stderr together into out (NUL-terminated, truncated to cap). Returns the exit code. */
+/* Runs the qsweep binary under test (see fx_run). */
 static int qsweep(char *out, size_t cap, const char *const *args) {
-    char path[] = "/tmp/qsweep-out-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        const char *argv[32] = {"qsweep"};
-        for (int i = 0; args[i] && i < 30; i++) argv[i + 1] = args[i];
-        execv(QSWEEP_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ssize_t n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = 0;
-    close(fd);
-    unlink(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return fx_run(QSWEEP_BIN, args, out, cap);
 }
 
 static long query_long(PGconn *c, const char *sql) {

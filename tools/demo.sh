@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# qsweep's main job on a fresh machine (README.md): installs what is needed, builds, fetches
+# SmolLM2-135M and runs the component-wise FP4 sensitivity sweep on the CPU, on a private
+# PostgreSQL cluster, printing the results tables at the end.
+#
+# Usage: bash tools/demo.sh [qsweep run options...]
+#   e.g. bash tools/demo.sh --workers 4 --set dataset.max_chunks=4
+# Needs root or sudo for the Debian packages. The cluster lives in
+# ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg; run the script again and only unfinished jobs run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "== packages"
+$SUDO apt-get update -qq
+if [ -f tools/install-deps.sh ]; then
+  bash tools/install-deps.sh
+else
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    build-essential cmake pkg-config libcmocka-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
+    libpq-dev libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev postgresql \
+    python3 python3-pip
+fi
+
+echo "== build"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/release -j"$(nproc)" --target qsweep
+
+echo "== model"
+bash tools/fetch_smollm2.sh
+
+echo "== sweep"
+exec build/release/cli/qsweep run experiments/smollm2-fp4-components.yaml "$@"
