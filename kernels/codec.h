@@ -31,6 +31,10 @@
 
 #include "quant.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* What a code with all exponent bits set means. */
 typedef enum qk_codec_special {
     QK_SPECIAL_NONE = 0, /* every code is finite (E2M1, E2M3, E3M2) */
@@ -110,5 +114,9 @@ float qk_e8m0_decode(uint8_t code);
  * carry a non-finite value). floor(log2) of an FP32-subnormal amax is taken as -127 (the
  * exponent field, as torchao does). */
 uint8_t qk_mx_scale_code(float amax, qk_mx_scale_rule rule, const qk_codec *elem);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 #include "codec.h"
 #include "quant.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* How a block's scale is chosen and stored. */
 typedef enum qk_scale_rule {
     QK_RULE_IDENTITY = 0, /* no quantization ("bf16": the unquantized reference) */
@@ -47,5 +51,9 @@ struct qk_format {
  * and for tools that list what qsweep supports. */
 size_t qk_format_count(void);
 const qk_format *qk_format_at(size_t i);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

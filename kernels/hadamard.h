@@ -12,6 +12,10 @@
 
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The 16 signs (+1.0f or -1.0f) for a seed: bit j of word 0 of Philox4x32-10 at counter
  * {0, 0, 0xFFFFFFFF, 0xFFFFFFFF} with key {lo32(seed), hi32(seed)}; a set bit means -1. */
 void qk_rht16_signs(uint64_t seed, float signs[16]);
@@ -23,5 +27,9 @@ void qk_rht16_signs(uint64_t seed, float signs[16]);
  * empty tensor, NULL x). */
 qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, int threads,
                    qs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One Philox4x32-10 block: out[0..3] from counter ctr[0..3] and key key[0..1]. */
 void qk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
@@ -22,5 +26,9 @@ void qk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
  * above). Calling it for 4 consecutive indices costs 4 blocks; bulk users call
  * qk_philox4x32_10 once per 4 elements. */
 uint32_t qk_sr_bits(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t index);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include "error.h"
 
 /* Rounding of elements onto the element grid. */
@@ -130,5 +134,9 @@ qs_status qk_dequantize(const qk_packed *p, float *y, int threads, qs_error *err
  * S_enc = min(2688 / amax_t, FLT_MAX), and S_enc = 1 when amax_t is 0 or S_enc is 0
  * (amax_t = Inf); S_dec = 1 / S_enc. All in FP32. */
 void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Bytes of the swizzled buffer for R x C scales: roundup(R,128) * roundup(C,4). */
 size_t qk_swizzle_128x4_size(size_t rows, size_t cols);
 
@@ -23,5 +27,9 @@ size_t qk_swizzle_128x4_offset(size_t r, size_t c, size_t cols);
  * Errors: QS_EINVAL (NULL buffer, empty matrix, dst too small). */
 qs_status qk_swizzle_128x4(const uint8_t *src, size_t rows, size_t cols, uint8_t *dst,
                            size_t out_len, qs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,187 @@
+// GPU fake-quant for NVFP4 and MXFP4: emulated FP4 with the CPU reference's arithmetic
+// (numerics.h), contract in qk_cuda.h.
+//
+// Layout of the work: one thread per 4 consecutive elements of a row; the L = block/4 threads
+// of one scale block are adjacent lanes of a warp (each row's thread count is padded to a
+// whole number of blocks), so the block amax is an L-lane shuffle reduction. Loads and stores
+// of a warp cover 512 contiguous bytes (coalesced). NVFP4 first reduces the tensor amax
+// (max of |x| bit patterns, NaN ignored, order-free so deterministic) into one word that the
+// block kernel reads, exactly as the CPU's two passes.
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include "format.h"
+#include "numerics.h"
+#include "qk_cuda.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, unsigned *out) {
+    unsigned m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned b = __float_as_uint(x[i]) & 0x7FFFFFFFu;
+        m = max(m, b > 0x7F800000u ? 0u : b); // NaN ignored, as on the CPU
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out, m);
+}
+
+struct fq_params {
+    size_t rows, k, nblk;
+    int mx;               // 1: MXFP4, 0: NVFP4
+    qk_mx_scale_rule rule;
+    qk_nvfp4_clamp clamp;
+    qk_rounding rounding; // RNE or SR
+    uint64_t seed;
+    uint32_t tensor_id, step;
+};
+
+template <int B>
+__global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsigned *amax_bits) {
+    constexpr int L = B / 4; // lanes per scale block
+    const size_t gpr = p.nblk * L;
+    const size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const bool active = t < p.rows * gpr;
+    const size_t r = active ? t / gpr : 0, g = active ? t % gpr : 0;
+    const size_t c = (g / L) * B + (g % L) * 4;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    unsigned m = 0, any = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (active && c + j < p.k) {
+            v[j] = x[r * p.k + c + j];
+            unsigned b = __float_as_uint(v[j]) & 0x7FFFFFFFu;
+            m = max(m, b > 0x7F800000u ? 0u : b);
+            any = max(any, b);
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < L; off <<= 1) { // every lane takes part, active or not
+        m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+        any = max(any, __shfl_xor_sync(0xFFFFFFFFu, any, off));
+    }
+    if (!active) return;
+
+    // block scale: quantize.c scale_for / quant_row_e2m1_fast, same operations
+    float enc, dec, s_dec = 1.0f;
+    float amax = __uint_as_float(m);
+    if (p.mx) {
+        const float nan = qk_float_of(0x7FC00000u);
+        uint8_t code = qk_mx_scale_code_core(any >= 0x7F800000u ? nan : amax, p.rule, 2, 1, 6.0f);
+        enc = code == 0xFF ? nan : qk_pow2f(127 - (int)code);
+        dec = code == 0xFF ? nan : qk_pow2f((int)code - 127);
+    } else {
+        float s_enc;
+        qk_nvfp4_global_scales_core(__uint_as_float(*amax_bits), &s_enc, &s_dec);
+        float sv = amax * (s_enc * (1.0f / 6.0f));
+        if (p.clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
+        if (p.clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
+        dec = qk_e4m3_value_nonneg(qk_e4m3_rne_nonneg(sv));
+        enc = fminf(1.0f / (dec * s_dec), FLT_MAX);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (c + j >= p.k) break;
+        float e;
+        if (p.rounding == QK_ROUND_SR) {
+            size_t idx = r * p.k + c + j;
+            uint32_t code = qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc, QK_ROUND_SR,
+                                                     qk_sr_bits_core(p.seed, p.tensor_id, p.step, idx));
+            e = qk_e2m1_value(code);
+        } else {
+            e = qk_e2m1_rne_value(v[j] * enc);
+        }
+        x[r * p.k + c + j] = (e * dec) * s_dec;
+    }
+}
+
+qs_status cuda_fail(qs_error *err, cudaError_t e, const char *what) {
+    return qs_error_set(err, QS_EIO, "kernels/cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+} // namespace
+
+extern "C" int qk_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); // clear the sticky "no device" error
+        return 0;
+    }
+    return n;
+}
+
+extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_options *opt,
+                                        float *d_x, size_t rows, size_t k, void *stream_,
+                                        qs_error *err) {
+    static const qk_quant_options defaults = {};
+    if (!opt) opt = &defaults;
+    if (!fmt || !d_x || rows == 0 || k == 0)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows, k);
+    bool nv = fmt->rule == QK_RULE_NVFP4 && fmt->block_rows == 1;
+    bool mx = fmt->rule == QK_RULE_MX && fmt->elem == &qk_codec_e2m1;
+    if (!nv && !mx)
+        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: %s: only nvfp4 and mxfp4 run on the GPU",
+                            fmt->name);
+    if (opt->rounding != QK_ROUND_RNE && opt->rounding != QK_ROUND_SR)
+        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: options.rounding: only RNE and SR");
+    if (opt->reference_only)
+        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: options.reference_only is CPU-only");
+    if ((unsigned)opt->mx_rule > QK_MX_EVEN || (opt->mx_rule != QK_MX_RCEIL && !mx))
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s", fmt->name);
+    if ((unsigned)opt->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE ||
+        (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && !nv))
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s", fmt->name);
+    if (opt->group_size != 0)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s", fmt->name);
+    cudaStream_t stream = (cudaStream_t)stream_;
+    const int B = nv ? 16 : 32;
+    fq_params p = {rows, k, (k + B - 1) / B, mx ? 1 : 0, opt->mx_rule, opt->nvfp4_clamp,
+                   opt->rounding, opt->seed, opt->tensor_id, opt->step};
+    unsigned *amax = nullptr;
+    cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
+    e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
+    if (e == cudaSuccess && nv) {
+        size_t n = rows * k;
+        size_t want = (n + kThreads * 8 - 1) / (kThreads * 8);
+        unsigned grid = (unsigned)(want < 65535 ? (want ? want : 1) : 65535);
+        tensor_amax_kernel<<<grid, kThreads, 0, stream>>>(d_x, n, amax);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) {
+        size_t threads = rows * p.nblk * (size_t)(B / 4);
+        unsigned grid = (unsigned)((threads + kThreads - 1) / kThreads);
+        if (nv)
+            fake_quant_kernel<16><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
+        else
+            fake_quant_kernel<32><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
+        e = cudaGetLastError();
+    }
+    cudaError_t ef = cudaFreeAsync(amax, stream);
+    if (e == cudaSuccess) e = ef;
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    return e == cudaSuccess ? QS_OK : cuda_fail(err, e, "fake-quant kernels");
+}
+
+extern "C" qs_status qk_cuda_fake_quant_host(const qk_format *fmt, const qk_quant_options *opt,
+                                             float *x, size_t rows, size_t k, qs_error *err) {
+    if (!x || rows == 0 || k == 0)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows, k);
+    float *d = nullptr;
+    size_t bytes = rows * k * sizeof *x;
+    cudaError_t e = cudaMalloc((void **)&d, bytes);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMalloc");
+    e = cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice);
+    qs_status st = e == cudaSuccess ? qk_cuda_fake_quant(fmt, opt, d, rows, k, nullptr, err)
+                                    : cuda_fail(err, e, "cudaMemcpy to device");
+    if (st == QS_OK) {
+        e = cudaMemcpy(x, d, bytes, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) st = cuda_fail(err, e, "cudaMemcpy to host");
+    }
+    cudaFree(d);
+    return st;
+}

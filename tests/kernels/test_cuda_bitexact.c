@@ -1,0 +1,105 @@
+/* kernels_cuda_bitexact: GPU fake-quant (kernels/cuda) against the CPU reference, bit for bit,
+ * on random matrices with NaN, +-Inf, -0 and subnormals, ragged k, every MX scale rule, the
+ * NVFP4 clamp options, RNE and stochastic rounding. Prints OK / NOT OK per case (llm.c style);
+ * exits 77 (ctest: skipped) when no GPU is present. NaN outputs compare equal whatever their
+ * payload (GPUs canonicalise NaN; qk_cuda.h). Plain C without cmocka so that the binary runs
+ * on a bare GPU host. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "philox.h"
+#include "qk_cuda.h"
+#include "quant.h"
+
+static float *make_matrix(size_t rows, size_t k, uint64_t seed) {
+    float *x = malloc(rows * k * sizeof *x);
+    if (!x) return NULL;
+    for (size_t i = 0; i < rows * k; i++) {
+        uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
+        float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 300.0f : 3.0f);
+        switch (b % 997) {
+        case 1: g = NAN; break;
+        case 2: g = INFINITY; break;
+        case 3: g = -INFINITY; break;
+        case 4: g = -0.0f; break;
+        case 5: g = 3e-42f; break;
+        case 6: g = 0.0f; break;
+        default: break;
+        }
+        if ((b >> 16) % 61 == 0) g *= 1e-30f; /* tiny blocks: E4M3 scales underflow */
+        x[i] = g;
+    }
+    return x;
+}
+
+int main(void) {
+    if (qk_cuda_device_count() == 0) {
+        printf("kernels_cuda_bitexact: no CUDA device, skipped\n");
+        return 77;
+    }
+    static const struct {
+        size_t rows, k;
+    } shapes[] = {{1024, 4096}, {33, 172}, {7, 1}, {5, 48}, {300, 1000}};
+    static const struct {
+        const char *fmt;
+        qk_mx_scale_rule rule;
+        qk_nvfp4_clamp clamp;
+    } cfg[] = {{"nvfp4", QK_MX_RCEIL, QK_NVFP4_CLAMP_NONE},
+               {"nvfp4", QK_MX_RCEIL, QK_NVFP4_CLAMP_TORCHAO},
+               {"nvfp4", QK_MX_RCEIL, QK_NVFP4_CLAMP_ZERO_TO_ONE},
+               {"mxfp4", QK_MX_RCEIL, QK_NVFP4_CLAMP_NONE},
+               {"mxfp4", QK_MX_FLOOR, QK_NVFP4_CLAMP_NONE},
+               {"mxfp4", QK_MX_CEIL, QK_NVFP4_CLAMP_NONE},
+               {"mxfp4", QK_MX_EVEN, QK_NVFP4_CLAMP_NONE}};
+    int failed = 0, cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s].rows, k = shapes[s].k, n = rows * k;
+        float *x = make_matrix(rows, k, 100 + s);
+        float *cpu = malloc(n * sizeof *cpu), *gpu = malloc(n * sizeof *gpu);
+        if (!x || !cpu || !gpu) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd += QK_ROUND_SR - QK_ROUND_RNE) {
+                qk_quant_options o = {.rounding = (qk_rounding)rnd, .mx_rule = cfg[c].rule,
+                                      .nvfp4_clamp = cfg[c].clamp, .seed = 12345 + s,
+                                      .tensor_id = (uint32_t)c, .step = 3};
+                const qk_format *f = qk_format_by_name(cfg[c].fmt);
+                qs_error err = {0};
+                memcpy(cpu, x, n * sizeof *x);
+                memcpy(gpu, x, n * sizeof *x);
+                qs_status a = qk_fake_quant(f, &o, cpu, rows, k, NULL, &err);
+                qs_status b = a ? a : qk_cuda_fake_quant_host(f, &o, gpu, rows, k, &err);
+                size_t diff = 0, first = 0;
+                for (size_t i = 0; !a && !b && i < n; i++) {
+                    uint32_t u, v;
+                    memcpy(&u, &cpu[i], 4);
+                    memcpy(&v, &gpu[i], 4);
+                    if (u != v && !(isnan(cpu[i]) && isnan(gpu[i])) && diff++ == 0) first = i;
+                }
+                int ok = !a && !b && diff == 0;
+                printf("%-6s %s %s rule %d clamp %d  %4zu x %-5zu  %s", ok ? "OK" : "NOT OK",
+                       cfg[c].fmt, rnd == QK_ROUND_SR ? "SR " : "RNE", (int)cfg[c].rule,
+                       (int)cfg[c].clamp, rows, k, ok ? "\n" : "");
+                if (!ok) {
+                    if (a || b)
+                        printf(" (%s)\n", err.msg);
+                    else
+                        printf(" (%zu differ; first at %zu: x=%a cpu=%a gpu=%a)\n", diff, first,
+                               (double)x[first], (double)cpu[first], (double)gpu[first]);
+                    failed++;
+                }
+                cases++;
+            }
+        }
+        free(x);
+        free(cpu);
+        free(gpu);
+    }
+    printf("kernels_cuda_bitexact: %d of %d cases bit-identical\n", cases - failed, cases);
+    return failed ? 1 : 0;
+}
