@@ -16,7 +16,7 @@
  * returned true = cancelled/preempted. Any other status = failed; err->msg is the message
  * stored in the database. QS_EIO, QS_ENOMEM and QS_EUNSUPPORTED are reported as worker
  * errors, every other status as job errors. Built-in kinds (registered by qw_run):
- *   "sleep" {"seconds": s}                 sleeps s seconds in 10 ms steps, polling cancel;
+ *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
  *                                          metric "seconds" = s (final);
  *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL);
  *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, step 0.

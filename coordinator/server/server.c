@@ -1,0 +1,1033 @@
+/* The coordinator's loop (server.h): in-memory queue, leases, scheduler, ROUTER socket. */
+#include "server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <zmq.h>
+
+#include "codec.h"
+#include "journal.h"
+
+enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
+#define NEVER INT64_MAX
+
+typedef enum { J_PENDING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED } jstate;
+static const char *const jstate_name[] = {"pending", "running", "succeeded", "failed", "cancelled"};
+
+typedef struct worker worker;
+
+typedef struct job {
+    int64_t id;
+    char *kind, *spec, *model_key;
+    int priority, gpus;
+    int64_t gpu_mem_mb;
+    int max_attempts, attempts_used;
+    uint32_t attempt;        /* current (running) or last attempt number */
+    jstate state;
+    int64_t not_before;      /* monotonic ms: backoff */
+    int64_t *deps;           /* ids of jobs this one waits for (unresolved at load) */
+    int n_deps;
+    worker *worker;          /* the worker running it, NULL when orphaned after a restart */
+    char *worker_name;       /* the attempt's worker (attempts.worker) */
+    int64_t lease_deadline;  /* monotonic ms; NEVER until the ASSIGN is sent */
+    bool cancel_requested;
+} job;
+
+struct worker {
+    char rid[RID_MAX];       /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
+    size_t rid_len;
+    char name[NAME_MAX_ + 1];/* HELLO worker_id */
+    int n_gpus;
+    int64_t min_gpu_mem_mb;
+    char models[MODELS_MAX][KEY_MAX + 1];
+    int n_models;
+    bool ready;
+    job *job;
+    int64_t last_seen;
+};
+
+/* Something to send once the current batch is durable. */
+typedef struct action {
+    char rid[RID_MAX];
+    size_t rid_len;
+    uint8_t *buf;
+    size_t len;
+    job *assign;     /* an ASSIGN: start the lease when it goes out */
+    uint32_t attempt;
+} action;
+
+typedef struct server {
+    const qc_server_options *o;
+    int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
+    qc_journal *journal;
+    qc_batch *batch;
+    bool db_down;
+    int64_t next_reconnect;
+    void *zctx, *sock;
+    job **jobs; /* sorted by id */
+    size_t n_jobs, cap_jobs;
+    size_t active;  /* jobs not terminal */
+    int64_t last_job_id;
+    job **pending;  /* dispatch candidates; entries may have left PENDING (compacted lazily) */
+    size_t n_pending, cap_pending;
+    bool pending_sorted, dirty;
+    int64_t next_wake; /* earliest backoff end among pending jobs */
+    worker **workers; /* sorted by routing id */
+    size_t n_workers, cap_workers;
+    action *actions;
+    size_t n_actions, cap_actions;
+    job **to_fail;    /* found failed at load: their dependency failed */
+    size_t n_to_fail;
+    bool polled_since_commit;
+} server;
+
+static volatile sig_atomic_t stop_requested;
+
+void qc_server_request_stop(void) { stop_requested = 1; }
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void slog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void slog(const char *fmt, ...) {
+    char line[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "qsweep-coordinator: %s\n", line);
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(p, c * elem);
+    if (!q) {
+        slog("out of memory growing a table to %zu entries", need);
+        abort(); /* the in-memory queue cannot be kept consistent without memory */
+    }
+    *cap = c;
+    return q;
+}
+
+static void must(qs_status st) {
+    if (st != QS_OK) {
+        slog("out of memory queueing a database write");
+        abort();
+    }
+}
+
+/* A printable peer name for logs: the routing id when printable, else its hex. */
+static void peer_name(const char *rid, size_t len, char *out, size_t cap) {
+    bool printable = len > 0;
+    for (size_t i = 0; i < len && printable; i++) printable = rid[i] >= 0x20 && rid[i] < 0x7f;
+    if (printable) {
+        snprintf(out, cap, "%.*s", (int)len, rid);
+        return;
+    }
+    size_t o = 0;
+    o += (size_t)snprintf(out, cap, "0x");
+    for (size_t i = 0; i < len && o + 3 < cap; i++) o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
+}
+
+/* RFC 3629 UTF-8 validity (PostgreSQL rejects anything else in text columns). */
+static bool utf8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
+        if (n < 0 || (n == 1 && *p < 0xc2) || (n == 3 && *p > 0xf4)) return false;
+        p++;
+        for (int i = 0; i < n; i++, p++)
+            if ((*p & 0xc0) != 0x80) return false;
+    }
+    return true;
+}
+
+/* Copies s into out, writing bytes of invalid UTF-8 as \xNN so a worker's error text is
+ * stored visibly rather than rejected. */
+static void utf8_escape(const char *s, char *out, size_t cap) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < cap; p++) {
+        char one[2] = {(char)*p, 0};
+        if (*p < 0x80 || utf8_valid(one)) {
+            out[o++] = (char)*p;
+            continue;
+        }
+        /* multi-byte sequence: keep it when the whole sequence is valid */
+        int n = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
+        char seq[5] = {0};
+        bool ok = n > 0;
+        for (int i = 0; i < n && ok; i++) {
+            seq[i] = (char)p[i];
+            ok = p[i] != 0;
+        }
+        if (ok && utf8_valid(seq) && o + (size_t)n < cap - 1) {
+            memcpy(out + o, seq, (size_t)n);
+            o += (size_t)n;
+            p += n - 1;
+        } else {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+        }
+    }
+    out[o] = '\0';
+}
+
+/* ---- lookups ---- */
+
+static job *find_job(server *s, int64_t id) {
+    size_t lo = 0, hi = s->n_jobs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->jobs[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < s->n_jobs && s->jobs[lo]->id == id ? s->jobs[lo] : NULL;
+}
+
+static int rid_cmp(const char *a, size_t alen, const char *b, size_t blen) {
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c ? c : (alen > blen) - (alen < blen);
+}
+
+static size_t worker_pos(server *s, const char *rid, size_t len) {
+    size_t lo = 0, hi = s->n_workers;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (rid_cmp(s->workers[mid]->rid, s->workers[mid]->rid_len, rid, len) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static worker *find_worker(server *s, const char *rid, size_t len) {
+    size_t i = worker_pos(s, rid, len);
+    return i < s->n_workers && rid_cmp(s->workers[i]->rid, s->workers[i]->rid_len, rid, len) == 0 ? s->workers[i]
+                                                                                                   : NULL;
+}
+
+static void forget_worker(server *s, worker *w) {
+    size_t i = worker_pos(s, w->rid, w->rid_len);
+    memmove(&s->workers[i], &s->workers[i + 1], (s->n_workers - i - 1) * sizeof *s->workers);
+    s->n_workers--;
+    if (w->job && w->job->worker == w) w->job->worker = NULL; /* its lease decides */
+    free(w);
+}
+
+/* ---- sending ---- */
+
+static bool encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
+    qs_error err;
+    if (qs_proto_encode(env, buf, len, &err) != QS_OK) {
+        slog("encode %s: %s", qs_proto_kind_name(env->body_case), err.msg);
+        return false;
+    }
+    return true;
+}
+
+/* Sends [rid][body]; false when the peer is gone (ROUTER_MANDATORY) or its queue is full. */
+static bool send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len) {
+    if (zmq_send(s->sock, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(s->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+        char peer[600];
+        peer_name(rid, rid_len, peer, sizeof peer);
+        slog("send to %s: %s (dropped)", peer, zmq_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static void send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env) {
+    uint8_t *buf;
+    size_t len;
+    if (!encode(env, &buf, &len)) return;
+    send_raw(s, rid, rid_len, buf, len);
+    free(buf);
+}
+
+static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env, job *assign) {
+    uint8_t *buf;
+    size_t len;
+    if (!encode(env, &buf, &len)) return;
+    s->actions = grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
+    action *a = &s->actions[s->n_actions++];
+    memcpy(a->rid, rid, rid_len);
+    a->rid_len = rid_len;
+    a->buf = buf;
+    a->len = len;
+    a->assign = assign;
+    a->attempt = assign ? assign->attempt : 0;
+}
+
+static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt, uint64_t seq,
+                     bool final) {
+    Qsweep__Ack a = QSWEEP__ACK__INIT;
+    a.job_id = job_id;
+    a.attempt = attempt;
+    a.seq = seq;
+    a.final = final;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_ACK;
+    env.ack = &a;
+    send_after_commit(s, rid, rid_len, &env, NULL);
+}
+
+static void send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
+                        const char *reason) {
+    Qsweep__Cancel c = QSWEEP__CANCEL__INIT;
+    c.job_id = job_id;
+    c.attempt = attempt;
+    c.reason = (char *)reason;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_CANCEL;
+    env.cancel = &c;
+    send_now(s, rid, rid_len, &env);
+}
+
+static void send_reregister(server *s, const char *rid, size_t rid_len, const char *reason) {
+    Qsweep__Reregister r = QSWEEP__REREGISTER__INIT;
+    r.reason = (char *)reason;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_REREGISTER;
+    env.reregister = &r;
+    send_now(s, rid, rid_len, &env);
+}
+
+/* ---- job state ---- */
+
+static void push_pending(server *s, job *j) {
+    s->pending = grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
+    s->pending[s->n_pending++] = j;
+    s->pending_sorted = false;
+    s->dirty = true;
+    if (j->not_before < s->next_wake) s->next_wake = j->not_before;
+}
+
+static void set_terminal(server *s, job *j, jstate st) {
+    if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
+    j->state = st;
+}
+
+static void fail_dependents(server *s, job *dep);
+
+/* A pending job that can never run: failed (or cancelled) without an attempt. */
+static void end_pending(server *s, job *j, jstate st, const char *why) {
+    set_terminal(s, j, st);
+    must(qc_batch_job_state(s->batch, j->id, jstate_name[st], why));
+    if (!s->o->quiet) slog("job %lld %s: %s", (long long)j->id, jstate_name[st], why);
+    fail_dependents(s, j);
+}
+
+static void fail_dependents(server *s, job *dep) {
+    char why[96];
+    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id, jstate_name[dep->state]);
+    for (size_t i = 0; i < s->n_pending; i++) {
+        job *j = s->pending[i];
+        if (j->state != J_PENDING) continue;
+        for (int d = 0; d < j->n_deps; d++)
+            if (j->deps[d] == dep->id) {
+                end_pending(s, j, J_FAILED, why);
+                break;
+            }
+    }
+}
+
+/* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
+ * against max_attempts. Decides the job's next state and queues the write. */
+static void end_attempt(server *s, job *j, const char *outcome, const char *error, bool counts) {
+    if (j->worker && j->worker->job == j) j->worker->job = NULL;
+    j->worker = NULL;
+    free(j->worker_name);
+    j->worker_name = NULL;
+    j->lease_deadline = NEVER;
+    int64_t backoff = 0;
+    if (strcmp(outcome, "succeeded") == 0) {
+        set_terminal(s, j, J_SUCCEEDED);
+        s->dirty = true; /* dependents may be ready */
+    } else if (j->cancel_requested || strcmp(outcome, "cancelled") == 0) {
+        set_terminal(s, j, J_CANCELLED);
+    } else {
+        if (counts) j->attempts_used++;
+        if (j->attempts_used >= j->max_attempts) {
+            set_terminal(s, j, J_FAILED);
+        } else {
+            j->state = J_PENDING;
+            if (counts) {
+                int shift = j->attempts_used - 1 < 16 ? j->attempts_used - 1 : 16;
+                backoff = (int64_t)s->backoff_ms << shift;
+                if (backoff > 60000) backoff = 60000;
+            }
+            j->not_before = now_ms() + backoff;
+            push_pending(s, j);
+        }
+    }
+    must(qc_batch_attempt_end(s->batch, j->id, j->attempt, outcome, error, jstate_name[j->state], j->attempts_used,
+                              backoff));
+    if (!s->o->quiet || j->state == J_FAILED)
+        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt, outcome, jstate_name[j->state],
+             error ? ": " : "", error ? error : "");
+    if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
+}
+
+/* ---- scheduling ---- */
+
+static int pending_cmp(const void *a, const void *b) {
+    const job *x = *(job *const *)a, *y = *(job *const *)b;
+    if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void compact_pending(server *s) {
+    size_t o = 0;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        job *j = s->pending[i];
+        bool dup = false;
+        if (j->state != J_PENDING) continue;
+        /* a job requeued twice appears twice; keep one (neighbours after the sort) */
+        if (o > 0 && s->pending[o - 1] == j) dup = true;
+        if (!dup) s->pending[o++] = j;
+    }
+    s->n_pending = o;
+}
+
+static bool deps_met(server *s, const job *j) {
+    for (int d = 0; d < j->n_deps; d++) {
+        const job *dep = find_job(s, j->deps[d]);
+        if (dep && dep->state != J_SUCCEEDED) return false;
+    }
+    return true;
+}
+
+static bool fits(const worker *w, const job *j) {
+    if (j->gpus > w->n_gpus) return false;
+    if (j->gpu_mem_mb > 0 && (w->n_gpus == 0 || j->gpu_mem_mb > w->min_gpu_mem_mb)) return false;
+    return true;
+}
+
+static bool holds_model(const worker *w, const job *j) {
+    if (!j->model_key[0]) return false;
+    for (int i = 0; i < w->n_models; i++)
+        if (strcmp(w->models[i], j->model_key) == 0) return true;
+    return false;
+}
+
+/* The job for worker w (server.h: resources, then model, then priority, then age). */
+static job *pick(server *s, const worker *w, int64_t now) {
+    job *first = NULL;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        job *j = s->pending[i];
+        if (j->state != J_PENDING) continue;
+        if (j->not_before > now) {
+            if (j->not_before < s->next_wake) s->next_wake = j->not_before;
+            continue;
+        }
+        if (!fits(w, j) || !deps_met(s, j)) continue;
+        if (holds_model(w, j)) return j;
+        if (!first) first = j;
+        if (w->n_models == 0) break;
+    }
+    return first;
+}
+
+static void assign(server *s, worker *w, job *j) {
+    j->state = J_RUNNING;
+    j->attempt++;
+    j->worker = w;
+    free(j->worker_name);
+    j->worker_name = strdup(w->name);
+    j->lease_deadline = NEVER;
+    w->job = j;
+    w->ready = false;
+    must(qc_batch_attempt_start(s->batch, j->id, j->attempt, w->name, s->lease_ms));
+    Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
+    a.job_id = j->id;
+    a.attempt = j->attempt;
+    a.lease_ms = (uint32_t)s->lease_ms;
+    a.kind = j->kind;
+    a.spec_json = j->spec;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
+    env.assign = &a;
+    send_after_commit(s, w->rid, w->rid_len, &env, j);
+    if (!s->o->quiet) slog("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
+}
+
+static void dispatch(server *s, int64_t now) {
+    if (s->db_down) return;
+    if (!s->dirty && now < s->next_wake) return;
+    s->dirty = false;
+    s->next_wake = NEVER;
+    if (!s->pending_sorted) {
+        compact_pending(s);
+        qsort(s->pending, s->n_pending, sizeof *s->pending, pending_cmp);
+        compact_pending(s);
+        s->pending_sorted = true;
+    }
+    size_t head = 0;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        worker *w = s->workers[i];
+        if (!w->ready || w->job) continue;
+        while (head < s->n_pending && s->pending[head]->state != J_PENDING) head++;
+        if (head == s->n_pending) break;
+        /* pick scans from the first still-pending entry */
+        job **saved = s->pending;
+        size_t saved_n = s->n_pending;
+        s->pending += head;
+        s->n_pending -= head;
+        job *j = pick(s, w, now);
+        s->pending = saved;
+        s->n_pending = saved_n;
+        if (j) assign(s, w, j);
+    }
+}
+
+/* ---- leases ---- */
+
+static void check_leases(server *s, int64_t now) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
+        char why[400];
+        if (j->worker) {
+            snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms", j->worker->name,
+                     s->lease_ms);
+            send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "lease expired");
+        } else {
+            snprintf(why, sizeof why, "worker %s did not re-attach within %d ms of a coordinator restart",
+                     j->worker_name ? j->worker_name : "?", s->grace_ms);
+        }
+        end_attempt(s, j, "lost", why, true);
+    }
+    for (size_t i = 0; i < s->n_workers;) {
+        worker *w = s->workers[i];
+        if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
+            slog("worker %s silent for %lld ms: forgotten", w->name, (long long)(now - w->last_seen));
+            forget_worker(s, w);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* ---- messages ---- */
+
+static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__Hello *h, int64_t now) {
+    if (!h->worker_id[0] || strlen(h->worker_id) > NAME_MAX_ || !utf8_valid(h->worker_id) || !utf8_valid(h->host)) {
+        char peer[600];
+        peer_name(rid, rid_len, peer, sizeof peer);
+        slog("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host", peer);
+        return;
+    }
+    worker *w = find_worker(s, rid, rid_len);
+    if (!w) {
+        w = calloc(1, sizeof *w);
+        if (!w) abort();
+        memcpy(w->rid, rid, rid_len);
+        w->rid_len = rid_len;
+        size_t pos = worker_pos(s, rid, rid_len);
+        s->workers = grow(s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers);
+        memmove(&s->workers[pos + 1], &s->workers[pos], (s->n_workers - pos) * sizeof *s->workers);
+        s->workers[pos] = w;
+        s->n_workers++;
+    }
+    snprintf(w->name, sizeof w->name, "%s", h->worker_id);
+    w->last_seen = now;
+    w->ready = false;
+    w->n_gpus = (int)h->n_gpus;
+    w->min_gpu_mem_mb = 0;
+    json_t *gpus = json_array();
+    for (size_t i = 0; i < h->n_gpus; i++) {
+        int64_t mb = (int64_t)(h->gpus[i]->memory_bytes >> 20);
+        if (i == 0 || mb < w->min_gpu_mem_mb) w->min_gpu_mem_mb = mb;
+        char cc[24];
+        snprintf(cc, sizeof cc, "%u.%u", h->gpus[i]->cc_major, h->gpus[i]->cc_minor);
+        json_array_append_new(gpus, json_pack("{s:s, s:I, s:s, s:b}", "name",
+                                              utf8_valid(h->gpus[i]->name) ? h->gpus[i]->name : "?", "memory_mb",
+                                              (json_int_t)mb, "cc", cc, "native_fp4", h->gpus[i]->native_fp4));
+    }
+    w->n_models = 0;
+    for (size_t i = 0; i < h->n_models_loaded && w->n_models < MODELS_MAX; i++)
+        if (strlen(h->models_loaded[i]) <= KEY_MAX) snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
+    char *gj = json_dumps(gpus, JSON_COMPACT);
+    json_decref(gpus);
+    must(qc_batch_worker(s->batch, w->name, h->host, h->pid, gj ? gj : "[]", h->cpu_threads));
+    free(gj);
+
+    job *named = h->running_job_id ? find_job(s, h->running_job_id) : NULL;
+    /* A job this worker ran that its HELLO does not name is lost (the worker restarted);
+       one whose ASSIGN is still waiting for its commit will be sent. */
+    if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
+        job *old = w->job;
+        end_attempt(s, old, "lost", "worker re-registered without it (restarted)", true);
+    }
+    if (h->running_job_id) {
+        if (named && named->state == J_RUNNING && named->attempt == h->running_attempt &&
+            (!named->worker || named->worker == w)) {
+            named->worker = w;
+            w->job = named;
+            named->lease_deadline = now + s->lease_ms;
+            slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id, named->attempt);
+        } else {
+            /* not the current attempt: stop it (its result would be ignored anyway) */
+            send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt, "attempt is no longer current");
+        }
+    }
+    if (!s->o->quiet) slog("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
+}
+
+static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int64_t now) {
+    Qsweep__Heartbeat r = QSWEEP__HEARTBEAT__INIT;
+    r.job_id = hb->job_id;
+    r.attempt = hb->attempt;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &r;
+    send_now(s, w->rid, w->rid_len, &env);
+    if (!hb->job_id) return;
+    job *j = w->job;
+    if (j && j->id == hb->job_id && j->attempt == hb->attempt && j->state == J_RUNNING) {
+        if (j->lease_deadline != NEVER) j->lease_deadline = now + s->lease_ms;
+        return;
+    }
+    job *other = find_job(s, hb->job_id);
+    bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
+    if (!pending_assign)
+        send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt, "attempt is no longer current (lease lost)");
+}
+
+/* True when (job, attempt) is the job's running attempt on worker w. */
+static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
+    job *j = find_job(s, job_id);
+    if (j && j->state == J_RUNNING && j->attempt == attempt && j->worker == w && j->lease_deadline != NEVER)
+        return j;
+    return NULL;
+}
+
+static void on_result(server *s, worker *w, const Qsweep__Result *r) {
+    job *j = current(s, w, r->job_id, r->attempt);
+    if (!j) {
+        slog("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current attempt",
+             r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
+        send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
+        return;
+    }
+    for (size_t i = 0; i < r->n_metrics; i++) {
+        const Qsweep__Metric *m = r->metrics[i];
+        bool final = r->final && m->final;
+        if (!m->name[0] || strlen(m->name) > KEY_MAX || !utf8_valid(m->name) || (!final && m->step < 0)) {
+            slog("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or non-UTF-8 name or a "
+                 "negative step",
+                 w->name, (long long)r->job_id);
+            return; /* not ACKed: a well-behaved worker never sends this */
+        }
+    }
+    for (size_t i = 0; i < r->n_metrics; i++) {
+        const Qsweep__Metric *m = r->metrics[i];
+        must(qc_batch_result(s->batch, j->id, j->attempt, m->name, m->value, m->step, r->final && m->final));
+    }
+    if (r->final) {
+        end_attempt(s, j, "succeeded", NULL, false);
+        w->ready = false;
+    }
+    send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
+}
+
+static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
+    job *j = current(s, w, f->job_id, f->attempt);
+    if (!j) {
+        slog("ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
+             (long long)f->job_id, f->attempt, w->name);
+        send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
+        return;
+    }
+    char msg[1024];
+    utf8_escape(f->message, msg, sizeof msg);
+    switch (f->class_) {
+    case QSWEEP__FAILURE_CLASS__PREEMPTED: end_attempt(s, j, "preempted", msg, false); break;
+    case QSWEEP__FAILURE_CLASS__CANCELLED: end_attempt(s, j, "cancelled", msg, false); break;
+    default: end_attempt(s, j, "failed", msg, true); break;
+    }
+    send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
+}
+
+static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len, int64_t now) {
+    char peer[600];
+    Qsweep__Envelope *env = NULL;
+    qs_error err;
+    peer_name(rid, rid_len, peer, sizeof peer);
+    if (qs_proto_decode(body, len, QS_PROTO_MAX_BYTES, peer, &env, &err) != QS_OK) {
+        slog("dropped: %s", err.msg);
+        return;
+    }
+    if (env->body_case == QSWEEP__ENVELOPE__BODY_HELLO) {
+        on_hello(s, rid, rid_len, env->hello, now);
+        qs_proto_free(env);
+        return;
+    }
+    worker *w = find_worker(s, rid, rid_len);
+    if (!w) {
+        if (env->body_case != QSWEEP__ENVELOPE__BODY_BYE)
+            send_reregister(s, rid, rid_len, "unknown worker (coordinator restarted?): send HELLO");
+        qs_proto_free(env);
+        return;
+    }
+    w->last_seen = now;
+    switch (env->body_case) {
+    case QSWEEP__ENVELOPE__BODY_READY:
+        if (!w->job) {
+            w->ready = true;
+            s->dirty = true;
+        }
+        w->n_models = 0;
+        for (size_t i = 0; i < env->ready->n_models_loaded && w->n_models < MODELS_MAX; i++)
+            if (strlen(env->ready->models_loaded[i]) <= KEY_MAX)
+                snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", env->ready->models_loaded[i]);
+        break;
+    case QSWEEP__ENVELOPE__BODY_HEARTBEAT: on_heartbeat(s, w, env->heartbeat, now); break;
+    case QSWEEP__ENVELOPE__BODY_RESULT: on_result(s, w, env->result); break;
+    case QSWEEP__ENVELOPE__BODY_FAILED: on_failed(s, w, env->failed); break;
+    case QSWEEP__ENVELOPE__BODY_BYE:
+        slog("worker %s said BYE: %s", w->name, env->bye->reason);
+        if (w->job && w->job->lease_deadline != NEVER)
+            end_attempt(s, w->job, "preempted", "worker left (BYE) without reporting the attempt", false);
+        forget_worker(s, w);
+        break;
+    default: slog("dropped: peer %s: %s is not a worker's message", peer, qs_proto_kind_name(env->body_case));
+    }
+    qs_proto_free(env);
+}
+
+/* ---- loading ---- */
+
+static void on_job_row(void *arg, const qc_job_row *r) {
+    server *s = arg;
+    if (find_job(s, r->id)) return;
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
+        !(j->model_key = strdup(r->model_key)))
+        abort();
+    j->id = r->id;
+    j->priority = r->priority;
+    j->gpus = r->gpus;
+    j->gpu_mem_mb = r->gpu_mem_mb;
+    j->max_attempts = r->max_attempts;
+    j->attempts_used = r->attempts_used;
+    j->attempt = r->last_attempt;
+    j->lease_deadline = NEVER;
+    int64_t now = now_ms();
+    if (r->running_attempt > 0 && strcmp(r->state, "running") == 0) {
+        j->state = J_RUNNING;
+        j->attempt = r->running_attempt;
+        j->worker_name = r->running_worker ? strdup(r->running_worker) : NULL;
+        j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
+    } else {
+        j->state = J_PENDING;
+        j->not_before = now + r->not_before_in_ms;
+    }
+    s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
+    s->jobs[s->n_jobs++] = j; /* rows come by increasing id, above every id held */
+    s->active++;
+    if (r->id > s->last_job_id) s->last_job_id = r->id;
+    if (j->state == J_PENDING) push_pending(s, j);
+}
+
+static void on_dep_row(void *arg, int64_t job_id, int64_t dep, const char *dep_state) {
+    server *s = arg;
+    job *j = find_job(s, job_id);
+    if (!j || j->state != J_PENDING) return;
+    for (int d = 0; d < j->n_deps; d++)
+        if (j->deps[d] == dep) return;
+    if (strcmp(dep_state, "succeeded") == 0) return;
+    if (strcmp(dep_state, "failed") == 0 || strcmp(dep_state, "cancelled") == 0) {
+        s->to_fail = realloc(s->to_fail, (s->n_to_fail + 1) * sizeof *s->to_fail);
+        if (!s->to_fail) abort();
+        s->to_fail[s->n_to_fail++] = j;
+    }
+    int64_t *d = realloc(j->deps, (size_t)(j->n_deps + 1) * sizeof *d);
+    if (!d) abort();
+    j->deps = d;
+    j->deps[j->n_deps++] = dep;
+}
+
+static qs_status load_new_jobs(server *s, qs_error *err) {
+    int64_t after = s->last_job_id;
+    qs_status st = qc_journal_load_jobs(s->journal, after, on_job_row, s, err);
+    if (st == QS_OK) st = qc_journal_load_deps(s->journal, after, on_dep_row, s, err);
+    for (size_t i = 0; i < s->n_to_fail; i++) {
+        job *j = s->to_fail[i];
+        if (j->state != J_PENDING) continue;
+        char why[96];
+        for (int d = 0; d < j->n_deps; d++) {
+            job *dep = find_job(s, j->deps[d]);
+            if (!dep) {
+                snprintf(why, sizeof why, "dependency %lld failed or was cancelled", (long long)j->deps[d]);
+                end_pending(s, j, J_FAILED, why);
+                break;
+            }
+        }
+    }
+    s->n_to_fail = 0;
+    return st;
+}
+
+static void on_cancel_row(void *arg, int64_t request, int64_t job_id) {
+    server *s = arg;
+    must(qc_batch_cancel_handled(s->batch, request));
+    job *j = job_id ? find_job(s, job_id) : NULL;
+    if (!j) return;
+    if (j->state == J_PENDING) {
+        end_pending(s, j, J_CANCELLED, "cancelled on request");
+    } else if (j->state == J_RUNNING && !j->cancel_requested) {
+        j->cancel_requested = true;
+        if (j->worker) send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "cancelled on request");
+    }
+}
+
+/* ---- the loop ---- */
+
+static void run_actions(server *s) {
+    int64_t now = now_ms();
+    for (size_t i = 0; i < s->n_actions; i++) {
+        action *a = &s->actions[i];
+        bool sent = send_raw(s, a->rid, a->rid_len, a->buf, a->len);
+        job *j = a->assign;
+        if (j && j->state == J_RUNNING && j->attempt == a->attempt) {
+            if (sent) {
+                j->lease_deadline = now + s->lease_ms;
+            } else {
+                j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
+                end_attempt(s, j, "preempted", "ASSIGN undeliverable: the worker is gone", false);
+            }
+        }
+        free(a->buf);
+    }
+    s->n_actions = 0;
+}
+
+/* Commits the batch; on success sends what waited for it. */
+static qs_status commit(server *s, qs_error *err) {
+    if (s->db_down) return QS_OK;
+    for (int round = 0; round < 2; round++) { /* an undeliverable ASSIGN queues one more write */
+        if (qc_batch_empty(s->batch) && s->n_actions == 0) return QS_OK;
+        qs_error e;
+        qs_status st = qc_journal_commit(s->journal, s->batch, &e);
+        if (st != QS_OK) {
+            if (!qc_journal_lost(s->journal)) {
+                *err = e;
+                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_batch_rows(s->batch));
+            }
+            slog("%s: pausing dispatch; %zu transitions wait in memory", e.msg, qc_batch_rows(s->batch));
+            s->db_down = true;
+            s->next_reconnect = now_ms() + 500;
+            return QS_OK;
+        }
+        s->polled_since_commit = false;
+        run_actions(s);
+    }
+    return QS_OK;
+}
+
+static qs_status open_socket(server *s, qs_error *err) {
+    s->zctx = zmq_ctx_new();
+    if (!s->zctx) return qs_error_set(err, QS_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
+    s->sock = zmq_socket(s->zctx, ZMQ_ROUTER);
+    if (!s->sock) return qs_error_set(err, QS_ENET, "zmq_socket(ROUTER): %s", zmq_strerror(errno));
+    int one = 1, linger = 1000, hwm = 100000;
+    /* Twice the protocol limit: a body just over it reaches the codec and is logged with its
+       peer; libzmq drops the connection of a peer sending more (server.h). */
+    int64_t maxmsg = 2 * (int64_t)QS_PROTO_MAX_BYTES;
+    if (zmq_setsockopt(s->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0)
+        return qs_error_set(err, QS_ENET, "ROUTER socket options: %s", zmq_strerror(errno));
+    if (s->o->curve_secret_key) {
+        if (zmq_setsockopt(s->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, s->o->curve_secret_key, 41) != 0)
+            return qs_error_set(err, QS_EINVAL, "options.curve_secret_key: need a 40-character Z85 key: %s",
+                                zmq_strerror(errno));
+    }
+    if (zmq_bind(s->sock, s->o->bind_endpoint) != 0)
+        return qs_error_set(err, QS_ENET, "bind %s: %s", s->o->bind_endpoint, zmq_strerror(errno));
+    return QS_OK;
+}
+
+/* Receives every waiting message (up to DRAIN_MAX). */
+static void drain(server *s, int64_t now) {
+    for (int n = 0; n < DRAIN_MAX; n++) {
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        if (zmq_msg_recv(&id, s->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&id);
+            return;
+        }
+        zmq_msg_init(&body);
+        int more = zmq_msg_more(&id);
+        bool ok = more && zmq_msg_recv(&body, s->sock, 0) >= 0;
+        int frames = 2;
+        if (ok) {
+            while (zmq_msg_more(&body)) { /* a rogue multi-frame message: drop it whole */
+                zmq_msg_close(&body);
+                zmq_msg_init(&body);
+                if (zmq_msg_recv(&body, s->sock, 0) < 0) break;
+                frames++;
+            }
+        }
+        if (ok && frames == 2) {
+            on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body), zmq_msg_size(&body), now);
+        } else {
+            char peer[600];
+            peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
+            slog("dropped: peer %s: message of %d frames (expected one body frame)", peer, frames - 1);
+        }
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
+    }
+}
+
+static void free_server(server *s) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        free(j->kind);
+        free(j->spec);
+        free(j->model_key);
+        free(j->deps);
+        free(j->worker_name);
+        free(j);
+    }
+    for (size_t i = 0; i < s->n_workers; i++) free(s->workers[i]);
+    for (size_t i = 0; i < s->n_actions; i++) free(s->actions[i].buf);
+    free(s->jobs);
+    free(s->pending);
+    free(s->workers);
+    free(s->actions);
+    free(s->to_fail);
+    if (s->sock) zmq_close(s->sock);
+    if (s->zctx) zmq_ctx_term(s->zctx);
+    qc_batch_free(s->batch);
+    qc_journal_close(s->journal);
+}
+
+qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
+    if (!opts || !opts->bind_endpoint || !opts->conninfo)
+        return qs_error_set(err, QS_EINVAL, "qc_server_run: options.bind_endpoint and options.conninfo are required");
+    if (opts->lease_ms < 0 || opts->grace_ms < 0 || opts->backoff_ms < 0 || opts->poll_ms < 0 ||
+        opts->worker_timeout_ms < 0)
+        return qs_error_set(err, QS_EINVAL, "qc_server_run: options.*_ms must not be negative");
+    server s = {.o = opts, .next_wake = NEVER};
+    s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
+    s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;
+    s.backoff_ms = opts->backoff_ms ? opts->backoff_ms : 1000;
+    s.poll_ms = opts->poll_ms ? opts->poll_ms : 500;
+    s.worker_timeout_ms = opts->worker_timeout_ms ? opts->worker_timeout_ms : 3 * s.lease_ms;
+
+    struct sigaction old_term, old_int;
+    if (!opts->no_signal_handlers) {
+        struct sigaction sa = {.sa_handler = on_stop_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
+    stop_requested = 0;
+
+    qs_status st = (s.batch = qc_batch_new()) ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
+    if (st == QS_OK) st = qc_journal_open(opts->conninfo, &s.journal, err);
+    if (st == QS_OK) st = load_new_jobs(&s, err);
+    if (st == QS_OK) st = open_socket(&s, err);
+    if (st == QS_OK) {
+        size_t running = 0;
+        for (size_t i = 0; i < s.n_jobs; i++) running += s.jobs[i]->state == J_RUNNING;
+        slog("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms for their "
+             "workers to re-attach); lease %d ms",
+             opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
+    }
+    int64_t next_poll = now_ms() + s.poll_ms, next_cancel_poll = now_ms() + 1000, next_lease_check = 0;
+    while (st == QS_OK && !stop_requested) {
+        zmq_pollitem_t item = {.socket = s.sock, .events = ZMQ_POLLIN};
+        if (zmq_poll(&item, 1, 10) < 0 && errno != EINTR) {
+            st = qs_error_set(err, QS_ENET, "zmq_poll: %s", zmq_strerror(errno));
+            break;
+        }
+        int64_t now = now_ms();
+        drain(&s, now);
+        if (now >= next_lease_check) {
+            check_leases(&s, now);
+            next_lease_check = now + 50;
+        }
+        if (s.db_down && now >= s.next_reconnect) {
+            qs_error e;
+            qs_status rs = qc_journal_reconnect(s.journal, &e);
+            if (rs == QS_ESTATE) {
+                *err = e;
+                st = rs;
+                break;
+            }
+            if (rs == QS_OK) {
+                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_batch_rows(s.batch));
+                s.db_down = false;
+                s.dirty = true;
+            } else {
+                s.next_reconnect = now + 500;
+            }
+        }
+        if (!s.db_down && now >= next_poll) {
+            qs_error e;
+            if (load_new_jobs(&s, &e) != QS_OK) {
+                if (!qc_journal_lost(s.journal)) {
+                    *err = e;
+                    st = QS_EDB;
+                    break;
+                }
+                slog("%s", e.msg);
+                s.db_down = true;
+                s.next_reconnect = now + 500;
+            } else {
+                s.polled_since_commit = true;
+            }
+            next_poll = now + s.poll_ms;
+        }
+        if (!s.db_down && now >= next_cancel_poll) {
+            qs_error e;
+            if (qc_journal_poll_cancels(s.journal, on_cancel_row, &s, &e) != QS_OK && !qc_journal_lost(s.journal)) {
+                *err = e;
+                st = QS_EDB;
+                break;
+            }
+            next_cancel_poll = now + 1000;
+        }
+        dispatch(&s, now);
+        st = commit(&s, err);
+        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_batch_empty(s.batch) &&
+            s.n_actions == 0 && s.polled_since_commit) {
+            slog("every job is terminal: exiting");
+            break;
+        }
+    }
+    if (st == QS_OK && !qc_batch_empty(s.batch) && !s.db_down) {
+        qs_error e;
+        if (qc_journal_commit(s.journal, s.batch, &e) != QS_OK) slog("final commit: %s", e.msg);
+    }
+    if (!opts->no_signal_handlers) {
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+    }
+    free_server(&s);
+    return st;
+}

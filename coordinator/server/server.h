@@ -1,0 +1,73 @@
+/* qc_server: the coordinator's ROUTER loop and scheduler (issue 4 item 3).
+ *
+ * The coordinator is the only writer of job state. It binds a ROUTER socket
+ * (ZMQ_ROUTER_MANDATORY, ZMQ_ROUTER_HANDOVER, ZMQ_MAXMSGSIZE = 2 * QS_PROTO_MAX_BYTES so a
+ * body just over the protocol limit is still received, logged with its peer and dropped,
+ * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock (a second coordinator on the same database
+ * refuses to start: QS_ESTATE), rebuilds its queue from the database, and then loops:
+ * decode what workers sent, change the in-memory state, write every transition through one
+ * batched transaction (coordinator/server/journal.h), and only after the commit send what
+ * depends on it (an ASSIGN after its attempt row is durable, an ACK after the result or
+ * failure is stored). It uses one PostgreSQL connection whatever the number of workers.
+ *
+ * Rules (protocol: proto/qsweep.proto):
+ *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and
+ *    are renewed only by a HEARTBEAT naming the worker's current (job, attempt). An expired
+ *    lease marks the attempt lost; the job is requeued after a backoff of
+ *    backoff_ms * 2^(attempts used - 1) (at most 60 s) until max_attempts count, then it
+ *    fails keeping the last error. PREEMPTED attempts (SIGTERM, a busy worker, an
+ *    undeliverable ASSIGN) do not count and are requeued at once.
+ *  - A RESULT or FAILED for an attempt that is not the job's current running one (late,
+ *    duplicate, from a worker whose lease expired) is logged and ignored, and ACKed so the
+ *    worker forgets it. Results are stored with ON CONFLICT DO NOTHING on (job, name, step).
+ *  - After a restart, attempts still marked running wait grace_ms for their worker's HELLO
+ *    naming (job, attempt): the worker re-attaches and its job is not re-run. Unclaimed
+ *    attempts are then lost as above.
+ *  - Dependencies: a job is dispatched only when every job it depends on has succeeded. When
+ *    a dependency fails or is cancelled, its pending dependents fail at once with the error
+ *    "dependency <id> failed" (they could never run; failing them ends the sweep instead of
+ *    leaving it waiting forever).
+ *  - Cancellation: cancel_requests rows are polled every second; a pending job becomes
+ *    cancelled, a running one gets CANCEL and is cancelled when its worker confirms (or its
+ *    lease expires).
+ *  - Scheduling, for a worker that says READY: among pending jobs whose dependencies are met
+ *    and whose backoff is over, only those that fit its resources (jobs.resources gpus <= its
+ *    GPU count, gpu_mem_mb <= its smallest GPU's memory); among them a job whose model_key
+ *    the worker holds, then higher priority, then older (smaller id).
+ *  - PostgreSQL down: dispatch pauses, heartbeats are still answered from memory, pending
+ *    writes stay queued with their ACKs; the connection is retried every 500 ms and the
+ *    queued batch is committed when it is back. Nothing is lost.
+ *  - New jobs are picked up by polling jobs with a larger id every poll_ms. */
+#ifndef QC_SERVER_H
+#define QC_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+typedef struct qc_server_options {
+    const char *bind_endpoint;  /* e.g. "tcp://0.0.0.0:5555" (required) */
+    const char *conninfo;       /* libpq conninfo of the qsweep database (required) */
+    int lease_ms;               /* lease length; default 30000 */
+    int grace_ms;               /* re-attach window after a restart; default lease_ms */
+    int backoff_ms;             /* first retry delay; default 1000 */
+    int poll_ms;                /* new-job poll period; default 500 */
+    int worker_timeout_ms;      /* forget an idle worker silent this long; default 3 * lease */
+    bool exit_when_done;        /* return QS_OK once every job of the database is terminal */
+    const char *curve_secret_key; /* Z85 (40 characters): enables CURVE on the socket */
+    bool no_signal_handlers;    /* do not install SIGTERM/SIGINT handlers */
+    bool quiet;                 /* fewer log lines (no per-job lines) */
+} qc_server_options;
+
+/* Runs the coordinator until SIGTERM/SIGINT/qc_server_request_stop (QS_OK), or until every
+ * job is terminal with exit_when_done. Errors: QS_EINVAL (bad options, naming the field),
+ * QS_ESTATE (another coordinator holds the lock, or took it during an outage), QS_EDB
+ * (first connection failed, or a statement failed for a reason other than a lost
+ * connection), QS_ENET (bind failed, naming the endpoint). */
+qs_status qc_server_run(const qc_server_options *opts, qs_error *err);
+
+/* Asks a running qc_server_run to return. Async-signal-safe. */
+void qc_server_request_stop(void);
+
+#endif

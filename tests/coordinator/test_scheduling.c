@@ -1,0 +1,143 @@
+/* coord_scheduling: issue 4 "Done when" items on a healthy system, against a real private
+ * PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc:// sockets:
+ *   - a 9-job grid with 4 workers started at once: exactly 9 executions;
+ *   - a job that keeps failing: retried up to max attempts, then failed, message in SQL;
+ *   - a second coordinator on the same database refuses to start;
+ *   - malformed and oversized messages from a rogue DEALER: logged and dropped, service
+ *     goes on. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "codec.h"
+#include "error.h"
+#include "harness.h"
+
+static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_grid");
+    for (int i = 0; i < 9; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "grid-%d", i);
+        h_insert_job(h, key, "sleep", "{\"seconds\": 0.3}", 3, 0);
+    }
+    h_start_coordinator(h);
+    const char *ids[] = {"w1", "w2", "w3", "w4"};
+    for (int i = 0; i < 4; i++) h_start_worker(h, ids[i]);
+    assert_true(h_wait_sql(h, 9, 30000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts"), 9);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"), 9);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE name = 'seconds' AND final"), 9);
+    /* all four workers took part: they were started at once */
+    assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
+}
+
+static void failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_failing");
+    long id = h_insert_job(h, "always-fails", "fail", "{\"message\": \"loss is NaN at step 3\"}", 3, 0);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 30000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", id));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'failed'", id), 3);
+    assert_int_equal(h_sql_long(h, "SELECT attempts_used FROM jobs WHERE id = %ld", id), 3);
+    char msg[256];
+    h_sql_text(h, msg, sizeof msg, "SELECT last_error FROM jobs WHERE id = %ld", id);
+    assert_string_equal(msg, "loss is NaN at step 3");
+    h_sql_text(h, msg, sizeof msg, "SELECT error FROM attempts WHERE job = %ld AND attempt = 3", id);
+    assert_string_equal(msg, "loss is NaN at step 3");
+    /* retries waited for the backoff: attempt 2 started >= H_BACKOFF_MS after attempt 1 ended */
+    assert_true(h_sql_long(h,
+                           "SELECT (extract(epoch from (SELECT started_at FROM attempts WHERE job = %ld AND attempt = 2)"
+                           " - (SELECT ended_at FROM attempts WHERE job = %ld AND attempt = 1)) * 1000)::bigint",
+                           id, id) >= H_BACKOFF_MS - 20);
+}
+
+static void second_coordinator_on_the_same_database_refuses_to_start(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_second");
+    h_start_coordinator(h);
+    /* the first one holds the lock once it logs that it listens */
+    for (int t = 0; t < 100 && !h_log_contains(h, "listening on"); t++) h_sleep_ms(100);
+    assert_true(h_log_contains(h, "listening on"));
+    char log[4096];
+    int status = h_run_second_coordinator(h, log, sizeof log);
+    assert_int_equal(status, QS_ESTATE);
+    assert_non_null(strstr(log, "another qsweep coordinator already runs on database \"coord_second\""));
+    /* the first one still serves: a job completes */
+    long id = h_insert_job(h, "after-second", "echo", "{\"metrics\": {\"ppl\": 7.25}}", 1, 0);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+}
+
+static void send_body(void *sock, const void *buf, size_t len) {
+    assert_true(zmq_send(sock, buf, len, 0) == (int)len);
+}
+
+static void rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_rogue");
+    h_start_coordinator(h);
+    void *ctx = zmq_ctx_new();
+    void *rogue = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(rogue, ZMQ_ROUTING_ID, "rogue", 5);
+    int linger = 0;
+    zmq_setsockopt(rogue, ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_connect(rogue, h->endpoint), 0);
+
+    /* malformed: a length-delimited field claiming more bytes than follow */
+    const uint8_t malformed[] = {0x52, 0x10, 0x01, 0x02};
+    send_body(rogue, malformed, sizeof malformed);
+    /* another protocol version: a valid READY stamped version 99 */
+    Qsweep__Ready ready = QSWEEP__READY__INIT;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_READY;
+    env.ready = &ready;
+    env.version = 99;
+    uint8_t vbuf[64];
+    size_t vlen = qsweep__envelope__pack(&env, vbuf);
+    send_body(rogue, vbuf, vlen);
+    /* oversized: one byte over the protocol limit */
+    size_t big = QS_PROTO_MAX_BYTES + 1;
+    uint8_t *junk = calloc(1, big);
+    assert_non_null(junk);
+    send_body(rogue, junk, big);
+    free(junk);
+    /* a multi-frame message */
+    assert_true(zmq_send(rogue, "a", 1, ZMQ_SNDMORE) == 1);
+    send_body(rogue, "b", 1);
+
+    for (int t = 0; t < 100 && !h_log_contains(h, "message of 2 frames"); t++) h_sleep_ms(100);
+    assert_true(h_log_contains(h, "dropped: peer rogue: malformed message"));
+    assert_true(h_log_contains(h, "dropped: peer rogue: protocol version 99"));
+    assert_true(h_log_contains(h, "dropped: peer rogue: message of 4194305 bytes exceeds the limit"));
+    assert_true(h_log_contains(h, "dropped: peer rogue: message of 2 frames"));
+    zmq_close(rogue);
+    zmq_ctx_term(ctx);
+
+    /* the service goes on */
+    assert_int_equal(h_wait_exit(h->coord, 0), -1);
+    long id = h_insert_job(h, "after-rogue", "echo", "{\"metrics\": {\"kl\": 0.125}}", 1, 0);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    char v[64];
+    h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'kl'", id);
+    assert_string_equal(v, "0.125");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(grid_of_9_jobs_on_4_workers_runs_exactly_9_executions, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
+    };
+    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+}
