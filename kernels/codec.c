@@ -1,11 +1,13 @@
 /* Element codecs: one minifloat encoder (numerics.h, shared with CUDA) and decoder and one
- * integer encoder driven by qk_codec descriptors. Rules and sources: codec.h and fp4-spec.md sections 1.2, 2.3, 3.2, 4.4. */
+ * integer encoder driven by qk_codec descriptors. Rules and sources: codec.h and fp4-spec.md
+ * sections 1.2, 2.3, 3.2, 4.4. */
 #include "codec.h"
 #include "numerics.h"
 
 #include <math.h>
 #include <string.h>
 
+/* clang-format off */
 /*                                name    kind                bits e  m  bias special          max     nan     imax max_value  emax */
 const qk_codec qk_codec_e2m1 = {"e2m1", QK_CODEC_MINIFLOAT, 4, 2, 1, 1, QK_SPECIAL_NONE, 0x7, 0x7, 0, 6.0f, 2};
 const qk_codec qk_codec_e4m3 = {"e4m3", QK_CODEC_MINIFLOAT, 8, 4, 3, 7, QK_SPECIAL_E4M3, 0x7E, 0x7F, 0, 448.0f, 8};
@@ -16,6 +18,7 @@ const qk_codec qk_codec_fp16 = {"fp16", QK_CODEC_MINIFLOAT, 16, 5, 10, 15, QK_SP
 const qk_codec qk_codec_bf16 = {"bf16", QK_CODEC_MINIFLOAT, 16, 8, 7, 127, QK_SPECIAL_IEEE, 0x7F7F, 0x7FC0, 0, 0x1.FEp127f, 127};
 const qk_codec qk_codec_int8 = {"int8", QK_CODEC_INT, 8, 0, 0, 0, QK_SPECIAL_NONE, 127, 0, 127, 127.0f, 6};
 const qk_codec qk_codec_int4 = {"int4", QK_CODEC_INT, 4, 0, 0, 0, QK_SPECIAL_NONE, 7, 0, 7, 7.0f, 2};
+/* clang-format on */
 
 const qk_codec *qk_codec_by_name(const char *name) {
     static const qk_codec *const all[] = {&qk_codec_e2m1, &qk_codec_e4m3, &qk_codec_e5m2,
@@ -27,8 +30,7 @@ const qk_codec *qk_codec_by_name(const char *name) {
     return NULL;
 }
 
-static uint32_t minifloat_encode(const qk_codec *c, float x, qk_rounding rounding,
-                                 uint32_t rbits) {
+static uint32_t minifloat_encode(const qk_codec *c, float x, qk_rounding rounding, uint32_t rbits) {
     return qk_minifloat_encode_core(c->bits, c->exp_bits, c->man_bits, c->bias, c->max_code,
                                     c->nan_code, x, rounding, rbits);
 }

@@ -51,7 +51,7 @@ typedef enum qk_codec_kind {
  * E > 0: value = 2^(E-bias) * (1 + M/2^man_bits); E == 0: value = 2^(1-bias) * M/2^man_bits.
  * For an integer codec the value is the signed integer, limited to +-int_max (symmetric). */
 typedef struct qk_codec {
-    const char *name;         /* "e2m1", "e4m3", ... */
+    const char *name; /* "e2m1", "e4m3", ... */
     qk_codec_kind kind;
     int bits;                 /* width of one code, sign included: 4, 6, 8 or 16 */
     int exp_bits;             /* minifloat exponent field width */

@@ -35,16 +35,16 @@ typedef enum qk_scale_storage {
 
 /* One block format. */
 struct qk_format {
-    const char *name;           /* canonical lowercase name, see qk_format_by_name */
-    const qk_codec *elem;       /* element codec */
-    qk_scale_rule rule;         /* scale rule */
-    qk_scale_storage storage;   /* block-scale storage */
-    int block;                  /* elements per block along k; 0 = the whole row (per channel or
-                                   per tensor); for QK_RULE_ABSMAX with group_option set, the
-                                   default group size that qk_quant_options.group_size overrides */
-    int block_rows;             /* rows sharing one block scale: 1 (1D) or 16 (2D, NVFP4 weights) */
-    int tensor_scale;           /* 1 when an FP32 per-tensor scale multiplies at decode */
-    int group_option;           /* 1 when qk_quant_options.group_size applies (INT4 group-wise) */
+    const char *name;         /* canonical lowercase name, see qk_format_by_name */
+    const qk_codec *elem;     /* element codec */
+    qk_scale_rule rule;       /* scale rule */
+    qk_scale_storage storage; /* block-scale storage */
+    int block;                /* elements per block along k; 0 = the whole row (per channel or
+                                 per tensor); for QK_RULE_ABSMAX with group_option set, the
+                                 default group size that qk_quant_options.group_size overrides */
+    int block_rows;           /* rows sharing one block scale: 1 (1D) or 16 (2D, NVFP4 weights) */
+    int tensor_scale;         /* 1 when an FP32 per-tensor scale multiplies at decode */
+    int group_option;         /* 1 when qk_quant_options.group_size applies (INT4 group-wise) */
 };
 
 /* Number of formats in the table and the i-th one (0 <= i < qk_format_count()), for tests

@@ -10,7 +10,8 @@ void qk_rht16_signs(uint64_t seed, float signs[16]) {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint32_t out[4];
     qk_philox4x32_10(ctr, key, out);
-    for (int j = 0; j < 16; j++) signs[j] = ((out[0] >> j) & 1u) ? -1.0f : 1.0f;
+    for (int j = 0; j < 16; j++)
+        signs[j] = ((out[0] >> j) & 1u) ? -1.0f : 1.0f;
 }
 
 /* In-place unnormalised Walsh-Hadamard transform of 16 values (Sylvester order). */
@@ -29,8 +30,8 @@ static void fwht16(float v[16]) {
 qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, int threads,
                    qs_error *err) {
     if (!x || rows == 0 || k == 0)
-        return qs_error_set(err, QS_EINVAL, "kernels: rht16: empty tensor (rows=%zu, k=%zu)",
-                            rows, k);
+        return qs_error_set(err, QS_EINVAL, "kernels: rht16: empty tensor (rows=%zu, k=%zu)", rows,
+                            k);
     if (k % 16 != 0)
         return qs_error_set(err, QS_EINVAL,
                             "kernels: rht16: k=%zu is not a multiple of the 16-point tile", k);
@@ -44,11 +45,14 @@ qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, 
     for (size_t t = 0; t < tiles; t++) {
         float *v = x + t * 16;
         if (!inverse)
-            for (int j = 0; j < 16; j++) v[j] *= s[j];
+            for (int j = 0; j < 16; j++)
+                v[j] *= s[j];
         fwht16(v);
-        for (int j = 0; j < 16; j++) v[j] *= 0.25f;
+        for (int j = 0; j < 16; j++)
+            v[j] *= 0.25f;
         if (inverse)
-            for (int j = 0; j < 16; j++) v[j] *= s[j];
+            for (int j = 0; j < 16; j++)
+                v[j] *= s[j];
     }
     return QS_OK;
 }

@@ -46,7 +46,7 @@ QK_HD void qk_philox4x32_10_core(const uint32_t ctr[4], const uint32_t key[2], u
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
     uint32_t k0 = key[0], k1 = key[1];
     for (int round = 0; round < 10; round++) {
-        if (round > 0) { /* the key is bumped before every round but the first */
+        if (round > 0) {       /* the key is bumped before every round but the first */
             k0 += 0x9E3779B9u; /* Weyl increments: golden ratio, sqrt(3) - 1 */
             k1 += 0xBB67AE85u;
         }
@@ -102,7 +102,7 @@ QK_HD uint32_t qk_minifloat_encode_core(int bits, int exp_bits, int man_bits, in
     if (sig == 0) return sign;
     int m = man_bits;
     int emin = 1 - bias;
-    int te = e < emin ? emin : e; /* an FP32 subnormal always lands on te = emin */
+    int te = e < emin ? emin : e;  /* an FP32 subnormal always lands on te = emin */
     int shift = 23 - m + (te - e); /* FP32 bits below one target step; >= 0 as m <= 23 */
     uint64_t q = shift < 64 ? sig >> shift : 0;
     uint64_t rem = shift < 64 ? sig - (q << shift) : sig;
@@ -138,7 +138,8 @@ QK_HD uint32_t qk_minifloat_encode_core(int bits, int exp_bits, int man_bits, in
 /* E2M1 code -> value (fp4-spec.md 1.1), exact. */
 QK_HD float qk_e2m1_value(uint32_t code) {
     uint32_t mag = code & 7u;
-    float v = mag < 2 ? 0.5f * (float)mag : (float)(2u + (mag & 1u)) * qk_pow2f((int)(mag >> 1) - 2);
+    float v =
+        mag < 2 ? 0.5f * (float)mag : (float)(2u + (mag & 1u)) * qk_pow2f((int)(mag >> 1) - 2);
     return (code & 8u) ? -v : v;
 }
 
@@ -225,7 +226,7 @@ QK_HD uint32_t qk_e4m3_rne_nonneg(float v) {
     if (v > 448.0f) return 0x7E; /* (448, 464] rounds to 448, beyond saturates; +Inf too */
     if (v < 0x1p-6f) {
         float q = (v * 512.0f + 0x1p23f) - 0x1p23f; /* exact scaling, then RNE to integer */
-        return (uint32_t)q;                          /* 0..8; 8 is code 0x08 = 2^-6 */
+        return (uint32_t)q;                         /* 0..8; 8 is code 0x08 = 2^-6 */
     }
     uint32_t u = qk_bits_of(v);
     u += 0x7FFFFu + ((u >> 20) & 1u); /* RNE into bit 20 */

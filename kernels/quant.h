@@ -37,7 +37,7 @@ typedef enum qk_mx_scale_rule {
  * is the default. */
 typedef enum qk_nvfp4_clamp {
     QK_NVFP4_CLAMP_NONE = 0,
-    QK_NVFP4_CLAMP_TORCHAO = 1,  /* block scale >= 2^-6 */
+    QK_NVFP4_CLAMP_TORCHAO = 1,     /* block scale >= 2^-6 */
     QK_NVFP4_CLAMP_ZERO_TO_ONE = 2, /* ModelOpt: a zero block scale becomes 1 */
 } qk_nvfp4_clamp;
 
@@ -46,25 +46,25 @@ typedef struct qk_format qk_format;
 
 /* Options of one quantization call. Zero-initialised = the documented defaults. */
 typedef struct qk_quant_options {
-    qk_rounding rounding;      /* default RNE */
-    qk_mx_scale_rule mx_rule;  /* MX formats only; default RCEIL */
-    qk_nvfp4_clamp nvfp4_clamp;/* NVFP4 only; default none */
-    int group_size;            /* INT4 group size; 0 = 128 */
-    uint64_t seed;             /* stochastic rounding and RHT sign vector */
-    uint32_t tensor_id;        /* distinct per tensor so two tensors never share an RNG stream */
-    uint32_t step;             /* training step (SR stream) */
-    int threads;               /* 0 = all (OpenMP default); results are identical for any value */
-    int reference_only;        /* 1 = always take the scalar reference path (tests compare the
-                                  faster paths against it); 0 = fastest path, same bits */
+    qk_rounding rounding;       /* default RNE */
+    qk_mx_scale_rule mx_rule;   /* MX formats only; default RCEIL */
+    qk_nvfp4_clamp nvfp4_clamp; /* NVFP4 only; default none */
+    int group_size;             /* INT4 group size; 0 = 128 */
+    uint64_t seed;              /* stochastic rounding and RHT sign vector */
+    uint32_t tensor_id;         /* distinct per tensor so two tensors never share an RNG stream */
+    uint32_t step;              /* training step (SR stream) */
+    int threads;                /* 0 = all (OpenMP default); results are identical for any value */
+    int reference_only;         /* 1 = always take the scalar reference path (tests compare the
+                                   faster paths against it); 0 = fastest path, same bits */
 } qk_quant_options;
 
 /* Error statistics of one fake-quant call, over all rows*k elements. */
 typedef struct qk_quant_stats {
-    double mse;           /* mean squared error, FP32 units squared */
-    double signal_power;  /* mean of x^2 */
-    double sqnr_db;       /* 10*log10(signal_power/mse); +INFINITY when mse == 0 */
+    double mse;          /* mean squared error, FP32 units squared */
+    double signal_power; /* mean of x^2 */
+    double sqnr_db;      /* 10*log10(signal_power/mse); +INFINITY when mse == 0 */
     size_t n_elements;
-    size_t n_clipped;     /* elements whose scaled magnitude exceeded the element max */
+    size_t n_clipped; /* elements whose scaled magnitude exceeded the element max */
     size_t n_blocks;
     size_t n_underflow_blocks; /* nonzero blocks whose every element quantized to zero */
 } qk_quant_stats;

@@ -27,13 +27,13 @@ typedef struct qk_plan {
     qk_mx_scale_rule mx_rule;
     qk_nvfp4_clamp clamp;
     size_t rows, k;
-    size_t block;   /* elements per block along k */
-    size_t nblk;    /* blocks per row */
-    size_t brows;   /* rows per block (1 or 16) */
-    float amax_t;   /* tensor amax (NVFP4 and per-tensor rules) */
-    float s_enc;    /* tensor encode scale */
-    float s_dec;    /* tensor decode scale */
-    float s_enc_6;  /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
+    size_t block;      /* elements per block along k */
+    size_t nblk;       /* blocks per row */
+    size_t brows;      /* rows per block (1 or 16) */
+    float amax_t;      /* tensor amax (NVFP4 and per-tensor rules) */
+    float s_enc;       /* tensor encode scale */
+    float s_dec;       /* tensor decode scale */
+    float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
     float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
                           (step 5), tabulated once per call for the fast path */
     uint64_t seed;
@@ -62,7 +62,8 @@ static float e4m3_value[256]; /* decode table of the E4M3 block-scale codec */
 static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
 
 static void e4m3_table_build(void) {
-    for (uint32_t c = 0; c < 256; c++) e4m3_value[c] = qk_codec_decode(&qk_codec_e4m3, c);
+    for (uint32_t c = 0; c < 256; c++)
+        e4m3_value[c] = qk_codec_decode(&qk_codec_e4m3, c);
 }
 
 /* --- options and plan -------------------------------------------------------------------- */
@@ -91,8 +92,7 @@ static qs_status check_options(const qk_format *fmt, const qk_quant_options *o, 
                             "int4_group takes a group size, > 0)",
                             o->group_size, fmt->name);
     if (o->threads < 0)
-        return qs_error_set(err, QS_EINVAL, "kernels: options.threads: %d is negative",
-                            o->threads);
+        return qs_error_set(err, QS_EINVAL, "kernels: options.threads: %d is negative", o->threads);
     return QS_OK;
 }
 
@@ -275,7 +275,8 @@ static void put_code(qk_packed *pk, size_t r, size_t c, uint32_t code) {
 
 static uint32_t get_code(const qk_packed *pk, size_t r, size_t c) {
     const uint8_t *row = pk->codes + r * pk->row_bytes;
-    if (pk->fmt->elem->bits == 4) return (c & 1) ? (uint32_t)(row[c >> 1] >> 4) : row[c >> 1] & 0xFu;
+    if (pk->fmt->elem->bits == 4)
+        return (c & 1) ? (uint32_t)(row[c >> 1] >> 4) : row[c >> 1] & 0xFu;
     return row[c];
 }
 
@@ -301,8 +302,8 @@ static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, s
  * group's block, the block scale, then each element encoded (and SR bits drawn by its
  * row-major index). Codes and scales go to pk when non-NULL; decoded values to y when
  * non-NULL. y may alias x: a block is read whole (amax) before any of it is written. */
-static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h,
-                            qk_packed *pk, float *y, stats_acc *acc) {
+static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h, qk_packed *pk,
+                            float *y, stats_acc *acc) {
     const qk_codec *elem = p->elem;
     for (size_t b = 0; b < p->nblk; b++) {
         size_t c0 = b * p->block;
@@ -374,7 +375,8 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
  * IEEE operations in the same order (no FMA: -ffp-contract=off), so the bits are equal. */
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-static void quant_row_e2m1_fast(const qk_plan *p, float *row, stats_acc *acc) {
+static void
+quant_row_e2m1_fast(const qk_plan *p, float *row, stats_acc *acc) {
     const float s_dec = p->fmt->tensor_scale ? p->s_dec : 1.0f;
     const int mx = p->fmt->rule == QK_RULE_MX;
     float in[QK_FAST_MAX_BLOCK];
@@ -398,7 +400,8 @@ static void quant_row_e2m1_fast(const qk_plan *p, float *row, stats_acc *acc) {
             enc = p->nv_enc[sb];
         }
         if (acc) memcpy(in, v, n * sizeof *v);
-        for (size_t i = 0; i < n; i++) v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
+        for (size_t i = 0; i < n; i++)
+            v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
         if (acc) {
             int any_in = 0, any_out = 0;
             for (size_t i = 0; i < n; i++) {
@@ -448,7 +451,8 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
         if (stats) {
             stats_acc zero = {0};
             double sg = 0.0;
-            for (size_t i = 0; i < rows * k; i++) sg += (double)x[i] * (double)x[i];
+            for (size_t i = 0; i < rows * k; i++)
+                sg += (double)x[i] * (double)x[i];
             zero.sq_sig = sg;
             stats_finish(&zero, 1, rows * k, stats);
         }
@@ -507,8 +511,8 @@ qs_status qk_packed_init(qk_packed *pk, const qk_format *fmt, const qk_quant_opt
     /* FP32 scales first so they are aligned; codes and byte scales after them */
     uint8_t *mem = calloc(1, scale_bytes + code_bytes + 1);
     if (!mem)
-        return qs_error_set(err, QS_ENOMEM, "kernels: %s: %zu bytes of packed storage",
-                            fmt->name, scale_bytes + code_bytes);
+        return qs_error_set(err, QS_ENOMEM, "kernels: %s: %zu bytes of packed storage", fmt->name,
+                            scale_bytes + code_bytes);
     pk->storage_ = mem;
     if (fmt->storage == QK_STORE_F32) pk->scales_f32 = (float *)(void *)mem;
     if (fmt->storage == QK_STORE_E4M3 || fmt->storage == QK_STORE_E8M0) pk->scales = mem;
@@ -530,14 +534,13 @@ qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const f
     qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
     if (st) return st;
     if (!x || !pk || !pk->storage_)
-        return qs_error_set(err, QS_EINVAL, "kernels: %s: x or packed storage missing",
-                            fmt->name);
+        return qs_error_set(err, QS_EINVAL, "kernels: %s: x or packed storage missing", fmt->name);
     if (pk->fmt != fmt || pk->rows != rows || pk->k != k || pk->block != p.block)
         return qs_error_set(err, QS_EINVAL,
                             "kernels: packed storage is %s [%zu x %zu] block %zu, the call "
                             "is %s [%zu x %zu] block %zu",
-                            qk_format_name(pk->fmt), pk->rows, pk->k, pk->block, fmt->name, rows,
-                            k, p.block);
+                            qk_format_name(pk->fmt), pk->rows, pk->k, pk->block, fmt->name, rows, k,
+                            p.block);
     plan_tensor_scales(&p, x);
     pk->tensor_scale = p.s_dec;
     pk->tensor_amax = p.amax_t;
@@ -570,7 +573,8 @@ qs_status qk_dequantize(const qk_packed *pk, float *y, int threads, qs_error *er
             size_t c0 = b * p.block;
             size_t n = p.k - c0 < p.block ? p.k - c0 : p.block;
             for (size_t c = c0; c < c0 + n; c++)
-                y[r * p.k + c] = decoded_output(&p, &bs, qk_codec_decode(p.elem, get_code(pk, r, c)));
+                y[r * p.k + c] =
+                    decoded_output(&p, &bs, qk_codec_decode(p.elem, get_code(pk, r, c)));
         }
     }
     return QS_OK;

@@ -10,17 +10,18 @@
 #include "qk_cuda.h"
 #include "quant.h"
 
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
             fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            return 1;                                                                          \
-        }                                                                                      \
+            return 1;                                                                              \
+        }                                                                                          \
     } while (0)
 
 __global__ void fill(float *x, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)(i * 2654435761u);
         x[i] = ((float)(h >> 8) * 0x1p-24f - 0.5f) * ((h & 0xFF) == 0 ? 64.0f : 4.0f);
     }
@@ -61,15 +62,17 @@ int main(int argc, char **argv) {
         if (r > 0 && ms < best_copy) best_copy = ms;
     }
     double copy_gbs = moved / (best_copy * 1e-3) / 1e9;
-    printf("bench_cuda_fakequant on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows, k,
-           (double)bytes / 1048576.0, reps);
+    printf("bench_cuda_fakequant on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows,
+           k, (double)bytes / 1048576.0, reps);
     printf("%-16s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
     printf("%-16s %10.3f %9.1f %10.2f\n", "cudaMemcpy D2D", best_copy, copy_gbs, 1.0);
     const struct {
         const char *label, *fmt;
         qk_rounding rnd;
-    } cases[] = {{"nvfp4 RNE", "nvfp4", QK_ROUND_RNE}, {"mxfp4 RNE", "mxfp4", QK_ROUND_RNE},
-                 {"nvfp4 SR", "nvfp4", QK_ROUND_SR}, {"mxfp4 SR", "mxfp4", QK_ROUND_SR}};
+    } cases[] = {{"nvfp4 RNE", "nvfp4", QK_ROUND_RNE},
+                 {"mxfp4 RNE", "mxfp4", QK_ROUND_RNE},
+                 {"nvfp4 SR", "nvfp4", QK_ROUND_SR},
+                 {"mxfp4 SR", "mxfp4", QK_ROUND_SR}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         qk_quant_options o = {};
         o.rounding = cases[c].rnd;
@@ -79,7 +82,8 @@ int main(int argc, char **argv) {
             CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
             qs_error err = {};
             CHECK(cudaEventRecord(t0));
-            if (qk_cuda_fake_quant(qk_format_by_name(cases[c].fmt), &o, buf, rows, k, NULL, &err) != QS_OK) {
+            if (qk_cuda_fake_quant(qk_format_by_name(cases[c].fmt), &o, buf, rows, k, NULL, &err) !=
+                QS_OK) {
                 fprintf(stderr, "bench_cuda_fakequant: %s\n", err.msg);
                 return 1;
             }

@@ -59,8 +59,8 @@ int main(int argc, char **argv) {
         buf[i] = 0.0f;
     }
     double bytes = 2.0 * (double)n * sizeof(float);
-    printf("bench_fakequant: %zu x %zu FP32 (%.1f MiB), best of %d, bytes = read + write\n",
-           rows, k, (double)n * sizeof(float) / 1048576.0, reps);
+    printf("bench_fakequant: %zu x %zu FP32 (%.1f MiB), best of %d, bytes = read + write\n", rows,
+           k, (double)n * sizeof(float) / 1048576.0, reps);
     printf("%-18s %7s %10s %9s %12s\n", "format", "threads", "ms", "GB/s", "x memcpy");
 
     const int thread_counts[] = {1, all};

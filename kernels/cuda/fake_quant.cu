@@ -32,7 +32,7 @@ __global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, unsign
 
 struct fq_params {
     size_t rows, k, nblk;
-    int mx;               // 1: MXFP4, 0: NVFP4
+    int mx; // 1: MXFP4, 0: NVFP4
     qk_mx_scale_rule rule;
     qk_nvfp4_clamp clamp;
     qk_rounding rounding; // RNE or SR
@@ -89,8 +89,9 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
         float e;
         if (p.rounding == QK_ROUND_SR) {
             size_t idx = r * p.k + c + j;
-            uint32_t code = qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc, QK_ROUND_SR,
-                                                     qk_sr_bits_core(p.seed, p.tensor_id, p.step, idx));
+            uint32_t code =
+                qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc, QK_ROUND_SR,
+                                         qk_sr_bits_core(p.seed, p.tensor_id, p.step, idx));
             e = qk_e2m1_value(code);
         } else {
             e = qk_e2m1_rne_value(v[j] * enc);
@@ -120,27 +121,34 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     static const qk_quant_options defaults = {};
     if (!opt) opt = &defaults;
     if (!fmt || !d_x || rows == 0 || k == 0)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows, k);
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows,
+                            k);
     bool nv = fmt->rule == QK_RULE_NVFP4 && fmt->block_rows == 1;
     bool mx = fmt->rule == QK_RULE_MX && fmt->elem == &qk_codec_e2m1;
     if (!nv && !mx)
-        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: %s: only nvfp4 and mxfp4 run on the GPU",
-                            fmt->name);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "kernels/cuda: %s: only nvfp4 and mxfp4 run on the GPU", fmt->name);
     if (opt->rounding != QK_ROUND_RNE && opt->rounding != QK_ROUND_SR)
-        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: options.rounding: only RNE and SR");
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "kernels/cuda: options.rounding: only RNE and SR");
     if (opt->reference_only)
-        return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: options.reference_only is CPU-only");
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "kernels/cuda: options.reference_only is CPU-only");
     if ((unsigned)opt->mx_rule > QK_MX_EVEN || (opt->mx_rule != QK_MX_RCEIL && !mx))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s", fmt->name);
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s",
+                            fmt->name);
     if ((unsigned)opt->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE ||
         (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && !nv))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s", fmt->name);
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s",
+                            fmt->name);
     if (opt->group_size != 0)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s", fmt->name);
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s",
+                            fmt->name);
     cudaStream_t stream = (cudaStream_t)stream_;
     const int B = nv ? 16 : 32;
-    fq_params p = {rows, k, (k + B - 1) / B, mx ? 1 : 0, opt->mx_rule, opt->nvfp4_clamp,
-                   opt->rounding, opt->seed, opt->tensor_id, opt->step};
+    fq_params p = {
+        rows,          k,         (k + B - 1) / B, mx ? 1 : 0, opt->mx_rule, opt->nvfp4_clamp,
+        opt->rounding, opt->seed, opt->tensor_id,  opt->step};
     unsigned *amax = nullptr;
     cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
@@ -170,7 +178,8 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
 extern "C" qs_status qk_cuda_fake_quant_host(const qk_format *fmt, const qk_quant_options *opt,
                                              float *x, size_t rows, size_t k, qs_error *err) {
     if (!x || rows == 0 || k == 0)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows, k);
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows,
+                            k);
     float *d = nullptr;
     size_t bytes = rows * k * sizeof *x;
     cudaError_t e = cudaMalloc((void **)&d, bytes);

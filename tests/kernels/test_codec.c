@@ -88,11 +88,20 @@ static void mx_scale_rules_match_spec_table(void **state) {
         float amax;
         unsigned floor_, ceil_, even, rceil;
     } rows[] = {
-        {0.0f, 0, 0, 0, 0},         {0.75f, 124, 125, 124, 124}, {1.0f, 125, 125, 125, 125},
-        {1.5f, 125, 126, 125, 125}, {3.0f, 126, 127, 126, 126},  {3.0001f, 126, 127, 126, 127},
-        {6.0f, 127, 128, 127, 127}, {6.1f, 127, 128, 127, 128},  {7.0f, 127, 128, 128, 128},
-        {8.0f, 128, 128, 128, 128}, {12.0f, 128, 129, 128, 128}, {1e38f, 251, 252, 251, 251},
-        {INFINITY, 255, 255, 255, 255}, {NAN, 255, 255, 255, 255},
+        {0.0f, 0, 0, 0, 0},
+        {0.75f, 124, 125, 124, 124},
+        {1.0f, 125, 125, 125, 125},
+        {1.5f, 125, 126, 125, 125},
+        {3.0f, 126, 127, 126, 126},
+        {3.0001f, 126, 127, 126, 127},
+        {6.0f, 127, 128, 127, 127},
+        {6.1f, 127, 128, 127, 128},
+        {7.0f, 127, 128, 128, 128},
+        {8.0f, 128, 128, 128, 128},
+        {12.0f, 128, 129, 128, 128},
+        {1e38f, 251, 252, 251, 251},
+        {INFINITY, 255, 255, 255, 255},
+        {NAN, 255, 255, 255, 255},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const qk_codec *e = &qk_codec_e2m1;
@@ -229,12 +238,12 @@ static void fp6_and_e5m2_extremes(void **state) {
     assert_int_equal(qk_codec_encode(&qk_codec_e3m2, NAN, QK_ROUND_RNE, 0), 0x1F);
     assert_int_equal(qk_codec_encode(&qk_codec_e5m2, INFINITY, QK_ROUND_RNE, 0), 0x7B);
     for (uint32_t c = 0; c < 64; c++) { /* every FP6 code round-trips */
-        assert_int_equal(qk_codec_encode(&qk_codec_e2m3, qk_codec_decode(&qk_codec_e2m3, c),
-                                         QK_ROUND_RNE, 0),
-                         c);
-        assert_int_equal(qk_codec_encode(&qk_codec_e3m2, qk_codec_decode(&qk_codec_e3m2, c),
-                                         QK_ROUND_RNE, 0),
-                         c);
+        assert_int_equal(
+            qk_codec_encode(&qk_codec_e2m3, qk_codec_decode(&qk_codec_e2m3, c), QK_ROUND_RNE, 0),
+            c);
+        assert_int_equal(
+            qk_codec_encode(&qk_codec_e3m2, qk_codec_decode(&qk_codec_e3m2, c), QK_ROUND_RNE, 0),
+            c);
     }
 }
 
@@ -257,9 +266,9 @@ static void int_codecs_round_and_saturate(void **state) {
  * (the full 2^32 sweep is the "exhaustive" test). */
 static void e2m1_fast_path_matches_reference_near_thresholds(void **state) {
     (void)state;
-    static const float edges[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f,
-                                  2.0f, 2.5f,  3.0f, 3.5f,  4.0f, 5.0f,  6.0f, 7.0f,
-                                  1e-45f, 1e-38f, 3e38f, INFINITY};
+    static const float edges[] = {0.0f,  0.25f, 0.5f,   0.75f,  1.0f,  1.25f,   1.5f,
+                                  1.75f, 2.0f,  2.5f,   3.0f,   3.5f,  4.0f,    5.0f,
+                                  6.0f,  7.0f,  1e-45f, 1e-38f, 3e38f, INFINITY};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
         uint32_t b = bits_of_f32(edges[i]);
         for (int d = -3; d <= 3; d++) {
@@ -290,7 +299,8 @@ static void e4m3_fast_cast_matches_reference(void **state) {
                 if (u & 0x80000000u) continue;
                 float v;
                 memcpy(&v, &u, sizeof v);
-                assert_int_equal(qk_e4m3_rne_nonneg(v), qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
+                assert_int_equal(qk_e4m3_rne_nonneg(v),
+                                 qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
                 n++;
             }
         }
@@ -300,7 +310,8 @@ static void e4m3_fast_cast_matches_reference(void **state) {
         if (u > 0x7F800000u) continue;
         float v;
         memcpy(&v, &u, sizeof v);
-        assert_int_equal(qk_e4m3_rne_nonneg(v), qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
+        assert_int_equal(qk_e4m3_rne_nonneg(v),
+                         qk_codec_encode(&qk_codec_e4m3, v, QK_ROUND_RNE, 0));
     }
     assert_int_equal(qk_e4m3_rne_nonneg(INFINITY), 0x7E);
     assert_true(n > 1000);
@@ -310,11 +321,13 @@ static void e4m3_fast_cast_matches_reference(void **state) {
 static void device_decoders_match_codec_decoders(void **state) {
     (void)state;
     for (uint32_t c = 0; c < 16; c++)
-        assert_true(bits_of_f32(qk_e2m1_value(c)) == bits_of_f32(qk_codec_decode(&qk_codec_e2m1, c)));
+        assert_true(bits_of_f32(qk_e2m1_value(c)) ==
+                    bits_of_f32(qk_codec_decode(&qk_codec_e2m1, c)));
     for (uint32_t c = 0; c <= 0x7E; c++)
         assert_true(bits_of_f32(qk_e4m3_value_nonneg(c)) ==
                     bits_of_f32(qk_codec_decode(&qk_codec_e4m3, c)));
-    for (int e = -127; e <= 127; e++) assert_true(qk_pow2f(e) == ldexpf(1.0f, e));
+    for (int e = -127; e <= 127; e++)
+        assert_true(qk_pow2f(e) == ldexpf(1.0f, e));
 }
 
 int main(void) {

@@ -21,13 +21,26 @@ static float *make_matrix(size_t rows, size_t k, uint64_t seed) {
         uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
         float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 300.0f : 3.0f);
         switch (b % 997) {
-        case 1: g = NAN; break;
-        case 2: g = INFINITY; break;
-        case 3: g = -INFINITY; break;
-        case 4: g = -0.0f; break;
-        case 5: g = 3e-42f; break;
-        case 6: g = 0.0f; break;
-        default: break;
+        case 1:
+            g = NAN;
+            break;
+        case 2:
+            g = INFINITY;
+            break;
+        case 3:
+            g = -INFINITY;
+            break;
+        case 4:
+            g = -0.0f;
+            break;
+        case 5:
+            g = 3e-42f;
+            break;
+        case 6:
+            g = 0.0f;
+            break;
+        default:
+            break;
         }
         if ((b >> 16) % 61 == 0) g *= 1e-30f; /* tiny blocks: E4M3 scales underflow */
         x[i] = g;
@@ -65,9 +78,12 @@ int main(void) {
         }
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
             for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd += QK_ROUND_SR - QK_ROUND_RNE) {
-                qk_quant_options o = {.rounding = (qk_rounding)rnd, .mx_rule = cfg[c].rule,
-                                      .nvfp4_clamp = cfg[c].clamp, .seed = 12345 + s,
-                                      .tensor_id = (uint32_t)c, .step = 3};
+                qk_quant_options o = {.rounding = (qk_rounding)rnd,
+                                      .mx_rule = cfg[c].rule,
+                                      .nvfp4_clamp = cfg[c].clamp,
+                                      .seed = 12345 + s,
+                                      .tensor_id = (uint32_t)c,
+                                      .step = 3};
                 const qk_format *f = qk_format_by_name(cfg[c].fmt);
                 qs_error err = {0};
                 memcpy(cpu, x, n * sizeof *x);

@@ -111,11 +111,12 @@ static void encoders_match_cuda_on_sampled_inputs(void **state) {
     skip();
 #else
     size_t bad = 0, n = 0;
-    for (uint32_t i = 0; i < (1u << 22); i++, n++) bad += check_one(qk_sr_bits(31337, 0, 0, i), 1);
+    for (uint32_t i = 0; i < (1u << 22); i++, n++)
+        bad += check_one(qk_sr_bits(31337, 0, 0, i), 1);
     for (uint32_t e = 0; e < 256; e++)
         for (int d = -4; d <= 4; d++)
             for (uint32_t s = 0; s < 2; s++, n++)
-                bad += check_one((s << 31) | (uint32_t)((int64_t)(e << 23) + d) , 1);
+                bad += check_one((s << 31) | (uint32_t)((int64_t)(e << 23) + d), 1);
     fprintf(stderr, "%zu inputs, %zu mismatches\n", n, bad);
     assert_int_equal(bad, 0);
 #endif
@@ -131,7 +132,8 @@ static void all_2_32_inputs_match_cuda(void **state) {
     size_t bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
     for (uint32_t hi = 0; hi < 65536u; hi++)
-        for (uint32_t lo = 0; lo < 65536u; lo++) bad += check_one((hi << 16) | lo, 0);
+        for (uint32_t lo = 0; lo < 65536u; lo++)
+            bad += check_one((hi << 16) | lo, 0);
     fprintf(stderr, "2^32 inputs x 5 conversions, %zu mismatches\n", bad);
     assert_int_equal(bad, 0);
 #endif

@@ -33,7 +33,8 @@ static void philox_matches_random123_known_answers(void **state) {
     for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
         uint32_t out[4];
         qk_philox4x32_10(kat[i].ctr, kat[i].key, out);
-        for (int j = 0; j < 4; j++) assert_int_equal(out[j], kat[i].out[j]);
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(out[j], kat[i].out[j]);
     }
 }
 
@@ -59,7 +60,8 @@ static void stochastic_rounding_is_unbiased(void **state) {
     double sum = 0.0;
     size_t lo = 0, hi = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t code = qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, qk_sr_bits(42, 1, 0, i));
+        uint32_t code =
+            qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, qk_sr_bits(42, 1, 0, i));
         float v = qk_codec_decode(&qk_codec_e2m1, code);
         lo += v == 0.5f;
         hi += v == 1.0f;
@@ -84,7 +86,8 @@ static void stochastic_rounding_is_reproducible(void **state) {
     assert_non_null(x);
     assert_non_null(a);
     assert_non_null(b);
-    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(qk_sr_bits(1, 0, 0, i) % 2001) - 1000) / 97.0f;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((int)(qk_sr_bits(1, 0, 0, i) % 2001) - 1000) / 97.0f;
     const qk_format *f = qk_format_by_name("nvfp4");
     qk_quant_options o = {.rounding = QK_ROUND_SR, .seed = 77, .tensor_id = 3, .step = 11};
     qs_error err = {0};
@@ -136,8 +139,10 @@ static void stochastic_rounding_streams_are_uncorrelated_across_tensors(void **s
         uint32_t ru = qk_sr_bits(2024, 0, 7, i), rv = qk_sr_bits(2024, 1, 7, i);
         u[i] = ru * 0x1p-32;
         v[i] = rv * 0x1p-32;
-        du[i] = qk_codec_decode(&qk_codec_e2m1, qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, ru));
-        dv[i] = qk_codec_decode(&qk_codec_e2m1, qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, rv));
+        du[i] = qk_codec_decode(&qk_codec_e2m1,
+                                qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, ru));
+        dv[i] = qk_codec_decode(&qk_codec_e2m1,
+                                qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, rv));
     }
     double r_bits = pearson(u, v, n), r_dec = pearson(du, dv, n);
     fprintf(stderr, "r(bits) = %.5f, r(rounding) = %.5f\n", r_bits, r_dec);

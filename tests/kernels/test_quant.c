@@ -36,12 +36,23 @@ static float *make_matrix(size_t rows, size_t k, uint64_t seed, int specials) {
         if (r3 % 89 == 1) g = 0.0f;
         if (specials) {
             switch (r3 % 1009) {
-            case 3: g = NAN; break;
-            case 4: g = INFINITY; break;
-            case 5: g = -INFINITY; break;
-            case 6: g = -0.0f; break;
-            case 7: g = 1e-42f; break;
-            default: break;
+            case 3:
+                g = NAN;
+                break;
+            case 4:
+                g = INFINITY;
+                break;
+            case 5:
+                g = -INFINITY;
+                break;
+            case 6:
+                g = -0.0f;
+                break;
+            case 7:
+                g = 1e-42f;
+                break;
+            default:
+                break;
             }
         }
         x[i] = g;
@@ -64,7 +75,8 @@ static void nvfp4_matches_worked_example(void **state) {
         assert_true(r >= 0 && r < 2);
         char *s = t.field[1], *save = NULL;
         int i = 0;
-        for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) x[r][i++] = strtof(tok, NULL);
+        for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            x[r][i++] = strtof(tok, NULL);
         assert_int_equal(i, 16);
         sb[r] = (unsigned)strtoul(t.field[2], NULL, 16);
         i = 0;
@@ -111,19 +123,22 @@ static void nvfp4_matches_worked_example(void **state) {
  * and no NaN scale byte anywhere (NVFP4: 0x7F/0xFF; MX: 0xFF). */
 static void zero_block_beside_normal_block(void **state) {
     (void)state;
-    const char *names[] = {"nvfp4", "nvfp4_2d", "mxfp4", "mxfp6_e2m3", "mxfp8_e4m3", "fp8_e4m3",
-                           "int8_channel", "int4_group"};
+    const char *names[] = {"nvfp4",      "nvfp4_2d", "mxfp4",        "mxfp6_e2m3",
+                           "mxfp8_e4m3", "fp8_e4m3", "int8_channel", "int4_group"};
     for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
         float x[64];
-        for (int i = 0; i < 32; i++) x[i] = (i & 1) ? -0.0f : 0.0f;
-        for (int i = 32; i < 64; i++) x[i] = (float)(i - 40) * 0.37f;
+        for (int i = 0; i < 32; i++)
+            x[i] = (i & 1) ? -0.0f : 0.0f;
+        for (int i = 32; i < 64; i++)
+            x[i] = (float)(i - 40) * 0.37f;
         qk_packed p;
         qs_error err = {0};
         assert_int_equal(qk_packed_init(&p, fmt(names[f]), NULL, 1, 64, &err), QS_OK);
         assert_int_equal(qk_quantize(fmt(names[f]), NULL, x, 1, 64, &p, &err), QS_OK);
         float y[64];
         assert_int_equal(qk_dequantize(&p, y, 1, &err), QS_OK);
-        for (int i = 0; i < 64; i++) assert_false(isnan(y[i]));
+        for (int i = 0; i < 64; i++)
+            assert_false(isnan(y[i]));
         /* minifloats keep the sign of zero; integer codes have one zero, +0 */
         for (int i = 0; i < 32; i++) {
             if (p.fmt->elem->kind == QK_CODEC_INT)
@@ -145,7 +160,8 @@ static void zero_block_beside_normal_block(void **state) {
 static void nvfp4_block_whose_scale_underflows(void **state) {
     (void)state;
     float x[32] = {1000.0f, -3.0f};
-    for (int i = 16; i < 32; i++) x[i] = (i & 1) ? -0.001f : 0.0005f;
+    for (int i = 16; i < 32; i++)
+        x[i] = (i & 1) ? -0.001f : 0.0005f;
     qk_packed p;
     qs_error err = {0};
     assert_int_equal(qk_packed_init(&p, fmt("nvfp4"), NULL, 1, 32, &err), QS_OK);
@@ -154,7 +170,8 @@ static void nvfp4_block_whose_scale_underflows(void **state) {
     assert_int_equal(p.scales[1], 0x00);
     float y[32];
     assert_int_equal(qk_dequantize(&p, y, 1, &err), QS_OK);
-    for (int i = 16; i < 32; i++) assert_true(y[i] == 0.0f && !isnan(y[i]));
+    for (int i = 16; i < 32; i++)
+        assert_true(y[i] == 0.0f && !isnan(y[i]));
     qk_quant_stats st;
     float z[32];
     memcpy(z, x, sizeof z);
@@ -183,15 +200,18 @@ static void nvfp4_all_zero_tensor(void **state) {
     assert_int_equal(qk_packed_init(&p, fmt("nvfp4"), NULL, 1, 48, &err), QS_OK);
     assert_int_equal(qk_quantize(fmt("nvfp4"), NULL, x, 1, 48, &p, &err), QS_OK);
     assert_true(p.tensor_scale == 1.0f);
-    for (int b = 0; b < 3; b++) assert_int_equal(p.scales[b], 0x00);
+    for (int b = 0; b < 3; b++)
+        assert_int_equal(p.scales[b], 0x00);
     qk_packed_release(&p);
     qk_quant_options o = {.nvfp4_clamp = QK_NVFP4_CLAMP_ZERO_TO_ONE};
     assert_int_equal(qk_packed_init(&p, fmt("nvfp4"), &o, 1, 48, &err), QS_OK);
     assert_int_equal(qk_quantize(fmt("nvfp4"), &o, x, 1, 48, &p, &err), QS_OK);
-    for (int b = 0; b < 3; b++) assert_int_equal(p.scales[b], 0x38);
+    for (int b = 0; b < 3; b++)
+        assert_int_equal(p.scales[b], 0x38);
     float y[48];
     assert_int_equal(qk_dequantize(&p, y, 1, &err), QS_OK);
-    for (int i = 0; i < 48; i++) assert_true(y[i] == 0.0f);
+    for (int i = 0; i < 48; i++)
+        assert_true(y[i] == 0.0f);
     qk_packed_release(&p);
 }
 
@@ -217,7 +237,8 @@ static void mxfp4_block_under_floor_and_rceil(void **state) {
         float y[32];
         assert_int_equal(qk_dequantize(&p, y, 1, &err), QS_OK);
         assert_true(y[0] == cases[c].y0);
-        for (int i = 1; i < 32; i++) assert_true(y[i] == 0.0f);
+        for (int i = 1; i < 32; i++)
+            assert_true(y[i] == 0.0f);
         qk_quant_stats st;
         assert_int_equal(qk_fake_quant(fmt("mxfp4"), &o, x, 1, 32, &st, &err), QS_OK);
         assert_memory_equal(x, y, sizeof y);
@@ -231,7 +252,8 @@ static void mxfp4_block_under_floor_and_rceil(void **state) {
 static void mx_nonfinite_block_is_nan(void **state) {
     (void)state;
     float x[64];
-    for (int i = 0; i < 64; i++) x[i] = 0.25f * (float)i;
+    for (int i = 0; i < 64; i++)
+        x[i] = 0.25f * (float)i;
     x[5] = INFINITY;
     qs_error err = {0};
     qk_packed p;
@@ -241,8 +263,10 @@ static void mx_nonfinite_block_is_nan(void **state) {
     assert_int_not_equal(p.scales[1], 0xFF);
     float y[64];
     assert_int_equal(qk_dequantize(&p, y, 1, &err), QS_OK);
-    for (int i = 0; i < 32; i++) assert_true(isnan(y[i]));
-    for (int i = 32; i < 64; i++) assert_false(isnan(y[i]));
+    for (int i = 0; i < 32; i++)
+        assert_true(isnan(y[i]));
+    for (int i = 32; i < 64; i++)
+        assert_false(isnan(y[i]));
     qk_packed_release(&p);
 }
 
@@ -260,7 +284,8 @@ static void ragged_k_172_and_1(void **state) {
             float *x = make_matrix(rows, k, 11 + ki, 0);
             float *xp = calloc(rows * kp, sizeof *xp);
             assert_non_null(xp);
-            for (size_t r = 0; r < rows; r++) memcpy(xp + r * kp, x + r * k, k * sizeof *x);
+            for (size_t r = 0; r < rows; r++)
+                memcpy(xp + r * kp, x + r * k, k * sizeof *x);
             qs_error err = {0};
             assert_int_equal(qk_fake_quant(fmt(names[f]), NULL, x, rows, k, NULL, &err), QS_OK);
             assert_int_equal(qk_fake_quant(fmt(names[f]), NULL, xp, rows, kp, NULL, &err), QS_OK);
@@ -287,7 +312,8 @@ static void nvfp4_2d_scaling_commutes_with_transpose(void **state) {
     assert_non_null(wt);
     assert_non_null(a);
     for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < K; c++) wt[c * R + r] = w[r * K + c];
+        for (size_t c = 0; c < K; c++)
+            wt[c * R + r] = w[r * K + c];
     for (int twod = 1; twod >= 0; twod--) {
         const qk_format *f = fmt(twod ? "nvfp4_2d" : "nvfp4");
         float *q = malloc(R * K * sizeof *q), *qt = malloc(R * K * sizeof *qt);
@@ -316,7 +342,8 @@ static void nvfp4_2d_scaling_commutes_with_transpose(void **state) {
     assert_int_equal(qk_quantize(fmt("nvfp4_2d"), NULL, w, R, K, &p, &err), QS_OK);
     for (size_t r = 0; r < R; r++)
         for (size_t b = 0; b < p.blocks_per_row; b++)
-            assert_int_equal(p.scales[r * p.blocks_per_row + b], p.scales[(r / 16 * 16) * p.blocks_per_row + b]);
+            assert_int_equal(p.scales[r * p.blocks_per_row + b],
+                             p.scales[(r / 16 * 16) * p.blocks_per_row + b]);
     qk_packed_release(&p);
     free(w);
     free(wt);
@@ -369,11 +396,13 @@ static void results_are_identical_for_1_2_4_threads(void **state) {
             qk_quant_stats s1, sn;
             const int threads[] = {1, 2, 4};
             for (int t = 0; t < 3; t++) {
-                qk_quant_options o = {.rounding = (qk_rounding)rnd, .seed = 1, .threads = threads[t]};
+                qk_quant_options o = {
+                    .rounding = (qk_rounding)rnd, .seed = 1, .threads = threads[t]};
                 qs_error err = {0};
                 float *dst = t == 0 ? ref : y;
                 memcpy(dst, x, rows * k * sizeof *x);
-                assert_int_equal(qk_fake_quant(f, &o, dst, rows, k, t == 0 ? &s1 : &sn, &err), QS_OK);
+                assert_int_equal(qk_fake_quant(f, &o, dst, rows, k, t == 0 ? &s1 : &sn, &err),
+                                 QS_OK);
                 if (t == 0) continue;
                 if (memcmp(ref, y, rows * k * sizeof *y) != 0)
                     fail_msg("%s rounding %d: %d threads differ from 1", f->name, rnd, threads[t]);
@@ -396,20 +425,23 @@ static void fast_path_matches_reference(void **state) {
     assert_non_null(a);
     assert_non_null(b);
     const char *names[] = {"nvfp4", "mxfp4", "mxfp4", "mxfp4", "mxfp4"};
-    const qk_mx_scale_rule rules[] = {QK_MX_RCEIL, QK_MX_RCEIL, QK_MX_FLOOR, QK_MX_CEIL, QK_MX_EVEN};
+    const qk_mx_scale_rule rules[] = {QK_MX_RCEIL, QK_MX_RCEIL, QK_MX_FLOOR, QK_MX_CEIL,
+                                      QK_MX_EVEN};
     for (int c = 0; c < 5; c++) {
         for (int scale_exp = -30; scale_exp <= 30; scale_exp += 30) {
             qk_quant_options o = {.mx_rule = rules[c]};
             qk_quant_stats sa, sb;
             qs_error err = {0};
-            for (size_t i = 0; i < rows * k; i++) a[i] = ldexpf(x[i], scale_exp);
+            for (size_t i = 0; i < rows * k; i++)
+                a[i] = ldexpf(x[i], scale_exp);
             memcpy(b, a, rows * k * sizeof *a);
             o.reference_only = 1;
             assert_int_equal(qk_fake_quant(fmt(names[c]), &o, a, rows, k, &sa, &err), QS_OK);
             o.reference_only = 0;
             assert_int_equal(qk_fake_quant(fmt(names[c]), &o, b, rows, k, &sb, &err), QS_OK);
             if (memcmp(a, b, rows * k * sizeof *a) != 0)
-                fail_msg("%s rule %d scale 2^%d: fast path differs", names[c], (int)rules[c], scale_exp);
+                fail_msg("%s rule %d scale 2^%d: fast path differs", names[c], (int)rules[c],
+                         scale_exp);
             assert_memory_equal(&sa, &sb, sizeof sa);
         }
     }
@@ -484,7 +516,8 @@ static void invalid_calls_are_refused_with_a_message(void **state) {
 static void integer_formats_use_absmax_scales(void **state) {
     (void)state;
     float x[2 * 256];
-    for (int i = 0; i < 512; i++) x[i] = (float)((i * 37) % 101 - 50) / 8.0f;
+    for (int i = 0; i < 512; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 8.0f;
     qk_packed p;
     qs_error err = {0};
     assert_int_equal(qk_packed_init(&p, fmt("int4_group"), NULL, 2, 256, &err), QS_OK);
@@ -493,7 +526,8 @@ static void integer_formats_use_absmax_scales(void **state) {
     for (int r = 0; r < 2; r++) {
         for (int g = 0; g < 2; g++) {
             float amax = 0;
-            for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(x[r * 256 + g * 128 + i]));
+            for (int i = 0; i < 128; i++)
+                amax = fmaxf(amax, fabsf(x[r * 256 + g * 128 + i]));
             assert_true(p.scales_f32[r * 2 + g] == amax / 7.0f);
         }
     }

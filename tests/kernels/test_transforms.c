@@ -23,7 +23,8 @@ static void rht16_round_trip_is_within_1e6(void **state) {
     assert_non_null(x);
     assert_non_null(y);
     assert_non_null(z);
-    for (size_t i = 0; i < n; i++) x[i] = (float)(qk_sr_bits(4, 0, 0, i) * 0x1p-32 * 2.0 - 1.0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(qk_sr_bits(4, 0, 0, i) * 0x1p-32 * 2.0 - 1.0);
     memcpy(y, x, n * sizeof *x);
     memcpy(z, x, n * sizeof *x);
     qs_error err = {0};
@@ -41,7 +42,8 @@ static void rht16_round_trip_is_within_1e6(void **state) {
     assert_true(memcmp(x, y, n * sizeof *x) != 0);
     assert_int_equal(qk_rht16(y, rows, k, 1234, 1, 2, &err), QS_OK);
     double worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)y[i] - x[i]));
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)y[i] - x[i]));
     fprintf(stderr, "max round-trip error %.3g\n", worst);
     assert_true(worst <= 1e-6);
     free(x);
@@ -54,7 +56,8 @@ static void rht16_round_trip_is_within_1e6(void **state) {
 static void rht16_matrix_is_orthogonal_and_seeded(void **state) {
     (void)state;
     float h[16][16] = {{0}};
-    for (int i = 0; i < 16; i++) h[i][i] = 1.0f;
+    for (int i = 0; i < 16; i++)
+        h[i][i] = 1.0f;
     qs_error err = {0};
     assert_int_equal(qk_rht16(&h[0][0], 16, 16, 99, 0, 1, &err), QS_OK);
     float s[16];
@@ -66,7 +69,8 @@ static void rht16_matrix_is_orthogonal_and_seeded(void **state) {
             float sylvester = (__builtin_popcount((unsigned)(i & j)) & 1) ? -1.0f : 1.0f;
             assert_true(h[i][j] == 0.25f * s[i] * sylvester);
             double dot = 0;
-            for (int c = 0; c < 16; c++) dot += (double)h[i][c] * h[j][c];
+            for (int c = 0; c < 16; c++)
+                dot += (double)h[i][c] * h[j][c];
             assert_true(fabs(dot - (i == j ? 1.0 : 0.0)) < 1e-7);
         }
     }
@@ -102,7 +106,8 @@ static void swizzle_pads_with_zeros_and_is_a_permutation(void **state) {
     const size_t R = 200, C = 5;
     uint8_t *src = malloc(R * C);
     assert_non_null(src);
-    for (size_t i = 0; i < R * C; i++) src[i] = (uint8_t)(1 + i % 251);
+    for (size_t i = 0; i < R * C; i++)
+        src[i] = (uint8_t)(1 + i % 251);
     size_t need = qk_swizzle_128x4_size(R, C);
     assert_int_equal(need, 256 * 8);
     uint8_t *dst = malloc(need), *hit = calloc(need, 1);
