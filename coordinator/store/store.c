@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "migrate.h"
@@ -145,12 +146,24 @@ static void describe_lock_holder(qc_store *s, char *out, size_t cap) {
     PQclear(r);
 }
 
+/* How long a held coordinator lock is retried before refusing: a coordinator that was just
+ * killed holds it until its server backend notices the closed socket (milliseconds), so a
+ * restart right after a kill -9 must not be refused. */
+#define COORD_LOCK_WAIT_MS 2000
+#define COORD_LOCK_POLL_MS 100
+
 static qs_status try_coordinator_lock(qc_store *s, qs_error *err) {
-    PGresult *r = qc_store_params(s, "SELECT pg_try_advisory_lock(" COORD_LOCK_KEY ")", 0, NULL,
-                                  PGRES_TUPLES_OK, "taking the coordinator lock", err);
-    if (!r) return QS_EDB;
-    bool got = PQgetvalue(r, 0, 0)[0] == 't';
-    PQclear(r);
+    bool got = false;
+    for (int waited = 0;; waited += COORD_LOCK_POLL_MS) {
+        PGresult *r = qc_store_params(s, "SELECT pg_try_advisory_lock(" COORD_LOCK_KEY ")", 0, NULL,
+                                      PGRES_TUPLES_OK, "taking the coordinator lock", err);
+        if (!r) return QS_EDB;
+        got = PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        if (got || waited >= COORD_LOCK_WAIT_MS) break;
+        struct timespec ts = {0, COORD_LOCK_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (got) {
         s->holds_lock = true;
         return QS_OK;

@@ -71,8 +71,10 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
 void qc_store_close(qc_store *s);
 
 /* Takes the coordinator lock: a session advisory lock (pg_try_advisory_lock) on this
- * database, so a second coordinator on the same database fails at once. QS_ESTATE when it is
- * held elsewhere, naming the holder's application_name, client and pid from pg_stat_activity.
+ * database, so a second coordinator on the same database fails. A held lock is retried for
+ * 2 s first (a coordinator killed a moment ago still holds it until its server backend
+ * notices). QS_ESTATE when it stays held, naming the holder's application_name, client and
+ * pid from pg_stat_activity.
  * The store re-takes the lock on qc_store_reconnect. */
 qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
 
