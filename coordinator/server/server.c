@@ -819,6 +819,14 @@ static void run_actions(server *s) {
     s->n_actions = 0;
 }
 
+/* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
+static void db_lost(server *s, const char *why) {
+    slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
+         qc_batch_rows(s->batch));
+    s->db_down = true;
+    s->next_reconnect = now_ms() + 500;
+}
+
 /* Commits the batch; on success sends what waited for it. */
 static qs_status commit(server *s, qs_error *err) {
     if (s->db_down) return QS_OK;
@@ -831,9 +839,7 @@ static qs_status commit(server *s, qs_error *err) {
                 *err = e;
                 return qs_error_wrap(err, "writing a batch of %zu transitions", qc_batch_rows(s->batch));
             }
-            slog("%s: pausing dispatch; %zu transitions wait in memory", e.msg, qc_batch_rows(s->batch));
-            s->db_down = true;
-            s->next_reconnect = now_ms() + 500;
+            db_lost(s, e.msg);
             return QS_OK;
         }
         s->polled_since_commit = false;
@@ -995,9 +1001,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                     st = QS_EDB;
                     break;
                 }
-                slog("%s", e.msg);
-                s.db_down = true;
-                s.next_reconnect = now + 500;
+                db_lost(&s, e.msg);
             } else {
                 s.polled_since_commit = true;
             }
@@ -1005,10 +1009,13 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (!s.db_down && now >= next_cancel_poll) {
             qs_error e;
-            if (qc_journal_poll_cancels(s.journal, on_cancel_row, &s, &e) != QS_OK && !qc_journal_lost(s.journal)) {
-                *err = e;
-                st = QS_EDB;
-                break;
+            if (qc_journal_poll_cancels(s.journal, on_cancel_row, &s, &e) != QS_OK) {
+                if (!qc_journal_lost(s.journal)) {
+                    *err = e;
+                    st = QS_EDB;
+                    break;
+                }
+                db_lost(&s, e.msg);
             }
             next_cancel_poll = now + 1000;
         }

@@ -111,7 +111,11 @@ void h_end(harness *h) {
             kill(h->workers[i], SIGKILL);
             waitpid(h->workers[i], NULL, 0);
         }
-    if (getenv("QS_TEST_VERBOSE")) dump_log(h->coord_log);
+    if (getenv("QS_TEST_VERBOSE")) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "cat %s/*.log >&2", h->dir);
+        if (system(cmd) != 0) fprintf(stderr, "no logs in %s\n", h->dir);
+    }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", h->dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", h->dir);

@@ -139,5 +139,6 @@ int main(void) {
         cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
     };
+    if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }

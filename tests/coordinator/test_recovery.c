@@ -1,0 +1,158 @@
+/* coord_recovery: issue 4 "Done when" items about failures, against a real private
+ * PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc:// sockets:
+ *   - kill -9 a worker 2 s into a 10 s job: the job runs again on another worker, exactly
+ *     one result set is stored, the first attempt is recorded as lost;
+ *   - SIGSTOP a worker past its lease, then SIGCONT: its late result is ignored; exactly one
+ *     accepted result;
+ *   - kill -9 the coordinator mid-sweep and restart it: no job lost, no job re-run while its
+ *     worker was alive, every result exactly once;
+ *   - restart PostgreSQL mid-sweep: the coordinator pauses dispatch, reconnects and loses
+ *     nothing;
+ *   - SIGTERM a worker mid-job: the attempt is preempted and does not count against
+ *     max_attempts. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* Waits until job id has a running attempt and returns that attempt's worker id in out. */
+static void wait_running_on(harness *h, long id, char *out, size_t cap) {
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", id));
+    h_sql_text(h, out, cap, "SELECT worker FROM attempts WHERE job = %ld AND outcome = 'running'", id);
+}
+
+static void worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_kill_worker");
+    long id = h_insert_job(h, "ten-seconds", "sleep", "{\"seconds\": 10}", 3, 0);
+    h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    char worker[64];
+    wait_running_on(h, id, worker, sizeof worker);
+    assert_string_equal(worker, "w1");
+    h_sleep_ms(2000);
+    h_signal(h, w1, SIGKILL);
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 1, 40000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 2);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND worker = 'w1'"
+                                   " AND outcome = 'lost'", id), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2 AND worker = 'w2'"
+                                   " AND outcome = 'succeeded'", id), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
+    assert_int_equal(h_sql_long(h, "SELECT attempt FROM results WHERE job = %ld", id), 2);
+}
+
+static void stopped_worker_past_its_lease_has_its_late_result_ignored(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_sigstop");
+    long id = h_insert_job(h, "three-seconds", "sleep", "{\"seconds\": 3}", 3, 0);
+    h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    char worker[64];
+    wait_running_on(h, id, worker, sizeof worker);
+    h_sleep_ms(1000);
+    h_signal(h, w1, SIGSTOP);
+    /* attempt 1 is lost once the lease runs out; w2 runs attempt 2 */
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND outcome = 'lost'", id));
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2", id));
+    /* w1 resumes past its job's end (a wall-clock sleep): it reports attempt 1 late */
+    h_sleep_ms(2500);
+    h_signal(h, w1, SIGCONT);
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    for (int t = 0; t < 50 && !h_log_contains(h, "ignored"); t++) h_sleep_ms(100);
+    assert_true(h_log_contains(h, "attempt 1 from worker w1: not the job's current attempt"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
+    assert_int_equal(h_sql_long(h, "SELECT attempt FROM results WHERE job = %ld", id), 2);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'succeeded'", id), 1);
+}
+
+static void coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_kill_coord");
+    for (int i = 0; i < 6; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "sweep-%d", i);
+        h_insert_job(h, key, "sleep", "{\"seconds\": 2.5}", 3, 0);
+    }
+    pid_t c = h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    h_start_worker(h, "w2");
+    h_start_worker(h, "w3");
+    assert_true(h_wait_sql(h, 3, 20000, "SELECT count(*) FROM attempts WHERE outcome = 'running'"));
+    h_sleep_ms(1000);
+    h_signal(h, c, SIGKILL);
+    h_sleep_ms(1000);
+    h_start_coordinator(h);
+    assert_true(h_wait_sql(h, 6, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    /* every job ran exactly once: the running ones re-attached instead of re-running */
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts"), 6);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results"), 6);
+    assert_true(h_log_contains(h, "re-attached to job"));
+}
+
+static void postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_pg_restart");
+    for (int i = 0; i < 8; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "pg-%d", i);
+        h_insert_job(h, key, "sleep", "{\"seconds\": 0.8}", 3, 0);
+    }
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT (count(*) > 0)::int FROM results"));
+    qs_error err;
+    qs_status st = qc_pgserver_restart(h->pg, &err);
+    if (st != QS_OK) fprintf(stderr, "restart: %s\n", err.msg);
+    assert_int_equal(st, QS_OK);
+    assert_true(h_wait_sql(h, 8, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results"), 8);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"), 8);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"), 0);
+    assert_true(h_log_contains(h, "pausing dispatch"));
+    assert_true(h_log_contains(h, "PostgreSQL is back"));
+}
+
+static void sigterm_preempts_the_attempt_which_does_not_count(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_sigterm");
+    /* max_attempts 1: had the preempted attempt counted, the job would fail */
+    long id = h_insert_job(h, "preempt-me", "sleep", "{\"seconds\": 2}", 1, 0);
+    h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    char worker[64];
+    wait_running_on(h, id, worker, sizeof worker);
+    h_sleep_ms(500);
+    h_signal(h, w1, SIGTERM);
+    assert_int_equal(h_wait_exit(w1, 10000), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'preempted'", id), 1);
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    /* attempts_used counts failed and lost attempts only */
+    assert_int_equal(h_sql_long(h, "SELECT attempts_used FROM jobs WHERE id = %ld", id), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(stopped_worker_past_its_lease_has_its_late_result_ignored, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup, h_teardown),
+    };
+    if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
+    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+}
