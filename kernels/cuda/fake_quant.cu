@@ -19,20 +19,44 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, unsigned *out) {
+__device__ __forceinline__ unsigned abs_bits_no_nan(float v) {
+    unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
+    return b > 0x7F800000u ? 0u : b; // NaN ignored, as on the CPU
+}
+
+__global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, int vec4, unsigned *out) {
     unsigned m = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned b = __float_as_uint(x[i]) & 0x7FFFFFFFu;
-        m = max(m, b > 0x7F800000u ? 0u : b); // NaN ignored, as on the CPU
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t tail = 0;
+    if (vec4) { // 16-byte loads over the bulk, x being 16-byte aligned
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        for (size_t q = start; q < n / 4; q += stride) {
+            float4 v = x4[q];
+            m = max(max(m, abs_bits_no_nan(v.x)), abs_bits_no_nan(v.y));
+            m = max(max(m, abs_bits_no_nan(v.z)), abs_bits_no_nan(v.w));
+        }
+        tail = n / 4 * 4;
     }
+    for (size_t i = tail + start; i < n; i += stride)
+        m = max(m, abs_bits_no_nan(x[i]));
+    // warp, then block, then one atomic per block (thousands of same-address atomics would
+    // serialise)
+    __shared__ unsigned warp_max[kThreads / 32];
     m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) atomicMax(out, m);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0u;
+        m = __reduce_max_sync(0xFFFFFFFFu, m);
+        if (threadIdx.x == 0) atomicMax(out, m);
+    }
 }
 
 struct fq_params {
     size_t rows, k, nblk;
-    int mx; // 1: MXFP4, 0: NVFP4
+    int mx;   // 1: MXFP4, 0: NVFP4
+    int vec4; // k % 4 == 0 and x 16-byte aligned: float4 loads and stores
     qk_mx_scale_rule rule;
     qk_nvfp4_clamp clamp;
     qk_rounding rounding; // RNE or SR
@@ -40,63 +64,94 @@ struct fq_params {
     uint32_t tensor_id, step;
 };
 
+// Grid: x covers one row's padded thread count (nblk * L), y strides over rows, so no
+// thread divides by the row length.
 template <int B>
 __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsigned *amax_bits) {
     constexpr int L = B / 4; // lanes per scale block
     const size_t gpr = p.nblk * L;
-    const size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    const bool active = t < p.rows * gpr;
-    const size_t r = active ? t / gpr : 0, g = active ? t % gpr : 0;
-    const size_t c = (g / L) * B + (g % L) * 4;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    unsigned m = 0, any = 0;
+    const size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t c = (g / L) * B + (g % L) * 4; // L is a power of two: shifts
+    float s_enc_nv = 1.0f, s_dec_nv = 1.0f;
+    if (!p.mx) qk_nvfp4_global_scales_core(__uint_as_float(*amax_bits), &s_enc_nv, &s_dec_nv);
+    for (size_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+        const bool active = g < gpr;
+        float *row = x + r * p.k;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (active && p.vec4 && c + 3 < p.k) {
+            float4 q = *reinterpret_cast<const float4 *>(row + c);
+            v[0] = q.x;
+            v[1] = q.y;
+            v[2] = q.z;
+            v[3] = q.w;
+        } else {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if (active && c + j < p.k) {
-            v[j] = x[r * p.k + c + j];
+            for (int j = 0; j < 4; j++)
+                if (active && c + j < p.k) v[j] = row[c + j];
+        }
+        unsigned m = 0, any = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) { // padding lanes hold +0: never raise the amax
             unsigned b = __float_as_uint(v[j]) & 0x7FFFFFFFu;
             m = max(m, b > 0x7F800000u ? 0u : b);
             any = max(any, b);
         }
-    }
 #pragma unroll
-    for (int off = 1; off < L; off <<= 1) { // every lane takes part, active or not
-        m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-        any = max(any, __shfl_xor_sync(0xFFFFFFFFu, any, off));
-    }
-    if (!active) return;
-
-    // block scale: quantize.c scale_for / quant_row_e2m1_fast, same operations
-    float enc, dec, s_dec = 1.0f;
-    float amax = __uint_as_float(m);
-    if (p.mx) {
-        const float nan = qk_float_of(0x7FC00000u);
-        uint8_t code = qk_mx_scale_code_core(any >= 0x7F800000u ? nan : amax, p.rule, 2, 1, 6.0f);
-        enc = code == 0xFF ? nan : qk_pow2f(127 - (int)code);
-        dec = code == 0xFF ? nan : qk_pow2f((int)code - 127);
-    } else {
-        float s_enc;
-        qk_nvfp4_global_scales_core(__uint_as_float(*amax_bits), &s_enc, &s_dec);
-        float sv = amax * (s_enc * (1.0f / 6.0f));
-        if (p.clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
-        if (p.clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
-        dec = qk_e4m3_value_nonneg(qk_e4m3_rne_nonneg(sv));
-        enc = fminf(1.0f / (dec * s_dec), FLT_MAX);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if (c + j >= p.k) break;
-        float e;
-        if (p.rounding == QK_ROUND_SR) {
-            size_t idx = r * p.k + c + j;
-            uint32_t code =
-                qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc, QK_ROUND_SR,
-                                         qk_sr_bits_core(p.seed, p.tensor_id, p.step, idx));
-            e = qk_e2m1_value(code);
-        } else {
-            e = qk_e2m1_rne_value(v[j] * enc);
+        for (int off = 1; off < L; off <<= 1) { // every lane takes part, active or not
+            m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+            any = max(any, __shfl_xor_sync(0xFFFFFFFFu, any, off));
         }
-        x[r * p.k + c + j] = (e * dec) * s_dec;
+        if (!active) continue;
+
+        // block scale: quantize.c scale_for / quant_row_e2m1_fast, same operations
+        float enc, dec, s_dec = 1.0f;
+        float amax = __uint_as_float(m);
+        if (p.mx) {
+            const float nan = qk_float_of(0x7FC00000u);
+            uint8_t code =
+                qk_mx_scale_code_core(any >= 0x7F800000u ? nan : amax, p.rule, 2, 1, 6.0f);
+            enc = code == 0xFF ? nan : qk_pow2f(127 - (int)code);
+            dec = code == 0xFF ? nan : qk_pow2f((int)code - 127);
+        } else {
+            s_dec = s_dec_nv;
+            float sv = amax * (s_enc_nv * (1.0f / 6.0f));
+            if (p.clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
+            if (p.clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
+            dec = qk_e4m3_value_nonneg(qk_e4m3_rne_nonneg(sv));
+            enc = fminf(1.0f / (dec * s_dec), FLT_MAX);
+        }
+        float out[4];
+        if (p.rounding == QK_ROUND_SR) {
+            const size_t idx = r * p.k + c;
+            uint32_t rb[4];
+            if ((idx & 3) == 0) { // one Philox block serves the 4 elements (philox.h layout)
+                const uint32_t ctr[4] = {(uint32_t)(idx >> 2), (uint32_t)(idx >> 34), p.tensor_id,
+                                         p.step};
+                const uint32_t key[2] = {(uint32_t)p.seed, (uint32_t)(p.seed >> 32)};
+                qk_philox4x32_10_core(ctr, key, rb);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    rb[j] = qk_sr_bits_core(p.seed, p.tensor_id, p.step, idx + j);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint32_t code = qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc,
+                                                         QK_ROUND_SR, rb[j]);
+                out[j] = (qk_e2m1_value(code) * dec) * s_dec;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                out[j] = (qk_e2m1_rne_value(v[j] * enc) * dec) * s_dec;
+        }
+        if (p.vec4 && c + 3 < p.k) {
+            *reinterpret_cast<float4 *>(row + c) = make_float4(out[0], out[1], out[2], out[3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c + j < p.k) row[c + j] = out[j];
+        }
     }
 }
 
@@ -146,9 +201,18 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
                             fmt->name);
     cudaStream_t stream = (cudaStream_t)stream_;
     const int B = nv ? 16 : 32;
-    fq_params p = {
-        rows,          k,         (k + B - 1) / B, mx ? 1 : 0, opt->mx_rule, opt->nvfp4_clamp,
-        opt->rounding, opt->seed, opt->tensor_id,  opt->step};
+    fq_params p;
+    p.rows = rows;
+    p.k = k;
+    p.nblk = (k + B - 1) / B;
+    p.mx = mx ? 1 : 0;
+    p.vec4 = (k % 4 == 0) && (((uintptr_t)d_x & 15) == 0);
+    p.rule = opt->mx_rule;
+    p.clamp = opt->nvfp4_clamp;
+    p.rounding = opt->rounding;
+    p.seed = opt->seed;
+    p.tensor_id = opt->tensor_id;
+    p.step = opt->step;
     unsigned *amax = nullptr;
     cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
@@ -156,14 +220,18 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     if (e == cudaSuccess && nv) {
         size_t n = rows * k;
         size_t want = (n + kThreads * 8 - 1) / (kThreads * 8);
-        unsigned grid = (unsigned)(want < 65535 ? (want ? want : 1) : 65535);
-        tensor_amax_kernel<<<grid, kThreads, 0, stream>>>(d_x, n, amax);
+        unsigned grid = (unsigned)(want < 2048 ? (want ? want : 1) : 2048);
+        tensor_amax_kernel<<<grid, kThreads, 0, stream>>>(d_x, n, (((uintptr_t)d_x & 15) == 0),
+                                                          amax);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) {
-        size_t threads = rows * p.nblk * (size_t)(B / 4);
-        unsigned grid = (unsigned)((threads + kThreads - 1) / kThreads);
-        if (nv)
+        size_t per_row = p.nblk * (size_t)(B / 4);
+        dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),
+                  (unsigned)(rows < 65535 ? rows : 65535));
+        if (per_row > (size_t)kThreads * 0x7FFFFFFFu)
+            e = cudaErrorInvalidValue;
+        else if (nv)
             fake_quant_kernel<16><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
         else
             fake_quant_kernel<32><<<grid, kThreads, 0, stream>>>(d_x, p, amax);

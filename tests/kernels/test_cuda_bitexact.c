@@ -55,7 +55,7 @@ int main(void) {
     }
     static const struct {
         size_t rows, k;
-    } shapes[] = {{1024, 4096}, {33, 172}, {7, 1}, {5, 48}, {300, 1000}};
+    } shapes[] = {{1024, 4096}, {33, 172}, {7, 1}, {5, 48}, {300, 1000}, {64, 1001}};
     static const struct {
         const char *fmt;
         qk_mx_scale_rule rule;
