@@ -273,6 +273,46 @@ int main(int argc, char **argv) {
                gf_engine / gf_gemm);
     }
     printf("\n(tokens/s: mean over the chunks; GFLOP/s: best chunk against the best sgemm pass)\n");
+
+    /* The sweep lever: block-wise NVFP4 isolation over every 5th block, one chunk per policy,
+     * without and with the prefix cache (blocks before the quantized one reused). */
+    qw_policy pol;
+    qw_quant_spec spec = {.weight = qk_format_by_name("nvfp4")};
+    if (!spec.weight || qw_policy_init(&pol, c->n_layers, &err) != QS_OK) {
+        fprintf(stderr, "bench_engine: %s\n", spec.weight ? err.msg : "nvfp4 format missing");
+        return 1;
+    }
+    qw_model_set_threads(m, all, &err);
+    double sweep_s[2] = {0, 0};
+    size_t hits = 0, skipped = 0;
+    int n_pol = 0;
+    for (int cached = 0; cached < 2; cached++) {
+        if (qw_model_set_prefix_cache(m, cached ? (size_t)c->n_layers * ctx * c->dim * 4 + 4096u * ctx : 0, &err) !=
+            QS_OK) {
+            fprintf(stderr, "bench_engine: %s\n", err.msg);
+            return 1;
+        }
+        const float *logits;
+        qw_model_apply_policy(m, NULL, &err);
+        qw_model_forward(m, toks.ids, ctx, &logits, &err); /* the baseline pass of the sweep */
+        n_pol = 0;
+        double s0 = now_s();
+        for (int b = 0; b < c->n_layers; b += 5, n_pol++) {
+            if (qw_policy_isolation(&pol, QW_ISO_BLOCK, 0, b, &spec, &err) != QS_OK ||
+                qw_model_apply_policy(m, &pol, &err) != QS_OK || qw_model_forward(m, toks.ids, ctx, &logits, &err) != QS_OK) {
+                fprintf(stderr, "bench_engine: %s\n", err.msg);
+                return 1;
+            }
+        }
+        sweep_s[cached] = now_s() - s0;
+        if (cached) qw_model_prefix_cache_stats(m, &hits, &skipped);
+    }
+    qw_model_set_prefix_cache(m, 0, &err);
+    printf("\nblock-wise NVFP4 isolation, %d policies x 1 chunk of %d, %d threads (policy application included):\n",
+           n_pol, ctx, all);
+    printf("  recomputing every block %.3f s, prefix cache %.3f s (%zu blocks skipped): speedup %.2fx\n", sweep_s[0],
+           sweep_s[1], skipped, sweep_s[0] / sweep_s[1]);
+    qw_policy_free(&pol);
     free(sh);
     free(A);
     free(B);

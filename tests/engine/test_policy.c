@@ -317,6 +317,56 @@ static void lm_head_and_embeddings_are_quantized_on_request(void **state) {
     fixture_close(&f);
 }
 
+/* The prefix cache skips the unquantized blocks before the first quantized one and gives the
+ * same bits as a model without it. llama3_gqa has 3 blocks; the run order below stores
+ * boundaries 1..3 on the first (unquantized) forward, then block 0 quantized cannot reuse,
+ * block 1 skips 1 block, block 2 skips 2, none skips 3, lm_head only skips 3: 4 hits, 9 blocks. */
+static void prefix_cache_reuses_unquantized_blocks_bit_exactly(void **state) {
+    (void)state;
+    fixture f, g;
+    fixture_open(&f, "llama3_gqa");
+    fixture_open(&g, "llama3_gqa");
+    qs_error err = {0};
+    assert_int_equal(qw_model_set_prefix_cache(f.m, 1, &err), QS_EINVAL);
+    assert_int_equal(qw_model_set_prefix_cache(f.m, 1u << 20, &err), QS_OK); /* room for a few entries */
+    int L = qw_model_config(f.m)->n_layers;
+    assert_int_equal(L, 3);
+    qw_policy p;
+    assert_int_equal(qw_policy_init(&p, L, &err), QS_OK);
+    qw_quant_spec s = {.weight = qk_format_by_name("nvfp4"), .act = qk_format_by_name("mxfp4")};
+    const float *lf, *lg;
+    /* baseline, block 0, block 1, block 2, none, lm_head only */
+    for (int step = 0; step < 6; step++) {
+        if (step == 0 || step == 4)
+            assert_int_equal(qw_policy_isolation(&p, QW_ISO_NONE, 0, 0, NULL, &err), QS_OK);
+        else if (step <= 3)
+            assert_int_equal(qw_policy_isolation(&p, QW_ISO_BLOCK, 0, step - 1, &s, &err), QS_OK);
+        else
+            p.lm_head = s;
+        if (qw_model_apply_policy(f.m, &p, &err) != QS_OK || qw_model_apply_policy(g.m, &p, &err) != QS_OK)
+            fail_msg("%s", err.msg);
+        if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK || qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
+            fail_msg("%s", err.msg);
+        assert_memory_equal(lf, lg, f.nl * sizeof(float));
+    }
+    size_t hits, skipped;
+    qw_model_prefix_cache_stats(f.m, &hits, &skipped);
+    printf("prefix cache: %zu hits, %zu blocks skipped\n", hits, skipped);
+    assert_int_equal(hits, 4);
+    assert_int_equal(skipped, 9);
+    /* Other tokens are another entry: computed in full, still identical. */
+    f.tokens[5] ^= 1;
+    g.tokens[5] ^= 1;
+    if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK || qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    assert_memory_equal(lf, lg, f.nl * sizeof(float));
+    qw_model_prefix_cache_stats(f.m, &hits, &skipped);
+    assert_int_equal(hits, 4);
+    qw_policy_free(&p);
+    fixture_close(&f);
+    fixture_close(&g);
+}
+
 static void policy_for_another_depth_is_refused(void **state) {
     (void)state;
     fixture f;
@@ -341,6 +391,7 @@ int main(void) {
         cmocka_unit_test(sqnr_probe_measures_quantized_linears_only),
         cmocka_unit_test(sqnr_probe_matches_direct_computation),
         cmocka_unit_test(lm_head_and_embeddings_are_quantized_on_request),
+        cmocka_unit_test(prefix_cache_reuses_unquantized_blocks_bit_exactly),
         cmocka_unit_test(policy_for_another_depth_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

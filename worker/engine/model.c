@@ -29,6 +29,15 @@ typedef struct linear {
     double sig, noise;   /* SQNR probe sums */
 } linear;
 
+/* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
+ * = after block b-1; boundary n_layers = before the final norm) for one token sequence. */
+typedef struct prefix_entry {
+    uint32_t *tokens; /* [max_ctx] */
+    int n;            /* tokens; 0 = free entry */
+    int valid;        /* boundaries 1..valid hold unquantized-prefix residuals */
+    float *resid;     /* [n_layers][max_ctx x D] */
+} prefix_entry;
+
 typedef struct layer {
     const float *attn_norm; /* [D] input_layernorm */
     const float *ffn_norm;  /* [D] post_attention_layernorm */
@@ -46,6 +55,10 @@ struct qw_model {
     const float *embed;     /* master or work */
     const float *final_norm; /* [D] */
     int probe;
+    prefix_entry *prefix; /* [n_prefix] */
+    int n_prefix;
+    void *prefix_pool;    /* one allocation for all entries' tokens and residuals */
+    size_t prefix_hits, prefix_skipped;
     /* RoPE tables [max_ctx x E/2] */
     float *rope_cos, *rope_sin;
     /* activations, sized for max_ctx tokens */
@@ -145,15 +158,17 @@ static void matmul_wt(float *y, const float *x, const float *W, int T, int in, i
 
 /* One linear: optional activation fake-quant of the input (rows = tokens, k = in), the GEMM,
  * and with the probe on the unquantized reference on the same input. */
-static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x, int T, const char *what,
-                                qs_error *err) {
+static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x, int T, qs_error *err) {
     const float *xin = x;
     if (L->spec.act) {
         memcpy(m->actq, x, (size_t)T * L->in * sizeof *x);
         qk_quant_options opt = L->spec.act_opt;
         opt.tensor_id += (uint32_t)L->tensor_index;
         qs_status st = qk_fake_quant(L->spec.act, &opt, m->actq, (size_t)T, (size_t)L->in, NULL, err);
-        if (st != QS_OK) return qs_error_wrap(err, "activations of %s", what);
+        if (st != QS_OK) {
+            char name[160];
+            return qs_error_wrap(err, "activations of %s", qw_model_linear_name(m, L->tensor_index, name, sizeof name));
+        }
         xin = m->actq;
     }
     matmul_wt(y, xin, L->w, T, L->in, L->out, m->threads);
@@ -343,6 +358,8 @@ void qw_model_destroy(qw_model *m) {
             for (int k = 0; k < QW_LINEAR_KINDS; k++) linear_free(&m->layers[l].lin[k]);
     linear_free(&m->lm_head);
     free(m->embed_work);
+    free(m->prefix);
+    free(m->prefix_pool);
     free(m->layers);
     float *bufs[] = {m->rope_cos, m->rope_sin, m->x,   m->xb,   m->q,    m->k,    m->v,      m->att,
                      m->scores,   m->hb,       m->hb2, m->ybuf, m->actq, m->ref, m->logits};
@@ -468,6 +485,82 @@ int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noi
     return 0;
 }
 
+/* ---------------------------------------------------------------- prefix cache */
+
+qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err) {
+    free(m->prefix);
+    free(m->prefix_pool);
+    m->prefix = NULL;
+    m->prefix_pool = NULL;
+    m->n_prefix = 0;
+    m->prefix_hits = m->prefix_skipped = 0;
+    if (max_bytes == 0) return QS_OK;
+    size_t resid = (size_t)m->cfg.n_layers * m->max_ctx * m->cfg.dim;
+    size_t per = resid * sizeof(float) + (size_t)m->max_ctx * sizeof(uint32_t);
+    size_t n = max_bytes / per;
+    if (n == 0)
+        return qs_error_set(err, QS_EINVAL, "prefix cache: %zu bytes, one entry needs %zu", max_bytes, per);
+    if (n > 1u << 20) n = 1u << 20;
+    m->prefix = calloc(n, sizeof *m->prefix);
+    m->prefix_pool = malloc(n * per);
+    if (!m->prefix || !m->prefix_pool) {
+        free(m->prefix);
+        free(m->prefix_pool);
+        m->prefix = NULL;
+        m->prefix_pool = NULL;
+        return qs_error_set(err, QS_ENOMEM, "prefix cache: %zu entries of %zu bytes", n, per);
+    }
+    float *f = m->prefix_pool;
+    uint32_t *t = (uint32_t *)(f + n * resid);
+    for (size_t i = 0; i < n; i++) {
+        m->prefix[i].resid = f + i * resid;
+        m->prefix[i].tokens = t + i * (size_t)m->max_ctx;
+    }
+    m->n_prefix = (int)n;
+    return QS_OK;
+}
+
+void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks_skipped) {
+    *hits = m->prefix_hits;
+    *blocks_skipped = m->prefix_skipped;
+}
+
+/* First block with a quantized linear (weights or activations); 0 when the embeddings are
+ * quantized, n_layers when no block is. */
+static int first_quantized_block(const qw_model *m) {
+    if (m->embed != m->embed_master) return 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            if (m->layers[l].lin[k].quantized) return l;
+    return m->cfg.n_layers;
+}
+
+/* The entry for tokens[n], or a free one claimed for them, or NULL. */
+static prefix_entry *prefix_lookup(qw_model *m, const uint32_t *tokens, int n, int *found) {
+    *found = 0;
+    for (int i = 0; i < m->n_prefix; i++) {
+        prefix_entry *e = &m->prefix[i];
+        if (e->n == n && memcmp(e->tokens, tokens, (size_t)n * sizeof *tokens) == 0) {
+            *found = 1;
+            return e;
+        }
+    }
+    for (int i = 0; i < m->n_prefix; i++) {
+        prefix_entry *e = &m->prefix[i];
+        if (e->n == 0) {
+            memcpy(e->tokens, tokens, (size_t)n * sizeof *tokens);
+            e->n = n;
+            e->valid = 0;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static float *prefix_boundary(const qw_model *m, prefix_entry *e, int b) {
+    return e->resid + (size_t)(b - 1) * m->max_ctx * m->cfg.dim;
+}
+
 /* ---------------------------------------------------------------- forward */
 
 /* Attention of one block on q [T x H*E], k, v [T x G*E] (rotated), into att [T x H*E].
@@ -497,15 +590,30 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
         if (tokens[t] >= (uint32_t)c->vocab_size)
             return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t, tokens[t],
                                 c->vocab_size);
-    for (int t = 0; t < T; t++) memcpy(m->x + (size_t)t * D, m->embed + (size_t)tokens[t] * D, D * sizeof(float));
-    char name[160];
+    /* Blocks before the first quantized one compute what the unquantized model computes: start
+     * from the cached residual where there is one, and store the boundaries this run reaches. */
+    int fq = first_quantized_block(m), start = 0, found = 0;
+    prefix_entry *pe = fq > 0 && m->n_prefix ? prefix_lookup(m, tokens, T, &found) : NULL;
+    if (found && pe->valid > 0) {
+        start = fq < pe->valid ? fq : pe->valid;
+        memcpy(m->x, prefix_boundary(m, pe, start), (size_t)T * D * sizeof(float));
+        m->prefix_hits++;
+        m->prefix_skipped += (size_t)start;
+    } else {
+        for (int t = 0; t < T; t++)
+            memcpy(m->x + (size_t)t * D, m->embed + (size_t)tokens[t] * D, D * sizeof(float));
+    }
     qs_status st = QS_OK;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = start; l < c->n_layers; l++) {
+        if (pe && l > pe->valid && l <= fq) {
+            memcpy(prefix_boundary(m, pe, l), m->x, (size_t)T * D * sizeof(float));
+            pe->valid = l;
+        }
         layer *ly = &m->layers[l];
         linear *lin = ly->lin;
 #define LIN(kind, y, x)                                                                                  \
     do {                                                                                                 \
-        st = linear_forward(m, &lin[kind], y, x, T, qw_model_linear_name(m, l * QW_LINEAR_KINDS + kind, name, sizeof name), err); \
+        st = linear_forward(m, &lin[kind], y, x, T, err);                                               \
         if (st != QS_OK) return st;                                                                      \
     } while (0)
         /* attention sub-block */
@@ -527,8 +635,12 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
         add_inplace(m->x, m->ybuf, (size_t)T * D, m->threads);
 #undef LIN
     }
+    if (pe && c->n_layers > pe->valid && c->n_layers <= fq) {
+        memcpy(prefix_boundary(m, pe, c->n_layers), m->x, (size_t)T * D * sizeof(float));
+        pe->valid = c->n_layers;
+    }
     rmsnorm_forward(m->xb, m->x, m->final_norm, T, D, c->norm_eps, m->threads);
-    st = linear_forward(m, &m->lm_head, m->logits, m->xb, T, "lm_head", err);
+    st = linear_forward(m, &m->lm_head, m->logits, m->xb, T, err);
     if (st != QS_OK) return st;
     *logits = m->logits;
     return QS_OK;

@@ -74,6 +74,23 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err);
  * SQNR (dB) = 10*log10(signal/noise); +inf when noise is 0. */
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise);
 
+/* Prefix cache (the sweep lever of ../shared/DESIGN.md: "reuse the BF16 activations up to the
+ * first quantized block"). When on, a forward whose policy leaves blocks 0..b-1 unquantized
+ * (no weight or activation format there, embeddings unquantized) and whose tokens were run
+ * before starts from the stored residual stream at the input of block b instead of
+ * recomputing blocks 0..b-1. Entries are filled by any forward, for the boundaries its own
+ * unquantized prefix reaches; an entry holds n_layers x max_ctx x dim floats plus the tokens,
+ * and is keyed by the exact token sequence. max_bytes (0 = off, frees the pool) sets how many
+ * entries are allocated, once, here; entries are never evicted (a sweep over more chunks than
+ * fit reuses the first ones), and qw_model_set_prefix_cache clears them. The forward is
+ * deterministic, so logits are bit-identical with and without the cache (tested).
+ * Errors: QS_EINVAL (max_bytes smaller than one entry), QS_ENOMEM. */
+qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err);
+
+/* Counters since the cache was set: forwards that started from a stored residual, and the
+ * blocks they skipped in all. */
+void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks_skipped);
+
 /* Name of linear `index` as in the Hugging Face checkpoint without ".weight"
  * ("model.layers.3.self_attn.q_proj", "lm_head"); "?" when out of range. */
 const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t cap);
