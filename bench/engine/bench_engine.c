@@ -56,9 +56,11 @@ typedef struct syn_tensor {
 static int syn_tensors(syn_tensor *t) {
     int n = 0;
     t[n++] = (syn_tensor){"model.embed_tokens.weight", SYN_V, SYN_D};
-    const char *mods[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                           "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-    const long long outs[7] = {SYN_H * SYN_E, SYN_G * SYN_E, SYN_G * SYN_E, SYN_D, SYN_F, SYN_F, SYN_D};
+    const char *mods[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                           "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                           "mlp.down_proj"};
+    const long long outs[7] = {SYN_H * SYN_E, SYN_G * SYN_E, SYN_G * SYN_E, SYN_D,
+                               SYN_F,         SYN_F,         SYN_D};
     const long long ins[7] = {SYN_D, SYN_D, SYN_D, SYN_H * SYN_E, SYN_D, SYN_D, SYN_F};
     for (int l = 0; l < SYN_L; l++) {
         snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.input_layernorm.weight", l);
@@ -82,12 +84,13 @@ static int write_synthetic(const char *dir) {
         return -1;
     }
     char path[1200];
-    json_t *cfg = json_pack("{s:[s],s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s}", "architectures",
-                            "LlamaForCausalLM", "model_type", "llama", "hidden_act", "silu", "hidden_size", SYN_D,
-                            "intermediate_size", SYN_F, "num_hidden_layers", SYN_L, "num_attention_heads", SYN_H,
-                            "num_key_value_heads", SYN_G, "head_dim", SYN_E, "vocab_size", SYN_V,
-                            "max_position_embeddings", 8192, "rms_norm_eps", 1e-5, "rope_theta", 100000.0,
-                            "tie_word_embeddings", 1, "torch_dtype", "bfloat16");
+    json_t *cfg =
+        json_pack("{s:[s],s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s}",
+                  "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_act", "silu",
+                  "hidden_size", SYN_D, "intermediate_size", SYN_F, "num_hidden_layers", SYN_L,
+                  "num_attention_heads", SYN_H, "num_key_value_heads", SYN_G, "head_dim", SYN_E,
+                  "vocab_size", SYN_V, "max_position_embeddings", 8192, "rms_norm_eps", 1e-5,
+                  "rope_theta", 100000.0, "tie_word_embeddings", 1, "torch_dtype", "bfloat16");
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!cfg || json_dump_file(cfg, path, JSON_INDENT(2)) != 0) {
         fprintf(stderr, "bench_engine: cannot write %s\n", path);
@@ -101,10 +104,11 @@ static int write_synthetic(const char *dir) {
     long long off = 0;
     for (int i = 0; i < n; i++) {
         long long elems = t[i].rows * (t[i].cols ? t[i].cols : 1);
-        json_t *shape = t[i].cols ? json_pack("[I,I]", t[i].rows, t[i].cols) : json_pack("[I]", t[i].rows);
+        json_t *shape =
+            t[i].cols ? json_pack("[I,I]", t[i].rows, t[i].cols) : json_pack("[I]", t[i].rows);
         json_object_set_new(hdr, t[i].name,
-                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", "BF16", "shape", shape, "data_offsets", off,
-                                      off + 2 * elems));
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", "BF16", "shape", shape,
+                                      "data_offsets", off, off + 2 * elems));
         off += 2 * elems;
     }
     char *h = json_dumps(hdr, JSON_COMPACT);
@@ -115,16 +119,19 @@ static int write_synthetic(const char *dir) {
     int ok = f != NULL;
     uint64_t le = padded;
     ok = ok && fwrite(&le, 8, 1, f) == 1 && fwrite(h, 1, hl, f) == hl;
-    for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = hl; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
     uint32_t x = 2463534242u;
     uint16_t buf[4096];
     for (int i = 0; ok && i < n; i++) {
         long long elems = t[i].rows * (t[i].cols ? t[i].cols : 1);
-        float scale = t[i].cols ? 1.7320508f / sqrtf((float)t[i].cols) : 0.0f; /* uniform, variance 1/in */
+        float scale =
+            t[i].cols ? 1.7320508f / sqrtf((float)t[i].cols) : 0.0f; /* uniform, variance 1/in */
         for (long long e = 0; ok && e < elems;) {
             size_t k = 0;
             for (; k < 4096 && e < elems; k++, e++) {
-                float v = t[i].cols ? scale * ((float)(xorshift(&x) >> 8) / 8388608.0f - 1.0f) : 1.0f;
+                float v =
+                    t[i].cols ? scale * ((float)(xorshift(&x) >> 8) / 8388608.0f - 1.0f) : 1.0f;
                 uint32_t bits;
                 memcpy(&bits, &v, 4);
                 buf[k] = (uint16_t)(bits >> 16);
@@ -145,20 +152,24 @@ typedef struct shape {
 
 /* The GEMM shapes of one forward of T tokens, in execution order; returns the count and FLOPs. */
 static int forward_shapes(const qw_config *c, int T, shape *s, double *flops) {
-    int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size;
+    int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim,
+        V = c->vocab_size;
     int n = 0;
     double fl = 0.0;
     const int outs[7] = {H * E, G * E, G * E, D, F, F, D}, ins[7] = {D, D, D, H * E, D, D, F};
     for (int l = 0; l < c->n_layers; l++) {
-        for (int k = 0; k < 3; k++) s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
+        for (int k = 0; k < 3; k++)
+            s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
         for (int h = 0; h < H; h++) {
             s[n++] = (shape){T, T, E, 1, H * E, G * E, T};
             s[n++] = (shape){T, E, T, 0, T, G * E, H * E};
         }
-        for (int k = 3; k < 7; k++) s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
+        for (int k = 3; k < 7; k++)
+            s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
     }
     s[n++] = (shape){T, V, D, 1, D, D, V};
-    for (int i = 0; i < n; i++) fl += 2.0 * s[i].m * s[i].n * s[i].k;
+    for (int i = 0; i < n; i++)
+        fl += 2.0 * s[i].m * s[i].n * s[i].k;
     *flops = fl;
     return n;
 }
@@ -168,8 +179,8 @@ static double time_sgemm(const shape *s, int n, float *A, float *B, float *C, in
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
         for (int i = 0; i < n; i++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, s[i].trans_b ? CblasTrans : CblasNoTrans, s[i].m, s[i].n, s[i].k,
-                        1.0f, A, s[i].lda, B, s[i].ldb, 0.0f, C, s[i].ldc);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, s[i].trans_b ? CblasTrans : CblasNoTrans,
+                        s[i].m, s[i].n, s[i].k, 1.0f, A, s[i].lda, B, s[i].ldb, 0.0f, C, s[i].ldc);
         double dt = now_s() - t0;
         best = dt < best ? dt : best;
     }
@@ -182,7 +193,8 @@ int main(int argc, char **argv) {
     if (xdg && *xdg)
         snprintf(def, sizeof def, "%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
     else
-        snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+        snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : "");
     int synthetic = argc > 2 && strcmp(argv[1], "--synthetic") == 0;
     int a = synthetic ? 2 : 1;
     const char *gguf = argc > a ? argv[a] : def;
@@ -194,7 +206,8 @@ int main(int argc, char **argv) {
     }
     if (synthetic && write_synthetic(gguf) != 0) return 1;
     if (access(gguf, R_OK) != 0) {
-        printf("bench_engine: %s absent (tools/fetch_smollm2.sh fetches it); nothing measured\n", gguf);
+        printf("bench_engine: %s absent (tools/fetch_smollm2.sh fetches it); nothing measured\n",
+               gguf);
         return 0;
     }
     char tokpath[1024];
@@ -204,7 +217,8 @@ int main(int argc, char **argv) {
     qw_tokens toks = {0};
     qw_model *m;
     double t0 = now_s();
-    if (qw_checkpoint_open(gguf, &ck, &err) != QS_OK || qw_model_create(ck, ctx, 0, &m, &err) != QS_OK) {
+    if (qw_checkpoint_open(gguf, &ck, &err) != QS_OK ||
+        qw_model_create(ck, ctx, 0, &m, &err) != QS_OK) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
@@ -213,14 +227,16 @@ int main(int argc, char **argv) {
         toks.ids = malloc(toks.n * sizeof *toks.ids);
         if (!toks.ids) return 1;
         uint32_t x = 88172645u;
-        for (size_t i = 0; i < toks.n; i++) toks.ids[i] = xorshift(&x) % (uint32_t)qw_model_config(m)->vocab_size;
+        for (size_t i = 0; i < toks.n; i++)
+            toks.ids[i] = xorshift(&x) % (uint32_t)qw_model_config(m)->vocab_size;
     } else if (qw_tokens_load(tokpath, &toks, &err) != QS_OK) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
     double t_load = now_s() - t0;
     if (toks.n < (size_t)ctx * chunks) {
-        fprintf(stderr, "bench_engine: %zu tokens, fewer than %d chunks of %d\n", toks.n, chunks, ctx);
+        fprintf(stderr, "bench_engine: %zu tokens, fewer than %d chunks of %d\n", toks.n, chunks,
+                ctx);
         return 1;
     }
     const qw_config *c = qw_model_config(m);
@@ -228,20 +244,26 @@ int main(int argc, char **argv) {
     shape *sh = malloc((size_t)max_shapes * sizeof *sh);
     double flops;
     int ns = forward_shapes(c, ctx, sh, &flops);
-    size_t big = (size_t)ctx * (size_t)(c->vocab_size > c->hidden_dim ? c->vocab_size : c->hidden_dim);
+    size_t big =
+        (size_t)ctx * (size_t)(c->vocab_size > c->hidden_dim ? c->vocab_size : c->hidden_dim);
     size_t wbig = (size_t)c->vocab_size * c->dim;
     if ((size_t)c->hidden_dim * c->dim > wbig) wbig = (size_t)c->hidden_dim * c->dim;
-    float *A = calloc((size_t)ctx * (c->hidden_dim > ctx ? c->hidden_dim : ctx) * (size_t)c->n_heads, sizeof(float));
+    float *A =
+        calloc((size_t)ctx * (c->hidden_dim > ctx ? c->hidden_dim : ctx) * (size_t)c->n_heads,
+               sizeof(float));
     float *B = calloc(wbig > big ? wbig : big, sizeof(float));
     float *C = calloc(big, sizeof(float));
     if (!sh || !A || !B || !C) {
         fprintf(stderr, "bench_engine: out of memory\n");
         return 1;
     }
-    printf("%sSmolLM2-135M (%s): %d layers, dim %d, ffn %d, heads %d/%d, vocab %d; load %.2f s\n", synthetic ? "synthetic " : "",
-           gguf, c->n_layers, c->dim, c->hidden_dim, c->n_heads, c->n_kv_heads, c->vocab_size, t_load);
-    printf("ctx %d, %d chunks per measurement, %.1f GFLOP per forward (%d GEMMs)\n\n", ctx, chunks, flops * 1e-9, ns);
-    printf("%-8s %12s %14s %14s %14s %8s\n", "threads", "tokens/s", "s/chunk", "engine GF/s", "sgemm GF/s", "ratio");
+    printf("%sSmolLM2-135M (%s): %d layers, dim %d, ffn %d, heads %d/%d, vocab %d; load %.2f s\n",
+           synthetic ? "synthetic " : "", gguf, c->n_layers, c->dim, c->hidden_dim, c->n_heads,
+           c->n_kv_heads, c->vocab_size, t_load);
+    printf("ctx %d, %d chunks per measurement, %.1f GFLOP per forward (%d GEMMs)\n\n", ctx, chunks,
+           flops * 1e-9, ns);
+    printf("%-8s %12s %14s %14s %14s %8s\n", "threads", "tokens/s", "s/chunk", "engine GF/s",
+           "sgemm GF/s", "ratio");
     int all = omp_get_num_procs();
     int thread_counts[2] = {1, all};
     for (int ti = 0; ti < (all > 1 ? 2 : 1); ti++) {
@@ -269,8 +291,8 @@ int main(int argc, char **argv) {
         double t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
         openblas_set_num_threads(1);
         double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9;
-        printf("%-8d %12.1f %14.3f %14.2f %14.2f %8.3f\n", th, ctx * chunks / total, total / chunks, gf_engine, gf_gemm,
-               gf_engine / gf_gemm);
+        printf("%-8d %12.1f %14.3f %14.2f %14.2f %8.3f\n", th, ctx * chunks / total, total / chunks,
+               gf_engine, gf_gemm, gf_engine / gf_gemm);
     }
     printf("\n(tokens/s: mean over the chunks; GFLOP/s: best chunk against the best sgemm pass)\n");
 
@@ -287,7 +309,8 @@ int main(int argc, char **argv) {
     size_t hits = 0, skipped = 0;
     int n_pol = 0;
     for (int cached = 0; cached < 2; cached++) {
-        if (qw_model_set_prefix_cache(m, cached ? (size_t)c->n_layers * ctx * c->dim * 4 + 4096u * ctx : 0, &err) !=
+        if (qw_model_set_prefix_cache(
+                m, cached ? (size_t)c->n_layers * ctx * c->dim * 4 + 4096u * ctx : 0, &err) !=
             QS_OK) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
@@ -299,7 +322,8 @@ int main(int argc, char **argv) {
         double s0 = now_s();
         for (int b = 0; b < c->n_layers; b += 5, n_pol++) {
             if (qw_policy_isolation(&pol, QW_ISO_BLOCK, 0, b, &spec, &err) != QS_OK ||
-                qw_model_apply_policy(m, &pol, &err) != QS_OK || qw_model_forward(m, toks.ids, ctx, &logits, &err) != QS_OK) {
+                qw_model_apply_policy(m, &pol, &err) != QS_OK ||
+                qw_model_forward(m, toks.ids, ctx, &logits, &err) != QS_OK) {
                 fprintf(stderr, "bench_engine: %s\n", err.msg);
                 return 1;
             }
@@ -308,10 +332,12 @@ int main(int argc, char **argv) {
         if (cached) qw_model_prefix_cache_stats(m, &hits, &skipped);
     }
     qw_model_set_prefix_cache(m, 0, &err);
-    printf("\nblock-wise NVFP4 isolation, %d policies x 1 chunk of %d, %d threads (policy application included):\n",
+    printf("\nblock-wise NVFP4 isolation, %d policies x 1 chunk of %d, %d threads (policy "
+           "application included):\n",
            n_pol, ctx, all);
-    printf("  recomputing every block %.3f s, prefix cache %.3f s (%zu blocks skipped): speedup %.2fx\n", sweep_s[0],
-           sweep_s[1], skipped, sweep_s[0] / sweep_s[1]);
+    printf("  recomputing every block %.3f s, prefix cache %.3f s (%zu blocks skipped): speedup "
+           "%.2fx\n",
+           sweep_s[0], sweep_s[1], skipped, sweep_s[0] / sweep_s[1]);
     qw_policy_free(&pol);
     free(sh);
     free(A);

@@ -23,7 +23,8 @@ int golden_load(const char *path, golden *g) {
     }
     char magic[8];
     uint32_t hdr[4];
-    if (rd(f, magic, 8, path) || memcmp(magic, "QSWGOLD", 8) != 0 || rd(f, hdr, sizeof hdr, path) || hdr[0] != 1) {
+    if (rd(f, magic, 8, path) || memcmp(magic, "QSWGOLD", 8) != 0 || rd(f, hdr, sizeof hdr, path) ||
+        hdr[0] != 1) {
         fprintf(stderr, "%s: not a version-1 golden file\n", path);
         fclose(f);
         return -1;
@@ -85,20 +86,23 @@ int write_token_file(const char *path, const uint32_t *ids, size_t n, uint32_t v
     }
     uint32_t h[4] = {1, vocab_size, 1, 0};
     uint64_t cnt = n;
-    int ok = fwrite("QSWTOKS", 1, 8, f) == 8 && fwrite(h, 4, 4, f) == 4 && fwrite(&cnt, 8, 1, f) == 1 &&
-             fwrite(ids, 4, n, f) == n;
+    int ok = fwrite("QSWTOKS", 1, 8, f) == 8 && fwrite(h, 4, 4, f) == 4 &&
+             fwrite(&cnt, 8, 1, f) == 1 && fwrite(ids, 4, n, f) == n;
     ok = fclose(f) == 0 && ok;
     return ok ? 0 : -1;
 }
 
-const char *engine_data_dir(void) { return QW_ENGINE_DATA; }
+const char *engine_data_dir(void) {
+    return QW_ENGINE_DATA;
+}
 
 int smollm2_gguf_path(char *buf, size_t cap) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (xdg && *xdg)
         snprintf(buf, cap, "%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
     else
-        snprintf(buf, cap, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+        snprintf(buf, cap, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : "");
     return access(buf, R_OK) == 0;
 }
 

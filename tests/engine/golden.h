@@ -8,10 +8,11 @@
 #include <stdint.h>
 
 /* Fails the current cmocka test unless |a - b| <= tol (cmocka 1.1 has no double assertion). */
-#define assert_close(a, b, tol)                                                                        \
-    do {                                                                                               \
-        double a_ = (a), b_ = (b), t_ = (tol);                                                         \
-        if (!(fabs(a_ - b_) <= t_)) fail_msg("%s = %.17g, expected %.17g (tolerance %g)", #a, a_, b_, t_); \
+#define assert_close(a, b, tol)                                                                    \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b), t_ = (tol);                                                     \
+        if (!(fabs(a_ - b_) <= t_))                                                                \
+            fail_msg("%s = %.17g, expected %.17g (tolerance %g)", #a, a_, b_, t_);                 \
     } while (0)
 
 /* One golden sequence: tokens [n]; logits rows row0..n-1 of the [n x vocab] reference logits. */

@@ -92,7 +92,8 @@ static void scored_positions_are_second_half_minus_last(void **state) {
     const int ctx = 10, vocab = 5;
     float logits[10 * 5];
     for (int j = 0; j < ctx; j++)
-        for (int i = 0; i < vocab; i++) logits[j * vocab + i] = i == 0 ? logf((float)(vocab - 1)) : 0.0f;
+        for (int i = 0; i < vocab; i++)
+            logits[j * vocab + i] = i == 0 ? logf((float)(vocab - 1)) : 0.0f;
     uint32_t ids[10] = {0, 0, 0, 0, 0, 0, 1, 0, 2, 0}; /* scored targets: ids[6..9] = 1, 0, 2, 0 */
     double nll = 0.0, nll2 = 0.0;
     size_t n = 0;
@@ -125,8 +126,8 @@ static void token_file_of_2048_at_ctx_512_gives_4_chunks(void **state) {
     qw_eval_metrics r;
     qs_error err = {0};
     if (qw_eval_baseline(f.m, &f.toks, &o, NULL, &r, &err) != QS_OK) fail_msg("%s", err.msg);
-    printf("n_tokens %zu n_chunks %zu ctx %zu n_scored %zu ppl %.4f +/- %.4f\n", r.n_tokens, r.n_chunks, r.ctx,
-           r.n_scored, r.ppl, r.ppl_stderr);
+    printf("n_tokens %zu n_chunks %zu ctx %zu n_scored %zu ppl %.4f +/- %.4f\n", r.n_tokens,
+           r.n_chunks, r.ctx, r.n_scored, r.ppl, r.ppl_stderr);
     assert_int_equal(r.n_tokens, 2048);
     assert_int_equal(r.n_chunks, 4);
     assert_int_equal(r.ctx, 512);
@@ -181,10 +182,12 @@ static void kl_of_baseline_against_itself_is_below_1e7(void **state) {
     o.dataset_digest = f.toks.digest;
     qw_eval_metrics b, c;
     qs_error err = {0};
-    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
-    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
-    printf("KL mean %.3g median %.3g p90 %.3g p99 %.3g max %.3g top1 %.4f ppl %.6f / %.6f\n", c.kl_mean, c.kl_median,
-           c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    printf("KL mean %.3g median %.3g p90 %.3g p99 %.3g max %.3g top1 %.4f ppl %.6f / %.6f\n",
+           c.kl_mean, c.kl_median, c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
     assert_true(c.has_kl);
     assert_true(fabs(c.kl_mean) < 1e-7);
     assert_true(fabs(c.kl_max) < 1e-7);
@@ -212,10 +215,12 @@ static void results_do_not_depend_on_thread_count(void **state) {
     qw_eval_metrics b, c;
     qs_error err = {0};
     assert_int_equal(qw_model_set_threads(f.m, 1, &err), QS_OK);
-    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
     assert_int_equal(qw_model_set_threads(f.m, 3, &err), QS_OK);
     assert_int_equal(qw_model_threads(f.m), 3);
-    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
     printf("1 thread ppl %.17g, 3 threads ppl %.17g, KL max %g\n", b.ppl, c.ppl, c.kl_max);
     assert_true(b.ppl == c.ppl);
     assert_true(c.kl_max == 0.0 && c.kl_mean == 0.0);
@@ -224,7 +229,8 @@ static void results_do_not_depend_on_thread_count(void **state) {
     fixture_close(&f);
 }
 
-/* KL of a different distribution: quantized vs baseline is positive, median <= p90 <= p99 <= max. */
+/* KL of a different distribution: quantized vs baseline is positive, median <= p90 <= p99 <= max.
+ */
 static void kl_statistics_are_ordered(void **state) {
     (void)state;
     fixture f;
@@ -232,16 +238,19 @@ static void kl_statistics_are_ordered(void **state) {
     qw_eval_options o = opts(64);
     qw_eval_metrics b, c;
     qs_error err = {0};
-    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
     qw_policy p;
     assert_int_equal(qw_policy_init(&p, qw_model_config(f.m)->n_layers, &err), QS_OK);
     qw_quant_spec s = {.weight = qk_format_by_name("mxfp4")};
     assert_non_null(s.weight);
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &s, &err), QS_OK);
     if (qw_model_apply_policy(f.m, &p, &err) != QS_OK) fail_msg("%s", err.msg);
-    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK) fail_msg("%s", err.msg);
-    printf("MXFP4 W4A16: KL mean %.4g median %.4g p90 %.4g p99 %.4g max %.4g top1 %.3f ppl %.4f -> %.4f\n", c.kl_mean,
-           c.kl_median, c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    printf("MXFP4 W4A16: KL mean %.4g median %.4g p90 %.4g p99 %.4g max %.4g top1 %.3f ppl %.4f -> "
+           "%.4f\n",
+           c.kl_mean, c.kl_median, c.kl_p90, c.kl_p99, c.kl_max, c.top1, b.ppl, c.ppl);
     assert_true(c.kl_mean > 1e-6);
     assert_true(c.kl_median <= c.kl_p90 && c.kl_p90 <= c.kl_p99 && c.kl_p99 <= c.kl_max);
     assert_true(c.top1 >= 0.0 && c.top1 <= 1.0);
@@ -259,7 +268,8 @@ static void baseline_mismatch_is_refused(void **state) {
     o.model_digest = "model-A";
     qw_eval_metrics b, c;
     qs_error err = {0};
-    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
     qw_eval_metrics_free(&b);
 
     qw_eval_options o2 = o;
@@ -306,7 +316,8 @@ static void baseline_mismatch_is_refused(void **state) {
     printf("magic: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "magic"));
 
-    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, "/nonexistent/baseline.blp", &c, &err), QS_EIO);
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, "/nonexistent/baseline.blp", &c, &err),
+                     QS_EIO);
     assert_non_null(strstr(err.msg, "/nonexistent/baseline.blp"));
     fixture_close(&f);
 }
@@ -363,12 +374,14 @@ static int count_rows(void *ctx, const char *name, double value) {
 
 static void metrics_rows_name_every_value(void **state) {
     (void)state;
-    qw_eval_metrics m = {.n_tokens = 10, .n_chunks = 1, .ctx = 8, .n_scored = 3, .nll = 1.0, .ppl = exp(1.0)};
+    qw_eval_metrics m = {
+        .n_tokens = 10, .n_chunks = 1, .ctx = 8, .n_scored = 3, .nll = 1.0, .ppl = exp(1.0)};
     int n = 0;
     assert_int_equal(qw_eval_metrics_foreach(&m, count_rows, &n), 0);
     assert_int_equal(n, 8);
     m.has_kl = 1;
-    qw_linear_sqnr s[2] = {{.name = "model.layers.0.self_attn.q_proj", .sqnr_db = 20.0}, {.name = "lm_head", .sqnr_db = 30.0}};
+    qw_linear_sqnr s[2] = {{.name = "model.layers.0.self_attn.q_proj", .sqnr_db = 20.0},
+                           {.name = "lm_head", .sqnr_db = 30.0}};
     m.sqnr = s;
     m.n_sqnr = 2;
     n = 0;

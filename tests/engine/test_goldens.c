@@ -25,7 +25,8 @@ static void check_goldens(const char *ckpt, const char *goldens) {
     golden g;
     assert_int_equal(golden_load(goldens, &g), 0);
     uint32_t max_n = 0;
-    for (uint32_t s = 0; s < g.n_seqs; s++) max_n = g.seqs[s].n > max_n ? g.seqs[s].n : max_n;
+    for (uint32_t s = 0; s < g.n_seqs; s++)
+        max_n = g.seqs[s].n > max_n ? g.seqs[s].n : max_n;
     qw_model *m = NULL;
     st = qw_model_create(ck, (int)max_n, 0, &m, &err);
     if (st != QS_OK) fail_msg("%s: %s", ckpt, err.msg);
@@ -36,10 +37,11 @@ static void check_goldens(const char *ckpt, const char *goldens) {
         const float *logits;
         st = qw_model_forward(m, q->tokens, (int)q->n, &logits, &err);
         if (st != QS_OK) fail_msg("%s: %s", ckpt, err.msg);
-        double e = rel_err(logits + (size_t)q->row0 * g.vocab, q->logits, (size_t)(q->n - q->row0) * g.vocab);
+        double e = rel_err(logits + (size_t)q->row0 * g.vocab, q->logits,
+                           (size_t)(q->n - q->row0) * g.vocab);
         int ok = e <= TOLERANCE;
-        printf("%s %s: sequence %u (%u tokens): relative error %.3g (tolerance %.0e)\n", ok ? "OK" : "NOT OK", ckpt, s,
-               q->n, e, TOLERANCE);
+        printf("%s %s: sequence %u (%u tokens): relative error %.3g (tolerance %.0e)\n",
+               ok ? "OK" : "NOT OK", ckpt, s, q->n, e, TOLERANCE);
         bad += !ok;
     }
     qw_model_destroy(m);

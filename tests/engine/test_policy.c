@@ -1,5 +1,6 @@
 /* Quantization policies: isolation modes select the right linears, applying a policy changes
- * the logits, and applying "none" restores the unquantized model bit for bit (policy.h, model.h). */
+ * the logits, and applying "none" restores the unquantized model bit for bit (policy.h, model.h).
+ */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +18,9 @@
 #include "policy.h"
 
 /* Which (block, kind) an isolation selects: a bitmap [layers][7] of the policy's weight specs. */
-static int selected(const qw_policy *p, int b, int k) { return qw_policy_linear_const(p, b, (qw_linear_kind)k)->weight != NULL; }
+static int selected(const qw_policy *p, int b, int k) {
+    return qw_policy_linear_const(p, b, (qw_linear_kind)k)->weight != NULL;
+}
 
 static void isolation_modes_select_their_parts(void **state) {
     (void)state;
@@ -44,24 +47,43 @@ static void isolation_modes_select_their_parts(void **state) {
         {QW_ISO_CUMULATIVE, 0, 1, 14},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        assert_int_equal(qw_policy_isolation(&p, cases[i].mode, cases[i].kind, cases[i].block, &s, &err), QS_OK);
+        assert_int_equal(
+            qw_policy_isolation(&p, cases[i].mode, cases[i].kind, cases[i].block, &s, &err), QS_OK);
         assert_int_equal(qw_policy_count(&p), cases[i].count);
         for (int b = 0; b < L; b++)
             for (int k = 0; k < 7; k++) {
                 int want;
                 switch (cases[i].mode) {
-                case QW_ISO_COMPONENT: want = k == (int)cases[i].kind; break;
-                case QW_ISO_BLOCK: want = b == cases[i].block; break;
-                case QW_ISO_LAYER: want = b == cases[i].block && k == (int)cases[i].kind; break;
-                case QW_ISO_LOO_COMPONENT: want = k != (int)cases[i].kind; break;
-                case QW_ISO_LOO_BLOCK: want = b != cases[i].block; break;
-                case QW_ISO_LOO_LAYER: want = !(b == cases[i].block && k == (int)cases[i].kind); break;
-                case QW_ISO_CUMULATIVE: want = b <= cases[i].block; break;
-                case QW_ISO_ALL: want = 1; break;
-                default: want = 0;
+                case QW_ISO_COMPONENT:
+                    want = k == (int)cases[i].kind;
+                    break;
+                case QW_ISO_BLOCK:
+                    want = b == cases[i].block;
+                    break;
+                case QW_ISO_LAYER:
+                    want = b == cases[i].block && k == (int)cases[i].kind;
+                    break;
+                case QW_ISO_LOO_COMPONENT:
+                    want = k != (int)cases[i].kind;
+                    break;
+                case QW_ISO_LOO_BLOCK:
+                    want = b != cases[i].block;
+                    break;
+                case QW_ISO_LOO_LAYER:
+                    want = !(b == cases[i].block && k == (int)cases[i].kind);
+                    break;
+                case QW_ISO_CUMULATIVE:
+                    want = b <= cases[i].block;
+                    break;
+                case QW_ISO_ALL:
+                    want = 1;
+                    break;
+                default:
+                    want = 0;
                 }
                 if (selected(&p, b, k) != want)
-                    fail_msg("%s: block %d %s selected %d, expected %d", qw_isolation_name(cases[i].mode), b,
+                    fail_msg("%s: block %d %s selected %d, expected %d",
+                             qw_isolation_name(cases[i].mode), b,
                              qw_linear_kind_name((qw_linear_kind)k), selected(&p, b, k), want);
             }
     }
@@ -76,7 +98,8 @@ static void isolation_refuses_bad_arguments(void **state) {
     qw_quant_spec s = {.weight = qk_format_by_name("mxfp4")};
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_BLOCK, 0, 2, &s, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "block 2"));
-    assert_int_equal(qw_policy_isolation(&p, QW_ISO_COMPONENT, (qw_linear_kind)7, 0, &s, &err), QS_EINVAL);
+    assert_int_equal(qw_policy_isolation(&p, QW_ISO_COMPONENT, (qw_linear_kind)7, 0, &s, &err),
+                     QS_EINVAL);
     assert_non_null(strstr(err.msg, "kind 7"));
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, NULL, &err), QS_EINVAL);
     qw_policy_free(&p);
@@ -89,7 +112,8 @@ static void names_round_trip(void **state) {
     qs_error err = {0};
     for (int k = 0; k < QW_LINEAR_KINDS; k++) {
         qw_linear_kind got;
-        assert_int_equal(qw_linear_kind_by_name(qw_linear_kind_name((qw_linear_kind)k), &got, &err), QS_OK);
+        assert_int_equal(qw_linear_kind_by_name(qw_linear_kind_name((qw_linear_kind)k), &got, &err),
+                         QS_OK);
         assert_int_equal(got, k);
     }
     qw_linear_kind got;
@@ -99,7 +123,8 @@ static void names_round_trip(void **state) {
     assert_non_null(strstr(err.msg, "\"qkv\""));
     for (int i = 0; i <= QW_ISO_CUMULATIVE; i++) {
         qw_isolation mode;
-        assert_int_equal(qw_isolation_by_name(qw_isolation_name((qw_isolation)i), &mode, &err), QS_OK);
+        assert_int_equal(qw_isolation_by_name(qw_isolation_name((qw_isolation)i), &mode, &err),
+                         QS_OK);
         assert_int_equal(mode, i);
     }
     qw_isolation mode;
@@ -124,7 +149,8 @@ static void fixture_open(fixture *f, const char *name) {
     if (qw_model_create(f->ck, 64, 0, &f->m, &err) != QS_OK) fail_msg("%s", err.msg);
     int vocab = qw_model_config(f->m)->vocab_size;
     f->n = 40;
-    for (int i = 0; i < f->n; i++) f->tokens[i] = (uint32_t)((i * 37 + 11) % vocab);
+    for (int i = 0; i < f->n; i++)
+        f->tokens[i] = (uint32_t)((i * 37 + 11) % vocab);
     const float *l;
     if (qw_model_forward(f->m, f->tokens, f->n, &l, &err) != QS_OK) fail_msg("%s", err.msg);
     f->nl = (size_t)f->n * vocab;
@@ -182,7 +208,8 @@ static void quantizing_weights_changes_logits_and_none_restores_them_bit_exactly
 static void activation_quantization_adds_error_to_weight_only(void **state) {
     (void)state;
     fixture f;
-    fixture_open(&f, "oddk"); /* K = 72 and 200: ragged NVFP4 blocks on both weights and activations */
+    fixture_open(&f,
+                 "oddk"); /* K = 72 and 200: ragged NVFP4 blocks on both weights and activations */
     qw_policy p;
     qs_error err = {0};
     assert_int_equal(qw_policy_init(&p, qw_model_config(f.m)->n_layers, &err), QS_OK);
@@ -259,9 +286,14 @@ static void sqnr_probe_matches_direct_computation(void **state) {
     const float *emb, *norm, *wq;
     int64_t shape[2];
     int ndim;
-    assert_int_equal(qw_checkpoint_tensor(f.ck, "model.embed_tokens.weight", &emb, shape, &ndim, &err), QS_OK);
-    assert_int_equal(qw_checkpoint_tensor(f.ck, "model.layers.0.input_layernorm.weight", &norm, shape, &ndim, &err), QS_OK);
-    assert_int_equal(qw_checkpoint_tensor(f.ck, "model.layers.0.self_attn.q_proj.weight", &wq, shape, &ndim, &err), QS_OK);
+    assert_int_equal(
+        qw_checkpoint_tensor(f.ck, "model.embed_tokens.weight", &emb, shape, &ndim, &err), QS_OK);
+    assert_int_equal(qw_checkpoint_tensor(f.ck, "model.layers.0.input_layernorm.weight", &norm,
+                                          shape, &ndim, &err),
+                     QS_OK);
+    assert_int_equal(qw_checkpoint_tensor(f.ck, "model.layers.0.self_attn.q_proj.weight", &wq,
+                                          shape, &ndim, &err),
+                     QS_OK);
     int D = c->dim, O = (int)shape[0];
     float *wqq = malloc((size_t)O * D * sizeof(float));
     double *x = malloc((size_t)D * sizeof(double));
@@ -273,9 +305,11 @@ static void sqnr_probe_matches_direct_computation(void **state) {
     for (int t = 0; t < f.n; t++) {
         const float *e = emb + (size_t)f.tokens[t] * D;
         double ss = 0.0;
-        for (int i = 0; i < D; i++) ss += (double)e[i] * e[i];
+        for (int i = 0; i < D; i++)
+            ss += (double)e[i] * e[i];
         double r = 1.0 / sqrt(ss / D + c->norm_eps);
-        for (int i = 0; i < D; i++) x[i] = e[i] * r * norm[i];
+        for (int i = 0; i < D; i++)
+            x[i] = e[i] * r * norm[i];
         for (int o = 0; o < O; o++) {
             double y = 0.0, yq = 0.0;
             for (int i = 0; i < D; i++) {
@@ -328,7 +362,8 @@ static void prefix_cache_reuses_unquantized_blocks_bit_exactly(void **state) {
     fixture_open(&g, "llama3_gqa");
     qs_error err = {0};
     assert_int_equal(qw_model_set_prefix_cache(f.m, 1, &err), QS_EINVAL);
-    assert_int_equal(qw_model_set_prefix_cache(f.m, 1u << 20, &err), QS_OK); /* room for a few entries */
+    assert_int_equal(qw_model_set_prefix_cache(f.m, 1u << 20, &err),
+                     QS_OK); /* room for a few entries */
     int L = qw_model_config(f.m)->n_layers;
     assert_int_equal(L, 3);
     qw_policy p;
@@ -343,9 +378,11 @@ static void prefix_cache_reuses_unquantized_blocks_bit_exactly(void **state) {
             assert_int_equal(qw_policy_isolation(&p, QW_ISO_BLOCK, 0, step - 1, &s, &err), QS_OK);
         else
             p.lm_head = s;
-        if (qw_model_apply_policy(f.m, &p, &err) != QS_OK || qw_model_apply_policy(g.m, &p, &err) != QS_OK)
+        if (qw_model_apply_policy(f.m, &p, &err) != QS_OK ||
+            qw_model_apply_policy(g.m, &p, &err) != QS_OK)
             fail_msg("%s", err.msg);
-        if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK || qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
+        if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK ||
+            qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
             fail_msg("%s", err.msg);
         assert_memory_equal(lf, lg, f.nl * sizeof(float));
     }
@@ -357,7 +394,8 @@ static void prefix_cache_reuses_unquantized_blocks_bit_exactly(void **state) {
     /* Other tokens are another entry: computed in full, still identical. */
     f.tokens[5] ^= 1;
     g.tokens[5] ^= 1;
-    if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK || qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
+    if (qw_model_forward(f.m, f.tokens, f.n, &lf, &err) != QS_OK ||
+        qw_model_forward(g.m, g.tokens, g.n, &lg, &err) != QS_OK)
         fail_msg("%s", err.msg);
     assert_memory_equal(lf, lg, f.nl * sizeof(float));
     qw_model_prefix_cache_stats(f.m, &hits, &skipped);

@@ -16,7 +16,8 @@
 #include "golden.h"
 
 /* Reads "key value" lines of ppl.txt into the named doubles. */
-static void read_reference(const char *path, double *ctx, double *n_chunks, double *n_scored, double *ppl) {
+static void read_reference(const char *path, double *ctx, double *n_chunks, double *n_scored,
+                           double *ppl) {
     FILE *f = fopen(path, "r");
     if (!f) fail_msg("%s: cannot open", path);
     char line[256], key[64];
@@ -55,9 +56,11 @@ static void smollm2_baseline_perplexity_matches_transformers(void **state) {
     qw_eval_metrics r;
     if (qw_eval_baseline(m, &t, &o, NULL, &r, &err) != QS_OK) fail_msg("%s", err.msg);
     double rel = fabs(r.ppl - ppl_ref) / ppl_ref;
-    printf("%s: n_tokens %zu n_chunks %zu ctx %zu n_scored %zu: ppl %.6f +/- %.4f, transformers %.6f, "
-           "relative difference %.2e (tolerance 1e-3)\n",
-           rel <= 1e-3 ? "OK" : "NOT OK", r.n_tokens, r.n_chunks, r.ctx, r.n_scored, r.ppl, r.ppl_stderr, ppl_ref, rel);
+    printf(
+        "%s: n_tokens %zu n_chunks %zu ctx %zu n_scored %zu: ppl %.6f +/- %.4f, transformers %.6f, "
+        "relative difference %.2e (tolerance 1e-3)\n",
+        rel <= 1e-3 ? "OK" : "NOT OK", r.n_tokens, r.n_chunks, r.ctx, r.n_scored, r.ppl,
+        r.ppl_stderr, ppl_ref, rel);
     assert_int_equal(r.n_chunks, (size_t)n_chunks);
     assert_int_equal(r.n_scored, (size_t)n_scored);
     assert_true(rel <= 1e-3);

@@ -11,12 +11,13 @@
 
 /* ---------------------------------------------------------------- definitions */
 
-qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_chunks, size_t *n_scored,
-                       qs_error *err) {
+qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_chunks,
+                       size_t *n_scored, qs_error *err) {
     if (ctx < 2) return qs_error_set(err, QS_EINVAL, "eval: ctx %d < 2", ctx);
     size_t n = n_tokens / (size_t)ctx;
     if (n == 0)
-        return qs_error_set(err, QS_EINVAL, "eval: %zu tokens, fewer than one chunk of ctx %d", n_tokens, ctx);
+        return qs_error_set(err, QS_EINVAL, "eval: %zu tokens, fewer than one chunk of ctx %d",
+                            n_tokens, ctx);
     if (max_chunks > 0 && n > max_chunks) n = max_chunks;
     *n_chunks = n;
     *n_scored = n * (size_t)(ctx - 1 - ctx / 2);
@@ -28,21 +29,26 @@ qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_ch
  * (max + log sum) so a single entry can be read as l_i - lse. */
 static double row_logsumexp(const float *l, int vocab) {
     float mx = l[0];
-    for (int i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 1; i < vocab; i++)
+        mx = l[i] > mx ? l[i] : mx;
     double sum = 0.0;
-    for (int i = 0; i < vocab; i++) sum += exp((double)l[i] - mx);
+    for (int i = 0; i < vocab; i++)
+        sum += exp((double)l[i] - mx);
+    /* sum >= 1: the maximum contributes exp(0) (vocab >= 1 is checked by the callers). */
+    // cppcheck-suppress invalidFunctionArg
     return (double)mx + log(sum);
 }
 
 static void row_logprobs(const float *l, int vocab, float *lp) {
     double lse = row_logsumexp(l, vocab);
-    for (int i = 0; i < vocab; i++) lp[i] = (float)((double)l[i] - lse);
+    for (int i = 0; i < vocab; i++)
+        lp[i] = (float)((double)l[i] - lse);
 }
 
 /* NLL of each scored position of one chunk into v[ctx - 1 - ctx/2] (parallel over positions),
  * then summed in position order, so the sums do not depend on the thread count. */
-static void score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, int nt, double *v,
-                        double *nll_sum, double *nll2_sum, size_t *n) {
+static void score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, int nt,
+                        double *v, double *nll_sum, double *nll2_sum, size_t *n) {
     int first = ctx / 2, n_pos = ctx - 1 - first;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int j = 0; j < n_pos; j++) {
@@ -56,8 +62,8 @@ static void score_chunk(const float *logits, const uint32_t *tokens, int ctx, in
     *n += (size_t)n_pos;
 }
 
-void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, double *nll_sum,
-                         double *nll2_sum, size_t *n) {
+void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab,
+                         double *nll_sum, double *nll2_sum, size_t *n) {
     /* Serial twin of score_chunk: the same values summed in the same order. */
     for (int j = ctx / 2; j < ctx - 1; j++) {
         const float *l = logits + (size_t)j * vocab;
@@ -95,19 +101,23 @@ typedef struct blp_header {
 } blp_header;
 
 static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 static uint32_t get_u32(const unsigned char *p) {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 static uint64_t get_u64(const unsigned char *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 
@@ -125,13 +135,15 @@ static void header_pack(const blp_header *h, unsigned char b[QW_BASELINE_HEADER_
     memcpy(b + 112, h->dataset_digest, QW_BASELINE_DIGEST_CHARS);
 }
 
-static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], const char *path, blp_header *h,
-                               qs_error *err) {
+static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], const char *path,
+                               blp_header *h, qs_error *err) {
     if (memcmp(b, QW_BASELINE_MAGIC, 8) != 0)
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not a qsweep baseline file)", path);
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not a qsweep baseline file)",
+                            path);
     uint32_t ver = get_u32(b + 8);
     if (ver != QW_BASELINE_VERSION)
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 8: version %u, expected %d", path, ver, QW_BASELINE_VERSION);
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 8: version %u, expected %d", path, ver,
+                            QW_BASELINE_VERSION);
     h->vocab = get_u32(b + 12);
     h->ctx = get_u32(b + 16);
     h->n_chunks = get_u32(b + 20);
@@ -140,7 +152,8 @@ static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], 
     h->n_scored = get_u64(b + 32);
     memcpy(h->model_digest, b + 40, QW_BASELINE_DIGEST_CHARS);
     memcpy(h->dataset_digest, b + 112, QW_BASELINE_DIGEST_CHARS);
-    if (h->model_digest[QW_BASELINE_DIGEST_CHARS - 1] || h->dataset_digest[QW_BASELINE_DIGEST_CHARS - 1])
+    if (h->model_digest[QW_BASELINE_DIGEST_CHARS - 1] ||
+        h->dataset_digest[QW_BASELINE_DIGEST_CHARS - 1])
         return qs_error_set(err, QS_EFORMAT, "%s: offset 40/112: digest not NUL-terminated", path);
     if (get_u32(b + 184) || get_u32(b + 188))
         return qs_error_set(err, QS_EFORMAT, "%s: offset 184: reserved fields not zero", path);
@@ -159,12 +172,12 @@ typedef enum run_mode { RUN_BASELINE, RUN_COMPARE } run_mode;
 typedef struct run_state {
     FILE *f;
     char tmp_path[4096];
-    uint32_t *chunk;  /* [ctx] tokens of the current chunk after BOS replacement */
-    float *blk;       /* [n_pos x vocab] baseline log-probs of one chunk's scored positions */
-    float *lq;        /* [threads x vocab] scratch for the evaluated model's log-probs */
-    double *kl;       /* [n_scored] */
+    uint32_t *chunk; /* [ctx] tokens of the current chunk after BOS replacement */
+    float *blk;      /* [n_pos x vocab] baseline log-probs of one chunk's scored positions */
+    float *lq;       /* [threads x vocab] scratch for the evaluated model's log-probs */
+    double *kl;      /* [n_scored] */
     unsigned char *top1_hit; /* [n_scored] */
-    double *nll_pos;  /* [ctx - 1 - ctx/2] NLL of each scored position of the current chunk */
+    double *nll_pos; /* [ctx - 1 - ctx/2] NLL of each scored position of the current chunk */
 } run_state;
 
 static void run_state_free(run_state *s) {
@@ -183,16 +196,18 @@ static qs_status write_all(FILE *f, const void *p, size_t bytes, const char *pat
     return QS_OK;
 }
 
-static qs_status read_all(FILE *f, void *p, size_t bytes, const char *path, long long off, qs_error *err) {
+static qs_status read_all(FILE *f, void *p, size_t bytes, const char *path, long long off,
+                          qs_error *err) {
     if (bytes && fread(p, 1, bytes, f) != bytes)
-        return qs_error_set(err, feof(f) ? QS_EFORMAT : QS_EIO, "%s: offset %lld: short read of %zu bytes%s%s",
-                            path, off, bytes, ferror(f) ? ": " : "", ferror(f) ? strerror(errno) : "");
+        return qs_error_set(err, feof(f) ? QS_EFORMAT : QS_EIO,
+                            "%s: offset %lld: short read of %zu bytes%s%s", path, off, bytes,
+                            ferror(f) ? ": " : "", ferror(f) ? strerror(errno) : "");
     return QS_OK;
 }
 
 /* Opens the baseline for compare and checks it against this run (eval.h). */
-static qs_status open_baseline(const char *path, const blp_header *want, const uint32_t *tokens, size_t n_tok,
-                               run_state *s, qs_error *err) {
+static qs_status open_baseline(const char *path, const blp_header *want, const uint32_t *tokens,
+                               size_t n_tok, run_state *s, qs_error *err) {
     s->f = fopen(path, "rb");
     if (!s->f) return qs_error_set(err, QS_EIO, "%s: open: %s", path, strerror(errno));
     unsigned char b[QW_BASELINE_HEADER_BYTES];
@@ -201,10 +216,10 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
     blp_header h;
     st = header_unpack(b, path, &h, err);
     if (st != QS_OK) return st;
-#define SAME(field, fmt)                                                                                 \
-    if (h.field != want->field)                                                                          \
-        return qs_error_set(err, QS_EINVAL, "%s: baseline " #field " " fmt ", this run " fmt, path, h.field, \
-                            want->field)
+#define SAME(field, fmt)                                                                           \
+    if (h.field != want->field)                                                                    \
+    return qs_error_set(err, QS_EINVAL, "%s: baseline " #field " " fmt ", this run " fmt, path,    \
+                        h.field, want->field)
     SAME(vocab, "%u");
     SAME(ctx, "%u");
     SAME(n_chunks, "%u");
@@ -214,17 +229,22 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
     if (h.n_scored != want->n_scored)
         return qs_error_set(err, QS_EFORMAT, "%s: offset 32: n_scored %llu, expected %llu", path,
                             (unsigned long long)h.n_scored, (unsigned long long)want->n_scored);
-    if (h.model_digest[0] && want->model_digest[0] && strcmp(h.model_digest, want->model_digest) != 0)
-        return qs_error_set(err, QS_EINVAL, "%s: baseline model_digest %s, this run %s", path, h.model_digest,
-                            want->model_digest);
-    if (h.dataset_digest[0] && want->dataset_digest[0] && strcmp(h.dataset_digest, want->dataset_digest) != 0)
-        return qs_error_set(err, QS_EINVAL, "%s: baseline dataset_digest %s, this run %s", path, h.dataset_digest,
-                            want->dataset_digest);
-    if (fseeko(s->f, 0, SEEK_END) != 0) return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
+    if (h.model_digest[0] && want->model_digest[0] &&
+        strcmp(h.model_digest, want->model_digest) != 0)
+        return qs_error_set(err, QS_EINVAL, "%s: baseline model_digest %s, this run %s", path,
+                            h.model_digest, want->model_digest);
+    if (h.dataset_digest[0] && want->dataset_digest[0] &&
+        strcmp(h.dataset_digest, want->dataset_digest) != 0)
+        return qs_error_set(err, QS_EINVAL, "%s: baseline dataset_digest %s, this run %s", path,
+                            h.dataset_digest, want->dataset_digest);
+    if (fseeko(s->f, 0, SEEK_END) != 0)
+        return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
     unsigned long long size = (unsigned long long)ftello(s->f);
-    unsigned long long expect = QW_BASELINE_HEADER_BYTES + 4ull * n_tok + 4ull * h.n_scored * h.vocab;
+    unsigned long long expect =
+        QW_BASELINE_HEADER_BYTES + 4ull * n_tok + 4ull * h.n_scored * h.vocab;
     if (size != expect)
-        return qs_error_set(err, QS_EFORMAT, "%s: size %llu bytes, header implies %llu", path, size, expect);
+        return qs_error_set(err, QS_EFORMAT, "%s: size %llu bytes, header implies %llu", path, size,
+                            expect);
     if (fseeko(s->f, QW_BASELINE_HEADER_BYTES, SEEK_SET) != 0)
         return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
     unsigned char tb[4096];
@@ -234,9 +254,10 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
         if (st != QS_OK) return st;
         for (size_t j = 0; j < k; j++)
             if (get_u32(tb + 4 * j) != tokens[i + j])
-                return qs_error_set(err, QS_EINVAL, "%s: offset %zu: baseline token %zu is %u, this run's is %u",
-                                    path, QW_BASELINE_HEADER_BYTES + 4 * (i + j), i + j, get_u32(tb + 4 * j),
-                                    tokens[i + j]);
+                return qs_error_set(err, QS_EINVAL,
+                                    "%s: offset %zu: baseline token %zu is %u, this run's is %u",
+                                    path, QW_BASELINE_HEADER_BYTES + 4 * (i + j), i + j,
+                                    get_u32(tb + 4 * j), tokens[i + j]);
         i += k;
     }
     return QS_OK;
@@ -254,15 +275,21 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         return qs_error_set(err, QS_EINVAL, "eval: token file vocab %u larger than the model's %d",
                             toks->vocab_size, vocab);
     if (opt->bos_id >= vocab || opt->bos_id < -1)
-        return qs_error_set(err, QS_EINVAL, "eval: bos_id %d outside -1..%d", opt->bos_id, vocab - 1);
-    if (mode == RUN_COMPARE && !path) return qs_error_set(err, QS_EINVAL, "eval compare: no baseline path");
+        return qs_error_set(err, QS_EINVAL, "eval: bos_id %d outside -1..%d", opt->bos_id,
+                            vocab - 1);
+    if (mode == RUN_COMPARE && !path)
+        return qs_error_set(err, QS_EINVAL, "eval compare: no baseline path");
     size_t n_chunks = 0, n_scored = 0;
     qs_status st = qw_eval_plan(toks->n, ctx, opt->max_chunks, &n_chunks, &n_scored, err);
     if (st != QS_OK) return st;
     int first = ctx / 2, n_pos = ctx - 1 - first;
     size_t n_tok = n_chunks * (size_t)ctx;
-    blp_header h = {.vocab = (uint32_t)vocab, .ctx = (uint32_t)ctx, .n_chunks = (uint32_t)n_chunks,
-                    .first = (uint32_t)first, .bos_id = opt->bos_id, .n_scored = n_scored};
+    blp_header h = {.vocab = (uint32_t)vocab,
+                    .ctx = (uint32_t)ctx,
+                    .n_chunks = (uint32_t)n_chunks,
+                    .first = (uint32_t)first,
+                    .bos_id = opt->bos_id,
+                    .n_scored = n_scored};
     copy_digest(h.model_digest, opt->model_digest);
     copy_digest(h.dataset_digest, opt->dataset_digest);
 
@@ -274,7 +301,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     s.lq = mode == RUN_COMPARE ? malloc((size_t)nthreads * vocab * sizeof *s.lq) : NULL;
     s.kl = mode == RUN_COMPARE ? malloc(n_scored * sizeof *s.kl) : NULL;
     s.top1_hit = mode == RUN_COMPARE ? malloc(n_scored) : NULL;
-    if (!s.chunk || !s.nll_pos || (path && !s.blk) || (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
+    if (!s.chunk || !s.nll_pos || (path && !s.blk) ||
+        (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
         run_state_free(&s);
         return qs_error_set(err, QS_ENOMEM, "eval: buffers for ctx %d, vocab %d", ctx, vocab);
     }
@@ -307,7 +335,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     size_t count = 0;
     for (size_t ch = 0; ch < n_chunks && st == QS_OK; ch++) {
         if (opt->cancel && atomic_load(opt->cancel)) {
-            st = qs_error_set(err, QS_ECANCELLED, "eval: cancelled before chunk %zu of %zu", ch, n_chunks);
+            st = qs_error_set(err, QS_ECANCELLED, "eval: cancelled before chunk %zu of %zu", ch,
+                              n_chunks);
             break;
         }
         memcpy(s.chunk, toks->ids + ch * ctx, (size_t)ctx * sizeof *s.chunk);
@@ -322,10 +351,12 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         if (mode == RUN_BASELINE && path) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++)
-                row_logprobs(logits + (size_t)(first + j) * vocab, vocab, s.blk + (size_t)j * vocab);
+                row_logprobs(logits + (size_t)(first + j) * vocab, vocab,
+                             s.blk + (size_t)j * vocab);
             st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
         } else if (mode == RUN_COMPARE) {
-            long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok + 4ll * (long long)ch * n_pos * vocab;
+            long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
+                            4ll * (long long)ch * n_pos * vocab;
             st = read_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), path, off, err);
             if (st != QS_OK) break;
             size_t base = ch * (size_t)n_pos;
@@ -347,9 +378,10 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                 s.top1_hit[base + j] = ap == aq;
             }
         }
-        if (st == QS_OK && opt->progress && opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 &&
-            ch + 1 < n_chunks)
-            st = qs_error_set(err, QS_ECANCELLED, "eval: cancelled by the progress callback after chunk %zu of %zu",
+        if (st == QS_OK && opt->progress &&
+            opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 && ch + 1 < n_chunks)
+            st = qs_error_set(err, QS_ECANCELLED,
+                              "eval: cancelled by the progress callback after chunk %zu of %zu",
                               ch + 1, n_chunks);
     }
 
@@ -397,9 +429,11 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     if (mode == RUN_BASELINE && path && s.f) {
         int bad = fclose(s.f) != 0;
         s.f = NULL;
-        if (st == QS_OK && bad) st = qs_error_set(err, QS_EIO, "%s: close: %s", s.tmp_path, strerror(errno));
+        if (st == QS_OK && bad)
+            st = qs_error_set(err, QS_EIO, "%s: close: %s", s.tmp_path, strerror(errno));
         if (st == QS_OK && rename(s.tmp_path, path) != 0)
-            st = qs_error_set(err, QS_EIO, "%s: rename to %s: %s", s.tmp_path, path, strerror(errno));
+            st = qs_error_set(err, QS_EIO, "%s: rename to %s: %s", s.tmp_path, path,
+                              strerror(errno));
         if (st != QS_OK) remove(s.tmp_path);
     }
     run_state_free(&s);
@@ -407,13 +441,13 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     return st;
 }
 
-qs_status qw_eval_baseline(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt, const char *baseline_path,
-                           qw_eval_metrics *out, qs_error *err) {
+qs_status qw_eval_baseline(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt,
+                           const char *baseline_path, qw_eval_metrics *out, qs_error *err) {
     return run(m, toks, opt, RUN_BASELINE, baseline_path, out, err);
 }
 
-qs_status qw_eval_compare(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt, const char *baseline_path,
-                          qw_eval_metrics *out, qs_error *err) {
+qs_status qw_eval_compare(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt,
+                          const char *baseline_path, qw_eval_metrics *out, qs_error *err) {
     return run(m, toks, opt, RUN_COMPARE, baseline_path, out, err);
 }
 
@@ -427,11 +461,20 @@ int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx
     struct {
         const char *name;
         double v;
-    } rows[] = {{"n_tokens", (double)m->n_tokens}, {"n_chunks", (double)m->n_chunks}, {"ctx", (double)m->ctx},
-                {"n_scored", (double)m->n_scored}, {"nll", m->nll},                   {"ppl", m->ppl},
-                {"nll_stderr", m->nll_stderr},     {"ppl_stderr", m->ppl_stderr},     {"kl_mean", m->kl_mean},
-                {"kl_median", m->kl_median},       {"kl_p90", m->kl_p90},             {"kl_p99", m->kl_p99},
-                {"kl_max", m->kl_max},             {"top1", m->top1}};
+    } rows[] = {{"n_tokens", (double)m->n_tokens},
+                {"n_chunks", (double)m->n_chunks},
+                {"ctx", (double)m->ctx},
+                {"n_scored", (double)m->n_scored},
+                {"nll", m->nll},
+                {"ppl", m->ppl},
+                {"nll_stderr", m->nll_stderr},
+                {"ppl_stderr", m->ppl_stderr},
+                {"kl_mean", m->kl_mean},
+                {"kl_median", m->kl_median},
+                {"kl_p90", m->kl_p90},
+                {"kl_p99", m->kl_p99},
+                {"kl_max", m->kl_max},
+                {"top1", m->top1}};
     size_t n = m->has_kl ? sizeof rows / sizeof rows[0] : 8;
     for (size_t i = 0; i < n; i++) {
         int r = fn(ctx, rows[i].name, rows[i].v);

@@ -55,11 +55,11 @@
 typedef int (*qw_progress_fn)(void *ctx, size_t step, size_t total);
 
 typedef struct qw_eval_options {
-    int ctx;                    /* tokens per chunk; 2 <= ctx <= the model's max_ctx */
-    size_t max_chunks;          /* 0 = every whole chunk of the file */
-    int bos_id;                 /* -1 = none; else replaces each chunk's first token */
-    int sqnr;                   /* compare: measure per-linear output SQNR (costs GEMMs) */
-    qw_progress_fn progress;    /* may be NULL */
+    int ctx;                 /* tokens per chunk; 2 <= ctx <= the model's max_ctx */
+    size_t max_chunks;       /* 0 = every whole chunk of the file */
+    int bos_id;              /* -1 = none; else replaces each chunk's first token */
+    int sqnr;                /* compare: measure per-linear output SQNR (costs GEMMs) */
+    qw_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     const atomic_int *cancel;   /* may be NULL; polled between chunks, nonzero = stop */
     const char *model_digest;   /* written into / checked against the baseline; may be NULL */
@@ -80,7 +80,7 @@ typedef struct qw_eval_metrics {
     double nll_stderr, ppl_stderr; /* llama.cpp's "+/-": stddev(NLL)/sqrt(n-1), times ppl */
     int has_kl;
     double kl_mean, kl_median, kl_p90, kl_p99, kl_max;
-    double top1;                   /* fraction in [0, 1] */
+    double top1; /* fraction in [0, 1] */
     size_t n_sqnr;
     qw_linear_sqnr *sqnr;
 } qw_eval_metrics;

@@ -23,10 +23,10 @@ typedef struct linear {
     float *work;         /* working copy, allocated the first time a policy quantizes it */
     const float *w;      /* what the forward pass reads: master or work */
     int out, in;
-    qw_quant_spec spec;  /* weight and activation formats of the current policy */
-    int quantized;       /* spec has a weight or activation format */
-    int tensor_index;    /* layer*7 + kind; n_layers*7 for lm_head (SR stream separation) */
-    double sig, noise;   /* SQNR probe sums */
+    qw_quant_spec spec; /* weight and activation formats of the current policy */
+    int quantized;      /* spec has a weight or activation format */
+    int tensor_index;   /* layer*7 + kind; n_layers*7 for lm_head (SR stream separation) */
+    double sig, noise;  /* SQNR probe sums */
 } linear;
 
 /* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
@@ -48,16 +48,16 @@ struct qw_model {
     qw_checkpoint *ck;
     qw_config cfg;
     int max_ctx, threads;
-    layer *layers;          /* [n_layers] */
-    linear lm_head;         /* [V x D] */
+    layer *layers;             /* [n_layers] */
+    linear lm_head;            /* [V x D] */
     const float *embed_master; /* [V x D] */
     float *embed_work;
-    const float *embed;     /* master or work */
+    const float *embed;      /* master or work */
     const float *final_norm; /* [D] */
     int probe;
     prefix_entry *prefix; /* [n_prefix] */
     int n_prefix;
-    void *prefix_pool;    /* one allocation for all entries' tokens and residuals */
+    void *prefix_pool; /* one allocation for all entries' tokens and residuals */
     size_t prefix_hits, prefix_skipped;
     /* RoPE tables [max_ctx x E/2] */
     float *rope_cos, *rope_sin;
@@ -81,21 +81,25 @@ struct qw_model {
 /* ---------------------------------------------------------------- kernels */
 
 /* out[T x D] = x / sqrt(mean(x^2) + eps) * w, per row (HF LlamaRMSNorm; sum in double). */
-static void rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps, int nt) {
+static void rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
+                            int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
         float *o = out + (size_t)t * D;
         double ss = 0.0;
-        for (int i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+        for (int i = 0; i < D; i++)
+            ss += (double)xr[i] * xr[i];
         float r = (float)(1.0 / sqrt(ss / D + (double)eps));
-        for (int i = 0; i < D; i++) o[i] = w[i] * (xr[i] * r);
+        for (int i = 0; i < D; i++)
+            o[i] = w[i] * (xr[i] * r);
     }
 }
 
 /* Rotates x [T x n_heads*E] in place, HF rotate_half layout: for i < E/2 the pair
  * (x[i], x[i+E/2]) turns by angle pos*inv_freq[i] (modeling_llama.apply_rotary_pos_emb). */
-static void rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E, int nt) {
+static void rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E,
+                         int nt) {
     int h2 = E / 2;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
@@ -117,27 +121,32 @@ static void causal_softmax(float *s, int T) {
     for (int t = 0; t < T; t++) {
         float *r = s + (size_t)t * T;
         float mx = r[0];
-        for (int j = 1; j <= t; j++) mx = r[j] > mx ? r[j] : mx;
+        for (int j = 1; j <= t; j++)
+            mx = r[j] > mx ? r[j] : mx;
         float sum = 0.0f;
         for (int j = 0; j <= t; j++) {
             r[j] = expf(r[j] - mx);
             sum += r[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j <= t; j++) r[j] *= inv;
-        for (int j = t + 1; j < T; j++) r[j] = 0.0f;
+        for (int j = 0; j <= t; j++)
+            r[j] *= inv;
+        for (int j = t + 1; j < T; j++)
+            r[j] = 0.0f;
     }
 }
 
 /* g[i] = silu(g[i]) * u[i] over n elements (SwiGLU; silu(x) = x / (1 + exp(-x))). */
 static void swiglu(float *g, const float *u, size_t n, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (size_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static void add_inplace(float *x, const float *y, size_t n, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
 }
 
 /* y[T x out] = x[T x in] * W^T (W [out x in] row-major). The output columns are split into
@@ -148,26 +157,30 @@ static void matmul_wt(float *y, const float *x, const float *W, int T, int in, i
 #pragma omp parallel num_threads(nt)
     {
         int id = omp_get_thread_num(), n = omp_get_num_threads();
-        int c0 = (int)((long long)pieces * id / n) * 16, c1 = (int)((long long)pieces * (id + 1) / n) * 16;
+        int c0 = (int)((long long)pieces * id / n) * 16,
+            c1 = (int)((long long)pieces * (id + 1) / n) * 16;
         if (c1 > out) c1 = out;
         if (c1 > c0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in, W + (size_t)c0 * in, in,
-                        0.0f, y + c0, out);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in,
+                        W + (size_t)c0 * in, in, 0.0f, y + c0, out);
     }
 }
 
 /* One linear: optional activation fake-quant of the input (rows = tokens, k = in), the GEMM,
  * and with the probe on the unquantized reference on the same input. */
-static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x, int T, qs_error *err) {
+static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x, int T,
+                                qs_error *err) {
     const float *xin = x;
     if (L->spec.act) {
         memcpy(m->actq, x, (size_t)T * L->in * sizeof *x);
         qk_quant_options opt = L->spec.act_opt;
         opt.tensor_id += (uint32_t)L->tensor_index;
-        qs_status st = qk_fake_quant(L->spec.act, &opt, m->actq, (size_t)T, (size_t)L->in, NULL, err);
+        qs_status st =
+            qk_fake_quant(L->spec.act, &opt, m->actq, (size_t)T, (size_t)L->in, NULL, err);
         if (st != QS_OK) {
             char name[160];
-            return qs_error_wrap(err, "activations of %s", qw_model_linear_name(m, L->tensor_index, name, sizeof name));
+            return qs_error_wrap(err, "activations of %s",
+                                 qw_model_linear_name(m, L->tensor_index, name, sizeof name));
         }
         xin = m->actq;
     }
@@ -190,19 +203,22 @@ static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x
 
 /* ---------------------------------------------------------------- setup */
 
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+static size_t max_sz(size_t a, size_t b) {
+    return a > b ? a : b;
+}
 
 /* Looks a tensor up and checks its HF shape [rows x cols] (cols 1 for vectors). */
-static qs_status get_tensor(qw_checkpoint *ck, const char *name, int64_t rows, int64_t cols, const float **out,
-                            qs_error *err) {
+static qs_status get_tensor(qw_checkpoint *ck, const char *name, int64_t rows, int64_t cols,
+                            const float **out, qs_error *err) {
     int64_t shape[2] = {0, 0};
     int ndim = 0;
     qs_status st = qw_checkpoint_tensor(ck, name, out, shape, &ndim, err);
     if (st != QS_OK) return st;
     if (ndim == 1) shape[1] = 1;
     if (shape[0] != rows || shape[1] != cols)
-        return qs_error_set(err, QS_EFORMAT, "tensor %s: shape [%lld x %lld], config expects [%lld x %lld]", name,
-                            (long long)shape[0], (long long)shape[1], (long long)rows, (long long)cols);
+        return qs_error_set(
+            err, QS_EFORMAT, "tensor %s: shape [%lld x %lld], config expects [%lld x %lld]", name,
+            (long long)shape[0], (long long)shape[1], (long long)rows, (long long)cols);
     return QS_OK;
 }
 
@@ -231,7 +247,7 @@ static void rope_inv_freq(const qw_config *c, int E, float *inv) {
 }
 
 static qs_status check_config(const qw_config *c, qs_error *err) {
-#define NEED(cond, field)                                                                                  \
+#define NEED(cond, field)                                                                          \
     if (!(cond)) return qs_error_set(err, QS_EINVAL, "model config: %s out of range", field)
     NEED(c->dim > 0, "dim");
     NEED(c->hidden_dim > 0, "hidden_dim");
@@ -242,9 +258,9 @@ static qs_status check_config(const qw_config *c, qs_error *err) {
     NEED(c->vocab_size > 0, "vocab_size");
     NEED(c->rope_theta > 0.0f, "rope_theta");
     NEED(c->norm_eps >= 0.0f, "norm_eps");
-    NEED(c->rope_factor <= 0.0f || (c->rope_original_max_pos > 0 &&
-                                    c->rope_high_freq_factor > c->rope_low_freq_factor &&
-                                    c->rope_low_freq_factor > 0.0f),
+    NEED(c->rope_factor <= 0.0f ||
+             (c->rope_original_max_pos > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+              c->rope_low_freq_factor > 0.0f),
          "rope_scaling");
 #undef NEED
     return QS_OK;
@@ -256,9 +272,12 @@ static float *alloc_floats(size_t n, int *fail) {
     return p;
 }
 
-static int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_num_procs(); }
+static int resolve_threads(int threads) {
+    return threads > 0 ? threads : omp_get_num_procs();
+}
 
-qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out, qs_error *err) {
+qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out,
+                          qs_error *err) {
     *out = NULL;
     if (max_ctx < 1) return qs_error_set(err, QS_EINVAL, "model: max_ctx %d < 1", max_ctx);
     if (threads < 0) return qs_error_set(err, QS_EINVAL, "model: threads %d < 0", threads);
@@ -272,7 +291,8 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
     m->max_ctx = max_ctx;
     m->threads = resolve_threads(threads);
     openblas_set_num_threads(1);
-    int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size;
+    int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim,
+        V = c->vocab_size;
     int L = c->n_layers;
     m->layers = calloc((size_t)L, sizeof *m->layers);
     if (!m->layers) {
@@ -282,8 +302,8 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
     st = get_tensor(ck, "model.embed_tokens.weight", V, D, &m->embed_master, err);
     if (st == QS_OK) st = get_tensor(ck, "model.norm.weight", D, 1, &m->final_norm, err);
     if (st == QS_OK)
-        st = get_tensor(ck, c->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V, D,
-                        &m->lm_head.master, err);
+        st = get_tensor(ck, c->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V,
+                        D, &m->lm_head.master, err);
     m->embed = m->embed_master;
     m->lm_head.out = V;
     m->lm_head.in = D;
@@ -301,7 +321,8 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
         st = get_tensor(ck, name, D, 1, &ly->ffn_norm, err);
         for (int k = 0; k < QW_LINEAR_KINDS && st == QS_OK; k++) {
             linear *li = &ly->lin[k];
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, qw_linear_module_name((qw_linear_kind)k));
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
+                     qw_linear_module_name((qw_linear_kind)k));
             st = get_tensor(ck, name, outs[k], ins[k], &li->master, err);
             li->w = li->master;
             li->out = outs[k];
@@ -355,22 +376,32 @@ void qw_model_destroy(qw_model *m) {
     if (!m) return;
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++)
-            for (int k = 0; k < QW_LINEAR_KINDS; k++) linear_free(&m->layers[l].lin[k]);
+            for (int k = 0; k < QW_LINEAR_KINDS; k++)
+                linear_free(&m->layers[l].lin[k]);
     linear_free(&m->lm_head);
     free(m->embed_work);
     free(m->prefix);
     free(m->prefix_pool);
     free(m->layers);
-    float *bufs[] = {m->rope_cos, m->rope_sin, m->x,   m->xb,   m->q,    m->k,    m->v,      m->att,
+    float *bufs[] = {m->rope_cos, m->rope_sin, m->x,   m->xb,   m->q,    m->k,   m->v,     m->att,
                      m->scores,   m->hb,       m->hb2, m->ybuf, m->actq, m->ref, m->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
     free(m);
 }
 
-const qw_config *qw_model_config(const qw_model *m) { return &m->cfg; }
-int qw_model_max_ctx(const qw_model *m) { return m->max_ctx; }
-int qw_model_threads(const qw_model *m) { return m->threads; }
-int qw_model_n_linears(const qw_model *m) { return m->cfg.n_layers * QW_LINEAR_KINDS + 1; }
+const qw_config *qw_model_config(const qw_model *m) {
+    return &m->cfg;
+}
+int qw_model_max_ctx(const qw_model *m) {
+    return m->max_ctx;
+}
+int qw_model_threads(const qw_model *m) {
+    return m->threads;
+}
+int qw_model_n_linears(const qw_model *m) {
+    return m->cfg.n_layers * QW_LINEAR_KINDS + 1;
+}
 
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (threads < 0) return qs_error_set(err, QS_EINVAL, "model: threads %d < 0", threads);
@@ -416,8 +447,8 @@ static void restore_all(qw_model *m) {
 }
 
 /* Working copy of `master` [rows x k], refilled and fake-quantized with spec's weight format. */
-static qs_status quantize_copy(float **work, const float *master, int rows, int k, const qw_quant_spec *spec,
-                               int tensor_index, qs_error *err) {
+static qs_status quantize_copy(float **work, const float *master, int rows, int k,
+                               const qw_quant_spec *spec, int tensor_index, qs_error *err) {
     size_t n = (size_t)rows * k;
     if (!*work) {
         *work = malloc(n * sizeof(float));
@@ -433,24 +464,28 @@ qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err) 
     restore_all(m);
     if (!p) return QS_OK;
     if (p->n_layers != m->cfg.n_layers || !p->linears)
-        return qs_error_set(err, QS_EINVAL, "policy: %d layers, model has %d", p->n_layers, m->cfg.n_layers);
+        return qs_error_set(err, QS_EINVAL, "policy: %d layers, model has %d", p->n_layers,
+                            m->cfg.n_layers);
     char name[160];
     qs_status st = QS_OK;
     for (int i = 0; i < qw_model_n_linears(m) && st == QS_OK; i++) {
         linear *L = linear_at(m, i);
-        const qw_quant_spec *s = i < m->cfg.n_layers * QW_LINEAR_KINDS ? &p->linears[i] : &p->lm_head;
+        const qw_quant_spec *s =
+            i < m->cfg.n_layers * QW_LINEAR_KINDS ? &p->linears[i] : &p->lm_head;
         if (!s->weight && !s->act) continue;
         L->spec = *s;
         L->quantized = 1;
         if (s->weight) {
             st = quantize_copy(&L->work, L->master, L->out, L->in, s, L->tensor_index, err);
-            if (st != QS_OK) qs_error_wrap(err, "policy: weights of %s", qw_model_linear_name(m, i, name, sizeof name));
+            if (st != QS_OK)
+                qs_error_wrap(err, "policy: weights of %s",
+                              qw_model_linear_name(m, i, name, sizeof name));
             L->w = L->work;
         }
     }
     if (st == QS_OK && p->embed.weight) {
-        st = quantize_copy(&m->embed_work, m->embed_master, m->cfg.vocab_size, m->cfg.dim, &p->embed,
-                           m->cfg.n_layers * QW_LINEAR_KINDS + 1, err);
+        st = quantize_copy(&m->embed_work, m->embed_master, m->cfg.vocab_size, m->cfg.dim,
+                           &p->embed, m->cfg.n_layers * QW_LINEAR_KINDS + 1, err);
         if (st != QS_OK) qs_error_wrap(err, "policy: model.embed_tokens");
         m->embed = m->embed_work;
     }
@@ -467,7 +502,8 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
         mo = max_sz(mo, (size_t)m->cfg.dim);
         mo = max_sz(mo, (size_t)m->cfg.n_heads * m->cfg.head_dim);
         m->ref = malloc((size_t)m->max_ctx * mo * sizeof(float));
-        if (!m->ref) return qs_error_set(err, QS_ENOMEM, "SQNR probe buffer [%d x %zu]", m->max_ctx, mo);
+        if (!m->ref)
+            return qs_error_set(err, QS_ENOMEM, "SQNR probe buffer [%d x %zu]", m->max_ctx, mo);
     }
     for (int i = 0; i < qw_model_n_linears(m); i++) {
         linear *L = linear_at(m, i);
@@ -499,7 +535,8 @@ qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err
     size_t per = resid * sizeof(float) + (size_t)m->max_ctx * sizeof(uint32_t);
     size_t n = max_bytes / per;
     if (n == 0)
-        return qs_error_set(err, QS_EINVAL, "prefix cache: %zu bytes, one entry needs %zu", max_bytes, per);
+        return qs_error_set(err, QS_EINVAL, "prefix cache: %zu bytes, one entry needs %zu",
+                            max_bytes, per);
     if (n > 1u << 20) n = 1u << 20;
     m->prefix = calloc(n, sizeof *m->prefix);
     m->prefix_pool = malloc(n * per);
@@ -573,23 +610,25 @@ static void attention_forward(qw_model *m, int T) {
     for (int h = 0; h < H; h++) {
         int g = h / group;
         float *S = m->scores + (size_t)omp_get_thread_num() * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, m->q + (size_t)h * E, H * E,
-                    m->k + (size_t)g * E, G * E, 0.0f, S, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, m->q + (size_t)h * E,
+                    H * E, m->k + (size_t)g * E, G * E, 0.0f, S, T);
         causal_softmax(S, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, 1.0f, S, T, m->v + (size_t)g * E, G * E, 0.0f,
-                    m->att + (size_t)h * E, H * E);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, 1.0f, S, T,
+                    m->v + (size_t)g * E, G * E, 0.0f, m->att + (size_t)h * E, H * E);
     }
 }
 
-qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits, qs_error *err) {
+qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
+                           qs_error *err) {
     const qw_config *c = &m->cfg;
     if (n < 1 || n > m->max_ctx)
-        return qs_error_set(err, QS_EINVAL, "forward: %d tokens, model built for 1..%d", n, m->max_ctx);
+        return qs_error_set(err, QS_EINVAL, "forward: %d tokens, model built for 1..%d", n,
+                            m->max_ctx);
     int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, T = n;
     for (int t = 0; t < T; t++)
         if (tokens[t] >= (uint32_t)c->vocab_size)
-            return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t, tokens[t],
-                                c->vocab_size);
+            return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t,
+                                tokens[t], c->vocab_size);
     /* Blocks before the first quantized one compute what the unquantized model computes: start
      * from the cached residual where there is one, and store the boundaries this run reaches. */
     int fq = first_quantized_block(m), start = 0, found = 0;
@@ -611,10 +650,10 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
         }
         layer *ly = &m->layers[l];
         linear *lin = ly->lin;
-#define LIN(kind, y, x)                                                                                  \
-    do {                                                                                                 \
-        st = linear_forward(m, &lin[kind], y, x, T, err);                                               \
-        if (st != QS_OK) return st;                                                                      \
+#define LIN(kind, y, x)                                                                            \
+    do {                                                                                           \
+        st = linear_forward(m, &lin[kind], y, x, T, err);                                          \
+        if (st != QS_OK) return st;                                                                \
     } while (0)
         /* attention sub-block */
         rmsnorm_forward(m->xb, m->x, ly->attn_norm, T, D, c->norm_eps, m->threads);

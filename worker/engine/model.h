@@ -33,7 +33,8 @@ typedef struct qw_model qw_model;
  * Errors: QS_EINVAL (max_ctx < 1, threads < 0, config values out of range), QS_ENOTFOUND /
  * QS_EFORMAT from the checkpoint (missing tensor, shape not matching the config: names the
  * tensor and the expected shape), QS_ENOMEM. */
-qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out, qs_error *err);
+qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out,
+                          qs_error *err);
 
 /* Frees the buffers and working copies (not the checkpoint). NULL is a no-op. */
 void qw_model_destroy(qw_model *m);

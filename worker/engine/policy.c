@@ -31,26 +31,36 @@ const qw_quant_spec *qw_policy_linear_const(const qw_policy *p, int layer, qw_li
 /* Whether isolation `mode` with (kind, block) selects linear `k` of block `b`. */
 static int selects(qw_isolation mode, qw_linear_kind kind, int block, int b, int k) {
     switch (mode) {
-    case QW_ISO_NONE: return 0;
-    case QW_ISO_ALL: return 1;
-    case QW_ISO_COMPONENT: return k == (int)kind;
-    case QW_ISO_BLOCK: return b == block;
-    case QW_ISO_LAYER: return b == block && k == (int)kind;
-    case QW_ISO_LOO_COMPONENT: return k != (int)kind;
-    case QW_ISO_LOO_BLOCK: return b != block;
-    case QW_ISO_LOO_LAYER: return !(b == block && k == (int)kind);
-    case QW_ISO_CUMULATIVE: return b <= block;
+    case QW_ISO_NONE:
+        return 0;
+    case QW_ISO_ALL:
+        return 1;
+    case QW_ISO_COMPONENT:
+        return k == (int)kind;
+    case QW_ISO_BLOCK:
+        return b == block;
+    case QW_ISO_LAYER:
+        return b == block && k == (int)kind;
+    case QW_ISO_LOO_COMPONENT:
+        return k != (int)kind;
+    case QW_ISO_LOO_BLOCK:
+        return b != block;
+    case QW_ISO_LOO_LAYER:
+        return !(b == block && k == (int)kind);
+    case QW_ISO_CUMULATIVE:
+        return b <= block;
     }
     return 0;
 }
 
 qs_status qw_policy_isolation(qw_policy *p, qw_isolation mode, qw_linear_kind kind, int block,
                               const qw_quant_spec *spec, qs_error *err) {
-    if (!p || !p->linears) return qs_error_set(err, QS_EINVAL, "policy isolation: policy not initialised");
+    if (!p || !p->linears)
+        return qs_error_set(err, QS_EINVAL, "policy isolation: policy not initialised");
     if ((unsigned)mode > QW_ISO_CUMULATIVE)
         return qs_error_set(err, QS_EINVAL, "policy isolation: mode %d unknown", (int)mode);
-    int needs_kind = mode == QW_ISO_COMPONENT || mode == QW_ISO_LAYER || mode == QW_ISO_LOO_COMPONENT ||
-                     mode == QW_ISO_LOO_LAYER;
+    int needs_kind = mode == QW_ISO_COMPONENT || mode == QW_ISO_LAYER ||
+                     mode == QW_ISO_LOO_COMPONENT || mode == QW_ISO_LOO_LAYER;
     int needs_block = mode == QW_ISO_BLOCK || mode == QW_ISO_LAYER || mode == QW_ISO_LOO_BLOCK ||
                       mode == QW_ISO_LOO_LAYER || mode == QW_ISO_CUMULATIVE;
     if (needs_kind && (unsigned)kind >= QW_LINEAR_KINDS)
@@ -60,7 +70,8 @@ qs_status qw_policy_isolation(qw_policy *p, qw_isolation mode, qw_linear_kind ki
         return qs_error_set(err, QS_EINVAL, "policy isolation %s: block %d outside 0..%d",
                             qw_isolation_name(mode), block, p->n_layers - 1);
     if (mode != QW_ISO_NONE && !spec)
-        return qs_error_set(err, QS_EINVAL, "policy isolation %s: spec is NULL", qw_isolation_name(mode));
+        return qs_error_set(err, QS_EINVAL, "policy isolation %s: spec is NULL",
+                            qw_isolation_name(mode));
     for (int b = 0; b < p->n_layers; b++)
         for (int k = 0; k < QW_LINEAR_KINDS; k++) {
             qw_quant_spec *s = &p->linears[(size_t)b * QW_LINEAR_KINDS + k];
@@ -72,12 +83,15 @@ qs_status qw_policy_isolation(qw_policy *p, qw_isolation mode, qw_linear_kind ki
     return QS_OK;
 }
 
-static int spec_active(const qw_quant_spec *s) { return s->weight != NULL || s->act != NULL; }
+static int spec_active(const qw_quant_spec *s) {
+    return s->weight != NULL || s->act != NULL;
+}
 
 int qw_policy_count(const qw_policy *p) {
     if (!p || !p->linears) return 0;
     int n = spec_active(&p->lm_head) + spec_active(&p->embed);
-    for (size_t i = 0; i < (size_t)p->n_layers * QW_LINEAR_KINDS; i++) n += spec_active(&p->linears[i]);
+    for (size_t i = 0; i < (size_t)p->n_layers * QW_LINEAR_KINDS; i++)
+        n += spec_active(&p->linears[i]);
     return n;
 }
 
@@ -89,7 +103,8 @@ static const char *const module_names[QW_LINEAR_KINDS] = {
 qs_status qw_linear_kind_by_name(const char *name, qw_linear_kind *out, qs_error *err) {
     for (int k = 0; name && k < QW_LINEAR_KINDS; k++) {
         size_t n = strlen(kind_names[k]);
-        if (strcmp(name, kind_names[k]) == 0 || (strncmp(name, kind_names[k], n) == 0 && strcmp(name + n, "_proj") == 0)) {
+        if (strcmp(name, kind_names[k]) == 0 ||
+            (strncmp(name, kind_names[k], n) == 0 && strcmp(name + n, "_proj") == 0)) {
             *out = (qw_linear_kind)k;
             return QS_OK;
         }
@@ -106,9 +121,9 @@ const char *qw_linear_module_name(qw_linear_kind kind) {
     return (unsigned)kind < QW_LINEAR_KINDS ? module_names[kind] : "?";
 }
 
-static const char *const iso_names[] = {"none",          "all",       "component",
-                                        "block",         "layer",     "loo_component",
-                                        "loo_block",     "loo_layer", "cumulative"};
+static const char *const iso_names[] = {"none",      "all",       "component",
+                                        "block",     "layer",     "loo_component",
+                                        "loo_block", "loo_layer", "cumulative"};
 
 qs_status qw_isolation_by_name(const char *name, qw_isolation *out, qs_error *err) {
     for (size_t i = 0; name && i < sizeof iso_names / sizeof iso_names[0]; i++)

@@ -88,8 +88,8 @@ int qw_policy_count(const qw_policy *p);
  * "block", "layer", "loo_component", "loo_block", "loo_layer", "cumulative".
  * Errors: QS_EINVAL quoting the unknown name. */
 qs_status qw_linear_kind_by_name(const char *name, qw_linear_kind *out, qs_error *err);
-const char *qw_linear_kind_name(qw_linear_kind kind);          /* "q", ...; "?" if out of range */
-const char *qw_linear_module_name(qw_linear_kind kind);        /* "self_attn.q_proj", ... */
+const char *qw_linear_kind_name(qw_linear_kind kind);   /* "q", ...; "?" if out of range */
+const char *qw_linear_module_name(qw_linear_kind kind); /* "self_attn.q_proj", ... */
 qs_status qw_isolation_by_name(const char *name, qw_isolation *out, qs_error *err);
 const char *qw_isolation_name(qw_isolation mode);
 
