@@ -71,6 +71,12 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
         }
     }
     qs_status st = qc_store_submit(db, g->name, g->description, g->source, NULL, js, jobs->n, counts, err);
+    if (st == QS_ESTATE) {
+        /* the name is taken by another grid: bad input, and the way out is a new name */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        st = qs_error_set(err, QS_EINVAL, "%s (e.g. --set name=%s-2)", msg, g->name);
+    }
     free(js);
     free(deps);
     free(model_keys);

@@ -47,7 +47,7 @@ static void print_table(PGresult *r, FILE *out) {
     for (int i = 0; i < n; i++) {
         if (i == 0 || !same_group(r, i, i - 1)) {
             double base = num(r, i, C_BASE);
-            fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (BF16 weights) ppl %.4f\n", PQgetvalue(r, i, C_MODEL),
+            fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (unquantized) ppl %.4f\n", PQgetvalue(r, i, C_MODEL),
                     PQgetvalue(r, i, C_FORMAT), PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
                     PQgetvalue(r, i, C_MODE), base);
             fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%", "KL mean", "KL p99",

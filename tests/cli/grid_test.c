@@ -29,7 +29,10 @@ typedef struct env {
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
     e->dir = fx_tempdir("qsweep-grid");
-    if (!e->dir) return -1;
+    if (!e->dir) {
+        free(e);
+        return -1;
+    }
     snprintf(e->grid, sizeof e->grid, "%s/grid.yaml", e->dir);
     snprintf(e->ckpt, sizeof e->ckpt, "%s/ckpt", e->dir);
     snprintf(e->tokens, sizeof e->tokens, "%s/toks.bin", e->dir);

@@ -59,7 +59,10 @@ typedef struct env {
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
     e->dir = fx_tempdir("qsweep-e2e");
-    if (!e->dir) return -1;
+    if (!e->dir) {
+        free(e);
+        return -1;
+    }
     char buf[600];
     snprintf(buf, sizeof buf, "%s/data", e->dir);
     setenv("XDG_DATA_HOME", buf, 1);
