@@ -426,10 +426,11 @@ static bool holds_model(const worker *w, const job *j) {
     return false;
 }
 
-/* The job for worker w (server.h: resources, then model, then priority, then age). */
-static job *pick(server *s, const worker *w, int64_t now) {
+/* The job for worker w (server.h: resources, then model, then priority, then age), scanning
+ * the sorted pending list from index head. */
+static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     job *first = NULL;
-    for (size_t i = 0; i < s->n_pending; i++) {
+    for (size_t i = head; i < s->n_pending; i++) {
         job *j = s->pending[i];
         if (j->state != J_PENDING) continue;
         if (j->not_before > now) {
@@ -474,7 +475,7 @@ static void dispatch(server *s, int64_t now) {
     s->next_wake = NEVER;
     if (!s->pending_sorted) {
         compact_pending(s);
-        qsort(s->pending, s->n_pending, sizeof *s->pending, pending_cmp);
+        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, pending_cmp);
         compact_pending(s);
         s->pending_sorted = true;
     }
@@ -484,14 +485,7 @@ static void dispatch(server *s, int64_t now) {
         if (!w->ready || w->job) continue;
         while (head < s->n_pending && s->pending[head]->state != J_PENDING) head++;
         if (head == s->n_pending) break;
-        /* pick scans from the first still-pending entry */
-        job **saved = s->pending;
-        size_t saved_n = s->n_pending;
-        s->pending += head;
-        s->n_pending -= head;
-        job *j = pick(s, w, now);
-        s->pending = saved;
-        s->n_pending = saved_n;
+        job *j = pick(s, w, now, head);
         if (j) assign(s, w, j);
     }
 }
