@@ -274,7 +274,7 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
     qs_status st;
     if (name_n && (st = get_string(p, name_n, "the model name", &name))) return st;
     if (syn_n) {
-        const char *shape;
+        const char *shape = NULL;
         int seed = 0;
         if ((st = get_string(p, syn_n, "the synthetic shape", &shape))) return st;
         if (seed_n && (st = get_int(p, seed_n, "the seed", 0, INT_MAX, &seed))) return st;
@@ -298,7 +298,7 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
         hex_digest(m->path, strlen(m->path), m->facts.digest);
         return (m->path && m->name) ? QS_OK : qs_error_set(p->err, QS_ENOMEM, "out of memory");
     }
-    const char *text;
+    const char *text = NULL;
     if ((st = get_string(p, path_n, "the model path", &text))) return st;
     if ((st = resolve_path(p, path_n, "model file", text, &m->path))) return st;
     const char *base = strrchr(m->path, '/');
@@ -322,7 +322,7 @@ static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g, struct 
     if (st) return st;
     struct fy_node *t = lookup(n, "tokens"), *c = lookup(n, "ctx"), *mc = lookup(n, "max_chunks");
     if (!t) return fail_at(p, n, QS_EFORMAT, "expected a 'tokens' key naming the token file");
-    const char *text;
+    const char *text = NULL;
     if ((st = get_string(p, t, "the token file", &text))) return st;
     if ((st = resolve_path(p, t, "token file", text, &g->dataset_path))) return st;
     g->ctx = 256;
@@ -349,7 +349,7 @@ static qs_status parse_format(parser *p, struct fy_node *n, qc_grid_format *f) {
         opt_n = lookup(n, "options");
         if (!name_n) return fail_at(p, n, QS_EFORMAT, "expected a 'name' key naming the format");
     }
-    const char *name;
+    const char *name = NULL;
     if ((st = get_string(p, name_n, "the format name", &name))) return st;
     if (!p->probe->format_known(p->probe->user, name))
         return fail_at(p, name_n, QS_EINVAL,
@@ -579,7 +579,7 @@ static qs_status parse_root(parser *p, qc_grid *g) {
                                        "sensitivity", "priority", "max_attempts", NULL};
     qs_status st = check_keys(p, root, "the grid", keys);
     if (st) return st;
-    const char *s;
+    const char *s = NULL;
     struct fy_node *n = lookup(root, "name");
     if (!n) return fail_at(p, root, QS_EFORMAT, "expected a 'name' key (the experiment name)");
     if ((st = get_string(p, n, "the experiment name", &s))) return st;
