@@ -217,6 +217,27 @@ QK_HD float qk_e2m1_rne_value(float s) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
+/* Any minifloat's RNE-saturating value of s, without forming the code: the magnitude is
+ * rounded to a multiple of its grid step q = 2^(e - man_bits) (e = max(exponent of |s|, emin),
+ * clamped above at e_hi) by adding and subtracting C = 2^(e - man_bits + 23), whose FP32 ulp
+ * is exactly q, so FP32's own round-to-nearest-even does the rounding (ties go to the even
+ * multiple, the even code); then it saturates at max_value and restores the sign. NaN gives
+ * nan_value (the decoded NaN code of the format). emin = 1 - bias; e_hi = the exponent just
+ * above max_value (every larger input saturates anyway). Equals
+ * qk_codec_decode(c, qk_codec_encode(c, s, RNE)) for every s (NaN payloads aside): tested over
+ * all 2^32 inputs per codec under the "exhaustive" label, on samples and edges in every run. */
+QK_HD float qk_minifloat_rne_value(float s, int man_bits, int emin, int e_hi, float max_value,
+                                   float nan_value) {
+    float a = fabsf(s);
+    int32_t e = (int32_t)(qk_bits_of(a) >> 23) - 127;
+    e = e < emin ? emin : e;
+    e = e > e_hi ? e_hi : e;
+    float c = qk_float_of((uint32_t)(e - man_bits + 150) << 23);
+    float y = (a + c) - c;
+    y = y < max_value ? y : max_value; /* also NaN -> max_value, replaced below */
+    return (s != s) ? nan_value : copysignf(y, s);
+}
+
 /* E4M3 code (RNE, saturating to 448) of v with the sign bit clear and not NaN: the NVFP4
  * block-scale cast. Below 2^-6 (E4M3 subnormals, step 2^-9) it rounds v * 2^9 to an
  * integer with the 2^23 magic constant; above, it rounds the FP32 mantissa to 3 bits on the

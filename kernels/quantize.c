@@ -1,6 +1,7 @@
 /* The one block quantizer: every format of format.c goes through the scalar reference
- * (quant_group_ref); the E2M1 RNE formats (NVFP4 1D, MXFP4) also have a branch-free fast
- * path (quant_row_e2m1_fast) that tests/kernels checks bit-identical against the reference.
+ * (quant_group_ref); RNE fake-quant of the minifloat formats in 1D blocks (NVFP4, MX, FP8
+ * per tensor) also has a branch-free fast path (quant_row_fast) that tests/kernels checks
+ * bit-identical against the reference.
  *
  * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
  * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
@@ -364,58 +365,90 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
     return f;
 }
 
-/* Fast path for E2M1 elements with RNE in 1D blocks (NVFP4, MXFP4), fake-quant in place on
- * one row: per block the amax by bits, the block scale (the reference's scale_for), then a
- * branch-free element loop (qk_e2m1_rne_value) that the compiler vectorises. The value is
- * (e2m1 * dec) * s_dec with s_dec = 1 for MX, which is exact, so the bits equal
- * quant_group_ref's (tested). Statistics, when asked for, keep a copy of the block's input. */
-#define QK_FAST_MAX_BLOCK 32
+/* Fast path for RNE fake-quant in 1D blocks of minifloat elements: NVFP4, every MX format
+ * and FP8 per tensor, in place on one row. Per block: the amax by bits, the block scale (the
+ * reference's scale_for; NVFP4 with the fast E4M3 cast and the per-call E_b table), then a
+ * branch-free element loop that the compiler vectorises: qk_e2m1_rne_value for E2M1,
+ * qk_minifloat_rne_value for the others. The value is (elem * dec) * s_dec with dec = 1 per
+ * tensor and s_dec = 1 for MX, both exact, so the bits equal quant_group_ref's (tested).
+ * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
+ * Statistics, when asked for, keep a copy of the chunk's input. */
+#define QK_FAST_CHUNK 32
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* Wider vectors where the CPU has them (glibc ifunc dispatch); every clone does the same
  * IEEE operations in the same order (no FMA: -ffp-contract=off), so the bits are equal. */
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void
-quant_row_e2m1_fast(const qk_plan *p, float *row, stats_acc *acc) {
+quant_row_fast(const qk_plan *p, float *row, stats_acc *acc) {
+    const qk_codec *el = p->elem;
+    const int e2m1 = el == &qk_codec_e2m1;
+    const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
+    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
     const float s_dec = p->fmt->tensor_scale ? p->s_dec : 1.0f;
-    const int mx = p->fmt->rule == QK_RULE_MX;
-    float in[QK_FAST_MAX_BLOCK];
-    for (size_t b = 0; b < p->nblk; b++) {
-        size_t c0 = b * p->block;
-        size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
+    const qk_scale_rule rule = p->fmt->rule;
+    const size_t chunk = rule == QK_RULE_TENSOR ? QK_FAST_CHUNK : p->block;
+    float in[QK_FAST_CHUNK];
+    int any_in = 0, any_out = 0;
+    for (size_t c0 = 0; c0 < p->k; c0 += chunk) {
+        size_t n = p->k - c0 < chunk ? p->k - c0 : chunk;
         float *v = row + c0;
-        int nonfinite;
-        float amax = amax_by_bits(v, n, &nonfinite);
         float enc, dec;
-        if (mx) {
-            block_scale bs = scale_for(p, nonfinite ? NAN : amax);
-            enc = bs.enc;
-            dec = bs.dec;
-        } else { /* scale_for's NVFP4 branch with the fast E4M3 cast */
-            float sv = amax * p->s_enc_6;
-            if (p->clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
-            if (p->clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
-            uint32_t sb = qk_e4m3_rne_nonneg(sv);
-            dec = e4m3_value[sb];
-            enc = p->nv_enc[sb];
+        if (rule == QK_RULE_TENSOR) {
+            enc = p->s_enc;
+            dec = 1.0f;
+        } else {
+            int nonfinite;
+            float amax = amax_by_bits(v, n, &nonfinite);
+            if (rule == QK_RULE_MX) {
+                block_scale bs = scale_for(p, nonfinite ? NAN : amax);
+                enc = bs.enc;
+                dec = bs.dec;
+            } else { /* scale_for's NVFP4 branch with the fast E4M3 cast */
+                float sv = amax * p->s_enc_6;
+                if (p->clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
+                if (p->clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
+                uint32_t sb = qk_e4m3_rne_nonneg(sv);
+                dec = e4m3_value[sb];
+                enc = p->nv_enc[sb];
+            }
         }
         if (acc) memcpy(in, v, n * sizeof *v);
-        for (size_t i = 0; i < n; i++)
-            v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
+        if (e2m1)
+            for (size_t i = 0; i < n; i++)
+                v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
+        else
+            for (size_t i = 0; i < n; i++)
+                v[i] =
+                    (qk_minifloat_rne_value(v[i] * enc, man, emin, e_hi, maxv, nanv) * dec) * s_dec;
         if (acc) {
-            int any_in = 0, any_out = 0;
             for (size_t i = 0; i < n; i++) {
                 double d = (double)v[i] - (double)in[i];
                 acc->sq_err += d * d;
                 acc->sq_sig += (double)in[i] * (double)in[i];
-                acc->clipped += fabsf(in[i] * enc) > 6.0f;
+                acc->clipped += fabsf(in[i] * enc) > maxv;
                 any_in |= in[i] != 0.0f;
                 any_out |= v[i] != 0.0f;
             }
-            acc->blocks++;
-            acc->underflow += any_in && !any_out;
+            if (rule != QK_RULE_TENSOR || c0 + n == p->k) { /* end of a scale block */
+                acc->blocks++;
+                acc->underflow += any_in && !any_out;
+                any_in = any_out = 0;
+            }
         }
     }
+}
+
+/* Whether quant_row_fast covers this call: RNE, 1D blocks of at most QK_FAST_CHUNK (or one
+ * per-tensor scale), minifloat elements whose rounding constant 2^(e_hi - man_bits + 23) is a
+ * finite FP32 (all but BF16, which no block format uses). */
+static int fast_path_applies(const qk_plan *p) {
+    const qk_codec *el = p->elem;
+    qk_scale_rule rule = p->fmt->rule;
+    if (p->rounding != QK_ROUND_RNE || p->brows != 1 || el->kind != QK_CODEC_MINIFLOAT) return 0;
+    if (el->emax + 1 - el->man_bits + 23 > 127) return 0;
+    if (rule == QK_RULE_TENSOR) return 1;
+    return (rule == QK_RULE_NVFP4 || rule == QK_RULE_MX) && p->block <= QK_FAST_CHUNK;
 }
 
 /* --- public entry points ----------------------------------------------------------------- */
@@ -467,14 +500,13 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
             return qs_error_set(err, QS_ENOMEM, "kernels: %s: statistics for %zu row groups",
                                 fmt->name, ngroups);
     }
-    int fast = !opt->reference_only && p.elem == &qk_codec_e2m1 && p.brows == 1 &&
-               p.rounding == QK_ROUND_RNE && p.block <= QK_FAST_MAX_BLOCK;
+    int fast = !opt->reference_only && fast_path_applies(&p);
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
         if (fast)
-            quant_row_e2m1_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
+            quant_row_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
         else
             quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
     }

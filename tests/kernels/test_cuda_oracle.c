@@ -8,7 +8,8 @@
  *   for E2M1 (RN, RZ), E4M3, E5M2, E2M3, E3M2 (RN, satfinite), E8M0 (RZ, RP), decoders.
  * - kernels_exhaustive_cuda (QK_EXHAUSTIVE 1, label "exhaustive"): all 2^32 FP32 inputs for
  *   E2M1 RN and RZ, the E2M1 fast path, E4M3, and the fast non-negative E4M3 cast of the
- *   NVFP4 block scale; OpenMP over the input space.
+ *   NVFP4 block scale against CUDA; and the fast minifloat values of E4M3, E5M2, E2M3, E3M2
+ *   and FP16 against qsweep's reference codec. OpenMP over the input space.
  * Without the headers (QK_HAVE_CUDA_HOST undefined) every test is skipped with a message. */
 #include <math.h>
 #include <setjmp.h>
@@ -138,6 +139,36 @@ static void all_2_32_inputs_match_cuda(void **state) {
     assert_int_equal(bad, 0);
 #endif
 }
+
+/* The fast minifloat value of the non-E2M1 MX and per-tensor formats against the reference
+ * codec on all 2^32 inputs (the reference itself is checked against CUDA above and in
+ * kernels_cuda_oracle). Needs no CUDA header. */
+static void minifloat_fast_values_match_reference_on_all_inputs(void **state) {
+    (void)state;
+    const qk_codec *codecs[] = {&qk_codec_e4m3, &qk_codec_e5m2, &qk_codec_e2m3, &qk_codec_e3m2,
+                                &qk_codec_fp16};
+    size_t bad = 0;
+    for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
+        const qk_codec *c = codecs[ci];
+        const float nanv = qk_codec_decode(c, c->nan_code);
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
+        for (uint32_t hi = 0; hi < 65536u; hi++) {
+            for (uint32_t lo = 0; lo < 65536u; lo++) {
+                uint32_t u = (hi << 16) | lo, a, b;
+                float x;
+                memcpy(&x, &u, sizeof x);
+                float ref = qk_codec_decode(c, qk_codec_encode(c, x, QK_ROUND_RNE, 0));
+                float fast = qk_minifloat_rne_value(x, c->man_bits, 1 - c->bias, c->emax + 1,
+                                                    c->max_value, nanv);
+                memcpy(&a, &ref, sizeof a);
+                memcpy(&b, &fast, sizeof b);
+                bad += a != b && !(isnan(ref) && isnan(fast));
+            }
+        }
+    }
+    fprintf(stderr, "2^32 inputs x 5 minifloat codecs, %zu mismatches\n", bad);
+    assert_int_equal(bad, 0);
+}
 #endif
 
 int main(void) {
@@ -151,6 +182,7 @@ int main(void) {
         cmocka_unit_test(encoders_match_cuda_on_sampled_inputs),
 #else
         cmocka_unit_test(all_2_32_inputs_match_cuda),
+        cmocka_unit_test(minifloat_fast_values_match_reference_on_all_inputs),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

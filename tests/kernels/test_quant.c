@@ -415,8 +415,9 @@ static void results_are_identical_for_1_2_4_threads(void **state) {
     free(y);
 }
 
-/* The fast E2M1 path (NVFP4 1D, MXFP4 under each scale rule, RNE) is bit-identical to the
- * scalar reference, values and statistics, specials included. */
+/* The fast path (NVFP4 1D, every MX format under each scale rule, FP8 per tensor; RNE) is
+ * bit-identical to the scalar reference, values and statistics, specials included, at three
+ * overall scales. */
 static void fast_path_matches_reference(void **state) {
     (void)state;
     const size_t rows = 67, k = 250;
@@ -424,25 +425,26 @@ static void fast_path_matches_reference(void **state) {
     float *a = malloc(rows * k * sizeof *a), *b = malloc(rows * k * sizeof *b);
     assert_non_null(a);
     assert_non_null(b);
-    const char *names[] = {"nvfp4", "mxfp4", "mxfp4", "mxfp4", "mxfp4"};
-    const qk_mx_scale_rule rules[] = {QK_MX_RCEIL, QK_MX_RCEIL, QK_MX_FLOOR, QK_MX_CEIL,
-                                      QK_MX_EVEN};
-    for (int c = 0; c < 5; c++) {
-        for (int scale_exp = -30; scale_exp <= 30; scale_exp += 30) {
-            qk_quant_options o = {.mx_rule = rules[c]};
-            qk_quant_stats sa, sb;
-            qs_error err = {0};
-            for (size_t i = 0; i < rows * k; i++)
-                a[i] = ldexpf(x[i], scale_exp);
-            memcpy(b, a, rows * k * sizeof *a);
-            o.reference_only = 1;
-            assert_int_equal(qk_fake_quant(fmt(names[c]), &o, a, rows, k, &sa, &err), QS_OK);
-            o.reference_only = 0;
-            assert_int_equal(qk_fake_quant(fmt(names[c]), &o, b, rows, k, &sb, &err), QS_OK);
-            if (memcmp(a, b, rows * k * sizeof *a) != 0)
-                fail_msg("%s rule %d scale 2^%d: fast path differs", names[c], (int)rules[c],
-                         scale_exp);
-            assert_memory_equal(&sa, &sb, sizeof sa);
+    const char *names[] = {"nvfp4",      "mxfp4",      "mxfp6_e2m3", "mxfp6_e3m2",
+                           "mxfp8_e4m3", "mxfp8_e5m2", "fp8_e4m3"};
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        int is_mx = strncmp(names[f], "mx", 2) == 0;
+        for (int rule = QK_MX_RCEIL; rule <= (is_mx ? QK_MX_EVEN : QK_MX_RCEIL); rule++) {
+            for (int scale_exp = -30; scale_exp <= 30; scale_exp += 30) {
+                qk_quant_options o = {.mx_rule = (qk_mx_scale_rule)rule};
+                qk_quant_stats sa, sb;
+                qs_error err = {0};
+                for (size_t i = 0; i < rows * k; i++)
+                    a[i] = ldexpf(x[i], scale_exp);
+                memcpy(b, a, rows * k * sizeof *a);
+                o.reference_only = 1;
+                assert_int_equal(qk_fake_quant(fmt(names[f]), &o, a, rows, k, &sa, &err), QS_OK);
+                o.reference_only = 0;
+                assert_int_equal(qk_fake_quant(fmt(names[f]), &o, b, rows, k, &sb, &err), QS_OK);
+                if (memcmp(a, b, rows * k * sizeof *a) != 0)
+                    fail_msg("%s rule %d scale 2^%d: fast path differs", names[f], rule, scale_exp);
+                assert_memory_equal(&sa, &sb, sizeof sa);
+            }
         }
     }
     free(x);
