@@ -405,7 +405,24 @@ static void prefix_cache_reuses_unquantized_blocks_bit_exactly(void **state) {
     fixture_close(&g);
 }
 
-static void policy_for_another_depth_is_refused(void **state) {
+/* forward_rows gives the same rows as the full forward (the evaluation uses it). */
+static void forward_rows_matches_full_forward(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, "oddk");
+    const float *l;
+    qs_error err = {0};
+    int vocab = qw_model_config(f.m)->vocab_size, row0 = f.n / 2;
+    if (qw_model_forward_rows(f.m, f.tokens, f.n, row0, &l, &err) != QS_OK) fail_msg("%s", err.msg);
+    double e = rel_err(l, f.base + (size_t)row0 * vocab, (size_t)(f.n - row0) * vocab);
+    printf("rows %d..%d: relative difference %.3g\n", row0, f.n - 1, e);
+    assert_true(e <= 1e-6);
+    assert_int_equal(qw_model_forward_rows(f.m, f.tokens, f.n, f.n, &l, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "row0"));
+    fixture_close(&f);
+}
+
+static void policy_that_does_not_fit_the_model_is_refused(void **state) {
     (void)state;
     fixture f;
     fixture_open(&f, "llama2_mha");
@@ -414,6 +431,11 @@ static void policy_for_another_depth_is_refused(void **state) {
     assert_int_equal(qw_policy_init(&p, qw_model_config(f.m)->n_layers + 1, &err), QS_OK);
     assert_int_equal(qw_model_apply_policy(f.m, &p, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "layers"));
+    qw_policy_free(&p);
+    assert_int_equal(qw_policy_init(&p, qw_model_config(f.m)->n_layers, &err), QS_OK);
+    p.embed.act = qk_format_by_name("nvfp4");
+    assert_int_equal(qw_model_apply_policy(f.m, &p, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "embed.act"));
     assert_memory_equal(run(&f), f.base, f.nl * sizeof(float));
     qw_policy_free(&p);
     fixture_close(&f);
@@ -430,7 +452,8 @@ int main(void) {
         cmocka_unit_test(sqnr_probe_matches_direct_computation),
         cmocka_unit_test(lm_head_and_embeddings_are_quantized_on_request),
         cmocka_unit_test(prefix_cache_reuses_unquantized_blocks_bit_exactly),
-        cmocka_unit_test(policy_for_another_depth_is_refused),
+        cmocka_unit_test(forward_rows_matches_full_forward),
+        cmocka_unit_test(policy_that_does_not_fit_the_model_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,13 +46,14 @@ static void row_logprobs(const float *l, int vocab, float *lp) {
 }
 
 /* NLL of each scored position of one chunk into v[ctx - 1 - ctx/2] (parallel over positions),
- * then summed in position order, so the sums do not depend on the thread count. */
-static void score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab, int nt,
-                        double *v, double *nll_sum, double *nll2_sum, size_t *n) {
+ * then summed in position order, so the sums do not depend on the thread count. scored_logits
+ * holds the rows of positions ctx/2 .. ctx-1 only (qw_model_forward_rows). */
+static void score_chunk(const float *scored_logits, const uint32_t *tokens, int ctx, int vocab,
+                        int nt, double *v, double *nll_sum, double *nll2_sum, size_t *n) {
     int first = ctx / 2, n_pos = ctx - 1 - first;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int j = 0; j < n_pos; j++) {
-        const float *l = logits + (size_t)(first + j) * vocab;
+        const float *l = scored_logits + (size_t)j * vocab;
         v[j] = row_logsumexp(l, vocab) - (double)l[tokens[first + j + 1]];
     }
     for (int j = 0; j < n_pos; j++) {
@@ -342,7 +343,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         memcpy(s.chunk, toks->ids + ch * ctx, (size_t)ctx * sizeof *s.chunk);
         if (opt->bos_id >= 0) s.chunk[0] = (uint32_t)opt->bos_id;
         const float *logits;
-        st = qw_model_forward(m, s.chunk, ctx, &logits, err);
+        st = qw_model_forward_rows(m, s.chunk, ctx, first, &logits, err); /* rows first.. */
         if (st != QS_OK) {
             qs_error_wrap(err, "eval: chunk %zu", ch);
             break;
@@ -351,8 +352,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         if (mode == RUN_BASELINE && path) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++)
-                row_logprobs(logits + (size_t)(first + j) * vocab, vocab,
-                             s.blk + (size_t)j * vocab);
+                row_logprobs(logits + (size_t)j * vocab, vocab, s.blk + (size_t)j * vocab);
             st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
         } else if (mode == RUN_COMPARE) {
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
@@ -365,7 +365,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                 /* Both sides as FP32 log-probs, KL summed in double: identical logits give 0. */
                 float *lq = s.lq + (size_t)omp_get_thread_num() * vocab;
                 const float *lp = s.blk + (size_t)j * vocab;
-                const float *l = logits + (size_t)(first + j) * vocab;
+                const float *l = logits + (size_t)j * vocab;
                 row_logprobs(l, vocab, lq);
                 double kl = 0.0;
                 int ap = 0, aq = 0;

@@ -51,7 +51,8 @@
 #define QW_BASELINE_HEADER_BYTES 192
 #define QW_BASELINE_DIGEST_CHARS 72
 
-/* Called after each chunk with (chunks done, chunks total); return nonzero to cancel. */
+/* Called after each chunk with (chunks done, chunks total); return nonzero to cancel the
+ * remaining chunks (after the last one the run is complete and the value is ignored). */
 typedef int (*qw_progress_fn)(void *ctx, size_t step, size_t total);
 
 typedef struct qw_eval_options {

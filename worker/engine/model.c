@@ -466,6 +466,10 @@ qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err) 
     if (p->n_layers != m->cfg.n_layers || !p->linears)
         return qs_error_set(err, QS_EINVAL, "policy: %d layers, model has %d", p->n_layers,
                             m->cfg.n_layers);
+    if (p->embed.act)
+        return qs_error_set(err, QS_EINVAL,
+                            "policy: embed.act: the embeddings are a lookup, they have no input "
+                            "activations to quantize");
     char name[160];
     qs_status st = QS_OK;
     for (int i = 0; i < qw_model_n_linears(m) && st == QS_OK; i++) {
@@ -620,10 +624,17 @@ static void attention_forward(qw_model *m, int T) {
 
 qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
                            qs_error *err) {
+    return qw_model_forward_rows(m, tokens, n, 0, logits, err);
+}
+
+qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int row0,
+                                const float **logits, qs_error *err) {
     const qw_config *c = &m->cfg;
     if (n < 1 || n > m->max_ctx)
         return qs_error_set(err, QS_EINVAL, "forward: %d tokens, model built for 1..%d", n,
                             m->max_ctx);
+    if (row0 < 0 || row0 >= n)
+        return qs_error_set(err, QS_EINVAL, "forward: row0 %d outside 0..%d", row0, n - 1);
     int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, T = n;
     for (int t = 0; t < T; t++)
         if (tokens[t] >= (uint32_t)c->vocab_size)
@@ -678,8 +689,9 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
         memcpy(prefix_boundary(m, pe, c->n_layers), m->x, (size_t)T * D * sizeof(float));
         pe->valid = c->n_layers;
     }
-    rmsnorm_forward(m->xb, m->x, m->final_norm, T, D, c->norm_eps, m->threads);
-    st = linear_forward(m, &m->lm_head, m->logits, m->xb, T, err);
+    int R = T - row0; /* rows of logits wanted */
+    rmsnorm_forward(m->xb, m->x + (size_t)row0 * D, m->final_norm, R, D, c->norm_eps, m->threads);
+    st = linear_forward(m, &m->lm_head, m->logits, m->xb, R, err);
     if (st != QS_OK) return st;
     *logits = m->logits;
     return QS_OK;

@@ -62,6 +62,15 @@ qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
                            qs_error *err);
 
+/* As qw_model_forward, but computes the final norm and lm_head only for positions row0..n-1:
+ * *logits is [(n - row0) x vocab_size], row i for position row0 + i. The evaluation needs
+ * only the scored half of a chunk, so this saves half of the lm_head GEMM. The blocks still
+ * run over all n positions (causal attention needs them). With the SQNR probe on, lm_head's
+ * sums cover the computed rows only. Errors: those of qw_model_forward, QS_EINVAL (row0
+ * outside 0..n-1). */
+qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int row0,
+                                const float **logits, qs_error *err);
+
 /* Per-linear output SQNR probe. While on, every forward also computes, for each linear that
  * has a weight or activation format, the unquantized linear (FP32 master weights, FP32
  * input) on the same input and accumulates signal = sum(y_ref^2) and noise =

@@ -30,7 +30,8 @@ typedef enum qw_linear_kind {
 /* How one tensor is quantized. weight == NULL keeps the FP32 weights; act == NULL keeps FP32
  * input activations. For stochastic rounding the policy's applier adds the linear's index
  * (layer*7 + kind; lm_head n_layers*7, embeddings n_layers*7+1) to opt.tensor_id, so two
- * tensors never share a random stream. act is ignored for the embeddings (a lookup). */
+ * tensors never share a random stream. The embeddings are a lookup, not a GEMM: an act format
+ * there is refused (QS_EINVAL) by qw_model_apply_policy. */
 typedef struct qw_quant_spec {
     const qk_format *weight;
     qk_quant_options weight_opt;
