@@ -126,6 +126,10 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, qw_model **out, q
         *out = lm->model;
         return qw_model_set_threads(lm->model, qw_job_threads(ctx), err);
     }
+    if (!strncmp(s->model_path, "synthetic:", 10))
+        return qs_error_set(err, QS_EUNSUPPORTED, "model %s: the engine has no random-weight builder yet; synthetic "
+                            "models expand and schedule (scale tests of the coordinator) but cannot be evaluated",
+                            s->model_path);
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
     if (!lm) return qs_error_set(err, QS_ENOMEM, "out of memory");
