@@ -13,13 +13,18 @@
 #include <zmq.h>
 
 #include "codec.h"
-#include "journal.h"
+#include "store.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
 #define NEVER INT64_MAX
 
-typedef enum { J_PENDING, J_RUNNING, J_SUCCEEDED, J_FAILED, J_CANCELLED } jstate;
-static const char *const jstate_name[] = {"pending", "running", "succeeded", "failed", "cancelled"};
+/* The store's job states (coordinator/store/store.h). */
+typedef qc_job_state jstate;
+#define J_PENDING QC_JOB_PENDING
+#define J_RUNNING QC_JOB_RUNNING
+#define J_SUCCEEDED QC_JOB_SUCCEEDED
+#define J_FAILED QC_JOB_FAILED
+#define J_CANCELLED QC_JOB_CANCELLED
 
 typedef struct worker worker;
 
@@ -66,8 +71,9 @@ typedef struct action {
 typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_journal *journal;
+    qc_store *store; /* the coordinator's one PostgreSQL connection */
     qc_batch *batch;
+    qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
     void *zctx, *sock;
@@ -83,8 +89,6 @@ typedef struct server {
     size_t n_workers, cap_workers;
     action *actions;
     size_t n_actions, cap_actions;
-    job **to_fail;    /* found failed at load: their dependency failed */
-    size_t n_to_fail;
     bool polled_since_commit;
 } server;
 
@@ -126,9 +130,11 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
     return q;
 }
 
-static void must(qs_status st) {
+/* Queueing a write fails only without memory or on a bad argument, which the message
+ * checks exclude: the in-memory state would no longer match what becomes durable. */
+static void must(server *s, qs_status st) {
     if (st != QS_OK) {
-        slog("out of memory queueing a database write");
+        slog("cannot queue a database write: %s", s->batch_err.msg);
         abort();
     }
 }
@@ -328,14 +334,14 @@ static void fail_dependents(server *s, job *dep);
 /* A pending job that can never run: failed (or cancelled) without an attempt. */
 static void end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
-    must(qc_batch_job_state(s->batch, j->id, jstate_name[st], why));
-    if (!s->o->quiet) slog("job %lld %s: %s", (long long)j->id, jstate_name[st], why);
+    must(s, qc_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
+    if (!s->o->quiet) slog("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     fail_dependents(s, j);
 }
 
 static void fail_dependents(server *s, job *dep) {
     char why[96];
-    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id, jstate_name[dep->state]);
+    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id, qc_job_state_name(dep->state));
     for (size_t i = 0; i < s->n_pending; i++) {
         job *j = s->pending[i];
         if (j->state != J_PENDING) continue;
@@ -349,17 +355,17 @@ static void fail_dependents(server *s, job *dep) {
 
 /* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
  * against max_attempts. Decides the job's next state and queues the write. */
-static void end_attempt(server *s, job *j, const char *outcome, const char *error, bool counts) {
+static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error, bool counts) {
     if (j->worker && j->worker->job == j) j->worker->job = NULL;
     j->worker = NULL;
     free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
     int64_t backoff = 0;
-    if (strcmp(outcome, "succeeded") == 0) {
+    if (outcome == QC_ATTEMPT_SUCCEEDED) {
         set_terminal(s, j, J_SUCCEEDED);
         s->dirty = true; /* dependents may be ready */
-    } else if (j->cancel_requested || strcmp(outcome, "cancelled") == 0) {
+    } else if (j->cancel_requested || outcome == QC_ATTEMPT_CANCELLED) {
         set_terminal(s, j, J_CANCELLED);
     } else {
         if (counts) j->attempts_used++;
@@ -376,11 +382,11 @@ static void end_attempt(server *s, job *j, const char *outcome, const char *erro
             push_pending(s, j);
         }
     }
-    must(qc_batch_attempt_end(s->batch, j->id, j->attempt, outcome, error, jstate_name[j->state], j->attempts_used,
-                              backoff));
+    must(s, qc_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error, &s->batch_err));
+    must(s, qc_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0, error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
-        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt, outcome, jstate_name[j->state],
-             error ? ": " : "", error ? error : "");
+        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt, qc_attempt_outcome_name(outcome),
+             qc_job_state_name(j->state), error ? ": " : "", error ? error : "");
     if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
 }
 
@@ -454,7 +460,9 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    must(qc_batch_attempt_start(s->batch, j->id, j->attempt, w->name, s->lease_ms));
+    must(s, qc_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name, s->lease_ms / 1000.0,
+                                     &s->batch_err));
+    must(s, qc_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL, &s->batch_err));
     Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
     a.job_id = j->id;
     a.attempt = j->attempt;
@@ -505,7 +513,7 @@ static void check_leases(server *s, int64_t now) {
             snprintf(why, sizeof why, "worker %s did not re-attach within %d ms of a coordinator restart",
                      j->worker_name ? j->worker_name : "?", s->grace_ms);
         }
-        end_attempt(s, j, "lost", why, true);
+        end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
     }
     for (size_t i = 0; i < s->n_workers;) {
         worker *w = s->workers[i];
@@ -559,7 +567,8 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         if (strlen(h->models_loaded[i]) <= KEY_MAX) snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    must(qc_batch_worker(s->batch, w->name, h->host, h->pid, gj ? gj : "[]", h->cpu_threads));
+    must(s, qc_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj, (int32_t)h->cpu_threads,
+                                 &s->batch_err));
     free(gj);
 
     job *named = h->running_job_id ? find_job(s, h->running_job_id) : NULL;
@@ -567,7 +576,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
        one whose ASSIGN is still waiting for its commit will be sent. */
     if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
         job *old = w->job;
-        end_attempt(s, old, "lost", "worker re-registered without it (restarted)", true);
+        end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)", true);
     }
     if (h->running_job_id) {
         if (named && named->state == J_RUNNING && named->attempt == h->running_attempt &&
@@ -630,12 +639,22 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
             return; /* not ACKed: a well-behaved worker never sends this */
         }
     }
-    for (size_t i = 0; i < r->n_metrics; i++) {
-        const Qsweep__Metric *m = r->metrics[i];
-        must(qc_batch_result(s->batch, j->id, j->attempt, m->name, m->value, m->step, r->final && m->final));
+    /* Two sets for the store: curve points (step >= 0) and, in a final RESULT, the final
+       values (stored at step -1, store.h). */
+    qc_metric *rows = malloc((r->n_metrics ? r->n_metrics : 1) * sizeof *rows);
+    if (!rows) abort();
+    for (int final = 0; final < 2; final++) {
+        size_t n = 0;
+        for (size_t i = 0; i < r->n_metrics; i++) {
+            const Qsweep__Metric *m = r->metrics[i];
+            if ((r->final && m->final) != (final == 1)) continue;
+            rows[n++] = (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
+        }
+        if (n) must(s, qc_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows, n, &s->batch_err));
     }
+    free(rows);
     if (r->final) {
-        end_attempt(s, j, "succeeded", NULL, false);
+        end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
         w->ready = false;
     }
     send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
@@ -652,9 +671,9 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     char msg[1024];
     utf8_escape(f->message, msg, sizeof msg);
     switch (f->class_) {
-    case QSWEEP__FAILURE_CLASS__PREEMPTED: end_attempt(s, j, "preempted", msg, false); break;
-    case QSWEEP__FAILURE_CLASS__CANCELLED: end_attempt(s, j, "cancelled", msg, false); break;
-    default: end_attempt(s, j, "failed", msg, true); break;
+    case QSWEEP__FAILURE_CLASS__PREEMPTED: end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false); break;
+    case QSWEEP__FAILURE_CLASS__CANCELLED: end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false); break;
+    default: end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true); break;
     }
     send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
 }
@@ -698,7 +717,7 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
     case QSWEEP__ENVELOPE__BODY_BYE:
         slog("worker %s said BYE: %s", w->name, env->bye->reason);
         if (w->job && w->job->lease_deadline != NEVER)
-            end_attempt(s, w->job, "preempted", "worker left (BYE) without reporting the attempt", false);
+            end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED, "worker left (BYE) without reporting the attempt", false);
         forget_worker(s, w);
         break;
     default: slog("dropped: peer %s: %s is not a worker's message", peer, qs_proto_kind_name(env->body_case));
@@ -708,12 +727,11 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
 
 /* ---- loading ---- */
 
-static void on_job_row(void *arg, const qc_job_row *r) {
-    server *s = arg;
-    if (find_job(s, r->id)) return;
+/* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
+static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running, double unix_now) {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
-        !(j->model_key = strdup(r->model_key)))
+        !(j->model_key = strdup(r->model_key ? r->model_key : "")))
         abort();
     j->id = r->id;
     j->priority = r->priority;
@@ -721,75 +739,72 @@ static void on_job_row(void *arg, const qc_job_row *r) {
     j->gpu_mem_mb = r->gpu_mem_mb;
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
-    j->attempt = r->last_attempt;
+    j->attempt = (uint32_t)r->last_attempt;
     j->lease_deadline = NEVER;
     int64_t now = now_ms();
-    if (r->running_attempt > 0 && strcmp(r->state, "running") == 0) {
+    if (r->n_waiting_on) {
+        j->deps = malloc(r->n_waiting_on * sizeof *j->deps);
+        if (!j->deps) abort();
+        memcpy(j->deps, r->waiting_on, r->n_waiting_on * sizeof *j->deps);
+        j->n_deps = (int)r->n_waiting_on;
+    }
+    if (running && r->state == QC_JOB_RUNNING) {
         j->state = J_RUNNING;
-        j->attempt = r->running_attempt;
-        j->worker_name = r->running_worker ? strdup(r->running_worker) : NULL;
+        j->attempt = (uint32_t)running->attempt;
+        j->worker_name = strdup(running->worker);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
         j->state = J_PENDING;
-        j->not_before = now + r->not_before_in_ms;
+        j->not_before = r->not_before > unix_now ? now + (int64_t)((r->not_before - unix_now) * 1000.0) : now;
     }
     s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
-    s->jobs[s->n_jobs++] = j; /* rows come by increasing id, above every id held */
+    s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
     s->active++;
-    if (r->id > s->last_job_id) s->last_job_id = r->id;
     if (j->state == J_PENDING) push_pending(s, j);
+    if (r->n_deps_failed && j->state == J_PENDING) end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
 }
 
-static void on_dep_row(void *arg, int64_t job_id, int64_t dep, const char *dep_state) {
-    server *s = arg;
-    job *j = find_job(s, job_id);
-    if (!j || j->state != J_PENDING) return;
-    for (int d = 0; d < j->n_deps; d++)
-        if (j->deps[d] == dep) return;
-    if (strcmp(dep_state, "succeeded") == 0) return;
-    if (strcmp(dep_state, "failed") == 0 || strcmp(dep_state, "cancelled") == 0) {
-        s->to_fail = realloc(s->to_fail, (s->n_to_fail + 1) * sizeof *s->to_fail);
-        if (!s->to_fail) abort();
-        s->to_fail[s->n_to_fail++] = j;
-    }
-    int64_t *d = realloc(j->deps, (size_t)(j->n_deps + 1) * sizeof *d);
-    if (!d) abort();
-    j->deps = d;
-    j->deps[j->n_deps++] = dep;
-}
-
+/* Loads jobs submitted since the last load (all of them at start). */
 static qs_status load_new_jobs(server *s, qs_error *err) {
-    int64_t after = s->last_job_id;
-    qs_status st = qc_journal_load_jobs(s->journal, after, on_job_row, s, err);
-    if (st == QS_OK) st = qc_journal_load_deps(s->journal, after, on_dep_row, s, err);
-    for (size_t i = 0; i < s->n_to_fail; i++) {
-        job *j = s->to_fail[i];
-        if (j->state != J_PENDING) continue;
-        char why[96];
-        for (int d = 0; d < j->n_deps; d++) {
-            job *dep = find_job(s, j->deps[d]);
-            if (!dep) {
-                snprintf(why, sizeof why, "dependency %lld failed or was cancelled", (long long)j->deps[d]);
-                end_pending(s, j, J_FAILED, why);
-                break;
-            }
+    qc_store_snapshot snap;
+    qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
+    if (st != QS_OK) return st;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double unix_now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    size_t r = 0;
+    for (size_t i = 0; i < snap.n_jobs; i++) {
+        const qc_stored_job *sj = &snap.jobs[i];
+        if (find_job(s, sj->id)) continue;
+        while (r < snap.n_running && snap.running[r].job < sj->id) r++;
+        const qc_stored_attempt *run = NULL;
+        for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++) run = &snap.running[k];
+        add_stored_job(s, sj, run, unix_now);
+    }
+    if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
+    qc_store_snapshot_free(&snap);
+    return QS_OK;
+}
+
+/* Applies the store's unhandled cancel requests (server.h). */
+static qs_status poll_cancels(server *s, qs_error *err) {
+    int64_t *ids = NULL, upto = 0;
+    size_t n = 0;
+    qs_status st = qc_store_poll_cancels(s->store, &ids, &n, &upto, err);
+    if (st != QS_OK) return st;
+    for (size_t i = 0; i < n; i++) {
+        job *j = find_job(s, ids[i]);
+        if (!j) continue;
+        if (j->state == J_PENDING) {
+            end_pending(s, j, J_CANCELLED, "cancelled on request");
+        } else if (j->state == J_RUNNING && !j->cancel_requested) {
+            j->cancel_requested = true;
+            if (j->worker) send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "cancelled on request");
         }
     }
-    s->n_to_fail = 0;
-    return st;
-}
-
-static void on_cancel_row(void *arg, int64_t request, int64_t job_id) {
-    server *s = arg;
-    must(qc_batch_cancel_handled(s->batch, request));
-    job *j = job_id ? find_job(s, job_id) : NULL;
-    if (!j) return;
-    if (j->state == J_PENDING) {
-        end_pending(s, j, J_CANCELLED, "cancelled on request");
-    } else if (j->state == J_RUNNING && !j->cancel_requested) {
-        j->cancel_requested = true;
-        if (j->worker) send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "cancelled on request");
-    }
+    free(ids);
+    if (upto > 0) must(s, qc_batch_cancels_handled(s->batch, upto, &s->batch_err));
+    return QS_OK;
 }
 
 /* ---- the loop ---- */
@@ -805,7 +820,7 @@ static void run_actions(server *s) {
                 j->lease_deadline = now + s->lease_ms;
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
-                end_attempt(s, j, "preempted", "ASSIGN undeliverable: the worker is gone", false);
+                end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone", false);
             }
         }
         free(a->buf);
@@ -816,7 +831,7 @@ static void run_actions(server *s) {
 /* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
 static void db_lost(server *s, const char *why) {
     slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
-         qc_batch_rows(s->batch));
+         qc_batch_size(s->batch));
     s->db_down = true;
     s->next_reconnect = now_ms() + 500;
 }
@@ -825,13 +840,13 @@ static void db_lost(server *s, const char *why) {
 static qs_status commit(server *s, qs_error *err) {
     if (s->db_down) return QS_OK;
     for (int round = 0; round < 2; round++) { /* an undeliverable ASSIGN queues one more write */
-        if (qc_batch_empty(s->batch) && s->n_actions == 0) return QS_OK;
+        if (qc_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
         qs_error e;
-        qs_status st = qc_journal_commit(s->journal, s->batch, &e);
+        qs_status st = qc_store_flush(s->store, s->batch, NULL, &e);
         if (st != QS_OK) {
-            if (!qc_journal_lost(s->journal)) {
+            if (!qc_store_connection_lost(s->store)) {
                 *err = e;
-                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_batch_rows(s->batch));
+                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_batch_size(s->batch));
             }
             db_lost(s, e.msg);
             return QS_OK;
@@ -918,11 +933,10 @@ static void free_server(server *s) {
     free(s->pending);
     free(s->workers);
     free(s->actions);
-    free(s->to_fail);
     if (s->sock) zmq_close(s->sock);
     if (s->zctx) zmq_ctx_term(s->zctx);
     qc_batch_free(s->batch);
-    qc_journal_close(s->journal);
+    qc_store_close(s->store);
 }
 
 qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
@@ -948,7 +962,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     stop_requested = 0;
 
     qs_status st = (s.batch = qc_batch_new()) ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
-    if (st == QS_OK) st = qc_journal_open(opts->conninfo, &s.journal, err);
+    if (st == QS_OK) st = qc_store_open(opts->conninfo, "coordinator", &s.store, err);
+    if (st == QS_OK) st = qc_store_lock_coordinator(s.store, err);
     if (st == QS_OK) st = load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
@@ -973,14 +988,14 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (s.db_down && now >= s.next_reconnect) {
             qs_error e;
-            qs_status rs = qc_journal_reconnect(s.journal, &e);
+            qs_status rs = qc_store_reconnect(s.store, &e);
             if (rs == QS_ESTATE) {
                 *err = e;
                 st = rs;
                 break;
             }
             if (rs == QS_OK) {
-                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_batch_rows(s.batch));
+                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_batch_size(s.batch));
                 s.db_down = false;
                 s.dirty = true;
             } else {
@@ -990,7 +1005,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         if (!s.db_down && now >= next_poll) {
             qs_error e;
             if (load_new_jobs(&s, &e) != QS_OK) {
-                if (!qc_journal_lost(s.journal)) {
+                if (!qc_store_connection_lost(s.store)) {
                     *err = e;
                     st = QS_EDB;
                     break;
@@ -1003,8 +1018,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (!s.db_down && now >= next_cancel_poll) {
             qs_error e;
-            if (qc_journal_poll_cancels(s.journal, on_cancel_row, &s, &e) != QS_OK) {
-                if (!qc_journal_lost(s.journal)) {
+            if (poll_cancels(&s, &e) != QS_OK) {
+                if (!qc_store_connection_lost(s.store)) {
                     *err = e;
                     st = QS_EDB;
                     break;
@@ -1015,15 +1030,15 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         dispatch(&s, now);
         st = commit(&s, err);
-        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_batch_empty(s.batch) &&
+        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_batch_size(s.batch) == 0 &&
             s.n_actions == 0 && s.polled_since_commit) {
             slog("every job is terminal: exiting");
             break;
         }
     }
-    if (st == QS_OK && !qc_batch_empty(s.batch) && !s.db_down) {
+    if (st == QS_OK && qc_batch_size(s.batch) > 0 && !s.db_down) {
         qs_error e;
-        if (qc_journal_commit(s.journal, s.batch, &e) != QS_OK) slog("final commit: %s", e.msg);
+        if (qc_store_flush(s.store, s.batch, NULL, &e) != QS_OK) slog("final commit: %s", e.msg);
     }
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);

@@ -6,7 +6,7 @@
  * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock (a second coordinator on the same database
  * refuses to start: QS_ESTATE), rebuilds its queue from the database, and then loops:
  * decode what workers sent, change the in-memory state, write every transition through one
- * batched transaction (coordinator/server/journal.h), and only after the commit send what
+ * batched transaction (qc_store_flush, coordinator/store/store.h), and only after the commit send what
  * depends on it (an ASSIGN after its attempt row is durable, an ACK after the result or
  * failure is stored). It uses one PostgreSQL connection whatever the number of workers.
  *

@@ -70,7 +70,7 @@ static void second_coordinator_on_the_same_database_refuses_to_start(void **stat
     char log[4096];
     int status = h_run_second_coordinator(h, log, sizeof log);
     assert_int_equal(status, QS_ESTATE);
-    assert_non_null(strstr(log, "another qsweep coordinator already runs on database \"coord_second\""));
+    assert_non_null(strstr(log, "another coordinator is already running on database 'coord_second'"));
     /* the first one still serves: a job completes */
     long id = h_insert_job(h, "after-second", "echo", "{\"metrics\": {\"ppl\": 7.25}}", 1, 0);
     h_start_worker(h, "w1");
