@@ -116,9 +116,25 @@ static void loaded_model_free(void *p) {
     free(lm);
 }
 
+/* Bytes of the engine's prefix cache for one model (model.h, qw_model_set_prefix_cache): room
+ * for the residual streams of every chunk of the job, at most $QSWEEP_PREFIX_CACHE_MB MiB
+ * (default 1024). Block-wise and cumulative sweeps then skip the unquantized blocks in front
+ * of the quantized one. 0 when not even one chunk fits. */
+static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const qw_tokens *t) {
+    size_t n_chunks = 0, n_scored = 0;
+    qs_error ignored = {0};
+    if (qw_eval_plan(t->n, s->ctx, (size_t)s->max_chunks, &n_chunks, &n_scored, &ignored)) return 0;
+    const char *env = getenv("QSWEEP_PREFIX_CACHE_MB");
+    size_t cap = (size_t)(env && *env ? strtoull(env, NULL, 10) : 1024) << 20;
+    size_t entry = ((size_t)cfg->n_layers * (size_t)s->ctx * (size_t)cfg->dim + (size_t)s->ctx) * sizeof(float);
+    size_t want = n_chunks * entry + entry / 2;
+    return want <= cap ? want : (cap / entry) * entry;
+}
+
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
- * the spec's) when absent or built for a shorter context than s->ctx. */
-static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, qw_model **out, qs_error *err) {
+ * the spec's) when absent or built for a shorter context than s->ctx. The tokens t size its
+ * prefix cache. */
+static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, qw_model **out, qs_error *err) {
     char key[128];
     snprintf(key, sizeof key, "model:%s", s->model_digest);
     loaded_model *lm = qw_job_cache_get(ctx, key);
@@ -140,6 +156,8 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, qw_model **out, q
         st = qs_error_set(err, QS_EINVAL, "model %s: digest %s differs from the job's %s (the file changed since "
                           "the grid was submitted)", s->model_path, digest, s->model_digest);
     if (!st) st = qw_model_create(lm->ck, s->ctx, qw_job_threads(ctx), &lm->model, err);
+    size_t cache = st ? 0 : prefix_cache_bytes(qw_checkpoint_config(lm->ck), s, t);
+    if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
     if (st) {
         loaded_model_free(lm);
@@ -232,10 +250,10 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     char path[4096];
     st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks, s.numerics_version, 1,
                                path, sizeof path, err);
-    qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, &model, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
+    qw_model *model = NULL;
+    if (!st) st = get_model(ctx, &s, &t, &model, err);
     qw_eval_metrics m = {0};
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
@@ -334,10 +352,10 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     char path[4096];
     st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks, s.numerics_version, 1,
                                path, sizeof path, err);
-    qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, &model, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
+    qw_model *model = NULL;
+    if (!st) st = get_model(ctx, &s, &t, &model, err);
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);

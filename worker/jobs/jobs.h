@@ -15,7 +15,10 @@
  *   linear (with "sqnr"; "sqnr_db.lm_head" for the head), n_tokens, n_chunks, n_scored, ctx.
  *
  * A worker keeps the loaded model in its cache (qw_job_cache_*) under "model:<digest>", so
- * the coordinator's model affinity sends the next job of that model to it. The model file's
+ * the coordinator's model affinity sends the next job of that model to it. The model is built
+ * with the engine's prefix cache (room for every chunk of the job, at most
+ * $QSWEEP_PREFIX_CACHE_MB MiB, default 1024), so block-wise and cumulative jobs skip the
+ * unquantized blocks in front of the quantized one. The model file's
  * digest is checked against the spec when it is loaded: a file changed since submission fails
  * the job instead of producing results filed under the old digest. */
 #ifndef QW_JOBS_H
