@@ -87,7 +87,8 @@ static int teardown(void **state) {
 
 /* The main path: no --db, so qsweep run starts a private cluster in XDG_DATA_HOME, runs the
  * sweep with 2 workers, prints the tables and stops the cluster. Then the cluster is started
- * again here to read what was stored, and the grid is submitted a second time. */
+ * again here to read what was stored, the grid is submitted a second time, and a second
+ * experiment that overlaps the first is submitted. */
 static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     env *e = *state;
     static char out[1 << 16];
@@ -123,6 +124,16 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "29 jobs: 0 new, 29 already done"));
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(*) FROM experiment_jobs"), TINY_JOBS);
+
+    /* another experiment sharing jobs with this one links them, finished, and adds none */
+    const char *other[] = {"submit", TINY, "--set", "name=tiny-nvfp4", "--set", "sensitivity.formats=[nvfp4]",
+                           "--db", qc_pgserver_conninfo(pg), NULL};
+    rc = qsweep(out, sizeof out, other);
+    if (rc != 0) fail_msg("qsweep submit of a second experiment exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "15 jobs: 0 new, 15 already done"));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM experiment_jobs"), TINY_JOBS + 15);
+    assert_int_equal(query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny-nvfp4'"), 15);
 
     /* results reads the same rows back: one line per eval job in the CSV */
     const char *results[] = {"results", "tiny", "--csv", "--db", qc_pgserver_conninfo(pg), NULL};
