@@ -11,7 +11,6 @@
 #ifndef QSWEEP_CLI_H
 #define QSWEEP_CLI_H
 
-#include <libpq-fe.h>
 #include <stdio.h>
 
 #include "error.h"

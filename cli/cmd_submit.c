@@ -23,15 +23,8 @@ static void submit_usage(FILE *out) {
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
     size_t baselines = 0, per_mode[QC_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
-        if (!strcmp(jobs->jobs[i].kind, "baseline")) {
-            baselines++;
-            continue;
-        }
-        for (int m = 0; m < QC_MODE_COUNT; m++) {
-            char needle[64];
-            snprintf(needle, sizeof needle, "\"mode\":\"%s\"", qc_mode_name((qc_mode)m));
-            if (strstr(jobs->jobs[i].spec, needle)) per_mode[m]++;
-        }
+        if (jobs->jobs[i].mode < 0) baselines++;
+        else per_mode[jobs->jobs[i].mode]++;
     }
     fprintf(out, "experiment %s: %zu jobs (%zu baseline", g->name, jobs->n, baselines);
     for (int m = 0; m < QC_MODE_COUNT; m++)

@@ -41,7 +41,7 @@ typedef struct builder {
 
 /* Serialises spec, keys it and appends it unless its key is already listed. *index receives
  * the position of the job with that key. Takes ownership of spec. */
-static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model,
+static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model, int mode,
                          const char *label, long *index) {
     char *text = spec ? json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(spec);
@@ -74,6 +74,7 @@ static qs_status add_job(builder *b, json_t *spec, const char *kind, long depend
     j->kind = kind;
     j->depends_on = depends_on;
     j->model = model;
+    j->mode = mode;
     j->label = strdup(label);
     if (!j->label) {
         free(text);
@@ -132,7 +133,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         char label[256];
         snprintf(label, sizeof label, "%s baseline", m->name);
         long base = -1;
-        st = add_job(&b, spec, "baseline", -1, mi, label, &base);
+        st = add_job(&b, spec, "baseline", -1, mi, -1, label, &base);
         for (size_t fi = 0; !st && fi < g->n_formats; fi++)
             for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
                 for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
@@ -155,7 +156,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                         snprintf(label, sizeof label, "%s %s %s %s %s", m->name, g->formats[fi].name, quant,
                                  qc_mode_name(mode), part);
                         long idx;
-                        st = add_job(&b, spec, "eval", base, mi, label, &idx);
+                        st = add_job(&b, spec, "eval", base, mi, (int)mode, label, &idx);
                     }
                 }
     }

@@ -138,6 +138,7 @@ typedef struct qc_job {
     const char *kind;  /* "baseline" or "eval": the job kind in the worker's registry */
     long depends_on;   /* index of the job this one needs done first (its baseline); -1 none */
     size_t model;      /* index of its model in the grid's models */
+    int mode;          /* the qc_mode of an eval job; -1 for a baseline */
     char *label;       /* short human label: "<model> <format> <quantize> <mode> <part>" */
 } qc_job;
 
