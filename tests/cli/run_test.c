@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <libpq-fe.h>
 
 #include "fixtures.h"
@@ -141,6 +142,25 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     size_t lines = 0;
     for (const char *p = out; *p; p++) lines += *p == '\n';
     assert_int_equal(lines, 1 + TINY_JOBS - 1);
+    const char *json[] = {"results", "tiny", "--json", "--db", qc_pgserver_conninfo(pg), NULL};
+    assert_int_equal(qsweep(out, sizeof out, json), 0);
+    json_error_t je;
+    json_t *rows = json_loads(out, 0, &je);
+    if (!json_is_array(rows)) fail_msg("results --json: %s:\n%s", je.text, out);
+    assert_int_equal(json_array_size(rows), TINY_JOBS - 1);
+    json_t *first = json_array_get(rows, 0);
+    assert_true(json_real_value(json_object_get(first, "ppl")) > 0);
+    assert_true(json_is_object(json_object_get(first, "options")));
+    json_decref(rows);
+
+    /* the two workers of the run, as the coordinator recorded them */
+    const char *workers[] = {"workers", "--db", qc_pgserver_conninfo(pg), NULL};
+    assert_int_equal(qsweep(out, sizeof out, workers), 0);
+    assert_non_null(strstr(out, "-w1 "));
+    assert_non_null(strstr(out, "-w2 "));
+    const char *status[] = {"status", "--db", qc_pgserver_conninfo(pg), NULL};
+    assert_int_equal(qsweep(out, sizeof out, status), 0);
+    assert_non_null(strstr(out, "100%  29/29"));
     PQfinish(c);
     qc_pgserver_destroy(pg);
 }
@@ -202,6 +222,46 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state <> 'succeeded' AND NOT EXISTS"
                                    " (SELECT 1 FROM attempts a WHERE a.job = b.id AND a.outcome = 'succeeded')"),
                      0);
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+}
+
+/* `qsweep cancel EXPERIMENT` while `qsweep run` works on it: the coordinator cancels what is
+ * unfinished, the run ends, and its exit code says some jobs were cancelled (5). */
+static void test_cancel_ends_the_run_with_exit_5(void **state) {
+    (void)state;
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(pg);
+    PGconn *c = connect_db(db);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=16", "--db", db,
+              (char *)NULL);
+        _exit(127);
+    }
+    long done = 0;
+    for (int i = 0; i < 1200 && done < 2; i++) {
+        usleep(50000);
+        PGresult *r = PQexec(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) done = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    static char out[1 << 12];
+    const char *cancel[] = {"cancel", "tiny", "--db", db, NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel), 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 5);
+    assert_int_equal(query_long(c, "SELECT pending + running FROM v_experiment_progress WHERE experiment = 'tiny'"), 0);
+    assert_true(query_long(c, "SELECT cancelled FROM v_experiment_progress WHERE experiment = 'tiny'") > 0);
+    assert_true(query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'") >= 2);
     PQfinish(c);
     qc_pgserver_destroy(pg);
 }
@@ -279,6 +339,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_ends_the_run_with_exit_5, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
