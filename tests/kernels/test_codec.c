@@ -188,6 +188,9 @@ static void e4m3_all_codes_round_trip(void **state) {
  * the overflow boundary (where qsweep saturates and IEEE gives Inf). */
 static void fp16_matches_compiler_float16(void **state) {
     (void)state;
+#ifndef __FLT16_MAX__
+    skip(); /* this compiler has no _Float16 on this target */
+#else
     size_t checked = 0;
     for (uint32_t i = 0; i < 2000000u; i++) {
         uint32_t u = qk_sr_bits(7, 1, 0, i);
@@ -205,6 +208,7 @@ static void fp16_matches_compiler_float16(void **state) {
     }
     assert_true(checked > 100000);
     assert_int_equal(qk_codec_encode(&qk_codec_fp16, 1e6f, QK_ROUND_RNE, 0), 0x7BFF);
+#endif
 }
 
 /* BF16 against the classic integer RNE (add 0x7FFF plus the kept LSB, truncate), on random

@@ -42,11 +42,19 @@ static uint32_t u32(float x) {
     return u;
 }
 
-/* half bits -> float through the compiler's binary16 type (independent of codec.c) */
+/* half bits -> float through the compiler's binary16 type (independent of codec.c), or the
+ * IEEE binary16 definition written out where the compiler has no _Float16 */
 static float half_to_float(__half_raw h) {
+#ifdef __FLT16_MAX__
     _Float16 v;
     memcpy(&v, &h.x, sizeof v);
     return (float)v;
+#else
+    unsigned e = (h.x >> 10) & 0x1F, m = h.x & 0x3FF;
+    float v = e == 31 ? (m ? NAN : INFINITY)
+                      : (e ? ldexpf((float)(m | 0x400), (int)e - 25) : ldexpf((float)m, -24));
+    return (h.x & 0x8000) ? -v : v;
+#endif
 }
 
 /* Mismatches of every checked conversion for one input x; prints the first few. */
