@@ -322,6 +322,78 @@ static void baseline_mismatch_is_refused(void **state) {
     fixture_close(&f);
 }
 
+/* Overwrites `len` bytes at `off` of the file at path. */
+static void patch(const char *path, long off, const void *bytes, size_t len) {
+    FILE *fp = fopen(path, "rb+");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, off, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+}
+
+static void baseline_header_is_read_and_validated(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 3 * 32, 64);
+    qw_eval_options o = opts(32);
+    o.model_digest = "m-digest";
+    o.dataset_digest = f.toks.digest;
+    qw_eval_metrics b;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    qw_eval_metrics_free(&b);
+    qw_baseline_info info;
+    if (qw_baseline_info_read(f.baseline_path, &info, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(info.vocab, 256);
+    assert_int_equal(info.ctx, 32);
+    assert_int_equal(info.n_chunks, 3);
+    assert_int_equal(info.first, 16);
+    assert_int_equal(info.bos_id, -1);
+    assert_int_equal(info.n_scored, 3 * 15);
+    assert_string_equal(info.model_digest, "m-digest");
+    assert_string_equal(info.dataset_digest, f.toks.digest);
+    assert_int_equal(info.file_bytes, QW_BASELINE_HEADER_BYTES + 4 * 3 * 32 + 4 * 3 * 15 * 256);
+
+    struct {
+        long off;
+        uint32_t value;
+        const char *needle;
+    } cases[] = {
+        {24, 15, "first"},         /* first != ctx/2 */
+        {184, 1, "reserved"},      /* reserved word */
+        {28, 256, "bos_id"},       /* bos_id >= vocab */
+        {32, 46, "n_scored"},      /* n_scored != n_chunks*(ctx-1-ctx/2) */
+        {16, 1, "ctx"},            /* ctx < 2 */
+        {12, 0x40000000u, "size"}, /* a vocab that does not fit the file */
+        {8, 2, "version"},         /* version */
+    };
+    unsigned char orig[QW_BASELINE_HEADER_BYTES];
+    FILE *fp = fopen(f.baseline_path, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fread(orig, 1, sizeof orig, fp), sizeof orig);
+    fclose(fp);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char le[4] = {(unsigned char)cases[i].value, (unsigned char)(cases[i].value >> 8),
+                               (unsigned char)(cases[i].value >> 16),
+                               (unsigned char)(cases[i].value >> 24)};
+        patch(f.baseline_path, cases[i].off, le, 4);
+        assert_int_equal(qw_baseline_info_read(f.baseline_path, &info, &err), QS_EFORMAT);
+        printf("offset %ld = %u: %s\n", cases[i].off, cases[i].value, err.msg);
+        assert_non_null(strstr(err.msg, cases[i].needle));
+        patch(f.baseline_path, 0, orig, sizeof orig);
+    }
+    /* A digest without its terminating NUL. */
+    char full[QW_BASELINE_DIGEST_CHARS];
+    memset(full, 'a', sizeof full);
+    patch(f.baseline_path, 40, full, sizeof full);
+    assert_int_equal(qw_baseline_info_read(f.baseline_path, &info, &err), QS_EFORMAT);
+    assert_non_null(strstr(err.msg, "model_digest"));
+    patch(f.baseline_path, 0, orig, sizeof orig);
+    assert_int_equal(qw_baseline_info_read(f.baseline_path, &info, &err), QS_OK);
+    fixture_close(&f);
+}
+
 typedef struct progress_log {
     size_t calls, last_step, total;
     size_t stop_after; /* 0 = never */
@@ -400,6 +472,7 @@ int main(void) {
         cmocka_unit_test(results_do_not_depend_on_thread_count),
         cmocka_unit_test(kl_statistics_are_ordered),
         cmocka_unit_test(baseline_mismatch_is_refused),
+        cmocka_unit_test(baseline_header_is_read_and_validated),
         cmocka_unit_test(progress_reports_each_chunk_and_cancel_stops),
         cmocka_unit_test(metrics_rows_name_every_value),
     };

@@ -93,13 +93,7 @@ static double percentile(const double *v, size_t n, double f) {
 
 /* ---------------------------------------------------------------- baseline file */
 
-typedef struct blp_header {
-    uint32_t vocab, ctx, n_chunks, first;
-    int32_t bos_id;
-    uint64_t n_scored;
-    char model_digest[QW_BASELINE_DIGEST_CHARS];
-    char dataset_digest[QW_BASELINE_DIGEST_CHARS];
-} blp_header;
+typedef qw_baseline_info blp_header;
 
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -138,6 +132,7 @@ static void header_pack(const blp_header *h, unsigned char b[QW_BASELINE_HEADER_
 
 static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], const char *path,
                                blp_header *h, qs_error *err) {
+    memset(h, 0, sizeof *h);
     if (memcmp(b, QW_BASELINE_MAGIC, 8) != 0)
         return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not a qsweep baseline file)",
                             path);
@@ -153,12 +148,73 @@ static qs_status header_unpack(const unsigned char b[QW_BASELINE_HEADER_BYTES], 
     h->n_scored = get_u64(b + 32);
     memcpy(h->model_digest, b + 40, QW_BASELINE_DIGEST_CHARS);
     memcpy(h->dataset_digest, b + 112, QW_BASELINE_DIGEST_CHARS);
-    if (h->model_digest[QW_BASELINE_DIGEST_CHARS - 1] ||
-        h->dataset_digest[QW_BASELINE_DIGEST_CHARS - 1])
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 40/112: digest not NUL-terminated", path);
+    if (h->model_digest[QW_BASELINE_DIGEST_CHARS - 1])
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 40: model_digest not NUL-terminated",
+                            path);
+    if (h->dataset_digest[QW_BASELINE_DIGEST_CHARS - 1])
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 112: dataset_digest not NUL-terminated",
+                            path);
     if (get_u32(b + 184) || get_u32(b + 188))
         return qs_error_set(err, QS_EFORMAT, "%s: offset 184: reserved fields not zero", path);
+    if (h->vocab < 1) return qs_error_set(err, QS_EFORMAT, "%s: offset 12: vocab_size 0", path);
+    if (h->ctx < 2) return qs_error_set(err, QS_EFORMAT, "%s: offset 16: ctx %u < 2", path, h->ctx);
+    if (h->n_chunks < 1) return qs_error_set(err, QS_EFORMAT, "%s: offset 20: n_chunks 0", path);
+    if (h->first != h->ctx / 2)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 24: first %u, ctx/2 is %u", path, h->first,
+                            h->ctx / 2);
+    if (h->bos_id < -1 || (int64_t)h->bos_id >= (int64_t)h->vocab)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 28: bos_id %d outside -1..%u", path,
+                            h->bos_id, h->vocab - 1);
+    uint64_t want = (uint64_t)h->n_chunks * (h->ctx - 1 - h->ctx / 2);
+    if (h->n_scored != want)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: offset 32: n_scored %llu, n_chunks*(ctx-1-ctx/2) is %llu", path,
+                            (unsigned long long)h->n_scored, (unsigned long long)want);
     return QS_OK;
+}
+
+/* Bytes the file must have: header + 4*n_chunks*ctx + 4*n_scored*vocab; 0 on overflow. */
+static uint64_t baseline_bytes(const blp_header *h) {
+    uint64_t toks = 4ull * h->n_chunks * h->ctx, lp, total;
+    if (__builtin_mul_overflow(h->n_scored, (uint64_t)h->vocab, &lp) ||
+        __builtin_mul_overflow(lp, 4ull, &lp) || __builtin_add_overflow(lp, toks, &total) ||
+        __builtin_add_overflow(total, (uint64_t)QW_BASELINE_HEADER_BYTES, &total))
+        return 0;
+    return total;
+}
+
+static qs_status read_all(FILE *f, void *p, size_t bytes, const char *path, long long off,
+                          qs_error *err);
+
+/* Reads the header of the open file f and checks it against the file's size. */
+static qs_status info_from_file(FILE *f, const char *path, blp_header *h, qs_error *err) {
+    unsigned char b[QW_BASELINE_HEADER_BYTES];
+    qs_status st = read_all(f, b, sizeof b, path, 0, err);
+    if (st != QS_OK) return st;
+    st = header_unpack(b, path, h, err);
+    if (st != QS_OK) return st;
+    if (fseeko(f, 0, SEEK_END) != 0)
+        return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
+    off_t size = ftello(f);
+    if (size < 0) return qs_error_set(err, QS_EIO, "%s: tell: %s", path, strerror(errno));
+    uint64_t expect = baseline_bytes(h);
+    if (expect == 0)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 32: n_scored x vocab_size overflows",
+                            path);
+    if ((uint64_t)size != expect)
+        return qs_error_set(err, QS_EFORMAT, "%s: size %llu bytes, header implies %llu", path,
+                            (unsigned long long)size, (unsigned long long)expect);
+    h->file_bytes = (uint64_t)size;
+    return QS_OK;
+}
+
+qs_status qw_baseline_info_read(const char *path, qw_baseline_info *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return qs_error_set(err, QS_EIO, "%s: open: %s", path, strerror(errno));
+    qs_status st = info_from_file(f, path, out, err);
+    fclose(f);
+    return st;
 }
 
 static void copy_digest(char dst[QW_BASELINE_DIGEST_CHARS], const char *src) {
@@ -211,11 +267,8 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
                                size_t n_tok, run_state *s, qs_error *err) {
     s->f = fopen(path, "rb");
     if (!s->f) return qs_error_set(err, QS_EIO, "%s: open: %s", path, strerror(errno));
-    unsigned char b[QW_BASELINE_HEADER_BYTES];
-    qs_status st = read_all(s->f, b, sizeof b, path, 0, err);
-    if (st != QS_OK) return st;
     blp_header h;
-    st = header_unpack(b, path, &h, err);
+    qs_status st = info_from_file(s->f, path, &h, err);
     if (st != QS_OK) return st;
 #define SAME(field, fmt)                                                                           \
     if (h.field != want->field)                                                                    \
@@ -227,9 +280,6 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
     SAME(first, "%u");
     SAME(bos_id, "%d");
 #undef SAME
-    if (h.n_scored != want->n_scored)
-        return qs_error_set(err, QS_EFORMAT, "%s: offset 32: n_scored %llu, expected %llu", path,
-                            (unsigned long long)h.n_scored, (unsigned long long)want->n_scored);
     if (h.model_digest[0] && want->model_digest[0] &&
         strcmp(h.model_digest, want->model_digest) != 0)
         return qs_error_set(err, QS_EINVAL, "%s: baseline model_digest %s, this run %s", path,
@@ -238,14 +288,6 @@ static qs_status open_baseline(const char *path, const blp_header *want, const u
         strcmp(h.dataset_digest, want->dataset_digest) != 0)
         return qs_error_set(err, QS_EINVAL, "%s: baseline dataset_digest %s, this run %s", path,
                             h.dataset_digest, want->dataset_digest);
-    if (fseeko(s->f, 0, SEEK_END) != 0)
-        return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
-    unsigned long long size = (unsigned long long)ftello(s->f);
-    unsigned long long expect =
-        QW_BASELINE_HEADER_BYTES + 4ull * n_tok + 4ull * h.n_scored * h.vocab;
-    if (size != expect)
-        return qs_error_set(err, QS_EFORMAT, "%s: size %llu bytes, header implies %llu", path, size,
-                            expect);
     if (fseeko(s->f, QW_BASELINE_HEADER_BYTES, SEEK_SET) != 0)
         return qs_error_set(err, QS_EIO, "%s: seek: %s", path, strerror(errno));
     unsigned char tb[4096];

@@ -101,6 +101,23 @@ qs_status qw_eval_baseline(qw_model *m, const qw_tokens *toks, const qw_eval_opt
 qs_status qw_eval_compare(qw_model *m, const qw_tokens *toks, const qw_eval_options *opt,
                           const char *baseline_path, qw_eval_metrics *out, qs_error *err);
 
+/* The header of a baseline file, as qw_baseline_info_read found it. */
+typedef struct qw_baseline_info {
+    uint32_t vocab, ctx, n_chunks, first;
+    int32_t bos_id;
+    uint64_t n_scored;
+    char model_digest[QW_BASELINE_DIGEST_CHARS];   /* NUL-terminated, "" when none */
+    char dataset_digest[QW_BASELINE_DIGEST_CHARS]; /* NUL-terminated, "" when none */
+    uint64_t file_bytes;
+} qw_baseline_info;
+
+/* Reads and validates the header of a baseline file without loading the log-probabilities:
+ * magic, version, reserved zeros, NUL-terminated digests, ctx >= 2, vocab >= 1,
+ * n_chunks >= 1, first == ctx/2, n_scored == n_chunks*(ctx-1-ctx/2), bos_id in -1..vocab-1,
+ * and the file size equal to the size the header implies (no arithmetic overflow).
+ * Errors: QS_EIO (open/read: path, errno), QS_EFORMAT (names the file, offset and field). */
+qs_status qw_baseline_info_read(const char *path, qw_baseline_info *out, qs_error *err);
+
 /* Frees out->sqnr and zeroes *out. */
 void qw_eval_metrics_free(qw_eval_metrics *m);
 
