@@ -25,7 +25,8 @@ struct qc_batch {
     column_group workers; /* id, host, pid, gpus, threads */
     qc_sbuf results;      /* COPY text rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
-    int64_t cancels_upto; /* 0: none */
+    column_group result_sets; /* job, attempt: one per qc_batch_results call */
+    int64_t cancels_upto;     /* 0: none */
 };
 
 /* Lengths of a group's columns before an append, to undo a half-done one. */
@@ -65,12 +66,14 @@ qc_batch *qc_batch_new(void) {
     b->ended.n = 4;
     b->states.n = 5;
     b->workers.n = 5;
+    b->result_sets.n = 2;
     return b;
 }
 
 static column_group *groups(qc_batch *b, int i) {
-    column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states, &b->workers};
-    return i < 5 ? all[i] : NULL;
+    column_group *all[] = {&b->started, &b->renewed, &b->ended,
+                           &b->states,  &b->workers, &b->result_sets};
+    return i < 6 ? all[i] : NULL;
 }
 
 void qc_batch_clear(qc_batch *b) {
@@ -221,7 +224,10 @@ qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final
         qc_copy_double(&b->results, rows[i].value);
         qc_sbuf_printf(&b->results, "\t%lld\t%c\n", (long long)rows[i].step, final ? 't' : 'f');
     }
-    if (b->results.oom) {
+    group_mark m = mark(&b->result_sets);
+    qc_sqlarray_int(&b->result_sets.col[0], job);
+    qc_sqlarray_int(&b->result_sets.col[1], attempt);
+    if (b->results.oom || commit_or_undo(&b->result_sets, &m, "results", err)) {
         b->results.oom = false;
         qc_sbuf_truncate(&b->results, before);
         return qs_error_set(err, QS_ENOMEM, "batch: out of memory queueing %zu results", n);
@@ -285,11 +291,13 @@ static const char *const sql_staging =
     "CREATE TEMPORARY TABLE qc_results_in (job bigint, attempt integer, name text, "
     "value double precision, step bigint, final boolean) ON COMMIT DELETE ROWS";
 /* Final rows: once per job. A final set from an attempt is dropped whole when the job already
- * holds final rows of another attempt; duplicates of stored rows are ignored. */
+ * holds final rows of another attempt; duplicates of stored rows are ignored. The check runs
+ * once per (job, attempt) of the batch as an index probe (LATERAL ... LIMIT 1): the staging
+ * table has no statistics, and a semi-join plan read all of results per flush. */
 static const char *const sql_final =
-    "WITH blocked AS (SELECT DISTINCT i.job, i.attempt FROM qc_results_in i WHERE i.final AND "
-    "EXISTS (SELECT 1 FROM results r WHERE r.job = i.job AND r.step = -1 AND "
-    "r.attempt <> i.attempt)) "
+    "WITH blocked AS (SELECT p.job, p.attempt FROM (SELECT DISTINCT job, attempt FROM "
+    "qc_results_in WHERE final) p CROSS JOIN LATERAL (SELECT 1 FROM results r WHERE "
+    "r.job = p.job AND r.step = -1 AND r.attempt <> p.attempt LIMIT 1) x) "
     "INSERT INTO results (job, attempt, name, value, step, final) "
     "SELECT i.job, i.attempt, i.name, i.value, i.step, i.final FROM qc_results_in i "
     "WHERE i.final AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.job = i.job AND "
@@ -330,9 +338,12 @@ static qs_status flush_group(qc_store *s, const column_group *g, const char *sql
     return st;
 }
 
-static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
-    if (b->n_final + b->n_partial == 0) return QS_OK;
-    PGresult *r = PQexec(s->conn, "COPY qc_results_in FROM STDIN");
+/* Sends the batch's rows into an open COPY ... FROM STDIN and collects the outcome. On an
+ * error, *sqlstate (when not NULL) receives the server's SQLSTATE ("" when none). */
+static qs_status copy_rows(qc_store *s, qc_batch *b, const char *sql, char sqlstate[6],
+                           qs_error *err) {
+    if (sqlstate) sqlstate[0] = '\0';
+    PGresult *r = PQexec(s->conn, sql);
     if (PQresultStatus(r) != PGRES_COPY_IN) {
         qs_status st = qc_store_fail(s, r, "flush: COPY results", err);
         PQclear(r);
@@ -344,11 +355,74 @@ static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, 
         return qc_store_fail(s, NULL, "flush: sending results", err);
     qs_status st = QS_OK;
     while ((r = PQgetResult(s->conn)) != NULL) {
-        if (PQresultStatus(r) != PGRES_COMMAND_OK && !st)
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && !st) {
+            const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            if (sqlstate && code) snprintf(sqlstate, 6, "%s", code);
             st = qc_store_fail(s, r, "flush: COPY results", err);
+        }
         PQclear(r);
     }
+    return st;
+}
+
+/* Whether the batch's results may go straight into results by COPY: none of its jobs has a
+ * stored result yet (so nothing can conflict or be a second final set) and no job appears
+ * with two attempts. */
+static const char *const sql_fresh =
+    "SELECT NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(job) WHERE EXISTS ("
+    "SELECT 1 FROM results r WHERE r.job = u.job)) AND NOT EXISTS (SELECT 1 FROM "
+    "unnest($1::bigint[], $2::int[]) AS p(job, att) GROUP BY job HAVING count(DISTINCT att) > 1)";
+
+/* The fast path of flush_results: COPY directly into results under a savepoint. *done is
+ * false when the path does not apply (stored rows for these jobs, or a duplicate inside the
+ * batch: unique_violation); the savepoint is then rolled back and nothing was written. */
+static qs_status copy_fresh_results(qc_store *s, qc_batch *b, bool *done, qs_error *err) {
+    *done = false;
+    qc_sbuf lit[2] = {{0}};
+    const char *v[2] = {qc_sqlarray_literal(&b->result_sets.col[0], &lit[0]),
+                        qc_sqlarray_literal(&b->result_sets.col[1], &lit[1])};
+    qs_status st = (!v[0] || !v[1]) ? qs_error_set(err, QS_ENOMEM, "flush: out of memory") : QS_OK;
+    bool fresh = false;
+    if (!st) {
+        PGresult *r = qc_store_params(s, sql_fresh, 2, v, PGRES_TUPLES_OK,
+                                      "flush: checking for stored results", err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            fresh = PQgetvalue(r, 0, 0)[0] == 't';
+            PQclear(r);
+        }
+    }
+    qc_sbuf_free(&lit[0]);
+    qc_sbuf_free(&lit[1]);
+    if (st || !fresh) return st;
+    st = qc_store_exec(s, "SAVEPOINT qc_fresh_results", "flush: SAVEPOINT", err);
     if (st) return st;
+    char sqlstate[6];
+    st = copy_rows(s, b, "COPY results (job, attempt, name, value, step, final) FROM STDIN",
+                   sqlstate, err);
+    if (st == QS_OK) {
+        *done = true;
+        return qc_store_exec(s, "RELEASE SAVEPOINT qc_fresh_results", "flush: RELEASE", err);
+    }
+    /* 23505 unique_violation (PostgreSQL docs, Appendix A): a concurrent writer or a
+     * duplicate inside the batch; the idempotent path below sorts it out. */
+    if (strcmp(sqlstate, "23505") != 0) return st;
+    return qc_store_exec(s, "ROLLBACK TO SAVEPOINT qc_fresh_results", "flush: ROLLBACK TO", err);
+}
+
+static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
+    if (b->n_final + b->n_partial == 0) return QS_OK;
+    bool done = false;
+    qs_status st = copy_fresh_results(s, b, &done, err);
+    if (st) return st;
+    if (done) {
+        stats->results_inserted += b->n_final + b->n_partial;
+        return QS_OK;
+    }
+    st = copy_rows(s, b, "COPY qc_results_in FROM STDIN", NULL, err);
+    if (st) return st;
+    PGresult *r;
     size_t inserted = 0;
     if (b->n_final) {
         r = qc_store_params(s, sql_final, 0, NULL, PGRES_COMMAND_OK, "flush: storing final results",

@@ -194,7 +194,6 @@ static void test_bad_submissions_write_nothing(void **state) {
 
 /* ---- transitions and rebuild ----------------------------------------------------------- */
 
-
 static void test_batched_transitions_and_rebuild(void **state) {
     (void)state;
     char ci[1024];
@@ -403,6 +402,50 @@ static void test_results_are_stored_once(void **state) {
     qc_store_close(s);
 }
 
+/* A job's results need the job (schema/004: checked once per statement), a job with results
+ * cannot be deleted, and a set queued twice in one batch lands once. */
+static void test_results_need_their_job_and_duplicates_in_a_batch_land_once(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_results_rules", ci, sizeof ci);
+    char a[512];
+    eval_spec(a, sizeof a, "m1", "mxfp4", "block", "2");
+    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
+    int64_t ja = job_id(s, "ja");
+    qc_batch *bt = qc_batch_new();
+    const qc_metric m[] = {{"ppl", 6.5, -1}, {"nll", 1.875, -1}};
+    qc_flush_stats fs;
+    ok(qc_batch_results(bt, ja, 1, true, m, 2, &err), &err);
+    ok(qc_batch_results(bt, ja, 1, true, m, 2, &err), &err);
+    ok(qc_store_flush(s, bt, &fs, &err), &err);
+    assert_int_equal(fs.results_inserted, 2);
+    assert_int_equal(fs.results_ignored, 2);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
+
+    /* Results of a job that does not exist: the flush fails, names it, and keeps the batch. */
+    ok(qc_batch_results(bt, ja + 1000, 1, true, m, 2, &err), &err);
+    assert_int_equal(qc_store_flush(s, bt, &fs, &err), QS_EDB);
+    char id[32];
+    snprintf(id, sizeof id, "job %lld", (long long)(ja + 1000));
+    assert_non_null(strstr(err.msg, id));
+    assert_false(qc_store_connection_lost(s));
+    assert_int_equal(qc_batch_size(bt), 2);
+    qc_batch_clear(bt);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
+
+    PGresult *r = PQexec(qc_store_pgconn(s), "DELETE FROM jobs");
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    /* 23503 foreign_key_violation (PostgreSQL docs, Appendix A). */
+    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "23503");
+    assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), "has results"));
+    PQclear(r);
+    qc_batch_free(bt);
+    qc_store_close(s);
+}
+
 struct collected {
     int rows;
     double ppl;
@@ -602,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_bad_submissions_write_nothing),
         cmocka_unit_test(test_batched_transitions_and_rebuild),
         cmocka_unit_test(test_results_are_stored_once),
+        cmocka_unit_test(test_results_need_their_job_and_duplicates_in_a_batch_land_once),
         cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_second_coordinator_is_refused),
