@@ -299,6 +299,24 @@ static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, s
     return amax;
 }
 
+/* The Philox block behind the last SR index asked for: consecutive elements share one
+ * block of 4 words (philox.h layout), so a row costs k/4 blocks instead of k. */
+typedef struct sr_cache {
+    uint64_t blk; /* index >> 2 of words[], UINT64_MAX when empty */
+    uint32_t words[4];
+} sr_cache;
+
+static uint32_t sr_bits_cached(const qk_plan *p, sr_cache *sc, uint64_t index) {
+    if (sc->blk != index >> 2) {
+        sc->blk = index >> 2;
+        const uint32_t ctr[4] = {(uint32_t)sc->blk, (uint32_t)(sc->blk >> 32), p->tensor_id,
+                                 p->step};
+        const uint32_t key[2] = {(uint32_t)p->seed, (uint32_t)(p->seed >> 32)};
+        qk_philox4x32_10_core(ctr, key, sc->words);
+    }
+    return sc->words[index & 3];
+}
+
 /* Scalar reference for the row group [r0, r0+h): for every block column, amax over the
  * group's block, the block scale, then each element encoded (and SR bits drawn by its
  * row-major index). Codes and scales go to pk when non-NULL; decoded values to y when
@@ -306,6 +324,7 @@ static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, s
 static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h, qk_packed *pk,
                             float *y, stats_acc *acc) {
     const qk_codec *elem = p->elem;
+    sr_cache sr = {UINT64_MAX, {0, 0, 0, 0}};
     for (size_t b = 0; b < p->nblk; b++) {
         size_t c0 = b * p->block;
         size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
@@ -320,9 +339,7 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
                 size_t c = c0 + i;
                 float xin = x[r * p->k + c];
                 float s = scaled_input(&bs, xin);
-                uint32_t rb = p->rounding == QK_ROUND_SR
-                                  ? qk_sr_bits(p->seed, p->tensor_id, p->step, r * p->k + c)
-                                  : 0;
+                uint32_t rb = p->rounding == QK_ROUND_SR ? sr_bits_cached(p, &sr, r * p->k + c) : 0;
                 uint32_t code = qk_codec_encode(elem, s, p->rounding, rb);
                 if (pk) put_code(pk, r, c, code);
                 float out = decoded_output(p, &bs, qk_codec_decode(elem, code));

@@ -107,6 +107,30 @@ static void stochastic_rounding_is_reproducible(void **state) {
     free(b);
 }
 
+/* Inside the block quantizer, element (r, c) of a [rows x k] tensor rounds with the bits
+ * qk_sr_bits(seed, tensor, step, r*k + c): an MXFP4 block with amax 6 has scale 2^0 (RCEIL),
+ * so 0.75 is rounded as it stands. k = 37 makes rows start mid Philox block. */
+static void block_quantizer_draws_the_documented_sr_bits(void **state) {
+    (void)state;
+    const size_t rows = 9, k = 37;
+    float x[9 * 37];
+    for (size_t i = 0; i < rows * k; i++)
+        x[i] = (i % k % 32 == 0) ? 6.0f : 0.75f;
+    qk_quant_options o = {
+        .rounding = QK_ROUND_SR, .seed = 0xABCDEF0123ull, .tensor_id = 4, .step = 8};
+    qs_error err = {0};
+    assert_int_equal(qk_fake_quant(qk_format_by_name("mxfp4"), &o, x, rows, k, NULL, &err), QS_OK);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 1; c < k; c++) {
+            if (c % 32 == 0) continue; /* the 6.0 that sets each block's scale */
+            uint32_t bits = qk_sr_bits(o.seed, o.tensor_id, o.step, r * k + c);
+            float want = qk_codec_decode(&qk_codec_e2m1,
+                                         qk_codec_encode(&qk_codec_e2m1, 0.75f, QK_ROUND_SR, bits));
+            assert_true(x[r * k + c] == want);
+        }
+    }
+}
+
 static double pearson(const double *u, const double *v, size_t n) {
     double mu = 0, mv = 0;
     for (size_t i = 0; i < n; i++) {
@@ -160,6 +184,7 @@ int main(void) {
         cmocka_unit_test(sr_bits_follow_the_documented_counter_layout),
         cmocka_unit_test(stochastic_rounding_is_unbiased),
         cmocka_unit_test(stochastic_rounding_is_reproducible),
+        cmocka_unit_test(block_quantizer_draws_the_documented_sr_bits),
         cmocka_unit_test(stochastic_rounding_streams_are_uncorrelated_across_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
