@@ -90,6 +90,9 @@ typedef struct server {
     action *actions;
     size_t n_actions, cap_actions;
     bool polled_since_commit;
+    /* totals for the exit line: flushes, the items they wrote, and their wall time */
+    uint64_t n_flushes, n_flushed_items;
+    double flush_s;
 } server;
 
 static volatile sig_atomic_t stop_requested;
@@ -621,6 +624,15 @@ static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
     return NULL;
 }
 
+/* A worker that reported its attempt's end (other than preempted: it may be stopping) is
+ * idle: it may get its next ASSIGN right behind the ACK, in the same commit, without a READY
+ * round trip (proto/qsweep.proto, Result). */
+static void worker_idle(server *s, worker *w) {
+    if (w->job) return;
+    w->ready = true;
+    s->dirty = true;
+}
+
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     job *j = current(s, w, r->job_id, r->attempt);
     if (!j) {
@@ -653,11 +665,9 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         if (n) must(s, qc_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows, n, &s->batch_err));
     }
     free(rows);
-    if (r->final) {
-        end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
-        w->ready = false;
-    }
+    if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
     send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
+    if (r->final) worker_idle(s, w);
 }
 
 static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
@@ -676,6 +686,7 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     default: end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true); break;
     }
     send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
+    if (f->class_ != QSWEEP__FAILURE_CLASS__PREEMPTED) worker_idle(s, w);
 }
 
 static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len, int64_t now) {
@@ -842,7 +853,16 @@ static qs_status commit(server *s, qs_error *err) {
     for (int round = 0; round < 2; round++) { /* an undeliverable ASSIGN queues one more write */
         if (qc_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
         qs_error e;
+        size_t items = qc_batch_size(s->batch);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         qs_status st = qc_store_flush(s->store, s->batch, NULL, &e);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (st == QS_OK && items) {
+            s->n_flushes++;
+            s->n_flushed_items += items;
+            s->flush_s += (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        }
         if (st != QS_OK) {
             if (!qc_store_connection_lost(s->store)) {
                 *err = e;
@@ -1044,6 +1064,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
     }
+    if (s.n_flushes)
+        slog("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",
+             (unsigned long long)s.n_flushes, (unsigned long long)s.n_flushed_items,
+             (double)s.n_flushed_items / (double)s.n_flushes, 1000.0 * s.flush_s / (double)s.n_flushes);
     free_server(&s);
     return st;
 }
