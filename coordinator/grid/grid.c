@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *const qc_linear_kinds[7] = {"q", "k", "v", "o", "gate", "up", "down"};
 
@@ -50,6 +51,15 @@ typedef struct parser {
     qs_error *err;
 } parser;
 
+/* 1 + the index of the --set argument node n came from (n or an ancestor is its value), 0
+ * when n comes from the grid file. */
+static size_t from_set(const parser *p, struct fy_node *n) {
+    for (struct fy_node *a = n; a; a = fy_node_get_parent(a))
+        for (size_t i = 0; i < p->n_sets; i++)
+            if (p->set_nodes[i] == a) return i + 1;
+    return 0;
+}
+
 /* Records "file:line:column: message" for node n (or "--set ARG: message" when n came from an
  * override), using libfyaml's own report of the node's position. */
 static qs_status fail_at(parser *p, struct fy_node *n, qs_status code, const char *fmt, ...)
@@ -60,9 +70,8 @@ static qs_status fail_at(parser *p, struct fy_node *n, qs_status code, const cha
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    for (struct fy_node *a = n; a; a = fy_node_get_parent(a))
-        for (size_t i = 0; i < p->n_sets; i++)
-            if (p->set_nodes[i] == a) return qs_error_set(p->err, code, "--set %s: %s", p->sets[i], msg);
+    size_t set = from_set(p, n);
+    if (set) return qs_error_set(p->err, code, "--set %s: %s", p->sets[set - 1], msg);
     int line = 0, column = 0;
     if (n) {
         fy_node_report(n, FYET_ERROR, "%s", msg);
@@ -218,21 +227,24 @@ static char *expand_env(const char *in, char *bad, size_t bad_len) {
     return out;
 }
 
-/* Resolves a path written in the grid: environment, then relative to the grid's directory,
- * then realpath. A path that does not exist is QS_ENOTFOUND at node n. */
+/* Resolves a path: environment, then relative to the grid's directory (or, for a path given
+ * with --set on the command line, to the current directory), then realpath. A path that does
+ * not exist is QS_ENOTFOUND at node n. */
 static qs_status resolve_path(parser *p, struct fy_node *n, const char *what, const char *text, char **out) {
     char bad[256] = "";
     char *exp = expand_env(text, bad, sizeof bad);
     if (!exp) return fail_at(p, n, QS_EINVAL, "cannot expand %s '%s': %s", what, text, bad);
-    char *joined = exp;
+    char *joined = exp, cwd[4096];
+    const char *base = p->dir;
+    if (from_set(p, n)) base = getcwd(cwd, sizeof cwd) ? cwd : ".";
     if (exp[0] != '/') {
-        size_t l = strlen(p->dir) + strlen(exp) + 2;
+        size_t l = strlen(base) + strlen(exp) + 2;
         joined = malloc(l);
         if (!joined) {
             free(exp);
             return qs_error_set(p->err, QS_ENOMEM, "out of memory");
         }
-        snprintf(joined, l, "%s/%s", p->dir, exp);
+        snprintf(joined, l, "%s/%s", base, exp);
         free(exp);
     }
     char *real = realpath(joined, NULL);

@@ -19,8 +19,8 @@
  *   priority: 0                   # higher runs first
  *   max_attempts: 3
  *
- * Relative paths are relative to the grid file's directory; ${VAR}, ${VAR:-default} and a
- * leading ~ are expanded. Overrides given as "dotted.key=value" (Hydra style: sequence
+ * Relative paths are relative to the grid file's directory (paths given with --set: to the
+ * current directory); ${VAR}, ${VAR:-default} and a leading ~ are expanded. Overrides given as "dotted.key=value" (Hydra style: sequence
  * items by index, "+key=value" adds a key that is absent, the value is YAML) are applied
  * before validation. Every error names file:line:column (or the --set argument) and what
  * was expected. */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -39,12 +41,16 @@ static int setup(void **state) {
     uint32_t ids[300];
     for (int i = 0; i < 300; i++) ids[i] = (uint32_t)(i * 7 % VOCAB);
     if (fx_write_checkpoint(e->ckpt, N_LAYERS, VOCAB, 1) || fx_write_tokens(e->tokens, ids, 300, VOCAB)) return -1;
+    /* relative paths in --set values are relative to the current directory, in the grid to
+       the grid's: both are the test directory here */
+    if (chdir(e->dir) != 0) return -1;
     *state = e;
     return 0;
 }
 
 static int teardown(void **state) {
     env *e = *state;
+    if (chdir("/") != 0) return -1;
     fx_rmtree(e->dir);
     free(e->dir);
     free(e);
@@ -421,6 +427,26 @@ static void test_environment_in_paths(void **state) {
     assert_non_null(strstr(err.msg, "environment variable QSWEEP_TEST_UNSET is not set"));
 }
 
+/* A path in the grid is relative to the grid file, a path given with --set to the current
+ * directory (where the command was typed). */
+static void test_relative_paths(void **state) {
+    env *e = *state;
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/sub", e->dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(chdir(sub), 0);
+    const char *sets[] = {"dataset.tokens=../toks.bin"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, sets, 1, &g, &err), QS_OK);
+    assert_string_equal(g->models[0].path, e->ckpt);
+    assert_string_equal(g->dataset_path, e->tokens);
+    qc_grid_free(g);
+    const char *grid_relative[] = {"dataset.tokens=toks.bin"};
+    assert_int_equal(load(e, GOOD, grid_relative, 1, &g, &err), QS_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "/sub/toks.bin: no such file or directory"));
+}
+
 static void test_synthetic_models_expand_by_their_shape(void **state) {
     env *e = *state;
     const char *sets[] = {"models=[{synthetic: llama2-7b, seed: 3}]", "dataset.tokens=toks.bin",
@@ -458,6 +484,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_set_overrides_apply_before_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_of_absent_key_needs_plus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_environment_in_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relative_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_synthetic_models_expand_by_their_shape, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
