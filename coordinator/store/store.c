@@ -248,12 +248,12 @@ static qs_status check_job(const qc_job_submit *j, size_t index, qs_error *err) 
     return QS_OK;
 }
 
-static const qc_job_submit *sort_base;
 /* Orders job indices by job_key, then by index, so the first of a run of equal keys is the
- * one submitted first. */
-static int by_job_key(const void *a, const void *b) {
+ * one submitted first. ctx: the qc_job_submit array (qsort_r, glibc). */
+static int by_job_key(const void *a, const void *b, void *ctx) {
+    const qc_job_submit *jobs = ctx;
     size_t ia = *(const size_t *)a, ib = *(const size_t *)b;
-    int c = strcmp(sort_base[ia].job_key, sort_base[ib].job_key);
+    int c = strcmp(jobs[ia].job_key, jobs[ib].job_key);
     if (c) return c;
     return ia < ib ? -1 : ia > ib;
 }
@@ -271,8 +271,7 @@ static qs_status check_jobs(const qc_job_submit *jobs, size_t n, bool *keep, qs_
     if (!order) return qs_error_set(err, QS_ENOMEM, "submit: out of memory");
     for (size_t i = 0; i < n; i++)
         order[i] = i;
-    sort_base = jobs; /* qsort has no context argument in C17 */
-    qsort(order, n, sizeof *order, by_job_key);
+    qsort_r(order, n, sizeof *order, by_job_key, (void *)jobs);
     qs_status st = QS_OK;
     for (size_t k = 1; k < n && !st; k++) {
         const qc_job_submit *a = &jobs[order[k - 1]], *b = &jobs[order[k]];

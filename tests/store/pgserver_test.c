@@ -174,6 +174,28 @@ static void test_start_adopts_running_server_and_nonempty_dir_is_refused(void **
     rmdir(dir);
 }
 
+static void test_failed_start_names_the_command_and_its_output(void **state) {
+    (void)state;
+    /* A PG_VERSION file alone is not a cluster: pg_ctl refuses it. */
+    char dir[] = "/tmp/qspgbad-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/PG_VERSION", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("15\n", f);
+    fclose(f);
+    qs_error err = {0};
+    qc_pgserver *bad = NULL;
+    assert_int_equal(qc_pgserver_start(dir, &bad, &err), QS_EIO);
+    assert_null(bad);
+    assert_non_null(strstr(err.msg, "pg_ctl start"));
+    assert_non_null(strstr(err.msg, "exited with status"));
+    assert_non_null(strstr(err.msg, dir));
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_destroy_removes_temp_tree(void **state) {
     (void)state;
     qs_error err = {0};
@@ -196,6 +218,7 @@ int main(void) {
         cmocka_unit_test(test_kill9_then_resume_recovers_committed_rows),
         cmocka_unit_test(test_stop_twice_is_fine),
         cmocka_unit_test(test_start_adopts_running_server_and_nonempty_dir_is_refused),
+        cmocka_unit_test(test_failed_start_names_the_command_and_its_output),
         cmocka_unit_test(test_destroy_removes_temp_tree),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
