@@ -235,6 +235,20 @@ long h_insert_job(harness *h, const char *key, const char *kind, const char *spe
     return id;
 }
 
+void h_sql_exec(harness *h, const char *fmt, ...) {
+    char sql[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    PGconn *c = connect_db(h->conninfo);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+}
+
 long h_sql_long(harness *h, const char *fmt, ...) {
     char sql[2048];
     va_list ap;

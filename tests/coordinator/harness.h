@@ -57,6 +57,8 @@ int h_wait_exit(pid_t pid, int timeout_ms);
 /* Inserts a job and returns its id. */
 long h_insert_job(harness *h, const char *key, const char *kind, const char *spec_json, int max_attempts,
                   int priority);
+/* Runs a statement that returns no rows (asserts on error). */
+void h_sql_exec(harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* One value of a one-row, one-column query, as a long (asserts on error). */
 long h_sql_long(harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Same as a string into out. */

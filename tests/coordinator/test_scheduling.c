@@ -4,7 +4,10 @@
  *   - a job that keeps failing: retried up to max attempts, then failed, message in SQL;
  *   - a second coordinator on the same database refuses to start;
  *   - malformed and oversized messages from a rogue DEALER: logged and dropped, service
- *     goes on. */
+ *     goes on;
+ * and the scheduler's rules (coordinator/server/server.h): cancellation of a pending and a
+ * running job, dependencies (wait for success; a failed dependency fails its dependents),
+ * priority order, and model affinity before priority. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,12 +135,93 @@ static void rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on(voi
     assert_string_equal(v, "0.125");
 }
 
+static void cancel_requests_cancel_a_pending_and_a_running_job(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_cancel");
+    long running = h_insert_job(h, "long-run", "sleep", "{\"seconds\": 30}", 3, 10);
+    long pending = h_insert_job(h, "never-run", "sleep", "{\"seconds\": 30}", 3, 0);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", running));
+    h_sql_exec(h, "INSERT INTO cancel_requests (job, reason) VALUES (%ld, 'test'), (%ld, 'test')", running, pending);
+    assert_true(h_wait_sql(h, 2, 20000, "SELECT count(*) FROM jobs WHERE state = 'cancelled'"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'cancelled'", running), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", pending), 0);
+    assert_true(h_wait_sql(h, 0, 5000, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"));
+}
+
+static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_deps");
+    long a = h_insert_job(h, "dep-a", "sleep", "{\"seconds\": 0.5}", 1, 0);
+    long b = h_insert_job(h, "dep-b", "echo", "{\"metrics\": {\"x\": 1}}", 1, 100);
+    long f = h_insert_job(h, "dep-f", "fail", "{\"message\": \"broken\"}", 1, 0);
+    long c = h_insert_job(h, "dep-c", "echo", "{\"metrics\": {\"x\": 2}}", 1, 100);
+    h_sql_exec(h, "INSERT INTO job_deps (job, depends_on) VALUES (%ld, %ld), (%ld, %ld)", b, a, c, f);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 4, 20000, "SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed')"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE id IN (%ld, %ld) AND state = 'succeeded'", a, b), 2);
+    /* b (priority 100) still waited for a to end */
+    assert_int_equal(h_sql_long(h,
+                                "SELECT ((SELECT started_at FROM attempts WHERE job = %ld) >="
+                                " (SELECT ended_at FROM attempts WHERE job = %ld))::int", b, a), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", c), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", c), 0);
+    char msg[128];
+    h_sql_text(h, msg, sizeof msg, "SELECT last_error FROM jobs WHERE id = %ld", c);
+    char want[64];
+    snprintf(want, sizeof want, "dependency %ld failed", f);
+    assert_string_equal(msg, want);
+}
+
+static void higher_priority_runs_first_then_older(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_priority");
+    long low = h_insert_job(h, "p-low", "echo", "{\"metrics\": {\"x\": 1}}", 1, 0);
+    long high = h_insert_job(h, "p-high", "echo", "{\"metrics\": {\"x\": 1}}", 1, 10);
+    long mid_old = h_insert_job(h, "p-mid-old", "echo", "{\"metrics\": {\"x\": 1}}", 1, 5);
+    long mid_new = h_insert_job(h, "p-mid-new", "echo", "{\"metrics\": {\"x\": 1}}", 1, 5);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 4, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    /* attempts.id is assigned in commit order: the order of dispatch to the one worker */
+    char order[128], want[128];
+    h_sql_text(h, order, sizeof order, "SELECT string_agg(job::text, ',' ORDER BY id) FROM attempts");
+    snprintf(want, sizeof want, "%ld,%ld,%ld,%ld", high, mid_old, mid_new, low);
+    assert_string_equal(order, want);
+}
+
+static void worker_holding_a_model_gets_its_jobs_before_higher_priority_ones(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_affinity");
+    h_sql_exec(h, "INSERT INTO jobs (job_key, kind, spec, model_key, priority) VALUES"
+                  " ('load-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', 'llama-b', 0)");
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    /* w1 now holds llama-b: its job wins over a higher-priority job on another model */
+    h_sql_exec(h, "INSERT INTO jobs (job_key, kind, spec, model_key, priority) VALUES"
+                  " ('other-a', 'echo', '{\"model_key\": \"llama-a\", \"metrics\": {\"x\": 1}}', 'llama-a', 10),"
+                  " ('same-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', 'llama-b', 0)");
+    assert_true(h_wait_sql(h, 3, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    char order[128];
+    h_sql_text(h, order, sizeof order,
+               "SELECT string_agg(j.job_key, ',' ORDER BY a.id) FROM attempts a JOIN jobs j ON j.id = a.job");
+    assert_string_equal(order, "load-b,same-b,other-a");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(grid_of_9_jobs_on_4_workers_runs_exactly_9_executions, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(cancel_requests_cancel_a_pending_and_a_running_job, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(higher_priority_runs_first_then_older, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(worker_holding_a_model_gets_its_jobs_before_higher_priority_ones, h_setup, h_teardown),
     };
     if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
