@@ -5,6 +5,7 @@
 #include "pgtest.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #include "store.h"
 
@@ -567,6 +568,59 @@ static void test_cancel_requests_reach_the_coordinator_once(void **state) {
     qc_store_close(s);
 }
 
+/* ---- concurrency ------------------------------------------------------------------------ */
+
+/* Two `qsweep submit` of the same grid at the same moment, each with its own connection,
+ * on a database neither has migrated yet. */
+struct racer {
+    const char *conninfo;
+    qc_submit_counts counts;
+    qs_status st;
+    qs_error err;
+};
+
+static void *race_submit(void *arg) {
+    struct racer *r = arg;
+    char specs[40][64], keys[40][16];
+    qc_job_submit jobs[40];
+    for (int i = 0; i < 40; i++) {
+        snprintf(keys[i], sizeof keys[i], "race-%d", i);
+        snprintf(specs[i], sizeof specs[i], "{\"kind\": \"sleep\", \"n\": %d}", i);
+        jobs[i] = (qc_job_submit){keys[i], "sleep", specs[i], 0, 0, 0, "", 2, NULL, 0};
+    }
+    qc_store *s = NULL;
+    r->st = qc_store_open(r->conninfo, "racer", &s, &r->err);
+    if (!r->st)
+        r->st = qc_store_submit(s, "race", "", "grid: race", NULL, jobs, 40, &r->counts, &r->err);
+    qc_store_close(s);
+    return NULL;
+}
+
+static void test_concurrent_submits_of_one_grid_store_it_once(void **state) {
+    (void)state;
+    char ci[1024];
+    pgtest_fresh_db(srv, "st_race", ci, sizeof ci); /* no schema yet: both migrate */
+    struct racer a = {.conninfo = ci}, b = {.conninfo = ci};
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, race_submit, &a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, race_submit, &b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    ok(a.st, &a.err);
+    ok(b.st, &b.err);
+    assert_int_equal(a.counts.jobs_new + b.counts.jobs_new, 40);
+    assert_int_equal(a.counts.reused_pending + b.counts.reused_pending, 40);
+    assert_true(a.counts.experiment_new != b.counts.experiment_new);
+    qc_store *s = NULL;
+    qs_error err = {0};
+    ok(qc_store_open(ci, "check", &s, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 40);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_jobs"), 40);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM schema_migrations"),
+                     count_where(s, "SELECT max(version) FROM schema_migrations"));
+    qc_store_close(s);
+}
+
 /* ---- coordinator lock and reconnect -------------------------------------------------------- */
 
 static void test_second_coordinator_is_refused(void **state) {
@@ -648,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_results_need_their_job_and_duplicates_in_a_batch_land_once),
         cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
+        cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_second_coordinator_is_refused),
         cmocka_unit_test(test_reconnect_after_postgres_restarts),
     };
