@@ -134,6 +134,37 @@ static double raw_copy(PGconn *c, int64_t first, int n_jobs, int n_metrics, int 
     return (double)n_jobs * n_metrics / dt;
 }
 
+/* Runs the whole life of jobs [first, first + n) through the store as the coordinator
+ * writes it: attempt started, job running, attempt succeeded, job succeeded, one final
+ * metric row; per_flush jobs per transaction. Returns durable job completions/s. */
+static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
+    qc_batch *b = qc_batch_new();
+    if (!b) return -1;
+    qs_error err = {0};
+    double t0 = now_s();
+    for (int j = 0; j < n; j++) {
+        int64_t job = first + j;
+        char worker[32];
+        snprintf(worker, sizeof worker, "w%d", j % 64);
+        const qc_metric m = {"noop", (double)j, -1};
+        if (qc_batch_attempt_started(b, job, 1, worker, 30, &err) ||
+            qc_batch_job_state(b, job, QC_JOB_RUNNING, 0, 0, NULL, &err) ||
+            qc_batch_attempt_ended(b, job, 1, QC_ATTEMPT_SUCCEEDED, NULL, &err) ||
+            qc_batch_job_state(b, job, QC_JOB_SUCCEEDED, 1, 0, NULL, &err) ||
+            qc_batch_results(b, job, 1, true, &m, 1, &err)) {
+            die("queue", &err);
+            return -1;
+        }
+        if (((j + 1) % per_flush == 0 || j + 1 == n) && qc_store_flush(s, b, NULL, &err)) {
+            die("flush", &err);
+            return -1;
+        }
+    }
+    double dt = now_s() - t0;
+    qc_batch_free(b);
+    return n / dt;
+}
+
 int main(int argc, char **argv) {
     int jobs_per_round = argc > 1 ? atoi(argv[1]) : 2000;
     int n_metrics = argc > 2 ? atoi(argv[2]) : 50;
@@ -220,6 +251,35 @@ int main(int argc, char **argv) {
            best_store, best_raw, best_store / best_raw);
     printf("re-ingesting %d stored rows (duplicates, all ignored: %zu): %.0f rows/s\n",
            jobs_per_round * n_metrics, ignored, dup);
+
+    /* Job lifecycles: 4 transitions and 1 result row per job, 1000 jobs per transaction. */
+    enum { LIFE_JOBS = 10000, LIFE_PER_FLUSH = 1000 };
+    qc_job_submit *life = calloc(LIFE_JOBS, sizeof *life);
+    char(*life_keys)[32] = calloc(LIFE_JOBS, sizeof *life_keys);
+    if (!life || !life_keys) goto out;
+    for (int i = 0; i < LIFE_JOBS; i++) {
+        snprintf(life_keys[i], sizeof life_keys[i], "life-%d", i);
+        life[i] =
+            (qc_job_submit){life_keys[i], "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0};
+    }
+    qs_status lst =
+        qc_store_submit(s, "bench-life", "", "bench-life", NULL, life, LIFE_JOBS, &counts, &err);
+    free(life);
+    free(life_keys);
+    if (lst) {
+        die("submit", &err);
+        goto out;
+    }
+    PGresult *lr = PQexec(raw, "SELECT min(j.id) FROM jobs j JOIN experiment_jobs ej ON "
+                               "ej.job = j.id JOIN experiments e ON e.id = ej.experiment "
+                               "WHERE e.name = 'bench-life'");
+    int64_t life_first = strtoll(PQgetvalue(lr, 0, 0), NULL, 10);
+    PQclear(lr);
+    double jobs_s = lifecycle(s, life_first, LIFE_JOBS, LIFE_PER_FLUSH);
+    if (jobs_s < 0) goto out;
+    printf("job lifecycles (4 transitions + 1 result row each, %d jobs per transaction): "
+           "%.0f durable job completions/s\n",
+           LIFE_PER_FLUSH, jobs_s);
     rc = 0;
 out:
     if (raw) PQfinish(raw);
