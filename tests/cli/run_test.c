@@ -334,12 +334,21 @@ static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
  * none of them takes long). */
 int main(int argc, char **argv) {
-    if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_ends_the_run_with_exit_5, setup, teardown),
     };
+    if (argc > 1) {
+        /* a name that matches no test would run nothing and pass: refuse it */
+        size_t i = 0, n = sizeof tests / sizeof tests[0];
+        while (i < n && strcmp(tests[i].name, argv[1])) i++;
+        if (i == n) {
+            fprintf(stderr, "no test named %s\n", argv[1]);
+            return 1;
+        }
+        cmocka_set_test_filter(argv[1]);
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
