@@ -965,6 +965,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (opts->lease_ms < 0 || opts->grace_ms < 0 || opts->backoff_ms < 0 || opts->poll_ms < 0 ||
         opts->worker_timeout_ms < 0)
         return qs_error_set(err, QS_EINVAL, "qc_server_run: options.*_ms must not be negative");
+    if (opts->curve_secret_key && strlen(opts->curve_secret_key) != 40)
+        return qs_error_set(err, QS_EINVAL, "qc_server_run: options.curve_secret_key must be 40 Z85 characters");
     server s = {.o = opts, .next_wake = NEVER};
     s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
     s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;

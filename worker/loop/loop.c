@@ -608,6 +608,10 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     if ((opts->curve_server_key != NULL) != (opts->curve_secret_key != NULL) ||
         (opts->curve_public_key != NULL) != (opts->curve_secret_key != NULL))
         return qs_error_set(err, QS_EINVAL, "qw_run: options.curve_*: give all three keys or none");
+    if (opts->curve_secret_key &&
+        (strlen(opts->curve_server_key) != 40 || strlen(opts->curve_public_key) != 40 ||
+         strlen(opts->curve_secret_key) != 40))
+        return qs_error_set(err, QS_EINVAL, "qw_run: options.curve_*: each key must be 40 Z85 characters");
     if (opts->heartbeat_ms < 0 || opts->coordinator_timeout_ms < 0 || opts->threads < 0)
         return qs_error_set(err, QS_EINVAL, "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads < 0");
     qs_status st = qw_register_builtin_kinds(err);
