@@ -40,6 +40,8 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE name = 'seconds' AND final"), 9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
+    /* one PostgreSQL connection whatever the number of workers (issue 4: at most 4) */
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'qsweep coordinator%%'"), 1);
 }
 
 static void failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message(void **state) {
@@ -212,12 +214,35 @@ static void worker_holding_a_model_gets_its_jobs_before_higher_priority_ones(voi
     assert_string_equal(order, "load-b,same-b,other-a");
 }
 
+static void curve_points_arrive_while_the_job_runs_and_are_stored_once(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_curve_points");
+    long id = h_insert_job(h, "train-curve", "echo",
+                           "{\"metrics\": {\"final_loss\": 2.5}, \"curve\": {\"loss\": [4, 3.5, 3, 2.75, 2.5]},"
+                           " \"step_ms\": 400}", 1, 0);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND name = 'loss' AND NOT final", id), 5);
+    char v[32];
+    h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'loss' AND step = 3", id);
+    assert_string_equal(v, "2.75");
+    h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'final_loss' AND final", id);
+    assert_string_equal(v, "2.5");
+    /* the first points were stored while the job still ran (partial RESULTs), not with the end */
+    assert_int_equal(h_sql_long(h,
+                                "SELECT ((SELECT min(created_at) FROM results WHERE job = %ld AND NOT final)"
+                                " < (SELECT ended_at FROM attempts WHERE job = %ld) - interval '800 milliseconds')::int",
+                                id, id), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(grid_of_9_jobs_on_4_workers_runs_exactly_9_executions, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(curve_points_arrive_while_the_job_runs_and_are_stored_once, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(cancel_requests_cancel_a_pending_and_a_running_job, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(higher_priority_runs_first_then_older, h_setup, h_teardown),

@@ -63,6 +63,28 @@ static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
         st = qw_job_metric(ctx, name, json_number_value(v), 0, true, err);
         if (st != QS_OK) return st;
     }
+    /* "curve": {"name": [v0, v1, ...]}: points at steps 0, 1, ..., "step_ms" apart, sent as
+       partial results while the job runs (a training curve's shape). */
+    const json_t *curve = json_object_get(qw_job_spec(ctx), "curve");
+    const json_t *step_ms = json_object_get(qw_job_spec(ctx), "step_ms");
+    if (!curve) return QS_OK;
+    if (!json_is_object(curve)) return qs_error_set(err, QS_EINVAL, "echo: spec field curve: need an object");
+    if (step_ms && (!json_is_integer(step_ms) || json_integer_value(step_ms) < 0 || json_integer_value(step_ms) > 60000))
+        return qs_error_set(err, QS_EINVAL, "echo: spec field step_ms: need an integer in [0, 60000]");
+    long pause_ms = step_ms ? (long)json_integer_value(step_ms) : 0;
+    json_object_foreach((json_t *)curve, name, v) {
+        if (!json_is_array(v)) return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s: need an array", name);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const json_t *p = json_array_get(v, i);
+            if (!json_is_number(p))
+                return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s[%zu]: not a number", name, i);
+            if (qw_job_cancelled(ctx)) return qs_error_set(err, QS_ECANCELLED, "echo: cancelled at curve.%s[%zu]", name, i);
+            st = qw_job_metric(ctx, name, json_number_value(p), (int64_t)i, false, err);
+            if (st != QS_OK) return st;
+            qw_job_progress(ctx, i + 1, json_array_size(v), "curve");
+            nanosleep(&(struct timespec){.tv_sec = pause_ms / 1000, .tv_nsec = (pause_ms % 1000) * 1000000L}, NULL);
+        }
+    }
     return QS_OK;
 }
 

@@ -19,7 +19,9 @@
  *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
  *                                          metric "seconds" = s (final);
  *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL);
- *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, step 0.
+ *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, and with
+ *           "curve": {"name": [v0, v1, ...]}, "step_ms": ms   each list as a curve (non-final
+ *                                          metrics at steps 0, 1, ...), ms apart.
  * "sleep" and "echo" with a string "model_key" in their spec put that key in the worker's
  * cache (a stand-in for a loaded model), so tests can see model affinity. */
 #ifndef QW_LOOP_H
