@@ -1,4 +1,4 @@
-/* bench_store: metric rows ingested per second through the store (qc_batch_results +
+/* bench_store: metric rows ingested per second through the store (qc_store_batch_results +
  * qc_store_flush: COPY into the session staging table, then the idempotent INSERT ... ON
  * CONFLICT into results, one transaction per flush) against a raw COPY of the same rows,
  * with the same batch size and one transaction per batch, into a table shaped like results
@@ -67,7 +67,7 @@ static double value_of(int64_t job, int m) {
  * Returns rows/s, or -1 on error. */
 static double through_store(qc_store *s, int64_t first, int n_jobs, int n_metrics, int per_flush,
                             char (*names)[48], size_t *ignored) {
-    qc_batch *b = qc_batch_new();
+    qc_store_batch *b = qc_store_batch_new();
     qc_metric *rows = calloc((size_t)n_metrics, sizeof *rows);
     if (!b || !rows) return -1;
     qs_error err = {0};
@@ -78,7 +78,7 @@ static double through_store(qc_store *s, int64_t first, int n_jobs, int n_metric
         int64_t job = first + j;
         for (int m = 0; m < n_metrics; m++)
             rows[m] = (qc_metric){names[m], value_of(job, m), -1};
-        if (qc_batch_results(b, job, 1, true, rows, (size_t)n_metrics, &err)) {
+        if (qc_store_batch_results(b, job, 1, true, rows, (size_t)n_metrics, &err)) {
             die("queue", &err);
             return -1;
         }
@@ -91,7 +91,7 @@ static double through_store(qc_store *s, int64_t first, int n_jobs, int n_metric
         }
     }
     double dt = now_s() - t0;
-    qc_batch_free(b);
+    qc_store_batch_free(b);
     free(rows);
     return (double)n_jobs * n_metrics / dt;
 }
@@ -138,7 +138,7 @@ static double raw_copy(PGconn *c, int64_t first, int n_jobs, int n_metrics, int 
  * writes it: attempt started, job running, attempt succeeded, job succeeded, one final
  * metric row; per_flush jobs per transaction. Returns durable job completions/s. */
 static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
-    qc_batch *b = qc_batch_new();
+    qc_store_batch *b = qc_store_batch_new();
     if (!b) return -1;
     qs_error err = {0};
     double t0 = now_s();
@@ -147,11 +147,11 @@ static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
         char worker[32];
         snprintf(worker, sizeof worker, "w%d", j % 64);
         const qc_metric m = {"noop", (double)j, -1};
-        if (qc_batch_attempt_started(b, job, 1, worker, 30, &err) ||
-            qc_batch_job_state(b, job, QC_JOB_RUNNING, 0, 0, NULL, &err) ||
-            qc_batch_attempt_ended(b, job, 1, QC_ATTEMPT_SUCCEEDED, NULL, &err) ||
-            qc_batch_job_state(b, job, QC_JOB_SUCCEEDED, 1, 0, NULL, &err) ||
-            qc_batch_results(b, job, 1, true, &m, 1, &err)) {
+        if (qc_store_batch_attempt_started(b, job, 1, worker, 30, &err) ||
+            qc_store_batch_job_state(b, job, QC_JOB_RUNNING, 0, 0, NULL, &err) ||
+            qc_store_batch_attempt_ended(b, job, 1, QC_ATTEMPT_SUCCEEDED, NULL, &err) ||
+            qc_store_batch_job_state(b, job, QC_JOB_SUCCEEDED, 1, 0, NULL, &err) ||
+            qc_store_batch_results(b, job, 1, true, &m, 1, &err)) {
             die("queue", &err);
             return -1;
         }
@@ -161,7 +161,7 @@ static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
         }
     }
     double dt = now_s() - t0;
-    qc_batch_free(b);
+    qc_store_batch_free(b);
     return n / dt;
 }
 

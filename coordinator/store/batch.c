@@ -1,6 +1,6 @@
 /* The coordinator's write queue: transitions collected as array columns and flushed in one
  * transaction with one set-based statement per kind (unnest of the arrays), results through
- * COPY into a session staging table. Contract: store.h (qc_batch_*, qc_store_flush). */
+ * COPY into a session staging table. Contract: store.h (qc_store_batch_*, qc_store_flush). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@ typedef struct column_group {
     int n;
 } column_group;
 
-struct qc_batch {
+struct qc_store_batch {
     column_group started; /* job, attempt, worker, lease_s */
     column_group renewed; /* job, attempt, lease_s */
     column_group ended;   /* job, attempt, outcome, error */
@@ -25,7 +25,7 @@ struct qc_batch {
     column_group workers; /* id, host, pid, gpus, threads */
     qc_sbuf results;      /* COPY text rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
-    column_group result_sets; /* job, attempt: one per qc_batch_results call */
+    column_group result_sets; /* job, attempt: one per qc_store_batch_results call */
     int64_t cancels_upto;     /* 0: none */
 };
 
@@ -58,8 +58,8 @@ static qs_status commit_or_undo(column_group *g, const group_mark *m, const char
     return qs_error_set(err, QS_ENOMEM, "batch: out of memory queueing %s", what);
 }
 
-qc_batch *qc_batch_new(void) {
-    qc_batch *b = calloc(1, sizeof *b);
+qc_store_batch *qc_store_batch_new(void) {
+    qc_store_batch *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->started.n = 4;
     b->renewed.n = 3;
@@ -70,13 +70,13 @@ qc_batch *qc_batch_new(void) {
     return b;
 }
 
-static column_group *groups(qc_batch *b, int i) {
+static column_group *groups(qc_store_batch *b, int i) {
     column_group *all[] = {&b->started, &b->renewed, &b->ended,
                            &b->states,  &b->workers, &b->result_sets};
     return i < 6 ? all[i] : NULL;
 }
 
-void qc_batch_clear(qc_batch *b) {
+void qc_store_batch_clear(qc_store_batch *b) {
     column_group *g;
     for (int i = 0; (g = groups(b, i)) != NULL; i++)
         for (int c = 0; c < g->n; c++)
@@ -87,7 +87,7 @@ void qc_batch_clear(qc_batch *b) {
     b->cancels_upto = 0;
 }
 
-void qc_batch_free(qc_batch *b) {
+void qc_store_batch_free(qc_store_batch *b) {
     if (!b) return;
     column_group *g;
     for (int i = 0; (g = groups(b, i)) != NULL; i++)
@@ -97,7 +97,7 @@ void qc_batch_free(qc_batch *b) {
     free(b);
 }
 
-size_t qc_batch_size(const qc_batch *b) {
+size_t qc_store_batch_size(const qc_store_batch *b) {
     return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
            b->workers.col[0].n + b->n_final + b->n_partial + (b->cancels_upto > 0);
 }
@@ -112,8 +112,8 @@ static qs_status check_lease(double lease_s, const char *what, int64_t job, int3
     return QS_OK;
 }
 
-qs_status qc_batch_attempt_started(qc_batch *b, int64_t job, int32_t attempt, const char *worker,
-                                   double lease_s, qs_error *err) {
+qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t attempt,
+                                         const char *worker, double lease_s, qs_error *err) {
     qs_status st = check_lease(lease_s, "attempt started", job, attempt, err);
     if (st) return st;
     if (!worker || !*worker)
@@ -132,8 +132,8 @@ qs_status qc_batch_attempt_started(qc_batch *b, int64_t job, int32_t attempt, co
     return commit_or_undo(&b->started, &m, "an attempt start", err);
 }
 
-qs_status qc_batch_lease_renewed(qc_batch *b, int64_t job, int32_t attempt, double lease_s,
-                                 qs_error *err) {
+qs_status qc_store_batch_lease_renewed(qc_store_batch *b, int64_t job, int32_t attempt,
+                                       double lease_s, qs_error *err) {
     qs_status st = check_lease(lease_s, "lease renewed", job, attempt, err);
     if (st) return st;
     group_mark m = mark(&b->renewed);
@@ -143,8 +143,9 @@ qs_status qc_batch_lease_renewed(qc_batch *b, int64_t job, int32_t attempt, doub
     return commit_or_undo(&b->renewed, &m, "a lease renewal", err);
 }
 
-qs_status qc_batch_attempt_ended(qc_batch *b, int64_t job, int32_t attempt,
-                                 qc_attempt_outcome outcome, const char *error, qs_error *err) {
+qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t attempt,
+                                       qc_attempt_outcome outcome, const char *error,
+                                       qs_error *err) {
     const char *name = qc_attempt_outcome_name(outcome);
     if (!name || outcome == QC_ATTEMPT_RUNNING)
         return qs_error_set(err, QS_EINVAL,
@@ -159,8 +160,9 @@ qs_status qc_batch_attempt_ended(qc_batch *b, int64_t job, int32_t attempt,
     return commit_or_undo(&b->ended, &m, "an attempt end", err);
 }
 
-qs_status qc_batch_job_state(qc_batch *b, int64_t job, qc_job_state state, int32_t attempts_used,
-                             double backoff_s, const char *last_error, qs_error *err) {
+qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state state,
+                                   int32_t attempts_used, double backoff_s, const char *last_error,
+                                   qs_error *err) {
     const char *name = qc_job_state_name(state);
     if (!name)
         return qs_error_set(err, QS_EINVAL, "batch: job %lld: state %d is not a job state",
@@ -179,8 +181,9 @@ qs_status qc_batch_job_state(qc_batch *b, int64_t job, qc_job_state state, int32
     return commit_or_undo(&b->states, &m, "a job state", err);
 }
 
-qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host, int32_t pid,
-                               const char *gpus_json, int32_t threads, qs_error *err) {
+qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, const char *host,
+                                     int32_t pid, const char *gpus_json, int32_t threads,
+                                     qs_error *err) {
     if (!worker || !*worker) return qs_error_set(err, QS_EINVAL, "batch: worker id is empty");
     if (gpus_json) {
         /* A bad document would fail the whole batch's transaction: refuse it here. */
@@ -201,8 +204,8 @@ qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host
     return commit_or_undo(&b->workers, &m, "a worker", err);
 }
 
-qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final,
-                           const qc_metric *rows, size_t n, qs_error *err) {
+qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt, bool final,
+                                 const qc_metric *rows, size_t n, qs_error *err) {
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].name || !*rows[i].name)
             return qs_error_set(err, QS_EINVAL,
@@ -239,7 +242,7 @@ qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final
     return QS_OK;
 }
 
-qs_status qc_batch_cancels_handled(qc_batch *b, int64_t upto_request, qs_error *err) {
+qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request, qs_error *err) {
     if (upto_request < 1)
         return qs_error_set(err, QS_EINVAL, "batch: cancel request id %lld < 1",
                             (long long)upto_request);
@@ -340,7 +343,7 @@ static qs_status flush_group(qc_store *s, const column_group *g, const char *sql
 
 /* Sends the batch's rows into an open COPY ... FROM STDIN and collects the outcome. On an
  * error, *sqlstate (when not NULL) receives the server's SQLSTATE ("" when none). */
-static qs_status copy_rows(qc_store *s, qc_batch *b, const char *sql, char sqlstate[6],
+static qs_status copy_rows(qc_store *s, qc_store_batch *b, const char *sql, char sqlstate[6],
                            qs_error *err) {
     if (sqlstate) sqlstate[0] = '\0';
     PGresult *r = PQexec(s->conn, sql);
@@ -376,7 +379,7 @@ static const char *const sql_fresh =
 /* The fast path of flush_results: COPY directly into results under a savepoint. *done is
  * false when the path does not apply (stored rows for these jobs, or a duplicate inside the
  * batch: unique_violation); the savepoint is then rolled back and nothing was written. */
-static qs_status copy_fresh_results(qc_store *s, qc_batch *b, bool *done, qs_error *err) {
+static qs_status copy_fresh_results(qc_store *s, qc_store_batch *b, bool *done, qs_error *err) {
     *done = false;
     qc_sbuf lit[2] = {{0}};
     const char *v[2] = {qc_sqlarray_literal(&b->result_sets.col[0], &lit[0]),
@@ -411,7 +414,8 @@ static qs_status copy_fresh_results(qc_store *s, qc_batch *b, bool *done, qs_err
     return qc_store_exec(s, "ROLLBACK TO SAVEPOINT qc_fresh_results", "flush: ROLLBACK TO", err);
 }
 
-static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
+static qs_status flush_results(qc_store *s, qc_store_batch *b, qc_flush_stats *stats,
+                               qs_error *err) {
     if (b->n_final + b->n_partial == 0) return QS_OK;
     bool done = false;
     qs_status st = copy_fresh_results(s, b, &done, err);
@@ -444,7 +448,7 @@ static qs_status flush_results(qc_store *s, qc_batch *b, qc_flush_stats *stats, 
     return QS_OK;
 }
 
-static qs_status flush_in_transaction(qc_store *s, qc_batch *b, qc_flush_stats *stats,
+static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_stats *stats,
                                       qs_error *err) {
     qs_status st = qc_store_exec(s, "BEGIN", "flush: BEGIN", err);
     if (!st)
@@ -477,11 +481,11 @@ static qs_status flush_in_transaction(qc_store *s, qc_batch *b, qc_flush_stats *
     return st;
 }
 
-qs_status qc_store_flush(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err) {
+qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err) {
     qc_flush_stats local = {0};
     if (!stats) stats = &local;
     *stats = (qc_flush_stats){0};
-    if (qc_batch_size(b) == 0) return QS_OK;
+    if (qc_store_batch_size(b) == 0) return QS_OK;
     if (b->n_final + b->n_partial > 0 && !s->staging_ready) {
         /* Outside the transaction, so a rolled-back flush does not take the table with it. */
         qs_status st = qc_store_exec(s, sql_staging, "flush: creating results staging", err);
@@ -494,6 +498,6 @@ qs_status qc_store_flush(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_err
         *stats = (qc_flush_stats){0};
         return st;
     }
-    qc_batch_clear(b);
+    qc_store_batch_clear(b);
     return QS_OK;
 }

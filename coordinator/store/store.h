@@ -3,9 +3,9 @@
  *
  * One qc_store is ONE libpq connection. The coordinator uses one store for its reads and
  * control (and the coordinator lock), plus at most one more for a batch writer thread; a
- * store is not thread-safe, a qc_batch belongs to one thread at a time.
+ * store is not thread-safe, a qc_store_batch belongs to one thread at a time.
  *
- * Writes of job state go through a qc_batch: the coordinator appends transitions (attempt
+ * Writes of job state go through a qc_store_batch: the coordinator appends transitions (attempt
  * started, lease renewed, attempt ended, job state changed, worker seen, results, cancel
  * requests handled) and qc_store_flush writes the whole batch in ONE transaction with a fixed
  * number of statements (set-based: unnest() of arrays for transitions, COPY for results).
@@ -193,7 +193,7 @@ void qc_store_snapshot_free(qc_store_snapshot *snap);
 
 /* Unhandled cancel requests, expanded to the ids of unfinished jobs (pending/running) they
  * name, in request order. *upto_request is the highest request id read; the coordinator
- * cancels the jobs and then queues qc_batch_cancels_handled(b, upto_request), so a crash in
+ * cancels the jobs and then queues qc_store_batch_cancels_handled(b, upto_request), so a crash in
  * between re-reads the requests. *job_ids is malloc'ed (free it); may be NULL when
  * *n_jobs = 0. Errors: QS_EDB, QS_ENOMEM. */
 qs_status qc_store_poll_cancels(qc_store *s, int64_t **job_ids, size_t *n_jobs,
@@ -201,7 +201,7 @@ qs_status qc_store_poll_cancels(qc_store *s, int64_t **job_ids, size_t *n_jobs,
 
 /* ---- batched transitions (the coordinator's write queue) ----------------------------- */
 
-typedef struct qc_batch qc_batch;
+typedef struct qc_store_batch qc_store_batch;
 
 /* One metric value. name: "ppl", "kl_mean", "sqnr_db.<layer>.<kind>", ...; step -1 for a
  * final value, >= 0 for a point on a curve. */
@@ -211,37 +211,40 @@ typedef struct qc_metric {
     int64_t step;
 } qc_metric;
 
-qc_batch *qc_batch_new(void); /* NULL when out of memory */
-void qc_batch_free(qc_batch *b);
+qc_store_batch *qc_store_batch_new(void); /* NULL when out of memory */
+void qc_store_batch_free(qc_store_batch *b);
 /* Forgets every queued item (after a successful flush, or to drop the batch). */
-void qc_batch_clear(qc_batch *b);
+void qc_store_batch_clear(qc_store_batch *b);
 /* Number of queued items (transitions + metric rows). */
-size_t qc_batch_size(const qc_batch *b);
+size_t qc_store_batch_size(const qc_store_batch *b);
 
 /* The appenders copy their strings. They fail only with QS_ENOMEM or QS_EINVAL (a bad
  * argument, named), and then queue nothing. */
 
 /* attempts: insert (job, attempt, worker, started now, lease now + lease_s, 'running').
  * Re-flushing is harmless (ON CONFLICT (job, attempt) DO NOTHING). */
-qs_status qc_batch_attempt_started(qc_batch *b, int64_t job, int32_t attempt, const char *worker,
-                                   double lease_s, qs_error *err);
+qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t attempt,
+                                         const char *worker, double lease_s, qs_error *err);
 /* attempts.lease_expires_at = now + lease_s for a running attempt. Several renewals of one
  * attempt in a batch are coalesced (the last wins). */
-qs_status qc_batch_lease_renewed(qc_batch *b, int64_t job, int32_t attempt, double lease_s,
-                                 qs_error *err);
+qs_status qc_store_batch_lease_renewed(qc_store_batch *b, int64_t job, int32_t attempt,
+                                       double lease_s, qs_error *err);
 /* attempts: outcome, ended_at = now, error (NULL for none), for an attempt still running
  * (an attempt that already ended keeps its first outcome). */
-qs_status qc_batch_attempt_ended(qc_batch *b, int64_t job, int32_t attempt,
-                                 qc_attempt_outcome outcome, const char *error, qs_error *err);
+qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t attempt,
+                                       qc_attempt_outcome outcome, const char *error,
+                                       qs_error *err);
 /* jobs: state, attempts_used, not_before = now + backoff_s (backoff_s <= 0: NULL),
  * last_error (NULL keeps the stored one), updated_at = now. Absolute values, so replaying is
  * harmless; several changes of one job in a batch: the last wins. */
-qs_status qc_batch_job_state(qc_batch *b, int64_t job, qc_job_state state, int32_t attempts_used,
-                             double backoff_s, const char *last_error, qs_error *err);
+qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state state,
+                                   int32_t attempts_used, double backoff_s, const char *last_error,
+                                   qs_error *err);
 /* workers: upsert (id, host, pid, gpus JSON array text, threads), last_seen = now;
  * first_seen is kept. gpus_json NULL means "[]". */
-qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host, int32_t pid,
-                               const char *gpus_json, int32_t threads, qs_error *err);
+qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, const char *host,
+                                     int32_t pid, const char *gpus_json, int32_t threads,
+                                     qs_error *err);
 /* results: n metric rows of (job, attempt); final says whether they are the final set
  * (each metric's step must then be -1; partial rows have step >= 0). Stored idempotently:
  *   - a row whose (job, name, step) is stored already is ignored, except that a partial
@@ -249,10 +252,10 @@ qs_status qc_batch_worker_seen(qc_batch *b, const char *worker, const char *host
  *   - a final set is stored once per job: final rows of an attempt are ignored when the job
  *     already has final rows from another attempt.
  * QS_EINVAL naming the metric for an empty name or a step that contradicts final. */
-qs_status qc_batch_results(qc_batch *b, int64_t job, int32_t attempt, bool final,
-                           const qc_metric *rows, size_t n, qs_error *err);
+qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt, bool final,
+                                 const qc_metric *rows, size_t n, qs_error *err);
 /* cancel_requests.handled_at = now for every request with id <= upto_request. */
-qs_status qc_batch_cancels_handled(qc_batch *b, int64_t upto_request, qs_error *err);
+qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request, qs_error *err);
 
 /* Totals of one flush (rows the server actually changed). */
 typedef struct qc_flush_stats {
@@ -266,7 +269,7 @@ typedef struct qc_flush_stats {
  * then one INSERT ... ON CONFLICT), cancels handled; then COMMIT. Returns after the COMMIT
  * (durable). On success the batch is cleared; on failure it is kept intact. An empty batch
  * costs nothing. stats may be NULL. Errors: QS_EDB (see connection_lost), QS_ENOMEM. */
-qs_status qc_store_flush(qc_store *s, qc_batch *b, qc_flush_stats *stats, qs_error *err);
+qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err);
 
 /* ---- read helpers (qsweep status / results) ------------------------------------------ */
 

@@ -121,8 +121,8 @@ static void test_job_shared_by_two_experiments_is_linked_not_copied(void **state
     qs_error err = {0};
     ok(qc_store_submit(s, "exp-a", "", "grid: a", NULL, first, 1, &c, &err), &err);
     /* Mark the shared job done, as the coordinator would. */
-    qc_batch *bt = qc_batch_new();
-    ok(qc_batch_job_state(bt, job_id(s, "shared"), QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_job_state(bt, job_id(s, "shared"), QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
     ok(qc_store_submit(s, "exp-b", "", "grid: b", "{\"g\": 1}", second, 2, &c, &err), &err);
     assert_true(c.experiment_new);
@@ -141,7 +141,7 @@ static void test_job_shared_by_two_experiments_is_linked_not_copied(void **state
     assert_int_equal(rows[0].pending, 1);
     free(rows);
     assert_int_equal(qc_store_progress(s, "no-such", &rows, &n, &err), QS_ENOTFOUND);
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -222,18 +222,18 @@ static void test_batched_transitions_and_rebuild(void **state) {
     qc_store_snapshot_free(&snap);
 
     /* Worker w1 takes ja: one batch, one transaction. */
-    qc_batch *bt = qc_batch_new();
-    ok(qc_batch_worker_seen(bt, "w1", "gpu-host-1", 4242,
-                            "[{\"name\": \"B200\", \"memory_mb\": 183000}]", 16, &err),
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_worker_seen(bt, "w1", "gpu-host-1", 4242,
+                                  "[{\"name\": \"B200\", \"memory_mb\": 183000}]", 16, &err),
        &err);
-    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
-    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
-    ok(qc_batch_lease_renewed(bt, ja, 1, 60, &err), &err);
-    ok(qc_batch_lease_renewed(bt, ja, 1, 600, &err), &err); /* coalesced: last wins */
-    assert_int_equal(qc_batch_size(bt), 5);
+    ok(qc_store_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
+    ok(qc_store_batch_lease_renewed(bt, ja, 1, 60, &err), &err);
+    ok(qc_store_batch_lease_renewed(bt, ja, 1, 600, &err), &err); /* coalesced: last wins */
+    assert_int_equal(qc_store_batch_size(bt), 5);
     qc_flush_stats fs;
     ok(qc_store_flush(s, bt, &fs, &err), &err);
-    assert_int_equal(qc_batch_size(bt), 0);
+    assert_int_equal(qc_store_batch_size(bt), 0);
     assert_int_equal(fs.workers_seen, 1);
     assert_int_equal(fs.attempts_started, 1);
     assert_int_equal(fs.leases_renewed, 1);
@@ -256,9 +256,9 @@ static void test_batched_transitions_and_rebuild(void **state) {
     /* Attempt 1 is lost (lease expired); the job is requeued with backoff. The same batch
      * flushed twice (a retry after an unknown COMMIT outcome) changes nothing more. */
     for (int replay = 0; replay < 2; replay++) {
-        ok(qc_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_LOST, "lease expired", &err), &err);
-        ok(qc_batch_job_state(bt, ja, QC_JOB_PENDING, 1, 120, "attempt 1 lost: lease expired",
-                              &err),
+        ok(qc_store_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_LOST, "lease expired", &err), &err);
+        ok(qc_store_batch_job_state(bt, ja, QC_JOB_PENDING, 1, 120, "attempt 1 lost: lease expired",
+                                    &err),
            &err);
         ok(qc_store_flush(s, bt, &fs, &err), &err);
         assert_int_equal(fs.attempts_ended, replay == 0 ? 1 : 0);
@@ -275,11 +275,11 @@ static void test_batched_transitions_and_rebuild(void **state) {
 
     /* Attempt 2 succeeds; the dependent job is then free to run. A later state without an
      * error keeps the stored last_error. */
-    ok(qc_batch_attempt_started(bt, ja, 2, "w1", 30, &err), &err);
-    ok(qc_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
-    ok(qc_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_FAILED, "too late", &err), &err);
-    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 1, 0, NULL, &err), &err);
-    ok(qc_batch_job_state(bt, ja, QC_JOB_SUCCEEDED, 2, 0, NULL, &err), &err);
+    ok(qc_store_batch_attempt_started(bt, ja, 2, "w1", 30, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, ja, 2, QC_ATTEMPT_FAILED, "too late", &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_RUNNING, 1, 0, NULL, &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_SUCCEEDED, 2, 0, NULL, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE attempt = 2 AND "
                                     "outcome = 'succeeded' AND error IS NULL"),
@@ -307,10 +307,11 @@ static void test_batched_transitions_and_rebuild(void **state) {
     qc_store_snapshot_free(&snap);
 
     /* A bad worker document is refused at append time, not at flush. */
-    assert_int_equal(qc_batch_worker_seen(bt, "w2", "h", 1, "{not json", 1, &err), QS_EINVAL);
-    assert_int_equal(qc_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_RUNNING, NULL, &err), QS_EINVAL);
-    assert_int_equal(qc_batch_size(bt), 0);
-    qc_batch_free(bt);
+    assert_int_equal(qc_store_batch_worker_seen(bt, "w2", "h", 1, "{not json", 1, &err), QS_EINVAL);
+    assert_int_equal(qc_store_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_RUNNING, NULL, &err),
+                     QS_EINVAL);
+    assert_int_equal(qc_store_batch_size(bt), 0);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -342,9 +343,9 @@ static void test_results_are_stored_once(void **state) {
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
     int64_t ja = job_id(s, "ja");
-    qc_batch *bt = qc_batch_new();
-    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
-    ok(qc_batch_attempt_started(bt, ja, 2, "w2", 30, &err), &err);
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_store_batch_attempt_started(bt, ja, 2, "w2", 30, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
 
     /* Values that must survive the text round trip bit for bit. */
@@ -353,7 +354,7 @@ static void test_results_are_stored_once(void **state) {
                                 {"sqnr_db.3.up", -INFINITY, -1},         {"top1", NAN, -1},
                                 {"name\twith\ttabs\\", 1e300, -1}};
     qc_flush_stats fs;
-    ok(qc_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 6);
     assert_true(stored_value(s, ja, "ppl", -1) == 7.123456789012345);
@@ -364,7 +365,7 @@ static void test_results_are_stored_once(void **state) {
     assert_true(stored_value(s, ja, "name\twith\ttabs\\", -1) == 1e300);
 
     /* The same set again (duplicate RESULT): ignored. */
-    ok(qc_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, final1, 6, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 0);
     assert_int_equal(fs.results_ignored, 6);
@@ -372,7 +373,7 @@ static void test_results_are_stored_once(void **state) {
     /* A final set from another attempt (late result of a lost attempt), including a metric
      * the first set did not have: dropped whole. */
     const qc_metric final2[] = {{"ppl", 99.0, -1}, {"nll", 4.6, -1}};
-    ok(qc_batch_results(bt, ja, 2, true, final2, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 2, true, final2, 2, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 0);
     assert_int_equal(fs.results_ignored, 2);
@@ -383,13 +384,13 @@ static void test_results_are_stored_once(void **state) {
     /* Curve points: a newer attempt replaces an older one's, never the other way round. */
     const qc_metric curve1[] = {{"loss", 3.0, 0}, {"loss", 2.5, 10}};
     const qc_metric curve2[] = {{"loss", 3.1, 0}};
-    ok(qc_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 2);
-    ok(qc_batch_results(bt, ja, 2, false, curve2, 1, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 2, false, curve2, 1, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_true(stored_value(s, ja, "loss", 0) == 3.1);
-    ok(qc_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, false, curve1, 2, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 0);
     assert_true(stored_value(s, ja, "loss", 0) == 3.1);
@@ -397,9 +398,9 @@ static void test_results_are_stored_once(void **state) {
 
     /* Bad rows are refused when queued. */
     const qc_metric bad[] = {{"ppl", 1.0, 5}};
-    assert_int_equal(qc_batch_results(bt, ja, 1, true, bad, 1, &err), QS_EINVAL);
+    assert_int_equal(qc_store_batch_results(bt, ja, 1, true, bad, 1, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "ppl"));
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -416,25 +417,25 @@ static void test_results_need_their_job_and_duplicates_in_a_batch_land_once(void
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
     int64_t ja = job_id(s, "ja");
-    qc_batch *bt = qc_batch_new();
+    qc_store_batch *bt = qc_store_batch_new();
     const qc_metric m[] = {{"ppl", 6.5, -1}, {"nll", 1.875, -1}};
     qc_flush_stats fs;
-    ok(qc_batch_results(bt, ja, 1, true, m, 2, &err), &err);
-    ok(qc_batch_results(bt, ja, 1, true, m, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, m, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, m, 2, &err), &err);
     ok(qc_store_flush(s, bt, &fs, &err), &err);
     assert_int_equal(fs.results_inserted, 2);
     assert_int_equal(fs.results_ignored, 2);
     assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
 
     /* Results of a job that does not exist: the flush fails, names it, and keeps the batch. */
-    ok(qc_batch_results(bt, ja + 1000, 1, true, m, 2, &err), &err);
+    ok(qc_store_batch_results(bt, ja + 1000, 1, true, m, 2, &err), &err);
     assert_int_equal(qc_store_flush(s, bt, &fs, &err), QS_EDB);
     char id[32];
     snprintf(id, sizeof id, "job %lld", (long long)(ja + 1000));
     assert_non_null(strstr(err.msg, id));
     assert_false(qc_store_connection_lost(s));
-    assert_int_equal(qc_batch_size(bt), 2);
-    qc_batch_clear(bt);
+    assert_int_equal(qc_store_batch_size(bt), 2);
+    qc_store_batch_clear(bt);
     assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
 
     PGresult *r = PQexec(qc_store_pgconn(s), "DELETE FROM jobs");
@@ -443,7 +444,7 @@ static void test_results_need_their_job_and_duplicates_in_a_batch_land_once(void
     assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "23503");
     assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), "has results"));
     PQclear(r);
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -489,11 +490,11 @@ static void test_sensitivity_view_joins_baseline_and_results_reader(void **state
     qs_error err = {0};
     ok(qc_store_submit(s, "sens", "", "g", NULL, jobs, 2, &c, &err), &err);
     int64_t jbase = job_id(s, "base"), jev = job_id(s, "ev");
-    qc_batch *bt = qc_batch_new();
+    qc_store_batch *bt = qc_store_batch_new();
     const qc_metric bm[] = {{"ppl", 8.25, -1}};
     const qc_metric em[] = {{"ppl", 8.75, -1}, {"kl_mean", 0.03125, -1}};
-    ok(qc_batch_results(bt, jbase, 1, true, bm, 1, &err), &err);
-    ok(qc_batch_results(bt, jev, 1, true, em, 2, &err), &err);
+    ok(qc_store_batch_results(bt, jbase, 1, true, bm, 1, &err), &err);
+    ok(qc_store_batch_results(bt, jev, 1, true, em, 2, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
     /* delta = eval ppl - baseline ppl = 8.75 - 8.25 (exact in binary). */
     assert_int_equal(count_where(s, "SELECT count(*) FROM v_sensitivity WHERE experiment = "
@@ -512,7 +513,7 @@ static void test_sensitivity_view_joins_baseline_and_results_reader(void **state
     assert_int_equal(qc_store_results(s, "sens", stop_at_first, &first, &err), QS_ECANCELLED);
     assert_int_equal(first.rows, 1);
     assert_int_equal(qc_store_results(s, "nope", stop_at_first, &first, &err), QS_ENOTFOUND);
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -553,10 +554,10 @@ static void test_cancel_requests_reach_the_coordinator_once(void **state) {
     assert_int_equal(ids[1], job_id(s, "b"));
     assert_int_equal(ids[2], job_id(s, "d"));
     assert_int_equal(upto, 2);
-    qc_batch *bt = qc_batch_new();
+    qc_store_batch *bt = qc_store_batch_new();
     for (size_t i = 0; i < n; i++)
-        ok(qc_batch_job_state(bt, ids[i], QC_JOB_CANCELLED, 0, 0, "cancelled", &err), &err);
-    ok(qc_batch_cancels_handled(bt, upto, &err), &err);
+        ok(qc_store_batch_job_state(bt, ids[i], QC_JOB_CANCELLED, 0, 0, "cancelled", &err), &err);
+    ok(qc_store_batch_cancels_handled(bt, upto, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
     free(ids);
     ok(qc_store_poll_cancels(s, &ids, &n, &upto, &err), &err);
@@ -564,7 +565,7 @@ static void test_cancel_requests_reach_the_coordinator_once(void **state) {
     assert_int_equal(upto, 0);
     free(ids);
     assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'cancelled'"), 3);
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
@@ -657,17 +658,17 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
     ok(qc_store_lock_coordinator(s, &err), &err);
     int64_t ja = job_id(s, "a");
-    qc_batch *bt = qc_batch_new();
+    qc_store_batch *bt = qc_store_batch_new();
     const qc_metric m[] = {{"ppl", 5.5, -1}};
-    ok(qc_batch_results(bt, ja, 1, true, m, 1, &err), &err); /* staging table now exists */
+    ok(qc_store_batch_results(bt, ja, 1, true, m, 1, &err), &err); /* staging table now exists */
     ok(qc_store_flush(s, bt, NULL, &err), &err);
 
     ok(qc_pgserver_restart(srv, &err), &err);
-    ok(qc_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
-    ok(qc_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
+    ok(qc_store_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_RUNNING, 0, 0, NULL, &err), &err);
     assert_int_equal(qc_store_flush(s, bt, NULL, &err), QS_EDB);
     assert_true(qc_store_connection_lost(s));
-    assert_int_equal(qc_batch_size(bt), 2); /* kept for the retry */
+    assert_int_equal(qc_store_batch_size(bt), 2); /* kept for the retry */
 
     /* While the server is down, reconnect fails and says so; then it comes back. */
     ok(qc_pgserver_kill(srv, &err), &err);
@@ -685,10 +686,10 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     qc_store_close(rival);
     /* The results staging table was re-created in the new session. */
     const qc_metric m2[] = {{"nll", 1.7, -1}};
-    ok(qc_batch_results(bt, ja, 1, true, m2, 1, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, m2, 1, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
     assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
-    qc_batch_free(bt);
+    qc_store_batch_free(bt);
     qc_store_close(s);
 }
 
