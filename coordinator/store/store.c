@@ -113,7 +113,6 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
         qc_store_close(s);
         return qs_error_set(err, QS_EDB, "connect to PostgreSQL (%s): %s", conninfo, msg);
     }
-    /* Notices (e.g. from migrations) are not errors and must not reach stderr of a daemon. */
     qs_status st = qc_migrate(s->conn, NULL, err);
     if (st) {
         qc_store_close(s);

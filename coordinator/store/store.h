@@ -265,8 +265,11 @@ typedef struct qc_flush_stats {
 } qc_flush_stats;
 
 /* Writes the whole batch in one transaction, in this order: workers, attempts started,
- * leases renewed, attempts ended, job states, results (COPY into a temporary staging table,
- * then one INSERT ... ON CONFLICT), cancels handled; then COMMIT. Returns after the COMMIT
+ * leases renewed, attempts ended, job states, results, cancels handled; then COMMIT.
+ * Results: when none of the batch's jobs has a stored result yet (the common case), COPY
+ * straight into results under a savepoint; otherwise, or when that COPY meets a duplicate
+ * (unique_violation), COPY into a session staging table and apply the idempotent rules above
+ * with INSERT ... ON CONFLICT. Returns after the COMMIT
  * (durable). On success the batch is cleared; on failure it is kept intact. An empty batch
  * costs nothing. stats may be NULL. Errors: QS_EDB (see connection_lost), QS_ENOMEM. */
 qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err);
@@ -296,8 +299,9 @@ typedef struct qc_result_row {
 } qc_result_row;
 
 /* Calls fn for every stored result of experiment `name` (every experiment when NULL),
- * ordered by job id, metric, step. fn returns 0 to go on, non-zero to stop (then this
- * returns QS_ECANCELLED). Rows are fetched in chunks (single-row mode), so any number fits.
+ * ordered by experiment, job id, metric, step. fn returns 0 to go on, non-zero to stop (then
+ * this returns QS_ECANCELLED). Rows arrive one at a time (libpq single-row mode), so any
+ * number fits in memory.
  * QS_ENOTFOUND when the experiment does not exist. */
 qs_status qc_store_results(qc_store *s, const char *name,
                            int (*fn)(void *ctx, const qc_result_row *row), void *ctx,
