@@ -165,17 +165,10 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     qc_pgserver_destroy(pg);
 }
 
-/* Interrupt `qsweep run` (SIGINT, as Ctrl-C) once some jobs are done; run again: the jobs
- * that had succeeded get no new attempt, the others run, and all end succeeded. */
-static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
-    (void)state;
-    qc_pgserver *pg = NULL;
-    qs_error err = {0};
-    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
-    const char *db = qc_pgserver_conninfo(pg);
-    PGconn *c = connect_db(db);
-
-    /* twice as many chunks per job as the grid says, one worker: a few seconds to interrupt in */
+/* Starts `qsweep run` on the tiny grid in the background against db, with one worker and
+ * twice the grid's chunks per job, so there are seconds to act while it runs. Output is
+ * discarded. Returns its pid. */
+static pid_t start_slow_run(const char *db) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -186,18 +179,41 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
               "--lease-ms", "2000", (char *)NULL);
         _exit(127);
     }
+    return pid;
+}
+
+/* Waits (up to a minute) until n jobs have succeeded. */
+static void wait_succeeded(PGconn *c, long n) {
     long done = 0;
-    for (int i = 0; i < 1200 && done < 3; i++) {
+    for (int i = 0; i < 1200 && done < n; i++) {
         usleep(50000);
         PGresult *r = PQexec(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
         if (PQresultStatus(r) == PGRES_TUPLES_OK) done = strtol(PQgetvalue(r, 0, 0), NULL, 10);
         PQclear(r);
     }
-    kill(pid, SIGINT);
+}
+
+/* Waits for pid and returns its exit code (-1 when it did not exit normally). */
+static int wait_exit(pid_t pid) {
     int status = 0;
     waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 130);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Interrupt `qsweep run` (SIGINT, as Ctrl-C) once some jobs are done; run again: the jobs
+ * that had succeeded get no new attempt, the others run, and all end succeeded. */
+static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
+    (void)state;
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(pg);
+    PGconn *c = connect_db(db);
+
+    pid_t pid = start_slow_run(db);
+    wait_succeeded(c, 3);
+    kill(pid, SIGINT);
+    assert_int_equal(wait_exit(pid), 130);
 
     long succeeded = query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
     assert_true(succeeded >= 3);
@@ -235,30 +251,12 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
     assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
     const char *db = qc_pgserver_conninfo(pg);
     PGconn *c = connect_db(db);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        dup2(null, 2);
-        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=16", "--db", db,
-              (char *)NULL);
-        _exit(127);
-    }
-    long done = 0;
-    for (int i = 0; i < 1200 && done < 2; i++) {
-        usleep(50000);
-        PGresult *r = PQexec(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
-        if (PQresultStatus(r) == PGRES_TUPLES_OK) done = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-    }
+    pid_t pid = start_slow_run(db);
+    wait_succeeded(c, 2);
     static char out[1 << 12];
     const char *cancel[] = {"cancel", "tiny", "--db", db, NULL};
     assert_int_equal(qsweep(out, sizeof out, cancel), 0);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 5);
+    assert_int_equal(wait_exit(pid), 5);
     assert_int_equal(query_long(c, "SELECT pending + running FROM v_experiment_progress WHERE experiment = 'tiny'"), 0);
     assert_true(query_long(c, "SELECT cancelled FROM v_experiment_progress WHERE experiment = 'tiny'") > 0);
     assert_true(query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'") >= 2);
