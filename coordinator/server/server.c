@@ -72,7 +72,7 @@ typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
     qc_store *store; /* the coordinator's one PostgreSQL connection */
-    qc_batch *batch;
+    qc_store_batch *batch;
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
@@ -337,7 +337,7 @@ static void fail_dependents(server *s, job *dep);
 /* A pending job that can never run: failed (or cancelled) without an attempt. */
 static void end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
-    must(s, qc_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
+    must(s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
     if (!s->o->quiet) slog("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     fail_dependents(s, j);
 }
@@ -385,8 +385,8 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
             push_pending(s, j);
         }
     }
-    must(s, qc_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error, &s->batch_err));
-    must(s, qc_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0, error, &s->batch_err));
+    must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error, &s->batch_err));
+    must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0, error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
         slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt, qc_attempt_outcome_name(outcome),
              qc_job_state_name(j->state), error ? ": " : "", error ? error : "");
@@ -463,9 +463,9 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    must(s, qc_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name, s->lease_ms / 1000.0,
+    must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name, s->lease_ms / 1000.0,
                                      &s->batch_err));
-    must(s, qc_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL, &s->batch_err));
+    must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL, &s->batch_err));
     Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
     a.job_id = j->id;
     a.attempt = j->attempt;
@@ -570,7 +570,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         if (strlen(h->models_loaded[i]) <= KEY_MAX) snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    must(s, qc_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj, (int32_t)h->cpu_threads,
+    must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj, (int32_t)h->cpu_threads,
                                  &s->batch_err));
     free(gj);
 
@@ -662,7 +662,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
             if ((r->final && m->final) != (final == 1)) continue;
             rows[n++] = (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
         }
-        if (n) must(s, qc_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows, n, &s->batch_err));
+        if (n) must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows, n, &s->batch_err));
     }
     free(rows);
     if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
@@ -814,7 +814,7 @@ static qs_status poll_cancels(server *s, qs_error *err) {
         }
     }
     free(ids);
-    if (upto > 0) must(s, qc_batch_cancels_handled(s->batch, upto, &s->batch_err));
+    if (upto > 0) must(s, qc_store_batch_cancels_handled(s->batch, upto, &s->batch_err));
     return QS_OK;
 }
 
@@ -842,7 +842,7 @@ static void run_actions(server *s) {
 /* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
 static void db_lost(server *s, const char *why) {
     slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
-         qc_batch_size(s->batch));
+         qc_store_batch_size(s->batch));
     s->db_down = true;
     s->next_reconnect = now_ms() + 500;
 }
@@ -851,9 +851,9 @@ static void db_lost(server *s, const char *why) {
 static qs_status commit(server *s, qs_error *err) {
     if (s->db_down) return QS_OK;
     for (int round = 0; round < 2; round++) { /* an undeliverable ASSIGN queues one more write */
-        if (qc_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
+        if (qc_store_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
         qs_error e;
-        size_t items = qc_batch_size(s->batch);
+        size_t items = qc_store_batch_size(s->batch);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         qs_status st = qc_store_flush(s->store, s->batch, NULL, &e);
@@ -866,7 +866,7 @@ static qs_status commit(server *s, qs_error *err) {
         if (st != QS_OK) {
             if (!qc_store_connection_lost(s->store)) {
                 *err = e;
-                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_batch_size(s->batch));
+                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_store_batch_size(s->batch));
             }
             db_lost(s, e.msg);
             return QS_OK;
@@ -955,7 +955,7 @@ static void free_server(server *s) {
     free(s->actions);
     if (s->sock) zmq_close(s->sock);
     if (s->zctx) zmq_ctx_term(s->zctx);
-    qc_batch_free(s->batch);
+    qc_store_batch_free(s->batch);
     qc_store_close(s->store);
 }
 
@@ -983,7 +983,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     }
     stop_requested = 0;
 
-    qs_status st = (s.batch = qc_batch_new()) ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
+    qs_status st = (s.batch = qc_store_batch_new()) ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
     if (st == QS_OK) st = qc_store_open(opts->conninfo, "coordinator", &s.store, err);
     if (st == QS_OK) st = qc_store_lock_coordinator(s.store, err);
     if (st == QS_OK) st = load_new_jobs(&s, err);
@@ -1017,7 +1017,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                 break;
             }
             if (rs == QS_OK) {
-                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_batch_size(s.batch));
+                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_store_batch_size(s.batch));
                 s.db_down = false;
                 s.dirty = true;
             } else {
@@ -1052,13 +1052,13 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         dispatch(&s, now);
         st = commit(&s, err);
-        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_batch_size(s.batch) == 0 &&
+        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_store_batch_size(s.batch) == 0 &&
             s.n_actions == 0 && s.polled_since_commit) {
             slog("every job is terminal: exiting");
             break;
         }
     }
-    if (st == QS_OK && qc_batch_size(s.batch) > 0 && !s.db_down) {
+    if (st == QS_OK && qc_store_batch_size(s.batch) > 0 && !s.db_down) {
         qs_error e;
         if (qc_store_flush(s.store, s.batch, NULL, &e) != QS_OK) slog("final commit: %s", e.msg);
     }
