@@ -94,10 +94,14 @@ static qs_status choose_run_user(qc_pgserver *srv, qs_error *err) {
     srv->drop_privileges = geteuid() == 0;
     if (!srv->drop_privileges) return QS_OK;
     struct passwd *pw = getpwnam("qsweep");
-    if (!pw) {
+    /* Test binaries started together may race to create the user: useradd then fails on
+     * the locked /etc/passwd, and a retry finds the user the other one made. A useradd that
+     * keeps failing falls back to nobody below. */
+    for (int tries = 0; !pw && tries < 5; tries++) {
+        if (tries) sleep_ms(200);
         int rc = system("useradd --system --no-create-home --shell /usr/sbin/nologin qsweep "
                         ">/dev/null 2>&1");
-        (void)rc; /* a failed useradd falls back to nobody below */
+        (void)rc;
         pw = getpwnam("qsweep");
     }
     if (!pw) pw = getpwnam("nobody");
