@@ -217,6 +217,21 @@ QK_HD float qk_e2m1_rne_value(float s) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
+/* The E2M1 value of s under stochastic rounding with 32 random bits, saturated to +-6 (NaN
+ * gives +6, the sign is kept): with q the grid step of |s|'s binade (0.5 below 2, 1 below 4,
+ * 2 above), lo the multiple of q at or below |s| and f = (|s| - lo)/q, the result is lo + q
+ * when rbits < floor(f * 2^32), else lo; all exact in FP32/FP64. The same decision as
+ * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, QK_ROUND_SR, rbits)) (codec.h; tested). */
+QK_HD float qk_e2m1_sr_value(float s, uint32_t rbits) {
+    float a = fabsf(s);
+    float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+    float lo = floorf(a / q) * q;                        /* a / q and the product are exact */
+    double f32 = floor((double)((a - lo) / q) * 0x1p32); /* the fraction as 32 bits */
+    float v = lo + ((double)rbits < f32 ? q : 0.0f);
+    v = v < 6.0f ? v : 6.0f; /* saturation; also +Inf and NaN */
+    return (s != s) ? 6.0f : copysignf(v, s);
+}
+
 /* Any minifloat's RNE-saturating value of s, without forming the code: the magnitude is
  * rounded to a multiple of its grid step q = 2^(e - man_bits) (e = max(exponent of |s|, emin),
  * clamped above at e_hi) by adding and subtracting C = 2^(e - man_bits + 23), whose FP32 ulp

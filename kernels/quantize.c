@@ -382,12 +382,14 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
     return f;
 }
 
-/* Fast path for RNE fake-quant in 1D blocks of minifloat elements: NVFP4, every MX format
- * and FP8 per tensor, in place on one row. Per block: the amax by bits, the block scale (the
- * reference's scale_for; NVFP4 with the fast E4M3 cast and the per-call E_b table), then a
- * branch-free element loop that the compiler vectorises: qk_e2m1_rne_value for E2M1,
- * qk_minifloat_rne_value for the others. The value is (elem * dec) * s_dec with dec = 1 per
- * tensor and s_dec = 1 for MX, both exact, so the bits equal quant_group_ref's (tested).
+/* Fast path for fake-quant in 1D blocks of minifloat elements: NVFP4, every MX format and
+ * FP8 per tensor with RNE, and the E2M1 formats (NVFP4, MXFP4) with stochastic rounding; in
+ * place on row r. Per block: the amax by bits, the block scale (the reference's scale_for;
+ * NVFP4 with the fast E4M3 cast and the per-call E_b table), then a branch-free element loop
+ * that the compiler vectorises: qk_e2m1_rne_value / qk_e2m1_sr_value for E2M1,
+ * qk_minifloat_rne_value for the others; SR bits come from one Philox block per 4 elements
+ * drawn before the loop. The value is (elem * dec) * s_dec with dec = 1 per tensor and
+ * s_dec = 1 for MX, both exact, so the bits equal quant_group_ref's (tested).
  * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
  * Statistics, when asked for, keep a copy of the chunk's input. */
 #define QK_FAST_CHUNK 32
@@ -397,8 +399,11 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void
-quant_row_fast(const qk_plan *p, float *row, stats_acc *acc) {
+quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
     const qk_codec *el = p->elem;
+    const int sr = p->rounding == QK_ROUND_SR;
+    uint32_t rb[QK_FAST_CHUNK];
+    sr_cache cache = {UINT64_MAX, {0, 0, 0, 0}};
     const int e2m1 = el == &qk_codec_e2m1;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
     const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
@@ -431,7 +436,12 @@ quant_row_fast(const qk_plan *p, float *row, stats_acc *acc) {
             }
         }
         if (acc) memcpy(in, v, n * sizeof *v);
-        if (e2m1)
+        if (sr) {
+            for (size_t i = 0; i < n; i++)
+                rb[i] = sr_bits_cached(p, &cache, r * p->k + c0 + i);
+            for (size_t i = 0; i < n; i++)
+                v[i] = (qk_e2m1_sr_value(v[i] * enc, rb[i]) * dec) * s_dec;
+        } else if (e2m1)
             for (size_t i = 0; i < n; i++)
                 v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
         else
@@ -456,13 +466,15 @@ quant_row_fast(const qk_plan *p, float *row, stats_acc *acc) {
     }
 }
 
-/* Whether quant_row_fast covers this call: RNE, 1D blocks of at most QK_FAST_CHUNK (or one
- * per-tensor scale), minifloat elements whose rounding constant 2^(e_hi - man_bits + 23) is a
- * finite FP32 (all but BF16, which no block format uses). */
+/* Whether quant_row_fast covers this call: RNE (or SR with E2M1 elements), 1D blocks of at
+ * most QK_FAST_CHUNK (or one per-tensor scale), minifloat elements whose rounding constant
+ * 2^(e_hi - man_bits + 23) is a finite FP32 (all but BF16, which no block format uses). */
 static int fast_path_applies(const qk_plan *p) {
     const qk_codec *el = p->elem;
     qk_scale_rule rule = p->fmt->rule;
-    if (p->rounding != QK_ROUND_RNE || p->brows != 1 || el->kind != QK_CODEC_MINIFLOAT) return 0;
+    int rounding_ok =
+        p->rounding == QK_ROUND_RNE || (p->rounding == QK_ROUND_SR && el == &qk_codec_e2m1);
+    if (!rounding_ok || p->brows != 1 || el->kind != QK_CODEC_MINIFLOAT) return 0;
     if (el->emax + 1 - el->man_bits + 23 > 127) return 0;
     if (rule == QK_RULE_TENSOR) return 1;
     return (rule == QK_RULE_NVFP4 || rule == QK_RULE_MX) && p->block <= QK_FAST_CHUNK;
@@ -523,7 +535,7 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
         if (fast)
-            quant_row_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
+            quant_row_fast(&p, r0, x + r0 * k, accs ? &accs[g] : NULL);
         else
             quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
     }

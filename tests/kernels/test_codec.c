@@ -378,6 +378,42 @@ static void minifloat_fast_value_matches_reference(void **state) {
     }
 }
 
+/* qk_e2m1_sr_value (the SR fast path) equals the reference codec's SR decision on the grid
+ * points, the midpoints (fraction exactly 1/2: the boundary is rbits = 2^31), quarter points,
+ * specials and 2^20 random inputs, each with edge and random rbits. */
+static void e2m1_sr_fast_value_matches_reference(void **state) {
+    (void)state;
+    static const uint32_t edge_bits[] = {0u,          1u,          0x3FFFFFFFu, 0x40000000u,
+                                         0x7FFFFFFFu, 0x80000000u, 0xBFFFFFFFu, 0xC0000000u,
+                                         0xFFFFFFFEu, 0xFFFFFFFFu};
+    size_t bad = 0;
+    for (uint32_t i = 0; i < (1u << 20) + 64; i++) {
+        float x;
+        if (i < 48) { /* 0, 0.125, ..., 5.875 */
+            x = 0.125f * (float)i;
+        } else if (i < 64) {
+            const float sp[] = {NAN,     -NAN,   INFINITY,    -INFINITY, -0.0f, 1e-45f,
+                                -1e-45f, 6.0f,   7.0f,        7.99f,     8.0f,  -5.5f,
+                                1e30f,   3e-39f, 1.99999988f, 3.9999998f};
+            x = sp[i - 48];
+        } else {
+            uint32_t u = qk_sr_bits(3, 3, 3, i);
+            memcpy(&x, &u, sizeof x);
+        }
+        for (size_t j = 0; j <= sizeof edge_bits / sizeof edge_bits[0]; j++) {
+            uint32_t rb =
+                j < sizeof edge_bits / sizeof edge_bits[0] ? edge_bits[j] : qk_sr_bits(4, 4, 4, i);
+            float ref = qk_codec_decode(&qk_codec_e2m1,
+                                        qk_codec_encode(&qk_codec_e2m1, x, QK_ROUND_SR, rb));
+            float fast = qk_e2m1_sr_value(x, rb);
+            if (bits_of_f32(ref) != bits_of_f32(fast) && bad++ < 5)
+                fprintf(stderr, "x=%a rbits=%08X ref %a fast %a\n", (double)x, rb, (double)ref,
+                        (double)fast);
+        }
+    }
+    assert_int_equal(bad, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(e2m1_matches_every_testdata_row),
@@ -396,6 +432,7 @@ int main(void) {
         cmocka_unit_test(e4m3_fast_cast_matches_reference),
         cmocka_unit_test(device_decoders_match_codec_decoders),
         cmocka_unit_test(minifloat_fast_value_matches_reference),
+        cmocka_unit_test(e2m1_sr_fast_value_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,8 @@
  * - kernels_exhaustive_cuda (QK_EXHAUSTIVE 1, label "exhaustive"): all 2^32 FP32 inputs for
  *   E2M1 RN and RZ, the E2M1 fast path, E4M3, and the fast non-negative E4M3 cast of the
  *   NVFP4 block scale against CUDA; and the fast minifloat values of E4M3, E5M2, E2M3, E3M2
- *   and FP16 against qsweep's reference codec. OpenMP over the input space.
+ *   and FP16, and the E2M1 stochastic-rounding fast value, against qsweep's reference codec.
+ *   OpenMP over the input space.
  * Without the headers (QK_HAVE_CUDA_HOST undefined) every test is skipped with a message. */
 #include <math.h>
 #include <setjmp.h>
@@ -177,6 +178,32 @@ static void minifloat_fast_values_match_reference_on_all_inputs(void **state) {
     fprintf(stderr, "2^32 inputs x 5 minifloat codecs, %zu mismatches\n", bad);
     assert_int_equal(bad, 0);
 }
+
+/* The E2M1 stochastic-rounding fast value against the reference codec on all 2^32 inputs,
+ * each with pseudo-random bits and with the boundary value 2^31. */
+static void e2m1_sr_fast_value_matches_reference_on_all_inputs(void **state) {
+    (void)state;
+    size_t bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
+    for (uint32_t hi = 0; hi < 65536u; hi++) {
+        for (uint32_t lo = 0; lo < 65536u; lo++) {
+            uint32_t u = (hi << 16) | lo, a, b;
+            float x;
+            memcpy(&x, &u, sizeof x);
+            const uint32_t rbs[2] = {u * 2654435761u ^ (u >> 13), 0x80000000u};
+            for (int j = 0; j < 2; j++) {
+                float ref = qk_codec_decode(
+                    &qk_codec_e2m1, qk_codec_encode(&qk_codec_e2m1, x, QK_ROUND_SR, rbs[j]));
+                float fast = qk_e2m1_sr_value(x, rbs[j]);
+                memcpy(&a, &ref, sizeof a);
+                memcpy(&b, &fast, sizeof b);
+                bad += a != b;
+            }
+        }
+    }
+    fprintf(stderr, "2^32 inputs x 2 rbits, E2M1 SR fast value: %zu mismatches\n", bad);
+    assert_int_equal(bad, 0);
+}
 #endif
 
 int main(void) {
@@ -191,6 +218,7 @@ int main(void) {
 #else
         cmocka_unit_test(all_2_32_inputs_match_cuda),
         cmocka_unit_test(minifloat_fast_values_match_reference_on_all_inputs),
+        cmocka_unit_test(e2m1_sr_fast_value_matches_reference_on_all_inputs),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

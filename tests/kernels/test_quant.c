@@ -415,9 +415,9 @@ static void results_are_identical_for_1_2_4_threads(void **state) {
     free(y);
 }
 
-/* The fast path (NVFP4 1D, every MX format under each scale rule, FP8 per tensor; RNE) is
- * bit-identical to the scalar reference, values and statistics, specials included, at three
- * overall scales. */
+/* The fast path (NVFP4 1D, every MX format under each scale rule, FP8 per tensor; RNE, and
+ * SR for NVFP4/MXFP4) is bit-identical to the scalar reference, values and statistics,
+ * specials included, at several overall scales. */
 static void fast_path_matches_reference(void **state) {
     (void)state;
     const size_t rows = 67, k = 250;
@@ -429,9 +429,16 @@ static void fast_path_matches_reference(void **state) {
                            "mxfp8_e4m3", "mxfp8_e5m2", "fp8_e4m3"};
     for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
         int is_mx = strncmp(names[f], "mx", 2) == 0;
+        int sr_too = strcmp(names[f], "nvfp4") == 0 || strcmp(names[f], "mxfp4") == 0;
         for (int rule = QK_MX_RCEIL; rule <= (is_mx ? QK_MX_EVEN : QK_MX_RCEIL); rule++) {
-            for (int scale_exp = -30; scale_exp <= 30; scale_exp += 30) {
-                qk_quant_options o = {.mx_rule = (qk_mx_scale_rule)rule};
+            for (int scale_exp = -30; scale_exp <= 30 + 90 * sr_too; scale_exp += 30) {
+                /* past 30 the loop runs again with SR: scale_exp - 90 = -30, 0, 30 */
+                int sr = scale_exp > 30;
+                qk_quant_options o = {.mx_rule = (qk_mx_scale_rule)rule,
+                                      .rounding = sr ? QK_ROUND_SR : QK_ROUND_RNE,
+                                      .seed = 5,
+                                      .tensor_id = 6};
+                if (sr) scale_exp -= 90;
                 qk_quant_stats sa, sb;
                 qs_error err = {0};
                 for (size_t i = 0; i < rows * k; i++)
@@ -444,6 +451,7 @@ static void fast_path_matches_reference(void **state) {
                 if (memcmp(a, b, rows * k * sizeof *a) != 0)
                     fail_msg("%s rule %d scale 2^%d: fast path differs", names[f], rule, scale_exp);
                 assert_memory_equal(&sa, &sb, sizeof sa);
+                if (sr) scale_exp += 90;
             }
         }
     }
