@@ -1,0 +1,42 @@
+-- v_sensitivity looks up, for every result row, the baseline job of the same model and
+-- dataset. As written in 002 (IS NOT DISTINCT FROM on the digests) that lookup could not use
+-- an index and read every job per result row. The baseline is now found by equality on the
+-- two digests (qsweep submit always writes both) through this partial expression index.
+CREATE INDEX jobs_baseline_lookup_idx ON jobs
+    ((spec -> 'model' ->> 'digest'), (spec -> 'dataset' ->> 'digest'))
+    WHERE kind = 'baseline';
+
+CREATE OR REPLACE VIEW v_sensitivity AS
+SELECT e.name AS experiment,
+       j.id AS job_id,
+       j.spec -> 'model' ->> 'path' AS model,
+       j.spec -> 'model' ->> 'digest' AS model_digest,
+       j.spec -> 'dataset' ->> 'path' AS dataset,
+       j.spec ->> 'format' AS format,
+       j.spec ->> 'quantize' AS quantize,
+       j.spec ->> 'mode' AS mode,
+       j.spec ->> 'part' AS part,
+       r.name AS metric,
+       r.value,
+       b.value AS baseline_value,
+       r.value - b.value AS delta,
+       b.job_id AS baseline_job_id
+FROM results r
+JOIN jobs j ON j.id = r.job
+JOIN experiment_jobs ej ON ej.job = j.id
+JOIN experiments e ON e.id = ej.experiment
+LEFT JOIN LATERAL (
+    SELECT bj.id AS job_id, br.value
+    FROM jobs bj
+    JOIN results br ON br.job = bj.id AND br.name = r.name AND br.step = -1
+    WHERE bj.kind = 'baseline'
+      AND bj.spec -> 'model' ->> 'digest' = j.spec -> 'model' ->> 'digest'
+      AND bj.spec -> 'dataset' ->> 'digest' = j.spec -> 'dataset' ->> 'digest'
+      AND bj.spec -> 'dataset' -> 'ctx' IS NOT DISTINCT FROM j.spec -> 'dataset' -> 'ctx'
+      AND bj.spec -> 'dataset' -> 'max_chunks' IS NOT DISTINCT FROM
+          j.spec -> 'dataset' -> 'max_chunks'
+    ORDER BY (bj.spec ->> 'numerics_version' IS NOT DISTINCT FROM
+              j.spec ->> 'numerics_version') DESC,
+             bj.id DESC
+    LIMIT 1) b ON true
+WHERE j.kind = 'eval' AND r.final;
