@@ -522,13 +522,17 @@ qs_status qc_pgserver_resume(qc_pgserver *srv, qs_error *err) {
      * the postmaster then refuses to start ("pre-existing shared memory block is still in
      * use"). Retry until they have gone. */
     qs_status st = QS_OK;
-    for (int tries = 0; tries < 60; tries++) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
         remove_zombie_locks(srv);
         st = pg_ctl_start(srv, err);
         if (st == QS_OK) return QS_OK;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 30) break; /* each pg_ctl start waits up to 60 s itself */
         sleep_ms(500);
     }
-    return st;
+    return qs_error_wrap(err, "%s: no successful start in 30 s of retries", srv->data_dir);
 }
 
 qs_status qc_pgserver_restart(qc_pgserver *srv, qs_error *err) {

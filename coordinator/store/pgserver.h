@@ -61,7 +61,7 @@ qs_status qc_pgserver_stop(qc_pgserver *srv, qs_error *err);
 
 /* Starts a stopped (or killed) server again on the same data directory, socket and port;
  * no-op when it is running. After qc_pgserver_kill the server goes through crash recovery;
- * the start is retried for up to 30 s while the killed server's backends exit. */
+ * failed starts are retried for 30 s while the killed server's backends exit. */
 qs_status qc_pgserver_resume(qc_pgserver *srv, qs_error *err);
 
 /* qc_pgserver_stop then qc_pgserver_resume: every client connection is dropped. */
