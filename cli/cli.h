@@ -40,14 +40,13 @@ const char *qsweep_self_exe(void);
 /* Connection string: the --db argument, else $QSWEEP_DB; NULL when neither is set. */
 const char *qsweep_db_arg(const char *opt);
 
-
 /* mkdir -p path: parents 0755, the last 0700. Errors: QS_EIO naming the directory. */
 qs_status qsweep_make_dirs(const char *path, qs_error *err);
 
 /* "<$var, else $HOME/fallback>/qsweep/<leaf>" (XDG Base Directory specification), e.g.
  * ("XDG_DATA_HOME", ".local/share", "pg"). Errors: QS_EINVAL (no HOME, too long). */
-qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out, size_t cap,
-                          qs_error *err);
+qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out,
+                          size_t cap, qs_error *err);
 
 /* Starts (or adopts, when it already runs) the private cluster in pg_dir, default
  * ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg, creating the directory. As root the server
@@ -64,8 +63,8 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
  * transaction. Each eval job depends on its baseline; every job's model_key is
  * "model:<digest>", the key a worker caches the model under (worker/jobs/jobs.h), so the
  * coordinator's affinity sends a model's jobs to the worker that holds it. */
-qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs, qc_submit_counts *counts,
-                             qs_error *err);
+qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
+                             qc_submit_counts *counts, qs_error *err);
 
 /* Prints one experiment's progress line, without a newline: bar, counts by state, ETA
  * (cmd_query.c). */
@@ -76,7 +75,8 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
 
 /* Prints the sensitivity tables of experiment `name` (cmd_results.c): one per (model, format,
  * quantize), parts sorted by damage. format: 0 table, 1 CSV, 2 JSON. */
-qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out, qs_error *err);
+qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
+                               qs_error *err);
 
 /* The subcommands; each parses its own options (argv[0] is the subcommand name) and returns
  * an exit code. */

@@ -17,17 +17,26 @@ typedef struct common_opts {
 } common_opts;
 
 static int parse_common(int argc, char **argv, void (*usage)(FILE *), common_opts *o) {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},  {"job", required_argument, 0, 'j'},
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"job", required_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:j:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': o->db = optarg; break;
-        case 'j': o->job = optarg; break;
-        case 'h': usage(stdout); return QSWEEP_EXIT_OK;
-        default: usage(stderr); return QSWEEP_EXIT_USAGE;
+        case 'd':
+            o->db = optarg;
+            break;
+        case 'j':
+            o->job = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            usage(stderr);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     o->first = optind;
@@ -45,13 +54,14 @@ static double eta_seconds(qc_store *s, const qc_progress *p) {
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)p->experiment_id);
     const char *params[1] = {id};
-    PGresult *r = PQexecParams(qc_store_pgconn(s),
-                               "SELECT extract(epoch FROM avg(a.ended_at - a.started_at) "
-                               "                FILTER (WHERE a.outcome = 'succeeded')),"
-                               "       count(*) FILTER (WHERE a.outcome = 'running' AND a.lease_expires_at > now())"
-                               " FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job"
-                               " WHERE ej.experiment = $1",
-                               1, NULL, params, NULL, NULL, 0);
+    PGresult *r = PQexecParams(
+        qc_store_pgconn(s),
+        "SELECT extract(epoch FROM avg(a.ended_at - a.started_at) "
+        "                FILTER (WHERE a.outcome = 'succeeded')),"
+        "       count(*) FILTER (WHERE a.outcome = 'running' AND a.lease_expires_at > now())"
+        " FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job"
+        " WHERE ej.experiment = $1",
+        1, NULL, params, NULL, NULL, 0);
     double eta = -1;
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
         double mean = strtod(PQgetvalue(r, 0, 0), NULL);
@@ -67,23 +77,30 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
     int64_t done = p->succeeded + p->failed + p->cancelled;
     int fill = p->total ? (int)(width * done / p->total) : width;
     char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
     bar[width] = 0;
-    fprintf(out, "%-28s [%s] %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  cancelled %lld",
-            p->name, bar, p->total ? (int)(100 * done / p->total) : 100, (long long)done, (long long)p->total,
-            (long long)p->pending, (long long)p->running, (long long)p->succeeded, (long long)p->failed,
-            (long long)p->cancelled);
+    fprintf(out,
+            "%-28s [%s] %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
+            "cancelled %lld",
+            p->name, bar, p->total ? (int)(100 * done / p->total) : 100, (long long)done,
+            (long long)p->total, (long long)p->pending, (long long)p->running,
+            (long long)p->succeeded, (long long)p->failed, (long long)p->cancelled);
     if (p->pending + p->running > 0) {
         double eta = eta_seconds(s, p);
-        if (eta >= 0) fprintf(out, "  ETA %dm%02ds", (int)(eta / 60), (int)eta % 60);
-        else fprintf(out, "  ETA ?");
+        if (eta >= 0)
+            fprintf(out, "  ETA %dm%02ds", (int)(eta / 60), (int)eta % 60);
+        else
+            fprintf(out, "  ETA ?");
     }
 }
 
 static void status_usage(FILE *out) {
-    fprintf(out, "usage: qsweep status [EXPERIMENT] [--db CONNINFO]\n"
-                 "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state,\n"
-                 "  and the time left at the pace of the attempts finished so far.\n");
+    fprintf(
+        out,
+        "usage: qsweep status [EXPERIMENT] [--db CONNINFO]\n"
+        "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state,\n"
+        "  and the time left at the pace of the attempts finished so far.\n");
 }
 
 int qsweep_cmd_status(int argc, char **argv) {
@@ -111,9 +128,10 @@ int qsweep_cmd_status(int argc, char **argv) {
 }
 
 static void cancel_usage(FILE *out) {
-    fprintf(out, "usage: qsweep cancel EXPERIMENT | --job JOB_KEY [--db CONNINFO]\n"
-                 "  Asks the coordinator to cancel every unfinished job of EXPERIMENT, or one job.\n"
-                 "  Running attempts are stopped; finished jobs keep their results.\n");
+    fprintf(out,
+            "usage: qsweep cancel EXPERIMENT | --job JOB_KEY [--db CONNINFO]\n"
+            "  Asks the coordinator to cancel every unfinished job of EXPERIMENT, or one job.\n"
+            "  Running attempts are stopped; finished jobs keep their results.\n");
 }
 
 int qsweep_cmd_cancel(int argc, char **argv) {
@@ -137,9 +155,11 @@ int qsweep_cmd_cancel(int argc, char **argv) {
 }
 
 static void workers_usage(FILE *out) {
-    fprintf(out, "usage: qsweep workers [--db CONNINFO]\n"
-                 "  The workers the coordinator has seen: host, pid, threads, GPUs, last heartbeat, and\n"
-                 "  the job each is running now.\n");
+    fprintf(
+        out,
+        "usage: qsweep workers [--db CONNINFO]\n"
+        "  The workers the coordinator has seen: host, pid, threads, GPUs, last heartbeat, and\n"
+        "  the job each is running now.\n");
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {
@@ -151,19 +171,22 @@ int qsweep_cmd_workers(int argc, char **argv) {
     qs_status st = qc_store_open(qsweep_db_arg(o.db), "workers", &s, &err);
     if (st) return qsweep_fail("workers", &err);
     PGconn *c = qc_store_pgconn(s);
-    PGresult *r = PQexec(c, "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
-                            "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
-                            "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-')"
-                            " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
-                            " GROUP BY w.id ORDER BY w.last_seen DESC, w.id");
+    PGresult *r = PQexec(
+        c, "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
+           "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
+           "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-')"
+           " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
+           " GROUP BY w.id ORDER BY w.last_seen DESC, w.id");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         qs_error_set(&err, QS_EDB, "workers: %s", PQerrorMessage(c));
         rc = qsweep_fail("workers", &err);
     } else {
-        printf("%-32s %-16s %8s %7s %10s %-10s %s\n", "worker", "host", "pid", "threads", "last seen", "running", "gpus");
+        printf("%-32s %-16s %8s %7s %10s %-10s %s\n", "worker", "host", "pid", "threads",
+               "last seen", "running", "gpus");
         for (int i = 0; i < PQntuples(r); i++)
-            printf("%-32s %-16s %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 4));
+            printf("%-32s %-16s %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+                   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 5),
+                   PQgetvalue(r, i, 6), PQgetvalue(r, i, 4));
         rc = QSWEEP_EXIT_OK;
     }
     PQclear(r);
@@ -172,29 +195,42 @@ int qsweep_cmd_workers(int argc, char **argv) {
 }
 
 static void db_usage(FILE *out) {
-    fprintf(out, "usage: qsweep db migrate [--db CONNINFO]\n"
-                 "       qsweep db start [--pg-dir DIR]\n"
-                 "       qsweep db stop [--pg-dir DIR]\n"
-                 "  migrate  applies the schema migrations (schema/NNN_*.sql) not yet applied; an edited\n"
-                 "           applied migration is refused\n"
-                 "  start    starts the private cluster of qsweep run (default DIR:\n"
-                 "           ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg) and prints\n"
-                 "           export QSWEEP_DB='...', so eval \"$(qsweep db start)\" points qsweep and psql at it\n"
-                 "  stop     stops it\n");
+    fprintf(
+        out,
+        "usage: qsweep db migrate [--db CONNINFO]\n"
+        "       qsweep db start [--pg-dir DIR]\n"
+        "       qsweep db stop [--pg-dir DIR]\n"
+        "  migrate  applies the schema migrations (schema/NNN_*.sql) not yet applied; an edited\n"
+        "           applied migration is refused\n"
+        "  start    starts the private cluster of qsweep run (default DIR:\n"
+        "           ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg) and prints\n"
+        "           export QSWEEP_DB='...', so eval \"$(qsweep db start)\" points qsweep and psql "
+        "at it\n"
+        "  stop     stops it\n");
 }
 
 int qsweep_cmd_db(int argc, char **argv) {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'}, {"pg-dir", required_argument, 0, 'p'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"pg-dir", required_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *db = NULL, *pg_dir = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:p:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': db = optarg; break;
-        case 'p': pg_dir = optarg; break;
-        case 'h': db_usage(stdout); return QSWEEP_EXIT_OK;
-        default: db_usage(stderr); return QSWEEP_EXIT_USAGE;
+        case 'd':
+            db = optarg;
+            break;
+        case 'p':
+            pg_dir = optarg;
+            break;
+        case 'h':
+            db_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            db_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     const char *verb = optind == argc - 1 ? argv[optind] : "";
@@ -215,7 +251,8 @@ int qsweep_cmd_db(int argc, char **argv) {
         return QSWEEP_EXIT_OK;
     }
     if (strcmp(verb, "migrate") != 0 || !qsweep_db_arg(db)) {
-        if (!strcmp(verb, "migrate")) fprintf(stderr, "qsweep db migrate: give --db CONNINFO or set QSWEEP_DB\n");
+        if (!strcmp(verb, "migrate"))
+            fprintf(stderr, "qsweep db migrate: give --db CONNINFO or set QSWEEP_DB\n");
         db_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }
@@ -226,6 +263,7 @@ int qsweep_cmd_db(int argc, char **argv) {
     if (!st) st = qc_migrate(conn, &applied, &err);
     PQfinish(conn);
     if (st) return qsweep_fail("db migrate", &err);
-    printf("%d migration%s applied (%zu known)\n", applied, applied == 1 ? "" : "s", qc_schema_migrations_count);
+    printf("%d migration%s applied (%zu known)\n", applied, applied == 1 ? "" : "s",
+           qc_schema_migrations_count);
     return QSWEEP_EXIT_OK;
 }

@@ -78,7 +78,8 @@ static void stop_children(child *cs, size_t n, int sig, int timeout_ms) {
         if (cs[i].pid) kill(cs[i].pid, sig);
     for (int waited = 0;; waited += 20) {
         int alive = 0;
-        for (size_t i = 0; i < n; i++) alive += !reaped(&cs[i]);
+        for (size_t i = 0; i < n; i++)
+            alive += !reaped(&cs[i]);
         if (!alive) return;
         if (waited >= timeout_ms) break;
         usleep(20000);
@@ -92,27 +93,34 @@ static void stop_children(child *cs, size_t n, int sig, int timeout_ms) {
 }
 
 static void describe_exit(const child *c, char *buf, size_t cap) {
-    if (WIFEXITED(c->status)) snprintf(buf, cap, "exit status %d", WEXITSTATUS(c->status));
-    else if (WIFSIGNALED(c->status)) snprintf(buf, cap, "signal %d", WTERMSIG(c->status));
-    else snprintf(buf, cap, "status %d", c->status);
+    if (WIFEXITED(c->status))
+        snprintf(buf, cap, "exit status %d", WEXITSTATUS(c->status));
+    else if (WIFSIGNALED(c->status))
+        snprintf(buf, cap, "signal %d", WTERMSIG(c->status));
+    else
+        snprintf(buf, cap, "status %d", c->status);
 }
 
 static void run_usage(FILE *out) {
-    fprintf(out,
-            "usage: qsweep run GRID [--set KEY=VALUE]... [--workers N] [--threads T] [--db CONNINFO]\n"
-            "                       [--pg-dir DIR] [--lease-ms MS]\n"
-            "  Validates GRID, queues its jobs, runs them with a coordinator and N local workers, shows\n"
-            "  progress and prints the results. Interrupted and run again, it runs only what is unfinished.\n"
-            "  --set KEY=VALUE  override a grid value (see qsweep submit --help)\n"
-            "  --workers N      local worker processes (default 2)\n"
-            "  --threads T      CPU threads per worker (default: CPUs / N)\n"
-            "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
-            "                   PostgreSQL cluster in --pg-dir (default ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
-            "                   is started for the run and stopped after it\n"
-            "  --lease-ms MS    a running job's lease (default 10000; heartbeats renew it)\n"
-            "  Logs of the coordinator and workers: ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/\n"
-            "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
-            "              5 some jobs failed or were cancelled, 130 interrupted\n");
+    fprintf(
+        out,
+        "usage: qsweep run GRID [--set KEY=VALUE]... [--workers N] [--threads T] [--db CONNINFO]\n"
+        "                       [--pg-dir DIR] [--lease-ms MS]\n"
+        "  Validates GRID, queues its jobs, runs them with a coordinator and N local workers, "
+        "shows\n"
+        "  progress and prints the results. Interrupted and run again, it runs only what is "
+        "unfinished.\n"
+        "  --set KEY=VALUE  override a grid value (see qsweep submit --help)\n"
+        "  --workers N      local worker processes (default 2)\n"
+        "  --threads T      CPU threads per worker (default: CPUs / N)\n"
+        "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
+        "                   PostgreSQL cluster in --pg-dir (default "
+        "${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
+        "                   is started for the run and stopped after it\n"
+        "  --lease-ms MS    a running job's lease (default 10000; heartbeats renew it)\n"
+        "  Logs of the coordinator and workers: ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/\n"
+        "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
+        "              5 some jobs failed or were cancelled, 130 interrupted\n");
 }
 
 typedef struct run_state {
@@ -144,16 +152,19 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
     qc_progress prev = {0};
     prev.total = -1;
     for (;;) {
-        if (stop_signal) return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d", (int)stop_signal);
+        if (stop_signal)
+            return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d", (int)stop_signal);
         if (reaped(&r->children[0])) {
             char how[64];
             describe_exit(&r->children[0], how, sizeof how);
-            return qs_error_set(err, QS_EIO, "the coordinator stopped (%s); see %s", how, r->children[0].log);
+            return qs_error_set(err, QS_EIO, "the coordinator stopped (%s); see %s", how,
+                                r->children[0].log);
         }
         size_t alive = 0;
         for (size_t i = 1; i < r->n_children; i++) {
             int was = r->children[i].pid != 0;
-            if (!reaped(&r->children[i])) alive++;
+            if (!reaped(&r->children[i]))
+                alive++;
             else if (was) {
                 char how[64];
                 describe_exit(&r->children[i], how, sizeof how);
@@ -168,9 +179,9 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
         if (st) return st;
         *last = rows[0];
         free(rows);
-        int changed = prev.total != last->total || prev.pending != last->pending || prev.running != last->running ||
-                      prev.succeeded != last->succeeded || prev.failed != last->failed ||
-                      prev.cancelled != last->cancelled;
+        int changed = prev.total != last->total || prev.pending != last->pending ||
+                      prev.running != last->running || prev.succeeded != last->succeeded ||
+                      prev.failed != last->failed || prev.cancelled != last->cancelled;
         if (tty || changed) {
             if (tty) fputs("\r\033[K", stdout); /* rewrite the line in place */
             qsweep_print_progress(r->store, last, stdout);
@@ -200,14 +211,32 @@ int qsweep_cmd_run(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:w:t:d:p:l:h", opts, NULL)) != -1) {
         switch (c) {
-        case 's': sets[n_sets++] = optarg; break;
-        case 'w': workers = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'd': db = optarg; break;
-        case 'p': pg_dir = optarg; break;
-        case 'l': lease_ms = atoi(optarg); break;
-        case 'h': run_usage(stdout); free(sets); return QSWEEP_EXIT_OK;
-        default: run_usage(stderr); free(sets); return QSWEEP_EXIT_USAGE;
+        case 's':
+            sets[n_sets++] = optarg;
+            break;
+        case 'w':
+            workers = atoi(optarg);
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'p':
+            pg_dir = optarg;
+            break;
+        case 'l':
+            lease_ms = atoi(optarg);
+            break;
+        case 'h':
+            run_usage(stdout);
+            free(sets);
+            return QSWEEP_EXIT_OK;
+        default:
+            run_usage(stderr);
+            free(sets);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     if (optind != argc - 1 || workers < 1 || workers > 256 || threads < 0 || lease_ms < 1000) {
@@ -273,8 +302,8 @@ int qsweep_cmd_run(int argc, char **argv) {
             child *co = &r.children[r.n_children++];
             snprintf(co->name, sizeof co->name, "coordinator");
             snprintf(co->log, sizeof co->log, "%s/coordinator.log", logs);
-            char *av[] = {"qsweep", "coordinator", "--bind", endpoint, "--db", (char *)conninfo,
-                          "--lease-ms", lease, NULL};
+            char *av[] = {"qsweep",         "coordinator", "--bind", endpoint, "--db",
+                          (char *)conninfo, "--lease-ms",  lease,    NULL};
             st = spawn(co, av, &err);
         }
         char host[64] = "local";
@@ -285,7 +314,8 @@ int qsweep_cmd_run(int argc, char **argv) {
             snprintf(w->name, sizeof w->name, "worker %d", i + 1);
             snprintf(w->log, sizeof w->log, "%s/worker-%d.log", logs, i + 1);
             snprintf(id, sizeof id, "%.40s-run%d-w%d", host, (int)getpid(), i + 1);
-            char *av[] = {"qsweep", "worker", "--connect", endpoint, "--id", id, "--threads", thr, NULL};
+            char *av[] = {"qsweep", "worker",    "--connect", endpoint, "--id",
+                          id,       "--threads", thr,         NULL};
             st = spawn(w, av, &err);
         }
         if (!st) {
@@ -294,8 +324,9 @@ int qsweep_cmd_run(int argc, char **argv) {
             fflush(stdout);
             st = watch(&r, g->name, &prog, &err);
         }
-        if (st == QS_ECANCELLED) fprintf(stderr, "\nqsweep run: interrupted; stopping the workers and the coordinator "
-                                                 "(running jobs are reported preempted and rerun next time)\n");
+        if (st == QS_ECANCELLED)
+            fprintf(stderr, "\nqsweep run: interrupted; stopping the workers and the coordinator "
+                            "(running jobs are reported preempted and rerun next time)\n");
     } else if (!st) {
         qsweep_print_progress(r.store, &prog, stdout);
         putchar('\n');
@@ -307,14 +338,17 @@ int qsweep_cmd_run(int argc, char **argv) {
         printf("\n");
         st = qsweep_print_results(r.store, g->name, 0, stdout, &err);
         if (!st && r.pg)
-            printf("(qsweep run stops its private cluster when it ends; to query it, start it with\n"
-                   "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");
+            printf(
+                "(qsweep run stops its private cluster when it ends; to query it, start it with\n"
+                "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");
     }
     run_cleanup(&r);
-    int rc = st ? qsweep_fail("run", &err) : (prog.failed + prog.cancelled > 0) ? QSWEEP_EXIT_JOBS_FAILED
-                                                                               : QSWEEP_EXIT_OK;
+    int rc = st                                   ? qsweep_fail("run", &err)
+             : (prog.failed + prog.cancelled > 0) ? QSWEEP_EXIT_JOBS_FAILED
+                                                  : QSWEEP_EXIT_OK;
     if (!st && rc == QSWEEP_EXIT_JOBS_FAILED)
-        fprintf(stderr, "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",
+        fprintf(stderr,
+                "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",
                 (long long)prog.failed, (long long)prog.cancelled);
     qc_job_list_free(&jobs);
     qc_grid_free(g);

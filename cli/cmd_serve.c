@@ -14,20 +14,25 @@
 #include "server.h"
 
 static void coordinator_usage(FILE *out) {
-    fprintf(out, "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS] [--quiet]\n"
-                 "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
-                 "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
-                 "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
-                 "  --lease-ms MS    a running job's lease, renewed by worker heartbeats (default 30000)\n"
-                 "  --exit-when-done return once every job in the database is finished\n"
-                 "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): only workers that\n"
-                 "                   know its public key can connect\n");
+    fprintf(
+        out,
+        "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS] [--quiet]\n"
+        "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
+        "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
+        "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
+        "  --lease-ms MS    a running job's lease, renewed by worker heartbeats (default 30000)\n"
+        "  --exit-when-done return once every job in the database is finished\n"
+        "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): only workers that\n"
+        "                   know its public key can connect\n");
 }
 
 int qsweep_cmd_coordinator(int argc, char **argv) {
-    static const struct option opts[] = {{"bind", required_argument, 0, 'b'},    {"db", required_argument, 0, 'd'},
-                                         {"lease-ms", required_argument, 0, 'l'}, {"quiet", no_argument, 0, 'q'},
-                                         {"exit-when-done", no_argument, 0, 'x'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"bind", required_argument, 0, 'b'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"lease-ms", required_argument, 0, 'l'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"exit-when-done", no_argument, 0, 'x'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     qc_server_options o = {.bind_endpoint = "tcp://0.0.0.0:5555"};
     const char *db = NULL;
@@ -35,18 +40,34 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:d:l:qxh", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': o.bind_endpoint = optarg; break;
-        case 'd': db = optarg; break;
-        case 'l': o.lease_ms = atoi(optarg); break;
-        case 'q': o.quiet = true; break;
-        case 'x': o.exit_when_done = true; break;
-        case 'h': coordinator_usage(stdout); return QSWEEP_EXIT_OK;
-        default: coordinator_usage(stderr); return QSWEEP_EXIT_USAGE;
+        case 'b':
+            o.bind_endpoint = optarg;
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'l':
+            o.lease_ms = atoi(optarg);
+            break;
+        case 'q':
+            o.quiet = true;
+            break;
+        case 'x':
+            o.exit_when_done = true;
+            break;
+        case 'h':
+            coordinator_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            coordinator_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     o.conninfo = qsweep_db_arg(db);
     if (optind != argc || !o.conninfo || o.lease_ms < 0) {
-        if (!o.conninfo) fprintf(stderr, "qsweep coordinator: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        if (!o.conninfo)
+            fprintf(stderr,
+                    "qsweep coordinator: no database: give --db CONNINFO or set QSWEEP_DB\n");
         coordinator_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }
@@ -58,33 +79,48 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
 }
 
 static void worker_usage(FILE *out) {
-    fprintf(out, "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--quiet]\n"
-                 "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
-                 "  loaded models between jobs.\n"
-                 "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
-                 "  --id NAME           worker name (default <host>-<pid>)\n"
-                 "  --threads N         CPU threads per job (default: all)\n"
-                 "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
-                 "                      the coordinator's public key and this worker's key pair\n"
-                 "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
-                 "  ${XDG_CACHE_HOME:-~/.cache}/qsweep/baselines.\n");
+    fprintf(
+        out,
+        "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--quiet]\n"
+        "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
+        "  loaded models between jobs.\n"
+        "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
+        "  --id NAME           worker name (default <host>-<pid>)\n"
+        "  --threads N         CPU threads per job (default: all)\n"
+        "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
+        "                      the coordinator's public key and this worker's key pair\n"
+        "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
+        "  ${XDG_CACHE_HOME:-~/.cache}/qsweep/baselines.\n");
 }
 
 int qsweep_cmd_worker(int argc, char **argv) {
-    static const struct option opts[] = {{"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
-                                         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-                                         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
+        {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "c:i:t:qh", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': o.endpoint = optarg; break;
-        case 'i': o.worker_id = optarg; break;
-        case 't': o.threads = atoi(optarg); break;
-        case 'q': o.quiet = true; break;
-        case 'h': worker_usage(stdout); return QSWEEP_EXIT_OK;
-        default: worker_usage(stderr); return QSWEEP_EXIT_USAGE;
+        case 'c':
+            o.endpoint = optarg;
+            break;
+        case 'i':
+            o.worker_id = optarg;
+            break;
+        case 't':
+            o.threads = atoi(optarg);
+            break;
+        case 'q':
+            o.quiet = true;
+            break;
+        case 'h':
+            worker_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            worker_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     if (optind != argc || o.threads < 0) {
@@ -102,18 +138,22 @@ int qsweep_cmd_worker(int argc, char **argv) {
 
 int qsweep_cmd_keygen(int argc, char **argv) {
     if (argc != 1) {
-        fprintf(argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr,
-                "usage: qsweep keygen\n"
-                "  Prints a new CURVE key pair (Z85, libzmq's zmq_curve_keypair) as shell assignments.\n"
-                "  The coordinator runs with its secret key in $QSWEEP_CURVE_SECRET; each worker with\n"
-                "  $QSWEEP_CURVE_SERVER = the coordinator's public key and a key pair of its own in\n"
-                "  $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET. Peers without the coordinator's public\n"
-                "  key cannot connect, and the traffic is encrypted.\n");
+        fprintf(
+            argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr,
+            "usage: qsweep keygen\n"
+            "  Prints a new CURVE key pair (Z85, libzmq's zmq_curve_keypair) as shell "
+            "assignments.\n"
+            "  The coordinator runs with its secret key in $QSWEEP_CURVE_SECRET; each worker with\n"
+            "  $QSWEEP_CURVE_SERVER = the coordinator's public key and a key pair of its own in\n"
+            "  $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET. Peers without the coordinator's "
+            "public\n"
+            "  key cannot connect, and the traffic is encrypted.\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? QSWEEP_EXIT_OK : QSWEEP_EXIT_USAGE;
     }
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {
-        fprintf(stderr, "qsweep keygen: zmq_curve_keypair: %s (libzmq built without CURVE?)\n", zmq_strerror(zmq_errno()));
+        fprintf(stderr, "qsweep keygen: zmq_curve_keypair: %s (libzmq built without CURVE?)\n",
+                zmq_strerror(zmq_errno()));
         return QSWEEP_EXIT_RUNTIME;
     }
     printf("public='%s'\nsecret='%s'\n", pub, sec);

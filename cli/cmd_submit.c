@@ -7,15 +7,18 @@
 #include "cli.h"
 
 static void submit_usage(FILE *out) {
-    fprintf(out, "usage: qsweep submit GRID [--set KEY=VALUE]... [--dry-run [--sample N]] [--db CONNINFO]\n"
-                 "  Validates GRID (every error names file:line:column), expands it into jobs and queues\n"
-                 "  the experiment and its jobs in one transaction. Jobs already known by their job_key\n"
-                 "  (from this grid or another experiment) are linked, not added again.\n"
-                 "  --set KEY=VALUE  override a grid value before validation (Hydra style: dataset.ctx=512,\n"
-                 "                   sensitivity.formats=[nvfp4], models.0=/path, +key=value adds a key)\n"
-                 "  --dry-run        print the job count per kind and mode and a sample; queue nothing\n"
-                 "  --sample N       jobs shown by --dry-run (default 3)\n"
-                 "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
+    fprintf(
+        out,
+        "usage: qsweep submit GRID [--set KEY=VALUE]... [--dry-run [--sample N]] [--db CONNINFO]\n"
+        "  Validates GRID (every error names file:line:column), expands it into jobs and queues\n"
+        "  the experiment and its jobs in one transaction. Jobs already known by their job_key\n"
+        "  (from this grid or another experiment) are linked, not added again.\n"
+        "  --set KEY=VALUE  override a grid value before validation (Hydra style: "
+        "dataset.ctx=512,\n"
+        "                   sensitivity.formats=[nvfp4], models.0=/path, +key=value adds a key)\n"
+        "  --dry-run        print the job count per kind and mode and a sample; queue nothing\n"
+        "  --sample N       jobs shown by --dry-run (default 3)\n"
+        "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
 
 /* Prints what a grid expands to: counts per kind and mode, then `sample` jobs spread over the
@@ -23,8 +26,10 @@ static void submit_usage(FILE *out) {
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
     size_t baselines = 0, per_mode[QC_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
-        if (jobs->jobs[i].mode < 0) baselines++;
-        else per_mode[jobs->jobs[i].mode]++;
+        if (jobs->jobs[i].mode < 0)
+            baselines++;
+        else
+            per_mode[jobs->jobs[i].mode]++;
     }
     fprintf(out, "experiment %s: %zu jobs (%zu baseline", g->name, jobs->n, baselines);
     for (int m = 0; m < QC_MODE_COUNT; m++)
@@ -34,14 +39,15 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
     for (size_t s = 0; s < n; s++) {
         size_t i = n > 1 ? s * (jobs->n - 1) / (n - 1) : 0;
         const qc_job *j = &jobs->jobs[i];
-        fprintf(out, "\njob %zu/%zu  %s\n  kind %s  job_key %s", i + 1, jobs->n, j->label, j->kind, j->key);
+        fprintf(out, "\njob %zu/%zu  %s\n  kind %s  job_key %s", i + 1, jobs->n, j->label, j->kind,
+                j->key);
         if (j->depends_on >= 0) fprintf(out, "  after job %ld", j->depends_on + 1);
         fprintf(out, "\n  spec %s\n", j->spec);
     }
 }
 
-qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs, qc_submit_counts *counts,
-                             qs_error *err) {
+qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
+                             qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
     const char **deps = calloc(jobs->n ? jobs->n : 1, sizeof *deps);
     char(*model_keys)[80] = calloc(jobs->n ? jobs->n : 1, sizeof *model_keys);
@@ -54,8 +60,11 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
         snprintf(model_keys[i], sizeof model_keys[i], "model:%s", g->models[j->model].facts.digest);
-        js[i] = (qc_job_submit){.job_key = j->key, .kind = j->kind, .spec_json = j->spec,
-                                .priority = g->priority, .model_key = model_keys[i],
+        js[i] = (qc_job_submit){.job_key = j->key,
+                                .kind = j->kind,
+                                .spec_json = j->spec,
+                                .priority = g->priority,
+                                .model_key = model_keys[i],
                                 .max_attempts = g->max_attempts};
         if (j->depends_on >= 0) {
             deps[i] = jobs->jobs[j->depends_on].key;
@@ -63,7 +72,8 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
             js[i].n_depends_on = 1;
         }
     }
-    qs_status st = qc_store_submit(db, g->name, g->description, g->source, NULL, js, jobs->n, counts, err);
+    qs_status st =
+        qc_store_submit(db, g->name, g->description, g->source, NULL, js, jobs->n, counts, err);
     if (st == QS_ESTATE) {
         /* the name is taken by another grid: bad input, and the way out is a new name */
         char msg[sizeof err->msg];
@@ -77,16 +87,19 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
 }
 
 void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts *c, FILE *out) {
-    fprintf(out, "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued, %zu failed "
-                 "before (left as they are)\n",
-            g->name, (long long)c->experiment_id, c->experiment_new ? "" : ", submitted before", n_jobs,
-            c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed);
+    fprintf(out,
+            "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued, "
+            "%zu failed "
+            "before (left as they are)\n",
+            g->name, (long long)c->experiment_id, c->experiment_new ? "" : ", submitted before",
+            n_jobs, c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed);
 }
 
 int qsweep_cmd_submit(int argc, char **argv) {
-    static const struct option opts[] = {{"set", required_argument, 0, 's'},    {"dry-run", no_argument, 0, 'n'},
-                                         {"sample", required_argument, 0, 'k'}, {"db", required_argument, 0, 'd'},
-                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"set", required_argument, 0, 's'},    {"dry-run", no_argument, 0, 'n'},
+        {"sample", required_argument, 0, 'k'}, {"db", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t n_sets = 0;
     int dry = 0, sample = 3, c;
@@ -95,10 +108,18 @@ int qsweep_cmd_submit(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:nk:d:h", opts, NULL)) != -1) {
         switch (c) {
-        case 's': sets[n_sets++] = optarg; break;
-        case 'n': dry = 1; break;
-        case 'k': sample = atoi(optarg); break;
-        case 'd': db = optarg; break;
+        case 's':
+            sets[n_sets++] = optarg;
+            break;
+        case 'n':
+            dry = 1;
+            break;
+        case 'k':
+            sample = atoi(optarg);
+            break;
+        case 'd':
+            db = optarg;
+            break;
         case 'h':
             submit_usage(stdout);
             free(sets);
@@ -116,7 +137,8 @@ int qsweep_cmd_submit(int argc, char **argv) {
     }
     const char *conninfo = qsweep_db_arg(db);
     if (!dry && !conninfo) {
-        fprintf(stderr, "qsweep submit: no database: give --db CONNINFO or set QSWEEP_DB (or use qsweep run)\n");
+        fprintf(stderr, "qsweep submit: no database: give --db CONNINFO or set QSWEEP_DB (or use "
+                        "qsweep run)\n");
         free(sets);
         return QSWEEP_EXIT_USAGE;
     }
@@ -134,8 +156,10 @@ int qsweep_cmd_submit(int argc, char **argv) {
         qc_submit_counts counts = {0};
         st = qc_store_open(conninfo, "submit", &store, &err);
         if (!st) st = qsweep_submit_jobs(store, g, &jobs, &counts, &err);
-        if (st) rc = qsweep_fail("submit", &err);
-        else qsweep_print_submit(g, jobs.n, &counts, stdout);
+        if (st)
+            rc = qsweep_fail("submit", &err);
+        else
+            qsweep_print_submit(g, jobs.n, &counts, stdout);
         qc_store_close(store);
     }
     qc_job_list_free(&jobs);

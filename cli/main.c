@@ -13,9 +13,11 @@ static const struct {
     int (*fn)(int, char **);
     const char *summary;
 } commands[] = {
-    {"run", qsweep_cmd_run, "GRID: from grid to results on this machine (database, coordinator, workers)"},
+    {"run", qsweep_cmd_run,
+     "GRID: from grid to results on this machine (database, coordinator, workers)"},
     {"submit", qsweep_cmd_submit, "GRID: queue a grid's jobs (--dry-run: count and show a sample)"},
-    {"status", qsweep_cmd_status, "[EXPERIMENT]: progress bar, counts by state and ETA per experiment"},
+    {"status", qsweep_cmd_status,
+     "[EXPERIMENT]: progress bar, counts by state and ETA per experiment"},
     {"cancel", qsweep_cmd_cancel, "EXPERIMENT | --job JOB_KEY: ask the coordinator to cancel"},
     {"results", qsweep_cmd_results, "EXPERIMENT: sensitivity tables (--csv, --json)"},
     {"coordinator", qsweep_cmd_coordinator, "serve jobs to workers over ZeroMQ"},
@@ -26,25 +28,33 @@ static const struct {
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: qsweep <command> [options]   (qsweep <command> --help for its options)\n\ncommands:\n");
+    fprintf(out, "usage: qsweep <command> [options]   (qsweep <command> --help for its "
+                 "options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nThe database: --db CONNINFO or $QSWEEP_DB (a libpq connection string); `run` without\n"
-                 "either starts a private PostgreSQL under ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg.\n"
-                 "\nexit codes: 0 ok, 1 usage, 2 bad input (grid, model, token file), 3 database,\n"
-                 "            4 runtime failure, 5 some jobs failed or were cancelled, 130 interrupted\n");
+    fprintf(
+        out,
+        "\nThe database: --db CONNINFO or $QSWEEP_DB (a libpq connection string); `run` without\n"
+        "either starts a private PostgreSQL under ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg.\n"
+        "\nexit codes: 0 ok, 1 usage, 2 bad input (grid, model, token file), 3 database,\n"
+        "            4 runtime failure, 5 some jobs failed or were cancelled, 130 interrupted\n");
 }
 
 int qsweep_exit_code(qs_status st) {
     switch (st) {
-    case QS_OK: return QSWEEP_EXIT_OK;
+    case QS_OK:
+        return QSWEEP_EXIT_OK;
     case QS_EINVAL:
     case QS_EFORMAT:
     case QS_EUNSUPPORTED:
-    case QS_ENOTFOUND: return QSWEEP_EXIT_INPUT;
-    case QS_EDB: return QSWEEP_EXIT_DB;
-    case QS_ECANCELLED: return QSWEEP_EXIT_INTERRUPTED;
-    default: return QSWEEP_EXIT_RUNTIME;
+    case QS_ENOTFOUND:
+        return QSWEEP_EXIT_INPUT;
+    case QS_EDB:
+        return QSWEEP_EXIT_DB;
+    case QS_ECANCELLED:
+        return QSWEEP_EXIT_INTERRUPTED;
+    default:
+        return QSWEEP_EXIT_RUNTIME;
     }
 }
 

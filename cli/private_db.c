@@ -25,14 +25,18 @@ qs_status qsweep_make_dirs(const char *path, qs_error *err) {
     }
 }
 
-qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out, size_t cap,
-                          qs_error *err) {
+qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out,
+                          size_t cap, qs_error *err) {
     const char *v = getenv(var), *home = getenv("HOME");
     int n;
-    if (v && *v) n = snprintf(out, cap, "%s/qsweep/%s", v, leaf);
-    else if (home && *home) n = snprintf(out, cap, "%s/%s/qsweep/%s", home, fallback, leaf);
-    else return qs_error_set(err, QS_EINVAL, "neither %s nor HOME is set", var);
-    return (n > 0 && (size_t)n < cap) ? QS_OK : qs_error_set(err, QS_EINVAL, "path too long under %s", var);
+    if (v && *v)
+        n = snprintf(out, cap, "%s/qsweep/%s", v, leaf);
+    else if (home && *home)
+        n = snprintf(out, cap, "%s/%s/qsweep/%s", home, fallback, leaf);
+    else
+        return qs_error_set(err, QS_EINVAL, "neither %s nor HOME is set", var);
+    return (n > 0 && (size_t)n < cap) ? QS_OK
+                                      : qs_error_set(err, QS_EINVAL, "path too long under %s", var);
 }
 
 /* As root the cluster runs as an unprivileged user (pgserver.h), which must be able to
@@ -45,12 +49,16 @@ static qs_status let_server_user_traverse(const char *dir, qs_error *err) {
     for (char *p = strrchr(buf, '/'); p && p > buf; p = strrchr(buf, '/')) {
         *p = 0;
         struct stat sb;
-        if (stat(buf, &sb) != 0) return qs_error_set(err, QS_EIO, "stat %s: %s", buf, strerror(errno));
+        if (stat(buf, &sb) != 0)
+            return qs_error_set(err, QS_EIO, "stat %s: %s", buf, strerror(errno));
         if (!(sb.st_mode & S_IXOTH)) {
             if (chmod(buf, (sb.st_mode & 07777) | S_IXOTH) != 0)
                 return qs_error_set(err, QS_EIO, "chmod o+x %s: %s", buf, strerror(errno));
-            fprintf(stderr, "qsweep: running as root: PostgreSQL runs as an unprivileged user, so %s is now "
-                            "traversable by others (o+x)\n", buf);
+            fprintf(
+                stderr,
+                "qsweep: running as root: PostgreSQL runs as an unprivileged user, so %s is now "
+                "traversable by others (o+x)\n",
+                buf);
         }
     }
     return QS_OK;
@@ -59,8 +67,10 @@ static qs_status let_server_user_traverse(const char *dir, qs_error *err) {
 qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, qs_error *err) {
     char dir[PATH_MAX];
     qs_status st = QS_OK;
-    if (pg_dir) snprintf(dir, sizeof dir, "%s", pg_dir);
-    else st = qsweep_xdg_path("XDG_DATA_HOME", ".local/share", "pg", dir, sizeof dir, err);
+    if (pg_dir)
+        snprintf(dir, sizeof dir, "%s", pg_dir);
+    else
+        st = qsweep_xdg_path("XDG_DATA_HOME", ".local/share", "pg", dir, sizeof dir, err);
     if (!st) st = qsweep_make_dirs(dir, err);
     if (!st) st = let_server_user_traverse(dir, err);
     if (!st) st = qc_pgserver_start(dir, out, err);

@@ -28,9 +28,24 @@ static const char *const RESULTS_SQL =
     "GROUP BY 1, 2, 3, 4, 5, 6\n"
     "ORDER BY 1, 2, 3, 4, 5, delta_ppl DESC NULLS LAST, kl_mean DESC NULLS LAST";
 
-enum { C_MODEL, C_FORMAT, C_OPTIONS, C_QUANT, C_MODE, C_PART, C_BASE, C_PPL, C_DELTA, C_KL, C_KL99, C_TOP1, C_N };
-static const char *const col_names[C_N] = {"model", "format", "options", "quantize", "mode", "part",
-                                           "baseline_ppl", "ppl", "delta_ppl", "kl_mean", "kl_p99", "top1"};
+enum {
+    C_MODEL,
+    C_FORMAT,
+    C_OPTIONS,
+    C_QUANT,
+    C_MODE,
+    C_PART,
+    C_BASE,
+    C_PPL,
+    C_DELTA,
+    C_KL,
+    C_KL99,
+    C_TOP1,
+    C_N
+};
+static const char *const col_names[C_N] = {"model",     "format",  "options",      "quantize",
+                                           "mode",      "part",    "baseline_ppl", "ppl",
+                                           "delta_ppl", "kl_mean", "kl_p99",       "top1"};
 
 static double num(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
@@ -47,20 +62,23 @@ static void print_table(PGresult *r, FILE *out) {
     for (int i = 0; i < n; i++) {
         if (i == 0 || !same_group(r, i, i - 1)) {
             double base = num(r, i, C_BASE);
-            fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (unquantized) ppl %.4f\n", PQgetvalue(r, i, C_MODEL),
-                    PQgetvalue(r, i, C_FORMAT), PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
+            fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (unquantized) ppl %.4f\n",
+                    PQgetvalue(r, i, C_MODEL), PQgetvalue(r, i, C_FORMAT),
+                    PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
                     PQgetvalue(r, i, C_MODE), base);
-            fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%", "KL mean", "KL p99",
-                    "top-1");
+            fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%",
+                    "KL mean", "KL p99", "top-1");
         }
         double base = num(r, i, C_BASE), ppl = num(r, i, C_PPL), d = num(r, i, C_DELTA);
-        fprintf(out, "  %-8s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %7.2f%%\n", PQgetvalue(r, i, C_PART), ppl, d,
-                100.0 * d / base, num(r, i, C_KL), num(r, i, C_KL99), 100.0 * num(r, i, C_TOP1));
+        fprintf(out, "  %-8s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %7.2f%%\n",
+                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, num(r, i, C_KL),
+                num(r, i, C_KL99), 100.0 * num(r, i, C_TOP1));
     }
 }
 
 static void print_csv(PGresult *r, FILE *out) {
-    for (int c = 0; c < C_N; c++) fprintf(out, "%s%s", c ? "," : "", col_names[c]);
+    for (int c = 0; c < C_N; c++)
+        fprintf(out, "%s%s", c ? "," : "", col_names[c]);
     fputc('\n', out);
     for (int i = 0; i < PQntuples(r); i++) {
         for (int c = 0; c < C_N; c++) {
@@ -87,10 +105,14 @@ static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
         json_t *o = json_object();
         for (int c = 0; c < C_N; c++) {
             json_t *v;
-            if (PQgetisnull(r, i, c)) v = json_null();
-            else if (c == C_OPTIONS) v = json_loads(PQgetvalue(r, i, c), 0, NULL);
-            else if (c >= C_BASE) v = json_real(num(r, i, c));
-            else v = json_string(PQgetvalue(r, i, c));
+            if (PQgetisnull(r, i, c))
+                v = json_null();
+            else if (c == C_OPTIONS)
+                v = json_loads(PQgetvalue(r, i, c), 0, NULL);
+            else if (c >= C_BASE)
+                v = json_real(num(r, i, c));
+            else
+                v = json_string(PQgetvalue(r, i, c));
             json_object_set_new(o, col_names[c], v ? v : json_null());
         }
         json_array_append_new(arr, o);
@@ -104,7 +126,8 @@ static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
     return QS_OK;
 }
 
-qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out, qs_error *err) {
+qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
+                               qs_error *err) {
     PGconn *c = qc_store_pgconn(db);
     qc_progress *prog = NULL;
     size_t np = 0;
@@ -131,7 +154,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
         char q[2048];
         snprintf(q, sizeof q, RESULTS_SQL, lit ? lit : "''");
         PQfreemem(lit);
-        fprintf(out, "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" <<'SQL'\n%s;\nSQL\n",
+        fprintf(out,
+                "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" "
+                "<<'SQL'\n%s;\nSQL\n",
                 PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
     }
     PQclear(r);
@@ -139,12 +164,14 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
 }
 
 static void results_usage(FILE *out) {
-    fprintf(out, "usage: qsweep results EXPERIMENT [--csv | --json] [--db CONNINFO]\n"
-                 "  One table per (model, format, quantize, isolation mode): the baseline perplexity, then\n"
-                 "  each isolated part with its perplexity, the increase over the baseline, KL divergence\n"
-                 "  (mean, p99) and top-1 agreement against the baseline, sorted by damage.\n"
-                 "  --csv / --json   machine-readable output of the same rows\n"
-                 "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
+    fprintf(
+        out,
+        "usage: qsweep results EXPERIMENT [--csv | --json] [--db CONNINFO]\n"
+        "  One table per (model, format, quantize, isolation mode): the baseline perplexity, then\n"
+        "  each isolated part with its perplexity, the increase over the baseline, KL divergence\n"
+        "  (mean, p99) and top-1 agreement against the baseline, sorted by damage.\n"
+        "  --csv / --json   machine-readable output of the same rows\n"
+        "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
 
 int qsweep_cmd_results(int argc, char **argv) {
@@ -158,16 +185,27 @@ int qsweep_cmd_results(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "cjd:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': format = 1; break;
-        case 'j': format = 2; break;
-        case 'd': db = optarg; break;
-        case 'h': results_usage(stdout); return QSWEEP_EXIT_OK;
-        default: results_usage(stderr); return QSWEEP_EXIT_USAGE;
+        case 'c':
+            format = 1;
+            break;
+        case 'j':
+            format = 2;
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'h':
+            results_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            results_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
         }
     }
     const char *conninfo = qsweep_db_arg(db);
     if (optind != argc - 1 || !conninfo) {
-        if (!conninfo) fprintf(stderr, "qsweep results: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        if (!conninfo)
+            fprintf(stderr, "qsweep results: no database: give --db CONNINFO or set QSWEEP_DB\n");
         results_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }

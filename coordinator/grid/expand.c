@@ -41,8 +41,8 @@ typedef struct builder {
 
 /* Serialises spec, keys it and appends it unless its key is already listed. *index receives
  * the position of the job with that key. Takes ownership of spec. */
-static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model, int mode,
-                         const char *label, long *index) {
+static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model,
+                         int mode, const char *label, long *index) {
     char *text = spec ? json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(spec);
     if (!text) return qs_error_set(b->err, QS_ENOMEM, "out of memory");
@@ -86,29 +86,40 @@ static qs_status add_job(builder *b, json_t *spec, const char *kind, long depend
 
 /* The fields every job of one model shares: kind, model, dataset, numerics version. */
 static json_t *base_spec(const qc_grid *g, const qc_grid_model *m, const char *kind) {
-    return json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:s, s:i, s:i}, s:s}", "kind", kind, "model", "path", m->path,
-                     "digest", m->facts.digest, "dataset", "path", g->dataset_path, "digest", g->dataset.digest, "ctx",
-                     g->ctx, "max_chunks", g->max_chunks, "numerics_version", QC_NUMERICS_VERSION);
+    return json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:s, s:i, s:i}, s:s}", "kind", kind, "model",
+                     "path", m->path, "digest", m->facts.digest, "dataset", "path", g->dataset_path,
+                     "digest", g->dataset.digest, "ctx", g->ctx, "max_chunks", g->max_chunks,
+                     "numerics_version", QC_NUMERICS_VERSION);
 }
 
 /* Number of parts a mode has for a model of n_layers blocks, and the name of part i. */
 static size_t mode_parts(qc_mode mode, int n_layers) {
     switch (mode) {
     case QC_MODE_COMPONENT:
-    case QC_MODE_LEAVE_ONE_OUT: return 7;
+    case QC_MODE_LEAVE_ONE_OUT:
+        return 7;
     case QC_MODE_BLOCK:
-    case QC_MODE_CUMULATIVE: return (size_t)n_layers;
-    case QC_MODE_LAYER: return 7 * (size_t)n_layers;
-    default: return 0;
+    case QC_MODE_CUMULATIVE:
+        return (size_t)n_layers;
+    case QC_MODE_LAYER:
+        return 7 * (size_t)n_layers;
+    default:
+        return 0;
     }
 }
 
 static void part_name(qc_mode mode, size_t i, char *buf, size_t len) {
     switch (mode) {
     case QC_MODE_COMPONENT:
-    case QC_MODE_LEAVE_ONE_OUT: snprintf(buf, len, "%s", qc_linear_kinds[i]); break;
-    case QC_MODE_LAYER: snprintf(buf, len, "%zu.%s", i / 7, qc_linear_kinds[i % 7]); break;
-    default: snprintf(buf, len, "%zu", i); break;
+    case QC_MODE_LEAVE_ONE_OUT:
+        snprintf(buf, len, "%s", qc_linear_kinds[i]);
+        break;
+    case QC_MODE_LAYER:
+        snprintf(buf, len, "%zu.%s", i / 7, qc_linear_kinds[i % 7]);
+        break;
+    default:
+        snprintf(buf, len, "%zu", i);
+        break;
     }
 }
 
@@ -153,8 +164,8 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                             json_object_set_new(spec, "part", json_string(part));
                             json_object_set(spec, "metrics", metrics);
                         }
-                        snprintf(label, sizeof label, "%s %s %s %s %s", m->name, g->formats[fi].name, quant,
-                                 qc_mode_name(mode), part);
+                        snprintf(label, sizeof label, "%s %s %s %s %s", m->name,
+                                 g->formats[fi].name, quant, qc_mode_name(mode), part);
                         long idx;
                         st = add_job(&b, spec, "eval", base, mi, (int)mode, label, &idx);
                     }

@@ -30,8 +30,8 @@ static const struct {
     const char *name;
     int n_layers, vocab_size;
 } synthetic_shapes[] = {
-    {"llama2-7b", 32, 32000},    {"llama2-13b", 40, 32000},   {"llama2-70b", 80, 32000},
-    {"llama3-8b", 32, 128256},   {"llama3-70b", 80, 128256},  {"llama3.1-8b", 32, 128256},
+    {"llama2-7b", 32, 32000},     {"llama2-13b", 40, 32000},      {"llama2-70b", 80, 32000},
+    {"llama3-8b", 32, 128256},    {"llama3-70b", 80, 128256},     {"llama3.1-8b", 32, 128256},
     {"llama3.1-70b", 80, 128256}, {"llama3.1-405b", 126, 128256}, {"llama3.2-1b", 16, 128256},
     {"llama3.2-3b", 28, 128256},
 };
@@ -77,7 +77,8 @@ static qs_status fail_at(parser *p, struct fy_node *n, qs_status code, const cha
         fy_node_report(n, FYET_ERROR, "%s", msg);
         void *it = NULL;
         struct fy_diag_error *e, *last = NULL;
-        while ((e = fy_diag_errors_iterate(p->diag, &it))) last = e;
+        while ((e = fy_diag_errors_iterate(p->diag, &it)))
+            last = e;
         if (last) {
             line = last->line;
             column = last->column;
@@ -98,27 +99,30 @@ static qs_status get_string(parser *p, struct fy_node *n, const char *what, cons
     return QS_OK;
 }
 
-static qs_status get_int(parser *p, struct fy_node *n, const char *what, long lo, long hi, int *out) {
+static qs_status get_int(parser *p, struct fy_node *n, const char *what, long lo, long hi,
+                         int *out) {
     const char *s = scalar(n);
     char *end = NULL;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < lo || v > hi)
-        return fail_at(p, n, QS_EFORMAT, "expected an integer in [%ld, %ld] for %s, got '%s'", lo, hi,
-                       what, s ? s : "(not a scalar)");
+        return fail_at(p, n, QS_EFORMAT, "expected an integer in [%ld, %ld] for %s, got '%s'", lo,
+                       hi, what, s ? s : "(not a scalar)");
     *out = (int)v;
     return QS_OK;
 }
 
 /* Every key of mapping n must be one of the NULL-terminated `allowed`. */
-static qs_status check_keys(parser *p, struct fy_node *n, const char *what, const char *const *allowed) {
+static qs_status check_keys(parser *p, struct fy_node *n, const char *what,
+                            const char *const *allowed) {
     void *it = NULL;
     struct fy_node_pair *pair;
     while ((pair = fy_node_mapping_iterate(n, &it))) {
         struct fy_node *k = fy_node_pair_key(pair);
         const char *ks = scalar(k);
         int ok = 0;
-        for (size_t i = 0; ks && allowed[i]; i++) ok |= strcmp(ks, allowed[i]) == 0;
+        for (size_t i = 0; ks && allowed[i]; i++)
+            ok |= strcmp(ks, allowed[i]) == 0;
         if (!ok) {
             char list[256] = "";
             for (size_t i = 0; allowed[i]; i++) {
@@ -176,7 +180,8 @@ static char *expand_env(const char *in, char *bad, size_t bad_len) {
             const char *b = s + 2;
             int depth = 1;
             const char *e = b;
-            for (; *e && depth; e++) depth += (*e == '{') - (*e == '}');
+            for (; *e && depth; e++)
+                depth += (*e == '{') - (*e == '}');
             if (depth) {
                 snprintf(bad, bad_len, "unterminated ${ in '%s'", in);
                 free(out);
@@ -230,7 +235,8 @@ static char *expand_env(const char *in, char *bad, size_t bad_len) {
 /* Resolves a path: environment, then relative to the grid's directory (or, for a path given
  * with --set on the command line, to the current directory), then realpath. A path that does
  * not exist is QS_ENOTFOUND at node n. */
-static qs_status resolve_path(parser *p, struct fy_node *n, const char *what, const char *text, char **out) {
+static qs_status resolve_path(parser *p, struct fy_node *n, const char *what, const char *text,
+                              char **out) {
     char bad[256] = "";
     char *exp = expand_env(text, bad, sizeof bad);
     if (!exp) return fail_at(p, n, QS_EINVAL, "cannot expand %s '%s': %s", what, text, bad);
@@ -277,10 +283,13 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
         syn_n = lookup(n, "synthetic");
         seed_n = lookup(n, "seed");
         if (!!path_n == !!syn_n)
-            return fail_at(p, n, QS_EFORMAT, "expected a model with exactly one of 'path' or 'synthetic'");
-        if (seed_n && !syn_n) return fail_at(p, seed_n, QS_EINVAL, "'seed' applies to synthetic models only");
+            return fail_at(p, n, QS_EFORMAT,
+                           "expected a model with exactly one of 'path' or 'synthetic'");
+        if (seed_n && !syn_n)
+            return fail_at(p, seed_n, QS_EINVAL, "'seed' applies to synthetic models only");
     } else if (!fy_node_is_scalar(n)) {
-        return fail_at(p, n, QS_EFORMAT, "expected a model path or a mapping with 'path' or 'synthetic'");
+        return fail_at(p, n, QS_EFORMAT,
+                       "expected a model path or a mapping with 'path' or 'synthetic'");
     }
     const char *name = NULL;
     qs_status st;
@@ -291,14 +300,16 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
         if ((st = get_string(p, syn_n, "the synthetic shape", &shape))) return st;
         if (seed_n && (st = get_int(p, seed_n, "the seed", 0, INT_MAX, &seed))) return st;
         size_t i = 0, ns = sizeof synthetic_shapes / sizeof synthetic_shapes[0];
-        while (i < ns && strcmp(synthetic_shapes[i].name, shape)) i++;
+        while (i < ns && strcmp(synthetic_shapes[i].name, shape))
+            i++;
         if (i == ns) {
             char list[512] = "";
             for (size_t j = 0; j < ns; j++) {
                 if (j) strncat(list, ", ", sizeof list - strlen(list) - 1);
                 strncat(list, synthetic_shapes[j].name, sizeof list - strlen(list) - 1);
             }
-            return fail_at(p, syn_n, QS_EINVAL, "unknown synthetic shape '%s' (expected one of: %s)", shape, list);
+            return fail_at(p, syn_n, QS_EINVAL,
+                           "unknown synthetic shape '%s' (expected one of: %s)", shape, list);
         }
         char buf[128];
         snprintf(buf, sizeof buf, "synthetic:%s:%d", shape, seed);
@@ -320,12 +331,13 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
     st = p->probe->model(p->probe->user, m->path, &m->facts, &e);
     if (st) return fail_at(p, path_n, st, "cannot read model: %s", e.msg);
     if (m->facts.n_layers <= 0 || m->facts.vocab_size <= 0)
-        return fail_at(p, path_n, QS_EFORMAT, "model %s reports %d blocks and a vocabulary of %d", m->path,
-                       m->facts.n_layers, m->facts.vocab_size);
+        return fail_at(p, path_n, QS_EFORMAT, "model %s reports %d blocks and a vocabulary of %d",
+                       m->path, m->facts.n_layers, m->facts.vocab_size);
     return QS_OK;
 }
 
-static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g, struct fy_node **tokens_n) {
+static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g,
+                               struct fy_node **tokens_n) {
     if (!n || !fy_node_is_mapping(n))
         return fail_at(p, n ? n : fy_document_root(p->doc), QS_EFORMAT,
                        "expected 'dataset' as a mapping with 'tokens', 'ctx' and 'max_chunks'");
@@ -339,12 +351,14 @@ static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g, struct 
     if ((st = resolve_path(p, t, "token file", text, &g->dataset_path))) return st;
     g->ctx = 256;
     if (c && (st = get_int(p, c, "dataset.ctx (tokens per chunk)", 2, 1 << 20, &g->ctx))) return st;
-    if (mc && (st = get_int(p, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks))) return st;
+    if (mc && (st = get_int(p, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks)))
+        return st;
     qs_error e = {0};
     st = p->probe->dataset(p->probe->user, g->dataset_path, &g->dataset, &e);
     if (st) return fail_at(p, t, st, "cannot read token file: %s", e.msg);
     if (g->dataset.n_tokens < (size_t)g->ctx)
-        return fail_at(p, c ? c : t, QS_EINVAL, "the token file holds %zu tokens, fewer than one chunk of ctx %d",
+        return fail_at(p, c ? c : t, QS_EINVAL,
+                       "the token file holds %zu tokens, fewer than one chunk of ctx %d",
                        g->dataset.n_tokens, g->ctx);
     *tokens_n = t;
     return QS_OK;
@@ -366,7 +380,8 @@ static qs_status parse_format(parser *p, struct fy_node *n, qc_grid_format *f) {
     if (!p->probe->format_known(p->probe->user, name))
         return fail_at(p, name_n, QS_EINVAL,
                        "unknown format '%s' (expected a numeric-core name such as nvfp4, mxfp4, "
-                       "mxfp6_e2m3, mxfp8_e4m3, fp8_e4m3, int8_channel, int4_group, bf16)", name);
+                       "mxfp6_e2m3, mxfp8_e4m3, fp8_e4m3, int8_channel, int4_group, bf16)",
+                       name);
     int is_mx = strncmp(name, "mx", 2) == 0, is_nv = strncmp(name, "nvfp4", 5) == 0;
     int is_int4 = strcmp(name, "int4_group") == 0, is_bf16 = strcmp(name, "bf16") == 0;
     json_t *o = json_object();
@@ -389,9 +404,12 @@ static qs_status parse_format(parser *p, struct fy_node *n, qc_grid_format *f) {
             static const char *const rules[] = {"rceil", "floor", "ceil", "even", NULL};
             static const char *const clamps[] = {"none", "torchao", "zero_to_one", NULL};
             const char *const *choices = NULL;
-            if (ks && strcmp(ks, "rounding") == 0 && !is_bf16) choices = rounding;
-            else if (ks && strcmp(ks, "scale_rule") == 0 && is_mx) choices = rules;
-            else if (ks && strcmp(ks, "clamp") == 0 && is_nv) choices = clamps;
+            if (ks && strcmp(ks, "rounding") == 0 && !is_bf16)
+                choices = rounding;
+            else if (ks && strcmp(ks, "scale_rule") == 0 && is_mx)
+                choices = rules;
+            else if (ks && strcmp(ks, "clamp") == 0 && is_nv)
+                choices = clamps;
             else if (ks && strcmp(ks, "group_size") == 0 && is_int4) {
                 int gs;
                 if ((st = get_int(p, v, "group_size", 1, 1 << 16, &gs))) {
@@ -402,16 +420,22 @@ static qs_status parse_format(parser *p, struct fy_node *n, qc_grid_format *f) {
                 continue;
             } else {
                 json_decref(o);
-                return fail_at(p, k, QS_EINVAL, "option '%s' does not apply to format %s (options: %s)",
+                return fail_at(p, k, QS_EINVAL,
+                               "option '%s' does not apply to format %s (options: %s)",
                                ks ? ks : "(not a scalar)", name,
-                               is_bf16 ? "none" : is_mx ? "rounding, scale_rule" : is_nv ? "rounding, clamp"
-                                         : is_int4 ? "rounding, group_size" : "rounding");
+                               is_bf16   ? "none"
+                               : is_mx   ? "rounding, scale_rule"
+                               : is_nv   ? "rounding, clamp"
+                               : is_int4 ? "rounding, group_size"
+                                         : "rounding");
             }
             size_t i = 0;
-            while (vs && choices[i] && strcmp(vs, choices[i])) i++;
+            while (vs && choices[i] && strcmp(vs, choices[i]))
+                i++;
             if (!vs || !choices[i]) {
                 json_decref(o);
-                return fail_at(p, v, QS_EINVAL, "unknown value '%s' for option %s", vs ? vs : "(not a scalar)", ks);
+                return fail_at(p, v, QS_EINVAL, "unknown value '%s' for option %s",
+                               vs ? vs : "(not a scalar)", ks);
             }
             json_object_set_new(o, ks, json_string(vs));
         }
@@ -429,10 +453,12 @@ static qs_status add_quantize(parser *p, struct fy_node *n, void *ctx) {
     if (s && (strcmp(s, "weights") == 0 || strcasecmp(s, "w4a16") == 0)) acts = 0;
     if (s && (strcmp(s, "weights+activations") == 0 || strcasecmp(s, "w4a4") == 0)) acts = 1;
     if (acts < 0)
-        return fail_at(p, n, QS_EINVAL, "unknown quantize '%s' (expected weights or weights+activations)",
+        return fail_at(p, n, QS_EINVAL,
+                       "unknown quantize '%s' (expected weights or weights+activations)",
                        s ? s : "(not a scalar)");
     for (size_t i = 0; i < g->n_quantize; i++)
-        if (g->quantize_acts[i] == acts) return fail_at(p, n, QS_EINVAL, "quantize '%s' is listed twice", s);
+        if (g->quantize_acts[i] == acts)
+            return fail_at(p, n, QS_EINVAL, "quantize '%s' is listed twice", s);
     g->quantize_acts[g->n_quantize++] = acts;
     return QS_OK;
 }
@@ -441,13 +467,16 @@ static qs_status add_mode(parser *p, struct fy_node *n, void *ctx) {
     qc_grid *g = ctx;
     const char *s = scalar(n);
     int m = 0;
-    while (s && m < QC_MODE_COUNT && strcmp(s, mode_names[m])) m++;
+    while (s && m < QC_MODE_COUNT && strcmp(s, mode_names[m]))
+        m++;
     if (!s || m == QC_MODE_COUNT)
         return fail_at(p, n, QS_EINVAL,
-                       "unknown isolation mode '%s' (expected component, block, layer, leave_one_out or cumulative)",
+                       "unknown isolation mode '%s' (expected component, block, layer, "
+                       "leave_one_out or cumulative)",
                        s ? s : "(not a scalar)");
     for (size_t i = 0; i < g->n_modes; i++)
-        if (g->modes[i] == (qc_mode)m) return fail_at(p, n, QS_EINVAL, "mode '%s' is listed twice", s);
+        if (g->modes[i] == (qc_mode)m)
+            return fail_at(p, n, QS_EINVAL, "mode '%s' is listed twice", s);
     g->modes[g->n_modes++] = (qc_mode)m;
     return QS_OK;
 }
@@ -456,9 +485,11 @@ static qs_status add_metric(parser *p, struct fy_node *n, void *ctx) {
     unsigned *mask = ctx;
     const char *s = scalar(n);
     size_t i = 0, nm = sizeof metric_names / sizeof metric_names[0];
-    while (s && i < nm && strcmp(s, metric_names[i])) i++;
+    while (s && i < nm && strcmp(s, metric_names[i]))
+        i++;
     if (!s || i == nm)
-        return fail_at(p, n, QS_EINVAL, "unknown metric '%s' (expected ppl, kl, top1 or sqnr)", s ? s : "(not a scalar)");
+        return fail_at(p, n, QS_EINVAL, "unknown metric '%s' (expected ppl, kl, top1 or sqnr)",
+                       s ? s : "(not a scalar)");
     if (*mask & (1u << i)) return fail_at(p, n, QS_EINVAL, "metric '%s' is listed twice", s);
     *mask |= 1u << i;
     return QS_OK;
@@ -467,7 +498,8 @@ static qs_status add_metric(parser *p, struct fy_node *n, void *ctx) {
 static qs_status parse_sensitivity(parser *p, struct fy_node *n, qc_grid *g) {
     if (!n || !fy_node_is_mapping(n))
         return fail_at(p, n ? n : fy_document_root(p->doc), QS_EFORMAT,
-                       "expected 'sensitivity' as a mapping with 'formats', 'quantize', 'modes' and 'metrics'");
+                       "expected 'sensitivity' as a mapping with 'formats', 'quantize', 'modes' "
+                       "and 'metrics'");
     static const char *const keys[] = {"formats", "quantize", "modes", "metrics", NULL};
     qs_status st = check_keys(p, n, "sensitivity", keys);
     if (st) return st;
@@ -489,9 +521,10 @@ static qs_status parse_sensitivity(parser *p, struct fy_node *n, qc_grid *g) {
             qc_grid_format *fmt = &g->formats[g->n_formats++];
             if ((st = parse_format(p, item, fmt))) return st;
             for (size_t i = 0; i + 1 < g->n_formats; i++)
-                if (!strcmp(g->formats[i].name, fmt->name) && !strcmp(g->formats[i].options_json, fmt->options_json))
-                    return fail_at(p, item, QS_EINVAL, "format %s with options %s is listed twice", fmt->name,
-                                   fmt->options_json);
+                if (!strcmp(g->formats[i].name, fmt->name) &&
+                    !strcmp(g->formats[i].options_json, fmt->options_json))
+                    return fail_at(p, item, QS_EINVAL, "format %s with options %s is listed twice",
+                                   fmt->name, fmt->options_json);
         }
     }
     struct fy_node *q = lookup(n, "quantize");
@@ -529,20 +562,23 @@ static qs_status apply_set(parser *p, size_t idx) {
     int add = arg[0] == '+';
     const char *key = arg + add;
     if (!eq || eq == key)
-        return qs_error_set(p->err, QS_EINVAL, "--set %s: expected key=value (e.g. dataset.ctx=512)", arg);
+        return qs_error_set(p->err, QS_EINVAL,
+                            "--set %s: expected key=value (e.g. dataset.ctx=512)", arg);
     struct fy_node *node = fy_document_root(p->doc);
     const char *seg = key;
     for (;;) {
         const char *dot = memchr(seg, '.', (size_t)(eq - seg));
         const char *seg_end = dot ? dot : eq;
         size_t seg_len = (size_t)(seg_end - seg);
-        if (seg_len == 0) return qs_error_set(p->err, QS_EINVAL, "--set %s: empty key segment", arg);
+        if (seg_len == 0)
+            return qs_error_set(p->err, QS_EINVAL, "--set %s: empty key segment", arg);
         if (node && fy_node_is_sequence(node)) {
             char *end;
             long i = strtol(seg, &end, 10);
             int count = fy_node_sequence_item_count(node);
             if (end != seg_end || i < 0 || i >= count)
-                return qs_error_set(p->err, QS_EINVAL, "--set %s: '%.*s' is not an index of a list of %d items", arg,
+                return qs_error_set(p->err, QS_EINVAL,
+                                    "--set %s: '%.*s' is not an index of a list of %d items", arg,
                                     (int)seg_len, seg, count);
             struct fy_node *item = fy_node_sequence_get_by_index(node, (int)i);
             if (dot) {
@@ -552,7 +588,8 @@ static qs_status apply_set(parser *p, size_t idx) {
             }
             struct fy_node *v = fy_node_build_from_string(p->doc, eq + 1, FY_NT);
             if (!v || fy_node_sequence_insert_before(node, item, v) != 0)
-                return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
+                return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML",
+                                    arg);
             fy_node_free(fy_node_sequence_remove(node, item));
             p->set_nodes[idx] = v;
             return QS_OK;
@@ -570,14 +607,18 @@ static qs_status apply_set(parser *p, size_t idx) {
             continue;
         }
         if (!pair && !add)
-            return qs_error_set(p->err, QS_EINVAL, "--set %s: the grid has no key '%.*s' (write +%s to add it)", arg,
+            return qs_error_set(p->err, QS_EINVAL,
+                                "--set %s: the grid has no key '%.*s' (write +%s to add it)", arg,
                                 (int)(seg_end - key), key, arg);
         struct fy_node *v = eq[1] ? fy_node_build_from_string(p->doc, eq + 1, FY_NT)
                                   : fy_node_create_scalar_copy(p->doc, "", 0);
-        if (!v) return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
+        if (!v)
+            return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
         int rc = pair ? fy_node_pair_set_value(pair, v)
-                      : fy_node_mapping_append(node, fy_node_create_scalar_copy(p->doc, seg, seg_len), v);
-        if (rc != 0) return qs_error_set(p->err, QS_EINVAL, "--set %s: cannot apply the override", arg);
+                      : fy_node_mapping_append(node,
+                                               fy_node_create_scalar_copy(p->doc, seg, seg_len), v);
+        if (rc != 0)
+            return qs_error_set(p->err, QS_EINVAL, "--set %s: cannot apply the override", arg);
         p->set_nodes[idx] = v;
         return QS_OK;
     }
@@ -586,9 +627,11 @@ static qs_status apply_set(parser *p, size_t idx) {
 static qs_status parse_root(parser *p, qc_grid *g) {
     struct fy_node *root = fy_document_root(p->doc);
     if (!root || !fy_node_is_mapping(root))
-        return fail_at(p, root, QS_EFORMAT, "expected a mapping (name, models, dataset, sensitivity) at the top");
-    static const char *const keys[] = {"name", "description", "kind", "models", "dataset",
-                                       "sensitivity", "priority", "max_attempts", NULL};
+        return fail_at(p, root, QS_EFORMAT,
+                       "expected a mapping (name, models, dataset, sensitivity) at the top");
+    static const char *const keys[] = {"name",     "description",  "kind",
+                                       "models",   "dataset",      "sensitivity",
+                                       "priority", "max_attempts", NULL};
     qs_status st = check_keys(p, root, "the grid", keys);
     if (st) return st;
     const char *s = NULL;
@@ -597,20 +640,27 @@ static qs_status parse_root(parser *p, qc_grid *g) {
     if ((st = get_string(p, n, "the experiment name", &s))) return st;
     g->name = strdup(s);
     n = lookup(root, "description");
-    if (n && !fy_node_is_scalar(n)) return fail_at(p, n, QS_EFORMAT, "expected a string for the description");
+    if (n && !fy_node_is_scalar(n))
+        return fail_at(p, n, QS_EFORMAT, "expected a string for the description");
     g->description = strdup(n ? scalar(n) : "");
     if (!g->name || !g->description) return qs_error_set(p->err, QS_ENOMEM, "out of memory");
     n = lookup(root, "kind");
     if (n && (!scalar(n) || strcmp(scalar(n), "sensitivity")))
-        return fail_at(p, n, QS_EINVAL, "unknown kind '%s' (expected sensitivity)", scalar(n) ? scalar(n) : "(not a scalar)");
+        return fail_at(p, n, QS_EINVAL, "unknown kind '%s' (expected sensitivity)",
+                       scalar(n) ? scalar(n) : "(not a scalar)");
     g->max_attempts = 3;
-    if ((n = lookup(root, "priority")) && (st = get_int(p, n, "priority", -1000000, 1000000, &g->priority))) return st;
-    if ((n = lookup(root, "max_attempts")) && (st = get_int(p, n, "max_attempts", 1, 100, &g->max_attempts)))
+    if ((n = lookup(root, "priority")) &&
+        (st = get_int(p, n, "priority", -1000000, 1000000, &g->priority)))
+        return st;
+    if ((n = lookup(root, "max_attempts")) &&
+        (st = get_int(p, n, "max_attempts", 1, 100, &g->max_attempts)))
         return st;
 
     struct fy_node *models = lookup(root, "models");
     int count = models && fy_node_is_sequence(models) ? fy_node_sequence_item_count(models) : 0;
-    if (count <= 0) return fail_at(p, models ? models : root, QS_EFORMAT, "expected 'models' as a non-empty list");
+    if (count <= 0)
+        return fail_at(p, models ? models : root, QS_EFORMAT,
+                       "expected 'models' as a non-empty list");
     g->models = calloc((size_t)count, sizeof *g->models);
     if (!g->models) return qs_error_set(p->err, QS_ENOMEM, "out of memory");
     void *it = NULL;
@@ -620,7 +670,8 @@ static qs_status parse_root(parser *p, qc_grid *g) {
         if ((st = parse_model(p, item, m))) return st;
         for (size_t i = 0; i + 1 < g->n_models; i++)
             if (!strcmp(g->models[i].facts.digest, m->facts.digest))
-                return fail_at(p, item, QS_EINVAL, "model %s is the same model as %s (equal digests)", m->name,
+                return fail_at(p, item, QS_EINVAL,
+                               "model %s is the same model as %s (equal digests)", m->name,
                                g->models[i].name);
     }
     struct fy_node *tokens_n = NULL;
@@ -629,12 +680,13 @@ static qs_status parse_root(parser *p, qc_grid *g) {
         if (g->dataset.max_token >= (uint32_t)g->models[i].facts.vocab_size)
             return fail_at(p, tokens_n, QS_EINVAL,
                            "token id %u in %s is beyond the vocabulary of model %s (vocab_size %d)",
-                           g->dataset.max_token, g->dataset_path, g->models[i].name, g->models[i].facts.vocab_size);
+                           g->dataset.max_token, g->dataset_path, g->models[i].name,
+                           g->models[i].facts.vocab_size);
     return parse_sensitivity(p, lookup(root, "sensitivity"), g);
 }
 
-qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets, const qc_grid_probe *probe,
-                       qc_grid **out, qs_error *err) {
+qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
+                       const qc_grid_probe *probe, qc_grid **out, qs_error *err) {
     if (!out || !path || !probe || (n_sets && !sets))
         return qs_error_set(err, QS_EINVAL, "qc_grid_load: NULL argument");
     *out = NULL;
@@ -650,9 +702,12 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         return qs_error_set(err, QS_ENOMEM, "out of memory");
     }
     char *slash = strrchr(dcopy, '/');
-    if (slash == dcopy) slash[1] = 0;
-    else if (slash) *slash = 0;
-    else strcpy(dcopy, ".");
+    if (slash == dcopy)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        strcpy(dcopy, ".");
     p.dir = dcopy;
     qs_status st = QS_OK;
     struct fy_diag_cfg dc;
@@ -671,14 +726,17 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
             struct fy_diag_error *e = fy_diag_errors_iterate(p.diag, &it);
             struct stat sb;
             if (stat(path, &sb) != 0)
-                st = qs_error_set(err, QS_ENOTFOUND, "%s: cannot open grid file: %s", path, strerror(errno));
+                st = qs_error_set(err, QS_ENOTFOUND, "%s: cannot open grid file: %s", path,
+                                  strerror(errno));
             else if (e)
-                st = qs_error_set(err, QS_EFORMAT, "%s:%d:%d: YAML syntax error: %s", path, e->line, e->column, e->msg);
+                st = qs_error_set(err, QS_EFORMAT, "%s:%d:%d: YAML syntax error: %s", path, e->line,
+                                  e->column, e->msg);
             else
                 st = qs_error_set(err, QS_EFORMAT, "%s: not a YAML document", path);
         }
     }
-    for (size_t i = 0; !st && i < n_sets; i++) st = apply_set(&p, i);
+    for (size_t i = 0; !st && i < n_sets; i++)
+        st = apply_set(&p, i);
     if (!st) st = parse_root(&p, g);
     if (!st) {
         g->source = fy_emit_document_to_string(p.doc, FYECF_DEFAULT);
@@ -716,4 +774,3 @@ void qc_grid_free(qc_grid *g) {
     free(g->metrics_json);
     free(g);
 }
-

@@ -20,10 +20,10 @@
  *   max_attempts: 3
  *
  * Relative paths are relative to the grid file's directory (paths given with --set: to the
- * current directory); ${VAR}, ${VAR:-default} and a leading ~ are expanded. Overrides given as "dotted.key=value" (Hydra style: sequence
- * items by index, "+key=value" adds a key that is absent, the value is YAML) are applied
- * before validation. Every error names file:line:column (or the --set argument) and what
- * was expected. */
+ * current directory); ${VAR}, ${VAR:-default} and a leading ~ are expanded. Overrides given as
+ * "dotted.key=value" (Hydra style: sequence items by index, "+key=value" adds a key that is absent,
+ * the value is YAML) are applied before validation. Every error names file:line:column (or the
+ * --set argument) and what was expected. */
 #ifndef QC_GRID_H
 #define QC_GRID_H
 
@@ -39,14 +39,14 @@
 
 /* Facts about one model that validation and expansion need. */
 typedef struct qc_model_facts {
-    int n_layers;     /* transformer blocks */
-    int vocab_size;   /* token ids must be < vocab_size */
-    char digest[65];  /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+    int n_layers;    /* transformer blocks */
+    int vocab_size;  /* token ids must be < vocab_size */
+    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
 } qc_model_facts;
 
 /* Facts about one token file. */
 typedef struct qc_dataset_facts {
-    char digest[65];    /* BLAKE2b-256 hex of the whole file (qw_tokens) */
+    char digest[65]; /* BLAKE2b-256 hex of the whole file (qw_tokens) */
     size_t n_tokens;
     uint32_t max_token; /* largest token id in the file */
 } qc_dataset_facts;
@@ -80,8 +80,8 @@ extern const char *const qc_linear_kinds[7];
 
 /* One model of the grid. */
 typedef struct qc_grid_model {
-    char *name;      /* label: the `name` key, else the file name, else "synthetic:<shape>" */
-    char *path;      /* absolute path, or "synthetic:<shape>:<seed>" */
+    char *name; /* label: the `name` key, else the file name, else "synthetic:<shape>" */
+    char *path; /* absolute path, or "synthetic:<shape>:<seed>" */
     qc_model_facts facts;
 } qc_grid_model;
 
@@ -94,14 +94,14 @@ typedef struct qc_grid_format {
 
 /* A parsed, validated grid. Arrays are owned; free with qc_grid_free. */
 typedef struct qc_grid {
-    char *file;          /* the grid file as given */
+    char *file; /* the grid file as given */
     char *name, *description;
-    char *source;        /* the grid as YAML after overrides, for the experiment record */
+    char *source; /* the grid as YAML after overrides, for the experiment record */
     qc_grid_model *models;
     size_t n_models;
-    char *dataset_path;  /* absolute */
-    int ctx;             /* tokens per chunk, >= 2 */
-    int max_chunks;      /* 0: every whole chunk of the file */
+    char *dataset_path; /* absolute */
+    int ctx;            /* tokens per chunk, >= 2 */
+    int max_chunks;     /* 0: every whole chunk of the file */
     qc_dataset_facts dataset;
     qc_grid_format *formats;
     size_t n_formats;
@@ -109,9 +109,9 @@ typedef struct qc_grid {
     size_t n_quantize;
     qc_mode modes[QC_MODE_COUNT];
     size_t n_modes;
-    char *metrics_json;  /* canonical JSON array of metric names, sorted */
+    char *metrics_json; /* canonical JSON array of metric names, sorted */
     int priority;
-    int max_attempts;    /* >= 1 */
+    int max_attempts; /* >= 1 */
 } qc_grid;
 
 /* Parses grid file `path`, applies the n_sets overrides ("a.b=value", "+a.c=value"), checks
@@ -133,13 +133,13 @@ void qc_grid_free(qc_grid *g);
 
 /* One job of an expanded grid. */
 typedef struct qc_job {
-    char key[65];      /* job_key: BLAKE2b-256 hex of the spec without its path fields */
-    char *spec;        /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
-    const char *kind;  /* "baseline" or "eval": the job kind in the worker's registry */
-    long depends_on;   /* index of the job this one needs done first (its baseline); -1 none */
-    size_t model;      /* index of its model in the grid's models */
-    int mode;          /* the qc_mode of an eval job; -1 for a baseline */
-    char *label;       /* short human label: "<model> <format> <quantize> <mode> <part>" */
+    char key[65];     /* job_key: BLAKE2b-256 hex of the spec without its path fields */
+    char *spec;       /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
+    const char *kind; /* "baseline" or "eval": the job kind in the worker's registry */
+    long depends_on;  /* index of the job this one needs done first (its baseline); -1 none */
+    size_t model;     /* index of its model in the grid's models */
+    int mode;         /* the qc_mode of an eval job; -1 for a baseline */
+    char *label;      /* short human label: "<model> <format> <quantize> <mode> <part>" */
 } qc_job;
 
 /* Jobs in submission order: each baseline precedes the jobs that depend on it. */

@@ -22,8 +22,8 @@ static int qsweep(const char *const *args) {
 
 static void test_help_everywhere_exits_0(void **state) {
     (void)state;
-    const char *cmds[] = {"run", "submit", "status", "cancel", "results", "coordinator", "worker", "workers",
-                          "db", "keygen"};
+    const char *cmds[] = {"run",         "submit", "status",  "cancel", "results",
+                          "coordinator", "worker", "workers", "db",     "keygen"};
     const char *top[] = {"--help", NULL};
     assert_int_equal(qsweep(top), 0);
     assert_non_null(strstr(out, "exit codes: 0 ok, 1 usage, 2 bad input"));
@@ -63,7 +63,8 @@ static void test_dry_run_counts_jobs_and_shows_a_sample(void **state) {
     assert_non_null(strstr(out, "experiment tiny: 29 jobs (1 baseline, 28 component)"));
     assert_non_null(strstr(out, "job 1/29  llama3_gqa baseline"));
     assert_non_null(strstr(out, "job 29/29  llama3_gqa mxfp4 weights+activations component down"));
-    const char *blocks[] = {"submit", TINY, "--dry-run", "--set", "sensitivity.modes=[block, layer]", NULL};
+    const char *blocks[] = {
+        "submit", TINY, "--dry-run", "--set", "sensitivity.modes=[block, layer]", NULL};
     assert_int_equal(qsweep(blocks), 0);
     assert_non_null(strstr(out, "experiment tiny: 97 jobs (1 baseline, 12 block, 84 layer)"));
 }
@@ -72,7 +73,8 @@ static void test_bad_grid_exits_2_naming_the_place(void **state) {
     (void)state;
     const char *args[] = {"submit", TINY, "--dry-run", "--set", "dataset.ctx=1", NULL};
     assert_int_equal(qsweep(args), 2);
-    assert_non_null(strstr(out, "--set dataset.ctx=1: expected an integer in [2, 1048576] for dataset.ctx"));
+    assert_non_null(
+        strstr(out, "--set dataset.ctx=1: expected an integer in [2, 1048576] for dataset.ctx"));
     const char *missing[] = {"submit", "/nonexistent/grid.yaml", "--dry-run", NULL};
     assert_int_equal(qsweep(missing), 2);
     assert_non_null(strstr(out, "/nonexistent/grid.yaml: cannot open grid file"));

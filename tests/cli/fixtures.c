@@ -47,7 +47,8 @@ int fx_write_checkpoint(const char *dir, int n_layers, int vocab, uint32_t seed)
     char path[512], cfg[1024];
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(cfg, sizeof cfg,
-             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_act\": \"silu\","
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+             "\"hidden_act\": \"silu\","
              " \"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d,"
              " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d,"
              " \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,"
@@ -65,10 +66,15 @@ int fx_write_checkpoint(const char *dir, int n_layers, int vocab, uint32_t seed)
         const struct {
             const char *mod;
             int64_t r, c;
-        } lin[] = {{"self_attn.q_proj", heads * head_dim, dim}, {"self_attn.k_proj", kv_heads * head_dim, dim},
-                   {"self_attn.v_proj", kv_heads * head_dim, dim}, {"self_attn.o_proj", dim, heads * head_dim},
-                   {"mlp.gate_proj", hidden, dim}, {"mlp.up_proj", hidden, dim}, {"mlp.down_proj", dim, hidden},
-                   {"input_layernorm", dim, 0}, {"post_attention_layernorm", dim, 0}};
+        } lin[] = {{"self_attn.q_proj", heads * head_dim, dim},
+                   {"self_attn.k_proj", kv_heads * head_dim, dim},
+                   {"self_attn.v_proj", kv_heads * head_dim, dim},
+                   {"self_attn.o_proj", dim, heads * head_dim},
+                   {"mlp.gate_proj", hidden, dim},
+                   {"mlp.up_proj", hidden, dim},
+                   {"mlp.down_proj", dim, hidden},
+                   {"input_layernorm", dim, 0},
+                   {"post_attention_layernorm", dim, 0}};
         for (int i = 0; i < 9; i++) {
             snprintf(t[k].name, sizeof t[k].name, "model.layers.%d.%s.weight", l, lin[i].mod);
             t[k].rows = lin[i].r;
@@ -85,17 +91,21 @@ int fx_write_checkpoint(const char *dir, int n_layers, int vocab, uint32_t seed)
     for (size_t i = 0; i < nt; i++) {
         size_t n = (size_t)(t[i].rows * (t[i].cols ? t[i].cols : 1)) * 4;
         if (t[i].cols)
-            hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                     "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name, (long long)t[i].rows,
+            hlen += (size_t)snprintf(hdr + hlen, hcap - hlen,
+                                     "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                     "\"data_offsets\":[%zu,%zu]}",
+                                     i ? "," : "", t[i].name, (long long)t[i].rows,
                                      (long long)t[i].cols, off, off + n);
         else
-            hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                     "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name, (long long)t[i].rows,
-                                     off, off + n);
+            hlen += (size_t)snprintf(hdr + hlen, hcap - hlen,
+                                     "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                     "\"data_offsets\":[%zu,%zu]}",
+                                     i ? "," : "", t[i].name, (long long)t[i].rows, off, off + n);
         off += n;
     }
     hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "}");
-    while (hlen % 8) hdr[hlen++] = ' ';
+    while (hlen % 8)
+        hdr[hlen++] = ' ';
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     FILE *f = fopen(path, "wb");
     int ok = f != NULL;
@@ -147,7 +157,8 @@ int fx_run(const char *exe, const char *const *args, char *out, size_t cap) {
         dup2(fd, 1);
         dup2(fd, 2);
         const char *argv[64] = {exe};
-        for (int i = 0; args[i] && i < 62; i++) argv[i + 1] = args[i];
+        for (int i = 0; args[i] && i < 62; i++)
+            argv[i + 1] = args[i];
         execv(exe, (char *const *)argv);
         _exit(127);
     }

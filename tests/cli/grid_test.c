@@ -39,8 +39,11 @@ static int setup(void **state) {
     snprintf(e->ckpt, sizeof e->ckpt, "%s/ckpt", e->dir);
     snprintf(e->tokens, sizeof e->tokens, "%s/toks.bin", e->dir);
     uint32_t ids[300];
-    for (int i = 0; i < 300; i++) ids[i] = (uint32_t)(i * 7 % VOCAB);
-    if (fx_write_checkpoint(e->ckpt, N_LAYERS, VOCAB, 1) || fx_write_tokens(e->tokens, ids, 300, VOCAB)) return -1;
+    for (int i = 0; i < 300; i++)
+        ids[i] = (uint32_t)(i * 7 % VOCAB);
+    if (fx_write_checkpoint(e->ckpt, N_LAYERS, VOCAB, 1) ||
+        fx_write_tokens(e->tokens, ids, 300, VOCAB))
+        return -1;
     /* relative paths in --set values are relative to the current directory, in the grid to
        the grid's: both are the test directory here */
     if (chdir(e->dir) != 0) return -1;
@@ -58,20 +61,20 @@ static int teardown(void **state) {
 }
 
 /* The reference grid: one model, both FP4 formats, both quantize modes, component-wise. */
-static const char *const GOOD =
-    "name: t\n"
-    "description: a test grid\n"
-    "models:\n"
-    "  - ckpt\n"
-    "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 4}\n"
-    "sensitivity:\n"
-    "  formats: [nvfp4, mxfp4]\n"
-    "  quantize: [weights, weights+activations]\n"
-    "  modes: [component]\n"
-    "priority: 2\n"
-    "max_attempts: 4\n";
+static const char *const GOOD = "name: t\n"
+                                "description: a test grid\n"
+                                "models:\n"
+                                "  - ckpt\n"
+                                "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 4}\n"
+                                "sensitivity:\n"
+                                "  formats: [nvfp4, mxfp4]\n"
+                                "  quantize: [weights, weights+activations]\n"
+                                "  modes: [component]\n"
+                                "priority: 2\n"
+                                "max_attempts: 4\n";
 
-static qs_status load(env *e, const char *text, const char *const *sets, size_t n_sets, qc_grid **g, qs_error *err) {
+static qs_status load(env *e, const char *text, const char *const *sets, size_t n_sets, qc_grid **g,
+                      qs_error *err) {
     assert_int_equal(fx_write_text(e->grid, text), 0);
     return qc_grid_load(e->grid, sets, n_sets, qsweep_probe(), g, err);
 }
@@ -112,7 +115,8 @@ static void test_valid_grid_loads_with_its_values(void **state) {
     assert_int_equal(g->priority, 2);
     assert_int_equal(g->max_attempts, 4);
     assert_int_equal(g->n_formats, 2);
-    assert_string_equal(g->formats[1].options_json, "{\"rounding\":\"rne\",\"scale_rule\":\"rceil\"}");
+    assert_string_equal(g->formats[1].options_json,
+                        "{\"rounding\":\"rne\",\"scale_rule\":\"rceil\"}");
     assert_string_equal(g->metrics_json, "[\"kl\",\"ppl\",\"sqnr\",\"top1\"]");
     qc_grid_free(g);
 }
@@ -154,7 +158,8 @@ static void test_every_eval_depends_on_its_baseline(void **state) {
     size_t baselines = 0;
     for (size_t i = 0; i < l.n; i++) {
         json_t *s = json_loads(l.jobs[i].spec, 0, NULL);
-        const char *digest = json_string_value(json_object_get(json_object_get(s, "model"), "digest"));
+        const char *digest =
+            json_string_value(json_object_get(json_object_get(s, "model"), "digest"));
         if (!strcmp(l.jobs[i].kind, "baseline")) {
             baselines++;
             assert_int_equal(l.jobs[i].depends_on, -1);
@@ -163,7 +168,8 @@ static void test_every_eval_depends_on_its_baseline(void **state) {
             assert_true(b >= 0 && b < (long)i);
             assert_string_equal(l.jobs[b].kind, "baseline");
             json_t *bs = json_loads(l.jobs[b].spec, 0, NULL);
-            assert_string_equal(json_string_value(json_object_get(json_object_get(bs, "model"), "digest")), digest);
+            assert_string_equal(
+                json_string_value(json_object_get(json_object_get(bs, "model"), "digest")), digest);
             json_decref(bs);
         }
         json_decref(s);
@@ -182,10 +188,11 @@ static void test_spec_keys(void **state) {
     qc_job_list l = {0};
     assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
     json_t *s = json_loads(l.jobs[1].spec, 0, NULL);
-    const char *keys[] = {"dataset", "format", "format_options", "kind", "metrics", "mode",
-                          "model", "numerics_version", "part", "quantize"};
+    const char *keys[] = {"dataset", "format", "format_options",   "kind", "metrics",
+                          "mode",    "model",  "numerics_version", "part", "quantize"};
     assert_int_equal(json_object_size(s), 10);
-    for (size_t i = 0; i < 10; i++) assert_non_null(json_object_get(s, keys[i]));
+    for (size_t i = 0; i < 10; i++)
+        assert_non_null(json_object_get(s, keys[i]));
     assert_string_equal(json_string_value(json_object_get(s, "kind")), "eval");
     assert_string_equal(json_string_value(json_object_get(s, "mode")), "component");
     assert_string_equal(json_string_value(json_object_get(s, "part")), "q");
@@ -212,7 +219,8 @@ static void test_job_key_is_blake2b_of_spec_without_paths(void **state) {
     (void)state;
     const char *spec = "{ \"model\": {\"path\": \"/a/m\", \"digest\": \"ab\"}, \"kind\": \"eval\","
                        " \"dataset\": {\"path\": \"/b/t\", \"digest\": \"cd\", \"ctx\": 8}}";
-    const char *canon = "{\"dataset\":{\"ctx\":8,\"digest\":\"cd\"},\"kind\":\"eval\",\"model\":{\"digest\":\"ab\"}}";
+    const char *canon = "{\"dataset\":{\"ctx\":8,\"digest\":\"cd\"},\"kind\":\"eval\",\"model\":{"
+                        "\"digest\":\"ab\"}}";
     unsigned char h[32];
     char want[65], got[65];
     assert_int_equal(sodium_init() >= 0, 1);
@@ -328,7 +336,8 @@ static void test_tokens_beyond_vocabulary_are_refused(void **state) {
     char path[600];
     snprintf(path, sizeof path, "%s/big.bin", e->dir);
     uint32_t ids[40];
-    for (int i = 0; i < 40; i++) ids[i] = (uint32_t)i;
+    for (int i = 0; i < 40; i++)
+        ids[i] = (uint32_t)i;
     ids[33] = VOCAB; /* one id past the model's vocabulary (the file's own header allows it) */
     assert_int_equal(fx_write_tokens(path, ids, 40, 2 * VOCAB), 0);
     const char *text = "name: t\n"
@@ -376,14 +385,15 @@ static void test_unknown_mode_and_metric_are_refused(void **state) {
     assert_int_equal(load(e, GOOD, s1, 1, &g, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "unknown isolation mode 'blocks'"));
     assert_int_equal(load(e, GOOD, s2, 1, &g, &err), QS_EINVAL);
-    assert_non_null(strstr(err.msg, "--set +sensitivity.metrics=[ppl, bleu]: unknown metric 'bleu'"));
+    assert_non_null(
+        strstr(err.msg, "--set +sensitivity.metrics=[ppl, bleu]: unknown metric 'bleu'"));
 }
 
 /* Hydra-style overrides: replace a value, a list item, add an absent key with '+'. */
 static void test_set_overrides_apply_before_validation(void **state) {
     env *e = *state;
-    const char *sets[] = {"dataset.ctx=32", "sensitivity.formats.1=nvfp4_2d", "+sensitivity.metrics=[ppl, kl]",
-                          "priority=-3", "name=renamed"};
+    const char *sets[] = {"dataset.ctx=32", "sensitivity.formats.1=nvfp4_2d",
+                          "+sensitivity.metrics=[ppl, kl]", "priority=-3", "name=renamed"};
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, GOOD, sets, 5, &g, &err), QS_OK);
@@ -404,7 +414,8 @@ static void test_set_of_absent_key_needs_plus(void **state) {
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, GOOD, sets, 1, &g, &err), QS_EINVAL);
-    assert_non_null(strstr(err.msg, "the grid has no key 'dataset.ctxx' (write +dataset.ctxx=32 to add it)"));
+    assert_non_null(
+        strstr(err.msg, "the grid has no key 'dataset.ctxx' (write +dataset.ctxx=32 to add it)"));
     assert_int_equal(load(e, GOOD, bad, 1, &g, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "expected key=value"));
     assert_int_equal(load(e, GOOD, idx, 1, &g, &err), QS_EINVAL);
@@ -450,7 +461,8 @@ static void test_relative_paths(void **state) {
 static void test_synthetic_models_expand_by_their_shape(void **state) {
     env *e = *state;
     const char *sets[] = {"models=[{synthetic: llama2-7b, seed: 3}]", "dataset.tokens=toks.bin",
-                          "sensitivity.modes=[block]", "sensitivity.quantize=weights", "sensitivity.formats=[nvfp4]"};
+                          "sensitivity.modes=[block]", "sensitivity.quantize=weights",
+                          "sensitivity.formats=[nvfp4]"};
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, GOOD, sets, 5, &g, &err), QS_OK);
@@ -481,11 +493,13 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unknown_key_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_value_of_wrong_type_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_mode_and_metric_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_set_overrides_apply_before_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_overrides_apply_before_validation, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_set_of_absent_key_needs_plus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_environment_in_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relative_paths, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_synthetic_models_expand_by_their_shape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_synthetic_models_expand_by_their_shape, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,20 +104,28 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     qs_error err = {0};
     assert_int_equal(qc_pgserver_start(e->pg_dir, &pg, &err), QS_OK);
     PGconn *c = connect_db(qc_pgserver_conninfo(pg));
-    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(DISTINCT worker) FROM attempts"), 2);
     /* every eval has ppl, kl_mean, top1 and a baseline to compare with */
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'ppl' AND baseline_value > 0"),
-                     TINY_JOBS - 1);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'kl_mean' AND value >= 0"),
-                     TINY_JOBS - 1);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'top1' AND value BETWEEN 0 AND 1"),
-                     TINY_JOBS - 1);
+    assert_int_equal(
+        query_long(
+            c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'ppl' AND baseline_value > 0"),
+        TINY_JOBS - 1);
+    assert_int_equal(
+        query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'kl_mean' AND value >= 0"),
+        TINY_JOBS - 1);
+    assert_int_equal(
+        query_long(
+            c,
+            "SELECT count(*) FROM v_sensitivity WHERE metric = 'top1' AND value BETWEEN 0 AND 1"),
+        TINY_JOBS - 1);
     /* per-linear SQNR of a component job: one row per block (3 blocks) */
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE part = 'down' AND format = 'nvfp4'"
-                                   " AND quantize = 'weights' AND metric LIKE 'sqnr_db.%.down'"),
-                     3);
+    assert_int_equal(
+        query_long(c, "SELECT count(*) FROM v_sensitivity WHERE part = 'down' AND format = 'nvfp4'"
+                      " AND quantize = 'weights' AND metric LIKE 'sqnr_db.%.down'"),
+        3);
 
     const char *submit[] = {"submit", TINY, "--db", qc_pgserver_conninfo(pg), NULL};
     rc = qsweep(out, sizeof out, submit);
@@ -127,20 +135,27 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM experiment_jobs"), TINY_JOBS);
 
     /* another experiment sharing jobs with this one links them, finished, and adds none */
-    const char *other[] = {"submit", TINY, "--set", "name=tiny-nvfp4", "--set", "sensitivity.formats=[nvfp4]",
-                           "--db", qc_pgserver_conninfo(pg), NULL};
+    const char *other[] = {"submit", TINY,
+                           "--set",  "name=tiny-nvfp4",
+                           "--set",  "sensitivity.formats=[nvfp4]",
+                           "--db",   qc_pgserver_conninfo(pg),
+                           NULL};
     rc = qsweep(out, sizeof out, other);
     if (rc != 0) fail_msg("qsweep submit of a second experiment exited %d:\n%s", rc, out);
     assert_non_null(strstr(out, "15 jobs: 0 new, 15 already done"));
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(*) FROM experiment_jobs"), TINY_JOBS + 15);
-    assert_int_equal(query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny-nvfp4'"), 15);
+    assert_int_equal(
+        query_long(c,
+                   "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny-nvfp4'"),
+        15);
 
     /* results reads the same rows back: one line per eval job in the CSV */
     const char *results[] = {"results", "tiny", "--csv", "--db", qc_pgserver_conninfo(pg), NULL};
     assert_int_equal(qsweep(out, sizeof out, results), 0);
     size_t lines = 0;
-    for (const char *p = out; *p; p++) lines += *p == '\n';
+    for (const char *p = out; *p; p++)
+        lines += *p == '\n';
     assert_int_equal(lines, 1 + TINY_JOBS - 1);
     const char *json[] = {"results", "tiny", "--json", "--db", qc_pgserver_conninfo(pg), NULL};
     assert_int_equal(qsweep(out, sizeof out, json), 0);
@@ -175,8 +190,8 @@ static pid_t start_slow_run(const char *db) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         dup2(null, 2);
-        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=16", "--db", db,
-              "--lease-ms", "2000", (char *)NULL);
+        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=16",
+              "--db", db, "--lease-ms", "2000", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -222,22 +237,26 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
                       " FROM jobs j LEFT JOIN attempts a ON a.job = j.id GROUP BY j.id"));
 
     static char out[1 << 16];
-    const char *again[] = {"run", TINY, "--workers", "2", "--set", "dataset.max_chunks=16", "--db", db,
-                           "--lease-ms", "2000", NULL};
+    const char *again[] = {"run",  TINY, "--workers",  "2",    "--set", "dataset.max_chunks=16",
+                           "--db", db,   "--lease-ms", "2000", NULL};
     int rc = qsweep(out, sizeof out, again);
     if (rc != 0) fail_msg("second qsweep run exited %d:\n%s", rc, out);
     char expect[128];
     snprintf(expect, sizeof expect, "0 new, %ld already done", succeeded);
     if (!strstr(out, expect)) fail_msg("second run did not report '%s':\n%s", expect, out);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS);
     /* no job that had succeeded got another attempt */
-    assert_int_equal(query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state = 'succeeded'"
-                                   " AND (SELECT count(*) FROM attempts a WHERE a.job = b.id) <> b.attempts"),
-                     0);
+    assert_int_equal(
+        query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state = 'succeeded'"
+                      " AND (SELECT count(*) FROM attempts a WHERE a.job = b.id) <> b.attempts"),
+        0);
     /* and every job that had not succeeded ran */
-    assert_int_equal(query_long(c, "SELECT count(*) FROM before_rerun b WHERE b.state <> 'succeeded' AND NOT EXISTS"
-                                   " (SELECT 1 FROM attempts a WHERE a.job = b.id AND a.outcome = 'succeeded')"),
-                     0);
+    assert_int_equal(
+        query_long(c,
+                   "SELECT count(*) FROM before_rerun b WHERE b.state <> 'succeeded' AND NOT EXISTS"
+                   " (SELECT 1 FROM attempts a WHERE a.job = b.id AND a.outcome = 'succeeded')"),
+        0);
     PQfinish(c);
     qc_pgserver_destroy(pg);
 }
@@ -257,16 +276,22 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
     const char *cancel[] = {"cancel", "tiny", "--db", db, NULL};
     assert_int_equal(qsweep(out, sizeof out, cancel), 0);
     assert_int_equal(wait_exit(pid), 5);
-    assert_int_equal(query_long(c, "SELECT pending + running FROM v_experiment_progress WHERE experiment = 'tiny'"), 0);
-    assert_true(query_long(c, "SELECT cancelled FROM v_experiment_progress WHERE experiment = 'tiny'") > 0);
-    assert_true(query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'") >= 2);
+    assert_int_equal(
+        query_long(c,
+                   "SELECT pending + running FROM v_experiment_progress WHERE experiment = 'tiny'"),
+        0);
+    assert_true(
+        query_long(c, "SELECT cancelled FROM v_experiment_progress WHERE experiment = 'tiny'") > 0);
+    assert_true(
+        query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'") >=
+        2);
     PQfinish(c);
     qc_pgserver_destroy(pg);
 }
 
 /* One bad grid: qsweep run must exit 2 with `what` in its message and queue nothing. */
-static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_text, const char *const *sets,
-                           const char *what) {
+static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_text,
+                           const char *const *sets, const char *what) {
     char grid[600];
     snprintf(grid, sizeof grid, "%s/bad.yaml", e->dir);
     assert_int_equal(fx_write_text(grid, grid_text), 0);
@@ -279,7 +304,8 @@ static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_t
     args[n] = NULL;
     static char out[1 << 14];
     int rc = qsweep(out, sizeof out, args);
-    if (rc != 2 || !strstr(out, what)) fail_msg("expected exit 2 and '%s', got %d:\n%s", what, rc, out);
+    if (rc != 2 || !strstr(out, what))
+        fail_msg("expected exit 2 and '%s', got %d:\n%s", what, rc, out);
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), 0);
     assert_int_equal(query_long(c, "SELECT count(*) FROM experiments"), 0);
 }
@@ -317,14 +343,16 @@ static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
              "sensitivity: {formats: [nvfp4]}\n",
              data, data);
     const char *missing[] = {"models.0=/nonexistent/model.gguf", NULL};
-    assert_refused(e, c, db, text, missing, "model file /nonexistent/model.gguf: no such file or directory");
+    assert_refused(e, c, db, text, missing,
+                   "model file /nonexistent/model.gguf: no such file or directory");
     const char *format[] = {"sensitivity.formats=[nvfp4, fp3]", NULL};
     assert_refused(e, c, db, text, format, "unknown format 'fp3'");
     /* SmolLM2's token ids (vocab 49152) on a test model with 384 tokens */
     char toks[600];
     snprintf(toks, sizeof toks, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens", data);
     const char *vocab[] = {toks, NULL};
-    assert_refused(e, c, db, text, vocab, "beyond the vocabulary of model llama3_gqa (vocab_size 384)");
+    assert_refused(e, c, db, text, vocab,
+                   "beyond the vocabulary of model llama3_gqa (vocab_size 384)");
     PQfinish(c);
     qc_pgserver_destroy(pg);
 }
@@ -333,15 +361,19 @@ static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
  * none of them takes long). */
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cancel_ends_the_run_with_exit_5, setup, teardown),
     };
     if (argc > 1) {
         /* a name that matches no test would run nothing and pass: refuse it */
         size_t i = 0, n = sizeof tests / sizeof tests[0];
-        while (i < n && strcmp(tests[i].name, argv[1])) i++;
+        while (i < n && strcmp(tests[i].name, argv[1]))
+            i++;
         if (i == n) {
             fprintf(stderr, "no test named %s\n", argv[1]);
             return 1;

@@ -38,51 +38,68 @@ static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_err
     json_error_t je;
     json_t *metrics = NULL;
     memset(s, 0, sizeof *s);
-    if (json_unpack_ex((json_t *)spec, &je, 0, "{s:{s:s, s:s}, s:{s:s, s:s, s:i, s:I}, s:s, s:o, s:o, s:s}", "model",
-                       "path", &s->model_path, "digest", &s->model_digest, "dataset", "path", &s->dataset_path,
-                       "digest", &s->dataset_digest, "ctx", &s->ctx, "max_chunks", &s->max_chunks, "format",
-                       &s->format, "format_options", &s->format_options, "metrics", &metrics, "numerics_version",
-                       &s->numerics_version) != 0)
+    if (json_unpack_ex((json_t *)spec, &je, 0,
+                       "{s:{s:s, s:s}, s:{s:s, s:s, s:i, s:I}, s:s, s:o, s:o, s:s}", "model",
+                       "path", &s->model_path, "digest", &s->model_digest, "dataset", "path",
+                       &s->dataset_path, "digest", &s->dataset_digest, "ctx", &s->ctx, "max_chunks",
+                       &s->max_chunks, "format", &s->format, "format_options", &s->format_options,
+                       "metrics", &metrics, "numerics_version", &s->numerics_version) != 0)
         return qs_error_set(err, QS_EINVAL, "job spec: %s", je.text);
-    if (is_eval && json_unpack_ex((json_t *)spec, &je, 0, "{s:s, s:s, s:s}", "quantize", &s->quantize, "mode",
-                                  &s->mode, "part", &s->part) != 0)
+    if (is_eval && json_unpack_ex((json_t *)spec, &je, 0, "{s:s, s:s, s:s}", "quantize",
+                                  &s->quantize, "mode", &s->mode, "part", &s->part) != 0)
         return qs_error_set(err, QS_EINVAL, "job spec: %s", je.text);
     if (!json_is_array(metrics) || !json_is_object(s->format_options))
-        return qs_error_set(err, QS_EINVAL, "job spec: metrics must be an array, format_options an object");
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: metrics must be an array, format_options an object");
     size_t i;
     json_t *v;
     json_array_foreach(metrics, i, v) {
         const char *n = json_string_value(v);
-        unsigned bit = !n ? 0 : !strcmp(n, "ppl") ? METRIC_PPL : !strcmp(n, "kl") ? METRIC_KL
-                            : !strcmp(n, "top1") ? METRIC_TOP1 : !strcmp(n, "sqnr") ? METRIC_SQNR : 0;
+        unsigned bit = !n                   ? 0
+                       : !strcmp(n, "ppl")  ? METRIC_PPL
+                       : !strcmp(n, "kl")   ? METRIC_KL
+                       : !strcmp(n, "top1") ? METRIC_TOP1
+                       : !strcmp(n, "sqnr") ? METRIC_SQNR
+                                            : 0;
         if (!bit) return qs_error_set(err, QS_EINVAL, "job spec: metrics[%zu]: unknown metric", i);
         s->metrics |= bit;
     }
     if (s->ctx < 2 || s->max_chunks < 0)
-        return qs_error_set(err, QS_EINVAL, "job spec: dataset.ctx %d or dataset.max_chunks %lld out of range", s->ctx,
-                            (long long)s->max_chunks);
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: dataset.ctx %d or dataset.max_chunks %lld out of range",
+                            s->ctx, (long long)s->max_chunks);
     return QS_OK;
 }
 
-qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx, long max_chunks,
-                                const char *numerics_version, int mkdirs, char *buf, size_t cap, qs_error *err) {
+qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
+                                long max_chunks, const char *numerics_version, int mkdirs,
+                                char *buf, size_t cap, qs_error *err) {
     const char *parts[] = {model_digest, dataset_digest, numerics_version};
     for (size_t i = 0; i < 3; i++) {
         if (!parts[i] || !*parts[i] || strlen(parts[i]) > 128)
             return qs_error_set(err, QS_EINVAL, "baseline path: empty or overlong digest/version");
         for (const char *c = parts[i]; *c; c++)
-            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '.' ||
-                  *c == '_'))
-                return qs_error_set(err, QS_EINVAL, "baseline path: '%s' is not a digest", parts[i]);
+            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') ||
+                  (*c >= 'A' && *c <= 'Z') || *c == '.' || *c == '_'))
+                return qs_error_set(err, QS_EINVAL, "baseline path: '%s' is not a digest",
+                                    parts[i]);
     }
     char dir[4096];
-    const char *env = getenv("QSWEEP_BASELINE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *env = getenv("QSWEEP_BASELINE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
     int n;
-    if (env && *env) n = snprintf(dir, sizeof dir, "%s", env);
-    else if (xdg && *xdg) n = snprintf(dir, sizeof dir, "%s/qsweep/baselines", xdg);
-    else if (home && *home) n = snprintf(dir, sizeof dir, "%s/.cache/qsweep/baselines", home);
-    else return qs_error_set(err, QS_EINVAL, "baseline path: neither QSWEEP_BASELINE_DIR, XDG_CACHE_HOME nor HOME is set");
-    if (n < 0 || (size_t)n >= sizeof dir) return qs_error_set(err, QS_EINVAL, "baseline path: directory name too long");
+    if (env && *env)
+        n = snprintf(dir, sizeof dir, "%s", env);
+    else if (xdg && *xdg)
+        n = snprintf(dir, sizeof dir, "%s/qsweep/baselines", xdg);
+    else if (home && *home)
+        n = snprintf(dir, sizeof dir, "%s/.cache/qsweep/baselines", home);
+    else
+        return qs_error_set(
+            err, QS_EINVAL,
+            "baseline path: neither QSWEEP_BASELINE_DIR, XDG_CACHE_HOME nor HOME is set");
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return qs_error_set(err, QS_EINVAL, "baseline path: directory name too long");
     if (mkdirs) {
         /* mkdir -p: each prefix ending at a slash, then the whole */
         for (char *p = dir + 1;; p++) {
@@ -90,15 +107,17 @@ qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_di
                 char c = *p;
                 *p = 0;
                 if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                    return qs_error_set(err, QS_EIO, "baseline directory %s: mkdir: %s", dir, strerror(errno));
+                    return qs_error_set(err, QS_EIO, "baseline directory %s: mkdir: %s", dir,
+                                        strerror(errno));
                 *p = c;
                 if (!c) break;
             }
         }
     }
-    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld-v%s.qswblp", dir, model_digest, dataset_digest, ctx, max_chunks,
-                 numerics_version);
-    if (n < 0 || (size_t)n >= cap) return qs_error_set(err, QS_EINVAL, "baseline path: buffer too small");
+    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld-v%s.qswblp", dir, model_digest, dataset_digest,
+                 ctx, max_chunks, numerics_version);
+    if (n < 0 || (size_t)n >= cap)
+        return qs_error_set(err, QS_EINVAL, "baseline path: buffer too small");
     return QS_OK;
 }
 
@@ -126,7 +145,8 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
     if (qw_eval_plan(t->n, s->ctx, (size_t)s->max_chunks, &n_chunks, &n_scored, &ignored)) return 0;
     const char *env = getenv("QSWEEP_PREFIX_CACHE_MB");
     size_t cap = (size_t)(env && *env ? strtoull(env, NULL, 10) : 1024) << 20;
-    size_t entry = ((size_t)cfg->n_layers * (size_t)s->ctx * (size_t)cfg->dim + (size_t)s->ctx) * sizeof(float);
+    size_t entry = ((size_t)cfg->n_layers * (size_t)s->ctx * (size_t)cfg->dim + (size_t)s->ctx) *
+                   sizeof(float);
     size_t want = n_chunks * entry + entry / 2;
     return want <= cap ? want : (cap / entry) * entry;
 }
@@ -134,7 +154,8 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->ctx. The tokens t size its
  * prefix cache. */
-static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, qw_model **out, qs_error *err) {
+static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, qw_model **out,
+                           qs_error *err) {
     char key[128];
     snprintf(key, sizeof key, "model:%s", s->model_digest);
     loaded_model *lm = qw_job_cache_get(ctx, key);
@@ -143,9 +164,11 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
         return qw_model_set_threads(lm->model, qw_job_threads(ctx), err);
     }
     if (!strncmp(s->model_path, "synthetic:", 10))
-        return qs_error_set(err, QS_EUNSUPPORTED, "model %s: the engine has no random-weight builder yet; synthetic "
-                            "models expand and schedule (scale tests of the coordinator) but cannot be evaluated",
-                            s->model_path);
+        return qs_error_set(
+            err, QS_EUNSUPPORTED,
+            "model %s: the engine has no random-weight builder yet; synthetic "
+            "models expand and schedule (scale tests of the coordinator) but cannot be evaluated",
+            s->model_path);
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
     if (!lm) return qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -153,8 +176,10 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     qs_status st = qw_checkpoint_open(s->model_path, &lm->ck, err);
     if (!st) st = qw_checkpoint_digest(lm->ck, digest, err);
     if (!st && strcmp(digest, s->model_digest) != 0)
-        st = qs_error_set(err, QS_EINVAL, "model %s: digest %s differs from the job's %s (the file changed since "
-                          "the grid was submitted)", s->model_path, digest, s->model_digest);
+        st = qs_error_set(err, QS_EINVAL,
+                          "model %s: digest %s differs from the job's %s (the file changed since "
+                          "the grid was submitted)",
+                          s->model_path, digest, s->model_digest);
     if (!st) st = qw_model_create(lm->ck, s->ctx, qw_job_threads(ctx), &lm->model, err);
     size_t cache = st ? 0 : prefix_cache_bytes(qw_checkpoint_config(lm->ck), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
@@ -170,8 +195,10 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
 static qs_status load_tokens(const job_spec *s, qw_tokens *t, qs_error *err) {
     qs_status st = qw_tokens_load(s->dataset_path, t, err);
     if (!st && strcmp(t->digest, s->dataset_digest) != 0) {
-        st = qs_error_set(err, QS_EINVAL, "token file %s: digest %s differs from the job's %s (the file changed "
-                          "since the grid was submitted)", s->dataset_path, t->digest, s->dataset_digest);
+        st = qs_error_set(err, QS_EINVAL,
+                          "token file %s: digest %s differs from the job's %s (the file changed "
+                          "since the grid was submitted)",
+                          s->dataset_path, t->digest, s->dataset_digest);
         qw_tokens_free(t);
     }
     return st;
@@ -221,8 +248,9 @@ static qs_status report_common(qw_job_ctx *ctx, const qw_eval_metrics *m, qs_err
 /* Makes the baseline file at path unless it exists. Written under a name of this process's
  * own, then renamed into place, so two workers that compute it at once never mix their
  * writes and a reader never sees half a file. */
-static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_tokens *t, const job_spec *s,
-                                 const char *path, qw_eval_metrics *out, qs_error *err) {
+static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_tokens *t,
+                                 const job_spec *s, const char *path, qw_eval_metrics *out,
+                                 qs_error *err) {
     if (access(path, R_OK) == 0 && !out) return QS_OK;
     char mine[4200];
     snprintf(mine, sizeof mine, "%s.%ld.%lld", path, (long)getpid(), (long long)qw_job_id(ctx));
@@ -232,14 +260,17 @@ static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_toke
     qw_eval_metrics m = {0};
     qs_status st = qw_model_apply_policy(model, NULL, err);
     if (!st) st = qw_eval_baseline(model, t, &opt, mine, &m, err);
-    if (!st && rename(mine, path) != 0) st = qs_error_set(err, QS_EIO, "rename %s to %s: %s", mine, path, strerror(errno));
+    if (!st && rename(mine, path) != 0)
+        st = qs_error_set(err, QS_EIO, "rename %s to %s: %s", mine, path, strerror(errno));
     if (st) {
         unlink(mine);
         qw_eval_metrics_free(&m);
         return st;
     }
-    if (out) *out = m;
-    else qw_eval_metrics_free(&m);
+    if (out)
+        *out = m;
+    else
+        qw_eval_metrics_free(&m);
     return QS_OK;
 }
 
@@ -248,8 +279,8 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks, s.numerics_version, 1,
-                               path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -259,7 +290,8 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = report_common(ctx, &m, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
-    if (st == QS_ECANCELLED || qw_job_cancelled(ctx)) return qs_error_set(err, QS_ECANCELLED, "baseline cancelled");
+    if (st == QS_ECANCELLED || qw_job_cancelled(ctx))
+        return qs_error_set(err, QS_ECANCELLED, "baseline cancelled");
     return st;
 }
 
@@ -277,15 +309,22 @@ static qs_status quant_options(const job_spec *s, qk_quant_options *o, qs_error 
         static const char *const rounding[] = {"rne", "rz", NULL};
         static const char *const rules[] = {"rceil", "floor", "ceil", "even", NULL};
         static const char *const clamps[] = {"none", "torchao", "zero_to_one", NULL};
-        const char *const *names = !strcmp(key, "rounding") ? rounding : !strcmp(key, "scale_rule") ? rules
-                                   : !strcmp(key, "clamp") ? clamps : NULL;
+        const char *const *names = !strcmp(key, "rounding")     ? rounding
+                                   : !strcmp(key, "scale_rule") ? rules
+                                   : !strcmp(key, "clamp")      ? clamps
+                                                                : NULL;
         int i = 0;
-        while (names && str && names[i] && strcmp(names[i], str)) i++;
+        while (names && str && names[i] && strcmp(names[i], str))
+            i++;
         if (!names || !str || !names[i])
-            return qs_error_set(err, QS_EINVAL, "job spec: format_options.%s: unknown option or value", key);
-        if (names == rounding) o->rounding = i == 0 ? QK_ROUND_RNE : QK_ROUND_RZ;
-        else if (names == rules) o->mx_rule = (qk_mx_scale_rule)i;
-        else o->nvfp4_clamp = (qk_nvfp4_clamp)i;
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: format_options.%s: unknown option or value", key);
+        if (names == rounding)
+            o->rounding = i == 0 ? QK_ROUND_RNE : QK_ROUND_RZ;
+        else if (names == rules)
+            o->mx_rule = (qk_mx_scale_rule)i;
+        else
+            o->nvfp4_clamp = (qk_nvfp4_clamp)i;
     }
     return QS_OK;
 }
@@ -294,7 +333,8 @@ static qs_status quant_options(const job_spec *s, qk_quant_options *o, qs_error 
 static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
     qw_quant_spec q = {0};
     q.weight = qk_format_by_name(s->format);
-    if (!q.weight) return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
+    if (!q.weight)
+        return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
     qs_status st = quant_options(s, &q.weight_opt, err);
     if (st) return st;
     if (!strcmp(s->quantize, "weights+activations")) {
@@ -307,12 +347,16 @@ static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_
         const char *name;
         qw_isolation iso;
         int has_block, has_kind;
-    } modes[] = {{"component", QW_ISO_COMPONENT, 0, 1}, {"block", QW_ISO_BLOCK, 1, 0},
-                 {"layer", QW_ISO_LAYER, 1, 1},        {"leave_one_out", QW_ISO_LOO_COMPONENT, 0, 1},
+    } modes[] = {{"component", QW_ISO_COMPONENT, 0, 1},
+                 {"block", QW_ISO_BLOCK, 1, 0},
+                 {"layer", QW_ISO_LAYER, 1, 1},
+                 {"leave_one_out", QW_ISO_LOO_COMPONENT, 0, 1},
                  {"cumulative", QW_ISO_CUMULATIVE, 1, 0}};
     size_t mi = 0;
-    while (mi < sizeof modes / sizeof modes[0] && strcmp(modes[mi].name, s->mode)) mi++;
-    if (mi == sizeof modes / sizeof modes[0]) return qs_error_set(err, QS_EINVAL, "job spec: mode: unknown '%s'", s->mode);
+    while (mi < sizeof modes / sizeof modes[0] && strcmp(modes[mi].name, s->mode))
+        mi++;
+    if (mi == sizeof modes / sizeof modes[0])
+        return qs_error_set(err, QS_EINVAL, "job spec: mode: unknown '%s'", s->mode);
     /* part: "<kind>", "<block>" or "<block>.<kind>" (grid.h) */
     int block = 0;
     qw_linear_kind kind = QW_LINEAR_Q;
@@ -320,8 +364,10 @@ static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_
     if (modes[mi].has_block) {
         char *end;
         long b = strtol(s->part, &end, 10);
-        if (end == s->part || b < 0 || b >= n_layers || (modes[mi].has_kind ? *end != '.' : *end != 0))
-            return qs_error_set(err, QS_EINVAL, "job spec: part '%s' is not a block of 0..%d for mode %s", s->part,
+        if (end == s->part || b < 0 || b >= n_layers ||
+            (modes[mi].has_kind ? *end != '.' : *end != 0))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: part '%s' is not a block of 0..%d for mode %s", s->part,
                                 n_layers - 1, s->mode);
         block = (int)b;
         kind_name = end + 1;
@@ -350,8 +396,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks, s.numerics_version, 1,
-                               path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -372,9 +418,13 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         const struct {
             const char *name;
             double v;
-        } kl[] = {{"kl_mean", m.kl_mean}, {"kl_median", m.kl_median}, {"kl_p90", m.kl_p90},
-                  {"kl_p99", m.kl_p99},   {"kl_max", m.kl_max}};
-        for (size_t i = 0; !st && i < sizeof kl / sizeof kl[0]; i++) st = report(ctx, kl[i].name, kl[i].v, err);
+        } kl[] = {{"kl_mean", m.kl_mean},
+                  {"kl_median", m.kl_median},
+                  {"kl_p90", m.kl_p90},
+                  {"kl_p99", m.kl_p99},
+                  {"kl_max", m.kl_max}};
+        for (size_t i = 0; !st && i < sizeof kl / sizeof kl[0]; i++)
+            st = report(ctx, kl[i].name, kl[i].v, err);
     }
     if (!st && (s.metrics & METRIC_TOP1)) st = report(ctx, "top1", m.top1, err);
     for (size_t i = 0; !st && i < m.n_sqnr; i++) {
@@ -388,7 +438,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         qs_error ignored = {0};
         qw_model_apply_policy(model, NULL, &ignored); /* leave the cached model unquantized */
     }
-    if (st == QS_ECANCELLED || qw_job_cancelled(ctx)) return qs_error_set(err, QS_ECANCELLED, "eval cancelled");
+    if (st == QS_ECANCELLED || qw_job_cancelled(ctx))
+        return qs_error_set(err, QS_ECANCELLED, "eval cancelled");
     return st;
 }
 
