@@ -252,18 +252,19 @@ int main(int argc, char **argv) {
     printf("re-ingesting %d stored rows (duplicates, all ignored: %zu): %.0f rows/s\n",
            jobs_per_round * n_metrics, ignored, dup);
 
-    /* Job lifecycles: 4 transitions and 1 result row per job, 1000 jobs per transaction. */
-    enum { LIFE_JOBS = 10000, LIFE_PER_FLUSH = 1000 };
-    qc_job_submit *life = calloc(LIFE_JOBS, sizeof *life);
-    char(*life_keys)[32] = calloc(LIFE_JOBS, sizeof *life_keys);
+    /* Job lifecycles: 4 transitions and 1 result row per job, 1000 jobs per transaction;
+     * 5 x jobs_per_round jobs (10,000 by default). */
+    const int LIFE_JOBS = 5 * jobs_per_round, LIFE_PER_FLUSH = 1000;
+    qc_job_submit *life = calloc((size_t)LIFE_JOBS, sizeof *life);
+    char(*life_keys)[32] = calloc((size_t)LIFE_JOBS, sizeof *life_keys);
     if (!life || !life_keys) goto out;
     for (int i = 0; i < LIFE_JOBS; i++) {
         snprintf(life_keys[i], sizeof life_keys[i], "life-%d", i);
         life[i] =
             (qc_job_submit){life_keys[i], "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0};
     }
-    qs_status lst =
-        qc_store_submit(s, "bench-life", "", "bench-life", NULL, life, LIFE_JOBS, &counts, &err);
+    qs_status lst = qc_store_submit(s, "bench-life", "", "bench-life", NULL, life,
+                                    (size_t)LIFE_JOBS, &counts, &err);
     free(life);
     free(life_keys);
     if (lst) {

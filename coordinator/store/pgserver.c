@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -418,13 +419,22 @@ qs_status qc_pgserver_start(const char *data_dir, qc_pgserver **out, qs_error *e
     return QS_OK;
 }
 
+/* Whether /dev/shm is writable with at least 1 GiB free: a cluster takes ~40 MiB before any
+ * data, and containers often mount a 64 MiB /dev/shm that PostgreSQL also needs for its
+ * dynamic shared memory. */
+static bool roomy_tmpfs(void) {
+    struct statvfs vfs;
+    if (access("/dev/shm", W_OK | X_OK) != 0 || statvfs("/dev/shm", &vfs) != 0) return false;
+    return (unsigned long long)vfs.f_bavail * vfs.f_frsize >= (1ULL << 30);
+}
+
 qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err) {
     *out = NULL;
     qc_pgserver *srv = calloc(1, sizeof *srv);
     if (!srv) return qs_error_set(err, QS_ENOMEM, "pgserver: out of memory");
     /* tmpfs makes initdb, crash recovery and removal fast; the data is thrown away anyway. */
     const char *base = getenv("QSWEEP_PG_TMPDIR");
-    if (!base || !*base) base = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    if (!base || !*base) base = roomy_tmpfs() ? "/dev/shm" : "/tmp";
     if (strlen(base) > sizeof srv->temp_root - 16) {
         free(srv);
         return qs_error_set(err, QS_EINVAL, "QSWEEP_PG_TMPDIR %s: path too long", base);

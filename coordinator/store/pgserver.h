@@ -39,7 +39,8 @@ typedef struct qc_pgserver qc_pgserver;
 qs_status qc_pgserver_start(const char *data_dir, qc_pgserver **out, qs_error *err);
 
 /* As qc_pgserver_start on a fresh directory <base>/qspg-XXXXXX/data, where <base> is
- * $QSWEEP_PG_TMPDIR when set, else /dev/shm (tmpfs) when writable, else /tmp. The whole
+ * $QSWEEP_PG_TMPDIR when set, else /dev/shm (tmpfs) when writable with 1 GiB free, else
+ * /tmp. The whole
  * qspg-XXXXXX tree is removed by qc_pgserver_destroy (after an immediate shutdown: no
  * checkpoint). For tests: one per test binary. */
 qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err);
