@@ -42,6 +42,7 @@ typedef struct job {
     worker *worker;          /* the worker running it, NULL when orphaned after a restart */
     char *worker_name;       /* the attempt's worker (attempts.worker) */
     int64_t lease_deadline;  /* monotonic ms; NEVER until the ASSIGN is sent */
+    int64_t db_lease_until;  /* monotonic ms up to which attempts.lease_expires_at is written */
     bool cancel_requested;
 } job;
 
@@ -393,6 +394,16 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
 }
 
+/* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
+ * stored one has less than half a lease left: one write per job every lease/2 at most, so
+ * observers see live leases without a write per heartbeat. */
+static void renew_lease(server *s, job *j, int64_t now) {
+    j->lease_deadline = now + s->lease_ms;
+    if (now + s->lease_ms / 2 < j->db_lease_until) return;
+    j->db_lease_until = now + s->lease_ms;
+    must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0, &s->batch_err));
+}
+
 /* ---- scheduling ---- */
 
 static int pending_cmp(const void *a, const void *b) {
@@ -586,7 +597,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             (!named->worker || named->worker == w)) {
             named->worker = w;
             w->job = named;
-            named->lease_deadline = now + s->lease_ms;
+            renew_lease(s, named, now);
             slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id, named->attempt);
         } else {
             /* not the current attempt: stop it (its result would be ignored anyway) */
@@ -607,7 +618,7 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     if (!hb->job_id) return;
     job *j = w->job;
     if (j && j->id == hb->job_id && j->attempt == hb->attempt && j->state == J_RUNNING) {
-        if (j->lease_deadline != NEVER) j->lease_deadline = now + s->lease_ms;
+        if (j->lease_deadline != NEVER) renew_lease(s, j, now);
         return;
     }
     job *other = find_job(s, hb->job_id);
@@ -829,6 +840,7 @@ static void run_actions(server *s) {
         if (j && j->state == J_RUNNING && j->attempt == a->attempt) {
             if (sent) {
                 j->lease_deadline = now + s->lease_ms;
+                j->db_lease_until = now + s->lease_ms; /* written with the attempt row */
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
                 end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone", false);

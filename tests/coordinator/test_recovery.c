@@ -49,6 +49,9 @@ static void worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost(void *
                                    " AND outcome = 'succeeded'", id), 1);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
     assert_int_equal(h_sql_long(h, "SELECT attempt FROM results WHERE job = %ld", id), 2);
+    /* w2's heartbeats kept its 2 s lease alive through the 10 s job, also in the database */
+    assert_int_equal(h_sql_long(h, "SELECT (lease_expires_at > started_at + interval '6 seconds')::int FROM attempts"
+                                   " WHERE job = %ld AND attempt = 2", id), 1);
 }
 
 static void stopped_worker_past_its_lease_has_its_late_result_ignored(void **state) {
