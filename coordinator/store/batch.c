@@ -1,6 +1,7 @@
 /* The coordinator's write queue: transitions collected as array columns and flushed in one
- * transaction with one set-based statement per kind (unnest of the arrays), results through
- * COPY into a session staging table. Contract: store.h (qc_store_batch_*, qc_store_flush). */
+ * transaction with one set-based statement per kind (unnest of the arrays); results by COPY,
+ * straight into results when nothing can conflict, else through a session staging table and
+ * INSERT ... ON CONFLICT. Contract: store.h (qc_store_batch_*, qc_store_flush). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
