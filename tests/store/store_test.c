@@ -306,6 +306,24 @@ static void test_batched_transitions_and_rebuild(void **state) {
     assert_int_equal(snap.max_job_id, job_id(s, "jc"));
     qc_store_snapshot_free(&snap);
 
+    /* A job whose dependency failed for good is reported as such (it can never run). */
+    char f[512];
+    eval_spec(f, sizeof f, "m1", "nvfp4", "component", "o");
+    const char *on_jc[] = {"jc"};
+    qc_job_submit after[] = {{"jd", "eval", f, 0, 0, 0, "m1", 1, on_jc, 1}};
+    ok(qc_store_submit(s, "e3", "", "g3", NULL, after, 1, &c, &err), &err);
+    ok(qc_store_batch_job_state(bt, job_id(s, "jc"), QC_JOB_FAILED, 1, 0, "boom", &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 2); /* jb and jd; jc has failed */
+    assert_string_equal(snap.jobs[1].job_key, "jd");
+    assert_int_equal(snap.jobs[1].n_waiting_on, 0);
+    assert_int_equal(snap.jobs[1].n_deps_failed, 1);
+    qc_store_snapshot_free(&snap);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_failed_jobs WHERE job_key = 'jc' "
+                                    "AND last_error = 'boom' AND experiments = 'e2'"),
+                     1);
+
     /* A bad worker document is refused at append time, not at flush. */
     assert_int_equal(qc_store_batch_worker_seen(bt, "w2", "h", 1, "{not json", 1, &err), QS_EINVAL);
     assert_int_equal(qc_store_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_RUNNING, NULL, &err),
