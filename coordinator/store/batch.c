@@ -253,7 +253,10 @@ qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request
 
 /* ---- flush --------------------------------------------------------------------------------- */
 
-/* The statements, in flush order; $k is the group's column k as an array literal. */
+/* The statements, in flush order; $k is the group's column k as an array literal. The
+ * updates also filter on "= ANY ($1)" (the batch's job ids): with only the join to the
+ * unnest() rows the planner chose a hash join over a sequential scan of all jobs once a batch
+ * held ~100 jobs, i.e. a cost that grew with the sweep. */
 static const char *const sql_workers =
     "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen) "
     "SELECT id, host, pid, gpus::jsonb, threads, now(), now() FROM ("
@@ -271,14 +274,16 @@ static const char *const sql_renewed =
     "UPDATE attempts a SET lease_expires_at = now() + v.lease * interval '1 second' FROM ("
     " SELECT DISTINCT ON (job, att) job, att, lease FROM unnest($1::bigint[], $2::int[],"
     " $3::float8[]) WITH ORDINALITY AS u(job, att, lease, ord) ORDER BY job, att, ord DESC) v "
-    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running' "
+    "AND a.job = ANY ($1::bigint[])";
 /* The first end of an attempt wins (ord ascending), also against one already stored. */
 static const char *const sql_ended =
     "UPDATE attempts a SET outcome = v.outcome, ended_at = now(), error = v.error FROM ("
     " SELECT DISTINCT ON (job, att) job, att, outcome, error FROM unnest($1::bigint[], $2::int[],"
     " $3::text[], $4::text[]) WITH ORDINALITY AS u(job, att, outcome, error, ord)"
     " ORDER BY job, att, ord) v "
-    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running' "
+    "AND a.job = ANY ($1::bigint[])";
 /* The last state of each job wins; its last_error is the last non-NULL one queued, else the
  * stored one. */
 static const char *const sql_states =
@@ -290,7 +295,8 @@ static const char *const sql_states =
     "UPDATE jobs j SET state = last.state, attempts_used = last.used, "
     "not_before = CASE WHEN last.backoff > 0 THEN now() + last.backoff * interval '1 second' END, "
     "last_error = COALESCE(lerr.err, j.last_error), updated_at = now() "
-    "FROM last LEFT JOIN lerr ON lerr.job = last.job WHERE j.id = last.job";
+    "FROM last LEFT JOIN lerr ON lerr.job = last.job WHERE j.id = last.job "
+    "AND j.id = ANY ($1::bigint[])";
 static const char *const sql_staging =
     "CREATE TEMPORARY TABLE qc_results_in (job bigint, attempt integer, name text, "
     "value double precision, step bigint, final boolean) ON COMMIT DELETE ROWS";
