@@ -457,7 +457,10 @@ static qs_status flush_results(qc_store *s, qc_store_batch *b, qc_flush_stats *s
 
 static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_stats *stats,
                                       qs_error *err) {
-    qs_status st = qc_store_exec(s, "BEGIN", "flush: BEGIN", err);
+    /* A flush reads and writes a few rows by key: random access to cached pages. With the
+     * default random_page_cost (4, spinning disks) the planner preferred a sequential scan of
+     * all jobs once a batch held ~200 of them (3.3 ms against 0.07 ms for the index). */
+    qs_status st = qc_store_exec(s, "BEGIN; SET LOCAL random_page_cost = 1.1", "flush: BEGIN", err);
     if (!st)
         st = flush_group(s, &b->workers, sql_workers, "flush: workers seen", &stats->workers_seen,
                          err);
