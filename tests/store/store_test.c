@@ -535,6 +535,55 @@ static void test_sensitivity_view_joins_baseline_and_results_reader(void **state
     qc_store_close(s);
 }
 
+/* Strings travel inside array literals and COPY rows: every character that means something
+ * there must come back as it was written. */
+static void test_special_characters_round_trip(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_chars", ci, sizeof ci);
+    static const char key[] = "key \"quoted\", {braced}, back\\slash";
+    static const char spec[] = "{\"kind\": \"echo\", \"text\": \"a \\\"b\\\" {c}, d\\\\e\"}";
+    static const char error[] = "Traceback:\n\tline \"1\", in {x}\r\n\\ end, NULL";
+    static const char metric[] = "m,{\"x\"}\\\t\n";
+    qc_job_submit jobs[] = {{key, "echo", spec, 0, 0, 0, "NULL", 1, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "chars", "", "g", NULL, jobs, 1, &c, &err), &err);
+    qc_store_snapshot snap;
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 1);
+    assert_string_equal(snap.jobs[0].job_key, key);
+    assert_string_equal(snap.jobs[0].model_key, "NULL"); /* the string, not a null */
+    int64_t id = snap.jobs[0].id;
+    qc_store_snapshot_free(&snap);
+
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_worker_seen(bt, "NULL", "host \"h\"", 1, "[]", 1, &err), &err);
+    ok(qc_store_batch_attempt_started(bt, id, 1, "NULL", 30, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, id, 1, QC_ATTEMPT_FAILED, error, &err), &err);
+    ok(qc_store_batch_job_state(bt, id, QC_JOB_FAILED, 1, 0, error, &err), &err);
+    const qc_metric m[] = {{metric, 2.0, -1}};
+    ok(qc_store_batch_results(bt, id, 1, true, m, 1, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+
+    PGconn *pc = qc_store_pgconn(s);
+    const char *sql = "SELECT (SELECT error FROM attempts), (SELECT last_error FROM jobs), "
+                      "(SELECT worker FROM attempts), (SELECT host FROM workers), "
+                      "(SELECT name FROM results), (SELECT spec ->> 'text' FROM jobs)";
+    PGresult *r = PQexec(pc, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(r, 0, 0), error);
+    assert_string_equal(PQgetvalue(r, 0, 1), error);
+    assert_false(PQgetisnull(r, 0, 2));
+    assert_string_equal(PQgetvalue(r, 0, 2), "NULL");
+    assert_string_equal(PQgetvalue(r, 0, 3), "host \"h\"");
+    assert_string_equal(PQgetvalue(r, 0, 4), metric);
+    assert_string_equal(PQgetvalue(r, 0, 5), "a \"b\" {c}, d\\e");
+    PQclear(r);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 /* ---- cancel ----------------------------------------------------------------------------- */
 
 static void test_cancel_requests_reach_the_coordinator_once(void **state) {
@@ -720,6 +769,7 @@ int main(void) {
         cmocka_unit_test(test_results_are_stored_once),
         cmocka_unit_test(test_results_need_their_job_and_duplicates_in_a_batch_land_once),
         cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
+        cmocka_unit_test(test_special_characters_round_trip),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_second_coordinator_is_refused),
