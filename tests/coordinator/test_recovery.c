@@ -9,7 +9,7 @@
  *   - restart PostgreSQL mid-sweep: the coordinator pauses dispatch, reconnects and loses
  *     nothing;
  *   - SIGTERM a worker mid-job: the attempt is preempted and does not count against
- *     max_attempts. */
+ *     max_attempts; without a coordinator the worker still exits promptly. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -148,6 +148,20 @@ static void sigterm_preempts_the_attempt_which_does_not_count(void **state) {
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 2);
 }
 
+static void sigterm_without_a_coordinator_exits_within_the_ack_timeout(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_sigterm_alone");
+    long id = h_insert_job(h, "orphan", "sleep", "{\"seconds\": 30}", 1, 0);
+    pid_t c = h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    char worker[64];
+    wait_running_on(h, id, worker, sizeof worker);
+    h_signal(h, c, SIGKILL);
+    h_signal(h, w1, SIGTERM);
+    /* the job stops at once; its PREEMPTED report waits H_WORKER_TIMEOUT_MS for an ACK */
+    assert_int_equal(h_wait_exit(w1, H_WORKER_TIMEOUT_MS + 3000), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost, h_setup, h_teardown),
@@ -155,6 +169,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_without_a_coordinator_exits_within_the_ack_timeout, h_setup, h_teardown),
     };
     if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);

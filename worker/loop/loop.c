@@ -653,7 +653,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         int64_t t = now_ms();
         if (stop_requested && !stopping) {
             stopping = true;
-            stop_deadline = t + w->timeout_ms + (w->job ? 60000 : 0);
+            stop_deadline = t + w->timeout_ms; /* for the ACK; restarted when the job ends */
             wlog(w, "stopping: no new work%s", w->job ? ", cancelling the running job (preempted)" : "");
             if (w->job) {
                 w->job->preempted = true;
@@ -667,6 +667,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             if (done) {
                 flush_partials(w);
                 finish_job(w);
+                if (stopping) stop_deadline = t + w->timeout_ms; /* its end gets that long to be ACKed */
             }
         }
         if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;

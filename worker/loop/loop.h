@@ -8,8 +8,9 @@
  *     coordinator_timeout_ms or asks with REREGISTER;
  *   - a compute thread per job runs the job kind's function from the registry below.
  * Protocol: proto/qsweep.proto. SIGTERM or SIGINT (or qw_request_stop): stop taking work,
- * cancel the current job, report it FAILED with class PREEMPTED (does not count against the
- * job's max attempts), wait for its ACK (at most coordinator_timeout_ms), say BYE, return.
+ * cancel the current job and wait for it to return (jobs poll qw_job_cancelled), report it
+ * FAILED with class PREEMPTED (does not count against the job's max attempts), wait for its
+ * ACK (at most coordinator_timeout_ms), say BYE, return.
  *
  * Job kinds: a function `qs_status fn(qw_job_ctx *ctx, qs_error *err)` run on the compute
  * thread. QS_OK = success, its metrics are the result. QS_ECANCELLED after qw_job_cancelled
