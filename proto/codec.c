@@ -9,21 +9,25 @@ qs_status qs_proto_decode(const void *buf, size_t len, size_t max_bytes, const c
     *out = NULL;
     if (!peer) peer = "?";
     if (len > max_bytes)
-        return qs_error_set(err, QS_EFORMAT, "peer %s: message of %zu bytes exceeds the limit of %zu",
-                            peer, len, max_bytes);
+        return qs_error_set(err, QS_EFORMAT,
+                            "peer %s: message of %zu bytes exceeds the limit of %zu", peer, len,
+                            max_bytes);
     Qsweep__Envelope *env = qsweep__envelope__unpack(NULL, len, buf);
     if (!env)
-        return qs_error_set(err, QS_EFORMAT, "peer %s: malformed message (%zu bytes are not a qsweep Envelope)",
+        return qs_error_set(err, QS_EFORMAT,
+                            "peer %s: malformed message (%zu bytes are not a qsweep Envelope)",
                             peer, len);
     if (env->version != QS_PROTO_VERSION) {
         unsigned v = env->version;
         qsweep__envelope__free_unpacked(env, NULL);
-        return qs_error_set(err, QS_EUNSUPPORTED, "peer %s: protocol version %u, this build speaks %u",
-                            peer, v, QS_PROTO_VERSION);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "peer %s: protocol version %u, this build speaks %u", peer, v,
+                            QS_PROTO_VERSION);
     }
     if (env->body_case == QSWEEP__ENVELOPE__BODY__NOT_SET) {
         qsweep__envelope__free_unpacked(env, NULL);
-        return qs_error_set(err, QS_EFORMAT, "peer %s: envelope carries no message (or an unknown one)", peer);
+        return qs_error_set(err, QS_EFORMAT,
+                            "peer %s: envelope carries no message (or an unknown one)", peer);
     }
     *out = env;
     return QS_OK;
@@ -47,16 +51,27 @@ qs_status qs_proto_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len, qs_
 
 const char *qs_proto_kind_name(Qsweep__Envelope__BodyCase c) {
     switch (c) {
-    case QSWEEP__ENVELOPE__BODY_HELLO: return "HELLO";
-    case QSWEEP__ENVELOPE__BODY_READY: return "READY";
-    case QSWEEP__ENVELOPE__BODY_HEARTBEAT: return "HEARTBEAT";
-    case QSWEEP__ENVELOPE__BODY_RESULT: return "RESULT";
-    case QSWEEP__ENVELOPE__BODY_FAILED: return "FAILED";
-    case QSWEEP__ENVELOPE__BODY_BYE: return "BYE";
-    case QSWEEP__ENVELOPE__BODY_ASSIGN: return "ASSIGN";
-    case QSWEEP__ENVELOPE__BODY_ACK: return "ACK";
-    case QSWEEP__ENVELOPE__BODY_CANCEL: return "CANCEL";
-    case QSWEEP__ENVELOPE__BODY_REREGISTER: return "REREGISTER";
-    default: return "NONE";
+    case QSWEEP__ENVELOPE__BODY_HELLO:
+        return "HELLO";
+    case QSWEEP__ENVELOPE__BODY_READY:
+        return "READY";
+    case QSWEEP__ENVELOPE__BODY_HEARTBEAT:
+        return "HEARTBEAT";
+    case QSWEEP__ENVELOPE__BODY_RESULT:
+        return "RESULT";
+    case QSWEEP__ENVELOPE__BODY_FAILED:
+        return "FAILED";
+    case QSWEEP__ENVELOPE__BODY_BYE:
+        return "BYE";
+    case QSWEEP__ENVELOPE__BODY_ASSIGN:
+        return "ASSIGN";
+    case QSWEEP__ENVELOPE__BODY_ACK:
+        return "ACK";
+    case QSWEEP__ENVELOPE__BODY_CANCEL:
+        return "CANCEL";
+    case QSWEEP__ENVELOPE__BODY_REREGISTER:
+        return "REREGISTER";
+    default:
+        return "NONE";
     }
 }

@@ -18,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = 0;
     if (qs_proto_encode(env, &buf, &len, &err) != QS_OK) abort();
     Qsweep__Envelope *again = NULL;
-    if (qs_proto_decode(buf, len, (size_t)-1, "fuzz", &again, &err) == QS_OK && again->body_case != env->body_case)
+    if (qs_proto_decode(buf, len, (size_t)-1, "fuzz", &again, &err) == QS_OK &&
+        again->body_case != env->body_case)
         abort();
     qs_proto_free(again);
     free(buf);

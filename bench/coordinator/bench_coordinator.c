@@ -90,7 +90,8 @@ static bool fresh_db(qc_pgserver *pg, const char *name, int n, char *out, size_t
     }
     size_t len = 0, capb = (size_t)n * 32 + 1;
     char *rows = malloc(capb);
-    for (int i = 0; rows && i < n; i++) len += (size_t)snprintf(rows + len, capb - len, "%s-%d\tnoop\t{}\n", name, i);
+    for (int i = 0; rows && i < n; i++)
+        len += (size_t)snprintf(rows + len, capb - len, "%s-%d\tnoop\t{}\n", name, i);
     ok = rows && copy_text(c, "COPY jobs (job_key, kind, spec) FROM STDIN", rows, len);
     free(rows);
     PQfinish(c);
@@ -130,8 +131,8 @@ static void send_ready(void *sock) {
 
 /* Drives w simulated workers until the coordinator has exited; returns jobs ACKed and the
  * time of the first ASSIGN. */
-static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_args *a, double *first_assign,
-                     double *last_ack) {
+static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_args *a,
+                     double *first_assign, double *last_ack) {
     void **socks = calloc((size_t)w, sizeof *socks);
     zmq_pollitem_t *items = calloc((size_t)w, sizeof *items);
     Qsweep__Metric *ms = calloc((size_t)metrics, sizeof *ms);
@@ -184,8 +185,8 @@ static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_ar
                 }
                 Qsweep__Envelope *in = NULL;
                 qs_error err;
-                if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES, "coordinator", &in,
-                                    &err) == QS_OK) {
+                if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
+                                    "coordinator", &in, &err) == QS_OK) {
                     if (in->body_case == QSWEEP__ENVELOPE__BODY_ASSIGN) {
                         if (*first_assign == 0) *first_assign = now_s();
                         Qsweep__Result r = QSWEEP__RESULT__INIT;
@@ -209,7 +210,8 @@ static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_ar
             }
         }
     }
-    for (int i = 0; i < w; i++) zmq_close(socks[i]);
+    for (int i = 0; i < w; i++)
+        zmq_close(socks[i]);
     free(socks);
     free(items);
     free(ms);
@@ -232,13 +234,18 @@ static int free_port(void) {
 
 /* One phase: n jobs of m metrics through the coordinator with w workers. Returns the
  * seconds from the first ASSIGN to the last ACK (every result durable), or -1. */
-static double run_phase(qc_pgserver *pg, const char *db, int w, int n, int m, long *completed, char *conninfo,
-                        size_t cap) {
+static double run_phase(qc_pgserver *pg, const char *db, int w, int n, int m, long *completed,
+                        char *conninfo, size_t cap) {
     char endpoint[64];
     if (!fresh_db(pg, db, n, conninfo, cap)) return -1;
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", free_port());
-    run_args a = {.o = {.bind_endpoint = endpoint, .conninfo = conninfo, .lease_ms = 600000, .poll_ms = 200,
-                        .exit_when_done = true, .no_signal_handlers = true, .quiet = true}};
+    run_args a = {.o = {.bind_endpoint = endpoint,
+                        .conninfo = conninfo,
+                        .lease_ms = 600000,
+                        .poll_ms = 200,
+                        .exit_when_done = true,
+                        .no_signal_handlers = true,
+                        .quiet = true}};
     atomic_init(&a.done, false);
     void *ctx = zmq_ctx_new();
     zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, 4096);
@@ -266,9 +273,12 @@ static double raw_copy(const char *conninfo, long rows, int m) {
     long jobs = rows / m;
     for (long j = 0; buf && j < jobs; j++)
         for (int k = 0; k < m; k++)
-            len += (size_t)snprintf(buf + len, cap - len, "%ld\t1\tsqnr_db.%d\t%d\t-1\tt\n", j + 1, k, 1 + k);
+            len += (size_t)snprintf(buf + len, cap - len, "%ld\t1\tsqnr_db.%d\t%d\t-1\tt\n", j + 1,
+                                    k, 1 + k);
     double t0 = now_s();
-    ok = ok && buf && copy_text(c, "COPY raw_results (job, attempt, name, value, step, final) FROM STDIN", buf, len);
+    ok = ok && buf &&
+         copy_text(c, "COPY raw_results (job, attempt, name, value, step, final) FROM STDIN", buf,
+                   len);
     double dt = now_s() - t0;
     free(buf);
     PQfinish(c);
@@ -294,7 +304,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_coordinator: %s\n", err.msg);
         return 1;
     }
-    printf("bench_coordinator: one coordinator, simulated workers on tcp://127.0.0.1, PostgreSQL with fsync on\n");
+    printf("bench_coordinator: one coordinator, simulated workers on tcp://127.0.0.1, PostgreSQL "
+           "with fsync on\n");
     const int ws[] = {64, 256, 1024};
     int rc = 0;
     for (size_t i = 0; i < sizeof ws / sizeof ws[0] && rc == 0; i++) {
@@ -303,11 +314,13 @@ int main(int argc, char **argv) {
         snprintf(db, sizeof db, "bench_noop_%d", ws[i]);
         double dt = run_phase(pg, db, ws[i], noop_jobs, 1, &done, conninfo, sizeof conninfo);
         if (dt <= 0 || done != noop_jobs) {
-            fprintf(stderr, "bench_coordinator: no-op phase with %d workers: %ld of %d jobs\n", ws[i], done, noop_jobs);
+            fprintf(stderr, "bench_coordinator: no-op phase with %d workers: %ld of %d jobs\n",
+                    ws[i], done, noop_jobs);
             rc = 1;
             break;
         }
-        printf("workers %5d  no-op jobs %6d  %8.0f durable jobs/s  (target >= 10000)\n", ws[i], noop_jobs, done / dt);
+        printf("workers %5d  no-op jobs %6d  %8.0f durable jobs/s  (target >= 10000)\n", ws[i],
+               noop_jobs, done / dt);
         fflush(stdout);
         snprintf(db, sizeof db, "bench_heavy_%d", ws[i]);
         dt = run_phase(pg, db, ws[i], heavy_jobs, heavy_metrics, &done, conninfo, sizeof conninfo);
@@ -318,7 +331,8 @@ int main(int argc, char **argv) {
             rc = 1;
             break;
         }
-        printf("workers %5d  %d jobs x %d metrics  %9.0f metric rows/s  raw COPY %9.0f rows/s  ratio %.2f  "
+        printf("workers %5d  %d jobs x %d metrics  %9.0f metric rows/s  raw COPY %9.0f rows/s  "
+               "ratio %.2f  "
                "(target >= 0.7)\n",
                ws[i], heavy_jobs, heavy_metrics, rows / dt, rows / raw, raw / dt);
         fflush(stdout);

@@ -9,7 +9,8 @@
 
 static int usage(const char *why) {
     fprintf(stderr,
-            "qsweep-coordinator: %s\nusage: qsweep-coordinator --bind ENDPOINT --db CONNINFO [--lease-ms MS] "
+            "qsweep-coordinator: %s\nusage: qsweep-coordinator --bind ENDPOINT --db CONNINFO "
+            "[--lease-ms MS] "
             "[--grace-ms MS] [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet]\n",
             why);
     return 2;
@@ -27,17 +28,30 @@ int main(int argc, char **argv) {
     qc_server_options o = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--exit-when-done") == 0) { o.exit_when_done = true; continue; }
-        if (strcmp(a, "--quiet") == 0) { o.quiet = true; continue; }
+        if (strcmp(a, "--exit-when-done") == 0) {
+            o.exit_when_done = true;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o.quiet = true;
+            continue;
+        }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
         if (!v) return usage("option without a value");
-        if (strcmp(a, "--bind") == 0) o.bind_endpoint = v;
-        else if (strcmp(a, "--db") == 0) o.conninfo = v;
-        else if (strcmp(a, "--lease-ms") == 0) { if (!parse_ms(v, &o.lease_ms)) return usage("--lease-ms: not a number"); }
-        else if (strcmp(a, "--grace-ms") == 0) { if (!parse_ms(v, &o.grace_ms)) return usage("--grace-ms: not a number"); }
-        else if (strcmp(a, "--backoff-ms") == 0) { if (!parse_ms(v, &o.backoff_ms)) return usage("--backoff-ms: not a number"); }
-        else if (strcmp(a, "--poll-ms") == 0) { if (!parse_ms(v, &o.poll_ms)) return usage("--poll-ms: not a number"); }
-        else return usage("unknown option");
+        if (strcmp(a, "--bind") == 0)
+            o.bind_endpoint = v;
+        else if (strcmp(a, "--db") == 0)
+            o.conninfo = v;
+        else if (strcmp(a, "--lease-ms") == 0) {
+            if (!parse_ms(v, &o.lease_ms)) return usage("--lease-ms: not a number");
+        } else if (strcmp(a, "--grace-ms") == 0) {
+            if (!parse_ms(v, &o.grace_ms)) return usage("--grace-ms: not a number");
+        } else if (strcmp(a, "--backoff-ms") == 0) {
+            if (!parse_ms(v, &o.backoff_ms)) return usage("--backoff-ms: not a number");
+        } else if (strcmp(a, "--poll-ms") == 0) {
+            if (!parse_ms(v, &o.poll_ms)) return usage("--poll-ms: not a number");
+        } else
+            return usage("unknown option");
     }
     if (!o.bind_endpoint || !o.conninfo) return usage("--bind and --db are required");
     qs_error err;

@@ -34,22 +34,22 @@ typedef struct job {
     int priority, gpus;
     int64_t gpu_mem_mb;
     int max_attempts, attempts_used;
-    uint32_t attempt;        /* current (running) or last attempt number */
+    uint32_t attempt; /* current (running) or last attempt number */
     jstate state;
-    int64_t not_before;      /* monotonic ms: backoff */
-    int64_t *deps;           /* ids of jobs this one waits for (unresolved at load) */
+    int64_t not_before; /* monotonic ms: backoff */
+    int64_t *deps;      /* ids of jobs this one waits for (unresolved at load) */
     int n_deps;
-    worker *worker;          /* the worker running it, NULL when orphaned after a restart */
-    char *worker_name;       /* the attempt's worker (attempts.worker) */
-    int64_t lease_deadline;  /* monotonic ms; NEVER until the ASSIGN is sent */
-    int64_t db_lease_until;  /* monotonic ms up to which attempts.lease_expires_at is written */
+    worker *worker;         /* the worker running it, NULL when orphaned after a restart */
+    char *worker_name;      /* the attempt's worker (attempts.worker) */
+    int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
+    int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
     bool cancel_requested;
 } job;
 
 struct worker {
-    char rid[RID_MAX];       /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
+    char rid[RID_MAX]; /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
     size_t rid_len;
-    char name[NAME_MAX_ + 1];/* HELLO worker_id */
+    char name[NAME_MAX_ + 1]; /* HELLO worker_id */
     int n_gpus;
     int64_t min_gpu_mem_mb;
     char models[MODELS_MAX][KEY_MAX + 1];
@@ -65,7 +65,7 @@ typedef struct action {
     size_t rid_len;
     uint8_t *buf;
     size_t len;
-    job *assign;     /* an ASSIGN: start the lease when it goes out */
+    job *assign; /* an ASSIGN: start the lease when it goes out */
     uint32_t attempt;
 } action;
 
@@ -80,13 +80,13 @@ typedef struct server {
     void *zctx, *sock;
     job **jobs; /* sorted by id */
     size_t n_jobs, cap_jobs;
-    size_t active;  /* jobs not terminal */
+    size_t active; /* jobs not terminal */
     int64_t last_job_id;
-    job **pending;  /* dispatch candidates; entries may have left PENDING (compacted lazily) */
+    job **pending; /* dispatch candidates; entries may have left PENDING (compacted lazily) */
     size_t n_pending, cap_pending;
     bool pending_sorted, dirty;
     int64_t next_wake; /* earliest backoff end among pending jobs */
-    worker **workers; /* sorted by routing id */
+    worker **workers;  /* sorted by routing id */
     size_t n_workers, cap_workers;
     action *actions;
     size_t n_actions, cap_actions;
@@ -98,7 +98,9 @@ typedef struct server {
 
 static volatile sig_atomic_t stop_requested;
 
-void qc_server_request_stop(void) { stop_requested = 1; }
+void qc_server_request_stop(void) {
+    stop_requested = 1;
+}
 
 static void on_stop_signal(int sig) {
     (void)sig;
@@ -124,7 +126,8 @@ static void slog(const char *fmt, ...) {
 static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     void *q = realloc(p, c * elem);
     if (!q) {
         slog("out of memory growing a table to %zu entries", need);
@@ -146,21 +149,27 @@ static void must(server *s, qs_status st) {
 /* A printable peer name for logs: the routing id when printable, else its hex. */
 static void peer_name(const char *rid, size_t len, char *out, size_t cap) {
     bool printable = len > 0;
-    for (size_t i = 0; i < len && printable; i++) printable = rid[i] >= 0x20 && rid[i] < 0x7f;
+    for (size_t i = 0; i < len && printable; i++)
+        printable = rid[i] >= 0x20 && rid[i] < 0x7f;
     if (printable) {
         snprintf(out, cap, "%.*s", (int)len, rid);
         return;
     }
     size_t o = 0;
     o += (size_t)snprintf(out, cap, "0x");
-    for (size_t i = 0; i < len && o + 3 < cap; i++) o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
+    for (size_t i = 0; i < len && o + 3 < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
 }
 
 /* RFC 3629 UTF-8 validity (PostgreSQL rejects anything else in text columns). */
 static bool utf8_valid(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
+        int n = *p < 0x80             ? 0
+                : (*p & 0xe0) == 0xc0 ? 1
+                : (*p & 0xf0) == 0xe0 ? 2
+                : (*p & 0xf8) == 0xf0 ? 3
+                                      : -1;
         if (n < 0 || (n == 1 && *p < 0xc2) || (n == 3 && *p > 0xf4)) return false;
         p++;
         for (int i = 0; i < n; i++, p++)
@@ -204,8 +213,10 @@ static job *find_job(server *s, int64_t id) {
     size_t lo = 0, hi = s->n_jobs;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (s->jobs[mid]->id < id) lo = mid + 1;
-        else hi = mid;
+        if (s->jobs[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < s->n_jobs && s->jobs[lo]->id == id ? s->jobs[lo] : NULL;
 }
@@ -219,16 +230,19 @@ static size_t worker_pos(server *s, const char *rid, size_t len) {
     size_t lo = 0, hi = s->n_workers;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (rid_cmp(s->workers[mid]->rid, s->workers[mid]->rid_len, rid, len) < 0) lo = mid + 1;
-        else hi = mid;
+        if (rid_cmp(s->workers[mid]->rid, s->workers[mid]->rid_len, rid, len) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
 
 static worker *find_worker(server *s, const char *rid, size_t len) {
     size_t i = worker_pos(s, rid, len);
-    return i < s->n_workers && rid_cmp(s->workers[i]->rid, s->workers[i]->rid_len, rid, len) == 0 ? s->workers[i]
-                                                                                                   : NULL;
+    return i < s->n_workers && rid_cmp(s->workers[i]->rid, s->workers[i]->rid_len, rid, len) == 0
+               ? s->workers[i]
+               : NULL;
 }
 
 static void forget_worker(server *s, worker *w) {
@@ -270,7 +284,8 @@ static void send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelop
     free(buf);
 }
 
-static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env, job *assign) {
+static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
+                              job *assign) {
     uint8_t *buf;
     size_t len;
     if (!encode(env, &buf, &len)) return;
@@ -284,8 +299,8 @@ static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep
     a->attempt = assign ? assign->attempt : 0;
 }
 
-static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt, uint64_t seq,
-                     bool final) {
+static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
+                     uint64_t seq, bool final) {
     Qsweep__Ack a = QSWEEP__ACK__INIT;
     a.job_id = job_id;
     a.attempt = attempt;
@@ -297,8 +312,8 @@ static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id,
     send_after_commit(s, rid, rid_len, &env, NULL);
 }
 
-static void send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
-                        const char *reason) {
+static void send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
+                        uint32_t attempt, const char *reason) {
     Qsweep__Cancel c = QSWEEP__CANCEL__INIT;
     c.job_id = job_id;
     c.attempt = attempt;
@@ -345,7 +360,8 @@ static void end_pending(server *s, job *j, jstate st, const char *why) {
 
 static void fail_dependents(server *s, job *dep) {
     char why[96];
-    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id, qc_job_state_name(dep->state));
+    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id,
+             qc_job_state_name(dep->state));
     for (size_t i = 0; i < s->n_pending; i++) {
         job *j = s->pending[i];
         if (j->state != J_PENDING) continue;
@@ -359,7 +375,8 @@ static void fail_dependents(server *s, job *dep) {
 
 /* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
  * against max_attempts. Decides the job's next state and queues the write. */
-static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error, bool counts) {
+static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
+                        bool counts) {
     if (j->worker && j->worker->job == j) j->worker->job = NULL;
     j->worker = NULL;
     free(j->worker_name);
@@ -386,11 +403,14 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
             push_pending(s, j);
         }
     }
-    must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error, &s->batch_err));
-    must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0, error, &s->batch_err));
+    must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error,
+                                         &s->batch_err));
+    must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0,
+                                     error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
-        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt, qc_attempt_outcome_name(outcome),
-             qc_job_state_name(j->state), error ? ": " : "", error ? error : "");
+        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
+             qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
+             error ? error : "");
     if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
 }
 
@@ -401,7 +421,8 @@ static void renew_lease(server *s, job *j, int64_t now) {
     j->lease_deadline = now + s->lease_ms;
     if (now + s->lease_ms / 2 < j->db_lease_until) return;
     j->db_lease_until = now + s->lease_ms;
-    must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0, &s->batch_err));
+    must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0,
+                                         &s->batch_err));
 }
 
 /* ---- scheduling ---- */
@@ -474,9 +495,10 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name, s->lease_ms / 1000.0,
+    must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
+                                           s->lease_ms / 1000.0, &s->batch_err));
+    must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                      &s->batch_err));
-    must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL, &s->batch_err));
     Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
     a.job_id = j->id;
     a.attempt = j->attempt;
@@ -487,7 +509,8 @@ static void assign(server *s, worker *w, job *j) {
     env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
     env.assign = &a;
     send_after_commit(s, w->rid, w->rid_len, &env, j);
-    if (!s->o->quiet) slog("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
+    if (!s->o->quiet)
+        slog("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
 
 static void dispatch(server *s, int64_t now) {
@@ -505,7 +528,8 @@ static void dispatch(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_workers; i++) {
         worker *w = s->workers[i];
         if (!w->ready || w->job) continue;
-        while (head < s->n_pending && s->pending[head]->state != J_PENDING) head++;
+        while (head < s->n_pending && s->pending[head]->state != J_PENDING)
+            head++;
         if (head == s->n_pending) break;
         job *j = pick(s, w, now, head);
         if (j) assign(s, w, j);
@@ -520,11 +544,12 @@ static void check_leases(server *s, int64_t now) {
         if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
         char why[400];
         if (j->worker) {
-            snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms", j->worker->name,
-                     s->lease_ms);
+            snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms",
+                     j->worker->name, s->lease_ms);
             send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "lease expired");
         } else {
-            snprintf(why, sizeof why, "worker %s did not re-attach within %d ms of a coordinator restart",
+            snprintf(why, sizeof why,
+                     "worker %s did not re-attach within %d ms of a coordinator restart",
                      j->worker_name ? j->worker_name : "?", s->grace_ms);
         }
         end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
@@ -532,7 +557,8 @@ static void check_leases(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_workers;) {
         worker *w = s->workers[i];
         if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
-            slog("worker %s silent for %lld ms: forgotten", w->name, (long long)(now - w->last_seen));
+            slog("worker %s silent for %lld ms: forgotten", w->name,
+                 (long long)(now - w->last_seen));
             forget_worker(s, w);
         } else {
             i++;
@@ -542,11 +568,14 @@ static void check_leases(server *s, int64_t now) {
 
 /* ---- messages ---- */
 
-static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__Hello *h, int64_t now) {
-    if (!h->worker_id[0] || strlen(h->worker_id) > NAME_MAX_ || !utf8_valid(h->worker_id) || !utf8_valid(h->host)) {
+static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__Hello *h,
+                     int64_t now) {
+    if (!h->worker_id[0] || strlen(h->worker_id) > NAME_MAX_ || !utf8_valid(h->worker_id) ||
+        !utf8_valid(h->host)) {
         char peer[600];
         peer_name(rid, rid_len, peer, sizeof peer);
-        slog("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host", peer);
+        slog("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
+             peer);
         return;
     }
     worker *w = find_worker(s, rid, rid_len);
@@ -573,16 +602,18 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         char cc[24];
         snprintf(cc, sizeof cc, "%u.%u", h->gpus[i]->cc_major, h->gpus[i]->cc_minor);
         json_array_append_new(gpus, json_pack("{s:s, s:I, s:s, s:b}", "name",
-                                              utf8_valid(h->gpus[i]->name) ? h->gpus[i]->name : "?", "memory_mb",
-                                              (json_int_t)mb, "cc", cc, "native_fp4", h->gpus[i]->native_fp4));
+                                              utf8_valid(h->gpus[i]->name) ? h->gpus[i]->name : "?",
+                                              "memory_mb", (json_int_t)mb, "cc", cc, "native_fp4",
+                                              h->gpus[i]->native_fp4));
     }
     w->n_models = 0;
     for (size_t i = 0; i < h->n_models_loaded && w->n_models < MODELS_MAX; i++)
-        if (strlen(h->models_loaded[i]) <= KEY_MAX) snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
+        if (strlen(h->models_loaded[i]) <= KEY_MAX)
+            snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj, (int32_t)h->cpu_threads,
-                                 &s->batch_err));
+    must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj,
+                                       (int32_t)h->cpu_threads, &s->batch_err));
     free(gj);
 
     job *named = h->running_job_id ? find_job(s, h->running_job_id) : NULL;
@@ -598,13 +629,16 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             named->worker = w;
             w->job = named;
             renew_lease(s, named, now);
-            slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id, named->attempt);
+            slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
+                 named->attempt);
         } else {
             /* not the current attempt: stop it (its result would be ignored anyway) */
-            send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt, "attempt is no longer current");
+            send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt,
+                        "attempt is no longer current");
         }
     }
-    if (!s->o->quiet) slog("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
+    if (!s->o->quiet)
+        slog("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
 }
 
 static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int64_t now) {
@@ -624,13 +658,15 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     job *other = find_job(s, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
     if (!pending_assign)
-        send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt, "attempt is no longer current (lease lost)");
+        send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
+                    "attempt is no longer current (lease lost)");
 }
 
 /* True when (job, attempt) is the job's running attempt on worker w. */
 static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
     job *j = find_job(s, job_id);
-    if (j && j->state == J_RUNNING && j->attempt == attempt && j->worker == w && j->lease_deadline != NEVER)
+    if (j && j->state == J_RUNNING && j->attempt == attempt && j->worker == w &&
+        j->lease_deadline != NEVER)
         return j;
     return NULL;
 }
@@ -647,7 +683,8 @@ static void worker_idle(server *s, worker *w) {
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     job *j = current(s, w, r->job_id, r->attempt);
     if (!j) {
-        slog("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current attempt",
+        slog("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
+             "attempt",
              r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
         send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
         return;
@@ -655,8 +692,10 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     for (size_t i = 0; i < r->n_metrics; i++) {
         const Qsweep__Metric *m = r->metrics[i];
         bool final = r->final && m->final;
-        if (!m->name[0] || strlen(m->name) > KEY_MAX || !utf8_valid(m->name) || (!final && m->step < 0)) {
-            slog("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or non-UTF-8 name or a "
+        if (!m->name[0] || strlen(m->name) > KEY_MAX || !utf8_valid(m->name) ||
+            (!final && m->step < 0)) {
+            slog("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or "
+                 "non-UTF-8 name or a "
                  "negative step",
                  w->name, (long long)r->job_id);
             return; /* not ACKed: a well-behaved worker never sends this */
@@ -671,9 +710,12 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         for (size_t i = 0; i < r->n_metrics; i++) {
             const Qsweep__Metric *m = r->metrics[i];
             if ((r->final && m->final) != (final == 1)) continue;
-            rows[n++] = (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
+            rows[n++] =
+                (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
         }
-        if (n) must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows, n, &s->batch_err));
+        if (n)
+            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
+                                           n, &s->batch_err));
     }
     free(rows);
     if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
@@ -692,15 +734,22 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     char msg[1024];
     utf8_escape(f->message, msg, sizeof msg);
     switch (f->class_) {
-    case QSWEEP__FAILURE_CLASS__PREEMPTED: end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false); break;
-    case QSWEEP__FAILURE_CLASS__CANCELLED: end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false); break;
-    default: end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true); break;
+    case QSWEEP__FAILURE_CLASS__PREEMPTED:
+        end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
+        break;
+    case QSWEEP__FAILURE_CLASS__CANCELLED:
+        end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false);
+        break;
+    default:
+        end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        break;
     }
     send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
     if (f->class_ != QSWEEP__FAILURE_CLASS__PREEMPTED) worker_idle(s, w);
 }
 
-static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len, int64_t now) {
+static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
+                       int64_t now) {
     char peer[600];
     Qsweep__Envelope *env = NULL;
     qs_error err;
@@ -733,16 +782,25 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
             if (strlen(env->ready->models_loaded[i]) <= KEY_MAX)
                 snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", env->ready->models_loaded[i]);
         break;
-    case QSWEEP__ENVELOPE__BODY_HEARTBEAT: on_heartbeat(s, w, env->heartbeat, now); break;
-    case QSWEEP__ENVELOPE__BODY_RESULT: on_result(s, w, env->result); break;
-    case QSWEEP__ENVELOPE__BODY_FAILED: on_failed(s, w, env->failed); break;
+    case QSWEEP__ENVELOPE__BODY_HEARTBEAT:
+        on_heartbeat(s, w, env->heartbeat, now);
+        break;
+    case QSWEEP__ENVELOPE__BODY_RESULT:
+        on_result(s, w, env->result);
+        break;
+    case QSWEEP__ENVELOPE__BODY_FAILED:
+        on_failed(s, w, env->failed);
+        break;
     case QSWEEP__ENVELOPE__BODY_BYE:
         slog("worker %s said BYE: %s", w->name, env->bye->reason);
         if (w->job && w->job->lease_deadline != NEVER)
-            end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED, "worker left (BYE) without reporting the attempt", false);
+            end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
+                        "worker left (BYE) without reporting the attempt", false);
         forget_worker(s, w);
         break;
-    default: slog("dropped: peer %s: %s is not a worker's message", peer, qs_proto_kind_name(env->body_case));
+    default:
+        slog("dropped: peer %s: %s is not a worker's message", peer,
+             qs_proto_kind_name(env->body_case));
     }
     qs_proto_free(env);
 }
@@ -750,7 +808,8 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
 /* ---- loading ---- */
 
 /* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
-static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running, double unix_now) {
+static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running,
+                           double unix_now) {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
         !(j->model_key = strdup(r->model_key ? r->model_key : "")))
@@ -777,13 +836,15 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
         j->state = J_PENDING;
-        j->not_before = r->not_before > unix_now ? now + (int64_t)((r->not_before - unix_now) * 1000.0) : now;
+        j->not_before =
+            r->not_before > unix_now ? now + (int64_t)((r->not_before - unix_now) * 1000.0) : now;
     }
     s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
     s->active++;
     if (j->state == J_PENDING) push_pending(s, j);
-    if (r->n_deps_failed && j->state == J_PENDING) end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
+    if (r->n_deps_failed && j->state == J_PENDING)
+        end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
 }
 
 /* Loads jobs submitted since the last load (all of them at start). */
@@ -798,9 +859,11 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
     for (size_t i = 0; i < snap.n_jobs; i++) {
         const qc_stored_job *sj = &snap.jobs[i];
         if (find_job(s, sj->id)) continue;
-        while (r < snap.n_running && snap.running[r].job < sj->id) r++;
+        while (r < snap.n_running && snap.running[r].job < sj->id)
+            r++;
         const qc_stored_attempt *run = NULL;
-        for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++) run = &snap.running[k];
+        for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++)
+            run = &snap.running[k];
         add_stored_job(s, sj, run, unix_now);
     }
     if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
@@ -821,7 +884,9 @@ static qs_status poll_cancels(server *s, qs_error *err) {
             end_pending(s, j, J_CANCELLED, "cancelled on request");
         } else if (j->state == J_RUNNING && !j->cancel_requested) {
             j->cancel_requested = true;
-            if (j->worker) send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "cancelled on request");
+            if (j->worker)
+                send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
+                            "cancelled on request");
         }
     }
     free(ids);
@@ -843,7 +908,8 @@ static void run_actions(server *s) {
                 j->db_lease_until = now + s->lease_ms; /* written with the attempt row */
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
-                end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone", false);
+                end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone",
+                            false);
             }
         }
         free(a->buf);
@@ -878,7 +944,8 @@ static qs_status commit(server *s, qs_error *err) {
         if (st != QS_OK) {
             if (!qc_store_connection_lost(s->store)) {
                 *err = e;
-                return qs_error_wrap(err, "writing a batch of %zu transitions", qc_store_batch_size(s->batch));
+                return qs_error_wrap(err, "writing a batch of %zu transitions",
+                                     qc_store_batch_size(s->batch));
             }
             db_lost(s, e.msg);
             return QS_OK;
@@ -908,7 +975,8 @@ static qs_status open_socket(server *s, qs_error *err) {
     if (s->o->curve_secret_key) {
         if (zmq_setsockopt(s->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, s->o->curve_secret_key, 41) != 0)
-            return qs_error_set(err, QS_EINVAL, "options.curve_secret_key: need a 40-character Z85 key: %s",
+            return qs_error_set(err, QS_EINVAL,
+                                "options.curve_secret_key: need a 40-character Z85 key: %s",
                                 zmq_strerror(errno));
     }
     if (zmq_bind(s->sock, s->o->bind_endpoint) != 0)
@@ -938,11 +1006,13 @@ static void drain(server *s, int64_t now) {
             }
         }
         if (ok && frames == 2) {
-            on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body), zmq_msg_size(&body), now);
+            on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
+                       zmq_msg_size(&body), now);
         } else {
             char peer[600];
             peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
-            slog("dropped: peer %s: message of %d frames (expected one body frame)", peer, frames - 1);
+            slog("dropped: peer %s: message of %d frames (expected one body frame)", peer,
+                 frames - 1);
         }
         zmq_msg_close(&body);
         zmq_msg_close(&id);
@@ -959,8 +1029,10 @@ static void free_server(server *s) {
         free(j->worker_name);
         free(j);
     }
-    for (size_t i = 0; i < s->n_workers; i++) free(s->workers[i]);
-    for (size_t i = 0; i < s->n_actions; i++) free(s->actions[i].buf);
+    for (size_t i = 0; i < s->n_workers; i++)
+        free(s->workers[i]);
+    for (size_t i = 0; i < s->n_actions; i++)
+        free(s->actions[i].buf);
     free(s->jobs);
     free(s->pending);
     free(s->workers);
@@ -973,12 +1045,15 @@ static void free_server(server *s) {
 
 qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (!opts || !opts->bind_endpoint || !opts->conninfo)
-        return qs_error_set(err, QS_EINVAL, "qc_server_run: options.bind_endpoint and options.conninfo are required");
+        return qs_error_set(
+            err, QS_EINVAL,
+            "qc_server_run: options.bind_endpoint and options.conninfo are required");
     if (opts->lease_ms < 0 || opts->grace_ms < 0 || opts->backoff_ms < 0 || opts->poll_ms < 0 ||
         opts->worker_timeout_ms < 0)
         return qs_error_set(err, QS_EINVAL, "qc_server_run: options.*_ms must not be negative");
     if (opts->curve_secret_key && strlen(opts->curve_secret_key) != 40)
-        return qs_error_set(err, QS_EINVAL, "qc_server_run: options.curve_secret_key must be 40 Z85 characters");
+        return qs_error_set(err, QS_EINVAL,
+                            "qc_server_run: options.curve_secret_key must be 40 Z85 characters");
     server s = {.o = opts, .next_wake = NEVER};
     s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
     s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;
@@ -1002,12 +1077,15 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
         size_t running = 0;
-        for (size_t i = 0; i < s.n_jobs; i++) running += s.jobs[i]->state == J_RUNNING;
-        slog("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms for their "
+        for (size_t i = 0; i < s.n_jobs; i++)
+            running += s.jobs[i]->state == J_RUNNING;
+        slog("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
+             "for their "
              "workers to re-attach); lease %d ms",
              opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
     }
-    int64_t next_poll = now_ms() + s.poll_ms, next_cancel_poll = now_ms() + 1000, next_lease_check = 0;
+    int64_t next_poll = now_ms() + s.poll_ms, next_cancel_poll = now_ms() + 1000,
+            next_lease_check = 0;
     while (st == QS_OK && !stop_requested) {
         zmq_pollitem_t item = {.socket = s.sock, .events = ZMQ_POLLIN};
         if (zmq_poll(&item, 1, 10) < 0 && errno != EINTR) {
@@ -1036,7 +1114,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                 break;
             }
             if (rs == QS_OK) {
-                slog("PostgreSQL is back: resuming with %zu queued transitions", qc_store_batch_size(s.batch));
+                slog("PostgreSQL is back: resuming with %zu queued transitions",
+                     qc_store_batch_size(s.batch));
                 s.db_down = false;
                 s.dirty = true;
             } else {
@@ -1071,8 +1150,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         dispatch(&s, now);
         st = commit(&s, err);
-        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down && qc_store_batch_size(s.batch) == 0 &&
-            s.n_actions == 0 && s.polled_since_commit) {
+        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
+            qc_store_batch_size(s.batch) == 0 && s.n_actions == 0 && s.polled_since_commit) {
             slog("every job is terminal: exiting");
             break;
         }
@@ -1088,7 +1167,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (s.n_flushes)
         slog("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",
              (unsigned long long)s.n_flushes, (unsigned long long)s.n_flushed_items,
-             (double)s.n_flushed_items / (double)s.n_flushes, 1000.0 * s.flush_s / (double)s.n_flushes);
+             (double)s.n_flushed_items / (double)s.n_flushes,
+             1000.0 * s.flush_s / (double)s.n_flushes);
     free_server(&s);
     return st;
 }

@@ -3,12 +3,13 @@
  * The coordinator is the only writer of job state. It binds a ROUTER socket
  * (ZMQ_ROUTER_MANDATORY, ZMQ_ROUTER_HANDOVER, ZMQ_MAXMSGSIZE = 2 * QS_PROTO_MAX_BYTES so a
  * body just over the protocol limit is still received, logged with its peer and dropped,
- * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock (a second coordinator on the same database
- * refuses to start: QS_ESTATE), rebuilds its queue from the database, and then loops:
- * decode what workers sent, change the in-memory state, write every transition through one
- * batched transaction (qc_store_flush, coordinator/store/store.h), and only after the commit send what
- * depends on it (an ASSIGN after its attempt row is durable, an ACK after the result or
- * failure is stored). It uses one PostgreSQL connection whatever the number of workers.
+ * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock
+ * (a second coordinator on the same database refuses to start: QS_ESTATE), rebuilds its queue from
+ * the database, and then loops: decode what workers sent, change the in-memory state, write every
+ * transition through one batched transaction (qc_store_flush, coordinator/store/store.h), and only
+ * after the commit send what depends on it (an ASSIGN after its attempt row is durable, an ACK
+ * after the result or failure is stored). It uses one PostgreSQL connection whatever the number of
+ * workers.
  *
  * Rules (protocol: proto/qsweep.proto):
  *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and
@@ -47,17 +48,17 @@
 #include "error.h"
 
 typedef struct qc_server_options {
-    const char *bind_endpoint;  /* e.g. "tcp://0.0.0.0:5555" (required) */
-    const char *conninfo;       /* libpq conninfo of the qsweep database (required) */
-    int lease_ms;               /* lease length; default 30000 */
-    int grace_ms;               /* re-attach window after a restart; default lease_ms */
-    int backoff_ms;             /* first retry delay; default 1000 */
-    int poll_ms;                /* new-job poll period; default 500 */
-    int worker_timeout_ms;      /* forget an idle worker silent this long; default 3 * lease */
-    bool exit_when_done;        /* return QS_OK once every job of the database is terminal */
+    const char *bind_endpoint;    /* e.g. "tcp://0.0.0.0:5555" (required) */
+    const char *conninfo;         /* libpq conninfo of the qsweep database (required) */
+    int lease_ms;                 /* lease length; default 30000 */
+    int grace_ms;                 /* re-attach window after a restart; default lease_ms */
+    int backoff_ms;               /* first retry delay; default 1000 */
+    int poll_ms;                  /* new-job poll period; default 500 */
+    int worker_timeout_ms;        /* forget an idle worker silent this long; default 3 * lease */
+    bool exit_when_done;          /* return QS_OK once every job of the database is terminal */
     const char *curve_secret_key; /* Z85 (40 characters): enables CURVE on the socket */
-    bool no_signal_handlers;    /* do not install SIGTERM/SIGINT handlers */
-    bool quiet;                 /* fewer log lines (no per-job lines) */
+    bool no_signal_handlers;      /* do not install SIGTERM/SIGINT handlers */
+    bool quiet;                   /* fewer log lines (no per-job lines) */
 } qc_server_options;
 
 /* Runs the coordinator until SIGTERM/SIGINT/qc_server_request_stop (QS_OK), or until every

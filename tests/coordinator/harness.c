@@ -22,7 +22,9 @@
 
 static qc_pgserver *group_pg;
 
-void h_sleep_ms(int ms) { nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}, NULL); }
+void h_sleep_ms(int ms) {
+    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}, NULL);
+}
 
 int h_group_setup(void **state) {
     (void)state;
@@ -83,7 +85,8 @@ static void dump_log(const char *path) {
     if (!f) return;
     char line[2048];
     fprintf(stderr, "---- %s\n", path);
-    while (fgets(line, sizeof line, f)) fputs(line, stderr);
+    while (fgets(line, sizeof line, f))
+        fputs(line, stderr);
     fclose(f);
 }
 
@@ -147,8 +150,9 @@ static pid_t start_coordinator_logging(harness *h, const char *log) {
     snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
     snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
     snprintf(backoff, sizeof backoff, "%d", H_BACKOFF_MS);
-    char *const argv[] = {QS_COORDINATOR_BIN, "--bind", h->endpoint, "--db", h->conninfo, "--lease-ms", lease,
-                          "--grace-ms", grace, "--backoff-ms", backoff, "--poll-ms", "200", NULL};
+    char *const argv[] = {
+        QS_COORDINATOR_BIN, "--bind", h->endpoint,    "--db",  h->conninfo, "--lease-ms", lease,
+        "--grace-ms",       grace,    "--backoff-ms", backoff, "--poll-ms", "200",        NULL};
     return spawn(log, argv);
 }
 
@@ -179,8 +183,9 @@ pid_t h_start_worker(harness *h, const char *id) {
     snprintf(to, sizeof to, "%d", H_WORKER_TIMEOUT_MS);
     char log[160];
     snprintf(log, sizeof log, "%s/worker-%s.log", h->dir, id);
-    char *const argv[] = {QS_WORKER_BIN, "--endpoint", h->endpoint, "--id", (char *)id, "--threads", "1",
-                          "--heartbeat-ms", hb, "--timeout-ms", to, NULL};
+    char *const argv[] = {
+        QS_WORKER_BIN, "--endpoint",     h->endpoint, "--id",         (char *)id, "--threads",
+        "1",           "--heartbeat-ms", hb,          "--timeout-ms", to,         NULL};
     assert_true(h->n_workers < 16);
     pid_t pid = spawn(log, argv);
     h->workers[h->n_workers++] = pid;
@@ -216,8 +221,8 @@ static PGresult *query(harness *h, PGconn **c, const char *sql) {
     return r;
 }
 
-long h_insert_job(harness *h, const char *key, const char *kind, const char *spec_json, int max_attempts,
-                  int priority) {
+long h_insert_job(harness *h, const char *key, const char *kind, const char *spec_json,
+                  int max_attempts, int priority) {
     PGconn *c = connect_db(h->conninfo);
     char ma[16], pr[16];
     snprintf(ma, sizeof ma, "%d", max_attempts);
@@ -287,14 +292,16 @@ bool h_wait_sql(harness *h, long want, int timeout_ms, const char *fmt, ...) {
         PGconn *c = PQconnectdb(h->conninfo);
         if (PQstatus(c) == CONNECTION_OK) {
             PGresult *r = PQexec(c, sql);
-            if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+            if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+                v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
             PQclear(r);
         }
         PQfinish(c);
         if (v == want) return true;
         h_sleep_ms(100);
     }
-    fprintf(stderr, "timed out after %d ms waiting for (%s) = %ld; last value %ld\n", timeout_ms, sql, want, v);
+    fprintf(stderr, "timed out after %d ms waiting for (%s) = %ld; last value %ld\n", timeout_ms,
+            sql, want, v);
     dump_log(h->coord_log);
     return false;
 }
@@ -304,7 +311,8 @@ bool h_log_contains(harness *h, const char *needle) {
     if (!f) return false;
     char line[4096];
     bool found = false;
-    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
     fclose(f);
     return found;
 }

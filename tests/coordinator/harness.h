@@ -18,11 +18,11 @@
 #define H_BACKOFF_MS 200
 
 typedef struct harness {
-    qc_pgserver *pg;       /* shared by the binary's tests */
-    char conninfo[600];    /* the current test's database */
-    char dir[64];          /* temp dir: sockets and logs */
-    char endpoint[128];    /* ipc://<dir>/coord.sock */
-    char coord_log[128];   /* the coordinator's stderr */
+    qc_pgserver *pg;     /* shared by the binary's tests */
+    char conninfo[600];  /* the current test's database */
+    char dir[64];        /* temp dir: sockets and logs */
+    char endpoint[128];  /* ipc://<dir>/coord.sock */
+    char coord_log[128]; /* the coordinator's stderr */
     pid_t coord;
     pid_t workers[16];
     int n_workers;
@@ -55,16 +55,18 @@ void h_signal(harness *h, pid_t pid, int sig);
 int h_wait_exit(pid_t pid, int timeout_ms);
 
 /* Inserts a job and returns its id. */
-long h_insert_job(harness *h, const char *key, const char *kind, const char *spec_json, int max_attempts,
-                  int priority);
+long h_insert_job(harness *h, const char *key, const char *kind, const char *spec_json,
+                  int max_attempts, int priority);
 /* Runs a statement that returns no rows (asserts on error). */
 void h_sql_exec(harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* One value of a one-row, one-column query, as a long (asserts on error). */
 long h_sql_long(harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Same as a string into out. */
-void h_sql_text(harness *h, char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void h_sql_text(harness *h, char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Polls the query every 100 ms until it returns want; false after timeout_ms. */
-bool h_wait_sql(harness *h, long want, int timeout_ms, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+bool h_wait_sql(harness *h, long want, int timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* True when the coordinator's log contains needle. */
 bool h_log_contains(harness *h, const char *needle);
 void h_sleep_ms(int ms);

@@ -67,7 +67,8 @@ static void malformed_bytes_are_rejected_naming_the_peer(void **state) {
     const uint8_t bad[] = {0x52, 0x10, 0x01, 0x02};
     Qsweep__Envelope *out = NULL;
     qs_error err;
-    assert_int_equal(qs_proto_decode(bad, sizeof bad, QS_PROTO_MAX_BYTES, "rogue", &out, &err), QS_EFORMAT);
+    assert_int_equal(qs_proto_decode(bad, sizeof bad, QS_PROTO_MAX_BYTES, "rogue", &out, &err),
+                     QS_EFORMAT);
     assert_null(out);
     assert_non_null(strstr(err.msg, "rogue"));
     assert_non_null(strstr(err.msg, "malformed"));
@@ -87,7 +88,8 @@ static void unknown_version_is_rejected(void **state) {
     qsweep__envelope__pack(&env, buf);
     Qsweep__Envelope *out = NULL;
     qs_error err;
-    assert_int_equal(qs_proto_decode(buf, len, QS_PROTO_MAX_BYTES, "old-worker", &out, &err), QS_EUNSUPPORTED);
+    assert_int_equal(qs_proto_decode(buf, len, QS_PROTO_MAX_BYTES, "old-worker", &out, &err),
+                     QS_EUNSUPPORTED);
     assert_null(out);
     assert_non_null(strstr(err.msg, "old-worker"));
     assert_non_null(strstr(err.msg, "version 2"));

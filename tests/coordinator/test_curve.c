@@ -51,8 +51,12 @@ static void curve_worker_runs_a_job_and_plain_text_peer_is_not_heard(void **stat
     assert_int_equal(zmq_curve_keypair(server_pub, server_sec), 0);
     assert_int_equal(zmq_curve_keypair(worker_pub, worker_sec), 0);
 
-    coord_thread c = {.o = {.bind_endpoint = h->endpoint, .conninfo = h->conninfo, .lease_ms = H_LEASE_MS,
-                            .poll_ms = 200, .curve_secret_key = server_sec, .no_signal_handlers = true}};
+    coord_thread c = {.o = {.bind_endpoint = h->endpoint,
+                            .conninfo = h->conninfo,
+                            .lease_ms = H_LEASE_MS,
+                            .poll_ms = 200,
+                            .curve_secret_key = server_sec,
+                            .no_signal_handlers = true}};
     pthread_t ct;
     assert_int_equal(pthread_create(&ct, NULL, run_coordinator, &c), 0);
 
@@ -74,12 +78,17 @@ static void curve_worker_runs_a_job_and_plain_text_peer_is_not_heard(void **stat
     zmq_send(plain, buf, len, ZMQ_DONTWAIT);
     free(buf);
 
-    worker_thread w = {.o = {.endpoint = h->endpoint, .worker_id = "trusted", .heartbeat_ms = H_HEARTBEAT_MS,
-                             .curve_server_key = server_pub, .curve_public_key = worker_pub,
-                             .curve_secret_key = worker_sec, .no_signal_handlers = true}};
+    worker_thread w = {.o = {.endpoint = h->endpoint,
+                             .worker_id = "trusted",
+                             .heartbeat_ms = H_HEARTBEAT_MS,
+                             .curve_server_key = server_pub,
+                             .curve_public_key = worker_pub,
+                             .curve_secret_key = worker_sec,
+                             .no_signal_handlers = true}};
     pthread_t wt;
     assert_int_equal(pthread_create(&wt, NULL, run_worker, &w), 0);
-    bool done = h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id);
+    bool done = h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id);
     qw_request_stop();
     pthread_join(wt, NULL);
     qc_server_request_stop();
@@ -96,18 +105,23 @@ static void curve_worker_runs_a_job_and_plain_text_peer_is_not_heard(void **stat
 static void keys_of_the_wrong_length_are_refused_naming_the_option(void **state) {
     (void)state;
     qs_error err;
-    qc_server_options co = {.bind_endpoint = "ipc:///nonexistent", .conninfo = "x", .curve_secret_key = "short"};
+    qc_server_options co = {
+        .bind_endpoint = "ipc:///nonexistent", .conninfo = "x", .curve_secret_key = "short"};
     assert_int_equal(qc_server_run(&co, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "curve_secret_key"));
-    qw_options wo = {.endpoint = "ipc:///nonexistent", .curve_server_key = "a", .curve_public_key = "b",
-                     .curve_secret_key = "c", .no_signal_handlers = true};
+    qw_options wo = {.endpoint = "ipc:///nonexistent",
+                     .curve_server_key = "a",
+                     .curve_public_key = "b",
+                     .curve_secret_key = "c",
+                     .no_signal_handlers = true};
     assert_int_equal(qw_run(&wo, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "curve_"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(curve_worker_runs_a_job_and_plain_text_peer_is_not_heard, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(curve_worker_runs_a_job_and_plain_text_peer_is_not_heard,
+                                        h_setup, h_teardown),
         cmocka_unit_test(keys_of_the_wrong_length_are_refused_naming_the_option),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);

@@ -25,8 +25,10 @@
 
 /* Waits until job id has a running attempt and returns that attempt's worker id in out. */
 static void wait_running_on(harness *h, long id, char *out, size_t cap) {
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", id));
-    h_sql_text(h, out, cap, "SELECT worker FROM attempts WHERE job = %ld AND outcome = 'running'", id);
+    assert_true(h_wait_sql(
+        h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", id));
+    h_sql_text(h, out, cap, "SELECT worker FROM attempts WHERE job = %ld AND outcome = 'running'",
+               id);
 }
 
 static void worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost(void **state) {
@@ -41,17 +43,31 @@ static void worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost(void *
     h_sleep_ms(2000);
     h_signal(h, w1, SIGKILL);
     h_start_worker(h, "w2");
-    assert_true(h_wait_sql(h, 1, 40000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_true(h_wait_sql(h, 1, 40000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 2);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND worker = 'w1'"
-                                   " AND outcome = 'lost'", id), 1);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2 AND worker = 'w2'"
-                                   " AND outcome = 'succeeded'", id), 1);
+    assert_int_equal(
+        h_sql_long(h,
+                   "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND worker = 'w1'"
+                   " AND outcome = 'lost'",
+                   id),
+        1);
+    assert_int_equal(
+        h_sql_long(h,
+                   "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2 AND worker = 'w2'"
+                   " AND outcome = 'succeeded'",
+                   id),
+        1);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
     assert_int_equal(h_sql_long(h, "SELECT attempt FROM results WHERE job = %ld", id), 2);
     /* w2's heartbeats kept its 2 s lease alive through the 10 s job, also in the database */
-    assert_int_equal(h_sql_long(h, "SELECT (lease_expires_at > started_at + interval '6 seconds')::int FROM attempts"
-                                   " WHERE job = %ld AND attempt = 2", id), 1);
+    assert_int_equal(
+        h_sql_long(
+            h,
+            "SELECT (lease_expires_at > started_at + interval '6 seconds')::int FROM attempts"
+            " WHERE job = %ld AND attempt = 2",
+            id),
+        1);
 }
 
 static void stopped_worker_past_its_lease_has_its_late_result_ignored(void **state) {
@@ -66,17 +82,25 @@ static void stopped_worker_past_its_lease_has_its_late_result_ignored(void **sta
     h_signal(h, w1, SIGSTOP);
     /* attempt 1 is lost once the lease runs out; w2 runs attempt 2 */
     h_start_worker(h, "w2");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND outcome = 'lost'", id));
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2", id));
+    assert_true(h_wait_sql(
+        h, 1, 20000,
+        "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND outcome = 'lost'", id));
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2", id));
     /* w1 resumes past its job's end (a wall-clock sleep): it reports attempt 1 late */
     h_sleep_ms(2500);
     h_signal(h, w1, SIGCONT);
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
-    for (int t = 0; t < 50 && !h_log_contains(h, "ignored"); t++) h_sleep_ms(100);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    for (int t = 0; t < 50 && !h_log_contains(h, "ignored"); t++)
+        h_sleep_ms(100);
     assert_true(h_log_contains(h, "attempt 1 from worker w1: not the job's current attempt"));
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
     assert_int_equal(h_sql_long(h, "SELECT attempt FROM results WHERE job = %ld", id), 2);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'succeeded'", id), 1);
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'succeeded'",
+                   id),
+        1);
 }
 
 static void coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing(void **state) {
@@ -99,7 +123,8 @@ static void coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing(
     assert_true(h_wait_sql(h, 6, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     /* every job ran exactly once: the running ones re-attached instead of re-running */
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts"), 6);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"),
+                     0);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results"), 6);
     assert_true(h_log_contains(h, "re-attached to job"));
 }
@@ -123,7 +148,8 @@ static void postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing(voi
     assert_true(h_wait_sql(h, 8, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results"), 8);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"), 8);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"),
+                     0);
     assert_true(h_log_contains(h, "pausing dispatch"));
     assert_true(h_log_contains(h, "PostgreSQL is back"));
 }
@@ -140,9 +166,13 @@ static void sigterm_preempts_the_attempt_which_does_not_count(void **state) {
     h_sleep_ms(500);
     h_signal(h, w1, SIGTERM);
     assert_int_equal(h_wait_exit(w1, 10000), 0);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'preempted'", id), 1);
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'preempted'",
+                   id),
+        1);
     h_start_worker(h, "w2");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
     /* attempts_used counts failed and lost attempts only */
     assert_int_equal(h_sql_long(h, "SELECT attempts_used FROM jobs WHERE id = %ld", id), 0);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 2);
@@ -164,12 +194,19 @@ static void sigterm_without_a_coordinator_exits_within_the_ack_timeout(void **st
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(stopped_worker_past_its_lease_has_its_late_result_ignored, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(sigterm_without_a_coordinator_exits_within_the_ack_timeout, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            worker_killed_mid_job_job_reruns_elsewhere_first_attempt_lost, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(stopped_worker_past_its_lease_has_its_late_result_ignored,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing, h_setup,
+            h_teardown),
+        cmocka_unit_test_setup_teardown(
+            postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_without_a_coordinator_exits_within_the_ack_timeout,
+                                        h_setup, h_teardown),
     };
     if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);

@@ -33,36 +33,48 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
     }
     h_start_coordinator(h);
     const char *ids[] = {"w1", "w2", "w3", "w4"};
-    for (int i = 0; i < 4; i++) h_start_worker(h, ids[i]);
+    for (int i = 0; i < 4; i++)
+        h_start_worker(h, ids[i]);
     assert_true(h_wait_sql(h, 9, 30000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts"), 9);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"), 9);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE name = 'seconds' AND final"), 9);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE name = 'seconds' AND final"),
+                     9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
     /* one PostgreSQL connection whatever the number of workers (issue 4: at most 4) */
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'qsweep coordinator%%'"), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                                   "LIKE 'qsweep coordinator%%'"),
+                     1);
 }
 
 static void failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message(void **state) {
     harness *h = *state;
     h_begin(h, "coord_failing");
-    long id = h_insert_job(h, "always-fails", "fail", "{\"message\": \"loss is NaN at step 3\"}", 3, 0);
+    long id =
+        h_insert_job(h, "always-fails", "fail", "{\"message\": \"loss is NaN at step 3\"}", 3, 0);
     h_start_coordinator(h);
     h_start_worker(h, "w1");
-    assert_true(h_wait_sql(h, 1, 30000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", id));
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'failed'", id), 3);
+    assert_true(h_wait_sql(h, 1, 30000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", id));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'failed'", id),
+        3);
     assert_int_equal(h_sql_long(h, "SELECT attempts_used FROM jobs WHERE id = %ld", id), 3);
     char msg[256];
     h_sql_text(h, msg, sizeof msg, "SELECT last_error FROM jobs WHERE id = %ld", id);
     assert_string_equal(msg, "loss is NaN at step 3");
-    h_sql_text(h, msg, sizeof msg, "SELECT error FROM attempts WHERE job = %ld AND attempt = 3", id);
+    h_sql_text(h, msg, sizeof msg, "SELECT error FROM attempts WHERE job = %ld AND attempt = 3",
+               id);
     assert_string_equal(msg, "loss is NaN at step 3");
     /* retries waited for the backoff: attempt 2 started >= H_BACKOFF_MS after attempt 1 ended */
-    assert_true(h_sql_long(h,
-                           "SELECT (extract(epoch from (SELECT started_at FROM attempts WHERE job = %ld AND attempt = 2)"
-                           " - (SELECT ended_at FROM attempts WHERE job = %ld AND attempt = 1)) * 1000)::bigint",
-                           id, id) >= H_BACKOFF_MS - 20);
+    assert_true(
+        h_sql_long(
+            h,
+            "SELECT (extract(epoch from (SELECT started_at FROM attempts WHERE job = %ld AND "
+            "attempt = 2)"
+            " - (SELECT ended_at FROM attempts WHERE job = %ld AND attempt = 1)) * 1000)::bigint",
+            id, id) >= H_BACKOFF_MS - 20);
 }
 
 static void second_coordinator_on_the_same_database_refuses_to_start(void **state) {
@@ -70,16 +82,19 @@ static void second_coordinator_on_the_same_database_refuses_to_start(void **stat
     h_begin(h, "coord_second");
     h_start_coordinator(h);
     /* the first one holds the lock once it logs that it listens */
-    for (int t = 0; t < 100 && !h_log_contains(h, "listening on"); t++) h_sleep_ms(100);
+    for (int t = 0; t < 100 && !h_log_contains(h, "listening on"); t++)
+        h_sleep_ms(100);
     assert_true(h_log_contains(h, "listening on"));
     char log[4096];
     int status = h_run_second_coordinator(h, log, sizeof log);
     assert_int_equal(status, QS_ESTATE);
-    assert_non_null(strstr(log, "another coordinator is already running on database 'coord_second'"));
+    assert_non_null(
+        strstr(log, "another coordinator is already running on database 'coord_second'"));
     /* the first one still serves: a job completes */
     long id = h_insert_job(h, "after-second", "echo", "{\"metrics\": {\"ppl\": 7.25}}", 1, 0);
     h_start_worker(h, "w1");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
 }
 
 static void send_body(void *sock, const void *buf, size_t len) {
@@ -119,10 +134,12 @@ static void rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on(voi
     assert_true(zmq_send(rogue, "a", 1, ZMQ_SNDMORE) == 1);
     send_body(rogue, "b", 1);
 
-    for (int t = 0; t < 100 && !h_log_contains(h, "message of 2 frames"); t++) h_sleep_ms(100);
+    for (int t = 0; t < 100 && !h_log_contains(h, "message of 2 frames"); t++)
+        h_sleep_ms(100);
     assert_true(h_log_contains(h, "dropped: peer rogue: malformed message"));
     assert_true(h_log_contains(h, "dropped: peer rogue: protocol version 99"));
-    assert_true(h_log_contains(h, "dropped: peer rogue: message of 4194305 bytes exceeds the limit"));
+    assert_true(
+        h_log_contains(h, "dropped: peer rogue: message of 4194305 bytes exceeds the limit"));
     assert_true(h_log_contains(h, "dropped: peer rogue: message of 2 frames"));
     zmq_close(rogue);
     zmq_ctx_term(ctx);
@@ -131,7 +148,8 @@ static void rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on(voi
     assert_int_equal(h_wait_exit(h->coord, 0), -1);
     long id = h_insert_job(h, "after-rogue", "echo", "{\"metrics\": {\"kl\": 0.125}}", 1, 0);
     h_start_worker(h, "w1");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
     char v[64];
     h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'kl'", id);
     assert_string_equal(v, "0.125");
@@ -144,12 +162,19 @@ static void cancel_requests_cancel_a_pending_and_a_running_job(void **state) {
     long pending = h_insert_job(h, "never-run", "sleep", "{\"seconds\": 30}", 3, 0);
     h_start_coordinator(h);
     h_start_worker(h, "w1");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", running));
-    h_sql_exec(h, "INSERT INTO cancel_requests (job, reason) VALUES (%ld, 'test'), (%ld, 'test')", running, pending);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'",
+                           running));
+    h_sql_exec(h, "INSERT INTO cancel_requests (job, reason) VALUES (%ld, 'test'), (%ld, 'test')",
+               running, pending);
     assert_true(h_wait_sql(h, 2, 20000, "SELECT count(*) FROM jobs WHERE state = 'cancelled'"));
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'cancelled'", running), 1);
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'cancelled'",
+                   running),
+        1);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", pending), 0);
-    assert_true(h_wait_sql(h, 0, 5000, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"));
+    assert_true(
+        h_wait_sql(h, 0, 5000, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"));
 }
 
 static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void **state) {
@@ -159,17 +184,25 @@ static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void
     long b = h_insert_job(h, "dep-b", "echo", "{\"metrics\": {\"x\": 1}}", 1, 100);
     long f = h_insert_job(h, "dep-f", "fail", "{\"message\": \"broken\"}", 1, 0);
     long c = h_insert_job(h, "dep-c", "echo", "{\"metrics\": {\"x\": 2}}", 1, 100);
-    h_sql_exec(h, "INSERT INTO job_deps (job, depends_on) VALUES (%ld, %ld), (%ld, %ld)", b, a, c, f);
+    h_sql_exec(h, "INSERT INTO job_deps (job, depends_on) VALUES (%ld, %ld), (%ld, %ld)", b, a, c,
+               f);
     h_start_coordinator(h);
     h_start_worker(h, "w1");
     h_start_worker(h, "w2");
-    assert_true(h_wait_sql(h, 4, 20000, "SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed')"));
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE id IN (%ld, %ld) AND state = 'succeeded'", a, b), 2);
+    assert_true(h_wait_sql(h, 4, 20000,
+                           "SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed')"));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM jobs WHERE id IN (%ld, %ld) AND state = 'succeeded'", a,
+                   b),
+        2);
     /* b (priority 100) still waited for a to end */
     assert_int_equal(h_sql_long(h,
                                 "SELECT ((SELECT started_at FROM attempts WHERE job = %ld) >="
-                                " (SELECT ended_at FROM attempts WHERE job = %ld))::int", b, a), 1);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", c), 1);
+                                " (SELECT ended_at FROM attempts WHERE job = %ld))::int",
+                                b, a),
+                     1);
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", c), 1);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", c), 0);
     char msg[128];
     h_sql_text(h, msg, sizeof msg, "SELECT last_error FROM jobs WHERE id = %ld", c);
@@ -190,7 +223,8 @@ static void higher_priority_runs_first_then_older(void **state) {
     assert_true(h_wait_sql(h, 4, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     /* attempts.id is assigned in commit order: the order of dispatch to the one worker */
     char order[128], want[128];
-    h_sql_text(h, order, sizeof order, "SELECT string_agg(job::text, ',' ORDER BY id) FROM attempts");
+    h_sql_text(h, order, sizeof order,
+               "SELECT string_agg(job::text, ',' ORDER BY id) FROM attempts");
     snprintf(want, sizeof want, "%ld,%ld,%ld,%ld", high, mid_old, mid_new, low);
     assert_string_equal(order, want);
 }
@@ -199,54 +233,78 @@ static void worker_holding_a_model_gets_its_jobs_before_higher_priority_ones(voi
     harness *h = *state;
     h_begin(h, "coord_affinity");
     h_sql_exec(h, "INSERT INTO jobs (job_key, kind, spec, model_key, priority) VALUES"
-                  " ('load-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', 'llama-b', 0)");
+                  " ('load-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', "
+                  "'llama-b', 0)");
     h_start_coordinator(h);
     h_start_worker(h, "w1");
     assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     /* w1 now holds llama-b: its job wins over a higher-priority job on another model */
     h_sql_exec(h, "INSERT INTO jobs (job_key, kind, spec, model_key, priority) VALUES"
-                  " ('other-a', 'echo', '{\"model_key\": \"llama-a\", \"metrics\": {\"x\": 1}}', 'llama-a', 10),"
-                  " ('same-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', 'llama-b', 0)");
+                  " ('other-a', 'echo', '{\"model_key\": \"llama-a\", \"metrics\": {\"x\": 1}}', "
+                  "'llama-a', 10),"
+                  " ('same-b', 'echo', '{\"model_key\": \"llama-b\", \"metrics\": {\"x\": 1}}', "
+                  "'llama-b', 0)");
     assert_true(h_wait_sql(h, 3, 20000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     char order[128];
     h_sql_text(h, order, sizeof order,
-               "SELECT string_agg(j.job_key, ',' ORDER BY a.id) FROM attempts a JOIN jobs j ON j.id = a.job");
+               "SELECT string_agg(j.job_key, ',' ORDER BY a.id) FROM attempts a JOIN jobs j ON "
+               "j.id = a.job");
     assert_string_equal(order, "load-b,same-b,other-a");
 }
 
 static void curve_points_arrive_while_the_job_runs_and_are_stored_once(void **state) {
     harness *h = *state;
     h_begin(h, "coord_curve_points");
-    long id = h_insert_job(h, "train-curve", "echo",
-                           "{\"metrics\": {\"final_loss\": 2.5}, \"curve\": {\"loss\": [4, 3.5, 3, 2.75, 2.5]},"
-                           " \"step_ms\": 400}", 1, 0);
+    long id = h_insert_job(
+        h, "train-curve", "echo",
+        "{\"metrics\": {\"final_loss\": 2.5}, \"curve\": {\"loss\": [4, 3.5, 3, 2.75, 2.5]},"
+        " \"step_ms\": 400}",
+        1, 0);
     h_start_coordinator(h);
     h_start_worker(h, "w1");
-    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND name = 'loss' AND NOT final", id), 5);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_int_equal(
+        h_sql_long(
+            h, "SELECT count(*) FROM results WHERE job = %ld AND name = 'loss' AND NOT final", id),
+        5);
     char v[32];
-    h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'loss' AND step = 3", id);
+    h_sql_text(h, v, sizeof v,
+               "SELECT value FROM results WHERE job = %ld AND name = 'loss' AND step = 3", id);
     assert_string_equal(v, "2.75");
-    h_sql_text(h, v, sizeof v, "SELECT value FROM results WHERE job = %ld AND name = 'final_loss' AND final", id);
+    h_sql_text(h, v, sizeof v,
+               "SELECT value FROM results WHERE job = %ld AND name = 'final_loss' AND final", id);
     assert_string_equal(v, "2.5");
     /* the first points were stored while the job still ran (partial RESULTs), not with the end */
-    assert_int_equal(h_sql_long(h,
-                                "SELECT ((SELECT min(created_at) FROM results WHERE job = %ld AND NOT final)"
-                                " < (SELECT ended_at FROM attempts WHERE job = %ld) - interval '800 milliseconds')::int",
-                                id, id), 1);
+    assert_int_equal(
+        h_sql_long(h,
+                   "SELECT ((SELECT min(created_at) FROM results WHERE job = %ld AND NOT final)"
+                   " < (SELECT ended_at FROM attempts WHERE job = %ld) - interval '800 "
+                   "milliseconds')::int",
+                   id, id),
+        1);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(grid_of_9_jobs_on_4_workers_runs_exactly_9_executions, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(curve_points_arrive_while_the_job_runs_and_are_stored_once, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(cancel_requests_cancel_a_pending_and_a_running_job, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(grid_of_9_jobs_on_4_workers_runs_exactly_9_executions,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message, h_setup,
+            h_teardown),
+        cmocka_unit_test_setup_teardown(second_coordinator_on_the_same_database_refuses_to_start,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            rogue_dealer_messages_are_logged_and_dropped_and_service_goes_on, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(curve_points_arrive_while_the_job_runs_and_are_stored_once,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(cancel_requests_cancel_a_pending_and_a_running_job, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(
+            dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(higher_priority_runs_first_then_older, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(worker_holding_a_model_gets_its_jobs_before_higher_priority_ones, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            worker_holding_a_model_gets_its_jobs_before_higher_priority_ones, h_setup, h_teardown),
     };
     if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);

@@ -10,7 +10,8 @@
 static qs_status hold_model_key(qw_job_ctx *ctx, qs_error *err) {
     const json_t *key = json_object_get(qw_job_spec(ctx), "model_key");
     if (!key) return QS_OK;
-    if (!json_is_string(key)) return qs_error_set(err, QS_EINVAL, "spec field model_key: not a string");
+    if (!json_is_string(key))
+        return qs_error_set(err, QS_EINVAL, "spec field model_key: not a string");
     if (qw_job_cache_get(ctx, json_string_value(key))) return QS_OK;
     char *value = strdup(json_string_value(key));
     if (!value) return qs_error_set(err, QS_ENOMEM, "model_key");
@@ -22,7 +23,8 @@ static qs_status hold_model_key(qw_job_ctx *ctx, qs_error *err) {
 static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
     const json_t *s = json_object_get(qw_job_spec(ctx), "seconds");
     if (!json_is_number(s) || json_number_value(s) < 0 || json_number_value(s) > 86400.0)
-        return qs_error_set(err, QS_EINVAL, "sleep: spec field seconds: need a number in [0, 86400]");
+        return qs_error_set(err, QS_EINVAL,
+                            "sleep: spec field seconds: need a number in [0, 86400]");
     qs_status st = hold_model_key(ctx, err);
     if (st != QS_OK) return st;
     /* Wall-clock deadline, so a process stopped (SIGSTOP) past it finishes as soon as it
@@ -33,7 +35,8 @@ static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
     uint64_t total_ms = (uint64_t)(seconds * 1000.0 + 0.5);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t done_ms = (uint64_t)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        uint64_t done_ms =
+            (uint64_t)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
         if (done_ms >= total_ms) break;
         if (qw_job_cancelled(ctx))
             return qs_error_set(err, QS_ECANCELLED, "sleep: cancelled after %llu of %llu ms",
@@ -47,12 +50,14 @@ static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
 
 static qs_status kind_fail(qw_job_ctx *ctx, qs_error *err) {
     const json_t *m = json_object_get(qw_job_spec(ctx), "message");
-    return qs_error_set(err, QS_EINVAL, "%s", json_is_string(m) ? json_string_value(m) : "fail job");
+    return qs_error_set(err, QS_EINVAL, "%s",
+                        json_is_string(m) ? json_string_value(m) : "fail job");
 }
 
 static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
     const json_t *metrics = json_object_get(qw_job_spec(ctx), "metrics");
-    if (!json_is_object(metrics)) return qs_error_set(err, QS_EINVAL, "echo: spec field metrics: need an object");
+    if (!json_is_object(metrics))
+        return qs_error_set(err, QS_EINVAL, "echo: spec field metrics: need an object");
     qs_status st = hold_model_key(ctx, err);
     if (st != QS_OK) return st;
     const char *name;
@@ -68,21 +73,30 @@ static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
     const json_t *curve = json_object_get(qw_job_spec(ctx), "curve");
     const json_t *step_ms = json_object_get(qw_job_spec(ctx), "step_ms");
     if (!curve) return QS_OK;
-    if (!json_is_object(curve)) return qs_error_set(err, QS_EINVAL, "echo: spec field curve: need an object");
-    if (step_ms && (!json_is_integer(step_ms) || json_integer_value(step_ms) < 0 || json_integer_value(step_ms) > 60000))
-        return qs_error_set(err, QS_EINVAL, "echo: spec field step_ms: need an integer in [0, 60000]");
+    if (!json_is_object(curve))
+        return qs_error_set(err, QS_EINVAL, "echo: spec field curve: need an object");
+    if (step_ms && (!json_is_integer(step_ms) || json_integer_value(step_ms) < 0 ||
+                    json_integer_value(step_ms) > 60000))
+        return qs_error_set(err, QS_EINVAL,
+                            "echo: spec field step_ms: need an integer in [0, 60000]");
     long pause_ms = step_ms ? (long)json_integer_value(step_ms) : 0;
     json_object_foreach((json_t *)curve, name, v) {
-        if (!json_is_array(v)) return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s: need an array", name);
+        if (!json_is_array(v))
+            return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s: need an array", name);
         for (size_t i = 0; i < json_array_size(v); i++) {
             const json_t *p = json_array_get(v, i);
             if (!json_is_number(p))
-                return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s[%zu]: not a number", name, i);
-            if (qw_job_cancelled(ctx)) return qs_error_set(err, QS_ECANCELLED, "echo: cancelled at curve.%s[%zu]", name, i);
+                return qs_error_set(err, QS_EINVAL, "echo: spec field curve.%s[%zu]: not a number",
+                                    name, i);
+            if (qw_job_cancelled(ctx))
+                return qs_error_set(err, QS_ECANCELLED, "echo: cancelled at curve.%s[%zu]", name,
+                                    i);
             st = qw_job_metric(ctx, name, json_number_value(p), (int64_t)i, false, err);
             if (st != QS_OK) return st;
             qw_job_progress(ctx, i + 1, json_array_size(v), "curve");
-            nanosleep(&(struct timespec){.tv_sec = pause_ms / 1000, .tv_nsec = (pause_ms % 1000) * 1000000L}, NULL);
+            nanosleep(&(struct timespec){.tv_sec = pause_ms / 1000,
+                                         .tv_nsec = (pause_ms % 1000) * 1000000L},
+                      NULL);
         }
     }
     return QS_OK;

@@ -54,7 +54,7 @@ struct qw_job_ctx {
     char kind[64];
     json_t *spec;
     atomic_bool cancel;
-    bool preempted;  /* messaging thread only: cancel came from SIGTERM */
+    bool preempted; /* messaging thread only: cancel came from SIGTERM */
     pthread_t thread;
     /* Under w->mu: */
     uint64_t step, total;
@@ -74,8 +74,8 @@ struct worker {
     pthread_mutex_t mu; /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
     uint64_t cache_clock;
-    qw_job_ctx *job;          /* running (or finished, not yet joined) job */
-    partial_batch *batches;   /* unacked partial batches of the running job */
+    qw_job_ctx *job;        /* running (or finished, not yet joined) job */
+    partial_batch *batches; /* unacked partial batches of the running job */
     size_t n_batches;
     uint64_t next_seq;
     /* The attempt's end (final RESULT or FAILED), kept until ACKed. */
@@ -90,7 +90,9 @@ struct worker {
 
 static volatile sig_atomic_t stop_requested;
 
-void qw_request_stop(void) { stop_requested = 1; }
+void qw_request_stop(void) {
+    stop_requested = 1;
+}
 
 static void on_stop_signal(int sig) {
     (void)sig;
@@ -128,11 +130,21 @@ static qs_status metric_push(metric_vec *mv, const metric_rec *m) {
 
 /* ---- the job context API (compute thread) ---- */
 
-int64_t qw_job_id(const qw_job_ctx *ctx) { return ctx->job_id; }
-uint32_t qw_job_attempt(const qw_job_ctx *ctx) { return ctx->attempt; }
-const json_t *qw_job_spec(const qw_job_ctx *ctx) { return ctx->spec; }
-int qw_job_threads(const qw_job_ctx *ctx) { return ctx->w->threads; }
-bool qw_job_cancelled(const qw_job_ctx *ctx) { return atomic_load(&ctx->cancel); }
+int64_t qw_job_id(const qw_job_ctx *ctx) {
+    return ctx->job_id;
+}
+uint32_t qw_job_attempt(const qw_job_ctx *ctx) {
+    return ctx->attempt;
+}
+const json_t *qw_job_spec(const qw_job_ctx *ctx) {
+    return ctx->spec;
+}
+int qw_job_threads(const qw_job_ctx *ctx) {
+    return ctx->w->threads;
+}
+bool qw_job_cancelled(const qw_job_ctx *ctx) {
+    return atomic_load(&ctx->cancel);
+}
 
 void qw_job_progress(qw_job_ctx *ctx, uint64_t step, uint64_t total, const char *phase) {
     pthread_mutex_lock(&ctx->w->mu);
@@ -158,7 +170,8 @@ void *qw_job_cache_get(qw_job_ctx *ctx, const char *key) {
     void *v = NULL;
     pthread_mutex_lock(&ctx->w->mu);
     for (int i = 0; i < CACHE_SLOTS && !v; i++)
-        if (ctx->w->cache[i].key[0] && strcmp(ctx->w->cache[i].key, key) == 0) v = ctx->w->cache[i].value;
+        if (ctx->w->cache[i].key[0] && strcmp(ctx->w->cache[i].key, key) == 0)
+            v = ctx->w->cache[i].value;
     pthread_mutex_unlock(&ctx->w->mu);
     return v;
 }
@@ -206,7 +219,8 @@ static size_t cache_keys(worker *w, char **keys) {
 
 static void send_packed(worker *w, const uint8_t *buf, size_t len, const char *what) {
     if (zmq_send(w->sock, buf, len, ZMQ_DONTWAIT) < 0)
-        wlog(w, "send %s: %s (dropped; resent on re-register when it matters)", what, zmq_strerror(errno));
+        wlog(w, "send %s: %s (dropped; resent on re-register when it matters)", what,
+             zmq_strerror(errno));
 }
 
 static void send_env(worker *w, Qsweep__Envelope *env) {
@@ -272,10 +286,10 @@ static void send_ready(worker *w) {
     w->ready_sent = true;
 }
 
-/* Packs metrics into a RESULT envelope and sends it; with keep, the packed end message is
- * kept until ACKed. */
-static qs_status pack_result(worker *w, int64_t job, uint32_t attempt, const metric_vec *a, const metric_vec *b,
-                             bool final, uint64_t seq, uint8_t **buf, size_t *len) {
+/* Packs the metrics of a (then b, may be NULL) into a RESULT envelope in *buf (malloc'd). */
+static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
+                             const metric_vec *b, bool final, uint64_t seq, uint8_t **buf,
+                             size_t *len) {
     size_t n = a->n + (b ? b->n : 0);
     Qsweep__Metric *ms = calloc(n ? n : 1, sizeof *ms);
     Qsweep__Metric **mp = calloc(n ? n : 1, sizeof *mp);
@@ -305,7 +319,6 @@ static qs_status pack_result(worker *w, int64_t job, uint32_t attempt, const met
     env.result = &r;
     qs_error err;
     qs_status st = qs_proto_encode(&env, buf, len, &err);
-    (void)w;
     free(ms);
     free(mp);
     return st;
@@ -321,7 +334,8 @@ static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t a
     send_packed(w, buf, len, "attempt end");
 }
 
-static void send_failed(worker *w, int64_t job, uint32_t attempt, Qsweep__FailureClass cls, const char *msg) {
+static void send_failed(worker *w, int64_t job, uint32_t attempt, Qsweep__FailureClass cls,
+                        const char *msg) {
     Qsweep__Failed f = QSWEEP__FAILED__INIT;
     f.job_id = job;
     f.attempt = attempt;
@@ -373,7 +387,8 @@ static void flush_partials(worker *w) {
     partial_batch *nb = realloc(w->batches, (w->n_batches + 1) * sizeof *nb);
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (!nb || pack_result(w, w->job->job_id, w->job->attempt, &mv, NULL, false, w->next_seq, &buf, &len) != QS_OK) {
+    if (!nb || pack_result(w->job->job_id, w->job->attempt, &mv, NULL, false, w->next_seq, &buf,
+                           &len) != QS_OK) {
         if (nb) w->batches = nb;
         wlog(w, "out of memory: %zu partial metrics dropped", mv.n);
         free(mv.v);
@@ -389,8 +404,8 @@ static void resend_partials(worker *w) {
     for (size_t i = 0; i < w->n_batches && w->job; i++) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (pack_result(w, w->job->job_id, w->job->attempt, &w->batches[i].metrics, NULL, false, w->batches[i].seq,
-                        &buf, &len) == QS_OK) {
+        if (pack_result(w->job->job_id, w->job->attempt, &w->batches[i].metrics, NULL, false,
+                        w->batches[i].seq, &buf, &len) == QS_OK) {
             send_packed(w, buf, len, "partial RESULT");
             free(buf);
         }
@@ -398,7 +413,8 @@ static void resend_partials(worker *w) {
 }
 
 static void drop_batches(worker *w) {
-    for (size_t i = 0; i < w->n_batches; i++) free(w->batches[i].metrics.v);
+    for (size_t i = 0; i < w->n_batches; i++)
+        free(w->batches[i].metrics.v);
     free(w->batches);
     w->batches = NULL;
     w->n_batches = 0;
@@ -412,8 +428,8 @@ static void *compute_main(void *arg) {
     qs_error_clear(&err);
     qw_job_fn fn = qw_registry_find(ctx->kind);
     qs_status st = fn ? fn(ctx, &err)
-                      : qs_error_set(&err, QS_EUNSUPPORTED, "job kind \"%s\" is not registered in this worker",
-                                     ctx->kind);
+                      : qs_error_set(&err, QS_EUNSUPPORTED,
+                                     "job kind \"%s\" is not registered in this worker", ctx->kind);
     if (st != QS_OK && !err.msg[0]) qs_error_set(&err, st, "job returned %s", qs_status_name(st));
     pthread_mutex_lock(&ctx->w->mu);
     ctx->status = st;
@@ -433,9 +449,11 @@ static void job_free(qw_job_ctx *ctx) {
 
 static void start_job(worker *w, const Qsweep__Assign *a) {
     if (w->job || w->end_buf || stop_requested) {
-        if (w->job && w->job->job_id == a->job_id && w->job->attempt == a->attempt) return; /* duplicate */
+        if (w->job && w->job->job_id == a->job_id && w->job->attempt == a->attempt)
+            return; /* duplicate */
         char msg[300];
-        snprintf(msg, sizeof msg, "worker %s is busy or stopping; job %lld not started", w->id, (long long)a->job_id);
+        snprintf(msg, sizeof msg, "worker %s is busy or stopping; job %lld not started", w->id,
+                 (long long)a->job_id);
         /* Not the job's fault: PREEMPTED does not count against its attempts. Sent once,
            not kept: the coordinator's lease covers a lost copy. */
         Qsweep__Failed f = QSWEEP__FAILED__INIT;
@@ -453,7 +471,8 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
     w->ready_sent = false;
     qw_job_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
-        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR, "worker out of memory");
+        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "worker out of memory");
         return;
     }
     ctx->w = w;
@@ -466,7 +485,8 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
     if (!ctx->spec || !json_is_object(ctx->spec)) {
         char msg[300];
         snprintf(msg, sizeof msg, "job %lld: spec is not a JSON object (line %d column %d: %s)",
-                 (long long)a->job_id, jerr.line, jerr.column, ctx->spec ? "not an object" : jerr.text);
+                 (long long)a->job_id, jerr.line, jerr.column,
+                 ctx->spec ? "not an object" : jerr.text);
         job_free(ctx);
         send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__JOB_ERROR, msg);
         return;
@@ -474,12 +494,13 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
     w->next_seq = 1;
     if (pthread_create(&ctx->thread, NULL, compute_main, ctx) != 0) {
         job_free(ctx);
-        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR, "cannot start compute thread");
+        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "cannot start compute thread");
         return;
     }
     w->job = ctx;
-    wlog(w, "job %lld attempt %u (%s) started, lease %u ms", (long long)a->job_id, a->attempt, a->kind,
-         a->lease_ms);
+    wlog(w, "job %lld attempt %u (%s) started, lease %u ms", (long long)a->job_id, a->attempt,
+         a->kind, a->lease_ms);
 }
 
 /* Joins a finished job and turns its outcome into the attempt's end message. */
@@ -494,13 +515,15 @@ static void finish_job(worker *w) {
         for (size_t i = 0; i < w->n_batches && ok; i++)
             for (size_t j = 0; j < w->batches[i].metrics.n && ok; j++)
                 ok = metric_push(&all, &w->batches[i].metrics.v[j]) == QS_OK;
-        for (size_t j = 0; j < ctx->partials.n && ok; j++) ok = metric_push(&all, &ctx->partials.v[j]) == QS_OK;
+        for (size_t j = 0; j < ctx->partials.n && ok; j++)
+            ok = metric_push(&all, &ctx->partials.v[j]) == QS_OK;
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (ok && pack_result(w, ctx->job_id, ctx->attempt, &ctx->finals, &all, true, 0, &buf, &len) == QS_OK) {
+        if (ok && pack_result(ctx->job_id, ctx->attempt, &ctx->finals, &all, true, 0, &buf, &len) ==
+                      QS_OK) {
             set_end(w, buf, len, ctx->job_id, ctx->attempt);
-            wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)ctx->job_id, ctx->attempt,
-                 ctx->finals.n + all.n);
+            wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)ctx->job_id,
+                 ctx->attempt, ctx->finals.n + all.n);
         } else {
             send_failed(w, ctx->job_id, ctx->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
                         "worker out of memory packing the result");
@@ -509,12 +532,15 @@ static void finish_job(worker *w) {
     } else {
         Qsweep__FailureClass cls = QSWEEP__FAILURE_CLASS__JOB_ERROR;
         if (ctx->status == QS_ECANCELLED && atomic_load(&ctx->cancel))
-            cls = ctx->preempted ? QSWEEP__FAILURE_CLASS__PREEMPTED : QSWEEP__FAILURE_CLASS__CANCELLED;
-        else if (ctx->status == QS_EIO || ctx->status == QS_ENOMEM || ctx->status == QS_EUNSUPPORTED)
+            cls = ctx->preempted ? QSWEEP__FAILURE_CLASS__PREEMPTED
+                                 : QSWEEP__FAILURE_CLASS__CANCELLED;
+        else if (ctx->status == QS_EIO || ctx->status == QS_ENOMEM ||
+                 ctx->status == QS_EUNSUPPORTED)
             cls = QSWEEP__FAILURE_CLASS__WORKER_ERROR;
         send_failed(w, ctx->job_id, ctx->attempt, cls, ctx->err.msg);
         wlog(w, "job %lld attempt %u failed (%s): %s", (long long)ctx->job_id, ctx->attempt,
-             protobuf_c_enum_descriptor_get_value(&qsweep__failure_class__descriptor, cls)->name, ctx->err.msg);
+             protobuf_c_enum_descriptor_get_value(&qsweep__failure_class__descriptor, cls)->name,
+             ctx->err.msg);
     }
     drop_batches(w);
     job_free(ctx);
@@ -529,8 +555,8 @@ static qs_status open_socket(worker *w, qs_error *err) {
     int linger = 0;
     zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, w->id, strlen(w->id)) != 0)
-        return qs_error_set(err, QS_ENET, "worker_id \"%s\": not usable as a ZeroMQ routing id: %s", w->id,
-                            zmq_strerror(errno));
+        return qs_error_set(err, QS_ENET, "worker_id \"%s\": not usable as a ZeroMQ routing id: %s",
+                            w->id, zmq_strerror(errno));
     if (w->o->curve_server_key) {
         if (zmq_setsockopt(w->sock, ZMQ_CURVE_SERVERKEY, w->o->curve_server_key, 41) != 0 ||
             zmq_setsockopt(w->sock, ZMQ_CURVE_PUBLICKEY, w->o->curve_public_key, 41) != 0 ||
@@ -564,7 +590,8 @@ static void handle(worker *w, Qsweep__Envelope *env) {
             free(w->end_buf);
             w->end_buf = NULL;
             w->ready_sent = false;
-        } else if (!a->final && w->job && a->job_id == w->job->job_id && a->attempt == w->job->attempt) {
+        } else if (!a->final && w->job && a->job_id == w->job->job_id &&
+                   a->attempt == w->job->attempt) {
             for (size_t i = 0; i < w->n_batches; i++)
                 if (w->batches[i].seq == a->seq) {
                     free(w->batches[i].metrics.v);
@@ -575,11 +602,13 @@ static void handle(worker *w, Qsweep__Envelope *env) {
         break;
     }
     case QSWEEP__ENVELOPE__BODY_CANCEL:
-        if (w->job && env->cancel->job_id == w->job->job_id && env->cancel->attempt == w->job->attempt) {
-            wlog(w, "job %lld attempt %u cancelled by the coordinator: %s", (long long)w->job->job_id,
-                 w->job->attempt, env->cancel->reason);
+        if (w->job && env->cancel->job_id == w->job->job_id &&
+            env->cancel->attempt == w->job->attempt) {
+            wlog(w, "job %lld attempt %u cancelled by the coordinator: %s",
+                 (long long)w->job->job_id, w->job->attempt, env->cancel->reason);
             atomic_store(&w->job->cancel, true);
-        } else if (w->end_buf && env->cancel->job_id == w->end_job && env->cancel->attempt == w->end_attempt) {
+        } else if (w->end_buf && env->cancel->job_id == w->end_job &&
+                   env->cancel->attempt == w->end_attempt) {
             free(w->end_buf); /* the coordinator has given up on this attempt: nothing to deliver */
             w->end_buf = NULL;
             w->ready_sent = false;
@@ -597,23 +626,27 @@ static void handle(worker *w, Qsweep__Envelope *env) {
 }
 
 static void cache_clear(worker *w) {
-    for (int i = 0; i < CACHE_SLOTS; i++) cache_entry_drop(&w->cache[i]);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        cache_entry_drop(&w->cache[i]);
 }
 
 qs_status qw_run(const qw_options *opts, qs_error *err) {
     if (!opts || !opts->endpoint || !opts->endpoint[0])
         return qs_error_set(err, QS_EINVAL, "qw_run: options.endpoint is required");
     if (opts->worker_id && (!opts->worker_id[0] || strlen(opts->worker_id) > ID_MAX))
-        return qs_error_set(err, QS_EINVAL, "qw_run: options.worker_id must be 1..%d bytes", ID_MAX);
+        return qs_error_set(err, QS_EINVAL, "qw_run: options.worker_id must be 1..%d bytes",
+                            ID_MAX);
     if ((opts->curve_server_key != NULL) != (opts->curve_secret_key != NULL) ||
         (opts->curve_public_key != NULL) != (opts->curve_secret_key != NULL))
         return qs_error_set(err, QS_EINVAL, "qw_run: options.curve_*: give all three keys or none");
     if (opts->curve_secret_key &&
         (strlen(opts->curve_server_key) != 40 || strlen(opts->curve_public_key) != 40 ||
          strlen(opts->curve_secret_key) != 40))
-        return qs_error_set(err, QS_EINVAL, "qw_run: options.curve_*: each key must be 40 Z85 characters");
+        return qs_error_set(err, QS_EINVAL,
+                            "qw_run: options.curve_*: each key must be 40 Z85 characters");
     if (opts->heartbeat_ms < 0 || opts->coordinator_timeout_ms < 0 || opts->threads < 0)
-        return qs_error_set(err, QS_EINVAL, "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads < 0");
+        return qs_error_set(err, QS_EINVAL,
+                            "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads < 0");
     qs_status st = qw_register_builtin_kinds(err);
     if (st != QS_OK) return st;
 
@@ -621,8 +654,10 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     if (!w) return qs_error_set(err, QS_ENOMEM, "qw_run");
     w->o = opts;
     if (gethostname(w->host, sizeof w->host - 1) != 0) strcpy(w->host, "unknown");
-    if (opts->worker_id) snprintf(w->id, sizeof w->id, "%s", opts->worker_id);
-    else snprintf(w->id, sizeof w->id, "%.150s-%ld", w->host, (long)getpid());
+    if (opts->worker_id)
+        snprintf(w->id, sizeof w->id, "%s", opts->worker_id);
+    else
+        snprintf(w->id, sizeof w->id, "%.150s-%ld", w->host, (long)getpid());
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : 2000;
     w->timeout_ms = opts->coordinator_timeout_ms ? opts->coordinator_timeout_ms : 4 * w->hb_ms;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -639,10 +674,11 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     stop_requested = 0;
 
     w->zctx = zmq_ctx_new();
-    st = w->zctx ? open_socket(w, err) : qs_error_set(err, QS_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
+    st = w->zctx ? open_socket(w, err)
+                 : qs_error_set(err, QS_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     if (st == QS_OK) {
-        wlog(w, "connecting to %s (heartbeat %d ms, coordinator timeout %d ms)", opts->endpoint, w->hb_ms,
-             w->timeout_ms);
+        wlog(w, "connecting to %s (heartbeat %d ms, coordinator timeout %d ms)", opts->endpoint,
+             w->hb_ms, w->timeout_ms);
         send_hello(w);
         w->last_heard_ms = now_ms();
         w->next_hb_ms = w->last_heard_ms + w->hb_ms;
@@ -654,7 +690,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         if (stop_requested && !stopping) {
             stopping = true;
             stop_deadline = t + w->timeout_ms; /* for the ACK; restarted when the job ends */
-            wlog(w, "stopping: no new work%s", w->job ? ", cancelling the running job (preempted)" : "");
+            wlog(w, "stopping: no new work%s",
+                 w->job ? ", cancelling the running job (preempted)" : "");
             if (w->job) {
                 w->job->preempted = true;
                 atomic_store(&w->job->cancel, true);
@@ -667,7 +704,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             if (done) {
                 flush_partials(w);
                 finish_job(w);
-                if (stopping) stop_deadline = t + w->timeout_ms; /* its end gets that long to be ACKed */
+                if (stopping)
+                    stop_deadline = t + w->timeout_ms; /* its end gets that long to be ACKed */
             }
         }
         if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;
@@ -709,8 +747,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             w->last_heard_ms = now_ms();
             Qsweep__Envelope *env = NULL;
             qs_error derr;
-            if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES, "coordinator", &env,
-                                &derr) == QS_OK) {
+            if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
+                                "coordinator", &env, &derr) == QS_OK) {
                 handle(w, env);
                 qs_proto_free(env);
             } else {

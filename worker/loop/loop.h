@@ -95,20 +95,20 @@ typedef struct qw_gpu {
 
 /* How to run a worker. Zero/NULL fields take the defaults given. */
 typedef struct qw_options {
-    const char *endpoint;        /* coordinator, e.g. "tcp://host:5555" (required) */
-    const char *worker_id;       /* unique name, also the ZeroMQ routing id (1..200 bytes);
-                                    default "<host>-<pid>" */
-    int threads;                 /* CPU threads for jobs; default: online CPUs */
-    int heartbeat_ms;            /* heartbeat period; default 2000 */
-    int coordinator_timeout_ms;  /* silence before re-registering; default 4 * heartbeat_ms */
-    const qw_gpu *gpus;          /* GPUs to advertise (n_gpus of them); none by default */
+    const char *endpoint;       /* coordinator, e.g. "tcp://host:5555" (required) */
+    const char *worker_id;      /* unique name, also the ZeroMQ routing id (1..200 bytes);
+                                   default "<host>-<pid>" */
+    int threads;                /* CPU threads for jobs; default: online CPUs */
+    int heartbeat_ms;           /* heartbeat period; default 2000 */
+    int coordinator_timeout_ms; /* silence before re-registering; default 4 * heartbeat_ms */
+    const qw_gpu *gpus;         /* GPUs to advertise (n_gpus of them); none by default */
     size_t n_gpus;
     /* CURVE (ZeroMQ's encryption/authentication); all three Z85 keys (40 characters) or
        none: the coordinator's public key and this worker's key pair. */
     const char *curve_server_key, *curve_public_key, *curve_secret_key;
-    bool no_signal_handlers;     /* do not install SIGTERM/SIGINT handlers (the caller
-                                    calls qw_request_stop itself) */
-    bool quiet;                  /* no log lines on stderr */
+    bool no_signal_handlers; /* do not install SIGTERM/SIGINT handlers (the caller
+                                calls qw_request_stop itself) */
+    bool quiet;              /* no log lines on stderr */
 } qw_options;
 
 /* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop); returns QS_OK after a

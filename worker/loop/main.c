@@ -28,12 +28,19 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage("option without a value");
-        if (strcmp(a, "--endpoint") == 0) o.endpoint = v;
-        else if (strcmp(a, "--id") == 0) o.worker_id = v;
-        else if (strcmp(a, "--threads") == 0) { if (!parse_int(v, &o.threads)) return usage("--threads: not a number"); }
-        else if (strcmp(a, "--heartbeat-ms") == 0) { if (!parse_int(v, &o.heartbeat_ms)) return usage("--heartbeat-ms: not a number"); }
-        else if (strcmp(a, "--timeout-ms") == 0) { if (!parse_int(v, &o.coordinator_timeout_ms)) return usage("--timeout-ms: not a number"); }
-        else return usage("unknown option");
+        if (strcmp(a, "--endpoint") == 0)
+            o.endpoint = v;
+        else if (strcmp(a, "--id") == 0)
+            o.worker_id = v;
+        else if (strcmp(a, "--threads") == 0) {
+            if (!parse_int(v, &o.threads)) return usage("--threads: not a number");
+        } else if (strcmp(a, "--heartbeat-ms") == 0) {
+            if (!parse_int(v, &o.heartbeat_ms)) return usage("--heartbeat-ms: not a number");
+        } else if (strcmp(a, "--timeout-ms") == 0) {
+            if (!parse_int(v, &o.coordinator_timeout_ms))
+                return usage("--timeout-ms: not a number");
+        } else
+            return usage("unknown option");
         i++;
     }
     if (!o.endpoint) return usage("--endpoint is required");

@@ -16,12 +16,14 @@ static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 
 qs_status qw_register_kind(const char *name, qw_job_fn fn, qs_error *err) {
     if (!name || !name[0] || strlen(name) > KIND_NAME_MAX || !fn)
-        return qs_error_set(err, QS_EINVAL, "qw_register_kind: name must be 1..%d bytes and fn non-NULL",
+        return qs_error_set(err, QS_EINVAL,
+                            "qw_register_kind: name must be 1..%d bytes and fn non-NULL",
                             KIND_NAME_MAX);
     qs_status st = QS_OK;
     pthread_mutex_lock(&registry_mu);
     size_t i = 0;
-    while (i < registry_len && strcmp(registry[i].name, name) != 0) i++;
+    while (i < registry_len && strcmp(registry[i].name, name) != 0)
+        i++;
     if (i == registry_len) {
         if (registry_len == REGISTRY_SLOTS) {
             st = qs_error_set(err, QS_ENOMEM, "qw_register_kind: %s: all %d slots are used", name,
