@@ -103,6 +103,15 @@ size_t qc_store_batch_size(const qc_store_batch *b) {
            b->workers.col[0].n + b->n_final + b->n_partial + (b->cancels_upto > 0);
 }
 
+/* QS_EINVAL naming the field when text (may be NULL) is not valid UTF-8: the database would
+ * refuse the whole batch, again at every retry. */
+static qs_status check_utf8(const char *text, const char *field, int64_t job, qs_error *err) {
+    size_t bad = 0;
+    if (!text || qc_utf8_valid(text, &bad)) return QS_OK;
+    return qs_error_set(err, QS_EINVAL, "batch: job %lld: %s is not valid UTF-8 (byte %zu)",
+                        (long long)job, field, bad);
+}
+
 static qs_status check_lease(double lease_s, const char *what, int64_t job, int32_t attempt,
                              qs_error *err) {
     if (!(lease_s > 0) || isinf(lease_s))
@@ -125,6 +134,7 @@ qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t
     if (attempt < 1)
         return qs_error_set(err, QS_EINVAL, "batch: attempt started job %lld: attempt %d < 1",
                             (long long)job, attempt);
+    if ((st = check_utf8(worker, "worker id", job, err))) return st;
     group_mark m = mark(&b->started);
     qc_sqlarray_int(&b->started.col[0], job);
     qc_sqlarray_int(&b->started.col[1], attempt);
@@ -153,6 +163,8 @@ qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t a
                             "batch: attempt ended job %lld attempt %d: outcome "
                             "%d is not an end",
                             (long long)job, attempt, (int)outcome);
+    qs_status st = check_utf8(error, "attempt error", job, err);
+    if (st) return st;
     group_mark m = mark(&b->ended);
     qc_sqlarray_int(&b->ended.col[0], job);
     qc_sqlarray_int(&b->ended.col[1], attempt);
@@ -173,6 +185,8 @@ qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state 
                             "batch: job %lld: attempts_used %d or backoff %g s "
                             "out of range",
                             (long long)job, attempts_used, backoff_s);
+    qs_status st = check_utf8(last_error, "last_error", job, err);
+    if (st) return st;
     group_mark m = mark(&b->states);
     qc_sqlarray_int(&b->states.col[0], job);
     qc_sqlarray_text(&b->states.col[1], name);
@@ -186,6 +200,10 @@ qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, cons
                                      int32_t pid, const char *gpus_json, int32_t threads,
                                      qs_error *err) {
     if (!worker || !*worker) return qs_error_set(err, QS_EINVAL, "batch: worker id is empty");
+    size_t bad = 0;
+    if (!qc_utf8_valid(worker, &bad) || (host && !qc_utf8_valid(host, &bad)))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: worker id or host is not valid UTF-8 (byte %zu)", bad);
     if (gpus_json) {
         /* A bad document would fail the whole batch's transaction: refuse it here. */
         json_error_t je;
@@ -219,6 +237,12 @@ qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt
                                 "step %lld contradicts final=%s",
                                 (long long)job, attempt, rows[i].name, (long long)rows[i].step,
                                 final ? "true" : "false");
+        size_t bad = 0;
+        if (!qc_utf8_valid(rows[i].name, &bad))
+            return qs_error_set(err, QS_EINVAL,
+                                "batch: results job %lld attempt %d: metric %zu name is not "
+                                "valid UTF-8 (byte %zu)",
+                                (long long)job, attempt, i, bad);
     }
     size_t before = b->results.len;
     for (size_t i = 0; i < n; i++) {

@@ -49,4 +49,9 @@ void qc_copy_text(qc_sbuf *b, const char *s);
 /* Appends a double to a COPY text row (as qc_sqlarray_double). */
 void qc_copy_double(qc_sbuf *b, double v);
 
+/* Whether s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
+ * U+10FFFF). On false, *bad (when not NULL) is the offset of the first bad byte. The
+ * database is UTF8: one invalid string would fail a whole batch, again at every retry. */
+bool qc_utf8_valid(const char *s, size_t *bad);
+
 #endif

@@ -226,6 +226,15 @@ static qs_status check_job(const qc_job_submit *j, size_t index, qs_error *err) 
                             j->job_key, j->max_attempts);
     if (!j->spec_json)
         return qs_error_set(err, QS_EINVAL, "submit: job %s: spec_json is missing", j->job_key);
+    /* The database is UTF8 (jansson checks spec_json itself). */
+    const char *texts[] = {j->job_key, j->kind, j->model_key};
+    const char *fields[] = {"job_key", "kind", "model_key"};
+    for (int t = 0; t < 3; t++) {
+        size_t bad = 0;
+        if (texts[t] && !qc_utf8_valid(texts[t], &bad))
+            return qs_error_set(err, QS_EINVAL, "submit: job %zu: %s is not valid UTF-8 (byte %zu)",
+                                index, fields[t], bad);
+    }
     json_error_t je;
     json_t *spec = json_loads(j->spec_json, JSON_REJECT_DUPLICATES, &je);
     if (!spec)
@@ -241,6 +250,11 @@ static qs_status check_job(const qc_job_submit *j, size_t index, qs_error *err) 
         if (!dep || !*dep)
             return qs_error_set(err, QS_EINVAL, "submit: job %s: depends_on[%zu] is empty",
                                 j->job_key, d);
+        size_t bad = 0;
+        if (!qc_utf8_valid(dep, &bad))
+            return qs_error_set(err, QS_EINVAL,
+                                "submit: job %s: depends_on[%zu] is not valid UTF-8 (byte %zu)",
+                                j->job_key, d, bad);
         if (strcmp(dep, j->job_key) == 0)
             return qs_error_set(err, QS_EINVAL, "submit: job %s depends on itself", j->job_key);
     }
@@ -460,6 +474,14 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
     if (!name || !*name) return qs_error_set(err, QS_EINVAL, "submit: experiment name is empty");
     if (!grid_text)
         return qs_error_set(err, QS_EINVAL, "submit: experiment %s: grid text is missing", name);
+    const char *texts[] = {name, description, grid_text};
+    const char *fields[] = {"experiment name", "description", "grid text"};
+    for (int t = 0; t < 3; t++) {
+        size_t bad = 0;
+        if (texts[t] && !qc_utf8_valid(texts[t], &bad))
+            return qs_error_set(err, QS_EINVAL, "submit: %s is not valid UTF-8 (byte %zu)",
+                                fields[t], bad);
+    }
     if (grid_json) {
         json_error_t je;
         json_t *g = json_loads(grid_json, 0, &je);

@@ -584,6 +584,54 @@ static void test_special_characters_round_trip(void **state) {
     qc_store_close(s);
 }
 
+/* The database is UTF8: text that is not UTF-8 is refused when queued (one bad string would
+ * fail every retry of the whole batch), and real UTF-8 is stored as written. Byte sequences
+ * from RFC 3629 section 3 / Unicode 15 Table 3-7 (well-formed UTF-8 byte sequences). */
+static void test_text_that_is_not_utf8_is_refused_when_queued(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_utf8", ci, sizeof ci);
+    qc_job_submit jobs[] = {{"u", "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "utf8", "", "g", NULL, jobs, 1, &c, &err), &err);
+    int64_t id = job_id(s, "u");
+    static const char *const bad[] = {
+        "overlong \xC0\xAF",        /* '/' in two bytes */
+        "overlong \xE0\x80\xAF",    /* '/' in three bytes */
+        "surrogate \xED\xA0\x80",   /* U+D800 */
+        "too big \xF4\x90\x80\x80", /* U+110000 */
+        "cut short \xE2\x82",       /* first two bytes of U+20AC */
+        "lone continuation \x80",   "invalid lead \xFF",
+    };
+    qc_store_batch *bt = qc_store_batch_new();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(qc_store_batch_attempt_ended(bt, id, 1, QC_ATTEMPT_FAILED, bad[i], &err),
+                         QS_EINVAL);
+        assert_non_null(strstr(err.msg, "UTF-8"));
+    }
+    const qc_metric m[] = {{"kl\xFF", 1.0, -1}};
+    assert_int_equal(qc_store_batch_results(bt, id, 1, true, m, 1, &err), QS_EINVAL);
+    assert_int_equal(qc_store_batch_size(bt), 0);
+    qc_job_submit bad_key[] = {{"k\xC0\xAF", "echo", "{}", 0, 0, 0, "", 1, NULL, 0}};
+    assert_int_equal(qc_store_submit(s, "utf8", "", "g", NULL, bad_key, 1, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "job_key"));
+
+    /* U+00B5, U+20AC, U+FFFD, U+1F600, U+10FFFF: 2, 3, 3, 4 and 4 bytes. */
+    static const char good[] =
+        "\xC2\xB5 \xE2\x82\xAC \xEF\xBF\xBD \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF";
+    ok(qc_store_batch_attempt_started(bt, id, 1, "w\xC2\xB5", 30, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, id, 1, QC_ATTEMPT_FAILED, good, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    PGresult *r = PQexec(qc_store_pgconn(s), "SELECT error, length(error) FROM attempts");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(r, 0, 0), good);
+    assert_string_equal(PQgetvalue(r, 0, 1), "9"); /* 5 characters and 4 spaces */
+    PQclear(r);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 /* ---- cancel ----------------------------------------------------------------------------- */
 
 static void test_cancel_requests_reach_the_coordinator_once(void **state) {
@@ -770,6 +818,7 @@ int main(void) {
         cmocka_unit_test(test_results_need_their_job_and_duplicates_in_a_batch_land_once),
         cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
         cmocka_unit_test(test_special_characters_round_trip),
+        cmocka_unit_test(test_text_that_is_not_utf8_is_refused_when_queued),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_second_coordinator_is_refused),
