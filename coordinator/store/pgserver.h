@@ -40,9 +40,8 @@ qs_status qc_pgserver_start(const char *data_dir, qc_pgserver **out, qs_error *e
 
 /* As qc_pgserver_start on a fresh directory <base>/qspg-XXXXXX/data, where <base> is
  * $QSWEEP_PG_TMPDIR when set, else /dev/shm (tmpfs) when writable with 1 GiB free, else
- * /tmp. The whole
- * qspg-XXXXXX tree is removed by qc_pgserver_destroy (after an immediate shutdown: no
- * checkpoint). For tests: one per test binary. */
+ * /tmp. The whole qspg-XXXXXX tree is removed by qc_pgserver_destroy (after an immediate
+ * shutdown: no checkpoint). For tests: one per test binary. */
 qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err);
 
 /* libpq conninfo string for the `qsweep` database ("host=... port=... user=qsweep
@@ -73,8 +72,9 @@ qs_status qc_pgserver_restart(qc_pgserver *srv, qs_error *err);
  * until qc_pgserver_resume. QS_ESTATE when it is not running. */
 qs_status qc_pgserver_kill(qc_pgserver *srv, qs_error *err);
 
-/* Stops the server if it runs, removes a temporary tree (qc_pgserver_start_temp) or socket
- * directory, frees the handle. NULL is allowed. Errors while stopping are ignored. */
+/* Stops the server if it runs (also one that qc_pgserver_start adopted), removes a temporary
+ * tree (qc_pgserver_start_temp) or socket directory, frees the handle. NULL is allowed.
+ * Errors while stopping are ignored. */
 void qc_pgserver_destroy(qc_pgserver *srv);
 
 #endif
