@@ -74,7 +74,7 @@ CHECKPOINTS = [
                   rms_norm_eps=1e-5, tie_word_embeddings=False)),
 ]
 
-SEQ_LENGTHS = [1, 9, 40]
+SEQ_LENGTHS = [1, 9, 40, 100]  # 100 > the 64-row attention tile of worker/engine/model.c
 
 
 def write_goldens(path, vocab, seqs):

@@ -9,7 +9,8 @@
  * FLOPs counted per forward of T tokens (the GEMMs the engine executes):
  *   linears  2*T*(sum over linears of out*in) for the blocks, and 2*(T - T/2)*vocab*dim for
  *            lm_head, which the evaluation runs on the scored half of a chunk only;
- *   attention 2 * 2*T*T*E per head and block (Q K^T and P V over the full T x T square).
+ *   attention per head, block and 64-row query tile [t0, t0+r): 2 * 2*r*(t0+r)*E (Q K^T and
+ *            P V against the keys up to the tile's last query, as worker/engine/model.c runs it).
  * Elementwise work (norms, RoPE, softmax, SwiGLU) is not counted: it is the overhead.
  *
  * Usage: bench_engine [gguf-or-hf-dir] [ctx=512] [chunks=2]. Without the GGUF it says so and
@@ -148,6 +149,8 @@ static int write_synthetic(const char *dir) {
     return ok ? 0 : -1;
 }
 
+#define ATT_TILE 64 /* QW_ATT_TILE of worker/engine/model.c */
+
 typedef struct shape {
     int m, n, k, trans_b, lda, ldb, ldc;
 } shape;
@@ -162,10 +165,12 @@ static int forward_shapes(const qw_config *c, int T, shape *s, double *flops) {
     for (int l = 0; l < c->n_layers; l++) {
         for (int k = 0; k < 3; k++)
             s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
-        for (int h = 0; h < H; h++) {
-            s[n++] = (shape){T, T, E, 1, H * E, G * E, T};
-            s[n++] = (shape){T, E, T, 0, T, G * E, H * E};
-        }
+        for (int h = 0; h < H; h++)
+            for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
+                int r = T - t0 < ATT_TILE ? T - t0 : ATT_TILE, nc = t0 + r;
+                s[n++] = (shape){r, nc, E, 1, H * E, G * E, nc};
+                s[n++] = (shape){r, E, nc, 0, nc, G * E, H * E};
+            }
         for (int k = 3; k < 7; k++)
             s[n++] = (shape){T, outs[k], ins[k], 1, ins[k], ins[k], outs[k]};
     }
@@ -242,7 +247,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const qw_config *c = qw_model_config(m);
-    int max_shapes = c->n_layers * (7 + 2 * c->n_heads) + 1;
+    int max_shapes = c->n_layers * (7 + 2 * c->n_heads * ((ctx + ATT_TILE - 1) / ATT_TILE)) + 1;
     shape *sh = malloc((size_t)max_shapes * sizeof *sh);
     double flops;
     int ns = forward_shapes(c, ctx, sh, &flops);

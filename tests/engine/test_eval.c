@@ -153,7 +153,7 @@ static void perplexity_matches_definition_on_transformers_logits(void **state) {
     double expect = exp(nll / (double)n);
 
     fixture f;
-    fixture_open(&f, 8, 64);
+    fixture_open(&f, 8, 128);
     char tp[700];
     snprintf(tp, sizeof tp, "%s/golden.tokens", f.dir);
     assert_int_equal(write_token_file(tp, q->tokens, q->n, g.vocab), 0);

@@ -17,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Query rows per attention tile: scores are computed tile by tile, each against the keys up to
+ * its last query only, which skips most of the masked upper triangle and keeps the scores
+ * buffer at QW_ATT_TILE x T per thread instead of T x T. */
+#define QW_ATT_TILE 64
+
 /* One linear y[T x out] = x[T x in] * W^T with W [out x in] row-major (HF layout). */
 typedef struct linear {
     const float *master; /* unquantized FP32 weights, owned by the checkpoint */
@@ -68,7 +73,7 @@ struct qw_model {
     float *k;      /* [T x G*E] */
     float *v;      /* [T x G*E] */
     float *att;    /* [T x H*E] attention output before o_proj */
-    float *scores; /* [scores_threads x T x T] attention probabilities, one matrix per thread */
+    float *scores; /* [scores_threads x QW_ATT_TILE x T] one query tile's attention, per thread */
     int scores_threads;
     float *hb;     /* [T x F] gate, then silu(gate)*up */
     float *hb2;    /* [T x F] up */
@@ -115,24 +120,26 @@ static void rope_forward(float *x, const float *cosb, const float *sinb, int T, 
     }
 }
 
-/* Causal softmax of scores [T x T] in place: row t over columns 0..t, zeros after. Serial: the
- * caller runs one head per thread. */
-static void causal_softmax(float *s, int T) {
-    for (int t = 0; t < T; t++) {
-        float *r = s + (size_t)t * T;
-        float mx = r[0];
-        for (int j = 1; j <= t; j++)
-            mx = r[j] > mx ? r[j] : mx;
+/* Causal softmax of one query tile's scores S [rows x ncols] in place (ncols = t0 + rows): row r
+ * is query position t0 + r and keeps columns 0..t0+r, zeros after. Serial: the caller runs one
+ * (head, tile) per thread. */
+static void causal_softmax(float *S, int rows, int ncols, int t0) {
+    for (int r = 0; r < rows; r++) {
+        float *row = S + (size_t)r * ncols;
+        int last = t0 + r;
+        float mx = row[0];
+        for (int j = 1; j <= last; j++)
+            mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
-        for (int j = 0; j <= t; j++) {
-            r[j] = expf(r[j] - mx);
-            sum += r[j];
+        for (int j = 0; j <= last; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j <= t; j++)
-            r[j] *= inv;
-        for (int j = t + 1; j < T; j++)
-            r[j] = 0.0f;
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < ncols; j++)
+            row[j] = 0.0f;
     }
 }
 
@@ -344,7 +351,7 @@ qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model 
     m->k = alloc_floats(T * G * E, &fail);
     m->v = alloc_floats(T * G * E, &fail);
     m->att = alloc_floats(T * H * E, &fail);
-    m->scores = alloc_floats((size_t)m->threads * T * T, &fail);
+    m->scores = alloc_floats((size_t)m->threads * QW_ATT_TILE * T, &fail);
     m->scores_threads = m->threads;
     m->hb = alloc_floats(T * F, &fail);
     m->hb2 = alloc_floats(T * F, &fail);
@@ -407,7 +414,7 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (threads < 0) return qs_error_set(err, QS_EINVAL, "model: threads %d < 0", threads);
     int nt = resolve_threads(threads);
     if (nt > m->scores_threads) {
-        float *s = realloc(m->scores, (size_t)nt * m->max_ctx * m->max_ctx * sizeof(float));
+        float *s = realloc(m->scores, (size_t)nt * QW_ATT_TILE * m->max_ctx * sizeof(float));
         if (!s) return qs_error_set(err, QS_ENOMEM, "model: attention buffers for %d threads", nt);
         m->scores = s;
         m->scores_threads = nt;
@@ -605,20 +612,28 @@ static float *prefix_boundary(const qw_model *m, prefix_entry *e, int b) {
 /* ---------------------------------------------------------------- forward */
 
 /* Attention of one block on q [T x H*E], k, v [T x G*E] (rotated), into att [T x H*E].
- * Per head: S = softmax_causal(Q_h K_g^T / sqrt(E)), att_h = S V_g with g = h / (H/G). */
+ * Per head: S = softmax_causal(Q_h K_g^T / sqrt(E)), att_h = S V_g with g = h / (H/G),
+ * computed per (head, query tile); the work items are independent, so the result does not
+ * depend on the thread count. */
 static void attention_forward(qw_model *m, int T) {
     const qw_config *c = &m->cfg;
     int H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, group = H / G;
+    int tiles = (T + QW_ATT_TILE - 1) / QW_ATT_TILE;
     float scale = 1.0f / sqrtf((float)E);
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
-    for (int h = 0; h < H; h++) {
-        int g = h / group;
-        float *S = m->scores + (size_t)omp_get_thread_num() * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, m->q + (size_t)h * E,
-                    H * E, m->k + (size_t)g * E, G * E, 0.0f, S, T);
-        causal_softmax(S, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, 1.0f, S, T,
-                    m->v + (size_t)g * E, G * E, 0.0f, m->att + (size_t)h * E, H * E);
+    for (int w = 0; w < H * tiles; w++) {
+        /* Later tiles have more keys: hand them out first so the team finishes together. */
+        int h = w % H, tile = tiles - 1 - w / H, g = h / group;
+        int t0 = tile * QW_ATT_TILE, rows = T - t0 < QW_ATT_TILE ? T - t0 : QW_ATT_TILE;
+        int ncols = t0 + rows; /* keys 0..t0+rows-1: nothing past the tile's last query */
+        float *S = m->scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * m->max_ctx;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ncols, E, scale,
+                    m->q + (size_t)t0 * H * E + (size_t)h * E, H * E, m->k + (size_t)g * E, G * E,
+                    0.0f, S, ncols);
+        causal_softmax(S, rows, ncols, t0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, E, ncols, 1.0f, S, ncols,
+                    m->v + (size_t)g * E, G * E, 0.0f, m->att + (size_t)t0 * H * E + (size_t)h * E,
+                    H * E);
     }
 }
 

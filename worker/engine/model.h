@@ -29,7 +29,7 @@ typedef struct qw_model qw_model;
  * (0 = all cores). Looks every tensor up and checks its shape against the config.
  * The model runs its own OpenMP team and calls OpenBLAS single-threaded: creating a model or
  * setting its threads sets OpenBLAS's process-wide thread count to 1.
- * Memory: activations ~ max_ctx*(6*dim + 2*hidden_dim + vocab + threads*max_ctx) floats.
+ * Memory: activations ~ max_ctx*(6*dim + 2*hidden_dim + vocab + threads*64) floats.
  * Errors: QS_EINVAL (max_ctx < 1, threads < 0, config values out of range), QS_ENOTFOUND /
  * QS_EFORMAT from the checkpoint (missing tensor, shape not matching the config: names the
  * tensor and the expected shape), QS_ENOMEM. */
