@@ -523,9 +523,25 @@ static void test_sensitivity_view_joins_baseline_and_results_reader(void **state
     assert_int_equal(count_where(s, "SELECT count(*) FROM v_sensitivity WHERE metric = "
                                     "'kl_mean' AND baseline_value IS NULL"),
                      1);
+    /* v_sqnr splits sqnr_db.<block>.<kind> into a block number and a linear kind. */
+    const qc_metric sq[] = {
+        {"sqnr_db.3.up", 21.5, -1}, {"sqnr_db.12.gate", 19.25, -1}, {"sqnr_db.lm_head", 30.0, -1}};
+    ok(qc_store_batch_results(bt, jev, 1, true, sq, 3, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sqnr"), 3);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sqnr WHERE block = 3 AND kind = 'up' "
+                                    "AND sqnr_db = 21.5 AND part = '3' AND format = 'nvfp4'"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sqnr WHERE block = 12 AND "
+                                    "kind = 'gate' AND sqnr_db = 19.25"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sqnr WHERE block IS NULL AND "
+                                    "kind = 'lm_head'"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM v_sqnr WHERE block = 12"), 1);
     struct collected got = {0, 0};
     ok(qc_store_results(s, "sens", collect, &got, &err), &err);
-    assert_int_equal(got.rows, 3); /* baseline ppl, eval ppl and kl_mean */
+    assert_int_equal(got.rows, 6); /* baseline ppl; eval ppl, kl_mean and three SQNRs */
     assert_true(got.ppl == 8.75);
     struct collected first = {0, 0};
     assert_int_equal(qc_store_results(s, "sens", stop_at_first, &first, &err), QS_ECANCELLED);
