@@ -7,19 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err) {
-    json_error_t je;
-    json_t *spec = json_loads(spec_json, 0, &je);
-    if (!spec || !json_is_object(spec)) {
-        json_decref(spec);
-        return qs_error_set(err, QS_EFORMAT, "job spec: line %d column %d: %s", je.line, je.column,
-                            spec ? "expected a JSON object" : je.text);
-    }
-    json_t *m = json_object_get(spec, "model"), *d = json_object_get(spec, "dataset");
+/* job_key of a spec object (see qc_job_key); spec itself is left as it was. */
+static qs_status key_of(const json_t *spec, char hex[65], qs_error *err) {
+    json_t *copy = json_deep_copy(spec);
+    json_t *m = json_object_get(copy, "model"), *d = json_object_get(copy, "dataset");
     if (json_is_object(m)) json_object_del(m, "path");
     if (json_is_object(d)) json_object_del(d, "path");
-    char *canon = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(spec);
+    char *canon = copy ? json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    json_decref(copy);
     if (!canon) return qs_error_set(err, QS_ENOMEM, "out of memory");
     if (sodium_init() < 0) {
         free(canon);
@@ -32,6 +27,19 @@ qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err) {
     return QS_OK;
 }
 
+qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err) {
+    json_error_t je;
+    json_t *spec = json_loads(spec_json, 0, &je);
+    if (!spec || !json_is_object(spec)) {
+        json_decref(spec);
+        return qs_error_set(err, QS_EFORMAT, "job spec: line %d column %d: %s", je.line, je.column,
+                            spec ? "expected a JSON object" : je.text);
+    }
+    qs_status st = key_of(spec, hex, err);
+    json_decref(spec);
+    return st;
+}
+
 /* Growing job list under construction. */
 typedef struct builder {
     qc_job_list *list;
@@ -39,25 +47,19 @@ typedef struct builder {
     qs_error *err;
 } builder;
 
-/* Serialises spec, keys it and appends it unless its key is already listed. *index receives
- * the position of the job with that key. Takes ownership of spec. */
+/* Serialises spec, keys it and appends it; *index receives its position. Takes ownership of
+ * spec. */
 static qs_status add_job(builder *b, json_t *spec, const char *kind, long depends_on, size_t model,
                          int mode, const char *label, long *index) {
-    char *text = spec ? json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
-    json_decref(spec);
-    if (!text) return qs_error_set(b->err, QS_ENOMEM, "out of memory");
     char key[65];
-    qs_status st = qc_job_key(text, key, b->err);
+    char *text = spec ? json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    qs_status st =
+        text ? key_of(spec, key, b->err) : qs_error_set(b->err, QS_ENOMEM, "out of memory");
+    json_decref(spec);
     if (st) {
         free(text);
         return st;
     }
-    for (size_t i = 0; i < b->list->n; i++)
-        if (!strcmp(b->list->jobs[i].key, key)) {
-            free(text);
-            *index = (long)i;
-            return QS_OK;
-        }
     if (b->list->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
         qc_job *j = realloc(b->list->jobs, cap * sizeof *j);

@@ -157,7 +157,9 @@ typedef struct qc_job_list {
  * A baseline has format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
  * part: component and leave_one_out: the linear kind ("down"); block: the block index as a
  * string ("3"); layer: "<block>.<kind>" ("3.down"); cumulative: the last block ("3" = 0..3).
- * Jobs whose key repeats one already listed are listed once. Errors: QS_ENOMEM. */
+ * Keys are distinct by construction: qc_grid_load refuses a model listed twice (equal digests)
+ * and a repeated format, quantize or mode, and every other field differs between jobs.
+ * Errors: QS_ENOMEM. */
 qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err);
 
 /* Frees the jobs of a list and zeroes it. NULL is allowed. */

@@ -353,6 +353,19 @@ static void test_tokens_beyond_vocabulary_are_refused(void **state) {
     assert_non_null(strstr(err.msg, "beyond the vocabulary of model ckpt (vocab_size 64)"));
 }
 
+static void test_same_model_twice_is_refused(void **state) {
+    env *e = *state;
+    char copy[600], cmd[1400];
+    snprintf(copy, sizeof copy, "%s/copy", e->dir);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s", e->ckpt, copy);
+    assert_int_equal(system(cmd), 0);
+    const char *sets[] = {"models=[ckpt, copy]"}; /* another path, the same bytes */
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, sets, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "model copy is the same model as ckpt (equal digests)"));
+}
+
 static void test_unknown_key_is_refused(void **state) {
     env *e = *state;
     const char *text = "name: t\n"
@@ -490,6 +503,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_missing_model_file_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_format_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_beyond_vocabulary_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_model_twice_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_key_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_value_of_wrong_type_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_mode_and_metric_are_refused, setup, teardown),
