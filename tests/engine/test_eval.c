@@ -436,29 +436,48 @@ static void progress_reports_each_chunk_and_cancel_stops(void **state) {
     fixture_close(&f);
 }
 
-static int count_rows(void *ctx, const char *name, double value) {
+typedef struct rows_seen {
+    int n;
+    char names[20][64];
+} rows_seen;
+
+static int collect_rows(void *ctx, const char *name, double value) {
     (void)value;
-    int *n = ctx;
-    assert_true(name[0] != '\0');
-    (*n)++;
+    rows_seen *r = ctx;
+    assert_true(r->n < 20);
+    snprintf(r->names[r->n++], sizeof r->names[0], "%s", name);
     return 0;
+}
+
+static int stop_at_ppl(void *ctx, const char *name, double value) {
+    (void)value;
+    (*(int *)ctx)++;
+    return strcmp(name, "ppl") == 0 ? 7 : 0;
 }
 
 static void metrics_rows_name_every_value(void **state) {
     (void)state;
     qw_eval_metrics m = {
         .n_tokens = 10, .n_chunks = 1, .ctx = 8, .n_scored = 3, .nll = 1.0, .ppl = exp(1.0)};
-    int n = 0;
-    assert_int_equal(qw_eval_metrics_foreach(&m, count_rows, &n), 0);
-    assert_int_equal(n, 8);
+    rows_seen r = {0};
+    assert_int_equal(qw_eval_metrics_foreach(&m, collect_rows, &r), 0);
+    assert_int_equal(r.n, 8);
+    assert_string_equal(r.names[5], "ppl");
     m.has_kl = 1;
-    qw_linear_sqnr s[2] = {{.name = "model.layers.0.self_attn.q_proj", .sqnr_db = 20.0},
+    qw_linear_sqnr s[2] = {{.name = "model.layers.12.mlp.down_proj", .sqnr_db = 20.0},
                            {.name = "lm_head", .sqnr_db = 30.0}};
     m.sqnr = s;
     m.n_sqnr = 2;
-    n = 0;
-    assert_int_equal(qw_eval_metrics_foreach(&m, count_rows, &n), 0);
-    assert_int_equal(n, 14 + 2);
+    r.n = 0;
+    assert_int_equal(qw_eval_metrics_foreach(&m, collect_rows, &r), 0);
+    assert_int_equal(r.n, 14 + 2);
+    assert_string_equal(r.names[13], "top1");
+    assert_string_equal(r.names[14],
+                        "sqnr_db.12.down"); /* schema 006 v_sqnr: block 12, kind down */
+    assert_string_equal(r.names[15], "sqnr_db.lm_head");
+    int calls = 0;
+    assert_int_equal(qw_eval_metrics_foreach(&m, stop_at_ppl, &calls), 7);
+    assert_int_equal(calls, 6);
 }
 
 int main(void) {

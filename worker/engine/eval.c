@@ -499,6 +499,18 @@ void qw_eval_metrics_free(qw_eval_metrics *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* "sqnr_db.<block>.<kind>" for "model.layers.<block>.<module>", "sqnr_db.<name>" otherwise. */
+static void metric_name(const char *linear, char *buf, size_t cap) {
+    int block, used = 0;
+    if (sscanf(linear, "model.layers.%d.%n", &block, &used) == 1 && used > 0)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            if (strcmp(linear + used, qw_linear_module_name((qw_linear_kind)k)) == 0) {
+                snprintf(buf, cap, "sqnr_db.%d.%s", block, qw_linear_kind_name((qw_linear_kind)k));
+                return;
+            }
+    snprintf(buf, cap, "sqnr_db.%s", linear);
+}
+
 int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx) {
     struct {
         const char *name;
@@ -524,7 +536,7 @@ int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx
     }
     char name[128];
     for (size_t i = 0; i < m->n_sqnr; i++) {
-        snprintf(name, sizeof name, "sqnr_db:%s", m->sqnr[i].name);
+        metric_name(m->sqnr[i].name, name, sizeof name);
         int r = fn(ctx, name, m->sqnr[i].sqnr_db);
         if (r) return r;
     }

@@ -123,8 +123,9 @@ void qw_eval_metrics_free(qw_eval_metrics *m);
 
 /* Calls fn(ctx, name, value) for every metric: "n_tokens", "n_chunks", "ctx", "n_scored",
  * "nll", "ppl", "nll_stderr", "ppl_stderr", and with KL "kl_mean", "kl_median", "kl_p90",
- * "kl_p99", "kl_max", "top1", then "sqnr_db:<linear name>" per linear. Stops and returns
- * fn's value at the first nonzero; 0 when all were visited. */
+ * "kl_p99", "kl_max", "top1", then per linear "sqnr_db.<block>.<kind>" (kind as
+ * qw_linear_kind_name: "sqnr_db.3.q") or "sqnr_db.lm_head", the names schema 006's v_sqnr splits.
+ * Stops and returns fn's value at the first nonzero; 0 when all were visited. */
 typedef int (*qw_metric_fn)(void *ctx, const char *name, double value);
 int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx);
 
