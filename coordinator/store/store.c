@@ -97,10 +97,12 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
     gethostname(host, sizeof host - 1);
     char app[200];
     snprintf(app, sizeof app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
-    /* expand_dbname = 1: conninfo is a full connection string; the application_name after
-     * it overrides one given there. */
-    const char *keys[] = {"dbname", "application_name", NULL};
-    const char *vals[] = {conninfo, app, NULL};
+    /* expand_dbname = 1: conninfo is a full connection string. Keywords before it are
+     * defaults it may override, keywords after it override it (libpq docs,
+     * PQconnectdbParams). connect_timeout bounds PQreset against an unreachable host, which
+     * the coordinator retries from its message loop. */
+    const char *keys[] = {"connect_timeout", "dbname", "application_name", NULL};
+    const char *vals[] = {"10", conninfo, app, NULL};
     s->conn = PQconnectdbParams(keys, vals, 1);
     if (!s->conn) {
         free(s);

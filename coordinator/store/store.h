@@ -60,7 +60,8 @@ qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err)
 
 typedef struct qc_store qc_store;
 
-/* Connects with the libpq conninfo string, sets application_name to
+/* Connects with the libpq conninfo string (connect_timeout 10 s unless it sets one; it
+ * applies to qc_store_reconnect too), sets application_name to
  * "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or "submit", shown
  * in pg_stat_activity and in the "another coordinator" message), and applies the schema
  * migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's

@@ -753,6 +753,38 @@ static void test_concurrent_submits_of_one_grid_store_it_once(void **state) {
     qc_store_close(s);
 }
 
+/* The connection says who it is (application_name) and bounds reconnect attempts
+ * (connect_timeout), unless the conninfo chose its own timeout. */
+static const char *conn_option(PGconn *c, const char *keyword, char *out, size_t cap) {
+    PQconninfoOption *opts = PQconninfo(c);
+    out[0] = '\0';
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (!strcmp(o->keyword, keyword) && o->val) snprintf(out, cap, "%s", o->val);
+    PQconninfoFree(opts);
+    return out;
+}
+
+static void test_connection_names_itself_and_bounds_connect_time(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_conn", ci, sizeof ci);
+    char v[128];
+    assert_string_equal(conn_option(qc_store_pgconn(s), "connect_timeout", v, sizeof v), "10");
+    assert_non_null(
+        strstr(conn_option(qc_store_pgconn(s), "application_name", v, sizeof v), "qsweep test "));
+    qc_store_close(s);
+    char own[1100];
+    snprintf(own, sizeof own, "%s connect_timeout=3", ci);
+    qs_error err = {0};
+    ok(qc_store_open(own, "test", &s, &err), &err);
+    assert_string_equal(conn_option(qc_store_pgconn(s), "connect_timeout", v, sizeof v), "3");
+    qc_store_close(s);
+    /* A server that is not there: the error names the conninfo. */
+    assert_int_equal(
+        qc_store_open("host=/nonexistent-qsweep-dir port=5432 dbname=x", "test", &s, &err), QS_EDB);
+    assert_non_null(strstr(err.msg, "/nonexistent-qsweep-dir"));
+}
+
 /* ---- coordinator lock and reconnect -------------------------------------------------------- */
 
 static void test_second_coordinator_is_refused(void **state) {
@@ -837,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_text_that_is_not_utf8_is_refused_when_queued),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
+        cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),
         cmocka_unit_test(test_second_coordinator_is_refused),
         cmocka_unit_test(test_reconnect_after_postgres_restarts),
     };
