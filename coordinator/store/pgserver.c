@@ -428,6 +428,8 @@ static bool roomy_tmpfs(void) {
     return (unsigned long long)vfs.f_bavail * vfs.f_frsize >= (1ULL << 30);
 }
 
+static void reap_orphans(const char *base, const qc_pgserver *like);
+
 qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err) {
     *out = NULL;
     qc_pgserver *srv = calloc(1, sizeof *srv);
@@ -446,7 +448,19 @@ qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err) {
         free(srv);
         return st;
     }
-    qs_status st = choose_run_user(srv, err);
+    /* The owner's pid, so a later start can tell an orphan (its test was killed) from a
+     * cluster in use. */
+    char owner[sizeof srv->temp_root + 16];
+    snprintf(owner, sizeof owner, "%s/owner.pid", srv->temp_root);
+    FILE *f = fopen(owner, "w");
+    qs_status st = f ? QS_OK : qs_error_set(err, QS_EIO, "%s: %s", owner, strerror(errno));
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        if (fclose(f) != 0) st = qs_error_set(err, QS_EIO, "%s: %s", owner, strerror(errno));
+    }
+    if (!st) st = choose_run_user(srv, err);
+    if (!st) st = find_bindir(srv->bindir, sizeof srv->bindir, err);
+    if (!st) reap_orphans(base, srv);
     if (!st) st = chown_to_run_user(srv, srv->temp_root, err);
     if (!st) {
         snprintf(srv->data_dir, sizeof srv->data_dir, "%s/data", srv->temp_root);
@@ -568,6 +582,47 @@ static int remove_entry(const char *path, const struct stat *sb, int type, struc
     (void)type;
     (void)ftw;
     return remove(path);
+}
+
+/* Removes temporary clusters under base (qspg-XXXXXX with an owner.pid) whose owner process
+ * is gone: a test binary killed by a timeout or a crash leaves its server running and its
+ * tree behind. A tree without owner.pid (being created, or made by an older qsweep) is left
+ * alone, and so is one whose owner is alive. `like` supplies the binaries and the user. */
+static void reap_orphans(const char *base, const qc_pgserver *like) {
+    DIR *d = opendir(base);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "qspg-", 5) != 0 || strlen(e->d_name) != 11) continue;
+        qc_pgserver *orphan = calloc(1, sizeof *orphan);
+        if (!orphan) break;
+        *orphan = *like;
+        orphan->sock_dir_is_temp = false;
+        snprintf(orphan->temp_root, sizeof orphan->temp_root, "%s/%s", base, e->d_name);
+        if (strcmp(orphan->temp_root, like->temp_root) != 0) {
+            char owner[sizeof orphan->temp_root + 16];
+            snprintf(owner, sizeof owner, "%s/owner.pid", orphan->temp_root);
+            FILE *f = fopen(owner, "r");
+            long pid = 0;
+            if (f) {
+                if (fscanf(f, "%ld", &pid) != 1) pid = 0;
+                fclose(f);
+            }
+            if (pid > 0 && !process_alive((pid_t)pid, NULL)) {
+                snprintf(orphan->data_dir, sizeof orphan->data_dir, "%s/data", orphan->temp_root);
+                /* Remove the tree only with no server in it: one this process can see and
+                 * stop, or none at all. A postmaster.pid naming a process we cannot see may
+                 * belong to another PID namespace sharing this directory: leave it. */
+                qs_error ignored;
+                bool stopped = read_postmaster_pid(orphan->data_dir, NULL, NULL, 0) > 0 &&
+                               stop_mode(orphan, "immediate", &ignored) == QS_OK;
+                if (stopped || !file_exists(orphan->data_dir, "postmaster.pid"))
+                    nftw(orphan->temp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+            }
+        }
+        free(orphan);
+    }
+    closedir(d);
 }
 
 void qc_pgserver_destroy(qc_pgserver *srv) {

@@ -41,7 +41,9 @@ qs_status qc_pgserver_start(const char *data_dir, qc_pgserver **out, qs_error *e
 /* As qc_pgserver_start on a fresh directory <base>/qspg-XXXXXX/data, where <base> is
  * $QSWEEP_PG_TMPDIR when set, else /dev/shm (tmpfs) when writable with 1 GiB free, else
  * /tmp. The whole qspg-XXXXXX tree is removed by qc_pgserver_destroy (after an immediate
- * shutdown: no checkpoint). For tests: one per test binary. */
+ * shutdown: no checkpoint). For tests: one per test binary. Orphans in <base> (trees whose
+ * owner.pid names a process that has exited: a test killed before its teardown) are stopped
+ * and removed first. */
 qs_status qc_pgserver_start_temp(qc_pgserver **out, qs_error *err);
 
 /* libpq conninfo string for the `qsweep` database ("host=... port=... user=qsweep

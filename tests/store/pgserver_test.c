@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pgserver.h"
@@ -196,6 +197,55 @@ static void test_failed_start_names_the_command_and_its_output(void **state) {
     rmdir(dir);
 }
 
+/* A test binary killed before its teardown leaves its cluster running; the next temporary
+ * cluster made in the same place stops and removes it. */
+static void test_orphaned_temp_cluster_is_reaped(void **state) {
+    (void)state;
+    char base[] = "/tmp/qspgbase-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    assert_int_equal(chmod(base, 0711), 0); /* the server's user must pass through */
+    setenv("QSWEEP_PG_TMPDIR", base, 1);
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        qs_error err = {0};
+        qc_pgserver *mine = NULL;
+        char dir[4096] = "";
+        if (qc_pgserver_start_temp(&mine, &err) == QS_OK)
+            snprintf(dir, sizeof dir, "%s", qc_pgserver_data_dir(mine));
+        ssize_t w = write(pipefd[1], dir, strlen(dir) + 1);
+        _exit(w > 0 && dir[0] ? 0 : 1); /* "killed": no destroy */
+    }
+    close(pipefd[1]);
+    char orphan[4096] = "";
+    ssize_t r = read(pipefd[0], orphan, sizeof orphan - 1);
+    close(pipefd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(r > 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char pidfile[4200];
+    snprintf(pidfile, sizeof pidfile, "%s/postmaster.pid", orphan);
+    FILE *f = fopen(pidfile, "r");
+    assert_non_null(f);
+    int orphan_pid = 0;
+    assert_int_equal(fscanf(f, "%d", &orphan_pid), 1);
+    fclose(f);
+    assert_false(process_gone(orphan_pid)); /* still running without its owner */
+
+    qs_error err = {0};
+    qc_pgserver *next = NULL;
+    qs_status st = qc_pgserver_start_temp(&next, &err);
+    unsetenv("QSWEEP_PG_TMPDIR");
+    if (st) fprintf(stderr, "start: %s\n", err.msg);
+    assert_int_equal(st, QS_OK);
+    assert_true(process_gone(orphan_pid));
+    assert_int_equal(access(orphan, F_OK), -1);
+    qc_pgserver_destroy(next);
+    assert_int_equal(rmdir(base), 0); /* nothing left behind */
+}
+
 static void test_destroy_removes_temp_tree(void **state) {
     (void)state;
     qs_error err = {0};
@@ -220,6 +270,7 @@ int main(void) {
         cmocka_unit_test(test_start_adopts_running_server_and_nonempty_dir_is_refused),
         cmocka_unit_test(test_failed_start_names_the_command_and_its_output),
         cmocka_unit_test(test_destroy_removes_temp_tree),
+        cmocka_unit_test(test_orphaned_temp_cluster_is_reaped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
