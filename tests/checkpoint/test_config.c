@@ -107,6 +107,63 @@ static void llama32_tied_embeddings_and_explicit_head_dim(void **state) {
     assert_float_equal(c.rope_factor, 32.0f, 0);
 }
 
+/* transformers 5 writes rope_theta and the scaling as one "rope_parameters" object; the
+ * values below are Llama 3.1 8B's, moved into that layout. */
+static const char *const llama31_8b_rope_parameters =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 128000, \"eos_token_id\": "
+    "128001, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"intermediate_size\": 14336,"
+    " \"max_position_embeddings\": 131072, \"model_type\": \"llama\", \"num_attention_heads\": 32,"
+    " \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-05,"
+    " \"rope_parameters\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_theta\": 500000.0, \"rope_type\": "
+    "\"llama3\"}, \"tie_word_embeddings\": false, \"vocab_size\": 128256}";
+
+static void rope_parameters_layout_gives_theta_and_scaling(void **state) {
+    (void)state;
+    qw_config c = parse_ok(llama31_8b_rope_parameters);
+    assert_float_equal(c.rope_theta, 500000.0f, 0);
+    assert_float_equal(c.rope_factor, 8.0f, 0);
+    assert_float_equal(c.rope_low_freq_factor, 1.0f, 0);
+    assert_float_equal(c.rope_high_freq_factor, 4.0f, 0);
+    assert_int_equal(c.rope_original_max_pos, 8192);
+}
+
+static void rope_parameters_default_type_means_no_scaling(void **state) {
+    (void)state;
+    char buf[4096];
+    const char *from = "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+                       " \"original_max_position_embeddings\": 8192, \"rope_theta\": 500000.0, "
+                       "\"rope_type\": \"llama3\"";
+    const char *at = strstr(llama31_8b_rope_parameters, from);
+    assert_non_null(at);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - llama31_8b_rope_parameters),
+             llama31_8b_rope_parameters, "\"rope_theta\": 100000.0, \"rope_type\": \"default\"",
+             at + strlen(from));
+    qw_config c = parse_ok(buf);
+    assert_float_equal(c.rope_theta, 100000.0f, 0);
+    assert_float_equal(c.rope_factor, 0.0f, 0);
+}
+
+static void rope_parameters_contradicting_rope_theta(void **state) {
+    (void)state;
+    expect_edit_fails(llama31_8b_rope_parameters, "\"rms_norm_eps\": 1e-05,",
+                      "\"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,", QS_EFORMAT,
+                      "rope_parameters.rope_theta");
+}
+
+static void rope_parameters_beside_rope_scaling(void **state) {
+    (void)state;
+    expect_edit_fails(llama31_8b_rope_parameters, "\"rms_norm_eps\": 1e-05,",
+                      "\"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"rope_type\": \"llama3\"},",
+                      QS_EFORMAT, "rope_scaling");
+}
+
+static void rope_parameters_missing_a_factor(void **state) {
+    (void)state;
+    expect_edit_fails(llama31_8b_rope_parameters, "\"factor\": 8.0, ", "", QS_EFORMAT,
+                      "rope_parameters.factor");
+}
+
 static void missing_required_field(void **state) {
     (void)state;
     expect_edit_fails(llama2_7b, "\"hidden_size\": 4096,", "", QS_EFORMAT,
@@ -198,6 +255,11 @@ int main(void) {
         cmocka_unit_test(rope_scaling_missing_a_factor),
         cmocka_unit_test(token_id_beyond_vocabulary),
         cmocka_unit_test(not_json),
+        cmocka_unit_test(rope_parameters_layout_gives_theta_and_scaling),
+        cmocka_unit_test(rope_parameters_default_type_means_no_scaling),
+        cmocka_unit_test(rope_parameters_contradicting_rope_theta),
+        cmocka_unit_test(rope_parameters_beside_rope_scaling),
+        cmocka_unit_test(rope_parameters_missing_a_factor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

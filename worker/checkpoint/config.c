@@ -68,48 +68,51 @@ static qs_status qw_cfg_token_id(const char *file, json_t *root, const char *key
     return QS_OK;
 }
 
-static qs_status qw_cfg_rope_scaling(const char *file, json_t *root, qw_config *cfg,
-                                     qs_error *err) {
-    json_t *rs = json_object_get(root, "rope_scaling");
+/* Reads rope scaling from the object rs, named `field` in messages: "rope_scaling" in the classic
+ * layout, "rope_parameters" in the layout transformers 5 writes (where rope_type "default"
+ * means no scaling and rope_theta sits in the same object). */
+static qs_status qw_cfg_rope_scaling(const char *file, json_t *rs, const char *field,
+                                     qw_config *cfg, qs_error *err) {
     cfg->rope_factor = 0.0f;
     if (!rs || json_is_null(rs)) return QS_OK;
     if (!json_is_object(rs))
-        return qs_error_set(err, QS_EFORMAT, "%s: field \"rope_scaling\" must be an object or null",
-                            file);
+        return qs_error_set(err, QS_EFORMAT, "%s: field \"%s\" must be an object or null", file,
+                            field);
     /* transformers accepts both "rope_type" and the older "type". */
     json_t *type = json_object_get(rs, "rope_type");
     if (!type) type = json_object_get(rs, "type");
     if (!json_is_string(type))
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: field \"rope_scaling.rope_type\" is missing or not a string",
-                            file);
+                            "%s: field \"%s.rope_type\" is missing or not a string", file, field);
     const char *t = json_string_value(type);
     if (strcmp(t, "default") == 0) return QS_OK;
     if (strcmp(t, "llama3") != 0)
-        return qs_error_set(
-            err, QS_EUNSUPPORTED,
-            "%s: field \"rope_scaling.rope_type\" = \"%s\": only \"llama3\" is supported", file, t);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: field \"%s.rope_type\" = \"%s\": only \"llama3\" is supported",
+                            file, field, t);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s.", field);
     qs_status st;
-    if ((st = qw_cfg_float(file, rs, "rope_scaling.", "factor", 1, 0, &cfg->rope_factor, err)))
+    if ((st = qw_cfg_float(file, rs, prefix, "factor", 1, 0, &cfg->rope_factor, err))) return st;
+    if ((st = qw_cfg_float(file, rs, prefix, "low_freq_factor", 1, 0, &cfg->rope_low_freq_factor,
+                           err)))
         return st;
-    if ((st = qw_cfg_float(file, rs, "rope_scaling.", "low_freq_factor", 1, 0,
-                           &cfg->rope_low_freq_factor, err)))
-        return st;
-    if ((st = qw_cfg_float(file, rs, "rope_scaling.", "high_freq_factor", 1, 0,
-                           &cfg->rope_high_freq_factor, err)))
+    if ((st = qw_cfg_float(file, rs, prefix, "high_freq_factor", 1, 0, &cfg->rope_high_freq_factor,
+                           err)))
         return st;
     if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: field \"rope_scaling.high_freq_factor\" (%g) must exceed "
-                            "\"rope_scaling.low_freq_factor\" (%g)",
-                            file, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+                            "%s: field \"%s.high_freq_factor\" (%g) must exceed "
+                            "\"%s.low_freq_factor\" (%g)",
+                            file, field, cfg->rope_high_freq_factor, field,
+                            cfg->rope_low_freq_factor);
     json_t *omp = json_object_get(rs, "original_max_position_embeddings");
     if (!json_is_integer(omp) || json_integer_value(omp) <= 0 ||
         json_integer_value(omp) > INT32_MAX)
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: field \"rope_scaling.original_max_position_embeddings\" is "
+                            "%s: field \"%s.original_max_position_embeddings\" is "
                             "missing or not a positive integer",
-                            file);
+                            file, field);
     cfg->rope_original_max_pos = (int)json_integer_value(omp);
     return QS_OK;
 }
@@ -173,12 +176,40 @@ static qs_status qw_cfg_fill(const char *file, json_t *root, qw_config *cfg, qs_
     if ((st = qw_cfg_float(file, root, "", "rms_norm_eps", 1, 0, &cfg->norm_eps, err))) return st;
     if ((st = qw_cfg_float(file, root, "", "rope_theta", 0, 10000.0f, &cfg->rope_theta, err)))
         return st;
+    /* transformers 5 writes rope_theta and the scaling into one "rope_parameters" object. Where
+     * both layouts are present they must agree, so a stale field cannot silently win. */
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp))
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: field \"rope_parameters\" must be an object or null", file);
+        float theta = 0.0f;
+        if ((st = qw_cfg_float(file, rp, "rope_parameters.", "rope_theta", 1, 0, &theta, err)))
+            return st;
+        if (json_object_get(root, "rope_theta") && theta != cfg->rope_theta)
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: field \"rope_parameters.rope_theta\" (%g) contradicts "
+                                "\"rope_theta\" (%g)",
+                                file, theta, cfg->rope_theta);
+        cfg->rope_theta = theta;
+        json_t *rs = json_object_get(root, "rope_scaling");
+        if (rs && !json_is_null(rs))
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: fields \"rope_parameters\" and \"rope_scaling\" are both "
+                                "present; keep one layout",
+                                file);
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie))
         return qs_error_set(err, QS_EFORMAT,
                             "%s: field \"tie_word_embeddings\" must be true or false", file);
     cfg->tied_embeddings = tie ? json_is_true(tie) : 0;
-    if ((st = qw_cfg_rope_scaling(file, root, cfg, err))) return st;
+    if (rp && json_is_object(rp)) {
+        if ((st = qw_cfg_rope_scaling(file, rp, "rope_parameters", cfg, err))) return st;
+    } else if ((st = qw_cfg_rope_scaling(file, json_object_get(root, "rope_scaling"),
+                                         "rope_scaling", cfg, err))) {
+        return st;
+    }
     if ((st = qw_cfg_token_id(file, root, "bos_token_id", &cfg->bos_token_id, err))) return st;
     if ((st = qw_cfg_token_id(file, root, "eos_token_id", &cfg->eos_token_id, err))) return st;
     if (cfg->bos_token_id >= cfg->vocab_size || cfg->eos_token_id >= cfg->vocab_size)
