@@ -685,6 +685,74 @@ static qs_status parse_root(parser *p, qc_grid *g) {
     return parse_sensitivity(p, lookup(root, "sensitivity"), g);
 }
 
+/* Largest grid file accepted: grids are a few kilobytes; this bounds what a mistaken path
+ * (a model file given as the grid) costs to read. */
+#define GRID_MAX_BYTES ((size_t)4 << 20)
+
+/* Length of the UTF-8 sequence starting at s (at most n bytes), 0 when it is not valid UTF-8
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) or is a control
+ * character YAML does not allow (YAML 1.2 section 5.1: printable characters, tab, LF, CR). */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return (c >= 0x20 && c != 0x7f) || c == '\t' || c == '\n' || c == '\r';
+    size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    if (!len || len > n || c > 0xf4) return 0;
+    unsigned cp = c & (0x3f >> (len - 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+/* Reads the grid file and checks that it is UTF-8 text before libfyaml sees it: YAML requires
+ * Unicode, and libfyaml 0.7 loops forever on a directive line ('%' at the start) holding an
+ * invalid byte (found by tests/cli/fuzz_grid.c), so such input must never reach it.
+ * Errors: QS_ENOTFOUND / QS_EIO (open, read), QS_EINVAL (over GRID_MAX_BYTES), QS_EFORMAT
+ * naming file:line:column of the first byte that is not UTF-8 text, QS_ENOMEM. */
+static qs_status read_grid_text(const char *path, char **out, size_t *out_len, qs_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO,
+                            "%s: cannot open grid file: %s", path, strerror(errno));
+    char *buf = malloc(GRID_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, GRID_MAX_BYTES + 1, f) : 0;
+    int failed = buf && ferror(f);
+    fclose(f);
+    if (!buf) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    if (failed || n > GRID_MAX_BYTES) {
+        free(buf);
+        return failed ? qs_error_set(err, QS_EIO, "%s: read error", path)
+                      : qs_error_set(err, QS_EINVAL, "%s: larger than %zu bytes: not a grid file",
+                                     path, GRID_MAX_BYTES);
+    }
+    int line = 1, column = 1;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char((const unsigned char *)buf + i, n - i);
+        if (!len) {
+            qs_status st = qs_error_set(err, QS_EFORMAT,
+                                        "%s:%d:%d: byte 0x%02x is not UTF-8 text (a grid is "
+                                        "YAML: UTF-8, no control characters but tab and newline)",
+                                        path, line, column, (unsigned char)buf[i]);
+            free(buf);
+            return st;
+        }
+        if (buf[i] == '\n') {
+            line++;
+            column = 1;
+        } else {
+            column++;
+        }
+        i += len;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *out_len = n;
+    return QS_OK;
+}
+
 qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
                        const qc_grid_probe *probe, qc_grid **out, qs_error *err) {
     if (!out || !path || !probe || (n_sets && !sets))
@@ -710,6 +778,8 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         strcpy(dcopy, ".");
     p.dir = dcopy;
     qs_status st = QS_OK;
+    char *text = NULL;
+    size_t text_len = 0;
     struct fy_diag_cfg dc;
     fy_diag_cfg_default(&dc);
     dc.fp = NULL;
@@ -719,19 +789,16 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         fy_diag_set_collect_errors(p.diag, true);
         struct fy_parse_cfg pc = {.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT, .diag = p.diag};
         g->file = strdup(path);
-        p.doc = fy_document_build_from_file(&pc, path);
-        if (!p.doc) {
-            /* libfyaml collected the syntax error with its file, line and column. */
+        st = read_grid_text(path, &text, &text_len, err);
+        if (!st) {
+            p.doc = fy_document_build_from_string(&pc, text, text_len);
+            /* libfyaml collected the syntax error with its line and column. */
             void *it = NULL;
-            struct fy_diag_error *e = fy_diag_errors_iterate(p.diag, &it);
-            struct stat sb;
-            if (stat(path, &sb) != 0)
-                st = qs_error_set(err, QS_ENOTFOUND, "%s: cannot open grid file: %s", path,
-                                  strerror(errno));
-            else if (e)
+            struct fy_diag_error *e = p.doc ? NULL : fy_diag_errors_iterate(p.diag, &it);
+            if (!p.doc && e)
                 st = qs_error_set(err, QS_EFORMAT, "%s:%d:%d: YAML syntax error: %s", path, e->line,
                                   e->column, e->msg);
-            else
+            else if (!p.doc)
                 st = qs_error_set(err, QS_EFORMAT, "%s: not a YAML document", path);
         }
     }
@@ -743,6 +810,7 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         if (!g->source || !g->file) st = qs_error_set(err, QS_ENOMEM, "out of memory");
     }
     if (p.doc) fy_document_destroy(p.doc);
+    free(text); /* after the document, whose scalars point into it */
     if (p.diag) fy_diag_destroy(p.diag);
     free(p.set_nodes);
     free(dcopy);

@@ -296,6 +296,20 @@ static void test_syntax_error_names_file_line_column(void **state) {
     assert_error_at(e, &err, 4, 36, "YAML syntax error");
 }
 
+/* A grid is UTF-8 text. (libfyaml 0.7 never returns on a directive line holding an invalid
+ * byte: this input hung the parser before the check.) */
+static void test_bytes_that_are_not_utf8_are_refused(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, "name: t\n%a b\x90\n", NULL, 0, &g, &err), QS_EFORMAT);
+    assert_error_at(e, &err, 2, 5, "byte 0x90 is not UTF-8 text");
+    assert_int_equal(load(e, "name: \xc3\xa9t\xc3\xa9\x01\n", NULL, 0, &g, &err), QS_EFORMAT);
+    assert_error_at(e, &err, 1, 10, "byte 0x01 is not UTF-8 text");
+    assert_int_equal(load(e, "name: \xc0\xae\n", NULL, 0, &g, &err), QS_EFORMAT); /* overlong '.' */
+    assert_error_at(e, &err, 1, 7, "byte 0xc0");
+}
+
 static void test_missing_model_file_is_refused(void **state) {
     env *e = *state;
     const char *sets[] = {"models=[ckpt, no-such-model.gguf]"};
@@ -500,6 +514,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_keys_survive_moving_the_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_format_options_are_canonical, setup, teardown),
         cmocka_unit_test_setup_teardown(test_syntax_error_names_file_line_column, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_that_are_not_utf8_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_model_file_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_format_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_beyond_vocabulary_are_refused, setup, teardown),
