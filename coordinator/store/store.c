@@ -15,10 +15,9 @@
 #include "sqltext.h"
 #include "store_internal.h"
 
-/* Session advisory lock key of the coordinator: 0x71737765657031 ("qsweep1"), the same key
- * as coordinator/server/journal.h (QC_JOURNAL_LOCK_KEY), so a coordinator and anything
- * taking the lock through this store exclude each other. pg_locks shows a bigint key as
- * classid = high 32 bits, objid = low 32 bits, objsubid = 1 (PostgreSQL docs, pg_locks). */
+/* Session advisory lock key of the coordinator: 0x71737765657031 ("qsweep1"). pg_locks
+ * shows a bigint key as classid = high 32 bits, objid = low 32 bits, objsubid = 1
+ * (PostgreSQL docs, pg_locks). */
 #define COORD_LOCK_KEY "31933629007753265"
 #define COORD_LOCK_HI "7435127"    /* 0x00717377 */
 #define COORD_LOCK_LO "1701146673" /* 0x65657031 */
