@@ -227,7 +227,7 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
     const char *db = qc_pgserver_conninfo(pg);
     PGconn *c = connect_db(db);
 
-    pid_t pid = start_slow_run(db, "16"); /* the rerun below must use the same grid */
+    pid_t pid = start_slow_run(db, "64"); /* the rerun below must use the same grid */
     wait_succeeded(c, 3);
     kill(pid, SIGINT);
     assert_int_equal(wait_exit(pid), 130);
@@ -239,7 +239,7 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
                       " FROM jobs j LEFT JOIN attempts a ON a.job = j.id GROUP BY j.id"));
 
     static char out[1 << 16];
-    const char *again[] = {"run",  TINY, "--workers",  "2",    "--set", "dataset.max_chunks=16",
+    const char *again[] = {"run",  TINY, "--workers",  "2",    "--set", "dataset.max_chunks=64",
                            "--db", db,   "--lease-ms", "2000", NULL};
     int rc = qsweep(out, sizeof out, again);
     if (rc != 0) fail_msg("second qsweep run exited %d:\n%s", rc, out);
