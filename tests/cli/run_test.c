@@ -51,10 +51,14 @@ static PGconn *connect_db(const char *conninfo) {
     return c;
 }
 
-/* Each test gets its own XDG directories, so clusters, logs and baseline files never mix. */
+/* Each test gets its own XDG directories, so clusters, logs and baseline files never mix.
+ * The cluster and connection a test opens are closed by teardown, also when an assertion
+ * ends the test early. */
 typedef struct env {
     char *dir;
     char pg_dir[512];
+    qc_pgserver *pg;
+    PGconn *c;
 } env;
 
 static int setup(void **state) {
@@ -80,6 +84,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     env *e = *state;
+    PQfinish(e->c);
+    qc_pgserver_destroy(e->pg);
     fx_rmtree(e->dir);
     free(e->dir);
     free(e);
@@ -100,10 +106,10 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "baseline"));
     assert_non_null(strstr(out, "FROM v_sensitivity"));
 
-    qc_pgserver *pg = NULL;
     qs_error err = {0};
-    assert_int_equal(qc_pgserver_start(e->pg_dir, &pg, &err), QS_OK);
-    PGconn *c = connect_db(qc_pgserver_conninfo(pg));
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
+    qc_pgserver *pg = e->pg;
+    PGconn *c = e->c = connect_db(qc_pgserver_conninfo(pg));
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
                      TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), TINY_JOBS);
@@ -176,8 +182,6 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     const char *status[] = {"status", "--db", qc_pgserver_conninfo(pg), NULL};
     assert_int_equal(qsweep(out, sizeof out, status), 0);
     assert_non_null(strstr(out, "100%  29/29"));
-    PQfinish(c);
-    qc_pgserver_destroy(pg);
 }
 
 /* Starts `qsweep run` on the tiny grid in the background against db, with one worker and
@@ -220,12 +224,11 @@ static int wait_exit(pid_t pid) {
 /* Interrupt `qsweep run` (SIGINT, as Ctrl-C) once some jobs are done; run again: the jobs
  * that had succeeded get no new attempt, the others run, and all end succeeded. */
 static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
-    (void)state;
-    qc_pgserver *pg = NULL;
+    env *e = *state;
     qs_error err = {0};
-    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
-    const char *db = qc_pgserver_conninfo(pg);
-    PGconn *c = connect_db(db);
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
 
     pid_t pid = start_slow_run(db, "64"); /* the rerun below must use the same grid */
     wait_succeeded(c, 3);
@@ -259,19 +262,16 @@ static void test_interrupted_run_reruns_only_unfinished_jobs(void **state) {
                    "SELECT count(*) FROM before_rerun b WHERE b.state <> 'succeeded' AND NOT EXISTS"
                    " (SELECT 1 FROM attempts a WHERE a.job = b.id AND a.outcome = 'succeeded')"),
         0);
-    PQfinish(c);
-    qc_pgserver_destroy(pg);
 }
 
 /* `qsweep cancel EXPERIMENT` while `qsweep run` works on it: the coordinator cancels what is
  * unfinished, the run ends, and its exit code says some jobs were cancelled (5). */
 static void test_cancel_ends_the_run_with_exit_5(void **state) {
-    (void)state;
-    qc_pgserver *pg = NULL;
+    env *e = *state;
     qs_error err = {0};
-    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
-    const char *db = qc_pgserver_conninfo(pg);
-    PGconn *c = connect_db(db);
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
     /* the coordinator polls cancel requests every second: jobs of all 256 chunks of the token
        file keep the run going well past that */
     pid_t pid = start_slow_run(db, "256");
@@ -289,8 +289,6 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
     assert_true(
         query_long(c, "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'") >=
         1);
-    PQfinish(c);
-    qc_pgserver_destroy(pg);
 }
 
 /* One bad grid: qsweep run must exit 2 with `what` in its message and queue nothing. */
@@ -316,11 +314,10 @@ static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_t
 
 static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
     env *e = *state;
-    qc_pgserver *pg = NULL;
     qs_error err = {0};
-    assert_int_equal(qc_pgserver_start_temp(&pg, &err), QS_OK);
-    const char *db = qc_pgserver_conninfo(pg);
-    PGconn *c = connect_db(db);
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
     PQclear(PQexec(c, "SELECT 1"));
     /* the schema exists (a database someone migrated), so "nothing queued" is checkable */
     const char *migrate[] = {"db", "migrate", "--db", db, NULL};
@@ -357,8 +354,6 @@ static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
     const char *vocab[] = {toks, NULL};
     assert_refused(e, c, db, text, vocab,
                    "beyond the vocabulary of model llama3_gqa (vocab_size 384)");
-    PQfinish(c);
-    qc_pgserver_destroy(pg);
 }
 
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
