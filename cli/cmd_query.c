@@ -8,15 +8,17 @@
 #include "cli.h"
 #include "migrate.h"
 
-/* Parses the options every store subcommand shares (--db, --help, plus `extra`), leaving
- * positional arguments from *first. Returns -1 to go on, else the exit code to return. */
+/* Parses the options of the store subcommands (--db, --help, and --job where allow_job),
+ * leaving the positional arguments from o->first. Returns -1 to go on, else the exit code
+ * to return. */
 typedef struct common_opts {
     const char *db;
     const char *job; /* cancel --job */
     int first;
 } common_opts;
 
-static int parse_common(int argc, char **argv, void (*usage)(FILE *), common_opts *o) {
+static int parse_common(int argc, char **argv, void (*usage)(FILE *), int allow_job,
+                        common_opts *o) {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"job", required_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
@@ -29,6 +31,10 @@ static int parse_common(int argc, char **argv, void (*usage)(FILE *), common_opt
             o->db = optarg;
             break;
         case 'j':
+            if (!allow_job) {
+                usage(stderr);
+                return QSWEEP_EXIT_USAGE;
+            }
             o->job = optarg;
             break;
         case 'h':
@@ -49,7 +55,7 @@ static int parse_common(int argc, char **argv, void (*usage)(FILE *), common_opt
 
 /* Seconds left for an experiment: the jobs not yet finished times the mean duration of its
  * succeeded attempts, shared among the attempts running now (one per busy worker, which
- * heartbeats keep alive). NAN until one attempt has succeeded. */
+ * heartbeats keep alive). -1 until one attempt has succeeded. */
 static double eta_seconds(qc_store *s, const qc_progress *p) {
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)p->experiment_id);
@@ -105,7 +111,7 @@ static void status_usage(FILE *out) {
 
 int qsweep_cmd_status(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, status_usage, &o);
+    int rc = parse_common(argc, argv, status_usage, 0, &o);
     if (rc >= 0) return rc;
     if (argc - o.first > 1) {
         status_usage(stderr);
@@ -136,7 +142,7 @@ static void cancel_usage(FILE *out) {
 
 int qsweep_cmd_cancel(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, cancel_usage, &o);
+    int rc = parse_common(argc, argv, cancel_usage, 1, &o);
     if (rc >= 0) return rc;
     if ((o.job != NULL) == (o.first < argc) || argc - o.first > 1) {
         cancel_usage(stderr);
@@ -164,7 +170,7 @@ static void workers_usage(FILE *out) {
 
 int qsweep_cmd_workers(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, workers_usage, &o);
+    int rc = parse_common(argc, argv, workers_usage, 0, &o);
     if (rc >= 0) return rc;
     qs_error err = {0};
     qc_store *s = NULL;
