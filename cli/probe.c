@@ -42,7 +42,17 @@ static int probe_format(void *user, const char *name) {
     return qk_format_by_name(name) != NULL;
 }
 
+static qs_status probe_format_option(void *user, const char *format, const char *key,
+                                     const char *value, qs_error *err) {
+    (void)user;
+    const qk_format *f = qk_format_by_name(format);
+    if (!f) return qs_error_set(err, QS_EINVAL, "unknown format '%s'", format);
+    qk_quant_options scratch = {0};
+    return qk_quant_option_set(f, &scratch, key, value, err);
+}
+
 const qc_grid_probe *qsweep_probe(void) {
-    static const qc_grid_probe probe = {probe_model, probe_dataset, probe_format, NULL};
+    static const qc_grid_probe probe = {probe_model, probe_dataset, probe_format,
+                                        probe_format_option, NULL};
     return &probe;
 }

@@ -69,6 +69,26 @@ typedef struct qk_quant_stats {
     size_t n_underflow_blocks; /* nonzero blocks whose every element quantized to zero */
 } qk_quant_stats;
 
+/* Sets the option named key of opt, for format fmt, from its text value. Options per format:
+ *   rounding   rne | rz | sr                    every format but bf16
+ *   scale_rule rceil | floor | ceil | even      MX formats (fp4-spec.md section 2.3)
+ *   clamp      none | torchao | zero_to_one     NVFP4 (fp4-spec.md section 3.4)
+ *   group_size integer 1..65536                 int4_group
+ * Errors: QS_ENOTFOUND for an option that does not apply to fmt (the message lists those that
+ * do); QS_EINVAL for a missing or unknown value (the message lists the choices). opt is
+ * unchanged on error. */
+qs_status qk_quant_option_set(const qk_format *fmt, qk_quant_options *opt, const char *key,
+                              const char *value, qs_error *err);
+
+/* Canonical text of the value of a named enum option in opt ("rceil"), or NULL when key does not
+ * apply to fmt or is group_size (an integer). Zero-initialised options give the defaults. */
+const char *qk_quant_option_value(const qk_format *fmt, const qk_quant_options *opt,
+                                  const char *key);
+
+/* The option names that apply to fmt, comma-separated ("rounding, scale_rule"); "none" for
+ * the identity format. For error messages and help text. */
+const char *qk_quant_option_keys(const qk_format *fmt);
+
 /* Looks a format up by its canonical lowercase name: "bf16" (identity), "nvfp4", "nvfp4_2d",
  * "mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "fp8_e4m3", "int8_channel",
  * "int4_group". Returns NULL for an unknown name. */

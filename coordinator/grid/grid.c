@@ -400,42 +400,16 @@ static qs_status parse_format(parser *p, struct fy_node *n, qc_grid_format *f) {
         while ((pair = fy_node_mapping_iterate(opt_n, &it))) {
             struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
             const char *ks = scalar(k), *vs = scalar(v);
-            static const char *const rounding[] = {"rne", "rz", NULL};
-            static const char *const rules[] = {"rceil", "floor", "ceil", "even", NULL};
-            static const char *const clamps[] = {"none", "torchao", "zero_to_one", NULL};
-            const char *const *choices = NULL;
-            if (ks && strcmp(ks, "rounding") == 0 && !is_bf16)
-                choices = rounding;
-            else if (ks && strcmp(ks, "scale_rule") == 0 && is_mx)
-                choices = rules;
-            else if (ks && strcmp(ks, "clamp") == 0 && is_nv)
-                choices = clamps;
-            else if (ks && strcmp(ks, "group_size") == 0 && is_int4) {
-                int gs;
-                if ((st = get_int(p, v, "group_size", 1, 1 << 16, &gs))) {
-                    json_decref(o);
-                    return st;
-                }
-                json_object_set_new(o, "group_size", json_integer(gs));
-                continue;
-            } else {
+            qs_error e = {0};
+            if ((st = p->probe->format_option(p->probe->user, name, ks ? ks : "(not a scalar)", vs,
+                                              &e))) {
                 json_decref(o);
-                return fail_at(p, k, QS_EINVAL,
-                               "option '%s' does not apply to format %s (options: %s)",
-                               ks ? ks : "(not a scalar)", name,
-                               is_bf16   ? "none"
-                               : is_mx   ? "rounding, scale_rule"
-                               : is_nv   ? "rounding, clamp"
-                               : is_int4 ? "rounding, group_size"
-                                         : "rounding");
+                /* Point at the key when the option itself is wrong, at the value otherwise. */
+                return fail_at(p, st == QS_ENOTFOUND ? k : v, QS_EINVAL, "%s", e.msg);
             }
-            size_t i = 0;
-            while (vs && choices[i] && strcmp(vs, choices[i]))
-                i++;
-            if (!vs || !choices[i]) {
-                json_decref(o);
-                return fail_at(p, v, QS_EINVAL, "unknown value '%s' for option %s",
-                               vs ? vs : "(not a scalar)", ks);
+            if (strcmp(ks, "group_size") == 0) {
+                json_object_set_new(o, ks, json_integer(strtol(vs, NULL, 10)));
+                continue;
             }
             json_object_set_new(o, ks, json_string(vs));
         }

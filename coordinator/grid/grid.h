@@ -59,6 +59,12 @@ typedef struct qc_grid_probe {
     qs_status (*model)(void *user, const char *path, qc_model_facts *out, qs_error *err);
     qs_status (*dataset)(void *user, const char *path, qc_dataset_facts *out, qs_error *err);
     int (*format_known)(void *user, const char *name);
+    /* Checks one option of a known format (key and its value as text): QS_ENOTFOUND when the
+     * option does not apply to the format, QS_EINVAL for a bad value; the message names what
+     * would be accepted. The numeric core's parser (kernels/quant.h qk_quant_option_set), so
+     * the grid and the worker accept exactly the same names. */
+    qs_status (*format_option)(void *user, const char *format, const char *key, const char *value,
+                               qs_error *err);
     void *user;
 } qc_grid_probe;
 

@@ -345,6 +345,31 @@ static void test_unknown_format_is_refused(void **state) {
     assert_error_at(e, &err, 5, 20, "unknown format 'nvfp5'");
 }
 
+/* Format options go through the numeric core's parser: an option of another format is
+ * refused at its key, an unknown value at the value, each naming what would be accepted. */
+static void test_format_option_errors_point_at_key_or_value(void **state) {
+    env *e = *state;
+    const char *wrong_key = "name: t\n"
+                            "models: [ckpt]\n"
+                            "dataset: {tokens: toks.bin, ctx: 16}\n"
+                            "sensitivity:\n"
+                            "  formats: [{name: nvfp4, options: {scale_rule: floor}}]\n";
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, wrong_key, NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 5, 37, "option 'scale_rule' does not apply to format nvfp4");
+    assert_non_null(strstr(err.msg, "rounding, clamp"));
+    const char *wrong_value = "name: t\n"
+                              "models: [ckpt]\n"
+                              "dataset: {tokens: toks.bin, ctx: 16}\n"
+                              "sensitivity:\n"
+                              "  formats: [{name: mxfp4, options: {scale_rule: flor}}]\n";
+    qs_error err2 = {0};
+    assert_int_equal(load(e, wrong_value, NULL, 0, &g, &err2), QS_EINVAL);
+    assert_error_at(e, &err2, 5, 49, "unknown value 'flor' for option scale_rule");
+    assert_non_null(strstr(err2.msg, "rceil, floor, ceil, even"));
+}
+
 static void test_tokens_beyond_vocabulary_are_refused(void **state) {
     env *e = *state;
     char path[600];
@@ -513,6 +538,8 @@ int main(void) {
         cmocka_unit_test(test_job_key_is_blake2b_of_spec_without_paths),
         cmocka_unit_test_setup_teardown(test_keys_survive_moving_the_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_format_options_are_canonical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_format_option_errors_point_at_key_or_value, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_syntax_error_names_file_line_column, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_that_are_not_utf8_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_model_file_is_refused, setup, teardown),

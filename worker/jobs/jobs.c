@@ -295,36 +295,22 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     return st;
 }
 
-/* Quantization options from the spec's format_options (the names grid.c validates). */
-static qs_status quant_options(const job_spec *s, qk_quant_options *o, qs_error *err) {
+/* Quantization options from the spec's format_options, through the numeric core's own
+ * option names (kernels/quant.h qk_quant_option_set), the same parser grid.c validates with. */
+static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant_options *o,
+                               qs_error *err) {
     memset(o, 0, sizeof *o);
     const char *key;
     json_t *v;
     json_object_foreach(s->format_options, key, v) {
-        const char *str = json_string_value(v);
-        if (!strcmp(key, "group_size") && json_is_integer(v)) {
-            o->group_size = (int)json_integer_value(v);
-            continue;
+        char num[32];
+        const char *text = json_string_value(v);
+        if (json_is_integer(v)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+            text = num;
         }
-        static const char *const rounding[] = {"rne", "rz", NULL};
-        static const char *const rules[] = {"rceil", "floor", "ceil", "even", NULL};
-        static const char *const clamps[] = {"none", "torchao", "zero_to_one", NULL};
-        const char *const *names = !strcmp(key, "rounding")     ? rounding
-                                   : !strcmp(key, "scale_rule") ? rules
-                                   : !strcmp(key, "clamp")      ? clamps
-                                                                : NULL;
-        int i = 0;
-        while (names && str && names[i] && strcmp(names[i], str))
-            i++;
-        if (!names || !str || !names[i])
-            return qs_error_set(err, QS_EINVAL,
-                                "job spec: format_options.%s: unknown option or value", key);
-        if (names == rounding)
-            o->rounding = i == 0 ? QK_ROUND_RNE : QK_ROUND_RZ;
-        else if (names == rules)
-            o->mx_rule = (qk_mx_scale_rule)i;
-        else
-            o->nvfp4_clamp = (qk_nvfp4_clamp)i;
+        qs_status st = qk_quant_option_set(fmt, o, key, text, err);
+        if (st) return qs_error_wrap(err, "job spec: format_options.%s", key);
     }
     return QS_OK;
 }
@@ -335,7 +321,7 @@ static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_
     q.weight = qk_format_by_name(s->format);
     if (!q.weight)
         return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
-    qs_status st = quant_options(s, &q.weight_opt, err);
+    qs_status st = quant_options(s, q.weight, &q.weight_opt, err);
     if (st) return st;
     if (!strcmp(s->quantize, "weights+activations")) {
         q.act = q.weight;
