@@ -118,6 +118,53 @@ static void plan_counts_whole_chunks(void **state) {
     assert_non_null(strstr(err.msg, "fewer than one chunk"));
 }
 
+/* ctx/2..ctx-2 is empty at ctx 2 (and below): the plan refuses it, naming ctx and why. */
+static void ctx_below_3_scores_nothing_and_is_refused(void **state) {
+    (void)state;
+    size_t nc = 99, ns = 99;
+    qs_error err = {0};
+    assert_int_equal(qw_eval_plan(2048, 2, 0, &nc, &ns, &err), QS_EINVAL);
+    printf("plan: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "ctx 2 scores no position"));
+    assert_non_null(strstr(err.msg, "ctx/2..ctx-2"));
+    assert_non_null(strstr(err.msg, "at least 3"));
+    assert_int_equal(qw_eval_plan(2048, 1, 0, &nc, &ns, &err), QS_EINVAL);
+    assert_int_equal(qw_eval_plan(2048, 0, 0, &nc, &ns, &err), QS_EINVAL);
+    assert_int_equal(qw_eval_plan(2048, -4, 0, &nc, &ns, &err), QS_EINVAL);
+    assert_int_equal(qw_eval_plan(2048, 3, 0, &nc, &ns, &err), QS_OK);
+    assert_int_equal(nc, 682);
+    assert_int_equal(ns, 682);
+}
+
+/* A baseline and a compare at ctx 2 return QS_EINVAL instead of dividing by (and taking
+ * percentiles of) zero scored positions; ctx 3 runs, one scored position per chunk. */
+static void eval_with_no_scored_position_fails_cleanly(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 64, 64);
+    qw_eval_options o = opts(2);
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    assert_int_equal(qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "ctx 2"));
+    assert_int_equal(access(f.baseline_path, F_OK), -1);
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "ctx 2"));
+
+    o = opts(3);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(b.n_chunks, 21);
+    assert_int_equal(b.n_scored, 21);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(c.n_scored, 21);
+    assert_true(isfinite(c.kl_median) && isfinite(c.kl_p99) && isfinite(c.ppl));
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&c);
+    fixture_close(&f);
+}
+
 static void token_file_of_2048_at_ctx_512_gives_4_chunks(void **state) {
     (void)state;
     fixture f;
@@ -485,6 +532,8 @@ int main(void) {
         cmocka_unit_test(uniform_logits_give_perplexity_equal_to_vocab),
         cmocka_unit_test(scored_positions_are_second_half_minus_last),
         cmocka_unit_test(plan_counts_whole_chunks),
+        cmocka_unit_test(ctx_below_3_scores_nothing_and_is_refused),
+        cmocka_unit_test(eval_with_no_scored_position_fails_cleanly),
         cmocka_unit_test(token_file_of_2048_at_ctx_512_gives_4_chunks),
         cmocka_unit_test(perplexity_matches_definition_on_transformers_logits),
         cmocka_unit_test(kl_of_baseline_against_itself_is_below_1e7),

@@ -13,7 +13,13 @@
 
 qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_chunks,
                        size_t *n_scored, qs_error *err) {
-    if (ctx < 2) return qs_error_set(err, QS_EINVAL, "eval: ctx %d < 2", ctx);
+    /* Scored positions per chunk are first = ctx/2 .. ctx-2 (eval.h): ctx - 1 - ctx/2 of them,
+     * zero at ctx 2, so ctx 3 is the smallest context that scores anything. */
+    if (ctx < 3)
+        return qs_error_set(err, QS_EINVAL,
+                            "eval: ctx %d scores no position (positions ctx/2..ctx-2 are "
+                            "scored, %d of them); ctx must be at least 3",
+                            ctx, ctx >= 1 ? ctx - 1 - ctx / 2 : 0);
     size_t n = n_tokens / (size_t)ctx;
     if (n == 0)
         return qs_error_set(err, QS_EINVAL, "eval: %zu tokens, fewer than one chunk of ctx %d",
@@ -80,8 +86,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Percentile at fraction f of sorted v[n], linear interpolation at f*(n-1) (llama.cpp). */
+/* Percentile at fraction f of sorted v[n], linear interpolation at f*(n-1) (llama.cpp);
+ * NaN when n is 0 (no value to interpolate). */
 static double percentile(const double *v, size_t n, double f) {
+    if (n == 0) return NAN;
     if (f <= 0.0) return v[0];
     if (f >= 1.0) return v[n - 1];
     double p = f * (double)(n - 1);
@@ -311,9 +319,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     memset(out, 0, sizeof *out);
     const qw_config *c = qw_model_config(m);
     int vocab = c->vocab_size, ctx = opt->ctx;
-    if (ctx < 2 || ctx > qw_model_max_ctx(m))
-        return qs_error_set(err, QS_EINVAL, "eval: ctx %d outside 2..%d (the model's max_ctx)", ctx,
-                            qw_model_max_ctx(m));
+    if (ctx > qw_model_max_ctx(m))
+        return qs_error_set(err, QS_EINVAL, "eval: ctx %d larger than %d (the model's max_ctx)",
+                            ctx, qw_model_max_ctx(m));
     if (toks->vocab_size > (uint32_t)vocab)
         return qs_error_set(err, QS_EINVAL, "eval: token file vocab %u larger than the model's %d",
                             toks->vocab_size, vocab);
@@ -325,6 +333,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     size_t n_chunks = 0, n_scored = 0;
     qs_status st = qw_eval_plan(toks->n, ctx, opt->max_chunks, &n_chunks, &n_scored, err);
     if (st != QS_OK) return st;
+    if (n_scored == 0) /* unreachable after the plan's ctx >= 3; the summaries divide by it */
+        return qs_error_set(err, QS_EINVAL, "eval: ctx %d, %zu tokens: no scored position", ctx,
+                            toks->n);
     int first = ctx / 2, n_pos = ctx - 1 - first;
     size_t n_tok = n_chunks * (size_t)ctx;
     blp_header h = {.vocab = (uint32_t)vocab,

@@ -56,7 +56,7 @@
 typedef int (*qw_progress_fn)(void *ctx, size_t step, size_t total);
 
 typedef struct qw_eval_options {
-    int ctx;                 /* tokens per chunk; 2 <= ctx <= the model's max_ctx */
+    int ctx;                 /* tokens per chunk; 3 <= ctx <= the model's max_ctx */
     size_t max_chunks;       /* 0 = every whole chunk of the file */
     int bos_id;              /* -1 = none; else replaces each chunk's first token */
     int sqnr;                /* compare: measure per-linear output SQNR (costs GEMMs) */
@@ -130,7 +130,8 @@ typedef int (*qw_metric_fn)(void *ctx, const char *name, double value);
 int qw_eval_metrics_foreach(const qw_eval_metrics *m, qw_metric_fn fn, void *ctx);
 
 /* The chunk plan: n_chunks and n_scored for n_tokens at ctx with max_chunks (0 = all).
- * Errors: QS_EINVAL (ctx < 2, or fewer than ctx tokens). */
+ * Errors: QS_EINVAL (ctx < 3, which scores no position: ctx - 1 - ctx/2 is 0 at ctx 2; or
+ * fewer than ctx tokens). */
 qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_chunks,
                        size_t *n_scored, qs_error *err);
 
