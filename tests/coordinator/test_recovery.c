@@ -6,6 +6,8 @@
  *     accepted result;
  *   - kill -9 the coordinator mid-sweep and restart it: no job lost, no job re-run while its
  *     worker was alive, every result exactly once;
+ *   - kill -9 the coordinator and every worker mid-job, restart only the coordinator: after
+ *     the grace period the orphaned attempts are lost, the job is retried or failed;
  *   - restart PostgreSQL mid-sweep: the coordinator pauses dispatch, reconnects and loses
  *     nothing;
  *   - SIGTERM a worker mid-job: the attempt is preempted and does not count against
@@ -129,6 +131,50 @@ static void coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing(
     assert_true(h_log_contains(h, "re-attached to job"));
 }
 
+/* Breaker #2: a coordinator and its workers die together (kill -9) mid-job; the restarted
+ * coordinator sees attempts still marked running whose worker never comes back. After
+ * grace_ms (plus a lease) each such attempt is lost and counts: a job with attempts left is
+ * pending again with a backoff, one at max_attempts has failed; none stays running. */
+static void orphaned_attempts_expire_after_grace_when_no_worker_returns(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_orphans_expire");
+    long retry = h_insert_job(h, "orphan-retry", "sleep", "{\"seconds\": 60}", 3, 0);
+    long last = h_insert_job(h, "orphan-last", "sleep", "{\"seconds\": 60}", 1, 0);
+    pid_t c = h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    pid_t w2 = h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 2, 20000, "SELECT count(*) FROM attempts WHERE outcome = 'running'"));
+    h_sleep_ms(500);
+    h_signal(h, w1, SIGKILL);
+    h_signal(h, w2, SIGKILL);
+    h_signal(h, c, SIGKILL);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE state = 'running'"), 2);
+
+    h_start_coordinator(h); /* no worker from here on */
+    h_sleep_ms(H_GRACE_MS + H_LEASE_MS + 1000);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'running'"), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE state = 'running'"), 0);
+    assert_int_equal(
+        h_sql_long(h,
+                   "SELECT count(*) FROM attempts WHERE job IN (%ld, %ld) AND attempt = 1"
+                   " AND outcome = 'lost' AND ended_at IS NOT NULL",
+                   retry, last),
+        2);
+    /* attempts left: pending again, the lost attempt counted, a backoff set */
+    assert_int_equal(h_sql_long(h,
+                                "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'pending'"
+                                " AND attempts_used = 1 AND not_before IS NOT NULL",
+                                retry),
+                     1);
+    /* max_attempts 1 reached: failed */
+    assert_int_equal(h_sql_long(h,
+                                "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'"
+                                " AND attempts_used = 1",
+                                last),
+                     1);
+    assert_true(h_log_contains(h, "did not re-attach within"));
+}
+
 static void postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing(void **state) {
     harness *h = *state;
     h_begin(h, "coord_pg_restart");
@@ -201,6 +247,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(
             coordinator_killed_mid_sweep_and_restarted_loses_and_reruns_nothing, h_setup,
             h_teardown),
+        cmocka_unit_test_setup_teardown(orphaned_attempts_expire_after_grace_when_no_worker_returns,
+                                        h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
             postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup,
