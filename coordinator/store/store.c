@@ -389,6 +389,38 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
         if (!v[i]) st = qs_error_set(err, QS_ENOMEM, "submit: out of memory");
 
     PGresult *r = NULL;
+    if (!st && !out->experiment_new) {
+        /* One name, one grid, one set of jobs: the same grid text over a changed model or
+         * token file gives other job_keys (their digests are part of the key), which must not
+         * be added to the experiment that already holds the old ones. */
+        char exp_id[32];
+        snprintf(exp_id, sizeof exp_id, "%lld", (long long)out->experiment_id);
+        const char *ep[] = {exp_id, v[0]};
+        r = qc_store_params(
+            s,
+            "SELECT (SELECT count(*) FROM unnest($2::text[]) AS u(k) WHERE NOT EXISTS "
+            "(SELECT 1 FROM experiment_jobs ej JOIN jobs j ON j.id = ej.job "
+            "WHERE ej.experiment = $1 AND j.job_key = u.k)), "
+            "(SELECT count(*) FROM experiment_jobs ej JOIN jobs j ON j.id = ej.job "
+            "WHERE ej.experiment = $1 AND j.job_key <> ALL($2::text[])), "
+            "(SELECT name FROM experiments WHERE id = $1)",
+            2, ep, PGRES_TUPLES_OK, "submit: comparing with the experiment's jobs", err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            long long added = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+            long long dropped = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+            if (added || dropped)
+                st = qs_error_set(
+                    err, QS_ESTATE,
+                    "submit: experiment '%s' already exists with other jobs (%lld of this "
+                    "submission's %zu job_keys are not in it, %lld of its jobs are not in this "
+                    "submission: a model or token file changed?); choose a new experiment name",
+                    PQgetvalue(r, 0, 2), added, c->key.n, dropped);
+            PQclear(r);
+            r = NULL;
+        }
+    }
     if (!st) {
         /* Existing jobs, counted by state before inserting. */
         r = qc_store_params(s,
@@ -523,11 +555,16 @@ qs_status qc_store_request_cancel(qc_store *s, const char *job_key, const char *
     if ((job_key == NULL) == (experiment == NULL))
         return qs_error_set(err, QS_EINVAL, "cancel: give exactly one of job_key, experiment");
     const char *p[] = {job_key ? job_key : experiment, reason ? reason : ""};
-    const char *sql = job_key
-                          ? "INSERT INTO cancel_requests (job, reason) SELECT id, $2 FROM jobs "
-                            "WHERE job_key = $1"
-                          : "INSERT INTO cancel_requests (experiment, reason) SELECT id, $2 FROM "
-                            "experiments WHERE name = $1";
+    /* A request with nothing left to cancel (every job finished) is stored already handled:
+     * no coordinator may be running to mark it, and none would find work in it. */
+    const char *sql =
+        job_key ? "INSERT INTO cancel_requests (job, reason, handled_at) SELECT id, $2, "
+                  "CASE WHEN state IN ('pending', 'running') THEN NULL ELSE now() END "
+                  "FROM jobs WHERE job_key = $1"
+                : "INSERT INTO cancel_requests (experiment, reason, handled_at) SELECT e.id, $2, "
+                  "CASE WHEN EXISTS (SELECT 1 FROM experiment_jobs ej JOIN jobs j ON j.id = "
+                  "ej.job WHERE ej.experiment = e.id AND j.state IN ('pending', 'running')) "
+                  "THEN NULL ELSE now() END FROM experiments e WHERE e.name = $1";
     qs_status st = qc_store_exec(s, "BEGIN", "cancel: BEGIN", err);
     if (st) return st;
     PGresult *r = qc_store_params(s, sql, 2, p, PGRES_COMMAND_OK, "cancel: inserting request", err);
@@ -542,6 +579,86 @@ qs_status qc_store_request_cancel(qc_store *s, const char *job_key, const char *
     if (!st) st = qc_store_exec(s, "NOTIFY qsweep_cancel", "cancel: NOTIFY", err);
     if (!st) st = qc_store_exec(s, "COMMIT", "cancel: COMMIT", err);
     if (st) qc_store_rollback(s);
+    return st;
+}
+
+qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeued, qs_error *err) {
+    *n_requeued = 0;
+    if (!experiment || !*experiment)
+        return qs_error_set(err, QS_EINVAL, "requeue: experiment name is empty");
+    qs_status st = qc_store_exec(s, "BEGIN", "requeue: BEGIN", err);
+    if (st) return st;
+    /* The transaction lock conflicts with a coordinator's session lock on the same key: a
+     * running coordinator holds its jobs in memory and reads only new ones, so it would
+     * never see the re-queued rows. This session's own lock is re-entrant. */
+    PGresult *r =
+        qc_store_params(s, "SELECT pg_try_advisory_xact_lock(" COORD_LOCK_KEY ")", 0, NULL,
+                        PGRES_TUPLES_OK, "requeue: probing the coordinator lock", err);
+    if (!r)
+        st = QS_EDB;
+    else {
+        bool free_ = PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        if (!free_) {
+            char holder[400];
+            describe_lock_holder(s, holder, sizeof holder);
+            st = qs_error_set(err, QS_ESTATE,
+                              "requeue: experiment '%s': a coordinator is running on database "
+                              "'%s' (%s); stop it first, it reads the jobs when it starts",
+                              experiment, PQdb(s->conn), holder);
+        }
+    }
+    int64_t exp_id = 0;
+    if (!st) {
+        const char *p[] = {experiment};
+        r = qc_store_params(s, "SELECT id FROM experiments WHERE name = $1", 1, p, PGRES_TUPLES_OK,
+                            "requeue: looking up the experiment", err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            if (PQntuples(r) == 0)
+                st = qs_error_set(err, QS_ENOTFOUND, "requeue: no experiment named '%s'",
+                                  experiment);
+            else
+                exp_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+            PQclear(r);
+        }
+    }
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)exp_id);
+    const char *ip[] = {id};
+    if (!st) {
+        r = qc_store_params(s,
+                            "UPDATE jobs SET state = 'pending', attempts_used = 0, not_before = "
+                            "NULL, last_error = NULL, updated_at = now() WHERE state IN "
+                            "('failed', 'cancelled') AND id IN (SELECT job FROM experiment_jobs "
+                            "WHERE experiment = $1)",
+                            1, ip, PGRES_COMMAND_OK, "requeue: resetting jobs", err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            *n_requeued = strtoull(PQcmdTuples(r), NULL, 10);
+            PQclear(r);
+        }
+    }
+    if (!st) {
+        /* Open cancel requests would cancel the re-queued jobs again at the next start. */
+        r = qc_store_params(s,
+                            "UPDATE cancel_requests SET handled_at = now() WHERE handled_at IS "
+                            "NULL AND (experiment = $1 OR job IN (SELECT job FROM "
+                            "experiment_jobs WHERE experiment = $1))",
+                            1, ip, PGRES_COMMAND_OK, "requeue: closing cancel requests", err);
+        if (!r)
+            st = QS_EDB;
+        else
+            PQclear(r);
+    }
+    if (!st) st = qc_store_exec(s, "NOTIFY qsweep_jobs", "requeue: NOTIFY", err);
+    if (!st) st = qc_store_exec(s, "COMMIT", "requeue: COMMIT", err);
+    if (st) {
+        qc_store_rollback(s);
+        *n_requeued = 0;
+    }
     return st;
 }
 

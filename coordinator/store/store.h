@@ -123,7 +123,10 @@ typedef struct qc_submit_counts {
  * a transaction advisory lock, so job ids become visible in increasing order; see
  * qc_store_load):
  *   - experiments: a new row, or the existing row of that name when its grid text is the
- *     same (QS_ESTATE naming the experiment when it differs);
+ *     same and this submission's set of job_keys is exactly the set already linked to it
+ *     (QS_ESTATE naming the experiment when the grid text or the job set differs, e.g. a
+ *     changed model or token file gives other job_keys for the same grid text; the message
+ *     tells the user to choose a new experiment name, and nothing is written);
  *   - jobs: rows for job_keys not yet stored (state pending, resources
  *     {"gpus":..,"gpu_mem_mb":..}); existing job_keys are left untouched and counted;
  *   - experiment_jobs: every job linked to the experiment (ON CONFLICT DO NOTHING);
@@ -139,10 +142,24 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
                           const char *grid_text, const char *grid_json, const qc_job_submit *jobs,
                           size_t n_jobs, qc_submit_counts *out, qs_error *err);
 
+/* Re-queues the failed and cancelled jobs of an experiment (qsweep's answer to "cancelled
+ * jobs can never be run again"): in one transaction, each such job linked to the experiment
+ * (also one shared with another experiment) gets state pending, attempts_used 0, no
+ * not_before and no last_error; its attempts and results stay as history, and the next
+ * attempt is numbered after the last. The experiment's open cancel requests are marked
+ * handled so they do not cancel the jobs again. *n_requeued: the jobs reset (0 when none
+ * had failed or been cancelled). A coordinator reads jobs when it starts, so a running one
+ * would not see the reset rows: QS_ESTATE naming the lock holder when another session holds
+ * the coordinator lock (stop it, re-queue, start it). QS_ENOTFOUND naming the experiment,
+ * QS_EINVAL for an empty name, QS_EDB; nothing is written on error. */
+qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeued, qs_error *err);
+
 /* Asks the coordinator to cancel one job (by job_key) or every unfinished job of an
  * experiment (by name): inserts a cancel_requests row and NOTIFY qsweep_cancel, in one
  * transaction. Exactly one of job_key / experiment is non-NULL. QS_ENOTFOUND naming it when
- * it does not exist. The coordinator applies it (qc_store_poll_cancels). */
+ * it does not exist. The coordinator applies it (qc_store_poll_cancels). When nothing is left
+ * to cancel (the job, or every job of the experiment, is already succeeded, failed or
+ * cancelled) the row is written with handled_at set, so no request stays open. */
 qs_status qc_store_request_cancel(qc_store *s, const char *job_key, const char *experiment,
                                   const char *reason, qs_error *err);
 

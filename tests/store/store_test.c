@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "store.h"
 
@@ -104,6 +105,58 @@ static void test_submit_twice_adds_nothing(void **state) {
                                     "max_attempts = 3 AND state = 'pending' AND "
                                     "spec ->> 'mode' = 'block'"),
                      1);
+    qc_store_close(s);
+}
+
+/* Breaker #9: the same grid text over a changed token file gives other job_keys; adding
+ * them to the experiment that holds the old ones is refused (the user picks a new name) and
+ * nothing is written; the identical submission still adds nothing. */
+static void test_same_name_with_other_jobs_is_refused(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_submit_other_jobs", ci, sizeof ci);
+    char a[512], b[512], a2[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "block", "0");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "block", "1");
+    eval_spec(a2, sizeof a2, "m1-changed", "nvfp4", "block", "0");
+    qc_job_submit first[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0},
+                             {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0}};
+    qc_job_submit changed[] = {{"ka2", "eval", a2, 0, 0, 0, NULL, 3, NULL, 0},
+                               {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0}};
+    qc_job_submit fewer[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "mut", "", "grid: mut", NULL, first, 2, &c, &err), &err);
+    assert_int_equal(c.jobs_new, 2);
+
+    assert_int_equal(qc_store_submit(s, "mut", "", "grid: mut", NULL, changed, 2, &c, &err),
+                     QS_ESTATE);
+    printf("changed: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "experiment 'mut' already exists with other jobs"));
+    assert_non_null(strstr(err.msg, "1 of this submission's 2 job_keys are not in it"));
+    assert_non_null(strstr(err.msg, "choose a new experiment name"));
+    assert_int_equal(c.jobs_new, 0);
+    /* A subset of the old jobs is another job set too. */
+    assert_int_equal(qc_store_submit(s, "mut", "", "grid: mut", NULL, fewer, 1, &c, &err),
+                     QS_ESTATE);
+    assert_non_null(strstr(err.msg, "1 of its jobs are not in this submission"));
+    /* Nothing written by either refusal. */
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 2);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE job_key = 'ka2'"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_jobs"), 2);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiments"), 1);
+
+    /* The identical grid: accepted, adds nothing. */
+    ok(qc_store_submit(s, "mut", "", "grid: mut", NULL, first, 2, &c, &err), &err);
+    assert_false(c.experiment_new);
+    assert_int_equal(c.jobs_new, 0);
+    assert_int_equal(c.reused_pending, 2);
+    /* The changed jobs under a new name: accepted, the shared job linked. */
+    ok(qc_store_submit(s, "mut-2", "", "grid: mut", NULL, changed, 2, &c, &err), &err);
+    assert_true(c.experiment_new);
+    assert_int_equal(c.jobs_new, 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 3);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_jobs"), 4);
     qc_store_close(s);
 }
 
@@ -700,6 +753,117 @@ static void test_cancel_requests_reach_the_coordinator_once(void **state) {
     qc_store_close(s);
 }
 
+/* Breaker #19: cancelling a job or an experiment with nothing unfinished stores the request
+ * as handled (no coordinator may come to mark it); an unfinished one stays open. */
+static void test_cancel_with_nothing_left_is_handled_at_once(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_cancel_finished", ci, sizeof ci);
+    char a[512], b[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    qc_job_submit done[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0}};
+    qc_job_submit open[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "done", "", "g", NULL, done, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "open", "", "g", NULL, open, 1, &c, &err), &err);
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_job_state(bt, job_id(s, "a"), QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    qc_store_batch_free(bt);
+
+    ok(qc_store_request_cancel(s, NULL, "done", NULL, &err), &err);
+    ok(qc_store_request_cancel(s, "a", NULL, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM cancel_requests"), 2);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"), 0);
+    int64_t *ids;
+    size_t n;
+    int64_t upto;
+    ok(qc_store_poll_cancels(s, &ids, &n, &upto, &err), &err);
+    assert_int_equal(n, 0);
+    assert_int_equal(upto, 0);
+    free(ids);
+
+    ok(qc_store_request_cancel(s, NULL, "open", NULL, &err), &err);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"), 1);
+    ok(qc_store_poll_cancels(s, &ids, &n, &upto, &err), &err);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], job_id(s, "b"));
+    free(ids);
+    qc_store_close(s);
+}
+
+/* Breaker #8: failed and cancelled jobs of an experiment go back to pending with no attempts
+ * used; succeeded ones stay; open cancel requests are closed; refused while a coordinator
+ * runs (it would not see the rows). */
+static void test_requeue_resets_failed_and_cancelled_jobs(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_requeue", ci, sizeof ci);
+    char a[512], b[512], d[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    eval_spec(d, sizeof d, "m1", "nvfp4", "layer", "0.v");
+    qc_job_submit jobs[] = {{"ok", "eval", a, 0, 0, 0, "", 3, NULL, 0},
+                            {"bad", "eval", b, 0, 0, 0, "", 3, NULL, 0},
+                            {"stopped", "eval", d, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "rq", "", "g", NULL, jobs, 3, &c, &err), &err);
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_job_state(bt, job_id(s, "ok"), QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    ok(qc_store_batch_job_state(bt, job_id(s, "bad"), QC_JOB_FAILED, 3, 0, "boom", &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    qc_store_batch_free(bt);
+    ok(qc_store_request_cancel(s, "stopped", NULL, NULL, &err), &err); /* open: pending */
+    bt = qc_store_batch_new();
+    ok(qc_store_batch_job_state(bt, job_id(s, "stopped"), QC_JOB_CANCELLED, 0, 0, "cancelled",
+                                &err),
+       &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    qc_store_batch_free(bt);
+
+    size_t n = 99;
+    qc_store *coord = NULL;
+    ok(qc_store_open(ci, "coordinator", &coord, &err), &err);
+    ok(qc_store_lock_coordinator(coord, &err), &err);
+    assert_int_equal(qc_store_requeue(s, "rq", &n, &err), QS_ESTATE);
+    printf("running: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "a coordinator is running"));
+    assert_int_equal(n, 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'pending'"), 0);
+    qc_store_close(coord);
+    for (int t = 0; t < 50 && count_where(s, "SELECT count(*) FROM pg_locks WHERE locktype = "
+                                             "'advisory' AND pid <> pg_backend_pid()") > 0;
+         t++)
+        nanosleep(&(struct timespec){0, 100000000L}, NULL);
+
+    assert_int_equal(qc_store_requeue(s, "nosuch", &n, &err), QS_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "'nosuch'"));
+    ok(qc_store_requeue(s, "rq", &n, &err), &err);
+    assert_int_equal(n, 2);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'pending' AND "
+                                    "attempts_used = 0 AND last_error IS NULL AND not_before IS "
+                                    "NULL AND job_key IN ('bad', 'stopped')"),
+                     2);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM jobs WHERE job_key = 'ok' AND state = 'succeeded'"),
+        1);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"), 0);
+    /* The coordinator's next start loads them as pending. */
+    qc_store_snapshot snap;
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.n_jobs, 2);
+    qc_store_snapshot_free(&snap);
+    ok(qc_store_requeue(s, "rq", &n, &err), &err);
+    assert_int_equal(n, 0);
+    qc_store_close(s);
+}
+
 /* ---- concurrency ------------------------------------------------------------------------ */
 
 /* Two `qsweep submit` of the same grid at the same moment, each with its own connection,
@@ -859,6 +1023,7 @@ static void test_reconnect_after_postgres_restarts(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
+        cmocka_unit_test(test_same_name_with_other_jobs_is_refused),
         cmocka_unit_test(test_job_shared_by_two_experiments_is_linked_not_copied),
         cmocka_unit_test(test_bad_submissions_write_nothing),
         cmocka_unit_test(test_batched_transitions_and_rebuild),
@@ -868,6 +1033,8 @@ int main(void) {
         cmocka_unit_test(test_special_characters_round_trip),
         cmocka_unit_test(test_text_that_is_not_utf8_is_refused_when_queued),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
+        cmocka_unit_test(test_cancel_with_nothing_left_is_handled_at_once),
+        cmocka_unit_test(test_requeue_resets_failed_and_cancelled_jobs),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),
         cmocka_unit_test(test_second_coordinator_is_refused),
