@@ -17,6 +17,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     const qw_config *cfg = qw_checkpoint_config(ck);
     out->n_layers = cfg->n_layers;
     out->vocab_size = cfg->vocab_size;
+    out->max_position_embeddings = cfg->max_seq_len;
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -32,6 +33,7 @@ static qs_status probe_dataset(void *user, const char *path, qc_dataset_facts *o
         if (t.ids[i] > mx) mx = t.ids[i];
     out->n_tokens = t.n;
     out->max_token = mx;
+    out->vocab_size = t.vocab_size;
     memcpy(out->digest, t.digest, sizeof out->digest);
     qw_tokens_free(&t);
     return QS_OK;

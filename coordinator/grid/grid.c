@@ -28,12 +28,13 @@ const char *qc_mode_name(qc_mode m) {
  * published config.json on the Hugging Face hub). */
 static const struct {
     const char *name;
-    int n_layers, vocab_size;
+    int n_layers, vocab_size, max_position_embeddings;
 } synthetic_shapes[] = {
-    {"llama2-7b", 32, 32000},     {"llama2-13b", 40, 32000},      {"llama2-70b", 80, 32000},
-    {"llama3-8b", 32, 128256},    {"llama3-70b", 80, 128256},     {"llama3.1-8b", 32, 128256},
-    {"llama3.1-70b", 80, 128256}, {"llama3.1-405b", 126, 128256}, {"llama3.2-1b", 16, 128256},
-    {"llama3.2-3b", 28, 128256},
+    {"llama2-7b", 32, 32000, 4096},       {"llama2-13b", 40, 32000, 4096},
+    {"llama2-70b", 80, 32000, 4096},      {"llama3-8b", 32, 128256, 8192},
+    {"llama3-70b", 80, 128256, 8192},     {"llama3.1-8b", 32, 128256, 131072},
+    {"llama3.1-70b", 80, 128256, 131072}, {"llama3.1-405b", 126, 128256, 131072},
+    {"llama3.2-1b", 16, 128256, 131072},  {"llama3.2-3b", 28, 128256, 131072},
 };
 
 static const char *const metric_names[] = {"kl", "ppl", "sqnr", "top1"}; /* sorted */
@@ -45,19 +46,31 @@ typedef struct parser {
     struct fy_diag *diag;
     struct fy_document *doc;
     struct fy_node **set_nodes; /* value node each --set put in place, for error locations */
+    struct fy_node **set_keys;  /* key node each "+key=value" created (no position in the file) */
     const char *const *sets;
     size_t n_sets;
     const qc_grid_probe *probe;
     qs_error *err;
 } parser;
 
-/* 1 + the index of the --set argument node n came from (n or an ancestor is its value), 0
- * when n comes from the grid file. */
+/* 1 + the index of the --set argument node n came from (n or an ancestor is its value, or n
+ * is the key it added), 0 when n comes from the grid file. */
 static size_t from_set(const parser *p, struct fy_node *n) {
     for (struct fy_node *a = n; a; a = fy_node_get_parent(a))
         for (size_t i = 0; i < p->n_sets; i++)
-            if (p->set_nodes[i] == a) return i + 1;
+            if (p->set_nodes[i] == a || p->set_keys[i] == a) return i + 1;
     return 0;
+}
+
+/* The key of the mapping pair whose value is n, NULL when n is not a mapping value. */
+static struct fy_node *key_of(struct fy_node *n) {
+    struct fy_node *map = n ? fy_node_get_parent(n) : NULL;
+    if (!map || !fy_node_is_mapping(map)) return NULL;
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(map, &it)))
+        if (fy_node_pair_value(pair) == n) return fy_node_pair_key(pair);
+    return NULL;
 }
 
 /* Records "file:line:column: message" for node n (or "--set ARG: message" when n came from an
@@ -73,6 +86,14 @@ static qs_status fail_at(parser *p, struct fy_node *n, qs_status code, const cha
     size_t set = from_set(p, n);
     if (set) return qs_error_set(p->err, code, "--set %s: %s", p->sets[set - 1], msg);
     int line = 0, column = 0;
+    /* An empty value ("ctx:" and nothing after it) is a null scalar without a token, so
+       libfyaml knows no position for it: name its key's. */
+    if (n && fy_node_is_scalar(n) && !fy_node_get_scalar_token(n)) {
+        struct fy_node *k = key_of(n);
+        n = k ? k : fy_node_get_parent(n); /* an empty list item: the list's */
+    }
+    /* Nodes an override created have no position in the file; from_set named them above, so
+       n is one libfyaml parsed from the grid text here. */
     if (n) {
         fy_node_report(n, FYET_ERROR, "%s", msg);
         void *it = NULL;
@@ -318,6 +339,7 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
         m->name = strdup(name ? name : buf);
         m->facts.n_layers = synthetic_shapes[i].n_layers;
         m->facts.vocab_size = synthetic_shapes[i].vocab_size;
+        m->facts.max_position_embeddings = synthetic_shapes[i].max_position_embeddings;
         hex_digest(m->path, strlen(m->path), m->facts.digest);
         return (m->path && m->name) ? QS_OK : qs_error_set(p->err, QS_ENOMEM, "out of memory");
     }
@@ -336,8 +358,8 @@ static qs_status parse_model(parser *p, struct fy_node *n, qc_grid_model *m) {
     return QS_OK;
 }
 
-static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g,
-                               struct fy_node **tokens_n) {
+static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g, struct fy_node **tokens_n,
+                               struct fy_node **ctx_n) {
     if (!n || !fy_node_is_mapping(n))
         return fail_at(p, n ? n : fy_document_root(p->doc), QS_EFORMAT,
                        "expected 'dataset' as a mapping with 'tokens', 'ctx' and 'max_chunks'");
@@ -350,7 +372,9 @@ static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g,
     if ((st = get_string(p, t, "the token file", &text))) return st;
     if ((st = resolve_path(p, t, "token file", text, &g->dataset_path))) return st;
     g->ctx = 256;
-    if (c && (st = get_int(p, c, "dataset.ctx (tokens per chunk)", 2, 1 << 20, &g->ctx))) return st;
+    /* ctx >= 3: a chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h), ctx-1-ctx/2 of
+       them, which is 0 at ctx 2 (metrics over no position) and 1 at ctx 3. */
+    if (c && (st = get_int(p, c, "dataset.ctx (tokens per chunk)", 3, 1 << 20, &g->ctx))) return st;
     if (mc && (st = get_int(p, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks)))
         return st;
     qs_error e = {0};
@@ -361,6 +385,7 @@ static qs_status parse_dataset(parser *p, struct fy_node *n, qc_grid *g,
                        "the token file holds %zu tokens, fewer than one chunk of ctx %d",
                        g->dataset.n_tokens, g->ctx);
     *tokens_n = t;
+    *ctx_n = c ? c : t;
     return QS_OK;
 }
 
@@ -560,6 +585,11 @@ static qs_status apply_set(parser *p, size_t idx) {
                 seg = dot + 1;
                 continue;
             }
+            if (add)
+                return qs_error_set(p->err, QS_EINVAL,
+                                    "--set %s: item '%.*s' exists ('+' adds a key; write %s to "
+                                    "replace the item)",
+                                    arg, (int)(seg_end - key), key, key);
             struct fy_node *v = fy_node_build_from_string(p->doc, eq + 1, FY_NT);
             if (!v || fy_node_sequence_insert_before(node, item, v) != 0)
                 return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML",
@@ -584,16 +614,21 @@ static qs_status apply_set(parser *p, size_t idx) {
             return qs_error_set(p->err, QS_EINVAL,
                                 "--set %s: the grid has no key '%.*s' (write +%s to add it)", arg,
                                 (int)(seg_end - key), key, arg);
+        if (pair && add)
+            return qs_error_set(p->err, QS_EINVAL,
+                                "--set %s: the grid already has key '%.*s' ('+' adds a key; write "
+                                "%s to replace its value)",
+                                arg, (int)(seg_end - key), key, key);
         struct fy_node *v = eq[1] ? fy_node_build_from_string(p->doc, eq + 1, FY_NT)
                                   : fy_node_create_scalar_copy(p->doc, "", 0);
         if (!v)
             return qs_error_set(p->err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
-        int rc = pair ? fy_node_pair_set_value(pair, v)
-                      : fy_node_mapping_append(node,
-                                               fy_node_create_scalar_copy(p->doc, seg, seg_len), v);
+        struct fy_node *k = pair ? NULL : fy_node_create_scalar_copy(p->doc, seg, seg_len);
+        int rc = pair ? fy_node_pair_set_value(pair, v) : fy_node_mapping_append(node, k, v);
         if (rc != 0)
             return qs_error_set(p->err, QS_EINVAL, "--set %s: cannot apply the override", arg);
         p->set_nodes[idx] = v;
+        p->set_keys[idx] = k;
         return QS_OK;
     }
 }
@@ -648,14 +683,28 @@ static qs_status parse_root(parser *p, qc_grid *g) {
                                "model %s is the same model as %s (equal digests)", m->name,
                                g->models[i].name);
     }
-    struct fy_node *tokens_n = NULL;
-    if ((st = parse_dataset(p, lookup(root, "dataset"), g, &tokens_n))) return st;
-    for (size_t i = 0; i < g->n_models; i++)
-        if (g->dataset.max_token >= (uint32_t)g->models[i].facts.vocab_size)
+    struct fy_node *tokens_n = NULL, *ctx_n = NULL;
+    if ((st = parse_dataset(p, lookup(root, "dataset"), g, &tokens_n, &ctx_n))) return st;
+    for (size_t i = 0; i < g->n_models; i++) {
+        const qc_model_facts *f = &g->models[i].facts;
+        if (g->dataset.max_token >= (uint32_t)f->vocab_size)
             return fail_at(p, tokens_n, QS_EINVAL,
                            "token id %u in %s is beyond the vocabulary of model %s (vocab_size %d)",
-                           g->dataset.max_token, g->dataset_path, g->models[i].name,
-                           g->models[i].facts.vocab_size);
+                           g->dataset.max_token, g->dataset_path, g->models[i].name, f->vocab_size);
+        /* The worker's rule (worker/engine/eval.c): the header's vocabulary must fit the
+           model's, whatever ids the file holds. */
+        if (g->dataset.vocab_size > (uint32_t)f->vocab_size)
+            return fail_at(p, tokens_n, QS_EINVAL,
+                           "the token file %s declares vocab_size %u in its header, larger than "
+                           "the vocabulary of model %s (vocab_size %d)",
+                           g->dataset_path, g->dataset.vocab_size, g->models[i].name,
+                           f->vocab_size);
+        if (f->max_position_embeddings > 0 && g->ctx > f->max_position_embeddings)
+            return fail_at(p, ctx_n, QS_EINVAL,
+                           "dataset.ctx %d is longer than the context model %s was trained for "
+                           "(max_position_embeddings %d)",
+                           g->ctx, g->models[i].name, f->max_position_embeddings);
+    }
     return parse_sensitivity(p, lookup(root, "sensitivity"), g);
 }
 
@@ -727,6 +776,110 @@ static qs_status read_grid_text(const char *path, char **out, size_t *out_len, q
     return QS_OK;
 }
 
+/* Nodes that following YAML aliases may reach before the grid is refused: a grid is a few
+ * hundred nodes, and nine levels of ten aliases each (the "billion laughs") would be 10^9. */
+#define GRID_MAX_ALIAS_NODES 100000
+/* Deepest nesting of mappings and sequences walked (a grid nests four levels). */
+#define GRID_MAX_DEPTH 64
+
+/* Counts the nodes of n, following aliases; every node reached through an alias adds to
+ * *budget. Refuses (QS_EINVAL at the alias) once it passes GRID_MAX_ALIAS_NODES, before
+ * libfyaml copies anything, and refuses nesting deeper than GRID_MAX_DEPTH. */
+static qs_status count_alias_nodes(parser *p, struct fy_node *n, struct fy_node *alias, int depth,
+                                   size_t *budget) {
+    if (!n) return QS_OK;
+    if (depth > GRID_MAX_DEPTH)
+        return fail_at(p, alias ? alias : n, QS_EINVAL,
+                       "nesting (with aliases expanded) deeper than %d levels", GRID_MAX_DEPTH);
+    if (alias && ++*budget > GRID_MAX_ALIAS_NODES)
+        return fail_at(p, alias, QS_EINVAL,
+                       "YAML aliases expand to more than %d nodes (a grid needs a few hundred)",
+                       GRID_MAX_ALIAS_NODES);
+    qs_status st = QS_OK;
+    if (fy_node_is_alias(n)) {
+        struct fy_node *target = fy_node_resolve_alias(n);
+        /* An unknown anchor is left to fy_document_resolve, which names it. */
+        return target ? count_alias_nodes(p, target, alias ? alias : n, depth + 1, budget) : QS_OK;
+    }
+    if (fy_node_is_sequence(n)) {
+        void *it = NULL;
+        struct fy_node *item;
+        while (!st && (item = fy_node_sequence_iterate(n, &it)))
+            st = count_alias_nodes(p, item, alias, depth + 1, budget);
+    } else if (fy_node_is_mapping(n)) {
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        while (!st && (pair = fy_node_mapping_iterate(n, &it))) {
+            st = count_alias_nodes(p, fy_node_pair_key(pair), alias, depth + 1, budget);
+            if (!st) st = count_alias_nodes(p, fy_node_pair_value(pair), alias, depth + 1, budget);
+        }
+    }
+    return st;
+}
+
+/* Refuses a scalar (key or value) holding NUL or a control character (C0, DEL, C1): a name
+ * or path cut at a NUL, or a newline in an experiment name, is not what the grid shows. The
+ * description alone may hold tab and newline (multi-line free text). */
+static qs_status check_text(parser *p, struct fy_node *n, struct fy_node *description, int depth) {
+    if (!n || depth > GRID_MAX_DEPTH) return QS_OK;
+    qs_status st = QS_OK;
+    if (fy_node_is_scalar(n)) {
+        size_t len = 0;
+        const unsigned char *s = (const unsigned char *)fy_node_get_scalar(n, &len);
+        for (size_t i = 0; s && i < len; i++) {
+            unsigned c = s[i];
+            int c1 = c == 0xc2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f;
+            if (n == description && (c == '\t' || c == '\n')) continue;
+            if (c < 0x20 || c == 0x7f || c1)
+                return fail_at(p, n, QS_EINVAL,
+                               "control character U+%04X at byte %zu of a string (names, paths "
+                               "and values are printable text; only the description may hold "
+                               "tab and newline)",
+                               c1 ? s[i + 1] : c, i);
+        }
+    } else if (fy_node_is_sequence(n)) {
+        void *it = NULL;
+        struct fy_node *item;
+        while (!st && (item = fy_node_sequence_iterate(n, &it)))
+            st = check_text(p, item, description, depth + 1);
+    } else if (fy_node_is_mapping(n)) {
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        while (!st && (pair = fy_node_mapping_iterate(n, &it))) {
+            st = check_text(p, fy_node_pair_key(pair), description, depth + 1);
+            if (!st) st = check_text(p, fy_node_pair_value(pair), description, depth + 1);
+        }
+    }
+    return st;
+}
+
+/* Refuses a stream of more than one document: a grid is one, and the rest would be silently
+ * ignored. Walks the parser's events only (no tree, no alias expansion). */
+static qs_status check_one_document(parser *p, const char *text, size_t len) {
+    struct fy_parse_cfg pc = {.flags = FYPCF_QUIET, .diag = p->diag};
+    struct fy_parser *fyp = fy_parser_create(&pc);
+    if (!fyp || fy_parser_set_string(fyp, text, len) != 0) {
+        if (fyp) fy_parser_destroy(fyp);
+        return qs_error_set(p->err, QS_ENOMEM, "out of memory");
+    }
+    int docs = 0, line = 0, column = 0;
+    struct fy_event *ev;
+    while ((ev = fy_parser_parse(fyp))) {
+        if (ev->type == FYET_DOCUMENT_START && ++docs == 2) {
+            const struct fy_mark *m = fy_event_start_mark(ev);
+            line = m ? m->line + 1 : 0;
+            column = m ? m->column + 1 : 0;
+        }
+        fy_parser_event_free(fyp, ev);
+        if (docs == 2) break;
+    }
+    fy_parser_destroy(fyp);
+    if (docs < 2) return QS_OK;
+    return qs_error_set(p->err, QS_EFORMAT,
+                        "%s:%d:%d: a second YAML document (a grid file holds one document)",
+                        p->file, line, column);
+}
+
 qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
                        const qc_grid_probe *probe, qc_grid **out, qs_error *err) {
     if (!out || !path || !probe || (n_sets && !sets))
@@ -736,10 +889,12 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
     parser p = {.file = path, .sets = sets, .n_sets = n_sets, .probe = probe, .err = err};
     qc_grid *g = calloc(1, sizeof *g);
     p.set_nodes = calloc(n_sets ? n_sets : 1, sizeof *p.set_nodes);
+    p.set_keys = calloc(n_sets ? n_sets : 1, sizeof *p.set_keys);
     char *dcopy = strdup(path);
-    if (!g || !p.set_nodes || !dcopy) {
+    if (!g || !p.set_nodes || !p.set_keys || !dcopy) {
         free(g);
         free(p.set_nodes);
+        free(p.set_keys);
         free(dcopy);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
     }
@@ -761,7 +916,8 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
     if (!p.diag) st = qs_error_set(err, QS_ENOMEM, "out of memory");
     if (!st) {
         fy_diag_set_collect_errors(p.diag, true);
-        struct fy_parse_cfg pc = {.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT, .diag = p.diag};
+        /* Aliases are resolved below, once counting them has bounded what they expand to. */
+        struct fy_parse_cfg pc = {.flags = FYPCF_QUIET, .diag = p.diag};
         g->file = strdup(path);
         st = read_grid_text(path, &text, &text_len, err);
         if (!st) {
@@ -775,9 +931,27 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
             else if (!p.doc)
                 st = qs_error_set(err, QS_EFORMAT, "%s: not a YAML document", path);
         }
+        if (!st) st = check_one_document(&p, text, text_len);
+        size_t budget = 0;
+        if (!st) st = count_alias_nodes(&p, fy_document_root(p.doc), NULL, 0, &budget);
+        if (!st && fy_document_resolve(p.doc) != 0) {
+            void *it = NULL;
+            struct fy_diag_error *e, *last = NULL;
+            while ((e = fy_diag_errors_iterate(p.diag, &it)))
+                last = e;
+            st = last ? qs_error_set(err, QS_EFORMAT, "%s:%d:%d: YAML alias error: %s", path,
+                                     last->line, last->column, last->msg)
+                      : qs_error_set(err, QS_EFORMAT, "%s: cannot resolve the YAML aliases", path);
+        }
     }
     for (size_t i = 0; !st && i < n_sets; i++)
         st = apply_set(&p, i);
+    if (!st) {
+        struct fy_node *root = fy_document_root(p.doc);
+        struct fy_node *desc =
+            root && fy_node_is_mapping(root) ? lookup(root, "description") : NULL;
+        st = check_text(&p, root, desc, 0);
+    }
     if (!st) st = parse_root(&p, g);
     if (!st) {
         g->source = fy_emit_document_to_string(p.doc, FYECF_DEFAULT);
@@ -787,6 +961,7 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
     free(text); /* after the document, whose scalars point into it */
     if (p.diag) fy_diag_destroy(p.diag);
     free(p.set_nodes);
+    free(p.set_keys);
     free(dcopy);
     if (st) {
         qc_grid_free(g);

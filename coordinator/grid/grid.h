@@ -39,9 +39,12 @@
 
 /* Facts about one model that validation and expansion need. */
 typedef struct qc_model_facts {
-    int n_layers;    /* transformer blocks */
-    int vocab_size;  /* token ids must be < vocab_size */
-    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+    int n_layers;                /* transformer blocks */
+    int vocab_size;              /* token ids must be < vocab_size */
+    int max_position_embeddings; /* longest context it was trained for, in tokens (config.json
+                                    max_position_embeddings, GGUF llama.context_length); 0 when
+                                    the model does not say: dataset.ctx must not exceed it */
+    char digest[65];             /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
 } qc_model_facts;
 
 /* Facts about one token file. */
@@ -49,6 +52,8 @@ typedef struct qc_dataset_facts {
     char digest[65]; /* BLAKE2b-256 hex of the whole file (qw_tokens) */
     size_t n_tokens;
     uint32_t max_token; /* largest token id in the file */
+    uint32_t
+        vocab_size; /* the header's vocab_size: must not exceed a model's (the worker's rule) */
 } qc_dataset_facts;
 
 /* How the grid reads models, token files and format names. The grid module knows no model
@@ -106,7 +111,7 @@ typedef struct qc_grid {
     qc_grid_model *models;
     size_t n_models;
     char *dataset_path; /* absolute */
-    int ctx;            /* tokens per chunk, >= 2 */
+    int ctx;            /* tokens per chunk, >= 3 (at least one scored position per chunk) */
     int max_chunks;     /* 0: every whole chunk of the file */
     qc_dataset_facts dataset;
     qc_grid_format *formats;
@@ -124,9 +129,14 @@ typedef struct qc_grid {
  * every key and value, and probes every model and the dataset through probe. Nothing is
  * queued here: a grid that loads is one that can be submitted.
  * Errors (message "file:line:column: ..." or "--set ARG: ..."):
- *   QS_EFORMAT    YAML syntax error; a key of the wrong type or value (names what was expected);
- *   QS_EINVAL     a bad --set argument, an unknown key, an unknown format/mode/metric/option,
- *                 dataset tokens >= a model's vocabulary;
+ *   QS_EFORMAT    YAML syntax error; a second YAML document; a key of the wrong type or value
+ *                 (names what was expected);
+ *   QS_EINVAL     a bad --set argument ("+key" for a key that exists), an unknown key, an
+ *                 unknown format/mode/metric/option, dataset tokens >= a model's vocabulary or
+ *                 a token file header's vocab_size > a model's, dataset.ctx > a model's
+ *                 max_position_embeddings, YAML aliases expanding past 100000 nodes (names the
+ *                 alias), a control character in a string (tab and newline only in the
+ *                 description);
  *   QS_ENOTFOUND  a model or token file that does not exist;
  *   QS_EIO and the probe's errors, wrapped with the location of the path in the grid;
  *   QS_ENOMEM.

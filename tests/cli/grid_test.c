@@ -425,7 +425,7 @@ static void test_value_of_wrong_type_is_refused(void **state) {
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, text, NULL, 0, &g, &err), QS_EFORMAT);
-    assert_error_at(e, &err, 3, 34, "expected an integer in [2, 1048576] for dataset.ctx");
+    assert_error_at(e, &err, 3, 34, "expected an integer in [3, 1048576] for dataset.ctx");
 }
 
 static void test_unknown_mode_and_metric_are_refused(void **state) {
@@ -529,6 +529,182 @@ static void test_synthetic_models_expand_by_their_shape(void **state) {
     assert_non_null(strstr(err.msg, "unknown synthetic shape 'llama9-1t'"));
 }
 
+/* '+key=value' adding a key the grid does not know is refused naming the --set argument (the
+ * key node it created has no position in the file: reporting on it crashed libfyaml). */
+static void test_set_adding_an_unknown_key_names_the_set_argument(void **state) {
+    env *e = *state;
+    const char *top[] = {"+newkey=1"};
+    const char *nested[] = {"+dataset.newkey=1"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, top, 1, &g, &err), QS_EINVAL);
+    assert_null(g);
+    assert_non_null(strstr(err.msg, "--set +newkey=1: unknown key 'newkey' in the grid"));
+    assert_int_equal(load(e, GOOD, nested, 1, &g, &err), QS_EINVAL);
+    assert_non_null(
+        strstr(err.msg, "--set +dataset.newkey=1: unknown key 'newkey' in the dataset"));
+}
+
+/* '+' adds a key; a key that exists is replaced without it. */
+static void test_set_plus_of_an_existing_key_is_refused(void **state) {
+    env *e = *state;
+    const char *sets[] = {"+dataset.ctx=32"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, sets, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "--set +dataset.ctx=32: the grid already has key "
+                                    "'dataset.ctx' ('+' adds a key; write dataset.ctx=32"));
+    const char *item[] = {"+models.0=ckpt"};
+    assert_int_equal(load(e, GOOD, item, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "--set +models.0=ckpt: item 'models.0' exists ('+' adds a "
+                                    "key; write models.0=ckpt to replace the item)"));
+}
+
+/* A chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h): none at ctx 2, one at 3. */
+static void test_ctx_below_three_is_refused(void **state) {
+    env *e = *state;
+    const char *two[] = {"dataset.ctx=2"};
+    const char *three[] = {"dataset.ctx=3"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, two, 1, &g, &err), QS_EFORMAT);
+    assert_non_null(strstr(
+        err.msg, "--set dataset.ctx=2: expected an integer in [3, 1048576] for dataset.ctx"));
+    assert_int_equal(load(e, GOOD, three, 1, &g, &err), QS_OK);
+    assert_int_equal(g->ctx, 3);
+    qc_grid_free(g);
+}
+
+/* An empty value has no position of its own: the error names its key's. */
+static void test_empty_value_names_its_key(void **state) {
+    env *e = *state;
+    const char *text = "name: t\n"
+                       "models: [ckpt]\n"
+                       "dataset:\n"
+                       "  tokens: toks.bin\n"
+                       "  ctx:\n"
+                       "sensitivity: {formats: [nvfp4]}\n";
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, text, NULL, 0, &g, &err), QS_EFORMAT);
+    assert_error_at(e, &err, 5, 3, "expected an integer in [3, 1048576] for dataset.ctx");
+}
+
+/* A grid is one YAML document; a second one would be ignored silently. */
+static void test_second_document_is_refused(void **state) {
+    env *e = *state;
+    char text[1024];
+    snprintf(text, sizeof text, "%s---\nname: other\n", GOOD);
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, text, NULL, 0, &g, &err), QS_EFORMAT);
+    assert_null(g);
+    assert_error_at(e, &err, 12, 1, "a second YAML document");
+}
+
+/* NUL and control characters in strings are refused (a name cut at a NUL, a path with junk
+ * after it); the description alone may hold tab and newline. */
+static void test_control_characters_in_strings_are_refused(void **state) {
+    env *e = *state;
+    const char *nul_name = "name: \"a\\0b\"\n"
+                           "models: [ckpt]\n"
+                           "dataset: {tokens: toks.bin, ctx: 16}\n"
+                           "sensitivity: {formats: [nvfp4]}\n";
+    const char *nul_path = "name: t\n"
+                           "models: [ckpt]\n"
+                           "dataset: {tokens: \"toks.bin\\0junk\", ctx: 16}\n"
+                           "sensitivity: {formats: [nvfp4]}\n";
+    const char *newline_name[] = {"name=\"a\\nb\""};
+    const char *multiline_description[] = {"description=\"line one\\n\\tline two\""};
+    const char *escape_description[] = {"description=\"bell \\x07\""};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, nul_name, NULL, 0, &g, &err), QS_EINVAL);
+    /* libfyaml places a quoted scalar at its first character, after the quote */
+    assert_error_at(e, &err, 1, 8, "control character U+0000 at byte 1 of a string");
+    assert_int_equal(load(e, nul_path, NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 3, 20, "control character U+0000 at byte 8 of a string");
+    assert_int_equal(load(e, GOOD, newline_name, 1, &g, &err), QS_EINVAL);
+    assert_non_null(
+        strstr(err.msg, "--set name=\"a\\nb\": control character U+000A at byte 1 of a string"));
+    assert_int_equal(load(e, GOOD, escape_description, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "control character U+0007 at byte 5"));
+    assert_int_equal(load(e, GOOD, multiline_description, 1, &g, &err), QS_OK);
+    assert_string_equal(g->description, "line one\n\tline two");
+    qc_grid_free(g);
+}
+
+/* Aliases work, but what they expand to is bounded: six levels of ten ("billion laughs")
+ * would be 10^6 nodes and is refused at an alias before libfyaml copies anything. */
+static void test_alias_expansion_is_capped(void **state) {
+    env *e = *state;
+    const char *small = "name: t\n"
+                        "models: [ckpt]\n"
+                        "dataset: {tokens: toks.bin, ctx: 16}\n"
+                        "sensitivity:\n"
+                        "  formats: &f [nvfp4, mxfp4]\n"
+                        "  modes: [component]\n";
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, small, NULL, 0, &g, &err), QS_OK);
+    qc_grid_free(g);
+    g = NULL;
+    const char *laughs = "name: t\n"
+                         "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                         "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+                         "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                         "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+                         "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n";
+    assert_int_equal(load(e, laughs, NULL, 0, &g, &err), QS_EINVAL);
+    assert_null(g);
+    /* counted in file order, a, b, c and d reach 11110 nodes; the eighth alias of line 6
+       passes 100000 (libfyaml places an alias at its name, after the '*') */
+    assert_error_at(e, &err, 6, 37, "YAML aliases expand to more than 100000 nodes");
+}
+
+/* The worker refuses a token file whose header declares a vocabulary larger than the model's
+ * (worker/engine/eval.c); so does the grid, whatever ids the file holds. */
+static void test_token_header_vocab_beyond_model_is_refused(void **state) {
+    env *e = *state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/wide.bin", e->dir);
+    uint32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (uint32_t)i; /* every id < VOCAB */
+    assert_int_equal(fx_write_tokens(path, ids, 40, VOCAB + 1), 0);
+    const char *text = "name: t\n"
+                       "models: [ckpt]\n"
+                       "dataset:\n"
+                       "  tokens: wide.bin\n"
+                       "  ctx: 16\n"
+                       "sensitivity: {formats: [nvfp4]}\n";
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, text, NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 4, 11,
+                    "declares vocab_size 65 in its header, larger than the "
+                    "vocabulary of model ckpt (vocab_size 64)");
+}
+
+/* ctx beyond the context the model was trained for (max_position_embeddings 256 in the test
+ * checkpoint's config.json) is refused. */
+static void test_ctx_beyond_max_position_embeddings_is_refused(void **state) {
+    env *e = *state;
+    const char *at[] = {"dataset.ctx=256"};
+    const char *past[] = {"dataset.ctx=257"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, at, 1, &g, &err), QS_OK);
+    assert_int_equal(g->models[0].facts.max_position_embeddings, 256);
+    qc_grid_free(g);
+    g = NULL;
+    assert_int_equal(load(e, GOOD, past, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "--set dataset.ctx=257: dataset.ctx 257 is longer than the "
+                                    "context model ckpt was trained for "
+                                    "(max_position_embeddings 256)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_valid_grid_loads_with_its_values, setup, teardown),
@@ -555,6 +731,20 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_environment_in_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relative_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_synthetic_models_expand_by_their_shape, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_set_adding_an_unknown_key_names_the_set_argument,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_plus_of_an_existing_key_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ctx_below_three_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_value_names_its_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_second_document_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_control_characters_in_strings_are_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_alias_expansion_is_capped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_header_vocab_beyond_model_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ctx_beyond_max_position_embeddings_is_refused, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
