@@ -31,8 +31,31 @@ enum {
 /* The exit code for a failure status (see above). */
 int qsweep_exit_code(qs_status st);
 
-/* Prints "qsweep <cmd>: <message>" on stderr and returns qsweep_exit_code(err->code). */
+/* Prints "qsweep <cmd>: <message>" on stderr (a leading "<cmd>: " in the message is not
+ * repeated; the connection string's password is redacted, qsweep_redact_message) and returns
+ * qsweep_exit_code(err->code). */
 int qsweep_fail(const char *cmd, const qs_error *err);
+
+/* Parses a numeric flag: the whole of arg must be a decimal integer in [lo, hi]. Otherwise
+ * prints "qsweep <cmd>: <flag> <arg>: expected an integer in [lo, hi]" on stderr and returns
+ * -1 (the caller exits QSWEEP_EXIT_USAGE); 0 and *out set on success. */
+int qsweep_parse_int(const char *cmd, const char *flag, const char *arg, long lo, long hi,
+                     int *out);
+
+/* Writes conninfo (a libpq key=value string or a postgresql:// URI) into out (cap bytes) as
+ * key=value pairs without the password (libpq's PQconninfoParse); a string libpq cannot parse
+ * is not shown at all. */
+void qsweep_redact_conninfo(const char *conninfo, char *out, size_t cap);
+
+/* Copies msg into out (cap bytes) with the connection string in use (the last one
+ * qsweep_db_arg returned) replaced by its redacted form and its password masked. */
+void qsweep_redact_message(const char *msg, char *out, size_t cap);
+
+/* Opens the store for a command that only reads it (status, results, workers, cancel): never
+ * migrates. Errors: QS_EDB when the database has no qsweep schema or an older one (naming
+ * qsweep db migrate), and qc_store_open's. */
+qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_store **out,
+                                     qs_error *err);
 
 /* Path of the running qsweep binary (/proc/self/exe), for starting its own subcommands. */
 const char *qsweep_self_exe(void);
@@ -51,8 +74,11 @@ qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *lea
 /* Starts (or adopts, when it already runs) the private cluster in pg_dir, default
  * ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg, creating the directory. As root the server
  * runs as an unprivileged user (pgserver.h): the directories above pg_dir get the o+x bit
- * when they lack it, with a note on stderr. Errors: qc_pgserver_start's, QS_EIO. */
-qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, qs_error *err);
+ * when they lack it, with a note on stderr. *adopted (may be NULL) is set to 1 when a server
+ * was already running there (started by someone else, who stops it), else 0.
+ * Errors: qc_pgserver_start's, QS_EIO. */
+qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *adopted,
+                                  qs_error *err);
 
 /* Loads and expands a grid with the real loaders (probe.h). *grid and *jobs are owned by
  * the caller (qc_grid_free, qc_job_list_free). Errors: as qc_grid_load. */

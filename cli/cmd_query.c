@@ -114,6 +114,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     int rc = parse_common(argc, argv, status_usage, 0, &o);
     if (rc >= 0) return rc;
     if (argc - o.first > 1) {
+        fprintf(stderr, "qsweep status: unexpected argument '%s'\n", argv[o.first + 1]);
         status_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }
@@ -121,7 +122,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     qc_store *s = NULL;
     qc_progress *rows = NULL;
     size_t n = 0;
-    qs_status st = qc_store_open(qsweep_db_arg(o.db), "status", &s, &err);
+    qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "status", &s, &err);
     if (!st) st = qc_store_progress(s, o.first < argc ? argv[o.first] : NULL, &rows, &n, &err);
     for (size_t i = 0; !st && i < n; i++) {
         qsweep_print_progress(s, &rows[i], stdout);
@@ -151,7 +152,7 @@ int qsweep_cmd_cancel(int argc, char **argv) {
     qs_error err = {0};
     qc_store *s = NULL;
     const char *exp = o.job ? NULL : argv[o.first];
-    qs_status st = qc_store_open(qsweep_db_arg(o.db), "cancel", &s, &err);
+    qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "cancel", &s, &err);
     if (!st) st = qc_store_request_cancel(s, o.job, exp, "qsweep cancel", &err);
     qc_store_close(s);
     if (st) return qsweep_fail("cancel", &err);
@@ -172,9 +173,14 @@ int qsweep_cmd_workers(int argc, char **argv) {
     common_opts o = {0};
     int rc = parse_common(argc, argv, workers_usage, 0, &o);
     if (rc >= 0) return rc;
+    if (o.first < argc) {
+        fprintf(stderr, "qsweep workers: unexpected argument '%s'\n", argv[o.first]);
+        workers_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
     qs_error err = {0};
     qc_store *s = NULL;
-    qs_status st = qc_store_open(qsweep_db_arg(o.db), "workers", &s, &err);
+    qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "workers", &s, &err);
     if (st) return qsweep_fail("workers", &err);
     PGconn *c = qc_store_pgconn(s);
     PGresult *r = PQexec(
@@ -244,7 +250,7 @@ int qsweep_cmd_db(int argc, char **argv) {
     qs_status st = QS_OK;
     if (!strcmp(verb, "start") || !strcmp(verb, "stop")) {
         qc_pgserver *pg = NULL;
-        st = qsweep_private_db_start(pg_dir, &pg, &err);
+        st = qsweep_private_db_start(pg_dir, &pg, NULL, &err);
         if (!st && !strcmp(verb, "start")) {
             /* the handle is dropped without stopping the server: it keeps running */
             printf("export QSWEEP_DB='%s'\n", qc_pgserver_conninfo(pg));

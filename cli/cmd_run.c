@@ -9,7 +9,12 @@
  *      child processes (their own process group, so a Ctrl-C reaches only this process,
  *      which stops them in order; PR_SET_PDEATHSIG stops them if this process is killed);
  *   5. shows progress until every job of the experiment is finished, stops the workers, the
- *      coordinator and the cluster it started, and prints the results tables. */
+ *      coordinator and the cluster if it started it (one that was already running is left
+ *      running), and prints the results tables.
+ * A worker killed by a signal (a crash in a job, the OOM killer) is started again after
+ * RESPAWN_DELAY_MS, up to 3 restarts per worker in all, so the coordinator outlives the
+ * crashed attempt's lease, hands the job out again and, when it keeps crashing workers,
+ * marks it failed after its max_attempts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -32,13 +37,23 @@ static void on_signal(int sig) {
     stop_signal = sig;
 }
 
+enum { RESPAWN_DELAY_MS = 1000, RESTARTS_PER_WORKER = 3 };
+
 /* One child process (coordinator or worker). */
 typedef struct child {
     pid_t pid; /* 0 once reaped */
     int status;
+    int restarts;         /* times this worker was started again */
+    long long respawn_at; /* CLOCK_MONOTONIC ms at which to start it again; 0: not to */
     char name[32];
     char log[PATH_MAX + 32];
 } child;
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Starts `qsweep <argv...>` with stdout and stderr into c->log. */
 static qs_status spawn(child *c, char *const argv[], qs_error *err) {
@@ -49,7 +64,8 @@ static qs_status spawn(child *c, char *const argv[], qs_error *err) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(127);
-        int fd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        /* a restarted worker appends, so the log of the crash stays */
+        int fd = open(c->log, O_WRONLY | O_CREAT | (c->restarts ? O_APPEND : O_TRUNC), 0644);
         int in = open("/dev/null", O_RDONLY);
         if (fd < 0 || in < 0) _exit(127);
         dup2(in, 0);
@@ -111,13 +127,16 @@ static void run_usage(FILE *out) {
         "  progress and prints the results. Interrupted and run again, it runs only what is "
         "unfinished.\n"
         "  --set KEY=VALUE  override a grid value (see qsweep submit --help)\n"
-        "  --workers N      local worker processes (default 2)\n"
-        "  --threads T      CPU threads per worker (default: CPUs / N)\n"
+        "  --workers N      local worker processes, 1..256 (default 2)\n"
+        "  --threads T      CPU threads per worker, 1..1024 (default: CPUs / N)\n"
         "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
         "                   PostgreSQL cluster in --pg-dir (default "
         "${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
-        "                   is started for the run and stopped after it\n"
-        "  --lease-ms MS    a running job's lease (default 10000; heartbeats renew it)\n"
+        "                   is started for the run and stopped after it (one already running\n"
+        "                   is used and left running)\n"
+        "  --lease-ms MS    a running job's lease, 1000..2147483647 (default 10000; heartbeats\n"
+        "                   renew it)\n"
+        "  A worker killed by a signal is restarted (at most 3 times per worker in all).\n"
         "  Logs of the coordinator and workers: ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/\n"
         "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
         "              5 some jobs failed or were cancelled, 130 interrupted\n");
@@ -125,14 +144,34 @@ static void run_usage(FILE *out) {
 
 typedef struct run_state {
     qc_pgserver *pg;
+    int pg_adopted; /* the cluster was running before: left running */
     qc_store *store;
     child *children; /* [0] coordinator, [1..n_workers] workers */
     size_t n_children;
+    int restarts, max_restarts; /* worker restarts so far, and the budget */
     char ipc_dir[64];
+    char endpoint[128], threads[32], host[64];
 } run_state;
 
-/* Frees what run_state holds and stops the cluster it started. The children are stopped
- * before (workers first). */
+/* The handle of an adopted cluster: kept (reachable) and never destroyed, since destroying
+ * it would stop a server this process did not start. */
+static qc_pgserver *adopted_pg;
+
+/* Starts worker i (1-based) of r, with a worker id that differs per restart. */
+static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
+    child *w = &r->children[i];
+    char id[96];
+    if (w->restarts)
+        snprintf(id, sizeof id, "%.40s-run%d-w%zu-r%d", r->host, (int)getpid(), i, w->restarts);
+    else
+        snprintf(id, sizeof id, "%.40s-run%d-w%zu", r->host, (int)getpid(), i);
+    char *av[] = {"qsweep", "worker",    "--connect", r->endpoint, "--id",
+                  id,       "--threads", r->threads,  NULL};
+    return spawn(w, av, err);
+}
+
+/* Frees what run_state holds and stops the cluster if it started it. The children are
+ * stopped before (workers first). */
 static void run_cleanup(run_state *r) {
     free(r->children);
     qc_store_close(r->store);
@@ -142,7 +181,10 @@ static void run_cleanup(run_state *r) {
         unlink(sock);
         rmdir(r->ipc_dir);
     }
-    qc_pgserver_destroy(r->pg);
+    if (r->pg_adopted)
+        adopted_pg = r->pg;
+    else
+        qc_pgserver_destroy(r->pg);
 }
 
 /* Watches the experiment until no job of it is pending or running. Prints a progress line
@@ -160,19 +202,43 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
             return qs_error_set(err, QS_EIO, "the coordinator stopped (%s); see %s", how,
                                 r->children[0].log);
         }
-        size_t alive = 0;
+        size_t alive = 0, respawning = 0;
         for (size_t i = 1; i < r->n_children; i++) {
-            int was = r->children[i].pid != 0;
-            if (!reaped(&r->children[i]))
+            child *w = &r->children[i];
+            int was = w->pid != 0;
+            if (!reaped(w)) {
                 alive++;
-            else if (was) {
+            } else if (was) {
                 char how[64];
-                describe_exit(&r->children[i], how, sizeof how);
-                fprintf(stderr, "\nqsweep run: %s stopped (%s); see %s\n", r->children[i].name, how,
-                        r->children[i].log);
+                describe_exit(w, how, sizeof how);
+                /* a signal is a crash (or the OOM killer): start it again; an exit status is
+                 * the worker's own decision (bad options, no coordinator) and would repeat */
+                if (WIFSIGNALED(w->status) && r->restarts < r->max_restarts) {
+                    r->restarts++;
+                    w->restarts++;
+                    w->respawn_at = now_ms() + RESPAWN_DELAY_MS;
+                    fprintf(stderr,
+                            "\nqsweep run: %s stopped (%s); restarting it in %d ms (restart %d "
+                            "of %d); see %s\n",
+                            w->name, how, RESPAWN_DELAY_MS, r->restarts, r->max_restarts, w->log);
+                } else {
+                    fprintf(stderr, "\nqsweep run: %s stopped (%s); see %s\n", w->name, how,
+                            w->log);
+                }
+            }
+            if (!w->pid && w->respawn_at) {
+                if (now_ms() < w->respawn_at) {
+                    respawning++;
+                    continue;
+                }
+                w->respawn_at = 0;
+                qs_status st = spawn_worker(r, i, err);
+                if (st) return st;
+                alive++;
             }
         }
-        if (!alive) return qs_error_set(err, QS_EIO, "every worker stopped; see their logs");
+        if (!alive && !respawning)
+            return qs_error_set(err, QS_EIO, "every worker stopped; see their logs");
         qc_progress *rows = NULL;
         size_t n = 0;
         qs_status st = qc_store_progress(r->store, name, &rows, &n, err);
@@ -205,7 +271,7 @@ int qsweep_cmd_run(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t n_sets = 0;
-    int workers = 2, threads = 0, lease_ms = 10000, c;
+    int workers = 2, threads = 0, lease_ms = 10000, c, bad = 0;
     const char *db = NULL, *pg_dir = NULL;
     if (!sets) return QSWEEP_EXIT_RUNTIME;
     optind = 1;
@@ -215,10 +281,10 @@ int qsweep_cmd_run(int argc, char **argv) {
             sets[n_sets++] = optarg;
             break;
         case 'w':
-            workers = atoi(optarg);
+            bad |= qsweep_parse_int("run", "--workers", optarg, 1, 256, &workers);
             break;
         case 't':
-            threads = atoi(optarg);
+            bad |= qsweep_parse_int("run", "--threads", optarg, 1, 1024, &threads);
             break;
         case 'd':
             db = optarg;
@@ -227,7 +293,7 @@ int qsweep_cmd_run(int argc, char **argv) {
             pg_dir = optarg;
             break;
         case 'l':
-            lease_ms = atoi(optarg);
+            bad |= qsweep_parse_int("run", "--lease-ms", optarg, 1000, INT_MAX, &lease_ms);
             break;
         case 'h':
             run_usage(stdout);
@@ -239,7 +305,10 @@ int qsweep_cmd_run(int argc, char **argv) {
             return QSWEEP_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1 || workers < 1 || workers > 256 || threads < 0 || lease_ms < 1000) {
+    if (bad || optind != argc - 1) {
+        if (!bad && optind < argc - 1)
+            fprintf(stderr, "qsweep run: unexpected argument '%s'\n", argv[optind + 1]);
+        if (!bad && optind >= argc) fprintf(stderr, "qsweep run: no GRID given\n");
         run_usage(stderr);
         free(sets);
         return QSWEEP_EXIT_USAGE;
@@ -265,9 +334,10 @@ int qsweep_cmd_run(int argc, char **argv) {
     char logs[PATH_MAX - 64], conn_buf[PATH_MAX + 64];
     const char *conninfo = qsweep_db_arg(db);
     if (!conninfo) {
-        st = qsweep_private_db_start(pg_dir, &r.pg, &err);
+        st = qsweep_private_db_start(pg_dir, &r.pg, &r.pg_adopted, &err);
         if (!st) {
-            printf("private PostgreSQL cluster in %s\n", qc_pgserver_data_dir(r.pg));
+            printf("private PostgreSQL cluster in %s%s\n", qc_pgserver_data_dir(r.pg),
+                   r.pg_adopted ? " (already running: left running)" : "");
             snprintf(conn_buf, sizeof conn_buf, "%s", qc_pgserver_conninfo(r.pg));
             conninfo = conn_buf;
         }
@@ -294,29 +364,27 @@ int qsweep_cmd_run(int argc, char **argv) {
         }
         r.children = calloc((size_t)workers + 1, sizeof *r.children);
         if (!st && !r.children) st = qs_error_set(&err, QS_ENOMEM, "out of memory");
-        char endpoint[128], lease[32], thr[32], id[64];
-        snprintf(endpoint, sizeof endpoint, "ipc://%s/coordinator", r.ipc_dir);
+        char lease[32];
+        snprintf(r.endpoint, sizeof r.endpoint, "ipc://%s/coordinator", r.ipc_dir);
         snprintf(lease, sizeof lease, "%d", lease_ms);
-        snprintf(thr, sizeof thr, "%d", threads);
+        snprintf(r.threads, sizeof r.threads, "%d", threads);
+        r.max_restarts = RESTARTS_PER_WORKER * workers;
         if (!st) {
             child *co = &r.children[r.n_children++];
             snprintf(co->name, sizeof co->name, "coordinator");
             snprintf(co->log, sizeof co->log, "%s/coordinator.log", logs);
-            char *av[] = {"qsweep",         "coordinator", "--bind", endpoint, "--db",
+            char *av[] = {"qsweep",         "coordinator", "--bind", r.endpoint, "--db",
                           (char *)conninfo, "--lease-ms",  lease,    NULL};
             st = spawn(co, av, &err);
         }
-        char host[64] = "local";
-        gethostname(host, sizeof host);
-        host[sizeof host - 1] = 0;
+        snprintf(r.host, sizeof r.host, "local");
+        gethostname(r.host, sizeof r.host);
+        r.host[sizeof r.host - 1] = 0;
         for (int i = 0; !st && i < workers; i++) {
             child *w = &r.children[r.n_children++];
             snprintf(w->name, sizeof w->name, "worker %d", i + 1);
             snprintf(w->log, sizeof w->log, "%s/worker-%d.log", logs, i + 1);
-            snprintf(id, sizeof id, "%.40s-run%d-w%d", host, (int)getpid(), i + 1);
-            char *av[] = {"qsweep", "worker",    "--connect", endpoint, "--id",
-                          id,       "--threads", thr,         NULL};
-            st = spawn(w, av, &err);
+            st = spawn_worker(&r, r.n_children - 1, &err);
         }
         if (!st) {
             printf("coordinator and %d worker%s (%d thread%s each) running; logs in %s\n", workers,
@@ -337,7 +405,10 @@ int qsweep_cmd_run(int argc, char **argv) {
     if (!st) {
         printf("\n");
         st = qsweep_print_results(r.store, g->name, 0, stdout, &err);
-        if (!st && r.pg)
+        if (!st && r.pg && r.pg_adopted)
+            printf("(the private cluster was already running, so qsweep run left it running;\n"
+                   "   qsweep db stop stops it)\n");
+        else if (!st && r.pg)
             printf(
                 "(qsweep run stops its private cluster when it ends; to query it, start it with\n"
                 "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");

@@ -2,6 +2,7 @@
  * shells over qc_server_run (coordinator/server/server.h) and qw_run (worker/loop/loop.h).
  * The worker registers the sweep's job kinds (worker/jobs/jobs.h) before it connects. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ static void coordinator_usage(FILE *out) {
         "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
         "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
-        "  --lease-ms MS    a running job's lease, renewed by worker heartbeats (default 30000)\n"
+        "  --lease-ms MS    a running job's lease, renewed by worker heartbeats, 100..2147483647\n"
+        "                   (default 30000)\n"
         "  --exit-when-done return once every job in the database is finished\n"
         "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): only workers that\n"
         "                   know its public key can connect\n");
@@ -47,7 +49,8 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
             db = optarg;
             break;
         case 'l':
-            o.lease_ms = atoi(optarg);
+            if (qsweep_parse_int("coordinator", "--lease-ms", optarg, 100, INT_MAX, &o.lease_ms))
+                return QSWEEP_EXIT_USAGE;
             break;
         case 'q':
             o.quiet = true;
@@ -64,7 +67,7 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
         }
     }
     o.conninfo = qsweep_db_arg(db);
-    if (optind != argc || !o.conninfo || o.lease_ms < 0) {
+    if (optind != argc || !o.conninfo) {
         if (!o.conninfo)
             fprintf(stderr,
                     "qsweep coordinator: no database: give --db CONNINFO or set QSWEEP_DB\n");
@@ -86,7 +89,7 @@ static void worker_usage(FILE *out) {
         "  loaded models between jobs.\n"
         "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
         "  --id NAME           worker name (default <host>-<pid>)\n"
-        "  --threads N         CPU threads per job (default: all)\n"
+        "  --threads N         CPU threads per job, 1..1024 (default: all)\n"
         "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
         "                      the coordinator's public key and this worker's key pair\n"
         "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
@@ -110,7 +113,8 @@ int qsweep_cmd_worker(int argc, char **argv) {
             o.worker_id = optarg;
             break;
         case 't':
-            o.threads = atoi(optarg);
+            if (qsweep_parse_int("worker", "--threads", optarg, 1, 1024, &o.threads))
+                return QSWEEP_EXIT_USAGE;
             break;
         case 'q':
             o.quiet = true;
@@ -123,7 +127,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
             return QSWEEP_EXIT_USAGE;
         }
     }
-    if (optind != argc || o.threads < 0) {
+    if (optind != argc) {
         worker_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }

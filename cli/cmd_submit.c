@@ -17,7 +17,7 @@ static void submit_usage(FILE *out) {
         "dataset.ctx=512,\n"
         "                   sensitivity.formats=[nvfp4], models.0=/path, +key=value adds a key)\n"
         "  --dry-run        print the job count per kind and mode and a sample; queue nothing\n"
-        "  --sample N       jobs shown by --dry-run (default 3)\n"
+        "  --sample N       jobs shown by --dry-run, 0..1000000 (default 3)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
 
@@ -115,7 +115,10 @@ int qsweep_cmd_submit(int argc, char **argv) {
             dry = 1;
             break;
         case 'k':
-            sample = atoi(optarg);
+            if (qsweep_parse_int("submit", "--sample", optarg, 0, 1000000, &sample)) {
+                free(sets);
+                return QSWEEP_EXIT_USAGE;
+            }
             break;
         case 'd':
             db = optarg;
@@ -130,7 +133,9 @@ int qsweep_cmd_submit(int argc, char **argv) {
             return QSWEEP_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1 || sample < 0) {
+    if (optind != argc - 1) {
+        if (optind < argc - 1)
+            fprintf(stderr, "qsweep submit: unexpected argument '%s'\n", argv[optind + 1]);
         submit_usage(stderr);
         free(sets);
         return QSWEEP_EXIT_USAGE;

@@ -1,11 +1,16 @@
 /* qsweep: the command a researcher runs (issue 5). Dispatches to the subcommands (cli.h). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "cli.h"
+#include "migrate.h"
 #include "probe.h"
 
 static const struct {
@@ -58,8 +63,95 @@ int qsweep_exit_code(qs_status st) {
     }
 }
 
+/* The connection string the command uses (qsweep_db_arg), so qsweep_fail can redact it. */
+static const char *current_conninfo;
+
+int qsweep_parse_int(const char *cmd, const char *flag, const char *arg, long lo, long hi,
+                     int *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    /* the whole argument must be the number: "1x", "", " 2" and overflow are refused */
+    if (!*arg || *arg == ' ' || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "qsweep %s: %s %s: expected an integer in [%ld, %ld]\n", cmd, flag, arg, lo,
+                hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+void qsweep_redact_conninfo(const char *conninfo, char *out, size_t cap) {
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &errmsg);
+    PQfreemem(errmsg);
+    if (!opts) {
+        /* unparsable: it may still hold a password, so none of it is shown */
+        snprintf(out, cap, "(connection string not shown: libpq cannot parse it)");
+        return;
+    }
+    size_t n = 0;
+    out[0] = 0;
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || !*o->val || !strcmp(o->keyword, "password")) continue;
+        int quote = strpbrk(o->val, " \t'\\") != NULL || !*o->val;
+        int k = snprintf(out + n, n < cap ? cap - n : 0, "%s%s=%s%s%s", n ? " " : "", o->keyword,
+                         quote ? "'" : "", o->val, quote ? "'" : "");
+        if (k > 0) n += (size_t)k;
+        if (n >= cap) break;
+    }
+    PQconninfoFree(opts);
+}
+
+/* Copies msg into out with every occurrence of what replaced by with. */
+static void replace_all(const char *msg, const char *what, const char *with, char *out,
+                        size_t cap) {
+    size_t n = 0, wl = strlen(what);
+    while (*msg && n + 1 < cap) {
+        if (wl && !strncmp(msg, what, wl)) {
+            n += (size_t)snprintf(out + n, cap - n, "%s", with);
+            if (n >= cap) n = cap - 1;
+            msg += wl;
+        } else {
+            out[n++] = *msg++;
+        }
+    }
+    out[n < cap ? n : cap - 1] = 0;
+}
+
+void qsweep_redact_message(const char *msg, char *out, size_t cap) {
+    snprintf(out, cap, "%s", msg);
+    if (!current_conninfo || !*current_conninfo) return;
+    size_t len = strlen(out) + 1;
+    char *tmp = malloc(cap + len), *shown = malloc(cap);
+    if (!tmp || !shown) {
+        free(tmp);
+        free(shown);
+        return;
+    }
+    qsweep_redact_conninfo(current_conninfo, shown, cap);
+    replace_all(msg, current_conninfo, shown, tmp, cap);
+    /* a password that appears on its own (a server message quoting it) is masked as well */
+    PQconninfoOption *opts = PQconninfoParse(current_conninfo, NULL);
+    snprintf(out, cap, "%s", tmp);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (!strcmp(o->keyword, "password") && o->val && *o->val) {
+            replace_all(tmp, o->val, "********", out, cap);
+        }
+    PQconninfoFree(opts);
+    free(tmp);
+    free(shown);
+}
+
 int qsweep_fail(const char *cmd, const qs_error *err) {
-    fprintf(stderr, "qsweep %s: %s\n", cmd, err->msg[0] ? err->msg : qs_status_name(err->code));
+    const char *msg = err->msg[0] ? err->msg : qs_status_name(err->code);
+    /* a message that already starts with the command's name ("cancel: ...") is not prefixed
+     * twice */
+    size_t cl = strlen(cmd);
+    if (!strncmp(msg, cmd, cl) && msg[cl] == ':' && msg[cl + 1] == ' ') msg += cl + 2;
+    char shown[sizeof err->msg + 512];
+    qsweep_redact_message(msg, shown, sizeof shown);
+    fprintf(stderr, "qsweep %s: %s\n", cmd, shown);
     return qsweep_exit_code(err->code);
 }
 
@@ -74,13 +166,60 @@ const char *qsweep_self_exe(void) {
 }
 
 const char *qsweep_db_arg(const char *opt) {
-    if (opt && *opt) return opt;
     const char *env = getenv("QSWEEP_DB");
-    return (env && *env) ? env : NULL;
+    const char *db = (opt && *opt) ? opt : (env && *env) ? env : NULL;
+    if (db) current_conninfo = db;
+    return db;
+}
+
+qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_store **out,
+                                     qs_error *err) {
+    *out = NULL;
+    current_conninfo = conninfo;
+    PGconn *c = PQconnectdb(conninfo);
+    if (!c) return qs_error_set(err, QS_ENOMEM, "out of memory connecting");
+    if (PQstatus(c) != CONNECTION_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", PQerrorMessage(c));
+        msg[strcspn(msg, "\n")] = 0;
+        PQfinish(c);
+        return qs_error_set(err, QS_EDB, "connect to PostgreSQL (%s): %s", conninfo, msg);
+    }
+    PGresult *r = PQexec(c, "SELECT to_regclass('schema_migrations') IS NULL");
+    int missing = PQresultStatus(r) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(r, 0, 0), "t");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && !missing) {
+        PQclear(r);
+        r = PQexec(c, "SELECT count(*) FROM schema_migrations");
+    }
+    qs_status st = QS_OK;
+    if (missing) {
+        st = qs_error_set(err, QS_EDB,
+                          "the database has no qsweep schema (%s only reads it; create it with "
+                          "qsweep db migrate, or qsweep submit)",
+                          role);
+    } else if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        st = qs_error_set(err, QS_EDB, "reading schema_migrations: %s", PQerrorMessage(c));
+    } else {
+        long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        if ((size_t)n < qc_schema_migrations_count)
+            st = qs_error_set(err, QS_EDB,
+                              "the database schema has %ld of %zu migrations (%s only reads it; "
+                              "update it with qsweep db migrate)",
+                              n, qc_schema_migrations_count, role);
+    }
+    PQclear(r);
+    PQfinish(c);
+    /* the schema is current, so qc_store_open's migration check applies nothing */
+    return st ? st : qc_store_open(conninfo, role, out, err);
 }
 
 qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_sets, qc_grid **grid,
                            qc_job_list *jobs, qs_error *err) {
+    /* a directory, FIFO or device as the grid: refused before an open that could block */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qs_error_set(err, QS_EINVAL, "%s: not a regular file (%s)", path,
+                            S_ISDIR(sb.st_mode) ? "a directory" : "a FIFO, socket or device");
     qs_status st = qc_grid_load(path, sets, n_sets, qsweep_probe(), grid, err);
     if (st) return st;
     st = qc_grid_expand(*grid, jobs, err);

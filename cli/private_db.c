@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,13 +65,28 @@ static qs_status let_server_user_traverse(const char *dir, qs_error *err) {
     return QS_OK;
 }
 
-qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, qs_error *err) {
+/* Whether a postmaster runs on dir: postmaster.pid's first line names a live process (the
+ * test qc_pgserver_start makes before it adopts a server). */
+static int server_running(const char *dir) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/postmaster.pid", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    long pid = 0;
+    int ok = fscanf(f, "%ld", &pid) == 1;
+    fclose(f);
+    return ok && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *adopted,
+                                  qs_error *err) {
     char dir[PATH_MAX];
     qs_status st = QS_OK;
     if (pg_dir)
         snprintf(dir, sizeof dir, "%s", pg_dir);
     else
         st = qsweep_xdg_path("XDG_DATA_HOME", ".local/share", "pg", dir, sizeof dir, err);
+    if (adopted) *adopted = !st && server_running(dir);
     if (!st) st = qsweep_make_dirs(dir, err);
     if (!st) st = let_server_user_traverse(dir, err);
     if (!st) st = qc_pgserver_start(dir, out, err);

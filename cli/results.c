@@ -189,10 +189,13 @@ int qsweep_cmd_results(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "cjd:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            format = 1;
-            break;
         case 'j':
-            format = 2;
+            if (format && format != (c == 'c' ? 1 : 2)) {
+                fprintf(stderr, "qsweep results: --csv and --json exclude each other\n");
+                results_usage(stderr);
+                return QSWEEP_EXIT_USAGE;
+            }
+            format = c == 'c' ? 1 : 2;
             break;
         case 'd':
             db = optarg;
@@ -214,7 +217,7 @@ int qsweep_cmd_results(int argc, char **argv) {
     }
     qs_error err = {0};
     qc_store *s = NULL;
-    qs_status st = qc_store_open(conninfo, "results", &s, &err);
+    qs_status st = qsweep_open_existing_store(conninfo, "results", &s, &err);
     if (!st) st = qsweep_print_results(s, argv[optind], format, stdout, &err);
     qc_store_close(s);
     return st ? qsweep_fail("results", &err) : QSWEEP_EXIT_OK;

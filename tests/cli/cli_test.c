@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -74,10 +75,101 @@ static void test_bad_grid_exits_2_naming_the_place(void **state) {
     const char *args[] = {"submit", TINY, "--dry-run", "--set", "dataset.ctx=1", NULL};
     assert_int_equal(qsweep(args), 2);
     assert_non_null(
-        strstr(out, "--set dataset.ctx=1: expected an integer in [2, 1048576] for dataset.ctx"));
+        strstr(out, "--set dataset.ctx=1: expected an integer in [3, 1048576] for dataset.ctx"));
     const char *missing[] = {"submit", "/nonexistent/grid.yaml", "--dry-run", NULL};
     assert_int_equal(qsweep(missing), 2);
     assert_non_null(strstr(out, "/nonexistent/grid.yaml: cannot open grid file"));
+}
+
+/* Every numeric flag: the whole argument is a number in the documented range, else exit 1
+ * with a message naming the flag and the range. */
+static void test_numeric_flags_are_whole_numbers_in_range(void **state) {
+    (void)state;
+    const struct {
+        const char *args[8];
+        const char *msg;
+    } cases[] = {
+        {{"run", TINY, "--threads", "99999", NULL},
+         "--threads 99999: expected an integer in [1, 1024]"},
+        {{"run", TINY, "--threads", "0", NULL}, "--threads 0: expected an integer in [1, 1024]"},
+        {{"run", TINY, "--workers", "1x", NULL}, "--workers 1x: expected an integer in [1, 256]"},
+        {{"run", TINY, "--workers", "0", NULL}, "--workers 0: expected an integer in [1, 256]"},
+        {{"run", TINY, "--lease-ms", "99999999999999", NULL},
+         "--lease-ms 99999999999999: expected an integer in [1000, 2147483647]"},
+        {{"submit", TINY, "--dry-run", "--sample", "abc", NULL},
+         "--sample abc: expected an integer in [0, 1000000]"},
+        {{"submit", TINY, "--dry-run", "--sample", "2x", NULL},
+         "--sample 2x: expected an integer in [0, 1000000]"},
+        {{"worker", "--threads", "-1", NULL}, "--threads -1: expected an integer in [1, 1024]"},
+        {{"coordinator", "--db", "x", "--lease-ms", "", NULL},
+         "--lease-ms : expected an integer in [100, 2147483647]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = qsweep(cases[i].args);
+        if (rc != 1 || !strstr(out, cases[i].msg))
+            fail_msg("case %zu: expected exit 1 and '%s', got %d:\n%s", i, cases[i].msg, rc, out);
+    }
+}
+
+/* --csv and --json exclude each other; arguments a command does not take are refused. */
+static void test_exclusive_flags_and_extra_arguments_exit_1(void **state) {
+    (void)state;
+    const char *both[] = {"results", "tiny", "--csv", "--json", "--db", "host=/nonexistent", NULL};
+    assert_int_equal(qsweep(both), 1);
+    assert_non_null(strstr(out, "--csv and --json exclude each other"));
+    const char *workers[] = {"workers", "extra", "--db", "host=/nonexistent", NULL};
+    assert_int_equal(qsweep(workers), 1);
+    assert_non_null(strstr(out, "qsweep workers: unexpected argument 'extra'"));
+    const char *run[] = {"run", TINY, "extra", NULL};
+    assert_int_equal(qsweep(run), 1);
+    assert_non_null(strstr(out, "qsweep run: unexpected argument 'extra'"));
+    const char *submit[] = {"submit", TINY, "extra", "--dry-run", NULL};
+    assert_int_equal(qsweep(submit), 1);
+    assert_non_null(strstr(out, "qsweep submit: unexpected argument 'extra'"));
+}
+
+/* A connection string's password never reaches a message, in key=value or URI form. */
+static void test_connection_passwords_are_redacted(void **state) {
+    (void)state;
+    const char *kv[] = {"status", "--db", "host=/nonexistent password=hunter2 user=me", NULL};
+    assert_int_equal(qsweep(kv), 3);
+    if (strstr(out, "hunter2") || !strstr(out, "connect to PostgreSQL (user=me host=/nonexistent)"))
+        fail_msg("key=value form:\n%s", out);
+    const char *uri[] = {"workers", "--db", "postgresql://x:s3cret@127.0.0.1:1/z", NULL};
+    assert_int_equal(qsweep(uri), 3);
+    if (strstr(out, "s3cret") || strstr(out, "x:") ||
+        !strstr(out, "(user=x dbname=z host=127.0.0.1 port=1)"))
+        fail_msg("URI form:\n%s", out);
+}
+
+/* A grid, token file or model that is a directory, FIFO or device is bad input (exit 2),
+ * refused before an open that could block (a FIFO without a writer blocks forever). */
+static void test_paths_that_are_not_regular_files_exit_2(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-cli");
+    assert_non_null(dir);
+    char fifo[300], set[400];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *grid_dir[] = {"submit", dir, "--dry-run", NULL};
+    assert_int_equal(qsweep(grid_dir), 2);
+    assert_non_null(strstr(out, ": not a regular file (a directory)"));
+    const char *grid_fifo[] = {"submit", fifo, "--dry-run", NULL};
+    assert_int_equal(qsweep(grid_fifo), 2);
+    assert_non_null(strstr(out, "/fifo: not a regular file (a FIFO, socket or device)"));
+    snprintf(set, sizeof set, "dataset.tokens=%s", fifo);
+    const char *tokens_fifo[] = {"submit", TINY, "--dry-run", "--set", set, NULL};
+    assert_int_equal(qsweep(tokens_fifo), 2);
+    assert_non_null(strstr(out, "/fifo: not a regular file (a FIFO, socket or device)"));
+    snprintf(set, sizeof set, "dataset.tokens=%s", dir);
+    const char *tokens_dir[] = {"submit", TINY, "--dry-run", "--set", set, NULL};
+    assert_int_equal(qsweep(tokens_dir), 2);
+    assert_non_null(strstr(out, "not a regular file (a directory)"));
+    const char *model_dev[] = {"submit", TINY, "--dry-run", "--set", "models.0=/dev/null", NULL};
+    assert_int_equal(qsweep(model_dev), 2);
+    assert_non_null(strstr(out, "/dev/null: not a regular file"));
+    fx_rmtree(dir);
+    free(dir);
 }
 
 int main(void) {
@@ -87,6 +179,10 @@ int main(void) {
         cmocka_unit_test(test_submit_needs_a_database_unless_dry_run),
         cmocka_unit_test(test_dry_run_counts_jobs_and_shows_a_sample),
         cmocka_unit_test(test_bad_grid_exits_2_naming_the_place),
+        cmocka_unit_test(test_numeric_flags_are_whole_numbers_in_range),
+        cmocka_unit_test(test_exclusive_flags_and_extra_arguments_exit_1),
+        cmocka_unit_test(test_connection_passwords_are_redacted),
+        cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,6 +105,9 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "29 jobs: 29 new"));
     assert_non_null(strstr(out, "baseline"));
     assert_non_null(strstr(out, "FROM v_sensitivity"));
+    char pid_file[600];
+    snprintf(pid_file, sizeof pid_file, "%s/postmaster.pid", e->pg_dir);
+    assert_int_not_equal(access(pid_file, F_OK), 0); /* it started the cluster: it stopped it */
 
     qs_error err = {0};
     assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
@@ -184,10 +187,8 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "100%  29/29"));
 }
 
-/* Starts `qsweep run` on the tiny grid in the background against db, with one worker and
- * max_chunks chunks per job (the grid says 8), so there is time to act while it runs. Output
- * is discarded. Returns its pid. */
-static pid_t start_slow_run(const char *db, const char *max_chunks) {
+/* As start_slow_run, with one more --set (extra, when not NULL). */
+static pid_t start_run_with(const char *db, const char *max_chunks, const char *extra) {
     char set[64];
     snprintf(set, sizeof set, "dataset.max_chunks=%s", max_chunks);
     pid_t pid = fork();
@@ -196,11 +197,21 @@ static pid_t start_slow_run(const char *db, const char *max_chunks) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         dup2(null, 2);
-        execl(QSWEEP_BIN, "qsweep", "run", TINY, "--workers", "1", "--set", set, "--db", db,
-              "--lease-ms", "2000", (char *)NULL);
+        char *argv[] = {"qsweep", "run",   TINY,          "--workers", "1",
+                        "--set",  set,     "--db",        (char *)db,  "--lease-ms",
+                        "2000",   "--set", (char *)extra, NULL};
+        if (!extra) argv[11] = NULL;
+        execv(QSWEEP_BIN, argv);
         _exit(127);
     }
     return pid;
+}
+
+/* Starts `qsweep run` on the tiny grid in the background against db, with one worker and
+ * max_chunks chunks per job (the grid says 8), so there is time to act while it runs. Output
+ * is discarded. Returns its pid. */
+static pid_t start_slow_run(const char *db, const char *max_chunks) {
+    return start_run_with(db, max_chunks, NULL);
 }
 
 /* Waits (up to a minute) until n jobs have succeeded. */
@@ -356,6 +367,103 @@ static void test_bad_input_is_refused_before_anything_is_queued(void **state) {
                    "beyond the vocabulary of model llama3_gqa (vocab_size 384)");
 }
 
+/* A worker killed by a signal (as a job that crashes it would) is started again, so the run
+ * goes on: the killed attempt's lease expires, the job is retried, and a job whose every
+ * attempt kills its worker ends failed after max_attempts (2 here), not left running. */
+static void
+test_worker_killed_by_a_signal_is_restarted_and_the_job_fails_after_max_attempts(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
+    pid_t run = start_run_with(db, "32", "max_attempts=2");
+    long job = 0, last_attempt = 0;
+    int kills = 0;
+    for (int i = 0; i < 1200 && kills < 2; i++) {
+        usleep(50000);
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "SELECT a.job, w.pid, a.id FROM attempts a JOIN workers w ON w.id = a.worker"
+                 " JOIN jobs j ON j.id = a.job WHERE a.outcome = 'running' AND j.kind = 'eval'"
+                 " AND a.id > %ld AND (%ld = 0 OR a.job = %ld) ORDER BY a.id LIMIT 1",
+                 last_attempt, job, job);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+            job = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+            pid_t w = (pid_t)strtol(PQgetvalue(r, 0, 1), NULL, 10);
+            last_attempt = strtol(PQgetvalue(r, 0, 2), NULL, 10);
+            assert_int_equal(kill(w, SIGKILL), 0);
+            kills++;
+        }
+        PQclear(r);
+    }
+    assert_int_equal(kills, 2);
+    assert_int_equal(wait_exit(run), 5); /* the run went on to the end; one job failed */
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", job);
+    assert_int_equal(query_long(c, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM attempts WHERE job = %ld", job);
+    assert_int_equal(query_long(c, sql), 2);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS - 1);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM attempts WHERE outcome = 'running'"), 0);
+    /* the first worker and its two restarts (each with its own id) */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM workers"), 3);
+}
+
+/* `qsweep run` without a database stops the private cluster only when it started it: one
+ * already running (qsweep db start) is used and left running. */
+static void test_run_leaves_an_adopted_cluster_running(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *start[] = {"db", "start", NULL};
+    assert_int_equal(qsweep(out, sizeof out, start), 0);
+    char *q = strstr(out, "export QSWEEP_DB='");
+    assert_non_null(q);
+    char conninfo[600];
+    snprintf(conninfo, sizeof conninfo, "%s", q + strlen("export QSWEEP_DB='"));
+    conninfo[strcspn(conninfo, "'")] = 0;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK); /* teardown stops it */
+
+    const char *run[] = {"run", TINY, "--workers", "1", "--set", "dataset.max_chunks=1", NULL};
+    int rc = qsweep(out, sizeof out, run);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "(already running: left running)"));
+    PGconn *c = e->c = connect_db(conninfo);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS);
+}
+
+/* status, results, workers and cancel only read: on a database without the schema they say
+ * so (exit 3) and create nothing. Messages carry one command prefix. */
+static void test_read_only_commands_never_migrate(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
+    static char out[1 << 12];
+    const char *cmds[][5] = {{"status", "--db", db, NULL},
+                             {"results", "tiny", "--db", db, NULL},
+                             {"workers", "--db", db, NULL},
+                             {"cancel", "tiny", "--db", db, NULL}};
+    for (size_t i = 0; i < 4; i++) {
+        int rc = qsweep(out, sizeof out, cmds[i]);
+        if (rc != 3 || !strstr(out, "the database has no qsweep schema"))
+            fail_msg("qsweep %s: expected exit 3 and 'no qsweep schema', got %d:\n%s", cmds[i][0],
+                     rc, out);
+    }
+    assert_int_equal(query_long(c, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
+                     0);
+    const char *migrate[] = {"db", "migrate", "--db", db, NULL};
+    assert_int_equal(qsweep(out, sizeof out, migrate), 0);
+    const char *cancel[] = {"cancel", "nosuch", "--db", db, NULL};
+    assert_int_not_equal(qsweep(out, sizeof out, cancel), 0);
+    if (!strstr(out, "qsweep cancel: no experiment named 'nosuch'")) fail_msg("%s", out);
+}
+
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
  * none of them takes long). */
 int main(int argc, char **argv) {
@@ -367,6 +475,12 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_ends_the_run_with_exit_5, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_worker_killed_by_a_signal_is_restarted_and_the_job_fails_after_max_attempts, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(test_run_leaves_an_adopted_cluster_running, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_commands_never_migrate, setup, teardown),
     };
     if (argc > 1) {
         /* a name that matches no test would run nothing and pass: refuse it */

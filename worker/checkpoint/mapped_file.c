@@ -13,7 +13,14 @@ static const uint8_t qw_empty_file[1];
 
 qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* A FIFO or device would block open() or read() forever (a FIFO without a writer), and a
+     * directory cannot be mapped: refuse anything but a regular file before opening it, and
+     * again on the descriptor (O_NONBLOCK keeps a FIFO swapped in between from blocking). */
+    struct stat pre;
+    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode))
+        return qs_error_set(err, QS_EINVAL, "%s: not a regular file (%s)", path,
+                            S_ISDIR(pre.st_mode) ? "a directory" : "a FIFO, socket or device");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO, "%s: cannot open: %s",
                             path, strerror(errno));
@@ -25,7 +32,7 @@ qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return qs_error_set(err, QS_EIO, "%s: not a regular file", path);
+        return qs_error_set(err, QS_EINVAL, "%s: not a regular file", path);
     }
     const uint8_t *data = qw_empty_file;
     size_t size = (size_t)sb.st_size;
