@@ -51,6 +51,14 @@ static qs_status qw_rd_need(qw_rd *r, uint64_t n, const char *what) {
                             r->file, r->off, what, (unsigned long long)n, r->size - r->off);
     return QS_OK;
 }
+/* An array count that cannot fit in what is left of the file (n * min_size may overflow, so
+ * the message gives the count rather than a byte total). */
+static qs_status qw_rd_array_too_long(qw_rd *r, uint64_t n, size_t min_size, const char *what) {
+    return qs_error_set(r->err, QS_EFORMAT,
+                        "%s: offset %zu: truncated reading %s (an array of %llu elements of at "
+                        "least %zu bytes each, %zu bytes left)",
+                        r->file, r->off, what, (unsigned long long)n, min_size, r->size - r->off);
+}
 static qs_status qw_rd_u32(qw_rd *r, uint32_t *v, const char *what) {
     if (qw_rd_need(r, 4, what)) return QS_EFORMAT;
     memcpy(v, r->p + r->off, 4);
@@ -103,12 +111,12 @@ static qs_status qw_rd_skip_value(qw_rd *r, uint32_t t, int depth, const char *k
                             r->off - 12, key, et);
     if (et != GT_STRING && et != GT_ARRAY) {
         if (n > (r->size - r->off) / (uint64_t)qw_gt_size[et])
-            return qw_rd_need(r, UINT64_MAX, key);
+            return qw_rd_array_too_long(r, n, (size_t)qw_gt_size[et], key);
         r->off += (size_t)n * (size_t)qw_gt_size[et];
         return QS_OK;
     }
     /* Strings take at least 8 bytes, arrays 12: larger counts are refused before looping. */
-    if (n > (r->size - r->off) / 8) return qw_rd_need(r, UINT64_MAX, key);
+    if (n > (r->size - r->off) / 8) return qw_rd_array_too_long(r, n, 8, key);
     for (uint64_t i = 0; i < n; i++)
         if (qw_rd_skip_value(r, et, depth + 1, key)) return QS_EFORMAT;
     return QS_OK;
