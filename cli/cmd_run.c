@@ -155,7 +155,7 @@ typedef struct run_state {
 
 /* The handle of an adopted cluster: kept (reachable) and never destroyed, since destroying
  * it would stop a server this process did not start. */
-static qc_pgserver *adopted_pg;
+static qc_pgserver *volatile adopted_pg;
 
 /* Starts worker i (1-based) of r, with a worker id that differs per restart. */
 static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
@@ -316,6 +316,7 @@ int qsweep_cmd_run(int argc, char **argv) {
     if (!threads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cpus > workers ? (int)(cpus / workers) : 1;
+        if (threads > 1024) threads = 1024; /* the range qsweep worker --threads accepts */
     }
     qs_error err = {0};
     qc_grid *g = NULL;

@@ -380,23 +380,44 @@ test_worker_killed_by_a_signal_is_restarted_and_the_job_fails_after_max_attempts
     pid_t run = start_run_with(db, "32", "max_attempts=2");
     long job = 0, last_attempt = 0;
     int kills = 0;
-    for (int i = 0; i < 1200 && kills < 2; i++) {
-        usleep(50000);
+    for (int i = 0; i < 6000 && kills < 2; i++) {
+        usleep(10000);
+        /* an attempt that started under 100 ms ago (a job takes ~300 ms), so its worker is
+           still on it rather than on a next job the database does not show yet */
         char sql[512];
         snprintf(sql, sizeof sql,
                  "SELECT a.job, w.pid, a.id FROM attempts a JOIN workers w ON w.id = a.worker"
                  " JOIN jobs j ON j.id = a.job WHERE a.outcome = 'running' AND j.kind = 'eval'"
+                 " AND a.started_at > now() - interval '100 ms'"
                  " AND a.id > %ld AND (%ld = 0 OR a.job = %ld) ORDER BY a.id LIMIT 1",
                  last_attempt, job, job);
         PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
-            job = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-            pid_t w = (pid_t)strtol(PQgetvalue(r, 0, 1), NULL, 10);
-            last_attempt = strtol(PQgetvalue(r, 0, 2), NULL, 10);
-            assert_int_equal(kill(w, SIGKILL), 0);
-            kills++;
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+            PQclear(r);
+            continue;
         }
+        long attempt_job = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        long attempt = strtol(PQgetvalue(r, 0, 2), NULL, 10);
+        assert_int_equal(kill((pid_t)strtol(PQgetvalue(r, 0, 1), NULL, 10), SIGKILL), 0);
         PQclear(r);
+        /* the killed attempt ends lost when its lease (2 s) expires */
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM attempts WHERE id = %ld AND outcome <> "
+                 "'running'",
+                 attempt);
+        for (int k = 0; k < 200 && !query_long(c, sql); k++)
+            usleep(50000);
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM attempts WHERE id = %ld AND outcome = "
+                 "'lost'",
+                 attempt);
+        if (!query_long(c, sql)) {
+            if (kills) fail_msg("attempt %ld of job %ld was not lost", attempt, attempt_job);
+            continue; /* it had finished before the kill: try another */
+        }
+        job = attempt_job;
+        last_attempt = attempt;
+        kills++;
     }
     assert_int_equal(kills, 2);
     assert_int_equal(wait_exit(run), 5); /* the run went on to the end; one job failed */
