@@ -374,9 +374,12 @@ int qsweep_cmd_run(int argc, char **argv) {
             child *co = &r.children[r.n_children++];
             snprintf(co->name, sizeof co->name, "coordinator");
             snprintf(co->log, sizeof co->log, "%s/coordinator.log", logs);
-            char *av[] = {"qsweep",         "coordinator", "--bind", r.endpoint, "--db",
-                          (char *)conninfo, "--lease-ms",  lease,    NULL};
-            st = spawn(co, av, &err);
+            /* the connection string goes by environment, not argv, so a password in it does
+             * not show in ps */
+            if (setenv("QSWEEP_DB", conninfo, 1) != 0)
+                st = qs_error_set(&err, QS_EIO, "setenv QSWEEP_DB: %s", strerror(errno));
+            char *av[] = {"qsweep", "coordinator", "--bind", r.endpoint, "--lease-ms", lease, NULL};
+            if (!st) st = spawn(co, av, &err);
         }
         snprintf(r.host, sizeof r.host, "local");
         gethostname(r.host, sizeof r.host);
