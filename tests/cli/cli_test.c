@@ -168,6 +168,13 @@ static void test_paths_that_are_not_regular_files_exit_2(void **state) {
     const char *model_dev[] = {"submit", TINY, "--dry-run", "--set", "models.0=/dev/null", NULL};
     assert_int_equal(qsweep(model_dev), 2);
     assert_non_null(strstr(out, "/dev/null: not a regular file"));
+    char cfg[320];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir); /* a model directory whose config.json */
+    assert_int_equal(mkdir(cfg, 0755), 0);            /* is a directory */
+    snprintf(set, sizeof set, "models.0=%s", dir);
+    const char *model_cfg_dir[] = {"submit", TINY, "--dry-run", "--set", set, NULL};
+    assert_int_equal(qsweep(model_cfg_dir), 2);
+    assert_non_null(strstr(out, "/config.json: not a regular file (a directory)"));
     fx_rmtree(dir);
     free(dir);
 }
