@@ -161,6 +161,35 @@ int qsweep_cmd_cancel(int argc, char **argv) {
     return QSWEEP_EXIT_OK;
 }
 
+static void requeue_usage(FILE *out) {
+    fprintf(out,
+            "usage: qsweep requeue EXPERIMENT [--db CONNINFO]\n"
+            "  Puts EXPERIMENT's failed and cancelled jobs back in the queue with a fresh attempt\n"
+            "  budget (their earlier attempts and results stay as history). A running coordinator\n"
+            "  reads jobs when it starts: stop it first, then run or start it again.\n");
+}
+
+int qsweep_cmd_requeue(int argc, char **argv) {
+    common_opts o = {0};
+    int rc = parse_common(argc, argv, requeue_usage, 0, &o);
+    if (rc >= 0) return rc;
+    if (argc - o.first != 1) {
+        if (argc - o.first > 1)
+            fprintf(stderr, "qsweep requeue: unexpected argument '%s'\n", argv[o.first + 1]);
+        requeue_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    qs_error err = {0};
+    qc_store *s = NULL;
+    size_t n = 0;
+    qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "requeue", &s, &err);
+    if (!st) st = qc_store_requeue(s, argv[o.first], &n, &err);
+    qc_store_close(s);
+    if (st) return qsweep_fail("requeue", &err);
+    printf("%zu job(s) of experiment %s queued again\n", n, argv[o.first]);
+    return QSWEEP_EXIT_OK;
+}
+
 static void workers_usage(FILE *out) {
     fprintf(
         out,

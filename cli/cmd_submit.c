@@ -90,9 +90,9 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
     fprintf(out,
             "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued, "
             "%zu failed "
-            "before (left as they are)\n",
+            "before (left as they are: qsweep requeue %s runs them again)\n",
             g->name, (long long)c->experiment_id, c->experiment_new ? "" : ", submitted before",
-            n_jobs, c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed);
+            n_jobs, c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed, g->name);
 }
 
 int qsweep_cmd_submit(int argc, char **argv) {

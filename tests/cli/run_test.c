@@ -302,6 +302,45 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
         1);
 }
 
+/* Cancelled jobs are not lost for good: `qsweep requeue EXPERIMENT` (coordinator stopped)
+ * puts the cancelled ones back with a fresh attempt budget, and the next run finishes them
+ * all while the jobs that had succeeded keep their single attempt. */
+static void test_requeue_runs_cancelled_jobs_again(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
+    pid_t pid = start_slow_run(db, "64");
+    wait_succeeded(c, 1);
+    static char out[1 << 16];
+    const char *cancel[] = {"cancel", "tiny", "--db", db, NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel), 0);
+    assert_int_equal(wait_exit(pid), 5);
+    long cancelled =
+        query_long(c, "SELECT cancelled FROM v_experiment_progress WHERE experiment = 'tiny'");
+    assert_true(cancelled > 0);
+
+    const char *requeue[] = {"requeue", "tiny", "--db", db, NULL};
+    assert_int_equal(qsweep(out, sizeof out, requeue), 0);
+    char expect[96];
+    snprintf(expect, sizeof expect, "%ld job(s) of experiment tiny queued again", cancelled);
+    if (!strstr(out, expect)) fail_msg("requeue did not say '%s':\n%s", expect, out);
+
+    const char *again[] = {"run",  TINY, "--workers",  "2",    "--set", "dataset.max_chunks=64",
+                           "--db", db,   "--lease-ms", "2000", NULL};
+    int rc = qsweep(out, sizeof out, again);
+    if (rc != 0) fail_msg("run after requeue exited %d:\n%s", rc, out);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS);
+    /* the jobs that had succeeded before the cancel were not run again */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"),
+                     TINY_JOBS);
+    /* a second requeue has nothing to do */
+    assert_int_equal(qsweep(out, sizeof out, requeue), 0);
+    if (!strstr(out, "0 job(s) of experiment tiny queued again")) fail_msg("%s", out);
+}
+
 /* One bad grid: qsweep run must exit 2 with `what` in its message and queue nothing. */
 static void assert_refused(env *e, PGconn *c, const char *db, const char *grid_text,
                            const char *const *sets, const char *what) {
@@ -496,6 +535,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_bad_input_is_refused_before_anything_is_queued, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_ends_the_run_with_exit_5, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requeue_runs_cancelled_jobs_again, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_worker_killed_by_a_signal_is_restarted_and_the_job_fails_after_max_attempts, setup,
             teardown),
