@@ -98,6 +98,8 @@ typedef enum qk_e8m0_rounding {
     QK_E8M0_RP = 1,
 } qk_e8m0_rounding;
 
+/* E8M0 code of |x| under the rounding above (the sign is ignored, as CUDA's
+ * __nv_cvt_float_to_e8m0 does: fp4-spec.md section 4.4); 0 gives 0x00, NaN gives 0xFF. */
 uint8_t qk_e8m0_encode(float x, qk_e8m0_rounding rounding);
 
 /* 2^(code-127) as FP32 (code 0 is the FP32 subnormal 2^-127); NaN for 0xFF. */

@@ -23,6 +23,7 @@
 #define QK_HD static inline
 #endif
 
+/* The IEEE-754 bits of an FP32 value and back (memcpy: no aliasing, no conversion). */
 QK_HD uint32_t qk_bits_of(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);

@@ -21,8 +21,12 @@ typedef struct qc_sbuf {
     bool oom;
 } qc_sbuf;
 
+/* Frees b's text and resets it to empty (b itself is caller-owned). */
 void qc_sbuf_free(qc_sbuf *b);
+/* Cuts b back to its first len bytes (len <= b->len), e.g. to drop a trailing separator. */
 void qc_sbuf_truncate(qc_sbuf *b, size_t len);
+/* Appends n bytes of s, the NUL-terminated s, or printf-formatted text; on allocation failure
+ * they set b->oom and append nothing more. */
 void qc_sbuf_putn(qc_sbuf *b, const char *s, size_t n);
 void qc_sbuf_puts(qc_sbuf *b, const char *s);
 void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,6 +37,7 @@ typedef struct qc_sqlarray {
     size_t n;
 } qc_sqlarray;
 
+/* An integer element, in decimal. */
 void qc_sqlarray_int(qc_sqlarray *a, int64_t v);
 /* A double as the shortest text that reads back to the same value ("%.17g"); NaN and the
  * infinities as PostgreSQL spells them. */
