@@ -283,7 +283,8 @@ typedef struct qc_flush_stats {
 } qc_flush_stats;
 
 /* Writes the whole batch in one transaction, in this order: workers, attempts started,
- * leases renewed, attempts ended, job states, results, cancels handled; then COMMIT.
+ * leases renewed, attempts ended, job states, cancels handled, results; then COMMIT. The
+ * statements before the results go to the server in one pipeline (one round trip).
  * Results: when none of the batch's jobs has a stored result yet (the common case), COPY
  * straight into results under a savepoint; otherwise, or when that COPY meets a duplicate
  * (unique_violation), COPY into a session staging table and apply the idempotent rules above
