@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "clock.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -48,12 +49,6 @@ typedef struct child {
     char name[32];
     char log[PATH_MAX + 32];
 } child;
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Starts `qsweep <argv...>` with stdout and stderr into c->log. */
 static qs_status spawn(child *c, char *const argv[], qs_error *err) {
@@ -216,7 +211,7 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
                 if (WIFSIGNALED(w->status) && r->restarts < r->max_restarts) {
                     r->restarts++;
                     w->restarts++;
-                    w->respawn_at = now_ms() + RESPAWN_DELAY_MS;
+                    w->respawn_at = qs_clock_ms() + RESPAWN_DELAY_MS;
                     fprintf(stderr,
                             "\nqsweep run: %s stopped (%s); restarting it in %d ms (restart %d "
                             "of %d); see %s\n",
@@ -227,7 +222,7 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
                 }
             }
             if (!w->pid && w->respawn_at) {
-                if (now_ms() < w->respawn_at) {
+                if (qs_clock_ms() < w->respawn_at) {
                     respawning++;
                     continue;
                 }

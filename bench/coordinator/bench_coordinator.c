@@ -36,12 +36,7 @@
 #include "migrate.h"
 #include "pgserver.h"
 #include "server.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "clock.h"
 
 static void quiet(void *arg, const char *message) {
     (void)arg;
@@ -188,7 +183,7 @@ static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_ar
                 if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
                                     "coordinator", &in, &err) == QS_OK) {
                     if (in->body_case == QSWEEP__ENVELOPE__BODY_ASSIGN) {
-                        if (*first_assign == 0) *first_assign = now_s();
+                        if (*first_assign == 0) *first_assign = qs_clock_s();
                         Qsweep__Result r = QSWEEP__RESULT__INIT;
                         r.job_id = in->assign->job_id;
                         r.attempt = in->assign->attempt;
@@ -201,7 +196,7 @@ static long simulate(void *ctx, const char *endpoint, int w, int metrics, run_ar
                         send_env(socks[i], &env);
                     } else if (in->body_case == QSWEEP__ENVELOPE__BODY_ACK && in->ack->final) {
                         completed++;
-                        *last_ack = now_s();
+                        *last_ack = qs_clock_s();
                         send_ready(socks[i]);
                     }
                     qs_proto_free(in);
@@ -275,11 +270,11 @@ static double raw_copy(const char *conninfo, long rows, int m) {
         for (int k = 0; k < m; k++)
             len += (size_t)snprintf(buf + len, cap - len, "%ld\t1\tsqnr_db.%d\t%d\t-1\tt\n", j + 1,
                                     k, 1 + k);
-    double t0 = now_s();
+    double t0 = qs_clock_s();
     ok = ok && buf &&
          copy_text(c, "COPY raw_results (job, attempt, name, value, step, final) FROM STDIN", buf,
                    len);
-    double dt = now_s() - t0;
+    double dt = qs_clock_s() - t0;
     free(buf);
     PQfinish(c);
     return ok ? dt : -1;

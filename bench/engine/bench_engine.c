@@ -33,12 +33,7 @@
 
 #include "model.h"
 #include "tokens.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "clock.h"
 
 /* ---- synthetic SmolLM2-shaped checkpoint (config.json + model.safetensors, BF16) */
 
@@ -184,11 +179,11 @@ static int forward_shapes(const qw_config *c, int T, shape *s, double *flops) {
 static double time_sgemm(const shape *s, int n, float *A, float *B, float *C, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = qs_clock_s();
         for (int i = 0; i < n; i++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, s[i].trans_b ? CblasTrans : CblasNoTrans,
                         s[i].m, s[i].n, s[i].k, 1.0f, A, s[i].lda, B, s[i].ldb, 0.0f, C, s[i].ldc);
-        double dt = now_s() - t0;
+        double dt = qs_clock_s() - t0;
         best = dt < best ? dt : best;
     }
     return best;
@@ -223,7 +218,7 @@ int main(int argc, char **argv) {
     qw_checkpoint *ck;
     qw_tokens toks = {0};
     qw_model *m;
-    double t0 = now_s();
+    double t0 = qs_clock_s();
     if (qw_checkpoint_open(gguf, &ck, &err) != QS_OK ||
         qw_model_create(ck, ctx, 0, &m, &err) != QS_OK) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
@@ -240,7 +235,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    double t_load = now_s() - t0;
+    double t_load = qs_clock_s() - t0;
     if (toks.n < (size_t)ctx * chunks) {
         fprintf(stderr, "bench_engine: %zu tokens, fewer than %d chunks of %d\n", toks.n, chunks,
                 ctx);
@@ -283,13 +278,13 @@ int main(int argc, char **argv) {
         qw_model_forward(m, toks.ids, ctx, &logits, &err); /* warm-up */
         double best = 1e30, total = 0.0;
         for (int ch = 0; ch < chunks; ch++) {
-            double s0 = now_s();
+            double s0 = qs_clock_s();
             if (qw_model_forward_rows(m, toks.ids + (size_t)ch * ctx, ctx, ctx / 2, &logits,
                                       &err) != QS_OK) {
                 fprintf(stderr, "bench_engine: %s\n", err.msg);
                 return 1;
             }
-            double dt = now_s() - s0;
+            double dt = qs_clock_s() - s0;
             total += dt;
             best = dt < best ? dt : best;
         }
@@ -327,7 +322,7 @@ int main(int argc, char **argv) {
         qw_model_apply_policy(m, NULL, &err);
         qw_model_forward(m, toks.ids, ctx, &logits, &err); /* the baseline pass of the sweep */
         n_pol = 0;
-        double s0 = now_s();
+        double s0 = qs_clock_s();
         for (int b = 0; b < c->n_layers; b += 5, n_pol++) {
             if (qw_policy_isolation(&pol, QW_ISO_BLOCK, 0, b, &spec, &err) != QS_OK ||
                 qw_model_apply_policy(m, &pol, &err) != QS_OK ||
@@ -336,7 +331,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
-        sweep_s[cached] = now_s() - s0;
+        sweep_s[cached] = qs_clock_s() - s0;
         if (cached) qw_model_prefix_cache_stats(m, &hits, &skipped);
     }
     qw_model_set_prefix_cache(m, 0, &err);

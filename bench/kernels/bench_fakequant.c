@@ -17,12 +17,7 @@
 #include "format.h"
 #include "philox.h"
 #include "quant.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "clock.h"
 
 static void copy_parallel(float *dst, const float *src, size_t n, int threads) {
     size_t chunk = (n + (size_t)threads - 1) / (size_t)threads;
@@ -68,9 +63,9 @@ int main(int argc, char **argv) {
         int th = thread_counts[ti];
         double best_copy = 1e30;
         for (int r = 0; r <= reps; r++) {
-            double t0 = now_s();
+            double t0 = qs_clock_s();
             copy_parallel(buf, src, n, th);
-            double dt = now_s() - t0;
+            double dt = qs_clock_s() - t0;
             if (r > 0 && dt < best_copy) best_copy = dt;
         }
         double copy_gbs = bytes / best_copy / 1e9;
@@ -89,12 +84,12 @@ int main(int argc, char **argv) {
             double best = 1e30;
             for (int r = 0; r <= reps; r++) {
                 copy_parallel(buf, src, n, th); /* fresh input, outside the timed region */
-                double t0 = now_s();
+                double t0 = qs_clock_s();
                 if (qk_fake_quant(f, &o, buf, rows, k, NULL, &err) != QS_OK) {
                     fprintf(stderr, "bench_fakequant: %s\n", err.msg);
                     return 1;
                 }
-                double dt = now_s() - t0;
+                double dt = qs_clock_s() - t0;
                 if (r > 0 && dt < best) best = dt;
             }
             double gbs = bytes / best / 1e9;

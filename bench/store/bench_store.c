@@ -24,12 +24,7 @@
 
 #include "pgserver.h"
 #include "store.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "clock.h"
 
 static int die(const char *what, const qs_error *err) {
     fprintf(stderr, "bench_store: %s: %s\n", what, err->msg);
@@ -73,7 +68,7 @@ static double through_store(qc_store *s, int64_t first, int n_jobs, int n_metric
     qs_error err = {0};
     qc_flush_stats fs;
     *ignored = 0;
-    double t0 = now_s();
+    double t0 = qs_clock_s();
     for (int j = 0; j < n_jobs; j++) {
         int64_t job = first + j;
         for (int m = 0; m < n_metrics; m++)
@@ -90,7 +85,7 @@ static double through_store(qc_store *s, int64_t first, int n_jobs, int n_metric
             *ignored += fs.results_ignored;
         }
     }
-    double dt = now_s() - t0;
+    double dt = qs_clock_s() - t0;
     qc_store_batch_free(b);
     free(rows);
     return (double)n_jobs * n_metrics / dt;
@@ -102,7 +97,7 @@ static double raw_copy(PGconn *c, int64_t first, int n_jobs, int n_metrics, int 
     size_t cap = (size_t)per_flush * (size_t)n_metrics * 96 + 1;
     char *buf = malloc(cap);
     if (!buf) return -1;
-    double t0 = now_s();
+    double t0 = qs_clock_s();
     for (int j0 = 0; j0 < n_jobs; j0 += per_flush) {
         size_t len = 0;
         for (int j = j0; j < n_jobs && j < j0 + per_flush; j++) {
@@ -129,7 +124,7 @@ static double raw_copy(PGconn *c, int64_t first, int n_jobs, int n_metrics, int 
         }
         if (!exec_ok(c, "COMMIT")) return -1;
     }
-    double dt = now_s() - t0;
+    double dt = qs_clock_s() - t0;
     free(buf);
     return (double)n_jobs * n_metrics / dt;
 }
@@ -141,7 +136,7 @@ static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
     qc_store_batch *b = qc_store_batch_new();
     if (!b) return -1;
     qs_error err = {0};
-    double t0 = now_s();
+    double t0 = qs_clock_s();
     for (int j = 0; j < n; j++) {
         int64_t job = first + j;
         char worker[32];
@@ -160,7 +155,7 @@ static double lifecycle(qc_store *s, int64_t first, int n, int per_flush) {
             return -1;
         }
     }
-    double dt = now_s() - t0;
+    double dt = qs_clock_s() - t0;
     qc_store_batch_free(b);
     return n / dt;
 }

@@ -14,6 +14,7 @@
 
 #include "codec.h"
 #include "store.h"
+#include "clock.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
 #define NEVER INT64_MAX
@@ -105,12 +106,6 @@ void qc_server_request_stop(void) {
 static void on_stop_signal(int sig) {
     (void)sig;
     stop_requested = 1;
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void slog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -399,7 +394,7 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
                 backoff = (int64_t)s->backoff_ms << shift;
                 if (backoff > 60000) backoff = 60000;
             }
-            j->not_before = now_ms() + backoff;
+            j->not_before = qs_clock_ms() + backoff;
             push_pending(s, j);
         }
     }
@@ -822,7 +817,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     j->attempts_used = r->attempts_used;
     j->attempt = (uint32_t)r->last_attempt;
     j->lease_deadline = NEVER;
-    int64_t now = now_ms();
+    int64_t now = qs_clock_ms();
     if (r->n_waiting_on) {
         j->deps = malloc(r->n_waiting_on * sizeof *j->deps);
         if (!j->deps) abort();
@@ -897,7 +892,7 @@ static qs_status poll_cancels(server *s, qs_error *err) {
 /* ---- the loop ---- */
 
 static void run_actions(server *s) {
-    int64_t now = now_ms();
+    int64_t now = qs_clock_ms();
     for (size_t i = 0; i < s->n_actions; i++) {
         action *a = &s->actions[i];
         bool sent = send_raw(s, a->rid, a->rid_len, a->buf, a->len);
@@ -922,7 +917,7 @@ static void db_lost(server *s, const char *why) {
     slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
          qc_store_batch_size(s->batch));
     s->db_down = true;
-    s->next_reconnect = now_ms() + 500;
+    s->next_reconnect = qs_clock_ms() + 500;
 }
 
 /* Commits the batch; on success sends what waited for it. */
@@ -932,14 +927,13 @@ static qs_status commit(server *s, qs_error *err) {
         if (qc_store_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
         qs_error e;
         size_t items = qc_store_batch_size(s->batch);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = qs_clock_s();
         qs_status st = qc_store_flush(s->store, s->batch, NULL, &e);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double t1 = qs_clock_s();
         if (st == QS_OK && items) {
             s->n_flushes++;
             s->n_flushed_items += items;
-            s->flush_s += (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            s->flush_s += t1 - t0;
         }
         if (st != QS_OK) {
             if (!qc_store_connection_lost(s->store)) {
@@ -1084,7 +1078,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
              "workers to re-attach); lease %d ms",
              opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
     }
-    int64_t next_poll = now_ms() + s.poll_ms, next_cancel_poll = now_ms() + 1000,
+    int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
             next_lease_check = 0;
     while (st == QS_OK && !stop_requested) {
         zmq_pollitem_t item = {.socket = s.sock, .events = ZMQ_POLLIN};
@@ -1092,14 +1086,14 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             st = qs_error_set(err, QS_ENET, "zmq_poll: %s", zmq_strerror(errno));
             break;
         }
-        int64_t now = now_ms();
+        int64_t now = qs_clock_ms();
         drain(&s, now);
         /* Group commit: replies to the last commit's ACKs and ASSIGNs arrive within a moment;
            waiting up to 1 ms more while they keep coming puts them in one transaction
            instead of splitting the workers into cohorts of half-empty ones. */
         for (int k = 0; k < 4 && qc_store_batch_size(s.batch) > 0 && !s.db_down; k++) {
             if (zmq_poll(&item, 1, 1) <= 0) break;
-            drain(&s, now_ms());
+            drain(&s, qs_clock_ms());
         }
         if (now >= next_lease_check) {
             check_leases(&s, now);

@@ -1,5 +1,6 @@
 /* A private PostgreSQL cluster: initdb, pg_ctl start/stop, SIGKILL. Contract: pgserver.h. */
 #include "pgserver.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -546,14 +547,12 @@ qs_status qc_pgserver_resume(qc_pgserver *srv, qs_error *err) {
      * the postmaster then refuses to start ("pre-existing shared memory block is still in
      * use"). Retry until they have gone. */
     qs_status st = QS_OK;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = qs_clock_ms();
     for (;;) {
         remove_zombie_locks(srv);
         st = pg_ctl_start(srv, err);
         if (st == QS_OK) return QS_OK;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec >= 30) break; /* each pg_ctl start waits up to 60 s itself */
+        if (qs_clock_ms() - t0 >= 30000) break; /* each pg_ctl start waits up to 60 s itself */
         sleep_ms(500);
     }
     return qs_error_wrap(err, "%s: no successful start in 30 s of retries", srv->data_dir);

@@ -5,6 +5,7 @@
 
 #include "loop.h"
 #include "loop_internal.h"
+#include "clock.h"
 
 /* A spec's optional "model_key" stands for a loaded model: keep it in the worker's cache. */
 static qs_status hold_model_key(qw_job_ctx *ctx, qs_error *err) {
@@ -30,13 +31,10 @@ static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
     /* Wall-clock deadline, so a process stopped (SIGSTOP) past it finishes as soon as it
        runs again: that is how tests make a late result. */
     double seconds = json_number_value(s);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = qs_clock_ms();
     uint64_t total_ms = (uint64_t)(seconds * 1000.0 + 0.5);
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t done_ms =
-            (uint64_t)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        uint64_t done_ms = (uint64_t)(qs_clock_ms() - t0);
         if (done_ms >= total_ms) break;
         if (qw_job_cancelled(ctx))
             return qs_error_set(err, QS_ECANCELLED, "sleep: cancelled after %llu of %llu ms",

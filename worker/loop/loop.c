@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "loop.h"
 #include "loop_internal.h"
+#include "clock.h"
 
 enum { CACHE_SLOTS = 8, KEY_MAX = 127, PHASE_MAX = 31, ID_MAX = 200 };
 
@@ -97,12 +98,6 @@ void qw_request_stop(void) {
 static void on_stop_signal(int sig) {
     (void)sig;
     stop_requested = 1;
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -330,7 +325,7 @@ static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t a
     w->end_len = len;
     w->end_job = job;
     w->end_attempt = attempt;
-    w->end_sent_ms = now_ms();
+    w->end_sent_ms = qs_clock_ms();
     send_packed(w, buf, len, "attempt end");
 }
 
@@ -575,7 +570,7 @@ static void reregister(worker *w) {
     resend_partials(w);
     if (w->end_buf) {
         send_packed(w, w->end_buf, w->end_len, "attempt end");
-        w->end_sent_ms = now_ms();
+        w->end_sent_ms = qs_clock_ms();
     }
 }
 
@@ -680,13 +675,13 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         wlog(w, "connecting to %s (heartbeat %d ms, coordinator timeout %d ms)", opts->endpoint,
              w->hb_ms, w->timeout_ms);
         send_hello(w);
-        w->last_heard_ms = now_ms();
+        w->last_heard_ms = qs_clock_ms();
         w->next_hb_ms = w->last_heard_ms + w->hb_ms;
     }
     bool stopping = false;
     int64_t stop_deadline = 0;
     while (st == QS_OK) {
-        int64_t t = now_ms();
+        int64_t t = qs_clock_ms();
         if (stop_requested && !stopping) {
             stopping = true;
             stop_deadline = t + w->timeout_ms; /* for the ACK; restarted when the job ends */
@@ -744,7 +739,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
                 zmq_msg_close(&msg);
                 break;
             }
-            w->last_heard_ms = now_ms();
+            w->last_heard_ms = qs_clock_ms();
             Qsweep__Envelope *env = NULL;
             qs_error derr;
             if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
