@@ -1,7 +1,8 @@
 /* The coordinator's write queue: transitions collected as array columns and flushed in one
- * transaction with one set-based statement per kind (unnest of the arrays); results by COPY,
- * straight into results when nothing can conflict, else through a session staging table and
- * INSERT ... ON CONFLICT. Contract: store.h (qc_store_batch_*, qc_store_flush). */
+ * transaction with one set-based statement per kind (unnest of the arrays; prepared once per
+ * session); results by COPY in binary format, straight into results when nothing can
+ * conflict, else through a session staging table and INSERT ... ON CONFLICT.
+ * Contract: store.h (qc_store_batch_*, qc_store_flush). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ struct qc_store_batch {
     column_group ended;   /* job, attempt, outcome, error */
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
     column_group workers; /* id, host, pid, gpus, threads */
-    qc_sbuf results;      /* COPY text rows: job, attempt, name, value, step, final */
+    qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
     column_group result_sets; /* job, attempt: one per qc_store_batch_results call */
     int64_t cancels_upto;     /* 0: none */
@@ -246,11 +247,13 @@ qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt
     }
     size_t before = b->results.len;
     for (size_t i = 0; i < n; i++) {
-        qc_sbuf_printf(&b->results, "%lld\t%d\t", (long long)job, attempt);
-        qc_copy_text(&b->results, rows[i].name);
-        qc_sbuf_putn(&b->results, "\t", 1);
-        qc_copy_double(&b->results, rows[i].value);
-        qc_sbuf_printf(&b->results, "\t%lld\t%c\n", (long long)rows[i].step, final ? 't' : 'f');
+        qc_copybin_row(&b->results, 6);
+        qc_copybin_int8(&b->results, job);
+        qc_copybin_int4(&b->results, attempt);
+        qc_copybin_text(&b->results, rows[i].name);
+        qc_copybin_float8(&b->results, rows[i].value);
+        qc_copybin_int8(&b->results, rows[i].step);
+        qc_copybin_bool(&b->results, final);
     }
     group_mark m = mark(&b->result_sets);
     qc_sqlarray_int(&b->result_sets.col[0], job);
@@ -322,7 +325,7 @@ static const char *const sql_states =
     "FROM last LEFT JOIN lerr ON lerr.job = last.job WHERE j.id = last.job "
     "AND j.id = ANY ($1::bigint[])";
 static const char *const sql_staging =
-    "CREATE TEMPORARY TABLE qc_results_in (job bigint, attempt integer, name text, "
+    "CREATE TEMPORARY TABLE IF NOT EXISTS qc_results_in (job bigint, attempt integer, name text, "
     "value double precision, step bigint, final boolean) ON COMMIT DELETE ROWS";
 /* Final rows: once per job. A final set from an attempt is dropped whole when the job already
  * holds final rows of another attempt; duplicates of stored rows are ignored. The check runs
@@ -359,8 +362,18 @@ static qs_status copy_rows(qc_store *s, qc_store_batch *b, const char *sql, char
         return st;
     }
     PQclear(r);
-    if (PQputCopyData(s->conn, b->results.p, (int)b->results.len) != 1 ||
-        PQputCopyEnd(s->conn, NULL) != 1)
+    qc_sbuf head = {0}, tail = {0};
+    qc_copybin_header(&head);
+    qc_copybin_trailer(&tail);
+    bool sent = !head.oom && !tail.oom && PQputCopyData(s->conn, head.p, (int)head.len) == 1;
+    for (size_t off = 0, piece; sent && off < b->results.len; off += piece) {
+        piece = b->results.len - off < (1u << 30) ? b->results.len - off : (1u << 30);
+        sent = PQputCopyData(s->conn, b->results.p + off, (int)piece) == 1;
+    }
+    sent = sent && PQputCopyData(s->conn, tail.p, (int)tail.len) == 1;
+    qc_sbuf_free(&head);
+    qc_sbuf_free(&tail);
+    if (!sent || PQputCopyEnd(s->conn, NULL) != 1)
         return qc_store_fail(s, NULL, "flush: sending results", err);
     qs_status st = QS_OK;
     while ((r = PQgetResult(s->conn)) != NULL) {
@@ -382,6 +395,8 @@ static const char *const sql_fresh =
     "SELECT 1 FROM results r WHERE r.job = u.job)) AND NOT EXISTS (SELECT 1 FROM "
     "unnest($1::bigint[], $2::int[]) AS p(job, att) GROUP BY job HAVING count(DISTINCT att) > 1)";
 
+static const char fresh_name[] = "qc_fresh";
+
 /* The fast path of flush_results: COPY directly into results under the savepoint
  * qc_fresh_results (set in the pipeline), when sql_fresh said so. *done is false when the
  * COPY meets a duplicate (unique_violation: a concurrent writer or a duplicate inside the
@@ -389,7 +404,8 @@ static const char *const sql_fresh =
 static qs_status copy_fresh_results(qc_store *s, qc_store_batch *b, bool *done, qs_error *err) {
     *done = false;
     char sqlstate[6];
-    qs_status st = copy_rows(s, b, "COPY results (job, attempt, name, value, step, final) FROM STDIN",
+    qs_status st = copy_rows(s, b, "COPY results (job, attempt, name, value, step, final) FROM STDIN "
+                             "(FORMAT binary)",
                              sqlstate, err);
     if (st == QS_OK) {
         *done = true;
@@ -411,7 +427,7 @@ static qs_status flush_results(qc_store *s, qc_store_batch *b, bool fresh, qc_fl
         stats->results_inserted += b->n_final + b->n_partial;
         return QS_OK;
     }
-    st = copy_rows(s, b, "COPY qc_results_in FROM STDIN", NULL, err);
+    st = copy_rows(s, b, "COPY qc_results_in FROM STDIN (FORMAT binary)", NULL, err);
     if (st) return st;
     PGresult *r;
     size_t inserted = 0;
@@ -438,7 +454,8 @@ static qs_status flush_results(qc_store *s, qc_store_batch *b, bool fresh, qc_fl
 /* One statement of the pipelined prelude: its SQL, parameters, the status it must give,
  * and where to add the rows it changed (NULL: nowhere). */
 typedef struct piped {
-    const char *sql, *what;
+    const char *sql, *what; /* sql: a prepared statement's name when prepared is true */
+    bool prepared;
     int n;
     const char *v[MAX_COLS];
     ExecStatusType want;
@@ -456,8 +473,10 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
     qs_status st = QS_OK;
     size_t sent = 0;
     for (; sent < n; sent++)
-        if (PQsendQueryParams(s->conn, q[sent].sql, q[sent].n, NULL, q[sent].v, NULL, NULL, 0) !=
-            1) {
+        if ((q[sent].prepared
+                 ? PQsendQueryPrepared(s->conn, q[sent].sql, q[sent].n, q[sent].v, NULL, NULL, 0)
+                 : PQsendQueryParams(s->conn, q[sent].sql, q[sent].n, NULL, q[sent].v, NULL, NULL,
+                                     0)) != 1) {
             st = qc_store_fail(s, NULL, q[sent].what, err);
             break;
         }
@@ -479,7 +498,7 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
                 st = qc_store_fail(s, rs == PGRES_PIPELINE_ABORTED ? NULL : r, q[i].what, err);
             } else if (rs == q[i].want) {
                 if (q[i].count) *q[i].count += strtoull(PQcmdTuples(r), NULL, 10);
-                if (fresh && q[i].sql == sql_fresh && PQntuples(r) == 1)
+                if (fresh && q[i].sql == fresh_name && PQntuples(r) == 1)
                     *fresh = PQgetvalue(r, 0, 0)[0] == 't';
             }
             PQclear(r);
@@ -509,38 +528,33 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
 
 static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_stats *stats,
                                       qs_error *err) {
-    /* A flush reads and writes a few rows by key: random access to cached pages. With the
-     * default random_page_cost (4, spinning disks) the planner preferred a sequential scan of
-     * all jobs once a batch held ~200 of them (3.3 ms against 0.07 ms for the index).
-     * Everything up to the results COPY goes in one pipeline; the order of the statements
-     * inside the one transaction is as documented in store.h, except that the cancel
-     * requests are marked handled before the results are written (same transaction, so the
-     * same outcome). */
+    /* Everything up to the results COPY goes in one pipeline of prepared statements; the
+     * order of the statements inside the one transaction is as documented in store.h,
+     * except that the cancel requests are marked handled before the results are written
+     * (same transaction, so the same outcome). */
     enum { NQ = 12 };
     piped q[NQ];
     size_t nq = 0;
     qc_sbuf lit[6 * MAX_COLS] = {{0}};
     size_t nlit = 0;
     qs_status st = QS_OK;
-    q[nq++] = (piped){"BEGIN", "flush: BEGIN", 0, {0}, PGRES_COMMAND_OK, NULL};
-    q[nq++] = (piped){"SET LOCAL random_page_cost = 1.1", "flush: BEGIN", 0, {0},
-                      PGRES_COMMAND_OK, NULL};
+    q[nq++] = (piped){"BEGIN", "flush: BEGIN", false, 0, {0}, PGRES_COMMAND_OK, NULL};
     struct {
         const column_group *g;
-        const char *sql, *what;
+        const char *name, *what;
         size_t *count;
     } groups_sql[] = {
-        {&b->workers, sql_workers, "flush: workers seen", &stats->workers_seen},
-        {&b->started, sql_started, "flush: attempts started", &stats->attempts_started},
-        {&b->renewed, sql_renewed, "flush: leases renewed", &stats->leases_renewed},
-        {&b->ended, sql_ended, "flush: attempts ended", &stats->attempts_ended},
-        {&b->states, sql_states, "flush: job states", &stats->jobs_changed},
+        {&b->workers, "qc_workers", "flush: workers seen", &stats->workers_seen},
+        {&b->started, "qc_started", "flush: attempts started", &stats->attempts_started},
+        {&b->renewed, "qc_renewed", "flush: leases renewed", &stats->leases_renewed},
+        {&b->ended, "qc_ended", "flush: attempts ended", &stats->attempts_ended},
+        {&b->states, "qc_states", "flush: job states", &stats->jobs_changed},
     };
     for (size_t k = 0; k < sizeof groups_sql / sizeof groups_sql[0] && !st; k++) {
         const column_group *g = groups_sql[k].g;
         if (g->col[0].n == 0) continue;
         piped *p = &q[nq++];
-        *p = (piped){groups_sql[k].sql, groups_sql[k].what, g->n, {0}, PGRES_COMMAND_OK,
+        *p = (piped){groups_sql[k].name, groups_sql[k].what, true, g->n, {0}, PGRES_COMMAND_OK,
                      groups_sql[k].count};
         for (int i = 0; i < g->n && !st; i++)
             if (!(p->v[i] = qc_sqlarray_literal(&g->col[i], &lit[nlit++])))
@@ -550,18 +564,18 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
     char upto[32];
     if (!st && b->cancels_upto > 0) {
         snprintf(upto, sizeof upto, "%lld", (long long)b->cancels_upto);
-        q[nq++] = (piped){sql_cancels, "flush: cancel requests handled", 1, {upto},
+        q[nq++] = (piped){"qc_cancels", "flush: cancel requests handled", true, 1, {upto},
                           PGRES_COMMAND_OK, NULL};
     }
     bool results = b->n_final + b->n_partial > 0, fresh = false;
     if (!st && results) {
         piped *p = &q[nq++];
-        *p = (piped){sql_fresh, "flush: checking for stored results", 2, {0}, PGRES_TUPLES_OK,
-                     NULL};
+        *p = (piped){fresh_name, "flush: checking for stored results", true, 2, {0},
+                     PGRES_TUPLES_OK, NULL};
         for (int i = 0; i < 2 && !st; i++)
             if (!(p->v[i] = qc_sqlarray_literal(&b->result_sets.col[i], &lit[nlit++])))
                 st = qs_error_set(err, QS_ENOMEM, "flush: out of memory");
-        q[nq++] = (piped){"SAVEPOINT qc_fresh_results", "flush: SAVEPOINT", 0, {0},
+        q[nq++] = (piped){"SAVEPOINT qc_fresh_results", "flush: SAVEPOINT", false, 0, {0},
                           PGRES_COMMAND_OK, NULL};
     }
     if (!st) st = run_pipeline(s, q, nq, &fresh, err);
@@ -573,18 +587,46 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
     return st;
 }
 
+/* Readies a session for flushes, once (again after a reconnect):
+ * - random_page_cost 1.1: a flush reads and writes a few rows by key, random access to
+ *   cached pages. With the default (4, for spinning disks) the planner preferred a
+ *   sequential scan of all jobs once a batch held ~200 of them (3.3 ms against 0.07 ms for
+ *   the index).
+ * - the flush's statements prepared, with generic plans (plan_cache_mode, PostgreSQL 12+):
+ *   planning them on every flush cost 0.3-0.7 ms each, about half of a small flush's time.
+ *   Their plans are index lookups whatever the batch size.
+ * - the results staging table (a temporary table, outside any transaction so a rolled-back
+ *   flush does not take it along). */
+static qs_status prepare_session(qc_store *s, qs_error *err) {
+    static const struct {
+        const char *name, *sql;
+    } stmts[] = {
+        {"qc_workers", sql_workers}, {"qc_started", sql_started}, {"qc_renewed", sql_renewed},
+        {"qc_ended", sql_ended},     {"qc_states", sql_states},   {"qc_cancels", sql_cancels},
+        {fresh_name, sql_fresh},
+    };
+    const char *setup[] = {"DEALLOCATE ALL", "SET random_page_cost = 1.1",
+                           "SET plan_cache_mode = force_generic_plan", sql_staging};
+    qs_status st = QS_OK;
+    for (size_t i = 0; i < sizeof setup / sizeof setup[0] && !st; i++)
+        st = qc_store_exec(s, setup[i], "flush: preparing the session", err);
+    for (size_t i = 0; i < sizeof stmts / sizeof stmts[0] && !st; i++) {
+        PGresult *r = PQprepare(s->conn, stmts[i].name, stmts[i].sql, 0, NULL);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            st = qc_store_fail(s, r, "flush: preparing statements", err);
+        PQclear(r);
+    }
+    if (!st) s->flush_ready = true;
+    return st;
+}
+
 qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err) {
     qc_flush_stats local = {0};
     if (!stats) stats = &local;
     *stats = (qc_flush_stats){0};
     if (qc_store_batch_size(b) == 0) return QS_OK;
-    if (b->n_final + b->n_partial > 0 && !s->staging_ready) {
-        /* Outside the transaction, so a rolled-back flush does not take the table with it. */
-        qs_status st = qc_store_exec(s, sql_staging, "flush: creating results staging", err);
-        if (st) return st;
-        s->staging_ready = true;
-    }
-    qs_status st = flush_in_transaction(s, b, stats, err);
+    qs_status st = s->flush_ready ? QS_OK : prepare_session(s, err);
+    if (!st) st = flush_in_transaction(s, b, stats, err);
     if (st) {
         qc_store_rollback(s);
         *stats = (qc_flush_stats){0};

@@ -1,4 +1,4 @@
-/* Array literals and COPY text rows. Contract and format references: sqltext.h. */
+/* Array literals and COPY binary rows. Contract and format references: sqltext.h. */
 #include "sqltext.h"
 
 #include <math.h>
@@ -131,37 +131,55 @@ void qc_sqlarray_free(qc_sqlarray *a) {
     a->n = 0;
 }
 
-void qc_copy_text(qc_sbuf *b, const char *s) {
-    const char *run = s;
-    for (const char *c = s; *c; c++) {
-        const char *esc = NULL;
-        switch (*c) {
-        case '\\':
-            esc = "\\\\";
-            break;
-        case '\t':
-            esc = "\\t";
-            break;
-        case '\n':
-            esc = "\\n";
-            break;
-        case '\r':
-            esc = "\\r";
-            break;
-        default:
-            continue;
-        }
-        qc_sbuf_putn(b, run, (size_t)(c - run));
-        qc_sbuf_puts(b, esc);
-        run = c + 1;
-    }
-    qc_sbuf_puts(b, run);
+/* Appends the low n bytes of v, most significant first (network order). */
+static void put_be(qc_sbuf *b, uint64_t v, int n) {
+    char out[8];
+    for (int i = 0; i < n; i++)
+        out[i] = (char)(v >> (8 * (n - 1 - i)));
+    qc_sbuf_putn(b, out, (size_t)n);
 }
 
-void qc_copy_double(qc_sbuf *b, double v) {
-    char buf[40];
-    format_double(buf, sizeof buf, v);
-    qc_sbuf_puts(b, buf);
+void qc_copybin_header(qc_sbuf *b) {
+    /* signature, flags (no OIDs), header extension length */
+    qc_sbuf_putn(b, "PGCOPY\n\377\r\n\0", 11);
+    put_be(b, 0, 4);
+    put_be(b, 0, 4);
+}
+
+void qc_copybin_trailer(qc_sbuf *b) {
+    put_be(b, 0xFFFF, 2);
+}
+
+void qc_copybin_row(qc_sbuf *b, int16_t n_fields) {
+    put_be(b, (uint16_t)n_fields, 2);
+}
+
+void qc_copybin_int4(qc_sbuf *b, int32_t v) {
+    put_be(b, 4, 4);
+    put_be(b, (uint32_t)v, 4);
+}
+
+void qc_copybin_int8(qc_sbuf *b, int64_t v) {
+    put_be(b, 8, 4);
+    put_be(b, (uint64_t)v, 8);
+}
+
+void qc_copybin_float8(qc_sbuf *b, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    put_be(b, 8, 4);
+    put_be(b, bits, 8);
+}
+
+void qc_copybin_bool(qc_sbuf *b, bool v) {
+    put_be(b, 1, 4);
+    put_be(b, v ? 1 : 0, 1);
+}
+
+void qc_copybin_text(qc_sbuf *b, const char *s) {
+    size_t n = strlen(s);
+    put_be(b, (uint32_t)n, 4);
+    qc_sbuf_putn(b, s, n);
 }
 
 bool qc_utf8_valid(const char *s, size_t *bad) {

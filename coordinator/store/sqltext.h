@@ -1,11 +1,9 @@
-/* Growable text buffers that build PostgreSQL array literals ("{1,2,NULL}") and COPY text
+/* Growable buffers that build PostgreSQL array literals ("{1,2,NULL}") and COPY binary
  * rows for the store's set-based statements. Internal to qc_store.
  *
  * Array literal rules (PostgreSQL docs, "Arrays", 8.15.6 Array Input and Output Syntax):
  * elements separated by commas; an element in double quotes may hold any character, with
- * '"' and '\' backslash-escaped; an unquoted NULL is the null value.
- * COPY text rules (docs, COPY, "Text Format"): columns separated by tabs, rows by newlines;
- * backslash, tab, newline and carriage return inside a value are written \\, \t, \n, \r. */
+ * '"' and '\' backslash-escaped; an unquoted NULL is the null value. */
 #ifndef QC_STORE_SQLTEXT_H
 #define QC_STORE_SQLTEXT_H
 
@@ -49,10 +47,23 @@ const char *qc_sqlarray_literal(const qc_sqlarray *a, qc_sbuf *out);
 void qc_sqlarray_clear(qc_sqlarray *a);
 void qc_sqlarray_free(qc_sqlarray *a);
 
-/* Appends s to a COPY text row, escaped. */
-void qc_copy_text(qc_sbuf *b, const char *s);
-/* Appends a double to a COPY text row (as qc_sqlarray_double). */
-void qc_copy_double(qc_sbuf *b, double v);
+/* COPY binary format (docs, COPY, "Binary Format"): an 11-byte signature, 32-bit flags and
+ * header-extension length; per row a 16-bit field count, then per field a 32-bit byte length
+ * and the value in the type's send format; a 16-bit -1 ends the data. All integers are
+ * big-endian. The value formats used here: int4 and int8 as two's complement, float8 as its
+ * IEEE 754 bits, bool as one byte 0/1, text as its UTF-8 bytes without a NUL.
+ * The header and trailer of one COPY's data: */
+void qc_copybin_header(qc_sbuf *b);
+void qc_copybin_trailer(qc_sbuf *b);
+/* Starts a row of n_fields fields. */
+void qc_copybin_row(qc_sbuf *b, int16_t n_fields);
+/* One field of a row. */
+void qc_copybin_int4(qc_sbuf *b, int32_t v);
+void qc_copybin_int8(qc_sbuf *b, int64_t v);
+void qc_copybin_float8(qc_sbuf *b, double v);
+void qc_copybin_bool(qc_sbuf *b, bool v);
+/* s: NUL-terminated UTF-8 (checked by the caller), shorter than 2^31 bytes. */
+void qc_copybin_text(qc_sbuf *b, const char *s);
 
 /* Whether s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
  * U+10FFFF). On false, *bad (when not NULL) is the offset of the first bad byte. The

@@ -196,7 +196,7 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
         return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
     }
     s->lost = false;
-    s->staging_ready = false; /* temporary tables died with the old session */
+    s->flush_ready = false; /* prepared statements and temporary tables died with the session */
     if (s->holds_lock) {
         s->holds_lock = false;
         qs_status st = try_coordinator_lock(s, err);

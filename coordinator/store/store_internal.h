@@ -10,7 +10,8 @@ struct qc_store {
     PGconn *conn;
     bool lost;          /* the last call found the connection gone */
     bool holds_lock;    /* qc_store_lock_coordinator succeeded in this session */
-    bool staging_ready; /* the results staging table exists in this session */
+    bool flush_ready;   /* this session has the flush's prepared statements, settings and
+                           results staging table (batch.c, prepare_session) */
     qc_sbuf scratch;    /* reused parameter text */
 };
 

@@ -1011,7 +1011,8 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     ok(qc_store_open(ci, "coordinator", &rival, &err), &err);
     assert_int_equal(qc_store_lock_coordinator(rival, &err), QS_ESTATE);
     qc_store_close(rival);
-    /* The results staging table was re-created in the new session. */
+    /* The results staging table and the prepared statements were re-created in the new
+       session. */
     const qc_metric m2[] = {{"nll", 1.7, -1}};
     ok(qc_store_batch_results(bt, ja, 1, true, m2, 1, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
