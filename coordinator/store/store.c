@@ -775,6 +775,21 @@ qs_status qc_store_load(qc_store *s, int64_t after_id, qc_store_snapshot *out, q
         qc_store_exec(s, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "load: BEGIN", err);
     if (!st) st = load_jobs(s, after, out, err);
     if (!st) st = load_attempts(s, after, out, err);
+    if (!st) {
+        /* The next poll starts above every job that exists now, terminal ones included:
+         * starting above the last active one made every poll read the terminal jobs above
+         * it again. Submissions are serialised (SUBMIT_LOCK_KEY), so no smaller id can
+         * still commit. */
+        PGresult *r = qc_store_params(s, "SELECT COALESCE(max(id), 0) FROM jobs", 0, NULL,
+                                      PGRES_TUPLES_OK, "load: reading the last job id", err);
+        if (!r)
+            st = QS_EDB;
+        else {
+            int64_t max_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+            if (max_id > out->max_job_id) out->max_job_id = max_id;
+            PQclear(r);
+        }
+    }
     if (!st) st = qc_store_exec(s, "COMMIT", "load: COMMIT", err);
     if (st) {
         qc_store_rollback(s);

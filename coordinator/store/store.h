@@ -197,8 +197,8 @@ typedef struct qc_store_snapshot {
     size_t n_jobs;
     qc_stored_attempt *running; /* ordered by job, attempt */
     size_t n_running;
-    int64_t max_job_id; /* highest job id seen (pass it as after_id next time); unchanged
-                           from after_id when no job was returned */
+    int64_t max_job_id; /* highest job id in the table, terminal jobs included (pass it as
+                           after_id next time); never below after_id */
 } qc_store_snapshot;
 
 /* Reads every pending or running job with id > after_id (0: all, for a rebuild after a

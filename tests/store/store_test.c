@@ -373,6 +373,14 @@ static void test_batched_transitions_and_rebuild(void **state) {
     assert_int_equal(snap.jobs[1].n_waiting_on, 0);
     assert_int_equal(snap.jobs[1].n_deps_failed, 1);
     qc_store_snapshot_free(&snap);
+    /* The watermark is the highest id of all jobs, terminal ones included, so the next poll
+       does not read the terminal jobs above the last active one again. */
+    ok(qc_store_batch_job_state(bt, job_id(s, "jd"), QC_JOB_CANCELLED, 0, 0, NULL, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    ok(qc_store_load(s, 0, &snap, &err), &err);
+    assert_int_equal(snap.jobs[snap.n_jobs - 1].id, jb); /* the last active job */
+    assert_int_equal(snap.max_job_id, job_id(s, "jd"));
+    qc_store_snapshot_free(&snap);
     assert_int_equal(count_where(s, "SELECT count(*) FROM v_failed_jobs WHERE job_key = 'jc' "
                                     "AND last_error = 'boom' AND experiments = 'e2'"),
                      1);
