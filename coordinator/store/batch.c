@@ -280,10 +280,13 @@ qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request
 
 /* ---- flush --------------------------------------------------------------------------------- */
 
-/* The statements, in flush order; $k is the group's column k as an array literal. The
- * updates also filter on "= ANY ($1)" (the batch's job ids): with only the join to the
- * unnest() rows the planner chose a hash join over a sequential scan of all jobs once a batch
- * held ~100 jobs, i.e. a cost that grew with the sweep. */
+/* The statements, in flush order; $k is the group's column k as an array literal. They are
+ * prepared with generic plans (prepare_session), which must be one index probe per batch row
+ * whatever the table statistics said when they were planned: every join is between the
+ * unnest() rows, on the outer side, and a unique index of the table. prepare_session turns
+ * off sequential scans, hash and merge joins for the session, and no statement filters the
+ * table by "= ANY ($1)" (that made the planner put the table's rows on the outer side of a
+ * nested loop over the unnest() rows: a cost quadratic in the batch size). */
 static const char *const sql_workers =
     "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen) "
     "SELECT id, host, pid, gpus::jsonb, threads, now(), now() FROM ("
@@ -301,29 +304,26 @@ static const char *const sql_renewed =
     "UPDATE attempts a SET lease_expires_at = now() + v.lease * interval '1 second' FROM ("
     " SELECT DISTINCT ON (job, att) job, att, lease FROM unnest($1::bigint[], $2::int[],"
     " $3::float8[]) WITH ORDINALITY AS u(job, att, lease, ord) ORDER BY job, att, ord DESC) v "
-    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running' "
-    "AND a.job = ANY ($1::bigint[])";
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
 /* The first end of an attempt wins (ord ascending), also against one already stored. */
 static const char *const sql_ended =
     "UPDATE attempts a SET outcome = v.outcome, ended_at = now(), error = v.error FROM ("
     " SELECT DISTINCT ON (job, att) job, att, outcome, error FROM unnest($1::bigint[], $2::int[],"
     " $3::text[], $4::text[]) WITH ORDINALITY AS u(job, att, outcome, error, ord)"
     " ORDER BY job, att, ord) v "
-    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running' "
-    "AND a.job = ANY ($1::bigint[])";
-/* The last state of each job wins; its last_error is the last non-NULL one queued, else the
- * stored one. */
+    "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
+/* The last state of each job wins; its last_error is the last non-NULL one queued (the last
+ * element of errs: the job's non-NULL errors in queue order, a window over the whole job),
+ * else the stored one. */
 static const char *const sql_states =
-    "WITH u AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[],"
-    " $5::text[]) WITH ORDINALITY AS u(job, state, used, backoff, err, ord)),"
-    " last AS (SELECT DISTINCT ON (job) job, state, used, backoff FROM u ORDER BY job, ord DESC),"
-    " lerr AS (SELECT DISTINCT ON (job) job, err FROM u WHERE err IS NOT NULL"
-    " ORDER BY job, ord DESC) "
-    "UPDATE jobs j SET state = last.state, attempts_used = last.used, "
-    "not_before = CASE WHEN last.backoff > 0 THEN now() + last.backoff * interval '1 second' END, "
-    "last_error = COALESCE(lerr.err, j.last_error), updated_at = now() "
-    "FROM last LEFT JOIN lerr ON lerr.job = last.job WHERE j.id = last.job "
-    "AND j.id = ANY ($1::bigint[])";
+    "UPDATE jobs j SET state = v.state, attempts_used = v.used, "
+    "not_before = CASE WHEN v.backoff > 0 THEN now() + v.backoff * interval '1 second' END, "
+    "last_error = COALESCE(v.errs[cardinality(v.errs)], j.last_error), updated_at = now() "
+    "FROM (SELECT DISTINCT ON (job) job, state, used, backoff, array_agg(err) FILTER (WHERE err "
+    "IS NOT NULL) OVER (PARTITION BY job ORDER BY ord ROWS BETWEEN UNBOUNDED PRECEDING AND "
+    "UNBOUNDED FOLLOWING) AS errs FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[],"
+    " $5::text[]) WITH ORDINALITY AS u(job, state, used, backoff, err, ord) "
+    "ORDER BY job, ord DESC) v WHERE j.id = v.job";
 static const char *const sql_staging =
     "CREATE TEMPORARY TABLE IF NOT EXISTS qc_results_in (job bigint, attempt integer, name text, "
     "value double precision, step bigint, final boolean) ON COMMIT DELETE ROWS";
@@ -391,8 +391,8 @@ static qs_status copy_rows(qc_store *s, qc_store_batch *b, const char *sql, char
  * stored result yet (so nothing can conflict or be a second final set) and no job appears
  * with two attempts. */
 static const char *const sql_fresh =
-    "SELECT NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(job) WHERE EXISTS ("
-    "SELECT 1 FROM results r WHERE r.job = u.job)) AND NOT EXISTS (SELECT 1 FROM "
+    "SELECT NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(job) CROSS JOIN LATERAL ("
+    "SELECT 1 FROM results r WHERE r.job = u.job LIMIT 1) x) AND NOT EXISTS (SELECT 1 FROM "
     "unnest($1::bigint[], $2::int[]) AS p(job, att) GROUP BY job HAVING count(DISTINCT att) > 1)";
 
 static const char fresh_name[] = "qc_fresh";
@@ -594,7 +594,11 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
  *   the index).
  * - the flush's statements prepared, with generic plans (plan_cache_mode, PostgreSQL 12+):
  *   planning them on every flush cost 0.3-0.7 ms each, about half of a small flush's time.
- *   Their plans are index lookups whatever the batch size.
+ *   A generic plan is made once, from the statistics of that moment (an empty table, for a
+ *   new database), and serves batches of 1 to thousands of rows against tables of any size:
+ *   sequential scans, hash and merge joins are turned off for the session so that every
+ *   plan is nested loops of index probes, linear in the batch and independent of the table
+ *   size (the statements above are written for that).
  * - the results staging table (a temporary table, outside any transaction so a rolled-back
  *   flush does not take it along). */
 static qs_status prepare_session(qc_store *s, qs_error *err) {
@@ -605,8 +609,13 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
         {"qc_ended", sql_ended},     {"qc_states", sql_states},   {"qc_cancels", sql_cancels},
         {fresh_name, sql_fresh},
     };
-    const char *setup[] = {"DEALLOCATE ALL", "SET random_page_cost = 1.1",
-                           "SET plan_cache_mode = force_generic_plan", sql_staging};
+    const char *setup[] = {"DEALLOCATE ALL",
+                           "SET random_page_cost = 1.1",
+                           "SET plan_cache_mode = force_generic_plan",
+                           "SET enable_seqscan = off",
+                           "SET enable_hashjoin = off",
+                           "SET enable_mergejoin = off",
+                           sql_staging};
     qs_status st = QS_OK;
     for (size_t i = 0; i < sizeof setup / sizeof setup[0] && !st; i++)
         st = qc_store_exec(s, setup[i], "flush: preparing the session", err);
