@@ -13,8 +13,9 @@
 #include <zmq.h>
 
 #include "codec.h"
-#include "store.h"
 #include "clock.h"
+#include "store.h"
+#include "writer.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
 #define NEVER INT64_MAX
@@ -73,8 +74,11 @@ typedef struct action {
 typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_store *store; /* the coordinator's one PostgreSQL connection */
-    qc_store_batch *batch;
+    qc_store *store;   /* reads, polls and the advisory lock */
+    qc_writer *writer; /* the second connection: commits batches in its own thread */
+    qc_store_batch *batch;  /* the open batch, filled by the loop */
+    qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
+    qc_store_batch *spare;  /* an empty batch to open next */
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
@@ -89,8 +93,10 @@ typedef struct server {
     int64_t next_wake; /* earliest backoff end among pending jobs */
     worker **workers;  /* sorted by routing id */
     size_t n_workers, cap_workers;
-    action *actions;
+    action *actions; /* waiting for the open batch */
     size_t n_actions, cap_actions;
+    action *flight; /* waiting for the flying batch */
+    size_t n_flight, cap_flight;
     bool polled_since_commit;
     /* totals for the exit line: flushes, the items they wrote, and their wall time */
     uint64_t n_flushes, n_flushed_items;
@@ -891,10 +897,11 @@ static qs_status poll_cancels(server *s, qs_error *err) {
 
 /* ---- the loop ---- */
 
+/* Sends the actions of the flight list (whose batch is durable). */
 static void run_actions(server *s) {
     int64_t now = qs_clock_ms();
-    for (size_t i = 0; i < s->n_actions; i++) {
-        action *a = &s->actions[i];
+    for (size_t i = 0; i < s->n_flight; i++) {
+        action *a = &s->flight[i];
         bool sent = send_raw(s, a->rid, a->rid_len, a->buf, a->len);
         job *j = a->assign;
         if (j && j->state == J_RUNNING && j->attempt == a->attempt) {
@@ -909,45 +916,84 @@ static void run_actions(server *s) {
         }
         free(a->buf);
     }
+    s->n_flight = 0;
+}
+
+/* Moves the open batch's actions to the (empty) flight list. */
+static void actions_to_flight(server *s) {
+    action *t = s->flight;
+    size_t cap = s->cap_flight;
+    s->flight = s->actions;
+    s->cap_flight = s->cap_actions;
+    s->n_flight = s->n_actions;
+    s->actions = t;
+    s->cap_actions = cap;
     s->n_actions = 0;
 }
 
 /* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
 static void db_lost(server *s, const char *why) {
     slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
-         qc_store_batch_size(s->batch));
+         qc_store_batch_size(s->batch) +
+             (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0));
     s->db_down = true;
     s->next_reconnect = qs_clock_ms() + 500;
 }
 
-/* Commits the batch; on success sends what waited for it. */
-static qs_status commit(server *s, qs_error *err) {
-    if (s->db_down) return QS_OK;
-    for (int round = 0; round < 2; round++) { /* an undeliverable ASSIGN queues one more write */
-        if (qc_store_batch_size(s->batch) == 0 && s->n_actions == 0) return QS_OK;
-        qs_error e;
-        size_t items = qc_store_batch_size(s->batch);
-        double t0 = qs_clock_s();
-        qs_status st = qc_store_flush(s->store, s->batch, NULL, &e);
-        double t1 = qs_clock_s();
-        if (st == QS_OK && items) {
-            s->n_flushes++;
-            s->n_flushed_items += items;
-            s->flush_s += t1 - t0;
-        }
-        if (st != QS_OK) {
-            if (!qc_store_connection_lost(s->store)) {
-                *err = e;
-                return qs_error_wrap(err, "writing a batch of %zu transitions",
-                                     qc_store_batch_size(s->batch));
+/* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
+ * failed last time (it goes first), else the open batch with its actions, and opens a new
+ * one. An open batch with no writes but with actions (ACKs of ignored messages) needs no
+ * commit: everything before it is durable once the writer is idle, so they go at once. */
+static qs_status start_flush(server *s, qs_error *err) {
+    if (s->db_down || qc_writer_busy(s->writer)) return QS_OK;
+    if (!s->flying) {
+        if (qc_store_batch_size(s->batch) == 0) {
+            if (s->n_actions) {
+                actions_to_flight(s);
+                run_actions(s);
             }
-            db_lost(s, e.msg);
             return QS_OK;
         }
-        s->polled_since_commit = false;
-        run_actions(s);
+        s->flying = s->batch;
+        s->batch = s->spare;
+        s->spare = NULL;
+        actions_to_flight(s);
     }
+    return qc_writer_submit(s->writer, s->flying, err);
+}
+
+/* Collects the writer's outcome (waiting for it when wait is true): on success sends what
+ * waited for the batch; on a lost connection keeps the batch and its actions for a retry
+ * and pauses dispatch; any other failure is returned. */
+static qs_status finish_flush(server *s, bool wait, qs_error *err) {
+    qc_store_batch *b;
+    qs_status st;
+    qs_error e;
+    size_t items;
+    double seconds;
+    if (!qc_writer_collect(s->writer, wait, &b, &st, &e, &items, &seconds)) return QS_OK;
+    if (st != QS_OK) {
+        if (!qc_store_connection_lost(qc_writer_store(s->writer))) {
+            *err = e;
+            return qs_error_wrap(err, "writing a batch of %zu transitions", items);
+        }
+        db_lost(s, e.msg);
+        return QS_OK;
+    }
+    s->n_flushes++;
+    s->n_flushed_items += items;
+    s->flush_s += seconds;
+    s->spare = b; /* emptied by the flush */
+    s->flying = NULL;
+    s->polled_since_commit = false;
+    run_actions(s);
     return QS_OK;
+}
+
+/* Whether nothing waits to be written or sent. */
+static bool all_durable(server *s) {
+    return qc_store_batch_size(s->batch) == 0 && s->n_actions == 0 && !s->flying &&
+           s->n_flight == 0;
 }
 
 static qs_status open_socket(server *s, qs_error *err) {
@@ -1025,8 +1071,14 @@ static void free_server(server *s) {
     }
     for (size_t i = 0; i < s->n_workers; i++)
         free(s->workers[i]);
+    qc_writer_stop(s->writer); /* first: it may still hold a batch */
     for (size_t i = 0; i < s->n_actions; i++)
         free(s->actions[i].buf);
+    for (size_t i = 0; i < s->n_flight; i++)
+        free(s->flight[i].buf);
+    free(s->flight);
+    qc_store_batch_free(s->flying);
+    qc_store_batch_free(s->spare);
     free(s->jobs);
     free(s->pending);
     free(s->workers);
@@ -1064,9 +1116,12 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     }
     stop_requested = 0;
 
-    qs_status st = (s.batch = qc_store_batch_new()) ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
+    s.batch = qc_store_batch_new();
+    s.spare = qc_store_batch_new();
+    qs_status st = s.batch && s.spare ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
     if (st == QS_OK) st = qc_store_open(opts->conninfo, "coordinator", &s.store, err);
     if (st == QS_OK) st = qc_store_lock_coordinator(s.store, err);
+    if (st == QS_OK) st = qc_writer_start(opts->conninfo, &s.writer, err);
     if (st == QS_OK) st = load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
@@ -1081,27 +1136,25 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
             next_lease_check = 0;
     while (st == QS_OK && !stop_requested) {
-        zmq_pollitem_t item = {.socket = s.sock, .events = ZMQ_POLLIN};
-        if (zmq_poll(&item, 1, 10) < 0 && errno != EINTR) {
+        zmq_pollitem_t items[2] = {{.socket = s.sock, .events = ZMQ_POLLIN},
+                                   {.fd = qc_writer_fd(s.writer), .events = ZMQ_POLLIN}};
+        if (zmq_poll(items, 2, 10) < 0 && errno != EINTR) {
             st = qs_error_set(err, QS_ENET, "zmq_poll: %s", zmq_strerror(errno));
             break;
         }
+        if ((st = finish_flush(&s, false, err)) != QS_OK) break;
         int64_t now = qs_clock_ms();
         drain(&s, now);
-        /* Group commit: replies to the last commit's ACKs and ASSIGNs arrive within a moment;
-           waiting up to 1 ms more while they keep coming puts them in one transaction
-           instead of splitting the workers into cohorts of half-empty ones. */
-        for (int k = 0; k < 4 && qc_store_batch_size(s.batch) > 0 && !s.db_down; k++) {
-            if (zmq_poll(&item, 1, 1) <= 0) break;
-            drain(&s, qs_clock_ms());
-        }
         if (now >= next_lease_check) {
             check_leases(&s, now);
             next_lease_check = now + 50;
         }
-        if (s.db_down && now >= s.next_reconnect) {
+        if (s.db_down && now >= s.next_reconnect && !qc_writer_busy(s.writer)) {
+            /* Both connections, the reading one first: it takes the advisory lock again
+               before anything is written. */
             qs_error e;
             qs_status rs = qc_store_reconnect(s.store, &e);
+            if (rs == QS_OK) rs = qc_store_reconnect(qc_writer_store(s.writer), &e);
             if (rs == QS_ESTATE) {
                 *err = e;
                 st = rs;
@@ -1109,7 +1162,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             }
             if (rs == QS_OK) {
                 slog("PostgreSQL is back: resuming with %zu queued transitions",
-                     qc_store_batch_size(s.batch));
+                     qc_store_batch_size(s.batch) +
+                         (s.flying ? qc_store_batch_size(s.flying) : 0));
                 s.db_down = false;
                 s.dirty = true;
             } else {
@@ -1143,16 +1197,25 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             next_cancel_poll = now + 1000;
         }
         dispatch(&s, now);
-        st = commit(&s, err);
+        st = start_flush(&s, err);
         if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
-            qc_store_batch_size(s.batch) == 0 && s.n_actions == 0 && s.polled_since_commit) {
+            all_durable(&s) && s.polled_since_commit) {
             slog("every job is terminal: exiting");
             break;
         }
     }
-    if (st == QS_OK && qc_store_batch_size(s.batch) > 0 && !s.db_down) {
-        qs_error e;
-        if (qc_store_flush(s.store, s.batch, NULL, &e) != QS_OK) slog("final commit: %s", e.msg);
+    if (st == QS_OK && !s.db_down) {
+        /* The last batches, in order: the flying one (its ACKs and ASSIGNs go out as in the
+           loop), then the open one, which is committed but, as the loop has stopped, sends
+           nothing (a worker not ACKed resends; an attempt not ASSIGNed expires after the
+           grace period of the next start). */
+        qs_error e = {0};
+        qs_status fs = finish_flush(&s, true, &e);
+        qc_store *ws = qc_writer_store(s.writer);
+        if (fs == QS_OK && s.flying && !s.db_down) fs = qc_store_flush(ws, s.flying, NULL, &e);
+        if (fs == QS_OK && !s.db_down && qc_store_batch_size(s.batch) > 0)
+            fs = qc_store_flush(ws, s.batch, NULL, &e);
+        if (fs != QS_OK || s.db_down) slog("final commit: %s", fs ? e.msg : "PostgreSQL is down");
     }
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);

@@ -6,10 +6,14 @@
  * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock
  * (a second coordinator on the same database refuses to start: QS_ESTATE), rebuilds its queue from
  * the database, and then loops: decode what workers sent, change the in-memory state, write every
- * transition through one batched transaction (qc_store_flush, coordinator/store/store.h), and only
+ * transition through batched transactions (qc_store_flush, coordinator/store/store.h), and only
  * after the commit send what depends on it (an ASSIGN after its attempt row is durable, an ACK
- * after the result or failure is stored). It uses one PostgreSQL connection whatever the number of
- * workers.
+ * after the result or failure is stored). The commits run in a writer thread on a second
+ * connection (writer.h), one batch at a time and in order, while the loop goes on filling the
+ * next batch: a batch is handed over as soon as the writer is idle, so under load the workers
+ * fall into groups whose round trips overlap the other groups' commits. It uses two PostgreSQL
+ * connections whatever the number of workers: the loop's (reads, polls, the advisory lock) and
+ * the writer's.
  *
  * Rules (protocol: proto/qsweep.proto):
  *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and

@@ -42,9 +42,13 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
                      9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
-    /* one PostgreSQL connection whatever the number of workers (issue 4: at most 4) */
+    /* two PostgreSQL connections whatever the number of workers (issue 4: at most 4): the
+       loop's (reads, advisory lock) and the writer thread's */
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                                   "LIKE 'qsweep coordinator%%'"),
+                                   "LIKE 'qsweep coordinator %%'"),
+                     1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                                   "LIKE 'qsweep coordinator-writer %%'"),
                      1);
 }
 

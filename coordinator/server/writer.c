@@ -1,0 +1,160 @@
+/* The coordinator's write thread. Contract: writer.h. */
+#include "writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+
+struct qc_writer {
+    qc_store *store;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signals a submitted batch, a finished one, and quit */
+    int pipe_r, pipe_w;
+    bool busy; /* submitted and not collected (loop thread only) */
+    /* under mu: */
+    qc_store_batch *todo; /* submitted, not yet taken by the thread */
+    qc_store_batch *done; /* finished, not yet collected */
+    bool finished, quit;
+    qs_status st;
+    qs_error err;
+    size_t items;
+    double seconds;
+};
+
+static void *writer_main(void *arg) {
+    qc_writer *w = arg;
+    pthread_setname_np(pthread_self(), "qsweep-writer"); /* top -H, perf; 15 chars at most */
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->todo && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->todo) break; /* quit with nothing submitted */
+        qc_store_batch *b = w->todo;
+        w->todo = NULL;
+        pthread_mutex_unlock(&w->mu);
+
+        size_t items = qc_store_batch_size(b);
+        qs_error err = {0};
+        double t0 = qs_clock_s();
+        qs_status st = qc_store_flush(w->store, b, NULL, &err);
+        double dt = qs_clock_s() - t0;
+
+        pthread_mutex_lock(&w->mu);
+        w->done = b;
+        w->st = st;
+        w->err = err;
+        w->items = items;
+        w->seconds = dt;
+        w->finished = true;
+        pthread_cond_broadcast(&w->cv);
+        /* Wake the loop's poll; a full pipe already says so. */
+        ssize_t n = write(w->pipe_w, "x", 1);
+        (void)n;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+qs_status qc_writer_start(const char *conninfo, qc_writer **out, qs_error *err) {
+    *out = NULL;
+    qc_writer *w = calloc(1, sizeof *w);
+    if (!w) return qs_error_set(err, QS_ENOMEM, "writer: out of memory");
+    w->pipe_r = w->pipe_w = -1;
+    qs_status st = qc_store_open(conninfo, "coordinator-writer", &w->store, err);
+    if (st) {
+        free(w);
+        return qs_error_wrap(err, "opening the coordinator's write connection");
+    }
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        st = qs_error_set(err, QS_EIO, "writer: pipe: %s", strerror(errno));
+        qc_store_close(w->store);
+        free(w);
+        return st;
+    }
+    w->pipe_r = fds[0];
+    w->pipe_w = fds[1];
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (rc != 0) {
+        st = qs_error_set(err, QS_EIO, "writer: pthread_create: %s", strerror(rc));
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        close(w->pipe_r);
+        close(w->pipe_w);
+        qc_store_close(w->store);
+        free(w);
+        return st;
+    }
+    *out = w;
+    return QS_OK;
+}
+
+int qc_writer_fd(const qc_writer *w) {
+    return w->pipe_r;
+}
+
+bool qc_writer_busy(const qc_writer *w) {
+    return w->busy;
+}
+
+qs_status qc_writer_submit(qc_writer *w, qc_store_batch *b, qs_error *err) {
+    if (w->busy) return qs_error_set(err, QS_ESTATE, "writer: a batch is still being written");
+    pthread_mutex_lock(&w->mu);
+    w->todo = b;
+    w->finished = false;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    w->busy = true;
+    return QS_OK;
+}
+
+bool qc_writer_collect(qc_writer *w, bool wait, qc_store_batch **b, qs_status *st, qs_error *err,
+                       size_t *items, double *seconds) {
+    if (!w->busy) return false;
+    pthread_mutex_lock(&w->mu);
+    while (wait && !w->finished)
+        pthread_cond_wait(&w->cv, &w->mu);
+    bool finished = w->finished;
+    if (finished) {
+        char drain[64];
+        while (read(w->pipe_r, drain, sizeof drain) > 0) {
+        }
+        *b = w->done;
+        *st = w->st;
+        *err = w->err;
+        *items = w->items;
+        *seconds = w->seconds;
+        w->done = NULL;
+        w->finished = false;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (finished) w->busy = false;
+    return finished;
+}
+
+qc_store *qc_writer_store(qc_writer *w) {
+    return w->store;
+}
+
+void qc_writer_stop(qc_writer *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL); /* a batch in progress is finished first */
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    close(w->pipe_r);
+    close(w->pipe_w);
+    qc_store_close(w->store);
+    free(w);
+}
