@@ -973,7 +973,7 @@ static qs_status finish_flush(server *s, bool wait, qs_error *err) {
     double seconds;
     if (!qc_writer_collect(s->writer, wait, &b, &st, &e, &items, &seconds)) return QS_OK;
     if (st != QS_OK) {
-        if (!qc_store_connection_lost(qc_writer_store(s->writer))) {
+        if (!qc_writer_connection_lost(s->writer)) {
             *err = e;
             return qs_error_wrap(err, "writing a batch of %zu transitions", items);
         }
@@ -1154,7 +1154,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                before anything is written. */
             qs_error e;
             qs_status rs = qc_store_reconnect(s.store, &e);
-            if (rs == QS_OK) rs = qc_store_reconnect(qc_writer_store(s.writer), &e);
+            if (rs == QS_OK) rs = qc_writer_reconnect(s.writer, &e);
             if (rs == QS_ESTATE) {
                 *err = e;
                 st = rs;

@@ -11,9 +11,10 @@
  * after the result or failure is stored). The commits run in a writer thread on a second
  * connection (writer.h), one batch at a time and in order, while the loop goes on filling the
  * next batch: a batch is handed over as soon as the writer is idle, so under load the workers
- * fall into groups whose round trips overlap the other groups' commits. It uses two PostgreSQL
- * connections whatever the number of workers: the loop's (reads, polls, the advisory lock) and
- * the writer's.
+ * fall into groups whose round trips overlap the other groups' commits. It uses three
+ * PostgreSQL connections whatever the number of workers: the loop's (reads, polls, the
+ * advisory lock), the writer's, and a second write connection that COPYs half of the results
+ * of a batch carrying many of them (writer.h).
  *
  * Rules (protocol: proto/qsweep.proto):
  *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and

@@ -10,11 +10,30 @@
 
 #include "clock.h"
 
+/* Below this many bytes of result rows (about 2,000 rows) a batch is written by one
+ * connection: a second transaction costs more than it saves. */
+#define SPLIT_MIN_BYTES (64 * 1024)
+
+/* The results lane: a thread with a connection of its own that writes the QC_FLUSH_RESULTS
+ * share of a batch while the writer thread writes the QC_FLUSH_MAIN share. */
+typedef struct results_lane {
+    qc_store *store;
+    pthread_t thread;
+    bool started;
+    /* under the writer's mu: */
+    const qc_store_batch *todo;
+    bool finished;
+    qs_status st;
+    qs_error err;
+} results_lane;
+
 struct qc_writer {
     qc_store *store;
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* signals a submitted batch, a finished one, and quit */
+    pthread_cond_t cv; /* signals a submitted batch, a finished one, the lane, and quit */
+    results_lane lane;
+    bool lane_collected; /* writer thread only: the lane's outcome of this batch is in */
     int pipe_r, pipe_w;
     bool busy; /* submitted and not collected (loop thread only) */
     /* under mu: */
@@ -26,6 +45,70 @@ struct qc_writer {
     size_t items;
     double seconds;
 };
+
+static void *lane_main(void *arg) {
+    qc_writer *w = arg;
+    pthread_setname_np(pthread_self(), "qsweep-results");
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->lane.todo && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->lane.todo) break;
+        const qc_store_batch *b = w->lane.todo;
+        pthread_mutex_unlock(&w->mu);
+        qs_error err = {0};
+        qs_status st =
+            qc_store_flush_share(w->lane.store, b, QC_FLUSH_RESULTS, NULL, NULL, NULL, &err);
+        pthread_mutex_lock(&w->mu);
+        w->lane.todo = NULL;
+        w->lane.st = st;
+        w->lane.err = err;
+        w->lane.finished = true;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Waits for the lane's share of the current batch; its outcome (once per batch). */
+static qs_status lane_wait(qc_writer *w, qs_error *err) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->lane.finished)
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->lane.finished = false;
+    qs_status st = w->lane.st;
+    if (st) *err = w->lane.err;
+    pthread_mutex_unlock(&w->mu);
+    w->lane_collected = true;
+    return st;
+}
+
+/* The main share's before-commit hook: commit only once the lane's share is committed. */
+static qs_status lane_hook(void *ctx, qs_error *err) {
+    qs_status st = lane_wait(ctx, err);
+    return st ? qs_error_wrap(err, "writing results on the second connection") : QS_OK;
+}
+
+/* Commits b: through both connections when it carries enough results (the lane's share
+ * first, then the rest: a crash in between leaves only whole result sets of attempts that
+ * are still running, which a retry or a re-run finds stored), else through one. */
+static qs_status flush_batch(qc_writer *w, qc_store_batch *b, qs_error *err) {
+    if (qc_store_batch_result_sets(b) < 2 || qc_store_batch_result_bytes(b) < SPLIT_MIN_BYTES)
+        return qc_store_flush(w->store, b, NULL, err);
+    pthread_mutex_lock(&w->mu);
+    w->lane.todo = b;
+    w->lane.finished = false;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    w->lane_collected = false;
+    qs_status st = qc_store_flush_share(w->store, b, QC_FLUSH_MAIN, lane_hook, w, NULL, err);
+    if (!w->lane_collected) { /* the main share failed first: the lane must finish too */
+        qs_error ignored;
+        lane_wait(w, &ignored);
+    }
+    if (!st) qc_store_batch_clear(b);
+    return st;
+}
 
 static void *writer_main(void *arg) {
     qc_writer *w = arg;
@@ -42,7 +125,7 @@ static void *writer_main(void *arg) {
         size_t items = qc_store_batch_size(b);
         qs_error err = {0};
         double t0 = qs_clock_s();
-        qs_status st = qc_store_flush(w->store, b, NULL, &err);
+        qs_status st = flush_batch(w, b, &err);
         double dt = qs_clock_s() - t0;
 
         pthread_mutex_lock(&w->mu);
@@ -71,10 +154,17 @@ qs_status qc_writer_start(const char *conninfo, qc_writer **out, qs_error *err) 
         free(w);
         return qs_error_wrap(err, "opening the coordinator's write connection");
     }
+    st = qc_store_open(conninfo, "coordinator-results", &w->lane.store, err);
+    if (st) {
+        qc_store_close(w->store);
+        free(w);
+        return qs_error_wrap(err, "opening the coordinator's results connection");
+    }
     int fds[2];
     if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
         st = qs_error_set(err, QS_EIO, "writer: pipe: %s", strerror(errno));
         qc_store_close(w->store);
+        qc_store_close(w->lane.store);
         free(w);
         return st;
     }
@@ -82,14 +172,24 @@ qs_status qc_writer_start(const char *conninfo, qc_writer **out, qs_error *err) 
     w->pipe_w = fds[1];
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    int rc = pthread_create(&w->lane.thread, NULL, lane_main, w);
+    w->lane.started = rc == 0;
+    if (rc == 0) rc = pthread_create(&w->thread, NULL, writer_main, w);
     if (rc != 0) {
         st = qs_error_set(err, QS_EIO, "writer: pthread_create: %s", strerror(rc));
+        if (w->lane.started) {
+            pthread_mutex_lock(&w->mu);
+            w->quit = true;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&w->mu);
+            pthread_join(w->lane.thread, NULL);
+        }
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         close(w->pipe_r);
         close(w->pipe_w);
         qc_store_close(w->store);
+        qc_store_close(w->lane.store);
         free(w);
         return st;
     }
@@ -144,6 +244,17 @@ qc_store *qc_writer_store(qc_writer *w) {
     return w->store;
 }
 
+bool qc_writer_connection_lost(const qc_writer *w) {
+    return qc_store_connection_lost(w->store) || qc_store_connection_lost(w->lane.store);
+}
+
+qs_status qc_writer_reconnect(qc_writer *w, qs_error *err) {
+    if (w->busy) return qs_error_set(err, QS_ESTATE, "writer: a batch is still being written");
+    qs_status st = qc_store_reconnect(w->store, err);
+    if (!st) st = qc_store_reconnect(w->lane.store, err);
+    return st;
+}
+
 void qc_writer_stop(qc_writer *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
@@ -151,10 +262,12 @@ void qc_writer_stop(qc_writer *w) {
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL); /* a batch in progress is finished first */
+    pthread_join(w->lane.thread, NULL);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     close(w->pipe_r);
     close(w->pipe_w);
     qc_store_close(w->store);
+    qc_store_close(w->lane.store);
     free(w);
 }

@@ -1,4 +1,4 @@
-/* qc_writer: the coordinator's write connection, in a thread of its own.
+/* qc_writer: the coordinator's write connections, in threads of their own.
  *
  * The message loop hands it one batch of transitions at a time (qc_writer_submit) and goes on
  * decoding messages and filling the next batch while this thread commits the first with
@@ -7,6 +7,16 @@
  * outcome (qc_writer_collect) and only then sends what waited for that batch. Batches are
  * committed one after the other in submission order, never two at once, so the database sees
  * transitions in the order the loop made them.
+ *
+ * A batch carrying many result rows (64 KiB or more, in two result sets or more) is written
+ * through two connections at once, as two transactions (qc_store_flush_share): a results
+ * thread COPYs about half of the result sets, whole sets each, while the writer thread writes
+ * every transition and the other sets, and commits only after the results thread has
+ * committed. One PostgreSQL backend ingests about one COPY's worth of rows per second; two
+ * ingest nearly twice that. ACKs still wait for both commits. A crash between the two
+ * commits leaves whole result sets of attempts still marked running: the worker re-attaches
+ * and resends (stored rows are ignored), or the job runs again and its new final set is
+ * dropped because the job holds one (store.h, results rules).
  *
  * Thread use: every function is called from the loop's thread only. The store
  * (qc_writer_store) belongs to the writer thread while a batch is submitted and not yet
@@ -22,9 +32,9 @@
 
 typedef struct qc_writer qc_writer;
 
-/* Opens the write connection (qc_store_open, role "coordinator-writer") and starts the
- * thread. Errors: QS_EDB (connection or migration failed), QS_ENOMEM, QS_EIO (no pipe or
- * thread). */
+/* Opens the two write connections (qc_store_open, roles "coordinator-writer" and
+ * "coordinator-results") and starts the threads. Errors: QS_EDB (connection or migration
+ * failed), QS_ENOMEM, QS_EIO (no pipe or thread). */
 qs_status qc_writer_start(const char *conninfo, qc_writer **out, qs_error *err);
 
 /* A file descriptor that polls readable (POLLIN) once a submitted batch is finished; for
@@ -47,9 +57,17 @@ qs_status qc_writer_submit(qc_writer *w, qc_store_batch *b, qs_error *err);
 bool qc_writer_collect(qc_writer *w, bool wait, qc_store_batch **b, qs_status *st, qs_error *err,
                        size_t *items, double *seconds);
 
-/* The writer's store: for qc_store_connection_lost, qc_store_reconnect and a last
- * synchronous qc_store_flush, only while qc_writer_busy is false. */
+/* The writer thread's store, for a last synchronous qc_store_flush, only while qc_writer_busy
+ * is false. */
 qc_store *qc_writer_store(qc_writer *w);
+
+/* Whether either write connection is lost (the failure of a collected batch was a lost
+ * connection rather than a refused statement). */
+bool qc_writer_connection_lost(const qc_writer *w);
+
+/* Reconnects both write connections (qc_store_reconnect). QS_ESTATE while busy; QS_EDB
+ * while the server cannot be reached. */
+qs_status qc_writer_reconnect(qc_writer *w, qs_error *err);
 
 /* Waits for a submitted batch to finish (its outcome is dropped: collect it first to keep
  * it), stops the thread and closes the connection. w may be NULL. */

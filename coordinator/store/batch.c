@@ -12,6 +12,15 @@
 #include "sqltext.h"
 #include "store_internal.h"
 
+/* One qc_store_batch_results call: its rows are bytes [off, off + len) of the results
+ * buffer. */
+typedef struct result_set {
+    int64_t job;
+    int32_t attempt;
+    size_t off, len;
+    size_t n_final, n_partial;
+} result_set;
+
 /* The columns of one kind of transition; `n` columns of `col`. */
 #define MAX_COLS 5
 typedef struct column_group {
@@ -27,7 +36,8 @@ struct qc_store_batch {
     column_group workers; /* id, host, pid, gpus, threads */
     qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
-    column_group result_sets; /* job, attempt: one per qc_store_batch_results call */
+    result_set *sets; /* one per qc_store_batch_results call, in call order */
+    size_t n_sets, cap_sets;
     int64_t cancels_upto;     /* 0: none */
 };
 
@@ -68,14 +78,12 @@ qc_store_batch *qc_store_batch_new(void) {
     b->ended.n = 4;
     b->states.n = 5;
     b->workers.n = 5;
-    b->result_sets.n = 2;
     return b;
 }
 
 static column_group *groups(qc_store_batch *b, int i) {
-    column_group *all[] = {&b->started, &b->renewed, &b->ended,
-                           &b->states,  &b->workers, &b->result_sets};
-    return i < 6 ? all[i] : NULL;
+    column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states, &b->workers};
+    return i < 5 ? all[i] : NULL;
 }
 
 void qc_store_batch_clear(qc_store_batch *b) {
@@ -86,6 +94,7 @@ void qc_store_batch_clear(qc_store_batch *b) {
     qc_sbuf_truncate(&b->results, 0);
     b->results.oom = false;
     b->n_final = b->n_partial = 0;
+    b->n_sets = 0;
     b->cancels_upto = 0;
 }
 
@@ -96,6 +105,7 @@ void qc_store_batch_free(qc_store_batch *b) {
         for (int c = 0; c < g->n; c++)
             qc_sqlarray_free(&g->col[c]);
     qc_sbuf_free(&b->results);
+    free(b->sets);
     free(b);
 }
 
@@ -255,14 +265,21 @@ qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt
         qc_copybin_int8(&b->results, rows[i].step);
         qc_copybin_bool(&b->results, final);
     }
-    group_mark m = mark(&b->result_sets);
-    qc_sqlarray_int(&b->result_sets.col[0], job);
-    qc_sqlarray_int(&b->result_sets.col[1], attempt);
-    if (b->results.oom || commit_or_undo(&b->result_sets, &m, "results", err)) {
+    if (!b->results.oom && b->n_sets == b->cap_sets) {
+        size_t cap = b->cap_sets ? 2 * b->cap_sets : 16;
+        result_set *p = realloc(b->sets, cap * sizeof *p);
+        if (p) {
+            b->sets = p;
+            b->cap_sets = cap;
+        }
+    }
+    if (b->results.oom || b->n_sets == b->cap_sets) {
         b->results.oom = false;
         qc_sbuf_truncate(&b->results, before);
         return qs_error_set(err, QS_ENOMEM, "batch: out of memory queueing %zu results", n);
     }
+    b->sets[b->n_sets++] = (result_set){job,        attempt,           before,
+                                        b->results.len - before, final ? n : 0, final ? 0 : n};
     if (final)
         b->n_final += n;
     else
@@ -350,10 +367,40 @@ static const char *const sql_partial =
 static const char *const sql_cancels =
     "UPDATE cancel_requests SET handled_at = now() WHERE id <= $1 AND handled_at IS NULL";
 
-/* Sends the batch's rows into an open COPY ... FROM STDIN and collects the outcome. On an
- * error, *sqlstate (when not NULL) receives the server's SQLSTATE ("" when none). */
-static qs_status copy_rows(qc_store *s, qc_store_batch *b, const char *sql, char sqlstate[6],
-                           qs_error *err) {
+/* The result sets one flush writes (qc_flush_share): take[i] for set i, and their totals. */
+typedef struct result_pick {
+    const qc_store_batch *b;
+    bool *take;
+    size_t n_sets, n_final, n_partial;
+} result_pick;
+
+/* Splits the result sets between QC_FLUSH_MAIN and QC_FLUSH_RESULTS (each set to the share
+ * with fewer bytes so far, in call order: the same split for the same batch, every time)
+ * and fills pick with the ones of share. QS_ENOMEM. */
+static qs_status pick_results(const qc_store_batch *b, qc_flush_share share, result_pick *pick,
+                              qs_error *err) {
+    *pick = (result_pick){b, calloc(b->n_sets ? b->n_sets : 1, sizeof(bool)), 0, 0, 0};
+    if (!pick->take) return qs_error_set(err, QS_ENOMEM, "flush: out of memory");
+    size_t bytes[2] = {0, 0}; /* MAIN, RESULTS */
+    for (size_t i = 0; i < b->n_sets; i++) {
+        const result_set *rs = &b->sets[i];
+        int to = bytes[1] < bytes[0];
+        bytes[to] += rs->len;
+        bool take = share == QC_FLUSH_ALL || (share == QC_FLUSH_RESULTS) == (to == 1);
+        if (!take) continue;
+        pick->take[i] = true;
+        pick->n_sets++;
+        pick->n_final += rs->n_final;
+        pick->n_partial += rs->n_partial;
+    }
+    return QS_OK;
+}
+
+/* Sends the picked rows into an open COPY ... FROM STDIN (FORMAT binary) and collects the
+ * outcome. On an error, *sqlstate (when not NULL) receives the server's SQLSTATE ("" when
+ * none). */
+static qs_status copy_rows(qc_store *s, const result_pick *pick, const char *sql,
+                           char sqlstate[6], qs_error *err) {
     if (sqlstate) sqlstate[0] = '\0';
     PGresult *r = PQexec(s->conn, sql);
     if (PQresultStatus(r) != PGRES_COPY_IN) {
@@ -366,9 +413,14 @@ static qs_status copy_rows(qc_store *s, qc_store_batch *b, const char *sql, char
     qc_copybin_header(&head);
     qc_copybin_trailer(&tail);
     bool sent = !head.oom && !tail.oom && PQputCopyData(s->conn, head.p, (int)head.len) == 1;
-    for (size_t off = 0, piece; sent && off < b->results.len; off += piece) {
-        piece = b->results.len - off < (1u << 30) ? b->results.len - off : (1u << 30);
-        sent = PQputCopyData(s->conn, b->results.p + off, (int)piece) == 1;
+    const qc_store_batch *b = pick->b;
+    for (size_t i = 0; sent && i < b->n_sets; i++) {
+        if (!pick->take[i]) continue;
+        const char *p = b->results.p + b->sets[i].off;
+        for (size_t off = 0, piece; sent && off < b->sets[i].len; off += piece) {
+            piece = b->sets[i].len - off < (1u << 30) ? b->sets[i].len - off : (1u << 30);
+            sent = PQputCopyData(s->conn, p + off, (int)piece) == 1;
+        }
     }
     sent = sent && PQputCopyData(s->conn, tail.p, (int)tail.len) == 1;
     qc_sbuf_free(&head);
@@ -401,10 +453,11 @@ static const char fresh_name[] = "qc_fresh";
  * qc_fresh_results (set in the pipeline), when sql_fresh said so. *done is false when the
  * COPY meets a duplicate (unique_violation: a concurrent writer or a duplicate inside the
  * batch); the savepoint is then rolled back and nothing was written. */
-static qs_status copy_fresh_results(qc_store *s, qc_store_batch *b, bool *done, qs_error *err) {
+static qs_status copy_fresh_results(qc_store *s, const result_pick *pick, bool *done,
+                                    qs_error *err) {
     *done = false;
     char sqlstate[6];
-    qs_status st = copy_rows(s, b, "COPY results (job, attempt, name, value, step, final) FROM STDIN "
+    qs_status st = copy_rows(s, pick, "COPY results (job, attempt, name, value, step, final) FROM STDIN "
                              "(FORMAT binary)",
                              sqlstate, err);
     if (st == QS_OK) {
@@ -417,28 +470,28 @@ static qs_status copy_fresh_results(qc_store *s, qc_store_batch *b, bool *done, 
     return qc_store_exec(s, "ROLLBACK TO SAVEPOINT qc_fresh_results", "flush: ROLLBACK TO", err);
 }
 
-static qs_status flush_results(qc_store *s, qc_store_batch *b, bool fresh, qc_flush_stats *stats,
-                               qs_error *err) {
-    if (b->n_final + b->n_partial == 0) return QS_OK;
+static qs_status flush_results(qc_store *s, const result_pick *pick, bool fresh,
+                               qc_flush_stats *stats, qs_error *err) {
+    if (pick->n_final + pick->n_partial == 0) return QS_OK;
     bool done = false;
-    qs_status st = fresh ? copy_fresh_results(s, b, &done, err) : QS_OK;
+    qs_status st = fresh ? copy_fresh_results(s, pick, &done, err) : QS_OK;
     if (st) return st;
     if (done) {
-        stats->results_inserted += b->n_final + b->n_partial;
+        stats->results_inserted += pick->n_final + pick->n_partial;
         return QS_OK;
     }
-    st = copy_rows(s, b, "COPY qc_results_in FROM STDIN (FORMAT binary)", NULL, err);
+    st = copy_rows(s, pick, "COPY qc_results_in FROM STDIN (FORMAT binary)", NULL, err);
     if (st) return st;
     PGresult *r;
     size_t inserted = 0;
-    if (b->n_final) {
+    if (pick->n_final) {
         r = qc_store_params(s, sql_final, 0, NULL, PGRES_COMMAND_OK, "flush: storing final results",
                             err);
         if (!r) return QS_EDB;
         inserted += strtoull(PQcmdTuples(r), NULL, 10);
         PQclear(r);
     }
-    if (b->n_partial) {
+    if (pick->n_partial) {
         r = qc_store_params(s, sql_partial, 0, NULL, PGRES_COMMAND_OK,
                             "flush: storing partial results", err);
         if (!r) return QS_EDB;
@@ -446,7 +499,7 @@ static qs_status flush_results(qc_store *s, qc_store_batch *b, bool fresh, qc_fl
         PQclear(r);
     }
     stats->results_inserted += inserted;
-    size_t total = b->n_final + b->n_partial;
+    size_t total = pick->n_final + pick->n_partial;
     stats->results_ignored += total > inserted ? total - inserted : 0;
     return QS_OK;
 }
@@ -526,12 +579,14 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
     return st;
 }
 
-static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_stats *stats,
-                                      qs_error *err) {
+static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_flush_share share,
+                                      const result_pick *pick, qc_flush_hook before_commit,
+                                      void *ctx, qc_flush_stats *stats, qs_error *err) {
     /* Everything up to the results COPY goes in one pipeline of prepared statements; the
      * order of the statements inside the one transaction is as documented in store.h,
      * except that the cancel requests are marked handled before the results are written
-     * (same transaction, so the same outcome). */
+     * (same transaction, so the same outcome). QC_FLUSH_RESULTS writes no transitions. */
+    bool transitions = share != QC_FLUSH_RESULTS;
     enum { NQ = 12 };
     piped q[NQ];
     size_t nq = 0;
@@ -550,7 +605,7 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
         {&b->ended, "qc_ended", "flush: attempts ended", &stats->attempts_ended},
         {&b->states, "qc_states", "flush: job states", &stats->jobs_changed},
     };
-    for (size_t k = 0; k < sizeof groups_sql / sizeof groups_sql[0] && !st; k++) {
+    for (size_t k = 0; k < sizeof groups_sql / sizeof groups_sql[0] && !st && transitions; k++) {
         const column_group *g = groups_sql[k].g;
         if (g->col[0].n == 0) continue;
         piped *p = &q[nq++];
@@ -562,18 +617,24 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
                                   groups_sql[k].what);
     }
     char upto[32];
-    if (!st && b->cancels_upto > 0) {
+    if (!st && transitions && b->cancels_upto > 0) {
         snprintf(upto, sizeof upto, "%lld", (long long)b->cancels_upto);
         q[nq++] = (piped){"qc_cancels", "flush: cancel requests handled", true, 1, {upto},
                           PGRES_COMMAND_OK, NULL};
     }
-    bool results = b->n_final + b->n_partial > 0, fresh = false;
+    bool results = pick->n_sets > 0, fresh = false;
+    qc_sqlarray sets[2] = {{{0}, 0}, {{0}, 0}}; /* job, attempt of the picked sets */
     if (!st && results) {
+        for (size_t i = 0; i < b->n_sets; i++)
+            if (pick->take[i]) {
+                qc_sqlarray_int(&sets[0], b->sets[i].job);
+                qc_sqlarray_int(&sets[1], b->sets[i].attempt);
+            }
         piped *p = &q[nq++];
         *p = (piped){fresh_name, "flush: checking for stored results", true, 2, {0},
                      PGRES_TUPLES_OK, NULL};
         for (int i = 0; i < 2 && !st; i++)
-            if (!(p->v[i] = qc_sqlarray_literal(&b->result_sets.col[i], &lit[nlit++])))
+            if (sets[i].text.oom || !(p->v[i] = qc_sqlarray_literal(&sets[i], &lit[nlit++])))
                 st = qs_error_set(err, QS_ENOMEM, "flush: out of memory");
         q[nq++] = (piped){"SAVEPOINT qc_fresh_results", "flush: SAVEPOINT", false, 0, {0},
                           PGRES_COMMAND_OK, NULL};
@@ -581,7 +642,10 @@ static qs_status flush_in_transaction(qc_store *s, qc_store_batch *b, qc_flush_s
     if (!st) st = run_pipeline(s, q, nq, &fresh, err);
     for (size_t i = 0; i < nlit; i++)
         qc_sbuf_free(&lit[i]);
-    if (!st && results) st = flush_results(s, b, fresh, stats, err);
+    qc_sqlarray_free(&sets[0]);
+    qc_sqlarray_free(&sets[1]);
+    if (!st && results) st = flush_results(s, pick, fresh, stats, err);
+    if (!st && before_commit) st = before_commit(ctx, err);
     /* COMMIT also commits the savepoint's subtransaction: no RELEASE needed. */
     if (!st) st = qc_store_exec(s, "COMMIT", "flush: COMMIT", err);
     return st;
@@ -629,18 +693,43 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
     return st;
 }
 
-qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err) {
+size_t qc_store_batch_result_sets(const qc_store_batch *b) {
+    return b->n_sets;
+}
+
+size_t qc_store_batch_result_bytes(const qc_store_batch *b) {
+    return b->results.len;
+}
+
+qs_status qc_store_flush_share(qc_store *s, const qc_store_batch *b, qc_flush_share share,
+                               qc_flush_hook before_commit, void *ctx, qc_flush_stats *stats,
+                               qs_error *err) {
     qc_flush_stats local = {0};
     if (!stats) stats = &local;
     *stats = (qc_flush_stats){0};
-    if (qc_store_batch_size(b) == 0) return QS_OK;
-    qs_status st = s->flush_ready ? QS_OK : prepare_session(s, err);
-    if (!st) st = flush_in_transaction(s, b, stats, err);
+    if (share != QC_FLUSH_ALL && share != QC_FLUSH_MAIN && share != QC_FLUSH_RESULTS)
+        return qs_error_set(err, QS_EINVAL, "flush: share %d is not a qc_flush_share", share);
+    result_pick pick;
+    qs_status st = pick_results(b, share, &pick, err);
+    if (st) return st;
+    size_t transitions = qc_store_batch_size(b) - b->n_final - b->n_partial;
+    bool empty = pick.n_sets == 0 && (share == QC_FLUSH_RESULTS || transitions == 0);
+    if (empty) {
+        free(pick.take);
+        return before_commit ? before_commit(ctx, err) : QS_OK;
+    }
+    st = s->flush_ready ? QS_OK : prepare_session(s, err);
+    if (!st) st = flush_in_transaction(s, b, share, &pick, before_commit, ctx, stats, err);
+    free(pick.take);
     if (st) {
         qc_store_rollback(s);
         *stats = (qc_flush_stats){0};
-        return st;
     }
-    qc_store_batch_clear(b);
-    return QS_OK;
+    return st;
+}
+
+qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err) {
+    qs_status st = qc_store_flush_share(s, b, QC_FLUSH_ALL, NULL, NULL, stats, err);
+    if (!st) qc_store_batch_clear(b);
+    return st;
 }

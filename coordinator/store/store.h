@@ -293,6 +293,31 @@ typedef struct qc_flush_stats {
  * costs nothing. stats may be NULL. Errors: QS_EDB (see connection_lost), QS_ENOMEM. */
 qs_status qc_store_flush(qc_store *s, qc_store_batch *b, qc_flush_stats *stats, qs_error *err);
 
+/* Result sets (qc_store_batch_results calls) queued in b, and the bytes of their rows. */
+size_t qc_store_batch_result_sets(const qc_store_batch *b);
+size_t qc_store_batch_result_bytes(const qc_store_batch *b);
+
+/* A share of a batch, for writing it through two connections at once (the coordinator's
+ * writer, coordinator/server/writer.h): QC_FLUSH_MAIN is every transition and about half of
+ * the result sets' bytes, QC_FLUSH_RESULTS the other result sets; each set goes whole to
+ * one share, always the same for the same batch. QC_FLUSH_ALL is the whole batch. */
+typedef enum qc_flush_share { QC_FLUSH_ALL, QC_FLUSH_MAIN, QC_FLUSH_RESULTS } qc_flush_share;
+
+/* Called by a flush after everything is written and before COMMIT; an error makes the flush
+ * roll back and return it. */
+typedef qs_status (*qc_flush_hook)(void *ctx, qs_error *err);
+
+/* Writes one share of b in one transaction, as qc_store_flush does, calling before_commit
+ * (may be NULL) just before the COMMIT, also when the share is empty (then no transaction is
+ * opened). b is only read: two connections may flush the two shares of one batch at the
+ * same time, and the caller clears b (qc_store_batch_clear) once both are committed. A share
+ * committed while the other failed is harmless on a retry of the whole batch: its rows are
+ * found stored and ignored (the rules above). Errors: as qc_store_flush, and QS_EINVAL for
+ * an unknown share. */
+qs_status qc_store_flush_share(qc_store *s, const qc_store_batch *b, qc_flush_share share,
+                               qc_flush_hook before_commit, void *ctx, qc_flush_stats *stats,
+                               qs_error *err);
+
 /* ---- read helpers (qsweep status / results) ------------------------------------------ */
 
 /* One row of v_experiment_progress. */

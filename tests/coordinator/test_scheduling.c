@@ -42,14 +42,14 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
                      9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
-    /* two PostgreSQL connections whatever the number of workers (issue 4: at most 4): the
-       loop's (reads, advisory lock) and the writer thread's */
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                                   "LIKE 'qsweep coordinator %%'"),
-                     1);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                                   "LIKE 'qsweep coordinator-writer %%'"),
-                     1);
+    /* three PostgreSQL connections whatever the number of workers (issue 4: at most 4): the
+       loop's (reads, advisory lock), the writer thread's and the results thread's */
+    const char *conns[] = {"coordinator", "coordinator-writer", "coordinator-results"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE "
+                                       "application_name LIKE 'qsweep %s %%'",
+                                    conns[i]),
+                         1);
 }
 
 static void failing_job_is_retried_up_to_max_attempts_then_failed_with_its_message(void **state) {

@@ -427,7 +427,7 @@ static void test_results_are_stored_once(void **state) {
     ok(qc_store_batch_attempt_started(bt, ja, 2, "w2", 30, &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
 
-    /* Values that must survive the text round trip bit for bit. */
+    /* Values that must survive the round trip (binary COPY) bit for bit. */
     const qc_metric final1[] = {{"ppl", 7.123456789012345, -1},          {"kl_mean", 0.1, -1},
                                 {"kl_max", 4.9406564584124654e-324, -1}, /* smallest subnormal */
                                 {"sqnr_db.3.up", -INFINITY, -1},         {"top1", NAN, -1},
@@ -485,6 +485,112 @@ static void test_results_are_stored_once(void **state) {
 
 /* A job's results need the job (schema/004: checked once per statement), a job with results
  * cannot be deleted, and a set queued twice in one batch lands once. */
+/* What the before-commit hook of a share does: counts calls, fails when told to. */
+typedef struct hook_probe {
+    int calls;
+    qs_status answer;
+} hook_probe;
+
+static qs_status probe_hook(void *ctx, qs_error *err) {
+    hook_probe *h = ctx;
+    h->calls++;
+    if (h->answer) return qs_error_set(err, h->answer, "hook says no");
+    return QS_OK;
+}
+
+/* A batch written as two shares (coordinator/server/writer.h): each result set goes whole to
+ * one share, the two shares together store every row once, a failing hook rolls its share
+ * back, and a retry of the whole batch after one share committed stores nothing twice. */
+static void test_batch_written_in_two_shares(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_shares", ci, sizeof ci);
+    enum { NJ = 5, NM = 40 };
+    qc_job_submit jobs[NJ];
+    char keys[NJ][16], specs[NJ][512];
+    for (int j = 0; j < NJ; j++) {
+        snprintf(keys[j], sizeof keys[j], "share-%d", j);
+        char part[8];
+        snprintf(part, sizeof part, "%d", j);
+        eval_spec(specs[j], sizeof specs[j], "m1", "nvfp4", "block", part);
+        jobs[j] = (qc_job_submit){keys[j], "eval", specs[j], 0, 0, 0, "m1", 3, NULL, 0};
+    }
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, NJ, &c, &err), &err);
+    int64_t ids[NJ];
+    for (int j = 0; j < NJ; j++)
+        ids[j] = job_id(s, keys[j]);
+    qc_store_batch *bt = qc_store_batch_new();
+    for (int j = 0; j < NJ; j++)
+        ok(qc_store_batch_attempt_started(bt, ids[j], 1, "w1", 30, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+
+    /* Sets of unequal size, so the split is not simply alternating. */
+    qc_metric m[NM];
+    char names[NM][16];
+    for (int k = 0; k < NM; k++) {
+        snprintf(names[k], sizeof names[k], "m.%d", k);
+        m[k] = (qc_metric){names[k], k + 0.5, -1};
+    }
+    for (int j = 0; j < NJ; j++) {
+        ok(qc_store_batch_results(bt, ids[j], 1, true, m, (size_t)(NM - 7 * j), &err), &err);
+        ok(qc_store_batch_attempt_ended(bt, ids[j], 1, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
+        ok(qc_store_batch_job_state(bt, ids[j], QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    }
+    assert_int_equal(qc_store_batch_result_sets(bt), NJ);
+    size_t total_rows = 0;
+    for (int j = 0; j < NJ; j++)
+        total_rows += (size_t)(NM - 7 * j);
+
+    /* The main share's hook refuses: its transaction rolls back, nothing of it is stored. */
+    qc_store *s2 = NULL;
+    ok(qc_store_open(ci, "results", &s2, &err), &err);
+    hook_probe no = {0, QS_EDB};
+    qc_flush_stats main_fs, res_fs;
+    assert_int_equal(qc_store_flush_share(s, bt, QC_FLUSH_MAIN, probe_hook, &no, &main_fs, &err),
+                     QS_EDB);
+    assert_int_equal(no.calls, 1);
+    assert_non_null(strstr(err.msg, "hook says no"));
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), 0);
+
+    /* The results share alone: whole sets only, no transition. */
+    ok(qc_store_flush_share(s2, bt, QC_FLUSH_RESULTS, NULL, NULL, &res_fs, &err), &err);
+    long res_rows = count_where(s, "SELECT count(*) FROM results");
+    assert_true(res_rows > 0 && (size_t)res_rows < total_rows);
+    assert_int_equal(res_fs.results_inserted, (size_t)res_rows);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM (SELECT job, count(*) AS n FROM results "
+                                    "GROUP BY job) t JOIN jobs j ON j.id = t.job "
+                                    "WHERE t.n <> 40 - 7 * (substr(j.job_key, 7)::int)"),
+                     0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE outcome = 'running'"), NJ);
+
+    /* The main share: the transitions and the other sets; the hook runs before its COMMIT. */
+    hook_probe yes = {0, QS_OK};
+    ok(qc_store_flush_share(s, bt, QC_FLUSH_MAIN, probe_hook, &yes, &main_fs, &err), &err);
+    assert_int_equal(yes.calls, 1);
+    assert_int_equal(main_fs.results_inserted + res_fs.results_inserted, total_rows);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), (long)total_rows);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), NJ);
+
+    /* A retry of the whole batch (as after a failure between the two commits) adds nothing. */
+    qc_flush_stats again;
+    ok(qc_store_flush(s, bt, &again, &err), &err);
+    assert_int_equal(again.results_inserted, 0);
+    assert_int_equal(again.results_ignored, total_rows);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), (long)total_rows);
+    assert_int_equal(qc_store_batch_size(bt), 0);
+
+    /* An empty share still calls its hook, without a transaction. */
+    hook_probe empty = {0, QS_OK};
+    ok(qc_store_flush_share(s, bt, QC_FLUSH_MAIN, probe_hook, &empty, NULL, &err), &err);
+    assert_int_equal(empty.calls, 1);
+    qc_store_close(s2);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 static void test_results_need_their_job_and_duplicates_in_a_batch_land_once(void **state) {
     (void)state;
     char ci[1024];
@@ -1037,6 +1143,7 @@ int main(void) {
         cmocka_unit_test(test_bad_submissions_write_nothing),
         cmocka_unit_test(test_batched_transitions_and_rebuild),
         cmocka_unit_test(test_results_are_stored_once),
+        cmocka_unit_test(test_batch_written_in_two_shares),
         cmocka_unit_test(test_results_need_their_job_and_duplicates_in_a_batch_land_once),
         cmocka_unit_test(test_sensitivity_view_joins_baseline_and_results_reader),
         cmocka_unit_test(test_special_characters_round_trip),
