@@ -33,6 +33,7 @@ struct qc_writer {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signals a submitted batch, a finished one, the lane, and quit */
     results_lane lane;
+    bool started;        /* the writer thread runs */
     bool lane_collected; /* writer thread only: the lane's outcome of this batch is in */
     int pipe_r, pipe_w;
     bool busy; /* submitted and not collected (loop thread only) */
@@ -144,53 +145,49 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+/* Stops the threads that were started (each finishes a batch in progress first), closes
+ * the pipe and the connections that are open, and frees w. */
+static void destroy(qc_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->started) pthread_join(w->thread, NULL);
+    if (w->lane.started) pthread_join(w->lane.thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    if (w->pipe_r >= 0) close(w->pipe_r);
+    if (w->pipe_w >= 0) close(w->pipe_w);
+    qc_store_close(w->store);
+    qc_store_close(w->lane.store);
+    free(w);
+}
+
 qs_status qc_writer_start(const char *conninfo, qc_writer **out, qs_error *err) {
     *out = NULL;
     qc_writer *w = calloc(1, sizeof *w);
     if (!w) return qs_error_set(err, QS_ENOMEM, "writer: out of memory");
     w->pipe_r = w->pipe_w = -1;
-    qs_status st = qc_store_open(conninfo, "coordinator-writer", &w->store, err);
-    if (st) {
-        free(w);
-        return qs_error_wrap(err, "opening the coordinator's write connection");
-    }
-    st = qc_store_open(conninfo, "coordinator-results", &w->lane.store, err);
-    if (st) {
-        qc_store_close(w->store);
-        free(w);
-        return qs_error_wrap(err, "opening the coordinator's results connection");
-    }
-    int fds[2];
-    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
-        st = qs_error_set(err, QS_EIO, "writer: pipe: %s", strerror(errno));
-        qc_store_close(w->store);
-        qc_store_close(w->lane.store);
-        free(w);
-        return st;
-    }
-    w->pipe_r = fds[0];
-    w->pipe_w = fds[1];
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    int rc = pthread_create(&w->lane.thread, NULL, lane_main, w);
-    w->lane.started = rc == 0;
-    if (rc == 0) rc = pthread_create(&w->thread, NULL, writer_main, w);
-    if (rc != 0) {
-        st = qs_error_set(err, QS_EIO, "writer: pthread_create: %s", strerror(rc));
-        if (w->lane.started) {
-            pthread_mutex_lock(&w->mu);
-            w->quit = true;
-            pthread_cond_broadcast(&w->cv);
-            pthread_mutex_unlock(&w->mu);
-            pthread_join(w->lane.thread, NULL);
-        }
-        pthread_mutex_destroy(&w->mu);
-        pthread_cond_destroy(&w->cv);
-        close(w->pipe_r);
-        close(w->pipe_w);
-        qc_store_close(w->store);
-        qc_store_close(w->lane.store);
-        free(w);
+    qs_status st = qc_store_open(conninfo, "coordinator-writer", &w->store, err);
+    if (st) qs_error_wrap(err, "opening the coordinator's write connection");
+    if (!st && (st = qc_store_open(conninfo, "coordinator-results", &w->lane.store, err)))
+        qs_error_wrap(err, "opening the coordinator's results connection");
+    int fds[2];
+    if (!st && pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+        st = qs_error_set(err, QS_EIO, "writer: pipe: %s", strerror(errno));
+    if (!st) {
+        w->pipe_r = fds[0];
+        w->pipe_w = fds[1];
+    }
+    int rc = st ? 0 : pthread_create(&w->lane.thread, NULL, lane_main, w);
+    w->lane.started = !st && rc == 0;
+    if (w->lane.started) rc = pthread_create(&w->thread, NULL, writer_main, w);
+    w->started = w->lane.started && rc == 0;
+    if (!st && rc != 0) st = qs_error_set(err, QS_EIO, "writer: pthread_create: %s", strerror(rc));
+    if (st) {
+        destroy(w);
         return st;
     }
     *out = w;
@@ -256,18 +253,5 @@ qs_status qc_writer_reconnect(qc_writer *w, qs_error *err) {
 }
 
 void qc_writer_stop(qc_writer *w) {
-    if (!w) return;
-    pthread_mutex_lock(&w->mu);
-    w->quit = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL); /* a batch in progress is finished first */
-    pthread_join(w->lane.thread, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    close(w->pipe_r);
-    close(w->pipe_w);
-    qc_store_close(w->store);
-    qc_store_close(w->lane.store);
-    free(w);
+    if (w) destroy(w);
 }
