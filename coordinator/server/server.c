@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "store.h"
 #include "writer.h"
+#include "zap.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
 #define NEVER INT64_MAX
@@ -83,6 +84,8 @@ typedef struct server {
     bool db_down;
     int64_t next_reconnect;
     void *zctx, *sock;
+    qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
+    qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
     job **jobs; /* sorted by id */
     size_t n_jobs, cap_jobs;
     size_t active; /* jobs not terminal */
@@ -104,6 +107,16 @@ typedef struct server {
 } server;
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t reload_requested; /* SIGHUP: re-read the CURVE allow-list */
+
+void qc_server_request_reload(void) {
+    reload_requested = 1;
+}
+
+static void on_reload_signal(int sig) {
+    (void)sig;
+    reload_requested = 1;
+}
 
 void qc_server_request_stop(void) {
     stop_requested = 1;
@@ -1019,6 +1032,14 @@ static qs_status open_socket(server *s, qs_error *err) {
                                 "options.curve_secret_key: need a 40-character Z85 key: %s",
                                 zmq_strerror(errno));
     }
+    if (s->allowed) {
+        /* The ZAP handler is bound before the ROUTER so that no handshake can miss it. */
+        qc_zap_keys *keys = s->allowed;
+        s->allowed = NULL; /* the handler's now, also on failure */
+        qs_status st = qc_zap_start(s->zctx, s->o->curve_allowed_keys, keys, &s->zap, err);
+        if (st == QS_OK) st = qc_zap_configure_socket(s->sock, err);
+        if (st != QS_OK) return st;
+    }
     if (zmq_bind(s->sock, s->o->bind_endpoint) != 0)
         return qs_error_set(err, QS_ENET, "bind %s: %s", s->o->bind_endpoint, zmq_strerror(errno));
     return QS_OK;
@@ -1084,6 +1105,8 @@ static void free_server(server *s) {
     free(s->workers);
     free(s->actions);
     if (s->sock) zmq_close(s->sock);
+    qc_zap_stop(s->zap); /* after the ROUTER, before zmq_ctx_term (zap.h) */
+    qc_zap_keys_free(s->allowed);
     if (s->zctx) zmq_ctx_term(s->zctx);
     qc_store_batch_free(s->batch);
     qc_store_close(s->store);
@@ -1100,6 +1123,12 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (opts->curve_secret_key && strlen(opts->curve_secret_key) != 40)
         return qs_error_set(err, QS_EINVAL,
                             "qc_server_run: options.curve_secret_key must be 40 Z85 characters");
+    if (opts->curve_allowed_keys && !opts->curve_secret_key)
+        return qs_error_set(err, QS_EINVAL,
+                            "qc_server_run: options.curve_allowed_keys (%s) needs "
+                            "options.curve_secret_key: an allow-list of worker keys only works "
+                            "with CURVE on",
+                            opts->curve_allowed_keys);
     server s = {.o = opts, .next_wake = NEVER};
     s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
     s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;
@@ -1107,18 +1136,26 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     s.poll_ms = opts->poll_ms ? opts->poll_ms : 500;
     s.worker_timeout_ms = opts->worker_timeout_ms ? opts->worker_timeout_ms : 3 * s.lease_ms;
 
-    struct sigaction old_term, old_int;
+    struct sigaction old_term, old_int, old_hup;
     if (!opts->no_signal_handlers) {
         struct sigaction sa = {.sa_handler = on_stop_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, &old_term);
         sigaction(SIGINT, &sa, &old_int);
+        if (opts->curve_allowed_keys) { /* else SIGHUP keeps its default action */
+            struct sigaction hup = {.sa_handler = on_reload_signal};
+            sigemptyset(&hup.sa_mask);
+            sigaction(SIGHUP, &hup, &old_hup);
+        }
     }
     stop_requested = 0;
+    reload_requested = 0;
 
     s.batch = qc_store_batch_new();
     s.spare = qc_store_batch_new();
     qs_status st = s.batch && s.spare ? QS_OK : qs_error_set(err, QS_ENOMEM, "batch");
+    if (st == QS_OK && opts->curve_allowed_keys) /* bad input: refused before connecting */
+        st = qc_zap_keys_load(opts->curve_allowed_keys, &s.allowed, err);
     if (st == QS_OK) st = qc_store_open(opts->conninfo, "coordinator", &s.store, err);
     if (st == QS_OK) st = qc_store_lock_coordinator(s.store, err);
     if (st == QS_OK) st = qc_writer_start(opts->conninfo, &s.writer, err);
@@ -1132,6 +1169,11 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
              "for their "
              "workers to re-attach); lease %d ms",
              opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
+        if (opts->curve_secret_key && !opts->curve_allowed_keys)
+            slog("warning: CURVE without an allow-list of worker keys: any client that knows "
+                 "this coordinator's public key can connect and take jobs (give the workers' "
+                 "public keys in options.curve_allowed_keys / qsweep coordinator "
+                 "--authorized-keys)");
     }
     int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
             next_lease_check = 0;
@@ -1196,6 +1238,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             }
             next_cancel_poll = now + 1000;
         }
+        if (reload_requested) {
+            reload_requested = 0;
+            if (s.zap) qc_zap_reload(s.zap, NULL); /* logs; a bad file keeps the list in use */
+        }
         dispatch(&s, now);
         st = start_flush(&s, err);
         if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
@@ -1220,6 +1266,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
+        if (opts->curve_allowed_keys) sigaction(SIGHUP, &old_hup, NULL);
     }
     if (s.n_flushes)
         slog("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",

@@ -62,18 +62,30 @@ typedef struct qc_server_options {
     int worker_timeout_ms;        /* forget an idle worker silent this long; default 3 * lease */
     bool exit_when_done;          /* return QS_OK once every job of the database is terminal */
     const char *curve_secret_key; /* Z85 (40 characters): enables CURVE on the socket */
-    bool no_signal_handlers;      /* do not install SIGTERM/SIGINT handlers */
+    /* Path of the CURVE allow-list: one worker public key (Z85) per line (zap.h). With it only
+       workers whose key is listed complete the handshake (a ZAP handler, RFC 27); requires
+       curve_secret_key. Re-read on SIGHUP or qc_server_request_reload. NULL: any client
+       that knows the coordinator's public key connects (a warning is logged at start). */
+    const char *curve_allowed_keys;
+    bool no_signal_handlers;      /* do not install SIGTERM/SIGINT/SIGHUP handlers */
     bool quiet;                   /* fewer log lines (no per-job lines) */
 } qc_server_options;
 
 /* Runs the coordinator until SIGTERM/SIGINT/qc_server_request_stop (QS_OK), or until every
  * job is terminal with exit_when_done. Errors: QS_EINVAL (bad options, naming the field),
- * QS_ESTATE (another coordinator holds the lock, or took it during an outage), QS_EDB
+ * qc_zap_keys_load's for the allow-list file (e.g. QS_EFORMAT naming file:line; checked
+ * before any connection is made), QS_ESTATE (another coordinator holds the lock, or took it
+ * during an outage), QS_EDB
  * (first connection failed, or a statement failed for a reason other than a lost
  * connection), QS_ENET (bind failed, naming the endpoint). */
 qs_status qc_server_run(const qc_server_options *opts, qs_error *err);
 
 /* Asks a running qc_server_run to return. Async-signal-safe. */
 void qc_server_request_stop(void);
+
+/* Asks a running qc_server_run to re-read its CURVE allow-list (options.curve_allowed_keys),
+ * as SIGHUP does; a file that does not load leaves the list in use (the error is logged).
+ * No effect without an allow-list. Async-signal-safe. */
+void qc_server_request_reload(void);
 
 #endif
