@@ -17,33 +17,41 @@
 static void coordinator_usage(FILE *out) {
     fprintf(
         out,
-        "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS] [--quiet]\n"
+        "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS]\n"
+        "                          [--authorized-keys FILE] [--quiet]\n"
         "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
         "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
         "  --lease-ms MS    a running job's lease, renewed by worker heartbeats, 100..2147483647\n"
         "                   (default 30000)\n"
         "  --exit-when-done return once every job in the database is finished\n"
-        "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): only workers that\n"
-        "                   know its public key can connect\n");
+        "  --authorized-keys FILE  the workers allowed to connect (default\n"
+        "                   $QSWEEP_CURVE_AUTHORIZED): one worker public key (Z85, 40\n"
+        "                   characters, from qsweep keygen) per line, '#' comments; any other\n"
+        "                   key is refused at the handshake and logged. Needs\n"
+        "                   $QSWEEP_CURVE_SECRET. SIGHUP re-reads the file.\n"
+        "  $QSWEEP_CURVE_SECRET  the coordinator's CURVE secret key (Z85): traffic is\n"
+        "                   encrypted and workers must know its public key; without\n"
+        "                   --authorized-keys any client that knows it can connect\n");
 }
 
 int qsweep_cmd_coordinator(int argc, char **argv) {
-    static const struct option opts[] = {{"bind", required_argument, 0, 'b'},
-                                         {"db", required_argument, 0, 'd'},
-                                         {"lease-ms", required_argument, 0, 'l'},
-                                         {"quiet", no_argument, 0, 'q'},
-                                         {"exit-when-done", no_argument, 0, 'x'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"bind", required_argument, 0, 'b'},     {"db", required_argument, 0, 'd'},
+        {"lease-ms", required_argument, 0, 'l'}, {"quiet", no_argument, 0, 'q'},
+        {"exit-when-done", no_argument, 0, 'x'}, {"authorized-keys", required_argument, 0, 'a'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     qc_server_options o = {.bind_endpoint = "tcp://0.0.0.0:5555"};
-    const char *db = NULL;
+    const char *db = NULL, *authorized = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "b:d:l:qxh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:d:l:qxa:h", opts, NULL)) != -1) {
         switch (c) {
         case 'b':
             o.bind_endpoint = optarg;
+            break;
+        case 'a':
+            authorized = optarg;
             break;
         case 'd':
             db = optarg;
@@ -76,6 +84,20 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
     }
     const char *curve = getenv("QSWEEP_CURVE_SECRET");
     if (curve && *curve) o.curve_secret_key = curve;
+    const char *authorized_env = getenv("QSWEEP_CURVE_AUTHORIZED");
+    if (!authorized && authorized_env && *authorized_env) authorized = authorized_env;
+    if (authorized && !*authorized) {
+        fprintf(stderr, "qsweep coordinator: --authorized-keys: empty file name\n");
+        return QSWEEP_EXIT_USAGE;
+    }
+    if (authorized && !o.curve_secret_key) {
+        fprintf(stderr,
+                "qsweep coordinator: an allow-list of worker keys (%s) needs CURVE: set "
+                "$QSWEEP_CURVE_SECRET to the coordinator's secret key (qsweep keygen)\n",
+                authorized);
+        return QSWEEP_EXIT_USAGE;
+    }
+    o.curve_allowed_keys = authorized;
     qs_error err = {0};
     qs_status st = qc_server_run(&o, &err);
     return st ? qsweep_fail("coordinator", &err) : QSWEEP_EXIT_OK;
@@ -147,11 +169,17 @@ int qsweep_cmd_keygen(int argc, char **argv) {
             "usage: qsweep keygen\n"
             "  Prints a new CURVE key pair (Z85, libzmq's zmq_curve_keypair) as shell "
             "assignments.\n"
-            "  The coordinator runs with its secret key in $QSWEEP_CURVE_SECRET; each worker with\n"
-            "  $QSWEEP_CURVE_SERVER = the coordinator's public key and a key pair of its own in\n"
-            "  $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET. Peers without the coordinator's "
-            "public\n"
-            "  key cannot connect, and the traffic is encrypted.\n");
+            "  Run it once for the coordinator and once per worker:\n"
+            "  - the coordinator runs with its secret key in $QSWEEP_CURVE_SECRET;\n"
+            "  - each worker with $QSWEEP_CURVE_SERVER = the coordinator's public key and its "
+            "own\n"
+            "    key pair in $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET;\n"
+            "  - each worker's PUBLIC key goes on a line of the coordinator's allow-list file\n"
+            "    (qsweep coordinator --authorized-keys FILE, or $QSWEEP_CURVE_AUTHORIZED),\n"
+            "    '# name' comments allowed; send SIGHUP to the coordinator after editing it.\n"
+            "  The traffic is encrypted; peers without the coordinator's public key cannot\n"
+            "  connect, and with an allow-list only the listed workers can. Keep each secret key\n"
+            "  on its own machine.\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? QSWEEP_EXIT_OK : QSWEEP_EXIT_USAGE;
     }
     char pub[41], sec[41];
