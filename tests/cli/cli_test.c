@@ -179,6 +179,40 @@ static void test_paths_that_are_not_regular_files_exit_2(void **state) {
     free(dir);
 }
 
+/* qsweep coordinator's CURVE allow-list: without $QSWEEP_CURVE_SECRET it is a usage error
+ * (exit 1); a malformed file is bad input (exit 2) named file:line, refused before the
+ * database is contacted; $QSWEEP_CURVE_AUTHORIZED stands for --authorized-keys. */
+static void test_coordinator_allow_list_errors(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-cli-keys");
+    assert_non_null(dir);
+    char keys[300];
+    snprintf(keys, sizeof keys, "%s/workers.keys", dir);
+    FILE *f = fopen(keys, "w");
+    assert_non_null(f);
+    fputs("# workers\nrq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\nnot-a-key\n", f);
+    fclose(f);
+    unsetenv("QSWEEP_CURVE_SECRET");
+    unsetenv("QSWEEP_CURVE_AUTHORIZED");
+    const char *no_secret[] = {"coordinator",       "--db", "host=/nonexistent",
+                               "--authorized-keys", keys,   NULL};
+    assert_int_equal(qsweep(no_secret), 1);
+    assert_non_null(strstr(out, "needs CURVE: set $QSWEEP_CURVE_SECRET"));
+    setenv("QSWEEP_CURVE_SECRET", "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6", 1);
+    int rc = qsweep(no_secret);
+    char want[400];
+    snprintf(want, sizeof want, "%s:3: not a CURVE public key: 9 characters", keys);
+    if (rc != 2 || !strstr(out, want)) fail_msg("--authorized-keys: got %d:\n%s", rc, out);
+    setenv("QSWEEP_CURVE_AUTHORIZED", keys, 1);
+    const char *by_env[] = {"coordinator", "--db", "host=/nonexistent", NULL};
+    rc = qsweep(by_env);
+    if (rc != 2 || !strstr(out, want)) fail_msg("$QSWEEP_CURVE_AUTHORIZED: got %d:\n%s", rc, out);
+    unsetenv("QSWEEP_CURVE_SECRET");
+    unsetenv("QSWEEP_CURVE_AUTHORIZED");
+    fx_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_everywhere_exits_0),
@@ -190,6 +224,7 @@ int main(void) {
         cmocka_unit_test(test_exclusive_flags_and_extra_arguments_exit_1),
         cmocka_unit_test(test_connection_passwords_are_redacted),
         cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
+        cmocka_unit_test(test_coordinator_allow_list_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
