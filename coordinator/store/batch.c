@@ -540,15 +540,19 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
         if (!st) st = qc_store_fail(s, NULL, "flush: pipeline", err);
         return st;
     }
-    /* Every sent statement yields its result(s) and a NULL; the sync yields PIPELINE_SYNC. */
-    for (size_t i = 0; i < sent; i++) {
+    /* Every sent statement yields its result(s) (PIPELINE_ABORTED after an error) and a
+     * NULL; the sync yields PIPELINE_SYNC. A NULL anywhere else means libpq has nothing
+     * more: the connection broke (libpq 15 then returns NULL for ever while PQstatus may
+     * still say CONNECTION_OK), so stop reading and report the session lost. */
+    bool broken = false;
+    for (size_t i = 0; i < sent && !broken; i++) {
         PGresult *r;
         bool got = false;
         while ((r = PQgetResult(s->conn)) != NULL) {
             got = true;
             ExecStatusType rs = PQresultStatus(r);
             if (rs != q[i].want && !st) {
-                st = qc_store_fail(s, rs == PGRES_PIPELINE_ABORTED ? NULL : r, q[i].what, err);
+                st = qc_store_fail(s, r, q[i].what, err);
             } else if (rs == q[i].want) {
                 if (q[i].count) *q[i].count += strtoull(PQcmdTuples(r), NULL, 10);
                 if (fresh && q[i].sql == fresh_name && PQntuples(r) == 1)
@@ -556,23 +560,22 @@ static qs_status run_pipeline(qc_store *s, piped *q, size_t n, bool *fresh, qs_e
             }
             PQclear(r);
         }
-        if (!got && PQstatus(s->conn) == CONNECTION_BAD) {
-            if (!st) st = qc_store_fail(s, NULL, q[i].what, err);
-            break;
-        }
+        broken = !got;
     }
-    for (;;) { /* up to and including the sync's result */
+    while (!broken) { /* up to and including the sync's result */
         PGresult *r = PQgetResult(s->conn);
         if (!r) {
-            if (PQstatus(s->conn) == CONNECTION_BAD) {
-                if (!st) st = qc_store_fail(s, NULL, "flush: pipeline", err);
-                break;
-            }
-            continue;
+            broken = true;
+            break;
         }
         ExecStatusType rs = PQresultStatus(r);
         PQclear(r);
         if (rs == PGRES_PIPELINE_SYNC) break;
+    }
+    if (broken) {
+        if (!st) st = qc_store_fail(s, NULL, "flush: reading the pipeline's results", err);
+        qc_store_mark_lost(s); /* also when a statement's error came first */
+        return st;
     }
     if (PQexitPipelineMode(s->conn) != 1 && !st)
         st = qc_store_fail(s, NULL, "flush: leaving pipeline mode", err);

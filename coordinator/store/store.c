@@ -50,8 +50,23 @@ qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err)
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
+/* Whether a failure means the session is gone, so the caller should reconnect rather than
+ * give up: the connection is bad; or a libpq call failed without a result (r NULL: a send,
+ * COPY data or pipeline call, i.e. the socket); or the error was made by libpq itself, not
+ * the server (no SQLSTATE: libpq 15 reports a failed send or a closed socket that way while
+ * PQstatus still says CONNECTION_OK); or the server's SQLSTATE is class 08 (connection
+ * exception) or 57P01-57P03 (admin shutdown, crash shutdown, cannot connect now; PostgreSQL
+ * docs, Appendix A). */
+static bool session_gone(qc_store *s, const PGresult *r) {
+    if (PQstatus(s->conn) == CONNECTION_BAD || !r) return true;
+    if (PQresultStatus(r) != PGRES_FATAL_ERROR) return false;
+    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    return !code || strncmp(code, "08", 2) == 0 || strcmp(code, "57P01") == 0 ||
+           strcmp(code, "57P02") == 0 || strcmp(code, "57P03") == 0;
+}
+
 qs_status qc_store_fail(qc_store *s, const PGresult *r, const char *what, qs_error *err) {
-    if (PQstatus(s->conn) == CONNECTION_BAD) s->lost = true;
+    if (session_gone(s, r)) s->lost = true;
     const char *msg = r ? PQresultErrorMessage(r) : "";
     if (!msg || !*msg) msg = PQerrorMessage(s->conn);
     const char *detail = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL) : NULL;
@@ -80,8 +95,12 @@ PGresult *qc_store_params(qc_store *s, const char *sql, int n, const char *const
     return NULL;
 }
 
+void qc_store_mark_lost(qc_store *s) {
+    s->lost = true;
+}
+
 void qc_store_rollback(qc_store *s) {
-    if (PQstatus(s->conn) != CONNECTION_OK) return;
+    if (s->lost || PQstatus(s->conn) != CONNECTION_OK) return;
     if (PQtransactionStatus(s->conn) == PQTRANS_IDLE) return;
     PQclear(PQexec(s->conn, "ROLLBACK"));
 }
@@ -184,6 +203,32 @@ qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err) {
 
 bool qc_store_connection_lost(const qc_store *s) {
     return s->lost || PQstatus(s->conn) == CONNECTION_BAD;
+}
+
+int qc_store_backend_pid(const qc_store *s) {
+    return PQbackendPID(s->conn);
+}
+
+qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error *err) {
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", holder_pid);
+    const char *p[] = {pid};
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.objsubid = 1 AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.pid = $1::int)",
+        1, p, PGRES_TUPLES_OK, "checking the coordinator lock", err);
+    if (!r) return QS_EDB;
+    bool held = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (held) return QS_OK;
+    return qs_error_set(err, QS_ESTATE,
+                        "the coordinator lock is no longer held by this coordinator's write "
+                        "connection (server pid %d): another coordinator may have taken over; "
+                        "stopping",
+                        holder_pid);
 }
 
 qs_status qc_store_reconnect(qc_store *s, qs_error *err) {

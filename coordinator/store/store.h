@@ -79,8 +79,19 @@ void qc_store_close(qc_store *s);
  * The store re-takes the lock on qc_store_reconnect. */
 qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
 
-/* True when the last call failed because the connection is gone (PQstatus CONNECTION_BAD). */
+/* True when the last call failed because the session is gone: the connection is bad, a
+ * libpq call failed (a send, COPY data), libpq reported the error itself (no SQLSTATE), or
+ * the server said connection exception (class 08) or shutting down (57P01-57P03). */
 bool qc_store_connection_lost(const qc_store *s);
+
+/* The server process id of the store's session (PQbackendPID), 0 when not connected. */
+int qc_store_backend_pid(const qc_store *s);
+
+/* QS_OK when the coordinator lock (qc_store_lock_coordinator) is held by the session whose
+ * server pid is holder_pid, checked on s's own connection (pg_locks). QS_ESTATE naming the
+ * pid when it is not (that session died and another coordinator may hold the lock now);
+ * QS_EDB when the query fails. */
+qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error *err);
 
 /* Tries once to re-establish a lost connection (PQreset), then re-takes the coordinator lock
  * when this store held it. QS_OK when connected again; QS_EDB while the server is still

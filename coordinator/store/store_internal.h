@@ -24,7 +24,11 @@ qs_status qc_store_exec(qc_store *s, const char *sql, const char *what, qs_error
  * NULL with err filled (QS_EDB). */
 PGresult *qc_store_params(qc_store *s, const char *sql, int n, const char *const *params,
                           ExecStatusType want, const char *what, qs_error *err);
-/* Rolls back an open transaction, if any, ignoring errors. */
+/* Rolls back an open transaction, if any, ignoring errors; nothing on a lost session (the
+ * reconnect starts a new one). */
 void qc_store_rollback(qc_store *s);
+/* Records that the session is gone (qc_store_connection_lost), e.g. a pipeline that stopped
+ * answering. */
+void qc_store_mark_lost(qc_store *s);
 
 #endif

@@ -5,6 +5,7 @@
 #include "pgtest.h"
 
 #include <math.h>
+#include <signal.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -1135,6 +1136,49 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     qc_store_close(s);
 }
 
+/* Immediate shutdown (SIGQUIT to the postmaster: its backends quit without a word) between
+ * two flushes: the next flush must come back at once as a lost session, not spin or hang in
+ * libpq's pipeline (libpq 15 answers a pipeline sent to a dead server with NULL for ever
+ * while PQstatus still says CONNECTION_OK), and the batch must survive for the retry. */
+static void test_flush_after_an_immediate_shutdown_reports_a_lost_session(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_immediate", ci, sizeof ci);
+    char a[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "2.q");
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
+    int64_t ja = job_id(s, "a");
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err); /* the session is prepared and idle */
+
+    pid_t pm = qc_pgserver_pid(srv);
+    assert_true(pm > 0);
+    assert_int_equal(kill(pm, SIGQUIT), 0);
+    for (int i = 0; i < 300 && qc_pgserver_pid(srv) != 0; i++)
+        nanosleep(&(struct timespec){0, 20000000L}, NULL);
+    assert_int_equal(qc_pgserver_pid(srv), 0);
+
+    const qc_metric m[] = {{"ppl", 5.5, -1}};
+    ok(qc_store_batch_results(bt, ja, 1, true, m, 1, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    assert_int_equal(qc_store_flush(s, bt, NULL, &err), QS_EDB);
+    assert_true(qc_store_connection_lost(s));
+    assert_int_equal(qc_store_batch_size(bt), 3); /* kept for the retry */
+
+    ok(qc_pgserver_resume(srv, &err), &err);
+    ok(qc_store_reconnect(s, &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 1);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
@@ -1155,6 +1199,7 @@ int main(void) {
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),
         cmocka_unit_test(test_second_coordinator_is_refused),
         cmocka_unit_test(test_reconnect_after_postgres_restarts),
+        cmocka_unit_test(test_flush_after_an_immediate_shutdown_reports_a_lost_session),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
