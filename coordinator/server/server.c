@@ -19,6 +19,7 @@
 #include "zap.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
+#define STALL_LOG_MS 10000
 #define NEVER INT64_MAX
 
 /* The store's job states (coordinator/store/store.h). */
@@ -80,6 +81,9 @@ typedef struct server {
     qc_store_batch *batch;  /* the open batch, filled by the loop */
     qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
     qc_store_batch *spare;  /* an empty batch to open next */
+    int64_t flush_since;    /* monotonic ms: when the flying batch was handed to the writer */
+    int64_t next_stall_log; /* monotonic ms: when to say again that it has not committed */
+    size_t flying_items;    /* its size when handed over (the writer owns it meanwhile) */
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
@@ -645,6 +649,9 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             renew_lease(s, named, now);
             slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
                  named->attempt);
+            /* a cancel requested while the job had no worker (after a restart) */
+            if (named->cancel_requested)
+                send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
         } else {
             /* not the current attempt: stop it (its result would be ignored anyway) */
             send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt,
@@ -898,7 +905,9 @@ static qs_status poll_cancels(server *s, qs_error *err) {
             end_pending(s, j, J_CANCELLED, "cancelled on request");
         } else if (j->state == J_RUNNING && !j->cancel_requested) {
             j->cancel_requested = true;
-            if (j->worker)
+            /* A worker drops a CANCEL for a job it has not been sent yet: while the ASSIGN
+               waits for its commit, run_actions sends the CANCEL right after it. */
+            if (j->worker && j->lease_deadline != NEVER)
                 send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
                             "cancelled on request");
         }
@@ -921,6 +930,8 @@ static void run_actions(server *s) {
             if (sent) {
                 j->lease_deadline = now + s->lease_ms;
                 j->db_lease_until = now + s->lease_ms; /* written with the attempt row */
+                if (j->cancel_requested) /* requested while the ASSIGN waited (poll_cancels) */
+                    send_cancel(s, a->rid, a->rid_len, j->id, j->attempt, "cancelled on request");
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
                 end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone",
@@ -972,7 +983,21 @@ static qs_status start_flush(server *s, qs_error *err) {
         s->spare = NULL;
         actions_to_flight(s);
     }
+    s->flush_since = qs_clock_ms();
+    s->next_stall_log = s->flush_since + STALL_LOG_MS;
+    s->flying_items = qc_store_batch_size(s->flying);
     return qc_writer_submit(s->writer, s->flying, err);
+}
+
+/* Says so, every STALL_LOG_MS, while a batch waits for its commit: a lock held by another
+ * session or a stopped server otherwise stalls the sweep without a word (heartbeats are still
+ * answered). */
+static void log_stall(server *s, int64_t now) {
+    if (!qc_writer_busy(s->writer) || now < s->next_stall_log) return;
+    slog("PostgreSQL has not committed a batch of %zu transitions for %lld s (a lock held by "
+         "another session? a stopped server?); dispatch waits",
+         s->flying_items, (long long)((now - s->flush_since) / 1000));
+    s->next_stall_log = now + STALL_LOG_MS;
 }
 
 /* Collects the writer's outcome (waiting for it when wait is true): on success sends what
@@ -1157,8 +1182,11 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (st == QS_OK && opts->curve_allowed_keys) /* bad input: refused before connecting */
         st = qc_zap_keys_load(opts->curve_allowed_keys, &s.allowed, err);
     if (st == QS_OK) st = qc_store_open(opts->conninfo, "coordinator", &s.store, err);
-    if (st == QS_OK) st = qc_store_lock_coordinator(s.store, err);
     if (st == QS_OK) st = qc_writer_start(opts->conninfo, &s.writer, err);
+    /* The lock lives on the connection that writes job state: when that session dies, the
+       lock goes with it and no later write can succeed without taking it again
+       (qc_writer_reconnect), so two coordinators never both write. */
+    if (st == QS_OK) st = qc_store_lock_coordinator(qc_writer_store(s.writer), err);
     if (st == QS_OK) st = load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
@@ -1189,11 +1217,12 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         drain(&s, now);
         if (now >= next_lease_check) {
             check_leases(&s, now);
+            log_stall(&s, now);
             next_lease_check = now + 50;
         }
         if (s.db_down && now >= s.next_reconnect && !qc_writer_busy(s.writer)) {
-            /* Both connections, the reading one first: it takes the advisory lock again
-               before anything is written. */
+            /* All connections; the writer's takes the advisory lock again (QS_ESTATE when
+               another coordinator has it now) before anything is written. */
             qs_error e;
             qs_status rs = qc_store_reconnect(s.store, &e);
             if (rs == QS_OK) rs = qc_writer_reconnect(s.writer, &e);
@@ -1251,16 +1280,26 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
     }
     if (st == QS_OK && !s.db_down) {
-        /* The last batches, in order: the flying one (its ACKs and ASSIGNs go out as in the
-           loop), then the open one, which is committed but, as the loop has stopped, sends
-           nothing (a worker not ACKed resends; an attempt not ASSIGNed expires after the
-           grace period of the next start). */
+        /* The last batches, in order: the flying one, one that failed and waits for a retry,
+           then the open one. Each one's ACKs and ASSIGNs go out after its commit, as in the
+           loop: an attempt committed without its ASSIGN would wait out the next start's
+           grace period and count as lost. (Sent before the socket closes; its linger lets
+           them leave.) */
         qs_error e = {0};
         qs_status fs = finish_flush(&s, true, &e);
         qc_store *ws = qc_writer_store(s.writer);
-        if (fs == QS_OK && s.flying && !s.db_down) fs = qc_store_flush(ws, s.flying, NULL, &e);
-        if (fs == QS_OK && !s.db_down && qc_store_batch_size(s.batch) > 0)
-            fs = qc_store_flush(ws, s.batch, NULL, &e);
+        if (fs == QS_OK && s.flying && !s.db_down &&
+            (fs = qc_store_flush(ws, s.flying, NULL, &e)) == QS_OK) {
+            qc_store_batch_free(s.spare);
+            s.spare = s.flying;
+            s.flying = NULL;
+            run_actions(&s);
+        }
+        if (fs == QS_OK && !s.db_down && (qc_store_batch_size(s.batch) > 0 || s.n_actions > 0) &&
+            (fs = qc_store_flush(ws, s.batch, NULL, &e)) == QS_OK) {
+            actions_to_flight(&s);
+            run_actions(&s);
+        }
         if (fs != QS_OK || s.db_down) slog("final commit: %s", fs ? e.msg : "PostgreSQL is down");
     }
     if (!opts->no_signal_handlers) {

@@ -22,6 +22,7 @@ typedef struct results_lane {
     bool started;
     /* under the writer's mu: */
     const qc_store_batch *todo;
+    int holder_pid; /* server pid of the writer's session, which holds the coordinator lock */
     bool finished;
     qs_status st;
     qs_error err;
@@ -47,6 +48,15 @@ struct qc_writer {
     double seconds;
 };
 
+/* The lane's before-commit hook: its rows go in only while the writer's session still holds
+ * the coordinator lock. Were that session gone, another coordinator may have taken over, and
+ * this connection, which holds no lock, must not write for a coordinator that is no longer
+ * one (the writer's own next statement fails, and its reconnect finds the lock taken). */
+static qs_status lane_lock_hook(void *ctx, qs_error *err) {
+    results_lane *lane = ctx;
+    return qc_store_check_coordinator_lock(lane->store, lane->holder_pid, err);
+}
+
 static void *lane_main(void *arg) {
     qc_writer *w = arg;
     pthread_setname_np(pthread_self(), "qsweep-results");
@@ -58,8 +68,8 @@ static void *lane_main(void *arg) {
         const qc_store_batch *b = w->lane.todo;
         pthread_mutex_unlock(&w->mu);
         qs_error err = {0};
-        qs_status st =
-            qc_store_flush_share(w->lane.store, b, QC_FLUSH_RESULTS, NULL, NULL, NULL, &err);
+        qs_status st = qc_store_flush_share(w->lane.store, b, QC_FLUSH_RESULTS, lane_lock_hook,
+                                            &w->lane, NULL, &err);
         pthread_mutex_lock(&w->mu);
         w->lane.todo = NULL;
         w->lane.st = st;
@@ -98,6 +108,7 @@ static qs_status flush_batch(qc_writer *w, qc_store_batch *b, qs_error *err) {
         return qc_store_flush(w->store, b, NULL, err);
     pthread_mutex_lock(&w->mu);
     w->lane.todo = b;
+    w->lane.holder_pid = qc_store_backend_pid(w->store);
     w->lane.finished = false;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);

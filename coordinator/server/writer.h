@@ -18,6 +18,12 @@
  * and resends (stored rows are ignored), or the job runs again and its new final set is
  * dropped because the job holds one (store.h, results rules).
  *
+ * The writer's session holds the coordinator lock (the caller takes it with
+ * qc_store_lock_coordinator on qc_writer_store; qc_writer_reconnect takes it again): the
+ * results thread commits only after checking that this session still holds it, so a
+ * coordinator whose write session died writes nothing more once another one may have
+ * started.
+ *
  * Thread use: every function is called from the loop's thread only. The store
  * (qc_writer_store) belongs to the writer thread while a batch is submitted and not yet
  * collected, and to the caller otherwise (e.g. to reconnect it). */

@@ -11,7 +11,12 @@
  *   - restart PostgreSQL mid-sweep: the coordinator pauses dispatch, reconnects and loses
  *     nothing;
  *   - SIGTERM a worker mid-job: the attempt is preempted and does not count against
- *     max_attempts; without a coordinator the worker still exits promptly. */
+ *     max_attempts; without a coordinator the worker still exits promptly;
+ *   - the coordinator's write session dies and another session takes the coordinator lock:
+ *     the coordinator writes nothing more and stops;
+ *   - SIGTERM the coordinator while ASSIGNs wait for their commit: they are committed and
+ *     sent, so a restart re-attaches those workers instead of losing the attempts;
+ *   - a cancel requested while the coordinator was down reaches the re-attaching worker. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +27,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "harness.h"
 
@@ -238,6 +244,119 @@ static void sigterm_without_a_coordinator_exits_within_the_ack_timeout(void **st
     assert_int_equal(h_wait_exit(w1, H_WORKER_TIMEOUT_MS + 3000), 0);
 }
 
+/* What the test sees of the stored state: attempts, results, succeeded jobs, last update. */
+static void snapshot(harness *h, char *out, size_t cap) {
+    h_sql_text(h, out, cap,
+               "SELECT (SELECT count(*) FROM attempts) || '/' || (SELECT count(*) FROM "
+               "attempts WHERE outcome <> 'running') || '/' || (SELECT count(*) FROM results) "
+               "|| '/' || (SELECT count(*) FROM jobs WHERE state = 'succeeded') || '/' || "
+               "(SELECT max(updated_at) FROM jobs)");
+}
+
+/* Breaker #4 (split brain): the coordinator lock lives on the writer's session. Its session
+ * dies and, before the coordinator reconnects, another session takes the lock (as a second
+ * coordinator would): the coordinator must not write again, and it stops, naming the lock. */
+static void coordinator_that_loses_its_lock_writes_nothing_more_and_stops(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_lock_lost");
+    for (int i = 0; i < 60; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "lk-%d", i);
+        h_insert_job(h, key, "sleep", "{\"seconds\": 0.05}", 3, 0);
+    }
+    pid_t c = h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    h_start_worker(h, "w2");
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT (count(*) >= 5)::int FROM jobs WHERE state = 'succeeded'"));
+    PGconn *rival = PQconnectdb(h->conninfo);
+    assert_int_equal(PQstatus(rival), CONNECTION_OK);
+    PGresult *r = PQexec(rival, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                                "application_name LIKE 'qsweep coordinator-writer %'");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 1);
+    PQclear(r);
+    bool got = false;
+    for (int i = 0; i < 500 && !got; i++) { /* free once the terminated backend has exited */
+        r = PQexec(rival, "SELECT pg_try_advisory_lock(31933629007753265)");
+        got = PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        if (!got) h_sleep_ms(10);
+    }
+    assert_true(got);
+    char before[256], after[256];
+    snapshot(h, before, sizeof before);
+    int status = h_wait_exit(c, 15000);
+    assert_true(status > 0);
+    assert_true(h_log_contains(h, "another coordinator"));
+    snapshot(h, after, sizeof after);
+    assert_string_equal(before, after);
+    PQfinish(rival);
+}
+
+/* Breaker #5: SIGTERM while the writer is held up (a lock on attempts from another session)
+ * and a second batch holds the ASSIGNs of two more workers: at exit both batches are
+ * committed and their ASSIGNs sent, so after a restart the workers re-attach and no attempt
+ * is lost (max_attempts 1 would make a lost attempt fail its job). */
+static void sigterm_commits_and_sends_the_waiting_assigns(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_sigterm_assigns");
+    for (int i = 0; i < 6; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "sa-%d", i);
+        h_insert_job(h, key, "sleep", "{\"seconds\": 1}", 1, 0);
+    }
+    pid_t c = h_start_coordinator(h);
+    PGconn *locker = PQconnectdb(h->conninfo);
+    assert_int_equal(PQstatus(locker), CONNECTION_OK);
+    PGresult *r = PQexec(locker, "BEGIN; LOCK TABLE attempts IN SHARE MODE");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    h_start_worker(h, "w1"); /* its attempt row: the batch the writer is stuck on */
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                           "'qsweep coordinator-writer %%' AND wait_event_type = 'Lock'"));
+    h_start_worker(h, "w2"); /* theirs: the open batch behind it */
+    h_start_worker(h, "w3");
+    h_sleep_ms(700);
+    h_signal(h, c, SIGTERM);
+    h_sleep_ms(300);
+    r = PQexec(locker, "COMMIT");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(locker);
+    assert_int_equal(h_wait_exit(c, 15000), 0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'running'"), 3);
+    h_start_coordinator(h);
+    assert_true(h_wait_sql(h, 6, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'"),
+                     0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts"), 6);
+}
+
+/* Breaker (orphan cancel): a cancel requested while the coordinator was down reaches the
+ * job's worker when it re-attaches after the restart, whichever comes first, the poll of
+ * cancel requests or the re-attach; the job ends cancelled, not succeeded. */
+static void cancel_of_a_job_whose_worker_has_not_re_attached_yet_is_delivered(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_cancel_orphan");
+    long id = h_insert_job(h, "orphan-cancel", "sleep", "{\"seconds\": 8}", 3, 0);
+    pid_t c = h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    char worker[64];
+    wait_running_on(h, id, worker, sizeof worker);
+    h_signal(h, c, SIGKILL);
+    h_sql_exec(h, "INSERT INTO cancel_requests (job, reason) VALUES (%ld, 'test')", id);
+    h_start_coordinator(h);
+    assert_true(h_wait_sql(h, 1, 30000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state IN ('cancelled', "
+                           "'succeeded', 'failed')",
+                           id));
+    char state_[32];
+    h_sql_text(h, state_, sizeof state_, "SELECT state FROM jobs WHERE id = %ld", id);
+    assert_string_equal(state_, "cancelled");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(
@@ -255,6 +374,13 @@ int main(void) {
                                         h_teardown),
         cmocka_unit_test_setup_teardown(sigterm_without_a_coordinator_exits_within_the_ack_timeout,
                                         h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            coordinator_that_loses_its_lock_writes_nothing_more_and_stops, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_commits_and_sends_the_waiting_assigns, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(
+            cancel_of_a_job_whose_worker_has_not_re_attached_yet_is_delivered, h_setup,
+            h_teardown),
     };
     if (getenv("COORD_TEST")) cmocka_set_test_filter(getenv("COORD_TEST")); /* run one scenario */
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 #include <zmq.h>
 
 #include "codec.h"
@@ -181,6 +182,44 @@ static void cancel_requests_cancel_a_pending_and_a_running_job(void **state) {
         h_wait_sql(h, 0, 5000, "SELECT count(*) FROM cancel_requests WHERE handled_at IS NULL"));
 }
 
+/* A cancel that arrives while the job's ASSIGN waits for its commit: the worker is told to
+ * cancel right after the ASSIGN reaches it (a CANCEL sent before would be dropped by a worker
+ * that has no such job yet), and the job ends cancelled, not succeeded. The commit is held
+ * back by a lock on attempts taken from another session. */
+static void cancel_while_the_assign_waits_for_its_commit_is_not_lost(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_cancel_pending_assign");
+    long victim = h_insert_job(h, "victim", "sleep", "{\"seconds\": 2}", 3, 0);
+    h_start_coordinator(h);
+    PGconn *locker = PQconnectdb(h->conninfo);
+    assert_int_equal(PQstatus(locker), CONNECTION_OK);
+    PGresult *r = PQexec(locker, "BEGIN; LOCK TABLE attempts IN SHARE MODE");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    h_start_worker(h, "w1");
+    /* the writer is blocked inserting the attempt row: the ASSIGN waits for that commit */
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                           "'qsweep coordinator-writer %%' AND wait_event_type = 'Lock'"));
+    h_sql_exec(h, "INSERT INTO cancel_requests (job, reason) VALUES (%ld, 'test')", victim);
+    h_sleep_ms(1500); /* cancel requests are polled every second */
+    r = PQexec(locker, "COMMIT");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(locker);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state <> 'running' "
+                           "AND state <> 'pending'",
+                           victim));
+    char state_[32];
+    h_sql_text(h, state_, sizeof state_, "SELECT state FROM jobs WHERE id = %ld", victim);
+    assert_string_equal(state_, "cancelled");
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'cancelled'",
+                   victim),
+        1);
+}
+
 static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void **state) {
     harness *h = *state;
     h_begin(h, "coord_deps");
@@ -304,6 +343,8 @@ int main(void) {
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(cancel_requests_cancel_a_pending_and_a_running_job, h_setup,
                                         h_teardown),
+        cmocka_unit_test_setup_teardown(cancel_while_the_assign_waits_for_its_commit_is_not_lost,
+                                        h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
             dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(higher_priority_runs_first_then_older, h_setup, h_teardown),
