@@ -374,25 +374,39 @@ typedef struct result_pick {
     size_t n_sets, n_final, n_partial;
 } result_pick;
 
-/* Splits the result sets between QC_FLUSH_MAIN and QC_FLUSH_RESULTS (each set to the share
- * with fewer bytes so far, in call order: the same split for the same batch, every time)
- * and fills pick with the ones of share. QS_ENOMEM. */
+/* Splits the result sets between QC_FLUSH_MAIN and QC_FLUSH_RESULTS and fills pick with the
+ * ones of share: in call order, a job's first set goes to the share with fewer bytes so far,
+ * and every later set of the same job to the same share. Two connections writing rows of
+ * one job could wait on each other's uncommitted keys (the same curve point sent twice)
+ * while the main share waits for the other's commit: a deadlock PostgreSQL cannot see. The
+ * split is the same for the same batch, every time. QS_ENOMEM. */
 static qs_status pick_results(const qc_store_batch *b, qc_flush_share share, result_pick *pick,
                               qs_error *err) {
-    *pick = (result_pick){b, calloc(b->n_sets ? b->n_sets : 1, sizeof(bool)), 0, 0, 0};
-    if (!pick->take) return qs_error_set(err, QS_ENOMEM, "flush: out of memory");
-    size_t bytes[2] = {0, 0}; /* MAIN, RESULTS */
+    size_t n = b->n_sets ? b->n_sets : 1;
+    *pick = (result_pick){b, calloc(n, sizeof(bool)), 0, 0, 0};
+    unsigned char *to = calloc(n, 1); /* 0: MAIN, 1: RESULTS */
+    if (!pick->take || !to) {
+        free(pick->take);
+        free(to);
+        pick->take = NULL;
+        return qs_error_set(err, QS_ENOMEM, "flush: out of memory");
+    }
+    size_t bytes[2] = {0, 0};
     for (size_t i = 0; i < b->n_sets; i++) {
         const result_set *rs = &b->sets[i];
-        int to = bytes[1] < bytes[0];
-        bytes[to] += rs->len;
-        bool take = share == QC_FLUSH_ALL || (share == QC_FLUSH_RESULTS) == (to == 1);
+        size_t k = i;
+        while (k > 0 && b->sets[k - 1].job != rs->job)
+            k--;
+        to[i] = k > 0 ? to[k - 1] : (unsigned char)(bytes[1] < bytes[0]);
+        bytes[to[i]] += rs->len;
+        bool take = share == QC_FLUSH_ALL || (share == QC_FLUSH_RESULTS) == (to[i] == 1);
         if (!take) continue;
         pick->take[i] = true;
         pick->n_sets++;
         pick->n_final += rs->n_final;
         pick->n_partial += rs->n_partial;
     }
+    free(to);
     return QS_OK;
 }
 

@@ -310,8 +310,9 @@ size_t qc_store_batch_result_bytes(const qc_store_batch *b);
 
 /* A share of a batch, for writing it through two connections at once (the coordinator's
  * writer, coordinator/server/writer.h): QC_FLUSH_MAIN is every transition and about half of
- * the result sets' bytes, QC_FLUSH_RESULTS the other result sets; each set goes whole to
- * one share, always the same for the same batch. QC_FLUSH_ALL is the whole batch. */
+ * the result sets' bytes, QC_FLUSH_RESULTS the other result sets; all sets of one job go to
+ * one share (two sessions inserting rows of one job could wait on each other), always the
+ * same for the same batch. QC_FLUSH_ALL is the whole batch. */
 typedef enum qc_flush_share { QC_FLUSH_ALL, QC_FLUSH_MAIN, QC_FLUSH_RESULTS } qc_flush_share;
 
 /* Called by a flush after everything is written and before COMMIT; an error makes the flush

@@ -534,13 +534,18 @@ static void test_batch_written_in_two_shares(void **state) {
         snprintf(names[k], sizeof names[k], "m.%d", k);
         m[k] = (qc_metric){names[k], k + 0.5, -1};
     }
+    /* job 1 also sends three curve points, in a set of their own queued after job 2's final
+       set: by bytes alone that set would go to the other share than job 1's final set; all of
+       a job's sets go to one share */
+    const qc_metric curve[] = {{"loss", 2.5, 0}, {"loss", 2.25, 1}, {"loss", 2.0, 2}};
     for (int j = 0; j < NJ; j++) {
         ok(qc_store_batch_results(bt, ids[j], 1, true, m, (size_t)(NM - 7 * j), &err), &err);
+        if (j == 2) ok(qc_store_batch_results(bt, ids[1], 1, false, curve, 3, &err), &err);
         ok(qc_store_batch_attempt_ended(bt, ids[j], 1, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
         ok(qc_store_batch_job_state(bt, ids[j], QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
     }
-    assert_int_equal(qc_store_batch_result_sets(bt), NJ);
-    size_t total_rows = 0;
+    assert_int_equal(qc_store_batch_result_sets(bt), NJ + 1);
+    size_t total_rows = 3;
     for (int j = 0; j < NJ; j++)
         total_rows += (size_t)(NM - 7 * j);
 
@@ -561,9 +566,11 @@ static void test_batch_written_in_two_shares(void **state) {
     long res_rows = count_where(s, "SELECT count(*) FROM results");
     assert_true(res_rows > 0 && (size_t)res_rows < total_rows);
     assert_int_equal(res_fs.results_inserted, (size_t)res_rows);
+    /* every job stored by this share is stored whole: its final set and its curve points */
     assert_int_equal(count_where(s, "SELECT count(*) FROM (SELECT job, count(*) AS n FROM results "
                                     "GROUP BY job) t JOIN jobs j ON j.id = t.job "
-                                    "WHERE t.n <> 40 - 7 * (substr(j.job_key, 7)::int)"),
+                                    "WHERE t.n <> 40 - 7 * (substr(j.job_key, 7)::int) + "
+                                    "CASE WHEN j.job_key = 'share-1' THEN 3 ELSE 0 END"),
                      0);
     assert_int_equal(count_where(s, "SELECT count(*) FROM attempts WHERE outcome = 'running'"), NJ);
 
