@@ -194,8 +194,9 @@ static void workers_usage(FILE *out) {
     fprintf(
         out,
         "usage: qsweep workers [--db CONNINFO]\n"
-        "  The workers the coordinator has seen: host, pid, threads, GPUs, last heartbeat, and\n"
-        "  the job each is running now.\n");
+        "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
+        "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
+        "  seconds since the last message, and the job each is running now.\n");
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {
@@ -212,22 +213,29 @@ int qsweep_cmd_workers(int argc, char **argv) {
     qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "workers", &s, &err);
     if (st) return qsweep_fail("workers", &err);
     PGconn *c = qc_store_pgconn(s);
+    /* connected: seen within 90 s (the coordinator refreshes last_seen every half lease,
+       15 s by default); silent: not seen for longer, e.g. the worker hangs or the coordinator
+       is down; left: it said BYE or the coordinator timed it out (workers.left_at). */
     PGresult *r = PQexec(
         c, "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
            "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
-           "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-')"
+           "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-'),"
+           "       CASE WHEN w.left_at IS NOT NULL THEN 'left'"
+           "            WHEN now() - w.last_seen < interval '90 seconds' THEN 'connected'"
+           "            ELSE 'silent' END AS state"
            " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
-           " GROUP BY w.id ORDER BY w.last_seen DESC, w.id");
+           " GROUP BY w.id ORDER BY w.left_at IS NOT NULL, w.last_seen DESC, w.id");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         qs_error_set(&err, QS_EDB, "workers: %s", PQerrorMessage(c));
         rc = qsweep_fail("workers", &err);
     } else {
-        printf("%-32s %-16s %8s %7s %10s %-10s %s\n", "worker", "host", "pid", "threads",
-               "last seen", "running", "gpus");
+        printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid",
+               "threads", "last seen", "running", "gpus");
         for (int i = 0; i < PQntuples(r); i++)
-            printf("%-32s %-16s %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-                   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 5),
-                   PQgetvalue(r, i, 6), PQgetvalue(r, i, 4));
+            printf("%-32s %-9s %-16s %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 0),
+                   PQgetvalue(r, i, 7), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 6),
+                   PQgetvalue(r, i, 4));
         rc = QSWEEP_EXIT_OK;
     }
     PQclear(r);

@@ -61,6 +61,7 @@ struct worker {
     bool ready;
     job *job;
     int64_t last_seen;
+    int64_t next_alive; /* monotonic ms: when workers.last_seen is refreshed next */
 };
 
 /* Something to send once the current batch is durable. */
@@ -264,6 +265,7 @@ static worker *find_worker(server *s, const char *rid, size_t len) {
 }
 
 static void forget_worker(server *s, worker *w) {
+    must(s, qc_store_batch_worker_alive(s->batch, w->name, true, &s->batch_err));
     size_t i = worker_pos(s, w->rid, w->rid_len);
     memmove(&s->workers[i], &s->workers[i + 1], (s->n_workers - i - 1) * sizeof *s->workers);
     s->n_workers--;
@@ -610,6 +612,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     }
     snprintf(w->name, sizeof w->name, "%s", h->worker_id);
     w->last_seen = now;
+    w->next_alive = now + s->lease_ms / 2; /* the HELLO's upsert sets last_seen */
     w->ready = false;
     w->n_gpus = (int)h->n_gpus;
     w->min_gpu_mem_mb = 0;
@@ -792,6 +795,10 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         return;
     }
     w->last_seen = now;
+    if (now >= w->next_alive) { /* workers.last_seen follows heartbeats, every half lease */
+        must(s, qc_store_batch_worker_alive(s->batch, w->name, false, &s->batch_err));
+        w->next_alive = now + s->lease_ms / 2;
+    }
     switch (env->body_case) {
     case QSWEEP__ENVELOPE__BODY_READY:
         if (!w->job) {

@@ -34,6 +34,7 @@ struct qc_store_batch {
     column_group ended;   /* job, attempt, outcome, error */
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
     column_group workers; /* id, host, pid, gpus, threads */
+    column_group alive;   /* id, left */
     qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
     result_set *sets; /* one per qc_store_batch_results call, in call order */
@@ -78,12 +79,14 @@ qc_store_batch *qc_store_batch_new(void) {
     b->ended.n = 4;
     b->states.n = 5;
     b->workers.n = 5;
+    b->alive.n = 2;
     return b;
 }
 
 static column_group *groups(qc_store_batch *b, int i) {
-    column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states, &b->workers};
-    return i < 5 ? all[i] : NULL;
+    column_group *all[] = {&b->started, &b->renewed, &b->ended,
+                           &b->states,  &b->workers, &b->alive};
+    return i < 6 ? all[i] : NULL;
 }
 
 void qc_store_batch_clear(qc_store_batch *b) {
@@ -111,7 +114,8 @@ void qc_store_batch_free(qc_store_batch *b) {
 
 size_t qc_store_batch_size(const qc_store_batch *b) {
     return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
-           b->workers.col[0].n + b->n_final + b->n_partial + (b->cancels_upto > 0);
+           b->workers.col[0].n + b->alive.col[0].n + b->n_final + b->n_partial +
+           (b->cancels_upto > 0);
 }
 
 /* QS_EINVAL naming the field when text (may be NULL) is not valid UTF-8: the database would
@@ -234,6 +238,18 @@ qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, cons
     return commit_or_undo(&b->workers, &m, "a worker", err);
 }
 
+qs_status qc_store_batch_worker_alive(qc_store_batch *b, const char *worker, bool left,
+                                      qs_error *err) {
+    if (!worker || !*worker) return qs_error_set(err, QS_EINVAL, "batch: worker id is empty");
+    size_t bad = 0;
+    if (!qc_utf8_valid(worker, &bad))
+        return qs_error_set(err, QS_EINVAL, "batch: worker id is not valid UTF-8 (byte %zu)", bad);
+    group_mark m = mark(&b->alive);
+    qc_sqlarray_text(&b->alive.col[0], worker);
+    qc_sqlarray_text(&b->alive.col[1], left ? "t" : "f");
+    return commit_or_undo(&b->alive, &m, "a worker's presence", err);
+}
+
 qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt, bool final,
                                  const qc_metric *rows, size_t n, qs_error *err) {
     for (size_t i = 0; i < n; i++) {
@@ -311,7 +327,13 @@ static const char *const sql_workers =
     " $3::int[], $4::text[], $5::int[]) WITH ORDINALITY AS u(id, host, pid, gpus, threads, ord)"
     " ORDER BY id, ord DESC) v "
     "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
-    "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now()";
+    "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now(), left_at = NULL";
+/* The last word on each worker wins; a worker the table does not hold (never said HELLO) is
+ * skipped. */
+static const char *const sql_alive =
+    "UPDATE workers w SET last_seen = now(), left_at = CASE WHEN v.gone THEN now() END FROM ("
+    " SELECT DISTINCT ON (id) id, gone FROM unnest($1::text[], $2::bool[]) WITH ORDINALITY"
+    " AS u(id, gone, ord) ORDER BY id, ord DESC) v WHERE w.id = v.id";
 static const char *const sql_started =
     "INSERT INTO attempts (job, attempt, worker, started_at, lease_expires_at) "
     "SELECT job, att, worker, now(), now() + lease * interval '1 second' "
@@ -617,6 +639,7 @@ static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_f
         size_t *count;
     } groups_sql[] = {
         {&b->workers, "qc_workers", "flush: workers seen", &stats->workers_seen},
+        {&b->alive, "qc_alive", "flush: workers alive or gone", &stats->workers_seen},
         {&b->started, "qc_started", "flush: attempts started", &stats->attempts_started},
         {&b->renewed, "qc_renewed", "flush: leases renewed", &stats->leases_renewed},
         {&b->ended, "qc_ended", "flush: attempts ended", &stats->attempts_ended},
@@ -686,7 +709,8 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
     static const struct {
         const char *name, *sql;
     } stmts[] = {
-        {"qc_workers", sql_workers}, {"qc_started", sql_started}, {"qc_renewed", sql_renewed},
+        {"qc_workers", sql_workers}, {"qc_alive", sql_alive},     {"qc_started", sql_started},
+        {"qc_renewed", sql_renewed},
         {"qc_ended", sql_ended},     {"qc_states", sql_states},   {"qc_cancels", sql_cancels},
         {fresh_name, sql_fresh},
     };

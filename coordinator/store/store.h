@@ -269,11 +269,16 @@ qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t a
 qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state state,
                                    int32_t attempts_used, double backoff_s, const char *last_error,
                                    qs_error *err);
-/* workers: upsert (id, host, pid, gpus JSON array text, threads), last_seen = now;
- * first_seen is kept. gpus_json NULL means "[]". */
+/* workers: upsert (id, host, pid, gpus JSON array text, threads), last_seen = now,
+ * left_at = NULL; first_seen is kept. gpus_json NULL means "[]". */
 qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, const char *host,
                                      int32_t pid, const char *gpus_json, int32_t threads,
                                      qs_error *err);
+/* workers: last_seen = now for a worker the table holds, and left_at = now when left (it
+ * said BYE or timed out), else NULL. Several of one worker in a batch: the last wins.
+ * QS_EINVAL for an empty or non-UTF-8 id. */
+qs_status qc_store_batch_worker_alive(qc_store_batch *b, const char *worker, bool left,
+                                      qs_error *err);
 /* results: n metric rows of (job, attempt); final says whether they are the final set
  * (each metric's step must then be -1; partial rows have step >= 0). Stored idempotently:
  *   - a row whose (job, name, step) is stored already is ignored, except that a partial

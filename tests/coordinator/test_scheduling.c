@@ -9,6 +9,7 @@
  * running job, dependencies (wait for success; a failed dependency fails its dependents),
  * priority order, and model affinity before priority. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -220,6 +221,33 @@ static void cancel_while_the_assign_waits_for_its_commit_is_not_lost(void **stat
         1);
 }
 
+/* workers.last_seen follows a running worker's heartbeats (refreshed every half lease), and
+ * left_at records its BYE; a new HELLO clears it. */
+static void workers_table_follows_heartbeats_and_records_a_bye(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_workers_table");
+    long id = h_insert_job(h, "long-sleep", "sleep", "{\"seconds\": 30}", 3, 0);
+    h_start_coordinator(h);
+    pid_t w1 = h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'",
+                           id));
+    char first[64];
+    h_sql_text(h, first, sizeof first, "SELECT last_seen FROM workers WHERE id = 'w1'");
+    /* a busy worker sends only heartbeats; the row must still move (lease 2 s: every 1 s) */
+    assert_true(h_wait_sql(h, 1, 5000,
+                           "SELECT count(*) FROM workers WHERE id = 'w1' AND left_at IS NULL AND "
+                           "last_seen > '%s'::timestamptz",
+                           first));
+    h_signal(h, w1, SIGTERM);
+    assert_int_equal(h_wait_exit(w1, 10000), 0);
+    assert_true(h_wait_sql(h, 1, 10000,
+                           "SELECT count(*) FROM workers WHERE id = 'w1' AND left_at IS NOT NULL"));
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 10000,
+                           "SELECT count(*) FROM workers WHERE id = 'w1' AND left_at IS NULL"));
+}
+
 static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void **state) {
     harness *h = *state;
     h_begin(h, "coord_deps");
@@ -345,6 +373,8 @@ int main(void) {
                                         h_teardown),
         cmocka_unit_test_setup_teardown(cancel_while_the_assign_waits_for_its_commit_is_not_lost,
                                         h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(workers_table_follows_heartbeats_and_records_a_bye, h_setup,
+                                        h_teardown),
         cmocka_unit_test_setup_teardown(
             dependent_waits_for_success_and_fails_when_its_dependency_fails, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(higher_priority_runs_first_then_older, h_setup, h_teardown),
