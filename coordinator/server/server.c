@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 
 #include "codec.h"
 #include "clock.h"
+#include "log.h"
 #include "store.h"
 #include "writer.h"
 #include "zap.h"
@@ -132,15 +132,6 @@ static void on_stop_signal(int sig) {
     stop_requested = 1;
 }
 
-static void slog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void slog(const char *fmt, ...) {
-    char line[1400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "qsweep-coordinator: %s\n", line);
-}
 
 static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
@@ -149,7 +140,7 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
         c *= 2;
     void *q = realloc(p, c * elem);
     if (!q) {
-        slog("out of memory growing a table to %zu entries", need);
+        qc_log("out of memory growing a table to %zu entries", need);
         abort(); /* the in-memory queue cannot be kept consistent without memory */
     }
     *cap = c;
@@ -160,7 +151,7 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
  * checks exclude: the in-memory state would no longer match what becomes durable. */
 static void must(server *s, qs_status st) {
     if (st != QS_OK) {
-        slog("cannot queue a database write: %s", s->batch_err.msg);
+        qc_log("cannot queue a database write: %s", s->batch_err.msg);
         abort();
     }
 }
@@ -278,7 +269,7 @@ static void forget_worker(server *s, worker *w) {
 static bool encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
     qs_error err;
     if (qs_proto_encode(env, buf, len, &err) != QS_OK) {
-        slog("encode %s: %s", qs_proto_kind_name(env->body_case), err.msg);
+        qc_log("encode %s: %s", qs_proto_kind_name(env->body_case), err.msg);
         return false;
     }
     return true;
@@ -290,7 +281,7 @@ static bool send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *
         zmq_send(s->sock, buf, len, ZMQ_DONTWAIT) < 0) {
         char peer[600];
         peer_name(rid, rid_len, peer, sizeof peer);
-        slog("send to %s: %s (dropped)", peer, zmq_strerror(errno));
+        qc_log("send to %s: %s (dropped)", peer, zmq_strerror(errno));
         return false;
     }
     return true;
@@ -374,7 +365,7 @@ static void fail_dependents(server *s, job *dep);
 static void end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
     must(s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
-    if (!s->o->quiet) slog("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
+    if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     fail_dependents(s, j);
 }
 
@@ -428,7 +419,7 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0,
                                      error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
-        slog("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
+        qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
              qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
              error ? error : "");
     if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
@@ -530,7 +521,7 @@ static void assign(server *s, worker *w, job *j) {
     env.assign = &a;
     send_after_commit(s, w->rid, w->rid_len, &env, j);
     if (!s->o->quiet)
-        slog("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
+        qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
 
 static void dispatch(server *s, int64_t now) {
@@ -577,7 +568,7 @@ static void check_leases(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_workers;) {
         worker *w = s->workers[i];
         if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
-            slog("worker %s silent for %lld ms: forgotten", w->name,
+            qc_log("worker %s silent for %lld ms: forgotten", w->name,
                  (long long)(now - w->last_seen));
             forget_worker(s, w);
         } else {
@@ -594,7 +585,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         !utf8_valid(h->host)) {
         char peer[600];
         peer_name(rid, rid_len, peer, sizeof peer);
-        slog("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
+        qc_log("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
              peer);
         return;
     }
@@ -650,7 +641,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             named->worker = w;
             w->job = named;
             renew_lease(s, named, now);
-            slog("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
+            qc_log("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
                  named->attempt);
             /* a cancel requested while the job had no worker (after a restart) */
             if (named->cancel_requested)
@@ -662,7 +653,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         }
     }
     if (!s->o->quiet)
-        slog("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
+        qc_log("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
 }
 
 static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int64_t now) {
@@ -707,7 +698,7 @@ static void worker_idle(server *s, worker *w) {
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     job *j = current(s, w, r->job_id, r->attempt);
     if (!j) {
-        slog("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
+        qc_log("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
              "attempt",
              r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
         send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
@@ -718,7 +709,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         bool final = r->final && m->final;
         if (!m->name[0] || strlen(m->name) > KEY_MAX || !utf8_valid(m->name) ||
             (!final && m->step < 0)) {
-            slog("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or "
+            qc_log("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or "
                  "non-UTF-8 name or a "
                  "negative step",
                  w->name, (long long)r->job_id);
@@ -750,7 +741,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
 static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     job *j = current(s, w, f->job_id, f->attempt);
     if (!j) {
-        slog("ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
+        qc_log("ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
              (long long)f->job_id, f->attempt, w->name);
         send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
         return;
@@ -779,7 +770,7 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
     qs_error err;
     peer_name(rid, rid_len, peer, sizeof peer);
     if (qs_proto_decode(body, len, QS_PROTO_MAX_BYTES, peer, &env, &err) != QS_OK) {
-        slog("dropped: %s", err.msg);
+        qc_log("dropped: %s", err.msg);
         return;
     }
     if (env->body_case == QSWEEP__ENVELOPE__BODY_HELLO) {
@@ -820,14 +811,14 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         on_failed(s, w, env->failed);
         break;
     case QSWEEP__ENVELOPE__BODY_BYE:
-        slog("worker %s said BYE: %s", w->name, env->bye->reason);
+        qc_log("worker %s said BYE: %s", w->name, env->bye->reason);
         if (w->job && w->job->lease_deadline != NEVER)
             end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
                         "worker left (BYE) without reporting the attempt", false);
         forget_worker(s, w);
         break;
     default:
-        slog("dropped: peer %s: %s is not a worker's message", peer,
+        qc_log("dropped: peer %s: %s is not a worker's message", peer,
              qs_proto_kind_name(env->body_case));
     }
     qs_proto_free(env);
@@ -964,7 +955,7 @@ static void actions_to_flight(server *s) {
 
 /* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
 static void db_lost(server *s, const char *why) {
-    slog("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
+    qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
          qc_store_batch_size(s->batch) +
              (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0));
     s->db_down = true;
@@ -1001,7 +992,7 @@ static qs_status start_flush(server *s, qs_error *err) {
  * answered). */
 static void log_stall(server *s, int64_t now) {
     if (!qc_writer_busy(s->writer) || now < s->next_stall_log) return;
-    slog("PostgreSQL has not committed a batch of %zu transitions for %lld s (a lock held by "
+    qc_log("PostgreSQL has not committed a batch of %zu transitions for %lld s (a lock held by "
          "another session? a stopped server?); dispatch waits",
          s->flying_items, (long long)((now - s->flush_since) / 1000));
     s->next_stall_log = now + STALL_LOG_MS;
@@ -1104,7 +1095,7 @@ static void drain(server *s, int64_t now) {
         } else {
             char peer[600];
             peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
-            slog("dropped: peer %s: message of %d frames (expected one body frame)", peer,
+            qc_log("dropped: peer %s: message of %d frames (expected one body frame)", peer,
                  frames - 1);
         }
         zmq_msg_close(&body);
@@ -1200,12 +1191,12 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         size_t running = 0;
         for (size_t i = 0; i < s.n_jobs; i++)
             running += s.jobs[i]->state == J_RUNNING;
-        slog("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
+        qc_log("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
              "for their "
              "workers to re-attach); lease %d ms",
              opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
         if (opts->curve_secret_key && !opts->curve_allowed_keys)
-            slog("warning: CURVE without an allow-list of worker keys: any client that knows "
+            qc_log("warning: CURVE without an allow-list of worker keys: any client that knows "
                  "this coordinator's public key can connect and take jobs (give the workers' "
                  "public keys in options.curve_allowed_keys / qsweep coordinator "
                  "--authorized-keys)");
@@ -1239,7 +1230,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                 break;
             }
             if (rs == QS_OK) {
-                slog("PostgreSQL is back: resuming with %zu queued transitions",
+                qc_log("PostgreSQL is back: resuming with %zu queued transitions",
                      qc_store_batch_size(s.batch) +
                          (s.flying ? qc_store_batch_size(s.flying) : 0));
                 s.db_down = false;
@@ -1282,7 +1273,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         st = start_flush(&s, err);
         if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
             all_durable(&s) && s.polled_since_commit) {
-            slog("every job is terminal: exiting");
+            qc_log("every job is terminal: exiting");
             break;
         }
     }
@@ -1307,7 +1298,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             actions_to_flight(&s);
             run_actions(&s);
         }
-        if (fs != QS_OK || s.db_down) slog("final commit: %s", fs ? e.msg : "PostgreSQL is down");
+        if (fs != QS_OK || s.db_down) qc_log("final commit: %s", fs ? e.msg : "PostgreSQL is down");
     }
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);
@@ -1315,7 +1306,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         if (opts->curve_allowed_keys) sigaction(SIGHUP, &old_hup, NULL);
     }
     if (s.n_flushes)
-        slog("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",
+        qc_log("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",
              (unsigned long long)s.n_flushes, (unsigned long long)s.n_flushed_items,
              (double)s.n_flushed_items / (double)s.n_flushes,
              1000.0 * s.flush_s / (double)s.n_flushes);

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <zmq.h>
 
 #include "clock.h"
+#include "log.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01" /* RFC 27: the handler's fixed address */
 /* libzmq's ZMQ_ZAP_ENFORCE_DOMAIN (zmq.h, draft API, since 4.2.3): not declared unless the
@@ -40,15 +40,6 @@ struct qc_zap_keys {
     uint8_t (*key)[KEY_BYTES]; /* n keys, sorted by memcmp, distinct */
 };
 
-static void zlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void zlog(const char *fmt, ...) {
-    char line[1400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "qsweep-coordinator: %s\n", line);
-}
 
 /* ---- the allow-list file ---- */
 
@@ -312,7 +303,7 @@ static void log_refusal(qc_zap *z, const char *what, const uint8_t *key, const c
         snprintf(held, sizeof held, " (%llu earlier refusals not logged: rate limit)",
                  (unsigned long long)z->not_logged);
     z->not_logged = 0;
-    zlog("CURVE: refused %s from %s: %s%s", what, address, why, held);
+    qc_log("CURVE: refused %s from %s: %s%s", what, address, why, held);
 }
 
 static bool frame_is(zmq_msg_t *m, const char *s) {
@@ -331,7 +322,7 @@ static void reply(qc_zap *z, zmq_msg_t *request_id, const char *code, const char
                                    request_id ? zmq_msg_size(request_id) : 0, flags)
                         : zmq_send(z->sock, frames[i], strlen(frames[i]), flags);
         if (rc < 0) {
-            zlog("ZAP handler: reply: %s", zmq_strerror(errno));
+            qc_log("ZAP handler: reply: %s", zmq_strerror(errno));
             return;
         }
     }
@@ -364,7 +355,7 @@ static void answer(qc_zap *z) {
             n++;
     }
     if (n < 6 || !frame_is(&f[0], "1.0")) {
-        zlog("ZAP handler: malformed request (%d frames), refused", total);
+        qc_log("ZAP handler: malformed request (%d frames), refused", total);
         reply(z, n >= 2 ? &f[1] : NULL, "500", "malformed ZAP request", NULL);
     } else {
         char address[200];
@@ -406,7 +397,7 @@ static void *zap_main(void *arg) {
         if (zmq_poll(items, 2, -1) < 0) {
             if (errno == EINTR) continue;
             /* Handshakes now wait for a reply that never comes: nobody gets in. */
-            zlog("ZAP handler: zmq_poll: %s: no more workers are admitted", zmq_strerror(errno));
+            qc_log("ZAP handler: zmq_poll: %s: no more workers are admitted", zmq_strerror(errno));
             break;
         }
         if (items[1].revents & ZMQ_POLLIN) break;
@@ -462,7 +453,7 @@ qs_status qc_zap_start(void *zctx, const char *path, qc_zap_keys *keys, qc_zap *
         free(z);
         return st;
     }
-    zlog("CURVE: %zu authorised worker keys from %s; other clients are refused",
+    qc_log("CURVE: %zu authorised worker keys from %s; other clients are refused",
          qc_zap_keys_count(keys), path);
     *out = z;
     return QS_OK;
@@ -487,7 +478,7 @@ qs_status qc_zap_reload(qc_zap *z, qs_error *err) {
         pthread_mutex_lock(&z->mu);
         size_t n = qc_zap_keys_count(z->keys);
         pthread_mutex_unlock(&z->mu);
-        zlog("CURVE: allow-list not reloaded, the %zu keys in use stay: %s", n, e.msg);
+        qc_log("CURVE: allow-list not reloaded, the %zu keys in use stay: %s", n, e.msg);
         if (err) *err = e;
         return st;
     }
@@ -495,7 +486,7 @@ qs_status qc_zap_reload(qc_zap *z, qs_error *err) {
     qc_zap_keys *old = z->keys;
     z->keys = keys;
     pthread_mutex_unlock(&z->mu);
-    zlog("CURVE: allow-list reloaded from %s: %zu authorised worker keys (was %zu)", z->path,
+    qc_log("CURVE: allow-list reloaded from %s: %zu authorised worker keys (was %zu)", z->path,
          qc_zap_keys_count(keys), qc_zap_keys_count(old));
     qc_zap_keys_free(old);
     return QS_OK;
@@ -508,7 +499,7 @@ void qc_zap_stop(qc_zap *z) {
     }
     pthread_join(z->thread, NULL);
     if (z->not_logged)
-        zlog("CURVE: %llu refusals since the last refusal line were not logged (rate limit)",
+        qc_log("CURVE: %llu refusals since the last refusal line were not logged (rate limit)",
              (unsigned long long)z->not_logged);
     zmq_close(z->sock);
     close(z->stop_pipe[0]);
