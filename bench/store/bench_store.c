@@ -1,6 +1,8 @@
 /* bench_store: metric rows ingested per second through the store (qc_store_batch_results +
- * qc_store_flush: COPY into the session staging table, then the idempotent INSERT ... ON
- * CONFLICT into results, one transaction per flush) against a raw COPY of the same rows,
+ * qc_store_flush: a binary COPY straight into results when none of the batch's jobs has
+ * stored results, else into the session staging table and the idempotent INSERT ... ON
+ * CONFLICT; one transaction per flush, one connection) against a raw text COPY of the same
+ * rows (its formatting timed too, as the store's is),
  * with the same batch size and one transaction per batch, into a table shaped like results
  * (CREATE TABLE ... (LIKE results INCLUDING ALL) plus the statement trigger that checks
  * results.job exists, schema/004: same columns, primary key, checks and integrity rule), in
