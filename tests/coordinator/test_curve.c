@@ -273,6 +273,13 @@ static void allow_list_listed_worker_runs_the_job_and_unlisted_key_is_refused(vo
     assert_int_equal(log_count("CURVE: 1 authorised worker keys from"), 1);
     /* the intruder kept retrying, but its key is logged once a minute at most */
     assert_int_equal(log_count(refused), 1);
+    /* and the intruder itself was told why (its handshake monitor), once */
+    char told[200];
+    snprintf(told, sizeof told,
+             "qsweep-worker intruder: the coordinator refused this worker's CURVE key (ZAP "
+             "status 400): is its public key %s in",
+             bad_pub);
+    assert_int_equal(log_count(told), 1);
     assert_int_equal(log_count("warning: CURVE without an allow-list"), 0);
     test_done = true;
 }

@@ -72,6 +72,9 @@ struct worker {
     char host[256];
     int hb_ms, timeout_ms, threads;
     void *zctx, *sock;
+    void *mon;               /* PAIR reading the socket's handshake failures (CURVE only) */
+    unsigned mon_seq;        /* makes each monitor endpoint unique */
+    int64_t next_refusal_ms; /* when a refused key may be logged again */
     pthread_mutex_t mu; /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
     uint64_t cache_clock;
@@ -543,8 +546,67 @@ static void finish_job(worker *w) {
 
 /* ---- the socket ---- */
 
-static qs_status open_socket(worker *w, qs_error *err) {
+/* With CURVE, watches the socket for a handshake the coordinator refused (its ZAP handler's
+ * allow-list, coordinator/server/zap.h): a refused worker otherwise only sees a silent
+ * coordinator. zmq_socket_monitor (libzmq 4.3) sends each event as two frames: a 16-bit
+ * event id and a 32-bit value (the ZAP status code) in host order, then the endpoint. */
+static void watch_handshakes(worker *w) {
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://qsweep-worker-monitor-%p-%u", (void *)w, ++w->mon_seq);
+    if (zmq_socket_monitor(w->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) return;
+    w->mon = zmq_socket(w->zctx, ZMQ_PAIR);
+    int linger = 0;
+    if (w->mon && (zmq_setsockopt(w->mon, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+                   zmq_connect(w->mon, ep) != 0)) {
+        zmq_close(w->mon);
+        w->mon = NULL;
+    }
+}
+
+/* Reads the monitor's events; logs a refused key at most once a minute (libzmq retries the
+ * handshake every 100 ms). */
+static void read_handshakes(worker *w, int64_t now) {
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t id = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&id, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) { /* the endpoint frame */
+            zmq_msg_init(&ev);
+            zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT);
+            zmq_msg_close(&ev);
+        }
+        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && now >= w->next_refusal_ms) {
+            wlog(w,
+                 "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
+                 "public key %s in the coordinator's allow-list (--authorized-keys)?",
+                 value, w->o->curve_public_key);
+            w->next_refusal_ms = now + 60000;
+        }
+    }
+}
+
+static void close_socket(worker *w) {
+    if (w->mon) {
+        zmq_socket_monitor(w->sock, NULL, 0); /* stops the monitor */
+        zmq_close(w->mon);
+    }
     if (w->sock) zmq_close(w->sock);
+    w->mon = w->sock = NULL;
+}
+
+static qs_status open_socket(worker *w, qs_error *err) {
+    close_socket(w);
     w->sock = zmq_socket(w->zctx, ZMQ_DEALER);
     if (!w->sock) return qs_error_set(err, QS_ENET, "zmq_socket(DEALER): %s", zmq_strerror(errno));
     int linger = 0;
@@ -558,6 +620,7 @@ static qs_status open_socket(worker *w, qs_error *err) {
             zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, w->o->curve_secret_key, 41) != 0)
             return qs_error_set(err, QS_EINVAL, "CURVE keys: need three 40-character Z85 keys: %s",
                                 zmq_strerror(errno));
+        watch_handshakes(w);
     }
     if (zmq_connect(w->sock, w->o->endpoint) != 0)
         return qs_error_set(err, QS_ENET, "connect %s: %s", w->o->endpoint, zmq_strerror(errno));
@@ -723,14 +786,19 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             w->last_heard_ms = t;
         }
 
-        zmq_pollitem_t item = {.socket = w->sock, .events = ZMQ_POLLIN};
+        zmq_pollitem_t items[2] = {{.socket = w->sock, .events = ZMQ_POLLIN},
+                                   {.socket = w->mon, .events = ZMQ_POLLIN}};
         long wait = w->job || stopping ? 20 : (long)(w->next_hb_ms - t);
         if (wait > 100) wait = 100;
         if (wait < 0) wait = 0;
-        int rc = zmq_poll(&item, 1, wait);
+        int rc = zmq_poll(items, w->mon ? 2 : 1, wait);
         if (rc < 0 && errno != EINTR) {
             st = qs_error_set(err, QS_ENET, "zmq_poll: %s", zmq_strerror(errno));
             break;
+        }
+        if (w->mon && (items[1].revents & ZMQ_POLLIN)) {
+            read_handshakes(w, qs_clock_ms());
+            rc -= rc > 0;
         }
         while (rc > 0) {
             zmq_msg_t msg;
@@ -770,7 +838,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         int linger = 200;
         zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
     }
-    if (w->sock) zmq_close(w->sock);
+    close_socket(w);
     if (w->zctx) zmq_ctx_term(w->zctx);
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);
