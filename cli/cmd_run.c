@@ -373,6 +373,13 @@ int qsweep_cmd_run(int argc, char **argv) {
              * not show in ps */
             if (setenv("QSWEEP_DB", conninfo, 1) != 0)
                 st = qs_error_set(&err, QS_EIO, "setenv QSWEEP_DB: %s", strerror(errno));
+            /* The coordinator and workers of run talk over a private ipc:// socket in a 0700
+             * directory: CURVE keys exported for a cluster (README, Several machines) would
+             * make the coordinator demand a handshake its own workers cannot make. */
+            const char *curve[] = {"QSWEEP_CURVE_SECRET", "QSWEEP_CURVE_PUBLIC",
+                                   "QSWEEP_CURVE_SERVER", "QSWEEP_CURVE_AUTHORIZED"};
+            for (size_t k = 0; k < sizeof curve / sizeof curve[0]; k++)
+                unsetenv(curve[k]);
             char *av[] = {"qsweep", "coordinator", "--bind", r.endpoint, "--lease-ms", lease, NULL};
             if (!st) st = spawn(co, av, &err);
         }
