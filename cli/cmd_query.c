@@ -78,6 +78,19 @@ static double eta_seconds(qc_store *s, const qc_progress *p) {
     return eta;
 }
 
+/* Writes text (UTF-8) left-aligned in a column of width characters: printf's %-28s counts
+ * bytes, so a name with accents or CJK came out short and shifted the columns after it.
+ * Counts code points (bytes that do not continue a sequence); a longer text is written
+ * whole. */
+static void put_column(FILE *out, const char *text, int width) {
+    int chars = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        chars += (*p & 0xC0) != 0x80;
+    fputs(text, out);
+    for (; chars < width; chars++)
+        fputc(' ', out);
+}
+
 void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
     const int width = 30;
     int64_t done = p->succeeded + p->failed + p->cancelled;
@@ -86,10 +99,11 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = 0;
+    put_column(out, p->name, 28);
     fprintf(out,
-            "%-28s [%s] %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
+            " [%s] %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
             "cancelled %lld",
-            p->name, bar, p->total ? (int)(100 * done / p->total) : 100, (long long)done,
+            bar, p->total ? (int)(100 * done / p->total) : 100, (long long)done,
             (long long)p->total, (long long)p->pending, (long long)p->running,
             (long long)p->succeeded, (long long)p->failed, (long long)p->cancelled);
     if (p->pending + p->running > 0) {
@@ -231,11 +245,13 @@ int qsweep_cmd_workers(int argc, char **argv) {
     } else {
         printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid",
                "threads", "last seen", "running", "gpus");
-        for (int i = 0; i < PQntuples(r); i++)
-            printf("%-32s %-9s %-16s %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 0),
-                   PQgetvalue(r, i, 7), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 6),
-                   PQgetvalue(r, i, 4));
+        for (int i = 0; i < PQntuples(r); i++) {
+            put_column(stdout, PQgetvalue(r, i, 0), 32);
+            printf(" %-9s ", PQgetvalue(r, i, 7));
+            put_column(stdout, PQgetvalue(r, i, 1), 16);
+            printf(" %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 4));
+        }
         rc = QSWEEP_EXIT_OK;
     }
     PQclear(r);

@@ -529,6 +529,27 @@ static void test_read_only_commands_never_migrate(void **state) {
     const char *cancel[] = {"cancel", "nosuch", "--db", db, NULL};
     assert_int_not_equal(qsweep(out, sizeof out, cancel), 0);
     if (!strstr(out, "qsweep cancel: no experiment named 'nosuch'")) fail_msg("%s", out);
+
+    /* status lines up its columns by characters, not bytes: a name with accents or CJK puts
+       the progress bar in the same column as an ASCII name */
+    PGresult *r = PQexec(c, "INSERT INTO experiments (name, grid) VALUES ('plain', ''), "
+                            "('r\u00e9seau-\u00fc-\u65e5\u672c', '')");
+    r = (PQclear(r), PQexec(c, "SELECT count(*) FROM experiments"));
+    assert_int_equal(atoi(PQgetvalue(r, 0, 0)), 2);
+    PQclear(r);
+    const char *status[] = {"status", "--db", db, NULL};
+    assert_int_equal(qsweep(out, sizeof out, status), 0);
+    int lines = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *bar = strchr(line, '[');
+        if (!bar) continue;
+        int col = 0;
+        for (const char *p = line; p < bar; p++)
+            col += (*p & 0xC0) != 0x80;
+        if (col != 29) fail_msg("bar at column %d, not 29: %s", col, line);
+        lines++;
+    }
+    assert_int_equal(lines, 2);
 }
 
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
