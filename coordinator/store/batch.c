@@ -397,17 +397,20 @@ typedef struct result_pick {
 } result_pick;
 
 /* Splits the result sets between QC_FLUSH_MAIN and QC_FLUSH_RESULTS and fills pick with the
- * ones of share: in call order, a job's first set goes to the share with fewer bytes so far,
- * and every later set of the same job to the same share. Two connections writing rows of
- * one job could wait on each other's uncommitted keys (the same curve point sent twice)
- * while the main share waits for the other's commit: a deadlock PostgreSQL cannot see. The
- * split is the same for the same batch, every time. QS_ENOMEM. */
+ * ones of share (QC_FLUSH_ALL: every set, no split): in call order, a job's first set goes to
+ * the share with fewer bytes so far, and every later set of the same job to the same share.
+ * Two connections writing rows of one job could wait on each other's uncommitted keys (the
+ * same curve point sent twice) while the main share waits for the other's commit: a
+ * deadlock PostgreSQL cannot see. The split is the same for the same batch, every time
+ * (finding a job's earlier set is a backward scan, quadratic in the sets of a batch: a few
+ * hundred at most when a batch is split). QS_ENOMEM. */
 static qs_status pick_results(const qc_store_batch *b, qc_flush_share share, result_pick *pick,
                               qs_error *err) {
     size_t n = b->n_sets ? b->n_sets : 1;
+    bool split = share != QC_FLUSH_ALL;
     *pick = (result_pick){b, calloc(n, sizeof(bool)), 0, 0, 0};
-    unsigned char *to = calloc(n, 1); /* 0: MAIN, 1: RESULTS */
-    if (!pick->take || !to) {
+    unsigned char *to = split ? calloc(n, 1) : NULL; /* 0: MAIN, 1: RESULTS */
+    if (!pick->take || (split && !to)) {
         free(pick->take);
         free(to);
         pick->take = NULL;
@@ -416,12 +419,15 @@ static qs_status pick_results(const qc_store_batch *b, qc_flush_share share, res
     size_t bytes[2] = {0, 0};
     for (size_t i = 0; i < b->n_sets; i++) {
         const result_set *rs = &b->sets[i];
-        size_t k = i;
-        while (k > 0 && b->sets[k - 1].job != rs->job)
-            k--;
-        to[i] = k > 0 ? to[k - 1] : (unsigned char)(bytes[1] < bytes[0]);
-        bytes[to[i]] += rs->len;
-        bool take = share == QC_FLUSH_ALL || (share == QC_FLUSH_RESULTS) == (to[i] == 1);
+        bool take = !split;
+        if (split) {
+            size_t k = i;
+            while (k > 0 && b->sets[k - 1].job != rs->job)
+                k--;
+            to[i] = k > 0 ? to[k - 1] : (unsigned char)(bytes[1] < bytes[0]);
+            bytes[to[i]] += rs->len;
+            take = (share == QC_FLUSH_RESULTS) == (to[i] == 1);
+        }
         if (!take) continue;
         pick->take[i] = true;
         pick->n_sets++;
