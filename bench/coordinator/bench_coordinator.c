@@ -41,6 +41,7 @@
 #include "migrate.h"
 #include "pgserver.h"
 #include "server.h"
+#include "sqltext.h"
 #include "clock.h"
 
 static void quiet(void *arg, const char *message) {
@@ -56,7 +57,8 @@ static bool exec_ok(PGconn *c, const char *sql) {
     return ok;
 }
 
-static bool copy_text(PGconn *c, const char *sql, const char *data, size_t len) {
+/* Runs a COPY ... FROM STDIN with data (any format) in one call. */
+static bool copy_data(PGconn *c, const char *sql, const char *data, size_t len) {
     PGresult *r = PQexec(c, sql);
     bool ok = PQresultStatus(r) == PGRES_COPY_IN;
     PQclear(r);
@@ -92,7 +94,7 @@ static bool fresh_db(qc_pgserver *pg, const char *name, int n, char *out, size_t
     char *rows = malloc(capb);
     for (int i = 0; rows && i < n; i++)
         len += (size_t)snprintf(rows + len, capb - len, "%s-%d\tnoop\t{}\n", name, i);
-    ok = rows && copy_text(c, "COPY jobs (job_key, kind, spec) FROM STDIN", rows, len);
+    ok = rows && copy_data(c, "COPY jobs (job_key, kind, spec) FROM STDIN", rows, len);
     free(rows);
     PQfinish(c);
     return ok;
@@ -297,58 +299,41 @@ static double run_phase(qc_pgserver *pg, const char *db, int w, int n, int m, lo
     return first > 0 ? end - first : -1;
 }
 
-/* Appends the low n bytes of v, big-endian (COPY binary format). */
-static size_t put_be(char *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++)
-        p[i] = (char)(v >> (8 * (n - 1 - i)));
-    return (size_t)n;
-}
-
 /* One raw COPY, in one transaction, of the rows the heavy phase stored (jobs x m metrics)
  * into a fresh table shaped like results (LIKE results INCLUDING ALL: columns, primary key,
- * checks; no trigger), in text or binary format. The data is built before the clock starts.
+ * checks; no trigger), in text or binary format (the binary rows encoded by the store's
+ * qc_copybin_*, as the coordinator sends them). The data is built before the clock starts.
  * Returns seconds, or -1. */
 static double raw_copy_once(PGconn *c, long jobs, int m, bool binary) {
     const char *table = binary ? "raw_results_binary" : "raw_results_text";
     char sql[160];
     snprintf(sql, sizeof sql, "CREATE TABLE %s (LIKE results INCLUDING ALL)", table);
     if (!exec_ok(c, sql)) return -1;
-    size_t cap = (size_t)(jobs * m) * 80 + 64, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return -1;
-    if (binary) {
-        memcpy(buf, "PGCOPY\n\377\r\n\0", 11);
-        len = 11 + put_be(buf + 11, 0, 4) + put_be(buf + 15, 0, 4);
-    }
+    qc_sbuf data = {0};
+    if (binary) qc_copybin_header(&data);
     for (long j = 0; j < jobs; j++)
         for (int k = 0; k < m; k++) {
+            char name[24];
+            snprintf(name, sizeof name, "sqnr_db.%d", k);
             if (!binary) {
-                len += (size_t)snprintf(buf + len, cap - len, "%ld\t1\tsqnr_db.%d\t%d\t-1\tt\n",
-                                        j + 1, k, 1 + k);
+                qc_sbuf_printf(&data, "%ld\t1\t%s\t%d\t-1\tt\n", j + 1, name, 1 + k);
                 continue;
             }
-            char name[24];
-            int nl = snprintf(name, sizeof name, "sqnr_db.%d", k);
-            double v = 1.0 + k;
-            uint64_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            len += put_be(buf + len, 6, 2);
-            len += put_be(buf + len, 8, 4) + put_be(buf + len + 4, (uint64_t)(j + 1), 8);
-            len += put_be(buf + len, 4, 4) + put_be(buf + len + 4, 1, 4);
-            len += put_be(buf + len, (uint64_t)nl, 4);
-            memcpy(buf + len, name, (size_t)nl);
-            len += (size_t)nl;
-            len += put_be(buf + len, 8, 4) + put_be(buf + len + 4, bits, 8);
-            len += put_be(buf + len, 8, 4) + put_be(buf + len + 4, (uint64_t)-1, 8);
-            len += put_be(buf + len, 1, 4) + put_be(buf + len + 4, 1, 1);
+            qc_copybin_row(&data, 6);
+            qc_copybin_int8(&data, j + 1);
+            qc_copybin_int4(&data, 1);
+            qc_copybin_text(&data, name);
+            qc_copybin_float8(&data, 1.0 + k);
+            qc_copybin_int8(&data, -1);
+            qc_copybin_bool(&data, true);
         }
-    if (binary) len += put_be(buf + len, 0xFFFF, 2);
+    if (binary) qc_copybin_trailer(&data);
     snprintf(sql, sizeof sql, "COPY %s (job, attempt, name, value, step, final) FROM STDIN%s",
              table, binary ? " (FORMAT binary)" : "");
     double t0 = qs_clock_s();
-    bool ok = copy_text(c, sql, buf, len);
+    bool ok = !data.oom && copy_data(c, sql, data.p, data.len);
     double dt = qs_clock_s() - t0;
-    free(buf);
+    qc_sbuf_free(&data);
     return ok ? dt : -1;
 }
 
