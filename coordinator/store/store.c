@@ -86,6 +86,14 @@ qs_status qc_store_exec(qc_store *s, const char *sql, const char *what, qs_error
     return rc;
 }
 
+qs_status qc_store_command(qc_store *s, const char *sql, int n, const char *const *params,
+                           const char *what, qs_error *err) {
+    PGresult *r = qc_store_params(s, sql, n, params, PGRES_COMMAND_OK, what, err);
+    if (!r) return QS_EDB;
+    PQclear(r);
+    return QS_OK;
+}
+
 PGresult *qc_store_params(qc_store *s, const char *sql, int n, const char *const *params,
                           ExecStatusType want, const char *what, qs_error *err) {
     PGresult *r = PQexecParams(s->conn, sql, n, NULL, params, NULL, NULL, 0);
@@ -503,14 +511,10 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
         char exp_id[32];
         snprintf(exp_id, sizeof exp_id, "%lld", (long long)out->experiment_id);
         lp[0] = exp_id;
-        r = qc_store_params(s,
-                            "INSERT INTO experiment_jobs (experiment, job) SELECT $1, id FROM jobs "
-                            "WHERE job_key = ANY($2::text[]) ON CONFLICT DO NOTHING",
-                            2, lp, PGRES_COMMAND_OK, "submit: linking jobs", err);
-        if (!r)
-            st = QS_EDB;
-        else
-            PQclear(r);
+        st = qc_store_command(s,
+                              "INSERT INTO experiment_jobs (experiment, job) SELECT $1, id FROM "
+                              "jobs WHERE job_key = ANY($2::text[]) ON CONFLICT DO NOTHING",
+                              2, lp, "submit: linking jobs", err);
     }
     if (!st && c->dep_job.n) {
         const char *dp[] = {v[7], v[8]};
@@ -528,16 +532,12 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
             PQclear(r);
         } else {
             PQclear(r);
-            r = qc_store_params(s,
-                                "INSERT INTO job_deps (job, depends_on) SELECT j.id, d.id "
-                                "FROM unnest($1::text[], $2::text[]) AS u(k, dk) "
-                                "JOIN jobs j ON j.job_key = u.k JOIN jobs d ON d.job_key = u.dk "
-                                "ON CONFLICT DO NOTHING",
-                                2, dp, PGRES_COMMAND_OK, "submit: inserting dependencies", err);
-            if (!r)
-                st = QS_EDB;
-            else
-                PQclear(r);
+            st = qc_store_command(s,
+                                  "INSERT INTO job_deps (job, depends_on) SELECT j.id, d.id "
+                                  "FROM unnest($1::text[], $2::text[]) AS u(k, dk) "
+                                  "JOIN jobs j ON j.job_key = u.k JOIN jobs d ON d.job_key = u.dk "
+                                  "ON CONFLICT DO NOTHING",
+                                  2, dp, "submit: inserting dependencies", err);
         }
     }
     for (int i = 0; i < 9; i++)
@@ -688,15 +688,11 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
     }
     if (!st) {
         /* Open cancel requests would cancel the re-queued jobs again at the next start. */
-        r = qc_store_params(s,
-                            "UPDATE cancel_requests SET handled_at = now() WHERE handled_at IS "
-                            "NULL AND (experiment = $1 OR job IN (SELECT job FROM "
-                            "experiment_jobs WHERE experiment = $1))",
-                            1, ip, PGRES_COMMAND_OK, "requeue: closing cancel requests", err);
-        if (!r)
-            st = QS_EDB;
-        else
-            PQclear(r);
+        st = qc_store_command(s,
+                              "UPDATE cancel_requests SET handled_at = now() WHERE handled_at IS "
+                              "NULL AND (experiment = $1 OR job IN (SELECT job FROM "
+                              "experiment_jobs WHERE experiment = $1))",
+                              1, ip, "requeue: closing cancel requests", err);
     }
     if (!st) st = qc_store_exec(s, "NOTIFY qsweep_jobs", "requeue: NOTIFY", err);
     if (!st) st = qc_store_exec(s, "COMMIT", "requeue: COMMIT", err);

@@ -24,6 +24,10 @@ qs_status qc_store_exec(qc_store *s, const char *sql, const char *what, qs_error
  * NULL with err filled (QS_EDB). */
 PGresult *qc_store_params(qc_store *s, const char *sql, int n, const char *const *params,
                           ExecStatusType want, const char *what, qs_error *err);
+/* Runs a statement with text parameters that returns no rows (PGRES_COMMAND_OK); QS_EDB
+ * with err filled otherwise. */
+qs_status qc_store_command(qc_store *s, const char *sql, int n, const char *const *params,
+                           const char *what, qs_error *err);
 /* Rolls back an open transaction, if any, ignoring errors; nothing on a lost session (the
  * reconnect starts a new one). */
 void qc_store_rollback(qc_store *s);
