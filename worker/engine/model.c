@@ -156,20 +156,23 @@ static void add_inplace(float *x, const float *y, size_t n, int nt) {
         x[i] += y[i];
 }
 
-/* y[T x out] = x[T x in] * W^T (W [out x in] row-major). The output columns are split into
- * nt contiguous ranges (multiples of 16), one single-threaded sgemm per thread. */
+/* Output columns per GEMM piece. The pieces are fixed by the shape alone, never by the thread
+ * count: OpenBLAS picks its kernel path from the call's dimensions (on Haswell/Zen kernels a
+ * narrower call takes another path, and the sums change in the last bits), so every output
+ * element must come from the same call, with the same dimensions, whatever the team size. */
+#define QW_GEMM_COLS 128
+
+/* y[T x out] = x[T x in] * W^T (W [out x in] row-major). The output columns are cut into
+ * pieces of QW_GEMM_COLS (the last one narrower), one single-threaded sgemm per piece, handed
+ * out to nt threads; the result is bit-identical for any nt. */
 static void matmul_wt(float *y, const float *x, const float *W, int T, int in, int out, int nt) {
-    int pieces = (out + 15) / 16;
+    int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
     if (nt > pieces) nt = pieces;
-#pragma omp parallel num_threads(nt)
-    {
-        int id = omp_get_thread_num(), n = omp_get_num_threads();
-        int c0 = (int)((long long)pieces * id / n) * 16,
-            c1 = (int)((long long)pieces * (id + 1) / n) * 16;
-        if (c1 > out) c1 = out;
-        if (c1 > c0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in,
-                        W + (size_t)c0 * in, in, 0.0f, y + c0, out);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in,
+                    W + (size_t)c0 * in, in, 0.0f, y + c0, out);
     }
 }
 
