@@ -319,6 +319,72 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
     return QS_OK;
 }
 
+qs_status qw_checkpoint_tensor_view(qw_checkpoint *ck, const char *name, qw_tensor_view *out,
+                                    int64_t shape[2], int *ndim, qs_error *err) {
+    qw_tensor_entry *e = qw_table_find(&ck->table, name);
+    if (!e)
+        return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is not in the checkpoint",
+                            ck->path, name);
+    const char *file = ck->files[e->file_index].path;
+    if (e->ndim < 1 || e->ndim > 2)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: tensor \"%s\" has %d dimensions; only 1 or 2 are served", file,
+                            name, e->ndim);
+    int64_t rows = e->ndim == 2 ? e->shape[0] : 1;
+    int64_t cols = e->ndim == 2 ? e->shape[1] : e->shape[0];
+    int overflow = 0;
+    size_t row_bytes = qw_dtype_bytes(e->dtype, cols, &overflow);
+    int blocked = e->dtype == QW_DT_Q8_0 || e->dtype == QW_DT_Q4_0 || e->dtype == QW_DT_Q4_1;
+    if (blocked && cols % 32 != 0)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: tensor \"%s\": rows of %lld elements are not whole %s blocks of "
+                            "32",
+                            file, name, (long long)cols, qw_dtype_name(e->dtype));
+    if (e->permute_heads && (e->ndim != 2 || e->shape[0] % (2 * (int64_t)e->permute_heads) != 0))
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: tensor \"%s\": %lld rows cannot be %d heads of rotary pairs",
+                            file, name, (long long)e->shape[0], e->permute_heads);
+    if (overflow || (rows > 0 && row_bytes * (size_t)rows > e->nbytes))
+        return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\": %lld rows of %zu bytes exceed "
+                            "its %zu stored bytes", file, name, (long long)rows, row_bytes,
+                            e->nbytes);
+    out->dtype = e->dtype;
+    out->data = e->src;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = row_bytes;
+    out->permute_heads = e->permute_heads;
+    *ndim = e->ndim;
+    shape[0] = e->shape[0];
+    shape[1] = e->ndim == 2 ? e->shape[1] : 1;
+    return QS_OK;
+}
+
+/* The stored row holding HF row r of a permuted tensor (qw_unpermute_rows, row by row). */
+static int64_t qw_stored_row(const qw_tensor_view *v, int64_t r) {
+    if (!v->permute_heads) return r;
+    int64_t hd = v->rows / v->permute_heads, half = hd / 2;
+    int64_t h = r / hd, rem = r % hd, j = rem / half, i = rem % half;
+    return h * hd + 2 * i + j;
+}
+
+void qw_tensor_view_rows_f32(const qw_tensor_view *v, int64_t r0, int64_t n, float *dst) {
+    if (!v->permute_heads) {
+        /* Contiguous rows: one conversion, as the load-time copy converts the whole tensor. */
+        qw_dtype_to_f32(v->dtype, v->data + (size_t)r0 * v->row_bytes, n * v->cols, dst);
+        return;
+    }
+    for (int64_t r = r0; r < r0 + n; r++)
+        qw_dtype_to_f32(v->dtype, v->data + (size_t)qw_stored_row(v, r) * v->row_bytes, v->cols,
+                        dst + (size_t)(r - r0) * v->cols);
+}
+
+const float *qw_tensor_view_f32(const qw_tensor_view *v) {
+    if (v->dtype != QW_DT_F32 || v->permute_heads || ((uintptr_t)v->data % sizeof(float)) != 0)
+        return NULL;
+    return (const float *)(const void *)v->data;
+}
+
 qs_status qw_checkpoint_digest(qw_checkpoint *ck, char hex[65], qs_error *err) {
     if (!ck->have_digest) {
         if (sodium_init() < 0)

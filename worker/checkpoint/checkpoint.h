@@ -27,6 +27,47 @@ typedef struct qw_config {
     int bos_token_id, eos_token_id;
 } qw_config;
 
+/* Storage type of one tensor as the checkpoint holds it. */
+typedef enum qw_dtype {
+    QW_DT_F32 = 0,
+    QW_DT_F16,
+    QW_DT_BF16,
+    QW_DT_Q8_0, /* ggml block_q8_0: f16 d, 32 x int8; x = d*q (ggml-common.h) */
+    QW_DT_Q4_0, /* ggml block_q4_0: f16 d, 16 bytes of nibbles; x = d*(q-8) */
+    QW_DT_Q4_1, /* ggml block_q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d*q + m */
+} qw_dtype;
+
+/* Short name of a dtype ("F32", "Q4_1", ...). */
+const char *qw_dtype_name(qw_dtype dt);
+
+/* Converts n elements (a multiple of 32 for blocked types) from src (dtype dt, packed as in
+ * the file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an
+ * FP32); blocked types per ggml's dequantize_row_q8_0/q4_0/q4_1 (ggml-quants.c), with the
+ * multiply and add rounded separately (the build forbids contraction). */
+void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst);
+
+/* A tensor in its stored form: [rows x cols] row-major in HF order, `row_bytes` bytes per row
+ * at data (inside a mapped file, or memory its maker owns). A 1-D tensor of n elements is
+ * [1 x n]. permute_heads > 0: a GGUF attn_q/attn_k whose rows llama.cpp permuted for `heads`
+ * heads (qw_tensor_view_rows_f32 undoes it). Blocked types (Q8_0, Q4_*) hold whole 32-element
+ * blocks per row. */
+typedef struct qw_tensor_view {
+    qw_dtype dtype;
+    const uint8_t *data;
+    int64_t rows, cols;
+    size_t row_bytes;
+    int permute_heads;
+} qw_tensor_view;
+
+/* Converts rows [r0, r0+n) of v to FP32 into dst [n x cols]: the exact values
+ * qw_checkpoint_tensor's FP32 copy holds for those rows (same conversion, rows un-permuted).
+ * The caller keeps r0 + n <= rows. */
+void qw_tensor_view_rows_f32(const qw_tensor_view *v, int64_t r0, int64_t n, float *dst);
+
+/* FP32 pointer to the data of v when it can be read as FP32 in place (F32, 4-byte aligned, not
+ * permuted), else NULL. */
+const float *qw_tensor_view_f32(const qw_tensor_view *v);
+
 /* An open checkpoint: mapped files, parsed tensor table, and the FP32 copies made for
  * tensors whose stored dtype is not F32. Not thread-safe: one thread opens, reads tensors
  * and closes; the float pointers handed out stay valid until qw_checkpoint_close. */
@@ -62,6 +103,15 @@ const qw_config *qw_checkpoint_config(const qw_checkpoint *ck);
  * model.embed_tokens.weight. */
 qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float **data,
                                int64_t shape[2], int *ndim, qs_error *err);
+
+/* The stored form of a tensor by its Hugging Face name, nothing converted or copied: the view
+ * points into the mapped file and stays valid until close. shape/ndim as
+ * qw_checkpoint_tensor. This is how the engine reads weights (masters in the checkpoint's
+ * dtype; converted per GEMM piece). Errors: QS_ENOTFOUND naming it, QS_EFORMAT (a blocked type
+ * whose rows are not whole blocks; a permuted tensor whose rows are not whole heads of rotary
+ * pairs). */
+qs_status qw_checkpoint_tensor_view(qw_checkpoint *ck, const char *name, qw_tensor_view *out,
+                                    int64_t shape[2], int *ndim, qs_error *err);
 
 /* BLAKE2b-256 (libsodium crypto_generichash) over the model's files (config + weights, in a fixed
  * order), hex. For job keys. Order: a GGUF file alone; an HF directory: config.json, then the index

@@ -15,16 +15,6 @@
 #error "qw_checkpoint reads little-endian files in place: a little-endian host is required"
 #endif
 
-/* Storage type of one tensor. Element sizes and block layouts: qw_dtype_row_bytes. */
-typedef enum qw_dtype {
-    QW_DT_F32 = 0,
-    QW_DT_F16,
-    QW_DT_BF16,
-    QW_DT_Q8_0, /* ggml block_q8_0: f16 d, 32 x int8; x = d*q (ggml-common.h) */
-    QW_DT_Q4_0, /* ggml block_q4_0: f16 d, 16 bytes of nibbles; x = d*(q-8) */
-    QW_DT_Q4_1, /* ggml block_q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d*q + m */
-} qw_dtype;
-
 #define QW_MAX_DIMS 4
 
 /* One tensor of the open checkpoint, by its Hugging Face name.
@@ -67,18 +57,9 @@ qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err);
 /* Unmaps and frees; a zeroed struct is a no-op. */
 void qw_unmap_file(qw_mapped_file *f);
 
-/* Short name of a dtype ("F32", "Q4_1", ...). */
-const char *qw_dtype_name(qw_dtype dt);
-
 /* Bytes of `numel` elements of dtype dt stored contiguously; blocked types need numel to be
  * a multiple of 32 (the caller checks). Returns 0 and sets *overflow on size_t overflow. */
 size_t qw_dtype_bytes(qw_dtype dt, int64_t numel, int *overflow);
-
-/* Converts n elements (a multiple of 32 for blocked types) from src (dtype dt, packed as in
- * the file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an
- * FP32); blocked types per ggml's dequantize_row_q8_0/q4_0/q4_1 (ggml-quants.c), with the
- * multiply and add rounded separately (the build forbids contraction). */
-void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst);
 
 /* Appends an entry (name copied) and returns it, or NULL on allocation failure. */
 qw_tensor_entry *qw_table_add(qw_tensor_table *t, const char *name);

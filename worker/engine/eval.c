@@ -2,6 +2,8 @@
  * the definitions are written out; they follow llama.cpp's tools/perplexity/perplexity.cpp). */
 #include "eval.h"
 
+#include "ops.h"
+
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -30,27 +32,6 @@ qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_ch
     return QS_OK;
 }
 
-/* log-softmax of one row of logits [vocab], in double: writes l_i - max - log(sum exp(l - max))
- * rounded to FP32 into lp (when lp != NULL) and returns the log of the normaliser
- * (max + log sum) so a single entry can be read as l_i - lse. */
-static double row_logsumexp(const float *l, int vocab) {
-    float mx = l[0];
-    for (int i = 1; i < vocab; i++)
-        mx = l[i] > mx ? l[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < vocab; i++)
-        sum += exp((double)l[i] - mx);
-    /* sum >= 1: the maximum contributes exp(0) (vocab >= 1 is checked by the callers). */
-    // cppcheck-suppress invalidFunctionArg
-    return (double)mx + log(sum);
-}
-
-static void row_logprobs(const float *l, int vocab, float *lp) {
-    double lse = row_logsumexp(l, vocab);
-    for (int i = 0; i < vocab; i++)
-        lp[i] = (float)((double)l[i] - lse);
-}
-
 /* NLL of each scored position of one chunk into v[ctx - 1 - ctx/2] (parallel over positions),
  * then summed in position order, so the sums do not depend on the thread count. scored_logits
  * holds the rows of positions ctx/2 .. ctx-1 only (qw_model_forward_rows). */
@@ -60,7 +41,7 @@ static void score_chunk(const float *scored_logits, const uint32_t *tokens, int 
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int j = 0; j < n_pos; j++) {
         const float *l = scored_logits + (size_t)j * vocab;
-        v[j] = row_logsumexp(l, vocab) - (double)l[tokens[first + j + 1]];
+        v[j] = qw_logsoftmax_row(l, vocab, NULL) - (double)l[tokens[first + j + 1]];
     }
     for (int j = 0; j < n_pos; j++) {
         *nll_sum += v[j];
@@ -74,7 +55,7 @@ void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, i
     /* Serial twin of score_chunk: the same values summed in the same order. */
     for (int j = ctx / 2; j < ctx - 1; j++) {
         const float *l = logits + (size_t)j * vocab;
-        double v = row_logsumexp(l, vocab) - (double)l[tokens[j + 1]];
+        double v = qw_logsoftmax_row(l, vocab, NULL) - (double)l[tokens[j + 1]];
         *nll_sum += v;
         *nll2_sum += v * v;
     }
@@ -405,7 +386,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         if (mode == RUN_BASELINE && path) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++)
-                row_logprobs(logits + (size_t)j * vocab, vocab, s.blk + (size_t)j * vocab);
+                qw_logsoftmax_row(logits + (size_t)j * vocab, vocab, s.blk + (size_t)j * vocab);
             st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
         } else if (mode == RUN_COMPARE) {
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
@@ -419,7 +400,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                 float *lq = s.lq + (size_t)omp_get_thread_num() * vocab;
                 const float *lp = s.blk + (size_t)j * vocab;
                 const float *l = logits + (size_t)j * vocab;
-                row_logprobs(l, vocab, lq);
+                qw_logsoftmax_row(l, vocab, lq);
                 double kl = 0.0;
                 int ap = 0, aq = 0;
                 for (int i = 0; i < vocab; i++) {

@@ -1,17 +1,24 @@
-/* The Llama forward pass on the CPU: the reference path of qsweep's engine.
+/* The Llama model of qsweep's engine: what a job evaluates.
  *
  * Architecture (Hugging Face LlamaForCausalLM, modeling_llama.py): token embeddings; per
  * block x += o_proj(attn(rope(q_proj(rms(x))), rope(k_proj(rms(x))), v_proj(rms(x)))) and
  * x += down_proj(silu(gate_proj(rms(x))) * up_proj(rms(x))); final RMSNorm; lm_head (tied to
  * the embeddings or not). RoPE in HF's rotate_half layout (pairs i, i+head_dim/2), theta from
  * the config, Llama 3.1 frequency scaling when rope_factor > 0. Grouped-query causal attention.
- * FP32 activations throughout; GEMMs through OpenBLAS cblas_sgemm.
+ * FP32 activations throughout.
  *
- * Weights: the checkpoint's FP32 tensors are the unquantized masters (read in place from the
- * checkpoint, never modified). Applying a policy gives each quantized tensor a working copy,
- * refilled from its master and fake-quantized once; the forward pass reads the working copy
- * where there is one, the master elsewhere. All activation buffers are allocated once, in
- * qw_model_create, for sequences up to max_ctx tokens; the forward pass allocates nothing. */
+ * The engine's parts, as llama2.c and llm.c split theirs:
+ * - weights (weights.h): layer-stacked, masters in the checkpoint's dtype, read in place from
+ *   the mapped checkpoint (or built by synthetic.h), never copied to FP32 as a whole;
+ * - quantized weights: applying a policy packs each quantized tensor (qk_packed: codes + block
+ *   scales + tensor scale) once; the forward pass dequantizes it piece by piece right before
+ *   the GEMM, giving the same FP32 values fake-quantization gives, so results are bit for bit
+ *   those of a fake-quantized FP32 copy;
+ * - run state (runstate.h): every activation buffer carved from one allocation per
+ *   (model, max_ctx, threads), made here; the forward pass allocates nothing;
+ * - ops (ops.h): the forward pass is written once over a table of operations whose CPU
+ *   backend is the reference (bit-identical for any thread count).
+ * Memory: the masters (mapped) + the packed forms + the run state (qw_model_memory). */
 #ifndef QW_MODEL_H
 #define QW_MODEL_H
 
@@ -29,18 +36,41 @@ typedef struct qw_model qw_model;
  * (0 = all cores). Looks every tensor up and checks its shape against the config.
  * The model runs its own OpenMP team and calls OpenBLAS single-threaded: creating a model or
  * setting its threads sets OpenBLAS's process-wide thread count to 1.
- * Memory: activations ~ max_ctx*(6*dim + 2*hidden_dim + vocab + threads*64) floats.
+ * Memory: the run state ~ max_ctx*(6*dim + 2*hidden_dim + vocab + threads*64) floats, and a
+ * weight-piece scratch of threads*128*max(dim, hidden_dim) floats; the weights stay mapped.
  * Errors: QS_EINVAL (max_ctx < 1, threads < 0, config values out of range), QS_ENOTFOUND /
  * QS_EFORMAT from the checkpoint (missing tensor, shape not matching the config: names the
  * tensor and the expected shape), QS_ENOMEM. */
 qs_status qw_model_create(qw_checkpoint *ck, int max_ctx, int threads, qw_model **out,
                           qs_error *err);
 
-/* Frees the buffers and working copies (not the checkpoint). NULL is a no-op. */
+/* Builds a model over synthetic random weights (synthetic.h): spec "NAME[:SEED]" or
+ * "synthetic:NAME[:SEED]" names a shape of qw_synthetic_shapes (seed 0 when absent); the
+ * model owns its BF16 masters. Errors: those of qw_synthetic_build and qw_model_create. */
+qs_status qw_model_create_synthetic(const char *spec, int max_ctx, int threads, qw_model **out,
+                                    qs_error *err);
+
+/* Frees the run state, packed weights and owned masters (not the checkpoint). NULL is a no-op. */
 void qw_model_destroy(qw_model *m);
 
 const qw_config *qw_model_config(const qw_model *m);
 int qw_model_max_ctx(const qw_model *m);
+
+/* 1 when lm_head is the embeddings' matrix (tie_word_embeddings). Quantizing lm_head of a tied
+ * model quantizes the head's use of it only: lm_head gets its own packed copy and the embedding
+ * lookup still reads the master, unless the policy's embed names the embeddings too (and then
+ * the two are quantized separately, each as its own tensor). */
+int qw_model_tied_embeddings(const qw_model *m);
+
+/* Bytes a model holds, by part. */
+typedef struct qw_model_bytes {
+    size_t masters;   /* the weights in their stored form (mapped or owned), lm_head once if tied */
+    size_t packed;    /* packed forms of the tensors the current policy quantizes */
+    size_t run_state; /* the run state's one allocation */
+    size_t scratch;   /* the backend's per-thread weight-piece scratch */
+} qw_model_bytes;
+
+void qw_model_memory(const qw_model *m, qw_model_bytes *out);
 
 /* Threads of the model's OpenMP team (the evaluation's loops use the same count). */
 int qw_model_threads(const qw_model *m);
@@ -48,11 +78,13 @@ int qw_model_threads(const qw_model *m);
 /* Sets the thread count of the GEMMs and loops (0 = all cores). Errors: QS_EINVAL. */
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 
-/* Restores every tensor to its unquantized master, then fake-quantizes the weights that `p`
- * names (once, here) and records the activation formats the forward pass applies.
+/* Restores every tensor to its unquantized master, then quantizes the weights that `p` names
+ * (once, here, into packed form: qk_quantize of the master's FP32 values) and records the
+ * activation formats the forward pass applies. The "bf16" (identity) format keeps the master.
  * p == NULL or an all-none policy restores the unquantized model bit for bit.
- * Errors: QS_EINVAL (p->n_layers differs from the model), errors of qk_fake_quant wrapped
- * with the tensor name, QS_ENOMEM (a working copy). On error the model is left unquantized. */
+ * Errors: QS_EINVAL (p->n_layers differs from the model), errors of qk_quantize wrapped
+ * with the tensor name, QS_ENOMEM (a packed form, or the FP32 copy of the largest master that
+ * quantizing needs while this call runs). On error the model is left unquantized. */
 qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 
 /* Runs tokens[0..n-1] (positions 0..n-1, a fresh causal context) and sets *logits to the
@@ -102,7 +134,8 @@ qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err
 void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks_skipped);
 
 /* Name of linear `index` as in the Hugging Face checkpoint without ".weight"
- * ("model.layers.3.self_attn.q_proj", "lm_head"); "?" when out of range. */
+ * ("model.layers.3.self_attn.q_proj", "lm_head"; n_layers*7+1: "model.embed_tokens");
+ * "?" when out of range. */
 const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t cap);
 
 /* Number of probe-able linears: n_layers*QW_LINEAR_KINDS + 1 (lm_head). */

@@ -1,0 +1,338 @@
+/* The CPU backend of the engine's operations (ops.h): the reference path.
+ *
+ * Threads: one OpenMP team of nt threads does all the work. GEMMs are split across it by output
+ * columns (linears) or by head (attention), each piece a single-threaded cblas_sgemm. OpenBLAS's
+ * own thread pool is switched off (openblas_set_num_threads(1), by the model): with two pools on
+ * the same cores, each spinning while the other works, the 2-thread forward ran at 13 GFLOP/s
+ * against 52 on one thread (bench/engine on the 2-core development machine). */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- free functions */
+
+void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_weight *table,
+                          int nt) {
+    int64_t D = table->cols;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++)
+        (void)qw_weight_rows_f32(table, tokens[t], 1, out + (size_t)t * D, NULL);
+}
+
+void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
+                        int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        float *o = out + (size_t)t * D;
+        double ss = 0.0;
+        for (int i = 0; i < D; i++)
+            ss += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        for (int i = 0; i < D; i++)
+            o[i] = w[i] * (xr[i] * r);
+    }
+}
+
+void qw_rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E,
+                     int nt) {
+    int h2 = E / 2;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * E;
+            for (int i = 0; i < h2; i++) {
+                float x1 = v[i], x2 = v[i + h2];
+                v[i] = x1 * c[i] - x2 * s[i];
+                v[i + h2] = x2 * c[i] + x1 * s[i];
+            }
+        }
+    }
+}
+
+void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {
+    int E = c->head_dim;
+    float inv[E / 2 + 1];
+    for (int i = 0; i < E / 2; i++) {
+        float expo = (float)(2 * i) / (float)E;
+        inv[i] = 1.0f / powf(c->rope_theta, expo);
+    }
+    if (c->rope_factor > 0.0f) {
+        float old_ctx = (float)c->rope_original_max_pos;
+        float low_wl = old_ctx / c->rope_low_freq_factor;
+        float high_wl = old_ctx / c->rope_high_freq_factor;
+        for (int i = 0; i < E / 2; i++) {
+            float f = inv[i];
+            float wl = 2.0f * (float)M_PI / f;
+            float scaled = wl > low_wl ? f / c->rope_factor : f;
+            if (!(wl < high_wl) && !(wl > low_wl)) {
+                float smooth = (old_ctx / wl - c->rope_low_freq_factor) /
+                               (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                scaled = (1.0f - smooth) * scaled / c->rope_factor + smooth * scaled;
+            }
+            inv[i] = scaled;
+        }
+    }
+    for (size_t t = 0; t < (size_t)T; t++)
+        for (int i = 0; i < E / 2; i++) {
+            float ang = (float)t * inv[i];
+            cosb[t * (E / 2) + i] = (float)cos((double)ang);
+            sinb[t * (E / 2) + i] = (float)sin((double)ang);
+        }
+}
+
+/* Causal softmax of one query tile's scores S [rows x ncols] in place (ncols = t0 + rows): row r
+ * is query position t0 + r and keeps columns 0..t0+r, zeros after. Serial: the caller runs one
+ * (head, tile) per thread. */
+static void causal_softmax(float *S, int rows, int ncols, int t0) {
+    for (int r = 0; r < rows; r++) {
+        float *row = S + (size_t)r * ncols;
+        int last = t0 + r;
+        float mx = row[0];
+        for (int j = 1; j <= last; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j <= last; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < ncols; j++)
+            row[j] = 0.0f;
+    }
+}
+
+void qw_attention_forward(float *att, const float *q, const float *k, const float *v,
+                          float *scores, int T, int H, int G, int E, int nt) {
+    int group = H / G;
+    int tiles = (T + QW_ATT_TILE - 1) / QW_ATT_TILE;
+    float scale = 1.0f / sqrtf((float)E);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int w = 0; w < H * tiles; w++) {
+        /* Later tiles have more keys: hand them out first so the team finishes together. */
+        int h = w % H, tile = tiles - 1 - w / H, g = h / group;
+        int t0 = tile * QW_ATT_TILE, rows = T - t0 < QW_ATT_TILE ? T - t0 : QW_ATT_TILE;
+        int ncols = t0 + rows; /* keys 0..t0+rows-1: nothing past the tile's last query */
+        float *S = scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ncols, E, scale,
+                    q + (size_t)t0 * H * E + (size_t)h * E, H * E, k + (size_t)g * E, G * E, 0.0f,
+                    S, ncols);
+        causal_softmax(S, rows, ncols, t0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, E, ncols, 1.0f, S, ncols,
+                    v + (size_t)g * E, G * E, 0.0f, att + (size_t)t0 * H * E + (size_t)h * E,
+                    H * E);
+    }
+}
+
+void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void qw_residual_forward(float *x, const float *y, size_t n, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, int out, int nt) {
+    int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
+    if (nt > pieces) nt = pieces;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in,
+                    W + (size_t)c0 * in, in, 0.0f, y + c0, out);
+    }
+}
+
+qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, float *wscratch, int nt,
+                            qs_error *err) {
+    int in = (int)w->cols, out = (int)w->rows;
+    const float *xin = x;
+    if (act && act->fmt) {
+        memcpy(xq, x, (size_t)T * in * sizeof *x);
+        qs_status st = qk_fake_quant(act->fmt, &act->opt, xq, (size_t)T, (size_t)in, NULL, err);
+        if (st != QS_OK) return st;
+        xin = xq;
+    }
+    if (w->form == QW_WEIGHT_F32) {
+        qw_matmul_forward(y, xin, w->f32, T, in, out, nt);
+        return QS_OK;
+    }
+    /* The hot loop of a model whose masters are not FP32: each piece's rows are converted into
+     * this thread's scratch (it stays in cache for the GEMM), then multiplied as qw_matmul_forward
+     * multiplies them, with the same dimensions, so the bits are those of an FP32 copy. */
+    int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
+    if (nt > pieces) nt = pieces;
+    qs_status st = QS_OK;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
+        float *Wp = wscratch + (size_t)omp_get_thread_num() * QW_GEMM_COLS * in;
+        qs_error e = {0};
+        if (qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
+#pragma omp critical(qw_linear_err)
+            if (st == QS_OK) st = qs_error_set(err, e.code, "%s", e.msg);
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, xin, in, Wp,
+                    in, 0.0f, y + c0, out);
+    }
+    return st;
+}
+
+void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *partial,
+                          double *signal, double *noise, int nt) {
+    size_t chunks = (n + QW_SUM_CHUNK - 1) / QW_SUM_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t i0 = c * QW_SUM_CHUNK, i1 = i0 + QW_SUM_CHUNK < n ? i0 + QW_SUM_CHUNK : n;
+        double sig = 0.0, noi = 0.0;
+        for (size_t i = i0; i < i1; i++) {
+            double r = ref[i], d = (double)y[i] - r;
+            sig += r * r;
+            noi += d * d;
+        }
+        partial[2 * c] = sig;
+        partial[2 * c + 1] = noi;
+    }
+    double sig = 0.0, noi = 0.0;
+    for (size_t c = 0; c < chunks; c++) {
+        sig += partial[2 * c];
+        noi += partial[2 * c + 1];
+    }
+    *signal = sig;
+    *noise = noi;
+}
+
+double qw_logsoftmax_row(const float *l, int V, float *lp) {
+    float mx = l[0];
+    for (int i = 1; i < V; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)l[i] - mx);
+    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
+    // cppcheck-suppress invalidFunctionArg
+    double lse = (double)mx + log(sum);
+    if (lp)
+        for (int i = 0; i < V; i++)
+            lp[i] = (float)((double)l[i] - lse);
+    return lse;
+}
+
+void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < R; r++)
+        (void)qw_logsoftmax_row(logits + (size_t)r * V, V, lp + (size_t)r * V);
+}
+
+/* ---------------------------------------------------------------- the CPU table */
+
+static void *cpu_alloc(qw_backend *b, size_t bytes) {
+    (void)b;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void cpu_free(qw_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
+                          const qw_weight *table) {
+    qw_embedding_forward(x->data, tokens, (int)x->rows, table, b->threads);
+}
+
+static void cpu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
+                        float eps) {
+    qw_rmsnorm_forward(out->data, x->data, w, (int)x->rows, (int)x->cols, eps, b->threads);
+}
+
+static void cpu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb,
+                     int n_heads, int E) {
+    qw_rope_forward(x->data, cosb, sinb, (int)x->rows, n_heads, E, b->threads);
+}
+
+static void cpu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
+                          const qw_tensor *v, float *scores, int H, int G, int E) {
+    qw_attention_forward(att->data, q->data, k->data, v->data, scores, (int)q->rows, H, G, E,
+                         b->threads);
+}
+
+static void cpu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
+    qw_swiglu_forward(out->data, g->data, u->data, (size_t)g->rows * (size_t)g->cols,
+                      b->threads);
+}
+
+static void cpu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
+    qw_residual_forward(x->data, y->data, (size_t)x->rows * (size_t)x->cols, b->threads);
+}
+
+static qs_status cpu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, qs_error *err) {
+    return qw_linear_forward(y->data, x->data, (int)x->rows, w, act, xq, b->wscratch, b->threads,
+                             err);
+}
+
+static void cpu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {
+    qw_logsoftmax_forward(lp->data, logits->data, (int)logits->rows, (int)logits->cols,
+                          b->threads);
+}
+
+static void cpu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref,
+                          double *partial, double *signal, double *noise) {
+    qw_sqnr_sums_forward(y->data, ref->data, (size_t)y->rows * (size_t)y->cols, partial, signal,
+                         noise, b->threads);
+}
+
+static const qw_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .embedding = cpu_embedding,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .residual = cpu_residual,
+    .linear = cpu_linear,
+    .lm_head = cpu_linear,
+    .logsoftmax = cpu_logsoftmax,
+    .sqnr_sums = cpu_sqnr_sums,
+};
+
+const qw_ops *qw_ops_cpu(void) {
+    return &cpu_ops;
+}
+
+qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *err) {
+    memset(b, 0, sizeof *b);
+    if (threads < 1 || max_in < 1)
+        return qs_error_set(err, QS_EINVAL, "backend cpu: threads %d, max_in %d", threads,
+                            max_in);
+    size_t n = (size_t)threads * QW_GEMM_COLS * (size_t)max_in;
+    b->wscratch = malloc(n * sizeof(float));
+    if (!b->wscratch)
+        return qs_error_set(err, QS_ENOMEM, "backend cpu: weight scratch of %zu floats", n);
+    b->ops = &cpu_ops;
+    b->threads = threads;
+    b->wscratch_floats = n;
+    return QS_OK;
+}
+
+void qw_backend_release(qw_backend *b) {
+    if (!b) return;
+    free(b->wscratch);
+    memset(b, 0, sizeof *b);
+}

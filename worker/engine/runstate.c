@@ -1,0 +1,76 @@
+/* The engine's run state (runstate.h): one allocation, carved. */
+#include "runstate.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define QW_ALIGN 64
+
+static size_t max_sz(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+/* The carving plan: sizes in floats (partial: in doubles, counted as 2 floats each). */
+typedef struct plan {
+    size_t n[15];
+} plan;
+
+static plan plan_of(const qw_config *c, size_t T, size_t nt) {
+    size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, H = (size_t)c->n_heads,
+           G = (size_t)c->n_kv_heads, E = (size_t)c->head_dim, V = (size_t)c->vocab_size;
+    size_t mo = max_sz(max_sz(V, F), max_sz(D, H * E));
+    size_t chunks = (T * mo + QW_SUM_CHUNK - 1) / QW_SUM_CHUNK;
+    plan p = {{T * (E / 2), T * (E / 2), T * D, T * D, T * H * E, T * G * E, T * G * E, T * H * E,
+               nt * QW_ATT_TILE * T, T * F, T * F, T * D, T * max_sz(max_sz(D, H * E), F), T * V,
+               2 * 2 * chunks}};
+    return p;
+}
+
+static size_t round_up(size_t n) {
+    return (n + QW_ALIGN - 1) / QW_ALIGN * QW_ALIGN;
+}
+
+size_t qw_runstate_bytes(const qw_config *c, int max_ctx, int threads) {
+    plan p = plan_of(c, (size_t)max_ctx, (size_t)threads);
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof p.n / sizeof p.n[0]; i++)
+        bytes += round_up(max_sz(p.n[i], 1) * sizeof(float));
+    return bytes;
+}
+
+qs_status qw_runstate_init(qw_runstate *s, qw_backend *b, const qw_config *c, int max_ctx,
+                           int threads, qs_error *err) {
+    memset(s, 0, sizeof *s);
+    if (max_ctx < 1 || threads < 1)
+        return qs_error_set(err, QS_EINVAL, "run state: max_ctx %d, threads %d", max_ctx,
+                            threads);
+    size_t bytes = qw_runstate_bytes(c, max_ctx, threads) + QW_ALIGN;
+    char *mem = b->ops->alloc(b, bytes);
+    if (!mem)
+        return qs_error_set(err, QS_ENOMEM, "model: activations for max_ctx %d (%zu bytes)",
+                            max_ctx, bytes);
+    s->storage_ = mem;
+    s->bytes = bytes;
+    s->max_ctx = max_ctx;
+    s->threads = threads;
+    char *at = (char *)(((uintptr_t)mem + QW_ALIGN - 1) / QW_ALIGN * QW_ALIGN);
+    plan p = plan_of(c, (size_t)max_ctx, (size_t)threads);
+    float **dst[] = {&s->rope_cos, &s->rope_sin, &s->x,    &s->xb,     &s->q,
+                     &s->k,        &s->v,        &s->att,  &s->scores, &s->hb,
+                     &s->hb2,      &s->ybuf,     &s->actq, &s->logits, NULL};
+    for (size_t i = 0; i < sizeof p.n / sizeof p.n[0]; i++) {
+        if (dst[i])
+            *dst[i] = (float *)(void *)at;
+        else
+            s->partial = (double *)(void *)at;
+        at += round_up(max_sz(p.n[i], 1) * sizeof(float));
+    }
+    qw_rope_tables(c, max_ctx, s->rope_cos, s->rope_sin);
+    return QS_OK;
+}
+
+void qw_runstate_release(qw_runstate *s, qw_backend *b) {
+    if (!s || !s->storage_) return;
+    b->ops->free(b, s->storage_);
+    memset(s, 0, sizeof *s);
+}
