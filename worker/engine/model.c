@@ -427,7 +427,7 @@ static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x
         st = ops->linear(&m->be, &tr, &tx, L->master, NULL, NULL, err);
         if (st != QS_OK) return st;
         double sig = 0.0, noise = 0.0;
-        ops->sqnr_sums(&m->be, &ty, &tr, m->rs.partial, &sig, &noise);
+        ops->sqnr_sums(&m->be, &ty, &tr, &sig, &noise);
         L->sig += sig;
         L->noise += noise;
     }

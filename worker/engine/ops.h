@@ -39,10 +39,6 @@
  * at a time into the calling thread's scratch, right before that piece's GEMM. */
 #define QW_GEMM_COLS 128
 
-/* Elements per partial sum of qw_sqnr_sums_forward: sums are taken over fixed chunks and then
- * added in chunk order, so they do not depend on the thread count. */
-#define QW_SUM_CHUNK 4096
-
 /* ---------------------------------------------------------------- CPU reference functions */
 
 /* out[T x D] = table rows tokens[0..T-1] as FP32 (an embedding lookup: the weight in any
@@ -105,10 +101,11 @@ qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
                             qs_error *err);
 
 /* SQNR sums of y against the reference ref, both [n]: *signal = sum(ref^2),
- * *noise = sum((y - ref)^2), in double, over chunks of QW_SUM_CHUNK added in chunk order
- * (independent of nt). partial: scratch of 2*ceil(n / QW_SUM_CHUNK) doubles. */
-void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *partial,
-                          double *signal, double *noise, int nt);
+ * *noise = sum((y - ref)^2), in double, added in element order by one thread: the same bits for
+ * any team size (and those of the engine's single-threaded probe before the ops table). Cheap
+ * next to the two GEMMs the probe runs per linear. */
+void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *signal,
+                          double *noise);
 
 /* Log-softmax of one row of logits l[V]: returns lse = max + log(sum exp(l - max)) in double,
  * and when lp != NULL writes lp[i] = (float)(l[i] - lse). */
@@ -160,8 +157,8 @@ struct qw_ops {
     qs_status (*lm_head)(qw_backend *b, qw_tensor *logits, const qw_tensor *x, const qw_weight *w,
                          const qw_act_quant *act, float *xq, qs_error *err);
     void (*logsoftmax)(qw_backend *b, qw_tensor *lp, const qw_tensor *logits);
-    void (*sqnr_sums)(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *partial,
-                      double *signal, double *noise);
+    void (*sqnr_sums)(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
+                      double *noise);
 };
 
 /* The CPU backend's table (the reference every other backend is checked against). */

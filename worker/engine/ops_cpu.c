@@ -191,25 +191,13 @@ qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
     return st;
 }
 
-void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *partial,
-                          double *signal, double *noise, int nt) {
-    size_t chunks = (n + QW_SUM_CHUNK - 1) / QW_SUM_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t c = 0; c < chunks; c++) {
-        size_t i0 = c * QW_SUM_CHUNK, i1 = i0 + QW_SUM_CHUNK < n ? i0 + QW_SUM_CHUNK : n;
-        double sig = 0.0, noi = 0.0;
-        for (size_t i = i0; i < i1; i++) {
-            double r = ref[i], d = (double)y[i] - r;
-            sig += r * r;
-            noi += d * d;
-        }
-        partial[2 * c] = sig;
-        partial[2 * c + 1] = noi;
-    }
+void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *signal,
+                          double *noise) {
     double sig = 0.0, noi = 0.0;
-    for (size_t c = 0; c < chunks; c++) {
-        sig += partial[2 * c];
-        noi += partial[2 * c + 1];
+    for (size_t i = 0; i < n; i++) {
+        double r = ref[i], d = (double)y[i] - r;
+        sig += r * r;
+        noi += d * d;
     }
     *signal = sig;
     *noise = noi;
@@ -291,9 +279,9 @@ static void cpu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits
 }
 
 static void cpu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref,
-                          double *partial, double *signal, double *noise) {
-    qw_sqnr_sums_forward(y->data, ref->data, (size_t)y->rows * (size_t)y->cols, partial, signal,
-                         noise, b->threads);
+                          double *signal, double *noise) {
+    (void)b;
+    qw_sqnr_sums_forward(y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise);
 }
 
 static const qw_ops cpu_ops = {

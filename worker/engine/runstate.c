@@ -10,19 +10,16 @@ static size_t max_sz(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
-/* The carving plan: sizes in floats (partial: in doubles, counted as 2 floats each). */
+/* The carving plan: sizes in floats, in the order of the fields. */
 typedef struct plan {
-    size_t n[15];
+    size_t n[14];
 } plan;
 
 static plan plan_of(const qw_config *c, size_t T, size_t nt) {
     size_t D = (size_t)c->dim, F = (size_t)c->hidden_dim, H = (size_t)c->n_heads,
            G = (size_t)c->n_kv_heads, E = (size_t)c->head_dim, V = (size_t)c->vocab_size;
-    size_t mo = max_sz(max_sz(V, F), max_sz(D, H * E));
-    size_t chunks = (T * mo + QW_SUM_CHUNK - 1) / QW_SUM_CHUNK;
     plan p = {{T * (E / 2), T * (E / 2), T * D, T * D, T * H * E, T * G * E, T * G * E, T * H * E,
-               nt * QW_ATT_TILE * T, T * F, T * F, T * D, T * max_sz(max_sz(D, H * E), F), T * V,
-               2 * 2 * chunks}};
+               nt * QW_ATT_TILE * T, T * F, T * F, T * D, T * max_sz(max_sz(D, H * E), F), T * V}};
     return p;
 }
 
@@ -57,12 +54,9 @@ qs_status qw_runstate_init(qw_runstate *s, qw_backend *b, const qw_config *c, in
     plan p = plan_of(c, (size_t)max_ctx, (size_t)threads);
     float **dst[] = {&s->rope_cos, &s->rope_sin, &s->x,    &s->xb,     &s->q,
                      &s->k,        &s->v,        &s->att,  &s->scores, &s->hb,
-                     &s->hb2,      &s->ybuf,     &s->actq, &s->logits, NULL};
+                     &s->hb2,      &s->ybuf,     &s->actq, &s->logits};
     for (size_t i = 0; i < sizeof p.n / sizeof p.n[0]; i++) {
-        if (dst[i])
-            *dst[i] = (float *)(void *)at;
-        else
-            s->partial = (double *)(void *)at;
+        *dst[i] = (float *)(void *)at;
         at += round_up(max_sz(p.n[i], 1) * sizeof(float));
     }
     qw_rope_tables(c, max_ctx, s->rope_cos, s->rope_sin);

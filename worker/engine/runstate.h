@@ -27,7 +27,6 @@ typedef struct qw_runstate {
     float *ybuf;                /* [T x D] output of o_proj / down_proj before the residual add */
     float *actq;                /* [T x max(D, H*E, F)] fake-quantized copy of a linear's input */
     float *logits;              /* [T x V] */
-    double *partial;            /* [2 x ceil(T*max(V, F, D, H*E) / QW_SUM_CHUNK)] SQNR sums */
     void *storage_;             /* the one allocation (backend memory) */
     size_t bytes;               /* its size */
 } qw_runstate;
