@@ -16,6 +16,7 @@
 #include "model.h"
 #include "policy.h"
 #include "quant.h"
+#include "synthetic.h"
 #include "tokens.h"
 
 /* Metrics a spec can ask for (grid.h's names), as bits. */
@@ -163,25 +164,30 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
         *out = lm->model;
         return qw_model_set_threads(lm->model, qw_job_threads(ctx), err);
     }
-    if (!strncmp(s->model_path, "synthetic:", 10))
-        return qs_error_set(
-            err, QS_EUNSUPPORTED,
-            "model %s: the engine has no random-weight builder yet; synthetic "
-            "models expand and schedule (scale tests of the coordinator) but cannot be evaluated",
-            s->model_path);
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
     if (!lm) return qs_error_set(err, QS_ENOMEM, "out of memory");
     char digest[65];
-    qs_status st = qw_checkpoint_open(s->model_path, &lm->ck, err);
-    if (!st) st = qw_checkpoint_digest(lm->ck, digest, err);
+    qs_status st = QS_OK;
+    /* A synthetic model (synthetic.h) is built from its name and seed; its digest is that of the
+     * path, as the grid computed it. */
+    int synthetic = qw_synthetic_is(s->model_path);
+    if (synthetic)
+        qw_synthetic_digest(s->model_path, digest);
+    else
+        st = qw_checkpoint_open(s->model_path, &lm->ck, err);
+    if (!st && !synthetic) st = qw_checkpoint_digest(lm->ck, digest, err);
     if (!st && strcmp(digest, s->model_digest) != 0)
         st = qs_error_set(err, QS_EINVAL,
                           "model %s: digest %s differs from the job's %s (the file changed since "
                           "the grid was submitted)",
                           s->model_path, digest, s->model_digest);
-    if (!st) st = qw_model_create(lm->ck, s->ctx, qw_job_threads(ctx), &lm->model, err);
-    size_t cache = st ? 0 : prefix_cache_bytes(qw_checkpoint_config(lm->ck), s, t);
+    if (!st && synthetic)
+        st = qw_model_create_synthetic(s->model_path, s->ctx, qw_job_threads(ctx), &lm->model,
+                                       err);
+    else if (!st)
+        st = qw_model_create(lm->ck, s->ctx, qw_job_threads(ctx), &lm->model, err);
+    size_t cache = st ? 0 : prefix_cache_bytes(qw_model_config(lm->model), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
     if (st) {
