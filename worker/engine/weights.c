@@ -1,6 +1,9 @@
 /* The engine's weights (weights.h): forms, row fetch, and the loader over a checkpoint. */
 #include "weights.h"
 
+#include "codec.h"
+#include "format.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,45 @@ qw_weight qw_weight_from_packed(const qk_packed *p) {
     return w;
 }
 
+/* Decodes rows [r0, r0+n) of p into dst [n x k]: value = elem(code) * block decode scale, then
+ * times the tensor decode scale when the format has one, multiplied in that order, as
+ * qk_dequantize does (quant.h, format.h) and with the kernels' own decoders (qk_codec_decode,
+ * qk_e8m0_decode), tabulated per call: every code of a codec is an exact FP32 value, so the
+ * table gives the same bits as decoding each element, and the loop is a lookup and one or two
+ * multiplies (qk_dequantize decodes element by element, several times slower, which the
+ * forward pass would pay on every quantized linear). tests/engine/test_ops.c checks the bits
+ * against qk_fake_quant for every format family. */
+static void packed_rows_f32(const qk_packed *p, size_t r0, size_t n, float *dst) {
+    const qk_format *f = p->fmt;
+    float tab[256];
+    uint32_t ncodes = 1u << f->elem->bits;
+    for (uint32_t c = 0; c < ncodes; c++)
+        tab[c] = qk_codec_decode(f->elem, c);
+    int four = f->elem->bits == 4;
+    for (size_t r = r0; r < r0 + n; r++) {
+        const uint8_t *codes = p->codes + r * p->row_bytes;
+        float *y = dst + (r - r0) * p->k;
+        for (size_t b = 0; b < p->blocks_per_row; b++) {
+            size_t i = r * p->blocks_per_row + b;
+            float dec = 1.0f;
+            if (f->storage == QK_STORE_E4M3) dec = qk_codec_decode(&qk_codec_e4m3, p->scales[i]);
+            if (f->storage == QK_STORE_E8M0) dec = qk_e8m0_decode(p->scales[i]);
+            if (f->storage == QK_STORE_F32) dec = p->scales_f32[i];
+            size_t c0 = b * p->block, c1 = c0 + p->block < p->k ? c0 + p->block : p->k;
+            if (four) {
+                for (size_t c = c0; c < c1; c++)
+                    y[c] = tab[(c & 1) ? codes[c >> 1] >> 4 : codes[c >> 1] & 0xFu] * dec;
+            } else {
+                for (size_t c = c0; c < c1; c++)
+                    y[c] = tab[codes[c]] * dec;
+            }
+            if (f->tensor_scale)
+                for (size_t c = c0; c < c1; c++)
+                    y[c] = y[c] * p->tensor_scale;
+        }
+    }
+}
+
 qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *dst,
                              qs_error *err) {
     if (r0 < 0 || n < 1 || r0 + n > w->rows)
@@ -36,18 +78,9 @@ qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *d
     case QW_WEIGHT_STORED:
         qw_tensor_view_rows_f32(&w->view, r0, n, dst);
         return QS_OK;
-    case QW_WEIGHT_PACKED: {
-        /* The rows as a packed tensor of their own (quant.h's layout: row r's codes at
-         * codes + r*row_bytes, its scales at r*blocks_per_row): decoding is per element, so
-         * the values are those of decoding the whole tensor. */
-        const qk_packed *p = w->packed;
-        qk_packed sub = *p;
-        sub.rows = (size_t)n;
-        sub.codes = p->codes + (size_t)r0 * p->row_bytes;
-        if (p->scales) sub.scales = p->scales + (size_t)r0 * p->blocks_per_row;
-        if (p->scales_f32) sub.scales_f32 = p->scales_f32 + (size_t)r0 * p->blocks_per_row;
-        return qk_dequantize(&sub, dst, 1, err);
-    }
+    case QW_WEIGHT_PACKED:
+        packed_rows_f32(w->packed, (size_t)r0, (size_t)n, dst);
+        return QS_OK;
     }
     return qs_error_set(err, QS_EINVAL, "weight: unknown form %d", (int)w->form);
 }

@@ -47,9 +47,9 @@ qw_weight qw_weight_from_view(const qw_tensor_view *v);
 qw_weight qw_weight_from_packed(const qk_packed *p);
 
 /* FP32 rows [r0, r0+n) of w into dst [n x cols]: a copy for FP32 in place, the dtype
- * conversion for the stored form, qk_dequantize of those rows for the packed form (exactly
+ * conversion for the stored form, the packed form decoded as qk_dequantize decodes it (exactly
  * the values qk_fake_quant gives the whole tensor). Serial (call it from one thread per piece).
- * Errors: QS_EINVAL (rows out of range), those of qk_dequantize. */
+ * Errors: QS_EINVAL (rows out of range). */
 qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *dst,
                              qs_error *err);
 
