@@ -156,7 +156,8 @@ static uint16_t to_bf16(float f) {
 
 /* dst[0..n-1] ~ N(0, std) as BF16: element i takes Philox4x32-10 block (i/4, tensor, 0, 0)
  * under key (seed), words as two Box-Muller pairs: r = sqrt(-2 ln u1), angle 2 pi u2 with
- * u = (word + 0.5) * 2^-32 in (0, 1). */
+ * u = (top 24 bits of the word + 0.5) * 2^-24 in (0, 1), in FP32 (BF16 keeps 8 bits of the
+ * result: FP32 is ample, and twice as fast as double over the 6.7e9 draws of a 7B). */
 static void fill_normal(uint16_t *dst, size_t n, uint64_t seed, uint32_t tensor, float std,
                         int nt) {
     size_t chunks = (n + FILL_CHUNK - 1) / FILL_CHUNK;
@@ -170,11 +171,11 @@ static void fill_normal(uint16_t *dst, size_t n, uint64_t seed, uint32_t tensor,
             qk_philox4x32_10(ctr, key, w);
             float z[4];
             for (int p = 0; p < 2; p++) {
-                double u1 = ((double)w[2 * p] + 0.5) * 0x1p-32;
-                double u2 = ((double)w[2 * p + 1] + 0.5) * 0x1p-32;
-                double r = sqrt(-2.0 * log(u1)), a = 2.0 * M_PI * u2;
-                z[2 * p] = (float)(r * cos(a));
-                z[2 * p + 1] = (float)(r * sin(a));
+                float u1 = ((float)(w[2 * p] >> 8) + 0.5f) * 0x1p-24f;
+                float u2 = ((float)(w[2 * p + 1] >> 8) + 0.5f) * 0x1p-24f;
+                float r = sqrtf(-2.0f * logf(u1)), a = 2.0f * (float)M_PI * u2;
+                z[2 * p] = r * cosf(a);
+                z[2 * p + 1] = r * sinf(a);
             }
             for (size_t j = 0; j < 4 && i + j < i1; j++)
                 dst[i + j] = to_bf16(z[j] * std);
