@@ -44,7 +44,8 @@ typedef struct qw_quant_spec {
 typedef struct qw_policy {
     int n_layers;
     qw_quant_spec *linears; /* heap, owned; [n_layers][QW_LINEAR_KINDS] */
-    qw_quant_spec lm_head;  /* the output projection (a separate copy even when tied) */
+    qw_quant_spec lm_head;  /* the output projection; when tied, the head's own copy: the
+                               embedding lookup is quantized only by `embed` */
     qw_quant_spec embed;    /* model.embed_tokens rows, fake-quantized with k = dim */
 } qw_policy;
 
