@@ -399,6 +399,21 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     return st;
 }
 
+qs_status qw_jobs_policy(const char *spec_json, int n_layers, qw_policy *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *spec = json_loads(spec_json, 0, &je);
+    if (!spec) return qs_error_set(err, QS_EFORMAT, "job spec: line %d: %s", je.line, je.text);
+    job_spec s;
+    qs_status st = parse_spec(spec, 1, &s, err);
+    json_decref(spec);
+    if (st) return st;
+    st = build_policy(&s, n_layers, out, err);
+    if (st) qw_policy_free(out);
+    qs_sensitivity_clear(&s);
+    return st;
+}
+
 qs_status qw_jobs_register(qs_error *err) {
     qs_status st = qw_register_kind("baseline", baseline_job, err);
     return st ? st : qw_register_kind("eval", eval_job, err);
