@@ -11,7 +11,7 @@
 #include <jansson.h>
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "utf8.h"
 #include "clock.h"
 #include "log.h"
