@@ -109,7 +109,7 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
  *   the even column in the low nibble (bits 3..0) as CUDA, PyTorch and cuBLAS store them
  *   (fp4-spec.md 1.1); an odd k leaves the high nibble of a row's last byte 0. 6-, 8-bit
  *   codes take one byte each (FP6 right-aligned in the byte, not bit-packed).
- *   Minifloat codes are sign-magnitude, integer codes two's complement (codec.h).
+ *   Minifloat codes are sign-magnitude, integer codes two's complement (element.h).
  * - scales (E4M3/E8M0 formats): [rows x blocks_per_row] bytes, row-major, one per 1D block;
  *   a 16x16 2D block repeats its scale in each of its 16 rows. Swizzle for cuBLASLt with
  *   qk_swizzle_128x4 (swizzle.h).

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "element.h"
 #include "format.h"
 #include "numerics.h"
 #include "philox.h"

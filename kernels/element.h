@@ -2,7 +2,7 @@
  *
  * One descriptor per element type (STYLE.md: formats are data). A minifloat is described by
  * its exponent bits, mantissa bits and bias; every minifloat goes through ONE encoder and ONE
- * decoder (codec.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
+ * decoder (element.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
  * code. Integer element types (INT8, INT4, symmetric) go through one integer encoder.
  *
  * Conventions (all codecs, fp4-spec.md sections 1.2, 3.2, 4.4):
@@ -24,8 +24,8 @@
  *   q; so P(round up) = f exactly when f has at most 32 fraction bits (always true for the
  *   FP4/FP6/FP8 codecs on normal FP32 inputs; otherwise f is truncated to 32 bits, a bias
  *   below 2^-32 of one step). The caller supplies rbits (see philox.h for their source). */
-#ifndef QK_CODEC_H
-#define QK_CODEC_H
+#ifndef QK_ELEMENT_H
+#define QK_ELEMENT_H
 
 #include <stdint.h>
 
