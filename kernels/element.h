@@ -111,7 +111,10 @@ float qk_e8m0_decode(uint8_t code);
  * EVEN:  floor(log2 R(amax)) - emax, R rounding amax to man_bits mantissa bits
  *        (add 2^(22-man_bits) to the FP32 bits, clear the mantissa);
  * RCEIL: E8M0 rounded toward +Inf of amax * (1/max_value) in FP32.
- * The unbiased exponent is clamped to [-127, 127]; amax == 0 gives 0x00; a non-finite amax
+ * The unbiased exponent is clamped to [-127, 127 - emax] (the upper bound is FLOOR's scale
+ * of FLT_MAX, so that max_value * 2^s, the largest decoded value, stays finite: without it
+ * CEIL, EVEN and RCEIL decode a block of amax FLT_MAX to +-Inf, e.g. MXFP4 RCEIL code 253,
+ * 4 * 2^126 = 2^128); amax == 0 gives 0x00; a non-finite amax
  * (Inf or NaN) gives 0xFF, so the whole block decodes to NaN (the OCP way for an MX block to
  * carry a non-finite value). floor(log2) of an FP32-subnormal amax is taken as -127 (the
  * exponent field, as torchao does). */

@@ -186,10 +186,15 @@ QK_HD uint8_t qk_mx_scale_code_core(float amax, qk_mx_scale_rule rule, int emax,
         ex = (int)(r >> 23) - 127 - emax;
     } else {
         /* RCEIL: torchao's descale amax * (1/max) in FP32, rounded up to E8M0 (CUDA RP) */
-        return qk_e8m0_encode_core(qk_float_of(a) * (1.0f / max_value), 1);
+        uint8_t code = qk_e8m0_encode_core(qk_float_of(a) * (1.0f / max_value), 1);
+        return code > 254 - emax ? (uint8_t)(254 - emax) : code;
     }
     if (ex < -127) ex = -127;
-    if (ex > 127) ex = 127;
+    /* Capped at 127 - emax, the FLOOR scale of FLT_MAX: max_value * 2^(127 - emax) is below
+     * 2^128 (max_value < 2^(emax+1)), so no block decodes to Inf. Reached only by CEIL, EVEN
+     * and RCEIL for amax near FLT_MAX (E2M1: amax > 1.5 * 2^127), whose larger scale would
+     * decode the block's largest element to Inf (kernels/README.md). */
+    if (ex > 127 - emax) ex = 127 - emax;
     return (uint8_t)(ex + 127);
 }
 
