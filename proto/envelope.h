@@ -1,5 +1,5 @@
 /* qs_proto: the envelope codec of qsweep's wire protocol (qsweep.proto, issue 4). Named
- * envelope.h so it is not confused with the numeric core's element codecs (kernels/codec.h).
+ * envelope.h so it is not confused with the numeric core's element codecs (kernels/element.h).
  *
  * Every ZeroMQ body frame is one packed Qsweep__Envelope carrying QS_PROTO_VERSION and
  * exactly one message. Decoding is the trust boundary: a body that is over the size limit,
