@@ -29,8 +29,32 @@ static qs_status check_root_keys(qc_config *c, struct fy_node *root, const qc_gr
         keys[n++] = kind->keys[i];
     keys[n++] = "priority";
     keys[n++] = "max_attempts";
+    keys[n++] = "resources";
     keys[n] = NULL;
     return qc_config_check_keys(c, root, "the grid", keys);
+}
+
+/* The optional `resources` mapping; every key optional (0 / false: no need). */
+static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *r) {
+    if (!n) return QS_OK;
+    if (!fy_node_is_mapping(n))
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected 'resources' as a mapping with 'gpu_count', "
+                              "'gpu_memory_mib' and 'native_fp4'");
+    static const char *const keys[] = {"gpu_count", "gpu_memory_mib", "native_fp4", NULL};
+    qs_status st = qc_config_check_keys(c, n, "resources", keys);
+    struct fy_node *v;
+    int gpus = 0, mib = 0, fp4 = 0;
+    if (!st && (v = qc_config_lookup(n, "gpu_count")))
+        st = qc_config_int(c, v, "resources.gpu_count", 0, 4096, &gpus);
+    if (!st && (v = qc_config_lookup(n, "gpu_memory_mib")))
+        st = qc_config_int(c, v, "resources.gpu_memory_mib", 0, 1 << 30, &mib);
+    if (!st && (v = qc_config_lookup(n, "native_fp4")))
+        st = qc_config_bool(c, v, "resources.native_fp4", &fp4);
+    if (st) return st;
+    *r = (qs_resources){.present = true, .gpu_count = gpus, .gpu_memory_mib = mib,
+                        .native_fp4 = fp4 != 0};
+    return QS_OK;
 }
 
 static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g) {
@@ -60,6 +84,7 @@ static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g
     if ((n = qc_config_lookup(root, "max_attempts")) &&
         (st = qc_config_int(c, n, "max_attempts", 1, 100, &g->max_attempts)))
         return st;
+    if ((st = parse_resources(c, qc_config_lookup(root, "resources"), &g->resources))) return st;
     return kind->parse(c, root, probe, g);
 }
 

@@ -2,8 +2,9 @@
  * grid kind from the registry (grid_kind.h) that checks its schema and expands it into jobs
  * (issue 5, issue 10 item 3; DESIGN.md "Flow of one sweep").
  *
- * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority` and
- * `max_attempts`; the rest is the kind's. A sensitivity grid (every key but `name`, `models`,
+ * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
+ * `max_attempts` and `resources: {gpu_count: 0.., gpu_memory_mib: 0.., native_fp4: bool}`
+ * (what each job needs of a worker; issue 12 schedules by it); the rest is the kind's. A sensitivity grid (every key but `name`, `models`,
  * `dataset` and `sensitivity.formats` is optional):
  *
  *   name: smollm2-fp4-components          # experiment name
@@ -129,6 +130,8 @@ typedef struct qc_grid {
     char *metrics_json; /* canonical JSON array of metric names, sorted */
     int priority;
     int max_attempts; /* >= 1 */
+    qs_resources resources; /* the optional `resources` key: what every job of the grid needs
+                               of a worker (kinds/spec.h); recorded in each spec, not keyed */
     const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */
     void *kind_data; /* what a grid kind other than sensitivity parsed; freed by its kind */
 } qc_grid;

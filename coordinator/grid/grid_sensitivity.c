@@ -228,6 +228,7 @@ static void base_spec(const qc_grid *g, const qc_grid_model *m, qs_sensitivity_s
     s->block = s->part = -1;
     s->loo_of = QS_PARTS_BLOCK_LINEARS;
     s->tied = m->facts.tied_embeddings != 0;
+    s->resources = g->resources;
 }
 
 /* Number of jobs mode has for a model of n_layers blocks and the grid's parts; job i's block

@@ -238,7 +238,36 @@ static void test_unknown_kind_names_the_registered_kinds(void **state) {
                      QS_EINVAL);
     assert_non_null(strstr(err.msg, "unknown key 'training' in the grid (expected one of: name, "
                                     "description, kind, models, dataset, sensitivity, priority, "
-                                    "max_attempts)"));
+                                    "max_attempts, resources)"));
+}
+
+/* `resources` is recorded in every spec and changes no key. */
+static void test_resources_are_recorded_but_not_keyed(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *h = NULL;
+    qc_job_list l = {0}, m = {0};
+    expand(e, HEAD "sensitivity: {formats: [nvfp4]}\n", &g, &l);
+    expand(e,
+           HEAD "sensitivity: {formats: [nvfp4]}\n"
+                "resources: {gpu_count: 1, gpu_memory_mib: 81920, native_fp4: true}\n",
+           &h, &m);
+    assert_int_equal(l.n, m.n);
+    char b[256];
+    for (size_t i = 0; i < l.n; i++) {
+        assert_string_equal(l.jobs[i].key, m.jobs[i].key);
+        assert_string_equal(field(&l.jobs[i], "resources", b, sizeof b), "(absent)");
+        assert_string_equal(field(&m.jobs[i], "resources", b, sizeof b),
+                            "{\"gpu_count\":1,\"gpu_memory_mib\":81920,\"native_fp4\":true}");
+    }
+    qc_job_list_free(&l);
+    qc_job_list_free(&m);
+    qc_grid_free(g);
+    qc_grid_free(h);
+    qs_error err = {0};
+    assert_int_equal(load(e, HEAD "sensitivity: {formats: [nvfp4]}\nresources: {gpus: 2}\n", &g,
+                          &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, ":5:13: unknown key 'gpus' in resources"));
 }
 
 /* The reader's typed getters a new grid kind uses, each naming file:line:column. */
@@ -282,6 +311,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_parts_are_refused_at_their_location, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location,
                                         setup, teardown),
