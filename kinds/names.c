@@ -21,7 +21,7 @@ int qs_linear_kind_index(const char *name) {
 }
 
 static const char *const mode_names[QS_MODE_COUNT] = {
-    "component",  "block", "layer", "leave_one_out", "cumulative", "leave_one_out_block",
+    "component",          "block", "layer", "leave_one_out", "cumulative", "leave_one_out_block",
     "leave_one_out_layer"};
 
 const char *qs_mode_name(qs_mode m) {

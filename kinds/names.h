@@ -20,7 +20,7 @@
 
 /* The seven linears of a Llama block, in Hugging Face module order (q_proj ... down_proj). */
 #define QS_LINEAR_KINDS 7
-extern const char *const qs_linear_kind_names[QS_LINEAR_KINDS]; /* "q", ..., "down" */
+extern const char *const qs_linear_kind_names[QS_LINEAR_KINDS];   /* "q", ..., "down" */
 extern const char *const qs_linear_module_names[QS_LINEAR_KINDS]; /* "self_attn.q_proj", ... */
 
 /* Index of linear kind name ("q".."down", or the HF "q_proj".."down_proj"), -1 if none. */

@@ -49,8 +49,9 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
     if ((unsigned)s->mode >= QS_MODE_COUNT)
         return qs_error_set(err, QS_EINVAL, "job spec: mode: %d is not a mode", (int)s->mode);
     if (s->quantize_acts != 0 && s->quantize_acts != 1)
-        return qs_error_set(err, QS_EINVAL, "job spec: quantize: expected weights or "
-                                            "weights+activations");
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: quantize: expected weights or "
+                            "weights+activations");
     const char *mode = qs_mode_name(s->mode);
     if (qs_mode_has_block(s->mode) ? s->block < 0 : s->block != -1)
         return qs_error_set(err, QS_EINVAL, "job spec: part: mode %s %s a block", mode,
@@ -104,7 +105,8 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
     json_t *o = json_object(), *metrics = json_array();
     if (o && metrics) {
         for (unsigned i = 0; i < QS_METRICS; i++)
-            if (s->metrics & (1u << i)) json_array_append_new(metrics, json_string(qs_metric_names[i]));
+            if (s->metrics & (1u << i))
+                json_array_append_new(metrics, json_string(qs_metric_names[i]));
         json_object_set_new(o, "kind", json_string(s->eval ? "eval" : "baseline"));
         json_object_set_new(o, "model", qs_model_ref_json(&s->model));
         json_object_set_new(o, "dataset", qs_dataset_ref_json(&s->dataset));
@@ -122,7 +124,8 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
             if (s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) {
                 json_t *of = json_array();
                 for (int p = 0; of && p < QS_PARTS; p++)
-                    if (s->loo_of & (1u << p)) json_array_append_new(of, json_string(qs_part_name(p)));
+                    if (s->loo_of & (1u << p))
+                        json_array_append_new(of, json_string(qs_part_name(p)));
                 json_object_set_new(o, "leave_one_out_of", of);
             }
             const char *tied = tied_text(s);
@@ -132,14 +135,15 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
             json_object_set_new(o, "mode", json_null());
             json_object_set_new(o, "part", json_null());
         }
-        if (s->resources.present) json_object_set_new(o, "resources", qs_resources_json(&s->resources));
+        if (s->resources.present)
+            json_object_set_new(o, "resources", qs_resources_json(&s->resources));
     }
     json_decref(metrics);
     /* every json_object_set_new above fails only when out of memory: check the count */
-    size_t want = 10 + (s->resources.present ? 1 : 0) +
-                  (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT &&
-                   s->loo_of != QS_PARTS_BLOCK_LINEARS) +
-                  (s->eval && tied_text(s) != NULL);
+    size_t want =
+        10 + (s->resources.present ? 1 : 0) +
+        (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
+        (s->eval && tied_text(s) != NULL);
     if (!o || json_object_size(o) != want) {
         json_decref(o);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -159,8 +163,7 @@ static qs_status parse_part(qs_sensitivity_spec *s, const char *text, qs_error *
         int want_kind = qs_mode_has_kind(s->mode);
         if (end == text || *text == '-' || *text == '+' || b > 1000000 ||
             (want_kind ? *end != '.' : *end != 0))
-            return qs_error_set(err, QS_EINVAL,
-                                "job spec: part: '%s' is not %s for mode %s", text,
+            return qs_error_set(err, QS_EINVAL, "job spec: part: '%s' is not %s for mode %s", text,
                                 want_kind ? "\"<block>.<kind>\"" : "a block number",
                                 qs_mode_name(s->mode));
         s->block = (int)b;
@@ -180,8 +183,9 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
     const char *m = json_string_value(json_object_get(spec, "mode"));
     const char *p = json_string_value(json_object_get(spec, "part"));
     if (!q || !m || !p)
-        return qs_error_set(err, QS_EINVAL, "job spec: an eval needs quantize, mode and part as "
-                                            "strings");
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: an eval needs quantize, mode and part as "
+                            "strings");
     /* only the canonical names: a stored spec is written by qs_sensitivity_encode */
     s->quantize_acts = !strcmp(q, "weights") ? 0 : !strcmp(q, "weights+activations") ? 1 : -1;
     if (s->quantize_acts < 0)
@@ -216,8 +220,9 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
         if (!want || !json_is_string(tied) || strcmp(json_string_value(tied), want))
             return qs_error_set(err, QS_EINVAL,
                                 "job spec: tied_embeddings: expected \"%s\" for this part",
-                                want ? want : "(nothing: the job quantizes neither lm_head nor "
-                                              "the embeddings)");
+                                want ? want
+                                     : "(nothing: the job quantizes neither lm_head nor "
+                                       "the embeddings)");
     }
     return QS_OK;
 }
@@ -227,8 +232,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
     out->block = out->part = -1;
     out->loo_of = QS_PARTS_BLOCK_LINEARS;
     if (!json_is_object(spec)) return qs_error_set(err, QS_EINVAL, "job spec: expected an object");
-    static const char *const keys[] = {"dataset",  "format",    "format_options",
-                                       "kind",     "metrics",   "mode",
+    static const char *const keys[] = {"dataset",  "format",           "format_options",
+                                       "kind",     "metrics",          "mode",
                                        "model",    "numerics_version", "part",
                                        "quantize", "leave_one_out_of", "tied_embeddings",
                                        "resources"};
@@ -263,8 +268,10 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
         json_array_foreach(metrics, i, v) {
             unsigned bit = qs_metric_bit(json_string_value(v));
             if (!bit || (out->metrics & bit)) {
-                st = qs_error_set(err, QS_EINVAL, "job spec: metrics[%zu]: unknown or repeated "
-                                                  "metric", i);
+                st = qs_error_set(err, QS_EINVAL,
+                                  "job spec: metrics[%zu]: unknown or repeated "
+                                  "metric",
+                                  i);
                 break;
             }
             out->metrics |= bit;
@@ -274,7 +281,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
         snprintf(out->numerics_version, sizeof out->numerics_version, "%s", nv);
         out->format = strdup(format);
         out->format_options = json_deep_copy(fo);
-        if (!out->format || !out->format_options) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+        if (!out->format || !out->format_options)
+            st = qs_error_set(err, QS_ENOMEM, "out of memory");
     }
     if (!st) st = qs_model_ref_read(spec, &out->model, err);
     if (!st) st = qs_dataset_ref_read(spec, &out->dataset, err);
@@ -285,8 +293,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
         for (size_t i = 0; !st && i < 3; i++)
             if (!json_is_null(json_object_get(spec, nulls[i])))
                 st = qs_error_set(err, QS_EINVAL, "job spec: %s: a baseline has null", nulls[i]);
-        if (!st && (json_object_get(spec, "leave_one_out_of") ||
-                    json_object_get(spec, "tied_embeddings")))
+        if (!st &&
+            (json_object_get(spec, "leave_one_out_of") || json_object_get(spec, "tied_embeddings")))
             st = qs_error_set(err, QS_EINVAL,
                               "job spec: a baseline has no leave_one_out_of or tied_embeddings");
     }

@@ -45,20 +45,20 @@ int qs_part_by_name(const char *name);
 
 /* A baseline or eval job. Strings and format_options are owned (qs_sensitivity_clear). */
 typedef struct qs_sensitivity_spec {
-    bool eval;               /* false: "baseline", true: "eval" */
+    bool eval; /* false: "baseline", true: "eval" */
     qs_model_ref model;
     qs_dataset_ref dataset;
-    char *format;            /* numeric-core format name; "bf16" for a baseline */
-    json_t *format_options;  /* object; {} for a baseline */
-    int quantize_acts;       /* eval: 0 "weights" (W4A16), 1 "weights+activations" (W4A4) */
-    qs_mode mode;            /* eval */
-    int block;               /* eval: the block the part names, -1 when the mode names none */
-    int part;                /* eval: the kind or part index (0..8) the part names, -1 none */
-    unsigned loo_of;         /* eval, leave_one_out: parts the job quantizes but one (bit set);
-                                QS_PARTS_BLOCK_LINEARS unless the grid listed lm_head or
-                                embeddings */
-    bool tied;               /* the model ties lm_head to its embeddings */
-    unsigned metrics;        /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
+    char *format;           /* numeric-core format name; "bf16" for a baseline */
+    json_t *format_options; /* object; {} for a baseline */
+    int quantize_acts;      /* eval: 0 "weights" (W4A16), 1 "weights+activations" (W4A4) */
+    qs_mode mode;           /* eval */
+    int block;              /* eval: the block the part names, -1 when the mode names none */
+    int part;               /* eval: the kind or part index (0..8) the part names, -1 none */
+    unsigned loo_of;        /* eval, leave_one_out: parts the job quantizes but one (bit set);
+                               QS_PARTS_BLOCK_LINEARS unless the grid listed lm_head or
+                               embeddings */
+    bool tied;              /* the model ties lm_head to its embeddings */
+    unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
     char numerics_version[16];
     qs_resources resources;
 } qs_sensitivity_spec;

@@ -40,7 +40,8 @@ static qs_status read_path(const json_t *obj, const char *where, char **out, qs_
 qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err) {
     memset(out, 0, sizeof *out);
     const json_t *m = json_object_get(spec, "model");
-    if (!json_is_object(m)) return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
+    if (!json_is_object(m))
+        return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
     qs_status st = read_digest(m, "model", out->digest, err);
     return st ? st : read_path(m, "model", &out->path, err);
 }
@@ -69,8 +70,8 @@ qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err
     if (!r) return QS_OK;
     const json_t *gc = json_object_get(r, "gpu_count"), *gm = json_object_get(r, "gpu_memory_mib"),
                  *nf = json_object_get(r, "native_fp4");
-    if (!json_is_object(r) || !json_is_integer(gc) || !json_is_integer(gm) || !json_is_boolean(nf) ||
-        json_object_size(r) != 3)
+    if (!json_is_object(r) || !json_is_integer(gc) || !json_is_integer(gm) ||
+        !json_is_boolean(nf) || json_object_size(r) != 3)
         return qs_error_set(err, QS_EINVAL,
                             "job spec: resources: expected {\"gpu_count\": int, "
                             "\"gpu_memory_mib\": int, \"native_fp4\": bool}");

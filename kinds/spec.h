@@ -29,8 +29,8 @@
 
 /* A model as a spec names it. path: absolute path, or "synthetic:<shape>:<seed>". */
 typedef struct qs_model_ref {
-    char *path;       /* owned */
-    char digest[65];  /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+    char *path;      /* owned */
+    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
 } qs_model_ref;
 
 /* A token file and how it is cut into chunks (worker/engine/eval.h). */

@@ -24,7 +24,7 @@
 
 struct qc_config {
     char *file;
-    char *dir; /* directory of the file, for relative paths */
+    char *dir;  /* directory of the file, for relative paths */
     char *text; /* the file's bytes; the document's scalars point into it */
     struct fy_diag *diag;
     struct fy_document *doc;
@@ -143,8 +143,8 @@ qs_status qc_config_int(qc_config *c, struct fy_node *n, const char *what, long 
     return QS_OK;
 }
 
-qs_status qc_config_number(qc_config *c, struct fy_node *n, const char *what, double lo,
-                           double hi, double *out) {
+qs_status qc_config_number(qc_config *c, struct fy_node *n, const char *what, double lo, double hi,
+                           double *out) {
     const char *s = qc_config_scalar(n);
     char *end = NULL;
     errno = 0;
@@ -198,8 +198,7 @@ qs_status qc_config_each(qc_config *c, struct fy_node *n, const char *what, qc_c
                          void *ctx) {
     if (n && fy_node_is_scalar(n)) return fn(c, n, ctx);
     if (!n || !fy_node_is_sequence(n) || fy_node_sequence_item_count(n) == 0)
-        return qc_config_fail(c, n, QS_EFORMAT, "expected a name or a non-empty list for %s",
-                              what);
+        return qc_config_fail(c, n, QS_EFORMAT, "expected a name or a non-empty list for %s", what);
     void *it = NULL;
     struct fy_node *item;
     while ((item = fy_node_sequence_iterate(n, &it))) {
@@ -387,10 +386,10 @@ static qs_status read_text(qc_config *c) {
     if (!buf) return qs_error_set(c->err, QS_ENOMEM, "out of memory");
     if (failed || n > CONFIG_MAX_BYTES) {
         free(buf);
-        return failed ? qs_error_set(c->err, QS_EIO, "%s: read error", path)
-                      : qs_error_set(c->err, QS_EINVAL,
-                                     "%s: larger than %zu bytes: not a grid file", path,
-                                     CONFIG_MAX_BYTES);
+        return failed
+                   ? qs_error_set(c->err, QS_EIO, "%s: read error", path)
+                   : qs_error_set(c->err, QS_EINVAL, "%s: larger than %zu bytes: not a grid file",
+                                  path, CONFIG_MAX_BYTES);
     }
     int line = 1, column = 1;
     for (size_t i = 0; i < n;) {
@@ -435,8 +434,7 @@ static qs_status count_alias_nodes(qc_config *c, struct fy_node *n, struct fy_no
     if (fy_node_is_alias(n)) {
         struct fy_node *target = fy_node_resolve_alias(n);
         /* An unknown anchor is left to fy_document_resolve, which names it. */
-        return target ? count_alias_nodes(c, target, alias ? alias : n, depth + 1, budget)
-                      : QS_OK;
+        return target ? count_alias_nodes(c, target, alias ? alias : n, depth + 1, budget) : QS_OK;
     }
     if (fy_node_is_sequence(n)) {
         void *it = NULL;
@@ -580,16 +578,16 @@ static qs_status build_document(qc_config *c, size_t len) {
         struct fy_diag_error *e, *last = NULL;
         while ((e = fy_diag_errors_iterate(c->diag, &it)))
             last = e;
-        st = last ? qs_error_set(c->err, QS_EFORMAT, "%s:%d:%d: YAML alias error: %s", c->file,
-                                 last->line, last->column, last->msg)
-                  : qs_error_set(c->err, QS_EFORMAT, "%s: cannot resolve the YAML aliases",
-                                 c->file);
+        st = last
+                 ? qs_error_set(c->err, QS_EFORMAT, "%s:%d:%d: YAML alias error: %s", c->file,
+                                last->line, last->column, last->msg)
+                 : qs_error_set(c->err, QS_EFORMAT, "%s: cannot resolve the YAML aliases", c->file);
     }
     return st;
 }
 
-qs_status qc_config_load(const char *path, const char *const *sets, size_t n_sets,
-                         qc_config **out, qs_error *err) {
+qs_status qc_config_load(const char *path, const char *const *sets, size_t n_sets, qc_config **out,
+                         qs_error *err) {
     if (!out || !path || (n_sets && !sets))
         return qs_error_set(err, QS_EINVAL, "qc_config_load: NULL argument");
     *out = NULL;

@@ -34,8 +34,8 @@ typedef struct qc_config qc_config;
  * budget, a bad override: "+key" for a key that exists, a key that does not without '+', an
  * index outside a list, a value that is not YAML), QS_EFORMAT (not UTF-8 text, YAML syntax,
  * a second document, an unknown anchor), QS_ENOMEM. On error *out is NULL. */
-qs_status qc_config_load(const char *path, const char *const *sets, size_t n_sets,
-                         qc_config **out, qs_error *err);
+qs_status qc_config_load(const char *path, const char *const *sets, size_t n_sets, qc_config **out,
+                         qs_error *err);
 
 /* Frees the reader and its document (every node pointer and scalar from it). NULL is allowed. */
 void qc_config_free(qc_config *c);
@@ -76,8 +76,8 @@ const char *qc_config_scalar(struct fy_node *n);
 qs_status qc_config_string(qc_config *c, struct fy_node *n, const char *what, const char **out);
 qs_status qc_config_int(qc_config *c, struct fy_node *n, const char *what, long lo, long hi,
                         int *out);
-qs_status qc_config_number(qc_config *c, struct fy_node *n, const char *what, double lo,
-                           double hi, double *out);
+qs_status qc_config_number(qc_config *c, struct fy_node *n, const char *what, double lo, double hi,
+                           double *out);
 qs_status qc_config_bool(qc_config *c, struct fy_node *n, const char *what, int *out);
 
 /* Every key of mapping n must be one of the NULL-terminated allowed; QS_EINVAL at the first

@@ -52,8 +52,8 @@ static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *
     if (!st && (v = qc_config_lookup(n, "native_fp4")))
         st = qc_config_bool(c, v, "resources.native_fp4", &fp4);
     if (st) return st;
-    *r = (qs_resources){.present = true, .gpu_count = gpus, .gpu_memory_mib = mib,
-                        .native_fp4 = fp4 != 0};
+    *r = (qs_resources){
+        .present = true, .gpu_count = gpus, .gpu_memory_mib = mib, .native_fp4 = fp4 != 0};
     return QS_OK;
 }
 
@@ -69,7 +69,8 @@ static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g
     g->kind = kind;
     const char *s = NULL;
     struct fy_node *n = qc_config_lookup(root, "name");
-    if (!n) return qc_config_fail(c, root, QS_EFORMAT, "expected a 'name' key (the experiment name)");
+    if (!n)
+        return qc_config_fail(c, root, QS_EFORMAT, "expected a 'name' key (the experiment name)");
     if ((st = qc_config_string(c, n, "the experiment name", &s))) return st;
     g->name = strdup(s);
     n = qc_config_lookup(root, "description");
@@ -117,7 +118,8 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
 }
 
 qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
-    if (!g || !out || !g->kind) return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
+    if (!g || !out || !g->kind)
+        return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
     memset(out, 0, sizeof *out);
     qs_status st = g->kind->expand(g, out, err);
     if (st) qc_job_list_free(out);

@@ -4,8 +4,9 @@
  *
  * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
  * `max_attempts` and `resources: {gpu_count: 0.., gpu_memory_mib: 0.., native_fp4: bool}`
- * (what each job needs of a worker; issue 12 schedules by it); the rest is the kind's. A sensitivity grid (every key but `name`, `models`,
- * `dataset` and `sensitivity.formats` is optional):
+ * (what each job needs of a worker; issue 12 schedules by it); the rest is the kind's. A
+ * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
+ * optional):
  *
  *   name: smollm2-fp4-components          # experiment name
  *   description: free text
@@ -124,12 +125,12 @@ typedef struct qc_grid {
     size_t n_quantize;
     qs_mode modes[QS_MODE_COUNT];
     size_t n_modes;
-    int parts[9];   /* parts of component and leave_one_out modes, in grid order (kinds/
-                       sensitivity.h part indexes); default the seven block linears */
+    int parts[9]; /* parts of component and leave_one_out modes, in grid order (kinds/
+                     sensitivity.h part indexes); default the seven block linears */
     size_t n_parts;
     char *metrics_json; /* canonical JSON array of metric names, sorted */
     int priority;
-    int max_attempts; /* >= 1 */
+    int max_attempts;       /* >= 1 */
     qs_resources resources; /* the optional `resources` key: what every job of the grid needs
                                of a worker (kinds/spec.h); recorded in each spec, not keyed */
     const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */

@@ -28,8 +28,7 @@ typedef struct qc_grid_kind {
      * probing files through probe. Errors through qc_config_fail on c (the kind's message at
      * file:line:column); what it allocated before failing is freed by free_data /
      * qc_grid_free. */
-    qs_status (*parse)(qc_config *c, struct fy_node *root, const qc_grid_probe *probe,
-                       qc_grid *g);
+    qs_status (*parse)(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g);
     /* Appends g's jobs to out (qc_job_list_add). Errors: QS_ENOMEM, the job kinds'. */
     qs_status (*expand)(const qc_grid *g, qc_job_list *out, qs_error *err);
     /* Frees g->kind_data (may be NULL when the kind keeps nothing there). */

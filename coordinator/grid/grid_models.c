@@ -14,9 +14,9 @@ static qs_status parse_synthetic(qc_config *c, struct fy_node *syn_n, struct fy_
     if (!st && seed_n) st = qc_config_int(c, seed_n, "the seed", 0, INT_MAX, &seed);
     if (st) return st;
     qs_error e = {0};
-    st = probe->synthetic ? probe->synthetic(probe->user, shape, &m->facts, &e)
-                          : qs_error_set(&e, QS_EUNSUPPORTED,
-                                         "this reader knows no synthetic shapes");
+    st = probe->synthetic
+             ? probe->synthetic(probe->user, shape, &m->facts, &e)
+             : qs_error_set(&e, QS_EUNSUPPORTED, "this reader knows no synthetic shapes");
     if (st) return qc_config_fail(c, syn_n, st == QS_ENOTFOUND ? QS_EINVAL : st, "%s", e.msg);
     char path[160];
     if ((st = qs_synthetic_model(shape, (unsigned long)seed, path, sizeof path, m->facts.digest,
@@ -126,15 +126,16 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_p
     if (st) return st;
     struct fy_node *t = qc_config_lookup(n, "tokens"), *ctx = qc_config_lookup(n, "ctx"),
                    *mc = qc_config_lookup(n, "max_chunks");
-    if (!t) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'tokens' key naming the token file");
+    if (!t)
+        return qc_config_fail(c, n, QS_EFORMAT, "expected a 'tokens' key naming the token file");
     if ((st = qc_config_path(c, t, "token file", &g->dataset_path))) return st;
     g->ctx = 256;
     /* ctx >= 3: a chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h), ctx-1-ctx/2 of
        them, which is 0 at ctx 2 (metrics over no position) and 1 at ctx 3. */
     if (ctx && (st = qc_config_int(c, ctx, "dataset.ctx (tokens per chunk)", 3, 1 << 20, &g->ctx)))
         return st;
-    if (mc && (st = qc_config_int(c, mc, "dataset.max_chunks (0: all)", 0, INT_MAX,
-                                  &g->max_chunks)))
+    if (mc &&
+        (st = qc_config_int(c, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks)))
         return st;
     qs_error e = {0};
     st = probe->dataset(probe->user, g->dataset_path, &g->dataset, &e);

@@ -50,8 +50,8 @@ static qs_status parse_format(qc_config *c, struct fy_node *n, const qc_grid_pro
             struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
             const char *ks = qc_config_scalar(k), *vs = qc_config_scalar(v);
             qs_error e = {0};
-            if ((st = probe->format_option(probe->user, name, ks ? ks : "(not a scalar)", vs,
-                                           &e))) {
+            if ((st =
+                     probe->format_option(probe->user, name, ks ? ks : "(not a scalar)", vs, &e))) {
                 json_decref(o);
                 /* Point at the key when the option itself is wrong, at the value otherwise. */
                 return qc_config_fail(c, st == QS_ENOTFOUND ? k : v, QS_EINVAL, "%s", e.msg);
@@ -91,8 +91,9 @@ static qs_status parse_formats(qc_config *c, struct fy_node *f, const qc_grid_pr
         for (size_t i = 0; i + 1 < g->n_formats; i++)
             if (!strcmp(g->formats[i].name, fmt->name) &&
                 !strcmp(g->formats[i].options_json, fmt->options_json))
-                return qc_config_fail(c, item, QS_EINVAL, "format %s with options %s is listed twice",
-                                      fmt->name, fmt->options_json);
+                return qc_config_fail(c, item, QS_EINVAL,
+                                      "format %s with options %s is listed twice", fmt->name,
+                                      fmt->options_json);
     }
     return QS_OK;
 }
@@ -136,7 +137,8 @@ static qs_status add_part(qc_config *c, struct fy_node *n, void *ctx) {
                               "embeddings)",
                               s ? s : "(not a scalar)");
     for (size_t i = 0; i < g->n_parts; i++)
-        if (g->parts[i] == p) return qc_config_fail(c, n, QS_EINVAL, "part '%s' is listed twice", s);
+        if (g->parts[i] == p)
+            return qc_config_fail(c, n, QS_EINVAL, "part '%s' is listed twice", s);
     g->parts[g->n_parts++] = p;
     return QS_OK;
 }
@@ -207,8 +209,7 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
     return g->metrics_json ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
 }
 
-static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe,
-                       qc_grid *g) {
+static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
     qs_status st = qc_grid_parse_models(c, qc_config_lookup(root, "models"), probe, g);
     if (!st) st = qc_grid_parse_dataset(c, qc_config_lookup(root, "dataset"), probe, g);
     if (!st) st = parse_section(c, qc_config_lookup(root, "sensitivity"), probe, g);
@@ -259,8 +260,8 @@ static qs_status add(qc_job_list *out, qs_sensitivity_spec *s, long depends_on, 
     json_decref(s->format_options);
     s->format_options = NULL;
     if (st) return st;
-    return qc_job_list_add(out, spec, s->eval ? "eval" : "baseline", depends_on, model, mode,
-                           label, index, err);
+    return qc_job_list_add(out, spec, s->eval ? "eval" : "baseline", depends_on, model, mode, label,
+                           index, err);
 }
 
 static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {

@@ -8,7 +8,8 @@ qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, lon
                           size_t model, int mode, const char *label, long *index, qs_error *err) {
     char key[65];
     char *text = spec ? qs_spec_canonical(spec) : NULL;
-    qs_status st = text ? qs_spec_key(spec, key, err) : qs_error_set(err, QS_ENOMEM, "out of memory");
+    qs_status st =
+        text ? qs_spec_key(spec, key, err) : qs_error_set(err, QS_ENOMEM, "out of memory");
     json_decref(spec);
     char *lab = st ? NULL : strdup(label);
     if (!st && !lab) st = qs_error_set(err, QS_ENOMEM, "out of memory");

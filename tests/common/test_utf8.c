@@ -50,7 +50,7 @@ static void test_boundaries_of_each_sequence_length(void **state) {
 
 static void test_overlong_forms_are_refused(void **state) {
     (void)state;
-    expect_invalid("\xc0\xaf", 2, 0);         /* '/' in two bytes */
+    expect_invalid("\xc0\xaf", 2, 0); /* '/' in two bytes */
     expect_invalid("\xc1\xbf", 2, 0);
     expect_invalid("\xe0\x80\xaf", 3, 0);     /* '/' in three */
     expect_invalid("\xe0\x9f\xbf", 3, 0);     /* U+07FF in three */
@@ -59,8 +59,8 @@ static void test_overlong_forms_are_refused(void **state) {
 
 static void test_surrogates_and_beyond_u10ffff_are_refused(void **state) {
     (void)state;
-    expect_invalid("\xed\xa0\x80", 3, 0); /* U+D800 */
-    expect_invalid("\xed\xbf\xbf", 3, 0); /* U+DFFF */
+    expect_invalid("\xed\xa0\x80", 3, 0);     /* U+D800 */
+    expect_invalid("\xed\xbf\xbf", 3, 0);     /* U+DFFF */
     expect_invalid("\xf4\x90\x80\x80", 4, 0); /* U+110000 */
     expect_invalid("\xf5\x80\x80\x80", 4, 0);
     expect_invalid("\xff", 1, 0);
@@ -69,9 +69,9 @@ static void test_surrogates_and_beyond_u10ffff_are_refused(void **state) {
 /* The offset reported is the first byte of the first bad sequence. */
 static void test_truncated_and_broken_sequences_name_their_offset(void **state) {
     (void)state;
-    expect_invalid("ab\xe2\x89", 4, 2);       /* truncated at the end */
-    expect_invalid("abc\x80", 4, 3);          /* lone continuation byte */
-    expect_invalid("a\xce\x41", 3, 1);        /* lead without its continuation */
+    expect_invalid("ab\xe2\x89", 4, 2); /* truncated at the end */
+    expect_invalid("abc\x80", 4, 3);    /* lone continuation byte */
+    expect_invalid("a\xce\x41", 3, 1);  /* lead without its continuation */
     expect_invalid("\xce\x91\xf0\xa3\x8e", 5, 2);
     size_t bad = 0;
     assert_false(qs_utf8_valid("ok\xc3", &bad));

@@ -64,9 +64,9 @@ static qs_status load(env *e, const char *text, qc_grid **g, qs_error *err) {
     return qc_grid_load(e->grid, NULL, 0, qsweep_probe(), g, err);
 }
 
-#define HEAD                                                                                      \
-    "name: t\n"                                                                                   \
-    "models: [ckpt]\n"                                                                            \
+#define HEAD                                                                                       \
+    "name: t\n"                                                                                    \
+    "models: [ckpt]\n"                                                                             \
     "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n"
 
 /* Loads and expands text; fails the test on error. */
@@ -186,15 +186,13 @@ static void test_lm_head_and_embeddings_parts_record_tied_handling(void **state)
     assert_string_equal(field(&l.jobs[1], "tied_embeddings", b, sizeof b), "(absent)");
     assert_string_equal(field(&l.jobs[2], "part", b, sizeof b), "lm_head");
     assert_string_equal(field(&l.jobs[2], "tied_embeddings", b, sizeof b), "head_copy_only");
-    assert_string_equal(field(&l.jobs[3], "tied_embeddings", b, sizeof b),
-                        "embeddings_copy_only");
+    assert_string_equal(field(&l.jobs[3], "tied_embeddings", b, sizeof b), "embeddings_copy_only");
     /* leave_one_out over the listed parts: leaving lm_head out quantizes down and embeddings */
     assert_string_equal(field(&l.jobs[5], "mode", b, sizeof b), "leave_one_out");
     assert_string_equal(field(&l.jobs[5], "part", b, sizeof b), "lm_head");
     assert_string_equal(field(&l.jobs[5], "leave_one_out_of", b, sizeof b),
                         "[\"down\",\"lm_head\",\"embeddings\"]");
-    assert_string_equal(field(&l.jobs[5], "tied_embeddings", b, sizeof b),
-                        "embeddings_copy_only");
+    assert_string_equal(field(&l.jobs[5], "tied_embeddings", b, sizeof b), "embeddings_copy_only");
     assert_string_equal(field(&l.jobs[4], "tied_embeddings", b, sizeof b), "both_copies");
     for (size_t i = 1; i < l.n; i++)
         for (size_t j = 0; j < i; j++)
@@ -264,9 +262,9 @@ static void test_resources_are_recorded_but_not_keyed(void **state) {
     qc_grid_free(g);
     qc_grid_free(h);
     qs_error err = {0};
-    assert_int_equal(load(e, HEAD "sensitivity: {formats: [nvfp4]}\nresources: {gpus: 2}\n", &g,
-                          &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        load(e, HEAD "sensitivity: {formats: [nvfp4]}\nresources: {gpus: 2}\n", &g, &err),
+        QS_EINVAL);
     assert_non_null(strstr(err.msg, ":5:13: unknown key 'gpus' in resources"));
 }
 
@@ -312,10 +310,9 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup,
+        cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location,
-                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,15 +89,15 @@ static void test_lm_head_and_embeddings_parts(void **state) {
     assert_null(p.embed.act);
     qw_policy_free(&p);
     /* leave lm_head out of (block linears + lm_head): every block linear, not the head */
-    policy_of("leave_one_out", "lm_head", "weights",
-              ",\"leave_one_out_of\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\",\"down\",\"lm_head\"]",
-              &p);
+    policy_of(
+        "leave_one_out", "lm_head", "weights",
+        ",\"leave_one_out_of\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\",\"down\",\"lm_head\"]", &p);
     assert_int_equal(qw_policy_count(&p), 7 * L);
     assert_false(quantized(&p.lm_head));
     qw_policy_free(&p);
-    policy_of("leave_one_out", "q", "weights",
-              ",\"leave_one_out_of\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\",\"down\",\"lm_head\"]",
-              &p);
+    policy_of(
+        "leave_one_out", "q", "weights",
+        ",\"leave_one_out_of\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\",\"down\",\"lm_head\"]", &p);
     assert_int_equal(qw_policy_count(&p), 6 * L + 1);
     assert_true(quantized(&p.lm_head));
     qw_policy_free(&p);

@@ -117,8 +117,8 @@ static void test_key_ignores_paths_and_resources_only(void **state) {
     eval_spec(&s);
     free(s.model.path);
     s.model.path = strdup("/elsewhere/model");
-    s.resources = (qs_resources){.present = true, .gpu_count = 2, .gpu_memory_mib = 80000,
-                                 .native_fp4 = true};
+    s.resources = (qs_resources){
+        .present = true, .gpu_count = 2, .gpu_memory_mib = 80000, .native_fp4 = true};
     char *text = encode_text(&s);
     assert_non_null(strstr(text, "\"resources\":{\"gpu_count\":2,\"gpu_memory_mib\":80000,"
                                  "\"native_fp4\":true}"));
@@ -274,8 +274,7 @@ static void test_affinity_key_and_synthetic_identity(void **state) {
     qs_error err = {0};
     assert_int_equal(qs_synthetic_model("llama2-7b", 1, path, sizeof path, digest, &err), QS_OK);
     assert_string_equal(path, "synthetic:llama2-7b:1");
-    assert_string_equal(digest,
-                        "631081d849f4d6168359bda11043ec6d3fa3a229a62830b366fd1b570159eb8c");
+    assert_string_equal(digest, "631081d849f4d6168359bda11043ec6d3fa3a229a62830b366fd1b570159eb8c");
     assert_true(qs_is_synthetic(path));
     assert_int_equal(qs_synthetic_model("a:b", 1, path, sizeof path, digest, &err), QS_EINVAL);
 }

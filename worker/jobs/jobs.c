@@ -104,10 +104,13 @@ static void loaded_model_free(void *p) {
 static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const qw_tokens *t) {
     size_t n_chunks = 0, n_scored = 0;
     qs_error ignored = {0};
-    if (qw_eval_plan(t->n, s->dataset.ctx, (size_t)s->dataset.max_chunks, &n_chunks, &n_scored, &ignored)) return 0;
+    if (qw_eval_plan(t->n, s->dataset.ctx, (size_t)s->dataset.max_chunks, &n_chunks, &n_scored,
+                     &ignored))
+        return 0;
     const char *env = getenv("QSWEEP_PREFIX_CACHE_MB");
     size_t cap = (size_t)(env && *env ? strtoull(env, NULL, 10) : 1024) << 20;
-    size_t entry = ((size_t)cfg->n_layers * (size_t)s->dataset.ctx * (size_t)cfg->dim + (size_t)s->dataset.ctx) *
+    size_t entry = ((size_t)cfg->n_layers * (size_t)s->dataset.ctx * (size_t)cfg->dim +
+                    (size_t)s->dataset.ctx) *
                    sizeof(float);
     size_t want = n_chunks * entry + entry / 2;
     return want <= cap ? want : (cap / entry) * entry;
@@ -241,8 +244,9 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
-                               s.numerics_version, 1, path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
+                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
+                               err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -320,8 +324,7 @@ static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_
     case QS_MODE_LEAVE_ONE_OUT_BLOCK:
         return qw_policy_isolation(p, QW_ISO_LOO_BLOCK, QW_LINEAR_Q, s->block, &q, err);
     case QS_MODE_LEAVE_ONE_OUT_LAYER:
-        return qw_policy_isolation(p, QW_ISO_LOO_LAYER, (qw_linear_kind)s->part, s->block, &q,
-                                   err);
+        return qw_policy_isolation(p, QW_ISO_LOO_LAYER, (qw_linear_kind)s->part, s->block, &q, err);
     default:
         return qs_error_set(err, QS_EINVAL, "job spec: mode %d unknown", (int)s->mode);
     }
@@ -351,8 +354,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
-                               s.numerics_version, 1, path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
+                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
+                               err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
