@@ -5,6 +5,7 @@
 
 #include "checkpoint.h"
 #include "quant.h"
+#include "synthetic.h"
 #include "tokens.h"
 
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
@@ -18,6 +19,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     out->n_layers = cfg->n_layers;
     out->vocab_size = cfg->vocab_size;
     out->max_position_embeddings = cfg->max_seq_len;
+    out->tied_embeddings = cfg->tied_embeddings;
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -53,8 +55,32 @@ static qs_status probe_format_option(void *user, const char *format, const char 
     return qk_quant_option_set(f, &scratch, key, value, err);
 }
 
+/* Facts of the named Llama shapes, from the engine's table (worker/engine/synthetic.h: each
+ * model's published config.json), so the grid accepts exactly the shapes a worker can build. */
+static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *out,
+                                 qs_error *err) {
+    (void)user;
+    const qw_synthetic_shape *s = qw_synthetic_shape_by_name(shape);
+    if (s) {
+        out->n_layers = s->cfg.n_layers;
+        out->vocab_size = s->cfg.vocab_size;
+        out->max_position_embeddings = s->cfg.max_seq_len;
+        out->tied_embeddings = s->cfg.tied_embeddings;
+        return QS_OK;
+    }
+    size_t ns;
+    const qw_synthetic_shape *all = qw_synthetic_shapes(&ns);
+    char list[512] = "";
+    for (size_t j = 0; j < ns; j++) {
+        if (j) strncat(list, ", ", sizeof list - strlen(list) - 1);
+        strncat(list, all[j].name, sizeof list - strlen(list) - 1);
+    }
+    return qs_error_set(err, QS_ENOTFOUND, "unknown synthetic shape '%s' (expected one of: %s)",
+                        shape, list);
+}
+
 const qc_grid_probe *qsweep_probe(void) {
-    static const qc_grid_probe probe = {probe_model, probe_dataset, probe_format,
-                                        probe_format_option, NULL};
+    static const qc_grid_probe probe = {probe_model,         probe_dataset, probe_format,
+                                        probe_format_option, NULL,          probe_synthetic};
     return &probe;
 }

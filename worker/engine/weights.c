@@ -1,7 +1,7 @@
 /* The engine's weights (weights.h): forms, row fetch, and the loader over a checkpoint. */
 #include "weights.h"
 
-#include "codec.h"
+#include "element.h"
 #include "format.h"
 
 #include <stdio.h>
