@@ -106,7 +106,8 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
 /* Per-linear output SQNR probe. While on, every forward also computes, for each linear that
  * has a weight or activation format, the unquantized linear (FP32 master weights, FP32
  * input) on the same input and accumulates signal = sum(y_ref^2) and noise =
- * sum((y - y_ref)^2) over all outputs. This doubles the GEMM work of quantized linears.
+ * sum((y - y_ref)^2) over all outputs (in double, in element order: the same bits for any
+ * thread count, qw_sqnr_sums_forward). This doubles the GEMM work of quantized linears.
  * Switching on resets the sums and allocates the reference-output buffer once
  * ([max_ctx x largest out_features], the vocabulary for lm_head). Errors: QS_ENOMEM. */
 qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err);
