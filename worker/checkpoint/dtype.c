@@ -59,6 +59,16 @@ static uint16_t qw_load_u16(const uint8_t *p) {
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
+/* The 32 nibbles of a ggml Q4 block as floats: byte j holds element j (low nibble) and element
+ * j + 16 (high). Two plain loops, so the compiler vectorises them and the caller's multiply-add
+ * (the engine converts weights on every GEMM piece: it is a hot loop). */
+static void qw_nibbles(const uint8_t *qs, float q[QW_BLOCK]) {
+    for (int j = 0; j < QW_BLOCK / 2; j++)
+        q[j] = (float)(qs[j] & 0x0f);
+    for (int j = 0; j < QW_BLOCK / 2; j++)
+        q[j + QW_BLOCK / 2] = (float)(qs[j] >> 4);
+}
+
 void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
     switch (dt) {
     case QW_DT_F32:
@@ -85,11 +95,10 @@ void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
         for (int64_t b = 0; b < n / QW_BLOCK;
              b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
             float d = qw_f16_to_f32(qw_load_u16(src));
-            const uint8_t *qs = src + 2;
-            for (int j = 0; j < QW_BLOCK / 2; j++) {
-                dst[j] = (float)((qs[j] & 0x0f) - 8) * d;
-                dst[j + QW_BLOCK / 2] = (float)((qs[j] >> 4) - 8) * d;
-            }
+            float q[QW_BLOCK];
+            qw_nibbles(src + 2, q);
+            for (int j = 0; j < QW_BLOCK; j++)
+                dst[j] = (q[j] - 8.0f) * d;
         }
         break;
     case QW_DT_Q4_1:
@@ -97,11 +106,10 @@ void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst) {
              b++, src += qw_dtypes[dt].block_bytes, dst += QW_BLOCK) {
             float d = qw_f16_to_f32(qw_load_u16(src));
             float m = qw_f16_to_f32(qw_load_u16(src + 2));
-            const uint8_t *qs = src + 4;
-            for (int j = 0; j < QW_BLOCK / 2; j++) {
-                dst[j] = (float)(qs[j] & 0x0f) * d + m;
-                dst[j + QW_BLOCK / 2] = (float)(qs[j] >> 4) * d + m;
-            }
+            float q[QW_BLOCK];
+            qw_nibbles(src + 4, q);
+            for (int j = 0; j < QW_BLOCK; j++)
+                dst[j] = q[j] * d + m;
         }
         break;
     }
