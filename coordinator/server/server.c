@@ -577,6 +577,25 @@ static void check_leases(server *s, int64_t now) {
     }
 }
 
+/* The loop itself did not run for stalled_ms (SIGSTOP, a VM pause, swapping): the workers'
+ * heartbeats of that time are still on their way in, so a lease checked now would expire
+ * for the coordinator's silence, not the worker's. Every running attempt (and every known
+ * worker) gets a full lease from now to report before any lease is checked (server.h). */
+static void on_stall(server *s, int64_t stalled_ms, int64_t now) {
+    size_t running = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || j->lease_deadline == NEVER) continue;
+        if (j->lease_deadline < now + s->lease_ms) j->lease_deadline = now + s->lease_ms;
+        running++;
+    }
+    for (size_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i]->last_seen < now) s->workers[i]->last_seen = now;
+    qc_log("the coordinator did not run for %lld ms (stopped, a paused VM, swapping?): giving "
+           "%zu running attempts %d ms to report before any lease is checked",
+           (long long)stalled_ms, running, s->lease_ms);
+}
+
 /* ---- messages ---- */
 
 static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__Hello *h,
@@ -1202,7 +1221,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                  "--authorized-keys)");
     }
     int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
-            next_lease_check = 0;
+            next_lease_check = 0, last_turn = qs_clock_ms();
+    /* A gap between loop turns longer than this is a stall of the coordinator (on_stall): a
+       quarter lease, at most 1 s, well within any worker's heartbeat period. */
+    const int64_t stall_ms = s.lease_ms / 4 < 1000 ? s.lease_ms / 4 : 1000;
     while (st == QS_OK && !stop_requested) {
         zmq_pollitem_t items[2] = {{.socket = s.sock, .events = ZMQ_POLLIN},
                                    {.fd = qc_writer_fd(s.writer), .events = ZMQ_POLLIN}};
@@ -1212,6 +1234,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if ((st = finish_flush(&s, false, err)) != QS_OK) break;
         int64_t now = qs_clock_ms();
+        if (now - last_turn > stall_ms) on_stall(&s, now - last_turn, now);
+        last_turn = now;
         drain(&s, now);
         if (now >= next_lease_check) {
             check_leases(&s, now);
