@@ -11,6 +11,7 @@ pkgs=(
   libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev
   postgresql postgresql-client
   clang libclang-rt-14-dev cppcheck python3 python3-pip
+  libfaketime iproute2
 )
 missing=()
 for p in "${pkgs[@]}"; do

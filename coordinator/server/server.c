@@ -846,8 +846,7 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
 /* ---- loading ---- */
 
 /* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
-static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running,
-                           double unix_now) {
+static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running) {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
         !(j->model_key = strdup(r->model_key ? r->model_key : "")))
@@ -874,8 +873,9 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
         j->state = J_PENDING;
-        j->not_before =
-            r->not_before > unix_now ? now + (int64_t)((r->not_before - unix_now) * 1000.0) : now;
+        /* the remaining backoff on the database's clock, which wrote not_before (store.h):
+           never the coordinator's wall clock, which may be off */
+        j->not_before = r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
     }
     s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
@@ -890,9 +890,6 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
     qc_store_snapshot snap;
     qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
     if (st != QS_OK) return st;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double unix_now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     size_t r = 0;
     for (size_t i = 0; i < snap.n_jobs; i++) {
         const qc_stored_job *sj = &snap.jobs[i];
@@ -902,7 +899,7 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
         const qc_stored_attempt *run = NULL;
         for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++)
             run = &snap.running[k];
-        add_stored_job(s, sj, run, unix_now);
+        add_stored_job(s, sj, run);
     }
     if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
     qc_store_snapshot_free(&snap);

@@ -45,6 +45,10 @@
  *    and whose backoff is over, only those that fit its resources (jobs.resources gpus <= its
  *    GPU count, gpu_mem_mb <= its smallest GPU's memory); among them a job whose model_key
  *    the worker holds, then higher priority, then older (smaller id).
+ *  - Times stored in PostgreSQL (jobs.not_before, written with its now()) are compared only
+ *    with PostgreSQL's own clock: the store returns what is left until them (store.h), so
+ *    a coordinator whose wall clock is off waits exactly the backoff. Everything else runs
+ *    on the coordinator's monotonic clock.
  *  - PostgreSQL down: dispatch pauses, heartbeats are still answered from memory, pending
  *    writes stay queued with their ACKs; the connection is retried every 500 ms and the
  *    queued batch is committed when it is back. Nothing is lost.

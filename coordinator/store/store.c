@@ -740,7 +740,8 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "COALESCE((SELECT array_agg(d.id ORDER BY d.id) FROM job_deps jd JOIN jobs d ON d.id = "
         "jd.depends_on WHERE jd.job = j.id AND d.state IN ('pending', 'running')), '{}'), "
         "(SELECT count(*) FROM job_deps jd JOIN jobs d ON d.id = jd.depends_on "
-        "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')) "
+        "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')), "
+        "COALESCE(extract(epoch FROM j.not_before - now()), 0) "
         "FROM jobs j WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
         1, p, PGRES_TUPLES_OK, "load: reading jobs", err);
     if (!r) return QS_EDB;
@@ -771,6 +772,7 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         j->created_at = strtod(PQgetvalue(r, i, 14), NULL);
         j->waiting_on = parse_id_array(PQgetvalue(r, i, 15), &j->n_waiting_on);
         j->n_deps_failed = strtoull(PQgetvalue(r, i, 16), NULL, 10);
+        j->not_before_in_s = strtod(PQgetvalue(r, i, 17), NULL);
         if (!st && (!j->job_key || !j->kind || !j->spec_json || !j->model_key || !j->waiting_on))
             st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (j->id > out->max_job_id) out->max_job_id = j->id;

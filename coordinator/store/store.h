@@ -188,6 +188,10 @@ typedef struct qc_stored_job {
     int32_t attempts_used; /* counted against max_attempts */
     int32_t last_attempt;  /* highest attempt number started, 0 when none */
     double not_before;     /* Unix time (s) before which not to dispatch; 0 = none */
+    /* Seconds from the database's now() (at the load) until not_before, <= 0 when due or
+       none: both ends on PostgreSQL's clock, which wrote not_before, so a coordinator whose
+       own clock is off still waits exactly the backoff (issue 15 item 5). */
+    double not_before_in_s;
     double created_at;     /* Unix time (s), for age ordering */
     int64_t *waiting_on;   /* ids of dependencies not yet succeeded (pending/running) */
     size_t n_waiting_on;

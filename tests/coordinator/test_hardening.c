@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -153,6 +154,74 @@ static void stall_mid_sweep_loses_no_attempt_and_runs_no_job_twice(void **state)
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT job) FROM results"), 8);
 }
 
+/* ---- two clocks (issue 15 item 5) ---- */
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+/* The wall clock of a process started under libfaketime with offset_s, minus ours: checks
+ * that the preload works here (else the skew tests would pass without any skew). */
+static long faketime_offset_seen(const char *offset_s) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd,
+             "LD_PRELOAD=%s FAKETIME=%s DONT_FAKE_MONOTONIC=1 date +%%s 2>/dev/null",
+             FAKETIME_LIB, offset_s);
+    FILE *p = popen(cmd, "r");
+    long t = 0;
+    if (!p || fscanf(p, "%ld", &t) != 1) t = 0;
+    if (p) pclose(p);
+    return t ? t - (long)time(NULL) : 0;
+}
+
+/* A job whose backoff (jobs.not_before) ends 3 s after the database's now(), served by a
+ * coordinator whose wall clock is skew_s off PostgreSQL's (libfaketime; the monotonic clock
+ * is left alone). It must start no earlier than not_before and within a few seconds of it.
+ * Before the fix the coordinator compared not_before with its own CLOCK_REALTIME: 5 minutes
+ * behind, the job waited 303 s; 5 minutes ahead, the backoff was ignored. */
+static void backoff_lasts_what_the_database_says_with_a_skewed_clock(harness *h, const char *db,
+                                                                    const char *skew_s) {
+    if (access(FAKETIME_LIB, R_OK) != 0) {
+        fprintf(stderr, "skipped: %s is missing (Debian package libfaketime; "
+                        "tools/install-deps.sh installs it)\n", FAKETIME_LIB);
+        skip();
+    }
+    long seen = faketime_offset_seen(skew_s);
+    long want = strtol(skew_s, NULL, 10);
+    if (labs(seen - want) > 5) {
+        fprintf(stderr, "skipped: libfaketime gives an offset of %ld s, not %ld s\n", seen,
+                want);
+        skip();
+    }
+    h_begin(h, db);
+    long id = h_insert_job(h, "backed-off", "echo", "{\"metrics\": {\"x\": 1}}", 3, 0);
+    h_sql_exec(h, "UPDATE jobs SET not_before = now() + interval '3 seconds' WHERE id = %ld", id);
+    char not_before[64]; /* the dispatch clears it: keep it for the check */
+    h_sql_text(h, not_before, sizeof not_before, "SELECT not_before FROM jobs WHERE id = %ld", id);
+    char preload[200], faketime[64];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", FAKETIME_LIB);
+    snprintf(faketime, sizeof faketime, "FAKETIME=%s", skew_s);
+    const char *const env[] = {preload, faketime, "DONT_FAKE_MONOTONIC=1",
+                               "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", NULL};
+    h_start_coordinator_env(h, NULL, env);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 15000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    /* started no earlier than the backoff's end (PostgreSQL's clock on both sides) */
+    assert_int_equal(h_sql_long(h,
+                                "SELECT (started_at >= '%s'::timestamptz - interval '50 ms')::int "
+                                "FROM attempts WHERE job = %ld",
+                                not_before, id),
+                     1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 1);
+}
+
+static void coordinator_clock_5_minutes_behind_still_dispatches_after_the_backoff(void **state) {
+    backoff_lasts_what_the_database_says_with_a_skewed_clock(*state, "coord_skew_behind", "-300");
+}
+
+static void coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff(void **state) {
+    backoff_lasts_what_the_database_says_with_a_skewed_clock(*state, "coord_skew_ahead", "+300");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -166,6 +235,11 @@ int main(int argc, char **argv) {
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(stall_mid_sweep_loses_no_attempt_and_runs_no_job_twice,
                                         h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            coordinator_clock_5_minutes_behind_still_dispatches_after_the_backoff, h_setup,
+            h_teardown),
+        cmocka_unit_test_setup_teardown(
+            coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff, h_setup, h_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }
