@@ -88,6 +88,8 @@ typedef struct server {
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
+    int retry_ms; /* the current reconnect delay (db_lost); 0 after a commit */
+    const char *down_condition; /* the server condition behind the pause, NULL: lost */
     void *zctx, *sock;
     qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
     qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
@@ -969,13 +971,28 @@ static void actions_to_flight(server *s) {
     s->n_actions = 0;
 }
 
-/* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
-static void db_lost(server *s, const char *why) {
-    qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
-         qc_store_batch_size(s->batch) +
-             (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0));
+/* PostgreSQL went away, or reported a condition of its own (condition: disk full, out of
+ * memory, ... from qc_store_condition; NULL for a lost connection): pause dispatch, keep
+ * every write and its ACKs in memory, and reconnect and retry, every 500 ms after a lost
+ * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
+ * a full disk would otherwise fail twice a second). */
+static void db_lost(server *s, const char *why, const char *condition) {
+    size_t waiting = qc_store_batch_size(s->batch) +
+                     (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0);
+    if (condition) {
+        s->retry_ms = s->retry_ms ? 2 * s->retry_ms : 500;
+        if (s->retry_ms > 8000) s->retry_ms = 8000;
+        qc_log("PostgreSQL cannot go on: %s: %s; pausing dispatch, retrying in %d ms; %zu "
+               "transitions wait in memory",
+               condition, why, s->retry_ms, waiting);
+    } else {
+        s->retry_ms = 500;
+        qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory",
+               why, waiting);
+    }
     s->db_down = true;
-    s->next_reconnect = qs_clock_ms() + 500;
+    s->down_condition = condition;
+    s->next_reconnect = qs_clock_ms() + s->retry_ms;
 }
 
 /* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
@@ -1029,9 +1046,10 @@ static qs_status finish_flush(server *s, bool wait, qs_error *err) {
             *err = e;
             return qs_error_wrap(err, "writing a batch of %zu transitions", items);
         }
-        db_lost(s, e.msg);
+        db_lost(s, e.msg, qc_writer_condition(s->writer));
         return QS_OK;
     }
+    s->retry_ms = 0;
     s->n_flushes++;
     s->n_flushed_items += items;
     s->flush_s += seconds;
@@ -1251,13 +1269,16 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                 break;
             }
             if (rs == QS_OK) {
-                qc_log("PostgreSQL is back: resuming with %zu queued transitions",
-                     qc_store_batch_size(s.batch) +
-                         (s.flying ? qc_store_batch_size(s.flying) : 0));
+                size_t queued = qc_store_batch_size(s.batch) +
+                                (s.flying ? qc_store_batch_size(s.flying) : 0);
+                qc_log("PostgreSQL is back%s%s%s: resuming with %zu queued transitions",
+                       s.down_condition ? " (connections re-opened after " : "",
+                       s.down_condition ? s.down_condition : "", s.down_condition ? ")" : "",
+                       queued);
                 s.db_down = false;
                 s.dirty = true;
             } else {
-                s.next_reconnect = now + 500;
+                s.next_reconnect = now + (s.retry_ms ? s.retry_ms : 500);
             }
         }
         if (!s.db_down && now >= next_poll) {
@@ -1268,7 +1289,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg);
+                db_lost(&s, e.msg, qc_store_condition(s.store));
             } else {
                 s.polled_since_commit = true;
             }
@@ -1282,7 +1303,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg);
+                db_lost(&s, e.msg, qc_store_condition(s.store));
             }
             next_cancel_poll = now + 1000;
         }

@@ -51,7 +51,11 @@
  *    on the coordinator's monotonic clock.
  *  - PostgreSQL down: dispatch pauses, heartbeats are still answered from memory, pending
  *    writes stay queued with their ACKs; the connection is retried every 500 ms and the
- *    queued batch is committed when it is back. Nothing is lost.
+ *    queued batch is committed when it is back. Nothing is lost. The same for an error that
+ *    is a condition of the server rather than of the statement (disk full 53100, out of
+ *    memory 53200, too many connections 53300, read-only 25006, shutdown 57P0x:
+ *    qc_store_condition), retried with a backoff doubling from 500 ms to 8 s, each failure
+ *    logged with what is wrong.
  *  - New jobs are picked up by polling jobs with a larger id every poll_ms. */
 #ifndef QC_SERVER_H
 #define QC_SERVER_H

@@ -65,8 +65,35 @@ static bool session_gone(qc_store *s, const PGresult *r) {
            strcmp(code, "57P02") == 0 || strcmp(code, "57P03") == 0;
 }
 
+/* Conditions of the server, not of the statement (issue 15 item 4; SQLSTATEs from the
+ * PostgreSQL docs, Appendix A): the same statement may succeed once the condition is
+ * over, so they are retried like a lost connection. */
+static const struct {
+    const char code[6], *what;
+} conditions[] = {
+    {"53100", "disk full (SQLSTATE 53100)"},
+    {"53200", "out of memory (SQLSTATE 53200)"},
+    {"53300", "too many connections (SQLSTATE 53300)"},
+    {"53400", "configuration limit exceeded (SQLSTATE 53400)"},
+    {"25006", "read-only transaction: a hot standby or default_transaction_read_only "
+              "(SQLSTATE 25006)"},
+    {"57P01", "admin shutdown (SQLSTATE 57P01)"},
+    {"57P02", "crash shutdown (SQLSTATE 57P02)"},
+    {"57P03", "the server cannot accept connections now (SQLSTATE 57P03)"},
+    {"57P04", "database dropped (SQLSTATE 57P04)"},
+    {"57P05", "idle session timeout (SQLSTATE 57P05)"},
+};
+
+const char *qc_store_condition(const qc_store *s) {
+    for (size_t i = 0; i < sizeof conditions / sizeof conditions[0]; i++)
+        if (strcmp(s->sqlstate, conditions[i].code) == 0) return conditions[i].what;
+    return NULL;
+}
+
 qs_status qc_store_fail(qc_store *s, const PGresult *r, const char *what, qs_error *err) {
-    if (session_gone(s, r)) s->lost = true;
+    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(s->sqlstate, sizeof s->sqlstate, "%s", code ? code : "");
+    if (session_gone(s, r) || qc_store_condition(s)) s->lost = true;
     const char *msg = r ? PQresultErrorMessage(r) : "";
     if (!msg || !*msg) msg = PQerrorMessage(s->conn);
     const char *detail = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL) : NULL;
@@ -249,6 +276,7 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
         return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
     }
     s->lost = false;
+    s->sqlstate[0] = '\0';
     s->flush_ready = false; /* prepared statements and temporary tables died with the session */
     if (s->holds_lock) {
         s->holds_lock = false;
