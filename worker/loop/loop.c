@@ -74,7 +74,11 @@ struct worker {
     void *zctx, *sock;
     void *mon;               /* PAIR reading the socket's handshake failures (CURVE only) */
     unsigned mon_seq;        /* makes each monitor endpoint unique */
-    int64_t next_refusal_ms; /* when a refused key may be logged again */
+    int refusals;            /* handshakes the coordinator refused since the last success */
+    int64_t first_refusal_ms; /* when the first of them happened */
+    char refusal[400];       /* what was wrong, for the final error */
+    bool connected_told;     /* "connected" logged for the current socket */
+    bool send_failing;       /* a send failed and was logged; quiet until one succeeds */
     pthread_mutex_t mu; /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
     uint64_t cache_clock;
@@ -216,10 +220,19 @@ static size_t cache_keys(worker *w, char **keys) {
 
 /* ---- sending ---- */
 
+/* Sends one frame without blocking. A failure (no connection yet, or its queue full) is
+ * logged once until a send succeeds again: a worker that cannot reach the coordinator would
+ * otherwise log every heartbeat. */
 static void send_packed(worker *w, const uint8_t *buf, size_t len, const char *what) {
-    if (zmq_send(w->sock, buf, len, ZMQ_DONTWAIT) < 0)
-        wlog(w, "send %s: %s (dropped; resent on re-register when it matters)", what,
-             zmq_strerror(errno));
+    if (zmq_send(w->sock, buf, len, ZMQ_DONTWAIT) >= 0) {
+        w->send_failing = false;
+        return;
+    }
+    if (!w->send_failing && w->refusals == 0) /* a refusal was already explained */
+        wlog(w, "send %s: %s (dropped; resent on re-register when it matters; further failed "
+                "sends are not logged until one succeeds)",
+             what, zmq_strerror(errno));
+    w->send_failing = true;
 }
 
 static void send_env(worker *w, Qsweep__Envelope *env) {
@@ -547,14 +560,18 @@ static void finish_job(worker *w) {
 
 /* ---- the socket ---- */
 
-/* With CURVE, watches the socket for a handshake the coordinator refused (its ZAP handler's
- * allow-list, coordinator/server/zap.h): a refused worker otherwise only sees a silent
- * coordinator. zmq_socket_monitor (libzmq 4.3) sends each event as two frames: a 16-bit
- * event id and a 32-bit value (the ZAP status code) in host order, then the endpoint. */
+/* Watches the socket's handshakes (zmq_socket_monitor, libzmq 4.3: each event is two
+ * frames, a 16-bit event id and a 32-bit value in host order, then the endpoint): a worker
+ * the coordinator refuses (its ZAP handler's allow-list, coordinator/server/zap.h) or whose
+ * security mechanism differs (no CURVE keys against a CURVE coordinator, or the reverse)
+ * otherwise only sees a silent coordinator; an admitted one says that it connected. */
 static void watch_handshakes(worker *w) {
     char ep[96];
     snprintf(ep, sizeof ep, "inproc://qsweep-worker-monitor-%p-%u", (void *)w, ++w->mon_seq);
-    if (zmq_socket_monitor(w->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) return;
+    if (zmq_socket_monitor(w->sock, ep,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
+        return;
     w->mon = zmq_socket(w->zctx, ZMQ_PAIR);
     int linger = 0;
     if (w->mon && (zmq_setsockopt(w->mon, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
@@ -564,15 +581,26 @@ static void watch_handshakes(worker *w) {
     }
 }
 
-/* Reads the monitor's events; logs a refused key at most once a minute (libzmq retries the
- * handshake every 100 ms). */
-static void read_handshakes(worker *w, int64_t now) {
+/* One refused handshake: says what is wrong the first time (libzmq retries every 100 ms),
+ * and counts. */
+static void refused(worker *w, int64_t now, const char *why) {
+    if (w->refusals++ == 0) {
+        w->first_refusal_ms = now;
+        snprintf(w->refusal, sizeof w->refusal, "%s", why);
+        wlog(w, "%s", why);
+    }
+}
+
+/* Reads the monitor's events. Returns true when the worker should give up: the coordinator
+ * refused it at least QW_REFUSALS_MAX times over at least QW_REFUSAL_SPAN_MS with no
+ * successful handshake in between (loop.h). */
+static bool read_handshakes(worker *w, int64_t now) {
     for (;;) {
         zmq_msg_t ev;
         zmq_msg_init(&ev);
         if (zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&ev);
-            return;
+            break;
         }
         uint16_t id = 0;
         uint32_t value = 0;
@@ -587,14 +615,39 @@ static void read_handshakes(worker *w, int64_t now) {
             zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT);
             zmq_msg_close(&ev);
         }
-        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && now >= w->next_refusal_ms) {
-            wlog(w,
-                 "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
-                 "public key %s in the coordinator's allow-list (--authorized-keys)?",
-                 value, w->o->curve_public_key);
-            w->next_refusal_ms = now + 60000;
+        char why[400];
+        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (!w->connected_told)
+                wlog(w, "connected to the coordinator at %s%s", w->o->endpoint,
+                     w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
+            w->connected_told = true;
+            w->refusals = 0;
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            snprintf(why, sizeof why,
+                     "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
+                     "public key %s in the coordinator's allow-list (--authorized-keys)?",
+                     value, w->o->curve_public_key);
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                   value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+            snprintf(why, sizeof why, "%s",
+                     w->o->curve_server_key
+                         ? "the coordinator does not use CURVE but this worker does: unset "
+                           "QSWEEP_CURVE_SERVER/PUBLIC/SECRET or start the coordinator with "
+                           "QSWEEP_CURVE_SECRET"
+                         : "the coordinator requires CURVE and this worker has no keys: set "
+                           "QSWEEP_CURVE_SERVER (the coordinator's public key) and this "
+                           "worker's QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET (qsweep keygen)");
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            snprintf(why, sizeof why,
+                     "the handshake with the coordinator failed (ZeroMQ protocol error 0x%x): "
+                     "is QSWEEP_CURVE_SERVER the coordinator's public key?",
+                     value);
+            refused(w, now, why);
         }
     }
+    return w->refusals >= QW_REFUSALS_MAX && now - w->first_refusal_ms >= QW_REFUSAL_SPAN_MS;
 }
 
 static void close_socket(worker *w) {
@@ -621,8 +674,9 @@ static qs_status open_socket(worker *w, qs_error *err) {
             zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, w->o->curve_secret_key, 41) != 0)
             return qs_error_set(err, QS_EINVAL, "CURVE keys: need three 40-character Z85 keys: %s",
                                 zmq_strerror(errno));
-        watch_handshakes(w);
     }
+    watch_handshakes(w);
+    w->connected_told = false;
     if (zmq_connect(w->sock, w->o->endpoint) != 0)
         return qs_error_set(err, QS_ENET, "connect %s: %s", w->o->endpoint, zmq_strerror(errno));
     return QS_OK;
@@ -791,8 +845,9 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             w->end_sent_ms = t;
         }
         if (t - w->last_heard_ms > w->timeout_ms) {
-            wlog(w, "coordinator silent for %lld ms: reconnecting and re-registering",
-                 (long long)(t - w->last_heard_ms));
+            if (w->refusals == 0) /* else the refusal was explained, once */
+                wlog(w, "coordinator silent for %lld ms: reconnecting and re-registering",
+                     (long long)(t - w->last_heard_ms));
             st = open_socket(w, err);
             if (st != QS_OK) break;
             reregister(w);
@@ -810,7 +865,15 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             break;
         }
         if (w->mon && (items[1].revents & ZMQ_POLLIN)) {
-            read_handshakes(w, qs_clock_ms());
+            if (read_handshakes(w, qs_clock_ms())) {
+                st = qs_error_set(err, QS_ENET,
+                                  "the coordinator at %s refused this worker %d times in %lld "
+                                  "s, giving up: %s",
+                                  opts->endpoint, w->refusals,
+                                  (long long)((qs_clock_ms() - w->first_refusal_ms) / 1000),
+                                  w->refusal);
+                break;
+            }
             rc -= rc > 0;
         }
         while (rc > 0) {

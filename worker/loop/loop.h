@@ -115,10 +115,20 @@ typedef struct qw_options {
     int exit_when_idle_ms;
 } qw_options;
 
+/* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the
+ * allow-list, no keys against a CURVE coordinator, or keys against a plain one) gives up
+ * after this many refusals spread over at least this long (libzmq retries every 100 ms),
+ * having said once what is wrong. */
+#define QW_REFUSALS_MAX 10
+#define QW_REFUSAL_SPAN_MS 10000
+
 /* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop) or, with
- * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE. Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket
- * cannot be created or connected (names the endpoint). Jobs' failures are not errors of
- * qw_run: they are reported to the coordinator. Logs one line per event on stderr. */
+ * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE.
+ * Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket cannot be
+ * created or connected (names the endpoint), or when the coordinator refused the handshake
+ * QW_REFUSALS_MAX times (the message says why). Jobs' failures are not errors of qw_run:
+ * they are reported to the coordinator. Logs one line per event on stderr, among them
+ * "connected to the coordinator at ENDPOINT" once per connection. */
 qs_status qw_run(const qw_options *opts, qs_error *err);
 
 /* Asks a running qw_run to stop as on SIGTERM. Async-signal-safe. */
