@@ -32,6 +32,18 @@ typedef qc_job_state jstate;
 
 typedef struct worker worker;
 
+/* One metric of a split final RESULT, kept until its last chunk (proto: Result.chunks). */
+typedef struct chunk_metric {
+    char *name;
+    double value;
+    int64_t step;
+    bool final;
+} chunk_metric;
+
+/* The most chunks one final RESULT may have: QS_PROTO_MAX_RESULT_BYTES in chunks at least
+ * half full (codec.h). */
+#define CHUNKS_MAX ((uint32_t)(QS_PROTO_MAX_RESULT_BYTES / (QS_PROTO_CHUNK_BYTES / 2)))
+
 typedef struct job {
     int64_t id;
     char *kind, *spec, *model_key;
@@ -48,6 +60,11 @@ typedef struct job {
     int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
     int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
     bool cancel_requested;
+    /* a split final RESULT arriving for the current attempt: its chunks 0..chunk_next-1 of
+       chunks, as metrics (freed when the attempt ends) */
+    chunk_metric *chunk_rows;
+    size_t n_chunk_rows, cap_chunk_rows;
+    uint32_t chunks, chunk_next;
 } job;
 
 struct worker {
@@ -386,6 +403,15 @@ static void fail_dependents(server *s, job *dep) {
     }
 }
 
+static void chunks_drop(job *j) {
+    for (size_t i = 0; i < j->n_chunk_rows; i++)
+        free(j->chunk_rows[i].name);
+    free(j->chunk_rows);
+    j->chunk_rows = NULL;
+    j->n_chunk_rows = j->cap_chunk_rows = 0;
+    j->chunks = j->chunk_next = 0;
+}
+
 /* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
  * against max_attempts. Decides the job's next state and queues the write. */
 static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
@@ -395,6 +421,7 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
+    chunks_drop(j);
     int64_t backoff = 0;
     if (outcome == QC_ATTEMPT_SUCCEEDED) {
         set_terminal(s, j, J_SUCCEEDED);
@@ -499,6 +526,52 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     return first;
 }
 
+/* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
+ * first; the lease starts when the first part goes out), or at once (a re-send to a worker
+ * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
+ * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
+static void send_assign(server *s, worker *w, job *j, bool after_commit) {
+    const size_t room = QS_PROTO_CHUNK_BYTES - 1024, len = strlen(j->spec);
+    uint32_t chunks = 0;
+    for (size_t off = 0; len > room && off < len; chunks++) {
+        size_t cut = len - off > room ? room : len - off;
+        while (off + cut < len && cut > 1 && ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
+            cut--; /* never inside a character */
+        off += cut;
+    }
+    char *part = chunks ? malloc(room + 1) : NULL;
+    if (chunks && !part) abort();
+    size_t off = 0;
+    for (uint32_t k = 0; k < (chunks ? chunks : 1); k++) {
+        Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
+        a.job_id = j->id;
+        a.attempt = j->attempt;
+        a.lease_ms = (uint32_t)s->lease_ms;
+        a.kind = j->kind;
+        a.spec_json = j->spec;
+        if (chunks) {
+            size_t cut = len - off > room ? room : len - off;
+            while (off + cut < len && cut > 1 &&
+                   ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
+                cut--;
+            memcpy(part, j->spec + off, cut);
+            part[cut] = '\0';
+            off += cut;
+            a.spec_json = part;
+            a.chunk = k;
+            a.chunks = chunks;
+        }
+        Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+        env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
+        env.assign = &a;
+        if (after_commit)
+            send_after_commit(s, w->rid, w->rid_len, &env, k == 0 ? j : NULL);
+        else
+            send_now(s, w->rid, w->rid_len, &env);
+    }
+    free(part);
+}
+
 static void assign(server *s, worker *w, job *j) {
     j->state = J_RUNNING;
     j->attempt++;
@@ -512,16 +585,7 @@ static void assign(server *s, worker *w, job *j) {
                                            s->lease_ms / 1000.0, &s->batch_err));
     must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                      &s->batch_err));
-    Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
-    a.job_id = j->id;
-    a.attempt = j->attempt;
-    a.lease_ms = (uint32_t)s->lease_ms;
-    a.kind = j->kind;
-    a.spec_json = j->spec;
-    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
-    env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
-    env.assign = &a;
-    send_after_commit(s, w->rid, w->rid_len, &env, j);
+    send_assign(s, w, j, true);
     if (!s->o->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
@@ -661,9 +725,13 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             (!named->worker || named->worker == w)) {
             named->worker = w;
             w->job = named;
-            renew_lease(s, named, now);
-            qc_log("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
-                 named->attempt);
+            /* No lease renewal: a HELLO says the worker lives, not that the attempt moves;
+               the heartbeats naming it that follow do (a worker re-registering again and
+               again while its result never gets through must not hold the job for ever). */
+            qc_log("worker %s re-attached to job %lld attempt %u%s", w->name,
+                   (long long)named->id, named->attempt,
+                   h->receiving ? " (re-sending its ASSIGN, which arrived only in part)" : "");
+            if (h->receiving && named->lease_deadline != NEVER) send_assign(s, w, named, false);
             /* a cancel requested while the job had no worker (after a restart) */
             if (named->cancel_requested)
                 send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
@@ -693,7 +761,11 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     }
     job *other = find_job(s, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
-    if (!pending_assign)
+    /* its end is here (its ACK waits for the commit): the worker heartbeats it meanwhile */
+    bool ended = other && other->attempt == hb->attempt &&
+                 (other->state == J_SUCCEEDED || other->state == J_FAILED ||
+                  other->state == J_CANCELLED);
+    if (!pending_assign && !ended)
         send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
                     "attempt is no longer current (lease lost)");
 }
@@ -714,6 +786,73 @@ static void worker_idle(server *s, worker *w) {
     if (w->job) return;
     w->ready = true;
     s->dirty = true;
+}
+
+/* Queues the n metrics of a RESULT of job j's current attempt for the store, as two sets:
+ * curve points (step >= 0) and, in a final RESULT, the final values (stored at step -1,
+ * store.h). */
+static void store_result(server *s, job *j, const chunk_metric *m, size_t n, bool final_result) {
+    qc_metric *rows = malloc((n ? n : 1) * sizeof *rows);
+    if (!rows) abort();
+    for (int final = 0; final < 2; final++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if ((final_result && m[i].final) != (final == 1)) continue;
+            rows[k++] = (qc_metric){.name = m[i].name,
+                                    .value = m[i].value,
+                                    .step = final ? -1 : m[i].step};
+        }
+        if (k)
+            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
+                                           k, &s->batch_err));
+    }
+    free(rows);
+}
+
+/* One chunk of a split final RESULT (proto: Result): kept in memory in order; ACKed at once
+ * with the chunk wanted next (a chunk out of order, after a coordinator restart say, is
+ * answered with the one still missing); the last one stores the whole result, ends the
+ * attempt and is ACKed final after the commit, like an unsplit final RESULT. */
+static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *r) {
+    if (r->chunks > CHUNKS_MAX || r->chunk >= r->chunks) {
+        qc_log("dropped: worker %s: final RESULT of job %lld as chunk %u of %u (at most %u)",
+               w->name, (long long)r->job_id, r->chunk, r->chunks, CHUNKS_MAX);
+        return;
+    }
+    if (r->chunk == 0) {
+        chunks_drop(j);
+        j->chunks = r->chunks;
+    }
+    if (r->chunks == j->chunks && r->chunk == j->chunk_next) {
+        j->chunk_rows = grow(j->chunk_rows, &j->cap_chunk_rows, j->n_chunk_rows + r->n_metrics,
+                             sizeof *j->chunk_rows);
+        for (size_t i = 0; i < r->n_metrics; i++) {
+            const Qsweep__Metric *m = r->metrics[i];
+            char *name = strdup(m->name);
+            if (!name) abort();
+            j->chunk_rows[j->n_chunk_rows++] = (chunk_metric){name, m->value, m->step, m->final};
+        }
+        j->chunk_next++;
+    }
+    if (j->chunks && j->chunk_next == j->chunks) {
+        store_result(s, j, j->chunk_rows, j->n_chunk_rows, true);
+        if (!s->o->quiet)
+            qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
+                   (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
+        end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false); /* frees the chunks */
+        send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, 0, true);
+        worker_idle(s, w);
+        return;
+    }
+    Qsweep__Ack a = QSWEEP__ACK__INIT;
+    a.job_id = r->job_id;
+    a.attempt = r->attempt;
+    a.chunk = true;
+    a.next_chunk = j->chunks ? j->chunk_next : 0;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_ACK;
+    env.ack = &a;
+    send_now(s, w->rid, w->rid_len, &env);
 }
 
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
@@ -737,22 +876,16 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
             return; /* not ACKed: a well-behaved worker never sends this */
         }
     }
-    /* Two sets for the store: curve points (step >= 0) and, in a final RESULT, the final
-       values (stored at step -1, store.h). */
-    qc_metric *rows = malloc((r->n_metrics ? r->n_metrics : 1) * sizeof *rows);
-    if (!rows) abort();
-    for (int final = 0; final < 2; final++) {
-        size_t n = 0;
-        for (size_t i = 0; i < r->n_metrics; i++) {
-            const Qsweep__Metric *m = r->metrics[i];
-            if ((r->final && m->final) != (final == 1)) continue;
-            rows[n++] =
-                (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
-        }
-        if (n)
-            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
-                                           n, &s->batch_err));
+    if (r->final && r->chunks > 1) {
+        on_result_chunk(s, w, j, r);
+        return;
     }
+    chunk_metric *rows = malloc((r->n_metrics ? r->n_metrics : 1) * sizeof *rows);
+    if (!rows) abort();
+    for (size_t i = 0; i < r->n_metrics; i++)
+        rows[i] = (chunk_metric){r->metrics[i]->name, r->metrics[i]->value, r->metrics[i]->step,
+                                 r->metrics[i]->final};
+    store_result(s, j, rows, r->n_metrics, r->final);
     free(rows);
     if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
     send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
@@ -1145,6 +1278,7 @@ static void free_server(server *s) {
         free(j->model_key);
         free(j->deps);
         free(j->worker_name);
+        chunks_drop(j);
         free(j);
     }
     for (size_t i = 0; i < s->n_workers; i++)

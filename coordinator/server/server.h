@@ -31,6 +31,16 @@
  *  - A RESULT or FAILED for an attempt that is not the job's current running one (late,
  *    duplicate, from a worker whose lease expired) is logged and ignored, and ACKed so the
  *    worker forgets it. Results are stored with ON CONFLICT DO NOTHING on (job, name, step).
+ *  - Bulk data moves in chunks of at most QS_PROTO_CHUNK_BYTES (proto/qsweep.proto, Result
+ *    and Assign): a final RESULT over it arrives chunk by chunk, each ACKed at once with the
+ *    chunk wanted next and kept in memory, and is stored as one when the last is in; an
+ *    ASSIGN whose spec is over it is sent in parts. Heartbeats name the attempt while its
+ *    result or ASSIGN is on the way, so no lease expires while data demonstrably moves,
+ *    and none waits behind more than one chunk on a slow link.
+ *  - A HELLO naming (job, attempt) re-attaches the worker to it but does not renew the
+ *    lease: the heartbeats that follow do (a worker that re-registers again and again with
+ *    nothing getting through must not hold its job for ever). One that says it has only
+ *    part of the ASSIGN gets it again.
  *  - After a restart, attempts still marked running wait grace_ms for their worker's HELLO
  *    naming (job, attempt): the worker re-attaches and its job is not re-run. Unclaimed
  *    attempts are then lost as above.

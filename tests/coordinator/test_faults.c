@@ -4,6 +4,9 @@
  *     tmpfs the test mounts, filled with a file, then freed): the coordinator pauses and
  *     says "disk full (SQLSTATE 53100)", retries with backoff, and the sweep completes with
  *     every job once and every result once (counts from SQL).
+ *   - a link shaped to 1 Mbit/s (a network namespace the test creates, tc tbf on its
+ *     loopback, the coordinator and worker inside it over tcp://127.0.0.1): a 1.1 MB final
+ *     RESULT and a 1.4 MB ASSIGN arrive exactly once, on attempt 1, no lease lost;
  * Without root each test is skipped with a message saying so. Run one test with
  * `coord_faults NAME` (a cmocka filter pattern). */
 #include <errno.h>
@@ -182,11 +185,132 @@ static void disk_full_mid_sweep_pauses_and_then_completes_every_job_once(void **
     assert_true(h_log_contains(h, "pausing dispatch, retrying in"));
 }
 
+/* ---- a slow link (issue 15 item 1) ---- */
+
+static char slow_ns[32]; /* the namespace, while it exists */
+
+/* Runs a command line; true when it exits 0 (its output goes to stderr). */
+static bool run_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static bool run_cmd(const char *fmt, ...) {
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "`%s` exited with %d\n", cmd, rc);
+    return rc == 0;
+}
+
+static int slow_teardown(void **state) {
+    h_teardown(state);
+    if (slow_ns[0]) {
+        run_cmd("ip netns del %s", slow_ns);
+        slow_ns[0] = '\0';
+    }
+    return 0;
+}
+
+/* A namespace whose loopback carries 1 Mbit/s (tbf; MTU 1500 so every packet fits the
+ * bucket), both directions sharing it. false (printed) when this machine cannot. */
+static bool slow_namespace(void) {
+    snprintf(slow_ns, sizeof slow_ns, "qsslow%d", (int)getpid());
+    if (access("/usr/sbin/ip", X_OK) != 0 || access("/usr/sbin/tc", X_OK) != 0) {
+        fprintf(stderr, "skipped: ip/tc missing (Debian package iproute2)\n");
+        slow_ns[0] = '\0';
+        return false;
+    }
+    if (!run_cmd("ip netns add %s", slow_ns)) {
+        fprintf(stderr, "skipped: cannot create a network namespace here\n");
+        slow_ns[0] = '\0';
+        return false;
+    }
+    return run_cmd("ip netns exec %s ip link set lo mtu 1500 up", slow_ns) &&
+           run_cmd("ip netns exec %s tc qdisc add dev lo root tbf rate 1mbit burst 16kb "
+                   "latency 500ms",
+                   slow_ns);
+}
+
+/* Two jobs on one worker over the 1 Mbit/s link, lease 6 s, heartbeat 1 s, worker silence
+ * timeout 4 s: "big-result" reports 20,000 metrics (a final RESULT of about 1.1 MB: 9 s on
+ * the link, longer than the silence timeout), "big-spec" comes with a 1.4 MB spec. Before:
+ * the heartbeats queued behind the one big frame, the worker reconnected with LINGER 0,
+ * discarding it, and re-sent it for ever (24 re-registrations, 0 rows after 197 s); the
+ * ASSIGN was lost three times and the job failed. Now both travel in 64 KiB chunks with the
+ * heartbeats between them. Counts from SQL. */
+static void slow_link_big_result_and_big_assign_arrive_exactly_once(void **state) {
+    harness *h = *state;
+    if (!need_root()) skip();
+    if (!slow_namespace()) {
+        if (slow_ns[0]) fprintf(stderr, "skipped: cannot shape the namespace's loopback\n");
+        skip();
+    }
+    h_begin(h, "coord_slow_link");
+    snprintf(h->netns, sizeof h->netns, "%s", slow_ns);
+    snprintf(h->endpoint, sizeof h->endpoint, "tcp://127.0.0.1:%d", 20000 + (int)getpid() % 20000);
+    enum { N = 20000 };
+    char *spec = malloc((size_t)N * 80 + 64);
+    assert_non_null(spec);
+    size_t o = (size_t)sprintf(spec, "{\"metrics\": {");
+    for (int i = 0; i < N; i++)
+        o += (size_t)sprintf(spec + o, "%s\"sqnr_db.model.layers.%05d.self_attn.o_proj\": %d.5", i ? ", " : "", i, i);
+    strcpy(spec + o, "}}");
+    long big_result = h_insert_job(h, "big-result", "echo", spec, 3, 10);
+    free(spec);
+    enum { PAD = 1400 * 1000 };
+    char *pad = malloc(PAD + 128);
+    assert_non_null(pad);
+    o = (size_t)sprintf(pad, "{\"metrics\": {\"x\": 1}, \"padding\": \"");
+    memset(pad + o, 'p', PAD);
+    strcpy(pad + o + PAD, "\"}");
+    long big_spec = h_insert_job(h, "big-spec", "echo", pad, 3, 0);
+    free(pad);
+
+    const char *const coord[] = {"--lease-ms", "6000", NULL};
+    h_start_coordinator_env(h, coord, NULL);
+    h_sleep_ms(300);
+    const char *const worker[] = {"--heartbeat-ms", "1000", "--timeout-ms", "4000", NULL};
+    h_start_worker_args(h, "w1", worker);
+    bool done = h_wait_sql(h, 2, 150000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+    long attempts = h_sql_long(h, "SELECT count(*) FROM attempts");
+    long not_ok = h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'");
+    long rows = h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND final", big_result);
+    long spec_rows = h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", big_spec);
+    long stored = h_sql_long(h, "SELECT octet_length(spec::text) FROM jobs WHERE id = %ld",
+                             big_spec);
+    fprintf(stderr,
+            "slow link: jobs succeeded %s, attempts %ld (not succeeded %ld), big-result rows "
+            "%ld of %d, big-spec rows %ld (spec %ld bytes)\n",
+            done ? "2 of 2" : "not all", attempts, not_ok, rows, N, spec_rows, stored);
+    /* the result's size on the wire, as the worker reported it */
+    char wlog[200], line[600] = "";
+    snprintf(wlog, sizeof wlog, "%s/worker-w1.log", h->dir);
+    FILE *f = fopen(wlog, "r");
+    long result_bytes = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "succeeded (20000 metrics, ");
+        if (p) result_bytes = strtol(p + strlen("succeeded (20000 metrics, "), NULL, 10);
+    }
+    if (f) fclose(f);
+    fprintf(stderr, "slow link: the final RESULT was %ld bytes\n", result_bytes);
+    assert_true(result_bytes > 1000000);
+    assert_true(done);
+    assert_int_equal(attempts, 2);
+    assert_int_equal(not_ok, 0);
+    assert_int_equal(rows, N);
+    assert_int_equal(spec_rows, 1);
+    assert_false(h_log_contains(h, "lease expired"));
+    assert_false(h_log_contains(h, "re-registered without it"));
+    assert_false(h_log_contains(h, "re-attached"));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(disk_full_mid_sweep_pauses_and_then_completes_every_job_once,
                                         h_setup, full_teardown),
+        cmocka_unit_test_setup_teardown(slow_link_big_result_and_big_assign_arrive_exactly_once,
+                                        h_setup, slow_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }

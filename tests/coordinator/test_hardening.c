@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "codec.h"
 #include "harness.h"
 
 /* ---- --exit-when-idle ---- */
@@ -222,6 +223,77 @@ static void coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff(void *
     backoff_lasts_what_the_database_says_with_a_skewed_clock(*state, "coord_skew_ahead", "+300");
 }
 
+/* ---- results and specs over the protocol limit (issue 15 item 2) ---- */
+
+/* An echo spec of n final metrics "m.<i>" = i + 0.25, in a malloc'd string. */
+static char *big_echo_spec(int n) {
+    char *spec = malloc((size_t)n * 32 + 64);
+    assert_non_null(spec);
+    size_t o = (size_t)sprintf(spec, "{\"metrics\": {");
+    for (int i = 0; i < n; i++)
+        o += (size_t)sprintf(spec + o, "%s\"m.%d\": %d.25", i ? ", " : "", i, i);
+    strcpy(spec + o, "}}");
+    return spec;
+}
+
+/* 200,000 metrics: a final RESULT of about 5 MB and an ASSIGN of about 4.4 MB, both over the
+ * 4 MiB protocol limit (QS_PROTO_MAX_BYTES), on plain ipc. Before: the coordinator dropped
+ * every copy of the result as too big and both attempts were lost to "lease expired: no
+ * heartbeat" (the worker heartbeats job 0 once the job has ended). Now both go in chunks:
+ * the job succeeds on attempt 1, every metric stored once, no lease lost. */
+static void result_and_spec_over_the_protocol_limit_arrive_once_in_chunks(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_big_result");
+    enum { N = 200000 };
+    char *spec = big_echo_spec(N);
+    assert_true(strlen(spec) > QS_PROTO_MAX_BYTES);
+    long id = h_insert_job(h, "big-result", "echo", spec, 2, 0);
+    free(spec);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 60000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND final", id),
+                     N);
+    assert_int_equal(h_sql_long(h,
+                                "SELECT count(*) FROM results WHERE job = %ld AND attempt = 1 AND "
+                                "value = substr(name, 3)::int + 0.25",
+                                id),
+                     N);
+    assert_false(h_log_contains(h, "lease expired"));
+    assert_false(h_log_contains(h, "exceeds the limit"));
+    assert_true(h_log_contains(h, "final result of 200000 metrics complete in"));
+    char wlog[200];
+    snprintf(wlog, sizeof wlog, "%s/worker-w1.log", h->dir);
+    assert_true(h_file_contains(wlog, "receiving its spec in"));
+}
+
+/* A result over what the worker may deliver is refused by the worker itself, on attempt 1,
+ * with a job error giving its size and the limit (the limit is lowered for the test:
+ * --max-result-bytes; the real one, QS_PROTO_MAX_RESULT_BYTES, is 64 MiB). */
+static void result_over_the_worker_limit_fails_with_size_and_limit(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_refused_result");
+    char *spec = big_echo_spec(20000);
+    long id = h_insert_job(h, "too-big", "echo", spec, 1, 0);
+    free(spec);
+    h_start_coordinator(h);
+    const char *const limit[] = {"--max-result-bytes", "100000", NULL};
+    h_start_worker_args(h, "w1", limit);
+    assert_true(h_wait_sql(h, 1, 30000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'failed'", id));
+    char err[600];
+    h_sql_text(h, err, sizeof err, "SELECT last_error FROM jobs WHERE id = %ld", id);
+    assert_non_null(strstr(err, "the final result of 20000 metrics encodes to "));
+    assert_non_null(strstr(err, "over the limit of 100000 bytes"));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'failed'", id),
+        1);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 0);
+    assert_false(h_log_contains(h, "lease expired"));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -240,6 +312,10 @@ int main(int argc, char **argv) {
             h_teardown),
         cmocka_unit_test_setup_teardown(
             coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            result_and_spec_over_the_protocol_limit_arrive_once_in_chunks, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(result_over_the_worker_limit_fails_with_size_and_limit,
+                                        h_setup, h_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }

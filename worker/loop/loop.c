@@ -86,9 +86,19 @@ struct worker {
     partial_batch *batches; /* unacked partial batches of the running job */
     size_t n_batches;
     uint64_t next_seq;
-    /* The attempt's end (final RESULT or FAILED), kept until ACKed. */
+    /* The attempt's end (final RESULT, in end_n chunks when split, or FAILED), kept until
+       ACKed; end_buf/end_len is the part being delivered (end_parts[end_next]). */
+    uint8_t **end_parts;
+    size_t *end_lens;
+    uint32_t end_n, end_next;
     uint8_t *end_buf;
     size_t end_len;
+    /* A split ASSIGN being received (qsweep.proto: Assign), rx_spec NULL when none. */
+    char *rx_spec;
+    size_t rx_len;
+    int64_t rx_job;
+    uint32_t rx_attempt, rx_lease_ms, rx_chunks, rx_next;
+    char rx_kind[64];
     int64_t end_job;
     uint32_t end_attempt;
     int64_t end_sent_ms;
@@ -271,6 +281,10 @@ static void send_hello(worker *w) {
     } else if (w->end_buf) {
         h.running_job_id = w->end_job;
         h.running_attempt = w->end_attempt;
+    } else if (w->rx_spec) {
+        h.running_job_id = w->rx_job;
+        h.running_attempt = w->rx_attempt;
+        h.receiving = true;
     }
     char *keys[CACHE_SLOTS];
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -298,11 +312,11 @@ static void send_ready(worker *w) {
     w->ready_sent = true;
 }
 
-/* Packs the metrics of a (then b, may be NULL) into a RESULT envelope in *buf (malloc'd). */
-static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
-                             const metric_vec *b, bool final, uint64_t seq, uint8_t **buf,
-                             size_t *len) {
-    size_t n = a->n + (b ? b->n : 0);
+/* Packs n metrics v into a RESULT envelope in *buf (malloc'd); chunk/chunks as in
+ * qsweep.proto (0, 0: not split). */
+static qs_status pack_result(int64_t job, uint32_t attempt, const metric_rec *v, size_t n,
+                             bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
+                             uint8_t **buf, size_t *len) {
     Qsweep__Metric *ms = calloc(n ? n : 1, sizeof *ms);
     Qsweep__Metric **mp = calloc(n ? n : 1, sizeof *mp);
     if (!ms || !mp) {
@@ -311,12 +325,11 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
         return QS_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        const metric_rec *m = i < a->n ? &a->v[i] : &b->v[i - a->n];
         qsweep__metric__init(&ms[i]);
-        ms[i].name = (char *)m->name;
-        ms[i].value = m->value;
-        ms[i].step = m->step;
-        ms[i].final = m->final;
+        ms[i].name = (char *)v[i].name;
+        ms[i].value = v[i].value;
+        ms[i].step = v[i].step;
+        ms[i].final = v[i].final;
         mp[i] = &ms[i];
     }
     Qsweep__Result r = QSWEEP__RESULT__INIT;
@@ -324,6 +337,8 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
     r.attempt = attempt;
     r.final = final;
     r.seq = seq;
+    r.chunk = chunk;
+    r.chunks = chunks;
     r.n_metrics = n;
     r.metrics = mp;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -336,14 +351,92 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
     return st;
 }
 
-static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t attempt) {
-    free(w->end_buf);
-    w->end_buf = buf;
-    w->end_len = len;
+/* Bytes metric m adds to a RESULT: its packed size plus the field's tag and length. */
+static size_t metric_wire_bytes(const metric_rec *m) {
+    Qsweep__Metric pm = QSWEEP__METRIC__INIT;
+    pm.name = (char *)m->name;
+    pm.value = m->value;
+    pm.step = m->step;
+    pm.final = m->final;
+    return qsweep__metric__get_packed_size(&pm) + 4;
+}
+
+/* Splits v[0..n) into consecutive slices of at most QS_PROTO_CHUNK_BYTES on the wire (less
+ * room for the RESULT's own fields): starts[k] is where slice k begins, *n_slices their
+ * count (at least 1); *total the metrics' wire bytes. starts is malloc'd. */
+static qs_status slice_metrics(const metric_rec *v, size_t n, size_t **starts, uint32_t *n_slices,
+                               size_t *total) {
+    const size_t room = QS_PROTO_CHUNK_BYTES - 64;
+    size_t cap = 16, k = 0, bytes = 0;
+    size_t *st = malloc(cap * sizeof *st);
+    if (!st) return QS_ENOMEM;
+    st[k++] = 0;
+    *total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = metric_wire_bytes(&v[i]);
+        *total += b;
+        if (bytes + b > room && bytes > 0) {
+            if (k == cap) {
+                size_t *q = realloc(st, 2 * cap * sizeof *st);
+                if (!q) {
+                    free(st);
+                    return QS_ENOMEM;
+                }
+                st = q;
+                cap *= 2;
+            }
+            st[k++] = i;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    *starts = st;
+    *n_slices = (uint32_t)k;
+    return QS_OK;
+}
+
+static void end_clear(worker *w) {
+    for (uint32_t i = 0; i < w->end_n; i++)
+        free(w->end_parts[i]);
+    free(w->end_parts);
+    free(w->end_lens);
+    w->end_parts = NULL;
+    w->end_lens = NULL;
+    w->end_n = w->end_next = 0;
+    w->end_buf = NULL;
+    w->end_len = 0;
+}
+
+/* Takes the n parts (malloc'd buffers, the arrays too) as the attempt's end and sends the
+ * first. */
+static void set_end_parts(worker *w, uint8_t **parts, size_t *lens, uint32_t n, int64_t job,
+                          uint32_t attempt) {
+    end_clear(w);
+    w->end_parts = parts;
+    w->end_lens = lens;
+    w->end_n = n;
+    w->end_next = 0;
+    w->end_buf = parts[0];
+    w->end_len = lens[0];
     w->end_job = job;
     w->end_attempt = attempt;
     w->end_sent_ms = qs_clock_ms();
-    send_packed(w, buf, len, "attempt end");
+    send_packed(w, w->end_buf, w->end_len, n > 1 ? "final RESULT chunk" : "attempt end");
+}
+
+static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t attempt) {
+    uint8_t **parts = malloc(sizeof *parts);
+    size_t *lens = malloc(sizeof *lens);
+    if (!parts || !lens) {
+        free(parts);
+        free(lens);
+        free(buf);
+        wlog(w, "out of memory keeping the end of job %lld attempt %u", (long long)job, attempt);
+        return;
+    }
+    parts[0] = buf;
+    lens[0] = len;
+    set_end_parts(w, parts, lens, 1, job, attempt);
 }
 
 static void send_failed(worker *w, int64_t job, uint32_t attempt, Qsweep__FailureClass cls,
@@ -377,6 +470,18 @@ static void send_heartbeat(worker *w) {
         hb.total = w->job->total;
         memcpy(phase, w->job->phase, sizeof phase);
         pthread_mutex_unlock(&w->mu);
+    } else if (w->end_buf) { /* still delivering: the lease must not expire meanwhile */
+        hb.job_id = w->end_job;
+        hb.attempt = w->end_attempt;
+        hb.step = w->end_next;
+        hb.total = w->end_n;
+        strcpy(phase, "deliver");
+    } else if (w->rx_spec) { /* receiving a split ASSIGN */
+        hb.job_id = w->rx_job;
+        hb.attempt = w->rx_attempt;
+        hb.step = w->rx_next;
+        hb.total = w->rx_chunks;
+        strcpy(phase, "receive");
     }
     hb.phase = phase;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -386,6 +491,8 @@ static void send_heartbeat(worker *w) {
 }
 
 /* Sends the running job's new non-final metrics as a partial RESULT batch, kept until ACKed. */
+/* Sends the running job's new non-final metrics as partial RESULT batches of at most
+ * QS_PROTO_CHUNK_BYTES each (codec.h), each kept until ACKed by its seq. */
 static void flush_partials(worker *w) {
     if (!w->job) return;
     pthread_mutex_lock(&w->mu);
@@ -396,28 +503,45 @@ static void flush_partials(worker *w) {
         free(mv.v);
         return;
     }
-    partial_batch *nb = realloc(w->batches, (w->n_batches + 1) * sizeof *nb);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    if (!nb || pack_result(w->job->job_id, w->job->attempt, &mv, NULL, false, w->next_seq, &buf,
-                           &len) != QS_OK) {
-        if (nb) w->batches = nb;
+    size_t *starts = NULL, total = 0;
+    uint32_t n = 0;
+    partial_batch *nb = NULL;
+    if (slice_metrics(mv.v, mv.n, &starts, &n, &total) != QS_OK ||
+        !(nb = realloc(w->batches, (w->n_batches + n) * sizeof *nb))) {
         wlog(w, "out of memory: %zu partial metrics dropped", mv.n);
+        free(starts);
         free(mv.v);
         return;
     }
     w->batches = nb;
-    w->batches[w->n_batches++] = (partial_batch){.seq = w->next_seq++, .metrics = mv};
-    send_packed(w, buf, len, "partial RESULT");
-    free(buf);
+    for (uint32_t k = 0; k < n; k++) {
+        size_t from = starts[k], to = k + 1 < n ? starts[k + 1] : mv.n;
+        metric_vec part = {.n = to - from, .cap = to - from};
+        part.v = malloc(part.n * sizeof *part.v);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (!part.v || pack_result(w->job->job_id, w->job->attempt, mv.v + from, part.n, false,
+                                   w->next_seq, 0, 0, &buf, &len) != QS_OK) {
+            wlog(w, "out of memory: %zu partial metrics dropped", part.n);
+            free(part.v);
+            continue;
+        }
+        memcpy(part.v, mv.v + from, part.n * sizeof *part.v);
+        w->batches[w->n_batches++] = (partial_batch){.seq = w->next_seq++, .metrics = part};
+        send_packed(w, buf, len, "partial RESULT");
+        free(buf);
+    }
+    free(starts);
+    free(mv.v);
 }
 
 static void resend_partials(worker *w) {
     for (size_t i = 0; i < w->n_batches && w->job; i++) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (pack_result(w->job->job_id, w->job->attempt, &w->batches[i].metrics, NULL, false,
-                        w->batches[i].seq, &buf, &len) == QS_OK) {
+        if (pack_result(w->job->job_id, w->job->attempt, w->batches[i].metrics.v,
+                        w->batches[i].metrics.n, false, w->batches[i].seq, 0, 0, &buf,
+                        &len) == QS_OK) {
             send_packed(w, buf, len, "partial RESULT");
             free(buf);
         }
@@ -460,7 +584,7 @@ static void job_free(qw_job_ctx *ctx) {
 }
 
 static void start_job(worker *w, const Qsweep__Assign *a) {
-    if (w->job || w->end_buf || stop_requested) {
+    if (w->job || w->end_buf || w->rx_spec || stop_requested) {
         if (w->job && w->job->job_id == a->job_id && w->job->attempt == a->attempt)
             return; /* duplicate */
         char msg[300];
@@ -515,6 +639,56 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
          a->kind, a->lease_ms);
 }
 
+/* Makes the final RESULT of metrics all the attempt's end: one frame when it fits in
+ * QS_PROTO_CHUNK_BYTES, else chunks (qsweep.proto: Result) sent one at a time as the
+ * coordinator ACKs them; over QS_PROTO_MAX_RESULT_BYTES the worker refuses it with a job
+ * error giving its size and the limit (codec.h). */
+static void deliver_result(worker *w, int64_t job, uint32_t attempt, const metric_vec *all) {
+    size_t *starts = NULL, total = 0;
+    uint32_t n = 0;
+    uint8_t **parts = NULL;
+    size_t *lens = NULL;
+    size_t limit = w->o->max_result_bytes && w->o->max_result_bytes < QS_PROTO_MAX_RESULT_BYTES
+                       ? w->o->max_result_bytes
+                       : QS_PROTO_MAX_RESULT_BYTES;
+    bool ok = slice_metrics(all->v, all->n, &starts, &n, &total) == QS_OK;
+    if (ok && total > limit) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "the final result of %zu metrics encodes to %zu bytes, over the limit of %zu "
+                 "bytes of one result (%s): report fewer metrics per job",
+                 all->n, total, limit,
+                 limit == QS_PROTO_MAX_RESULT_BYTES ? "QS_PROTO_MAX_RESULT_BYTES, proto/codec.h"
+                                                    : "this worker's max_result_bytes");
+        free(starts);
+        send_failed(w, job, attempt, QSWEEP__FAILURE_CLASS__JOB_ERROR, msg);
+        wlog(w, "job %lld attempt %u failed: %s", (long long)job, attempt, msg);
+        return;
+    }
+    ok = ok && (parts = calloc(n, sizeof *parts)) && (lens = calloc(n, sizeof *lens));
+    for (uint32_t k = 0; k < n && ok; k++) {
+        size_t from = starts[k], to = k + 1 < n ? starts[k + 1] : all->n;
+        ok = pack_result(job, attempt, all->v + from, to - from, true, 0, n > 1 ? k : 0,
+                         n > 1 ? n : 0, &parts[k], &lens[k]) == QS_OK;
+    }
+    free(starts);
+    if (!ok) {
+        for (uint32_t k = 0; parts && k < n; k++)
+            free(parts[k]);
+        free(parts);
+        free(lens);
+        send_failed(w, job, attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "worker out of memory packing the result");
+        return;
+    }
+    set_end_parts(w, parts, lens, n, job, attempt);
+    if (n > 1)
+        wlog(w, "job %lld attempt %u succeeded (%zu metrics, %zu bytes: delivered in %u chunks)",
+             (long long)job, attempt, all->n, total, n);
+    else
+        wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)job, attempt, all->n);
+}
+
 /* Joins a finished job and turns its outcome into the attempt's end message. */
 static void finish_job(worker *w) {
     qw_job_ctx *ctx = w->job;
@@ -524,18 +698,15 @@ static void finish_job(worker *w) {
         /* Unacked partial metrics ride along: the store keeps one value per (job, name, step). */
         metric_vec all = {0};
         bool ok = true;
+        for (size_t j = 0; j < ctx->finals.n && ok; j++)
+            ok = metric_push(&all, &ctx->finals.v[j]) == QS_OK;
         for (size_t i = 0; i < w->n_batches && ok; i++)
             for (size_t j = 0; j < w->batches[i].metrics.n && ok; j++)
                 ok = metric_push(&all, &w->batches[i].metrics.v[j]) == QS_OK;
         for (size_t j = 0; j < ctx->partials.n && ok; j++)
             ok = metric_push(&all, &ctx->partials.v[j]) == QS_OK;
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        if (ok && pack_result(ctx->job_id, ctx->attempt, &ctx->finals, &all, true, 0, &buf, &len) ==
-                      QS_OK) {
-            set_end(w, buf, len, ctx->job_id, ctx->attempt);
-            wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)ctx->job_id,
-                 ctx->attempt, ctx->finals.n + all.n);
+        if (ok) {
+            deliver_result(w, ctx->job_id, ctx->attempt, &all);
         } else {
             send_failed(w, ctx->job_id, ctx->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
                         "worker out of memory packing the result");
@@ -686,23 +857,92 @@ static qs_status open_socket(worker *w, qs_error *err) {
 static void reregister(worker *w) {
     send_hello(w);
     resend_partials(w);
-    if (w->end_buf) {
+    if (w->end_buf) { /* the part being delivered; a restarted coordinator asks for chunk 0 */
         send_packed(w, w->end_buf, w->end_len, "attempt end");
         w->end_sent_ms = qs_clock_ms();
     }
 }
 
+static void rx_clear(worker *w) {
+    free(w->rx_spec);
+    w->rx_spec = NULL;
+    w->rx_len = 0;
+}
+
+/* One part of a split ASSIGN (qsweep.proto: Assign): chunk 0 starts a new one, the next
+ * expected chunk is appended, anything else is dropped (the coordinator sends the whole
+ * ASSIGN again when this worker's HELLO says it is receiving). The last part starts the job. */
+static void receive_assign(worker *w, const Qsweep__Assign *a) {
+    if (a->chunk == 0) {
+        if (w->job || w->end_buf || stop_requested) {
+            start_job(w, a); /* says busy or stopping (PREEMPTED) */
+            return;
+        }
+        rx_clear(w);
+        w->rx_job = a->job_id;
+        w->rx_attempt = a->attempt;
+        w->rx_lease_ms = a->lease_ms;
+        w->rx_chunks = a->chunks;
+        w->rx_next = 0;
+        snprintf(w->rx_kind, sizeof w->rx_kind, "%s", a->kind);
+        w->rx_spec = calloc(1, 1);
+        if (!w->rx_spec) {
+            send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                        "worker out of memory receiving the spec");
+            return;
+        }
+        wlog(w, "job %lld attempt %u: receiving its spec in %u parts", (long long)a->job_id,
+             a->attempt, a->chunks);
+        w->ready_sent = false;
+    }
+    if (!w->rx_spec || a->job_id != w->rx_job || a->attempt != w->rx_attempt ||
+        a->chunks != w->rx_chunks || a->chunk != w->rx_next)
+        return;
+    size_t add = strlen(a->spec_json);
+    char *grown = realloc(w->rx_spec, w->rx_len + add + 1);
+    if (!grown) {
+        rx_clear(w);
+        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "worker out of memory receiving the spec");
+        return;
+    }
+    memcpy(grown + w->rx_len, a->spec_json, add + 1);
+    w->rx_spec = grown;
+    w->rx_len += add;
+    if (++w->rx_next < w->rx_chunks) return;
+    Qsweep__Assign whole = QSWEEP__ASSIGN__INIT;
+    whole.job_id = w->rx_job;
+    whole.attempt = w->rx_attempt;
+    whole.lease_ms = w->rx_lease_ms;
+    whole.kind = w->rx_kind;
+    whole.spec_json = w->rx_spec;
+    w->rx_spec = NULL; /* not receiving any more: start_job must not see itself as busy */
+    w->rx_len = 0;
+    start_job(w, &whole);
+    free(whole.spec_json);
+}
+
 static void handle(worker *w, Qsweep__Envelope *env) {
     switch (env->body_case) {
     case QSWEEP__ENVELOPE__BODY_ASSIGN:
-        start_job(w, env->assign);
+        if (env->assign->chunks > 1)
+            receive_assign(w, env->assign);
+        else
+            start_job(w, env->assign);
         break;
     case QSWEEP__ENVELOPE__BODY_ACK: {
         const Qsweep__Ack *a = env->ack;
         if (a->final && w->end_buf && a->job_id == w->end_job && a->attempt == w->end_attempt) {
-            free(w->end_buf);
-            w->end_buf = NULL;
+            end_clear(w);
             w->ready_sent = false;
+        } else if (a->chunk && w->end_buf && a->job_id == w->end_job &&
+                   a->attempt == w->end_attempt && a->next_chunk < w->end_n) {
+            /* the coordinator holds the chunks before next_chunk: send the one it wants */
+            w->end_next = a->next_chunk;
+            w->end_buf = w->end_parts[w->end_next];
+            w->end_len = w->end_lens[w->end_next];
+            send_packed(w, w->end_buf, w->end_len, "final RESULT chunk");
+            w->end_sent_ms = qs_clock_ms();
         } else if (!a->final && w->job && a->job_id == w->job->job_id &&
                    a->attempt == w->job->attempt) {
             for (size_t i = 0; i < w->n_batches; i++)
@@ -722,8 +962,11 @@ static void handle(worker *w, Qsweep__Envelope *env) {
             atomic_store(&w->job->cancel, true);
         } else if (w->end_buf && env->cancel->job_id == w->end_job &&
                    env->cancel->attempt == w->end_attempt) {
-            free(w->end_buf); /* the coordinator has given up on this attempt: nothing to deliver */
-            w->end_buf = NULL;
+            end_clear(w); /* the coordinator has given up on this attempt: nothing to deliver */
+            w->ready_sent = false;
+        } else if (w->rx_spec && env->cancel->job_id == w->rx_job &&
+                   env->cancel->attempt == w->rx_attempt) {
+            rx_clear(w); /* its ASSIGN was still arriving */
             w->ready_sent = false;
         }
         break;
@@ -826,7 +1069,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             }
         }
         if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;
-        if (w->job || w->end_buf) {
+        if (w->job || w->end_buf || w->rx_spec) {
             w->idle_since_ms = t;
         } else if (!stopping && opts->exit_when_idle_ms > 0 &&
                    t - w->idle_since_ms >= opts->exit_when_idle_ms) {
@@ -834,7 +1077,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             bye_reason = "idle (exit when idle)";
             break;
         }
-        if (!stopping && !w->job && !w->end_buf && !w->ready_sent) send_ready(w);
+        if (!stopping && !w->job && !w->end_buf && !w->rx_spec && !w->ready_sent) send_ready(w);
         if (t >= w->next_hb_ms) {
             send_heartbeat(w);
             flush_partials(w);
@@ -921,7 +1164,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         sigaction(SIGINT, &old_int, NULL);
     }
     drop_batches(w);
-    free(w->end_buf);
+    end_clear(w);
+    rx_clear(w);
     cache_clear(w);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -3,7 +3,9 @@
  * One worker = one DEALER socket to the coordinator and two threads:
  *   - the messaging thread (the caller of qw_run) owns the socket: it says HELLO, asks for
  *     work with READY, heartbeats every heartbeat_ms whatever the job does, forwards
- *     metrics, resends an attempt's end (final RESULT or FAILED) until it is ACKed, and
+ *     metrics, resends an attempt's end (final RESULT or FAILED) until it is ACKed (a final
+ *     RESULT over QS_PROTO_CHUNK_BYTES in chunks, one at a time as the coordinator ACKs
+ *     them; a split ASSIGN is put together before the job starts; proto/qsweep.proto), and
  *     re-registers (HELLO naming its current job) when the coordinator is silent for
  *     coordinator_timeout_ms or asks with REREGISTER;
  *   - a compute thread per job runs the job kind's function from the registry below.
@@ -113,6 +115,10 @@ typedef struct qw_options {
        ACK of the last attempt's end): BYE, then qw_run returns QS_OK (SLURM array tasks end
        when the sweep has no more work for them). 0: run until stopped. */
     int exit_when_idle_ms;
+    /* Largest final result this worker delivers, encoded bytes; a larger one fails the
+       attempt with a job error giving its size and this limit. 0: QS_PROTO_MAX_RESULT_BYTES
+       (proto/codec.h), also the most it may be. */
+    size_t max_result_bytes;
 } qw_options;
 
 /* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the
