@@ -105,6 +105,9 @@ struct worker {
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
     int64_t idle_since_ms; /* when the worker last had neither a job nor an unacked end */
+    int lease_hb_ms;       /* heartbeat period while an attempt is on: a quarter of the lease
+                              its ASSIGN gave (at most hb_ms), so the lease never lapses
+                              between two heartbeats however short it is */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -635,6 +638,9 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
         return;
     }
     w->job = ctx;
+    w->lease_hb_ms = (int)(a->lease_ms / 4) < w->hb_ms ? (int)(a->lease_ms / 4) : w->hb_ms;
+    if (w->lease_hb_ms < 50) w->lease_hb_ms = 50;
+    if (w->next_hb_ms > qs_clock_ms() + w->lease_hb_ms) w->next_hb_ms = qs_clock_ms() + w->lease_hb_ms;
     wlog(w, "job %lld attempt %u (%s) started, lease %u ms", (long long)a->job_id, a->attempt,
          a->kind, a->lease_ms);
 }
@@ -884,6 +890,8 @@ static void receive_assign(worker *w, const Qsweep__Assign *a) {
         w->rx_lease_ms = a->lease_ms;
         w->rx_chunks = a->chunks;
         w->rx_next = 0;
+        w->lease_hb_ms = (int)(a->lease_ms / 4) < w->hb_ms ? (int)(a->lease_ms / 4) : w->hb_ms;
+        if (w->lease_hb_ms < 50) w->lease_hb_ms = 50;
         snprintf(w->rx_kind, sizeof w->rx_kind, "%s", a->kind);
         w->rx_spec = calloc(1, 1);
         if (!w->rx_spec) {
@@ -1081,7 +1089,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         if (t >= w->next_hb_ms) {
             send_heartbeat(w);
             flush_partials(w);
-            w->next_hb_ms = t + w->hb_ms;
+            bool on = w->job || w->end_buf || w->rx_spec;
+            w->next_hb_ms = t + (on && w->lease_hb_ms ? w->lease_hb_ms : w->hb_ms);
         }
         if (w->end_buf && t - w->end_sent_ms >= w->timeout_ms) {
             send_packed(w, w->end_buf, w->end_len, "attempt end (resend)");

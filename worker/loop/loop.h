@@ -101,7 +101,9 @@ typedef struct qw_options {
     const char *worker_id;      /* unique name, also the ZeroMQ routing id (1..200 bytes);
                                    default "<host>-<pid>" */
     int threads;                /* CPU threads for jobs; default: online CPUs */
-    int heartbeat_ms;           /* heartbeat period; default 2000 */
+    int heartbeat_ms;           /* heartbeat period; default 2000; while an attempt runs (or
+                                   its result or ASSIGN is on the way) at most a quarter of
+                                   the lease its ASSIGN gave */
     int coordinator_timeout_ms; /* silence before re-registering; default 4 * heartbeat_ms */
     const qw_gpu *gpus;         /* GPUs to advertise (n_gpus of them); none by default */
     size_t n_gpus;
