@@ -14,6 +14,7 @@
 #include "codec.h"
 #include "clock.h"
 #include "log.h"
+#include "scheduler.h"
 #include "store.h"
 #include "writer.h"
 #include "zap.h"
@@ -45,14 +46,12 @@ typedef struct chunk_metric {
 #define CHUNKS_MAX ((uint32_t)(QS_PROTO_MAX_RESULT_BYTES / (QS_PROTO_CHUNK_BYTES / 2)))
 
 typedef struct job {
-    int64_t id;
+    qc_sched_job q; /* first: what the scheduler sees (q.model_key points to model_key) */
+    int64_t id;     /* = q.id */
     char *kind, *spec, *model_key;
-    int priority, gpus;
-    int64_t gpu_mem_mb;
     int max_attempts, attempts_used;
     uint32_t attempt; /* current (running) or last attempt number */
-    jstate state;
-    int64_t not_before; /* monotonic ms: backoff */
+    jstate state;     /* changed only through set_state (keeps q.pending in step) */
     int64_t *deps;      /* ids of jobs this one waits for (unresolved at load) */
     int n_deps;
     worker *worker;         /* the worker running it, NULL when orphaned after a restart */
@@ -114,7 +113,8 @@ typedef struct server {
     size_t n_jobs, cap_jobs;
     size_t active; /* jobs not terminal */
     int64_t last_job_id;
-    job **pending; /* dispatch candidates; entries may have left PENDING (compacted lazily) */
+    qc_sched_job **pending; /* dispatch candidates (each the q of a job); entries may have left
+                               PENDING (compacted lazily) */
     size_t n_pending, cap_pending;
     bool pending_sorted, dirty;
     int64_t next_wake; /* earliest backoff end among pending jobs */
@@ -365,17 +365,22 @@ static void send_reregister(server *s, const char *rid, size_t rid_len, const ch
 
 /* ---- job state ---- */
 
+static void set_state(job *j, jstate st) {
+    j->state = st;
+    j->q.pending = st == J_PENDING;
+}
+
 static void push_pending(server *s, job *j) {
     s->pending = grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
-    s->pending[s->n_pending++] = j;
+    s->pending[s->n_pending++] = &j->q;
     s->pending_sorted = false;
     s->dirty = true;
-    if (j->not_before < s->next_wake) s->next_wake = j->not_before;
+    if (j->q.not_before_ms < s->next_wake) s->next_wake = j->q.not_before_ms;
 }
 
 static void set_terminal(server *s, job *j, jstate st) {
     if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
-    j->state = st;
+    set_state(j, st);
 }
 
 static void fail_dependents(server *s, job *dep);
@@ -393,7 +398,7 @@ static void fail_dependents(server *s, job *dep) {
     snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id,
              qc_job_state_name(dep->state));
     for (size_t i = 0; i < s->n_pending; i++) {
-        job *j = s->pending[i];
+        job *j = (job *)s->pending[i];
         if (j->state != J_PENDING) continue;
         for (int d = 0; d < j->n_deps; d++)
             if (j->deps[d] == dep->id) {
@@ -433,13 +438,13 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         if (j->attempts_used >= j->max_attempts) {
             set_terminal(s, j, J_FAILED);
         } else {
-            j->state = J_PENDING;
+            set_state(j, J_PENDING);
             if (counts) {
                 int shift = j->attempts_used - 1 < 16 ? j->attempts_used - 1 : 16;
                 backoff = (int64_t)s->backoff_ms << shift;
                 if (backoff > 60000) backoff = 60000;
             }
-            j->not_before = qs_clock_ms() + backoff;
+            j->q.not_before_ms = qs_clock_ms() + backoff;
             push_pending(s, j);
         }
     }
@@ -467,26 +472,22 @@ static void renew_lease(server *s, job *j, int64_t now) {
 
 /* ---- scheduling ---- */
 
-static int pending_cmp(const void *a, const void *b) {
-    const job *x = *(job *const *)a, *y = *(job *const *)b;
-    if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
 static void compact_pending(server *s) {
     size_t o = 0;
     for (size_t i = 0; i < s->n_pending; i++) {
-        job *j = s->pending[i];
-        bool dup = false;
-        if (j->state != J_PENDING) continue;
+        qc_sched_job *q = s->pending[i];
+        if (!q->pending) continue;
         /* a job requeued twice appears twice; keep one (neighbours after the sort) */
-        if (o > 0 && s->pending[o - 1] == j) dup = true;
-        if (!dup) s->pending[o++] = j;
+        if (o > 0 && s->pending[o - 1] == q) continue;
+        s->pending[o++] = q;
     }
     s->n_pending = o;
 }
 
-static bool deps_met(server *s, const job *j) {
+/* qc_sched_deps_fn over the server's jobs. */
+static bool deps_met(const qc_sched_job *q, void *ctx) {
+    server *s = ctx;
+    const job *j = (const job *)q;
     for (int d = 0; d < j->n_deps; d++) {
         const job *dep = find_job(s, j->deps[d]);
         if (dep && dep->state != J_SUCCEEDED) return false;
@@ -494,36 +495,18 @@ static bool deps_met(server *s, const job *j) {
     return true;
 }
 
-static bool fits(const worker *w, const job *j) {
-    if (j->gpus > w->n_gpus) return false;
-    if (j->gpu_mem_mb > 0 && (w->n_gpus == 0 || j->gpu_mem_mb > w->min_gpu_mem_mb)) return false;
-    return true;
-}
-
-static bool holds_model(const worker *w, const job *j) {
-    if (!j->model_key[0]) return false;
-    for (int i = 0; i < w->n_models; i++)
-        if (strcmp(w->models[i], j->model_key) == 0) return true;
-    return false;
-}
-
-/* The job for worker w (server.h: resources, then model, then priority, then age), scanning
- * the sorted pending list from index head. */
+/* The job for worker w (scheduler.h), from index head of the sorted pending list. */
 static job *pick(server *s, const worker *w, int64_t now, size_t head) {
-    job *first = NULL;
-    for (size_t i = head; i < s->n_pending; i++) {
-        job *j = s->pending[i];
-        if (j->state != J_PENDING) continue;
-        if (j->not_before > now) {
-            if (j->not_before < s->next_wake) s->next_wake = j->not_before;
-            continue;
-        }
-        if (!fits(w, j) || !deps_met(s, j)) continue;
-        if (holds_model(w, j)) return j;
-        if (!first) first = j;
-        if (w->n_models == 0) break;
-    }
-    return first;
+    const char *models[MODELS_MAX];
+    for (int i = 0; i < w->n_models; i++)
+        models[i] = w->models[i];
+    qc_sched_worker sw = {.n_gpus = w->n_gpus,
+                          .min_gpu_mem_mb = w->min_gpu_mem_mb,
+                          .models = models,
+                          .n_models = w->n_models};
+    ptrdiff_t k = qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s,
+                                &s->next_wake);
+    return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
 }
 
 /* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
@@ -573,7 +556,7 @@ static void send_assign(server *s, worker *w, job *j, bool after_commit) {
 }
 
 static void assign(server *s, worker *w, job *j) {
-    j->state = J_RUNNING;
+    set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;
     free(j->worker_name);
@@ -597,7 +580,7 @@ static void dispatch(server *s, int64_t now) {
     s->next_wake = NEVER;
     if (!s->pending_sorted) {
         compact_pending(s);
-        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, pending_cmp);
+        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, qc_sched_compare);
         compact_pending(s);
         s->pending_sorted = true;
     }
@@ -605,7 +588,7 @@ static void dispatch(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_workers; i++) {
         worker *w = s->workers[i];
         if (!w->ready || w->job) continue;
-        while (head < s->n_pending && s->pending[head]->state != J_PENDING)
+        while (head < s->n_pending && !s->pending[head]->pending)
             head++;
         if (head == s->n_pending) break;
         job *j = pick(s, w, now, head);
@@ -986,10 +969,11 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
         !(j->model_key = strdup(r->model_key ? r->model_key : "")))
         abort();
-    j->id = r->id;
-    j->priority = r->priority;
-    j->gpus = r->gpus;
-    j->gpu_mem_mb = r->gpu_mem_mb;
+    j->id = j->q.id = r->id;
+    j->q.priority = r->priority;
+    j->q.gpus = r->gpus;
+    j->q.gpu_mem_mb = r->gpu_mem_mb;
+    j->q.model_key = j->model_key;
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
     j->attempt = (uint32_t)r->last_attempt;
@@ -1002,15 +986,16 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->n_deps = (int)r->n_waiting_on;
     }
     if (running && r->state == QC_JOB_RUNNING) {
-        j->state = J_RUNNING;
+        set_state(j, J_RUNNING);
         j->attempt = (uint32_t)running->attempt;
         j->worker_name = strdup(running->worker);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
-        j->state = J_PENDING;
+        set_state(j, J_PENDING);
         /* the remaining backoff on the database's clock, which wrote not_before (store.h):
            never the coordinator's wall clock, which may be off */
-        j->not_before = r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
+        j->q.not_before_ms =
+            r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
     }
     s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */

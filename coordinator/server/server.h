@@ -51,7 +51,8 @@
  *  - Cancellation: cancel_requests rows are polled every second; a pending job becomes
  *    cancelled, a running one gets CANCEL and is cancelled when its worker confirms (or its
  *    lease expires).
- *  - Scheduling, for a worker that says READY: among pending jobs whose dependencies are met
+ *  - Scheduling (scheduler.h, a pure function of queue, worker and resources), for a worker
+ *    that says READY: among pending jobs whose dependencies are met
  *    and whose backoff is over, only those that fit its resources (jobs.resources gpus <= its
  *    GPU count, gpu_mem_mb <= its smallest GPU's memory); among them a job whose model_key
  *    the worker holds, then higher priority, then older (smaller id).
