@@ -67,8 +67,8 @@ static int full_teardown(void **state) {
         admin_sql_on(admin, "DROP TABLESPACE IF EXISTS qs_small");
     }
     if (full_mnt[0]) {
-        if (umount2(full_mnt, MNT_DETACH) != 0) fprintf(stderr, "umount %s: %s\n", full_mnt,
-                                                         strerror(errno));
+        if (umount2(full_mnt, MNT_DETACH) != 0)
+            fprintf(stderr, "umount %s: %s\n", full_mnt, strerror(errno));
         rmdir(full_mnt);
         full_mnt[0] = '\0';
     }
@@ -143,8 +143,8 @@ static void disk_full_mid_sweep_pauses_and_then_completes_every_job_once(void **
     h_start_worker(h, "w1");
     h_start_worker(h, "w2");
     h_start_worker(h, "w3");
-    assert_true(h_wait_sql(h, 1, 30000,
-                           "SELECT (count(*) >= 4)::int FROM jobs WHERE state = 'succeeded'"));
+    assert_true(
+        h_wait_sql(h, 1, 30000, "SELECT (count(*) >= 4)::int FROM jobs WHERE state = 'succeeded'"));
     long long filled = fill(filler);
     fprintf(stderr, "filled the tablespace's tmpfs with %lld bytes\n", filled);
     bool said = false;
@@ -157,11 +157,9 @@ static void disk_full_mid_sweep_pauses_and_then_completes_every_job_once(void **
     h_sleep_ms(3000);
     /* still serving (heartbeats answered from memory), nothing committed meanwhile */
     assert_int_equal(h_wait_exit(h->coord, 0), -1);
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
-                     during);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), during);
     assert_int_equal(unlink(filler), 0);
-    assert_true(
-        h_wait_sql(h, JOBS, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
+    assert_true(h_wait_sql(h, JOBS, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     /* counts from SQL: every job once, every result once, all from the succeeded attempt */
     long attempts = h_sql_long(h, "SELECT count(*) FROM attempts");
     long succeeded = h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'");
@@ -173,10 +171,9 @@ static void disk_full_mid_sweep_pauses_and_then_completes_every_job_once(void **
             "results %ld, curve points %ld; %ld jobs had succeeded when the disk filled\n",
             JOBS, attempts, succeeded, lost, finals, points, during);
     assert_int_equal(succeeded, JOBS);
-    assert_int_equal(
-        h_sql_long(h, "SELECT count(*) FROM (SELECT job FROM attempts WHERE outcome = "
-                      "'succeeded' GROUP BY job HAVING count(*) > 1) x"),
-        0);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM (SELECT job FROM attempts WHERE outcome = "
+                                   "'succeeded' GROUP BY job HAVING count(*) > 1) x"),
+                     0);
     assert_int_equal(finals, (long)JOBS * FINALS);
     assert_int_equal(points, (long)JOBS * POINTS);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results r JOIN attempts a ON a.job = "
@@ -253,7 +250,8 @@ static void slow_link_big_result_and_big_assign_arrive_exactly_once(void **state
     assert_non_null(spec);
     size_t o = (size_t)sprintf(spec, "{\"metrics\": {");
     for (int i = 0; i < N; i++)
-        o += (size_t)sprintf(spec + o, "%s\"sqnr_db.model.layers.%05d.self_attn.o_proj\": %d.5", i ? ", " : "", i, i);
+        o += (size_t)sprintf(spec + o, "%s\"sqnr_db.model.layers.%05d.self_attn.o_proj\": %d.5",
+                             i ? ", " : "", i, i);
     strcpy(spec + o, "}}");
     long big_result = h_insert_job(h, "big-result", "echo", spec, 3, 10);
     free(spec);
@@ -276,8 +274,8 @@ static void slow_link_big_result_and_big_assign_arrive_exactly_once(void **state
     long not_ok = h_sql_long(h, "SELECT count(*) FROM attempts WHERE outcome <> 'succeeded'");
     long rows = h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND final", big_result);
     long spec_rows = h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", big_spec);
-    long stored = h_sql_long(h, "SELECT octet_length(spec::text) FROM jobs WHERE id = %ld",
-                             big_spec);
+    long stored =
+        h_sql_long(h, "SELECT octet_length(spec::text) FROM jobs WHERE id = %ld", big_spec);
     fprintf(stderr,
             "slow link: jobs succeeded %s, attempts %ld (not succeeded %ld), big-result rows "
             "%ld of %d, big-spec rows %ld (spec %ld bytes)\n",
@@ -307,8 +305,8 @@ static void slow_link_big_result_and_big_assign_arrive_exactly_once(void **state
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(disk_full_mid_sweep_pauses_and_then_completes_every_job_once,
-                                        h_setup, full_teardown),
+        cmocka_unit_test_setup_teardown(
+            disk_full_mid_sweep_pauses_and_then_completes_every_job_once, h_setup, full_teardown),
         cmocka_unit_test_setup_teardown(slow_link_big_result_and_big_assign_arrive_exactly_once,
                                         h_setup, slow_teardown),
     };

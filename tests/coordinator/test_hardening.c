@@ -86,12 +86,11 @@ static void coordinator_stopped_longer_than_the_lease_keeps_attempt_1(void **sta
     assert_true(h_wait_sql(h, 1, 20000,
                            "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 1);
-    assert_int_equal(
-        h_sql_long(h,
-                   "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND "
-                   "outcome = 'succeeded'",
-                   id),
-        1);
+    assert_int_equal(h_sql_long(h,
+                                "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 1 AND "
+                                "outcome = 'succeeded'",
+                                id),
+                     1);
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld", id), 1);
     assert_true(h_log_contains(h, "the coordinator did not run for"));
     assert_false(h_log_contains(h, "lease expired"));
@@ -164,8 +163,8 @@ static void stall_mid_sweep_loses_no_attempt_and_runs_no_job_twice(void **state)
 static long faketime_offset_seen(const char *offset_s) {
     char cmd[300];
     snprintf(cmd, sizeof cmd,
-             "LD_PRELOAD=%s FAKETIME=%s DONT_FAKE_MONOTONIC=1 date +%%s 2>/dev/null",
-             FAKETIME_LIB, offset_s);
+             "LD_PRELOAD=%s FAKETIME=%s DONT_FAKE_MONOTONIC=1 date +%%s 2>/dev/null", FAKETIME_LIB,
+             offset_s);
     FILE *p = popen(cmd, "r");
     long t = 0;
     if (!p || fscanf(p, "%ld", &t) != 1) t = 0;
@@ -179,17 +178,18 @@ static long faketime_offset_seen(const char *offset_s) {
  * Before the fix the coordinator compared not_before with its own CLOCK_REALTIME: 5 minutes
  * behind, the job waited 303 s; 5 minutes ahead, the backoff was ignored. */
 static void backoff_lasts_what_the_database_says_with_a_skewed_clock(harness *h, const char *db,
-                                                                    const char *skew_s) {
+                                                                     const char *skew_s) {
     if (access(FAKETIME_LIB, R_OK) != 0) {
-        fprintf(stderr, "skipped: %s is missing (Debian package libfaketime; "
-                        "tools/install-deps.sh installs it)\n", FAKETIME_LIB);
+        fprintf(stderr,
+                "skipped: %s is missing (Debian package libfaketime; "
+                "tools/install-deps.sh installs it)\n",
+                FAKETIME_LIB);
         skip();
     }
     long seen = faketime_offset_seen(skew_s);
     long want = strtol(skew_s, NULL, 10);
     if (labs(seen - want) > 5) {
-        fprintf(stderr, "skipped: libfaketime gives an offset of %ld s, not %ld s\n", seen,
-                want);
+        fprintf(stderr, "skipped: libfaketime gives an offset of %ld s, not %ld s\n", seen, want);
         skip();
     }
     h_begin(h, db);
@@ -303,8 +303,8 @@ int main(int argc, char **argv) {
                                         h_teardown),
         cmocka_unit_test_setup_teardown(coordinator_stopped_longer_than_the_lease_keeps_attempt_1,
                                         h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(machine_paused_coordinator_resumes_first_the_attempt_is_kept,
-                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            machine_paused_coordinator_resumes_first_the_attempt_is_kept, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(stall_mid_sweep_loses_no_attempt_and_runs_no_job_twice,
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
