@@ -119,5 +119,6 @@ int qsweep_cmd_db(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
 int qsweep_cmd_report(int argc, char **argv);
 int qsweep_cmd_plan(int argc, char **argv);
+int qsweep_cmd_slurm(int argc, char **argv);
 
 #endif
