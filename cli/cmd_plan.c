@@ -382,6 +382,14 @@ int qsweep_cmd_plan(int argc, char **argv) {
                     it->cost[f] += *cost_at(&in, in.layer_mode ? b : -1, members[m], f);
             }
         }
+    for (size_t f = 0; f < in.n_formats; f++) {
+        size_t missing = 0;
+        for (size_t i = 0; i < n; i++)
+            missing += isnan(items[i].cost[f]);
+        if (missing)
+            fprintf(stderr, "qsweep plan: note: %s was not measured for %zu of %zu items; they "
+                            "cannot take it\n", in.formats[f], missing, n);
+    }
     double cost = 0, bits = 0;
     st = qsweep_plan_solve(items, n, qbits, in.n_formats, o.budget, choice, &cost, &bits, &err);
     if (st) goto done;

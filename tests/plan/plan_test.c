@@ -310,6 +310,33 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
         if (fabs(best - sum) > 1e-12 * fabs(best) + 1e-15)
             fail_msg("budget %g: plan %.17g, brute force optimum %.17g", budgets[bi], sum, best);
     }
+    /* component mode: one item per linear kind, all blocks together */
+    const char *comp[] = {"run", TINY, "--workers", "2", "--db", conninfo, "--set",
+                          "name=tiny-components", "--set", "sensitivity.formats=[nvfp4]", "--set",
+                          "sensitivity.quantize=[weights]", NULL};
+    rc = fx_run(QSWEEP_BIN, comp, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run (components) exited %d:\n%s", rc, out);
+    {
+        const char *plan[] = {"plan", "tiny-components", "--budget-bits", "10", "--db",
+                              conninfo, NULL};
+        rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+        if (rc != 0) fail_msg("qsweep plan (components) exited %d:\n%s", rc, out);
+        assert_non_null(strstr(out, "component-mode costs"));
+        /* every kind is an item, and each block's linear of that kind takes its format */
+        for (int k = 0; k < 7; k++) {
+            char item[32];
+            snprintf(item, sizeof item, "\n  %-12s ", KINDS[k]);
+            assert_non_null(strstr(out, item));
+        }
+        double avg = strtod(strstr(out, "average bits per weight: ") + 25, NULL);
+        assert_true(avg <= 10.0 + 1e-9 && avg >= 4.5);
+        /* the written part names every linear */
+        size_t lines = 0;
+        for (const char *p = out; (p = strstr(p, "\n    \"")); p++)
+            lines++;
+        assert_int_equal((long)lines, layers * 7);
+    }
+
     /* a budget below MXFP4 everywhere is refused, naming the fewest bits */
     const char *low[] = {"plan", "tiny", "--budget-bits", "4", "--db", conninfo, NULL};
     assert_int_equal(fx_run(QSWEEP_BIN, low, out, sizeof out), 2);

@@ -31,6 +31,8 @@
 
 #define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
 #define CHROMIUM "/usr/bin/chromium"
+/* A description that would end the page's data element early if it were not escaped. */
+#define HOSTILE "</script><script>document.title='x'</script> & <b>bold</b>"
 
 typedef struct env {
     char *dir;
@@ -203,6 +205,7 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
                          "--set", "sensitivity.modes=[component,layer,block]",
                          "--set", "sensitivity.formats=[nvfp4]",
                          "--set", "sensitivity.quantize=[weights]",
+                         "--set", "description=" HOSTILE,
                          NULL};
     int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
@@ -235,6 +238,10 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
     chromium(e, html, "", dom_path, NULL);
     char *dom = slurp(dom_path, NULL);
     assert_int_equal((long)count(dom, "class=\"cell\""), evals);
+    /* the hostile description is shown as text (escaped by the DOM), not run */
+    assert_non_null(strstr(dom, "&lt;/script&gt;&lt;script&gt;document.title='x'&lt;/script&gt; "
+                                "&amp; &lt;b&gt;bold&lt;/b&gt;"));
+    assert_non_null(strstr(dom, "<title>qsweep report</title>"));
     /* the heatmap: one cell per layer-mode job, in its own figure */
     const char *heat = strstr(dom, "data-mode=\"layer\"");
     assert_non_null(heat);
