@@ -187,9 +187,10 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
             }
             block = (int)bl;
         } else if ((kind = kind_index(part)) < 0) {
-            st = qs_error_set(err, QS_EINVAL, "component-mode part '%s' is not a linear kind",
-                              part);
-            break;
+            /* lm_head and embeddings parts: the plan covers the block linears only */
+            fprintf(stderr, "qsweep plan: note: part %s (%s) is not a block linear: left out\n",
+                    part, in->formats[f]);
+            continue;
         }
         double *slot = cost_at(in, block, kind, f);
         if (!isnan(*slot))

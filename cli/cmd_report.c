@@ -204,8 +204,9 @@ static void report_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep report EXPERIMENT [-o FILE] [--db CONNINFO]\n"
             "  Writes one self-contained HTML page (no network needed to view it): per (model,\n"
-            "  format, quantize) a block x component heatmap (layer mode), bars (component and\n"
-            "  leave-one-out modes) or a block strip (block and cumulative modes), coloured by\n"
+            "  format, quantize) a block x component heatmap (layer and leave_one_out_layer\n"
+            "  modes), bars (component and leave_one_out) or a block strip (block, cumulative,\n"
+            "  leave_one_out_block), coloured by\n"
             "  mean KL (switchable to perplexity increase, p99 KL, top-1, SQNR) with values on\n"
             "  hover; the baseline and run conditions; counts by state and the failed jobs with\n"
             "  their last errors; training curves where the training views exist. The page\n"

@@ -259,15 +259,17 @@
     root.appendChild(el('h3', {}, first.model + '  ' + first.format +
                                       (first.options !== '{}' ? ' ' + first.options : '') +
                                       '  quantize ' + first.quantize));
-    var MODES = ['layer', 'component', 'block', 'cumulative', 'leave_one_out'];
+    var MODES = ['layer', 'component', 'block', 'cumulative', 'leave_one_out',
+                 'leave_one_out_layer', 'leave_one_out_block'];
     Object.keys(g).sort(function (a, b) {
       var ia = MODES.indexOf(a), ib = MODES.indexOf(b);
       return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || (a < b ? -1 : 1);
     }).forEach(function (mode) {
       var jobs = g[mode], f = el('div', {class: 'figure', 'data-mode': mode});
       f.appendChild(el('div', {}, mode + ' mode, ' + jobs.length + ' job(s)'));
-      var svg = mode === 'layer' ? heatmap(jobs)
-              : (mode === 'block' || mode === 'cumulative') ? strip(jobs) : bars(jobs);
+      var svg = (mode === 'layer' || mode === 'leave_one_out_layer') ? heatmap(jobs)
+              : (mode === 'block' || mode === 'cumulative' || mode === 'leave_one_out_block')
+                  ? strip(jobs) : bars(jobs);
       f.appendChild(svg);
       f.appendChild(el('div', {class: 'legend note', 'data-group': jobs[0].group}));
       root.appendChild(f);
