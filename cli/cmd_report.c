@@ -41,7 +41,7 @@ static const report_query QUERIES[] = {
     {"conditions",
      "SELECT coalesce(json_agg(c ORDER BY c.model, c.baseline_job), '[]')\n"
      "FROM (SELECT regexp_replace(r.model, '^.*/', '') AS model, r.job_id AS baseline_job,\n"
-     "             r.model_digest, r.dataset,\n"
+     "             r.model_digest, regexp_replace(r.dataset, '^.*/', '') AS dataset,\n"
      "             (j.spec -> 'dataset' -> 'ctx')::text AS ctx,\n"
      "             (j.spec -> 'dataset' -> 'max_chunks')::text AS max_chunks,\n"
      "             j.spec ->> 'numerics_version' AS numerics_version,\n"
