@@ -29,8 +29,8 @@ static const char *const GROUP_NAMES[4] = {"qkv", "o", "gate_up", "down"};
 /* The measured costs, by (block, kind, format): block -1 for component mode. */
 typedef struct plan_input {
     char *model_path;
-    char quantize[64];  /* the sweep setting the costs are for: weights, weights+activations */
-    int layer_mode;     /* 1 layer, 0 component */
+    char quantize[64]; /* the sweep setting the costs are for: weights, weights+activations */
+    int layer_mode;    /* 1 layer, 0 component */
     int n_layers;
     size_t n_formats;
     char formats[QSWEEP_PLAN_MAX_FORMATS][32];
@@ -107,15 +107,19 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         if (!model) model = m;
         if (!quant) quant = q;
         if (strcmp(model, m))
-            st = qs_error_set(err, QS_EINVAL, "the sweep has several models (%s, %s): choose one "
-                              "with --model", model, m);
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep has several models (%s, %s): choose one "
+                              "with --model",
+                              model, m);
         else if (strcmp(quant, q))
-            st = qs_error_set(err, QS_EINVAL, "the sweep quantizes %s and %s: choose one with "
-                              "--quantize", quant, q);
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep quantizes %s and %s: choose one with "
+                              "--quantize",
+                              quant, q);
     }
     if (!st && !model)
-        st = qs_error_set(err, QS_ENOTFOUND, "no %s-mode results for that --model/--quantize",
-                          mode);
+        st =
+            qs_error_set(err, QS_ENOTFOUND, "no %s-mode results for that --model/--quantize", mode);
     /* formats: the ones asked for, else those measured and bf16 */
     if (!st && o->formats) {
         char buf[512];
@@ -125,9 +129,11 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
             if (in->n_formats == QSWEEP_PLAN_MAX_FORMATS)
                 st = qs_error_set(err, QS_EINVAL, "--formats: at most %d", QSWEEP_PLAN_MAX_FORMATS);
             else if (!qsweep_plan_quarter_bits(t))
-                st = qs_error_set(err, QS_EINVAL, "--formats: %s: no bit count for that format "
+                st = qs_error_set(err, QS_EINVAL,
+                                  "--formats: %s: no bit count for that format "
                                   "(nvfp4, nvfp4_2d, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, "
-                                  "fp8_e4m3, bf16)", t);
+                                  "fp8_e4m3, bf16)",
+                                  t);
             else
                 snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
         }
@@ -146,7 +152,8 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         size_t k = 0;
         while (k < in->n_formats && strcmp(in->formats[k], "bf16"))
             k++;
-        if (k == in->n_formats) snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
+        if (k == in->n_formats)
+            snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
     }
     qw_checkpoint *ck = NULL;
     if (!st) st = qw_checkpoint_open(model, &ck, err);
@@ -181,8 +188,10 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
             long bl = strtol(part, &end, 10);
             kind = dot ? kind_index(dot + 1) : -1;
             if (!dot || end != dot || bl < 0 || bl >= in->n_layers || kind < 0) {
-                st = qs_error_set(err, QS_EINVAL, "layer-mode part '%s' is not BLOCK.KIND of "
-                                  "this %d-block model", part, in->n_layers);
+                st = qs_error_set(err, QS_EINVAL,
+                                  "layer-mode part '%s' is not BLOCK.KIND of "
+                                  "this %d-block model",
+                                  part, in->n_layers);
                 break;
             }
             block = (int)bl;
@@ -194,8 +203,10 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         }
         double *slot = cost_at(in, block, kind, f);
         if (!isnan(*slot))
-            st = qs_error_set(err, QS_EINVAL, "part %s in %s measured twice (format options "
-                              "differ?): keep one setting per format", part, in->formats[f]);
+            st = qs_error_set(err, QS_EINVAL,
+                              "part %s in %s measured twice (format options "
+                              "differ?): keep one setting per format",
+                              part, in->formats[f]);
         *slot = strtod(PQgetvalue(r, i, 5), NULL);
     }
     if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
@@ -292,8 +303,10 @@ int qsweep_cmd_plan(int argc, char **argv) {
             errno = 0;
             o.budget = strtod(optarg, &end);
             if (!*optarg || *end || errno || !(o.budget > 0 && o.budget <= 64)) {
-                fprintf(stderr, "qsweep plan: --budget-bits %s: expected a number of bits per "
-                                "weight in (0, 64]\n", optarg);
+                fprintf(stderr,
+                        "qsweep plan: --budget-bits %s: expected a number of bits per "
+                        "weight in (0, 64]\n",
+                        optarg);
                 return QSWEEP_EXIT_USAGE;
             }
             break;
@@ -377,8 +390,8 @@ int qsweep_cmd_plan(int argc, char **argv) {
             for (size_t f = 0; f < in.n_formats; f++)
                 it->cost[f] = 0.0;
             for (int m = 0; members[m] >= 0; m++) {
-                it->weights += kind_weights(cfg, members[m]) *
-                               (uint64_t)(in.layer_mode ? 1 : in.n_layers);
+                it->weights +=
+                    kind_weights(cfg, members[m]) * (uint64_t)(in.layer_mode ? 1 : in.n_layers);
                 for (size_t f = 0; f < in.n_formats; f++)
                     it->cost[f] += *cost_at(&in, in.layer_mode ? b : -1, members[m], f);
             }
@@ -388,8 +401,10 @@ int qsweep_cmd_plan(int argc, char **argv) {
         for (size_t i = 0; i < n; i++)
             missing += isnan(items[i].cost[f]);
         if (missing)
-            fprintf(stderr, "qsweep plan: note: %s was not measured for %zu of %zu items; they "
-                            "cannot take it\n", in.formats[f], missing, n);
+            fprintf(stderr,
+                    "qsweep plan: note: %s was not measured for %zu of %zu items; they "
+                    "cannot take it\n",
+                    in.formats[f], missing, n);
     }
     double cost = 0, bits = 0;
     st = qsweep_plan_solve(items, n, qbits, in.n_formats, o.budget, choice, &cost, &bits, &err);
@@ -411,8 +426,8 @@ int qsweep_cmd_plan(int argc, char **argv) {
         total_w += items[i].weights;
         /* one per-tensor scale per linear of the item */
         int members = o.uniform_groups ? (i % 4 == 0 ? 3 : i % 4 == 2 ? 2 : 1) : 1;
-        scale_bits += (double)qsweep_plan_tensor_scale_bits(fm) * members *
-                      (in.layer_mode ? 1 : in.n_layers);
+        scale_bits +=
+            (double)qsweep_plan_tensor_scale_bits(fm) * members * (in.layer_mode ? 1 : in.n_layers);
     }
     printf("\nformat counts:");
     for (size_t f = 0; f < in.n_formats; f++) {

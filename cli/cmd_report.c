@@ -145,7 +145,10 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
         free(exp);
         return qs_error_set(err, QS_ENOTFOUND, "no experiment named '%s'", name);
     }
-    enum { NQ = sizeof QUERIES / sizeof QUERIES[0], NT = sizeof TRAIN_QUERIES / sizeof TRAIN_QUERIES[0] };
+    enum {
+        NQ = sizeof QUERIES / sizeof QUERIES[0],
+        NT = sizeof TRAIN_QUERIES / sizeof TRAIN_QUERIES[0]
+    };
     char *vals[NQ + NT] = {0};
     for (size_t i = 0; !st && i < NQ; i++)
         st = run_query(c, QUERIES[i].name, QUERIES[i].sql, name, &vals[i], err);

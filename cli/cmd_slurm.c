@@ -219,8 +219,10 @@ int qsweep_cmd_slurm(int argc, char **argv) {
             if (st) {
                 char msg[sizeof err.msg];
                 snprintf(msg, sizeof msg, "%s", err.msg);
-                qs_error_set(&err, st, "%s (the grid's jobs are queued: run workers another way, "
-                             "or qsweep cancel %s)", msg, g->name);
+                qs_error_set(&err, st,
+                             "%s (the grid's jobs are queued: run workers another way, "
+                             "or qsweep cancel %s)",
+                             msg, g->name);
             }
         }
     }

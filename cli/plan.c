@@ -11,7 +11,7 @@ static const struct {
     const char *name;
     unsigned quarter_bits, tensor_scale_bits;
 } FORMAT_BITS[] = {
-    {"nvfp4", 18, 32},     {"nvfp4_2d", 18, 32}, {"mxfp4", 17, 0}, {"mxfp6_e2m3", 25, 0},
+    {"nvfp4", 18, 32},     {"nvfp4_2d", 18, 32},  {"mxfp4", 17, 0},     {"mxfp6_e2m3", 25, 0},
     {"mxfp6_e3m2", 25, 0}, {"mxfp8_e4m3", 33, 0}, {"fp8_e4m3", 32, 32}, {"bf16", 64, 0},
 };
 
@@ -52,7 +52,8 @@ qs_status qsweep_plan_solve(const qsweep_plan_item *items, size_t n, const unsig
         g = gcd(g, items[i].weights);
     }
     for (size_t f = 0; f < n_formats; f++)
-        if (qbits[f] == 0) return qs_error_set(err, QS_EINVAL, "plan: format %zu has no bit count", f);
+        if (qbits[f] == 0)
+            return qs_error_set(err, QS_EINVAL, "plan: format %zu has no bit count", f);
     for (size_t i = 0; i < n; i++)
         units += items[i].weights / g;
     /* capacity in units of g/4 bits: budget * N bits, N = units * g; the epsilon keeps a

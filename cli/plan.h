@@ -24,7 +24,7 @@ enum { QSWEEP_PLAN_MAX_FORMATS = 8 };
 /* One choice unit: cost[f] is the measured damage when the item alone is in format f (NAN
  * when f was not measured for it, so it cannot be chosen); weights its number of weights. */
 typedef struct qsweep_plan_item {
-    char name[48];  /* "3.q", "3.qkv", "down", ... */
+    char name[48]; /* "3.q", "3.qkv", "down", ... */
     uint64_t weights;
     double cost[QSWEEP_PLAN_MAX_FORMATS];
 } qsweep_plan_item;
@@ -38,11 +38,11 @@ unsigned qsweep_plan_tensor_scale_bits(const char *format);
 
 /* Solves the plan: choice[i] receives the format index of item i (0..n_formats-1) such that
  * sum_i weights_i * qbits[choice_i] / 4 <= budget_bits * sum_i weights_i and
- * sum_i cost[choice_i] is minimal (ties: the fewest total bits). *total_cost and *avg_bits (may be NULL) get the plan's
- * summed cost and average bits per weight.
- * Errors: QS_EINVAL (no items, no formats, a zero weight count, a zero qbits, a budget no
- * assignment meets: the message gives the smallest reachable average), QS_EUNSUPPORTED (the
- * DP table would exceed 2^28 cells), QS_ENOMEM. */
+ * sum_i cost[choice_i] is minimal (ties: the fewest total bits). *total_cost and *avg_bits (may be
+ * NULL) get the plan's summed cost and average bits per weight. Errors: QS_EINVAL (no items, no
+ * formats, a zero weight count, a zero qbits, a budget no assignment meets: the message gives the
+ * smallest reachable average), QS_EUNSUPPORTED (the DP table would exceed 2^28 cells), QS_ENOMEM.
+ */
 qs_status qsweep_plan_solve(const qsweep_plan_item *items, size_t n, const unsigned *qbits,
                             size_t n_formats, double budget_bits, int *choice, double *total_cost,
                             double *avg_bits, qs_error *err);

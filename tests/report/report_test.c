@@ -97,7 +97,10 @@ static int run_to(const char *const *argv, const char *out_path, const char *err
  * it cannot be read. */
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot read %s: %s", path, strerror(errno));
+    if (!f) {
+        fail_msg("cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -208,12 +211,12 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
     env *e = *state;
     static char out[1 << 16];
     /* 1 baseline + nvfp4 W4A16 x (7 components + 3 blocks x 7 layers + 3 blocks) */
-    const char *run[] = {"run",   TINY,
+    const char *run[] = {"run",       TINY,
                          "--workers", "2",
-                         "--set", "sensitivity.modes=[component,layer,block]",
-                         "--set", "sensitivity.formats=[nvfp4]",
-                         "--set", "sensitivity.quantize=[weights]",
-                         "--set", "description=" HOSTILE,
+                         "--set",     "sensitivity.modes=[component,layer,block]",
+                         "--set",     "sensitivity.formats=[nvfp4]",
+                         "--set",     "sensitivity.quantize=[weights]",
+                         "--set",     "description=" HOSTILE,
                          NULL};
     int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
@@ -226,7 +229,8 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
     long evals = query_long(e->c, "SELECT count(*) FROM jobs WHERE kind = 'eval'");
     assert_int_equal(evals, 31);
     assert_int_equal(
-        query_long(e->c, "SELECT count(DISTINCT job_id) FROM v_sensitivity WHERE experiment = 'tiny'"),
+        query_long(e->c,
+                   "SELECT count(DISTINCT job_id) FROM v_sensitivity WHERE experiment = 'tiny'"),
         evals);
 
     char html[600], dom_path[600];
