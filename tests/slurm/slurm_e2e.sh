@@ -23,6 +23,21 @@ fail() {
   exit 1
 }
 
+# usage errors, before anything is queued (exit 1), and the embedded script
+expect_usage() {
+  local rc=0 out
+  out=$("$Q" slurm "$@" 2>&1) || rc=$?
+  [ "$rc" = 1 ] || { echo "slurm_e2e: FAIL: qsweep slurm $*: exit $rc, want 1: $out" >&2; exit 1; }
+}
+expect_usage
+expect_usage "$SRC/experiments/tiny.yaml" --connect tcp://127.0.0.1:1 --db dbname=x
+expect_usage "$SRC/experiments/tiny.yaml" --workers 2 --db dbname=x
+expect_usage "$SRC/experiments/tiny.yaml" --workers 0 --connect tcp://127.0.0.1:1 --db dbname=x
+expect_usage "$SRC/experiments/tiny.yaml" "$SRC/experiments/tiny.yaml" --workers 2 \
+  --connect tcp://127.0.0.1:1 --db dbname=x
+"$Q" slurm --print-script | cmp -s - "$SRC/deploy/slurm/qsweep-worker.sbatch" \
+  || { echo "slurm_e2e: FAIL: --print-script is not deploy/slurm/qsweep-worker.sbatch" >&2; exit 1; }
+
 if [ "$(id -u)" != 0 ]; then echo "slurm_e2e: skipped: slurmd must run as root here"; exit 77; fi
 for b in munged slurmctld slurmd sbatch squeue scancel sinfo psql; do
   if ! command -v "$b" >/dev/null && [ ! -x "/usr/sbin/$b" ]; then
