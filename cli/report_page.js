@@ -284,50 +284,54 @@
     root.appendChild(el('p', {class: 'note'}, 'this database has no training views ' +
                                                   '(v_train_curves, v_train_final)'));
   } else {
-    var curves = {};
+    if (D.train_error) root.appendChild(el('p', {class: 'bad'}, D.train_error));
+    // one chart per metric (train_loss, val_loss): a line per (recipe, shape, lr), the mean
+    // over seeds, with its min..max band
+    var charts = {};
     D.train_curves.forEach(function (r) {
-      var rec = r.recipe !== undefined ? String(r.recipe) : 'run';
-      var y = r.loss !== undefined ? r.loss : r.value;
-      if (typeof r.step !== 'number' || typeof y !== 'number') return;
-      var c = curves[rec] = curves[rec] || {};
-      (c[r.step] = c[r.step] || []).push(y);
+      var c = charts[r.metric] = charts[r.metric] || {};
+      var key = r.recipe + '  ' + r.shape + '  lr ' + fmt(r.lr);
+      (c[key] = c[key] || []).push(r);
     });
-    var recs = Object.keys(curves);
-    if (!recs.length) {
+    if (!Object.keys(charts).length)
       root.appendChild(el('p', {class: 'note'}, 'no training curves in this experiment'));
-    } else {
-      var W = 640, H = 320, L = 50, pts = {}, xmax = 0, ymin = Infinity, ymax = -Infinity;
-      recs.forEach(function (rec) {
-        pts[rec] = Object.keys(curves[rec]).map(Number).sort(function (a, b) { return a - b; })
-            .map(function (st) {
-              var v = curves[rec][st], mean = v.reduce(function (a, b) { return a + b; }, 0) / v.length;
-              var lo = Math.min.apply(null, v), hi = Math.max.apply(null, v);
-              xmax = Math.max(xmax, st); ymin = Math.min(ymin, lo); ymax = Math.max(ymax, hi);
-              return [st, mean, lo, hi];
-            });
+    Object.keys(charts).sort().forEach(function (metricName) {
+      var lines = charts[metricName], keys = Object.keys(lines).sort();
+      var W = 640, H = 300, L = 50, xmax = 0, ymin = Infinity, ymax = -Infinity;
+      keys.forEach(function (k) {
+        lines[k].forEach(function (p) {
+          xmax = Math.max(xmax, p.step); ymin = Math.min(ymin, p.lo); ymax = Math.max(ymax, p.hi);
+        });
       });
       var X = function (s) { return L + (xmax > 0 ? s / xmax : 0) * (W - L - 10); };
       var Y = function (v) { return 10 + (ymax > ymin ? (ymax - v) / (ymax - ymin) : 0.5) * (H - 40); };
-      var s = sv('svg', {width: W + 140, height: H, class: 'curves'});
+      var s = sv('svg', {width: W + 260, height: H, class: 'curves', 'data-metric': metricName});
       var hues = [210, 10, 120, 280, 40, 170, 330];
-      recs.forEach(function (rec, i) {
-        var col = 'hsl(' + hues[i % hues.length] + ',70%,45%)', P = pts[rec];
-        var band = P.map(function (p) { return X(p[0]) + ',' + Y(p[3]); })
-            .concat(P.slice().reverse().map(function (p) { return X(p[0]) + ',' + Y(p[2]); }));
+      keys.forEach(function (k, i) {
+        var col = 'hsl(' + hues[i % hues.length] + ',70%,45%)', P = lines[k];
+        var band = P.map(function (p) { return X(p.step) + ',' + Y(p.hi); })
+            .concat(P.slice().reverse().map(function (p) { return X(p.step) + ',' + Y(p.lo); }));
         s.appendChild(sv('polygon', {points: band.join(' '), fill: col, 'fill-opacity': 0.15}));
-        s.appendChild(sv('polyline', {points: P.map(function (p) { return X(p[0]) + ',' + Y(p[1]); }).join(' '),
-                                      fill: 'none', stroke: col, 'stroke-width': 1.5,
-                                      class: 'curve', 'data-recipe': rec}));
-        s.appendChild(sv('text', {x: W + 4, y: 20 + 16 * i, fill: col}, rec));
+        var line = sv('polyline', {points: P.map(function (p) { return X(p.step) + ',' + Y(p.mean); }).join(' '),
+                                   fill: 'none', stroke: col, 'stroke-width': 1.5, class: 'curve',
+                                   'data-line': k});
+        line.appendChild(sv('title', {}, k + ': ' + P.length + ' steps, last mean ' +
+                                             fmt(P[P.length - 1].mean) + ' over ' +
+                                             P[P.length - 1].seeds + ' seed(s)'));
+        s.appendChild(line);
+        s.appendChild(sv('text', {x: W + 4, y: 20 + 16 * i, style: 'fill:' + col}, k));
       });
-      s.appendChild(sv('text', {x: L, y: H - 8}, 'step 0..' + xmax + ', loss ' + fmt(ymin) +
-                                                      '..' + fmt(ymax) + ' (mean, band min..max over seeds)'));
+      s.appendChild(sv('text', {x: L, y: H - 8}, metricName + ' against step 0..' + xmax + ': ' +
+                                                      fmt(ymin) + '..' + fmt(ymax) +
+                                                      ' (mean over seeds, band min..max)'));
+      root.appendChild(el('h3', {}, metricName));
       root.appendChild(s);
-    }
+    });
     root.appendChild(query('train_curves'));
     if (D.train_final && D.train_final.length) {
-      root.appendChild(el('h3', {}, 'Final metrics'));
-      root.appendChild(table(D.train_final, Object.keys(D.train_final[0])));
+      root.appendChild(el('h3', {}, 'Final metrics and gap to the bf16 run'));
+      root.appendChild(table(D.train_final, ['metric', 'shape', 'recipe', 'lr', 'seeds', 'mean',
+                                             'sd', 'gap_to_bf16', 'rel_gap_to_bf16']));
     }
     root.appendChild(query('train_final'));
   }

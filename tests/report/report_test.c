@@ -334,11 +334,94 @@ static void test_report_of_unknown_experiment_writes_nothing(void **state) {
     assert_int_equal(fx_run(QSWEEP_BIN, bad, out, sizeof out), 1);
 }
 
+/* Views of the training sweeps (schema 020 of the train module, issue 11) with the columns the
+ * report reads, for a database that does not have them yet; where the migrations made them,
+ * the test uses those. */
+static const char *const TRAIN_VIEWS =
+    "CREATE VIEW v_train_curves AS SELECT e.name AS experiment, j.id AS job_id,"
+    " j.spec -> 'shape' ->> 'name' AS shape, j.spec -> 'recipe' ->> 'name' AS recipe,"
+    " (j.spec ->> 'lr')::double precision AS lr, (j.spec ->> 'seed')::bigint AS seed,"
+    " r.step, r.name AS metric, r.value FROM results r JOIN jobs j ON j.id = r.job"
+    " JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment"
+    " WHERE j.kind = 'train' AND r.step >= 0;"
+    "CREATE VIEW v_train_final AS SELECT e.name AS experiment, j.id AS job_id,"
+    " j.spec -> 'shape' ->> 'name' AS shape, j.spec -> 'recipe' ->> 'name' AS recipe,"
+    " (j.spec ->> 'lr')::double precision AS lr, (j.spec ->> 'seed')::bigint AS seed,"
+    " r.name AS metric, r.value, b.value AS bf16_value, r.value - b.value AS gap,"
+    " (r.value - b.value) / NULLIF(b.value, 0) AS rel_gap, b.job_id AS bf16_job_id"
+    " FROM results r JOIN jobs j ON j.id = r.job JOIN experiment_jobs ej ON ej.job = j.id"
+    " JOIN experiments e ON e.id = ej.experiment LEFT JOIN LATERAL (SELECT bj.id AS job_id,"
+    " br.value FROM jobs bj JOIN results br ON br.job = bj.id AND br.name = r.name AND br.final"
+    " WHERE bj.kind = 'train' AND bj.spec -> 'recipe' ->> 'name' = 'bf16'"
+    " AND (bj.spec - 'recipe') = (j.spec - 'recipe') ORDER BY bj.id DESC LIMIT 1) b ON true"
+    " WHERE j.kind = 'train' AND r.final";
+
+static void exec_ok(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+/* Training: a curve per recipe (mean over two seeds) and the final gap to bf16, from the
+ * training views, for two recipes x two seeds of train jobs as the store records them. */
+static void test_report_draws_training_curves_from_the_views(void **state) {
+    env *e = *state;
+    static char out[1 << 14];
+    qs_error err = {0};
+    if (qc_pgserver_start_temp(&e->pg, &err) != QS_OK) fail_msg("%s", err.msg);
+    const char *conninfo = qc_pgserver_conninfo(e->pg);
+    const char *mig[] = {"db", "migrate", "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, mig, out, sizeof out), 0);
+    e->c = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(e->c), CONNECTION_OK);
+    if (query_long(e->c, "SELECT (to_regclass('v_train_curves') IS NULL)::int") == 1)
+        exec_ok(e->c, TRAIN_VIEWS);
+    exec_ok(e->c, "INSERT INTO experiments (name, grid) VALUES ('fp4-train', 'kind: training')");
+    /* final validation loss: bf16 3.0 and 3.2, nvfp4 3.1 and 3.35 for seeds 1 and 2, so the
+       gaps to bf16 are 0.1 and 0.15, mean 0.125 */
+    exec_ok(e->c, "INSERT INTO jobs (job_key, kind, spec, state) VALUES"
+                  " ('t1', 'train', '{\"recipe\": {\"name\": \"bf16\"}, \"shape\": {\"name\": "
+                  "\"tiny\"}, \"lr\": 0.001, \"seed\": 1}', 'succeeded'),"
+                  " ('t2', 'train', '{\"recipe\": {\"name\": \"bf16\"}, \"shape\": {\"name\": "
+                  "\"tiny\"}, \"lr\": 0.001, \"seed\": 2}', 'succeeded'),"
+                  " ('t3', 'train', '{\"recipe\": {\"name\": \"nvfp4\"}, \"shape\": {\"name\": "
+                  "\"tiny\"}, \"lr\": 0.001, \"seed\": 1}', 'succeeded'),"
+                  " ('t4', 'train', '{\"recipe\": {\"name\": \"nvfp4\"}, \"shape\": {\"name\": "
+                  "\"tiny\"}, \"lr\": 0.001, \"seed\": 2}', 'succeeded')");
+    exec_ok(e->c, "INSERT INTO experiment_jobs SELECT 1, id FROM jobs");
+    exec_ok(e->c, "INSERT INTO results (job, attempt, name, value, step, final)"
+                  " SELECT j.id, 1, 'train_loss', 5.0 / (1 + s) + j.id * 0.01, s, false"
+                  " FROM jobs j, generate_series(0, 19) s");
+    exec_ok(e->c, "INSERT INTO results (job, attempt, name, value, step, final) SELECT id, 1,"
+                  " 'final_val_loss', CASE job_key WHEN 't1' THEN 3.0 WHEN 't2' THEN 3.2"
+                  " WHEN 't3' THEN 3.1 ELSE 3.35 END, -1, true FROM jobs");
+    char html[600], dom_path[600];
+    snprintf(html, sizeof html, "%s/train.html", e->dir);
+    snprintf(dom_path, sizeof dom_path, "%s/train-dom.html", e->dir);
+    const char *rep[] = {"report", "fp4-train", "-o", html, "--db", conninfo, NULL};
+    int rc = fx_run(QSWEEP_BIN, rep, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep report exited %d:\n%s", rc, out);
+    chromium(e, html, "", dom_path, NULL);
+    char *dom = slurp(dom_path, NULL);
+    assert_int_equal((long)count(dom, "class=\"curve\""), 2);
+    assert_non_null(strstr(dom, "data-line=\"bf16  tiny  lr 0.001\""));
+    assert_non_null(strstr(dom, "data-line=\"nvfp4  tiny  lr 0.001\""));
+    /* the curves' mean over the two seeds at the last step, from the view */
+    assert_non_null(strstr(dom, "20 steps, last mean 0.26"));
+    /* final table: nvfp4's mean gap to bf16 */
+    assert_non_null(strstr(dom, "<td class=\"num\">0.125</td>"));
+    assert_int_equal((long)count(dom, "class=\"cell\""), 0);
+    free(dom);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test_setup_teardown(test_report_of_tiny_sweep_renders_the_views_values, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_report_of_unknown_experiment_writes_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_report_draws_training_curves_from_the_views, setup,
                                         teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
