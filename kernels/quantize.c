@@ -166,6 +166,24 @@ static qs_status plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_opt
  * block instead of setting the scale of the whole tensor); per-thread maxima by bits
  * (amax_by_bits), combined with max, which is order-free. */
 static float amax_by_bits(const float *v, size_t n, int *nonfinite);
+
+/* max |v[i]| over the finite values of a chunk, by bits (amax_by_bits without the nonfinite
+ * flag), in the widest vectors the CPU has: the first pass of NVFP4 is a pure read and runs
+ * at memory speed only when this is not the baseline SSE2 code (no 32-bit integer max). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static float
+finite_amax_chunk(const float *v, size_t n) {
+    int32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t b = (int32_t)(qk_bits_of(v[i]) & 0x7FFFFFFFu);
+        b = b >= 0x7F800000 ? 0 : b;
+        m = b > m ? b : m;
+    }
+    return qk_float_of((uint32_t)m);
+}
+
 static float tensor_amax(const float *x, size_t n, int threads) {
     float amax = 0.0f;
     size_t chunks = (n + 4095) / 4096;
@@ -174,9 +192,8 @@ static float tensor_amax(const float *x, size_t n, int threads) {
         float local = 0.0f;
 #pragma omp for schedule(static)
         for (size_t c = 0; c < chunks; c++) {
-            int nonfinite;
             size_t lo = c * 4096, len = n - lo < 4096 ? n - lo : 4096;
-            float a = amax_by_bits(x + lo, len, &nonfinite);
+            float a = finite_amax_chunk(x + lo, len);
             local = a > local ? a : local;
         }
 #pragma omp critical(qk_amax)
@@ -491,7 +508,7 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void
-quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
+quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc *acc) {
     const qk_codec *el = p->elem;
     const int sr = p->rounding == QK_ROUND_SR;
     uint32_t rb[QK_FAST_CHUNK];
@@ -504,7 +521,7 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
     const size_t chunk = rule == QK_RULE_TENSOR ? QK_FAST_CHUNK : p->block;
     float in[QK_FAST_CHUNK];
     int any_in = 0, any_out = 0;
-    for (size_t c0 = 0; c0 < p->k; c0 += chunk) {
+    for (size_t c0 = c_begin; c0 < p->k; c0 += chunk) {
         size_t n = p->k - c0 < chunk ? p->k - c0 : chunk;
         float *v = row + c0;
         float enc, dec;
@@ -557,6 +574,72 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
             }
         }
     }
+}
+
+/* NVFP4 RNE fake-quant without statistics, the hot case, in batches of QK_NV_BATCH blocks of
+ * 16 (one 16x16 tile of a row): the 16 block amaxes (bits, NaN and +-Inf ignored), then the
+ * 16 block scales at once with branch-free arithmetic the compiler vectorises across the
+ * blocks (the E4M3 cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b =
+ * min(1 / (sb * S_dec), FLT_MAX), the very expression of the plan's nv_enc table), then the
+ * element loop with the E2M1 value of qk_minifloat_rne_value (add-and-subtract rounding,
+ * cheaper than the sum of comparisons). Same operations on the same operands as
+ * quant_row_fast and the reference, so the same bits (tested). Returns the first column it
+ * did not do (a multiple of 256); quant_row_fast does the rest of the row. */
+#define QK_NV_BATCH 16
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static size_t
+quant_row_nvfp4_batched(const qk_plan *p, float *row) {
+    const size_t span = 16 * QK_NV_BATCH;
+    const size_t full = p->k / span * span;
+    const float s_enc_6 = p->s_enc_6, s_dec = p->s_dec;
+    const qk_nvfp4_clamp clamp = p->clamp;
+    for (size_t c0 = 0; c0 < full; c0 += span) {
+        float *v = row + c0;
+        int32_t m[QK_NV_BATCH];
+        float enc[QK_NV_BATCH], dec[QK_NV_BATCH];
+        for (int j = 0; j < QK_NV_BATCH; j++) {
+            int32_t mx = 0;
+            for (int i = 0; i < 16; i++) {
+                int32_t b = (int32_t)(qk_bits_of(v[16 * j + i]) & 0x7FFFFFFFu);
+                b = b >= 0x7F800000 ? 0 : b;
+                mx = b > mx ? b : mx;
+            }
+            m[j] = mx;
+        }
+        for (int j = 0; j < QK_NV_BATCH; j++) {
+            float sv = qk_float_of((uint32_t)m[j]) * s_enc_6;
+            sv = (clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) ? 0x1p-6f : sv;
+            sv = (clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) ? 1.0f : sv;
+            /* qk_e4m3_rne_nonneg without branches: subnormal codes from the bits of
+             * v * 512 + 2^23 (exact scaling, RNE to an integer, no float-to-int conversion),
+             * normal codes by rounding the mantissa to 3 bits on the pattern */
+            uint32_t sub = qk_bits_of(sv * 512.0f + 0x1p23f) - qk_bits_of(0x1p23f);
+            uint32_t u = qk_bits_of(sv);
+            u += 0x7FFFFu + ((u >> 20) & 1u);
+            uint32_t nrm = (u >> 20) - (120u << 3);
+            nrm = nrm > 0x7Eu ? 0x7Eu : nrm;
+            uint32_t code = sv < 0x1p-6f ? sub : nrm;
+            code = sv > 448.0f ? 0x7Eu : code;
+            /* qk_e4m3_value_nonneg */
+            uint32_t ef = code >> 3, man = code & 7u;
+            float vs = (float)man * 0x1p-9f;
+            float vn = (float)(8u | man) * qk_float_of((ef + 117u) << 23);
+            float d = ef == 0 ? vs : vn;
+            float e = 1.0f / (d * s_dec);
+            dec[j] = d;
+            enc[j] = e < FLT_MAX ? e : FLT_MAX;
+        }
+        for (int j = 0; j < QK_NV_BATCH; j++) {
+            const float e = enc[j], d = dec[j];
+            for (int i = 0; i < 16; i++) {
+                float x = v[16 * j + i];
+                v[16 * j + i] = (qk_minifloat_rne_value(x * e, 1, 0, 3, 6.0f, 6.0f) * d) * s_dec;
+            }
+        }
+    }
+    return full;
 }
 
 /* Fast path for RNE fake-quant of the symmetric integer formats (int8_channel, int4_group,
@@ -697,12 +780,15 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
     }
     int fast = !opt->reference_only && fast_path_applies(&p);
     int int_fast = !opt->reference_only && int_fast_path_applies(&p);
+    int nv_batched = fast && !accs && p.rounding == QK_ROUND_RNE && fmt->rule == QK_RULE_NVFP4;
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
-        if (fast)
-            quant_row_fast(&p, r0, x + r0 * k, accs ? &accs[g] : NULL);
+        if (nv_batched)
+            quant_row_fast(&p, r0, x + r0 * k, quant_row_nvfp4_batched(&p, x + r0 * k), NULL);
+        else if (fast)
+            quant_row_fast(&p, r0, x + r0 * k, 0, accs ? &accs[g] : NULL);
         else if (int_fast)
             quant_row_int_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
         else

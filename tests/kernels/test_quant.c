@@ -460,6 +460,49 @@ static void fast_path_matches_reference(void **state) {
     free(b);
 }
 
+/* NVFP4 RNE fake-quant without statistics takes the batched path (16 blocks at a time, then
+ * the per-block fast path for the rest of the row): bit-identical to the scalar reference
+ * for k below, at and above a batch (256), ragged k, every clamp option, specials in the
+ * data, overall scales 2^-60 .. 2^60, a given tensor amax, and 1, 2 and 3 threads. */
+static void nvfp4_batched_path_matches_reference(void **state) {
+    (void)state;
+    const size_t shapes[][2] = {{3, 255}, {5, 256}, {7, 700}, {2, 4096 + 48}, {33, 512}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s][0], k = shapes[s][1], n = rows * k;
+        float *x = make_matrix(rows, k, 40 + s, 1);
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int clamp = QK_NVFP4_CLAMP_NONE; clamp <= QK_NVFP4_CLAMP_ZERO_TO_ONE; clamp++) {
+            for (int e = -60; e <= 60; e += 40) {
+                for (int given = 0; given < 2; given++) {
+                    for (size_t i = 0; i < n; i++)
+                        a[i] = ldexpf(x[i], e);
+                    memcpy(b, a, n * sizeof *a);
+                    qk_quant_options o = {.nvfp4_clamp = (qk_nvfp4_clamp)clamp,
+                                          .threads = 1 + (int)((s + (size_t)given) % 3),
+                                          .tensor_amax_given = given,
+                                          .tensor_amax = ldexpf(3.0f, e)};
+                    qs_error err = {0};
+                    o.reference_only = 1;
+                    assert_int_equal(qk_fake_quant(fmt("nvfp4"), &o, a, rows, k, NULL, &err),
+                                     QS_OK);
+                    o.reference_only = 0;
+                    assert_int_equal(qk_fake_quant(fmt("nvfp4"), &o, b, rows, k, NULL, &err),
+                                     QS_OK);
+                    for (size_t i = 0; i < n; i++)
+                        if (bits_of_f32(a[i]) != bits_of_f32(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+                            fail_msg("k %zu clamp %d scale 2^%d given %d: element %zu: %a vs %a",
+                                     k, clamp, e, given, i, (double)a[i], (double)b[i]);
+                }
+            }
+        }
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
 /* Statistics against a direct computation from the input and the fake-quant output. */
 static void statistics_match_direct_computation(void **state) {
     (void)state;
@@ -571,6 +614,7 @@ int main(void) {
         cmocka_unit_test(packed_path_equals_fake_quant_for_every_format),
         cmocka_unit_test(results_are_identical_for_1_2_4_threads),
         cmocka_unit_test(fast_path_matches_reference),
+        cmocka_unit_test(nvfp4_batched_path_matches_reference),
         cmocka_unit_test(statistics_match_direct_computation),
         cmocka_unit_test(invalid_calls_are_refused_with_a_message),
         cmocka_unit_test(integer_formats_use_absmax_scales),
