@@ -576,70 +576,104 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc
     }
 }
 
-/* NVFP4 RNE fake-quant without statistics, the hot case, in batches of QK_NV_BATCH blocks of
- * 16 (one 16x16 tile of a row): the 16 block amaxes (bits, NaN and +-Inf ignored), then the
- * 16 block scales at once with branch-free arithmetic the compiler vectorises across the
- * blocks (the E4M3 cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b =
- * min(1 / (sb * S_dec), FLT_MAX), the very expression of the plan's nv_enc table), then the
- * element loop with the E2M1 value of qk_minifloat_rne_value (add-and-subtract rounding,
- * cheaper than the sum of comparisons). Same operations on the same operands as
- * quant_row_fast and the reference, so the same bits (tested). Returns the first column it
- * did not do (a multiple of 256); quant_row_fast does the rest of the row. */
-#define QK_NV_BATCH 16
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static size_t
-quant_row_nvfp4_batched(const qk_plan *p, float *row) {
-    const size_t span = 16 * QK_NV_BATCH;
+/* RNE fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of
+ * 32), the hot case, in batches of QK_BATCH blocks: the QK_BATCH block amaxes (by bits,
+ * NaN and +-Inf ignored; MX also notes whether a block holds one), then the QK_BATCH block
+ * scales at once, then the element loop over whole blocks with qk_minifloat_rne_value
+ * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs).
+ * NVFP4 scales use branch-free arithmetic the compiler vectorises across the blocks: the E4M3
+ * cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b = min(1 / (sb * S_dec),
+ * FLT_MAX), the very expression of the plan's nv_enc table. MX scales are
+ * qk_mx_scale_code_core per block (0xFF, NaN, for a block holding Inf or NaN) and the powers
+ * of two built from the code. Same operations on the same operands as quant_row_fast and
+ * the reference, so the same bits (tested). Returns the first column it did not do (a
+ * multiple of B * QK_BATCH); quant_row_fast does the rest of the row. */
+#define QK_BATCH 16
+__attribute__((always_inline)) static inline size_t quant_row_batched_body(const qk_plan *p,
+                                                                            float *row,
+                                                                            const size_t B) {
+    const size_t span = B * QK_BATCH;
     const size_t full = p->k / span * span;
-    const float s_enc_6 = p->s_enc_6, s_dec = p->s_dec;
+    const qk_codec *el = p->elem;
+    const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
+    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const int nv = p->fmt->rule == QK_RULE_NVFP4;
+    const float s_enc_6 = p->s_enc_6, s_dec_nv = p->s_dec;
+    const float s_dec = nv ? p->s_dec : 1.0f;
     const qk_nvfp4_clamp clamp = p->clamp;
     for (size_t c0 = 0; c0 < full; c0 += span) {
         float *v = row + c0;
-        int32_t m[QK_NV_BATCH];
-        float enc[QK_NV_BATCH], dec[QK_NV_BATCH];
-        for (int j = 0; j < QK_NV_BATCH; j++) {
-            int32_t mx = 0;
-            for (int i = 0; i < 16; i++) {
-                int32_t b = (int32_t)(qk_bits_of(v[16 * j + i]) & 0x7FFFFFFFu);
+        int32_t m[QK_BATCH], any[QK_BATCH];
+        float enc[QK_BATCH], dec[QK_BATCH];
+        for (int j = 0; j < QK_BATCH; j++) {
+            int32_t mx = 0, an = 0;
+            for (size_t i = 0; i < B; i++) {
+                int32_t b = (int32_t)(qk_bits_of(v[B * (size_t)j + i]) & 0x7FFFFFFFu);
+                an = b > an ? b : an;
                 b = b >= 0x7F800000 ? 0 : b;
                 mx = b > mx ? b : mx;
             }
             m[j] = mx;
+            any[j] = an;
         }
-        for (int j = 0; j < QK_NV_BATCH; j++) {
-            float sv = qk_float_of((uint32_t)m[j]) * s_enc_6;
-            sv = (clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) ? 0x1p-6f : sv;
-            sv = (clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) ? 1.0f : sv;
-            /* qk_e4m3_rne_nonneg without branches: subnormal codes from the bits of
-             * v * 512 + 2^23 (exact scaling, RNE to an integer, no float-to-int conversion),
-             * normal codes by rounding the mantissa to 3 bits on the pattern */
-            uint32_t sub = qk_bits_of(sv * 512.0f + 0x1p23f) - qk_bits_of(0x1p23f);
-            uint32_t u = qk_bits_of(sv);
-            u += 0x7FFFFu + ((u >> 20) & 1u);
-            uint32_t nrm = (u >> 20) - (120u << 3);
-            nrm = nrm > 0x7Eu ? 0x7Eu : nrm;
-            uint32_t code = sv < 0x1p-6f ? sub : nrm;
-            code = sv > 448.0f ? 0x7Eu : code;
-            /* qk_e4m3_value_nonneg */
-            uint32_t ef = code >> 3, man = code & 7u;
-            float vs = (float)man * 0x1p-9f;
-            float vn = (float)(8u | man) * qk_float_of((ef + 117u) << 23);
-            float d = ef == 0 ? vs : vn;
-            float e = 1.0f / (d * s_dec);
-            dec[j] = d;
-            enc[j] = e < FLT_MAX ? e : FLT_MAX;
-        }
-        for (int j = 0; j < QK_NV_BATCH; j++) {
-            const float e = enc[j], d = dec[j];
-            for (int i = 0; i < 16; i++) {
-                float x = v[16 * j + i];
-                v[16 * j + i] = (qk_minifloat_rne_value(x * e, 1, 0, 3, 6.0f, 6.0f) * d) * s_dec;
+        if (nv) {
+            for (int j = 0; j < QK_BATCH; j++) {
+                float sv = qk_float_of((uint32_t)m[j]) * s_enc_6;
+                sv = (clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) ? 0x1p-6f : sv;
+                sv = (clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) ? 1.0f : sv;
+                /* qk_e4m3_rne_nonneg without branches: subnormal codes from the bits of
+                 * v * 512 + 2^23 (exact scaling, RNE to an integer, no float-to-int
+                 * conversion), normal codes by rounding the mantissa to 3 bits on the pattern */
+                uint32_t sub = qk_bits_of(sv * 512.0f + 0x1p23f) - qk_bits_of(0x1p23f);
+                uint32_t u = qk_bits_of(sv);
+                u += 0x7FFFFu + ((u >> 20) & 1u);
+                uint32_t nrm = (u >> 20) - (120u << 3);
+                nrm = nrm > 0x7Eu ? 0x7Eu : nrm;
+                uint32_t code = sv < 0x1p-6f ? sub : nrm;
+                code = sv > 448.0f ? 0x7Eu : code;
+                /* qk_e4m3_value_nonneg */
+                uint32_t ef = code >> 3, mn = code & 7u;
+                float vs = (float)mn * 0x1p-9f;
+                float vn = (float)(8u | mn) * qk_float_of((ef + 117u) << 23);
+                float d = ef == 0 ? vs : vn;
+                float e = 1.0f / (d * s_dec_nv);
+                dec[j] = d;
+                enc[j] = e < FLT_MAX ? e : FLT_MAX;
             }
+        } else {
+            for (int j = 0; j < QK_BATCH; j++) {
+                uint8_t code = any[j] >= 0x7F800000
+                                   ? 0xFF
+                                   : qk_mx_scale_code_core(qk_float_of((uint32_t)m[j]), p->mx_rule,
+                                                           el->emax, man, maxv);
+                enc[j] = code == 0xFF ? NAN : qk_pow2f(127 - (int)code);
+                dec[j] = code == 0xFF ? NAN : qk_pow2f((int)code - 127);
+            }
+        }
+        for (int j = 0; j < QK_BATCH; j++) {
+            const float e = enc[j], d = dec[j];
+            float *w = v + B * (size_t)j;
+            for (size_t i = 0; i < B; i++)
+                w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
         }
     }
     return full;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static size_t
+quant_row_batched16(const qk_plan *p, float *row) {
+    return quant_row_batched_body(p, row, 16);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static size_t
+quant_row_batched32(const qk_plan *p, float *row) {
+    return quant_row_batched_body(p, row, 32);
 }
 
 /* Fast path for RNE fake-quant of the symmetric integer formats (int8_channel, int4_group,
@@ -780,13 +814,18 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
     }
     int fast = !opt->reference_only && fast_path_applies(&p);
     int int_fast = !opt->reference_only && int_fast_path_applies(&p);
-    int nv_batched = fast && !accs && p.rounding == QK_ROUND_RNE && fmt->rule == QK_RULE_NVFP4;
+    int batched = fast && !accs && p.rounding == QK_ROUND_RNE &&
+                  ((fmt->rule == QK_RULE_NVFP4 && p.block == 16) ||
+                   (fmt->rule == QK_RULE_MX && p.block == 32));
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
-        if (nv_batched)
-            quant_row_fast(&p, r0, x + r0 * k, quant_row_nvfp4_batched(&p, x + r0 * k), NULL);
+        if (batched)
+            quant_row_fast(&p, r0, x + r0 * k,
+                           p.block == 16 ? quant_row_batched16(&p, x + r0 * k)
+                                         : quant_row_batched32(&p, x + r0 * k),
+                           NULL);
         else if (fast)
             quant_row_fast(&p, r0, x + r0 * k, 0, accs ? &accs[g] : NULL);
         else if (int_fast)

@@ -460,41 +460,47 @@ static void fast_path_matches_reference(void **state) {
     free(b);
 }
 
-/* NVFP4 RNE fake-quant without statistics takes the batched path (16 blocks at a time, then
- * the per-block fast path for the rest of the row): bit-identical to the scalar reference
- * for k below, at and above a batch (256), ragged k, every clamp option, specials in the
- * data, overall scales 2^-60 .. 2^60, a given tensor amax, and 1, 2 and 3 threads. */
-static void nvfp4_batched_path_matches_reference(void **state) {
+/* RNE fake-quant without statistics of NVFP4 and the MX formats takes the batched path (16
+ * blocks at a time, then the per-block fast path for the rest of the row): bit-identical to
+ * the scalar reference for k below, at and above a batch (256 and 512), ragged k, every
+ * NVFP4 clamp option and given tensor amax, every MX format and scale rule, specials in the
+ * data (MX blocks holding Inf or NaN are NaN), overall scales 2^-60 .. 2^60, and 1, 2 and 3
+ * threads. */
+static void batched_path_matches_reference(void **state) {
     (void)state;
     const size_t shapes[][2] = {{3, 255}, {5, 256}, {7, 700}, {2, 4096 + 48}, {33, 512}};
+    const char *mx[] = {"mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t rows = shapes[s][0], k = shapes[s][1], n = rows * k;
         float *x = make_matrix(rows, k, 40 + s, 1);
         float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
         assert_non_null(a);
         assert_non_null(b);
-        for (int clamp = QK_NVFP4_CLAMP_NONE; clamp <= QK_NVFP4_CLAMP_ZERO_TO_ONE; clamp++) {
+        /* cfg < 6: nvfp4 with clamp cfg / 2, amax given when cfg is odd; then MX format
+         * (cfg - 6) / 4 under scale rule (cfg - 6) % 4 */
+        for (int cfg = 0; cfg < 6 + 5 * 4; cfg++) {
+            const char *name = cfg < 6 ? "nvfp4" : mx[(cfg - 6) / 4];
             for (int e = -60; e <= 60; e += 40) {
-                for (int given = 0; given < 2; given++) {
-                    for (size_t i = 0; i < n; i++)
-                        a[i] = ldexpf(x[i], e);
-                    memcpy(b, a, n * sizeof *a);
-                    qk_quant_options o = {.nvfp4_clamp = (qk_nvfp4_clamp)clamp,
-                                          .threads = 1 + (int)((s + (size_t)given) % 3),
-                                          .tensor_amax_given = given,
-                                          .tensor_amax = ldexpf(3.0f, e)};
-                    qs_error err = {0};
-                    o.reference_only = 1;
-                    assert_int_equal(qk_fake_quant(fmt("nvfp4"), &o, a, rows, k, NULL, &err),
-                                     QS_OK);
-                    o.reference_only = 0;
-                    assert_int_equal(qk_fake_quant(fmt("nvfp4"), &o, b, rows, k, NULL, &err),
-                                     QS_OK);
-                    for (size_t i = 0; i < n; i++)
-                        if (bits_of_f32(a[i]) != bits_of_f32(b[i]) && !(isnan(a[i]) && isnan(b[i])))
-                            fail_msg("k %zu clamp %d scale 2^%d given %d: element %zu: %a vs %a",
-                                     k, clamp, e, given, i, (double)a[i], (double)b[i]);
+                for (size_t i = 0; i < n; i++)
+                    a[i] = ldexpf(x[i], e);
+                memcpy(b, a, n * sizeof *a);
+                qk_quant_options o = {.threads = 1 + (int)((s + (size_t)cfg) % 3)};
+                if (cfg < 6) {
+                    o.nvfp4_clamp = (qk_nvfp4_clamp)(cfg / 2);
+                    o.tensor_amax_given = cfg & 1;
+                    o.tensor_amax = ldexpf(3.0f, e);
+                } else {
+                    o.mx_rule = (qk_mx_scale_rule)((cfg - 6) % 4);
                 }
+                qs_error err = {0};
+                o.reference_only = 1;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, a, rows, k, NULL, &err), QS_OK);
+                o.reference_only = 0;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, b, rows, k, NULL, &err), QS_OK);
+                for (size_t i = 0; i < n; i++)
+                    if (bits_of_f32(a[i]) != bits_of_f32(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+                        fail_msg("%s k %zu cfg %d scale 2^%d: element %zu: %a vs %a", name, k, cfg,
+                                 e, i, (double)a[i], (double)b[i]);
             }
         }
         free(x);
@@ -614,7 +620,7 @@ int main(void) {
         cmocka_unit_test(packed_path_equals_fake_quant_for_every_format),
         cmocka_unit_test(results_are_identical_for_1_2_4_threads),
         cmocka_unit_test(fast_path_matches_reference),
-        cmocka_unit_test(nvfp4_batched_path_matches_reference),
+        cmocka_unit_test(batched_path_matches_reference),
         cmocka_unit_test(statistics_match_direct_computation),
         cmocka_unit_test(invalid_calls_are_refused_with_a_message),
         cmocka_unit_test(integer_formats_use_absmax_scales),
