@@ -784,13 +784,22 @@ static void stats_finish(const qk_plan *p, const stats_acc *accs, size_t ngroups
 
 qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
                         size_t k, qk_quant_stats *stats, qs_error *err) {
+    return qk_fake_quant_into(fmt, opt, x, x, rows, k, stats, err);
+}
+
+/* Out of place, the fast row paths copy a row of x into y and work on it there while it is
+ * in the cache; the reference reads x and writes y. */
+qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                             float *y, size_t rows, size_t k, qk_quant_stats *stats,
+                             qs_error *err) {
     static const qk_quant_options defaults;
     if (!opt) opt = &defaults;
     qk_plan p;
     qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
     if (st) return st;
-    if (!x) return qs_error_set(err, QS_EINVAL, "kernels: %s: x is NULL", fmt->name);
+    if (!x || !y) return qs_error_set(err, QS_EINVAL, "kernels: %s: x or y is NULL", fmt->name);
     if (fmt->rule == QK_RULE_IDENTITY) {
+        if (y != x) memcpy(y, x, rows * k * sizeof *x);
         if (stats) {
             stats_acc zero = {0};
             double sg = 0.0;
@@ -821,17 +830,19 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
+        float *out = y + r0 * k;
+        if ((batched || fast || int_fast) && y != x) memcpy(out, x + r0 * k, k * sizeof *out);
         if (batched)
-            quant_row_fast(&p, r0, x + r0 * k,
-                           p.block == 16 ? quant_row_batched16(&p, x + r0 * k)
-                                         : quant_row_batched32(&p, x + r0 * k),
+            quant_row_fast(&p, r0, out,
+                           p.block == 16 ? quant_row_batched16(&p, out)
+                                         : quant_row_batched32(&p, out),
                            NULL);
         else if (fast)
-            quant_row_fast(&p, r0, x + r0 * k, 0, accs ? &accs[g] : NULL);
+            quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)
-            quant_row_int_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
+            quant_row_int_fast(&p, out, accs ? &accs[g] : NULL);
         else
-            quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
+            quant_group_ref(&p, x, r0, h, NULL, y, accs ? &accs[g] : NULL);
     }
     if (stats) stats_finish(&p, accs, ngroups, rows * k, stats);
     free(accs);

@@ -7,7 +7,9 @@
  * read once and written once (2 * rows * k * 4) for both memcpy and fake-quant, so the ratio
  * compares like with like. Two rows explain NVFP4's limit: "amax (read only)" is its first
  * pass alone (qk_joint_amax; bytes = rows * k * 4, read), and "nvfp4 given amax" its second
- * pass alone (the tensor amax passed in options.tensor_amax). Each case alternates with a
+ * pass alone (the tensor amax passed in options.tensor_amax). "nvfp4 into" is the
+ * out-of-place call from the source (qk_fake_quant_into), "memcpy+nvfp4" what a caller keeping
+ * its master copy does without it (copy, then in place). Each case alternates with a
  * memcpy run (so that both meet the same load on a shared machine); each figure is the best
  * of `reps` runs after one warm-up, and "x memcpy" divides the case's GB/s by that memcpy's.
  *
@@ -66,10 +68,12 @@ int main(int argc, char **argv) {
 
     const struct {
         const char *label, *format;
-        int reference, given, amax_only;
+        int reference, given, amax_only; /* 1: amax only; 2: out of place; 3: copy first */
     } cases[] = {{"amax (read only)", "nvfp4", 0, 0, 1},
                  {"nvfp4", "nvfp4", 0, 0, 0},
                  {"nvfp4 given amax", "nvfp4", 0, 1, 0},
+                 {"nvfp4 into", "nvfp4", 0, 0, 2},
+                 {"memcpy+nvfp4", "nvfp4", 0, 0, 3},
                  {"mxfp4", "mxfp4", 0, 0, 0},
                  {"nvfp4 (reference)", "nvfp4", 1, 0, 0},
                  {"mxfp8_e4m3", "mxfp8_e4m3", 0, 0, 0},
@@ -105,7 +109,12 @@ int main(int argc, char **argv) {
                 copy_parallel(buf, src, n, th);
                 double t1 = qs_clock_s();
                 qs_status st;
-                if (cases[c].amax_only) {
+                if (cases[c].amax_only == 2) { /* out of place, from src: no copy needed */
+                    st = qk_fake_quant_into(f, &o, src, buf, rows, k, NULL, &err);
+                } else if (cases[c].amax_only == 3) { /* what a caller does without it */
+                    copy_parallel(buf, src, n, th);
+                    st = qk_fake_quant(f, &o, buf, rows, k, NULL, &err);
+                } else if (cases[c].amax_only) {
                     const float *list[1] = {buf};
                     const size_t len[1] = {n};
                     float a;
@@ -121,7 +130,7 @@ int main(int argc, char **argv) {
                 if (r > 0 && t1 - t0 < best_copy) best_copy = t1 - t0;
                 if (r > 0 && t2 - t1 < best) best = t2 - t1;
             }
-            double case_bytes = cases[c].amax_only ? bytes / 2.0 : bytes;
+            double case_bytes = cases[c].amax_only == 1 ? bytes / 2.0 : bytes;
             double gbs = case_bytes / best / 1e9, copy_gbs = bytes / best_copy / 1e9;
             printf("%-18s %7d %10.2f %9.2f %10.2f %10.2f\n", cases[c].label, th, best * 1e3, gbs,
                    best_copy * 1e3, gbs / copy_gbs);

@@ -381,6 +381,50 @@ static void packed_path_equals_fake_quant_for_every_format(void **state) {
     free(z);
 }
 
+/* qk_fake_quant_into (out of place) equals qk_fake_quant on a copy, bit for bit, values and
+ * statistics, for every format and rounding, with and without statistics (the batched path
+ * and the per-block paths), specials in the data; x is left unchanged; a NULL y is refused. */
+static void out_of_place_equals_in_place_for_every_format(void **state) {
+    (void)state;
+    const size_t rows = 9, k = 600;
+    float *x = make_matrix(rows, k, 12, 1);
+    float *keep = malloc(rows * k * sizeof *x), *a = malloc(rows * k * sizeof *x),
+          *b = malloc(rows * k * sizeof *x);
+    assert_non_null(keep);
+    assert_non_null(a);
+    assert_non_null(b);
+    memcpy(keep, x, rows * k * sizeof *x);
+    for (size_t fi = 0; fi < qk_format_count(); fi++) {
+        const qk_format *f = qk_format_at(fi);
+        for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd++) {
+            for (int with_stats = 0; with_stats < 2; with_stats++) {
+                qk_quant_options o = {.rounding = (qk_rounding)rnd, .seed = 3, .threads = 2};
+                qk_quant_stats sa, sb;
+                qs_error err = {0};
+                memcpy(a, x, rows * k * sizeof *x);
+                memset(b, 0xA5, rows * k * sizeof *b);
+                assert_int_equal(
+                    qk_fake_quant(f, &o, a, rows, k, with_stats ? &sa : NULL, &err), QS_OK);
+                assert_int_equal(
+                    qk_fake_quant_into(f, &o, x, b, rows, k, with_stats ? &sb : NULL, &err),
+                    QS_OK);
+                if (memcmp(a, b, rows * k * sizeof *a) != 0)
+                    fail_msg("%s rounding %d stats %d: out of place differs", f->name, rnd,
+                             with_stats);
+                if (with_stats) assert_memory_equal(&sa, &sb, sizeof sa);
+                assert_memory_equal(x, keep, rows * k * sizeof *x);
+            }
+        }
+    }
+    qs_error err = {0};
+    assert_int_equal(qk_fake_quant_into(fmt("nvfp4"), NULL, x, NULL, rows, k, NULL, &err),
+                     QS_EINVAL);
+    free(x);
+    free(keep);
+    free(a);
+    free(b);
+}
+
 /* 1, 2 and 4 threads give identical bits and identical statistics for every format and
  * rounding mode (rows not a multiple of 16 or of the thread count). */
 static void results_are_identical_for_1_2_4_threads(void **state) {
@@ -619,6 +663,7 @@ int main(void) {
         cmocka_unit_test(nvfp4_2d_scaling_commutes_with_transpose),
         cmocka_unit_test(packed_path_equals_fake_quant_for_every_format),
         cmocka_unit_test(results_are_identical_for_1_2_4_threads),
+        cmocka_unit_test(out_of_place_equals_in_place_for_every_format),
         cmocka_unit_test(fast_path_matches_reference),
         cmocka_unit_test(batched_path_matches_reference),
         cmocka_unit_test(statistics_match_direct_computation),
