@@ -145,8 +145,7 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
  * traffic than copying first (the engine's master -> working weights). Errors: as
  * qk_fake_quant (QS_EINVAL also for a NULL y). */
 qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, const float *x,
-                             float *y, size_t rows, size_t k, qk_quant_stats *stats,
-                             qs_error *err);
+                             float *y, size_t rows, size_t k, qk_quant_stats *stats, qs_error *err);
 
 /* Packed storage of one quantized [rows x k] tensor. Buffers are carved out of ONE
  * allocation owned by the struct (qk_packed_init / qk_packed_release).

@@ -1,7 +1,9 @@
 /* The one block quantizer: every format of format.c goes through the scalar reference
- * (quant_group_ref); RNE fake-quant of the minifloat formats in 1D blocks (NVFP4, MX, FP8
- * per tensor) also has a branch-free fast path (quant_row_fast) that tests/kernels checks
- * bit-identical against the reference.
+ * (quant_group_ref); fake-quant also has fast paths that tests/kernels checks bit-identical
+ * against it: quant_row_fast (the minifloat formats in 1D blocks, NVFP4, MX, FP8 per tensor;
+ * RNE, SR for E2M1, statistics), quant_row_batched16/32 (NVFP4 and MX, RNE without
+ * statistics, 16 blocks at a time: the hot case) and quant_row_int_fast (INT8 per channel,
+ * INT4 group-wise, RNE).
  *
  * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
  * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
@@ -208,8 +210,7 @@ qs_status qk_joint_amax(const float *const *tensors, const size_t *n, size_t cou
         return qs_error_set(err, QS_EINVAL, "kernels: joint amax: %s",
                             count == 0 ? "no tensors (count 0)" : "tensors, n or amax is NULL");
     if (threads < 0)
-        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: threads %d is negative",
-                            threads);
+        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: threads %d is negative", threads);
     for (size_t i = 0; i < count; i++)
         if (n[i] > 0 && !tensors[i])
             return qs_error_set(err, QS_EINVAL, "kernels: joint amax: tensor %zu is NULL", i);
@@ -261,7 +262,8 @@ static void plan_tensor_scales(qk_plan *p, const float *x, const qk_quant_option
     static const qk_quant_options defaults;
     if (!opt) opt = &defaults;
     p->amax_given = opt->tensor_amax_given;
-    p->amax_t = opt->tensor_amax_given ? opt->tensor_amax : tensor_amax(x, p->rows * p->k, p->threads);
+    p->amax_t =
+        opt->tensor_amax_given ? opt->tensor_amax : tensor_amax(x, p->rows * p->k, p->threads);
     float max_q = p->fmt->rule == QK_RULE_NVFP4 ? 2688.0f : p->elem->max_value;
     p->tiny = amax_is_tiny(p->amax_t, max_q);
     float amax = p->amax_t;
@@ -589,9 +591,8 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc
  * the reference, so the same bits (tested). Returns the first column it did not do (a
  * multiple of B * QK_BATCH); quant_row_fast does the rest of the row. */
 #define QK_BATCH 16
-__attribute__((always_inline)) static inline size_t quant_row_batched_body(const qk_plan *p,
-                                                                            float *row,
-                                                                            const size_t B) {
+__attribute__((always_inline)) static inline size_t
+quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
     const size_t span = B * QK_BATCH;
     const size_t full = p->k / span * span;
     const qk_codec *el = p->elem;
@@ -833,10 +834,9 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
         float *out = y + r0 * k;
         if ((batched || fast || int_fast) && y != x) memcpy(out, x + r0 * k, k * sizeof *out);
         if (batched)
-            quant_row_fast(&p, r0, out,
-                           p.block == 16 ? quant_row_batched16(&p, out)
-                                         : quant_row_batched32(&p, out),
-                           NULL);
+            quant_row_fast(
+                &p, r0, out,
+                p.block == 16 ? quant_row_batched16(&p, out) : quant_row_batched32(&p, out), NULL);
         else if (fast)
             quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)

@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
     printf("%-18s %7s %10s %9s %10s %10s\n", "format", "threads", "ms", "GB/s", "memcpy ms",
            "x memcpy");
 
+    /* clang-format off */
     const struct {
         const char *label, *format;
         int reference, given, amax_only; /* 1: amax only; 2: out of place; 3: copy first */
@@ -80,6 +81,7 @@ int main(int argc, char **argv) {
                  {"int8_channel", "int8_channel", 0, 0, 0},
                  {"int4_group", "int4_group", 0, 0, 0},
                  {"int8 (reference)", "int8_channel", 1, 0, 0}};
+    /* clang-format on */
     float amax = 0.0f;
     {
         const float *list[1] = {src};

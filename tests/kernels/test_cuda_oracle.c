@@ -154,8 +154,8 @@ static void all_2_32_inputs_match_cuda(void **state) {
  * checked against CUDA above and in kernels_cuda_oracle). Needs no CUDA header. */
 static void minifloat_fast_values_match_reference_on_all_inputs(void **state) {
     (void)state;
-    const qk_codec *codecs[] = {&qk_codec_e4m3, &qk_codec_e5m2, &qk_codec_e2m3, &qk_codec_e3m2,
-                                &qk_codec_fp16, &qk_codec_e2m1};
+    const qk_codec *codecs[] = {&qk_codec_e4m3, &qk_codec_e5m2, &qk_codec_e2m3,
+                                &qk_codec_e3m2, &qk_codec_fp16, &qk_codec_e2m1};
     size_t bad = 0;
     for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
         const qk_codec *c = codecs[ci];

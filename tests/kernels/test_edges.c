@@ -130,7 +130,7 @@ static void nvfp4_tiny_tensor_follows_transformer_engine(void **state) {
         int e;          /* amax_t = 2^e */
         int tiny;       /* S_enc = 2688 * 2^-e > 2^126 */
         double rel_err; /* of the amax element, NAN: not checked */
-    } cases[] = {{-100, 0, 0.0},   {-114, 0, 0.0},    {-115, 1, NAN},   {-117, 1, NAN},
+    } cases[] = {{-100, 0, 0.0},   {-114, 0, 0.0},   {-115, 1, NAN}, {-117, 1, NAN},
                  {-126, 1, -0.31}, {-127, 1, -0.66}, {-130, 1, -1.0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float x[N], y[N], want[N];
@@ -248,8 +248,7 @@ static void fp8_per_tensor_tiny_tensor(void **state) {
     assert_non_null(strstr(err.msg, "tiny_amax"));
     assert_int_equal(qk_quant_option_set(fmt("int8_channel"), &o, "tiny_amax", "exact", &err),
                      QS_ENOTFOUND);
-    assert_int_equal(qk_quant_option_set(fmt("nvfp4"), &o, "tiny_amax", "always", &err),
-                     QS_EINVAL);
+    assert_int_equal(qk_quant_option_set(fmt("nvfp4"), &o, "tiny_amax", "always", &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "te, exact"));
 }
 
@@ -385,9 +384,9 @@ static void fp8_per_tensor_inf_saturates_to_the_amax(void **state) {
     assert_int_equal(qk_fake_quant(fmt("fp8_e4m3"), NULL, x, 1, 8, &st, &err), QS_OK);
     assert_true(st.tensor_amax == 3.0f);
     assert_true(fabsf(x[0] - 3.0f) <= 3.0f * 0x1p-23f); /* 448 * S_dec: one rounding off 3 */
-    assert_true(x[0] == -x[2] && x[3] == x[2]);          /* +-Inf exactly as the finite amax */
-    assert_true(fabsf(x[1] - 1.0f) <= 1.0f / 16.0f);     /* E4M3's 3 mantissa bits */
-    assert_true(isnan(x[5])); /* E4M3 has a NaN code: NaN stays NaN */
+    assert_true(x[0] == -x[2] && x[3] == x[2]);         /* +-Inf exactly as the finite amax */
+    assert_true(fabsf(x[1] - 1.0f) <= 1.0f / 16.0f);    /* E4M3's 3 mantissa bits */
+    assert_true(isnan(x[5]));                           /* E4M3 has a NaN code: NaN stays NaN */
     assert_int_equal(st.n_nonfinite, 3);
 }
 
@@ -487,8 +486,7 @@ static void fused_qkv_share_one_global_scale(void **state) {
         assert_true(st.tensor_scale == s_dec);
         qk_packed pk, pf;
         assert_int_equal(qk_packed_init(&pk, fmt("nvfp4"), &o, nr[t], K, &err), QS_OK);
-        assert_int_equal(qk_quantize(fmt("nvfp4"), &o, w + r0[t] * K, nr[t], K, &pk, &err),
-                         QS_OK);
+        assert_int_equal(qk_quantize(fmt("nvfp4"), &o, w + r0[t] * K, nr[t], K, &pk, &err), QS_OK);
         assert_true(pk.tensor_scale == s_dec && pk.tensor_amax == 0.28f);
         assert_int_equal(qk_packed_init(&pf, fmt("nvfp4"), NULL, RT, K, &err), QS_OK);
         assert_int_equal(qk_quantize(fmt("nvfp4"), NULL, w, RT, K, &pf, &err), QS_OK);
@@ -576,7 +574,8 @@ static void given_tensor_amax_rules(void **state) {
     assert_non_null(strstr(err.msg, "count 0"));
 }
 
-/* --- 5. the INT fast path ---------------------------------------------------------------------- */
+/* --- 5. the INT fast path ----------------------------------------------------------------------
+ */
 
 /* int8_channel and int4_group (group 128, 32, 5, 1, and one longer than k) through the fast
  * path equal the scalar reference bit for bit, values and statistics, with NaN, +-Inf, -0,
@@ -616,8 +615,8 @@ static void int_fast_path_matches_reference(void **state) {
     const struct {
         const char *f;
         int group;
-    } cfg[] = {{"int8_channel", 0}, {"int4_group", 0},  {"int4_group", 32},
-               {"int4_group", 5},   {"int4_group", 1},  {"int4_group", 1000}};
+    } cfg[] = {{"int8_channel", 0}, {"int4_group", 0}, {"int4_group", 32},
+               {"int4_group", 5},   {"int4_group", 1}, {"int4_group", 1000}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         for (int e = -140; e <= 100; e += 60) {
             for (int th = 1; th <= 3; th++) {
