@@ -224,6 +224,55 @@ static void nvfp4_tiny_tensor_exact_variant(void **state) {
 #endif
 }
 
+/* The exact variant is TE on the tensor rescaled by 2^p, scaled back, for every per-tensor
+ * format, rounding (SR draws the same bits: they depend on the element index only) and
+ * thread count, with a given tiny amax too: checked here as that identity, through qsweep's
+ * own default path on x * 2^p (the oracle test above covers NVFP4 RNE independently). */
+static void tiny_exact_variant_is_rescaled_te_for_every_tensor_format(void **state) {
+    (void)state;
+    enum { R = 20, K = 48, N = R * K };
+    static float x[N], xs[N], y[N], want[N];
+    const char *names[] = {"nvfp4", "nvfp4_2d", "fp8_e4m3"};
+    for (int f = 0; f < 3; f++) {
+        for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd++) {
+            for (int given = 0; given < 2; given++) {
+                fill_unit(x, N, 11 + (uint64_t)f, 33);
+                for (int i = 0; i < N; i++)
+                    x[i] = ldexpf(x[i], -120); /* FP32 normal inputs: the rescaling is exact */
+                const int p = 120;             /* amax 2^-120 = 1 * 2^-120: p = 1 - (-119) */
+                for (int i = 0; i < N; i++)
+                    xs[i] = ldexpf(x[i], p);
+                qk_quant_options o = {.rounding = (qk_rounding)rnd, .seed = 4, .tensor_id = 9};
+                qs_error err = {0};
+                if (given) { /* a given amax twice the own one: p is then one less */
+                    o.tensor_amax_given = 1;
+                    o.tensor_amax = 0x1p-119f;
+                    for (int i = 0; i < N; i++)
+                        xs[i] = ldexpf(x[i], p - 1);
+                }
+                memcpy(want, xs, sizeof xs);
+                qk_quant_options os = o;
+                os.tensor_amax = given ? 1.0f : 0.0f;
+                assert_int_equal(qk_fake_quant(fmt(names[f]), &os, want, R, K, NULL, &err), QS_OK);
+                for (int i = 0; i < N; i++)
+                    want[i] = ldexpf(want[i], given ? -(p - 1) : -p);
+                o.tiny_amax = QK_TINY_EXACT;
+                for (int th = 1; th <= 2; th++) {
+                    o.threads = th;
+                    memcpy(y, x, sizeof x);
+                    qk_quant_stats st;
+                    assert_int_equal(qk_fake_quant(fmt(names[f]), &o, y, R, K, &st, &err), QS_OK);
+                    assert_int_equal(st.n_tiny_tensors, 1);
+                    assert_int_equal(st.tensor_scale_exp2, given ? -(p - 1) : -p);
+                    if (memcmp(y, want, sizeof y) != 0)
+                        fail_msg("%s rounding %d given %d threads %d: not TE on x * 2^p", names[f],
+                                 rnd, given, th);
+                }
+            }
+        }
+    }
+}
+
 /* FP8 per tensor has the same edge (S_enc = 448/amax_t): counted, and exact under the option:
  * the amax element, 1.3 * 2^-135, returns as itself (TE's saturated S_enc: 1.25 * 2^-135). */
 static void fp8_per_tensor_tiny_tensor(void **state) {
@@ -648,6 +697,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nvfp4_tiny_tensor_follows_transformer_engine),
         cmocka_unit_test(nvfp4_tiny_tensor_exact_variant),
+        cmocka_unit_test(tiny_exact_variant_is_rescaled_te_for_every_tensor_format),
         cmocka_unit_test(fp8_per_tensor_tiny_tensor),
         cmocka_unit_test(mxfp4_rceil_of_flt_max_against_cuda),
         cmocka_unit_test(mx_flt_max_block_decodes_finite_and_is_stable),
