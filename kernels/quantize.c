@@ -2,8 +2,8 @@
  * (quant_group_ref); fake-quant also has fast paths that tests/kernels checks bit-identical
  * against it: quant_row_fast (the minifloat formats in 1D blocks, NVFP4, MX, FP8 per tensor;
  * RNE, SR for E2M1, statistics), quant_row_batched16/32 (NVFP4 and MX, RNE without
- * statistics, 16 blocks at a time: the hot case) and quant_row_int_fast (INT8 per channel,
- * INT4 group-wise, RNE).
+ * statistics, 16 blocks at a time: the hot case), quant_group_nvfp4_2d_fast (nvfp4_2d, RNE
+ * without statistics) and quant_row_int_fast (INT8 per channel, INT4 group-wise, RNE).
  *
  * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
  * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
@@ -677,6 +677,39 @@ quant_row_batched32(const qk_plan *p, float *row) {
     return quant_row_batched_body(p, row, 32);
 }
 
+/* NVFP4 2D (16x16 blocks, weights) RNE fake-quant without statistics, in place on the h <= 16
+ * rows starting at g (a row group): per block column the amax of the 16x16 tile by bits
+ * (NaN and +-Inf ignored), the reference's own scale_for, then the tile's elements with
+ * qk_minifloat_rne_value (equal to the E2M1 codec on all 2^32 inputs) in the reference's
+ * order, (elem * sb) * S_dec. So the bits equal quant_group_ref's (tested). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h) {
+    const size_t k = p->k;
+    const float s_dec = p->s_dec;
+    for (size_t c0 = 0; c0 < k; c0 += 16) {
+        size_t n = k - c0 < 16 ? k - c0 : 16;
+        int32_t mx = 0;
+        for (size_t r = 0; r < h; r++) {
+            const float *v = g + r * k + c0;
+            for (size_t i = 0; i < n; i++) {
+                int32_t b = (int32_t)(qk_bits_of(v[i]) & 0x7FFFFFFFu);
+                b = b >= 0x7F800000 ? 0 : b;
+                mx = b > mx ? b : mx;
+            }
+        }
+        const block_scale bs = scale_for(p, qk_float_of((uint32_t)mx));
+        const float e = bs.enc, d = bs.dec;
+        for (size_t r = 0; r < h; r++) {
+            float *v = g + r * k + c0;
+            for (size_t i = 0; i < n; i++)
+                v[i] = (qk_minifloat_rne_value(v[i] * e, 1, 0, 3, 6.0f, 6.0f) * d) * s_dec;
+        }
+    }
+}
+
 /* Fast path for RNE fake-quant of the symmetric integer formats (int8_channel, int4_group,
  * any group size) in place on one row: per block the amax by bits (NaN and +-Inf ignored),
  * the reference's scale s = scale_for(amax).f32, then a branch-free loop the compiler
@@ -824,6 +857,8 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
     }
     int fast = !opt->reference_only && fast_path_applies(&p);
     int int_fast = !opt->reference_only && int_fast_path_applies(&p);
+    int fast_2d = !opt->reference_only && !accs && p.rounding == QK_ROUND_RNE &&
+                  fmt->rule == QK_RULE_NVFP4 && p.brows == 16 && p.block == 16 && !p.exp2;
     int batched = fast && !accs && p.rounding == QK_ROUND_RNE &&
                   ((fmt->rule == QK_RULE_NVFP4 && p.block == 16) ||
                    (fmt->rule == QK_RULE_MX && p.block == 32));
@@ -832,7 +867,8 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
         float *out = y + r0 * k;
-        if ((batched || fast || int_fast) && y != x) memcpy(out, x + r0 * k, k * sizeof *out);
+        if ((batched || fast || int_fast || fast_2d) && y != x)
+            memcpy(out, x + r0 * k, h * k * sizeof *out);
         if (batched)
             quant_row_fast(
                 &p, r0, out,
@@ -841,6 +877,8 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
             quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)
             quant_row_int_fast(&p, out, accs ? &accs[g] : NULL);
+        else if (fast_2d)
+            quant_group_nvfp4_2d_fast(&p, out, h);
         else
             quant_group_ref(&p, x, r0, h, NULL, y, accs ? &accs[g] : NULL);
     }

@@ -2,9 +2,9 @@
  *
  * For a [rows x k] FP32 matrix (default 4096 x 4096, 64 MiB) it times, at 1 thread and at
  * all threads: a parallel memcpy of the matrix (the bandwidth ceiling, measured in this run)
- * and qk_fake_quant in place for NVFP4, MXFP4, MXFP8, INT8 per channel and INT4 group-wise
- * (fast paths) and NVFP4 and INT8 through the scalar reference. Bytes counted: the matrix
- * read once and written once (2 * rows * k * 4) for both memcpy and fake-quant, so the ratio
+ * and qk_fake_quant in place for NVFP4 (1D and 2D), MXFP4, MXFP8, INT8 per channel and INT4
+ * group-wise (fast paths) and NVFP4 and INT8 through the scalar reference. Bytes counted: the
+ * matrix read once and written once (2 * rows * k * 4) for both memcpy and fake-quant, so the ratio
  * compares like with like. Two rows explain NVFP4's limit: "amax (read only)" is its first
  * pass alone (qk_joint_amax; bytes = rows * k * 4, read), and "nvfp4 given amax" its second
  * pass alone (the tensor amax passed in options.tensor_amax). "nvfp4 into" is the
@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
                  {"nvfp4 given amax", "nvfp4", 0, 1, 0},
                  {"nvfp4 into", "nvfp4", 0, 0, 2},
                  {"memcpy+nvfp4", "nvfp4", 0, 0, 3},
+                 {"nvfp4_2d", "nvfp4_2d", 0, 0, 0},
                  {"mxfp4", "mxfp4", 0, 0, 0},
                  {"nvfp4 (reference)", "nvfp4", 1, 0, 0},
                  {"mxfp8_e4m3", "mxfp8_e4m3", 0, 0, 0},

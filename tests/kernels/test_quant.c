@@ -504,9 +504,10 @@ static void fast_path_matches_reference(void **state) {
 }
 
 /* RNE fake-quant without statistics of NVFP4 and the MX formats takes the batched path (16
- * blocks at a time, then the per-block fast path for the rest of the row): bit-identical to
- * the scalar reference for k below, at and above a batch (256 and 512), ragged k, every
- * NVFP4 clamp option and given tensor amax, every MX format and scale rule, specials in the
+ * blocks at a time, then the per-block fast path for the rest of the row), nvfp4_2d its
+ * tile path: bit-identical to the scalar reference for k below, at and above a batch (256
+ * and 512), ragged k and row counts, every NVFP4 clamp option and given tensor amax, every
+ * MX format and scale rule, specials in the
  * data (MX blocks holding Inf or NaN are NaN), overall scales 2^-60 .. 2^60, and 1, 2 and 3
  * threads. */
 static void batched_path_matches_reference(void **state) {
@@ -519,21 +520,21 @@ static void batched_path_matches_reference(void **state) {
         float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
         assert_non_null(a);
         assert_non_null(b);
-        /* cfg < 6: nvfp4 with clamp cfg / 2, amax given when cfg is odd; then MX format
-         * (cfg - 6) / 4 under scale rule (cfg - 6) % 4 */
-        for (int cfg = 0; cfg < 6 + 5 * 4; cfg++) {
-            const char *name = cfg < 6 ? "nvfp4" : mx[(cfg - 6) / 4];
+        /* cfg < 12: nvfp4 (cfg < 6) or nvfp4_2d with clamp (cfg % 6) / 2, amax given when
+         * cfg is odd; then MX format (cfg - 12) / 4 under scale rule (cfg - 12) % 4 */
+        for (int cfg = 0; cfg < 12 + 5 * 4; cfg++) {
+            const char *name = cfg < 6 ? "nvfp4" : cfg < 12 ? "nvfp4_2d" : mx[(cfg - 12) / 4];
             for (int e = -60; e <= 60; e += 40) {
                 for (size_t i = 0; i < n; i++)
                     a[i] = ldexpf(x[i], e);
                 memcpy(b, a, n * sizeof *a);
                 qk_quant_options o = {.threads = 1 + (int)((s + (size_t)cfg) % 3)};
-                if (cfg < 6) {
-                    o.nvfp4_clamp = (qk_nvfp4_clamp)(cfg / 2);
+                if (cfg < 12) {
+                    o.nvfp4_clamp = (qk_nvfp4_clamp)((cfg % 6) / 2);
                     o.tensor_amax_given = cfg & 1;
                     o.tensor_amax = ldexpf(3.0f, e);
                 } else {
-                    o.mx_rule = (qk_mx_scale_rule)((cfg - 6) % 4);
+                    o.mx_rule = (qk_mx_scale_rule)((cfg - 12) % 4);
                 }
                 qs_error err = {0};
                 o.reference_only = 1;
