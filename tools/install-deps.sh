@@ -12,6 +12,8 @@ pkgs=(
   postgresql postgresql-client
   clang libclang-rt-14-dev cppcheck python3 python3-pip
   libfaketime iproute2
+  chromium                  # tests/report: renders qsweep report's page headless
+  slurm-wlm munge           # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -22,7 +22,7 @@
 #include <zmq.h>
 
 #include "clock.h"
-#include "codec.h"
+#include "envelope.h"
 #include "harness.h"
 #include "loop.h"
 #include "server.h"

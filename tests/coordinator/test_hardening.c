@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "harness.h"
 
 /* ---- --exit-when-idle ---- */
