@@ -26,6 +26,7 @@
 #include "harness.h"
 #include "loop.h"
 #include "server.h"
+#include "test_kinds.h"
 #include "zap.h"
 
 /* ---- stderr capture: the coordinator's and workers' log lines, for assertions ---- */
@@ -87,6 +88,8 @@ static bool wait_log(const char *needle, int timeout_ms) {
 
 static int curve_setup(void **state) {
     test_done = false;
+    qs_error err;
+    if (qw_register_test_kinds(&err) != QS_OK) return -1; /* the workers here run echo jobs */
     return h_setup(state);
 }
 

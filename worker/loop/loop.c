@@ -1013,8 +1013,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         return qs_error_set(
             err, QS_EINVAL,
             "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads/exit_when_idle_ms < 0");
-    qs_status st = qw_register_builtin_kinds(err);
-    if (st != QS_OK) return st;
+    qs_status st = QS_OK;
 
     worker *w = calloc(1, sizeof *w);
     if (!w) return qs_error_set(err, QS_ENOMEM, "qw_run");

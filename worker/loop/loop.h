@@ -18,15 +18,9 @@
  * thread. QS_OK = success, its metrics are the result. QS_ECANCELLED after qw_job_cancelled
  * returned true = cancelled/preempted. Any other status = failed; err->msg is the message
  * stored in the database. QS_EIO, QS_ENOMEM and QS_EUNSUPPORTED are reported as worker
- * errors, every other status as job errors. Built-in kinds (registered by qw_run):
- *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
- *                                          metric "seconds" = s (final);
- *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL);
- *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, and with
- *           "curve": {"name": [v0, v1, ...]}, "step_ms": ms   each list as a curve (non-final
- *                                          metrics at steps 0, 1, ...), ms apart.
- * "sleep" and "echo" with a string "model_key" in their spec put that key in the worker's
- * cache (a stand-in for a loaded model), so tests can see model affinity. */
+ * errors, every other status as job errors. A production worker registers its sweep's
+ * kinds (worker/jobs/jobs.h); the test kinds sleep, fail and echo are registered only by
+ * test binaries (test_kinds.h). */
 #ifndef QW_LOOP_H
 #define QW_LOOP_H
 

@@ -1,4 +1,5 @@
-/* qsweep-worker: a thin command line over qw_run (loop.h).
+/* qsweep-worker: a thin command line over qw_run (loop.h) with the test kinds (test_kinds.h),
+ * for tests and benchmarks; production workers are `qsweep worker` (cli/cmd_serve.c).
  * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
  *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]
  *                      [--max-result-bytes N] */
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "loop.h"
+#include "test_kinds.h"
 
 static int usage(const char *why) {
     fprintf(stderr,
@@ -53,7 +55,8 @@ int main(int argc, char **argv) {
     }
     if (!o.endpoint) return usage("--endpoint is required");
     qs_error err;
-    qs_status st = qw_run(&o, &err);
+    qs_status st = qw_register_test_kinds(&err); /* this binary is for tests and benchmarks */
+    if (st == QS_OK) st = qw_run(&o, &err);
     if (st != QS_OK) {
         fprintf(stderr, "qsweep-worker: %s\n", err.msg);
         return (int)st;
