@@ -269,6 +269,40 @@ static void result_and_spec_over_the_protocol_limit_arrive_once_in_chunks(void *
     assert_true(h_file_contains(wlog, "receiving its spec in"));
 }
 
+/* A curve of 30,000 points recorded in a burst (about 700 kB of partial metrics) goes out in
+ * frames of at most QS_PROTO_CHUNK_BYTES: partial batches each ACKed by its own seq, or, for
+ * points still unacked when the job ends, the chunks of the final RESULT; every point is
+ * stored once, with the job's two final metrics. */
+static void big_burst_of_curve_points_goes_in_bounded_batches_stored_once(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_big_curve");
+    enum { POINTS = 30000 };
+    char *spec = malloc((size_t)POINTS * 8 + 128);
+    assert_non_null(spec);
+    size_t o = (size_t)sprintf(spec, "{\"metrics\": {\"a\": 1, \"b\": 2}, \"curve\": "
+                                     "{\"train_loss_per_token\": [");
+    for (int i = 0; i < POINTS; i++)
+        o += (size_t)sprintf(spec + o, "%s%d", i ? "," : "", i % 997);
+    strcpy(spec + o, "]}}");
+    long id = h_insert_job(h, "big-curve", "echo", spec, 1, 0);
+    free(spec);
+    h_start_coordinator(h);
+    h_start_worker(h, "w1");
+    assert_true(h_wait_sql(h, 1, 30000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND NOT final", id), POINTS);
+    assert_int_equal(h_sql_long(h,
+                                "SELECT count(DISTINCT step) FROM results WHERE job = %ld AND "
+                                "name = 'train_loss_per_token' AND value = step %% 997",
+                                id),
+                     POINTS);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND final", id),
+                     2);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld", id), 1);
+    assert_false(h_log_contains(h, "exceeds the limit"));
+}
+
 /* A result over what the worker may deliver is refused by the worker itself, on attempt 1,
  * with a job error giving its size and the limit (the limit is lowered for the test:
  * --max-result-bytes; the real one, QS_PROTO_MAX_RESULT_BYTES, is 64 MiB). */
@@ -314,6 +348,8 @@ int main(int argc, char **argv) {
             coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
             result_and_spec_over_the_protocol_limit_arrive_once_in_chunks, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(
+            big_burst_of_curve_points_goes_in_bounded_batches_stored_once, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(result_over_the_worker_limit_fails_with_size_and_limit,
                                         h_setup, h_teardown),
     };
