@@ -6,7 +6,11 @@
 
 qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
                           size_t model, int mode, const char *label, long *index, qs_error *err) {
-    char key[65];
+    char key[65], model_key[QS_AFFINITY_KEY_MAX] = "";
+    /* the affinity key comes from the spec, so every kind that names a model gets one */
+    const char *digest =
+        json_string_value(json_object_get(json_object_get(spec, "model"), "digest"));
+    if (digest) qs_affinity_key(digest, model_key, sizeof model_key);
     char *text = spec ? qs_spec_canonical(spec) : NULL;
     qs_status st =
         text ? qs_spec_key(spec, key, err) : qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -30,6 +34,7 @@ qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, lon
     }
     qc_job *j = &list->jobs[n];
     memcpy(j->key, key, sizeof key);
+    memcpy(j->model_key, model_key, sizeof model_key);
     j->spec = text;
     j->kind = kind;
     j->depends_on = depends_on;

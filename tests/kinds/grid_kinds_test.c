@@ -142,6 +142,12 @@ static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) 
     assert_string_equal(hex_s, "6e872cb273b136357c51a101fa50472c3a950747f86eb1897f097c71f54a19e1");
     assert_string_equal(l.jobs[1].key,
                         "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe");
+    /* the affinity key the pre-kinds submit built from the model's digest */
+    assert_string_equal(l.jobs[1].model_key,
+                        "model:eca1f7e6930602478a3e12bacc8deab4e52c8053a0b75014e38b5ec8679bd05e");
+    assert_string_equal(l.jobs[l.n - 1].model_key,
+                        "model:"
+                        "9f19eb23fc84fdbddc5f3f8b0ee52a683921b4c6e1cfd67e3b522eae5c4c34a9");
     qc_job_list_free(&l);
     qc_grid_free(g);
 }
