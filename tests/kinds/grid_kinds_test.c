@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "fixtures.h"
+#include "grid_kind.h"
 #include "grid.h"
 #include "probe.h"
 
@@ -245,6 +246,23 @@ static void test_unknown_kind_names_the_registered_kinds(void **state) {
                                     "max_attempts, resources)"));
 }
 
+/* A spec its job kind would refuse fails at expansion, naming the job; so does a kind the
+ * registry does not know. */
+static void test_job_list_refuses_specs_their_kind_refuses(void **state) {
+    (void)state;
+    qc_job_list l = {0};
+    qs_error err = {0};
+    json_t *bad = json_pack("{s:s, s:s}", "kind", "eval", "mode", "diagonal");
+    assert_int_equal(qc_job_list_add(&l, bad, "eval", -1, 0, 0, "m f w diagonal q", NULL, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "job 1 (m f w diagonal q): job spec:"));
+    json_t *other = json_pack("{s:s}", "kind", "sleep");
+    assert_int_equal(qc_job_list_add(&l, other, "sleep", -1, 0, -1, "s", NULL, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "job kind 'sleep' is not registered"));
+    assert_int_equal(l.n, 0);
+    qc_job_list_free(&l);
+}
+
 /* `resources` is recorded in every spec and changes no key. */
 static void test_resources_are_recorded_but_not_keyed(void **state) {
     env *e = *state;
@@ -316,6 +334,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
+        cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
                                         teardown),
