@@ -3,7 +3,9 @@
  * must give a spec that is accepted again with the same job key (the canonical form is a
  * fixed point). Invariants: no crash, leak or undefined behaviour (ASan, UBSan); every refusal
  * carries a message. Build: cmake -DCMAKE_C_COMPILER=clang -DQSWEEP_FUZZ=ON; run:
- *   kinds_fuzz_spec -max_total_time=60 <corpus dir> */
+ *   kinds_fuzz_spec -max_total_time=60 <corpus dir> tests/kinds/fuzz/seeds
+ * (seeds: canonical specs of a baseline, evals of each mode family, a synthetic model, a spec
+ * with resources). */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
