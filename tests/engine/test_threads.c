@@ -9,7 +9,6 @@
  * whose GEMMs have many column pieces and whose vocabulary is 49152 (skipped when absent).
  * ctest runs both again with OPENBLAS_CORETYPE=Haswell, so the AVX2 kernels are covered on an
  * AVX-512 CPU too. */
-#include <ftw.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,13 +50,6 @@ static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab, uint32_t seed) 
         x ^= x << 5;
         ids[i] = x % vocab;
     }
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 static int open_model(void **state, const char *ckpt, int ctx, size_t n_chunks) {
@@ -113,7 +105,7 @@ static int teardown(void **state) {
     qw_checkpoint_close(f->ck);
     free(f->ref);
     free(f->pre);
-    if (f->dir[0]) nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (f->dir[0]) remove_temp_dir(f->dir);
     free(f);
     *state = NULL;
     return 0;
