@@ -141,8 +141,8 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
              (long long)p->cancelled, eta);
     int cols = output_columns(out), name_w = 28, bar_w = 30, limit = 0;
     int name_chars = text_chars(p->name);
-    if (cols > 0 && (name_chars > name_w ? name_chars : name_w) + 3 + bar_w + (int)strlen(tail) >
-                        cols - 1) {
+    if (cols > 0 &&
+        (name_chars > name_w ? name_chars : name_w) + 3 + bar_w + (int)strlen(tail) > cols - 1) {
         snprintf(tail, sizeof tail, " %d%% %lld/%lld run %lld ok %lld fail %lld%s%s", pct,
                  (long long)done, (long long)p->total, (long long)p->running,
                  (long long)p->succeeded, (long long)p->failed + p->cancelled,
@@ -232,8 +232,8 @@ int qsweep_cmd_cancel(int argc, char **argv) {
         if (!st && rows[0].pending + rows[0].running == 0) {
             finished = 1;
             snprintf(what, sizeof what,
-                     "experiment %s is finished (%lld succeeded, %lld failed, %lld cancelled)",
-                     exp, (long long)rows[0].succeeded, (long long)rows[0].failed,
+                     "experiment %s is finished (%lld succeeded, %lld failed, %lld cancelled)", exp,
+                     (long long)rows[0].succeeded, (long long)rows[0].failed,
                      (long long)rows[0].cancelled);
         }
         free(rows);
@@ -287,12 +287,11 @@ int qsweep_cmd_requeue(int argc, char **argv) {
 }
 
 static void workers_usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: qsweep workers [--db CONNINFO]\n"
-        "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
-        "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
-        "  seconds since the last message, and the job each is running now.\n");
+    fprintf(out,
+            "usage: qsweep workers [--db CONNINFO]\n"
+            "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
+            "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
+            "  seconds since the last message, and the job each is running now.\n");
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {

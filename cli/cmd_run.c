@@ -118,7 +118,8 @@ static void describe_exit(const child *c, char *buf, size_t cap) {
  * overwrites another's logs. Errors: QS_EIO / QS_EINVAL naming the folder. */
 static qs_status run_log_dir(const char *experiment, char *out, size_t cap, qs_error *err) {
     char base[PATH_MAX - 256], name[128];
-    qs_status st = qsweep_xdg_path("XDG_STATE_HOME", ".local/state", "logs", base, sizeof base, err);
+    qs_status st =
+        qsweep_xdg_path("XDG_STATE_HOME", ".local/state", "logs", base, sizeof base, err);
     if (!st) st = qsweep_make_dirs(base, err);
     if (st) return st;
     time_t now = time(NULL);

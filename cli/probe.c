@@ -17,8 +17,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     /* one file of a Hugging Face folder (config.json, *.safetensors) fails as "not GGUF" */
-    if (st && (!strcmp(base, "config.json") ||
-               (n > 12 && !strcmp(path + n - 12, ".safetensors")) ||
+    if (st && (!strcmp(base, "config.json") || (n > 12 && !strcmp(path + n - 12, ".safetensors")) ||
                !strcmp(base, "model.safetensors.index.json")))
         return qs_error_set(err, QS_EINVAL,
                             "%s: a Hugging Face model is given by its folder (%.*s), not by one "

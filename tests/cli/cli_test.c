@@ -292,7 +292,10 @@ static void test_keygen_env_and_key_files(void **state) {
 /* A Hugging Face model's config.json given as the model: the error says to give its folder. */
 static void test_hf_config_json_as_model_names_the_folder(void **state) {
     (void)state;
-    const char *args[] = {"submit", TINY, "--dry-run", "--set",
+    const char *args[] = {"submit",
+                          TINY,
+                          "--dry-run",
+                          "--set",
                           "models.0=" QSWEEP_SOURCE_DIR "/tests/engine/data/llama3_gqa/config.json",
                           NULL};
     assert_int_equal(qsweep(args), 2);

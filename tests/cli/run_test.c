@@ -586,8 +586,8 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     assert_int_equal(qsweep(out, sizeof out, start), 0);
     qs_error err = {0};
     assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK); /* teardown stops it */
-    const char *run[] = {"run",   TINY, "--workers", "1", "--threads", "2",
-                         "--set", "dataset.max_chunks=1", NULL};
+    const char *run[] = {
+        "run", TINY, "--workers", "1", "--threads", "2", "--set", "dataset.max_chunks=1", NULL};
     int rc = qsweep(out, sizeof out, run);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
     if (!strstr(out, "coordinator and 1 worker (2 threads) running; logs in ")) fail_msg("%s", out);
@@ -604,7 +604,8 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     assert_int_equal(access(path, R_OK), 0);
     assert_non_null(strstr(logs, "-tiny"));
     /* a second run of the same grid keeps the first one's logs */
-    const char *again[] = {"run",   TINY,          "--workers", "1", "--set", "dataset.max_chunks=2",
+    const char *again[] = {"run",   TINY,          "--workers",
+                           "1",     "--set",       "dataset.max_chunks=2",
                            "--set", "name=tiny-2", NULL};
     rc = qsweep(out, sizeof out, again);
     if (rc != 0) fail_msg("second qsweep run exited %d:\n%s", rc, out);
@@ -650,8 +651,11 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM cancel_requests"), 0);
 
     /* queued work and no worker (an interrupted run): no ETA */
-    const char *submit[] = {"submit", TINY, "--set", "name=tiny-later", "--set",
-                            "dataset.max_chunks=3", "--db", qc_pgserver_conninfo(e->pg), NULL};
+    const char *submit[] = {"submit", TINY,
+                            "--set",  "name=tiny-later",
+                            "--set",  "dataset.max_chunks=3",
+                            "--db",   qc_pgserver_conninfo(e->pg),
+                            NULL};
     rc = qsweep(out, sizeof out, submit);
     if (rc != 0) fail_msg("submit exited %d: %s", rc, out);
     const char *later[] = {"status", "tiny-later", NULL};

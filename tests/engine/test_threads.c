@@ -281,17 +281,16 @@ static void sqnr_probe_does_not_depend_on_thread_count(void **state) {
 }
 
 #define EACH(setup)                                                                                \
-    cmocka_unit_test_setup_teardown(unquantized_does_not_depend_on_thread_count, setup,           \
-                                    teardown),                                                     \
-        cmocka_unit_test_setup_teardown(nvfp4_w4a16_does_not_depend_on_thread_count, setup,       \
+    cmocka_unit_test_setup_teardown(unquantized_does_not_depend_on_thread_count, setup, teardown), \
+        cmocka_unit_test_setup_teardown(nvfp4_w4a16_does_not_depend_on_thread_count, setup,        \
                                         teardown),                                                 \
-        cmocka_unit_test_setup_teardown(nvfp4_w4a4_does_not_depend_on_thread_count, setup,        \
+        cmocka_unit_test_setup_teardown(nvfp4_w4a4_does_not_depend_on_thread_count, setup,         \
                                         teardown),                                                 \
-        cmocka_unit_test_setup_teardown(mxfp4_w4a4_does_not_depend_on_thread_count, setup,        \
+        cmocka_unit_test_setup_teardown(mxfp4_w4a4_does_not_depend_on_thread_count, setup,         \
                                         teardown),                                                 \
-        cmocka_unit_test_setup_teardown(prefix_cache_does_not_depend_on_thread_count, setup,      \
+        cmocka_unit_test_setup_teardown(prefix_cache_does_not_depend_on_thread_count, setup,       \
                                         teardown),                                                 \
-        cmocka_unit_test_setup_teardown(sqnr_probe_does_not_depend_on_thread_count, setup,        \
+        cmocka_unit_test_setup_teardown(sqnr_probe_does_not_depend_on_thread_count, setup,         \
                                         teardown)
 
 int main(int argc, char **argv) {
