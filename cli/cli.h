@@ -126,5 +126,8 @@ int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
+int qsweep_cmd_report(int argc, char **argv);
+int qsweep_cmd_plan(int argc, char **argv);
+int qsweep_cmd_slurm(int argc, char **argv);
 
 #endif

@@ -26,8 +26,8 @@ static void submit_usage(FILE *out) {
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
     /* jobs of no mode by kind, in order of first appearance ("baseline"), then eval jobs by
        mode in mode order */
-    const char *kind[16];
-    size_t per_kind[16], n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
+    const char *kind[16] = {0};
+    size_t per_kind[16] = {0}, n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
         if (j->mode >= 0 && j->mode < QS_MODE_COUNT) {
