@@ -117,5 +117,6 @@ int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
+int qsweep_cmd_tokenize(int argc, char **argv);
 
 #endif

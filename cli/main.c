@@ -32,6 +32,7 @@ static const struct {
     {"workers", qsweep_cmd_workers, "list the workers the coordinator has seen"},
     {"db", qsweep_cmd_db, "migrate | start | stop: schema migrations, the private cluster"},
     {"keygen", qsweep_cmd_keygen, "print a CURVE key pair for coordinator and workers"},
+    {"tokenize", qsweep_cmd_tokenize, "MODEL TEXT -o FILE: a text through the model's tokenizer"},
 };
 
 static void usage(FILE *out) {
