@@ -37,6 +37,7 @@ cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DQSWEEP_FUZZ=ON -DQSWEEP_CUDA
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fuzz_targets=(checkpoint_fuzz_gguf checkpoint_fuzz_safetensors checkpoint_fuzz_config
   checkpoint_fuzz_tokens cli_fuzz_grid engine_fuzz_baseline qs_proto_fuzz_decode)
+fuzz_targets+=(tokenizer_fuzz_json tokenizer_fuzz_encode) # seeds: tests/tokenizer/fuzz/seeds/json
 cmake --build build/fuzz -j"$jobs" --target "${fuzz_targets[@]}"
 seeds_of() {
   case "$1" in

@@ -8,7 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A cache of words already encoded in this call (HF's BPE keeps one too: models/bpe/model.rs
+ * cache): key = the word's bytes (copied: a normalized word lives in a buffer that the next
+ * fragment reuses), value = its ids. Words longer than QW_CACHE_MAX_WORD bytes are not cached;
+ * once QW_CACHE_SLOTS / 2 words are in, no more are added. */
+enum { QW_CACHE_SLOTS = 1 << 16, QW_CACHE_MAX_WORD = 64 };
+
+typedef struct qw_cache_slot {
+    uint32_t key_at, len; /* len 0 = empty */
+    uint32_t at, n;
+} qw_cache_slot;
+
+typedef struct qw_word_cache {
+    qw_cache_slot *slot;
+    size_t used;
+    uint8_t *keys; /* QW_CACHE_SLOTS / 2 * QW_CACHE_MAX_WORD bytes */
+    size_t keys_n;
+    qw_token_vec ids;
+} qw_word_cache;
+
 typedef struct qw_enc {
+    qw_word_cache cache;
     const qw_tokenizer *t;
     qw_bpe_scratch *bpe;
     pcre2_match_data *md[QW_TOK_MAX_STEPS];
@@ -19,12 +39,75 @@ typedef struct qw_enc {
     size_t norm_cap;
 } qw_enc;
 
+static qs_status qw_spm_words(qw_enc *e, const uint8_t *p, size_t n);
+
+static uint64_t qw_word_hash(const uint8_t *w, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The model on one word, through the cache. */
+static qs_status qw_model_word(qw_enc *e, const uint8_t *w, size_t n) {
+    const qw_tokenizer *t = e->t;
+    if (t->kind == QW_TOK_BYTE_BPE) return qw_bpe_word_bytes(t, e->bpe, w, n, e->out, e->err);
+    if (t->kind == QW_TOK_SPM) return qw_spm_tokenize(t, w, n, e->out, e->err);
+    return qw_bpe_word_utf8(t, e->bpe, w, n, e->out, e->err);
+}
+
+static qs_status qw_cached_word(qw_enc *e, const uint8_t *w, size_t n) {
+    qw_word_cache *c = &e->cache;
+    if (!c->slot || n == 0 || n > QW_CACHE_MAX_WORD) return qw_model_word(e, w, n);
+    size_t i = (size_t)qw_word_hash(w, n) & (QW_CACHE_SLOTS - 1);
+    for (; c->slot[i].len; i = (i + 1) & (QW_CACHE_SLOTS - 1)) {
+        qw_cache_slot *s = &c->slot[i];
+        if (s->len == n && memcmp(c->keys + s->key_at, w, n) == 0) {
+            for (uint32_t k = 0; k < s->n; k++) {
+                qs_status st = qw_token_vec_push(e->out, c->ids.ids[s->at + k], e->err);
+                if (st) return st;
+            }
+            return QS_OK;
+        }
+    }
+    size_t before = e->out->n;
+    qs_status st = qw_model_word(e, w, n);
+    if (st || c->used >= QW_CACHE_SLOTS / 2) return st;
+    qw_cache_slot s = {(uint32_t)c->keys_n, (uint32_t)n, (uint32_t)c->ids.n,
+                       (uint32_t)(e->out->n - before)};
+    for (size_t k = before; k < e->out->n; k++)
+        if (qw_token_vec_push(&c->ids, e->out->ids[k], NULL)) return QS_OK; /* cache is optional */
+    memcpy(c->keys + c->keys_n, w, n);
+    c->keys_n += n;
+    c->slot[i] = s;
+    c->used++;
+    return QS_OK;
+}
+
 static qs_status qw_word(qw_enc *e, const uint8_t *w, size_t n) {
-    if (e->t->kind == QW_TOK_BYTE_BPE) return qw_bpe_word_bytes(e->t, e->bpe, w, n, e->out, e->err);
-    return qw_bpe_word_utf8(e->t, e->bpe, w, n, e->out, e->err);
+    if (e->t->kind != QW_TOK_BYTE_BPE) return qw_spm_words(e, w, n);
+    return qw_cached_word(e, w, n);
 }
 
 static qs_status qw_steps(qw_enc *e, int k, const uint8_t *p, size_t n);
+
+/* SentencePiece families: the model on p[0..n), cut before each "▁" run when the vocabulary
+ * allows it (cut_at_space), or whole. */
+static qs_status qw_spm_words(qw_enc *e, const uint8_t *p, size_t n) {
+    const qw_tokenizer *t = e->t;
+    size_t start = 0;
+    for (size_t i = 1; t->cut_at_space && i + 3 <= n; i++) {
+        if (memcmp(p + i, "\xe2\x96\x81", 3) != 0) continue;
+        if (i >= 3 && memcmp(p + i - 3, "\xe2\x96\x81", 3) == 0) continue;
+        /* a "▁" that another character precedes: a word ends here */
+        qs_status st = qw_cached_word(e, p + start, i - start);
+        if (st) return st;
+        start = i;
+        i += 2;
+    }
+    /* a text that was not cut is one word: too long for the cache, run as it is */
+    return t->cut_at_space ? qw_cached_word(e, p + start, n - start)
+                           : qw_model_word(e, p + start, n - start);
+}
 
 /* Hands the piece [s, s+len) of a fragment to the next step. */
 static qs_status qw_emit(qw_enc *e, int k, const uint8_t *p, size_t s, size_t len) {
@@ -205,7 +288,7 @@ static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_spe
                 e->norm[m++] = (char)c;
             }
         }
-        return qw_spm_tokenize(t, (const uint8_t *)e->norm, m, e->out, e->err);
+        return qw_spm_words(e, (const uint8_t *)e->norm, m);
     }
     const uint8_t *q = p;
     size_t qn = n;
@@ -251,6 +334,15 @@ qs_status qw_tokenizer_encode(const qw_tokenizer *t, const char *text, size_t le
     qs_status st = QS_OK;
     size_t *next = calloc(t->n_added ? t->n_added : 1, sizeof *next);
     e.bpe = qw_bpe_scratch_new();
+    /* the cache pays for itself only on longer texts */
+    if (len > 4096) {
+        e.cache.slot = calloc(QW_CACHE_SLOTS, sizeof *e.cache.slot);
+        e.cache.keys = malloc((size_t)QW_CACHE_SLOTS / 2 * QW_CACHE_MAX_WORD);
+        if (!e.cache.keys) {
+            free(e.cache.slot);
+            e.cache.slot = NULL; /* the cache is optional */
+        }
+    }
     if (!next || !e.bpe) {
         st = qs_error_set(err, QS_ENOMEM, "out of memory to encode %zu bytes", len);
         goto done;
@@ -288,6 +380,9 @@ done:
     if (st) out->n = n0;
     for (int k = 0; k < t->n_steps; k++) pcre2_match_data_free(e.md[k]);
     qw_bpe_scratch_free(e.bpe);
+    free(e.cache.slot);
+    free(e.cache.keys);
+    qw_token_vec_free(&e.cache.ids);
     free(e.norm);
     free(next);
     return st;

@@ -56,6 +56,17 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
         t->fallback_id[b] = id < 0 ? UINT32_MAX : (uint32_t)id;
     }
     qw_byte_level_init(t);
+    t->cut_at_space = t->kind != QW_TOK_BYTE_BPE;
+    for (uint32_t id = 0; id < t->n_vocab && t->cut_at_space; id++) {
+        const char *s = t->pool + t->off[id];
+        size_t n = t->off[id + 1] - t->off[id];
+        for (size_t i = 1; i + 3 <= n; i++)
+            if (memcmp(s + i, "\xe2\x96\x81", 3) == 0 &&
+                !(i >= 3 && memcmp(s + i - 3, "\xe2\x96\x81", 3) == 0)) {
+                t->cut_at_space = 0;
+                break;
+            }
+    }
     if (sodium_init() < 0)
         return qs_error_set(err, QS_EIO, "%s: libsodium failed to initialise", t->source);
     /* Canonical description (tokenizer.h): every field length-prefixed, integers as u64 LE. */

@@ -101,6 +101,10 @@ struct qw_tokenizer {
     int n_repl;
     /* SPM (GGUF llama): add a space before the text and after each special token. */
     int add_space_prefix;
+    /* SentencePiece families: no token holds another character followed by "▁", so no merge
+     * can cross the start of a "▁" run and the text may be cut there into words that are
+     * merged one at a time, with the same result (qw_tok_finish checks the vocabulary). */
+    int cut_at_space;
     /* Pre-tokenizer: steps in order; none = the whole (normalized) text is one word. */
     qw_pretok_step step[QW_TOK_MAX_STEPS];
     int n_steps;
