@@ -144,6 +144,18 @@ static void smollm_digit_split_before_whitespace(void **state) {
     qw_tokenizer_free(t);
 }
 
+/* Found by tokenizer_fuzz_encode: SmolLM2's GGUF has no symbol for byte 0x14; llama.cpp's
+ * llama-tokenize drops it ("\x14ex" -> [888]) rather than giving unknown_token_id 0. */
+static void smollm_byte_outside_the_vocabulary_is_dropped(void **state) {
+    (void)state;
+    qw_tokenizer *t = open_tok("smollm2.vocab.gguf");
+    qw_token_vec v = enc(t, "\x14" "ex", 0);
+    uint32_t want[] = {888};
+    assert_ids(&v, want, 1);
+    qw_token_vec_free(&v);
+    qw_tokenizer_free(t);
+}
+
 static void empty_text_gives_no_ids(void **state) {
     (void)state;
     const char *names[] = {"llama2/tokenizer.json", "llama3/tokenizer.json", "llama2.vocab.gguf",
@@ -407,6 +419,7 @@ int main(void) {
         cmocka_unit_test(special_tokens_only_when_asked),
         cmocka_unit_test(bos_per_model_config),
         cmocka_unit_test(smollm_digit_split_before_whitespace),
+        cmocka_unit_test(smollm_byte_outside_the_vocabulary_is_dropped),
         cmocka_unit_test(empty_text_gives_no_ids),
         cmocka_unit_test(byte_fallback_round_trip),
         cmocka_unit_test(decode_refuses_an_id_out_of_range),

@@ -165,8 +165,9 @@ qs_status qw_bpe_word_bytes(const qw_tokenizer *t, qw_bpe_scratch *s, const uint
     for (size_t i = 0; i < n; i++) {
         uint32_t id = t->byte_id[w[i]];
         if (id != UINT32_MAX) s->id[m++] = id;
-        else if (t->unk_id >= 0) s->id[m++] = (uint32_t)t->unk_id;
-        /* else dropped, as HF's BPE does for a character outside the vocabulary without unk */
+        else if (t->unk_id >= 0 && !t->drop_missing_bytes) s->id[m++] = (uint32_t)t->unk_id;
+        /* else dropped, as HF's BPE does for a character outside the vocabulary without unk
+         * and llama.cpp always does */
     }
     return qw_merge_all(t, s, m, out, err);
 }

@@ -272,6 +272,7 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
                                     "tokenizer.ggml.pre", err)))
                 return st;
         t->ignore_merges = def->ignore_merges;
+        t->drop_missing_bytes = 1;
         if (def->add_bos) t->add_bos = 1;
     }
     if ((st = qw_get_int(g, "tokenizer.ggml.bos_token_id", &v, &found))) return st;

@@ -101,8 +101,10 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
         qw_hash_bytes(&h, t->repl[i].from, t->repl[i].from_len);
         qw_hash_bytes(&h, t->repl[i].to, t->repl[i].to_len);
     }
-    int64_t flags[] = {t->byte_fallback, t->fuse_unk, t->ignore_merges, t->unk_id, t->bos_id,
-                       t->eos_id,        t->add_bos,  t->add_eos,       t->add_space_prefix};
+    int64_t flags[] = {t->byte_fallback, t->fuse_unk,          t->ignore_merges,
+                       t->unk_id,        t->bos_id,             t->eos_id,
+                       t->add_bos,       t->add_eos,            t->add_space_prefix,
+                       t->drop_missing_bytes};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) qw_hash_u64(&h, (uint64_t)flags[i]);
     qw_hash_u64(&h, t->n_added);
     for (size_t i = 0; i < t->n_added; i++) {

@@ -92,6 +92,9 @@ struct qw_tokenizer {
     /* SentencePiece byte fallback: the id of <0xNN>, UINT32_MAX when absent. */
     uint32_t fallback_id[256];
     int byte_fallback, fuse_unk, ignore_merges;
+    /* Byte-level: a byte whose symbol is not in the vocabulary is dropped (llama.cpp's BPE
+     * session finds no token for it) instead of becoming unk_id (HF's BPE). */
+    int drop_missing_bytes;
     int64_t unk_id, bos_id, eos_id;
     int add_bos, add_eos;
     /* Normalizer (tokenizer.json): an optional prefix, then replacements, in file order. */

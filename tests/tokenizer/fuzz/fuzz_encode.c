@@ -47,8 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s;
     size_t n;
     if (qw_tokenizer_decode(t, v.ids, v.n, 0, &s, &n, &err) != QS_OK) abort();
-    int spm = t != tok[0];
-    if (flags == 0 && !(spm && memmem(text, len, "\xe2\x96\x81", 3)) &&
+    int spm = t != tok[0], all_bytes = 1;
+    /* SmolLM2's vocabulary lacks some byte symbols: llama.cpp drops such bytes, so do we */
+    for (size_t i = 0; !spm && i < len; i++)
+        if (t->byte_id[(uint8_t)text[i]] == UINT32_MAX) all_bytes = 0;
+    if (flags == 0 && all_bytes && !(spm && memmem(text, len, "\xe2\x96\x81", 3)) &&
         (n != len || memcmp(s, text, len) != 0))
         abort();
     free(s);
