@@ -75,8 +75,10 @@ static int do_decode(const qw_tokenizer *t, const char *tokens, const char *out,
         return qsweep_fail("tokenize", &err);
     }
     int bad = fwrite(text, 1, len, f) != len;
-    if (out) bad |= fclose(f) != 0;
-    else bad |= fflush(f) != 0;
+    if (out)
+        bad |= fclose(f) != 0;
+    else
+        bad |= fflush(f) != 0;
     free(text);
     if (bad) {
         qs_error_set(&err, QS_EIO, "%s: write failed", out ? out : "standard output");
@@ -98,8 +100,10 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
                 fprintf(stderr, "qsweep tokenize: %s needs a file\n", a);
                 return QSWEEP_EXIT_USAGE;
             }
-            if (a[1] == 'o') out = argv[++i];
-            else decode = argv[++i];
+            if (a[1] == 'o')
+                out = argv[++i];
+            else
+                decode = argv[++i];
         } else if (strcmp(a, "--bos") == 0) {
             bos = 1;
         } else if (strcmp(a, "--special") == 0) {
@@ -155,7 +159,8 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
         st = qw_tokens_write(out, ids.ids, ids.n, qw_tokenizer_vocab_size(t),
                              qw_tokenizer_digest(t), &err);
     if (!st && print) {
-        for (size_t i = 0; i < ids.n; i++) printf(i ? " %u" : "%u", ids.ids[i]);
+        for (size_t i = 0; i < ids.n; i++)
+            printf(i ? " %u" : "%u", ids.ids[i]);
         printf("\n");
     }
     if (!st && out)

@@ -60,8 +60,8 @@ int main(int argc, char **argv) {
     close(fd);
     printf("bench_tokenizer: %.2f MB of text (the five test texts repeated), best of %d runs\n",
            (double)len / 1e6, repeats);
-    printf("%-24s %9s %12s %12s %12s %8s\n", "tokenizer", "ids", "qsweep", "HF whole",
-           "HF 1KB", "ratio");
+    printf("%-24s %9s %12s %12s %12s %8s\n", "tokenizer", "ids", "qsweep", "HF whole", "HF 1KB",
+           "ratio");
     const char *toks[] = {"llama3/tokenizer.json", "llama2/tokenizer.json", "smollm2.vocab.gguf",
                           "llama3.vocab.gguf", "llama2.vocab.gguf"};
     for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {

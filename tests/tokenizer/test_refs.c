@@ -59,9 +59,12 @@ static const char *show(const qw_tokenizer *t, uint32_t id, char *buf, size_t ca
     size_t k = 0;
     for (size_t i = 0; p && i < n && k + 5 < cap; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (c == '\n') k += (size_t)snprintf(buf + k, cap - k, "\\n");
-        else if (c < 0x20) k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
-        else buf[k++] = (char)c;
+        if (c == '\n')
+            k += (size_t)snprintf(buf + k, cap - k, "\\n");
+        else if (c < 0x20)
+            k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
+        else
+            buf[k++] = (char)c;
     }
     buf[k] = 0;
     return buf;
@@ -103,9 +106,11 @@ static void run_case(void **state) {
     if (st) fail_msg("decode: %s", err.msg);
     if (back_len != len || memcmp(back, text, len) != 0) {
         size_t i = 0;
-        while (i < len && i < back_len && back[i] == text[i]) i++;
+        while (i < len && i < back_len && back[i] == text[i])
+            i++;
         fail_msg("%s on %s: decode(encode(text)) differs from the text at byte %zu (%zu vs %zu "
-                 "bytes)", c->tokenizer, c->text, i, back_len, len);
+                 "bytes)",
+                 c->tokenizer, c->text, i, back_len, len);
     }
     printf("OK %-26s %-12s %6zu ids\n", c->tokenizer, c->text, ids.n);
     free(back);
@@ -115,13 +120,14 @@ static void run_case(void **state) {
     qw_tokenizer_free(t);
 }
 
-#define TEXTS(tok, ref)                                                                           \
-    {tok, ref, "gpl3", "gpl3.txt"}, {tok, ref, "kjv_esther", "kjv_esther.txt"},                   \
-        {tok, ref, "llama2c_run", "llama2c_run.c"}, {tok, ref, "unicode", "unicode.txt"},         \
-        {tok, ref, "whitespace", "whitespace.txt"}
+#define TEXTS(tok, ref)                                                                            \
+    {tok, ref, "gpl3", "gpl3.txt"}, {tok, ref, "kjv_esther", "kjv_esther.txt"},                    \
+        {tok, ref, "llama2c_run", "llama2c_run.c"}, {tok, ref, "unicode", "unicode.txt"}, {        \
+        tok, ref, "whitespace", "whitespace.txt"                                                   \
+    }
 
 static const ref_case cases[] = {
-    TEXTS("llama2/tokenizer.json", "llama2"),     TEXTS("llama3/tokenizer.json", "llama3"),
+    TEXTS("llama2/tokenizer.json", "llama2"),    TEXTS("llama3/tokenizer.json", "llama3"),
     TEXTS("smollm2.vocab.gguf", "smollm2_gguf"), TEXTS("llama2.vocab.gguf", "llama2_gguf"),
     TEXTS("llama3.vocab.gguf", "llama3_gguf"),
 };

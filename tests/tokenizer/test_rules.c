@@ -54,15 +54,17 @@ static void gpt2_byte_map(void **state) {
     assert_int_equal(qw_byte_to_cp('A'), 'A');
     assert_int_equal(qw_byte_to_cp(0xff), 0xff);
     int seen[324] = {0};
-    for (int b = 0; b < 256; b++) seen[qw_byte_to_cp((uint8_t)b)]++;
-    for (int c = 0; c < 324; c++) assert_true(seen[c] <= 1); /* one-to-one */
+    for (int b = 0; b < 256; b++)
+        seen[qw_byte_to_cp((uint8_t)b)]++;
+    for (int c = 0; c < 324; c++)
+        assert_true(seen[c] <= 1); /* one-to-one */
 }
 
 /* RFC 3629: overlong forms, surrogates, code points above U+10FFFF and cut sequences. */
 static void utf8_validity(void **state) {
     (void)state;
-    const char *bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82",
-                         "\x80", "\xff"};
+    const char *bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                         "\xe2\x82", "\x80",         "\xff"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(qw_utf8_check((const uint8_t *)bad[i], strlen(bad[i])), 0);
     const char *good = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
@@ -90,7 +92,8 @@ static void special_tokens_only_when_asked(void **state) {
     for (int k = 0; k < 2; k++) {
         qw_tokenizer *t = open_tok(names[k]);
         qw_token_vec plain = enc(t, "<|begin_of_text|>Hi", 0);
-        for (size_t i = 0; i < plain.n; i++) assert_int_not_equal(plain.ids[i], 128000);
+        for (size_t i = 0; i < plain.n; i++)
+            assert_int_not_equal(plain.ids[i], 128000);
         assert_true(plain.n > 2);
         qw_token_vec asked = enc(t, "<|begin_of_text|>Hi", QW_ENCODE_PARSE_SPECIAL);
         uint32_t want[] = {128000, 13347}; /* "Hi" */
@@ -110,8 +113,10 @@ static void bos_per_model_config(void **state) {
         const char *name;
         int64_t bos;
         int adds;
-    } m[] = {{"llama3/tokenizer.json", 128000, 1}, {"llama3.vocab.gguf", 128000, 1},
-             {"llama2/tokenizer.json", 1, 1},      {"llama2.vocab.gguf", 1, 1},
+    } m[] = {{"llama3/tokenizer.json", 128000, 1},
+             {"llama3.vocab.gguf", 128000, 1},
+             {"llama2/tokenizer.json", 1, 1},
+             {"llama2.vocab.gguf", 1, 1},
              {"smollm2.vocab.gguf", 1, 0}};
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         qw_tokenizer *t = open_tok(m[k].name);
@@ -149,7 +154,10 @@ static void smollm_digit_split_before_whitespace(void **state) {
 static void smollm_byte_outside_the_vocabulary_is_dropped(void **state) {
     (void)state;
     qw_tokenizer *t = open_tok("smollm2.vocab.gguf");
-    qw_token_vec v = enc(t, "\x14" "ex", 0);
+    qw_token_vec v = enc(t,
+                         "\x14"
+                         "ex",
+                         0);
     uint32_t want[] = {888};
     assert_ids(&v, want, 1);
     qw_token_vec_free(&v);
@@ -309,9 +317,9 @@ static void digest_follows_content(void **state) {
     assert_int_equal(tiny("null", vocab, "\"a -\",\"- b\"", &a, NULL), QS_OK);
     assert_int_equal(tiny("null", vocab, "\"a -\",\"- b\"", &b, NULL), QS_OK);
     assert_int_equal(tiny("null", vocab, "\"a -\"", &c, NULL), QS_OK);
-    assert_int_equal(
-        tiny("{\"type\":\"Digits\",\"individual_digits\":true}", vocab, "\"a -\",\"- b\"", &d, NULL),
-        QS_OK);
+    assert_int_equal(tiny("{\"type\":\"Digits\",\"individual_digits\":true}", vocab,
+                          "\"a -\",\"- b\"", &d, NULL),
+                     QS_OK);
     assert_int_equal(strlen(qw_tokenizer_digest(a)), 64);
     assert_string_equal(qw_tokenizer_digest(a), qw_tokenizer_digest(b));
     assert_string_not_equal(qw_tokenizer_digest(a), qw_tokenizer_digest(c));
@@ -373,9 +381,9 @@ static void token_file_names_its_tokenizer(void **state) {
     qw_token_vec v = enc(s, "Hello world", 0);
     char *path = scratch_file("hello.tokens");
     qs_error err = {0};
-    assert_int_equal(qw_tokens_write(path, v.ids, v.n, qw_tokenizer_vocab_size(s),
-                                     qw_tokenizer_digest(s), &err),
-                     QS_OK);
+    assert_int_equal(
+        qw_tokens_write(path, v.ids, v.n, qw_tokenizer_vocab_size(s), qw_tokenizer_digest(s), &err),
+        QS_OK);
     qw_tokens tk = {0};
     assert_int_equal(qw_tokens_load(path, &tk, &err), QS_OK);
     assert_int_equal(tk.version, 2);

@@ -42,7 +42,7 @@ typedef struct qw_gguf_kv_view {
  * order. Errors name `file` and the offset and key: QS_EFORMAT (bad magic, truncated, unknown
  * value type, a key twice, arrays nested deeper than 8), QS_EUNSUPPORTED (version != 3),
  * QS_ENOMEM. */
-qs_status qw_gguf_metadata(const char *file, const uint8_t *data, size_t size,
-                           qw_gguf_kv_view **kv, size_t *n, qs_error *err);
+qs_status qw_gguf_metadata(const char *file, const uint8_t *data, size_t size, qw_gguf_kv_view **kv,
+                           size_t *n, qs_error *err);
 
 #endif

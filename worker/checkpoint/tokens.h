@@ -39,9 +39,9 @@ typedef struct qw_tokens {
     uint32_t *ids;
     size_t n;
     uint32_t vocab_size;
-    char digest[65]; /* BLAKE2b-256 hex of the file */
-    uint32_t version;            /* 1 or 2 */
-    char tokenizer_digest[65];   /* version 2: hex of the header's tokenizer digest; else "" */
+    char digest[65];           /* BLAKE2b-256 hex of the file */
+    uint32_t version;          /* 1 or 2 */
+    char tokenizer_digest[65]; /* version 2: hex of the header's tokenizer digest; else "" */
 } qw_tokens;
 
 /* Reads and validates `path`. Errors (message names the file and the offset/field):

@@ -24,7 +24,9 @@ struct qw_bpe_scratch {
     size_t buf_cap;
 };
 
-qw_bpe_scratch *qw_bpe_scratch_new(void) { return calloc(1, sizeof(qw_bpe_scratch)); }
+qw_bpe_scratch *qw_bpe_scratch_new(void) {
+    return calloc(1, sizeof(qw_bpe_scratch));
+}
 
 void qw_bpe_scratch_free(qw_bpe_scratch *s) {
     if (!s) return;
@@ -40,7 +42,8 @@ void qw_bpe_scratch_free(qw_bpe_scratch *s) {
 static qs_status qw_scratch_reserve(qw_bpe_scratch *s, size_t n, qs_error *err) {
     if (n > s->cap) {
         size_t cap = s->cap ? s->cap : 64;
-        while (cap < n) cap *= 2;
+        while (cap < n)
+            cap *= 2;
         uint32_t *id = realloc(s->id, cap * sizeof *id);
         if (id) s->id = id;
         int32_t *prev = realloc(s->prev, cap * sizeof *prev);
@@ -109,8 +112,8 @@ static qs_status qw_try_pair(const qw_tokenizer *t, qw_bpe_scratch *s, int32_t l
 }
 
 /* Merges the n symbols in s->id[0..n) and appends the survivors to out. */
-static qs_status qw_merge_all(const qw_tokenizer *t, qw_bpe_scratch *s, size_t n,
-                              qw_token_vec *out, qs_error *err) {
+static qs_status qw_merge_all(const qw_tokenizer *t, qw_bpe_scratch *s, size_t n, qw_token_vec *out,
+                              qs_error *err) {
     qs_status st;
     for (size_t i = 0; i < n; i++) {
         s->prev[i] = (int32_t)i - 1;
@@ -127,8 +130,7 @@ static qs_status qw_merge_all(const qw_tokenizer *t, qw_bpe_scratch *s, size_t n
         int32_t r = s->next[p];
         if (r < 0) continue;
         uint32_t rank, merged;
-        if (!qw_pairmap_get(&t->merges, s->id[p], s->id[r], &rank, &merged) ||
-            merged != c.merged)
+        if (!qw_pairmap_get(&t->merges, s->id[p], s->id[r], &rank, &merged) || merged != c.merged)
             continue;
         s->id[p] = merged;
         s->alive[r] = 0;
@@ -156,7 +158,8 @@ qs_status qw_bpe_word_bytes(const qw_tokenizer *t, qw_bpe_scratch *s, const uint
             s->buf_cap = cap;
         }
         size_t k = 0;
-        for (size_t i = 0; i < n; i++) k += qw_utf8_put(qw_byte_to_cp(w[i]), s->buf + k);
+        for (size_t i = 0; i < n; i++)
+            k += qw_utf8_put(qw_byte_to_cp(w[i]), s->buf + k);
         int64_t id = qw_strmap_get(t, s->buf, k);
         if (id >= 0) return qw_token_vec_push(out, (uint32_t)id, err);
     }
@@ -164,8 +167,10 @@ qs_status qw_bpe_word_bytes(const qw_tokenizer *t, qw_bpe_scratch *s, const uint
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t id = t->byte_id[w[i]];
-        if (id != UINT32_MAX) s->id[m++] = id;
-        else if (t->unk_id >= 0 && !t->drop_missing_bytes) s->id[m++] = (uint32_t)t->unk_id;
+        if (id != UINT32_MAX)
+            s->id[m++] = id;
+        else if (t->unk_id >= 0 && !t->drop_missing_bytes)
+            s->id[m++] = (uint32_t)t->unk_id;
         /* else dropped, as HF's BPE does for a character outside the vocabulary without unk
          * and llama.cpp always does */
     }
@@ -191,7 +196,8 @@ qs_status qw_bpe_word_utf8(const qw_tokenizer *t, qw_bpe_scratch *s, const uint8
             for (size_t j = 0; all && j < k; j++)
                 if (t->fallback_id[w[i + j]] == UINT32_MAX) all = 0;
             if (all) {
-                for (size_t j = 0; j < k; j++) s->id[m++] = t->fallback_id[w[i + j]];
+                for (size_t j = 0; j < k; j++)
+                    s->id[m++] = t->fallback_id[w[i + j]];
                 last_unk = 0;
             } else if (t->unk_id >= 0) {
                 /* fuse_unk: a run of unknown characters is one <unk> (HF BPE) */

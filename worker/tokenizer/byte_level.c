@@ -41,7 +41,8 @@ size_t qw_utf8_put(uint32_t cp, char *buf) {
 }
 
 void qw_byte_level_init(qw_tokenizer *t) {
-    for (int i = 0; i < 324; i++) t->cp_byte[i] = -1;
+    for (int i = 0; i < 324; i++)
+        t->cp_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
         uint32_t cp = qw_byte_to_cp((uint8_t)b);
         t->cp_byte[cp] = (int16_t)b;

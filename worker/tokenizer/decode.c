@@ -15,7 +15,8 @@ typedef struct qw_buf {
 static int qw_buf_put(qw_buf *b, const void *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) return -1;
         b->p = p;
@@ -32,8 +33,10 @@ static int qw_fallback_byte(const char *s, size_t n) {
     int v = 0;
     for (int i = 3; i < 5; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -49,8 +52,10 @@ qs_status qw_tokenizer_decode(const qw_tokenizer *t, const uint32_t *ids, size_t
         uint32_t id = ids[i];
         if (id >= t->n_vocab) {
             free(b.p);
-            return qs_error_set(err, QS_EINVAL, "ids: index %zu: id %u is not below the "
-                                "vocabulary size %u", i, id, t->n_vocab);
+            return qs_error_set(err, QS_EINVAL,
+                                "ids: index %zu: id %u is not below the "
+                                "vocabulary size %u",
+                                i, id, t->n_vocab);
         }
         uint8_t ty = t->type[id];
         if (skip_special && ty == QW_TT_CONTROL) continue;
@@ -100,9 +105,9 @@ qs_status qw_tokenizer_decode(const qw_tokenizer *t, const uint32_t *ids, size_t
     }
     size_t from = 0;
     /* the space that encode put in front (Strip decoder; llama.cpp remove_space) */
-    int strip = t->kind == QW_TOK_SPM ? t->add_space_prefix : t->kind == QW_TOK_SPM_BPE
-                                                                  ? t->prepend != NULL
-                                                                  : 0;
+    int strip = t->kind == QW_TOK_SPM       ? t->add_space_prefix
+                : t->kind == QW_TOK_SPM_BPE ? t->prepend != NULL
+                                            : 0;
     if (strip && b.n > 0 && b.p[0] == ' ') from = 1;
     if (from) memmove(b.p, b.p + from, b.n - from);
     b.n -= from;

@@ -43,7 +43,8 @@ static qs_status qw_spm_words(qw_enc *e, const uint8_t *p, size_t n);
 
 static uint64_t qw_word_hash(const uint8_t *w, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
-    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ w[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -227,8 +228,7 @@ static qs_status qw_normalize(qw_enc *e, const uint8_t *p, size_t n, const uint8
     cap = 2 * cap;
     if (cap > e->norm_cap) {
         char *b = realloc(e->norm, cap);
-        if (!b)
-            return qs_error_set(e->err, QS_ENOMEM, "out of memory normalizing %zu bytes", n);
+        if (!b) return qs_error_set(e->err, QS_ENOMEM, "out of memory normalizing %zu bytes", n);
         e->norm = b;
         e->norm_cap = cap;
     }
@@ -347,7 +347,8 @@ qs_status qw_tokenizer_encode(const qw_tokenizer *t, const char *text, size_t le
         st = qs_error_set(err, QS_ENOMEM, "out of memory to encode %zu bytes", len);
         goto done;
     }
-    for (size_t k = 0; k < t->n_added; k++) next[k] = SIZE_MAX - 1; /* not searched yet */
+    for (size_t k = 0; k < t->n_added; k++)
+        next[k] = SIZE_MAX - 1; /* not searched yet */
     for (int k = 0; k < t->n_steps; k++) {
         e.md[k] = pcre2_match_data_create_from_pattern(t->step[k].re, NULL);
         if (!e.md[k]) {
@@ -378,7 +379,8 @@ qs_status qw_tokenizer_encode(const qw_tokenizer *t, const char *text, size_t le
         st = qw_token_vec_push(out, (uint32_t)t->eos_id, err);
 done:
     if (st) out->n = n0;
-    for (int k = 0; k < t->n_steps; k++) pcre2_match_data_free(e.md[k]);
+    for (int k = 0; k < t->n_steps; k++)
+        pcre2_match_data_free(e.md[k]);
     qw_bpe_scratch_free(e.bpe);
     free(e.cache.slot);
     free(e.cache.keys);

@@ -17,11 +17,14 @@ typedef struct qw_pre_def {
     int ignore_merges, add_bos;
 } qw_pre_def;
 
-#define QW_GPT2_LLAMACPP \
+#define QW_GPT2_LLAMACPP                                                                           \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 
 static const qw_pre_def qw_pre_table[] = {
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", QW_GPT2_LLAMACPP, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
+    {"default",
+     {"[\\p{P}\\$\\+<=>\\^~\\|]+", QW_GPT2_LLAMACPP, "\\p{N}+", "[0-9][0-9][0-9]"},
+     0,
+     0},
     {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2",
      {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
       "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
@@ -136,28 +139,35 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
     qs_status st;
     const qw_gguf_kv_view *km = qw_find(g, "tokenizer.ggml.model");
     if (!km)
-        return qs_error_set(err, QS_ENOTFOUND, "%s: metadata key \"tokenizer.ggml.model\" is "
-                            "missing (no tokenizer in this GGUF file)", g->file);
+        return qs_error_set(err, QS_ENOTFOUND,
+                            "%s: metadata key \"tokenizer.ggml.model\" is "
+                            "missing (no tokenizer in this GGUF file)",
+                            g->file);
     const char *model = "";
     size_t model_len = 0;
     if ((st = qw_get_str(g, km, &model, &model_len))) return st;
     int gpt2 = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
     int llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
     if (!gpt2 && !llama)
-        return qs_error_set(err, QS_EUNSUPPORTED, "%s: metadata key \"tokenizer.ggml.model\" = "
-                            "\"%.*s\" (only \"gpt2\" and \"llama\" are read)", g->file,
-                            (int)(model_len < 64 ? model_len : 64), model);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: metadata key \"tokenizer.ggml.model\" = "
+                            "\"%.*s\" (only \"gpt2\" and \"llama\" are read)",
+                            g->file, (int)(model_len < 64 ? model_len : 64), model);
     t->kind = gpt2 ? QW_TOK_BYTE_BPE : QW_TOK_SPM;
     const qw_gguf_kv_view *kt = qw_find(g, "tokenizer.ggml.tokens");
     if (!kt)
-        return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.tokens\" is "
-                            "missing", g->file);
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: metadata key \"tokenizer.ggml.tokens\" is "
+                            "missing",
+                            g->file);
     uint64_t n = 0;
     const uint8_t *p = NULL;
     if ((st = qw_get_arr(g, kt, QW_GGUF_STRING, &n, &p))) return st;
     if (n == 0 || n >= (uint64_t)1 << 31)
-        return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.tokens\": %llu "
-                            "tokens", g->file, (unsigned long long)n);
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: metadata key \"tokenizer.ggml.tokens\": %llu "
+                            "tokens",
+                            g->file, (unsigned long long)n);
     size_t pool = kt->value_bytes - 12 - 8 * (size_t)n;
     if ((st = qw_tok_alloc(t, (uint32_t)n, pool, err))) return st;
     size_t at = 0;
@@ -175,9 +185,10 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
         uint64_t m = 0;
         if ((st = qw_get_arr(g, ky, QW_GGUF_I32, &m, &p))) return st;
         if (m != n)
-            return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.token_type\": "
-                                "%llu entries for %llu tokens", g->file, (unsigned long long)m,
-                                (unsigned long long)n);
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: metadata key \"tokenizer.ggml.token_type\": "
+                                "%llu entries for %llu tokens",
+                                g->file, (unsigned long long)m, (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++) {
             int32_t ty = (int32_t)qw_u32(p + 4 * i);
             t->type[i] = ty >= QW_TT_NORMAL && ty <= QW_TT_BYTE ? (uint8_t)ty : QW_TT_UNDEFINED;
@@ -192,9 +203,10 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
             uint64_t m = 0;
             if ((st = qw_get_arr(g, ks, QW_GGUF_F32, &m, &p))) return st;
             if (m != n)
-                return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.scores\": "
-                                    "%llu entries for %llu tokens", g->file,
-                                    (unsigned long long)m, (unsigned long long)n);
+                return qs_error_set(err, QS_EFORMAT,
+                                    "%s: metadata key \"tokenizer.ggml.scores\": "
+                                    "%llu entries for %llu tokens",
+                                    g->file, (unsigned long long)m, (unsigned long long)n);
             memcpy(t->score, p, 4 * (size_t)n);
         }
     }
@@ -210,8 +222,10 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
     if (gpt2) {
         const qw_gguf_kv_view *kr = qw_find(g, "tokenizer.ggml.merges");
         if (!kr)
-            return qs_error_set(err, QS_EFORMAT, "%s: metadata key \"tokenizer.ggml.merges\" is "
-                                "missing", g->file);
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: metadata key \"tokenizer.ggml.merges\" is "
+                                "missing",
+                                g->file);
         uint64_t m = 0;
         if ((st = qw_get_arr(g, kr, QW_GGUF_STRING, &m, &p))) return st;
         if ((st = qw_pairmap_init(&t->merges, (size_t)m, err))) return st;
@@ -263,10 +277,11 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
         for (size_t i = 0; i < sizeof qw_pre_table / sizeof qw_pre_table[0]; i++)
             if (qw_name_in(qw_pre_table[i].names, pre, pre_len)) def = &qw_pre_table[i];
         if (!def)
-            return qs_error_set(err, QS_EUNSUPPORTED, "%s: metadata key \"tokenizer.ggml.pre\" = "
+            return qs_error_set(err, QS_EUNSUPPORTED,
+                                "%s: metadata key \"tokenizer.ggml.pre\" = "
                                 "\"%.*s\": not a pre-tokenizer qsweep implements (default, "
-                                "llama3/llama-bpe, smollm, gpt-2 and their aliases)", g->file,
-                                (int)(pre_len < 64 ? pre_len : 64), pre);
+                                "llama3/llama-bpe, smollm, gpt-2 and their aliases)",
+                                g->file, (int)(pre_len < 64 ? pre_len : 64), pre);
         for (int i = 0; i < 4 && def->re[i]; i++)
             if ((st = qw_pretok_add(t, def->re[i], strlen(def->re[i]), QW_SPLIT_ISOLATED, 0,
                                     "tokenizer.ggml.pre", err)))

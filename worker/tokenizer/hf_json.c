@@ -84,7 +84,8 @@ static qs_status qw_normalizer(qw_hfctx *c, json_t *n, const char *field) {
         r->from = qw_dup(json_string_value(pat), r->from_len);
         r->to = qw_dup(json_string_value(to), r->to_len);
         t->n_repl++;
-        if (!r->from || !r->to) return qs_error_set(c->err, QS_ENOMEM, "%s: out of memory", t->source);
+        if (!r->from || !r->to)
+            return qs_error_set(c->err, QS_ENOMEM, "%s: out of memory", t->source);
         return QS_OK;
     }
     return qw_unsupported(c, field, type);
@@ -93,11 +94,16 @@ static qs_status qw_normalizer(qw_hfctx *c, json_t *n, const char *field) {
 static qs_status qw_behavior(qw_hfctx *c, json_t *b, const char *field, qw_split_behavior *out) {
     const char *s = json_string_value(b);
     if (!s) return qw_bad(c, field, "\"behavior\" is not a string");
-    if (strcmp(s, "Isolated") == 0) *out = QW_SPLIT_ISOLATED;
-    else if (strcmp(s, "Removed") == 0) *out = QW_SPLIT_REMOVED;
-    else if (strcmp(s, "MergedWithPrevious") == 0) *out = QW_SPLIT_MERGED_PREV;
-    else if (strcmp(s, "MergedWithNext") == 0) *out = QW_SPLIT_MERGED_NEXT;
-    else return qw_unsupported(c, field, s);
+    if (strcmp(s, "Isolated") == 0)
+        *out = QW_SPLIT_ISOLATED;
+    else if (strcmp(s, "Removed") == 0)
+        *out = QW_SPLIT_REMOVED;
+    else if (strcmp(s, "MergedWithPrevious") == 0)
+        *out = QW_SPLIT_MERGED_PREV;
+    else if (strcmp(s, "MergedWithNext") == 0)
+        *out = QW_SPLIT_MERGED_NEXT;
+    else
+        return qw_unsupported(c, field, s);
     return QS_OK;
 }
 
@@ -136,8 +142,8 @@ static qs_status qw_pre_tokenizer(qw_hfctx *c, json_t *p, const char *field) {
     }
     if (strcmp(type, "Digits") == 0) {
         /* pre_tokenizers/digits.rs: char::is_numeric (Nd, Nl, No: \p{N}), Isolated */
-        const char *re = json_is_true(json_object_get(p, "individual_digits")) ? "\\p{N}"
-                                                                                : "\\p{N}+";
+        const char *re =
+            json_is_true(json_object_get(p, "individual_digits")) ? "\\p{N}" : "\\p{N}+";
         return qw_pretok_add(t, re, strlen(re), QW_SPLIT_ISOLATED, 0, field, c->err);
     }
     if (strcmp(type, "ByteLevel") == 0) {
@@ -177,15 +183,18 @@ static void qw_template(json_t *pp, const qw_tokenizer *t, int64_t *bos, int64_t
             seen_seq = 1;
             continue;
         }
-        const char *name = json_string_value(json_object_get(json_object_get(v, "SpecialToken"), "id"));
+        const char *name =
+            json_string_value(json_object_get(json_object_get(v, "SpecialToken"), "id"));
         if (!name) continue;
         json_t *ids = json_object_get(json_object_get(specials, name), "ids");
         int64_t id = json_is_integer(json_array_get(ids, 0))
                          ? json_integer_value(json_array_get(ids, 0))
                          : qw_strmap_get(t, name, strlen(name));
         if (id < 0 || id >= t->n_vocab) continue;
-        if (!seen_seq) *bos = id;
-        else *eos = id;
+        if (!seen_seq)
+            *bos = id;
+        else
+            *eos = id;
     }
 }
 
@@ -237,8 +246,10 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= (int64_t)1 << 31)
-            return qs_error_set(err, QS_EFORMAT, "%s: field \"model.vocab\": token \"%.64s\": id "
-                                "is not an integer in [0, 2^31)", t->source, key);
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: field \"model.vocab\": token \"%.64s\": id "
+                                "is not an integer in [0, 2^31)",
+                                t->source, key);
         if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
         pool += strlen(key);
     }
@@ -249,7 +260,8 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
             json_integer_value(id) >= (int64_t)1 << 31 || !json_is_string(content))
             return qs_error_set(err, QS_EFORMAT,
                                 "%s: field \"added_tokens[%zu]\": needs an integer \"id\" in [0, "
-                                "2^31) and a string \"content\"", t->source, i);
+                                "2^31) and a string \"content\"",
+                                t->source, i);
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
         pool += json_string_length(content);
     }
@@ -299,8 +311,10 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     t->unk_id = unk ? qw_strmap_get(t, unk, strlen(unk)) : -1;
     if (unk && t->unk_id < 0)
-        return qs_error_set(err, QS_EFORMAT, "%s: field \"model.unk_token\": \"%.64s\" is not in "
-                            "the vocabulary", t->source, unk);
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: field \"model.unk_token\": \"%.64s\" is not in "
+                            "the vocabulary",
+                            t->source, unk);
     if (t->unk_id >= 0 && t->type[t->unk_id] == QW_TT_NORMAL) t->type[t->unk_id] = QW_TT_UNKNOWN;
     if (json_object_get(model, "continuing_subword_prefix") &&
         !json_is_null(json_object_get(model, "continuing_subword_prefix")))
@@ -320,14 +334,17 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
     t->merge_r = malloc((nm ? nm : 1) * sizeof *t->merge_r);
     char *cat = NULL;
     size_t cat_cap = 0;
-    if (!t->merge_l || !t->merge_r) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", t->source);
+    if (!t->merge_l || !t->merge_r)
+        return qs_error_set(err, QS_ENOMEM, "%s: out of memory", t->source);
     json_array_foreach(merges, i, v) {
         const char *a, *b;
         size_t an, bn;
         if (qw_merge_parts(v, &a, &an, &b, &bn)) {
             free(cat);
-            return qs_error_set(err, QS_EFORMAT, "%s: field \"model.merges[%zu]\": not \"a b\" "
-                                "nor a pair of strings", t->source, i);
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: field \"model.merges[%zu]\": not \"a b\" "
+                                "nor a pair of strings",
+                                t->source, i);
         }
         int64_t l = qw_strmap_get(t, a, an), r = qw_strmap_get(t, b, bn);
         if (an + bn > cat_cap) {
@@ -344,10 +361,14 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
         int64_t m = qw_strmap_get(t, cat, an + bn);
         if (l < 0 || r < 0 || m < 0) {
             free(cat);
-            return qs_error_set(err, QS_EFORMAT, "%s: field \"model.merges[%zu]\": \"%.*s\" + "
-                                "\"%.*s\": %s is not in the vocabulary", t->source, i,
-                                (int)(an < 64 ? an : 64), a, (int)(bn < 64 ? bn : 64), b,
-                                l < 0 ? "the left part" : r < 0 ? "the right part" : "the merge");
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: field \"model.merges[%zu]\": \"%.*s\" + "
+                                "\"%.*s\": %s is not in the vocabulary",
+                                t->source, i, (int)(an < 64 ? an : 64), a, (int)(bn < 64 ? bn : 64),
+                                b,
+                                l < 0   ? "the left part"
+                                : r < 0 ? "the right part"
+                                        : "the merge");
         }
         qw_pairmap_put(&t->merges, (uint32_t)l, (uint32_t)r, (uint32_t)i, (uint32_t)m);
         t->merge_l[i] = (uint32_t)l;
@@ -358,7 +379,8 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
     if ((st = qw_normalizer(c, json_object_get(root, "normalizer"), "normalizer"))) return st;
     if ((st = qw_pre_tokenizer(c, json_object_get(root, "pre_tokenizer"), "pre_tokenizer")))
         return st;
-    const char *dtype = json_string_value(json_object_get(json_object_get(root, "decoder"), "type"));
+    const char *dtype =
+        json_string_value(json_object_get(json_object_get(root, "decoder"), "type"));
     if (!c->byte_level && dtype && strcmp(dtype, "ByteLevel") == 0) c->byte_level = 1;
     t->kind = c->byte_level ? QW_TOK_BYTE_BPE : QW_TOK_SPM_BPE;
     int64_t bos = -1, eos = -1;
@@ -376,8 +398,8 @@ qs_status qw_tokenizer_from_json(const char *file, const char *text, size_t len,
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &je);
     if (!root)
-        return qs_error_set(err, QS_EFORMAT, "%s: line %d, column %d: not JSON: %s", file,
-                            je.line, je.column, je.text);
+        return qs_error_set(err, QS_EFORMAT, "%s: line %d, column %d: not JSON: %s", file, je.line,
+                            je.column, je.text);
     qw_tokenizer *t = calloc(1, sizeof *t);
     if (!t || !(t->source = qw_dup(file, strlen(file)))) {
         json_decref(root);

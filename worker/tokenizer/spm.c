@@ -103,7 +103,8 @@ qs_status qw_spm_tokenize(const qw_tokenizer *t, const uint8_t *w, size_t n, qw_
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = b.left;
-        if (qw_spm_try(t, w, sym, &h, l->prev, b.left) || qw_spm_try(t, w, sym, &h, b.left, l->next))
+        if (qw_spm_try(t, w, sym, &h, l->prev, b.left) ||
+            qw_spm_try(t, w, sym, &h, b.left, l->next))
             goto oom;
     }
     for (int32_t i = 0; i >= 0 && !st; i = sym[i].next) {

@@ -38,7 +38,8 @@ static int qw_added_cmp(const void *a, const void *b, void *ctx) {
 
 static void qw_hash_u64(crypto_generichash_state *h, uint64_t v) {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
     crypto_generichash_update(h, b, 8);
 }
 
@@ -101,11 +102,13 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
         qw_hash_bytes(&h, t->repl[i].from, t->repl[i].from_len);
         qw_hash_bytes(&h, t->repl[i].to, t->repl[i].to_len);
     }
-    int64_t flags[] = {t->byte_fallback, t->fuse_unk,          t->ignore_merges,
-                       t->unk_id,        t->bos_id,             t->eos_id,
-                       t->add_bos,       t->add_eos,            t->add_space_prefix,
-                       t->drop_missing_bytes};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) qw_hash_u64(&h, (uint64_t)flags[i]);
+    int64_t flags[] = {t->byte_fallback,    t->fuse_unk,
+                       t->ignore_merges,    t->unk_id,
+                       t->bos_id,           t->eos_id,
+                       t->add_bos,          t->add_eos,
+                       t->add_space_prefix, t->drop_missing_bytes};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        qw_hash_u64(&h, (uint64_t)flags[i]);
     qw_hash_u64(&h, t->n_added);
     for (size_t i = 0; i < t->n_added; i++) {
         qw_hash_u64(&h, t->added[i].id);
@@ -141,11 +144,21 @@ void qw_tokenizer_free(qw_tokenizer *t) {
     free(t);
 }
 
-uint32_t qw_tokenizer_vocab_size(const qw_tokenizer *t) { return t->n_vocab; }
-int64_t qw_tokenizer_bos(const qw_tokenizer *t) { return t->bos_id; }
-int64_t qw_tokenizer_eos(const qw_tokenizer *t) { return t->eos_id; }
-int qw_tokenizer_adds_bos(const qw_tokenizer *t) { return t->add_bos && t->bos_id >= 0; }
-const char *qw_tokenizer_digest(const qw_tokenizer *t) { return t->digest; }
+uint32_t qw_tokenizer_vocab_size(const qw_tokenizer *t) {
+    return t->n_vocab;
+}
+int64_t qw_tokenizer_bos(const qw_tokenizer *t) {
+    return t->bos_id;
+}
+int64_t qw_tokenizer_eos(const qw_tokenizer *t) {
+    return t->eos_id;
+}
+int qw_tokenizer_adds_bos(const qw_tokenizer *t) {
+    return t->add_bos && t->bos_id >= 0;
+}
+const char *qw_tokenizer_digest(const qw_tokenizer *t) {
+    return t->digest;
+}
 
 const char *qw_tokenizer_piece(const qw_tokenizer *t, uint32_t id, size_t *len) {
     if (id >= t->n_vocab) return NULL;

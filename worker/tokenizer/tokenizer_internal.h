@@ -13,9 +13,10 @@
 
 /* The families (tokenizer.h). */
 typedef enum qw_tok_kind {
-    QW_TOK_BYTE_BPE = 0, /* byte-level BPE, merges by rank (HF BPE / llama.cpp LLAMA_VOCAB_TYPE_BPE) */
-    QW_TOK_SPM_BPE,      /* BPE over "▁"-escaped UTF-8 with byte fallback (HF BPE, Llama 2) */
-    QW_TOK_SPM,          /* SentencePiece scores (llama.cpp llm_tokenizer_spm) */
+    QW_TOK_BYTE_BPE =
+        0,          /* byte-level BPE, merges by rank (HF BPE / llama.cpp LLAMA_VOCAB_TYPE_BPE) */
+    QW_TOK_SPM_BPE, /* BPE over "▁"-escaped UTF-8 with byte fallback (HF BPE, Llama 2) */
+    QW_TOK_SPM,     /* SentencePiece scores (llama.cpp llm_tokenizer_spm) */
 } qw_tok_kind;
 
 /* Token kinds, as GGUF's tokenizer.ggml.token_type (llama.h LLAMA_TOKEN_TYPE_*). */
@@ -23,7 +24,7 @@ enum {
     QW_TT_UNDEFINED = 0,
     QW_TT_NORMAL = 1,
     QW_TT_UNKNOWN = 2,
-    QW_TT_CONTROL = 3, /* special: matched in text only with QW_ENCODE_PARSE_SPECIAL */
+    QW_TT_CONTROL = 3,      /* special: matched in text only with QW_ENCODE_PARSE_SPECIAL */
     QW_TT_USER_DEFINED = 4, /* added, not special: always matched in text */
     QW_TT_UNUSED = 5,
     QW_TT_BYTE = 6,
@@ -160,7 +161,7 @@ qs_status qw_pretok_add_literal(qw_tokenizer *t, const char *s, size_t len,
 
 /* GPT-2's pre-tokenizer pattern as Hugging Face's ByteLevel pre-tokenizer writes it
  * (pre_tokenizers/byte_level.rs). */
-#define QW_GPT2_PATTERN \
+#define QW_GPT2_PATTERN                                                                            \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 /* Adds an added token (marks its type; the list is sorted in qw_tok_finish). */

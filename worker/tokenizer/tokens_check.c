@@ -15,11 +15,11 @@ qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *to
     if (st) return st;
     if (tok->version == QW_TOKENS_VERSION_2) {
         if (strcmp(tok->tokenizer_digest, t->digest) != 0)
-            st = qs_error_set(err, QS_EINVAL,
-                              "%s: made by tokenizer %.16s..., but the tokenizer of %s is "
-                              "%.16s...: tokenize the text again with `qsweep tokenize %s`",
-                              tokens_path, tok->tokenizer_digest, model_path, t->digest,
-                              model_path);
+            st =
+                qs_error_set(err, QS_EINVAL,
+                             "%s: made by tokenizer %.16s..., but the tokenizer of %s is "
+                             "%.16s...: tokenize the text again with `qsweep tokenize %s`",
+                             tokens_path, tok->tokenizer_digest, model_path, t->digest, model_path);
     } else if (tok->vocab_size != t->n_vocab) {
         st = qs_error_set(err, QS_EINVAL,
                           "%s: field \"vocab_size\" = %u, but the tokenizer of %s has %u tokens: "

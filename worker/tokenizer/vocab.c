@@ -7,13 +7,15 @@
 /* FNV-1a, 64 bit (Fowler, Noll, Vo; the IETF draft's offset basis and prime). */
 static uint64_t qw_fnv1a(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
     return h;
 }
 
 static size_t qw_pow2_at_least(size_t n) {
     size_t c = 16;
-    while (c < n) c <<= 1;
+    while (c < n)
+        c <<= 1;
     return c;
 }
 
@@ -60,8 +62,7 @@ int64_t qw_strmap_get(const qw_tokenizer *t, const char *s, size_t len) {
         uint32_t v = t->map.slot[i];
         if (v == 0) return -1;
         uint32_t o = v - 1;
-        if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0)
-            return o;
+        if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0) return o;
     }
 }
 

@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     static const char text[] = "Hello, world! 123 \xc3\xa9t\xc3\xa9  \n\t<s> \xe4\xb8\xad";
     qw_token_vec v = {0};
-    if (qw_tokenizer_encode(t, text, sizeof text - 1, QW_ENCODE_ADD_SPECIAL | QW_ENCODE_PARSE_SPECIAL,
-                            &v, &err) == QS_OK) {
+    if (qw_tokenizer_encode(t, text, sizeof text - 1,
+                            QW_ENCODE_ADD_SPECIAL | QW_ENCODE_PARSE_SPECIAL, &v, &err) == QS_OK) {
         for (size_t i = 0; i < v.n; i++)
             if (v.ids[i] >= qw_tokenizer_vocab_size(t)) abort();
         char *s;
