@@ -1,6 +1,7 @@
 /* qsweep's token ids against an independent implementation's, on five texts
  * (tests/tokenizer/data, made by tools/tokenizer/make_tokenizer_refs.py):
- * Hugging Face tokenizers for the tokenizer.json files (Llama 2, Llama 3.2), llama.cpp's
+ * Hugging Face tokenizers for the tokenizer.json files (Llama 2 in its legacy form and with the
+ * Metaspace pre-tokenizer two ways, Llama 3.2), llama.cpp's
  * llama-tokenize for the GGUF vocabularies (SmolLM2, Llama 2, Llama 3.2). Each test checks the
  * ids are exactly the reference's, then that decode(encode(text)) == text. */
 #include <setjmp.h>
@@ -100,17 +101,26 @@ static void run_case(void **state) {
                  i < ids.n ? show(t, ids.ids[i], a, sizeof a) : "", i < nref ? ref[i] : 0,
                  i < nref ? show(t, ref[i], b, sizeof b) : "");
     }
+    /* Metaspace (prepend_scheme first/always) puts "▁" in front only when the text does not
+     * start with a space, and its decoder strips one leading space whatever came: a text that
+     * starts with a space loses it, in Hugging Face's decode as here. */
+    const char *want = text;
+    size_t want_len = len;
+    if (strstr(c->tokenizer, "metaspace") && len > 0 && text[0] == ' ') {
+        want++;
+        want_len--;
+    }
     char *back;
     size_t back_len;
     st = qw_tokenizer_decode(t, ids.ids, ids.n, 0, &back, &back_len, &err);
     if (st) fail_msg("decode: %s", err.msg);
-    if (back_len != len || memcmp(back, text, len) != 0) {
+    if (back_len != want_len || memcmp(back, want, want_len) != 0) {
         size_t i = 0;
-        while (i < len && i < back_len && back[i] == text[i])
+        while (i < want_len && i < back_len && back[i] == want[i])
             i++;
         fail_msg("%s on %s: decode(encode(text)) differs from the text at byte %zu (%zu vs %zu "
                  "bytes)",
-                 c->tokenizer, c->text, i, back_len, len);
+                 c->tokenizer, c->text, i, back_len, want_len);
     }
     printf("OK %-26s %-12s %6zu ids\n", c->tokenizer, c->text, ids.n);
     free(back);
@@ -127,8 +137,12 @@ static void run_case(void **state) {
     }
 
 static const ref_case cases[] = {
-    TEXTS("llama2/tokenizer.json", "llama2"),    TEXTS("llama3/tokenizer.json", "llama3"),
-    TEXTS("smollm2.vocab.gguf", "smollm2_gguf"), TEXTS("llama2.vocab.gguf", "llama2_gguf"),
+    TEXTS("llama2/tokenizer.json", "llama2"),
+    TEXTS("llama2_metaspace/tokenizer.json", "llama2_metaspace"),
+    TEXTS("llama2_metaspace_split/tokenizer.json", "llama2_metaspace_split"),
+    TEXTS("llama3/tokenizer.json", "llama3"),
+    TEXTS("smollm2.vocab.gguf", "smollm2_gguf"),
+    TEXTS("llama2.vocab.gguf", "llama2_gguf"),
     TEXTS("llama3.vocab.gguf", "llama3_gguf"),
 };
 

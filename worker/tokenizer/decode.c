@@ -106,7 +106,7 @@ qs_status qw_tokenizer_decode(const qw_tokenizer *t, const uint32_t *ids, size_t
     size_t from = 0;
     /* the space that encode put in front (Strip decoder; llama.cpp remove_space) */
     int strip = t->kind == QW_TOK_SPM       ? t->add_space_prefix
-                : t->kind == QW_TOK_SPM_BPE ? t->prepend != NULL
+                : t->kind == QW_TOK_SPM_BPE ? t->prepend != NULL || (t->ms && t->ms_scheme != 2)
                                             : 0;
     if (strip && b.n > 0 && b.p[0] == ' ') from = 1;
     if (from) memmove(b.p, b.p + from, b.n - from);

@@ -37,6 +37,8 @@ typedef struct qw_enc {
     size_t base; /* offset of the current fragment in the caller's text, for messages */
     char *norm;  /* normalizer output */
     size_t norm_cap;
+    char *ms; /* Metaspace output */
+    size_t ms_cap;
 } qw_enc;
 
 static qs_status qw_spm_words(qw_enc *e, const uint8_t *p, size_t n);
@@ -294,6 +296,33 @@ static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_spe
     size_t qn = n;
     qs_status st = qw_normalize(e, p, n, &q, &qn);
     if (st) return st;
+    if (t->ms && qn > 0) {
+        size_t cap = (qn + 1) * t->ms_rep_len + 1;
+        if (cap > e->ms_cap) {
+            char *b = realloc(e->ms, cap);
+            if (!b) return qs_error_set(e->err, QS_ENOMEM, "out of memory for %zu bytes", qn);
+            e->ms = b;
+            e->ms_cap = cap;
+        }
+        size_t m = 0;
+        /* HF Metaspace: replace first, then prepend unless it already starts with it */
+        int starts =
+            q[0] == ' ' || (qn >= t->ms_rep_len && memcmp(q, t->ms_rep, t->ms_rep_len) == 0);
+        if (!starts && (t->ms_scheme == 0 || (t->ms_scheme == 1 && e->base == 0))) {
+            memcpy(e->ms, t->ms_rep, t->ms_rep_len);
+            m = t->ms_rep_len;
+        }
+        for (size_t i = 0; i < qn; i++) {
+            if (q[i] == ' ') {
+                memcpy(e->ms + m, t->ms_rep, t->ms_rep_len);
+                m += t->ms_rep_len;
+            } else {
+                e->ms[m++] = (char)q[i];
+            }
+        }
+        q = (const uint8_t *)e->ms;
+        qn = m;
+    }
     return qw_steps(e, 0, q, qn);
 }
 
@@ -384,6 +413,7 @@ done:
     qw_bpe_scratch_free(e.bpe);
     free(e.cache.slot);
     free(e.cache.keys);
+    free(e.ms);
     qw_token_vec_free(&e.cache.ids);
     free(e.norm);
     free(next);

@@ -3,7 +3,8 @@
  * "a b" strings or [a, b] pairs, unk_token, byte_fallback, fuse_unk, ignore_merges);
  * normalizer null / Prepend / Replace(String) / Sequence of those; pre_tokenizer null / Split
  * (Regex or String; Isolated, Removed, MergedWithPrevious, MergedWithNext; invert) / Digits /
- * ByteLevel (add_prefix_space false) / Sequence of those; post_processor TemplateProcessing
+ * ByteLevel (add_prefix_space false) / Metaspace (first) / Sequence of those; post_processor
+ * TemplateProcessing
  * (or one inside a Sequence) for BOS/EOS. Anything else is refused as unsupported, by name. */
 #include "tokenizer_internal.h"
 
@@ -145,6 +146,35 @@ static qs_status qw_pre_tokenizer(qw_hfctx *c, json_t *p, const char *field) {
         const char *re =
             json_is_true(json_object_get(p, "individual_digits")) ? "\\p{N}" : "\\p{N}+";
         return qw_pretok_add(t, re, strlen(re), QW_SPLIT_ISOLATED, 0, field, c->err);
+    }
+    if (strcmp(type, "Metaspace") == 0) {
+        json_t *rep = json_object_get(p, "replacement");
+        if (!json_is_string(rep) || json_string_length(rep) == 0 ||
+            json_string_length(rep) >= sizeof t->ms_rep)
+            return qw_bad(c, field, "\"replacement\" is not a one-character string");
+        if (t->n_steps > 0 || t->ms)
+            return qs_error_set(c->err, QS_EUNSUPPORTED,
+                                "%s: field \"%s\": Metaspace is read only as the first "
+                                "pre-tokenizer",
+                                t->source, field);
+        t->ms = 1;
+        t->ms_rep_len = json_string_length(rep);
+        memcpy(t->ms_rep, json_string_value(rep), t->ms_rep_len);
+        const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
+        json_t *aps = json_object_get(p, "add_prefix_space"); /* tokenizers < 0.19 */
+        if (!scheme) scheme = aps && !json_is_true(aps) ? "never" : "always";
+        if (strcmp(scheme, "always") == 0)
+            t->ms_scheme = 0;
+        else if (strcmp(scheme, "first") == 0)
+            t->ms_scheme = 1;
+        else if (strcmp(scheme, "never") == 0)
+            t->ms_scheme = 2;
+        else
+            return qw_unsupported(c, field, scheme);
+        json_t *split = json_object_get(p, "split");
+        if (split && !json_is_true(split)) return QS_OK;
+        return qw_pretok_add_literal(t, t->ms_rep, t->ms_rep_len, QW_SPLIT_MERGED_NEXT, 0, field,
+                                     c->err);
     }
     if (strcmp(type, "ByteLevel") == 0) {
         if (json_is_true(json_object_get(p, "add_prefix_space")))

@@ -97,6 +97,9 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
         qw_hash_u64(&h, (uint64_t)t->step[i].invert);
     }
     qw_hash_bytes(&h, t->prepend ? t->prepend : "", t->prepend_len);
+    qw_hash_u64(&h, (uint64_t)t->ms);
+    qw_hash_bytes(&h, t->ms_rep, t->ms_rep_len);
+    qw_hash_u64(&h, (uint64_t)t->ms_scheme);
     qw_hash_u64(&h, (uint64_t)t->n_repl);
     for (int i = 0; i < t->n_repl; i++) {
         qw_hash_bytes(&h, t->repl[i].from, t->repl[i].from_len);

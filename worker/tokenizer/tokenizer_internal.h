@@ -103,6 +103,14 @@ struct qw_tokenizer {
     size_t prepend_len;
     qw_replace repl[4];
     int n_repl;
+    /* Metaspace pre-tokenizer (tokenizer.json, HF pre_tokenizers/metaspace.rs): every ' '
+     * becomes ms_rep, which is put in front of a fragment that does not start with it
+     * (ms_scheme 0 "always": every fragment; 1 "first": only the text's first; 2 "never");
+     * its split option is the literal step ms_rep / MergedWithNext in step[]. */
+    int ms;
+    char ms_rep[8];
+    size_t ms_rep_len;
+    int ms_scheme;
     /* SPM (GGUF llama): add a space before the text and after each special token. */
     int add_space_prefix;
     /* SentencePiece families: no token holds another character followed by "▁", so no merge
