@@ -419,6 +419,72 @@ static void token_file_names_its_tokenizer(void **state) {
     free(path);
 }
 
+static void write_file(const char *path, const char *s, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(s, 1, n, f), n);
+    fclose(f);
+}
+
+/* dataset {text: FILE}: one token file per (tokenizer, text) in the cache, the same bytes (so
+ * the same dataset digest) as `qsweep tokenize` writes; another text or tokenizer, another
+ * digest; invalid UTF-8 named with its offset and nothing cached. */
+static void text_dataset_is_cached_per_tokenizer_and_text(void **state) {
+    (void)state;
+    char *text = scratch_file("a.txt");
+    char cache[600], other[600], bad[600], path[4096], path2[4096];
+    snprintf(cache, sizeof cache, "%.*s/cache", (int)(strrchr(text, '/') - text), text);
+    snprintf(other, sizeof other, "%.*s/b.txt", (int)(strrchr(text, '/') - text), text);
+    snprintf(bad, sizeof bad, "%.*s/bad.txt", (int)(strrchr(text, '/') - text), text);
+    write_file(text, "Hello world 123\n", 16);
+    write_file(other, "Hello world 124\n", 16);
+    write_file(bad, "Hello \xff", 7);
+    char smol[4096], l3[4096];
+    snprintf(smol, sizeof smol, "%s/smollm2.vocab.gguf", QW_TOK_DATA);
+    snprintf(l3, sizeof l3, "%s/llama3", QW_TOK_DATA);
+    qs_error err = {0};
+    qw_tokens a = {0}, a2 = {0}, b = {0}, c = {0};
+    if (qw_text_dataset(smol, text, cache, &a, path, sizeof path, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(a.version, 2);
+    assert_non_null(strstr(path, cache));
+    /* the same bytes as qsweep tokenize's file */
+    qw_tokenizer *t = open_tok("smollm2.vocab.gguf");
+    qw_token_vec v = enc(t, "Hello world 123\n", 0);
+    char *direct = scratch_file("direct.tokens");
+    assert_int_equal(qw_tokens_write(direct, v.ids, v.n, qw_tokenizer_vocab_size(t),
+                                     qw_tokenizer_digest(t), &err),
+                     QS_OK);
+    qw_tokens d = {0};
+    assert_int_equal(qw_tokens_load(direct, &d, &err), QS_OK);
+    assert_string_equal(a.digest, d.digest);
+    /* the second time reads the cache: same file, same digest */
+    assert_int_equal(qw_text_dataset(smol, text, cache, &a2, path2, sizeof path2, &err), QS_OK);
+    assert_string_equal(path, path2);
+    assert_string_equal(a.digest, a2.digest);
+    assert_int_equal(qw_text_dataset(smol, other, cache, &b, path2, sizeof path2, &err), QS_OK);
+    assert_string_not_equal(a.digest, b.digest);
+    assert_int_equal(qw_text_dataset(l3, text, cache, &c, path2, sizeof path2, &err), QS_OK);
+    assert_string_not_equal(a.digest, c.digest);
+    qw_tokens e = {0};
+    assert_int_equal(qw_text_dataset(smol, bad, cache, &e, path2, sizeof path2, &err), QS_EINVAL);
+    assert_has(err.msg, "bad.txt");
+    assert_has(err.msg, "byte offset 6");
+    assert_null(e.ids);
+    /* a model without a tokenizer */
+    assert_int_equal(qw_text_dataset(QW_TOK_DATA, text, cache, &e, path2, sizeof path2, &err),
+                     QS_ENOTFOUND);
+    assert_has(err.msg, "tokenizer");
+    qw_tokens_free(&a);
+    qw_tokens_free(&a2);
+    qw_tokens_free(&b);
+    qw_tokens_free(&c);
+    qw_tokens_free(&d);
+    qw_token_vec_free(&v);
+    qw_tokenizer_free(t);
+    free(direct);
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_byte_map),
@@ -436,6 +502,7 @@ int main(void) {
         cmocka_unit_test(digest_follows_content),
         cmocka_unit_test(gguf_unknown_pre_tokenizer_is_refused),
         cmocka_unit_test(token_file_names_its_tokenizer),
+        cmocka_unit_test(text_dataset_is_cached_per_tokenizer_and_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,4 +114,20 @@ const char *qw_tokenizer_digest(const qw_tokenizer *t);
 qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *tok,
                                     const char *model_path, qs_error *err);
 
+/* A text file as an evaluation dataset (issue 13, `dataset: {text: FILE}`), for the grid and
+ * job side: the text's own ids (no BOS: evaluation puts BOS at each chunk start when
+ * qw_tokenizer_adds_bos says so) through the model's tokenizer, computed once per
+ * (tokenizer digest, text digest) into the version 2 token file
+ * <cache>/<tokenizer digest>-<text digest>.tokens and loaded from there into *out. Its
+ * out->digest (BLAKE2b-256 of that file) is the dataset digest for job keys: it covers the ids
+ * and the tokenizer digest of the header, so another text or another tokenizer gives another
+ * key, and the same text given as a `qsweep tokenize` file gives the same digest.
+ * tokens_path (tokens_path_cap bytes) gets the cached file's path. cache_dir NULL or "":
+ * $QSWEEP_TOKENS_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/tokens (created 0700).
+ * Errors: QS_EINVAL (invalid UTF-8: names the text file and the byte offset), QS_ENOTFOUND (no
+ * text file; a model without a tokenizer), QS_EFORMAT (a cached file naming another tokenizer),
+ * QS_EIO, QS_ENOMEM, and qw_tokenizer_open's. On error *out is zeroed. */
+qs_status qw_text_dataset(const char *model_path, const char *text_path, const char *cache_dir,
+                          qw_tokens *out, char *tokens_path, size_t tokens_path_cap, qs_error *err);
+
 #endif
