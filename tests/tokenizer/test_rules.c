@@ -302,6 +302,12 @@ static void malformed_tokenizer_json(void **state) {
     assert_int_equal(qw_tokenizer_from_json("x.json", "{\"model\": [1,", 13, -1, -1, &t, &err),
                      QS_EFORMAT);
     assert_has(err.msg, "x.json: line 1");
+    /* found by tokenizer_fuzz_json: one id of a billion would allocate gigabytes */
+    const char *sparse = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1000000000},"
+                         "\"merges\":[]}}";
+    assert_int_equal(qw_tokenizer_from_json("s.json", sparse, strlen(sparse), -1, -1, &t, &err),
+                     QS_EFORMAT);
+    assert_has(err.msg, "largest id 1000000000");
     const char *wp = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
     assert_int_equal(qw_tokenizer_from_json("w.json", wp, strlen(wp), -1, -1, &t, &err),
                      QS_EUNSUPPORTED);

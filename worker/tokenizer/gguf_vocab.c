@@ -163,7 +163,7 @@ static qs_status qw_load(qw_tokenizer *t, qw_gctx *g) {
     uint64_t n = 0;
     const uint8_t *p = NULL;
     if ((st = qw_get_arr(g, kt, QW_GGUF_STRING, &n, &p))) return st;
-    if (n == 0 || n >= (uint64_t)1 << 31)
+    if (n == 0 || n >= QW_TOK_MAX_VOCAB)
         return qs_error_set(err, QS_EFORMAT,
                             "%s: metadata key \"tokenizer.ggml.tokens\": %llu "
                             "tokens",

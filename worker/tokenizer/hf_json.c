@@ -296,6 +296,14 @@ static qs_status qw_load(qw_hfctx *c, json_t *root, int add_bos, int add_eos) {
         pool += json_string_length(content);
     }
     if (max_id < 0) return qw_bad(c, "model.vocab", "empty");
+    /* ids are dense in real vocabularies (the largest has about a million tokens): a file whose
+     * ids leave more holes than tokens is refused before anything is allocated for them */
+    size_t entries = json_object_size(vocab) + json_array_size(added);
+    if (max_id >= QW_TOK_MAX_VOCAB || (uint64_t)max_id >= 2 * (uint64_t)entries + 1024)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: field \"model.vocab\": largest id %lld for %zu tokens (ids must "
+                            "be dense and below %d)",
+                            t->source, (long long)max_id, entries, QW_TOK_MAX_VOCAB);
     if ((st = qw_tok_alloc(t, (uint32_t)(max_id + 1), pool, err))) return st;
     /* text of each id: the added token's content wins over the vocab's entry */
     const char **text = calloc((size_t)max_id + 1, sizeof *text);

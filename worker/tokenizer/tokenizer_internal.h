@@ -60,6 +60,8 @@ typedef struct qw_pretok_step {
 } qw_pretok_step;
 
 #define QW_TOK_MAX_STEPS 8
+/* The largest vocabulary read (2^24 ids; real ones have up to about a million). */
+#define QW_TOK_MAX_VOCAB (1 << 24)
 
 /* A text replacement of the normalizer (tokenizer.json Replace with a String pattern). */
 typedef struct qw_replace {
