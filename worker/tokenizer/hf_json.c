@@ -198,8 +198,9 @@ static void qw_template(json_t *pp, const qw_tokenizer *t, int64_t *bos, int64_t
     if (!type) return;
     if (strcmp(type, "Sequence") == 0) {
         size_t i;
-        json_t *v;
-        json_array_foreach(json_object_get(pp, "processors"), i, v) qw_template(v, t, bos, eos);
+        json_t *list = json_object_get(pp, "processors");
+        for (i = 0; i < json_array_size(list); i++)
+            qw_template(json_array_get(list, i), t, bos, eos);
         return;
     }
     if (strcmp(type, "TemplateProcessing") != 0) return;
