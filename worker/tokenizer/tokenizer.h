@@ -28,12 +28,12 @@ typedef struct qw_tokenizer qw_tokenizer;
 /* Opens the tokenizer of `path`: a tokenizer.json file, a directory holding one (a Hugging
  * Face checkpoint; its tokenizer_config.json, when present, says add_bos_token/add_eos_token),
  * or a .gguf file (its tokenizer.ggml.* keys). Errors name the file and the field or offset:
- * QS_ENOTFOUND (no such file, a directory without tokenizer.json), QS_EIO, QS_EFORMAT
- * A GGUF file without tokenizer.ggml.model is QS_ENOTFOUND too.
- * (not JSON, a field missing or of the wrong type, a merge naming a token not in the vocab,
- * a regex PCRE2 refuses: with PCRE2's message and offset), QS_EUNSUPPORTED (another model
- * type such as WordPiece or Unigram, a normalizer or pre-tokenizer not implemented, a GGUF
- * pre-tokenizer name not in the table), QS_ENOMEM. */
+ * QS_ENOTFOUND (no such file, a directory without tokenizer.json, a GGUF file without
+ * tokenizer.ggml.model), QS_EIO, QS_EFORMAT (not JSON, a field missing or of the wrong type,
+ * a merge naming a token not in the vocab, a regex PCRE2 refuses: with PCRE2's message and
+ * offset; ids sparser than 2 x the tokens + 1024 or above 2^24), QS_EUNSUPPORTED (another
+ * model type such as WordPiece or Unigram, a normalizer or pre-tokenizer not implemented, a
+ * GGUF pre-tokenizer name not in the table), QS_ENOMEM. */
 qs_status qw_tokenizer_open(const char *path, qw_tokenizer **out, qs_error *err);
 
 /* Parses a tokenizer.json held in memory (`len` bytes, need not be NUL-terminated); `file`
