@@ -130,5 +130,6 @@ int qsweep_cmd_keygen(int argc, char **argv);
 int qsweep_cmd_report(int argc, char **argv);
 int qsweep_cmd_plan(int argc, char **argv);
 int qsweep_cmd_slurm(int argc, char **argv);
+int qsweep_cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -37,6 +37,7 @@ static const struct {
      "GRID --workers N --connect EP [-- sbatch options]: queue a grid, start a worker array"},
     {"plan", qsweep_cmd_plan,
      "EXPERIMENT --budget-bits B: per-linear formats under a bits budget, from a sweep"},
+    {"tokenize", qsweep_cmd_tokenize, "MODEL TEXT -o FILE: a text through the model's tokenizer"},
 };
 
 static void usage(FILE *out) {

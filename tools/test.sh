@@ -88,6 +88,9 @@ FUZZ_TARGETS=(
   "cli_fuzz_grid                experiments"
   "engine_fuzz_baseline         tests/engine/fuzz/seeds"
   "qs_proto_fuzz_decode         -"
+  "kinds_fuzz_spec              tests/kinds/fuzz/seeds"
+  "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
+  "tokenizer_fuzz_encode        -"
 )
 
 stage_fuzz_smoke() {
@@ -129,7 +132,7 @@ stage_fuzz_smoke() {
 
 stage_cppcheck() {
   local srcdirs=()
-  for d in common kernels worker coordinator proto cli; do [ -d "$d" ] && srcdirs+=("$d"); done
+  for d in common kernels kinds worker coordinator proto cli; do [ -d "$d" ] && srcdirs+=("$d"); done
   cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
     --suppress=missingIncludeSystem -i build "${srcdirs[@]}"
 }
