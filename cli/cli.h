@@ -63,6 +63,14 @@ const char *qsweep_self_exe(void);
 /* Connection string: the --db argument, else $QSWEEP_DB; NULL when neither is set. */
 const char *qsweep_db_arg(const char *opt);
 
+/* The database of a command that reads the store or asks the coordinator (status, workers,
+ * results, cancel, requeue): --db (opt), else $QSWEEP_DB, else the private cluster of
+ * `qsweep run` in ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg when a server runs there
+ * (adopted and left running; nothing is started). NULL, after a message on stderr
+ * "qsweep <cmd>: no database: ..." naming all three and `eval "$(qsweep db start)"`, when
+ * there is none. */
+const char *qsweep_find_db(const char *opt, const char *cmd);
+
 /* mkdir -p path: parents 0755, the last 0700. Errors: QS_EIO naming the directory. */
 qs_status qsweep_make_dirs(const char *path, qs_error *err);
 
@@ -86,9 +94,10 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
                            qc_job_list *jobs, qs_error *err);
 
 /* Submits an expanded grid (qc_store_submit): the experiment and its jobs in one
- * transaction. Each eval job depends on its baseline; every job's model_key is
- * "model:<digest>", the key a worker caches the model under (worker/jobs/jobs.h), so the
- * coordinator's affinity sends a model's jobs to the worker that holds it. */
+ * transaction. Each eval job depends on its baseline; every job's model_key is its
+ * qc_job.model_key ("model:<digest>", kinds/spec.h qs_affinity_key), the key a worker caches
+ * the model under (worker/jobs/jobs.h), so the coordinator's affinity sends a model's jobs to
+ * the worker that holds it. */
 qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
                              qc_submit_counts *counts, qs_error *err);
 
@@ -104,7 +113,8 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err);
 
-/* The subcommands; each parses its own options (argv[0] is the subcommand name) and returns
+/* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
+ * which getopt's messages begin with) and returns
  * an exit code. */
 int qsweep_cmd_run(int argc, char **argv);
 int qsweep_cmd_submit(int argc, char **argv);
@@ -117,5 +127,9 @@ int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
+int qsweep_cmd_report(int argc, char **argv);
+int qsweep_cmd_plan(int argc, char **argv);
+int qsweep_cmd_slurm(int argc, char **argv);
+int qsweep_cmd_tokenize(int argc, char **argv);
 
 #endif

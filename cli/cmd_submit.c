@@ -26,8 +26,8 @@ static void submit_usage(FILE *out) {
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
     /* jobs of no mode by kind, in order of first appearance ("baseline"), then eval jobs by
        mode in mode order */
-    const char *kind[16];
-    size_t per_kind[16], n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
+    const char *kind[16] = {0};
+    size_t per_kind[16] = {0}, n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
         if (j->mode >= 0 && j->mode < QS_MODE_COUNT) {
@@ -68,21 +68,18 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                              qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
     const char **deps = calloc(jobs->n ? jobs->n : 1, sizeof *deps);
-    char(*model_keys)[QS_AFFINITY_KEY_MAX] = calloc(jobs->n ? jobs->n : 1, sizeof *model_keys);
-    if (!js || !deps || !model_keys) {
+    if (!js || !deps) {
         free(js);
         free(deps);
-        free(model_keys);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
-        qs_affinity_key(g->models[j->model].facts.digest, model_keys[i], sizeof model_keys[i]);
         js[i] = (qc_job_submit){.job_key = j->key,
                                 .kind = j->kind,
                                 .spec_json = j->spec,
                                 .priority = g->priority,
-                                .model_key = model_keys[i],
+                                .model_key = j->model_key[0] ? j->model_key : NULL,
                                 .max_attempts = g->max_attempts};
         if (j->depends_on >= 0) {
             deps[i] = jobs->jobs[j->depends_on].key;
@@ -100,17 +97,19 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
     }
     free(js);
     free(deps);
-    free(model_keys);
     return st;
 }
 
 void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts *c, FILE *out) {
-    fprintf(out,
-            "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued, "
-            "%zu failed "
-            "before (left as they are: qsweep requeue %s runs them again)\n",
+    fprintf(out, "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued",
             g->name, (long long)c->experiment_id, c->experiment_new ? "" : ", submitted before",
-            n_jobs, c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed, g->name);
+            n_jobs, c->jobs_new, c->reused_done, c->reused_pending);
+    /* the failed ones only when there are some: "0 failed before (left as they are...)" read
+       as a warning about nothing */
+    if (c->reused_failed)
+        fprintf(out, ", %zu failed before (left as they are: qsweep requeue %s runs them again)",
+                c->reused_failed, g->name);
+    fputc('\n', out);
 }
 
 int qsweep_cmd_submit(int argc, char **argv) {
