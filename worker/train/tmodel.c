@@ -37,3 +37,13 @@ void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user) {
 size_t qw_tmodel_bytes(const qw_tmodel *m) {
     return m->bytes;
 }
+
+int qw_tmodel_batch(const qw_tmodel *m) {
+    return m->B;
+}
+int qw_tmodel_ctx(const qw_tmodel *m) {
+    return m->T;
+}
+size_t qw_tmodel_rows(const qw_tmodel *m) {
+    return (size_t)m->N;
+}

@@ -97,6 +97,11 @@ qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, 
 /* Calls hook with every GEMM input the recipe rounds or quantizes (qlinear.h); NULL: none. */
 void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user);
 
+/* Batch B, sequence length T and rows N = B*T the model was created for. */
+int qw_tmodel_batch(const qw_tmodel *m);
+int qw_tmodel_ctx(const qw_tmodel *m);
+size_t qw_tmodel_rows(const qw_tmodel *m);
+
 /* Bytes of the model's one allocation. */
 size_t qw_tmodel_bytes(const qw_tmodel *m);
 
