@@ -34,7 +34,7 @@ typedef struct intercept {
     int n_layers;
     uint32_t step;
     int seen[64][QW_N_OPERANDS]; /* per linear index */
-    int checked, quantized, mismatches, rht_seen, rht_wrong, src_wrong, w2d_mismatch;
+    int checked, quantized, bf16, mismatches, rht_seen, rht_wrong, src_wrong, w2d_mismatch;
     float *tmp;
     float *fprop_w[64]; /* copy of each linear's fprop W input (for the 2D check) */
 } intercept;
@@ -68,6 +68,14 @@ static void hook(void *user, int linear, qw_gemm_operand op, const float *src, i
         qw_train_transpose(ic->tmp, src, src_rows, src_cols, 1);
     else
         memcpy(ic->tmp, src, n * sizeof(float));
+    if (spec.mode == QW_MODE_BF16) {
+        for (size_t i = 0; i < n; i++)
+            ic->tmp[i] = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, ic->tmp[i],
+                                                                          QK_ROUND_RNE, 0));
+        ic->bf16++;
+        if (memcmp(ic->tmp, in, n * sizeof(float))) ic->mismatches++;
+        return;
+    }
     if (spec.mode != QW_MODE_QUANT) return;
     ic->quantized++;
     if (spec.rht) {
@@ -149,9 +157,10 @@ static void intercept_recipe(const char *name, int expect_quantized_linears) {
     for (int li = 0; li <= c.n_layers * QW_TMODEL_KINDS; li++)
         for (int op = 0; op < QW_N_OPERANDS; op++)
             assert_int_equal(ic.seen[li][op], 2);
-    printf("%s %s: %d GEMM inputs, %d quantized, %d with RHT, %d mismatches\n",
-           ic.mismatches ? "NOT OK" : "OK", name, ic.checked, ic.quantized, ic.rht_seen,
+    printf("%s %s: %d GEMM inputs, %d quantized, %d rounded to BF16, %d with RHT, %d mismatches\n",
+           ic.mismatches ? "NOT OK" : "OK", name, ic.checked, ic.quantized, ic.bf16, ic.rht_seen,
            ic.mismatches);
+    assert_int_equal(ic.quantized + ic.bf16, ic.checked);
     assert_int_equal(ic.quantized, expect_quantized_linears * QW_N_OPERANDS * 2);
     assert_int_equal(ic.mismatches, 0);
     assert_int_equal(ic.rht_wrong, 0);
@@ -177,6 +186,7 @@ static void nvfp4_variants_gemm_inputs_are_the_numeric_cores(void **s) {
     intercept_recipe("nvfp4-all-blocks", 3 * QW_TMODEL_KINDS);
     intercept_recipe("mxfp4", 2 * QW_TMODEL_KINDS);
     intercept_recipe("fp8", 3 * QW_TMODEL_KINDS);
+    intercept_recipe("bf16", 0);
 }
 
 /* RHT on wgrad inputs only: a wgrad input differs from the plain quantization of the same
@@ -334,6 +344,36 @@ static void sr_makes_backward_unbiased(void **s) {
     }
 }
 
+/* The bf16 recipe's inline rounding is the numeric core's BF16 codec (RNE, saturating, NaN to
+ * 0x7FC0), bit for bit, over a sweep of FP32 bit patterns and the special values. */
+static void bf16_rounding_is_the_codecs(void **s) {
+    (void)s;
+    size_t bad = 0, n = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521) {
+        uint32_t b = (uint32_t)u;
+        float x, want, got;
+        memcpy(&x, &b, 4);
+        want = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, x, QK_ROUND_RNE, 0));
+        got = qw_round_bf16(x);
+        bad += memcmp(&want, &got, 4) != 0;
+        n++;
+    }
+    const uint32_t specials[] = {0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00001u,
+                                 0xFFC00000u, 0x00000001u, 0x80000000u, 0x3F808000u, 0x3F818000u};
+    for (size_t i = 0; i < sizeof specials / 4; i++) {
+        float x, want, got;
+        memcpy(&x, &specials[i], 4);
+        want = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, x, QK_ROUND_RNE, 0));
+        got = qw_round_bf16(x);
+        if (memcmp(&want, &got, 4)) {
+            printf("NOT OK bf16 of 0x%08X\n", specials[i]);
+            bad++;
+        }
+    }
+    printf("bf16 rounding: %zu patterns, %zu differ from the codec\n", n, bad);
+    assert_int_equal(bad, 0);
+}
+
 static void recipes_parse_and_reject(void **s) {
     (void)s;
     qs_error err = {0};
@@ -396,6 +436,7 @@ int main(void) {
         cmocka_unit_test(nvfp4_variants_gemm_inputs_are_the_numeric_cores),
         cmocka_unit_test(rht_changes_wgrad_inputs_only),
         cmocka_unit_test(sr_makes_backward_unbiased),
+        cmocka_unit_test(bf16_rounding_is_the_codecs),
         cmocka_unit_test(recipes_parse_and_reject),
         cmocka_unit_test(rht_with_ragged_tokens_is_refused),
     };

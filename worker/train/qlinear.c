@@ -14,10 +14,25 @@ size_t qw_qlinear_scratch_floats(int N, int in, int out) {
     return m > c ? m : c;
 }
 
+float qw_round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) {
+        /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
+        u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
+    } else {
+        uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+        if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u; /* saturate */
+        u = r & 0xFFFF0000u;
+    }
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 static void round_bf16(float *x, size_t n, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++)
-        x[i] = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, x[i], QK_ROUND_RNE, 0));
+        x[i] = qw_round_bf16(x[i]);
 }
 
 qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
