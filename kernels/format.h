@@ -4,7 +4,7 @@
 #ifndef QK_FORMAT_H
 #define QK_FORMAT_H
 
-#include "codec.h"
+#include "element.h"
 #include "quant.h"
 
 #ifdef __cplusplus

@@ -1,11 +1,11 @@
-/* The bit-level arithmetic of the numeric core, header-only so that the C reference (codec.c,
+/* The bit-level arithmetic of the numeric core, header-only so that the C reference (element.c,
  * philox.c, quantize.c) and the CUDA kernels (kernels/cuda/) compile the SAME code: this is
  * what makes CPU and GPU results equal bit for bit (DESIGN.md invariant "same input, same
  * bits, on CPU and GPU"). Everything here is exact integer or correctly rounded FP32
  * arithmetic with no FMA dependence (each product that precedes an add is exact).
  *
  * Public names carry the qk_ prefix; the *_core functions take plain parameters instead of
- * a qk_codec pointer so device code needs no host tables. Rules and sources: codec.h,
+ * a qk_codec pointer so device code needs no host tables. Rules and sources: element.h,
  * philox.h, fp4-spec.md sections 1.2, 2.3, 3.2, 3.3. */
 #ifndef QK_NUMERICS_H
 #define QK_NUMERICS_H
@@ -76,7 +76,7 @@ QK_HD uint32_t qk_sr_bits_core(uint64_t seed, uint32_t tensor_id, uint32_t step,
     return out[index & 3];
 }
 
-/* --- minifloat encoder (codec.h) ---------------------------------------------------------- */
+/* --- minifloat encoder (element.h) ---------------------------------------------------------- */
 
 /* Encodes x into a sign-magnitude minifloat of `bits` bits (exp_bits, man_bits, bias),
  * saturating to max_code, NaN to nan_code. Done on the FP32 bit pattern so that every step
@@ -151,7 +151,7 @@ QK_HD float qk_e4m3_value_nonneg(uint32_t code) {
     return ef == 0 ? (float)man * 0x1p-9f : (float)(8u | man) * qk_pow2f((int)ef - 10);
 }
 
-/* --- E8M0 and the MX scale rules (codec.h, fp4-spec.md 2.3) -------------------------------- */
+/* --- E8M0 and the MX scale rules (element.h, fp4-spec.md 2.3) -------------------------------- */
 
 QK_HD uint8_t qk_e8m0_encode_core(float x, int round_up) {
     uint32_t a = qk_bits_of(x) & 0x7FFFFFFFu;
@@ -186,10 +186,15 @@ QK_HD uint8_t qk_mx_scale_code_core(float amax, qk_mx_scale_rule rule, int emax,
         ex = (int)(r >> 23) - 127 - emax;
     } else {
         /* RCEIL: torchao's descale amax * (1/max) in FP32, rounded up to E8M0 (CUDA RP) */
-        return qk_e8m0_encode_core(qk_float_of(a) * (1.0f / max_value), 1);
+        uint8_t code = qk_e8m0_encode_core(qk_float_of(a) * (1.0f / max_value), 1);
+        return code > 254 - emax ? (uint8_t)(254 - emax) : code;
     }
     if (ex < -127) ex = -127;
-    if (ex > 127) ex = 127;
+    /* Capped at 127 - emax, the FLOOR scale of FLT_MAX: max_value * 2^(127 - emax) is below
+     * 2^128 (max_value < 2^(emax+1)), so no block decodes to Inf. Reached only by CEIL, EVEN
+     * and RCEIL for amax near FLT_MAX (E2M1: amax > 1.5 * 2^127), whose larger scale would
+     * decode the block's largest element to Inf (kernels/README.md). */
+    if (ex > 127 - emax) ex = 127 - emax;
     return (uint8_t)(ex + 127);
 }
 
@@ -222,7 +227,7 @@ QK_HD float qk_e2m1_rne_value(float s) {
  * gives +6, the sign is kept): with q the grid step of |s|'s binade (0.5 below 2, 1 below 4,
  * 2 above), lo the multiple of q at or below |s| and f = (|s| - lo)/q, the result is lo + q
  * when rbits < floor(f * 2^32), else lo; all exact in FP32/FP64. The same decision as
- * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, QK_ROUND_SR, rbits)) (codec.h; tested). */
+ * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, QK_ROUND_SR, rbits)) (element.h; tested). */
 QK_HD float qk_e2m1_sr_value(float s, uint32_t rbits) {
     float a = fabsf(s);
     float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);

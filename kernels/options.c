@@ -15,6 +15,7 @@ static const char *const mx_rule_names[] = {
 static const char *const clamp_names[] = {[QK_NVFP4_CLAMP_NONE] = "none",
                                           [QK_NVFP4_CLAMP_TORCHAO] = "torchao",
                                           [QK_NVFP4_CLAMP_ZERO_TO_ONE] = "zero_to_one"};
+static const char *const tiny_names[] = {[QK_TINY_TE] = "te", [QK_TINY_EXACT] = "exact"};
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -22,6 +23,7 @@ static int applies(const qk_format *fmt, const char *key) {
     if (!strcmp(key, "rounding")) return fmt->rule != QK_RULE_IDENTITY;
     if (!strcmp(key, "scale_rule")) return fmt->rule == QK_RULE_MX;
     if (!strcmp(key, "clamp")) return fmt->rule == QK_RULE_NVFP4;
+    if (!strcmp(key, "tiny_amax")) return fmt->tensor_scale;
     if (!strcmp(key, "group_size")) return fmt->group_option;
     return 0;
 }
@@ -29,7 +31,8 @@ static int applies(const qk_format *fmt, const char *key) {
 const char *qk_quant_option_keys(const qk_format *fmt) {
     if (fmt->rule == QK_RULE_IDENTITY) return "none";
     if (fmt->rule == QK_RULE_MX) return "rounding, scale_rule";
-    if (fmt->rule == QK_RULE_NVFP4) return "rounding, clamp";
+    if (fmt->rule == QK_RULE_NVFP4) return "rounding, clamp, tiny_amax";
+    if (fmt->tensor_scale) return "rounding, tiny_amax";
     if (fmt->group_option) return "rounding, group_size";
     return "rounding";
 }
@@ -64,6 +67,8 @@ qs_status qk_quant_option_set(const qk_format *fmt, qk_quant_options *opt, const
         names = mx_rule_names, n = N_OF(mx_rule_names), choices = "rceil, floor, ceil, even";
     } else if (!strcmp(key, "clamp")) {
         names = clamp_names, n = N_OF(clamp_names), choices = "none, torchao, zero_to_one";
+    } else if (!strcmp(key, "tiny_amax")) {
+        names = tiny_names, n = N_OF(tiny_names), choices = "te, exact";
     }
     int i = lookup(names, n, value);
     if (i < 0)
@@ -73,6 +78,8 @@ qs_status qk_quant_option_set(const qk_format *fmt, qk_quant_options *opt, const
         opt->rounding = (qk_rounding)i;
     else if (names == mx_rule_names)
         opt->mx_rule = (qk_mx_scale_rule)i;
+    else if (names == tiny_names)
+        opt->tiny_amax = (qk_tiny_amax)i;
     else
         opt->nvfp4_clamp = (qk_nvfp4_clamp)i;
     return QS_OK;
@@ -87,5 +94,7 @@ const char *qk_quant_option_value(const qk_format *fmt, const qk_quant_options *
         return mx_rule_names[opt->mx_rule];
     if (!strcmp(key, "clamp") && (size_t)opt->nvfp4_clamp < N_OF(clamp_names))
         return clamp_names[opt->nvfp4_clamp];
+    if (!strcmp(key, "tiny_amax") && (size_t)opt->tiny_amax < N_OF(tiny_names))
+        return tiny_names[opt->tiny_amax];
     return NULL;
 }

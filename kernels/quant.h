@@ -41,6 +41,20 @@ typedef enum qk_nvfp4_clamp {
     QK_NVFP4_CLAMP_ZERO_TO_ONE = 2, /* ModelOpt: a zero block scale becomes 1 */
 } qk_nvfp4_clamp;
 
+/* What a per-tensor-scaled format (NVFP4, FP8 per tensor) does with a "tiny" tensor: one whose
+ * amax_t is so small that TransformerEngine's S_enc = max/amax_t exceeds 2^126 (NVFP4:
+ * amax_t < 2688 * 2^-126, about 2^-114.6), so S_dec = 1/S_enc is an FP32 subnormal or, once
+ * S_enc saturates at FLT_MAX (amax_t <= 2^-117), no longer its reciprocal. Such tensors are
+ * counted in qk_quant_stats.n_tiny_tensors under either choice (kernels/README.md). */
+typedef enum qk_tiny_amax {
+    QK_TINY_TE = 0,    /* TransformerEngine's formula as is (default): encode and decode scales
+                          disagree; the amax element comes back -31% at amax_t = 2^-126, -66%
+                          at 2^-127, and the whole tensor is 0 at 2^-130 */
+    QK_TINY_EXACT = 1, /* the tensor is quantized as x * 2^p with amax_t * 2^p in [1, 2)
+                          (exact), and decoded values are multiplied by 2^-p (one rounding):
+                          results equal TE's on the rescaled tensor, scaled back */
+} qk_tiny_amax;
+
 /* One descriptor per format (STYLE.md: formats are data). Opaque here; see format.h. */
 typedef struct qk_format qk_format;
 
@@ -56,7 +70,19 @@ typedef struct qk_quant_options {
     int threads;                /* 0 = all (OpenMP default); results are identical for any value */
     int reference_only;         /* 1 = always take the scalar reference path (tests compare the
                                    faster paths against it); 0 = fastest path, same bits */
+    qk_tiny_amax tiny_amax;     /* NVFP4 and FP8 per tensor; default QK_TINY_TE */
+    int tensor_amax_given;      /* 1: the per-tensor scale (NVFP4, FP8 per tensor) comes from
+                                   tensor_amax below instead of the tensor's own amax; for several
+                                   tensors sharing one global scale (fused q/k/v, gate/up: pass
+                                   qk_joint_amax of the group to each). 0 = own amax */
+    float tensor_amax;          /* the amax to use when tensor_amax_given: finite, >= 0, same
+                                   units as x; elements above it saturate (counted as clipped) */
 } qk_quant_options;
+
+/* Version of the numeric results: bumped whenever the same input and options can give other
+ * bits (a job key that names it then changes). 2: +-Inf no longer enters amax (NVFP4, FP8
+ * per tensor, INT), MX scales are capped so that no block decodes to Inf. */
+#define QK_NUMERICS_VERSION 2
 
 /* Error statistics of one fake-quant call, over all rows*k elements. */
 typedef struct qk_quant_stats {
@@ -67,12 +93,22 @@ typedef struct qk_quant_stats {
     size_t n_clipped; /* elements whose scaled magnitude exceeded the element max */
     size_t n_blocks;
     size_t n_underflow_blocks; /* nonzero blocks whose every element quantized to zero */
+    size_t n_nonfinite;        /* input elements that were NaN or +-Inf */
+    size_t n_tiny_tensors;     /* 1 when the per-tensor amax was tiny (qk_tiny_amax), else 0;
+                                  summed over tensors by callers */
+    float tensor_amax;         /* amax_t the per-tensor scale came from (given or own; NaN and
+                                  +-Inf excluded); 0 for formats without a tensor scale */
+    float tensor_scale;        /* decode scale S_dec applied to every value, 1 without one */
+    int tensor_scale_exp2;     /* QK_TINY_EXACT: decoded values are also multiplied by
+                                  2^tensor_scale_exp2 (< 0); else 0 */
+    int tensor_amax_given;     /* 1 when options.tensor_amax_given supplied tensor_amax */
 } qk_quant_stats;
 
 /* Sets the option named key of opt, for format fmt, from its text value. Options per format:
  *   rounding   rne | rz | sr                    every format but bf16
  *   scale_rule rceil | floor | ceil | even      MX formats (fp4-spec.md section 2.3)
  *   clamp      none | torchao | zero_to_one     NVFP4 (fp4-spec.md section 3.4)
+ *   tiny_amax  te | exact                      NVFP4, FP8 per tensor (qk_tiny_amax)
  *   group_size integer 1..65536                 int4_group
  * Errors: QS_ENOTFOUND for an option that does not apply to fmt (the message lists those that
  * do); QS_EINVAL for a missing or unknown value (the message lists the choices). opt is
@@ -109,14 +145,17 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
  *   the even column in the low nibble (bits 3..0) as CUDA, PyTorch and cuBLAS store them
  *   (fp4-spec.md 1.1); an odd k leaves the high nibble of a row's last byte 0. 6-, 8-bit
  *   codes take one byte each (FP6 right-aligned in the byte, not bit-packed).
- *   Minifloat codes are sign-magnitude, integer codes two's complement (codec.h).
+ *   Minifloat codes are sign-magnitude, integer codes two's complement (element.h).
  * - scales (E4M3/E8M0 formats): [rows x blocks_per_row] bytes, row-major, one per 1D block;
  *   a 16x16 2D block repeats its scale in each of its 16 rows. Swizzle for cuBLASLt with
  *   qk_swizzle_128x4 (swizzle.h).
  * - scales_f32 (INT formats): [rows x blocks_per_row] FP32 decode scales.
  * - tensor_scale: the FP32 decode scale S_dec multiplying every value at decode (NVFP4:
  *   amax_t/2688, what ModelOpt calls weight_scale_2; FP8 per tensor: amax_t/448); 1 when the
- *   format has no tensor scale. */
+ *   format has no tensor scale.
+ * - tensor_scale_exp2: 0, except under QK_TINY_EXACT for a tiny tensor, where decoded values
+ *   are further multiplied by 2^tensor_scale_exp2 (the true S_dec, tensor_scale *
+ *   2^tensor_scale_exp2, is not an FP32 normal number then). */
 typedef struct qk_packed {
     const qk_format *fmt;
     size_t rows, k;        /* logical shape */
@@ -127,7 +166,8 @@ typedef struct qk_packed {
     uint8_t *scales;       /* [rows x blocks_per_row] or NULL */
     float *scales_f32;     /* [rows x blocks_per_row] or NULL */
     float tensor_scale;    /* decode scale S_dec, or 1 */
-    float tensor_amax;     /* amax over the tensor that S_dec came from (0 when unused) */
+    float tensor_amax;     /* amax_t that S_dec came from, given or own (0 when unused) */
+    int tensor_scale_exp2; /* extra power of two of the decode scale, <= 0 (see above) */
     void *storage_;        /* the one allocation; private */
 } qk_packed;
 
@@ -149,6 +189,17 @@ qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const f
 /* Decodes p into y [p->rows x p->k]: value = elem(code) * block decode scale * tensor_scale,
  * in the order of the format's rule (format.h). threads: 0 = all. Errors: QS_EINVAL. */
 qs_status qk_dequantize(const qk_packed *p, float *y, int threads, qs_error *err);
+
+/* Joint absolute maximum of `count` tensors: max |x| over tensors[i][0 .. n[i]) for every i,
+ * NaN and +-Inf ignored exactly as the per-tensor amax of qk_fake_quant ignores them. For a
+ * global scale shared by tensors that a serving engine fuses into one GEMM (q/k/v, gate/up):
+ * pass the result as options.tensor_amax (with tensor_amax_given = 1) to each tensor's call,
+ * which then equals quantizing the tensors concatenated along rows (vllm-project/
+ * llm-compressor#1869: q/k/v amax 0.28/0.2069/0.2211 all get S_enc = 2688/0.28 = 9600).
+ * threads: 0 = all. A tensor with n[i] == 0 contributes nothing. Errors: QS_EINVAL (count 0,
+ * a NULL array, or a NULL tensor with n[i] > 0, naming its index). */
+qs_status qk_joint_amax(const float *const *tensors, const size_t *n, size_t count, int threads,
+                        float *amax, qs_error *err);
 
 /* NVFP4 global scales from the tensor amax (fp4-spec.md 3.3 steps 2-3, TransformerEngine):
  * S_enc = min(2688 / amax_t, FLT_MAX), and S_enc = 1 when amax_t is 0 or S_enc is 0

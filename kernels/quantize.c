@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "element.h"
 #include "format.h"
 #include "numerics.h"
 #include "philox.h"
@@ -37,6 +37,10 @@ typedef struct qk_plan {
     float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
     float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
                           (step 5), tabulated once per call for the fast path */
+    int tiny;          /* the tensor amax is tiny (qk_tiny_amax) */
+    int exp2;          /* QK_TINY_EXACT on a tiny tensor: inputs are taken as x * 2^exp2 and
+                          decoded values multiplied by 2^-exp2 (reference path only); else 0 */
+    int amax_given;    /* amax_t came from the options */
     uint64_t seed;
     uint32_t tensor_id, step;
     int threads;
@@ -54,7 +58,7 @@ typedef struct block_scale {
 /* Statistics of one row group, summed in group order at the end. */
 typedef struct stats_acc {
     double sq_err, sq_sig;
-    size_t clipped, blocks, underflow;
+    size_t clipped, blocks, underflow, nonfinite;
 } stats_acc;
 
 /* --- FP32 helpers ------------------------------------------------------------------------ */
@@ -79,6 +83,26 @@ static qs_status check_options(const qk_format *fmt, const qk_quant_options *o, 
     if ((unsigned)o->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE)
         return qs_error_set(err, QS_EINVAL, "kernels: options.nvfp4_clamp: unknown value %d",
                             (int)o->nvfp4_clamp);
+    if ((unsigned)o->tiny_amax > QK_TINY_EXACT)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.tiny_amax: unknown value %d",
+                            (int)o->tiny_amax);
+    if (o->tiny_amax != QK_TINY_TE && !fmt->tensor_scale)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.tiny_amax: set for %s, which has no per-tensor "
+                            "scale (only nvfp4, nvfp4_2d and fp8_e4m3 do)",
+                            fmt->name);
+    if (o->tensor_amax_given != 0 && o->tensor_amax_given != 1)
+        return qs_error_set(err, QS_EINVAL, "kernels: options.tensor_amax_given: %d is not 0 or 1",
+                            o->tensor_amax_given);
+    if (o->tensor_amax_given && !fmt->tensor_scale)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.tensor_amax: given for %s, which has no per-tensor "
+                            "scale (only nvfp4, nvfp4_2d and fp8_e4m3 do)",
+                            fmt->name);
+    if (o->tensor_amax_given && !(o->tensor_amax >= 0.0f && o->tensor_amax <= FLT_MAX))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: options.tensor_amax: %g is not a finite value >= 0",
+                            (double)o->tensor_amax);
     if (o->mx_rule != QK_MX_RCEIL && fmt->rule != QK_RULE_MX)
         return qs_error_set(err, QS_EINVAL,
                             "kernels: options.mx_rule: set for %s, which is not an MX format",
@@ -138,8 +162,9 @@ static qs_status plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_opt
     return QS_OK;
 }
 
-/* max |x| over the tensor, NaN ignored (fmaxf semantics, as TransformerEngine's amax);
- * per-thread maxima by bits (amax_by_bits), combined with max, which is order-free. */
+/* max |x| over the tensor, NaN and +-Inf ignored (kernels/README.md: an Inf saturates in its
+ * block instead of setting the scale of the whole tensor); per-thread maxima by bits
+ * (amax_by_bits), combined with max, which is order-free. */
 static float amax_by_bits(const float *v, size_t n, int *nonfinite);
 static float tensor_amax(const float *x, size_t n, int threads) {
     float amax = 0.0f;
@@ -160,23 +185,83 @@ static float tensor_amax(const float *x, size_t n, int threads) {
     return amax;
 }
 
+qs_status qk_joint_amax(const float *const *tensors, const size_t *n, size_t count, int threads,
+                        float *amax, qs_error *err) {
+    if (!tensors || !n || !amax || count == 0)
+        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: %s",
+                            count == 0 ? "no tensors (count 0)" : "tensors, n or amax is NULL");
+    if (threads < 0)
+        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: threads %d is negative",
+                            threads);
+    for (size_t i = 0; i < count; i++)
+        if (n[i] > 0 && !tensors[i])
+            return qs_error_set(err, QS_EINVAL, "kernels: joint amax: tensor %zu is NULL", i);
+    int th = threads > 0 ? threads : omp_get_max_threads();
+    float m = 0.0f;
+    for (size_t i = 0; i < count; i++) {
+        float a = n[i] ? tensor_amax(tensors[i], n[i], th) : 0.0f;
+        m = a > m ? a : m;
+    }
+    *amax = m;
+    return QS_OK;
+}
+
+/* Whether amax_t is tiny for a tensor scale max_q / amax_t (qk_tiny_amax): that encode scale
+ * is above 2^126 (or overflows), so its reciprocal would not be an FP32 normal number. */
+static int amax_is_tiny(float amax_t, float max_q) {
+    return amax_t > 0.0f && !(max_q / amax_t <= 0x1p126f);
+}
+
+/* x * 2^e for 0 <= e <= 254, exact for the values it is used on (|x| * 2^e <= 2). */
+static float times_pow2_up(float x, int e) {
+    while (e > 127) {
+        x *= 0x1p127f;
+        e -= 127;
+    }
+    return x * qk_pow2f(e);
+}
+
+/* y * 2^-e for 0 <= e <= 252 with ONE rounding (the last multiply): the first step only
+ * moves y within the normal range, exact for |y| >= 2^-100 (every nonzero decoded value of
+ * the exact variant is above 2^-23). */
+static float times_pow2_down(float y, int e) {
+    if (e > 126) {
+        y *= qk_pow2f(-(e - 126));
+        e = 126;
+    }
+    return y * qk_pow2f(-e);
+}
+
 void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec) {
     qk_nvfp4_global_scales_core(amax_t, s_enc, s_dec);
 }
 
 /* Tensor scales: NVFP4's S_enc/S_dec, or the per-tensor FP8 rule with the same edge policy
- * (an all-zero or infinite tensor gets S_enc = 1). */
-static void plan_tensor_scales(qk_plan *p, const float *x) {
+ * (an all-zero tensor gets S_enc = 1), from the given or the tensor's own amax; for a tiny
+ * amax under QK_TINY_EXACT, from amax_t * 2^exp2 in [1, 2) (frexpf: exact, subnormals too). */
+static void plan_tensor_scales(qk_plan *p, const float *x, const qk_quant_options *opt) {
     if (p->fmt->rule != QK_RULE_NVFP4 && p->fmt->rule != QK_RULE_TENSOR) return;
-    p->amax_t = tensor_amax(x, p->rows * p->k, p->threads);
+    static const qk_quant_options defaults;
+    if (!opt) opt = &defaults;
+    p->amax_given = opt->tensor_amax_given;
+    p->amax_t = opt->tensor_amax_given ? opt->tensor_amax : tensor_amax(x, p->rows * p->k, p->threads);
+    float max_q = p->fmt->rule == QK_RULE_NVFP4 ? 2688.0f : p->elem->max_value;
+    p->tiny = amax_is_tiny(p->amax_t, max_q);
+    float amax = p->amax_t;
+    if (p->tiny && opt->tiny_amax == QK_TINY_EXACT) {
+        int e2;
+        (void)frexpf(amax, &e2); /* amax = f * 2^e2, f in [0.5, 1) */
+        p->exp2 = 1 - e2;
+        amax = times_pow2_up(amax, p->exp2);
+    }
     if (p->fmt->rule == QK_RULE_NVFP4) {
-        qk_nvfp4_global_scales(p->amax_t, &p->s_enc, &p->s_dec);
+        qk_nvfp4_global_scales(amax, &p->s_enc, &p->s_dec);
         p->s_enc_6 = p->s_enc * (1.0f / 6.0f);
         for (int c = 0; c < 128; c++)
             p->nv_enc[c] = fminf(1.0f / (e4m3_value[c] * p->s_dec), FLT_MAX);
     } else {
-        float e = fminf(p->elem->max_value / p->amax_t, FLT_MAX);
-        if (p->amax_t == 0.0f || e == 0.0f) e = 1.0f;
+        float e = fminf(p->elem->max_value / amax, FLT_MAX);
+        if (amax == 0.0f || e == 0.0f) e = 1.0f;
         p->s_enc = e;
         p->s_dec = 1.0f / e;
     }
@@ -259,6 +344,7 @@ static inline float scaled_input(const block_scale *bs, float x) {
 static inline float decoded_output(const qk_plan *p, const block_scale *bs, float v) {
     float y = v * bs->dec;
     if (p->fmt->tensor_scale) y = y * p->s_dec;
+    if (p->exp2) y = times_pow2_down(y, p->exp2);
     return y;
 }
 
@@ -281,8 +367,9 @@ static uint32_t get_code(const qk_packed *pk, size_t r, size_t c) {
     return row[c];
 }
 
-/* Block amax over rows [r0, r0+h), columns [c0, c0+n). NaN is ignored except for MX, where
- * any non-finite element makes the result NaN (so the block's scale becomes 0xFF). */
+/* Block amax over rows [r0, r0+h), columns [c0, c0+n). NaN and +-Inf are ignored (they
+ * saturate in the element encoder) except for MX, where any non-finite element makes the
+ * result NaN (so the block's scale becomes 0xFF). */
 static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, size_t c0,
                         size_t n) {
     float amax = 0.0f;
@@ -291,8 +378,10 @@ static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, s
         const float *row = x + r * p->k + c0;
         for (size_t i = 0; i < n; i++) {
             float a = fabsf(row[i]);
-            amax = a > amax ? a : amax;
-            nonfinite |= !(a <= FLT_MAX);
+            if (a <= FLT_MAX)
+                amax = a > amax ? a : amax;
+            else
+                nonfinite = 1;
         }
     }
     if (p->fmt->rule == QK_RULE_MX && nonfinite) return NAN;
@@ -328,7 +417,9 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
     for (size_t b = 0; b < p->nblk; b++) {
         size_t c0 = b * p->block;
         size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
-        block_scale bs = scale_for(p, block_amax(p, x, r0, h, c0, n));
+        float amax = block_amax(p, x, r0, h, c0, n);
+        if (p->exp2) amax = times_pow2_up(amax, p->exp2);
+        block_scale bs = scale_for(p, amax);
         int any_in = 0, any_out = 0;
         for (size_t r = r0; r < r0 + h; r++) {
             if (pk) {
@@ -338,7 +429,7 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
             for (size_t i = 0; i < n; i++) {
                 size_t c = c0 + i;
                 float xin = x[r * p->k + c];
-                float s = scaled_input(&bs, xin);
+                float s = scaled_input(&bs, p->exp2 ? times_pow2_up(xin, p->exp2) : xin);
                 uint32_t rb = p->rounding == QK_ROUND_SR ? sr_bits_cached(p, &sr, r * p->k + c) : 0;
                 uint32_t code = qk_codec_encode(elem, s, p->rounding, rb);
                 if (pk) put_code(pk, r, c, code);
@@ -349,6 +440,7 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
                     acc->sq_err += d * d;
                     acc->sq_sig += (double)xin * (double)xin;
                     acc->clipped += fabsf(s) > elem->max_value;
+                    acc->nonfinite += !(fabsf(xin) <= FLT_MAX);
                     any_in |= xin != 0.0f;
                     any_out |= out != 0.0f;
                 }
@@ -363,8 +455,8 @@ static void quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t 
 
 /* max |v[i]| over n values, computed on the FP32 bit patterns (for non-negative floats the
  * integer order is the numeric order), which vectorises where a float max reduction does not.
- * NaN is ignored; *nonfinite is set when any value is Inf or NaN. Same result as
- * block_amax. */
+ * NaN and +-Inf are ignored; *nonfinite is set when any value is Inf or NaN. Same result
+ * as block_amax. */
 static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
     /* signed 32-bit: |x| patterns are <= 0x7FFFFFFF, and SSE2 vectorises a signed max */
     int32_t m = 0, any = 0;
@@ -372,7 +464,7 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
         int32_t b;
         memcpy(&b, &v[i], sizeof b);
         b &= 0x7FFFFFFF;
-        int32_t finite = b > 0x7F800000 ? 0 : b;
+        int32_t finite = b >= 0x7F800000 ? 0 : b;
         m = finite > m ? finite : m;
         any = b > any ? b : any;
     }
@@ -454,6 +546,7 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
                 acc->sq_err += d * d;
                 acc->sq_sig += (double)in[i] * (double)in[i];
                 acc->clipped += fabsf(in[i] * enc) > maxv;
+                acc->nonfinite += !(fabsf(in[i]) <= FLT_MAX);
                 any_in |= in[i] != 0.0f;
                 any_out |= v[i] != 0.0f;
             }
@@ -466,6 +559,66 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
     }
 }
 
+/* Fast path for RNE fake-quant of the symmetric integer formats (int8_channel, int4_group,
+ * any group size) in place on one row: per block the amax by bits (NaN and +-Inf ignored),
+ * the reference's scale s = scale_for(amax).f32, then a branch-free loop the compiler
+ * vectorises: q = x / s (the reference's division), clamped to +-int_max (before rounding:
+ * the same result, the limits being integers), rounded to nearest even by adding and
+ * subtracting 1.5 * 2^23 (exact for |q| <= 2^22; gives +0, never -0, as the reference's one
+ * integer zero does), NaN to 0, then q * s. So the bits equal quant_group_ref's (tested).
+ * Statistics, when asked for, take a second loop over the block with the input kept. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+quant_row_int_fast(const qk_plan *p, float *row, stats_acc *acc) {
+    const float lim = (float)p->elem->int_max, nlim = -lim;
+    const float round_c = 0x1.8p23f;
+    for (size_t c0 = 0; c0 < p->k; c0 += p->block) {
+        size_t n = p->k - c0 < p->block ? p->k - c0 : p->block;
+        float *v = row + c0;
+        int nonfinite;
+        const float s = scale_for(p, amax_by_bits(v, n, &nonfinite)).f32;
+        if (!acc) {
+            for (size_t i = 0; i < n; i++) {
+                float x = v[i];
+                float q = x / s;
+                q = q < lim ? q : lim; /* NaN -> lim here, 0 below */
+                q = q > nlim ? q : nlim;
+                q = (q + round_c) - round_c;
+                v[i] = (x != x ? 0.0f : q) * s;
+            }
+            continue;
+        }
+        int any_in = 0, any_out = 0;
+        for (size_t i = 0; i < n; i++) {
+            float x = v[i];
+            float q0 = x / s, q = q0;
+            q = q < lim ? q : lim;
+            q = q > nlim ? q : nlim;
+            q = (q + round_c) - round_c;
+            float y = (x != x ? 0.0f : q) * s;
+            v[i] = y;
+            double d = (double)y - (double)x;
+            acc->sq_err += d * d;
+            acc->sq_sig += (double)x * (double)x;
+            acc->clipped += fabsf(q0) > lim;
+            acc->nonfinite += !(fabsf(x) <= FLT_MAX);
+            any_in |= x != 0.0f;
+            any_out |= y != 0.0f;
+        }
+        acc->blocks++;
+        acc->underflow += any_in && !any_out;
+    }
+}
+
+/* Whether quant_row_int_fast covers this call: RNE, symmetric integer elements in 1D
+ * blocks. */
+static int int_fast_path_applies(const qk_plan *p) {
+    return p->rounding == QK_ROUND_RNE && p->brows == 1 && p->elem->kind == QK_CODEC_INT &&
+           p->fmt->rule == QK_RULE_ABSMAX;
+}
+
 /* Whether quant_row_fast covers this call: RNE (or SR with E2M1 elements), 1D blocks of at
  * most QK_FAST_CHUNK (or one per-tensor scale), minifloat elements whose rounding constant
  * 2^(e_hi - man_bits + 23) is a finite FP32 (all but BF16, which no block format uses). */
@@ -474,7 +627,7 @@ static int fast_path_applies(const qk_plan *p) {
     qk_scale_rule rule = p->fmt->rule;
     int rounding_ok =
         p->rounding == QK_ROUND_RNE || (p->rounding == QK_ROUND_SR && el == &qk_codec_e2m1);
-    if (!rounding_ok || p->brows != 1 || el->kind != QK_CODEC_MINIFLOAT) return 0;
+    if (!rounding_ok || p->brows != 1 || el->kind != QK_CODEC_MINIFLOAT || p->exp2) return 0;
     if (el->emax + 1 - el->man_bits + 23 > 127) return 0;
     if (rule == QK_RULE_TENSOR) return 1;
     return (rule == QK_RULE_NVFP4 || rule == QK_RULE_MX) && p->block <= QK_FAST_CHUNK;
@@ -482,7 +635,8 @@ static int fast_path_applies(const qk_plan *p) {
 
 /* --- public entry points ----------------------------------------------------------------- */
 
-static void stats_finish(const stats_acc *accs, size_t ngroups, size_t n, qk_quant_stats *st) {
+static void stats_finish(const qk_plan *p, const stats_acc *accs, size_t ngroups, size_t n,
+                         qk_quant_stats *st) {
     stats_acc t = {0};
     for (size_t g = 0; g < ngroups; g++) { /* fixed order: deterministic for any thread count */
         t.sq_err += accs[g].sq_err;
@@ -490,6 +644,7 @@ static void stats_finish(const stats_acc *accs, size_t ngroups, size_t n, qk_qua
         t.clipped += accs[g].clipped;
         t.blocks += accs[g].blocks;
         t.underflow += accs[g].underflow;
+        t.nonfinite += accs[g].nonfinite;
     }
     memset(st, 0, sizeof *st);
     st->n_elements = n;
@@ -499,6 +654,15 @@ static void stats_finish(const stats_acc *accs, size_t ngroups, size_t n, qk_qua
     st->n_clipped = t.clipped;
     st->n_blocks = t.blocks;
     st->n_underflow_blocks = t.underflow;
+    st->n_nonfinite = t.nonfinite;
+    st->tensor_scale = 1.0f;
+    if (p && p->fmt->tensor_scale) {
+        st->n_tiny_tensors = (size_t)p->tiny;
+        st->tensor_amax = p->amax_t;
+        st->tensor_scale = p->s_dec;
+        st->tensor_scale_exp2 = -p->exp2;
+        st->tensor_amax_given = p->amax_given;
+    }
 }
 
 qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
@@ -513,14 +677,16 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
         if (stats) {
             stats_acc zero = {0};
             double sg = 0.0;
-            for (size_t i = 0; i < rows * k; i++)
+            for (size_t i = 0; i < rows * k; i++) {
                 sg += (double)x[i] * (double)x[i];
+                zero.nonfinite += !(fabsf(x[i]) <= FLT_MAX);
+            }
             zero.sq_sig = sg;
-            stats_finish(&zero, 1, rows * k, stats);
+            stats_finish(NULL, &zero, 1, rows * k, stats);
         }
         return QS_OK;
     }
-    plan_tensor_scales(&p, x);
+    plan_tensor_scales(&p, x, opt);
     size_t ngroups = (rows + p.brows - 1) / p.brows;
     stats_acc *accs = NULL;
     if (stats) {
@@ -530,16 +696,19 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
                                 fmt->name, ngroups);
     }
     int fast = !opt->reference_only && fast_path_applies(&p);
+    int int_fast = !opt->reference_only && int_fast_path_applies(&p);
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
         if (fast)
             quant_row_fast(&p, r0, x + r0 * k, accs ? &accs[g] : NULL);
+        else if (int_fast)
+            quant_row_int_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
         else
             quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
     }
-    if (stats) stats_finish(accs, ngroups, rows * k, stats);
+    if (stats) stats_finish(&p, accs, ngroups, rows * k, stats);
     free(accs);
     return QS_OK;
 }
@@ -602,9 +771,10 @@ qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const f
                             "is %s [%zu x %zu] block %zu",
                             qk_format_name(pk->fmt), pk->rows, pk->k, pk->block, fmt->name, rows, k,
                             p.block);
-    plan_tensor_scales(&p, x);
+    plan_tensor_scales(&p, x, opt);
     pk->tensor_scale = p.s_dec;
     pk->tensor_amax = p.amax_t;
+    pk->tensor_scale_exp2 = -p.exp2;
     size_t ngroups = (rows + p.brows - 1) / p.brows;
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
@@ -626,6 +796,11 @@ qs_status qk_dequantize(const qk_packed *pk, float *y, int threads, qs_error *er
     p.block = pk->block;
     p.nblk = pk->blocks_per_row;
     p.s_dec = pk->tensor_scale;
+    p.exp2 = -pk->tensor_scale_exp2;
+    if (p.exp2 < 0 || p.exp2 > 252)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels: dequantize: packed tensor_scale_exp2 %d is outside -252..0",
+                            pk->tensor_scale_exp2);
     size_t rows = pk->rows;
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t r = 0; r < rows; r++) {

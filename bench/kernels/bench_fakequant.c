@@ -76,7 +76,10 @@ int main(int argc, char **argv) {
         } cases[] = {{"nvfp4", "nvfp4", 0},
                      {"mxfp4", "mxfp4", 0},
                      {"nvfp4 (reference)", "nvfp4", 1},
-                     {"mxfp8_e4m3", "mxfp8_e4m3", 0}};
+                     {"mxfp8_e4m3", "mxfp8_e4m3", 0},
+                     {"int8_channel", "int8_channel", 0},
+                     {"int4_group", "int4_group", 0},
+                     {"int8 (reference)", "int8_channel", 1}};
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const qk_format *f = qk_format_by_name(cases[c].format);
             qk_quant_options o = {.threads = th, .reference_only = cases[c].reference};

@@ -21,7 +21,7 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ unsigned abs_bits_no_nan(float v) {
     unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
-    return b > 0x7F800000u ? 0u : b; // NaN ignored, as on the CPU
+    return b >= 0x7F800000u ? 0u : b; // NaN and +-Inf ignored, as on the CPU
 }
 
 __global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, int vec4, unsigned *out) {
@@ -93,7 +93,7 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
 #pragma unroll
         for (int j = 0; j < 4; j++) { // padding lanes hold +0: never raise the amax
             unsigned b = __float_as_uint(v[j]) & 0x7FFFFFFFu;
-            m = max(m, b > 0x7F800000u ? 0u : b);
+            m = max(m, b >= 0x7F800000u ? 0u : b); // NaN and +-Inf ignored (CPU's block_amax)
             any = max(any, b);
         }
 #pragma unroll
@@ -196,6 +196,10 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
         (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && !nv))
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s",
                             fmt->name);
+    if (opt->tiny_amax != QK_TINY_TE || opt->tensor_amax_given)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "kernels/cuda: options.tiny_amax and options.tensor_amax are CPU-only "
+                            "for now");
     if (opt->group_size != 0)
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s",
                             fmt->name);

@@ -1,6 +1,6 @@
 /* qsweep's element codecs against NVIDIA's own conversion functions (cuda_fp4.h,
  * cuda_fp6.h, cuda_fp8.h of the CUDA toolkit), which are header-only and run on the CPU from
- * plain C with no CUDA runtime (fp4-spec.md 4.4). They are an independent oracle: codec.c
+ * plain C with no CUDA runtime (fp4-spec.md 4.4). They are an independent oracle: element.c
  * shares no code with them.
  *
  * Built twice from this file:
@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "codec.h"
+#include "element.h"
 #include "numerics.h"
 #include "philox.h"
 
@@ -43,7 +43,7 @@ static uint32_t u32(float x) {
     return u;
 }
 
-/* half bits -> float through the compiler's binary16 type (independent of codec.c), or the
+/* half bits -> float through the compiler's binary16 type (independent of element.c), or the
  * IEEE binary16 definition written out where the compiler has no _Float16 */
 static float half_to_float(__half_raw h) {
 #ifdef __FLT16_MAX__

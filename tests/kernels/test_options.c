@@ -20,6 +20,25 @@ static void zero_options_read_back_as_the_documented_defaults(void **state) {
     assert_string_equal(qk_quant_option_value(fmt("mxfp4"), &o, "scale_rule"), "rceil");
     assert_string_equal(qk_quant_option_value(fmt("mxfp4"), &o, "rounding"), "rne");
     assert_string_equal(qk_quant_option_value(fmt("nvfp4"), &o, "clamp"), "none");
+    assert_string_equal(qk_quant_option_value(fmt("nvfp4"), &o, "tiny_amax"), "te");
+    assert_string_equal(qk_quant_option_value(fmt("fp8_e4m3"), &o, "tiny_amax"), "te");
+}
+
+/* tiny_amax (te | exact) applies to the formats with a per-tensor scale, and only to them. */
+static void tiny_amax_applies_to_per_tensor_scaled_formats(void **state) {
+    (void)state;
+    qk_quant_options o = {0};
+    qs_error err = {0};
+    assert_int_equal(qk_quant_option_set(fmt("nvfp4_2d"), &o, "tiny_amax", "exact", &err), QS_OK);
+    assert_int_equal(o.tiny_amax, QK_TINY_EXACT);
+    assert_string_equal(qk_quant_option_value(fmt("nvfp4_2d"), &o, "tiny_amax"), "exact");
+    assert_int_equal(qk_quant_option_set(fmt("fp8_e4m3"), &o, "tiny_amax", "te", &err), QS_OK);
+    assert_int_equal(o.tiny_amax, QK_TINY_TE);
+    assert_string_equal(qk_quant_option_keys(fmt("nvfp4")), "rounding, clamp, tiny_amax");
+    assert_string_equal(qk_quant_option_keys(fmt("fp8_e4m3")), "rounding, tiny_amax");
+    assert_int_equal(qk_quant_option_set(fmt("mxfp4"), &o, "tiny_amax", "exact", &err),
+                     QS_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "rounding, scale_rule"));
 }
 
 static void each_value_name_sets_its_enum(void **state) {
@@ -81,6 +100,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(zero_options_read_back_as_the_documented_defaults),
         cmocka_unit_test(each_value_name_sets_its_enum),
+        cmocka_unit_test(tiny_amax_applies_to_per_tensor_scaled_formats),
         cmocka_unit_test(an_option_of_another_format_is_refused_listing_those_that_apply),
         cmocka_unit_test(an_unknown_value_is_refused_listing_the_choices_and_changes_nothing),
     };

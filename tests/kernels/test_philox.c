@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "codec.h"
+#include "element.h"
 #include "format.h"
 #include "philox.h"
 #include "quant.h"

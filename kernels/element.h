@@ -2,7 +2,7 @@
  *
  * One descriptor per element type (STYLE.md: formats are data). A minifloat is described by
  * its exponent bits, mantissa bits and bias; every minifloat goes through ONE encoder and ONE
- * decoder (codec.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
+ * decoder (element.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
  * code. Integer element types (INT8, INT4, symmetric) go through one integer encoder.
  *
  * Conventions (all codecs, fp4-spec.md sections 1.2, 3.2, 4.4):
@@ -24,8 +24,8 @@
  *   q; so P(round up) = f exactly when f has at most 32 fraction bits (always true for the
  *   FP4/FP6/FP8 codecs on normal FP32 inputs; otherwise f is truncated to 32 bits, a bias
  *   below 2^-32 of one step). The caller supplies rbits (see philox.h for their source). */
-#ifndef QK_CODEC_H
-#define QK_CODEC_H
+#ifndef QK_ELEMENT_H
+#define QK_ELEMENT_H
 
 #include <stdint.h>
 
@@ -111,7 +111,10 @@ float qk_e8m0_decode(uint8_t code);
  * EVEN:  floor(log2 R(amax)) - emax, R rounding amax to man_bits mantissa bits
  *        (add 2^(22-man_bits) to the FP32 bits, clear the mantissa);
  * RCEIL: E8M0 rounded toward +Inf of amax * (1/max_value) in FP32.
- * The unbiased exponent is clamped to [-127, 127]; amax == 0 gives 0x00; a non-finite amax
+ * The unbiased exponent is clamped to [-127, 127 - emax] (the upper bound is FLOOR's scale
+ * of FLT_MAX, so that max_value * 2^s, the largest decoded value, stays finite: without it
+ * CEIL, EVEN and RCEIL decode a block of amax FLT_MAX to +-Inf, e.g. MXFP4 RCEIL code 253,
+ * 4 * 2^126 = 2^128); amax == 0 gives 0x00; a non-finite amax
  * (Inf or NaN) gives 0xFF, so the whole block decodes to NaN (the OCP way for an MX block to
  * carry a non-finite value). floor(log2) of an FP32-subnormal amax is taken as -127 (the
  * exponent field, as torchao does). */

@@ -1,7 +1,7 @@
 /* Element codecs: one minifloat encoder (numerics.h, shared with CUDA) and decoder and one
- * integer encoder driven by qk_codec descriptors. Rules and sources: codec.h and fp4-spec.md
+ * integer encoder driven by qk_codec descriptors. Rules and sources: element.h and fp4-spec.md
  * sections 1.2, 2.3, 3.2, 4.4. */
-#include "codec.h"
+#include "element.h"
 #include "numerics.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "codec.h"
+#include "element.h"
 #include "numerics.h"
 #include "philox.h"
 #include "testdata.h"
@@ -144,7 +144,7 @@ static void e2m1_all_codes_round_trip(void **state) {
     }
 }
 
-/* Decided behaviour (codec.h): -0 keeps its sign, NaN of either sign gives +6 (code 0x7),
+/* Decided behaviour (element.h): -0 keeps its sign, NaN of either sign gives +6 (code 0x7),
  * +-Inf saturate to +-6, in every rounding mode, and the fast path agrees. */
 static void e2m1_special_inputs(void **state) {
     (void)state;
