@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "codec.h"
+#include "element.h"
 #include "hadamard.h"
 #include "ops.h"
 #include "qlinear.h"

@@ -4,7 +4,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "codec.h"
+#include "element.h"
 #include "hadamard.h"
 #include "ops.h"
 

@@ -66,7 +66,7 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
                              int transpose, qs_error *err);
 
 /* x rounded to BF16, RNE, saturating to +-max finite as the numeric core's BF16 codec does
- * (qk_codec_bf16 in codec.h, bit-identical: tests/train): the bf16 recipe's rounding, inline
+ * (qk_codec_bf16 in element.h, bit-identical: tests/train): the bf16 recipe's rounding, inline
  * because the codec's general minifloat encoder costs more than the GEMM it feeds. */
 float qw_round_bf16(float x);
 

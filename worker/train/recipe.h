@@ -47,7 +47,7 @@ typedef enum qw_gemm_operand {
 /* What happens to one GEMM input. */
 typedef enum qw_operand_mode {
     QW_MODE_FP32 = 0,  /* used as is */
-    QW_MODE_BF16 = 1,  /* each element rounded to BF16, RNE (qk_codec_bf16) */
+    QW_MODE_BF16 = 1,  /* each element rounded to BF16, RNE (qk_codec_bf16, element.h) */
     QW_MODE_QUANT = 2, /* fake-quantized by the numeric core (qk_fake_quant) */
 } qw_operand_mode;
 
