@@ -47,7 +47,7 @@
      * diagonal); out[N x H*E]. */                                                              \
     void NAME(attention_forward)(R * out, R * probs, const R *q, const R *k, const R *v, int B,  \
                                  int T, int H, int G, int E, int nt);                            \
-    /* dq[N x H*E], dk, dv [N x G*E] overwritten; dscratch [nt x T]. */                          \
+    /* dq[N x H*E], dk, dv [N x G*E] overwritten; dscratch [nt x T x T]. */                          \
     void NAME(attention_backward)(R * dq, R * dk, R * dv, R * dscratch, const R *dout,           \
                                   const R *q, const R *k, const R *v, const R *probs, int B,     \
                                   int T, int H, int G, int E, int nt);                           \

@@ -136,43 +136,36 @@ void QW_OPS_NAME(attention_forward)(R *out, R *probs, const R *q, const R *k, co
                                     int T, int H, int G, int E, int nt) {
     int rep = H / G, HE = H * E, GE = G * E;
     R scale = (R)(1.0 / sqrt((double)E));
+    /* One (sequence, head) per task, each a pair of single-threaded GEMMs over strided head
+     * slices: S = scale * Q_h K_g^T [T x T], causal softmax of each row, O_h = P V_g. The masked
+     * upper triangle is computed and then zeroed (simpler than tiles; at most 2x the work). */
 #pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             int g = h / rep;
             R *P = probs + ((size_t)b * H + h) * T * T;
+            const R *qh = q + (size_t)b * T * HE + (size_t)h * E;
+            const R *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const R *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, qh, HE, kg, GE, (R)0, P, T);
             for (int t = 0; t < T; t++) {
-                const R *qt = q + ((size_t)b * T + t) * HE + (size_t)h * E;
                 R *row = P + (size_t)t * T;
-                R mx = -INFINITY;
-                for (int s = 0; s <= t; s++) {
-                    const R *ks = k + ((size_t)b * T + s) * GE + (size_t)g * E;
-                    R dot = 0;
-                    for (int e = 0; e < E; e++)
-                        dot += qt[e] * ks[e];
-                    row[s] = dot * scale;
-                    mx = row[s] > mx ? row[s] : mx;
-                }
+                R mx = row[0];
+                for (int s2 = 1; s2 <= t; s2++)
+                    mx = row[s2] > mx ? row[s2] : mx;
                 R sum = 0;
-                for (int s = 0; s <= t; s++) {
-                    row[s] = EXP(row[s] - mx);
-                    sum += row[s];
+                for (int s2 = 0; s2 <= t; s2++) {
+                    row[s2] = EXP(row[s2] - mx);
+                    sum += row[s2];
                 }
                 R inv = (R)1 / sum;
-                for (int s = 0; s <= t; s++)
-                    row[s] *= inv;
-                for (int s = t + 1; s < T; s++)
-                    row[s] = 0;
-                R *o = out + ((size_t)b * T + t) * HE + (size_t)h * E;
-                for (int e = 0; e < E; e++)
-                    o[e] = 0;
-                for (int s = 0; s <= t; s++) {
-                    const R *vs = v + ((size_t)b * T + s) * GE + (size_t)g * E;
-                    R p = row[s];
-                    for (int e = 0; e < E; e++)
-                        o[e] += p * vs[e];
-                }
+                for (int s2 = 0; s2 <= t; s2++)
+                    row[s2] *= inv;
+                for (int s2 = t + 1; s2 < T; s2++)
+                    row[s2] = 0;
             }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (R)1, P, T, vg, GE, (R)0,
+                 out + (size_t)b * T * HE + (size_t)h * E, HE);
         }
 }
 
@@ -182,47 +175,45 @@ void QW_OPS_NAME(attention_backward)(R *dq, R *dk, R *dv, R *dscratch, const R *
     int rep = H / G, HE = H * E, GE = G * E;
     R scale = (R)(1.0 / sqrt((double)E));
     /* One (sequence, kv head) per task: the query heads of a group add into the same dk/dv
-     * rows, in head order, inside one task. */
+     * rows, in head order, inside one task. Per head: dP = dO_h V_g^T; dS = P (dP - rowsum(P dP))
+     * * scale (zero above the diagonal, where P is); dQ_h = dS K_g; dK_g += dS^T Q_h;
+     * dV_g += P^T dO_h. */
 #pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
-            R *dS = dscratch + (size_t)omp_get_thread_num() * T;
-            for (int s = 0; s < T; s++) {
-                memset(dk + ((size_t)b * T + s) * GE + (size_t)g * E, 0, (size_t)E * sizeof(R));
-                memset(dv + ((size_t)b * T + s) * GE + (size_t)g * E, 0, (size_t)E * sizeof(R));
+            R *dS = dscratch + (size_t)omp_get_thread_num() * T * T;
+            R *dkg = dk + (size_t)b * T * GE + (size_t)g * E;
+            R *dvg = dv + (size_t)b * T * GE + (size_t)g * E;
+            const R *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const R *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            for (int s2 = 0; s2 < T; s2++) {
+                memset(dkg + (size_t)s2 * GE, 0, (size_t)E * sizeof(R));
+                memset(dvg + (size_t)s2 * GE, 0, (size_t)E * sizeof(R));
             }
             for (int h = g * rep; h < (g + 1) * rep; h++) {
                 const R *P = probs + ((size_t)b * H + h) * T * T;
+                const R *doh = dout + (size_t)b * T * HE + (size_t)h * E;
+                const R *qh = q + (size_t)b * T * HE + (size_t)h * E;
+                R *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
+                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, (R)1, doh, HE, vg, GE, (R)0,
+                     dS, T);
                 for (int t = 0; t < T; t++) {
-                    const R *row = P + (size_t)t * T;
-                    const R *dot_ = dout + ((size_t)b * T + t) * HE + (size_t)h * E;
-                    const R *qt = q + ((size_t)b * T + t) * HE + (size_t)h * E;
-                    R *dqt = dq + ((size_t)b * T + t) * HE + (size_t)h * E;
-                    /* dP_ts = dO_t . v_s; dS_ts = P_ts (dP_ts - sum_s' P_ts' dP_ts') */
+                    const R *prow = P + (size_t)t * T;
+                    R *drow = dS + (size_t)t * T;
                     R acc = 0;
-                    for (int s = 0; s <= t; s++) {
-                        const R *vs = v + ((size_t)b * T + s) * GE + (size_t)g * E;
-                        R d = 0;
-                        for (int e = 0; e < E; e++)
-                            d += dot_[e] * vs[e];
-                        dS[s] = d;
-                        acc += d * row[s];
-                    }
-                    for (int e = 0; e < E; e++)
-                        dqt[e] = 0;
-                    for (int s = 0; s <= t; s++) {
-                        R ds = row[s] * (dS[s] - acc) * scale;
-                        const R *ks = k + ((size_t)b * T + s) * GE + (size_t)g * E;
-                        R *dks = dk + ((size_t)b * T + s) * GE + (size_t)g * E;
-                        R *dvs = dv + ((size_t)b * T + s) * GE + (size_t)g * E;
-                        R p = row[s];
-                        for (int e = 0; e < E; e++) {
-                            dqt[e] += ds * ks[e];
-                            dks[e] += ds * qt[e];
-                            dvs[e] += p * dot_[e];
-                        }
-                    }
+                    for (int s2 = 0; s2 <= t; s2++)
+                        acc += drow[s2] * prow[s2];
+                    for (int s2 = 0; s2 <= t; s2++)
+                        drow[s2] = prow[s2] * (drow[s2] - acc) * scale;
+                    for (int s2 = t + 1; s2 < T; s2++)
+                        drow[s2] = 0;
                 }
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (R)1, dS, T, kg, GE, (R)0,
+                     dqh, HE);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (R)1, dS, T, qh, HE, (R)1,
+                     dkg, GE);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (R)1, P, T, doh, HE, (R)1,
+                     dvg, GE);
             }
         }
 }

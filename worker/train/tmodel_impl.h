@@ -37,7 +37,7 @@ struct TM {
     R *datty, *dq;         /* [N x H*E] */
     R *dk, *dv;            /* [N x G*E] */
     R *dh, *dg, *du;       /* [N x F] */
-    R *att_scratch;        /* [nt x T] */
+    R *att_scratch;        /* [nt x T x T] */
     uint32_t *tokens, *targets; /* [N] of the last forward */
     int have_targets;
     uint32_t step;
@@ -133,7 +133,7 @@ static size_t NAME(layout_)(TM *m, char *base) {
     CARVE(m->dh, R, N * F);
     CARVE(m->dg, R, N * F);
     CARVE(m->du, R, N * F);
-    CARVE(m->att_scratch, R, (size_t)m->nt * T);
+    CARVE(m->att_scratch, R, (size_t)m->nt * T * T);
     CARVE(m->tokens, uint32_t, N);
     CARVE(m->targets, uint32_t, N);
 #ifdef QW_TM_QUANT
