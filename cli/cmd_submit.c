@@ -21,19 +21,37 @@ static void submit_usage(FILE *out) {
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
 
-/* Prints what a grid expands to: counts per kind and mode, then `sample` jobs spread over the
- * list (the first, then evenly), each with its key and spec. */
+/* Prints what a grid expands to: counts per job kind (eval jobs per mode), then `sample` jobs
+ * spread over the list (the first, then evenly), each with its key and spec. */
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
-    size_t baselines = 0, per_mode[QC_MODE_COUNT] = {0};
+    /* jobs of no mode by kind, in order of first appearance ("baseline"), then eval jobs by
+       mode in mode order */
+    const char *kind[16];
+    size_t per_kind[16], n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
-        if (jobs->jobs[i].mode < 0)
-            baselines++;
-        else
-            per_mode[jobs->jobs[i].mode]++;
+        const qc_job *j = &jobs->jobs[i];
+        if (j->mode >= 0 && j->mode < QS_MODE_COUNT) {
+            per_mode[j->mode]++;
+            continue;
+        }
+        size_t k = 0;
+        while (k < n_kinds && strcmp(kind[k], j->kind))
+            k++;
+        if (k == n_kinds && n_kinds < 16) {
+            kind[n_kinds] = j->kind;
+            per_kind[n_kinds++] = 0;
+        }
+        if (k < n_kinds) per_kind[k]++;
     }
-    fprintf(out, "experiment %s: %zu jobs (%zu baseline", g->name, jobs->n, baselines);
-    for (int m = 0; m < QC_MODE_COUNT; m++)
-        if (per_mode[m]) fprintf(out, ", %zu %s", per_mode[m], qc_mode_name((qc_mode)m));
+    fprintf(out, "experiment %s: %zu jobs (", g->name, jobs->n);
+    const char *sep = "";
+    for (size_t k = 0; k < n_kinds; k++, sep = ", ")
+        fprintf(out, "%s%zu %s", sep, per_kind[k], kind[k]);
+    for (int m = 0; m < QS_MODE_COUNT; m++)
+        if (per_mode[m]) {
+            fprintf(out, "%s%zu %s", sep, per_mode[m], qs_mode_name((qs_mode)m));
+            sep = ", ";
+        }
     fprintf(out, ")\n");
     size_t n = (size_t)sample < jobs->n ? (size_t)sample : jobs->n;
     for (size_t s = 0; s < n; s++) {
@@ -50,7 +68,7 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                              qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
     const char **deps = calloc(jobs->n ? jobs->n : 1, sizeof *deps);
-    char(*model_keys)[80] = calloc(jobs->n ? jobs->n : 1, sizeof *model_keys);
+    char(*model_keys)[QS_AFFINITY_KEY_MAX] = calloc(jobs->n ? jobs->n : 1, sizeof *model_keys);
     if (!js || !deps || !model_keys) {
         free(js);
         free(deps);
@@ -59,7 +77,7 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
     }
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
-        snprintf(model_keys[i], sizeof model_keys[i], "model:%s", g->models[j->model].facts.digest);
+        qs_affinity_key(g->models[j->model].facts.digest, model_keys[i], sizeof model_keys[i]);
         js[i] = (qc_job_submit){.job_key = j->key,
                                 .kind = j->kind,
                                 .spec_json = j->spec,

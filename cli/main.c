@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
         return QSWEEP_EXIT_OK;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("qsweep 0.1.0 (numerics %s)\n", QC_NUMERICS_VERSION);
+        printf("qsweep 0.1.0 (numerics %s)\n", QS_NUMERICS_VERSION);
         return QSWEEP_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -18,6 +18,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     out->n_layers = cfg->n_layers;
     out->vocab_size = cfg->vocab_size;
     out->max_position_embeddings = cfg->max_seq_len;
+    out->tied_embeddings = cfg->tied_embeddings;
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -53,8 +54,44 @@ static qs_status probe_format_option(void *user, const char *format, const char 
     return qk_quant_option_set(f, &scratch, key, value, err);
 }
 
+/* Facts of the named Llama shapes (each model's published config.json on the Hugging Face
+ * hub). GLUE: this table stands in for the engine's shape table and random-weight builder
+ * (issue 10 item 4, worker/); once that lands, probe_synthetic asks it instead, so the grid
+ * accepts exactly the shapes a worker can build. */
+static const struct {
+    const char *name;
+    int n_layers, vocab_size, max_position_embeddings, tied;
+} shapes[] = {
+    {"llama2-7b", 32, 32000, 4096, 0},       {"llama2-13b", 40, 32000, 4096, 0},
+    {"llama2-70b", 80, 32000, 4096, 0},      {"llama3-8b", 32, 128256, 8192, 0},
+    {"llama3-70b", 80, 128256, 8192, 0},     {"llama3.1-8b", 32, 128256, 131072, 0},
+    {"llama3.1-70b", 80, 128256, 131072, 0}, {"llama3.1-405b", 126, 128256, 131072, 0},
+    {"llama3.2-1b", 16, 128256, 131072, 1},  {"llama3.2-3b", 28, 128256, 131072, 1},
+};
+
+static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *out,
+                                 qs_error *err) {
+    (void)user;
+    size_t ns = sizeof shapes / sizeof shapes[0];
+    for (size_t i = 0; i < ns; i++)
+        if (!strcmp(shapes[i].name, shape)) {
+            out->n_layers = shapes[i].n_layers;
+            out->vocab_size = shapes[i].vocab_size;
+            out->max_position_embeddings = shapes[i].max_position_embeddings;
+            out->tied_embeddings = shapes[i].tied;
+            return QS_OK;
+        }
+    char list[512] = "";
+    for (size_t j = 0; j < ns; j++) {
+        if (j) strncat(list, ", ", sizeof list - strlen(list) - 1);
+        strncat(list, shapes[j].name, sizeof list - strlen(list) - 1);
+    }
+    return qs_error_set(err, QS_ENOTFOUND, "unknown synthetic shape '%s' (expected one of: %s)",
+                        shape, list);
+}
+
 const qc_grid_probe *qsweep_probe(void) {
-    static const qc_grid_probe probe = {probe_model, probe_dataset, probe_format,
-                                        probe_format_option, NULL};
+    static const qc_grid_probe probe = {probe_model,         probe_dataset, probe_format,
+                                        probe_format_option, NULL,          probe_synthetic};
     return &probe;
 }

@@ -6,7 +6,7 @@
  * rejects, so a round trip is not an invariant of the library. */
 #include <stdlib.h>
 
-#include "codec.h"
+#include "envelope.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

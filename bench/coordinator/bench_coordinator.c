@@ -37,7 +37,7 @@
 #include <libpq-fe.h>
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "migrate.h"
 #include "pgserver.h"
 #include "server.h"

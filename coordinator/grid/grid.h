@@ -1,11 +1,16 @@
-/* Experiment grids: a YAML file that names models, a dataset and a sensitivity sweep, parsed
- * with libfyaml, validated, and expanded into jobs (issue 5; DESIGN.md "Flow of one sweep").
+/* Experiment grids: a YAML file read by the generic reader (config.h), whose `kind` picks a
+ * grid kind from the registry (grid_kind.h) that checks its schema and expands it into jobs
+ * (issue 5, issue 10 item 3; DESIGN.md "Flow of one sweep").
  *
- * A grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is optional):
+ * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
+ * `max_attempts` and `resources: {gpu_count: 0.., gpu_memory_mib: 0.., native_fp4: bool}`
+ * (what each job needs of a worker; issue 12 schedules by it); the rest is the kind's. A
+ * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
+ * optional):
  *
  *   name: smollm2-fp4-components          # experiment name
  *   description: free text
- *   kind: sensitivity                     # the only kind so far
+ *   kind: sensitivity
  *   models:                               # each: a path string, or a mapping
  *     - ${XDG_CACHE_HOME:-~/.cache}/qsweep/models/smollm2.gguf   # HF directory or .gguf file
  *     - {path: ../ckpt/tiny, name: tiny}
@@ -14,7 +19,10 @@
  *   sensitivity:
  *     formats: [nvfp4, {name: mxfp4, options: {scale_rule: floor}}]
  *     quantize: [weights, weights+activations]     # W4A16, W4A4; default [weights]
- *     modes: [component, block]   # component|block|layer|leave_one_out|cumulative
+ *     modes: [component, block]   # component | block | layer | cumulative | leave_one_out
+ *                                 # | leave_one_out_block | leave_one_out_layer (names.h)
+ *     parts: [q, k, v, o, gate, up, down, lm_head, embeddings]   # of component and
+ *                                 # leave_one_out modes; default the seven block linears
  *     metrics: [ppl, kl, top1, sqnr]              # default: all four
  *   priority: 0                   # higher runs first
  *   max_attempts: 3
@@ -31,11 +39,13 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "names.h"
+#include "spec.h"
 
-/* Version of the numerics a job's results depend on (quantizers, engine). Part of every
- * job_key: bump it when a change of the numeric core or the engine changes results, so old
- * results are not reused. */
-#define QC_NUMERICS_VERSION "1"
+/* Version of the numerics a job's results depend on: the job kinds' (kinds/spec.h). */
+#define QC_NUMERICS_VERSION QS_NUMERICS_VERSION
+
+struct qc_grid_kind;
 
 /* Facts about one model that validation and expansion need. */
 typedef struct qc_model_facts {
@@ -45,6 +55,8 @@ typedef struct qc_model_facts {
                                     max_position_embeddings, GGUF llama.context_length); 0 when
                                     the model does not say: dataset.ctx must not exceed it */
     char digest[65];             /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+    int tied_embeddings;         /* 1: lm_head shares the embedding matrix (config.json
+                                    tie_word_embeddings, GGUF without output.weight) */
 } qc_model_facts;
 
 /* Facts about one token file. */
@@ -71,23 +83,13 @@ typedef struct qc_grid_probe {
     qs_status (*format_option)(void *user, const char *format, const char *key, const char *value,
                                qs_error *err);
     void *user;
+    /* Facts of the synthetic (random-weight) model of a named Llama shape built from seed
+     * (the engine's shape table): n_layers, vocab_size, max_position_embeddings and
+     * tied_embeddings; the grid fills the digest (kinds/spec.h qs_synthetic_model).
+     * QS_ENOTFOUND when the shape is unknown, with a message listing the known ones. NULL:
+     * synthetic models are refused (QS_EUNSUPPORTED). */
+    qs_status (*synthetic)(void *user, const char *shape, qc_model_facts *out, qs_error *err);
 } qc_grid_probe;
-
-/* Isolation modes (DESIGN.md "The science it serves"). */
-typedef enum qc_mode {
-    QC_MODE_COMPONENT = 0,     /* one linear kind in every block: 7 jobs */
-    QC_MODE_BLOCK = 1,         /* every linear of one block: n_layers jobs */
-    QC_MODE_LAYER = 2,         /* one linear of one block: 7 * n_layers jobs */
-    QC_MODE_LEAVE_ONE_OUT = 3, /* every linear but one kind: 7 jobs */
-    QC_MODE_CUMULATIVE = 4,    /* every linear of blocks 0..b: n_layers jobs */
-    QC_MODE_COUNT = 5,
-} qc_mode;
-
-/* Canonical mode name ("component", "block", "layer", "leave_one_out", "cumulative"). */
-const char *qc_mode_name(qc_mode m);
-
-/* The seven linear kinds of a Llama block, in block order: q, k, v, o, gate, up, down. */
-extern const char *const qc_linear_kinds[7];
 
 /* One model of the grid. */
 typedef struct qc_grid_model {
@@ -103,7 +105,10 @@ typedef struct qc_grid_format {
     char *options_json;
 } qc_grid_format;
 
-/* A parsed, validated grid. Arrays are owned; free with qc_grid_free. */
+/* A parsed, validated grid. Arrays are owned; free with qc_grid_free. The fields from
+ * `models` to `metrics_json` are those of the sensitivity kind (grid_sensitivity.c) and the
+ * sections it shares with other kinds (models and dataset: grid_kind.h); a kind with a schema
+ * of its own keeps it in kind_data. */
 typedef struct qc_grid {
     char *file; /* the grid file as given */
     char *name, *description;
@@ -118,11 +123,18 @@ typedef struct qc_grid {
     size_t n_formats;
     int quantize_acts[2]; /* quantize modes in grid order: 0 = weights, 1 = weights+activations */
     size_t n_quantize;
-    qc_mode modes[QC_MODE_COUNT];
+    qs_mode modes[QS_MODE_COUNT];
     size_t n_modes;
+    int parts[9]; /* parts of component and leave_one_out modes, in grid order (kinds/
+                     sensitivity.h part indexes); default the seven block linears */
+    size_t n_parts;
     char *metrics_json; /* canonical JSON array of metric names, sorted */
     int priority;
-    int max_attempts; /* >= 1 */
+    int max_attempts;       /* >= 1 */
+    qs_resources resources; /* the optional `resources` key: what every job of the grid needs
+                               of a worker (kinds/spec.h); recorded in each spec, not keyed */
+    const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */
+    void *kind_data; /* what a grid kind other than sensitivity parsed; freed by its kind */
 } qc_grid;
 
 /* Parses grid file `path`, applies the n_sets overrides ("a.b=value", "+a.c=value"), checks
@@ -154,7 +166,7 @@ typedef struct qc_job {
     const char *kind; /* "baseline" or "eval": the job kind in the worker's registry */
     long depends_on;  /* index of the job this one needs done first (its baseline); -1 none */
     size_t model;     /* index of its model in the grid's models */
-    int mode;         /* the qc_mode of an eval job; -1 for a baseline */
+    int mode;         /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
     char *label;      /* short human label: "<model> <format> <quantize> <mode> <part>" */
 } qc_job;
 
@@ -164,28 +176,28 @@ typedef struct qc_job_list {
     size_t n;
 } qc_job_list;
 
-/* Expands g into jobs: per model, one baseline job (kind "baseline": the BF16 model's
- * reference log-probabilities on the dataset), then for every format x quantize x mode x part
- * one "eval" job that depends on it. Spec keys (schema/ views read them):
+/* Expands g into jobs through its grid kind (grid_kind.h). The sensitivity kind: per model,
+ * one baseline job (kind "baseline": the BF16 model's reference log-probabilities on the
+ * dataset), then for every format x quantize x mode x part one "eval" job that depends on it,
+ * each spec the canonical JSON of a kinds/sensitivity.h spec (the fields and their rules are
+ * there; schema/ views read them):
  *   {"kind", "model": {"path", "digest"}, "dataset": {"path", "digest", "ctx", "max_chunks"},
  *    "format", "format_options", "quantize": "weights"|"weights+activations",
  *    "mode", "part", "metrics", "numerics_version"}
- * A baseline has format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
- * part: component and leave_one_out: the linear kind ("down"); block: the block index as a
- * string ("3"); layer: "<block>.<kind>" ("3.down"); cumulative: the last block ("3" = 0..3).
+ * part: component and leave_one_out: the part ("down", "lm_head"); block, leave_one_out_block
+ * and cumulative: the block index as a string ("3"; cumulative "3" = blocks 0..3); layer and
+ * leave_one_out_layer: "<block>.<kind>" ("3.down").
  * Keys are distinct by construction: qc_grid_load refuses a model listed twice (equal digests)
- * and a repeated format, quantize or mode, and every other field differs between jobs.
- * Errors: QS_ENOMEM. */
+ * and a repeated format, quantize, mode or part, and every other field differs between jobs.
+ * Errors: QS_ENOMEM, the kind's. */
 qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err);
 
 /* Frees the jobs of a list and zeroes it. NULL is allowed. */
 void qc_job_list_free(qc_job_list *list);
 
-/* job_key of a canonical spec: BLAKE2b-256 (libsodium crypto_generichash) of the spec
- * re-serialised with JSON_SORT_KEYS|JSON_COMPACT after removing "model.path" and
- * "dataset.path" (paths are where a file is, not what it is: the digests are identity).
- * hex receives 64 lowercase hex digits and a NUL. Errors: QS_EFORMAT (spec is not a JSON
- * object), QS_ENOMEM. */
+/* job_key of a spec given as JSON text (kinds/spec.h qs_spec_key_text: BLAKE2b-256 of the
+ * canonical text without "model.path", "dataset.path" and "resources"). hex receives 64
+ * lowercase hex digits and a NUL. Errors: QS_EFORMAT (spec is not a JSON object), QS_ENOMEM. */
 qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err);
 
 #endif

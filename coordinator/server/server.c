@@ -11,7 +11,8 @@
 #include <jansson.h>
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
+#include "utf8.h"
 #include "clock.h"
 #include "log.h"
 #include "store.h"
@@ -171,47 +172,26 @@ static void peer_name(const char *rid, size_t len, char *out, size_t cap) {
         o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
 }
 
-/* RFC 3629 UTF-8 validity (PostgreSQL rejects anything else in text columns). */
+/* RFC 3629 UTF-8 validity (PostgreSQL rejects anything else in text columns): the one
+ * checker, common/utf8.h. */
 static bool utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        int n = *p < 0x80             ? 0
-                : (*p & 0xe0) == 0xc0 ? 1
-                : (*p & 0xf0) == 0xe0 ? 2
-                : (*p & 0xf8) == 0xf0 ? 3
-                                      : -1;
-        if (n < 0 || (n == 1 && *p < 0xc2) || (n == 3 && *p > 0xf4)) return false;
-        p++;
-        for (int i = 0; i < n; i++, p++)
-            if ((*p & 0xc0) != 0x80) return false;
-    }
-    return true;
+    return qs_utf8_valid(s, NULL);
 }
 
 /* Copies s into out, writing bytes of invalid UTF-8 as \xNN so a worker's error text is
  * stored visibly rather than rejected. */
 static void utf8_escape(const char *s, char *out, size_t cap) {
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < cap; p++) {
-        char one[2] = {(char)*p, 0};
-        if (*p < 0x80 || utf8_valid(one)) {
-            out[o++] = (char)*p;
-            continue;
-        }
-        /* multi-byte sequence: keep it when the whole sequence is valid */
-        int n = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
-        char seq[5] = {0};
-        bool ok = n > 0;
-        for (int i = 0; i < n && ok; i++) {
-            seq[i] = (char)p[i];
-            ok = p[i] != 0;
-        }
-        if (ok && utf8_valid(seq) && o + (size_t)n < cap - 1) {
-            memcpy(out + o, seq, (size_t)n);
-            o += (size_t)n;
-            p += n - 1;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0, n = strlen(s);
+    for (size_t i = 0; i < n && o + 5 < cap;) {
+        size_t len = qs_utf8_decode(p + i, n - i, NULL); /* a whole valid sequence, or 0 */
+        if (len && o + len < cap - 1) {
+            memcpy(out + o, p + i, len);
+            o += len;
+            i += len;
         } else {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", p[i]);
+            i++;
         }
     }
     out[o] = '\0';

@@ -1,6 +1,8 @@
 /* Array literals and COPY binary rows. Contract and format references: sqltext.h. */
 #include "sqltext.h"
 
+#include "utf8.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -183,37 +185,5 @@ void qc_copybin_text(qc_sbuf *b, const char *s) {
 }
 
 bool qc_utf8_valid(const char *s, size_t *bad) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (p[i]) {
-        unsigned c = p[i];
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c < 0x80)
-            n = 0;
-        else if (c >= 0xC2 && c <= 0xDF)
-            n = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 2;
-            if (c == 0xE0) lo = 0xA0; /* overlong */
-            if (c == 0xED) hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 3;
-            if (c == 0xF0) lo = 0x90; /* overlong */
-            if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
-        } else {
-            if (bad) *bad = i;
-            return false;
-        }
-        for (size_t k = 1; k <= n; k++) {
-            unsigned b = p[i + k];
-            unsigned blo = k == 1 ? lo : 0x80, bhi = k == 1 ? hi : 0xBF;
-            if (b < blo || b > bhi) {
-                if (bad) *bad = i;
-                return false;
-            }
-        }
-        i += n + 1;
-    }
-    return true;
+    return qs_utf8_valid(s, bad); /* the one checker: common/utf8.h */
 }

@@ -21,7 +21,7 @@
 #include <cmocka.h>
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "harness.h"
 #include "loop.h"
 #include "server.h"

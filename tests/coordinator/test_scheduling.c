@@ -21,7 +21,7 @@
 #include <libpq-fe.h>
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "error.h"
 #include "harness.h"
 

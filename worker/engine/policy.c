@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "names.h"
+
 qs_status qw_policy_init(qw_policy *p, int n_layers, qs_error *err) {
     memset(p, 0, sizeof *p);
     if (n_layers < 1) return qs_error_set(err, QS_EINVAL, "policy: n_layers %d < 1", n_layers);
@@ -95,30 +97,25 @@ int qw_policy_count(const qw_policy *p) {
     return n;
 }
 
-static const char *const kind_names[QW_LINEAR_KINDS] = {"q", "k", "v", "o", "gate", "up", "down"};
-static const char *const module_names[QW_LINEAR_KINDS] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+/* The names are the kinds module's (kinds/names.h), the ones grids and job specs use. */
+_Static_assert(QW_LINEAR_KINDS == QS_LINEAR_KINDS, "one linear kind table");
 
 qs_status qw_linear_kind_by_name(const char *name, qw_linear_kind *out, qs_error *err) {
-    for (int k = 0; name && k < QW_LINEAR_KINDS; k++) {
-        size_t n = strlen(kind_names[k]);
-        if (strcmp(name, kind_names[k]) == 0 ||
-            (strncmp(name, kind_names[k], n) == 0 && strcmp(name + n, "_proj") == 0)) {
-            *out = (qw_linear_kind)k;
-            return QS_OK;
-        }
+    int k = qs_linear_kind_index(name);
+    if (k >= 0) {
+        *out = (qw_linear_kind)k;
+        return QS_OK;
     }
     return qs_error_set(err, QS_EINVAL, "linear kind \"%s\" unknown (q, k, v, o, gate, up, down)",
                         name ? name : "(null)");
 }
 
 const char *qw_linear_kind_name(qw_linear_kind kind) {
-    return (unsigned)kind < QW_LINEAR_KINDS ? kind_names[kind] : "?";
+    return (unsigned)kind < QW_LINEAR_KINDS ? qs_linear_kind_names[kind] : "?";
 }
 
 const char *qw_linear_module_name(qw_linear_kind kind) {
-    return (unsigned)kind < QW_LINEAR_KINDS ? module_names[kind] : "?";
+    return (unsigned)kind < QW_LINEAR_KINDS ? qs_linear_module_names[kind] : "?";
 }
 
 static const char *const iso_names[] = {"none",      "all",       "component",

@@ -13,62 +13,24 @@
 #include "checkpoint.h"
 #include "eval.h"
 #include "loop.h"
+#include "sensitivity.h"
 #include "model.h"
 #include "policy.h"
 #include "quant.h"
 #include "tokens.h"
 
-/* Metrics a spec can ask for (grid.h's names), as bits. */
-enum { METRIC_PPL = 1, METRIC_KL = 2, METRIC_TOP1 = 4, METRIC_SQNR = 8 };
-
-/* The fields of a job spec, borrowed from the spec's JSON. */
-typedef struct job_spec {
-    const char *model_path, *model_digest;
-    const char *dataset_path, *dataset_digest;
-    int ctx;
-    json_int_t max_chunks;
-    const char *format;
-    json_t *format_options;
-    const char *quantize, *mode, *part; /* NULL for a baseline */
-    unsigned metrics;
-    const char *numerics_version;
-} job_spec;
+/* A job's spec, decoded by its kind's module (kinds/sensitivity.h), so the worker reads
+ * exactly the fields, names and rules the coordinator's expansion wrote. */
+typedef qs_sensitivity_spec job_spec;
 
 static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_error *err) {
-    json_error_t je;
-    json_t *metrics = NULL;
-    memset(s, 0, sizeof *s);
-    if (json_unpack_ex((json_t *)spec, &je, 0,
-                       "{s:{s:s, s:s}, s:{s:s, s:s, s:i, s:I}, s:s, s:o, s:o, s:s}", "model",
-                       "path", &s->model_path, "digest", &s->model_digest, "dataset", "path",
-                       &s->dataset_path, "digest", &s->dataset_digest, "ctx", &s->ctx, "max_chunks",
-                       &s->max_chunks, "format", &s->format, "format_options", &s->format_options,
-                       "metrics", &metrics, "numerics_version", &s->numerics_version) != 0)
-        return qs_error_set(err, QS_EINVAL, "job spec: %s", je.text);
-    if (is_eval && json_unpack_ex((json_t *)spec, &je, 0, "{s:s, s:s, s:s}", "quantize",
-                                  &s->quantize, "mode", &s->mode, "part", &s->part) != 0)
-        return qs_error_set(err, QS_EINVAL, "job spec: %s", je.text);
-    if (!json_is_array(metrics) || !json_is_object(s->format_options))
-        return qs_error_set(err, QS_EINVAL,
-                            "job spec: metrics must be an array, format_options an object");
-    size_t i;
-    json_t *v;
-    json_array_foreach(metrics, i, v) {
-        const char *n = json_string_value(v);
-        unsigned bit = !n                   ? 0
-                       : !strcmp(n, "ppl")  ? METRIC_PPL
-                       : !strcmp(n, "kl")   ? METRIC_KL
-                       : !strcmp(n, "top1") ? METRIC_TOP1
-                       : !strcmp(n, "sqnr") ? METRIC_SQNR
-                                            : 0;
-        if (!bit) return qs_error_set(err, QS_EINVAL, "job spec: metrics[%zu]: unknown metric", i);
-        s->metrics |= bit;
+    qs_status st = qs_sensitivity_decode(spec, s, err);
+    if (!st && s->eval != (is_eval != 0)) {
+        qs_sensitivity_clear(s);
+        st = qs_error_set(err, QS_EINVAL, "job spec: kind: expected \"%s\"",
+                          is_eval ? "eval" : "baseline");
     }
-    if (s->ctx < 2 || s->max_chunks < 0)
-        return qs_error_set(err, QS_EINVAL,
-                            "job spec: dataset.ctx %d or dataset.max_chunks %lld out of range",
-                            s->ctx, (long long)s->max_chunks);
-    return QS_OK;
+    return st;
 }
 
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
@@ -142,45 +104,48 @@ static void loaded_model_free(void *p) {
 static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const qw_tokens *t) {
     size_t n_chunks = 0, n_scored = 0;
     qs_error ignored = {0};
-    if (qw_eval_plan(t->n, s->ctx, (size_t)s->max_chunks, &n_chunks, &n_scored, &ignored)) return 0;
+    if (qw_eval_plan(t->n, s->dataset.ctx, (size_t)s->dataset.max_chunks, &n_chunks, &n_scored,
+                     &ignored))
+        return 0;
     const char *env = getenv("QSWEEP_PREFIX_CACHE_MB");
     size_t cap = (size_t)(env && *env ? strtoull(env, NULL, 10) : 1024) << 20;
-    size_t entry = ((size_t)cfg->n_layers * (size_t)s->ctx * (size_t)cfg->dim + (size_t)s->ctx) *
+    size_t entry = ((size_t)cfg->n_layers * (size_t)s->dataset.ctx * (size_t)cfg->dim +
+                    (size_t)s->dataset.ctx) *
                    sizeof(float);
     size_t want = n_chunks * entry + entry / 2;
     return want <= cap ? want : (cap / entry) * entry;
 }
 
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
- * the spec's) when absent or built for a shorter context than s->ctx. The tokens t size its
+ * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. */
 static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, qw_model **out,
                            qs_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "model:%s", s->model_digest);
+    char key[QS_AFFINITY_KEY_MAX];
+    qs_affinity_key(s->model.digest, key, sizeof key);
     loaded_model *lm = qw_job_cache_get(ctx, key);
-    if (lm && qw_model_max_ctx(lm->model) >= s->ctx) {
+    if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx) {
         *out = lm->model;
         return qw_model_set_threads(lm->model, qw_job_threads(ctx), err);
     }
-    if (!strncmp(s->model_path, "synthetic:", 10))
+    if (qs_is_synthetic(s->model.path))
         return qs_error_set(
             err, QS_EUNSUPPORTED,
             "model %s: the engine has no random-weight builder yet; synthetic "
             "models expand and schedule (scale tests of the coordinator) but cannot be evaluated",
-            s->model_path);
+            s->model.path);
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
     if (!lm) return qs_error_set(err, QS_ENOMEM, "out of memory");
     char digest[65];
-    qs_status st = qw_checkpoint_open(s->model_path, &lm->ck, err);
+    qs_status st = qw_checkpoint_open(s->model.path, &lm->ck, err);
     if (!st) st = qw_checkpoint_digest(lm->ck, digest, err);
-    if (!st && strcmp(digest, s->model_digest) != 0)
+    if (!st && strcmp(digest, s->model.digest) != 0)
         st = qs_error_set(err, QS_EINVAL,
                           "model %s: digest %s differs from the job's %s (the file changed since "
                           "the grid was submitted)",
-                          s->model_path, digest, s->model_digest);
-    if (!st) st = qw_model_create(lm->ck, s->ctx, qw_job_threads(ctx), &lm->model, err);
+                          s->model.path, digest, s->model.digest);
+    if (!st) st = qw_model_create(lm->ck, s->dataset.ctx, qw_job_threads(ctx), &lm->model, err);
     size_t cache = st ? 0 : prefix_cache_bytes(qw_checkpoint_config(lm->ck), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
@@ -193,12 +158,12 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
 }
 
 static qs_status load_tokens(const job_spec *s, qw_tokens *t, qs_error *err) {
-    qs_status st = qw_tokens_load(s->dataset_path, t, err);
-    if (!st && strcmp(t->digest, s->dataset_digest) != 0) {
+    qs_status st = qw_tokens_load(s->dataset.path, t, err);
+    if (!st && strcmp(t->digest, s->dataset.digest) != 0) {
         st = qs_error_set(err, QS_EINVAL,
                           "token file %s: digest %s differs from the job's %s (the file changed "
                           "since the grid was submitted)",
-                          s->dataset_path, t->digest, s->dataset_digest);
+                          s->dataset.path, t->digest, s->dataset.digest);
         qw_tokens_free(t);
     }
     return st;
@@ -218,13 +183,13 @@ static int on_progress(void *p, size_t step, size_t total) {
 
 static void eval_options(const job_spec *s, progress_ctx *pc, qw_eval_options *opt) {
     memset(opt, 0, sizeof *opt);
-    opt->ctx = s->ctx;
-    opt->max_chunks = (size_t)s->max_chunks;
+    opt->ctx = s->dataset.ctx;
+    opt->max_chunks = (size_t)s->dataset.max_chunks;
     opt->bos_id = -1;
     opt->progress = on_progress;
     opt->progress_ctx = pc;
-    opt->model_digest = s->model_digest;
-    opt->dataset_digest = s->dataset_digest;
+    opt->model_digest = s->model.digest;
+    opt->dataset_digest = s->dataset.digest;
 }
 
 static qs_status report(qw_job_ctx *ctx, const char *name, double v, qs_error *err) {
@@ -279,8 +244,9 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks,
-                               s.numerics_version, 1, path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
+                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
+                               err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -290,6 +256,7 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = report_common(ctx, &m, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
+    qs_sensitivity_clear(&s);
     if (st == QS_ECANCELLED || qw_job_cancelled(ctx))
         return qs_error_set(err, QS_ECANCELLED, "baseline cancelled");
     return st;
@@ -315,7 +282,12 @@ static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant
     return QS_OK;
 }
 
-/* The policy a spec names: grid.h's modes and parts onto the engine's isolation helpers. */
+/* The policy a spec names: the kind's modes and parts (kinds/names.h, sensitivity.h) onto
+ * the engine's policy. Block modes map onto the engine's isolation helpers; component and
+ * leave_one_out set each part they quantize, lm_head and the embeddings included (the head is
+ * a copy of its own even when tied: policy.h, so a tied model's embeddings stay as they are
+ * when only lm_head is quantized). The embeddings are a lookup with no activation input:
+ * they get the weight format only. */
 static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
     qw_quant_spec q = {0};
     q.weight = qk_format_by_name(s->format);
@@ -323,45 +295,45 @@ static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_
         return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
     qs_status st = quant_options(s, q.weight, &q.weight_opt, err);
     if (st) return st;
-    if (!strcmp(s->quantize, "weights+activations")) {
+    if (s->quantize_acts) {
         q.act = q.weight;
         q.act_opt = q.weight_opt;
-    } else if (strcmp(s->quantize, "weights") != 0) {
-        return qs_error_set(err, QS_EINVAL, "job spec: quantize: unknown value '%s'", s->quantize);
     }
-    static const struct {
-        const char *name;
-        qw_isolation iso;
-        int has_block, has_kind;
-    } modes[] = {{"component", QW_ISO_COMPONENT, 0, 1},
-                 {"block", QW_ISO_BLOCK, 1, 0},
-                 {"layer", QW_ISO_LAYER, 1, 1},
-                 {"leave_one_out", QW_ISO_LOO_COMPONENT, 0, 1},
-                 {"cumulative", QW_ISO_CUMULATIVE, 1, 0}};
-    size_t mi = 0;
-    while (mi < sizeof modes / sizeof modes[0] && strcmp(modes[mi].name, s->mode))
-        mi++;
-    if (mi == sizeof modes / sizeof modes[0])
-        return qs_error_set(err, QS_EINVAL, "job spec: mode: unknown '%s'", s->mode);
-    /* part: "<kind>", "<block>" or "<block>.<kind>" (grid.h) */
-    int block = 0;
-    qw_linear_kind kind = QW_LINEAR_Q;
-    const char *kind_name = s->part;
-    if (modes[mi].has_block) {
-        char *end;
-        long b = strtol(s->part, &end, 10);
-        if (end == s->part || b < 0 || b >= n_layers ||
-            (modes[mi].has_kind ? *end != '.' : *end != 0))
-            return qs_error_set(err, QS_EINVAL,
-                                "job spec: part '%s' is not a block of 0..%d for mode %s", s->part,
-                                n_layers - 1, s->mode);
-        block = (int)b;
-        kind_name = end + 1;
-    }
-    if (modes[mi].has_kind && (st = qw_linear_kind_by_name(kind_name, &kind, err)))
-        return qs_error_wrap(err, "job spec: part");
+    if (s->block >= n_layers)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: part: block %d is not a block of 0..%d for mode %s",
+                            s->block, n_layers - 1, qs_mode_name(s->mode));
     if ((st = qw_policy_init(p, n_layers, err))) return st;
-    return qw_policy_isolation(p, modes[mi].iso, kind, block, &q, err);
+    qw_quant_spec embed = q;
+    embed.act = NULL;
+    memset(&embed.act_opt, 0, sizeof embed.act_opt);
+    unsigned set = 0; /* parts set in every block (component forms) */
+    switch (s->mode) {
+    case QS_MODE_COMPONENT:
+        set = 1u << s->part;
+        break;
+    case QS_MODE_LEAVE_ONE_OUT:
+        set = s->loo_of & ~(1u << s->part);
+        break;
+    case QS_MODE_BLOCK:
+        return qw_policy_isolation(p, QW_ISO_BLOCK, QW_LINEAR_Q, s->block, &q, err);
+    case QS_MODE_LAYER:
+        return qw_policy_isolation(p, QW_ISO_LAYER, (qw_linear_kind)s->part, s->block, &q, err);
+    case QS_MODE_CUMULATIVE:
+        return qw_policy_isolation(p, QW_ISO_CUMULATIVE, QW_LINEAR_Q, s->block, &q, err);
+    case QS_MODE_LEAVE_ONE_OUT_BLOCK:
+        return qw_policy_isolation(p, QW_ISO_LOO_BLOCK, QW_LINEAR_Q, s->block, &q, err);
+    case QS_MODE_LEAVE_ONE_OUT_LAYER:
+        return qw_policy_isolation(p, QW_ISO_LOO_LAYER, (qw_linear_kind)s->part, s->block, &q, err);
+    default:
+        return qs_error_set(err, QS_EINVAL, "job spec: mode %d unknown", (int)s->mode);
+    }
+    for (int b = 0; b < n_layers; b++)
+        for (int k = 0; k < QS_LINEAR_KINDS; k++)
+            if (set & (1u << k)) *qw_policy_linear(p, b, (qw_linear_kind)k) = q;
+    if (set & (1u << QS_PART_LM_HEAD)) p->lm_head = q;
+    if (set & (1u << QS_PART_EMBEDDINGS)) p->embed = embed;
+    return QS_OK;
 }
 
 /* "sqnr_db.<block>.<kind>" for "model.layers.<block>.<module>", "sqnr_db.lm_head" for the head. */
@@ -382,8 +354,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
     char path[4096];
-    st = qw_jobs_baseline_path(s.model_digest, s.dataset_digest, s.ctx, (long)s.max_chunks,
-                               s.numerics_version, 1, path, sizeof path, err);
+    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
+                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
+                               err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -396,11 +369,11 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
-    opt.sqnr = (s.metrics & METRIC_SQNR) != 0;
+    opt.sqnr = (s.metrics & QS_METRIC_SQNR) != 0;
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
-    if (!st && (s.metrics & METRIC_KL)) {
+    if (!st && (s.metrics & QS_METRIC_KL)) {
         const struct {
             const char *name;
             double v;
@@ -412,7 +385,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         for (size_t i = 0; !st && i < sizeof kl / sizeof kl[0]; i++)
             st = report(ctx, kl[i].name, kl[i].v, err);
     }
-    if (!st && (s.metrics & METRIC_TOP1)) st = report(ctx, "top1", m.top1, err);
+    if (!st && (s.metrics & QS_METRIC_TOP1)) st = report(ctx, "top1", m.top1, err);
     for (size_t i = 0; !st && i < m.n_sqnr; i++) {
         char name[128];
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
@@ -424,8 +397,24 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         qs_error ignored = {0};
         qw_model_apply_policy(model, NULL, &ignored); /* leave the cached model unquantized */
     }
+    qs_sensitivity_clear(&s);
     if (st == QS_ECANCELLED || qw_job_cancelled(ctx))
         return qs_error_set(err, QS_ECANCELLED, "eval cancelled");
+    return st;
+}
+
+qs_status qw_jobs_policy(const char *spec_json, int n_layers, qw_policy *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *spec = json_loads(spec_json, 0, &je);
+    if (!spec) return qs_error_set(err, QS_EFORMAT, "job spec: line %d: %s", je.line, je.text);
+    job_spec s;
+    qs_status st = parse_spec(spec, 1, &s, err);
+    json_decref(spec);
+    if (st) return st;
+    st = build_policy(&s, n_layers, out, err);
+    if (st) qw_policy_free(out);
+    qs_sensitivity_clear(&s);
     return st;
 }
 

@@ -1,20 +1,21 @@
 /* qw_jobs: the "baseline" and "eval" job kinds of a sensitivity sweep (issue 5), run by the
  * worker loop (worker/loop/loop.h) over the model engine (worker/engine/).
  *
- * Both read the job spec that coordinator/grid writes (grid.h, qc_grid_expand):
- *   {"kind", "model": {"path", "digest"}, "dataset": {"path", "digest", "ctx", "max_chunks"},
- *    "format", "format_options", "quantize", "mode", "part", "metrics", "numerics_version"}
+ * Both decode the typed spec of kinds/sensitivity.h (the same module the coordinator's grid
+ * expansion encodes it with), so field names, modes and parts are read exactly as written.
  *
  * "baseline": the unquantized model on the dataset. Writes the reference log-probabilities
  *   (worker/engine/eval.h's baseline file) into the baseline directory (qw_jobs_baseline_path)
  *   and reports ppl, nll, their standard errors and n_tokens, n_chunks, n_scored, ctx.
- * "eval": applies the policy the spec names (format, options, quantize, mode, part), compares
+ * "eval": applies the policy the spec names (format, options, quantize, mode, part:
+ *   qw_jobs_policy), compares
  *   against the baseline file (recomputing it first when this machine has none) and reports
  *   ppl, nll, kl_mean, kl_median, kl_p90, kl_p99, kl_max, top1 (the metrics requested:
  *   "kl" gives the kl_* rows and "top1" the top1 row), "sqnr_db.<block>.<kind>" per quantized
  *   linear (with "sqnr"; "sqnr_db.lm_head" for the head), n_tokens, n_chunks, n_scored, ctx.
  *
- * A worker keeps the loaded model in its cache (qw_job_cache_*) under "model:<digest>", so
+ * A worker keeps the loaded model in its cache (qw_job_cache_*) under its affinity key
+ * (kinds/spec.h qs_affinity_key: "model:<digest>"), so
  * the coordinator's model affinity sends the next job of that model to it. The model is built
  * with the engine's prefix cache (room for every chunk of the job, at most
  * $QSWEEP_PREFIX_CACHE_MB MiB, default 1024), so block-wise and cumulative jobs skip the
@@ -27,10 +28,24 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "policy.h"
 
 /* Registers "baseline" and "eval" in the worker's registry (qw_register_kind). Call before
  * qw_run. Errors: those of qw_register_kind. */
 qs_status qw_jobs_register(qs_error *err);
+
+/* The engine policy an eval spec names, for a model of n_layers blocks:
+ *   component: the part in every block (lm_head: the head's own copy, also when tied;
+ *     embeddings: the embedding rows, weight format only);
+ *   leave_one_out: every part of the spec's leave_one_out_of (default the seven block
+ *     linears) but the part, in every block;
+ *   block / layer / cumulative / leave_one_out_block / leave_one_out_layer: the engine's
+ *     isolation helpers (QW_ISO_BLOCK, _LAYER, _CUMULATIVE, _LOO_BLOCK, _LOO_LAYER).
+ * "weights+activations" sets the activation format of every quantized GEMM input.
+ * *out is initialised here (free with qw_policy_free). Errors: QS_EFORMAT (not JSON),
+ * QS_EINVAL naming the field (the spec's decoder, a block beyond n_layers, an unknown format
+ * or option), QS_ENOMEM. */
+qs_status qw_jobs_policy(const char *spec_json, int n_layers, qw_policy *out, qs_error *err);
 
 /* The baseline file for (model digest, dataset digest, ctx, max_chunks, numerics version):
  *   $QSWEEP_BASELINE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/baselines, then

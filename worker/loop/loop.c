@@ -14,7 +14,7 @@
 
 #include <zmq.h>
 
-#include "codec.h"
+#include "envelope.h"
 #include "loop.h"
 #include "loop_internal.h"
 #include "clock.h"

@@ -1,12 +1,13 @@
-/* qs_proto: the envelope codec of qsweep's wire protocol (qsweep.proto, issue 4).
+/* qs_proto: the envelope codec of qsweep's wire protocol (qsweep.proto, issue 4). Named
+ * envelope.h so it is not confused with the numeric core's element codecs (kernels/element.h).
  *
  * Every ZeroMQ body frame is one packed Qsweep__Envelope carrying QS_PROTO_VERSION and
  * exactly one message. Decoding is the trust boundary: a body that is over the size limit,
  * not valid protobuf, of another protocol version or carrying no message is rejected with
  * an error naming the peer, so the caller logs it and drops it (it never brings a loop
  * down). The codec itself does no I/O. */
-#ifndef QS_PROTO_CODEC_H
-#define QS_PROTO_CODEC_H
+#ifndef QS_PROTO_ENVELOPE_H
+#define QS_PROTO_ENVELOPE_H
 
 #include <stddef.h>
 #include <stdint.h>

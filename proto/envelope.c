@@ -1,4 +1,4 @@
-#include "codec.h"
+#include "envelope.h"
 
 #include <stdlib.h>
 

@@ -1,0 +1,67 @@
+/* Grid kinds: the registry of what a grid's `kind:` can name (issue 10 item 3), and the parts
+ * every kind may use: the shared `models` and `dataset` sections and the job list builder.
+ *
+ * A grid kind is a module of its own (grid_sensitivity.c; a training kind adds
+ * grid_training.c): its schema (the top-level keys it reads, each checked with the reader's
+ * typed getters, config.h) and its expansion into jobs, whose specs are typed job kinds
+ * (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's table, its source in
+ * CMakeLists.txt. The common top-level keys (name, description, kind, priority, max_attempts)
+ * are read by grid.c before the kind's parse is called.
+ *
+ * Stable API (the training kind is written against it in parallel): the struct below, the
+ * section readers and qc_job_list_add. */
+#ifndef QC_GRID_KIND_H
+#define QC_GRID_KIND_H
+
+#include <jansson.h>
+
+#include "config.h"
+#include "grid.h"
+
+/* One grid kind. */
+typedef struct qc_grid_kind {
+    const char *name; /* the `kind:` value ("sensitivity") */
+    /* Top-level keys the kind reads besides the common ones, NULL-terminated; any other key
+     * is refused (naming the allowed ones) before parse is called. */
+    const char *const *keys;
+    /* Reads the kind's keys from mapping root into g (g->name and the common keys are set),
+     * probing files through probe. Errors through qc_config_fail on c (the kind's message at
+     * file:line:column); what it allocated before failing is freed by free_data /
+     * qc_grid_free. */
+    qs_status (*parse)(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g);
+    /* Appends g's jobs to out (qc_job_list_add). Errors: QS_ENOMEM, the job kinds'. */
+    qs_status (*expand)(const qc_grid *g, qc_job_list *out, qs_error *err);
+    /* Frees g->kind_data (may be NULL when the kind keeps nothing there). */
+    void (*free_data)(qc_grid *g);
+} qc_grid_kind;
+
+/* The kind named name, NULL if none. */
+const qc_grid_kind *qc_grid_kind_find(const char *name);
+
+/* The registered kind names, comma-separated, for messages ("sensitivity, training"). */
+const char *qc_grid_kind_names(void);
+
+/* The shared `models` section: a non-empty list, each a path (Hugging Face directory or
+ * .gguf), or a mapping {path, name} or {synthetic: <shape>, seed, name}. Fills g->models and
+ * g->n_models; refuses a model listed twice (equal digests). Synthetic shapes' facts come
+ * from probe->synthetic, their digest from qs_synthetic_model. Errors: at the node, as
+ * qc_grid_load. */
+qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_grid_probe *probe,
+                               qc_grid *g);
+
+/* The shared `dataset` section: {tokens: path, ctx: 3..2^20 (default 256), max_chunks: >= 0
+ * (default 0: all)}. Fills g->dataset_path, g->ctx, g->max_chunks, g->dataset, and checks it
+ * against every model already in g (token ids and the header's vocab_size within each model's
+ * vocabulary, ctx within max_position_embeddings). Errors: at the node, as qc_grid_load. */
+qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *dataset, const qc_grid_probe *probe,
+                                qc_grid *g);
+
+/* Appends one job: its spec (a canonical spec object, see kinds/spec.h; the reference is
+ * taken over, also on error), job kind name (a static string), the index of the job it depends
+ * on (-1 none), its model's index in g->models (0 for a kind without models), its qs_mode (-1
+ * for jobs of no mode) and label. The job_key is computed here (qs_spec_key); *index (may be
+ * NULL) receives the job's position. Errors: QS_ENOMEM. */
+qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
+                          size_t model, int mode, const char *label, long *index, qs_error *err);
+
+#endif

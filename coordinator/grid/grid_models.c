@@ -1,0 +1,148 @@
+/* The sections grid kinds share: `models` and `dataset` (grid_kind.h). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grid_kind.h"
+
+static qs_status parse_synthetic(qc_config *c, struct fy_node *syn_n, struct fy_node *seed_n,
+                                 const char *name, const qc_grid_probe *probe, qc_grid_model *m) {
+    const char *shape = NULL;
+    int seed = 0;
+    qs_status st = qc_config_string(c, syn_n, "the synthetic shape", &shape);
+    if (!st && seed_n) st = qc_config_int(c, seed_n, "the seed", 0, INT_MAX, &seed);
+    if (st) return st;
+    qs_error e = {0};
+    st = probe->synthetic
+             ? probe->synthetic(probe->user, shape, &m->facts, &e)
+             : qs_error_set(&e, QS_EUNSUPPORTED, "this reader knows no synthetic shapes");
+    if (st) return qc_config_fail(c, syn_n, st == QS_ENOTFOUND ? QS_EINVAL : st, "%s", e.msg);
+    char path[160];
+    if ((st = qs_synthetic_model(shape, (unsigned long)seed, path, sizeof path, m->facts.digest,
+                                 &e)))
+        return qc_config_fail(c, syn_n, QS_EINVAL, "%s", e.msg);
+    char label[160];
+    snprintf(label, sizeof label, "synthetic:%s", shape);
+    m->path = strdup(path);
+    m->name = strdup(name ? name : label);
+    return (m->path && m->name) ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
+}
+
+static qs_status parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                             qc_grid_model *m) {
+    struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL;
+    qs_status st;
+    if (fy_node_is_mapping(n)) {
+        static const char *const keys[] = {"path", "name", "synthetic", "seed", NULL};
+        if ((st = qc_config_check_keys(c, n, "a model", keys))) return st;
+        path_n = qc_config_lookup(n, "path");
+        name_n = qc_config_lookup(n, "name");
+        syn_n = qc_config_lookup(n, "synthetic");
+        seed_n = qc_config_lookup(n, "seed");
+        if (!!path_n == !!syn_n)
+            return qc_config_fail(c, n, QS_EFORMAT,
+                                  "expected a model with exactly one of 'path' or 'synthetic'");
+        if (seed_n && !syn_n)
+            return qc_config_fail(c, seed_n, QS_EINVAL, "'seed' applies to synthetic models only");
+    } else if (!fy_node_is_scalar(n)) {
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected a model path or a mapping with 'path' or 'synthetic'");
+    }
+    const char *name = NULL;
+    if (name_n && (st = qc_config_string(c, name_n, "the model name", &name))) return st;
+    if (syn_n) return parse_synthetic(c, syn_n, seed_n, name, probe, m);
+    if ((st = qc_config_path(c, path_n, "model file", &m->path))) return st;
+    const char *base = strrchr(m->path, '/');
+    m->name = strdup(name ? name : (base ? base + 1 : m->path));
+    if (!m->name) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    qs_error e = {0};
+    st = probe->model(probe->user, m->path, &m->facts, &e);
+    if (st) return qc_config_fail(c, path_n, st, "cannot read model: %s", e.msg);
+    if (m->facts.n_layers <= 0 || m->facts.vocab_size <= 0)
+        return qc_config_fail(c, path_n, QS_EFORMAT,
+                              "model %s reports %d blocks and a vocabulary of %d", m->path,
+                              m->facts.n_layers, m->facts.vocab_size);
+    return QS_OK;
+}
+
+qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_grid_probe *probe,
+                               qc_grid *g) {
+    int count = models && fy_node_is_sequence(models) ? fy_node_sequence_item_count(models) : 0;
+    if (count <= 0)
+        return qc_config_fail(c, models ? models : qc_config_root(c), QS_EFORMAT,
+                              "expected 'models' as a non-empty list");
+    g->models = calloc((size_t)count, sizeof *g->models);
+    if (!g->models) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(models, &it))) {
+        qc_grid_model *m = &g->models[g->n_models++];
+        qs_status st = parse_model(c, item, probe, m);
+        if (st) return st;
+        for (size_t i = 0; i + 1 < g->n_models; i++)
+            if (!strcmp(g->models[i].facts.digest, m->facts.digest))
+                return qc_config_fail(c, item, QS_EINVAL,
+                                      "model %s is the same model as %s (equal digests)", m->name,
+                                      g->models[i].name);
+    }
+    return QS_OK;
+}
+
+/* The dataset against every model: the worker's rules (worker/engine/eval.c). */
+static qs_status check_against_models(qc_config *c, const qc_grid *g, struct fy_node *tokens_n,
+                                      struct fy_node *ctx_n) {
+    for (size_t i = 0; i < g->n_models; i++) {
+        const qc_model_facts *f = &g->models[i].facts;
+        if (g->dataset.max_token >= (uint32_t)f->vocab_size)
+            return qc_config_fail(
+                c, tokens_n, QS_EINVAL,
+                "token id %u in %s is beyond the vocabulary of model %s (vocab_size %d)",
+                g->dataset.max_token, g->dataset_path, g->models[i].name, f->vocab_size);
+        /* the header's vocabulary must fit the model's, whatever ids the file holds */
+        if (g->dataset.vocab_size > (uint32_t)f->vocab_size)
+            return qc_config_fail(c, tokens_n, QS_EINVAL,
+                                  "the token file %s declares vocab_size %u in its header, larger "
+                                  "than the vocabulary of model %s (vocab_size %d)",
+                                  g->dataset_path, g->dataset.vocab_size, g->models[i].name,
+                                  f->vocab_size);
+        if (f->max_position_embeddings > 0 && g->ctx > f->max_position_embeddings)
+            return qc_config_fail(c, ctx_n, QS_EINVAL,
+                                  "dataset.ctx %d is longer than the context model %s was trained "
+                                  "for (max_position_embeddings %d)",
+                                  g->ctx, g->models[i].name, f->max_position_embeddings);
+    }
+    return QS_OK;
+}
+
+qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                                qc_grid *g) {
+    if (!n || !fy_node_is_mapping(n))
+        return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
+                              "expected 'dataset' as a mapping with 'tokens', 'ctx' and "
+                              "'max_chunks'");
+    static const char *const keys[] = {"tokens", "ctx", "max_chunks", NULL};
+    qs_status st = qc_config_check_keys(c, n, "the dataset", keys);
+    if (st) return st;
+    struct fy_node *t = qc_config_lookup(n, "tokens"), *ctx = qc_config_lookup(n, "ctx"),
+                   *mc = qc_config_lookup(n, "max_chunks");
+    if (!t)
+        return qc_config_fail(c, n, QS_EFORMAT, "expected a 'tokens' key naming the token file");
+    if ((st = qc_config_path(c, t, "token file", &g->dataset_path))) return st;
+    g->ctx = 256;
+    /* ctx >= 3: a chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h), ctx-1-ctx/2 of
+       them, which is 0 at ctx 2 (metrics over no position) and 1 at ctx 3. */
+    if (ctx && (st = qc_config_int(c, ctx, "dataset.ctx (tokens per chunk)", 3, 1 << 20, &g->ctx)))
+        return st;
+    if (mc &&
+        (st = qc_config_int(c, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks)))
+        return st;
+    qs_error e = {0};
+    st = probe->dataset(probe->user, g->dataset_path, &g->dataset, &e);
+    if (st) return qc_config_fail(c, t, st, "cannot read token file: %s", e.msg);
+    if (g->dataset.n_tokens < (size_t)g->ctx)
+        return qc_config_fail(c, ctx ? ctx : t, QS_EINVAL,
+                              "the token file holds %zu tokens, fewer than one chunk of ctx %d",
+                              g->dataset.n_tokens, g->ctx);
+    return check_against_models(c, g, t, ctx ? ctx : t);
+}

@@ -1,0 +1,328 @@
+/* The sensitivity grid kind (grid.h, grid_kind.h): models x formats x quantize x modes x parts,
+ * one baseline per model and one eval job per cell, each spec a kinds/sensitivity.h spec. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grid_kind.h"
+#include "sensitivity.h"
+
+/* One format: a name, or {name, options}. options: every option that applies to the format
+ * with its default filled in (the numeric core's defaults, kernels/quant.h), values checked
+ * by the numeric core's own parser through the probe, so the grid and the worker accept
+ * exactly the same names. */
+static qs_status parse_format(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                              qc_grid_format *f) {
+    struct fy_node *name_n = n, *opt_n = NULL;
+    qs_status st;
+    if (fy_node_is_mapping(n)) {
+        static const char *const keys[] = {"name", "options", NULL};
+        if ((st = qc_config_check_keys(c, n, "a format", keys))) return st;
+        name_n = qc_config_lookup(n, "name");
+        opt_n = qc_config_lookup(n, "options");
+        if (!name_n)
+            return qc_config_fail(c, n, QS_EFORMAT, "expected a 'name' key naming the format");
+    }
+    const char *name = NULL;
+    if ((st = qc_config_string(c, name_n, "the format name", &name))) return st;
+    if (!probe->format_known(probe->user, name))
+        return qc_config_fail(c, name_n, QS_EINVAL,
+                              "unknown format '%s' (expected a numeric-core name such as nvfp4, "
+                              "mxfp4, mxfp6_e2m3, mxfp8_e4m3, fp8_e4m3, int8_channel, "
+                              "int4_group, bf16)",
+                              name);
+    int is_mx = strncmp(name, "mx", 2) == 0, is_nv = strncmp(name, "nvfp4", 5) == 0;
+    int is_int4 = strcmp(name, "int4_group") == 0, is_bf16 = strcmp(name, "bf16") == 0;
+    json_t *o = json_object();
+    if (!o) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    if (!is_bf16) json_object_set_new(o, "rounding", json_string("rne"));
+    if (is_mx) json_object_set_new(o, "scale_rule", json_string("rceil"));
+    if (is_nv) json_object_set_new(o, "clamp", json_string("none"));
+    if (is_int4) json_object_set_new(o, "group_size", json_integer(128));
+    if (opt_n) {
+        if (!fy_node_is_mapping(opt_n)) {
+            json_decref(o);
+            return qc_config_fail(c, opt_n, QS_EFORMAT, "expected 'options' as a mapping");
+        }
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        while ((pair = fy_node_mapping_iterate(opt_n, &it))) {
+            struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
+            const char *ks = qc_config_scalar(k), *vs = qc_config_scalar(v);
+            qs_error e = {0};
+            if ((st =
+                     probe->format_option(probe->user, name, ks ? ks : "(not a scalar)", vs, &e))) {
+                json_decref(o);
+                /* Point at the key when the option itself is wrong, at the value otherwise. */
+                return qc_config_fail(c, st == QS_ENOTFOUND ? k : v, QS_EINVAL, "%s", e.msg);
+            }
+            if (strcmp(ks, "group_size") == 0) {
+                json_object_set_new(o, ks, json_integer(strtol(vs, NULL, 10)));
+                continue;
+            }
+            json_object_set_new(o, ks, json_string(vs));
+        }
+    }
+    f->name = strdup(name);
+    f->options_json = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    return (f->name && f->options_json) ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
+}
+
+static qs_status parse_formats(qc_config *c, struct fy_node *f, const qc_grid_probe *probe,
+                               qc_grid *g) {
+    if (!f) return qc_config_fail(c, NULL, QS_EFORMAT, "expected a 'formats' list");
+    if (fy_node_is_scalar(f)) {
+        g->formats = calloc(1, sizeof *g->formats);
+        if (!g->formats) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        g->n_formats = 1;
+        return parse_format(c, f, probe, &g->formats[0]);
+    }
+    int count = fy_node_is_sequence(f) ? fy_node_sequence_item_count(f) : 0;
+    if (count <= 0) return qc_config_fail(c, f, QS_EFORMAT, "expected a non-empty list of formats");
+    g->formats = calloc((size_t)count, sizeof *g->formats);
+    if (!g->formats) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(f, &it))) {
+        qc_grid_format *fmt = &g->formats[g->n_formats++];
+        qs_status st = parse_format(c, item, probe, fmt);
+        if (st) return st;
+        for (size_t i = 0; i + 1 < g->n_formats; i++)
+            if (!strcmp(g->formats[i].name, fmt->name) &&
+                !strcmp(g->formats[i].options_json, fmt->options_json))
+                return qc_config_fail(c, item, QS_EINVAL,
+                                      "format %s with options %s is listed twice", fmt->name,
+                                      fmt->options_json);
+    }
+    return QS_OK;
+}
+
+static qs_status add_quantize(qc_config *c, struct fy_node *n, void *ctx) {
+    qc_grid *g = ctx;
+    const char *s = qc_config_scalar(n);
+    int acts = qs_quantize_by_name(s);
+    if (acts < 0)
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "unknown quantize '%s' (expected weights or weights+activations)",
+                              s ? s : "(not a scalar)");
+    for (size_t i = 0; i < g->n_quantize; i++)
+        if (g->quantize_acts[i] == acts)
+            return qc_config_fail(c, n, QS_EINVAL, "quantize '%s' is listed twice", s);
+    g->quantize_acts[g->n_quantize++] = acts;
+    return QS_OK;
+}
+
+static qs_status add_mode(qc_config *c, struct fy_node *n, void *ctx) {
+    qc_grid *g = ctx;
+    const char *s = qc_config_scalar(n);
+    int m = qs_mode_by_name(s);
+    if (m < 0)
+        return qc_config_fail(c, n, QS_EINVAL, "unknown isolation mode '%s' (expected %s)",
+                              s ? s : "(not a scalar)", qs_mode_list());
+    for (size_t i = 0; i < g->n_modes; i++)
+        if (g->modes[i] == (qs_mode)m)
+            return qc_config_fail(c, n, QS_EINVAL, "mode '%s' is listed twice", s);
+    g->modes[g->n_modes++] = (qs_mode)m;
+    return QS_OK;
+}
+
+static qs_status add_part(qc_config *c, struct fy_node *n, void *ctx) {
+    qc_grid *g = ctx;
+    const char *s = qc_config_scalar(n);
+    int p = qs_part_by_name(s);
+    if (p < 0)
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "unknown part '%s' (expected q, k, v, o, gate, up, down, lm_head or "
+                              "embeddings)",
+                              s ? s : "(not a scalar)");
+    for (size_t i = 0; i < g->n_parts; i++)
+        if (g->parts[i] == p)
+            return qc_config_fail(c, n, QS_EINVAL, "part '%s' is listed twice", s);
+    g->parts[g->n_parts++] = p;
+    return QS_OK;
+}
+
+static qs_status add_metric(qc_config *c, struct fy_node *n, void *ctx) {
+    unsigned *mask = ctx;
+    const char *s = qc_config_scalar(n);
+    unsigned bit = qs_metric_bit(s);
+    if (!bit)
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "unknown metric '%s' (expected ppl, kl, top1 or sqnr)",
+                              s ? s : "(not a scalar)");
+    if (*mask & bit) return qc_config_fail(c, n, QS_EINVAL, "metric '%s' is listed twice", s);
+    *mask |= bit;
+    return QS_OK;
+}
+
+static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                               qc_grid *g) {
+    if (!n || !fy_node_is_mapping(n))
+        return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
+                              "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
+                              "'modes' and 'metrics'");
+    static const char *const keys[] = {"formats", "quantize", "modes", "parts", "metrics", NULL};
+    qs_status st = qc_config_check_keys(c, n, "sensitivity", keys);
+    if (st) return st;
+    struct fy_node *f = qc_config_lookup(n, "formats");
+    if (!f) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
+    if ((st = parse_formats(c, f, probe, g))) return st;
+    struct fy_node *q = qc_config_lookup(n, "quantize");
+    if (q) {
+        if ((st = qc_config_each(c, q, "quantize", add_quantize, g))) return st;
+    } else {
+        g->quantize_acts[g->n_quantize++] = 0;
+    }
+    struct fy_node *m = qc_config_lookup(n, "modes");
+    if (m) {
+        if ((st = qc_config_each(c, m, "modes", add_mode, g))) return st;
+    } else {
+        g->modes[g->n_modes++] = QS_MODE_COMPONENT;
+    }
+    struct fy_node *pn = qc_config_lookup(n, "parts");
+    if (pn) {
+        if ((st = qc_config_each(c, pn, "parts", add_part, g))) return st;
+        int kind_modes = 0;
+        for (size_t i = 0; i < g->n_modes; i++)
+            kind_modes |= g->modes[i] == QS_MODE_COMPONENT || g->modes[i] == QS_MODE_LEAVE_ONE_OUT;
+        if (!kind_modes)
+            return qc_config_fail(c, pn, QS_EINVAL,
+                                  "'parts' applies to modes component and leave_one_out, and the "
+                                  "grid has neither");
+    } else {
+        for (int k = 0; k < QS_LINEAR_KINDS; k++)
+            g->parts[g->n_parts++] = k;
+    }
+    unsigned mask = 0;
+    struct fy_node *mt = qc_config_lookup(n, "metrics");
+    if (mt) {
+        if ((st = qc_config_each(c, mt, "metrics", add_metric, &mask))) return st;
+    } else {
+        mask = (1u << QS_METRICS) - 1;
+    }
+    json_t *arr = json_array();
+    for (unsigned i = 0; arr && i < QS_METRICS; i++)
+        if (mask & (1u << i)) json_array_append_new(arr, json_string(qs_metric_names[i]));
+    g->metrics_json = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return g->metrics_json ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
+}
+
+static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
+    qs_status st = qc_grid_parse_models(c, qc_config_lookup(root, "models"), probe, g);
+    if (!st) st = qc_grid_parse_dataset(c, qc_config_lookup(root, "dataset"), probe, g);
+    if (!st) st = parse_section(c, qc_config_lookup(root, "sensitivity"), probe, g);
+    return st;
+}
+
+/* The fields every job of model m shares. Strings are borrowed from g (not freed). */
+static void base_spec(const qc_grid *g, const qc_grid_model *m, qs_sensitivity_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->model.path = m->path;
+    memcpy(s->model.digest, m->facts.digest, sizeof s->model.digest);
+    s->dataset.path = g->dataset_path;
+    memcpy(s->dataset.digest, g->dataset.digest, sizeof s->dataset.digest);
+    s->dataset.ctx = g->ctx;
+    s->dataset.max_chunks = g->max_chunks;
+    snprintf(s->numerics_version, sizeof s->numerics_version, "%s", QS_NUMERICS_VERSION);
+    s->block = s->part = -1;
+    s->loo_of = QS_PARTS_BLOCK_LINEARS;
+    s->tied = m->facts.tied_embeddings != 0;
+    s->resources = g->resources;
+}
+
+/* Number of jobs mode has for a model of n_layers blocks and the grid's parts; job i's block
+ * and part in *s. */
+static size_t mode_jobs(const qc_grid *g, qs_mode mode, int n_layers) {
+    if (mode == QS_MODE_COMPONENT || mode == QS_MODE_LEAVE_ONE_OUT) return g->n_parts;
+    if (qs_mode_has_kind(mode)) return (size_t)QS_LINEAR_KINDS * (size_t)n_layers;
+    return (size_t)n_layers;
+}
+
+static void job_part(const qc_grid *g, qs_mode mode, size_t i, qs_sensitivity_spec *s) {
+    s->block = s->part = -1;
+    if (mode == QS_MODE_COMPONENT || mode == QS_MODE_LEAVE_ONE_OUT) {
+        s->part = g->parts[i];
+    } else if (qs_mode_has_kind(mode)) {
+        s->block = (int)(i / QS_LINEAR_KINDS);
+        s->part = (int)(i % QS_LINEAR_KINDS);
+    } else {
+        s->block = (int)i;
+    }
+}
+
+/* Encodes s and appends it (the spec's borrowed strings stay g's). */
+static qs_status add(qc_job_list *out, qs_sensitivity_spec *s, long depends_on, size_t model,
+                     int mode, const char *label, long *index, qs_error *err) {
+    json_t *spec = NULL;
+    qs_status st = qs_sensitivity_encode(s, &spec, err);
+    json_decref(s->format_options);
+    s->format_options = NULL;
+    if (st) return st;
+    return qc_job_list_add(out, spec, s->eval ? "eval" : "baseline", depends_on, model, mode, label,
+                           index, err);
+}
+
+static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
+    qs_status st = QS_OK;
+    unsigned loo_of = 0;
+    for (size_t i = 0; i < g->n_parts; i++)
+        loo_of |= 1u << g->parts[i];
+    unsigned metrics = 0;
+    json_t *mj = json_loads(g->metrics_json, 0, NULL);
+    size_t i;
+    json_t *v;
+    json_array_foreach(mj, i, v) metrics |= qs_metric_bit(json_string_value(v));
+    json_decref(mj);
+    for (size_t mi = 0; !st && mi < g->n_models; mi++) {
+        const qc_grid_model *m = &g->models[mi];
+        qs_sensitivity_spec s;
+        base_spec(g, m, &s);
+        s.format = "bf16";
+        s.format_options = json_object();
+        s.metrics = QS_METRIC_PPL;
+        char label[256];
+        snprintf(label, sizeof label, "%s baseline", m->name);
+        long base = -1;
+        st = add(out, &s, -1, mi, -1, label, &base, err);
+        for (size_t fi = 0; !st && fi < g->n_formats; fi++)
+            for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
+                for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
+                    qs_mode mode = g->modes[oi];
+                    size_t nj = mode_jobs(g, mode, m->facts.n_layers);
+                    for (size_t pi = 0; !st && pi < nj; pi++) {
+                        base_spec(g, m, &s);
+                        s.eval = true;
+                        s.format = g->formats[fi].name;
+                        s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
+                        s.quantize_acts = g->quantize_acts[qi];
+                        s.mode = mode;
+                        s.metrics = metrics;
+                        job_part(g, mode, pi, &s);
+                        if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
+                        if (!s.format_options) {
+                            st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                            break;
+                        }
+                        char part[64];
+                        qs_sensitivity_part_text(&s, part, sizeof part);
+                        snprintf(label, sizeof label, "%s %s %s %s %s", m->name,
+                                 g->formats[fi].name, qs_quantize_name(s.quantize_acts),
+                                 qs_mode_name(mode), part);
+                        st = add(out, &s, base, mi, (int)mode, label, NULL, err);
+                    }
+                }
+    }
+    return st;
+}
+
+static const char *const sensitivity_keys[] = {"models", "dataset", "sensitivity", NULL};
+
+const qc_grid_kind qc_grid_kind_sensitivity = {
+    .name = "sensitivity",
+    .keys = sensitivity_keys,
+    .parse = parse,
+    .expand = expand,
+    .free_data = NULL,
+};

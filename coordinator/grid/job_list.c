@@ -1,0 +1,57 @@
+/* The job list a grid expands into (grid.h, grid_kind.h): appending keyed jobs, freeing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grid_kind.h"
+
+qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
+                          size_t model, int mode, const char *label, long *index, qs_error *err) {
+    char key[65];
+    char *text = spec ? qs_spec_canonical(spec) : NULL;
+    qs_status st =
+        text ? qs_spec_key(spec, key, err) : qs_error_set(err, QS_ENOMEM, "out of memory");
+    json_decref(spec);
+    char *lab = st ? NULL : strdup(label);
+    if (!st && !lab) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    /* capacity: 64, then doubling (a power of two from 64 on is full) */
+    size_t n = list->n;
+    if (!st && (n == 0 || (n >= 64 && (n & (n - 1)) == 0))) {
+        size_t cap = n ? 2 * n : 64;
+        qc_job *j = realloc(list->jobs, cap * sizeof *j);
+        if (!j)
+            st = qs_error_set(err, QS_ENOMEM, "out of memory");
+        else
+            list->jobs = j;
+    }
+    if (st) {
+        free(text);
+        free(lab);
+        return st;
+    }
+    qc_job *j = &list->jobs[n];
+    memcpy(j->key, key, sizeof key);
+    j->spec = text;
+    j->kind = kind;
+    j->depends_on = depends_on;
+    j->model = model;
+    j->mode = mode;
+    j->label = lab;
+    if (index) *index = (long)n;
+    list->n = n + 1;
+    return QS_OK;
+}
+
+void qc_job_list_free(qc_job_list *list) {
+    if (!list) return;
+    for (size_t i = 0; i < list->n; i++) {
+        free(list->jobs[i].spec);
+        free(list->jobs[i].label);
+    }
+    free(list->jobs);
+    list->jobs = NULL;
+    list->n = 0;
+}
+
+qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err) {
+    return qs_spec_key_text(spec_json, hex, err);
+}

@@ -1,0 +1,315 @@
+/* The sensitivity job spec: validation, canonical JSON both ways (sensitivity.h). */
+#include "sensitivity.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *qs_part_name(int p) {
+    if (p >= 0 && p < QS_LINEAR_KINDS) return qs_linear_kind_names[p];
+    if (p == QS_PART_LM_HEAD) return QS_PART_LM_HEAD_NAME;
+    if (p == QS_PART_EMBEDDINGS) return QS_PART_EMBEDDINGS_NAME;
+    return "?";
+}
+
+int qs_part_by_name(const char *name) {
+    int k = qs_linear_kind_index(name);
+    if (k >= 0) return k;
+    if (name && !strcmp(name, QS_PART_LM_HEAD_NAME)) return QS_PART_LM_HEAD;
+    if (name && !strcmp(name, QS_PART_EMBEDDINGS_NAME)) return QS_PART_EMBEDDINGS;
+    return -1;
+}
+
+unsigned qs_sensitivity_extra_parts(const qs_sensitivity_spec *s) {
+    const unsigned extra = (1u << QS_PART_LM_HEAD) | (1u << QS_PART_EMBEDDINGS);
+    if (!s->eval) return 0;
+    if (s->mode == QS_MODE_COMPONENT) return (1u << s->part) & extra;
+    if (s->mode == QS_MODE_LEAVE_ONE_OUT) return s->loo_of & ~(1u << s->part) & extra;
+    return 0;
+}
+
+qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
+    if (!s->model.path || !s->dataset.path)
+        return qs_error_set(err, QS_EINVAL, "job spec: model and dataset are required");
+    if (!s->format || !*s->format || !json_is_object(s->format_options))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: format (a name) and format_options (an object) are "
+                            "required");
+    if (!s->metrics || (s->metrics & ~((1u << QS_METRICS) - 1)))
+        return qs_error_set(err, QS_EINVAL, "job spec: metrics: expected a non-empty list of %s",
+                            "kl, ppl, sqnr, top1");
+    if (!s->eval) {
+        if (strcmp(s->format, "bf16") || json_object_size(s->format_options) ||
+            s->metrics != QS_METRIC_PPL)
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: a baseline has format bf16, no format_options and "
+                                "metrics [ppl]");
+        return QS_OK;
+    }
+    if ((unsigned)s->mode >= QS_MODE_COUNT)
+        return qs_error_set(err, QS_EINVAL, "job spec: mode: %d is not a mode", (int)s->mode);
+    if (s->quantize_acts != 0 && s->quantize_acts != 1)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: quantize: expected weights or "
+                            "weights+activations");
+    const char *mode = qs_mode_name(s->mode);
+    if (qs_mode_has_block(s->mode) ? s->block < 0 : s->block != -1)
+        return qs_error_set(err, QS_EINVAL, "job spec: part: mode %s %s a block", mode,
+                            qs_mode_has_block(s->mode) ? "needs" : "names no");
+    int kind_mode = qs_mode_has_kind(s->mode);
+    if (kind_mode ? (s->part < 0 || s->part >= QS_PARTS) : s->part != -1)
+        return qs_error_set(err, QS_EINVAL, "job spec: part: mode %s %s a part", mode,
+                            kind_mode ? "needs" : "names no");
+    int component_form = s->mode == QS_MODE_COMPONENT || s->mode == QS_MODE_LEAVE_ONE_OUT;
+    if (s->part >= QS_LINEAR_KINDS && !component_form)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: part: %s is a part of component and leave_one_out modes "
+                            "only (mode %s names block linears)",
+                            qs_part_name(s->part), mode);
+    if (s->mode == QS_MODE_LEAVE_ONE_OUT) {
+        if (!(s->loo_of & (1u << s->part)) || (s->loo_of >> QS_PARTS))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: leave_one_out_of: must hold the part left out (%s)",
+                                qs_part_name(s->part));
+    } else if (s->loo_of != QS_PARTS_BLOCK_LINEARS) {
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: leave_one_out_of applies to mode leave_one_out only");
+    }
+    return QS_OK;
+}
+
+void qs_sensitivity_part_text(const qs_sensitivity_spec *s, char *buf, size_t cap) {
+    if (!s->eval)
+        snprintf(buf, cap, "%s", "");
+    else if (qs_mode_has_block(s->mode) && qs_mode_has_kind(s->mode))
+        snprintf(buf, cap, "%d.%s", s->block, qs_part_name(s->part));
+    else if (qs_mode_has_block(s->mode))
+        snprintf(buf, cap, "%d", s->block);
+    else
+        snprintf(buf, cap, "%s", qs_part_name(s->part));
+}
+
+/* The "tied_embeddings" value for the extra parts a job quantizes of a tied model, NULL when
+ * it quantizes neither (or the model is not tied). */
+static const char *tied_text(const qs_sensitivity_spec *s) {
+    unsigned x = qs_sensitivity_extra_parts(s);
+    if (!s->tied || !x) return NULL;
+    unsigned head = 1u << QS_PART_LM_HEAD, emb = 1u << QS_PART_EMBEDDINGS;
+    return x == head ? "head_copy_only" : x == emb ? "embeddings_copy_only" : "both_copies";
+}
+
+qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_error *err) {
+    *out = NULL;
+    qs_status st = qs_sensitivity_validate(s, err);
+    if (st) return st;
+    json_t *o = json_object(), *metrics = json_array();
+    if (o && metrics) {
+        for (unsigned i = 0; i < QS_METRICS; i++)
+            if (s->metrics & (1u << i))
+                json_array_append_new(metrics, json_string(qs_metric_names[i]));
+        json_object_set_new(o, "kind", json_string(s->eval ? "eval" : "baseline"));
+        json_object_set_new(o, "model", qs_model_ref_json(&s->model));
+        json_object_set_new(o, "dataset", qs_dataset_ref_json(&s->dataset));
+        json_object_set_new(o, "numerics_version", json_string(s->numerics_version));
+        json_object_set_new(o, "format", json_string(s->format));
+        json_object_set(o, "format_options", s->format_options);
+        json_object_set_new(o, "metrics", metrics);
+        metrics = NULL;
+        if (s->eval) {
+            char part[64];
+            qs_sensitivity_part_text(s, part, sizeof part);
+            json_object_set_new(o, "quantize", json_string(qs_quantize_name(s->quantize_acts)));
+            json_object_set_new(o, "mode", json_string(qs_mode_name(s->mode)));
+            json_object_set_new(o, "part", json_string(part));
+            if (s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) {
+                json_t *of = json_array();
+                for (int p = 0; of && p < QS_PARTS; p++)
+                    if (s->loo_of & (1u << p))
+                        json_array_append_new(of, json_string(qs_part_name(p)));
+                json_object_set_new(o, "leave_one_out_of", of);
+            }
+            const char *tied = tied_text(s);
+            if (tied) json_object_set_new(o, "tied_embeddings", json_string(tied));
+        } else {
+            json_object_set_new(o, "quantize", json_null());
+            json_object_set_new(o, "mode", json_null());
+            json_object_set_new(o, "part", json_null());
+        }
+        if (s->resources.present)
+            json_object_set_new(o, "resources", qs_resources_json(&s->resources));
+    }
+    json_decref(metrics);
+    /* every json_object_set_new above fails only when out of memory: check the count */
+    size_t want =
+        10 + (s->resources.present ? 1 : 0) +
+        (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
+        (s->eval && tied_text(s) != NULL);
+    if (!o || json_object_size(o) != want) {
+        json_decref(o);
+        return qs_error_set(err, QS_ENOMEM, "out of memory");
+    }
+    *out = o;
+    return QS_OK;
+}
+
+/* Parses an eval part for mode m into block and part index. */
+static qs_status parse_part(qs_sensitivity_spec *s, const char *text, qs_error *err) {
+    s->block = -1;
+    s->part = -1;
+    const char *kind = text;
+    if (qs_mode_has_block(s->mode)) {
+        char *end;
+        long b = strtol(text, &end, 10);
+        int want_kind = qs_mode_has_kind(s->mode);
+        if (end == text || *text == '-' || *text == '+' || b > 1000000 ||
+            (want_kind ? *end != '.' : *end != 0))
+            return qs_error_set(err, QS_EINVAL, "job spec: part: '%s' is not %s for mode %s", text,
+                                want_kind ? "\"<block>.<kind>\"" : "a block number",
+                                qs_mode_name(s->mode));
+        s->block = (int)b;
+        if (!want_kind) return QS_OK;
+        kind = end + 1;
+    }
+    s->part = qs_part_by_name(kind);
+    if (s->part < 0 || (qs_mode_has_block(s->mode) && s->part >= QS_LINEAR_KINDS))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: part: '%s' is not a part (q, k, v, o, gate, up, down%s)",
+                            kind, qs_mode_has_block(s->mode) ? "" : ", lm_head, embeddings");
+    return QS_OK;
+}
+
+static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_error *err) {
+    const char *q = json_string_value(json_object_get(spec, "quantize"));
+    const char *m = json_string_value(json_object_get(spec, "mode"));
+    const char *p = json_string_value(json_object_get(spec, "part"));
+    if (!q || !m || !p)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: an eval needs quantize, mode and part as "
+                            "strings");
+    /* only the canonical names: a stored spec is written by qs_sensitivity_encode */
+    s->quantize_acts = !strcmp(q, "weights") ? 0 : !strcmp(q, "weights+activations") ? 1 : -1;
+    if (s->quantize_acts < 0)
+        return qs_error_set(err, QS_EINVAL, "job spec: quantize: unknown value '%s'", q);
+    int mode = qs_mode_by_name(m);
+    if (mode < 0 || strcmp(qs_mode_name((qs_mode)mode), m))
+        return qs_error_set(err, QS_EINVAL, "job spec: mode: unknown '%s' (expected %s)", m,
+                            qs_mode_list());
+    s->mode = (qs_mode)mode;
+    qs_status st = parse_part(s, p, err);
+    if (st) return st;
+    s->loo_of = QS_PARTS_BLOCK_LINEARS;
+    const json_t *of = json_object_get(spec, "leave_one_out_of");
+    if (of) {
+        if (!json_is_array(of) || !json_array_size(of))
+            return qs_error_set(err, QS_EINVAL, "job spec: leave_one_out_of: expected a list");
+        s->loo_of = 0;
+        size_t i;
+        const json_t *v;
+        json_array_foreach(of, i, v) {
+            int part = qs_part_by_name(json_string_value(v));
+            if (part < 0 || (s->loo_of & (1u << part)))
+                return qs_error_set(err, QS_EINVAL,
+                                    "job spec: leave_one_out_of[%zu]: unknown or repeated part", i);
+            s->loo_of |= 1u << part;
+        }
+    }
+    const json_t *tied = json_object_get(spec, "tied_embeddings");
+    s->tied = tied != NULL;
+    if (tied) {
+        const char *want = tied_text(s);
+        if (!want || !json_is_string(tied) || strcmp(json_string_value(tied), want))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: tied_embeddings: expected \"%s\" for this part",
+                                want ? want
+                                     : "(nothing: the job quantizes neither lm_head nor "
+                                       "the embeddings)");
+    }
+    return QS_OK;
+}
+
+qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    out->block = out->part = -1;
+    out->loo_of = QS_PARTS_BLOCK_LINEARS;
+    if (!json_is_object(spec)) return qs_error_set(err, QS_EINVAL, "job spec: expected an object");
+    static const char *const keys[] = {"dataset",  "format",           "format_options",
+                                       "kind",     "metrics",          "mode",
+                                       "model",    "numerics_version", "part",
+                                       "quantize", "leave_one_out_of", "tied_embeddings",
+                                       "resources"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)spec, key, v) {
+        size_t i = 0;
+        while (i < sizeof keys / sizeof keys[0] && strcmp(key, keys[i]))
+            i++;
+        if (i == sizeof keys / sizeof keys[0])
+            return qs_error_set(err, QS_EINVAL, "job spec: unknown key '%s'", key);
+    }
+    const char *kind = json_string_value(json_object_get(spec, "kind"));
+    if (!kind || (strcmp(kind, "eval") && strcmp(kind, "baseline")))
+        return qs_error_set(err, QS_EINVAL, "job spec: kind: expected \"baseline\" or \"eval\"");
+    out->eval = !strcmp(kind, "eval");
+    const char *format = json_string_value(json_object_get(spec, "format"));
+    const char *nv = json_string_value(json_object_get(spec, "numerics_version"));
+    const json_t *fo = json_object_get(spec, "format_options");
+    const json_t *metrics = json_object_get(spec, "metrics");
+    qs_status st = QS_OK;
+    if (!format || !*format)
+        st = qs_error_set(err, QS_EINVAL, "job spec: format: expected a format name");
+    else if (!json_is_object(fo))
+        st = qs_error_set(err, QS_EINVAL, "job spec: format_options: expected an object");
+    else if (!nv || !*nv || strlen(nv) >= sizeof out->numerics_version)
+        st = qs_error_set(err, QS_EINVAL, "job spec: numerics_version: expected a short string");
+    else if (!json_is_array(metrics))
+        st = qs_error_set(err, QS_EINVAL, "job spec: metrics: expected an array");
+    if (!st) {
+        size_t i;
+        json_array_foreach(metrics, i, v) {
+            unsigned bit = qs_metric_bit(json_string_value(v));
+            if (!bit || (out->metrics & bit)) {
+                st = qs_error_set(err, QS_EINVAL,
+                                  "job spec: metrics[%zu]: unknown or repeated "
+                                  "metric",
+                                  i);
+                break;
+            }
+            out->metrics |= bit;
+        }
+    }
+    if (!st) {
+        snprintf(out->numerics_version, sizeof out->numerics_version, "%s", nv);
+        out->format = strdup(format);
+        out->format_options = json_deep_copy(fo);
+        if (!out->format || !out->format_options)
+            st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    }
+    if (!st) st = qs_model_ref_read(spec, &out->model, err);
+    if (!st) st = qs_dataset_ref_read(spec, &out->dataset, err);
+    if (!st) st = qs_resources_read(spec, &out->resources, err);
+    if (!st && out->eval) st = decode_eval(spec, out, err);
+    if (!st && !out->eval) {
+        const char *nulls[] = {"quantize", "mode", "part"};
+        for (size_t i = 0; !st && i < 3; i++)
+            if (!json_is_null(json_object_get(spec, nulls[i])))
+                st = qs_error_set(err, QS_EINVAL, "job spec: %s: a baseline has null", nulls[i]);
+        if (!st &&
+            (json_object_get(spec, "leave_one_out_of") || json_object_get(spec, "tied_embeddings")))
+            st = qs_error_set(err, QS_EINVAL,
+                              "job spec: a baseline has no leave_one_out_of or tied_embeddings");
+    }
+    if (!st) st = qs_sensitivity_validate(out, err);
+    if (st) qs_sensitivity_clear(out);
+    return st;
+}
+
+void qs_sensitivity_clear(qs_sensitivity_spec *s) {
+    if (!s) return;
+    qs_model_ref_clear(&s->model);
+    qs_dataset_ref_clear(&s->dataset);
+    free(s->format);
+    json_decref(s->format_options);
+    memset(s, 0, sizeof *s);
+    s->block = s->part = -1;
+    s->loo_of = QS_PARTS_BLOCK_LINEARS;
+}

@@ -1,0 +1,92 @@
+/* The sensitivity job kinds (issue 5, issue 10 item 2): "baseline" (the unquantized model's
+ * reference log-probabilities on a dataset) and "eval" (one quantization policy measured
+ * against that baseline). One typed spec serves both; the coordinator's grid expansion
+ * encodes it and the worker's job kinds decode it (worker/jobs), so the two sides cannot
+ * disagree on a field.
+ *
+ * Canonical JSON (spec.h for the shared parts), keys sorted:
+ *   {"dataset", "format", "format_options", "kind", "metrics", "mode", "model",
+ *    "numerics_version", "part", "quantize"}
+ *   plus, only when they apply (so the specs and keys of earlier grids are unchanged):
+ *   "leave_one_out_of": [part, ...]  leave_one_out over parts other than the seven block
+ *                                     linears (block order, then lm_head, embeddings);
+ *   "tied_embeddings": "head_copy_only" | "embeddings_copy_only" | "both_copies"
+ *                                     the model ties lm_head to the embeddings and the job
+ *                                     quantizes lm_head and/or the embeddings: each is
+ *                                     quantized as a copy of its own, so quantizing lm_head
+ *                                     of a tied model quantizes the head copy only;
+ *   "resources": {...}               spec.h (not part of the job key).
+ * baseline: format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
+ * eval: format a numeric-core name (kernels/quant.h) with its canonical options object (every
+ *   option that applies, defaults filled in: the grid's job); quantize "weights" or
+ *   "weights+activations"; mode and part as names.h gives them; metrics a sorted non-empty
+ *   array of names.h's metric names.
+ * With "weights+activations" the embeddings (a lookup, not a GEMM: no activation input) get
+ * their weight format only. */
+#ifndef QS_KINDS_SENSITIVITY_H
+#define QS_KINDS_SENSITIVITY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "error.h"
+#include "names.h"
+#include "spec.h"
+
+/* Part indexes beyond the seven linear kinds (0..6). */
+enum { QS_PART_LM_HEAD = 7, QS_PART_EMBEDDINGS = 8, QS_PARTS = 9 };
+/* Bit set of parts (1 << part): the default universe of leave_one_out, the block linears. */
+#define QS_PARTS_BLOCK_LINEARS 0x7fu
+
+/* Name of part index p ("q".."down", "lm_head", "embeddings"), "?" if out of range; index of a
+ * name, -1 if none. */
+const char *qs_part_name(int p);
+int qs_part_by_name(const char *name);
+
+/* A baseline or eval job. Strings and format_options are owned (qs_sensitivity_clear). */
+typedef struct qs_sensitivity_spec {
+    bool eval; /* false: "baseline", true: "eval" */
+    qs_model_ref model;
+    qs_dataset_ref dataset;
+    char *format;           /* numeric-core format name; "bf16" for a baseline */
+    json_t *format_options; /* object; {} for a baseline */
+    int quantize_acts;      /* eval: 0 "weights" (W4A16), 1 "weights+activations" (W4A4) */
+    qs_mode mode;           /* eval */
+    int block;              /* eval: the block the part names, -1 when the mode names none */
+    int part;               /* eval: the kind or part index (0..8) the part names, -1 none */
+    unsigned loo_of;        /* eval, leave_one_out: parts the job quantizes but one (bit set);
+                               QS_PARTS_BLOCK_LINEARS unless the grid listed lm_head or
+                               embeddings */
+    bool tied;              /* the model ties lm_head to its embeddings */
+    unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
+    char numerics_version[16];
+    qs_resources resources;
+} qs_sensitivity_spec;
+
+/* Checks the fields' consistency: mode vs. block/part (a block mode needs 0 <= block, a kind
+ * mode needs a part; lm_head and embeddings only in component and leave_one_out modes), loo_of
+ * holding the part, metrics non-empty, format and options present, a baseline holding none of
+ * the eval fields. Errors: QS_EINVAL naming the field. */
+qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err);
+
+/* The part's text: "down", "lm_head" (kind modes), "3" (block modes), "3.down" (layer modes);
+ * "" for a baseline. cap >= 32 is always enough. */
+void qs_sensitivity_part_text(const qs_sensitivity_spec *s, char *buf, size_t cap);
+
+/* Which of lm_head / embeddings the job quantizes (bits 1 << QS_PART_LM_HEAD, ...). */
+unsigned qs_sensitivity_extra_parts(const qs_sensitivity_spec *s);
+
+/* The canonical spec object of s (validated first). *out is a new reference.
+ * Errors: those of qs_sensitivity_validate, QS_ENOMEM. */
+qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_error *err);
+
+/* Reads a spec object (as stored, or as a worker receives it) into *out, then validates it.
+ * Unknown keys are refused, so a field a newer coordinator adds is not silently ignored.
+ * Errors: QS_EINVAL naming the field ("job spec: mode: unknown 'diagonal' (expected ...)"),
+ * QS_ENOMEM. On error *out is cleared. */
+qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs_error *err);
+
+/* Frees the owned members and zeroes *s. NULL is allowed. */
+void qs_sensitivity_clear(qs_sensitivity_spec *s);
+
+#endif

@@ -1,0 +1,170 @@
+/* Shared parts of job specs, job keys and affinity keys (spec.h). */
+#include "spec.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_t *qs_model_ref_json(const qs_model_ref *m) {
+    return json_pack("{s:s, s:s}", "path", m->path, "digest", m->digest);
+}
+
+json_t *qs_dataset_ref_json(const qs_dataset_ref *d) {
+    return json_pack("{s:s, s:s, s:i, s:I}", "path", d->path, "digest", d->digest, "ctx", d->ctx,
+                     "max_chunks", (json_int_t)d->max_chunks);
+}
+
+json_t *qs_resources_json(const qs_resources *r) {
+    return json_pack("{s:i, s:I, s:b}", "gpu_count", r->gpu_count, "gpu_memory_mib",
+                     (json_int_t)r->gpu_memory_mib, "native_fp4", r->native_fp4);
+}
+
+/* A digest field: a string of 1..64 hex digits (real ones have 64; tests use short ones). */
+static qs_status read_digest(const json_t *obj, const char *where, char out[65], qs_error *err) {
+    const char *s = json_string_value(json_object_get(obj, "digest"));
+    size_t n = s ? strlen(s) : 0;
+    if (!s || !n || n > 64 || strspn(s, "0123456789abcdef") != n)
+        return qs_error_set(err, QS_EINVAL, "job spec: %s.digest: expected a hex digest", where);
+    memcpy(out, s, n + 1);
+    return QS_OK;
+}
+
+static qs_status read_path(const json_t *obj, const char *where, char **out, qs_error *err) {
+    const char *s = json_string_value(json_object_get(obj, "path"));
+    if (!s || !*s) return qs_error_set(err, QS_EINVAL, "job spec: %s.path: expected a path", where);
+    *out = strdup(s);
+    return *out ? QS_OK : qs_error_set(err, QS_ENOMEM, "out of memory");
+}
+
+qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    const json_t *m = json_object_get(spec, "model");
+    if (!json_is_object(m))
+        return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
+    qs_status st = read_digest(m, "model", out->digest, err);
+    return st ? st : read_path(m, "model", &out->path, err);
+}
+
+qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    const json_t *d = json_object_get(spec, "dataset");
+    if (!json_is_object(d))
+        return qs_error_set(err, QS_EINVAL, "job spec: dataset: expected an object");
+    const json_t *ctx = json_object_get(d, "ctx"), *mc = json_object_get(d, "max_chunks");
+    if (!json_is_integer(ctx) || json_integer_value(ctx) < 2 || json_integer_value(ctx) > 1 << 20)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: dataset.ctx: expected an integer in [2, 1048576]");
+    if (!json_is_integer(mc) || json_integer_value(mc) < 0 || json_integer_value(mc) > 0x7fffffff)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: dataset.max_chunks: expected an integer >= 0");
+    out->ctx = (int)json_integer_value(ctx);
+    out->max_chunks = (long)json_integer_value(mc);
+    qs_status st = read_digest(d, "dataset", out->digest, err);
+    return st ? st : read_path(d, "dataset", &out->path, err);
+}
+
+qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    const json_t *r = json_object_get(spec, "resources");
+    if (!r) return QS_OK;
+    const json_t *gc = json_object_get(r, "gpu_count"), *gm = json_object_get(r, "gpu_memory_mib"),
+                 *nf = json_object_get(r, "native_fp4");
+    if (!json_is_object(r) || !json_is_integer(gc) || !json_is_integer(gm) ||
+        !json_is_boolean(nf) || json_object_size(r) != 3)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: resources: expected {\"gpu_count\": int, "
+                            "\"gpu_memory_mib\": int, \"native_fp4\": bool}");
+    if (json_integer_value(gc) < 0 || json_integer_value(gc) > 4096 || json_integer_value(gm) < 0)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: resources: gpu_count in [0, 4096] and gpu_memory_mib >= 0");
+    out->present = true;
+    out->gpu_count = (int)json_integer_value(gc);
+    out->gpu_memory_mib = (long)json_integer_value(gm);
+    out->native_fp4 = json_is_true(nf);
+    return QS_OK;
+}
+
+void qs_model_ref_clear(qs_model_ref *m) {
+    if (!m) return;
+    free(m->path);
+    memset(m, 0, sizeof *m);
+}
+
+void qs_dataset_ref_clear(qs_dataset_ref *d) {
+    if (!d) return;
+    free(d->path);
+    memset(d, 0, sizeof *d);
+}
+
+bool qs_is_digest(const char *text) {
+    return text && strlen(text) == 64 && strspn(text, "0123456789abcdef") == 64;
+}
+
+char *qs_spec_canonical(const json_t *spec) {
+    return json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+}
+
+static void blake2b_hex(const void *data, size_t len, char hex[65]) {
+    unsigned char h[32];
+    crypto_generichash(h, sizeof h, data, len, NULL, 0);
+    sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+qs_status qs_spec_key(const json_t *spec, char hex[65], qs_error *err) {
+    json_t *copy = json_deep_copy(spec);
+    json_t *m = json_object_get(copy, "model"), *d = json_object_get(copy, "dataset");
+    if (json_is_object(m)) json_object_del(m, "path");
+    if (json_is_object(d)) json_object_del(d, "path");
+    json_object_del(copy, "resources");
+    char *canon = copy ? qs_spec_canonical(copy) : NULL;
+    json_decref(copy);
+    if (!canon) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    if (sodium_init() < 0) {
+        free(canon);
+        return qs_error_set(err, QS_EINVAL, "libsodium failed to initialise");
+    }
+    blake2b_hex(canon, strlen(canon), hex);
+    free(canon);
+    return QS_OK;
+}
+
+qs_status qs_spec_key_text(const char *spec_json, char hex[65], qs_error *err) {
+    json_error_t je;
+    json_t *spec = json_loads(spec_json, 0, &je);
+    if (!spec || !json_is_object(spec)) {
+        json_decref(spec);
+        return qs_error_set(err, QS_EFORMAT, "job spec: line %d column %d: %s", je.line, je.column,
+                            spec ? "expected a JSON object" : je.text);
+    }
+    qs_status st = qs_spec_key(spec, hex, err);
+    json_decref(spec);
+    return st;
+}
+
+void qs_affinity_key(const char *digest, char *buf, size_t cap) {
+    if (!cap) return;
+    size_t n = digest ? strlen(digest) : 0;
+    if (!n || n > 64 || strspn(digest, "0123456789abcdef") != n || cap < 7 + n + 1) {
+        buf[0] = 0;
+        return;
+    }
+    snprintf(buf, cap, "model:%s", digest);
+}
+
+qs_status qs_synthetic_model(const char *shape, unsigned long seed, char *path, size_t cap,
+                             char digest[65], qs_error *err) {
+    if (!shape || !*shape || strchr(shape, ':'))
+        return qs_error_set(err, QS_EINVAL, "synthetic model: bad shape name '%s'",
+                            shape ? shape : "(null)");
+    int n = snprintf(path, cap, "synthetic:%s:%lu", shape, seed);
+    if (n < 0 || (size_t)n >= cap)
+        return qs_error_set(err, QS_EINVAL, "synthetic model: path buffer too small");
+    if (sodium_init() < 0) return qs_error_set(err, QS_EINVAL, "libsodium failed to initialise");
+    blake2b_hex(path, (size_t)n, digest);
+    return QS_OK;
+}
+
+bool qs_is_synthetic(const char *path) {
+    return path && !strncmp(path, "synthetic:", 10);
+}

@@ -1,0 +1,100 @@
+/* The parts every typed job spec shares (issue 10 items 2 and 6), and the two keys made from a
+ * spec: the job_key (what the job computes) and the model affinity key (which worker should
+ * run it). Each job kind (sensitivity.h, and later kinds) builds its spec from these.
+ *
+ * Canonical JSON: a spec is one JSON object, written with sorted keys and no spaces
+ * (jansson JSON_SORT_KEYS | JSON_COMPACT), so equal specs are equal text.
+ *   "model":     {"digest": hex, "path": text}
+ *   "dataset":   {"ctx": int, "digest": hex, "max_chunks": int, "path": text}
+ *   "resources": {"gpu_count": int, "gpu_memory_mib": int, "native_fp4": bool}   (optional)
+ *   "numerics_version": text
+ *
+ * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
+ * of the canonical text of the spec after removing "model.path", "dataset.path" (where a file
+ * is, not what it is: the digests are identity) and "resources" (where a job may run, not what
+ * it computes: the engine's results are bit-identical across backends, DESIGN.md
+ * "Invariants"). */
+#ifndef QS_KINDS_SPEC_H
+#define QS_KINDS_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "error.h"
+
+/* Version of the numerics a job's results depend on (quantizers, engine). Part of every
+ * job_key: bump it when a change of the numeric core or the engine changes results, so old
+ * results are not reused. */
+#define QS_NUMERICS_VERSION "1"
+
+/* A model as a spec names it. path: absolute path, or "synthetic:<shape>:<seed>". */
+typedef struct qs_model_ref {
+    char *path;      /* owned */
+    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+} qs_model_ref;
+
+/* A token file and how it is cut into chunks (worker/engine/eval.h). */
+typedef struct qs_dataset_ref {
+    char *path; /* owned, absolute */
+    char digest[65];
+    int ctx;         /* tokens per chunk, >= 2 */
+    long max_chunks; /* 0: every whole chunk */
+} qs_dataset_ref;
+
+/* What a job needs of the machine that runs it (issue 12 fills it in; the scheduler will match
+ * it against a worker's HELLO). Recorded in the stored spec, not part of the job key. */
+typedef struct qs_resources {
+    bool present;        /* false: the spec has no "resources" object (any worker will do) */
+    long gpu_memory_mib; /* GPU memory per GPU, MiB; 0: any */
+    int gpu_count;       /* GPUs, 0: none needed (CPU is fine) */
+    bool native_fp4;     /* needs native FP4 GEMMs (compute capability 10.x) */
+} qs_resources;
+
+/* JSON of the shared parts (new references; NULL when out of memory). */
+json_t *qs_model_ref_json(const qs_model_ref *m);
+json_t *qs_dataset_ref_json(const qs_dataset_ref *d);
+json_t *qs_resources_json(const qs_resources *r);
+
+/* Reads the shared parts from spec object `spec` (key "model", "dataset", "resources").
+ * Strings are copied (free with qs_model_ref_clear / qs_dataset_ref_clear). A missing
+ * "resources" gives present = false. Errors: QS_EINVAL naming the field ("job spec:
+ * dataset.ctx: expected an integer >= 2"), QS_ENOMEM. */
+qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err);
+qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error *err);
+qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err);
+void qs_model_ref_clear(qs_model_ref *m);
+void qs_dataset_ref_clear(qs_dataset_ref *d);
+
+/* Whether text is a 64-digit lowercase hex digest. */
+bool qs_is_digest(const char *text);
+
+/* The canonical text of spec object `spec` (sorted keys, compact); caller frees. NULL when out
+ * of memory. */
+char *qs_spec_canonical(const json_t *spec);
+
+/* job_key of spec object `spec` (see the header comment); spec is left as it was. hex gets 64
+ * hex digits and a NUL. Errors: QS_EINVAL (libsodium failed to initialise), QS_ENOMEM. */
+qs_status qs_spec_key(const json_t *spec, char hex[65], qs_error *err);
+
+/* job_key of a spec given as JSON text. Errors: QS_EFORMAT (not a JSON object: names line and
+ * column), those of qs_spec_key. */
+qs_status qs_spec_key_text(const char *spec_json, char hex[65], qs_error *err);
+
+/* The affinity key of a model: "model:<digest>". The coordinator stores it with each job
+ * (qc_job_submit.model_key) and a worker caches the loaded model under the same key, so the
+ * scheduler sends a model's jobs to the worker that holds it. cap >= 71 (QS_AFFINITY_KEY_MAX);
+ * writes the empty string when digest is not a digest. */
+#define QS_AFFINITY_KEY_MAX 72
+void qs_affinity_key(const char *digest, char *buf, size_t cap);
+
+/* Synthetic models (random weights for a named Llama shape from a seed): the model path is
+ * "synthetic:<shape>:<seed>" and the digest BLAKE2b-256 of that text, so the same shape and
+ * seed are the same model wherever it is built. Errors: QS_EINVAL (shape empty or holding ':',
+ * path buffer too small). */
+qs_status qs_synthetic_model(const char *shape, unsigned long seed, char *path, size_t cap,
+                             char digest[65], qs_error *err);
+
+/* Whether path names a synthetic model ("synthetic:" prefix). */
+bool qs_is_synthetic(const char *path);
+
+#endif

@@ -1,0 +1,318 @@
+/* Grid kinds (coordinator/grid/grid_kind.h) and what issue 10 added to the sensitivity kind:
+ * job keys and specs of an existing grid unchanged, leave-one-out by block and by layer,
+ * lm_head and embeddings as parts with tied embeddings recorded, the kind registry's errors,
+ * and the generic reader's typed values (config.h) that new kinds use. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "config.h"
+#include "fixtures.h"
+#include "grid.h"
+#include "probe.h"
+
+#define N_LAYERS 3
+#define VOCAB 64
+
+typedef struct env {
+    char *dir;
+    char grid[512];
+} env;
+
+static int setup(void **state) {
+    env *e = calloc(1, sizeof *e);
+    e->dir = fx_tempdir("qsweep-gridkinds");
+    if (!e->dir) {
+        free(e);
+        return -1;
+    }
+    snprintf(e->grid, sizeof e->grid, "%s/grid.yaml", e->dir);
+    char ckpt[600], tokens[600];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", e->dir);
+    snprintf(tokens, sizeof tokens, "%s/toks.bin", e->dir);
+    uint32_t ids[300];
+    for (int i = 0; i < 300; i++)
+        ids[i] = (uint32_t)(i * 7 % VOCAB);
+    /* the fixture checkpoint ties its embeddings (fixtures.h) */
+    if (fx_write_checkpoint(ckpt, N_LAYERS, VOCAB, 1) || fx_write_tokens(tokens, ids, 300, VOCAB))
+        return -1;
+    if (chdir(e->dir) != 0) return -1;
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state) {
+    env *e = *state;
+    if (chdir("/") != 0) return -1;
+    fx_rmtree(e->dir);
+    free(e->dir);
+    free(e);
+    return 0;
+}
+
+static qs_status load(env *e, const char *text, qc_grid **g, qs_error *err) {
+    assert_int_equal(fx_write_text(e->grid, text), 0);
+    return qc_grid_load(e->grid, NULL, 0, qsweep_probe(), g, err);
+}
+
+#define HEAD                                                                                       \
+    "name: t\n"                                                                                    \
+    "models: [ckpt]\n"                                                                             \
+    "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n"
+
+/* Loads and expands text; fails the test on error. */
+static void expand(env *e, const char *text, qc_grid **g, qc_job_list *l) {
+    qs_error err = {0};
+    if (load(e, text, g, &err)) fail_msg("%s", err.msg);
+    if (qc_grid_expand(*g, l, &err)) fail_msg("%s", err.msg);
+}
+
+static const char *field(const qc_job *j, const char *key, char *buf, size_t cap) {
+    json_t *s = json_loads(j->spec, 0, NULL);
+    json_t *v = json_object_get(s, key);
+    if (json_is_string(v))
+        snprintf(buf, cap, "%s", json_string_value(v));
+    else if (v) {
+        char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        snprintf(buf, cap, "%s", t);
+        free(t);
+    } else
+        snprintf(buf, cap, "(absent)");
+    json_decref(s);
+    return buf;
+}
+
+/* Keys and canonical specs of a grid over committed checkpoints, a committed token file and
+ * synthetic shapes, as the pre-kinds build (commit 952f45b, `qsweep submit --dry-run --sample
+ * 1000000`) gave them: SHA-256 of the 4268 keys, one per line, and of the specs without
+ * their paths, one per line. */
+static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) {
+    env *e = *state;
+    char text[4096];
+    snprintf(text, sizeof text,
+             "name: keys\n"
+             "kind: sensitivity\n"
+             "models:\n"
+             "  - %s/tests/engine/data/llama3_gqa\n"
+             "  - %s/tests/engine/data/llama32_tied\n"
+             "  - {synthetic: llama2-7b, seed: 1}\n"
+             "  - {synthetic: llama3.2-1b}\n"
+             "dataset: {tokens: %s/experiments/data/gpl3.bytes.tokens, ctx: 64, max_chunks: 8}\n"
+             "sensitivity:\n"
+             "  formats: [nvfp4, {name: mxfp4, options: {scale_rule: floor}}, int4_group, bf16]\n"
+             "  quantize: [weights, w4a4]\n"
+             "  modes: [component, block, layer, leave_one_out, cumulative]\n"
+             "  metrics: [kl, ppl]\n",
+             QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR);
+    qc_grid *g = NULL;
+    qc_job_list l = {0};
+    expand(e, text, &g, &l);
+    assert_int_equal(l.n, 4268);
+    crypto_hash_sha256_state keys, specs;
+    crypto_hash_sha256_init(&keys);
+    crypto_hash_sha256_init(&specs);
+    for (size_t i = 0; i < l.n; i++) {
+        crypto_hash_sha256_update(&keys, (const unsigned char *)l.jobs[i].key, 64);
+        crypto_hash_sha256_update(&keys, (const unsigned char *)"\n", 1);
+        json_t *s = json_loads(l.jobs[i].spec, 0, NULL);
+        json_object_del(json_object_get(s, "model"), "path");
+        json_object_del(json_object_get(s, "dataset"), "path");
+        char *c = json_dumps(s, JSON_SORT_KEYS | JSON_COMPACT);
+        crypto_hash_sha256_update(&specs, (const unsigned char *)c, strlen(c));
+        crypto_hash_sha256_update(&specs, (const unsigned char *)"\n", 1);
+        free(c);
+        json_decref(s);
+    }
+    unsigned char hk[32], hs[32];
+    char hex_k[65], hex_s[65];
+    crypto_hash_sha256_final(&keys, hk);
+    crypto_hash_sha256_final(&specs, hs);
+    sodium_bin2hex(hex_k, sizeof hex_k, hk, 32);
+    sodium_bin2hex(hex_s, sizeof hex_s, hs, 32);
+    assert_string_equal(hex_k, "38a2357bad60d65399a339668f9cba73fa0cc1d2d5fe6eaaefb15c547948f3fd");
+    assert_string_equal(hex_s, "6e872cb273b136357c51a101fa50472c3a950747f86eb1897f097c71f54a19e1");
+    assert_string_equal(l.jobs[1].key,
+                        "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe");
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
+/* leave_one_out_block: one job per block; leave_one_out_layer: one per (block, kind). */
+static void test_leave_one_out_by_block_and_by_layer_expand(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qc_job_list l = {0};
+    expand(e,
+           HEAD "sensitivity: {formats: [nvfp4], modes: [leave_one_out_block, "
+                "leave_one_out_layer, leave_one_out_component]}\n",
+           &g, &l);
+    assert_int_equal(l.n, 1 + N_LAYERS + 7 * N_LAYERS + 7);
+    char b[256];
+    assert_string_equal(field(&l.jobs[1], "mode", b, sizeof b), "leave_one_out_block");
+    assert_string_equal(field(&l.jobs[1], "part", b, sizeof b), "0");
+    assert_string_equal(field(&l.jobs[1 + N_LAYERS], "mode", b, sizeof b), "leave_one_out_layer");
+    assert_string_equal(field(&l.jobs[1 + N_LAYERS], "part", b, sizeof b), "0.q");
+    assert_string_equal(field(&l.jobs[N_LAYERS + 7 * N_LAYERS], "part", b, sizeof b), "2.down");
+    /* the component form keeps its stored name */
+    assert_string_equal(field(&l.jobs[l.n - 1], "mode", b, sizeof b), "leave_one_out");
+    assert_string_equal(field(&l.jobs[l.n - 1], "leave_one_out_of", b, sizeof b), "(absent)");
+    assert_non_null(strstr(l.jobs[1].label, "leave_one_out_block 0"));
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
+/* lm_head and embeddings as parts; the fixture model is tied, so the spec records that the
+ * head (or the embedding table) is quantized as a copy of its own. */
+static void test_lm_head_and_embeddings_parts_record_tied_handling(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qc_job_list l = {0};
+    expand(e,
+           HEAD "sensitivity: {formats: [nvfp4], modes: [component, leave_one_out], "
+                "parts: [down, lm_head, embeddings]}\n",
+           &g, &l);
+    assert_int_equal(l.n, 1 + 3 + 3);
+    char b[256];
+    assert_string_equal(field(&l.jobs[1], "part", b, sizeof b), "down");
+    assert_string_equal(field(&l.jobs[1], "tied_embeddings", b, sizeof b), "(absent)");
+    assert_string_equal(field(&l.jobs[2], "part", b, sizeof b), "lm_head");
+    assert_string_equal(field(&l.jobs[2], "tied_embeddings", b, sizeof b), "head_copy_only");
+    assert_string_equal(field(&l.jobs[3], "tied_embeddings", b, sizeof b), "embeddings_copy_only");
+    /* leave_one_out over the listed parts: leaving lm_head out quantizes down and embeddings */
+    assert_string_equal(field(&l.jobs[5], "mode", b, sizeof b), "leave_one_out");
+    assert_string_equal(field(&l.jobs[5], "part", b, sizeof b), "lm_head");
+    assert_string_equal(field(&l.jobs[5], "leave_one_out_of", b, sizeof b),
+                        "[\"down\",\"lm_head\",\"embeddings\"]");
+    assert_string_equal(field(&l.jobs[5], "tied_embeddings", b, sizeof b), "embeddings_copy_only");
+    assert_string_equal(field(&l.jobs[4], "tied_embeddings", b, sizeof b), "both_copies");
+    for (size_t i = 1; i < l.n; i++)
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(l.jobs[i].key, l.jobs[j].key);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
+static void test_bad_parts_are_refused_at_their_location(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    char prefix[600];
+    assert_int_equal(load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  parts: [q, wq]\n", &g, &err),
+                     QS_EINVAL);
+    snprintf(prefix, sizeof prefix, "%s:6:14: unknown part 'wq'", e->grid);
+    assert_non_null(strstr(err.msg, prefix));
+    assert_int_equal(load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  parts: [q, q]\n", &g, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "part 'q' is listed twice"));
+    assert_int_equal(load(e,
+                          HEAD "sensitivity:\n  formats: [nvfp4]\n  modes: [block]\n"
+                               "  parts: [lm_head]\n",
+                          &g, &err),
+                     QS_EINVAL);
+    snprintf(prefix, sizeof prefix, "%s:7:10: 'parts' applies to modes component and", e->grid);
+    assert_non_null(strstr(err.msg, prefix));
+    assert_null(g);
+}
+
+static void test_unknown_kind_names_the_registered_kinds(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, "name: t\nkind: diagonal\n", &g, &err), QS_EINVAL);
+    char want[700];
+    snprintf(want, sizeof want, "%s:2:7: unknown kind 'diagonal' (expected sensitivity", e->grid);
+    assert_non_null(strstr(err.msg, want));
+    /* the kind's keys are checked with the common ones, listing both */
+    assert_int_equal(load(e, HEAD "sensitivity: {formats: [nvfp4]}\ntraining: {}\n", &g, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown key 'training' in the grid (expected one of: name, "
+                                    "description, kind, models, dataset, sensitivity, priority, "
+                                    "max_attempts, resources)"));
+}
+
+/* `resources` is recorded in every spec and changes no key. */
+static void test_resources_are_recorded_but_not_keyed(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *h = NULL;
+    qc_job_list l = {0}, m = {0};
+    expand(e, HEAD "sensitivity: {formats: [nvfp4]}\n", &g, &l);
+    expand(e,
+           HEAD "sensitivity: {formats: [nvfp4]}\n"
+                "resources: {gpu_count: 1, gpu_memory_mib: 81920, native_fp4: true}\n",
+           &h, &m);
+    assert_int_equal(l.n, m.n);
+    char b[256];
+    for (size_t i = 0; i < l.n; i++) {
+        assert_string_equal(l.jobs[i].key, m.jobs[i].key);
+        assert_string_equal(field(&l.jobs[i], "resources", b, sizeof b), "(absent)");
+        assert_string_equal(field(&m.jobs[i], "resources", b, sizeof b),
+                            "{\"gpu_count\":1,\"gpu_memory_mib\":81920,\"native_fp4\":true}");
+    }
+    qc_job_list_free(&l);
+    qc_job_list_free(&m);
+    qc_grid_free(g);
+    qc_grid_free(h);
+    qs_error err = {0};
+    assert_int_equal(
+        load(e, HEAD "sensitivity: {formats: [nvfp4]}\nresources: {gpus: 2}\n", &g, &err),
+        QS_EINVAL);
+    assert_non_null(strstr(err.msg, ":5:13: unknown key 'gpus' in resources"));
+}
+
+/* The reader's typed getters a new grid kind uses, each naming file:line:column. */
+static void test_reader_numbers_and_booleans_name_their_location(void **state) {
+    env *e = *state;
+    assert_int_equal(fx_write_text(e->grid, "lr: 3e-4\nbad: 1e999\nflag: true\nno: maybe\n"), 0);
+    qs_error err = {0};
+    qc_config *c = NULL;
+    const char *sets[] = {"+steps=12"};
+    assert_int_equal(qc_config_load(e->grid, sets, 1, &c, &err), QS_OK);
+    struct fy_node *root = qc_config_root(c);
+    double lr = 0;
+    int flag = 0, steps = 0;
+    assert_int_equal(qc_config_number(c, qc_config_lookup(root, "lr"), "lr", 0, 1, &lr), QS_OK);
+    assert_true(lr == 3e-4);
+    assert_int_equal(qc_config_number(c, qc_config_lookup(root, "bad"), "bad", 0, 1, &lr),
+                     QS_EFORMAT);
+    char want[700];
+    snprintf(want, sizeof want, "%s:2:6: expected a number in [0, 1] for bad, got '1e999'",
+             e->grid);
+    assert_string_equal(err.msg, want);
+    assert_int_equal(qc_config_bool(c, qc_config_lookup(root, "flag"), "flag", &flag), QS_OK);
+    assert_int_equal(flag, 1);
+    assert_int_equal(qc_config_bool(c, qc_config_lookup(root, "no"), "no", &flag), QS_EFORMAT);
+    assert_non_null(strstr(err.msg, ":4:5: expected true or false for no, got 'maybe'"));
+    assert_int_equal(qc_config_int(c, qc_config_lookup(root, "steps"), "steps", 1, 10, &steps),
+                     QS_EFORMAT);
+    assert_string_equal(err.msg, "--set +steps=12: expected an integer in [1, 10] for steps, "
+                                 "got '12'");
+    qc_config_free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_keys_and_specs_of_an_existing_grid_are_unchanged,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave_one_out_by_block_and_by_layer_expand, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lm_head_and_embeddings_parts_record_tied_handling,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_parts_are_refused_at_their_location, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,325 @@
+/* Typed job specs (kinds/): the canonical JSON of the sensitivity kinds, written out as the
+ * pre-kinds coordinator (grid expansion of issue 5, commit 952f45b) wrote it, with the job
+ * keys that build gave; the new fields (leave-one-out forms, lm_head and embeddings, tied
+ * embeddings, resources); the decoder's errors; the affinity key; the registry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "names.h"
+#include "registry.h"
+#include "sensitivity.h"
+#include "spec.h"
+
+#define MODEL_DIGEST "eca1f7e6930602478a3e12bacc8deab4e52c8053a0b75014e38b5ec8679bd05e"
+#define DATA_DIGEST "53c11776f131be55a12fd7c6ce25d3baaee3abc8682e5c4e2d8139992bd4e3df"
+
+/* Job 1 and 2 of a dry run of the pre-kinds build over tests/engine/data/llama3_gqa and
+ * experiments/data/gpl3.bytes.tokens (ctx 64, 8 chunks, metrics kl and ppl), with the paths it
+ * had replaced by /m and /d (paths are not part of the key). */
+static const char *const BASELINE_TEXT =
+    "{\"dataset\":{\"ctx\":64,\"digest\":\"" DATA_DIGEST "\",\"max_chunks\":8,\"path\":\"/d\"},"
+    "\"format\":\"bf16\",\"format_options\":{},\"kind\":\"baseline\",\"metrics\":[\"ppl\"],"
+    "\"mode\":null,\"model\":{\"digest\":\"" MODEL_DIGEST "\",\"path\":\"/m\"},"
+    "\"numerics_version\":\"1\",\"part\":null,\"quantize\":null}";
+static const char *const BASELINE_KEY =
+    "badf1cceae0c2fc106cc034d0a69a2e55cae4d4f9ed5d7aa32c330ead1690611";
+static const char *const EVAL_TEXT =
+    "{\"dataset\":{\"ctx\":64,\"digest\":\"" DATA_DIGEST "\",\"max_chunks\":8,\"path\":\"/d\"},"
+    "\"format\":\"nvfp4\",\"format_options\":{\"clamp\":\"none\",\"rounding\":\"rne\"},"
+    "\"kind\":\"eval\",\"metrics\":[\"kl\",\"ppl\"],\"mode\":\"component\","
+    "\"model\":{\"digest\":\"" MODEL_DIGEST "\",\"path\":\"/m\"},\"numerics_version\":\"1\","
+    "\"part\":\"q\",\"quantize\":\"weights\"}";
+static const char *const EVAL_KEY =
+    "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe";
+
+/* An eval spec like EVAL_TEXT's, owned strings. */
+static void eval_spec(qs_sensitivity_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->eval = true;
+    s->model.path = strdup("/m");
+    strcpy(s->model.digest, MODEL_DIGEST);
+    s->dataset.path = strdup("/d");
+    strcpy(s->dataset.digest, DATA_DIGEST);
+    s->dataset.ctx = 64;
+    s->dataset.max_chunks = 8;
+    s->format = strdup("nvfp4");
+    s->format_options = json_pack("{s:s, s:s}", "clamp", "none", "rounding", "rne");
+    s->mode = QS_MODE_COMPONENT;
+    s->block = -1;
+    s->part = 0;
+    s->loo_of = QS_PARTS_BLOCK_LINEARS;
+    s->metrics = QS_METRIC_KL | QS_METRIC_PPL;
+    strcpy(s->numerics_version, QS_NUMERICS_VERSION);
+}
+
+/* Encodes s to canonical text (caller frees). */
+static char *encode_text(const qs_sensitivity_spec *s) {
+    json_t *o = NULL;
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_encode(s, &o, &err), QS_OK);
+    char *text = qs_spec_canonical(o);
+    json_decref(o);
+    return text;
+}
+
+static qs_status decode_text(const char *text, qs_sensitivity_spec *s, qs_error *err) {
+    json_t *o = json_loads(text, 0, NULL);
+    assert_non_null(o);
+    qs_status st = qs_sensitivity_decode(o, s, err);
+    json_decref(o);
+    return st;
+}
+
+static void test_eval_spec_encodes_as_before_with_the_same_key(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    char *text = encode_text(&s);
+    assert_string_equal(text, EVAL_TEXT);
+    char key[65];
+    qs_error err = {0};
+    assert_int_equal(qs_spec_key_text(text, key, &err), QS_OK);
+    assert_string_equal(key, EVAL_KEY);
+    free(text);
+    qs_sensitivity_clear(&s);
+}
+
+static void test_stored_specs_decode_and_encode_to_the_same_text(void **state) {
+    (void)state;
+    const char *texts[] = {BASELINE_TEXT, EVAL_TEXT};
+    const char *keys[] = {BASELINE_KEY, EVAL_KEY};
+    for (int i = 0; i < 2; i++) {
+        qs_sensitivity_spec s;
+        qs_error err = {0};
+        assert_int_equal(decode_text(texts[i], &s, &err), QS_OK);
+        assert_int_equal(s.eval, i == 1);
+        char *again = encode_text(&s);
+        assert_string_equal(again, texts[i]);
+        char key[65];
+        assert_int_equal(qs_spec_key_text(again, key, &err), QS_OK);
+        assert_string_equal(key, keys[i]);
+        free(again);
+        qs_sensitivity_clear(&s);
+    }
+}
+
+/* Paths and resources say where, not what: the key ignores them; any other field counts. */
+static void test_key_ignores_paths_and_resources_only(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    free(s.model.path);
+    s.model.path = strdup("/elsewhere/model");
+    s.resources = (qs_resources){
+        .present = true, .gpu_count = 2, .gpu_memory_mib = 80000, .native_fp4 = true};
+    char *text = encode_text(&s);
+    assert_non_null(strstr(text, "\"resources\":{\"gpu_count\":2,\"gpu_memory_mib\":80000,"
+                                 "\"native_fp4\":true}"));
+    char key[65];
+    qs_error err = {0};
+    assert_int_equal(qs_spec_key_text(text, key, &err), QS_OK);
+    assert_string_equal(key, EVAL_KEY);
+    qs_sensitivity_spec back;
+    assert_int_equal(decode_text(text, &back, &err), QS_OK);
+    assert_true(back.resources.present);
+    assert_int_equal(back.resources.gpu_count, 2);
+    assert_int_equal(back.resources.gpu_memory_mib, 80000);
+    assert_true(back.resources.native_fp4);
+    qs_sensitivity_clear(&back);
+    free(text);
+    s.dataset.max_chunks = 9;
+    text = encode_text(&s);
+    assert_int_equal(qs_spec_key_text(text, key, &err), QS_OK);
+    assert_string_not_equal(key, EVAL_KEY);
+    free(text);
+    qs_sensitivity_clear(&s);
+}
+
+/* The leave-one-out forms by block and by layer, with the part texts the grid writes. */
+static void test_leave_one_out_by_block_and_by_layer(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.mode = QS_MODE_LEAVE_ONE_OUT_BLOCK;
+    s.block = 3;
+    s.part = -1;
+    char *text = encode_text(&s);
+    assert_non_null(strstr(text, "\"mode\":\"leave_one_out_block\""));
+    assert_non_null(strstr(text, "\"part\":\"3\""));
+    free(text);
+    s.mode = QS_MODE_LEAVE_ONE_OUT_LAYER;
+    s.part = 6;
+    text = encode_text(&s);
+    assert_non_null(strstr(text, "\"mode\":\"leave_one_out_layer\""));
+    assert_non_null(strstr(text, "\"part\":\"3.down\""));
+    qs_sensitivity_spec back;
+    qs_error err = {0};
+    assert_int_equal(decode_text(text, &back, &err), QS_OK);
+    assert_int_equal(back.mode, QS_MODE_LEAVE_ONE_OUT_LAYER);
+    assert_int_equal(back.block, 3);
+    assert_int_equal(back.part, 6);
+    qs_sensitivity_clear(&back);
+    free(text);
+    qs_sensitivity_clear(&s);
+}
+
+/* Quantizing lm_head of a tied model quantizes the head copy only, and the spec says so. */
+static void test_tied_embeddings_are_recorded_in_the_spec(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.part = QS_PART_LM_HEAD;
+    char *text = encode_text(&s);
+    assert_non_null(strstr(text, "\"part\":\"lm_head\""));
+    assert_null(strstr(text, "tied_embeddings")); /* untied: nothing to say */
+    free(text);
+    s.tied = true;
+    text = encode_text(&s);
+    assert_non_null(strstr(text, "\"tied_embeddings\":\"head_copy_only\""));
+    free(text);
+    s.part = QS_PART_EMBEDDINGS;
+    text = encode_text(&s);
+    assert_non_null(strstr(text, "\"tied_embeddings\":\"embeddings_copy_only\""));
+    free(text);
+    s.part = 2; /* v: neither copy is quantized */
+    text = encode_text(&s);
+    assert_null(strstr(text, "tied_embeddings"));
+    free(text);
+    s.mode = QS_MODE_LEAVE_ONE_OUT;
+    s.loo_of = QS_PARTS_BLOCK_LINEARS | 1u << QS_PART_LM_HEAD | 1u << QS_PART_EMBEDDINGS;
+    text = encode_text(&s);
+    assert_non_null(strstr(text, "\"leave_one_out_of\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\","
+                                 "\"down\",\"lm_head\",\"embeddings\"]"));
+    assert_non_null(strstr(text, "\"tied_embeddings\":\"both_copies\""));
+    qs_sensitivity_spec back;
+    qs_error err = {0};
+    assert_int_equal(decode_text(text, &back, &err), QS_OK);
+    assert_int_equal(back.loo_of, s.loo_of);
+    assert_true(back.tied);
+    assert_int_equal(qs_sensitivity_extra_parts(&back),
+                     1u << QS_PART_LM_HEAD | 1u << QS_PART_EMBEDDINGS);
+    qs_sensitivity_clear(&back);
+    free(text);
+    qs_sensitivity_clear(&s);
+}
+
+/* One bad field at a time, each named in the message. */
+static void test_decoder_names_the_bad_field(void **state) {
+    (void)state;
+    static const struct {
+        const char *from, *to, *msg;
+    } cases[] = {
+        {"\"mode\":\"component\"", "\"mode\":\"diagonal\"", "mode: unknown 'diagonal'"},
+        {"\"part\":\"q\"", "\"part\":\"3\"", "part: '3' is not a part"},
+        {"\"part\":\"q\"", "\"part\":\"wq\"", "part: 'wq' is not a part"},
+        {"\"mode\":\"component\"", "\"mode\":\"layer\"", "is not \"<block>.<kind>\""},
+        {"\"quantize\":\"weights\"", "\"quantize\":\"w4a16\"", "quantize: unknown value"},
+        {"\"metrics\":[\"kl\",\"ppl\"]", "\"metrics\":[\"kl\",\"bleu\"]", "metrics[1]"},
+        {"\"metrics\":[\"kl\",\"ppl\"]", "\"metrics\":[]", "metrics: expected a non-empty"},
+        {"\"kind\":\"eval\"", "\"kind\":\"train\"", "kind: expected"},
+        {"\"kind\":\"eval\"", "\"kind\":\"eval\",\"colour\":1", "unknown key 'colour'"},
+        {"\"ctx\":64", "\"ctx\":1", "dataset.ctx"},
+        {"\"digest\":\"" MODEL_DIGEST "\"", "\"digest\":\"../x\"", "model.digest"},
+        {"\"part\":\"q\"", "\"part\":\"q\",\"tied_embeddings\":\"head_copy_only\"",
+         "tied_embeddings: expected"},
+        {"\"part\":\"q\"", "\"part\":\"lm_head\",\"leave_one_out_of\":[\"q\"]",
+         "leave_one_out_of applies to mode leave_one_out only"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[2048];
+        const char *at = strstr(EVAL_TEXT, cases[i].from);
+        assert_non_null(at);
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - EVAL_TEXT), EVAL_TEXT, cases[i].to,
+                 at + strlen(cases[i].from));
+        qs_sensitivity_spec s;
+        qs_error err = {0};
+        assert_int_equal(decode_text(text, &s, &err), QS_EINVAL);
+        if (!strstr(err.msg, cases[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, cases[i].msg);
+        assert_null(s.format); /* cleared on error */
+    }
+}
+
+static void test_lm_head_is_refused_in_block_modes(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.mode = QS_MODE_LAYER;
+    s.block = 0;
+    s.part = QS_PART_LM_HEAD;
+    json_t *o = NULL;
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_encode(&s, &o, &err), QS_EINVAL);
+    assert_null(o);
+    assert_non_null(strstr(err.msg, "lm_head is a part of component and leave_one_out modes"));
+    qs_sensitivity_clear(&s);
+}
+
+static void test_affinity_key_and_synthetic_identity(void **state) {
+    (void)state;
+    char key[QS_AFFINITY_KEY_MAX];
+    qs_affinity_key(MODEL_DIGEST, key, sizeof key);
+    assert_string_equal(key, "model:" MODEL_DIGEST);
+    qs_affinity_key("not hex!", key, sizeof key);
+    assert_string_equal(key, "");
+    /* the digest the pre-kinds grid gave {synthetic: llama2-7b, seed: 1} */
+    char path[64], digest[65];
+    qs_error err = {0};
+    assert_int_equal(qs_synthetic_model("llama2-7b", 1, path, sizeof path, digest, &err), QS_OK);
+    assert_string_equal(path, "synthetic:llama2-7b:1");
+    assert_string_equal(digest, "631081d849f4d6168359bda11043ec6d3fa3a229a62830b366fd1b570159eb8c");
+    assert_true(qs_is_synthetic(path));
+    assert_int_equal(qs_synthetic_model("a:b", 1, path, sizeof path, digest, &err), QS_EINVAL);
+}
+
+static void test_names_and_aliases(void **state) {
+    (void)state;
+    assert_int_equal(qs_mode_by_name("leave_one_out_component"), QS_MODE_LEAVE_ONE_OUT);
+    assert_int_equal(qs_mode_by_name("leave_one_out_layer"), QS_MODE_LEAVE_ONE_OUT_LAYER);
+    assert_int_equal(qs_mode_by_name("loo"), -1);
+    assert_int_equal(qs_quantize_by_name("W4A4"), 1);
+    assert_int_equal(qs_quantize_by_name("w4a16"), 0);
+    assert_int_equal(qs_linear_kind_index("down_proj"), 6);
+    assert_int_equal(qs_part_by_name("embeddings"), QS_PART_EMBEDDINGS);
+    assert_int_equal(qs_metric_bit("top1"), QS_METRIC_TOP1);
+    assert_int_equal(qs_metric_bit("bleu"), 0);
+    assert_string_equal(qs_linear_module_names[4], "mlp.gate_proj");
+}
+
+static void test_registry_checks_a_spec_by_its_kind(void **state) {
+    (void)state;
+    qs_error err = {0};
+    assert_int_equal(qs_job_spec_check(EVAL_TEXT, &err), QS_OK);
+    assert_int_equal(qs_job_spec_check(BASELINE_TEXT, &err), QS_OK);
+    assert_int_equal(qs_job_spec_check("{\"kind\":\"sleep\"}", &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "'sleep' is not a job kind"));
+    assert_int_equal(qs_job_spec_check("[1]", &err), QS_EFORMAT);
+    const qs_job_kind *k = qs_job_kind_find("eval");
+    assert_non_null(k);
+    assert_string_equal(k->grid_kind, "sensitivity");
+    assert_int_equal(qs_job_kind_count(), 2);
+    assert_string_equal(qs_job_kind_at(0)->name, "baseline");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eval_spec_encodes_as_before_with_the_same_key),
+        cmocka_unit_test(test_stored_specs_decode_and_encode_to_the_same_text),
+        cmocka_unit_test(test_key_ignores_paths_and_resources_only),
+        cmocka_unit_test(test_leave_one_out_by_block_and_by_layer),
+        cmocka_unit_test(test_tied_embeddings_are_recorded_in_the_spec),
+        cmocka_unit_test(test_decoder_names_the_bad_field),
+        cmocka_unit_test(test_lm_head_is_refused_in_block_modes),
+        cmocka_unit_test(test_affinity_key_and_synthetic_identity),
+        cmocka_unit_test(test_names_and_aliases),
+        cmocka_unit_test(test_registry_checks_a_spec_by_its_kind),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
