@@ -77,7 +77,8 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
     }
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
-        qs_affinity_key(g->models[j->model].facts.digest, model_keys[i], sizeof model_keys[i]);
+        qs_affinity_key(g->n_models ? g->models[j->model].facts.digest : "", model_keys[i],
+                        sizeof model_keys[i]);
         js[i] = (qc_job_submit){.job_key = j->key,
                                 .kind = j->kind,
                                 .spec_json = j->spec,

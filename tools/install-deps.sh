@@ -11,6 +11,7 @@ pkgs=(
   libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev
   postgresql postgresql-client
   clang libclang-rt-14-dev cppcheck python3 python3-pip
+  bible-kjv bible-kjv-text
 )
 missing=()
 for p in "${pkgs[@]}"; do
