@@ -185,6 +185,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                 emit(hooks, "val_ppl", -1, exp(vl));
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
+            emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
             emit(hooks, "wall_s", -1, now_s() - t0);
         }
     }

@@ -8,7 +8,8 @@
  * atomically) and <job_key>/ (the final config.json + model.safetensors, hfsave.h).
  * Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s at
  * step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
- * final_val_loss, val_ppl = exp(final_val_loss), tokens_seen, wall_s. */
+ * final_val_loss, val_ppl = exp(final_val_loss), tokens_seen, resumed_from_step (0: a fresh
+ * run), wall_s. */
 #ifndef QW_TRAIN_TRAIN_JOB_H
 #define QW_TRAIN_TRAIN_JOB_H
 
