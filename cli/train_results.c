@@ -72,7 +72,8 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, 
     *n_rows = 0;
     PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        qs_status st = qs_error_set(err, QS_EDB, "training results of %s: %s", name, PQerrorMessage(c));
+        qs_status st =
+            qs_error_set(err, QS_EDB, "training results of %s: %s", name, PQerrorMessage(c));
         PQclear(r);
         return st;
     }
@@ -90,8 +91,8 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, 
                     "gap to bf16", "relative gap");
         }
         fprintf(out, "  %-18s %5s %11.4f +- %-6.4f %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%\n",
-                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), num(r, i, 4), num(r, i, 5),
-                num(r, i, 6), num(r, i, 7), 100 * num(r, i, 8), 100 * num(r, i, 9));
+                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), num(r, i, 4), num(r, i, 5), num(r, i, 6),
+                num(r, i, 7), 100 * num(r, i, 8), 100 * num(r, i, 9));
     }
     PQclear(r);
     r = PQexecParams(c, CURVES_SQL, 1, NULL, params, NULL, NULL, 0);

@@ -93,7 +93,8 @@ qs_status qs_train_encode(const qs_train_spec *s, json_t **out, qs_error *err) {
     json_object_set_new(o, "log_every", json_integer(s->log_every));
     json_object_set_new(o, "checkpoint_every", json_integer(s->checkpoint_every));
     json_object_set_new(o, "diverge_loss", json_real(s->diverge_loss));
-    json_object_set_new(o, "checkpoint_dir", json_string(s->checkpoint_dir ? s->checkpoint_dir : ""));
+    json_object_set_new(o, "checkpoint_dir",
+                        json_string(s->checkpoint_dir ? s->checkpoint_dir : ""));
     if (s->resources.present) json_object_set_new(o, "resources", qs_resources_json(&s->resources));
     *out = o;
     return QS_OK;
@@ -123,11 +124,20 @@ static qs_status get_str(const json_t *o, const char *k, char *buf, size_t cap, 
 
 qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err) {
     memset(out, 0, sizeof *out);
-    static const char *const keys[] = {
-        "kind", "numerics_version", "shape", "model", "dataset", "tokenizer", "val_fraction",
-        "recipe", "lr", "min_lr", "warmup", "decay", "weight_decay", "clip", "beta1", "beta2",
-        "steps", "batch", "accum", "seed", "eval_every", "eval_batches", "log_every",
-        "checkpoint_every", "diverge_loss", "checkpoint_dir", "resources", NULL};
+    static const char *const keys[] = {"kind",         "numerics_version",
+                                       "shape",        "model",
+                                       "dataset",      "tokenizer",
+                                       "val_fraction", "recipe",
+                                       "lr",           "min_lr",
+                                       "warmup",       "decay",
+                                       "weight_decay", "clip",
+                                       "beta1",        "beta2",
+                                       "steps",        "batch",
+                                       "accum",        "seed",
+                                       "eval_every",   "eval_batches",
+                                       "log_every",    "checkpoint_every",
+                                       "diverge_loss", "checkpoint_dir",
+                                       "resources",    NULL};
     if (!json_is_object(spec)) return FAIL("(root)", "an object");
     const char *key;
     json_t *val;
@@ -141,7 +151,9 @@ qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err)
     const json_t *kind = json_object_get(spec, "kind");
     if (!json_is_string(kind) || strcmp(json_string_value(kind), "train"))
         st = FAIL("kind", "\"train\"");
-    if (!st) st = get_str(spec, "numerics_version", out->numerics_version, sizeof out->numerics_version, err);
+    if (!st)
+        st = get_str(spec, "numerics_version", out->numerics_version, sizeof out->numerics_version,
+                     err);
     const json_t *shape = json_object_get(spec, "shape");
     if (!st && shape) {
         if (!json_is_object(shape) || json_object_size(shape) != 1)
@@ -158,24 +170,38 @@ qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err)
     long v = 0;
     if (!st) st = get_str(r, "name", out->recipe, sizeof out->recipe, err);
     if (!st) st = get_str(r, "format", out->format, sizeof out->format, err);
-    struct { const char *k; int *dst; } ints[] = {
-        {"version", &out->recipe_version}, {"w2d", &out->w2d}, {"rht", &out->rht},
-        {"sr", &out->sr}, {"bf16_first", &out->bf16_first}, {"bf16_last", &out->bf16_last}};
+    struct {
+        const char *k;
+        int *dst;
+    } ints[] = {{"version", &out->recipe_version},
+                {"w2d", &out->w2d},
+                {"rht", &out->rht},
+                {"sr", &out->sr},
+                {"bf16_first", &out->bf16_first},
+                {"bf16_last", &out->bf16_last}};
     for (size_t i = 0; !st && i < sizeof ints / sizeof ints[0]; i++) {
         st = get_int(r, ints[i].k, &v, err);
         if (!st) *ints[i].dst = (int)v;
     }
-    struct { const char *k; double *dst; } nums[] = {
-        {"lr", &out->lr}, {"min_lr", &out->min_lr}, {"weight_decay", &out->weight_decay},
-        {"clip", &out->clip}, {"beta1", &out->beta1}, {"beta2", &out->beta2},
-        {"diverge_loss", &out->diverge_loss}};
+    struct {
+        const char *k;
+        double *dst;
+    } nums[] = {{"lr", &out->lr},
+                {"min_lr", &out->min_lr},
+                {"weight_decay", &out->weight_decay},
+                {"clip", &out->clip},
+                {"beta1", &out->beta1},
+                {"beta2", &out->beta2},
+                {"diverge_loss", &out->diverge_loss}};
     for (size_t i = 0; !st && i < sizeof nums / sizeof nums[0]; i++)
         st = get_num(spec, nums[i].k, nums[i].dst, err);
-    struct { const char *k; int *dst; } tints[] = {
-        {"warmup", &out->warmup}, {"steps", &out->steps}, {"batch", &out->batch},
-        {"accum", &out->accum}, {"eval_every", &out->eval_every},
-        {"eval_batches", &out->eval_batches}, {"log_every", &out->log_every},
-        {"checkpoint_every", &out->checkpoint_every}};
+    struct {
+        const char *k;
+        int *dst;
+    } tints[] = {{"warmup", &out->warmup},         {"steps", &out->steps},
+                 {"batch", &out->batch},           {"accum", &out->accum},
+                 {"eval_every", &out->eval_every}, {"eval_batches", &out->eval_batches},
+                 {"log_every", &out->log_every},   {"checkpoint_every", &out->checkpoint_every}};
     for (size_t i = 0; !st && i < sizeof tints / sizeof tints[0]; i++) {
         st = get_int(spec, tints[i].k, &v, err);
         if (!st) *tints[i].dst = v > 1000000000 ? -1 : (int)v;

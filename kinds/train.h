@@ -27,14 +27,14 @@
 #include "spec.h"
 
 typedef struct qs_train_spec {
-    char shape[32];     /* named shape; "" when init.path is set */
-    qs_model_ref init;  /* init.path NULL: from scratch */
+    char shape[32];    /* named shape; "" when init.path is set */
+    qs_model_ref init; /* init.path NULL: from scratch */
     qs_dataset_ref dataset;
-    char tokenizer[8];  /* "bytes" | "file" */
+    char tokenizer[8]; /* "bytes" | "file" */
     double val_fraction;
-    char recipe[32];    /* recipe name, for people and views */
+    char recipe[32]; /* recipe name, for people and views */
     int recipe_version;
-    char format[16];    /* "nvfp4" | "mxfp4" | "fp8_e4m3" | "none" */
+    char format[16]; /* "nvfp4" | "mxfp4" | "fp8_e4m3" | "none" */
     int w2d, rht, sr, bf16_first, bf16_last;
     double lr, min_lr;
     int warmup;

@@ -34,7 +34,8 @@ typedef struct shape {
 static double baseline_gflops(const shape *sh, int n_sh, int N, int nt, int reps) {
     size_t mx = 0;
     for (int i = 0; i < n_sh; i++) {
-        size_t a = (size_t)N * sh[i].in, b = (size_t)N * sh[i].out, c = (size_t)sh[i].in * sh[i].out;
+        size_t a = (size_t)N * sh[i].in, b = (size_t)N * sh[i].out,
+               c = (size_t)sh[i].in * sh[i].out;
         mx = a > mx ? a : mx;
         mx = b > mx ? b : mx;
         mx = c > mx ? c : mx;
@@ -50,9 +51,12 @@ static double baseline_gflops(const shape *sh, int n_sh, int N, int nt, int reps
         for (int i = 0; i < n_sh; i++) {
             int in = sh[i].in, out = sh[i].out;
             /* fprop y = x W^T, dgrad dx = dy W, wgrad dW = dy^T x */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1, A, in, Bm, in, 0, C, out);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1, A, out, Bm, in, 0, C, in);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1, A, out, Bm, in, 1, C, in);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1, A, in, Bm, in, 0, C,
+                        out);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1, A, out, Bm, in, 0,
+                        C, in);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1, A, out, Bm, in, 1,
+                        C, in);
             flops += 6.0 * N * in * out;
         }
     double dt = now_s() - t0;
@@ -82,8 +86,9 @@ int main(int argc, char **argv) {
     shape sh[8 * 7 + 1];
     int n_sh = 0;
     for (int l = 0; l < c.n_layers; l++) {
-        shape blk[7] = {{c.dim, HE}, {c.dim, GE}, {c.dim, GE}, {HE, c.dim},
-                        {c.dim, c.hidden_dim}, {c.dim, c.hidden_dim}, {c.hidden_dim, c.dim}};
+        shape blk[7] = {{c.dim, HE},          {c.dim, GE},           {c.dim, GE},
+                        {HE, c.dim},          {c.dim, c.hidden_dim}, {c.dim, c.hidden_dim},
+                        {c.hidden_dim, c.dim}};
         for (int k = 0; k < 7; k++)
             sh[n_sh++] = blk[k];
     }

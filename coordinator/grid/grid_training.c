@@ -83,10 +83,12 @@ static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
     }
     const char *s = qc_config_scalar(n);
     if (!s || (strcmp(s, "tiny") && strcmp(s, "mini")))
-        return qc_config_fail(c, n, QS_EINVAL, "unknown shape '%s' (expected tiny, mini or {init: path})",
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "unknown shape '%s' (expected tiny, mini or {init: path})",
                               s ? s : "(not a scalar)");
     for (size_t k = 0; k < i; k++)
-        if (!strcmp(d->shapes[k], s)) return qc_config_fail(c, n, QS_EINVAL, "shape '%s' is listed twice", s);
+        if (!strcmp(d->shapes[k], s))
+            return qc_config_fail(c, n, QS_EINVAL, "shape '%s' is listed twice", s);
     snprintf(d->shapes[i], sizeof d->shapes[i], "%s", s);
     d->n_shapes++;
     return QS_OK;
@@ -98,8 +100,8 @@ static int named_recipe(const char *name, qs_train_spec *r) {
         const char *name, *fmt;
         int w2d, rht, sr, first, last;
     } t[] = {
-        {"fp32", "none", 0, 0, 0, 0, 0},         {"bf16", "none", 0, 0, 0, 0, 0},
-        {"fp8", "fp8_e4m3", 0, 0, 0, 0, 0},      {"nvfp4", "nvfp4", 1, 1, 1, 0, 1},
+        {"fp32", "none", 0, 0, 0, 0, 0},          {"bf16", "none", 0, 0, 0, 0, 0},
+        {"fp8", "fp8_e4m3", 0, 0, 0, 0, 0},       {"nvfp4", "nvfp4", 1, 1, 1, 0, 1},
         {"nvfp4-no-rht", "nvfp4", 1, 0, 1, 0, 1}, {"nvfp4-no-sr", "nvfp4", 1, 1, 0, 0, 1},
         {"nvfp4-no-2d", "nvfp4", 0, 1, 1, 0, 1},  {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 0, 0},
         {"mxfp4", "mxfp4", 0, 1, 1, 0, 1},
@@ -119,7 +121,8 @@ static int named_recipe(const char *name, qs_train_spec *r) {
     return 0;
 }
 
-#define RECIPE_NAMES "fp32, bf16, fp8, nvfp4, nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4"
+#define RECIPE_NAMES                                                                               \
+    "fp32, bf16, fp8, nvfp4, nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4"
 
 static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     tr_data *d = ctx;
@@ -128,12 +131,14 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     memset(r, 0, sizeof *r);
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"name", "base", "format", "w2d", "rht", "sr",
-                                           "bf16_first", "bf16_last", NULL};
+        static const char *const keys[] = {"name", "base",       "format",    "w2d", "rht",
+                                           "sr",   "bf16_first", "bf16_last", NULL};
         if ((st = qc_config_check_keys(c, n, "a recipe", keys))) return st;
         const char *name, *base;
-        if ((st = qc_config_string(c, qc_config_lookup(n, "name"), "recipe name", &name))) return st;
-        if ((st = qc_config_string(c, qc_config_lookup(n, "base"), "recipe base", &base))) return st;
+        if ((st = qc_config_string(c, qc_config_lookup(n, "name"), "recipe name", &name)))
+            return st;
+        if ((st = qc_config_string(c, qc_config_lookup(n, "base"), "recipe base", &base)))
+            return st;
         if (!named_recipe(base, r))
             return qc_config_fail(c, qc_config_lookup(n, "base"), QS_EINVAL,
                                   "unknown recipe '%s' (expected " RECIPE_NAMES ")", base);
@@ -143,23 +148,33 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
             const char *fs = qc_config_scalar(f);
             if (!fs || (strcmp(fs, "nvfp4") && strcmp(fs, "mxfp4") && strcmp(fs, "fp8_e4m3") &&
                         strcmp(fs, "none")))
-                return qc_config_fail(c, f, QS_EINVAL, "expected format nvfp4, mxfp4, fp8_e4m3 or none");
+                return qc_config_fail(c, f, QS_EINVAL,
+                                      "expected format nvfp4, mxfp4, fp8_e4m3 or none");
             snprintf(r->format, sizeof r->format, "%s", fs);
         }
-        struct { const char *k; int *v; int hi; } ints[] = {
-            {"w2d", &r->w2d, 1}, {"rht", &r->rht, 1}, {"sr", &r->sr, 1},
-            {"bf16_first", &r->bf16_first, 1000}, {"bf16_last", &r->bf16_last, 1000}};
+        struct {
+            const char *k;
+            int *v;
+            int hi;
+        } ints[] = {{"w2d", &r->w2d, 1},
+                    {"rht", &r->rht, 1},
+                    {"sr", &r->sr, 1},
+                    {"bf16_first", &r->bf16_first, 1000},
+                    {"bf16_last", &r->bf16_last, 1000}};
         for (size_t i = 0; i < 5; i++) {
             struct fy_node *v = qc_config_lookup(n, ints[i].k);
             if (v && (st = qc_config_int(c, v, ints[i].k, 0, ints[i].hi, ints[i].v))) return st;
         }
         if (r->w2d && strcmp(r->format, "nvfp4"))
-            return qc_config_fail(c, n, QS_EINVAL, "w2d: 1 needs format nvfp4 (2D 16x16 weight blocks)");
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "w2d: 1 needs format nvfp4 (2D 16x16 weight blocks)");
     } else {
         const char *s = qc_config_scalar(n);
         if (!s || !named_recipe(s, r))
-            return qc_config_fail(c, n, QS_EINVAL, "unknown recipe '%s' (expected " RECIPE_NAMES
-                                  " or {name, base, ingredients})", s ? s : "(not a scalar)");
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "unknown recipe '%s' (expected " RECIPE_NAMES
+                                  " or {name, base, ingredients})",
+                                  s ? s : "(not a scalar)");
     }
     for (size_t k = 0; k < d->n_recipes; k++)
         if (!strcmp(d->recipes[k].r.recipe, r->recipe))
@@ -204,25 +219,29 @@ static qs_status file_digest(const char *path, char hex[65], qs_error *err) {
 static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                tr_data *d) {
     if (!n || !fy_node_is_mapping(n))
-        return qc_config_fail(c, n, QS_EFORMAT, "expected training.dataset as a mapping with "
-                                                "'text' or 'tokens', 'ctx', 'val_fraction'");
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected training.dataset as a mapping with "
+                              "'text' or 'tokens', 'ctx', 'val_fraction'");
     static const char *const keys[] = {"text", "tokens", "tokenizer", "ctx", "val_fraction", NULL};
     qs_status st = qc_config_check_keys(c, n, "training.dataset", keys);
     if (st) return st;
     struct fy_node *text = qc_config_lookup(n, "text"), *tok = qc_config_lookup(n, "tokens");
-    if (!!text == !!tok) return qc_config_fail(c, n, QS_EINVAL, "expected one of 'text' or 'tokens'");
+    if (!!text == !!tok)
+        return qc_config_fail(c, n, QS_EINVAL, "expected one of 'text' or 'tokens'");
     struct fy_node *ctx = qc_config_lookup(n, "ctx");
     d->ctx = 128;
     if (ctx && (st = qc_config_int(c, ctx, "training.dataset.ctx", 2, 1 << 16, &d->ctx))) return st;
     d->val_fraction = 0.05;
     struct fy_node *vf = qc_config_lookup(n, "val_fraction");
-    if (vf && (st = qc_config_number(c, vf, "training.dataset.val_fraction", 0, 0.9, &d->val_fraction)))
+    if (vf &&
+        (st = qc_config_number(c, vf, "training.dataset.val_fraction", 0, 0.9, &d->val_fraction)))
         return st;
     qs_error e = {0};
     if (text) {
         struct fy_node *tz = qc_config_lookup(n, "tokenizer");
         if (tz && (!qc_config_scalar(tz) || strcmp(qc_config_scalar(tz), "bytes")))
-            return qc_config_fail(c, tz, QS_EINVAL, "expected tokenizer: bytes (the only one for text)");
+            return qc_config_fail(c, tz, QS_EINVAL,
+                                  "expected tokenizer: bytes (the only one for text)");
         if ((st = qc_config_path(c, text, "training text", &d->data_path))) return st;
         snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
         if ((st = file_digest(d->data_path, d->data_digest, &e)))
@@ -242,8 +261,8 @@ static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_pr
     return QS_OK;
 }
 
-static qs_status opt_int(qc_config *c, struct fy_node *sec, const char *k, long lo, long hi, int dflt,
-                         int *out) {
+static qs_status opt_int(qc_config *c, struct fy_node *sec, const char *k, long lo, long hi,
+                         int dflt, int *out) {
     struct fy_node *n = qc_config_lookup(sec, k);
     *out = dflt;
     return n ? qc_config_int(c, n, k, lo, hi, out) : QS_OK;
@@ -262,10 +281,28 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
         return qc_config_fail(c, sec ? sec : root, QS_EFORMAT,
                               "expected 'training' as a mapping with shapes, dataset, recipes, "
                               "lrs, seeds and steps");
-    static const char *const keys[] = {
-        "shapes", "dataset", "recipes", "lrs", "seeds", "steps", "batch", "accum", "warmup",
-        "decay", "min_lr_ratio", "weight_decay", "clip", "beta1", "beta2", "eval_every",
-        "eval_batches", "log_every", "checkpoint_every", "diverge_loss", "checkpoint_dir", NULL};
+    static const char *const keys[] = {"shapes",
+                                       "dataset",
+                                       "recipes",
+                                       "lrs",
+                                       "seeds",
+                                       "steps",
+                                       "batch",
+                                       "accum",
+                                       "warmup",
+                                       "decay",
+                                       "min_lr_ratio",
+                                       "weight_decay",
+                                       "clip",
+                                       "beta1",
+                                       "beta2",
+                                       "eval_every",
+                                       "eval_batches",
+                                       "log_every",
+                                       "checkpoint_every",
+                                       "diverge_loss",
+                                       "checkpoint_dir",
+                                       NULL};
     qs_status st = qc_config_check_keys(c, sec, "training", keys);
     if (st) return st;
     tr_data *d = calloc(1, sizeof *d);
@@ -273,12 +310,15 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
     g->kind_data = d;
     void *sctx[2] = {d, (void *)probe};
     struct fy_node *n;
-    if (!(n = qc_config_lookup(sec, "shapes"))) return qc_config_fail(c, sec, QS_EFORMAT, "expected 'shapes'");
+    if (!(n = qc_config_lookup(sec, "shapes")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'shapes'");
     if ((st = qc_config_each(c, n, "training.shapes", add_shape, sctx))) return st;
     if ((st = parse_dataset(c, qc_config_lookup(sec, "dataset"), probe, d))) return st;
-    if (!(n = qc_config_lookup(sec, "recipes"))) return qc_config_fail(c, sec, QS_EFORMAT, "expected 'recipes'");
+    if (!(n = qc_config_lookup(sec, "recipes")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'recipes'");
     if ((st = qc_config_each(c, n, "training.recipes", add_recipe, d))) return st;
-    if (!(n = qc_config_lookup(sec, "lrs"))) return qc_config_fail(c, sec, QS_EFORMAT, "expected 'lrs'");
+    if (!(n = qc_config_lookup(sec, "lrs")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'lrs'");
     if ((st = qc_config_each(c, n, "training.lrs", add_lr, d))) return st;
     if ((n = qc_config_lookup(sec, "seeds"))) {
         if ((st = qc_config_each(c, n, "training.seeds", add_seed, d))) return st;
@@ -286,7 +326,8 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
         d->seeds[d->n_seeds++] = 1;
     }
     qs_train_spec *s = &d->defaults;
-    if (!(n = qc_config_lookup(sec, "steps"))) return qc_config_fail(c, sec, QS_EFORMAT, "expected 'steps'");
+    if (!(n = qc_config_lookup(sec, "steps")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'steps'");
     if ((st = qc_config_int(c, n, "steps", 1, 100000000, &s->steps))) return st;
     double ratio;
     if ((st = opt_int(c, sec, "batch", 1, 65536, 8, &s->batch)) ||
@@ -319,13 +360,15 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
         if (!d->checkpoint_dir) return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: %s", bad);
     } else {
         char bad[128];
-        d->checkpoint_dir = qc_config_expand("${XDG_CACHE_HOME:-~/.cache}/qsweep/train", bad, sizeof bad);
+        d->checkpoint_dir =
+            qc_config_expand("${XDG_CACHE_HOME:-~/.cache}/qsweep/train", bad, sizeof bad);
         if (!d->checkpoint_dir) return qc_config_error(c, QS_EINVAL, "checkpoint_dir: %s", bad);
     }
     for (size_t i = 0; i < d->n_shapes; i++)
         if (!d->inits[i] && d->ctx > 128)
             return qc_config_fail(c, qc_config_lookup(sec, "dataset"), QS_EINVAL,
-                                  "ctx %d > 128, the named shapes' max_position_embeddings", d->ctx);
+                                  "ctx %d > 128, the named shapes' max_position_embeddings",
+                                  d->ctx);
     return QS_OK;
 }
 
@@ -362,7 +405,8 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     s.min_lr = d->lrs[li] * d->defaults.min_lr;
                     s.seed = d->seeds[ei];
                     s.checkpoint_dir = d->checkpoint_dir;
-                    snprintf(s.numerics_version, sizeof s.numerics_version, "%s", QS_NUMERICS_VERSION);
+                    snprintf(s.numerics_version, sizeof s.numerics_version, "%s",
+                             QS_NUMERICS_VERSION);
                     s.resources = g->resources;
                     json_t *spec = NULL;
                     st = qs_train_encode(&s, &spec, err);

@@ -85,23 +85,30 @@ static void kill9_resumes_elsewhere_with_identical_weights(void **state) {
     snprintf(d2, sizeof d2, "%s/ck2", h->dir);
     long j1 = insert_train(h, d1, 600, k1);
     pid_t a = h_start_worker(h, "a");
-    assert_true(h_wait_sql(h, 1, 120000,
-                           "SELECT (count(*) > 0)::int FROM results WHERE job = %ld AND name = 'train_loss' "
-                           "AND step >= 60",
-                           j1));
+    assert_true(h_wait_sql(
+        h, 1, 120000,
+        "SELECT (count(*) > 0)::int FROM results WHERE job = %ld AND name = 'train_loss' "
+        "AND step >= 60",
+        j1));
     h_signal(h, a, SIGKILL);
     long j2 = insert_train(h, d2, 600, k2);
     h_start_worker(h, "b");
-    assert_true(h_wait_sql(h, 2, 240000,
-                           "SELECT count(*) FROM jobs WHERE id IN (%ld, %ld) AND state = 'succeeded'",
-                           j1, j2));
-    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'lost'", j1), 1);
-    long resumed = h_sql_long(h, "SELECT value::bigint FROM results WHERE job = %ld AND name = "
-                                 "'resumed_from_step' AND final", j1);
+    assert_true(h_wait_sql(
+        h, 2, 240000, "SELECT count(*) FROM jobs WHERE id IN (%ld, %ld) AND state = 'succeeded'",
+        j1, j2));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'lost'", j1), 1);
+    long resumed = h_sql_long(h,
+                              "SELECT value::bigint FROM results WHERE job = %ld AND name = "
+                              "'resumed_from_step' AND final",
+                              j1);
     printf("job %ld resumed from step %ld after kill -9\n", j1, resumed);
     assert_true(resumed >= 60);
-    assert_int_equal(h_sql_long(h, "SELECT value::bigint FROM results WHERE job = %ld AND name = "
-                                   "'resumed_from_step' AND final", j2), 0);
+    assert_int_equal(h_sql_long(h,
+                                "SELECT value::bigint FROM results WHERE job = %ld AND name = "
+                                "'resumed_from_step' AND final",
+                                j2),
+                     0);
     char p1[300], p2[300];
     snprintf(p1, sizeof p1, "%s/%s/model.safetensors", d1, k1);
     snprintf(p2, sizeof p2, "%s/%s/model.safetensors", d2, k2);
@@ -122,21 +129,25 @@ static void sigterm_checkpoints_and_reports_preempted(void **state) {
     snprintf(d, sizeof d, "%s/ck", h->dir);
     long j = insert_train(h, d, 600, k);
     pid_t a = h_start_worker(h, "a");
-    assert_true(h_wait_sql(h, 1, 120000,
-                           "SELECT (count(*) > 0)::int FROM results WHERE job = %ld AND name = 'train_loss' "
-                           "AND step >= 30",
-                           j));
+    assert_true(h_wait_sql(
+        h, 1, 120000,
+        "SELECT (count(*) > 0)::int FROM results WHERE job = %ld AND name = 'train_loss' "
+        "AND step >= 30",
+        j));
     h_signal(h, a, SIGTERM);
     assert_true(h_wait_exit(a, 60000) >= 0);
-    assert_true(h_wait_sql(h, 1, 30000,
-                           "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'preempted'", j));
+    assert_true(h_wait_sql(
+        h, 1, 30000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'preempted'", j));
     char ck[300];
     snprintf(ck, sizeof ck, "%s/%s.ckpt", d, k);
     assert_int_equal(access(ck, F_OK), 0);
     h_start_worker(h, "b");
-    assert_true(h_wait_sql(h, 1, 240000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", j));
-    long resumed = h_sql_long(h, "SELECT value::bigint FROM results WHERE job = %ld AND name = "
-                                 "'resumed_from_step' AND final", j);
+    assert_true(h_wait_sql(h, 1, 240000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", j));
+    long resumed = h_sql_long(h,
+                              "SELECT value::bigint FROM results WHERE job = %ld AND name = "
+                              "'resumed_from_step' AND final",
+                              j);
     printf("job %ld resumed from step %ld after SIGTERM\n", j, resumed);
     assert_true(resumed >= 30);
     /* two attempts, and the preempted one does not count against the job's max_attempts */
@@ -147,8 +158,10 @@ static void sigterm_checkpoints_and_reports_preempted(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(kill9_resumes_elsewhere_with_identical_weights, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(sigterm_checkpoints_and_reports_preempted, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(kill9_resumes_elsewhere_with_identical_weights, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(sigterm_checkpoints_and_reports_preempted, h_setup,
+                                        h_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }

@@ -106,8 +106,8 @@ static void check_model(const char *name, int threads) {
     if (qw_tmodel_forward(m, in, tg, 0, &loss, &err) != QS_OK) fail_msg("%s", err.msg);
     if (qw_tmodel_backward(m, 1.0f, &err) != QS_OK) fail_msg("%s", err.msg);
     double lrel = fabs(loss - g.loss) / fabs(g.loss);
-    printf("%s %s: loss %.9f, golden %.9f, relative error %.2g\n", lrel <= GOLDEN_TOL ? "OK" : "NOT OK",
-           name, loss, g.loss, lrel);
+    printf("%s %s: loss %.9f, golden %.9f, relative error %.2g\n",
+           lrel <= GOLDEN_TOL ? "OK" : "NOT OK", name, loss, g.loss, lrel);
     int bad = lrel > GOLDEN_TOL;
     assert_int_equal(qw_tmodel_n_tensors(m), (int)g.n);
     for (uint32_t i = 0; i < g.n; i++) {

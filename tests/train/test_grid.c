@@ -59,9 +59,9 @@ static const char *write_grid(const char *name, const char *body) {
 
 static void grid_expands_into_train_jobs(void **s) {
     (void)s;
-    const char *p = write_grid("ok", GRID_HEAD
-                               "  recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]\n"
-                               "  lrs: [0.001, 0.003]\n  seeds: [1, 2]\n  steps: 20\n");
+    const char *p = write_grid(
+        "ok", GRID_HEAD "  recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]\n"
+                        "  lrs: [0.001, 0.003]\n  seeds: [1, 2]\n  steps: 20\n");
     qc_grid *g = NULL;
     qs_error err = {0};
     if (qc_grid_load(p, NULL, 0, qsweep_probe(), &g, &err) != QS_OK) fail_msg("%s", err.msg);
@@ -99,8 +99,8 @@ static void the_experiment_file_loads(void **s) {
     const char *sets[1] = {set};
     qc_grid *g = NULL;
     qs_error err = {0};
-    if (qc_grid_load(QW_SOURCE_DIR "/experiments/tiny-fp4-training.yaml", sets, 1, qsweep_probe(), &g,
-                     &err) != QS_OK)
+    if (qc_grid_load(QW_SOURCE_DIR "/experiments/tiny-fp4-training.yaml", sets, 1, qsweep_probe(),
+                     &g, &err) != QS_OK)
         fail_msg("%s", err.msg);
     qc_job_list jobs = {0};
     assert_int_equal(qc_grid_expand(g, &jobs, &err), QS_OK);
@@ -111,12 +111,14 @@ static void the_experiment_file_loads(void **s) {
 
 static void grid_recipes_are_the_workers(void **s) {
     (void)s;
-    const char *names[] = {"fp32", "bf16", "fp8", "nvfp4", "nvfp4-no-rht", "nvfp4-no-sr",
-                           "nvfp4-no-2d", "nvfp4-all-blocks", "mxfp4"};
+    const char *names[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
+                           "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "nvfp4-all-blocks",
+                           "mxfp4"};
     char body[2048];
-    snprintf(body, sizeof body, GRID_HEAD "  recipes: [fp32, bf16, fp8, nvfp4, nvfp4-no-rht, "
-                                          "nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4]\n"
-                                          "  lrs: [0.001]\n  steps: 5\n");
+    snprintf(body, sizeof body,
+             GRID_HEAD "  recipes: [fp32, bf16, fp8, nvfp4, nvfp4-no-rht, "
+                       "nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4]\n"
+                       "  lrs: [0.001]\n  steps: 5\n");
     qc_grid *g = NULL;
     qs_error err = {0};
     if (qc_grid_load(write_grid("recipes", body), NULL, 0, qsweep_probe(), &g, &err) != QS_OK)
@@ -148,7 +150,8 @@ static void grid_recipes_are_the_workers(void **s) {
 static void expect_error(const char *name, const char *body, const char *where, const char *what) {
     qc_grid *g = NULL;
     qs_error err = {0};
-    assert_int_not_equal(qc_grid_load(write_grid(name, body), NULL, 0, qsweep_probe(), &g, &err), QS_OK);
+    assert_int_not_equal(qc_grid_load(write_grid(name, body), NULL, 0, qsweep_probe(), &g, &err),
+                         QS_OK);
     assert_null(g);
     if (!strstr(err.msg, where) || !strstr(err.msg, what))
         fail_msg("%s: got \"%s\", expected \"%s\" and \"%s\"", name, err.msg, where, what);
@@ -158,20 +161,29 @@ static void bad_grids_are_refused_at_their_place(void **s) {
     (void)s;
     expect_error("badrecipe", GRID_HEAD "  recipes: [bf16, nvfp5]\n  lrs: [0.001]\n  steps: 5\n",
                  "badrecipe.yaml:6:", "unknown recipe 'nvfp5'");
-    expect_error("mx2d", GRID_HEAD "  recipes: [{name: x, base: mxfp4, w2d: 1}]\n  lrs: [0.001]\n  steps: 5\n",
+    expect_error("mx2d",
+                 GRID_HEAD
+                 "  recipes: [{name: x, base: mxfp4, w2d: 1}]\n  lrs: [0.001]\n  steps: 5\n",
                  "mx2d.yaml:6:", "w2d");
-    expect_error("badshape", "name: t\nkind: training\ntraining:\n  shapes: [llama9]\n  dataset: {text: text.txt}\n"
-                             "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
-                 "badshape.yaml:4:", "unknown shape 'llama9'");
-    expect_error("badkey", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  momentum: 0.9\n",
+    expect_error(
+        "badshape",
+        "name: t\nkind: training\ntraining:\n  shapes: [llama9]\n  dataset: {text: text.txt}\n"
+        "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
+        "badshape.yaml:4:", "unknown shape 'llama9'");
+    expect_error("badkey",
+                 GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  momentum: 0.9\n",
                  "badkey.yaml:9:", "momentum");
-    expect_error("nolr", GRID_HEAD "  recipes: [bf16]\n  lrs: [-1]\n  steps: 5\n", "nolr.yaml:7:",
-                 "learning rate");
-    expect_error("notext", "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: none.txt}\n"
-                           "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
-                 "notext.yaml:5:", "none.txt");
-    expect_error("longctx", "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: text.txt, ctx: 512}\n"
-                            "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
+    expect_error("nolr", GRID_HEAD "  recipes: [bf16]\n  lrs: [-1]\n  steps: 5\n",
+                 "nolr.yaml:7:", "learning rate");
+    expect_error(
+        "notext",
+        "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: none.txt}\n"
+        "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
+        "notext.yaml:5:", "none.txt");
+    expect_error("longctx",
+                 "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: "
+                 "text.txt, ctx: 512}\n"
+                 "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
                  "longctx.yaml:5:", "ctx 512");
 }
 
@@ -186,7 +198,8 @@ static void spec_decoder_names_the_field_and_key_ignores_paths(void **s) {
     json_t *spec = json_loads(jobs.jobs[0].spec, 0, NULL);
     char k0[65], k1[65];
     assert_int_equal(qs_spec_key(spec, k0, &err), QS_OK);
-    json_object_set_new(json_object_get(spec, "dataset"), "path", json_string("/elsewhere/text.txt"));
+    json_object_set_new(json_object_get(spec, "dataset"), "path",
+                        json_string("/elsewhere/text.txt"));
     assert_int_equal(qs_spec_key(spec, k1, &err), QS_OK);
     assert_string_equal(k0, k1);
     json_object_set_new(spec, "lr", json_real(0.002));

@@ -65,8 +65,8 @@ static void random_tokens(uint32_t *t, size_t n, uint32_t V, uint32_t seed) {
 }
 
 /* Trains and returns the last step's loss; *diverged_step gets the step that diverged or 0. */
-static double train(const char *recipe, qw_config c, int B, int T, const uint32_t *stream,
-                    size_t n, qw_train_config tc, int threads, int *diverged_step, float *params_out,
+static double train(const char *recipe, qw_config c, int B, int T, const uint32_t *stream, size_t n,
+                    qw_train_config tc, int threads, int *diverged_step, float *params_out,
                     qs_status *status) {
     qs_error err = {0};
     qw_tmodel *m = NULL;
@@ -104,8 +104,8 @@ static void overfit(const char *recipe) {
     qw_train_config tc = default_train(60, 1e-2f);
     int div = 0;
     double loss = train(recipe, c, 1, 64, stream, 65, tc, 2, &div, NULL, NULL);
-    printf("%s %s: loss after %d steps on one 64-token sequence: %.4f\n", loss < 0.05 ? "OK" : "NOT OK",
-           recipe, tc.steps, loss);
+    printf("%s %s: loss after %d steps on one 64-token sequence: %.4f\n",
+           loss < 0.05 ? "OK" : "NOT OK", recipe, tc.steps, loss);
     assert_int_equal(div, 0);
     assert_true(loss < 0.05);
 }
@@ -184,7 +184,8 @@ static void accumulation_matches_a_bigger_batch(void **s) {
     double l, la = 0;
     qw_tmodel_zero_grad(a);
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(qw_tmodel_forward(a, in + 16 * k, tg + 16 * k, (uint32_t)k, &l, &err), QS_OK);
+        assert_int_equal(qw_tmodel_forward(a, in + 16 * k, tg + 16 * k, (uint32_t)k, &l, &err),
+                         QS_OK);
         assert_int_equal(qw_tmodel_backward(a, 0.5f, &err), QS_OK);
         la += l / 2;
     }
@@ -212,7 +213,8 @@ static void lr_schedule_follows_its_formula(void **s) {
     assert_true(fabsf(qw_lr_at(&sc, 10) - 1.0f) < 1e-7f);
     assert_true(fabsf(qw_lr_at(&sc, 109) - 0.1f) < 1e-6f);
     /* halfway through the decay: min + (max - min) / 2 */
-    assert_true(fabsf(qw_lr_at(&sc, 10 + 99 / 2) - (0.1f + 0.9f * 0.5f * (1.0f + cosf((float)M_PI * 49.0f / 99.0f)))) < 1e-6f);
+    assert_true(fabsf(qw_lr_at(&sc, 10 + 99 / 2) -
+                      (0.1f + 0.9f * 0.5f * (1.0f + cosf((float)M_PI * 49.0f / 99.0f)))) < 1e-6f);
     sc.decay = QW_DECAY_LINEAR;
     assert_true(fabsf(qw_lr_at(&sc, 10 + 33) - (1.0f - 0.9f * 33.0f / 99.0f)) < 1e-6f);
     sc.decay = QW_DECAY_CONSTANT;

@@ -70,8 +70,8 @@ static void hook(void *user, int linear, qw_gemm_operand op, const float *src, i
         memcpy(ic->tmp, src, n * sizeof(float));
     if (spec.mode == QW_MODE_BF16) {
         for (size_t i = 0; i < n; i++)
-            ic->tmp[i] = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, ic->tmp[i],
-                                                                          QK_ROUND_RNE, 0));
+            ic->tmp[i] = qk_codec_decode(
+                &qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, ic->tmp[i], QK_ROUND_RNE, 0));
         ic->bf16++;
         if (memcmp(ic->tmp, in, n * sizeof(float))) ic->mismatches++;
         return;
@@ -166,8 +166,10 @@ static void intercept_recipe(const char *name, int expect_quantized_linears) {
     assert_int_equal(ic.rht_wrong, 0);
     assert_int_equal(ic.src_wrong, 0);
     assert_int_equal(ic.w2d_mismatch, 0);
-    if (r.rht) assert_int_equal(ic.rht_seen, expect_quantized_linears * 2 * 2);
-    else assert_int_equal(ic.rht_seen, 0);
+    if (r.rht)
+        assert_int_equal(ic.rht_seen, expect_quantized_linears * 2 * 2);
+    else
+        assert_int_equal(ic.rht_seen, 0);
     for (int i = 0; i < 64; i++)
         free(ic.fprop_w[i]);
     free(ic.tmp);
@@ -256,7 +258,8 @@ static void nvfp4_expectation(float *x, int rows, int k) {
     assert_int_equal(qk_quantize(f, NULL, x, (size_t)rows, (size_t)k, &p, NULL), QS_OK);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < k; c++) {
-            float sb = qk_codec_decode(&qk_codec_e4m3, p.scales[(size_t)r * p.blocks_per_row + c / 16]);
+            float sb =
+                qk_codec_decode(&qk_codec_e4m3, p.scales[(size_t)r * p.blocks_per_row + c / 16]);
             float lim = (6.0f * sb) * p.tensor_scale;
             float *v = &x[(size_t)r * k + c];
             if (*v > lim) *v = lim;
@@ -289,7 +292,8 @@ static void sr_makes_backward_unbiased(void **s) {
     fp.mode = QW_MODE_FP32;
     static float A[N * OUT], Bq[N * IN * 2];
     qw_recipe_operand(&r, 0, 1, QW_DGRAD_W, &spec);
-    assert_int_equal(qw_qlinear_prepare(&env, &spec, 0, QW_DGRAD_W, Bq, W, OUT, IN, 1, NULL), QS_OK);
+    assert_int_equal(qw_qlinear_prepare(&env, &spec, 0, QW_DGRAD_W, Bq, W, OUT, IN, 1, NULL),
+                     QS_OK);
     memcpy(A, dy, sizeof dy);
     nvfp4_expectation(A, N, OUT);
     qw_train_gemm_abt(ref_dx, A, Bq, N, IN, OUT, 0.0f, 1);
@@ -303,8 +307,8 @@ static void sr_makes_backward_unbiased(void **s) {
     qw_qlinear_env env_rne = env;
     env_rne.recipe = &rne;
     memset(rne_dW, 0, sizeof rne_dW);
-    assert_int_equal(qw_qlinear_backward(&env_rne, 0, 0, rne_dx, 0, rne_dW, dy, x, W, N, IN, OUT, NULL),
-                     QS_OK);
+    assert_int_equal(
+        qw_qlinear_backward(&env_rne, 0, 0, rne_dx, 0, rne_dW, dy, x, W, N, IN, OUT, NULL), QS_OK);
     double rne_ex = 0, rne_eW = 0;
     for (int i = 0; i < N * IN; i++)
         rne_ex += (double)(rne_dx[i] - ref_dx[i]) * (rne_dx[i] - ref_dx[i]);
@@ -316,7 +320,8 @@ static void sr_makes_backward_unbiased(void **s) {
     for (int st = 0; st < S; st++) {
         env.step = (uint32_t)st;
         memset(dW, 0, sizeof dW);
-        assert_int_equal(qw_qlinear_backward(&env, 0, 0, dx, 0, dW, dy, x, W, N, IN, OUT, NULL), QS_OK);
+        assert_int_equal(qw_qlinear_backward(&env, 0, 0, dx, 0, dW, dy, x, W, N, IN, OUT, NULL),
+                         QS_OK);
         for (int i = 0; i < N * IN; i++)
             mean_dx[i] += dx[i];
         for (int i = 0; i < OUT * IN; i++)
@@ -328,8 +333,9 @@ static void sr_makes_backward_unbiased(void **s) {
             for (int i = 0; i < OUT * IN; i++)
                 mw[i] = mean_dW[i] / (st + 1);
             double ex = dist(mx, ref_dx, N * IN), eW = dist(mw, ref_dW, OUT * IN);
-            printf("SR mean over %4d steps: dgrad bias %.3g, wgrad bias %.3g (RNE error %.3g, %.3g)\n",
-                   st + 1, ex, eW, rne_ex, rne_eW);
+            printf(
+                "SR mean over %4d steps: dgrad bias %.3g, wgrad bias %.3g (RNE error %.3g, %.3g)\n",
+                st + 1, ex, eW, rne_ex, rne_eW);
             if (st + 1 == 64) {
                 e64x = ex;
                 e64W = eW;
@@ -378,8 +384,9 @@ static void recipes_parse_and_reject(void **s) {
     (void)s;
     qs_error err = {0};
     qw_recipe r;
-    const char *names[] = {"fp32", "bf16", "fp8", "nvfp4", "nvfp4-no-rht", "nvfp4-no-sr",
-                           "nvfp4-no-2d", "nvfp4-all-blocks", "mxfp4"};
+    const char *names[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
+                           "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "nvfp4-all-blocks",
+                           "mxfp4"};
     char seen[9][128];
     for (int i = 0; i < 9; i++) {
         assert_int_equal(qw_recipe_by_name(names[i], &r, &err), QS_OK);

@@ -37,7 +37,8 @@ static void tiny_training_experiment_runs_shortened(void **s) {
     int rc;
     snprintf(cmd, sizeof cmd, "%s bash %s/tools/kjv_text.sh 2>&1", env, QW_SOURCE_DIR);
     run(cmd, out, sizeof out, &rc);
-    if (rc != 0) fail_msg("tools/kjv_text.sh failed (bible-kjv installed? tools/install-deps.sh):\n%s", out);
+    if (rc != 0)
+        fail_msg("tools/kjv_text.sh failed (bible-kjv installed? tools/install-deps.sh):\n%s", out);
     snprintf(cmd, sizeof cmd,
              "env -u QSWEEP_DB %s %s run %s/experiments/tiny-fp4-training.yaml --workers 2 "
              "--set training.steps=6 --set training.warmup=1 --set 'training.seeds=[1]' "
@@ -49,7 +50,8 @@ static void tiny_training_experiment_runs_shortened(void **s) {
     if (rc != 0) fail_msg("qsweep run exited %d", rc);
     assert_non_null(strstr(out, "succeeded 6"));
     assert_non_null(strstr(out, "final validation loss per recipe"));
-    const char *recipes[] = {"bf16 ", "nvfp4 ", "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
+    const char *recipes[] = {"bf16 ",       "nvfp4 ",      "nvfp4-no-rht",
+                             "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
     for (int i = 0; i < 6; i++)
         if (!strstr(out, recipes[i])) fail_msg("recipe %s missing from the table", recipes[i]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

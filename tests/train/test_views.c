@@ -46,35 +46,43 @@ static void train_views_give_curves_and_gaps_to_bf16(void **s) {
     assert_int_equal(qc_migrate(c, &applied, &err), QS_OK);
     pgtest_exec(c, "INSERT INTO experiments (name, grid) VALUES ('tiny-fp4', 'kind: training')");
     const char *specs[3] = {
-        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"bf16\", \"canonical\": \"v1 x\"}, "
+        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"bf16\", \"canonical\": \"v1 "
+        "x\"}, "
         "\"lr\": 0.003, \"seed\": 1, \"steps\": 100}",
-        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"nvfp4\", \"canonical\": \"v1 y\"}, "
+        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"nvfp4\", \"canonical\": \"v1 "
+        "y\"}, "
         "\"lr\": 0.003, \"seed\": 1, \"steps\": 100}",
-        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"nvfp4\", \"canonical\": \"v1 y\"}, "
+        "{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": \"nvfp4\", \"canonical\": \"v1 "
+        "y\"}, "
         "\"lr\": 0.003, \"seed\": 2, \"steps\": 100}",
     };
     for (int i = 0; i < 3; i++) {
         char sql[1024];
-        snprintf(sql, sizeof sql,
-                 "WITH j AS (INSERT INTO jobs (job_key, kind, spec) VALUES ('k%d', 'train', '%s') "
-                 "RETURNING id) INSERT INTO experiment_jobs SELECT e.id, j.id FROM experiments e, j",
-                 i, specs[i]);
+        snprintf(
+            sql, sizeof sql,
+            "WITH j AS (INSERT INTO jobs (job_key, kind, spec) VALUES ('k%d', 'train', '%s') "
+            "RETURNING id) INSERT INTO experiment_jobs SELECT e.id, j.id FROM experiments e, j",
+            i, specs[i]);
         pgtest_exec(c, sql);
     }
     /* curves: 3 points of train_loss for each job; finals */
-    pgtest_exec(c, "INSERT INTO results (job, attempt, name, value, step, final) "
-                   "SELECT j.id, 1, 'train_loss', 5.0 - s, s, false FROM jobs j, generate_series(0, 2) s");
-    pgtest_exec(c, "INSERT INTO results (job, attempt, name, value, step, final) "
-                   "SELECT id, 1, 'final_val_loss', CASE job_key WHEN 'k0' THEN 2.0 WHEN 'k1' THEN 2.05 "
-                   "ELSE 2.1 END, -1, true FROM jobs");
+    pgtest_exec(
+        c, "INSERT INTO results (job, attempt, name, value, step, final) "
+           "SELECT j.id, 1, 'train_loss', 5.0 - s, s, false FROM jobs j, generate_series(0, 2) s");
+    pgtest_exec(
+        c, "INSERT INTO results (job, attempt, name, value, step, final) "
+           "SELECT id, 1, 'final_val_loss', CASE job_key WHEN 'k0' THEN 2.0 WHEN 'k1' THEN 2.05 "
+           "ELSE 2.1 END, -1, true FROM jobs");
     assert_int_equal(pgtest_long(c, "SELECT count(*) FROM v_train_curves"), 9);
-    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM v_train_curves WHERE recipe = 'nvfp4' "
-                                    "AND seed = 2 AND metric = 'train_loss' AND step = 2 AND value = 3"),
-                     1);
+    assert_int_equal(
+        pgtest_long(c, "SELECT count(*) FROM v_train_curves WHERE recipe = 'nvfp4' "
+                       "AND seed = 2 AND metric = 'train_loss' AND step = 2 AND value = 3"),
+        1);
     assert_int_equal(pgtest_long(c, "SELECT count(*) FROM v_train_final"), 3);
     /* nvfp4 seed 1: gap 0.05 to bf16 seed 1, relative 2.5% */
     double gap = pg_double(c, "SELECT gap FROM v_train_final WHERE recipe = 'nvfp4' AND seed = 1");
-    double rel = pg_double(c, "SELECT rel_gap FROM v_train_final WHERE recipe = 'nvfp4' AND seed = 1");
+    double rel =
+        pg_double(c, "SELECT rel_gap FROM v_train_final WHERE recipe = 'nvfp4' AND seed = 1");
     assert_true(fabs(gap - 0.05) < 1e-12);
     assert_true(fabs(rel - 0.025) < 1e-12);
     /* bf16 against itself: 0 */

@@ -121,13 +121,15 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
         uint8_t sum[32];
         crypto_generichash(sum, 32, buf, want - 32, NULL, 0);
         if (memcmp(sum, buf + want - 32, 32))
-            st = qs_error_set(err, QS_EFORMAT, "%s: offset %zu: checksum mismatch", path, want - 32);
+            st =
+                qs_error_set(err, QS_EFORMAT, "%s: offset %zu: checksum mismatch", path, want - 32);
     }
     if (st == QS_OK) {
         uint64_t epoch = get64(buf + 16), pos = get64(buf + 24);
         if (pos > tr->data->n_windows)
-            st = qs_error_set(err, QS_EFORMAT, "%s: offset 24: data position %llu beyond %zu windows",
-                              path, (unsigned long long)pos, tr->data->n_windows);
+            st = qs_error_set(err, QS_EFORMAT,
+                              "%s: offset 24: data position %llu beyond %zu windows", path,
+                              (unsigned long long)pos, tr->data->n_windows);
         else
             st = qw_data_seek(tr->data, epoch, (size_t)pos, err);
     }

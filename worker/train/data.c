@@ -37,9 +37,8 @@ qs_status qw_data_init(qw_data *d, const uint32_t *tokens, size_t n, double val_
     d->epoch = 0;
     d->pos = 0;
     if (d->n_train < (size_t)T + 1)
-        return qs_error_set(err, QS_EINVAL,
-                            "data: %zu training tokens (of %zu), a window needs %d", d->n_train, n,
-                            T + 1);
+        return qs_error_set(err, QS_EINVAL, "data: %zu training tokens (of %zu), a window needs %d",
+                            d->n_train, n, T + 1);
     d->n_windows = (d->n_train - 1) / (size_t)T;
     size_t nv = n - d->n_train;
     d->n_val_windows = nv >= (size_t)T + 1 ? (nv - 1) / (size_t)T : 0;
@@ -89,8 +88,7 @@ qs_status qw_data_seek(qw_data *d, uint64_t epoch, size_t pos, qs_error *err) {
 
 qs_status qw_data_val(const qw_data *d, size_t index, int B, uint32_t *in, uint32_t *tg,
                       qs_error *err) {
-    if (d->n_val_windows == 0)
-        return qs_error_set(err, QS_ESTATE, "data: no validation windows");
+    if (d->n_val_windows == 0) return qs_error_set(err, QS_ESTATE, "data: no validation windows");
     for (int b = 0; b < B; b++) {
         size_t w = (index * (size_t)B + (size_t)b) % d->n_val_windows;
         window(d->tokens + d->n_train, w, d->T, in + (size_t)b * d->T, tg + (size_t)b * d->T);

@@ -20,8 +20,8 @@ typedef struct qw_data {
     int T;
     size_t n_windows, n_val_windows;
     uint64_t seed;
-    uint64_t epoch; /* current epoch */
-    size_t pos;     /* next window of the epoch's order */
+    uint64_t epoch;  /* current epoch */
+    size_t pos;      /* next window of the epoch's order */
     uint32_t *order; /* [n_windows], the only allocation (made in qw_data_init) */
 } qw_data;
 

@@ -60,13 +60,15 @@ qs_status qw_tmodel_save_hf(qw_tmodel *m, const char *dir, qs_error *err) {
         qw_tmodel_tensor(m, i, &v);
         size_t bytes = (size_t)v.rows * v.cols * 4;
         if (v.cols == 1)
-            len += (size_t)snprintf(hdr + len, cap - len,
-                                    ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
-                                    v.name, v.rows, off, off + bytes);
+            len += (size_t)snprintf(
+                hdr + len, cap - len,
+                ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}", v.name,
+                v.rows, off, off + bytes);
         else
-            len += (size_t)snprintf(hdr + len, cap - len,
-                                    ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
-                                    v.name, v.rows, v.cols, off, off + bytes);
+            len += (size_t)snprintf(
+                hdr + len, cap - len,
+                ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}", v.name,
+                v.rows, v.cols, off, off + bytes);
         off += bytes;
     }
     len += (size_t)snprintf(hdr + len, cap - len, "}");

@@ -147,7 +147,8 @@ void QW_OPS_NAME(attention_forward)(R *out, R *probs, const R *q, const R *k, co
             const R *qh = q + (size_t)b * T * HE + (size_t)h * E;
             const R *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const R *vg = v + (size_t)b * T * GE + (size_t)g * E;
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, qh, HE, kg, GE, (R)0, P, T);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, qh, HE, kg, GE, (R)0, P,
+                 T);
             for (int t = 0; t < T; t++) {
                 R *row = P + (size_t)t * T;
                 R mx = row[0];

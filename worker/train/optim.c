@@ -22,7 +22,8 @@ qs_status qw_lr_decay_by_name(const char *name, qw_lr_decay *out, qs_error *err)
             *out = (qw_lr_decay)i;
             return QS_OK;
         }
-    return qs_error_set(err, QS_EINVAL, "lr decay \"%s\": expected cosine, linear or constant", name);
+    return qs_error_set(err, QS_EINVAL, "lr decay \"%s\": expected cosine, linear or constant",
+                        name);
 }
 
 #define NORM_RANGES 64

@@ -49,8 +49,7 @@ size_t qw_qlinear_scratch_floats(int N, int in, int out);
  * Errors: QS_EINVAL (RHT with k not a multiple of 16, naming the linear and operand), errors
  * of the numeric core wrapped with the linear and operand. */
 qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, float *y,
-                             const float *x, const float *W, int N, int in, int out,
-                             qs_error *err);
+                             const float *x, const float *W, int N, int in, int out, qs_error *err);
 
 /* Backward: dx[N x in] = (or += when dx_accumulate) dgrad, skipped when dx is NULL;
  * dW[out x in] += wgrad. dy [N x out] is read only. Errors: as qw_qlinear_forward. */

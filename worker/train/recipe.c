@@ -58,11 +58,11 @@ static int parse_int(const char *v, int lo, int hi, int *out) {
 
 qs_status qw_recipe_set(qw_recipe *r, const char *key, const char *value, qs_error *err) {
     qw_recipe t = *r;
-    int *flag = !strcmp(key, "w2d") ? &t.w2d
+    int *flag = !strcmp(key, "w2d")   ? &t.w2d
                 : !strcmp(key, "rht") ? &t.rht
                 : !strcmp(key, "sr")  ? &t.sr
                                       : NULL;
-    int *count = !strcmp(key, "bf16_first") ? &t.bf16_first
+    int *count = !strcmp(key, "bf16_first")  ? &t.bf16_first
                  : !strcmp(key, "bf16_last") ? &t.bf16_last
                                              : NULL;
     if (!strcmp(key, "format")) {
@@ -92,13 +92,15 @@ qs_status qw_recipe_set(qw_recipe *r, const char *key, const char *value, qs_err
     }
     if (t.w2d && (!t.fmt || strcmp(qk_format_name(t.fmt), "nvfp4") != 0))
         return qs_error_set(err, QS_EINVAL,
-                            "recipe %s: w2d=1 needs format nvfp4 (2D 16x16 weight blocks)", r->name);
+                            "recipe %s: w2d=1 needs format nvfp4 (2D 16x16 weight blocks)",
+                            r->name);
     *r = t;
     return QS_OK;
 }
 
 qs_status qw_recipe_check(const qw_recipe *r, int n_layers, qs_error *err) {
-    if (n_layers < 1) return qs_error_set(err, QS_EINVAL, "recipe %s: %d blocks", r->name, n_layers);
+    if (n_layers < 1)
+        return qs_error_set(err, QS_EINVAL, "recipe %s: %d blocks", r->name, n_layers);
     if (r->bf16_first < 0 || r->bf16_last < 0)
         return qs_error_set(err, QS_EINVAL, "recipe %s: negative BF16 block count", r->name);
     if (r->w2d && (!r->fmt || strcmp(qk_format_name(r->fmt), "nvfp4") != 0))
@@ -135,6 +137,7 @@ void qw_recipe_operand(const qw_recipe *r, int layer, int n_layers, qw_gemm_oper
 }
 
 const char *qw_gemm_operand_name(qw_gemm_operand op) {
-    static const char *names[] = {"fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x"};
+    static const char *names[] = {"fprop_x", "fprop_w",  "dgrad_dy",
+                                  "dgrad_w", "wgrad_dy", "wgrad_x"};
     return (unsigned)op < QW_N_OPERANDS ? names[op] : "?";
 }

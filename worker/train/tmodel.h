@@ -49,40 +49,40 @@ typedef struct qw_tmodel qw_tmodel;
 typedef struct qw_tmodel64 qw_tmodel64;
 
 #define QW_TMODEL_DECLARE(R, TM, VIEW, NAME)                                                       \
-    /* A model for cfg training on B x T token batches with nt threads (0 = all cores). Sets  \
-     * OpenBLAS to one thread (the model runs its own OpenMP team). Parameters start at 0;   \
-     * fill them with _init_random or _load. Errors: QS_EINVAL (config out of range, B or T   \
-     * < 1, T > cfg max_seq_len is allowed), QS_ENOMEM. */                                      \
-    qs_status NAME(create)(const qw_config *cfg, int B, int T, int nt, TM **out, qs_error *err); \
-    void NAME(destroy)(TM * m);                                                                  \
-    const qw_config *NAME(config)(const TM *m);                                                  \
-    /* Tensor count and the i-th tensor (order in the header comment). */                      \
-    int NAME(n_tensors)(const TM *m);                                                            \
-    void NAME(tensor)(TM * m, int i, VIEW * out);                                                \
-    /* Flat arrays of n_params elements: parameters, gradients, moments m and v. */            \
-    size_t NAME(n_params)(const TM *m);                                                          \
-    R *NAME(params)(TM * m);                                                                     \
-    R *NAME(grads)(TM * m);                                                                      \
-    R *NAME(moment)(TM * m, int which /* 0: m, 1: v */);                                         \
-    /* Llama initialisation: every matrix N(0, std^2) from Philox keyed by (seed, tensor,     \
-     * element) (Box-Muller on two 32-bit words), norm weights 1. */                           \
-    void NAME(init_random)(TM * m, uint64_t seed, float std);                                    \
-    /* Copies every tensor from a checkpoint with the same config. Errors: those of           \
-     * qw_checkpoint_tensor, QS_EFORMAT (shape differs: names the tensor). */                   \
-    qs_status NAME(load)(TM * m, qw_checkpoint * ck, qs_error * err);                            \
-    /* Sets every gradient to 0. */                                                             \
-    void NAME(zero_grad)(TM * m);                                                                \
-    /* Runs tokens [B*T] (row b*T+t) and, with targets [B*T], the cross-entropy: *loss is     \
-     * the mean over the B*T positions (targets NULL: logits only, *loss untouched). step keys \
-     * the SR streams of this micro-step. Saves the activations for _backward. Errors:       \
-     * QS_EINVAL (a token or target >= vocab: names its index), errors of the linears. */      \
-    qs_status NAME(forward)(TM * m, const uint32_t *tokens, const uint32_t *targets,             \
-                            uint32_t step, double *loss, qs_error *err);                         \
-    /* Logits [B*T x V] of the last forward without targets (probabilities after one with). */ \
-    const R *NAME(logits)(const TM *m);                                                          \
-    /* Adds scale * d(mean loss)/d(parameter) to the gradients, for the last forward (which   \
-     * must have had targets). Errors: QS_ESTATE (no forward with targets before), errors of  \
-     * the linears. */                                                                          \
+    /* A model for cfg training on B x T token batches with nt threads (0 = all cores). Sets       \
+     * OpenBLAS to one thread (the model runs its own OpenMP team). Parameters start at 0;         \
+     * fill them with _init_random or _load. Errors: QS_EINVAL (config out of range, B or T        \
+     * < 1, T > cfg max_seq_len is allowed), QS_ENOMEM. */                                         \
+    qs_status NAME(create)(const qw_config *cfg, int B, int T, int nt, TM **out, qs_error *err);   \
+    void NAME(destroy)(TM * m);                                                                    \
+    const qw_config *NAME(config)(const TM *m);                                                    \
+    /* Tensor count and the i-th tensor (order in the header comment). */                          \
+    int NAME(n_tensors)(const TM *m);                                                              \
+    void NAME(tensor)(TM * m, int i, VIEW *out);                                                   \
+    /* Flat arrays of n_params elements: parameters, gradients, moments m and v. */                \
+    size_t NAME(n_params)(const TM *m);                                                            \
+    R *NAME(params)(TM * m);                                                                       \
+    R *NAME(grads)(TM * m);                                                                        \
+    R *NAME(moment)(TM * m, int which /* 0: m, 1: v */);                                           \
+    /* Llama initialisation: every matrix N(0, std^2) from Philox keyed by (seed, tensor,          \
+     * element) (Box-Muller on two 32-bit words), norm weights 1. */                               \
+    void NAME(init_random)(TM * m, uint64_t seed, float std);                                      \
+    /* Copies every tensor from a checkpoint with the same config. Errors: those of                \
+     * qw_checkpoint_tensor, QS_EFORMAT (shape differs: names the tensor). */                      \
+    qs_status NAME(load)(TM * m, qw_checkpoint * ck, qs_error * err);                              \
+    /* Sets every gradient to 0. */                                                                \
+    void NAME(zero_grad)(TM * m);                                                                  \
+    /* Runs tokens [B*T] (row b*T+t) and, with targets [B*T], the cross-entropy: *loss is          \
+     * the mean over the B*T positions (targets NULL: logits only, *loss untouched). step keys     \
+     * the SR streams of this micro-step. Saves the activations for _backward. Errors:             \
+     * QS_EINVAL (a token or target >= vocab: names its index), errors of the linears. */          \
+    qs_status NAME(forward)(TM * m, const uint32_t *tokens, const uint32_t *targets,               \
+                            uint32_t step, double *loss, qs_error *err);                           \
+    /* Logits [B*T x V] of the last forward without targets (probabilities after one with). */     \
+    const R *NAME(logits)(const TM *m);                                                            \
+    /* Adds scale * d(mean loss)/d(parameter) to the gradients, for the last forward (which        \
+     * must have had targets). Errors: QS_ESTATE (no forward with targets before), errors of       \
+     * the linears. */                                                                             \
     qs_status NAME(backward)(TM * m, R scale, qs_error * err);
 
 #define QW_TMODEL_NAME_F32(x) qw_tmodel_##x

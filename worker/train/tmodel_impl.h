@@ -27,17 +27,17 @@ struct TM {
     VIEW *tensors; /* [n_tensors], carved from the allocation */
     size_t n_params;
     R *params, *grads, *mom_m, *mom_v; /* [n_params] each */
-    ACTS *blocks;          /* [L] */
+    ACTS *blocks;                      /* [L] */
     R *res_final, *lnf, *rstdf;        /* [N x D], [N x D], [N] */
     R *logits;                         /* [N x V]: logits, then probabilities, then dlogits */
     R *losses;                         /* [N] */
     R *rope_cos, *rope_sin;            /* [T x E/2] */
     /* backward scratch */
-    R *dres, *dln, *ybuf;  /* [N x D] */
-    R *datty, *dq;         /* [N x H*E] */
-    R *dk, *dv;            /* [N x G*E] */
-    R *dh, *dg, *du;       /* [N x F] */
-    R *att_scratch;        /* [nt x T x T] */
+    R *dres, *dln, *ybuf;       /* [N x D] */
+    R *datty, *dq;              /* [N x H*E] */
+    R *dk, *dv;                 /* [N x G*E] */
+    R *dh, *dg, *du;            /* [N x F] */
+    R *att_scratch;             /* [nt x T x T] */
     uint32_t *tokens, *targets; /* [N] of the last forward */
     int have_targets;
     uint32_t step;
@@ -75,7 +75,7 @@ static qs_status NAME(lin_bwd_)(TM *m, R *dx, int acc, R *dW, const R *dy, const
 /* ---------------------------------------------------------------- layout */
 
 /* Tensor index of block l's tensor j (0 attn_norm, 1..4 q k v o, 5 ffn_norm, 6..8 gate up down). */
-#define TIDX(l, j) (1 + (l) * 9 + (j))
+#define TIDX(l, j) (1 + (l)*9 + (j))
 
 static size_t NAME(align_)(size_t x) {
     return (x + 63) & ~(size_t)63;
@@ -85,8 +85,8 @@ static size_t NAME(align_)(size_t x) {
 static size_t NAME(layout_)(TM *m, char *base) {
     const qw_config *c = &m->cfg;
     size_t N = (size_t)m->N, D = c->dim, F = c->hidden_dim, HE = (size_t)c->n_heads * c->head_dim,
-           GE = (size_t)c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers,
-           T = m->T, B = m->B, E2 = c->head_dim / 2;
+           GE = (size_t)c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers, T = m->T,
+           B = m->B, E2 = c->head_dim / 2;
     size_t off = 0;
 #define CARVE(ptr, type, count)                                                                    \
     do {                                                                                           \
@@ -140,8 +140,8 @@ static size_t NAME(layout_)(TM *m, char *base) {
     {
         size_t s = 0;
         int ins[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, (int)HE, c->dim, c->dim, c->hidden_dim};
-        int outs[QW_TMODEL_KINDS] = {(int)HE, (int)GE, (int)GE, c->dim, c->hidden_dim,
-                                     c->hidden_dim, c->dim};
+        int outs[QW_TMODEL_KINDS] = {(int)HE,       (int)GE,       (int)GE, c->dim,
+                                     c->hidden_dim, c->hidden_dim, c->dim};
         for (int k = 0; k < QW_TMODEL_KINDS; k++) {
             size_t x = qw_qlinear_scratch_floats(m->N, ins[k], outs[k]);
             s = x > s ? x : s;
@@ -161,9 +161,9 @@ static void NAME(tensor_table_)(TM *m, int fill) {
     int D = c->dim, F = c->hidden_dim, HE = c->n_heads * c->head_dim,
         GE = c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers;
     static const char *const block_names[9] = {
-        "input_layernorm",  "self_attn.q_proj",         "self_attn.k_proj",
-        "self_attn.v_proj", "self_attn.o_proj",         "post_attention_layernorm",
-        "mlp.gate_proj",    "mlp.up_proj",              "mlp.down_proj"};
+        "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+        "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
     int rows[9] = {D, HE, GE, GE, D, D, F, F, D};
     int cols[9] = {1, D, D, D, HE, 1, D, D, F};
     size_t off = 0;
@@ -371,12 +371,10 @@ static void NAME(add_)(R *out, const R *a, const R *b, size_t n, int nt) {
 }
 
 static const R *NAME(lm_head_w_)(TM *m) {
-    return m->cfg.tied_embeddings ? m->tensors[0].data
-                                  : m->tensors[m->n_tensors - 1].data;
+    return m->cfg.tied_embeddings ? m->tensors[0].data : m->tensors[m->n_tensors - 1].data;
 }
 static R *NAME(lm_head_g_)(TM *m) {
-    return m->cfg.tied_embeddings ? m->tensors[0].grad
-                                  : m->tensors[m->n_tensors - 1].grad;
+    return m->cfg.tied_embeddings ? m->tensors[0].grad : m->tensors[m->n_tensors - 1].grad;
 }
 
 qs_status NAME(forward)(TM *m, const uint32_t *tokens, const uint32_t *targets, uint32_t step,
@@ -391,9 +389,8 @@ qs_status NAME(forward)(TM *m, const uint32_t *tokens, const uint32_t *targets, 
             return qs_error_set(err, QS_EINVAL, "train forward: token %u at index %d >= vocab %d",
                                 tokens[i], i, V);
         if (targets && targets[i] >= (uint32_t)V)
-            return qs_error_set(err, QS_EINVAL,
-                                "train forward: target %u at index %d >= vocab %d", targets[i], i,
-                                V);
+            return qs_error_set(err, QS_EINVAL, "train forward: target %u at index %d >= vocab %d",
+                                targets[i], i, V);
     }
     memcpy(m->tokens, tokens, (size_t)N * sizeof *tokens);
     if (targets) memcpy(m->targets, targets, (size_t)N * sizeof *targets);
@@ -429,8 +426,8 @@ qs_status NAME(forward)(TM *m, const uint32_t *tokens, const uint32_t *targets, 
         NAME(add_)(next, a->mid, m->ybuf, (size_t)N * D, nt);
     }
     if (st != QS_OK) return st;
-    OPS(rmsnorm_forward)(m->lnf, m->rstdf, m->res_final, m->tensors[TIDX(L, 0)].data, N, D,
-                         (R)c->norm_eps, nt);
+    OPS(rmsnorm_forward)
+    (m->lnf, m->rstdf, m->res_final, m->tensors[TIDX(L, 0)].data, N, D, (R)c->norm_eps, nt);
     st = LIN_FWD(m, -1, L * QW_TMODEL_KINDS, m->logits, m->lnf, NAME(lm_head_w_)(m), D, V);
     if (st != QS_OK) return st;
     if (!targets) return QS_OK;
@@ -476,8 +473,9 @@ qs_status NAME(backward)(TM *m, R scale, qs_error *err) {
         /* attention: mid = res + o(atty) */
         st = LIN_BWD(m, l, li + 3, m->datty, 0, tv[4].grad, m->dres, a->atty, tv[4].data, HE, D);
         if (st != QS_OK) break;
-        OPS(attention_backward)(m->dq, m->dk, m->dv, m->att_scratch, m->datty, a->q, a->k, a->v,
-                                a->probs, B, T, H, G, E, nt);
+        OPS(attention_backward)
+        (m->dq, m->dk, m->dv, m->att_scratch, m->datty, a->q, a->k, a->v, a->probs, B, T, H, G, E,
+         nt);
         OPS(rope_backward)(m->dq, m->rope_cos, m->rope_sin, B, T, H, E, nt);
         OPS(rope_backward)(m->dk, m->rope_cos, m->rope_sin, B, T, G, E, nt);
         st = LIN_BWD(m, l, li + 0, m->dln, 0, tv[1].grad, m->dq, a->ln1, tv[1].data, D, HE);

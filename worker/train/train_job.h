@@ -22,13 +22,13 @@
 #include "trainer.h"
 
 typedef struct qw_train_spec {
-    qw_config shape;           /* the model (from scratch), or the init checkpoint's config */
-    char init_path[1024];      /* "" = from scratch: N(0, init_std^2) matrices, norms 1 */
-    float init_std;            /* 0 = 0.02 */
+    qw_config shape;      /* the model (from scratch), or the init checkpoint's config */
+    char init_path[1024]; /* "" = from scratch: N(0, init_std^2) matrices, norms 1 */
+    float init_std;       /* 0 = 0.02 */
     qw_recipe recipe;
-    qw_train_config train;     /* steps, accum, schedule, AdamW, clip, eval, divergence */
-    int batch, ctx;            /* sequences per micro-batch, tokens per sequence */
-    uint64_t seed;             /* init, data order, SR streams and RHT signs */
+    qw_train_config train; /* steps, accum, schedule, AdamW, clip, eval, divergence */
+    int batch, ctx;        /* sequences per micro-batch, tokens per sequence */
+    uint64_t seed;         /* init, data order, SR streams and RHT signs */
     double val_fraction;
     int log_every;             /* curve points every this many steps (0 = 1) */
     int checkpoint_every;      /* 0 = only on stop requests */
@@ -45,7 +45,7 @@ typedef struct qw_train_hooks {
 } qw_train_hooks;
 
 typedef struct qw_train_outcome {
-    int resumed_from;  /* the checkpoint's step, 0 when the run started fresh */
+    int resumed_from; /* the checkpoint's step, 0 when the run started fresh */
     int steps_done;
     int preempted;     /* 1: stopped on request after checkpointing */
     int diverged_step; /* 0, or the step that diverged */

@@ -46,8 +46,7 @@ static double now_s(void) {
 }
 
 qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
-    if (tr->diverged)
-        return qs_error_set(err, QS_ESTATE, "diverged at step %d", tr->diverged_step);
+    if (tr->diverged) return qs_error_set(err, QS_ESTATE, "diverged at step %d", tr->diverged_step);
     qw_tmodel *m = tr->model;
     const qw_train_config *c = &tr->cfg;
     int B = qw_tmodel_batch(m);

@@ -18,23 +18,23 @@
 #include "tmodel.h"
 
 typedef struct qw_train_config {
-    int steps;             /* optimizer steps */
-    int accum;             /* micro-batches per step (>= 1) */
-    qw_lr_schedule sched;  /* sched.total is set to steps */
+    int steps;            /* optimizer steps */
+    int accum;            /* micro-batches per step (>= 1) */
+    qw_lr_schedule sched; /* sched.total is set to steps */
     qw_adamw adamw;
-    float clip;            /* global-norm clip; 0 = off */
-    int eval_every;        /* validation every this many steps and at the end; 0 = only at the end */
-    int eval_batches;      /* validation batches of B windows; 0 = every validation window */
-    double diverge_loss;   /* a train loss above this (or NaN/Inf loss or gradient) diverges */
+    float clip;          /* global-norm clip; 0 = off */
+    int eval_every;      /* validation every this many steps and at the end; 0 = only at the end */
+    int eval_batches;    /* validation batches of B windows; 0 = every validation window */
+    double diverge_loss; /* a train loss above this (or NaN/Inf loss or gradient) diverges */
 } qw_train_config;
 
 /* Metrics of one optimizer step. */
 typedef struct qw_step_metrics {
-    int step;           /* 1-based: steps done */
-    double train_loss;  /* mean over the step's micro-batches */
+    int step;          /* 1-based: steps done */
+    double train_loss; /* mean over the step's micro-batches */
     double lr;
-    double grad_norm;   /* before clipping */
-    double val_loss;    /* NaN unless validated at this step */
+    double grad_norm; /* before clipping */
+    double val_loss;  /* NaN unless validated at this step */
     double tokens_per_s;
     size_t tokens_seen;
 } qw_step_metrics;
@@ -44,7 +44,7 @@ typedef struct qw_trainer {
     qw_data *data;    /* not owned */
     qw_train_config cfg;
     int nt;
-    int step;          /* optimizer steps done */
+    int step; /* optimizer steps done */
     size_t tokens_seen;
     int diverged;      /* 1 after a step diverged */
     int diverged_step; /* 1-based step that diverged */
