@@ -86,9 +86,10 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
                            qc_job_list *jobs, qs_error *err);
 
 /* Submits an expanded grid (qc_store_submit): the experiment and its jobs in one
- * transaction. Each eval job depends on its baseline; every job's model_key is
- * "model:<digest>", the key a worker caches the model under (worker/jobs/jobs.h), so the
- * coordinator's affinity sends a model's jobs to the worker that holds it. */
+ * transaction. Each eval job depends on its baseline; every job's model_key is its
+ * qc_job.model_key ("model:<digest>", kinds/spec.h qs_affinity_key), the key a worker caches
+ * the model under (worker/jobs/jobs.h), so the coordinator's affinity sends a model's jobs to
+ * the worker that holds it. */
 qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
                              qc_submit_counts *counts, qs_error *err);
 
@@ -124,5 +125,8 @@ int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
+int qsweep_cmd_report(int argc, char **argv);
+int qsweep_cmd_plan(int argc, char **argv);
+int qsweep_cmd_slurm(int argc, char **argv);
 
 #endif

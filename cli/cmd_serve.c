@@ -107,12 +107,15 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
 static void worker_usage(FILE *out) {
     fprintf(
         out,
-        "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--quiet]\n"
+        "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N]\n"
+        "                     [--exit-when-idle SECONDS] [--quiet]\n"
         "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
         "  loaded models between jobs.\n"
         "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
         "  --id NAME           worker name (default <host>-<pid>)\n"
         "  --threads N         CPU threads per job, 1..1024 (default: all)\n"
+        "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
+        "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
         "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
         "                      the coordinator's public key and this worker's key pair\n"
         "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
@@ -123,11 +126,12 @@ int qsweep_cmd_worker(int argc, char **argv) {
     static const struct option opts[] = {
         {"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
+        {"exit-when-idle", required_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
-    int c;
+    int c, idle_s = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:i:t:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:i:t:e:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             o.endpoint = optarg;
@@ -138,6 +142,11 @@ int qsweep_cmd_worker(int argc, char **argv) {
         case 't':
             if (qsweep_parse_int("worker", "--threads", optarg, 1, 1024, &o.threads))
                 return QSWEEP_EXIT_USAGE;
+            break;
+        case 'e':
+            if (qsweep_parse_int("worker", "--exit-when-idle", optarg, 1, 2000000, &idle_s))
+                return QSWEEP_EXIT_USAGE;
+            o.exit_when_idle_ms = idle_s * 1000;
             break;
         case 'q':
             o.quiet = true;

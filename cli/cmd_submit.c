@@ -26,8 +26,8 @@ static void submit_usage(FILE *out) {
 static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
     /* jobs of no mode by kind, in order of first appearance ("baseline"), then eval jobs by
        mode in mode order */
-    const char *kind[16];
-    size_t per_kind[16], n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
+    const char *kind[16] = {0};
+    size_t per_kind[16] = {0}, n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
         if (j->mode >= 0 && j->mode < QS_MODE_COUNT) {
@@ -68,22 +68,18 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                              qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
     const char **deps = calloc(jobs->n ? jobs->n : 1, sizeof *deps);
-    char(*model_keys)[QS_AFFINITY_KEY_MAX] = calloc(jobs->n ? jobs->n : 1, sizeof *model_keys);
-    if (!js || !deps || !model_keys) {
+    if (!js || !deps) {
         free(js);
         free(deps);
-        free(model_keys);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
-        qs_affinity_key(g->n_models ? g->models[j->model].facts.digest : "", model_keys[i],
-                        sizeof model_keys[i]);
         js[i] = (qc_job_submit){.job_key = j->key,
                                 .kind = j->kind,
                                 .spec_json = j->spec,
                                 .priority = g->priority,
-                                .model_key = model_keys[i],
+                                .model_key = j->model_key[0] ? j->model_key : NULL,
                                 .max_attempts = g->max_attempts};
         if (j->depends_on >= 0) {
             deps[i] = jobs->jobs[j->depends_on].key;
@@ -101,7 +97,6 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
     }
     free(js);
     free(deps);
-    free(model_keys);
     return st;
 }
 

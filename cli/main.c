@@ -32,6 +32,11 @@ static const struct {
     {"workers", qsweep_cmd_workers, "list the workers the coordinator has seen"},
     {"db", qsweep_cmd_db, "migrate | start | stop: schema migrations, the private cluster"},
     {"keygen", qsweep_cmd_keygen, "print a CURVE key pair for coordinator and workers"},
+    {"report", qsweep_cmd_report, "EXPERIMENT -o FILE: one self-contained HTML report"},
+    {"slurm", qsweep_cmd_slurm,
+     "GRID --workers N --connect EP [-- sbatch options]: queue a grid, start a worker array"},
+    {"plan", qsweep_cmd_plan,
+     "EXPERIMENT --budget-bits B: per-linear formats under a bits budget, from a sweep"},
 };
 
 static void usage(FILE *out) {

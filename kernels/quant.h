@@ -139,6 +139,14 @@ const char *qk_format_name(const qk_format *fmt);
 qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
                         size_t k, qk_quant_stats *stats, qs_error *err);
 
+/* qk_fake_quant out of place: reads x [rows x k], writes the fake-quantized values to y
+ * [rows x k], leaves x unchanged; y == x is the in-place call, otherwise the two must not
+ * overlap. The same bits and statistics as qk_fake_quant on a copy of x, without the
+ * caller's copy (the engine's master -> working weights). Errors: as
+ * qk_fake_quant (QS_EINVAL also for a NULL y). */
+qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                             float *y, size_t rows, size_t k, qk_quant_stats *stats, qs_error *err);
+
 /* Packed storage of one quantized [rows x k] tensor. Buffers are carved out of ONE
  * allocation owned by the struct (qk_packed_init / qk_packed_release).
  * - codes: row r starts at codes + r*row_bytes. 4-bit codes (E2M1, INT4) are two per byte,

@@ -1,7 +1,9 @@
 /* The one block quantizer: every format of format.c goes through the scalar reference
- * (quant_group_ref); RNE fake-quant of the minifloat formats in 1D blocks (NVFP4, MX, FP8
- * per tensor) also has a branch-free fast path (quant_row_fast) that tests/kernels checks
- * bit-identical against the reference.
+ * (quant_group_ref); fake-quant also has fast paths that tests/kernels checks bit-identical
+ * against it: quant_row_fast (the minifloat formats in 1D blocks, NVFP4, MX, FP8 per tensor;
+ * RNE, SR for E2M1, statistics), quant_row_batched16/32 (NVFP4 and MX, RNE without
+ * statistics, 16 blocks at a time: the hot case), quant_group_nvfp4_2d_fast (nvfp4_2d, RNE
+ * without statistics) and quant_row_int_fast (INT8 per channel, INT4 group-wise, RNE).
  *
  * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
  * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
@@ -166,6 +168,24 @@ static qs_status plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_opt
  * block instead of setting the scale of the whole tensor); per-thread maxima by bits
  * (amax_by_bits), combined with max, which is order-free. */
 static float amax_by_bits(const float *v, size_t n, int *nonfinite);
+
+/* max |v[i]| over the finite values of a chunk, by bits (amax_by_bits without the nonfinite
+ * flag), in the widest vectors the CPU has: the first pass of NVFP4 is a pure read and runs
+ * at memory speed only when this is not the baseline SSE2 code (no 32-bit integer max). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static float
+finite_amax_chunk(const float *v, size_t n) {
+    int32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t b = (int32_t)(qk_bits_of(v[i]) & 0x7FFFFFFFu);
+        b = b >= 0x7F800000 ? 0 : b;
+        m = b > m ? b : m;
+    }
+    return qk_float_of((uint32_t)m);
+}
+
 static float tensor_amax(const float *x, size_t n, int threads) {
     float amax = 0.0f;
     size_t chunks = (n + 4095) / 4096;
@@ -174,9 +194,8 @@ static float tensor_amax(const float *x, size_t n, int threads) {
         float local = 0.0f;
 #pragma omp for schedule(static)
         for (size_t c = 0; c < chunks; c++) {
-            int nonfinite;
             size_t lo = c * 4096, len = n - lo < 4096 ? n - lo : 4096;
-            float a = amax_by_bits(x + lo, len, &nonfinite);
+            float a = finite_amax_chunk(x + lo, len);
             local = a > local ? a : local;
         }
 #pragma omp critical(qk_amax)
@@ -191,8 +210,7 @@ qs_status qk_joint_amax(const float *const *tensors, const size_t *n, size_t cou
         return qs_error_set(err, QS_EINVAL, "kernels: joint amax: %s",
                             count == 0 ? "no tensors (count 0)" : "tensors, n or amax is NULL");
     if (threads < 0)
-        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: threads %d is negative",
-                            threads);
+        return qs_error_set(err, QS_EINVAL, "kernels: joint amax: threads %d is negative", threads);
     for (size_t i = 0; i < count; i++)
         if (n[i] > 0 && !tensors[i])
             return qs_error_set(err, QS_EINVAL, "kernels: joint amax: tensor %zu is NULL", i);
@@ -244,7 +262,8 @@ static void plan_tensor_scales(qk_plan *p, const float *x, const qk_quant_option
     static const qk_quant_options defaults;
     if (!opt) opt = &defaults;
     p->amax_given = opt->tensor_amax_given;
-    p->amax_t = opt->tensor_amax_given ? opt->tensor_amax : tensor_amax(x, p->rows * p->k, p->threads);
+    p->amax_t =
+        opt->tensor_amax_given ? opt->tensor_amax : tensor_amax(x, p->rows * p->k, p->threads);
     float max_q = p->fmt->rule == QK_RULE_NVFP4 ? 2688.0f : p->elem->max_value;
     p->tiny = amax_is_tiny(p->amax_t, max_q);
     float amax = p->amax_t;
@@ -491,7 +510,7 @@ static float amax_by_bits(const float *v, size_t n, int *nonfinite) {
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void
-quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
+quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc *acc) {
     const qk_codec *el = p->elem;
     const int sr = p->rounding == QK_ROUND_SR;
     uint32_t rb[QK_FAST_CHUNK];
@@ -504,7 +523,7 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
     const size_t chunk = rule == QK_RULE_TENSOR ? QK_FAST_CHUNK : p->block;
     float in[QK_FAST_CHUNK];
     int any_in = 0, any_out = 0;
-    for (size_t c0 = 0; c0 < p->k; c0 += chunk) {
+    for (size_t c0 = c_begin; c0 < p->k; c0 += chunk) {
         size_t n = p->k - c0 < chunk ? p->k - c0 : chunk;
         float *v = row + c0;
         float enc, dec;
@@ -555,6 +574,138 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, stats_acc *acc) {
                 acc->underflow += any_in && !any_out;
                 any_in = any_out = 0;
             }
+        }
+    }
+}
+
+/* RNE fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of
+ * 32), the hot case, in batches of QK_BATCH blocks: the QK_BATCH block amaxes (by bits,
+ * NaN and +-Inf ignored; MX also notes whether a block holds one), then the QK_BATCH block
+ * scales at once, then the element loop over whole blocks with qk_minifloat_rne_value
+ * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs).
+ * NVFP4 scales use branch-free arithmetic the compiler vectorises across the blocks: the E4M3
+ * cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b = min(1 / (sb * S_dec),
+ * FLT_MAX), the very expression of the plan's nv_enc table. MX scales are
+ * qk_mx_scale_code_core per block (0xFF, NaN, for a block holding Inf or NaN) and the powers
+ * of two built from the code. Same operations on the same operands as quant_row_fast and
+ * the reference, so the same bits (tested). Returns the first column it did not do (a
+ * multiple of B * QK_BATCH); quant_row_fast does the rest of the row. */
+#define QK_BATCH 16
+__attribute__((always_inline)) static inline size_t
+quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
+    const size_t span = B * QK_BATCH;
+    const size_t full = p->k / span * span;
+    const qk_codec *el = p->elem;
+    const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
+    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const int nv = p->fmt->rule == QK_RULE_NVFP4;
+    const float s_enc_6 = p->s_enc_6, s_dec_nv = p->s_dec;
+    const float s_dec = nv ? p->s_dec : 1.0f;
+    const qk_nvfp4_clamp clamp = p->clamp;
+    for (size_t c0 = 0; c0 < full; c0 += span) {
+        float *v = row + c0;
+        int32_t m[QK_BATCH], any[QK_BATCH];
+        float enc[QK_BATCH], dec[QK_BATCH];
+        for (int j = 0; j < QK_BATCH; j++) {
+            int32_t mx = 0, an = 0;
+            for (size_t i = 0; i < B; i++) {
+                int32_t b = (int32_t)(qk_bits_of(v[B * (size_t)j + i]) & 0x7FFFFFFFu);
+                an = b > an ? b : an;
+                b = b >= 0x7F800000 ? 0 : b;
+                mx = b > mx ? b : mx;
+            }
+            m[j] = mx;
+            any[j] = an;
+        }
+        if (nv) {
+            for (int j = 0; j < QK_BATCH; j++) {
+                float sv = qk_float_of((uint32_t)m[j]) * s_enc_6;
+                sv = (clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) ? 0x1p-6f : sv;
+                sv = (clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) ? 1.0f : sv;
+                /* qk_e4m3_rne_nonneg without branches: subnormal codes from the bits of
+                 * v * 512 + 2^23 (exact scaling, RNE to an integer, no float-to-int
+                 * conversion), normal codes by rounding the mantissa to 3 bits on the pattern */
+                uint32_t sub = qk_bits_of(sv * 512.0f + 0x1p23f) - qk_bits_of(0x1p23f);
+                uint32_t u = qk_bits_of(sv);
+                u += 0x7FFFFu + ((u >> 20) & 1u);
+                uint32_t nrm = (u >> 20) - (120u << 3);
+                nrm = nrm > 0x7Eu ? 0x7Eu : nrm;
+                uint32_t code = sv < 0x1p-6f ? sub : nrm;
+                code = sv > 448.0f ? 0x7Eu : code;
+                /* qk_e4m3_value_nonneg */
+                uint32_t ef = code >> 3, mn = code & 7u;
+                float vs = (float)mn * 0x1p-9f;
+                float vn = (float)(8u | mn) * qk_float_of((ef + 117u) << 23);
+                float d = ef == 0 ? vs : vn;
+                float e = 1.0f / (d * s_dec_nv);
+                dec[j] = d;
+                enc[j] = e < FLT_MAX ? e : FLT_MAX;
+            }
+        } else {
+            for (int j = 0; j < QK_BATCH; j++) {
+                uint8_t code = any[j] >= 0x7F800000
+                                   ? 0xFF
+                                   : qk_mx_scale_code_core(qk_float_of((uint32_t)m[j]), p->mx_rule,
+                                                           el->emax, man, maxv);
+                enc[j] = code == 0xFF ? NAN : qk_pow2f(127 - (int)code);
+                dec[j] = code == 0xFF ? NAN : qk_pow2f((int)code - 127);
+            }
+        }
+        for (int j = 0; j < QK_BATCH; j++) {
+            const float e = enc[j], d = dec[j];
+            float *w = v + B * (size_t)j;
+            for (size_t i = 0; i < B; i++)
+                w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
+        }
+    }
+    return full;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static size_t
+quant_row_batched16(const qk_plan *p, float *row) {
+    return quant_row_batched_body(p, row, 16);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static size_t
+quant_row_batched32(const qk_plan *p, float *row) {
+    return quant_row_batched_body(p, row, 32);
+}
+
+/* NVFP4 2D (16x16 blocks, weights) RNE fake-quant without statistics, in place on the h <= 16
+ * rows starting at g (a row group): per block column the amax of the 16x16 tile by bits
+ * (NaN and +-Inf ignored), the reference's own scale_for, then the tile's elements with
+ * qk_minifloat_rne_value (equal to the E2M1 codec on all 2^32 inputs) in the reference's
+ * order, (elem * sb) * S_dec. So the bits equal quant_group_ref's (tested). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h) {
+    const size_t k = p->k;
+    const float s_dec = p->s_dec;
+    for (size_t c0 = 0; c0 < k; c0 += 16) {
+        size_t n = k - c0 < 16 ? k - c0 : 16;
+        int32_t mx = 0;
+        for (size_t r = 0; r < h; r++) {
+            const float *v = g + r * k + c0;
+            for (size_t i = 0; i < n; i++) {
+                int32_t b = (int32_t)(qk_bits_of(v[i]) & 0x7FFFFFFFu);
+                b = b >= 0x7F800000 ? 0 : b;
+                mx = b > mx ? b : mx;
+            }
+        }
+        const block_scale bs = scale_for(p, qk_float_of((uint32_t)mx));
+        const float e = bs.enc, d = bs.dec;
+        for (size_t r = 0; r < h; r++) {
+            float *v = g + r * k + c0;
+            for (size_t i = 0; i < n; i++)
+                v[i] = (qk_minifloat_rne_value(v[i] * e, 1, 0, 3, 6.0f, 6.0f) * d) * s_dec;
         }
     }
 }
@@ -667,13 +818,22 @@ static void stats_finish(const qk_plan *p, const stats_acc *accs, size_t ngroups
 
 qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float *x, size_t rows,
                         size_t k, qk_quant_stats *stats, qs_error *err) {
+    return qk_fake_quant_into(fmt, opt, x, x, rows, k, stats, err);
+}
+
+/* Out of place, the fast row paths copy a row of x into y and work on it there while it is
+ * in the cache; the reference reads x and writes y. */
+qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                             float *y, size_t rows, size_t k, qk_quant_stats *stats,
+                             qs_error *err) {
     static const qk_quant_options defaults;
     if (!opt) opt = &defaults;
     qk_plan p;
     qs_status st = plan_shape(&p, fmt, opt, rows, k, err);
     if (st) return st;
-    if (!x) return qs_error_set(err, QS_EINVAL, "kernels: %s: x is NULL", fmt->name);
+    if (!x || !y) return qs_error_set(err, QS_EINVAL, "kernels: %s: x or y is NULL", fmt->name);
     if (fmt->rule == QK_RULE_IDENTITY) {
+        if (y != x) memcpy(y, x, rows * k * sizeof *x);
         if (stats) {
             stats_acc zero = {0};
             double sg = 0.0;
@@ -697,16 +857,30 @@ qs_status qk_fake_quant(const qk_format *fmt, const qk_quant_options *opt, float
     }
     int fast = !opt->reference_only && fast_path_applies(&p);
     int int_fast = !opt->reference_only && int_fast_path_applies(&p);
+    int fast_2d = !opt->reference_only && !accs && p.rounding == QK_ROUND_RNE &&
+                  fmt->rule == QK_RULE_NVFP4 && p.brows == 16 && p.block == 16 && !p.exp2;
+    int batched = fast && !accs && p.rounding == QK_ROUND_RNE &&
+                  ((fmt->rule == QK_RULE_NVFP4 && p.block == 16) ||
+                   (fmt->rule == QK_RULE_MX && p.block == 32));
 #pragma omp parallel for schedule(static) num_threads(p.threads)
     for (size_t g = 0; g < ngroups; g++) {
         size_t r0 = g * p.brows;
         size_t h = rows - r0 < p.brows ? rows - r0 : p.brows;
-        if (fast)
-            quant_row_fast(&p, r0, x + r0 * k, accs ? &accs[g] : NULL);
+        float *out = y + r0 * k;
+        if ((batched || fast || int_fast || fast_2d) && y != x)
+            memcpy(out, x + r0 * k, h * k * sizeof *out);
+        if (batched)
+            quant_row_fast(
+                &p, r0, out,
+                p.block == 16 ? quant_row_batched16(&p, out) : quant_row_batched32(&p, out), NULL);
+        else if (fast)
+            quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)
-            quant_row_int_fast(&p, x + r0 * k, accs ? &accs[g] : NULL);
+            quant_row_int_fast(&p, out, accs ? &accs[g] : NULL);
+        else if (fast_2d)
+            quant_group_nvfp4_2d_fast(&p, out, h);
         else
-            quant_group_ref(&p, x, r0, h, NULL, x, accs ? &accs[g] : NULL);
+            quant_group_ref(&p, x, r0, h, NULL, y, accs ? &accs[g] : NULL);
     }
     if (stats) stats_finish(&p, accs, ngroups, rows * k, stats);
     free(accs);

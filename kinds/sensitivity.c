@@ -161,8 +161,8 @@ static qs_status parse_part(qs_sensitivity_spec *s, const char *text, qs_error *
         char *end;
         long b = strtol(text, &end, 10);
         int want_kind = qs_mode_has_kind(s->mode);
-        if (end == text || *text == '-' || *text == '+' || b > 1000000 ||
-            (want_kind ? *end != '.' : *end != 0))
+        if (end == text || *text < '0' || *text > '9' || (*text == '0' && end != text + 1) ||
+            b > 1000000 || (want_kind ? *end != '.' : *end != 0))
             return qs_error_set(err, QS_EINVAL, "job spec: part: '%s' is not %s for mode %s", text,
                                 want_kind ? "\"<block>.<kind>\"" : "a block number",
                                 qs_mode_name(s->mode));
@@ -207,9 +207,12 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
         const json_t *v;
         json_array_foreach(of, i, v) {
             int part = qs_part_by_name(json_string_value(v));
-            if (part < 0 || (s->loo_of & (1u << part)))
-                return qs_error_set(err, QS_EINVAL,
-                                    "job spec: leave_one_out_of[%zu]: unknown or repeated part", i);
+            /* canonical order: block order, then lm_head, embeddings; each once */
+            if (part < 0 || s->loo_of >= (1u << part) ||
+                strcmp(json_string_value(v), qs_part_name(part)))
+                return qs_error_set(
+                    err, QS_EINVAL,
+                    "job spec: leave_one_out_of[%zu]: unknown, repeated or out of order part", i);
             s->loo_of |= 1u << part;
         }
     }
@@ -267,10 +270,11 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
         size_t i;
         json_array_foreach(metrics, i, v) {
             unsigned bit = qs_metric_bit(json_string_value(v));
-            if (!bit || (out->metrics & bit)) {
+            /* canonical order: sorted by name, each once (bits grow with the name) */
+            if (!bit || out->metrics >= bit) {
                 st = qs_error_set(err, QS_EINVAL,
-                                  "job spec: metrics[%zu]: unknown or repeated "
-                                  "metric",
+                                  "job spec: metrics[%zu]: unknown, repeated or out of order "
+                                  "(expected sorted names of kl, ppl, sqnr, top1)",
                                   i);
                 break;
             }

@@ -37,12 +37,30 @@ static qs_status read_path(const json_t *obj, const char *where, char **out, qs_
     return *out ? QS_OK : qs_error_set(err, QS_ENOMEM, "out of memory");
 }
 
+/* Every key of obj must be one of the NULL-terminated allowed: a key that is kept would count
+ * in the job key, and one the decoder drops would change it on re-encoding. */
+static qs_status only_keys(const json_t *obj, const char *where, const char *const *allowed,
+                           qs_error *err) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        size_t i = 0;
+        while (allowed[i] && strcmp(allowed[i], key))
+            i++;
+        if (!allowed[i])
+            return qs_error_set(err, QS_EINVAL, "job spec: %s: unknown key '%s'", where, key);
+    }
+    return QS_OK;
+}
+
 qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err) {
     memset(out, 0, sizeof *out);
     const json_t *m = json_object_get(spec, "model");
     if (!json_is_object(m))
         return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
-    qs_status st = read_digest(m, "model", out->digest, err);
+    static const char *const keys[] = {"digest", "path", NULL};
+    qs_status st = only_keys(m, "model", keys, err);
+    if (!st) st = read_digest(m, "model", out->digest, err);
     return st ? st : read_path(m, "model", &out->path, err);
 }
 
@@ -51,6 +69,9 @@ qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error 
     const json_t *d = json_object_get(spec, "dataset");
     if (!json_is_object(d))
         return qs_error_set(err, QS_EINVAL, "job spec: dataset: expected an object");
+    static const char *const keys[] = {"ctx", "digest", "max_chunks", "path", NULL};
+    qs_status kst = only_keys(d, "dataset", keys, err);
+    if (kst) return kst;
     const json_t *ctx = json_object_get(d, "ctx"), *mc = json_object_get(d, "max_chunks");
     if (!json_is_integer(ctx) || json_integer_value(ctx) < 2 || json_integer_value(ctx) > 1 << 20)
         return qs_error_set(err, QS_EINVAL,

@@ -2,12 +2,18 @@
  *
  * For a [rows x k] FP32 matrix (default 4096 x 4096, 64 MiB) it times, at 1 thread and at
  * all threads: a parallel memcpy of the matrix (the bandwidth ceiling, measured in this run)
- * and qk_fake_quant in place for NVFP4, MXFP4 (fast path) and NVFP4 through the scalar
- * reference. Bytes counted: the matrix read once and written once (2 * rows * k * 4) for
- * both memcpy and fake-quant, so the ratio compares like with like. Each figure is the best
- * of `reps` runs after one warm-up.
+ * and qk_fake_quant in place for NVFP4 (1D and 2D), MXFP4, MXFP8, INT8 per channel and INT4
+ * group-wise (fast paths) and NVFP4 and INT8 through the scalar reference. Bytes counted: the
+ * matrix read once and written once (2 * rows * k * 4) for both memcpy and fake-quant, so the ratio
+ * compares like with like. Two rows explain NVFP4's limit: "amax (read only)" is its first
+ * pass alone (qk_joint_amax; bytes = rows * k * 4, read), and "nvfp4 given amax" its second
+ * pass alone (the tensor amax passed in options.tensor_amax). "nvfp4 into" is the
+ * out-of-place call from the source (qk_fake_quant_into), "memcpy+nvfp4" what a caller keeping
+ * its master copy does without it (copy, then in place). Each case alternates with a
+ * memcpy run (so that both meet the same load on a shared machine); each figure is the best
+ * of `reps` runs after one warm-up, and "x memcpy" divides the case's GB/s by that memcpy's.
  *
- * Usage: bench_fakequant [rows k [reps]] */
+ * Usage: bench_fakequant [rows k [reps [noref]]]   (noref: skip the slow reference rows) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +42,9 @@ int main(int argc, char **argv) {
         k = strtoul(argv[2], NULL, 10);
     }
     if (argc >= 4) reps = atoi(argv[3]);
+    int noref = argc >= 5 && strcmp(argv[4], "noref") == 0;
     if (rows == 0 || k == 0 || reps <= 0) {
-        fprintf(stderr, "usage: %s [rows k [reps]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [rows k [reps [noref]]]\n", argv[0]);
         return 2;
     }
     size_t n = rows * k;
@@ -56,48 +63,80 @@ int main(int argc, char **argv) {
     double bytes = 2.0 * (double)n * sizeof(float);
     printf("bench_fakequant: %zu x %zu FP32 (%.1f MiB), best of %d, bytes = read + write\n", rows,
            k, (double)n * sizeof(float) / 1048576.0, reps);
-    printf("%-18s %7s %10s %9s %12s\n", "format", "threads", "ms", "GB/s", "x memcpy");
+    printf("%-18s %7s %10s %9s %10s %10s\n", "format", "threads", "ms", "GB/s", "memcpy ms",
+           "x memcpy");
 
+    /* clang-format off */
+    const struct {
+        const char *label, *format;
+        int reference, given, amax_only; /* 1: amax only; 2: out of place; 3: copy first */
+    } cases[] = {{"amax (read only)", "nvfp4", 0, 0, 1},
+                 {"nvfp4", "nvfp4", 0, 0, 0},
+                 {"nvfp4 given amax", "nvfp4", 0, 1, 0},
+                 {"nvfp4 into", "nvfp4", 0, 0, 2},
+                 {"memcpy+nvfp4", "nvfp4", 0, 0, 3},
+                 {"nvfp4_2d", "nvfp4_2d", 0, 0, 0},
+                 {"mxfp4", "mxfp4", 0, 0, 0},
+                 {"nvfp4 (reference)", "nvfp4", 1, 0, 0},
+                 {"mxfp8_e4m3", "mxfp8_e4m3", 0, 0, 0},
+                 {"int8_channel", "int8_channel", 0, 0, 0},
+                 {"int4_group", "int4_group", 0, 0, 0},
+                 {"int8 (reference)", "int8_channel", 1, 0, 0}};
+    /* clang-format on */
+    float amax = 0.0f;
+    {
+        const float *list[1] = {src};
+        const size_t len[1] = {n};
+        qs_error err = {0};
+        if (qk_joint_amax(list, len, 1, 0, &amax, &err) != QS_OK) {
+            fprintf(stderr, "bench_fakequant: %s\n", err.msg);
+            return 1;
+        }
+    }
     const int thread_counts[] = {1, all};
     for (int ti = 0; ti < (all > 1 ? 2 : 1); ti++) {
         int th = thread_counts[ti];
-        double best_copy = 1e30;
-        for (int r = 0; r <= reps; r++) {
-            double t0 = qs_clock_s();
-            copy_parallel(buf, src, n, th);
-            double dt = qs_clock_s() - t0;
-            if (r > 0 && dt < best_copy) best_copy = dt;
-        }
-        double copy_gbs = bytes / best_copy / 1e9;
-        printf("%-18s %7d %10.2f %9.2f %12.2f\n", "memcpy", th, best_copy * 1e3, copy_gbs, 1.0);
-        const struct {
-            const char *label, *format;
-            int reference;
-        } cases[] = {{"nvfp4", "nvfp4", 0},
-                     {"mxfp4", "mxfp4", 0},
-                     {"nvfp4 (reference)", "nvfp4", 1},
-                     {"mxfp8_e4m3", "mxfp8_e4m3", 0},
-                     {"int8_channel", "int8_channel", 0},
-                     {"int4_group", "int4_group", 0},
-                     {"int8 (reference)", "int8_channel", 1}};
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const qk_format *f = qk_format_by_name(cases[c].format);
-            qk_quant_options o = {.threads = th, .reference_only = cases[c].reference};
+            if (noref && cases[c].reference) continue;
+            qk_quant_options o = {.threads = th,
+                                  .reference_only = cases[c].reference,
+                                  .tensor_amax_given = cases[c].given,
+                                  .tensor_amax = amax};
             qs_error err = {0};
-            double best = 1e30;
+            double best = 1e30, best_copy = 1e30;
+            /* memcpy and the case alternate, so that both see the same load on a shared
+             * machine; the timed memcpy also gives the case its fresh input */
             for (int r = 0; r <= reps; r++) {
-                copy_parallel(buf, src, n, th); /* fresh input, outside the timed region */
                 double t0 = qs_clock_s();
-                if (qk_fake_quant(f, &o, buf, rows, k, NULL, &err) != QS_OK) {
-                    fprintf(stderr, "bench_fakequant: %s\n", err.msg);
+                copy_parallel(buf, src, n, th);
+                double t1 = qs_clock_s();
+                qs_status st;
+                if (cases[c].amax_only == 2) { /* out of place, from src: no copy needed */
+                    st = qk_fake_quant_into(f, &o, src, buf, rows, k, NULL, &err);
+                } else if (cases[c].amax_only == 3) { /* what a caller does without it */
+                    copy_parallel(buf, src, n, th);
+                    st = qk_fake_quant(f, &o, buf, rows, k, NULL, &err);
+                } else if (cases[c].amax_only) {
+                    const float *list[1] = {buf};
+                    const size_t len[1] = {n};
+                    float a;
+                    st = qk_joint_amax(list, len, 1, th, &a, &err);
+                } else {
+                    st = qk_fake_quant(f, &o, buf, rows, k, NULL, &err);
+                }
+                double t2 = qs_clock_s();
+                if (st != QS_OK) {
+                    fprintf(stderr, "bench_fakequant: %s: %s\n", cases[c].label, err.msg);
                     return 1;
                 }
-                double dt = qs_clock_s() - t0;
-                if (r > 0 && dt < best) best = dt;
+                if (r > 0 && t1 - t0 < best_copy) best_copy = t1 - t0;
+                if (r > 0 && t2 - t1 < best) best = t2 - t1;
             }
-            double gbs = bytes / best / 1e9;
-            printf("%-18s %7d %10.2f %9.2f %12.2f\n", cases[c].label, th, best * 1e3, gbs,
-                   gbs / copy_gbs);
+            double case_bytes = cases[c].amax_only == 1 ? bytes / 2.0 : bytes;
+            double gbs = case_bytes / best / 1e9, copy_gbs = bytes / best_copy / 1e9;
+            printf("%-18s %7d %10.2f %9.2f %10.2f %10.2f\n", cases[c].label, th, best * 1e3, gbs,
+                   best_copy * 1e3, gbs / copy_gbs);
         }
     }
     free(src);

@@ -165,9 +165,11 @@ typedef struct qc_job {
     char *spec;       /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
     const char *kind; /* "baseline" or "eval": the job kind in the worker's registry */
     long depends_on;  /* index of the job this one needs done first (its baseline); -1 none */
-    size_t model;     /* index of its model in the grid's models */
-    int mode;         /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
-    char *label;      /* short human label: "<model> <format> <quantize> <mode> <part>" */
+    size_t model;     /* index of its model in the grid's models (0 for a kind without) */
+    char model_key[QS_AFFINITY_KEY_MAX]; /* affinity key of the spec's model.digest
+                                            (qs_affinity_key); "" when the spec names none */
+    int mode;    /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
+    char *label; /* short human label: "<model> <format> <quantize> <mode> <part>" */
 } qc_job;
 
 /* Jobs in submission order: each baseline precedes the jobs that depend on it. */

@@ -59,8 +59,12 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *dataset, const qc_
 /* Appends one job: its spec (a canonical spec object, see kinds/spec.h; the reference is
  * taken over, also on error), job kind name (a static string), the index of the job it depends
  * on (-1 none), its model's index in g->models (0 for a kind without models), its qs_mode (-1
- * for jobs of no mode) and label. The job_key is computed here (qs_spec_key); *index (may be
- * NULL) receives the job's position. Errors: QS_ENOMEM. */
+ * for jobs of no mode) and label. The job_key is computed here (qs_spec_key), and the affinity
+ * key from the spec's model.digest when it has one (qs_affinity_key); *index (may be NULL)
+ * receives the job's position. The spec must pass its job kind's check (kinds/registry.h
+ * qs_job_kind.check), so a spec the worker would refuse fails at expansion, not on the
+ * worker. Errors: QS_EINVAL (kind not registered, or its check's message, wrapped with the
+ * job's number and label), QS_ENOMEM. */
 qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
                           size_t model, int mode, const char *label, long *index, qs_error *err);
 

@@ -3,10 +3,26 @@
 #include <string.h>
 
 #include "grid_kind.h"
+#include "registry.h"
 
 qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
                           size_t model, int mode, const char *label, long *index, qs_error *err) {
-    char key[65];
+    char key[65], model_key[QS_AFFINITY_KEY_MAX] = "";
+    /* the affinity key comes from the spec, so every kind that names a model gets one */
+    const char *digest =
+        json_string_value(json_object_get(json_object_get(spec, "model"), "digest"));
+    if (digest) qs_affinity_key(digest, model_key, sizeof model_key);
+    /* the job kind's own decoder must accept what the grid kind wrote: a spec the worker would
+       refuse fails here, at submission, instead of burning every attempt */
+    const qs_job_kind *jk = qs_job_kind_find(kind);
+    qs_status chk = !spec ? QS_OK
+                    : jk  ? jk->check(spec, err)
+                          : qs_error_set(err, QS_EINVAL,
+                                         "job kind '%s' is not registered (kinds/registry.c)", kind);
+    if (chk) {
+        json_decref(spec);
+        return qs_error_wrap(err, "job %zu (%s)", list->n + 1, label);
+    }
     char *text = spec ? qs_spec_canonical(spec) : NULL;
     qs_status st =
         text ? qs_spec_key(spec, key, err) : qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -30,6 +46,7 @@ qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, lon
     }
     qc_job *j = &list->jobs[n];
     memcpy(j->key, key, sizeof key);
+    memcpy(j->model_key, model_key, sizeof model_key);
     j->spec = text;
     j->kind = kind;
     j->depends_on = depends_on;

@@ -125,12 +125,14 @@ void h_end(harness *h) {
     h->dir[0] = '\0';
 }
 
-/* fork + exec with stderr to log (NULL: inherited). */
-static pid_t spawn(const char *log, char *const argv[]) {
+/* fork + exec with stderr to log (NULL: inherited), env strings added (may be NULL). */
+static pid_t spawn_env(const char *log, char *const argv[], const char *const *env) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that failed */
+        for (size_t i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         if (log) {
             int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {
@@ -145,6 +147,10 @@ static pid_t spawn(const char *log, char *const argv[]) {
     return pid;
 }
 
+static pid_t spawn(const char *log, char *const argv[]) {
+    return spawn_env(log, argv, NULL);
+}
+
 static pid_t start_coordinator_logging(harness *h, const char *log) {
     char lease[16], grace[16], backoff[16];
     snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
@@ -154,6 +160,22 @@ static pid_t start_coordinator_logging(harness *h, const char *log) {
         QS_COORDINATOR_BIN, "--bind", h->endpoint,    "--db",  h->conninfo, "--lease-ms", lease,
         "--grace-ms",       grace,    "--backoff-ms", backoff, "--poll-ms", "200",        NULL};
     return spawn(log, argv);
+}
+
+pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *const *env) {
+    char lease[16], grace[16], backoff[16];
+    snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
+    snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
+    snprintf(backoff, sizeof backoff, "%d", H_BACKOFF_MS);
+    char *argv[48] = {
+        QS_COORDINATOR_BIN, "--bind", h->endpoint,    "--db",  h->conninfo, "--lease-ms", lease,
+        "--grace-ms",       grace,    "--backoff-ms", backoff, "--poll-ms", "200",        NULL};
+    size_t n = 13;
+    for (size_t i = 0; extra && extra[i] && n < 47; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    h->coord = spawn_env(h->coord_log, argv, env);
+    return h->coord;
 }
 
 pid_t h_start_coordinator(harness *h) {
@@ -178,18 +200,37 @@ int h_run_second_coordinator(harness *h, char *log, size_t cap) {
 }
 
 pid_t h_start_worker(harness *h, const char *id) {
+    return h_start_worker_args(h, id, NULL);
+}
+
+pid_t h_start_worker_args(harness *h, const char *id, const char *const *extra) {
     char hb[16], to[16];
     snprintf(hb, sizeof hb, "%d", H_HEARTBEAT_MS);
     snprintf(to, sizeof to, "%d", H_WORKER_TIMEOUT_MS);
     char log[160];
     snprintf(log, sizeof log, "%s/worker-%s.log", h->dir, id);
-    char *const argv[] = {
+    char *argv[48] = {
         QS_WORKER_BIN, "--endpoint",     h->endpoint, "--id",         (char *)id, "--threads",
         "1",           "--heartbeat-ms", hb,          "--timeout-ms", to,         NULL};
+    size_t n = 11;
+    for (size_t i = 0; extra && extra[i] && n < 47; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
     assert_true(h->n_workers < 16);
     pid_t pid = spawn(log, argv);
     h->workers[h->n_workers++] = pid;
     return pid;
+}
+
+bool h_file_contains(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
 }
 
 void h_signal(harness *h, pid_t pid, int sig) {

@@ -49,6 +49,14 @@ pid_t h_start_coordinator(harness *h);
 int h_run_second_coordinator(harness *h, char *log, size_t cap);
 /* Starts qsweep-worker named id. */
 pid_t h_start_worker(harness *h, const char *id);
+/* Same, with extra command-line arguments (a NULL-terminated list, e.g. {"--exit-when-idle-ms",
+ * "1000", NULL}) after the usual ones; its stderr goes to <dir>/worker-<id>.log. */
+pid_t h_start_worker_args(harness *h, const char *id, const char *const *extra);
+/* Starts qsweep-coordinator with the H_* timings and extra arguments, under environment
+ * variables env ("NAME=value" strings, NULL-terminated; may be NULL) added to this process's. */
+pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *const *env);
+/* True when the file at path (e.g. a worker's log) contains needle. */
+bool h_file_contains(const char *path, const char *needle);
 /* Sends sig and, for SIGKILL, reaps the process. */
 void h_signal(harness *h, pid_t pid, int sig);
 /* Waits up to timeout_ms for pid to exit; returns its exit status or -1. */

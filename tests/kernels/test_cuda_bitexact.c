@@ -116,6 +116,19 @@ int main(void) {
         free(cpu);
         free(gpu);
     }
+    /* options the GPU does not implement are refused, never silently ignored */
+    {
+        float v[16] = {1.0f};
+        qs_error err = {0};
+        qk_quant_options given = {.tensor_amax_given = 1, .tensor_amax = 2.0f};
+        qk_quant_options tiny = {.tiny_amax = QK_TINY_EXACT};
+        const qk_format *f = qk_format_by_name("nvfp4");
+        int ok = qk_cuda_fake_quant_host(f, &given, v, 1, 16, &err) == QS_EUNSUPPORTED &&
+                 qk_cuda_fake_quant_host(f, &tiny, v, 1, 16, &err) == QS_EUNSUPPORTED;
+        printf("%-6s nvfp4 tensor_amax_given / tiny_amax exact refused\n", ok ? "OK" : "NOT OK");
+        failed += !ok;
+        cases++;
+    }
     printf("kernels_cuda_bitexact: %d of %d cases bit-identical\n", cases - failed, cases);
     return failed ? 1 : 0;
 }

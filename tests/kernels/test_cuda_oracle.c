@@ -149,13 +149,13 @@ static void all_2_32_inputs_match_cuda(void **state) {
 #endif
 }
 
-/* The fast minifloat value of the non-E2M1 MX and per-tensor formats against the reference
- * codec on all 2^32 inputs (the reference itself is checked against CUDA above and in
- * kernels_cuda_oracle). Needs no CUDA header. */
+/* The fast minifloat value of the MX and per-tensor formats, and of E2M1 (the batched NVFP4
+ * path uses it), against the reference codec on all 2^32 inputs (the reference itself is
+ * checked against CUDA above and in kernels_cuda_oracle). Needs no CUDA header. */
 static void minifloat_fast_values_match_reference_on_all_inputs(void **state) {
     (void)state;
-    const qk_codec *codecs[] = {&qk_codec_e4m3, &qk_codec_e5m2, &qk_codec_e2m3, &qk_codec_e3m2,
-                                &qk_codec_fp16};
+    const qk_codec *codecs[] = {&qk_codec_e4m3, &qk_codec_e5m2, &qk_codec_e2m3,
+                                &qk_codec_e3m2, &qk_codec_fp16, &qk_codec_e2m1};
     size_t bad = 0;
     for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
         const qk_codec *c = codecs[ci];
@@ -175,7 +175,7 @@ static void minifloat_fast_values_match_reference_on_all_inputs(void **state) {
             }
         }
     }
-    fprintf(stderr, "2^32 inputs x 5 minifloat codecs, %zu mismatches\n", bad);
+    fprintf(stderr, "2^32 inputs x 6 minifloat codecs, %zu mismatches\n", bad);
     assert_int_equal(bad, 0);
 }
 

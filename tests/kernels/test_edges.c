@@ -130,7 +130,7 @@ static void nvfp4_tiny_tensor_follows_transformer_engine(void **state) {
         int e;          /* amax_t = 2^e */
         int tiny;       /* S_enc = 2688 * 2^-e > 2^126 */
         double rel_err; /* of the amax element, NAN: not checked */
-    } cases[] = {{-100, 0, 0.0},   {-114, 0, 0.0},    {-115, 1, NAN},   {-117, 1, NAN},
+    } cases[] = {{-100, 0, 0.0},   {-114, 0, 0.0},   {-115, 1, NAN}, {-117, 1, NAN},
                  {-126, 1, -0.31}, {-127, 1, -0.66}, {-130, 1, -1.0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float x[N], y[N], want[N];
@@ -224,6 +224,55 @@ static void nvfp4_tiny_tensor_exact_variant(void **state) {
 #endif
 }
 
+/* The exact variant is TE on the tensor rescaled by 2^p, scaled back, for every per-tensor
+ * format, rounding (SR draws the same bits: they depend on the element index only) and
+ * thread count, with a given tiny amax too: checked here as that identity, through qsweep's
+ * own default path on x * 2^p (the oracle test above covers NVFP4 RNE independently). */
+static void tiny_exact_variant_is_rescaled_te_for_every_tensor_format(void **state) {
+    (void)state;
+    enum { R = 20, K = 48, N = R * K };
+    static float x[N], xs[N], y[N], want[N];
+    const char *names[] = {"nvfp4", "nvfp4_2d", "fp8_e4m3"};
+    for (int f = 0; f < 3; f++) {
+        for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd++) {
+            for (int given = 0; given < 2; given++) {
+                fill_unit(x, N, 11 + (uint64_t)f, 33);
+                for (int i = 0; i < N; i++)
+                    x[i] = ldexpf(x[i], -120); /* FP32 normal inputs: the rescaling is exact */
+                const int p = 120;             /* amax 2^-120 = 1 * 2^-120: p = 1 - (-119) */
+                for (int i = 0; i < N; i++)
+                    xs[i] = ldexpf(x[i], p);
+                qk_quant_options o = {.rounding = (qk_rounding)rnd, .seed = 4, .tensor_id = 9};
+                qs_error err = {0};
+                if (given) { /* a given amax twice the own one: p is then one less */
+                    o.tensor_amax_given = 1;
+                    o.tensor_amax = 0x1p-119f;
+                    for (int i = 0; i < N; i++)
+                        xs[i] = ldexpf(x[i], p - 1);
+                }
+                memcpy(want, xs, sizeof xs);
+                qk_quant_options os = o;
+                os.tensor_amax = given ? 1.0f : 0.0f;
+                assert_int_equal(qk_fake_quant(fmt(names[f]), &os, want, R, K, NULL, &err), QS_OK);
+                for (int i = 0; i < N; i++)
+                    want[i] = ldexpf(want[i], given ? -(p - 1) : -p);
+                o.tiny_amax = QK_TINY_EXACT;
+                for (int th = 1; th <= 2; th++) {
+                    o.threads = th;
+                    memcpy(y, x, sizeof x);
+                    qk_quant_stats st;
+                    assert_int_equal(qk_fake_quant(fmt(names[f]), &o, y, R, K, &st, &err), QS_OK);
+                    assert_int_equal(st.n_tiny_tensors, 1);
+                    assert_int_equal(st.tensor_scale_exp2, given ? -(p - 1) : -p);
+                    if (memcmp(y, want, sizeof y) != 0)
+                        fail_msg("%s rounding %d given %d threads %d: not TE on x * 2^p", names[f],
+                                 rnd, given, th);
+                }
+            }
+        }
+    }
+}
+
 /* FP8 per tensor has the same edge (S_enc = 448/amax_t): counted, and exact under the option:
  * the amax element, 1.3 * 2^-135, returns as itself (TE's saturated S_enc: 1.25 * 2^-135). */
 static void fp8_per_tensor_tiny_tensor(void **state) {
@@ -248,8 +297,7 @@ static void fp8_per_tensor_tiny_tensor(void **state) {
     assert_non_null(strstr(err.msg, "tiny_amax"));
     assert_int_equal(qk_quant_option_set(fmt("int8_channel"), &o, "tiny_amax", "exact", &err),
                      QS_ENOTFOUND);
-    assert_int_equal(qk_quant_option_set(fmt("nvfp4"), &o, "tiny_amax", "always", &err),
-                     QS_EINVAL);
+    assert_int_equal(qk_quant_option_set(fmt("nvfp4"), &o, "tiny_amax", "always", &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "te, exact"));
 }
 
@@ -385,9 +433,9 @@ static void fp8_per_tensor_inf_saturates_to_the_amax(void **state) {
     assert_int_equal(qk_fake_quant(fmt("fp8_e4m3"), NULL, x, 1, 8, &st, &err), QS_OK);
     assert_true(st.tensor_amax == 3.0f);
     assert_true(fabsf(x[0] - 3.0f) <= 3.0f * 0x1p-23f); /* 448 * S_dec: one rounding off 3 */
-    assert_true(x[0] == -x[2] && x[3] == x[2]);          /* +-Inf exactly as the finite amax */
-    assert_true(fabsf(x[1] - 1.0f) <= 1.0f / 16.0f);     /* E4M3's 3 mantissa bits */
-    assert_true(isnan(x[5])); /* E4M3 has a NaN code: NaN stays NaN */
+    assert_true(x[0] == -x[2] && x[3] == x[2]);         /* +-Inf exactly as the finite amax */
+    assert_true(fabsf(x[1] - 1.0f) <= 1.0f / 16.0f);    /* E4M3's 3 mantissa bits */
+    assert_true(isnan(x[5]));                           /* E4M3 has a NaN code: NaN stays NaN */
     assert_int_equal(st.n_nonfinite, 3);
 }
 
@@ -487,8 +535,7 @@ static void fused_qkv_share_one_global_scale(void **state) {
         assert_true(st.tensor_scale == s_dec);
         qk_packed pk, pf;
         assert_int_equal(qk_packed_init(&pk, fmt("nvfp4"), &o, nr[t], K, &err), QS_OK);
-        assert_int_equal(qk_quantize(fmt("nvfp4"), &o, w + r0[t] * K, nr[t], K, &pk, &err),
-                         QS_OK);
+        assert_int_equal(qk_quantize(fmt("nvfp4"), &o, w + r0[t] * K, nr[t], K, &pk, &err), QS_OK);
         assert_true(pk.tensor_scale == s_dec && pk.tensor_amax == 0.28f);
         assert_int_equal(qk_packed_init(&pf, fmt("nvfp4"), NULL, RT, K, &err), QS_OK);
         assert_int_equal(qk_quantize(fmt("nvfp4"), NULL, w, RT, K, &pf, &err), QS_OK);
@@ -576,7 +623,8 @@ static void given_tensor_amax_rules(void **state) {
     assert_non_null(strstr(err.msg, "count 0"));
 }
 
-/* --- 5. the INT fast path ---------------------------------------------------------------------- */
+/* --- 5. the INT fast path ----------------------------------------------------------------------
+ */
 
 /* int8_channel and int4_group (group 128, 32, 5, 1, and one longer than k) through the fast
  * path equal the scalar reference bit for bit, values and statistics, with NaN, +-Inf, -0,
@@ -616,8 +664,8 @@ static void int_fast_path_matches_reference(void **state) {
     const struct {
         const char *f;
         int group;
-    } cfg[] = {{"int8_channel", 0}, {"int4_group", 0},  {"int4_group", 32},
-               {"int4_group", 5},   {"int4_group", 1},  {"int4_group", 1000}};
+    } cfg[] = {{"int8_channel", 0}, {"int4_group", 0}, {"int4_group", 32},
+               {"int4_group", 5},   {"int4_group", 1}, {"int4_group", 1000}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         for (int e = -140; e <= 100; e += 60) {
             for (int th = 1; th <= 3; th++) {
@@ -649,6 +697,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nvfp4_tiny_tensor_follows_transformer_engine),
         cmocka_unit_test(nvfp4_tiny_tensor_exact_variant),
+        cmocka_unit_test(tiny_exact_variant_is_rescaled_te_for_every_tensor_format),
         cmocka_unit_test(fp8_per_tensor_tiny_tensor),
         cmocka_unit_test(mxfp4_rceil_of_flt_max_against_cuda),
         cmocka_unit_test(mx_flt_max_block_decodes_finite_and_is_stable),

@@ -381,6 +381,49 @@ static void packed_path_equals_fake_quant_for_every_format(void **state) {
     free(z);
 }
 
+/* qk_fake_quant_into (out of place) equals qk_fake_quant on a copy, bit for bit, values and
+ * statistics, for every format and rounding, with and without statistics (the batched path
+ * and the per-block paths), specials in the data; x is left unchanged; a NULL y is refused. */
+static void out_of_place_equals_in_place_for_every_format(void **state) {
+    (void)state;
+    const size_t rows = 9, k = 600;
+    float *x = make_matrix(rows, k, 12, 1);
+    float *keep = malloc(rows * k * sizeof *x), *a = malloc(rows * k * sizeof *x),
+          *b = malloc(rows * k * sizeof *x);
+    assert_non_null(keep);
+    assert_non_null(a);
+    assert_non_null(b);
+    memcpy(keep, x, rows * k * sizeof *x);
+    for (size_t fi = 0; fi < qk_format_count(); fi++) {
+        const qk_format *f = qk_format_at(fi);
+        for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd++) {
+            for (int with_stats = 0; with_stats < 2; with_stats++) {
+                qk_quant_options o = {.rounding = (qk_rounding)rnd, .seed = 3, .threads = 2};
+                qk_quant_stats sa, sb;
+                qs_error err = {0};
+                memcpy(a, x, rows * k * sizeof *x);
+                memset(b, 0xA5, rows * k * sizeof *b);
+                assert_int_equal(qk_fake_quant(f, &o, a, rows, k, with_stats ? &sa : NULL, &err),
+                                 QS_OK);
+                assert_int_equal(
+                    qk_fake_quant_into(f, &o, x, b, rows, k, with_stats ? &sb : NULL, &err), QS_OK);
+                if (memcmp(a, b, rows * k * sizeof *a) != 0)
+                    fail_msg("%s rounding %d stats %d: out of place differs", f->name, rnd,
+                             with_stats);
+                if (with_stats) assert_memory_equal(&sa, &sb, sizeof sa);
+                assert_memory_equal(x, keep, rows * k * sizeof *x);
+            }
+        }
+    }
+    qs_error err = {0};
+    assert_int_equal(qk_fake_quant_into(fmt("nvfp4"), NULL, x, NULL, rows, k, NULL, &err),
+                     QS_EINVAL);
+    free(x);
+    free(keep);
+    free(a);
+    free(b);
+}
+
 /* 1, 2 and 4 threads give identical bits and identical statistics for every format and
  * rounding mode (rows not a multiple of 16 or of the thread count). */
 static void results_are_identical_for_1_2_4_threads(void **state) {
@@ -458,6 +501,56 @@ static void fast_path_matches_reference(void **state) {
     free(x);
     free(a);
     free(b);
+}
+
+/* RNE fake-quant without statistics of NVFP4 and the MX formats takes the batched path (16
+ * blocks at a time, then the per-block fast path for the rest of the row), nvfp4_2d its
+ * tile path: bit-identical to the scalar reference for k below, at and above a batch (256
+ * and 512), ragged k and row counts, every NVFP4 clamp option and given tensor amax, every
+ * MX format and scale rule, specials in the
+ * data (MX blocks holding Inf or NaN are NaN), overall scales 2^-60 .. 2^60, and 1, 2 and 3
+ * threads. */
+static void batched_path_matches_reference(void **state) {
+    (void)state;
+    const size_t shapes[][2] = {{3, 255}, {5, 256}, {7, 700}, {2, 4096 + 48}, {33, 512}};
+    const char *mx[] = {"mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s][0], k = shapes[s][1], n = rows * k;
+        float *x = make_matrix(rows, k, 40 + s, 1);
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        assert_non_null(a);
+        assert_non_null(b);
+        /* cfg < 12: nvfp4 (cfg < 6) or nvfp4_2d with clamp (cfg % 6) / 2, amax given when
+         * cfg is odd; then MX format (cfg - 12) / 4 under scale rule (cfg - 12) % 4 */
+        for (int cfg = 0; cfg < 12 + 5 * 4; cfg++) {
+            const char *name = cfg < 6 ? "nvfp4" : cfg < 12 ? "nvfp4_2d" : mx[(cfg - 12) / 4];
+            for (int e = -60; e <= 60; e += 40) {
+                for (size_t i = 0; i < n; i++)
+                    a[i] = ldexpf(x[i], e);
+                memcpy(b, a, n * sizeof *a);
+                qk_quant_options o = {.threads = 1 + (int)((s + (size_t)cfg) % 3)};
+                if (cfg < 12) {
+                    o.nvfp4_clamp = (qk_nvfp4_clamp)((cfg % 6) / 2);
+                    o.tensor_amax_given = cfg & 1;
+                    o.tensor_amax = ldexpf(3.0f, e);
+                } else {
+                    o.mx_rule = (qk_mx_scale_rule)((cfg - 12) % 4);
+                }
+                qs_error err = {0};
+                o.reference_only = 1;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, a, rows, k, NULL, &err), QS_OK);
+                o.reference_only = 0;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, b, rows, k, NULL, &err), QS_OK);
+                for (size_t i = 0; i < n; i++)
+                    if (bits_of_f32(a[i]) != bits_of_f32(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+                        fail_msg("%s k %zu cfg %d scale 2^%d: element %zu: %a vs %a", name, k, cfg,
+                                 e, i, (double)a[i], (double)b[i]);
+            }
+        }
+        free(x);
+        free(a);
+        free(b);
+    }
 }
 
 /* Statistics against a direct computation from the input and the fake-quant output. */
@@ -570,7 +663,9 @@ int main(void) {
         cmocka_unit_test(nvfp4_2d_scaling_commutes_with_transpose),
         cmocka_unit_test(packed_path_equals_fake_quant_for_every_format),
         cmocka_unit_test(results_are_identical_for_1_2_4_threads),
+        cmocka_unit_test(out_of_place_equals_in_place_for_every_format),
         cmocka_unit_test(fast_path_matches_reference),
+        cmocka_unit_test(batched_path_matches_reference),
         cmocka_unit_test(statistics_match_direct_computation),
         cmocka_unit_test(invalid_calls_are_refused_with_a_message),
         cmocka_unit_test(integer_formats_use_absmax_scales),

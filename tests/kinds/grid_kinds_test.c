@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "fixtures.h"
+#include "grid_kind.h"
 #include "grid.h"
 #include "probe.h"
 
@@ -142,6 +143,12 @@ static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) 
     assert_string_equal(hex_s, "6e872cb273b136357c51a101fa50472c3a950747f86eb1897f097c71f54a19e1");
     assert_string_equal(l.jobs[1].key,
                         "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe");
+    /* the affinity key the pre-kinds submit built from the model's digest */
+    assert_string_equal(l.jobs[1].model_key,
+                        "model:eca1f7e6930602478a3e12bacc8deab4e52c8053a0b75014e38b5ec8679bd05e");
+    assert_string_equal(l.jobs[l.n - 1].model_key,
+                        "model:"
+                        "9f19eb23fc84fdbddc5f3f8b0ee52a683921b4c6e1cfd67e3b522eae5c4c34a9");
     qc_job_list_free(&l);
     qc_grid_free(g);
 }
@@ -239,6 +246,23 @@ static void test_unknown_kind_names_the_registered_kinds(void **state) {
                                     "max_attempts, resources)"));
 }
 
+/* A spec its job kind would refuse fails at expansion, naming the job; so does a kind the
+ * registry does not know. */
+static void test_job_list_refuses_specs_their_kind_refuses(void **state) {
+    (void)state;
+    qc_job_list l = {0};
+    qs_error err = {0};
+    json_t *bad = json_pack("{s:s, s:s}", "kind", "eval", "mode", "diagonal");
+    assert_int_equal(qc_job_list_add(&l, bad, "eval", -1, 0, 0, "m f w diagonal q", NULL, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "job 1 (m f w diagonal q): job spec:"));
+    json_t *other = json_pack("{s:s}", "kind", "sleep");
+    assert_int_equal(qc_job_list_add(&l, other, "sleep", -1, 0, -1, "s", NULL, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "job kind 'sleep' is not registered"));
+    assert_int_equal(l.n, 0);
+    qc_job_list_free(&l);
+}
+
 /* `resources` is recorded in every spec and changes no key. */
 static void test_resources_are_recorded_but_not_keyed(void **state) {
     env *e = *state;
@@ -310,6 +334,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
+        cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
                                         teardown),

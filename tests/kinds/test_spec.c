@@ -229,6 +229,10 @@ static void test_decoder_names_the_bad_field(void **state) {
         {"\"digest\":\"" MODEL_DIGEST "\"", "\"digest\":\"../x\"", "model.digest"},
         {"\"part\":\"q\"", "\"part\":\"q\",\"tied_embeddings\":\"head_copy_only\"",
          "tied_embeddings: expected"},
+        /* found by kinds_fuzz_spec: what re-encoding would change must be refused */
+        {"\"ctx\":64", "\"ctx\":64,\"quantize\":\"w\"", "dataset: unknown key 'quantize'"},
+        {"\"path\":\"/m\"", "\"path\":\"/m\",\"x\":1", "model: unknown key 'x'"},
+        {"\"metrics\":[\"kl\",\"ppl\"]", "\"metrics\":[\"ppl\",\"kl\"]", "out of order"},
         {"\"part\":\"q\"", "\"part\":\"lm_head\",\"leave_one_out_of\":[\"q\"]",
          "leave_one_out_of applies to mode leave_one_out only"},
     };
@@ -244,6 +248,34 @@ static void test_decoder_names_the_bad_field(void **state) {
         if (!strstr(err.msg, cases[i].msg))
             fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, cases[i].msg);
         assert_null(s.format); /* cleared on error */
+    }
+}
+
+/* Only the canonical text of a part or a list decodes: "05.down" would re-encode as "5.down"
+ * and change the key (found by kinds_fuzz_spec). */
+static void test_non_canonical_parts_and_lists_are_refused(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "\"mode\":\"layer\",\"model\"",
+        "\"part\":\"05.down\"",
+        "\"mode\":\"layer\",\"model\"",
+        "\"part\":\"+5.down\"",
+        "\"mode\":\"leave_one_out\",\"model\"",
+        "\"leave_one_out_of\":[\"k\",\"q\"],\"part\":\"q\"",
+        "\"mode\":\"leave_one_out\",\"model\"",
+        "\"leave_one_out_of\":[\"q_proj\",\"k\"],\"part\":\"k\"",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i += 2) {
+        char text[2048], mid[1024];
+        const char *m = strstr(EVAL_TEXT, "\"mode\":\"component\",\"model\"");
+        snprintf(mid, sizeof mid, "%.*s%s%s", (int)(m - EVAL_TEXT), EVAL_TEXT, texts[i],
+                 m + strlen("\"mode\":\"component\",\"model\""));
+        const char *p = strstr(mid, "\"part\":\"q\"");
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(p - mid), mid, texts[i + 1],
+                 p + strlen("\"part\":\"q\""));
+        qs_sensitivity_spec s;
+        qs_error err = {0};
+        if (decode_text(text, &s, &err) != QS_EINVAL) fail_msg("accepted: %s", text);
     }
 }
 
@@ -304,8 +336,11 @@ static void test_registry_checks_a_spec_by_its_kind(void **state) {
     const qs_job_kind *k = qs_job_kind_find("eval");
     assert_non_null(k);
     assert_string_equal(k->grid_kind, "sensitivity");
-    assert_int_equal(qs_job_kind_count(), 3); /* baseline, eval, train */
-    assert_string_equal(qs_job_kind_at(0)->name, "baseline");
+    /* every registered kind is found by its name (other kinds join the table) */
+    assert_true(qs_job_kind_count() >= 2);
+    for (size_t i = 0; i < qs_job_kind_count(); i++)
+        assert_ptr_equal(qs_job_kind_find(qs_job_kind_at(i)->name), qs_job_kind_at(i));
+    assert_null(qs_job_kind_at(qs_job_kind_count()));
 }
 
 int main(void) {
@@ -316,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_leave_one_out_by_block_and_by_layer),
         cmocka_unit_test(test_tied_embeddings_are_recorded_in_the_spec),
         cmocka_unit_test(test_decoder_names_the_bad_field),
+        cmocka_unit_test(test_non_canonical_parts_and_lists_are_refused),
         cmocka_unit_test(test_lm_head_is_refused_in_block_modes),
         cmocka_unit_test(test_affinity_key_and_synthetic_identity),
         cmocka_unit_test(test_names_and_aliases),

@@ -90,6 +90,7 @@ struct worker {
     int64_t end_sent_ms;
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
+    int64_t idle_since_ms; /* when the worker last had neither a job nor an unacked end */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -702,9 +703,11 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
          strlen(opts->curve_secret_key) != 40))
         return qs_error_set(err, QS_EINVAL,
                             "qw_run: options.curve_*: each key must be 40 Z85 characters");
-    if (opts->heartbeat_ms < 0 || opts->coordinator_timeout_ms < 0 || opts->threads < 0)
-        return qs_error_set(err, QS_EINVAL,
-                            "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads < 0");
+    if (opts->heartbeat_ms < 0 || opts->coordinator_timeout_ms < 0 || opts->threads < 0 ||
+        opts->exit_when_idle_ms < 0)
+        return qs_error_set(
+            err, QS_EINVAL,
+            "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads/exit_when_idle_ms < 0");
     qs_status st = qw_register_builtin_kinds(err);
     if (st != QS_OK) return st;
 
@@ -740,9 +743,11 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         send_hello(w);
         w->last_heard_ms = qs_clock_ms();
         w->next_hb_ms = w->last_heard_ms + w->hb_ms;
+        w->idle_since_ms = w->last_heard_ms;
     }
     bool stopping = false;
     int64_t stop_deadline = 0;
+    const char *bye_reason = "stopped";
     while (st == QS_OK) {
         int64_t t = qs_clock_ms();
         if (stop_requested && !stopping) {
@@ -767,6 +772,14 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             }
         }
         if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;
+        if (w->job || w->end_buf) {
+            w->idle_since_ms = t;
+        } else if (!stopping && opts->exit_when_idle_ms > 0 &&
+                   t - w->idle_since_ms >= opts->exit_when_idle_ms) {
+            wlog(w, "no job for %d ms (--exit-when-idle): leaving", opts->exit_when_idle_ms);
+            bye_reason = "idle (exit when idle)";
+            break;
+        }
         if (!stopping && !w->job && !w->end_buf && !w->ready_sent) send_ready(w);
         if (t >= w->next_hb_ms) {
             send_heartbeat(w);
@@ -828,7 +841,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     }
     if (st == QS_OK) {
         Qsweep__Bye bye = QSWEEP__BYE__INIT;
-        bye.reason = "stopped";
+        bye.reason = (char *)bye_reason;
         Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
         env.body_case = QSWEEP__ENVELOPE__BODY_BYE;
         env.bye = &bye;

@@ -109,10 +109,14 @@ typedef struct qw_options {
     bool no_signal_handlers; /* do not install SIGTERM/SIGINT handlers (the caller
                                 calls qw_request_stop itself) */
     bool quiet;              /* no log lines on stderr */
+    /* > 0: leave once no job has run for this long, ms (counted from the start, or from the
+       ACK of the last attempt's end): BYE, then qw_run returns QS_OK (SLURM array tasks end
+       when the sweep has no more work for them). 0: run until stopped. */
+    int exit_when_idle_ms;
 } qw_options;
 
-/* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop); returns QS_OK after a
- * clean BYE. Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket
+/* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop) or, with
+ * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE. Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket
  * cannot be created or connected (names the endpoint). Jobs' failures are not errors of
  * qw_run: they are reported to the coordinator. Logs one line per event on stderr. */
 qs_status qw_run(const qw_options *opts, qs_error *err);

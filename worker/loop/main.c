@@ -1,6 +1,6 @@
 /* qsweep-worker: a thin command line over qw_run (loop.h).
  * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
- *                      [--heartbeat-ms MS] [--timeout-ms MS] */
+ *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
-            "[--heartbeat-ms MS] [--timeout-ms MS]\n",
+            "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]\n",
             why);
     return 2;
 }
@@ -39,6 +39,9 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--timeout-ms") == 0) {
             if (!parse_int(v, &o.coordinator_timeout_ms))
                 return usage("--timeout-ms: not a number");
+        } else if (strcmp(a, "--exit-when-idle-ms") == 0) {
+            if (!parse_int(v, &o.exit_when_idle_ms))
+                return usage("--exit-when-idle-ms: not a number");
         } else
             return usage("unknown option");
         i++;

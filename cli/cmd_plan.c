@@ -1,0 +1,475 @@
+/* qsweep plan EXPERIMENT --budget-bits B: a per-linear format assignment from a layer-mode
+ * (or component-mode) sensitivity sweep (issue 14 item 2), solved exactly by plan.c, printed
+ * with its predicted cost and written as a grid `policy` part.
+ *
+ * Costs come from v_sensitivity (schema/002_views.sql): the mean KL divergence (kl_mean) or
+ * the perplexity increase (ppl: value - baseline) of the eval job that quantized only that
+ * linear (layer mode, part "B.kind") or only that kind in every block (component mode, part
+ * "kind"). BF16 is the reference: cost 0. The predicted cost of a plan is the sum of its
+ * items' costs; damage is not additive, so it is an estimate to be measured. Weight counts
+ * come from the model's config (worker/checkpoint/checkpoint.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "plan.h"
+
+static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+/* The fused groups a serving engine keeps in one format (one GEMM): q/k/v, gate/up. Each
+ * entry lists kind indexes, terminated by -1. */
+static const int GROUPS[4][4] = {{0, 1, 2, -1}, {3, -1}, {4, 5, -1}, {6, -1}};
+static const char *const GROUP_NAMES[4] = {"qkv", "o", "gate_up", "down"};
+
+/* The measured costs, by (block, kind, format): block -1 for component mode. */
+typedef struct plan_input {
+    char *model_path;
+    char quantize[64]; /* the sweep setting the costs are for: weights, weights+activations */
+    int layer_mode;    /* 1 layer, 0 component */
+    int n_layers;
+    size_t n_formats;
+    char formats[QSWEEP_PLAN_MAX_FORMATS][32];
+    double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
+} plan_input;
+
+static double *cost_at(plan_input *in, int block, int kind, size_t f) {
+    return &in->cost[((size_t)(block < 0 ? 0 : block) * 7 + (size_t)kind) * in->n_formats + f];
+}
+
+static int kind_index(const char *k) {
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(KINDS[i], k)) return i;
+    return -1;
+}
+
+/* Weights of linear kind k (HF shapes, worker/engine/policy.h). */
+static uint64_t kind_weights(const qw_config *c, int k) {
+    uint64_t d = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, h = (uint64_t)c->hidden_dim;
+    switch (k) {
+    case 0:
+    case 3:
+        return q * d;
+    case 1:
+    case 2:
+        return kv * d;
+    default:
+        return h * d;
+    }
+}
+
+static const char *const PLAN_SQL =
+    "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
+    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost\n"
+    "FROM v_sensitivity s\n"
+    "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
+    "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
+    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, s.part";
+
+typedef struct plan_opts {
+    const char *experiment, *objective, *quantize, *model, *formats;
+    double budget;
+    int uniform_groups;
+    const char *output;
+} plan_opts;
+
+/* Reads the sweep's costs into *in. Errors: QS_ENOTFOUND (no layer/component results),
+ * QS_EINVAL (several models or quantize settings and no choice, an unknown format, a part
+ * that is not a linear), QS_EDB, QS_ENOMEM; checkpoint errors for the model. */
+static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_error *err) {
+    const char *params[2] = {o->experiment, o->objective};
+    PGresult *r = PQexecParams(c, PLAN_SQL, 2, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        qs_status st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    int n = PQntuples(r);
+    qs_status st = QS_OK;
+    if (n == 0)
+        st = qs_error_set(err, QS_ENOTFOUND,
+                          "experiment '%s' has no %s results in layer or component mode",
+                          o->experiment, o->objective);
+    /* the rows of the first mode (layer sorts before component), model and quantize */
+    const char *mode = n ? PQgetvalue(r, 0, 3) : "";
+    const char *model = NULL, *quant = NULL;
+    for (int i = 0; !st && i < n; i++) {
+        if (strcmp(PQgetvalue(r, i, 3), mode)) continue;
+        const char *m = PQgetvalue(r, i, 0), *q = PQgetvalue(r, i, 2);
+        const char *base = strrchr(m, '/') ? strrchr(m, '/') + 1 : m;
+        if (o->model && strcmp(o->model, m) && strcmp(o->model, base)) continue;
+        if (o->quantize && strcmp(o->quantize, q)) continue;
+        if (!model) model = m;
+        if (!quant) quant = q;
+        if (strcmp(model, m))
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep has several models (%s, %s): choose one "
+                              "with --model",
+                              model, m);
+        else if (strcmp(quant, q))
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep quantizes %s and %s: choose one with "
+                              "--quantize",
+                              quant, q);
+    }
+    if (!st && !model)
+        st =
+            qs_error_set(err, QS_ENOTFOUND, "no %s-mode results for that --model/--quantize", mode);
+    /* formats: the ones asked for, else those measured and bf16 */
+    if (!st && o->formats) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o->formats);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); !st && t;
+             t = strtok_r(NULL, ",", &save)) {
+            if (in->n_formats == QSWEEP_PLAN_MAX_FORMATS)
+                st = qs_error_set(err, QS_EINVAL, "--formats: at most %d", QSWEEP_PLAN_MAX_FORMATS);
+            else if (!qsweep_plan_quarter_bits(t))
+                st = qs_error_set(err, QS_EINVAL,
+                                  "--formats: %s: no bit count for that format "
+                                  "(nvfp4, nvfp4_2d, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, "
+                                  "fp8_e4m3, bf16)",
+                                  t);
+            else
+                snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
+        }
+    } else if (!st) {
+        for (int i = 0; !st && i < n; i++) {
+            const char *fm = PQgetvalue(r, i, 1);
+            if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
+                strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm))
+                continue;
+            size_t k = 0;
+            while (k < in->n_formats && strcmp(in->formats[k], fm))
+                k++;
+            if (k == in->n_formats && k < QSWEEP_PLAN_MAX_FORMATS - 1)
+                snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", fm);
+        }
+        size_t k = 0;
+        while (k < in->n_formats && strcmp(in->formats[k], "bf16"))
+            k++;
+        if (k == in->n_formats)
+            snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
+    }
+    qw_checkpoint *ck = NULL;
+    if (!st) st = qw_checkpoint_open(model, &ck, err);
+    if (!st) {
+        in->n_layers = qw_checkpoint_config(ck)->n_layers;
+        in->layer_mode = !strcmp(mode, "layer");
+        in->model_path = strdup(model);
+        size_t cells = (size_t)(in->layer_mode ? in->n_layers : 1) * 7 * in->n_formats;
+        in->cost = malloc(cells * sizeof *in->cost);
+        if (!in->cost || !in->model_path) st = qs_error_set(err, QS_ENOMEM, "plan");
+        for (size_t i = 0; !st && i < cells; i++)
+            in->cost[i] = NAN;
+        for (int b = 0; !st && b < (in->layer_mode ? in->n_layers : 1); b++)
+            for (int k = 0; k < 7; k++)
+                for (size_t f = 0; f < in->n_formats; f++)
+                    if (!strcmp(in->formats[f], "bf16")) *cost_at(in, b, k, f) = 0.0;
+    }
+    qw_checkpoint_close(ck);
+    for (int i = 0; !st && i < n; i++) {
+        if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
+            strcmp(PQgetvalue(r, i, 2), quant) || PQgetisnull(r, i, 5))
+            continue;
+        size_t f = 0;
+        while (f < in->n_formats && strcmp(in->formats[f], PQgetvalue(r, i, 1)))
+            f++;
+        if (f == in->n_formats || !strcmp(in->formats[f], "bf16")) continue;
+        const char *part = PQgetvalue(r, i, 4);
+        int block = -1, kind;
+        char *dot = strchr(part, '.');
+        if (in->layer_mode) {
+            char *end = NULL;
+            long bl = strtol(part, &end, 10);
+            kind = dot ? kind_index(dot + 1) : -1;
+            if (!dot || end != dot || bl < 0 || bl >= in->n_layers || kind < 0) {
+                st = qs_error_set(err, QS_EINVAL,
+                                  "layer-mode part '%s' is not BLOCK.KIND of "
+                                  "this %d-block model",
+                                  part, in->n_layers);
+                break;
+            }
+            block = (int)bl;
+        } else if ((kind = kind_index(part)) < 0) {
+            /* lm_head and embeddings parts: the plan covers the block linears only */
+            fprintf(stderr, "qsweep plan: note: part %s (%s) is not a block linear: left out\n",
+                    part, in->formats[f]);
+            continue;
+        }
+        double *slot = cost_at(in, block, kind, f);
+        if (!isnan(*slot))
+            st = qs_error_set(err, QS_EINVAL,
+                              "part %s in %s measured twice (format options "
+                              "differ?): keep one setting per format",
+                              part, in->formats[f]);
+        *slot = strtod(PQgetvalue(r, i, 5), NULL);
+    }
+    if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
+    PQclear(r);
+    return st;
+}
+
+/* Writes the plan as a grid part: the sensitivity mode `policy` with an explicit format per
+ * linear (all of them, fused groups expanded), and comments on where it came from. */
+static void write_policy(FILE *out, const plan_opts *o, const plan_input *in,
+                         const qsweep_plan_item *items, const int *choice, size_t n, double cost,
+                         double bits) {
+    const char *quant = in->quantize;
+    fprintf(out,
+            "# qsweep plan %s --budget-bits %g --objective %s%s\n"
+            "# predicted %s (sum over items, not measured): %.6g at %.4f bits per weight\n"
+            "# model %s, %s-mode costs, quantize %s\n"
+            "sensitivity:\n  quantize: [%s]\n  modes: [policy]\n  policy:\n",
+            o->experiment, o->budget, o->objective, o->uniform_groups ? " --uniform-groups" : "",
+            o->objective, cost, bits, in->model_path, in->layer_mode ? "layer" : "component", quant,
+            quant);
+    for (int b = 0; b < in->n_layers; b++)
+        for (int k = 0; k < 7; k++) {
+            /* the item holding (b, k) */
+            size_t idx = 0;
+            for (size_t i = 0; i < n; i++) {
+                const char *nm = items[i].name;
+                int ib = -1;
+                const char *kn = nm;
+                if (in->layer_mode) {
+                    ib = atoi(nm);
+                    kn = strchr(nm, '.') + 1;
+                    if (ib != b) continue;
+                }
+                int hit = 0;
+                if (o->uniform_groups) {
+                    for (int gi = 0; gi < 4; gi++)
+                        if (!strcmp(kn, GROUP_NAMES[gi]))
+                            for (int m = 0; GROUPS[gi][m] >= 0; m++)
+                                hit |= GROUPS[gi][m] == k;
+                } else {
+                    hit = !strcmp(kn, KINDS[k]);
+                }
+                if (hit) {
+                    idx = i;
+                    break;
+                }
+            }
+            fprintf(out, "    \"%d.%s\": %s\n", b, KINDS[k], in->formats[choice[idx]]);
+        }
+}
+
+static void plan_usage(FILE *out) {
+    fprintf(out,
+            "usage: qsweep plan EXPERIMENT --budget-bits B [--formats F1,F2,...]\n"
+            "                   [--objective kl_mean|ppl] [--uniform-groups] [--quantize Q]\n"
+            "                   [--model NAME] [-o FILE] [--db CONNINFO]\n"
+            "  From a layer-mode (else component-mode) sensitivity sweep, the format of each\n"
+            "  linear that minimizes the summed measured damage under an average of B bits per\n"
+            "  weight, block scales counted (nvfp4 4.5, mxfp4 4.25, mxfp8_e4m3 8.25, fp8_e4m3 8,\n"
+            "  bf16 16; per-tensor FP32 scales are shown, not budgeted). Exact: a\n"
+            "  multiple-choice knapsack solved by dynamic programming. Damage is not additive:\n"
+            "  the predicted cost is the sum of the isolated measurements.\n"
+            "  --formats LIST     candidate formats (default: those measured, and bf16); a\n"
+            "                     format without a measurement for a linear is not chosen for it\n"
+            "  --objective        kl_mean (default: mean KL divergence from the baseline) or ppl\n"
+            "                     (perplexity increase)\n"
+            "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
+            "  --quantize Q       which sweep setting (weights, weights+activations) when both\n"
+            "  --model NAME       which model (path or file name) when the sweep has several\n"
+            "  -o FILE            write the plan as a grid part (sensitivity mode policy);\n"
+            "                     default: printed after the table\n");
+}
+
+int qsweep_cmd_plan(int argc, char **argv) {
+    static const struct option opts[] = {{"budget-bits", required_argument, 0, 'b'},
+                                         {"formats", required_argument, 0, 'f'},
+                                         {"objective", required_argument, 0, 'j'},
+                                         {"uniform-groups", no_argument, 0, 'u'},
+                                         {"quantize", required_argument, 0, 'q'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    plan_opts o = {.objective = "kl_mean", .budget = NAN};
+    const char *db = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "b:f:j:uq:m:o:d:h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'b':
+            errno = 0;
+            o.budget = strtod(optarg, &end);
+            if (!*optarg || *end || errno || !(o.budget > 0 && o.budget <= 64)) {
+                fprintf(stderr,
+                        "qsweep plan: --budget-bits %s: expected a number of bits per "
+                        "weight in (0, 64]\n",
+                        optarg);
+                return QSWEEP_EXIT_USAGE;
+            }
+            break;
+        case 'f':
+            o.formats = optarg;
+            break;
+        case 'j':
+            if (strcmp(optarg, "kl_mean") && strcmp(optarg, "ppl")) {
+                fprintf(stderr, "qsweep plan: --objective %s: expected kl_mean or ppl\n", optarg);
+                return QSWEEP_EXIT_USAGE;
+            }
+            o.objective = optarg;
+            break;
+        case 'u':
+            o.uniform_groups = 1;
+            break;
+        case 'q':
+            o.quantize = optarg;
+            break;
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'o':
+            o.output = optarg;
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'h':
+            plan_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            plan_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
+        }
+    }
+    const char *conninfo = qsweep_db_arg(db);
+    if (optind != argc - 1 || !conninfo || isnan(o.budget)) {
+        if (!conninfo)
+            fprintf(stderr, "qsweep plan: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        else if (isnan(o.budget))
+            fprintf(stderr, "qsweep plan: --budget-bits B is required\n");
+        plan_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    o.experiment = argv[optind];
+    qs_error err = {0};
+    qc_store *s = NULL;
+    plan_input in = {0};
+    qsweep_plan_item *items = NULL;
+    int *choice = NULL;
+    qw_checkpoint *ck = NULL;
+    qs_status st = qsweep_open_existing_store(conninfo, "plan", &s, &err);
+    if (!st) st = load_costs(qc_store_pgconn(s), &o, &in, &err);
+    qc_store_close(s);
+    if (!st) st = qw_checkpoint_open(in.model_path, &ck, &err);
+    if (st) goto done;
+    const qw_config *cfg = qw_checkpoint_config(ck);
+    /* items: linears (or kinds, component mode) or their fused groups */
+    int per_block = o.uniform_groups ? 4 : 7, blocks = in.layer_mode ? in.n_layers : 1;
+    size_t n = (size_t)per_block * (size_t)blocks;
+    items = calloc(n, sizeof *items);
+    choice = calloc(n, sizeof *choice);
+    if (!items || !choice) {
+        st = qs_error_set(&err, QS_ENOMEM, "plan");
+        goto done;
+    }
+    unsigned qbits[QSWEEP_PLAN_MAX_FORMATS];
+    for (size_t f = 0; f < in.n_formats; f++)
+        qbits[f] = qsweep_plan_quarter_bits(in.formats[f]);
+    for (int b = 0; b < blocks; b++)
+        for (int g = 0; g < per_block; g++) {
+            qsweep_plan_item *it = &items[(size_t)b * (size_t)per_block + (size_t)g];
+            const int solo[2] = {g, -1};
+            const int *members = o.uniform_groups ? GROUPS[g] : solo;
+            const char *nm = o.uniform_groups ? GROUP_NAMES[g] : KINDS[g];
+            if (in.layer_mode)
+                snprintf(it->name, sizeof it->name, "%d.%s", b, nm);
+            else
+                snprintf(it->name, sizeof it->name, "%s", nm);
+            for (size_t f = 0; f < in.n_formats; f++)
+                it->cost[f] = 0.0;
+            for (int m = 0; members[m] >= 0; m++) {
+                it->weights +=
+                    kind_weights(cfg, members[m]) * (uint64_t)(in.layer_mode ? 1 : in.n_layers);
+                for (size_t f = 0; f < in.n_formats; f++)
+                    it->cost[f] += *cost_at(&in, in.layer_mode ? b : -1, members[m], f);
+            }
+        }
+    for (size_t f = 0; f < in.n_formats; f++) {
+        size_t missing = 0;
+        for (size_t i = 0; i < n; i++)
+            missing += isnan(items[i].cost[f]);
+        if (missing)
+            fprintf(stderr,
+                    "qsweep plan: note: %s was not measured for %zu of %zu items; they "
+                    "cannot take it\n",
+                    in.formats[f], missing, n);
+    }
+    double cost = 0, bits = 0;
+    st = qsweep_plan_solve(items, n, qbits, in.n_formats, o.budget, choice, &cost, &bits, &err);
+    if (st) goto done;
+
+    const char *quant = in.quantize;
+    printf("plan for %s (%s, quantize %s, %s-mode costs, objective %s), budget %g bits per "
+           "weight\n",
+           o.experiment, in.model_path, quant, in.layer_mode ? "layer" : "component", o.objective,
+           o.budget);
+    printf("  %-12s %12s  %-12s %6s  %12s\n", "item", "weights", "format", "bits", o.objective);
+    uint64_t total_w = 0;
+    double scale_bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *fm = in.formats[choice[i]];
+        printf("  %-12s %12llu  %-12s %6.2f  %12.6g\n", items[i].name,
+               (unsigned long long)items[i].weights, fm, qbits[choice[i]] / 4.0,
+               items[i].cost[choice[i]]);
+        total_w += items[i].weights;
+        /* one per-tensor scale per linear of the item */
+        int members = o.uniform_groups ? (i % 4 == 0 ? 3 : i % 4 == 2 ? 2 : 1) : 1;
+        scale_bits +=
+            (double)qsweep_plan_tensor_scale_bits(fm) * members * (in.layer_mode ? 1 : in.n_layers);
+    }
+    printf("\nformat counts:");
+    for (size_t f = 0; f < in.n_formats; f++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            k += choice[i] == (int)f;
+        printf("  %s %zu", in.formats[f], k);
+    }
+    printf("\naverage bits per weight: %.4f (budget %g; %.4f with per-tensor FP32 scales)\n", bits,
+           o.budget, bits + scale_bits / (double)total_w);
+    printf("predicted %s: %.6g (sum of the isolated measurements; damage is not additive: "
+           "measure the plan)\n",
+           o.objective, cost);
+    for (size_t f = 0; f < in.n_formats; f++) {
+        if (!strcmp(in.formats[f], "bf16")) continue;
+        double u = 0;
+        for (size_t i = 0; i < n; i++)
+            u += items[i].cost[f];
+        if (isnan(u))
+            printf("uniform %s: not every item was measured\n", in.formats[f]);
+        else
+            printf("uniform %s (%.2f bits): predicted %s %.6g\n", in.formats[f], qbits[f] / 4.0,
+                   o.objective, u);
+    }
+    FILE *out = stdout;
+    if (o.output && !(out = fopen(o.output, "w"))) {
+        st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", o.output, strerror(errno));
+        goto done;
+    }
+    if (!o.output) printf("\n");
+    write_policy(out, &o, &in, items, choice, n, cost, bits);
+    if (o.output) {
+        if (fclose(out) != 0)
+            st = qs_error_set(&err, QS_EIO, "writing %s: %s", o.output, strerror(errno));
+        else
+            printf("policy written to %s\n", o.output);
+    }
+done:
+    qw_checkpoint_close(ck);
+    free(items);
+    free(choice);
+    free(in.model_path);
+    free(in.cost);
+    return st ? qsweep_fail("plan", &err) : QSWEEP_EXIT_OK;
+}

@@ -1,0 +1,296 @@
+/* qsweep report EXPERIMENT -o FILE: one self-contained HTML page (issue 14 item 1) with the
+ * experiment's sensitivity heatmaps, bars and block strips, its progress and failures, and
+ * its training curves where the training views exist.
+ *
+ * Every number on the page comes from one of the SQL queries below, run against the views
+ * (schema/002_views.sql, 006_sqnr_view.sql) with the experiment name as $1; PostgreSQL turns
+ * each result into JSON (json_agg, float8 printed shortest round-trip), and the page carries
+ * the queries' text next to the figures they make. The page's script and style
+ * (report_page.js, report_page.css) are embedded in the binary at build time. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "report_page.h"
+
+/* One query of the page: its name (the key in the data object and in "queries") and its SQL
+ * ($1 = experiment name), which yields one JSON value. */
+typedef struct report_query {
+    const char *name;
+    const char *sql;
+} report_query;
+
+static const char *const Q_EXPERIMENT =
+    "SELECT json_build_object('name', e.name, 'description', e.description,\n"
+    "                         'created_at', e.created_at)\n"
+    "FROM experiments e WHERE e.name = $1";
+
+/* Each query below yields one JSON value (an object, or an array of row objects). */
+static const report_query QUERIES[] = {
+    {"progress", "SELECT row_to_json(p)\n"
+                 "FROM (SELECT total, pending, running, succeeded, failed, cancelled\n"
+                 "      FROM v_experiment_progress WHERE experiment = $1) p"},
+    /* the baseline job of each model and its run conditions */
+    {"conditions",
+     "SELECT coalesce(json_agg(c ORDER BY c.model, c.baseline_job), '[]')\n"
+     "FROM (SELECT regexp_replace(r.model, '^.*/', '') AS model, r.job_id AS baseline_job,\n"
+     "             r.model_digest, regexp_replace(r.dataset, '^.*/', '') AS dataset,\n"
+     "             (j.spec -> 'dataset' -> 'ctx')::text AS ctx,\n"
+     "             (j.spec -> 'dataset' -> 'max_chunks')::text AS max_chunks,\n"
+     "             j.spec ->> 'numerics_version' AS numerics_version,\n"
+     "             max(r.value) FILTER (WHERE r.metric = 'ppl') AS baseline_ppl,\n"
+     "             max(r.value) FILTER (WHERE r.metric = 'n_chunks') AS n_chunks,\n"
+     "             max(r.value) FILTER (WHERE r.metric = 'n_scored') AS n_scored\n"
+     "      FROM v_job_results r JOIN jobs j ON j.id = r.job_id\n"
+     "      WHERE r.experiment = $1 AND r.kind = 'baseline' AND r.final\n"
+     "      GROUP BY 1, 2, 3, 4, 5, 6, 7) c"},
+    /* one row per eval job: the metrics a figure can be coloured by */
+    {"sensitivity",
+     "SELECT coalesce(json_agg(c ORDER BY c.model, c.format, c.options, c.quantize, c.mode,\n"
+     "                         c.job), '[]')\n"
+     "FROM (SELECT s.job_id AS job, regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
+     "             coalesce(j.spec ->> 'format_options', '{}') AS options, s.quantize,\n"
+     "             s.mode, s.part,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
+     "             max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'kl_p99') AS kl_p99,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'top1') AS top1,\n"
+     "             avg(s.value) FILTER (WHERE s.metric LIKE 'sqnr\\_db.%') AS sqnr_db,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
+     "             max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl\n"
+     "      FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+     "      WHERE s.experiment = $1\n"
+     "      GROUP BY s.job_id, s.model, s.format, j.spec ->> 'format_options', s.quantize,\n"
+     "               s.mode, s.part) c"},
+    {"failed",
+     "SELECT coalesce(json_agg(f ORDER BY f.job_id), '[]')\n"
+     "FROM (SELECT job_id, job_key, kind, attempts_used, max_attempts, last_error,\n"
+     "             last_attempt, last_worker, last_outcome, last_attempt_error\n"
+     "      FROM v_failed_jobs\n"
+     "      WHERE job_id IN (SELECT ej.job FROM experiment_jobs ej\n"
+     "                       JOIN experiments e ON e.id = ej.experiment WHERE e.name = $1)) f"},
+};
+
+/* Training views come with the training sweeps (issue 11, schema 020: v_train_curves one row
+ * per (job, step, metric), v_train_final one per (job, final metric) with the gap to the bf16
+ * run of the same spec). Until a database has them the page says so; a query that fails on
+ * them (their columns changed) is shown as an error in the page, not a failed report. */
+static const report_query TRAIN_QUERIES[] = {
+    {"train_curves",
+     "SELECT coalesce(json_agg(t ORDER BY t.metric, t.shape, t.lr, t.recipe, t.step), '[]')\n"
+     "FROM (SELECT metric, shape, recipe, lr, step, count(*) AS seeds,\n"
+     "             avg(value) AS mean, min(value) AS lo, max(value) AS hi\n"
+     "      FROM v_train_curves\n"
+     "      WHERE experiment = $1 AND metric IN ('train_loss', 'val_loss')\n"
+     "      GROUP BY metric, shape, recipe, lr, step) t"},
+    {"train_final",
+     "SELECT coalesce(json_agg(t ORDER BY t.metric, t.shape, t.lr, t.recipe), '[]')\n"
+     "FROM (SELECT metric, shape, recipe, lr, count(*) AS seeds, avg(value) AS mean,\n"
+     "             stddev_samp(value) AS sd, avg(gap) AS gap_to_bf16,\n"
+     "             avg(rel_gap) AS rel_gap_to_bf16\n"
+     "      FROM v_train_final WHERE experiment = $1\n"
+     "      GROUP BY metric, shape, recipe, lr) t"},
+};
+
+/* Writes text (JSON) into a <script type="application/json"> element: every '<' becomes
+ * \u003c, so no "</script>" or "<!--" inside a string can end the element early. JSON has
+ * '<' only inside strings, where the escape means the same character. */
+static void put_json(FILE *out, const char *text) {
+    for (; *text; text++) {
+        if (*text == '<')
+            fputs("\\u003c", out);
+        else
+            fputc(*text, out);
+    }
+}
+
+/* Runs sql with $1 = name; *json receives the single JSON value it returns (malloc'd), or
+ * "null" when it returned no row or NULL. Errors: QS_EDB naming the query. */
+static qs_status run_query(PGconn *c, const char *what, const char *sql, const char *name,
+                           char **json, qs_error *err) {
+    const char *params[1] = {name};
+    PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        qs_status st = qs_error_set(err, QS_EDB, "report query %s: %s", what, PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    const char *v = PQntuples(r) > 0 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "null";
+    *json = strdup(v);
+    PQclear(r);
+    return *json ? QS_OK : qs_error_set(err, QS_ENOMEM, "report query %s", what);
+}
+
+/* 1 when the database has a relation called name (to_regclass), else 0. */
+static int has_relation(PGconn *c, const char *name) {
+    const char *params[1] = {name};
+    PGresult *r =
+        PQexecParams(c, "SELECT to_regclass($1) IS NOT NULL", 1, NULL, params, NULL, NULL, 0);
+    int yes = PQresultStatus(r) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    return yes;
+}
+
+/* A JSON string of text (malloc'd), via jansson; NULL when out of memory. */
+static char *json_text(const char *text) {
+    json_t *s = json_string(text);
+    char *out = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    json_decref(s);
+    return out;
+}
+
+/* Writes the page for experiment `name` to out. Errors: QS_ENOTFOUND (no such experiment),
+ * QS_EDB, QS_ENOMEM. */
+static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *err) {
+    char *exp = NULL;
+    qs_status st = run_query(c, "experiment", Q_EXPERIMENT, name, &exp, err);
+    if (st) return st;
+    if (!strcmp(exp, "null")) {
+        free(exp);
+        return qs_error_set(err, QS_ENOTFOUND, "no experiment named '%s'", name);
+    }
+    enum {
+        NQ = sizeof QUERIES / sizeof QUERIES[0],
+        NT = sizeof TRAIN_QUERIES / sizeof TRAIN_QUERIES[0]
+    };
+    char *vals[NQ + NT] = {0};
+    for (size_t i = 0; !st && i < NQ; i++)
+        st = run_query(c, QUERIES[i].name, QUERIES[i].sql, name, &vals[i], err);
+    int train = has_relation(c, "v_train_curves") && has_relation(c, "v_train_final");
+    char *train_error = NULL;
+    for (size_t i = 0; !st && train && i < NT; i++) {
+        qs_error terr = {0};
+        if (run_query(c, TRAIN_QUERIES[i].name, TRAIN_QUERIES[i].sql, name, &vals[NQ + i], &terr)) {
+            free(train_error);
+            train_error = json_text(terr.msg);
+            vals[NQ + i] = strdup("[]");
+            if (!vals[NQ + i] || !train_error) st = qs_error_set(err, QS_ENOMEM, "report");
+        }
+    }
+    if (st) goto done;
+
+    time_t now = time(NULL);
+    char stamp[64];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+          "<meta name=\"generator\" content=\"qsweep report\">\n<title>qsweep report</title>\n"
+          "<style>\n",
+          out);
+    fputs(qsweep_report_css, out);
+    fputs("</style></head><body>\n<div id=\"report\"></div><div id=\"tip\"></div>\n"
+          "<noscript>This report draws its figures with JavaScript; the numbers are in the "
+          "qsweep-data element of this file.</noscript>\n"
+          "<script type=\"application/json\" id=\"qsweep-data\">\n{\"experiment\": ",
+          out);
+    put_json(out, exp);
+    fprintf(out, ",\n\"generated_at\": \"%s\", \"qsweep_version\": \"0.1.0 (numerics %s)\"", stamp,
+            QC_NUMERICS_VERSION);
+    for (size_t i = 0; i < NQ; i++) {
+        fprintf(out, ",\n\"%s\": ", QUERIES[i].name);
+        put_json(out, vals[i]);
+    }
+    for (size_t i = 0; i < NT; i++) {
+        fprintf(out, ",\n\"%s\": ", TRAIN_QUERIES[i].name);
+        put_json(out, train ? vals[NQ + i] : "null");
+    }
+    fputs(",\n\"train_error\": ", out);
+    put_json(out, train_error ? train_error : "null");
+    fputs(",\n\"queries\": {", out);
+    for (size_t i = 0; i < NQ + NT + 1; i++) {
+        const report_query *q = i < NQ ? &QUERIES[i] : i < NQ + NT ? &TRAIN_QUERIES[i - NQ] : NULL;
+        char *sql = json_text(q ? q->sql : Q_EXPERIMENT);
+        if (!sql) {
+            st = qs_error_set(err, QS_ENOMEM, "report");
+            break;
+        }
+        fprintf(out, "%s\n  \"%s\": ", i ? "," : "", q ? q->name : "experiment");
+        put_json(out, sql);
+        free(sql);
+    }
+    fputs("}}\n</script>\n<script>\n", out);
+    fputs(qsweep_report_js, out);
+    fputs("</script>\n</body></html>\n", out);
+done:
+    free(train_error);
+    for (size_t i = 0; i < NQ + NT; i++)
+        free(vals[i]);
+    free(exp);
+    return st;
+}
+
+static void report_usage(FILE *out) {
+    fprintf(out,
+            "usage: qsweep report EXPERIMENT [-o FILE] [--db CONNINFO]\n"
+            "  Writes one self-contained HTML page (no network needed to view it): per (model,\n"
+            "  format, quantize) a block x component heatmap (layer and leave_one_out_layer\n"
+            "  modes), bars (component and leave_one_out) or a block strip (block, cumulative,\n"
+            "  leave_one_out_block), coloured by\n"
+            "  mean KL (switchable to perplexity increase, p99 KL, top-1, SQNR) with values on\n"
+            "  hover; the baseline and run conditions; counts by state and the failed jobs with\n"
+            "  their last errors; training curves where the training views exist. The page\n"
+            "  shows the SQL query behind each figure.\n"
+            "  -o, --output FILE  where to write it (default EXPERIMENT.html)\n"
+            "  --db CONNINFO      libpq connection string (default $QSWEEP_DB)\n");
+}
+
+int qsweep_cmd_report(int argc, char **argv) {
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *db = NULL, *output = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:d:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            output = optarg;
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'h':
+            report_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            report_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
+        }
+    }
+    const char *conninfo = qsweep_db_arg(db);
+    if (optind != argc - 1 || !conninfo || (output && !*output)) {
+        if (!conninfo)
+            fprintf(stderr, "qsweep report: no database: give --db CONNINFO or set QSWEEP_DB\n");
+        report_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
+    }
+    const char *name = argv[optind];
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s%s", output ? output : name, output ? "" : ".html");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    qs_error err = {0};
+    qc_store *s = NULL;
+    qs_status st = qsweep_open_existing_store(conninfo, "report", &s, &err);
+    FILE *out = NULL;
+    if (!st && !(out = fopen(tmp, "w")))
+        st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    if (!st) st = write_report(qc_store_pgconn(s), name, out, &err);
+    if (out && fclose(out) != 0 && !st)
+        st = qs_error_set(&err, QS_EIO, "writing %s: %s", tmp, strerror(errno));
+    /* written whole under a temporary name, then renamed: a failed report leaves no half
+       page and an older page at path stays as it was */
+    if (!st && rename(tmp, path) != 0)
+        st = qs_error_set(&err, QS_EIO, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (out && st) unlink(tmp);
+    qc_store_close(s);
+    if (st) return qsweep_fail("report", &err);
+    printf("report of %s written to %s\n", name, path);
+    return QSWEEP_EXIT_OK;
+}

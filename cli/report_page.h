@@ -1,0 +1,21 @@
+/* The static parts of the HTML report of `qsweep report` (cmd_report.c): style and script.
+ * The page is one self-contained file: no network, no CDN. Its data is one JSON object in
+ * <script type="application/json" id="qsweep-data">, written by cmd_report.c from the views
+ * (schema/002_views.sql, 006_sqnr_view.sql), which the script below renders as inline SVG.
+ *
+ * DOM contract (read by tests/report): every eval job with results is exactly one SVG element
+ * of class "cell" (a heatmap cell, a bar or a strip cell) carrying data-job (jobs.id),
+ * data-part, one data-<metric> attribute per metric (kl_mean, delta_ppl, kl_p99, top1,
+ * sqnr_db; the view's value as JavaScript prints a double, shortest round-trip, or "" when
+ * NULL) and data-shown, the value of the metric the page colours by. The colour metric is
+ * chosen in the page, or with "#metric=NAME" in the URL. */
+#ifndef QSWEEP_REPORT_PAGE_H
+#define QSWEEP_REPORT_PAGE_H
+
+/* <style> contents. */
+extern const char qsweep_report_css[];
+
+/* <script> contents: renders the data object into #report. */
+extern const char qsweep_report_js[];
+
+#endif

@@ -1,0 +1,339 @@
+// qsweep report: renders the data object written by cli/cmd_report.c as inline SVG.
+// One element of class "cell" per eval job (cli/report_page.h gives the DOM contract).
+(function () {
+  'use strict';
+  var D = JSON.parse(document.getElementById('qsweep-data').textContent);
+  var METRICS = {
+    kl_mean: {label: 'mean KL divergence (nats)', high_is_bad: true},
+    delta_ppl: {label: 'perplexity increase over the baseline', high_is_bad: true},
+    kl_p99: {label: 'p99 KL divergence (nats)', high_is_bad: true},
+    top1: {label: 'top-1 agreement with the baseline', high_is_bad: false},
+    sqnr_db: {label: 'mean output SQNR of the quantized linears (dB)', high_is_bad: false}
+  };
+  var KINDS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'];
+  var SVG = 'http://www.w3.org/2000/svg';
+  var m = /metric=([a-z0-9_]+)/.exec(location.hash);
+  var metric = m && METRICS[m[1]] ? m[1] : 'kl_mean';
+  var root = document.getElementById('report');
+  var tip = document.getElementById('tip');
+
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function sv(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined) return 'n/a';
+    if (typeof v !== 'number') return String(v);
+    if (v !== 0 && (Math.abs(v) < 1e-3 || Math.abs(v) >= 1e6)) return v.toExponential(3);
+    return String(Number(v.toPrecision(5)));
+  }
+  function query(name) {
+    var d = el('details');
+    d.appendChild(el('summary', {}, 'query behind this (' + name + '), $1 = ' +
+                                      JSON.stringify(D.experiment.name)));
+    d.appendChild(el('pre', {}, D.queries[name]));
+    return d;
+  }
+  function table(rows, cols) {
+    var t = el('table'), tr = el('tr');
+    cols.forEach(function (c) { tr.appendChild(el('th', {}, c)); });
+    t.appendChild(tr);
+    rows.forEach(function (r) {
+      var tr = el('tr');
+      cols.forEach(function (c) {
+        var v = r[c];
+        tr.appendChild(el('td', typeof v === 'number' ? {class: 'num'} : {},
+                          v === null || v === undefined ? '' :
+                          typeof v === 'object' ? JSON.stringify(v) : fmt(v)));
+      });
+      t.appendChild(tr);
+    });
+    return t;
+  }
+
+  // Colour of value v in [lo, hi] for the current metric: light (no damage) to dark red.
+  function colour(v, lo, hi) {
+    if (v === null || v === undefined || !isFinite(v)) return '#cccccc';
+    var t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+    if (!METRICS[metric].high_is_bad) t = 1 - t;
+    var r = Math.round(255 - t * (255 - 178)), g = Math.round(247 - t * (247 - 24)),
+        b = Math.round(240 - t * (240 - 43));
+    return 'rgb(' + r + ',' + g + ',' + b + ')';
+  }
+
+  var cells = [];  // every cell element, for recolouring
+  function cell(x, y, w, h, job) {
+    var r = sv('rect', {x: x, y: y, width: w, height: h, class: 'cell', 'data-job': job.job,
+                        'data-part': job.part});
+    Object.keys(METRICS).forEach(function (k) {
+      r.setAttribute('data-' + k, job[k] === null || job[k] === undefined ? '' : String(job[k]));
+    });
+    r._job = job;
+    r.addEventListener('mousemove', function (ev) {
+      tip.style.display = 'block';
+      tip.style.left = (ev.clientX + 12) + 'px';
+      tip.style.top = (ev.clientY + 12) + 'px';
+      tip.textContent = hover(job);
+    });
+    r.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+    r.appendChild(sv('title', {}, hover(job)));
+    cells.push(r);
+    return r;
+  }
+  function hover(job) {
+    return job.part + ' (job ' + job.job + ')\n' + Object.keys(METRICS).map(function (k) {
+      return (k === metric ? '> ' : '  ') + k + ' = ' + fmt(job[k]);
+    }).join('\n');
+  }
+
+  function byBlockKind(a, b) {
+    return a.block - b.block || KINDS.indexOf(a.kind) - KINDS.indexOf(b.kind);
+  }
+
+  // Heatmap of block x component (layer mode, parts "B.kind").
+  function heatmap(jobs) {
+    var blocks = [], kinds = KINDS.slice();
+    jobs.forEach(function (j) {
+      var p = /^(\d+)\.(.+)$/.exec(j.part);
+      j.block = p ? +p[1] : -1;
+      j.kind = p ? p[2] : j.part;
+      if (blocks.indexOf(j.block) < 0) blocks.push(j.block);
+      if (kinds.indexOf(j.kind) < 0) kinds.push(j.kind);
+    });
+    blocks.sort(function (a, b) { return a - b; });
+    var cw = 44, ch = 16, left = 64, top = 22;
+    var s = sv('svg', {width: left + cw * kinds.length + 10, height: top + ch * blocks.length + 6,
+                       class: 'heatmap'});
+    kinds.forEach(function (k, i) {
+      s.appendChild(sv('text', {x: left + i * cw + cw / 2, y: 14, 'text-anchor': 'middle'}, k));
+    });
+    blocks.forEach(function (b, i) {
+      s.appendChild(sv('text', {x: left - 6, y: top + i * ch + ch - 4, 'text-anchor': 'end'},
+                       'block ' + b));
+    });
+    jobs.sort(byBlockKind).forEach(function (j) {
+      s.appendChild(cell(left + kinds.indexOf(j.kind) * cw, top + blocks.indexOf(j.block) * ch,
+                         cw, ch, j));
+    });
+    return s;
+  }
+
+  // One cell per block (block and cumulative modes, parts "B").
+  function strip(jobs) {
+    jobs.sort(function (a, b) { return +a.part - +b.part; });
+    var cw = Math.max(14, Math.min(40, Math.floor(720 / jobs.length))), ch = 28;
+    var s = sv('svg', {width: cw * jobs.length + 20, height: ch + 34, class: 'strip'});
+    jobs.forEach(function (j, i) {
+      s.appendChild(cell(10 + i * cw, 4, cw, ch, j));
+      if (jobs.length <= 40 || i % 5 === 0)
+        s.appendChild(sv('text', {x: 10 + i * cw + cw / 2, y: ch + 18, 'text-anchor': 'middle'},
+                         j.part));
+    });
+    return s;
+  }
+
+  // A horizontal bar per part (component and leave-one-out modes, any other mode).
+  var bar_charts = [];
+  function bars(jobs) {
+    jobs.sort(function (a, b) {
+      var ia = KINDS.indexOf(a.part), ib = KINDS.indexOf(b.part);
+      return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || (a.part < b.part ? -1 : 1);
+    });
+    var bh = 18, left = 90, width = 320;
+    var s = sv('svg', {width: left + width + 90, height: bh * jobs.length + 8, class: 'bars'});
+    var chart = {jobs: jobs, rects: [], labels: [], width: width};
+    jobs.forEach(function (j, i) {
+      s.appendChild(sv('text', {x: left - 6, y: 4 + i * bh + bh - 5, 'text-anchor': 'end'},
+                       j.part));
+      var r = cell(left, 4 + i * bh, 1, bh - 2, j);
+      chart.rects.push(r);
+      s.appendChild(r);
+      var t = sv('text', {x: left + 4, y: 4 + i * bh + bh - 5});
+      chart.labels.push(t);
+      s.appendChild(t);
+    });
+    bar_charts.push(chart);
+    return s;
+  }
+
+  function recolour() {
+    var groups = {};
+    cells.forEach(function (c) {
+      var g = c._job.group;
+      (groups[g] = groups[g] || []).push(c._job[metric]);
+    });
+    var range = {};
+    Object.keys(groups).forEach(function (g) {
+      var v = groups[g].filter(function (x) { return x !== null && isFinite(x); });
+      range[g] = [Math.min.apply(null, v), Math.max.apply(null, v)];
+    });
+    cells.forEach(function (c) {
+      var j = c._job, v = j[metric], rg = range[j.group];
+      c.setAttribute('data-shown', v === null || v === undefined ? '' : String(v));
+      c.setAttribute('fill', colour(v, rg[0], rg[1]));
+      c.querySelector('title').textContent = hover(j);
+    });
+    bar_charts.forEach(function (ch) {
+      var max = 0;
+      ch.jobs.forEach(function (j) { if (isFinite(j[metric])) max = Math.max(max, Math.abs(j[metric])); });
+      ch.rects.forEach(function (r, i) {
+        var v = ch.jobs[i][metric];
+        var w = max > 0 && isFinite(v) ? Math.max(1, ch.width * Math.abs(v) / max) : 1;
+        r.setAttribute('width', w);
+        ch.labels[i].setAttribute('x', 90 + w + 4);
+        ch.labels[i].textContent = fmt(v);
+      });
+    });
+    document.querySelectorAll('.legend').forEach(function (l) {
+      var rg = range[l.getAttribute('data-group')] || [NaN, NaN];
+      l.textContent = METRICS[metric].label + ': ' + fmt(rg[0]) + ' (' +
+          (METRICS[metric].high_is_bad ? 'light' : 'dark red') + ') to ' + fmt(rg[1]) + ' (' +
+          (METRICS[metric].high_is_bad ? 'dark red' : 'light') + ')';
+    });
+  }
+
+  // ---- header: experiment, run conditions, baseline
+  root.appendChild(el('h1', {}, 'qsweep report: ' + D.experiment.name));
+  if (D.experiment.description) root.appendChild(el('p', {}, D.experiment.description));
+  root.appendChild(el('p', {class: 'note'}, 'created ' + D.experiment.created_at +
+                                                '; report written ' + D.generated_at +
+                                                ' by qsweep ' + D.qsweep_version));
+  root.appendChild(el('h3', {}, 'Baseline and run conditions'));
+  if (D.conditions.length)
+    root.appendChild(table(D.conditions, ['model', 'baseline_job', 'baseline_ppl',
+                                          'ctx', 'max_chunks', 'n_chunks', 'n_scored',
+                                          'numerics_version', 'dataset']));
+  else root.appendChild(el('p', {class: 'note'}, 'no baseline result yet'));
+  root.appendChild(query('conditions'));
+
+  // ---- progress and failures
+  root.appendChild(el('h2', {}, 'Progress and failures'));
+  root.appendChild(table(D.progress ? [D.progress] : [],
+                         ['total', 'pending', 'running', 'succeeded', 'failed', 'cancelled']));
+  root.appendChild(query('progress'));
+  if (D.failed.length) {
+    root.appendChild(el('h3', {class: 'bad'}, D.failed.length + ' failed job(s)'));
+    root.appendChild(table(D.failed, ['job_id', 'kind', 'attempts_used', 'max_attempts',
+                                      'last_outcome', 'last_worker', 'last_error']));
+  } else {
+    root.appendChild(el('p', {}, 'no failed jobs'));
+  }
+  root.appendChild(query('failed'));
+
+  // ---- sensitivity
+  root.appendChild(el('h2', {}, 'Sensitivity'));
+  var sel = el('select', {id: 'metric'});
+  Object.keys(METRICS).forEach(function (k) {
+    var o = el('option', {value: k}, METRICS[k].label);
+    if (k === metric) o.selected = true;
+    sel.appendChild(o);
+  });
+  sel.addEventListener('change', function () {
+    metric = sel.value;
+    history.replaceState(null, '', '#metric=' + metric);
+    recolour();
+  });
+  var p = el('p', {}, 'colour: ');
+  p.appendChild(sel);
+  p.appendChild(el('span', {class: 'note'}, ' (hover a cell for its values; colours are scaled ' +
+                                                'within each figure)'));
+  root.appendChild(p);
+  var groups = {}, order = [];
+  D.sensitivity.forEach(function (j) {
+    var key = [j.model, j.format, j.options, j.quantize].join(' | ');
+    j.group = key + ' | ' + j.mode;
+    if (!groups[key]) { groups[key] = {}; order.push(key); }
+    (groups[key][j.mode] = groups[key][j.mode] || []).push(j);
+  });
+  if (!order.length) root.appendChild(el('p', {class: 'note'}, 'no eval results yet'));
+  order.forEach(function (key) {
+    var g = groups[key], first = g[Object.keys(g)[0]][0];
+    root.appendChild(el('h3', {}, first.model + '  ' + first.format +
+                                      (first.options !== '{}' ? ' ' + first.options : '') +
+                                      '  quantize ' + first.quantize));
+    var MODES = ['layer', 'component', 'block', 'cumulative', 'leave_one_out',
+                 'leave_one_out_layer', 'leave_one_out_block'];
+    Object.keys(g).sort(function (a, b) {
+      var ia = MODES.indexOf(a), ib = MODES.indexOf(b);
+      return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || (a < b ? -1 : 1);
+    }).forEach(function (mode) {
+      var jobs = g[mode], f = el('div', {class: 'figure', 'data-mode': mode});
+      f.appendChild(el('div', {}, mode + ' mode, ' + jobs.length + ' job(s)'));
+      var svg = (mode === 'layer' || mode === 'leave_one_out_layer') ? heatmap(jobs)
+              : (mode === 'block' || mode === 'cumulative' || mode === 'leave_one_out_block')
+                  ? strip(jobs) : bars(jobs);
+      f.appendChild(svg);
+      f.appendChild(el('div', {class: 'legend note', 'data-group': jobs[0].group}));
+      root.appendChild(f);
+    });
+  });
+  root.appendChild(query('sensitivity'));
+  recolour();
+
+  // ---- training: rendered when the training views exist (v_train_curves, v_train_final)
+  root.appendChild(el('h2', {}, 'Training'));
+  if (D.train_curves === null) {
+    root.appendChild(el('p', {class: 'note'}, 'this database has no training views ' +
+                                                  '(v_train_curves, v_train_final)'));
+  } else {
+    if (D.train_error) root.appendChild(el('p', {class: 'bad'}, D.train_error));
+    // one chart per metric (train_loss, val_loss): a line per (recipe, shape, lr), the mean
+    // over seeds, with its min..max band
+    var charts = {};
+    D.train_curves.forEach(function (r) {
+      var c = charts[r.metric] = charts[r.metric] || {};
+      var key = r.recipe + '  ' + r.shape + '  lr ' + fmt(r.lr);
+      (c[key] = c[key] || []).push(r);
+    });
+    if (!Object.keys(charts).length)
+      root.appendChild(el('p', {class: 'note'}, 'no training curves in this experiment'));
+    Object.keys(charts).sort().forEach(function (metricName) {
+      var lines = charts[metricName], keys = Object.keys(lines).sort();
+      var W = 640, H = 300, L = 50, xmax = 0, ymin = Infinity, ymax = -Infinity;
+      keys.forEach(function (k) {
+        lines[k].forEach(function (p) {
+          xmax = Math.max(xmax, p.step); ymin = Math.min(ymin, p.lo); ymax = Math.max(ymax, p.hi);
+        });
+      });
+      var X = function (s) { return L + (xmax > 0 ? s / xmax : 0) * (W - L - 10); };
+      var Y = function (v) { return 10 + (ymax > ymin ? (ymax - v) / (ymax - ymin) : 0.5) * (H - 40); };
+      var s = sv('svg', {width: W + 260, height: H, class: 'curves', 'data-metric': metricName});
+      var hues = [210, 10, 120, 280, 40, 170, 330];
+      keys.forEach(function (k, i) {
+        var col = 'hsl(' + hues[i % hues.length] + ',70%,45%)', P = lines[k];
+        var band = P.map(function (p) { return X(p.step) + ',' + Y(p.hi); })
+            .concat(P.slice().reverse().map(function (p) { return X(p.step) + ',' + Y(p.lo); }));
+        s.appendChild(sv('polygon', {points: band.join(' '), fill: col, 'fill-opacity': 0.15}));
+        var line = sv('polyline', {points: P.map(function (p) { return X(p.step) + ',' + Y(p.mean); }).join(' '),
+                                   fill: 'none', stroke: col, 'stroke-width': 1.5, class: 'curve',
+                                   'data-line': k});
+        line.appendChild(sv('title', {}, k + ': ' + P.length + ' steps, last mean ' +
+                                             fmt(P[P.length - 1].mean) + ' over ' +
+                                             P[P.length - 1].seeds + ' seed(s)'));
+        s.appendChild(line);
+        s.appendChild(sv('text', {x: W + 4, y: 20 + 16 * i, style: 'fill:' + col}, k));
+      });
+      s.appendChild(sv('text', {x: L, y: H - 8}, metricName + ' against step 0..' + xmax + ': ' +
+                                                      fmt(ymin) + '..' + fmt(ymax) +
+                                                      ' (mean over seeds, band min..max)'));
+      root.appendChild(el('h3', {}, metricName));
+      root.appendChild(s);
+    });
+    root.appendChild(query('train_curves'));
+    if (D.train_final && D.train_final.length) {
+      root.appendChild(el('h3', {}, 'Final metrics and gap to the bf16 run'));
+      root.appendChild(table(D.train_final, ['metric', 'shape', 'recipe', 'lr', 'seeds', 'mean',
+                                             'sd', 'gap_to_bf16', 'rel_gap_to_bf16']));
+    }
+    root.appendChild(query('train_final'));
+  }
+  document.body.setAttribute('data-rendered', String(cells.length));
+})();

@@ -1,0 +1,378 @@
+/* qsweep plan (issue 14 item 2, "Done when"):
+ *   - the DP (cli/plan.c) against brute force over every assignment of random small
+ *     instances: same feasibility, same optimal cost, and its plan meets the budget;
+ *   - the bit counts of the formats, and a budget equal to uniform NVFP4's admits it;
+ *   - a budget no assignment meets is refused, naming the fewest bits reachable;
+ *   - end to end on the tiny sweep in layer mode (NVFP4 and MXFP4, through the real binary
+ *     and PostgreSQL): for budgets 4.5, 6 and 8 bits the plan meets the budget, its
+ *     predicted cost is the sum of the views' values for the formats it chose, and it
+ *     equals the optimum found by brute force over all 3^12 assignments of its fused groups
+ *     (q/k/v, o, gate/up, down per block) with the views' costs and the model's shapes. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "fixtures.h"
+#include "pgserver.h"
+#include "plan.h"
+
+/* Brute force: the least cost of any assignment within the budget (summing in item order,
+ * as the DP does), INFINITY when none. */
+static double brute_force(const qsweep_plan_item *it, size_t n, const unsigned *qbits, size_t m,
+                          double budget) {
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++)
+        total *= m;
+    double best = INFINITY, weights = 0;
+    for (size_t i = 0; i < n; i++)
+        weights += (double)it[i].weights;
+    for (size_t code = 0; code < total; code++) {
+        size_t c = code;
+        double cost = 0, bits = 0;
+        int ok = 1;
+        for (size_t i = 0; i < n; i++, c /= m) {
+            size_t f = c % m;
+            if (isnan(it[i].cost[f])) ok = 0;
+            cost += it[i].cost[f];
+            bits += (double)it[i].weights * qbits[f] / 4.0;
+        }
+        if (ok && bits <= budget * weights + 1e-6 && cost < best) best = cost;
+    }
+    return best;
+}
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+static void test_dp_equals_brute_force_on_random_instances(void **state) {
+    (void)state;
+    static const char *const fmts[] = {"mxfp4", "nvfp4", "fp8_e4m3", "mxfp8_e4m3", "bf16"};
+    uint64_t s = 12345;
+    int feasible = 0, infeasible = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        size_t n = 1 + lcg(&s) % 7, m = 2 + lcg(&s) % 4;
+        unsigned qbits[QSWEEP_PLAN_MAX_FORMATS];
+        for (size_t f = 0; f < m; f++)
+            qbits[f] = qsweep_plan_quarter_bits(fmts[(f + (size_t)trial) % 5]);
+        qsweep_plan_item items[8];
+        memset(items, 0, sizeof items);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(items[i].name, sizeof items[i].name, "%zu", i);
+            /* shapes with a common factor, as Llama linears have */
+            items[i].weights = 16 * (1 + lcg(&s) % 12);
+            for (size_t f = 0; f < m; f++)
+                items[i].cost[f] =
+                    lcg(&s) % 5 == 0 && qbits[f] != 64 ? NAN : (double)(lcg(&s) % 100000) / 7919.0;
+        }
+        double budget = 4.0 + (double)(lcg(&s) % 1300) / 100.0;
+        int choice[8];
+        double cost = -1, bits = -1;
+        qs_error err = {0};
+        qs_status st = qsweep_plan_solve(items, n, qbits, m, budget, choice, &cost, &bits, &err);
+        double want = brute_force(items, n, qbits, m, budget);
+        if (want == INFINITY) {
+            assert_int_equal(st, QS_EINVAL);
+            infeasible++;
+            continue;
+        }
+        if (st) fail_msg("trial %d: %s", trial, err.msg);
+        feasible++;
+        if (cost != want) fail_msg("trial %d: DP %.17g, brute force %.17g", trial, cost, want);
+        /* the plan itself: allowed formats, within the budget, with the cost it claims */
+        double c = 0, b = 0, w = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_true(choice[i] >= 0 && (size_t)choice[i] < m);
+            assert_false(isnan(items[i].cost[choice[i]]));
+            c += items[i].cost[choice[i]];
+            b += (double)items[i].weights * qbits[choice[i]] / 4.0;
+            w += (double)items[i].weights;
+        }
+        assert_true(b <= budget * w + 1e-9);
+        assert_true(c == cost);
+        assert_true(fabs(bits - b / w) < 1e-12);
+    }
+    /* both kinds of instance were exercised */
+    assert_true(feasible > 100);
+    assert_true(infeasible > 5);
+}
+
+static void test_bits_per_weight_count_block_scales(void **state) {
+    (void)state;
+    assert_int_equal(qsweep_plan_quarter_bits("nvfp4"), 18);      /* 4 + 8/16 */
+    assert_int_equal(qsweep_plan_quarter_bits("mxfp4"), 17);      /* 4 + 8/32 */
+    assert_int_equal(qsweep_plan_quarter_bits("mxfp8_e4m3"), 33); /* 8 + 8/32 */
+    assert_int_equal(qsweep_plan_quarter_bits("fp8_e4m3"), 32);
+    assert_int_equal(qsweep_plan_quarter_bits("bf16"), 64);
+    assert_int_equal(qsweep_plan_quarter_bits("int4_group"), 0);
+    assert_int_equal(qsweep_plan_tensor_scale_bits("nvfp4"), 32);
+    assert_int_equal(qsweep_plan_tensor_scale_bits("mxfp4"), 0);
+}
+
+static void test_budget_of_uniform_nvfp4_admits_it(void **state) {
+    (void)state;
+    const unsigned qbits[2] = {18, 64}; /* nvfp4, bf16 */
+    qsweep_plan_item items[3] = {
+        {"0.q", 331776, {0.5, 0}}, {"0.k", 110592, {0.25, 0}}, {"0.down", 884736, {1.0, 0}}};
+    int choice[3];
+    double cost, bits;
+    qs_error err = {0};
+    assert_int_equal(qsweep_plan_solve(items, 3, qbits, 2, 4.5, choice, &cost, &bits, &err), QS_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(choice[i], 0);
+    assert_true(cost == 1.75);
+    assert_true(bits == 4.5);
+    /* room for exactly one more item in bf16 (11.5 more bits per weight of k): only k fits,
+       and it is worth its 0.25 */
+    double n = 331776.0 + 110592.0 + 884736.0;
+    assert_int_equal(qsweep_plan_solve(items, 3, qbits, 2, 4.5 + 11.5 * 110592.0 / n, choice, &cost,
+                                       &bits, &err),
+                     QS_OK);
+    assert_int_equal(choice[1], 1);
+    assert_true(cost == 1.5);
+}
+
+static void test_budget_below_every_assignment_is_refused(void **state) {
+    (void)state;
+    const unsigned qbits[2] = {18, 64};
+    qsweep_plan_item items[1] = {{"0.q", 4096, {0.5, 0}}};
+    int choice[1];
+    qs_error err = {0};
+    assert_int_equal(qsweep_plan_solve(items, 1, qbits, 2, 4.0, choice, NULL, NULL, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "4.5000"));
+    items[0].weights = 0;
+    assert_int_equal(qsweep_plan_solve(items, 1, qbits, 2, 8.0, choice, NULL, NULL, &err),
+                     QS_EINVAL);
+}
+
+/* ---- end to end */
+
+#define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
+static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+static double view_cost(PGconn *c, int block, int kind, const char *format) {
+    if (!strcmp(format, "bf16")) return 0.0;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT value FROM v_sensitivity WHERE experiment = 'tiny' AND mode = 'layer' AND "
+             "metric = 'kl_mean' AND quantize = 'weights' AND format = '%s' AND part = '%d.%s'",
+             format, block, KINDS[kind]);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %d rows %s", sql, PQntuples(r), PQerrorMessage(c));
+    double v = strtod(PQgetvalue(r, 0, 0), NULL);
+    PQclear(r);
+    return v;
+}
+
+static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-plan");
+    assert_non_null(dir);
+    char buf[700];
+    snprintf(buf, sizeof buf, "%s/data", dir);
+    setenv("XDG_DATA_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/cache", dir);
+    setenv("XDG_CACHE_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/state", dir);
+    setenv("XDG_STATE_HOME", buf, 1);
+    unsetenv("QSWEEP_DB");
+    static char out[1 << 16];
+    const char *run[] = {"run",       TINY,
+                         "--workers", "2",
+                         "--set",     "sensitivity.modes=[layer]",
+                         "--set",     "sensitivity.formats=[nvfp4,mxfp4]",
+                         "--set",     "sensitivity.quantize=[weights]",
+                         NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    char pg_dir[700];
+    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    const char *conninfo = qc_pgserver_conninfo(pg);
+    PGconn *c = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+
+    /* the model's shapes, from its config.json (Hugging Face names) */
+    json_error_t je;
+    json_t *cfg =
+        json_load_file(QSWEEP_SOURCE_DIR "/tests/engine/data/llama3_gqa/config.json", 0, &je);
+    assert_non_null(cfg);
+    uint64_t d = (uint64_t)json_integer_value(json_object_get(cfg, "hidden_size"));
+    uint64_t h = (uint64_t)json_integer_value(json_object_get(cfg, "intermediate_size"));
+    uint64_t hd = (uint64_t)json_integer_value(json_object_get(cfg, "head_dim"));
+    uint64_t nh = (uint64_t)json_integer_value(json_object_get(cfg, "num_attention_heads"));
+    uint64_t nkv = (uint64_t)json_integer_value(json_object_get(cfg, "num_key_value_heads"));
+    int layers = (int)json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+    json_decref(cfg);
+    const uint64_t kw[7] = {nh * hd * d, nkv * hd * d, nkv * hd * d, d * nh * hd,
+                            h * d,       h * d,        d * h};
+    static const int groups[4][4] = {{0, 1, 2, -1}, {3, -1}, {4, 5, -1}, {6, -1}};
+    static const char *const fmts[3] = {"nvfp4", "mxfp4", "bf16"};
+    const unsigned qbits[3] = {18, 17, 64};
+
+    /* the brute-force instance: 4 groups per block, costs summed over their members */
+    enum { NG = 12 };
+    assert_int_equal(layers * 4, NG);
+    double gcost[NG][3];
+    uint64_t gw[NG] = {0};
+    for (int b = 0; b < layers; b++)
+        for (int g = 0; g < 4; g++) {
+            gw[b * 4 + g] = 0;
+            for (int f = 0; f < 3; f++)
+                gcost[b * 4 + g][f] = 0;
+            for (int k = 0; groups[g][k] >= 0; k++) {
+                gw[b * 4 + g] += kw[groups[g][k]];
+                for (int f = 0; f < 3; f++)
+                    gcost[b * 4 + g][f] += view_cost(c, b, groups[g][k], fmts[f]);
+            }
+        }
+    double total_w = 0;
+    for (int i = 0; i < NG; i++)
+        total_w += (double)gw[i];
+
+    const double budgets[3] = {4.5, 6.0, 8.0};
+    for (int bi = 0; bi < 3; bi++) {
+        char yaml[800], budget[16];
+        snprintf(yaml, sizeof yaml, "%s/plan.yaml", dir);
+        snprintf(budget, sizeof budget, "%g", budgets[bi]);
+        const char *plan[] = {"plan",
+                              "tiny",
+                              "--budget-bits",
+                              budget,
+                              "--uniform-groups",
+                              "--formats",
+                              "nvfp4,mxfp4,bf16",
+                              "-o",
+                              yaml,
+                              "--db",
+                              conninfo,
+                              NULL};
+        rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+        if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+        const char *avg = strstr(out, "average bits per weight: ");
+        const char *pred = strstr(out, "predicted kl_mean: ");
+        assert_non_null(avg);
+        assert_non_null(pred);
+        double avg_bits = strtod(avg + strlen("average bits per weight: "), NULL);
+        double predicted = strtod(pred + strlen("predicted kl_mean: "), NULL);
+        assert_true(avg_bits <= budgets[bi] + 1e-4);
+
+        /* the written policy: a format for each of the 21 linears, groups uniform */
+        FILE *f = fopen(yaml, "r");
+        assert_non_null(f);
+        char line[256], fmt_of[3][7][16];
+        int seen = 0;
+        double sum = 0, bits = 0;
+        while (fgets(line, sizeof line, f)) {
+            int b;
+            char kind[16], fm[16];
+            if (sscanf(line, " \"%d.%15[a-z]\": %15s", &b, kind, fm) != 3) continue;
+            int k = 0;
+            while (k < 7 && strcmp(KINDS[k], kind))
+                k++;
+            if (k >= 7 || b < 0 || b >= layers) {
+                fail_msg("policy line names no linear of this model: %s", line);
+                break;
+            }
+            snprintf(fmt_of[b][k], sizeof fmt_of[b][k], "%s", fm);
+            sum += view_cost(c, b, k, fm);
+            int q = !strcmp(fm, "nvfp4") ? 18 : !strcmp(fm, "mxfp4") ? 17 : 64;
+            bits += (double)kw[k] * q / 4.0;
+            seen++;
+        }
+        fclose(f);
+        assert_int_equal(seen, layers * 7);
+        for (int b = 0; b < layers; b++) {
+            assert_string_equal(fmt_of[b][0], fmt_of[b][1]);
+            assert_string_equal(fmt_of[b][0], fmt_of[b][2]);
+            assert_string_equal(fmt_of[b][4], fmt_of[b][5]);
+        }
+        assert_true(bits <= budgets[bi] * total_w);
+        assert_true(fabs(bits / total_w - avg_bits) < 1e-4);
+        /* predicted = the views' values summed (printed with 6 significant digits) */
+        assert_true(fabs(sum - predicted) <= 1e-5 * fabs(sum) + 1e-12);
+
+        /* brute force over 3^12 assignments */
+        double best = INFINITY;
+        int total = 1;
+        for (int i = 0; i < NG; i++)
+            total *= 3;
+        for (int code = 0; code < total; code++) {
+            int cc = code;
+            double cost = 0, bb = 0;
+            for (int i = 0; i < NG; i++, cc /= 3) {
+                cost += gcost[i][cc % 3];
+                bb += (double)gw[i] * qbits[cc % 3] / 4.0;
+            }
+            if (bb <= budgets[bi] * total_w && cost < best) best = cost;
+        }
+        if (fabs(best - sum) > 1e-12 * fabs(best) + 1e-15)
+            fail_msg("budget %g: plan %.17g, brute force optimum %.17g", budgets[bi], sum, best);
+    }
+    /* component mode: one item per linear kind, all blocks together */
+    const char *comp[] = {"run",       TINY,
+                          "--workers", "2",
+                          "--db",      conninfo,
+                          "--set",     "name=tiny-components",
+                          "--set",     "sensitivity.formats=[nvfp4]",
+                          "--set",     "sensitivity.quantize=[weights]",
+                          NULL};
+    rc = fx_run(QSWEEP_BIN, comp, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run (components) exited %d:\n%s", rc, out);
+    {
+        const char *plan[] = {"plan", "tiny-components", "--budget-bits", "10", "--db", conninfo,
+                              NULL};
+        rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+        if (rc != 0) fail_msg("qsweep plan (components) exited %d:\n%s", rc, out);
+        assert_non_null(strstr(out, "component-mode costs"));
+        /* every kind is an item, and each block's linear of that kind takes its format */
+        for (int k = 0; k < 7; k++) {
+            char item[32];
+            snprintf(item, sizeof item, "\n  %-12s ", KINDS[k]);
+            assert_non_null(strstr(out, item));
+        }
+        double avg = strtod(strstr(out, "average bits per weight: ") + 25, NULL);
+        assert_true(avg <= 10.0 + 1e-9 && avg >= 4.5);
+        /* the written part names every linear */
+        size_t lines = 0;
+        for (const char *p = out; (p = strstr(p, "\n    \"")); p++)
+            lines++;
+        assert_int_equal((long)lines, layers * 7);
+    }
+
+    /* a budget below MXFP4 everywhere is refused, naming the fewest bits */
+    const char *low[] = {"plan", "tiny", "--budget-bits", "4", "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, low, out, sizeof out), 2);
+    assert_non_null(strstr(out, "4.2500"));
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+    fx_rmtree(dir);
+    free(dir);
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test(test_dp_equals_brute_force_on_random_instances),
+        cmocka_unit_test(test_bits_per_weight_count_block_scales),
+        cmocka_unit_test(test_budget_of_uniform_nvfp4_admits_it),
+        cmocka_unit_test(test_budget_below_every_assignment_is_refused),
+        cmocka_unit_test(test_plan_of_tiny_layer_sweep_is_optimal),
+    };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(all, NULL, NULL);
+}
