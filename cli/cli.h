@@ -63,6 +63,14 @@ const char *qsweep_self_exe(void);
 /* Connection string: the --db argument, else $QSWEEP_DB; NULL when neither is set. */
 const char *qsweep_db_arg(const char *opt);
 
+/* The database of a command that reads the store or asks the coordinator (status, workers,
+ * results, cancel, requeue): --db (opt), else $QSWEEP_DB, else the private cluster of
+ * `qsweep run` in ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg when a server runs there
+ * (adopted and left running; nothing is started). NULL, after a message on stderr
+ * "qsweep <cmd>: no database: ..." naming all three and `eval "$(qsweep db start)"`, when
+ * there is none. */
+const char *qsweep_find_db(const char *opt, const char *cmd);
+
 /* mkdir -p path: parents 0755, the last 0700. Errors: QS_EIO naming the directory. */
 qs_status qsweep_make_dirs(const char *path, qs_error *err);
 
@@ -112,7 +120,8 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
 qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
                                      qs_error *err);
 
-/* The subcommands; each parses its own options (argv[0] is the subcommand name) and returns
+/* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
+ * which getopt's messages begin with) and returns
  * an exit code. */
 int qsweep_cmd_run(int argc, char **argv);
 int qsweep_cmd_submit(int argc, char **argv);
@@ -128,5 +137,6 @@ int qsweep_cmd_keygen(int argc, char **argv);
 int qsweep_cmd_report(int argc, char **argv);
 int qsweep_cmd_plan(int argc, char **argv);
 int qsweep_cmd_slurm(int argc, char **argv);
+int qsweep_cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -1,12 +1,16 @@
-/* qsweep status, cancel, workers and db migrate: the subcommands that read or write the
- * store (coordinator/store/store.h) without running anything. */
+/* qsweep status, cancel, requeue, workers and db: the subcommands that read or write the
+ * store (coordinator/store/store.h, its read-only queries in queries.h) without running
+ * anything. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "migrate.h"
+#include "queries.h"
 
 /* Parses the options of the store subcommands (--db, --help, and --job where allow_job),
  * leaving the positional arguments from o->first. Returns -1 to go on, else the exit code
@@ -17,8 +21,8 @@ typedef struct common_opts {
     int first;
 } common_opts;
 
-static int parse_common(int argc, char **argv, void (*usage)(FILE *), int allow_job,
-                        common_opts *o) {
+static int parse_common(int argc, char **argv, const char *cmd, void (*usage)(FILE *),
+                        int allow_job, common_opts *o) {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"job", required_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
@@ -46,73 +50,123 @@ static int parse_common(int argc, char **argv, void (*usage)(FILE *), int allow_
         }
     }
     o->first = optind;
-    if (!qsweep_db_arg(o->db)) {
-        fprintf(stderr, "qsweep %s: no database: give --db CONNINFO or set QSWEEP_DB\n", argv[0]);
-        return QSWEEP_EXIT_USAGE;
-    }
+    o->db = qsweep_find_db(o->db, cmd);
+    if (!o->db) return QSWEEP_EXIT_USAGE;
     return -1;
 }
 
 /* Seconds left for an experiment: the jobs not yet finished times the mean duration of its
  * succeeded attempts, shared among the attempts running now (one per busy worker, which
- * heartbeats keep alive). -1 until one attempt has succeeded. */
+ * heartbeats keep alive). -1 until one attempt has succeeded; -2 when no attempt runs on a
+ * live worker (an interrupted `run`, no worker started): then there is no pace to speak of. */
 static double eta_seconds(qc_store *s, const qc_progress *p) {
-    char id[32];
-    snprintf(id, sizeof id, "%lld", (long long)p->experiment_id);
-    const char *params[1] = {id};
-    PGresult *r = PQexecParams(
-        qc_store_pgconn(s),
-        "SELECT extract(epoch FROM avg(a.ended_at - a.started_at) "
-        "                FILTER (WHERE a.outcome = 'succeeded')),"
-        "       count(*) FILTER (WHERE a.outcome = 'running' AND a.lease_expires_at > now())"
-        " FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job"
-        " WHERE ej.experiment = $1",
-        1, NULL, params, NULL, NULL, 0);
-    double eta = -1;
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        double mean = strtod(PQgetvalue(r, 0, 0), NULL);
-        long running = strtol(PQgetvalue(r, 0, 1), NULL, 10);
-        eta = (double)(p->pending + p->running) * mean / (double)(running > 0 ? running : 1);
-    }
-    PQclear(r);
-    return eta;
+    qc_pace pace;
+    qs_error err = {0};
+    if (qc_store_pace(s, p->experiment_id, &pace, &err) != QS_OK) return -1;
+    if (pace.running_live == 0) return -2;
+    if (pace.mean_attempt_s < 0) return -1;
+    return (double)(p->pending + p->running) * pace.mean_attempt_s / (double)pace.running_live;
+}
+
+/* Characters (code points) of UTF-8 text: bytes that do not continue a sequence. */
+static int text_chars(const char *text) {
+    int chars = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        chars += (*p & 0xC0) != 0x80;
+    return chars;
 }
 
 /* Writes text (UTF-8) left-aligned in a column of width characters: printf's %-28s counts
  * bytes, so a name with accents or CJK came out short and shifted the columns after it.
- * Counts code points (bytes that do not continue a sequence); a longer text is written
- * whole. */
-static void put_column(FILE *out, const char *text, int width) {
-    int chars = 0;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-        chars += (*p & 0xC0) != 0x80;
-    fputs(text, out);
+ * A longer text is written whole, or with limit > 0 cut to limit characters (at a code
+ * point, the last one replaced by '~'). */
+static void put_column_cut(FILE *out, const char *text, int width, int limit) {
+    int chars = text_chars(text);
+    if (limit > 0 && chars > limit) {
+        int kept = 0;
+        const unsigned char *p = (const unsigned char *)text;
+        for (; *p; p++) {
+            if ((*p & 0xC0) != 0x80 && kept++ == limit - 1) break;
+            fputc(*p, out);
+        }
+        fputc('~', out);
+        chars = limit;
+    } else {
+        fputs(text, out);
+    }
     for (; chars < width; chars++)
         fputc(' ', out);
 }
 
+static void put_column(FILE *out, const char *text, int width) {
+    put_column_cut(out, text, width, 0);
+}
+
+/* Columns of the terminal out writes to (TIOCGWINSZ), else $COLUMNS, else 0 (unknown: the
+ * full line). */
+static int output_columns(FILE *out) {
+    struct winsize ws;
+    if (isatty(fileno(out)) && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *c = getenv("COLUMNS");
+    long v = c ? strtol(c, NULL, 10) : 0;
+    return v > 0 && v < 100000 ? (int)v : 0;
+}
+
 void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
-    const int width = 30;
     int64_t done = p->succeeded + p->failed + p->cancelled;
-    int fill = p->total ? (int)(width * done / p->total) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    put_column(out, p->name, 28);
-    fprintf(out,
-            " [%s] %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
-            "cancelled %lld",
-            bar, p->total ? (int)(100 * done / p->total) : 100, (long long)done,
-            (long long)p->total, (long long)p->pending, (long long)p->running,
-            (long long)p->succeeded, (long long)p->failed, (long long)p->cancelled);
+    int pct = p->total ? (int)(100 * done / p->total) : 100;
+    char eta[48] = "", eta_short[24] = "";
     if (p->pending + p->running > 0) {
-        double eta = eta_seconds(s, p);
-        if (eta >= 0)
-            fprintf(out, "  ETA %dm%02ds", (int)(eta / 60), (int)eta % 60);
-        else
-            fprintf(out, "  ETA ?");
+        double e = eta_seconds(s, p);
+        if (e >= 0) {
+            snprintf(eta, sizeof eta, "  ETA %dm%02ds", (int)(e / 60), (int)e % 60);
+            snprintf(eta_short, sizeof eta_short, " ETA %dm%02ds", (int)(e / 60), (int)e % 60);
+        } else if (e == -2) {
+            snprintf(eta, sizeof eta, "  no worker running");
+            snprintf(eta_short, sizeof eta_short, " no worker");
+        } else {
+            snprintf(eta, sizeof eta, "  ETA ?");
+            snprintf(eta_short, sizeof eta_short, " ETA ?");
+        }
     }
+    /* The full line (about 140 characters), or for a narrower terminal a short one with the
+     * bar and the name shrunk to fit in cols - 1 (no wrap, so `run` rewrites it in place). */
+    char tail[256];
+    snprintf(tail, sizeof tail,
+             " %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
+             "cancelled %lld%s",
+             pct, (long long)done, (long long)p->total, (long long)p->pending,
+             (long long)p->running, (long long)p->succeeded, (long long)p->failed,
+             (long long)p->cancelled, eta);
+    int cols = output_columns(out), name_w = 28, bar_w = 30, limit = 0;
+    int name_chars = text_chars(p->name);
+    if (cols > 0 &&
+        (name_chars > name_w ? name_chars : name_w) + 3 + bar_w + (int)strlen(tail) > cols - 1) {
+        snprintf(tail, sizeof tail, " %d%% %lld/%lld run %lld ok %lld fail %lld%s%s", pct,
+                 (long long)done, (long long)p->total, (long long)p->running,
+                 (long long)p->succeeded, (long long)p->failed + p->cancelled,
+                 p->cancelled ? " (cancelled incl.)" : "", eta_short);
+        if ((int)strlen(tail) > cols - 1 - 16) /* drop the note first */
+            snprintf(tail, sizeof tail, " %d%% %lld/%lld run %lld ok %lld fail %lld%s", pct,
+                     (long long)done, (long long)p->total, (long long)p->running,
+                     (long long)p->succeeded, (long long)p->failed + p->cancelled, eta_short);
+        int room = cols - 1 - (int)strlen(tail) - 3; /* for name, bar and " []" */
+        bar_w = room / 3 > 20 ? 20 : room / 3;
+        if (bar_w < 5) bar_w = 0;
+        name_w = room - bar_w;
+        if (name_w < 4) name_w = 4;
+        limit = name_w;
+        if (name_chars < name_w) name_w = name_chars;
+    }
+    char bar[64];
+    int fill = p->total ? (int)(bar_w * done / p->total) : bar_w;
+    for (int i = 0; i < bar_w; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[bar_w] = 0;
+    put_column_cut(out, p->name, name_w, limit);
+    if (bar_w > 0) fprintf(out, " [%s]", bar);
+    fputs(tail, out);
 }
 
 static void status_usage(FILE *out) {
@@ -125,7 +179,7 @@ static void status_usage(FILE *out) {
 
 int qsweep_cmd_status(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, status_usage, 0, &o);
+    int rc = parse_common(argc, argv, "status", status_usage, 0, &o);
     if (rc >= 0) return rc;
     if (argc - o.first > 1) {
         fprintf(stderr, "qsweep status: unexpected argument '%s'\n", argv[o.first + 1]);
@@ -157,7 +211,7 @@ static void cancel_usage(FILE *out) {
 
 int qsweep_cmd_cancel(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, cancel_usage, 1, &o);
+    int rc = parse_common(argc, argv, "cancel", cancel_usage, 1, &o);
     if (rc >= 0) return rc;
     if ((o.job != NULL) == (o.first < argc) || argc - o.first > 1) {
         cancel_usage(stderr);
@@ -167,9 +221,37 @@ int qsweep_cmd_cancel(int argc, char **argv) {
     qc_store *s = NULL;
     const char *exp = o.job ? NULL : argv[o.first];
     qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "cancel", &s, &err);
-    if (!st) st = qc_store_request_cancel(s, o.job, exp, "qsweep cancel", &err);
+    /* Nothing to cancel when everything is finished: say so rather than "cancel requested". */
+    int finished = 0;
+    char what[300] = "";
+    if (!st && exp) {
+        qc_progress *rows = NULL;
+        size_t n = 0;
+        st = qc_store_progress(s, exp, &rows, &n, &err);
+        if (!st && n == 0) st = qs_error_set(&err, QS_ENOTFOUND, "no experiment named %s", exp);
+        if (!st && rows[0].pending + rows[0].running == 0) {
+            finished = 1;
+            snprintf(what, sizeof what,
+                     "experiment %s is finished (%lld succeeded, %lld failed, %lld cancelled)", exp,
+                     (long long)rows[0].succeeded, (long long)rows[0].failed,
+                     (long long)rows[0].cancelled);
+        }
+        free(rows);
+    } else if (!st) {
+        char state[32];
+        st = qc_store_job_state(s, o.job, state, sizeof state, &err);
+        if (!st && strcmp(state, "pending") && strcmp(state, "running")) {
+            finished = 1;
+            snprintf(what, sizeof what, "job %s is finished (%s)", o.job, state);
+        }
+    }
+    if (!st && !finished) st = qc_store_request_cancel(s, o.job, exp, "qsweep cancel", &err);
     qc_store_close(s);
     if (st) return qsweep_fail("cancel", &err);
+    if (finished) {
+        printf("%s: nothing to cancel\n", what);
+        return QSWEEP_EXIT_OK;
+    }
     printf("cancel requested for %s %s; the coordinator applies it\n", o.job ? "job" : "experiment",
            o.job ? o.job : exp);
     return QSWEEP_EXIT_OK;
@@ -185,7 +267,7 @@ static void requeue_usage(FILE *out) {
 
 int qsweep_cmd_requeue(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, requeue_usage, 0, &o);
+    int rc = parse_common(argc, argv, "requeue", requeue_usage, 0, &o);
     if (rc >= 0) return rc;
     if (argc - o.first != 1) {
         if (argc - o.first > 1)
@@ -205,17 +287,16 @@ int qsweep_cmd_requeue(int argc, char **argv) {
 }
 
 static void workers_usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: qsweep workers [--db CONNINFO]\n"
-        "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
-        "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
-        "  seconds since the last message, and the job each is running now.\n");
+    fprintf(out,
+            "usage: qsweep workers [--db CONNINFO]\n"
+            "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
+            "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
+            "  seconds since the last message, and the job each is running now.\n");
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {
     common_opts o = {0};
-    int rc = parse_common(argc, argv, workers_usage, 0, &o);
+    int rc = parse_common(argc, argv, "workers", workers_usage, 0, &o);
     if (rc >= 0) return rc;
     if (o.first < argc) {
         fprintf(stderr, "qsweep workers: unexpected argument '%s'\n", argv[o.first]);
@@ -224,39 +305,23 @@ int qsweep_cmd_workers(int argc, char **argv) {
     }
     qs_error err = {0};
     qc_store *s = NULL;
+    qc_worker_row *w = NULL;
+    size_t n = 0;
     qs_status st = qsweep_open_existing_store(qsweep_db_arg(o.db), "workers", &s, &err);
-    if (st) return qsweep_fail("workers", &err);
-    PGconn *c = qc_store_pgconn(s);
-    /* connected: seen within 90 s (the coordinator refreshes last_seen every half lease,
-       15 s by default); silent: not seen for longer, e.g. the worker hangs or the coordinator
-       is down; left: it said BYE or the coordinator timed it out (workers.left_at). */
-    PGresult *r = PQexec(
-        c, "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
-           "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
-           "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-'),"
-           "       CASE WHEN w.left_at IS NOT NULL THEN 'left'"
-           "            WHEN now() - w.last_seen < interval '90 seconds' THEN 'connected'"
-           "            ELSE 'silent' END AS state"
-           " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
-           " GROUP BY w.id ORDER BY w.left_at IS NOT NULL, w.last_seen DESC, w.id");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        qs_error_set(&err, QS_EDB, "workers: %s", PQerrorMessage(c));
-        rc = qsweep_fail("workers", &err);
-    } else {
-        printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid",
-               "threads", "last seen", "running", "gpus");
-        for (int i = 0; i < PQntuples(r); i++) {
-            put_column(stdout, PQgetvalue(r, i, 0), 32);
-            printf(" %-9s ", PQgetvalue(r, i, 7));
-            put_column(stdout, PQgetvalue(r, i, 1), 16);
-            printf(" %8s %7s %9ss %-10s %s\n", PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
-                   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 4));
-        }
-        rc = QSWEEP_EXIT_OK;
-    }
-    PQclear(r);
+    if (!st) st = qc_store_workers(s, &w, &n, &err);
     qc_store_close(s);
-    return rc;
+    if (st) return qsweep_fail("workers", &err);
+    printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid", "threads",
+           "last seen", "running", "gpus");
+    for (size_t i = 0; i < n; i++) {
+        put_column(stdout, w[i].id, 32);
+        printf(" %-9s ", w[i].state);
+        put_column(stdout, w[i].host, 16);
+        printf(" %8d %7d %9llds %-10s %s\n", (int)w[i].pid, (int)w[i].threads,
+               (long long)w[i].seen_s_ago, w[i].running, w[i].gpus);
+    }
+    free(w);
+    return QSWEEP_EXIT_OK;
 }
 
 /* The cluster `qsweep db start` started or adopted: kept, never destroyed (volatile: the

@@ -112,6 +112,44 @@ static void describe_exit(const child *c, char *buf, size_t cap) {
         snprintf(buf, cap, "status %d", c->status);
 }
 
+/* A fresh log folder for this run, ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/
+ * <YYYYmmdd-HHMMSS>-<experiment> (UTC; characters other than [A-Za-z0-9._-] of the name as
+ * '_', a -2, -3, ... suffix when it exists), and logs/latest pointing at it, so no run
+ * overwrites another's logs. Errors: QS_EIO / QS_EINVAL naming the folder. */
+static qs_status run_log_dir(const char *experiment, char *out, size_t cap, qs_error *err) {
+    char base[PATH_MAX - 256], name[128];
+    qs_status st =
+        qsweep_xdg_path("XDG_STATE_HOME", ".local/state", "logs", base, sizeof base, err);
+    if (!st) st = qsweep_make_dirs(base, err);
+    if (st) return st;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    size_t k = strftime(name, sizeof name, "%Y%m%d-%H%M%S-", &tm);
+    for (const char *p = experiment; *p && k + 1 < 64; p++, k++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        name[k] = ok ? c : '_';
+    }
+    name[k] = 0;
+    for (int i = 1; i < 1000; i++) {
+        int n = i == 1 ? snprintf(out, cap, "%s/%s", base, name)
+                       : snprintf(out, cap, "%s/%s-%d", base, name, i);
+        if (n < 0 || (size_t)n >= cap)
+            return qs_error_set(err, QS_EINVAL, "log folder under %s: path too long", base);
+        if (mkdir(out, 0700) == 0) {
+            char link[PATH_MAX];
+            snprintf(link, sizeof link, "%s/latest", base);
+            unlink(link); /* a best effort: the folder's path is printed anyway */
+            if (symlink(out + strlen(base) + 1, link) != 0) link[0] = 0;
+            return QS_OK;
+        }
+        if (errno != EEXIST) return qs_error_set(err, QS_EIO, "mkdir %s: %s", out, strerror(errno));
+    }
+    return qs_error_set(err, QS_EIO, "log folder %s/%s: 999 runs in the same second", base, name);
+}
+
 static void run_usage(FILE *out) {
     fprintf(
         out,
@@ -132,7 +170,9 @@ static void run_usage(FILE *out) {
         "  --lease-ms MS    a running job's lease, 1000..2147483647 (default 10000; heartbeats\n"
         "                   renew it)\n"
         "  A worker killed by a signal is restarted (at most 3 times per worker in all).\n"
-        "  Logs of the coordinator and workers: ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/\n"
+        "  Logs of the coordinator and workers: one folder per run,\n"
+        "  ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/<date>-<time>-<experiment>/ (logs/latest\n"
+        "  links to the newest), its path printed at the start and at the end.\n"
         "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
         "              5 some jobs failed or were cancelled, 130 interrupted\n");
 }
@@ -328,6 +368,7 @@ int qsweep_cmd_run(int argc, char **argv) {
 
     run_state r = {0};
     char logs[PATH_MAX - 64], conn_buf[PATH_MAX + 64];
+    int logs_made = 0;
     const char *conninfo = qsweep_db_arg(db);
     if (!conninfo) {
         st = qsweep_private_db_start(pg_dir, &r.pg, &r.pg_adopted, &err);
@@ -351,8 +392,8 @@ int qsweep_cmd_run(int argc, char **argv) {
     free(rows);
 
     if (!st && prog.pending + prog.running > 0) {
-        st = qsweep_xdg_path("XDG_STATE_HOME", ".local/state", "logs", logs, sizeof logs, &err);
-        if (!st) st = qsweep_make_dirs(logs, &err);
+        st = run_log_dir(g->name, logs, sizeof logs, &err);
+        if (!st) logs_made = 1;
         snprintf(r.ipc_dir, sizeof r.ipc_dir, "/tmp/qsweep-run-XXXXXX");
         if (!st && !mkdtemp(r.ipc_dir)) {
             st = qs_error_set(&err, QS_EIO, "mkdtemp %s: %s", r.ipc_dir, strerror(errno));
@@ -393,8 +434,12 @@ int qsweep_cmd_run(int argc, char **argv) {
             st = spawn_worker(&r, r.n_children - 1, &err);
         }
         if (!st) {
-            printf("coordinator and %d worker%s (%d thread%s each) running; logs in %s\n", workers,
-                   workers == 1 ? "" : "s", threads, threads == 1 ? "" : "s", logs);
+            if (workers == 1)
+                printf("coordinator and 1 worker (%d thread%s) running; logs in %s\n", threads,
+                       threads == 1 ? "" : "s", logs);
+            else
+                printf("coordinator and %d workers (%d thread%s each) running; logs in %s\n",
+                       workers, threads, threads == 1 ? "" : "s", logs);
             fflush(stdout);
             st = watch(&r, g->name, &prog, &err);
         }
@@ -418,6 +463,10 @@ int qsweep_cmd_run(int argc, char **argv) {
             printf(
                 "(qsweep run stops its private cluster when it ends; to query it, start it with\n"
                 "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");
+    }
+    if (logs_made) {
+        fflush(stdout);
+        fprintf(st ? stderr : stdout, "logs of this run's coordinator and workers: %s\n", logs);
     }
     run_cleanup(&r);
     int rc = st                                   ? qsweep_fail("run", &err)

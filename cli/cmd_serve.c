@@ -1,11 +1,15 @@
 /* qsweep coordinator and qsweep worker: the two long-running processes of a sweep, thin
  * shells over qc_server_run (coordinator/server/server.h) and qw_run (worker/loop/loop.h).
  * The worker registers the sweep's job kinds (worker/jobs/jobs.h) before it connects. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
@@ -19,13 +23,14 @@ static void coordinator_usage(FILE *out) {
     fprintf(
         out,
         "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS]\n"
-        "                          [--authorized-keys FILE] [--quiet]\n"
+        "                          [--authorized-keys FILE] [--exit-when-done] [--quiet]\n"
         "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
         "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
         "  --lease-ms MS    a running job's lease, renewed by worker heartbeats, 100..2147483647\n"
         "                   (default 30000)\n"
         "  --exit-when-done return once every job in the database is finished\n"
+        "  --quiet          log only warnings and errors (not each worker, lease and job)\n"
         "  --authorized-keys FILE  the workers allowed to connect (default\n"
         "                   $QSWEEP_CURVE_AUTHORIZED): one worker public key (Z85, 40\n"
         "                   characters, from qsweep keygen) per line, '#' comments; any other\n"
@@ -116,6 +121,7 @@ static void worker_usage(FILE *out) {
         "  --threads N         CPU threads per job, 1..1024 (default: all)\n"
         "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
         "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
+        "  --quiet             log only warnings and errors (not each job started and finished)\n"
         "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
         "                      the coordinator's public key and this worker's key pair\n"
         "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
@@ -173,25 +179,80 @@ int qsweep_cmd_worker(int argc, char **argv) {
     return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
 }
 
+static void keygen_usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: qsweep keygen [--env] [--out PREFIX]\n"
+        "  A new CURVE key pair (Z85, libzmq's zmq_curve_keypair), printed as\n"
+        "  public='...' / secret='...', or:\n"
+        "  --env         as export QSWEEP_CURVE_PUBLIC='...' / export QSWEEP_CURVE_SECRET='...'\n"
+        "                lines, so eval \"$(qsweep keygen --env)\" sets a worker's key pair (or,\n"
+        "                on the coordinator, its secret key)\n"
+        "  --out PREFIX  written to PREFIX.key (both keys as those export lines, mode 0600:\n"
+        "                `. PREFIX.key` loads them) and PREFIX.pub (the public key alone, the\n"
+        "                line the coordinator's allow-list takes); existing files are refused.\n"
+        "                Nothing secret is printed.\n"
+        "  Run it once for the coordinator and once per worker:\n"
+        "  - the coordinator runs with its secret key in $QSWEEP_CURVE_SECRET;\n"
+        "  - each worker with $QSWEEP_CURVE_SERVER = the coordinator's public key and its own\n"
+        "    key pair in $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET;\n"
+        "  - each worker's PUBLIC key goes on a line of the coordinator's allow-list file\n"
+        "    (qsweep coordinator --authorized-keys FILE, or $QSWEEP_CURVE_AUTHORIZED),\n"
+        "    '# name' comments allowed; send SIGHUP to the coordinator after editing it.\n"
+        "  The traffic is encrypted; peers without the coordinator's public key cannot\n"
+        "  connect, and with an allow-list only the listed workers can. Keep each secret key\n"
+        "  on its own machine.\n");
+}
+
+/* Writes text to a new file path with mode (O_EXCL: an existing file is refused; fchmod:
+ * whatever the umask). Errors: QS_EIO naming the file. */
+static qs_status write_new_file(const char *path, const char *text, mode_t mode, qs_error *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    if (fd < 0)
+        return qs_error_set(err, QS_EIO, "%s: %s%s", path, strerror(errno),
+                            errno == EEXIST ? " (not overwritten: remove it first)" : "");
+    size_t n = strlen(text);
+    int bad = fchmod(fd, mode) != 0 || write(fd, text, n) != (ssize_t)n;
+    int e = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        unlink(path);
+        return qs_error_set(err, QS_EIO, "%s: %s", path, strerror(e));
+    }
+    return QS_OK;
+}
+
 int qsweep_cmd_keygen(int argc, char **argv) {
-    if (argc != 1) {
-        fprintf(
-            argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr,
-            "usage: qsweep keygen\n"
-            "  Prints a new CURVE key pair (Z85, libzmq's zmq_curve_keypair) as shell "
-            "assignments.\n"
-            "  Run it once for the coordinator and once per worker:\n"
-            "  - the coordinator runs with its secret key in $QSWEEP_CURVE_SECRET;\n"
-            "  - each worker with $QSWEEP_CURVE_SERVER = the coordinator's public key and its "
-            "own\n"
-            "    key pair in $QSWEEP_CURVE_PUBLIC / $QSWEEP_CURVE_SECRET;\n"
-            "  - each worker's PUBLIC key goes on a line of the coordinator's allow-list file\n"
-            "    (qsweep coordinator --authorized-keys FILE, or $QSWEEP_CURVE_AUTHORIZED),\n"
-            "    '# name' comments allowed; send SIGHUP to the coordinator after editing it.\n"
-            "  The traffic is encrypted; peers without the coordinator's public key cannot\n"
-            "  connect, and with an allow-list only the listed workers can. Keep each secret key\n"
-            "  on its own machine.\n");
-        return argc > 1 && !strcmp(argv[1], "--help") ? QSWEEP_EXIT_OK : QSWEEP_EXIT_USAGE;
+    static const struct option opts[] = {{"env", no_argument, 0, 'e'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int env = 0, c;
+    const char *prefix = NULL;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "eo:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            env = 1;
+            break;
+        case 'o':
+            prefix = optarg;
+            break;
+        case 'h':
+            keygen_usage(stdout);
+            return QSWEEP_EXIT_OK;
+        default:
+            keygen_usage(stderr);
+            return QSWEEP_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "qsweep keygen: unexpected argument '%s'\n", argv[optind]);
+        keygen_usage(stderr);
+        return QSWEEP_EXIT_USAGE;
     }
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {
@@ -199,6 +260,32 @@ int qsweep_cmd_keygen(int argc, char **argv) {
                 zmq_strerror(zmq_errno()));
         return QSWEEP_EXIT_RUNTIME;
     }
-    printf("public='%s'\nsecret='%s'\n", pub, sec);
+    char exports[160];
+    snprintf(exports, sizeof exports,
+             "export QSWEEP_CURVE_PUBLIC='%s'\nexport QSWEEP_CURVE_SECRET='%s'\n", pub, sec);
+    if (prefix) {
+        char key[PATH_MAX], pubf[PATH_MAX], publine[48];
+        if (snprintf(key, sizeof key, "%s.key", prefix) >= (int)sizeof key ||
+            snprintf(pubf, sizeof pubf, "%s.pub", prefix) >= (int)sizeof pubf) {
+            fprintf(stderr, "qsweep keygen: --out %s: path too long\n", prefix);
+            return QSWEEP_EXIT_USAGE;
+        }
+        snprintf(publine, sizeof publine, "%s\n", pub);
+        qs_error err = {0};
+        qs_status st = write_new_file(key, exports, 0600, &err);
+        if (!st) {
+            st = write_new_file(pubf, publine, 0644, &err);
+            if (st) unlink(key);
+        }
+        memset(exports, 0, sizeof exports);
+        memset(sec, 0, sizeof sec);
+        if (st) return qsweep_fail("keygen", &err);
+        printf("secret key pair in %s (mode 0600), public key in %s: %s\n", key, pubf, pub);
+        return QSWEEP_EXIT_OK;
+    }
+    if (env)
+        fputs(exports, stdout);
+    else
+        printf("public='%s'\nsecret='%s'\n", pub, sec);
     return QSWEEP_EXIT_OK;
 }

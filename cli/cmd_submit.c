@@ -101,12 +101,15 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
 }
 
 void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts *c, FILE *out) {
-    fprintf(out,
-            "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued, "
-            "%zu failed "
-            "before (left as they are: qsweep requeue %s runs them again)\n",
+    fprintf(out, "experiment %s (id %lld%s): %zu jobs: %zu new, %zu already done, %zu already queued",
             g->name, (long long)c->experiment_id, c->experiment_new ? "" : ", submitted before",
-            n_jobs, c->jobs_new, c->reused_done, c->reused_pending, c->reused_failed, g->name);
+            n_jobs, c->jobs_new, c->reused_done, c->reused_pending);
+    /* the failed ones only when there are some: "0 failed before (left as they are...)" read
+       as a warning about nothing */
+    if (c->reused_failed)
+        fprintf(out, ", %zu failed before (left as they are: qsweep requeue %s runs them again)",
+                c->reused_failed, g->name);
+    fputc('\n', out);
 }
 
 int qsweep_cmd_submit(int argc, char **argv) {

@@ -37,6 +37,7 @@ static const struct {
      "GRID --workers N --connect EP [-- sbatch options]: queue a grid, start a worker array"},
     {"plan", qsweep_cmd_plan,
      "EXPERIMENT --budget-bits B: per-linear formats under a bits budget, from a sweep"},
+    {"tokenize", qsweep_cmd_tokenize, "MODEL TEXT -o FILE: a text through the model's tokenizer"},
 };
 
 static void usage(FILE *out) {
@@ -251,7 +252,13 @@ int main(int argc, char **argv) {
         return QSWEEP_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* getopt names argv[0] in its messages: "qsweep status: unrecognized option" */
+            char name[64];
+            snprintf(name, sizeof name, "qsweep %s", commands[i].name);
+            argv[1] = name;
+            return commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "qsweep: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return QSWEEP_EXIT_USAGE;

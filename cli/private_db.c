@@ -92,3 +92,29 @@ qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *ad
     if (!st) st = qc_pgserver_start(dir, out, err);
     return st;
 }
+
+/* The cluster qsweep_find_db adopted: kept, never destroyed (destroying the handle would stop
+ * a server someone else started; volatile: LeakSanitizer sees it reachable). */
+static qc_pgserver *volatile found_private;
+
+const char *qsweep_find_db(const char *opt, const char *cmd) {
+    const char *db = qsweep_db_arg(opt);
+    if (db) return db;
+    char dir[PATH_MAX] = "";
+    qs_error err = {0};
+    if (qsweep_xdg_path("XDG_DATA_HOME", ".local/share", "pg", dir, sizeof dir, &err) == QS_OK &&
+        server_running(dir)) {
+        qc_pgserver *pg = NULL;
+        if (qc_pgserver_start(dir, &pg, &err) == QS_OK) {
+            found_private = pg;
+            return qsweep_db_arg(qc_pgserver_conninfo(pg));
+        }
+        fprintf(stderr, "qsweep %s: the private cluster in %s: %s\n", cmd, dir, err.msg);
+    }
+    fprintf(stderr,
+            "qsweep %s: no database: give --db CONNINFO or set QSWEEP_DB; the private cluster "
+            "of qsweep run%s%s%s is not running (eval \"$(qsweep db start)\" starts it and sets "
+            "QSWEEP_DB)\n",
+            cmd, dir[0] ? " (" : "", dir, dir[0] ? ")" : "");
+    return NULL;
+}

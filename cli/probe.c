@@ -13,6 +13,17 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     (void)user;
     qw_checkpoint *ck = NULL;
     qs_status st = qw_checkpoint_open(path, &ck, err);
+    size_t n = strlen(path);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    /* one file of a Hugging Face folder (config.json, *.safetensors) fails as "not GGUF" */
+    if (st && (!strcmp(base, "config.json") || (n > 12 && !strcmp(path + n - 12, ".safetensors")) ||
+               !strcmp(base, "model.safetensors.index.json")))
+        return qs_error_set(err, QS_EINVAL,
+                            "%s: a Hugging Face model is given by its folder (%.*s), not by one "
+                            "of its files",
+                            path, base > path + 1 ? (int)(base - path - 1) : 1,
+                            base > path ? path : ".");
     if (st) return st;
     const qw_config *cfg = qw_checkpoint_config(ck);
     out->n_layers = cfg->n_layers;

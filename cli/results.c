@@ -214,13 +214,12 @@ int qsweep_cmd_results(int argc, char **argv) {
             return QSWEEP_EXIT_USAGE;
         }
     }
-    const char *conninfo = qsweep_db_arg(db);
-    if (optind != argc - 1 || !conninfo) {
-        if (!conninfo)
-            fprintf(stderr, "qsweep results: no database: give --db CONNINFO or set QSWEEP_DB\n");
+    if (optind != argc - 1) {
         results_usage(stderr);
         return QSWEEP_EXIT_USAGE;
     }
+    const char *conninfo = qsweep_find_db(db, "results");
+    if (!conninfo) return QSWEEP_EXIT_USAGE;
     qs_error err = {0};
     qc_store *s = NULL;
     qs_status st = qsweep_open_existing_store(conninfo, "results", &s, &err);

@@ -22,6 +22,16 @@
  * RESULT of a per-layer sweep holds a few thousand metrics (~100 kB); 4 MiB leaves room. */
 #define QS_PROTO_MAX_BYTES ((size_t)4 << 20)
 
+/* Bulk data (a final RESULT's metrics, partial RESULT batches, an ASSIGN's spec) travels in
+ * frames of at most about this many bytes (qsweep.proto: Result, Assign): on a 1 Mbit/s link
+ * one takes half a second, so a heartbeat queued behind it is never late by more. */
+#define QS_PROTO_CHUNK_BYTES ((size_t)64 << 10)
+
+/* Largest final result a worker delivers (in chunks), encoded bytes: the coordinator holds
+ * the chunks of a result in memory until the last one. A worker refuses a larger result
+ * with a job error giving its size and this limit. */
+#define QS_PROTO_MAX_RESULT_BYTES ((size_t)64 << 20)
+
 /* Decodes one body frame of len bytes received from peer (a printable name used only in the
  * error message, e.g. the worker id or the hex ROUTER identity).
  * On QS_OK *out is a new envelope with version == QS_PROTO_VERSION and body_case set; free

@@ -11,6 +11,7 @@ pkgs=(
   libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev
   postgresql postgresql-client
   clang libclang-rt-14-dev cppcheck python3 python3-pip
+  libfaketime iproute2
   chromium                  # tests/report: renders qsweep report's page headless
   slurm-wlm munge           # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
   bible-kjv bible-kjv-text    # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml

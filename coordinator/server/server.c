@@ -15,6 +15,7 @@
 #include "utf8.h"
 #include "clock.h"
 #include "log.h"
+#include "scheduler.h"
 #include "store.h"
 #include "writer.h"
 #include "zap.h"
@@ -33,15 +34,25 @@ typedef qc_job_state jstate;
 
 typedef struct worker worker;
 
+/* One metric of a split final RESULT, kept until its last chunk (proto: Result.chunks). */
+typedef struct chunk_metric {
+    char *name;
+    double value;
+    int64_t step;
+    bool final;
+} chunk_metric;
+
+/* The most chunks one final RESULT may have: QS_PROTO_MAX_RESULT_BYTES in chunks at least
+ * half full (codec.h). */
+#define CHUNKS_MAX ((uint32_t)(QS_PROTO_MAX_RESULT_BYTES / (QS_PROTO_CHUNK_BYTES / 2)))
+
 typedef struct job {
-    int64_t id;
+    qc_sched_job q; /* first: what the scheduler sees (q.model_key points to model_key) */
+    int64_t id;     /* = q.id */
     char *kind, *spec, *model_key;
-    int priority, gpus;
-    int64_t gpu_mem_mb;
     int max_attempts, attempts_used;
     uint32_t attempt; /* current (running) or last attempt number */
-    jstate state;
-    int64_t not_before; /* monotonic ms: backoff */
+    jstate state;     /* changed only through set_state (keeps q.pending in step) */
     int64_t *deps;      /* ids of jobs this one waits for (unresolved at load) */
     int n_deps;
     worker *worker;         /* the worker running it, NULL when orphaned after a restart */
@@ -49,6 +60,11 @@ typedef struct job {
     int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
     int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
     bool cancel_requested;
+    /* a split final RESULT arriving for the current attempt: its chunks 0..chunk_next-1 of
+       chunks, as metrics (freed when the attempt ends) */
+    chunk_metric *chunk_rows;
+    size_t n_chunk_rows, cap_chunk_rows;
+    uint32_t chunks, chunk_next;
 } job;
 
 struct worker {
@@ -89,6 +105,8 @@ typedef struct server {
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
+    int retry_ms; /* the current reconnect delay (db_lost); 0 after a commit */
+    const char *down_condition; /* the server condition behind the pause, NULL: lost */
     void *zctx, *sock;
     qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
     qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
@@ -96,7 +114,8 @@ typedef struct server {
     size_t n_jobs, cap_jobs;
     size_t active; /* jobs not terminal */
     int64_t last_job_id;
-    job **pending; /* dispatch candidates; entries may have left PENDING (compacted lazily) */
+    qc_sched_job **pending; /* dispatch candidates (each the q of a job); entries may have left
+                               PENDING (compacted lazily) */
     size_t n_pending, cap_pending;
     bool pending_sorted, dirty;
     int64_t next_wake; /* earliest backoff end among pending jobs */
@@ -326,17 +345,22 @@ static void send_reregister(server *s, const char *rid, size_t rid_len, const ch
 
 /* ---- job state ---- */
 
+static void set_state(job *j, jstate st) {
+    j->state = st;
+    j->q.pending = st == J_PENDING;
+}
+
 static void push_pending(server *s, job *j) {
     s->pending = grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
-    s->pending[s->n_pending++] = j;
+    s->pending[s->n_pending++] = &j->q;
     s->pending_sorted = false;
     s->dirty = true;
-    if (j->not_before < s->next_wake) s->next_wake = j->not_before;
+    if (j->q.not_before_ms < s->next_wake) s->next_wake = j->q.not_before_ms;
 }
 
 static void set_terminal(server *s, job *j, jstate st) {
     if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
-    j->state = st;
+    set_state(j, st);
 }
 
 static void fail_dependents(server *s, job *dep);
@@ -354,7 +378,7 @@ static void fail_dependents(server *s, job *dep) {
     snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id,
              qc_job_state_name(dep->state));
     for (size_t i = 0; i < s->n_pending; i++) {
-        job *j = s->pending[i];
+        job *j = (job *)s->pending[i];
         if (j->state != J_PENDING) continue;
         for (int d = 0; d < j->n_deps; d++)
             if (j->deps[d] == dep->id) {
@@ -362,6 +386,15 @@ static void fail_dependents(server *s, job *dep) {
                 break;
             }
     }
+}
+
+static void chunks_drop(job *j) {
+    for (size_t i = 0; i < j->n_chunk_rows; i++)
+        free(j->chunk_rows[i].name);
+    free(j->chunk_rows);
+    j->chunk_rows = NULL;
+    j->n_chunk_rows = j->cap_chunk_rows = 0;
+    j->chunks = j->chunk_next = 0;
 }
 
 /* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
@@ -373,6 +406,7 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
+    chunks_drop(j);
     int64_t backoff = 0;
     if (outcome == QC_ATTEMPT_SUCCEEDED) {
         set_terminal(s, j, J_SUCCEEDED);
@@ -384,13 +418,13 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         if (j->attempts_used >= j->max_attempts) {
             set_terminal(s, j, J_FAILED);
         } else {
-            j->state = J_PENDING;
+            set_state(j, J_PENDING);
             if (counts) {
                 int shift = j->attempts_used - 1 < 16 ? j->attempts_used - 1 : 16;
                 backoff = (int64_t)s->backoff_ms << shift;
                 if (backoff > 60000) backoff = 60000;
             }
-            j->not_before = qs_clock_ms() + backoff;
+            j->q.not_before_ms = qs_clock_ms() + backoff;
             push_pending(s, j);
         }
     }
@@ -418,26 +452,22 @@ static void renew_lease(server *s, job *j, int64_t now) {
 
 /* ---- scheduling ---- */
 
-static int pending_cmp(const void *a, const void *b) {
-    const job *x = *(job *const *)a, *y = *(job *const *)b;
-    if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
 static void compact_pending(server *s) {
     size_t o = 0;
     for (size_t i = 0; i < s->n_pending; i++) {
-        job *j = s->pending[i];
-        bool dup = false;
-        if (j->state != J_PENDING) continue;
+        qc_sched_job *q = s->pending[i];
+        if (!q->pending) continue;
         /* a job requeued twice appears twice; keep one (neighbours after the sort) */
-        if (o > 0 && s->pending[o - 1] == j) dup = true;
-        if (!dup) s->pending[o++] = j;
+        if (o > 0 && s->pending[o - 1] == q) continue;
+        s->pending[o++] = q;
     }
     s->n_pending = o;
 }
 
-static bool deps_met(server *s, const job *j) {
+/* qc_sched_deps_fn over the server's jobs. */
+static bool deps_met(const qc_sched_job *q, void *ctx) {
+    server *s = ctx;
+    const job *j = (const job *)q;
     for (int d = 0; d < j->n_deps; d++) {
         const job *dep = find_job(s, j->deps[d]);
         if (dep && dep->state != J_SUCCEEDED) return false;
@@ -445,40 +475,68 @@ static bool deps_met(server *s, const job *j) {
     return true;
 }
 
-static bool fits(const worker *w, const job *j) {
-    if (j->gpus > w->n_gpus) return false;
-    if (j->gpu_mem_mb > 0 && (w->n_gpus == 0 || j->gpu_mem_mb > w->min_gpu_mem_mb)) return false;
-    return true;
-}
-
-static bool holds_model(const worker *w, const job *j) {
-    if (!j->model_key[0]) return false;
-    for (int i = 0; i < w->n_models; i++)
-        if (strcmp(w->models[i], j->model_key) == 0) return true;
-    return false;
-}
-
-/* The job for worker w (server.h: resources, then model, then priority, then age), scanning
- * the sorted pending list from index head. */
+/* The job for worker w (scheduler.h), from index head of the sorted pending list. */
 static job *pick(server *s, const worker *w, int64_t now, size_t head) {
-    job *first = NULL;
-    for (size_t i = head; i < s->n_pending; i++) {
-        job *j = s->pending[i];
-        if (j->state != J_PENDING) continue;
-        if (j->not_before > now) {
-            if (j->not_before < s->next_wake) s->next_wake = j->not_before;
-            continue;
-        }
-        if (!fits(w, j) || !deps_met(s, j)) continue;
-        if (holds_model(w, j)) return j;
-        if (!first) first = j;
-        if (w->n_models == 0) break;
+    const char *models[MODELS_MAX];
+    for (int i = 0; i < w->n_models; i++)
+        models[i] = w->models[i];
+    qc_sched_worker sw = {.n_gpus = w->n_gpus,
+                          .min_gpu_mem_mb = w->min_gpu_mem_mb,
+                          .models = models,
+                          .n_models = w->n_models};
+    ptrdiff_t k = qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s,
+                                &s->next_wake);
+    return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
+}
+
+/* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
+ * first; the lease starts when the first part goes out), or at once (a re-send to a worker
+ * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
+ * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
+static void send_assign(server *s, worker *w, job *j, bool after_commit) {
+    const size_t room = QS_PROTO_CHUNK_BYTES - 1024, len = strlen(j->spec);
+    uint32_t chunks = 0;
+    for (size_t off = 0; len > room && off < len; chunks++) {
+        size_t cut = len - off > room ? room : len - off;
+        while (off + cut < len && cut > 1 && ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
+            cut--; /* never inside a character */
+        off += cut;
     }
-    return first;
+    char *part = chunks ? malloc(room + 1) : NULL;
+    if (chunks && !part) abort();
+    size_t off = 0;
+    for (uint32_t k = 0; k < (chunks ? chunks : 1); k++) {
+        Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
+        a.job_id = j->id;
+        a.attempt = j->attempt;
+        a.lease_ms = (uint32_t)s->lease_ms;
+        a.kind = j->kind;
+        a.spec_json = j->spec;
+        if (chunks) {
+            size_t cut = len - off > room ? room : len - off;
+            while (off + cut < len && cut > 1 &&
+                   ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
+                cut--;
+            memcpy(part, j->spec + off, cut);
+            part[cut] = '\0';
+            off += cut;
+            a.spec_json = part;
+            a.chunk = k;
+            a.chunks = chunks;
+        }
+        Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+        env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
+        env.assign = &a;
+        if (after_commit)
+            send_after_commit(s, w->rid, w->rid_len, &env, k == 0 ? j : NULL);
+        else
+            send_now(s, w->rid, w->rid_len, &env);
+    }
+    free(part);
 }
 
 static void assign(server *s, worker *w, job *j) {
-    j->state = J_RUNNING;
+    set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;
     free(j->worker_name);
@@ -490,16 +548,7 @@ static void assign(server *s, worker *w, job *j) {
                                            s->lease_ms / 1000.0, &s->batch_err));
     must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                      &s->batch_err));
-    Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
-    a.job_id = j->id;
-    a.attempt = j->attempt;
-    a.lease_ms = (uint32_t)s->lease_ms;
-    a.kind = j->kind;
-    a.spec_json = j->spec;
-    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
-    env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
-    env.assign = &a;
-    send_after_commit(s, w->rid, w->rid_len, &env, j);
+    send_assign(s, w, j, true);
     if (!s->o->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
@@ -511,7 +560,7 @@ static void dispatch(server *s, int64_t now) {
     s->next_wake = NEVER;
     if (!s->pending_sorted) {
         compact_pending(s);
-        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, pending_cmp);
+        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, qc_sched_compare);
         compact_pending(s);
         s->pending_sorted = true;
     }
@@ -519,7 +568,7 @@ static void dispatch(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_workers; i++) {
         worker *w = s->workers[i];
         if (!w->ready || w->job) continue;
-        while (head < s->n_pending && s->pending[head]->state != J_PENDING)
+        while (head < s->n_pending && !s->pending[head]->pending)
             head++;
         if (head == s->n_pending) break;
         job *j = pick(s, w, now, head);
@@ -555,6 +604,25 @@ static void check_leases(server *s, int64_t now) {
             i++;
         }
     }
+}
+
+/* The loop itself did not run for stalled_ms (SIGSTOP, a VM pause, swapping): the workers'
+ * heartbeats of that time are still on their way in, so a lease checked now would expire
+ * for the coordinator's silence, not the worker's. Every running attempt (and every known
+ * worker) gets a full lease from now to report before any lease is checked (server.h). */
+static void on_stall(server *s, int64_t stalled_ms, int64_t now) {
+    size_t running = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || j->lease_deadline == NEVER) continue;
+        if (j->lease_deadline < now + s->lease_ms) j->lease_deadline = now + s->lease_ms;
+        running++;
+    }
+    for (size_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i]->last_seen < now) s->workers[i]->last_seen = now;
+    qc_log("the coordinator did not run for %lld ms (stopped, a paused VM, swapping?): giving "
+           "%zu running attempts %d ms to report before any lease is checked",
+           (long long)stalled_ms, running, s->lease_ms);
 }
 
 /* ---- messages ---- */
@@ -620,9 +688,13 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             (!named->worker || named->worker == w)) {
             named->worker = w;
             w->job = named;
-            renew_lease(s, named, now);
-            qc_log("worker %s re-attached to job %lld attempt %u", w->name, (long long)named->id,
-                 named->attempt);
+            /* No lease renewal: a HELLO says the worker lives, not that the attempt moves;
+               the heartbeats naming it that follow do (a worker re-registering again and
+               again while its result never gets through must not hold the job for ever). */
+            qc_log("worker %s re-attached to job %lld attempt %u%s", w->name,
+                   (long long)named->id, named->attempt,
+                   h->receiving ? " (re-sending its ASSIGN, which arrived only in part)" : "");
+            if (h->receiving && named->lease_deadline != NEVER) send_assign(s, w, named, false);
             /* a cancel requested while the job had no worker (after a restart) */
             if (named->cancel_requested)
                 send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
@@ -652,7 +724,11 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     }
     job *other = find_job(s, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
-    if (!pending_assign)
+    /* its end is here (its ACK waits for the commit): the worker heartbeats it meanwhile */
+    bool ended = other && other->attempt == hb->attempt &&
+                 (other->state == J_SUCCEEDED || other->state == J_FAILED ||
+                  other->state == J_CANCELLED);
+    if (!pending_assign && !ended)
         send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
                     "attempt is no longer current (lease lost)");
 }
@@ -673,6 +749,73 @@ static void worker_idle(server *s, worker *w) {
     if (w->job) return;
     w->ready = true;
     s->dirty = true;
+}
+
+/* Queues the n metrics of a RESULT of job j's current attempt for the store, as two sets:
+ * curve points (step >= 0) and, in a final RESULT, the final values (stored at step -1,
+ * store.h). */
+static void store_result(server *s, job *j, const chunk_metric *m, size_t n, bool final_result) {
+    qc_metric *rows = malloc((n ? n : 1) * sizeof *rows);
+    if (!rows) abort();
+    for (int final = 0; final < 2; final++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if ((final_result && m[i].final) != (final == 1)) continue;
+            rows[k++] = (qc_metric){.name = m[i].name,
+                                    .value = m[i].value,
+                                    .step = final ? -1 : m[i].step};
+        }
+        if (k)
+            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
+                                           k, &s->batch_err));
+    }
+    free(rows);
+}
+
+/* One chunk of a split final RESULT (proto: Result): kept in memory in order; ACKed at once
+ * with the chunk wanted next (a chunk out of order, after a coordinator restart say, is
+ * answered with the one still missing); the last one stores the whole result, ends the
+ * attempt and is ACKed final after the commit, like an unsplit final RESULT. */
+static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *r) {
+    if (r->chunks > CHUNKS_MAX || r->chunk >= r->chunks) {
+        qc_log("dropped: worker %s: final RESULT of job %lld as chunk %u of %u (at most %u)",
+               w->name, (long long)r->job_id, r->chunk, r->chunks, CHUNKS_MAX);
+        return;
+    }
+    if (r->chunk == 0) {
+        chunks_drop(j);
+        j->chunks = r->chunks;
+    }
+    if (r->chunks == j->chunks && r->chunk == j->chunk_next) {
+        j->chunk_rows = grow(j->chunk_rows, &j->cap_chunk_rows, j->n_chunk_rows + r->n_metrics,
+                             sizeof *j->chunk_rows);
+        for (size_t i = 0; i < r->n_metrics; i++) {
+            const Qsweep__Metric *m = r->metrics[i];
+            char *name = strdup(m->name);
+            if (!name) abort();
+            j->chunk_rows[j->n_chunk_rows++] = (chunk_metric){name, m->value, m->step, m->final};
+        }
+        j->chunk_next++;
+    }
+    if (j->chunks && j->chunk_next == j->chunks) {
+        store_result(s, j, j->chunk_rows, j->n_chunk_rows, true);
+        if (!s->o->quiet)
+            qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
+                   (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
+        end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false); /* frees the chunks */
+        send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, 0, true);
+        worker_idle(s, w);
+        return;
+    }
+    Qsweep__Ack a = QSWEEP__ACK__INIT;
+    a.job_id = r->job_id;
+    a.attempt = r->attempt;
+    a.chunk = true;
+    a.next_chunk = j->chunks ? j->chunk_next : 0;
+    Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
+    env.body_case = QSWEEP__ENVELOPE__BODY_ACK;
+    env.ack = &a;
+    send_now(s, w->rid, w->rid_len, &env);
 }
 
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
@@ -696,22 +839,16 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
             return; /* not ACKed: a well-behaved worker never sends this */
         }
     }
-    /* Two sets for the store: curve points (step >= 0) and, in a final RESULT, the final
-       values (stored at step -1, store.h). */
-    qc_metric *rows = malloc((r->n_metrics ? r->n_metrics : 1) * sizeof *rows);
-    if (!rows) abort();
-    for (int final = 0; final < 2; final++) {
-        size_t n = 0;
-        for (size_t i = 0; i < r->n_metrics; i++) {
-            const Qsweep__Metric *m = r->metrics[i];
-            if ((r->final && m->final) != (final == 1)) continue;
-            rows[n++] =
-                (qc_metric){.name = m->name, .value = m->value, .step = final ? -1 : m->step};
-        }
-        if (n)
-            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
-                                           n, &s->batch_err));
+    if (r->final && r->chunks > 1) {
+        on_result_chunk(s, w, j, r);
+        return;
     }
+    chunk_metric *rows = malloc((r->n_metrics ? r->n_metrics : 1) * sizeof *rows);
+    if (!rows) abort();
+    for (size_t i = 0; i < r->n_metrics; i++)
+        rows[i] = (chunk_metric){r->metrics[i]->name, r->metrics[i]->value, r->metrics[i]->step,
+                                 r->metrics[i]->final};
+    store_result(s, j, rows, r->n_metrics, r->final);
     free(rows);
     if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
     send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
@@ -807,16 +944,16 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
 /* ---- loading ---- */
 
 /* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
-static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running,
-                           double unix_now) {
+static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running) {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
         !(j->model_key = strdup(r->model_key ? r->model_key : "")))
         abort();
-    j->id = r->id;
-    j->priority = r->priority;
-    j->gpus = r->gpus;
-    j->gpu_mem_mb = r->gpu_mem_mb;
+    j->id = j->q.id = r->id;
+    j->q.priority = r->priority;
+    j->q.gpus = r->gpus;
+    j->q.gpu_mem_mb = r->gpu_mem_mb;
+    j->q.model_key = j->model_key;
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
     j->attempt = (uint32_t)r->last_attempt;
@@ -829,14 +966,16 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->n_deps = (int)r->n_waiting_on;
     }
     if (running && r->state == QC_JOB_RUNNING) {
-        j->state = J_RUNNING;
+        set_state(j, J_RUNNING);
         j->attempt = (uint32_t)running->attempt;
         j->worker_name = strdup(running->worker);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
-        j->state = J_PENDING;
-        j->not_before =
-            r->not_before > unix_now ? now + (int64_t)((r->not_before - unix_now) * 1000.0) : now;
+        set_state(j, J_PENDING);
+        /* the remaining backoff on the database's clock, which wrote not_before (store.h):
+           never the coordinator's wall clock, which may be off */
+        j->q.not_before_ms =
+            r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
     }
     s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
@@ -851,9 +990,6 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
     qc_store_snapshot snap;
     qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
     if (st != QS_OK) return st;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double unix_now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     size_t r = 0;
     for (size_t i = 0; i < snap.n_jobs; i++) {
         const qc_stored_job *sj = &snap.jobs[i];
@@ -863,7 +999,7 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
         const qc_stored_attempt *run = NULL;
         for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++)
             run = &snap.running[k];
-        add_stored_job(s, sj, run, unix_now);
+        add_stored_job(s, sj, run);
     }
     if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
     qc_store_snapshot_free(&snap);
@@ -933,13 +1069,28 @@ static void actions_to_flight(server *s) {
     s->n_actions = 0;
 }
 
-/* PostgreSQL went away: pause dispatch and retry the connection every 500 ms. */
-static void db_lost(server *s, const char *why) {
-    qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory", why,
-         qc_store_batch_size(s->batch) +
-             (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0));
+/* PostgreSQL went away, or reported a condition of its own (condition: disk full, out of
+ * memory, ... from qc_store_condition; NULL for a lost connection): pause dispatch, keep
+ * every write and its ACKs in memory, and reconnect and retry, every 500 ms after a lost
+ * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
+ * a full disk would otherwise fail twice a second). */
+static void db_lost(server *s, const char *why, const char *condition) {
+    size_t waiting = qc_store_batch_size(s->batch) +
+                     (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0);
+    if (condition) {
+        s->retry_ms = s->retry_ms ? 2 * s->retry_ms : 500;
+        if (s->retry_ms > 8000) s->retry_ms = 8000;
+        qc_log("PostgreSQL cannot go on: %s: %s; pausing dispatch, retrying in %d ms; %zu "
+               "transitions wait in memory",
+               condition, why, s->retry_ms, waiting);
+    } else {
+        s->retry_ms = 500;
+        qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory",
+               why, waiting);
+    }
     s->db_down = true;
-    s->next_reconnect = qs_clock_ms() + 500;
+    s->down_condition = condition;
+    s->next_reconnect = qs_clock_ms() + s->retry_ms;
 }
 
 /* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
@@ -993,9 +1144,10 @@ static qs_status finish_flush(server *s, bool wait, qs_error *err) {
             *err = e;
             return qs_error_wrap(err, "writing a batch of %zu transitions", items);
         }
-        db_lost(s, e.msg);
+        db_lost(s, e.msg, qc_writer_condition(s->writer));
         return QS_OK;
     }
+    s->retry_ms = 0;
     s->n_flushes++;
     s->n_flushed_items += items;
     s->flush_s += seconds;
@@ -1091,6 +1243,7 @@ static void free_server(server *s) {
         free(j->model_key);
         free(j->deps);
         free(j->worker_name);
+        chunks_drop(j);
         free(j);
     }
     for (size_t i = 0; i < s->n_workers; i++)
@@ -1182,7 +1335,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                  "--authorized-keys)");
     }
     int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
-            next_lease_check = 0;
+            next_lease_check = 0, last_turn = qs_clock_ms();
+    /* A gap between loop turns longer than this is a stall of the coordinator (on_stall): a
+       quarter lease, at most 1 s, well within any worker's heartbeat period. */
+    const int64_t stall_ms = s.lease_ms / 4 < 1000 ? s.lease_ms / 4 : 1000;
     while (st == QS_OK && !stop_requested) {
         zmq_pollitem_t items[2] = {{.socket = s.sock, .events = ZMQ_POLLIN},
                                    {.fd = qc_writer_fd(s.writer), .events = ZMQ_POLLIN}};
@@ -1192,6 +1348,8 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if ((st = finish_flush(&s, false, err)) != QS_OK) break;
         int64_t now = qs_clock_ms();
+        if (now - last_turn > stall_ms) on_stall(&s, now - last_turn, now);
+        last_turn = now;
         drain(&s, now);
         if (now >= next_lease_check) {
             check_leases(&s, now);
@@ -1210,13 +1368,16 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                 break;
             }
             if (rs == QS_OK) {
-                qc_log("PostgreSQL is back: resuming with %zu queued transitions",
-                     qc_store_batch_size(s.batch) +
-                         (s.flying ? qc_store_batch_size(s.flying) : 0));
+                size_t queued = qc_store_batch_size(s.batch) +
+                                (s.flying ? qc_store_batch_size(s.flying) : 0);
+                qc_log("PostgreSQL is back%s%s%s: resuming with %zu queued transitions",
+                       s.down_condition ? " (connections re-opened after " : "",
+                       s.down_condition ? s.down_condition : "", s.down_condition ? ")" : "",
+                       queued);
                 s.db_down = false;
                 s.dirty = true;
             } else {
-                s.next_reconnect = now + 500;
+                s.next_reconnect = now + (s.retry_ms ? s.retry_ms : 500);
             }
         }
         if (!s.db_down && now >= next_poll) {
@@ -1227,7 +1388,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg);
+                db_lost(&s, e.msg, qc_store_condition(s.store));
             } else {
                 s.polled_since_commit = true;
             }
@@ -1241,7 +1402,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg);
+                db_lost(&s, e.msg, qc_store_condition(s.store));
             }
             next_cancel_poll = now + 1000;
         }

@@ -23,9 +23,24 @@
  *    backoff_ms * 2^(attempts used - 1) (at most 60 s) until max_attempts count, then it
  *    fails keeping the last error. PREEMPTED attempts (SIGTERM, a busy worker, an
  *    undeliverable ASSIGN) do not count and are requeued at once.
+ *  - A stall of the coordinator itself (its loop did not turn for more than a quarter lease,
+ *    at most 1 s: SIGSTOP, a paused VM, swapping) is noticed on the monotonic clock; every
+ *    running attempt then gets a full lease from the resume to report before any lease is
+ *    checked (the workers' heartbeats of that time are still on their way in), and it is
+ *    logged.
  *  - A RESULT or FAILED for an attempt that is not the job's current running one (late,
  *    duplicate, from a worker whose lease expired) is logged and ignored, and ACKed so the
  *    worker forgets it. Results are stored with ON CONFLICT DO NOTHING on (job, name, step).
+ *  - Bulk data moves in chunks of at most QS_PROTO_CHUNK_BYTES (proto/qsweep.proto, Result
+ *    and Assign): a final RESULT over it arrives chunk by chunk, each ACKed at once with the
+ *    chunk wanted next and kept in memory, and is stored as one when the last is in; an
+ *    ASSIGN whose spec is over it is sent in parts. Heartbeats name the attempt while its
+ *    result or ASSIGN is on the way, so no lease expires while data demonstrably moves,
+ *    and none waits behind more than one chunk on a slow link.
+ *  - A HELLO naming (job, attempt) re-attaches the worker to it but does not renew the
+ *    lease: the heartbeats that follow do (a worker that re-registers again and again with
+ *    nothing getting through must not hold its job for ever). One that says it has only
+ *    part of the ASSIGN gets it again.
  *  - After a restart, attempts still marked running wait grace_ms for their worker's HELLO
  *    naming (job, attempt): the worker re-attaches and its job is not re-run. Unclaimed
  *    attempts are then lost as above.
@@ -36,13 +51,22 @@
  *  - Cancellation: cancel_requests rows are polled every second; a pending job becomes
  *    cancelled, a running one gets CANCEL and is cancelled when its worker confirms (or its
  *    lease expires).
- *  - Scheduling, for a worker that says READY: among pending jobs whose dependencies are met
+ *  - Scheduling (scheduler.h, a pure function of queue, worker and resources), for a worker
+ *    that says READY: among pending jobs whose dependencies are met
  *    and whose backoff is over, only those that fit its resources (jobs.resources gpus <= its
  *    GPU count, gpu_mem_mb <= its smallest GPU's memory); among them a job whose model_key
  *    the worker holds, then higher priority, then older (smaller id).
+ *  - Times stored in PostgreSQL (jobs.not_before, written with its now()) are compared only
+ *    with PostgreSQL's own clock: the store returns what is left until them (store.h), so
+ *    a coordinator whose wall clock is off waits exactly the backoff. Everything else runs
+ *    on the coordinator's monotonic clock.
  *  - PostgreSQL down: dispatch pauses, heartbeats are still answered from memory, pending
  *    writes stay queued with their ACKs; the connection is retried every 500 ms and the
- *    queued batch is committed when it is back. Nothing is lost.
+ *    queued batch is committed when it is back. Nothing is lost. The same for an error that
+ *    is a condition of the server rather than of the statement (disk full 53100, out of
+ *    memory 53200, too many connections 53300, read-only 25006, shutdown 57P0x:
+ *    qc_store_condition), retried with a backoff doubling from 500 ms to 8 s, each failure
+ *    logged with what is wrong.
  *  - New jobs are picked up by polling jobs with a larger id every poll_ms. */
 #ifndef QC_SERVER_H
 #define QC_SERVER_H

@@ -256,6 +256,11 @@ bool qc_writer_connection_lost(const qc_writer *w) {
     return qc_store_connection_lost(w->store) || qc_store_connection_lost(w->lane.store);
 }
 
+const char *qc_writer_condition(const qc_writer *w) {
+    const char *c = qc_store_condition(w->store);
+    return c ? c : qc_store_condition(w->lane.store);
+}
+
 qs_status qc_writer_reconnect(qc_writer *w, qs_error *err) {
     if (w->busy) return qs_error_set(err, QS_ESTATE, "writer: a batch is still being written");
     qs_status st = qc_store_reconnect(w->store, err);

@@ -71,6 +71,10 @@ qc_store *qc_writer_store(qc_writer *w);
  * connection rather than a refused statement). */
 bool qc_writer_connection_lost(const qc_writer *w);
 
+/* The server condition (qc_store_condition: disk full, out of memory, ...) behind the last
+ * failure of either write connection, or NULL when it was none. */
+const char *qc_writer_condition(const qc_writer *w);
+
 /* Reconnects both write connections (qc_store_reconnect). QS_ESTATE while busy; QS_EDB
  * while the server cannot be reached. */
 qs_status qc_writer_reconnect(qc_writer *w, qs_error *err);

@@ -65,8 +65,35 @@ static bool session_gone(qc_store *s, const PGresult *r) {
            strcmp(code, "57P02") == 0 || strcmp(code, "57P03") == 0;
 }
 
+/* Conditions of the server, not of the statement (issue 15 item 4; SQLSTATEs from the
+ * PostgreSQL docs, Appendix A): the same statement may succeed once the condition is
+ * over, so they are retried like a lost connection. */
+static const struct {
+    const char code[6], *what;
+} conditions[] = {
+    {"53100", "disk full (SQLSTATE 53100)"},
+    {"53200", "out of memory (SQLSTATE 53200)"},
+    {"53300", "too many connections (SQLSTATE 53300)"},
+    {"53400", "configuration limit exceeded (SQLSTATE 53400)"},
+    {"25006", "read-only transaction: a hot standby or default_transaction_read_only "
+              "(SQLSTATE 25006)"},
+    {"57P01", "admin shutdown (SQLSTATE 57P01)"},
+    {"57P02", "crash shutdown (SQLSTATE 57P02)"},
+    {"57P03", "the server cannot accept connections now (SQLSTATE 57P03)"},
+    {"57P04", "database dropped (SQLSTATE 57P04)"},
+    {"57P05", "idle session timeout (SQLSTATE 57P05)"},
+};
+
+const char *qc_store_condition(const qc_store *s) {
+    for (size_t i = 0; i < sizeof conditions / sizeof conditions[0]; i++)
+        if (strcmp(s->sqlstate, conditions[i].code) == 0) return conditions[i].what;
+    return NULL;
+}
+
 qs_status qc_store_fail(qc_store *s, const PGresult *r, const char *what, qs_error *err) {
-    if (session_gone(s, r)) s->lost = true;
+    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(s->sqlstate, sizeof s->sqlstate, "%s", code ? code : "");
+    if (session_gone(s, r) || qc_store_condition(s)) s->lost = true;
     const char *msg = r ? PQresultErrorMessage(r) : "";
     if (!msg || !*msg) msg = PQerrorMessage(s->conn);
     const char *detail = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL) : NULL;
@@ -249,6 +276,7 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
         return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
     }
     s->lost = false;
+    s->sqlstate[0] = '\0';
     s->flush_ready = false; /* prepared statements and temporary tables died with the session */
     if (s->holds_lock) {
         s->holds_lock = false;
@@ -740,7 +768,8 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "COALESCE((SELECT array_agg(d.id ORDER BY d.id) FROM job_deps jd JOIN jobs d ON d.id = "
         "jd.depends_on WHERE jd.job = j.id AND d.state IN ('pending', 'running')), '{}'), "
         "(SELECT count(*) FROM job_deps jd JOIN jobs d ON d.id = jd.depends_on "
-        "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')) "
+        "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')), "
+        "COALESCE(extract(epoch FROM j.not_before - now()), 0) "
         "FROM jobs j WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
         1, p, PGRES_TUPLES_OK, "load: reading jobs", err);
     if (!r) return QS_EDB;
@@ -771,6 +800,7 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         j->created_at = strtod(PQgetvalue(r, i, 14), NULL);
         j->waiting_on = parse_id_array(PQgetvalue(r, i, 15), &j->n_waiting_on);
         j->n_deps_failed = strtoull(PQgetvalue(r, i, 16), NULL, 10);
+        j->not_before_in_s = strtod(PQgetvalue(r, i, 17), NULL);
         if (!st && (!j->job_key || !j->kind || !j->spec_json || !j->model_key || !j->waiting_on))
             st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (j->id > out->max_job_id) out->max_job_id = j->id;

@@ -81,8 +81,19 @@ qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
 
 /* True when the last call failed because the session is gone: the connection is bad, a
  * libpq call failed (a send, COPY data), libpq reported the error itself (no SQLSTATE), or
- * the server said connection exception (class 08) or shutting down (57P01-57P03). */
+ * the server said connection exception (class 08) or shutting down (57P01-57P03); or
+ * because of a condition of the server rather than of the statement (qc_store_condition),
+ * which a new session retried later may not meet: the caller treats both alike (pause,
+ * reconnect with backoff, flush the same batch again). */
 bool qc_store_connection_lost(const qc_store *s);
+
+/* What is wrong with the server when the last failure was one of its conditions, for the
+ * log: "disk full (SQLSTATE 53100)", "out of memory (53200)", "too many connections
+ * (53300)", "configuration limit exceeded (53400)", "read-only transaction: a hot standby
+ * or default_transaction_read_only (25006)", "admin shutdown (57P01)", "crash shutdown
+ * (57P02)", "cannot connect now (57P03)", "database dropped (57P04)", "idle session timeout
+ * (57P05)" (PostgreSQL docs, Appendix A); NULL otherwise. Valid until the next call on s. */
+const char *qc_store_condition(const qc_store *s);
 
 /* The server process id of the store's session (PQbackendPID), 0 when not connected. */
 int qc_store_backend_pid(const qc_store *s);
@@ -188,6 +199,10 @@ typedef struct qc_stored_job {
     int32_t attempts_used; /* counted against max_attempts */
     int32_t last_attempt;  /* highest attempt number started, 0 when none */
     double not_before;     /* Unix time (s) before which not to dispatch; 0 = none */
+    /* Seconds from the database's now() (at the load) until not_before, <= 0 when due or
+       none: both ends on PostgreSQL's clock, which wrote not_before, so a coordinator whose
+       own clock is off still waits exactly the backoff (issue 15 item 5). */
+    double not_before_in_s;
     double created_at;     /* Unix time (s), for age ordering */
     int64_t *waiting_on;   /* ids of dependencies not yet succeeded (pending/running) */
     size_t n_waiting_on;

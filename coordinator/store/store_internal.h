@@ -8,7 +8,9 @@
 
 struct qc_store {
     PGconn *conn;
-    bool lost;          /* the last call found the connection gone */
+    bool lost;          /* the last call found the connection gone (or the server unable to
+                           go on: qc_store_condition) */
+    char sqlstate[6];   /* SQLSTATE of the last failure, "" when none or made by libpq */
     bool holds_lock;    /* qc_store_lock_coordinator succeeded in this session */
     bool flush_ready;   /* this session has the flush's prepared statements, settings and
                            results staging table (batch.c, prepare_session) */

@@ -213,6 +213,97 @@ static void test_coordinator_allow_list_errors(void **state) {
     free(dir);
 }
 
+/* Issue 9: getopt's messages carry the qsweep prefix; the coordinator's usage line lists
+ * --exit-when-done, and --quiet is described for coordinator and worker. */
+static void test_help_texts_are_complete(void **state) {
+    (void)state;
+    const char *bogus[] = {"status", "--bogus", NULL};
+    assert_int_equal(qsweep(bogus), 1);
+    if (!strstr(out, "qsweep status: unrecognized option '--bogus'")) fail_msg("%s", out);
+    const char *co[] = {"coordinator", "--help", NULL};
+    assert_int_equal(qsweep(co), 0);
+    char *usage_end = strstr(out, "\n  Serves");
+    assert_non_null(usage_end);
+    *usage_end = 0;
+    if (!strstr(out, "[--exit-when-done]") || !strstr(out, "[--quiet]"))
+        fail_msg("coordinator usage: %s", out);
+    assert_int_equal(qsweep(co), 0);
+    assert_non_null(strstr(out, "\n  --quiet "));
+    const char *wk[] = {"worker", "--help", NULL};
+    assert_int_equal(qsweep(wk), 0);
+    assert_non_null(strstr(out, "\n  --quiet "));
+}
+
+static void assert_z85_key(const char *k) {
+    assert_int_equal(strlen(k), 40);
+}
+
+/* keygen --env prints the variables the README and the worker read; --out writes the pair
+ * to a 0600 file (whatever the umask) and the public key beside it, and refuses to overwrite. */
+static void test_keygen_env_and_key_files(void **state) {
+    (void)state;
+    const char *env[] = {"keygen", "--env", NULL};
+    assert_int_equal(qsweep(env), 0);
+    char pub[64], sec[64];
+    if (sscanf(out, "export QSWEEP_CURVE_PUBLIC='%40[^']'\nexport QSWEEP_CURVE_SECRET='%40[^']'",
+               pub, sec) != 2)
+        fail_msg("keygen --env: %s", out);
+    assert_z85_key(pub);
+    assert_z85_key(sec);
+    assert_string_not_equal(pub, sec);
+    char *dir = fx_tempdir("qsweep-keygen");
+    assert_non_null(dir);
+    char prefix[600], key[620], pubf[620];
+    snprintf(prefix, sizeof prefix, "%s/worker1", dir);
+    snprintf(key, sizeof key, "%s.key", prefix);
+    snprintf(pubf, sizeof pubf, "%s.pub", prefix);
+    mode_t old = umask(0);
+    const char *files[] = {"keygen", "--out", prefix, NULL};
+    int rc = qsweep(files);
+    umask(old);
+    struct stat sk, sp;
+    int ok = rc == 0 && stat(key, &sk) == 0 && stat(pubf, &sp) == 0;
+    char text[256] = "", line[64] = "";
+    FILE *f = ok ? fopen(key, "r") : NULL;
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    f = ok ? fopen(pubf, "r") : NULL;
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+    }
+    int again = qsweep(files);
+    fx_rmtree(dir);
+    free(dir);
+    if (!ok) fail_msg("keygen --out exited %d: %s", rc, out);
+    assert_int_equal(sk.st_mode & 0777, 0600);
+    assert_int_equal(sp.st_mode & 0777, 0644);
+    if (sscanf(text, "export QSWEEP_CURVE_PUBLIC='%40[^']'\nexport QSWEEP_CURVE_SECRET='%40[^']'",
+               pub, sec) != 2)
+        fail_msg("key file: %s", text);
+    line[strcspn(line, "\n")] = 0;
+    assert_string_equal(line, pub);
+    assert_int_not_equal(again, 0);
+    assert_non_null(strstr(out, "not overwritten"));
+}
+
+/* A Hugging Face model's config.json given as the model: the error says to give its folder. */
+static void test_hf_config_json_as_model_names_the_folder(void **state) {
+    (void)state;
+    const char *args[] = {"submit",
+                          TINY,
+                          "--dry-run",
+                          "--set",
+                          "models.0=" QSWEEP_SOURCE_DIR "/tests/engine/data/llama3_gqa/config.json",
+                          NULL};
+    assert_int_equal(qsweep(args), 2);
+    if (!strstr(out, "a Hugging Face model is given by its folder (" QSWEEP_SOURCE_DIR
+                     "/tests/engine/data/llama3_gqa), not by one of its files"))
+        fail_msg("%s", out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_everywhere_exits_0),
@@ -225,6 +316,9 @@ int main(void) {
         cmocka_unit_test(test_connection_passwords_are_redacted),
         cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
         cmocka_unit_test(test_coordinator_allow_list_errors),
+        cmocka_unit_test(test_help_texts_are_complete),
+        cmocka_unit_test(test_keygen_env_and_key_files),
+        cmocka_unit_test(test_hf_config_json_as_model_names_the_folder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,7 @@ static int setup(void **state) {
     setenv("XDG_CACHE_HOME", buf, 1);
     unsetenv("QSWEEP_DB");
     unsetenv("QSWEEP_BASELINE_DIR");
+    unsetenv("COLUMNS"); /* the progress line's full form, whatever the caller's terminal */
     snprintf(e->pg_dir, sizeof e->pg_dir, "%s/data/qsweep/pg", e->dir);
     *state = e;
     return 0;
@@ -552,6 +553,120 @@ static void test_read_only_commands_never_migrate(void **state) {
     assert_int_equal(lines, 2);
 }
 
+static long lines_longer_than(const char *text, size_t max) {
+    long n = 0;
+    size_t len = 0;
+    for (const char *p = text;; p++) {
+        if (*p == '\n' || *p == '\r' || !*p) {
+            n += len > max;
+            len = 0;
+            if (!*p) return n;
+        } else {
+            len += (*p & 0xC0) != 0x80;
+        }
+    }
+}
+
+/* Issue 9's paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
+ * results and cancel find the private cluster of qsweep run when it is running, and name
+ * `eval "$(qsweep db start)"` when it is not; the run says "1 worker (N threads)", names no
+ * "0 failed before", keeps its logs in a folder of its own and prints it at the end; the
+ * progress line fits a narrow terminal; an experiment with work left and no worker shows no
+ * ETA; cancel on a finished experiment or job says there is nothing to cancel and stores no
+ * cancel request. */
+static void test_read_commands_find_the_private_cluster(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *status[] = {"status", NULL};
+    assert_int_equal(qsweep(out, sizeof out, status), 1);
+    if (!strstr(out, "qsweep status: no database") || !strstr(out, "eval \"$(qsweep db start)\""))
+        fail_msg("status without a database: %s", out);
+
+    const char *start[] = {"db", "start", NULL};
+    assert_int_equal(qsweep(out, sizeof out, start), 0);
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK); /* teardown stops it */
+    const char *run[] = {
+        "run", TINY, "--workers", "1", "--threads", "2", "--set", "dataset.max_chunks=1", NULL};
+    int rc = qsweep(out, sizeof out, run);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    if (!strstr(out, "coordinator and 1 worker (2 threads) running; logs in ")) fail_msg("%s", out);
+    if (strstr(out, "failed before")) fail_msg("nothing failed, yet: %s", out);
+    char logs[1024];
+    const char *at = strstr(out, "logs of this run's coordinator and workers: ");
+    if (!at) fail_msg("no log folder at the end:\n%s", out);
+    snprintf(logs, sizeof logs, "%s", at + strlen("logs of this run's coordinator and workers: "));
+    logs[strcspn(logs, "\n")] = 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/worker-1.log", logs);
+    assert_int_equal(access(path, R_OK), 0);
+    snprintf(path, sizeof path, "%s/state/qsweep/logs/latest/coordinator.log", e->dir);
+    assert_int_equal(access(path, R_OK), 0);
+    assert_non_null(strstr(logs, "-tiny"));
+    /* a second run of the same grid keeps the first one's logs */
+    const char *again[] = {"run",   TINY,          "--workers",
+                           "1",     "--set",       "dataset.max_chunks=2",
+                           "--set", "name=tiny-2", NULL};
+    rc = qsweep(out, sizeof out, again);
+    if (rc != 0) fail_msg("second qsweep run exited %d:\n%s", rc, out);
+    snprintf(path, sizeof path, "%s/worker-1.log", logs);
+    assert_int_equal(access(path, R_OK), 0);
+    at = strstr(out, "logs of this run's coordinator and workers: ");
+    assert_non_null(at);
+    assert_null(strstr(at, logs));
+
+    assert_int_equal(qsweep(out, sizeof out, status), 0);
+    if (!strstr(out, "tiny                         [##############################] 100%  29/29"))
+        fail_msg("status: %s", out);
+    setenv("COLUMNS", "60", 1);
+    assert_int_equal(qsweep(out, sizeof out, status), 0);
+    unsetenv("COLUMNS");
+    assert_non_null(strstr(out, "100% 29/29"));
+    if (lines_longer_than(out, 59)) fail_msg("status at 60 columns:\n%s", out);
+
+    const char *workers[] = {"workers", NULL};
+    assert_int_equal(qsweep(out, sizeof out, workers), 0);
+    assert_non_null(strstr(out, "-w1 "));
+    const char *results[] = {"results", "tiny", "--csv", NULL};
+    assert_int_equal(qsweep(out, sizeof out, results), 0);
+    assert_non_null(strstr(out, "model,format,options,quantize"));
+
+    PGconn *c = e->c = connect_db(qc_pgserver_conninfo(e->pg));
+    const char *cancel[] = {"cancel", "tiny", NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel), 0);
+    if (!strstr(out, "experiment tiny is finished (29 succeeded, 0 failed, 0 cancelled): nothing "
+                     "to cancel"))
+        fail_msg("cancel of a finished experiment: %s", out);
+    PGresult *r = PQexec(c, "SELECT job_key FROM jobs ORDER BY id LIMIT 1");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    char key[200];
+    snprintf(key, sizeof key, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    const char *cancel_job[] = {"cancel", "--job", key, NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel_job), 0);
+    assert_non_null(strstr(out, "is finished (succeeded): nothing to cancel"));
+    const char *cancel_none[] = {"cancel", "--job", "no-such-key", NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel_none), 2);
+    assert_non_null(strstr(out, "no job with job_key no-such-key"));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM cancel_requests"), 0);
+
+    /* queued work and no worker (an interrupted run): no ETA */
+    const char *submit[] = {"submit", TINY,
+                            "--set",  "name=tiny-later",
+                            "--set",  "dataset.max_chunks=3",
+                            "--db",   qc_pgserver_conninfo(e->pg),
+                            NULL};
+    rc = qsweep(out, sizeof out, submit);
+    if (rc != 0) fail_msg("submit exited %d: %s", rc, out);
+    const char *later[] = {"status", "tiny-later", NULL};
+    assert_int_equal(qsweep(out, sizeof out, later), 0);
+    if (!strstr(out, "no worker running") || strstr(out, "ETA")) fail_msg("status: %s", out);
+    const char *cancel_later[] = {"cancel", "tiny-later", NULL};
+    assert_int_equal(qsweep(out, sizeof out, cancel_later), 0);
+    assert_non_null(strstr(out, "cancel requested for experiment tiny-later"));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM cancel_requests"), 1);
+}
+
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
  * none of them takes long). */
 int main(int argc, char **argv) {
@@ -570,6 +685,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_run_leaves_an_adopted_cluster_running, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_only_commands_never_migrate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_commands_find_the_private_cluster, setup,
+                                        teardown),
     };
     if (argc > 1) {
         /* a name that matches no test would run nothing and pass: refuse it */

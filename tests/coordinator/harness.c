@@ -125,7 +125,10 @@ void h_end(harness *h) {
     h->dir[0] = '\0';
 }
 
-/* fork + exec with stderr to log (NULL: inherited), env strings added (may be NULL). */
+static const char *spawn_netns; /* h->netns of the harness spawning, "" for none */
+
+/* fork + exec with stderr to log (NULL: inherited), env strings added (may be NULL); inside
+ * the network namespace spawn_netns when it is set. */
 static pid_t spawn_env(const char *log, char *const argv[], const char *const *env) {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -140,6 +143,14 @@ static pid_t spawn_env(const char *log, char *const argv[], const char *const *e
                 close(fd);
             }
         }
+        if (spawn_netns && spawn_netns[0]) {
+            char *nargv[64] = {"/usr/sbin/ip", "netns", "exec", (char *)spawn_netns};
+            size_t n = 4;
+            for (size_t i = 0; argv[i] && n < 63; i++)
+                nargv[n++] = argv[i];
+            nargv[n] = NULL;
+            execv(nargv[0], nargv);
+        }
         execv(argv[0], argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -152,6 +163,7 @@ static pid_t spawn(const char *log, char *const argv[]) {
 }
 
 static pid_t start_coordinator_logging(harness *h, const char *log) {
+    spawn_netns = h->netns;
     char lease[16], grace[16], backoff[16];
     snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
     snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
@@ -174,6 +186,7 @@ pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *
     for (size_t i = 0; extra && extra[i] && n < 47; i++)
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
+    spawn_netns = h->netns;
     h->coord = spawn_env(h->coord_log, argv, env);
     return h->coord;
 }
@@ -217,6 +230,7 @@ pid_t h_start_worker_args(harness *h, const char *id, const char *const *extra) 
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
     assert_true(h->n_workers < 16);
+    spawn_netns = h->netns;
     pid_t pid = spawn(log, argv);
     h->workers[h->n_workers++] = pid;
     return pid;

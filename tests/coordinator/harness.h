@@ -26,6 +26,8 @@ typedef struct harness {
     pid_t coord;
     pid_t workers[16];
     int n_workers;
+    char netns[32]; /* when set, the coordinator and workers run in this network namespace
+                       (ip netns exec); the test sets endpoint to a tcp:// address in it */
 } harness;
 
 /* Starts the binary's cluster (cmocka group setup / teardown). */

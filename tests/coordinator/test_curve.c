@@ -21,10 +21,12 @@
 #include <cmocka.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "envelope.h"
 #include "harness.h"
 #include "loop.h"
 #include "server.h"
+#include "test_kinds.h"
 #include "zap.h"
 
 /* ---- stderr capture: the coordinator's and workers' log lines, for assertions ---- */
@@ -86,6 +88,8 @@ static bool wait_log(const char *needle, int timeout_ms) {
 
 static int curve_setup(void **state) {
     test_done = false;
+    qs_error err;
+    if (qw_register_test_kinds(&err) != QS_OK) return -1; /* the workers here run echo jobs */
     return h_setup(state);
 }
 
@@ -579,6 +583,65 @@ static void keys_file_with_comments_blank_lines_and_crlf_loads(void **state) {
     rmdir(dir);
 }
 
+/* Issue 9's paper cut: a worker refused by the allow-list, and one without any keys against
+ * this CURVE coordinator, each say once what is wrong and give up (qw_run returns QS_ENET,
+ * the command exits non-zero) after QW_REFUSALS_MAX refusals over QW_REFUSAL_SPAN_MS, instead
+ * of logging "send HEARTBEAT: Resource temporarily unavailable" every heartbeat for ever;
+ * an admitted worker says it connected, once. */
+static void refused_workers_say_why_once_and_give_up_admitted_one_says_connected(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_curve_give_up");
+    capture_begin(h->dir);
+    long id = h_insert_job(h, "give-up-echo", "echo", "{\"metrics\": {\"top1\": 0.5}}", 1, 0);
+    char server_pub[41], server_sec[41], good_pub[41], good_sec[41], bad_pub[41], bad_sec[41];
+    assert_int_equal(zmq_curve_keypair(server_pub, server_sec), 0);
+    assert_int_equal(zmq_curve_keypair(good_pub, good_sec), 0);
+    assert_int_equal(zmq_curve_keypair(bad_pub, bad_sec), 0);
+    char keys_path[200], keys[400];
+    snprintf(keys_path, sizeof keys_path, "%s/workers.keys", h->dir);
+    snprintf(keys, sizeof keys, "%s\n", good_pub);
+    write_file(keys_path, keys);
+
+    coord_thread c;
+    pthread_t ct, bt, pt, gt;
+    start_coordinator(&c, &ct, h, server_sec, keys_path, false);
+    worker_thread bad, plain, good;
+    int64_t t0 = qs_clock_ms();
+    start_worker(&bad, &bt, h, "unlisted", server_pub, bad_pub, bad_sec);
+    start_worker(&plain, &pt, h, "keyless", NULL, NULL, NULL);
+    start_worker(&good, &gt, h, "listed", server_pub, good_pub, good_sec);
+    bool done = h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id);
+    pthread_join(bt, NULL); /* both give up by themselves */
+    pthread_join(pt, NULL);
+    int64_t gave_up_ms = qs_clock_ms() - t0;
+    qw_request_stop();
+    pthread_join(gt, NULL);
+    qc_server_request_stop();
+    pthread_join(ct, NULL);
+    assert_true(done);
+    assert_int_equal(bad.st, QS_ENET);
+    assert_non_null(strstr(bad.err.msg, "refused this worker"));
+    assert_non_null(strstr(bad.err.msg, "allow-list"));
+    assert_int_equal(plain.st, QS_ENET);
+    assert_non_null(strstr(plain.err.msg, "requires CURVE and this worker has no keys"));
+    assert_true(gave_up_ms >= QW_REFUSAL_SPAN_MS && gave_up_ms < QW_REFUSAL_SPAN_MS + 10000);
+    /* each said it once */
+    assert_int_equal(log_count("qsweep-worker unlisted: the coordinator refused this worker's "
+                               "CURVE key"),
+                     1);
+    assert_int_equal(log_count("qsweep-worker keyless: the coordinator requires CURVE"), 1);
+    /* and no heartbeat line per period: at most one failed send logged each */
+    assert_true(log_count("qsweep-worker unlisted: send ") <= 1);
+    assert_true(log_count("qsweep-worker keyless: send ") <= 1);
+    assert_int_equal(log_count("qsweep-worker listed: connected to the coordinator at"), 1);
+    assert_int_equal(log_count("qsweep-worker unlisted: connected"), 0);
+    assert_int_equal(log_count("qsweep-worker keyless: connected"), 0);
+    assert_int_equal(good.st, QS_OK);
+    assert_int_equal(c.st, QS_OK);
+    test_done = true;
+}
+
 /* An allow-list needs CURVE: refused naming both options. */
 static void allow_list_without_curve_secret_is_refused(void **state) {
     (void)state;
@@ -620,6 +683,9 @@ int main(void) {
             curve_teardown),
         cmocka_unit_test_setup_teardown(zap_handler_admits_listed_key_and_rate_limits_refusal_lines,
                                         curve_setup, curve_teardown),
+        cmocka_unit_test_setup_teardown(
+            refused_workers_say_why_once_and_give_up_admitted_one_says_connected, curve_setup,
+            curve_teardown),
         cmocka_unit_test(malformed_keys_file_is_refused_naming_file_and_line),
         cmocka_unit_test(keys_file_with_comments_blank_lines_and_crlf_loads),
         cmocka_unit_test(allow_list_without_curve_secret_is_refused),

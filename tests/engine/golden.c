@@ -1,9 +1,11 @@
 #include "golden.h"
 
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int rd(FILE *f, void *p, size_t n, const char *path) {
@@ -110,4 +112,15 @@ int make_temp_dir(char *buf, size_t cap) {
     const char *t = getenv("TMPDIR");
     snprintf(buf, cap, "%s/qsweep-engine-XXXXXX", t && *t ? t : "/tmp");
     return mkdtemp(buf) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int remove_temp_dir(const char *dir) {
+    return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -48,4 +48,7 @@ int smollm2_gguf_path(char *buf, size_t cap);
 /* A fresh temporary directory (mkdtemp under $TMPDIR or /tmp) into buf; 0 or -1. */
 int make_temp_dir(char *buf, size_t cap);
 
+/* Removes dir and everything under it (nftw, symlinks not followed); 0 or -1. */
+int remove_temp_dir(const char *dir);
+
 #endif

@@ -35,33 +35,49 @@ typedef struct fixture {
     qw_tokens toks;
 } fixture;
 
+/* The fixture of the running test, built here by fixture_open and copied to the test's: when
+ * an assertion jumps out of a test before its fixture_close, the teardown frees what was
+ * opened and removes the temporary directory (nothing is left behind, nothing leaks). */
+static fixture live;
+
 /* The tied-embeddings golden model (vocab 256) with max_ctx 512, and a token file of n tokens. */
 static void fixture_open(fixture *f, size_t n_tokens, int max_ctx) {
-    memset(f, 0, sizeof *f);
-    assert_int_equal(make_temp_dir(f->dir, sizeof f->dir), 0);
-    snprintf(f->tokens_path, sizeof f->tokens_path, "%s/text.tokens", f->dir);
-    snprintf(f->baseline_path, sizeof f->baseline_path, "%s/baseline.blp", f->dir);
+    fixture *l = &live;
+    memset(l, 0, sizeof *l);
+    assert_int_equal(make_temp_dir(l->dir, sizeof l->dir), 0);
+    snprintf(l->tokens_path, sizeof l->tokens_path, "%.500s/text.tokens", l->dir);
+    snprintf(l->baseline_path, sizeof l->baseline_path, "%.500s/baseline.blp", l->dir);
     char ckpt[1024];
     snprintf(ckpt, sizeof ckpt, "%s/llama32_tied", engine_data_dir());
     qs_error err = {0};
-    if (qw_checkpoint_open(ckpt, &f->ck, &err) != QS_OK) fail_msg("%s", err.msg);
-    if (qw_model_create(f->ck, max_ctx, 0, &f->m, &err) != QS_OK) fail_msg("%s", err.msg);
-    uint32_t vocab = (uint32_t)qw_model_config(f->m)->vocab_size;
+    if (qw_checkpoint_open(ckpt, &l->ck, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_model_create(l->ck, max_ctx, 0, &l->m, &err) != QS_OK) fail_msg("%s", err.msg);
+    uint32_t vocab = (uint32_t)qw_model_config(l->m)->vocab_size;
     uint32_t *ids = malloc(n_tokens * sizeof *ids);
     assert_non_null(ids);
     fill_tokens(ids, n_tokens, vocab, 12345);
-    assert_int_equal(write_token_file(f->tokens_path, ids, n_tokens, vocab), 0);
+    int bad = write_token_file(l->tokens_path, ids, n_tokens, vocab);
     free(ids);
-    if (qw_tokens_load(f->tokens_path, &f->toks, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(bad, 0);
+    if (qw_tokens_load(l->tokens_path, &l->toks, &err) != QS_OK) fail_msg("%s", err.msg);
+    *f = *l;
 }
 
+/* Frees the fixture of the running test (f is its copy) and removes its directory. */
 static void fixture_close(fixture *f) {
-    qw_tokens_free(&f->toks);
-    qw_model_destroy(f->m);
-    qw_checkpoint_close(f->ck);
-    unlink(f->tokens_path);
-    unlink(f->baseline_path);
-    rmdir(f->dir);
+    (void)f;
+    qw_tokens_free(&live.toks);
+    qw_model_destroy(live.m);
+    qw_checkpoint_close(live.ck);
+    if (live.dir[0]) remove_temp_dir(live.dir);
+    memset(&live, 0, sizeof live);
+}
+
+/* cmocka teardown: runs after every test, passed or failed. */
+static int teardown(void **state) {
+    (void)state;
+    fixture_close(&live);
+    return 0;
 }
 
 static qw_eval_options opts(int ctx) {
@@ -529,20 +545,20 @@ static void metrics_rows_name_every_value(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(uniform_logits_give_perplexity_equal_to_vocab),
-        cmocka_unit_test(scored_positions_are_second_half_minus_last),
-        cmocka_unit_test(plan_counts_whole_chunks),
-        cmocka_unit_test(ctx_below_3_scores_nothing_and_is_refused),
-        cmocka_unit_test(eval_with_no_scored_position_fails_cleanly),
-        cmocka_unit_test(token_file_of_2048_at_ctx_512_gives_4_chunks),
-        cmocka_unit_test(perplexity_matches_definition_on_transformers_logits),
-        cmocka_unit_test(kl_of_baseline_against_itself_is_below_1e7),
-        cmocka_unit_test(results_do_not_depend_on_thread_count),
-        cmocka_unit_test(kl_statistics_are_ordered),
-        cmocka_unit_test(baseline_mismatch_is_refused),
-        cmocka_unit_test(baseline_header_is_read_and_validated),
-        cmocka_unit_test(progress_reports_each_chunk_and_cancel_stops),
-        cmocka_unit_test(metrics_rows_name_every_value),
+        cmocka_unit_test_teardown(uniform_logits_give_perplexity_equal_to_vocab, teardown),
+        cmocka_unit_test_teardown(scored_positions_are_second_half_minus_last, teardown),
+        cmocka_unit_test_teardown(plan_counts_whole_chunks, teardown),
+        cmocka_unit_test_teardown(ctx_below_3_scores_nothing_and_is_refused, teardown),
+        cmocka_unit_test_teardown(eval_with_no_scored_position_fails_cleanly, teardown),
+        cmocka_unit_test_teardown(token_file_of_2048_at_ctx_512_gives_4_chunks, teardown),
+        cmocka_unit_test_teardown(perplexity_matches_definition_on_transformers_logits, teardown),
+        cmocka_unit_test_teardown(kl_of_baseline_against_itself_is_below_1e7, teardown),
+        cmocka_unit_test_teardown(results_do_not_depend_on_thread_count, teardown),
+        cmocka_unit_test_teardown(kl_statistics_are_ordered, teardown),
+        cmocka_unit_test_teardown(baseline_mismatch_is_refused, teardown),
+        cmocka_unit_test_teardown(baseline_header_is_read_and_validated, teardown),
+        cmocka_unit_test_teardown(progress_reports_each_chunk_and_cancel_stops, teardown),
+        cmocka_unit_test_teardown(metrics_rows_name_every_value, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

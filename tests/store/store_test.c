@@ -1186,6 +1186,55 @@ static void test_flush_after_an_immediate_shutdown_reports_a_lost_session(void *
     qc_store_close(s);
 }
 
+/* A condition of the server, not of the statement (issue 15 item 4): the database made
+ * read-only (what a hot standby answers, SQLSTATE 25006). The flush fails, the store names
+ * the condition and reports the session unusable (the coordinator pauses and retries as
+ * for a lost connection), the batch is kept, and once the condition is over a reconnect
+ * and the same flush store it exactly once. */
+static void test_read_only_server_is_a_condition_retried_like_a_lost_session(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_readonly", ci, sizeof ci);
+    char a[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "3.k");
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
+    int64_t ja = job_id(s, "a");
+    assert_null(qc_store_condition(s));
+
+    PGconn *admin = PQconnectdb(qc_pgserver_conninfo(srv));
+    assert_int_equal(PQstatus(admin), CONNECTION_OK);
+    PQclear(PQexec(admin, "ALTER DATABASE st_readonly SET default_transaction_read_only = on"));
+    ok(qc_store_reconnect(s, &err), &err); /* a new session takes the setting */
+
+    qc_store_batch *bt = qc_store_batch_new();
+    const qc_metric m[] = {{"ppl", 5.5, -1}, {"kl_mean", 0.25, -1}};
+    ok(qc_store_batch_attempt_started(bt, ja, 1, "w1", 30, &err), &err);
+    ok(qc_store_batch_results(bt, ja, 1, true, m, 2, &err), &err);
+    ok(qc_store_batch_attempt_ended(bt, ja, 1, QC_ATTEMPT_SUCCEEDED, NULL, &err), &err);
+    ok(qc_store_batch_job_state(bt, ja, QC_JOB_SUCCEEDED, 1, 0, NULL, &err), &err);
+    assert_int_equal(qc_store_flush(s, bt, NULL, &err), QS_EDB);
+    assert_true(qc_store_connection_lost(s));
+    assert_non_null(qc_store_condition(s));
+    assert_non_null(strstr(qc_store_condition(s), "read-only"));
+    assert_non_null(strstr(qc_store_condition(s), "25006"));
+    assert_non_null(strstr(err.msg, "read-only transaction"));
+    assert_int_equal(qc_store_batch_size(bt), 5); /* kept for the retry */
+
+    PQclear(PQexec(admin, "ALTER DATABASE st_readonly RESET default_transaction_read_only"));
+    PQfinish(admin);
+    ok(qc_store_reconnect(s, &err), &err);
+    assert_null(qc_store_condition(s));
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), 1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM results"), 2);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM attempts"), 1);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
@@ -1207,6 +1256,7 @@ int main(void) {
         cmocka_unit_test(test_second_coordinator_is_refused),
         cmocka_unit_test(test_reconnect_after_postgres_restarts),
         cmocka_unit_test(test_flush_after_an_immediate_shutdown_reports_a_lost_session),
+        cmocka_unit_test(test_read_only_server_is_a_condition_retried_like_a_lost_session),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,6 +4,7 @@
  * Hugging Face names and the llama.* keys follow llama.cpp's convert_hf_to_gguf.py and
  * gguf-py/gguf/tensor_mapping.py (MODEL_ARCH.LLAMA). */
 #include "checkpoint_internal.h"
+#include "gguf_meta.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -706,4 +707,58 @@ done:
     free(g.kv);
     free(rel);
     return st;
+}
+
+/* gguf_meta.h: the same header and key/value walk as qw_gguf_parse, without the tensors. */
+qs_status qw_gguf_metadata(const char *file, const uint8_t *data, size_t size,
+                           qw_gguf_kv_view **kv, size_t *n, qs_error *err) {
+    *kv = NULL;
+    *n = 0;
+    qw_rd rd = {.file = file, .p = data, .size = size, .off = 0, .err = err}, *r = &rd;
+    uint32_t magic, version;
+    uint64_t n_tensors, n_kv;
+    if (qw_rd_u32(r, &magic, "magic")) return QS_EFORMAT;
+    if (memcmp(data, "GGUF", 4) != 0)
+        return qs_error_set(err, QS_EFORMAT, "%s: offset 0: bad magic (not \"GGUF\")", file);
+    if (qw_rd_u32(r, &version, "version")) return QS_EFORMAT;
+    if (version != QW_GGUF_VERSION)
+        return qs_error_set(err, QS_EUNSUPPORTED, "%s: offset 4: GGUF version %u (only %d is read)",
+                            file, version, QW_GGUF_VERSION);
+    if (qw_rd_u64(r, &n_tensors, "tensor count") || qw_rd_u64(r, &n_kv, "metadata count"))
+        return QS_EFORMAT;
+    if (n_kv > (size - r->off) / 13)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: offset 16: %llu metadata entries cannot fit in %zu bytes", file,
+                            (unsigned long long)n_kv, size);
+    qw_gguf_kv_view *v = calloc(n_kv ? (size_t)n_kv : 1, sizeof *v);
+    if (!v)
+        return qs_error_set(err, QS_ENOMEM, "%s: out of memory for %llu metadata entries", file,
+                            (unsigned long long)n_kv);
+    for (uint64_t i = 0; i < n_kv; i++) {
+        size_t at = r->off;
+        uint64_t klen;
+        const char *k;
+        if (qw_rd_str(r, &k, &klen, "metadata key")) goto bad;
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(klen < 127 ? klen : 127), k);
+        for (uint64_t j = 0; j < i; j++)
+            if (v[j].key_len == klen && memcmp(v[j].key, k, (size_t)klen) == 0) {
+                qs_error_set(err, QS_EFORMAT, "%s: offset %zu: metadata key \"%s\" appears twice",
+                             file, at, key);
+                goto bad;
+            }
+        v[i].key = k;
+        v[i].key_len = (size_t)klen;
+        if (qw_rd_u32(r, &v[i].type, key)) goto bad;
+        size_t start = r->off;
+        if (qw_rd_skip_value(r, v[i].type, 0, key)) goto bad;
+        v[i].value = data + start;
+        v[i].value_bytes = r->off - start;
+    }
+    *kv = v;
+    *n = (size_t)n_kv;
+    return QS_OK;
+bad:
+    free(v);
+    return err ? err->code : QS_EFORMAT;
 }

@@ -1,8 +1,11 @@
-/* Token files (format: tokens.h). Read whole, validated, ids copied out, file hashed with
- * BLAKE2b-256 (libsodium crypto_generichash, 32-byte output) for the dataset digest in job keys. */
+/* Token files (format: tokens.h, versions 1 and 2). Read whole, validated, ids copied out, file
+ * hashed with BLAKE2b-256 (libsodium crypto_generichash, 32-byte output) for the dataset digest in
+ * job keys. */
 #include "checkpoint_internal.h"
 
+#include <errno.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +25,16 @@ qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw
              reserved = qw_le32(data + 20);
     uint64_t count;
     memcpy(&count, data + 24, 8);
-    if (version != QW_TOKENS_VERSION)
+    if (version != QW_TOKENS_VERSION && version != QW_TOKENS_VERSION_2)
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: offset 8: field \"version\" = %u (only %d is read)", file, version,
-                            QW_TOKENS_VERSION);
+                            "%s: offset 8: field \"version\" = %u (only %d and %d are read)", file,
+                            version, QW_TOKENS_VERSION, QW_TOKENS_VERSION_2);
+    size_t hdr =
+        version == QW_TOKENS_VERSION_2 ? QW_TOKENS_V2_HEADER_BYTES : QW_TOKENS_HEADER_BYTES;
+    if (size < hdr)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: truncated: %zu bytes, a version %u header needs %zu", file, size,
+                            version, hdr);
     if (vocab == 0)
         return qs_error_set(err, QS_EFORMAT, "%s: offset 12: field \"vocab_size\" is 0", file);
     if (dtype != QW_TOKENS_DTYPE_U32)
@@ -34,19 +43,18 @@ qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw
     if (reserved != 0)
         return qs_error_set(err, QS_EFORMAT, "%s: offset 20: field \"reserved\" = %u, must be 0",
                             file, reserved);
-    if (count > (size - QW_TOKENS_HEADER_BYTES) / 4 || QW_TOKENS_HEADER_BYTES + 4 * count != size)
-        return qs_error_set(
-            err, QS_EFORMAT,
-            "%s: offset 24: field \"count\" = %llu needs 32 + 4 x count bytes but the file has %zu",
-            file, (unsigned long long)count, size);
-    const uint8_t *ids = data + QW_TOKENS_HEADER_BYTES;
+    if (count > (size - hdr) / 4 || hdr + 4 * count != size)
+        return qs_error_set(err, QS_EFORMAT,
+                            "%s: offset 24: field \"count\" = %llu needs %zu + 4 x count bytes but "
+                            "the file has %zu",
+                            file, (unsigned long long)count, hdr, size);
+    const uint8_t *ids = data + hdr;
     for (uint64_t i = 0; i < count; i++) {
         uint32_t id = qw_le32(ids + 4 * i);
         if (id >= vocab)
-            return qs_error_set(err, QS_EFORMAT,
-                                "%s: offset %llu: token %llu = %u is not below \"vocab_size\" %u",
-                                file, (unsigned long long)(QW_TOKENS_HEADER_BYTES + 4 * i),
-                                (unsigned long long)i, id, vocab);
+            return qs_error_set(
+                err, QS_EFORMAT, "%s: offset %llu: token %llu = %u is not below \"vocab_size\" %u",
+                file, (unsigned long long)(hdr + 4 * i), (unsigned long long)i, id, vocab);
     }
     if (sodium_init() < 0)
         return qs_error_set(err, QS_EIO, "%s: libsodium failed to initialise", file);
@@ -59,7 +67,59 @@ qs_status qw_tokens_parse(const char *file, const uint8_t *data, size_t size, qw
     memcpy(out->ids, ids, (size_t)count * 4);
     out->n = (size_t)count;
     out->vocab_size = vocab;
+    out->version = version;
     sodium_bin2hex(out->digest, sizeof out->digest, h, sizeof h);
+    if (version == QW_TOKENS_VERSION_2)
+        sodium_bin2hex(out->tokenizer_digest, sizeof out->tokenizer_digest, data + 32, 32);
+    return QS_OK;
+}
+
+static void qw_put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+qs_status qw_tokens_write(const char *path, const uint32_t *ids, size_t n, uint32_t vocab_size,
+                          const char *tokenizer_digest_hex, qs_error *err) {
+    uint8_t hdr[QW_TOKENS_V2_HEADER_BYTES] = {0};
+    size_t dlen = 0;
+    if (!tokenizer_digest_hex || strlen(tokenizer_digest_hex) != 64 ||
+        sodium_hex2bin(hdr + 32, 32, tokenizer_digest_hex, 64, NULL, &dlen, NULL) != 0 ||
+        dlen != 32)
+        return qs_error_set(err, QS_EINVAL, "%s: the tokenizer digest is not 64 hex digits", path);
+    if (vocab_size == 0) return qs_error_set(err, QS_EINVAL, "%s: field \"vocab_size\" is 0", path);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= vocab_size)
+            return qs_error_set(err, QS_EINVAL, "%s: token %zu = %u is not below vocab_size %u",
+                                path, i, ids[i], vocab_size);
+    memcpy(hdr, QW_TOKENS_MAGIC, 8);
+    qw_put32(hdr + 8, QW_TOKENS_VERSION_2);
+    qw_put32(hdr + 12, vocab_size);
+    qw_put32(hdr + 16, QW_TOKENS_DTYPE_U32);
+    uint64_t count = n;
+    memcpy(hdr + 24, &count, 8);
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        qs_status st = qs_error_set(err, QS_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    /* ids are little-endian in the file; the loader needs a little-endian host as well */
+    int bad = fwrite(hdr, 1, sizeof hdr, f) != sizeof hdr || (n && fwrite(ids, 4, n, f) != n);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        qs_status st =
+            qs_error_set(err, QS_EIO, "%s: write failed: %s", bad ? tmp : path, strerror(errno));
+        remove(tmp);
+        free(tmp);
+        return st;
+    }
+    free(tmp);
     return QS_OK;
 }
 

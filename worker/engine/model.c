@@ -162,6 +162,10 @@ static void add_inplace(float *x, const float *y, size_t n, int nt) {
  * element must come from the same call, with the same dimensions, whatever the team size. */
 #define QW_GEMM_COLS 128
 
+/* The SQNR probe's sums: values per serial piece, pieces per parallel batch. */
+#define QW_SQNR_PIECE 4096
+#define QW_SQNR_BATCH 64
+
 /* y[T x out] = x[T x in] * W^T (W [out x in] row-major). The output columns are cut into
  * pieces of QW_GEMM_COLS (the last one narrower), one single-threaded sgemm per piece, handed
  * out to nt threads; the result is bit-identical for any nt. */
@@ -197,16 +201,31 @@ static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x
     matmul_wt(y, xin, L->w, T, L->in, L->out, m->threads);
     if (m->probe && L->quantized && m->ref) {
         matmul_wt(m->ref, x, L->master, T, L->in, L->out, m->threads);
+        /* Fixed pieces summed serially, then the pieces in order: the sums do not depend on
+         * the team size (an OpenMP reduction's order does). */
         size_t n = (size_t)T * L->out;
-        double sig = 0.0, noise = 0.0;
-#pragma omp parallel for num_threads(m->threads) reduction(+ : sig, noise) schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            double r = m->ref[i], d = (double)y[i] - r;
-            sig += r * r;
-            noise += d * d;
+        for (size_t b0 = 0; b0 < n; b0 += QW_SQNR_PIECE * QW_SQNR_BATCH) {
+            double ps[QW_SQNR_BATCH], pn[QW_SQNR_BATCH];
+            int np = (int)((n - b0 + QW_SQNR_PIECE - 1) / QW_SQNR_PIECE);
+            if (np > QW_SQNR_BATCH) np = QW_SQNR_BATCH;
+#pragma omp parallel for num_threads(m->threads) schedule(static)
+            for (int p = 0; p < np; p++) {
+                size_t i0 = b0 + (size_t)p * QW_SQNR_PIECE, i1 = i0 + QW_SQNR_PIECE;
+                if (i1 > n) i1 = n;
+                double sig = 0.0, noise = 0.0;
+                for (size_t i = i0; i < i1; i++) {
+                    double r = m->ref[i], d = (double)y[i] - r;
+                    sig += r * r;
+                    noise += d * d;
+                }
+                ps[p] = sig;
+                pn[p] = noise;
+            }
+            for (int p = 0; p < np; p++) {
+                L->sig += ps[p];
+                L->noise += pn[p];
+            }
         }
-        L->sig += sig;
-        L->noise += noise;
     }
     return QS_OK;
 }

@@ -74,7 +74,11 @@ struct worker {
     void *zctx, *sock;
     void *mon;               /* PAIR reading the socket's handshake failures (CURVE only) */
     unsigned mon_seq;        /* makes each monitor endpoint unique */
-    int64_t next_refusal_ms; /* when a refused key may be logged again */
+    int refusals;            /* handshakes the coordinator refused since the last success */
+    int64_t first_refusal_ms; /* when the first of them happened */
+    char refusal[400];       /* what was wrong, for the final error */
+    bool connected_told;     /* "connected" logged for the current socket */
+    bool send_failing;       /* a send failed and was logged; quiet until one succeeds */
     pthread_mutex_t mu; /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
     uint64_t cache_clock;
@@ -82,15 +86,28 @@ struct worker {
     partial_batch *batches; /* unacked partial batches of the running job */
     size_t n_batches;
     uint64_t next_seq;
-    /* The attempt's end (final RESULT or FAILED), kept until ACKed. */
+    /* The attempt's end (final RESULT, in end_n chunks when split, or FAILED), kept until
+       ACKed; end_buf/end_len is the part being delivered (end_parts[end_next]). */
+    uint8_t **end_parts;
+    size_t *end_lens;
+    uint32_t end_n, end_next;
     uint8_t *end_buf;
     size_t end_len;
+    /* A split ASSIGN being received (qsweep.proto: Assign), rx_spec NULL when none. */
+    char *rx_spec;
+    size_t rx_len;
+    int64_t rx_job;
+    uint32_t rx_attempt, rx_lease_ms, rx_chunks, rx_next;
+    char rx_kind[64];
     int64_t end_job;
     uint32_t end_attempt;
     int64_t end_sent_ms;
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
     int64_t idle_since_ms; /* when the worker last had neither a job nor an unacked end */
+    int lease_hb_ms;       /* heartbeat period while an attempt is on: a quarter of the lease
+                              its ASSIGN gave (at most hb_ms), so the lease never lapses
+                              between two heartbeats however short it is */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -216,10 +233,19 @@ static size_t cache_keys(worker *w, char **keys) {
 
 /* ---- sending ---- */
 
+/* Sends one frame without blocking. A failure (no connection yet, or its queue full) is
+ * logged once until a send succeeds again: a worker that cannot reach the coordinator would
+ * otherwise log every heartbeat. */
 static void send_packed(worker *w, const uint8_t *buf, size_t len, const char *what) {
-    if (zmq_send(w->sock, buf, len, ZMQ_DONTWAIT) < 0)
-        wlog(w, "send %s: %s (dropped; resent on re-register when it matters)", what,
-             zmq_strerror(errno));
+    if (zmq_send(w->sock, buf, len, ZMQ_DONTWAIT) >= 0) {
+        w->send_failing = false;
+        return;
+    }
+    if (!w->send_failing && w->refusals == 0) /* a refusal was already explained */
+        wlog(w, "send %s: %s (dropped; resent on re-register when it matters; further failed "
+                "sends are not logged until one succeeds)",
+             what, zmq_strerror(errno));
+    w->send_failing = true;
 }
 
 static void send_env(worker *w, Qsweep__Envelope *env) {
@@ -258,6 +284,10 @@ static void send_hello(worker *w) {
     } else if (w->end_buf) {
         h.running_job_id = w->end_job;
         h.running_attempt = w->end_attempt;
+    } else if (w->rx_spec) {
+        h.running_job_id = w->rx_job;
+        h.running_attempt = w->rx_attempt;
+        h.receiving = true;
     }
     char *keys[CACHE_SLOTS];
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -285,11 +315,11 @@ static void send_ready(worker *w) {
     w->ready_sent = true;
 }
 
-/* Packs the metrics of a (then b, may be NULL) into a RESULT envelope in *buf (malloc'd). */
-static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
-                             const metric_vec *b, bool final, uint64_t seq, uint8_t **buf,
-                             size_t *len) {
-    size_t n = a->n + (b ? b->n : 0);
+/* Packs n metrics v into a RESULT envelope in *buf (malloc'd); chunk/chunks as in
+ * qsweep.proto (0, 0: not split). */
+static qs_status pack_result(int64_t job, uint32_t attempt, const metric_rec *v, size_t n,
+                             bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
+                             uint8_t **buf, size_t *len) {
     Qsweep__Metric *ms = calloc(n ? n : 1, sizeof *ms);
     Qsweep__Metric **mp = calloc(n ? n : 1, sizeof *mp);
     if (!ms || !mp) {
@@ -298,12 +328,11 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
         return QS_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        const metric_rec *m = i < a->n ? &a->v[i] : &b->v[i - a->n];
         qsweep__metric__init(&ms[i]);
-        ms[i].name = (char *)m->name;
-        ms[i].value = m->value;
-        ms[i].step = m->step;
-        ms[i].final = m->final;
+        ms[i].name = (char *)v[i].name;
+        ms[i].value = v[i].value;
+        ms[i].step = v[i].step;
+        ms[i].final = v[i].final;
         mp[i] = &ms[i];
     }
     Qsweep__Result r = QSWEEP__RESULT__INIT;
@@ -311,6 +340,8 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
     r.attempt = attempt;
     r.final = final;
     r.seq = seq;
+    r.chunk = chunk;
+    r.chunks = chunks;
     r.n_metrics = n;
     r.metrics = mp;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -323,14 +354,92 @@ static qs_status pack_result(int64_t job, uint32_t attempt, const metric_vec *a,
     return st;
 }
 
-static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t attempt) {
-    free(w->end_buf);
-    w->end_buf = buf;
-    w->end_len = len;
+/* Bytes metric m adds to a RESULT: its packed size plus the field's tag and length. */
+static size_t metric_wire_bytes(const metric_rec *m) {
+    Qsweep__Metric pm = QSWEEP__METRIC__INIT;
+    pm.name = (char *)m->name;
+    pm.value = m->value;
+    pm.step = m->step;
+    pm.final = m->final;
+    return qsweep__metric__get_packed_size(&pm) + 4;
+}
+
+/* Splits v[0..n) into consecutive slices of at most QS_PROTO_CHUNK_BYTES on the wire (less
+ * room for the RESULT's own fields): starts[k] is where slice k begins, *n_slices their
+ * count (at least 1); *total the metrics' wire bytes. starts is malloc'd. */
+static qs_status slice_metrics(const metric_rec *v, size_t n, size_t **starts, uint32_t *n_slices,
+                               size_t *total) {
+    const size_t room = QS_PROTO_CHUNK_BYTES - 64;
+    size_t cap = 16, k = 0, bytes = 0;
+    size_t *st = malloc(cap * sizeof *st);
+    if (!st) return QS_ENOMEM;
+    st[k++] = 0;
+    *total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = metric_wire_bytes(&v[i]);
+        *total += b;
+        if (bytes + b > room && bytes > 0) {
+            if (k == cap) {
+                size_t *q = realloc(st, 2 * cap * sizeof *st);
+                if (!q) {
+                    free(st);
+                    return QS_ENOMEM;
+                }
+                st = q;
+                cap *= 2;
+            }
+            st[k++] = i;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    *starts = st;
+    *n_slices = (uint32_t)k;
+    return QS_OK;
+}
+
+static void end_clear(worker *w) {
+    for (uint32_t i = 0; i < w->end_n; i++)
+        free(w->end_parts[i]);
+    free(w->end_parts);
+    free(w->end_lens);
+    w->end_parts = NULL;
+    w->end_lens = NULL;
+    w->end_n = w->end_next = 0;
+    w->end_buf = NULL;
+    w->end_len = 0;
+}
+
+/* Takes the n parts (malloc'd buffers, the arrays too) as the attempt's end and sends the
+ * first. */
+static void set_end_parts(worker *w, uint8_t **parts, size_t *lens, uint32_t n, int64_t job,
+                          uint32_t attempt) {
+    end_clear(w);
+    w->end_parts = parts;
+    w->end_lens = lens;
+    w->end_n = n;
+    w->end_next = 0;
+    w->end_buf = parts[0];
+    w->end_len = lens[0];
     w->end_job = job;
     w->end_attempt = attempt;
     w->end_sent_ms = qs_clock_ms();
-    send_packed(w, buf, len, "attempt end");
+    send_packed(w, w->end_buf, w->end_len, n > 1 ? "final RESULT chunk" : "attempt end");
+}
+
+static void set_end(worker *w, uint8_t *buf, size_t len, int64_t job, uint32_t attempt) {
+    uint8_t **parts = malloc(sizeof *parts);
+    size_t *lens = malloc(sizeof *lens);
+    if (!parts || !lens) {
+        free(parts);
+        free(lens);
+        free(buf);
+        wlog(w, "out of memory keeping the end of job %lld attempt %u", (long long)job, attempt);
+        return;
+    }
+    parts[0] = buf;
+    lens[0] = len;
+    set_end_parts(w, parts, lens, 1, job, attempt);
 }
 
 static void send_failed(worker *w, int64_t job, uint32_t attempt, Qsweep__FailureClass cls,
@@ -364,6 +473,18 @@ static void send_heartbeat(worker *w) {
         hb.total = w->job->total;
         memcpy(phase, w->job->phase, sizeof phase);
         pthread_mutex_unlock(&w->mu);
+    } else if (w->end_buf) { /* still delivering: the lease must not expire meanwhile */
+        hb.job_id = w->end_job;
+        hb.attempt = w->end_attempt;
+        hb.step = w->end_next;
+        hb.total = w->end_n;
+        strcpy(phase, "deliver");
+    } else if (w->rx_spec) { /* receiving a split ASSIGN */
+        hb.job_id = w->rx_job;
+        hb.attempt = w->rx_attempt;
+        hb.step = w->rx_next;
+        hb.total = w->rx_chunks;
+        strcpy(phase, "receive");
     }
     hb.phase = phase;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -373,6 +494,8 @@ static void send_heartbeat(worker *w) {
 }
 
 /* Sends the running job's new non-final metrics as a partial RESULT batch, kept until ACKed. */
+/* Sends the running job's new non-final metrics as partial RESULT batches of at most
+ * QS_PROTO_CHUNK_BYTES each (codec.h), each kept until ACKed by its seq. */
 static void flush_partials(worker *w) {
     if (!w->job) return;
     pthread_mutex_lock(&w->mu);
@@ -383,28 +506,45 @@ static void flush_partials(worker *w) {
         free(mv.v);
         return;
     }
-    partial_batch *nb = realloc(w->batches, (w->n_batches + 1) * sizeof *nb);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    if (!nb || pack_result(w->job->job_id, w->job->attempt, &mv, NULL, false, w->next_seq, &buf,
-                           &len) != QS_OK) {
-        if (nb) w->batches = nb;
+    size_t *starts = NULL, total = 0;
+    uint32_t n = 0;
+    partial_batch *nb = NULL;
+    if (slice_metrics(mv.v, mv.n, &starts, &n, &total) != QS_OK ||
+        !(nb = realloc(w->batches, (w->n_batches + n) * sizeof *nb))) {
         wlog(w, "out of memory: %zu partial metrics dropped", mv.n);
+        free(starts);
         free(mv.v);
         return;
     }
     w->batches = nb;
-    w->batches[w->n_batches++] = (partial_batch){.seq = w->next_seq++, .metrics = mv};
-    send_packed(w, buf, len, "partial RESULT");
-    free(buf);
+    for (uint32_t k = 0; k < n; k++) {
+        size_t from = starts[k], to = k + 1 < n ? starts[k + 1] : mv.n;
+        metric_vec part = {.n = to - from, .cap = to - from};
+        part.v = malloc(part.n * sizeof *part.v);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (!part.v || pack_result(w->job->job_id, w->job->attempt, mv.v + from, part.n, false,
+                                   w->next_seq, 0, 0, &buf, &len) != QS_OK) {
+            wlog(w, "out of memory: %zu partial metrics dropped", part.n);
+            free(part.v);
+            continue;
+        }
+        memcpy(part.v, mv.v + from, part.n * sizeof *part.v);
+        w->batches[w->n_batches++] = (partial_batch){.seq = w->next_seq++, .metrics = part};
+        send_packed(w, buf, len, "partial RESULT");
+        free(buf);
+    }
+    free(starts);
+    free(mv.v);
 }
 
 static void resend_partials(worker *w) {
     for (size_t i = 0; i < w->n_batches && w->job; i++) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (pack_result(w->job->job_id, w->job->attempt, &w->batches[i].metrics, NULL, false,
-                        w->batches[i].seq, &buf, &len) == QS_OK) {
+        if (pack_result(w->job->job_id, w->job->attempt, w->batches[i].metrics.v,
+                        w->batches[i].metrics.n, false, w->batches[i].seq, 0, 0, &buf,
+                        &len) == QS_OK) {
             send_packed(w, buf, len, "partial RESULT");
             free(buf);
         }
@@ -447,7 +587,7 @@ static void job_free(qw_job_ctx *ctx) {
 }
 
 static void start_job(worker *w, const Qsweep__Assign *a) {
-    if (w->job || w->end_buf || stop_requested) {
+    if (w->job || w->end_buf || w->rx_spec || stop_requested) {
         if (w->job && w->job->job_id == a->job_id && w->job->attempt == a->attempt)
             return; /* duplicate */
         char msg[300];
@@ -498,8 +638,61 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
         return;
     }
     w->job = ctx;
+    w->lease_hb_ms = (int)(a->lease_ms / 4) < w->hb_ms ? (int)(a->lease_ms / 4) : w->hb_ms;
+    if (w->lease_hb_ms < 50) w->lease_hb_ms = 50;
+    if (w->next_hb_ms > qs_clock_ms() + w->lease_hb_ms) w->next_hb_ms = qs_clock_ms() + w->lease_hb_ms;
     wlog(w, "job %lld attempt %u (%s) started, lease %u ms", (long long)a->job_id, a->attempt,
          a->kind, a->lease_ms);
+}
+
+/* Makes the final RESULT of metrics all the attempt's end: one frame when it fits in
+ * QS_PROTO_CHUNK_BYTES, else chunks (qsweep.proto: Result) sent one at a time as the
+ * coordinator ACKs them; over QS_PROTO_MAX_RESULT_BYTES the worker refuses it with a job
+ * error giving its size and the limit (codec.h). */
+static void deliver_result(worker *w, int64_t job, uint32_t attempt, const metric_vec *all) {
+    size_t *starts = NULL, total = 0;
+    uint32_t n = 0;
+    uint8_t **parts = NULL;
+    size_t *lens = NULL;
+    size_t limit = w->o->max_result_bytes && w->o->max_result_bytes < QS_PROTO_MAX_RESULT_BYTES
+                       ? w->o->max_result_bytes
+                       : QS_PROTO_MAX_RESULT_BYTES;
+    bool ok = slice_metrics(all->v, all->n, &starts, &n, &total) == QS_OK;
+    if (ok && total > limit) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "the final result of %zu metrics encodes to %zu bytes, over the limit of %zu "
+                 "bytes of one result (%s): report fewer metrics per job",
+                 all->n, total, limit,
+                 limit == QS_PROTO_MAX_RESULT_BYTES ? "QS_PROTO_MAX_RESULT_BYTES, proto/codec.h"
+                                                    : "this worker's max_result_bytes");
+        free(starts);
+        send_failed(w, job, attempt, QSWEEP__FAILURE_CLASS__JOB_ERROR, msg);
+        wlog(w, "job %lld attempt %u failed: %s", (long long)job, attempt, msg);
+        return;
+    }
+    ok = ok && (parts = calloc(n, sizeof *parts)) && (lens = calloc(n, sizeof *lens));
+    for (uint32_t k = 0; k < n && ok; k++) {
+        size_t from = starts[k], to = k + 1 < n ? starts[k + 1] : all->n;
+        ok = pack_result(job, attempt, all->v + from, to - from, true, 0, n > 1 ? k : 0,
+                         n > 1 ? n : 0, &parts[k], &lens[k]) == QS_OK;
+    }
+    free(starts);
+    if (!ok) {
+        for (uint32_t k = 0; parts && k < n; k++)
+            free(parts[k]);
+        free(parts);
+        free(lens);
+        send_failed(w, job, attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "worker out of memory packing the result");
+        return;
+    }
+    set_end_parts(w, parts, lens, n, job, attempt);
+    if (n > 1)
+        wlog(w, "job %lld attempt %u succeeded (%zu metrics, %zu bytes: delivered in %u chunks)",
+             (long long)job, attempt, all->n, total, n);
+    else
+        wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)job, attempt, all->n);
 }
 
 /* Joins a finished job and turns its outcome into the attempt's end message. */
@@ -511,18 +704,15 @@ static void finish_job(worker *w) {
         /* Unacked partial metrics ride along: the store keeps one value per (job, name, step). */
         metric_vec all = {0};
         bool ok = true;
+        for (size_t j = 0; j < ctx->finals.n && ok; j++)
+            ok = metric_push(&all, &ctx->finals.v[j]) == QS_OK;
         for (size_t i = 0; i < w->n_batches && ok; i++)
             for (size_t j = 0; j < w->batches[i].metrics.n && ok; j++)
                 ok = metric_push(&all, &w->batches[i].metrics.v[j]) == QS_OK;
         for (size_t j = 0; j < ctx->partials.n && ok; j++)
             ok = metric_push(&all, &ctx->partials.v[j]) == QS_OK;
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        if (ok && pack_result(ctx->job_id, ctx->attempt, &ctx->finals, &all, true, 0, &buf, &len) ==
-                      QS_OK) {
-            set_end(w, buf, len, ctx->job_id, ctx->attempt);
-            wlog(w, "job %lld attempt %u succeeded (%zu metrics)", (long long)ctx->job_id,
-                 ctx->attempt, ctx->finals.n + all.n);
+        if (ok) {
+            deliver_result(w, ctx->job_id, ctx->attempt, &all);
         } else {
             send_failed(w, ctx->job_id, ctx->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
                         "worker out of memory packing the result");
@@ -547,14 +737,18 @@ static void finish_job(worker *w) {
 
 /* ---- the socket ---- */
 
-/* With CURVE, watches the socket for a handshake the coordinator refused (its ZAP handler's
- * allow-list, coordinator/server/zap.h): a refused worker otherwise only sees a silent
- * coordinator. zmq_socket_monitor (libzmq 4.3) sends each event as two frames: a 16-bit
- * event id and a 32-bit value (the ZAP status code) in host order, then the endpoint. */
+/* Watches the socket's handshakes (zmq_socket_monitor, libzmq 4.3: each event is two
+ * frames, a 16-bit event id and a 32-bit value in host order, then the endpoint): a worker
+ * the coordinator refuses (its ZAP handler's allow-list, coordinator/server/zap.h) or whose
+ * security mechanism differs (no CURVE keys against a CURVE coordinator, or the reverse)
+ * otherwise only sees a silent coordinator; an admitted one says that it connected. */
 static void watch_handshakes(worker *w) {
     char ep[96];
     snprintf(ep, sizeof ep, "inproc://qsweep-worker-monitor-%p-%u", (void *)w, ++w->mon_seq);
-    if (zmq_socket_monitor(w->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) return;
+    if (zmq_socket_monitor(w->sock, ep,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
+        return;
     w->mon = zmq_socket(w->zctx, ZMQ_PAIR);
     int linger = 0;
     if (w->mon && (zmq_setsockopt(w->mon, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
@@ -564,15 +758,26 @@ static void watch_handshakes(worker *w) {
     }
 }
 
-/* Reads the monitor's events; logs a refused key at most once a minute (libzmq retries the
- * handshake every 100 ms). */
-static void read_handshakes(worker *w, int64_t now) {
+/* One refused handshake: says what is wrong the first time (libzmq retries every 100 ms),
+ * and counts. */
+static void refused(worker *w, int64_t now, const char *why) {
+    if (w->refusals++ == 0) {
+        w->first_refusal_ms = now;
+        snprintf(w->refusal, sizeof w->refusal, "%s", why);
+        wlog(w, "%s", why);
+    }
+}
+
+/* Reads the monitor's events. Returns true when the worker should give up: the coordinator
+ * refused it at least QW_REFUSALS_MAX times over at least QW_REFUSAL_SPAN_MS with no
+ * successful handshake in between (loop.h). */
+static bool read_handshakes(worker *w, int64_t now) {
     for (;;) {
         zmq_msg_t ev;
         zmq_msg_init(&ev);
         if (zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&ev);
-            return;
+            break;
         }
         uint16_t id = 0;
         uint32_t value = 0;
@@ -587,14 +792,39 @@ static void read_handshakes(worker *w, int64_t now) {
             zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT);
             zmq_msg_close(&ev);
         }
-        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && now >= w->next_refusal_ms) {
-            wlog(w,
-                 "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
-                 "public key %s in the coordinator's allow-list (--authorized-keys)?",
-                 value, w->o->curve_public_key);
-            w->next_refusal_ms = now + 60000;
+        char why[400];
+        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (!w->connected_told)
+                wlog(w, "connected to the coordinator at %s%s", w->o->endpoint,
+                     w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
+            w->connected_told = true;
+            w->refusals = 0;
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            snprintf(why, sizeof why,
+                     "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
+                     "public key %s in the coordinator's allow-list (--authorized-keys)?",
+                     value, w->o->curve_public_key);
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                   value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+            snprintf(why, sizeof why, "%s",
+                     w->o->curve_server_key
+                         ? "the coordinator does not use CURVE but this worker does: unset "
+                           "QSWEEP_CURVE_SERVER/PUBLIC/SECRET or start the coordinator with "
+                           "QSWEEP_CURVE_SECRET"
+                         : "the coordinator requires CURVE and this worker has no keys: set "
+                           "QSWEEP_CURVE_SERVER (the coordinator's public key) and this "
+                           "worker's QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET (qsweep keygen)");
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            snprintf(why, sizeof why,
+                     "the handshake with the coordinator failed (ZeroMQ protocol error 0x%x): "
+                     "is QSWEEP_CURVE_SERVER the coordinator's public key?",
+                     value);
+            refused(w, now, why);
         }
     }
+    return w->refusals >= QW_REFUSALS_MAX && now - w->first_refusal_ms >= QW_REFUSAL_SPAN_MS;
 }
 
 static void close_socket(worker *w) {
@@ -621,8 +851,9 @@ static qs_status open_socket(worker *w, qs_error *err) {
             zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, w->o->curve_secret_key, 41) != 0)
             return qs_error_set(err, QS_EINVAL, "CURVE keys: need three 40-character Z85 keys: %s",
                                 zmq_strerror(errno));
-        watch_handshakes(w);
     }
+    watch_handshakes(w);
+    w->connected_told = false;
     if (zmq_connect(w->sock, w->o->endpoint) != 0)
         return qs_error_set(err, QS_ENET, "connect %s: %s", w->o->endpoint, zmq_strerror(errno));
     return QS_OK;
@@ -632,23 +863,94 @@ static qs_status open_socket(worker *w, qs_error *err) {
 static void reregister(worker *w) {
     send_hello(w);
     resend_partials(w);
-    if (w->end_buf) {
+    if (w->end_buf) { /* the part being delivered; a restarted coordinator asks for chunk 0 */
         send_packed(w, w->end_buf, w->end_len, "attempt end");
         w->end_sent_ms = qs_clock_ms();
     }
 }
 
+static void rx_clear(worker *w) {
+    free(w->rx_spec);
+    w->rx_spec = NULL;
+    w->rx_len = 0;
+}
+
+/* One part of a split ASSIGN (qsweep.proto: Assign): chunk 0 starts a new one, the next
+ * expected chunk is appended, anything else is dropped (the coordinator sends the whole
+ * ASSIGN again when this worker's HELLO says it is receiving). The last part starts the job. */
+static void receive_assign(worker *w, const Qsweep__Assign *a) {
+    if (a->chunk == 0) {
+        if (w->job || w->end_buf || stop_requested) {
+            start_job(w, a); /* says busy or stopping (PREEMPTED) */
+            return;
+        }
+        rx_clear(w);
+        w->rx_job = a->job_id;
+        w->rx_attempt = a->attempt;
+        w->rx_lease_ms = a->lease_ms;
+        w->rx_chunks = a->chunks;
+        w->rx_next = 0;
+        w->lease_hb_ms = (int)(a->lease_ms / 4) < w->hb_ms ? (int)(a->lease_ms / 4) : w->hb_ms;
+        if (w->lease_hb_ms < 50) w->lease_hb_ms = 50;
+        snprintf(w->rx_kind, sizeof w->rx_kind, "%s", a->kind);
+        w->rx_spec = calloc(1, 1);
+        if (!w->rx_spec) {
+            send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                        "worker out of memory receiving the spec");
+            return;
+        }
+        wlog(w, "job %lld attempt %u: receiving its spec in %u parts", (long long)a->job_id,
+             a->attempt, a->chunks);
+        w->ready_sent = false;
+    }
+    if (!w->rx_spec || a->job_id != w->rx_job || a->attempt != w->rx_attempt ||
+        a->chunks != w->rx_chunks || a->chunk != w->rx_next)
+        return;
+    size_t add = strlen(a->spec_json);
+    char *grown = realloc(w->rx_spec, w->rx_len + add + 1);
+    if (!grown) {
+        rx_clear(w);
+        send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
+                    "worker out of memory receiving the spec");
+        return;
+    }
+    memcpy(grown + w->rx_len, a->spec_json, add + 1);
+    w->rx_spec = grown;
+    w->rx_len += add;
+    if (++w->rx_next < w->rx_chunks) return;
+    Qsweep__Assign whole = QSWEEP__ASSIGN__INIT;
+    whole.job_id = w->rx_job;
+    whole.attempt = w->rx_attempt;
+    whole.lease_ms = w->rx_lease_ms;
+    whole.kind = w->rx_kind;
+    whole.spec_json = w->rx_spec;
+    w->rx_spec = NULL; /* not receiving any more: start_job must not see itself as busy */
+    w->rx_len = 0;
+    start_job(w, &whole);
+    free(whole.spec_json);
+}
+
 static void handle(worker *w, Qsweep__Envelope *env) {
     switch (env->body_case) {
     case QSWEEP__ENVELOPE__BODY_ASSIGN:
-        start_job(w, env->assign);
+        if (env->assign->chunks > 1)
+            receive_assign(w, env->assign);
+        else
+            start_job(w, env->assign);
         break;
     case QSWEEP__ENVELOPE__BODY_ACK: {
         const Qsweep__Ack *a = env->ack;
         if (a->final && w->end_buf && a->job_id == w->end_job && a->attempt == w->end_attempt) {
-            free(w->end_buf);
-            w->end_buf = NULL;
+            end_clear(w);
             w->ready_sent = false;
+        } else if (a->chunk && w->end_buf && a->job_id == w->end_job &&
+                   a->attempt == w->end_attempt && a->next_chunk < w->end_n) {
+            /* the coordinator holds the chunks before next_chunk: send the one it wants */
+            w->end_next = a->next_chunk;
+            w->end_buf = w->end_parts[w->end_next];
+            w->end_len = w->end_lens[w->end_next];
+            send_packed(w, w->end_buf, w->end_len, "final RESULT chunk");
+            w->end_sent_ms = qs_clock_ms();
         } else if (!a->final && w->job && a->job_id == w->job->job_id &&
                    a->attempt == w->job->attempt) {
             for (size_t i = 0; i < w->n_batches; i++)
@@ -668,8 +970,11 @@ static void handle(worker *w, Qsweep__Envelope *env) {
             atomic_store(&w->job->cancel, true);
         } else if (w->end_buf && env->cancel->job_id == w->end_job &&
                    env->cancel->attempt == w->end_attempt) {
-            free(w->end_buf); /* the coordinator has given up on this attempt: nothing to deliver */
-            w->end_buf = NULL;
+            end_clear(w); /* the coordinator has given up on this attempt: nothing to deliver */
+            w->ready_sent = false;
+        } else if (w->rx_spec && env->cancel->job_id == w->rx_job &&
+                   env->cancel->attempt == w->rx_attempt) {
+            rx_clear(w); /* its ASSIGN was still arriving */
             w->ready_sent = false;
         }
         break;
@@ -708,8 +1013,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         return qs_error_set(
             err, QS_EINVAL,
             "qw_run: options.heartbeat_ms/coordinator_timeout_ms/threads/exit_when_idle_ms < 0");
-    qs_status st = qw_register_builtin_kinds(err);
-    if (st != QS_OK) return st;
+    qs_status st = QS_OK;
 
     worker *w = calloc(1, sizeof *w);
     if (!w) return qs_error_set(err, QS_ENOMEM, "qw_run");
@@ -772,7 +1076,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             }
         }
         if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;
-        if (w->job || w->end_buf) {
+        if (w->job || w->end_buf || w->rx_spec) {
             w->idle_since_ms = t;
         } else if (!stopping && opts->exit_when_idle_ms > 0 &&
                    t - w->idle_since_ms >= opts->exit_when_idle_ms) {
@@ -780,19 +1084,21 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             bye_reason = "idle (exit when idle)";
             break;
         }
-        if (!stopping && !w->job && !w->end_buf && !w->ready_sent) send_ready(w);
+        if (!stopping && !w->job && !w->end_buf && !w->rx_spec && !w->ready_sent) send_ready(w);
         if (t >= w->next_hb_ms) {
             send_heartbeat(w);
             flush_partials(w);
-            w->next_hb_ms = t + w->hb_ms;
+            bool on = w->job || w->end_buf || w->rx_spec;
+            w->next_hb_ms = t + (on && w->lease_hb_ms ? w->lease_hb_ms : w->hb_ms);
         }
         if (w->end_buf && t - w->end_sent_ms >= w->timeout_ms) {
             send_packed(w, w->end_buf, w->end_len, "attempt end (resend)");
             w->end_sent_ms = t;
         }
         if (t - w->last_heard_ms > w->timeout_ms) {
-            wlog(w, "coordinator silent for %lld ms: reconnecting and re-registering",
-                 (long long)(t - w->last_heard_ms));
+            if (w->refusals == 0) /* else the refusal was explained, once */
+                wlog(w, "coordinator silent for %lld ms: reconnecting and re-registering",
+                     (long long)(t - w->last_heard_ms));
             st = open_socket(w, err);
             if (st != QS_OK) break;
             reregister(w);
@@ -810,7 +1116,15 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             break;
         }
         if (w->mon && (items[1].revents & ZMQ_POLLIN)) {
-            read_handshakes(w, qs_clock_ms());
+            if (read_handshakes(w, qs_clock_ms())) {
+                st = qs_error_set(err, QS_ENET,
+                                  "the coordinator at %s refused this worker %d times in %lld "
+                                  "s, giving up: %s",
+                                  opts->endpoint, w->refusals,
+                                  (long long)((qs_clock_ms() - w->first_refusal_ms) / 1000),
+                                  w->refusal);
+                break;
+            }
             rc -= rc > 0;
         }
         while (rc > 0) {
@@ -858,7 +1172,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         sigaction(SIGINT, &old_int, NULL);
     }
     drop_batches(w);
-    free(w->end_buf);
+    end_clear(w);
+    rx_clear(w);
     cache_clear(w);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -3,7 +3,9 @@
  * One worker = one DEALER socket to the coordinator and two threads:
  *   - the messaging thread (the caller of qw_run) owns the socket: it says HELLO, asks for
  *     work with READY, heartbeats every heartbeat_ms whatever the job does, forwards
- *     metrics, resends an attempt's end (final RESULT or FAILED) until it is ACKed, and
+ *     metrics, resends an attempt's end (final RESULT or FAILED) until it is ACKed (a final
+ *     RESULT over QS_PROTO_CHUNK_BYTES in chunks, one at a time as the coordinator ACKs
+ *     them; a split ASSIGN is put together before the job starts; proto/qsweep.proto), and
  *     re-registers (HELLO naming its current job) when the coordinator is silent for
  *     coordinator_timeout_ms or asks with REREGISTER;
  *   - a compute thread per job runs the job kind's function from the registry below.
@@ -16,15 +18,9 @@
  * thread. QS_OK = success, its metrics are the result. QS_ECANCELLED after qw_job_cancelled
  * returned true = cancelled/preempted. Any other status = failed; err->msg is the message
  * stored in the database. QS_EIO, QS_ENOMEM and QS_EUNSUPPORTED are reported as worker
- * errors, every other status as job errors. Built-in kinds (registered by qw_run):
- *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
- *                                          metric "seconds" = s (final);
- *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL);
- *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, and with
- *           "curve": {"name": [v0, v1, ...]}, "step_ms": ms   each list as a curve (non-final
- *                                          metrics at steps 0, 1, ...), ms apart.
- * "sleep" and "echo" with a string "model_key" in their spec put that key in the worker's
- * cache (a stand-in for a loaded model), so tests can see model affinity. */
+ * errors, every other status as job errors. A production worker registers its sweep's
+ * kinds (worker/jobs/jobs.h); the test kinds sleep, fail and echo are registered only by
+ * test binaries (test_kinds.h). */
 #ifndef QW_LOOP_H
 #define QW_LOOP_H
 
@@ -99,7 +95,9 @@ typedef struct qw_options {
     const char *worker_id;      /* unique name, also the ZeroMQ routing id (1..200 bytes);
                                    default "<host>-<pid>" */
     int threads;                /* CPU threads for jobs; default: online CPUs */
-    int heartbeat_ms;           /* heartbeat period; default 2000 */
+    int heartbeat_ms;           /* heartbeat period; default 2000; while an attempt runs (or
+                                   its result or ASSIGN is on the way) at most a quarter of
+                                   the lease its ASSIGN gave */
     int coordinator_timeout_ms; /* silence before re-registering; default 4 * heartbeat_ms */
     const qw_gpu *gpus;         /* GPUs to advertise (n_gpus of them); none by default */
     size_t n_gpus;
@@ -113,12 +111,26 @@ typedef struct qw_options {
        ACK of the last attempt's end): BYE, then qw_run returns QS_OK (SLURM array tasks end
        when the sweep has no more work for them). 0: run until stopped. */
     int exit_when_idle_ms;
+    /* Largest final result this worker delivers, encoded bytes; a larger one fails the
+       attempt with a job error giving its size and this limit. 0: QS_PROTO_MAX_RESULT_BYTES
+       (proto/codec.h), also the most it may be. */
+    size_t max_result_bytes;
 } qw_options;
 
+/* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the
+ * allow-list, no keys against a CURVE coordinator, or keys against a plain one) gives up
+ * after this many refusals spread over at least this long (libzmq retries every 100 ms),
+ * having said once what is wrong. */
+#define QW_REFUSALS_MAX 10
+#define QW_REFUSAL_SPAN_MS 10000
+
 /* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop) or, with
- * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE. Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket
- * cannot be created or connected (names the endpoint). Jobs' failures are not errors of
- * qw_run: they are reported to the coordinator. Logs one line per event on stderr. */
+ * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE.
+ * Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket cannot be
+ * created or connected (names the endpoint), or when the coordinator refused the handshake
+ * QW_REFUSALS_MAX times (the message says why). Jobs' failures are not errors of qw_run:
+ * they are reported to the coordinator. Logs one line per event on stderr, among them
+ * "connected to the coordinator at ENDPOINT" once per connection. */
 qs_status qw_run(const qw_options *opts, qs_error *err);
 
 /* Asks a running qw_run to stop as on SIGTERM. Async-signal-safe. */

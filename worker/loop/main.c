@@ -1,16 +1,19 @@
-/* qsweep-worker: a thin command line over qw_run (loop.h).
+/* qsweep-worker: a thin command line over qw_run (loop.h) with the test kinds (test_kinds.h),
+ * for tests and benchmarks; production workers are `qsweep worker` (cli/cmd_serve.c).
  * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
- *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] */
+ *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]
+ *                      [--max-result-bytes N] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "loop.h"
+#include "test_kinds.h"
 
 static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
-            "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]\n",
+            "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] [--max-result-bytes N]\n",
             why);
     return 2;
 }
@@ -39,6 +42,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--timeout-ms") == 0) {
             if (!parse_int(v, &o.coordinator_timeout_ms))
                 return usage("--timeout-ms: not a number");
+        } else if (strcmp(a, "--max-result-bytes") == 0) {
+            int b;
+            if (!parse_int(v, &b)) return usage("--max-result-bytes: not a number");
+            o.max_result_bytes = (size_t)b;
         } else if (strcmp(a, "--exit-when-idle-ms") == 0) {
             if (!parse_int(v, &o.exit_when_idle_ms))
                 return usage("--exit-when-idle-ms: not a number");
@@ -48,7 +55,8 @@ int main(int argc, char **argv) {
     }
     if (!o.endpoint) return usage("--endpoint is required");
     qs_error err;
-    qs_status st = qw_run(&o, &err);
+    qs_status st = qw_register_test_kinds(&err); /* this binary is for tests and benchmarks */
+    if (st == QS_OK) st = qw_run(&o, &err);
     if (st != QS_OK) {
         fprintf(stderr, "qsweep-worker: %s\n", err.msg);
         return (int)st;

@@ -1,10 +1,10 @@
-/* Built-in job kinds for tests and benchmarks: sleep, fail, echo (loop.h). */
+/* Job kinds for tests and benchmarks: sleep, fail, echo (test_kinds.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "loop.h"
-#include "loop_internal.h"
+#include "test_kinds.h"
 #include "clock.h"
 
 /* A spec's optional "model_key" stands for a loaded model: keep it in the worker's cache. */
@@ -100,7 +100,7 @@ static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
     return QS_OK;
 }
 
-qs_status qw_register_builtin_kinds(qs_error *err) {
+qs_status qw_register_test_kinds(qs_error *err) {
     qs_status st = qw_register_kind("sleep", kind_sleep, err);
     if (st == QS_OK) st = qw_register_kind("fail", kind_fail, err);
     if (st == QS_OK) st = qw_register_kind("echo", kind_echo, err);

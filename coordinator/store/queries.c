@@ -1,0 +1,86 @@
+/* Read-only queries of the qsweep command (queries.h). */
+#include "queries.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_error *err) {
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)experiment_id);
+    const char *params[1] = {id};
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT extract(epoch FROM avg(a.ended_at - a.started_at)"
+        "                FILTER (WHERE a.outcome = 'succeeded')),"
+        "       count(*) FILTER (WHERE a.outcome = 'running' AND a.lease_expires_at > now())"
+        " FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job"
+        " WHERE ej.experiment = $1",
+        1, params, PGRES_TUPLES_OK, "pace of experiment", err);
+    if (!r) return err->code;
+    out->mean_attempt_s = PQgetisnull(r, 0, 0) ? -1.0 : strtod(PQgetvalue(r, 0, 0), NULL);
+    out->running_live = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    PQclear(r);
+    return QS_OK;
+}
+
+static void copy_text(char *dst, size_t cap, const char *src) {
+    snprintf(dst, cap, "%s", src);
+}
+
+qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_error *err) {
+    *rows = NULL;
+    *n = 0;
+    /* connected: seen within 90 s (the coordinator refreshes last_seen every half lease,
+       15 s by default); silent: not seen for longer, e.g. the worker hangs or the coordinator
+       is down; left: it said BYE or the coordinator timed it out (workers.left_at). */
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
+        "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
+        "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-'),"
+        "       CASE WHEN w.left_at IS NOT NULL THEN 'left'"
+        "            WHEN now() - w.last_seen < interval '90 seconds' THEN 'connected'"
+        "            ELSE 'silent' END AS state"
+        " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
+        " GROUP BY w.id ORDER BY w.left_at IS NOT NULL, w.last_seen DESC, w.id",
+        0, NULL, PGRES_TUPLES_OK, "workers", err);
+    if (!r) return err->code;
+    int k = PQntuples(r);
+    qc_worker_row *w = k ? calloc((size_t)k, sizeof *w) : NULL;
+    if (k && !w) {
+        PQclear(r);
+        return qs_error_set(err, QS_ENOMEM, "workers: %d rows", k);
+    }
+    for (int i = 0; i < k; i++) {
+        copy_text(w[i].id, sizeof w[i].id, PQgetvalue(r, i, 0));
+        copy_text(w[i].host, sizeof w[i].host, PQgetvalue(r, i, 1));
+        w[i].pid = (int32_t)strtol(PQgetvalue(r, i, 2), NULL, 10);
+        w[i].threads = (int32_t)strtol(PQgetvalue(r, i, 3), NULL, 10);
+        copy_text(w[i].gpus, sizeof w[i].gpus, PQgetvalue(r, i, 4));
+        w[i].seen_s_ago = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+        copy_text(w[i].running, sizeof w[i].running, PQgetvalue(r, i, 6));
+        copy_text(w[i].state, sizeof w[i].state, PQgetvalue(r, i, 7));
+    }
+    PQclear(r);
+    *rows = w;
+    *n = (size_t)k;
+    return QS_OK;
+}
+
+qs_status qc_store_job_state(qc_store *s, const char *job_key, char *state, size_t cap,
+                             qs_error *err) {
+    const char *params[1] = {job_key};
+    PGresult *r = qc_store_params(s, "SELECT state FROM jobs WHERE job_key = $1", 1, params,
+                                  PGRES_TUPLES_OK, "job state", err);
+    if (!r) return err->code;
+    qs_status st = QS_OK;
+    if (PQntuples(r) == 0)
+        st = qs_error_set(err, QS_ENOTFOUND, "no job with job_key %s", job_key);
+    else
+        copy_text(state, cap, PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return st;
+}

@@ -1,0 +1,41 @@
+/* Read-only queries of the qsweep command (status, workers, cancel): what the CLI shows, read
+ * through the store (issue 10 item 5) rather than with SQL of its own on the store's
+ * connection. Each is one statement; none writes anything. Errors: QS_EDB with the server's
+ * message (and a lost connection noted, as every qc_store call), QS_ENOMEM. */
+#ifndef QC_STORE_QUERIES_H
+#define QC_STORE_QUERIES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* The pace of an experiment's attempts, for an ETA. */
+typedef struct qc_pace {
+    double mean_attempt_s; /* mean wall time of its succeeded attempts, s; -1 when none yet */
+    int64_t running_live;  /* its attempts running now with an unexpired lease (a live worker) */
+} qc_pace;
+
+/* Pace of experiment experiment_id (qc_progress.experiment_id). */
+qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_error *err);
+
+/* One worker the coordinator has seen (table workers, schema 001 and 009). */
+typedef struct qc_worker_row {
+    char id[256], host[256];
+    int32_t pid, threads;
+    char gpus[512];     /* JSON array text, "[]" for none */
+    int64_t seen_s_ago; /* seconds since its last message, rounded */
+    char running[512];  /* ids of the jobs it runs now, comma-separated, "-" for none */
+    char state[16];     /* "connected" (seen within 90 s), "silent", "left" (BYE or timed out) */
+} qc_worker_row;
+
+/* Every worker, those still there first, most recently seen first. *rows is malloc'ed (free
+ * it); longer texts are cut to the field. */
+qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_error *err);
+
+/* State of the job job_key ("pending", "running", "succeeded", "failed", "cancelled") into
+ * state (cap bytes). QS_ENOTFOUND naming the key when no job has it. */
+qs_status qc_store_job_state(qc_store *s, const char *job_key, char *state, size_t cap,
+                             qs_error *err);
+
+#endif

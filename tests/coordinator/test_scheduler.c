@@ -1,0 +1,129 @@
+/* coord_scheduler: the scheduling rule of coordinator/server/scheduler.h as a pure function,
+ * one test per clause; no sockets, no database, no clock. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "scheduler.h"
+
+/* A pending CPU job without model, due at time 0. */
+static qc_sched_job job(int64_t id, int priority) {
+    return (qc_sched_job){.id = id, .priority = priority, .model_key = "", .pending = true};
+}
+
+static const qc_sched_worker cpu_worker = {0};
+
+static void queue_order_is_priority_then_age(void **state) {
+    (void)state;
+    qc_sched_job a = job(5, 0), b = job(2, 0), c = job(9, 3), d = job(1, -1);
+    qc_sched_job *q[] = {&a, &b, &c, &d};
+    qsort(q, 4, sizeof *q, qc_sched_compare);
+    assert_int_equal(q[0]->id, 9); /* priority 3 */
+    assert_int_equal(q[1]->id, 2); /* priority 0, older */
+    assert_int_equal(q[2]->id, 5);
+    assert_int_equal(q[3]->id, 1); /* priority -1 last although oldest */
+}
+
+static void first_in_queue_order_goes_to_a_worker_without_models(void **state) {
+    (void)state;
+    qc_sched_job a = job(1, 5), b = job(2, 0);
+    qc_sched_job *q[] = {&a, &b};
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 2, 0, NULL, NULL, NULL), 0);
+}
+
+static void job_needing_more_gpus_or_memory_than_the_worker_has_is_skipped(void **state) {
+    (void)state;
+    qc_sched_job big = job(1, 9), mem = job(2, 8), small = job(3, 0);
+    big.gpus = 2;
+    mem.gpus = 1;
+    mem.gpu_mem_mb = 80000;
+    qc_sched_job *q[] = {&big, &mem, &small};
+    const qc_sched_worker one_h100 = {.n_gpus = 1, .min_gpu_mem_mb = 81559};
+    const qc_sched_worker one_small = {.n_gpus = 1, .min_gpu_mem_mb = 24000};
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 3, 0, NULL, NULL, NULL), 2);
+    assert_int_equal(qc_sched_pick(&one_h100, q, 3, 0, NULL, NULL, NULL), 1);
+    assert_int_equal(qc_sched_pick(&one_small, q, 3, 0, NULL, NULL, NULL), 2);
+    assert_false(qc_sched_fits(&one_h100, &big));
+    /* GPU memory asked of a worker without GPUs never fits */
+    qc_sched_job cpu_mem = job(4, 0);
+    cpu_mem.gpu_mem_mb = 1;
+    assert_false(qc_sched_fits(&cpu_worker, &cpu_mem));
+}
+
+static void worker_holding_the_model_gets_its_job_before_higher_priority_ones(void **state) {
+    (void)state;
+    qc_sched_job urgent = job(1, 10), mine = job(2, 0), other = job(3, 0);
+    urgent.model_key = "model:aaa";
+    mine.model_key = "model:bbb";
+    other.model_key = "model:bbb";
+    qc_sched_job *q[] = {&urgent, &mine, &other};
+    const char *held[] = {"model:zzz", "model:bbb"};
+    const qc_sched_worker w = {.models = held, .n_models = 2};
+    assert_int_equal(qc_sched_pick(&w, q, 3, 0, NULL, NULL, NULL), 1);
+    /* none of its models queued: the first in order */
+    const char *none[] = {"model:zzz"};
+    const qc_sched_worker v = {.models = none, .n_models = 1};
+    assert_int_equal(qc_sched_pick(&v, q, 3, 0, NULL, NULL, NULL), 0);
+    assert_false(qc_sched_holds_model(&v, &mine));
+    qc_sched_job plain = job(4, 0);
+    assert_false(qc_sched_holds_model(&w, &plain)); /* "" is no model */
+}
+
+static void job_in_backoff_waits_and_sets_the_next_wake(void **state) {
+    (void)state;
+    qc_sched_job later = job(1, 5), soon = job(2, 4), now = job(3, 0);
+    later.not_before_ms = 9000;
+    soon.not_before_ms = 1500;
+    qc_sched_job *q[] = {&later, &soon, &now};
+    int64_t wake = INT64_MAX;
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 3, 1000, NULL, NULL, &wake), 2);
+    assert_int_equal(wake, 1500);
+    wake = INT64_MAX;
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 3, 1500, NULL, NULL, &wake), 1);
+    assert_int_equal(wake, 9000);
+}
+
+static bool even_ids_have_unmet_deps(const qc_sched_job *j, void *ctx) {
+    int *asked = ctx;
+    (*asked)++;
+    return j->id % 2 != 0;
+}
+
+static void job_with_unmet_dependencies_is_skipped_and_deps_asked_only_when_due(void **state) {
+    (void)state;
+    qc_sched_job waiting = job(2, 9), backoff = job(4, 8), ready = job(3, 0);
+    backoff.not_before_ms = 100;
+    qc_sched_job *q[] = {&waiting, &backoff, &ready};
+    int asked = 0;
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 3, 0, even_ids_have_unmet_deps, &asked, NULL),
+                     2);
+    assert_int_equal(asked, 2); /* not for the job in backoff */
+}
+
+static void entries_no_longer_pending_are_passed_over(void **state) {
+    (void)state;
+    qc_sched_job gone = job(1, 9), left = job(2, 0);
+    gone.pending = false;
+    qc_sched_job *q[] = {&gone, &left};
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 2, 0, NULL, NULL, NULL), 1);
+    left.pending = false;
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 2, 0, NULL, NULL, NULL), -1);
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 0, 0, NULL, NULL, NULL), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(queue_order_is_priority_then_age),
+        cmocka_unit_test(first_in_queue_order_goes_to_a_worker_without_models),
+        cmocka_unit_test(job_needing_more_gpus_or_memory_than_the_worker_has_is_skipped),
+        cmocka_unit_test(worker_holding_the_model_gets_its_job_before_higher_priority_ones),
+        cmocka_unit_test(job_in_backoff_waits_and_sets_the_next_wake),
+        cmocka_unit_test(job_with_unmet_dependencies_is_skipped_and_deps_asked_only_when_due),
+        cmocka_unit_test(entries_no_longer_pending_are_passed_over),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

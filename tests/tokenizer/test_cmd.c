@@ -1,0 +1,150 @@
+/* `qsweep tokenize` end to end: the binary on real files. GPL-3 through SmolLM2's GGUF
+ * vocabulary gives llama.cpp's ids in a version 2 token file naming the tokenizer; --decode
+ * gives the text back; invalid UTF-8 is refused with the file and byte offset (exit 2) and
+ * leaves no file; usage errors exit 1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tokenizer.h"
+#include "tokens.h"
+
+static char dir[256];
+
+static int setup(void **state) {
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/qw_tok_cmd.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs the shell command; returns its exit status and its stderr (first 4 KB) in err. */
+static int run(const char *cmd, char *err, size_t cap) {
+    char full[8192], errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
+    snprintf(full, sizeof full, "%s 2>'%s'", cmd, errpath);
+    int rc = system(full);
+    FILE *f = fopen(errpath, "rb");
+    size_t n = f ? fread(err, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    err[n] = 0;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("%s: cannot open", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    b[len] = 0;
+    *n = (size_t)len;
+    return b;
+}
+
+static void gpl3_smollm2_round_trip(void **state) {
+    (void)state;
+    char cmd[8192], err[4096], out[512], back[512];
+    snprintf(out, sizeof out, "%s/gpl3.tokens", dir);
+    snprintf(back, sizeof back, "%s/gpl3.txt", dir);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/smollm2.vocab.gguf' '%s/texts/gpl3.txt' -o '%s'",
+             QSWEEP_BIN, QW_TOK_DATA, QW_TOK_SRC_DATA, out);
+    int rc = run(cmd, err, sizeof err);
+    if (rc) fail_msg("exit %d: %s", rc, err);
+    assert_non_null(strstr(err, "7639 tokens"));
+    qw_tokens tk = {0};
+    qs_error e = {0};
+    if (qw_tokens_load(out, &tk, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(tk.version, 2);
+    assert_int_equal(tk.vocab_size, 49152);
+    assert_int_equal(tk.n, 7639);
+    /* the ids are llama-tokenize's */
+    char ref[4096];
+    snprintf(ref, sizeof ref, "%s/refs/smollm2_gguf.gpl3.ids", QW_TOK_SRC_DATA);
+    size_t rn;
+    char *rs = slurp(ref, &rn), *p = rs;
+    for (size_t i = 0; i < tk.n; i++) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        assert_true(end != p);
+        assert_int_equal(tk.ids[i], v);
+        p = end;
+    }
+    free(rs);
+    /* the header names the tokenizer */
+    qw_tokenizer *t;
+    char model[4096];
+    snprintf(model, sizeof model, "%s/smollm2.vocab.gguf", QW_TOK_DATA);
+    assert_int_equal(qw_tokenizer_open(model, &t, &e), QS_OK);
+    assert_string_equal(tk.tokenizer_digest, qw_tokenizer_digest(t));
+    qw_tokenizer_free(t);
+    qw_tokens_free(&tk);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/smollm2.vocab.gguf' --decode '%s' -o '%s'",
+             QSWEEP_BIN, QW_TOK_DATA, out, back);
+    rc = run(cmd, err, sizeof err);
+    if (rc) fail_msg("exit %d: %s", rc, err);
+    size_t a, b;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/texts/gpl3.txt", QW_TOK_SRC_DATA);
+    char *x = slurp(path, &a), *y = slurp(back, &b);
+    assert_int_equal(a, b);
+    assert_memory_equal(x, y, a);
+    free(x);
+    free(y);
+}
+
+static void invalid_utf8_names_file_and_offset(void **state) {
+    (void)state;
+    char text[512], out[512], cmd[8192], err[4096];
+    snprintf(text, sizeof text, "%s/bad.txt", dir);
+    snprintf(out, sizeof out, "%s/bad.tokens", dir);
+    FILE *f = fopen(text, "wb");
+    fwrite("good text\n\xc3(", 1, 12, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' '%s' -o '%s'", QSWEEP_BIN,
+             QW_TOK_DATA, text, out);
+    assert_int_equal(run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "bad.txt"));
+    assert_non_null(strstr(err, "byte offset 10"));
+    assert_int_equal(access(out, F_OK), -1);
+}
+
+static void usage_errors_exit_1(void **state) {
+    (void)state;
+    char cmd[8192], err[4096];
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3'", QSWEEP_BIN, QW_TOK_DATA);
+    assert_int_equal(run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "usage"));
+    snprintf(cmd, sizeof cmd, "'%s' tokenize --frobnicate", QSWEEP_BIN);
+    assert_int_equal(run(cmd, err, sizeof err), 1);
+    /* a model that is not there: bad input, named */
+    snprintf(cmd, sizeof cmd, "'%s' tokenize /nonexistent/model.gguf x.txt -o y", QSWEEP_BIN);
+    assert_int_equal(run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "/nonexistent/model.gguf"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gpl3_smollm2_round_trip),
+        cmocka_unit_test(invalid_utf8_names_file_and_offset),
+        cmocka_unit_test(usage_errors_exit_1),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
