@@ -113,6 +113,13 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err);
 
+/* The training table of experiment name (cli/train_results.c): final validation loss per
+ * recipe with mean and spread over seeds and the gap to bf16, then each run's loss curve as a
+ * sparkline. *n_rows: table rows printed (0: the experiment has no finished training runs,
+ * nothing printed). Errors: QS_EDB. */
+qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
+                                     qs_error *err);
+
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns
  * an exit code. */

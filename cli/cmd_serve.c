@@ -17,6 +17,7 @@
 #include "jobs.h"
 #include "loop.h"
 #include "server.h"
+#include "train_kind.h"
 
 static void coordinator_usage(FILE *out) {
     fprintf(
@@ -173,6 +174,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
     o.curve_secret_key = getenv("QSWEEP_CURVE_SECRET");
     qs_error err = {0};
     qs_status st = qw_jobs_register(&err);
+    if (!st) st = qw_train_register(&err);
     if (!st) st = qw_run(&o, &err);
     return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
 }

@@ -150,6 +150,12 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else if (format == 2) {
         st = print_json(r, out, err);
     } else {
+        int n_train = 0;
+        if (PQntuples(r) == 0 && !(st = qsweep_print_train_results(db, name, out, &n_train, err)) &&
+            n_train > 0) {
+            PQclear(r);
+            return QS_OK;
+        }
         fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
         print_table(r, out);
         char *lit = PQescapeLiteral(c, name, strlen(name));

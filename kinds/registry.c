@@ -5,10 +5,12 @@
 
 extern const qs_job_kind qs_job_kind_baseline; /* sensitivity_kinds.c */
 extern const qs_job_kind qs_job_kind_eval;     /* sensitivity_kinds.c */
+extern const qs_job_kind qs_job_kind_train;    /* train.c */
 
 static const qs_job_kind *const kinds[] = {
     &qs_job_kind_baseline,
     &qs_job_kind_eval,
+    &qs_job_kind_train,
 };
 
 const qs_job_kind *qs_job_kind_find(const char *name) {

@@ -14,6 +14,7 @@ pkgs=(
   libfaketime iproute2
   chromium                  # tests/report: renders qsweep report's page headless
   slurm-wlm munge           # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
+  bible-kjv bible-kjv-text    # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,9 +4,11 @@
 #include <string.h>
 
 extern const qc_grid_kind qc_grid_kind_sensitivity; /* grid_sensitivity.c */
+extern const qc_grid_kind qc_grid_kind_training;    /* grid_training.c */
 
 static const qc_grid_kind *const kinds[] = {
     &qc_grid_kind_sensitivity,
+    &qc_grid_kind_training,
 };
 
 const qc_grid_kind *qc_grid_kind_find(const char *name) {

@@ -1,0 +1,430 @@
+/* The training grid kind (grid_kind.h; issue 11 item 6): shapes x recipes x learning rates x
+ * seeds, one `train` job (kinds/train.h) per cell. The grid's only kind key is `training`:
+ *
+ *   kind: training
+ *   training:
+ *     shapes: [tiny]                 # named shapes (worker/train/train_job.h: tiny, mini), or
+ *                                    # {init: path} to fine-tune a checkpoint (HF dir or .gguf)
+ *     dataset: {text: path, tokenizer: bytes, ctx: 128, val_fraction: 0.05}
+ *                                    # or {tokens: token file, ctx, val_fraction}
+ *     recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]
+ *                                    # named recipes, or a base with explicit ingredients
+ *                                    # (format, w2d, rht, sr, bf16_first, bf16_last)
+ *     lrs: [0.003]                   # peak learning rates
+ *     seeds: [1, 2, 3]
+ *     steps: 300                     # optimizer steps; the rest have defaults:
+ *     batch: 8, accum: 1, warmup: 10% of steps, decay: cosine, min_lr_ratio: 0.1,
+ *     weight_decay: 0.1, clip: 1.0, beta1: 0.9, beta2: 0.95, eval_every: 50, eval_batches: 8,
+ *     log_every: 10, checkpoint_every: 100, diverge_loss: 12,
+ *     checkpoint_dir: ${XDG_CACHE_HOME:-~/.cache}/qsweep/train
+ *
+ * Named recipes are kinds/train.h's table (the worker's recipe.h agrees: tests/train). */
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "grid_kind.h"
+#include "train.h"
+
+typedef struct tr_recipe {
+    qs_train_spec r; /* only the recipe fields are used */
+} tr_recipe;
+
+typedef struct tr_data {
+    char shapes[16][32];
+    char *inits[16];
+    qc_model_facts init_facts[16];
+    size_t n_shapes;
+    tr_recipe recipes[32];
+    size_t n_recipes;
+    double lrs[32];
+    size_t n_lrs;
+    long seeds[64];
+    size_t n_seeds;
+    char *data_path;
+    char data_digest[65];
+    char tokenizer[8];
+    int ctx;
+    double val_fraction;
+    qs_train_spec defaults; /* the scalar settings */
+    char *checkpoint_dir;
+} tr_data;
+
+static void free_data(qc_grid *g) {
+    tr_data *d = g->kind_data;
+    if (!d) return;
+    for (size_t i = 0; i < d->n_shapes; i++)
+        free(d->inits[i]);
+    free(d->data_path);
+    free(d->checkpoint_dir);
+    free(d);
+    g->kind_data = NULL;
+}
+
+static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
+    tr_data *d = ((void **)ctx)[0];
+    const qc_grid_probe *probe = ((void **)ctx)[1];
+    if (d->n_shapes == 16) return qc_config_fail(c, n, QS_EINVAL, "at most 16 shapes");
+    size_t i = d->n_shapes;
+    if (fy_node_is_mapping(n)) {
+        static const char *const keys[] = {"init", NULL};
+        qs_status st = qc_config_check_keys(c, n, "a shape", keys);
+        if (st) return st;
+        st = qc_config_path(c, qc_config_lookup(n, "init"), "initial checkpoint", &d->inits[i]);
+        if (st) return st;
+        qs_error e = {0};
+        if ((st = probe->model(probe->user, d->inits[i], &d->init_facts[i], &e)))
+            return qc_config_fail(c, n, st, "%s", e.msg);
+        d->n_shapes++;
+        return QS_OK;
+    }
+    const char *s = qc_config_scalar(n);
+    if (!s || (strcmp(s, "tiny") && strcmp(s, "mini")))
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "unknown shape '%s' (expected tiny, mini or {init: path})",
+                              s ? s : "(not a scalar)");
+    for (size_t k = 0; k < i; k++)
+        if (!strcmp(d->shapes[k], s))
+            return qc_config_fail(c, n, QS_EINVAL, "shape '%s' is listed twice", s);
+    snprintf(d->shapes[i], sizeof d->shapes[i], "%s", s);
+    d->n_shapes++;
+    return QS_OK;
+}
+
+/* Named recipes: the ingredients of worker/train/recipe.h's table. */
+static int named_recipe(const char *name, qs_train_spec *r) {
+    static const struct {
+        const char *name, *fmt;
+        int w2d, rht, sr, first, last;
+    } t[] = {
+        {"fp32", "none", 0, 0, 0, 0, 0},          {"bf16", "none", 0, 0, 0, 0, 0},
+        {"fp8", "fp8_e4m3", 0, 0, 0, 0, 0},       {"nvfp4", "nvfp4", 1, 1, 1, 0, 1},
+        {"nvfp4-no-rht", "nvfp4", 1, 0, 1, 0, 1}, {"nvfp4-no-sr", "nvfp4", 1, 1, 0, 0, 1},
+        {"nvfp4-no-2d", "nvfp4", 0, 1, 1, 0, 1},  {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 0, 0},
+        {"mxfp4", "mxfp4", 0, 1, 1, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(t[i].name, name)) {
+            snprintf(r->recipe, sizeof r->recipe, "%s", name);
+            snprintf(r->format, sizeof r->format, "%s", t[i].fmt);
+            r->recipe_version = 1;
+            r->w2d = t[i].w2d;
+            r->rht = t[i].rht;
+            r->sr = t[i].sr;
+            r->bf16_first = t[i].first;
+            r->bf16_last = t[i].last;
+            return 1;
+        }
+    return 0;
+}
+
+#define RECIPE_NAMES                                                                               \
+    "fp32, bf16, fp8, nvfp4, nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4"
+
+static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
+    tr_data *d = ctx;
+    if (d->n_recipes == 32) return qc_config_fail(c, n, QS_EINVAL, "at most 32 recipes");
+    qs_train_spec *r = &d->recipes[d->n_recipes].r;
+    memset(r, 0, sizeof *r);
+    qs_status st;
+    if (fy_node_is_mapping(n)) {
+        static const char *const keys[] = {"name", "base",       "format",    "w2d", "rht",
+                                           "sr",   "bf16_first", "bf16_last", NULL};
+        if ((st = qc_config_check_keys(c, n, "a recipe", keys))) return st;
+        const char *name, *base;
+        if ((st = qc_config_string(c, qc_config_lookup(n, "name"), "recipe name", &name)))
+            return st;
+        if ((st = qc_config_string(c, qc_config_lookup(n, "base"), "recipe base", &base)))
+            return st;
+        if (!named_recipe(base, r))
+            return qc_config_fail(c, qc_config_lookup(n, "base"), QS_EINVAL,
+                                  "unknown recipe '%s' (expected " RECIPE_NAMES ")", base);
+        snprintf(r->recipe, sizeof r->recipe, "%s", name);
+        struct fy_node *f = qc_config_lookup(n, "format");
+        if (f) {
+            const char *fs = qc_config_scalar(f);
+            if (!fs || (strcmp(fs, "nvfp4") && strcmp(fs, "mxfp4") && strcmp(fs, "fp8_e4m3") &&
+                        strcmp(fs, "none")))
+                return qc_config_fail(c, f, QS_EINVAL,
+                                      "expected format nvfp4, mxfp4, fp8_e4m3 or none");
+            snprintf(r->format, sizeof r->format, "%s", fs);
+        }
+        struct {
+            const char *k;
+            int *v;
+            int hi;
+        } ints[] = {{"w2d", &r->w2d, 1},
+                    {"rht", &r->rht, 1},
+                    {"sr", &r->sr, 1},
+                    {"bf16_first", &r->bf16_first, 1000},
+                    {"bf16_last", &r->bf16_last, 1000}};
+        for (size_t i = 0; i < 5; i++) {
+            struct fy_node *v = qc_config_lookup(n, ints[i].k);
+            if (v && (st = qc_config_int(c, v, ints[i].k, 0, ints[i].hi, ints[i].v))) return st;
+        }
+        if (r->w2d && strcmp(r->format, "nvfp4"))
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "w2d: 1 needs format nvfp4 (2D 16x16 weight blocks)");
+    } else {
+        const char *s = qc_config_scalar(n);
+        if (!s || !named_recipe(s, r))
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "unknown recipe '%s' (expected " RECIPE_NAMES
+                                  " or {name, base, ingredients})",
+                                  s ? s : "(not a scalar)");
+    }
+    for (size_t k = 0; k < d->n_recipes; k++)
+        if (!strcmp(d->recipes[k].r.recipe, r->recipe))
+            return qc_config_fail(c, n, QS_EINVAL, "recipe '%s' is listed twice", r->recipe);
+    d->n_recipes++;
+    return QS_OK;
+}
+
+static qs_status add_lr(qc_config *c, struct fy_node *n, void *ctx) {
+    tr_data *d = ctx;
+    if (d->n_lrs == 32) return qc_config_fail(c, n, QS_EINVAL, "at most 32 learning rates");
+    return qc_config_number(c, n, "a learning rate", 1e-12, 100.0, &d->lrs[d->n_lrs++]);
+}
+
+static qs_status add_seed(qc_config *c, struct fy_node *n, void *ctx) {
+    tr_data *d = ctx;
+    if (d->n_seeds == 64) return qc_config_fail(c, n, QS_EINVAL, "at most 64 seeds");
+    int v;
+    qs_status st = qc_config_int(c, n, "a seed", 0, 2147483647, &v);
+    for (size_t k = 0; !st && k < d->n_seeds; k++)
+        if (d->seeds[k] == v) return qc_config_fail(c, n, QS_EINVAL, "seed %d is listed twice", v);
+    if (!st) d->seeds[d->n_seeds++] = v;
+    return st;
+}
+
+static qs_status file_digest(const char *path, char hex[65], qs_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return qs_error_set(err, QS_EIO, "%s: %s", path, strerror(errno));
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, 32);
+    unsigned char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        crypto_generichash_update(&h, buf, n);
+    fclose(f);
+    unsigned char d[32];
+    crypto_generichash_final(&h, d, 32);
+    sodium_bin2hex(hex, 65, d, 32);
+    return QS_OK;
+}
+
+static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                               tr_data *d) {
+    if (!n || !fy_node_is_mapping(n))
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected training.dataset as a mapping with "
+                              "'text' or 'tokens', 'ctx', 'val_fraction'");
+    static const char *const keys[] = {"text", "tokens", "tokenizer", "ctx", "val_fraction", NULL};
+    qs_status st = qc_config_check_keys(c, n, "training.dataset", keys);
+    if (st) return st;
+    struct fy_node *text = qc_config_lookup(n, "text"), *tok = qc_config_lookup(n, "tokens");
+    if (!!text == !!tok)
+        return qc_config_fail(c, n, QS_EINVAL, "expected one of 'text' or 'tokens'");
+    struct fy_node *ctx = qc_config_lookup(n, "ctx");
+    d->ctx = 128;
+    if (ctx && (st = qc_config_int(c, ctx, "training.dataset.ctx", 2, 1 << 16, &d->ctx))) return st;
+    d->val_fraction = 0.05;
+    struct fy_node *vf = qc_config_lookup(n, "val_fraction");
+    if (vf &&
+        (st = qc_config_number(c, vf, "training.dataset.val_fraction", 0, 0.9, &d->val_fraction)))
+        return st;
+    qs_error e = {0};
+    if (text) {
+        struct fy_node *tz = qc_config_lookup(n, "tokenizer");
+        if (tz && (!qc_config_scalar(tz) || strcmp(qc_config_scalar(tz), "bytes")))
+            return qc_config_fail(c, tz, QS_EINVAL,
+                                  "expected tokenizer: bytes (the only one for text)");
+        if ((st = qc_config_path(c, text, "training text", &d->data_path))) return st;
+        snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
+        if ((st = file_digest(d->data_path, d->data_digest, &e)))
+            return qc_config_fail(c, text, st, "%s", e.msg);
+        struct stat sb;
+        if (stat(d->data_path, &sb) == 0 && (double)sb.st_size * (1 - d->val_fraction) < d->ctx + 1)
+            return qc_config_fail(c, text, QS_EINVAL, "%lld bytes: too short for ctx %d",
+                                  (long long)sb.st_size, d->ctx);
+    } else {
+        if ((st = qc_config_path(c, tok, "token file", &d->data_path))) return st;
+        snprintf(d->tokenizer, sizeof d->tokenizer, "file");
+        qc_dataset_facts f;
+        if ((st = probe->dataset(probe->user, d->data_path, &f, &e)))
+            return qc_config_fail(c, tok, st, "%s", e.msg);
+        memcpy(d->data_digest, f.digest, sizeof d->data_digest);
+    }
+    return QS_OK;
+}
+
+static qs_status opt_int(qc_config *c, struct fy_node *sec, const char *k, long lo, long hi,
+                         int dflt, int *out) {
+    struct fy_node *n = qc_config_lookup(sec, k);
+    *out = dflt;
+    return n ? qc_config_int(c, n, k, lo, hi, out) : QS_OK;
+}
+
+static qs_status opt_num(qc_config *c, struct fy_node *sec, const char *k, double lo, double hi,
+                         double dflt, double *out) {
+    struct fy_node *n = qc_config_lookup(sec, k);
+    *out = dflt;
+    return n ? qc_config_number(c, n, k, lo, hi, out) : QS_OK;
+}
+
+static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
+    struct fy_node *sec = qc_config_lookup(root, "training");
+    if (!sec || !fy_node_is_mapping(sec))
+        return qc_config_fail(c, sec ? sec : root, QS_EFORMAT,
+                              "expected 'training' as a mapping with shapes, dataset, recipes, "
+                              "lrs, seeds and steps");
+    static const char *const keys[] = {"shapes",
+                                       "dataset",
+                                       "recipes",
+                                       "lrs",
+                                       "seeds",
+                                       "steps",
+                                       "batch",
+                                       "accum",
+                                       "warmup",
+                                       "decay",
+                                       "min_lr_ratio",
+                                       "weight_decay",
+                                       "clip",
+                                       "beta1",
+                                       "beta2",
+                                       "eval_every",
+                                       "eval_batches",
+                                       "log_every",
+                                       "checkpoint_every",
+                                       "diverge_loss",
+                                       "checkpoint_dir",
+                                       NULL};
+    qs_status st = qc_config_check_keys(c, sec, "training", keys);
+    if (st) return st;
+    tr_data *d = calloc(1, sizeof *d);
+    if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    g->kind_data = d;
+    void *sctx[2] = {d, (void *)probe};
+    struct fy_node *n;
+    if (!(n = qc_config_lookup(sec, "shapes")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'shapes'");
+    if ((st = qc_config_each(c, n, "training.shapes", add_shape, sctx))) return st;
+    if ((st = parse_dataset(c, qc_config_lookup(sec, "dataset"), probe, d))) return st;
+    if (!(n = qc_config_lookup(sec, "recipes")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'recipes'");
+    if ((st = qc_config_each(c, n, "training.recipes", add_recipe, d))) return st;
+    if (!(n = qc_config_lookup(sec, "lrs")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'lrs'");
+    if ((st = qc_config_each(c, n, "training.lrs", add_lr, d))) return st;
+    if ((n = qc_config_lookup(sec, "seeds"))) {
+        if ((st = qc_config_each(c, n, "training.seeds", add_seed, d))) return st;
+    } else {
+        d->seeds[d->n_seeds++] = 1;
+    }
+    qs_train_spec *s = &d->defaults;
+    if (!(n = qc_config_lookup(sec, "steps")))
+        return qc_config_fail(c, sec, QS_EFORMAT, "expected 'steps'");
+    if ((st = qc_config_int(c, n, "steps", 1, 100000000, &s->steps))) return st;
+    double ratio;
+    if ((st = opt_int(c, sec, "batch", 1, 65536, 8, &s->batch)) ||
+        (st = opt_int(c, sec, "accum", 1, 65536, 1, &s->accum)) ||
+        (st = opt_int(c, sec, "warmup", 0, s->steps, s->steps / 10, &s->warmup)) ||
+        (st = opt_num(c, sec, "min_lr_ratio", 0, 1, 0.1, &ratio)) ||
+        (st = opt_num(c, sec, "weight_decay", 0, 0.99, 0.1, &s->weight_decay)) ||
+        (st = opt_num(c, sec, "clip", 0, 1e6, 1.0, &s->clip)) ||
+        (st = opt_num(c, sec, "beta1", 0, 0.9999, 0.9, &s->beta1)) ||
+        (st = opt_num(c, sec, "beta2", 0, 0.99999, 0.95, &s->beta2)) ||
+        (st = opt_int(c, sec, "eval_every", 0, 100000000, 50, &s->eval_every)) ||
+        (st = opt_int(c, sec, "eval_batches", 0, 100000000, 8, &s->eval_batches)) ||
+        (st = opt_int(c, sec, "log_every", 1, 100000000, 10, &s->log_every)) ||
+        (st = opt_int(c, sec, "checkpoint_every", 0, 100000000, 100, &s->checkpoint_every)) ||
+        (st = opt_num(c, sec, "diverge_loss", 1e-6, 1e9, 12.0, &s->diverge_loss)))
+        return st;
+    s->min_lr = ratio; /* a ratio until expansion */
+    snprintf(s->decay, sizeof s->decay, "cosine");
+    if ((n = qc_config_lookup(sec, "decay"))) {
+        const char *v = qc_config_scalar(n);
+        if (!v || (strcmp(v, "cosine") && strcmp(v, "linear") && strcmp(v, "constant")))
+            return qc_config_fail(c, n, QS_EINVAL, "expected decay cosine, linear or constant");
+        snprintf(s->decay, sizeof s->decay, "%s", v);
+    }
+    if ((n = qc_config_lookup(sec, "checkpoint_dir"))) {
+        const char *v = NULL;
+        if ((st = qc_config_string(c, n, "checkpoint_dir", &v))) return st;
+        char bad[128];
+        d->checkpoint_dir = qc_config_expand(v, bad, sizeof bad);
+        if (!d->checkpoint_dir) return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: %s", bad);
+    } else {
+        char bad[128];
+        d->checkpoint_dir =
+            qc_config_expand("${XDG_CACHE_HOME:-~/.cache}/qsweep/train", bad, sizeof bad);
+        if (!d->checkpoint_dir) return qc_config_error(c, QS_EINVAL, "checkpoint_dir: %s", bad);
+    }
+    for (size_t i = 0; i < d->n_shapes; i++)
+        if (!d->inits[i] && d->ctx > 128)
+            return qc_config_fail(c, qc_config_lookup(sec, "dataset"), QS_EINVAL,
+                                  "ctx %d > 128, the named shapes' max_position_embeddings",
+                                  d->ctx);
+    return QS_OK;
+}
+
+static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
+    const tr_data *d = g->kind_data;
+    qs_status st = QS_OK;
+    for (size_t si = 0; !st && si < d->n_shapes; si++)
+        for (size_t ri = 0; !st && ri < d->n_recipes; ri++)
+            for (size_t li = 0; !st && li < d->n_lrs; li++)
+                for (size_t ei = 0; !st && ei < d->n_seeds; ei++) {
+                    qs_train_spec s = d->defaults;
+                    const qs_train_spec *r = &d->recipes[ri].r;
+                    memcpy(s.recipe, r->recipe, sizeof s.recipe);
+                    memcpy(s.format, r->format, sizeof s.format);
+                    s.recipe_version = r->recipe_version;
+                    s.w2d = r->w2d;
+                    s.rht = r->rht;
+                    s.sr = r->sr;
+                    s.bf16_first = r->bf16_first;
+                    s.bf16_last = r->bf16_last;
+                    if (d->inits[si]) {
+                        s.init.path = d->inits[si];
+                        memcpy(s.init.digest, d->init_facts[si].digest, 65);
+                    } else {
+                        snprintf(s.shape, sizeof s.shape, "%s", d->shapes[si]);
+                    }
+                    s.dataset.path = d->data_path;
+                    memcpy(s.dataset.digest, d->data_digest, 65);
+                    s.dataset.ctx = d->ctx;
+                    s.dataset.max_chunks = 0;
+                    snprintf(s.tokenizer, sizeof s.tokenizer, "%s", d->tokenizer);
+                    s.val_fraction = d->val_fraction;
+                    s.lr = d->lrs[li];
+                    s.min_lr = d->lrs[li] * d->defaults.min_lr;
+                    s.seed = d->seeds[ei];
+                    s.checkpoint_dir = d->checkpoint_dir;
+                    snprintf(s.numerics_version, sizeof s.numerics_version, "%s",
+                             QS_NUMERICS_VERSION);
+                    s.resources = g->resources;
+                    json_t *spec = NULL;
+                    st = qs_train_encode(&s, &spec, err);
+                    if (st) break;
+                    char label[256];
+                    snprintf(label, sizeof label, "%s %s lr=%g seed=%ld",
+                             d->inits[si] ? d->inits[si] : d->shapes[si], r->recipe, s.lr, s.seed);
+                    st = qc_job_list_add(out, spec, "train", -1, 0, -1, label, NULL, err);
+                }
+    return st;
+}
+
+static const char *const training_keys[] = {"training", NULL};
+
+const qc_grid_kind qc_grid_kind_training = {
+    .name = "training",
+    .keys = training_keys,
+    .parse = parse,
+    .expand = expand,
+    .free_data = free_data,
+};

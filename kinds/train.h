@@ -1,0 +1,66 @@
+/* The `train` job kind (issue 11 item 5): one FP4 training run, from a named model shape (or
+ * an initial checkpoint) and a token stream to a loss curve, final metrics and a trained
+ * checkpoint. The grid kind `training` (coordinator/grid/grid_training.c) encodes it, the
+ * worker (worker/train/train_kind.c) decodes it, so both sides read the same fields.
+ *
+ * Canonical JSON (spec.h for the shared parts), keys sorted:
+ *   "kind": "train", "numerics_version",
+ *   "shape": {"name": "tiny"}               a named shape (worker/train/train_job.h), or
+ *   "model": {"digest", "path"}             an initial checkpoint (fine-tuning) instead,
+ *   "dataset": {"ctx", "digest", "max_chunks": 0, "path"}   the token stream; ctx = tokens
+ *                                           per training sequence,
+ *   "tokenizer": "bytes" (dataset.path is UTF-8 text, vocabulary 258) | "file" (a token file),
+ *   "val_fraction", "recipe": {"name", "version", "format", "w2d", "rht", "sr", "bf16_first",
+ *   "bf16_last"} (worker/train/recipe.h; the ingredients are explicit, so a renamed recipe is
+ *   the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
+ *   "weight_decay", "clip", "beta1", "beta2", "steps", "batch", "accum", "seed",
+ *   "eval_every", "eval_batches", "log_every", "checkpoint_every", "diverge_loss",
+ *   "checkpoint_dir" (where checkpoints and the final model go), "resources" (optional).
+ * The job key (spec.h) leaves out model.path, dataset.path and resources. */
+#ifndef QS_KINDS_TRAIN_H
+#define QS_KINDS_TRAIN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "error.h"
+#include "spec.h"
+
+typedef struct qs_train_spec {
+    char shape[32];    /* named shape; "" when init.path is set */
+    qs_model_ref init; /* init.path NULL: from scratch */
+    qs_dataset_ref dataset;
+    char tokenizer[8]; /* "bytes" | "file" */
+    double val_fraction;
+    char recipe[32]; /* recipe name, for people and views */
+    int recipe_version;
+    char format[16]; /* "nvfp4" | "mxfp4" | "fp8_e4m3" | "none" */
+    int w2d, rht, sr, bf16_first, bf16_last;
+    double lr, min_lr;
+    int warmup;
+    char decay[12];
+    double weight_decay, clip, beta1, beta2;
+    int steps, batch, accum;
+    long seed;
+    int eval_every, eval_batches, log_every, checkpoint_every;
+    double diverge_loss;
+    char *checkpoint_dir; /* owned */
+    char numerics_version[16];
+    qs_resources resources;
+} qs_train_spec;
+
+/* Range and consistency checks (steps >= 1, batch >= 1, 0 < lr, 0 <= min_lr <= lr, ...).
+ * Errors: QS_EINVAL naming the field ("job spec: lr: expected a number > 0"). */
+qs_status qs_train_validate(const qs_train_spec *s, qs_error *err);
+
+/* The canonical spec object (validated first); *out a new reference. Errors: validation's,
+ * QS_ENOMEM. */
+qs_status qs_train_encode(const qs_train_spec *s, json_t **out, qs_error *err);
+
+/* Reads and validates a spec object; unknown keys are refused. Errors: QS_EINVAL naming the
+ * field, QS_ENOMEM. On error *out is cleared. */
+qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err);
+
+void qs_train_clear(qs_train_spec *s);
+
+#endif

@@ -1,0 +1,213 @@
+/* A training run as a job runs it (worker/train/train_job.h):
+ * - a run stopped on request (SIGTERM's path) checkpoints, reports preempted with its step,
+ *   and when run again resumes from that step and ends with a final Hugging Face checkpoint
+ *   byte-identical to an uninterrupted run's;
+ * - curve points, validation points, heartbeats and final metrics reach the hooks;
+ * - a diverging run stops with its step, sends no final metrics and writes no final checkpoint;
+ * - the bytes tokenizer and the named shapes. Data: this repository's README.md, real English
+ *   text, through the bytes tokenizer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "train_job.h"
+
+static char dir[256];
+static uint32_t *ids;
+static size_t n_ids;
+
+static int setup(void **s) {
+    (void)s;
+    snprintf(dir, sizeof dir, "/tmp/qsweep_train_job_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    qs_error err = {0};
+    if (qw_bytes_tokenize_file(QW_SOURCE_DIR "/README.md", &ids, &n_ids, &err) != QS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **s) {
+    (void)s;
+    free(ids);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+typedef struct record {
+    int heartbeats, last_hb, total;
+    int curve, val, finals, stop_at;
+    double final_val;
+} record;
+
+static void on_hb(void *u, int step, int total) {
+    record *r = u;
+    r->heartbeats++;
+    r->last_hb = step;
+    r->total = total;
+}
+static void on_metric(void *u, const char *name, int64_t step, double v) {
+    record *r = u;
+    if (step < 0) {
+        r->finals++;
+        if (!strcmp(name, "final_val_loss")) r->final_val = v;
+    } else if (!strcmp(name, "val_loss")) {
+        r->val++;
+    } else {
+        r->curve++;
+    }
+    assert_true(isfinite(v));
+}
+static int on_stop(void *u) {
+    record *r = u;
+    return r->stop_at > 0 && r->last_hb == r->stop_at;
+}
+
+static qw_train_spec spec_for(const char *key, float lr) {
+    qw_train_spec s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(qw_train_shape_by_name("mini", &s.shape, NULL), QS_OK);
+    assert_int_equal(qw_recipe_by_name("nvfp4", &s.recipe, NULL), QS_OK);
+    s.train.steps = 8;
+    s.train.accum = 1;
+    s.train.sched = (qw_lr_schedule){lr, lr * 0.1f, 2, 8, QW_DECAY_COSINE};
+    s.train.adamw = (qw_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
+    s.train.clip = 1.0f;
+    s.train.eval_every = 4;
+    s.train.eval_batches = 2;
+    s.train.diverge_loss = 30;
+    s.batch = 2;
+    s.ctx = 32;
+    s.seed = 3;
+    s.val_fraction = 0.1;
+    s.log_every = 2;
+    s.checkpoint_every = 3;
+    s.threads = 2;
+    snprintf(s.checkpoint_dir, sizeof s.checkpoint_dir, "%s", dir);
+    snprintf(s.job_key, sizeof s.job_key, "%s", key);
+    return s;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void stopped_run_resumes_to_identical_weights(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    record ra = {0};
+    qw_train_hooks ha = {on_hb, on_metric, on_stop, &ra};
+    qw_train_spec a = spec_for("straight", 3e-3f);
+    if (qw_train_job_run(&a, ids, n_ids, &ha, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(o.steps_done, 8);
+    assert_int_equal(o.resumed_from, 0);
+    assert_int_equal(ra.heartbeats, 8);
+    assert_int_equal(ra.total, 8);
+    assert_int_equal(ra.curve, 4 * 4); /* steps 2, 4, 6, 8 x 4 metrics */
+    assert_int_equal(ra.val, 2);       /* steps 4, 8 */
+    assert_int_equal(ra.finals, 6);
+    printf("final validation loss after 8 steps: %.4f\n", ra.final_val);
+
+    record rb = {0};
+    rb.stop_at = 5;
+    qw_train_hooks hb = {on_hb, on_metric, on_stop, &rb};
+    qw_train_spec b = spec_for("stopped", 3e-3f);
+    assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_ECANCELLED);
+    assert_non_null(strstr(err.msg, "preempted at step 5"));
+    assert_int_equal(o.preempted, 1);
+    assert_int_equal(rb.finals, 0);
+    rb.stop_at = 0;
+    assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_OK);
+    assert_int_equal(o.resumed_from, 5);
+    assert_int_equal(o.steps_done, 8);
+    assert_int_equal(rb.finals, 6);
+    assert_true(rb.final_val == ra.final_val);
+    char pa[400], pb[400];
+    snprintf(pa, sizeof pa, "%s/straight/model.safetensors", dir);
+    snprintf(pb, sizeof pb, "%s/stopped/model.safetensors", dir);
+    size_t na, nb;
+    unsigned char *fa = slurp(pa, &na), *fb = slurp(pb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(fa, fb, na);
+    free(fa);
+    free(fb);
+}
+
+static void diverging_run_reports_its_step_and_no_results(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    record r = {0};
+    qw_train_hooks h = {on_hb, on_metric, on_stop, &r};
+    qw_train_spec sp = spec_for("diverging", 1e4f);
+    sp.train.sched.warmup = 0;
+    sp.train.clip = 0;
+    sp.recipe.sr = 0;
+    assert_int_equal(qw_train_job_run(&sp, ids, n_ids, &h, &o, &err), QS_ESTATE);
+    assert_non_null(strstr(err.msg, "diverged at step"));
+    assert_true(o.diverged_step >= 2 && o.diverged_step <= 8);
+    assert_int_equal(r.finals, 0);
+    char p[400];
+    snprintf(p, sizeof p, "%s/diverging/model.safetensors", dir);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+static void bytes_tokenizer_and_shapes(void **s) {
+    (void)s;
+    char p[400];
+    snprintf(p, sizeof p, "%s/hi.txt", dir);
+    FILE *f = fopen(p, "wb");
+    fputs("Hi\xc3\xa9", f);
+    fclose(f);
+    uint32_t *t;
+    size_t n;
+    qs_error err = {0};
+    assert_int_equal(qw_bytes_tokenize_file(p, &t, &n, &err), QS_OK);
+    assert_int_equal(n, 5);
+    const uint32_t want[5] = {256, 72, 105, 0xc3, 0xa9};
+    assert_memory_equal(t, want, sizeof want);
+    free(t);
+    assert_int_equal(qw_bytes_tokenize_file("/nonexistent/x", &t, &n, &err), QS_EIO);
+    assert_non_null(strstr(err.msg, "/nonexistent/x"));
+    qw_config c;
+    assert_int_equal(qw_train_shape_by_name("tiny", &c, &err), QS_OK);
+    assert_int_equal(c.dim, 128);
+    assert_int_equal(c.vocab_size, QW_BYTES_VOCAB);
+    assert_int_equal(qw_train_shape_by_name("huge", &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "tiny"));
+    /* data beyond the vocabulary is refused before anything runs */
+    qw_train_spec sp = spec_for("badvocab", 1e-3f);
+    uint32_t bad[100] = {0};
+    bad[50] = 300;
+    qw_train_outcome o;
+    assert_int_equal(qw_train_job_run(&sp, bad, 100, NULL, &o, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "index 50"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stopped_run_resumes_to_identical_weights),
+        cmocka_unit_test(diverging_run_reports_its_step_and_no_results),
+        cmocka_unit_test(bytes_tokenizer_and_shapes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,57 @@
+/* train_test_worker: qsweep-worker (worker/loop/main.c) with the train job kind registered, for
+ * the end-to-end training tests (test_e2e.c), which start it through the coordinator harness.
+ * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
+ *                      [--heartbeat-ms MS] [--timeout-ms MS] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop.h"
+#include "train_kind.h"
+
+static int usage(const char *why) {
+    fprintf(stderr,
+            "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
+            "[--heartbeat-ms MS] [--timeout-ms MS]\n",
+            why);
+    return 2;
+}
+
+static bool parse_int(const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 0 || v > 1000000000) return false;
+    *out = (int)v;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    qw_options o = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return usage("option without a value");
+        if (strcmp(a, "--endpoint") == 0)
+            o.endpoint = v;
+        else if (strcmp(a, "--id") == 0)
+            o.worker_id = v;
+        else if (strcmp(a, "--threads") == 0) {
+            if (!parse_int(v, &o.threads)) return usage("--threads: not a number");
+        } else if (strcmp(a, "--heartbeat-ms") == 0) {
+            if (!parse_int(v, &o.heartbeat_ms)) return usage("--heartbeat-ms: not a number");
+        } else if (strcmp(a, "--timeout-ms") == 0) {
+            if (!parse_int(v, &o.coordinator_timeout_ms))
+                return usage("--timeout-ms: not a number");
+        } else
+            return usage("unknown option");
+        i++;
+    }
+    if (!o.endpoint) return usage("--endpoint is required");
+    qs_error err;
+    qs_status st = qw_train_register(&err);
+    if (st == QS_OK) st = qw_run(&o, &err);
+    if (st != QS_OK) {
+        fprintf(stderr, "qsweep-worker: %s\n", err.msg);
+        return (int)st;
+    }
+    return 0;
+}

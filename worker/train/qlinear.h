@@ -1,0 +1,72 @@
+/* A linear layer in training, its three GEMMs fed as a recipe says (recipe.h).
+ *
+ * fprop  y[N x out]  = Xq[N x in] Wq[out x in]^T
+ * dgrad  dx[N x in]  = dYq[N x out] (W^T)q[in x out]^T
+ * wgrad  dW[out x in] += (dY^T)q[out x N] (X^T)q[in x N]^T
+ * Each quantized input is made from the high-precision tensor (x, W or dy): transposed when the
+ * GEMM needs it, RHT16 along k when the recipe says, then rounded (BF16) or fake-quantized by
+ * the numeric core (qk_fake_quant, blocks along k) into a scratch buffer; the GEMM (FP32
+ * accumulation, cblas_sgemm pieces fixed by the shape) reads the scratch. Because the RHT is
+ * orthogonal and applied to both wgrad inputs along the reduction axis, it cancels in the
+ * product (arXiv 2509.25149 section 4.2). Fake quantization is exact emulation of an FP4
+ * GEMM: the dequantized values are exact in FP32 (references.md, "Derived").
+ * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand,
+ * step = env->step, so a run is reproducible and no two tensors or steps share random bits.
+ * Nothing here allocates. */
+#ifndef QW_TRAIN_QLINEAR_H
+#define QW_TRAIN_QLINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "recipe.h"
+
+/* Called with every GEMM input a recipe rounds or quantizes, after it is made: linear index,
+ * operand, the high-precision source as the model holds it (x [N x in], W [out x in] or
+ * dy [N x out]) and the GEMM input in[rows x k] (transposed for dgrad W and both wgrad
+ * inputs). For tests that check the inputs against the numeric core. */
+typedef void (*qw_gemm_hook)(void *user, int linear, qw_gemm_operand op, const float *src,
+                             int src_rows, int src_cols, const float *in, int rows, int k);
+
+/* What the linears of one step share. buf_a and buf_b each hold at least
+ * qw_qlinear_scratch_floats() floats for the largest linear. */
+typedef struct qw_qlinear_env {
+    const qw_recipe *recipe;
+    int n_layers;
+    uint64_t seed; /* SR streams and the RHT sign vector (one for the whole run) */
+    uint32_t step; /* SR stream: the micro-step counter */
+    int nt;        /* threads */
+    float *buf_a, *buf_b;
+    qw_gemm_hook hook; /* NULL: none */
+    void *hook_user;
+} qw_qlinear_env;
+
+/* Floats each scratch buffer needs for a linear [out x in] over N rows. */
+size_t qw_qlinear_scratch_floats(int N, int in, int out);
+
+/* Forward of linear `linear` (its index for SR streams) of block `layer` (-1: lm_head).
+ * Errors: QS_EINVAL (RHT with k not a multiple of 16, naming the linear and operand), errors
+ * of the numeric core wrapped with the linear and operand. */
+qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, float *y,
+                             const float *x, const float *W, int N, int in, int out, qs_error *err);
+
+/* Backward: dx[N x in] = (or += when dx_accumulate) dgrad, skipped when dx is NULL;
+ * dW[out x in] += wgrad. dy [N x out] is read only. Errors: as qw_qlinear_forward. */
+qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, float *dx,
+                              int dx_accumulate, float *dW, const float *dy, const float *x,
+                              const float *W, int N, int in, int out, qs_error *err);
+
+/* Makes GEMM input `op` from src as qlinear does (transpose when transpose is 1: src
+ * [rows x cols] becomes [cols x rows]; RHT; rounding or quantization under spec) into dst.
+ * Exposed so that tests and benchmarks run exactly the path the GEMMs see. Errors: as above. */
+qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                             qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
+                             int transpose, qs_error *err);
+
+/* x rounded to BF16, RNE, saturating to +-max finite as the numeric core's BF16 codec does
+ * (qk_codec_bf16 in element.h, bit-identical: tests/train): the bf16 recipe's rounding, inline
+ * because the codec's general minifloat encoder costs more than the GEMM it feeds. */
+float qw_round_bf16(float x);
+
+#endif

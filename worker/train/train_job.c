@@ -1,0 +1,197 @@
+/* One training run as a job runs it (train_job.h). */
+#include "train_job.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "hfsave.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err) {
+    qw_config c = {0};
+    c.norm_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.vocab_size = QW_BYTES_VOCAB;
+    c.bos_token_id = QW_BYTES_BOS;
+    c.eos_token_id = QW_BYTES_EOS;
+    if (!strcmp(name, "tiny")) {
+        c.dim = 128;
+        c.hidden_dim = 384;
+        c.n_layers = 4;
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.head_dim = 32;
+        c.max_seq_len = 128;
+    } else if (!strcmp(name, "mini")) {
+        c.dim = 64;
+        c.hidden_dim = 192;
+        c.n_layers = 2;
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.head_dim = 16;
+        c.max_seq_len = 128;
+    } else {
+        return qs_error_set(err, QS_EINVAL, "training shape \"%s\": unknown (known: tiny, mini)",
+                            name);
+    }
+    *out = c;
+    return QS_OK;
+}
+
+qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err) {
+    *ids = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return qs_error_set(err, QS_EIO, "%s: open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        fclose(f);
+        return qs_error_set(err, QS_EIO, "%s: stat: %s", path, strerror(errno));
+    }
+    size_t len = (size_t)sb.st_size;
+    uint8_t *bytes = malloc(len + 1);
+    uint32_t *out = malloc((len + 1) * sizeof *out);
+    if (!bytes || !out) {
+        free(bytes);
+        free(out);
+        fclose(f);
+        return qs_error_set(err, QS_ENOMEM, "%s: %zu bytes", path, len);
+    }
+    size_t got = fread(bytes, 1, len, f);
+    fclose(f);
+    if (got != len) {
+        free(bytes);
+        free(out);
+        return qs_error_set(err, QS_EIO, "%s: short read (%zu of %zu bytes)", path, got, len);
+    }
+    out[0] = QW_BYTES_BOS;
+    for (size_t i = 0; i < len; i++)
+        out[i + 1] = bytes[i];
+    free(bytes);
+    *ids = out;
+    *n = len + 1;
+    return QS_OK;
+}
+
+static void emit(const qw_train_hooks *h, const char *name, int64_t step, double v) {
+    if (h && h->metric) h->metric(h->user, name, step, v);
+}
+
+qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
+                           const qw_train_hooks *hooks, qw_train_outcome *out, qs_error *err) {
+    memset(out, 0, sizeof *out);
+    double t0 = now_s();
+    const qw_config *c = &spec->shape;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] >= (uint32_t)c->vocab_size)
+            return qs_error_set(err, QS_EINVAL, "training data: token %u at index %zu >= vocab %d",
+                                tokens[i], i, c->vocab_size);
+    if (spec->ctx > c->max_seq_len)
+        return qs_error_set(err, QS_EINVAL, "ctx %d > the model's max_position_embeddings %d",
+                            spec->ctx, c->max_seq_len);
+    qw_tmodel *m = NULL;
+    qw_checkpoint *ck = NULL;
+    qw_data d = {0};
+    qw_trainer tr = {0};
+    int have_data = 0, have_tr = 0;
+    qs_status st = qw_tmodel_create(c, spec->batch, spec->ctx, spec->threads, &m, err);
+    if (st == QS_OK) {
+        if (spec->init_path[0]) {
+            st = qw_checkpoint_open(spec->init_path, &ck, err);
+            if (st == QS_OK) st = qw_tmodel_load(m, ck, err);
+        } else {
+            qw_tmodel_init_random(m, spec->seed, spec->init_std > 0 ? spec->init_std : 0.02f);
+        }
+    }
+    if (st == QS_OK) st = qw_tmodel_set_recipe(m, &spec->recipe, spec->seed, err);
+    if (st == QS_OK) {
+        st = qw_data_init(&d, tokens, n, spec->val_fraction, spec->ctx, spec->seed, err);
+        have_data = st == QS_OK;
+    }
+    if (st == QS_OK) {
+        st = qw_trainer_create(&tr, m, &d, &spec->train, spec->threads, err);
+        have_tr = st == QS_OK;
+    }
+    char ckpt[2200] = "", final_dir[2200] = "";
+    if (st == QS_OK && spec->checkpoint_dir[0]) {
+        if (mkdir(spec->checkpoint_dir, 0777) != 0 && errno != EEXIST)
+            st = qs_error_set(err, QS_EIO, "%s: mkdir: %s", spec->checkpoint_dir, strerror(errno));
+        snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", spec->checkpoint_dir, spec->job_key);
+        snprintf(final_dir, sizeof final_dir, "%s/%s", spec->checkpoint_dir, spec->job_key);
+        if (st == QS_OK) {
+            qs_error e2 = {0};
+            qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &e2);
+            if (ls == QS_OK)
+                out->resumed_from = tr.step;
+            else if (ls != QS_ENOTFOUND)
+                st = qs_error_set(err, ls, "resume: %s", e2.msg);
+        }
+    }
+    int log_every = spec->log_every > 0 ? spec->log_every : 1;
+    int total = spec->train.steps;
+    while (st == QS_OK && tr.step < total) {
+        qw_step_metrics mt;
+        st = qw_trainer_step(&tr, &mt, err);
+        if (st != QS_OK) {
+            if (tr.diverged) out->diverged_step = tr.diverged_step;
+            break;
+        }
+        if (mt.step % log_every == 0 || mt.step == total) {
+            emit(hooks, "train_loss", mt.step, mt.train_loss);
+            emit(hooks, "lr", mt.step, mt.lr);
+            emit(hooks, "grad_norm", mt.step, mt.grad_norm);
+            emit(hooks, "tokens_per_s", mt.step, mt.tokens_per_s);
+        }
+        out->final_train_loss = mt.train_loss;
+        if (spec->train.eval_every > 0 && mt.step % spec->train.eval_every == 0 &&
+            d.n_val_windows > 0) {
+            double vl;
+            st = qw_trainer_validate(&tr, &vl, err);
+            if (st != QS_OK) break;
+            emit(hooks, "val_loss", mt.step, vl);
+        }
+        if (hooks && hooks->heartbeat) hooks->heartbeat(hooks->user, mt.step, total);
+        int stop = hooks && hooks->stop_requested && hooks->stop_requested(hooks->user);
+        int periodic = spec->checkpoint_every > 0 && mt.step % spec->checkpoint_every == 0;
+        if (ckpt[0] && (stop || periodic) && mt.step < total)
+            st = qw_train_checkpoint_save(ckpt, &tr, spec->job_key, err);
+        if (st == QS_OK && stop && mt.step < total) {
+            out->preempted = 1;
+            st = qs_error_set(err, QS_ECANCELLED, "preempted at step %d of %d (checkpoint %s)",
+                              mt.step, total, ckpt[0] ? ckpt : "none");
+        }
+    }
+    out->steps_done = tr.step;
+    if (st == QS_OK) {
+        double vl = NAN;
+        if (d.n_val_windows > 0) st = qw_trainer_validate(&tr, &vl, err);
+        out->final_val_loss = vl;
+        if (st == QS_OK && final_dir[0]) st = qw_tmodel_save_hf(m, final_dir, err);
+        if (st == QS_OK) {
+            emit(hooks, "final_train_loss", -1, tr.last_loss);
+            if (isfinite(vl)) {
+                emit(hooks, "final_val_loss", -1, vl);
+                emit(hooks, "val_ppl", -1, exp(vl));
+            }
+            emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
+            emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            emit(hooks, "wall_s", -1, now_s() - t0);
+        }
+    }
+    if (have_tr) qw_trainer_free(&tr);
+    if (have_data) qw_data_free(&d);
+    qw_tmodel_destroy(m);
+    qw_checkpoint_close(ck);
+    return st;
+}

@@ -1,0 +1,76 @@
+/* One training run as a job runs it: from a spec and a token stream to loss curves, final
+ * metrics and a Hugging Face checkpoint, with checkpoints every K steps and on a stop request,
+ * and resumption from the last checkpoint. The job kind `train` (worker side) decodes its
+ * spec into qw_train_spec and calls qw_train_job_run with hooks that heartbeat and send
+ * results; this file knows nothing of sockets or SQL.
+ *
+ * Files, under spec->checkpoint_dir (created when missing): <job_key>.ckpt (ckpt.h, replaced
+ * atomically) and <job_key>/ (the final config.json + model.safetensors, hfsave.h).
+ * Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s at
+ * step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
+ * final_val_loss, val_ppl = exp(final_val_loss), tokens_seen, resumed_from_step (0: a fresh
+ * run), wall_s. */
+#ifndef QW_TRAIN_TRAIN_JOB_H
+#define QW_TRAIN_TRAIN_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "recipe.h"
+#include "trainer.h"
+
+typedef struct qw_train_spec {
+    qw_config shape;      /* the model (from scratch), or the init checkpoint's config */
+    char init_path[1024]; /* "" = from scratch: N(0, init_std^2) matrices, norms 1 */
+    float init_std;       /* 0 = 0.02 */
+    qw_recipe recipe;
+    qw_train_config train; /* steps, accum, schedule, AdamW, clip, eval, divergence */
+    int batch, ctx;        /* sequences per micro-batch, tokens per sequence */
+    uint64_t seed;         /* init, data order, SR streams and RHT signs */
+    double val_fraction;
+    int log_every;             /* curve points every this many steps (0 = 1) */
+    int checkpoint_every;      /* 0 = only on stop requests */
+    int threads;               /* 0 = all cores */
+    char checkpoint_dir[1024]; /* "" = no checkpoints, no final HF checkpoint */
+    char job_key[65];          /* names the files, and identifies the checkpoint */
+} qw_train_spec;
+
+typedef struct qw_train_hooks {
+    void (*heartbeat)(void *user, int step, int total); /* after every step */
+    void (*metric)(void *user, const char *name, int64_t step, double value);
+    int (*stop_requested)(void *user); /* polled after every step: 1 = checkpoint and stop */
+    void *user;
+} qw_train_hooks;
+
+typedef struct qw_train_outcome {
+    int resumed_from; /* the checkpoint's step, 0 when the run started fresh */
+    int steps_done;
+    int preempted;     /* 1: stopped on request after checkpointing */
+    int diverged_step; /* 0, or the step that diverged */
+    double final_train_loss, final_val_loss;
+} qw_train_outcome;
+
+/* Runs (or resumes) the training of spec over tokens[n] (ids < shape.vocab_size).
+ * Returns QS_OK when done; QS_ECANCELLED "preempted at step S" after a stop request (the
+ * checkpoint is written first); QS_ESTATE "diverged at step S: ..." (no final metrics, no
+ * checkpoint of the diverged state); QS_EINVAL for a bad spec or data (naming the field);
+ * errors of the model, checkpoints and files otherwise. */
+qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
+                           const qw_train_hooks *hooks, qw_train_outcome *out, qs_error *err);
+
+/* A named model shape for training from scratch: "tiny" (d 128, 4 blocks, 4 heads, 2 KV heads,
+ * FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters), "mini"
+ * (d 64, 2 blocks, 4/2 heads, FFN 192). Errors: QS_EINVAL listing the names. */
+qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err);
+
+/* The bytes tokenizer: vocabulary 258, ids 0..255 the bytes of the text, 256 BOS, 257 EOS.
+ * Reads the file at path into *ids (heap, caller frees) as BOS followed by its bytes.
+ * Errors: QS_EIO naming the path, QS_ENOMEM. */
+#define QW_BYTES_VOCAB 258
+#define QW_BYTES_BOS 256
+#define QW_BYTES_EOS 257
+qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err);
+
+#endif

@@ -1,0 +1,112 @@
+/* The training loop (trainer.h). */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+qs_status qw_trainer_create(qw_trainer *tr, qw_tmodel *m, qw_data *d, const qw_train_config *c,
+                            int nt, qs_error *err) {
+    tr->in = tr->tg = NULL;
+    if (c->steps < 1) return qs_error_set(err, QS_EINVAL, "train: steps %d < 1", c->steps);
+    if (c->accum < 1) return qs_error_set(err, QS_EINVAL, "train: accum %d < 1", c->accum);
+    tr->model = m;
+    tr->data = d;
+    tr->cfg = *c;
+    tr->cfg.sched.total = c->steps;
+    tr->nt = nt > 0 ? nt : 1;
+    tr->step = 0;
+    tr->tokens_seen = 0;
+    tr->diverged = 0;
+    tr->diverged_step = 0;
+    tr->last_loss = NAN;
+    size_t N = qw_tmodel_rows(m);
+    if (d->T != qw_tmodel_ctx(m))
+        return qs_error_set(err, QS_EINVAL, "train: data ctx %d, model ctx %d", d->T,
+                            qw_tmodel_ctx(m));
+    tr->in = malloc(N * sizeof *tr->in);
+    tr->tg = malloc(N * sizeof *tr->tg);
+    if (!tr->in || !tr->tg) {
+        qw_trainer_free(tr);
+        return qs_error_set(err, QS_ENOMEM, "train: token buffers");
+    }
+    return QS_OK;
+}
+
+void qw_trainer_free(qw_trainer *tr) {
+    free(tr->in);
+    free(tr->tg);
+    tr->in = tr->tg = NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
+    if (tr->diverged) return qs_error_set(err, QS_ESTATE, "diverged at step %d", tr->diverged_step);
+    qw_tmodel *m = tr->model;
+    const qw_train_config *c = &tr->cfg;
+    int B = qw_tmodel_batch(m);
+    size_t N = qw_tmodel_rows(m);
+    double t0 = now_s();
+    qw_tmodel_zero_grad(m);
+    double loss_sum = 0.0;
+    for (int a = 0; a < c->accum; a++) {
+        qw_data_next(tr->data, B, tr->in, tr->tg);
+        uint32_t micro = (uint32_t)tr->step * (uint32_t)c->accum + (uint32_t)a;
+        double loss = 0.0;
+        qs_status st = qw_tmodel_forward(m, tr->in, tr->tg, micro, &loss, err);
+        if (st == QS_OK) st = qw_tmodel_backward(m, 1.0f / (float)c->accum, err);
+        if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
+        loss_sum += loss;
+    }
+    double loss = loss_sum / c->accum;
+    double norm = qw_grad_global_norm(qw_tmodel_grads(m), qw_tmodel_n_params(m), tr->nt);
+    tr->last_loss = loss;
+    if (!isfinite(loss) || !isfinite(norm) || loss > c->diverge_loss) {
+        tr->diverged = 1;
+        tr->diverged_step = tr->step + 1;
+        return qs_error_set(err, QS_ESTATE,
+                            "diverged at step %d: train loss %g, gradient norm %g (threshold %g)",
+                            tr->diverged_step, loss, norm, c->diverge_loss);
+    }
+    float scale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
+    float lr = qw_lr_at(&c->sched, tr->step);
+    qw_adamw_step(m, &c->adamw, lr, scale, tr->step + 1, tr->nt);
+    tr->step++;
+    tr->tokens_seen += N * (size_t)c->accum;
+    if (out) {
+        out->step = tr->step;
+        out->train_loss = loss;
+        out->lr = lr;
+        out->grad_norm = norm;
+        out->val_loss = NAN;
+        double dt = now_s() - t0;
+        out->tokens_per_s = dt > 0 ? (double)(N * (size_t)c->accum) / dt : 0.0;
+        out->tokens_seen = tr->tokens_seen;
+    }
+    return QS_OK;
+}
+
+qs_status qw_trainer_validate(qw_trainer *tr, double *loss, qs_error *err) {
+    qw_tmodel *m = tr->model;
+    int B = qw_tmodel_batch(m);
+    size_t nb = tr->data->n_val_windows / (size_t)B;
+    if (nb == 0) nb = tr->data->n_val_windows ? 1 : 0;
+    if (tr->cfg.eval_batches > 0 && (size_t)tr->cfg.eval_batches < nb)
+        nb = (size_t)tr->cfg.eval_batches;
+    if (nb == 0) return qs_error_set(err, QS_ESTATE, "validation: no validation windows");
+    double sum = 0.0;
+    for (size_t i = 0; i < nb; i++) {
+        qs_status st = qw_data_val(tr->data, i, B, tr->in, tr->tg, err);
+        double l = 0.0;
+        if (st == QS_OK) st = qw_tmodel_forward(m, tr->in, tr->tg, 0xFFFFFFF0u, &l, err);
+        if (st != QS_OK) return qs_error_wrap(err, "validation batch %zu", i);
+        sum += l;
+    }
+    *loss = sum / (double)nb;
+    return QS_OK;
+}
