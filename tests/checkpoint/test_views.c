@@ -1,4 +1,4 @@
-/* Stored views of checkpoint tensors (checkpoint.h, qw_checkpoint_tensor_view): the engine reads
+/* Stored views of checkpoint tensors (checkpoint.h, qw_checkpoint_tensor_stored): the engine reads
  * its masters this way, converting a range of rows right before a GEMM. Converting any row range
  * must give exactly the FP32 values the independent writers' dequantization gives (gguf-py for
  * the GGUF block types and the Q/K row permutation, numpy for F16 and BF16), i.e. the values of
@@ -40,11 +40,11 @@ static int views_match(const char *ck_name, const char *expect_name, int step) {
             snprintf(name, sizeof name, "model.embed_tokens.weight");
         else
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", i / 7, roles[i % 7]);
-        qw_tensor_view v;
+        qw_stored_tensor v;
         int64_t shape[2];
         int ndim = 0;
         qs_error err = {0};
-        if (qw_checkpoint_tensor_view(ck, name, &v, shape, &ndim, &err) != QS_OK)
+        if (qw_checkpoint_tensor_stored(ck, name, &v, shape, &ndim, &err) != QS_OK)
             fail_msg("%s: %s", ck_name, err.msg);
         assert_int_equal(ndim, 2);
         assert_int_equal(v.rows, shape[0]);
@@ -55,7 +55,7 @@ static int views_match(const char *ck_name, const char *expect_name, int step) {
         float *got = malloc((size_t)n * sizeof *got);
         for (int64_t r0 = 0; r0 < v.rows; r0 += step) {
             int64_t rows = r0 + step <= v.rows ? step : v.rows - r0;
-            qw_tensor_view_rows_f32(&v, r0, rows, got + r0 * v.cols);
+            qw_stored_rows_f32(&v, r0, rows, got + r0 * v.cols);
         }
         if (memcmp(got, want, (size_t)n * sizeof *got) != 0)
             fail_msg("%s: %s converted in pieces of %d rows differs from the reference", ck_name,
@@ -96,17 +96,17 @@ static void views_agree_with_the_fp32_copy_and_f32_is_in_place(void **state) {
         const char *names[] = {"model.layers.1.self_attn.q_proj.weight",
                                "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight"};
         for (size_t i = 0; i < 3; i++) {
-            qw_tensor_view v;
+            qw_stored_tensor v;
             int64_t shape[2];
             int ndim;
             const float *copy;
             qs_error err = {0};
-            assert_int_equal(qw_checkpoint_tensor_view(ck, names[i], &v, shape, &ndim, &err), QS_OK);
+            assert_int_equal(qw_checkpoint_tensor_stored(ck, names[i], &v, shape, &ndim, &err), QS_OK);
             assert_int_equal(qw_checkpoint_tensor(ck, names[i], &copy, shape, &ndim, &err), QS_OK);
             float *got = malloc((size_t)(v.rows * v.cols) * sizeof *got);
-            qw_tensor_view_rows_f32(&v, 0, v.rows, got);
+            qw_stored_rows_f32(&v, 0, v.rows, got);
             assert_memory_equal(got, copy, (size_t)(v.rows * v.cols) * sizeof *got);
-            const float *inplace = qw_tensor_view_f32(&v);
+            const float *inplace = qw_stored_f32(&v);
             if (v.dtype == QW_DT_F32 && !v.permute_heads) {
                 assert_ptr_equal(inplace, copy); /* the copy is the map itself */
             } else {
@@ -122,18 +122,18 @@ static void views_agree_with_the_fp32_copy_and_f32_is_in_place(void **state) {
 static void vectors_are_one_row_and_absent_tensors_are_named(void **state) {
     (void)state;
     qw_checkpoint *ck = open_ok(fx_path("tiny_bf16"));
-    qw_tensor_view v;
+    qw_stored_tensor v;
     int64_t shape[2];
     int ndim;
     qs_error err = {0};
-    assert_int_equal(qw_checkpoint_tensor_view(ck, "model.norm.weight", &v, shape, &ndim, &err),
+    assert_int_equal(qw_checkpoint_tensor_stored(ck, "model.norm.weight", &v, shape, &ndim, &err),
                      QS_OK);
     assert_int_equal(ndim, 1);
     assert_int_equal(v.rows, 1);
     assert_int_equal(v.cols, DIM);
     assert_int_equal(shape[0], DIM);
     assert_int_equal(shape[1], 1);
-    assert_int_equal(qw_checkpoint_tensor_view(ck, "lm_head.weight", &v, shape, &ndim, &err),
+    assert_int_equal(qw_checkpoint_tensor_stored(ck, "lm_head.weight", &v, shape, &ndim, &err),
                      QS_ENOTFOUND);
     fx_assert_msg(&err, "lm_head.weight", "not in the checkpoint", NULL);
     qw_checkpoint_close(ck);

@@ -152,7 +152,7 @@ static void activation_format_quantizes_a_copy_of_the_input(void **state) {
     float *W = rand_floats((size_t)out * in, 1u), *x = rand_floats((size_t)T * in, 2u);
     float *x0 = malloc((size_t)T * in * sizeof *x0), *xq = malloc((size_t)T * in * sizeof *xq);
     memcpy(x0, x, (size_t)T * in * sizeof *x0);
-    qw_tensor_view v = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
+    qw_stored_tensor v = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
     qw_weight w = qw_weight_from_view(&v);
     assert_int_equal(w.form, QW_WEIGHT_F32);
     qw_act_quant act = {qk_format_by_name("mxfp4"), {0}};
@@ -269,7 +269,7 @@ static void cpu_table_is_complete(void **state) {
     const int out = 129, in = 64, T = 3;
     float *W = rand_floats((size_t)out * in, 9u), *x = rand_floats((size_t)T * in, 8u);
     float y1[3 * 129], y2[3 * 129];
-    qw_tensor_view v = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
+    qw_stored_tensor v = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
     qw_weight w = qw_weight_from_view(&v);
     qw_tensor ty = {y1, T, out}, tx = {x, T, in};
     assert_int_equal(o->linear(&b, &ty, &tx, &w, NULL, NULL, &err), QS_OK);

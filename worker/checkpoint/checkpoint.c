@@ -319,7 +319,7 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
     return QS_OK;
 }
 
-qs_status qw_checkpoint_tensor_view(qw_checkpoint *ck, const char *name, qw_tensor_view *out,
+qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_stored_tensor *out,
                                     int64_t shape[2], int *ndim, qs_error *err) {
     qw_tensor_entry *e = qw_table_find(&ck->table, name);
     if (!e)
@@ -361,14 +361,14 @@ qs_status qw_checkpoint_tensor_view(qw_checkpoint *ck, const char *name, qw_tens
 }
 
 /* The stored row holding HF row r of a permuted tensor (qw_unpermute_rows, row by row). */
-static int64_t qw_stored_row(const qw_tensor_view *v, int64_t r) {
+static int64_t qw_stored_row(const qw_stored_tensor *v, int64_t r) {
     if (!v->permute_heads) return r;
     int64_t hd = v->rows / v->permute_heads, half = hd / 2;
     int64_t h = r / hd, rem = r % hd, j = rem / half, i = rem % half;
     return h * hd + 2 * i + j;
 }
 
-void qw_tensor_view_rows_f32(const qw_tensor_view *v, int64_t r0, int64_t n, float *dst) {
+void qw_stored_rows_f32(const qw_stored_tensor *v, int64_t r0, int64_t n, float *dst) {
     if (!v->permute_heads) {
         /* Contiguous rows: one conversion, as the load-time copy converts the whole tensor. */
         qw_dtype_to_f32(v->dtype, v->data + (size_t)r0 * v->row_bytes, n * v->cols, dst);
@@ -379,7 +379,7 @@ void qw_tensor_view_rows_f32(const qw_tensor_view *v, int64_t r0, int64_t n, flo
                         dst + (size_t)(r - r0) * v->cols);
 }
 
-const float *qw_tensor_view_f32(const qw_tensor_view *v) {
+const float *qw_stored_f32(const qw_stored_tensor *v) {
     if (v->dtype != QW_DT_F32 || v->permute_heads || ((uintptr_t)v->data % sizeof(float)) != 0)
         return NULL;
     return (const float *)(const void *)v->data;

@@ -49,24 +49,24 @@ void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst);
 /* A tensor in its stored form: [rows x cols] row-major in HF order, `row_bytes` bytes per row
  * at data (inside a mapped file, or memory its maker owns). A 1-D tensor of n elements is
  * [1 x n]. permute_heads > 0: a GGUF attn_q/attn_k whose rows llama.cpp permuted for `heads`
- * heads (qw_tensor_view_rows_f32 undoes it). Blocked types (Q8_0, Q4_*) hold whole 32-element
+ * heads (qw_stored_rows_f32 undoes it). Blocked types (Q8_0, Q4_*) hold whole 32-element
  * blocks per row. */
-typedef struct qw_tensor_view {
+typedef struct qw_stored_tensor {
     qw_dtype dtype;
     const uint8_t *data;
     int64_t rows, cols;
     size_t row_bytes;
     int permute_heads;
-} qw_tensor_view;
+} qw_stored_tensor;
 
 /* Converts rows [r0, r0+n) of v to FP32 into dst [n x cols]: the exact values
  * qw_checkpoint_tensor's FP32 copy holds for those rows (same conversion, rows un-permuted).
  * The caller keeps r0 + n <= rows. */
-void qw_tensor_view_rows_f32(const qw_tensor_view *v, int64_t r0, int64_t n, float *dst);
+void qw_stored_rows_f32(const qw_stored_tensor *v, int64_t r0, int64_t n, float *dst);
 
 /* FP32 pointer to the data of v when it can be read as FP32 in place (F32, 4-byte aligned, not
  * permuted), else NULL. */
-const float *qw_tensor_view_f32(const qw_tensor_view *v);
+const float *qw_stored_f32(const qw_stored_tensor *v);
 
 /* An open checkpoint: mapped files, parsed tensor table, and the FP32 copies made for
  * tensors whose stored dtype is not F32. Not thread-safe: one thread opens, reads tensors
@@ -110,7 +110,7 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
  * dtype; converted per GEMM piece). Errors: QS_ENOTFOUND naming it, QS_EFORMAT (a blocked type
  * whose rows are not whole blocks; a permuted tensor whose rows are not whole heads of rotary
  * pairs). */
-qs_status qw_checkpoint_tensor_view(qw_checkpoint *ck, const char *name, qw_tensor_view *out,
+qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_stored_tensor *out,
                                     int64_t shape[2], int *ndim, qs_error *err);
 
 /* BLAKE2b-256 (libsodium crypto_generichash) over the model's files (config + weights, in a fixed

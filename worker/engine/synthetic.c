@@ -222,7 +222,7 @@ qs_status qw_synthetic_build(const char *spec, int threads, qw_weights *out, qs_
     uint32_t tensor = 0; /* index of each matrix in this order, the Philox stream id */
 #define MATRIX(dst, rows, cols)                                                                    \
     do {                                                                                           \
-        qw_tensor_view v = {QW_DT_BF16, (const uint8_t *)at, (int64_t)(rows), (int64_t)(cols),    \
+        qw_stored_tensor v = {QW_DT_BF16, (const uint8_t *)at, (int64_t)(rows), (int64_t)(cols),    \
                             (size_t)(cols) * sizeof(uint16_t), 0};                                \
         fill_normal(at, (size_t)(rows) * (cols), seed, tensor++, sh->init_std, threads);          \
         (dst) = qw_weight_from_view(&v);                                                           \

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-qw_weight qw_weight_from_view(const qw_tensor_view *v) {
+qw_weight qw_weight_from_view(const qw_stored_tensor *v) {
     qw_weight w = {0};
     w.rows = v->rows;
     w.cols = v->cols;
-    w.f32 = qw_tensor_view_f32(v);
+    w.f32 = qw_stored_f32(v);
     w.form = w.f32 ? QW_WEIGHT_F32 : QW_WEIGHT_STORED;
     w.view = *v;
     return w;
@@ -76,7 +76,7 @@ qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *d
         memcpy(dst, w->f32 + (size_t)r0 * w->cols, (size_t)n * w->cols * sizeof *dst);
         return QS_OK;
     case QW_WEIGHT_STORED:
-        qw_tensor_view_rows_f32(&w->view, r0, n, dst);
+        qw_stored_rows_f32(&w->view, r0, n, dst);
         return QS_OK;
     case QW_WEIGHT_PACKED:
         packed_rows_f32(w->packed, (size_t)r0, (size_t)n, dst);
@@ -170,8 +170,8 @@ static qs_status get_matrix(qw_checkpoint *ck, const char *name, int64_t rows, i
                             qw_weight *out, qs_error *err) {
     int64_t shape[2] = {0, 0};
     int ndim = 0;
-    qw_tensor_view v;
-    qs_status st = qw_checkpoint_tensor_view(ck, name, &v, shape, &ndim, err);
+    qw_stored_tensor v;
+    qs_status st = qw_checkpoint_tensor_stored(ck, name, &v, shape, &ndim, err);
     if (st == QS_OK) st = check_shape(name, shape, rows, cols, err);
     if (st == QS_OK) *out = qw_weight_from_view(&v);
     return st;

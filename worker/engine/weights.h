@@ -35,13 +35,13 @@ typedef struct qw_weight {
     qw_weight_form form;
     int64_t rows, cols;
     const float *f32;        /* QW_WEIGHT_F32 */
-    qw_tensor_view view;     /* QW_WEIGHT_STORED */
+    qw_stored_tensor view;     /* QW_WEIGHT_STORED */
     const qk_packed *packed; /* QW_WEIGHT_PACKED */
 } qw_weight;
 
-/* A weight over a stored tensor: FP32 in place when the view allows it (qw_tensor_view_f32),
+/* A weight over a stored tensor: FP32 in place when the view allows it (qw_stored_f32),
  * the stored form otherwise. */
-qw_weight qw_weight_from_view(const qw_tensor_view *v);
+qw_weight qw_weight_from_view(const qw_stored_tensor *v);
 
 /* A weight over a packed tensor (which must outlive it). */
 qw_weight qw_weight_from_packed(const qk_packed *p);
