@@ -48,5 +48,10 @@ echo "$out" | grep -q "permission denied" || fail "submit as alice: unexpected e
 if psql "$(as alice)" -qX -c "UPDATE jobs SET priority = 9" 2>/dev/null; then
   fail "alice could update jobs"
 fi
-if out=$("$Q" cancel tiny --db "$(as alice)" 2>&1); then fail "alice could cancel: $out"; fi
+# cancel of a finished experiment writes nothing ("nothing to cancel"): cancel one that is
+# queued, as the coordinator's role submitted it
+out=$("$Q" submit "$SRC/experiments/tiny.yaml" --set name=queued --db "$(as qsweep_coordinator)" 2>&1) \
+  || fail "submit as the coordinator's role: $out"
+if out=$("$Q" cancel queued --db "$(as alice)" 2>&1); then fail "alice could cancel: $out"; fi
+echo "$out" | grep -q "permission denied" || fail "cancel as alice: unexpected error: $out"
 echo "shared_server_roles: OK"
