@@ -2,6 +2,8 @@
  * from plain text unless asked, BOS/EOS per the model's config, refused input (invalid UTF-8
  * with its offset, malformed tokenizer.json naming the field), split behaviours, digests,
  * token files that name their tokenizer and the pairing check. */
+#include <ftw.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -369,14 +371,34 @@ static void gguf_unknown_pre_tokenizer_is_refused(void **state) {
     free(b);
 }
 
+/* Scratch folders made by scratch_file, removed with their contents by the group teardown so
+ * a run leaves nothing in TMPDIR (tools/test.sh checks), also when a test fails. */
+static char scratch_dirs[16][256];
+static int n_scratch_dirs;
+
 static char *scratch_file(const char *name) {
-    static char dir[256];
+    assert_true(n_scratch_dirs < 16);
+    char *dir = scratch_dirs[n_scratch_dirs];
     const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/qw_tok_test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof scratch_dirs[0], "%s/qw_tok_test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     assert_non_null(mkdtemp(dir));
+    n_scratch_dirs++;
     char *p = malloc(512);
     snprintf(p, 512, "%s/%s", dir, name);
     return p;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int remove_scratch_dirs(void **state) {
+    (void)state;
+    for (int i = 0; i < n_scratch_dirs; i++)
+        nftw(scratch_dirs[i], remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    n_scratch_dirs = 0;
+    return 0;
 }
 
 /* A version 2 token file names its tokenizer; a model of another tokenizer is refused, a
@@ -510,5 +532,5 @@ int main(void) {
         cmocka_unit_test(token_file_names_its_tokenizer),
         cmocka_unit_test(text_dataset_is_cached_per_tokenizer_and_text),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, remove_scratch_dirs);
 }

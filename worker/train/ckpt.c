@@ -53,7 +53,7 @@ qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const
     crypto_generichash_init(&h, NULL, 0, 32);
     crypto_generichash_update(&h, hdr, HDR);
     const float *arrays[3] = {qw_tmodel_params(m), qw_tmodel_moment(m, 0), qw_tmodel_moment(m, 1)};
-    qw_atomic_file f;
+    qw_atomic_file f = {0};
     qs_status st = qw_atomic_open(&f, path, err);
     if (st == QS_OK) st = qw_atomic_write(&f, hdr, HDR, err);
     for (int a = 0; a < 3 && st == QS_OK; a++) {

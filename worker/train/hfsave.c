@@ -37,7 +37,7 @@ static qs_status write_config(const qw_config *c, const char *dir, qs_error *err
                      c->tied_embeddings ? "true" : "false", c->bos_token_id, c->eos_token_id);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qw_atomic_file f;
+    qw_atomic_file f = {0};
     qs_status st = qw_atomic_open(&f, path, err);
     if (st == QS_OK) st = qw_atomic_write(&f, text, (size_t)n, err);
     return qw_atomic_commit(&f, st, err);
@@ -76,7 +76,7 @@ qs_status qw_tmodel_save_hf(qw_tmodel *m, const char *dir, qs_error *err) {
         hdr[len++] = ' ';
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    qw_atomic_file f;
+    qw_atomic_file f = {0};
     st = qw_atomic_open(&f, path, err);
     uint8_t le[8];
     for (int b = 0; b < 8; b++)

@@ -100,7 +100,7 @@ static size_t NAME(layout_)(TM *m, char *base) {
     CARVE(m->mom_m, R, m->n_params);
     CARVE(m->mom_v, R, m->n_params);
     for (size_t l = 0; l < L; l++) {
-        ACTS tmp, *a = base ? &m->blocks[l] : &tmp;
+        ACTS tmp = {0}, *a = base ? &m->blocks[l] : &tmp;
         CARVE(a->res, R, N * D);
         CARVE(a->ln1, R, N * D);
         CARVE(a->rstd1, R, N);
