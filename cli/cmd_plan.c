@@ -6,8 +6,11 @@
  * the perplexity increase (ppl: value - baseline) of the eval job that quantized only that
  * linear (layer mode, part "B.kind") or only that kind in every block (component mode, part
  * "kind"). BF16 is the reference: cost 0. The predicted cost of a plan is the sum of its
- * items' costs; damage is not additive, so it is an estimate to be measured. Weight counts
- * come from the model's config (worker/checkpoint/checkpoint.h). */
+ * items' costs; damage is not additive, so it is an estimate to be measured. A measured cost
+ * below 0 (perplexity noise, KL rounding) counts as 0, as bf16's does, and is reported: no
+ * format beats the reference. Weight counts come from the model's config
+ * (worker/checkpoint/checkpoint.h), checked against the digest the sweep recorded, or from
+ * the engine's table for a synthetic model (worker/engine/synthetic.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -18,6 +21,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "plan.h"
+#include "synthetic.h"
 
 static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
 
@@ -29,6 +33,8 @@ static const char *const GROUP_NAMES[4] = {"qkv", "o", "gate_up", "down"};
 /* The measured costs, by (block, kind, format): block -1 for component mode. */
 typedef struct plan_input {
     char *model_path;
+    qw_config cfg;     /* the swept model's shape */
+    size_t n_negative; /* measured costs below 0, counted as 0 */
     char quantize[64]; /* the sweep setting the costs are for: weights, weights+activations */
     int layer_mode;    /* 1 layer, 0 component */
     int n_layers;
@@ -65,7 +71,7 @@ static uint64_t kind_weights(const qw_config *c, int k) {
 
 static const char *const PLAN_SQL =
     "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
-    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost\n"
+    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest\n"
     "FROM v_sensitivity s\n"
     "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
     "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
@@ -77,6 +83,33 @@ typedef struct plan_opts {
     int uniform_groups;
     const char *output;
 } plan_opts;
+
+/* The config of the swept model at path: a synthetic shape from the engine's table, else the
+ * checkpoint found at path, which must still be the one swept (its digest, computed as the grid
+ * probe does, equal to the spec's). Errors: QS_EINVAL (another model at path, an unknown
+ * synthetic shape), checkpoint errors. */
+static qs_status swept_model_config(const char *path, const char *digest, qw_config *out,
+                                    qs_error *err) {
+    if (qw_synthetic_is(path)) {
+        const qw_synthetic_shape *shape = NULL;
+        uint64_t seed = 0;
+        qs_status st = qw_synthetic_parse(path, &shape, &seed, err);
+        if (!st) *out = shape->cfg;
+        return st;
+    }
+    qw_checkpoint *ck = NULL;
+    char found[65] = {0};
+    qs_status st = qw_checkpoint_open(path, &ck, err);
+    if (!st) st = qw_checkpoint_digest(ck, found, err);
+    if (!st && strcmp(found, digest))
+        st = qs_error_set(err, QS_EINVAL,
+                          "%s is not the model the sweep measured: its digest is %s, the "
+                          "sweep's %s",
+                          path, found, digest);
+    if (!st) *out = *qw_checkpoint_config(ck);
+    qw_checkpoint_close(ck);
+    return st;
+}
 
 /* Reads the sweep's costs into *in. Errors: QS_ENOTFOUND (no layer/component results),
  * QS_EINVAL (several models or quantize settings and no choice, an unknown format, a part
@@ -91,20 +124,31 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
     }
     int n = PQntuples(r);
     qs_status st = QS_OK;
-    if (n == 0)
+    const char *exists_params[1] = {o->experiment};
+    PGresult *e = PQexecParams(c, "SELECT 1 FROM experiments WHERE name = $1", 1, NULL,
+                               exists_params, NULL, NULL, 0);
+    if (PQresultStatus(e) != PGRES_TUPLES_OK)
+        st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+    else if (PQntuples(e) == 0)
+        st = qs_error_set(err, QS_ENOTFOUND, "no experiment named '%s'", o->experiment);
+    PQclear(e);
+    if (!st && n == 0)
         st = qs_error_set(err, QS_ENOTFOUND,
                           "experiment '%s' has no %s results in layer or component mode",
                           o->experiment, o->objective);
     /* the rows of the first mode (layer sorts before component), model and quantize */
     const char *mode = n ? PQgetvalue(r, 0, 3) : "";
-    const char *model = NULL, *quant = NULL;
+    const char *model = NULL, *quant = NULL, *digest = "";
     for (int i = 0; !st && i < n; i++) {
         if (strcmp(PQgetvalue(r, i, 3), mode)) continue;
         const char *m = PQgetvalue(r, i, 0), *q = PQgetvalue(r, i, 2);
         const char *base = strrchr(m, '/') ? strrchr(m, '/') + 1 : m;
         if (o->model && strcmp(o->model, m) && strcmp(o->model, base)) continue;
         if (o->quantize && strcmp(o->quantize, q)) continue;
-        if (!model) model = m;
+        if (!model) {
+            model = m;
+            digest = PQgetvalue(r, i, 6);
+        }
         if (!quant) quant = q;
         if (strcmp(model, m))
             st = qs_error_set(err, QS_EINVAL,
@@ -155,10 +199,9 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         if (k == in->n_formats)
             snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
     }
-    qw_checkpoint *ck = NULL;
-    if (!st) st = qw_checkpoint_open(model, &ck, err);
+    if (!st) st = swept_model_config(model, digest, &in->cfg, err);
     if (!st) {
-        in->n_layers = qw_checkpoint_config(ck)->n_layers;
+        in->n_layers = in->cfg.n_layers;
         in->layer_mode = !strcmp(mode, "layer");
         in->model_path = strdup(model);
         size_t cells = (size_t)(in->layer_mode ? in->n_layers : 1) * 7 * in->n_formats;
@@ -171,7 +214,6 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
                 for (size_t f = 0; f < in->n_formats; f++)
                     if (!strcmp(in->formats[f], "bf16")) *cost_at(in, b, k, f) = 0.0;
     }
-    qw_checkpoint_close(ck);
     for (int i = 0; !st && i < n; i++) {
         if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
             strcmp(PQgetvalue(r, i, 2), quant) || PQgetisnull(r, i, 5))
@@ -208,6 +250,11 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
                               "differ?): keep one setting per format",
                               part, in->formats[f]);
         *slot = strtod(PQgetvalue(r, i, 5), NULL);
+        /* noise, not a gain: bf16 is the reference, cost 0 by definition */
+        if (*slot < 0) {
+            *slot = 0;
+            in->n_negative++;
+        }
     }
     if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
     PQclear(r);
@@ -269,7 +316,9 @@ static void plan_usage(FILE *out) {
             "  weight, block scales counted (nvfp4 4.5, mxfp4 4.25, mxfp8_e4m3 8.25, fp8_e4m3 8,\n"
             "  bf16 16; per-tensor FP32 scales are shown, not budgeted). Exact: a\n"
             "  multiple-choice knapsack solved by dynamic programming. Damage is not additive:\n"
-            "  the predicted cost is the sum of the isolated measurements.\n"
+            "  the predicted cost is the sum of the isolated measurements. A measured cost\n"
+            "  below 0 (noise) counts as 0, as bf16's does; ties go to the higher-precision\n"
+            "  format. The model at the sweep's path must be the one swept (same digest).\n"
             "  --formats LIST     candidate formats (default: those measured, and bf16); a\n"
             "                     format without a measurement for a linear is not chosen for it\n"
             "  --objective        kl_mean (default: mean KL divergence from the baseline) or ppl\n"
@@ -358,13 +407,11 @@ int qsweep_cmd_plan(int argc, char **argv) {
     plan_input in = {0};
     qsweep_plan_item *items = NULL;
     int *choice = NULL;
-    qw_checkpoint *ck = NULL;
     qs_status st = qsweep_open_existing_store(conninfo, "plan", &s, &err);
     if (!st) st = load_costs(qc_store_pgconn(s), &o, &in, &err);
     qc_store_close(s);
-    if (!st) st = qw_checkpoint_open(in.model_path, &ck, &err);
     if (st) goto done;
-    const qw_config *cfg = qw_checkpoint_config(ck);
+    const qw_config *cfg = &in.cfg;
     /* items: linears (or kinds, component mode) or their fused groups */
     int per_block = o.uniform_groups ? 4 : 7, blocks = in.layer_mode ? in.n_layers : 1;
     size_t n = (size_t)per_block * (size_t)blocks;
@@ -406,6 +453,10 @@ int qsweep_cmd_plan(int argc, char **argv) {
                     "cannot take it\n",
                     in.formats[f], missing, n);
     }
+    if (in.n_negative)
+        printf("note: %zu linears measured a negative %s, counted as 0 (noise: no format beats "
+               "bf16)\n",
+               in.n_negative, !strcmp(o.objective, "ppl") ? "delta" : "kl_mean");
     double cost = 0, bits = 0;
     st = qsweep_plan_solve(items, n, qbits, in.n_formats, o.budget, choice, &cost, &bits, &err);
     if (st) goto done;
@@ -466,7 +517,6 @@ int qsweep_cmd_plan(int argc, char **argv) {
             printf("policy written to %s\n", o.output);
     }
 done:
-    qw_checkpoint_close(ck);
     free(items);
     free(choice);
     free(in.model_path);

@@ -105,8 +105,10 @@ qs_status qsweep_plan_solve(const qsweep_plan_item *items, size_t n, const unsig
     }
     size_t wbest = 0;
     double best = INFINITY;
+    /* ties go to the most bits: the higher-precision formats (a cost clamped to 0 does not
+       trade bf16 for FP4) */
     for (size_t w = 0; w <= W; w++)
-        if (f[w] < best) {
+        if (f[w] <= best && f[w] != INFINITY) {
             best = f[w];
             wbest = w;
         }

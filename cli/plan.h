@@ -38,7 +38,8 @@ unsigned qsweep_plan_tensor_scale_bits(const char *format);
 
 /* Solves the plan: choice[i] receives the format index of item i (0..n_formats-1) such that
  * sum_i weights_i * qbits[choice_i] / 4 <= budget_bits * sum_i weights_i and
- * sum_i cost[choice_i] is minimal (ties: the fewest total bits). *total_cost and *avg_bits (may be
+ * sum_i cost[choice_i] is minimal (ties: the most total bits, toward the higher-precision
+ * formats). *total_cost and *avg_bits (may be
  * NULL) get the plan's summed cost and average bits per weight. Errors: QS_EINVAL (no items, no
  * formats, a zero weight count, a zero qbits, a budget no assignment meets: the message gives the
  * smallest reachable average), QS_EUNSUPPORTED (the DP table would exceed 2^28 cells), QS_ENOMEM.

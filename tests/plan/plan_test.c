@@ -7,7 +7,11 @@
  *     and PostgreSQL): for budgets 4.5, 6 and 8 bits the plan meets the budget, its
  *     predicted cost is the sum of the views' values for the formats it chose, and it
  *     equals the optimum found by brute force over all 3^12 assignments of its fused groups
- *     (q/k/v, o, gate/up, down per block) with the views' costs and the model's shapes. */
+ *     (q/k/v, o, gate/up, down per block) with the views' costs (below 0 counted as 0) and
+ *     the model's shapes; at 16 bits every linear stays bf16 (kl_mean and ppl, whose negative
+ *     deltas are noise, counted as 0 and reported);
+ *   - an unknown experiment is named as such; a synthetic model's shape comes from the
+ *     engine's table; a model at the sweep's path with another digest is refused (exit 2). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -174,7 +178,26 @@ static double view_cost(PGconn *c, int block, int kind, const char *format) {
         fail_msg("%s: %d rows %s", sql, PQntuples(r), PQerrorMessage(c));
     double v = strtod(PQgetvalue(r, 0, 0), NULL);
     PQclear(r);
-    return v;
+    /* the planner's rule: a cost below 0 is noise and counts as 0, as bf16's */
+    return v < 0 ? 0.0 : v;
+}
+
+/* Checks that the policy `qsweep plan -o yaml` wrote puts every one of the n linears in
+ * bf16. */
+static void assert_policy_all_bf16(const char *yaml, int n) {
+    FILE *f = fopen(yaml, "r");
+    assert_non_null(f);
+    char line[256];
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        int b;
+        char kind[16], fm[16];
+        if (sscanf(line, " \"%d.%15[a-z]\": %15s", &b, kind, fm) != 3) continue;
+        if (strcmp(fm, "bf16")) fail_msg("budget 16: %d.%s is %s, not bf16", b, kind, fm);
+        seen++;
+    }
+    fclose(f);
+    assert_int_equal(seen, n);
 }
 
 static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
@@ -324,6 +347,26 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
         if (fabs(best - sum) > 1e-12 * fabs(best) + 1e-15)
             fail_msg("budget %g: plan %.17g, brute force optimum %.17g", budgets[bi], sum, best);
     }
+    /* a budget of 16 bits admits bf16 everywhere, and no format beats the reference: a
+       negative measured cost (perplexity noise) counts as 0 and ties go to bf16 */
+    static const char *const objectives[2] = {"kl_mean", "ppl"};
+    for (int oi = 0; oi < 2; oi++) {
+        char yaml[800], want[64];
+        snprintf(yaml, sizeof yaml, "%s/plan16.yaml", dir);
+        const char *plan[] = {
+            "plan", "tiny", "--budget-bits", "16",     "--objective", objectives[oi],
+            "-o",   yaml,   "--db",          conninfo, NULL};
+        rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+        if (rc != 0) fail_msg("qsweep plan --objective %s exited %d:\n%s", objectives[oi], rc, out);
+        snprintf(want, sizeof want, "predicted %s: 0 ", objectives[oi]);
+        if (!strstr(out, want))
+            fail_msg("budget 16, %s: no '%s' in\n%s", objectives[oi], want, out);
+        assert_policy_all_bf16(yaml, layers * 7);
+        /* the tiny sweep's perplexity deltas include negative ones: the plan says so */
+        if (oi == 1)
+            assert_non_null(strstr(out, "linears measured a negative delta, counted as 0"));
+    }
+
     /* component mode: one item per linear kind, all blocks together */
     const char *comp[] = {"run",       TINY,
                           "--workers", "2",
@@ -359,6 +402,44 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
     const char *low[] = {"plan", "tiny", "--budget-bits", "4", "--db", conninfo, NULL};
     assert_int_equal(fx_run(QSWEEP_BIN, low, out, sizeof out), 2);
     assert_non_null(strstr(out, "4.2500"));
+
+    /* an experiment that does not exist is named as such, as qsweep report does */
+    const char *none[] = {"plan", "no-such-sweep", "--budget-bits", "8", "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, none, out, sizeof out), 2);
+    assert_non_null(strstr(out, "no experiment named 'no-such-sweep'"));
+
+    /* a synthetic model's shape comes from the engine's table (tiny-llama2: dim 64, so q has
+       64 x 64 weights), not from a file */
+    const char *synth[] = {"run",       TINY,
+                           "--workers", "2",
+                           "--db",      conninfo,
+                           "--set",     "name=tiny-synthetic",
+                           "--set",     "models=[{synthetic: tiny-llama2, seed: 1}]",
+                           "--set",     "sensitivity.modes=[layer]",
+                           "--set",     "sensitivity.formats=[nvfp4]",
+                           "--set",     "sensitivity.quantize=[weights]",
+                           NULL};
+    rc = fx_run(QSWEEP_BIN, synth, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run (synthetic) exited %d:\n%s", rc, out);
+    const char *splan[] = {"plan", "tiny-synthetic", "--budget-bits", "8", "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, splan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan (synthetic) exited %d:\n%s", rc, out);
+    char q_item[64];
+    snprintf(q_item, sizeof q_item, "\n  %-12s %12d  ", "0.q", 64 * 64);
+    if (!strstr(out, q_item)) fail_msg("no item 0.q of 4096 weights in\n%s", out);
+
+    /* the model at the sweep's path is not the one swept (here: the recorded digest is
+       another's): refused, naming the path and both digests */
+    PGresult *u = PQexec(c, "UPDATE jobs SET spec = jsonb_set(spec, '{model,digest}', "
+                            "to_jsonb(repeat('0', 64))) WHERE spec -> 'model' ->> 'path' "
+                            "NOT LIKE 'synthetic:%'");
+    assert_int_equal(PQresultStatus(u), PGRES_COMMAND_OK);
+    PQclear(u);
+    const char *moved[] = {"plan", "tiny", "--budget-bits", "8", "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, moved, out, sizeof out), 2);
+    assert_non_null(strstr(out, "llama3_gqa is not the model the sweep measured"));
+    assert_non_null(
+        strstr(out, "0000000000000000000000000000000000000000000000000000000000000000"));
     PQfinish(c);
     qc_pgserver_destroy(pg);
     fx_rmtree(dir);
