@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "replace_file.h"
 #include "report_page.h"
 
 /* One query of the page: its name (the key in the data object and in "queries") and its SQL
@@ -236,7 +237,9 @@ static void report_usage(FILE *out) {
             "  hover; the baseline and run conditions; counts by state and the failed jobs with\n"
             "  their last errors; training curves where the training views exist. The page\n"
             "  shows the SQL query behind each figure.\n"
-            "  -o, --output FILE  where to write it (default EXPERIMENT.html)\n"
+            "  -o, --output FILE  where to write it (default EXPERIMENT.html); written whole then\n"
+            "                     renamed over FILE: a FILE that is a symlink, device, FIFO or\n"
+            "                     directory is refused (exit 2)\n"
             "  --db CONNINFO      libpq connection string (default $QSWEEP_DB)\n");
 }
 
@@ -272,23 +275,23 @@ int qsweep_cmd_report(int argc, char **argv) {
         return QSWEEP_EXIT_USAGE;
     }
     const char *name = argv[optind];
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s%s", output ? output : name, output ? "" : ".html");
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     qs_error err = {0};
     qc_store *s = NULL;
     qs_status st = qsweep_open_existing_store(conninfo, "report", &s, &err);
-    FILE *out = NULL;
-    if (!st && !(out = fopen(tmp, "w")))
-        st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    if (!st) st = write_report(qc_store_pgconn(s), name, out, &err);
-    if (out && fclose(out) != 0 && !st)
-        st = qs_error_set(&err, QS_EIO, "writing %s: %s", tmp, strerror(errno));
-    /* written whole under a temporary name, then renamed: a failed report leaves no half
-       page and an older page at path stays as it was */
-    if (!st && rename(tmp, path) != 0)
-        st = qs_error_set(&err, QS_EIO, "rename %s to %s: %s", tmp, path, strerror(errno));
-    if (out && st) unlink(tmp);
+    /* written whole under a unique temporary name, then renamed: a failed report leaves no
+       half page and an older page at path stays as it was; a path that is not a regular file
+       (a device, FIFO, directory or symlink) is refused rather than replaced */
+    qs_replace_file r = {0};
+    if (!st) st = qs_replace_file_open(path, NULL, &r, &err);
+    if (!st) {
+        st = write_report(qc_store_pgconn(s), name, r.f, &err);
+        if (st)
+            qs_replace_file_abort(&r);
+        else
+            st = qs_replace_file_commit(&r, &err);
+    }
     qc_store_close(s);
     if (st) return qsweep_fail("report", &err);
     printf("report of %s written to %s\n", name, path);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "replace_file.h"
 #include "tokenizer.h"
 #include "tokens.h"
 
@@ -18,7 +19,9 @@ static void tokenize_usage(FILE *out) {
             "  MODEL           a tokenizer.json, a Hugging Face directory holding one, or a .gguf\n"
             "  TEXT            a UTF-8 text file (invalid UTF-8 is refused with its byte offset)\n"
             "  -o FILE         the token file to write (version 2: it names the tokenizer), or\n"
-            "                  with --decode the text file (default: standard output)\n"
+            "                  with --decode the text file (default: standard output); written\n"
+            "                  whole then renamed over FILE: a FILE that is a symlink, device,\n"
+            "                  FIFO or directory, or is the input file, is refused (exit 2)\n"
             "  --bos           add BOS/EOS as the model's tokenizer config says (default: the\n"
             "                  text's own tokens only; evaluation puts BOS at each chunk start)\n"
             "  --special       match special tokens' text (e.g. <|im_start|>) in the input\n"
@@ -68,20 +71,27 @@ static int do_decode(const qw_tokenizer *t, const char *tokens, const char *out,
         qs_error_wrap(&err, "%s", tokens);
         return qsweep_fail("tokenize", &err);
     }
-    FILE *f = out ? fopen(out, "wb") : stdout;
-    if (!f) {
-        qs_error_set(&err, QS_EIO, "%s: cannot create: %s", out, strerror(errno));
+    if (out) {
+        qs_replace_file r;
+        if ((st = qs_replace_file_open(out, tokens, &r, &err))) {
+            free(text);
+            return qsweep_fail("tokenize", &err);
+        }
+        if (fwrite(text, 1, len, r.f) != len) {
+            qs_error_set(&err, QS_EIO, "%s: write failed: %s", out, strerror(errno));
+            qs_replace_file_abort(&r);
+            st = QS_EIO;
+        } else {
+            st = qs_replace_file_commit(&r, &err);
+        }
         free(text);
-        return qsweep_fail("tokenize", &err);
+        return st ? qsweep_fail("tokenize", &err) : QSWEEP_EXIT_OK;
     }
-    int bad = fwrite(text, 1, len, f) != len;
-    if (out)
-        bad |= fclose(f) != 0;
-    else
-        bad |= fflush(f) != 0;
+    int bad = fwrite(text, 1, len, stdout) != len;
+    bad |= fflush(stdout) != 0;
     free(text);
     if (bad) {
-        qs_error_set(&err, QS_EIO, "%s: write failed", out ? out : "standard output");
+        qs_error_set(&err, QS_EIO, "standard output: write failed: %s", strerror(errno));
         return qsweep_fail("tokenize", &err);
     }
     return QSWEEP_EXIT_OK;
@@ -155,6 +165,9 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
         const char *m = strncmp(msg, "text: ", 6) == 0 ? msg + 6 : msg;
         qs_error_set(&err, st, "%s: %s", text, m);
     }
+    if (!st && out && qs_same_file(text, out))
+        st = qs_error_set(&err, QS_EINVAL, "%s: is the input file %s: refusing to write over it",
+                          out, text);
     if (!st && out)
         st = qw_tokens_write(out, ids.ids, ids.n, qw_tokenizer_vocab_size(t),
                              qw_tokenizer_digest(t), &err);
@@ -162,6 +175,8 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
         for (size_t i = 0; i < ids.n; i++)
             printf(i ? " %u" : "%u", ids.ids[i]);
         printf("\n");
+        if (fflush(stdout) != 0)
+            st = qs_error_set(&err, QS_EIO, "standard output: write failed: %s", strerror(errno));
     }
     if (!st && out)
         fprintf(stderr, "qsweep tokenize: %s: %zu tokens (tokenizer %s %s)\n", out, ids.n,

@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 #include "quant.h"
 #include "synthetic.h"
+#include "tokenizer.h"
 #include "tokens.h"
 
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
@@ -52,6 +53,18 @@ static qs_status probe_dataset(void *user, const char *path, qc_dataset_facts *o
     return QS_OK;
 }
 
+/* The token file against the model's own tokenizer (worker/tokenizer qw_tokenizer_check_tokens):
+ * a version 2 file must name its digest, a version 1 file must have its vocabulary size. */
+static qs_status probe_tokens_match_model(void *user, const char *tokens_path,
+                                          const char *model_path, qs_error *err) {
+    (void)user;
+    qw_tokens t = {0};
+    qs_status st = qw_tokens_load(tokens_path, &t, err);
+    if (!st) st = qw_tokenizer_check_tokens(tokens_path, &t, model_path, err);
+    qw_tokens_free(&t);
+    return st;
+}
+
 static int probe_format(void *user, const char *name) {
     (void)user;
     return qk_format_by_name(name) != NULL;
@@ -91,7 +104,8 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
 }
 
 const qc_grid_probe *qsweep_probe(void) {
-    static const qc_grid_probe probe = {probe_model,         probe_dataset, probe_format,
-                                        probe_format_option, NULL,          probe_synthetic};
+    static const qc_grid_probe probe = {
+        probe_model,     probe_dataset,           probe_format, probe_format_option, NULL,
+        probe_synthetic, probe_tokens_match_model};
     return &probe;
 }

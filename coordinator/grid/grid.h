@@ -89,6 +89,11 @@ typedef struct qc_grid_probe {
      * QS_ENOTFOUND when the shape is unknown, with a message listing the known ones. NULL:
      * synthetic models are refused (QS_EUNSUPPORTED). */
     qs_status (*synthetic)(void *user, const char *shape, qc_model_facts *out, qs_error *err);
+    /* Whether the token file at tokens_path was made by the tokenizer of the model at
+     * model_path (a file, not a synthetic model): QS_EINVAL naming the token file and both
+     * tokenizers when not. NULL: not checked (the vocabulary rules are all there is). */
+    qs_status (*tokens_match_model)(void *user, const char *tokens_path, const char *model_path,
+                                    qs_error *err);
 } qc_grid_probe;
 
 /* One model of the grid. */

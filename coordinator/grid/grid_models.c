@@ -90,10 +90,17 @@ qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_gr
 }
 
 /* The dataset against every model: the worker's rules (worker/engine/eval.c). */
-static qs_status check_against_models(qc_config *c, const qc_grid *g, struct fy_node *tokens_n,
-                                      struct fy_node *ctx_n) {
+static qs_status check_against_models(qc_config *c, const qc_grid *g, const qc_grid_probe *probe,
+                                      struct fy_node *tokens_n, struct fy_node *ctx_n) {
     for (size_t i = 0; i < g->n_models; i++) {
         const qc_model_facts *f = &g->models[i].facts;
+        /* a token file naming another tokenizer is refused whatever its ids */
+        if (probe->tokens_match_model && strncmp(g->models[i].path, "synthetic:", 10) != 0) {
+            qs_error e = {0};
+            qs_status st =
+                probe->tokens_match_model(probe->user, g->dataset_path, g->models[i].path, &e);
+            if (st) return qc_config_fail(c, tokens_n, st, "%s", e.msg);
+        }
         if (g->dataset.max_token >= (uint32_t)f->vocab_size)
             return qc_config_fail(
                 c, tokens_n, QS_EINVAL,
@@ -144,5 +151,5 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_p
         return qc_config_fail(c, ctx ? ctx : t, QS_EINVAL,
                               "the token file holds %zu tokens, fewer than one chunk of ctx %d",
                               g->dataset.n_tokens, g->ctx);
-    return check_against_models(c, g, t, ctx ? ctx : t);
+    return check_against_models(c, g, probe, t, ctx ? ctx : t);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -179,6 +180,56 @@ static void test_paths_that_are_not_regular_files_exit_2(void **state) {
     free(dir);
 }
 
+/* A token file is checked against each model's own tokenizer (worker/tokenizer
+ * qw_tokenizer_check_tokens): one made by another tokenizer is refused (exit 2) naming the
+ * token file and both tokenizers, a version 2 file by digest, a version 1 file by vocabulary
+ * size; the committed SmolLM2 file (version 1, vocab 49152) is accepted with SmolLM2. */
+static void test_token_file_of_another_tokenizer_exits_2(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-cli-tok");
+    assert_non_null(dir);
+    char cmd[2048], model[400], toks[400], set_m[700], set_t[500];
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(toks, sizeof toks, "%s/llama2.tokens", dir);
+    /* the 3-block test model with Llama 3's tokenizer beside it; the text through Llama 2's */
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s/tests/engine/data/llama3_gqa' '%s' && cp '%s/llama3/tokenizer.json' '%s/'",
+             QSWEEP_SOURCE_DIR, model, QSWEEP_TOK_DATA, model);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/llama2/tokenizer.json", QSWEEP_TOK_DATA);
+    const char *tok[] = {"tokenize", cmd,  QSWEEP_SOURCE_DIR "/tests/tokenizer/data/texts/gpl3.txt",
+                         "-o",       toks, NULL};
+    if (qsweep(tok) != 0) fail_msg("qsweep tokenize: %s", out);
+    snprintf(set_m, sizeof set_m, "models.0=%s", model);
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s", toks);
+    const char *v2[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
+    assert_int_equal(qsweep(v2), 2);
+    if (!strstr(out, "/llama2.tokens: made by tokenizer ") ||
+        !strstr(out, "but the tokenizer of ") || !strstr(out, "/model is "))
+        fail_msg("version 2 file:\n%s", out);
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens",
+             QSWEEP_SOURCE_DIR);
+    const char *v1[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
+    assert_int_equal(qsweep(v1), 2);
+    if (!strstr(out, "gpl3.smollm2.tokens: field \"vocab_size\" = 49152, but the tokenizer of ") ||
+        !strstr(out, "/model has 128257 tokens"))
+        fail_msg("version 1 file:\n%s", out);
+    fx_rmtree(dir);
+    free(dir);
+    /* SmolLM2 itself (tools/fetch_smollm2.sh), where it has been fetched */
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char gguf[600];
+    snprintf(gguf, sizeof gguf, "%s%s/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+             xdg && *xdg ? xdg
+             : home      ? home
+                         : "",
+             xdg && *xdg ? "" : "/.cache");
+    if (access(gguf, R_OK) != 0) return;
+    snprintf(set_m, sizeof set_m, "models.0=%s", gguf);
+    const char *smol[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
+    if (qsweep(smol) != 0) fail_msg("SmolLM2 with its own token file:\n%s", out);
+}
+
 /* qsweep coordinator's CURVE allow-list: without $QSWEEP_CURVE_SECRET it is a usage error
  * (exit 1); a malformed file is bad input (exit 2) named file:line, refused before the
  * database is contacted; $QSWEEP_CURVE_AUTHORIZED stands for --authorized-keys. */
@@ -315,6 +366,7 @@ int main(void) {
         cmocka_unit_test(test_exclusive_flags_and_extra_arguments_exit_1),
         cmocka_unit_test(test_connection_passwords_are_redacted),
         cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
+        cmocka_unit_test(test_token_file_of_another_tokenizer_exits_2),
         cmocka_unit_test(test_coordinator_allow_list_errors),
         cmocka_unit_test(test_help_texts_are_complete),
         cmocka_unit_test(test_keygen_env_and_key_files),

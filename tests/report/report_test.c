@@ -9,6 +9,7 @@
  *   - a screenshot is not blank: a real PNG, and several times the size of the screenshot
  *     of an empty page of the same size taken in the same run;
  *   - an unknown experiment is refused with exit code 2 and no file written. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -334,6 +336,70 @@ static void test_report_of_unknown_experiment_writes_nothing(void **state) {
     assert_int_equal(fx_run(QSWEEP_BIN, bad, out, sizeof out), 1);
 }
 
+/* Files in dir (".", ".." left out), so a test sees that no temporary file was left behind. */
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* -o FILE is replaced whole (a temporary file renamed over it) only when FILE is a regular
+ * file or absent: a FIFO, a device (made with mknod when root) or a symlink is refused with
+ * exit 2 naming it and left as it was; an existing page keeps its mode and no temporary file
+ * is left behind. */
+static void test_report_output_that_is_not_a_regular_file_is_refused(void **state) {
+    env *e = *state;
+    static char out[1 << 14];
+    qs_error err = {0};
+    if (qc_pgserver_start_temp(&e->pg, &err) != QS_OK) fail_msg("%s", err.msg);
+    const char *conninfo = qc_pgserver_conninfo(e->pg);
+    const char *sub[] = {"submit", TINY, "--db", conninfo, NULL};
+    int rc = fx_run(QSWEEP_BIN, sub, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep submit exited %d:\n%s", rc, out);
+    char odir[600], fifo[700], link[700], page[700], dev[700];
+    snprintf(odir, sizeof odir, "%s/out", e->dir);
+    assert_int_equal(mkdir(odir, 0755), 0);
+    snprintf(fifo, sizeof fifo, "%s/fifo", odir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *to_fifo[] = {"report", "tiny", "-o", fifo, "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, to_fifo, out, sizeof out), 2);
+    assert_non_null(strstr(out, "/out/fifo: exists and is not a regular file"));
+    struct stat st;
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    if (geteuid() == 0) {
+        snprintf(dev, sizeof dev, "%s/null", odir); /* a null device of our own */
+        assert_int_equal(mknod(dev, S_IFCHR | 0666, makedev(1, 3)), 0);
+        const char *to_dev[] = {"report", "tiny", "-o", dev, "--db", conninfo, NULL};
+        assert_int_equal(fx_run(QSWEEP_BIN, to_dev, out, sizeof out), 2);
+        assert_non_null(strstr(out, "/out/null: exists and is not a regular file"));
+        assert_int_equal(lstat(dev, &st), 0);
+        assert_true(S_ISCHR(st.st_mode));
+        unlink(dev);
+    }
+    snprintf(page, sizeof page, "%s/page.html", odir);
+    snprintf(link, sizeof link, "%s/link.html", odir);
+    assert_int_equal(fx_write_text(page, "old page\n"), 0);
+    assert_int_equal(chmod(page, 0640), 0);
+    assert_int_equal(symlink("page.html", link), 0);
+    const char *to_link[] = {"report", "tiny", "-o", link, "--db", conninfo, NULL};
+    assert_int_equal(fx_run(QSWEEP_BIN, to_link, out, sizeof out), 2);
+    assert_non_null(strstr(out, "/out/link.html: is a symbolic link"));
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    const char *to_page[] = {"report", "tiny", "-o", page, "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, to_page, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep report exited %d:\n%s", rc, out);
+    assert_int_equal(stat(page, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0640);
+    assert_true(st.st_size > 1000);
+    assert_int_equal(count_entries(odir), 3); /* fifo, page.html, link.html */
+}
+
 /* Views of the training sweeps (schema 020 of the train module, issue 11) with the columns the
  * report reads, for a database that does not have them yet; where the migrations made them,
  * the test uses those. */
@@ -423,6 +489,8 @@ int main(int argc, char **argv) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_report_draws_training_curves_from_the_views, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_report_output_that_is_not_a_regular_file_is_refused,
+                                        setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

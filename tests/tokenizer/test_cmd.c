@@ -2,12 +2,15 @@
  * vocabulary gives llama.cpp's ids in a version 2 token file naming the tokenizer; --decode
  * gives the text back; invalid UTF-8 is refused with the file and byte offset (exit 2) and
  * leaves no file; usage errors exit 1. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,6 +129,91 @@ static void invalid_utf8_names_file_and_offset(void **state) {
     assert_int_equal(access(out, F_OK), -1);
 }
 
+/* Files in dir (".", ".." and stderr.txt left out): no temporary file is left behind. */
+static int count_outputs(void) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n +=
+            strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(de->d_name, "stderr.txt");
+    closedir(d);
+    return n;
+}
+
+/* -o FILE is written whole then renamed over FILE, so only a regular file (or none) is
+ * replaced: a FIFO, a device (mknod, when root) or a symlink is refused with exit 2 naming it
+ * and left as it was, and so is FILE being the input (tokenize and --decode); an existing
+ * file keeps its mode; a write that fails (a full device, when root) is an error, not exit 0. */
+static void output_that_is_not_a_regular_file_is_refused(void **state) {
+    (void)state;
+    char text[512], fifo[512], link[512], toks[512], dev[512], cmd[8192], err[4096];
+    snprintf(text, sizeof text, "%s/in.txt", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(link, sizeof link, "%s/link.tokens", dir);
+    snprintf(toks, sizeof toks, "%s/out.tokens", dir);
+    int before = count_outputs(); /* the other tests' files share dir */
+    FILE *f = fopen(text, "wb");
+    fputs("hello world\n", f);
+    fclose(f);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *refused[] = {fifo, link, text};
+    const char *why[] = {"fifo: exists and is not a regular file",
+                         "link.tokens: is a symbolic link", "in.txt: is the input file"};
+    assert_int_equal(symlink("out.tokens", link), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' '%s' -o '%s'",
+                 QSWEEP_BIN, QW_TOK_DATA, text, refused[i]);
+        assert_int_equal(run(cmd, err, sizeof err), 2);
+        if (!strstr(err, why[i])) fail_msg("%s: %s", refused[i], err);
+    }
+    struct stat st;
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    /* an existing regular file is replaced and keeps its mode */
+    f = fopen(toks, "wb");
+    fclose(f);
+    assert_int_equal(chmod(toks, 0640), 0);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' '%s' -o '%s'", QSWEEP_BIN,
+             QW_TOK_DATA, text, toks);
+    int rc = run(cmd, err, sizeof err);
+    if (rc) fail_msg("exit %d: %s", rc, err);
+    assert_int_equal(stat(toks, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0640);
+    assert_true(st.st_size > 64);
+    /* --decode over its own token file, and into a FIFO */
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' --decode '%s' -o '%s'",
+             QSWEEP_BIN, QW_TOK_DATA, toks, toks);
+    assert_int_equal(run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "out.tokens: is the input file"));
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' --decode '%s' -o '%s'",
+             QSWEEP_BIN, QW_TOK_DATA, toks, fifo);
+    assert_int_equal(run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "fifo: exists and is not a regular file"));
+    assert_int_equal(count_outputs(), before + 4); /* in.txt, fifo, link.tokens, out.tokens */
+    if (geteuid() != 0) return;
+    /* devices of our own: a null device is refused as -o; a full one as standard output makes
+     * the write fail */
+    snprintf(dev, sizeof dev, "%s/null", dir);
+    assert_int_equal(mknod(dev, S_IFCHR | 0666, makedev(1, 3)), 0);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' '%s' -o '%s'", QSWEEP_BIN,
+             QW_TOK_DATA, text, dev);
+    assert_int_equal(run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "null: exists and is not a regular file"));
+    assert_int_equal(lstat(dev, &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+    unlink(dev);
+    snprintf(dev, sizeof dev, "%s/full", dir);
+    assert_int_equal(mknod(dev, S_IFCHR | 0666, makedev(1, 7)), 0);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize '%s/llama3/tokenizer.json' --decode '%s' >'%s'",
+             QSWEEP_BIN, QW_TOK_DATA, toks, dev);
+    assert_int_not_equal(run(cmd, err, sizeof err), 0);
+    assert_non_null(strstr(err, "standard output: write failed"));
+    unlink(dev);
+}
+
 static void usage_errors_exit_1(void **state) {
     (void)state;
     char cmd[8192], err[4096];
@@ -144,6 +232,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpl3_smollm2_round_trip),
         cmocka_unit_test(invalid_utf8_names_file_and_offset),
+        cmocka_unit_test(output_that_is_not_a_regular_file_is_refused),
         cmocka_unit_test(usage_errors_exit_1),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

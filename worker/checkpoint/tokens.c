@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "replace_file.h"
+
 static uint32_t qw_le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -98,29 +100,16 @@ qs_status qw_tokens_write(const char *path, const uint32_t *ids, size_t n, uint3
     qw_put32(hdr + 16, QW_TOKENS_DTYPE_U32);
     uint64_t count = n;
     memcpy(hdr + 24, &count, 8);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        qs_status st = qs_error_set(err, QS_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
+    qs_replace_file r;
+    qs_status st = qs_replace_file_open(path, NULL, &r, err);
+    if (st) return st;
     /* ids are little-endian in the file; the loader needs a little-endian host as well */
-    int bad = fwrite(hdr, 1, sizeof hdr, f) != sizeof hdr || (n && fwrite(ids, 4, n, f) != n);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        qs_status st =
-            qs_error_set(err, QS_EIO, "%s: write failed: %s", bad ? tmp : path, strerror(errno));
-        remove(tmp);
-        free(tmp);
+    if (fwrite(hdr, 1, sizeof hdr, r.f) != sizeof hdr || (n && fwrite(ids, 4, n, r.f) != n)) {
+        st = qs_error_set(err, QS_EIO, "%s: write failed (%s): %s", path, r.tmp, strerror(errno));
+        qs_replace_file_abort(&r);
         return st;
     }
-    free(tmp);
-    return QS_OK;
+    return qs_replace_file_commit(&r, err);
 }
 
 qs_status qw_tokens_load(const char *path, qw_tokens *out, qs_error *err) {

@@ -51,9 +51,10 @@ typedef struct qw_tokens {
 qs_status qw_tokens_load(const char *path, qw_tokens *out, qs_error *err);
 
 /* Writes a version 2 token file: n ids (each < vocab_size), the tokenizer digest given as 64
- * hex digits. Written to "<path>.tmp" then renamed, so a reader never sees half a file.
+ * hex digits. Written under a unique temporary name beside path then renamed over it
+ * (common/replace_file.h), so a reader never sees half a file; an existing file keeps its mode.
  * Errors: QS_EINVAL (an id >= vocab_size: names its index; a digest that is not 64 hex
- * digits), QS_EIO (create, write, rename: path and errno text). */
+ * digits; path is a symlink, device, FIFO or directory), QS_EIO (create, write, rename: path and errno text). */
 qs_status qw_tokens_write(const char *path, const uint32_t *ids, size_t n, uint32_t vocab_size,
                           const char *tokenizer_digest_hex, qs_error *err);
 
