@@ -9,6 +9,9 @@
 
 #include "loop.h"
 #include "test_kinds.h"
+#ifdef QW_WORKER_TRAIN_KIND
+#include "train_kind.h" /* the training tests build this file with the train kind too */
+#endif
 
 static int usage(const char *why) {
     fprintf(stderr,
@@ -56,6 +59,9 @@ int main(int argc, char **argv) {
     if (!o.endpoint) return usage("--endpoint is required");
     qs_error err;
     qs_status st = qw_register_test_kinds(&err); /* this binary is for tests and benchmarks */
+#ifdef QW_WORKER_TRAIN_KIND
+    if (st == QS_OK) st = qw_train_register(&err);
+#endif
     if (st == QS_OK) st = qw_run(&o, &err);
     if (st != QS_OK) {
         fprintf(stderr, "qsweep-worker: %s\n", err.msg);
