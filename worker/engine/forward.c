@@ -13,6 +13,7 @@
  * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
 #include "forward.h"
 
+#include "format.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -77,7 +78,10 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     qw_tensor t[n];
     qw_tensor *tp[n];
     for (int i = 0; i < n; i++) be[i] = &ranks[i]->be;
-    int act = ranks[0]->lin[index].spec.act != NULL;
+    /* Only a per-tensor-scaled format (NVFP4, FP8 per tensor) has a scale to share; MX and INT
+     * scales are per block, and the blocks do not straddle ranks (shard.h). */
+    const qk_format *af = ranks[0]->lin[index].spec.act;
+    int act = af && af->tensor_scale;
     if (act) {
         for (int i = 0; i < n; i++) {
             qw_rank *r = ranks[i];

@@ -139,6 +139,32 @@ void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks
  * "?" when out of range. */
 const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t cap);
 
+/* Tensor parallelism (shard.h; Megatron-LM, arXiv 1909.08053): n > 1 splits the model over n
+ * ranks (on the CPU backend, n rank backends run in this process, one after the other, op by
+ * op) and every later forward runs sharded, the partial outputs of o_proj and down_proj
+ * all-reduced; the policy in force (qw_model_apply_policy) is carried onto the ranks at the
+ * next forward, each sharded FP4 tensor quantized with the MAX-all-reduced amax, so the
+ * packed codes are those of the unsharded tensor. n == 1 (the default) frees the ranks: the
+ * unsharded path, unchanged. Logits agree with the unsharded forward to float rounding (the
+ * row-parallel sums are added in another order). Sharded forwards do not use the prefix cache;
+ * the SQNR probe is refused while n > 1.
+ * Memory per rank: its run state, FP32 copies of its o_proj/down_proj slices, packed forms.
+ * Errors: QS_EINVAL (n outside 1..64; the model's heads, kv heads, hidden_dim or vocabulary
+ * cannot be split n ways: qw_shard_plan), QS_EUNSUPPORTED (probe on), QS_ENOMEM; a policy
+ * whose formats cannot be sharded fails at the forward (qw_tp_sync). */
+qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err);
+
+/* Ranks of the model's tensor-parallel group: 1 when unsharded. */
+int qw_model_tensor_parallel(const qw_model *m);
+
+/* The packed form of tensor `index` (layer*7 + kind, n_layers*7 lm_head, +1 embeddings): the
+ * unsharded model's (rank < 0) or rank `rank`'s slice, NULL when not quantized there; *axis
+ * and *start say where the slice sits in the whole tensor (axis 0: its rows start at row
+ * *start; 1: its columns at column *start). A rank's slice is synced at the next forward.
+ * For tests and diagnostics. */
+const qk_packed *qw_model_packed(const qw_model *m, int rank, int index, int64_t *axis,
+                                 int64_t *start);
+
 /* Number of probe-able linears: n_layers*QW_LINEAR_KINDS + 1 (lm_head). */
 int qw_model_n_linears(const qw_model *m);
 

@@ -45,6 +45,7 @@ struct qw_model {
     linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
     linear *lm_head, *embed;
     qw_prefix_cache prefix;
+    struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
 };
 
 #endif
