@@ -19,117 +19,8 @@
 #include "store.h"
 #include "writer.h"
 #include "zap.h"
+#include "server_internal.h"
 
-enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
-#define STALL_LOG_MS 10000
-#define NEVER INT64_MAX
-
-/* The store's job states (coordinator/store/store.h). */
-typedef qc_job_state jstate;
-#define J_PENDING QC_JOB_PENDING
-#define J_RUNNING QC_JOB_RUNNING
-#define J_SUCCEEDED QC_JOB_SUCCEEDED
-#define J_FAILED QC_JOB_FAILED
-#define J_CANCELLED QC_JOB_CANCELLED
-
-typedef struct worker worker;
-
-/* One metric of a split final RESULT, kept until its last chunk (proto: Result.chunks). */
-typedef struct chunk_metric {
-    char *name;
-    double value;
-    int64_t step;
-    bool final;
-} chunk_metric;
-
-/* The most chunks one final RESULT may have: QS_PROTO_MAX_RESULT_BYTES in chunks at least
- * half full (codec.h). */
-#define CHUNKS_MAX ((uint32_t)(QS_PROTO_MAX_RESULT_BYTES / (QS_PROTO_CHUNK_BYTES / 2)))
-
-typedef struct job {
-    qc_sched_job q; /* first: what the scheduler sees (q.model_key points to model_key) */
-    int64_t id;     /* = q.id */
-    char *kind, *spec, *model_key;
-    int max_attempts, attempts_used;
-    uint32_t attempt; /* current (running) or last attempt number */
-    jstate state;     /* changed only through set_state (keeps q.pending in step) */
-    int64_t *deps;      /* ids of jobs this one waits for (unresolved at load) */
-    int n_deps;
-    worker *worker;         /* the worker running it, NULL when orphaned after a restart */
-    char *worker_name;      /* the attempt's worker (attempts.worker) */
-    int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
-    int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
-    bool cancel_requested;
-    /* a split final RESULT arriving for the current attempt: its chunks 0..chunk_next-1 of
-       chunks, as metrics (freed when the attempt ends) */
-    chunk_metric *chunk_rows;
-    size_t n_chunk_rows, cap_chunk_rows;
-    uint32_t chunks, chunk_next;
-} job;
-
-struct worker {
-    char rid[RID_MAX]; /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
-    size_t rid_len;
-    char name[NAME_MAX_ + 1]; /* HELLO worker_id */
-    int n_gpus;
-    int64_t min_gpu_mem_mb;
-    char models[MODELS_MAX][KEY_MAX + 1];
-    int n_models;
-    bool ready;
-    job *job;
-    int64_t last_seen;
-    int64_t next_alive; /* monotonic ms: when workers.last_seen is refreshed next */
-};
-
-/* Something to send once the current batch is durable. */
-typedef struct action {
-    char rid[RID_MAX];
-    size_t rid_len;
-    uint8_t *buf;
-    size_t len;
-    job *assign; /* an ASSIGN: start the lease when it goes out */
-    uint32_t attempt;
-} action;
-
-typedef struct server {
-    const qc_server_options *o;
-    int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_store *store;   /* reads, polls and the advisory lock */
-    qc_writer *writer; /* the second connection: commits batches in its own thread */
-    qc_store_batch *batch;  /* the open batch, filled by the loop */
-    qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
-    qc_store_batch *spare;  /* an empty batch to open next */
-    int64_t flush_since;    /* monotonic ms: when the flying batch was handed to the writer */
-    int64_t next_stall_log; /* monotonic ms: when to say again that it has not committed */
-    size_t flying_items;    /* its size when handed over (the writer owns it meanwhile) */
-    qs_error batch_err;
-    bool db_down;
-    int64_t next_reconnect;
-    int retry_ms; /* the current reconnect delay (db_lost); 0 after a commit */
-    const char *down_condition; /* the server condition behind the pause, NULL: lost */
-    void *zctx, *sock;
-    qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
-    qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
-    job **jobs; /* sorted by id */
-    size_t n_jobs, cap_jobs;
-    size_t active; /* jobs not terminal */
-    int64_t last_job_id;
-    qc_sched_job **pending; /* dispatch candidates (each the q of a job); entries may have left
-                               PENDING (compacted lazily) */
-    size_t n_pending, cap_pending;
-    bool pending_sorted, dirty;
-    int64_t next_wake; /* earliest backoff end among pending jobs */
-    worker **workers;  /* sorted by routing id */
-    size_t n_workers, cap_workers;
-    action *actions; /* waiting for the open batch */
-    size_t n_actions, cap_actions;
-    action *flight; /* waiting for the flying batch */
-    size_t n_flight, cap_flight;
-    bool polled_since_commit;
-    /* totals for the exit line: flushes, the items they wrote, and their wall time */
-    uint64_t n_flushes, n_flushed_items;
-    double flush_s;
-} server;
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t reload_requested; /* SIGHUP: re-read the CURVE allow-list */
@@ -153,7 +44,7 @@ static void on_stop_signal(int sig) {
 }
 
 
-static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
+void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
     size_t c = *cap ? *cap : 64;
     while (c < need)
@@ -169,7 +60,7 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
 
 /* Queueing a write fails only without memory or on a bad argument, which the message
  * checks exclude: the in-memory state would no longer match what becomes durable. */
-static void must(server *s, qs_status st) {
+void qc_srv_must(server *s, qs_status st) {
     if (st != QS_OK) {
         qc_log("cannot queue a database write: %s", s->batch_err.msg);
         abort();
@@ -177,7 +68,7 @@ static void must(server *s, qs_status st) {
 }
 
 /* A printable peer name for logs: the routing id when printable, else its hex. */
-static void peer_name(const char *rid, size_t len, char *out, size_t cap) {
+void qc_srv_peer_name(const char *rid, size_t len, char *out, size_t cap) {
     bool printable = len > 0;
     for (size_t i = 0; i < len && printable; i++)
         printable = rid[i] >= 0x20 && rid[i] < 0x7f;
@@ -218,7 +109,7 @@ static void utf8_escape(const char *s, char *out, size_t cap) {
 
 /* ---- lookups ---- */
 
-static job *find_job(server *s, int64_t id) {
+job *qc_srv_find_job(server *s, int64_t id) {
     size_t lo = 0, hi = s->n_jobs;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -247,15 +138,15 @@ static size_t worker_pos(server *s, const char *rid, size_t len) {
     return lo;
 }
 
-static worker *find_worker(server *s, const char *rid, size_t len) {
+worker *qc_srv_find_worker(server *s, const char *rid, size_t len) {
     size_t i = worker_pos(s, rid, len);
     return i < s->n_workers && rid_cmp(s->workers[i]->rid, s->workers[i]->rid_len, rid, len) == 0
                ? s->workers[i]
                : NULL;
 }
 
-static void forget_worker(server *s, worker *w) {
-    must(s, qc_store_batch_worker_alive(s->batch, w->name, true, &s->batch_err));
+void qc_srv_forget_worker(server *s, worker *w) {
+    qc_srv_must(s, qc_store_batch_worker_alive(s->batch, w->name, true, &s->batch_err));
     size_t i = worker_pos(s, w->rid, w->rid_len);
     memmove(&s->workers[i], &s->workers[i + 1], (s->n_workers - i - 1) * sizeof *s->workers);
     s->n_workers--;
@@ -265,7 +156,7 @@ static void forget_worker(server *s, worker *w) {
 
 /* ---- sending ---- */
 
-static bool encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
+bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
     qs_error err;
     if (qs_proto_encode(env, buf, len, &err) != QS_OK) {
         qc_log("encode %s: %s", qs_proto_kind_name(env->body_case), err.msg);
@@ -275,31 +166,31 @@ static bool encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
 }
 
 /* Sends [rid][body]; false when the peer is gone (ROUTER_MANDATORY) or its queue is full. */
-static bool send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len) {
+bool qc_srv_send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len) {
     if (zmq_send(s->sock, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(s->sock, buf, len, ZMQ_DONTWAIT) < 0) {
         char peer[600];
-        peer_name(rid, rid_len, peer, sizeof peer);
+        qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
         qc_log("send to %s: %s (dropped)", peer, zmq_strerror(errno));
         return false;
     }
     return true;
 }
 
-static void send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env) {
+void qc_srv_send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env) {
     uint8_t *buf;
     size_t len;
-    if (!encode(env, &buf, &len)) return;
-    send_raw(s, rid, rid_len, buf, len);
+    if (!qc_srv_encode(env, &buf, &len)) return;
+    qc_srv_send_raw(s, rid, rid_len, buf, len);
     free(buf);
 }
 
-static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
+void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
                               job *assign) {
     uint8_t *buf;
     size_t len;
-    if (!encode(env, &buf, &len)) return;
-    s->actions = grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
+    if (!qc_srv_encode(env, &buf, &len)) return;
+    s->actions = qc_srv_grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
     action *a = &s->actions[s->n_actions++];
     memcpy(a->rid, rid, rid_len);
     a->rid_len = rid_len;
@@ -309,7 +200,7 @@ static void send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep
     a->attempt = assign ? assign->attempt : 0;
 }
 
-static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
+void qc_srv_send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
                      uint64_t seq, bool final) {
     Qsweep__Ack a = QSWEEP__ACK__INIT;
     a.job_id = job_id;
@@ -319,10 +210,10 @@ static void send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id,
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_ACK;
     env.ack = &a;
-    send_after_commit(s, rid, rid_len, &env, NULL);
+    qc_srv_send_after_commit(s, rid, rid_len, &env, NULL);
 }
 
-static void send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
+void qc_srv_send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
                         uint32_t attempt, const char *reason) {
     Qsweep__Cancel c = QSWEEP__CANCEL__INIT;
     c.job_id = job_id;
@@ -331,27 +222,27 @@ static void send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_CANCEL;
     env.cancel = &c;
-    send_now(s, rid, rid_len, &env);
+    qc_srv_send_now(s, rid, rid_len, &env);
 }
 
-static void send_reregister(server *s, const char *rid, size_t rid_len, const char *reason) {
+void qc_srv_send_reregister(server *s, const char *rid, size_t rid_len, const char *reason) {
     Qsweep__Reregister r = QSWEEP__REREGISTER__INIT;
     r.reason = (char *)reason;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_REREGISTER;
     env.reregister = &r;
-    send_now(s, rid, rid_len, &env);
+    qc_srv_send_now(s, rid, rid_len, &env);
 }
 
 /* ---- job state ---- */
 
-static void set_state(job *j, jstate st) {
+void qc_srv_set_state(job *j, jstate st) {
     j->state = st;
     j->q.pending = st == J_PENDING;
 }
 
-static void push_pending(server *s, job *j) {
-    s->pending = grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
+void qc_srv_push_pending(server *s, job *j) {
+    s->pending = qc_srv_grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
     s->pending[s->n_pending++] = &j->q;
     s->pending_sorted = false;
     s->dirty = true;
@@ -360,15 +251,15 @@ static void push_pending(server *s, job *j) {
 
 static void set_terminal(server *s, job *j, jstate st) {
     if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
-    set_state(j, st);
+    qc_srv_set_state(j, st);
 }
 
 static void fail_dependents(server *s, job *dep);
 
 /* A pending job that can never run: failed (or cancelled) without an attempt. */
-static void end_pending(server *s, job *j, jstate st, const char *why) {
+void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
-    must(s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
     if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     fail_dependents(s, j);
 }
@@ -382,13 +273,13 @@ static void fail_dependents(server *s, job *dep) {
         if (j->state != J_PENDING) continue;
         for (int d = 0; d < j->n_deps; d++)
             if (j->deps[d] == dep->id) {
-                end_pending(s, j, J_FAILED, why);
+                qc_srv_end_pending(s, j, J_FAILED, why);
                 break;
             }
     }
 }
 
-static void chunks_drop(job *j) {
+void qc_srv_chunks_drop(job *j) {
     for (size_t i = 0; i < j->n_chunk_rows; i++)
         free(j->chunk_rows[i].name);
     free(j->chunk_rows);
@@ -399,14 +290,14 @@ static void chunks_drop(job *j) {
 
 /* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
  * against max_attempts. Decides the job's next state and queues the write. */
-static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
+void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
                         bool counts) {
     if (j->worker && j->worker->job == j) j->worker->job = NULL;
     j->worker = NULL;
     free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
-    chunks_drop(j);
+    qc_srv_chunks_drop(j);
     int64_t backoff = 0;
     if (outcome == QC_ATTEMPT_SUCCEEDED) {
         set_terminal(s, j, J_SUCCEEDED);
@@ -418,19 +309,19 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         if (j->attempts_used >= j->max_attempts) {
             set_terminal(s, j, J_FAILED);
         } else {
-            set_state(j, J_PENDING);
+            qc_srv_set_state(j, J_PENDING);
             if (counts) {
                 int shift = j->attempts_used - 1 < 16 ? j->attempts_used - 1 : 16;
                 backoff = (int64_t)s->backoff_ms << shift;
                 if (backoff > 60000) backoff = 60000;
             }
             j->q.not_before_ms = qs_clock_ms() + backoff;
-            push_pending(s, j);
+            qc_srv_push_pending(s, j);
         }
     }
-    must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error,
+    qc_srv_must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error,
                                          &s->batch_err));
-    must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0,
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0,
                                      error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
         qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
@@ -442,11 +333,11 @@ static void end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
 /* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
  * stored one has less than half a lease left: one write per job every lease/2 at most, so
  * observers see live leases without a write per heartbeat. */
-static void renew_lease(server *s, job *j, int64_t now) {
+void qc_srv_renew_lease(server *s, job *j, int64_t now) {
     j->lease_deadline = now + s->lease_ms;
     if (now + s->lease_ms / 2 < j->db_lease_until) return;
     j->db_lease_until = now + s->lease_ms;
-    must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0,
+    qc_srv_must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0,
                                          &s->batch_err));
 }
 
@@ -469,7 +360,7 @@ static bool deps_met(const qc_sched_job *q, void *ctx) {
     server *s = ctx;
     const job *j = (const job *)q;
     for (int d = 0; d < j->n_deps; d++) {
-        const job *dep = find_job(s, j->deps[d]);
+        const job *dep = qc_srv_find_job(s, j->deps[d]);
         if (dep && dep->state != J_SUCCEEDED) return false;
     }
     return true;
@@ -493,7 +384,7 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
  * first; the lease starts when the first part goes out), or at once (a re-send to a worker
  * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
  * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
-static void send_assign(server *s, worker *w, job *j, bool after_commit) {
+void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
     const size_t room = QS_PROTO_CHUNK_BYTES - 1024, len = strlen(j->spec);
     uint32_t chunks = 0;
     for (size_t off = 0; len > room && off < len; chunks++) {
@@ -528,15 +419,15 @@ static void send_assign(server *s, worker *w, job *j, bool after_commit) {
         env.body_case = QSWEEP__ENVELOPE__BODY_ASSIGN;
         env.assign = &a;
         if (after_commit)
-            send_after_commit(s, w->rid, w->rid_len, &env, k == 0 ? j : NULL);
+            qc_srv_send_after_commit(s, w->rid, w->rid_len, &env, k == 0 ? j : NULL);
         else
-            send_now(s, w->rid, w->rid_len, &env);
+            qc_srv_send_now(s, w->rid, w->rid_len, &env);
     }
     free(part);
 }
 
 static void assign(server *s, worker *w, job *j) {
-    set_state(j, J_RUNNING);
+    qc_srv_set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;
     free(j->worker_name);
@@ -544,16 +435,16 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
+    qc_srv_must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
                                            s->lease_ms / 1000.0, &s->batch_err));
-    must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                      &s->batch_err));
-    send_assign(s, w, j, true);
+    qc_srv_send_assign(s, w, j, true);
     if (!s->o->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
 
-static void dispatch(server *s, int64_t now) {
+void qc_srv_dispatch(server *s, int64_t now) {
     if (s->db_down) return;
     if (!s->dirty && now < s->next_wake) return;
     s->dirty = false;
@@ -578,7 +469,7 @@ static void dispatch(server *s, int64_t now) {
 
 /* ---- leases ---- */
 
-static void check_leases(server *s, int64_t now) {
+void qc_srv_check_leases(server *s, int64_t now) {
     for (size_t i = 0; i < s->n_jobs; i++) {
         job *j = s->jobs[i];
         if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
@@ -586,20 +477,20 @@ static void check_leases(server *s, int64_t now) {
         if (j->worker) {
             snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms",
                      j->worker->name, s->lease_ms);
-            send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "lease expired");
+            qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "lease expired");
         } else {
             snprintf(why, sizeof why,
                      "worker %s did not re-attach within %d ms of a coordinator restart",
                      j->worker_name ? j->worker_name : "?", s->grace_ms);
         }
-        end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
     }
     for (size_t i = 0; i < s->n_workers;) {
         worker *w = s->workers[i];
         if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
             qc_log("worker %s silent for %lld ms: forgotten", w->name,
                  (long long)(now - w->last_seen));
-            forget_worker(s, w);
+            qc_srv_forget_worker(s, w);
         } else {
             i++;
         }
@@ -610,7 +501,7 @@ static void check_leases(server *s, int64_t now) {
  * heartbeats of that time are still on their way in, so a lease checked now would expire
  * for the coordinator's silence, not the worker's. Every running attempt (and every known
  * worker) gets a full lease from now to report before any lease is checked (server.h). */
-static void on_stall(server *s, int64_t stalled_ms, int64_t now) {
+void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now) {
     size_t running = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
         job *j = s->jobs[i];
@@ -632,19 +523,19 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     if (!h->worker_id[0] || strlen(h->worker_id) > NAME_MAX_ || !utf8_valid(h->worker_id) ||
         !utf8_valid(h->host)) {
         char peer[600];
-        peer_name(rid, rid_len, peer, sizeof peer);
+        qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
         qc_log("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
              peer);
         return;
     }
-    worker *w = find_worker(s, rid, rid_len);
+    worker *w = qc_srv_find_worker(s, rid, rid_len);
     if (!w) {
         w = calloc(1, sizeof *w);
         if (!w) abort();
         memcpy(w->rid, rid, rid_len);
         w->rid_len = rid_len;
         size_t pos = worker_pos(s, rid, rid_len);
-        s->workers = grow(s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers);
+        s->workers = qc_srv_grow(s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers);
         memmove(&s->workers[pos + 1], &s->workers[pos], (s->n_workers - pos) * sizeof *s->workers);
         s->workers[pos] = w;
         s->n_workers++;
@@ -672,16 +563,16 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj,
+    qc_srv_must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj,
                                        (int32_t)h->cpu_threads, &s->batch_err));
     free(gj);
 
-    job *named = h->running_job_id ? find_job(s, h->running_job_id) : NULL;
+    job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
     /* A job this worker ran that its HELLO does not name is lost (the worker restarted);
        one whose ASSIGN is still waiting for its commit will be sent. */
     if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
         job *old = w->job;
-        end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)", true);
+        qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)", true);
     }
     if (h->running_job_id) {
         if (named && named->state == J_RUNNING && named->attempt == h->running_attempt &&
@@ -694,13 +585,13 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             qc_log("worker %s re-attached to job %lld attempt %u%s", w->name,
                    (long long)named->id, named->attempt,
                    h->receiving ? " (re-sending its ASSIGN, which arrived only in part)" : "");
-            if (h->receiving && named->lease_deadline != NEVER) send_assign(s, w, named, false);
+            if (h->receiving && named->lease_deadline != NEVER) qc_srv_send_assign(s, w, named, false);
             /* a cancel requested while the job had no worker (after a restart) */
             if (named->cancel_requested)
-                send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
+                qc_srv_send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
         } else {
             /* not the current attempt: stop it (its result would be ignored anyway) */
-            send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt,
+            qc_srv_send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt,
                         "attempt is no longer current");
         }
     }
@@ -715,27 +606,27 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &r;
-    send_now(s, w->rid, w->rid_len, &env);
+    qc_srv_send_now(s, w->rid, w->rid_len, &env);
     if (!hb->job_id) return;
     job *j = w->job;
     if (j && j->id == hb->job_id && j->attempt == hb->attempt && j->state == J_RUNNING) {
-        if (j->lease_deadline != NEVER) renew_lease(s, j, now);
+        if (j->lease_deadline != NEVER) qc_srv_renew_lease(s, j, now);
         return;
     }
-    job *other = find_job(s, hb->job_id);
+    job *other = qc_srv_find_job(s, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
     /* its end is here (its ACK waits for the commit): the worker heartbeats it meanwhile */
     bool ended = other && other->attempt == hb->attempt &&
                  (other->state == J_SUCCEEDED || other->state == J_FAILED ||
                   other->state == J_CANCELLED);
     if (!pending_assign && !ended)
-        send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
+        qc_srv_send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
                     "attempt is no longer current (lease lost)");
 }
 
 /* True when (job, attempt) is the job's running attempt on worker w. */
 static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
-    job *j = find_job(s, job_id);
+    job *j = qc_srv_find_job(s, job_id);
     if (j && j->state == J_RUNNING && j->attempt == attempt && j->worker == w &&
         j->lease_deadline != NEVER)
         return j;
@@ -745,7 +636,7 @@ static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
 /* A worker that reported its attempt's end (other than preempted: it may be stopping) is
  * idle: it may get its next ASSIGN right behind the ACK, in the same commit, without a READY
  * round trip (proto/qsweep.proto, Result). */
-static void worker_idle(server *s, worker *w) {
+void qc_srv_worker_idle(server *s, worker *w) {
     if (w->job) return;
     w->ready = true;
     s->dirty = true;
@@ -766,7 +657,7 @@ static void store_result(server *s, job *j, const chunk_metric *m, size_t n, boo
                                     .step = final ? -1 : m[i].step};
         }
         if (k)
-            must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
+            qc_srv_must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
                                            k, &s->batch_err));
     }
     free(rows);
@@ -783,11 +674,11 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
         return;
     }
     if (r->chunk == 0) {
-        chunks_drop(j);
+        qc_srv_chunks_drop(j);
         j->chunks = r->chunks;
     }
     if (r->chunks == j->chunks && r->chunk == j->chunk_next) {
-        j->chunk_rows = grow(j->chunk_rows, &j->cap_chunk_rows, j->n_chunk_rows + r->n_metrics,
+        j->chunk_rows = qc_srv_grow(j->chunk_rows, &j->cap_chunk_rows, j->n_chunk_rows + r->n_metrics,
                              sizeof *j->chunk_rows);
         for (size_t i = 0; i < r->n_metrics; i++) {
             const Qsweep__Metric *m = r->metrics[i];
@@ -802,9 +693,9 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
         if (!s->o->quiet)
             qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
                    (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
-        end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false); /* frees the chunks */
-        send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, 0, true);
-        worker_idle(s, w);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false); /* frees the chunks */
+        qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, 0, true);
+        qc_srv_worker_idle(s, w);
         return;
     }
     Qsweep__Ack a = QSWEEP__ACK__INIT;
@@ -815,7 +706,7 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_ACK;
     env.ack = &a;
-    send_now(s, w->rid, w->rid_len, &env);
+    qc_srv_send_now(s, w->rid, w->rid_len, &env);
 }
 
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
@@ -824,7 +715,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         qc_log("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
              "attempt",
              r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
-        send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
+        qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
         return;
     }
     for (size_t i = 0; i < r->n_metrics; i++) {
@@ -850,9 +741,9 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
                                  r->metrics[i]->final};
     store_result(s, j, rows, r->n_metrics, r->final);
     free(rows);
-    if (r->final) end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
-    send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
-    if (r->final) worker_idle(s, w);
+    if (r->final) qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
+    qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
+    if (r->final) qc_srv_worker_idle(s, w);
 }
 
 static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
@@ -860,32 +751,32 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     if (!j) {
         qc_log("ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
              (long long)f->job_id, f->attempt, w->name);
-        send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
+        qc_srv_send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
         return;
     }
     char msg[1024];
     utf8_escape(f->message, msg, sizeof msg);
     switch (f->class_) {
     case QSWEEP__FAILURE_CLASS__PREEMPTED:
-        end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
         break;
     case QSWEEP__FAILURE_CLASS__CANCELLED:
-        end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false);
         break;
     default:
-        end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
         break;
     }
-    send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
-    if (f->class_ != QSWEEP__FAILURE_CLASS__PREEMPTED) worker_idle(s, w);
+    qc_srv_send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
+    if (f->class_ != QSWEEP__FAILURE_CLASS__PREEMPTED) qc_srv_worker_idle(s, w);
 }
 
-static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
+void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
                        int64_t now) {
     char peer[600];
     Qsweep__Envelope *env = NULL;
     qs_error err;
-    peer_name(rid, rid_len, peer, sizeof peer);
+    qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
     if (qs_proto_decode(body, len, QS_PROTO_MAX_BYTES, peer, &env, &err) != QS_OK) {
         qc_log("dropped: %s", err.msg);
         return;
@@ -895,16 +786,16 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         qs_proto_free(env);
         return;
     }
-    worker *w = find_worker(s, rid, rid_len);
+    worker *w = qc_srv_find_worker(s, rid, rid_len);
     if (!w) {
         if (env->body_case != QSWEEP__ENVELOPE__BODY_BYE)
-            send_reregister(s, rid, rid_len, "unknown worker (coordinator restarted?): send HELLO");
+            qc_srv_send_reregister(s, rid, rid_len, "unknown worker (coordinator restarted?): send HELLO");
         qs_proto_free(env);
         return;
     }
     w->last_seen = now;
     if (now >= w->next_alive) { /* workers.last_seen follows heartbeats, every half lease */
-        must(s, qc_store_batch_worker_alive(s->batch, w->name, false, &s->batch_err));
+        qc_srv_must(s, qc_store_batch_worker_alive(s->batch, w->name, false, &s->batch_err));
         w->next_alive = now + s->lease_ms / 2;
     }
     switch (env->body_case) {
@@ -930,9 +821,9 @@ static void on_message(server *s, const char *rid, size_t rid_len, const uint8_t
     case QSWEEP__ENVELOPE__BODY_BYE:
         qc_log("worker %s said BYE: %s", w->name, env->bye->reason);
         if (w->job && w->job->lease_deadline != NEVER)
-            end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
+            qc_srv_end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
                         "worker left (BYE) without reporting the attempt", false);
-        forget_worker(s, w);
+        qc_srv_forget_worker(s, w);
         break;
     default:
         qc_log("dropped: peer %s: %s is not a worker's message", peer,
@@ -966,34 +857,34 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->n_deps = (int)r->n_waiting_on;
     }
     if (running && r->state == QC_JOB_RUNNING) {
-        set_state(j, J_RUNNING);
+        qc_srv_set_state(j, J_RUNNING);
         j->attempt = (uint32_t)running->attempt;
         j->worker_name = strdup(running->worker);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
-        set_state(j, J_PENDING);
+        qc_srv_set_state(j, J_PENDING);
         /* the remaining backoff on the database's clock, which wrote not_before (store.h):
            never the coordinator's wall clock, which may be off */
         j->q.not_before_ms =
             r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
     }
-    s->jobs = grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
+    s->jobs = qc_srv_grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
     s->active++;
-    if (j->state == J_PENDING) push_pending(s, j);
+    if (j->state == J_PENDING) qc_srv_push_pending(s, j);
     if (r->n_deps_failed && j->state == J_PENDING)
-        end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
+        qc_srv_end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
 }
 
 /* Loads jobs submitted since the last load (all of them at start). */
-static qs_status load_new_jobs(server *s, qs_error *err) {
+qs_status qc_srv_load_new_jobs(server *s, qs_error *err) {
     qc_store_snapshot snap;
     qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
     if (st != QS_OK) return st;
     size_t r = 0;
     for (size_t i = 0; i < snap.n_jobs; i++) {
         const qc_stored_job *sj = &snap.jobs[i];
-        if (find_job(s, sj->id)) continue;
+        if (qc_srv_find_job(s, sj->id)) continue;
         while (r < snap.n_running && snap.running[r].job < sj->id)
             r++;
         const qc_stored_attempt *run = NULL;
@@ -1007,48 +898,48 @@ static qs_status load_new_jobs(server *s, qs_error *err) {
 }
 
 /* Applies the store's unhandled cancel requests (server.h). */
-static qs_status poll_cancels(server *s, qs_error *err) {
+qs_status qc_srv_poll_cancels(server *s, qs_error *err) {
     int64_t *ids = NULL, upto = 0;
     size_t n = 0;
     qs_status st = qc_store_poll_cancels(s->store, &ids, &n, &upto, err);
     if (st != QS_OK) return st;
     for (size_t i = 0; i < n; i++) {
-        job *j = find_job(s, ids[i]);
+        job *j = qc_srv_find_job(s, ids[i]);
         if (!j) continue;
         if (j->state == J_PENDING) {
-            end_pending(s, j, J_CANCELLED, "cancelled on request");
+            qc_srv_end_pending(s, j, J_CANCELLED, "cancelled on request");
         } else if (j->state == J_RUNNING && !j->cancel_requested) {
             j->cancel_requested = true;
             /* A worker drops a CANCEL for a job it has not been sent yet: while the ASSIGN
                waits for its commit, run_actions sends the CANCEL right after it. */
             if (j->worker && j->lease_deadline != NEVER)
-                send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
+                qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
                             "cancelled on request");
         }
     }
     free(ids);
-    if (upto > 0) must(s, qc_store_batch_cancels_handled(s->batch, upto, &s->batch_err));
+    if (upto > 0) qc_srv_must(s, qc_store_batch_cancels_handled(s->batch, upto, &s->batch_err));
     return QS_OK;
 }
 
 /* ---- the loop ---- */
 
 /* Sends the actions of the flight list (whose batch is durable). */
-static void run_actions(server *s) {
+void qc_srv_run_actions(server *s) {
     int64_t now = qs_clock_ms();
     for (size_t i = 0; i < s->n_flight; i++) {
         action *a = &s->flight[i];
-        bool sent = send_raw(s, a->rid, a->rid_len, a->buf, a->len);
+        bool sent = qc_srv_send_raw(s, a->rid, a->rid_len, a->buf, a->len);
         job *j = a->assign;
         if (j && j->state == J_RUNNING && j->attempt == a->attempt) {
             if (sent) {
                 j->lease_deadline = now + s->lease_ms;
                 j->db_lease_until = now + s->lease_ms; /* written with the attempt row */
                 if (j->cancel_requested) /* requested while the ASSIGN waited (poll_cancels) */
-                    send_cancel(s, a->rid, a->rid_len, j->id, j->attempt, "cancelled on request");
+                    qc_srv_send_cancel(s, a->rid, a->rid_len, j->id, j->attempt, "cancelled on request");
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
-                end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone",
+                qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone",
                             false);
             }
         }
@@ -1058,7 +949,7 @@ static void run_actions(server *s) {
 }
 
 /* Moves the open batch's actions to the (empty) flight list. */
-static void actions_to_flight(server *s) {
+void qc_srv_actions_to_flight(server *s) {
     action *t = s->flight;
     size_t cap = s->cap_flight;
     s->flight = s->actions;
@@ -1074,7 +965,7 @@ static void actions_to_flight(server *s) {
  * every write and its ACKs in memory, and reconnect and retry, every 500 ms after a lost
  * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
  * a full disk would otherwise fail twice a second). */
-static void db_lost(server *s, const char *why, const char *condition) {
+void qc_srv_db_lost(server *s, const char *why, const char *condition) {
     size_t waiting = qc_store_batch_size(s->batch) +
                      (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0);
     if (condition) {
@@ -1097,20 +988,20 @@ static void db_lost(server *s, const char *why, const char *condition) {
  * failed last time (it goes first), else the open batch with its actions, and opens a new
  * one. An open batch with no writes but with actions (ACKs of ignored messages) needs no
  * commit: everything before it is durable once the writer is idle, so they go at once. */
-static qs_status start_flush(server *s, qs_error *err) {
+qs_status qc_srv_start_flush(server *s, qs_error *err) {
     if (s->db_down || qc_writer_busy(s->writer)) return QS_OK;
     if (!s->flying) {
         if (qc_store_batch_size(s->batch) == 0) {
             if (s->n_actions) {
-                actions_to_flight(s);
-                run_actions(s);
+                qc_srv_actions_to_flight(s);
+                qc_srv_run_actions(s);
             }
             return QS_OK;
         }
         s->flying = s->batch;
         s->batch = s->spare;
         s->spare = NULL;
-        actions_to_flight(s);
+        qc_srv_actions_to_flight(s);
     }
     s->flush_since = qs_clock_ms();
     s->next_stall_log = s->flush_since + STALL_LOG_MS;
@@ -1121,7 +1012,7 @@ static qs_status start_flush(server *s, qs_error *err) {
 /* Says so, every STALL_LOG_MS, while a batch waits for its commit: a lock held by another
  * session or a stopped server otherwise stalls the sweep without a word (heartbeats are still
  * answered). */
-static void log_stall(server *s, int64_t now) {
+void qc_srv_log_stall(server *s, int64_t now) {
     if (!qc_writer_busy(s->writer) || now < s->next_stall_log) return;
     qc_log("PostgreSQL has not committed a batch of %zu transitions for %lld s (a lock held by "
          "another session? a stopped server?); dispatch waits",
@@ -1132,7 +1023,7 @@ static void log_stall(server *s, int64_t now) {
 /* Collects the writer's outcome (waiting for it when wait is true): on success sends what
  * waited for the batch; on a lost connection keeps the batch and its actions for a retry
  * and pauses dispatch; any other failure is returned. */
-static qs_status finish_flush(server *s, bool wait, qs_error *err) {
+qs_status qc_srv_finish_flush(server *s, bool wait, qs_error *err) {
     qc_store_batch *b;
     qs_status st;
     qs_error e;
@@ -1144,7 +1035,7 @@ static qs_status finish_flush(server *s, bool wait, qs_error *err) {
             *err = e;
             return qs_error_wrap(err, "writing a batch of %zu transitions", items);
         }
-        db_lost(s, e.msg, qc_writer_condition(s->writer));
+        qc_srv_db_lost(s, e.msg, qc_writer_condition(s->writer));
         return QS_OK;
     }
     s->retry_ms = 0;
@@ -1154,12 +1045,12 @@ static qs_status finish_flush(server *s, bool wait, qs_error *err) {
     s->spare = b; /* emptied by the flush */
     s->flying = NULL;
     s->polled_since_commit = false;
-    run_actions(s);
+    qc_srv_run_actions(s);
     return QS_OK;
 }
 
 /* Whether nothing waits to be written or sent. */
-static bool all_durable(server *s) {
+bool qc_srv_all_durable(server *s) {
     return qc_store_batch_size(s->batch) == 0 && s->n_actions == 0 && !s->flying &&
            s->n_flight == 0;
 }
@@ -1222,11 +1113,11 @@ static void drain(server *s, int64_t now) {
             }
         }
         if (ok && frames == 2) {
-            on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
+            qc_srv_on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
                        zmq_msg_size(&body), now);
         } else {
             char peer[600];
-            peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
+            qc_srv_peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
             qc_log("dropped: peer %s: message of %d frames (expected one body frame)", peer,
                  frames - 1);
         }
@@ -1243,7 +1134,7 @@ static void free_server(server *s) {
         free(j->model_key);
         free(j->deps);
         free(j->worker_name);
-        chunks_drop(j);
+        qc_srv_chunks_drop(j);
         free(j);
     }
     for (size_t i = 0; i < s->n_workers; i++)
@@ -1318,7 +1209,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
        lock goes with it and no later write can succeed without taking it again
        (qc_writer_reconnect), so two coordinators never both write. */
     if (st == QS_OK) st = qc_store_lock_coordinator(qc_writer_store(s.writer), err);
-    if (st == QS_OK) st = load_new_jobs(&s, err);
+    if (st == QS_OK) st = qc_srv_load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
         size_t running = 0;
@@ -1346,14 +1237,14 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             st = qs_error_set(err, QS_ENET, "zmq_poll: %s", zmq_strerror(errno));
             break;
         }
-        if ((st = finish_flush(&s, false, err)) != QS_OK) break;
+        if ((st = qc_srv_finish_flush(&s, false, err)) != QS_OK) break;
         int64_t now = qs_clock_ms();
-        if (now - last_turn > stall_ms) on_stall(&s, now - last_turn, now);
+        if (now - last_turn > stall_ms) qc_srv_on_stall(&s, now - last_turn, now);
         last_turn = now;
         drain(&s, now);
         if (now >= next_lease_check) {
-            check_leases(&s, now);
-            log_stall(&s, now);
+            qc_srv_check_leases(&s, now);
+            qc_srv_log_stall(&s, now);
             next_lease_check = now + 50;
         }
         if (s.db_down && now >= s.next_reconnect && !qc_writer_busy(s.writer)) {
@@ -1382,13 +1273,13 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (!s.db_down && now >= next_poll) {
             qs_error e;
-            if (load_new_jobs(&s, &e) != QS_OK) {
+            if (qc_srv_load_new_jobs(&s, &e) != QS_OK) {
                 if (!qc_store_connection_lost(s.store)) {
                     *err = e;
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg, qc_store_condition(s.store));
+                qc_srv_db_lost(&s, e.msg, qc_store_condition(s.store));
             } else {
                 s.polled_since_commit = true;
             }
@@ -1396,13 +1287,13 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (!s.db_down && now >= next_cancel_poll) {
             qs_error e;
-            if (poll_cancels(&s, &e) != QS_OK) {
+            if (qc_srv_poll_cancels(&s, &e) != QS_OK) {
                 if (!qc_store_connection_lost(s.store)) {
                     *err = e;
                     st = QS_EDB;
                     break;
                 }
-                db_lost(&s, e.msg, qc_store_condition(s.store));
+                qc_srv_db_lost(&s, e.msg, qc_store_condition(s.store));
             }
             next_cancel_poll = now + 1000;
         }
@@ -1410,10 +1301,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             reload_requested = 0;
             if (s.zap) qc_zap_reload(s.zap, NULL); /* logs; a bad file keeps the list in use */
         }
-        dispatch(&s, now);
-        st = start_flush(&s, err);
+        qc_srv_dispatch(&s, now);
+        st = qc_srv_start_flush(&s, err);
         if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
-            all_durable(&s) && s.polled_since_commit) {
+            qc_srv_all_durable(&s) && s.polled_since_commit) {
             qc_log("every job is terminal: exiting");
             break;
         }
@@ -1425,19 +1316,19 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
            grace period and count as lost. (Sent before the socket closes; its linger lets
            them leave.) */
         qs_error e = {0};
-        qs_status fs = finish_flush(&s, true, &e);
+        qs_status fs = qc_srv_finish_flush(&s, true, &e);
         qc_store *ws = qc_writer_store(s.writer);
         if (fs == QS_OK && s.flying && !s.db_down &&
             (fs = qc_store_flush(ws, s.flying, NULL, &e)) == QS_OK) {
             qc_store_batch_free(s.spare);
             s.spare = s.flying;
             s.flying = NULL;
-            run_actions(&s);
+            qc_srv_run_actions(&s);
         }
         if (fs == QS_OK && !s.db_down && (qc_store_batch_size(s.batch) > 0 || s.n_actions > 0) &&
             (fs = qc_store_flush(ws, s.batch, NULL, &e)) == QS_OK) {
-            actions_to_flight(&s);
-            run_actions(&s);
+            qc_srv_actions_to_flight(&s);
+            qc_srv_run_actions(&s);
         }
         if (fs != QS_OK || s.db_down) qc_log("final commit: %s", fs ? e.msg : "PostgreSQL is down");
     }
