@@ -148,6 +148,13 @@ worker *qc_srv_find_worker(server *s, const char *rid, size_t len);
  * workers.last_seen is written as gone. */
 void qc_srv_forget_worker(server *s, worker *w);
 
+/* Adds a worker with routing id rid (rid_len <= RID_MAX bytes, not yet registered) to the
+ * registry, keeping it sorted; its other fields are zero. Aborts without memory. */
+worker *qc_srv_worker_add(server *s, const char *rid, size_t rid_len);
+
+/* Forgets every idle worker silent for more than worker_timeout_ms. */
+void qc_srv_forget_silent_workers(server *s, int64_t now);
+
 /* Encodes env into a malloc'd *buf of *len bytes; false (logged) on failure. */
 bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len);
 
