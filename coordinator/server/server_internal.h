@@ -197,6 +197,9 @@ void qc_srv_chunks_drop(job *j);
 void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
                         bool counts);
 
+/* Frees job j and everything it owns (NULL: nothing). */
+void qc_srv_job_free(job *j);
+
 /* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
  * stored one has less than half a lease left: one write per job every lease/2 at most, so
  * observers see live leases without a write per heartbeat. */
