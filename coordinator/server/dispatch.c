@@ -39,8 +39,8 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
                           .min_gpu_mem_mb = w->min_gpu_mem_mb,
                           .models = models,
                           .n_models = w->n_models};
-    ptrdiff_t k = qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s,
-                                &s->next_wake);
+    ptrdiff_t k =
+        qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s, &s->next_wake);
     return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
 }
 
@@ -54,9 +54,9 @@ static void assign(server *s, worker *w, job *j) {
     w->job = j;
     w->ready = false;
     qc_srv_must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
-                                           s->lease_ms / 1000.0, &s->batch_err));
+                                                  s->lease_ms / 1000.0, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
-                                     &s->batch_err));
+                                            &s->batch_err));
     qc_srv_send_assign(s, w, j, true);
     if (!s->o->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);

@@ -43,7 +43,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
         char peer[600];
         qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
         qc_log("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
-             peer);
+               peer);
         return;
     }
     worker *w = qc_srv_find_worker(s, rid, rid_len);
@@ -72,7 +72,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
     qc_srv_must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj,
-                                       (int32_t)h->cpu_threads, &s->batch_err));
+                                              (int32_t)h->cpu_threads, &s->batch_err));
     free(gj);
 
     job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
@@ -80,7 +80,8 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
        one whose ASSIGN is still waiting for its commit will be sent. */
     if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
         job *old = w->job;
-        qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)", true);
+        qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)",
+                           true);
     }
     if (h->running_job_id) {
         if (named && named->state == J_RUNNING && named->attempt == h->running_attempt &&
@@ -90,17 +91,19 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
             /* No lease renewal: a HELLO says the worker lives, not that the attempt moves;
                the heartbeats naming it that follow do (a worker re-registering again and
                again while its result never gets through must not hold the job for ever). */
-            qc_log("worker %s re-attached to job %lld attempt %u%s", w->name,
-                   (long long)named->id, named->attempt,
+            qc_log("worker %s re-attached to job %lld attempt %u%s", w->name, (long long)named->id,
+                   named->attempt,
                    h->receiving ? " (re-sending its ASSIGN, which arrived only in part)" : "");
-            if (h->receiving && named->lease_deadline != NEVER) qc_srv_send_assign(s, w, named, false);
+            if (h->receiving && named->lease_deadline != NEVER)
+                qc_srv_send_assign(s, w, named, false);
             /* a cancel requested while the job had no worker (after a restart) */
             if (named->cancel_requested)
-                qc_srv_send_cancel(s, rid, rid_len, named->id, named->attempt, "cancelled on request");
+                qc_srv_send_cancel(s, rid, rid_len, named->id, named->attempt,
+                                   "cancelled on request");
         } else {
             /* not the current attempt: stop it (its result would be ignored anyway) */
             qc_srv_send_cancel(s, rid, rid_len, h->running_job_id, h->running_attempt,
-                        "attempt is no longer current");
+                               "attempt is no longer current");
         }
     }
     if (!s->o->quiet)
@@ -124,12 +127,12 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     job *other = qc_srv_find_job(s, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
     /* its end is here (its ACK waits for the commit): the worker heartbeats it meanwhile */
-    bool ended = other && other->attempt == hb->attempt &&
-                 (other->state == J_SUCCEEDED || other->state == J_FAILED ||
-                  other->state == J_CANCELLED);
+    bool ended =
+        other && other->attempt == hb->attempt &&
+        (other->state == J_SUCCEEDED || other->state == J_FAILED || other->state == J_CANCELLED);
     if (!pending_assign && !ended)
         qc_srv_send_cancel(s, w->rid, w->rid_len, hb->job_id, hb->attempt,
-                    "attempt is no longer current (lease lost)");
+                           "attempt is no longer current (lease lost)");
 }
 
 /* True when (job, attempt) is the job's running attempt on worker w. */
@@ -151,13 +154,12 @@ static void store_result(server *s, job *j, const chunk_metric *m, size_t n, boo
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
             if ((final_result && m[i].final) != (final == 1)) continue;
-            rows[k++] = (qc_metric){.name = m[i].name,
-                                    .value = m[i].value,
-                                    .step = final ? -1 : m[i].step};
+            rows[k++] =
+                (qc_metric){.name = m[i].name, .value = m[i].value, .step = final ? -1 : m[i].step};
         }
         if (k)
-            qc_srv_must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1, rows,
-                                           k, &s->batch_err));
+            qc_srv_must(s, qc_store_batch_results(s->batch, j->id, (int32_t)j->attempt, final == 1,
+                                                  rows, k, &s->batch_err));
     }
     free(rows);
 }
@@ -177,8 +179,8 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
         j->chunks = r->chunks;
     }
     if (r->chunks == j->chunks && r->chunk == j->chunk_next) {
-        j->chunk_rows = qc_srv_grow(j->chunk_rows, &j->cap_chunk_rows, j->n_chunk_rows + r->n_metrics,
-                             sizeof *j->chunk_rows);
+        j->chunk_rows = qc_srv_grow(j->chunk_rows, &j->cap_chunk_rows,
+                                    j->n_chunk_rows + r->n_metrics, sizeof *j->chunk_rows);
         for (size_t i = 0; i < r->n_metrics; i++) {
             const Qsweep__Metric *m = r->metrics[i];
             char *name = strdup(m->name);
@@ -212,8 +214,8 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     job *j = current(s, w, r->job_id, r->attempt);
     if (!j) {
         qc_log("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
-             "attempt",
-             r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
+               "attempt",
+               r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
         qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
         return;
     }
@@ -223,9 +225,9 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         if (!m->name[0] || strlen(m->name) > KEY_MAX || !utf8_valid(m->name) ||
             (!final && m->step < 0)) {
             qc_log("dropped: worker %s: RESULT of job %lld has a metric with an empty, long or "
-                 "non-UTF-8 name or a "
-                 "negative step",
-                 w->name, (long long)r->job_id);
+                   "non-UTF-8 name or a "
+                   "negative step",
+                   w->name, (long long)r->job_id);
             return; /* not ACKed: a well-behaved worker never sends this */
         }
     }
@@ -248,8 +250,9 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
 static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     job *j = current(s, w, f->job_id, f->attempt);
     if (!j) {
-        qc_log("ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
-             (long long)f->job_id, f->attempt, w->name);
+        qc_log(
+            "ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
+            (long long)f->job_id, f->attempt, w->name);
         qc_srv_send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
         return;
     }
@@ -287,7 +290,7 @@ static void on_bye(server *s, worker *w, const Qsweep__Bye *b) {
     qc_log("worker %s said BYE: %s", w->name, b->reason);
     if (w->job && w->job->lease_deadline != NEVER)
         qc_srv_end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
-                    "worker left (BYE) without reporting the attempt", false);
+                           "worker left (BYE) without reporting the attempt", false);
     qc_srv_forget_worker(s, w);
 }
 
@@ -309,7 +312,8 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t
     worker *w = qc_srv_find_worker(s, rid, rid_len);
     if (!w) {
         if (env->body_case != QSWEEP__ENVELOPE__BODY_BYE)
-            qc_srv_send_reregister(s, rid, rid_len, "unknown worker (coordinator restarted?): send HELLO");
+            qc_srv_send_reregister(s, rid, rid_len,
+                                   "unknown worker (coordinator restarted?): send HELLO");
         qs_proto_free(env);
         return;
     }
@@ -336,7 +340,7 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         break;
     default:
         qc_log("dropped: peer %s: %s is not a worker's message", peer,
-             qs_proto_kind_name(env->body_case));
+               qs_proto_kind_name(env->body_case));
     }
     qs_proto_free(env);
 }

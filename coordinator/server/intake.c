@@ -87,7 +87,7 @@ qs_status qc_srv_poll_cancels(server *s, qs_error *err) {
                waits for its commit, run_actions sends the CANCEL right after it. */
             if (j->worker && j->lease_deadline != NEVER)
                 qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
-                            "cancelled on request");
+                                   "cancelled on request");
         }
     }
     free(ids);

@@ -44,7 +44,8 @@ static void fail_dependents(server *s, job *dep);
 /* A pending job that can never run: failed (or cancelled) without an attempt. */
 void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
-    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
+    qc_srv_must(
+        s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
     if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     fail_dependents(s, j);
 }
@@ -104,14 +105,14 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
             qc_srv_push_pending(s, j);
         }
     }
-    qc_srv_must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome, error,
-                                         &s->batch_err));
-    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used, backoff / 1000.0,
-                                     error, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome,
+                                                error, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used,
+                                            backoff / 1000.0, error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)
         qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
-             qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
-             error ? error : "");
+               qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
+               error ? error : "");
     if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
 }
 

@@ -14,8 +14,8 @@ void qc_srv_renew_lease(server *s, job *j, int64_t now) {
     j->lease_deadline = now + s->lease_ms;
     if (now + s->lease_ms / 2 < j->db_lease_until) return;
     j->db_lease_until = now + s->lease_ms;
-    qc_srv_must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt, s->lease_ms / 1000.0,
-                                         &s->batch_err));
+    qc_srv_must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt,
+                                                s->lease_ms / 1000.0, &s->batch_err));
 }
 
 void qc_srv_check_leases(server *s, int64_t now) {
@@ -26,7 +26,8 @@ void qc_srv_check_leases(server *s, int64_t now) {
         if (j->worker) {
             snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms",
                      j->worker->name, s->lease_ms);
-            qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt, "lease expired");
+            qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
+                               "lease expired");
         } else {
             snprintf(why, sizeof why,
                      "worker %s did not re-attach within %d ms of a coordinator restart",

@@ -98,8 +98,7 @@ void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
         a.spec_json = j->spec;
         if (chunks) {
             size_t cut = len - off > room ? room : len - off;
-            while (off + cut < len && cut > 1 &&
-                   ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
+            while (off + cut < len && cut > 1 && ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)
                 cut--;
             memcpy(part, j->spec + off, cut);
             part[cut] = '\0';

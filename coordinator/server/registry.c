@@ -61,7 +61,7 @@ void qc_srv_forget_silent_workers(server *s, int64_t now) {
         worker *w = s->workers[i];
         if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
             qc_log("worker %s silent for %lld ms: forgotten", w->name,
-                 (long long)(now - w->last_seen));
+                   (long long)(now - w->last_seen));
             qc_srv_forget_worker(s, w);
         } else {
             i++;

@@ -1,4 +1,9 @@
-/* The coordinator's loop (server.h): in-memory queue, leases, scheduler, ROUTER socket. */
+/* The coordinator's loop and wiring (server.h): options, signals, the ROUTER socket, the
+ * poll loop that turns the parts over, and teardown. The parts, each in its file
+ * (server_internal.h): registry.c (workers), handlers.c (one function per message kind),
+ * jobs.c (job table and transitions), intake.c (new jobs and cancels from the store),
+ * dispatch.c (scheduling, ASSIGN), lease.c (renewal, expiry, stalls), outbox.c (messages to
+ * workers), commit.c (what is durable before what is sent; PostgreSQL outages). */
 #include "server.h"
 
 #include <errno.h>
@@ -6,13 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <jansson.h>
 #include <zmq.h>
 
 #include "envelope.h"
-#include "utf8.h"
 #include "clock.h"
 #include "log.h"
 #include "scheduler.h"
@@ -20,7 +22,6 @@
 #include "writer.h"
 #include "zap.h"
 #include "server_internal.h"
-
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t reload_requested; /* SIGHUP: re-read the CURVE allow-list */
@@ -42,7 +43,6 @@ static void on_stop_signal(int sig) {
     (void)sig;
     stop_requested = 1;
 }
-
 
 void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return p;
@@ -80,169 +80,6 @@ void qc_srv_peer_name(const char *rid, size_t len, char *out, size_t cap) {
     o += (size_t)snprintf(out, cap, "0x");
     for (size_t i = 0; i < len && o + 3 < cap; i++)
         o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
-}
-
-/* ---- lookups ---- */
-
-/* ---- sending ---- */
-
-void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
-                              job *assign) {
-    uint8_t *buf;
-    size_t len;
-    if (!qc_srv_encode(env, &buf, &len)) return;
-    s->actions = qc_srv_grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
-    action *a = &s->actions[s->n_actions++];
-    memcpy(a->rid, rid, rid_len);
-    a->rid_len = rid_len;
-    a->buf = buf;
-    a->len = len;
-    a->assign = assign;
-    a->attempt = assign ? assign->attempt : 0;
-}
-
-/* ---- job state ---- */
-
-
-/* ---- scheduling ---- */
-
-/* ---- leases ---- */
-
-/* ---- messages ---- */
-
-/* ---- loading ---- */
-
-/* ---- the loop ---- */
-
-/* Sends the actions of the flight list (whose batch is durable). */
-void qc_srv_run_actions(server *s) {
-    int64_t now = qs_clock_ms();
-    for (size_t i = 0; i < s->n_flight; i++) {
-        action *a = &s->flight[i];
-        bool sent = qc_srv_send_raw(s, a->rid, a->rid_len, a->buf, a->len);
-        job *j = a->assign;
-        if (j && j->state == J_RUNNING && j->attempt == a->attempt) {
-            if (sent) {
-                j->lease_deadline = now + s->lease_ms;
-                j->db_lease_until = now + s->lease_ms; /* written with the attempt row */
-                if (j->cancel_requested) /* requested while the ASSIGN waited (poll_cancels) */
-                    qc_srv_send_cancel(s, a->rid, a->rid_len, j->id, j->attempt, "cancelled on request");
-            } else {
-                j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
-                qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "ASSIGN undeliverable: the worker is gone",
-                            false);
-            }
-        }
-        free(a->buf);
-    }
-    s->n_flight = 0;
-}
-
-/* Moves the open batch's actions to the (empty) flight list. */
-void qc_srv_actions_to_flight(server *s) {
-    action *t = s->flight;
-    size_t cap = s->cap_flight;
-    s->flight = s->actions;
-    s->cap_flight = s->cap_actions;
-    s->n_flight = s->n_actions;
-    s->actions = t;
-    s->cap_actions = cap;
-    s->n_actions = 0;
-}
-
-/* PostgreSQL went away, or reported a condition of its own (condition: disk full, out of
- * memory, ... from qc_store_condition; NULL for a lost connection): pause dispatch, keep
- * every write and its ACKs in memory, and reconnect and retry, every 500 ms after a lost
- * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
- * a full disk would otherwise fail twice a second). */
-void qc_srv_db_lost(server *s, const char *why, const char *condition) {
-    size_t waiting = qc_store_batch_size(s->batch) +
-                     (s->flying && !qc_writer_busy(s->writer) ? qc_store_batch_size(s->flying) : 0);
-    if (condition) {
-        s->retry_ms = s->retry_ms ? 2 * s->retry_ms : 500;
-        if (s->retry_ms > 8000) s->retry_ms = 8000;
-        qc_log("PostgreSQL cannot go on: %s: %s; pausing dispatch, retrying in %d ms; %zu "
-               "transitions wait in memory",
-               condition, why, s->retry_ms, waiting);
-    } else {
-        s->retry_ms = 500;
-        qc_log("PostgreSQL unreachable (%s): pausing dispatch; %zu transitions wait in memory",
-               why, waiting);
-    }
-    s->db_down = true;
-    s->down_condition = condition;
-    s->next_reconnect = qs_clock_ms() + s->retry_ms;
-}
-
-/* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
- * failed last time (it goes first), else the open batch with its actions, and opens a new
- * one. An open batch with no writes but with actions (ACKs of ignored messages) needs no
- * commit: everything before it is durable once the writer is idle, so they go at once. */
-qs_status qc_srv_start_flush(server *s, qs_error *err) {
-    if (s->db_down || qc_writer_busy(s->writer)) return QS_OK;
-    if (!s->flying) {
-        if (qc_store_batch_size(s->batch) == 0) {
-            if (s->n_actions) {
-                qc_srv_actions_to_flight(s);
-                qc_srv_run_actions(s);
-            }
-            return QS_OK;
-        }
-        s->flying = s->batch;
-        s->batch = s->spare;
-        s->spare = NULL;
-        qc_srv_actions_to_flight(s);
-    }
-    s->flush_since = qs_clock_ms();
-    s->next_stall_log = s->flush_since + STALL_LOG_MS;
-    s->flying_items = qc_store_batch_size(s->flying);
-    return qc_writer_submit(s->writer, s->flying, err);
-}
-
-/* Says so, every STALL_LOG_MS, while a batch waits for its commit: a lock held by another
- * session or a stopped server otherwise stalls the sweep without a word (heartbeats are still
- * answered). */
-void qc_srv_log_stall(server *s, int64_t now) {
-    if (!qc_writer_busy(s->writer) || now < s->next_stall_log) return;
-    qc_log("PostgreSQL has not committed a batch of %zu transitions for %lld s (a lock held by "
-         "another session? a stopped server?); dispatch waits",
-         s->flying_items, (long long)((now - s->flush_since) / 1000));
-    s->next_stall_log = now + STALL_LOG_MS;
-}
-
-/* Collects the writer's outcome (waiting for it when wait is true): on success sends what
- * waited for the batch; on a lost connection keeps the batch and its actions for a retry
- * and pauses dispatch; any other failure is returned. */
-qs_status qc_srv_finish_flush(server *s, bool wait, qs_error *err) {
-    qc_store_batch *b;
-    qs_status st;
-    qs_error e;
-    size_t items;
-    double seconds;
-    if (!qc_writer_collect(s->writer, wait, &b, &st, &e, &items, &seconds)) return QS_OK;
-    if (st != QS_OK) {
-        if (!qc_writer_connection_lost(s->writer)) {
-            *err = e;
-            return qs_error_wrap(err, "writing a batch of %zu transitions", items);
-        }
-        qc_srv_db_lost(s, e.msg, qc_writer_condition(s->writer));
-        return QS_OK;
-    }
-    s->retry_ms = 0;
-    s->n_flushes++;
-    s->n_flushed_items += items;
-    s->flush_s += seconds;
-    s->spare = b; /* emptied by the flush */
-    s->flying = NULL;
-    s->polled_since_commit = false;
-    qc_srv_run_actions(s);
-    return QS_OK;
-}
-
-/* Whether nothing waits to be written or sent. */
-bool qc_srv_all_durable(server *s) {
-    return qc_store_batch_size(s->batch) == 0 && s->n_actions == 0 && !s->flying &&
-           s->n_flight == 0;
 }
 
 static qs_status open_socket(server *s, qs_error *err) {
@@ -304,12 +141,12 @@ static void drain(server *s, int64_t now) {
         }
         if (ok && frames == 2) {
             qc_srv_on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
-                       zmq_msg_size(&body), now);
+                              zmq_msg_size(&body), now);
         } else {
             char peer[600];
             qc_srv_peer_name(zmq_msg_data(&id), zmq_msg_size(&id), peer, sizeof peer);
             qc_log("dropped: peer %s: message of %d frames (expected one body frame)", peer,
-                 frames - 1);
+                   frames - 1);
         }
         zmq_msg_close(&body);
         zmq_msg_close(&id);
@@ -398,15 +235,16 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         size_t running = 0;
         for (size_t i = 0; i < s.n_jobs; i++)
             running += s.jobs[i]->state == J_RUNNING;
-        qc_log("listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
-             "for their "
-             "workers to re-attach); lease %d ms",
-             opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
+        qc_log(
+            "listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
+            "for their "
+            "workers to re-attach); lease %d ms",
+            opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
         if (opts->curve_secret_key && !opts->curve_allowed_keys)
             qc_log("warning: CURVE without an allow-list of worker keys: any client that knows "
-                 "this coordinator's public key can connect and take jobs (give the workers' "
-                 "public keys in options.curve_allowed_keys / qsweep coordinator "
-                 "--authorized-keys)");
+                   "this coordinator's public key can connect and take jobs (give the workers' "
+                   "public keys in options.curve_allowed_keys / qsweep coordinator "
+                   "--authorized-keys)");
     }
     int64_t next_poll = qs_clock_ms() + s.poll_ms, next_cancel_poll = qs_clock_ms() + 1000,
             next_lease_check = 0, last_turn = qs_clock_ms();
@@ -430,30 +268,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             qc_srv_log_stall(&s, now);
             next_lease_check = now + 50;
         }
-        if (s.db_down && now >= s.next_reconnect && !qc_writer_busy(s.writer)) {
-            /* All connections; the writer's takes the advisory lock again (QS_ESTATE when
-               another coordinator has it now) before anything is written. */
-            qs_error e;
-            qs_status rs = qc_store_reconnect(s.store, &e);
-            if (rs == QS_OK) rs = qc_writer_reconnect(s.writer, &e);
-            if (rs == QS_ESTATE) {
-                *err = e;
-                st = rs;
-                break;
-            }
-            if (rs == QS_OK) {
-                size_t queued = qc_store_batch_size(s.batch) +
-                                (s.flying ? qc_store_batch_size(s.flying) : 0);
-                qc_log("PostgreSQL is back%s%s%s: resuming with %zu queued transitions",
-                       s.down_condition ? " (connections re-opened after " : "",
-                       s.down_condition ? s.down_condition : "", s.down_condition ? ")" : "",
-                       queued);
-                s.db_down = false;
-                s.dirty = true;
-            } else {
-                s.next_reconnect = now + (s.retry_ms ? s.retry_ms : 500);
-            }
-        }
+        if ((st = qc_srv_reconnect(&s, now, err)) != QS_OK) break;
         if (!s.db_down && now >= next_poll) {
             qs_error e;
             if (qc_srv_load_new_jobs(&s, &e) != QS_OK) {
@@ -492,29 +307,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
             break;
         }
     }
-    if (st == QS_OK && !s.db_down) {
-        /* The last batches, in order: the flying one, one that failed and waits for a retry,
-           then the open one. Each one's ACKs and ASSIGNs go out after its commit, as in the
-           loop: an attempt committed without its ASSIGN would wait out the next start's
-           grace period and count as lost. (Sent before the socket closes; its linger lets
-           them leave.) */
-        qs_error e = {0};
-        qs_status fs = qc_srv_finish_flush(&s, true, &e);
-        qc_store *ws = qc_writer_store(s.writer);
-        if (fs == QS_OK && s.flying && !s.db_down &&
-            (fs = qc_store_flush(ws, s.flying, NULL, &e)) == QS_OK) {
-            qc_store_batch_free(s.spare);
-            s.spare = s.flying;
-            s.flying = NULL;
-            qc_srv_run_actions(&s);
-        }
-        if (fs == QS_OK && !s.db_down && (qc_store_batch_size(s.batch) > 0 || s.n_actions > 0) &&
-            (fs = qc_store_flush(ws, s.batch, NULL, &e)) == QS_OK) {
-            qc_srv_actions_to_flight(&s);
-            qc_srv_run_actions(&s);
-        }
-        if (fs != QS_OK || s.db_down) qc_log("final commit: %s", fs ? e.msg : "PostgreSQL is down");
-    }
+    if (st == QS_OK && !s.db_down) qc_srv_final_commit(&s);
     if (!opts->no_signal_handlers) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
@@ -522,9 +315,9 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     }
     if (s.n_flushes)
         qc_log("%llu transactions wrote %llu items (%.1f per transaction, %.2f ms each)",
-             (unsigned long long)s.n_flushes, (unsigned long long)s.n_flushed_items,
-             (double)s.n_flushed_items / (double)s.n_flushes,
-             1000.0 * s.flush_s / (double)s.n_flushes);
+               (unsigned long long)s.n_flushes, (unsigned long long)s.n_flushed_items,
+               (double)s.n_flushed_items / (double)s.n_flushes,
+               1000.0 * s.flush_s / (double)s.n_flushes);
     free_server(&s);
     return st;
 }

@@ -49,7 +49,7 @@ typedef struct job {
     int max_attempts, attempts_used;
     uint32_t attempt; /* current (running) or last attempt number */
     jstate state;     /* changed only through set_state (keeps q.pending in step) */
-    int64_t *deps;      /* ids of jobs this one waits for (unresolved at load) */
+    int64_t *deps;    /* ids of jobs this one waits for (unresolved at load) */
     int n_deps;
     worker *worker;         /* the worker running it, NULL when orphaned after a restart */
     char *worker_name;      /* the attempt's worker (attempts.worker) */
@@ -90,8 +90,8 @@ typedef struct action {
 typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_store *store;   /* reads, polls and the advisory lock */
-    qc_writer *writer; /* the second connection: commits batches in its own thread */
+    qc_store *store;        /* reads, polls and the advisory lock */
+    qc_writer *writer;      /* the second connection: commits batches in its own thread */
     qc_store_batch *batch;  /* the open batch, filled by the loop */
     qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
     qc_store_batch *spare;  /* an empty batch to open next */
@@ -101,12 +101,12 @@ typedef struct server {
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
-    int retry_ms; /* the current reconnect delay (db_lost); 0 after a commit */
+    int retry_ms;               /* the current reconnect delay (db_lost); 0 after a commit */
     const char *down_condition; /* the server condition behind the pause, NULL: lost */
     void *zctx, *sock;
     qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
     qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
-    job **jobs; /* sorted by id */
+    job **jobs;           /* sorted by id */
     size_t n_jobs, cap_jobs;
     size_t active; /* jobs not terminal */
     int64_t last_job_id;
@@ -127,6 +127,8 @@ typedef struct server {
     double flush_s;
 } server;
 
+/* ---- server.c: shared helpers of the loop ---- */
+
 /* Grows the array p of *cap elements of elem bytes to hold need (doubling from 64); aborts
  * without memory (the queue cannot be kept consistent without it). */
 void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem);
@@ -138,8 +140,7 @@ void qc_srv_must(server *s, qs_status st);
 /* A printable peer name for logs: the routing id when printable, else its hex. */
 void qc_srv_peer_name(const char *rid, size_t len, char *out, size_t cap);
 
-/* The job with this id, or NULL (binary search of s->jobs). */
-job *qc_srv_find_job(server *s, int64_t id);
+/* ---- registry.c: the workers ---- */
 
 /* The worker with this routing id, or NULL (binary search of s->workers). */
 worker *qc_srv_find_worker(server *s, const char *rid, size_t len);
@@ -155,30 +156,22 @@ worker *qc_srv_worker_add(server *s, const char *rid, size_t rid_len);
 /* Forgets every idle worker silent for more than worker_timeout_ms. */
 void qc_srv_forget_silent_workers(server *s, int64_t now);
 
-/* Encodes env into a malloc'd *buf of *len bytes; false (logged) on failure. */
-bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len);
+/* A worker that reported its attempt's end (other than preempted: it may be stopping) is
+ * idle: it may get its next ASSIGN right behind the ACK, in the same commit, without a READY
+ * round trip (proto/qsweep.proto, Result). */
+void qc_srv_worker_idle(server *s, worker *w);
 
-/* Sends [rid][body]; false when the peer is gone (ROUTER_MANDATORY) or its queue is full. */
-bool qc_srv_send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len);
+/* ---- handlers.c: messages from workers ---- */
 
-/* Encodes and sends env to rid at once (not waiting for any commit). */
-void qc_srv_send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env);
+/* Decodes one message body from peer rid and applies it (one handler per message kind);
+ * undecodable or unexpected messages are logged and dropped. */
+void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
+                       int64_t now);
 
-/* Queues env for rid until the open batch is durable; assign: the job whose ASSIGN this is
- * (its lease starts when it goes out), else NULL. */
-void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
-                              job *assign);
+/* ---- jobs.c: the job table and its transitions ---- */
 
-/* Queues an ACK of (job_id, attempt, seq, final) until the open batch is durable. */
-void qc_srv_send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
-                     uint64_t seq, bool final);
-
-/* Sends CANCEL of (job_id, attempt) with reason at once. */
-void qc_srv_send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
-                        uint32_t attempt, const char *reason);
-
-/* Sends REREGISTER with reason at once (an unknown peer must send HELLO). */
-void qc_srv_send_reregister(server *s, const char *rid, size_t rid_len, const char *reason);
+/* The job with this id, or NULL (binary search of s->jobs). */
+job *qc_srv_find_job(server *s, int64_t id);
 
 /* Sets j->state, keeping j->q.pending in step (the only way a state changes). */
 void qc_srv_set_state(job *j, jstate st);
@@ -200,20 +193,26 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
 /* Frees job j and everything it owns (NULL: nothing). */
 void qc_srv_job_free(job *j);
 
-/* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
- * stored one has less than half a lease left: one write per job every lease/2 at most, so
- * observers see live leases without a write per heartbeat. */
-void qc_srv_renew_lease(server *s, job *j, int64_t now);
+/* ---- intake.c: reading the store while running ---- */
 
-/* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
- * first; the lease starts when the first part goes out), or at once (a re-send to a worker
- * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
- * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
-void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit);
+/* Loads jobs submitted since the last load (all of them at start). */
+qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
+
+/* Applies the store's unhandled cancel requests (server.h). */
+qs_status qc_srv_poll_cancels(server *s, qs_error *err);
+
+/* ---- dispatch.c: scheduling ---- */
 
 /* Assigns pending jobs to ready idle workers (scheduler.h) when something changed or a
  * backoff ended; nothing while PostgreSQL is down. */
 void qc_srv_dispatch(server *s, int64_t now);
+
+/* ---- lease.c: leases ---- */
+
+/* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
+ * stored one has less than half a lease left: one write per job every lease/2 at most, so
+ * observers see live leases without a write per heartbeat. */
+void qc_srv_renew_lease(server *s, job *j, int64_t now);
 
 /* Ends every running attempt whose lease is past (lost, counts), and forgets idle workers
  * silent for worker_timeout_ms. */
@@ -225,21 +224,40 @@ void qc_srv_check_leases(server *s, int64_t now);
  * worker) gets a full lease from now to report before any lease is checked (server.h). */
 void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now);
 
-/* A worker that reported its attempt's end (other than preempted: it may be stopping) is
- * idle: it may get its next ASSIGN right behind the ACK, in the same commit, without a READY
- * round trip (proto/qsweep.proto, Result). */
-void qc_srv_worker_idle(server *s, worker *w);
+/* ---- outbox.c: messages to workers ---- */
 
-/* Decodes one message body from peer rid and applies it (one handler per message kind);
- * undecodable or unexpected messages are logged and dropped. */
-void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
-                       int64_t now);
+/* Encodes env into a malloc'd *buf of *len bytes; false (logged) on failure. */
+bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len);
 
-/* Loads jobs submitted since the last load (all of them at start). */
-qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
+/* Sends [rid][body]; false when the peer is gone (ROUTER_MANDATORY) or its queue is full. */
+bool qc_srv_send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len);
 
-/* Applies the store's unhandled cancel requests (server.h). */
-qs_status qc_srv_poll_cancels(server *s, qs_error *err);
+/* Encodes and sends env to rid at once (not waiting for any commit). */
+void qc_srv_send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env);
+
+/* Queues an ACK of (job_id, attempt, seq, final) until the open batch is durable. */
+void qc_srv_send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
+                     uint64_t seq, bool final);
+
+/* Sends CANCEL of (job_id, attempt) with reason at once. */
+void qc_srv_send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
+                        uint32_t attempt, const char *reason);
+
+/* Sends REREGISTER with reason at once (an unknown peer must send HELLO). */
+void qc_srv_send_reregister(server *s, const char *rid, size_t rid_len, const char *reason);
+
+/* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
+ * first; the lease starts when the first part goes out), or at once (a re-send to a worker
+ * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
+ * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
+void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit);
+
+/* ---- commit.c: the commit pipeline ---- */
+
+/* Queues env for rid until the open batch is durable; assign: the job whose ASSIGN this is
+ * (its lease starts when it goes out), else NULL. */
+void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
+                              job *assign);
 
 /* Sends the actions of the flight list (whose batch is durable). */
 void qc_srv_run_actions(server *s);
@@ -253,6 +271,19 @@ void qc_srv_actions_to_flight(server *s);
  * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
  * a full disk would otherwise fail twice a second). */
 void qc_srv_db_lost(server *s, const char *why, const char *condition);
+
+/* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
+ * every connection; the writer's takes the advisory lock again before anything is written.
+ * Back: dispatch resumes and the queued batches are committed. Still down: the next retry is
+ * scheduled. Errors: QS_ESTATE (another coordinator holds the lock now). */
+qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err);
+
+/* The last batches at exit, in order: the flying one, one that failed and waits for a retry,
+ * then the open one. Each one's ACKs and ASSIGNs go out after its commit, as in the loop: an
+ * attempt committed without its ASSIGN would wait out the next start's grace period and
+ * count as lost. (Sent before the socket closes; its linger lets them leave.) A failure is
+ * logged. */
+void qc_srv_final_commit(server *s);
 
 /* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
  * failed last time (it goes first), else the open batch with its actions, and opens a new
