@@ -209,14 +209,14 @@ static double worst_error(qw_model *m, const seqs *s, int n) {
     return worst;
 }
 
-/* The NVFP4 W4A4 policy on every block linear and lm_head (weights and inputs). */
-static void apply_w4a4(qw_model *m, int with_embed) {
+/* The NVFP4 policy on every block linear and lm_head: weights, and inputs when act (W4A4). */
+static void apply_nvfp4(qw_model *m, int with_embed, int act) {
     qs_error err = {0};
     qw_policy p;
     assert_int_equal(qw_policy_init(&p, qw_model_config(m)->n_layers, &err), QS_OK);
     qw_quant_spec sp = {0};
     sp.weight = qk_format_by_name("nvfp4");
-    sp.act = qk_format_by_name("nvfp4");
+    sp.act = act ? qk_format_by_name("nvfp4") : NULL;
     assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &sp, &err), QS_OK);
     p.lm_head = sp;
     if (with_embed) p.embed.weight = sp.weight;
@@ -226,17 +226,18 @@ static void apply_w4a4(qw_model *m, int with_embed) {
 
 /* Sharded over 2 and 4 ranks against unsharded: unquantized, then NVFP4 W4A4 with the packed
  * slices compared; prints OK / NOT OK per case. */
-static void check_model(qw_model *m, const char *name, const seqs *s, int with_embed) {
+static void check_model_over(qw_model *m, const char *name, const seqs *s, int with_embed,
+                             int act, const int *ns, int n_ns) {
     qs_error err = {0};
-    const int ns[] = {2, 4};
     int bad = 0;
     for (int mode = 0; mode < 2; mode++) {
-        if (mode == 1) apply_w4a4(m, with_embed);
-        for (int j = 0; j < 2; j++) {
+        if (mode == 1) apply_nvfp4(m, with_embed, act);
+        for (int j = 0; j < n_ns; j++) {
             double e = worst_error(m, s, ns[j]);
             int ok = e <= TOLERANCE;
             printf("%s %s %s tensor_parallel %d: relative error %.3g (tolerance %.0e)\n",
-                   ok ? "OK" : "NOT OK", name, mode ? "nvfp4 W4A4" : "unquantized", ns[j], e,
+                   ok ? "OK" : "NOT OK", name,
+                   mode ? (act ? "nvfp4 W4A4" : "nvfp4 W4A16") : "unquantized", ns[j], e,
                    TOLERANCE);
             bad += !ok;
             if (mode == 1) {
@@ -257,13 +258,18 @@ static void check_model(qw_model *m, const char *name, const seqs *s, int with_e
     assert_int_equal(qw_model_forward(m, s->tok[0], T, &lg, &err), QS_OK);
     float *a = malloc(cnt * sizeof *a);
     memcpy(a, lg, cnt * sizeof *a);
-    assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_OK);
+    assert_int_equal(qw_model_set_tensor_parallel(m, ns[0], &err), QS_OK);
     assert_int_equal(qw_model_forward(m, s->tok[0], T, &lg, &err), QS_OK);
     assert_int_equal(qw_model_set_tensor_parallel(m, 1, &err), QS_OK);
     assert_int_equal(qw_model_forward(m, s->tok[0], T, &lg, &err), QS_OK);
     assert_memory_equal(a, lg, cnt * sizeof *a);
     free(a);
     assert_int_equal(bad, 0);
+}
+
+static void check_model(qw_model *m, const char *name, const seqs *s, int with_embed) {
+    const int ns[] = {2, 4};
+    check_model_over(m, name, s, with_embed, 1, ns, 2);
 }
 
 static void check_checkpoint(const char *dir_name, int with_embed) {
@@ -386,7 +392,40 @@ static void formats_that_cannot_be_sharded_are_refused_by_name(void **state) {
     qw_model_destroy(m);
 }
 
-int main(void) {
+/* SmolLM2-135M's GGUF (Q4_1 blocks; q/k rows permuted per head in the file: their slices are
+ * FP32 copies, the other column-parallel slices views of the Q4_1 rows), 9 heads over 3 kv
+ * heads: 3 ranks of 3 heads and one kv head each. Unquantized and NVFP4 weights (W4A16):
+ * activations are not re-rounded to FP4, so the row-parallel sums' rounding differences stay
+ * at float level. Under W4A4 on all 30 blocks they do not: FP4 rounding of the activations is
+ * a step function, and a difference in the last bit of an input near a rounding boundary
+ * flips its code, which later blocks amplify (measured: 0.3 relative on the logits, with the
+ * packed weights bit-equal); the tiny models above hold W4A4 to 1e-5. */
+static void smollm2_sharded_over_3_equals_unsharded(void **state) {
+    (void)state;
+    char path[1024];
+    if (!smollm2_gguf_path(path, sizeof path)) {
+        printf("SKIP: %s not fetched (tools/fetch_smollm2.sh)\n", path);
+        skip();
+    }
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL;
+    if (qw_checkpoint_open(path, &ck, &err) != QS_OK) fail_msg("%s", err.msg);
+    qw_model *m = NULL;
+    if (qw_model_create(ck, 48, 0, &m, &err) != QS_OK) fail_msg("%s", err.msg);
+    uint32_t V = (uint32_t)qw_model_config(m)->vocab_size, t[48], x = 99;
+    for (int i = 0; i < 48; i++) t[i] = (x = x * 1103515245u + 12345u) % V;
+    seqs s = {1, {t}, {48}};
+    const int ns[] = {3};
+    check_model_over(m, "SmolLM2-135M", &s, 0, 0, ns, 1);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
+        const struct CMUnitTest big[] = {cmocka_unit_test(smollm2_sharded_over_3_equals_unsharded)};
+        return cmocka_run_group_tests_name("shard_smollm2", big, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plan_splits_heads_hidden_units_and_vocabulary),
         cmocka_unit_test(plan_refuses_what_cannot_be_split),

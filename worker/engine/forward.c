@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The ops of rank i. */
+/* The ops table of rank r. */
 #define OPS(r) ((r)->be.ops)
 
 int qw_forward_first_quantized_block(const qw_rank *r) {

@@ -363,7 +363,7 @@ qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
                             "tensor_parallel %d: switch the SQNR probe off first", n);
     qw_tp *tp = NULL;
     if (n > 1) {
-        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, &tp, err);
+        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, &tp, err);
         if (st != QS_OK) return st;
     }
     qw_tp_destroy(m->tp);

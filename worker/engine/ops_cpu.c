@@ -375,6 +375,9 @@ qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *
 
 void qw_backend_release(qw_backend *b) {
     if (!b) return;
-    free(b->wscratch);
+    if (b->ops && b->ops->release)
+        b->ops->release(b);
+    else
+        free(b->wscratch);
     memset(b, 0, sizeof *b);
 }

@@ -164,7 +164,8 @@ static qs_status make_slice(qw_tp *tp, const qw_weights *wt, int r, int i, qs_er
     return QS_OK;
 }
 
-static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads, qs_error *err) {
+static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads,
+                           qw_rank_backend_fn init, void *ctx, qs_error *err) {
     qw_rank *rk = &tp->rank[r];
     const qw_shard *s = &tp->sh[r];
     rk->cfg = tp->cfg;
@@ -191,7 +192,8 @@ static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads, 
     const qw_config *c = &rk->cfg;
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if (c->n_heads * c->head_dim > max_in) max_in = c->n_heads * c->head_dim;
-    qs_status st = qw_backend_cpu_init(&rk->be, threads, max_in, err);
+    qs_status st = init ? init(&rk->be, r, threads, max_in, ctx, err)
+                        : qw_backend_cpu_init(&rk->be, threads, max_in, err);
     if (st == QS_OK) st = qw_runstate_init(&rk->rs, &rk->be, c, tp->max_ctx, threads, err);
     if (st != QS_OK) return qs_error_wrap(err, "tensor parallel: rank %d", r);
     rk->amax = rk->be.ops->alloc(&rk->be, sizeof(float));
@@ -200,8 +202,8 @@ static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads, 
     return QS_OK;
 }
 
-qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n, qw_tp **out,
-                       qs_error *err) {
+qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
+                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err) {
     *out = NULL;
     if (max_ctx < 1 || threads < 1)
         return qs_error_set(err, QS_EINVAL, "tensor parallel: max_ctx %d, threads %d", max_ctx,
@@ -227,7 +229,7 @@ qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n, qw
     }
     for (int r = 0; r < n && st == QS_OK; r++) {
         tp->rp[r] = &tp->rank[r];
-        st = rank_init(tp, wt, r, threads, err);
+        st = rank_init(tp, wt, r, threads, init, ctx, err);
     }
     if (st != QS_OK) {
         qw_tp_destroy(tp);

@@ -66,11 +66,18 @@ void qw_shard_range(const qw_shard *s, const qw_config *c, int kind, int *axis, 
 /* N ranks of a model over its masters (borrowed, must outlive the group). */
 typedef struct qw_tp qw_tp;
 
-/* Builds the n ranks of the model over weights wt for sequences of up to max_ctx tokens,
- * each rank a CPU backend of `threads` threads with the run state of its shard shape.
- * Errors: those of qw_shard_plan, QS_ENOMEM. */
-qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n, qw_tp **out,
-                       qs_error *err);
+/* Sets up rank `rank`'s backend b (a zeroed struct) for linears of up to max_in inputs: how a
+ * GPU build puts rank r on device r (its table's allreduce then being NCCL's, over a
+ * communicator the callback's ctx holds: worker/comm/comm_nccl.h). */
+typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, int max_in,
+                                        void *ctx, qs_error *err);
+
+/* Builds the n ranks of the model over weights wt for sequences of up to max_ctx tokens, each
+ * with the run state of its shard shape on the backend init(ctx) sets up; init NULL: a CPU
+ * backend of `threads` threads per rank (qw_backend_cpu_init), all in this process.
+ * Errors: those of qw_shard_plan and init, QS_ENOMEM. */
+qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
+                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err);
 
 /* Frees the ranks, their slices and packed forms. NULL is a no-op. */
 void qw_tp_destroy(qw_tp *tp);
