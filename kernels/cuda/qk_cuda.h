@@ -10,6 +10,9 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
+#include "cublaslt_layout.h"
 #include "quant.h"
 
 #ifdef __cplusplus
@@ -30,6 +33,27 @@ qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_options *opt, 
 /* The same on a host buffer x: copies it to the device, fake-quantizes, copies it back. */
 qs_status qk_cuda_fake_quant_host(const qk_format *fmt, const qk_quant_options *opt, float *x,
                                   size_t rows, size_t k, qs_error *err);
+
+/* Quantizes the device buffer d_x [rows x k] (row-major FP32, unchanged) into the cuBLASLt
+ * layout l (qk_lt_layout_init with the same format and shape): E2M1 codes into d_codes
+ * [l->codes_bytes] (two per byte, K-major, zero padding to k_pad) and block scales into d_scales
+ * [l->scale_bytes] (128x4 tiled, padded slots 0), the same bytes as qk_quantize followed by
+ * qk_lt_pack on the CPU. Formats: nvfp4, nvfp4_2d (16x16 blocks, scale repeated on each row),
+ * mxfp4; rounding RNE, RZ or SR (the Philox stream of philox.h, by row-major index). The FP32
+ * tensor decode scale (NVFP4 S_dec, else 1) and the tensor amax (0 for MXFP4) go to
+ * *tensor_scale and *tensor_amax (host; either may be NULL): the call synchronises `stream` to
+ * read them back. Errors: QS_EINVAL (shape, layout mismatch, options), QS_EUNSUPPORTED
+ * (another format, reference_only, tiny_amax = exact), QS_EIO (CUDA error text). */
+qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_options *opt, const float *d_x,
+                              size_t rows, size_t k, const qk_lt_layout *l, uint8_t *d_codes,
+                              uint8_t *d_scales, float *tensor_scale, float *tensor_amax,
+                              void *stream, qs_error *err);
+
+/* The 16-point random Hadamard transform of hadamard.h (qk_rht16: same signs, same butterfly
+ * order, same bits) in place on the device buffer d_x [rows x k], k % 16 == 0; inverse = 1 for
+ * the inverse. Runs on stream and waits for it. Errors: QS_EINVAL (k % 16, empty), QS_EIO. */
+qs_status qk_cuda_rht16(float *d_x, size_t rows, size_t k, uint64_t seed, int inverse,
+                        void *stream, qs_error *err);
 
 #ifdef __cplusplus
 }
