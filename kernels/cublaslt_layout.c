@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "format.h"
-#include "numerics.h"
 #include "swizzle.h"
 
 static size_t roundup(size_t v, size_t m) {
@@ -114,13 +113,7 @@ float qk_lt_element(const qk_lt_layout *l, const uint8_t *codes, const uint8_t *
                     size_t c) {
     uint8_t byte = codes[r * l->ld_bytes + c / 2];
     uint32_t code = (c & 1) ? (uint32_t)(byte >> 4) : byte & 0xFu;
-    uint8_t s = scales[qk_swizzle_128x4_offset(r, c / l->vec, l->scale_cols)];
-    float sb;
-    if (l->mode == QK_LT_SCALE_VEC16_UE4M3)
-        sb = qk_e4m3_value_nonneg(s & 0x7Fu); /* UE4M3: the sign bit is unused */
-    else
-        sb = s == 0xFF ? qk_float_of(0x7FC00000u) : qk_pow2f((int)s - 127);
-    return qk_e2m1_value(code) * sb; /* exact: <= 6 significant bits */
+    return qk_lt_value(l->mode, code, scales[qk_lt_scale_offset(r, c / l->vec, l->scale_cols)]);
 }
 
 uint16_t qk_lt_element_bf16(const qk_lt_layout *l, const uint8_t *codes, const uint8_t *scales,

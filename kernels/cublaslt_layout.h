@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "numerics.h"
 #include "quant.h"
 
 #ifdef __cplusplus
@@ -54,6 +55,33 @@ typedef struct qk_lt_layout {
     size_t scale_cols;  /* C = ceil(k / vec), logical scale columns */
     size_t scale_bytes; /* qk_swizzle_128x4_size(rows, C) = roundup(rows,128) * k_pad / vec */
 } qk_lt_layout;
+
+#ifdef __CUDACC__
+#define QK_LT_HD static inline __host__ __device__
+#else
+#define QK_LT_HD static inline
+#endif
+
+/* Byte offset of scale S[r][c] in the 128x4 tiled buffer of a scale matrix with scale_cols
+ * columns (fp4-spec.md 4.3; the same formula as qk_swizzle_128x4_offset, inline here so the
+ * device packer and dequantizer compute it too):
+ *   ((r/128)*(Cp/4) + c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4, Cp = roundup(C, 4). */
+QK_LT_HD size_t qk_lt_scale_offset(size_t r, size_t c, size_t scale_cols) {
+    size_t cp4 = (scale_cols + 3) / 4;
+    return ((r / 128) * cp4 + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4);
+}
+
+/* Value of E2M1 code `code` (low 4 bits) under block-scale byte `scale` of mode `mode`:
+ * e2m1 * UE4M3 (sign bit ignored) or e2m1 * 2^(scale - 127) (NaN for 0xFF). Exact (at most 6
+ * significant bits). Shared by qk_lt_element (host) and the device dequantizer. */
+QK_LT_HD float qk_lt_value(qk_lt_scale_mode mode, uint32_t code, uint8_t scale) {
+    float sb;
+    if (mode == QK_LT_SCALE_VEC16_UE4M3)
+        sb = qk_e4m3_value_nonneg(scale & 0x7Fu);
+    else
+        sb = scale == 0xFF ? qk_float_of(0x7FC00000u) : qk_pow2f((int)scale - 127);
+    return qk_e2m1_value(code & 0xFu) * sb;
+}
 
 /* Fills l for an operand of format fmt ("nvfp4", "nvfp4_2d" -> VEC16_UE4M3; "mxfp4" ->
  * VEC32_UE8M0) and shape [rows x k]. Errors: QS_EINVAL (NULL, rows or k 0, sizes overflow),

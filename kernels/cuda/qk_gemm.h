@@ -74,7 +74,8 @@ typedef struct qk_gemm_operand {
     const uint8_t *scales;    /* FP4: swizzled block scales (layout.scale_bytes); else NULL */
     qk_lt_layout layout;      /* FP4: from qk_lt_layout_init; else unused */
     float tensor_scale;       /* FP32 per-tensor decode scale on the host (NVFP4 S_dec, FP8
-                                 amax/448; 1 for BF16 and MXFP4): folded into alpha */
+                                 1/S_enc; 1 for MXFP4), > 0, folded into alpha; ignored for
+                                 BF16 operands and when d_tensor_scale is given */
     int tensor_scale_exp2;    /* qk_packed.tensor_scale_exp2 (<= 0), folded into alpha */
     const float *d_tensor_scale; /* FP8 only, optional: the decode scale in DEVICE memory, passed
                                     as A/B_SCALE_POINTER (then tensor_scale must be 1), for scales
@@ -114,10 +115,12 @@ void qk_gemm_force_emulation(qk_gemm *g, int on);
  * k = in). FP4 and FP8 tensor scales are folded into alpha (qk_lt_fold_alpha) unless FP8's
  * d_tensor_scale is given. Runs on `stream` (NULL: default stream) without synchronising
  * it, except for the first call of a shape (the heuristic query) and scratch growth. *path_out
- * (may be NULL) receives the path taken. Errors: QS_EINVAL (NULL, zero or mismatched shapes,
- * ld < k, misaligned pointer or ld), QS_EUNSUPPORTED (pairing, or cuBLASLt NOT_SUPPORTED /
- * no algorithm for this shape: the message names path, m, n, k), QS_EIO (CUDA/cuBLAS error
- * text), QS_ENOMEM. */
+ * (may be NULL) receives the path taken: a native FP4 GEMM that cuBLASLt refuses for the shape
+ * (NOT_SUPPORTED, no algorithm) falls back to the emulated path and says so there.
+ * Errors: QS_EINVAL (NULL, zero or mismatched shapes, ld < k, misaligned pointer or ld, a
+ * quantized operand's tensor_scale not > 0), QS_EUNSUPPORTED (pairing, or cuBLASLt
+ * NOT_SUPPORTED / no algorithm for this shape: the message names path, m, n, k), QS_EIO
+ * (CUDA/cuBLAS error text), QS_ENOMEM. */
 qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_operand *w, size_t T,
                          size_t out, size_t in, float alpha, float beta, void *y,
                          qk_gemm_out y_type, size_t ldy, void *stream, qk_gemm_path *path_out,
