@@ -53,8 +53,8 @@ qs_status qk_lt_layout_init(const qk_format *fmt, size_t rows, size_t k, qk_lt_l
 static int layout_of(const qk_packed *p, const qk_lt_layout *l) {
     qk_lt_layout want;
     if (qk_lt_layout_init(p->fmt, p->rows, p->k, &want, NULL) != QS_OK) return 0;
-    return want.mode == l->mode && want.vec == l->vec && want.rows == l->rows &&
-           want.k == l->k && want.k_pad == l->k_pad && want.ld_bytes == l->ld_bytes &&
+    return want.mode == l->mode && want.vec == l->vec && want.rows == l->rows && want.k == l->k &&
+           want.k_pad == l->k_pad && want.ld_bytes == l->ld_bytes &&
            want.codes_bytes == l->codes_bytes && want.scale_cols == l->scale_cols &&
            want.scale_bytes == l->scale_bytes && p->block == l->vec &&
            p->blocks_per_row == l->scale_cols && p->scales;
@@ -92,8 +92,8 @@ qs_status qk_lt_fold_alpha(float alpha, float s_a, int exp2_a, float s_b, int ex
                             (double)s_a, (double)s_b);
     if (exp2_a > 0 || exp2_a < -252 || exp2_b > 0 || exp2_b < -252)
         return qs_error_set(err, QS_EINVAL,
-                            "kernels: fold alpha: tensor_scale_exp2 %d, %d outside -252..0",
-                            exp2_a, exp2_b);
+                            "kernels: fold alpha: tensor_scale_exp2 %d, %d outside -252..0", exp2_a,
+                            exp2_b);
     /* s_a * s_b is exact in double (48 significant bits, exponents within double's range);
      * the alpha product and the power of two then round once, to double, and once to FP32.
      * Double rounding cannot bite for alpha = 1 (the double is exact). */

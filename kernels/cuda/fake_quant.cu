@@ -14,44 +14,11 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
+#include "tensor_amax.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ unsigned abs_bits_no_nan(float v) {
-    unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
-    return b >= 0x7F800000u ? 0u : b; // NaN and +-Inf ignored, as on the CPU
-}
-
-__global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, int vec4, unsigned *out) {
-    unsigned m = 0;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t tail = 0;
-    if (vec4) { // 16-byte loads over the bulk, x being 16-byte aligned
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        for (size_t q = start; q < n / 4; q += stride) {
-            float4 v = x4[q];
-            m = max(max(m, abs_bits_no_nan(v.x)), abs_bits_no_nan(v.y));
-            m = max(max(m, abs_bits_no_nan(v.z)), abs_bits_no_nan(v.w));
-        }
-        tail = n / 4 * 4;
-    }
-    for (size_t i = tail + start; i < n; i += stride)
-        m = max(m, abs_bits_no_nan(x[i]));
-    // warp, then block, then one atomic per block (thousands of same-address atomics would
-    // serialise)
-    __shared__ unsigned warp_max[kThreads / 32];
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0u;
-        m = __reduce_max_sync(0xFFFFFFFFu, m);
-        if (threadIdx.x == 0) atomicMax(out, m);
-    }
-}
 
 struct fq_params {
     size_t rows, k, nblk;
@@ -221,14 +188,7 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
     e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && nv) {
-        size_t n = rows * k;
-        size_t want = (n + kThreads * 8 - 1) / (kThreads * 8);
-        unsigned grid = (unsigned)(want < 2048 ? (want ? want : 1) : 2048);
-        tensor_amax_kernel<<<grid, kThreads, 0, stream>>>(d_x, n, (((uintptr_t)d_x & 15) == 0),
-                                                          amax);
-        e = cudaGetLastError();
-    }
+    if (e == cudaSuccess && nv) e = launch_tensor_amax(d_x, rows * k, amax, stream);
     if (e == cudaSuccess) {
         size_t per_row = p.nblk * (size_t)(B / 4);
         dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),

@@ -20,12 +20,12 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLAS recommends >= 32 MiB on Hopper/Blackwell
 
 struct plan_key {
-    int path;             // qk_gemm_path
-    int a_type, b_type;   // cudaDataType_t of A (W) and B (x)
-    int d_type;           // cudaDataType_t of C and D
-    int scale_mode;       // 0, or the FP4 block-scale mode of both operands
-    int fp8_scale_ptrs;   // FP8: A/B_SCALE_POINTER set (device scales)
-    int beta_nonzero;     // cuBLASLt may pick another algorithm when C is read
+    int path;           // qk_gemm_path
+    int a_type, b_type; // cudaDataType_t of A (W) and B (x)
+    int d_type;         // cudaDataType_t of C and D
+    int scale_mode;     // 0, or the FP4 block-scale mode of both operands
+    int fp8_scale_ptrs; // FP8: A/B_SCALE_POINTER set (device scales)
+    int beta_nonzero;   // cuBLASLt may pick another algorithm when C is read
     uint64_t m, n, k;
     int64_t lda, ldb, ldd;
 };
@@ -45,8 +45,7 @@ qs_status lt_fail(qs_error *err, cublasStatus_t s, const char *what, const plan_
     return qs_error_set(err, s == CUBLAS_STATUS_NOT_SUPPORTED ? QS_EUNSUPPORTED : QS_EIO,
                         "kernels/cuda: gemm: %s: %s (%s) for path %d, m=%llu n=%llu k=%llu", what,
                         cublasLtGetStatusName(s), cublasLtGetStatusString(s), k.path,
-                        (unsigned long long)k.m, (unsigned long long)k.n,
-                        (unsigned long long)k.k);
+                        (unsigned long long)k.m, (unsigned long long)k.n, (unsigned long long)k.k);
 }
 
 bool aligned16(const void *p) {
@@ -110,7 +109,8 @@ extern "C" void qk_gemm_destroy(qk_gemm *g) {
     if (!g) return;
     (void)cudaSetDevice(g->device);
     (void)cudaDeviceSynchronize();
-    for (size_t i = 0; i < g->nplans; i++) plan_free(&g->plans[i]);
+    for (size_t i = 0; i < g->nplans; i++)
+        plan_free(&g->plans[i]);
     free(g->plans);
     cudaFree(g->scratch);
     cudaFree(g->workspace);
@@ -136,11 +136,16 @@ extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
 
 extern "C" const char *qk_gemm_path_name(qk_gemm_path path) {
     switch (path) {
-    case QK_GEMM_PATH_BF16: return "bf16";
-    case QK_GEMM_PATH_FP8: return "fp8";
-    case QK_GEMM_PATH_NATIVE_FP4: return "native_fp4";
-    case QK_GEMM_PATH_EMULATED_BF16: return "emulated_bf16";
-    default: return nullptr;
+    case QK_GEMM_PATH_BF16:
+        return "bf16";
+    case QK_GEMM_PATH_FP8:
+        return "fp8";
+    case QK_GEMM_PATH_NATIVE_FP4:
+        return "native_fp4";
+    case QK_GEMM_PATH_EMULATED_BF16:
+        return "emulated_bf16";
+    default:
+        return nullptr;
     }
 }
 
@@ -158,7 +163,7 @@ extern "C" qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_
         *path = QK_GEMM_PATH_FP8;
     } else if (is_fp4(x_type) && x_type == w_type) {
         *path = qk_gemm_native_fp4(g) && !g->force_emulation ? QK_GEMM_PATH_NATIVE_FP4
-                                                              : QK_GEMM_PATH_EMULATED_BF16;
+                                                             : QK_GEMM_PATH_EMULATED_BF16;
     } else if ((is_fp4(x_type) && w_type == QK_GEMM_BF16) ||
                (x_type == QK_GEMM_BF16 && is_fp4(w_type))) {
         *path = QK_GEMM_PATH_EMULATED_BF16;
@@ -180,24 +185,25 @@ static bool key_equal(const plan_key &a, const plan_key &b) {
 static qs_status set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                           const void *v, size_t size, const plan_key &k, qs_error *err) {
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(d, attr, v, size);
-    return s == CUBLAS_STATUS_SUCCESS ? QS_OK : lt_fail(err, s, "cublasLtMatmulDescSetAttribute", k);
+    return s == CUBLAS_STATUS_SUCCESS ? QS_OK
+                                      : lt_fail(err, s, "cublasLtMatmulDescSetAttribute", k);
 }
 
 // Scale pointers of this call (attributes of the cached descriptor, set every call).
 static qs_status set_scale_pointers(plan *p, const void *a_scale, const void *b_scale,
                                     qs_error *err) {
     if (!p->key.scale_mode && !p->key.fp8_scale_ptrs) return QS_OK;
-    qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-                            sizeof a_scale, p->key, err);
+    qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale,
+                            p->key, err);
     if (st) return st;
-    return set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale,
-                    p->key, err);
+    return set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale, p->key,
+                    err);
 }
 
 // Builds descriptor and layouts for key and asks the heuristic for one algorithm. The scale
 // pointers are set first: a block-scale mode without them is INVALID_VALUE (fp4-spec.md 4.1).
-static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale,
-                            const void *b_scale, plan *p, qs_error *err) {
+static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, const void *b_scale,
+                            plan *p, qs_error *err) {
     memset(p, 0, sizeof *p);
     p->key = k;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -236,8 +242,8 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale,
     memset(&result, 0, sizeof result);
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->a, p->b, p->d, p->d, pref, 1,
-                                           &result, &found);
+        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result,
+                                           &found);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (s == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS))
         s = found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state;
@@ -438,9 +444,9 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
             continue;
         }
         if (st) return st;
-        cublasStatus_t s = cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y,
-                                          p->d, y, p->d, &p->algo, g->workspace, kWorkspaceBytes,
-                                          stream);
+        cublasStatus_t s =
+            cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y, p->d,
+                           &p->algo, g->workspace, kWorkspaceBytes, stream);
         if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, s, "cublasLtMatmul", k);
         if (path_out) *path_out = path;
         return QS_OK;

@@ -62,8 +62,8 @@ extern "C" qs_status qk_gemm_dequant_bf16(const qk_gemm_operand *op, uint16_t *y
     const size_t bytes_per_row = (l.k + 1) / 2;
     dim3 grid((unsigned)((bytes_per_row + kThreads - 1) / kThreads),
               (unsigned)(l.rows < 65535 ? l.rows : 65535));
-    dequant_bf16_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(
-        (const uint8_t *)op->data, op->scales, l, y, ldy);
+    dequant_bf16_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>((const uint8_t *)op->data,
+                                                                     op->scales, l, y, ldy);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return qs_error_set(err, QS_EIO, "kernels/cuda: gemm dequant kernel: %s",

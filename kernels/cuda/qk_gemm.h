@@ -67,16 +67,16 @@ typedef enum qk_gemm_path {
 /* One operand (x or W) in device memory, K-major [rows x k]. */
 typedef struct qk_gemm_operand {
     qk_gemm_type type;
-    const void *data; /* BF16 / FP8: element (r, c) at data + r * ld + c (in elements);
-                         FP4: codes in `layout` (qk_cuda_quantize_lt writes them) */
-    size_t ld;        /* BF16 / FP8: elements between rows, >= k (multiple of 8 for BF16 and 16
-                         for FP8: cuBLASLt's 16-byte alignment); FP4: ignored (layout.k_pad) */
-    const uint8_t *scales;    /* FP4: swizzled block scales (layout.scale_bytes); else NULL */
-    qk_lt_layout layout;      /* FP4: from qk_lt_layout_init; else unused */
-    float tensor_scale;       /* FP32 per-tensor decode scale on the host (NVFP4 S_dec, FP8
-                                 1/S_enc; 1 for MXFP4), > 0, folded into alpha; ignored for
-                                 BF16 operands and when d_tensor_scale is given */
-    int tensor_scale_exp2;    /* qk_packed.tensor_scale_exp2 (<= 0), folded into alpha */
+    const void *data;      /* BF16 / FP8: element (r, c) at data + r * ld + c (in elements);
+                              FP4: codes in `layout` (qk_cuda_quantize_lt writes them) */
+    size_t ld;             /* BF16 / FP8: elements between rows, >= k (multiple of 8 for BF16 and 16
+                              for FP8: cuBLASLt's 16-byte alignment); FP4: ignored (layout.k_pad) */
+    const uint8_t *scales; /* FP4: swizzled block scales (layout.scale_bytes); else NULL */
+    qk_lt_layout layout;   /* FP4: from qk_lt_layout_init; else unused */
+    float tensor_scale;    /* FP32 per-tensor decode scale on the host (NVFP4 S_dec, FP8
+                              1/S_enc; 1 for MXFP4), > 0, folded into alpha; ignored for
+                              BF16 operands and when d_tensor_scale is given */
+    int tensor_scale_exp2; /* qk_packed.tensor_scale_exp2 (<= 0), folded into alpha */
     const float *d_tensor_scale; /* FP8 only, optional: the decode scale in DEVICE memory, passed
                                     as A/B_SCALE_POINTER (then tensor_scale must be 1), for scales
                                     that stay on the device (no host sync) */

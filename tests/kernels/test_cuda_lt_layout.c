@@ -61,9 +61,9 @@ static void lt_operand_make(lt_operand *o, const char *fmt_name, const float *x,
     assert_non_null(o->scales);
     memset(o->codes, 0xAB, o->l.codes_bytes); /* garbage: the padding must be written as 0 */
     memset(o->scales, 0xAB, o->l.scale_bytes);
-    assert_int_equal(qk_lt_pack(&o->p, &o->l, o->codes, o->l.codes_bytes, o->scales,
-                                o->l.scale_bytes, &err),
-                     QS_OK);
+    assert_int_equal(
+        qk_lt_pack(&o->p, &o->l, o->codes, o->l.codes_bytes, o->scales, o->l.scale_bytes, &err),
+        QS_OK);
 }
 
 static void lt_operand_free(lt_operand *o) {
@@ -118,9 +118,10 @@ static void layout_refuses_formats_without_a_block_scaled_fp4_gemm(void **state)
 /* fp4-spec.md 3.5: amax_t = 10, block A then block B in one row of k = 32. */
 static void spec_worked_example_packs_byte_for_byte(void **state) {
     (void)state;
-    const float x[32] = {10,   -3.3f, 0.7f, 0.24f, 1.26f,  2.6f, -5.1f, 0, 7.5f, -9.9f, 4.4f,
-                         0.01f, 6,    -1.75f, 3.5f, 0.3f,  0.05f, -0.05f, 0.02f, 0.0125f, 0.03f,
-                         -0.001f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0375f};
+    const float x[32] = {10,    -3.3f,  0.7f,  0.24f,   1.26f, 2.6f,    -5.1f, 0,
+                         7.5f,  -9.9f,  4.4f,  0.01f,   6,     -1.75f,  3.5f,  0.3f,
+                         0.05f, -0.05f, 0.02f, 0.0125f, 0.03f, -0.001f, 0,     0,
+                         0,     0,      0,     0,       0,     0,       0,     0.0375f};
     lt_operand o;
     lt_operand_make(&o, "nvfp4", x, 1, 32);
     /* codes A: 7 C 1 0 2 3 D 0 6 F 5 0 6 A 4 0; B: 7 F 4 3 6 8 0 0 0 0 0 0 0 0 0 6; the even
@@ -129,12 +130,14 @@ static void spec_worked_example_packs_byte_for_byte(void **state) {
                                     0xF7, 0x34, 0x86, 0x00, 0x00, 0x00, 0x00, 0x60};
     assert_int_equal(o.l.ld_bytes, 32);
     assert_memory_equal(o.codes, want_codes, 16);
-    for (size_t i = 16; i < 32; i++) assert_int_equal(o.codes[i], 0); /* k 32..63: padding */
+    for (size_t i = 16; i < 32; i++)
+        assert_int_equal(o.codes[i], 0); /* k 32..63: padding */
     /* scales: sb_A = 0x7E (448), sb_B = 0x41 (2.25) at S[0][0], S[0][1]; 510 zero bytes */
     assert_int_equal(o.l.scale_bytes, 512);
     assert_int_equal(o.scales[0], 0x7E);
     assert_int_equal(o.scales[1], 0x41);
-    for (size_t i = 2; i < 512; i++) assert_int_equal(o.scales[i], 0);
+    for (size_t i = 2; i < 512; i++)
+        assert_int_equal(o.scales[i], 0);
     /* S_dec = 1/S_enc = 0.00372023834 (spec), alpha of this tensor with itself = S_dec^2 */
     assert_true(fabs(o.p.tensor_scale - 0.00372023834) < 1e-11);
     float alpha;
@@ -143,7 +146,7 @@ static void spec_worked_example_packs_byte_for_byte(void **state) {
                      QS_OK);
     assert_true(alpha == o.p.tensor_scale * o.p.tensor_scale);
     /* dequantized values of the spec: element * S_dec */
-    const float want_a[16] = {10,    -3.333f, 0.8333f, 0, 1.667f, 2.5f, -5, 0,
+    const float want_a[16] = {10,     -3.333f, 0.8333f, 0, 1.667f, 2.5f,    -5,     0,
                               6.667f, -10,     5,       0, 6.667f, -1.667f, 3.333f, 0};
     for (size_t c = 0; c < 16; c++)
         assert_true(fabsf(qk_lt_element(&o.l, o.codes, o.scales, 0, c) * o.p.tensor_scale -
@@ -160,7 +163,7 @@ static void spec_worked_example_packs_byte_for_byte(void **state) {
 static void packed_buffers_equal_the_cpu_reference_for_ragged_shapes(void **state) {
     (void)state;
     static const char *const fmts[] = {"nvfp4", "nvfp4_2d", "mxfp4"};
-    static const size_t shapes[][2] = {{1, 16},  {33, 48},   {128, 64}, {130, 100},
+    static const size_t shapes[][2] = {{1, 16},    {33, 48},  {128, 64}, {130, 100},
                                        {257, 200}, {5, 1000}, {17, 33}};
     for (size_t f = 0; f < 3; f++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -174,8 +177,8 @@ static void packed_buffers_equal_the_cpu_reference_for_ragged_shapes(void **stat
             uint8_t *by_spec = calloc(1, o.l.scale_bytes);
             assert_non_null(sw);
             assert_non_null(by_spec);
-            assert_int_equal(
-                qk_swizzle_128x4(o.p.scales, rows, C, sw, o.l.scale_bytes, &err), QS_OK);
+            assert_int_equal(qk_swizzle_128x4(o.p.scales, rows, C, sw, o.l.scale_bytes, &err),
+                             QS_OK);
             assert_memory_equal(o.scales, sw, o.l.scale_bytes);
             for (size_t r = 0; r < rows; r++)
                 for (size_t c = 0; c < C; c++)
@@ -183,9 +186,11 @@ static void packed_buffers_equal_the_cpu_reference_for_ragged_shapes(void **stat
             assert_memory_equal(o.scales, by_spec, o.l.scale_bytes);
             /* padding: exactly scale_bytes - rows*C bytes are not a scale, all 0 */
             size_t nonzero = 0;
-            for (size_t i = 0; i < o.l.scale_bytes; i++) nonzero += o.scales[i] != 0;
+            for (size_t i = 0; i < o.l.scale_bytes; i++)
+                nonzero += o.scales[i] != 0;
             size_t nonzero_src = 0;
-            for (size_t i = 0; i < rows * C; i++) nonzero_src += o.p.scales[i] != 0;
+            for (size_t i = 0; i < rows * C; i++)
+                nonzero_src += o.p.scales[i] != 0;
             assert_int_equal(nonzero, nonzero_src);
             float *y = malloc(rows * k * sizeof *y);
             assert_non_null(y);
@@ -319,9 +324,9 @@ static void linear_ref_equals_gemm_of_cpu_dequantized_tensors(void **state) {
         lt_operand_make(&ow, fmts[f], w, out, in);
         float alpha;
         qs_error err = {0};
-        assert_int_equal(qk_lt_fold_alpha(1.0f, ox.p.tensor_scale, 0, ow.p.tensor_scale, 0,
-                                          &alpha, &err),
-                         QS_OK);
+        assert_int_equal(
+            qk_lt_fold_alpha(1.0f, ox.p.tensor_scale, 0, ow.p.tensor_scale, 0, &alpha, &err),
+            QS_OK);
         float *y = malloc(T * (out + 3) * sizeof *y), *dx = malloc(T * in * sizeof *dx),
               *dw = malloc(out * in * sizeof *dw);
         assert_non_null(y);
@@ -360,15 +365,16 @@ static void linear_ref_equals_gemm_of_cpu_dequantized_tensors(void **state) {
 static void pack_refuses_mismatched_layouts_and_short_buffers(void **state) {
     (void)state;
     float x[64 * 3];
-    for (size_t i = 0; i < 64 * 3; i++) x[i] = (float)i - 90.0f;
+    for (size_t i = 0; i < 64 * 3; i++)
+        x[i] = (float)i - 90.0f;
     lt_operand o;
     lt_operand_make(&o, "nvfp4", x, 3, 64);
     qk_lt_layout other;
     qs_error err = {0};
     assert_int_equal(qk_lt_layout_init(qk_format_by_name("mxfp4"), 3, 64, &other, &err), QS_OK);
-    assert_int_equal(qk_lt_pack(&o.p, &other, o.codes, o.l.codes_bytes, o.scales, o.l.scale_bytes,
-                                &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        qk_lt_pack(&o.p, &other, o.codes, o.l.codes_bytes, o.scales, o.l.scale_bytes, &err),
+        QS_EINVAL);
     assert_non_null(strstr(err.msg, "does not match"));
     assert_int_equal(
         qk_lt_pack(&o.p, &o.l, o.codes, o.l.codes_bytes - 1, o.scales, o.l.scale_bytes, &err),
