@@ -29,9 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* quant.h first: it includes error.h with C linkage (error.h has no extern "C" of its own) */
+#include "quant.h"
+
 #include "error.h"
 #include "numerics.h"
-#include "quant.h"
 
 #ifdef __cplusplus
 extern "C" {
