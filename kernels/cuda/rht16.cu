@@ -6,8 +6,9 @@
 
 #include <stdint.h>
 
+#include "qk_cuda.h" // first: its quant.h gives error.h C linkage (hadamard.h would not)
+
 #include "hadamard.h"
-#include "qk_cuda.h"
 
 namespace {
 
