@@ -30,6 +30,8 @@ struct fq_params {
     qk_rounding rounding; // RNE or SR
     uint64_t seed;
     uint32_t tensor_id, step;
+    int amax_given;   // the NVFP4 tensor amax comes from options.tensor_amax (one pass)
+    float amax_value; // that amax
 };
 
 // Grid: x covers one row's padded thread count (nblk * L), y strides over rows, so no
@@ -41,7 +43,9 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
     const size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     const size_t c = (g / L) * B + (g % L) * 4; // L is a power of two: shifts
     float s_enc_nv = 1.0f, s_dec_nv = 1.0f;
-    if (!p.mx) qk_nvfp4_global_scales_core(__uint_as_float(*amax_bits), &s_enc_nv, &s_dec_nv);
+    if (!p.mx)
+        qk_nvfp4_global_scales_core(p.amax_given ? p.amax_value : __uint_as_float(*amax_bits),
+                                    &s_enc_nv, &s_dec_nv);
     for (size_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
         const bool active = g < gpr;
         float *row = x + r * p.k;
@@ -177,7 +181,7 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
                             fmt->name);
     // the warp-per-block kernel below covers NVFP4 1x16 and MXFP4 under RNE and SR; the
     // generic kernel every other case (fake_quant_generic.cu)
-    if (!(nv || mx) || opt->rounding == QK_ROUND_RZ || opt->tensor_amax_given)
+    if (!(nv || mx) || opt->rounding == QK_ROUND_RZ)
         return qk_cuda_fake_quant_generic(fmt, opt, d_x, rows, k, (cudaStream_t)stream_, err);
     cudaStream_t stream = (cudaStream_t)stream_;
     const int B = nv ? 16 : 32;
@@ -193,11 +197,14 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     p.seed = opt->seed;
     p.tensor_id = opt->tensor_id;
     p.step = opt->step;
+    p.amax_given = opt->tensor_amax_given;
+    p.amax_value = opt->tensor_amax;
     unsigned *amax = nullptr;
     cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
     e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && nv) e = launch_tensor_amax(d_x, rows * k, amax, stream);
+    if (e == cudaSuccess && nv && !p.amax_given)
+        e = launch_tensor_amax(d_x, rows * k, amax, stream);
     if (e == cudaSuccess) {
         size_t per_row = p.nblk * (size_t)(B / 4);
         dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),

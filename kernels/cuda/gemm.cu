@@ -32,6 +32,7 @@ struct plan_key {
 
 struct plan {
     plan_key key;
+    int refused; // cuBLASLt refused this key (NOT_SUPPORTED / no algorithm): not asked again
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -259,6 +260,12 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
                           plan **out, qs_error *err) {
     for (size_t i = 0; i < g->nplans; i++)
         if (key_equal(g->plans[i].key, k)) {
+            if (g->plans[i].refused)
+                return qs_error_set(err, QS_EUNSUPPORTED,
+                                    "kernels/cuda: gemm: cuBLASLt refused path %d, m=%llu n=%llu "
+                                    "k=%llu before",
+                                    k.path, (unsigned long long)k.m, (unsigned long long)k.n,
+                                    (unsigned long long)k.k);
             qs_status st = set_scale_pointers(&g->plans[i], a_scale, b_scale, err);
             if (st) return st;
             *out = &g->plans[i];
@@ -272,6 +279,12 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
         g->cap = cap;
     }
     qs_status st = plan_build(g, k, a_scale, b_scale, &g->plans[g->nplans], err);
+    if (st == QS_EUNSUPPORTED) { // remembered, so a refused shape costs one heuristic query
+        memset(&g->plans[g->nplans], 0, sizeof g->plans[g->nplans]);
+        g->plans[g->nplans].key = k;
+        g->plans[g->nplans].refused = 1;
+        g->nplans++;
+    }
     if (st) return st;
     *out = &g->plans[g->nplans++];
     return QS_OK;

@@ -133,7 +133,8 @@ qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_ope
 qs_status qk_gemm_dequant_bf16(const qk_gemm_operand *op, uint16_t *y, size_t ldy, void *stream,
                                qs_error *err);
 
-/* Number of cached plans (tests: a repeated shape adds none). */
+/* Number of cached plans, keys cuBLASLt refused included (tests: a repeated shape adds
+ * none). */
 size_t qk_gemm_plan_count(const qk_gemm *g);
 
 #ifdef __cplusplus

@@ -28,6 +28,7 @@ struct lt_params {
     size_t k_pad, ld_bytes, scale_cols;
     int mx;    // 1: MXFP4, 0: NVFP4
     int brows; // rows per block: 1 or 16
+    int vec4;  // k % 4 == 0 and x 16-byte aligned: float4 loads
     qk_mx_scale_rule rule;
     qk_nvfp4_clamp clamp;
     qk_rounding rounding;
@@ -37,7 +38,16 @@ struct lt_params {
     float amax_value; // the given tensor amax
 };
 
-__device__ __forceinline__ void load4(const float *row, size_t c, size_t k, float v[4]) {
+// Columns c .. c+3 of a row (0 beyond k); one 16-byte load when the rows are 16-byte aligned.
+__device__ __forceinline__ void load4(const float *row, size_t c, size_t k, int vec4, float v[4]) {
+    if (vec4 && c + 3 < k) {
+        float4 q = *reinterpret_cast<const float4 *>(row + c);
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 4; j++)
         v[j] = c + j < k ? row[c + j] : 0.0f;
@@ -67,7 +77,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         if (active && c < p.k) {
             for (size_t r = r0; r < r0 + h; r++) {
                 float v[4];
-                load4(x + r * p.k, c, p.k, v);
+                load4(x + r * p.k, c, p.k, p.vec4, v);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     unsigned b = __float_as_uint(v[j]) & 0x7FFFFFFFu;
@@ -104,7 +114,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
             uint32_t packed = 0;
             if (!pad_block) {
                 float v[4];
-                load4(x + r * p.k, c, p.k, v);
+                load4(x + r * p.k, c, p.k, p.vec4, v);
                 uint32_t rb[4] = {0, 0, 0, 0};
                 const size_t idx = r * p.k + c;
                 if (p.rounding == QK_ROUND_SR) {
@@ -199,6 +209,7 @@ extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_op
     p.scale_cols = l->scale_cols;
     p.mx = mx ? 1 : 0;
     p.brows = fmt->block_rows;
+    p.vec4 = (k % 4 == 0) && (((uintptr_t)d_x & 15) == 0);
     p.rule = opt->mx_rule;
     p.clamp = opt->nvfp4_clamp;
     p.rounding = opt->rounding;
