@@ -1,7 +1,8 @@
 // Packed FP4 quantizer writing cuBLASLt's layout directly (qk_cuda.h qk_cuda_quantize_lt):
 // NVFP4 (1x16 and 16x16 blocks) and MXFP4, RNE / RZ / SR, with the CPU reference's operations
-// (quantize.c scale_for and quant_group_ref, through numerics.h), so the bytes equal
-// qk_quantize + qk_lt_pack.
+// (quantize.c scale_for and quant_group_ref) through codec_core.h's qk_scale_for_hd and
+// qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same algorithm is run
+// on the host in tests/kernels/test_cuda_codec_core.c against those two).
 //
 // Work layout (as fake_quant.cu): one thread per 4 consecutive columns of a row; the L = B/4
 // threads of one scale block are adjacent lanes, so the block amax is an L-lane shuffle
@@ -13,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "codec_core.h"
 #include "cublaslt_layout.h"
 #include "format.h"
 #include "numerics.h"
@@ -24,6 +26,8 @@ namespace {
 constexpr int kThreads = 256;
 
 struct lt_params {
+    qk_format fmt; // copies (fmt.elem cleared): device code reads no host table
+    qk_codec elem;
     size_t rows, k;
     size_t k_pad, ld_bytes, scale_cols;
     int mx;    // 1: MXFP4, 0: NVFP4
@@ -93,22 +97,16 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         }
         if (!active) continue;
         const bool pad_block = blk * B >= p.k; // wholly beyond k: scale 0, codes 0
-        // block scale (quantize.c scale_for)
+        // block scale (quantize.c scale_for, through codec_core.h as the generic kernel)
         uint8_t code_s = 0;
         float enc = 1.0f;
         if (!pad_block) {
-            const float amax = __uint_as_float(m);
-            if (p.mx) {
-                const float nan = qk_float_of(0x7FC00000u);
-                code_s = qk_mx_scale_code_core(any >= 0x7F800000u ? nan : amax, p.rule, 2, 1, 6.0f);
-                enc = code_s == 0xFF ? nan : qk_pow2f(127 - (int)code_s);
-            } else {
-                float sv = amax * (s_enc * (1.0f / 6.0f));
-                if (p.clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) sv = 0x1p-6f;
-                if (p.clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) sv = 1.0f;
-                code_s = (uint8_t)qk_e4m3_rne_nonneg(sv);
-                enc = fminf(1.0f / (qk_e4m3_value_nonneg(code_s) * s_dec), FLT_MAX);
-            }
+            const float amax =
+                (p.mx && any >= 0x7F800000u) ? qk_float_of(0x7FC00000u) : __uint_as_float(m);
+            const qk_block_scale_hd bs =
+                qk_scale_for_hd(&p.fmt, &p.elem, p.rule, p.clamp, s_enc, s_dec, amax);
+            code_s = (uint8_t)bs.code;
+            enc = bs.enc;
         }
         for (size_t r = r0; r < r0 + h; r++) {
             uint32_t packed = 0;
@@ -134,8 +132,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
                 for (int j = 0; j < 4; j++) {
                     uint32_t code = 0; // padding columns: +0
                     if (c + j < p.k)
-                        code = qk_minifloat_encode_core(4, 2, 1, 1, 0x7u, 0x7u, v[j] * enc,
-                                                        p.rounding, rb[j]);
+                        code = qk_codec_encode_hd(&p.elem, v[j] * enc, p.rounding, rb[j]);
                     packed |= code << (4 * j); // even column in the low nibble
                 }
             }
@@ -202,6 +199,10 @@ extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_op
                             "aligned");
     cudaStream_t stream = (cudaStream_t)stream_;
     lt_params p;
+    memset(&p, 0, sizeof p);
+    p.fmt = *fmt;
+    p.fmt.elem = nullptr;
+    p.elem = *fmt->elem;
     p.rows = rows;
     p.k = k;
     p.k_pad = l->k_pad;
