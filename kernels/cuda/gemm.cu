@@ -15,6 +15,12 @@
 
 #include "qk_gemm.h"
 
+// qk_lt_scale_mode carries cuBLASLt's own values (cublaslt_layout.h, fp4-spec.md 4.1)
+static_assert((int)QK_LT_SCALE_VEC16_UE4M3 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3,
+              "VEC16_UE4M3");
+static_assert((int)QK_LT_SCALE_VEC32_UE8M0 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0,
+              "VEC32_UE8M0");
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLAS recommends >= 32 MiB on Hopper/Blackwell
