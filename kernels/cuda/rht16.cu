@@ -36,15 +36,17 @@ __global__ void rht16_kernel(float *__restrict__ x, size_t tiles, signs16 sg, in
 #pragma unroll
             for (int j = 0; j < 16; j++)
                 v[j] *= sg.s[j];
+                // the butterfly stages of hadamard.c's fwht16 (h = 1, 2, 4, 8); the pairs of one
+                // stage are independent, so this order gives its bits; constant bounds keep v in
+                // registers
 #pragma unroll
-        for (int h = 1; h < 16; h <<= 1)
+        for (int st = 0; st < 4; st++)
 #pragma unroll
-            for (int i = 0; i < 16; i += 2 * h)
-#pragma unroll
-                for (int j = i; j < i + h; j++) {
-                    float a = v[j], b = v[j + h];
+            for (int j = 0; j < 16; j++)
+                if ((j & (1 << st)) == 0) {
+                    float a = v[j], b = v[j + (1 << st)];
                     v[j] = a + b;
-                    v[j + h] = a - b;
+                    v[j + (1 << st)] = a - b;
                 }
 #pragma unroll
         for (int j = 0; j < 16; j++)

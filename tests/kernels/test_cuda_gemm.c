@@ -6,8 +6,10 @@
  * - qk_gemm_dequant_bf16: bit for bit qk_lt_element_bf16;
  * - qk_gemm_linear: FP4 (native on cc 10.x, emulated elsewhere, both on Blackwell) against
  *   qk_lt_linear_ref, BF16 and FP8 against a double GEMM of the same values, W4A16, BF16
- *   output, beta; relative tolerance 1e-5 of sum |x_i w_i| (FP32 accumulation in an
- *   unspecified order, fp4-spec.md 4.2); plan reuse; errors for bad pairings and shapes.
+ *   output, beta; tolerance relative to sum |x_i w_i|: 1e-4 for BF16 and FP4 (FP32 accumulation
+ *   in an unspecified order, fp4-spec.md 4.2, and tensor cores' truncating inner adds, Fasi et
+ *   al. 2021), 2e-3 for FP8 (Hopper's FP8 MMA keeps fewer accumulator bits); a wrong layout or
+ *   scale gives errors of order 1; plan reuse; errors for bad pairings and shapes.
  * Prints OK / NOT OK per case; exits 77 (ctest: skipped) without a GPU. Plain C, no cmocka. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -21,6 +23,9 @@
 #include "qk_cuda.h"
 #include "qk_gemm.h"
 #include "quant.h"
+
+#define TOL_GEMM 1e-4
+#define TOL_FP8 2e-3
 
 static int failures;
 
@@ -267,7 +272,7 @@ static void test_fp4_gemm(qk_gemm *g, const char *fmt, qk_gemm_type type, size_t
                                                                   : QK_GEMM_PATH_EMULATED_BF16;
     printf("# %s: path %s, worst relative error %.3g\n", what, qk_gemm_path_name(path), wr);
     /* a native shape cuBLASLt refuses falls back to emulated_bf16, also correct */
-    report(ok && wr <= 1e-5 && (path == want || path == QK_GEMM_PATH_EMULATED_BF16) &&
+    report(ok && wr <= TOL_GEMM && (path == want || path == QK_GEMM_PATH_EMULATED_BF16) &&
                qk_gemm_plan_count(g) == plans,
            what);
     cudaFree(dy);
@@ -335,7 +340,7 @@ static void test_bf16_gemm(qk_gemm *g, size_t T, size_t out, size_t in, int w4a1
     host_copy(hy, dy, T * ldy * 4);
     double wr = ok ? worst_rel(hy, ldy, ref, mag, T, out) : INFINITY;
     printf("# %s: path %s, worst relative error %.3g\n", what, qk_gemm_path_name(path), wr);
-    report(ok && wr <= 1e-5 && path == (w4a16 ? QK_GEMM_PATH_EMULATED_BF16 : QK_GEMM_PATH_BF16),
+    report(ok && wr <= TOL_GEMM && path == (w4a16 ? QK_GEMM_PATH_EMULATED_BF16 : QK_GEMM_PATH_BF16),
            what);
     if (!w4a16) { /* BF16 output, then beta = 1 doubles it */
         size_t ldb = (out + 7) / 8 * 8;
@@ -436,7 +441,7 @@ static void test_fp8_gemm(qk_gemm *g, size_t T, size_t out, size_t in) {
         snprintf(what, sizeof what, "gemm fp8 T=%zu out=%zu in=%zu, %s scales", T, out, in,
                  device_scales ? "device" : "alpha");
         printf("# %s: worst relative error %.3g\n", what, wr);
-        report(ok && wr <= 1e-5 && path == QK_GEMM_PATH_FP8, what);
+        report(ok && wr <= TOL_FP8 && path == QK_GEMM_PATH_FP8, what);
         cudaFree(ds);
     }
     cudaFree((void *)X.data);
