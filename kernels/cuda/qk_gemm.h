@@ -129,7 +129,10 @@ qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_ope
 /* Device dequantizer of the emulated path, public for the engine: y[rows x ldy] BF16 bits =
  * e2m1(code) * block scale of the FP4 operand op (qk_lt_element, bit-identical to
  * qk_lt_element_bf16), columns 0 .. op->layout.k - 1; the tensor scale is NOT applied. Runs
- * on stream without synchronising. Errors: QS_EINVAL (not an FP4 operand, ldy < k), QS_EIO. */
+ * on stream without synchronising. Errors: QS_EINVAL (not an FP4 operand, ldy < k), QS_EIO.
+ * On a device without native FP4, weights dequantized ONCE this way and passed as a BF16 W
+ * spare the per-call dequantization of the emulated path: the BF16 operand's tensor_scale is
+ * ignored, so the caller multiplies its alpha by the FP4 weights' tensor_scale. */
 qs_status qk_gemm_dequant_bf16(const qk_gemm_operand *op, uint16_t *y, size_t ldy, void *stream,
                                qs_error *err);
 
