@@ -130,7 +130,7 @@ extern "C" int qk_gemm_compute_capability(const qk_gemm *g) {
 }
 
 extern "C" int qk_gemm_native_fp4(const qk_gemm *g) {
-    return g && g->cc >= 100 && g->cc < 110;
+    return g && qk_gemm_cc_native_fp4(g->cc);
 }
 
 extern "C" void qk_gemm_force_emulation(qk_gemm *g, int on) {
@@ -141,46 +141,10 @@ extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
     return g ? g->nplans : 0;
 }
 
-extern "C" const char *qk_gemm_path_name(qk_gemm_path path) {
-    switch (path) {
-    case QK_GEMM_PATH_BF16:
-        return "bf16";
-    case QK_GEMM_PATH_FP8:
-        return "fp8";
-    case QK_GEMM_PATH_NATIVE_FP4:
-        return "native_fp4";
-    case QK_GEMM_PATH_EMULATED_BF16:
-        return "emulated_bf16";
-    default:
-        return nullptr;
-    }
-}
-
 extern "C" qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_gemm_type w_type,
                                       qk_gemm_path *path, qs_error *err) {
-    if (!g || !path) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: NULL argument");
-    if (x_type == QK_GEMM_BF16 && w_type == QK_GEMM_BF16) {
-        *path = QK_GEMM_PATH_BF16;
-    } else if (x_type == QK_GEMM_FP8_E4M3 && w_type == QK_GEMM_FP8_E4M3) {
-        if (g->cc < 89)
-            return qs_error_set(err, QS_EUNSUPPORTED,
-                                "kernels/cuda: gemm: FP8 needs compute capability 8.9+, the device "
-                                "has %d.%d",
-                                g->cc / 10, g->cc % 10);
-        *path = QK_GEMM_PATH_FP8;
-    } else if (is_fp4(x_type) && x_type == w_type) {
-        *path = qk_gemm_native_fp4(g) && !g->force_emulation ? QK_GEMM_PATH_NATIVE_FP4
-                                                             : QK_GEMM_PATH_EMULATED_BF16;
-    } else if ((is_fp4(x_type) && w_type == QK_GEMM_BF16) ||
-               (x_type == QK_GEMM_BF16 && is_fp4(w_type))) {
-        *path = QK_GEMM_PATH_EMULATED_BF16;
-    } else {
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: gemm: no GEMM for x of type %d with W of type %d "
-                            "(qk_gemm.h lists the pairings)",
-                            (int)x_type, (int)w_type);
-    }
-    return QS_OK;
+    if (!g) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: NULL handle");
+    return qk_gemm_path_select(g->cc, g->force_emulation, x_type, w_type, path, err);
 }
 
 // --- plans -----------------------------------------------------------------------------------

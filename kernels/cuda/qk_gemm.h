@@ -103,6 +103,18 @@ int qk_gemm_native_fp4(const qk_gemm *g);
 qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_gemm_type w_type,
                            qk_gemm_path *path, qs_error *err);
 
+/* The choice behind qk_gemm_path_for, from a compute capability (10 * major + minor) and the
+ * emulation switch, without a device (gemm_path.c): BF16 x BF16 -> bf16; FP8 x FP8 -> fp8 on
+ * cc >= 89, else QS_EUNSUPPORTED; FP4 x FP4 (same format) -> native_fp4 on cc 100..109 unless
+ * force_emulation, else emulated_bf16; FP4 x BF16 either way -> emulated_bf16; anything else
+ * QS_EUNSUPPORTED naming both types. */
+qs_status qk_gemm_path_select(int cc, int force_emulation, qk_gemm_type x_type, qk_gemm_type w_type,
+                              qk_gemm_path *path, qs_error *err);
+
+/* 1 for the compute capabilities that run block-scaled FP4 GEMMs natively here: 10.x
+ * (B200/GB200 10.0, B300 10.3; issue 12, TransformerEngine's NVFP4 support). */
+int qk_gemm_cc_native_fp4(int cc);
+
 /* "bf16", "fp8", "native_fp4", "emulated_bf16"; NULL for an unknown value. */
 const char *qk_gemm_path_name(qk_gemm_path path);
 
