@@ -362,6 +362,63 @@ static void linear_ref_equals_gemm_of_cpu_dequantized_tensors(void **state) {
     }
 }
 
+/* A tiny tensor under QK_TINY_EXACT (quant.h): its decode scale is tensor_scale *
+ * 2^tensor_scale_exp2, not an FP32 normal number alone; folded with exp2 into alpha, the GEMM
+ * over the buffers equals the double GEMM of the CPU's dequantized tensors (the CPU applies
+ * 2^exp2 per element, with one more rounding: within 1e-6 of sum |x w|). */
+static void alpha_folds_the_exponent_of_tiny_tensors(void **state) {
+    (void)state;
+    const size_t T = 3, out = 5, in = 64;
+    float *x = random_matrix(T, in, 17), *w = random_matrix(out, in, 18);
+    for (size_t i = 0; i < T * in; i++)
+        x[i] *= 0x1p-120f; /* amax_t ~ 2^-114: tiny */
+    /* W large, so that S_dec_x * S_dec_w (~2^-130 * 2^94) is an FP32 normal alpha; a tiny x
+     * with an ordinary W has no FP32 alpha (alpha_refuses_what_fp32_cannot_carry) */
+    for (size_t i = 0; i < out * in; i++)
+        w[i] *= 0x1p100f;
+    const qk_format *nv = qk_format_by_name("nvfp4");
+    qk_quant_options o = {0};
+    o.tiny_amax = QK_TINY_EXACT;
+    qk_packed px;
+    qs_error err = {0};
+    assert_int_equal(qk_packed_init(&px, nv, &o, T, in, &err), QS_OK);
+    assert_int_equal(qk_quantize(nv, &o, x, T, in, &px, &err), QS_OK);
+    assert_true(px.tensor_scale_exp2 < 0);
+    lt_operand ow;
+    lt_operand_make(&ow, "nvfp4", w, out, in);
+    qk_lt_layout lx;
+    assert_int_equal(qk_lt_layout_init(nv, T, in, &lx, &err), QS_OK);
+    uint8_t *xc = malloc(lx.codes_bytes), *xs = malloc(lx.scale_bytes);
+    assert_non_null(xc);
+    assert_non_null(xs);
+    assert_int_equal(qk_lt_pack(&px, &lx, xc, lx.codes_bytes, xs, lx.scale_bytes, &err), QS_OK);
+    float alpha;
+    if (qk_lt_fold_alpha(1.0f, px.tensor_scale, px.tensor_scale_exp2, ow.p.tensor_scale,
+                         ow.p.tensor_scale_exp2, &alpha, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    float y[3 * 5], dx[3 * 64], dw[5 * 64];
+    assert_int_equal(qk_lt_linear_ref(&lx, xc, xs, &ow.l, ow.codes, ow.scales, alpha, y, out, &err),
+                     QS_OK);
+    assert_int_equal(qk_dequantize(&px, dx, 1, &err), QS_OK);
+    assert_int_equal(qk_dequantize(&ow.p, dw, 1, &err), QS_OK);
+    for (size_t t = 0; t < T; t++)
+        for (size_t c = 0; c < out; c++) {
+            double ref = 0, mag = 0;
+            for (size_t i = 0; i < in; i++) {
+                ref += (double)dx[t * in + i] * dw[c * in + i];
+                mag += fabs((double)dx[t * in + i] * dw[c * in + i]);
+            }
+            assert_true(mag > 0);
+            assert_true(fabs(y[t * out + c] - ref) <= 1e-6 * mag);
+        }
+    free(xc);
+    free(xs);
+    qk_packed_release(&px);
+    lt_operand_free(&ow);
+    free(x);
+    free(w);
+}
+
 static void pack_refuses_mismatched_layouts_and_short_buffers(void **state) {
     (void)state;
     float x[64 * 3];
@@ -396,6 +453,7 @@ int main(void) {
         cmocka_unit_test(alpha_folds_the_spec_tensor_scales),
         cmocka_unit_test(alpha_refuses_what_fp32_cannot_carry),
         cmocka_unit_test(linear_ref_equals_gemm_of_cpu_dequantized_tensors),
+        cmocka_unit_test(alpha_folds_the_exponent_of_tiny_tensors),
         cmocka_unit_test(pack_refuses_mismatched_layouts_and_short_buffers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
