@@ -79,6 +79,9 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                                 .kind = j->kind,
                                 .spec_json = j->spec,
                                 .priority = g->priority,
+                                .gpus = j->need.gpus,
+                                .gpu_mem_mb = j->need.gpu_mem_mb,
+                                .native_fp4 = j->need.native_fp4,
                                 .model_key = j->model_key[0] ? j->model_key : NULL,
                                 .max_attempts = g->max_attempts};
         if (j->depends_on >= 0) {

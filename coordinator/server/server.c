@@ -72,7 +72,7 @@ struct worker {
     size_t rid_len;
     char name[NAME_MAX_ + 1]; /* HELLO worker_id */
     int n_gpus;
-    int64_t min_gpu_mem_mb;
+    qc_sched_gpu gpus[QC_SCHED_GPUS_MAX]; /* HELLO's GPUs, the first n_gpus */
     char models[MODELS_MAX][KEY_MAX + 1];
     int n_models;
     bool ready;
@@ -481,7 +481,7 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     for (int i = 0; i < w->n_models; i++)
         models[i] = w->models[i];
     qc_sched_worker sw = {.n_gpus = w->n_gpus,
-                          .min_gpu_mem_mb = w->min_gpu_mem_mb,
+                          .gpus = w->gpus,
                           .models = models,
                           .n_models = w->n_models};
     ptrdiff_t k = qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s,
@@ -653,12 +653,12 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     w->last_seen = now;
     w->next_alive = now + s->lease_ms / 2; /* the HELLO's upsert sets last_seen */
     w->ready = false;
-    w->n_gpus = (int)h->n_gpus;
-    w->min_gpu_mem_mb = 0;
+    w->n_gpus = h->n_gpus < QC_SCHED_GPUS_MAX ? (int)h->n_gpus : QC_SCHED_GPUS_MAX;
     json_t *gpus = json_array();
     for (size_t i = 0; i < h->n_gpus; i++) {
         int64_t mb = (int64_t)(h->gpus[i]->memory_bytes >> 20);
-        if (i == 0 || mb < w->min_gpu_mem_mb) w->min_gpu_mem_mb = mb;
+        if (i < QC_SCHED_GPUS_MAX)
+            w->gpus[i] = (qc_sched_gpu){.mem_mb = mb, .native_fp4 = h->gpus[i]->native_fp4};
         char cc[24];
         snprintf(cc, sizeof cc, "%u.%u", h->gpus[i]->cc_major, h->gpus[i]->cc_minor);
         json_array_append_new(gpus, json_pack("{s:s, s:I, s:s, s:b}", "name",
@@ -953,6 +953,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     j->q.priority = r->priority;
     j->q.gpus = r->gpus;
     j->q.gpu_mem_mb = r->gpu_mem_mb;
+    j->q.native_fp4 = r->native_fp4;
     j->q.model_key = j->model_key;
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
