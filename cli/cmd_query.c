@@ -8,6 +8,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "migrate.h"
 #include "queries.h"
@@ -291,7 +293,38 @@ static void workers_usage(FILE *out) {
             "usage: qsweep workers [--db CONNINFO]\n"
             "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
             "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
-            "  seconds since the last message, and the job each is running now.\n");
+            "  seconds since the last message, the job each is running now, and its GPUs: name,\n"
+            "  memory, compute capability and whether its FP4 GEMMs are native (compute\n"
+            "  capability >= 10.0, Blackwell) or emulated in BF16 (Hopper); \"none (CPU)\" for a\n"
+            "  worker that runs its jobs on the CPU backend.\n");
+}
+
+/* A worker's GPUs (workers.gpus, as the coordinator stores HELLO's: [{"name", "memory_mb",
+ * "cc", "native_fp4"}]) in words: "NVIDIA H200 140.4 GiB cc 9.0 FP4 emulated; ...", or
+ * "none (CPU)"; the stored text itself when it is not such an array. */
+static void describe_gpus(const char *json, char *buf, size_t cap) {
+    json_t *a = json_loads(json, 0, NULL);
+    size_t at = 0;
+    buf[0] = 0;
+    if (!json_is_array(a)) {
+        snprintf(buf, cap, "%s", json);
+    } else if (json_array_size(a) == 0) {
+        snprintf(buf, cap, "none (CPU)");
+    } else {
+        for (size_t i = 0; i < json_array_size(a) && at < cap; i++) {
+            const json_t *g = json_array_get(a, i);
+            const char *name = json_string_value(json_object_get(g, "name"));
+            const char *cc = json_string_value(json_object_get(g, "cc"));
+            double mb = (double)json_integer_value(json_object_get(g, "memory_mb"));
+            int k =
+                snprintf(buf + at, cap - at, "%s%s %.1f GiB cc %s FP4 %s", i ? "; " : "",
+                         name ? name : "?", mb / 1024.0, cc ? cc : "?",
+                         json_is_true(json_object_get(g, "native_fp4")) ? "native" : "emulated");
+            if (k < 0) break;
+            at += (size_t)k;
+        }
+    }
+    json_decref(a);
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {
@@ -317,8 +350,10 @@ int qsweep_cmd_workers(int argc, char **argv) {
         put_column(stdout, w[i].id, 32);
         printf(" %-9s ", w[i].state);
         put_column(stdout, w[i].host, 16);
+        char gpus[2048];
+        describe_gpus(w[i].gpus, gpus, sizeof gpus);
         printf(" %8d %7d %9llds %-10s %s\n", (int)w[i].pid, (int)w[i].threads,
-               (long long)w[i].seen_s_ago, w[i].running, w[i].gpus);
+               (long long)w[i].seen_s_ago, w[i].running, gpus);
     }
     free(w);
     return QSWEEP_EXIT_OK;

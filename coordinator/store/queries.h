@@ -23,7 +23,7 @@ qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_err
 typedef struct qc_worker_row {
     char id[256], host[256];
     int32_t pid, threads;
-    char gpus[512];     /* JSON array text, "[]" for none */
+    char gpus[2048];    /* JSON array text, "[]" for none (16 GPUs of ~90 bytes fit) */
     int64_t seen_s_ago; /* seconds since its last message, rounded */
     char running[512];  /* ids of the jobs it runs now, comma-separated, "-" for none */
     char state[16];     /* "connected" (seen within 90 s), "silent", "left" (BYE or timed out) */
