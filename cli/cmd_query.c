@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "migrate.h"
 #include "queries.h"
+#include "scheduler.h"
 
 /* Parses the options of the store subcommands (--db, --help, and --job where allow_job),
  * leaving the positional arguments from o->first. Returns -1 to go on, else the exit code
@@ -176,7 +177,60 @@ static void status_usage(FILE *out) {
         out,
         "usage: qsweep status [EXPERIMENT] [--db CONNINFO]\n"
         "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state,\n"
-        "  and the time left at the pace of the attempts finished so far.\n");
+        "  and the time left at the pace of the attempts finished so far. Pending jobs that\n"
+        "  ask for GPUs no registered worker has (memory per GPU, GPU count, native FP4) are\n"
+        "  named with what they need, rather than left waiting silently.\n");
+}
+
+/* Lines for the pending GPU needs of experiment (NULL: all) that no registered worker (one
+ * that has not left) fits (scheduler.h qc_sched_fits_any). Nothing when no worker is
+ * registered: the progress line already says "no worker running". */
+static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *out, qs_error *err) {
+    qc_worker_row *w = NULL;
+    qc_need_row *need = NULL;
+    size_t n_w = 0, n_need = 0;
+    qs_status st = qc_store_workers(s, &w, &n_w, err);
+    if (!st) st = qc_store_pending_needs(s, experiment, &need, &n_need, err);
+    qc_sched_gpu(*gpus)[QC_SCHED_GPUS_MAX] = n_w ? calloc(n_w, sizeof *gpus) : NULL;
+    qc_sched_worker *sw = n_w ? calloc(n_w, sizeof *sw) : NULL;
+    const qc_sched_worker **ws = n_w ? calloc(n_w, sizeof *ws) : NULL;
+    if (!st && n_w && (!gpus || !sw || !ws)) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    size_t live = 0;
+    int64_t biggest = 0;
+    int native = 0;
+    for (size_t i = 0; !st && i < n_w; i++) {
+        if (!strcmp(w[i].state, "left")) continue;
+        int ng = 0;
+        qc_sched_gpus_from_json(w[i].gpus, gpus[live], QC_SCHED_GPUS_MAX, &ng);
+        sw[live] = (qc_sched_worker){.n_gpus = ng, .gpus = gpus[live]};
+        for (int g = 0; g < ng; g++) {
+            if (gpus[live][g].mem_mb > biggest) biggest = gpus[live][g].mem_mb;
+            native += gpus[live][g].native_fp4;
+        }
+        ws[live] = &sw[live];
+        live++;
+    }
+    for (size_t i = 0; !st && live && i < n_need; i++) {
+        qc_sched_job j = {.gpus = need[i].gpus,
+                          .gpu_mem_mb = need[i].gpu_mem_mb,
+                          .native_fp4 = need[i].native_fp4,
+                          .model_key = ""};
+        if (qc_sched_fits_any(ws, live, &j)) continue;
+        fprintf(out,
+                "%s: %lld pending job%s no registered worker can take: each needs %d GPU%s "
+                "with %lld MiB%s (the %zu registered workers' largest GPU has %lld MiB; %d "
+                "GPU%s with native FP4)\n",
+                need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
+                j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", live,
+                (long long)biggest, native, native == 1 ? "" : "s");
+    }
+    free(ws);
+    free(sw);
+    free(gpus);
+    free(need);
+    free(w);
+    return st;
 }
 
 int qsweep_cmd_status(int argc, char **argv) {
@@ -199,6 +253,7 @@ int qsweep_cmd_status(int argc, char **argv) {
         putchar('\n');
     }
     if (!st && n == 0) printf("no experiments\n");
+    if (!st) st = print_unfit_needs(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
     free(rows);
     qc_store_close(s);
     return st ? qsweep_fail("status", &err) : QSWEEP_EXIT_OK;
