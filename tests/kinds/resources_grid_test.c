@@ -100,6 +100,47 @@ static void probe_reads_the_stored_bytes_and_the_engine_run_state(void **state) 
  * + 2*11008 hb, hb2 + 4096 ybuf + 11008 actq + 32000 logits) = 96 141 312 bytes.
  *   baseline: raw 13 572 972 544, + raw/8 + 1 GiB = 16 343 335 936 -> 15 587 MiB;
  *   eval down NVFP4: + 811 597 824 packed = 14 384 570 368 -> 16 457 MiB. */
+/* Bytes of the data section of a safetensors file: its size less the 8-byte little-endian
+ * header length and the JSON header (the format's layout), read from the file itself. */
+static int64_t safetensors_data_bytes(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char b[8];
+    assert_int_equal(fread(b, 1, 8, f), 8);
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; i--)
+        header = header << 8 | b[i];
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    fclose(f);
+    return (int64_t)size - 8 - (int64_t)header;
+}
+
+/* The committed checkpoints hold exactly the tensors the engine reads, so the probe's stored
+ * bytes (from the tensor table) equal their files' data sections, one file or three shards. */
+static void stored_bytes_of_committed_checkpoints_are_their_data_sections(void **state) {
+    (void)state;
+    const qc_grid_probe *probe = qsweep_probe();
+    char dir[1024], file[1100];
+    qc_model_facts f;
+    qs_error err = {0};
+    snprintf(dir, sizeof dir, "%s/tests/engine/data/llama3_gqa", QSWEEP_SOURCE_DIR);
+    memset(&f, 0, sizeof f);
+    if (probe->model(probe->user, dir, &f, &err)) fail_msg("%s", err.msg);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    assert_int_equal(f.stored_bytes, safetensors_data_bytes(file));
+    assert_true(f.stored_bytes > 0);
+    snprintf(dir, sizeof dir, "%s/tests/engine/data/sharded", QSWEEP_SOURCE_DIR);
+    memset(&f, 0, sizeof f);
+    if (probe->model(probe->user, dir, &f, &err)) fail_msg("%s", err.msg);
+    int64_t sum = 0;
+    for (int i = 1; i <= 3; i++) {
+        snprintf(file, sizeof file, "%s/model-%05d-of-00003.safetensors", dir, i);
+        sum += safetensors_data_bytes(file);
+    }
+    assert_int_equal(f.stored_bytes, sum);
+}
+
 static void a_gpu_grid_sizes_each_job_from_its_model_format_and_ctx(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
@@ -181,6 +222,7 @@ static void bad_resources_are_refused_naming_the_place(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(probe_reads_the_stored_bytes_and_the_engine_run_state),
+        cmocka_unit_test(stored_bytes_of_committed_checkpoints_are_their_data_sections),
         cmocka_unit_test(a_gpu_grid_sizes_each_job_from_its_model_format_and_ctx),
         cmocka_unit_test(a_grid_without_resources_needs_nothing),
         cmocka_unit_test(tensor_parallel_and_native_fp4_reach_every_job),
