@@ -89,6 +89,18 @@ static void jobs_wait_for_workers_whose_gpus_fit_and_status_names_them(void **st
     assert_non_null(strstr(out, "L4 24.0 GiB cc 8.9 FP4 emulated"));
     assert_non_null(strstr(out, "none (CPU)"));
 
+    /* and so do the views of schema 070 */
+    assert_int_equal(h_sql_long(h, "SELECT memory_mib FROM v_worker_gpus WHERE worker = 'hopper' "
+                                   "AND gpu = 0 AND NOT native_fp4 AND compute_capability = '9.0'"),
+                     141 * 1024);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM v_worker_gpus WHERE worker = 'cpu'"), 0);
+    assert_int_equal(h_sql_long(h, "SELECT gpu_mem_mib FROM v_job_resources WHERE job_key = 'big' "
+                                   "AND gpus = 1 AND NOT native_fp4"),
+                     102400);
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM v_job_resources WHERE job_key = 'fp4' "
+                                   "AND native_fp4 AND state = 'pending'"),
+                     1);
+
     /* a Blackwell worker takes the FP4 job */
     const char *b200[] = {"--fake-gpus", "B200:180:10.0", NULL};
     h_start_worker_args(h, "blackwell", b200);
