@@ -40,6 +40,11 @@ static void jobs_wait_for_workers_whose_gpus_fit_and_status_names_them(void **st
     insert_job(h, "fp4", "{\"gpus\": 1, \"gpu_mem_mb\": 1000, \"native_fp4\": true}");
     insert_job(h, "plain", "{\"gpus\": 0, \"gpu_mem_mb\": 0}");
     h_start_coordinator(h);
+    /* no worker registered yet: nothing to say beyond the progress line's "no worker" */
+    char out[8192];
+    assert_int_equal(status(h, out, sizeof out), 0);
+    assert_non_null(strstr(out, "gpus"));
+    assert_null(strstr(out, "no registered worker can take"));
     const char *none[] = {"--fake-gpus", "", NULL}, *l4[] = {"--fake-gpus", "L4:24:8.9", NULL};
     h_start_worker_args(h, "cpu", none);
     h_start_worker_args(h, "small", l4);
@@ -55,7 +60,6 @@ static void jobs_wait_for_workers_whose_gpus_fit_and_status_names_them(void **st
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job "
                                    "WHERE j.job_key IN ('big', 'fp4')"),
                      0);
-    char out[8192];
     assert_int_equal(status(h, out, sizeof out), 0);
     assert_non_null(strstr(out, "gpus: 1 pending job no registered worker can take: each needs "
                                 "1 GPU with 102400 MiB (the 2 registered workers' largest GPU "
