@@ -1,8 +1,10 @@
 /* gpu_info: the worker's GPU list (worker/gpu/gpu_info.h): discovery never fails and says why
  * there is no GPU, the test-only fake list, `--gpus` selection and its errors, the words a log
  * line uses. Run again with CUDA_VISIBLE_DEVICES="" (ctest gpu_info_hidden): the runtime then
- * shows no device, and the worker none. */
+ * shows no device, and the worker none. `gpu_info_test device` (ctest gpu_info_device, label
+ * gpu) checks the real devices of a GPU machine and exits 77 (skipped) on any other. */
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,7 +123,36 @@ static void a_gpu_is_described_with_memory_capability_and_fp4(void **state) {
     assert_string_equal(d, "B200 180.0 GiB cc 10.0 FP4 native");
 }
 
-int main(void) {
+/* On a GPU machine: every visible device listed with its facts, and --gpus over them. */
+static int device_check(void) {
+    qw_gpu g[QW_GPUS_MAX], out[QW_GPUS_MAX];
+    size_t n = 0, k = 0;
+    char why[256];
+    qw_gpu_discover(g, QW_GPUS_MAX, &n, why, sizeof why);
+    if (n == 0) {
+        printf("gpu_info_device: skipped: no GPU (%s)\n", why);
+        return 77;
+    }
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        char d[160];
+        qw_gpu_describe(&g[i], d, sizeof d);
+        printf("gpu_info_device: GPU %zu: %s\n", i, d);
+        /* every CUDA 12+ device is compute capability >= 5.0 with at least 1 GiB */
+        bad |= !g[i].name[0] || g[i].memory_bytes < (1ull << 30) || g[i].cc_major < 5 ||
+               g[i].native_fp4 != (g[i].cc_major >= 10) || g[i].device != (int)i;
+    }
+    qs_error err = {0};
+    char spec[16];
+    snprintf(spec, sizeof spec, "%zu", n);
+    bad |= qw_gpu_select(g, n, "0", "", out, QW_GPUS_MAX, &k, &err) != QS_OK || k != 1;
+    bad |= qw_gpu_select(g, n, spec, "", out, QW_GPUS_MAX, &k, &err) != QS_EINVAL;
+    printf("gpu_info_device: %s\n", bad ? "NOT OK" : "OK");
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "device")) return device_check();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(discovery_lists_gpus_or_says_why_there_are_none),
         cmocka_unit_test(fake_gpus_are_read_with_native_fp4_from_the_capability),
