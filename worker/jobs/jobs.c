@@ -196,6 +196,8 @@ static void eval_options(const job_spec *s, progress_ctx *pc, qw_eval_options *o
     opt->progress_ctx = pc;
     opt->model_digest = s->model.digest;
     opt->dataset_digest = s->dataset.digest;
+    /* resources.gpu_count is the job's tensor-parallel degree (kinds/spec.h) */
+    opt->tensor_parallel = s->resources.gpu_count > 1 ? s->resources.gpu_count : 0;
 }
 
 static qs_status report(qw_job_ctx *ctx, const char *name, double v, qs_error *err) {
