@@ -392,6 +392,48 @@ static void formats_that_cannot_be_sharded_are_refused_by_name(void **state) {
     qw_model_destroy(m);
 }
 
+/* The prefix cache and the SQNR probe belong to the unsharded model: a sharded forward leaves
+ * the cache as it was (the next unsharded forward hits it and gives the same bits), and
+ * sharding is refused while the probe is on. */
+static void prefix_cache_and_probe_stay_with_the_unsharded_model(void **state) {
+    (void)state;
+    qs_error err = {0};
+    qw_model *m = NULL;
+    assert_int_equal(qw_model_create_synthetic("tiny-llama3:2", 32, 1, &m, &err), QS_OK);
+    uint32_t tok[32];
+    for (int i = 0; i < 32; i++) tok[i] = (uint32_t)(i * 37 + 5) % 384;
+    size_t cnt = 32 * 384;
+    float *a = malloc(cnt * sizeof *a);
+    const float *lg;
+    qw_policy p;
+    assert_int_equal(qw_policy_init(&p, 3, &err), QS_OK);
+    qw_quant_spec sp = {.weight = qk_format_by_name("nvfp4")};
+    assert_int_equal(qw_policy_isolation(&p, QW_ISO_LAYER, QW_LINEAR_DOWN, 2, &sp, &err), QS_OK);
+    assert_int_equal(qw_model_apply_policy(m, &p, &err), QS_OK);
+    assert_int_equal(qw_model_set_prefix_cache(m, 1u << 20, &err), QS_OK);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK); /* fills blocks 1..2 */
+    memcpy(a, lg, cnt * sizeof *a);
+    assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_OK);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    size_t hits, skipped;
+    qw_model_prefix_cache_stats(m, &hits, &skipped);
+    assert_int_equal(hits, 0);
+    assert_true(rel_err(lg, a, cnt) <= TOLERANCE);
+    assert_int_equal(qw_model_set_tensor_parallel(m, 1, &err), QS_OK);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    qw_model_prefix_cache_stats(m, &hits, &skipped);
+    assert_int_equal(hits, 1);
+    assert_int_equal(skipped, 2);
+    assert_memory_equal(a, lg, cnt * sizeof *a);
+    assert_int_equal(qw_model_set_sqnr_probe(m, 1, &err), QS_OK);
+    assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "SQNR probe"));
+    assert_int_equal(qw_model_tensor_parallel(m), 1);
+    qw_policy_free(&p);
+    free(a);
+    qw_model_destroy(m);
+}
+
 /* SmolLM2-135M's GGUF (Q4_1 blocks; q/k rows permuted per head in the file: their slices are
  * FP32 copies, the other column-parallel slices views of the Q4_1 rows), 9 heads over 3 kv
  * heads: 3 ranks of 3 heads and one kv head each. Unquantized and NVFP4 weights (W4A16):
@@ -435,6 +477,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(tied_sharded_equals_unsharded),
         cmocka_unit_test(synthetic_shapes_sharded_equal_unsharded),
         cmocka_unit_test(formats_that_cannot_be_sharded_are_refused_by_name),
+        cmocka_unit_test(prefix_cache_and_probe_stay_with_the_unsharded_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
