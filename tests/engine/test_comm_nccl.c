@@ -44,7 +44,8 @@ static void allreduce_case(qw_comm *c, qw_comm_op op, const char *name) {
         want[i] = (float)(op == QW_COMM_MAX ? m : op == QW_COMM_AVG ? s / n : s);
     }
     for (int r = 0; r < n; r++) {
-        for (int i = 0; i < N_ELEMS; i++) host[i] = value(r, i);
+        for (int i = 0; i < N_ELEMS; i++)
+            host[i] = value(r, i);
         cudaSetDevice(qw_comm_device(c, r));
         cudaMalloc((void **)&dev[r], N_ELEMS * sizeof(float));
         cudaMemcpy(dev[r], host, N_ELEMS * sizeof(float), cudaMemcpyHostToDevice);
@@ -64,8 +65,8 @@ static void allreduce_case(qw_comm *c, qw_comm_op op, const char *name) {
         }
         /* sums and maxima of these integers are exact; the average is one rounding off */
         double tol = op == QW_COMM_AVG ? 1e-6 : 0.0;
-        CHECK(worst <= tol, "%s rank %d: worst relative difference %.3g (tolerance %.0e)", name,
-              r, worst, tol);
+        CHECK(worst <= tol, "%s rank %d: worst relative difference %.3g (tolerance %.0e)", name, r,
+              worst, tol);
     }
     for (int r = 0; r < n; r++) {
         cudaSetDevice(qw_comm_device(c, r));
@@ -108,8 +109,7 @@ int main(void) {
     }
     int n = have < 8 ? have : 8;
     st = qw_comm_init_all(n, NULL, &c, &err);
-    CHECK(st == QS_OK, "ncclCommInitAll over %d devices%s%s", n, st ? ": " : "",
-          st ? err.msg : "");
+    CHECK(st == QS_OK, "ncclCommInitAll over %d devices%s%s", n, st ? ": " : "", st ? err.msg : "");
     if (st == QS_OK) {
         allreduce_case(c, QW_COMM_SUM, "sum (row-parallel partial outputs)");
         allreduce_case(c, QW_COMM_MAX, "max (sharded amax)");

@@ -121,13 +121,16 @@ static void cpu_allreduce_sums_in_rank_order_and_takes_the_max(void **state) {
         assert_true(d[r][1] == -4.5f);
     }
     float m[3][1] = {{0.25f}, {3.0f}, {1.5f}};
-    for (int r = 0; r < 3; r++) t[r] = (qw_tensor){m[r], 1, 1};
+    for (int r = 0; r < 3; r++)
+        t[r] = (qw_tensor){m[r], 1, 1};
     assert_int_equal(qw_ops_cpu()->allreduce(bp, 3, tp, QW_REDUCE_MAX, &err), QS_OK);
-    for (int r = 0; r < 3; r++) assert_true(m[r][0] == 3.0f);
+    for (int r = 0; r < 3; r++)
+        assert_true(m[r][0] == 3.0f);
     t[1] = (qw_tensor){d[1], 2, 1};
     assert_int_equal(qw_ops_cpu()->allreduce(bp, 3, tp, QW_REDUCE_SUM, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "rank 1"));
-    for (int r = 0; r < 3; r++) qw_backend_release(&b[r]);
+    for (int r = 0; r < 3; r++)
+        qw_backend_release(&b[r]);
 }
 
 /* ---------------------------------------------------------------- sharded == unsharded */
@@ -159,12 +162,10 @@ static int packed_slices_match(const qw_model *m, int n) {
                 size_t k0 = axis == 0 ? 0 : (size_t)start;
                 assert_true(k0 % 2 == 0 && k0 % p->block == 0);
                 assert_memory_equal(p->codes + row * p->row_bytes,
-                                    full->codes + frow * full->row_bytes + k0 / 2,
-                                    (p->k + 1) / 2);
+                                    full->codes + frow * full->row_bytes + k0 / 2, (p->k + 1) / 2);
                 if (p->scales)
                     assert_memory_equal(p->scales + row * p->blocks_per_row,
-                                        full->scales + frow * full->blocks_per_row +
-                                            k0 / p->block,
+                                        full->scales + frow * full->blocks_per_row + k0 / p->block,
                                         p->blocks_per_row);
             }
             compared++;
@@ -226,8 +227,8 @@ static void apply_nvfp4(qw_model *m, int with_embed, int act) {
 
 /* Sharded over 2 and 4 ranks against unsharded: unquantized, then NVFP4 W4A4 with the packed
  * slices compared; prints OK / NOT OK per case. */
-static void check_model_over(qw_model *m, const char *name, const seqs *s, int with_embed,
-                             int act, const int *ns, int n_ns) {
+static void check_model_over(qw_model *m, const char *name, const seqs *s, int with_embed, int act,
+                             const int *ns, int n_ns) {
     qs_error err = {0};
     int bad = 0;
     for (int mode = 0; mode < 2; mode++) {
@@ -316,8 +317,10 @@ static void check_synthetic(const char *spec) {
     uint32_t V = (uint32_t)qw_model_config(m)->vocab_size;
     uint32_t t1[48], t2[17];
     uint32_t x = 12345;
-    for (int i = 0; i < 48; i++) t1[i] = (x = x * 1103515245u + 12345u) % V;
-    for (int i = 0; i < 17; i++) t2[i] = (x = x * 1103515245u + 12345u) % V;
+    for (int i = 0; i < 48; i++)
+        t1[i] = (x = x * 1103515245u + 12345u) % V;
+    for (int i = 0; i < 17; i++)
+        t2[i] = (x = x * 1103515245u + 12345u) % V;
     seqs s = {2, {t1, t2}, {48, 17}};
     check_model(m, spec, &s, 0);
     qw_model_destroy(m);
@@ -367,8 +370,7 @@ static void formats_that_cannot_be_sharded_are_refused_by_name(void **state) {
     assert_non_null(strstr(err.msg, "layer 0 o"));
     assert_non_null(strstr(err.msg, "int8_channel"));
     /* ... but splitting its rows (q_proj) is fine */
-    assert_int_equal(sharded_with(m, 2, "int8_channel", NULL, NULL, QW_LINEAR_Q, 0, &err),
-                     QS_OK);
+    assert_int_equal(sharded_with(m, 2, "int8_channel", NULL, NULL, QW_LINEAR_Q, 0, &err), QS_OK);
     /* MXFP4 blocks of 32 along K: one 16-wide head per rank of 4 starts at column 16 */
     assert_int_equal(sharded_with(m, 4, "mxfp4", NULL, NULL, QW_LINEAR_O, 1, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "column 16"));
@@ -381,8 +383,7 @@ static void formats_that_cannot_be_sharded_are_refused_by_name(void **state) {
                      QS_EINVAL);
     assert_non_null(strstr(err.msg, "stochastic rounding"));
     /* ... of a replicated input is fine: every rank rounds the same values the same way */
-    assert_int_equal(sharded_with(m, 2, "nvfp4", "rounding", "sr", QW_LINEAR_GATE, 1, &err),
-                     QS_OK);
+    assert_int_equal(sharded_with(m, 2, "nvfp4", "rounding", "sr", QW_LINEAR_GATE, 1, &err), QS_OK);
     /* nvfp4_2d: 16-row blocks; the rows of 1-head slices of q_proj are 16 apart: fine */
     assert_int_equal(sharded_with(m, 4, "nvfp4_2d", NULL, NULL, QW_LINEAR_Q, 0, &err), QS_OK);
     /* the SQNR probe is the unsharded model's */
@@ -401,7 +402,8 @@ static void prefix_cache_and_probe_stay_with_the_unsharded_model(void **state) {
     qw_model *m = NULL;
     assert_int_equal(qw_model_create_synthetic("tiny-llama3:2", 32, 1, &m, &err), QS_OK);
     uint32_t tok[32];
-    for (int i = 0; i < 32; i++) tok[i] = (uint32_t)(i * 37 + 5) % 384;
+    for (int i = 0; i < 32; i++)
+        tok[i] = (uint32_t)(i * 37 + 5) % 384;
     size_t cnt = 32 * 384;
     float *a = malloc(cnt * sizeof *a);
     const float *lg;
@@ -455,7 +457,8 @@ static void smollm2_sharded_over_3_equals_unsharded(void **state) {
     qw_model *m = NULL;
     if (qw_model_create(ck, 48, 0, &m, &err) != QS_OK) fail_msg("%s", err.msg);
     uint32_t V = (uint32_t)qw_model_config(m)->vocab_size, t[48], x = 99;
-    for (int i = 0; i < 48; i++) t[i] = (x = x * 1103515245u + 12345u) % V;
+    for (int i = 0; i < 48; i++)
+        t[i] = (x = x * 1103515245u + 12345u) % V;
     seqs s = {1, {t}, {48}};
     const int ns[] = {3};
     check_model_over(m, "SmolLM2-135M", &s, 0, 0, ns, 1);

@@ -17,14 +17,14 @@ struct qw_comm {
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess)                                                                     \
-            return qs_error_set(err, QS_EIO, "comm: %s: %s", what, cudaGetErrorString(e_));       \
+            return qs_error_set(err, QS_EIO, "comm: %s: %s", what, cudaGetErrorString(e_));        \
     } while (0)
 
 #define NCCL_TRY(call, what)                                                                       \
     do {                                                                                           \
         ncclResult_t r_ = (call);                                                                  \
         if (r_ != ncclSuccess)                                                                     \
-            return qs_error_set(err, QS_EIO, "comm: %s: %s", what, ncclGetErrorString(r_));       \
+            return qs_error_set(err, QS_EIO, "comm: %s: %s", what, ncclGetErrorString(r_));        \
     } while (0)
 
 int qw_comm_device_count(qs_error *err) {
@@ -40,8 +40,7 @@ int qw_comm_device_count(qs_error *err) {
 qs_status qw_comm_init_all(int n, const int *devices, qw_comm **out, qs_error *err) {
     *out = NULL;
     if (n < 1 || n > QW_COMM_MAX_RANKS)
-        return qs_error_set(err, QS_EINVAL, "comm: %d ranks outside 1..%d", n,
-                            QW_COMM_MAX_RANKS);
+        return qs_error_set(err, QS_EINVAL, "comm: %d ranks outside 1..%d", n, QW_COMM_MAX_RANKS);
     int have = qw_comm_device_count(err);
     qw_comm *c = calloc(1, sizeof *c);
     if (!c) return qs_error_set(err, QS_ENOMEM, "comm");
@@ -54,8 +53,8 @@ qs_status qw_comm_init_all(int n, const int *devices, qw_comm **out, qs_error *e
             int d = c->device[i];
             free(c);
             return qs_error_set(err, QS_EINVAL,
-                                "comm: rank %d on device %d: %d devices visible, each used once",
-                                i, d, have);
+                                "comm: rank %d on device %d: %d devices visible, each used once", i,
+                                d, have);
         }
     }
     ncclResult_t r = ncclCommInitAll(c->comm, n, c->device);
@@ -115,12 +114,12 @@ qs_status qw_comm_allreduce(qw_comm *c, float *const *bufs, size_t count, qw_com
     NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
     for (int i = 0; i < c->n; i++) {
         cudaStream_t s = streams && streams[i] ? (cudaStream_t)streams[i] : c->stream[i];
-        ncclResult_t r = ncclAllReduce(bufs[i], bufs[i], count, ncclFloat32, nccl_op(op),
-                                       c->comm[i], s);
+        ncclResult_t r =
+            ncclAllReduce(bufs[i], bufs[i], count, ncclFloat32, nccl_op(op), c->comm[i], s);
         if (r != ncclSuccess) {
             (void)ncclGroupEnd();
-            return qs_error_set(err, QS_EIO, "comm: ncclAllReduce of rank %d (%zu floats): %s",
-                                i, count, ncclGetErrorString(r));
+            return qs_error_set(err, QS_EIO, "comm: ncclAllReduce of rank %d (%zu floats): %s", i,
+                                count, ncclGetErrorString(r));
         }
     }
     NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");

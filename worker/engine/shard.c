@@ -10,15 +10,15 @@
 #include "runstate.h"
 
 struct qw_tp {
-    int n, max_ctx, n_lin;    /* ranks, context, tensors per rank (n_layers*7 + 2) */
-    qw_config cfg;            /* the whole model's */
-    qw_shard sh[QW_TP_MAX];   /* each rank's share */
-    qw_rank *rank;            /* [n] */
-    qw_rank *rp[QW_TP_MAX];   /* &rank[r], for qw_forward_ranks */
-    qw_weight *masters;       /* [n][n_lin] the ranks' master slices (views or owned FP32) */
-    float **owned;            /* [n][n_lin] FP32 slice storage, or NULL for a view */
+    int n, max_ctx, n_lin;  /* ranks, context, tensors per rank (n_layers*7 + 2) */
+    qw_config cfg;          /* the whole model's */
+    qw_shard sh[QW_TP_MAX]; /* each rank's share */
+    qw_rank *rank;          /* [n] */
+    qw_rank *rp[QW_TP_MAX]; /* &rank[r], for qw_forward_ranks */
+    qw_weight *masters;     /* [n][n_lin] the ranks' master slices (views or owned FP32) */
+    float **owned;          /* [n][n_lin] FP32 slice storage, or NULL for a view */
     size_t owned_bytes;
-    float *gathered;          /* [max_ctx x V] lm_head's slices gathered */
+    float *gathered; /* [max_ctx x V] lm_head's slices gathered */
 };
 
 /* Starts of n parts of `total` cut at multiples of a unit: the largest of units[] (in
@@ -113,7 +113,7 @@ void qw_shard_range(const qw_shard *s, const qw_config *c, int kind, int *axis, 
 /* Rank r's master slice of tensor i (a view, or an FP32 copy into tp->owned). */
 static qs_status make_slice(qw_tp *tp, const qw_weights *wt, int r, int i, qs_error *err) {
     int L = tp->cfg.n_layers, nlin = L * QW_LINEAR_KINDS;
-    const qw_weight *m = i < nlin ? &wt->lin[i % QW_LINEAR_KINDS][i / QW_LINEAR_KINDS]
+    const qw_weight *m = i < nlin    ? &wt->lin[i % QW_LINEAR_KINDS][i / QW_LINEAR_KINDS]
                          : i == nlin ? &wt->lm_head
                                      : &wt->embed;
     qw_weight *w = &tp->masters[(size_t)r * tp->n_lin + i];
@@ -381,8 +381,7 @@ static qs_status quantize_sharded(qw_tp *tp, int i, const qw_quant_spec *s, floa
         qk_packed_release(&L->packed);
         st = qk_packed_init(&L->packed, s->weight, &opt, (size_t)L->out, (size_t)L->in, err);
         if (st == QS_OK)
-            st = qk_quantize(s->weight, &opt, tmp, (size_t)L->out, (size_t)L->in, &L->packed,
-                             err);
+            st = qk_quantize(s->weight, &opt, tmp, (size_t)L->out, (size_t)L->in, &L->packed, err);
         if (st != QS_OK) {
             qk_packed_release(&L->packed);
             return st;
@@ -443,8 +442,7 @@ qs_status qw_tp_sync(qw_tp *tp, const qw_linear *lin, qs_error *err) {
         }
         if (!M->quantized) continue;
         st = check_format(tp, i, M->spec.weight, &M->spec.weight_opt, 1, name, err);
-        if (st == QS_OK)
-            st = check_format(tp, i, M->spec.act, &M->spec.act_opt, 0, name, err);
+        if (st == QS_OK) st = check_format(tp, i, M->spec.act, &M->spec.act_opt, 0, name, err);
         if (st == QS_OK && M->spec.weight && !is_identity(M->spec.weight)) {
             st = quantize_sharded(tp, i, &M->spec, tmp, err);
             if (st != QS_OK) qs_error_wrap(err, "tensor parallel: weights of %s", name);
@@ -458,6 +456,6 @@ qs_status qw_tp_sync(qw_tp *tp, const qw_linear *lin, qs_error *err) {
 qs_status qw_tp_forward(qw_tp *tp, const uint32_t *tokens, int n, int row0,
                         const char *(*name_of)(const void *ctx, int index, char *buf, size_t cap),
                         const void *name_ctx, const float **logits, qs_error *err) {
-    return qw_forward_ranks(tp->rp, tp->n, tokens, n, row0, NULL, tp->gathered,
-                            tp->cfg.vocab_size, name_of, name_ctx, logits, err);
+    return qw_forward_ranks(tp->rp, tp->n, tokens, n, row0, NULL, tp->gathered, tp->cfg.vocab_size,
+                            name_of, name_ctx, logits, err);
 }

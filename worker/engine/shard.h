@@ -69,8 +69,8 @@ typedef struct qw_tp qw_tp;
 /* Sets up rank `rank`'s backend b (a zeroed struct) for linears of up to max_in inputs: how a
  * GPU build puts rank r on device r (its table's allreduce then being NCCL's, over a
  * communicator the callback's ctx holds: worker/comm/comm_nccl.h). */
-typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, int max_in,
-                                        void *ctx, qs_error *err);
+typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, int max_in, void *ctx,
+                                        qs_error *err);
 
 /* Builds the n ranks of the model over weights wt for sequences of up to max_ctx tokens, each
  * with the run state of its shard shape on the backend init(ctx) sets up; init NULL: a CPU
