@@ -395,7 +395,7 @@ static void formats_that_cannot_be_sharded_are_refused_by_name(void **state) {
 
 /* The prefix cache and the SQNR probe belong to the unsharded model: a sharded forward leaves
  * the cache as it was (the next unsharded forward hits it and gives the same bits), and
- * sharding is refused while the probe is on. */
+ * sharding is refused while the probe is on. A new thread count rebuilds the ranks. */
 static void prefix_cache_and_probe_stay_with_the_unsharded_model(void **state) {
     (void)state;
     qs_error err = {0};
@@ -427,6 +427,18 @@ static void prefix_cache_and_probe_stay_with_the_unsharded_model(void **state) {
     assert_int_equal(hits, 1);
     assert_int_equal(skipped, 2);
     assert_memory_equal(a, lg, cnt * sizeof *a);
+    /* a new team size rebuilds the ranks with it: the same logits (any thread count gives the
+     * same bits, ops.h) */
+    assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_OK);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    float *b = malloc(cnt * sizeof *b);
+    memcpy(b, lg, cnt * sizeof *b);
+    assert_int_equal(qw_model_set_threads(m, 3, &err), QS_OK);
+    assert_int_equal(qw_model_tensor_parallel(m), 2);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    assert_memory_equal(b, lg, cnt * sizeof *b);
+    free(b);
+    assert_int_equal(qw_model_set_tensor_parallel(m, 1, &err), QS_OK);
     assert_int_equal(qw_model_set_sqnr_probe(m, 1, &err), QS_OK);
     assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "SQNR probe"));

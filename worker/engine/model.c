@@ -172,6 +172,14 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (nt == m->threads) return QS_OK;
     qs_status st = setup_threads(m, nt, err);
     if (st != QS_OK) return qs_error_wrap(err, "model: %d threads", nt);
+    if (m->tp) { /* the ranks' backends and run states are sized for the team too */
+        int n = qw_tp_ranks(m->tp);
+        qw_tp *tp = NULL;
+        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, &tp, err);
+        if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
+        qw_tp_destroy(m->tp);
+        m->tp = tp;
+    }
     return QS_OK;
 }
 
@@ -272,8 +280,7 @@ void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks
 }
 
 /* The entry for tokens[n], or a free one claimed for them, or NULL. */
-static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n,
-                                   int *found) {
+static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n, int *found) {
     *found = 0;
     for (int i = 0; i < pc->n; i++) {
         prefix_entry *e = &pc->entries[i];
@@ -350,8 +357,8 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
         return qw_tp_forward(m->tp, tokens, n, row0, name_of_linear, m, logits, err);
     }
     qw_rank *r = &m->rank;
-    return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size,
-                            name_of_linear, m, logits, err);
+    return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size, name_of_linear,
+                            m, logits, err);
 }
 
 qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
@@ -388,8 +395,8 @@ const qk_packed *qw_model_packed(const qw_model *m, int rank, int index, int64_t
     if (index < nl - 1) {
         int ax;
         int64_t len;
-        qw_shard_range(s, &m->cfg, index < nl - 2 ? index % QW_LINEAR_KINDS : QW_LINEAR_KINDS,
-                       &ax, start, &len);
+        qw_shard_range(s, &m->cfg, index < nl - 2 ? index % QW_LINEAR_KINDS : QW_LINEAR_KINDS, &ax,
+                       start, &len);
         *axis = ax;
     }
     return qw_tp_packed(m->tp, rank, index);
