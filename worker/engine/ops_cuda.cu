@@ -330,12 +330,30 @@ static qs_status act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size
     return qk_fake_quant(act->fmt, &act->opt, xq, T, in, NULL, err);
 }
 
+/* 1 when the GPU can read and write p (device or managed memory). */
+static int device_visible(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                            const qw_act_quant *act, float *xq, qs_error *err) {
     cuda_ctx *c = cuda_ctx_of(b);
     int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
     const float *xin = x->data;
     qs_status st;
+    /* A host buffer (the SQNR probe's reference output, model_cuda.h) is refused, not
+     * written by the GPU. */
+    if (!device_visible(y->data) || !device_visible(x->data) ||
+        (act && act->fmt && !device_visible(xq)))
+        return qs_error_set(err, QS_EINVAL,
+                            "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
+                            "the backend's (the SQNR probe is not available on CUDA yet)",
+                            T, in, out);
     if (act && act->fmt) {
         if ((st = qw_cuda_status(c, cudaMemcpyAsync(xq, x->data, (size_t)T * in * sizeof(float),
                                                     cudaMemcpyDeviceToDevice, c->stream),
