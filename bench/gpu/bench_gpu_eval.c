@@ -12,8 +12,9 @@
  * PV). The baseline: the same linears and lm_head as BF16 GEMMs alone.
  *
  * Shapes: SmolLM2-135M from the GGUF's config (QSWEEP_SMOLLM2 or the fetch cache; skipped with
- * a message when absent) at ctx 512, and synthetic llama2-7b (synthetic.h) at ctx 2048. Both
- * GEMM paths of the backend (fp32, bf16). Prints "summary:" lines for tools/device-check.sh.
+ * a message when absent) at ctx 512, and synthetic llama2-7b (synthetic.h) at ctx 2048. Every
+ * GEMM path of the backend (fp32, bf16, lt), and lt again with the block linears in NVFP4 W4A4
+ * (native FP4 on 10.x, emulated on Hopper). Prints "summary:" lines for tools/device-check.sh.
  * Exits 77 when no CUDA device is visible. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "quant.h"
 #include "ops.h"
 #include "ops_cuda.h"
 #include "synthetic.h"
@@ -112,8 +114,11 @@ static double baseline_ms(const qw_config *c, int T, double *flops) {
     return best;
 }
 
-/* One forward-shaped run over backend b; returns ms (best of REPS) and the model's FLOPs. */
-static int eval_ms(qw_backend *b, const qw_config *c, int T, double *ms_out, double *flops) {
+/* One forward-shaped run over backend b; returns ms (best of REPS) and the model's FLOPs. fp4:
+ * the block's seven linears NVFP4 W4A4 (weights packed once here, activations quantized by the
+ * backend), lm_head unquantized. */
+static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms_out,
+                   double *flops) {
     int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim,
         V = c->vocab_size;
     int sh[8][2];
@@ -123,6 +128,26 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, double *ms_out, dou
     float s = 0.02f;
     for (int i = 0; i < 8; i++)
         w[i] = bf16_weight(sh[i][0], sh[i][1], s, &keep[i]);
+    qk_packed packed[7];
+    memset(packed, 0, sizeof packed);
+    const qk_format *nv = qk_format_by_name("nvfp4");
+    qw_act_quant a4 = {nv, {0}}, *act = fp4 ? &a4 : NULL;
+    qs_error qerr = {0};
+    for (int i = 0; fp4 && i < 7; i++) {
+        size_t n = (size_t)sh[i][0] * sh[i][1];
+        float *f = malloc(n * sizeof(float));
+        if (!f || qw_weight_rows_f32(&w[i], 0, sh[i][0], f, &qerr) != QS_OK ||
+            qk_packed_init(&packed[i], nv, NULL, (size_t)sh[i][0], (size_t)sh[i][1], &qerr) !=
+                QS_OK ||
+            qk_quantize(nv, NULL, f, (size_t)sh[i][0], (size_t)sh[i][1], &packed[i], &qerr) !=
+                QS_OK) {
+            fprintf(stderr, "bench: packing linear %d: %s\n", i, qerr.msg);
+            free(f);
+            return -1;
+        }
+        free(f);
+        w[i] = qw_weight_from_packed(&packed[i]);
+    }
     float *norm = malloc((size_t)D * sizeof(float));
     for (int i = 0; i < D; i++)
         norm[i] = 1.0f;
@@ -133,9 +158,9 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, double *ms_out, dou
           *v = o->alloc(b, (size_t)T * G * E * 4), *att = o->alloc(b, (size_t)T * H * E * 4),
           *hb = o->alloc(b, (size_t)T * F * 4), *hb2 = o->alloc(b, (size_t)T * F * 4),
           *yb = o->alloc(b, (size_t)T * D * 4), *lg = o->alloc(b, (size_t)T / 2 * V * 4),
-          *cs = o->alloc(b, (size_t)T * E / 2 * 4), *sn = o->alloc(b, (size_t)T * E / 2 * 4);
-    (void)big;
-    if (!x || !xb || !q || !k || !v || !att || !hb || !hb2 || !yb || !lg || !cs || !sn) {
+          *cs = o->alloc(b, (size_t)T * E / 2 * 4), *sn = o->alloc(b, (size_t)T * E / 2 * 4),
+          *actq = o->alloc(b, big * 4);
+    if (!x || !xb || !q || !k || !v || !att || !hb || !hb2 || !yb || !lg || !cs || !sn || !actq) {
         fprintf(stderr, "bench: out of device memory\n");
         return -1;
     }
@@ -152,19 +177,19 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, double *ms_out, dou
         double t0 = now_ms();
         for (int l = 0; l < c->n_layers; l++) {
             o->rmsnorm(b, &txb, &tx, norm, c->norm_eps);
-            o->linear(b, &tq, &txb, &w[0], NULL, NULL, &err);
-            o->linear(b, &tk, &txb, &w[1], NULL, NULL, &err);
-            o->linear(b, &tv, &txb, &w[2], NULL, NULL, &err);
+            o->linear(b, &tq, &txb, &w[0], act, actq, &err);
+            o->linear(b, &tk, &txb, &w[1], act, actq, &err);
+            o->linear(b, &tv, &txb, &w[2], act, actq, &err);
             o->rope(b, &tq, cs, sn, H, E);
             o->rope(b, &tk, cs, sn, G, E);
             o->attention(b, &ta, &tq, &tk, &tv, NULL, H, G, E);
-            o->linear(b, &ty, &ta, &w[3], NULL, NULL, &err);
+            o->linear(b, &ty, &ta, &w[3], act, actq, &err);
             o->residual(b, &tx, &ty);
             o->rmsnorm(b, &txb, &tx, norm, c->norm_eps);
-            o->linear(b, &th, &txb, &w[4], NULL, NULL, &err);
-            o->linear(b, &th2, &txb, &w[5], NULL, NULL, &err);
+            o->linear(b, &th, &txb, &w[4], act, actq, &err);
+            o->linear(b, &th2, &txb, &w[5], act, actq, &err);
             o->swiglu(b, &th, &th, &th2);
-            o->linear(b, &ty, &th, &w[6], NULL, NULL, &err);
+            o->linear(b, &ty, &th, &w[6], act, actq, &err);
             o->residual(b, &tx, &ty);
         }
         o->rmsnorm(b, &txbr, &txr, norm, c->norm_eps);
@@ -182,11 +207,13 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, double *ms_out, dou
     f += 2.0 * (T / 2) * (double)D * V + 2.0 * T * (double)T * H * E * c->n_layers;
     *ms_out = best;
     *flops = f;
-    float *bufs[] = {x, xb, q, k, v, att, hb, hb2, yb, lg, cs, sn};
+    float *bufs[] = {x, xb, q, k, v, att, hb, hb2, yb, lg, cs, sn, actq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         o->free(b, bufs[i]);
     for (int i = 0; i < 8; i++)
         free(keep[i]);
+    for (int i = 0; i < 7; i++)
+        qk_packed_release(&packed[i]);
     free(norm);
     return 0;
 }
@@ -196,23 +223,34 @@ static int run_shape(const char *name, const qw_config *c, int T) {
     double tb = fb / msb / 1e9;
     printf("%s ctx %d: cuBLAS BF16 GEMMs of the same shapes %.2f ms, %.1f TFLOP/s\n", name, T,
            msb, tb);
-    for (int path = 0; path < 2; path++) {
+    /* fp32, bf16, cuBLASLt unquantized, cuBLASLt with NVFP4 W4A4 block linears. */
+    static const struct {
+        qw_cuda_gemm gemm;
+        int fp4;
+    } runs[] = {{QW_CUDA_GEMM_FP32, 0}, {QW_CUDA_GEMM_BF16, 0}, {QW_CUDA_GEMM_LT, 0},
+                {QW_CUDA_GEMM_LT, 1}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         qw_backend b;
         qs_error err = {0};
-        if (qw_backend_cuda_init(&b, 0, path ? QW_CUDA_GEMM_BF16 : QW_CUDA_GEMM_FP32, &err) !=
-            QS_OK) {
+        qs_status st = qw_backend_cuda_init(&b, 0, runs[r].gemm, &err);
+        if (st == QS_EUNSUPPORTED) {
+            printf("summary: eval %s gemm lt: skipped: %s\n", name, err.msg);
+            continue;
+        }
+        if (st != QS_OK) {
             fprintf(stderr, "bench: %s\n", err.msg);
             return -1;
         }
         double ms, f;
-        if (eval_ms(&b, c, T, &ms, &f) != 0) {
+        if (eval_ms(&b, c, T, runs[r].fp4, &ms, &f) != 0) {
             qw_backend_cuda_release(&b);
             return -1;
         }
         double tf = f / ms / 1e9;
-        printf("summary: eval %s ctx %d gemm %s: %.0f tokens/s, %.1f TFLOP/s = %.2f x cuBLAS "
+        printf("summary: eval %s ctx %d gemm %s%s: %.0f tokens/s, %.1f TFLOP/s = %.2f x cuBLAS "
                "BF16 GEMM (%.1f TFLOP/s)\n",
-               name, T, qw_backend_gemm_path(&b), T / (ms / 1e3), tf, tf / tb, tb);
+               name, T, qw_backend_gemm_path(&b), runs[r].fp4 ? " (NVFP4 W4A4 blocks)" : "",
+               T / (ms / 1e3), tf, tf / tb, tb);
         qw_backend_cuda_release(&b);
     }
     return 0;

@@ -25,6 +25,15 @@ static void kind_names_parse_and_others_are_refused(void **state) {
     assert_non_null(strstr(err.msg, "\"gpu\""));
     assert_non_null(strstr(err.msg, "auto, cpu or cuda"));
     assert_int_equal(qw_backend_kind_parse("CPU", &k, &err), QS_EINVAL);
+    int g = -1;
+    assert_int_equal(qw_backend_gemm_parse("fp32", &g, &err), QS_OK);
+    assert_int_equal(g, 0);
+    assert_int_equal(qw_backend_gemm_parse("bf16", &g, &err), QS_OK);
+    assert_int_equal(g, 1);
+    assert_int_equal(qw_backend_gemm_parse("lt", &g, &err), QS_OK);
+    assert_int_equal(g, 2);
+    assert_int_equal(qw_backend_gemm_parse("fp4", &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "\"fp4\""));
 }
 
 static void cpu_backend_records_gemm_path_cpu(void **state) {
@@ -60,14 +69,14 @@ static void auto_is_cuda_where_a_device_is_else_cpu(void **state) {
         assert_string_equal(b.ops->name, "cuda");
         assert_string_equal(qw_backend_gemm_path_name(&b), "fp32");
         qw_backend_close(&b);
-        c.gemm_bf16 = 1;
+        c.gemm = 1;
         assert_int_equal(qw_backend_open(&b, &c, &err), QS_OK);
         assert_string_equal(qw_backend_gemm_path_name(&b), "bf16");
         qw_backend_close(&b);
     }
     assert_null(b.ops);
     c.kind = QW_BACKEND_AUTO;
-    c.gemm_bf16 = 0;
+    c.gemm = 0;
     assert_int_equal(qw_backend_open(&b, &c, &err), QS_OK);
     assert_string_equal(b.ops->name, has_gpu ? "cuda" : "cpu");
     assert_string_equal(qw_backend_gemm_path_name(&b), has_gpu ? "fp32" : "cpu");

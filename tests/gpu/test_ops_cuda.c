@@ -338,6 +338,70 @@ static void test_weight_cache_keeps_and_refreshes(void **state) {
     qw_backend_cuda_release(&b);
 }
 
+/* The cuBLASLt path (QW_CUDA_GEMM_LT, kernels/cuda/qk_gemm.h): W4A4 NVFP4 through the
+ * block-scaled layout (native on 10.x, exact BF16 emulation on Hopper) equals the CPU's
+ * fake-quantized FP32 GEMM up to summation order (1e-5: the FP4 products are exact on both
+ * sides); W4A16 and unquantized weights round the activations to BF16 (1e-2). In a tree without
+ * qk_gemm.h the path is refused at init, saying so. */
+static void test_linear_cublaslt_fp4_paths(void **state) {
+    (void)state;
+    qw_backend lt;
+    qs_error err = {0};
+    qs_status st = qw_backend_cuda_init(&lt, 0, QW_CUDA_GEMM_LT, &err);
+    if (st == QS_EUNSUPPORTED) {
+        printf("  gemm lt: %s\n", err.msg);
+        assert_non_null(strstr(err.msg, "qk_gemm.h"));
+        return;
+    }
+    assert_int_equal(st, QS_OK);
+    int out = 256, in = 512, T = 40;
+    float *W = malloc((size_t)out * in * sizeof(float));
+    fill(W, (size_t)out * in, 0.1f);
+    uint16_t *W16 = malloc((size_t)out * in * 2);
+    for (size_t i = 0; i < (size_t)out * in; i++) {
+        uint32_t u;
+        memcpy(&u, &W[i], 4);
+        W16[i] = (uint16_t)(u >> 16);
+    }
+    qw_stored_tensor v = {QW_DT_BF16, (const uint8_t *)W16, out, in, (size_t)in * 2, 0};
+    qw_weight wb = qw_weight_from_view(&v);
+    assert_true(linear_case(&lt, "lt bf16 x bf16", &wb, NULL, T, 1e-2) <= 1e-2);
+    assert_string_equal(qw_backend_gemm_path(&lt), "bf16");
+    const qk_format *f = qk_format_by_name("nvfp4");
+    qk_packed p;
+    assert_int_equal(qk_packed_init(&p, f, NULL, (size_t)out, (size_t)in, &err), QS_OK);
+    assert_int_equal(qk_quantize(f, NULL, W, (size_t)out, (size_t)in, &p, &err), QS_OK);
+    qw_weight wp = qw_weight_from_packed(&p);
+    assert_true(linear_case(&lt, "lt nvfp4 W4A16", &wp, NULL, T, 1e-2) <= 1e-2);
+    assert_string_equal(qw_backend_gemm_path(&lt), "emulated_bf16");
+    qw_act_quant a4 = {f, {0}};
+    /* The device quantizer writes the layout directly (xq unused on this path); the CPU
+     * reference fake-quantizes into its own copy. */
+    float *x = dev(&lt, (size_t)T * in), *y = dev(&lt, (size_t)T * out), *xq = dev(&lt, (size_t)T * in);
+    fill(x, (size_t)T * in, 1.0f);
+    float *ref = malloc((size_t)T * out * 4), *xqc = malloc((size_t)T * in * 4);
+    float *ws = malloc((size_t)QW_GEMM_COLS * in * 4);
+    assert_int_equal(qw_linear_forward(ref, x, T, &wp, &a4, xqc, ws, 1, &err), QS_OK);
+    qw_tensor tx = {x, T, in}, ty = {y, T, out};
+    st = lt.ops->linear(&lt, &ty, &tx, &wp, &a4, xq, &err);
+    if (st != QS_OK) fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(st, QS_OK);
+    assert_true(rel_err("lt nvfp4 W4A4", y, ref, (size_t)T * out, 1e-5) <= 1e-5);
+    const char *path = qw_backend_gemm_path(&lt);
+    printf("  lt W4A4 path: %s\n", path);
+    assert_true(strcmp(path, "native_fp4") == 0 || strcmp(path, "emulated_bf16") == 0);
+    lt.ops->free(&lt, x);
+    lt.ops->free(&lt, y);
+    lt.ops->free(&lt, xq);
+    free(ref);
+    free(xqc);
+    free(ws);
+    qk_packed_release(&p);
+    free(W16);
+    free(W);
+    qw_backend_cuda_release(&lt);
+}
+
 static void test_logsoftmax_sqnr_scores(void **state) {
     (void)state;
     int R = 5, V = 49152;
@@ -448,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu_residual),
         cmocka_unit_test(test_linear_forms_and_act_formats),
         cmocka_unit_test(test_weight_cache_keeps_and_refreshes),
+        cmocka_unit_test(test_linear_cublaslt_fp4_paths),
         cmocka_unit_test(test_logsoftmax_sqnr_scores),
         cmocka_unit_test(test_init_rejects_bad_device),
     };

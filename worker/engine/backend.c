@@ -18,6 +18,17 @@ qs_status qw_backend_kind_parse(const char *s, qw_backend_kind *out, qs_error *e
                         s ? s : "(null)");
 }
 
+qs_status qw_backend_gemm_parse(const char *s, int *gemm, qs_error *err) {
+    static const char *names[] = {"fp32", "bf16", "lt"};
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, names[i]) == 0) {
+            *gemm = i;
+            return QS_OK;
+        }
+    return qs_error_set(err, QS_EINVAL, "gemm path \"%s\": expected fp32, bf16 or lt",
+                        s ? s : "(null)");
+}
+
 int qw_backend_cuda_built(void) {
 #ifdef QW_HAVE_CUDA_BACKEND
     return 1;
@@ -32,8 +43,7 @@ qs_status qw_backend_open(qw_backend *b, const qw_backend_choice *c, qs_error *e
 #ifdef QW_HAVE_CUDA_BACKEND
     if (k == QW_BACKEND_AUTO) k = qw_cuda_available() > 0 ? QW_BACKEND_CUDA : QW_BACKEND_CPU;
     if (k == QW_BACKEND_CUDA)
-        return qw_backend_cuda_init(b, c->device, c->gemm_bf16 ? QW_CUDA_GEMM_BF16
-                                                               : QW_CUDA_GEMM_FP32, err);
+        return qw_backend_cuda_init(b, c->device, (qw_cuda_gemm)c->gemm, err);
 #else
     if (k == QW_BACKEND_AUTO) k = QW_BACKEND_CPU;
     if (k == QW_BACKEND_CUDA)

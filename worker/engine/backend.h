@@ -18,16 +18,21 @@ typedef enum qw_backend_kind {
 } qw_backend_kind;
 
 /* What to open. threads and max_in as qw_backend_cpu_init (the CPU backend's team and the
- * weight-piece scratch); device and gemm_bf16 for CUDA. */
+ * weight-piece scratch); device and gemm for CUDA. */
 typedef struct qw_backend_choice {
     qw_backend_kind kind;
     int threads, max_in;
     int device;    /* CUDA device index (auto: 0) */
-    int gemm_bf16; /* 1 = the CUDA backend's BF16 GEMM path, 0 = FP32 (default) */
+    int gemm;      /* the CUDA backend's GEMM path (qw_cuda_gemm values): 0 "fp32" (default),
+                      1 "bf16", 2 "lt" (kernels/cuda's cuBLASLt GEMM, FP4 native or emulated) */
 } qw_backend_choice;
 
 /* Parses "auto", "cpu" or "cuda" (case-sensitive). Errors: QS_EINVAL quoting s and the names. */
 qs_status qw_backend_kind_parse(const char *s, qw_backend_kind *out, qs_error *err);
+
+/* Parses a CUDA GEMM path name, "fp32", "bf16" or "lt", into *gemm. Errors: QS_EINVAL quoting s
+ * and the names. */
+qs_status qw_backend_gemm_parse(const char *s, int *gemm, qs_error *err);
 
 /* 1 when this build has the CUDA backend (QSWEEP_HAVE_CUDA), whatever the machine. */
 int qw_backend_cuda_built(void);

@@ -308,8 +308,8 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
 /* Fake-quantizes xq [T x in] (backend memory) with act: on the device for the formats
  * qk_cuda_fake_quant has, through the CPU quantizer otherwise (managed memory: the host reads
  * and writes it in place once the stream is idle). */
-static qs_status act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
-                           qs_error *err) {
+qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T,
+                            size_t in, qs_error *err) {
     qs_error e2 = {};
     qs_status st = qk_cuda_fake_quant(act->fmt, &act->opt, xq, T, in, c->stream, &e2);
     if (st != QS_EUNSUPPORTED) {
@@ -354,12 +354,13 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
                             "the backend's (the SQNR probe is not available on CUDA yet)",
                             T, in, out);
+    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
     if (act && act->fmt) {
         if ((st = qw_cuda_status(c, cudaMemcpyAsync(xq, x->data, (size_t)T * in * sizeof(float),
                                                     cudaMemcpyDeviceToDevice, c->stream),
                                  "linear", err)) != QS_OK)
             return st;
-        if ((st = act_quant(c, act, xq, (size_t)T, (size_t)in, err)) != QS_OK) return st;
+        if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, (size_t)in, err)) != QS_OK) return st;
         xin = xq;
     }
     const cuda_weight *dw;
@@ -442,7 +443,7 @@ extern "C" int qw_cuda_available(void) {
 extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm,
                                           qs_error *err) {
     memset(b, 0, sizeof *b);
-    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16)
+    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT)
         return qs_error_set(err, QS_EINVAL, "backend cuda: gemm path %d", (int)gemm);
     int n = qw_cuda_available();
     if (n == 0) return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: no CUDA device");
@@ -469,6 +470,7 @@ extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gem
         if (s != CUBLAS_STATUS_SUCCESS)
             st = qs_error_set(err, QS_EIO, "backend cuda: cuBLAS: %s", blas_text(s));
     }
+    if (st == QS_OK && gemm == QW_CUDA_GEMM_LT) st = qw_cuda_lt_init(c, err);
     if (st != QS_OK) qw_backend_cuda_release(b);
     return st;
 }
@@ -479,6 +481,7 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         qw_cuda_weights_release(c);
+        qw_cuda_lt_release(c);
         cudaFree(c->scores.p);
         cudaFree(c->act16.p);
         cudaFree(c->tokens.p);
@@ -495,6 +498,7 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
 extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
     if (!c) return "cpu";
+    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_path(c);
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
 }
 
@@ -509,6 +513,7 @@ extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
     if (!c) return;
     cudaStreamSynchronize(c->stream);
     qw_cuda_weights_release(c);
+    qw_cuda_lt_forget(c);
 }
 
 extern "C" qs_status qw_backend_cuda_check(qw_backend *b, qs_error *err) {

@@ -28,6 +28,11 @@
  * - QW_CUDA_GEMM_BF16: weights and activations rounded to BF16, FP32 accumulate on the tensor
  *   cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Exact weights when the masters are BF16 (Llama
  *   checkpoints, synthetic models); the activations lose their low bits. gemm_path "bf16".
+ * - QW_CUDA_GEMM_LT: kernels/cuda's cuBLASLt GEMM (qk_gemm.h, ops_cuda_lt.cu): packed NVFP4 /
+ *   MXFP4 weights kept on the device in cuBLASLt's block-scaled layout, W4A4 activations of the
+ *   same family quantized on the device into it: native FP4 GEMMs on compute capability 10.x
+ *   ("native_fp4"), the exact BF16 dequantization elsewhere ("emulated_bf16"); other weights
+ *   and activations in BF16 ("bf16"). Refused (QS_EUNSUPPORTED) in a tree without qk_gemm.h.
  * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (NVFP4, MXFP4, bit-exact
  * with the CPU); other formats go through the CPU quantizer (a copy out and back).
  *
@@ -51,6 +56,7 @@ extern "C" {
 typedef enum qw_cuda_gemm {
     QW_CUDA_GEMM_FP32 = 0, /* cublasSgemm, pedantic FP32: the reference-matching path */
     QW_CUDA_GEMM_BF16 = 1, /* BF16 operands, FP32 accumulate (tensor cores) */
+    QW_CUDA_GEMM_LT = 2,   /* kernels/cuda's cuBLASLt GEMM (qk_gemm.h): FP4 native or emulated */
 } qw_cuda_gemm;
 
 /* Number of usable CUDA devices; 0 when there is none or no driver (never an error). */
@@ -69,7 +75,9 @@ qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm, qs_
  * struct is a no-op. */
 void qw_backend_cuda_release(qw_backend *b);
 
-/* The GEMM path of b as recorded in results: "fp32" or "bf16" ("cpu" for a CPU backend). */
+/* The GEMM path of b as recorded in results: "fp32" or "bf16"; for QW_CUDA_GEMM_LT the most
+ * specific path its linears ran ("native_fp4" > "emulated_bf16" > "bf16"); "cpu" for a CPU
+ * backend. */
 const char *qw_backend_gemm_path(const qw_backend *b);
 
 /* Weight-cache counters: device copies made (uploads, re-uploads of a changed packed slot

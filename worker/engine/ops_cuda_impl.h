@@ -47,6 +47,7 @@ typedef struct cuda_ctx {
     cuda_scratch rowbuf;  /* per-row results of the reductions */
     cuda_scratch partial; /* per-block partial sums (double) */
     char last_error[256]; /* first error of a void op since the last check */
+    void *lt;             /* QW_CUDA_GEMM_LT: the qk_gemm handle and FP4 weights (ops_cuda_lt.cu) */
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
@@ -72,6 +73,25 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
  * a cached upload keyed by p (for host vectors that do not change: norm weights, RoPE tables).
  * NULL on error (noted in c). */
 const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n);
+
+/* Fingerprint of a packed weight's contents (format, shape, tensor scale, sampled codes and
+ * scales): what a packed slot's cache entry is checked against on each use. */
+uint64_t qw_cuda_packed_fingerprint(const qk_packed *p);
+
+/* Fake-quantizes xq [T x in] (backend memory) in place with act: on the device where
+ * qk_cuda_fake_quant has the format, through the CPU quantizer on managed memory otherwise. */
+qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
+                            qs_error *err);
+
+/* The QW_CUDA_GEMM_LT path (ops_cuda_lt.cu): set-up (QS_EUNSUPPORTED when built without
+ * kernels/cuda/qk_gemm.h), release, forgetting the FP4 weights, the most specific path run so
+ * far ("native_fp4", "emulated_bf16", "bf16"), and the linear y[T x out] = q(x) W^T. */
+qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err);
+void qw_cuda_lt_release(cuda_ctx *c);
+void qw_cuda_lt_forget(cuda_ctx *c);
+const char *qw_cuda_lt_path(const cuda_ctx *c);
+qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, qs_error *err);
 
 /* Frees every cached weight. */
 void qw_cuda_weights_release(cuda_ctx *c);

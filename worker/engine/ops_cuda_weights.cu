@@ -61,7 +61,7 @@ static uint64_t fnv_sampled(uint64_t h, const uint8_t *p, size_t n) {
     return h;
 }
 
-static uint64_t packed_fingerprint(const qk_packed *p) {
+uint64_t qw_cuda_packed_fingerprint(const qk_packed *p) {
     uint64_t h = 14695981039346656037ull;
     h = fnv(h, &p->fmt, sizeof p->fmt);
     h = fnv(h, &p->rows, sizeof p->rows);
@@ -100,7 +100,7 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
                         qs_error *err) {
     size_t n = (size_t)w->rows * (size_t)w->cols;
     int need_f32 = want_f32 || c->gemm == QW_CUDA_GEMM_FP32;
-    int need_bf16 = c->gemm == QW_CUDA_GEMM_BF16;
+    int need_bf16 = c->gemm != QW_CUDA_GEMM_FP32;
     entry_free(e);
     qs_status st = QS_OK;
     if (need_f32 && (st = qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "weight",
@@ -190,10 +190,10 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
                          qs_error *err) {
     int kind = w->form == QW_WEIGHT_PACKED ? 1 : 0;
     const void *key = kind ? (const void *)w->packed : master_key(w);
-    uint64_t fp = kind ? packed_fingerprint(w->packed) : 0;
+    uint64_t fp = kind ? qw_cuda_packed_fingerprint(w->packed) : 0;
     cuda_weight *e = find(c, kind, key);
     int need_f32 = want_f32 || c->gemm == QW_CUDA_GEMM_FP32;
-    int need_bf16 = c->gemm == QW_CUDA_GEMM_BF16;
+    int need_bf16 = c->gemm != QW_CUDA_GEMM_FP32;
     if (e && e->rows == w->rows && e->cols == w->cols && e->fingerprint == fp &&
         (!need_f32 || e->f32) && (!need_bf16 || e->bf16)) {
         c->stats.hits++;
