@@ -89,14 +89,18 @@ failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || tru
 note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
 
 # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
-# bench/; each prints its figures on lines starting "summary:".
+# bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
 if [ "$gpu" != "none" ]; then
   note "device: $gpu"
   while IFS= read -r b; do
     name="$(basename "$b")"
     out="$build/$name.txt"
     if timeout 150 "$b" >"$out" 2>&1; then
-      while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
+      if grep -q '^summary:' "$out"; then
+        while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
+      else # a benchmark without summary lines: its last lines
+        while IFS= read -r l; do note "$name: $l"; done < <(tail -n 4 "$out")
+      fi
     else
       rc=$?
       if [ "$rc" = 77 ]; then
