@@ -7,23 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "forward.h"
 #include "model.h"
 #include "ops.h"
 #include "runstate.h"
 #include "weights.h"
 
-/* One quantizable tensor: a block linear, lm_head or the embeddings. */
-typedef struct linear {
-    const qw_weight *master; /* the unquantized weight, in the checkpoint's dtype */
-    qw_weight w;             /* what the forward pass reads: *master, or over `packed` */
-    qk_packed packed;        /* the quantized weights of the current policy (packed.storage_
-                                NULL when none) */
-    int out, in;
-    qw_quant_spec spec; /* weight and activation formats of the current policy */
-    int quantized;      /* spec has a weight or activation format */
-    int tensor_index;   /* layer*7 + kind; n_layers*7 lm_head; n_layers*7+1 embeddings */
-    double sig, noise;  /* SQNR probe sums */
-} linear;
+/* One quantizable tensor: a block linear, lm_head or the embeddings (forward.h). */
+typedef qw_linear linear;
 
 /* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
  * = after block b-1; boundary n_layers = before the final norm) for one token sequence. */
@@ -34,21 +25,26 @@ typedef struct prefix_entry {
     float *resid;     /* [n_layers][max_ctx x D] */
 } prefix_entry;
 
+/* The prefix cache (model.h, qw_model_set_prefix_cache). */
+struct qw_prefix_cache {
+    int n_layers, max_ctx, dim;
+    prefix_entry *entries; /* [n] */
+    int n;
+    void *pool;            /* one allocation for all entries' tokens and residuals */
+    prefix_entry *cur;     /* the entry of the forward running now, or NULL */
+    int cur_T;             /* its tokens */
+    size_t hits, skipped;
+};
+
 struct qw_model {
     qw_checkpoint *ck; /* borrowed; NULL for a synthetic model */
     qw_weights wt;     /* the masters */
     qw_config cfg;
     int max_ctx, threads;
-    qw_backend be;
-    qw_runstate rs;
-    linear *lin;    /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
+    qw_rank rank;      /* the unsharded model as the forward pass reads it (forward.h) */
+    linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
     linear *lm_head, *embed;
-    int probe;
-    float *ref; /* [max_ctx x largest out] SQNR probe reference output, while the probe is on */
-    prefix_entry *prefix; /* [n_prefix] */
-    int n_prefix;
-    void *prefix_pool; /* one allocation for all entries' tokens and residuals */
-    size_t prefix_hits, prefix_skipped;
+    qw_prefix_cache prefix;
 };
 
 #endif
