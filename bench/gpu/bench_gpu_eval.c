@@ -131,7 +131,7 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
     qk_packed packed[7];
     memset(packed, 0, sizeof packed);
     const qk_format *nv = qk_format_by_name("nvfp4");
-    qw_act_quant a4 = {nv, {0}}, *act = fp4 ? &a4 : NULL;
+    qw_act_quant a4 = {nv, {0}, NULL}, *act = fp4 ? &a4 : NULL;
     qs_error qerr = {0};
     for (int i = 0; fp4 && i < 7; i++) {
         size_t n = (size_t)sh[i][0] * sh[i][1];

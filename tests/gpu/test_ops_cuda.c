@@ -268,9 +268,9 @@ static void test_linear_forms_and_act_formats(void **state) {
     assert_int_equal(qk_packed_init(&p, f, NULL, (size_t)out, (size_t)in, &err), QS_OK);
     assert_int_equal(qk_quantize(f, NULL, W, (size_t)out, (size_t)in, &p, &err), QS_OK);
     qw_weight wp = qw_weight_from_packed(&p);
-    qw_act_quant a4 = {f, {0}};
+    qw_act_quant a4 = {f, {0}, NULL};
     assert_true(linear_case(&gpu, "linear nvfp4 W4A4", &wp, &a4, T, 1e-5) <= 1e-5);
-    qw_act_quant a8 = {qk_format_by_name("int8_channel"), {0}};
+    qw_act_quant a8 = {qk_format_by_name("int8_channel"), {0}, NULL};
     assert_non_null(a8.fmt);
     assert_true(linear_case(&gpu, "linear nvfp4 W4 int8 act", &wp, &a8, T, 1e-5) <= 1e-5);
     /* lm_head is the same op over a vocabulary-wide weight. */
@@ -374,7 +374,7 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     qw_weight wp = qw_weight_from_packed(&p);
     assert_true(linear_case(&lt, "lt nvfp4 W4A16", &wp, NULL, T, 1e-2) <= 1e-2);
     assert_string_equal(qw_backend_gemm_path(&lt), "emulated_bf16");
-    qw_act_quant a4 = {f, {0}};
+    qw_act_quant a4 = {f, {0}, NULL};
     /* The device quantizer writes the layout directly (xq unused on this path); the CPU
      * reference fake-quantizes into its own copy. */
     float *x = dev(&lt, (size_t)T * in), *y = dev(&lt, (size_t)T * out), *xq = dev(&lt, (size_t)T * in);
@@ -400,6 +400,78 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     free(W16);
     free(W);
     qw_backend_cuda_release(&lt);
+}
+
+/* The tensor-parallel entries (ops.h): amax ignores NaN/Inf as qw_amax_forward does (exact),
+ * allreduce over two ranks (two backends on device 0) sums and maxes in rank order as the CPU
+ * table does (exact), download gathers rows into a wider host row (exact); an activation
+ * fake-quantized with a given group amax equals the CPU's (bit-exact). */
+static void test_tensor_parallel_entries(void **state) {
+    (void)state;
+    qs_error err = {0};
+    size_t n = 3000;
+    float *x = dev(&gpu, n), *out = dev(&gpu, 1);
+    fill(x, n, 5.0f);
+    x[17] = NAN;
+    x[18] = INFINITY;
+    x[19] = -INFINITY;
+    qw_tensor tx = {x, 1, (int64_t)n};
+    gpu.ops->amax(&gpu, &tx, out);
+    check_ok(&gpu);
+    assert_true(out[0] == qw_amax_forward(x, n));
+    qw_backend r1;
+    assert_int_equal(qw_backend_cuda_init(&r1, 0, QW_CUDA_GEMM_FP32, &err), QS_OK);
+    float *a = dev(&gpu, n), *b = dev(&r1, n);
+    float *ca = malloc(n * 4), *cb = malloc(n * 4);
+    qw_backend cpu;
+    assert_int_equal(qw_backend_cpu_init(&cpu, 1, 8, &err), QS_OK);
+    for (int op = 0; op < 2; op++) {
+        fill(a, n, 1.0f);
+        fill(b, n, 1.0f);
+        memcpy(ca, a, n * 4);
+        memcpy(cb, b, n * 4);
+        qw_tensor ta = {a, 1, (int64_t)n}, tb = {b, 1, (int64_t)n};
+        qw_tensor tca = {ca, 1, (int64_t)n}, tcb = {cb, 1, (int64_t)n};
+        qw_backend *gr[2] = {&gpu, &r1}, *cr[2] = {&cpu, &cpu};
+        qw_tensor *gx[2] = {&ta, &tb}, *cx[2] = {&tca, &tcb};
+        assert_int_equal(gpu.ops->allreduce(gr, 2, gx, (qw_reduce)op, &err), QS_OK);
+        assert_int_equal(cpu.ops->allreduce(cr, 2, cx, (qw_reduce)op, &err), QS_OK);
+        assert_true(rel_err(op ? "allreduce max" : "allreduce sum", a, ca, n, 0.0) == 0.0);
+        assert_true(rel_err("  rank 1 copy", b, ca, n, 0.0) == 0.0);
+    }
+    qw_tensor bad = {b, 2, (int64_t)n / 2}, good = {a, 1, (int64_t)n};
+    qw_backend *gr[2] = {&gpu, &r1};
+    qw_tensor *gx[2] = {&good, &bad};
+    assert_int_equal(gpu.ops->allreduce(gr, 2, gx, QW_REDUCE_SUM, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rank 1"));
+    float host[4 * 10];
+    memset(host, 0, sizeof host);
+    qw_tensor src = {a, 4, 6};
+    gpu.ops->download(&gpu, host + 2, 10, &src);
+    check_ok(&gpu);
+    for (int r = 0; r < 4; r++)
+        for (int cc = 0; cc < 6; cc++)
+            assert_true(host[r * 10 + 2 + cc] == a[r * 6 + cc]);
+    assert_true(host[0] == 0.0f && host[8] == 0.0f);
+    /* A given group amax drives the activation's NVFP4 tensor scale on both sides. */
+    int out_f = 64, in = 128, T = 8;
+    float *W = malloc((size_t)out_f * in * 4);
+    fill(W, (size_t)out_f * in, 0.1f);
+    qw_weight wf = f32_weight(W, out_f, in);
+    float *gam = dev(&gpu, 1);
+    gam[0] = 37.5f;
+    qw_act_quant a4 = {qk_format_by_name("nvfp4"), {0}, gam};
+    assert_true(linear_case(&gpu, "linear nvfp4 act, given amax", &wf, &a4, T, 1e-5) <= 1e-5);
+    free(W);
+    gpu.ops->free(&gpu, gam);
+    qw_backend_release(&cpu);
+    free(ca);
+    free(cb);
+    gpu.ops->free(&gpu, a);
+    r1.ops->free(&r1, b);
+    gpu.ops->free(&gpu, x);
+    gpu.ops->free(&gpu, out);
+    qw_backend_cuda_release(&r1);
 }
 
 static void test_logsoftmax_sqnr_scores(void **state) {
@@ -513,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_linear_forms_and_act_formats),
         cmocka_unit_test(test_weight_cache_keeps_and_refreshes),
         cmocka_unit_test(test_linear_cublaslt_fp4_paths),
+        cmocka_unit_test(test_tensor_parallel_entries),
         cmocka_unit_test(test_logsoftmax_sqnr_scores),
         cmocka_unit_test(test_init_rejects_bad_device),
     };

@@ -9,13 +9,13 @@
 #include "runstate.h"
 
 static int on_cuda(const qw_model *m) {
-    return m->be.ops == qw_ops_cuda();
+    return m->rank.be.ops == qw_ops_cuda();
 }
 
 /* Entries computed by the other backend are not reused (model_cuda.h). */
 static void drop_prefix_entries(qw_model *m) {
-    for (int i = 0; i < m->n_prefix; i++)
-        m->prefix[i].n = 0;
+    for (int i = 0; i < m->prefix.n; i++)
+        m->prefix.entries[i].n = 0;
 }
 
 qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error *err) {
@@ -28,13 +28,13 @@ qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error
         qw_backend_cuda_release(&b);
         return st;
     }
-    qw_runstate_release(&m->rs, &m->be);
-    qw_backend_close(&m->be);
-    m->be = b;
-    m->rs = rs;
-    m->probe = 0;
-    free(m->ref);
-    m->ref = NULL;
+    qw_runstate_release(&m->rank.rs, &m->rank.be);
+    qw_backend_close(&m->rank.be);
+    m->rank.be = b;
+    m->rank.rs = rs;
+    m->rank.probe = 0;
+    free(m->rank.ref);
+    m->rank.ref = NULL;
     drop_prefix_entries(m);
     return QS_OK;
 }
@@ -42,8 +42,8 @@ qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error
 qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
     if (!on_cuda(m)) return QS_OK;
     int threads = m->threads;
-    qw_runstate_release(&m->rs, &m->be);
-    qw_backend_cuda_release(&m->be);
+    qw_runstate_release(&m->rank.rs, &m->rank.be);
+    qw_backend_cuda_release(&m->rank.be);
     drop_prefix_entries(m);
     /* set_threads rebuilds the CPU backend and run state when the count changes: the backend
      * and run state are zeroed now, so their release there is a no-op. */
@@ -52,9 +52,9 @@ qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
 }
 
 const char *qw_model_gemm_path(const qw_model *m) {
-    return qw_backend_gemm_path_name(&m->be);
+    return qw_backend_gemm_path_name(&m->rank.be);
 }
 
 void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out) {
-    qw_backend_cuda_cache_stats(&m->be, out);
+    qw_backend_cuda_cache_stats(&m->rank.be, out);
 }

@@ -311,7 +311,16 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
 qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T,
                             size_t in, qs_error *err) {
     qs_error e2 = {};
-    qs_status st = qk_cuda_fake_quant(act->fmt, &act->opt, xq, T, in, c->stream, &e2);
+    qk_quant_options opt = act->opt;
+    qs_status st;
+    if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
+        if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation amax", err)) !=
+            QS_OK)
+            return st;
+        opt.tensor_amax_given = 1;
+        opt.tensor_amax = act->tensor_amax[0];
+    }
+    st = qk_cuda_fake_quant(act->fmt, &opt, xq, T, in, c->stream, &e2);
     if (st != QS_EUNSUPPORTED) {
         if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
         return QS_OK;
@@ -327,7 +336,7 @@ qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, siz
     if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation quant", err)) !=
         QS_OK)
         return st;
-    return qk_fake_quant(act->fmt, &act->opt, xq, T, in, NULL, err);
+    return qk_fake_quant(act->fmt, &opt, xq, T, in, NULL, err);
 }
 
 /* 1 when the GPU can read and write p (device or managed memory). */
@@ -409,6 +418,88 @@ static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref
     }
 }
 
+/* qw_amax_forward: max |x| over finite elements (NaN, +-Inf ignored); order-free, so exact. One
+ * block of 1024 threads. */
+__global__ void k_amax(const float *x, size_t n, float *out) {
+    __shared__ float sh[1024];
+    float m = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float a = fabsf(x[i]);
+        if (isfinite(a) && a > m) m = a;
+    }
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = 512; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = sh[0];
+}
+
+static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    k_amax<<<1, 1024, 0, c->stream>>>(x->data, (size_t)x->rows * (size_t)x->cols, out);
+    finish(c, "amax");
+}
+
+#define TP_MAX_RANKS 8
+
+/* The ranks' buffers, passed by value. */
+typedef struct tp_ptrs {
+    float *p[TP_MAX_RANKS];
+} tp_ptrs;
+
+/* Element by element in rank order 0..n-1 (the CPU's order: the same bits), written back to
+ * every rank. */
+__global__ void k_allreduce(tp_ptrs x, int n, size_t len, int op_max) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = x.p[0][i];
+        for (int r = 1; r < n; r++) {
+            float v = x.p[r][i];
+            s = op_max ? (v > s ? v : s) : s + v;
+        }
+        for (int r = 0; r < n; r++)
+            x.p[r][i] = s;
+    }
+}
+
+/* Ranks of one process on one node: every rank's buffer is managed memory (this backend's
+ * alloc), readable from rank 0's device, so one kernel there reduces them in rank order. A
+ * multi-node group goes through NCCL (fwd's communicator), not this. */
+static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
+                              qs_error *err) {
+    if (n < 1 || n > TP_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks (cuda: 1..%d)", n,
+                            TP_MAX_RANKS);
+    tp_ptrs pp;
+    memset(&pp, 0, sizeof pp);
+    for (int r = 0; r < n; r++) {
+        if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
+            return qs_error_set(err, QS_EINVAL,
+                                "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
+                                (long long)x[r]->rows, (long long)x[r]->cols,
+                                (long long)x[0]->rows, (long long)x[0]->cols);
+        cuda_ctx *cr = cuda_ctx_of(ranks[r]);
+        qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
+        if (st != QS_OK) return st;
+        pp.p[r] = x[r]->data;
+    }
+    cuda_ctx *c = cuda_ctx_of(ranks[0]);
+    size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
+    k_allreduce<<<grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
+    if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
+    return QS_OK;
+}
+
+static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
+                      (size_t)src->cols * sizeof(float), (size_t)src->rows,
+                      cudaMemcpyDefault, c->stream);
+    finish(c, "download");
+}
+
 static const qw_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -423,6 +514,9 @@ static const qw_ops cuda_ops = {
     .lm_head = cu_linear,
     .logsoftmax = cu_logsoftmax,
     .sqnr_sums = cu_sqnr_sums,
+    .amax = cu_amax,
+    .allreduce = cu_allreduce,
+    .download = cu_download,
 };
 
 /* ---------------------------------------------------------------- set-up */

@@ -214,6 +214,13 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             (st = qw_cuda_scratch_reserve(&s->xscales, xo.layout.scale_bytes, 0, err)) != QS_OK)
             return st;
         qk_quant_options o = act->opt;
+        if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
+            if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "act amax", err)) !=
+                QS_OK)
+                return st;
+            o.tensor_amax_given = 1;
+            o.tensor_amax = act->tensor_amax[0];
+        }
         float ts = 1.0f;
         st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout,
                                  (uint8_t *)s->xcodes.p, (uint8_t *)s->xscales.p, &ts, NULL,
