@@ -98,8 +98,8 @@ static double baseline_ms(const qw_config *c, int T, double *flops) {
                 if ((l < c->n_layers) != (i < 7)) continue;
                 int rows = i == 7 ? T / 2 : T;
                 cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh[i][0], rows, sh[i][1], &one, W,
-                             CUDA_R_16BF, sh[i][1], X, CUDA_R_16BF, sh[i][1], &zero, Y,
-                             CUDA_R_32F, sh[i][0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                             CUDA_R_16BF, sh[i][1], X, CUDA_R_16BF, sh[i][1], &zero, Y, CUDA_R_32F,
+                             sh[i][0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
                 f += 2.0 * rows * sh[i][0] * sh[i][1];
             }
         cudaDeviceSynchronize();
@@ -221,14 +221,14 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
 static int run_shape(const char *name, const qw_config *c, int T) {
     double fb, msb = baseline_ms(c, T, &fb);
     double tb = fb / msb / 1e9;
-    printf("%s ctx %d: cuBLAS BF16 GEMMs of the same shapes %.2f ms, %.1f TFLOP/s\n", name, T,
-           msb, tb);
+    printf("%s ctx %d: cuBLAS BF16 GEMMs of the same shapes %.2f ms, %.1f TFLOP/s\n", name, T, msb,
+           tb);
     /* fp32, bf16, cuBLASLt unquantized, cuBLASLt with NVFP4 W4A4 block linears. */
     static const struct {
         qw_cuda_gemm gemm;
         int fp4;
-    } runs[] = {{QW_CUDA_GEMM_FP32, 0}, {QW_CUDA_GEMM_BF16, 0}, {QW_CUDA_GEMM_LT, 0},
-                {QW_CUDA_GEMM_LT, 1}};
+    } runs[] = {
+        {QW_CUDA_GEMM_FP32, 0}, {QW_CUDA_GEMM_BF16, 0}, {QW_CUDA_GEMM_LT, 0}, {QW_CUDA_GEMM_LT, 1}};
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         qw_backend b;
         qs_error err = {0};

@@ -377,7 +377,8 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     qw_act_quant a4 = {f, {0}, NULL};
     /* The device quantizer writes the layout directly (xq unused on this path); the CPU
      * reference fake-quantizes into its own copy. */
-    float *x = dev(&lt, (size_t)T * in), *y = dev(&lt, (size_t)T * out), *xq = dev(&lt, (size_t)T * in);
+    float *x = dev(&lt, (size_t)T * in), *y = dev(&lt, (size_t)T * out),
+          *xq = dev(&lt, (size_t)T * in);
     fill(x, (size_t)T * in, 1.0f);
     float *ref = malloc((size_t)T * out * 4), *xqc = malloc((size_t)T * in * 4);
     float *ws = malloc((size_t)QW_GEMM_COLS * in * 4);

@@ -254,10 +254,10 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding_exact),  cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_rope_exact),       cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_swiglu),           cmocka_unit_test(test_crossentropy),
-        cmocka_unit_test(test_linear),           cmocka_unit_test(test_rejects_cpu_backend),
+        cmocka_unit_test(test_embedding_exact), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_swiglu),          cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_linear),          cmocka_unit_test(test_rejects_cpu_backend),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

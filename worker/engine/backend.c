@@ -42,16 +42,14 @@ qs_status qw_backend_open(qw_backend *b, const qw_backend_choice *c, qs_error *e
     qw_backend_kind k = c->kind;
 #ifdef QW_HAVE_CUDA_BACKEND
     if (k == QW_BACKEND_AUTO) k = qw_cuda_available() > 0 ? QW_BACKEND_CUDA : QW_BACKEND_CPU;
-    if (k == QW_BACKEND_CUDA)
-        return qw_backend_cuda_init(b, c->device, (qw_cuda_gemm)c->gemm, err);
+    if (k == QW_BACKEND_CUDA) return qw_backend_cuda_init(b, c->device, (qw_cuda_gemm)c->gemm, err);
 #else
     if (k == QW_BACKEND_AUTO) k = QW_BACKEND_CPU;
     if (k == QW_BACKEND_CUDA)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "backend cuda: this build has no CUDA backend (built without nvcc)");
 #endif
-    if (k != QW_BACKEND_CPU)
-        return qs_error_set(err, QS_EINVAL, "backend: kind %d", (int)c->kind);
+    if (k != QW_BACKEND_CPU) return qs_error_set(err, QS_EINVAL, "backend: kind %d", (int)c->kind);
     return qw_backend_cpu_init(b, c->threads, c->max_in, err);
 }
 

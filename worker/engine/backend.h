@@ -22,9 +22,9 @@ typedef enum qw_backend_kind {
 typedef struct qw_backend_choice {
     qw_backend_kind kind;
     int threads, max_in;
-    int device;    /* CUDA device index (auto: 0) */
-    int gemm;      /* the CUDA backend's GEMM path (qw_cuda_gemm values): 0 "fp32" (default),
-                      1 "bf16", 2 "lt" (kernels/cuda's cuBLASLt GEMM, FP4 native or emulated) */
+    int device; /* CUDA device index (auto: 0) */
+    int gemm;   /* the CUDA backend's GEMM path (qw_cuda_gemm values): 0 "fp32" (default),
+                   1 "bf16", 2 "lt" (kernels/cuda's cuBLASLt GEMM, FP4 native or emulated) */
 } qw_backend_choice;
 
 /* Parses "auto", "cpu" or "cuda" (case-sensitive). Errors: QS_EINVAL quoting s and the names. */

@@ -34,22 +34,29 @@ static int finish(cuda_ctx *c, const char *where) {
 
 static const char *blas_text(cublasStatus_t s) {
     switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "alloc failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "arch mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    default: return "cuBLAS error";
+    case CUBLAS_STATUS_SUCCESS:
+        return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "alloc failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "arch mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "not supported";
+    default:
+        return "cuBLAS error";
     }
 }
 
 /* ---------------------------------------------------------------- kernels */
 
 /* qw_embedding_forward: out[t] = table[tokens[t]] (FP32 device copy of the table). */
-__global__ void k_embedding(float *out, const uint32_t *tok, const float *table, int T,
-                            int64_t D) {
+__global__ void k_embedding(float *out, const uint32_t *tok, const float *table, int T, int64_t D) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * D;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / (size_t)D, d = i % (size_t)D;
@@ -90,8 +97,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int D, flo
 }
 
 /* qw_rope_forward: rotate_half pairs (i, i+E/2) of every head of every row. */
-__global__ void k_rope(float *x, const float *cosb, const float *sinb, int T, int n_heads,
-                       int E) {
+__global__ void k_rope(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E) {
     int h2 = E / 2;
     size_t n = (size_t)T * n_heads * h2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -233,19 +239,18 @@ static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const 
     cuda_ctx *c = cuda_ctx_of(b);
     const float *dw = qw_cuda_vector(c, w, (size_t)x->cols);
     if (!dw) return;
-    k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols,
-                                                        eps);
+    k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols, eps);
     finish(c, "rmsnorm");
 }
 
-static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb,
-                    int n_heads, int E) {
+static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb, int n_heads,
+                    int E) {
     cuda_ctx *c = cuda_ctx_of(b);
     size_t n = (size_t)x->rows * (size_t)(E / 2);
     const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
     if (!dc || !ds) return;
-    k_rope<<<grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows,
-                                                              n_heads, E);
+    k_rope<<<grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows, n_heads,
+                                                             E);
     finish(c, "rope");
 }
 
@@ -255,8 +260,7 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
     cuda_ctx *c = cuda_ctx_of(b);
     qs_error err = {};
     int T = (int)q->rows, group = H / G;
-    if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) !=
-        QS_OK) {
+    if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) != QS_OK) {
         qw_cuda_note_error(c, "attention", err.msg);
         return;
     }
@@ -279,10 +283,10 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
     k_causal_softmax<<<(unsigned)(H * T), 256, 0, c->stream>>>(S, T);
     /* att_h [queries x E] = P_h V_g: column-major att_h^T [E x T] = V_g^T P_h^T. */
     for (int j = 0; j < group; j++) {
-        cublasStatus_t s = cublasSgemmStridedBatched(
-            c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one, v->data, G * E, E,
-            S + (size_t)j * sT, T, (long long)group * sT, &zero, att->data + (size_t)j * E,
-            H * E, (long long)group * E, G);
+        cublasStatus_t s =
+            cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one, v->data,
+                                      G * E, E, S + (size_t)j * sT, T, (long long)group * sT, &zero,
+                                      att->data + (size_t)j * E, H * E, (long long)group * E, G);
         if (s != CUBLAS_STATUS_SUCCESS) {
             qw_cuda_note_error(c, "attention output", blas_text(s));
             return;
@@ -308,8 +312,8 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
 /* Fake-quantizes xq [T x in] (backend memory) with act: on the device for the formats
  * qk_cuda_fake_quant has, through the CPU quantizer otherwise (managed memory: the host reads
  * and writes it in place once the stream is idle). */
-qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T,
-                            size_t in, qs_error *err) {
+qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
+                            qs_error *err) {
     qs_error e2 = {};
     qk_quant_options opt = act->opt;
     qs_status st;
@@ -363,10 +367,12 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
                             "the backend's (the SQNR probe is not available on CUDA yet)",
                             T, in, out);
-    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
+    if (c->gemm == QW_CUDA_GEMM_LT)
+        return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
     if (act && act->fmt) {
-        if ((st = qw_cuda_status(c, cudaMemcpyAsync(xq, x->data, (size_t)T * in * sizeof(float),
-                                                    cudaMemcpyDeviceToDevice, c->stream),
+        if ((st = qw_cuda_status(c,
+                                 cudaMemcpyAsync(xq, x->data, (size_t)T * in * sizeof(float),
+                                                 cudaMemcpyDeviceToDevice, c->stream),
                                  "linear", err)) != QS_OK)
             return st;
         if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, (size_t)in, err)) != QS_OK) return st;
@@ -381,22 +387,20 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
                         &zero, y->data, out);
     } else {
         size_t n = (size_t)T * in;
-        if ((st = qw_cuda_scratch_reserve(&c->act16, n * sizeof(__nv_bfloat16), 0, err)) !=
-            QS_OK)
+        if ((st = qw_cuda_scratch_reserve(&c->act16, n * sizeof(__nv_bfloat16), 0, err)) != QS_OK)
             return st;
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)c->act16.p;
         k_to_bf16<<<grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
-        s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16,
-                         CUDA_R_16BF, in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
+        s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16, CUDA_R_16BF,
+                         in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
     if (s != CUBLAS_STATUS_SUCCESS) {
         qw_cuda_note_error(c, "linear", blas_text(s));
-        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T: %s", T,
-                            in, out, in, blas_text(s));
+        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T: %s", T, in,
+                            out, in, blas_text(s));
     }
-    if (finish(c, "linear") != 0)
-        return qs_error_set(err, QS_EIO, "%s", c->last_error);
+    if (finish(c, "linear") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
     return QS_OK;
 }
 
@@ -407,8 +411,8 @@ static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits)
     finish(c, "logsoftmax");
 }
 
-static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref,
-                         double *signal, double *noise) {
+static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
+                         double *noise) {
     cuda_ctx *c = cuda_ctx_of(b);
     qs_error err = {};
     if (qw_cuda_sqnr(c, y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise,
@@ -470,16 +474,15 @@ __global__ void k_allreduce(tp_ptrs x, int n, size_t len, int op_max) {
 static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
                               qs_error *err) {
     if (n < 1 || n > TP_MAX_RANKS)
-        return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks (cuda: 1..%d)", n,
-                            TP_MAX_RANKS);
+        return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks (cuda: 1..%d)", n, TP_MAX_RANKS);
     tp_ptrs pp;
     memset(&pp, 0, sizeof pp);
     for (int r = 0; r < n; r++) {
         if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
             return qs_error_set(err, QS_EINVAL,
                                 "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
-                                (long long)x[r]->rows, (long long)x[r]->cols,
-                                (long long)x[0]->rows, (long long)x[0]->cols);
+                                (long long)x[r]->rows, (long long)x[r]->cols, (long long)x[0]->rows,
+                                (long long)x[0]->cols);
         cuda_ctx *cr = cuda_ctx_of(ranks[r]);
         qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
         if (st != QS_OK) return st;
@@ -495,8 +498,8 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
     cuda_ctx *c = cuda_ctx_of(b);
     cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
-                      (size_t)src->cols * sizeof(float), (size_t)src->rows,
-                      cudaMemcpyDefault, c->stream);
+                      (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault,
+                      c->stream);
     finish(c, "download");
 }
 

@@ -20,9 +20,9 @@ typedef struct cuda_weight {
     int kind;
     const void *key;
     int64_t rows, cols;
-    uint64_t fingerprint;     /* packed only */
-    float *f32;               /* [rows x cols] device, gemm fp32 (and vectors) */
-    __nv_bfloat16 *bf16;      /* [rows x cols] device, gemm bf16 */
+    uint64_t fingerprint; /* packed only */
+    float *f32;           /* [rows x cols] device, gemm fp32 (and vectors) */
+    __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
     size_t bytes;
 } cuda_weight;
 
@@ -37,7 +37,7 @@ typedef struct cuda_ctx {
     qw_cuda_gemm gemm;
     cudaStream_t stream;
     cublasHandle_t blas;
-    cuda_weight *w;   /* [n_w] */
+    cuda_weight *w; /* [n_w] */
     size_t n_w, cap_w;
     qw_cuda_cache_stats stats;
     cuda_scratch scores;  /* attention scores [H x T x T] */

@@ -90,7 +90,8 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     lt_weight_free(e);
     qs_status st = qk_lt_layout_init(p->fmt, p->rows, p->k, &e->layout, err);
     if (st != QS_OK) return st;
-    uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes), *hs = (uint8_t *)malloc(e->layout.scale_bytes);
+    uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes),
+            *hs = (uint8_t *)malloc(e->layout.scale_bytes);
     if (!hc || !hs) {
         free(hc);
         free(hs);
@@ -103,13 +104,13 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     if (st == QS_OK)
         st = qw_cuda_status(c, cudaMalloc(&e->scales, e->layout.scale_bytes), "FP4 weight", err);
     if (st == QS_OK)
-        st = qw_cuda_status(c, cudaMemcpy(e->codes, hc, e->layout.codes_bytes,
-                                          cudaMemcpyHostToDevice),
+        st = qw_cuda_status(c,
+                            cudaMemcpy(e->codes, hc, e->layout.codes_bytes, cudaMemcpyHostToDevice),
                             "FP4 weight upload", err);
     if (st == QS_OK)
-        st = qw_cuda_status(c, cudaMemcpy(e->scales, hs, e->layout.scale_bytes,
-                                          cudaMemcpyHostToDevice),
-                            "FP4 weight upload", err);
+        st = qw_cuda_status(
+            c, cudaMemcpy(e->scales, hs, e->layout.scale_bytes, cudaMemcpyHostToDevice),
+            "FP4 weight upload", err);
     free(hc);
     free(hs);
     if (st != QS_OK) {
@@ -222,9 +223,8 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             o.tensor_amax = act->tensor_amax[0];
         }
         float ts = 1.0f;
-        st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout,
-                                 (uint8_t *)s->xcodes.p, (uint8_t *)s->xscales.p, &ts, NULL,
-                                 c->stream, err);
+        st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout, (uint8_t *)s->xcodes.p,
+                                 (uint8_t *)s->xscales.p, &ts, NULL, c->stream, err);
         if (st != QS_OK) return st;
         xo.type = at;
         xo.data = s->xcodes.p;
@@ -233,8 +233,9 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     } else {
         const float *xin = x;
         if (act && act->fmt) {
-            if ((st = qw_cuda_status(c, cudaMemcpyAsync(xq, x, (size_t)T * in * sizeof(float),
-                                                        cudaMemcpyDeviceToDevice, c->stream),
+            if ((st = qw_cuda_status(c,
+                                     cudaMemcpyAsync(xq, x, (size_t)T * in * sizeof(float),
+                                                     cudaMemcpyDeviceToDevice, c->stream),
                                      "linear", err)) != QS_OK)
                 return st;
             if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;

@@ -43,12 +43,11 @@ qs_status qw_cuda_sqnr(cuda_ctx *c, const float *y, const float *ref, size_t n, 
     k_sqnr_partial<<<SQNR_BLOCKS, SQNR_THREADS, 0, c->stream>>>(y, ref, n, part);
     double host[2 * SQNR_BLOCKS];
     if ((st = qw_cuda_status(c, cudaGetLastError(), "sqnr", err)) != QS_OK) return st;
-    if ((st = qw_cuda_status(c, cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost,
-                                                c->stream),
-                             "sqnr", err)) != QS_OK)
+    if ((st = qw_cuda_status(
+             c, cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, c->stream), "sqnr",
+             err)) != QS_OK)
         return st;
-    if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "sqnr", err)) != QS_OK)
-        return st;
+    if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "sqnr", err)) != QS_OK) return st;
     double a = 0.0, b = 0.0;
     for (int i = 0; i < SQNR_BLOCKS; i++) {
         a += host[2 * i];
@@ -160,9 +159,9 @@ __global__ void k_score_rows(const float *l, int V, const uint32_t *targets, con
 }
 
 extern "C" qs_status qw_cuda_score_rows(qw_backend *b, const qw_tensor *logits,
-                                        const uint32_t *targets, const float *ref_lp,
-                                        double *nll, double *kl, int32_t *argmax,
-                                        int32_t *ref_argmax, qs_error *err) {
+                                        const uint32_t *targets, const float *ref_lp, double *nll,
+                                        double *kl, int32_t *argmax, int32_t *ref_argmax,
+                                        qs_error *err) {
     cuda_ctx *c = cuda_ctx_of(b);
     int64_t R = logits->rows, V = logits->cols;
     if (!c) return qs_error_set(err, QS_EINVAL, "score rows: not a CUDA backend");
@@ -180,10 +179,9 @@ extern "C" qs_status qw_cuda_score_rows(qw_backend *b, const qw_tensor *logits,
     if (st != QS_OK) return st;
     row_score *dout = (row_score *)c->rowbuf.p;
     uint32_t *dt = targets ? (uint32_t *)((char *)c->rowbuf.p + obytes) : NULL;
-    if (dt &&
-        (st = qw_cuda_status(c, cudaMemcpyAsync(dt, targets, tbytes, cudaMemcpyHostToDevice,
-                                                c->stream),
-                             "score rows", err)) != QS_OK)
+    if (dt && (st = qw_cuda_status(
+                   c, cudaMemcpyAsync(dt, targets, tbytes, cudaMemcpyHostToDevice, c->stream),
+                   "score rows", err)) != QS_OK)
         return st;
     k_score_rows<<<(unsigned)R, 256, 0, c->stream>>>(logits->data, (int)V, dt, ref_lp, dout);
     if ((st = qw_cuda_status(c, cudaGetLastError(), "score rows", err)) != QS_OK) return st;
@@ -191,8 +189,7 @@ extern "C" qs_status qw_cuda_score_rows(qw_backend *b, const qw_tensor *logits,
     if (!host) return qs_error_set(err, QS_ENOMEM, "score rows: %lld rows", (long long)R);
     st = qw_cuda_status(c, cudaMemcpyAsync(host, dout, obytes, cudaMemcpyDeviceToHost, c->stream),
                         "score rows", err);
-    if (st == QS_OK)
-        st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "score rows", err);
+    if (st == QS_OK) st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "score rows", err);
     if (st == QS_OK)
         for (int64_t r = 0; r < R; r++) {
             if (nll) nll[r] = host[r].nll;

@@ -97,9 +97,9 @@ extern "C" qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out,
     return done(c, "embedding forward", err);
 }
 
-extern "C" qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb,
-                                                      const float *dout, const uint32_t *tokens,
-                                                      int N, int D, qs_error *err) {
+extern "C" qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb, const float *dout,
+                                                      const uint32_t *tokens, int N, int D,
+                                                      qs_error *err) {
     CTX;
     k_emb_bwd<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(demb, dout, tokens, N, D);
     return done(c, "embedding backward", err);
@@ -139,8 +139,8 @@ __global__ void k_rms_bwd_dx(float *dx, const float *dout, const float *x, const
 }
 
 /* dw_i += sum_t dy_ti (x_ti r_t), rows in order (the CPU loop). */
-__global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const float *rstd,
-                             int N, int D) {
+__global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const float *rstd, int N,
+                             int D) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= D) return;
     float s = 0.0f;
@@ -159,8 +159,8 @@ extern "C" qs_status qw_cuda_train_rmsnorm_forward(qw_backend *b, float *out, fl
 
 extern "C" qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw,
                                                     const float *dout, const float *x,
-                                                    const float *w, const float *rstd, int N,
-                                                    int D, qs_error *err) {
+                                                    const float *w, const float *rstd, int N, int D,
+                                                    qs_error *err) {
     CTX;
     k_rms_bwd_dx<<<(unsigned)N, 256, 0, c->stream>>>(dx, dout, x, w, rstd, D);
     k_rms_bwd_dw<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(dw, dout, x, rstd, N, D);
@@ -245,9 +245,9 @@ __global__ void k_softmax_bwd(float *dS, const float *P, int T, float scale) {
 }
 
 extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *probs,
-                                                     const float *q, const float *k,
-                                                     const float *v, int B, int T, int H, int G,
-                                                     int E, qs_error *err) {
+                                                     const float *q, const float *k, const float *v,
+                                                     int B, int T, int H, int G, int E,
+                                                     qs_error *err) {
     CTX;
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
@@ -261,8 +261,8 @@ extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, 
             /* S_h = scale Q_h K_g^T for h = g*rep + j, batched over g. */
             st = blas(c,
                       cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &scale,
-                                                kb, GE, E, qb, HE, (long long)rep * E, &zero, Pb,
-                                                T, (long long)rep * sT, G),
+                                                kb, GE, E, qb, HE, (long long)rep * E, &zero, Pb, T,
+                                                (long long)rep * sT, G),
                       "attention scores", err);
         }
     if (st != QS_OK) return st;
@@ -284,11 +284,10 @@ extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, 
 }
 
 extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk,
-                                                      float *dv, float *dscratch,
-                                                      const float *dout, const float *q,
-                                                      const float *k, const float *v,
-                                                      const float *probs, int B, int T, int H,
-                                                      int G, int E, qs_error *err) {
+                                                      float *dv, float *dscratch, const float *dout,
+                                                      const float *q, const float *k,
+                                                      const float *v, const float *probs, int B,
+                                                      int T, int H, int G, int E, qs_error *err) {
     CTX;
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
@@ -303,8 +302,8 @@ extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, 
             st = blas(c,
                       cublasSgemmStridedBatched(
                           c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &one, vb, GE, E,
-                          dout + (size_t)bb * T * HE + (size_t)j * E, HE, (long long)rep * E,
-                          &zero, dscratch + (size_t)j * sT, T, (long long)rep * sT, G),
+                          dout + (size_t)bb * T * HE + (size_t)j * E, HE, (long long)rep * E, &zero,
+                          dscratch + (size_t)j * sT, T, (long long)rep * sT, G),
                       "attention dP", err);
         if (st != QS_OK) break;
         k_softmax_bwd<<<(unsigned)((size_t)H * T), 256, 0, c->stream>>>(dscratch, Pb, T, scale);
@@ -317,8 +316,8 @@ extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, 
             /* dQ_h = dS_h K_g */
             st = blas(c,
                       cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one,
-                                                kb, GE, E, dSj, T, (long long)rep * sT, &zero,
-                                                dqj, HE, (long long)rep * E, G),
+                                                kb, GE, E, dSj, T, (long long)rep * sT, &zero, dqj,
+                                                HE, (long long)rep * E, G),
                       "attention dQ", err);
             /* dK_g += dS_h^T Q_h */
             if (st == QS_OK)
@@ -343,10 +342,8 @@ extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, 
 /* ---------------------------------------------------------------- SwiGLU */
 
 __global__ void k_swiglu_fwd_t(float *h, const float *g, const float *u, size_t n) {
-    GRID_STRIDE(i, n) {
-        float s = 1.0f / (1.0f + expf(-g[i]));
-        h[i] = g[i] * s * u[i];
-    }
+    GRID_STRIDE(i, n)
+    h[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* the CPU's expression */
 }
 
 __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const float *g,
@@ -368,8 +365,8 @@ extern "C" qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const
 }
 
 extern "C" qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du,
-                                                   const float *dh, const float *g,
-                                                   const float *u, size_t n, qs_error *err) {
+                                                   const float *dh, const float *g, const float *u,
+                                                   size_t n, qs_error *err) {
     CTX;
     k_swiglu_bwd_t<<<grid_of(n, 256), 256, 0, c->stream>>>(dg, du, dh, g, u, n);
     return done(c, "swiglu backward", err);
@@ -407,9 +404,9 @@ __global__ void k_ce_bwd(float *probs, const uint32_t *tg, int V, float scale) {
         row[j] = ((uint32_t)j == t ? row[j] - 1.0f : row[j]) * scale;
 }
 
-extern "C" qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *logits,
-                                                        float *losses, const uint32_t *targets,
-                                                        int N, int V, qs_error *err) {
+extern "C" qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *logits, float *losses,
+                                                        const uint32_t *targets, int N, int V,
+                                                        qs_error *err) {
     CTX;
     k_ce_fwd<<<(unsigned)N, 256, 0, c->stream>>>(logits, losses, targets, V);
     return done(c, "crossentropy forward", err);

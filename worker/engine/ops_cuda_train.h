@@ -44,9 +44,8 @@ qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw, co
                                          const float *x, const float *w, const float *rstd, int N,
                                          int D, qs_error *err);
 /* RoPE in place on x[N x nh*E] (position = row % T), and its gradient (opposite angle). */
-qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb,
-                                     const float *sinb, int B, int T, int nh, int E,
-                                     qs_error *err);
+qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb, const float *sinb,
+                                     int B, int T, int nh, int E, qs_error *err);
 qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
                                       const float *sinb, int B, int T, int nh, int E,
                                       qs_error *err);
@@ -67,11 +66,9 @@ qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du, con
 /* logits[N x V] become softmax probabilities; losses[N] = -log p(target) from the logits;
  * targets: device [N]. Backward: probs become (probs - onehot) * scale. */
 qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *logits, float *losses,
-                                             const uint32_t *targets, int N, int V,
-                                             qs_error *err);
-qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *probs,
-                                              const uint32_t *targets, int N, int V, float scale,
-                                              qs_error *err);
+                                             const uint32_t *targets, int N, int V, qs_error *err);
+qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *probs, const uint32_t *targets,
+                                              int N, int V, float scale, qs_error *err);
 /* y[N x out] = x W^T; dx (+)= dy W (skipped when dx is NULL), dW += dy^T x. */
 qs_status qw_cuda_train_linear_forward(qw_backend *b, float *y, const float *x, const float *W,
                                        int N, int in, int out, qs_error *err);

@@ -103,12 +103,11 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
     int need_bf16 = c->gemm != QW_CUDA_GEMM_FP32;
     entry_free(e);
     qs_status st = QS_OK;
-    if (need_f32 && (st = qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "weight",
-                                         err)) != QS_OK)
+    if (need_f32 &&
+        (st = qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "weight", err)) != QS_OK)
         return st;
-    if (need_bf16 &&
-        (st = qw_cuda_status(c, cudaMalloc(&e->bf16, n * sizeof(__nv_bfloat16)), "weight",
-                             err)) != QS_OK) {
+    if (need_bf16 && (st = qw_cuda_status(c, cudaMalloc(&e->bf16, n * sizeof(__nv_bfloat16)),
+                                          "weight", err)) != QS_OK) {
         entry_free(e);
         return st;
     }
@@ -122,9 +121,8 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
         entry_free(e);
         return st;
     }
-    if (!e->f32 &&
-        (st = qw_cuda_status(c, cudaMalloc(&stage, piece * sizeof(float)), "weight staging",
-                             err)) != QS_OK) {
+    if (!e->f32 && (st = qw_cuda_status(c, cudaMalloc(&stage, piece * sizeof(float)),
+                                        "weight staging", err)) != QS_OK) {
         entry_free(e);
         return st;
     }
@@ -135,9 +133,9 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
         st = qw_weight_rows_f32(w, r0, nr, host, err);
         if (st != QS_OK) break;
         float *dst = e->f32 ? e->f32 + off : stage;
-        st = qw_cuda_status(c, cudaMemcpyAsync(dst, host, cnt * sizeof(float),
-                                               cudaMemcpyHostToDevice, c->stream),
-                            "weight upload", err);
+        st = qw_cuda_status(
+            c, cudaMemcpyAsync(dst, host, cnt * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+            "weight upload", err);
         if (st == QS_OK && e->bf16) {
             k_f32_to_bf16<<<1024, 256, 0, c->stream>>>(e->bf16 + off, dst, cnt);
             st = qw_cuda_status(c, cudaGetLastError(), "weight to bf16", err);
