@@ -49,7 +49,8 @@ if cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQSWEEP_CUDA=ON >>"$
    cmake --build "$build" -j"$jobs" >>"$log" 2>&1; then
   note "build: ok (CUDA, -Werror), $(elapsed)s"
 else
-  note "build: FAILED (see $log)"
+  note "build: FAILED (see $log; missing packages: tools/install-deps.sh lists them)"
+  tail -n 25 "$log" >&2
   printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"; printf '%s\n' "${summary[@]}"
   exit 1
 fi
