@@ -260,8 +260,9 @@ static void test_linear_forms_and_act_formats(void **state) {
     qw_weight wb = qw_weight_from_view(&v);
     assert_true(linear_case(&gpu, "linear bf16 master", &wb, NULL, T, 1e-5) <= 1e-5);
     assert_true(linear_case(&gpu16, "linear bf16 gemm", &wb, NULL, T, 1e-2) <= 1e-2);
-    /* Packed NVFP4 weights with NVFP4 activations (device quantizer, bit-exact), then INT8
-     * per-channel activations (no device quantizer: the CPU one on managed memory). */
+    /* Packed NVFP4 weights with NVFP4 activations, then INT8 per-channel activations: both
+     * fake-quantized on the device (qk_cuda_fake_quant, bit-exact), or by the CPU quantizer on
+     * managed memory where the device has none. */
     qs_error err = {0};
     qk_packed p;
     const qk_format *f = qk_format_by_name("nvfp4");

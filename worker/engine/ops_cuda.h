@@ -33,8 +33,9 @@
  *   same family quantized on the device into it: native FP4 GEMMs on compute capability 10.x
  *   ("native_fp4"), the exact BF16 dequantization elsewhere ("emulated_bf16"); other weights
  *   and activations in BF16 ("bf16"). Refused (QS_EUNSUPPORTED) in a tree without qk_gemm.h.
- * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (NVFP4, MXFP4, bit-exact
- * with the CPU); other formats go through the CPU quantizer (a copy out and back).
+ * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (every format, bit-exact
+ * with the CPU); what it refuses (reference_only, exact tiny-amax) goes through the CPU
+ * quantizer on managed memory.
  *
  * Attention: per head S = Q K^T / sqrt(E) and att = P V as cuBLAS strided-batched SGEMMs (one
  * call per position inside a GQA group, batched over the kv heads), causal softmax in between;
