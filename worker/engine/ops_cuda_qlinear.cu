@@ -49,43 +49,41 @@ static qs_status prep(cuda_ctx *c, const qw_qlinear_env *env, int layer, int lin
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
     size_t n = (size_t)rows * cols;
     qs_status st;
-    if (spec.mode == QW_MODE_QUANT && spec.rht) {
-        /* RHT16: the CPU's own preparation over managed memory (the device has none here). */
-        if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "qlinear", err)) != QS_OK)
-            return st;
-        st = qw_qlinear_prepare(env, &spec, linear, op, dst, src, rows, cols, transpose, err);
-    } else {
-        if (transpose)
-            k_transpose<<<grid_of(n), 256, 0, c->stream>>>(dst, src, rows, cols);
-        else
-            cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, c->stream);
-        if ((st = qw_cuda_status(c, cudaGetLastError(), "qlinear prepare", err)) != QS_OK)
-            return st;
-        st = QS_OK;
-        if (spec.mode == QW_MODE_BF16) {
-            k_round_bf16<<<grid_of(n), 256, 0, c->stream>>>(dst, n);
-            st = qw_cuda_status(c, cudaGetLastError(), "qlinear bf16", err);
-        } else if (spec.mode == QW_MODE_QUANT) {
-            qk_quant_options opt;
-            memset(&opt, 0, sizeof opt);
-            opt.rounding = spec.rounding;
-            opt.seed = env->seed;
-            opt.tensor_id = (uint32_t)linear * QW_N_OPERANDS + (uint32_t)op;
-            opt.step = env->step;
-            qs_error e2 = {};
+    if (transpose)
+        k_transpose<<<grid_of(n), 256, 0, c->stream>>>(dst, src, rows, cols);
+    else
+        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, c->stream);
+    if ((st = qw_cuda_status(c, cudaGetLastError(), "qlinear prepare", err)) != QS_OK) return st;
+    st = QS_OK;
+    if (spec.mode == QW_MODE_BF16) {
+        k_round_bf16<<<grid_of(n), 256, 0, c->stream>>>(dst, n);
+        st = qw_cuda_status(c, cudaGetLastError(), "qlinear bf16", err);
+    } else if (spec.mode == QW_MODE_QUANT) {
+        qs_error e2 = {};
+        if (spec.rht && k % 16)
+            return qs_error_set(err, QS_EINVAL,
+                                "linear %d %s: RHT16 needs k %% 16 == 0, k is %d (tokens per "
+                                "micro-batch for wgrad)",
+                                linear, qw_gemm_operand_name(op), k);
+        /* RHT16 on the device (kernels/cuda: qk_rht16's signs, butterfly order and bits). */
+        if (spec.rht) st = qk_cuda_rht16(dst, (size_t)r, (size_t)k, env->seed, 0, c->stream, &e2);
+        qk_quant_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.rounding = spec.rounding;
+        opt.seed = env->seed;
+        opt.tensor_id = (uint32_t)linear * QW_N_OPERANDS + (uint32_t)op;
+        opt.step = env->step;
+        if (st == QS_OK)
             st = qk_cuda_fake_quant(spec.fmt, &opt, dst, (size_t)r, (size_t)k, c->stream, &e2);
-            if (st == QS_EUNSUPPORTED) {
-                /* No device quantizer for this format or rounding: the CPU's, on managed
-                 * memory (it redoes the copy or transpose: same bits). */
-                if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "qlinear", err)) !=
-                    QS_OK)
-                    return st;
-                st = qw_qlinear_prepare(env, &spec, linear, op, dst, src, rows, cols, transpose,
-                                        err);
-            } else if (st != QS_OK) {
-                st = qs_error_set(err, st, "linear %d %s: %s", linear, qw_gemm_operand_name(op),
-                                  e2.msg);
-            }
+        if (st == QS_EUNSUPPORTED) {
+            /* Refused by the device (reference_only, exact tiny amax): the CPU's own preparation
+             * on managed memory, from the source again (same bits). */
+            if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "qlinear", err)) != QS_OK)
+                return st;
+            st = qw_qlinear_prepare(env, &spec, linear, op, dst, src, rows, cols, transpose, err);
+        } else if (st != QS_OK) {
+            st =
+                qs_error_set(err, st, "linear %d %s: %s", linear, qw_gemm_operand_name(op), e2.msg);
         }
     }
     if (st == QS_OK && env->hook) {

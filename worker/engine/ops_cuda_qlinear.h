@@ -6,10 +6,9 @@
  * stochastic-rounding streams (tensor id = linear * QW_N_OPERANDS + operand, env->seed,
  * env->step) and the same RHT16 signs. Each GEMM input is made on the device where the device
  * has the step (transpose; BF16 rounding, qw_round_bf16's bits; fake-quant through
- * qk_cuda_fake_quant, bit-exact with the CPU), and otherwise by the CPU's own
- * qw_qlinear_prepare over managed memory (operands with RHT16: kernels/cuda's device RHT16 is
- * not wired in here yet; anything qk_cuda_fake_quant refuses): the inputs are bit-identical to
- * the CPU's either way. The GEMMs are cuBLAS SGEMM (FP32
+ * qk_cuda_fake_quant and RHT16 through qk_cuda_rht16, each bit-exact with the CPU), and
+ * otherwise (what the device refuses) by the CPU's own qw_qlinear_prepare over managed memory:
+ * the inputs are bit-identical to the CPU's either way. The GEMMs are cuBLAS SGEMM (FP32
  * accumulate, pedantic): fake-quantized FP4 values are exact in FP32, so only the summation
  * order differs from the CPU.
  *
