@@ -189,9 +189,6 @@ struct qw_ops {
     /* dst[r*ld + c] = src[r][c] for the rows and columns of src: src copied to host memory
      * with row stride ld floats (lm_head's vocabulary slices gathered into one logits row). */
     void (*download)(qw_backend *b, float *dst, size_t ld, const qw_tensor *src);
-    /* Frees what the backend's init allocated (qw_backend_release calls it); NULL: the CPU
-     * scratch only. */
-    void (*release)(qw_backend *b);
 };
 
 /* The CPU backend's table (the reference every other backend is checked against). */
@@ -201,8 +198,7 @@ const qw_ops *qw_ops_cpu(void);
  * linears of up to max_in inputs. Errors: QS_EINVAL (threads < 1, max_in < 1), QS_ENOMEM. */
 qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *err);
 
-/* Frees the backend (its table's release, else the CPU scratch) and zeroes b; a zeroed struct
- * is a no-op. */
+/* Frees the backend's scratch; a zeroed struct is a no-op. */
 void qw_backend_release(qw_backend *b);
 
 #endif

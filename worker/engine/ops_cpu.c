@@ -375,9 +375,6 @@ qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *
 
 void qw_backend_release(qw_backend *b) {
     if (!b) return;
-    if (b->ops && b->ops->release)
-        b->ops->release(b);
-    else
-        free(b->wscratch);
+    free(b->wscratch);
     memset(b, 0, sizeof *b);
 }
