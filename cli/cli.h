@@ -36,6 +36,12 @@ int qsweep_exit_code(qs_status st);
  * qsweep_exit_code(err->code). */
 int qsweep_fail(const char *cmd, const qs_error *err);
 
+/* Flushes standard output at a command's exit and checks it for write errors (fflush,
+ * ferror). Returns rc when all went out; else prints "qsweep CMD: writing standard output:
+ * <reason>" on stderr and returns rc, or QSWEEP_EXIT_RUNTIME when rc was QSWEEP_EXIT_OK (a
+ * result that was not written is a failure). cmd: the command's name, or NULL. */
+int qsweep_stdout_close(const char *cmd, int rc);
+
 /* Parses a numeric flag: the whole of arg must be a decimal integer in [lo, hi]. Otherwise
  * prints "qsweep <cmd>: <flag> <arg>: expected an integer in [lo, hi]" on stderr and returns
  * -1 (the caller exits QSWEEP_EXIT_USAGE); 0 and *out set on success. */
