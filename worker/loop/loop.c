@@ -104,6 +104,7 @@ struct worker {
     int64_t end_sent_ms;
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
+    bool heard; /* something from the coordinator arrived since qw_run started */
     int64_t idle_since_ms; /* when the worker last had neither a job nor an unacked end */
     int lease_hb_ms;       /* heartbeat period while an attempt is on: a quarter of the lease
                               its ASSIGN gave (at most hb_ms), so the lease never lapses
@@ -1080,6 +1081,13 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             w->idle_since_ms = t;
         } else if (!stopping && opts->exit_when_idle_ms > 0 &&
                    t - w->idle_since_ms >= opts->exit_when_idle_ms) {
+            if (!w->heard) { /* not idle: alone; the sweep's work may never have been seen */
+                st = qs_error_set(err, QS_ENET,
+                                  "no answer from the coordinator at %s in %d ms "
+                                  "(--exit-when-idle): it was never reached",
+                                  opts->endpoint, opts->exit_when_idle_ms);
+                break;
+            }
             wlog(w, "no job for %d ms (--exit-when-idle): leaving", opts->exit_when_idle_ms);
             bye_reason = "idle (exit when idle)";
             break;
@@ -1135,6 +1143,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
                 break;
             }
             w->last_heard_ms = qs_clock_ms();
+            w->heard = true;
             Qsweep__Envelope *env = NULL;
             qs_error derr;
             if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
