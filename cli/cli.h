@@ -126,6 +126,33 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
 qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
                                      qs_error *err);
 
+/* One family of job kinds as the command line knows it (cli/kind_table.c, one row per grid
+ * kind; kinds/registry.c lists the job kinds themselves). */
+typedef struct qsweep_kind_row {
+    const char *grid_kind; /* qs_job_kind.grid_kind of the job kinds of the row ("training") */
+    /* Registers the row's job functions in this process's worker (qw_register_kind). */
+    qs_status (*register_worker)(qs_error *err);
+    /* Prints experiment name's results table when it holds this kind's results (*n_rows: rows
+     * printed, 0 and nothing printed when it holds none). NULL: the default table of
+     * qsweep_print_results (sensitivity). Errors: QS_EDB. */
+    qs_status (*print_table)(qc_store *db, const char *name, FILE *out, int *n_rows,
+                             qs_error *err);
+} qsweep_kind_row;
+
+/* The table: *rows and its length. */
+size_t qsweep_kind_rows(const qsweep_kind_row **rows);
+
+/* Registers every row's job functions (`qsweep worker`), then checks that each job kind of
+ * kinds/registry.c has one. Errors: a row's own, QS_ESTATE naming a kind left without a
+ * function. */
+qs_status qsweep_register_worker_kinds(qs_error *err);
+
+/* Offers experiment name to each row's print_table in table order until one prints rows;
+ * *n_rows: the rows printed (0: none of those kinds, nothing printed: the caller prints
+ * the default table). Errors: the row's. */
+qs_status qsweep_print_kind_tables(qc_store *db, const char *name, FILE *out, int *n_rows,
+                                   qs_error *err);
+
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns
  * an exit code. */

@@ -1,6 +1,6 @@
 /* qsweep coordinator and qsweep worker: the two long-running processes of a sweep, thin
  * shells over qc_server_run (coordinator/server/server.h) and qw_run (worker/loop/loop.h).
- * The worker registers the sweep's job kinds (worker/jobs/jobs.h) before it connects. */
+ * The worker registers every job kind of cli/kind_table.c before it connects. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -14,10 +14,8 @@
 #include <zmq.h>
 
 #include "cli.h"
-#include "jobs.h"
 #include "loop.h"
 #include "server.h"
-#include "train_kind.h"
 
 static void coordinator_usage(FILE *out) {
     fprintf(
@@ -173,8 +171,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
     o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");
     o.curve_secret_key = getenv("QSWEEP_CURVE_SECRET");
     qs_error err = {0};
-    qs_status st = qw_jobs_register(&err);
-    if (!st) st = qw_train_register(&err);
+    qs_status st = qsweep_register_worker_kinds(&err); /* every kind (cli/kind_table.c) */
     if (!st) st = qw_run(&o, &err);
     return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
 }

@@ -44,6 +44,9 @@ typedef qs_status (*qw_job_fn)(qw_job_ctx *ctx, qs_error *err);
  * registry's 64 slots are full. */
 qs_status qw_register_kind(const char *name, qw_job_fn fn, qs_error *err);
 
+/* Whether a function is registered under the job kind name (qw_register_kind). Thread-safe. */
+bool qw_kind_registered(const char *name);
+
 /* The job's id (jobs.id in the database) and attempt number (1-based). */
 int64_t qw_job_id(const qw_job_ctx *ctx);
 uint32_t qw_job_attempt(const qw_job_ctx *ctx);
