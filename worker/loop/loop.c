@@ -48,6 +48,29 @@ typedef struct partial_batch {
 
 typedef struct worker worker;
 
+/* The worker's state, in the manner of the ZeroMQ guide's Paranoid Pirate worker (one value at
+ * a time, changed only by transition(), named in the log):
+ *   CONNECTING   no work, and nothing heard from the coordinator since qw_run started;
+ *   REGISTERING  no work, HELLO sent again (the coordinator was silent, or asked) and nothing
+ *                heard since;
+ *   IDLE         no work, the coordinator answers: READY is out, an ASSIGN may come;
+ *   RECEIVING    the parts of a split ASSIGN are arriving (Assign.chunks);
+ *   RUNNING      an attempt runs on the compute thread;
+ *   DELIVERING   its end (final RESULT, maybe in chunks, or FAILED) waits for its ACK;
+ *   LEAVING      stopping (SIGTERM, qw_request_stop): no new work, the running attempt is
+ *                cancelled (preempted) and its end delivered, then BYE.
+ * Work (RECEIVING, RUNNING, DELIVERING) goes on through a reconnect; the connection's own
+ * states show only when there is no work. */
+typedef enum qw_state {
+    QW_CONNECTING,
+    QW_REGISTERING,
+    QW_IDLE,
+    QW_RECEIVING,
+    QW_RUNNING,
+    QW_DELIVERING,
+    QW_LEAVING,
+} qw_state;
+
 struct qw_job_ctx {
     worker *w;
     int64_t job_id;
@@ -72,14 +95,14 @@ struct worker {
     char host[256];
     int hb_ms, timeout_ms, threads;
     void *zctx, *sock;
-    void *mon;               /* PAIR reading the socket's handshake failures (CURVE only) */
-    unsigned mon_seq;        /* makes each monitor endpoint unique */
-    int refusals;            /* handshakes the coordinator refused since the last success */
+    void *mon;                /* PAIR reading the socket's handshake failures (CURVE only) */
+    unsigned mon_seq;         /* makes each monitor endpoint unique */
+    int refusals;             /* handshakes the coordinator refused since the last success */
     int64_t first_refusal_ms; /* when the first of them happened */
-    char refusal[400];       /* what was wrong, for the final error */
-    bool connected_told;     /* "connected" logged for the current socket */
-    bool send_failing;       /* a send failed and was logged; quiet until one succeeds */
-    pthread_mutex_t mu; /* guards the cache and the job's shared fields */
+    char refusal[400];        /* what was wrong, for the final error */
+    bool connected_told;      /* "connected" logged for the current socket */
+    bool send_failing;        /* a send failed and was logged; quiet until one succeeds */
+    pthread_mutex_t mu;       /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
     uint64_t cache_clock;
     qw_job_ctx *job;        /* running (or finished, not yet joined) job */
@@ -104,7 +127,10 @@ struct worker {
     int64_t end_sent_ms;
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
-    bool heard; /* something from the coordinator arrived since qw_run started */
+    bool heard;            /* something from the coordinator arrived since qw_run started */
+    bool registering;      /* HELLO re-sent (reregister) and nothing heard since */
+    bool stopping;         /* LEAVING: a stop was requested */
+    qw_state state;        /* changed only by transition() */
     int64_t idle_since_ms; /* when the worker last had neither a job nor an unacked end */
     int lease_hb_ms;       /* heartbeat period while an attempt is on: a quarter of the lease
                               its ASSIGN gave (at most hb_ms), so the lease never lapses
@@ -143,6 +169,35 @@ static qs_status metric_push(metric_vec *mv, const metric_rec *m) {
     }
     mv->v[mv->n++] = *m;
     return QS_OK;
+}
+
+static const char *state_name(qw_state st) {
+    static const char *const names[] = {"CONNECTING", "REGISTERING", "IDLE",   "RECEIVING",
+                                        "RUNNING",    "DELIVERING",  "LEAVING"};
+    return names[st];
+}
+
+/* Whether an attempt is on: running, its split ASSIGN arriving, or its end not yet ACKed. */
+static bool has_work(const worker *w) {
+    return w->job || w->end_buf || w->rx_spec;
+}
+
+/* The state the worker's facts say it is in (see qw_state). */
+static qw_state state_of(const worker *w) {
+    if (w->stopping) return QW_LEAVING;
+    if (w->job) return QW_RUNNING;
+    if (w->end_buf) return QW_DELIVERING;
+    if (w->rx_spec) return QW_RECEIVING;
+    if (!w->heard) return QW_CONNECTING;
+    return w->registering ? QW_REGISTERING : QW_IDLE;
+}
+
+/* The one transition function: moves w to the state its facts say, logging the change. */
+static void transition(worker *w) {
+    qw_state next = state_of(w);
+    if (next == w->state) return;
+    wlog(w, "state %s -> %s", state_name(w->state), state_name(next));
+    w->state = next;
 }
 
 /* ---- the job context API (compute thread) ---- */
@@ -243,8 +298,9 @@ static void send_packed(worker *w, const uint8_t *buf, size_t len, const char *w
         return;
     }
     if (!w->send_failing && w->refusals == 0) /* a refusal was already explained */
-        wlog(w, "send %s: %s (dropped; resent on re-register when it matters; further failed "
-                "sends are not logged until one succeeds)",
+        wlog(w,
+             "send %s: %s (dropped; resent on re-register when it matters; further failed "
+             "sends are not logged until one succeeds)",
              what, zmq_strerror(errno));
     w->send_failing = true;
 }
@@ -641,7 +697,8 @@ static void start_job(worker *w, const Qsweep__Assign *a) {
     w->job = ctx;
     w->lease_hb_ms = (int)(a->lease_ms / 4) < w->hb_ms ? (int)(a->lease_ms / 4) : w->hb_ms;
     if (w->lease_hb_ms < 50) w->lease_hb_ms = 50;
-    if (w->next_hb_ms > qs_clock_ms() + w->lease_hb_ms) w->next_hb_ms = qs_clock_ms() + w->lease_hb_ms;
+    if (w->next_hb_ms > qs_clock_ms() + w->lease_hb_ms)
+        w->next_hb_ms = qs_clock_ms() + w->lease_hb_ms;
     wlog(w, "job %lld attempt %u (%s) started, lease %u ms", (long long)a->job_id, a->attempt,
          a->kind, a->lease_ms);
 }
@@ -862,6 +919,7 @@ static qs_status open_socket(worker *w, qs_error *err) {
 
 /* Re-registers: HELLO (naming the running or finished job), then whatever is unacked. */
 static void reregister(worker *w) {
+    w->registering = true; /* until the coordinator is heard again */
     send_hello(w);
     resend_partials(w);
     if (w->end_buf) { /* the part being delivered; a restarted coordinator asks for chunk 0 */
@@ -1050,13 +1108,12 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         w->next_hb_ms = w->last_heard_ms + w->hb_ms;
         w->idle_since_ms = w->last_heard_ms;
     }
-    bool stopping = false;
     int64_t stop_deadline = 0;
     const char *bye_reason = "stopped";
     while (st == QS_OK) {
         int64_t t = qs_clock_ms();
-        if (stop_requested && !stopping) {
-            stopping = true;
+        if (stop_requested && !w->stopping) {
+            w->stopping = true;
             stop_deadline = t + w->timeout_ms; /* for the ACK; restarted when the job ends */
             wlog(w, "stopping: no new work%s",
                  w->job ? ", cancelling the running job (preempted)" : "");
@@ -1072,16 +1129,29 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             if (done) {
                 flush_partials(w);
                 finish_job(w);
-                if (stopping)
+                if (w->stopping)
                     stop_deadline = t + w->timeout_ms; /* its end gets that long to be ACKed */
             }
         }
-        if (stopping && !w->job && (!w->end_buf || t >= stop_deadline)) break;
-        if (w->job || w->end_buf || w->rx_spec) {
+        transition(w);
+        switch (w->state) {
+        case QW_LEAVING:
+            if (has_work(w)) w->idle_since_ms = t;
+            break;
+        case QW_RECEIVING:
+        case QW_RUNNING:
+        case QW_DELIVERING:
             w->idle_since_ms = t;
-        } else if (!stopping && opts->exit_when_idle_ms > 0 &&
-                   t - w->idle_since_ms >= opts->exit_when_idle_ms) {
-            if (!w->heard) { /* not idle: alone; the sweep's work may never have been seen */
+            break;
+        case QW_CONNECTING:
+        case QW_REGISTERING:
+        case QW_IDLE:
+            break;
+        }
+        if (w->state == QW_LEAVING && !w->job && (!w->end_buf || t >= stop_deadline)) break;
+        if ((w->state == QW_CONNECTING || w->state == QW_REGISTERING || w->state == QW_IDLE) &&
+            opts->exit_when_idle_ms > 0 && t - w->idle_since_ms >= opts->exit_when_idle_ms) {
+            if (w->state == QW_CONNECTING) { /* not idle: alone; the sweep was never seen */
                 st = qs_error_set(err, QS_ENET,
                                   "no answer from the coordinator at %s in %d ms "
                                   "(--exit-when-idle): it was never reached",
@@ -1092,12 +1162,13 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             bye_reason = "idle (exit when idle)";
             break;
         }
-        if (!stopping && !w->job && !w->end_buf && !w->rx_spec && !w->ready_sent) send_ready(w);
+        if ((w->state == QW_CONNECTING || w->state == QW_REGISTERING || w->state == QW_IDLE) &&
+            !w->ready_sent)
+            send_ready(w);
         if (t >= w->next_hb_ms) {
             send_heartbeat(w);
             flush_partials(w);
-            bool on = w->job || w->end_buf || w->rx_spec;
-            w->next_hb_ms = t + (on && w->lease_hb_ms ? w->lease_hb_ms : w->hb_ms);
+            w->next_hb_ms = t + (has_work(w) && w->lease_hb_ms ? w->lease_hb_ms : w->hb_ms);
         }
         if (w->end_buf && t - w->end_sent_ms >= w->timeout_ms) {
             send_packed(w, w->end_buf, w->end_len, "attempt end (resend)");
@@ -1105,8 +1176,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         }
         if (t - w->last_heard_ms > w->timeout_ms) {
             if (w->refusals == 0) /* else the refusal was explained, once */
-                wlog(w, "coordinator silent for %lld ms: reconnecting and re-registering",
-                     (long long)(t - w->last_heard_ms));
+                wlog(w, "coordinator silent for %lld ms (%s): reconnecting and re-registering",
+                     (long long)(t - w->last_heard_ms), state_name(w->state));
             st = open_socket(w, err);
             if (st != QS_OK) break;
             reregister(w);
@@ -1115,7 +1186,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
 
         zmq_pollitem_t items[2] = {{.socket = w->sock, .events = ZMQ_POLLIN},
                                    {.socket = w->mon, .events = ZMQ_POLLIN}};
-        long wait = w->job || stopping ? 20 : (long)(w->next_hb_ms - t);
+        long wait =
+            w->state == QW_RUNNING || w->state == QW_LEAVING ? 20 : (long)(w->next_hb_ms - t);
         if (wait > 100) wait = 100;
         if (wait < 0) wait = 0;
         int rc = zmq_poll(items, w->mon ? 2 : 1, wait);
@@ -1144,6 +1216,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             }
             w->last_heard_ms = qs_clock_ms();
             w->heard = true;
+            w->registering = false;
             Qsweep__Envelope *env = NULL;
             qs_error derr;
             if (qs_proto_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), QS_PROTO_MAX_BYTES,
