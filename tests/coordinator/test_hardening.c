@@ -10,6 +10,8 @@
  *     backoff (jobs.not_before, written with the database's now()) still lasts what it says;
  *   - a result over the protocol limit is refused by the worker with a job error that gives
  *     its size and the limit, on attempt 1, instead of burning every attempt as lost leases;
+ *   - the worker's states (CONNECTING, IDLE, RUNNING, DELIVERING, LEAVING) are named in its
+ *     log in the order one job's life goes through them;
  *   - a worker killed with SIGKILL, whose coordinator is gone too, reads "lost" in `qsweep
  *     workers` after QC_WORKER_LOST_S rather than "silent" for ever;
  *   - a worker refused by the coordinator (CURVE allow-list, or no keys at all) says so once
@@ -86,6 +88,53 @@ static void worker_that_never_reached_the_coordinator_exits_non_zero(void **stat
     assert_true(h_file_contains(log, "it was never reached"));
     assert_true(h_file_contains(log, h->endpoint));
     assert_false(h_file_contains(log, "BYE"));
+}
+
+/* ---- the worker's state machine ---- */
+
+/* Whether the file at path holds each of the n needles, in that order. */
+static bool file_has_in_order(const char *path, const char *const *needles, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = 0;
+    fclose(f);
+    const char *at = text;
+    for (size_t i = 0; i < n; i++) {
+        at = strstr(at, needles[i]);
+        if (!at) return false;
+        at += strlen(needles[i]);
+    }
+    return true;
+}
+
+/* The worker's loop is a state machine whose states its log names (worker/loop/loop.c): one
+ * job's life reads CONNECTING -> IDLE (the coordinator answered), IDLE -> RUNNING (ASSIGN),
+ * RUNNING -> DELIVERING (the job returned, its result waits for the ACK), DELIVERING ->
+ * IDLE (ACKed), then IDLE -> LEAVING on SIGTERM, and the worker exits 0 after BYE. */
+static void worker_states_are_named_in_its_log(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_worker_states");
+    h_start_coordinator(h);
+    pid_t w = h_start_worker(h, "states");
+    char log[160];
+    snprintf(log, sizeof log, "%s/worker-states.log", h->dir);
+    for (int i = 0; i < 500 && !h_file_contains(log, "state CONNECTING -> IDLE"); i++)
+        h_sleep_ms(20);
+    long id = h_insert_job(h, "short", "sleep", "{\"seconds\": 0.3}", 1, 0);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    for (int i = 0; i < 250 && !h_file_contains(log, "state DELIVERING -> IDLE"); i++)
+        h_sleep_ms(20);
+    h_signal(h, w, SIGTERM);
+    assert_int_equal(h_wait_exit(w, 10000), 0);
+    h->workers[0] = 0;
+    const char *const seq[] = {"state CONNECTING -> IDLE", "state IDLE -> RUNNING",
+                               "state RUNNING -> DELIVERING", "state DELIVERING -> IDLE",
+                               "state IDLE -> LEAVING", "BYE"};
+    if (!file_has_in_order(log, seq, sizeof seq / sizeof seq[0]))
+        fail_msg("the worker's log does not name its states in order (see %s)", log);
 }
 
 /* ---- workers that vanish (the breaker's kill -9) ---- */
@@ -419,6 +468,7 @@ int main(int argc, char **argv) {
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(killed_worker_becomes_lost_after_the_stated_time, h_setup,
                                         h_teardown),
+        cmocka_unit_test_setup_teardown(worker_states_are_named_in_its_log, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(coordinator_stopped_longer_than_the_lease_keeps_attempt_1,
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
