@@ -150,9 +150,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else if (format == 2) {
         st = print_json(r, out, err);
     } else {
-        int n_train = 0;
-        if (PQntuples(r) == 0 && !(st = qsweep_print_train_results(db, name, out, &n_train, err)) &&
-            n_train > 0) {
+        int n_other = 0; /* another kind's own table (cli/kind_table.c) */
+        if (PQntuples(r) == 0 && !(st = qsweep_print_kind_tables(db, name, out, &n_other, err)) &&
+            n_other > 0) {
             PQclear(r);
             return QS_OK;
         }
