@@ -51,4 +51,14 @@ struct qw_model {
     size_t prefix_hits, prefix_skipped;
 };
 
+/* Floats of a master converted to FP32 at a time while a policy quantizes it (4 MiB). */
+#define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 20)
+
+/* qw_model_apply_policy (model.h) with masters converted and quantized about chunk_floats
+ * floats at a time (rounded to whole 16-row chunks, at least 16 rows; apply_policy.c): the
+ * result does not depend on it (tests/engine apply_policy checks that). Errors: as
+ * qw_model_apply_policy. */
+qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t chunk_floats,
+                                        qs_error *err);
+
 #endif
