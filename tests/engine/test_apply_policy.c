@@ -2,7 +2,7 @@
  * FP32 copy of a whole master: the packed result of every linear (block linears, lm_head, the
  * embeddings) equals qk_quantize of the whole master converted to FP32, bit for bit (codes,
  * block scales, tensor scales), for chunks of 16 rows, of 48 rows with a short last chunk, and
- * the default 4 MiB; for masters in place (F32), converted (BF16, F16, odd k) and synthetic;
+ * the default 16 MiB; for masters in place (F32), converted (BF16, F16, odd k) and synthetic;
  * for formats with a tensor scale (own and given amax), MX, integer and 2D blocks, RNE and
  * SR; and the logits do not depend on the chunking. */
 #include <setjmp.h>

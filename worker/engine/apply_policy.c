@@ -30,7 +30,7 @@ static int is_identity(const qk_format *f) {
 }
 
 /* Rows of a master converted to FP32 at a time while it is quantized: about chunk_floats
- * floats (QW_APPLY_CHUNK_FLOATS, 4 MiB, by default), a multiple of 16 rows (the 2D block
+ * floats (QW_APPLY_CHUNK_FLOATS, 16 MiB, by default), a multiple of 16 rows (the 2D block
  * height; every other format's blocks lie within a row), at least 16. */
 static size_t chunk_rows(const linear *L, size_t chunk_floats) {
     size_t r = chunk_floats / (size_t)L->in / 16 * 16;

@@ -80,7 +80,7 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 
 /* Restores every tensor to its unquantized master, then quantizes the weights that `p` names
  * (once, here, into packed form: bit for bit qk_quantize of the master's FP32 values, done a
- * 4 MiB chunk of rows at a time with qk_quantize_rows, so no FP32 copy of a master exists;
+ * 16 MiB chunk of rows at a time with qk_quantize_rows, so no FP32 copy of a master exists;
  * apply_policy.c) and records the activation formats the forward pass applies. The "bf16"
  * (identity) format keeps the master. p == NULL or an all-none policy restores the
  * unquantized model bit for bit. Errors: QS_EINVAL (p->n_layers differs from the model),

@@ -51,8 +51,10 @@ struct qw_model {
     size_t prefix_hits, prefix_skipped;
 };
 
-/* Floats of a master converted to FP32 at a time while a policy quantizes it (4 MiB). */
-#define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 20)
+/* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large
+ * enough that the OpenMP regions of each chunk cost little beside its work, small beside any
+ * model that needs it. */
+#define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 22)
 
 /* qw_model_apply_policy (model.h) with masters converted and quantized about chunk_floats
  * floats at a time (rounded to whole 16-row chunks, at least 16 rows; apply_policy.c): the
