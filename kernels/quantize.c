@@ -3,7 +3,9 @@
  * against it: quant_row_fast (the minifloat formats in 1D blocks, NVFP4, MX, FP8 per tensor;
  * RNE, SR for E2M1, statistics), quant_row_batched16/32 (NVFP4 and MX, RNE without
  * statistics, 16 blocks at a time: the hot case), quant_group_nvfp4_2d_fast (nvfp4_2d, RNE
- * without statistics) and quant_row_int_fast (INT8 per channel, INT4 group-wise, RNE).
+ * without statistics) and quant_row_int_fast (INT8 per channel, INT4 group-wise, RNE); the
+ * packed path (qk_quantize, qk_quantize_rows) has the same operations writing codes
+ * (pack_row_minifloat16/32, pack_row_int, pack_group_nvfp4_2d, then pack_minifloat_codes).
  *
  * Tensors are row-major FP32 [rows x k], blocks along k; work is split over groups of
  * block_rows rows (1, or 16 for 2D blocks) with OpenMP. Each output element depends only on
@@ -46,8 +48,8 @@ typedef struct qk_plan {
     uint64_t seed;
     uint32_t tensor_id, step;
     int threads;
-    size_t xrow0;      /* the tensor row that the input's first row is (qk_quantize_rows; 0
-                          otherwise): x is read at row r - xrow0, everything else at r */
+    size_t xrow0; /* the tensor row that the input's first row is (qk_quantize_rows; 0
+                     otherwise): x is read at row r - xrow0, everything else at r */
 } qk_plan;
 
 /* The scale of one block, in the forms the element loop needs. */
@@ -599,8 +601,8 @@ quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc
  * branches (vectorises across blocks): qk_e4m3_rne_nonneg with subnormal codes from the bits
  * of v * 512 + 2^23 (exact scaling, RNE to an integer, no float-to-int conversion) and normal
  * codes by rounding the mantissa to 3 bits on the pattern. Equals scale_for's code. */
-__attribute__((always_inline)) static inline uint32_t
-nvfp4_scale_code_bf(float amax, float s_enc_6, qk_nvfp4_clamp clamp) {
+__attribute__((always_inline)) static inline uint32_t nvfp4_scale_code_bf(float amax, float s_enc_6,
+                                                                          qk_nvfp4_clamp clamp) {
     float sv = amax * s_enc_6;
     sv = (clamp == QK_NVFP4_CLAMP_TORCHAO && sv < 0x1p-6f) ? 0x1p-6f : sv;
     sv = (clamp == QK_NVFP4_CLAMP_ZERO_TO_ONE && sv == 0.0f) ? 1.0f : sv;
@@ -807,10 +809,9 @@ static int fast_path_applies(const qk_plan *p) {
  * the FP32 exponent and top mantissa bits rebiased; then the sign bit, and nan_code for NaN.
  * So encode(x) == minifloat_code(value(x)) wherever value(x) == decode(encode(x)) holds, which
  * the value paths' exhaustive tests prove (and the packed tests check against the reference). */
-__attribute__((always_inline)) static inline uint32_t minifloat_code(float v, int man, float min_normal,
-                                                                     float sub_mul, uint32_t rebias,
-                                                                     uint32_t sign_bit,
-                                                                     uint32_t nan_code) {
+__attribute__((always_inline)) static inline uint32_t
+minifloat_code(float v, int man, float min_normal, float sub_mul, uint32_t rebias,
+               uint32_t sign_bit, uint32_t nan_code) {
     uint32_t u = qk_bits_of(v), ua = u & 0x7FFFFFFFu;
     float a = qk_float_of(ua);
     uint32_t sub = qk_bits_of(a * sub_mul + 0x1p23f) - qk_bits_of(0x1p23f);
@@ -856,9 +857,10 @@ pack_minifloat_codes(const qk_codec *el, const float *v, size_t n, uint8_t *out)
  * a block holding Inf or NaN), then the elements, x * E_b rounded by qk_minifloat_rne_value
  * or qk_e2m1_sr_value with the SR bits of each element's index in the whole tensor: the
  * operations of quant_row_fast and the batched fake-quant path, so the same bits. */
-__attribute__((always_inline)) static inline void
-pack_row_minifloat_body(const qk_plan *p, size_t r, const float *x, float *v, uint8_t *sc,
-                        const size_t B) {
+__attribute__((always_inline)) static inline void pack_row_minifloat_body(const qk_plan *p,
+                                                                          size_t r, const float *x,
+                                                                          float *v, uint8_t *sc,
+                                                                          const size_t B) {
     const qk_codec *el = p->elem;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
     const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
@@ -906,8 +908,8 @@ pack_row_minifloat_body(const qk_plan *p, size_t r, const float *x, float *v, ui
                 for (int j = 0; j < QK_BATCH; j++) {
                     uint8_t c = any[j] >= 0x7F800000
                                     ? 0xFF
-                                    : qk_mx_scale_code_core(qk_float_of((uint32_t)m[j]),
-                                                            p->mx_rule, el->emax, man, maxv);
+                                    : qk_mx_scale_code_core(qk_float_of((uint32_t)m[j]), p->mx_rule,
+                                                            el->emax, man, maxv);
                     enc[j] = c == 0xFF ? NAN : qk_pow2f(127 - (int)c);
                     code[j] = c;
                 }

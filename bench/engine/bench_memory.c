@@ -153,7 +153,9 @@ int main(int argc, char **argv) {
                names[q], gib(r.bytes.masters), gib(r.bytes.packed), gib(r.bytes.run_state),
                gib(r.bytes.scratch), gib(peak), budget / (1024.0 * 1024.0 * 1024.0), ratio,
                r.build_s, r.policy_s, r.eval_s,
-               !judged ? "n/a (tiny)" : ratio <= 1.0 ? "within" : "OVER");
+               !judged        ? "n/a (tiny)"
+               : ratio <= 1.0 ? "within"
+                              : "OVER");
     }
     printf("\n(ratio = peak RSS / budget; at most 1 passes. GiB throughout.)\n");
     return over;

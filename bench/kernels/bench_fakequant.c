@@ -157,8 +157,9 @@ int main(int argc, char **argv) {
             if (cases[c].amax_only == 4) /* FP32 read (twice for the tensor amax formats' two
                                             passes, counted once) + codes and scales written */
                 case_bytes = bytes / 2.0 + (double)(rows * pk.row_bytes) +
-                             (double)(rows * pk.blocks_per_row) *
-                                 (pk.scales_f32 ? sizeof(float) : pk.scales ? 1.0 : 0.0);
+                             (double)(rows * pk.blocks_per_row) * (pk.scales_f32 ? sizeof(float)
+                                                                   : pk.scales   ? 1.0
+                                                                                 : 0.0);
             qk_packed_release(&pk);
             double gbs = case_bytes / best / 1e9, copy_gbs = bytes / best_copy / 1e9;
             printf("%-18s %7d %10.2f %9.2f %10.2f %10.2f\n", cases[c].label, th, best * 1e3, gbs,

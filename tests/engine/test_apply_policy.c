@@ -54,8 +54,8 @@ static int assert_linears_one_shot(qw_model *m, const qw_policy *p, const char *
             memcmp(&ref.tensor_amax, &got->tensor_amax, sizeof(float)) != 0 ||
             ref.tensor_scale_exp2 != got->tensor_scale_exp2)
             fail_msg("%s: linear %d: tensor scale %a (amax %a) vs one-shot %a (amax %a)", what, i,
-                     (double)got->tensor_scale, (double)got->tensor_amax,
-                     (double)ref.tensor_scale, (double)ref.tensor_amax);
+                     (double)got->tensor_scale, (double)got->tensor_amax, (double)ref.tensor_scale,
+                     (double)ref.tensor_amax);
         qk_packed_release(&ref);
         free(x);
         compared++;
@@ -105,8 +105,9 @@ static void check_model(qw_model *m, const char *name) {
         p.lm_head = s;
         p.embed = s;
         for (size_t k = 0; k < sizeof chunk_floats / sizeof chunk_floats[0]; k++) {
-            qs_status st = chunk_floats[k] ? qw_model_apply_policy_chunked(m, &p, chunk_floats[k], &err)
-                                           : qw_model_apply_policy(m, &p, &err);
+            qs_status st = chunk_floats[k]
+                               ? qw_model_apply_policy_chunked(m, &p, chunk_floats[k], &err)
+                               : qw_model_apply_policy(m, &p, &err);
             if (st != QS_OK) fail_msg("%s %s: %s", name, cases[ci].format, err.msg);
             char what[128];
             snprintf(what, sizeof what, "%s %s case %zu chunk %zu", name, cases[ci].format, ci,

@@ -34,13 +34,26 @@ static float *make_matrix(size_t rows, size_t k, uint64_t seed, int specials, in
         g = ldexpf(g, scale_exp);
         if (specials) {
             switch (r3 % 499) {
-            case 3: g = NAN; break;
-            case 4: g = INFINITY; break;
-            case 5: g = -INFINITY; break;
-            case 6: g = -0.0f; break;
-            case 7: g = 1e-42f; break;
-            case 8: g = -3e-39f; break;
-            default: break;
+            case 3:
+                g = NAN;
+                break;
+            case 4:
+                g = INFINITY;
+                break;
+            case 5:
+                g = -INFINITY;
+                break;
+            case 6:
+                g = -0.0f;
+                break;
+            case 7:
+                g = 1e-42f;
+                break;
+            case 8:
+                g = -3e-39f;
+                break;
+            default:
+                break;
             }
         }
         x[i] = g;
@@ -79,8 +92,8 @@ static void assert_packed_equal(const qk_packed *a, const qk_packed *b, const ch
 static int option_sets(const qk_format *f, qk_quant_options *o) {
     int n = 0;
     for (int rnd = QK_ROUND_RNE; rnd <= QK_ROUND_SR; rnd++)
-        o[n++] = (qk_quant_options){.rounding = (qk_rounding)rnd, .seed = 77, .tensor_id = 5,
-                                    .step = 3};
+        o[n++] =
+            (qk_quant_options){.rounding = (qk_rounding)rnd, .seed = 77, .tensor_id = 5, .step = 3};
     if (f->rule == QK_RULE_MX)
         for (int r = QK_MX_FLOOR; r <= QK_MX_EVEN; r++)
             o[n++] = (qk_quant_options){.mx_rule = (qk_mx_scale_rule)r};
@@ -128,8 +141,8 @@ static void packed_fast_path_matches_reference(void **state) {
                     o.reference_only = 0;
                     assert_int_equal(qk_quantize(f, &o, x, rows, k, &fast, &err), QS_OK);
                     char what[160];
-                    snprintf(what, sizeof what, "%s options %d [%zu x %zu] scale 2^%d", f->name,
-                             oi, rows, k, scales[si]);
+                    snprintf(what, sizeof what, "%s options %d [%zu x %zu] scale 2^%d", f->name, oi,
+                             rows, k, scales[si]);
                     assert_packed_equal(&ref, &fast, what);
                     qk_packed_release(&ref);
                     qk_packed_release(&fast);
@@ -197,8 +210,8 @@ static void chunked_rows_equal_one_shot(void **state) {
                         free(chunk);
                     }
                     char what[160];
-                    snprintf(what, sizeof what, "%s options %d reference %d chunks of %zu",
-                             f->name, oi, refonly, h);
+                    snprintf(what, sizeof what, "%s options %d reference %d chunks of %zu", f->name,
+                             oi, refonly, h);
                     assert_packed_equal(&one, &chunked, what);
                     qk_packed_release(&one);
                     qk_packed_release(&chunked);

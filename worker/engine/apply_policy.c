@@ -55,8 +55,8 @@ static qs_status master_rows(const linear *L, size_t r0, size_t n, float *buf, i
         if (lo >= n) continue;
         size_t len = n - lo < per ? n - lo : per;
         qs_error e = {0};
-        qs_status s = qw_weight_rows_f32(w, (int64_t)(r0 + lo), (int64_t)len,
-                                         buf + lo * (size_t)L->in, &e);
+        qs_status s =
+            qw_weight_rows_f32(w, (int64_t)(r0 + lo), (int64_t)len, buf + lo * (size_t)L->in, &e);
         if (s != QS_OK) {
 #pragma omp critical(qw_apply_policy_err)
             if (st == QS_OK) {

@@ -41,7 +41,7 @@ struct qw_model {
     int max_ctx, threads;
     qw_backend be;
     qw_runstate rs;
-    linear *lin;    /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
+    linear *lin; /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
     linear *lm_head, *embed;
     int probe;
     float *ref; /* [max_ctx x largest out] SQNR probe reference output, while the probe is on */
