@@ -159,11 +159,10 @@ static void packed_fast_path_matches_reference(void **state) {
  * heights 1, 16, 48 and 7 (not a multiple of 16: refused for nvfp4_2d, which gets 16s
  * instead) and a short last chunk; SR streams indexed by the global element. Also through the
  * reference path (reference_only). */
-static void chunked_rows_equal_one_shot(void **state) {
-    (void)state;
+static void chunked_case(int scale_exp) {
     const size_t rows = 83, k = 200;
     const size_t heights[] = {1, 16, 48, 7};
-    float *x = make_matrix(rows, k, 9, 1, 0);
+    float *x = make_matrix(rows, k, 9, 1, scale_exp);
     for (size_t fi = 0; fi < qk_format_count(); fi++) {
         const qk_format *f = qk_format_at(fi);
         if (f->rule == QK_RULE_IDENTITY) continue;
@@ -180,6 +179,8 @@ static void chunked_rows_equal_one_shot(void **state) {
                     qs_error err = {0};
                     assert_int_equal(qk_packed_init(&one, f, &o, rows, k, &err), QS_OK);
                     assert_int_equal(qk_quantize(f, &o, x, rows, k, &one, &err), QS_OK);
+                    if (scale_exp < -120 && o.tiny_amax == QK_TINY_EXACT) /* really tiny */
+                        assert_true(one.tensor_scale_exp2 < 0);
                     assert_int_equal(qk_packed_init(&chunked, f, &o, rows, k, &err), QS_OK);
                     qk_quant_options oc = o;
                     if (f->tensor_scale && !o.tensor_amax_given) {
@@ -218,6 +219,18 @@ static void chunked_rows_equal_one_shot(void **state) {
                 }
     }
     free(x);
+}
+
+static void chunked_rows_equal_one_shot(void **state) {
+    (void)state;
+    chunked_case(0);
+}
+
+/* The same for a tensor scaled by 2^-130: tiny for the per-tensor-scaled formats, whose
+ * QK_TINY_EXACT option set then takes the reference path with its extra power of two. */
+static void chunked_rows_of_a_tiny_tensor(void **state) {
+    (void)state;
+    chunked_case(-130);
 }
 
 /* What qk_quantize_rows refuses, with a message, leaving p as it was: no given amax for a
@@ -263,6 +276,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(packed_fast_path_matches_reference),
         cmocka_unit_test(chunked_rows_equal_one_shot),
+        cmocka_unit_test(chunked_rows_of_a_tiny_tensor),
         cmocka_unit_test(quantize_rows_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
