@@ -79,12 +79,13 @@ int qw_model_threads(const qw_model *m);
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 
 /* Restores every tensor to its unquantized master, then quantizes the weights that `p` names
- * (once, here, into packed form: qk_quantize of the master's FP32 values) and records the
- * activation formats the forward pass applies. The "bf16" (identity) format keeps the master.
- * p == NULL or an all-none policy restores the unquantized model bit for bit.
- * Errors: QS_EINVAL (p->n_layers differs from the model), errors of qk_quantize wrapped
- * with the tensor name, QS_ENOMEM (a packed form, or the FP32 copy of the largest master that
- * quantizing needs while this call runs). On error the model is left unquantized. */
+ * (once, here, into packed form: bit for bit qk_quantize of the master's FP32 values, done a
+ * 16 MiB chunk of rows at a time with qk_quantize_rows, so no FP32 copy of a master exists;
+ * apply_policy.c) and records the activation formats the forward pass applies. The "bf16"
+ * (identity) format keeps the master. p == NULL or an all-none policy restores the
+ * unquantized model bit for bit. Errors: QS_EINVAL (p->n_layers differs from the model),
+ * errors of qk_quantize_rows wrapped with the tensor name, QS_ENOMEM (a packed form, or the
+ * one FP32 chunk buffer). On error the model is left unquantized. */
 qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 
 /* Runs tokens[0..n-1] (positions 0..n-1, a fresh causal context) and sets *logits to the
