@@ -10,9 +10,9 @@
  *   "dataset": {"ctx", "digest", "max_chunks": 0, "path"}   the token stream; ctx = tokens
  *                                           per training sequence,
  *   "tokenizer": "bytes" (dataset.path is UTF-8 text, vocabulary 258) | "file" (a token file),
- *   "val_fraction", "recipe": {"name", "version", "format", "w2d", "rht", "sr", "bf16_first",
- *   "bf16_last"} (worker/train/recipe.h; the ingredients are explicit, so a renamed recipe is
- *   the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
+ *   "val_fraction", "recipe": {"name", "version", "format", "w2d", "rht", "rht_dim", "sr",
+ *   "bf16_first", "bf16_last"} (worker/train/recipe.h; the ingredients are explicit, so a renamed
+ * recipe is the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
  *   "weight_decay", "clip", "beta1", "beta2", "steps", "batch", "accum", "seed",
  *   "eval_every", "eval_batches", "log_every", "checkpoint_every", "diverge_loss",
  *   "checkpoint_dir" (where checkpoints and the final model go), "resources" (optional).
@@ -26,6 +26,10 @@
 #include "error.h"
 #include "spec.h"
 
+/* The recipe version grids write (the worker's QW_RECIPE_VERSION, worker/train/recipe.h, which
+ * says what each version changed; tests/train checks they agree). Part of the job key. */
+#define QS_TRAIN_RECIPE_VERSION 2
+
 typedef struct qs_train_spec {
     char shape[32];    /* named shape; "" when init.path is set */
     qs_model_ref init; /* init.path NULL: from scratch */
@@ -36,6 +40,7 @@ typedef struct qs_train_spec {
     int recipe_version;
     char format[16]; /* "nvfp4" | "mxfp4" | "fp8_e4m3" | "none" */
     int w2d, rht, sr, bf16_first, bf16_last;
+    int rht_dim; /* the RHT's tile: 16 or 32 */
     double lr, min_lr;
     int warmup;
     char decay[12];

@@ -9,7 +9,7 @@
  *                                    # or {tokens: token file, ctx, val_fraction}
  *     recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]
  *                                    # named recipes, or a base with explicit ingredients
- *                                    # (format, w2d, rht, sr, bf16_first, bf16_last)
+ *                                    # (format, w2d, rht, rht_dim, sr, bf16_first, bf16_last)
  *     lrs: [0.003]                   # peak learning rates
  *     seeds: [1, 2, 3]
  *     steps: 300                     # optimizer steps; the rest have defaults:
@@ -98,21 +98,26 @@ static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
 static int named_recipe(const char *name, qs_train_spec *r) {
     static const struct {
         const char *name, *fmt;
-        int w2d, rht, sr, first, last;
+        int w2d, rht, rht_dim, sr, first, last;
     } t[] = {
-        {"fp32", "none", 0, 0, 0, 0, 0},          {"bf16", "none", 0, 0, 0, 0, 0},
-        {"fp8", "fp8_e4m3", 0, 0, 0, 0, 0},       {"nvfp4", "nvfp4", 1, 1, 1, 0, 1},
-        {"nvfp4-no-rht", "nvfp4", 1, 0, 1, 0, 1}, {"nvfp4-no-sr", "nvfp4", 1, 1, 0, 0, 1},
-        {"nvfp4-no-2d", "nvfp4", 0, 1, 1, 0, 1},  {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 0, 0},
-        {"mxfp4", "mxfp4", 0, 1, 1, 0, 1},
+        {"fp32", "none", 0, 0, 16, 0, 0, 0},
+        {"bf16", "none", 0, 0, 16, 0, 0, 0},
+        {"fp8", "fp8_e4m3", 0, 0, 16, 0, 0, 0},
+        {"nvfp4", "nvfp4", 1, 1, 16, 1, 0, 1},
+        {"nvfp4-no-rht", "nvfp4", 1, 0, 16, 1, 0, 1},
+        {"nvfp4-no-sr", "nvfp4", 1, 1, 16, 0, 0, 1},
+        {"nvfp4-no-2d", "nvfp4", 0, 1, 16, 1, 0, 1},
+        {"nvfp4-all-blocks", "nvfp4", 1, 1, 16, 1, 0, 0},
+        {"mxfp4", "mxfp4", 0, 1, 32, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].name, name)) {
             snprintf(r->recipe, sizeof r->recipe, "%s", name);
             snprintf(r->format, sizeof r->format, "%s", t[i].fmt);
-            r->recipe_version = 1;
+            r->recipe_version = QS_TRAIN_RECIPE_VERSION;
             r->w2d = t[i].w2d;
             r->rht = t[i].rht;
+            r->rht_dim = t[i].rht_dim;
             r->sr = t[i].sr;
             r->bf16_first = t[i].first;
             r->bf16_last = t[i].last;
@@ -131,8 +136,8 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     memset(r, 0, sizeof *r);
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"name", "base",       "format",    "w2d", "rht",
-                                           "sr",   "bf16_first", "bf16_last", NULL};
+        static const char *const keys[] = {"name",    "base", "format",     "w2d",       "rht",
+                                           "rht_dim", "sr",   "bf16_first", "bf16_last", NULL};
         if ((st = qc_config_check_keys(c, n, "a recipe", keys))) return st;
         const char *name, *base;
         if ((st = qc_config_string(c, qc_config_lookup(n, "name"), "recipe name", &name)))
@@ -164,6 +169,12 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
         for (size_t i = 0; i < 5; i++) {
             struct fy_node *v = qc_config_lookup(n, ints[i].k);
             if (v && (st = qc_config_int(c, v, ints[i].k, 0, ints[i].hi, ints[i].v))) return st;
+        }
+        struct fy_node *rd = qc_config_lookup(n, "rht_dim");
+        if (rd) {
+            if ((st = qc_config_int(c, rd, "rht_dim", 16, 32, &r->rht_dim))) return st;
+            if (r->rht_dim != 16 && r->rht_dim != 32)
+                return qc_config_fail(c, rd, QS_EINVAL, "expected rht_dim 16 or 32");
         }
         if (r->w2d && strcmp(r->format, "nvfp4"))
             return qc_config_fail(c, n, QS_EINVAL,
@@ -386,6 +397,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     s.recipe_version = r->recipe_version;
                     s.w2d = r->w2d;
                     s.rht = r->rht;
+                    s.rht_dim = r->rht_dim;
                     s.sr = r->sr;
                     s.bf16_first = r->bf16_first;
                     s.bf16_last = r->bf16_last;

@@ -136,6 +136,7 @@ static void grid_recipes_are_the_workers(void **s) {
         assert_string_equal(t.format, r.fmt ? qk_format_name(r.fmt) : "none");
         assert_int_equal(t.w2d, r.w2d);
         assert_int_equal(t.rht, r.rht);
+        assert_int_equal(t.rht_dim, r.rht_dim);
         assert_int_equal(t.sr, r.sr);
         assert_int_equal(t.bf16_first, r.bf16_first);
         assert_int_equal(t.bf16_last, r.bf16_last);
