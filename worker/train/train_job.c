@@ -84,8 +84,36 @@ qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs
     return QS_OK;
 }
 
+/* mkdir -p: path and every missing parent. Errors: QS_EIO naming the folder that failed. */
+static qs_status mkdir_p(const char *path, qs_error *err) {
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return qs_error_set(err, QS_EINVAL, "checkpoint_dir: longer than %zu bytes", sizeof p - 1);
+    for (char *c = p + 1;; c++) {
+        int end = *c == '\0';
+        if (*c == '/' || end) {
+            *c = '\0';
+            struct stat sb;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return qs_error_set(err, QS_EIO, "%s: mkdir: %s", p, strerror(errno));
+            if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                return qs_error_set(err, QS_EIO, "%s: not a folder", p);
+            if (end) return QS_OK;
+            *c = '/';
+        }
+    }
+}
+
 static void emit(const qw_train_hooks *h, const char *name, int64_t step, double v) {
     if (h && h->metric) h->metric(h->user, name, step, v);
+}
+
+/* A curve point: reported, and kept for the checkpoints (ckpt.h: a resumed attempt reports the
+ * history again). */
+static qs_status point(const qw_train_hooks *h, qw_train_history *hist, const char *name,
+                       int64_t step, double v, qs_error *err) {
+    emit(h, name, step, v);
+    return qw_train_history_add(hist, name, step, v, err);
 }
 
 qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
@@ -102,8 +130,10 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                             spec->ctx, c->max_seq_len);
     qw_tmodel *m = NULL;
     qw_checkpoint *ck = NULL;
+    double earlier_s = 0;
     qw_data d = {0};
     qw_trainer tr = {0};
+    qw_train_history hist = {0};
     int have_data = 0, have_tr = 0;
     qs_status st = qw_tmodel_create(c, spec->batch, spec->ctx, spec->threads, &m, err);
     if (st == QS_OK) {
@@ -125,19 +155,23 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     }
     char ckpt[2200] = "", final_dir[2200] = "";
     if (st == QS_OK && spec->checkpoint_dir[0]) {
-        if (mkdir(spec->checkpoint_dir, 0777) != 0 && errno != EEXIST)
-            st = qs_error_set(err, QS_EIO, "%s: mkdir: %s", spec->checkpoint_dir, strerror(errno));
+        st = mkdir_p(spec->checkpoint_dir, err);
         snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", spec->checkpoint_dir, spec->job_key);
         snprintf(final_dir, sizeof final_dir, "%s/%s", spec->checkpoint_dir, spec->job_key);
         if (st == QS_OK) {
             qs_error e2 = {0};
-            qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &e2);
+            qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &hist, &e2);
             if (ls == QS_OK)
                 out->resumed_from = tr.step;
             else if (ls != QS_ENOTFOUND)
                 st = qs_error_set(err, ls, "resume: %s", e2.msg);
         }
     }
+    /* A resumed attempt reports the curve up to its checkpoint again: points the killed
+     * attempt reported may not have reached the coordinator (ckpt.h). */
+    for (size_t i = 0; st == QS_OK && i < hist.n; i++)
+        emit(hooks, hist.points[i].name, hist.points[i].step, hist.points[i].value);
+    earlier_s = hist.wall_s; /* earlier attempts, up to the checkpoint resumed from */
     int log_every = spec->log_every > 0 ? spec->log_every : 1;
     int total = spec->train.steps;
     while (st == QS_OK && tr.step < total) {
@@ -148,10 +182,12 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             break;
         }
         if (mt.step % log_every == 0 || mt.step == total) {
-            emit(hooks, "train_loss", mt.step, mt.train_loss);
-            emit(hooks, "lr", mt.step, mt.lr);
-            emit(hooks, "grad_norm", mt.step, mt.grad_norm);
-            emit(hooks, "tokens_per_s", mt.step, mt.tokens_per_s);
+            st = point(hooks, &hist, "train_loss", mt.step, mt.train_loss, err);
+            if (st == QS_OK) st = point(hooks, &hist, "lr", mt.step, mt.lr, err);
+            if (st == QS_OK) st = point(hooks, &hist, "grad_norm", mt.step, mt.grad_norm, err);
+            if (st == QS_OK)
+                st = point(hooks, &hist, "tokens_per_s", mt.step, mt.tokens_per_s, err);
+            if (st != QS_OK) break;
         }
         out->final_train_loss = mt.train_loss;
         if (spec->train.eval_every > 0 && mt.step % spec->train.eval_every == 0 &&
@@ -159,13 +195,16 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             double vl;
             st = qw_trainer_validate(&tr, &vl, err);
             if (st != QS_OK) break;
-            emit(hooks, "val_loss", mt.step, vl);
+            st = point(hooks, &hist, "val_loss", mt.step, vl, err);
+            if (st != QS_OK) break;
         }
         if (hooks && hooks->heartbeat) hooks->heartbeat(hooks->user, mt.step, total);
         int stop = hooks && hooks->stop_requested && hooks->stop_requested(hooks->user);
         int periodic = spec->checkpoint_every > 0 && mt.step % spec->checkpoint_every == 0;
-        if (ckpt[0] && (stop || periodic) && mt.step < total)
-            st = qw_train_checkpoint_save(ckpt, &tr, spec->job_key, err);
+        if (ckpt[0] && (stop || periodic) && mt.step < total) {
+            hist.wall_s = earlier_s + (now_s() - t0);
+            st = qw_train_checkpoint_save(ckpt, &tr, spec->job_key, &hist, err);
+        }
         if (st == QS_OK && stop && mt.step < total) {
             out->preempted = 1;
             st = qs_error_set(err, QS_ECANCELLED, "preempted at step %d of %d (checkpoint %s)",
@@ -186,9 +225,10 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
-            emit(hooks, "wall_s", -1, now_s() - t0);
+            emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
     }
+    qw_train_history_free(&hist);
     if (have_tr) qw_trainer_free(&tr);
     if (have_data) qw_data_free(&d);
     qw_tmodel_destroy(m);
