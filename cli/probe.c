@@ -6,8 +6,18 @@
 #include "checkpoint.h"
 #include "quant.h"
 #include "synthetic.h"
+#include "tmodel.h"
 #include "tokenizer.h"
 #include "tokens.h"
+
+/* Parameters of a config, counted by the trainable model's tensor table (worker/train/tmodel.h):
+ * the count a training run of it holds. */
+static long long config_params(const qw_config *cfg) {
+    size_t n = 0, bytes = 0;
+    if (cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->head_dim <= 0) return 0;
+    qw_tmodel_plan(cfg, 1, 1, 1, &n, &bytes);
+    return (long long)n;
+}
 
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
  * its config and its digest. */
@@ -32,6 +42,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     out->vocab_size = cfg->vocab_size;
     out->max_position_embeddings = cfg->max_seq_len;
     out->tied_embeddings = cfg->tied_embeddings;
+    out->n_params = config_params(cfg);
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -90,6 +101,7 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
         out->vocab_size = s->cfg.vocab_size;
         out->max_position_embeddings = s->cfg.max_seq_len;
         out->tied_embeddings = s->cfg.tied_embeddings;
+        out->n_params = config_params(&s->cfg);
         return QS_OK;
     }
     size_t ns;

@@ -57,6 +57,8 @@ typedef struct qc_model_facts {
     char digest[65];             /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
     int tied_embeddings;         /* 1: lm_head shares the embedding matrix (config.json
                                     tie_word_embeddings, GGUF without output.weight) */
+    long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
+                                    tied); 0 when the reader does not say */
 } qc_model_facts;
 
 /* Facts about one token file. */

@@ -5,8 +5,10 @@
  * - curve points, validation points, heartbeats and final metrics reach the hooks; a resumed
  *   run reports the curve up to its checkpoint again, and its wall_s sums the attempts;
  * - a diverging run stops with its step, sends no final metrics and writes no final checkpoint;
- * - the bytes tokenizer and the named shapes. Data: this repository's README.md, real English
- *   text, through the bytes tokenizer. */
+ * - the bytes tokenizer and the named shapes (the engine's table, worker/engine/synthetic.h:
+ *   mini trains here; llama2-7b and llama3-8b are planned with their published parameter
+ *   counts and, where they do not fit in memory, refused before allocating). Data: this
+ * repository's README.md, real English text, through the bytes tokenizer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "tmodel.h"
 #include "train_job.h"
 
 static char dir[256];
@@ -273,6 +276,39 @@ static void bytes_tokenizer_and_shapes(void **s) {
     assert_int_equal(c.vocab_size, QW_BYTES_VOCAB);
     assert_int_equal(qw_train_shape_by_name("huge", &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "tiny"));
+    assert_non_null(strstr(err.msg, "llama3-8b"));
+    /* the big shapes are the engine's table's: planned, and refused before any allocation
+       where they do not fit (this machine), not killed by the kernel */
+    assert_int_equal(qw_train_shape_by_name("llama2-7b", &c, &err), QS_OK);
+    assert_int_equal(c.dim, 4096);
+    assert_int_equal(c.vocab_size, 32000);
+    size_t np, bytes;
+    qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
+    assert_int_equal(np, 6738415616ull); /* meta-llama/Llama-2-7b-hf's parameter count */
+    assert_true(bytes >= 16 * np);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if ((double)bytes > (double)pages * (double)psz) {
+        qw_train_spec big = spec_for("big", 1e-3f);
+        big.shape = c;
+        big.batch = 1;
+        big.ctx = 128;
+        qw_train_outcome ob;
+        assert_int_equal(qw_train_job_run(&big, ids, n_ids, NULL, &ob, &err), QS_ENOMEM);
+        assert_non_null(strstr(err.msg, "6738415616 parameters"));
+        printf("llama2-7b: %s\n", err.msg);
+    }
+    assert_int_equal(qw_train_shape_by_name("llama3-8b", &c, &err), QS_OK);
+    qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
+    assert_int_equal(np, 8030261248ull); /* meta-llama/Meta-Llama-3-8B's */
+    /* the small named shapes train: mini through the table runs in the tests above; its plan
+       is the allocation qw_tmodel_create makes */
+    assert_int_equal(qw_train_shape_by_name("mini", &c, &err), QS_OK);
+    qw_tmodel_plan(&c, 2, 32, 2, &np, &bytes);
+    qw_tmodel *m = NULL;
+    assert_int_equal(qw_tmodel_create(&c, 2, 32, 2, &m, &err), QS_OK);
+    assert_int_equal(qw_tmodel_bytes(m), bytes);
+    assert_int_equal(qw_tmodel_n_params(m), np);
+    qw_tmodel_destroy(m);
     /* data beyond the vocabulary is refused before anything runs */
     qw_train_spec sp = spec_for("badvocab", 1e-3f);
     uint32_t bad[100] = {0};

@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "hfsave.h"
+#include "synthetic.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -19,34 +21,19 @@ static double now_s(void) {
 }
 
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err) {
-    qw_config c = {0};
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    c.vocab_size = QW_BYTES_VOCAB;
-    c.bos_token_id = QW_BYTES_BOS;
-    c.eos_token_id = QW_BYTES_EOS;
-    if (!strcmp(name, "tiny")) {
-        c.dim = 128;
-        c.hidden_dim = 384;
-        c.n_layers = 4;
-        c.n_heads = 4;
-        c.n_kv_heads = 2;
-        c.head_dim = 32;
-        c.max_seq_len = 128;
-    } else if (!strcmp(name, "mini")) {
-        c.dim = 64;
-        c.hidden_dim = 192;
-        c.n_layers = 2;
-        c.n_heads = 4;
-        c.n_kv_heads = 2;
-        c.head_dim = 16;
-        c.max_seq_len = 128;
-    } else {
-        return qs_error_set(err, QS_EINVAL, "training shape \"%s\": unknown (known: tiny, mini)",
-                            name);
+    const qw_synthetic_shape *sh = qw_synthetic_shape_by_name(name);
+    if (sh) {
+        *out = sh->cfg;
+        return QS_OK;
     }
-    *out = c;
-    return QS_OK;
+    size_t n;
+    const qw_synthetic_shape *all = qw_synthetic_shapes(&n);
+    char list[512] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (i) strncat(list, ", ", sizeof list - strlen(list) - 1);
+        strncat(list, all[i].name, sizeof list - strlen(list) - 1);
+    }
+    return qs_error_set(err, QS_EINVAL, "training shape \"%s\": unknown (known: %s)", name, list);
 }
 
 qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err) {
@@ -128,6 +115,21 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     if (spec->ctx > c->max_seq_len)
         return qs_error_set(err, QS_EINVAL, "ctx %d > the model's max_position_embeddings %d",
                             spec->ctx, c->max_seq_len);
+    if (c->dim > 0 && c->n_layers > 0 && spec->batch > 0 && spec->ctx > 0) {
+        /* The one allocation is zeroed at once: one larger than the machine's memory would
+         * be killed by the kernel rather than fail. */
+        size_t np = 0, need = 0;
+        qw_tmodel_plan(c, spec->batch, spec->ctx, spec->threads, &np, &need);
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+        if (have > 0 && (double)need > have)
+            return qs_error_set(err, QS_ENOMEM,
+                                "training %zu parameters at batch %d x ctx %d needs %.1f GiB "
+                                "(FP32 weights, gradients, AdamW moments, activations); this "
+                                "machine has %.1f GiB",
+                                np, spec->batch, spec->ctx, (double)need / 1073741824.0,
+                                have / 1073741824.0);
+    }
     qw_tmodel *m = NULL;
     qw_checkpoint *ck = NULL;
     double earlier_s = 0;

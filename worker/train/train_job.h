@@ -65,9 +65,12 @@ typedef struct qw_train_outcome {
 qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
                            const qw_train_hooks *hooks, qw_train_outcome *out, qs_error *err);
 
-/* A named model shape for training from scratch: "tiny" (d 128, 4 blocks, 4 heads, 2 KV heads,
- * FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters), "mini"
- * (d 64, 2 blocks, 4/2 heads, FFN 192). Errors: QS_EINVAL listing the names. */
+/* A named model shape for training from scratch: any shape of the engine's table
+ * (worker/engine/synthetic.h, one list for every job kind): "tiny" (d 128, 4 blocks, 4 heads,
+ * 2 KV heads, FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters),
+ * "mini" (d 64, 2 blocks, 4/2 heads, FFN 192), the test shapes, and the published Llama configs
+ * up to llama2-7b, llama3-8b and beyond (their full vocabulary; the bytes tokenizer's ids are
+ * within it). Errors: QS_EINVAL listing the names. */
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err);
 
 /* The bytes tokenizer: vocabulary 258, ids 0..255 the bytes of the text, 256 BOS, 257 EOS.
