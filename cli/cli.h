@@ -113,11 +113,17 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err);
 
-/* The training table of experiment name (cli/train_results.c): final validation loss per
- * recipe with mean and spread over seeds and the gap to bf16, then each run's loss curve as a
- * sparkline. *n_rows: table rows printed (0: the experiment has no finished training runs,
- * nothing printed). Errors: QS_EDB. */
-qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
+/* The training results of experiment name (cli/train_results.c). format 0: the progress, the
+ * final validation loss per recipe (the training loss when there is no validation) with mean
+ * and spread over seeds and the gap to bf16 ("no bf16 run" when there is none), failed runs
+ * with their errors, each run's loss curve as a sparkline; 1 CSV, 2 JSON: the table's rows
+ * (shape, lr, recipe, metric, seeds, value, value_sd, seeds_with_bf16, gap, gap_sd, rel_gap,
+ * rel_gap_sd; a missing gap is empty / null). Errors: QS_EDB, QS_EIO (JSON output). */
+qs_status qsweep_print_train_results(qc_store *db, const char *name, int format, FILE *out,
+                                     qs_error *err);
+
+/* *is_train = 1 when experiment name has a `train` job. Errors: QS_EDB. */
+qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_train,
                                      qs_error *err);
 
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",

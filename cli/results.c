@@ -136,6 +136,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     qs_status st = qc_store_progress(db, name, &prog, &np, err);
     free(prog);
     if (st) return st;
+    int is_train = 0; /* a training experiment has its own layout, whatever it holds */
+    if ((st = qsweep_is_train_experiment(db, name, &is_train, err))) return st;
+    if (is_train) return qsweep_print_train_results(db, name, format, out, err);
     char sql[2048];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};
@@ -150,12 +153,6 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else if (format == 2) {
         st = print_json(r, out, err);
     } else {
-        int n_train = 0;
-        if (PQntuples(r) == 0 && !(st = qsweep_print_train_results(db, name, out, &n_train, err)) &&
-            n_train > 0) {
-            PQclear(r);
-            return QS_OK;
-        }
         fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
         print_table(r, out);
         char *lit = PQescapeLiteral(c, name, strlen(name));
@@ -178,7 +175,8 @@ static void results_usage(FILE *out) {
         "  One table per (model, format, quantize, isolation mode): the baseline perplexity, then\n"
         "  each isolated part with its perplexity, the increase over the baseline, KL divergence\n"
         "  (mean, p99) and top-1 agreement against the baseline, sorted by damage (KL mean,\n"
-        "  then the perplexity increase).\n"
+        "  then the perplexity increase). A training experiment: per shape and learning rate,\n"
+        "  each recipe's final validation loss over seeds and its gap to bf16, then the curves.\n"
         "  --csv / --json   machine-readable output of the same rows\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }

@@ -15,8 +15,15 @@
  * recipe is the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
  *   "weight_decay", "clip", "beta1", "beta2", "steps", "batch", "accum", "seed",
  *   "eval_every", "eval_batches", "log_every", "checkpoint_every", "diverge_loss",
- *   "checkpoint_dir" (where checkpoints and the final model go), "resources" (optional).
- * The job key (spec.h) leaves out model.path, dataset.path and resources. */
+ *   "checkpoint_dir" (where checkpoints and the final model go: an absolute, canonical path,
+ *   coordinator/grid/grid_training.c), "resources" (optional).
+ * The job key (spec.h) leaves out model.path, dataset.path and resources, and keeps
+ * checkpoint_dir, by what a resume needs: a job's checkpoint is checkpoint_dir/<job_key>.ckpt
+ * and its trained model checkpoint_dir/<job_key>/, so the folder is part of what the job
+ * produces and where its resumes look. Were it left out, a grid naming another folder would
+ * silently reuse the first grid's job, and its researcher would find no model (nor the
+ * checkpoints to resume) in the folder the grid names; keyed, two folders are two jobs (the
+ * same numbers, computed twice), and one folder however written is one job. */
 #ifndef QS_KINDS_TRAIN_H
 #define QS_KINDS_TRAIN_H
 
