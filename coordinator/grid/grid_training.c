@@ -375,7 +375,8 @@ static qs_status canonical_dir(qc_config *c, struct fy_node *n, const char *raw,
     /* components, "." and ".." removed lexically */
     char *comp[512];
     int nc = 0;
-    for (char *tok = strtok(path, "/"); tok; tok = strtok(NULL, "/")) {
+    char *save = NULL;
+    for (char *tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
         if (!strcmp(tok, ".")) continue;
         if (!strcmp(tok, "..")) {
             if (nc) nc--;
