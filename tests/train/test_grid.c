@@ -190,6 +190,10 @@ static void bad_grids_are_refused_at_their_place(void **s) {
         "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: none.txt}\n"
         "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
         "notext.yaml:5:", "none.txt");
+    expect_error("rhtdim",
+                 GRID_HEAD "  recipes: [{name: x, base: mxfp4, rht_dim: 24}]\n  lrs: [0.001]\n"
+                           "  steps: 5\n",
+                 "rhtdim.yaml:6:", "rht_dim 16 or 32");
     expect_error("duplr", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001, 1e-3]\n  steps: 5\n",
                  "duplr.yaml:7:16", "learning rate 0.001 is listed twice");
     expect_error("nobase",
@@ -249,6 +253,14 @@ static void spec_decoder_names_the_field_and_key_ignores_paths(void **s) {
     assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "momentum"));
     json_object_del(spec, "momentum");
+    json_t *rec = json_object_get(spec, "recipe");
+    json_object_set_new(rec, "rht_dim", json_integer(8));
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rht_dim"));
+    json_object_del(rec, "rht_dim");
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rht_dim"));
+    json_object_set_new(rec, "rht_dim", json_integer(16));
     json_object_set_new(json_object_get(spec, "recipe"), "format", json_string("mxfp4"));
     assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "w2d"));
