@@ -119,11 +119,17 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err);
 
-/* The training table of experiment name (cli/train_results.c): final validation loss per
- * recipe with mean and spread over seeds and the gap to bf16, then each run's loss curve as a
- * sparkline. *n_rows: table rows printed (0: the experiment has no finished training runs,
- * nothing printed). Errors: QS_EDB. */
-qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
+/* The training results of experiment name (cli/train_results.c). format 0: the progress, the
+ * final validation loss per recipe (the training loss when there is no validation) with mean
+ * and spread over seeds and the gap to bf16 ("no bf16 run" when there is none), failed runs
+ * with their errors, each run's loss curve as a sparkline; 1 CSV, 2 JSON: the table's rows
+ * (shape, lr, recipe, metric, seeds, value, value_sd, seeds_with_bf16, gap, gap_sd, rel_gap,
+ * rel_gap_sd; a missing gap is empty / null). Errors: QS_EDB, QS_EIO (JSON output). */
+qs_status qsweep_print_train_results(qc_store *db, const char *name, int format, FILE *out,
+                                     qs_error *err);
+
+/* *is_train = 1 when experiment name has a `train` job. Errors: QS_EDB. */
+qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_train,
                                      qs_error *err);
 
 /* One family of job kinds as the command line knows it (cli/kind_table.c, one row per grid
@@ -132,11 +138,13 @@ typedef struct qsweep_kind_row {
     const char *grid_kind; /* qs_job_kind.grid_kind of the job kinds of the row ("training") */
     /* Registers the row's job functions in this process's worker (qw_register_kind). */
     qs_status (*register_worker)(qs_error *err);
-    /* Prints experiment name's results table when it holds this kind's results (*n_rows: rows
-     * printed, 0 and nothing printed when it holds none). NULL: the default table of
-     * qsweep_print_results (sensitivity). Errors: QS_EDB. */
-    qs_status (*print_table)(qc_store *db, const char *name, FILE *out, int *n_rows,
-                             qs_error *err);
+    /* *holds = 1 when experiment name has jobs of this row's kinds. NULL: the default
+     * (sensitivity) layout of qsweep_print_results. Errors: QS_EDB. */
+    qs_status (*holds)(qc_store *db, const char *name, int *holds, qs_error *err);
+    /* Prints experiment name's results in this row's layout (format 0 text, 1 CSV, 2 JSON).
+     * Errors: QS_EDB, QS_EIO. */
+    qs_status (*print_results)(qc_store *db, const char *name, int format, FILE *out,
+                               qs_error *err);
 } qsweep_kind_row;
 
 /* The table: *rows and its length. */
@@ -147,11 +155,11 @@ size_t qsweep_kind_rows(const qsweep_kind_row **rows);
  * function. */
 qs_status qsweep_register_worker_kinds(qs_error *err);
 
-/* Offers experiment name to each row's print_table in table order until one prints rows;
- * *n_rows: the rows printed (0: none of those kinds, nothing printed: the caller prints
- * the default table). Errors: the row's. */
-qs_status qsweep_print_kind_tables(qc_store *db, const char *name, FILE *out, int *n_rows,
-                                   qs_error *err);
+/* Prints experiment name's results in the layout of the first row whose kinds it holds
+ * (*printed = 1), or prints nothing (*printed = 0: the caller prints the default table).
+ * Errors: the row's. */
+qs_status qsweep_print_kind_tables(qc_store *db, const char *name, int format, FILE *out,
+                                   int *printed, qs_error *err);
 
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns

@@ -30,7 +30,10 @@ typedef struct report_query {
 
 static const char *const Q_EXPERIMENT =
     "SELECT json_build_object('name', e.name, 'description', e.description,\n"
-    "                         'created_at', e.created_at)\n"
+    "                         'created_at', e.created_at,\n"
+    "                         'kinds', (SELECT coalesce(json_agg(DISTINCT j.kind), '[]')\n"
+    "                                   FROM experiment_jobs ej JOIN jobs j ON j.id = ej.job\n"
+    "                                   WHERE ej.experiment = e.id))\n"
     "FROM experiments e WHERE e.name = $1";
 
 /* Each query below yields one JSON value (an object, or an array of row objects). */

@@ -14,9 +14,9 @@
 #include "train_kind.h"
 
 static const qsweep_kind_row rows[] = {
-    /* grid kind     worker's job functions  results table (NULL: the sensitivity layout) */
-    {"sensitivity", qw_jobs_register, NULL},
-    {"training", qw_train_register, qsweep_print_train_results},
+    /* grid kind     worker's job functions  holds its jobs, its results (NULL: sensitivity) */
+    {"sensitivity", qw_jobs_register, NULL, NULL},
+    {"training", qw_train_register, qsweep_is_train_experiment, qsweep_print_train_results},
 };
 
 size_t qsweep_kind_rows(const qsweep_kind_row **out) {
@@ -41,13 +41,17 @@ qs_status qsweep_register_worker_kinds(qs_error *err) {
     return QS_OK;
 }
 
-qs_status qsweep_print_kind_tables(qc_store *db, const char *name, FILE *out, int *n_rows,
-                                   qs_error *err) {
-    *n_rows = 0;
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && *n_rows == 0; i++) {
-        if (!rows[i].print_table) continue;
-        qs_status st = rows[i].print_table(db, name, out, n_rows, err);
+qs_status qsweep_print_kind_tables(qc_store *db, const char *name, int format, FILE *out,
+                                   int *printed, qs_error *err) {
+    *printed = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!rows[i].holds) continue;
+        int holds = 0;
+        qs_status st = rows[i].holds(db, name, &holds, err);
         if (st) return st;
+        if (!holds) continue;
+        *printed = 1;
+        return rows[i].print_results(db, name, format, out, err);
     }
     return QS_OK;
 }

@@ -9,6 +9,7 @@
 #include "runstate.h"
 #include "quant.h"
 #include "synthetic.h"
+#include "tmodel.h"
 #include "tokenizer.h"
 #include "tokens.h"
 
@@ -65,6 +66,15 @@ static int64_t probe_run_state_bytes(void *user, const qs_model_shape *s, int ct
     return (int64_t)qw_runstate_bytes(&c, ctx, 1);
 }
 
+/* Parameters of a config, counted by the trainable model's tensor table (worker/train/tmodel.h):
+ * the count a training run of it holds. */
+static long long config_params(const qw_config *cfg) {
+    size_t n = 0, bytes = 0;
+    if (cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->head_dim <= 0) return 0;
+    qw_tmodel_plan(cfg, 1, 1, 1, &n, &bytes);
+    return (long long)n;
+}
+
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
  * its config, the stored size of its tensors and its digest. */
 static qs_status probe_model(void *user, const char *path, qc_model_facts *out, qs_error *err) {
@@ -93,6 +103,7 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
        then size the job), never as a refused grid */
     qs_error ignored;
     if (stored_bytes(ck, cfg, &out->stored_bytes, &ignored)) out->stored_bytes = 0;
+    out->n_params = config_params(cfg);
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -153,6 +164,7 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
         out->tied_embeddings = s->cfg.tied_embeddings;
         out->shape = shape_of(&s->cfg);
         out->stored_bytes = 0; /* BF16 masters built in memory (synthetic.h) */
+        out->n_params = config_params(&s->cfg);
         return QS_OK;
     }
     size_t ns;

@@ -253,7 +253,14 @@
     if (!groups[key]) { groups[key] = {}; order.push(key); }
     (groups[key][j.mode] = groups[key][j.mode] || []).push(j);
   });
-  if (!order.length) root.appendChild(el('p', {class: 'note'}, 'no eval results yet'));
+  // a training experiment has no sensitivity jobs: say so and point at its section
+  var training = (D.experiment.kinds || []).indexOf('train') >= 0;
+  if (!order.length)
+    root.appendChild(el('p', {class: 'note'}, training
+        ? 'no sensitivity jobs: this is a training experiment (' +
+              (D.progress ? D.progress.succeeded + ' of ' + D.progress.total + ' runs done' : '') +
+              '); its loss curves and final metrics are under Training below'
+        : 'no eval results yet'));
   order.forEach(function (key) {
     var g = groups[key], first = g[Object.keys(g)[0]][0];
     root.appendChild(el('h3', {}, first.model + '  ' + first.format +
@@ -294,7 +301,9 @@
       (c[key] = c[key] || []).push(r);
     });
     if (!Object.keys(charts).length)
-      root.appendChild(el('p', {class: 'note'}, 'no training curves in this experiment'));
+      root.appendChild(el('p', {class: 'note'}, training
+          ? 'no training curves yet (see the progress and failed jobs above)'
+          : 'no training curves in this experiment'));
     Object.keys(charts).sort().forEach(function (metricName) {
       var lines = charts[metricName], keys = Object.keys(lines).sort();
       var W = 640, H = 300, L = 50, xmax = 0, ymin = Infinity, ymax = -Infinity;

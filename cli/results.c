@@ -136,6 +136,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     qs_status st = qc_store_progress(db, name, &prog, &np, err);
     free(prog);
     if (st) return st;
+    int printed = 0; /* another kind's own layout (cli/kind_table.c), whatever it holds */
+    if ((st = qsweep_print_kind_tables(db, name, format, out, &printed, err))) return st;
+    if (printed) return QS_OK;
     char sql[2048];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};
@@ -150,12 +153,6 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else if (format == 2) {
         st = print_json(r, out, err);
     } else {
-        int n_other = 0; /* another kind's own table (cli/kind_table.c) */
-        if (PQntuples(r) == 0 && !(st = qsweep_print_kind_tables(db, name, out, &n_other, err)) &&
-            n_other > 0) {
-            PQclear(r);
-            return QS_OK;
-        }
         fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
         print_table(r, out);
         char *lit = PQescapeLiteral(c, name, strlen(name));
@@ -178,7 +175,8 @@ static void results_usage(FILE *out) {
         "  One table per (model, format, quantize, isolation mode): the baseline perplexity, then\n"
         "  each isolated part with its perplexity, the increase over the baseline, KL divergence\n"
         "  (mean, p99) and top-1 agreement against the baseline, sorted by damage (KL mean,\n"
-        "  then the perplexity increase).\n"
+        "  then the perplexity increase). A training experiment: per shape and learning rate,\n"
+        "  each recipe's final validation loss over seeds and its gap to bf16, then the curves.\n"
         "  --csv / --json   machine-readable output of the same rows\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }

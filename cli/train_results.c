@@ -1,7 +1,14 @@
 /* qsweep results for training experiments (issue 11 item 7): per (shape, learning rate) the
  * final validation loss of each recipe, mean and spread over seeds, and its gap to bf16
  * (absolute and relative, from v_train_final: schema/020_train_views.sql); then each run's
- * training-loss curve as a terminal sparkline on one scale for all runs. */
+ * training-loss curve as a terminal sparkline on one scale for all runs. The same rows as CSV
+ * or JSON with --csv / --json.
+ *
+ * An experiment is a training one when any of its jobs is a `train` job; it gets this layout
+ * whatever it holds, with what is missing said: runs not finished or failed (with their
+ * errors), no validation loss (val_fraction 0: the final training loss is shown instead), no
+ * bf16 run of the same shape, learning rate and seed to measure a gap against. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,15 +16,63 @@
 
 #include "cli.h"
 
+/* One row per (shape, lr, recipe) of metric $2: seeds, mean and sample standard deviation of
+ * the value, how many seeds have a bf16 run to compare with, and the gap's mean and spread
+ * over those (NULL when none has). The experiment name is $1 (or spliced in as SQL literals
+ * for psql). */
 static const char *const TRAIN_SQL =
-    "SELECT shape, lr, recipe, count(*) AS seeds,\n"
-    "       avg(value) AS val_loss, coalesce(stddev_samp(value), 0) AS val_loss_sd,\n"
-    "       avg(gap) AS gap, coalesce(stddev_samp(gap), 0) AS gap_sd,\n"
-    "       avg(rel_gap) AS rel_gap, coalesce(stddev_samp(rel_gap), 0) AS rel_gap_sd\n"
+    "SELECT coalesce(shape, '(checkpoint)') AS shape, lr, recipe, metric, count(*) AS seeds,\n"
+    "       avg(value) AS value, coalesce(stddev_samp(value), 0) AS value_sd,\n"
+    "       count(gap) AS seeds_with_bf16,\n"
+    "       avg(gap) AS gap,\n"
+    "       CASE WHEN count(gap) > 0 THEN coalesce(stddev_samp(gap), 0) END AS gap_sd,\n"
+    "       avg(rel_gap) AS rel_gap,\n"
+    "       CASE WHEN count(rel_gap) > 0 THEN coalesce(stddev_samp(rel_gap), 0) END AS rel_gap_sd\n"
     "FROM v_train_final\n"
-    "WHERE experiment = %s AND metric = 'final_val_loss'\n"
-    "GROUP BY shape, lr, recipe\n"
-    "ORDER BY shape, lr, avg(value)";
+    "WHERE experiment = %s AND metric = %s\n"
+    "GROUP BY 1, lr, recipe, metric\n"
+    "ORDER BY 1, lr, avg(value)";
+
+enum {
+    C_SHAPE,
+    C_LR,
+    C_RECIPE,
+    C_METRIC,
+    C_SEEDS,
+    C_VALUE,
+    C_SD,
+    C_WITH,
+    C_GAP,
+    C_GAP_SD,
+    C_REL,
+    C_REL_SD,
+    C_N
+};
+static const char *const col_names[C_N] = {"shape", "lr",     "recipe",   "metric",
+                                           "seeds", "value",  "value_sd", "seeds_with_bf16",
+                                           "gap",   "gap_sd", "rel_gap",  "rel_gap_sd"};
+
+/* Which final metric there is: final_val_loss, else final_train_loss (no validation windows). */
+static const char *const METRIC_SQL = "SELECT count(*) FILTER (WHERE metric = 'final_val_loss'),\n"
+                                      "       count(*) FILTER (WHERE metric = 'final_train_loss')\n"
+                                      "FROM v_train_final WHERE experiment = $1";
+
+static const char *const KIND_SQL =
+    "SELECT count(*) FILTER (WHERE j.kind = 'train'), count(*)\n"
+    "FROM experiments e JOIN experiment_jobs ej ON ej.experiment = e.id\n"
+    "JOIN jobs j ON j.id = ej.job WHERE e.name = $1";
+
+static const char *const STATES_SQL =
+    "SELECT total, pending, running, succeeded, failed, cancelled\n"
+    "FROM v_experiment_progress WHERE experiment = $1";
+
+static const char *const FAILED_SQL =
+    "SELECT coalesce(j.spec -> 'shape' ->> 'name', '(checkpoint)'), j.spec -> 'recipe' ->> "
+    "'name',\n"
+    "       j.spec ->> 'lr', j.spec ->> 'seed', coalesce(j.last_error, '(no error recorded)')\n"
+    "FROM experiments e JOIN experiment_jobs ej ON ej.experiment = e.id\n"
+    "JOIN jobs j ON j.id = ej.job\n"
+    "WHERE e.name = $1 AND j.kind = 'train' AND j.state = 'failed' ORDER BY j.id LIMIT 10";
 
 static const char *const CURVES_SQL =
     "SELECT recipe, seed, string_agg(value::text, ',' ORDER BY step)\n"
@@ -26,6 +81,30 @@ static const char *const CURVES_SQL =
 
 static double num(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
+}
+
+static PGresult *query(PGconn *c, const char *sql, int n, const char *const *params,
+                       const char *what, qs_status *st, qs_error *err) {
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        *st = qs_error_set(err, QS_EDB, "%s: %s", what, PQerrorMessage(c));
+        PQclear(r);
+        return NULL;
+    }
+    *st = QS_OK;
+    return r;
+}
+
+qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_train, qs_error *err) {
+    PGconn *c = qc_store_pgconn(db);
+    const char *params[1] = {name};
+    qs_status st;
+    *is_train = 0;
+    PGresult *r = query(c, KIND_SQL, 1, params, "experiment kind", &st, err);
+    if (!r) return st;
+    *is_train = num(r, 0, 0) > 0;
+    PQclear(r);
+    return QS_OK;
 }
 
 /* Eight levels, lowest to highest (U+2581..U+2588). */
@@ -63,45 +142,150 @@ static void print_curves(PGresult *r, FILE *out) {
     }
 }
 
-qs_status qsweep_print_train_results(qc_store *db, const char *name, FILE *out, int *n_rows,
+static void csv_field(const char *v, FILE *out) {
+    if (!strpbrk(v, ",\"\n")) {
+        fputs(v, out);
+        return;
+    }
+    fputc('"', out); /* RFC 4180 quoting */
+    for (; *v; v++) {
+        if (*v == '"') fputc('"', out);
+        fputc(*v, out);
+    }
+    fputc('"', out);
+}
+
+static void print_csv(PGresult *r, FILE *out) {
+    for (int c = 0; c < C_N; c++)
+        fprintf(out, "%s%s", c ? "," : "", col_names[c]);
+    fputc('\n', out);
+    for (int i = 0; r && i < PQntuples(r); i++) {
+        for (int c = 0; c < C_N; c++) {
+            if (c) fputc(',', out);
+            csv_field(PQgetvalue(r, i, c), out); /* NULL prints as the empty field */
+        }
+        fputc('\n', out);
+    }
+}
+
+static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && r && i < PQntuples(r); i++) {
+        json_t *o = json_object();
+        for (int c = 0; c < C_N; c++) {
+            json_t *v;
+            if (PQgetisnull(r, i, c))
+                v = json_null();
+            else if (c == C_SEEDS || c == C_WITH)
+                v = json_integer(strtoll(PQgetvalue(r, i, c), NULL, 10));
+            else if (c == C_LR || c >= C_VALUE)
+                v = json_real(num(r, i, c));
+            else
+                v = json_string(PQgetvalue(r, i, c));
+            json_object_set_new(o, col_names[c], v ? v : json_null());
+        }
+        json_array_append_new(arr, o);
+    }
+    if (!arr || json_dumpf(arr, out, JSON_INDENT(2)) != 0) {
+        json_decref(arr);
+        return qs_error_set(err, QS_EIO, "cannot write the JSON output");
+    }
+    fputc('\n', out);
+    json_decref(arr);
+    return QS_OK;
+}
+
+static void print_table(PGresult *r, const char *metric, FILE *out) {
+    int n = PQntuples(r);
+    fprintf(out,
+            "%s per recipe (mean +- sd over seeds), gap to the bf16 run of the same "
+            "shape, lr and seed\n",
+            strcmp(metric, "final_val_loss") ? "final training loss" : "final validation loss");
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || strcmp(PQgetvalue(r, i, C_SHAPE), PQgetvalue(r, i - 1, C_SHAPE)) ||
+            strcmp(PQgetvalue(r, i, C_LR), PQgetvalue(r, i - 1, C_LR))) {
+            fprintf(out, "\n%s  lr %s\n", PQgetvalue(r, i, C_SHAPE), PQgetvalue(r, i, C_LR));
+            fprintf(out, "  %-18s %5s %20s %22s %18s\n", "recipe", "seeds",
+                    strcmp(metric, "final_val_loss") ? "train loss" : "val loss", "gap to bf16",
+                    "relative gap");
+        }
+        fprintf(out, "  %-18s %5s %11.4f +- %-6.4f", PQgetvalue(r, i, C_RECIPE),
+                PQgetvalue(r, i, C_SEEDS), num(r, i, C_VALUE), num(r, i, C_SD));
+        long with = strtol(PQgetvalue(r, i, C_WITH), NULL, 10),
+             seeds = strtol(PQgetvalue(r, i, C_SEEDS), NULL, 10);
+        if (with == 0) {
+            fprintf(out, " %22s\n", "no bf16 run");
+            continue;
+        }
+        fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", num(r, i, C_GAP), num(r, i, C_GAP_SD),
+                100 * num(r, i, C_REL), 100 * num(r, i, C_REL_SD));
+        if (with < seeds) fprintf(out, "  (%ld of %ld seeds have a bf16 run)", with, seeds);
+        fputc('\n', out);
+    }
+}
+
+qs_status qsweep_print_train_results(qc_store *db, const char *name, int format, FILE *out,
                                      qs_error *err) {
     PGconn *c = qc_store_pgconn(db);
+    const char *params[2] = {name, NULL};
+    qs_status st;
+    PGresult *m = query(c, METRIC_SQL, 1, params, "training results", &st, err);
+    if (!m) return st;
+    int n_val = (int)num(m, 0, 0), n_train = (int)num(m, 0, 1);
+    PQclear(m);
+    const char *metric = n_val > 0 ? "final_val_loss" : "final_train_loss";
+    params[1] = metric;
     char sql[2048];
-    snprintf(sql, sizeof sql, TRAIN_SQL, "$1");
-    const char *params[1] = {name};
-    *n_rows = 0;
-    PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        qs_status st =
-            qs_error_set(err, QS_EDB, "training results of %s: %s", name, PQerrorMessage(c));
-        PQclear(r);
-        return st;
-    }
-    *n_rows = PQntuples(r);
-    if (!*n_rows) {
+    snprintf(sql, sizeof sql, TRAIN_SQL, "$1", "$2");
+    PGresult *r = query(c, sql, 2, params, "training results", &st, err);
+    if (!r) return st;
+    if (format == 1) {
+        print_csv(r, out);
         PQclear(r);
         return QS_OK;
     }
-    fprintf(out, "experiment %s: final validation loss per recipe (mean +- sd over seeds)\n", name);
-    for (int i = 0; i < *n_rows; i++) {
-        if (i == 0 || strcmp(PQgetvalue(r, i, 0), PQgetvalue(r, i - 1, 0)) ||
-            strcmp(PQgetvalue(r, i, 1), PQgetvalue(r, i - 1, 1))) {
-            fprintf(out, "\n%s  lr %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
-            fprintf(out, "  %-18s %5s %20s %22s %18s\n", "recipe", "seeds", "val loss",
-                    "gap to bf16", "relative gap");
-        }
-        fprintf(out, "  %-18s %5s %11.4f +- %-6.4f %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%\n",
-                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), num(r, i, 4), num(r, i, 5), num(r, i, 6),
-                num(r, i, 7), 100 * num(r, i, 8), 100 * num(r, i, 9));
+    if (format == 2) {
+        st = print_json(r, out, err);
+        PQclear(r);
+        return st;
     }
+    PGresult *p = query(c, STATES_SQL, 1, params, "training progress", &st, err);
+    if (!p) {
+        PQclear(r);
+        return st;
+    }
+    if (PQntuples(p) == 1)
+        fprintf(out,
+                "experiment %s: training, %s runs: %s done, %s running, %s queued, %s failed, %s "
+                "cancelled\n",
+                name, PQgetvalue(p, 0, 0), PQgetvalue(p, 0, 3), PQgetvalue(p, 0, 2),
+                PQgetvalue(p, 0, 1), PQgetvalue(p, 0, 4), PQgetvalue(p, 0, 5));
+    PQclear(p);
+    if (n_val == 0 && n_train > 0)
+        fprintf(out, "no validation loss (val_fraction 0, or no validation windows): the final "
+                     "training loss is shown instead\n");
+    if (PQntuples(r) > 0)
+        print_table(r, metric, out);
+    else
+        fprintf(out, "no finished training run yet: no final metrics to tabulate\n");
     PQclear(r);
-    r = PQexecParams(c, CURVES_SQL, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(r) == PGRES_TUPLES_OK) print_curves(r, out);
-    PQclear(r);
+    PGresult *f = query(c, FAILED_SQL, 1, params, "failed runs", &st, err);
+    if (!f) return st;
+    if (PQntuples(f) > 0) fprintf(out, "\nfailed runs (first %d):\n", PQntuples(f));
+    for (int i = 0; i < PQntuples(f); i++)
+        fprintf(out, "  %s %s lr=%s seed=%s: %s\n", PQgetvalue(f, i, 0), PQgetvalue(f, i, 1),
+                PQgetvalue(f, i, 2), PQgetvalue(f, i, 3), PQgetvalue(f, i, 4));
+    PQclear(f);
+    PGresult *cv = query(c, CURVES_SQL, 1, params, "training curves", &st, err);
+    if (!cv) return st;
+    print_curves(cv, out);
+    PQclear(cv);
     char *lit = PQescapeLiteral(c, name, strlen(name));
+    char *mlit = PQescapeLiteral(c, metric, strlen(metric));
     char q[2048];
-    snprintf(q, sizeof q, TRAIN_SQL, lit ? lit : "''");
+    snprintf(q, sizeof q, TRAIN_SQL, lit ? lit : "''", mlit ? mlit : "''");
     PQfreemem(lit);
+    PQfreemem(mlit);
     fprintf(out,
             "\nThe same from the views (curves: v_train_curves):\npsql \"host=%s port=%s user=%s "
             "dbname=%s\" <<'SQL'\n%s;\nSQL\n",

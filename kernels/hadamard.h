@@ -28,6 +28,16 @@ void qk_rht16_signs(uint64_t seed, float signs[16]);
 qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, int threads,
                    qs_error *err);
 
+/* The d-point RHT for d = 16 or 32: tiles of d elements along k, v' = v * (1/sqrt(d)) * S * Hd,
+ * S = diag of the d signs from bits 0..d-1 of the same Philox word as qk_rht16_signs. d = 16
+ * is qk_rht16 bit for bit; d = 32 is the transform of the NVFP4 paper's MXFP4 runs ("MXFP4
+ * uses RHT d=32", arXiv 2509.25149 section 5; fp4-spec.md 3.6), matching MXFP4's 32-element
+ * blocks. 1/sqrt(32) is one FP32 multiply by its nearest float (not exact, as no scale of an
+ * odd power of two is), in the same fixed order, so the bits are the same for any thread
+ * count. Errors: as qk_rht16 with d for 16, and QS_EINVAL for d other than 16 or 32. */
+qs_status qk_rht(float *x, size_t rows, size_t k, int d, uint64_t seed, int inverse, int threads,
+                 qs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@ qs_status qs_train_validate(const qs_train_spec *s, qs_error *err) {
     if ((unsigned)s->w2d > 1 || (unsigned)s->rht > 1 || (unsigned)s->sr > 1)
         return FAIL("recipe", "w2d, rht and sr 0 or 1");
     if (s->w2d && strcmp(s->format, "nvfp4")) return FAIL("recipe.w2d", "0 unless format is nvfp4");
+    if (s->rht_dim != 16 && s->rht_dim != 32) return FAIL("recipe.rht_dim", "16 or 32");
     if (s->bf16_first < 0 || s->bf16_last < 0) return FAIL("recipe.bf16_first", "counts >= 0");
     if (!(s->lr > 0 && isfinite(s->lr))) return FAIL("lr", "a number > 0");
     if (!(s->min_lr >= 0 && s->min_lr <= s->lr)) return FAIL("min_lr", "a number in [0, lr]");
@@ -72,6 +73,7 @@ qs_status qs_train_encode(const qs_train_spec *s, json_t **out, qs_error *err) {
     json_object_set_new(r, "format", json_string(s->format));
     json_object_set_new(r, "w2d", json_integer(s->w2d));
     json_object_set_new(r, "rht", json_integer(s->rht));
+    json_object_set_new(r, "rht_dim", json_integer(s->rht_dim));
     json_object_set_new(r, "sr", json_integer(s->sr));
     json_object_set_new(r, "bf16_first", json_integer(s->bf16_first));
     json_object_set_new(r, "bf16_last", json_integer(s->bf16_last));
@@ -173,12 +175,10 @@ qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err)
     struct {
         const char *k;
         int *dst;
-    } ints[] = {{"version", &out->recipe_version},
-                {"w2d", &out->w2d},
-                {"rht", &out->rht},
-                {"sr", &out->sr},
-                {"bf16_first", &out->bf16_first},
-                {"bf16_last", &out->bf16_last}};
+    } ints[] = {
+        {"version", &out->recipe_version}, {"w2d", &out->w2d}, {"rht", &out->rht},
+        {"rht_dim", &out->rht_dim},        {"sr", &out->sr},   {"bf16_first", &out->bf16_first},
+        {"bf16_last", &out->bf16_last}};
     for (size_t i = 0; !st && i < sizeof ints / sizeof ints[0]; i++) {
         st = get_int(r, ints[i].k, &v, err);
         if (!st) *ints[i].dst = (int)v;

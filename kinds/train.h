@@ -10,13 +10,20 @@
  *   "dataset": {"ctx", "digest", "max_chunks": 0, "path"}   the token stream; ctx = tokens
  *                                           per training sequence,
  *   "tokenizer": "bytes" (dataset.path is UTF-8 text, vocabulary 258) | "file" (a token file),
- *   "val_fraction", "recipe": {"name", "version", "format", "w2d", "rht", "sr", "bf16_first",
- *   "bf16_last"} (worker/train/recipe.h; the ingredients are explicit, so a renamed recipe is
- *   the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
+ *   "val_fraction", "recipe": {"name", "version", "format", "w2d", "rht", "rht_dim", "sr",
+ *   "bf16_first", "bf16_last"} (worker/train/recipe.h; the ingredients are explicit, so a renamed
+ * recipe is the same job), "lr", "min_lr", "warmup", "decay" (cosine | linear | constant),
  *   "weight_decay", "clip", "beta1", "beta2", "steps", "batch", "accum", "seed",
  *   "eval_every", "eval_batches", "log_every", "checkpoint_every", "diverge_loss",
- *   "checkpoint_dir" (where checkpoints and the final model go), "resources" (optional).
- * The job key (spec.h) leaves out model.path, dataset.path and resources. */
+ *   "checkpoint_dir" (where checkpoints and the final model go: an absolute, canonical path,
+ *   coordinator/grid/grid_training.c), "resources" (optional).
+ * The job key (spec.h) leaves out model.path, dataset.path and resources, and keeps
+ * checkpoint_dir, by what a resume needs: a job's checkpoint is checkpoint_dir/<job_key>.ckpt
+ * and its trained model checkpoint_dir/<job_key>/, so the folder is part of what the job
+ * produces and where its resumes look. Were it left out, a grid naming another folder would
+ * silently reuse the first grid's job, and its researcher would find no model (nor the
+ * checkpoints to resume) in the folder the grid names; keyed, two folders are two jobs (the
+ * same numbers, computed twice), and one folder however written is one job. */
 #ifndef QS_KINDS_TRAIN_H
 #define QS_KINDS_TRAIN_H
 
@@ -25,6 +32,10 @@
 
 #include "error.h"
 #include "spec.h"
+
+/* The recipe version grids write (the worker's QW_RECIPE_VERSION, worker/train/recipe.h, which
+ * says what each version changed; tests/train checks they agree). Part of the job key. */
+#define QS_TRAIN_RECIPE_VERSION 2
 
 typedef struct qs_train_spec {
     char shape[32];    /* named shape; "" when init.path is set */
@@ -36,6 +47,7 @@ typedef struct qs_train_spec {
     int recipe_version;
     char format[16]; /* "nvfp4" | "mxfp4" | "fp8_e4m3" | "none" */
     int w2d, rht, sr, bf16_first, bf16_last;
+    int rht_dim; /* the RHT's tile: 16 or 32 */
     double lr, min_lr;
     int warmup;
     char decay[12];

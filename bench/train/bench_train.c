@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
            c.n_layers, c.hidden_dim, c.vocab_size, B, T, nt);
     printf("baseline cblas_sgemm on the same GEMM shapes: %.2f GFLOP/s\n", base);
     printf("%-18s %12s %10s %10s\n", "recipe", "tokens/s", "GFLOP/s", "ratio");
-    const char *recipes[] = {"fp32", "bf16", "fp8", "nvfp4", "nvfp4-no-rht", "mxfp4"};
+    const char *recipes[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
+                             "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
     for (size_t ri = 0; ri < sizeof recipes / sizeof recipes[0]; ri++) {
         qs_error err = {0};
         qw_tmodel *m = NULL;

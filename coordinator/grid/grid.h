@@ -75,6 +75,8 @@ typedef struct qc_model_facts {
                                     from the checkpoint's headers; 0 for a synthetic model */
     int64_t run_state_bytes;     /* the engine's run state at the grid's ctx (qc_grid_load
                                     fills it through probe->run_state_bytes); 0: not known */
+    long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
+                                    tied); 0 when the reader does not say */
 } qc_model_facts;
 
 /* Facts about one token file. */

@@ -3,13 +3,14 @@
  *
  *   kind: training
  *   training:
- *     shapes: [tiny]                 # named shapes (worker/train/train_job.h: tiny, mini), or
+ *     shapes: [tiny]                 # named shapes: the engine's table (worker/engine/
+ *                                    # synthetic.h: tiny, mini, ..., llama2-7b, llama3-8b), or
  *                                    # {init: path} to fine-tune a checkpoint (HF dir or .gguf)
  *     dataset: {text: path, tokenizer: bytes, ctx: 128, val_fraction: 0.05}
  *                                    # or {tokens: token file, ctx, val_fraction}
  *     recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]
  *                                    # named recipes, or a base with explicit ingredients
- *                                    # (format, w2d, rht, sr, bf16_first, bf16_last)
+ *                                    # (format, w2d, rht, rht_dim, sr, bf16_first, bf16_last)
  *     lrs: [0.003]                   # peak learning rates
  *     seeds: [1, 2, 3]
  *     steps: 300                     # optimizer steps; the rest have defaults:
@@ -18,13 +19,24 @@
  *     log_every: 10, checkpoint_every: 100, diverge_loss: 12,
  *     checkpoint_dir: ${XDG_CACHE_HOME:-~/.cache}/qsweep/train
  *
- * Named recipes are kinds/train.h's table (the worker's recipe.h agrees: tests/train). */
+ * Named recipes are kinds/train.h's table (the worker's recipe.h agrees: tests/train).
+ * Checked here, at submit time, so that no job fails (and is retried) for what the file says:
+ * shapes (the engine's table, through the probe), ctx within each shape's
+ * max_position_embeddings, the text a regular file, token ids within each shape's vocabulary,
+ * diverge_loss above ln(vocab) (a run from scratch starts there), learning rates and seeds
+ * listed once, checkpoint_dir a writable or creatable folder (made absolute and canonical:
+ * it is part of the job key, kinds/train.h), and, when the grid gives `resources` with GPUs,
+ * room for 16 bytes per parameter of FP32 training state. Each job's label names its shape's
+ * parameter count. */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "grid_kind.h"
 #include "train.h"
@@ -36,7 +48,8 @@ typedef struct tr_recipe {
 typedef struct tr_data {
     char shapes[16][32];
     char *inits[16];
-    qc_model_facts init_facts[16];
+    qc_model_facts facts[16]; /* of each shape: the engine's table's, or the init checkpoint's */
+    struct fy_node *shape_nodes[16];
     size_t n_shapes;
     tr_recipe recipes[32];
     size_t n_recipes;
@@ -69,26 +82,39 @@ static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
     const qc_grid_probe *probe = ((void **)ctx)[1];
     if (d->n_shapes == 16) return qc_config_fail(c, n, QS_EINVAL, "at most 16 shapes");
     size_t i = d->n_shapes;
+    qs_error e = {0};
+    qs_status st;
+    d->shape_nodes[i] = n;
     if (fy_node_is_mapping(n)) {
         static const char *const keys[] = {"init", NULL};
-        qs_status st = qc_config_check_keys(c, n, "a shape", keys);
-        if (st) return st;
+        if ((st = qc_config_check_keys(c, n, "a shape", keys))) return st;
+        if (!qc_config_lookup(n, "init"))
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "expected {init: path} (a checkpoint to "
+                                  "fine-tune) or a shape name");
         st = qc_config_path(c, qc_config_lookup(n, "init"), "initial checkpoint", &d->inits[i]);
         if (st) return st;
-        qs_error e = {0};
-        if ((st = probe->model(probe->user, d->inits[i], &d->init_facts[i], &e)))
+        if ((st = probe->model(probe->user, d->inits[i], &d->facts[i], &e)))
             return qc_config_fail(c, n, st, "%s", e.msg);
         d->n_shapes++;
         return QS_OK;
     }
+    /* Named shapes are the engine's table (worker/engine/synthetic.h), through the probe: the
+     * grid accepts exactly what a worker can build. */
     const char *s = qc_config_scalar(n);
-    if (!s || (strcmp(s, "tiny") && strcmp(s, "mini")))
-        return qc_config_fail(c, n, QS_EINVAL,
-                              "unknown shape '%s' (expected tiny, mini or {init: path})",
-                              s ? s : "(not a scalar)");
+    if (!s || !*s) return qc_config_fail(c, n, QS_EINVAL, "expected a shape name or {init: path}");
+    if (!probe->synthetic)
+        return qc_config_fail(c, n, QS_EUNSUPPORTED, "shape '%s': this reader knows no shapes", s);
+    if ((st = probe->synthetic(probe->user, s, &d->facts[i], &e))) {
+        const char *list = strstr(e.msg, "expected one of: ");
+        return qc_config_fail(c, n, QS_EINVAL, "unknown shape '%s' (expected {init: path} or %s", s,
+                              list ? list + 9 : "a named shape)");
+    }
     for (size_t k = 0; k < i; k++)
-        if (!strcmp(d->shapes[k], s))
+        if (!d->inits[k] && !strcmp(d->shapes[k], s))
             return qc_config_fail(c, n, QS_EINVAL, "shape '%s' is listed twice", s);
+    if (strlen(s) >= sizeof d->shapes[i])
+        return qc_config_fail(c, n, QS_EINVAL, "shape name '%s' too long", s);
     snprintf(d->shapes[i], sizeof d->shapes[i], "%s", s);
     d->n_shapes++;
     return QS_OK;
@@ -98,21 +124,26 @@ static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
 static int named_recipe(const char *name, qs_train_spec *r) {
     static const struct {
         const char *name, *fmt;
-        int w2d, rht, sr, first, last;
+        int w2d, rht, rht_dim, sr, first, last;
     } t[] = {
-        {"fp32", "none", 0, 0, 0, 0, 0},          {"bf16", "none", 0, 0, 0, 0, 0},
-        {"fp8", "fp8_e4m3", 0, 0, 0, 0, 0},       {"nvfp4", "nvfp4", 1, 1, 1, 0, 1},
-        {"nvfp4-no-rht", "nvfp4", 1, 0, 1, 0, 1}, {"nvfp4-no-sr", "nvfp4", 1, 1, 0, 0, 1},
-        {"nvfp4-no-2d", "nvfp4", 0, 1, 1, 0, 1},  {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 0, 0},
-        {"mxfp4", "mxfp4", 0, 1, 1, 0, 1},
+        {"fp32", "none", 0, 0, 16, 0, 0, 0},
+        {"bf16", "none", 0, 0, 16, 0, 0, 0},
+        {"fp8", "fp8_e4m3", 0, 0, 16, 0, 0, 0},
+        {"nvfp4", "nvfp4", 1, 1, 16, 1, 0, 1},
+        {"nvfp4-no-rht", "nvfp4", 1, 0, 16, 1, 0, 1},
+        {"nvfp4-no-sr", "nvfp4", 1, 1, 16, 0, 0, 1},
+        {"nvfp4-no-2d", "nvfp4", 0, 1, 16, 1, 0, 1},
+        {"nvfp4-all-blocks", "nvfp4", 1, 1, 16, 1, 0, 0},
+        {"mxfp4", "mxfp4", 0, 1, 32, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].name, name)) {
             snprintf(r->recipe, sizeof r->recipe, "%s", name);
             snprintf(r->format, sizeof r->format, "%s", t[i].fmt);
-            r->recipe_version = 1;
+            r->recipe_version = QS_TRAIN_RECIPE_VERSION;
             r->w2d = t[i].w2d;
             r->rht = t[i].rht;
+            r->rht_dim = t[i].rht_dim;
             r->sr = t[i].sr;
             r->bf16_first = t[i].first;
             r->bf16_last = t[i].last;
@@ -131,14 +162,22 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     memset(r, 0, sizeof *r);
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"name", "base",       "format",    "w2d", "rht",
-                                           "sr",   "bf16_first", "bf16_last", NULL};
+        static const char *const keys[] = {"name",    "base", "format",     "w2d",       "rht",
+                                           "rht_dim", "sr",   "bf16_first", "bf16_last", NULL};
         if ((st = qc_config_check_keys(c, n, "a recipe", keys))) return st;
         const char *name, *base;
+        if (!qc_config_lookup(n, "name") || !qc_config_lookup(n, "base"))
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "expected a recipe with 'name' and 'base' (a named recipe) and "
+                                  "the ingredients that differ");
         if ((st = qc_config_string(c, qc_config_lookup(n, "name"), "recipe name", &name)))
             return st;
         if ((st = qc_config_string(c, qc_config_lookup(n, "base"), "recipe base", &base)))
             return st;
+        if (strlen(name) >= sizeof r->recipe)
+            return qc_config_fail(c, qc_config_lookup(n, "name"), QS_EINVAL,
+                                  "recipe name '%s' longer than %zu bytes", name,
+                                  sizeof r->recipe - 1);
         if (!named_recipe(base, r))
             return qc_config_fail(c, qc_config_lookup(n, "base"), QS_EINVAL,
                                   "unknown recipe '%s' (expected " RECIPE_NAMES ")", base);
@@ -165,6 +204,12 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
             struct fy_node *v = qc_config_lookup(n, ints[i].k);
             if (v && (st = qc_config_int(c, v, ints[i].k, 0, ints[i].hi, ints[i].v))) return st;
         }
+        struct fy_node *rd = qc_config_lookup(n, "rht_dim");
+        if (rd) {
+            if ((st = qc_config_int(c, rd, "rht_dim", 16, 32, &r->rht_dim))) return st;
+            if (r->rht_dim != 16 && r->rht_dim != 32)
+                return qc_config_fail(c, rd, QS_EINVAL, "expected rht_dim 16 or 32");
+        }
         if (r->w2d && strcmp(r->format, "nvfp4"))
             return qc_config_fail(c, n, QS_EINVAL,
                                   "w2d: 1 needs format nvfp4 (2D 16x16 weight blocks)");
@@ -186,7 +231,15 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
 static qs_status add_lr(qc_config *c, struct fy_node *n, void *ctx) {
     tr_data *d = ctx;
     if (d->n_lrs == 32) return qc_config_fail(c, n, QS_EINVAL, "at most 32 learning rates");
-    return qc_config_number(c, n, "a learning rate", 1e-12, 100.0, &d->lrs[d->n_lrs++]);
+    double v;
+    qs_status st = qc_config_number(c, n, "a learning rate", 1e-12, 100.0, &v);
+    if (st) return st;
+    /* the same value written two ways (0.001, 1e-3) is the same runs twice */
+    for (size_t k = 0; k < d->n_lrs; k++)
+        if (d->lrs[k] == v)
+            return qc_config_fail(c, n, QS_EINVAL, "learning rate %g is listed twice", v);
+    d->lrs[d->n_lrs++] = v;
+    return QS_OK;
 }
 
 static qs_status add_seed(qc_config *c, struct fy_node *n, void *ctx) {
@@ -244,6 +297,9 @@ static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_pr
                                   "expected tokenizer: bytes (the only one for text)");
         if ((st = qc_config_path(c, text, "training text", &d->data_path))) return st;
         snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
+        struct stat rs;
+        if (stat(d->data_path, &rs) != 0 || !S_ISREG(rs.st_mode))
+            return qc_config_fail(c, text, QS_EINVAL, "%s: not a regular file", d->data_path);
         if ((st = file_digest(d->data_path, d->data_digest, &e)))
             return qc_config_fail(c, text, st, "%s", e.msg);
         struct stat sb;
@@ -257,6 +313,15 @@ static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_pr
         if ((st = probe->dataset(probe->user, d->data_path, &f, &e)))
             return qc_config_fail(c, tok, st, "%s", e.msg);
         memcpy(d->data_digest, f.digest, sizeof d->data_digest);
+        for (size_t i = 0; i < d->n_shapes; i++)
+            if (d->facts[i].vocab_size > 0 && (f.max_token >= (uint32_t)d->facts[i].vocab_size ||
+                                               f.vocab_size > (uint32_t)d->facts[i].vocab_size))
+                return qc_config_fail(c, tok, QS_EINVAL,
+                                      "%s: token ids up to %u (vocabulary %u) do not fit shape "
+                                      "%s's vocabulary of %d",
+                                      d->data_path, f.max_token, f.vocab_size,
+                                      d->inits[i] ? d->inits[i] : d->shapes[i],
+                                      d->facts[i].vocab_size);
     }
     return QS_OK;
 }
@@ -273,6 +338,90 @@ static qs_status opt_num(qc_config *c, struct fy_node *sec, const char *k, doubl
     struct fy_node *n = qc_config_lookup(sec, k);
     *out = dflt;
     return n ? qc_config_number(c, n, k, lo, hi, out) : QS_OK;
+}
+
+/* checkpoint_dir as every job of the grid names it (it is part of their key: kinds/train.h):
+ * absolute (a relative one is against the grid file's folder, or the current folder for a
+ * --set value), with "." and ".." and repeated or trailing slashes removed, and the part that
+ * exists resolved through realpath, so one folder written two ways gives the same jobs. It
+ * must be a writable folder, or creatable: its deepest existing ancestor a writable folder
+ * (checked here, at submit time, on this machine: workers see it as a shared folder). */
+static qs_status canonical_dir(qc_config *c, struct fy_node *n, const char *raw, char **out) {
+    char cwd[4096], dirbuf[4096], path[4096];
+    const char *base = NULL;
+    if (raw[0] != '/') {
+        const char *file = qc_config_file(c);
+        const char *slash = file ? strrchr(file, '/') : NULL;
+        if (!getcwd(cwd, sizeof cwd))
+            return qc_config_fail(c, n, QS_EIO, "checkpoint_dir: getcwd: %s", strerror(errno));
+        base = cwd;
+        if (!qc_config_from_set(c, n) && slash) { /* the grid file's folder */
+            size_t fl = (size_t)(slash - file), cl = file[0] == '/' ? 0 : strlen(cwd) + 1;
+            if (cl + fl + 1 > sizeof dirbuf)
+                return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: grid path too long");
+            if (cl) {
+                memcpy(dirbuf, cwd, cl - 1);
+                dirbuf[cl - 1] = '/';
+            }
+            memcpy(dirbuf + cl, file, fl);
+            dirbuf[cl + fl] = '\0';
+            base = dirbuf[0] ? dirbuf : "/";
+        }
+    }
+    if (snprintf(path, sizeof path, "%s%s%s", base ? base : "", base ? "/" : "", raw) >=
+        (int)sizeof path)
+        return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: longer than %zu bytes",
+                              sizeof path - 1);
+    /* components, "." and ".." removed lexically */
+    char *comp[512];
+    int nc = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(tok, ".")) continue;
+        if (!strcmp(tok, "..")) {
+            if (nc) nc--;
+            continue;
+        }
+        if (nc == 512) return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: too deep");
+        comp[nc++] = tok;
+    }
+    /* the deepest existing prefix */
+    char prefix[4096] = "/";
+    int k = 0;
+    for (; k < nc; k++) {
+        char next[4096];
+        snprintf(next, sizeof next, "%s%s%s", prefix, strcmp(prefix, "/") ? "/" : "", comp[k]);
+        struct stat sb;
+        if (stat(next, &sb) != 0) break;
+        snprintf(prefix, sizeof prefix, "%s", next);
+    }
+    char real[PATH_MAX];
+    if (!realpath(prefix, real))
+        return qc_config_fail(c, n, QS_EIO, "checkpoint_dir: %s: %s", prefix, strerror(errno));
+    struct stat sb;
+    if (stat(real, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: %s is not a folder", real);
+    /* Writable (the folder exists) or creatable (in its deepest existing ancestor): tried
+     * with a folder made and removed at once, which also answers for root and for read-only
+     * or virtual file systems, where access(2) says yes. */
+    char trial[PATH_MAX + 32];
+    snprintf(trial, sizeof trial, "%s/.qsweep-submit-XXXXXX", strcmp(real, "/") ? real : "");
+    if (!mkdtemp(trial))
+        return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: %s%s: %s",
+                              k == nc ? "" : "cannot create folders in ", real, strerror(errno));
+    rmdir(trial);
+    size_t len = strlen(real) + 1;
+    for (int i = k; i < nc; i++)
+        len += strlen(comp[i]) + 1;
+    char *res = malloc(len);
+    if (!res) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    snprintf(res, len, "%s", real);
+    for (int i = k; i < nc; i++) {
+        if (strcmp(res, "/")) strcat(res, "/");
+        strcat(res, comp[i]);
+    }
+    *out = res;
+    return QS_OK;
 }
 
 static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
@@ -352,23 +501,54 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
             return qc_config_fail(c, n, QS_EINVAL, "expected decay cosine, linear or constant");
         snprintf(s->decay, sizeof s->decay, "%s", v);
     }
-    if ((n = qc_config_lookup(sec, "checkpoint_dir"))) {
+    char bad[128];
+    char *raw = NULL;
+    struct fy_node *cdn = qc_config_lookup(sec, "checkpoint_dir");
+    if (cdn) {
         const char *v = NULL;
-        if ((st = qc_config_string(c, n, "checkpoint_dir", &v))) return st;
-        char bad[128];
-        d->checkpoint_dir = qc_config_expand(v, bad, sizeof bad);
-        if (!d->checkpoint_dir) return qc_config_fail(c, n, QS_EINVAL, "checkpoint_dir: %s", bad);
+        if ((st = qc_config_string(c, cdn, "checkpoint_dir", &v))) return st;
+        raw = qc_config_expand(v, bad, sizeof bad);
+        if (!raw) return qc_config_fail(c, cdn, QS_EINVAL, "checkpoint_dir: %s", bad);
     } else {
-        char bad[128];
-        d->checkpoint_dir =
-            qc_config_expand("${XDG_CACHE_HOME:-~/.cache}/qsweep/train", bad, sizeof bad);
-        if (!d->checkpoint_dir) return qc_config_error(c, QS_EINVAL, "checkpoint_dir: %s", bad);
+        raw = qc_config_expand("${XDG_CACHE_HOME:-~/.cache}/qsweep/train", bad, sizeof bad);
+        if (!raw) return qc_config_fail(c, sec, QS_EINVAL, "checkpoint_dir (default): %s", bad);
     }
-    for (size_t i = 0; i < d->n_shapes; i++)
-        if (!d->inits[i] && d->ctx > 128)
+    st = canonical_dir(c, cdn ? cdn : sec, raw, &d->checkpoint_dir);
+    free(raw);
+    if (st) return st;
+    for (size_t i = 0; i < d->n_shapes; i++) {
+        const char *shape = d->inits[i] ? d->inits[i] : d->shapes[i];
+        int max_pos = d->facts[i].max_position_embeddings;
+        if (max_pos > 0 && d->ctx > max_pos)
             return qc_config_fail(c, qc_config_lookup(sec, "dataset"), QS_EINVAL,
-                                  "ctx %d > 128, the named shapes' max_position_embeddings",
-                                  d->ctx);
+                                  "ctx %d > %d, shape %s's max_position_embeddings", d->ctx,
+                                  max_pos, shape);
+        /* A loss above diverge_loss stops a run as diverged; the loss of a uniform guess over
+         * the vocabulary is ln(vocab), where every run from scratch starts. */
+        double uniform = d->facts[i].vocab_size > 1 ? log((double)d->facts[i].vocab_size) : 0;
+        if (!d->inits[i] && s->diverge_loss <= uniform)
+            return qc_config_fail(
+                c,
+                qc_config_lookup(sec, "diverge_loss") ? qc_config_lookup(sec, "diverge_loss") : sec,
+                QS_EINVAL,
+                "diverge_loss %g is not above %.3f = ln(%d), the loss of a "
+                "uniform guess over shape %s's vocabulary, where training "
+                "starts: every run would stop as diverged at step 1",
+                s->diverge_loss, uniform, d->facts[i].vocab_size, shape);
+        /* FP32 masters, gradients and two AdamW moments: 16 bytes per parameter, before any
+         * activation (worker/train/tmodel.h qw_tmodel_plan); a grid that gives its GPUs must
+         * hold at least that. */
+        const qs_resources *rs = &g->resources;
+        double state = 16.0 * (double)d->facts[i].n_params;
+        if (rs->present && rs->gpu_count > 0 && rs->gpu_memory_mib > 0 &&
+            state > (double)rs->gpu_count * (double)rs->gpu_memory_mib * 1048576.0)
+            return qc_config_fail(c, d->shape_nodes[i], QS_EINVAL,
+                                  "shape %s: %lld parameters need %.1f GiB of FP32 training "
+                                  "state (weights, gradients, AdamW moments) before "
+                                  "activations; resources give %d x %ld MiB",
+                                  shape, d->facts[i].n_params, state / 1073741824.0, rs->gpu_count,
+                                  rs->gpu_memory_mib);
+    }
     return QS_OK;
 }
 
@@ -386,12 +566,13 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     s.recipe_version = r->recipe_version;
                     s.w2d = r->w2d;
                     s.rht = r->rht;
+                    s.rht_dim = r->rht_dim;
                     s.sr = r->sr;
                     s.bf16_first = r->bf16_first;
                     s.bf16_last = r->bf16_last;
                     if (d->inits[si]) {
                         s.init.path = d->inits[si];
-                        memcpy(s.init.digest, d->init_facts[si].digest, 65);
+                        memcpy(s.init.digest, d->facts[si].digest, 65);
                     } else {
                         snprintf(s.shape, sizeof s.shape, "%s", d->shapes[si]);
                     }
@@ -411,9 +592,15 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     json_t *spec = NULL;
                     st = qs_train_encode(&s, &spec, err);
                     if (st) break;
-                    char label[256];
-                    snprintf(label, sizeof label, "%s %s lr=%g seed=%ld",
-                             d->inits[si] ? d->inits[si] : d->shapes[si], r->recipe, s.lr, s.seed);
+                    char label[320], params[48] = "";
+                    double np = (double)d->facts[si].n_params;
+                    if (np >= 1e9)
+                        snprintf(params, sizeof params, " (%.2fB parameters)", np / 1e9);
+                    else if (np > 0)
+                        snprintf(params, sizeof params, " (%.2fM parameters)", np / 1e6);
+                    snprintf(label, sizeof label, "%s%s %s lr=%g seed=%ld",
+                             d->inits[si] ? d->inits[si] : d->shapes[si], params, r->recipe, s.lr,
+                             s.seed);
                     st = qc_job_list_add(out, spec, "train", -1, 0, -1, label, NULL, err);
                 }
     return st;

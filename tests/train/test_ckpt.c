@@ -3,6 +3,8 @@
  *   parameters and AdamW moments bit-identical to an uninterrupted run of 6 steps;
  * - a damaged checkpoint (flipped byte, truncated, other identity, other model size, not a
  *   checkpoint) is refused, naming the file and the offset or field, and changes nothing;
+ * - the history (curve points reported so far, wall seconds) comes back as saved, and a
+ *   point count that does not fit the file is refused naming n_points;
  * - the final Hugging Face checkpoint (config.json + model.safetensors) is read back by
  *   qsweep's own loader bit for bit, and qsweep's inference engine (worker/engine) gives the
  *   same logits as the training forward on it. */
@@ -119,10 +121,10 @@ static void resume_is_bit_identical(void **s) {
     run_steps(&a, 6);
     run_open(&b, 1);
     run_steps(&b, 3);
-    assert_int_equal(qw_train_checkpoint_save(path, &b.tr, "job-abc", &err), QS_OK);
+    assert_int_equal(qw_train_checkpoint_save(path, &b.tr, "job-abc", NULL, &err), QS_OK);
     run_close(&b);
     run_open(&c, 999); /* other initial weights: the checkpoint must overwrite them all */
-    assert_int_equal(qw_train_checkpoint_load(path, &c.tr, "job-abc", &err), QS_OK);
+    assert_int_equal(qw_train_checkpoint_load(path, &c.tr, "job-abc", NULL, &err), QS_OK);
     assert_int_equal(c.tr.step, 3);
     run_steps(&c, 6);
     size_t n = qw_tmodel_n_params(a.m);
@@ -143,6 +145,53 @@ static void write_bytes(const char *path, const uint8_t *b, size_t n) {
     fclose(f);
 }
 
+static void history_comes_back_as_saved(void **s) {
+    (void)s;
+    char path[300];
+    snprintf(path, sizeof path, "%s/hist.ckpt", dir);
+    qs_error err = {0};
+    run a;
+    run_open(&a, 1);
+    run_steps(&a, 2);
+    qw_train_history h = {0}, got = {0};
+    h.wall_s = 12.5;
+    assert_int_equal(qw_train_history_add(&h, "train_loss", 1, 3.25, &err), QS_OK);
+    assert_int_equal(qw_train_history_add(&h, "val_loss", 2, 3.0625, &err), QS_OK);
+    assert_int_equal(qw_train_history_add(&h, "tokens_per_s", 2, 1e4, &err), QS_OK);
+    assert_int_equal(qw_train_history_add(&h, "a_much_too_long_name", 2, 1, &err), QS_EINVAL);
+    assert_int_equal(qw_train_checkpoint_save(path, &a.tr, "job-h", &h, &err), QS_OK);
+    assert_int_equal(qw_train_history_add(&got, "stale", 9, 9, &err), QS_OK);
+    assert_int_equal(qw_train_checkpoint_load(path, &a.tr, "job-h", &got, &err), QS_OK);
+    assert_true(got.wall_s == 12.5);
+    assert_int_equal(got.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(got.points[i].name, h.points[i].name);
+        assert_int_equal(got.points[i].step, h.points[i].step);
+        assert_true(got.points[i].value == h.points[i].value);
+    }
+    /* n_points one more than the file holds */
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(n);
+    assert_int_equal(fread(buf, 1, n, f), n);
+    fclose(f);
+    size_t at = n - 32 - 3 * 32 - 8; /* u64 n_points */
+    assert_int_equal(buf[at], 3);
+    buf[at] = 4;
+    f = fopen(path, "wb");
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    assert_int_equal(qw_train_checkpoint_load(path, &a.tr, "job-h", &got, &err), QS_EFORMAT);
+    assert_non_null(strstr(err.msg, "n_points"));
+    assert_int_equal(got.n, 3); /* unchanged */
+    free(buf);
+    qw_train_history_free(&h);
+    qw_train_history_free(&got);
+    run_close(&a);
+}
+
 static void damaged_checkpoints_are_refused(void **s) {
     (void)s;
     char path[300], bad[300];
@@ -152,7 +201,7 @@ static void damaged_checkpoints_are_refused(void **s) {
     run a;
     run_open(&a, 1);
     run_steps(&a, 2);
-    assert_int_equal(qw_train_checkpoint_save(path, &a.tr, "job-1", &err), QS_OK);
+    assert_int_equal(qw_train_checkpoint_save(path, &a.tr, "job-1", NULL, &err), QS_OK);
     FILE *f = fopen(path, "rb");
     fseek(f, 0, SEEK_END);
     size_t n = (size_t)ftell(f);
@@ -168,27 +217,27 @@ static void damaged_checkpoints_are_refused(void **s) {
     /* a flipped byte in the weights */
     buf[200] ^= 1;
     write_bytes(bad, buf, n);
-    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", &err), QS_EFORMAT);
+    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", NULL, &err), QS_EFORMAT);
     assert_non_null(strstr(err.msg, "checksum"));
     assert_non_null(strstr(err.msg, bad));
     buf[200] ^= 1;
     /* truncated */
     write_bytes(bad, buf, n - 5);
-    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", &err), QS_EFORMAT);
+    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", NULL, &err), QS_EFORMAT);
     assert_non_null(strstr(err.msg, "bytes"));
     /* not a checkpoint */
     uint8_t junk[200];
     memset(junk, ' ', sizeof junk);
     memcpy(junk, "{\"hello\": 1}", 12);
     write_bytes(bad, junk, sizeof junk);
-    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", &err), QS_EFORMAT);
+    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", NULL, &err), QS_EFORMAT);
     assert_non_null(strstr(err.msg, "offset 0"));
     /* another job's checkpoint */
-    assert_int_equal(qw_train_checkpoint_load(path, &b.tr, "job-2", &err), QS_EFORMAT);
+    assert_int_equal(qw_train_checkpoint_load(path, &b.tr, "job-2", NULL, &err), QS_EFORMAT);
     assert_non_null(strstr(err.msg, "identity"));
     /* missing */
     snprintf(bad, sizeof bad, "%s/none.ckpt", dir);
-    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", &err), QS_ENOTFOUND);
+    assert_int_equal(qw_train_checkpoint_load(bad, &b.tr, "job-1", NULL, &err), QS_ENOTFOUND);
     assert_memory_equal(before, qw_tmodel_params(b.m), np * 4);
     assert_int_equal(b.tr.step, 0);
     /* another model size */
@@ -198,7 +247,7 @@ static void damaged_checkpoints_are_refused(void **s) {
     qw_trainer t2;
     qw_train_config tc = tcfg(6);
     assert_int_equal(qw_trainer_create(&t2, m2, &b.d, &tc, 1, &err), QS_OK);
-    assert_int_equal(qw_train_checkpoint_load(path, &t2, "job-1", &err), QS_EFORMAT);
+    assert_int_equal(qw_train_checkpoint_load(path, &t2, "job-1", NULL, &err), QS_EFORMAT);
     assert_non_null(strstr(err.msg, "n_params"));
     qw_trainer_free(&t2);
     qw_tmodel_destroy(m2);
@@ -268,6 +317,7 @@ static void hf_checkpoint_tied_is_read_by_the_loader(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(resume_is_bit_identical),
+        cmocka_unit_test(history_comes_back_as_saved),
         cmocka_unit_test(damaged_checkpoints_are_refused),
         cmocka_unit_test(hf_checkpoint_untied_is_read_by_the_loader),
         cmocka_unit_test(hf_checkpoint_tied_is_read_by_the_loader),

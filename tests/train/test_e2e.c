@@ -31,9 +31,10 @@ static long insert_train(harness *h, const char *ckdir, int steps, char key[65])
     snprintf(s.tokenizer, sizeof s.tokenizer, "bytes");
     s.val_fraction = 0.1;
     snprintf(s.recipe, sizeof s.recipe, "nvfp4");
-    s.recipe_version = 1;
+    s.recipe_version = QS_TRAIN_RECIPE_VERSION;
     snprintf(s.format, sizeof s.format, "nvfp4");
     s.w2d = s.rht = s.sr = 1;
+    s.rht_dim = 16;
     s.bf16_last = 1;
     s.lr = 3e-3;
     s.min_lr = 3e-4;

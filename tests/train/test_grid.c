@@ -5,7 +5,16 @@
  * - the grid's named recipes carry exactly the ingredients of the worker's recipe table
  *   (worker/train/recipe.h), so a name means the same on both sides;
  * - bad values are refused at file:line:column; the spec decoder names the bad field;
- * - the job key ignores where the data lives but not what the run does. */
+ * - the job key ignores where the data lives but not what the run does, and checkpoint_dir is
+ *   part of it: two grids with different folders share no job, one folder written two ways
+ *   (relative to the grid file, with ./, .. and trailing slashes) is the same job;
+ * - named shapes are the engine's table: llama2-7b, llama3-8b and llama3.2-1b are accepted
+ *   with their published parameter counts (6,738,415,616; 8,030,261,248; 1,235,814,400:
+ *   the Hugging Face model cards' totals);
+ * - what a run would fail on is refused at submit time, at file:line:column or naming the
+ *   --set argument: duplicate learning rates, a recipe without name or base, a text that is
+ *   not a regular file, an uncreatable checkpoint_dir, diverge_loss at or below ln(vocab),
+ *   GPU resources too small for the FP32 training state. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +145,7 @@ static void grid_recipes_are_the_workers(void **s) {
         assert_string_equal(t.format, r.fmt ? qk_format_name(r.fmt) : "none");
         assert_int_equal(t.w2d, r.w2d);
         assert_int_equal(t.rht, r.rht);
+        assert_int_equal(t.rht_dim, r.rht_dim);
         assert_int_equal(t.sr, r.sr);
         assert_int_equal(t.bf16_first, r.bf16_first);
         assert_int_equal(t.bf16_last, r.bf16_last);
@@ -180,6 +190,35 @@ static void bad_grids_are_refused_at_their_place(void **s) {
         "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: none.txt}\n"
         "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
         "notext.yaml:5:", "none.txt");
+    expect_error("rhtdim",
+                 GRID_HEAD "  recipes: [{name: x, base: mxfp4, rht_dim: 24}]\n  lrs: [0.001]\n"
+                           "  steps: 5\n",
+                 "rhtdim.yaml:6:", "rht_dim 16 or 32");
+    expect_error("duplr", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001, 1e-3]\n  steps: 5\n",
+                 "duplr.yaml:7:16", "learning rate 0.001 is listed twice");
+    expect_error("nobase",
+                 GRID_HEAD "  recipes: [bf16, {name: x, rht: 0}]\n  lrs: [0.001]\n  steps: 5\n",
+                 "nobase.yaml:6:", "'name' and 'base'");
+    expect_error("textdir",
+                 "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: .}\n"
+                 "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
+                 "textdir.yaml:5:", "not a regular file");
+    expect_error("cdfile",
+                 GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n"
+                           "  checkpoint_dir: text.txt/ck\n",
+                 "cdfile.yaml:9:", "text.txt is not a folder");
+    expect_error("cdproc",
+                 GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n"
+                           "  checkpoint_dir: /proc/qsweep/ck\n",
+                 "cdproc.yaml:9:", "cannot create folders in /proc");
+    expect_error("diverge",
+                 GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  diverge_loss: 5\n",
+                 "diverge.yaml:9:", "ln(258)");
+    expect_error("gpus",
+                 "name: t\nkind: training\nresources: {gpu_count: 1, gpu_memory_mib: 81920}\n"
+                 "training:\n  shapes: [tiny, llama2-7b]\n  dataset: {text: text.txt, ctx: 32}\n"
+                 "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
+                 "gpus.yaml:5:18", "6738415616 parameters need 100.4 GiB");
     expect_error("longctx",
                  "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: "
                  "text.txt, ctx: 512}\n"
@@ -214,6 +253,14 @@ static void spec_decoder_names_the_field_and_key_ignores_paths(void **s) {
     assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "momentum"));
     json_object_del(spec, "momentum");
+    json_t *rec = json_object_get(spec, "recipe");
+    json_object_set_new(rec, "rht_dim", json_integer(8));
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rht_dim"));
+    json_object_del(rec, "rht_dim");
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rht_dim"));
+    json_object_set_new(rec, "rht_dim", json_integer(16));
     json_object_set_new(json_object_get(spec, "recipe"), "format", json_string("mxfp4"));
     assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "w2d"));
@@ -226,6 +273,115 @@ static void spec_decoder_names_the_field_and_key_ignores_paths(void **s) {
     qc_grid_free(g);
 }
 
+/* The --set argument is named, not file:0:0, for a recipe missing its base. */
+static void set_errors_name_the_argument(void **s) {
+    (void)s;
+    const char *p = write_grid("set", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n");
+    const char *sets[1] = {"training.recipes=[{name: a}]"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_not_equal(qc_grid_load(p, sets, 1, qsweep_probe(), &g, &err), QS_OK);
+    if (!strstr(err.msg, "--set training.recipes=[{name: a}]") || strstr(err.msg, ":0:0"))
+        fail_msg("got \"%s\"", err.msg);
+}
+
+static void job_keys_of(const char *name, const char *body, const char *const *sets, size_t n,
+                        char keys[][65], size_t *nk, char *cdir, size_t cap) {
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    if (qc_grid_load(write_grid(name, body), sets, n, qsweep_probe(), &g, &err) != QS_OK)
+        fail_msg("%s: %s", name, err.msg);
+    qc_job_list jobs = {0};
+    assert_int_equal(qc_grid_expand(g, &jobs, &err), QS_OK);
+    for (size_t i = 0; i < jobs.n; i++)
+        memcpy(keys[i], jobs.jobs[i].key, 65);
+    *nk = jobs.n;
+    json_t *spec = json_loads(jobs.jobs[0].spec, 0, NULL);
+    snprintf(cdir, cap, "%s", json_string_value(json_object_get(spec, "checkpoint_dir")));
+    json_decref(spec);
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+}
+
+/* checkpoint_dir is part of the key: a resumed job finds its checkpoint at
+ * checkpoint_dir/<job_key>.ckpt and leaves its trained model in checkpoint_dir/<job_key>/,
+ * so a second grid naming another folder must not silently reuse the first grid's job (its
+ * model would not be where the second grid says). One folder written several ways is one
+ * canonical absolute path, so it is one job. */
+static void checkpoint_dir_is_keyed_and_canonical(void **s) {
+    (void)s;
+    char k1[4][65], k2[4][65], k3[4][65], d1[600], d2[600], d3[600];
+    size_t n1, n2, n3;
+    job_keys_of("cd1",
+                GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n"
+                          "  checkpoint_dir: ck\n",
+                NULL, 0, k1, &n1, d1, sizeof d1);
+    job_keys_of("cd2",
+                GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n"
+                          "  checkpoint_dir: ./sub/../ck//\n",
+                NULL, 0, k2, &n2, d2, sizeof d2);
+    char other[400];
+    snprintf(other, sizeof other, "+training.checkpoint_dir=%s/other", dir);
+    const char *sets[1] = {other};
+    job_keys_of("cd3", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n", sets, 1, k3,
+                &n3, d3, sizeof d3);
+    char want[600], real[500];
+    assert_non_null(realpath(dir, real));
+    snprintf(want, sizeof want, "%s/ck", real);
+    assert_string_equal(d1, want);
+    assert_string_equal(d2, want);
+    assert_string_equal(k1[0], k2[0]);
+    snprintf(want, sizeof want, "%s/other", real);
+    assert_string_equal(d3, want);
+    assert_string_not_equal(k1[0], k3[0]);
+    /* nothing was created by checking */
+    snprintf(want, sizeof want, "%s/ck", dir);
+    assert_int_equal(access(want, F_OK), -1);
+}
+
+/* The named shapes are the engine's table, big ones included: accepted by the grid, each
+ * job labelled with its parameter count, the counts of the published models. */
+static void big_named_shapes_are_accepted_with_their_parameter_counts(void **s) {
+    (void)s;
+    const struct {
+        const char *name;
+        long long params;
+        const char *label;
+    } want[] = {{"llama2-7b", 6738415616LL, "llama2-7b (6.74B parameters) nvfp4"},
+                {"llama3-8b", 8030261248LL, "llama3-8b (8.03B parameters) nvfp4"},
+                {"llama3.2-1b", 1235814400LL, "llama3.2-1b (1.24B parameters) nvfp4"},
+                {"tiny", 0, "tiny (0.85M parameters) nvfp4"}};
+    const qc_grid_probe *probe = qsweep_probe();
+    for (size_t i = 0; i < 3; i++) {
+        qc_model_facts f = {0};
+        qs_error err = {0};
+        assert_int_equal(probe->synthetic(probe->user, want[i].name, &f, &err), QS_OK);
+        assert_int_equal(f.n_params, want[i].params);
+    }
+    const char *p = write_grid(
+        "big", "name: t\nkind: training\ntraining:\n  shapes: [llama2-7b, llama3-8b, "
+               "llama3.2-1b, tiny]\n  dataset: {text: text.txt, ctx: 64}\n  recipes: [nvfp4]\n"
+               "  lrs: [0.0003]\n  steps: 5\n");
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    if (qc_grid_load(p, NULL, 0, qsweep_probe(), &g, &err) != QS_OK) fail_msg("%s", err.msg);
+    qc_job_list jobs = {0};
+    assert_int_equal(qc_grid_expand(g, &jobs, &err), QS_OK);
+    assert_int_equal(jobs.n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        if (!strstr(jobs.jobs[i].label, want[i].label))
+            fail_msg("label \"%s\", expected \"%s\"", jobs.jobs[i].label, want[i].label);
+        json_t *spec = json_loads(jobs.jobs[i].spec, 0, NULL);
+        qs_train_spec t;
+        assert_int_equal(qs_train_decode(spec, &t, &err), QS_OK);
+        assert_string_equal(t.shape, want[i].name);
+        qs_train_clear(&t);
+        json_decref(spec);
+    }
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_expands_into_train_jobs),
@@ -233,6 +389,9 @@ int main(void) {
         cmocka_unit_test(grid_recipes_are_the_workers),
         cmocka_unit_test(bad_grids_are_refused_at_their_place),
         cmocka_unit_test(spec_decoder_names_the_field_and_key_ignores_paths),
+        cmocka_unit_test(set_errors_name_the_argument),
+        cmocka_unit_test(checkpoint_dir_is_keyed_and_canonical),
+        cmocka_unit_test(big_named_shapes_are_accepted_with_their_parameter_counts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,10 +2,13 @@
  * - a run stopped on request (SIGTERM's path) checkpoints, reports preempted with its step,
  *   and when run again resumes from that step and ends with a final Hugging Face checkpoint
  *   byte-identical to an uninterrupted run's;
- * - curve points, validation points, heartbeats and final metrics reach the hooks;
+ * - curve points, validation points, heartbeats and final metrics reach the hooks; a resumed
+ *   run reports the curve up to its checkpoint again, and its wall_s sums the attempts;
  * - a diverging run stops with its step, sends no final metrics and writes no final checkpoint;
- * - the bytes tokenizer and the named shapes. Data: this repository's README.md, real English
- *   text, through the bytes tokenizer. */
+ * - the bytes tokenizer and the named shapes (the engine's table, worker/engine/synthetic.h:
+ *   mini trains here; llama2-7b and llama3-8b are planned with their published parameter
+ *   counts and, where they do not fit in memory, refused before allocating). Data: this
+ * repository's README.md, real English text, through the bytes tokenizer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "tmodel.h"
 #include "train_job.h"
 
 static char dir[256];
@@ -44,10 +49,18 @@ static int teardown(void **s) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
+typedef struct pt {
+    char name[16];
+    int64_t step;
+    double value;
+} pt;
+
 typedef struct record {
     int heartbeats, last_hb, total;
     int curve, val, finals, stop_at;
-    double final_val;
+    double final_val, wall_s;
+    pt pts[256]; /* curve points as a store keeps them: one per (name, step), the latest */
+    int n_pts, resent;
 } record;
 
 static void on_hb(void *u, int step, int total) {
@@ -58,9 +71,24 @@ static void on_hb(void *u, int step, int total) {
 }
 static void on_metric(void *u, const char *name, int64_t step, double v) {
     record *r = u;
+    if (step >= 0) {
+        int k = 0;
+        while (k < r->n_pts && !(r->pts[k].step == step && !strcmp(r->pts[k].name, name)))
+            k++;
+        if (k == r->n_pts) {
+            assert_true(r->n_pts < 256);
+            snprintf(r->pts[k].name, sizeof r->pts[k].name, "%s", name);
+            r->pts[k].step = step;
+            r->n_pts++;
+        } else {
+            r->resent++;
+        }
+        r->pts[k].value = v;
+    }
     if (step < 0) {
         r->finals++;
         if (!strcmp(name, "final_val_loss")) r->final_val = v;
+        if (!strcmp(name, "wall_s")) r->wall_s = v;
     } else if (!strcmp(name, "val_loss")) {
         r->val++;
     } else {
@@ -152,6 +180,60 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     free(fb);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A resumed attempt reports again every curve point up to its checkpoint (the points a killed
+ * worker had not yet sent are not lost): kept as a store keeps them (the latest value per
+ * metric and step), the curve of a run stopped at step 5 and resumed equals, point for point
+ * and bit for bit, the uninterrupted run's. The resumed run's wall_s adds the first attempt's
+ * seconds: more than the second attempt alone took, at most what both took. */
+static void resumed_run_reports_the_whole_curve_once_and_sums_its_time(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    static record ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    qw_train_hooks ha = {on_hb, on_metric, on_stop, &ra};
+    qw_train_spec a = spec_for("curve-straight", 3e-3f);
+    a.log_every = 1;
+    if (qw_train_job_run(&a, ids, n_ids, &ha, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(ra.n_pts, 8 * 4 + 2); /* 4 metrics every step, val_loss at 4 and 8 */
+    assert_int_equal(ra.resent, 0);
+    rb.stop_at = 5;
+    qw_train_hooks hb = {on_hb, on_metric, on_stop, &rb};
+    qw_train_spec b = spec_for("curve-stopped", 3e-3f);
+    b.log_every = 1;
+    double t0 = now_s();
+    assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_ECANCELLED);
+    double t1 = now_s();
+    int before = rb.n_pts;
+    assert_int_equal(before, 5 * 4 + 1);
+    rb.stop_at = 0;
+    assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_OK);
+    double t2 = now_s();
+    assert_int_equal(o.resumed_from, 5);
+    assert_int_equal(rb.resent, before); /* every point up to the checkpoint, once more */
+    assert_int_equal(rb.n_pts, ra.n_pts);
+    for (int i = 0; i < ra.n_pts; i++) {
+        int k = 0;
+        while (k < rb.n_pts &&
+               !(rb.pts[k].step == ra.pts[i].step && !strcmp(rb.pts[k].name, ra.pts[i].name)))
+            k++;
+        assert_true(k < rb.n_pts);
+        /* tokens/s is a speed, not a result */
+        if (strcmp(ra.pts[i].name, "tokens_per_s"))
+            assert_memory_equal(&rb.pts[k].value, &ra.pts[i].value, sizeof(double));
+    }
+    printf("wall_s %.3f: attempt 1 took %.3f s, attempt 2 %.3f s\n", rb.wall_s, t1 - t0, t2 - t1);
+    assert_true(rb.wall_s > t2 - t1);
+    assert_true(rb.wall_s <= t2 - t0);
+}
+
 static void diverging_run_reports_its_step_and_no_results(void **s) {
     (void)s;
     qs_error err = {0};
@@ -194,6 +276,39 @@ static void bytes_tokenizer_and_shapes(void **s) {
     assert_int_equal(c.vocab_size, QW_BYTES_VOCAB);
     assert_int_equal(qw_train_shape_by_name("huge", &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "tiny"));
+    assert_non_null(strstr(err.msg, "llama3-8b"));
+    /* the big shapes are the engine's table's: planned, and refused before any allocation
+       where they do not fit (this machine), not killed by the kernel */
+    assert_int_equal(qw_train_shape_by_name("llama2-7b", &c, &err), QS_OK);
+    assert_int_equal(c.dim, 4096);
+    assert_int_equal(c.vocab_size, 32000);
+    size_t np, bytes;
+    qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
+    assert_int_equal(np, 6738415616ull); /* meta-llama/Llama-2-7b-hf's parameter count */
+    assert_true(bytes >= 16 * np);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if ((double)bytes > (double)pages * (double)psz) {
+        qw_train_spec big = spec_for("big", 1e-3f);
+        big.shape = c;
+        big.batch = 1;
+        big.ctx = 128;
+        qw_train_outcome ob;
+        assert_int_equal(qw_train_job_run(&big, ids, n_ids, NULL, &ob, &err), QS_ENOMEM);
+        assert_non_null(strstr(err.msg, "6738415616 parameters"));
+        printf("llama2-7b: %s\n", err.msg);
+    }
+    assert_int_equal(qw_train_shape_by_name("llama3-8b", &c, &err), QS_OK);
+    qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
+    assert_int_equal(np, 8030261248ull); /* meta-llama/Meta-Llama-3-8B's */
+    /* the small named shapes train: mini through the table runs in the tests above; its plan
+       is the allocation qw_tmodel_create makes */
+    assert_int_equal(qw_train_shape_by_name("mini", &c, &err), QS_OK);
+    qw_tmodel_plan(&c, 2, 32, 2, &np, &bytes);
+    qw_tmodel *m = NULL;
+    assert_int_equal(qw_tmodel_create(&c, 2, 32, 2, &m, &err), QS_OK);
+    assert_int_equal(qw_tmodel_bytes(m), bytes);
+    assert_int_equal(qw_tmodel_n_params(m), np);
+    qw_tmodel_destroy(m);
     /* data beyond the vocabulary is refused before anything runs */
     qw_train_spec sp = spec_for("badvocab", 1e-3f);
     uint32_t bad[100] = {0};
@@ -206,6 +321,7 @@ static void bytes_tokenizer_and_shapes(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stopped_run_resumes_to_identical_weights),
+        cmocka_unit_test(resumed_run_reports_the_whole_curve_once_and_sums_its_time),
         cmocka_unit_test(diverging_run_reports_its_step_and_no_results),
         cmocka_unit_test(bytes_tokenizer_and_shapes),
     };

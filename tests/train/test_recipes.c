@@ -1,9 +1,12 @@
 /* Quantized linears in training follow the recipe (issue 11, "Done when"):
  * - with nvfp4, every GEMM input the recipe quantizes is bit-identical to the numeric core's
- *   output (qk_rht16 + qk_fake_quant, called here) for that tensor, made from the
+ *   output (qk_rht + qk_fake_quant, called here) for that tensor, made from the
  *   high-precision tensor: a hook intercepts every input of every GEMM of a training step;
  * - the RHT is applied to the wgrad inputs only (fprop/dgrad inputs equal the plain
- *   quantization, wgrad inputs equal quantization after the RHT and differ from without it);
+ *   quantization, wgrad inputs equal quantization after the RHT and differ from without it),
+ *   16-point for NVFP4 and 32-point for MXFP4 (the NVFP4 paper's MXFP4 runs, arXiv 2509.25149
+ *   section 5); the 32-point RHT is orthogonal, its d = 16 form is qk_rht16 bit for bit, and it
+ *   equals (1/sqrt 32) S H32 written out as a matrix;
  * - with 2D weights, dgrad sees exactly the transpose of the weight fprop sees;
  * - stochastic rounding makes dgrad and wgrad unbiased: their mean over many SR streams
  *   converges to the GEMM on the unrounded gradient, far below the error of round-to-nearest;
@@ -81,7 +84,9 @@ static void hook(void *user, int linear, qw_gemm_operand op, const float *src, i
     if (spec.rht) {
         ic->rht_seen++;
         if (!(op == QW_WGRAD_DY || op == QW_WGRAD_X)) ic->rht_wrong++;
-        assert_int_equal(qk_rht16(ic->tmp, (size_t)rows, (size_t)k, SEED, 0, 1, NULL), QS_OK);
+        if (spec.rht_dim != (strcmp(qk_format_name(spec.fmt), "mxfp4") ? 16 : 32)) ic->rht_wrong++;
+        assert_int_equal(qk_rht(ic->tmp, (size_t)rows, (size_t)k, spec.rht_dim, SEED, 0, 1, NULL),
+                         QS_OK);
     }
     qk_quant_options opt = {0};
     opt.rounding = spec.rounding;
@@ -229,6 +234,68 @@ static void rht_changes_wgrad_inputs_only(void **s) {
     assert_int_equal(qk_rht16(a, R, K, SEED, 1, 1, NULL), QS_OK);
     for (int i = 0; i < R * K; i++)
         assert_true(fabsf(a[i] - x[(i % K) * R + i / K]) <= 1e-5f * 8.0f);
+}
+
+/* The 32-point RHT of the MXFP4 recipe: (1/sqrt 32) S H32 with H32[i][j] = (-1)^popcount(i&j)
+ * and the signs of bits 0..31 of the seed's Philox word (the first 16 are qk_rht16's), written
+ * out here as a dense matrix product in FP64; d = 16 through qk_rht is qk_rht16 bit for bit;
+ * the inverse undoes it; a k that is not a multiple of 32 is refused. */
+static void rht32_is_the_scaled_signed_hadamard_matrix(void **s) {
+    (void)s;
+    enum { R = 3, K = 64 };
+    float x[R * K], y[R * K], z[R * K];
+    for (int i = 0; i < R * K; i++)
+        x[i] = (float)sin(0.91 * i + 0.3) * (float)(1 + i % 5);
+    memcpy(y, x, sizeof x);
+    assert_int_equal(qk_rht(y, R, K, 32, SEED, 0, 1, NULL), QS_OK);
+    float s16[16];
+    qk_rht16_signs(SEED, s16);
+    memcpy(z, x, sizeof x);
+    assert_int_equal(qk_rht(z, R, K, 32, SEED, 0, 2, NULL), QS_OK);
+    assert_memory_equal(y, z, sizeof y); /* thread count independent */
+    /* the signs: recover them from the transform of unit vectors (row 0 of H32 is all ones,
+       so e_j -> s_j / sqrt(32) in every output) and compare the first 16 with qk_rht16's */
+    double sg[32];
+    for (int j = 0; j < 32; j++) {
+        float e[32] = {0};
+        e[j] = 1.0f;
+        assert_int_equal(qk_rht(e, 1, 32, 32, SEED, 0, 1, NULL), QS_OK);
+        sg[j] = e[0] > 0 ? 1.0 : -1.0;
+        if (j < 16) assert_true(sg[j] == s16[j]);
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < K / 32; t++)
+            for (int jo = 0; jo < 32; jo++) {
+                double acc = 0;
+                for (int ji = 0; ji < 32; ji++)
+                    acc += sg[ji] * x[r * K + t * 32 + ji] *
+                           ((__builtin_popcount((unsigned)(ji & jo)) & 1) ? -1.0 : 1.0);
+                acc /= sqrt(32.0);
+                assert_true(fabs(acc - y[r * K + t * 32 + jo]) <= 1e-5 * (1 + fabs(acc)));
+            }
+    assert_int_equal(qk_rht(y, R, K, 32, SEED, 1, 1, NULL), QS_OK);
+    for (int i = 0; i < R * K; i++)
+        assert_true(fabsf(y[i] - x[i]) <= 1e-5f * (1 + fabsf(x[i])));
+    memcpy(y, x, sizeof x);
+    memcpy(z, x, sizeof x);
+    assert_int_equal(qk_rht(y, R, K, 16, SEED, 0, 1, NULL), QS_OK);
+    assert_int_equal(qk_rht16(z, R, K, SEED, 0, 1, NULL), QS_OK);
+    assert_memory_equal(y, z, sizeof y);
+    qs_error err = {0};
+    assert_int_equal(qk_rht(y, R, 48, 32, SEED, 0, 1, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "k=48"));
+    assert_int_equal(qk_rht(y, R, K, 8, SEED, 0, 1, &err), QS_EINVAL);
+    /* the mxfp4 recipe asks for it on wgrad inputs; nvfp4 for the 16-point one */
+    qw_recipe r;
+    qw_operand_spec spec;
+    assert_int_equal(qw_recipe_by_name("mxfp4", &r, NULL), QS_OK);
+    qw_recipe_operand(&r, 0, 4, QW_WGRAD_X, &spec);
+    assert_int_equal(spec.rht_dim, 32);
+    qw_recipe_operand(&r, 0, 4, QW_FPROP_X, &spec);
+    assert_int_equal(spec.rht, 0);
+    assert_int_equal(qw_recipe_by_name("nvfp4", &r, NULL), QS_OK);
+    qw_recipe_operand(&r, 0, 4, QW_WGRAD_DY, &spec);
+    assert_int_equal(spec.rht_dim, 16);
 }
 
 static void fill(float *x, size_t n, uint32_t seed, float scale) {
@@ -398,7 +465,8 @@ static void recipes_parse_and_reject(void **s) {
     assert_int_equal(qw_recipe_by_name("nvfp4", &r, &err), QS_OK);
     char buf[128];
     qw_recipe_canonical(&r, buf, sizeof buf);
-    assert_string_equal(buf, "v1 format=nvfp4 w2d=1 rht=1 sr=1 bf16_first=0 bf16_last=1 hp=bf16");
+    assert_string_equal(
+        buf, "v2 format=nvfp4 w2d=1 rht=1 rht_dim=16 sr=1 bf16_first=0 bf16_last=1 hp=bf16");
     /* explicit ingredients reach the same canonical text as the named ablation */
     assert_int_equal(qw_recipe_set(&r, "rht", "0", &err), QS_OK);
     qw_recipe_canonical(&r, buf, sizeof buf);
@@ -409,6 +477,11 @@ static void recipes_parse_and_reject(void **s) {
     assert_int_equal(qw_recipe_set(&r, "w2d", "1", &err), QS_EINVAL);
     assert_int_equal(r.w2d, 0);
     assert_int_equal(qw_recipe_set(&r, "sr", "2", &err), QS_EINVAL);
+    assert_int_equal(r.rht_dim, 32);
+    assert_int_equal(qw_recipe_set(&r, "rht_dim", "64", &err), QS_EINVAL);
+    assert_int_equal(r.rht_dim, 32);
+    assert_int_equal(qw_recipe_set(&r, "rht_dim", "16", &err), QS_OK);
+    assert_int_equal(r.rht_dim, 16);
     assert_int_equal(qw_recipe_set(&r, "dither", "1", &err), QS_ENOTFOUND);
     assert_non_null(strstr(err.msg, "bf16_last"));
     assert_int_equal(qw_recipe_set(&r, "bf16_first", "2", &err), QS_OK);
@@ -442,6 +515,7 @@ int main(void) {
         cmocka_unit_test(nvfp4_gemm_inputs_are_the_numeric_cores),
         cmocka_unit_test(nvfp4_variants_gemm_inputs_are_the_numeric_cores),
         cmocka_unit_test(rht_changes_wgrad_inputs_only),
+        cmocka_unit_test(rht32_is_the_scaled_signed_hadamard_matrix),
         cmocka_unit_test(sr_makes_backward_unbiased),
         cmocka_unit_test(bf16_rounding_is_the_codecs),
         cmocka_unit_test(recipes_parse_and_reject),

@@ -2,7 +2,12 @@
  * v_train_curves lists every curve point of train jobs with recipe, lr and seed from the spec;
  * v_train_final pairs each final metric with the bf16 run whose spec is the same but for the
  * recipe, giving the absolute and relative gap, NULL when there is no such run, and never
- * pairs runs that differ in anything else (here: the seed). */
+ * pairs runs that differ in anything else (here: the seed). `qsweep results` (the real
+ * binary) prints a training experiment in the training layout whatever it holds: the table
+ * with "no bf16 run" where there is none (never "nan"), the final training loss when there is
+ * no validation loss (val_fraction 0), and when every run failed the progress and each failed
+ * run's error; --csv and --json give the table's rows. */
+#include <jansson.h>
 #include <math.h>
 
 #include "../store/pgtest.h"
@@ -96,9 +101,126 @@ static void train_views_give_curves_and_gaps_to_bf16(void **s) {
     PQfinish(c);
 }
 
+static void run_cli(const char *args, char *out, size_t cap) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", QSWEEP_BIN, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    if (rc != 0) fail_msg("%s exited %d:\n%s", cmd, rc, out);
+}
+
+/* Adds a train job to experiment exp with its spec fields, final metric (value < 0: none) and
+ * state. */
+static void add_run(PGconn *c, const char *exp, const char *key, const char *recipe, int seed,
+                    const char *metric, double value, const char *state, const char *error) {
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "WITH j AS (INSERT INTO jobs (job_key, kind, spec, state, last_error) VALUES "
+             "('%s', 'train', '{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": "
+             "\"%s\"}, \"lr\": 0.003, \"seed\": %d, \"steps\": 100, \"exp\": \"%s\"}', '%s', "
+             "%s%s%s) RETURNING id) INSERT INTO experiment_jobs SELECT e.id, j.id FROM "
+             "experiments e, j WHERE e.name = '%s'",
+             key, recipe, seed, exp, state, error ? "'" : "", error ? error : "NULL",
+             error ? "'" : "", exp);
+    pgtest_exec(c, sql);
+    if (value >= 0) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO results (job, attempt, name, value, step, final) SELECT id, 1, "
+                 "'%s', %.17g, -1, true FROM jobs WHERE job_key = '%s'",
+                 metric, value, key);
+        pgtest_exec(c, sql);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO results (job, attempt, name, value, step, final) SELECT id, 1, "
+                 "'train_loss', 5.0 - s, s, false FROM jobs, generate_series(1, 4) s "
+                 "WHERE job_key = '%s'",
+                 key);
+        pgtest_exec(c, sql);
+    }
+}
+
+static void qsweep_results_prints_training_experiments(void **s) {
+    (void)s;
+    char ci[512];
+    pgtest_fresh_db(srv, "train_results", ci, sizeof ci);
+    PGconn *c = pgtest_connect(ci);
+    qs_error err = {0};
+    int applied = 0;
+    assert_int_equal(qc_migrate(c, &applied, &err), QS_OK);
+    pgtest_exec(c, "INSERT INTO experiments (name, grid) VALUES ('tr', 'kind: training'), "
+                   "('tr-noval', 'kind: training'), ('tr-failed', 'kind: training')");
+    add_run(c, "tr", "a1", "bf16", 1, "final_val_loss", 2.0, "succeeded", NULL);
+    add_run(c, "tr", "a2", "nvfp4", 1, "final_val_loss", 2.05, "succeeded", NULL);
+    add_run(c, "tr", "a3", "nvfp4", 2, "final_val_loss", 2.15, "succeeded", NULL);
+    add_run(c, "tr", "a4", "mxfp4", 2, "final_val_loss", 2.25, "succeeded", NULL);
+    add_run(c, "tr-noval", "b1", "bf16", 1, "final_train_loss", 1.5, "succeeded", NULL);
+    add_run(c, "tr-noval", "b2", "nvfp4", 1, "final_train_loss", 1.53, "succeeded", NULL);
+    add_run(c, "tr-failed", "c1", "bf16", 1, "", -1, "failed", "diverged at step 3: loss nan");
+    add_run(c, "tr-failed", "c2", "nvfp4", 1, "", -1, "failed", "training data: token 300");
+    static char out[1 << 16];
+    char args[800];
+    snprintf(args, sizeof args, "results tr --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    printf("%s\n", out);
+    assert_non_null(strstr(out, "training, 4 runs: 4 done"));
+    assert_non_null(strstr(out, "final validation loss per recipe"));
+    assert_non_null(strstr(out, "no bf16 run"));                    /* mxfp4: seed 2 only */
+    assert_non_null(strstr(out, "(1 of 2 seeds have a bf16 run)")); /* nvfp4 */
+    assert_non_null(strstr(out, "+2.50%"));                         /* nvfp4 seed 1 */
+    assert_null(strstr(out, "nan"));
+    assert_null(strstr(out, "isolated parts"));
+    snprintf(args, sizeof args, "results tr --csv --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    assert_non_null(strstr(out, "shape,lr,recipe,metric,seeds,value,value_sd,seeds_with_bf16,gap,"
+                                "gap_sd,rel_gap,rel_gap_sd\n"));
+    assert_non_null(strstr(out, "tiny,0.003,mxfp4,final_val_loss,1,2.25,0,0,,,,\n"));
+    snprintf(args, sizeof args, "results tr --json --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    json_error_t je;
+    json_t *rows = json_loads(out, 0, &je);
+    if (!rows) fail_msg("not JSON (%s):\n%s", je.text, out);
+    assert_int_equal(json_array_size(rows), 3);
+    size_t i;
+    json_t *row;
+    int seen = 0;
+    json_array_foreach(rows, i, row) {
+        const char *r = json_string_value(json_object_get(row, "recipe"));
+        if (!strcmp(r, "mxfp4")) {
+            assert_true(json_is_null(json_object_get(row, "gap")));
+            seen++;
+        }
+        if (!strcmp(r, "nvfp4")) {
+            assert_int_equal(json_integer_value(json_object_get(row, "seeds")), 2);
+            assert_int_equal(json_integer_value(json_object_get(row, "seeds_with_bf16")), 1);
+            assert_true(fabs(json_real_value(json_object_get(row, "value")) - 2.1) < 1e-12);
+            assert_true(fabs(json_real_value(json_object_get(row, "gap")) - 0.05) < 1e-12);
+            seen++;
+        }
+    }
+    assert_int_equal(seen, 2);
+    json_decref(rows);
+    snprintf(args, sizeof args, "results tr-noval --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    assert_non_null(strstr(out, "no validation loss"));
+    assert_non_null(strstr(out, "final training loss per recipe"));
+    assert_non_null(strstr(out, "+2.00%"));
+    snprintf(args, sizeof args, "results tr-failed --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    printf("%s\n", out);
+    assert_non_null(strstr(out, "training, 2 runs: 0 done, 0 running, 0 queued, 2 failed"));
+    assert_non_null(strstr(out, "no finished training run yet"));
+    assert_non_null(strstr(out, "tiny bf16 lr=0.003 seed=1: diverged at step 3: loss nan"));
+    assert_non_null(strstr(out, "training data: token 300"));
+    assert_null(strstr(out, "isolated parts"));
+    PQfinish(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(train_views_give_curves_and_gaps_to_bf16),
+        cmocka_unit_test(qsweep_results_prints_training_experiments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

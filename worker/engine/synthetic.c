@@ -74,6 +74,19 @@ static const qw_synthetic_shape shapes[] = {
       .rope_theta = 500000.0f, .tied_embeddings = 1, LLAMA31_ROPE(32.0f),
       .bos_token_id = 128000, .eos_token_id = 128001},
      0.02f},
+    /* Training shapes from scratch (worker/train/train_job.h; not published models): the byte
+     * vocabulary (256 bytes + BOS 256 + EOS 257, the bytes tokenizer), GQA, untied, ctx 128.
+     * tiny is issue 11's ~0.9M-parameter model (experiments/tiny-fp4-training.yaml). */
+    {"tiny", "qsweep training shape (bytes vocabulary)",
+     {.dim = 128, .hidden_dim = 384, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
+      .head_dim = 32, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,
+      .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
+     0.02f},
+    {"mini", "qsweep training shape (bytes vocabulary)",
+     {.dim = 64, .hidden_dim = 192, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+      .head_dim = 16, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,
+      .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
+     0.02f},
     /* Tiny shapes for tests (not published models): Llama 2's layout (MHA, untied) and
      * Llama 3.2's (GQA, tied, llama3 rope scaling), small enough for a unit test. */
     {"tiny-llama2", "qsweep test shape (Llama 2 layout)",

@@ -11,6 +11,33 @@
 #include "atomic_file.h"
 
 #define HDR 176
+#define VERSION 2
+#define POINT 32 /* bytes per curve point */
+
+qs_status qw_train_history_add(qw_train_history *h, const char *name, int64_t step, double value,
+                               qs_error *err) {
+    if (strlen(name) >= QW_CKPT_METRIC_NAME)
+        return qs_error_set(err, QS_EINVAL, "curve metric \"%s\": longer than %d bytes", name,
+                            QW_CKPT_METRIC_NAME - 1);
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        qw_curve_point *p = realloc(h->points, cap * sizeof *p);
+        if (!p) return qs_error_set(err, QS_ENOMEM, "curve history: %zu points", cap);
+        h->points = p;
+        h->cap = cap;
+    }
+    qw_curve_point *p = &h->points[h->n++];
+    memset(p->name, 0, sizeof p->name);
+    memcpy(p->name, name, strlen(name));
+    p->step = step;
+    p->value = value;
+    return QS_OK;
+}
+
+void qw_train_history_free(qw_train_history *h) {
+    free(h->points);
+    memset(h, 0, sizeof *h);
+}
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -33,8 +60,20 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
+static void putf64(uint8_t *p, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put64(p, u);
+}
+static double getf64(const uint8_t *p) {
+    uint64_t u = get64(p);
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
 qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const char *identity,
-                                   qs_error *err) {
+                                   const qw_train_history *h, qs_error *err) {
     if (strlen(identity) >= QW_CKPT_IDENTITY)
         return qs_error_set(err, QS_EINVAL, "%s: checkpoint identity longer than %d bytes", path,
                             QW_CKPT_IDENTITY - 1);
@@ -42,32 +81,46 @@ qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const
     size_t n = qw_tmodel_n_params(m);
     uint8_t hdr[HDR] = {0};
     memcpy(hdr, "QSWTRCK\0", 8);
-    put32(hdr + 8, 1);
+    put32(hdr + 8, VERSION);
     put32(hdr + 12, (uint32_t)tr->step);
     put64(hdr + 16, tr->data->epoch);
     put64(hdr + 24, tr->data->pos);
     put64(hdr + 32, tr->tokens_seen);
     put64(hdr + 40, n);
     memcpy(hdr + 48, identity, strlen(identity));
-    crypto_generichash_state h;
-    crypto_generichash_init(&h, NULL, 0, 32);
-    crypto_generichash_update(&h, hdr, HDR);
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, 32);
+    crypto_generichash_update(&hs, hdr, HDR);
     const float *arrays[3] = {qw_tmodel_params(m), qw_tmodel_moment(m, 0), qw_tmodel_moment(m, 1)};
     qw_atomic_file f = {0};
     qs_status st = qw_atomic_open(&f, path, err);
     if (st == QS_OK) st = qw_atomic_write(&f, hdr, HDR, err);
     for (int a = 0; a < 3 && st == QS_OK; a++) {
-        crypto_generichash_update(&h, (const uint8_t *)arrays[a], n * 4);
+        crypto_generichash_update(&hs, (const uint8_t *)arrays[a], n * 4);
         st = qw_atomic_write(&f, arrays[a], n * 4, err);
     }
+    size_t np = h ? h->n : 0;
+    uint8_t head[16];
+    putf64(head, h ? h->wall_s : 0.0);
+    put64(head + 8, np);
+    crypto_generichash_update(&hs, head, sizeof head);
+    if (st == QS_OK) st = qw_atomic_write(&f, head, sizeof head, err);
+    for (size_t i = 0; i < np && st == QS_OK; i++) {
+        uint8_t pt[POINT] = {0};
+        memcpy(pt, h->points[i].name, QW_CKPT_METRIC_NAME);
+        put64(pt + 16, (uint64_t)h->points[i].step);
+        putf64(pt + 24, h->points[i].value);
+        crypto_generichash_update(&hs, pt, POINT);
+        st = qw_atomic_write(&f, pt, POINT, err);
+    }
     uint8_t sum[32];
-    crypto_generichash_final(&h, sum, 32);
+    crypto_generichash_final(&hs, sum, 32);
     if (st == QS_OK) st = qw_atomic_write(&f, sum, 32, err);
     return qw_atomic_commit(&f, st, err);
 }
 
 qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char *identity,
-                                   qs_error *err) {
+                                   qw_train_history *h, qs_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return qs_error_set(err, errno == ENOENT ? QS_ENOTFOUND : QS_EIO, "%s: open: %s", path,
@@ -79,7 +132,7 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
     }
     qw_tmodel *m = tr->model;
     size_t n = qw_tmodel_n_params(m);
-    size_t want = HDR + 3 * n * 4 + 32;
+    size_t fixed = HDR + 3 * n * 4 + 16 + 32, want = fixed;
     uint8_t magic[8] = {0};
     if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "QSWTRCK\0", 8) != 0) {
         fclose(f);
@@ -105,15 +158,25 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
                           (long long)sb.st_size);
     else if (memcmp(buf, "QSWTRCK\0", 8))
         st = qs_error_set(err, QS_EFORMAT, "%s: offset 0: not a qsweep training checkpoint", path);
-    else if (get32(buf + 8) != 1)
-        st = qs_error_set(err, QS_EFORMAT, "%s: offset 8: version %u, expected 1", path,
-                          get32(buf + 8));
+    else if (get32(buf + 8) != VERSION)
+        st = qs_error_set(err, QS_EFORMAT, "%s: offset 8: version %u, expected %d", path,
+                          get32(buf + 8), VERSION);
     else if (get64(buf + 40) != n)
         st = qs_error_set(err, QS_EFORMAT, "%s: offset 40: n_params %llu, the model has %zu", path,
                           (unsigned long long)get64(buf + 40), n);
-    else if ((size_t)sb.st_size != want)
-        st = qs_error_set(err, QS_EFORMAT, "%s: %lld bytes, expected %zu for %zu parameters", path,
-                          (long long)sb.st_size, want, n);
+    else if ((size_t)sb.st_size < fixed)
+        st = qs_error_set(err, QS_EFORMAT,
+                          "%s: %lld bytes, expected at least %zu for %zu parameters", path,
+                          (long long)sb.st_size, fixed, n);
+    else if (get64(buf + fixed - 40) > ((size_t)sb.st_size - fixed) / POINT)
+        st = qs_error_set(
+            err, QS_EFORMAT, "%s: offset %zu: n_points %llu beyond the file's %lld bytes", path,
+            fixed - 40, (unsigned long long)get64(buf + fixed - 40), (long long)sb.st_size);
+    else if ((size_t)sb.st_size != (want = fixed + POINT * (size_t)get64(buf + fixed - 40)))
+        st = qs_error_set(err, QS_EFORMAT,
+                          "%s: %lld bytes, expected %zu for %zu parameters and %llu curve points",
+                          path, (long long)sb.st_size, want, n,
+                          (unsigned long long)get64(buf + fixed - 40));
     else if (strncmp((const char *)buf + 48, identity, QW_CKPT_IDENTITY) != 0)
         st = qs_error_set(err, QS_EFORMAT, "%s: offset 48: identity \"%.127s\", expected \"%s\"",
                           path, (const char *)buf + 48, identity);
@@ -124,6 +187,21 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
             st =
                 qs_error_set(err, QS_EFORMAT, "%s: offset %zu: checksum mismatch", path, want - 32);
     }
+    qw_train_history got_h = {0};
+    size_t np = st == QS_OK ? (size_t)get64(buf + fixed - 40) : 0;
+    const uint8_t *pts = buf + fixed - 32;
+    for (size_t i = 0; st == QS_OK && h && i < np; i++) {
+        const uint8_t *pt = pts + i * POINT;
+        if (memchr(pt, 0, QW_CKPT_METRIC_NAME) == NULL || pt[0] == 0)
+            st = qs_error_set(err, QS_EFORMAT, "%s: offset %zu: curve point %zu: bad metric name",
+                              path, (size_t)(pt - buf), i);
+        else
+            st = qw_train_history_add(&got_h, (const char *)pt, (int64_t)get64(pt + 16),
+                                      getf64(pt + 24), err);
+    }
+    if (st == QS_OK && h && !(getf64(buf + fixed - 48) >= 0 && getf64(buf + fixed - 48) < 1e15))
+        st = qs_error_set(err, QS_EFORMAT, "%s: offset %zu: wall seconds %g", path, fixed - 48,
+                          getf64(buf + fixed - 48));
     if (st == QS_OK) {
         uint64_t epoch = get64(buf + 16), pos = get64(buf + 24);
         if (pos > tr->data->n_windows)
@@ -132,6 +210,13 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
                               (unsigned long long)pos, tr->data->n_windows);
         else
             st = qw_data_seek(tr->data, epoch, (size_t)pos, err);
+    }
+    if (st == QS_OK && h) {
+        got_h.wall_s = getf64(buf + fixed - 48);
+        qw_train_history_free(h);
+        *h = got_h;
+    } else {
+        qw_train_history_free(&got_h);
     }
     if (st == QS_OK) {
         memcpy(qw_tmodel_params(m), buf + HDR, n * 4);

@@ -49,12 +49,13 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
         return QS_OK;
     }
     if (spec->rht) {
-        if (k % 16)
+        int d = spec->rht_dim ? spec->rht_dim : 16;
+        if (k % d)
             return qs_error_set(err, QS_EINVAL,
-                                "linear %d %s: RHT16 needs k %% 16 == 0, k is %d (tokens per "
+                                "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
                                 "micro-batch for wgrad)",
-                                linear, qw_gemm_operand_name(op), k);
-        qs_status st = qk_rht16(dst, (size_t)r, (size_t)k, env->seed, 0, env->nt, err);
+                                linear, qw_gemm_operand_name(op), d, d, k);
+        qs_status st = qk_rht(dst, (size_t)r, (size_t)k, d, env->seed, 0, env->nt, err);
         if (st != QS_OK)
             return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     }

@@ -4,12 +4,13 @@
  * dgrad  dx[N x in]  = dYq[N x out] (W^T)q[in x out]^T
  * wgrad  dW[out x in] += (dY^T)q[out x N] (X^T)q[in x N]^T
  * Each quantized input is made from the high-precision tensor (x, W or dy): transposed when the
- * GEMM needs it, RHT16 along k when the recipe says, then rounded (BF16) or fake-quantized by
- * the numeric core (qk_fake_quant, blocks along k) into a scratch buffer; the GEMM (FP32
- * accumulation, cblas_sgemm pieces fixed by the shape) reads the scratch. Because the RHT is
- * orthogonal and applied to both wgrad inputs along the reduction axis, it cancels in the
- * product (arXiv 2509.25149 section 4.2). Fake quantization is exact emulation of an FP4
- * GEMM: the dequantized values are exact in FP32 (references.md, "Derived").
+ * GEMM needs it, the RHT (16- or 32-point: recipe.h rht_dim) along k when the recipe says, then
+ * rounded (BF16) or fake-quantized by the numeric core (qk_fake_quant, blocks along k) into a
+ * scratch buffer; the GEMM (FP32 accumulation, cblas_sgemm pieces fixed by the shape) reads
+ * the scratch. Because the RHT is orthogonal and applied to both wgrad inputs along the
+ * reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake quantization
+ * is exact emulation of an FP4 GEMM: the dequantized values are exact in FP32 (references.md,
+ * "Derived").
  * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand,
  * step = env->step, so a run is reproducible and no two tensors or steps share random bits.
  * Nothing here allocates. */
@@ -46,7 +47,7 @@ typedef struct qw_qlinear_env {
 size_t qw_qlinear_scratch_floats(int N, int in, int out);
 
 /* Forward of linear `linear` (its index for SR streams) of block `layer` (-1: lm_head).
- * Errors: QS_EINVAL (RHT with k not a multiple of 16, naming the linear and operand), errors
+ * Errors: QS_EINVAL (RHT with k not a multiple of its tile, naming the linear and operand), errors
  * of the numeric core wrapped with the linear and operand. */
 qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, float *y,
                              const float *x, const float *W, int N, int in, int out, qs_error *err);

@@ -8,19 +8,19 @@
 typedef struct named {
     const char *name;
     const char *fmt; /* NULL: no quantized linears */
-    int hp_bf16, w2d, rht, sr, first, last;
+    int hp_bf16, w2d, rht, rht_dim, sr, first, last;
 } named;
 
 static const named RECIPES[] = {
-    {"fp32", NULL, 0, 0, 0, 0, 0, 0},
-    {"bf16", NULL, 1, 0, 0, 0, 0, 0},
-    {"fp8", "fp8_e4m3", 1, 0, 0, 0, 0, 0},
-    {"nvfp4", "nvfp4", 1, 1, 1, 1, 0, 1},
-    {"nvfp4-no-rht", "nvfp4", 1, 1, 0, 1, 0, 1},
-    {"nvfp4-no-sr", "nvfp4", 1, 1, 1, 0, 0, 1},
-    {"nvfp4-no-2d", "nvfp4", 1, 0, 1, 1, 0, 1},
-    {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 1, 0, 0},
-    {"mxfp4", "mxfp4", 1, 0, 1, 1, 0, 1},
+    {"fp32", NULL, 0, 0, 0, 16, 0, 0, 0},
+    {"bf16", NULL, 1, 0, 0, 16, 0, 0, 0},
+    {"fp8", "fp8_e4m3", 1, 0, 0, 16, 0, 0, 0},
+    {"nvfp4", "nvfp4", 1, 1, 1, 16, 1, 0, 1},
+    {"nvfp4-no-rht", "nvfp4", 1, 1, 0, 16, 1, 0, 1},
+    {"nvfp4-no-sr", "nvfp4", 1, 1, 1, 16, 0, 0, 1},
+    {"nvfp4-no-2d", "nvfp4", 1, 0, 1, 16, 1, 0, 1},
+    {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 16, 1, 0, 0},
+    {"mxfp4", "mxfp4", 1, 0, 1, 32, 1, 0, 1},
 };
 #define N_RECIPES (sizeof RECIPES / sizeof RECIPES[0])
 
@@ -35,6 +35,7 @@ qs_status qw_recipe_by_name(const char *name, qw_recipe *r, qs_error *err) {
         r->fmt = n->fmt ? qk_format_by_name(n->fmt) : NULL;
         r->w2d = n->w2d;
         r->rht = n->rht;
+        r->rht_dim = n->rht_dim;
         r->sr = n->sr;
         r->bf16_first = n->first;
         r->bf16_last = n->last;
@@ -76,6 +77,11 @@ qs_status qw_recipe_set(qw_recipe *r, const char *key, const char *value, qs_err
                                 "recipe %s: format \"%s\": expected nvfp4, mxfp4, fp8_e4m3 or none",
                                 r->name, value);
         }
+    } else if (!strcmp(key, "rht_dim")) {
+        if (strcmp(value, "16") && strcmp(value, "32"))
+            return qs_error_set(err, QS_EINVAL, "recipe %s: rht_dim \"%s\": expected 16 or 32",
+                                r->name, value);
+        t.rht_dim = atoi(value);
     } else if (flag) {
         if (parse_int(value, 0, 1, flag))
             return qs_error_set(err, QS_EINVAL, "recipe %s: %s \"%s\": expected 0 or 1", r->name,
@@ -86,7 +92,7 @@ qs_status qw_recipe_set(qw_recipe *r, const char *key, const char *value, qs_err
                                 key, value);
     } else {
         return qs_error_set(err, QS_ENOTFOUND,
-                            "recipe %s: unknown ingredient \"%s\" (format, w2d, rht, sr, "
+                            "recipe %s: unknown ingredient \"%s\" (format, w2d, rht, rht_dim, sr, "
                             "bf16_first, bf16_last)",
                             r->name, key);
     }
@@ -105,13 +111,17 @@ qs_status qw_recipe_check(const qw_recipe *r, int n_layers, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "recipe %s: negative BF16 block count", r->name);
     if (r->w2d && (!r->fmt || strcmp(qk_format_name(r->fmt), "nvfp4") != 0))
         return qs_error_set(err, QS_EINVAL, "recipe %s: w2d=1 needs format nvfp4", r->name);
+    if (r->rht_dim != 16 && r->rht_dim != 32)
+        return qs_error_set(err, QS_EINVAL, "recipe %s: rht_dim %d, expected 16 or 32", r->name,
+                            r->rht_dim);
     return QS_OK;
 }
 
 int qw_recipe_canonical(const qw_recipe *r, char *buf, size_t cap) {
-    return snprintf(buf, cap, "v%d format=%s w2d=%d rht=%d sr=%d bf16_first=%d bf16_last=%d hp=%s",
-                    r->version, r->fmt ? qk_format_name(r->fmt) : "none", r->w2d, r->rht, r->sr,
-                    r->bf16_first, r->bf16_last, r->hp_bf16 ? "bf16" : "fp32");
+    return snprintf(buf, cap,
+                    "v%d format=%s w2d=%d rht=%d rht_dim=%d sr=%d bf16_first=%d bf16_last=%d hp=%s",
+                    r->version, r->fmt ? qk_format_name(r->fmt) : "none", r->w2d, r->rht,
+                    r->rht_dim, r->sr, r->bf16_first, r->bf16_last, r->hp_bf16 ? "bf16" : "fp32");
 }
 
 int qw_recipe_layer_quantized(const qw_recipe *r, int layer, int n_layers) {
@@ -133,7 +143,10 @@ void qw_recipe_operand(const qw_recipe *r, int layer, int n_layers, qw_gemm_oper
     int grad = op == QW_DGRAD_DY || op == QW_WGRAD_DY;
     if (weight && r->w2d) out->fmt = qk_format_by_name("nvfp4_2d");
     if (grad && r->sr) out->rounding = QK_ROUND_SR;
-    if ((op == QW_WGRAD_DY || op == QW_WGRAD_X) && r->rht) out->rht = 1;
+    if ((op == QW_WGRAD_DY || op == QW_WGRAD_X) && r->rht) {
+        out->rht = 1;
+        out->rht_dim = r->rht_dim;
+    }
 }
 
 const char *qw_gemm_operand_name(qw_gemm_operand op) {

@@ -20,9 +20,18 @@
  *                     dY (dgrad and wgrad), RNE elsewhere; first 0 and last 1 block BF16
  *   nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d: nvfp4 with that ingredient off
  *   nvfp4-all-blocks  nvfp4 with every block quantized (first 0, last 0)
- *   mxfp4             mxfp4 (E8M0 scale, 32-blocks), RHT16 on wgrad, SR on dY, 1D weights (MX has
- *                     no 2D form here), last 1 block BF16. The MXFP4 papers' RHT d=32 and 3/4
- *                     pre-scaling before SR are not implemented. */
+ *   mxfp4             the MXFP4 recipe as the NVFP4 paper compares it (arXiv 2509.25149 section 5;
+ *                     references.md 1 and fp4-spec.md 2.2-2.3, 3.6): mxfp4 (E8M0 scale, 32-blocks,
+ *                     RCEIL round-up scales as App. B.4 suggests), the 32-point RHT on wgrad
+ *                     ("MXFP4 uses RHT d=32", matching its 32-element blocks), SR on dY, 1D weights
+ *                     (MX has no 2D form here), last 1 block BF16.
+ *                     No 3/4 pre-scaling before SR: that is Tseng et al.'s (arXiv 2502.20586) and
+ *                     Quartet's (arXiv 2505.14669) remedy for the OCP FLOOR scale, under which a
+ *                     block's largest elements reach [4, 8) and saturate at 6, biasing SR; the
+ *                     NVFP4 paper's baseline rounds the scale up (RCEIL), so amax / scale <= 6,
+ *                     nothing saturates and SR is unbiased without it. references.md says nothing
+ *                     of a pre-scale in the NVFP4 paper's MXFP4 runs.
+ * Version history: 1 RHT16 for every format; 2 the rht_dim ingredient, 32 for mxfp4. */
 #ifndef QW_TRAIN_RECIPE_H
 #define QW_TRAIN_RECIPE_H
 
@@ -31,7 +40,7 @@
 #include "error.h"
 #include "quant.h"
 
-#define QW_RECIPE_VERSION 1
+#define QW_RECIPE_VERSION 2
 
 /* The six GEMM inputs of one linear (layout in the header comment). */
 typedef enum qw_gemm_operand {
@@ -55,7 +64,8 @@ typedef struct qw_operand_spec {
     qw_operand_mode mode;
     const qk_format *fmt; /* QW_MODE_QUANT: the format (nvfp4_2d for 2D weights) */
     qk_rounding rounding; /* QW_MODE_QUANT: RNE or SR */
-    int rht;              /* 1: RHT16 (hadamard.h) along k before quantization */
+    int rht;              /* 1: the RHT (hadamard.h qk_rht) along k before quantization */
+    int rht_dim;          /* its tile: 16 or 32 (0 when rht is 0) */
 } qw_operand_spec;
 
 /* One recipe. Fill with qw_recipe_by_name, then adjust with qw_recipe_set. */
@@ -65,7 +75,8 @@ typedef struct qw_recipe {
     int hp_bf16;          /* high-precision linears' inputs: 1 BF16, 0 FP32 (recipe fp32) */
     const qk_format *fmt; /* quantized linears' format (nvfp4, mxfp4, fp8_e4m3); NULL: none */
     int w2d;              /* 1: weights in 16x16 2D blocks (nvfp4 only) */
-    int rht;              /* 1: RHT16 on both wgrad inputs */
+    int rht;              /* 1: the RHT on both wgrad inputs */
+    int rht_dim;          /* the RHT's tile, 16 or 32 (hadamard.h qk_rht) */
     int sr;               /* 1: stochastic rounding of dY into dgrad and wgrad */
     int bf16_first;       /* first blocks whose linears stay high precision */
     int bf16_last;        /* last blocks whose linears stay high precision */
@@ -76,18 +87,19 @@ typedef struct qw_recipe {
 qs_status qw_recipe_by_name(const char *name, qw_recipe *r, qs_error *err);
 
 /* Sets one ingredient from text: format (nvfp4 | mxfp4 | fp8_e4m3 | none), w2d, rht, sr
- * (0 | 1), bf16_first, bf16_last (0..1000). Errors: QS_ENOTFOUND (unknown key, the message
- * lists the keys), QS_EINVAL (bad value, or w2d=1 with a format other than nvfp4). r is
+ * (0 | 1), rht_dim (16 | 32), bf16_first, bf16_last (0..1000). Errors: QS_ENOTFOUND (unknown key,
+ * the message lists the keys), QS_EINVAL (bad value, or w2d=1 with a format other than nvfp4). r is
  * unchanged on error. */
 qs_status qw_recipe_set(qw_recipe *r, const char *key, const char *value, qs_error *err);
 
 /* Checks the recipe against a model of n_layers blocks. Errors: QS_EINVAL (w2d without
- * nvfp4, negative counts). Counts above n_layers just keep every block high precision. */
+ * nvfp4, negative counts, rht_dim not 16 or 32). Counts above n_layers just keep every block high
+ * precision. */
 qs_status qw_recipe_check(const qw_recipe *r, int n_layers, qs_error *err);
 
 /* Canonical text, the same for equal recipes whatever their name:
- * "v1 format=nvfp4 w2d=1 rht=1 sr=1 bf16_first=0 bf16_last=1 hp=bf16". Returns the length
- * snprintf would write. */
+ * "v2 format=nvfp4 w2d=1 rht=1 rht_dim=16 sr=1 bf16_first=0 bf16_last=1 hp=bf16". Returns the
+ * length snprintf would write. */
 int qw_recipe_canonical(const qw_recipe *r, char *buf, size_t cap);
 
 /* 1 when block `layer` (0..n_layers-1) has quantized linears under r. */

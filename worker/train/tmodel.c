@@ -47,3 +47,16 @@ int qw_tmodel_ctx(const qw_tmodel *m) {
 size_t qw_tmodel_rows(const qw_tmodel *m) {
     return (size_t)m->N;
 }
+
+void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params, size_t *bytes) {
+    qw_tmodel m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.B = B;
+    m.T = T;
+    m.N = B * T;
+    m.nt = nt > 0 ? nt : omp_get_num_procs();
+    qw_tmodel_tensor_table_(&m, 0);
+    *n_params = m.n_params;
+    *bytes = qw_tmodel_layout_(&m, NULL);
+}

@@ -105,4 +105,11 @@ size_t qw_tmodel_rows(const qw_tmodel *m);
 /* Bytes of the model's one allocation. */
 size_t qw_tmodel_bytes(const qw_tmodel *m);
 
+/* What qw_tmodel_create(cfg, B, T, nt) would hold, without allocating: its parameter count
+ * (embeddings, every block's linears and norms, the final norm, lm_head unless tied: the
+ * tensor table above) and the bytes of its one allocation (FP32 parameters, gradients and
+ * AdamW moments, 16 bytes per parameter, plus activations and scratch for B x T). cfg must
+ * pass create's checks. */
+void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params, size_t *bytes);
+
 #endif

@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "hfsave.h"
+#include "synthetic.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -19,34 +21,19 @@ static double now_s(void) {
 }
 
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err) {
-    qw_config c = {0};
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    c.vocab_size = QW_BYTES_VOCAB;
-    c.bos_token_id = QW_BYTES_BOS;
-    c.eos_token_id = QW_BYTES_EOS;
-    if (!strcmp(name, "tiny")) {
-        c.dim = 128;
-        c.hidden_dim = 384;
-        c.n_layers = 4;
-        c.n_heads = 4;
-        c.n_kv_heads = 2;
-        c.head_dim = 32;
-        c.max_seq_len = 128;
-    } else if (!strcmp(name, "mini")) {
-        c.dim = 64;
-        c.hidden_dim = 192;
-        c.n_layers = 2;
-        c.n_heads = 4;
-        c.n_kv_heads = 2;
-        c.head_dim = 16;
-        c.max_seq_len = 128;
-    } else {
-        return qs_error_set(err, QS_EINVAL, "training shape \"%s\": unknown (known: tiny, mini)",
-                            name);
+    const qw_synthetic_shape *sh = qw_synthetic_shape_by_name(name);
+    if (sh) {
+        *out = sh->cfg;
+        return QS_OK;
     }
-    *out = c;
-    return QS_OK;
+    size_t n;
+    const qw_synthetic_shape *all = qw_synthetic_shapes(&n);
+    char list[512] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (i) strncat(list, ", ", sizeof list - strlen(list) - 1);
+        strncat(list, all[i].name, sizeof list - strlen(list) - 1);
+    }
+    return qs_error_set(err, QS_EINVAL, "training shape \"%s\": unknown (known: %s)", name, list);
 }
 
 qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err) {
@@ -84,8 +71,36 @@ qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs
     return QS_OK;
 }
 
+/* mkdir -p: path and every missing parent. Errors: QS_EIO naming the folder that failed. */
+static qs_status mkdir_p(const char *path, qs_error *err) {
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return qs_error_set(err, QS_EINVAL, "checkpoint_dir: longer than %zu bytes", sizeof p - 1);
+    for (char *c = p + 1;; c++) {
+        int end = *c == '\0';
+        if (*c == '/' || end) {
+            *c = '\0';
+            struct stat sb;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return qs_error_set(err, QS_EIO, "%s: mkdir: %s", p, strerror(errno));
+            if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                return qs_error_set(err, QS_EIO, "%s: not a folder", p);
+            if (end) return QS_OK;
+            *c = '/';
+        }
+    }
+}
+
 static void emit(const qw_train_hooks *h, const char *name, int64_t step, double v) {
     if (h && h->metric) h->metric(h->user, name, step, v);
+}
+
+/* A curve point: reported, and kept for the checkpoints (ckpt.h: a resumed attempt reports the
+ * history again). */
+static qs_status point(const qw_train_hooks *h, qw_train_history *hist, const char *name,
+                       int64_t step, double v, qs_error *err) {
+    emit(h, name, step, v);
+    return qw_train_history_add(hist, name, step, v, err);
 }
 
 qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
@@ -100,10 +115,27 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     if (spec->ctx > c->max_seq_len)
         return qs_error_set(err, QS_EINVAL, "ctx %d > the model's max_position_embeddings %d",
                             spec->ctx, c->max_seq_len);
+    if (c->dim > 0 && c->n_layers > 0 && spec->batch > 0 && spec->ctx > 0) {
+        /* The one allocation is zeroed at once: one larger than the machine's memory would
+         * be killed by the kernel rather than fail. */
+        size_t np = 0, need = 0;
+        qw_tmodel_plan(c, spec->batch, spec->ctx, spec->threads, &np, &need);
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+        if (have > 0 && (double)need > have)
+            return qs_error_set(err, QS_ENOMEM,
+                                "training %zu parameters at batch %d x ctx %d needs %.1f GiB "
+                                "(FP32 weights, gradients, AdamW moments, activations); this "
+                                "machine has %.1f GiB",
+                                np, spec->batch, spec->ctx, (double)need / 1073741824.0,
+                                have / 1073741824.0);
+    }
     qw_tmodel *m = NULL;
     qw_checkpoint *ck = NULL;
+    double earlier_s = 0;
     qw_data d = {0};
     qw_trainer tr = {0};
+    qw_train_history hist = {0};
     int have_data = 0, have_tr = 0;
     qs_status st = qw_tmodel_create(c, spec->batch, spec->ctx, spec->threads, &m, err);
     if (st == QS_OK) {
@@ -125,19 +157,23 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     }
     char ckpt[2200] = "", final_dir[2200] = "";
     if (st == QS_OK && spec->checkpoint_dir[0]) {
-        if (mkdir(spec->checkpoint_dir, 0777) != 0 && errno != EEXIST)
-            st = qs_error_set(err, QS_EIO, "%s: mkdir: %s", spec->checkpoint_dir, strerror(errno));
+        st = mkdir_p(spec->checkpoint_dir, err);
         snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", spec->checkpoint_dir, spec->job_key);
         snprintf(final_dir, sizeof final_dir, "%s/%s", spec->checkpoint_dir, spec->job_key);
         if (st == QS_OK) {
             qs_error e2 = {0};
-            qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &e2);
+            qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &hist, &e2);
             if (ls == QS_OK)
                 out->resumed_from = tr.step;
             else if (ls != QS_ENOTFOUND)
                 st = qs_error_set(err, ls, "resume: %s", e2.msg);
         }
     }
+    /* A resumed attempt reports the curve up to its checkpoint again: points the killed
+     * attempt reported may not have reached the coordinator (ckpt.h). */
+    for (size_t i = 0; st == QS_OK && i < hist.n; i++)
+        emit(hooks, hist.points[i].name, hist.points[i].step, hist.points[i].value);
+    earlier_s = hist.wall_s; /* earlier attempts, up to the checkpoint resumed from */
     int log_every = spec->log_every > 0 ? spec->log_every : 1;
     int total = spec->train.steps;
     while (st == QS_OK && tr.step < total) {
@@ -148,10 +184,12 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             break;
         }
         if (mt.step % log_every == 0 || mt.step == total) {
-            emit(hooks, "train_loss", mt.step, mt.train_loss);
-            emit(hooks, "lr", mt.step, mt.lr);
-            emit(hooks, "grad_norm", mt.step, mt.grad_norm);
-            emit(hooks, "tokens_per_s", mt.step, mt.tokens_per_s);
+            st = point(hooks, &hist, "train_loss", mt.step, mt.train_loss, err);
+            if (st == QS_OK) st = point(hooks, &hist, "lr", mt.step, mt.lr, err);
+            if (st == QS_OK) st = point(hooks, &hist, "grad_norm", mt.step, mt.grad_norm, err);
+            if (st == QS_OK)
+                st = point(hooks, &hist, "tokens_per_s", mt.step, mt.tokens_per_s, err);
+            if (st != QS_OK) break;
         }
         out->final_train_loss = mt.train_loss;
         if (spec->train.eval_every > 0 && mt.step % spec->train.eval_every == 0 &&
@@ -159,13 +197,16 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             double vl;
             st = qw_trainer_validate(&tr, &vl, err);
             if (st != QS_OK) break;
-            emit(hooks, "val_loss", mt.step, vl);
+            st = point(hooks, &hist, "val_loss", mt.step, vl, err);
+            if (st != QS_OK) break;
         }
         if (hooks && hooks->heartbeat) hooks->heartbeat(hooks->user, mt.step, total);
         int stop = hooks && hooks->stop_requested && hooks->stop_requested(hooks->user);
         int periodic = spec->checkpoint_every > 0 && mt.step % spec->checkpoint_every == 0;
-        if (ckpt[0] && (stop || periodic) && mt.step < total)
-            st = qw_train_checkpoint_save(ckpt, &tr, spec->job_key, err);
+        if (ckpt[0] && (stop || periodic) && mt.step < total) {
+            hist.wall_s = earlier_s + (now_s() - t0);
+            st = qw_train_checkpoint_save(ckpt, &tr, spec->job_key, &hist, err);
+        }
         if (st == QS_OK && stop && mt.step < total) {
             out->preempted = 1;
             st = qs_error_set(err, QS_ECANCELLED, "preempted at step %d of %d (checkpoint %s)",
@@ -186,9 +227,10 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
-            emit(hooks, "wall_s", -1, now_s() - t0);
+            emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
     }
+    qw_train_history_free(&hist);
     if (have_tr) qw_trainer_free(&tr);
     if (have_data) qw_data_free(&d);
     qw_tmodel_destroy(m);

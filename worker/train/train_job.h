@@ -4,12 +4,17 @@
  * spec into qw_train_spec and calls qw_train_job_run with hooks that heartbeat and send
  * results; this file knows nothing of sockets or SQL.
  *
- * Files, under spec->checkpoint_dir (created when missing): <job_key>.ckpt (ckpt.h, replaced
- * atomically) and <job_key>/ (the final config.json + model.safetensors, hfsave.h).
- * Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s at
- * step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
- * final_val_loss, val_ppl = exp(final_val_loss), tokens_seen, resumed_from_step (0: a fresh
- * run), wall_s. */
+ * Files, under spec->checkpoint_dir (created with its parents when missing): <job_key>.ckpt
+ * (ckpt.h, replaced atomically) and <job_key>/ (the final config.json + model.safetensors,
+ * hfsave.h). Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s
+ * at step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
+ * final_val_loss, val_ppl = exp(final_val_loss) (both only with validation windows),
+ * tokens_seen, resumed_from_step (0: a fresh run), wall_s. A resumed run first reports again
+ * every curve point up to its checkpoint (ckpt.h keeps them), so whatever an earlier attempt's
+ * reports lost, the stored curve has every step once. wall_s is the sum over attempts: each
+ * earlier attempt's seconds up to the checkpoint it left (all of a preempted attempt's; those
+ * of a killed attempt after its last checkpoint are not counted, the attempt that redoes that
+ * work counts it) plus this attempt's. */
 #ifndef QW_TRAIN_TRAIN_JOB_H
 #define QW_TRAIN_TRAIN_JOB_H
 
@@ -60,9 +65,12 @@ typedef struct qw_train_outcome {
 qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
                            const qw_train_hooks *hooks, qw_train_outcome *out, qs_error *err);
 
-/* A named model shape for training from scratch: "tiny" (d 128, 4 blocks, 4 heads, 2 KV heads,
- * FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters), "mini"
- * (d 64, 2 blocks, 4/2 heads, FFN 192). Errors: QS_EINVAL listing the names. */
+/* A named model shape for training from scratch: any shape of the engine's table
+ * (worker/engine/synthetic.h, one list for every job kind): "tiny" (d 128, 4 blocks, 4 heads,
+ * 2 KV heads, FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters),
+ * "mini" (d 64, 2 blocks, 4/2 heads, FFN 192), the test shapes, and the published Llama configs
+ * up to llama2-7b, llama3-8b and beyond (their full vocabulary; the bytes tokenizer's ids are
+ * within it). Errors: QS_EINVAL listing the names. */
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err);
 
 /* The bytes tokenizer: vocabulary 258, ids 0..255 the bytes of the text, 256 BOS, 257 EOS.

@@ -33,6 +33,8 @@ static qs_status recipe_of(const qs_train_spec *s, qw_recipe *r, qs_error *err) 
     if (!st) st = qw_recipe_set(r, "w2d", v, err);
     snprintf(v, sizeof v, "%d", s->rht);
     if (!st) st = qw_recipe_set(r, "rht", v, err);
+    snprintf(v, sizeof v, "%d", s->rht_dim);
+    if (!st) st = qw_recipe_set(r, "rht_dim", v, err);
     snprintf(v, sizeof v, "%d", s->sr);
     if (!st) st = qw_recipe_set(r, "sr", v, err);
     snprintf(v, sizeof v, "%d", s->bf16_first);
