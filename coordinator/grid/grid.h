@@ -94,6 +94,15 @@ typedef struct qc_grid_probe {
      * tokenizers when not. NULL: not checked (the vocabulary rules are all there is). */
     qs_status (*tokens_match_model)(void *user, const char *tokens_path, const char *model_path,
                                     qs_error *err);
+    /* A text dataset (`dataset: {text: FILE}`, issue 13) for the model at model_path: the
+     * text's ids by that model's own tokenizer (worker/tokenizer qw_text_dataset: tokenized
+     * once per tokenizer and text, then cached), their facts in *out (digest: that of the
+     * token file, covering ids and tokenizer), and in *bos_id the id each chunk starts with
+     * when the tokenizer adds BOS, else -1. Errors: QS_EINVAL (invalid UTF-8: names the file
+     * and the byte offset), QS_ENOTFOUND (no such text, a model without a tokenizer), the
+     * tokenizer's. NULL: text datasets are refused (QS_EUNSUPPORTED). */
+    qs_status (*text_dataset)(void *user, const char *model_path, const char *text_path,
+                              qc_dataset_facts *out, int *bos_id, qs_error *err);
 } qc_grid_probe;
 
 /* One model of the grid. */
@@ -101,6 +110,10 @@ typedef struct qc_grid_model {
     char *name; /* label: the `name` key, else the file name, else "synthetic:<shape>" */
     char *path; /* absolute path, or "synthetic:<shape>:<seed>" */
     qc_model_facts facts;
+    qc_dataset_facts dataset; /* the dataset as this model reads it: with a text dataset its
+                                 ids by this model's tokenizer, else the grid's token file */
+    int bos_id;               /* -1: chunks as they are; else each chunk starts with this id
+                                 (a text dataset whose tokenizer adds BOS) */
 } qc_grid_model;
 
 /* One format of the sweep. options: canonical JSON object (sorted keys, every option that
@@ -120,7 +133,8 @@ typedef struct qc_grid {
     char *source; /* the grid as YAML after overrides, for the experiment record */
     qc_grid_model *models;
     size_t n_models;
-    char *dataset_path; /* absolute */
+    char *dataset_path; /* absolute: the token file, or the text file when dataset_text */
+    int dataset_text;   /* 1: `dataset: {text: FILE}`, tokenized per model (qc_grid_model) */
     int ctx;            /* tokens per chunk, >= 3 (at least one scored position per chunk) */
     int max_chunks;     /* 0: every whole chunk of the file */
     qc_dataset_facts dataset;

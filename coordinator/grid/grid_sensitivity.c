@@ -216,13 +216,18 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
     return st;
 }
 
-/* The fields every job of model m shares. Strings are borrowed from g (not freed). */
-static void base_spec(const qc_grid *g, const qc_grid_model *m, qs_sensitivity_spec *s) {
+/* The fields every job of model m shares. Strings are borrowed from g and dpath (the spec's
+ * dataset path: the token file, or "text:" and the text file), not freed. */
+static void base_spec(const qc_grid *g, const qc_grid_model *m, const char *dpath,
+                      qs_sensitivity_spec *s) {
     memset(s, 0, sizeof *s);
     s->model.path = m->path;
     memcpy(s->model.digest, m->facts.digest, sizeof s->model.digest);
-    s->dataset.path = g->dataset_path;
-    memcpy(s->dataset.digest, g->dataset.digest, sizeof s->dataset.digest);
+    /* a text dataset is tokenized by each model's tokenizer: its own ids, digest and BOS */
+    s->dataset.path = (char *)dpath;
+    memcpy(s->dataset.digest, m->dataset.digest, sizeof s->dataset.digest);
+    s->dataset.bos = m->bos_id >= 0;
+    s->dataset.bos_id = m->bos_id >= 0 ? m->bos_id : 0;
     s->dataset.ctx = g->ctx;
     s->dataset.max_chunks = g->max_chunks;
     snprintf(s->numerics_version, sizeof s->numerics_version, "%s", QS_NUMERICS_VERSION);
@@ -275,10 +280,14 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     json_t *v;
     json_array_foreach(mj, i, v) metrics |= qs_metric_bit(json_string_value(v));
     json_decref(mj);
+    size_t dlen = strlen(QS_DATASET_TEXT_PREFIX) + strlen(g->dataset_path) + 1;
+    char *dpath = malloc(dlen);
+    if (!dpath) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    snprintf(dpath, dlen, "%s%s", g->dataset_text ? QS_DATASET_TEXT_PREFIX : "", g->dataset_path);
     for (size_t mi = 0; !st && mi < g->n_models; mi++) {
         const qc_grid_model *m = &g->models[mi];
         qs_sensitivity_spec s;
-        base_spec(g, m, &s);
+        base_spec(g, m, dpath, &s);
         s.format = "bf16";
         s.format_options = json_object();
         s.metrics = QS_METRIC_PPL;
@@ -292,7 +301,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     qs_mode mode = g->modes[oi];
                     size_t nj = mode_jobs(g, mode, m->facts.n_layers);
                     for (size_t pi = 0; !st && pi < nj; pi++) {
-                        base_spec(g, m, &s);
+                        base_spec(g, m, dpath, &s);
                         s.eval = true;
                         s.format = g->formats[fi].name;
                         s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
@@ -314,6 +323,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     }
                 }
     }
+    free(dpath);
     return st;
 }
 

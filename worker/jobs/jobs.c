@@ -18,6 +18,7 @@
 #include "policy.h"
 #include "quant.h"
 #include "synthetic.h"
+#include "tokenizer.h"
 #include "tokens.h"
 
 /* A job's spec, decoded by its kind's module (kinds/sensitivity.h), so the worker reads
@@ -35,8 +36,8 @@ static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_err
 }
 
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
-                                long max_chunks, const char *numerics_version, int mkdirs,
-                                char *buf, size_t cap, qs_error *err) {
+                                long max_chunks, int bos_id, const char *numerics_version,
+                                int mkdirs, char *buf, size_t cap, qs_error *err) {
     const char *parts[] = {model_digest, dataset_digest, numerics_version};
     for (size_t i = 0; i < 3; i++) {
         if (!parts[i] || !*parts[i] || strlen(parts[i]) > 128)
@@ -77,8 +78,10 @@ qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_di
             }
         }
     }
-    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld-v%s.qswblp", dir, model_digest, dataset_digest,
-                 ctx, max_chunks, numerics_version);
+    char bos[24] = "";
+    if (bos_id >= 0) snprintf(bos, sizeof bos, "-bos%d", bos_id);
+    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld%s-v%s.qswblp", dir, model_digest,
+                 dataset_digest, ctx, max_chunks, bos, numerics_version);
     if (n < 0 || (size_t)n >= cap)
         return qs_error_set(err, QS_EINVAL, "baseline path: buffer too small");
     return QS_OK;
@@ -163,13 +166,29 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     return QS_OK;
 }
 
+/* The job's tokens: its token file, or its text through the model's own tokenizer
+ * (qw_text_dataset: tokenized once per tokenizer and text on this machine, then cached). The
+ * digest must be the one the grid recorded: a file changed since submission, or another
+ * tokenizer, fails the job instead of producing results filed under the old key. */
 static qs_status load_tokens(const job_spec *s, qw_tokens *t, qs_error *err) {
-    qs_status st = qw_tokens_load(s->dataset.path, t, err);
+    const char *text = qs_dataset_text_path(s->dataset.path);
+    char cached[4096];
+    qs_status st;
+    if (text && qs_is_synthetic(s->model.path))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: dataset %s: a text needs the model's tokenizer, and the "
+                            "synthetic model %s has none",
+                            text, s->model.path);
+    if (text)
+        st = qw_text_dataset(s->model.path, text, NULL, t, cached, sizeof cached, err);
+    else
+        st = qw_tokens_load(s->dataset.path, t, err);
     if (!st && strcmp(t->digest, s->dataset.digest) != 0) {
         st = qs_error_set(err, QS_EINVAL,
-                          "token file %s: digest %s differs from the job's %s (the file changed "
-                          "since the grid was submitted)",
-                          s->dataset.path, t->digest, s->dataset.digest);
+                          "%s %s: digest %s differs from the job's %s (the %s changed since the "
+                          "grid was submitted)",
+                          text ? "text" : "token file", text ? text : s->dataset.path, t->digest,
+                          s->dataset.digest, text ? "text or the model's tokenizer" : "file");
         qw_tokens_free(t);
     }
     return st;
@@ -191,7 +210,7 @@ static void eval_options(const job_spec *s, progress_ctx *pc, qw_eval_options *o
     memset(opt, 0, sizeof *opt);
     opt->ctx = s->dataset.ctx;
     opt->max_chunks = (size_t)s->dataset.max_chunks;
-    opt->bos_id = -1;
+    opt->bos_id = s->dataset.bos ? s->dataset.bos_id : -1;
     opt->progress = on_progress;
     opt->progress_ctx = pc;
     opt->model_digest = s->model.digest;
@@ -251,8 +270,8 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096];
     st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
-                               err);
+                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -361,8 +380,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096];
     st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
-                               err);
+                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
