@@ -153,7 +153,8 @@ typedef struct qc_grid {
     qs_resources resources; /* the optional `resources` key: what every job of the grid needs
                                of a worker (kinds/spec.h); recorded in each spec, not keyed */
     const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */
-    void *kind_data; /* what a grid kind other than sensitivity parsed; freed by its kind */
+    void *kind_data; /* what a grid kind parsed beyond the fields above (sensitivity: the map
+                        of mode policy); freed by its kind */
 } qc_grid;
 
 /* Parses grid file `path`, applies the n_sets overrides ("a.b=value", "+a.c=value"), checks
@@ -207,7 +208,8 @@ typedef struct qc_job_list {
  *    "mode", "part", "metrics", "numerics_version"}
  * part: component and leave_one_out: the part ("down", "lm_head"); block, leave_one_out_block
  * and cumulative: the block index as a string ("3"; cumulative "3" = blocks 0..3); layer and
- * leave_one_out_layer: "<block>.<kind>" ("3.down").
+ * leave_one_out_layer: "<block>.<kind>" ("3.down"). Mode policy: one eval job per model and
+ * quantize, the grid's `policy` map in the spec (kinds/sensitivity.h), part the map's id.
  * Keys are distinct by construction: qc_grid_load refuses a model listed twice (equal digests)
  * and a repeated format, quantize, mode or part, and every other field differs between jobs.
  * Errors: QS_ENOMEM, the kind's. */

@@ -287,24 +287,67 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     return st;
 }
 
-/* Quantization options from the spec's format_options, through the numeric core's own
- * option names (kernels/quant.h qk_quant_option_set), the same parser grid.c validates with. */
-static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant_options *o,
-                               qs_error *err) {
-    memset(o, 0, sizeof *o);
+/* The quantization of one format: format by name, its options from opts (a format_options
+ * object) through the numeric core's own option names (kernels/quant.h qk_quant_option_set,
+ * the parser the grid validates with), the same format on the GEMM inputs when acts. */
+static qs_status quant_spec(const char *name, const json_t *opts, int acts, qw_quant_spec *q,
+                            qs_error *err) {
+    memset(q, 0, sizeof *q);
+    q->weight = qk_format_by_name(name);
+    if (!q->weight)
+        return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", name);
     const char *key;
     json_t *v;
-    json_object_foreach(s->format_options, key, v) {
+    json_object_foreach((json_t *)opts, key, v) {
         char num[32];
         const char *text = json_string_value(v);
         if (json_is_integer(v)) {
             snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
             text = num;
         }
-        qs_status st = qk_quant_option_set(fmt, o, key, text, err);
+        qs_status st = qk_quant_option_set(q->weight, &q->weight_opt, key, text, err);
         if (st) return qs_error_wrap(err, "job spec: format_options.%s", key);
     }
+    if (acts) {
+        q->act = q->weight;
+        q->act_opt = q->weight_opt;
+    }
     return QS_OK;
+}
+
+/* Mode policy: each linear of the map in its format, every other as it is. Errors: a block
+ * beyond the model's, an unknown format or option (QS_EINVAL naming the linear). */
+static qs_status build_explicit_policy(const job_spec *s, int n_layers, qw_policy *p,
+                                       qs_error *err) {
+    qs_status st = qw_policy_init(p, n_layers, err);
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->policy, key, v) {
+        if (st) break;
+        int block, part;
+        const char *name = json_string_value(v);
+        qw_quant_spec q;
+        qs_policy_key_parse(key, &block, &part); /* checked by the spec's decoder */
+        if (block >= n_layers) {
+            st = qs_error_set(err, QS_EINVAL,
+                              "job spec: policy.%s: block %d is not a block of 0..%d", key, block,
+                              n_layers - 1);
+            break;
+        }
+        st = quant_spec(name, json_object_get(s->format_options, name),
+                        s->quantize_acts && part != QS_PART_EMBEDDINGS, &q, err);
+        if (st) {
+            qs_error_wrap(err, "job spec: policy.%s", key);
+            break;
+        }
+        if (part == QS_PART_LM_HEAD)
+            p->lm_head = q;
+        else if (part == QS_PART_EMBEDDINGS)
+            p->embed = q; /* a lookup: weight format only (quant_spec without acts) */
+        else
+            *qw_policy_linear(p, block, (qw_linear_kind)part) = q;
+    }
+    return st;
 }
 
 /* The policy a spec names: the kind's modes and parts (kinds/names.h, sensitivity.h) onto
@@ -314,16 +357,10 @@ static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant
  * when only lm_head is quantized). The embeddings are a lookup with no activation input:
  * they get the weight format only. */
 static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
-    qw_quant_spec q = {0};
-    q.weight = qk_format_by_name(s->format);
-    if (!q.weight)
-        return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
-    qs_status st = quant_options(s, q.weight, &q.weight_opt, err);
+    if (s->mode == QS_MODE_POLICY) return build_explicit_policy(s, n_layers, p, err);
+    qw_quant_spec q;
+    qs_status st = quant_spec(s->format, s->format_options, s->quantize_acts, &q, err);
     if (st) return st;
-    if (s->quantize_acts) {
-        q.act = q.weight;
-        q.act_opt = q.weight_opt;
-    }
     if (s->block >= n_layers)
         return qs_error_set(err, QS_EINVAL,
                             "job spec: part: block %d is not a block of 0..%d for mode %s",

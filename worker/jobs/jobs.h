@@ -43,7 +43,9 @@ qs_status qw_jobs_register(qs_error *err);
  *   leave_one_out: every part of the spec's leave_one_out_of (default the seven block
  *     linears) but the part, in every block;
  *   block / layer / cumulative / leave_one_out_block / leave_one_out_layer: the engine's
- *     isolation helpers (QW_ISO_BLOCK, _LAYER, _CUMULATIVE, _LOO_BLOCK, _LOO_LAYER).
+ *     isolation helpers (QW_ISO_BLOCK, _LAYER, _CUMULATIVE, _LOO_BLOCK, _LOO_LAYER);
+ *   policy: each linear of the spec's map in its format with its options from
+ *     format_options[format]; every other linear as it is.
  * "weights+activations" sets the activation format of every quantized GEMM input.
  * *out is initialised here (free with qw_policy_free). Errors: QS_EFORMAT (not JSON),
  * QS_EINVAL naming the field (the spec's decoder, a block beyond n_layers, an unknown format
