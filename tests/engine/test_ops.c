@@ -155,7 +155,7 @@ static void activation_format_quantizes_a_copy_of_the_input(void **state) {
     qw_stored_tensor v = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
     qw_weight w = qw_weight_from_view(&v);
     assert_int_equal(w.form, QW_WEIGHT_F32);
-    qw_act_quant act = {qk_format_by_name("mxfp4"), {0}};
+    qw_act_quant act = {qk_format_by_name("mxfp4"), {0}, NULL};
     float *got = malloc((size_t)T * out * sizeof *got), *want = malloc((size_t)T * out * sizeof *want);
     qs_error err = {0};
     assert_int_equal(qw_linear_forward(got, x, T, &w, &act, xq, NULL, 2, &err), QS_OK);

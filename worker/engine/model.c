@@ -1,8 +1,9 @@
 /* The Llama model of qsweep's engine (model.h): weights (weights.h), quantized forms, run state
- * (runstate.h) and backend (ops.h) put together, the policy applied, the SQNR probe and the
- * prefix cache. The forward pass itself is written once over the ops table, at the end of this
- * file; it reads like modeling_llama.py (shapes: T = tokens, D = dim, F = hidden_dim, H = heads,
- * G = kv heads, E = head_dim, V = vocab). */
+ * (runstate.h) and backend (ops.h) put together (the struct: model_internal.h), the SQNR probe
+ * and the prefix cache; policies are applied in apply_policy.c. The forward pass itself is
+ * written once over the ops table, at the end of this file; it reads like modeling_llama.py
+ * (shapes: T = tokens, D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim,
+ * V = vocab). */
 #include "model.h"
 
 #include <cblas.h>
@@ -12,49 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "ops.h"
 #include "runstate.h"
 #include "synthetic.h"
 #include "weights.h"
-
-/* One quantizable tensor: a block linear, lm_head or the embeddings. */
-typedef struct linear {
-    const qw_weight *master; /* the unquantized weight, in the checkpoint's dtype */
-    qw_weight w;             /* what the forward pass reads: *master, or over `packed` */
-    qk_packed packed;        /* the quantized weights of the current policy (packed.storage_
-                                NULL when none) */
-    int out, in;
-    qw_quant_spec spec; /* weight and activation formats of the current policy */
-    int quantized;      /* spec has a weight or activation format */
-    int tensor_index;   /* layer*7 + kind; n_layers*7 lm_head; n_layers*7+1 embeddings */
-    double sig, noise;  /* SQNR probe sums */
-} linear;
-
-/* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
- * = after block b-1; boundary n_layers = before the final norm) for one token sequence. */
-typedef struct prefix_entry {
-    uint32_t *tokens; /* [max_ctx] */
-    int n;            /* tokens; 0 = free entry */
-    int valid;        /* boundaries 1..valid hold unquantized-prefix residuals */
-    float *resid;     /* [n_layers][max_ctx x D] */
-} prefix_entry;
-
-struct qw_model {
-    qw_checkpoint *ck; /* borrowed; NULL for a synthetic model */
-    qw_weights wt;     /* the masters */
-    qw_config cfg;
-    int max_ctx, threads;
-    qw_backend be;
-    qw_runstate rs;
-    linear *lin;    /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
-    linear *lm_head, *embed;
-    int probe;
-    float *ref; /* [max_ctx x largest out] SQNR probe reference output, while the probe is on */
-    prefix_entry *prefix; /* [n_prefix] */
-    int n_prefix;
-    void *prefix_pool; /* one allocation for all entries' tokens and residuals */
-    size_t prefix_hits, prefix_skipped;
-};
 
 static size_t max_sz(size_t a, size_t b) {
     return a > b ? a : b;
@@ -71,10 +34,11 @@ static qs_status setup_threads(qw_model *m, int threads, qs_error *err) {
     const qw_config *c = &m->cfg;
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if (c->n_heads * c->head_dim > max_in) max_in = c->n_heads * c->head_dim;
-    qw_runstate_release(&m->rs, &m->be);
-    qw_backend_release(&m->be);
-    qs_status st = qw_backend_cpu_init(&m->be, threads, max_in, err);
-    if (st == QS_OK) st = qw_runstate_init(&m->rs, &m->be, c, m->max_ctx, threads, err);
+    qw_rank *r = &m->rank;
+    qw_runstate_release(&r->rs, &r->be);
+    qw_backend_release(&r->be);
+    qs_status st = qw_backend_cpu_init(&r->be, threads, max_in, err);
+    if (st == QS_OK) st = qw_runstate_init(&r->rs, &r->be, c, m->max_ctx, threads, err);
     if (st == QS_OK) m->threads = threads;
     return st;
 }
@@ -118,6 +82,15 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
         li->out = (int)li->master->rows;
         li->in = (int)li->master->cols;
     }
+    qw_rank *r = &m->rank;
+    r->cfg = *c;
+    r->lin = m->lin;
+    r->final_norm = m->wt.final_norm;
+    r->attn_norm = m->wt.attn_norm;
+    r->ffn_norm = m->wt.ffn_norm;
+    m->prefix.n_layers = L;
+    m->prefix.max_ctx = max_ctx;
+    m->prefix.dim = c->dim;
     qs_status st = setup_threads(m, resolve_threads(threads), err);
     if (st != QS_OK) {
         qw_model_destroy(m);
@@ -156,11 +129,11 @@ void qw_model_destroy(qw_model *m) {
         for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++)
             qk_packed_release(&m->lin[i].packed);
     free(m->lin);
-    free(m->prefix);
-    free(m->prefix_pool);
-    free(m->ref);
-    qw_runstate_release(&m->rs, &m->be);
-    qw_backend_release(&m->be);
+    free(m->prefix.entries);
+    free(m->prefix.pool);
+    free(m->rank.ref);
+    qw_runstate_release(&m->rank.rs, &m->rank.be);
+    qw_backend_release(&m->rank.be);
     qw_weights_release(&m->wt);
     free(m);
 }
@@ -186,8 +159,8 @@ void qw_model_memory(const qw_model *m, qw_model_bytes *out) {
     out->masters = qw_weights_bytes(&m->wt);
     for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++)
         if (m->lin[i].packed.storage_) out->packed += qw_weight_bytes(&m->lin[i].w);
-    out->run_state = m->rs.bytes;
-    out->scratch = m->be.wscratch_floats * sizeof(float);
+    out->run_state = m->rank.rs.bytes;
+    out->scratch = m->rank.be.wscratch_floats * sizeof(float);
 }
 
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
@@ -219,110 +192,30 @@ const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t
     return buf;
 }
 
-/* ---------------------------------------------------------------- policy */
-
-/* Back to the unquantized model: every tensor reads its master, no activation formats. */
-static void restore_all(qw_model *m) {
-    for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++) {
-        linear *L = &m->lin[i];
-        L->w = *L->master;
-        memset(&L->spec, 0, sizeof L->spec);
-        L->quantized = 0;
-    }
-}
-
-/* "bf16" is the numeric core's identity format (quant.h): fake-quant leaves FP32 as it is. */
-static int is_identity(const qk_format *f) {
-    return strcmp(qk_format_name(f), "bf16") == 0;
-}
-
-/* Quantizes L's master with spec's weight format into L->packed (the master converted to FP32
- * in `tmp` [out x in] first), and points L->w at it. */
-static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, float *tmp, int threads,
-                                 qs_error *err) {
-    qs_status st = qw_weight_rows_f32(L->master, 0, L->out, tmp, err);
-    if (st != QS_OK) return st;
-    qk_quant_options opt = spec->weight_opt;
-    opt.tensor_id += (uint32_t)L->tensor_index;
-    (void)threads;
-    qk_packed_release(&L->packed);
-    st = qk_packed_init(&L->packed, spec->weight, &opt, (size_t)L->out, (size_t)L->in, err);
-    if (st == QS_OK)
-        st = qk_quantize(spec->weight, &opt, tmp, (size_t)L->out, (size_t)L->in, &L->packed, err);
-    if (st != QS_OK) {
-        qk_packed_release(&L->packed);
-        return st;
-    }
-    L->w = qw_weight_from_packed(&L->packed);
-    return QS_OK;
-}
-
-qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err) {
-    restore_all(m);
-    if (!p) return QS_OK;
-    if (p->n_layers != m->cfg.n_layers || !p->linears)
-        return qs_error_set(err, QS_EINVAL, "policy: %d layers, model has %d", p->n_layers,
-                            m->cfg.n_layers);
-    if (p->embed.act)
-        return qs_error_set(err, QS_EINVAL,
-                            "policy: embed.act: the embeddings are a lookup, they have no input "
-                            "activations to quantize");
-    int nlin = m->cfg.n_layers * QW_LINEAR_KINDS;
-    size_t biggest = 0;
-    for (int i = 0; i < nlin + 2; i++) {
-        const qw_quant_spec *s = i < nlin ? &p->linears[i] : i == nlin ? &p->lm_head : &p->embed;
-        if (s->weight && !is_identity(s->weight))
-            biggest = max_sz(biggest, (size_t)m->lin[i].out * (size_t)m->lin[i].in);
-    }
-    float *tmp = biggest ? malloc(biggest * sizeof(float)) : NULL;
-    if (biggest && !tmp)
-        return qs_error_set(err, QS_ENOMEM, "policy: %zu floats to quantize a master", biggest);
-    char name[160];
-    qs_status st = QS_OK;
-    for (int i = 0; i < nlin + 2 && st == QS_OK; i++) {
-        linear *L = &m->lin[i];
-        const qw_quant_spec *s = i < nlin ? &p->linears[i] : i == nlin ? &p->lm_head : &p->embed;
-        if (!s->weight && !s->act) continue;
-        L->spec = *s;
-        L->quantized = 1;
-        /* The identity format keeps the master: fake-quant would leave its FP32 values as they
-         * are. A tied lm_head gets a packed copy of its own: the embeddings stay as they are
-         * unless the policy's embed names them (policy.h). */
-        if (s->weight && !is_identity(s->weight)) {
-            st = quantize_linear(L, s, tmp, m->threads, err);
-            if (st != QS_OK)
-                qs_error_wrap(err, "policy: weights of %s",
-                              qw_model_linear_name(m, i, name, sizeof name));
-        }
-    }
-    free(tmp);
-    if (st != QS_OK) restore_all(m);
-    return st;
-}
-
 qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
-    m->probe = 0;
+    qw_rank *r = &m->rank;
+    r->probe = 0;
     if (!on) return QS_OK;
-    if (!m->ref) {
+    if (!r->ref) {
         size_t mo = (size_t)m->cfg.vocab_size;
         mo = max_sz(mo, (size_t)m->cfg.hidden_dim);
         mo = max_sz(mo, (size_t)m->cfg.dim);
         mo = max_sz(mo, (size_t)m->cfg.n_heads * m->cfg.head_dim);
-        m->ref = malloc((size_t)m->max_ctx * mo * sizeof(float));
-        if (!m->ref)
+        r->ref = malloc((size_t)m->max_ctx * mo * sizeof(float));
+        if (!r->ref)
             return qs_error_set(err, QS_ENOMEM, "SQNR probe buffer [%d x %zu]", m->max_ctx, mo);
     }
     for (int i = 0; i < qw_model_n_linears(m); i++) {
         linear *L = linear_at(m, i);
         L->sig = L->noise = 0.0;
     }
-    m->probe = 1;
+    r->probe = 1;
     return QS_OK;
 }
 
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise) {
     const linear *L = linear_at((qw_model *)m, index);
-    if (!L || !L->quantized || !m->probe) return -1;
+    if (!L || !L->quantized || !m->rank.probe) return -1;
     *signal = L->sig;
     *noise = L->noise;
     return 0;
@@ -331,12 +224,14 @@ int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noi
 /* ---------------------------------------------------------------- prefix cache */
 
 qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err) {
-    free(m->prefix);
-    free(m->prefix_pool);
-    m->prefix = NULL;
-    m->prefix_pool = NULL;
-    m->n_prefix = 0;
-    m->prefix_hits = m->prefix_skipped = 0;
+    qw_prefix_cache *pc = &m->prefix;
+    free(pc->entries);
+    free(pc->pool);
+    pc->entries = NULL;
+    pc->pool = NULL;
+    pc->n = 0;
+    pc->cur = NULL;
+    pc->hits = pc->skipped = 0;
     if (max_bytes == 0) return QS_OK;
     size_t resid = (size_t)m->cfg.n_layers * m->max_ctx * m->cfg.dim;
     size_t per = resid * sizeof(float) + (size_t)m->max_ctx * sizeof(uint32_t);
@@ -345,52 +240,43 @@ qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err
         return qs_error_set(err, QS_EINVAL, "prefix cache: %zu bytes, one entry needs %zu",
                             max_bytes, per);
     if (n > 1u << 20) n = 1u << 20;
-    m->prefix = calloc(n, sizeof *m->prefix);
-    m->prefix_pool = malloc(n * per);
-    if (!m->prefix || !m->prefix_pool) {
-        free(m->prefix);
-        free(m->prefix_pool);
-        m->prefix = NULL;
-        m->prefix_pool = NULL;
+    pc->entries = calloc(n, sizeof *pc->entries);
+    pc->pool = malloc(n * per);
+    if (!pc->entries || !pc->pool) {
+        free(pc->entries);
+        free(pc->pool);
+        pc->entries = NULL;
+        pc->pool = NULL;
         return qs_error_set(err, QS_ENOMEM, "prefix cache: %zu entries of %zu bytes", n, per);
     }
-    float *f = m->prefix_pool;
+    float *f = pc->pool;
     uint32_t *t = (uint32_t *)(f + n * resid);
     for (size_t i = 0; i < n; i++) {
-        m->prefix[i].resid = f + i * resid;
-        m->prefix[i].tokens = t + i * (size_t)m->max_ctx;
+        pc->entries[i].resid = f + i * resid;
+        pc->entries[i].tokens = t + i * (size_t)m->max_ctx;
     }
-    m->n_prefix = (int)n;
+    pc->n = (int)n;
     return QS_OK;
 }
 
 void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks_skipped) {
-    *hits = m->prefix_hits;
-    *blocks_skipped = m->prefix_skipped;
-}
-
-/* First block with a quantized linear (weights or activations); 0 when the embeddings are
- * quantized, n_layers when no block is. */
-static int first_quantized_block(const qw_model *m) {
-    if (m->embed->quantized) return 0;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int k = 0; k < QW_LINEAR_KINDS; k++)
-            if (m->lin[l * QW_LINEAR_KINDS + k].quantized) return l;
-    return m->cfg.n_layers;
+    *hits = m->prefix.hits;
+    *blocks_skipped = m->prefix.skipped;
 }
 
 /* The entry for tokens[n], or a free one claimed for them, or NULL. */
-static prefix_entry *prefix_lookup(qw_model *m, const uint32_t *tokens, int n, int *found) {
+static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n,
+                                   int *found) {
     *found = 0;
-    for (int i = 0; i < m->n_prefix; i++) {
-        prefix_entry *e = &m->prefix[i];
+    for (int i = 0; i < pc->n; i++) {
+        prefix_entry *e = &pc->entries[i];
         if (e->n == n && memcmp(e->tokens, tokens, (size_t)n * sizeof *tokens) == 0) {
             *found = 1;
             return e;
         }
     }
-    for (int i = 0; i < m->n_prefix; i++) {
-        prefix_entry *e = &m->prefix[i];
+    for (int i = 0; i < pc->n; i++) {
+        prefix_entry *e = &pc->entries[i];
         if (e->n == 0) {
             memcpy(e->tokens, tokens, (size_t)n * sizeof *tokens);
             e->n = n;
@@ -401,37 +287,37 @@ static prefix_entry *prefix_lookup(qw_model *m, const uint32_t *tokens, int n, i
     return NULL;
 }
 
-static float *prefix_boundary(const qw_model *m, prefix_entry *e, int b) {
-    return e->resid + (size_t)(b - 1) * m->max_ctx * m->cfg.dim;
+static float *prefix_boundary(const qw_prefix_cache *pc, prefix_entry *e, int b) {
+    return e->resid + (size_t)(b - 1) * pc->max_ctx * pc->dim;
+}
+
+int qw_prefix_cache_begin(qw_prefix_cache *pc, const uint32_t *tokens, int T, int fq, float *x) {
+    if (!pc) return 0;
+    int found = 0;
+    pc->cur = fq > 0 && pc->n ? prefix_lookup(pc, tokens, T, &found) : NULL;
+    pc->cur_T = T;
+    prefix_entry *pe = pc->cur;
+    if (!found || pe->valid <= 0) return 0;
+    int start = fq < pe->valid ? fq : pe->valid;
+    memcpy(x, prefix_boundary(pc, pe, start), (size_t)T * pc->dim * sizeof(float));
+    pc->hits++;
+    pc->skipped += (size_t)start;
+    return start;
+}
+
+void qw_prefix_cache_reached(qw_prefix_cache *pc, int boundary, int fq, const float *x) {
+    if (!pc || !pc->cur) return;
+    prefix_entry *pe = pc->cur;
+    if (boundary > pe->valid && boundary <= fq) {
+        memcpy(prefix_boundary(pc, pe, boundary), x, (size_t)pc->cur_T * pc->dim * sizeof(float));
+        pe->valid = boundary;
+    }
 }
 
 /* ---------------------------------------------------------------- forward */
 
-/* One linear over the ops table: optional activation fake-quant of the input, the GEMM on the
- * weights in their form, and with the probe on the unquantized reference on the same input
- * (master weights, FP32 input) and its SQNR sums. */
-static qs_status linear_forward(qw_model *m, linear *L, float *y, const float *x, int T,
-                                qs_error *err) {
-    const qw_ops *ops = m->be.ops;
-    qw_tensor ty = {y, T, L->out}, tx = {(float *)x, T, L->in};
-    qw_act_quant act = {L->spec.act, L->spec.act_opt};
-    act.opt.tensor_id += (uint32_t)L->tensor_index;
-    qs_status st = ops->linear(&m->be, &ty, &tx, &L->w, &act, m->rs.actq, err);
-    if (st != QS_OK) {
-        char name[160];
-        return qs_error_wrap(err, "%s of %s", L->spec.act ? "activations" : "weights",
-                             qw_model_linear_name(m, L->tensor_index, name, sizeof name));
-    }
-    if (m->probe && L->quantized && m->ref) {
-        qw_tensor tr = {m->ref, T, L->out};
-        st = ops->linear(&m->be, &tr, &tx, L->master, NULL, NULL, err);
-        if (st != QS_OK) return st;
-        double sig = 0.0, noise = 0.0;
-        ops->sqnr_sums(&m->be, &ty, &tr, &sig, &noise);
-        L->sig += sig;
-        L->noise += noise;
-    }
-    return QS_OK;
+static const char *name_of_linear(const void *ctx, int index, char *buf, size_t cap) {
+    return qw_model_linear_name(ctx, index, buf, cap);
 }
 
 qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
@@ -442,74 +328,16 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
 qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int row0,
                                 const float **logits, qs_error *err) {
     const qw_config *c = &m->cfg;
-    const qw_ops *ops = m->be.ops;
-    qw_backend *be = &m->be;
-    qw_runstate *rs = &m->rs;
     if (n < 1 || n > m->max_ctx)
         return qs_error_set(err, QS_EINVAL, "forward: %d tokens, model built for 1..%d", n,
                             m->max_ctx);
     if (row0 < 0 || row0 >= n)
         return qs_error_set(err, QS_EINVAL, "forward: row0 %d outside 0..%d", row0, n - 1);
-    int D = c->dim, F = c->hidden_dim, H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, T = n;
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < n; t++)
         if (tokens[t] >= (uint32_t)c->vocab_size)
             return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t,
                                 tokens[t], c->vocab_size);
-    qw_tensor x = {rs->x, T, D}, xb = {rs->xb, T, D}, q = {rs->q, T, H * E}, k = {rs->k, T, G * E},
-              v = {rs->v, T, G * E}, att = {rs->att, T, H * E}, hb = {rs->hb, T, F},
-              hb2 = {rs->hb2, T, F}, ybuf = {rs->ybuf, T, D};
-    /* Blocks before the first quantized one compute what the unquantized model computes: start
-     * from the cached residual where there is one, and store the boundaries this run reaches. */
-    int fq = first_quantized_block(m), start = 0, found = 0;
-    prefix_entry *pe = fq > 0 && m->n_prefix ? prefix_lookup(m, tokens, T, &found) : NULL;
-    if (found && pe->valid > 0) {
-        start = fq < pe->valid ? fq : pe->valid;
-        memcpy(rs->x, prefix_boundary(m, pe, start), (size_t)T * D * sizeof(float));
-        m->prefix_hits++;
-        m->prefix_skipped += (size_t)start;
-    } else {
-        ops->embedding(be, &x, tokens, &m->embed->w);
-    }
-    qs_status st = QS_OK;
-    for (int l = start; l < c->n_layers; l++) {
-        if (pe && l > pe->valid && l <= fq) {
-            memcpy(prefix_boundary(m, pe, l), rs->x, (size_t)T * D * sizeof(float));
-            pe->valid = l;
-        }
-        linear *lin = &m->lin[l * QW_LINEAR_KINDS];
-#define LIN(kind, y, in)                                                                           \
-    do {                                                                                           \
-        st = linear_forward(m, &lin[kind], (y).data, (in).data, T, err);                           \
-        if (st != QS_OK) return st;                                                                \
-    } while (0)
-        /* attention sub-block */
-        ops->rmsnorm(be, &xb, &x, m->wt.attn_norm[l], c->norm_eps);
-        LIN(QW_LINEAR_Q, q, xb);
-        LIN(QW_LINEAR_K, k, xb);
-        LIN(QW_LINEAR_V, v, xb);
-        ops->rope(be, &q, rs->rope_cos, rs->rope_sin, H, E);
-        ops->rope(be, &k, rs->rope_cos, rs->rope_sin, G, E);
-        ops->attention(be, &att, &q, &k, &v, rs->scores, H, G, E);
-        LIN(QW_LINEAR_O, ybuf, att);
-        ops->residual(be, &x, &ybuf);
-        /* MLP sub-block */
-        ops->rmsnorm(be, &xb, &x, m->wt.ffn_norm[l], c->norm_eps);
-        LIN(QW_LINEAR_GATE, hb, xb);
-        LIN(QW_LINEAR_UP, hb2, xb);
-        ops->swiglu(be, &hb, &hb, &hb2);
-        LIN(QW_LINEAR_DOWN, ybuf, hb);
-        ops->residual(be, &x, &ybuf);
-#undef LIN
-    }
-    if (pe && c->n_layers > pe->valid && c->n_layers <= fq) {
-        memcpy(prefix_boundary(m, pe, c->n_layers), rs->x, (size_t)T * D * sizeof(float));
-        pe->valid = c->n_layers;
-    }
-    int R = T - row0; /* rows of logits wanted */
-    qw_tensor xr = {rs->x + (size_t)row0 * D, R, D}, xbr = {rs->xb, R, D};
-    ops->rmsnorm(be, &xbr, &xr, m->wt.final_norm, c->norm_eps);
-    st = linear_forward(m, m->lm_head, rs->logits, rs->xb, R, err);
-    if (st != QS_OK) return st;
-    *logits = rs->logits;
-    return QS_OK;
+    qw_rank *r = &m->rank;
+    return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size,
+                            name_of_linear, m, logits, err);
 }

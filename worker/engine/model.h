@@ -16,7 +16,7 @@
  *   those of a fake-quantized FP32 copy;
  * - run state (runstate.h): every activation buffer carved from one allocation per
  *   (model, max_ctx, threads), made here; the forward pass allocates nothing;
- * - ops (ops.h): the forward pass is written once over a table of operations whose CPU
+ * - ops (ops.h): the forward pass (forward.c) is written once over a table of operations whose CPU
  *   backend is the reference (bit-identical for any thread count).
  * Memory: the masters (mapped) + the packed forms + the run state (qw_model_memory). */
 #ifndef QW_MODEL_H

@@ -86,6 +86,11 @@ void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, 
 typedef struct qw_act_quant {
     const qk_format *fmt;
     qk_quant_options opt;
+    /* A sharded input's global per-tensor amax (tensor parallel): when non-NULL, [1] float in
+     * the backend's memory, the MAX-all-reduce of every rank's amax of its columns; the
+     * format's tensor scale comes from it (qk_quant_options.tensor_amax_given), so every rank
+     * quantizes with the scale the unsharded input has. NULL: the input's own amax. */
+    const float *tensor_amax;
 } qw_act_quant;
 
 /* One linear: y[T x w->rows] = q(x)[T x w->cols] * W^T.
@@ -114,6 +119,10 @@ double qw_logsoftmax_row(const float *l, int V, float *lp);
 /* lp[R x V] = log-softmax of each row of logits[R x V] (qw_logsoftmax_row). */
 void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt);
 
+/* Largest |x| over x[n], NaN and +-Inf ignored: qk_joint_amax of the one tensor, so a given
+ * amax equals the own amax the quantizer would find. Serial; 0 for n == 0. */
+float qw_amax_forward(const float *x, size_t n);
+
 /* ---------------------------------------------------------------- the table */
 
 /* A backend-neutral handle: `data` points into memory of the backend that allocated it (host
@@ -124,6 +133,12 @@ typedef struct qw_tensor {
 } qw_tensor;
 
 typedef struct qw_ops qw_ops;
+
+/* Reductions of an all-reduce over the ranks of a tensor-parallel group. */
+typedef enum qw_reduce {
+    QW_REDUCE_SUM = 0, /* partial outputs of a row-parallel linear (o_proj, down_proj) */
+    QW_REDUCE_MAX = 1, /* per-tensor amax of a sharded tensor (FP4 tensor scale) */
+} qw_reduce;
 
 /* One backend instance: its table, its team size, and the scratch its linear needs
  * (wscratch [threads x QW_GEMM_COLS x max_in] floats, owned by the backend). */
@@ -159,6 +174,20 @@ struct qw_ops {
     void (*logsoftmax)(qw_backend *b, qw_tensor *lp, const qw_tensor *logits);
     void (*sqnr_sums)(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
                       double *noise);
+    /* out[0] (backend memory, one float) = qw_amax_forward of x: the local amax of a rank's
+     * shard of a tensor, before the MAX all-reduce. */
+    void (*amax)(qw_backend *b, const qw_tensor *x, float *out);
+    /* In place over a tensor-parallel group: ranks[0..n-1] are the backends of the group's
+     * ranks (each of this table) and x[i] rank i's tensor, all of one shape; afterwards every
+     * x[i] holds the elementwise reduction over the n ranks. CPU: one sum (or max) per
+     * element in rank order 0, 1, ..., n-1, so the result is deterministic and the same on
+     * every rank; NCCL: ncclAllReduce in a group call. Errors: QS_EINVAL (n < 1, shapes
+     * differ), the communicator's errors. */
+    qs_status (*allreduce)(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
+                           qs_error *err);
+    /* dst[r*ld + c] = src[r][c] for the rows and columns of src: src copied to host memory
+     * with row stride ld floats (lm_head's vocabulary slices gathered into one logits row). */
+    void (*download)(qw_backend *b, float *dst, size_t ld, const qw_tensor *src);
 };
 
 /* The CPU backend's table (the reference every other backend is checked against). */

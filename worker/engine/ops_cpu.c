@@ -161,7 +161,12 @@ qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
     const float *xin = x;
     if (act && act->fmt) {
         memcpy(xq, x, (size_t)T * in * sizeof *x);
-        qs_status st = qk_fake_quant(act->fmt, &act->opt, xq, (size_t)T, (size_t)in, NULL, err);
+        qk_quant_options opt = act->opt;
+        if (act->tensor_amax) {
+            opt.tensor_amax_given = 1;
+            opt.tensor_amax = act->tensor_amax[0];
+        }
+        qs_status st = qk_fake_quant(act->fmt, &opt, xq, (size_t)T, (size_t)in, NULL, err);
         if (st != QS_OK) return st;
         xin = xq;
     }
@@ -201,6 +206,12 @@ void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *si
     }
     *signal = sig;
     *noise = noi;
+}
+
+float qw_amax_forward(const float *x, size_t n) {
+    float m = 0.0f;
+    if (n) (void)qk_joint_amax(&x, &n, 1, 1, &m, NULL);
+    return m;
 }
 
 double qw_logsoftmax_row(const float *l, int V, float *lp) {
@@ -284,6 +295,46 @@ static void cpu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *re
     qw_sqnr_sums_forward(y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise);
 }
 
+static void cpu_amax(qw_backend *b, const qw_tensor *x, float *out) {
+    (void)b;
+    out[0] = qw_amax_forward(x->data, (size_t)x->rows * (size_t)x->cols);
+}
+
+/* The group's ranks share this process's memory: rank 0's buffer takes the reduction, element
+ * by element in rank order, and is copied to the others. */
+static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
+                               qs_error *err) {
+    if (n < 1) return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks", n);
+    for (int r = 1; r < n; r++)
+        if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
+            return qs_error_set(err, QS_EINVAL,
+                                "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
+                                (long long)x[r]->rows, (long long)x[r]->cols,
+                                (long long)x[0]->rows, (long long)x[0]->cols);
+    size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
+    float *d = x[0]->data;
+    int nt = ranks[0]->threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < len; i++) {
+        float s = d[i];
+        for (int r = 1; r < n; r++) {
+            float v = x[r]->data[i];
+            s = op == QW_REDUCE_SUM ? s + v : (v > s ? v : s);
+        }
+        d[i] = s;
+    }
+    for (int r = 1; r < n; r++)
+        memcpy(x[r]->data, d, len * sizeof *d);
+    return QS_OK;
+}
+
+static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
+    (void)b;
+    for (int64_t r = 0; r < src->rows; r++)
+        memcpy(dst + (size_t)r * ld, src->data + (size_t)r * (size_t)src->cols,
+               (size_t)src->cols * sizeof *dst);
+}
+
 static const qw_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -298,6 +349,9 @@ static const qw_ops cpu_ops = {
     .lm_head = cpu_linear,
     .logsoftmax = cpu_logsoftmax,
     .sqnr_sums = cpu_sqnr_sums,
+    .amax = cpu_amax,
+    .allreduce = cpu_allreduce,
+    .download = cpu_download,
 };
 
 const qw_ops *qw_ops_cpu(void) {

@@ -1,0 +1,86 @@
+/* Dispatch (server_internal.h): the pending list sorted for the scheduler (scheduler.h, a
+ * pure function), one pick per ready idle worker, and the ASSIGN that starts an attempt
+ * (sent after its attempt row is durable). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server_internal.h"
+
+static void compact_pending(server *s) {
+    size_t o = 0;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        qc_sched_job *q = s->pending[i];
+        if (!q->pending) continue;
+        /* a job requeued twice appears twice; keep one (neighbours after the sort) */
+        if (o > 0 && s->pending[o - 1] == q) continue;
+        s->pending[o++] = q;
+    }
+    s->n_pending = o;
+}
+
+/* qc_sched_deps_fn over the server's jobs. */
+static bool deps_met(const qc_sched_job *q, void *ctx) {
+    server *s = ctx;
+    const job *j = (const job *)q;
+    for (int d = 0; d < j->n_deps; d++) {
+        const job *dep = qc_srv_find_job(s, j->deps[d]);
+        if (dep && dep->state != J_SUCCEEDED) return false;
+    }
+    return true;
+}
+
+/* The job for worker w (scheduler.h), from index head of the sorted pending list. */
+static job *pick(server *s, const worker *w, int64_t now, size_t head) {
+    const char *models[MODELS_MAX];
+    for (int i = 0; i < w->n_models; i++)
+        models[i] = w->models[i];
+    qc_sched_worker sw = {.n_gpus = w->n_gpus,
+                          .gpus = w->gpus,
+                          .models = models,
+                          .n_models = w->n_models};
+    ptrdiff_t k =
+        qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s, &s->next_wake);
+    return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
+}
+
+static void assign(server *s, worker *w, job *j) {
+    qc_srv_set_state(j, J_RUNNING);
+    j->attempt++;
+    j->worker = w;
+    free(j->worker_name);
+    j->worker_name = strdup(w->name);
+    j->lease_deadline = NEVER;
+    w->job = j;
+    w->ready = false;
+    qc_srv_must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
+                                                  s->lease_ms / 1000.0, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
+                                            &s->batch_err));
+    qc_srv_send_assign(s, w, j, true);
+    if (!s->o->quiet)
+        qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
+}
+
+void qc_srv_dispatch(server *s, int64_t now) {
+    if (s->db_down) return;
+    if (!s->dirty && now < s->next_wake) return;
+    s->dirty = false;
+    s->next_wake = NEVER;
+    if (!s->pending_sorted) {
+        compact_pending(s);
+        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, qc_sched_compare);
+        compact_pending(s);
+        s->pending_sorted = true;
+    }
+    size_t head = 0;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        worker *w = s->workers[i];
+        if (!w->ready || w->job) continue;
+        while (head < s->n_pending && !s->pending[head]->pending)
+            head++;
+        if (head == s->n_pending) break;
+        job *j = pick(s, w, now, head);
+        if (j) assign(s, w, j);
+    }
+}

@@ -1,0 +1,97 @@
+/* What the coordinator reads from the store while it runs (server_internal.h): the jobs
+ * submitted since the last poll (all of them at start, running attempts waiting grace_ms for
+ * their worker) and the unhandled cancel requests. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "server_internal.h"
+
+/* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
+static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running) {
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
+        !(j->model_key = strdup(r->model_key ? r->model_key : "")))
+        abort();
+    j->id = j->q.id = r->id;
+    j->q.priority = r->priority;
+    j->q.gpus = r->gpus;
+    j->q.gpu_mem_mb = r->gpu_mem_mb;
+    j->q.native_fp4 = r->native_fp4;
+    j->q.model_key = j->model_key;
+    j->max_attempts = r->max_attempts;
+    j->attempts_used = r->attempts_used;
+    j->attempt = (uint32_t)r->last_attempt;
+    j->lease_deadline = NEVER;
+    int64_t now = qs_clock_ms();
+    if (r->n_waiting_on) {
+        j->deps = malloc(r->n_waiting_on * sizeof *j->deps);
+        if (!j->deps) abort();
+        memcpy(j->deps, r->waiting_on, r->n_waiting_on * sizeof *j->deps);
+        j->n_deps = (int)r->n_waiting_on;
+    }
+    if (running && r->state == QC_JOB_RUNNING) {
+        qc_srv_set_state(j, J_RUNNING);
+        j->attempt = (uint32_t)running->attempt;
+        j->worker_name = strdup(running->worker);
+        j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
+    } else {
+        qc_srv_set_state(j, J_PENDING);
+        /* the remaining backoff on the database's clock, which wrote not_before (store.h):
+           never the coordinator's wall clock, which may be off */
+        j->q.not_before_ms =
+            r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
+    }
+    s->jobs = qc_srv_grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
+    s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
+    s->active++;
+    if (j->state == J_PENDING) qc_srv_push_pending(s, j);
+    if (r->n_deps_failed && j->state == J_PENDING)
+        qc_srv_end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
+}
+
+/* Loads jobs submitted since the last load (all of them at start). */
+qs_status qc_srv_load_new_jobs(server *s, qs_error *err) {
+    qc_store_snapshot snap;
+    qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
+    if (st != QS_OK) return st;
+    size_t r = 0;
+    for (size_t i = 0; i < snap.n_jobs; i++) {
+        const qc_stored_job *sj = &snap.jobs[i];
+        if (qc_srv_find_job(s, sj->id)) continue;
+        while (r < snap.n_running && snap.running[r].job < sj->id)
+            r++;
+        const qc_stored_attempt *run = NULL;
+        for (size_t k = r; k < snap.n_running && snap.running[k].job == sj->id; k++)
+            run = &snap.running[k];
+        add_stored_job(s, sj, run);
+    }
+    if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
+    qc_store_snapshot_free(&snap);
+    return QS_OK;
+}
+
+/* Applies the store's unhandled cancel requests (server.h). */
+qs_status qc_srv_poll_cancels(server *s, qs_error *err) {
+    int64_t *ids = NULL, upto = 0;
+    size_t n = 0;
+    qs_status st = qc_store_poll_cancels(s->store, &ids, &n, &upto, err);
+    if (st != QS_OK) return st;
+    for (size_t i = 0; i < n; i++) {
+        job *j = qc_srv_find_job(s, ids[i]);
+        if (!j) continue;
+        if (j->state == J_PENDING) {
+            qc_srv_end_pending(s, j, J_CANCELLED, "cancelled on request");
+        } else if (j->state == J_RUNNING && !j->cancel_requested) {
+            j->cancel_requested = true;
+            /* A worker drops a CANCEL for a job it has not been sent yet: while the ASSIGN
+               waits for its commit, run_actions sends the CANCEL right after it. */
+            if (j->worker && j->lease_deadline != NEVER)
+                qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
+                                   "cancelled on request");
+        }
+    }
+    free(ids);
+    if (upto > 0) qc_srv_must(s, qc_store_batch_cancels_handled(s->batch, upto, &s->batch_err));
+    return QS_OK;
+}

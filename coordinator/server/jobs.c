@@ -1,0 +1,129 @@
+/* The coordinator's job table and its transitions (server_internal.h): lookup by id, the
+ * pending list, and the end of an attempt or of a pending job, each queueing its write in
+ * the open batch (commit.c) and failing the dependents of a job that failed or was
+ * cancelled (server.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "log.h"
+#include "server_internal.h"
+
+job *qc_srv_find_job(server *s, int64_t id) {
+    size_t lo = 0, hi = s->n_jobs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->jobs[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n_jobs && s->jobs[lo]->id == id ? s->jobs[lo] : NULL;
+}
+
+void qc_srv_set_state(job *j, jstate st) {
+    j->state = st;
+    j->q.pending = st == J_PENDING;
+}
+
+void qc_srv_push_pending(server *s, job *j) {
+    s->pending = qc_srv_grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
+    s->pending[s->n_pending++] = &j->q;
+    s->pending_sorted = false;
+    s->dirty = true;
+    if (j->q.not_before_ms < s->next_wake) s->next_wake = j->q.not_before_ms;
+}
+
+static void set_terminal(server *s, job *j, jstate st) {
+    if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
+    qc_srv_set_state(j, st);
+}
+
+static void fail_dependents(server *s, job *dep);
+
+/* A pending job that can never run: failed (or cancelled) without an attempt. */
+void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
+    set_terminal(s, j, st);
+    qc_srv_must(
+        s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
+    if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
+    fail_dependents(s, j);
+}
+
+static void fail_dependents(server *s, job *dep) {
+    char why[96];
+    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id,
+             qc_job_state_name(dep->state));
+    for (size_t i = 0; i < s->n_pending; i++) {
+        job *j = (job *)s->pending[i];
+        if (j->state != J_PENDING) continue;
+        for (int d = 0; d < j->n_deps; d++)
+            if (j->deps[d] == dep->id) {
+                qc_srv_end_pending(s, j, J_FAILED, why);
+                break;
+            }
+    }
+}
+
+void qc_srv_chunks_drop(job *j) {
+    for (size_t i = 0; i < j->n_chunk_rows; i++)
+        free(j->chunk_rows[i].name);
+    free(j->chunk_rows);
+    j->chunk_rows = NULL;
+    j->n_chunk_rows = j->cap_chunk_rows = 0;
+    j->chunks = j->chunk_next = 0;
+}
+
+/* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
+ * against max_attempts. Decides the job's next state and queues the write. */
+void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
+                        bool counts) {
+    if (j->worker && j->worker->job == j) j->worker->job = NULL;
+    j->worker = NULL;
+    free(j->worker_name);
+    j->worker_name = NULL;
+    j->lease_deadline = NEVER;
+    qc_srv_chunks_drop(j);
+    int64_t backoff = 0;
+    if (outcome == QC_ATTEMPT_SUCCEEDED) {
+        set_terminal(s, j, J_SUCCEEDED);
+        s->dirty = true; /* dependents may be ready */
+    } else if (j->cancel_requested || outcome == QC_ATTEMPT_CANCELLED) {
+        set_terminal(s, j, J_CANCELLED);
+    } else {
+        if (counts) j->attempts_used++;
+        if (j->attempts_used >= j->max_attempts) {
+            set_terminal(s, j, J_FAILED);
+        } else {
+            qc_srv_set_state(j, J_PENDING);
+            if (counts) {
+                int shift = j->attempts_used - 1 < 16 ? j->attempts_used - 1 : 16;
+                backoff = (int64_t)s->backoff_ms << shift;
+                if (backoff > 60000) backoff = 60000;
+            }
+            j->q.not_before_ms = qs_clock_ms() + backoff;
+            qc_srv_push_pending(s, j);
+        }
+    }
+    qc_srv_must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome,
+                                                error, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used,
+                                            backoff / 1000.0, error, &s->batch_err));
+    if (!s->o->quiet || j->state == J_FAILED)
+        qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
+               qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
+               error ? error : "");
+    if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
+}
+
+/* Frees job j and everything it owns (NULL: nothing). */
+void qc_srv_job_free(job *j) {
+    if (!j) return;
+    free(j->kind);
+    free(j->spec);
+    free(j->model_key);
+    free(j->deps);
+    free(j->worker_name);
+    qc_srv_chunks_drop(j);
+    free(j);
+}

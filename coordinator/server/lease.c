@@ -1,0 +1,58 @@
+/* Leases (server.h): renewal by heartbeats naming the current attempt, expiry on the
+ * coordinator's monotonic clock (the attempt is lost, its worker told to stop), the
+ * re-attach window after a restart, and the full lease given to every running attempt after
+ * a stall of the coordinator itself. */
+#include <stdio.h>
+
+#include "log.h"
+#include "server_internal.h"
+
+/* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
+ * stored one has less than half a lease left: one write per job every lease/2 at most, so
+ * observers see live leases without a write per heartbeat. */
+void qc_srv_renew_lease(server *s, job *j, int64_t now) {
+    j->lease_deadline = now + s->lease_ms;
+    if (now + s->lease_ms / 2 < j->db_lease_until) return;
+    j->db_lease_until = now + s->lease_ms;
+    qc_srv_must(s, qc_store_batch_lease_renewed(s->batch, j->id, (int32_t)j->attempt,
+                                                s->lease_ms / 1000.0, &s->batch_err));
+}
+
+void qc_srv_check_leases(server *s, int64_t now) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
+        char why[400];
+        if (j->worker) {
+            snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms",
+                     j->worker->name, s->lease_ms);
+            qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
+                               "lease expired");
+        } else {
+            snprintf(why, sizeof why,
+                     "worker %s did not re-attach within %d ms of a coordinator restart",
+                     j->worker_name ? j->worker_name : "?", s->grace_ms);
+        }
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
+    }
+    qc_srv_forget_silent_workers(s, now);
+}
+
+/* The loop itself did not run for stalled_ms (SIGSTOP, a VM pause, swapping): the workers'
+ * heartbeats of that time are still on their way in, so a lease checked now would expire
+ * for the coordinator's silence, not the worker's. Every running attempt (and every known
+ * worker) gets a full lease from now to report before any lease is checked (server.h). */
+void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now) {
+    size_t running = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || j->lease_deadline == NEVER) continue;
+        if (j->lease_deadline < now + s->lease_ms) j->lease_deadline = now + s->lease_ms;
+        running++;
+    }
+    for (size_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i]->last_seen < now) s->workers[i]->last_seen = now;
+    qc_log("the coordinator did not run for %lld ms (stopped, a paused VM, swapping?): giving "
+           "%zu running attempts %d ms to report before any lease is checked",
+           (long long)stalled_ms, running, s->lease_ms);
+}

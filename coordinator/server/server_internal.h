@@ -1,0 +1,307 @@
+/* Shared between the files of coordinator/server only (server.h is the public face): the
+ * coordinator's in-memory state (jobs, workers, the actions waiting for a commit) and the
+ * functions each part of the loop offers the others. Single-threaded: everything here runs on
+ * the loop's thread (the writer thread only sees batches, writer.h). */
+#ifndef QC_SERVER_INTERNAL_H
+#define QC_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.h"
+#include "scheduler.h"
+#include "server.h"
+#include "store.h"
+#include "writer.h"
+#include "zap.h"
+
+enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
+#define STALL_LOG_MS 10000
+#define NEVER INT64_MAX
+
+/* The store's job states (coordinator/store/store.h). */
+typedef qc_job_state jstate;
+#define J_PENDING QC_JOB_PENDING
+#define J_RUNNING QC_JOB_RUNNING
+#define J_SUCCEEDED QC_JOB_SUCCEEDED
+#define J_FAILED QC_JOB_FAILED
+#define J_CANCELLED QC_JOB_CANCELLED
+
+typedef struct worker worker;
+
+/* One metric of a split final RESULT, kept until its last chunk (proto: Result.chunks). */
+typedef struct chunk_metric {
+    char *name;
+    double value;
+    int64_t step;
+    bool final;
+} chunk_metric;
+
+/* The most chunks one final RESULT may have: QS_PROTO_MAX_RESULT_BYTES in chunks at least
+ * half full (codec.h). */
+#define CHUNKS_MAX ((uint32_t)(QS_PROTO_MAX_RESULT_BYTES / (QS_PROTO_CHUNK_BYTES / 2)))
+
+typedef struct job {
+    qc_sched_job q; /* first: what the scheduler sees (q.model_key points to model_key) */
+    int64_t id;     /* = q.id */
+    char *kind, *spec, *model_key;
+    int max_attempts, attempts_used;
+    uint32_t attempt; /* current (running) or last attempt number */
+    jstate state;     /* changed only through set_state (keeps q.pending in step) */
+    int64_t *deps;    /* ids of jobs this one waits for (unresolved at load) */
+    int n_deps;
+    worker *worker;         /* the worker running it, NULL when orphaned after a restart */
+    char *worker_name;      /* the attempt's worker (attempts.worker) */
+    int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
+    int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
+    bool cancel_requested;
+    /* a split final RESULT arriving for the current attempt: its chunks 0..chunk_next-1 of
+       chunks, as metrics (freed when the attempt ends) */
+    chunk_metric *chunk_rows;
+    size_t n_chunk_rows, cap_chunk_rows;
+    uint32_t chunks, chunk_next;
+} job;
+
+struct worker {
+    char rid[RID_MAX]; /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
+    size_t rid_len;
+    char name[NAME_MAX_ + 1]; /* HELLO worker_id */
+    int n_gpus;
+    qc_sched_gpu gpus[QC_SCHED_GPUS_MAX]; /* HELLO's GPUs, the first n_gpus */
+    char models[MODELS_MAX][KEY_MAX + 1];
+    int n_models;
+    bool ready;
+    job *job;
+    int64_t last_seen;
+    int64_t next_alive; /* monotonic ms: when workers.last_seen is refreshed next */
+};
+
+/* Something to send once the current batch is durable. */
+typedef struct action {
+    char rid[RID_MAX];
+    size_t rid_len;
+    uint8_t *buf;
+    size_t len;
+    job *assign; /* an ASSIGN: start the lease when it goes out */
+    uint32_t attempt;
+} action;
+
+typedef struct server {
+    const qc_server_options *o;
+    int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
+    qc_store *store;        /* reads, polls and the advisory lock */
+    qc_writer *writer;      /* the second connection: commits batches in its own thread */
+    qc_store_batch *batch;  /* the open batch, filled by the loop */
+    qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
+    qc_store_batch *spare;  /* an empty batch to open next */
+    int64_t flush_since;    /* monotonic ms: when the flying batch was handed to the writer */
+    int64_t next_stall_log; /* monotonic ms: when to say again that it has not committed */
+    size_t flying_items;    /* its size when handed over (the writer owns it meanwhile) */
+    qs_error batch_err;
+    bool db_down;
+    int64_t next_reconnect;
+    int retry_ms;               /* the current reconnect delay (db_lost); 0 after a commit */
+    const char *down_condition; /* the server condition behind the pause, NULL: lost */
+    void *zctx, *sock;
+    qc_zap_keys *allowed; /* the CURVE allow-list, until handed to the ZAP handler */
+    qc_zap *zap;          /* the ZAP handler (zap.h); NULL without an allow-list */
+    job **jobs;           /* sorted by id */
+    size_t n_jobs, cap_jobs;
+    size_t active; /* jobs not terminal */
+    int64_t last_job_id;
+    qc_sched_job **pending; /* dispatch candidates (each the q of a job); entries may have left
+                               PENDING (compacted lazily) */
+    size_t n_pending, cap_pending;
+    bool pending_sorted, dirty;
+    int64_t next_wake; /* earliest backoff end among pending jobs */
+    worker **workers;  /* sorted by routing id */
+    size_t n_workers, cap_workers;
+    action *actions; /* waiting for the open batch */
+    size_t n_actions, cap_actions;
+    action *flight; /* waiting for the flying batch */
+    size_t n_flight, cap_flight;
+    bool polled_since_commit;
+    /* totals for the exit line: flushes, the items they wrote, and their wall time */
+    uint64_t n_flushes, n_flushed_items;
+    double flush_s;
+} server;
+
+/* ---- server.c: shared helpers of the loop ---- */
+
+/* Grows the array p of *cap elements of elem bytes to hold need (doubling from 64); aborts
+ * without memory (the queue cannot be kept consistent without it). */
+void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem);
+
+/* Queueing a write fails only without memory or on a bad argument, which the message
+ * checks exclude: the in-memory state would no longer match what becomes durable. */
+void qc_srv_must(server *s, qs_status st);
+
+/* A printable peer name for logs: the routing id when printable, else its hex. */
+void qc_srv_peer_name(const char *rid, size_t len, char *out, size_t cap);
+
+/* ---- registry.c: the workers ---- */
+
+/* The worker with this routing id, or NULL (binary search of s->workers). */
+worker *qc_srv_find_worker(server *s, const char *rid, size_t len);
+
+/* Removes w from the registry and frees it; its job, if any, keeps its lease (which decides);
+ * workers.last_seen is written as gone. */
+void qc_srv_forget_worker(server *s, worker *w);
+
+/* Adds a worker with routing id rid (rid_len <= RID_MAX bytes, not yet registered) to the
+ * registry, keeping it sorted; its other fields are zero. Aborts without memory. */
+worker *qc_srv_worker_add(server *s, const char *rid, size_t rid_len);
+
+/* Forgets every idle worker silent for more than worker_timeout_ms. */
+void qc_srv_forget_silent_workers(server *s, int64_t now);
+
+/* A worker that reported its attempt's end (other than preempted: it may be stopping) is
+ * idle: it may get its next ASSIGN right behind the ACK, in the same commit, without a READY
+ * round trip (proto/qsweep.proto, Result). */
+void qc_srv_worker_idle(server *s, worker *w);
+
+/* ---- handlers.c: messages from workers ---- */
+
+/* Decodes one message body from peer rid and applies it (one handler per message kind);
+ * undecodable or unexpected messages are logged and dropped. */
+void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
+                       int64_t now);
+
+/* ---- jobs.c: the job table and its transitions ---- */
+
+/* The job with this id, or NULL (binary search of s->jobs). */
+job *qc_srv_find_job(server *s, int64_t id);
+
+/* Sets j->state, keeping j->q.pending in step (the only way a state changes). */
+void qc_srv_set_state(job *j, jstate st);
+
+/* Adds j to the dispatch candidates (lazily deduplicated) and marks dispatch dirty. */
+void qc_srv_push_pending(server *s, job *j);
+
+/* A pending job that can never run: failed (or cancelled) without an attempt. */
+void qc_srv_end_pending(server *s, job *j, jstate st, const char *why);
+
+/* Frees the chunks of a split final RESULT kept for j's current attempt. */
+void qc_srv_chunks_drop(job *j);
+
+/* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
+ * against max_attempts. Decides the job's next state and queues the write. */
+void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
+                        bool counts);
+
+/* Frees job j and everything it owns (NULL: nothing). */
+void qc_srv_job_free(job *j);
+
+/* ---- intake.c: reading the store while running ---- */
+
+/* Loads jobs submitted since the last load (all of them at start). */
+qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
+
+/* Applies the store's unhandled cancel requests (server.h). */
+qs_status qc_srv_poll_cancels(server *s, qs_error *err);
+
+/* ---- dispatch.c: scheduling ---- */
+
+/* Assigns pending jobs to ready idle workers (scheduler.h) when something changed or a
+ * backoff ended; nothing while PostgreSQL is down. */
+void qc_srv_dispatch(server *s, int64_t now);
+
+/* ---- lease.c: leases ---- */
+
+/* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
+ * stored one has less than half a lease left: one write per job every lease/2 at most, so
+ * observers see live leases without a write per heartbeat. */
+void qc_srv_renew_lease(server *s, job *j, int64_t now);
+
+/* Ends every running attempt whose lease is past (lost, counts), and forgets idle workers
+ * silent for worker_timeout_ms. */
+void qc_srv_check_leases(server *s, int64_t now);
+
+/* The loop itself did not run for stalled_ms (SIGSTOP, a VM pause, swapping): the workers'
+ * heartbeats of that time are still on their way in, so a lease checked now would expire
+ * for the coordinator's silence, not the worker's. Every running attempt (and every known
+ * worker) gets a full lease from now to report before any lease is checked (server.h). */
+void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now);
+
+/* ---- outbox.c: messages to workers ---- */
+
+/* Encodes env into a malloc'd *buf of *len bytes; false (logged) on failure. */
+bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len);
+
+/* Sends [rid][body]; false when the peer is gone (ROUTER_MANDATORY) or its queue is full. */
+bool qc_srv_send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *buf, size_t len);
+
+/* Encodes and sends env to rid at once (not waiting for any commit). */
+void qc_srv_send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env);
+
+/* Queues an ACK of (job_id, attempt, seq, final) until the open batch is durable. */
+void qc_srv_send_ack(server *s, const char *rid, size_t rid_len, int64_t job_id, uint32_t attempt,
+                     uint64_t seq, bool final);
+
+/* Sends CANCEL of (job_id, attempt) with reason at once. */
+void qc_srv_send_cancel(server *s, const char *rid, size_t rid_len, int64_t job_id,
+                        uint32_t attempt, const char *reason);
+
+/* Sends REREGISTER with reason at once (an unknown peer must send HELLO). */
+void qc_srv_send_reregister(server *s, const char *rid, size_t rid_len, const char *reason);
+
+/* Sends job j's ASSIGN to w: after the batch's commit (the attempt row must be durable
+ * first; the lease starts when the first part goes out), or at once (a re-send to a worker
+ * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
+ * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
+void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit);
+
+/* ---- commit.c: the commit pipeline ---- */
+
+/* Queues env for rid until the open batch is durable; assign: the job whose ASSIGN this is
+ * (its lease starts when it goes out), else NULL. */
+void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
+                              job *assign);
+
+/* Sends the actions of the flight list (whose batch is durable). */
+void qc_srv_run_actions(server *s);
+
+/* Moves the open batch's actions to the (empty) flight list. */
+void qc_srv_actions_to_flight(server *s);
+
+/* PostgreSQL went away, or reported a condition of its own (condition: disk full, out of
+ * memory, ... from qc_store_condition; NULL for a lost connection): pause dispatch, keep
+ * every write and its ACKs in memory, and reconnect and retry, every 500 ms after a lost
+ * connection, with a backoff doubling from 500 ms to 8 s under a condition (each retry of
+ * a full disk would otherwise fail twice a second). */
+void qc_srv_db_lost(server *s, const char *why, const char *condition);
+
+/* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
+ * every connection; the writer's takes the advisory lock again before anything is written.
+ * Back: dispatch resumes and the queued batches are committed. Still down: the next retry is
+ * scheduled. Errors: QS_ESTATE (another coordinator holds the lock now). */
+qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err);
+
+/* The last batches at exit, in order: the flying one, one that failed and waits for a retry,
+ * then the open one. Each one's ACKs and ASSIGNs go out after its commit, as in the loop: an
+ * attempt committed without its ASSIGN would wait out the next start's grace period and
+ * count as lost. (Sent before the socket closes; its linger lets them leave.) A failure is
+ * logged. */
+void qc_srv_final_commit(server *s);
+
+/* Group commit, overlapped with the loop: when the writer is idle, hands it the batch that
+ * failed last time (it goes first), else the open batch with its actions, and opens a new
+ * one. An open batch with no writes but with actions (ACKs of ignored messages) needs no
+ * commit: everything before it is durable once the writer is idle, so they go at once. */
+qs_status qc_srv_start_flush(server *s, qs_error *err);
+
+/* Says so, every STALL_LOG_MS, while a batch waits for its commit: a lock held by another
+ * session or a stopped server otherwise stalls the sweep without a word (heartbeats are still
+ * answered). */
+void qc_srv_log_stall(server *s, int64_t now);
+
+/* Collects the writer's outcome (waiting for it when wait is true): on success sends what
+ * waited for the batch; on a lost connection keeps the batch and its actions for a retry
+ * and pauses dispatch; any other failure is returned. */
+qs_status qc_srv_finish_flush(server *s, bool wait, qs_error *err);
+
+/* Whether nothing waits to be written or sent. */
+bool qc_srv_all_durable(server *s);
+
+#endif

@@ -1,0 +1,83 @@
+/* The Llama forward pass, written once over the ops table (ops.h), and what it reads: the
+ * engine-internal view of a model (its tensors in their current form, its backend and run
+ * state) as one or more ranks. model.c builds the single rank of an unsharded model; shard.c
+ * builds the N ranks of a tensor-parallel one (Megatron-LM, arXiv 1909.08053). Not a public
+ * header of the worker: jobs and the evaluation go through model.h.
+ *
+ * Shapes: T = tokens, D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim,
+ * V = vocab, all of the rank's shard (a rank of N holds H/N heads, G/N kv heads, F/N of the
+ * hidden units and V/N of lm_head's rows; D is whole on every rank). */
+#ifndef QW_FORWARD_H
+#define QW_FORWARD_H
+
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "ops.h"
+#include "policy.h"
+#include "quant.h"
+#include "runstate.h"
+#include "weights.h"
+
+/* One quantizable tensor of a rank: a block linear, lm_head or the embeddings. */
+typedef struct qw_linear {
+    const qw_weight *master; /* the unquantized weight [out x in] (the rank's slice) */
+    qw_weight w;             /* what the forward pass reads: *master, or over `packed` */
+    qk_packed packed;        /* the quantized weights of the current policy (packed.storage_
+                                NULL when none) */
+    int out, in;
+    qw_quant_spec spec; /* weight and activation formats of the current policy */
+    int quantized;      /* spec has a weight or activation format */
+    int tensor_index;   /* layer*7 + kind; n_layers*7 lm_head; n_layers*7+1 embeddings */
+    double sig, noise;  /* SQNR probe sums */
+} qw_linear;
+
+/* What one rank's forward pass reads and writes. */
+typedef struct qw_rank {
+    qw_config cfg;    /* the rank's shard shape (n_heads, n_kv_heads, hidden_dim divided) */
+    qw_backend be;    /* the rank's backend (the CPU one, or one GPU) */
+    qw_runstate rs;   /* activations of the shard shape, from be */
+    qw_linear *lin;   /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
+    const float *final_norm;        /* [D] */
+    const float *const *attn_norm;  /* [L] each [D] */
+    const float *const *ffn_norm;   /* [L] each [D] */
+    int vocab0;       /* first lm_head row (vocabulary id) of the rank's slice; 0 unsharded */
+    float *amax;      /* [1] backend memory: a sharded activation's global amax, or NULL */
+    int probe;        /* SQNR probe on (unsharded models only) */
+    float *ref;       /* [max_ctx x largest out] probe reference output while the probe is on */
+} qw_rank;
+
+/* The prefix cache of an unsharded model (model.c): the forward asks it where to start and
+ * hands it the residual stream at each block boundary it reaches. */
+typedef struct qw_prefix_cache qw_prefix_cache;
+
+/* Looks tokens[T] up for a forward whose first quantized block is fq: returns the block to
+ * start at (0 = run from the embeddings) and, when > 0, has copied the stored residual
+ * [T x D] at that boundary into x. pc NULL: 0. */
+int qw_prefix_cache_begin(qw_prefix_cache *pc, const uint32_t *tokens, int T, int fq, float *x);
+
+/* The residual x [T x D] at the input of block `boundary` (n_layers: before the final norm)
+ * of the forward begun last: stored when boundary <= fq and not stored yet. pc NULL: no-op. */
+void qw_prefix_cache_reached(qw_prefix_cache *pc, int boundary, int fq, const float *x);
+
+/* First block with a quantized linear (weights or activations) of rank r; 0 when the
+ * embeddings are quantized, n_layers when no block is. */
+int qw_forward_first_quantized_block(const qw_rank *r);
+
+/* Runs tokens[0..T-1] over the n ranks in lockstep, op by op (one host thread: on GPUs each
+ * op is queued on every rank's device before the next; on the CPU the ranks run one after
+ * the other). n == 1 is the unsharded model: no all-reduce, the prefix cache pc may be used.
+ * n > 1: the partial outputs of o_proj and down_proj are summed over the ranks with the
+ * ops' allreduce, a sharded activation's amax is MAX-all-reduced before it is quantized, and
+ * each rank's lm_head rows (a vocabulary slice) are gathered into `gathered`
+ * [(T - row0) x V_full] host memory (NULL when n == 1). *logits is rank 0's logits (n == 1)
+ * or `gathered`. name_of(index) names linear `index` in errors.
+ * Errors: those of the ops (wrapped with the linear's name). */
+qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens, int T, int row0,
+                           qw_prefix_cache *pc, float *gathered, int vocab_full,
+                           const char *(*name_of)(const void *ctx, int index, char *buf,
+                                                  size_t cap),
+                           const void *name_ctx, const float **logits, qs_error *err);
+
+#endif
