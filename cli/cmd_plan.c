@@ -748,6 +748,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     printf("predicted %s: %.6g (sum of the isolated measurements; damage is not additive: "
            "measure the plan)\n",
            o.objective, cost);
+    double nvfp4_measured = NAN;
     for (size_t f = 0; f < in.n_formats; f++) {
         if (!strcmp(in.formats[f], "bf16")) continue;
         double u = 0;
@@ -766,6 +767,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                           json_object_get(in.options, in.formats[f]));
         char meas[96] = "";
         if (!isnan(um)) snprintf(meas, sizeof meas, ", measured %.6g", um);
+        if (!strcmp(in.formats[f], "nvfp4")) nvfp4_measured = um;
         if (isnan(u))
             printf("uniform %s: not every item was measured%s\n", in.formats[f], meas);
         else
@@ -783,9 +785,13 @@ int qsweep_cmd_plan(int argc, char **argv) {
     else if (isnan(pm))
         printf("measured %s of the plan: not yet (policy %s; --validate queues it)\n",
                o.objective, id);
-    else
+    else if (isnan(nvfp4_measured))
         printf("measured %s of the plan: %.6g (policy %s; predicted %.6g)\n", o.objective, pm,
                id, cost);
+    else
+        printf("measured %s of the plan: %.6g (policy %s; predicted %.6g; uniform nvfp4 "
+               "measured %.6g)\n",
+               o.objective, pm, id, cost, nvfp4_measured);
     FILE *out = stdout;
     if (o.output && !(out = fopen(o.output, "w"))) {
         st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", o.output, strerror(errno));

@@ -563,6 +563,7 @@ static void test_validate_measures_the_plan(void **state) {
     assert_true(fabs(m_plan - stored) <= 1e-5 * stored);
     assert_true(m_plan > 0);
     assert_true(fabs(number_after(line, "; predicted ") - predicted) <= 1e-5 * predicted);
+    assert_true(fabs(number_after(line, "; uniform nvfp4 measured ") - cum_nv) <= 1e-5 * cum_nv);
 
     /* the stored map: the plan's non-bf16 linears, each in the format the grid file gives */
     const char *p1[1] = {id};
