@@ -304,6 +304,9 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
         s->block = s->part = -1;
         s->policy = json_deep_copy(map);
         if (!s->policy) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    } else if (json_object_get(spec, "policy")) {
+        /* kept, it would count in the key; dropped, re-encoding would change the key */
+        return qs_error_set(err, QS_EINVAL, "job spec: policy applies to mode policy only");
     } else if ((st = parse_part(s, p, err))) {
         return st;
     }

@@ -17,7 +17,7 @@
  * memory per GPU computed by its kind (kinds/resources.h) unless gpu_memory_mib is given.
  * The rest is the kind's. A
  * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
- * optional):
+ * optional; `formats` too when the only mode is policy):
  *
  *   name: smollm2-fp4-components          # experiment name
  *   description: free text
@@ -27,11 +27,13 @@
  *     - {path: ../ckpt/tiny, name: tiny}
  *     - {synthetic: llama2-7b, seed: 1}   # named Llama shape, random weights from the seed
  *   dataset: {tokens: ../data/wiki.tokens, ctx: 256, max_chunks: 16}   # max_chunks 0: all
+ *            # or {text: ../data/wiki.txt, ...}: UTF-8, tokenized by each model's tokenizer
  *   sensitivity:
  *     formats: [nvfp4, {name: mxfp4, options: {scale_rule: floor}}]
  *     quantize: [weights, weights+activations]     # W4A16, W4A4; default [weights]
  *     modes: [component, block]   # component | block | layer | cumulative | leave_one_out
- *                                 # | leave_one_out_block | leave_one_out_layer (names.h)
+ *                                 # | leave_one_out_block | leave_one_out_layer | policy
+ *     policy: {"0.q": nvfp4, "3.down": bf16}   # mode policy: a format per linear (names.h)
  *     parts: [q, k, v, o, gate, up, down, lm_head, embeddings]   # of component and
  *                                 # leave_one_out modes; default the seven block linears
  *     metrics: [ppl, kl, top1, sqnr]              # default: all four
