@@ -137,6 +137,31 @@ static qs_status probe_tokens_match_model(void *user, const char *tokens_path,
     return st;
 }
 
+/* A text through the model's own tokenizer (qw_text_dataset: cached per tokenizer and text),
+ * with the BOS id each chunk starts with when the tokenizer adds one (llama.cpp's
+ * perplexity; worker/engine/eval.h bos_id). */
+static qs_status probe_text_dataset(void *user, const char *model_path, const char *text_path,
+                                    qc_dataset_facts *out, int *bos_id, qs_error *err) {
+    (void)user;
+    qw_tokens t = {0};
+    char cached[4096];
+    qs_status st = qw_text_dataset(model_path, text_path, NULL, &t, cached, sizeof cached, err);
+    if (st) return st;
+    uint32_t mx = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.ids[i] > mx) mx = t.ids[i];
+    out->n_tokens = t.n;
+    out->max_token = mx;
+    out->vocab_size = t.vocab_size;
+    memcpy(out->digest, t.digest, sizeof out->digest);
+    qw_tokens_free(&t);
+    qw_tokenizer *tk = NULL;
+    if ((st = qw_tokenizer_open(model_path, &tk, err))) return st;
+    *bos_id = qw_tokenizer_adds_bos(tk) ? (int)qw_tokenizer_bos(tk) : -1;
+    qw_tokenizer_free(tk);
+    return QS_OK;
+}
+
 static int probe_format(void *user, const char *name) {
     (void)user;
     return qk_format_by_name(name) != NULL;
@@ -186,6 +211,7 @@ const qc_grid_probe *qsweep_probe(void) {
                                         NULL,
                                         probe_synthetic,
                                         probe_tokens_match_model,
-                                        probe_run_state_bytes};
+                                        probe_run_state_bytes,
+                                        probe_text_dataset};
     return &probe;
 }

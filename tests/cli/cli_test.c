@@ -185,7 +185,8 @@ static void test_paths_that_are_not_regular_files_exit_2(void **state) {
 /* A token file is checked against each model's own tokenizer (worker/tokenizer
  * qw_tokenizer_check_tokens): one made by another tokenizer is refused (exit 2) naming the
  * token file and both tokenizers, a version 2 file by digest, a version 1 file by vocabulary
- * size; the committed SmolLM2 file (version 1, vocab 49152) is accepted with SmolLM2. */
+ * size; the committed SmolLM2 file (version 2, made by `qsweep tokenize`) is accepted with
+ * SmolLM2. */
 static void test_token_file_of_another_tokenizer_exits_2(void **state) {
     (void)state;
     char *dir = fx_tempdir("qsweep-cli-tok");
@@ -209,13 +210,26 @@ static void test_token_file_of_another_tokenizer_exits_2(void **state) {
     if (!strstr(out, "/llama2.tokens: made by tokenizer ") ||
         !strstr(out, "but the tokenizer of ") || !strstr(out, "/model is "))
         fail_msg("version 2 file:\n%s", out);
-    snprintf(set_t, sizeof set_t, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens",
-             QSWEEP_SOURCE_DIR);
+    /* a version 1 file (no digest) of SmolLM2's vocabulary size */
+    uint32_t ids[600];
+    for (size_t i = 0; i < 600; i++)
+        ids[i] = (uint32_t)(i * 37 % 300);
+    snprintf(toks, sizeof toks, "%s/smollm2.v1.tokens", dir);
+    assert_int_equal(fx_write_tokens(toks, ids, 600, 49152), 0);
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s", toks);
     const char *v1[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
     assert_int_equal(qsweep(v1), 2);
-    if (!strstr(out, "gpl3.smollm2.tokens: field \"vocab_size\" = 49152, but the tokenizer of ") ||
+    if (!strstr(out, "smollm2.v1.tokens: field \"vocab_size\" = 49152, but the tokenizer of ") ||
         !strstr(out, "/model has 128257 tokens"))
         fail_msg("version 1 file:\n%s", out);
+    /* the committed SmolLM2 file (version 2, `qsweep tokenize`) names SmolLM2's tokenizer */
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens",
+             QSWEEP_SOURCE_DIR);
+    const char *v2s[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
+    assert_int_equal(qsweep(v2s), 2);
+    if (!strstr(out, "gpl3.smollm2.tokens: made by tokenizer ") ||
+        !strstr(out, "but the tokenizer of "))
+        fail_msg("committed version 2 file:\n%s", out);
     fx_rmtree(dir);
     free(dir);
     /* SmolLM2 itself (tools/fetch_smollm2.sh), where it has been fetched */
