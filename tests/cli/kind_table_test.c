@@ -56,7 +56,8 @@ static void test_rows_and_job_kinds_agree(void **state) {
         if (!qc_grid_kind_find(rows[r].grid_kind))
             fail_msg("row %s is not a grid kind (%s)", rows[r].grid_kind, qc_grid_kind_names());
         assert_non_null(rows[r].register_worker);
-        defaults += rows[r].print_table == NULL;
+        assert_true((rows[r].holds == NULL) == (rows[r].print_results == NULL));
+        defaults += rows[r].print_results == NULL;
     }
     assert_int_equal(defaults, 1); /* one family is the default results layout */
 }
