@@ -161,6 +161,11 @@ qs_status qsweep_register_worker_kinds(qs_error *err);
 qs_status qsweep_print_kind_tables(qc_store *db, const char *name, int format, FILE *out,
                                    int *printed, qs_error *err);
 
+/* The --gpus value of local worker i (0-based) of qsweep run on a machine with n_gpus visible
+ * GPUs: "i mod n_gpus" (round robin, so local workers do not all offer every GPU), or "none"
+ * when n_gpus <= 0 (or i < 0), into buf (cap bytes, NUL included). */
+void qsweep_run_worker_gpus(int i, int n_gpus, char *buf, size_t cap);
+
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns
  * an exit code. */

@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "clock.h"
+#include "gpu_info.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -219,6 +220,7 @@ typedef struct run_state {
     int restarts, max_restarts; /* worker restarts so far, and the budget */
     char ipc_dir[64];
     char endpoint[128], threads[32], host[64];
+    int n_gpus; /* visible GPUs, shared out among the workers (qsweep_run_worker_gpus) */
 } run_state;
 
 /* The handle of an adopted cluster: kept (reachable) and never destroyed, since destroying
@@ -233,8 +235,10 @@ static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
         snprintf(id, sizeof id, "%.40s-run%d-w%zu-r%d", r->host, (int)getpid(), i, w->restarts);
     else
         snprintf(id, sizeof id, "%.40s-run%d-w%zu", r->host, (int)getpid(), i);
-    char *av[] = {"qsweep", "worker",    "--connect", r->endpoint, "--id",
-                  id,       "--threads", r->threads,  NULL};
+    char gpus[16];
+    qsweep_run_worker_gpus((int)i - 1, r->n_gpus, gpus, sizeof gpus);
+    char *av[] = {"qsweep",    "worker",   "--connect", r->endpoint, "--id", id,
+                  "--threads", r->threads, "--gpus",    gpus,        NULL};
     return spawn(w, av, err);
 }
 
@@ -487,6 +491,11 @@ int qsweep_cmd_run(int argc, char **argv) {
         snprintf(lease, sizeof lease, "%d", lease_ms);
         snprintf(r.threads, sizeof r.threads, "%d", threads);
         r.max_restarts = RESTARTS_PER_WORKER * workers;
+        qw_gpu gpus[QW_GPUS_MAX]; /* worker i offers GPU i mod G (or none) */
+        size_t n_gpus = 0;
+        char why[256];
+        qw_gpu_discover(gpus, QW_GPUS_MAX, &n_gpus, why, sizeof why);
+        r.n_gpus = (int)n_gpus;
         if (!st) {
             child *co = &r.children[r.n_children++];
             snprintf(co->name, sizeof co->name, "coordinator");

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "gpu_info.h"
+#include "jobs_backend.h"
 #include "loop.h"
 #include "server.h"
 
@@ -112,7 +113,7 @@ static void worker_usage(FILE *out) {
     fprintf(
         out,
         "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--gpus LIST]\n"
-        "                     [--exit-when-idle SECONDS] [--quiet]\n"
+        "                     [--backend auto|cpu|cuda] [--exit-when-idle SECONDS] [--quiet]\n"
         "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
         "  loaded models between jobs.\n"
         "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
@@ -124,6 +125,10 @@ static void worker_usage(FILE *out) {
         "                      native FP4), which gives a job asking for GPUs only to a worker\n"
         "                      whose GPUs fit it; without CUDA or a GPU jobs run on the CPU\n"
         "                      backend. An index not present exits 2\n"
+        "  --backend KIND      where models run: auto (default, else $QSWEEP_BACKEND): CUDA on\n"
+        "                      the first offered GPU when the build has CUDA, else the CPU; cpu;\n"
+        "                      cuda (exits 2 without CUDA or with --gpus none). Jobs with the\n"
+        "                      SQNR probe run on the CPU. Results record gemm_path\n"
         "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
         "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
         "  --quiet             log only warnings and errors (not each job started and finished)\n"
@@ -138,14 +143,17 @@ int qsweep_cmd_worker(int argc, char **argv) {
         {"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
         {"exit-when-idle", required_argument, 0, 'e'},
-        {"gpus", required_argument, 0, 'g'},
+        {"gpus", required_argument, 0, 'g'},     {"backend", required_argument, 0, 'b'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
     int c, idle_s = 0;
-    const char *gpus_arg = NULL;
+    const char *gpus_arg = NULL, *backend_arg = NULL;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:i:t:e:g:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:i:t:e:g:b:qh", opts, NULL)) != -1) {
         switch (c) {
+        case 'b':
+            backend_arg = optarg;
+            break;
         case 'g':
             gpus_arg = optarg;
             break;
@@ -192,6 +200,14 @@ int qsweep_cmd_worker(int argc, char **argv) {
         return QSWEEP_EXIT_INPUT;
     }
     o.gpus = chosen;
+    qw_jobs_backend be; /* the job kinds' backend (worker/jobs/jobs_backend.h) */
+    if (qw_jobs_backend_config(backend_arg, chosen, o.n_gpus, qw_backend_cuda_built(), &be, &err)) {
+        fprintf(stderr, "qsweep worker: %s\n", err.msg);
+        return err.code == QS_EUNSUPPORTED ? QSWEEP_EXIT_INPUT : QSWEEP_EXIT_USAGE;
+    }
+    qw_jobs_backend_set(&be);
+    if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
+        fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {
         for (size_t i = 0; i < o.n_gpus; i++) {
             char d[160];

@@ -11,7 +11,9 @@
 #include "cli.h"
 
 /* One row per (model, format, options, quantize, mode, part): the part's perplexity, its
- * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement. Sorted
+ * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, and the
+ * GEMM path(s) its jobs ran with (v_gemm_path, schema/080_gemm_path.sql: "cpu", "bf16", ...;
+ * comma-separated when they differ; CSV and JSON only). Sorted
  * by damage within each (model, format, options, quantize, mode): mean KL divergence from the
  * baseline first (a paired measure, steadier than a difference of two perplexities on a few
  * thousand tokens), then the perplexity increase (the order when KL was not measured). The
@@ -24,8 +26,10 @@ static const char *const RESULTS_SQL =
     "       max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'kl_p99') AS kl_p99,\n"
-    "       max(s.value) FILTER (WHERE s.metric = 'top1') AS top1\n"
+    "       max(s.value) FILTER (WHERE s.metric = 'top1') AS top1,\n"
+    "       string_agg(DISTINCT g.gemm_path, ',' ORDER BY g.gemm_path) AS gemm_path\n"
     "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+    "LEFT JOIN v_gemm_path g ON g.job_id = s.job_id\n"
     "WHERE s.experiment = %s\n"
     "GROUP BY 1, 2, 3, 4, 5, 6\n"
     "ORDER BY 1, 2, 3, 4, 5, kl_mean DESC NULLS LAST, delta_ppl DESC NULLS LAST";
@@ -43,11 +47,13 @@ enum {
     C_KL,
     C_KL99,
     C_TOP1,
+    C_GEMM,
     C_N
 };
 static const char *const col_names[C_N] = {"model",     "format",  "options",      "quantize",
                                            "mode",      "part",    "baseline_ppl", "ppl",
-                                           "delta_ppl", "kl_mean", "kl_p99",       "top1"};
+                                           "delta_ppl", "kl_mean", "kl_p99",       "top1",
+                                           "gemm_path"};
 
 static double num(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
@@ -111,7 +117,7 @@ static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
                 v = json_null();
             else if (c == C_OPTIONS)
                 v = json_loads(PQgetvalue(r, i, c), 0, NULL);
-            else if (c >= C_BASE)
+            else if (c >= C_BASE && c != C_GEMM)
                 v = json_real(num(r, i, c));
             else
                 v = json_string(PQgetvalue(r, i, c));

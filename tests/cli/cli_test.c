@@ -301,6 +301,30 @@ static void test_help_texts_are_complete(void **state) {
     assert_non_null(strstr(out, "\n  --quiet "));
 }
 
+/* qsweep worker --backend (worker/jobs/jobs_backend.h): refused before it connects when the
+ * name is unknown (exit 1, naming the option or $QSWEEP_BACKEND) or when CUDA is forced on a
+ * worker with no GPU (--gpus none: exit 2); --help describes it. */
+static void test_worker_backend_choice_is_checked_at_start(void **state) {
+    (void)state;
+    const char *bad[] = {"worker", "--backend", "gpu", "--connect", "ipc:///nonexistent/q", NULL};
+    assert_int_equal(qsweep(bad), 1);
+    if (!strstr(out, "qsweep worker: --backend \"gpu\": expected auto, cpu or cuda"))
+        fail_msg("%s", out);
+    const char *cuda[] = {"worker", "--backend", "cuda", "--gpus", "none", NULL};
+    assert_int_equal(qsweep(cuda), 2);
+    if (!strstr(out, "--backend cuda:")) fail_msg("%s", out);
+    setenv("QSWEEP_BACKEND", "fast", 1);
+    const char *env[] = {"worker", "--gpus", "none", NULL};
+    int rc = qsweep(env);
+    unsetenv("QSWEEP_BACKEND");
+    assert_int_equal(rc, 1);
+    if (!strstr(out, "$QSWEEP_BACKEND \"fast\"")) fail_msg("%s", out);
+    const char *help[] = {"worker", "--help", NULL};
+    assert_int_equal(qsweep(help), 0);
+    assert_non_null(strstr(out, "[--backend auto|cpu|cuda]"));
+    assert_non_null(strstr(out, "\n  --backend KIND "));
+}
+
 static void assert_z85_key(const char *k) {
     assert_int_equal(strlen(k), 40);
 }
@@ -446,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_keygen_env_and_key_files),
         cmocka_unit_test(test_hf_config_json_as_model_names_the_folder),
         cmocka_unit_test(test_stdout_write_errors_exit_4),
+        cmocka_unit_test(test_worker_backend_choice_is_checked_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,6 +148,12 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
         query_long(c, "SELECT count(*) FROM v_sensitivity WHERE part = 'down' AND format = 'nvfp4'"
                       " AND quantize = 'weights' AND metric LIKE 'sqnr_db.%.down'"),
         3);
+    /* no GPU here: every job (baselines too) ran on the CPU backend and says so, once */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_gemm_path WHERE gemm_path = 'cpu'"),
+                     TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name LIKE 'gemm\\_path.%'"),
+                     TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name = 'probe_on_cpu'"), 0);
 
     const char *submit[] = {"submit", TINY, "--db", qc_pgserver_conninfo(pg), NULL};
     rc = qsweep(out, sizeof out, submit);
@@ -179,6 +185,11 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     for (const char *p = out; *p; p++)
         lines += *p == '\n';
     assert_int_equal(lines, 1 + TINY_JOBS - 1);
+    assert_non_null(strstr(out, ",top1,gemm_path\n"));
+    size_t cpu_rows = 0; /* each row's last field */
+    for (const char *p = strstr(out, ",cpu\n"); p; p = strstr(p + 1, ",cpu\n"))
+        cpu_rows++;
+    assert_int_equal(cpu_rows, TINY_JOBS - 1);
     const char *json[] = {"results", "tiny", "--json", "--db", qc_pgserver_conninfo(pg), NULL};
     assert_int_equal(qsweep(out, sizeof out, json), 0);
     json_error_t je;
@@ -188,6 +199,9 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     json_t *first = json_array_get(rows, 0);
     assert_true(json_real_value(json_object_get(first, "ppl")) > 0);
     assert_true(json_is_object(json_object_get(first, "options")));
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(rows, i), "gemm_path")),
+                            "cpu");
     json_decref(rows);
 
     /* the two workers of the run, as the coordinator recorded them */

@@ -12,9 +12,13 @@
 
 #include "checkpoint.h"
 #include "eval.h"
+#include "jobs_backend.h"
 #include "loop.h"
 #include "sensitivity.h"
 #include "model.h"
+#ifdef QW_JOBS_HAVE_CUDA
+#include "model_cuda.h"
+#endif
 #include "policy.h"
 #include "quant.h"
 #include "synthetic.h"
@@ -91,11 +95,16 @@ qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_di
 typedef struct loaded_model {
     qw_checkpoint *ck;
     qw_model *model;
+    bool on_cuda; /* moved onto the CUDA backend (model_cuda.h) */
 } loaded_model;
 
 static void loaded_model_free(void *p) {
     loaded_model *lm = p;
     if (!lm) return;
+#ifdef QW_JOBS_HAVE_CUDA
+    qs_error ignored = {0};
+    if (lm->on_cuda) qw_model_use_cpu(lm->model, &ignored); /* destroy releases a CPU backend */
+#endif
     qw_model_destroy(lm->model);
     qw_checkpoint_close(lm->ck);
     free(lm);
@@ -120,17 +129,65 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
     return want <= cap ? want : (cap / entry) * entry;
 }
 
+/* Puts lm's model on the backend u names (jobs_backend.h): onto CUDA after loading (weights
+ * are uploaded on first use and kept while the model stays cached), back onto the CPU for a
+ * job that needs it there (the SQNR probe), otherwise left where it is. On the CPU the job's
+ * thread count is applied. Errors: those of qw_model_use_cuda / qw_model_use_cpu /
+ * qw_model_set_threads; on error the model stays on its backend. */
+static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int threads,
+                             qs_error *err) {
+#ifdef QW_JOBS_HAVE_CUDA
+    if (u->use_cuda != lm->on_cuda) {
+        qs_status st = u->use_cuda ? qw_model_use_cuda(lm->model, u->device,
+                                                       (qw_cuda_gemm)u->gemm, err)
+                                   : qw_model_use_cpu(lm->model, err);
+        if (st) return st;
+        lm->on_cuda = u->use_cuda;
+    }
+    if (lm->on_cuda) return QS_OK;
+#else
+    (void)u;
+#endif
+    return qw_model_set_threads(lm->model, threads, err);
+}
+
+/* The GEMM path lm's model runs with, as results record it (jobs_backend.h). */
+static const char *model_gemm_path(const loaded_model *lm) {
+#ifdef QW_JOBS_HAVE_CUDA
+    return qw_model_gemm_path(lm->model);
+#else
+    (void)lm;
+    return "cpu";
+#endif
+}
+
+/* The result rows that say where the job ran: "gemm_path.<path>" = 1, and "probe_on_cpu" = 1
+ * when the SQNR probe kept on the CPU a job the worker would have run on CUDA. */
+static qs_status report_backend(qw_job_ctx *ctx, const char *path, bool probe, qs_error *err) {
+    char name[64];
+    qw_jobs_gemm_path_metric(path, name, sizeof name);
+    qs_status st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    qw_jobs_backend c = qw_jobs_backend_get();
+    if (!st && probe && qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda)
+        st = qw_job_metric(ctx, "probe_on_cpu", 1.0, 0, true, err);
+    return st;
+}
+
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. */
-static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, qw_model **out,
-                           qs_error *err) {
+static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, bool probe,
+                           qw_model **out, const char **gemm_path, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
+    qw_jobs_backend choice = qw_jobs_backend_get();
+    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx) {
         *out = lm->model;
-        return qw_model_set_threads(lm->model, qw_job_threads(ctx), err);
+        qs_status st = place_model(lm, &use, qw_job_threads(ctx), err);
+        *gemm_path = model_gemm_path(lm);
+        return st;
     }
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
@@ -157,12 +214,14 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
         st = qw_model_create(lm->ck, s->dataset.ctx, qw_job_threads(ctx), &lm->model, err);
     size_t cache = st ? 0 : prefix_cache_bytes(qw_model_config(lm->model), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
+    if (!st) st = place_model(lm, &use, qw_job_threads(ctx), err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
     if (st) {
         loaded_model_free(lm);
         return st;
     }
     *out = lm->model;
+    *gemm_path = model_gemm_path(lm);
     return QS_OK;
 }
 
@@ -277,10 +336,12 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, &t, &model, err);
+    const char *gemm_path = "none";
+    if (!st) st = get_model(ctx, &s, &t, false, &model, &gemm_path, err);
     qw_eval_metrics m = {0};
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
+    if (!st) st = report_backend(ctx, gemm_path, false, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
     qs_sensitivity_clear(&s);
@@ -424,7 +485,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, &t, &model, err);
+    const char *gemm_path = "none";
+    bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* runs on the CPU (jobs_backend.h) */
+    if (!st) st = get_model(ctx, &s, &t, probe, &model, &gemm_path, err);
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
@@ -433,10 +496,11 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
-    opt.sqnr = (s.metrics & QS_METRIC_SQNR) != 0;
+    opt.sqnr = probe;
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
+    if (!st) st = report_backend(ctx, gemm_path, probe, err);
     if (!st && (s.metrics & QS_METRIC_KL)) {
         const struct {
             const char *name;

@@ -1,0 +1,173 @@
+/* Where the worker's jobs run (worker/jobs/jobs_backend.h) and which GPU each local worker of
+ * qsweep run offers (cli.h qsweep_run_worker_gpus): the option and $QSWEEP_BACKEND parsing,
+ * the auto / cpu / cuda rules with and without GPUs and CUDA in the build, the SQNR probe kept
+ * on the CPU, and the round robin of GPUs over workers. The CPU path of a whole sweep (every
+ * result's gemm_path = cpu) is checked end to end in run_test.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli.h"
+#include "jobs_backend.h"
+
+/* Two GPUs as `qsweep worker --gpus 1,0` chose them: the first offered is device 1. */
+static const qw_gpu two[2] = {{.name = "NVIDIA H200", .device = 1},
+                              {.name = "NVIDIA H200", .device = 0}};
+
+static void test_auto_uses_the_first_offered_gpu_only_with_cuda_and_a_gpu(void **state) {
+    (void)state;
+    unsetenv("QSWEEP_BACKEND");
+    unsetenv("QSWEEP_CUDA_GEMM");
+    qs_error err = {0};
+    qw_jobs_backend c;
+    assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(c.kind, QW_BACKEND_AUTO);
+    qw_jobs_backend_use u = qw_jobs_backend_pick(&c, true, false);
+    assert_true(u.use_cuda);
+    assert_int_equal(u.device, 1);
+    assert_int_equal(u.gemm, 0); /* fp32, the reference-matching path */
+    /* a build without CUDA runs on the CPU whatever GPUs there are */
+    assert_false(qw_jobs_backend_pick(&c, false, false).use_cuda);
+    /* --gpus none (no GPU offered): the CPU, never an error */
+    assert_int_equal(qw_jobs_backend_config("auto", NULL, 0, true, &c, &err), QS_OK);
+    u = qw_jobs_backend_pick(&c, true, false);
+    assert_false(u.use_cuda);
+    assert_int_equal(u.device, -1);
+}
+
+static void test_cpu_is_the_cpu_and_cuda_needs_a_build_and_a_gpu(void **state) {
+    (void)state;
+    unsetenv("QSWEEP_BACKEND");
+    qs_error err = {0};
+    qw_jobs_backend c;
+    assert_int_equal(qw_jobs_backend_config("cpu", two, 2, true, &c, &err), QS_OK);
+    assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    assert_int_equal(qw_jobs_backend_config("cuda", two, 2, true, &c, &err), QS_OK);
+    assert_true(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    /* a worker started with --gpus none never uses CUDA: forcing it is refused up front */
+    assert_int_equal(qw_jobs_backend_config("cuda", NULL, 0, true, &c, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "--backend cuda: the worker offers no GPU"));
+    assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda); /* *out is the CPU choice */
+    assert_int_equal(qw_jobs_backend_config("cuda", two, 2, false, &c, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "this build has no CUDA backend"));
+    assert_int_equal(qw_jobs_backend_config("gpu", two, 2, true, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "--backend \"gpu\": expected auto, cpu or cuda"));
+}
+
+static void test_the_environment_is_read_when_no_option_is_given(void **state) {
+    (void)state;
+    qs_error err = {0};
+    qw_jobs_backend c;
+    setenv("QSWEEP_BACKEND", "cpu", 1);
+    assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(c.kind, QW_BACKEND_CPU);
+    assert_int_equal(qw_jobs_backend_config("", two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(c.kind, QW_BACKEND_CPU);
+    /* the option wins over the environment */
+    assert_int_equal(qw_jobs_backend_config("auto", two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(c.kind, QW_BACKEND_AUTO);
+    setenv("QSWEEP_BACKEND", "Cuda", 1); /* case-sensitive */
+    assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "$QSWEEP_BACKEND \"Cuda\""));
+    setenv("QSWEEP_BACKEND", "cuda", 1);
+    assert_int_equal(qw_jobs_backend_config(NULL, NULL, 0, true, &c, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "$QSWEEP_BACKEND cuda"));
+    unsetenv("QSWEEP_BACKEND");
+    setenv("QSWEEP_CUDA_GEMM", "lt", 1);
+    assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(c.gemm, 2);
+    assert_int_equal(qw_jobs_backend_pick(&c, true, false).gemm, 2);
+    setenv("QSWEEP_CUDA_GEMM", "fp16", 1);
+    assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "$QSWEEP_CUDA_GEMM \"fp16\""));
+    unsetenv("QSWEEP_CUDA_GEMM");
+}
+
+static void test_the_sqnr_probe_runs_on_the_cpu(void **state) {
+    (void)state;
+    unsetenv("QSWEEP_BACKEND");
+    qs_error err = {0};
+    qw_jobs_backend c;
+    const char *kinds[] = {"auto", "cuda", "cpu"};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(qw_jobs_backend_config(kinds[i], two, 2, true, &c, &err), QS_OK);
+        qw_jobs_backend_use u = qw_jobs_backend_pick(&c, true, true);
+        assert_false(u.use_cuda);
+        assert_int_equal(u.device, -1);
+    }
+}
+
+static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
+    (void)state;
+    setenv("QSWEEP_BACKEND", "cuda", 1); /* read only through qw_jobs_backend_config */
+    qw_jobs_backend c = qw_jobs_backend_get();
+    assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    unsetenv("QSWEEP_BACKEND");
+    qw_jobs_backend set = {.kind = QW_BACKEND_AUTO, .device = 3, .gemm = 1};
+    qw_jobs_backend_set(&set);
+    c = qw_jobs_backend_get();
+    assert_int_equal(c.device, 3);
+    assert_int_equal(c.gemm, 1);
+    assert_true(qw_jobs_backend_pick(&c, true, false).use_cuda);
+}
+
+static void test_gemm_path_metric_names(void **state) {
+    (void)state;
+    char buf[64];
+    const char *paths[] = {"cpu", "fp32", "bf16", "native_fp4", "emulated_bf16"};
+    for (size_t i = 0; i < 5; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "gemm_path.%s", paths[i]);
+        qw_jobs_gemm_path_metric(paths[i], buf, sizeof buf);
+        assert_string_equal(buf, want);
+        /* what schema/080_gemm_path.sql reads back: the name after "gemm_path." */
+        assert_string_equal(buf + strlen("gemm_path."), paths[i]);
+    }
+    qw_jobs_gemm_path_metric(NULL, buf, sizeof buf);
+    assert_string_equal(buf, "gemm_path.none");
+}
+
+static void test_local_workers_share_out_the_gpus_round_robin(void **state) {
+    (void)state;
+    char buf[16];
+    /* 4 workers on 2 GPUs: 0, 1, 0, 1 */
+    const char *want2[] = {"0", "1", "0", "1"};
+    for (int i = 0; i < 4; i++) {
+        qsweep_run_worker_gpus(i, 2, buf, sizeof buf);
+        assert_string_equal(buf, want2[i]);
+    }
+    /* 2 workers on 8 GPUs: one each, not all eight */
+    qsweep_run_worker_gpus(0, 8, buf, sizeof buf);
+    assert_string_equal(buf, "0");
+    qsweep_run_worker_gpus(1, 8, buf, sizeof buf);
+    assert_string_equal(buf, "1");
+    qsweep_run_worker_gpus(255, 8, buf, sizeof buf);
+    assert_string_equal(buf, "7");
+    /* no GPU: none, so the worker runs on the CPU and says so */
+    qsweep_run_worker_gpus(0, 0, buf, sizeof buf);
+    assert_string_equal(buf, "none");
+    qsweep_run_worker_gpus(3, -1, buf, sizeof buf);
+    assert_string_equal(buf, "none");
+    char tiny[3];
+    qsweep_run_worker_gpus(0, 0, tiny, sizeof tiny); /* truncated, still terminated */
+    assert_string_equal(tiny, "no");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auto_uses_the_first_offered_gpu_only_with_cuda_and_a_gpu),
+        cmocka_unit_test(test_cpu_is_the_cpu_and_cuda_needs_a_build_and_a_gpu),
+        cmocka_unit_test(test_the_environment_is_read_when_no_option_is_given),
+        cmocka_unit_test(test_the_sqnr_probe_runs_on_the_cpu),
+        cmocka_unit_test(test_without_a_set_choice_nothing_but_the_cpu),
+        cmocka_unit_test(test_gemm_path_metric_names),
+        cmocka_unit_test(test_local_workers_share_out_the_gpus_round_robin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
