@@ -8,9 +8,32 @@
  * residuals differ in the last bits; the cache's logits must stay bit-identical to a fresh
  * forward); the SQNR probe is switched off and its host buffer freed (on CUDA the probe is
  * refused: its reference buffer is host memory the GPU cannot write; backend choice in the
- * model proper, docs/notes/gpueng-to-fwd.md, lifts this).
+ * model proper lifts this).
  * Call qw_model_use_cpu before qw_model_destroy or qw_model_set_threads: both release the
- * backend as a CPU one. */
+ * backend as a CPU one.
+ *
+ * Open (for the engine's model and ops table, worker/engine model.c / ops.h / shard.c; each
+ * removes a workaround of this file, none blocks it):
+ *   1. A backend choice in the model: qw_model_create* always opens the CPU backend, and this
+ *      file swaps backend and run state of a built, unsharded model through model_internal.h
+ *      (m->rank.be, .rs, .probe, .ref, m->prefix, m->threads: change them here too if they
+ *      move). Better: these functions in model.c, one backend per rank
+ *      (qw_backend_cuda_init(&rank.be, device_of_rank, ...)), which also lets the SQNR probe
+ *      and tensor parallelism run on GPUs (the sweep's jobs keep both on the CPU until then:
+ *      worker/jobs/jobs_backend.h).
+ *   2. Tensor parallelism on GPUs: a per-rank init callback for qw_tp_create (shard.h) that
+ *      puts rank r on device r, its allreduce entry through qw_comm_allreduce
+ *      (worker/comm/comm_nccl.h) for a multi-node group; shard.c reads rank->amax[0] on the
+ *      host after the MAX all-reduce (fine with managed memory).
+ *   3. A `release` entry in the ops table that qw_backend_release calls (the CUDA table's
+ *      aggregate initializer needs the member at the same time), so model destroy is right on
+ *      either backend without qw_model_use_cpu first.
+ *   4. apply_policy.c could call qw_backend_cuda_forget_weights (or a `weights_changed` table
+ *      entry, a no-op on the CPU) when it re-quantizes packed slots; today the device cache
+ *      notices the change by fingerprint, which costs a hash per use.
+ *   5. Plain device memory instead of managed memory would need to_device / to_host entries,
+ *      called by runstate_init's RoPE tables, the prefix cache's memcpy and the evaluation's
+ *      reading of logits. */
 #ifndef QW_MODEL_CUDA_H
 #define QW_MODEL_CUDA_H
 

@@ -175,13 +175,15 @@ static qs_status report_backend(qw_job_ctx *ctx, const char *path, bool probe, q
 
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
- * prefix cache. */
+ * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
+ * SQNR probe, which runs on the CPU), and *gemm_path says which GEMM path it runs with. */
 static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, bool probe,
                            qw_model **out, const char **gemm_path, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
-    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe);
+    bool cpu_only = probe || s->resources.gpu_count > 1; /* jobs_backend.h */
+    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), cpu_only);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx) {
         *out = lm->model;

@@ -36,10 +36,11 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
     return QS_OK;
 }
 
-qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool probe) {
+qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built,
+                                         bool cpu_only) {
     qw_jobs_backend_use u = {.use_cuda = false, .device = -1, .gemm = c->gemm};
     bool cuda = c->kind != QW_BACKEND_CPU && cuda_built && c->device >= 0;
-    if (cuda && !probe) {
+    if (cuda && !cpu_only) {
         u.use_cuda = true;
         u.device = c->device;
     }

@@ -11,7 +11,8 @@
  *     started with `--gpus none` never uses CUDA.
  *   - A job that asks for the SQNR probe runs on the CPU whatever the choice (the CUDA backend
  *     refuses the probe: worker/engine/model_cuda.h), and its result says so (metric
- *     "probe_on_cpu" = 1 when the worker would have used CUDA).
+ *     "probe_on_cpu" = 1 when the worker would have used CUDA). So does a tensor-parallel job
+ *     (resources.gpu_count > 1): its ranks are CPU backends for now (qw_jobs_backend_pick).
  * Every eval and baseline result records the GEMM path it ran with as one final metric named
  * "gemm_path.<path>" with value 1 (path: cpu, fp32, bf16, native_fp4, emulated_bf16: backend.h
  * qw_backend_gemm_path_name), so SQL groups by substr(name, 11) (schema/080_gemm_path.sql).
@@ -50,9 +51,12 @@ typedef struct qw_jobs_backend_use {
 qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size_t n_gpus,
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err);
 
-/* Where a model goes under choice c (see the rules above); probe: the job asks for the SQNR
- * probe. Pure: the same inputs give the same answer. */
-qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool probe);
+/* Where a model goes under choice c (see the rules above); cpu_only: the job needs the CPU
+ * backend (the SQNR probe; tensor parallelism, whose ranks are CPU backends until the engine
+ * opens one CUDA backend per rank: worker/engine/shard.h qw_tp_create's init). Pure: the same
+ * inputs give the same answer. */
+qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built,
+                                         bool cpu_only);
 
 /* Sets the process-wide choice the job kinds read (qw_jobs_backend_get); call before qw_run.
  * Without a call the choice is "auto" with no GPU offered: the CPU (a worker that never said
