@@ -55,6 +55,10 @@ const char *qw_model_gemm_path(const qw_model *m) {
     return qw_backend_gemm_path_name(&m->rank.be);
 }
 
+void qw_model_gemm_path_reset(qw_model *m) {
+    if (on_cuda(m)) qw_backend_cuda_gemm_path_reset(&m->rank.be);
+}
+
 void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out) {
     qw_backend_cuda_cache_stats(&m->rank.be, out);
 }

@@ -52,7 +52,13 @@ qs_status qw_model_use_cpu(qw_model *m, qs_error *err);
 /* The device weight cache of m's CUDA backend (zeros on the CPU). */
 void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out);
 
-/* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it. */
+/* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it; with the "lt"
+ * GEMM the most specific path run since qw_model_gemm_path_reset ("native_fp4",
+ * "emulated_bf16", "bf16"). */
 const char *qw_model_gemm_path(const qw_model *m);
+
+/* Starts a new count of the paths m's linears run (qw_backend_cuda_gemm_path_reset); call it
+ * before a job's evaluation so the path recorded is the job's own. A no-op on the CPU. */
+void qw_model_gemm_path_reset(qw_model *m);
 
 #endif

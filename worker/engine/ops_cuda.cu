@@ -599,6 +599,11 @@ extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
 }
 
+extern "C" void qw_backend_cuda_gemm_path_reset(qw_backend *b) {
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (c && c->gemm == QW_CUDA_GEMM_LT) qw_cuda_lt_path_reset(c);
+}
+
 extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out) {
     memset(out, 0, sizeof *out);
     const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;

@@ -81,6 +81,10 @@ void qw_backend_cuda_release(qw_backend *b);
  * backend. */
 const char *qw_backend_gemm_path(const qw_backend *b);
 
+/* Forgets which paths b's linears ran so far, so qw_backend_gemm_path says what runs after
+ * (a job's own path: the worker's cached model serves many jobs). A no-op on other backends. */
+void qw_backend_cuda_gemm_path_reset(qw_backend *b);
+
 /* Weight-cache counters: device copies made (uploads, re-uploads of a changed packed slot
  * included), uses served from the cache, and device bytes the cache holds. */
 typedef struct qw_cuda_cache_stats {

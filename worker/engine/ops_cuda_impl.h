@@ -85,11 +85,13 @@ qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, siz
 
 /* The QW_CUDA_GEMM_LT path (ops_cuda_lt.cu): set-up (QS_EUNSUPPORTED when built without
  * kernels/cuda/qk_gemm.h), release, forgetting the FP4 weights, the most specific path run so
- * far ("native_fp4", "emulated_bf16", "bf16"), and the linear y[T x out] = q(x) W^T. */
+ * far ("native_fp4", "emulated_bf16", "bf16") and its reset (none run yet), and the linear
+ * y[T x out] = q(x) W^T. */
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err);
 void qw_cuda_lt_release(cuda_ctx *c);
 void qw_cuda_lt_forget(cuda_ctx *c);
 const char *qw_cuda_lt_path(const cuda_ctx *c);
+void qw_cuda_lt_path_reset(cuda_ctx *c);
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err);
 

@@ -172,6 +172,11 @@ const char *qw_cuda_lt_path(const cuda_ctx *c) {
     return qk_gemm_path_name((qk_gemm_path)s->best_path);
 }
 
+void qw_cuda_lt_path_reset(cuda_ctx *c) {
+    lt_state *s = (lt_state *)c->lt;
+    if (s) s->best_path = -1;
+}
+
 __global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -278,6 +283,10 @@ void qw_cuda_lt_forget(cuda_ctx *c) {
 const char *qw_cuda_lt_path(const cuda_ctx *c) {
     (void)c;
     return "bf16";
+}
+
+void qw_cuda_lt_path_reset(cuda_ctx *c) {
+    (void)c;
 }
 
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,

@@ -131,7 +131,8 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
 
 /* Puts lm's model on the backend u names (jobs_backend.h): onto CUDA after loading (weights
  * are uploaded on first use and kept while the model stays cached), back onto the CPU for a
- * job that needs it there (the SQNR probe), otherwise left where it is. On the CPU the job's
+ * job that needs it there (the SQNR probe), otherwise left where it is. On CUDA the count of
+ * GEMM paths run starts again (report_backend records the job's own); on the CPU the job's
  * thread count is applied. Errors: those of qw_model_use_cuda / qw_model_use_cpu /
  * qw_model_set_threads; on error the model stays on its backend. */
 static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int threads,
@@ -144,26 +145,28 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
         if (st) return st;
         lm->on_cuda = u->use_cuda;
     }
-    if (lm->on_cuda) return QS_OK;
+    if (lm->on_cuda) {
+        qw_model_gemm_path_reset(lm->model); /* the path results record is this job's */
+        return QS_OK;
+    }
 #else
     (void)u;
 #endif
     return qw_model_set_threads(lm->model, threads, err);
 }
 
-/* The GEMM path lm's model runs with, as results record it (jobs_backend.h). */
-static const char *model_gemm_path(const loaded_model *lm) {
+/* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
+ * path is the most specific one its linears ran since get_model reset the count):
+ * "gemm_path.<path>" = 1 (jobs_backend.h), and "probe_on_cpu" = 1 when the SQNR probe kept on
+ * the CPU a job the worker would have run on CUDA. */
+static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool probe,
+                                qs_error *err) {
 #ifdef QW_JOBS_HAVE_CUDA
-    return qw_model_gemm_path(lm->model);
+    const char *path = qw_model_gemm_path(model);
 #else
-    (void)lm;
-    return "cpu";
+    (void)model;
+    const char *path = "cpu";
 #endif
-}
-
-/* The result rows that say where the job ran: "gemm_path.<path>" = 1, and "probe_on_cpu" = 1
- * when the SQNR probe kept on the CPU a job the worker would have run on CUDA. */
-static qs_status report_backend(qw_job_ctx *ctx, const char *path, bool probe, qs_error *err) {
     char name[64];
     qw_jobs_gemm_path_metric(path, name, sizeof name);
     qs_status st = qw_job_metric(ctx, name, 1.0, 0, true, err);
@@ -176,9 +179,9 @@ static qs_status report_backend(qw_job_ctx *ctx, const char *path, bool probe, q
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
- * SQNR probe, which runs on the CPU), and *gemm_path says which GEMM path it runs with. */
+ * SQNR probe, which runs on the CPU), with a fresh count of the GEMM paths it runs. */
 static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, bool probe,
-                           qw_model **out, const char **gemm_path, qs_error *err) {
+                           qw_model **out, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
@@ -187,9 +190,7 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     loaded_model *lm = qw_job_cache_get(ctx, key);
     if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx) {
         *out = lm->model;
-        qs_status st = place_model(lm, &use, qw_job_threads(ctx), err);
-        *gemm_path = model_gemm_path(lm);
-        return st;
+        return place_model(lm, &use, qw_job_threads(ctx), err);
     }
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
@@ -223,7 +224,6 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
         return st;
     }
     *out = lm->model;
-    *gemm_path = model_gemm_path(lm);
     return QS_OK;
 }
 
@@ -338,12 +338,11 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    const char *gemm_path = "none";
-    if (!st) st = get_model(ctx, &s, &t, false, &model, &gemm_path, err);
+    if (!st) st = get_model(ctx, &s, &t, false, &model, err);
     qw_eval_metrics m = {0};
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
-    if (!st) st = report_backend(ctx, gemm_path, false, err);
+    if (!st) st = report_backend(ctx, model, false, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
     qs_sensitivity_clear(&s);
@@ -487,9 +486,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    const char *gemm_path = "none";
     bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* runs on the CPU (jobs_backend.h) */
-    if (!st) st = get_model(ctx, &s, &t, probe, &model, &gemm_path, err);
+    if (!st) st = get_model(ctx, &s, &t, probe, &model, err);
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
@@ -502,7 +500,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
-    if (!st) st = report_backend(ctx, gemm_path, probe, err);
+    if (!st) st = report_backend(ctx, model, probe, err);
     if (!st && (s.metrics & QS_METRIC_KL)) {
         const struct {
             const char *name;
