@@ -2,7 +2,7 @@
  * models on the CUDA backend (worker/jobs/jobs_backend.h), every result stores its GEMM path
  * (v_gemm_path: "fp32", the CUDA backend's default), and jobs with the SQNR probe run on the CPU
  * and say so (gemm_path "cpu", probe_on_cpu = 1). Needs a GPU and a CUDA build: skipped with a
- * message otherwise (ctest label gpu). The CPU side (every result "cpu") is run_test.c's. */
+ * message otherwise (ctest label gpu; also without PostgreSQL). The CPU side (every result "cpu") is run_test.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,6 +129,12 @@ int main(void) {
     if (n_gpus == 0) {
         printf("cli_run_gpu: no GPU (%s): skipped\n", why);
         return 77; /* ctest SKIP_RETURN_CODE */
+    }
+    /* where pgserver.h finds the server binaries: a bare GPU machine may have none */
+    if (system("command -v pg_config >/dev/null 2>&1 || "
+               "ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1") != 0) {
+        printf("cli_run_gpu: no PostgreSQL server binaries (tools/install-deps.sh): skipped\n");
+        return 77;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_workers_run_on_cuda_and_record_the_gemm_path),
