@@ -8,9 +8,12 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "migrate.h"
 #include "queries.h"
+#include "scheduler.h"
 
 /* Parses the options of the store subcommands (--db, --help, and --job where allow_job),
  * leaving the positional arguments from o->first. Returns -1 to go on, else the exit code
@@ -174,7 +177,60 @@ static void status_usage(FILE *out) {
         out,
         "usage: qsweep status [EXPERIMENT] [--db CONNINFO]\n"
         "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state,\n"
-        "  and the time left at the pace of the attempts finished so far.\n");
+        "  and the time left at the pace of the attempts finished so far. Pending jobs that\n"
+        "  ask for GPUs no registered worker has (memory per GPU, GPU count, native FP4) are\n"
+        "  named with what they need, rather than left waiting silently.\n");
+}
+
+/* Lines for the pending GPU needs of experiment (NULL: all) that no registered worker (one
+ * that has not left) fits (scheduler.h qc_sched_fits_any). Nothing when no worker is
+ * registered: the progress line already says "no worker running". */
+static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *out, qs_error *err) {
+    qc_worker_row *w = NULL;
+    qc_need_row *need = NULL;
+    size_t n_w = 0, n_need = 0;
+    qs_status st = qc_store_workers(s, &w, &n_w, err);
+    if (!st) st = qc_store_pending_needs(s, experiment, &need, &n_need, err);
+    qc_sched_gpu(*gpus)[QC_SCHED_GPUS_MAX] = n_w ? calloc(n_w, sizeof *gpus) : NULL;
+    qc_sched_worker *sw = n_w ? calloc(n_w, sizeof *sw) : NULL;
+    const qc_sched_worker **ws = n_w ? calloc(n_w, sizeof *ws) : NULL;
+    if (!st && n_w && (!gpus || !sw || !ws)) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    size_t live = 0;
+    int64_t biggest = 0;
+    int native = 0;
+    for (size_t i = 0; !st && i < n_w; i++) {
+        if (!strcmp(w[i].state, "left")) continue;
+        int ng = 0;
+        qc_sched_gpus_from_json(w[i].gpus, gpus[live], QC_SCHED_GPUS_MAX, &ng);
+        sw[live] = (qc_sched_worker){.n_gpus = ng, .gpus = gpus[live]};
+        for (int g = 0; g < ng; g++) {
+            if (gpus[live][g].mem_mb > biggest) biggest = gpus[live][g].mem_mb;
+            native += gpus[live][g].native_fp4;
+        }
+        ws[live] = &sw[live];
+        live++;
+    }
+    for (size_t i = 0; !st && live && i < n_need; i++) {
+        qc_sched_job j = {.gpus = need[i].gpus,
+                          .gpu_mem_mb = need[i].gpu_mem_mb,
+                          .native_fp4 = need[i].native_fp4,
+                          .model_key = ""};
+        if (qc_sched_fits_any(ws, live, &j)) continue;
+        fprintf(out,
+                "%s: %lld pending job%s no registered worker can take: each needs %d GPU%s "
+                "with %lld MiB%s (the %zu registered workers' largest GPU has %lld MiB; %d "
+                "GPU%s with native FP4)\n",
+                need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
+                j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", live,
+                (long long)biggest, native, native == 1 ? "" : "s");
+    }
+    free(ws);
+    free(sw);
+    free(gpus);
+    free(need);
+    free(w);
+    return st;
 }
 
 int qsweep_cmd_status(int argc, char **argv) {
@@ -197,6 +253,7 @@ int qsweep_cmd_status(int argc, char **argv) {
         putchar('\n');
     }
     if (!st && n == 0) printf("no experiments\n");
+    if (!st) st = print_unfit_needs(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
     free(rows);
     qc_store_close(s);
     return st ? qsweep_fail("status", &err) : QSWEEP_EXIT_OK;
@@ -291,7 +348,38 @@ static void workers_usage(FILE *out) {
             "usage: qsweep workers [--db CONNINFO]\n"
             "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
             "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
-            "  seconds since the last message, and the job each is running now.\n");
+            "  seconds since the last message, the job each is running now, and its GPUs: name,\n"
+            "  memory, compute capability and whether its FP4 GEMMs are native (compute\n"
+            "  capability >= 10.0, Blackwell) or emulated in BF16 (Hopper); \"none (CPU)\" for a\n"
+            "  worker that runs its jobs on the CPU backend.\n");
+}
+
+/* A worker's GPUs (workers.gpus, as the coordinator stores HELLO's: [{"name", "memory_mb",
+ * "cc", "native_fp4"}]) in words: "NVIDIA H200 140.4 GiB cc 9.0 FP4 emulated; ...", or
+ * "none (CPU)"; the stored text itself when it is not such an array. */
+static void describe_gpus(const char *json, char *buf, size_t cap) {
+    json_t *a = json_loads(json, 0, NULL);
+    size_t at = 0;
+    buf[0] = 0;
+    if (!json_is_array(a)) {
+        snprintf(buf, cap, "%s", json);
+    } else if (json_array_size(a) == 0) {
+        snprintf(buf, cap, "none (CPU)");
+    } else {
+        for (size_t i = 0; i < json_array_size(a) && at < cap; i++) {
+            const json_t *g = json_array_get(a, i);
+            const char *name = json_string_value(json_object_get(g, "name"));
+            const char *cc = json_string_value(json_object_get(g, "cc"));
+            double mb = (double)json_integer_value(json_object_get(g, "memory_mb"));
+            int k =
+                snprintf(buf + at, cap - at, "%s%s %.1f GiB cc %s FP4 %s", i ? "; " : "",
+                         name ? name : "?", mb / 1024.0, cc ? cc : "?",
+                         json_is_true(json_object_get(g, "native_fp4")) ? "native" : "emulated");
+            if (k < 0) break;
+            at += (size_t)k;
+        }
+    }
+    json_decref(a);
 }
 
 int qsweep_cmd_workers(int argc, char **argv) {
@@ -317,8 +405,10 @@ int qsweep_cmd_workers(int argc, char **argv) {
         put_column(stdout, w[i].id, 32);
         printf(" %-9s ", w[i].state);
         put_column(stdout, w[i].host, 16);
+        char gpus[2048];
+        describe_gpus(w[i].gpus, gpus, sizeof gpus);
         printf(" %8d %7d %9llds %-10s %s\n", (int)w[i].pid, (int)w[i].threads,
-               (long long)w[i].seen_s_ago, w[i].running, w[i].gpus);
+               (long long)w[i].seen_s_ago, w[i].running, gpus);
     }
     free(w);
     return QSWEEP_EXIT_OK;

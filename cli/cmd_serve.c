@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "cli.h"
+#include "gpu_info.h"
 #include "jobs.h"
 #include "loop.h"
 #include "server.h"
@@ -112,13 +113,19 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
 static void worker_usage(FILE *out) {
     fprintf(
         out,
-        "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N]\n"
+        "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--gpus LIST]\n"
         "                     [--exit-when-idle SECONDS] [--quiet]\n"
         "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
         "  loaded models between jobs.\n"
         "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
         "  --id NAME           worker name (default <host>-<pid>)\n"
         "  --threads N         CPU threads per job, 1..1024 (default: all)\n"
+        "  --gpus LIST         the GPUs it offers: indexes among the visible ones (0,1; after\n"
+        "                      CUDA_VISIBLE_DEVICES), all (default) or none (CPU only). Each is\n"
+        "                      reported to the coordinator (name, memory, compute capability,\n"
+        "                      native FP4), which gives a job asking for GPUs only to a worker\n"
+        "                      whose GPUs fit it; without CUDA or a GPU jobs run on the CPU\n"
+        "                      backend. An index not present exits 2\n"
         "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
         "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
         "  --quiet             log only warnings and errors (not each job started and finished)\n"
@@ -133,12 +140,17 @@ int qsweep_cmd_worker(int argc, char **argv) {
         {"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
         {"exit-when-idle", required_argument, 0, 'e'},
+        {"gpus", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
     int c, idle_s = 0;
+    const char *gpus_arg = NULL;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:i:t:e:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:i:t:e:g:qh", opts, NULL)) != -1) {
         switch (c) {
+        case 'g':
+            gpus_arg = optarg;
+            break;
         case 'c':
             o.endpoint = optarg;
             break;
@@ -173,6 +185,27 @@ int qsweep_cmd_worker(int argc, char **argv) {
     o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");
     o.curve_secret_key = getenv("QSWEEP_CURVE_SECRET");
     qs_error err = {0};
+    qw_gpu all[QW_GPUS_MAX], chosen[QW_GPUS_MAX];
+    size_t n_all = 0;
+    char why[256] = "";
+    qw_gpu_discover(all, QW_GPUS_MAX, &n_all, why, sizeof why);
+    if (qw_gpu_select(all, n_all, gpus_arg, why, chosen, QW_GPUS_MAX, &o.n_gpus, &err)) {
+        fprintf(stderr, "qsweep worker: %s\n", err.msg);
+        return QSWEEP_EXIT_INPUT;
+    }
+    o.gpus = chosen;
+    if (!o.quiet) {
+        for (size_t i = 0; i < o.n_gpus; i++) {
+            char d[160];
+            qw_gpu_describe(&chosen[i], d, sizeof d);
+            fprintf(stderr, "qsweep worker: GPU %zu: %s\n", i, d);
+        }
+        if (o.n_gpus == 0)
+            fprintf(stderr, "qsweep worker: no GPU (%s): jobs run on the CPU backend\n",
+                    gpus_arg && !strcmp(gpus_arg, "none") ? "--gpus none"
+                    : *why                               ? why
+                                                         : "none visible");
+    }
     qs_status st = qw_jobs_register(&err);
     if (!st) st = qw_train_register(&err);
     if (!st) st = qw_run(&o, &err);

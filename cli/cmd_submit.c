@@ -60,6 +60,10 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
         fprintf(out, "\njob %zu/%zu  %s\n  kind %s  job_key %s", i + 1, jobs->n, j->label, j->kind,
                 j->key);
         if (j->depends_on >= 0) fprintf(out, "  after job %ld", j->depends_on + 1);
+        if (j->need.gpus > 0)
+            fprintf(out, "\n  needs %d GPU%s x %lld MiB%s", j->need.gpus,
+                    j->need.gpus > 1 ? "s" : "", (long long)j->need.gpu_mem_mb,
+                    j->need.native_fp4 ? " with native FP4" : "");
         fprintf(out, "\n  spec %s\n", j->spec);
     }
 }
@@ -79,6 +83,9 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                                 .kind = j->kind,
                                 .spec_json = j->spec,
                                 .priority = g->priority,
+                                .gpus = j->need.gpus,
+                                .gpu_mem_mb = j->need.gpu_mem_mb,
+                                .native_fp4 = j->need.native_fp4,
                                 .model_key = j->model_key[0] ? j->model_key : NULL,
                                 .max_attempts = g->max_attempts};
         if (j->depends_on >= 0) {

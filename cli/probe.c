@@ -1,9 +1,12 @@
 /* Grid probe over the engine's loaders (probe.h). */
 #include "probe.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "checkpoint.h"
+#include "names.h"
+#include "runstate.h"
 #include "quant.h"
 #include "synthetic.h"
 #include "tmodel.h"
@@ -19,8 +22,61 @@ static long long config_params(const qw_config *cfg) {
     return (long long)n;
 }
 
+/* The resource computation's view of a config (kinds/resources.h). */
+static qs_model_shape shape_of(const qw_config *c) {
+    return (qs_model_shape){.dim = c->dim,
+                            .hidden_dim = c->hidden_dim,
+                            .n_layers = c->n_layers,
+                            .n_heads = c->n_heads,
+                            .n_kv_heads = c->n_kv_heads,
+                            .head_dim = c->head_dim,
+                            .vocab_size = c->vocab_size,
+                            .tied_embeddings = c->tied_embeddings != 0};
+}
+
+/* Bytes of every tensor the engine reads, in the dtype the checkpoint stores it (the tensor
+ * table only: nothing of the weights is read). */
+static qs_status stored_bytes(qw_checkpoint *ck, const qw_config *c, int64_t *out, qs_error *err) {
+    *out = 0;
+    char name[128];
+    for (int t = -3; t < c->n_layers * 9; t++) {
+        if (t == -3) snprintf(name, sizeof name, "model.embed_tokens.weight");
+        if (t == -2) snprintf(name, sizeof name, "model.norm.weight");
+        if (t == -1) {
+            if (c->tied_embeddings) continue;
+            snprintf(name, sizeof name, "lm_head.weight");
+        }
+        if (t >= 0) {
+            int b = t / 9, k = t % 9;
+            const char *module = k < QS_LINEAR_KINDS ? qs_linear_module_names[k]
+                                 : k == 7            ? "input_layernorm"
+                                                     : "post_attention_layernorm";
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", b, module);
+        }
+        qw_stored_tensor v;
+        int64_t shape[2];
+        int ndim;
+        qs_status st = qw_checkpoint_tensor_stored(ck, name, &v, shape, &ndim, err);
+        if (st) return st;
+        *out += v.rows * (int64_t)v.row_bytes;
+    }
+    return QS_OK;
+}
+
+static int64_t probe_run_state_bytes(void *user, const qs_model_shape *s, int ctx) {
+    (void)user;
+    qw_config c = {.dim = s->dim,
+                   .hidden_dim = s->hidden_dim,
+                   .n_layers = s->n_layers,
+                   .n_heads = s->n_heads,
+                   .n_kv_heads = s->n_kv_heads,
+                   .head_dim = s->head_dim,
+                   .vocab_size = s->vocab_size};
+    return (int64_t)qw_runstate_bytes(&c, ctx, 1);
+}
+
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
- * its config and its digest. */
+ * its config, the stored size of its tensors and its digest. */
 static qs_status probe_model(void *user, const char *path, qc_model_facts *out, qs_error *err) {
     (void)user;
     qw_checkpoint *ck = NULL;
@@ -43,6 +99,11 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     out->max_position_embeddings = cfg->max_seq_len;
     out->tied_embeddings = cfg->tied_embeddings;
     out->n_params = config_params(cfg);
+    out->shape = shape_of(cfg);
+    /* best effort: a tensor the loader serves in another way counts as unknown (BF16 masters
+       then size the job), never as a refused grid */
+    qs_error ignored;
+    if (stored_bytes(ck, cfg, &out->stored_bytes, &ignored)) out->stored_bytes = 0;
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -102,6 +163,8 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
         out->max_position_embeddings = s->cfg.max_seq_len;
         out->tied_embeddings = s->cfg.tied_embeddings;
         out->n_params = config_params(&s->cfg);
+        out->shape = shape_of(&s->cfg);
+        out->stored_bytes = 0; /* BF16 masters built in memory (synthetic.h) */
         return QS_OK;
     }
     size_t ns;
@@ -116,8 +179,13 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
 }
 
 const qc_grid_probe *qsweep_probe(void) {
-    static const qc_grid_probe probe = {
-        probe_model,     probe_dataset,           probe_format, probe_format_option, NULL,
-        probe_synthetic, probe_tokens_match_model};
+    static const qc_grid_probe probe = {probe_model,
+                                        probe_dataset,
+                                        probe_format,
+                                        probe_format_option,
+                                        NULL,
+                                        probe_synthetic,
+                                        probe_tokens_match_model,
+                                        probe_run_state_bytes};
     return &probe;
 }

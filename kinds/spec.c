@@ -16,8 +16,14 @@ json_t *qs_dataset_ref_json(const qs_dataset_ref *d) {
 }
 
 json_t *qs_resources_json(const qs_resources *r) {
-    return json_pack("{s:i, s:I, s:b}", "gpu_count", r->gpu_count, "gpu_memory_mib",
-                     (json_int_t)r->gpu_memory_mib, "native_fp4", r->native_fp4);
+    json_t *o = json_pack("{s:i, s:I, s:b}", "gpu_count", r->gpu_count, "gpu_memory_mib",
+                          (json_int_t)r->gpu_memory_mib, "native_fp4", r->native_fp4);
+    /* "gemm" only when asked, so the spec of every other grid reads as before */
+    if (o && r->gemm_emulated && json_object_set_new(o, "gemm", json_string("emulated"))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* A digest field: a string of 1..64 hex digits (real ones have 64; tests use short ones). */
@@ -91,11 +97,18 @@ qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err
     if (!r) return QS_OK;
     const json_t *gc = json_object_get(r, "gpu_count"), *gm = json_object_get(r, "gpu_memory_mib"),
                  *nf = json_object_get(r, "native_fp4");
+    const json_t *gemm = json_object_get(r, "gemm");
+    bool emulated = json_is_string(gemm) && !strcmp(json_string_value(gemm), "emulated");
     if (!json_is_object(r) || !json_is_integer(gc) || !json_is_integer(gm) ||
-        !json_is_boolean(nf) || json_object_size(r) != 3)
+        !json_is_boolean(nf) || (gemm && !emulated) || json_object_size(r) != 3u + (gemm != NULL))
         return qs_error_set(err, QS_EINVAL,
                             "job spec: resources: expected {\"gpu_count\": int, "
-                            "\"gpu_memory_mib\": int, \"native_fp4\": bool}");
+                            "\"gpu_memory_mib\": int, \"native_fp4\": bool} and optionally "
+                            "\"gemm\": \"emulated\"");
+    if (emulated && json_is_true(nf))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: resources: gemm \"emulated\" and native_fp4 exclude each "
+                            "other");
     if (json_integer_value(gc) < 0 || json_integer_value(gc) > 4096 || json_integer_value(gm) < 0)
         return qs_error_set(err, QS_EINVAL,
                             "job spec: resources: gpu_count in [0, 4096] and gpu_memory_mib >= 0");
@@ -103,6 +116,7 @@ qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err
     out->gpu_count = (int)json_integer_value(gc);
     out->gpu_memory_mib = (long)json_integer_value(gm);
     out->native_fp4 = json_is_true(nf);
+    out->gemm_emulated = emulated;
     return QS_OK;
 }
 

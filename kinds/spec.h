@@ -6,7 +6,8 @@
  * (jansson JSON_SORT_KEYS | JSON_COMPACT), so equal specs are equal text.
  *   "model":     {"digest": hex, "path": text}
  *   "dataset":   {"ctx": int, "digest": hex, "max_chunks": int, "path": text}
- *   "resources": {"gpu_count": int, "gpu_memory_mib": int, "native_fp4": bool}   (optional)
+ *   "resources": {"gpu_count": int, "gpu_memory_mib": int, "native_fp4": bool}   (optional;
+ *                plus "gemm": "emulated" when the grid asks for the emulated FP4 GEMMs)
  *   "numerics_version": text
  *
  * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
@@ -48,6 +49,9 @@ typedef struct qs_resources {
     long gpu_memory_mib; /* GPU memory per GPU, MiB; 0: any */
     int gpu_count;       /* GPUs, 0: none needed (CPU is fine) */
     bool native_fp4;     /* needs native FP4 GEMMs (compute capability 10.x) */
+    bool gemm_emulated;  /* FP4 GEMMs emulated (dequantize to BF16, BF16 GEMM) even on a GPU
+                            with native FP4, to compare the two paths; asks nothing of the
+                            worker; exclusive with native_fp4 */
 } qs_resources;
 
 /* JSON of the shared parts (new references; NULL when out of memory). */

@@ -34,26 +34,54 @@ static qs_status check_root_keys(qc_config *c, struct fy_node *root, const qc_gr
     return qc_config_check_keys(c, root, "the grid", keys);
 }
 
-/* The optional `resources` mapping; every key optional (0 / false: no need). */
+/* The optional `resources` mapping (grid.h); every key optional (0 / false: no need). */
 static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *r) {
     if (!n) return QS_OK;
     if (!fy_node_is_mapping(n))
         return qc_config_fail(c, n, QS_EFORMAT,
                               "expected 'resources' as a mapping with 'gpu_count', "
-                              "'gpu_memory_mib' and 'native_fp4'");
-    static const char *const keys[] = {"gpu_count", "gpu_memory_mib", "native_fp4", NULL};
+                              "'tensor_parallel', 'gpu_memory_mib', 'gemm' and 'native_fp4'");
+    static const char *const keys[] = {"gpu_count", "tensor_parallel", "gpu_memory_mib",
+                                       "gemm",      "native_fp4",      NULL};
     qs_status st = qc_config_check_keys(c, n, "resources", keys);
-    struct fy_node *v;
-    int gpus = 0, mib = 0, fp4 = 0;
+    struct fy_node *v, *tp_node = NULL;
+    int gpus = 0, tp = 0, mib = 0, fp4 = 0, emulated = 0;
     if (!st && (v = qc_config_lookup(n, "gpu_count")))
         st = qc_config_int(c, v, "resources.gpu_count", 0, 4096, &gpus);
+    if (!st && (tp_node = qc_config_lookup(n, "tensor_parallel")))
+        st = qc_config_int(c, tp_node, "resources.tensor_parallel", 1, 4096, &tp);
+    if (!st && tp && qc_config_lookup(n, "gpu_count") && gpus != tp)
+        return qc_config_fail(c, tp_node, QS_EINVAL,
+                              "resources.tensor_parallel %d and resources.gpu_count %d differ "
+                              "(a job runs on tensor_parallel GPUs: give one of the two)",
+                              tp, gpus);
+    if (tp) gpus = tp;
     if (!st && (v = qc_config_lookup(n, "gpu_memory_mib")))
         st = qc_config_int(c, v, "resources.gpu_memory_mib", 0, 1 << 30, &mib);
     if (!st && (v = qc_config_lookup(n, "native_fp4")))
         st = qc_config_bool(c, v, "resources.native_fp4", &fp4);
+    if (!st && (v = qc_config_lookup(n, "gemm"))) {
+        const char *g = NULL;
+        st = qc_config_string(c, v, "resources.gemm", &g);
+        if (!st && !strcmp(g, "native_fp4"))
+            fp4 = 1;
+        else if (!st && !strcmp(g, "emulated"))
+            emulated = 1;
+        else if (!st && strcmp(g, "any"))
+            return qc_config_fail(c, v, QS_EINVAL,
+                                  "resources.gemm: unknown '%s' (expected native_fp4, emulated "
+                                  "or any)",
+                                  g);
+        if (!st && emulated && fp4)
+            return qc_config_fail(c, v, QS_EINVAL,
+                                  "resources.gemm: emulated, but native_fp4 is true");
+    }
     if (st) return st;
-    *r = (qs_resources){
-        .present = true, .gpu_count = gpus, .gpu_memory_mib = mib, .native_fp4 = fp4 != 0};
+    *r = (qs_resources){.present = true,
+                        .gpu_count = gpus,
+                        .gpu_memory_mib = mib,
+                        .native_fp4 = fp4 != 0,
+                        .gemm_emulated = emulated != 0};
     return QS_OK;
 }
 
@@ -107,6 +135,11 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         st = qc_config_check_text(c, root, desc);
     }
     if (!st) st = parse_root(c, probe, g);
+    /* the run state at the grid's ctx sizes each job's GPU memory (kinds/resources.h) */
+    for (size_t i = 0; !st && probe->run_state_bytes && g->ctx > 0 && i < g->n_models; i++)
+        if (g->models[i].facts.shape.dim > 0)
+            g->models[i].facts.run_state_bytes =
+                probe->run_state_bytes(probe->user, &g->models[i].facts.shape, g->ctx);
     if (!st && !(g->source = qc_config_emit(c))) st = qs_error_set(err, QS_ENOMEM, "out of memory");
     qc_config_free(c);
     if (st) {
@@ -122,6 +155,21 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
     memset(out, 0, sizeof *out);
     qs_status st = g->kind->expand(g, out, err);
+    for (size_t i = 0; !st && i < out->n; i++) {
+        qc_job *j = &out->jobs[i];
+        const qc_model_facts *f = j->model < g->n_models ? &g->models[j->model].facts : NULL;
+        qs_model_size size = {0};
+        if (f && f->shape.dim > 0)
+            size = (qs_model_size){.shape = f->shape,
+                                   .stored_bytes = f->stored_bytes,
+                                   .run_state_bytes = f->run_state_bytes};
+        json_t *spec = json_loads(j->spec, 0, NULL);
+        st = spec
+                 ? qs_job_resources(j->kind, spec, size.shape.dim > 0 ? &size : NULL, &j->need, err)
+                 : qs_error_set(err, QS_ENOMEM, "out of memory");
+        json_decref(spec);
+        if (st) st = qs_error_wrap(err, "job %zu (%s)", i + 1, j->label);
+    }
     if (st) qc_job_list_free(out);
     return st;
 }

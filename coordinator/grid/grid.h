@@ -3,8 +3,19 @@
  * (issue 5, issue 10 item 3; DESIGN.md "Flow of one sweep").
  *
  * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
- * `max_attempts` and `resources: {gpu_count: 0.., gpu_memory_mib: 0.., native_fp4: bool}`
- * (what each job needs of a worker; issue 12 schedules by it); the rest is the kind's. A
+ * `max_attempts` and `resources` (what each job needs of a worker; issue 12 schedules by it;
+ * every key optional, none: any worker, CPU-only ones included):
+ *   resources:
+ *     gpu_count: 1          # GPUs per job, 0 (default): none needed
+ *     tensor_parallel: 2    # the same as gpu_count (the forward's tensor-parallel degree);
+ *                           # both given: they must agree
+ *     gpu_memory_mib: 81920 # per GPU; default: computed from the model (kinds/resources.h)
+ *     gemm: native_fp4      # native_fp4 (needs compute capability >= 10.0: Blackwell) |
+ *                           # emulated (BF16 emulation even on Blackwell) | any (default)
+ *     native_fp4: true      # the same as gemm: native_fp4
+ * A job that asks for GPUs (gpu_count or tensor_parallel >= 1, or native FP4) gets its GPU
+ * memory per GPU computed by its kind (kinds/resources.h) unless gpu_memory_mib is given.
+ * The rest is the kind's. A
  * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
  * optional):
  *
@@ -40,6 +51,7 @@
 
 #include "error.h"
 #include "names.h"
+#include "resources.h"
 #include "spec.h"
 
 /* Version of the numerics a job's results depend on: the job kinds' (kinds/spec.h). */
@@ -59,6 +71,12 @@ typedef struct qc_model_facts {
                                     tie_word_embeddings, GGUF without output.weight) */
     long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
                                     tied); 0 when the reader does not say */
+    qs_model_shape shape;        /* what sizes its tensors (kinds/resources.h); all 0 when the
+                                    probe does not say (then no GPU memory is computed) */
+    int64_t stored_bytes;        /* every tensor in its stored dtype (lm_head once when tied),
+                                    from the checkpoint's headers; 0 for a synthetic model */
+    int64_t run_state_bytes;     /* the engine's run state at the grid's ctx (qc_grid_load
+                                    fills it through probe->run_state_bytes); 0: not known */
 } qc_model_facts;
 
 /* Facts about one token file. */
@@ -96,6 +114,9 @@ typedef struct qc_grid_probe {
      * tokenizers when not. NULL: not checked (the vocabulary rules are all there is). */
     qs_status (*tokens_match_model)(void *user, const char *tokens_path, const char *model_path,
                                     qs_error *err);
+    /* Bytes of the engine's run state (worker/engine/runstate.h qw_runstate_bytes, one
+     * thread) for a model of this shape over ctx tokens. NULL: not known (0). */
+    int64_t (*run_state_bytes)(void *user, const qs_model_shape *shape, int ctx);
 } qc_grid_probe;
 
 /* One model of the grid. */
@@ -175,8 +196,9 @@ typedef struct qc_job {
     size_t model;     /* index of its model in the grid's models (0 for a kind without) */
     char model_key[QS_AFFINITY_KEY_MAX]; /* affinity key of the spec's model.digest
                                             (qs_affinity_key); "" when the spec names none */
-    int mode;    /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
-    char *label; /* short human label: "<model> <format> <quantize> <mode> <part>" */
+    int mode;         /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
+    char *label;      /* short human label: "<model> <format> <quantize> <mode> <part>" */
+    qs_job_need need; /* what it needs of a worker (kinds/resources.h; qc_grid_expand) */
 } qc_job;
 
 /* Jobs in submission order: each baseline precedes the jobs that depend on it. */
@@ -198,7 +220,9 @@ typedef struct qc_job_list {
  * leave_one_out_layer: "<block>.<kind>" ("3.down").
  * Keys are distinct by construction: qc_grid_load refuses a model listed twice (equal digests)
  * and a repeated format, quantize, mode or part, and every other field differs between jobs.
- * Errors: QS_ENOMEM, the kind's. */
+ * Each job's need (what it asks of a worker) is its kind's (kinds/resources.h
+ * qs_job_resources) over its model's facts.
+ * Errors: QS_ENOMEM, the kind's, qs_job_resources's (naming the job). */
 qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err);
 
 /* Frees the jobs of a list and zeroes it. NULL is allowed. */

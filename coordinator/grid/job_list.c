@@ -53,6 +53,7 @@ qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, lon
     j->model = model;
     j->mode = mode;
     j->label = lab;
+    j->need = (qs_job_need){0}; /* qc_grid_expand computes it */
     if (index) *index = (long)n;
     list->n = n + 1;
     return QS_OK;

@@ -36,7 +36,7 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     for (int i = 0; i < w->n_models; i++)
         models[i] = w->models[i];
     qc_sched_worker sw = {.n_gpus = w->n_gpus,
-                          .min_gpu_mem_mb = w->min_gpu_mem_mb,
+                          .gpus = w->gpus,
                           .models = models,
                           .n_models = w->n_models};
     ptrdiff_t k =

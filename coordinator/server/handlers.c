@@ -52,12 +52,12 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     w->last_seen = now;
     w->next_alive = now + s->lease_ms / 2; /* the HELLO's upsert sets last_seen */
     w->ready = false;
-    w->n_gpus = (int)h->n_gpus;
-    w->min_gpu_mem_mb = 0;
+    w->n_gpus = h->n_gpus < QC_SCHED_GPUS_MAX ? (int)h->n_gpus : QC_SCHED_GPUS_MAX;
     json_t *gpus = json_array();
     for (size_t i = 0; i < h->n_gpus; i++) {
         int64_t mb = (int64_t)(h->gpus[i]->memory_bytes >> 20);
-        if (i == 0 || mb < w->min_gpu_mem_mb) w->min_gpu_mem_mb = mb;
+        if (i < QC_SCHED_GPUS_MAX)
+            w->gpus[i] = (qc_sched_gpu){.mem_mb = mb, .native_fp4 = h->gpus[i]->native_fp4};
         char cc[24];
         snprintf(cc, sizeof cc, "%u.%u", h->gpus[i]->cc_major, h->gpus[i]->cc_minor);
         json_array_append_new(gpus, json_pack("{s:s, s:I, s:s, s:b}", "name",

@@ -1,6 +1,7 @@
 /* The scheduling rule (scheduler.h). */
 #include "scheduler.h"
 
+#include <jansson.h>
 #include <string.h>
 
 int qc_sched_compare(const void *a, const void *b) {
@@ -10,9 +11,40 @@ int qc_sched_compare(const void *a, const void *b) {
 }
 
 bool qc_sched_fits(const qc_sched_worker *w, const qc_sched_job *j) {
-    if (j->gpus > w->n_gpus) return false;
-    if (j->gpu_mem_mb > 0 && (w->n_gpus == 0 || j->gpu_mem_mb > w->min_gpu_mem_mb)) return false;
+    int k = j->gpus > 0 ? j->gpus : (j->gpu_mem_mb > 0 || j->native_fp4) ? 1 : 0;
+    if (k == 0) return true;
+    if (k > w->n_gpus || !w->gpus) return false;
+    for (int i = 0; i < k; i++) {
+        if (w->gpus[i].mem_mb < j->gpu_mem_mb) return false;
+        if (j->native_fp4 && !w->gpus[i].native_fp4) return false;
+    }
     return true;
+}
+
+bool qc_sched_fits_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j) {
+    for (size_t i = 0; i < n; i++)
+        if (qc_sched_fits(workers[i], j)) return true;
+    return false;
+}
+
+bool qc_sched_gpus_from_json(const char *text, qc_sched_gpu *gpus, int cap, int *n) {
+    *n = 0;
+    json_t *a = text ? json_loads(text, 0, NULL) : NULL;
+    bool ok = json_is_array(a);
+    for (size_t i = 0; ok && i < json_array_size(a); i++) {
+        const json_t *g = json_array_get(a, i), *mem = json_object_get(g, "memory_mb");
+        if (!json_is_integer(mem)) {
+            ok = false;
+            break;
+        }
+        if (*n < cap)
+            gpus[(*n)++] =
+                (qc_sched_gpu){.mem_mb = (int64_t)json_integer_value(mem),
+                               .native_fp4 = json_is_true(json_object_get(g, "native_fp4"))};
+    }
+    json_decref(a);
+    if (!ok) *n = 0;
+    return ok;
 }
 
 bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j) {

@@ -3,10 +3,10 @@
  * rule of server.h is unit-tested on its own (tests/coordinator/test_scheduler.c).
  *
  * The rule: among pending jobs whose backoff is over and whose dependencies are met, only
- * those that fit the worker's resources (gpus <= its GPU count; gpu_mem_mb <= its smallest
- * GPU's memory, and a job asking for GPU memory needs a GPU); among them the first whose
- * model the worker holds, else the first, in queue order: higher priority first, then older
- * (smaller id). */
+ * those that fit the worker's resources (qc_sched_fits: its first max(gpus, 1) GPUs each have
+ * gpu_mem_mb and, when asked, native FP4; a job asking for neither GPUs, GPU memory nor native
+ * FP4 fits every worker, CPU-only ones included); among them the first whose model the worker
+ * holds, else the first, in queue order: higher priority first, then older (smaller id). */
 #ifndef QC_SCHEDULER_H
 #define QC_SCHEDULER_H
 
@@ -18,17 +18,29 @@
 typedef struct qc_sched_job {
     int64_t id;            /* jobs.id: the age order */
     int priority;          /* higher runs first */
-    int gpus;              /* GPUs it needs (jobs.resources) */
+    int gpus;              /* GPUs it needs (jobs.resources: its tensor-parallel degree);
+                              0: none (a CPU worker will do, unless the fields below ask) */
     int64_t gpu_mem_mb;    /* GPU memory it needs on each, MiB; 0: any */
+    bool native_fp4;       /* needs native FP4 GEMMs on each (compute capability >= 10.0) */
     const char *model_key; /* its model's affinity key, "" for none */
     int64_t not_before_ms; /* backoff end, ms on the caller's (monotonic) clock */
     bool pending;          /* waiting for a worker; other entries are skipped */
 } qc_sched_job;
 
+/* At most this many GPUs of one worker are kept (a HELLO naming more keeps the first ones). */
+#define QC_SCHED_GPUS_MAX 64
+
+/* One GPU of a worker, as its HELLO reported it (proto/qsweep.proto Gpu). */
+typedef struct qc_sched_gpu {
+    int64_t mem_mb;  /* total memory, MiB (memory_bytes >> 20) */
+    bool native_fp4; /* FP4 tensor cores (compute capability >= 10.0) */
+} qc_sched_gpu;
+
 /* What the scheduler knows of a worker that asks for work. */
 typedef struct qc_sched_worker {
-    int n_gpus;
-    int64_t min_gpu_mem_mb;    /* its smallest GPU's memory, MiB */
+    int n_gpus;                /* 0: a CPU-only worker */
+    const qc_sched_gpu *gpus;  /* its GPUs (n_gpus of them) in the order of its `--gpus`: a
+                                  job needing k GPUs runs on the first k */
     const char *const *models; /* affinity keys of the models it holds (n_models of them) */
     int n_models;
 } qc_sched_worker;
@@ -37,8 +49,20 @@ typedef struct qc_sched_worker {
  * then smaller id. */
 int qc_sched_compare(const void *a, const void *b);
 
-/* Whether job j fits worker w's resources. */
+/* Whether job j fits worker w's resources: k = max(j->gpus, 1 when j asks for GPU memory or
+ * native FP4, else 0) GPUs needed; k = 0 fits any worker; otherwise w needs n_gpus >= k and
+ * each of its first k GPUs mem_mb >= j->gpu_mem_mb (the per-GPU figure: kinds/resources.h
+ * computes it per tensor-parallel rank) and native_fp4 when j->native_fp4. */
 bool qc_sched_fits(const qc_sched_worker *w, const qc_sched_job *j);
+
+/* Whether any of the n workers fits j (qsweep status names the pending jobs none can ever
+ * take, rather than leaving them silently pending). */
+bool qc_sched_fits_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j);
+
+/* Reads a worker's GPUs from the JSON array the coordinator stores in workers.gpus
+ * (server.c: [{"name", "memory_mb", "cc", "native_fp4"}, ...]) into gpus[0..cap): *n gets
+ * how many (at most cap). Returns false (and *n = 0) when text is not such an array. */
+bool qc_sched_gpus_from_json(const char *text, qc_sched_gpu *gpus, int cap, int *n);
 
 /* Whether worker w holds job j's model (never for a job without one). */
 bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j);

@@ -53,8 +53,9 @@
  *    lease expires).
  *  - Scheduling (scheduler.h, a pure function of queue, worker and resources), for a worker
  *    that says READY: among pending jobs whose dependencies are met
- *    and whose backoff is over, only those that fit its resources (jobs.resources gpus <= its
- *    GPU count, gpu_mem_mb <= its smallest GPU's memory); among them a job whose model_key
+ *    and whose backoff is over, only those that fit its resources (jobs.resources: its first
+ *    max(gpus, 1) GPUs each with gpu_mem_mb and native_fp4 when asked, scheduler.h
+ *    qc_sched_fits; a job asking none fits any worker); among them a job whose model_key
  *    the worker holds, then higher priority, then older (smaller id).
  *  - Times stored in PostgreSQL (jobs.not_before, written with its now()) are compared only
  *    with PostgreSQL's own clock: the store returns what is left until them (store.h), so

@@ -68,7 +68,7 @@ struct worker {
     size_t rid_len;
     char name[NAME_MAX_ + 1]; /* HELLO worker_id */
     int n_gpus;
-    int64_t min_gpu_mem_mb;
+    qc_sched_gpu gpus[QC_SCHED_GPUS_MAX]; /* HELLO's GPUs, the first n_gpus */
     char models[MODELS_MAX][KEY_MAX + 1];
     int n_models;
     bool ready;

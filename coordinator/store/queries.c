@@ -70,6 +70,42 @@ qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_erro
     return QS_OK;
 }
 
+qs_status qc_store_pending_needs(qc_store *s, const char *experiment, qc_need_row **rows, size_t *n,
+                                 qs_error *err) {
+    *rows = NULL;
+    *n = 0;
+    const char *params[1] = {experiment};
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT e.name, g, m, f, count(*) FROM ("
+        " SELECT j.id, COALESCE((j.resources ->> 'gpus')::int, 0) AS g,"
+        "        COALESCE((j.resources ->> 'gpu_mem_mb')::bigint, 0) AS m,"
+        "        COALESCE((j.resources ->> 'native_fp4')::boolean, false) AS f"
+        " FROM jobs j WHERE j.state = 'pending') AS p"
+        " JOIN experiment_jobs ej ON ej.job = p.id JOIN experiments e ON e.id = ej.experiment"
+        " WHERE (g > 0 OR m > 0 OR f) AND ($1::text IS NULL OR e.name = $1)"
+        " GROUP BY e.name, g, m, f ORDER BY e.name, g, m, f",
+        1, params, PGRES_TUPLES_OK, "pending needs", err);
+    if (!r) return err->code;
+    int k = PQntuples(r);
+    qc_need_row *w = k ? calloc((size_t)k, sizeof *w) : NULL;
+    if (k && !w) {
+        PQclear(r);
+        return qs_error_set(err, QS_ENOMEM, "pending needs: %d rows", k);
+    }
+    for (int i = 0; i < k; i++) {
+        copy_text(w[i].experiment, sizeof w[i].experiment, PQgetvalue(r, i, 0));
+        w[i].gpus = (int32_t)strtol(PQgetvalue(r, i, 1), NULL, 10);
+        w[i].gpu_mem_mb = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+        w[i].native_fp4 = PQgetvalue(r, i, 3)[0] == 't';
+        w[i].n_jobs = strtoll(PQgetvalue(r, i, 4), NULL, 10);
+    }
+    PQclear(r);
+    *rows = w;
+    *n = (size_t)k;
+    return QS_OK;
+}
+
 qs_status qc_store_job_state(qc_store *s, const char *job_key, char *state, size_t cap,
                              qs_error *err) {
     const char *params[1] = {job_key};

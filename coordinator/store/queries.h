@@ -5,6 +5,7 @@
 #ifndef QC_STORE_QUERIES_H
 #define QC_STORE_QUERIES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,7 +24,7 @@ qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_err
 typedef struct qc_worker_row {
     char id[256], host[256];
     int32_t pid, threads;
-    char gpus[512];     /* JSON array text, "[]" for none */
+    char gpus[2048];    /* JSON array text, "[]" for none (16 GPUs of ~90 bytes fit) */
     int64_t seen_s_ago; /* seconds since its last message, rounded */
     char running[512];  /* ids of the jobs it runs now, comma-separated, "-" for none */
     char state[16];     /* "connected" (seen within 90 s), "silent", "left" (BYE or timed out) */
@@ -32,6 +33,22 @@ typedef struct qc_worker_row {
 /* Every worker, those still there first, most recently seen first. *rows is malloc'ed (free
  * it); longer texts are cut to the field. */
 qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_error *err);
+
+/* Pending jobs that ask for GPUs (jobs.resources gpus > 0, gpu_mem_mb > 0 or native_fp4),
+ * grouped by experiment and need, so `qsweep status` can name those no registered worker can
+ * ever take (issue 12 item 5). */
+typedef struct qc_need_row {
+    char experiment[256];
+    int32_t gpus;
+    int64_t gpu_mem_mb;
+    bool native_fp4;
+    int64_t n_jobs;
+} qc_need_row;
+
+/* The pending GPU needs of experiment (NULL: of every experiment), by experiment name, then
+ * need. *rows is malloc'ed (free it). */
+qs_status qc_store_pending_needs(qc_store *s, const char *experiment, qc_need_row **rows, size_t *n,
+                                 qs_error *err);
 
 /* State of the job job_key ("pending", "running", "succeeded", "failed", "cancelled") into
  * state (cap bytes). QS_ENOTFOUND naming the key when no job has it. */

@@ -410,9 +410,10 @@ static void fill_submit_cols(submit_cols *c, const qc_job_submit *jobs, size_t n
         qc_sqlarray_text(&c->kind, j->kind);
         qc_sqlarray_text(&c->spec, j->spec_json);
         qc_sqlarray_int(&c->prio, j->priority);
-        char res[96];
-        snprintf(res, sizeof res, "{\"gpus\": %d, \"gpu_mem_mb\": %lld}", j->gpus,
-                 (long long)j->gpu_mem_mb);
+        char res[128];
+        /* native_fp4 only when asked, so the resources of every other job read as before */
+        snprintf(res, sizeof res, "{\"gpus\": %d, \"gpu_mem_mb\": %lld%s}", j->gpus,
+                 (long long)j->gpu_mem_mb, j->native_fp4 ? ", \"native_fp4\": true" : "");
         qc_sqlarray_text(&c->res, res);
         qc_sqlarray_text(&c->model, j->model_key ? j->model_key : "");
         qc_sqlarray_int(&c->maxatt, j->max_attempts);
@@ -769,7 +770,8 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "jd.depends_on WHERE jd.job = j.id AND d.state IN ('pending', 'running')), '{}'), "
         "(SELECT count(*) FROM job_deps jd JOIN jobs d ON d.id = jd.depends_on "
         "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')), "
-        "COALESCE(extract(epoch FROM j.not_before - now()), 0) "
+        "COALESCE(extract(epoch FROM j.not_before - now()), 0), "
+        "COALESCE((j.resources ->> 'native_fp4')::boolean, false) "
         "FROM jobs j WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
         1, p, PGRES_TUPLES_OK, "load: reading jobs", err);
     if (!r) return QS_EDB;
@@ -793,6 +795,7 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         j->priority = (int32_t)strtol(PQgetvalue(r, i, 7), NULL, 10);
         j->gpus = (int32_t)strtol(PQgetvalue(r, i, 8), NULL, 10);
         j->gpu_mem_mb = strtoll(PQgetvalue(r, i, 9), NULL, 10);
+        j->native_fp4 = PQgetvalue(r, i, 18)[0] == 't';
         j->max_attempts = (int32_t)strtol(PQgetvalue(r, i, 10), NULL, 10);
         j->attempts_used = (int32_t)strtol(PQgetvalue(r, i, 11), NULL, 10);
         j->last_attempt = (int32_t)strtol(PQgetvalue(r, i, 12), NULL, 10);

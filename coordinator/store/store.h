@@ -129,6 +129,7 @@ typedef struct qc_job_submit {
     const char *const *depends_on; /* job_keys this job waits for (in this submission or
                                       already stored); n_depends_on of them */
     size_t n_depends_on;
+    bool native_fp4; /* needs GPUs with native FP4 GEMMs (compute capability >= 10.0) */
 } qc_job_submit;
 
 /* What a submission did. */
@@ -150,7 +151,8 @@ typedef struct qc_submit_counts {
  *     changed model or token file gives other job_keys for the same grid text; the message
  *     tells the user to choose a new experiment name, and nothing is written);
  *   - jobs: rows for job_keys not yet stored (state pending, resources
- *     {"gpus":..,"gpu_mem_mb":..}); existing job_keys are left untouched and counted;
+ *     {"gpus":..,"gpu_mem_mb":..}, plus "native_fp4": true when asked); existing job_keys
+ *     are left untouched and counted;
  *   - experiment_jobs: every job linked to the experiment (ON CONFLICT DO NOTHING);
  *   - job_deps: each depends_on resolved by job_key (QS_EINVAL naming the job and the
  *     missing key when a dependency is neither in the submission nor stored);
@@ -195,6 +197,7 @@ typedef struct qc_stored_job {
     int32_t priority;
     int32_t gpus;
     int64_t gpu_mem_mb;
+    bool native_fp4; /* jobs.resources native_fp4 (false when absent) */
     int32_t max_attempts;
     int32_t attempts_used; /* counted against max_attempts */
     int32_t last_attempt;  /* highest attempt number started, 0 when none */

@@ -14,44 +14,12 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
+#include "fake_quant_generic.h"
+#include "tensor_amax.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ unsigned abs_bits_no_nan(float v) {
-    unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
-    return b >= 0x7F800000u ? 0u : b; // NaN and +-Inf ignored, as on the CPU
-}
-
-__global__ void tensor_amax_kernel(const float *__restrict__ x, size_t n, int vec4, unsigned *out) {
-    unsigned m = 0;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t tail = 0;
-    if (vec4) { // 16-byte loads over the bulk, x being 16-byte aligned
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        for (size_t q = start; q < n / 4; q += stride) {
-            float4 v = x4[q];
-            m = max(max(m, abs_bits_no_nan(v.x)), abs_bits_no_nan(v.y));
-            m = max(max(m, abs_bits_no_nan(v.z)), abs_bits_no_nan(v.w));
-        }
-        tail = n / 4 * 4;
-    }
-    for (size_t i = tail + start; i < n; i += stride)
-        m = max(m, abs_bits_no_nan(x[i]));
-    // warp, then block, then one atomic per block (thousands of same-address atomics would
-    // serialise)
-    __shared__ unsigned warp_max[kThreads / 32];
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0u;
-        m = __reduce_max_sync(0xFFFFFFFFu, m);
-        if (threadIdx.x == 0) atomicMax(out, m);
-    }
-}
 
 struct fq_params {
     size_t rows, k, nblk;
@@ -62,6 +30,8 @@ struct fq_params {
     qk_rounding rounding; // RNE or SR
     uint64_t seed;
     uint32_t tensor_id, step;
+    int amax_given;   // the NVFP4 tensor amax comes from options.tensor_amax (one pass)
+    float amax_value; // that amax
 };
 
 // Grid: x covers one row's padded thread count (nblk * L), y strides over rows, so no
@@ -73,7 +43,9 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
     const size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     const size_t c = (g / L) * B + (g % L) * 4; // L is a power of two: shifts
     float s_enc_nv = 1.0f, s_dec_nv = 1.0f;
-    if (!p.mx) qk_nvfp4_global_scales_core(__uint_as_float(*amax_bits), &s_enc_nv, &s_dec_nv);
+    if (!p.mx)
+        qk_nvfp4_global_scales_core(p.amax_given ? p.amax_value : __uint_as_float(*amax_bits),
+                                    &s_enc_nv, &s_dec_nv);
     for (size_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
         const bool active = g < gpr;
         float *row = x + r * p.k;
@@ -178,31 +150,39 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     if (!fmt || !d_x || rows == 0 || k == 0)
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: empty tensor (rows=%zu, k=%zu)", rows,
                             k);
+    if (fmt->rule == QK_RULE_IDENTITY) return QS_OK; // "bf16": the unquantized reference
     bool nv = fmt->rule == QK_RULE_NVFP4 && fmt->block_rows == 1;
     bool mx = fmt->rule == QK_RULE_MX && fmt->elem == &qk_codec_e2m1;
-    if (!nv && !mx)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: %s: only nvfp4 and mxfp4 run on the GPU", fmt->name);
-    if (opt->rounding != QK_ROUND_RNE && opt->rounding != QK_ROUND_SR)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: options.rounding: only RNE and SR");
+    if ((unsigned)opt->rounding > QK_ROUND_SR)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.rounding: unknown value %d",
+                            (int)opt->rounding);
     if (opt->reference_only)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "kernels/cuda: options.reference_only is CPU-only");
-    if ((unsigned)opt->mx_rule > QK_MX_EVEN || (opt->mx_rule != QK_MX_RCEIL && !mx))
+    if ((unsigned)opt->mx_rule > QK_MX_EVEN ||
+        (opt->mx_rule != QK_MX_RCEIL && fmt->rule != QK_RULE_MX))
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s",
                             fmt->name);
     if ((unsigned)opt->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE ||
-        (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && !nv))
+        (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && fmt->rule != QK_RULE_NVFP4))
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s",
                             fmt->name);
-    if (opt->tiny_amax != QK_TINY_TE || opt->tensor_amax_given)
+    if (opt->tiny_amax != QK_TINY_TE)
         return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: options.tiny_amax and options.tensor_amax are CPU-only "
-                            "for now");
-    if (opt->group_size != 0)
+                            "kernels/cuda: options.tiny_amax = exact is CPU-only for now");
+    if (opt->tensor_amax_given && (opt->tensor_amax_given != 1 || !fmt->tensor_scale ||
+                                   !(opt->tensor_amax >= 0.0f && opt->tensor_amax <= FLT_MAX)))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: options.tensor_amax: invalid for %s (a finite value "
+                            ">= 0, for nvfp4, nvfp4_2d, fp8_e4m3)",
+                            fmt->name);
+    if (opt->group_size < 0 || (opt->group_size != 0 && !fmt->group_option))
         return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s",
                             fmt->name);
+    // the warp-per-block kernel below covers NVFP4 1x16 and MXFP4 under RNE and SR; the
+    // generic kernel every other case (fake_quant_generic.cu)
+    if (!(nv || mx) || opt->rounding == QK_ROUND_RZ)
+        return qk_cuda_fake_quant_generic(fmt, opt, d_x, rows, k, (cudaStream_t)stream_, err);
     cudaStream_t stream = (cudaStream_t)stream_;
     const int B = nv ? 16 : 32;
     fq_params p;
@@ -217,18 +197,14 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     p.seed = opt->seed;
     p.tensor_id = opt->tensor_id;
     p.step = opt->step;
+    p.amax_given = opt->tensor_amax_given;
+    p.amax_value = opt->tensor_amax;
     unsigned *amax = nullptr;
     cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
     e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && nv) {
-        size_t n = rows * k;
-        size_t want = (n + kThreads * 8 - 1) / (kThreads * 8);
-        unsigned grid = (unsigned)(want < 2048 ? (want ? want : 1) : 2048);
-        tensor_amax_kernel<<<grid, kThreads, 0, stream>>>(d_x, n, (((uintptr_t)d_x & 15) == 0),
-                                                          amax);
-        e = cudaGetLastError();
-    }
+    if (e == cudaSuccess && nv && !p.amax_given)
+        e = launch_tensor_amax(d_x, rows * k, amax, stream);
     if (e == cudaSuccess) {
         size_t per_row = p.nblk * (size_t)(B / 4);
         dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),

@@ -42,8 +42,9 @@ static void job_needing_more_gpus_or_memory_than_the_worker_has_is_skipped(void 
     mem.gpus = 1;
     mem.gpu_mem_mb = 80000;
     qc_sched_job *q[] = {&big, &mem, &small};
-    const qc_sched_worker one_h100 = {.n_gpus = 1, .min_gpu_mem_mb = 81559};
-    const qc_sched_worker one_small = {.n_gpus = 1, .min_gpu_mem_mb = 24000};
+    const qc_sched_gpu h100 = {.mem_mb = 81559}, small_gpu = {.mem_mb = 24000};
+    const qc_sched_worker one_h100 = {.n_gpus = 1, .gpus = &h100};
+    const qc_sched_worker one_small = {.n_gpus = 1, .gpus = &small_gpu};
     assert_int_equal(qc_sched_pick(&cpu_worker, q, 3, 0, NULL, NULL, NULL), 2);
     assert_int_equal(qc_sched_pick(&one_h100, q, 3, 0, NULL, NULL, NULL), 1);
     assert_int_equal(qc_sched_pick(&one_small, q, 3, 0, NULL, NULL, NULL), 2);
@@ -115,6 +116,113 @@ static void entries_no_longer_pending_are_passed_over(void **state) {
     assert_int_equal(qc_sched_pick(&cpu_worker, q, 0, 0, NULL, NULL, NULL), -1);
 }
 
+/* A Hopper worker (H200: 141 GB, cc 9.0, FP4 emulated) and a Blackwell one (B200: 180 GB,
+ * cc 10.0, native FP4), with memory in MiB as the coordinator keeps it (bytes >> 20). */
+static const qc_sched_gpu h200 = {.mem_mb = 143771}, b200 = {.mem_mb = 183359, .native_fp4 = true};
+
+static void native_fp4_job_fits_only_a_worker_whose_gpus_have_it(void **state) {
+    (void)state;
+    qc_sched_job fp4 = job(1, 0);
+    fp4.gpus = 1;
+    fp4.native_fp4 = true;
+    const qc_sched_worker hopper = {.n_gpus = 1, .gpus = &h200};
+    const qc_sched_worker blackwell = {.n_gpus = 1, .gpus = &b200};
+    assert_false(qc_sched_fits(&cpu_worker, &fp4));
+    assert_false(qc_sched_fits(&hopper, &fp4));
+    assert_true(qc_sched_fits(&blackwell, &fp4));
+    /* native FP4 alone (no GPU count) still asks for one GPU */
+    fp4.gpus = 0;
+    assert_false(qc_sched_fits(&hopper, &fp4));
+    assert_true(qc_sched_fits(&blackwell, &fp4));
+    /* every one of the GPUs a tensor-parallel job runs on must have it */
+    const qc_sched_gpu mixed[] = {b200, h200};
+    const qc_sched_worker half = {.n_gpus = 2, .gpus = mixed};
+    fp4.gpus = 2;
+    assert_false(qc_sched_fits(&half, &fp4));
+    fp4.gpus = 1; /* its first GPU is a B200 */
+    assert_true(qc_sched_fits(&half, &fp4));
+}
+
+static void tensor_parallel_job_needs_its_memory_on_each_of_its_gpus(void **state) {
+    (void)state;
+    /* 2 ranks of 90000 MiB each: two H200s hold it, one does not, nor an H200 and a 24 GB card */
+    qc_sched_job tp2 = job(1, 0);
+    tp2.gpus = 2;
+    tp2.gpu_mem_mb = 90000;
+    const qc_sched_gpu two[] = {h200, h200}, uneven[] = {h200, {.mem_mb = 24000}};
+    const qc_sched_worker one = {.n_gpus = 1, .gpus = &h200};
+    const qc_sched_worker pair = {.n_gpus = 2, .gpus = two};
+    const qc_sched_worker bad_pair = {.n_gpus = 2, .gpus = uneven};
+    assert_false(qc_sched_fits(&one, &tp2));
+    assert_true(qc_sched_fits(&pair, &tp2));
+    assert_false(qc_sched_fits(&bad_pair, &tp2));
+    /* the memory is per GPU: exactly the GPU's memory fits, one MiB more does not */
+    tp2.gpu_mem_mb = h200.mem_mb;
+    assert_true(qc_sched_fits(&pair, &tp2));
+    tp2.gpu_mem_mb = h200.mem_mb + 1;
+    assert_false(qc_sched_fits(&pair, &tp2));
+}
+
+static void job_with_default_resources_fits_cpu_and_gpu_workers(void **state) {
+    (void)state;
+    qc_sched_job plain = job(1, 0);
+    const qc_sched_worker hopper = {.n_gpus = 1, .gpus = &h200};
+    assert_true(qc_sched_fits(&cpu_worker, &plain));
+    assert_true(qc_sched_fits(&hopper, &plain));
+    /* a 100 GiB job skips the CPU worker and the 80 GB card for the H200 behind them */
+    qc_sched_job big = job(2, 5);
+    big.gpus = 1;
+    big.gpu_mem_mb = 102400;
+    qc_sched_job *q[] = {&big, &plain};
+    const qc_sched_worker one_h100 = {.n_gpus = 1, .gpus = &(qc_sched_gpu){.mem_mb = 81559}};
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 2, 0, NULL, NULL, NULL), 1);
+    assert_int_equal(qc_sched_pick(&one_h100, q, 2, 0, NULL, NULL, NULL), 1);
+    assert_int_equal(qc_sched_pick(&hopper, q, 2, 0, NULL, NULL, NULL), 0);
+}
+
+static void fits_any_says_whether_some_registered_worker_can_ever_take_a_job(void **state) {
+    (void)state;
+    const qc_sched_worker hopper = {.n_gpus = 1, .gpus = &h200};
+    const qc_sched_worker blackwell = {.n_gpus = 1, .gpus = &b200};
+    const qc_sched_worker *cpu_and_hopper[] = {&cpu_worker, &hopper};
+    const qc_sched_worker *all[] = {&cpu_worker, &hopper, &blackwell};
+    qc_sched_job fp4 = job(1, 0);
+    fp4.native_fp4 = true;
+    assert_false(qc_sched_fits_any(cpu_and_hopper, 2, &fp4));
+    assert_true(qc_sched_fits_any(all, 3, &fp4));
+    assert_false(qc_sched_fits_any(NULL, 0, &fp4));
+    qc_sched_job huge = job(2, 0);
+    huge.gpu_mem_mb = 200000; /* more than any one GPU here */
+    assert_false(qc_sched_fits_any(all, 3, &huge));
+}
+
+static void gpus_are_read_back_from_the_stored_json(void **state) {
+    (void)state;
+    qc_sched_gpu g[4];
+    int n = -1;
+    assert_true(qc_sched_gpus_from_json(
+        "[{\"name\":\"NVIDIA H200\",\"memory_mb\":143771,\"cc\":\"9.0\",\"native_fp4\":false},"
+        "{\"name\":\"NVIDIA B200\",\"memory_mb\":183359,\"cc\":\"10.0\",\"native_fp4\":true}]",
+        g, 4, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(g[0].mem_mb, 143771);
+    assert_false(g[0].native_fp4);
+    assert_int_equal(g[1].mem_mb, 183359);
+    assert_true(g[1].native_fp4);
+    assert_true(qc_sched_gpus_from_json("[]", g, 4, &n));
+    assert_int_equal(n, 0);
+    /* at most cap are kept */
+    assert_true(qc_sched_gpus_from_json("[{\"memory_mb\":1},{\"memory_mb\":2}]", g, 1, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(g[0].mem_mb, 1);
+    /* not an array, or a GPU without its memory: refused, nothing kept */
+    assert_false(qc_sched_gpus_from_json("{}", g, 4, &n));
+    assert_int_equal(n, 0);
+    assert_false(qc_sched_gpus_from_json("[{\"name\":\"x\"}]", g, 4, &n));
+    assert_int_equal(n, 0);
+    assert_false(qc_sched_gpus_from_json("not json", g, 4, &n));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(queue_order_is_priority_then_age),
@@ -124,6 +232,11 @@ int main(void) {
         cmocka_unit_test(job_in_backoff_waits_and_sets_the_next_wake),
         cmocka_unit_test(job_with_unmet_dependencies_is_skipped_and_deps_asked_only_when_due),
         cmocka_unit_test(entries_no_longer_pending_are_passed_over),
+        cmocka_unit_test(native_fp4_job_fits_only_a_worker_whose_gpus_have_it),
+        cmocka_unit_test(tensor_parallel_job_needs_its_memory_on_each_of_its_gpus),
+        cmocka_unit_test(job_with_default_resources_fits_cpu_and_gpu_workers),
+        cmocka_unit_test(fits_any_says_whether_some_registered_worker_can_ever_take_a_job),
+        cmocka_unit_test(gpus_are_read_back_from_the_stored_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,6 +147,7 @@ typedef struct qw_backend {
     int threads;
     float *wscratch;
     size_t wscratch_floats;
+    void *impl; /* backend-private state (the CUDA backend's context, ops_cuda.h); NULL on CPU */
 } qw_backend;
 
 /* The operations of the forward pass. Every qw_tensor was allocated by this backend (alloc).

@@ -87,6 +87,7 @@ typedef struct qw_gpu {
     uint64_t memory_bytes;
     uint32_t cc_major, cc_minor;
     bool native_fp4;
+    int device; /* CUDA device ordinal among the visible ones (not sent: the worker's own) */
 } qw_gpu;
 
 /* How to run a worker. Zero/NULL fields take the defaults given. */

@@ -2,11 +2,15 @@
  * for tests and benchmarks; production workers are `qsweep worker` (cli/cmd_serve.c).
  * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
  *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]
- *                      [--max-result-bytes N] */
+ *                      [--max-result-bytes N] [--gpus LIST] [--fake-gpus SPEC]
+ * --gpus as `qsweep worker --gpus` (gpu_info.h); --fake-gpus "H200:141:9.0,B200:180:10.0"
+ * advertises made-up GPUs instead of the CUDA runtime's (tests of the scheduler; this binary
+ * only, never `qsweep worker`). A --gpus index not present exits 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_info.h"
 #include "loop.h"
 #include "test_kinds.h"
 #ifdef QW_WORKER_TRAIN_KIND
@@ -16,7 +20,8 @@
 static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
-            "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] [--max-result-bytes N]\n",
+            "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] [--max-result-bytes N] "
+            "[--gpus LIST] [--fake-gpus SPEC]\n",
             why);
     return 2;
 }
@@ -31,6 +36,7 @@ static bool parse_int(const char *s, int *out) {
 
 int main(int argc, char **argv) {
     qw_options o = {0};
+    const char *gpus_arg = NULL, *fake = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage("option without a value");
@@ -49,6 +55,10 @@ int main(int argc, char **argv) {
             int b;
             if (!parse_int(v, &b)) return usage("--max-result-bytes: not a number");
             o.max_result_bytes = (size_t)b;
+        } else if (strcmp(a, "--gpus") == 0) {
+            gpus_arg = v;
+        } else if (strcmp(a, "--fake-gpus") == 0) {
+            fake = v;
         } else if (strcmp(a, "--exit-when-idle-ms") == 0) {
             if (!parse_int(v, &o.exit_when_idle_ms))
                 return usage("--exit-when-idle-ms: not a number");
@@ -58,6 +68,18 @@ int main(int argc, char **argv) {
     }
     if (!o.endpoint) return usage("--endpoint is required");
     qs_error err;
+    qw_gpu all[QW_GPUS_MAX], chosen[QW_GPUS_MAX];
+    size_t n_all = 0;
+    char why[256] = "";
+    if (fake) {
+        if (qw_gpu_parse_fake(fake, all, QW_GPUS_MAX, &n_all, &err)) return usage(err.msg);
+    } else
+        qw_gpu_discover(all, QW_GPUS_MAX, &n_all, why, sizeof why);
+    if (qw_gpu_select(all, n_all, gpus_arg, why, chosen, QW_GPUS_MAX, &o.n_gpus, &err)) {
+        fprintf(stderr, "qsweep-worker: %s\n", err.msg);
+        return 2;
+    }
+    o.gpus = chosen;
     qs_status st = qw_register_test_kinds(&err); /* this binary is for tests and benchmarks */
 #ifdef QW_WORKER_TRAIN_KIND
     if (st == QS_OK) st = qw_train_register(&err);

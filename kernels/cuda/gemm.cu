@@ -1,0 +1,439 @@
+// cuBLASLt GEMMs for the engine's linear (contract, path table and layout mapping in
+// qk_gemm.h and cublaslt_layout.h).
+//
+// One call, y[T x out] = alpha * x[T x in] * W^T + beta * y, becomes cuBLASLt's column-major
+// D[m x n] = alpha * op(A) op(B) + beta * C with A = W (m = out, TRANSA = T: stored K x m with
+// ld = lda), B = x (n = T, TRANSB = N: stored K x n), C = D = y (m x n, ldd = ldy). Plans
+// (matmul descriptor, layouts, heuristic algorithm) are cached per key; scale pointers are
+// per-call descriptor attributes, set before every matmul (a handle serves one thread).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qk_gemm.h"
+
+// qk_lt_scale_mode carries cuBLASLt's own values (cublaslt_layout.h, fp4-spec.md 4.1)
+static_assert((int)QK_LT_SCALE_VEC16_UE4M3 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3,
+              "VEC16_UE4M3");
+static_assert((int)QK_LT_SCALE_VEC32_UE8M0 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0,
+              "VEC32_UE8M0");
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLAS recommends >= 32 MiB on Hopper/Blackwell
+
+struct plan_key {
+    int path;           // qk_gemm_path
+    int a_type, b_type; // cudaDataType_t of A (W) and B (x)
+    int d_type;         // cudaDataType_t of C and D
+    int scale_mode;     // 0, or the FP4 block-scale mode of both operands
+    int fp8_scale_ptrs; // FP8: A/B_SCALE_POINTER set (device scales)
+    int beta_nonzero;   // cuBLASLt may pick another algorithm when C is read
+    uint64_t m, n, k;
+    int64_t lda, ldb, ldd;
+};
+
+struct plan {
+    plan_key key;
+    int refused; // cuBLASLt refused this key (NOT_SUPPORTED / no algorithm): not asked again
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+
+qs_status cuda_fail(qs_error *err, cudaError_t e, const char *what) {
+    return qs_error_set(err, QS_EIO, "kernels/cuda: gemm: %s: %s", what, cudaGetErrorString(e));
+}
+
+qs_status lt_fail(qs_error *err, cublasStatus_t s, const char *what, const plan_key &k) {
+    return qs_error_set(err, s == CUBLAS_STATUS_NOT_SUPPORTED ? QS_EUNSUPPORTED : QS_EIO,
+                        "kernels/cuda: gemm: %s: %s (%s) for path %d, m=%llu n=%llu k=%llu", what,
+                        cublasLtGetStatusName(s), cublasLtGetStatusString(s), k.path,
+                        (unsigned long long)k.m, (unsigned long long)k.n, (unsigned long long)k.k);
+}
+
+bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+bool is_fp4(qk_gemm_type t) {
+    return t == QK_GEMM_NVFP4 || t == QK_GEMM_MXFP4;
+}
+
+} // namespace
+
+struct qk_gemm {
+    int device;
+    int cc; // 10 * major + minor
+    int force_emulation;
+    cublasLtHandle_t lt;
+    void *workspace;
+    uint16_t *scratch; // BF16 dequantized operands of the emulated path
+    size_t scratch_elems;
+    plan *plans;
+    size_t nplans, cap;
+};
+
+extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
+    if (!out) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: out is NULL");
+    *out = nullptr;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaSetDevice");
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaGetDeviceProperties");
+    qk_gemm *g = (qk_gemm *)calloc(1, sizeof *g);
+    if (!g) return qs_error_set(err, QS_ENOMEM, "kernels/cuda: gemm: handle");
+    g->device = device;
+    g->cc = prop.major * 10 + prop.minor;
+    cublasStatus_t s = cublasLtCreate(&g->lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        free(g);
+        return qs_error_set(err, QS_EIO, "kernels/cuda: gemm: cublasLtCreate: %s",
+                            cublasLtGetStatusString(s));
+    }
+    e = cudaMalloc(&g->workspace, kWorkspaceBytes);
+    if (e != cudaSuccess) {
+        cublasLtDestroy(g->lt);
+        free(g);
+        return cuda_fail(err, e, "cudaMalloc workspace");
+    }
+    *out = g;
+    return QS_OK;
+}
+
+static void plan_free(plan *p) {
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d) cublasLtMatrixLayoutDestroy(p->d);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+}
+
+extern "C" void qk_gemm_destroy(qk_gemm *g) {
+    if (!g) return;
+    (void)cudaSetDevice(g->device);
+    (void)cudaDeviceSynchronize();
+    for (size_t i = 0; i < g->nplans; i++)
+        plan_free(&g->plans[i]);
+    free(g->plans);
+    cudaFree(g->scratch);
+    cudaFree(g->workspace);
+    cublasLtDestroy(g->lt);
+    free(g);
+}
+
+extern "C" int qk_gemm_compute_capability(const qk_gemm *g) {
+    return g ? g->cc : 0;
+}
+
+extern "C" int qk_gemm_native_fp4(const qk_gemm *g) {
+    return g && qk_gemm_cc_native_fp4(g->cc);
+}
+
+extern "C" void qk_gemm_force_emulation(qk_gemm *g, int on) {
+    if (g) g->force_emulation = on ? 1 : 0;
+}
+
+extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
+    return g ? g->nplans : 0;
+}
+
+extern "C" qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_gemm_type w_type,
+                                      qk_gemm_path *path, qs_error *err) {
+    if (!g) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: NULL handle");
+    return qk_gemm_path_select(g->cc, g->force_emulation, x_type, w_type, path, err);
+}
+
+// --- plans -----------------------------------------------------------------------------------
+
+static bool key_equal(const plan_key &a, const plan_key &b) {
+    return memcmp(&a, &b, sizeof a) == 0; // plan_key is zero-filled before use (padding too)
+}
+
+static qs_status set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                          const void *v, size_t size, const plan_key &k, qs_error *err) {
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(d, attr, v, size);
+    return s == CUBLAS_STATUS_SUCCESS ? QS_OK
+                                      : lt_fail(err, s, "cublasLtMatmulDescSetAttribute", k);
+}
+
+// Scale pointers of this call (attributes of the cached descriptor, set every call).
+static qs_status set_scale_pointers(plan *p, const void *a_scale, const void *b_scale,
+                                    qs_error *err) {
+    if (!p->key.scale_mode && !p->key.fp8_scale_ptrs) return QS_OK;
+    qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale,
+                            p->key, err);
+    if (st) return st;
+    return set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale, p->key,
+                    err);
+}
+
+// Builds descriptor and layouts for key and asks the heuristic for one algorithm. The scale
+// pointers are set first: a block-scale mode without them is INVALID_VALUE (fp4-spec.md 4.1).
+static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, const void *b_scale,
+                            plan *p, qs_error *err) {
+    memset(p, 0, sizeof *p);
+    p->key = k;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, s, "cublasLtMatmulDescCreate", k);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, k, err);
+    if (!st) st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, k, err);
+    if (!st && k.scale_mode) {
+        const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (fp4-spec.md 4.1)
+        st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
+        if (!st)
+            st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, k, err);
+    }
+    if (!st) st = set_scale_pointers(p, a_scale, b_scale, err);
+    if (st) {
+        plan_free(p);
+        return st;
+    }
+    s = cublasLtMatrixLayoutCreate(&p->a, (cudaDataType_t)k.a_type, k.k, k.m, k.lda);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->b, (cudaDataType_t)k.b_type, k.k, k.n, k.ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->d, (cudaDataType_t)k.d_type, k.m, k.n, k.ldd);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        plan_free(p);
+        return lt_fail(err, s, "cublasLtMatrixLayoutCreate", k);
+    }
+    cublasLtMatmulPreference_t pref = nullptr;
+    s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        const uint64_t ws = kWorkspaceBytes;
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    }
+    cublasLtMatmulHeuristicResult_t result;
+    memset(&result, 0, sizeof result);
+    int found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result,
+                                           &found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (s == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS))
+        s = found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state;
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        plan_free(p);
+        return lt_fail(err, s, "cublasLtMatmulAlgoGetHeuristic (no algorithm)", k);
+    }
+    p->algo = result.algo;
+    return QS_OK;
+}
+
+static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, const void *b_scale,
+                          plan **out, qs_error *err) {
+    for (size_t i = 0; i < g->nplans; i++)
+        if (key_equal(g->plans[i].key, k)) {
+            if (g->plans[i].refused)
+                return qs_error_set(err, QS_EUNSUPPORTED,
+                                    "kernels/cuda: gemm: cuBLASLt refused path %d, m=%llu n=%llu "
+                                    "k=%llu before",
+                                    k.path, (unsigned long long)k.m, (unsigned long long)k.n,
+                                    (unsigned long long)k.k);
+            qs_status st = set_scale_pointers(&g->plans[i], a_scale, b_scale, err);
+            if (st) return st;
+            *out = &g->plans[i];
+            return QS_OK;
+        }
+    if (g->nplans == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 16;
+        plan *np = (plan *)realloc(g->plans, cap * sizeof *np);
+        if (!np) return qs_error_set(err, QS_ENOMEM, "kernels/cuda: gemm: plan cache");
+        g->plans = np;
+        g->cap = cap;
+    }
+    qs_status st = plan_build(g, k, a_scale, b_scale, &g->plans[g->nplans], err);
+    if (st == QS_EUNSUPPORTED) { // remembered, so a refused shape costs one heuristic query
+        memset(&g->plans[g->nplans], 0, sizeof g->plans[g->nplans]);
+        g->plans[g->nplans].key = k;
+        g->plans[g->nplans].refused = 1;
+        g->nplans++;
+    }
+    if (st) return st;
+    *out = &g->plans[g->nplans++];
+    return QS_OK;
+}
+
+// --- the GEMM --------------------------------------------------------------------------------
+
+static qs_status check_operand(const qk_gemm_operand *op, const char *name, size_t rows, size_t k,
+                               qs_error *err) {
+    if (!op->data) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: %s.data is NULL", name);
+    if (!aligned16(op->data))
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: %s.data is not 16-byte aligned",
+                            name);
+    if (is_fp4(op->type)) {
+        const qk_lt_layout &l = op->layout;
+        qk_lt_scale_mode want =
+            op->type == QK_GEMM_NVFP4 ? QK_LT_SCALE_VEC16_UE4M3 : QK_LT_SCALE_VEC32_UE8M0;
+        if (l.mode != want || l.rows != rows || l.k != k || l.k_pad % (4 * l.vec) != 0 ||
+            l.k_pad < k || l.ld_bytes * 2 != l.k_pad)
+            return qs_error_set(err, QS_EINVAL,
+                                "kernels/cuda: gemm: %s.layout is [%zu x %zu] mode %d, the call "
+                                "needs [%zu x %zu] mode %d (qk_lt_layout_init)",
+                                name, l.rows, l.k, (int)l.mode, rows, k, (int)want);
+        if (!op->scales || !aligned16(op->scales))
+            return qs_error_set(err, QS_EINVAL,
+                                "kernels/cuda: gemm: %s.scales is NULL or not 16-byte aligned",
+                                name);
+        return QS_OK;
+    }
+    size_t mult = op->type == QK_GEMM_BF16 ? 8 : 16; // 16 bytes
+    if (op->ld < k || op->ld % mult != 0)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: gemm: %s.ld %zu must be >= k %zu and a multiple of %zu",
+                            name, op->ld, k, mult);
+    if (op->type == QK_GEMM_FP8_E4M3 && op->d_tensor_scale && op->tensor_scale != 1.0f)
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: gemm: %s: tensor_scale must be 1 when d_tensor_scale "
+                            "is given",
+                            name);
+    return QS_OK;
+}
+
+// Grows the BF16 scratch to n elements (cudaFree/cudaMalloc synchronise the device).
+static qs_status scratch_reserve(qk_gemm *g, size_t n, qs_error *err) {
+    if (n <= g->scratch_elems) return QS_OK;
+    cudaFree(g->scratch);
+    g->scratch = nullptr;
+    g->scratch_elems = 0;
+    cudaError_t e = cudaMalloc((void **)&g->scratch, n * sizeof(uint16_t));
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMalloc emulation scratch");
+    g->scratch_elems = n;
+    return QS_OK;
+}
+
+static size_t round8(size_t v) {
+    return (v + 7) / 8 * 8;
+}
+
+extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_operand *w,
+                                    size_t T, size_t out, size_t in, float alpha, float beta,
+                                    void *y, qk_gemm_out y_type, size_t ldy, void *stream_,
+                                    qk_gemm_path *path_out, qs_error *err) {
+    if (!g || !x || !w || !y)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: NULL handle, operand or y");
+    if (T == 0 || out == 0 || in == 0)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: empty shape T=%zu out=%zu in=%zu",
+                            T, out, in);
+    if (y_type != QK_GEMM_OUT_F32 && y_type != QK_GEMM_OUT_BF16)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: unknown y_type %d", (int)y_type);
+    size_t ymult = y_type == QK_GEMM_OUT_F32 ? 4 : 8;
+    if (ldy < out || ldy % ymult != 0 || !aligned16(y))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: gemm: ldy %zu must be >= out %zu and a multiple of %zu, "
+                            "y 16-byte aligned",
+                            ldy, out, ymult);
+    qk_gemm_path path;
+    qs_status st = qk_gemm_path_for(g, x->type, w->type, &path, err);
+    if (st) return st;
+    st = check_operand(x, "x", T, in, err);
+    if (!st) st = check_operand(w, "w", out, in, err);
+    if (st) return st;
+    // host tensor scales folded into alpha: 1 for BF16 operands and for FP8 scales on the device
+    float sx = 1.0f, sw = 1.0f, a = alpha;
+    int ex = 0, ew = 0;
+    if (x->type != QK_GEMM_BF16 && !x->d_tensor_scale) {
+        sx = x->tensor_scale;
+        ex = x->tensor_scale_exp2;
+    }
+    if (w->type != QK_GEMM_BF16 && !w->d_tensor_scale) {
+        sw = w->tensor_scale;
+        ew = w->tensor_scale_exp2;
+    }
+    if (!(sx > 0.0f) || !(sw > 0.0f))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: gemm: tensor_scale of x (%g) or w (%g) is not > 0 (set "
+                            "it from the quantizer: qk_cuda_quantize_lt or qk_packed)",
+                            (double)sx, (double)sw);
+    st = qk_lt_fold_alpha(alpha, sx, ex, sw, ew, &a, err);
+    if (st) return st;
+    cudaError_t e = cudaSetDevice(g->device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaSetDevice");
+    cudaStream_t stream = (cudaStream_t)stream_;
+
+    plan_key k;
+    memset(&k, 0, sizeof k);
+    k.d_type = y_type == QK_GEMM_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    k.beta_nonzero = beta != 0.0f;
+    k.m = out;
+    k.n = T;
+    k.ldd = (int64_t)ldy;
+    const void *a_ptr = w->data, *b_ptr = x->data; // A = W, B = x
+    const void *a_scale = nullptr, *b_scale = nullptr;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        k.path = path;
+        if (path == QK_GEMM_PATH_NATIVE_FP4) {
+            k.a_type = k.b_type = CUDA_R_4F_E2M1;
+            k.scale_mode = (int)w->layout.mode; // == cublasLtMatmulMatrixScale_t values
+            k.k = w->layout.k_pad;
+            k.lda = k.ldb = (int64_t)w->layout.k_pad;
+            a_scale = w->scales;
+            b_scale = x->scales;
+        } else if (path == QK_GEMM_PATH_FP8) {
+            k.a_type = k.b_type = CUDA_R_8F_E4M3;
+            k.k = in;
+            k.lda = (int64_t)w->ld;
+            k.ldb = (int64_t)x->ld;
+            k.fp8_scale_ptrs = x->d_tensor_scale || w->d_tensor_scale;
+            a_scale = w->d_tensor_scale; // NULL: cuBLASLt's default of 1
+            b_scale = x->d_tensor_scale;
+        } else {
+            // BF16, or the emulated path: FP4 operands dequantized to BF16 in the scratch
+            k.a_type = k.b_type = CUDA_R_16BF;
+            k.scale_mode = 0;
+            k.k = in;
+            size_t ldx = is_fp4(x->type) ? round8(in) : x->ld;
+            size_t ldw = is_fp4(w->type) ? round8(in) : w->ld;
+            k.lda = (int64_t)ldw;
+            k.ldb = (int64_t)ldx;
+            size_t need = (is_fp4(x->type) ? T * ldx : 0) + (is_fp4(w->type) ? out * ldw : 0);
+            if (need) {
+                st = scratch_reserve(g, need, err);
+                if (st) return st;
+            }
+            uint16_t *s = g->scratch;
+            if (is_fp4(w->type)) {
+                st = qk_gemm_dequant_bf16(w, s, ldw, stream, err);
+                if (st) return st;
+                a_ptr = s;
+                s += out * ldw; // out * round8(in) elements: 16-byte aligned
+            }
+            if (is_fp4(x->type)) {
+                st = qk_gemm_dequant_bf16(x, s, ldx, stream, err);
+                if (st) return st;
+                b_ptr = s;
+            }
+        }
+        plan *p = nullptr;
+        st = plan_get(g, k, a_scale, b_scale, &p, err);
+        if (st == QS_EUNSUPPORTED && path == QK_GEMM_PATH_NATIVE_FP4) {
+            // cuBLASLt has no native kernel for this shape: the emulated path, reported as such
+            path = QK_GEMM_PATH_EMULATED_BF16;
+            memset(&k, 0, sizeof k);
+            k.d_type = y_type == QK_GEMM_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+            k.beta_nonzero = beta != 0.0f;
+            k.m = out;
+            k.n = T;
+            k.ldd = (int64_t)ldy;
+            a_scale = b_scale = nullptr;
+            continue;
+        }
+        if (st) return st;
+        cublasStatus_t s =
+            cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y, p->d,
+                           &p->algo, g->workspace, kWorkspaceBytes, stream);
+        if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, s, "cublasLtMatmul", k);
+        if (path_out) *path_out = path;
+        return QS_OK;
+    }
+    return qs_error_set(err, QS_EUNSUPPORTED, "kernels/cuda: gemm: no path for m=%zu n=%zu k=%zu",
+                        out, T, in);
+}

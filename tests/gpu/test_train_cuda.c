@@ -1,0 +1,263 @@
+/* The GPU training ops (worker/engine/ops_cuda_train.h) against worker/train/ops.h's FP32
+ * reference on random inputs. Tolerances (max |gpu - cpu| / max |cpu|, printed per tensor):
+ * - exact (0): embedding forward/backward, RoPE forward/backward, RMSNorm weight gradient,
+ *   cross-entropy backward (the same float operations in the same order; nvcc --fmad=false);
+ * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
+ *   (probabilities and losses): double sums in another order, CUDA expf;
+ * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad, attention forward/backward): cuBLAS
+ *   SGEMM sums in another order than OpenBLAS.
+ * Exits 77 (skipped) with a message when no CUDA device is visible. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* The engine's ops.h comes through ops_cuda.h (found beside it); the training ops.h by path,
+ * as both headers are named ops.h. */
+#include "ops_cuda.h"
+#include "ops_cuda_train.h"
+#include "../../worker/train/ops.h"
+
+static qw_backend gpu;
+static uint64_t rs = 0x2545F4914F6CDD1Dull;
+
+static float urand(void) {
+    rs ^= rs >> 12;
+    rs ^= rs << 25;
+    rs ^= rs >> 27;
+    return (float)((double)((rs * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Managed buffer of n floats filled with uniform [-s, s) (s = 0: zeros). */
+static float *buf(size_t n, float s) {
+    float *p = gpu.ops->alloc(&gpu, n * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = s ? urand() * s : 0.0f;
+    return p;
+}
+
+static float *host_copy(const float *p, size_t n) {
+    float *h = malloc(n * sizeof(float));
+    memcpy(h, p, n * sizeof(float));
+    return h;
+}
+
+static int close_to(const char *what, const float *a, const float *ref, size_t n, double tol) {
+    double md = 0.0, mr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    double r = mr > 0 ? md / mr : md;
+    printf("  %-30s rel err %.3g (tol %.3g) %s\n", what, r, tol, r <= tol ? "OK" : "NOT OK");
+    return r <= tol;
+}
+
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        qs_error e_ = {0};                                                                         \
+        qs_status s_ = (call);                                                                     \
+        if (s_ != QS_OK) fprintf(stderr, "%s\n", e_.msg);                                          \
+        assert_int_equal(s_, QS_OK);                                                               \
+    } while (0)
+#define ERR (&e_)
+
+static void test_embedding_exact(void **state) {
+    (void)state;
+    int N = 300, D = 64, V = 50;
+    uint32_t *tok = gpu.ops->alloc(&gpu, (size_t)N * sizeof(uint32_t));
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i * 7 % V); /* repeated tokens: rows add in token order */
+    float *emb = buf((size_t)V * D, 1.0f), *out = buf((size_t)N * D, 0.0f);
+    float *ref = malloc((size_t)N * D * sizeof(float));
+    qw_train_embedding_forward(ref, tok, emb, N, D);
+    OK(qw_cuda_train_embedding_forward(&gpu, out, tok, emb, N, D, ERR));
+    assert_true(close_to("embedding forward", out, ref, (size_t)N * D, 0.0));
+    float *demb = buf((size_t)V * D, 1.0f), *dout = buf((size_t)N * D, 1.0f);
+    float *dref = host_copy(demb, (size_t)V * D);
+    qw_train_embedding_backward(dref, dout, tok, N, D);
+    OK(qw_cuda_train_embedding_backward(&gpu, demb, dout, tok, N, D, ERR));
+    assert_true(close_to("embedding backward", demb, dref, (size_t)V * D, 0.0));
+    free(ref);
+    free(dref);
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    int N = 33, D = 320;
+    float *x = buf((size_t)N * D, 2.0f), *w = buf(D, 1.0f), *out = buf((size_t)N * D, 0.0f),
+          *rstd = buf(N, 0.0f);
+    float *ro = malloc((size_t)N * D * 4), *rr = malloc((size_t)N * 4);
+    qw_train_rmsnorm_forward(ro, rr, x, w, N, D, 1e-5f, 1);
+    OK(qw_cuda_train_rmsnorm_forward(&gpu, out, rstd, x, w, N, D, 1e-5f, ERR));
+    assert_true(close_to("rmsnorm forward", out, ro, (size_t)N * D, 1e-6));
+    assert_true(close_to("rmsnorm rstd", rstd, rr, (size_t)N, 1e-6));
+    /* The backward from the CPU's rstd on both sides: the weight gradient is then exact. */
+    memcpy(rstd, rr, (size_t)N * 4);
+    float *dout = buf((size_t)N * D, 1.0f), *dx = buf((size_t)N * D, 0.5f), *dw = buf(D, 0.5f);
+    float *rdx = host_copy(dx, (size_t)N * D), *rdw = host_copy(dw, D);
+    qw_train_rmsnorm_backward(rdx, rdw, dout, x, w, rr, N, D, 1);
+    OK(qw_cuda_train_rmsnorm_backward(&gpu, dx, dw, dout, x, w, rstd, N, D, ERR));
+    assert_true(close_to("rmsnorm dx", dx, rdx, (size_t)N * D, 1e-6));
+    assert_true(close_to("rmsnorm dw", dw, rdw, D, 0.0));
+    free(ro);
+    free(rr);
+    free(rdx);
+    free(rdw);
+}
+
+static void test_rope_exact(void **state) {
+    (void)state;
+    int B = 2, T = 40, nh = 3, E = 32;
+    size_t n = (size_t)B * T * nh * E;
+    float *cs = buf((size_t)T * E / 2, 1.0f), *sn = buf((size_t)T * E / 2, 1.0f);
+    float *x = buf(n, 1.0f), *ref = host_copy(x, n);
+    qw_train_rope_forward(ref, cs, sn, B, T, nh, E, 1);
+    OK(qw_cuda_train_rope_forward(&gpu, x, cs, sn, B, T, nh, E, ERR));
+    assert_true(close_to("rope forward", x, ref, n, 0.0));
+    qw_train_rope_backward(ref, cs, sn, B, T, nh, E, 1);
+    OK(qw_cuda_train_rope_backward(&gpu, x, cs, sn, B, T, nh, E, ERR));
+    assert_true(close_to("rope backward", x, ref, n, 0.0));
+    free(ref);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    int B = 2, T = 70, H = 6, G = 2, E = 32;
+    size_t nq = (size_t)B * T * H * E, nk = (size_t)B * T * G * E, np = (size_t)B * H * T * T;
+    float *q = buf(nq, 1.0f), *k = buf(nk, 1.0f), *v = buf(nk, 1.0f), *out = buf(nq, 0.0f),
+          *P = buf(np, 0.0f);
+    float *ro = malloc(nq * 4), *rp = malloc(np * 4);
+    qw_train_attention_forward(ro, rp, q, k, v, B, T, H, G, E, 1);
+    OK(qw_cuda_train_attention_forward(&gpu, out, P, q, k, v, B, T, H, G, E, ERR));
+    assert_true(close_to("attention out", out, ro, nq, 1e-5));
+    assert_true(close_to("attention probs", P, rp, np, 1e-5));
+    float *dout = buf(nq, 1.0f), *dq = buf(nq, 0.0f), *dk = buf(nk, 9.0f), *dv = buf(nk, 9.0f);
+    float *dS = buf((size_t)H * T * T, 0.0f);
+    float *rdq = malloc(nq * 4), *rdk = malloc(nk * 4), *rdv = malloc(nk * 4);
+    float *rdS = malloc((size_t)T * T * 4);
+    qw_train_attention_backward(rdq, rdk, rdv, rdS, dout, q, k, v, rp, B, T, H, G, E, 1);
+    memcpy(P, rp, np * 4); /* both backwards from the CPU's probabilities */
+    OK(qw_cuda_train_attention_backward(&gpu, dq, dk, dv, dS, dout, q, k, v, P, B, T, H, G, E,
+                                        ERR));
+    assert_true(close_to("attention dq", dq, rdq, nq, 1e-5));
+    assert_true(close_to("attention dk (overwritten)", dk, rdk, nk, 1e-5));
+    assert_true(close_to("attention dv (overwritten)", dv, rdv, nk, 1e-5));
+    free(ro);
+    free(rp);
+    free(rdq);
+    free(rdk);
+    free(rdv);
+    free(rdS);
+}
+
+static void test_swiglu(void **state) {
+    (void)state;
+    size_t n = 5000;
+    float *g = buf(n, 6.0f), *u = buf(n, 2.0f), *h = buf(n, 0.0f), *dh = buf(n, 1.0f);
+    float *dg = buf(n, 0.0f), *du = buf(n, 0.0f);
+    float *rh = malloc(n * 4), *rdg = malloc(n * 4), *rdu = malloc(n * 4);
+    qw_train_swiglu_forward(rh, g, u, n, 1);
+    OK(qw_cuda_train_swiglu_forward(&gpu, h, g, u, n, ERR));
+    assert_true(close_to("swiglu forward", h, rh, n, 1e-6));
+    qw_train_swiglu_backward(rdg, rdu, dh, g, u, n, 1);
+    OK(qw_cuda_train_swiglu_backward(&gpu, dg, du, dh, g, u, n, ERR));
+    assert_true(close_to("swiglu dg", dg, rdg, n, 1e-6));
+    assert_true(close_to("swiglu du", du, rdu, n, 1e-6));
+    free(rh);
+    free(rdg);
+    free(rdu);
+}
+
+static void test_crossentropy(void **state) {
+    (void)state;
+    int N = 7, V = 3001;
+    uint32_t *tg = gpu.ops->alloc(&gpu, (size_t)N * sizeof(uint32_t));
+    for (int i = 0; i < N; i++)
+        tg[i] = (uint32_t)(i * 431 % V);
+    tg[N - 1] = (uint32_t)V - 1;
+    float *l = buf((size_t)N * V, 10.0f), *loss = buf(N, 0.0f);
+    float *rl = host_copy(l, (size_t)N * V), *rloss = malloc((size_t)N * 4);
+    qw_train_crossentropy_forward(rl, rloss, tg, N, V, 1);
+    OK(qw_cuda_train_crossentropy_forward(&gpu, l, loss, tg, N, V, ERR));
+    assert_true(close_to("crossentropy probs", l, rl, (size_t)N * V, 1e-6));
+    assert_true(close_to("crossentropy losses", loss, rloss, (size_t)N, 1e-6));
+    memcpy(l, rl, (size_t)N * V * 4); /* the same probabilities into the backward */
+    qw_train_crossentropy_backward(rl, tg, N, V, 1.0f / N, 1);
+    OK(qw_cuda_train_crossentropy_backward(&gpu, l, tg, N, V, 1.0f / N, ERR));
+    assert_true(close_to("crossentropy dlogits", l, rl, (size_t)N * V, 0.0));
+    free(rl);
+    free(rloss);
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    int N = 64, in = 200, out = 150;
+    float *x = buf((size_t)N * in, 1.0f), *W = buf((size_t)out * in, 0.1f),
+          *y = buf((size_t)N * out, 0.0f);
+    float *ry = malloc((size_t)N * out * 4);
+    qw_train_linear_forward(ry, x, W, N, in, out, 1);
+    OK(qw_cuda_train_linear_forward(&gpu, y, x, W, N, in, out, ERR));
+    assert_true(close_to("linear forward", y, ry, (size_t)N * out, 1e-5));
+    for (int acc = 0; acc < 2; acc++) {
+        float *dy = buf((size_t)N * out, 1.0f), *dx = buf((size_t)N * in, 1.0f),
+              *dW = buf((size_t)out * in, 1.0f);
+        float *rdx = host_copy(dx, (size_t)N * in), *rdW = host_copy(dW, (size_t)out * in);
+        qw_train_linear_backward(rdx, acc, rdW, dy, x, W, N, in, out, 1);
+        OK(qw_cuda_train_linear_backward(&gpu, dx, acc, dW, dy, x, W, N, in, out, ERR));
+        assert_true(close_to(acc ? "linear dgrad (accumulated)" : "linear dgrad", dx, rdx,
+                             (size_t)N * in, 1e-5));
+        assert_true(close_to("linear wgrad (+=)", dW, rdW, (size_t)out * in, 1e-5));
+        free(rdx);
+        free(rdW);
+    }
+    free(ry);
+}
+
+static void test_rejects_cpu_backend(void **state) {
+    (void)state;
+    qw_backend cpu;
+    qs_error err = {0};
+    assert_int_equal(qw_backend_cpu_init(&cpu, 1, 8, &err), QS_OK);
+    assert_int_equal(qw_cuda_train_swiglu_forward(&cpu, NULL, NULL, NULL, 0, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "not a CUDA backend"));
+    qw_backend_release(&cpu);
+}
+
+static int setup(void **state) {
+    (void)state;
+    qs_error err = {0};
+    if (qw_backend_cuda_init(&gpu, 0, QW_CUDA_GEMM_FP32, &err) != QS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    qw_backend_cuda_release(&gpu);
+    return 0;
+}
+
+int main(void) {
+    if (qw_cuda_available() == 0) {
+        printf("gpu_train: no CUDA device visible: skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embedding_exact), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_swiglu),          cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_linear),          cmocka_unit_test(test_rejects_cpu_backend),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,60 @@
+/* Moving a model between the CPU and CUDA backends (model_cuda.h). */
+#include "model_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "model_internal.h"
+#include "runstate.h"
+
+static int on_cuda(const qw_model *m) {
+    return m->rank.be.ops == qw_ops_cuda();
+}
+
+/* Entries computed by the other backend are not reused (model_cuda.h). */
+static void drop_prefix_entries(qw_model *m) {
+    for (int i = 0; i < m->prefix.n; i++)
+        m->prefix.entries[i].n = 0;
+}
+
+qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error *err) {
+    qw_backend b;
+    qs_status st = qw_backend_cuda_init(&b, device, gemm, err);
+    if (st != QS_OK) return st;
+    qw_runstate rs;
+    st = qw_runstate_init(&rs, &b, &m->cfg, m->max_ctx, 1, err);
+    if (st != QS_OK) {
+        qw_backend_cuda_release(&b);
+        return st;
+    }
+    qw_runstate_release(&m->rank.rs, &m->rank.be);
+    qw_backend_close(&m->rank.be);
+    m->rank.be = b;
+    m->rank.rs = rs;
+    m->rank.probe = 0;
+    free(m->rank.ref);
+    m->rank.ref = NULL;
+    drop_prefix_entries(m);
+    return QS_OK;
+}
+
+qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
+    if (!on_cuda(m)) return QS_OK;
+    int threads = m->threads;
+    qw_runstate_release(&m->rank.rs, &m->rank.be);
+    qw_backend_cuda_release(&m->rank.be);
+    drop_prefix_entries(m);
+    /* set_threads rebuilds the CPU backend and run state when the count changes: the backend
+     * and run state are zeroed now, so their release there is a no-op. */
+    m->threads = 0;
+    return qw_model_set_threads(m, threads, err);
+}
+
+const char *qw_model_gemm_path(const qw_model *m) {
+    return qw_backend_gemm_path_name(&m->rank.be);
+}
+
+void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out) {
+    qw_backend_cuda_cache_stats(&m->rank.be, out);
+}

@@ -1,0 +1,622 @@
+/* The CUDA backend of the engine's operations (ops_cuda.h): the forward kernels, the table and
+ * the backend's set-up. Each kernel mirrors the CPU reference function of ops.h named in its
+ * comment (shapes: T tokens, D dim, H heads, G kv heads, E head_dim, V vocab). */
+#include "ops_cuda_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qk_cuda.h"
+
+extern "C" {
+#include "quant.h"
+#include "weights.h"
+}
+
+/* Grid size of an elementwise kernel over n elements (grid-stride loops). */
+static unsigned grid_of(size_t n, unsigned block) {
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+/* Waits for the stream and notes an error of the op `where`; returns 0 on success. */
+static int finish(cuda_ctx *c, const char *where) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, where, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static const char *blas_text(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "alloc failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "arch mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "not supported";
+    default:
+        return "cuBLAS error";
+    }
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* qw_embedding_forward: out[t] = table[tokens[t]] (FP32 device copy of the table). */
+__global__ void k_embedding(float *out, const uint32_t *tok, const float *table, int T, int64_t D) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * D;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (size_t)D, d = i % (size_t)D;
+        out[i] = table[(size_t)tok[t] * (size_t)D + d];
+    }
+}
+
+/* Block-wide sum of a double (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
+__device__ double block_sum(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+            s += sh[i];
+        sh[32] = s;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* qw_rmsnorm_forward: one block per row, the sum of squares in double. */
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int D, float eps) {
+    __shared__ double sh[33];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *o = out + (size_t)blockIdx.x * D;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        ss += (double)xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        o[i] = w[i] * (xr[i] * r);
+}
+
+/* qw_rope_forward: rotate_half pairs (i, i+E/2) of every head of every row. */
+__global__ void k_rope(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E) {
+    int h2 = E / 2;
+    size_t n = (size_t)T * n_heads * h2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / ((size_t)n_heads * h2), h = (i / h2) % n_heads, j = i % h2;
+        float *v = x + (t * n_heads + h) * E;
+        float c = cosb[t * h2 + j], s = sinb[t * h2 + j];
+        float x1 = v[j], x2 = v[j + h2];
+        v[j] = x1 * c - x2 * s;
+        v[j + h2] = x2 * c + x1 * s;
+    }
+}
+
+/* Causal softmax (ops_cpu.c causal_softmax) of S [H x T x T]: one block per (head, query row)
+ * row t keeps columns 0..t, zeros after. */
+__global__ void k_causal_softmax(float *S, int T) {
+    __shared__ float shf[33];
+    __shared__ double shd[33];
+    int t = blockIdx.x % T;
+    float *row = S + (size_t)blockIdx.x * T;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_down_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) shf[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = shf[0];
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
+            m = fmaxf(m, shf[i]);
+        shf[32] = m;
+    }
+    __syncthreads();
+    mx = shf[32];
+    double sum = 0.0;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, shd);
+    float inv = 1.0f / (float)sum;
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+/* qw_swiglu_forward. */
+__global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* qw_residual_forward. */
+__global__ void k_residual(float *x, const float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* qw_logsoftmax_forward: one block per row, max in float, sum of exp in double. */
+__global__ void k_logsoftmax(float *lp, const float *l, int V) {
+    __shared__ float shf[33];
+    __shared__ double shd[33];
+    const float *row = l + (size_t)blockIdx.x * V;
+    float *o = lp + (size_t)blockIdx.x * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
+    for (int s = 16; s > 0; s >>= 1)
+        mx = fmaxf(mx, __shfl_down_sync(0xffffffffu, mx, s));
+    if ((threadIdx.x & 31) == 0) shf[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = shf[0];
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
+            m = fmaxf(m, shf[i]);
+        shf[32] = m;
+    }
+    __syncthreads();
+    mx = shf[32];
+    double sum = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        sum += exp((double)row[j] - mx);
+    sum = block_sum(sum, shd);
+    double lse = (double)mx + log(sum);
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        o[j] = (float)((double)row[j] - lse);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static void *cu_alloc(qw_backend *b, size_t bytes) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    void *p = NULL;
+    if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    (void)c;
+    return p;
+}
+
+static void cu_free(qw_backend *b, void *p) {
+    (void)b;
+    if (p) cudaFree(p);
+}
+
+static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
+                         const qw_weight *table) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    qs_error err = {};
+    const cuda_weight *w;
+    int T = (int)x->rows;
+    if (qw_cuda_weight(c, table, 1, &w, &err) != QS_OK) {
+        qw_cuda_note_error(c, "embedding", err.msg);
+        return;
+    }
+    if (qw_cuda_scratch_reserve(&c->tokens, (size_t)T * sizeof(uint32_t), 0, &err) != QS_OK) {
+        qw_cuda_note_error(c, "embedding", err.msg);
+        return;
+    }
+    cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                    c->stream);
+    k_embedding<<<grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
+        x->data, (const uint32_t *)c->tokens.p, w->f32, T, table->cols);
+    finish(c, "embedding");
+}
+
+static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
+                       float eps) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    const float *dw = qw_cuda_vector(c, w, (size_t)x->cols);
+    if (!dw) return;
+    k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols, eps);
+    finish(c, "rmsnorm");
+}
+
+static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb, int n_heads,
+                    int E) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    size_t n = (size_t)x->rows * (size_t)(E / 2);
+    const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
+    if (!dc || !ds) return;
+    k_rope<<<grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows, n_heads,
+                                                             E);
+    finish(c, "rope");
+}
+
+static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
+                         const qw_tensor *v, float *scores, int H, int G, int E) {
+    (void)scores;
+    cuda_ctx *c = cuda_ctx_of(b);
+    qs_error err = {};
+    int T = (int)q->rows, group = H / G;
+    if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) != QS_OK) {
+        qw_cuda_note_error(c, "attention", err.msg);
+        return;
+    }
+    float *S = (float *)c->scores.p;
+    float scale = 1.0f / sqrtf((float)E), one = 1.0f, zero = 0.0f;
+    long long sT = (long long)T * T;
+    /* Column-major view: S_h^T [T x T] (keys x queries) = K_g Q_h^T, i.e. row-major
+     * S_h [queries x keys] = Q_h K_g^T. Head h = g*group + j: for a fixed j the heads of all
+     * g are one strided batch (Q stride group*E, K stride E, S stride group*T*T). */
+    for (int j = 0; j < group; j++) {
+        cublasStatus_t s = cublasSgemmStridedBatched(
+            c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &scale, k->data, G * E, E,
+            q->data + (size_t)j * E, H * E, (long long)group * E, &zero, S + (size_t)j * sT, T,
+            (long long)group * sT, G);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            qw_cuda_note_error(c, "attention scores", blas_text(s));
+            return;
+        }
+    }
+    k_causal_softmax<<<(unsigned)(H * T), 256, 0, c->stream>>>(S, T);
+    /* att_h [queries x E] = P_h V_g: column-major att_h^T [E x T] = V_g^T P_h^T. */
+    for (int j = 0; j < group; j++) {
+        cublasStatus_t s =
+            cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one, v->data,
+                                      G * E, E, S + (size_t)j * sT, T, (long long)group * sT, &zero,
+                                      att->data + (size_t)j * E, H * E, (long long)group * E, G);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            qw_cuda_note_error(c, "attention output", blas_text(s));
+            return;
+        }
+    }
+    finish(c, "attention");
+}
+
+static void cu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    size_t n = (size_t)g->rows * (size_t)g->cols;
+    k_swiglu<<<grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
+    finish(c, "swiglu");
+}
+
+static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    size_t n = (size_t)x->rows * (size_t)x->cols;
+    k_residual<<<grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
+    finish(c, "residual");
+}
+
+/* Fake-quantizes xq [T x in] (backend memory) with act: on the device for the formats
+ * qk_cuda_fake_quant has, through the CPU quantizer otherwise (managed memory: the host reads
+ * and writes it in place once the stream is idle). */
+qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
+                            qs_error *err) {
+    qs_error e2 = {};
+    qk_quant_options opt = act->opt;
+    qs_status st;
+    if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
+        if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation amax", err)) !=
+            QS_OK)
+            return st;
+        opt.tensor_amax_given = 1;
+        opt.tensor_amax = act->tensor_amax[0];
+    }
+    st = qk_cuda_fake_quant(act->fmt, &opt, xq, T, in, c->stream, &e2);
+    if (st != QS_EUNSUPPORTED) {
+        if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
+        return QS_OK;
+    }
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, xq) != cudaSuccess || a.type != cudaMemoryTypeManaged) {
+        (void)cudaGetLastError();
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "cuda backend: activation format %s has no GPU quantizer and the "
+                            "buffer is not host-visible",
+                            qk_format_name(act->fmt));
+    }
+    if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation quant", err)) !=
+        QS_OK)
+        return st;
+    return qk_fake_quant(act->fmt, &opt, xq, T, in, NULL, err);
+}
+
+/* 1 when the GPU can read and write p (device or managed memory). */
+static int device_visible(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
+                           const qw_act_quant *act, float *xq, qs_error *err) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
+    const float *xin = x->data;
+    qs_status st;
+    /* A host buffer (the SQNR probe's reference output, model_cuda.h) is refused, not
+     * written by the GPU. */
+    if (!device_visible(y->data) || !device_visible(x->data) ||
+        (act && act->fmt && !device_visible(xq)))
+        return qs_error_set(err, QS_EINVAL,
+                            "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
+                            "the backend's (the SQNR probe is not available on CUDA yet)",
+                            T, in, out);
+    if (c->gemm == QW_CUDA_GEMM_LT)
+        return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
+    if (act && act->fmt) {
+        if ((st = qw_cuda_status(c,
+                                 cudaMemcpyAsync(xq, x->data, (size_t)T * in * sizeof(float),
+                                                 cudaMemcpyDeviceToDevice, c->stream),
+                                 "linear", err)) != QS_OK)
+            return st;
+        if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, (size_t)in, err)) != QS_OK) return st;
+        xin = xq;
+    }
+    const cuda_weight *dw;
+    if ((st = qw_cuda_weight(c, w, 0, &dw, err)) != QS_OK) return st;
+    float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s;
+    if (c->gemm == QW_CUDA_GEMM_FP32) {
+        s = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->f32, in, xin, in,
+                        &zero, y->data, out);
+    } else {
+        size_t n = (size_t)T * in;
+        if ((st = qw_cuda_scratch_reserve(&c->act16, n * sizeof(__nv_bfloat16), 0, err)) != QS_OK)
+            return st;
+        __nv_bfloat16 *x16 = (__nv_bfloat16 *)c->act16.p;
+        k_to_bf16<<<grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
+        s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16, CUDA_R_16BF,
+                         in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        qw_cuda_note_error(c, "linear", blas_text(s));
+        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T: %s", T, in,
+                            out, in, blas_text(s));
+    }
+    if (finish(c, "linear") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
+    return QS_OK;
+}
+
+static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    k_logsoftmax<<<(unsigned)logits->rows, 256, 0, c->stream>>>(lp->data, logits->data,
+                                                                (int)logits->cols);
+    finish(c, "logsoftmax");
+}
+
+static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
+                         double *noise) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    qs_error err = {};
+    if (qw_cuda_sqnr(c, y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise,
+                     &err) != QS_OK) {
+        *signal = *noise = NAN;
+        qw_cuda_note_error(c, "sqnr", err.msg);
+    }
+}
+
+/* qw_amax_forward: max |x| over finite elements (NaN, +-Inf ignored); order-free, so exact. One
+ * block of 1024 threads. */
+__global__ void k_amax(const float *x, size_t n, float *out) {
+    __shared__ float sh[1024];
+    float m = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float a = fabsf(x[i]);
+        if (isfinite(a) && a > m) m = a;
+    }
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = 512; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = sh[0];
+}
+
+static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    k_amax<<<1, 1024, 0, c->stream>>>(x->data, (size_t)x->rows * (size_t)x->cols, out);
+    finish(c, "amax");
+}
+
+#define TP_MAX_RANKS 8
+
+/* The ranks' buffers, passed by value. */
+typedef struct tp_ptrs {
+    float *p[TP_MAX_RANKS];
+} tp_ptrs;
+
+/* Element by element in rank order 0..n-1 (the CPU's order: the same bits), written back to
+ * every rank. */
+__global__ void k_allreduce(tp_ptrs x, int n, size_t len, int op_max) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = x.p[0][i];
+        for (int r = 1; r < n; r++) {
+            float v = x.p[r][i];
+            s = op_max ? (v > s ? v : s) : s + v;
+        }
+        for (int r = 0; r < n; r++)
+            x.p[r][i] = s;
+    }
+}
+
+/* Ranks of one process on one node: every rank's buffer is managed memory (this backend's
+ * alloc), readable from rank 0's device, so one kernel there reduces them in rank order. A
+ * multi-node group goes through NCCL (fwd's communicator), not this. */
+static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
+                              qs_error *err) {
+    if (n < 1 || n > TP_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks (cuda: 1..%d)", n, TP_MAX_RANKS);
+    tp_ptrs pp;
+    memset(&pp, 0, sizeof pp);
+    for (int r = 0; r < n; r++) {
+        if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
+            return qs_error_set(err, QS_EINVAL,
+                                "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
+                                (long long)x[r]->rows, (long long)x[r]->cols, (long long)x[0]->rows,
+                                (long long)x[0]->cols);
+        cuda_ctx *cr = cuda_ctx_of(ranks[r]);
+        qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
+        if (st != QS_OK) return st;
+        pp.p[r] = x[r]->data;
+    }
+    cuda_ctx *c = cuda_ctx_of(ranks[0]);
+    size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
+    k_allreduce<<<grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
+    if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
+    return QS_OK;
+}
+
+static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
+    cuda_ctx *c = cuda_ctx_of(b);
+    cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
+                      (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault,
+                      c->stream);
+    finish(c, "download");
+}
+
+static const qw_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .embedding = cu_embedding,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .attention = cu_attention,
+    .swiglu = cu_swiglu,
+    .residual = cu_residual,
+    .linear = cu_linear,
+    .lm_head = cu_linear,
+    .logsoftmax = cu_logsoftmax,
+    .sqnr_sums = cu_sqnr_sums,
+    .amax = cu_amax,
+    .allreduce = cu_allreduce,
+    .download = cu_download,
+};
+
+/* ---------------------------------------------------------------- set-up */
+
+extern "C" const qw_ops *qw_ops_cuda(void) {
+    return &cuda_ops;
+}
+
+extern "C" int qw_cuda_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm,
+                                          qs_error *err) {
+    memset(b, 0, sizeof *b);
+    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT)
+        return qs_error_set(err, QS_EINVAL, "backend cuda: gemm path %d", (int)gemm);
+    int n = qw_cuda_available();
+    if (n == 0) return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: no CUDA device");
+    if (device < 0 || device >= n)
+        return qs_error_set(err, QS_EINVAL, "backend cuda: device %d, %d visible", device, n);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!c) return qs_error_set(err, QS_ENOMEM, "backend cuda: context");
+    c->device = device;
+    c->gemm = gemm;
+    b->impl = c;
+    b->ops = &cuda_ops;
+    b->threads = 1;
+    qs_status st = qw_cuda_status(c, cudaSetDevice(device), "set device", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                            "stream", err);
+    if (st == QS_OK) {
+        cublasStatus_t s = cublasCreate(&c->blas);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
+        /* Pedantic: no TF32 in the FP32 path, whatever NVIDIA_TF32_OVERRIDE says. */
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasSetMathMode(c->blas, gemm == QW_CUDA_GEMM_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                                     : CUBLAS_DEFAULT_MATH);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            st = qs_error_set(err, QS_EIO, "backend cuda: cuBLAS: %s", blas_text(s));
+    }
+    if (st == QS_OK && gemm == QW_CUDA_GEMM_LT) st = qw_cuda_lt_init(c, err);
+    if (st != QS_OK) qw_backend_cuda_release(b);
+    return st;
+}
+
+extern "C" void qw_backend_cuda_release(qw_backend *b) {
+    if (!b) return;
+    cuda_ctx *c = cuda_ctx_of(b);
+    if (c) {
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        qw_cuda_weights_release(c);
+        qw_cuda_lt_release(c);
+        cudaFree(c->scores.p);
+        cudaFree(c->act16.p);
+        cudaFree(c->tokens.p);
+        cudaFree(c->rowbuf.p);
+        cudaFree(c->partial.p);
+        free(c->wtmp.p);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
+    const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (!c) return "cpu";
+    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_path(c);
+    return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
+}
+
+extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out) {
+    memset(out, 0, sizeof *out);
+    const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (c) *out = c->stats;
+}
+
+extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (!c) return;
+    cudaStreamSynchronize(c->stream);
+    qw_cuda_weights_release(c);
+    qw_cuda_lt_forget(c);
+}
+
+extern "C" qs_status qw_backend_cuda_check(qw_backend *b, qs_error *err) {
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (!c || !c->last_error[0]) return QS_OK;
+    qs_status st = qs_error_set(err, QS_EIO, "%s", c->last_error);
+    c->last_error[0] = '\0';
+    return st;
+}

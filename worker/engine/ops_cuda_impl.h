@@ -1,0 +1,104 @@
+/* Private to the CUDA backend (ops_cuda*.cu): its context, the device weight cache and the
+ * helpers the three files share. CUDA C++ only. */
+#ifndef QW_OPS_CUDA_IMPL_H
+#define QW_OPS_CUDA_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "ops_cuda.h"
+}
+
+/* One cached device copy. kind: 0 master (key = host data pointer), 1 packed (key = the
+ * qk_packed address, fingerprint checked on each use), 2 FP32 vector (key = host pointer). */
+typedef struct cuda_weight {
+    int kind;
+    const void *key;
+    int64_t rows, cols;
+    uint64_t fingerprint; /* packed only */
+    float *f32;           /* [rows x cols] device, gemm fp32 (and vectors) */
+    __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
+    size_t bytes;
+} cuda_weight;
+
+/* A device buffer that grows to the largest size asked for, never shrinks. */
+typedef struct cuda_scratch {
+    void *p;
+    size_t bytes;
+} cuda_scratch;
+
+typedef struct cuda_ctx {
+    int device;
+    qw_cuda_gemm gemm;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cuda_weight *w; /* [n_w] */
+    size_t n_w, cap_w;
+    qw_cuda_cache_stats stats;
+    cuda_scratch scores;  /* attention scores [H x T x T] */
+    cuda_scratch act16;   /* BF16 activations of a linear [T x in] */
+    cuda_scratch tokens;  /* uint32 tokens [T] */
+    cuda_scratch wtmp;    /* host FP32 rows of a weight being uploaded */
+    cuda_scratch rowbuf;  /* per-row results of the reductions */
+    cuda_scratch partial; /* per-block partial sums (double) */
+    char last_error[256]; /* first error of a void op since the last check */
+    void *lt;             /* QW_CUDA_GEMM_LT: the qk_gemm handle and FP4 weights (ops_cuda_lt.cu) */
+} cuda_ctx;
+
+static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
+    return (cuda_ctx *)b->impl;
+}
+
+/* Records the first error of a void op (kept until qw_backend_cuda_check). */
+void qw_cuda_note_error(cuda_ctx *c, const char *where, const char *what);
+
+/* QS_OK, or QS_EIO naming `where` and the CUDA error text (also noted in c). */
+qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err);
+
+/* Ensures s holds at least `bytes` of device memory. Errors: QS_ENOMEM. */
+qs_status qw_cuda_scratch_reserve(cuda_scratch *s, size_t bytes, int host, qs_error *err);
+
+/* The device copy of w (uploaded now if absent or changed): FP32 or BF16 per the context's
+ * gemm, or both when want_f32 (the embedding reads FP32 rows). Errors: QS_ENOMEM, QS_EIO,
+ * those of qw_weight_rows_f32. */
+qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cuda_weight **out,
+                         qs_error *err);
+
+/* A device view of n FP32 host values at p: p itself when it is device or managed memory, else
+ * a cached upload keyed by p (for host vectors that do not change: norm weights, RoPE tables).
+ * NULL on error (noted in c). */
+const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n);
+
+/* Fingerprint of a packed weight's contents (format, shape, tensor scale, sampled codes and
+ * scales): what a packed slot's cache entry is checked against on each use. */
+uint64_t qw_cuda_packed_fingerprint(const qk_packed *p);
+
+/* Fake-quantizes xq [T x in] (backend memory) in place with act: on the device where
+ * qk_cuda_fake_quant has the format, through the CPU quantizer on managed memory otherwise. */
+qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
+                            qs_error *err);
+
+/* The QW_CUDA_GEMM_LT path (ops_cuda_lt.cu): set-up (QS_EUNSUPPORTED when built without
+ * kernels/cuda/qk_gemm.h), release, forgetting the FP4 weights, the most specific path run so
+ * far ("native_fp4", "emulated_bf16", "bf16"), and the linear y[T x out] = q(x) W^T. */
+qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err);
+void qw_cuda_lt_release(cuda_ctx *c);
+void qw_cuda_lt_forget(cuda_ctx *c);
+const char *qw_cuda_lt_path(const cuda_ctx *c);
+qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, qs_error *err);
+
+/* Frees every cached weight. */
+void qw_cuda_weights_release(cuda_ctx *c);
+
+/* Deterministic sums over n elements of y, ref (device): sum(ref^2), sum((y-ref)^2) in double,
+ * fixed block partials then one ordered pass. */
+qs_status qw_cuda_sqnr(cuda_ctx *c, const float *y, const float *ref, size_t n, double *signal,
+                       double *noise, qs_error *err);
+
+#endif

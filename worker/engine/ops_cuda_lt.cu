@@ -1,0 +1,289 @@
+/* The CUDA backend's linear through kernels/cuda's cuBLASLt GEMM (qk_gemm.h), the
+ * QW_CUDA_GEMM_LT path of ops_cuda.h:
+ * - a packed NVFP4 / NVFP4-2D / MXFP4 weight is repacked on the host into cuBLASLt's layout
+ *   (qk_lt_pack: codes K-major padded to k_pad, block scales 128x4-tiled) and uploaded once per
+ *   packed slot (same fingerprint rule as the device weight cache);
+ * - an activation in the weight's FP4 family (NVFP4 with NVFP4, MXFP4 with MXFP4) is quantized
+ *   on the device straight into that layout (qk_cuda_quantize_lt): W4A4 then runs natively on
+ *   compute capability 10.x ("native_fp4"), dequantized-exactly to BF16 elsewhere
+ *   ("emulated_bf16"); any other activation is fake-quantized (or left FP32) and rounded to
+ *   BF16, so FP4 weights run W4A16 ("emulated_bf16") and unquantized ones a BF16 GEMM ("bf16");
+ * - the per-tensor decode scales go into alpha (qk_gemm folds them).
+ * The path of each call is recorded; the backend reports the most specific one it ran
+ * (native_fp4 > emulated_bf16 > bf16). Built with the rest of the backend; without
+ * kernels/cuda/qk_gemm.h (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
+#include "ops_cuda_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef QW_HAVE_QK_GEMM
+#include "qk_cuda.h"
+#include "qk_gemm.h"
+extern "C" {
+#include "weights.h"
+}
+
+/* One FP4 weight in cuBLASLt's layout on the device. */
+typedef struct lt_weight {
+    const qk_packed *key;
+    uint64_t fingerprint;
+    qk_lt_layout layout;
+    uint8_t *codes, *scales; /* device */
+    float tensor_scale;
+    int tensor_scale_exp2;
+    qk_gemm_type type;
+} lt_weight;
+
+typedef struct lt_state {
+    qk_gemm *g;
+    lt_weight *w;
+    size_t n, cap;
+    cuda_scratch xcodes, xscales, x16;
+    int best_path; /* -1 none yet, else the most specific qk_gemm_path run */
+} lt_state;
+
+static int is_fp4(const qk_format *f, qk_gemm_type *t) {
+    if (!f) return 0;
+    const char *n = qk_format_name(f);
+    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d")) {
+        *t = QK_GEMM_NVFP4;
+        return 1;
+    }
+    if (!strcmp(n, "mxfp4")) {
+        *t = QK_GEMM_MXFP4;
+        return 1;
+    }
+    return 0;
+}
+
+static void lt_weight_free(lt_weight *e) {
+    cudaFree(e->codes);
+    cudaFree(e->scales);
+    e->codes = e->scales = NULL;
+}
+
+/* The device FP4 operand of packed p (uploaded now when absent or changed). */
+static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_gemm_type type,
+                              const lt_weight **out, qs_error *err) {
+    uint64_t fp = qw_cuda_packed_fingerprint(p);
+    lt_weight *e = NULL;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->w[i].key == p) e = &s->w[i];
+    if (e && e->fingerprint == fp && e->codes) {
+        c->stats.hits++;
+        *out = e;
+        return QS_OK;
+    }
+    if (!e) {
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 64;
+            lt_weight *w = (lt_weight *)realloc(s->w, cap * sizeof *w);
+            if (!w) return qs_error_set(err, QS_ENOMEM, "cuda backend: FP4 weight cache");
+            s->w = w;
+            s->cap = cap;
+        }
+        e = &s->w[s->n++];
+        memset(e, 0, sizeof *e);
+        e->key = p;
+    }
+    lt_weight_free(e);
+    qs_status st = qk_lt_layout_init(p->fmt, p->rows, p->k, &e->layout, err);
+    if (st != QS_OK) return st;
+    uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes),
+            *hs = (uint8_t *)malloc(e->layout.scale_bytes);
+    if (!hc || !hs) {
+        free(hc);
+        free(hs);
+        return qs_error_set(err, QS_ENOMEM, "cuda backend: FP4 repack of %zu bytes",
+                            e->layout.codes_bytes);
+    }
+    st = qk_lt_pack(p, &e->layout, hc, e->layout.codes_bytes, hs, e->layout.scale_bytes, err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c, cudaMalloc(&e->codes, e->layout.codes_bytes), "FP4 weight", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c, cudaMalloc(&e->scales, e->layout.scale_bytes), "FP4 weight", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c,
+                            cudaMemcpy(e->codes, hc, e->layout.codes_bytes, cudaMemcpyHostToDevice),
+                            "FP4 weight upload", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(
+            c, cudaMemcpy(e->scales, hs, e->layout.scale_bytes, cudaMemcpyHostToDevice),
+            "FP4 weight upload", err);
+    free(hc);
+    free(hs);
+    if (st != QS_OK) {
+        lt_weight_free(e);
+        return st;
+    }
+    e->fingerprint = fp;
+    e->tensor_scale = p->tensor_scale;
+    e->tensor_scale_exp2 = p->tensor_scale_exp2;
+    e->type = type;
+    c->stats.uploads++;
+    c->stats.bytes += e->layout.codes_bytes + e->layout.scale_bytes;
+    *out = e;
+    return QS_OK;
+}
+
+static int path_rank(int p) {
+    return p == QK_GEMM_PATH_NATIVE_FP4 ? 3 : p == QK_GEMM_PATH_EMULATED_BF16 ? 2 : 1;
+}
+
+qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
+    lt_state *s = (lt_state *)calloc(1, sizeof *s);
+    if (!s) return qs_error_set(err, QS_ENOMEM, "cuda backend: cuBLASLt state");
+    s->best_path = -1;
+    qs_status st = qk_gemm_create(c->device, &s->g, err);
+    if (st != QS_OK) {
+        free(s);
+        return st;
+    }
+    c->lt = s;
+    return QS_OK;
+}
+
+void qw_cuda_lt_release(cuda_ctx *c) {
+    lt_state *s = (lt_state *)c->lt;
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++)
+        lt_weight_free(&s->w[i]);
+    free(s->w);
+    cudaFree(s->xcodes.p);
+    cudaFree(s->xscales.p);
+    cudaFree(s->x16.p);
+    qk_gemm_destroy(s->g);
+    free(s);
+    c->lt = NULL;
+}
+
+void qw_cuda_lt_forget(cuda_ctx *c) {
+    lt_state *s = (lt_state *)c->lt;
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++)
+        lt_weight_free(&s->w[i]);
+    s->n = 0;
+}
+
+const char *qw_cuda_lt_path(const cuda_ctx *c) {
+    const lt_state *s = (const lt_state *)c->lt;
+    if (!s || s->best_path < 0) return "bf16";
+    return qk_gemm_path_name((qk_gemm_path)s->best_path);
+}
+
+__global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        __nv_bfloat16 h = __float2bfloat16_rn(src[i]);
+        dst[i] = *(const uint16_t *)&h;
+    }
+}
+
+qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, qs_error *err) {
+    lt_state *s = (lt_state *)c->lt;
+    size_t in = (size_t)w->cols, out = (size_t)w->rows;
+    qk_gemm_operand wo, xo;
+    memset(&wo, 0, sizeof wo);
+    memset(&xo, 0, sizeof xo);
+    qk_gemm_type wt = QK_GEMM_BF16;
+    qs_status st;
+    int w_fp4 = w->form == QW_WEIGHT_PACKED && is_fp4(w->packed->fmt, &wt);
+    if (w_fp4) {
+        const lt_weight *e = NULL;
+        if ((st = lt_weight_of(c, s, w->packed, wt, &e, err)) != QS_OK) return st;
+        wo.type = e->type;
+        wo.data = e->codes;
+        wo.scales = e->scales;
+        wo.layout = e->layout;
+        wo.tensor_scale = e->tensor_scale;
+        wo.tensor_scale_exp2 = e->tensor_scale_exp2;
+    } else {
+        const cuda_weight *e = NULL;
+        if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
+        wo.type = QK_GEMM_BF16;
+        wo.data = e->bf16;
+        wo.ld = in;
+        wo.tensor_scale = 1.0f;
+    }
+    qk_gemm_type at = QK_GEMM_BF16;
+    if (w_fp4 && act && act->fmt && is_fp4(act->fmt, &at) && at == wt) {
+        /* W4A4: x quantized on the device straight into cuBLASLt's layout. */
+        if ((st = qk_lt_layout_init(act->fmt, (size_t)T, in, &xo.layout, err)) != QS_OK) return st;
+        if ((st = qw_cuda_scratch_reserve(&s->xcodes, xo.layout.codes_bytes, 0, err)) != QS_OK ||
+            (st = qw_cuda_scratch_reserve(&s->xscales, xo.layout.scale_bytes, 0, err)) != QS_OK)
+            return st;
+        qk_quant_options o = act->opt;
+        if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
+            if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "act amax", err)) !=
+                QS_OK)
+                return st;
+            o.tensor_amax_given = 1;
+            o.tensor_amax = act->tensor_amax[0];
+        }
+        float ts = 1.0f;
+        st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout, (uint8_t *)s->xcodes.p,
+                                 (uint8_t *)s->xscales.p, &ts, NULL, c->stream, err);
+        if (st != QS_OK) return st;
+        xo.type = at;
+        xo.data = s->xcodes.p;
+        xo.scales = (const uint8_t *)s->xscales.p;
+        xo.tensor_scale = ts;
+    } else {
+        const float *xin = x;
+        if (act && act->fmt) {
+            if ((st = qw_cuda_status(c,
+                                     cudaMemcpyAsync(xq, x, (size_t)T * in * sizeof(float),
+                                                     cudaMemcpyDeviceToDevice, c->stream),
+                                     "linear", err)) != QS_OK)
+                return st;
+            if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
+            xin = xq;
+        }
+        size_t n = (size_t)T * in;
+        if ((st = qw_cuda_scratch_reserve(&s->x16, n * sizeof(uint16_t), 0, err)) != QS_OK)
+            return st;
+        k_lt_to_bf16<<<1024, 256, 0, c->stream>>>((uint16_t *)s->x16.p, xin, n);
+        xo.type = QK_GEMM_BF16;
+        xo.data = s->x16.p;
+        xo.ld = in;
+        xo.tensor_scale = 1.0f;
+    }
+    qk_gemm_path path;
+    st = qk_gemm_linear(s->g, &xo, &wo, (size_t)T, out, in, 1.0f, 0.0f, y, QK_GEMM_OUT_F32, out,
+                        c->stream, &path, err);
+    if (st != QS_OK) return st;
+    if (s->best_path < 0 || path_rank((int)path) > path_rank(s->best_path))
+        s->best_path = (int)path;
+    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+}
+
+#else /* no qk_gemm.h in this tree: the path is refused at init */
+
+qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
+    (void)c;
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "backend cuda: gemm lt: built without kernels/cuda/qk_gemm.h");
+}
+
+void qw_cuda_lt_release(cuda_ctx *c) {
+    (void)c;
+}
+
+void qw_cuda_lt_forget(cuda_ctx *c) {
+    (void)c;
+}
+
+const char *qw_cuda_lt_path(const cuda_ctx *c) {
+    (void)c;
+    return "bf16";
+}
+
+qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, qs_error *err) {
+    (void)c, (void)y, (void)x, (void)T, (void)w, (void)act, (void)xq;
+    return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: gemm lt not built");
+}
+
+#endif

@@ -1,0 +1,457 @@
+/* Training ops on the GPU (ops_cuda_train.h): kernels and cuBLAS calls mirroring
+ * worker/train/ops_impl.h's FP32 functions line by line. cuBLAS is column-major: a row-major
+ * product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, i.e. with the operands swapped
+ * and the same transpose flags. */
+#include "ops_cuda_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+extern "C" {
+#include "ops_cuda_train.h"
+}
+
+static unsigned grid_of(size_t n, unsigned block) {
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* The CUDA context of b, or NULL (error set). */
+static cuda_ctx *ctx_or_err(qw_backend *b, qs_error *err) {
+    if (!b || !b->ops || strcmp(b->ops->name, "cuda") != 0 || !b->impl) {
+        qs_error_set(err, QS_EINVAL, "cuda train op: not a CUDA backend");
+        return NULL;
+    }
+    return cuda_ctx_of(b);
+}
+
+static qs_status done(cuda_ctx *c, const char *where, qs_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    return qw_cuda_status(c, e, where, err);
+}
+
+static qs_status blas(cuda_ctx *c, cublasStatus_t s, const char *where, qs_error *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return QS_OK;
+    qw_cuda_note_error(c, where, "cuBLAS call failed");
+    return qs_error_set(err, QS_EIO, "cuda train op: %s: cuBLAS status %d", where, (int)s);
+}
+
+#define CTX                                                                                        \
+    cuda_ctx *c = ctx_or_err(b, err);                                                              \
+    if (!c) return QS_EINVAL
+
+/* Sum of a double over a 256-thread block, fixed tree order; every thread gets it. */
+__device__ double tsum256(double v, double *sh) {
+    __syncthreads();
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ float tmax256(float v, float *sh) {
+    __syncthreads();
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+__global__ void k_emb_fwd(float *out, const uint32_t *tok, const float *emb, int N, int D) {
+    GRID_STRIDE(i, (size_t)N * D) {
+        size_t r = i / (size_t)D, d = i % (size_t)D;
+        out[i] = emb[(size_t)tok[r] * D + d];
+    }
+}
+
+/* One thread per column d, rows in token order: the CPU loop's sums exactly. */
+__global__ void k_emb_bwd(float *demb, const float *dout, const uint32_t *tok, int N, int D) {
+    int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    for (int i = 0; i < N; i++)
+        demb[(size_t)tok[i] * D + d] += dout[(size_t)i * D + d];
+}
+
+extern "C" qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out,
+                                                     const uint32_t *tokens, const float *emb,
+                                                     int N, int D, qs_error *err) {
+    CTX;
+    k_emb_fwd<<<grid_of((size_t)N * D, 256), 256, 0, c->stream>>>(out, tokens, emb, N, D);
+    return done(c, "embedding forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb, const float *dout,
+                                                      const uint32_t *tokens, int N, int D,
+                                                      qs_error *err) {
+    CTX;
+    k_emb_bwd<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(demb, dout, tokens, N, D);
+    return done(c, "embedding backward", err);
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+
+__global__ void k_rms_fwd(float *out, float *rstd, const float *x, const float *w, int D,
+                          float eps) {
+    __shared__ double sh[256];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *o = out + (size_t)blockIdx.x * D;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        ss += (double)xr[i] * xr[i];
+    ss = tsum256(ss, sh);
+    float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        o[i] = w[i] * (xr[i] * r);
+}
+
+__global__ void k_rms_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
+                             const float *rstd, int D) {
+    __shared__ double sh[256];
+    size_t t = blockIdx.x;
+    const float *xr = x + t * D, *g = dout + t * D;
+    float *d = dx + t * D;
+    float r = rstd[t];
+    double dot = 0.0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        dot += (double)w[i] * g[i] * xr[i];
+    dot = tsum256(dot, sh);
+    float cc = (float)(dot * (double)r * r * r / D);
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        d[i] += r * w[i] * g[i] - xr[i] * cc;
+}
+
+/* dw_i += sum_t dy_ti (x_ti r_t), rows in order (the CPU loop). */
+__global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const float *rstd, int N,
+                             int D) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float s = 0.0f;
+    for (int t = 0; t < N; t++)
+        s += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
+    dw[i] += s;
+}
+
+extern "C" qs_status qw_cuda_train_rmsnorm_forward(qw_backend *b, float *out, float *rstd,
+                                                   const float *x, const float *w, int N, int D,
+                                                   float eps, qs_error *err) {
+    CTX;
+    k_rms_fwd<<<(unsigned)N, 256, 0, c->stream>>>(out, rstd, x, w, D, eps);
+    return done(c, "rmsnorm forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw,
+                                                    const float *dout, const float *x,
+                                                    const float *w, const float *rstd, int N, int D,
+                                                    qs_error *err) {
+    CTX;
+    k_rms_bwd_dx<<<(unsigned)N, 256, 0, c->stream>>>(dx, dout, x, w, rstd, D);
+    k_rms_bwd_dw<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(dw, dout, x, rstd, N, D);
+    return done(c, "rmsnorm backward", err);
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+__global__ void k_rope_t(float *x, const float *cosb, const float *sinb, int N, int T, int nh,
+                         int E, int backward) {
+    int h2 = E / 2;
+    GRID_STRIDE(i, (size_t)N * nh * h2) {
+        size_t r = i / ((size_t)nh * h2), h = (i / h2) % nh, j = i % h2, t = r % T;
+        float *v = x + (r * nh + h) * E;
+        float cc = cosb[t * h2 + j], s = sinb[t * h2 + j];
+        float a = v[j], bb = v[j + h2];
+        if (!backward) {
+            v[j] = a * cc - bb * s;
+            v[j + h2] = bb * cc + a * s;
+        } else {
+            v[j] = a * cc + bb * s;
+            v[j + h2] = bb * cc - a * s;
+        }
+    }
+}
+
+extern "C" qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb,
+                                                const float *sinb, int B, int T, int nh, int E,
+                                                qs_error *err) {
+    CTX;
+    size_t n = (size_t)B * T * nh * (E / 2);
+    k_rope_t<<<grid_of(n, 256), 256, 0, c->stream>>>(x, cosb, sinb, B * T, T, nh, E, 0);
+    return done(c, "rope forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
+                                                 const float *sinb, int B, int T, int nh, int E,
+                                                 qs_error *err) {
+    CTX;
+    size_t n = (size_t)B * T * nh * (E / 2);
+    k_rope_t<<<grid_of(n, 256), 256, 0, c->stream>>>(dx, cosb, sinb, B * T, T, nh, E, 1);
+    return done(c, "rope backward", err);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* Causal softmax of each row of P [rows x T] in place (row index % T = query position),
+ * zeros above the diagonal; float exp, double sum, as the CPU. */
+__global__ void k_causal_softmax_t(float *P, int T) {
+    __shared__ double shd[256];
+    __shared__ float shf[256];
+    int t = blockIdx.x % T;
+    float *row = P + (size_t)blockIdx.x * T;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
+    mx = tmax256(mx, shf);
+    double sum = 0.0;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    sum = tsum256(sum, shd);
+    float inv = (float)(1.0 / sum);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+/* dS = P (dP - rowsum(P dP)) * scale, zero above the diagonal; rows of [rows x T]. */
+__global__ void k_softmax_bwd(float *dS, const float *P, int T, float scale) {
+    __shared__ double sh[256];
+    int t = blockIdx.x % T;
+    float *d = dS + (size_t)blockIdx.x * T;
+    const float *p = P + (size_t)blockIdx.x * T;
+    double acc = 0.0;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x)
+        acc += (double)d[j] * p[j];
+    float a = (float)tsum256(acc, sh);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        d[j] = j <= t ? p[j] * (d[j] - a) * scale : 0.0f;
+}
+
+extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *probs,
+                                                     const float *q, const float *k, const float *v,
+                                                     int B, int T, int H, int G, int E,
+                                                     qs_error *err) {
+    CTX;
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
+    long long sT = (long long)T * T;
+    qs_status st = QS_OK;
+    for (int bb = 0; bb < B && st == QS_OK; bb++)
+        for (int j = 0; j < rep && st == QS_OK; j++) {
+            const float *qb = q + (size_t)bb * T * HE + (size_t)j * E;
+            const float *kb = k + (size_t)bb * T * GE;
+            float *Pb = probs + ((size_t)bb * H + j) * sT;
+            /* S_h = scale Q_h K_g^T for h = g*rep + j, batched over g. */
+            st = blas(c,
+                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &scale,
+                                                kb, GE, E, qb, HE, (long long)rep * E, &zero, Pb, T,
+                                                (long long)rep * sT, G),
+                      "attention scores", err);
+        }
+    if (st != QS_OK) return st;
+    k_causal_softmax_t<<<(unsigned)((size_t)B * H * T), 256, 0, c->stream>>>(probs, T);
+    for (int bb = 0; bb < B && st == QS_OK; bb++)
+        for (int j = 0; j < rep && st == QS_OK; j++) {
+            const float *vb = v + (size_t)bb * T * GE;
+            const float *Pb = probs + ((size_t)bb * H + j) * sT;
+            float *ob = out + (size_t)bb * T * HE + (size_t)j * E;
+            /* O_h = P_h V_g. */
+            st = blas(c,
+                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one,
+                                                vb, GE, E, Pb, T, (long long)rep * sT, &zero, ob,
+                                                HE, (long long)rep * E, G),
+                      "attention output", err);
+        }
+    if (st != QS_OK) return st;
+    return done(c, "attention forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk,
+                                                      float *dv, float *dscratch, const float *dout,
+                                                      const float *q, const float *k,
+                                                      const float *v, const float *probs, int B,
+                                                      int T, int H, int G, int E, qs_error *err) {
+    CTX;
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
+    long long sT = (long long)T * T;
+    qs_status st = QS_OK;
+    for (int bb = 0; bb < B && st == QS_OK; bb++) {
+        const float *kb = k + (size_t)bb * T * GE, *vb = v + (size_t)bb * T * GE;
+        float *dkb = dk + (size_t)bb * T * GE, *dvb = dv + (size_t)bb * T * GE;
+        const float *Pb = probs + (size_t)bb * H * sT;
+        /* dP_h = dO_h V_g^T into dscratch [H x T x T], batched over g per j. */
+        for (int j = 0; j < rep && st == QS_OK; j++)
+            st = blas(c,
+                      cublasSgemmStridedBatched(
+                          c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &one, vb, GE, E,
+                          dout + (size_t)bb * T * HE + (size_t)j * E, HE, (long long)rep * E, &zero,
+                          dscratch + (size_t)j * sT, T, (long long)rep * sT, G),
+                      "attention dP", err);
+        if (st != QS_OK) break;
+        k_softmax_bwd<<<(unsigned)((size_t)H * T), 256, 0, c->stream>>>(dscratch, Pb, T, scale);
+        for (int j = 0; j < rep && st == QS_OK; j++) {
+            const float *dSj = dscratch + (size_t)j * sT, *Pj = Pb + (size_t)j * sT;
+            const float *qj = q + (size_t)bb * T * HE + (size_t)j * E;
+            const float *doj = dout + (size_t)bb * T * HE + (size_t)j * E;
+            float *dqj = dq + (size_t)bb * T * HE + (size_t)j * E;
+            float beta = j == 0 ? 0.0f : 1.0f; /* dk, dv overwritten, then heads added in order */
+            /* dQ_h = dS_h K_g */
+            st = blas(c,
+                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one,
+                                                kb, GE, E, dSj, T, (long long)rep * sT, &zero, dqj,
+                                                HE, (long long)rep * E, G),
+                      "attention dQ", err);
+            /* dK_g += dS_h^T Q_h */
+            if (st == QS_OK)
+                st = blas(c,
+                          cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, E, T, T,
+                                                    &one, qj, HE, (long long)rep * E, dSj, T,
+                                                    (long long)rep * sT, &beta, dkb, GE, E, G),
+                          "attention dK", err);
+            /* dV_g += P_h^T dO_h */
+            if (st == QS_OK)
+                st = blas(c,
+                          cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, E, T, T,
+                                                    &one, doj, HE, (long long)rep * E, Pj, T,
+                                                    (long long)rep * sT, &beta, dvb, GE, E, G),
+                          "attention dV", err);
+        }
+    }
+    if (st != QS_OK) return st;
+    return done(c, "attention backward", err);
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+__global__ void k_swiglu_fwd_t(float *h, const float *g, const float *u, size_t n) {
+    GRID_STRIDE(i, n)
+    h[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* the CPU's expression */
+}
+
+__global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const float *g,
+                               const float *u, size_t n) {
+    GRID_STRIDE(i, n) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        float si = g[i] * s;
+        float dhi = dh[i], ui = u[i];
+        du[i] = dhi * si;
+        dg[i] = dhi * ui * (s * (1.0f + g[i] * (1.0f - s)));
+    }
+}
+
+extern "C" qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const float *g,
+                                                  const float *u, size_t n, qs_error *err) {
+    CTX;
+    k_swiglu_fwd_t<<<grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
+    return done(c, "swiglu forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du,
+                                                   const float *dh, const float *g, const float *u,
+                                                   size_t n, qs_error *err) {
+    CTX;
+    k_swiglu_bwd_t<<<grid_of(n, 256), 256, 0, c->stream>>>(dg, du, dh, g, u, n);
+    return done(c, "swiglu backward", err);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+__global__ void k_ce_fwd(float *logits, float *losses, const uint32_t *tg, int V) {
+    __shared__ double shd[256];
+    __shared__ float shf[256];
+    float *row = logits + (size_t)blockIdx.x * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, row[j]);
+    mx = tmax256(mx, shf);
+    double lt = (double)row[tg[blockIdx.x]] - (double)mx;
+    __syncthreads(); /* every thread has read the target's logit before it is overwritten */
+    double sum = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    sum = tsum256(sum, shd);
+    float inv = (float)(1.0 / sum);
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        row[j] *= inv;
+    if (threadIdx.x == 0) losses[blockIdx.x] = (float)(log(sum) - lt);
+}
+
+__global__ void k_ce_bwd(float *probs, const uint32_t *tg, int V, float scale) {
+    float *row = probs + (size_t)blockIdx.x * V;
+    uint32_t t = tg[blockIdx.x];
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        row[j] = ((uint32_t)j == t ? row[j] - 1.0f : row[j]) * scale;
+}
+
+extern "C" qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *logits, float *losses,
+                                                        const uint32_t *targets, int N, int V,
+                                                        qs_error *err) {
+    CTX;
+    k_ce_fwd<<<(unsigned)N, 256, 0, c->stream>>>(logits, losses, targets, V);
+    return done(c, "crossentropy forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *probs,
+                                                         const uint32_t *targets, int N, int V,
+                                                         float scale, qs_error *err) {
+    CTX;
+    k_ce_bwd<<<(unsigned)N, 256, 0, c->stream>>>(probs, targets, V, scale);
+    return done(c, "crossentropy backward", err);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+extern "C" qs_status qw_cuda_train_linear_forward(qw_backend *b, float *y, const float *x,
+                                                  const float *W, int N, int in, int out,
+                                                  qs_error *err) {
+    CTX;
+    float one = 1.0f, zero = 0.0f;
+    qs_status st = blas(c,
+                        cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, &one, W, in, x,
+                                    in, &zero, y, out),
+                        "linear forward", err);
+    return st != QS_OK ? st : done(c, "linear forward", err);
+}
+
+extern "C" qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumulate,
+                                                   float *dW, const float *dy, const float *x,
+                                                   const float *W, int N, int in, int out,
+                                                   qs_error *err) {
+    CTX;
+    float one = 1.0f, beta = dx_accumulate ? 1.0f : 0.0f;
+    qs_status st = QS_OK;
+    /* dx[N x in] (+)= dy[N x out] W[out x in] */
+    if (dx)
+        st = blas(c,
+                  cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, &one, W, in, dy, out,
+                              &beta, dx, in),
+                  "linear dgrad", err);
+    /* dW[out x in] += dy^T x */
+    if (st == QS_OK)
+        st = blas(c,
+                  cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, &one, x, in, dy, out,
+                              &one, dW, in),
+                  "linear wgrad", err);
+    return st != QS_OK ? st : done(c, "linear backward", err);
+}

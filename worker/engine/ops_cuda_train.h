@@ -1,0 +1,83 @@
+/* Training ops on the GPU: the CUDA counterparts of worker/train/ops.h's FP32 reference
+ * (qw_train_*), same arguments and semantics, over device (or managed) pointers, on the
+ * stream and cuBLAS handle of a CUDA backend (ops_cuda.h). Plain C interface.
+ *
+ * Shapes as worker/train/ops.h: B sequences of T tokens, N = B*T rows; D dim, F hidden, H heads,
+ * G kv heads, E head_dim, V vocab; row-major; W [out x in] (y = x W^T). Backward functions ADD
+ * into parameter gradients (dW, dw, demb) as the CPU ones do.
+ *
+ * Agreement with the CPU functions (tests/gpu/test_train_cuda.c states each tolerance):
+ * - bit-identical: embedding forward/backward (rows added in token order, one thread per
+ *   column), RoPE forward/backward, RMSNorm's weight gradient (rows summed in order per
+ *   column, as the CPU loop), cross-entropy backward;
+ * - within float rounding: RMSNorm forward/input gradient (double dot products in another
+ *   order), SwiGLU (CUDA expf), cross-entropy forward, and every GEMM (cuBLAS SGEMM under
+ *   CUBLAS_PEDANTIC_MATH: FP32, no TF32, sums in another order).
+ * The linear here is the unquantized one; the recipe's quantized linear (NVFP4 2D weights, RHT,
+ * stochastic rounding of gradients) is ops_cuda_qlinear.h.
+ * Each returns QS_OK or QS_EIO with the CUDA/cuBLAS error (QS_EINVAL for a non-CUDA backend);
+ * each waits for the stream before returning. */
+#ifndef QW_OPS_CUDA_TRAIN_H
+#define QW_OPS_CUDA_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[N x D] = emb[tokens[i]]; tokens: device [N], < V (callers check). */
+qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out, const uint32_t *tokens,
+                                          const float *emb, int N, int D, qs_error *err);
+/* demb[V x D] += scatter of dout[N x D] by token, rows in token order. */
+qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb, const float *dout,
+                                           const uint32_t *tokens, int N, int D, qs_error *err);
+/* out[N x D] = w x rstd, rstd[N] = 1/sqrt(mean(x^2) + eps). */
+qs_status qw_cuda_train_rmsnorm_forward(qw_backend *b, float *out, float *rstd, const float *x,
+                                        const float *w, int N, int D, float eps, qs_error *err);
+/* dx[N x D] += input gradient; dw[D] += weight gradient. */
+qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw, const float *dout,
+                                         const float *x, const float *w, const float *rstd, int N,
+                                         int D, qs_error *err);
+/* RoPE in place on x[N x nh*E] (position = row % T), and its gradient (opposite angle). */
+qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb, const float *sinb,
+                                     int B, int T, int nh, int E, qs_error *err);
+qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
+                                      const float *sinb, int B, int T, int nh, int E,
+                                      qs_error *err);
+/* Causal GQA attention: out[N x H*E], probs[B x H x T x T] (zeros above the diagonal). */
+qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *probs, const float *q,
+                                          const float *k, const float *v, int B, int T, int H,
+                                          int G, int E, qs_error *err);
+/* dq[N x H*E], dk, dv [N x G*E] overwritten; dscratch: device [H x T x T] floats. */
+qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk, float *dv,
+                                           float *dscratch, const float *dout, const float *q,
+                                           const float *k, const float *v, const float *probs,
+                                           int B, int T, int H, int G, int E, qs_error *err);
+/* h[n] = silu(g) u; dg, du [n] overwritten from dh. */
+qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u,
+                                       size_t n, qs_error *err);
+qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du, const float *dh,
+                                        const float *g, const float *u, size_t n, qs_error *err);
+/* logits[N x V] become softmax probabilities; losses[N] = -log p(target) from the logits;
+ * targets: device [N]. Backward: probs become (probs - onehot) * scale. */
+qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *logits, float *losses,
+                                             const uint32_t *targets, int N, int V, qs_error *err);
+qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *probs, const uint32_t *targets,
+                                              int N, int V, float scale, qs_error *err);
+/* y[N x out] = x W^T; dx (+)= dy W (skipped when dx is NULL), dW += dy^T x. */
+qs_status qw_cuda_train_linear_forward(qw_backend *b, float *y, const float *x, const float *W,
+                                       int N, int in, int out, qs_error *err);
+qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumulate, float *dW,
+                                        const float *dy, const float *x, const float *W, int N,
+                                        int in, int out, qs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

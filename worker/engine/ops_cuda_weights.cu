@@ -1,0 +1,256 @@
+/* The CUDA backend's device weight cache (ops_cuda.h, "Weights"): device copies of masters,
+ * packed weights and host FP32 vectors, made on first use and kept with the backend. */
+#include "ops_cuda_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "weights.h"
+}
+
+void qw_cuda_note_error(cuda_ctx *c, const char *where, const char *what) {
+    if (c->last_error[0]) return;
+    snprintf(c->last_error, sizeof c->last_error, "cuda backend: %s: %s", where, what);
+}
+
+qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err) {
+    if (e == cudaSuccess) return QS_OK;
+    qw_cuda_note_error(c, where, cudaGetErrorString(e));
+    return qs_error_set(err, QS_EIO, "cuda backend: %s: %s", where, cudaGetErrorString(e));
+}
+
+qs_status qw_cuda_scratch_reserve(cuda_scratch *s, size_t bytes, int host, qs_error *err) {
+    if (s->bytes >= bytes) return QS_OK;
+    if (host)
+        free(s->p);
+    else
+        cudaFree(s->p);
+    s->p = NULL;
+    s->bytes = 0;
+    void *p = NULL;
+    if (host)
+        p = malloc(bytes);
+    else if (cudaMalloc(&p, bytes) != cudaSuccess)
+        p = NULL;
+    if (!p) return qs_error_set(err, QS_ENOMEM, "cuda backend: scratch of %zu bytes", bytes);
+    s->p = p;
+    s->bytes = bytes;
+    return QS_OK;
+}
+
+/* FNV-1a over bytes. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* 32 windows of 64 bytes spread evenly over [p, p+n) (all of it when n <= 2 KiB). */
+static uint64_t fnv_sampled(uint64_t h, const uint8_t *p, size_t n) {
+    if (!p || n == 0) return h;
+    if (n <= 2048) return fnv(h, p, n);
+    for (size_t i = 0; i < 32; i++) {
+        size_t off = (n - 64) / 31 * i;
+        h = fnv(h, p + off, 64);
+    }
+    return h;
+}
+
+uint64_t qw_cuda_packed_fingerprint(const qk_packed *p) {
+    uint64_t h = 14695981039346656037ull;
+    h = fnv(h, &p->fmt, sizeof p->fmt);
+    h = fnv(h, &p->rows, sizeof p->rows);
+    h = fnv(h, &p->k, sizeof p->k);
+    h = fnv(h, &p->tensor_scale, sizeof p->tensor_scale);
+    h = fnv(h, &p->tensor_scale_exp2, sizeof p->tensor_scale_exp2);
+    h = fnv_sampled(h, p->codes, p->rows * p->row_bytes);
+    if (p->scales) h = fnv_sampled(h, p->scales, p->rows * p->blocks_per_row);
+    if (p->scales_f32)
+        h = fnv_sampled(h, (const uint8_t *)p->scales_f32,
+                        p->rows * p->blocks_per_row * sizeof(float));
+    return h;
+}
+
+static const void *master_key(const qw_weight *w) {
+    return w->form == QW_WEIGHT_F32 ? (const void *)w->f32 : (const void *)w->view.data;
+}
+
+static void entry_free(cuda_weight *e) {
+    cudaFree(e->f32);
+    cudaFree(e->bf16);
+    e->f32 = NULL;
+    e->bf16 = NULL;
+    e->bytes = 0;
+}
+
+__global__ void k_f32_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* Uploads w's FP32 rows into e (both forms as asked), in pieces of at most 64 MiB of host
+ * scratch. */
+static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int want_f32,
+                        qs_error *err) {
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    int need_f32 = want_f32 || c->gemm == QW_CUDA_GEMM_FP32;
+    int need_bf16 = c->gemm != QW_CUDA_GEMM_FP32;
+    entry_free(e);
+    qs_status st = QS_OK;
+    if (need_f32 &&
+        (st = qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "weight", err)) != QS_OK)
+        return st;
+    if (need_bf16 && (st = qw_cuda_status(c, cudaMalloc(&e->bf16, n * sizeof(__nv_bfloat16)),
+                                          "weight", err)) != QS_OK) {
+        entry_free(e);
+        return st;
+    }
+    /* A device FP32 staging piece when only BF16 is kept. */
+    size_t piece_rows = (size_t)(64u << 20) / ((size_t)w->cols * sizeof(float));
+    if (piece_rows < 1) piece_rows = 1;
+    if (piece_rows > (size_t)w->rows) piece_rows = (size_t)w->rows;
+    size_t piece = piece_rows * (size_t)w->cols;
+    float *stage = NULL;
+    if ((st = qw_cuda_scratch_reserve(&c->wtmp, piece * sizeof(float), 1, err)) != QS_OK) {
+        entry_free(e);
+        return st;
+    }
+    if (!e->f32 && (st = qw_cuda_status(c, cudaMalloc(&stage, piece * sizeof(float)),
+                                        "weight staging", err)) != QS_OK) {
+        entry_free(e);
+        return st;
+    }
+    float *host = (float *)c->wtmp.p;
+    for (int64_t r0 = 0; r0 < w->rows && st == QS_OK; r0 += (int64_t)piece_rows) {
+        int64_t nr = w->rows - r0 < (int64_t)piece_rows ? w->rows - r0 : (int64_t)piece_rows;
+        size_t cnt = (size_t)nr * (size_t)w->cols, off = (size_t)r0 * (size_t)w->cols;
+        st = qw_weight_rows_f32(w, r0, nr, host, err);
+        if (st != QS_OK) break;
+        float *dst = e->f32 ? e->f32 + off : stage;
+        st = qw_cuda_status(
+            c, cudaMemcpyAsync(dst, host, cnt * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+            "weight upload", err);
+        if (st == QS_OK && e->bf16) {
+            k_f32_to_bf16<<<1024, 256, 0, c->stream>>>(e->bf16 + off, dst, cnt);
+            st = qw_cuda_status(c, cudaGetLastError(), "weight to bf16", err);
+        }
+        /* The host piece is reused by the next round: wait for the copy. */
+        if (st == QS_OK)
+            st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "weight upload", err);
+    }
+    cudaFree(stage);
+    if (st != QS_OK) {
+        entry_free(e);
+        return st;
+    }
+    e->rows = w->rows;
+    e->cols = w->cols;
+    e->bytes = (e->f32 ? n * sizeof(float) : 0) + (e->bf16 ? n * sizeof(__nv_bfloat16) : 0);
+    c->stats.uploads++;
+    return QS_OK;
+}
+
+static cuda_weight *find(cuda_ctx *c, int kind, const void *key) {
+    for (size_t i = 0; i < c->n_w; i++)
+        if (c->w[i].kind == kind && c->w[i].key == key) return &c->w[i];
+    return NULL;
+}
+
+static cuda_weight *add(cuda_ctx *c, int kind, const void *key) {
+    if (c->n_w == c->cap_w) {
+        size_t cap = c->cap_w ? c->cap_w * 2 : 64;
+        cuda_weight *w = (cuda_weight *)realloc(c->w, cap * sizeof *w);
+        if (!w) return NULL;
+        c->w = w;
+        c->cap_w = cap;
+    }
+    cuda_weight *e = &c->w[c->n_w++];
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    e->key = key;
+    return e;
+}
+
+static size_t cache_bytes(const cuda_ctx *c) {
+    size_t b = 0;
+    for (size_t i = 0; i < c->n_w; i++)
+        b += c->w[i].bytes;
+    return b;
+}
+
+qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cuda_weight **out,
+                         qs_error *err) {
+    int kind = w->form == QW_WEIGHT_PACKED ? 1 : 0;
+    const void *key = kind ? (const void *)w->packed : master_key(w);
+    uint64_t fp = kind ? qw_cuda_packed_fingerprint(w->packed) : 0;
+    cuda_weight *e = find(c, kind, key);
+    int need_f32 = want_f32 || c->gemm == QW_CUDA_GEMM_FP32;
+    int need_bf16 = c->gemm != QW_CUDA_GEMM_FP32;
+    if (e && e->rows == w->rows && e->cols == w->cols && e->fingerprint == fp &&
+        (!need_f32 || e->f32) && (!need_bf16 || e->bf16)) {
+        c->stats.hits++;
+        *out = e;
+        return QS_OK;
+    }
+    if (!e && !(e = add(c, kind, key)))
+        return qs_error_set(err, QS_ENOMEM, "cuda backend: weight cache entry");
+    qs_status st = upload(c, e, w, want_f32, err);
+    if (st != QS_OK) {
+        /* A failed slot stays empty (rows 0): the next use tries again. */
+        e->rows = e->cols = 0;
+        c->stats.bytes = cache_bytes(c);
+        return st;
+    }
+    e->fingerprint = fp;
+    c->stats.bytes = cache_bytes(c);
+    *out = e;
+    return QS_OK;
+}
+
+const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess &&
+        (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged))
+        return p;
+    (void)cudaGetLastError(); /* a plain host pointer may leave an error on old drivers */
+    cuda_weight *e = find(c, 2, p);
+    if (e && e->rows == (int64_t)n) {
+        c->stats.hits++;
+        return e->f32;
+    }
+    if (!e && !(e = add(c, 2, p))) {
+        qw_cuda_note_error(c, "vector", "out of host memory");
+        return NULL;
+    }
+    entry_free(e);
+    e->rows = e->cols = 0;
+    qs_error err = {};
+    if (qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "vector", &err) != QS_OK)
+        return NULL;
+    if (qw_cuda_status(c, cudaMemcpy(e->f32, p, n * sizeof(float), cudaMemcpyHostToDevice),
+                       "vector upload", &err) != QS_OK) {
+        entry_free(e);
+        return NULL;
+    }
+    e->rows = (int64_t)n;
+    e->cols = 1;
+    e->bytes = n * sizeof(float);
+    c->stats.uploads++;
+    c->stats.bytes = cache_bytes(c);
+    return e->f32;
+}
+
+void qw_cuda_weights_release(cuda_ctx *c) {
+    for (size_t i = 0; i < c->n_w; i++)
+        entry_free(&c->w[i]);
+    free(c->w);
+    c->w = NULL;
+    c->n_w = c->cap_w = 0;
+    c->stats.bytes = 0;
+}

@@ -1,0 +1,176 @@
+/* GPU discovery and selection (gpu_info.h). */
+#include "gpu_info.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef QSWEEP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+bool qw_gpu_have_cuda(void) {
+#ifdef QSWEEP_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_cap) {
+    *n = 0;
+    if (why_cap) why[0] = 0;
+#ifdef QSWEEP_HAVE_CUDA
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(why, why_cap, "CUDA: %s", cudaGetErrorString(e));
+        return;
+    }
+    for (int d = 0; d < count && *n < cap; d++) {
+        struct cudaDeviceProp p;
+        e = cudaGetDeviceProperties(&p, d);
+        if (e != cudaSuccess) {
+            snprintf(why, why_cap, "CUDA device %d: %s", d, cudaGetErrorString(e));
+            continue;
+        }
+        qw_gpu *g = &out[(*n)++];
+        memset(g, 0, sizeof *g);
+        size_t len = strnlen(p.name, sizeof p.name);
+        if (len > sizeof g->name - 1) len = sizeof g->name - 1; /* names are ~20 bytes */
+        memcpy(g->name, p.name, len);
+        g->name[len] = 0;
+        g->memory_bytes = (uint64_t)p.totalGlobalMem;
+        g->cc_major = (uint32_t)p.major;
+        g->cc_minor = (uint32_t)p.minor;
+        g->native_fp4 = p.major >= 10;
+        g->device = d;
+    }
+    if (*n == 0 && why_cap && !why[0]) snprintf(why, why_cap, "CUDA: no device");
+#else
+    (void)out;
+    (void)cap;
+    snprintf(why, why_cap, "no CUDA in this build (built without nvcc)");
+#endif
+}
+
+/* Parses a decimal integer in [lo, hi] from s[0..len). */
+static bool parse_long(const char *s, size_t len, long lo, long hi, long *out) {
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    char *end;
+    errno = 0;
+    long v = strtol(buf, &end, 10);
+    if (*end || errno || v < lo || v > hi || buf[0] == '+' || buf[0] == '-' || buf[0] == ' ')
+        return false;
+    *out = v;
+    return true;
+}
+
+qs_status qw_gpu_parse_fake(const char *text, qw_gpu *out, size_t cap, size_t *n, qs_error *err) {
+    *n = 0;
+    if (!text) return qs_error_set(err, QS_EINVAL, "fake GPUs: NULL text");
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *c1 = memchr(p, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - p)) : NULL;
+        const char *dot = c2 ? memchr(c2 + 1, '.', len - (size_t)(c2 + 1 - p)) : NULL;
+        long gib, major, minor;
+        if (!c1 || !c2 || !dot || c1 == p || (size_t)(c1 - p) > 63 ||
+            !parse_long(c1 + 1, (size_t)(c2 - c1 - 1), 1, 1048576, &gib) ||
+            !parse_long(c2 + 1, (size_t)(dot - c2 - 1), 0, 99, &major) ||
+            !parse_long(dot + 1, len - (size_t)(dot + 1 - p), 0, 99, &minor))
+            return qs_error_set(err, QS_EINVAL,
+                                "fake GPUs: bad item '%.*s' (expected NAME:GIB:MAJOR.MINOR, e.g. "
+                                "H200:141:9.0)",
+                                (int)len, p);
+        if (*n == cap)
+            return qs_error_set(err, QS_EINVAL, "fake GPUs: more than %zu in '%s'", cap, text);
+        qw_gpu *g = &out[*n];
+        memset(g, 0, sizeof *g);
+        snprintf(g->name, sizeof g->name, "%.*s", (int)(c1 - p), p);
+        g->memory_bytes = (uint64_t)gib << 30;
+        g->cc_major = (uint32_t)major;
+        g->cc_minor = (uint32_t)minor;
+        g->native_fp4 = major >= 10;
+        g->device = (int)*n;
+        (*n)++;
+        p += len;
+        if (*p == ',' && !*++p)
+            return qs_error_set(err, QS_EINVAL, "fake GPUs: bad item '' after the last comma");
+    }
+    return QS_OK;
+}
+
+/* "0 NVIDIA H200, 1 NVIDIA H200" into buf. */
+static void list_names(const qw_gpu *all, size_t n, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && at < cap; i++) {
+        int k = snprintf(buf + at, cap - at, "%s%zu %s", i ? ", " : "", i, all[i].name);
+        if (k < 0) break;
+        at += (size_t)k;
+    }
+}
+
+qs_status qw_gpu_select(const qw_gpu *all, size_t n_all, const char *spec, const char *why,
+                        qw_gpu *out, size_t cap, size_t *n, qs_error *err) {
+    *n = 0;
+    if (!spec || !strcmp(spec, "all")) {
+        for (size_t i = 0; i < n_all && i < cap; i++)
+            out[(*n)++] = all[i];
+        return QS_OK;
+    }
+    if (!strcmp(spec, "none")) return QS_OK;
+    /* the whole list's syntax first, so a typo is named as one */
+    for (const char *p = spec;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        long idx;
+        if (!parse_long(p, len, 0, 1000000, &idx))
+            return qs_error_set(err, QS_EINVAL,
+                                "--gpus: '%s' is not a list of GPU indexes (expected e.g. 0,1, "
+                                "all or none)",
+                                spec);
+        if (!end) break;
+        p = end + 1;
+    }
+    bool taken[QW_GPUS_MAX] = {0};
+    for (const char *p = spec;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        long idx = 0;
+        parse_long(p, len, 0, 1000000, &idx);
+        if ((size_t)idx >= n_all) {
+            char names[512];
+            list_names(all, n_all, names, sizeof names);
+            if (n_all == 0)
+                return qs_error_set(err, QS_EINVAL,
+                                    "--gpus: GPU %ld is not present: this machine has none (%s)",
+                                    idx, why && *why ? why : "no GPU visible");
+            return qs_error_set(err, QS_EINVAL,
+                                "--gpus: GPU %ld is not present: this machine has %zu (%s)", idx,
+                                n_all, names);
+        }
+        if (idx < QW_GPUS_MAX && taken[idx])
+            return qs_error_set(err, QS_EINVAL, "--gpus: GPU %ld is named twice in '%s'", idx,
+                                spec);
+        if (*n == cap)
+            return qs_error_set(err, QS_EINVAL, "--gpus: more than %zu GPUs in '%s'", cap, spec);
+        if (idx < QW_GPUS_MAX) taken[idx] = true;
+        out[(*n)++] = all[idx];
+        if (!end) break;
+        p = end + 1;
+    }
+    return QS_OK;
+}
+
+void qw_gpu_describe(const qw_gpu *g, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s %.1f GiB cc %u.%u FP4 %s", g->name,
+             (double)g->memory_bytes / (double)(1ull << 30), g->cc_major, g->cc_minor,
+             g->native_fp4 ? "native" : "emulated");
+}

@@ -1,0 +1,55 @@
+/* The GPUs a worker has (issue 12 item 5): listed with the CUDA runtime when the build has CUDA
+ * (QSWEEP_HAVE_CUDA: cudaGetDeviceCount, cudaGetDeviceProperties), chosen with
+ * `qsweep worker --gpus`, and reported in HELLO (worker/loop/loop.h qw_gpu) so the scheduler
+ * fits jobs on them (coordinator/server/scheduler.h).
+ *
+ * Which devices are visible is the CUDA runtime's business: CUDA_VISIBLE_DEVICES=2,3 makes
+ * physical GPUs 2 and 3 the worker's 0 and 1, and `--gpus` indexes count among the visible
+ * ones. No driver, no device or a runtime error is zero GPUs with the reason in words, never
+ * an error: the worker then runs its jobs on the CPU backend and is given only jobs that ask
+ * for no GPU. A build without CUDA says so ("no CUDA in this build").
+ *
+ * Native FP4 = compute capability >= 10.0 (Blackwell: block-scaled FP4 tensor cores, cuBLASLt
+ * CUDA_R_4F_E2M1; Hopper 9.0 emulates FP4 with BF16 GEMMs). */
+#ifndef QW_GPU_INFO_H
+#define QW_GPU_INFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "loop.h"
+
+/* At most this many GPUs per worker (what HELLO carries: worker/loop/loop.c). */
+#define QW_GPUS_MAX 16
+
+/* Whether this build can list GPUs (built with nvcc and the CUDA runtime). */
+bool qw_gpu_have_cuda(void);
+
+/* Lists the visible GPUs into out[0..cap) in device order: name, total memory in bytes,
+ * compute capability, native_fp4 (major >= 10), device (the CUDA ordinal). *n gets how many;
+ * 0 with the reason in why (why_cap bytes: "no CUDA in this build", the runtime's error text
+ * such as "no CUDA-capable device is detected") when there are none. Never fails. */
+void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_cap);
+
+/* Reads fake GPUs for tests, "NAME:GIB:MAJOR.MINOR[,...]" (e.g. "H200:141:9.0,B200:180:10.0":
+ * memory GIB * 2^30 bytes, native_fp4 from the capability, device = position), into
+ * out[0..cap). Only test binaries read it (qsweep-worker --fake-gpus); `qsweep worker` always
+ * asks the runtime. "" is no GPU. Errors: QS_EINVAL quoting the bad item (a missing field, a
+ * name over 63 bytes, memory not an integer in [1, 1048576], a capability not "M.m"), or more
+ * than cap GPUs. */
+qs_status qw_gpu_parse_fake(const char *text, qw_gpu *out, size_t cap, size_t *n, qs_error *err);
+
+/* Chooses from all[0..n_all) what `--gpus spec` names into out (cap entries), in the order
+ * given: NULL or "all": every one; "none": none (CPU only); "0,2": those indexes. Errors:
+ * QS_EINVAL for a bad list (not comma-separated integers, an index repeated) and for an index
+ * not present, the message naming it and the GPUs there are ("--gpus: GPU 3 is not present:
+ * this machine has 2 (0 NVIDIA H200, 1 NVIDIA H200)"; why is added when there are none). */
+qs_status qw_gpu_select(const qw_gpu *all, size_t n_all, const char *spec, const char *why,
+                        qw_gpu *out, size_t cap, size_t *n, qs_error *err);
+
+/* One GPU in words, for logs and `qsweep workers`: "NVIDIA H200 140.4 GiB cc 9.0 FP4 emulated"
+ * (native: "FP4 native"). */
+void qw_gpu_describe(const qw_gpu *g, char *buf, size_t cap);
+
+#endif
