@@ -36,6 +36,12 @@ int qsweep_exit_code(qs_status st);
  * qsweep_exit_code(err->code). */
 int qsweep_fail(const char *cmd, const qs_error *err);
 
+/* Flushes standard output at a command's exit and checks it for write errors (fflush,
+ * ferror). Returns rc when all went out; else prints "qsweep CMD: writing standard output:
+ * <reason>" on stderr and returns rc, or QSWEEP_EXIT_RUNTIME when rc was QSWEEP_EXIT_OK (a
+ * result that was not written is a failure). cmd: the command's name, or NULL. */
+int qsweep_stdout_close(const char *cmd, int rc);
+
 /* Parses a numeric flag: the whole of arg must be a decimal integer in [lo, hi]. Otherwise
  * prints "qsweep <cmd>: <flag> <arg>: expected an integer in [lo, hi]" on stderr and returns
  * -1 (the caller exits QSWEEP_EXIT_USAGE); 0 and *out set on success. */
@@ -125,6 +131,35 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
 /* *is_train = 1 when experiment name has a `train` job. Errors: QS_EDB. */
 qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_train,
                                      qs_error *err);
+
+/* One family of job kinds as the command line knows it (cli/kind_table.c, one row per grid
+ * kind; kinds/registry.c lists the job kinds themselves). */
+typedef struct qsweep_kind_row {
+    const char *grid_kind; /* qs_job_kind.grid_kind of the job kinds of the row ("training") */
+    /* Registers the row's job functions in this process's worker (qw_register_kind). */
+    qs_status (*register_worker)(qs_error *err);
+    /* *holds = 1 when experiment name has jobs of this row's kinds. NULL: the default
+     * (sensitivity) layout of qsweep_print_results. Errors: QS_EDB. */
+    qs_status (*holds)(qc_store *db, const char *name, int *holds, qs_error *err);
+    /* Prints experiment name's results in this row's layout (format 0 text, 1 CSV, 2 JSON).
+     * Errors: QS_EDB, QS_EIO. */
+    qs_status (*print_results)(qc_store *db, const char *name, int format, FILE *out,
+                               qs_error *err);
+} qsweep_kind_row;
+
+/* The table: *rows and its length. */
+size_t qsweep_kind_rows(const qsweep_kind_row **rows);
+
+/* Registers every row's job functions (`qsweep worker`), then checks that each job kind of
+ * kinds/registry.c has one. Errors: a row's own, QS_ESTATE naming a kind left without a
+ * function. */
+qs_status qsweep_register_worker_kinds(qs_error *err);
+
+/* Prints experiment name's results in the layout of the first row whose kinds it holds
+ * (*printed = 1), or prints nothing (*printed = 0: the caller prints the default table).
+ * Errors: the row's. */
+qs_status qsweep_print_kind_tables(qc_store *db, const char *name, int format, FILE *out,
+                                   int *printed, qs_error *err);
 
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns

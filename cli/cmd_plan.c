@@ -17,10 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "checkpoint.h"
 #include "cli.h"
 #include "plan.h"
+#include "sensitivity.h"
 #include "synthetic.h"
 
 static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -41,6 +45,10 @@ typedef struct plan_input {
     size_t n_formats;
     char formats[QSWEEP_PLAN_MAX_FORMATS][32];
     double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
+    char model_digest[65];
+    json_t *dataset;  /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
+    json_t *metrics;  /* the sweep's "metrics" array */
+    json_t *options;  /* {format: its format_options in the sweep} */
 } plan_input;
 
 static double *cost_at(plan_input *in, int block, int kind, size_t f) {
@@ -81,6 +89,7 @@ typedef struct plan_opts {
     const char *experiment, *objective, *quantize, *model, *formats;
     double budget;
     int uniform_groups;
+    int validate; /* --validate: submit the plan's grid (one policy-mode eval job) */
     const char *output;
 } plan_opts;
 
@@ -200,6 +209,7 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
             snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
     }
     if (!st) st = swept_model_config(model, digest, &in->cfg, err);
+    if (!st) snprintf(in->model_digest, sizeof in->model_digest, "%s", digest);
     if (!st) {
         in->n_layers = in->cfg.n_layers;
         in->layer_mode = !strcmp(mode, "layer");
@@ -261,56 +271,292 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
     return st;
 }
 
-/* Writes the plan as a grid part: the sensitivity mode `policy` with an explicit format per
- * linear (all of them, fused groups expanded), and comments on where it came from. */
+/* The sweep's dataset, metrics and each format's options, from the stored specs of the jobs
+ * the costs came from, so a validation grid measures the plan under the same conditions.
+ * Errors: QS_EDB, QS_ENOMEM. */
+static qs_status load_sweep_facts(PGconn *c, const plan_opts *o, plan_input *in, qs_error *err) {
+    const char *params[4] = {o->experiment, in->layer_mode ? "layer" : "component", in->model_path,
+                             in->quantize};
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT DISTINCT ON (j.spec ->> 'format') j.spec::text FROM jobs j\n"
+        "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
+        "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
+        "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
+        "ORDER BY j.spec ->> 'format', j.id",
+        4, NULL, params, NULL, NULL, 0);
+    qs_status st = QS_OK;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+    in->options = json_object();
+    for (int i = 0; !st && i < PQntuples(r); i++) {
+        json_t *spec = json_loads(PQgetvalue(r, i, 0), 0, NULL);
+        const char *fmt = json_string_value(json_object_get(spec, "format"));
+        if (!spec || !fmt || !in->options) {
+            json_decref(spec);
+            st = qs_error_set(err, QS_ENOMEM, "plan: a stored spec is not JSON");
+            break;
+        }
+        if (!in->dataset) {
+            in->dataset = json_incref(json_object_get(spec, "dataset"));
+            in->metrics = json_incref(json_object_get(spec, "metrics"));
+        }
+        json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
+        json_decref(spec);
+    }
+    PQclear(r);
+    if (!st && (!in->dataset || !in->metrics))
+        st = qs_error_set(err, QS_ENOTFOUND, "plan: no stored spec for the sweep's jobs");
+    return st;
+}
+
+/* The (quantized) map of a plan: linear -> format for each linear not in bf16, as the grid
+ * puts it in the spec of its policy job (kinds/sensitivity.h). fmt_of(b, k) gives the format
+ * of linear k of block b. */
+static json_t *plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
+                        const void *ctx) {
+    json_t *map = json_object();
+    for (int b = 0; map && b < in->n_layers; b++)
+        for (int k = 0; k < 7; k++) {
+            const char *f = fmt_of(ctx, b, k);
+            char key[32];
+            snprintf(key, sizeof key, "%d.%s", b, KINDS[k]);
+            if (strcmp(f, "bf16")) json_object_set_new(map, key, json_string(f));
+        }
+    return map;
+}
+
+/* The format_options object of a policy job over map: each of its formats' sweep options. */
+static json_t *map_options(const plan_input *in, const json_t *map) {
+    json_t *o = json_object();
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)map, key, v) {
+        const char *f = json_string_value(v);
+        const json_t *opts = json_object_get(in->options, f);
+        json_object_set_new(o, f, opts ? json_deep_copy(opts) : json_object());
+    }
+    return o;
+}
+
+/* The final value (kl_mean) or delta (ppl) of the objective for the eval job of this model,
+ * dataset and quantize with mode, part, format and format_options, in any experiment (a job
+ * is one computation whoever queued it); NAN when there is none. */
+static double measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
+                       const char *part, const char *format, const json_t *options) {
+    char *opts = json_dumps(options, JSON_SORT_KEYS | JSON_COMPACT);
+    char *ds = json_dumps(in->dataset, JSON_SORT_KEYS | JSON_COMPACT);
+    const char *metric = !strcmp(o->objective, "ppl") ? "ppl" : o->objective;
+    const char *params[8] = {mode,          part, format, in->quantize, in->model_digest, metric,
+                             opts ? opts : "{}", ds ? ds : "{}"};
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT s.value, s.delta FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+        "WHERE s.mode = $1 AND s.part = $2 AND s.format = $3 AND s.quantize = $4\n"
+        "  AND s.model_digest = $5 AND s.metric = $6\n"
+        "  AND j.spec -> 'format_options' = $7::jsonb\n"
+        "  AND j.spec -> 'dataset' -> 'digest' = $8::jsonb -> 'digest'\n"
+        "  AND j.spec -> 'dataset' -> 'ctx' = $8::jsonb -> 'ctx'\n"
+        "  AND j.spec -> 'dataset' -> 'max_chunks' = $8::jsonb -> 'max_chunks'\n"
+        "  AND j.spec -> 'dataset' -> 'bos_id' IS NOT DISTINCT FROM $8::jsonb -> 'bos_id'\n"
+        "ORDER BY s.job_id DESC LIMIT 1",
+        8, NULL, params, NULL, NULL, 0);
+    free(opts);
+    free(ds);
+    double v = NAN;
+    int col = !strcmp(o->objective, "ppl") ? 1 : 0;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, col))
+        v = strtod(PQgetvalue(r, 0, col), NULL);
+    PQclear(r);
+    return v;
+}
+
+/* The measured damage of a policy map (its policy job), NAN when not measured. */
+static double measured_map(PGconn *c, const plan_opts *o, const plan_input *in, const json_t *map,
+                           char id[17]) {
+    qs_error ignored = {0};
+    id[0] = 0;
+    if (!json_object_size(map) || qs_sensitivity_policy_id(map, id, &ignored)) return NAN;
+    json_t *opts = map_options(in, map);
+    double v = measured(c, o, in, "policy", id, QS_POLICY_FORMAT, opts);
+    json_decref(opts);
+    return v;
+}
+
+/* The plan's choices, for plan_map: the format of linear (b, k). */
+typedef struct plan_choice {
+    const plan_opts *o;
+    const plan_input *in;
+    const qsweep_plan_item *items;
+    const int *choice;
+    size_t n;
+} plan_choice;
+
+static const char *chosen_format(const void *ctx, int b, int k) {
+    const plan_choice *pc = ctx;
+    const plan_input *in = pc->in;
+    /* the item holding (b, k) */
+    size_t idx = 0;
+    for (size_t i = 0; i < pc->n; i++) {
+        const char *nm = pc->items[i].name;
+        const char *kn = nm;
+        if (in->layer_mode) {
+            if (atoi(nm) != b) continue;
+            kn = strchr(nm, '.') + 1;
+        }
+        int hit = 0;
+        if (pc->o->uniform_groups) {
+            for (int gi = 0; gi < 4; gi++)
+                if (!strcmp(kn, GROUP_NAMES[gi]))
+                    for (int m = 0; GROUPS[gi][m] >= 0; m++)
+                        hit |= GROUPS[gi][m] == k;
+        } else {
+            hit = !strcmp(kn, KINDS[k]);
+        }
+        if (hit) {
+            idx = i;
+            break;
+        }
+    }
+    return in->formats[pc->choice[idx]];
+}
+
+static const char *uniform_format(const void *ctx, int b, int k) {
+    (void)b;
+    (void)k;
+    return ctx;
+}
+
+/* The name of the experiment that measures the plan: "<sweep>-plan-<B>b[-groups][-ppl]". */
+static void validation_name(const plan_opts *o, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s-plan-%gb%s%s", o->experiment, o->budget,
+             o->uniform_groups ? "-groups" : "", !strcmp(o->objective, "ppl") ? "-ppl" : "");
+}
+
+/* Prints v as a YAML scalar (a JSON string, which YAML reads as the same text). */
+static void yaml_string(FILE *out, const char *v) {
+    json_t *j = json_string(v);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    fputs(t ? t : "\"\"", out);
+    free(t);
+    json_decref(j);
+}
+
+/* Writes the plan as a grid that measures it (`qsweep submit`/`run`, or --validate): the
+ * sweep's model, dataset, metrics and format options, and the sensitivity mode `policy`
+ * with an explicit format per linear (all of them, fused groups expanded; bf16 ones are left
+ * as they are), with comments on where it came from. */
 static void write_policy(FILE *out, const plan_opts *o, const plan_input *in,
                          const qsweep_plan_item *items, const int *choice, size_t n, double cost,
                          double bits) {
     const char *quant = in->quantize;
+    char name[256];
+    validation_name(o, name, sizeof name);
     fprintf(out,
             "# qsweep plan %s --budget-bits %g --objective %s%s\n"
             "# predicted %s (sum over items, not measured): %.6g at %.4f bits per weight\n"
             "# model %s, %s-mode costs, quantize %s\n"
-            "sensitivity:\n  quantize: [%s]\n  modes: [policy]\n  policy:\n",
+            "name: %s\ndescription: ",
             o->experiment, o->budget, o->objective, o->uniform_groups ? " --uniform-groups" : "",
             o->objective, cost, bits, in->model_path, in->layer_mode ? "layer" : "component", quant,
-            quant);
+            name);
+    char desc[512];
+    snprintf(desc, sizeof desc, "the plan of %s at %g bits per weight (%s), measured whole",
+             o->experiment, o->budget, o->objective);
+    yaml_string(out, desc);
+    fprintf(out, "\nkind: sensitivity\nmodels:\n  - ");
+    const char *mp = in->model_path;
+    if (qw_synthetic_is(mp)) {
+        /* "synthetic:<shape>:<seed>" as the grid's form */
+        const char *shape = mp + strlen("synthetic:"), *seed = strrchr(mp, ':');
+        fprintf(out, "{synthetic: %.*s, seed: %s}", (int)(seed - shape), shape, seed + 1);
+    } else {
+        yaml_string(out, mp);
+    }
+    const char *dpath = json_string_value(json_object_get(in->dataset, "path"));
+    const char *text = qs_dataset_text_path(dpath);
+    fprintf(out, "\ndataset:\n  %s: ", text ? "text" : "tokens");
+    yaml_string(out, text ? text : dpath ? dpath : "");
+    fprintf(out, "\n  ctx: %lld\n  max_chunks: %lld\nsensitivity:\n",
+            (long long)json_integer_value(json_object_get(in->dataset, "ctx")),
+            (long long)json_integer_value(json_object_get(in->dataset, "max_chunks")));
+    /* the sweep's options of each format (a flow mapping in JSON form is YAML too) */
+    int any = 0;
+    for (size_t f = 0; f < in->n_formats; f++) {
+        const json_t *opts = json_object_get(in->options, in->formats[f]);
+        if (!opts || !strcmp(in->formats[f], "bf16")) continue;
+        char *t = json_dumps(opts, JSON_SORT_KEYS | JSON_COMPACT);
+        fprintf(out, "%s    - {name: %s, options: %s}\n", any ? "" : "  formats:\n", in->formats[f],
+                t ? t : "{}");
+        free(t);
+        any = 1;
+    }
+    char *metrics = json_dumps(in->metrics, JSON_COMPACT);
+    fprintf(out, "  quantize: [%s]\n  modes: [policy]\n  metrics: %s\n  policy:\n", quant,
+            metrics ? metrics : "[kl, ppl]");
+    free(metrics);
+    plan_choice pc = {o, in, items, choice, n};
     for (int b = 0; b < in->n_layers; b++)
-        for (int k = 0; k < 7; k++) {
-            /* the item holding (b, k) */
-            size_t idx = 0;
-            for (size_t i = 0; i < n; i++) {
-                const char *nm = items[i].name;
-                int ib = -1;
-                const char *kn = nm;
-                if (in->layer_mode) {
-                    ib = atoi(nm);
-                    kn = strchr(nm, '.') + 1;
-                    if (ib != b) continue;
-                }
-                int hit = 0;
-                if (o->uniform_groups) {
-                    for (int gi = 0; gi < 4; gi++)
-                        if (!strcmp(kn, GROUP_NAMES[gi]))
-                            for (int m = 0; GROUPS[gi][m] >= 0; m++)
-                                hit |= GROUPS[gi][m] == k;
-                } else {
-                    hit = !strcmp(kn, KINDS[k]);
-                }
-                if (hit) {
-                    idx = i;
-                    break;
-                }
-            }
-            fprintf(out, "    \"%d.%s\": %s\n", b, KINDS[k], in->formats[choice[idx]]);
+        for (int k = 0; k < 7; k++)
+            fprintf(out, "    \"%d.%s\": %s\n", b, KINDS[k], chosen_format(&pc, b, k));
+}
+
+/* --validate: the plan's grid (write_policy) loaded as `qsweep submit` loads a grid, then
+ * submitted into the sweep's database. Written to a private temporary file unless -o named
+ * one. Errors: the grid's (a plan whose grid does not load is a bug: the message names the
+ * file), the store's, QS_EIO. */
+static qs_status validate(qc_store *s, const plan_opts *o, const plan_input *in,
+                          const qsweep_plan_item *items, const int *choice, size_t n, double cost,
+                          double bits, qs_error *err) {
+    int any = 0;
+    for (size_t i = 0; i < n; i++)
+        any |= strcmp(in->formats[choice[i]], "bf16") != 0;
+    if (!any) {
+        printf("validation: nothing to measure: every linear stays bf16 (the baseline)\n");
+        return QS_OK;
+    }
+    char tmp[4096] = "";
+    const char *path = o->output;
+    if (!path) {
+        const char *dir = getenv("TMPDIR");
+        snprintf(tmp, sizeof tmp, "%s/qsweep-plan-XXXXXX.yaml", dir && *dir ? dir : "/tmp");
+        int fd = mkstemps(tmp, 5);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!f) {
+            if (fd >= 0) close(fd);
+            return qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
         }
+        write_policy(f, o, in, items, choice, n, cost, bits);
+        if (fclose(f) != 0) {
+            unlink(tmp);
+            return qs_error_set(err, QS_EIO, "writing %s: %s", tmp, strerror(errno));
+        }
+        path = tmp;
+    }
+    qc_grid *g = NULL;
+    qc_job_list jobs = {0};
+    qc_submit_counts counts = {0};
+    qs_status st = qsweep_load_grid(path, NULL, 0, &g, &jobs, err);
+    if (!st) st = qsweep_submit_jobs(s, g, &jobs, &counts, err);
+    if (!st) {
+        printf("validation: ");
+        qsweep_print_submit(g, jobs.n, &counts, stdout);
+        if (counts.jobs_new)
+            printf("validation: the workers run it (qsweep worker, or qsweep run on the grid); "
+                   "then qsweep plan %s --budget-bits %g prints it measured\n",
+                   o->experiment, o->budget);
+    }
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+    if (tmp[0]) unlink(tmp);
+    return st;
 }
 
 static void plan_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep plan EXPERIMENT --budget-bits B [--formats F1,F2,...]\n"
             "                   [--objective kl_mean|ppl] [--uniform-groups] [--quantize Q]\n"
-            "                   [--model NAME] [-o FILE] [--db CONNINFO]\n"
+            "                   [--model NAME] [-o FILE] [--validate] [--db CONNINFO]\n"
             "  From a layer-mode (else component-mode) sensitivity sweep, the format of each\n"
             "  linear that minimizes the summed measured damage under an average of B bits per\n"
             "  weight, block scales counted (nvfp4 4.5, mxfp4 4.25, mxfp8_e4m3 8.25, fp8_e4m3 8,\n"
@@ -326,8 +572,14 @@ static void plan_usage(FILE *out) {
             "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
             "  --quantize Q       which sweep setting (weights, weights+activations) when both\n"
             "  --model NAME       which model (path or file name) when the sweep has several\n"
-            "  -o FILE            write the plan as a grid part (sensitivity mode policy);\n"
-            "                     default: printed after the table\n");
+            "  -o FILE            write the plan as a grid that measures it (the sweep's model\n"
+            "                     and dataset, sensitivity mode policy); default: printed after\n"
+            "                     the table\n"
+            "  --validate         submit that grid (experiment <EXPERIMENT>-plan-<B>b...): one\n"
+            "                     eval job of the whole plan, run by the workers; once it is\n"
+            "                     done, plan prints its measured damage beside the prediction\n"
+            "  Measured damage, when the results exist: the plan's policy job, and for each\n"
+            "  format the job that quantized every linear in it (policy or cumulative mode).\n");
 }
 
 int qsweep_cmd_plan(int argc, char **argv) {
@@ -338,6 +590,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                                          {"quantize", required_argument, 0, 'q'},
                                          {"model", required_argument, 0, 'm'},
                                          {"output", required_argument, 0, 'o'},
+                                         {"validate", no_argument, 0, 'V'},
                                          {"db", required_argument, 0, 'd'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -381,6 +634,9 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'o':
             o.output = optarg;
             break;
+        case 'V':
+            o.validate = 1;
+            break;
         case 'd':
             db = optarg;
             break;
@@ -409,7 +665,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     int *choice = NULL;
     qs_status st = qsweep_open_existing_store(conninfo, "plan", &s, &err);
     if (!st) st = load_costs(qc_store_pgconn(s), &o, &in, &err);
-    qc_store_close(s);
+    if (!st) st = load_sweep_facts(qc_store_pgconn(s), &o, &in, &err);
     if (st) goto done;
     const qw_config *cfg = &in.cfg;
     /* items: linears (or kinds, component mode) or their fused groups */
@@ -492,17 +748,50 @@ int qsweep_cmd_plan(int argc, char **argv) {
     printf("predicted %s: %.6g (sum of the isolated measurements; damage is not additive: "
            "measure the plan)\n",
            o.objective, cost);
+    double nvfp4_measured = NAN;
     for (size_t f = 0; f < in.n_formats; f++) {
         if (!strcmp(in.formats[f], "bf16")) continue;
         double u = 0;
         for (size_t i = 0; i < n; i++)
             u += items[i].cost[f];
+        /* measured: a policy job with every linear in it, else the cumulative job over
+           every block (the same linears) */
+        json_t *umap = plan_map(&in, uniform_format, in.formats[f]);
+        char uid[17];
+        double um = measured_map(qc_store_pgconn(s), &o, &in, umap, uid);
+        json_decref(umap);
+        char last[16];
+        snprintf(last, sizeof last, "%d", in.n_layers - 1);
+        if (isnan(um))
+            um = measured(qc_store_pgconn(s), &o, &in, "cumulative", last, in.formats[f],
+                          json_object_get(in.options, in.formats[f]));
+        char meas[96] = "";
+        if (!isnan(um)) snprintf(meas, sizeof meas, ", measured %.6g", um);
+        if (!strcmp(in.formats[f], "nvfp4")) nvfp4_measured = um;
         if (isnan(u))
-            printf("uniform %s: not every item was measured\n", in.formats[f]);
+            printf("uniform %s: not every item was measured%s\n", in.formats[f], meas);
         else
-            printf("uniform %s (%.2f bits): predicted %s %.6g\n", in.formats[f], qbits[f] / 4.0,
-                   o.objective, u);
+            printf("uniform %s (%.2f bits): predicted %s %.6g%s\n", in.formats[f],
+                   qbits[f] / 4.0, o.objective, u, meas);
     }
+    /* the plan measured whole: its policy job, when one ran */
+    plan_choice pc = {&o, &in, items, choice, n};
+    json_t *map = plan_map(&in, chosen_format, &pc);
+    char id[17];
+    double pm = measured_map(qc_store_pgconn(s), &o, &in, map, id);
+    json_decref(map);
+    if (!id[0])
+        printf("measured %s of the plan: 0 (every linear stays bf16)\n", o.objective);
+    else if (isnan(pm))
+        printf("measured %s of the plan: not yet (policy %s; --validate queues it)\n",
+               o.objective, id);
+    else if (isnan(nvfp4_measured))
+        printf("measured %s of the plan: %.6g (policy %s; predicted %.6g)\n", o.objective, pm,
+               id, cost);
+    else
+        printf("measured %s of the plan: %.6g (policy %s; predicted %.6g; uniform nvfp4 "
+               "measured %.6g)\n",
+               o.objective, pm, id, cost, nvfp4_measured);
     FILE *out = stdout;
     if (o.output && !(out = fopen(o.output, "w"))) {
         st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", o.output, strerror(errno));
@@ -516,7 +805,12 @@ int qsweep_cmd_plan(int argc, char **argv) {
         else
             printf("policy written to %s\n", o.output);
     }
+    if (!st && o.validate) st = validate(s, &o, &in, items, choice, n, cost, bits, &err);
 done:
+    qc_store_close(s);
+    json_decref(in.dataset);
+    json_decref(in.metrics);
+    json_decref(in.options);
     free(items);
     free(choice);
     free(in.model_path);

@@ -347,7 +347,8 @@ static void workers_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep workers [--db CONNINFO]\n"
             "  The workers the coordinator has seen: state (connected: seen in the last 90 s;\n"
-            "  silent: not seen since; left: said BYE or timed out), host, pid, threads, GPUs,\n"
+            "  silent: not seen since; lost: not seen for 5 minutes and no BYE, e.g. killed;\n"
+            "  left: said BYE or timed out), host, pid, threads, GPUs,\n"
             "  seconds since the last message, the job each is running now, and its GPUs: name,\n"
             "  memory, compute capability and whether its FP4 GEMMs are native (compute\n"
             "  capability >= 10.0, Blackwell) or emulated in BF16 (Hopper); \"none (CPU)\" for a\n"

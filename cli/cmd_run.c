@@ -38,7 +38,7 @@ static void on_signal(int sig) {
     stop_signal = sig;
 }
 
-enum { RESPAWN_DELAY_MS = 1000, RESTARTS_PER_WORKER = 3 };
+enum { RESPAWN_DELAY_MS = 1000, RESTARTS_PER_WORKER = 3, DB_RETRY_MS = 1000 };
 
 /* One child process (coordinator or worker). */
 typedef struct child {
@@ -110,6 +110,39 @@ static void describe_exit(const child *c, char *buf, size_t cap) {
         snprintf(buf, cap, "signal %d", WTERMSIG(c->status));
     else
         snprintf(buf, cap, "status %d", c->status);
+}
+
+/* The last line of c's log that is not empty (what a child that stopped said last, usually
+ * its error) into buf (cap bytes); "" when the log cannot be read or is empty. */
+static void last_log_line(const child *c, char *buf, size_t cap) {
+    buf[0] = 0;
+    FILE *f = fopen(c->log, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        size_t k = strlen(line);
+        if (!k) continue;
+        if (k >= cap) k = cap - 1; /* cut, as the message it goes in would be */
+        memcpy(buf, line, k);
+        buf[k] = 0;
+    }
+    fclose(f);
+}
+
+/* A signal during start-up (SIGINT, SIGTERM, SIGHUP): QS_ECANCELLED, so nothing more is
+ * started and what was is stopped (qsweep_cmd_run); QS_OK otherwise. A step that failed
+ * because of the signal (a child of the cluster's start killed by the terminal's Ctrl-C) is
+ * reported as the interruption it is, its own error kept in the message. */
+static qs_status startup_check(qs_status st, qs_error *err) {
+    if (!stop_signal) return st;
+    if (st == QS_OK || st == QS_ECANCELLED)
+        return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d during start-up",
+                            (int)stop_signal);
+    char was[sizeof err->msg];
+    snprintf(was, sizeof was, "%s", err->msg);
+    return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d during start-up (%.300s)",
+                        (int)stop_signal, was);
 }
 
 /* A fresh log folder for this run, ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/
@@ -222,20 +255,34 @@ static void run_cleanup(run_state *r) {
         qc_pgserver_destroy(r->pg);
 }
 
+/* One try at PostgreSQL again while it is unreachable: QS_OK and *down cleared (said on
+ * stderr) when it answers; else the error of the try (qc_store_connection_lost true). */
+static qs_status reconnect(run_state *r, int *down, qs_error *err) {
+    qs_status st = qc_store_reconnect(r->store, err);
+    if (st) return st;
+    *down = 0;
+    fprintf(stderr, "qsweep run: PostgreSQL is back\n");
+    return QS_OK;
+}
+
 /* Watches the experiment until no job of it is pending or running. Prints a progress line
- * when the counts change (on a terminal: one line rewritten in place). */
+ * when the counts change (on a terminal: one line rewritten in place). PostgreSQL
+ * unreachable: says so once and retries every DB_RETRY_MS while the children go on (the
+ * coordinator pauses dispatch and keeps its writes, coordinator/server/server.h), until it
+ * answers or a signal stops the run. */
 static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_error *err) {
-    int tty = isatty(1);
+    int tty = isatty(1), db_down = 0;
     qc_progress prev = {0};
     prev.total = -1;
     for (;;) {
         if (stop_signal)
             return qs_error_set(err, QS_ECANCELLED, "interrupted by signal %d", (int)stop_signal);
         if (reaped(&r->children[0])) {
-            char how[64];
+            char how[64], said[600];
             describe_exit(&r->children[0], how, sizeof how);
-            return qs_error_set(err, QS_EIO, "the coordinator stopped (%s); see %s", how,
-                                r->children[0].log);
+            last_log_line(&r->children[0], said, sizeof said);
+            return qs_error_set(err, QS_EIO, "the coordinator stopped (%s)%s%s; see %s", how,
+                                said[0] ? ": " : "", said, r->children[0].log);
         }
         size_t alive = 0, respawning = 0;
         for (size_t i = 1; i < r->n_children; i++) {
@@ -276,7 +323,24 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
             return qs_error_set(err, QS_EIO, "every worker stopped; see their logs");
         qc_progress *rows = NULL;
         size_t n = 0;
-        qs_status st = qc_store_progress(r->store, name, &rows, &n, err);
+        qs_status st = db_down ? reconnect(r, &db_down, err) : QS_OK;
+        if (!st) st = qc_store_progress(r->store, name, &rows, &n, err);
+        if (st && qc_store_connection_lost(r->store)) {
+            /* Not a reason to stop: the coordinator keeps its writes queued and its workers
+               go on; stopping them now would lose their preemptions (issue 10). */
+            if (!db_down) {
+                if (tty) fputs("\r\033[K", stdout);
+                fflush(stdout);
+                fprintf(stderr,
+                        "qsweep run: PostgreSQL unreachable (%s); the coordinator keeps what it "
+                        "has to write, the workers go on; retrying every %d ms (Ctrl-C "
+                        "stops the run)\n",
+                        err->msg, DB_RETRY_MS);
+            }
+            db_down = 1;
+            usleep(DB_RETRY_MS * 1000);
+            continue;
+        }
         if (st) return st;
         *last = rows[0];
         free(rows);
@@ -379,18 +443,35 @@ int qsweep_cmd_run(int argc, char **argv) {
             conninfo = conn_buf;
         }
     }
-    if (!st) st = qc_store_open(conninfo, "run", &r.store, &err);
+    st = startup_check(st, &err);
+    if (!st) st = startup_check(qc_store_open(conninfo, "run", &r.store, &err), &err);
     qc_submit_counts counts = {0};
-    if (!st) st = qsweep_submit_jobs(r.store, g, &jobs, &counts, &err);
+    if (!st) st = startup_check(qsweep_submit_jobs(r.store, g, &jobs, &counts, &err), &err);
     if (!st) qsweep_print_submit(g, jobs.n, &counts, stdout);
 
     qc_progress prog = {0};
     qc_progress *rows = NULL;
     size_t n = 0;
-    if (!st) st = qc_store_progress(r.store, g->name, &rows, &n, &err);
+    if (!st) st = startup_check(qc_store_progress(r.store, g->name, &rows, &n, &err), &err);
     if (!st) prog = rows[0];
     free(rows);
 
+    if (!st && prog.pending + prog.running > 0) {
+        /* Another coordinator on this database (a first `qsweep run`, a `qsweep coordinator`)
+           would refuse ours with nothing on the screen but "see coordinator.log", while its
+           workers run these very jobs: say so, and who it is. */
+        bool held = false;
+        char holder[400];
+        st = qc_store_coordinator_running(r.store, &held, holder, sizeof holder, &err);
+        if (!st && held)
+            st = qs_error_set(
+                &err, QS_ESTATE,
+                "another coordinator is already running on this database: %s, probably an "
+                "earlier qsweep run or a qsweep coordinator; its workers run the queued jobs, "
+                "this experiment's included (%lld pending, %lld running). Follow them with "
+                "qsweep status %s, or stop that run first",
+                holder, (long long)prog.pending, (long long)prog.running, g->name);
+    }
     if (!st && prog.pending + prog.running > 0) {
         st = run_log_dir(g->name, logs, sizeof logs, &err);
         if (!st) logs_made = 1;
@@ -422,7 +503,7 @@ int qsweep_cmd_run(int argc, char **argv) {
             for (size_t k = 0; k < sizeof curve / sizeof curve[0]; k++)
                 unsetenv(curve[k]);
             char *av[] = {"qsweep", "coordinator", "--bind", r.endpoint, "--lease-ms", lease, NULL};
-            if (!st) st = spawn(co, av, &err);
+            if (!st) st = startup_check(spawn(co, av, &err), &err);
         }
         snprintf(r.host, sizeof r.host, "local");
         gethostname(r.host, sizeof r.host);
@@ -431,7 +512,7 @@ int qsweep_cmd_run(int argc, char **argv) {
             child *w = &r.children[r.n_children++];
             snprintf(w->name, sizeof w->name, "worker %d", i + 1);
             snprintf(w->log, sizeof w->log, "%s/worker-%d.log", logs, i + 1);
-            st = spawn_worker(&r, r.n_children - 1, &err);
+            st = startup_check(spawn_worker(&r, r.n_children - 1, &err), &err);
         }
         if (!st) {
             if (workers == 1)
@@ -443,7 +524,7 @@ int qsweep_cmd_run(int argc, char **argv) {
             fflush(stdout);
             st = watch(&r, g->name, &prog, &err);
         }
-        if (st == QS_ECANCELLED)
+        if (st == QS_ECANCELLED && r.n_children > 0)
             fprintf(stderr, "\nqsweep run: interrupted; stopping the workers and the coordinator "
                             "(running jobs are reported preempted and rerun next time)\n");
     } else if (!st) {

@@ -1,6 +1,6 @@
 /* qsweep coordinator and qsweep worker: the two long-running processes of a sweep, thin
  * shells over qc_server_run (coordinator/server/server.h) and qw_run (worker/loop/loop.h).
- * The worker registers the sweep's job kinds (worker/jobs/jobs.h) before it connects. */
+ * The worker registers every job kind of cli/kind_table.c before it connects. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,10 +15,8 @@
 
 #include "cli.h"
 #include "gpu_info.h"
-#include "jobs.h"
 #include "loop.h"
 #include "server.h"
-#include "train_kind.h"
 
 static void coordinator_usage(FILE *out) {
     fprintf(
@@ -206,8 +204,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
                     : *why                               ? why
                                                          : "none visible");
     }
-    qs_status st = qw_jobs_register(&err);
-    if (!st) st = qw_train_register(&err);
+    qs_status st = qsweep_register_worker_kinds(&err); /* every kind (cli/kind_table.c) */
     if (!st) st = qw_run(&o, &err);
     return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
 }

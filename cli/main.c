@@ -245,11 +245,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return QSWEEP_EXIT_OK;
+        return qsweep_stdout_close(NULL, QSWEEP_EXIT_OK);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("qsweep 0.1.0 (numerics %s)\n", QS_NUMERICS_VERSION);
-        return QSWEEP_EXIT_OK;
+        return qsweep_stdout_close(NULL, QSWEEP_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
@@ -257,7 +257,8 @@ int main(int argc, char **argv) {
             char name[64];
             snprintf(name, sizeof name, "qsweep %s", commands[i].name);
             argv[1] = name;
-            return commands[i].fn(argc - 1, argv + 1);
+            /* every command's printed result is checked here, once (stdout_close.c) */
+            return qsweep_stdout_close(commands[i].name, commands[i].fn(argc - 1, argv + 1));
         }
     fprintf(stderr, "qsweep: unknown command '%s'\n", argv[1]);
     usage(stderr);

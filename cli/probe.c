@@ -13,15 +13,6 @@
 #include "tokenizer.h"
 #include "tokens.h"
 
-/* Parameters of a config, counted by the trainable model's tensor table (worker/train/tmodel.h):
- * the count a training run of it holds. */
-static long long config_params(const qw_config *cfg) {
-    size_t n = 0, bytes = 0;
-    if (cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->head_dim <= 0) return 0;
-    qw_tmodel_plan(cfg, 1, 1, 1, &n, &bytes);
-    return (long long)n;
-}
-
 /* The resource computation's view of a config (kinds/resources.h). */
 static qs_model_shape shape_of(const qw_config *c) {
     return (qs_model_shape){.dim = c->dim,
@@ -75,6 +66,15 @@ static int64_t probe_run_state_bytes(void *user, const qs_model_shape *s, int ct
     return (int64_t)qw_runstate_bytes(&c, ctx, 1);
 }
 
+/* Parameters of a config, counted by the trainable model's tensor table (worker/train/tmodel.h):
+ * the count a training run of it holds. */
+static long long config_params(const qw_config *cfg) {
+    size_t n = 0, bytes = 0;
+    if (cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->head_dim <= 0) return 0;
+    qw_tmodel_plan(cfg, 1, 1, 1, &n, &bytes);
+    return (long long)n;
+}
+
 /* Opens the checkpoint (headers and tensor table only: weights stay mapped, unread), reads
  * its config, the stored size of its tensors and its digest. */
 static qs_status probe_model(void *user, const char *path, qc_model_facts *out, qs_error *err) {
@@ -98,12 +98,12 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     out->vocab_size = cfg->vocab_size;
     out->max_position_embeddings = cfg->max_seq_len;
     out->tied_embeddings = cfg->tied_embeddings;
-    out->n_params = config_params(cfg);
     out->shape = shape_of(cfg);
     /* best effort: a tensor the loader serves in another way counts as unknown (BF16 masters
        then size the job), never as a refused grid */
     qs_error ignored;
     if (stored_bytes(ck, cfg, &out->stored_bytes, &ignored)) out->stored_bytes = 0;
+    out->n_params = config_params(cfg);
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
     return st;
@@ -137,6 +137,31 @@ static qs_status probe_tokens_match_model(void *user, const char *tokens_path,
     return st;
 }
 
+/* A text through the model's own tokenizer (qw_text_dataset: cached per tokenizer and text),
+ * with the BOS id each chunk starts with when the tokenizer adds one (llama.cpp's
+ * perplexity; worker/engine/eval.h bos_id). */
+static qs_status probe_text_dataset(void *user, const char *model_path, const char *text_path,
+                                    qc_dataset_facts *out, int *bos_id, qs_error *err) {
+    (void)user;
+    qw_tokens t = {0};
+    char cached[4096];
+    qs_status st = qw_text_dataset(model_path, text_path, NULL, &t, cached, sizeof cached, err);
+    if (st) return st;
+    uint32_t mx = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.ids[i] > mx) mx = t.ids[i];
+    out->n_tokens = t.n;
+    out->max_token = mx;
+    out->vocab_size = t.vocab_size;
+    memcpy(out->digest, t.digest, sizeof out->digest);
+    qw_tokens_free(&t);
+    qw_tokenizer *tk = NULL;
+    if ((st = qw_tokenizer_open(model_path, &tk, err))) return st;
+    *bos_id = qw_tokenizer_adds_bos(tk) ? (int)qw_tokenizer_bos(tk) : -1;
+    qw_tokenizer_free(tk);
+    return QS_OK;
+}
+
 static int probe_format(void *user, const char *name) {
     (void)user;
     return qk_format_by_name(name) != NULL;
@@ -162,9 +187,9 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
         out->vocab_size = s->cfg.vocab_size;
         out->max_position_embeddings = s->cfg.max_seq_len;
         out->tied_embeddings = s->cfg.tied_embeddings;
-        out->n_params = config_params(&s->cfg);
         out->shape = shape_of(&s->cfg);
         out->stored_bytes = 0; /* BF16 masters built in memory (synthetic.h) */
+        out->n_params = config_params(&s->cfg);
         return QS_OK;
     }
     size_t ns;
@@ -186,6 +211,7 @@ const qc_grid_probe *qsweep_probe(void) {
                                         NULL,
                                         probe_synthetic,
                                         probe_tokens_match_model,
-                                        probe_run_state_bytes};
+                                        probe_run_state_bytes,
+                                        probe_text_dataset};
     return &probe;
 }

@@ -136,9 +136,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     qs_status st = qc_store_progress(db, name, &prog, &np, err);
     free(prog);
     if (st) return st;
-    int is_train = 0; /* a training experiment has its own layout, whatever it holds */
-    if ((st = qsweep_is_train_experiment(db, name, &is_train, err))) return st;
-    if (is_train) return qsweep_print_train_results(db, name, format, out, err);
+    int printed = 0; /* another kind's own layout (cli/kind_table.c), whatever it holds */
+    if ((st = qsweep_print_kind_tables(db, name, format, out, &printed, err))) return st;
+    if (printed) return QS_OK;
     char sql[2048];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};

@@ -189,10 +189,29 @@ qs_status qk_packed_init(qk_packed *p, const qk_format *fmt, const qk_quant_opti
 void qk_packed_release(qk_packed *p);
 
 /* Quantizes x [rows x k] (row-major FP32) into p, which qk_packed_init prepared with the
- * same format, options and shape. Deterministic for any thread count. Errors: QS_EINVAL
- * (shape or format differs from p's, bad option). */
+ * same format, options and shape. Deterministic for any thread count; the vectorised paths
+ * (1D minifloat formats with RNE, and SR for E2M1; integer formats and nvfp4_2d with RNE)
+ * give the scalar reference's bits (options.reference_only forces the reference). Errors:
+ * QS_EINVAL (shape or format differs from p's, bad option). */
 qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const float *x,
                       size_t rows, size_t k, qk_packed *p, qs_error *err);
+
+/* Quantizes rows [row0, row0 + n) of the [p->rows x p->k] tensor that qk_packed_init prepared
+ * p for, from x [n x p->k] holding those rows only, into their place in p (codes, block
+ * scales) and sets p's tensor scale: for a tensor held in pieces, e.g. a BF16 master
+ * converted to FP32 one chunk of rows at a time, so that no FP32 copy of the whole tensor
+ * exists. Calling it over chunks that cover the tensor, in any order, with the same options
+ * gives p bit for bit what one qk_quantize of the whole tensor gives, provided that for the
+ * formats with a per-tensor scale (nvfp4, nvfp4_2d, fp8_e4m3) options.tensor_amax_given is 1
+ * with tensor_amax = the tensor's amax (qk_joint_amax over the chunks, a first pass): a
+ * chunk's own amax is not the tensor's, so those formats refuse the call without it. SR bits
+ * are drawn by each element's index in the whole tensor. Blocks run along rows, so a chunk of
+ * whole rows is whole blocks; 2D 16x16 blocks (nvfp4_2d) need row0 and n multiples of 16,
+ * except a last chunk ending at p->rows. Errors: QS_EINVAL (rows outside the tensor or
+ * splitting 2D blocks, tensor amax not given, format or block differing from p's, bad
+ * option, x or p's storage missing); p is unchanged on error. */
+qs_status qk_quantize_rows(const qk_format *fmt, const qk_quant_options *opt, const float *x,
+                           size_t row0, size_t n, qk_packed *p, qs_error *err);
 
 /* Decodes p into y [p->rows x p->k]: value = elem(code) * block decode scale * tensor_scale,
  * in the order of the format's rule (format.h). threads: 0 = all. Errors: QS_EINVAL. */

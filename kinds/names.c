@@ -22,7 +22,7 @@ int qs_linear_kind_index(const char *name) {
 
 static const char *const mode_names[QS_MODE_COUNT] = {
     "component",          "block", "layer", "leave_one_out", "cumulative", "leave_one_out_block",
-    "leave_one_out_layer"};
+    "leave_one_out_layer", "policy"};
 
 const char *qs_mode_name(qs_mode m) {
     return ((unsigned)m < QS_MODE_COUNT) ? mode_names[m] : "?";
@@ -47,8 +47,8 @@ int qs_mode_has_kind(qs_mode m) {
 }
 
 const char *qs_mode_list(void) {
-    return "component, block, layer, leave_one_out, leave_one_out_block, leave_one_out_layer or "
-           "cumulative";
+    return "component, block, layer, leave_one_out, leave_one_out_block, leave_one_out_layer, "
+           "cumulative or policy";
 }
 
 int qs_quantize_by_name(const char *name) {

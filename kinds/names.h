@@ -11,6 +11,8 @@
  *   leave_one_out_block   every linear but those of one block                        part "3"
  *   leave_one_out_layer   every linear but one linear of one block                   part "3.down"
  *   cumulative            every linear of blocks 0..b                                part "3"
+ *   policy                an explicit format per linear (issue 14: a mixed-precision  part: the
+ *                         plan measured whole; sensitivity.h "policy")                map's id
  * "leave_one_out" is the component form (the name grids and stored specs have used since
  * issue 5); "leave_one_out_component" is accepted in grids as its alias. */
 #ifndef QS_KINDS_NAMES_H
@@ -42,7 +44,8 @@ typedef enum qs_mode {
     QS_MODE_CUMULATIVE = 4,
     QS_MODE_LEAVE_ONE_OUT_BLOCK = 5,
     QS_MODE_LEAVE_ONE_OUT_LAYER = 6,
-    QS_MODE_COUNT = 7,
+    QS_MODE_POLICY = 7, /* names neither a block nor a kind: its spec holds the whole map */
+    QS_MODE_COUNT = 8,
 } qs_mode;
 
 /* Canonical name of m ("component", ...); "?" when out of range. */

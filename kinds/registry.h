@@ -5,7 +5,13 @@
  * malformed spec before it loads anything) reach them.
  *
  * Adding a kind: a kinds/<kind>.{c,h} that defines a qs_job_kind, plus one line in
- * registry.c's table (and its source in kinds/CMakeLists.txt). */
+ * registry.c's table (and its source in kinds/CMakeLists.txt). A kind of a new family (a
+ * new grid kind, as training was) also brings, each with one registry line:
+ *   - coordinator/grid/grid_<kind>.c, its grid schema and expansion (a line in grid_kind.c);
+ *   - its worker module (worker/<kind>/, with qw_<kind>_register) and
+ *     cli/<kind>_results.c, its results table: one row of cli/kind_table.c names both, and
+ *     `qsweep worker` and `qsweep results` read that row (tests/cli/kind_table_test.c checks
+ *     that the three tables agree). */
 #ifndef QS_KINDS_REGISTRY_H
 #define QS_KINDS_REGISTRY_H
 

@@ -93,6 +93,28 @@ static qs_status sensitivity_packed(const qs_sensitivity_spec *s, const qs_model
                                     int64_t *blocks, int64_t *other, qs_error *err) {
     *blocks = *other = 0;
     if (!s->eval) return QS_OK;
+    if (s->mode == QS_MODE_POLICY) {
+        /* each linear of the map in its own format (sensitivity.h, mode policy) */
+        const char *key;
+        json_t *v;
+        json_object_foreach(s->policy, key, v) {
+            int block, part;
+            int64_t rows, cols;
+            const char *f = json_string_value(v);
+            const json_t *g = json_object_get(json_object_get(s->format_options, f), "group_size");
+            qs_policy_key_parse(key, &block, &part);
+            qs_part_shape(shape, part, &rows, &cols);
+            int64_t b = qs_packed_bytes(f, json_is_integer(g) ? (int)json_integer_value(g) : 0,
+                                        rows, cols);
+            if (b < 0)
+                return qs_error_set(err, QS_EINVAL,
+                                    "job spec: policy.%s: '%s' has no packed size in "
+                                    "kinds/resources.c",
+                                    key, f);
+            *(part < QS_LINEAR_KINDS ? blocks : other) += b;
+        }
+        return QS_OK;
+    }
     const json_t *gs = json_object_get(s->format_options, "group_size");
     int group = json_is_integer(gs) ? (int)json_integer_value(gs) : 0;
     int64_t bytes[QS_PARTS];

@@ -1,6 +1,7 @@
 /* The sensitivity job spec: validation, canonical JSON both ways (sensitivity.h). */
 #include "sensitivity.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +21,95 @@ int qs_part_by_name(const char *name) {
     return -1;
 }
 
+int qs_policy_key_parse(const char *key, int *block, int *part) {
+    *block = *part = -1;
+    if (!key) return -1;
+    if (!strcmp(key, QS_PART_LM_HEAD_NAME) || !strcmp(key, QS_PART_EMBEDDINGS_NAME)) {
+        *part = qs_part_by_name(key);
+        return 0;
+    }
+    char *end;
+    long b = strtol(key, &end, 10);
+    if (end == key || *key < '0' || *key > '9' || (*key == '0' && end != key + 1) ||
+        b > 1000000 || *end != '.')
+        return -1;
+    int k = qs_linear_kind_index(end + 1);
+    /* the short names only: "3.down", not "3.down_proj" (one spelling, one key) */
+    if (k < 0 || strcmp(end + 1, qs_linear_kind_names[k])) return -1;
+    *block = (int)b;
+    *part = k;
+    return 0;
+}
+
+qs_status qs_sensitivity_policy_id(const json_t *map, char id[17], qs_error *err) {
+    id[0] = 0;
+    if (!json_is_object(map))
+        return qs_error_set(err, QS_EINVAL, "job spec: policy: expected an object");
+    char *text = qs_spec_canonical(map);
+    if (!text || sodium_init() < 0) {
+        free(text);
+        return qs_error_set(err, QS_ENOMEM, "policy id: out of memory");
+    }
+    unsigned char h[32];
+    char hex[65];
+    crypto_generichash(h, sizeof h, (const unsigned char *)text, strlen(text), NULL, 0);
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    free(text);
+    memcpy(id, hex, 16);
+    id[16] = 0;
+    return QS_OK;
+}
+
+/* Policy mode: the map's keys, formats and options (sensitivity.h). */
+static qs_status validate_policy(const qs_sensitivity_spec *s, qs_error *err) {
+    if (strcmp(s->format, QS_POLICY_FORMAT))
+        return qs_error_set(err, QS_EINVAL, "job spec: format: mode policy has format \"%s\"",
+                            QS_POLICY_FORMAT);
+    if (!json_is_object(s->policy) || !json_object_size(s->policy))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: policy: expected a non-empty object of linear: format");
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->policy, key, v) {
+        int b, p;
+        const char *f = json_string_value(v);
+        if (qs_policy_key_parse(key, &b, &p))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: policy: '%s' is not a linear (\"<block>.<kind>\" with "
+                                "kind q, k, v, o, gate, up or down; lm_head; embeddings)",
+                                key);
+        if (!f || !*f || !strcmp(f, "bf16"))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: policy.%s: expected the name of a quantized format "
+                                "(bf16 linears are left out of the map)",
+                                key);
+        if (!json_is_object(json_object_get(s->format_options, f)))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: format_options.%s: expected the options object of "
+                                "format %s (policy.%s)",
+                                f, f, key);
+    }
+    json_object_foreach(s->format_options, key, v) {
+        int used = 0;
+        const char *k2;
+        json_t *f;
+        json_object_foreach(s->policy, k2, f) used |= !strcmp(json_string_value(f), key);
+        if (!used)
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: format_options.%s: no linear of the policy has it", key);
+    }
+    return QS_OK;
+}
+
 unsigned qs_sensitivity_extra_parts(const qs_sensitivity_spec *s) {
     const unsigned extra = (1u << QS_PART_LM_HEAD) | (1u << QS_PART_EMBEDDINGS);
     if (!s->eval) return 0;
+    if (s->mode == QS_MODE_POLICY) {
+        unsigned x = 0;
+        if (json_object_get(s->policy, QS_PART_LM_HEAD_NAME)) x |= 1u << QS_PART_LM_HEAD;
+        if (json_object_get(s->policy, QS_PART_EMBEDDINGS_NAME)) x |= 1u << QS_PART_EMBEDDINGS;
+        return x;
+    }
     if (s->mode == QS_MODE_COMPONENT) return (1u << s->part) & extra;
     if (s->mode == QS_MODE_LEAVE_ONE_OUT) return s->loo_of & ~(1u << s->part) & extra;
     return 0;
@@ -40,7 +127,7 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
                             "kl, ppl, sqnr, top1");
     if (!s->eval) {
         if (strcmp(s->format, "bf16") || json_object_size(s->format_options) ||
-            s->metrics != QS_METRIC_PPL)
+            s->metrics != QS_METRIC_PPL || s->policy)
             return qs_error_set(err, QS_EINVAL,
                                 "job spec: a baseline has format bf16, no format_options and "
                                 "metrics [ppl]");
@@ -75,12 +162,19 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
         return qs_error_set(err, QS_EINVAL,
                             "job spec: leave_one_out_of applies to mode leave_one_out only");
     }
+    if (s->mode == QS_MODE_POLICY) return validate_policy(s, err);
+    if (s->policy)
+        return qs_error_set(err, QS_EINVAL, "job spec: policy applies to mode policy only");
     return QS_OK;
 }
 
 void qs_sensitivity_part_text(const qs_sensitivity_spec *s, char *buf, size_t cap) {
+    char id[17] = "";
+    qs_error ignored = {0};
     if (!s->eval)
         snprintf(buf, cap, "%s", "");
+    else if (s->mode == QS_MODE_POLICY)
+        snprintf(buf, cap, "%s", qs_sensitivity_policy_id(s->policy, id, &ignored) ? "" : id);
     else if (qs_mode_has_block(s->mode) && qs_mode_has_kind(s->mode))
         snprintf(buf, cap, "%d.%s", s->block, qs_part_name(s->part));
     else if (qs_mode_has_block(s->mode))
@@ -130,6 +224,7 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
             }
             const char *tied = tied_text(s);
             if (tied) json_object_set_new(o, "tied_embeddings", json_string(tied));
+            if (s->mode == QS_MODE_POLICY) json_object_set(o, "policy", s->policy);
         } else {
             json_object_set_new(o, "quantize", json_null());
             json_object_set_new(o, "mode", json_null());
@@ -143,7 +238,7 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
     size_t want =
         10 + (s->resources.present ? 1 : 0) +
         (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
-        (s->eval && tied_text(s) != NULL);
+        (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY);
     if (!o || json_object_size(o) != want) {
         json_decref(o);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -195,8 +290,26 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
         return qs_error_set(err, QS_EINVAL, "job spec: mode: unknown '%s' (expected %s)", m,
                             qs_mode_list());
     s->mode = (qs_mode)mode;
-    qs_status st = parse_part(s, p, err);
-    if (st) return st;
+    qs_status st = QS_OK;
+    if (s->mode == QS_MODE_POLICY) {
+        /* the part is the map's id: the map itself is read (and checked) by the caller */
+        const json_t *map = json_object_get(spec, "policy");
+        char id[17];
+        if (!json_is_object(map))
+            return qs_error_set(err, QS_EINVAL, "job spec: policy: expected an object");
+        if ((st = qs_sensitivity_policy_id(map, id, err))) return st;
+        if (strcmp(p, id))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: part: '%s' is not the id of its policy (%s)", p, id);
+        s->block = s->part = -1;
+        s->policy = json_deep_copy(map);
+        if (!s->policy) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    } else if (json_object_get(spec, "policy")) {
+        /* kept, it would count in the key; dropped, re-encoding would change the key */
+        return qs_error_set(err, QS_EINVAL, "job spec: policy applies to mode policy only");
+    } else if ((st = parse_part(s, p, err))) {
+        return st;
+    }
     s->loo_of = QS_PARTS_BLOCK_LINEARS;
     const json_t *of = json_object_get(spec, "leave_one_out_of");
     if (of) {
@@ -239,7 +352,7 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
                                        "kind",     "metrics",          "mode",
                                        "model",    "numerics_version", "part",
                                        "quantize", "leave_one_out_of", "tied_embeddings",
-                                       "resources"};
+                                       "resources", "policy"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {
@@ -297,10 +410,11 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
         for (size_t i = 0; !st && i < 3; i++)
             if (!json_is_null(json_object_get(spec, nulls[i])))
                 st = qs_error_set(err, QS_EINVAL, "job spec: %s: a baseline has null", nulls[i]);
-        if (!st &&
-            (json_object_get(spec, "leave_one_out_of") || json_object_get(spec, "tied_embeddings")))
+        if (!st && (json_object_get(spec, "leave_one_out_of") ||
+                    json_object_get(spec, "tied_embeddings") || json_object_get(spec, "policy")))
             st = qs_error_set(err, QS_EINVAL,
-                              "job spec: a baseline has no leave_one_out_of or tied_embeddings");
+                              "job spec: a baseline has no leave_one_out_of, tied_embeddings or "
+                              "policy");
     }
     if (!st) st = qs_sensitivity_validate(out, err);
     if (st) qs_sensitivity_clear(out);
@@ -313,6 +427,7 @@ void qs_sensitivity_clear(qs_sensitivity_spec *s) {
     qs_dataset_ref_clear(&s->dataset);
     free(s->format);
     json_decref(s->format_options);
+    json_decref(s->policy);
     memset(s, 0, sizeof *s);
     s->block = s->part = -1;
     s->loo_of = QS_PARTS_BLOCK_LINEARS;

@@ -21,6 +21,13 @@
  *   option that applies, defaults filled in: the grid's job); quantize "weights" or
  *   "weights+activations"; mode and part as names.h gives them; metrics a sorted non-empty
  *   array of names.h's metric names.
+ * policy mode (issue 14, a mixed-precision plan measured whole): "format" "policy",
+ *   "policy" {"<block>.<kind>" | "lm_head" | "embeddings": format name} the linears the job
+ *   quantizes, each in its format; every linear not in the map stays as it is (the
+ *   unquantized reference: a "bf16" entry means that, and is dropped from the map, so a map
+ *   and the same map with its bf16 linears listed are one job); "format_options" {format
+ *   name: its canonical options object} for exactly the formats of the map; "part" the
+ *   policy id (qs_sensitivity_policy_id).
  * With "weights+activations" the embeddings (a lookup, not a GEMM: no activation input) get
  * their weight format only. */
 #ifndef QS_KINDS_SENSITIVITY_H
@@ -58,10 +65,24 @@ typedef struct qs_sensitivity_spec {
                                QS_PARTS_BLOCK_LINEARS unless the grid listed lm_head or
                                embeddings */
     bool tied;              /* the model ties lm_head to its embeddings */
+    json_t *policy;         /* policy mode: {"3.down": "nvfp4", ...} (owned), else NULL */
     unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
     char numerics_version[16];
     qs_resources resources;
 } qs_sensitivity_spec;
+
+/* The format a policy-mode spec has in "format". */
+#define QS_POLICY_FORMAT "policy"
+
+/* Reads a policy map key: "<block>.<kind>" (block without leading zeros, kind q..down) into
+ * *block and *part (0..6), "lm_head" / "embeddings" into block -1 and their part index.
+ * Returns 0, or -1 when key is neither. */
+int qs_policy_key_parse(const char *key, int *block, int *part);
+
+/* The id of a policy map: the first 16 hex digits of BLAKE2b-256 (libsodium) of its canonical
+ * text (sorted keys, compact), the "part" of its job. id gets 16 digits and a NUL.
+ * Errors: QS_EINVAL (not an object), QS_ENOMEM. */
+qs_status qs_sensitivity_policy_id(const json_t *map, char id[17], qs_error *err);
 
 /* Checks the fields' consistency: mode vs. block/part (a block mode needs 0 <= block, a kind
  * mode needs a part; lm_head and embeddings only in component and leave_one_out modes), loo_of
@@ -69,8 +90,9 @@ typedef struct qs_sensitivity_spec {
  * the eval fields. Errors: QS_EINVAL naming the field. */
 qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err);
 
-/* The part's text: "down", "lm_head" (kind modes), "3" (block modes), "3.down" (layer modes);
- * "" for a baseline. cap >= 32 is always enough. */
+/* The part's text: "down", "lm_head" (kind modes), "3" (block modes), "3.down" (layer modes),
+ * the policy id (policy mode; "" when the map is not an object); "" for a baseline. cap >= 32
+ * is always enough. */
 void qs_sensitivity_part_text(const qs_sensitivity_spec *s, char *buf, size_t cap);
 
 /* Which of lm_head / embeddings the job quantizes (bits 1 << QS_PART_LM_HEAD, ...). */

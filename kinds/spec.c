@@ -11,8 +11,19 @@ json_t *qs_model_ref_json(const qs_model_ref *m) {
 }
 
 json_t *qs_dataset_ref_json(const qs_dataset_ref *d) {
-    return json_pack("{s:s, s:s, s:i, s:I}", "path", d->path, "digest", d->digest, "ctx", d->ctx,
-                     "max_chunks", (json_int_t)d->max_chunks);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:I}", "path", d->path, "digest", d->digest, "ctx",
+                          d->ctx, "max_chunks", (json_int_t)d->max_chunks);
+    /* only when set, so the specs and keys of datasets without BOS are what they were */
+    if (o && d->bos && json_object_set_new(o, "bos_id", json_integer(d->bos_id))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+const char *qs_dataset_text_path(const char *path) {
+    size_t n = strlen(QS_DATASET_TEXT_PREFIX);
+    return path && !strncmp(path, QS_DATASET_TEXT_PREFIX, n) ? path + n : NULL;
 }
 
 json_t *qs_resources_json(const qs_resources *r) {
@@ -75,9 +86,15 @@ qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error 
     const json_t *d = json_object_get(spec, "dataset");
     if (!json_is_object(d))
         return qs_error_set(err, QS_EINVAL, "job spec: dataset: expected an object");
-    static const char *const keys[] = {"ctx", "digest", "max_chunks", "path", NULL};
+    static const char *const keys[] = {"bos_id", "ctx", "digest", "max_chunks", "path", NULL};
     qs_status kst = only_keys(d, "dataset", keys, err);
     if (kst) return kst;
+    const json_t *bos = json_object_get(d, "bos_id");
+    if (bos && (!json_is_integer(bos) || json_integer_value(bos) < 0 ||
+                json_integer_value(bos) > 0x7fffffff))
+        return qs_error_set(err, QS_EINVAL, "job spec: dataset.bos_id: expected an integer >= 0");
+    out->bos = bos != NULL;
+    out->bos_id = bos ? (int)json_integer_value(bos) : 0;
     const json_t *ctx = json_object_get(d, "ctx"), *mc = json_object_get(d, "max_chunks");
     if (!json_is_integer(ctx) || json_integer_value(ctx) < 2 || json_integer_value(ctx) > 1 << 20)
         return qs_error_set(err, QS_EINVAL,

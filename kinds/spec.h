@@ -6,6 +6,11 @@
  * (jansson JSON_SORT_KEYS | JSON_COMPACT), so equal specs are equal text.
  *   "model":     {"digest": hex, "path": text}
  *   "dataset":   {"ctx": int, "digest": hex, "max_chunks": int, "path": text}
+ *                plus "bos_id": int, only when each chunk starts with BOS (issue 13: a text
+ *                dataset of a model whose tokenizer adds BOS, as llama.cpp's perplexity does);
+ *                a path "text:/abs/file.txt" names a UTF-8 text that the worker tokenizes with
+ *                the model's tokenizer (the digest is that of the token file it gives, so it
+ *                covers the text and the tokenizer); any other path is a token file.
  *   "resources": {"gpu_count": int, "gpu_memory_mib": int, "native_fp4": bool}   (optional;
  *                plus "gemm": "emulated" when the grid asks for the emulated FP4 GEMMs)
  *   "numerics_version": text
@@ -34,13 +39,23 @@ typedef struct qs_model_ref {
     char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
 } qs_model_ref;
 
-/* A token file and how it is cut into chunks (worker/engine/eval.h). */
+/* A token file (or a text: QS_DATASET_TEXT_PREFIX) and how it is cut into chunks
+ * (worker/engine/eval.h). */
 typedef struct qs_dataset_ref {
-    char *path; /* owned, absolute */
+    char *path; /* owned, absolute, or "text:" + an absolute path */
     char digest[65];
     int ctx;         /* tokens per chunk, >= 2 */
     long max_chunks; /* 0: every whole chunk */
+    bool bos;        /* each chunk's first token is replaced by bos_id */
+    int bos_id;      /* with bos: the model's BOS id, >= 0 */
 } qs_dataset_ref;
+
+/* The prefix of a dataset path that names a text file (spec's "dataset.path"). */
+#define QS_DATASET_TEXT_PREFIX "text:"
+
+/* The text file of a dataset path "text:/abs/file.txt" ("/abs/file.txt"), NULL for a token
+ * file's path. */
+const char *qs_dataset_text_path(const char *path);
 
 /* What a job needs of the machine that runs it (issue 12 fills it in; the scheduler will match
  * it against a worker's HELLO). Recorded in the stored spec, not part of the job key. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden references for qsweep's Llama engine, from Hugging Face transformers (PyTorch, CPU).
 
-Reference data only: qsweep never runs Python on its run path.
+Reference data only: qsweep never runs Python on its run path. Needs torch, transformers, and
+for the SmolLM2 GGUF gguf>=0.10 and accelerate (pip install gguf accelerate).
 
 (a) Small random-initialised LlamaForCausalLM checkpoints, written by transformers' own
     save_pretrained into tests/engine/data/<name>/, one per layout the loader must read:
@@ -30,6 +31,8 @@ Golden logits file goldens.bin, little-endian:
 Perplexity golden ppl.txt: one "key value" per line.
 
 Usage: tools/make_goldens.py [--out tests/engine/data] [--skip-smollm2] [--ppl-ctx 512 --ppl-chunks 4]
+       tools/make_goldens.py --only smollm2 --ppl-only --ppl-chunks 14 --ppl-name ppl_14chunks.txt
+         (the baseline of the full SmolLM2 sweep, experiments/smollm2-fp4-components.yaml)
 """
 import argparse
 import copy
@@ -145,17 +148,20 @@ def make_checkpoint(spec, outdir):
 
 
 def read_tokens(path):
+    """Ids and vocab_size of a token file (worker/checkpoint/tokens.h): version 1, or version 2
+    (`qsweep tokenize`: 32 bytes of tokenizer digest after the header)."""
     with open(path, "rb") as f:
         b = f.read()
     assert b[:8] == b"QSWTOKS\0", path
     version, vocab, dtype, _ = struct.unpack_from("<IIII", b, 8)
     (count,) = struct.unpack_from("<Q", b, 24)
-    assert version == 1 and dtype == 1 and len(b) == 32 + 4 * count, path
-    return list(struct.unpack_from(f"<{count}I", b, 32)), vocab
+    start = {1: 32, 2: 64}.get(version)
+    assert start and dtype == 1 and len(b) == start + 4 * count, path
+    return list(struct.unpack_from(f"<{count}I", b, start)), vocab
 
 
 @torch.no_grad()
-def smollm2(outdir, gguf, tokens_path, ctx, chunks):
+def smollm2(outdir, gguf, tokens_path, ctx, chunks, ppl_name="ppl.txt", logits=True):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
@@ -164,8 +170,9 @@ def smollm2(outdir, gguf, tokens_path, ctx, chunks):
     d = os.path.join(outdir, "smollm2")
     os.makedirs(d, exist_ok=True)
     n, keep = 64, 8
-    lg = logits_of(model, toks[:n])
-    write_goldens(os.path.join(d, "goldens.bin"), lg.shape[1], [(toks[:n], n - keep, lg[n - keep:])])
+    if logits:
+        lg = logits_of(model, toks[:n])
+        write_goldens(os.path.join(d, "goldens.bin"), lg.shape[1], [(toks[:n], n - keep, lg[n - keep:])])
     # Perplexity, qsweep/llama.cpp chunking: chunk c = toks[c*ctx:(c+1)*ctx], fresh context,
     # scored positions j = ctx/2 .. ctx-2, logits at j predict token j+1.
     n_chunks = min(chunks, len(toks) // ctx)
@@ -180,7 +187,7 @@ def smollm2(outdir, gguf, tokens_path, ctx, chunks):
             nll2 += v * v
             count += 1
     mean = nll / count
-    with open(os.path.join(d, "ppl.txt"), "w") as f:
+    with open(os.path.join(d, ppl_name), "w") as f:
         f.write(f"# SmolLM2-135M-Instruct Q4_1 GGUF via transformers {__import__('transformers').__version__}, FP32, eager\n")
         f.write(f"# tokens {os.path.basename(tokens_path)}; definition in worker/engine/eval.h\n")
         f.write(f"ctx {ctx}\nn_chunks {n_chunks}\nn_scored {count}\nnll {mean:.10f}\nppl {math.exp(mean):.10f}\n")
@@ -196,6 +203,8 @@ def main():
     ap.add_argument("--tokens", default=None)
     ap.add_argument("--ppl-ctx", type=int, default=512)
     ap.add_argument("--ppl-chunks", type=int, default=4)
+    ap.add_argument("--ppl-name", default="ppl.txt", help="file of the perplexity golden")
+    ap.add_argument("--ppl-only", action="store_true", help="SmolLM2: the perplexity, not the logits")
     ap.add_argument("--skip-smollm2", action="store_true")
     ap.add_argument("--only", default=None, help="one checkpoint name")
     a = ap.parse_args()
@@ -206,7 +215,8 @@ def main():
     if not a.skip_smollm2 and (a.only is None or a.only == "smollm2"):
         if not os.path.exists(a.gguf):
             sys.exit(f"make_goldens.py: {a.gguf} not found; run tools/fetch_smollm2.sh first")
-        smollm2(a.out, a.gguf, a.tokens or os.path.join(a.out, "gpl3.smollm2.tokens"), a.ppl_ctx, a.ppl_chunks)
+        smollm2(a.out, a.gguf, a.tokens or os.path.join(a.out, "gpl3.smollm2.tokens"), a.ppl_ctx, a.ppl_chunks,
+                a.ppl_name, not a.ppl_only)
 
 
 if __name__ == "__main__":

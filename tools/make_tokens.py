@@ -1,5 +1,14 @@
 #!/usr/bin/env python3
-"""Tokenizes English prose with SmolLM2's own tokenizer and writes a qsweep token file.
+"""Tokenizes English prose with SmolLM2's tokenizer as Hugging Face transformers reads it from
+the GGUF, and writes a qsweep token file (version 1).
+
+The committed tests/engine/data/gpl3.smollm2.tokens is no longer made by this script (issue
+13): transformers' GGUF conversion keeps only ByteLevel and drops the digit pre-split that
+the GGUF's tokenizer.ggml.pre = smollm names, giving 7658 ids where llama.cpp's llama-tokenize
+gives 7639. The file is made by qsweep itself:
+  qsweep tokenize ~/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+      /usr/share/common-licenses/GPL-3 -o tests/engine/data/gpl3.smollm2.tokens
+This script stays to show the difference (transformers' ids, for comparison).
 
 Reference data only: qsweep never runs Python on its run path. The tokenizer is the one
 embedded in the SmolLM2-135M-Instruct GGUF (tools/fetch_smollm2.sh puts it in the cache),

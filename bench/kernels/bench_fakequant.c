@@ -9,7 +9,11 @@
  * pass alone (qk_joint_amax; bytes = rows * k * 4, read), and "nvfp4 given amax" its second
  * pass alone (the tensor amax passed in options.tensor_amax). "nvfp4 into" is the
  * out-of-place call from the source (qk_fake_quant_into), "memcpy+nvfp4" what a caller keeping
- * its master copy does without it (copy, then in place). Each case alternates with a
+ * its master copy does without it (copy, then in place). The "packed" rows are qk_quantize
+ * into packed storage (codes + scales, what the engine keeps), fast paths and "ref" the scalar
+ * reference (reference_only; before the packed fast paths, the only one), with bytes = the
+ * FP32 matrix read + codes and scales written; the last lines give the NVFP4 packed speedup
+ * over the reference. Each case alternates with a
  * memcpy run (so that both meet the same load on a shared machine); each figure is the best
  * of `reps` runs after one warm-up, and "x memcpy" divides the case's GB/s by that memcpy's.
  *
@@ -69,7 +73,8 @@ int main(int argc, char **argv) {
     /* clang-format off */
     const struct {
         const char *label, *format;
-        int reference, given, amax_only; /* 1: amax only; 2: out of place; 3: copy first */
+        int reference, given, amax_only; /* 1: amax only; 2: out of place; 3: copy first;
+                                            4: qk_quantize into packed storage */
     } cases[] = {{"amax (read only)", "nvfp4", 0, 0, 1},
                  {"nvfp4", "nvfp4", 0, 0, 0},
                  {"nvfp4 given amax", "nvfp4", 0, 1, 0},
@@ -81,7 +86,14 @@ int main(int argc, char **argv) {
                  {"mxfp8_e4m3", "mxfp8_e4m3", 0, 0, 0},
                  {"int8_channel", "int8_channel", 0, 0, 0},
                  {"int4_group", "int4_group", 0, 0, 0},
-                 {"int8 (reference)", "int8_channel", 1, 0, 0}};
+                 {"int8 (reference)", "int8_channel", 1, 0, 0},
+                 {"nvfp4 packed", "nvfp4", 0, 0, 4},
+                 {"nvfp4 packed ref", "nvfp4", 1, 0, 4},
+                 {"nvfp4_2d packed", "nvfp4_2d", 0, 0, 4},
+                 {"mxfp4 packed", "mxfp4", 0, 0, 4},
+                 {"mxfp8 packed", "mxfp8_e4m3", 0, 0, 4},
+                 {"int4 packed", "int4_group", 0, 0, 4},
+                 {"int8 packed ref", "int8_channel", 1, 0, 4}};
     /* clang-format on */
     float amax = 0.0f;
     {
@@ -94,6 +106,7 @@ int main(int argc, char **argv) {
         }
     }
     const int thread_counts[] = {1, all};
+    double packed_ms[2] = {0, 0}, packed_ref_ms[2] = {0, 0}, fake_ms[2] = {0, 0};
     for (int ti = 0; ti < (all > 1 ? 2 : 1); ti++) {
         int th = thread_counts[ti];
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -104,6 +117,11 @@ int main(int argc, char **argv) {
                                   .tensor_amax_given = cases[c].given,
                                   .tensor_amax = amax};
             qs_error err = {0};
+            qk_packed pk = {0};
+            if (cases[c].amax_only == 4 && qk_packed_init(&pk, f, &o, rows, k, &err) != QS_OK) {
+                fprintf(stderr, "bench_fakequant: %s: %s\n", cases[c].label, err.msg);
+                return 1;
+            }
             double best = 1e30, best_copy = 1e30;
             /* memcpy and the case alternate, so that both see the same load on a shared
              * machine; the timed memcpy also gives the case its fresh input */
@@ -117,6 +135,8 @@ int main(int argc, char **argv) {
                 } else if (cases[c].amax_only == 3) { /* what a caller does without it */
                     copy_parallel(buf, src, n, th);
                     st = qk_fake_quant(f, &o, buf, rows, k, NULL, &err);
+                } else if (cases[c].amax_only == 4) {
+                    st = qk_quantize(f, &o, buf, rows, k, &pk, &err);
                 } else if (cases[c].amax_only) {
                     const float *list[1] = {buf};
                     const size_t len[1] = {n};
@@ -134,11 +154,27 @@ int main(int argc, char **argv) {
                 if (r > 0 && t2 - t1 < best) best = t2 - t1;
             }
             double case_bytes = cases[c].amax_only == 1 ? bytes / 2.0 : bytes;
+            if (cases[c].amax_only == 4) /* FP32 read (twice for the tensor amax formats' two
+                                            passes, counted once) + codes and scales written */
+                case_bytes = bytes / 2.0 + (double)(rows * pk.row_bytes) +
+                             (double)(rows * pk.blocks_per_row) * (pk.scales_f32 ? sizeof(float)
+                                                                   : pk.scales   ? 1.0
+                                                                                 : 0.0);
+            qk_packed_release(&pk);
             double gbs = case_bytes / best / 1e9, copy_gbs = bytes / best_copy / 1e9;
             printf("%-18s %7d %10.2f %9.2f %10.2f %10.2f\n", cases[c].label, th, best * 1e3, gbs,
                    best_copy * 1e3, gbs / copy_gbs);
+            if (strcmp(cases[c].label, "nvfp4 packed") == 0) packed_ms[ti] = best * 1e3;
+            if (strcmp(cases[c].label, "nvfp4 packed ref") == 0) packed_ref_ms[ti] = best * 1e3;
+            if (strcmp(cases[c].label, "nvfp4") == 0) fake_ms[ti] = best * 1e3;
         }
     }
+    for (int ti = 0; ti < (all > 1 ? 2 : 1); ti++)
+        if (packed_ms[ti] > 0 && packed_ref_ms[ti] > 0)
+            printf("nvfp4 packed, %d threads: %.2fx the scalar reference (was the only path), "
+                   "%.2fx the time of fake-quant in place\n",
+                   thread_counts[ti], packed_ref_ms[ti] / packed_ms[ti],
+                   packed_ms[ti] / fake_ms[ti]);
     free(src);
     free(buf);
     return 0;

@@ -17,7 +17,7 @@
  * memory per GPU computed by its kind (kinds/resources.h) unless gpu_memory_mib is given.
  * The rest is the kind's. A
  * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
- * optional):
+ * optional; `formats` too when the only mode is policy):
  *
  *   name: smollm2-fp4-components          # experiment name
  *   description: free text
@@ -27,11 +27,13 @@
  *     - {path: ../ckpt/tiny, name: tiny}
  *     - {synthetic: llama2-7b, seed: 1}   # named Llama shape, random weights from the seed
  *   dataset: {tokens: ../data/wiki.tokens, ctx: 256, max_chunks: 16}   # max_chunks 0: all
+ *            # or {text: ../data/wiki.txt, ...}: UTF-8, tokenized by each model's tokenizer
  *   sensitivity:
  *     formats: [nvfp4, {name: mxfp4, options: {scale_rule: floor}}]
  *     quantize: [weights, weights+activations]     # W4A16, W4A4; default [weights]
  *     modes: [component, block]   # component | block | layer | cumulative | leave_one_out
- *                                 # | leave_one_out_block | leave_one_out_layer (names.h)
+ *                                 # | leave_one_out_block | leave_one_out_layer | policy
+ *     policy: {"0.q": nvfp4, "3.down": bf16}   # mode policy: a format per linear (names.h)
  *     parts: [q, k, v, o, gate, up, down, lm_head, embeddings]   # of component and
  *                                 # leave_one_out modes; default the seven block linears
  *     metrics: [ppl, kl, top1, sqnr]              # default: all four
@@ -69,14 +71,14 @@ typedef struct qc_model_facts {
     char digest[65];             /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
     int tied_embeddings;         /* 1: lm_head shares the embedding matrix (config.json
                                     tie_word_embeddings, GGUF without output.weight) */
-    long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
-                                    tied); 0 when the reader does not say */
     qs_model_shape shape;        /* what sizes its tensors (kinds/resources.h); all 0 when the
                                     probe does not say (then no GPU memory is computed) */
     int64_t stored_bytes;        /* every tensor in its stored dtype (lm_head once when tied),
                                     from the checkpoint's headers; 0 for a synthetic model */
     int64_t run_state_bytes;     /* the engine's run state at the grid's ctx (qc_grid_load
                                     fills it through probe->run_state_bytes); 0: not known */
+    long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
+                                    tied); 0 when the reader does not say */
 } qc_model_facts;
 
 /* Facts about one token file. */
@@ -117,6 +119,15 @@ typedef struct qc_grid_probe {
     /* Bytes of the engine's run state (worker/engine/runstate.h qw_runstate_bytes, one
      * thread) for a model of this shape over ctx tokens. NULL: not known (0). */
     int64_t (*run_state_bytes)(void *user, const qs_model_shape *shape, int ctx);
+    /* A text dataset (`dataset: {text: FILE}`, issue 13) for the model at model_path: the
+     * text's ids by that model's own tokenizer (worker/tokenizer qw_text_dataset: tokenized
+     * once per tokenizer and text, then cached), their facts in *out (digest: that of the
+     * token file, covering ids and tokenizer), and in *bos_id the id each chunk starts with
+     * when the tokenizer adds BOS, else -1. Errors: QS_EINVAL (invalid UTF-8: names the file
+     * and the byte offset), QS_ENOTFOUND (no such text, a model without a tokenizer), the
+     * tokenizer's. NULL: text datasets are refused (QS_EUNSUPPORTED). */
+    qs_status (*text_dataset)(void *user, const char *model_path, const char *text_path,
+                              qc_dataset_facts *out, int *bos_id, qs_error *err);
 } qc_grid_probe;
 
 /* One model of the grid. */
@@ -124,6 +135,10 @@ typedef struct qc_grid_model {
     char *name; /* label: the `name` key, else the file name, else "synthetic:<shape>" */
     char *path; /* absolute path, or "synthetic:<shape>:<seed>" */
     qc_model_facts facts;
+    qc_dataset_facts dataset; /* the dataset as this model reads it: with a text dataset its
+                                 ids by this model's tokenizer, else the grid's token file */
+    int bos_id;               /* -1: chunks as they are; else each chunk starts with this id
+                                 (a text dataset whose tokenizer adds BOS) */
 } qc_grid_model;
 
 /* One format of the sweep. options: canonical JSON object (sorted keys, every option that
@@ -143,7 +158,8 @@ typedef struct qc_grid {
     char *source; /* the grid as YAML after overrides, for the experiment record */
     qc_grid_model *models;
     size_t n_models;
-    char *dataset_path; /* absolute */
+    char *dataset_path; /* absolute: the token file, or the text file when dataset_text */
+    int dataset_text;   /* 1: `dataset: {text: FILE}`, tokenized per model (qc_grid_model) */
     int ctx;            /* tokens per chunk, >= 3 (at least one scored position per chunk) */
     int max_chunks;     /* 0: every whole chunk of the file */
     qc_dataset_facts dataset;
@@ -162,7 +178,8 @@ typedef struct qc_grid {
     qs_resources resources; /* the optional `resources` key: what every job of the grid needs
                                of a worker (kinds/spec.h); recorded in each spec, not keyed */
     const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */
-    void *kind_data; /* what a grid kind other than sensitivity parsed; freed by its kind */
+    void *kind_data; /* what a grid kind parsed beyond the fields above (sensitivity: the map
+                        of mode policy); freed by its kind */
 } qc_grid;
 
 /* Parses grid file `path`, applies the n_sets overrides ("a.b=value", "+a.c=value"), checks
@@ -217,7 +234,8 @@ typedef struct qc_job_list {
  *    "mode", "part", "metrics", "numerics_version"}
  * part: component and leave_one_out: the part ("down", "lm_head"); block, leave_one_out_block
  * and cumulative: the block index as a string ("3"; cumulative "3" = blocks 0..3); layer and
- * leave_one_out_layer: "<block>.<kind>" ("3.down").
+ * leave_one_out_layer: "<block>.<kind>" ("3.down"). Mode policy: one eval job per model and
+ * quantize, the grid's `policy` map in the spec (kinds/sensitivity.h), part the map's id.
  * Keys are distinct by construction: qc_grid_load refuses a model listed twice (equal digests)
  * and a repeated format, quantize, mode or part, and every other field differs between jobs.
  * Each job's need (what it asks of a worker) is its kind's (kinds/resources.h

@@ -122,20 +122,71 @@ static qs_status check_against_models(qc_config *c, const qc_grid *g, const qc_g
     return QS_OK;
 }
 
+/* A text dataset: tokenized by each model's own tokenizer (the probe's text_dataset), so each
+ * model has its own ids, digest and BOS. Every model needs a tokenizer: a synthetic one has
+ * none. */
+static qs_status text_against_models(qc_config *c, qc_grid *g, const qc_grid_probe *probe,
+                                     struct fy_node *text_n, struct fy_node *ctx_n) {
+    if (!probe->text_dataset)
+        return qc_config_fail(c, text_n, QS_EUNSUPPORTED,
+                              "text datasets are not supported by this reader");
+    for (size_t i = 0; i < g->n_models; i++) {
+        qc_grid_model *m = &g->models[i];
+        if (!strncmp(m->path, "synthetic:", 10))
+            return qc_config_fail(c, text_n, QS_EINVAL,
+                                  "model %s is synthetic and has no tokenizer to read the text "
+                                  "%s with (give a token file: dataset.tokens)",
+                                  m->name, g->dataset_path);
+        qs_error e = {0};
+        qs_status st =
+            probe->text_dataset(probe->user, m->path, g->dataset_path, &m->dataset, &m->bos_id, &e);
+        if (st) return qc_config_fail(c, text_n, st, "%s", e.msg);
+        if (m->dataset.n_tokens < (size_t)g->ctx)
+            return qc_config_fail(c, ctx_n, QS_EINVAL,
+                                  "the text %s is %zu tokens for model %s, fewer than one chunk "
+                                  "of ctx %d",
+                                  g->dataset_path, m->dataset.n_tokens, m->name, g->ctx);
+        if (m->dataset.max_token >= (uint32_t)m->facts.vocab_size)
+            return qc_config_fail(c, text_n, QS_EINVAL,
+                                  "model %s: its tokenizer gives id %u, beyond its vocab_size %d",
+                                  m->name, m->dataset.max_token, m->facts.vocab_size);
+        if (m->facts.max_position_embeddings > 0 && g->ctx > m->facts.max_position_embeddings)
+            return qc_config_fail(c, ctx_n, QS_EINVAL,
+                                  "dataset.ctx %d is longer than the context model %s was trained "
+                                  "for (max_position_embeddings %d)",
+                                  g->ctx, m->name, m->facts.max_position_embeddings);
+    }
+    g->dataset = g->n_models ? g->models[0].dataset : g->dataset;
+    return QS_OK;
+}
+
 qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                 qc_grid *g) {
     if (!n || !fy_node_is_mapping(n))
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
-                              "expected 'dataset' as a mapping with 'tokens', 'ctx' and "
-                              "'max_chunks'");
-    static const char *const keys[] = {"tokens", "ctx", "max_chunks", NULL};
+                              "expected 'dataset' as a mapping with 'tokens' (or 'text'), "
+                              "'ctx' and 'max_chunks'");
+    static const char *const keys[] = {"tokens", "text", "ctx", "max_chunks", NULL};
     qs_status st = qc_config_check_keys(c, n, "the dataset", keys);
     if (st) return st;
     struct fy_node *t = qc_config_lookup(n, "tokens"), *ctx = qc_config_lookup(n, "ctx"),
-                   *mc = qc_config_lookup(n, "max_chunks");
-    if (!t)
-        return qc_config_fail(c, n, QS_EFORMAT, "expected a 'tokens' key naming the token file");
-    if ((st = qc_config_path(c, t, "token file", &g->dataset_path))) return st;
+                   *mc = qc_config_lookup(n, "max_chunks"), *text = qc_config_lookup(n, "text");
+    if (t && text)
+        return qc_config_fail(c, text, QS_EINVAL,
+                              "expected one of 'tokens' (a token file) and 'text' (a UTF-8 text "
+                              "file), not both");
+    if (!t && !text)
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected a 'tokens' key naming the token file or a 'text' key "
+                              "naming a UTF-8 text file");
+    for (size_t i = 0; i < g->n_models; i++)
+        g->models[i].bos_id = -1;
+    if (text) {
+        g->dataset_text = 1;
+        if ((st = qc_config_path(c, text, "text file", &g->dataset_path))) return st;
+    } else if ((st = qc_config_path(c, t, "token file", &g->dataset_path))) {
+        return st;
+    }
     g->ctx = 256;
     /* ctx >= 3: a chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h), ctx-1-ctx/2 of
        them, which is 0 at ctx 2 (metrics over no position) and 1 at ctx 3. */
@@ -144,6 +195,7 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_p
     if (mc &&
         (st = qc_config_int(c, mc, "dataset.max_chunks (0: all)", 0, INT_MAX, &g->max_chunks)))
         return st;
+    if (text) return text_against_models(c, g, probe, text, ctx ? ctx : text);
     qs_error e = {0};
     st = probe->dataset(probe->user, g->dataset_path, &g->dataset, &e);
     if (st) return qc_config_fail(c, t, st, "cannot read token file: %s", e.msg);
@@ -151,5 +203,7 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_p
         return qc_config_fail(c, ctx ? ctx : t, QS_EINVAL,
                               "the token file holds %zu tokens, fewer than one chunk of ctx %d",
                               g->dataset.n_tokens, g->ctx);
+    for (size_t i = 0; i < g->n_models; i++)
+        g->models[i].dataset = g->dataset;
     return check_against_models(c, g, probe, t, ctx ? ctx : t);
 }

@@ -156,29 +156,134 @@ static qs_status add_metric(qc_config *c, struct fy_node *n, void *ctx) {
     return QS_OK;
 }
 
+/* What the sensitivity kind keeps in g->kind_data: the grid's `policy` (mode policy). */
+typedef struct sens_data {
+    json_t *policy;  /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out) */
+    json_t *options; /* {"nvfp4": {canonical options}, ...}: each format of the map */
+} sens_data;
+
+static void free_data(qc_grid *g) {
+    sens_data *d = g->kind_data;
+    if (d) {
+        json_decref(d->policy);
+        json_decref(d->options);
+        free(d);
+    }
+    g->kind_data = NULL;
+}
+
+/* The `policy` mapping of mode policy (issue 14): "<block>.<kind>" (or lm_head, embeddings):
+ * format. Each key must name a linear of every model, each value a format the numeric core
+ * knows; a format also listed in `formats` takes its options from there, else its defaults.
+ * bf16 means "as it is" (the unquantized reference) and is left out of the map. Errors point
+ * at the key or value (file:line:column). */
+static qs_status parse_policy(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                              qc_grid *g, sens_data *d) {
+    if (!fy_node_is_mapping(n) || fy_node_mapping_item_count(n) <= 0)
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected 'policy' as a mapping of linear (\"<block>.<kind>\", "
+                              "lm_head, embeddings) to format");
+    d->policy = json_object();
+    d->options = json_object();
+    if (!d->policy || !d->options) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    qs_status st;
+    while ((pair = fy_node_mapping_iterate(n, &it))) {
+        struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
+        const char *key = qc_config_scalar(k);
+        int block, part;
+        if (!key || qs_policy_key_parse(key, &block, &part))
+            return qc_config_fail(c, k, QS_EINVAL,
+                                  "unknown linear '%s' in policy (expected \"<block>.<kind>\" "
+                                  "with kind q, k, v, o, gate, up or down, lm_head or "
+                                  "embeddings)",
+                                  key ? key : "(not a scalar)");
+        for (size_t i = 0; i < g->n_models; i++)
+            if (block >= g->models[i].facts.n_layers)
+                return qc_config_fail(c, k, QS_EINVAL,
+                                      "policy linear '%s': model %s has blocks 0..%d", key,
+                                      g->models[i].name, g->models[i].facts.n_layers - 1);
+        if (json_object_get(d->policy, key))
+            return qc_config_fail(c, k, QS_EINVAL, "policy linear '%s' is listed twice", key);
+        const char *fmt = qc_config_scalar(v);
+        if (!fmt || !probe->format_known(probe->user, fmt))
+            return qc_config_fail(c, v, QS_EINVAL,
+                                  "policy linear '%s': unknown format '%s' (expected a "
+                                  "numeric-core name such as nvfp4, mxfp4, mxfp8_e4m3, fp8_e4m3, "
+                                  "bf16)",
+                                  key, fmt ? fmt : "(not a scalar)");
+        if (!strcmp(fmt, "bf16")) continue; /* the reference: left as it is */
+        json_object_set_new(d->policy, key, json_string(fmt));
+        if (json_object_get(d->options, fmt)) continue;
+        const char *opts = NULL;
+        for (size_t i = 0; i < g->n_formats; i++)
+            if (!strcmp(g->formats[i].name, fmt)) opts = g->formats[i].options_json;
+        qc_grid_format dflt = {0};
+        if (!opts && (st = parse_format(c, v, probe, &dflt))) return st;
+        json_t *o = json_loads(opts ? opts : dflt.options_json, 0, NULL);
+        free(dflt.name);
+        free(dflt.options_json);
+        if (!o || json_object_set_new(d->options, fmt, o))
+            return qc_config_error(c, QS_ENOMEM, "out of memory");
+    }
+    if (!json_object_size(d->policy))
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "every linear of the policy is bf16: that is the baseline, not a "
+                              "policy to measure");
+    return QS_OK;
+}
+
 static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                qc_grid *g) {
     if (!n || !fy_node_is_mapping(n))
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
                               "'modes' and 'metrics'");
-    static const char *const keys[] = {"formats", "quantize", "modes", "parts", "metrics", NULL};
+    static const char *const keys[] = {"formats", "quantize", "modes",  "parts",
+                                       "metrics", "policy",   NULL};
     qs_status st = qc_config_check_keys(c, n, "sensitivity", keys);
     if (st) return st;
-    struct fy_node *f = qc_config_lookup(n, "formats");
-    if (!f) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
-    if ((st = parse_formats(c, f, probe, g))) return st;
+    struct fy_node *f = qc_config_lookup(n, "formats"), *m = qc_config_lookup(n, "modes"),
+                   *pol = qc_config_lookup(n, "policy");
+    /* a grid of mode policy only needs no formats: its map names them */
+    int only_policy = 0;
+    if (m && fy_node_is_sequence(m) && fy_node_sequence_item_count(m) > 0) {
+        only_policy = 1;
+        void *mit = NULL;
+        struct fy_node *item;
+        while ((item = fy_node_sequence_iterate(m, &mit)))
+            only_policy &= qs_mode_by_name(qc_config_scalar(item)) == QS_MODE_POLICY;
+    } else if (m && fy_node_is_scalar(m)) {
+        only_policy = qs_mode_by_name(qc_config_scalar(m)) == QS_MODE_POLICY;
+    }
+    if (!f && !only_policy) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
+    if (f && (st = parse_formats(c, f, probe, g))) return st;
     struct fy_node *q = qc_config_lookup(n, "quantize");
     if (q) {
         if ((st = qc_config_each(c, q, "quantize", add_quantize, g))) return st;
     } else {
         g->quantize_acts[g->n_quantize++] = 0;
     }
-    struct fy_node *m = qc_config_lookup(n, "modes");
     if (m) {
         if ((st = qc_config_each(c, m, "modes", add_mode, g))) return st;
     } else {
         g->modes[g->n_modes++] = QS_MODE_COMPONENT;
+    }
+    int has_policy = 0;
+    for (size_t i = 0; i < g->n_modes; i++)
+        has_policy |= g->modes[i] == QS_MODE_POLICY;
+    if (has_policy && !pol)
+        return qc_config_fail(c, m, QS_EFORMAT,
+                              "mode policy needs a 'policy' mapping of linear to format");
+    if (pol && !has_policy)
+        return qc_config_fail(c, pol, QS_EINVAL,
+                              "'policy' applies to mode policy, and the grid has no mode policy");
+    if (pol) {
+        sens_data *d = calloc(1, sizeof *d);
+        if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        g->kind_data = d;
+        if ((st = parse_policy(c, pol, probe, g, d))) return st;
     }
     struct fy_node *pn = qc_config_lookup(n, "parts");
     if (pn) {
@@ -216,13 +321,18 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
     return st;
 }
 
-/* The fields every job of model m shares. Strings are borrowed from g (not freed). */
-static void base_spec(const qc_grid *g, const qc_grid_model *m, qs_sensitivity_spec *s) {
+/* The fields every job of model m shares. Strings are borrowed from g and dpath (the spec's
+ * dataset path: the token file, or "text:" and the text file), not freed. */
+static void base_spec(const qc_grid *g, const qc_grid_model *m, const char *dpath,
+                      qs_sensitivity_spec *s) {
     memset(s, 0, sizeof *s);
     s->model.path = m->path;
     memcpy(s->model.digest, m->facts.digest, sizeof s->model.digest);
-    s->dataset.path = g->dataset_path;
-    memcpy(s->dataset.digest, g->dataset.digest, sizeof s->dataset.digest);
+    /* a text dataset is tokenized by each model's tokenizer: its own ids, digest and BOS */
+    s->dataset.path = (char *)dpath;
+    memcpy(s->dataset.digest, m->dataset.digest, sizeof s->dataset.digest);
+    s->dataset.bos = m->bos_id >= 0;
+    s->dataset.bos_id = m->bos_id >= 0 ? m->bos_id : 0;
     s->dataset.ctx = g->ctx;
     s->dataset.max_chunks = g->max_chunks;
     snprintf(s->numerics_version, sizeof s->numerics_version, "%s", QS_NUMERICS_VERSION);
@@ -235,6 +345,7 @@ static void base_spec(const qc_grid *g, const qc_grid_model *m, qs_sensitivity_s
 /* Number of jobs mode has for a model of n_layers blocks and the grid's parts; job i's block
  * and part in *s. */
 static size_t mode_jobs(const qc_grid *g, qs_mode mode, int n_layers) {
+    if (mode == QS_MODE_POLICY) return 0; /* one per model and quantize: expand_policy */
     if (mode == QS_MODE_COMPONENT || mode == QS_MODE_LEAVE_ONE_OUT) return g->n_parts;
     if (qs_mode_has_kind(mode)) return (size_t)QS_LINEAR_KINDS * (size_t)n_layers;
     return (size_t)n_layers;
@@ -275,10 +386,14 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     json_t *v;
     json_array_foreach(mj, i, v) metrics |= qs_metric_bit(json_string_value(v));
     json_decref(mj);
+    size_t dlen = strlen(QS_DATASET_TEXT_PREFIX) + strlen(g->dataset_path) + 1;
+    char *dpath = malloc(dlen);
+    if (!dpath) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    snprintf(dpath, dlen, "%s%s", g->dataset_text ? QS_DATASET_TEXT_PREFIX : "", g->dataset_path);
     for (size_t mi = 0; !st && mi < g->n_models; mi++) {
         const qc_grid_model *m = &g->models[mi];
         qs_sensitivity_spec s;
-        base_spec(g, m, &s);
+        base_spec(g, m, dpath, &s);
         s.format = "bf16";
         s.format_options = json_object();
         s.metrics = QS_METRIC_PPL;
@@ -292,7 +407,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     qs_mode mode = g->modes[oi];
                     size_t nj = mode_jobs(g, mode, m->facts.n_layers);
                     for (size_t pi = 0; !st && pi < nj; pi++) {
-                        base_spec(g, m, &s);
+                        base_spec(g, m, dpath, &s);
                         s.eval = true;
                         s.format = g->formats[fi].name;
                         s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
@@ -313,7 +428,28 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                         st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                     }
                 }
+        const sens_data *d = g->kind_data;
+        for (size_t qi = 0; !st && d && qi < g->n_quantize; qi++) {
+            base_spec(g, m, dpath, &s);
+            s.eval = true;
+            s.format = QS_POLICY_FORMAT;
+            s.format_options = json_deep_copy(d->options);
+            s.policy = d->policy; /* borrowed */
+            s.quantize_acts = g->quantize_acts[qi];
+            s.mode = QS_MODE_POLICY;
+            s.metrics = metrics;
+            if (!s.format_options) {
+                st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                break;
+            }
+            char part[64];
+            qs_sensitivity_part_text(&s, part, sizeof part);
+            snprintf(label, sizeof label, "%s policy %s %s (%zu linears)", m->name,
+                     qs_quantize_name(s.quantize_acts), part, json_object_size(d->policy));
+            st = add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err);
+        }
     }
+    free(dpath);
     return st;
 }
 
@@ -324,5 +460,5 @@ const qc_grid_kind qc_grid_kind_sensitivity = {
     .keys = sensitivity_keys,
     .parse = parse,
     .expand = expand,
-    .free_data = NULL,
+    .free_data = free_data,
 };

@@ -135,7 +135,11 @@ static qs_status run_cmd(const qc_pgserver *srv, char *const argv[], qs_error *e
         return qs_error_set(err, QS_EIO, "%s: fork: %s", cmdline, strerror(errno));
     }
     if (pid == 0) {
-        /* Child: only async-signal-safe calls until execv (the caller may be threaded). */
+        /* Child: only async-signal-safe calls until execv (the caller may be threaded). Its
+           own process group: a Ctrl-C at the terminal goes to the caller alone, which decides
+           (qsweep run finishes starting the cluster, then stops it), instead of killing
+           initdb or pg_ctl half-way through. */
+        setpgid(0, 0);
         dup2(pipefd[1], STDOUT_FILENO);
         dup2(pipefd[1], STDERR_FILENO);
         close(pipefd[0]);

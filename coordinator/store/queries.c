@@ -33,20 +33,28 @@ static void copy_text(char *dst, size_t cap, const char *src) {
 qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_error *err) {
     *rows = NULL;
     *n = 0;
-    /* connected: seen within 90 s (the coordinator refreshes last_seen every half lease,
-       15 s by default); silent: not seen for longer, e.g. the worker hangs or the coordinator
-       is down; left: it said BYE or the coordinator timed it out (workers.left_at). */
+    char silent_s[16], lost_s[16];
+    snprintf(silent_s, sizeof silent_s, "%d", QC_WORKER_SILENT_S);
+    snprintf(lost_s, sizeof lost_s, "%d", QC_WORKER_LOST_S);
+    const char *params[2] = {silent_s, lost_s};
+    /* connected: seen within QC_WORKER_SILENT_S (the coordinator refreshes last_seen every
+       half lease, 15 s by default); silent: not seen for longer, e.g. the worker hangs or the
+       coordinator is down; lost: not seen for QC_WORKER_LOST_S and never said goodbye (killed
+       with SIGKILL, its machine gone, or the coordinator restarted without it: nothing else
+       would ever mark it; its attempts were ended by their leases); left: it said BYE or the
+       coordinator timed it out (workers.left_at). */
     PGresult *r = qc_store_params(
         s,
         "SELECT w.id, w.host, w.pid, w.threads, w.gpus::text,"
         "       round(extract(epoch FROM now() - w.last_seen))::bigint,"
         "       coalesce(string_agg(a.job::text, ',' ORDER BY a.job), '-'),"
         "       CASE WHEN w.left_at IS NOT NULL THEN 'left'"
-        "            WHEN now() - w.last_seen < interval '90 seconds' THEN 'connected'"
-        "            ELSE 'silent' END AS state"
+        "            WHEN now() - w.last_seen < make_interval(secs => $1) THEN 'connected'"
+        "            WHEN now() - w.last_seen < make_interval(secs => $2) THEN 'silent'"
+        "            ELSE 'lost' END AS state"
         " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
         " GROUP BY w.id ORDER BY w.left_at IS NOT NULL, w.last_seen DESC, w.id",
-        0, NULL, PGRES_TUPLES_OK, "workers", err);
+        2, params, PGRES_TUPLES_OK, "workers", err);
     if (!r) return err->code;
     int k = PQntuples(r);
     qc_worker_row *w = k ? calloc((size_t)k, sizeof *w) : NULL;

@@ -27,8 +27,16 @@ typedef struct qc_worker_row {
     char gpus[2048];    /* JSON array text, "[]" for none (16 GPUs of ~90 bytes fit) */
     int64_t seen_s_ago; /* seconds since its last message, rounded */
     char running[512];  /* ids of the jobs it runs now, comma-separated, "-" for none */
-    char state[16];     /* "connected" (seen within 90 s), "silent", "left" (BYE or timed out) */
+    char state[16];     /* "connected" (seen within QC_WORKER_SILENT_S), "silent", "lost" (not
+                           seen for QC_WORKER_LOST_S, no BYE), "left" (BYE or timed out) */
 } qc_worker_row;
+
+/* A worker not seen for this long is shown "silent" (s): a hang, or its coordinator down. */
+#define QC_WORKER_SILENT_S 90
+/* Not seen for this long, and it never said BYE nor was timed out by a coordinator, a worker
+ * is "lost" (s): killed with SIGKILL, its machine gone, or the coordinator restarted without
+ * it. Its attempts are not waited for: their leases ended them long before. */
+#define QC_WORKER_LOST_S 300
 
 /* Every worker, those still there first, most recently seen first. *rows is malloc'ed (free
  * it); longer texts are cut to the field. */

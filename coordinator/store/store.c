@@ -184,9 +184,12 @@ void qc_store_close(qc_store *s) {
     free(s);
 }
 
-/* Names whoever holds the coordinator lock, for the refusal message. */
-static void describe_lock_holder(qc_store *s, char *out, size_t cap) {
+/* Names whoever holds the coordinator lock, for the refusal message ("unknown session" when
+ * the query finds nobody or fails); *found (may be NULL): whether anyone does. Returns false
+ * when the query failed (PQerrorMessage says why). */
+static bool describe_lock_holder(qc_store *s, char *out, size_t cap, bool *found) {
     snprintf(out, cap, "unknown session");
+    if (found) *found = false;
     PGresult *r =
         PQexec(s->conn, "SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), "
                         "'local socket'), to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS TZ') "
@@ -195,10 +198,27 @@ static void describe_lock_holder(qc_store *s, char *out, size_t cap) {
                         "AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
                         " AND l.database = (SELECT oid FROM pg_database "
                         "WHERE datname = current_database())");
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0)
+    bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (ok && PQntuples(r) > 0) {
         snprintf(out, cap, "'%s' (server pid %s, %s, connected since %s)", PQgetvalue(r, 0, 1),
                  PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3));
+        if (found) *found = true;
+    }
     PQclear(r);
+    return ok;
+}
+
+qs_status qc_store_coordinator_running(qc_store *s, bool *held, char *holder, size_t cap,
+                                       qs_error *err) {
+    char who[400];
+    if (!describe_lock_holder(s, who, sizeof who, held)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", PQerrorMessage(s->conn));
+        msg[strcspn(msg, "\n")] = '\0';
+        return qs_error_set(err, QS_EDB, "looking for a running coordinator: %s", msg);
+    }
+    if (cap) snprintf(holder, cap, "%s", *held ? who : "");
+    return QS_OK;
 }
 
 /* How long a held coordinator lock is retried before refusing: a coordinator that was just
@@ -224,7 +244,7 @@ static qs_status try_coordinator_lock(qc_store *s, qs_error *err) {
         return QS_OK;
     }
     char holder[400];
-    describe_lock_holder(s, holder, sizeof holder);
+    describe_lock_holder(s, holder, sizeof holder, NULL);
     return qs_error_set(err, QS_ESTATE,
                         "another coordinator is already running on database '%s': the "
                         "coordinator lock is held by %s; stop it first",
@@ -675,7 +695,7 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
         PQclear(r);
         if (!free_) {
             char holder[400];
-            describe_lock_holder(s, holder, sizeof holder);
+            describe_lock_holder(s, holder, sizeof holder, NULL);
             st = qs_error_set(err, QS_ESTATE,
                               "requeue: experiment '%s': a coordinator is running on database "
                               "'%s' (%s); stop it first, it reads the jobs when it starts",

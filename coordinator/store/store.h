@@ -79,6 +79,14 @@ void qc_store_close(qc_store *s);
  * The store re-takes the lock on qc_store_reconnect. */
 qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
 
+/* Whether another session holds the coordinator lock now (a coordinator is running on this
+ * database), without taking it: *held, and in holder (cap bytes) who holds it, as
+ * "'<application_name>' (server pid N, <client>, connected since <time>)" from pg_locks and
+ * pg_stat_activity; "" when not held. Errors: QS_EDB (the query failed: see
+ * qc_store_connection_lost). */
+qs_status qc_store_coordinator_running(qc_store *s, bool *held, char *holder, size_t cap,
+                                       qs_error *err);
+
 /* True when the last call failed because the session is gone: the connection is bad, a
  * libpq call failed (a send, COPY data), libpq reported the error itself (no SQLSTATE), or
  * the server said connection exception (class 08) or shutting down (57P01-57P03); or

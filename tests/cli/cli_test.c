@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -183,7 +185,8 @@ static void test_paths_that_are_not_regular_files_exit_2(void **state) {
 /* A token file is checked against each model's own tokenizer (worker/tokenizer
  * qw_tokenizer_check_tokens): one made by another tokenizer is refused (exit 2) naming the
  * token file and both tokenizers, a version 2 file by digest, a version 1 file by vocabulary
- * size; the committed SmolLM2 file (version 1, vocab 49152) is accepted with SmolLM2. */
+ * size; the committed SmolLM2 file (version 2, made by `qsweep tokenize`) is accepted with
+ * SmolLM2. */
 static void test_token_file_of_another_tokenizer_exits_2(void **state) {
     (void)state;
     char *dir = fx_tempdir("qsweep-cli-tok");
@@ -207,13 +210,26 @@ static void test_token_file_of_another_tokenizer_exits_2(void **state) {
     if (!strstr(out, "/llama2.tokens: made by tokenizer ") ||
         !strstr(out, "but the tokenizer of ") || !strstr(out, "/model is "))
         fail_msg("version 2 file:\n%s", out);
-    snprintf(set_t, sizeof set_t, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens",
-             QSWEEP_SOURCE_DIR);
+    /* a version 1 file (no digest) of SmolLM2's vocabulary size */
+    uint32_t ids[600];
+    for (size_t i = 0; i < 600; i++)
+        ids[i] = (uint32_t)(i * 37 % 300);
+    snprintf(toks, sizeof toks, "%s/smollm2.v1.tokens", dir);
+    assert_int_equal(fx_write_tokens(toks, ids, 600, 49152), 0);
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s", toks);
     const char *v1[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
     assert_int_equal(qsweep(v1), 2);
-    if (!strstr(out, "gpl3.smollm2.tokens: field \"vocab_size\" = 49152, but the tokenizer of ") ||
+    if (!strstr(out, "smollm2.v1.tokens: field \"vocab_size\" = 49152, but the tokenizer of ") ||
         !strstr(out, "/model has 128257 tokens"))
         fail_msg("version 1 file:\n%s", out);
+    /* the committed SmolLM2 file (version 2, `qsweep tokenize`) names SmolLM2's tokenizer */
+    snprintf(set_t, sizeof set_t, "dataset.tokens=%s/tests/engine/data/gpl3.smollm2.tokens",
+             QSWEEP_SOURCE_DIR);
+    const char *v2s[] = {"submit", TINY, "--dry-run", "--set", set_m, "--set", set_t, NULL};
+    assert_int_equal(qsweep(v2s), 2);
+    if (!strstr(out, "gpl3.smollm2.tokens: made by tokenizer ") ||
+        !strstr(out, "but the tokenizer of "))
+        fail_msg("committed version 2 file:\n%s", out);
     fx_rmtree(dir);
     free(dir);
     /* SmolLM2 itself (tools/fetch_smollm2.sh), where it has been fetched */
@@ -355,6 +371,64 @@ static void test_hf_config_json_as_model_names_the_folder(void **state) {
         fail_msg("%s", out);
 }
 
+/* Runs qsweep with args, its stdout on /dev/full (every write fails with ENOSPC) and its
+ * stderr captured into err_out. Returns the exit code (-1: did not exit normally). */
+static int qsweep_to_dev_full(const char *const *args, char *err_out, size_t cap) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int full = open("/dev/full", O_WRONLY);
+        if (full < 0) _exit(126);
+        dup2(full, 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        char *argv[16] = {"qsweep"};
+        size_t n = 1;
+        for (size_t i = 0; args[i] && n < 15; i++)
+            argv[n++] = (char *)args[i];
+        argv[n] = NULL;
+        execv(QSWEEP_BIN, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < cap && (k = read(fds[0], err_out + got, cap - 1 - got)) > 0)
+        got += (size_t)k;
+    err_out[got] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A result that cannot be written is a failure (the breaker's `qsweep keygen --env >
+ * /dev/full` exited 0): each command's stdout is flushed and checked at exit, and the error
+ * is named on stderr with exit 4. */
+static void test_stdout_write_errors_exit_4(void **state) {
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) skip();
+    const char *keygen_env[] = {"keygen", "--env", NULL};
+    const char *keygen[] = {"keygen", NULL};
+    const char *version[] = {"--version", NULL};
+    const char *help[] = {"--help", NULL};
+    const char *run_help[] = {"run", "--help", NULL};
+    const char *dry[] = {"submit", TINY, "--dry-run", NULL};
+    const char *const *cases[] = {keygen_env, keygen, version, help, run_help, dry};
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = qsweep_to_dev_full(cases[i], err, sizeof err);
+        if (rc != 4 || !strstr(err, "writing standard output: No space left on device"))
+            fail_msg("qsweep %s %s > /dev/full: exit %d, stderr: %s", cases[i][0],
+                     cases[i][1] ? cases[i][1] : "", rc, err);
+    }
+    /* the same commands to a working stdout still exit 0 */
+    assert_int_equal(qsweep(keygen_env), 0);
+    assert_non_null(strstr(out, "export QSWEEP_CURVE_PUBLIC='"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_everywhere_exits_0),
@@ -371,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_help_texts_are_complete),
         cmocka_unit_test(test_keygen_env_and_key_files),
         cmocka_unit_test(test_hf_config_json_as_model_names_the_folder),
+        cmocka_unit_test(test_stdout_write_errors_exit_4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,7 @@ static void test_path_from_the_environment(void **state) {
     snprintf(sub, sizeof sub, "%s/a/b", dir);
     setenv("QSWEEP_BASELINE_DIR", sub, 1);
     qs_error err = {0};
-    assert_int_equal(qw_jobs_baseline_path("ab12", "cd34", 512, 4, "1", 1, got, sizeof got, &err),
+    assert_int_equal(qw_jobs_baseline_path("ab12", "cd34", 512, 4, -1, "1", 1, got, sizeof got, &err),
                      QS_OK);
     snprintf(want, sizeof want, "%s/ab12-cd34-ctx512-chunks4-v1.qswblp", sub);
     assert_string_equal(got, want);
@@ -31,12 +31,28 @@ static void test_path_from_the_environment(void **state) {
     assert_int_equal(stat(sub, &sb), 0); /* created */
     unsetenv("QSWEEP_BASELINE_DIR");
     setenv("XDG_CACHE_HOME", dir, 1);
-    assert_int_equal(qw_jobs_baseline_path("ab12", "cd34", 64, 0, "1", 0, got, sizeof got, &err),
+    assert_int_equal(qw_jobs_baseline_path("ab12", "cd34", 64, 0, -1, "1", 0, got, sizeof got, &err),
                      QS_OK);
     snprintf(want, sizeof want, "%s/qsweep/baselines/ab12-cd34-ctx64-chunks0-v1.qswblp", dir);
     assert_string_equal(got, want);
     fx_rmtree(dir);
     free(dir);
+}
+
+/* Chunks that start with BOS (a text dataset of a tokenizer that adds one) are another
+ * baseline than the same ids without: the name says the id, and only then. */
+static void test_bos_is_part_of_the_name(void **state) {
+    (void)state;
+    setenv("QSWEEP_BASELINE_DIR", "/tmp/qsweep-bos", 1);
+    char got[600];
+    qs_error err = {0};
+    assert_int_equal(qw_jobs_baseline_path("ab", "cd", 8, 2, 1, "1", 0, got, sizeof got, &err),
+                     QS_OK);
+    assert_string_equal(got, "/tmp/qsweep-bos/ab-cd-ctx8-chunks2-bos1-v1.qswblp");
+    assert_int_equal(qw_jobs_baseline_path("ab", "cd", 8, 2, -1, "1", 0, got, sizeof got, &err),
+                     QS_OK);
+    assert_string_equal(got, "/tmp/qsweep-bos/ab-cd-ctx8-chunks2-v1.qswblp");
+    unsetenv("QSWEEP_BASELINE_DIR");
 }
 
 /* A digest is a file name component: anything that could leave the directory is refused. */
@@ -46,18 +62,19 @@ static void test_digest_that_is_not_hex_is_refused(void **state) {
     char got[600];
     qs_error err = {0};
     assert_int_equal(
-        qw_jobs_baseline_path("../../etc/passwd", "cd", 8, 0, "1", 0, got, sizeof got, &err),
+        qw_jobs_baseline_path("../../etc/passwd", "cd", 8, 0, -1, "1", 0, got, sizeof got, &err),
         QS_EINVAL);
     assert_non_null(strstr(err.msg, "is not a digest"));
-    assert_int_equal(qw_jobs_baseline_path("ab", "", 8, 0, "1", 0, got, sizeof got, &err),
+    assert_int_equal(qw_jobs_baseline_path("ab", "", 8, 0, -1, "1", 0, got, sizeof got, &err),
                      QS_EINVAL);
-    assert_int_equal(qw_jobs_baseline_path("ab", "cd", 8, 0, "1", 0, got, 10, &err), QS_EINVAL);
+    assert_int_equal(qw_jobs_baseline_path("ab", "cd", 8, 0, -1, "1", 0, got, 10, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "buffer too small"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_path_from_the_environment),
+        cmocka_unit_test(test_bos_is_part_of_the_name),
         cmocka_unit_test(test_digest_that_is_not_hex_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -59,6 +59,7 @@ typedef struct env {
     char pg_dir[512];
     qc_pgserver *pg;
     PGconn *c;
+    pid_t run; /* a background qsweep run still to stop (teardown: SIGKILL), 0: none */
 } env;
 
 static int setup(void **state) {
@@ -85,6 +86,10 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     env *e = *state;
+    if (e->run > 0) {
+        kill(e->run, SIGKILL);
+        waitpid(e->run, NULL, 0);
+    }
     PQfinish(e->c);
     qc_pgserver_destroy(e->pg);
     fx_rmtree(e->dir);
@@ -195,14 +200,16 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "100%  29/29"));
 }
 
-/* As start_slow_run, with one more --set (extra, when not NULL). */
-static pid_t start_run_with(const char *db, const char *max_chunks, const char *extra) {
+/* As start_slow_run, with one more --set (extra, when not NULL), stdout and stderr into the
+ * file log (NULL: discarded). */
+static pid_t start_run_logged(const char *db, const char *max_chunks, const char *extra,
+                              const char *log) {
     char set[64];
     snprintf(set, sizeof set, "dataset.max_chunks=%s", max_chunks);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
+        int null = log ? open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open("/dev/null", O_WRONLY);
         dup2(null, 1);
         dup2(null, 2);
         char *argv[] = {"qsweep", "run",   TINY,          "--workers", "1",
@@ -213,6 +220,11 @@ static pid_t start_run_with(const char *db, const char *max_chunks, const char *
         _exit(127);
     }
     return pid;
+}
+
+/* As start_slow_run, with one more --set (extra, when not NULL). */
+static pid_t start_run_with(const char *db, const char *max_chunks, const char *extra) {
+    return start_run_logged(db, max_chunks, extra, NULL);
 }
 
 /* Starts `qsweep run` on the tiny grid in the background against db, with one worker and
@@ -480,6 +492,147 @@ test_worker_killed_by_a_signal_is_restarted_and_the_job_fails_after_max_attempts
     assert_int_equal(query_long(c, "SELECT count(*) FROM workers"), 3);
 }
 
+/* The text of file path (static buffer; "" when unreadable). */
+static const char *file_text(const char *path) {
+    static char text[1 << 16];
+    text[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return text;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return text;
+}
+
+/* Whether pid has exited (reaped into *rc, its exit code, or -1 for a signal). */
+static int exited(pid_t pid, int *rc) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) != pid) return 0;
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return 1;
+}
+
+/* The breaker's Ctrl-C during start-up: the signal arrives while `qsweep run` is still
+ * starting its private cluster (its postmaster.pid has just appeared). The run must not go
+ * on to submit, start a coordinator and workers and only then notice: it stops the cluster
+ * it started, starts nothing else (no log folder of a coordinator or worker is made), says
+ * it was interrupted during start-up and exits 130. */
+static void test_interrupt_during_start_up_stops_cleanly(void **state) {
+    env *e = *state;
+    char log[600], pidfile[600], logs[600];
+    snprintf(log, sizeof log, "%s/run.out", e->dir);
+    snprintf(pidfile, sizeof pidfile, "%s/postmaster.pid", e->pg_dir);
+    snprintf(logs, sizeof logs, "%s/state/qsweep/logs", e->dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char *argv[] = {"qsweep", "run", TINY, "--workers", "1", NULL};
+        execv(QSWEEP_BIN, argv);
+        _exit(127);
+    }
+    e->run = pid;
+    struct stat sb;
+    int rc = 0, gone = 0;
+    for (int i = 0; i < 12000 && stat(pidfile, &sb) != 0 && !(gone = exited(pid, &rc)); i++)
+        usleep(5000);
+    if (gone) {
+        e->run = 0;
+        fail_msg("qsweep run exited %d before its cluster started:\n%s", rc, file_text(log));
+    }
+    assert_int_equal(stat(pidfile, &sb), 0);
+    assert_int_equal(kill(pid, SIGINT), 0);
+    for (int i = 0; i < 1200 && !(gone = exited(pid, &rc)); i++)
+        usleep(50000);
+    if (!gone) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("qsweep run did not stop within 60 s of SIGINT:\n%s", file_text(log));
+    }
+    e->run = 0;
+    const char *out = file_text(log);
+    if (rc != 130 || !strstr(out, "interrupted by signal 2 during start-up"))
+        fail_msg("qsweep run exited %d:\n%s", rc, out);
+    if (strstr(out, "running; logs in") || stat(logs, &sb) == 0)
+        fail_msg("a coordinator or workers were started after the signal:\n%s", out);
+    /* the cluster it started is stopped again */
+    assert_int_not_equal(stat(pidfile, &sb), 0);
+}
+
+/* The breaker's second `qsweep run` on a cluster where a first one runs: the second's own
+ * coordinator would be refused (one coordinator per database) and it said only "see
+ * coordinator.log". It now says that another coordinator runs, who it is, that its workers
+ * run the queued jobs and how to follow them, starts nothing, and the first run is not
+ * disturbed. */
+static void test_second_run_on_the_same_cluster_says_why(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
+    pid_t first = e->run = start_slow_run(db, "64");
+    wait_succeeded(c, 1);
+    static char out[1 << 16];
+    const char *second[] = {"run",  TINY, "--workers",  "1",    "--set", "dataset.max_chunks=64",
+                            "--db", db,   "--lease-ms", "2000", NULL};
+    int rc = qsweep(out, sizeof out, second);
+    if (rc != 4 || !strstr(out, "another coordinator is already running on this database") ||
+        !strstr(out, "coordinator-writer") || !strstr(out, "(server pid") ||
+        !strstr(out, "qsweep status tiny"))
+        fail_msg("second qsweep run exited %d:\n%s", rc, out);
+    if (strstr(out, "coordinator.log") || strstr(out, "running; logs in"))
+        fail_msg("the second run started a coordinator or pointed at its log:\n%s", out);
+    int first_rc = 0;
+    if (exited(first, &first_rc)) fail_msg("the first run stopped (exit %d)", first_rc);
+    kill(first, SIGINT);
+    assert_int_equal(wait_exit(first), 130);
+    e->run = 0;
+}
+
+/* The breaker's PostgreSQL stopped under a running `qsweep run`: it exited, its workers were
+ * stopped, their preemptions were never written and the attempts were lost. Now the run
+ * says once that PostgreSQL is unreachable, keeps its coordinator and workers running and
+ * retries; when the server is back (here after 4 s) the sweep finishes: exit 0, every job
+ * succeeded, no attempt lost or left running, each job run once. */
+static void test_database_outage_during_a_run_loses_nothing(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    PGconn *c = e->c = connect_db(db);
+    char log[600];
+    snprintf(log, sizeof log, "%s/run.out", e->dir);
+    pid_t run = e->run = start_run_logged(db, "8", NULL, log);
+    wait_succeeded(c, 3);
+    PQfinish(c);
+    c = e->c = NULL;
+    assert_int_equal(qc_pgserver_stop(e->pg, &err), QS_OK);
+    int rc = 0;
+    for (int i = 0; i < 80; i++) { /* 4 s down: the run must still be there */
+        usleep(50000);
+        if (exited(run, &rc)) {
+            e->run = 0;
+            fail_msg("qsweep run exited %d with PostgreSQL down:\n%s", rc, file_text(log));
+        }
+    }
+    if (qc_pgserver_resume(e->pg, &err) != QS_OK) fail_msg("resume: %s", err.msg);
+    rc = wait_exit(run);
+    e->run = 0;
+    const char *out = file_text(log);
+    if (rc != 0) fail_msg("qsweep run exited %d after the outage:\n%s", rc, out);
+    if (!strstr(out, "PostgreSQL unreachable") || !strstr(out, "PostgreSQL is back"))
+        fail_msg("the outage was not reported:\n%s", out);
+    c = e->c = connect_db(db);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                     TINY_JOBS);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM attempts WHERE outcome IN "
+                                   "('running', 'lost')"),
+                     0);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM attempts"), TINY_JOBS);
+}
+
 /* `qsweep run` without a database stops the private cluster only when it started it: one
  * already running (qsweep db start) is used and left running. */
 static void test_run_leaves_an_adopted_cluster_running(void **state) {
@@ -686,6 +839,12 @@ int main(int argc, char **argv) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_only_commands_never_migrate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_commands_find_the_private_cluster, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_interrupt_during_start_up_stops_cleanly, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_second_run_on_the_same_cluster_says_why, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_database_outage_during_a_run_loses_nothing, setup,
                                         teardown),
     };
     if (argc > 1) {

@@ -2,13 +2,18 @@
  * real private PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc://
  * sockets (nothing mocked). Each test names the failure it guards against:
  *   - a worker with --exit-when-idle leaves (BYE, exit 0) once it has had no job that long,
- *     and not while a job longer than that runs (issue 14's SLURM arrays);
+ *     and not while a job longer than that runs (issue 14's SLURM arrays); one that never
+ *     reached a coordinator exits non-zero saying so;
  *   - the coordinator stopped (SIGSTOP) longer than the lease: on resume it reads what the
  *     workers sent meanwhile before any lease check, so the job succeeds on attempt 1;
  *   - the coordinator's clock 5 minutes behind or ahead of PostgreSQL's: a job's retry
  *     backoff (jobs.not_before, written with the database's now()) still lasts what it says;
  *   - a result over the protocol limit is refused by the worker with a job error that gives
  *     its size and the limit, on attempt 1, instead of burning every attempt as lost leases;
+ *   - the worker's states (CONNECTING, IDLE, RUNNING, DELIVERING, LEAVING) are named in its
+ *     log in the order one job's life goes through them;
+ *   - a worker killed with SIGKILL, whose coordinator is gone too, reads "lost" in `qsweep
+ *     workers` after QC_WORKER_LOST_S rather than "silent" for ever;
  *   - a worker refused by the coordinator (CURVE allow-list, or no keys at all) says so once
  *     and exits non-zero after a bounded number of refusals.
  * Run one test with `coord_hardening NAME` (a cmocka filter pattern). */
@@ -27,6 +32,8 @@
 
 #include "envelope.h"
 #include "harness.h"
+#include "queries.h"
+#include "store.h"
 
 /* ---- --exit-when-idle ---- */
 
@@ -63,6 +70,128 @@ static void worker_without_any_job_exits_after_the_idle_time(void **state) {
     h->workers[0] = 0;
     assert_true(h_wait_sql(
         h, 1, 5000, "SELECT count(*) FROM workers WHERE id = 'idle2' AND left_at IS NOT NULL"));
+}
+
+/* The breaker's case: no coordinator at the endpoint at all. Leaving "idle" with exit 0 would
+ * tell a SLURM array that the sweep is done while none of its work was ever seen: the worker
+ * exits non-zero and says it never reached the coordinator. */
+static void worker_that_never_reached_the_coordinator_exits_non_zero(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_exit_idle_alone"); /* no coordinator is started */
+    const char *const idle[] = {"--exit-when-idle-ms", "800", NULL};
+    pid_t w = h_start_worker_args(h, "alone", idle);
+    int rc = h_wait_exit(w, 10000);
+    h->workers[0] = 0;
+    assert_true(rc > 0 && rc < 128); /* an error exit, not a hang nor a signal */
+    char log[160];
+    snprintf(log, sizeof log, "%s/worker-alone.log", h->dir);
+    assert_true(h_file_contains(log, "it was never reached"));
+    assert_true(h_file_contains(log, h->endpoint));
+    assert_false(h_file_contains(log, "BYE"));
+}
+
+/* ---- the worker's state machine ---- */
+
+/* Whether the file at path holds each of the n needles, in that order. */
+static bool file_has_in_order(const char *path, const char *const *needles, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = 0;
+    fclose(f);
+    const char *at = text;
+    for (size_t i = 0; i < n; i++) {
+        at = strstr(at, needles[i]);
+        if (!at) return false;
+        at += strlen(needles[i]);
+    }
+    return true;
+}
+
+/* The worker's loop is a state machine whose states its log names (worker/loop/loop.c): one
+ * job's life reads CONNECTING -> IDLE (the coordinator answered), IDLE -> RUNNING (ASSIGN),
+ * RUNNING -> DELIVERING (the job returned, its result waits for the ACK), DELIVERING ->
+ * IDLE (ACKed), then IDLE -> LEAVING on SIGTERM, and the worker exits 0 after BYE. */
+static void worker_states_are_named_in_its_log(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_worker_states");
+    h_start_coordinator(h);
+    pid_t w = h_start_worker(h, "states");
+    char log[160];
+    snprintf(log, sizeof log, "%s/worker-states.log", h->dir);
+    for (int i = 0; i < 500 && !h_file_contains(log, "state CONNECTING -> IDLE"); i++)
+        h_sleep_ms(20);
+    long id = h_insert_job(h, "short", "sleep", "{\"seconds\": 0.3}", 1, 0);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
+    for (int i = 0; i < 250 && !h_file_contains(log, "state DELIVERING -> IDLE"); i++)
+        h_sleep_ms(20);
+    h_signal(h, w, SIGTERM);
+    assert_int_equal(h_wait_exit(w, 10000), 0);
+    h->workers[0] = 0;
+    const char *const seq[] = {"state CONNECTING -> IDLE", "state IDLE -> RUNNING",
+                               "state RUNNING -> DELIVERING", "state DELIVERING -> IDLE",
+                               "state IDLE -> LEAVING", "BYE"};
+    if (!file_has_in_order(log, seq, sizeof seq / sizeof seq[0]))
+        fail_msg("the worker's log does not name its states in order (see %s)", log);
+}
+
+/* ---- workers that vanish (the breaker's kill -9) ---- */
+
+/* The state `qsweep workers` shows for worker id (qc_store_workers). */
+static void worker_state(harness *h, const char *id, char *state, size_t cap) {
+    qc_store *db = NULL;
+    qs_error err = {0};
+    if (qc_store_open(h->conninfo, "test", &db, &err) != QS_OK) fail_msg("open: %s", err.msg);
+    qc_worker_row *rows = NULL;
+    size_t n = 0;
+    if (qc_store_workers(db, &rows, &n, &err) != QS_OK) fail_msg("workers: %s", err.msg);
+    snprintf(state, cap, "(absent)");
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(rows[i].id, id)) snprintf(state, cap, "%s", rows[i].state);
+    free(rows);
+    qc_store_close(db);
+}
+
+/* A worker killed with SIGKILL mid-job, and the coordinator gone before it could time the
+ * worker out: nothing will ever write left_at. Its attempt is ended by the lease (lost, the
+ * job pending again); the row reads connected, then silent after QC_WORKER_SILENT_S, and
+ * lost after QC_WORKER_LOST_S, instead of silent for ever. (last_seen is moved back in the
+ * database rather than waiting five minutes; the query compares it with PostgreSQL's now().)
+ * A worker that said BYE stays left however old. */
+static void killed_worker_becomes_lost_after_the_stated_time(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_worker_lost");
+    long id = h_insert_job(h, "killed-mid-job", "sleep", "{\"seconds\": 30}", 3, 0);
+    h_start_coordinator(h);
+    pid_t w = h_start_worker(h, "k9");
+    assert_true(h_wait_sql(
+        h, 1, 20000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'running'", id));
+    h_signal(h, w, SIGKILL); /* reaps it */
+    /* the lease (2 s) ends the attempt; the coordinator's worker timeout (3 leases) would
+       mark the worker left, so the coordinator is killed before that */
+    assert_true(h_wait_sql(
+        h, 1, 10000, "SELECT count(*) FROM attempts WHERE job = %ld AND outcome = 'lost'", id));
+    assert_true(h_wait_sql(h, 1, 5000,
+                           "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'pending'", id));
+    h_signal(h, h->coord, SIGKILL);
+    char st[16];
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM workers WHERE id = 'k9' AND left_at IS NULL"), 1);
+    worker_state(h, "k9", st, sizeof st);
+    assert_string_equal(st, "connected");
+    h_sql_exec(h, "UPDATE workers SET last_seen = now() - make_interval(secs => %d)",
+               QC_WORKER_SILENT_S + 10);
+    worker_state(h, "k9", st, sizeof st);
+    assert_string_equal(st, "silent");
+    h_sql_exec(h, "UPDATE workers SET last_seen = now() - make_interval(secs => %d)",
+               QC_WORKER_LOST_S + 1);
+    worker_state(h, "k9", st, sizeof st);
+    assert_string_equal(st, "lost");
+    h_sql_exec(h, "UPDATE workers SET left_at = now()");
+    worker_state(h, "k9", st, sizeof st);
+    assert_string_equal(st, "left");
 }
 
 /* ---- a stalled coordinator (issue 15 item 3) ---- */
@@ -335,6 +464,11 @@ int main(int argc, char **argv) {
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(worker_without_any_job_exits_after_the_idle_time, h_setup,
                                         h_teardown),
+        cmocka_unit_test_setup_teardown(worker_that_never_reached_the_coordinator_exits_non_zero,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(killed_worker_becomes_lost_after_the_stated_time, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(worker_states_are_named_in_its_log, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(coordinator_stopped_longer_than_the_lease_keeps_attempt_1,
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(

@@ -292,6 +292,43 @@ static void results_do_not_depend_on_thread_count(void **state) {
     fixture_close(&f);
 }
 
+/* An evaluation sharded over 2 and 4 ranks (qw_eval_options.tensor_parallel; the CPU runs the
+ * ranks in this process) against the unsharded baseline: perplexity within 1e-5 relative, KL
+ * at float rounding (< 1e-6), top-1 the same, and the model unsharded again afterwards; with the SQNR
+ * probe (the unsharded model's) it is refused. */
+static void tensor_parallel_eval_matches_the_unsharded_one(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 96, 96);
+    qw_eval_options o = opts(96);
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    const int ns[] = {2, 4};
+    for (int j = 0; j < 2; j++) {
+        o.tensor_parallel = ns[j];
+        if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+            fail_msg("%s", err.msg);
+        printf("tensor_parallel %d: ppl %.9g (unsharded %.9g), KL max %.3g, top1 %.4f\n", ns[j],
+               c.ppl, b.ppl, c.kl_max, c.top1);
+        assert_close(c.ppl, b.ppl, 1e-5 * b.ppl);
+        /* FP32 log-probabilities: a self-compare already carries ~1e-7 of KL noise */
+        assert_true(c.kl_max < 1e-6);
+        assert_close(c.top1, 1.0, 0.0);
+        assert_int_equal(qw_model_tensor_parallel(f.m), 1);
+        qw_eval_metrics_free(&c);
+    }
+    o.sqnr = 1;
+    o.tensor_parallel = 2;
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err),
+                     QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "tensor_parallel 2"));
+    assert_int_equal(qw_model_tensor_parallel(f.m), 1);
+    qw_eval_metrics_free(&b);
+    fixture_close(&f);
+}
+
 /* KL of a different distribution: quantized vs baseline is positive, median <= p90 <= p99 <= max.
  */
 static void kl_statistics_are_ordered(void **state) {
@@ -554,6 +591,7 @@ int main(void) {
         cmocka_unit_test_teardown(perplexity_matches_definition_on_transformers_logits, teardown),
         cmocka_unit_test_teardown(kl_of_baseline_against_itself_is_below_1e7, teardown),
         cmocka_unit_test_teardown(results_do_not_depend_on_thread_count, teardown),
+        cmocka_unit_test_teardown(tensor_parallel_eval_matches_the_unsharded_one, teardown),
         cmocka_unit_test_teardown(kl_statistics_are_ordered, teardown),
         cmocka_unit_test_teardown(baseline_mismatch_is_refused, teardown),
         cmocka_unit_test_teardown(baseline_header_is_read_and_validated, teardown),

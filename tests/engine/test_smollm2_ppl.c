@@ -1,6 +1,8 @@
 /* SmolLM2-135M-Instruct's baseline perplexity on the committed GPL-3 tokens matches transformers'
  * within 0.1% (issue 3, "Done when"). Reference: tests/engine/data/smollm2/ppl.txt, written by
- * tools/make_goldens.py with the same chunking (ctx 512, 4 chunks, llama.cpp's definition).
+ * tools/make_goldens.py with the same chunking (ctx 512, 4 chunks, llama.cpp's definition), or
+ * ppl_14chunks.txt (every chunk: the baseline of experiments/smollm2-fp4-components.yaml) when
+ * its name is the argument.
  * Skipped with a message when the GGUF is not in the cache (tools/fetch_smollm2.sh). */
 #include <math.h>
 #include <setjmp.h>
@@ -34,6 +36,10 @@ static void read_reference(const char *path, double *ctx, double *n_chunks, doub
     if (seen != 15) fail_msg("%s: missing ctx, n_chunks, n_scored or ppl", path);
 }
 
+/* The reference file under tests/engine/data/smollm2/: ppl.txt (4 chunks), or the one named
+ * on the command line (ppl_14chunks.txt: every chunk, the baseline of the full sweep). */
+static const char *reference_name = "ppl.txt";
+
 static void smollm2_baseline_perplexity_matches_transformers(void **state) {
     (void)state;
     char gguf[1024], ref[1024], tok[1024];
@@ -41,7 +47,7 @@ static void smollm2_baseline_perplexity_matches_transformers(void **state) {
         printf("SKIP: %s absent (run tools/fetch_smollm2.sh)\n", gguf);
         skip();
     }
-    snprintf(ref, sizeof ref, "%s/smollm2/ppl.txt", engine_data_dir());
+    snprintf(ref, sizeof ref, "%s/smollm2/%s", engine_data_dir(), reference_name);
     snprintf(tok, sizeof tok, "%s/gpl3.smollm2.tokens", engine_data_dir());
     double ctx = 0, n_chunks = 0, n_scored = 0, ppl_ref = 0;
     read_reference(ref, &ctx, &n_chunks, &n_scored, &ppl_ref);
@@ -70,7 +76,8 @@ static void smollm2_baseline_perplexity_matches_transformers(void **state) {
     qw_checkpoint_close(ck);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) reference_name = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(smollm2_baseline_perplexity_matches_transformers),
     };

@@ -20,6 +20,7 @@
 #include "grid_kind.h"
 #include "grid.h"
 #include "probe.h"
+#include "sensitivity.h"
 
 #define N_LAYERS 3
 #define VOCAB 64
@@ -230,6 +231,104 @@ static void test_bad_parts_are_refused_at_their_location(void **state) {
     assert_null(g);
 }
 
+/* Mode policy (issue 14): one eval job per model and quantize, its map in the spec without
+ * the bf16 linears, each format's options (from `formats` when listed there, else the
+ * defaults), the map's id as the part; the same map with its bf16 linears listed is the same
+ * job. */
+static void test_policy_mode_is_one_job_with_its_map(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *g2 = NULL;
+    qc_job_list l = {0}, l2 = {0};
+    expand(e,
+           HEAD "sensitivity:\n  formats: [{name: mxfp4, options: {rounding: rz}}]\n"
+                "  quantize: [weights, w4a4]\n  modes: [policy]\n  metrics: [kl]\n"
+                "  policy:\n    \"0.q\": nvfp4\n    \"2.down\": mxfp4\n    \"1.up\": bf16\n"
+                "    lm_head: nvfp4\n",
+           &g, &l);
+    assert_int_equal(l.n, 3); /* the baseline, then weights and weights+activations */
+    char buf[1024];
+    assert_string_equal(field(&l.jobs[1], "mode", buf, sizeof buf), "policy");
+    assert_string_equal(field(&l.jobs[1], "format", buf, sizeof buf), "policy");
+    assert_string_equal(field(&l.jobs[1], "policy", buf, sizeof buf),
+                        "{\"0.q\":\"nvfp4\",\"2.down\":\"mxfp4\",\"lm_head\":\"nvfp4\"}");
+    assert_string_equal(field(&l.jobs[1], "format_options", buf, sizeof buf),
+                        "{\"mxfp4\":{\"rounding\":\"rz\",\"scale_rule\":\"rceil\"},"
+                        "\"nvfp4\":{\"clamp\":\"none\",\"rounding\":\"rne\"}}");
+    /* the fixture ties its embeddings: lm_head is the head's own copy */
+    assert_string_equal(field(&l.jobs[1], "tied_embeddings", buf, sizeof buf), "head_copy_only");
+    json_t *map = json_pack("{s:s, s:s, s:s}", "0.q", "nvfp4", "2.down", "mxfp4", "lm_head",
+                            "nvfp4");
+    char id[17];
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_policy_id(map, id, &err), QS_OK);
+    json_decref(map);
+    assert_string_equal(field(&l.jobs[1], "part", buf, sizeof buf), id);
+    assert_string_equal(field(&l.jobs[2], "quantize", buf, sizeof buf), "weights+activations");
+    /* without the bf16 entry: the same jobs */
+    expand(e,
+           HEAD "sensitivity:\n  formats: [{name: mxfp4, options: {rounding: rz}}]\n"
+                "  quantize: [weights, w4a4]\n  modes: [policy]\n  metrics: [kl]\n"
+                "  policy: {\"0.q\": nvfp4, \"2.down\": mxfp4, lm_head: nvfp4}\n",
+           &g2, &l2);
+    assert_int_equal(l2.n, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(l.jobs[i].key, l2.jobs[i].key);
+    qc_job_list_free(&l);
+    qc_job_list_free(&l2);
+    qc_grid_free(g);
+    qc_grid_free(g2);
+    /* a grid of mode policy needs no formats; with others it still does */
+    expand(e, HEAD "sensitivity:\n  modes: [policy]\n  policy: {\"1.v\": mxfp4}\n", &g, &l);
+    assert_int_equal(l.n, 2);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
+/* Bad maps are refused at the key or value they name (file:line:column; a quoted key's column
+ * is that of its first character inside the quotes). */
+static void test_bad_policy_entries_are_refused_at_their_location(void **state) {
+    env *e = *state;
+    static const struct {
+        const char *policy, *want;
+        qs_status st;
+    } cases[] = {
+        {"    \"3.q\": nvfp4\n", ":7:6: policy linear '3.q': model ckpt has blocks 0..2", QS_EINVAL},
+        {"    \"1.qq\": nvfp4\n", ":7:6: unknown linear '1.qq' in policy", QS_EINVAL},
+        {"    \"01.q\": nvfp4\n", ":7:6: unknown linear '01.q' in policy", QS_EINVAL},
+        {"    \"1.q_proj\": nvfp4\n", ":7:6: unknown linear '1.q_proj' in policy", QS_EINVAL},
+        {"    \"1.q\": nvfp5\n", ":7:12: policy linear '1.q': unknown format 'nvfp5'", QS_EINVAL},
+        {"    \"1.q\": [nvfp4]\n", ":7:12: policy linear '1.q': unknown format '(not a scalar)'",
+         QS_EINVAL},
+        {"    \"1.q\": bf16\n    \"2.q\": bf16\n", ":7:5: every linear of the policy is bf16",
+         QS_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024], want[700];
+        snprintf(text, sizeof text,
+                 HEAD "sensitivity:\n  modes: [policy]\n  policy:\n%s", cases[i].policy);
+        qc_grid *g = NULL;
+        qs_error err = {0};
+        assert_int_equal(load(e, text, &g, &err), cases[i].st);
+        snprintf(want, sizeof want, "%s%s", e->grid, cases[i].want);
+        if (!strstr(err.msg, want)) fail_msg("case %zu: no '%s' in '%s'", i, want, err.msg);
+        assert_null(g);
+    }
+    /* policy without the mode, and the mode without a policy */
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(
+        load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  policy: {\"1.q\": nvfp4}\n", &g, &err),
+        QS_EINVAL);
+    assert_non_null(strstr(err.msg, "'policy' applies to mode policy"));
+    assert_int_equal(load(e, HEAD "sensitivity:\n  modes: [policy]\n", &g, &err), QS_EFORMAT);
+    assert_non_null(strstr(err.msg, "mode policy needs a 'policy' mapping"));
+    assert_int_equal(load(e, HEAD "sensitivity:\n  modes: [policy, block]\n  policy: {\"1.q\": "
+                                  "nvfp4}\n",
+                          &g, &err),
+                     QS_EFORMAT);
+    assert_non_null(strstr(err.msg, "expected a 'formats' list"));
+}
+
 static void test_unknown_kind_names_the_registered_kinds(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
@@ -332,6 +431,9 @@ int main(void) {
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_parts_are_refused_at_their_location, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_policy_mode_is_one_job_with_its_map, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_policy_entries_are_refused_at_their_location,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
         cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),

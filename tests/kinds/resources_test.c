@@ -229,6 +229,33 @@ static void each_mode_packs_the_linears_it_quantizes(void **state) {
     }
 }
 
+/* Mode policy packs each linear of its map in its own format: 3.q in NVFP4 (9 437 184),
+ * 3.down in MXFP4 (4096 rows x 11008/2 + 11008/32 scales = 4096 * 5848 = 23 953 408), lm_head
+ * in NVFP4 (32000 * 2304, its own copy). */
+static void policy_mode_packs_each_linear_in_its_format(void **state) {
+    (void)state;
+    qs_model_size m = {.shape = llama2_7b, .run_state_bytes = 0};
+    const int64_t base = 13476831232LL;
+    json_t *map = json_pack("{s:s, s:s, s:s}", "3.q", "nvfp4", "3.down", "mxfp4", "lm_head",
+                            "nvfp4");
+    char id[17];
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_policy_id(map, id, &err), QS_OK);
+    json_t *s = eval_spec("policy", id, "{\"gpu_count\":1,\"gpu_memory_mib\":0,\"native_fp4\":false}");
+    json_object_set_new(s, "format", json_string("policy"));
+    json_object_set_new(s, "policy", map);
+    json_object_set_new(s, "format_options",
+                        json_pack("{s:{s:s, s:s}, s:{s:s, s:s}}", "nvfp4", "clamp", "none",
+                                  "rounding", "rne", "mxfp4", "rounding", "rne", "scale_rule",
+                                  "rceil"));
+    qs_job_need n;
+    if (qs_job_resources("eval", s, &m, &n, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(qs_packed_bytes("mxfp4", 0, 4096, 11008), 4096LL * 5848);
+    assert_int_equal(n.gpu_mem_mb,
+                     qs_gpu_need_mib(base + 9437184LL + 4096LL * 5848 + 32000LL * 2304));
+    json_decref(s);
+}
+
 static void other_kinds_take_their_resources_as_given(void **state) {
     (void)state;
     qs_job_need n;
@@ -262,6 +289,7 @@ int main(void) {
         cmocka_unit_test(default_resources_need_nothing_so_cpu_workers_run_the_job),
         cmocka_unit_test(a_gpu_job_gets_its_memory_computed_unless_given),
         cmocka_unit_test(each_mode_packs_the_linears_it_quantizes),
+        cmocka_unit_test(policy_mode_packs_each_linear_in_its_format),
         cmocka_unit_test(other_kinds_take_their_resources_as_given),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -446,6 +446,213 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
     free(dir);
 }
 
+/* The one value of v_sensitivity for (experiment, mode, part, format, metric). */
+static double view_value(PGconn *c, const char *experiment, const char *mode, const char *part,
+                         const char *format, const char *metric) {
+    const char *p[5] = {experiment, mode, part, format, metric};
+    PGresult *r = PQexecParams(c,
+                               "SELECT value FROM v_sensitivity WHERE experiment = $1 AND mode = "
+                               "$2 AND part = $3 AND format = $4 AND metric = $5",
+                               5, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s %s %s %s %s: %d rows %s", experiment, mode, part, format, metric,
+                 PQntuples(r), PQerrorMessage(c));
+    double v = strtod(PQgetvalue(r, 0, 0), NULL);
+    PQclear(r);
+    return v;
+}
+
+/* The number after `label` in out, NAN when absent. */
+static double number_after(const char *out, const char *label) {
+    const char *p = strstr(out, label);
+    return p ? strtod(p + strlen(label), NULL) : NAN;
+}
+
+/* Writes a policy grid over the tiny model and dataset with the map lines `policy`. */
+static void policy_grid(const char *path, const char *name, const char *policy) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "name: %s\nkind: sensitivity\nmodels: [%s/tests/engine/data/llama3_gqa]\n"
+             "dataset: {tokens: %s/experiments/data/gpl3.bytes.tokens, ctx: 64, max_chunks: 8}\n"
+             "sensitivity:\n  quantize: [weights]\n  modes: [policy]\n"
+             "  metrics: [ppl, kl, top1, sqnr]\n  policy:\n%s",
+             name, QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR, policy);
+    assert_int_equal(fx_write_text(path, text), 0);
+}
+
+/* `qsweep plan --validate` (issue 14 item 3): the plan's grid is submitted into the sweep's
+ * database as one policy-mode eval job (its baseline the sweep's, already done); once run,
+ * plan prints its measured KL next to the predicted sum and next to uniform NVFP4's measured
+ * KL. The policy mode is checked against the modes it must agree with, bit for bit: every
+ * linear in NVFP4 is the cumulative job over every block, one linear in MXFP4 is that
+ * layer-mode job. */
+static void test_validate_measures_the_plan(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-validate");
+    assert_non_null(dir);
+    char buf[700];
+    snprintf(buf, sizeof buf, "%s/data", dir);
+    setenv("XDG_DATA_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/cache", dir);
+    setenv("XDG_CACHE_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/state", dir);
+    setenv("XDG_STATE_HOME", buf, 1);
+    unsetenv("QSWEEP_DB");
+    static char out[1 << 16];
+    const char *run[] = {"run",     TINY,
+                         "--workers", "2",
+                         "--set",   "sensitivity.modes=[layer,cumulative]",
+                         "--set",   "sensitivity.formats=[nvfp4,mxfp4]",
+                         "--set",   "sensitivity.quantize=[weights]",
+                         NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    char pg_dir[700];
+    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
+    qc_pgserver *pg = NULL;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    const char *conninfo = qc_pgserver_conninfo(pg);
+    PGconn *c = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+
+    /* before: the plan is not measured; uniform NVFP4 is (the cumulative job over blocks
+       0..2 quantizes every linear) */
+    char yaml[800];
+    snprintf(yaml, sizeof yaml, "%s/plan.yaml", dir);
+    const char *plan[] = {"plan", "tiny", "--budget-bits", "6", "--uniform-groups",
+                          "-o",   yaml,   "--validate",    "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan --validate exited %d:\n%s", rc, out);
+    const double cum_nv = view_value(c, "tiny", "cumulative", "2", "nvfp4", "kl_mean");
+    const double cum_mx = view_value(c, "tiny", "cumulative", "2", "mxfp4", "kl_mean");
+    double u_nv = number_after(out, "uniform nvfp4 (4.50 bits): predicted kl_mean ");
+    assert_false(isnan(u_nv));
+    double m_nv = number_after(strstr(out, "uniform nvfp4 (4.50 bits)"), ", measured ");
+    double m_mx = number_after(strstr(out, "uniform mxfp4 (4.25 bits)"), ", measured ");
+    printf("uniform nvfp4: measured %.6g (cumulative job %.6g); mxfp4 %.6g (%.6g)\n", m_nv, cum_nv,
+           m_mx, cum_mx);
+    assert_true(fabs(m_nv - cum_nv) <= 1e-5 * cum_nv);
+    assert_true(fabs(m_mx - cum_mx) <= 1e-5 * cum_mx);
+    if (!strstr(out, "measured kl_mean of the plan: not yet (policy "))
+        fail_msg("no 'not yet' in\n%s", out);
+    /* one new job, the baseline shared with the sweep */
+    if (!strstr(out, "validation: experiment tiny-plan-6b-groups (id ") ||
+        !strstr(out, "2 jobs: 1 new, 1 already done"))
+        fail_msg("no validation submit line in\n%s", out);
+    double predicted = number_after(out, "predicted kl_mean: ");
+
+    /* the workers run it (qsweep run on the written grid: the same experiment, linked) */
+    const char *vrun[] = {"run", yaml, "--workers", "1", "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, vrun, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run plan.yaml exited %d:\n%s", rc, out);
+    const char *plan2[] = {"plan", "tiny", "--budget-bits", "6", "--uniform-groups",
+                           "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, plan2, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+    const char *line = strstr(out, "measured kl_mean of the plan: ");
+    assert_non_null(line);
+    double m_plan = number_after(line, "measured kl_mean of the plan: ");
+    char id[17] = "";
+    const char *pid = strstr(line, "(policy ");
+    assert_non_null(pid);
+    memcpy(id, pid + 8, 16);
+    double stored = view_value(c, "tiny-plan-6b-groups", "policy", id, "policy", "kl_mean");
+    printf("plan at 6 bits: predicted %.6g, measured %.6g (view %.6g), uniform nvfp4 %.6g\n",
+           predicted, m_plan, stored, m_nv);
+    assert_true(fabs(m_plan - stored) <= 1e-5 * stored);
+    assert_true(m_plan > 0);
+    assert_true(fabs(number_after(line, "; predicted ") - predicted) <= 1e-5 * predicted);
+    assert_true(fabs(number_after(line, "; uniform nvfp4 measured ") - cum_nv) <= 1e-5 * cum_nv);
+
+    /* the stored map: the plan's non-bf16 linears, each in the format the grid file gives */
+    const char *p1[1] = {id};
+    PGresult *r = PQexecParams(c,
+                               "SELECT spec -> 'policy', spec -> 'format_options' FROM jobs "
+                               "WHERE spec ->> 'part' = $1",
+                               1, NULL, p1, NULL, NULL, 0);
+    assert_int_equal(PQntuples(r), 1);
+    json_t *map = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+    json_t *opts = json_loads(PQgetvalue(r, 0, 1), 0, NULL);
+    PQclear(r);
+    assert_non_null(map);
+    FILE *f = fopen(yaml, "r");
+    assert_non_null(f);
+    char l[256];
+    size_t quantized = 0;
+    while (fgets(l, sizeof l, f)) {
+        char key[32], fm[16];
+        if (sscanf(l, " \"%31[0-9a-z.]\": %15s", key, fm) != 2) continue;
+        const char *got = json_string_value(json_object_get(map, key));
+        if (!strcmp(fm, "bf16")) {
+            assert_null(got);
+            continue;
+        }
+        quantized++;
+        if (!got || strcmp(got, fm)) fail_msg("%s: stored %s, plan %s", key, got, fm);
+    }
+    fclose(f);
+    assert_int_equal(json_object_size(map), quantized);
+    assert_true(quantized > 0);
+    assert_non_null(json_object_get(opts, "nvfp4"));
+    json_decref(map);
+    json_decref(opts);
+
+    /* policy mode agrees with the other modes to the last bit */
+    char grid[800], lines[4096] = "";
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 7; k++) {
+            char e[64];
+            snprintf(e, sizeof e, "    \"%d.%s\": nvfp4\n", b, KINDS[k]);
+            strcat(lines, e);
+        }
+    snprintf(grid, sizeof grid, "%s/all-nvfp4.yaml", dir);
+    policy_grid(grid, "all-nvfp4", lines);
+    const char *arun[] = {"run", grid, "--workers", "1", "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, arun, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run all-nvfp4 exited %d:\n%s", rc, out);
+    snprintf(grid, sizeof grid, "%s/one-down.yaml", dir);
+    policy_grid(grid, "one-down", "    \"1.down\": mxfp4\n    \"2.q\": bf16\n");
+    const char *orun[] = {"run", grid, "--workers", "1", "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, orun, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run one-down exited %d:\n%s", rc, out);
+    static const char *const metrics[] = {"kl_mean", "kl_p99", "ppl", "top1"};
+    for (size_t i = 0; i < 4; i++) {
+        const char *p2[2] = {"all-nvfp4", metrics[i]};
+        r = PQexecParams(c,
+                         "SELECT value FROM v_sensitivity WHERE experiment = $1 AND mode = "
+                         "'policy' AND metric = $2",
+                         2, NULL, p2, NULL, NULL, 0);
+        assert_int_equal(PQntuples(r), 1);
+        double all = strtod(PQgetvalue(r, 0, 0), NULL);
+        PQclear(r);
+        p2[0] = "one-down";
+        r = PQexecParams(c,
+                         "SELECT value FROM v_sensitivity WHERE experiment = $1 AND mode = "
+                         "'policy' AND metric = $2",
+                         2, NULL, p2, NULL, NULL, 0);
+        assert_int_equal(PQntuples(r), 1);
+        double one = strtod(PQgetvalue(r, 0, 0), NULL);
+        PQclear(r);
+        double cum = view_value(c, "tiny", "cumulative", "2", "nvfp4", metrics[i]);
+        double lay = view_value(c, "tiny", "layer", "1.down", "mxfp4", metrics[i]);
+        if (all != cum || one != lay)
+            fail_msg("%s: policy all-nvfp4 %.17g vs cumulative %.17g; policy 1.down %.17g vs "
+                     "layer %.17g",
+                     metrics[i], all, cum, one, lay);
+    }
+    /* and plan now finds uniform NVFP4 measured by the policy job: the same value */
+    rc = fx_run(QSWEEP_BIN, plan2, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+    assert_true(fabs(number_after(strstr(out, "uniform nvfp4 (4.50 bits)"), ", measured ") -
+                     cum_nv) <= 1e-5 * cum_nv);
+
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+    fx_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_dp_equals_brute_force_on_random_instances),
@@ -453,6 +660,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_budget_of_uniform_nvfp4_admits_it),
         cmocka_unit_test(test_budget_below_every_assignment_is_refused),
         cmocka_unit_test(test_plan_of_tiny_layer_sweep_is_optimal),
+        cmocka_unit_test(test_validate_measures_the_plan),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

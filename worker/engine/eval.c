@@ -364,6 +364,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     } else if (mode == RUN_COMPARE) {
         st = open_baseline(path, &h, toks->ids, n_tok, &s, err);
     }
+    int tp_before = qw_model_tensor_parallel(m);
+    int tp = opt->tensor_parallel > 0 ? opt->tensor_parallel : tp_before;
+    if (st == QS_OK && tp != tp_before) st = qw_model_set_tensor_parallel(m, tp, err);
     if (st == QS_OK && mode == RUN_COMPARE && opt->sqnr) st = qw_model_set_sqnr_probe(m, 1, err);
 
     double nll = 0.0, nll2 = 0.0;
@@ -460,6 +463,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         }
     }
     if (mode == RUN_COMPARE && opt->sqnr) qw_model_set_sqnr_probe(m, 0, NULL);
+    if (tp != tp_before) qw_model_set_tensor_parallel(m, tp_before, NULL);
     if (mode == RUN_BASELINE && path && s.f) {
         int bad = fclose(s.f) != 0;
         s.f = NULL;

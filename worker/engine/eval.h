@@ -65,6 +65,12 @@ typedef struct qw_eval_options {
     const atomic_int *cancel;   /* may be NULL; polled between chunks, nonzero = stop */
     const char *model_digest;   /* written into / checked against the baseline; may be NULL */
     const char *dataset_digest; /* idem (e.g. qw_tokens.digest) */
+    int tensor_parallel;        /* ranks the forward is sharded over for this run (model.h
+                                   qw_model_set_tensor_parallel; on the CPU backend the n ranks
+                                   run in this process), restored afterwards; 0 = the model's
+                                   setting as it is (1 unless changed), the default. The job
+                                   sets it from resources.gpu_count (tensor_parallel). Not with
+                                   sqnr (the probe is the unsharded model's): QS_EUNSUPPORTED */
 } qw_eval_options;
 
 /* Output SQNR of one linear over the whole evaluation. */

@@ -13,10 +13,11 @@
  * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
 #include "forward.h"
 
+#include "format.h"
 #include <stdio.h>
 #include <string.h>
 
-/* The ops of rank i. */
+/* The ops table of rank r. */
 #define OPS(r) ((r)->be.ops)
 
 int qw_forward_first_quantized_block(const qw_rank *r) {
@@ -76,8 +77,12 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     qw_backend *be[n];
     qw_tensor t[n];
     qw_tensor *tp[n];
-    for (int i = 0; i < n; i++) be[i] = &ranks[i]->be;
-    int act = ranks[0]->lin[index].spec.act != NULL;
+    for (int i = 0; i < n; i++)
+        be[i] = &ranks[i]->be;
+    /* Only a per-tensor-scaled format (NVFP4, FP8 per tensor) has a scale to share; MX and INT
+     * scales are per block, and the blocks do not straddle ranks (shard.h). */
+    const qk_format *af = ranks[0]->lin[index].spec.act;
+    int act = af && af->tensor_scale;
     if (act) {
         for (int i = 0; i < n; i++) {
             qw_rank *r = ranks[i];
@@ -91,8 +96,7 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     }
     for (int i = 0; i < n; i++) {
         qw_rank *r = ranks[i];
-        st = linear_forward(r, &r->lin[index], ybuf(r), xbuf(r), T, act ? r->amax : NULL, nm,
-                            err);
+        st = linear_forward(r, &r->lin[index], ybuf(r), xbuf(r), T, act ? r->amax : NULL, nm, err);
         if (st != QS_OK) return qs_error_wrap(err, "rank %d", i);
         t[i] = (qw_tensor){ybuf(r), T, r->lin[index].out};
         tp[i] = &t[i];
@@ -131,7 +135,7 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
             qw_tensor x = {r->rs.x, T, D};
             OPS(r)->embedding(&r->be, &x, tokens, &r->lin[L * QW_LINEAR_KINDS + 1].w);
         }
-    qs_status st = QS_OK;
+    qs_status st;
 /* Each statement once per rank. */
 #define EACH(stmt)                                                                                 \
     for (int i = 0; i < n; i++) {                                                                  \
@@ -139,21 +143,21 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         const qw_config *c = &r->cfg;                                                              \
         qw_runstate *rs = &r->rs;                                                                  \
         int H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, F = c->hidden_dim;                 \
-        qw_tensor x = {rs->x, T, D}, xb = {rs->xb, T, D}, q = {rs->q, T, H * E},                  \
-                  k = {rs->k, T, G * E}, v = {rs->v, T, G * E}, att = {rs->att, T, H * E},        \
-                  hb = {rs->hb, T, F}, hb2 = {rs->hb2, T, F}, ybuf = {rs->ybuf, T, D};            \
-        (void)c, (void)x, (void)xb, (void)q, (void)k, (void)v, (void)att, (void)hb, (void)hb2,   \
+        qw_tensor x = {rs->x, T, D}, xb = {rs->xb, T, D}, q = {rs->q, T, H * E},                   \
+                  k = {rs->k, T, G * E}, v = {rs->v, T, G * E}, att = {rs->att, T, H * E},         \
+                  hb = {rs->hb, T, F}, hb2 = {rs->hb2, T, F}, ybuf = {rs->ybuf, T, D};             \
+        (void)c, (void)x, (void)xb, (void)q, (void)k, (void)v, (void)att, (void)hb, (void)hb2,     \
             (void)ybuf, (void)F;                                                                   \
         stmt;                                                                                      \
     }
 #define LIN(kind, y, in)                                                                           \
     do {                                                                                           \
         st = linear_forward(r, &lin[kind], (y).data, (in).data, T, NULL, &nm, err);                \
-        if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;                    \
+        if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;                     \
     } while (0)
 #define ROW(kind, in)                                                                              \
     do {                                                                                           \
-        st = row_parallel(ranks, n, l * QW_LINEAR_KINDS + (kind), rs_ybuf, in, T, &nm, err);     \
+        st = row_parallel(ranks, n, l * QW_LINEAR_KINDS + (kind), rs_ybuf, in, T, &nm, err);       \
         if (st != QS_OK) return st;                                                                \
     } while (0)
     for (int l = start; l < L; l++) {
@@ -191,8 +195,7 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         qw_runstate *rs = &r->rs;
         qw_tensor xr = {rs->x + (size_t)row0 * D, R, D}, xbr = {rs->xb, R, D};
         OPS(r)->rmsnorm(&r->be, &xbr, &xr, r->final_norm, r->cfg.norm_eps);
-        st = linear_forward(r, &r->lin[L * QW_LINEAR_KINDS], rs->logits, rs->xb, R, NULL, &nm,
-                            err);
+        st = linear_forward(r, &r->lin[L * QW_LINEAR_KINDS], rs->logits, rs->xb, R, NULL, &nm, err);
         if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;
         if (n > 1) {
             qw_tensor lg = {rs->logits, R, r->cfg.vocab_size};

@@ -35,17 +35,17 @@ typedef struct qw_linear {
 
 /* What one rank's forward pass reads and writes. */
 typedef struct qw_rank {
-    qw_config cfg;    /* the rank's shard shape (n_heads, n_kv_heads, hidden_dim divided) */
-    qw_backend be;    /* the rank's backend (the CPU one, or one GPU) */
-    qw_runstate rs;   /* activations of the shard shape, from be */
-    qw_linear *lin;   /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
-    const float *final_norm;        /* [D] */
-    const float *const *attn_norm;  /* [L] each [D] */
-    const float *const *ffn_norm;   /* [L] each [D] */
-    int vocab0;       /* first lm_head row (vocabulary id) of the rank's slice; 0 unsharded */
-    float *amax;      /* [1] backend memory: a sharded activation's global amax, or NULL */
-    int probe;        /* SQNR probe on (unsharded models only) */
-    float *ref;       /* [max_ctx x largest out] probe reference output while the probe is on */
+    qw_config cfg;  /* the rank's shard shape (n_heads, n_kv_heads, hidden_dim divided) */
+    qw_backend be;  /* the rank's backend (the CPU one, or one GPU) */
+    qw_runstate rs; /* activations of the shard shape, from be */
+    qw_linear *lin; /* [n_layers*7 + 2]: block linears, then lm_head, then the embeddings */
+    const float *final_norm;       /* [D] */
+    const float *const *attn_norm; /* [L] each [D] */
+    const float *const *ffn_norm;  /* [L] each [D] */
+    int vocab0;  /* first lm_head row (vocabulary id) of the rank's slice; 0 unsharded */
+    float *amax; /* [1] backend memory: a sharded activation's global amax, or NULL */
+    int probe;   /* SQNR probe on (unsharded models only) */
+    float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on */
 } qw_rank;
 
 /* The prefix cache of an unsharded model (model.c): the forward asks it where to start and

@@ -15,6 +15,7 @@
 
 #include "model_internal.h"
 #include "ops.h"
+#include "shard.h"
 #include "runstate.h"
 #include "synthetic.h"
 #include "weights.h"
@@ -128,6 +129,7 @@ void qw_model_destroy(qw_model *m) {
     if (m->lin)
         for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++)
             qk_packed_release(&m->lin[i].packed);
+    qw_tp_destroy(m->tp);
     free(m->lin);
     free(m->prefix.entries);
     free(m->prefix.pool);
@@ -170,6 +172,14 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (nt == m->threads) return QS_OK;
     qs_status st = setup_threads(m, nt, err);
     if (st != QS_OK) return qs_error_wrap(err, "model: %d threads", nt);
+    if (m->tp) { /* the ranks' backends and run states are sized for the team too */
+        int n = qw_tp_ranks(m->tp);
+        qw_tp *tp = NULL;
+        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, &tp, err);
+        if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
+        qw_tp_destroy(m->tp);
+        m->tp = tp;
+    }
     return QS_OK;
 }
 
@@ -196,6 +206,11 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
     qw_rank *r = &m->rank;
     r->probe = 0;
     if (!on) return QS_OK;
+    if (m->tp)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "SQNR probe: not with tensor_parallel %d (the probe runs on the "
+                            "unsharded model)",
+                            qw_tp_ranks(m->tp));
     if (!r->ref) {
         size_t mo = (size_t)m->cfg.vocab_size;
         mo = max_sz(mo, (size_t)m->cfg.hidden_dim);
@@ -265,8 +280,7 @@ void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks
 }
 
 /* The entry for tokens[n], or a free one claimed for them, or NULL. */
-static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n,
-                                   int *found) {
+static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n, int *found) {
     *found = 0;
     for (int i = 0; i < pc->n; i++) {
         prefix_entry *e = &pc->entries[i];
@@ -337,7 +351,53 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
         if (tokens[t] >= (uint32_t)c->vocab_size)
             return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t,
                                 tokens[t], c->vocab_size);
+    if (m->tp) {
+        qs_status st = qw_tp_sync(m->tp, m->lin, err);
+        if (st != QS_OK) return st;
+        return qw_tp_forward(m->tp, tokens, n, row0, name_of_linear, m, logits, err);
+    }
     qw_rank *r = &m->rank;
-    return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size,
-                            name_of_linear, m, logits, err);
+    return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size, name_of_linear,
+                            m, logits, err);
+}
+
+qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
+    if (n < 1 || n > QW_TP_MAX)
+        return qs_error_set(err, QS_EINVAL, "tensor_parallel %d outside 1..%d", n, QW_TP_MAX);
+    if (n == qw_model_tensor_parallel(m)) return QS_OK;
+    if (n > 1 && m->rank.probe)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "tensor_parallel %d: switch the SQNR probe off first", n);
+    qw_tp *tp = NULL;
+    if (n > 1) {
+        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, &tp, err);
+        if (st != QS_OK) return st;
+    }
+    qw_tp_destroy(m->tp);
+    m->tp = tp;
+    return QS_OK;
+}
+
+int qw_model_tensor_parallel(const qw_model *m) {
+    return m->tp ? qw_tp_ranks(m->tp) : 1;
+}
+
+const qk_packed *qw_model_packed(const qw_model *m, int rank, int index, int64_t *axis,
+                                 int64_t *start) {
+    int nl = m->cfg.n_layers * QW_LINEAR_KINDS + 2;
+    if (index < 0 || index >= nl) return NULL;
+    *axis = 0;
+    *start = 0;
+    if (rank < 0) return m->lin[index].packed.storage_ ? &m->lin[index].packed : NULL;
+    if (!m->tp) return NULL;
+    const qw_shard *s = qw_tp_shard(m->tp, rank);
+    if (!s) return NULL;
+    if (index < nl - 1) {
+        int ax;
+        int64_t len;
+        qw_shard_range(s, &m->cfg, index < nl - 2 ? index % QW_LINEAR_KINDS : QW_LINEAR_KINDS, &ax,
+                       start, &len);
+        *axis = ax;
+    }
+    return qw_tp_packed(m->tp, rank, index);
 }

@@ -79,12 +79,13 @@ int qw_model_threads(const qw_model *m);
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 
 /* Restores every tensor to its unquantized master, then quantizes the weights that `p` names
- * (once, here, into packed form: qk_quantize of the master's FP32 values) and records the
- * activation formats the forward pass applies. The "bf16" (identity) format keeps the master.
- * p == NULL or an all-none policy restores the unquantized model bit for bit.
- * Errors: QS_EINVAL (p->n_layers differs from the model), errors of qk_quantize wrapped
- * with the tensor name, QS_ENOMEM (a packed form, or the FP32 copy of the largest master that
- * quantizing needs while this call runs). On error the model is left unquantized. */
+ * (once, here, into packed form: bit for bit qk_quantize of the master's FP32 values, done a
+ * 16 MiB chunk of rows at a time with qk_quantize_rows, so no FP32 copy of a master exists;
+ * apply_policy.c) and records the activation formats the forward pass applies. The "bf16"
+ * (identity) format keeps the master. p == NULL or an all-none policy restores the
+ * unquantized model bit for bit. Errors: QS_EINVAL (p->n_layers differs from the model),
+ * errors of qk_quantize_rows wrapped with the tensor name, QS_ENOMEM (a packed form, or the
+ * one FP32 chunk buffer). On error the model is left unquantized. */
 qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 
 /* Runs tokens[0..n-1] (positions 0..n-1, a fresh causal context) and sets *logits to the
@@ -138,6 +139,32 @@ void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks
  * ("model.layers.3.self_attn.q_proj", "lm_head"; n_layers*7+1: "model.embed_tokens");
  * "?" when out of range. */
 const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t cap);
+
+/* Tensor parallelism (shard.h; Megatron-LM, arXiv 1909.08053): n > 1 splits the model over n
+ * ranks (on the CPU backend, n rank backends run in this process, one after the other, op by
+ * op) and every later forward runs sharded, the partial outputs of o_proj and down_proj
+ * all-reduced; the policy in force (qw_model_apply_policy) is carried onto the ranks at the
+ * next forward, each sharded FP4 tensor quantized with the MAX-all-reduced amax, so the
+ * packed codes are those of the unsharded tensor. n == 1 (the default) frees the ranks: the
+ * unsharded path, unchanged. Logits agree with the unsharded forward to float rounding (the
+ * row-parallel sums are added in another order). Sharded forwards do not use the prefix cache;
+ * the SQNR probe is refused while n > 1.
+ * Memory per rank: its run state, FP32 copies of its o_proj/down_proj slices, packed forms.
+ * Errors: QS_EINVAL (n outside 1..64; the model's heads, kv heads, hidden_dim or vocabulary
+ * cannot be split n ways: qw_shard_plan), QS_EUNSUPPORTED (probe on), QS_ENOMEM; a policy
+ * whose formats cannot be sharded fails at the forward (qw_tp_sync). */
+qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err);
+
+/* Ranks of the model's tensor-parallel group: 1 when unsharded. */
+int qw_model_tensor_parallel(const qw_model *m);
+
+/* The packed form of tensor `index` (layer*7 + kind, n_layers*7 lm_head, +1 embeddings): the
+ * unsharded model's (rank < 0) or rank `rank`'s slice, NULL when not quantized there; *axis
+ * and *start say where the slice sits in the whole tensor (axis 0: its rows start at row
+ * *start; 1: its columns at column *start). A rank's slice is synced at the next forward.
+ * For tests and diagnostics. */
+const qk_packed *qw_model_packed(const qw_model *m, int rank, int index, int64_t *axis,
+                                 int64_t *start);
 
 /* Number of probe-able linears: n_layers*QW_LINEAR_KINDS + 1 (lm_head). */
 int qw_model_n_linears(const qw_model *m);

@@ -45,6 +45,19 @@ struct qw_model {
     linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
     linear *lm_head, *embed;
     qw_prefix_cache prefix;
+    struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
 };
+
+/* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large
+ * enough that the OpenMP regions of each chunk cost little beside its work, small beside any
+ * model that needs it. */
+#define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 22)
+
+/* qw_model_apply_policy (model.h) with masters converted and quantized about chunk_floats
+ * floats at a time (rounded to whole 16-row chunks, at least 16 rows; apply_policy.c): the
+ * result does not depend on it (tests/engine apply_policy checks that). Errors: as
+ * qw_model_apply_policy. */
+qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t chunk_floats,
+                                        qs_error *err);
 
 #endif

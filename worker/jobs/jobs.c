@@ -18,6 +18,7 @@
 #include "policy.h"
 #include "quant.h"
 #include "synthetic.h"
+#include "tokenizer.h"
 #include "tokens.h"
 
 /* A job's spec, decoded by its kind's module (kinds/sensitivity.h), so the worker reads
@@ -35,8 +36,8 @@ static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_err
 }
 
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
-                                long max_chunks, const char *numerics_version, int mkdirs,
-                                char *buf, size_t cap, qs_error *err) {
+                                long max_chunks, int bos_id, const char *numerics_version,
+                                int mkdirs, char *buf, size_t cap, qs_error *err) {
     const char *parts[] = {model_digest, dataset_digest, numerics_version};
     for (size_t i = 0; i < 3; i++) {
         if (!parts[i] || !*parts[i] || strlen(parts[i]) > 128)
@@ -77,8 +78,10 @@ qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_di
             }
         }
     }
-    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld-v%s.qswblp", dir, model_digest, dataset_digest,
-                 ctx, max_chunks, numerics_version);
+    char bos[24] = "";
+    if (bos_id >= 0) snprintf(bos, sizeof bos, "-bos%d", bos_id);
+    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld%s-v%s.qswblp", dir, model_digest,
+                 dataset_digest, ctx, max_chunks, bos, numerics_version);
     if (n < 0 || (size_t)n >= cap)
         return qs_error_set(err, QS_EINVAL, "baseline path: buffer too small");
     return QS_OK;
@@ -163,13 +166,29 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     return QS_OK;
 }
 
+/* The job's tokens: its token file, or its text through the model's own tokenizer
+ * (qw_text_dataset: tokenized once per tokenizer and text on this machine, then cached). The
+ * digest must be the one the grid recorded: a file changed since submission, or another
+ * tokenizer, fails the job instead of producing results filed under the old key. */
 static qs_status load_tokens(const job_spec *s, qw_tokens *t, qs_error *err) {
-    qs_status st = qw_tokens_load(s->dataset.path, t, err);
+    const char *text = qs_dataset_text_path(s->dataset.path);
+    char cached[4096];
+    qs_status st;
+    if (text && qs_is_synthetic(s->model.path))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: dataset %s: a text needs the model's tokenizer, and the "
+                            "synthetic model %s has none",
+                            text, s->model.path);
+    if (text)
+        st = qw_text_dataset(s->model.path, text, NULL, t, cached, sizeof cached, err);
+    else
+        st = qw_tokens_load(s->dataset.path, t, err);
     if (!st && strcmp(t->digest, s->dataset.digest) != 0) {
         st = qs_error_set(err, QS_EINVAL,
-                          "token file %s: digest %s differs from the job's %s (the file changed "
-                          "since the grid was submitted)",
-                          s->dataset.path, t->digest, s->dataset.digest);
+                          "%s %s: digest %s differs from the job's %s (the %s changed since the "
+                          "grid was submitted)",
+                          text ? "text" : "token file", text ? text : s->dataset.path, t->digest,
+                          s->dataset.digest, text ? "text or the model's tokenizer" : "file");
         qw_tokens_free(t);
     }
     return st;
@@ -191,11 +210,13 @@ static void eval_options(const job_spec *s, progress_ctx *pc, qw_eval_options *o
     memset(opt, 0, sizeof *opt);
     opt->ctx = s->dataset.ctx;
     opt->max_chunks = (size_t)s->dataset.max_chunks;
-    opt->bos_id = -1;
+    opt->bos_id = s->dataset.bos ? s->dataset.bos_id : -1;
     opt->progress = on_progress;
     opt->progress_ctx = pc;
     opt->model_digest = s->model.digest;
     opt->dataset_digest = s->dataset.digest;
+    /* resources.gpu_count is the job's tensor-parallel degree (kinds/spec.h) */
+    opt->tensor_parallel = s->resources.gpu_count > 1 ? s->resources.gpu_count : 0;
 }
 
 static qs_status report(qw_job_ctx *ctx, const char *name, double v, qs_error *err) {
@@ -251,8 +272,8 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096];
     st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
-                               err);
+                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -268,24 +289,67 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     return st;
 }
 
-/* Quantization options from the spec's format_options, through the numeric core's own
- * option names (kernels/quant.h qk_quant_option_set), the same parser grid.c validates with. */
-static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant_options *o,
-                               qs_error *err) {
-    memset(o, 0, sizeof *o);
+/* The quantization of one format: format by name, its options from opts (a format_options
+ * object) through the numeric core's own option names (kernels/quant.h qk_quant_option_set,
+ * the parser the grid validates with), the same format on the GEMM inputs when acts. */
+static qs_status quant_spec(const char *name, const json_t *opts, int acts, qw_quant_spec *q,
+                            qs_error *err) {
+    memset(q, 0, sizeof *q);
+    q->weight = qk_format_by_name(name);
+    if (!q->weight)
+        return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", name);
     const char *key;
     json_t *v;
-    json_object_foreach(s->format_options, key, v) {
+    json_object_foreach((json_t *)opts, key, v) {
         char num[32];
         const char *text = json_string_value(v);
         if (json_is_integer(v)) {
             snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
             text = num;
         }
-        qs_status st = qk_quant_option_set(fmt, o, key, text, err);
+        qs_status st = qk_quant_option_set(q->weight, &q->weight_opt, key, text, err);
         if (st) return qs_error_wrap(err, "job spec: format_options.%s", key);
     }
+    if (acts) {
+        q->act = q->weight;
+        q->act_opt = q->weight_opt;
+    }
     return QS_OK;
+}
+
+/* Mode policy: each linear of the map in its format, every other as it is. Errors: a block
+ * beyond the model's, an unknown format or option (QS_EINVAL naming the linear). */
+static qs_status build_explicit_policy(const job_spec *s, int n_layers, qw_policy *p,
+                                       qs_error *err) {
+    qs_status st = qw_policy_init(p, n_layers, err);
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->policy, key, v) {
+        if (st) break;
+        int block, part;
+        const char *name = json_string_value(v);
+        qw_quant_spec q;
+        qs_policy_key_parse(key, &block, &part); /* checked by the spec's decoder */
+        if (block >= n_layers) {
+            st = qs_error_set(err, QS_EINVAL,
+                              "job spec: policy.%s: block %d is not a block of 0..%d", key, block,
+                              n_layers - 1);
+            break;
+        }
+        st = quant_spec(name, json_object_get(s->format_options, name),
+                        s->quantize_acts && part != QS_PART_EMBEDDINGS, &q, err);
+        if (st) {
+            qs_error_wrap(err, "job spec: policy.%s", key);
+            break;
+        }
+        if (part == QS_PART_LM_HEAD)
+            p->lm_head = q;
+        else if (part == QS_PART_EMBEDDINGS)
+            p->embed = q; /* a lookup: weight format only (quant_spec without acts) */
+        else
+            *qw_policy_linear(p, block, (qw_linear_kind)part) = q;
+    }
+    return st;
 }
 
 /* The policy a spec names: the kind's modes and parts (kinds/names.h, sensitivity.h) onto
@@ -295,16 +359,10 @@ static qs_status quant_options(const job_spec *s, const qk_format *fmt, qk_quant
  * when only lm_head is quantized). The embeddings are a lookup with no activation input:
  * they get the weight format only. */
 static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
-    qw_quant_spec q = {0};
-    q.weight = qk_format_by_name(s->format);
-    if (!q.weight)
-        return qs_error_set(err, QS_EINVAL, "job spec: format: unknown format '%s'", s->format);
-    qs_status st = quant_options(s, q.weight, &q.weight_opt, err);
+    if (s->mode == QS_MODE_POLICY) return build_explicit_policy(s, n_layers, p, err);
+    qw_quant_spec q;
+    qs_status st = quant_spec(s->format, s->format_options, s->quantize_acts, &q, err);
     if (st) return st;
-    if (s->quantize_acts) {
-        q.act = q.weight;
-        q.act_opt = q.weight_opt;
-    }
     if (s->block >= n_layers)
         return qs_error_set(err, QS_EINVAL,
                             "job spec: part: block %d is not a block of 0..%d for mode %s",
@@ -361,8 +419,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096];
     st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.numerics_version, 1, path, sizeof path,
-                               err);
+                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
+                               s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;

@@ -7,6 +7,9 @@
  * "baseline": the unquantized model on the dataset. Writes the reference log-probabilities
  *   (worker/engine/eval.h's baseline file) into the baseline directory (qw_jobs_baseline_path)
  *   and reports ppl, nll, their standard errors and n_tokens, n_chunks, n_scored, ctx.
+ * Both read the dataset the spec names: a token file, or a text ("text:" path, kinds/spec.h)
+ * tokenized by the model's own tokenizer (worker/tokenizer qw_text_dataset, cached); with
+ * "dataset.bos_id" each chunk starts with that id (worker/engine/eval.h bos_id).
  * "eval": applies the policy the spec names (format, options, quantize, mode, part:
  *   qw_jobs_policy), compares
  *   against the baseline file (recomputing it first when this machine has none) and reports
@@ -40,21 +43,25 @@ qs_status qw_jobs_register(qs_error *err);
  *   leave_one_out: every part of the spec's leave_one_out_of (default the seven block
  *     linears) but the part, in every block;
  *   block / layer / cumulative / leave_one_out_block / leave_one_out_layer: the engine's
- *     isolation helpers (QW_ISO_BLOCK, _LAYER, _CUMULATIVE, _LOO_BLOCK, _LOO_LAYER).
+ *     isolation helpers (QW_ISO_BLOCK, _LAYER, _CUMULATIVE, _LOO_BLOCK, _LOO_LAYER);
+ *   policy: each linear of the spec's map in its format with its options from
+ *     format_options[format]; every other linear as it is.
  * "weights+activations" sets the activation format of every quantized GEMM input.
  * *out is initialised here (free with qw_policy_free). Errors: QS_EFORMAT (not JSON),
  * QS_EINVAL naming the field (the spec's decoder, a block beyond n_layers, an unknown format
  * or option), QS_ENOMEM. */
 qs_status qw_jobs_policy(const char *spec_json, int n_layers, qw_policy *out, qs_error *err);
 
-/* The baseline file for (model digest, dataset digest, ctx, max_chunks, numerics version):
+/* The baseline file for (model digest, dataset digest, ctx, max_chunks, BOS id, numerics
+ * version):
  *   $QSWEEP_BASELINE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/baselines, then
- *   "/<model_digest>-<dataset_digest>-ctx<ctx>-chunks<max_chunks>-v<numerics>.qswblp".
+ *   "/<model_digest>-<dataset_digest>-ctx<ctx>-chunks<max_chunks>[-bos<id>]-v<numerics>.qswblp"
+ *   ("-bos<id>" only when bos_id >= 0: chunks that start with BOS are another baseline).
  * Every local worker computes the same name, so a baseline made by one is reused by all.
  * Writes at most cap bytes (NUL included) to buf. With mkdirs the directory is created.
  * Errors: QS_EINVAL (buf too small, a digest that is not hex), QS_EIO (mkdir). */
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
-                                long max_chunks, const char *numerics_version, int mkdirs,
-                                char *buf, size_t cap, qs_error *err);
+                                long max_chunks, int bos_id, const char *numerics_version,
+                                int mkdirs, char *buf, size_t cap, qs_error *err);
 
 #endif

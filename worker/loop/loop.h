@@ -44,6 +44,9 @@ typedef qs_status (*qw_job_fn)(qw_job_ctx *ctx, qs_error *err);
  * registry's 64 slots are full. */
 qs_status qw_register_kind(const char *name, qw_job_fn fn, qs_error *err);
 
+/* Whether a function is registered under the job kind name (qw_register_kind). Thread-safe. */
+bool qw_kind_registered(const char *name);
+
 /* The job's id (jobs.id in the database) and attempt number (1-based). */
 int64_t qw_job_id(const qw_job_ctx *ctx);
 uint32_t qw_job_attempt(const qw_job_ctx *ctx);
@@ -110,7 +113,9 @@ typedef struct qw_options {
     bool quiet;              /* no log lines on stderr */
     /* > 0: leave once no job has run for this long, ms (counted from the start, or from the
        ACK of the last attempt's end): BYE, then qw_run returns QS_OK (SLURM array tasks end
-       when the sweep has no more work for them). 0: run until stopped. */
+       when the sweep has no more work for them). A worker that never heard from the
+       coordinator in that time is not idle but alone: qw_run returns QS_ENET saying so.
+       0: run until stopped. */
     int exit_when_idle_ms;
     /* Largest final result this worker delivers, encoded bytes; a larger one fails the
        attempt with a job error giving its size and this limit. 0: QS_PROTO_MAX_RESULT_BYTES
@@ -128,8 +133,9 @@ typedef struct qw_options {
 /* Runs a worker until it is stopped (SIGTERM/SIGINT/qw_request_stop) or, with
  * exit_when_idle_ms, has been idle that long; returns QS_OK after a clean BYE.
  * Errors: QS_EINVAL for bad options (names the field), QS_ENET when the socket cannot be
- * created or connected (names the endpoint), or when the coordinator refused the handshake
- * QW_REFUSALS_MAX times (the message says why). Jobs' failures are not errors of qw_run:
+ * created or connected (names the endpoint), when the coordinator refused the handshake
+ * QW_REFUSALS_MAX times (the message says why), or when exit_when_idle_ms passed without a
+ * word from the coordinator (it was never reached: names the endpoint). Jobs' failures are not errors of qw_run:
  * they are reported to the coordinator. Logs one line per event on stderr, among them
  * "connected to the coordinator at ENDPOINT" once per connection. */
 qs_status qw_run(const qw_options *opts, qs_error *err);

@@ -46,3 +46,7 @@ qw_job_fn qw_registry_find(const char *name) {
     pthread_mutex_unlock(&registry_mu);
     return fn;
 }
+
+bool qw_kind_registered(const char *name) {
+    return name && qw_registry_find(name) != NULL;
+}

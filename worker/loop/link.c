@@ -1,0 +1,143 @@
+/* The worker's connection (loop.h): the DEALER socket, its CURVE keys, the monitor that
+ * tells a refused handshake from a silent coordinator, and re-registering. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <zmq.h>
+
+#include "clock.h"
+#include "loop_internal.h"
+
+/* Watches the socket's handshakes (zmq_socket_monitor, libzmq 4.3: each event is two
+ * frames, a 16-bit event id and a 32-bit value in host order, then the endpoint): a worker
+ * the coordinator refuses (its ZAP handler's allow-list, coordinator/server/zap.h) or whose
+ * security mechanism differs (no CURVE keys against a CURVE coordinator, or the reverse)
+ * otherwise only sees a silent coordinator; an admitted one says that it connected. */
+static void watch_handshakes(worker *w) {
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://qsweep-worker-monitor-%p-%u", (void *)w, ++w->mon_seq);
+    if (zmq_socket_monitor(w->sock, ep,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
+        return;
+    w->mon = zmq_socket(w->zctx, ZMQ_PAIR);
+    int linger = 0;
+    if (w->mon && (zmq_setsockopt(w->mon, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+                   zmq_connect(w->mon, ep) != 0)) {
+        zmq_close(w->mon);
+        w->mon = NULL;
+    }
+}
+
+/* One refused handshake: says what is wrong the first time (libzmq retries every 100 ms),
+ * and counts. */
+static void refused(worker *w, int64_t now, const char *why) {
+    if (w->refusals++ == 0) {
+        w->first_refusal_ms = now;
+        snprintf(w->refusal, sizeof w->refusal, "%s", why);
+        qw_loop_wlog(w, "%s", why);
+    }
+}
+
+/* Reads the monitor's events. Returns true when the worker should give up: the coordinator
+ * refused it at least QW_REFUSALS_MAX times over at least QW_REFUSAL_SPAN_MS with no
+ * successful handshake in between (loop.h). */
+bool qw_loop_read_handshakes(worker *w, int64_t now) {
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        uint16_t id = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&id, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) { /* the endpoint frame */
+            zmq_msg_init(&ev);
+            zmq_msg_recv(&ev, w->mon, ZMQ_DONTWAIT);
+            zmq_msg_close(&ev);
+        }
+        char why[400];
+        if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (!w->connected_told)
+                qw_loop_wlog(w, "connected to the coordinator at %s%s", w->o->endpoint,
+                             w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
+            w->connected_told = true;
+            w->refusals = 0;
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            snprintf(why, sizeof why,
+                     "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
+                     "public key %s in the coordinator's allow-list (--authorized-keys)?",
+                     value, w->o->curve_public_key);
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                   value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+            snprintf(why, sizeof why, "%s",
+                     w->o->curve_server_key
+                         ? "the coordinator does not use CURVE but this worker does: unset "
+                           "QSWEEP_CURVE_SERVER/PUBLIC/SECRET or start the coordinator with "
+                           "QSWEEP_CURVE_SECRET"
+                         : "the coordinator requires CURVE and this worker has no keys: set "
+                           "QSWEEP_CURVE_SERVER (the coordinator's public key) and this "
+                           "worker's QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET (qsweep keygen)");
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            snprintf(why, sizeof why,
+                     "the handshake with the coordinator failed (ZeroMQ protocol error 0x%x): "
+                     "is QSWEEP_CURVE_SERVER the coordinator's public key?",
+                     value);
+            refused(w, now, why);
+        }
+    }
+    return w->refusals >= QW_REFUSALS_MAX && now - w->first_refusal_ms >= QW_REFUSAL_SPAN_MS;
+}
+
+void qw_loop_close_socket(worker *w) {
+    if (w->mon) {
+        zmq_socket_monitor(w->sock, NULL, 0); /* stops the monitor */
+        zmq_close(w->mon);
+    }
+    if (w->sock) zmq_close(w->sock);
+    w->mon = w->sock = NULL;
+}
+
+qs_status qw_loop_open_socket(worker *w, qs_error *err) {
+    qw_loop_close_socket(w);
+    w->sock = zmq_socket(w->zctx, ZMQ_DEALER);
+    if (!w->sock) return qs_error_set(err, QS_ENET, "zmq_socket(DEALER): %s", zmq_strerror(errno));
+    int linger = 0;
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, w->id, strlen(w->id)) != 0)
+        return qs_error_set(err, QS_ENET, "worker_id \"%s\": not usable as a ZeroMQ routing id: %s",
+                            w->id, zmq_strerror(errno));
+    if (w->o->curve_server_key) {
+        if (zmq_setsockopt(w->sock, ZMQ_CURVE_SERVERKEY, w->o->curve_server_key, 41) != 0 ||
+            zmq_setsockopt(w->sock, ZMQ_CURVE_PUBLICKEY, w->o->curve_public_key, 41) != 0 ||
+            zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, w->o->curve_secret_key, 41) != 0)
+            return qs_error_set(err, QS_EINVAL, "CURVE keys: need three 40-character Z85 keys: %s",
+                                zmq_strerror(errno));
+    }
+    watch_handshakes(w);
+    w->connected_told = false;
+    if (zmq_connect(w->sock, w->o->endpoint) != 0)
+        return qs_error_set(err, QS_ENET, "connect %s: %s", w->o->endpoint, zmq_strerror(errno));
+    return QS_OK;
+}
+
+/* Re-registers: HELLO (naming the running or finished job), then whatever is unacked. */
+void qw_loop_reregister(worker *w) {
+    w->registering = true; /* until the coordinator is heard again */
+    qw_loop_send_hello(w);
+    qw_loop_resend_partials(w);
+    if (w->end_buf) { /* the part being delivered; a restarted coordinator asks for chunk 0 */
+        qw_loop_send_packed(w, w->end_buf, w->end_len, "attempt end");
+        w->end_sent_ms = qs_clock_ms();
+    }
+}
