@@ -353,15 +353,17 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
     for (int oi = 0; oi < 2; oi++) {
         char yaml[800], want[64];
         snprintf(yaml, sizeof yaml, "%s/plan16.yaml", dir);
-        const char *plan[] = {
-            "plan", "tiny", "--budget-bits", "16",     "--objective", objectives[oi],
-            "-o",   yaml,   "--db",          conninfo, NULL};
+        const char *plan[] = {"plan", "tiny",     "--budget-bits", "16",   "--objective",
+                              objectives[oi], "-o", yaml, "--db", conninfo, "--validate", NULL};
         rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
         if (rc != 0) fail_msg("qsweep plan --objective %s exited %d:\n%s", objectives[oi], rc, out);
         snprintf(want, sizeof want, "predicted %s: 0 ", objectives[oi]);
         if (!strstr(out, want))
             fail_msg("budget 16, %s: no '%s' in\n%s", objectives[oi], want, out);
         assert_policy_all_bf16(yaml, layers * 7);
+        /* nothing to validate: the plan is the baseline, and nothing is submitted */
+        assert_non_null(strstr(out, "validation: nothing to measure: every linear stays bf16"));
+        assert_non_null(strstr(out, "of the plan: 0 (every linear stays bf16)"));
         /* the tiny sweep's perplexity deltas include negative ones: the plan says so */
         if (oi == 1)
             assert_non_null(strstr(out, "linears measured a negative delta, counted as 0"));

@@ -234,6 +234,30 @@ static void resumed_run_reports_the_whole_curve_once_and_sums_its_time(void **s)
     assert_true(rb.wall_s <= t2 - t0);
 }
 
+/* checkpoint_dir is created with its missing parents (the grid checked it could be); a
+ * regular file in the way is refused naming it, before any step. */
+static void checkpoint_dir_is_created_with_its_parents(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    qw_train_spec sp = spec_for("nested", 3e-3f);
+    sp.train.steps = 2;
+    sp.train.sched.total = 2;
+    sp.train.sched.warmup = 0;
+    snprintf(sp.checkpoint_dir, sizeof sp.checkpoint_dir, "%s/a/b/c", dir);
+    if (qw_train_job_run(&sp, ids, n_ids, NULL, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    char p[400];
+    snprintf(p, sizeof p, "%s/a/b/c/nested/model.safetensors", dir);
+    assert_int_equal(access(p, R_OK), 0);
+    snprintf(p, sizeof p, "%s/file", dir);
+    FILE *f = fopen(p, "w");
+    fclose(f);
+    snprintf(sp.checkpoint_dir, sizeof sp.checkpoint_dir, "%s/file/sub", dir);
+    assert_int_equal(qw_train_job_run(&sp, ids, n_ids, NULL, &o, &err), QS_EIO);
+    assert_non_null(strstr(err.msg, p));
+    assert_int_equal(o.steps_done, 0);
+}
+
 static void diverging_run_reports_its_step_and_no_results(void **s) {
     (void)s;
     qs_error err = {0};
@@ -322,6 +346,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stopped_run_resumes_to_identical_weights),
         cmocka_unit_test(resumed_run_reports_the_whole_curve_once_and_sums_its_time),
+        cmocka_unit_test(checkpoint_dir_is_created_with_its_parents),
         cmocka_unit_test(diverging_run_reports_its_step_and_no_results),
         cmocka_unit_test(bytes_tokenizer_and_shapes),
     };

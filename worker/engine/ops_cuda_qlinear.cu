@@ -65,8 +65,12 @@ static qs_status prep(cuda_ctx *c, const qw_qlinear_env *env, int layer, int lin
                                 "linear %d %s: RHT16 needs k %% 16 == 0, k is %d (tokens per "
                                 "micro-batch for wgrad)",
                                 linear, qw_gemm_operand_name(op), k);
-        /* RHT16 on the device (kernels/cuda: qk_rht16's signs, butterfly order and bits). */
-        if (spec.rht) st = qk_cuda_rht16(dst, (size_t)r, (size_t)k, env->seed, 0, c->stream, &e2);
+        /* RHT16 on the device (kernels/cuda: qk_rht16's signs, butterfly order and bits); the
+         * 32-point RHT of mxfp4 (recipe.h rht_dim) has no device kernel: the CPU's below. */
+        if (spec.rht && spec.rht_dim == 32)
+            st = QS_EUNSUPPORTED;
+        else if (spec.rht)
+            st = qk_cuda_rht16(dst, (size_t)r, (size_t)k, env->seed, 0, c->stream, &e2);
         qk_quant_options opt;
         memset(&opt, 0, sizeof opt);
         opt.rounding = spec.rounding;
