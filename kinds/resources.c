@@ -1,6 +1,7 @@
 /* Job resources per kind (resources.h). */
 #include "resources.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "names.h"
@@ -164,12 +165,39 @@ static qs_status sensitivity_packed(const qs_sensitivity_spec *s, const qs_model
     return QS_OK;
 }
 
+bool qs_tp_splits(const qs_model_shape *s, int tp, char *why, size_t cap) {
+    int h = s->n_heads, g = s->n_kv_heads;
+    if (tp == 1) return true;
+    if (tp < 1 || tp > 64)
+        snprintf(why, cap, "tensor parallel %d: ranks outside 1..64", tp);
+    else if (h <= 0 || h % tp != 0)
+        snprintf(why, cap,
+                 "tensor parallel %d: n_heads %d is not a multiple of the ranks (each rank "
+                 "holds whole heads)",
+                 tp, h);
+    else if (g <= 0 || (g % tp != 0 && tp % g != 0))
+        snprintf(why, cap,
+                 "tensor parallel %d: n_kv_heads %d neither a multiple nor a divisor of the "
+                 "ranks (kv heads are split or replicated whole)",
+                 tp, g);
+    else if (s->hidden_dim < tp)
+        snprintf(why, cap, "tensor parallel %d: hidden_dim %d < ranks", tp, s->hidden_dim);
+    else if (s->vocab_size < tp)
+        snprintf(why, cap, "tensor parallel %d: vocab_size %d < ranks", tp, s->vocab_size);
+    else
+        return true;
+    return false;
+}
+
 /* The GPUs asked for by resources r (0 when none). */
 static qs_job_need asked(const qs_resources *r) {
     qs_job_need n = {0};
     if (!r->present) return n;
     n.native_fp4 = r->native_fp4;
-    n.gpus = r->gpu_count > 0 ? r->gpu_count : r->native_fp4 ? 1 : 0;
+    /* gpu_memory_mib alone asks for one GPU with that memory (it used to make a CPU job) */
+    n.gpus = r->gpu_count > 0                           ? r->gpu_count
+             : r->native_fp4 || r->gpu_memory_mib > 0 ? 1
+                                                        : 0;
     n.gpu_mem_mb = n.gpus ? r->gpu_memory_mib : 0;
     return n;
 }

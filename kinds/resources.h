@@ -39,6 +39,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -100,6 +101,13 @@ int64_t qs_sensitivity_gpu_bytes(const qs_model_size *m, int64_t packed_block_by
 
 /* MiB the scheduler asks for raw bytes: raw + raw / 8 + QS_GPU_MARGIN_MIB, rounded up. */
 int64_t qs_gpu_need_mib(int64_t raw_bytes);
+
+/* Whether a model of shape s splits over tp tensor-parallel ranks the way the engine's shard
+ * plan splits it (worker/engine/shard.c qw_shard_plan, the same rule; keep the two in step):
+ * tp in 1..64, n_heads a multiple of tp (each rank holds whole query heads), n_kv_heads a
+ * multiple or a divisor of tp (kv heads split or replicated whole), hidden_dim and vocab_size
+ * >= tp. False with why (cap bytes) saying which value does not split; tp 1 always splits. */
+bool qs_tp_splits(const qs_model_shape *s, int tp, char *why, size_t cap);
 
 /* What job `kind` with spec object `spec` needs (the rule above). m: its model's size, NULL for
  * a kind without a model (then only the explicit resources count). A kind that is not a

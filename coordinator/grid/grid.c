@@ -56,6 +56,7 @@ static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *
                               "(a job runs on tensor_parallel GPUs: give one of the two)",
                               tp, gpus);
     if (tp) gpus = tp;
+    /* gpu_memory_mib alone asks for one GPU with that memory (a CPU job would ignore it) */
     if (!st && (v = qc_config_lookup(n, "gpu_memory_mib")))
         st = qc_config_int(c, v, "resources.gpu_memory_mib", 0, 1 << 30, &mib);
     if (!st && (v = qc_config_lookup(n, "native_fp4")))
@@ -77,6 +78,7 @@ static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *
                                   "resources.gemm: emulated, but native_fp4 is true");
     }
     if (st) return st;
+    if (mib > 0 && gpus == 0) gpus = 1;
     *r = (qs_resources){.present = true,
                         .gpu_count = gpus,
                         .gpu_memory_mib = mib,
@@ -117,6 +119,25 @@ static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g
     return kind->parse(c, root, probe, g);
 }
 
+/* Refuses, at the resources key, a tensor-parallel degree (gpu_count > 1) that a model of
+ * the grid whose shape is known cannot be split over (kinds/resources.h qs_tp_splits, the
+ * rule of the engine's shard plan): such a job could only fail on its worker. */
+static qs_status check_tensor_parallel(qc_config *c, const qc_grid *g) {
+    int tp = g->resources.present ? g->resources.gpu_count : 0;
+    if (tp <= 1) return QS_OK;
+    struct fy_node *rn = qc_config_lookup(qc_config_root(c), "resources");
+    struct fy_node *n = rn ? qc_config_lookup(rn, "tensor_parallel") : NULL;
+    if (!n && rn) n = qc_config_lookup(rn, "gpu_count");
+    for (size_t i = 0; i < g->n_models; i++) {
+        char why[200];
+        if (g->models[i].facts.shape.dim <= 0) continue;
+        if (!qs_tp_splits(&g->models[i].facts.shape, tp, why, sizeof why))
+            return qc_config_fail(c, n ? n : rn, QS_EINVAL, "resources: model %s: %s",
+                                  g->models[i].name ? g->models[i].name : "?", why);
+    }
+    return QS_OK;
+}
+
 qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
                        const qc_grid_probe *probe, qc_grid **out, qs_error *err) {
     if (!out || !path || !probe || (n_sets && !sets))
@@ -135,6 +156,7 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         st = qc_config_check_text(c, root, desc);
     }
     if (!st) st = parse_root(c, probe, g);
+    if (!st) st = check_tensor_parallel(c, g);
     /* the run state at the grid's ctx sizes each job's GPU memory (kinds/resources.h) */
     for (size_t i = 0; !st && probe->run_state_bytes && g->ctx > 0 && i < g->n_models; i++)
         if (g->models[i].facts.shape.dim > 0)

@@ -219,6 +219,34 @@ static void bad_resources_are_refused_naming_the_place(void **state) {
     assert_non_null(strstr(err.msg, "resources.tensor_parallel"));
 }
 
+/* A tensor-parallel degree the model's heads cannot be split over is refused at load, at
+ * the key (file:line:column), with the engine's reason: Llama-2-7B has 32 heads, so 3 ranks
+ * is refused and 4 accepted; gpu_count says the same as tensor_parallel. gpu_memory_mib
+ * alone asks for one GPU of that memory. */
+static void tensor_parallel_the_heads_cannot_split_is_refused_at_load(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qc_job_list l = {0};
+    qs_error err = {0};
+    assert_int_equal(load(e, SYNTH_7B "resources: {tensor_parallel: 3}\n", &g, &err), QS_EINVAL);
+    assert_null(g);
+    assert_non_null(strstr(err.msg, "grid.yaml:5:30:"));
+    assert_non_null(strstr(err.msg, "n_heads 32 is not a multiple of the ranks"));
+    assert_int_equal(load(e, SYNTH_7B "resources: {gpu_count: 6}\n", &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "grid.yaml:5:24:"));
+    expand(e, SYNTH_7B "resources: {tensor_parallel: 4}\n", &g, &l);
+    assert_int_equal(l.jobs[1].need.gpus, 4);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+    expand(e, SYNTH_7B "resources: {gpu_memory_mib: 1}\n", &g, &l);
+    for (size_t i = 0; i < l.n; i++) {
+        assert_int_equal(l.jobs[i].need.gpus, 1);
+        assert_int_equal(l.jobs[i].need.gpu_mem_mb, 1);
+    }
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(probe_reads_the_stored_bytes_and_the_engine_run_state),
@@ -227,6 +255,7 @@ int main(void) {
         cmocka_unit_test(a_grid_without_resources_needs_nothing),
         cmocka_unit_test(tensor_parallel_and_native_fp4_reach_every_job),
         cmocka_unit_test(bad_resources_are_refused_naming_the_place),
+        cmocka_unit_test(tensor_parallel_the_heads_cannot_split_is_refused_at_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -279,6 +279,29 @@ static void other_kinds_take_their_resources_as_given(void **state) {
     json_decref(s);
 }
 
+/* gpu_memory_mib without gpu_count asks for one GPU with that memory (it was a CPU job that
+ * ignored it): for a kind taking its resources as given, and for an eval job, whose memory is
+ * then the figure given rather than computed. */
+static void gpu_memory_alone_asks_for_one_gpu(void **state) {
+    (void)state;
+    qs_job_need n;
+    qs_error err = {0};
+    json_t *s = json_loads("{\"kind\":\"sleep\",\"resources\":{\"gpu_count\":0,"
+                           "\"gpu_memory_mib\":1,\"native_fp4\":false}}",
+                           0, NULL);
+    assert_int_equal(qs_job_resources("sleep", s, NULL, &n, &err), QS_OK);
+    assert_int_equal(n.gpus, 1);
+    assert_int_equal(n.gpu_mem_mb, 1);
+    assert_false(n.native_fp4);
+    json_decref(s);
+    s = json_loads("{\"kind\":\"sleep\",\"resources\":{\"gpu_count\":0,"
+                   "\"gpu_memory_mib\":0,\"native_fp4\":false}}",
+                   0, NULL);
+    assert_int_equal(qs_job_resources("sleep", s, NULL, &n, &err), QS_OK);
+    assert_int_equal(n.gpus, 0);
+    json_decref(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama2_7b_has_the_parameter_count_hugging_face_reports),
@@ -291,6 +314,7 @@ int main(void) {
         cmocka_unit_test(each_mode_packs_the_linears_it_quantizes),
         cmocka_unit_test(policy_mode_packs_each_linear_in_its_format),
         cmocka_unit_test(other_kinds_take_their_resources_as_given),
+        cmocka_unit_test(gpu_memory_alone_asks_for_one_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
