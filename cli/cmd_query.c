@@ -60,13 +60,15 @@ static int parse_common(int argc, char **argv, const char *cmd, void (*usage)(FI
 
 /* Seconds left for an experiment: the jobs not yet finished times the mean duration of its
  * succeeded attempts, shared among the attempts running now (one per busy worker, which
- * heartbeats keep alive). -1 until one attempt has succeeded; -2 when no attempt runs on a
- * live worker (an interrupted `run`, no worker started): then there is no pace to speak of. */
+ * heartbeats keep alive). -1 until one attempt has succeeded; -3 when none of its attempts
+ * runs but a live worker is there (busy with another experiment's job, or about to take
+ * one); -2 when no worker is live at all (an interrupted `run`, no worker started): then
+ * there is no pace to speak of. */
 static double eta_seconds(qc_store *s, const qc_progress *p) {
     qc_pace pace;
     qs_error err = {0};
     if (qc_store_pace(s, p->experiment_id, &pace, &err) != QS_OK) return -1;
-    if (pace.running_live == 0) return -2;
+    if (pace.running_live == 0) return pace.workers_live > 0 ? -3 : -2;
     if (pace.mean_attempt_s < 0) return -1;
     return (double)(p->pending + p->running) * pace.mean_attempt_s / (double)pace.running_live;
 }
@@ -128,6 +130,9 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
         } else if (e == -2) {
             snprintf(eta, sizeof eta, "  no worker running");
             snprintf(eta_short, sizeof eta_short, " no worker");
+        } else if (e == -3) {
+            snprintf(eta, sizeof eta, "  ETA ? (waiting for a worker)");
+            snprintf(eta_short, sizeof eta_short, " waiting");
         } else {
             snprintf(eta, sizeof eta, "  ETA ?");
             snprintf(eta_short, sizeof eta_short, " ETA ?");
@@ -216,14 +221,20 @@ static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *ou
                           .native_fp4 = need[i].native_fp4,
                           .model_key = ""};
         if (qc_sched_fits_any(ws, live, &j)) continue;
+        char have[160];
+        if (biggest == 0) /* no GPU at all: "largest GPU has 0 MiB" read as a GPU with none */
+            snprintf(have, sizeof have, "no registered worker has a GPU");
+        else
+            snprintf(have, sizeof have,
+                     "the %zu registered worker%s' largest GPU has %lld MiB; %d GPU%s with "
+                     "native FP4",
+                     live, live == 1 ? "" : "s", (long long)biggest, native, native == 1 ? "" : "s");
         fprintf(out,
                 "%s: %lld pending job%s no registered worker can take: each needs %d GPU%s "
-                "with %lld MiB%s (the %zu registered workers' largest GPU has %lld MiB; %d "
-                "GPU%s with native FP4)\n",
+                "with %lld MiB%s (%s)\n",
                 need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
                 j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
-                j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", live,
-                (long long)biggest, native, native == 1 ? "" : "s");
+                j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", have);
     }
     free(ws);
     free(sw);

@@ -50,7 +50,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     if (!w) w = qc_srv_worker_add(s, rid, rid_len);
     snprintf(w->name, sizeof w->name, "%s", h->worker_id);
     w->last_seen = now;
-    w->next_alive = now + s->lease_ms / 2; /* the HELLO's upsert sets last_seen */
+    w->next_alive = now + qc_srv_alive_ms(s); /* the HELLO's upsert sets last_seen */
     w->ready = false;
     w->n_gpus = h->n_gpus < QC_SCHED_GPUS_MAX ? (int)h->n_gpus : QC_SCHED_GPUS_MAX;
     json_t *gpus = json_array();
@@ -318,9 +318,9 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         return;
     }
     w->last_seen = now;
-    if (now >= w->next_alive) { /* workers.last_seen follows heartbeats, every half lease */
+    if (now >= w->next_alive) { /* workers.last_seen follows heartbeats (qc_srv_alive_ms) */
         qc_srv_must(s, qc_store_batch_worker_alive(s->batch, w->name, false, &s->batch_err));
-        w->next_alive = now + s->lease_ms / 2;
+        w->next_alive = now + qc_srv_alive_ms(s);
     }
     switch (env->body_case) {
     case QSWEEP__ENVELOPE__BODY_READY:

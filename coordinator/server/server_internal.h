@@ -209,6 +209,15 @@ void qc_srv_dispatch(server *s, int64_t now);
 
 /* ---- lease.c: leases ---- */
 
+/* How often, at most, a worker's messages refresh workers.last_seen (ms): every
+ * QC_SRV_ALIVE_MS (5 s), or every half lease when the lease is shorter. The write is one row
+ * of the open batch, committed with the others (no round trip of its own). `qsweep workers`
+ * reads last_seen against QC_WORKER_SILENT_S (coordinator/store/queries.h). */
+#define QC_SRV_ALIVE_MS 5000
+static inline int64_t qc_srv_alive_ms(const server *s) {
+    return s->lease_ms / 2 < QC_SRV_ALIVE_MS ? s->lease_ms / 2 : QC_SRV_ALIVE_MS;
+}
+
 /* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
  * stored one has less than half a lease left: one write per job every lease/2 at most, so
  * observers see live leases without a write per heartbeat. */

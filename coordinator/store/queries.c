@@ -10,18 +10,25 @@
 qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_error *err) {
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)experiment_id);
-    const char *params[1] = {id};
+    char silent_s[16];
+    snprintf(silent_s, sizeof silent_s, "%d", QC_WORKER_SILENT_S);
+    const char *params[2] = {id, silent_s};
     PGresult *r = qc_store_params(
         s,
         "SELECT extract(epoch FROM avg(a.ended_at - a.started_at)"
         "                FILTER (WHERE a.outcome = 'succeeded')),"
-        "       count(*) FILTER (WHERE a.outcome = 'running' AND a.lease_expires_at > now())"
+        "       count(*) FILTER (WHERE a.outcome = 'running' AND (a.lease_expires_at > now()"
+        "                OR (w.left_at IS NULL AND now() - w.last_seen < make_interval(secs => $2))))"
         " FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job"
-        " WHERE ej.experiment = $1",
-        1, params, PGRES_TUPLES_OK, "pace of experiment", err);
+        " LEFT JOIN workers w ON w.id = a.worker"
+        " WHERE ej.experiment = $1"
+        " UNION ALL SELECT NULL, count(*) FROM workers"
+        " WHERE left_at IS NULL AND now() - last_seen < make_interval(secs => $2)",
+        2, params, PGRES_TUPLES_OK, "pace of experiment", err);
     if (!r) return err->code;
     out->mean_attempt_s = PQgetisnull(r, 0, 0) ? -1.0 : strtod(PQgetvalue(r, 0, 0), NULL);
     out->running_live = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    out->workers_live = PQntuples(r) > 1 ? strtoll(PQgetvalue(r, 1, 1), NULL, 10) : 0;
     PQclear(r);
     return QS_OK;
 }
@@ -38,7 +45,7 @@ qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_erro
     snprintf(lost_s, sizeof lost_s, "%d", QC_WORKER_LOST_S);
     const char *params[2] = {silent_s, lost_s};
     /* connected: seen within QC_WORKER_SILENT_S (the coordinator refreshes last_seen every
-       half lease, 15 s by default); silent: not seen for longer, e.g. the worker hangs or the
+       5 s, QC_SRV_ALIVE_MS); silent: not seen for longer, e.g. the worker hangs or the
        coordinator is down; lost: not seen for QC_WORKER_LOST_S and never said goodbye (killed
        with SIGKILL, its machine gone, or the coordinator restarted without it: nothing else
        would ever mark it; its attempts were ended by their leases); left: it said BYE or the

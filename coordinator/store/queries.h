@@ -14,7 +14,10 @@
 /* The pace of an experiment's attempts, for an ETA. */
 typedef struct qc_pace {
     double mean_attempt_s; /* mean wall time of its succeeded attempts, s; -1 when none yet */
-    int64_t running_live;  /* its attempts running now with an unexpired lease (a live worker) */
+    int64_t running_live;  /* its attempts running now on a live worker: an unexpired lease, or
+                              a worker seen within QC_WORKER_SILENT_S that has not left */
+    int64_t workers_live;  /* workers seen within QC_WORKER_SILENT_S that have not left, of any
+                              experiment (busy elsewhere or idle) */
 } qc_pace;
 
 /* Pace of experiment experiment_id (qc_progress.experiment_id). */
@@ -31,8 +34,10 @@ typedef struct qc_worker_row {
                            seen for QC_WORKER_LOST_S, no BYE), "left" (BYE or timed out) */
 } qc_worker_row;
 
-/* A worker not seen for this long is shown "silent" (s): a hang, or its coordinator down. */
-#define QC_WORKER_SILENT_S 90
+/* A worker not seen for this long is shown "silent" (s): a hang, killed (SIGKILL), or its
+ * coordinator down. The coordinator refreshes last_seen every 5 s while a worker sends
+ * anything (server_internal.h QC_SRV_ALIVE_MS): 20 s is four refreshes missed. */
+#define QC_WORKER_SILENT_S 20
 /* Not seen for this long, and it never said BYE nor was timed out by a coordinator, a worker
  * is "lost" (s): killed with SIGKILL, its machine gone, or the coordinator restarted without
  * it. Its attempts are not waited for: their leases ended them long before. */

@@ -25,7 +25,9 @@ void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_c
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-        snprintf(why, why_cap, "CUDA: %s", cudaGetErrorString(e));
+        /* no driver, or one too old for this runtime (what a machine with no GPU answers):
+           "CUDA driver version is insufficient" alone read as a version problem */
+        snprintf(why, why_cap, "no GPU visible (CUDA: %s)", cudaGetErrorString(e));
         return;
     }
     for (int d = 0; d < count && *n < cap; d++) {
@@ -47,7 +49,7 @@ void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_c
         g->native_fp4 = p.major >= 10;
         g->device = d;
     }
-    if (*n == 0 && why_cap && !why[0]) snprintf(why, why_cap, "CUDA: no device");
+    if (*n == 0 && why_cap && !why[0]) snprintf(why, why_cap, "no GPU visible (CUDA: no device)");
 #else
     (void)out;
     (void)cap;
