@@ -25,6 +25,10 @@ static void discovery_lists_gpus_or_says_why_there_are_none(void **state) {
     if (n == 0) {
         assert_true(why[0] != 0);
         if (!qw_gpu_have_cuda()) assert_non_null(strstr(why, "no CUDA in this build"));
+        /* a CUDA build on a machine without a GPU (no driver, or "CUDA driver version is
+           insufficient for CUDA runtime version") says first that no GPU is visible */
+        if (qw_gpu_have_cuda() && strncmp(why, "no GPU visible (CUDA: ", 22) != 0)
+            fail_msg("no GPU, and the reason does not say so: %s", why);
     }
     for (size_t i = 0; i < n; i++) {
         assert_true(g[i].memory_bytes > 0);
@@ -100,6 +104,13 @@ static void gpus_option_errors_name_the_index_and_what_is_there(void **state) {
         QS_EINVAL);
     assert_string_equal(err.msg, "--gpus: GPU 0 is not present: this machine has none (no CUDA "
                                  "in this build)");
+    assert_int_equal(qw_gpu_select(NULL, 0, "0",
+                                   "no GPU visible (CUDA: CUDA driver version is insufficient "
+                                   "for CUDA runtime version)",
+                                   out, QW_GPUS_MAX, &n, &err),
+                     QS_EINVAL);
+    assert_string_equal(err.msg, "--gpus: GPU 0 is not present: no GPU visible (CUDA: CUDA "
+                                 "driver version is insufficient for CUDA runtime version)");
     assert_int_equal(qw_gpu_select(all, n_all, "1,1", "", out, QW_GPUS_MAX, &n, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "GPU 1 is named twice"));
     const char *bad[] = {"", "0,", "x", "0,x", "-1", " 1", "1 "};

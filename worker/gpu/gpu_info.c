@@ -150,6 +150,9 @@ qs_status qw_gpu_select(const qw_gpu *all, size_t n_all, const char *spec, const
         if ((size_t)idx >= n_all) {
             char names[512];
             list_names(all, n_all, names, sizeof names);
+            if (n_all == 0 && why && !strncmp(why, "no GPU visible", 14))
+                return qs_error_set(err, QS_EINVAL, "--gpus: GPU %ld is not present: %s", idx,
+                                    why);
             if (n_all == 0)
                 return qs_error_set(err, QS_EINVAL,
                                     "--gpus: GPU %ld is not present: this machine has none (%s)",
