@@ -46,19 +46,7 @@ int main(int argc, char **argv) {
         o.seed = 1;
         const qk_format *fmt = qk_format_by_name(cases[c].fmt);
         float best = 0;
-        int rc = qkb_best_of(
-            reps,
-            [&]() -> int {
-                CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-                return 0;
-            },
-            [&]() -> int {
-                qs_error err = {};
-                if (qk_cuda_fake_quant(fmt, &o, buf, rows, k, NULL, &err) == QS_OK) return 0;
-                fprintf(stderr, "bench_cuda_fakequant: %s\n", err.msg);
-                return 1;
-            },
-            &best);
+        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, buf, src, rows, k, reps, &best);
         if (rc) return 1;
         double gbs = qkb_gbs(moved, best);
         printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / copy_gbs);

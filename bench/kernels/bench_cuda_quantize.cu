@@ -57,19 +57,8 @@ int main(int argc, char **argv) {
             o.tensor_amax_given = rr == 2;
             o.tensor_amax = 32.0f; // fill's largest magnitude
             float best = 0;
-            int rc = qkb_best_of(
-                reps,
-                [&]() -> int {
-                    CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-                    return 0;
-                },
-                [&]() -> int {
-                    qs_error err = {};
-                    if (qk_cuda_fake_quant(fmt, &o, buf, rows, k, NULL, &err) == QS_OK) return 0;
-                    fprintf(stderr, "bench_cuda_quantize: %s\n", err.msg);
-                    return 1;
-                },
-                &best);
+            int rc =
+                qkb_fake_quant_ms("bench_cuda_quantize", fmt, &o, buf, src, rows, k, reps, &best);
             if (rc) return 1;
             double ratio = qkb_gbs(2.0 * (double)bytes, best) / copy_gbs;
             char label[64];

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "qk_cuda.h"
+
 // Returns 1 from the calling function (printing file, line and CUDA's message) when call fails.
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -84,6 +86,27 @@ static int qkb_copy_ms(float *dst, const float *src, size_t bytes, int reps, flo
         [&]() -> int {
             CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
             return 0;
+        },
+        best_ms);
+}
+
+// Best time of qk_cuda_fake_quant(fmt, o) in place on buf [rows x k], buf refreshed from src
+// (untimed) before each run; `who` prefixes the error message. Returns 0, or 1 on any error.
+static int qkb_fake_quant_ms(const char *who, const qk_format *fmt, const qk_quant_options *o,
+                             float *buf, const float *src, size_t rows, size_t k, int reps,
+                             float *best_ms) {
+    size_t bytes = rows * k * sizeof(float);
+    return qkb_best_of(
+        reps,
+        [&]() -> int {
+            CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
+            return 0;
+        },
+        [&]() -> int {
+            qs_error err = {};
+            if (qk_cuda_fake_quant(fmt, o, buf, rows, k, NULL, &err) == QS_OK) return 0;
+            fprintf(stderr, "%s: %s\n", who, err.msg);
+            return 1;
         },
         best_ms);
 }
