@@ -228,7 +228,8 @@ static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *ou
             snprintf(have, sizeof have,
                      "the %zu registered worker%s' largest GPU has %lld MiB; %d GPU%s with "
                      "native FP4",
-                     live, live == 1 ? "" : "s", (long long)biggest, native, native == 1 ? "" : "s");
+                     live, live == 1 ? "" : "s", (long long)biggest, native,
+                     native == 1 ? "" : "s");
         fprintf(out,
                 "%s: %lld pending job%s no registered worker can take: each needs %d GPU%s "
                 "with %lld MiB%s (%s)\n",

@@ -195,9 +195,7 @@ static qs_job_need asked(const qs_resources *r) {
     if (!r->present) return n;
     n.native_fp4 = r->native_fp4;
     /* gpu_memory_mib alone asks for one GPU with that memory (it used to make a CPU job) */
-    n.gpus = r->gpu_count > 0                           ? r->gpu_count
-             : r->native_fp4 || r->gpu_memory_mib > 0 ? 1
-                                                        : 0;
+    n.gpus = r->gpu_count > 0 ? r->gpu_count : r->native_fp4 || r->gpu_memory_mib > 0 ? 1 : 0;
     n.gpu_mem_mb = n.gpus ? r->gpu_memory_mib : 0;
     return n;
 }

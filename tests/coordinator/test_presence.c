@@ -82,8 +82,8 @@ static void a_busy_worker_stays_seen_and_status_says_who_waits(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(a_busy_worker_stays_seen_and_status_says_who_waits,
-                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(a_busy_worker_stays_seen_and_status_says_who_waits, h_setup,
+                                        h_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
 }

@@ -24,10 +24,19 @@ static void the_rule_agrees_with_the_shard_plan_on_every_small_shape(void **stat
             for (int tp = 1; tp <= 24; tp++)
                 for (size_t k = 0; k < sizeof small / sizeof small[0]; k++) {
                     int f = small[k], v = small[(k + 2) % 5];
-                    qw_config c = {.dim = 64, .hidden_dim = f, .n_layers = 1, .n_heads = h,
-                                   .n_kv_heads = g, .head_dim = 8, .vocab_size = v};
-                    qs_model_shape s = {.dim = 64, .hidden_dim = f, .n_layers = 1,
-                                        .n_heads = h, .n_kv_heads = g, .head_dim = 8,
+                    qw_config c = {.dim = 64,
+                                   .hidden_dim = f,
+                                   .n_layers = 1,
+                                   .n_heads = h,
+                                   .n_kv_heads = g,
+                                   .head_dim = 8,
+                                   .vocab_size = v};
+                    qs_model_shape s = {.dim = 64,
+                                        .hidden_dim = f,
+                                        .n_layers = 1,
+                                        .n_heads = h,
+                                        .n_kv_heads = g,
+                                        .head_dim = 8,
                                         .vocab_size = v};
                     qs_error err = {0};
                     char why[200] = "";
@@ -48,8 +57,13 @@ static void real_configs_split_as_their_heads_allow(void **state) {
     (void)state;
     char why[200];
     /* meta-llama/Llama-2-7b-hf: 32 heads, 32 kv heads */
-    qs_model_shape l2 = {.dim = 4096, .hidden_dim = 11008, .n_layers = 32, .n_heads = 32,
-                         .n_kv_heads = 32, .head_dim = 128, .vocab_size = 32000};
+    qs_model_shape l2 = {.dim = 4096,
+                         .hidden_dim = 11008,
+                         .n_layers = 32,
+                         .n_heads = 32,
+                         .n_kv_heads = 32,
+                         .head_dim = 128,
+                         .vocab_size = 32000};
     for (int tp = 1; tp <= 32; tp *= 2)
         assert_true(qs_tp_splits(&l2, tp, why, sizeof why));
     assert_false(qs_tp_splits(&l2, 3, why, sizeof why));
@@ -61,8 +75,13 @@ static void real_configs_split_as_their_heads_allow(void **state) {
     assert_true(qs_tp_splits(&l3, 16, why, sizeof why));
     assert_false(qs_tp_splits(&l3, 64, why, sizeof why));
     /* HuggingFaceTB/SmolLM2-135M: 9 heads, 3 kv heads: 3 and 9 ranks, not 2 */
-    qs_model_shape sm = {.dim = 576, .hidden_dim = 1536, .n_layers = 30, .n_heads = 9,
-                         .n_kv_heads = 3, .head_dim = 64, .vocab_size = 49152};
+    qs_model_shape sm = {.dim = 576,
+                         .hidden_dim = 1536,
+                         .n_layers = 30,
+                         .n_heads = 9,
+                         .n_kv_heads = 3,
+                         .head_dim = 64,
+                         .vocab_size = 49152};
     assert_true(qs_tp_splits(&sm, 3, why, sizeof why));
     assert_true(qs_tp_splits(&sm, 9, why, sizeof why));
     assert_false(qs_tp_splits(&sm, 2, why, sizeof why));

@@ -151,8 +151,7 @@ qs_status qw_gpu_select(const qw_gpu *all, size_t n_all, const char *spec, const
             char names[512];
             list_names(all, n_all, names, sizeof names);
             if (n_all == 0 && why && !strncmp(why, "no GPU visible", 14))
-                return qs_error_set(err, QS_EINVAL, "--gpus: GPU %ld is not present: %s", idx,
-                                    why);
+                return qs_error_set(err, QS_EINVAL, "--gpus: GPU %ld is not present: %s", idx, why);
             if (n_all == 0)
                 return qs_error_set(err, QS_EINVAL,
                                     "--gpus: GPU %ld is not present: this machine has none (%s)",
