@@ -199,6 +199,13 @@ static void bad_grids_are_refused_at_their_place(void **s) {
     expect_error("nobase",
                  GRID_HEAD "  recipes: [bf16, {name: x, rht: 0}]\n  lrs: [0.001]\n  steps: 5\n",
                  "nobase.yaml:6:", "'name' and 'base'");
+    expect_error("builtinname",
+                 GRID_HEAD "  recipes: [{name: bf16, base: nvfp4}]\n  lrs: [0.001]\n  steps: 5\n",
+                 "builtinname.yaml:6:20", "recipe name 'bf16' is a built-in recipe's");
+    expect_error("builtinname2",
+                 GRID_HEAD "  recipes: [bf16, {name: nvfp4, base: nvfp4, sr: 0}]\n"
+                           "  lrs: [0.001]\n  steps: 5\n",
+                 "builtinname2.yaml:6:", "recipe name 'nvfp4' is a built-in recipe's");
     expect_error("textdir",
                  "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: .}\n"
                  "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
@@ -283,6 +290,14 @@ static void set_errors_name_the_argument(void **s) {
     assert_int_not_equal(qc_grid_load(p, sets, 1, qsweep_probe(), &g, &err), QS_OK);
     if (!strstr(err.msg, "--set training.recipes=[{name: a}]") || strstr(err.msg, ":0:0"))
         fail_msg("got \"%s\"", err.msg);
+    /* A built-in name for a custom recipe, given by --set, names the argument. */
+    const char *sets2[1] = {"training.recipes=[{name: bf16, base: mxfp4}]"};
+    qs_error err2 = {0};
+    assert_int_not_equal(qc_grid_load(p, sets2, 1, qsweep_probe(), &g, &err2), QS_OK);
+    assert_null(g);
+    if (!strstr(err2.msg, "--set training.recipes=[{name: bf16, base: mxfp4}]") ||
+        !strstr(err2.msg, "built-in"))
+        fail_msg("got \"%s\"", err2.msg);
 }
 
 static void job_keys_of(const char *name, const char *body, const char *const *sets, size_t n,
