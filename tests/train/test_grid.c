@@ -300,6 +300,33 @@ static void set_errors_name_the_argument(void **s) {
         fail_msg("got \"%s\"", err2.msg);
 }
 
+/* The same key given twice: an error in the value in effect names the last --set (issue:
+ * it named the overridden one). */
+static void repeated_set_names_the_argument_in_effect(void **s) {
+    (void)s;
+    const char *p = write_grid("set2", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n");
+    const char *const cases[][3] = {
+        {"training.lrs=[0.002]", "training.lrs=[-1]"},
+        {"training.recipes=[bf16]", "training.recipes=[{name: bf16, base: nvfp4}]"},
+        {"training.steps=7", "training.steps=-3"},
+        {"training.lrs=[0.002]", "training.lrs=[0.003]", "training.steps=-3"},
+        {"training.lrs.0=0.002", "training.lrs.0=0.003", "training.steps=-3"},
+        {"training.steps=7", "training.steps=8", "training.lrs=[-1]"},
+        {"training.recipes.0=nvfp4", "training.recipes=[mxfp4]", "training.lrs=[-1]"},
+        {"training.recipes=[bf16]", "training.recipes=[nvfp4]", "training.lrs=[0.1, 0.1]"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        qc_grid *g = NULL;
+        qs_error err = {0};
+        size_t n = cases[k][2] ? 3 : 2;
+        assert_int_not_equal(qc_grid_load(p, cases[k], n, qsweep_probe(), &g, &err), QS_OK);
+        assert_null(g);
+        char want[200];
+        snprintf(want, sizeof want, "--set %s:", cases[k][n - 1]);
+        if (!strstr(err.msg, want))
+            fail_msg("case %zu: got \"%s\", expected \"%s\"", k, err.msg, want);
+    }
+}
+
 static void job_keys_of(const char *name, const char *body, const char *const *sets, size_t n,
                         char keys[][65], size_t *nk, char *cdir, size_t cap) {
     qc_grid *g = NULL;
@@ -405,6 +432,7 @@ int main(void) {
         cmocka_unit_test(bad_grids_are_refused_at_their_place),
         cmocka_unit_test(spec_decoder_names_the_field_and_key_ignores_paths),
         cmocka_unit_test(set_errors_name_the_argument),
+        cmocka_unit_test(repeated_set_names_the_argument_in_effect),
         cmocka_unit_test(checkpoint_dir_is_keyed_and_canonical),
         cmocka_unit_test(big_named_shapes_are_accepted_with_their_parameter_counts),
     };
