@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "result_rows.h"
 
 /* One row per (shape, lr, recipe) of metric $2: seeds, mean and sample standard deviation of
  * the value, how many seeds have a bf16 run to compare with, and the gap's mean and spread
@@ -95,9 +96,11 @@ static const char *const CURVES_SQL =
     "FROM v_train_curves WHERE experiment = $1 AND metric = 'train_loss'\n"
     "GROUP BY job_id, recipe, seed ORDER BY recipe, seed";
 
-static double num(PGresult *r, int row, int col) {
-    return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
-}
+/* How each column goes into JSON: seed counts as integers, lr and figures as reals. */
+static const qsweep_col_type col_types[C_N] = {QSWEEP_COL_TEXT, QSWEEP_COL_REAL, QSWEEP_COL_TEXT,
+                                               QSWEEP_COL_TEXT, QSWEEP_COL_INT,  QSWEEP_COL_REAL,
+                                               QSWEEP_COL_REAL, QSWEEP_COL_INT,  QSWEEP_COL_REAL,
+                                               QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL};
 
 static PGresult *query(PGconn *c, const char *sql, int n, const char *const *params,
                        const char *what, qs_status *st, qs_error *err) {
@@ -118,7 +121,7 @@ qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_tra
     *is_train = 0;
     PGresult *r = query(c, KIND_SQL, 1, params, "experiment kind", &st, err);
     if (!r) return st;
-    *is_train = num(r, 0, 0) > 0;
+    *is_train = qsweep_col_num(r, 0, 0) > 0;
     PQclear(r);
     return QS_OK;
 }
@@ -158,19 +161,6 @@ static void print_curves(PGresult *r, FILE *out) {
     }
 }
 
-static void csv_field(const char *v, FILE *out) {
-    if (!strpbrk(v, ",\"\n")) {
-        fputs(v, out);
-        return;
-    }
-    fputc('"', out); /* RFC 4180 quoting */
-    for (; *v; v++) {
-        if (*v == '"') fputc('"', out);
-        fputc(*v, out);
-    }
-    fputc('"', out);
-}
-
 /* Field c of row i of r (a TRAIN_SQL result when unfinished is 0, an UNFINISHED_SQL one when
  * 1), NULL when SQL NULL or not a column of r. */
 static const char *field(PGresult *r, int unfinished, int i, int c) {
@@ -195,7 +185,7 @@ static void print_csv(PGresult *r, PGresult *u, FILE *out) {
                 const char *v = field(q, k, i, c);
                 char lr[32];
                 if (v && c == C_LR) lr_text(v, lr, sizeof lr), v = lr;
-                csv_field(v ? v : "", out); /* NULL prints as the empty field */
+                qsweep_csv_field(v ? v : "", out); /* NULL prints as the empty field */
             }
             fputc('\n', out);
         }
@@ -213,9 +203,9 @@ static qs_status print_json(PGresult *r, PGresult *u, FILE *out, qs_error *err) 
                 json_t *v;
                 if (!s)
                     v = json_null();
-                else if (c == C_SEEDS || c == C_WITH || c == X_SEED)
+                else if (c == X_SEED || (c < C_N && col_types[c] == QSWEEP_COL_INT))
                     v = json_integer(strtoll(s, NULL, 10));
-                else if (c == C_LR || (c >= C_VALUE && c < C_N))
+                else if (c < C_N && col_types[c] == QSWEEP_COL_REAL)
                     v = json_real(strtod(s, NULL));
                 else
                     v = json_string(s);
@@ -253,20 +243,22 @@ static void print_table(PGresult *r, const char *metric, FILE *out) {
         /* One seed has no spread: say so rather than print +- 0.0000. */
         if (seeds > 1)
             fprintf(out, "  %-18s %5s %11.4f +- %-6.4f", PQgetvalue(r, i, C_RECIPE),
-                    PQgetvalue(r, i, C_SEEDS), num(r, i, C_VALUE), num(r, i, C_SD));
+                    PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE),
+                    qsweep_col_num(r, i, C_SD));
         else
             fprintf(out, "  %-18s %5s %11.4f %-9s", PQgetvalue(r, i, C_RECIPE),
-                    PQgetvalue(r, i, C_SEEDS), num(r, i, C_VALUE), " (1 seed)");
+                    PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE), " (1 seed)");
         if (with == 0) {
             fprintf(out, " %22s\n", "no bf16 run");
             continue;
         }
         if (with > 1)
-            fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", num(r, i, C_GAP),
-                    num(r, i, C_GAP_SD), 100 * num(r, i, C_REL), 100 * num(r, i, C_REL_SD));
+            fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", qsweep_col_num(r, i, C_GAP),
+                    qsweep_col_num(r, i, C_GAP_SD), 100 * qsweep_col_num(r, i, C_REL),
+                    100 * qsweep_col_num(r, i, C_REL_SD));
         else
-            fprintf(out, " %+11.4f %-10s %+8.2f%% %-9s", num(r, i, C_GAP), " (1 seed)",
-                    100 * num(r, i, C_REL), " (1 seed)");
+            fprintf(out, " %+11.4f %-10s %+8.2f%% %-9s", qsweep_col_num(r, i, C_GAP), " (1 seed)",
+                    100 * qsweep_col_num(r, i, C_REL), " (1 seed)");
         if (with < seeds) fprintf(out, "  (%ld of %ld seeds have a bf16 run)", with, seeds);
         fputc('\n', out);
     }
@@ -279,7 +271,7 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
     qs_status st;
     PGresult *m = query(c, METRIC_SQL, 1, params, "training results", &st, err);
     if (!m) return st;
-    int n_val = (int)num(m, 0, 0), n_train = (int)num(m, 0, 1);
+    int n_val = (int)qsweep_col_num(m, 0, 0), n_train = (int)qsweep_col_num(m, 0, 1);
     PQclear(m);
     const char *metric = n_val > 0 ? "final_val_loss" : "final_train_loss";
     params[1] = metric;
