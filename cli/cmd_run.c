@@ -294,8 +294,7 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
     size_t mine = 0;
     int64_t biggest = 0;
     for (size_t i = 0; !st && i < n_w; i++) {
-        if (!strcmp(w[i].state, "left") || strncmp(w[i].id, prefix, strlen(prefix)) != 0)
-            continue;
+        if (!strcmp(w[i].state, "left") || strncmp(w[i].id, prefix, strlen(prefix)) != 0) continue;
         int ng = 0;
         qc_sched_gpus_from_json(w[i].gpus, gpus[mine], QC_SCHED_GPUS_MAX, &ng);
         sw[mine] = (qc_sched_worker){.n_gpus = ng, .gpus = gpus[mine]};
@@ -314,15 +313,15 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
                               .model_key = ""};
             if (qc_sched_fits_any(ws, mine, &j)) continue;
             unfit += need[i].n_jobs;
-            int m = snprintf(msg + k, cap - k,
-                             "%s%lld pending job%s no worker of this run can take: each needs %d "
-                             "GPU%s with %lld MiB%s (this run's %zu worker%s' largest GPU has "
-                             "%lld MiB)",
-                             k ? "; " : "", (long long)need[i].n_jobs,
-                             need[i].n_jobs == 1 ? "" : "s", j.gpus > 0 ? j.gpus : 1,
-                             j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
-                             j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "",
-                             mine, mine == 1 ? "" : "s", (long long)biggest);
+            int m =
+                snprintf(msg + k, cap - k,
+                         "%s%lld pending job%s no worker of this run can take: each needs %d "
+                         "GPU%s with %lld MiB%s (this run's %zu worker%s' largest GPU has "
+                         "%lld MiB)",
+                         k ? "; " : "", (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                         j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
+                         j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", mine,
+                         mine == 1 ? "" : "s", (long long)biggest);
             if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
         }
         *stuck = unfit > 0 && unfit >= p->pending;
@@ -639,7 +638,7 @@ int qsweep_cmd_run(int argc, char **argv) {
         fprintf(st ? stderr : stdout, "logs of this run's coordinator and workers: %s\n", logs);
     }
     run_cleanup(&r);
-    int rc = st ? qsweep_fail("run", &err)
+    int rc = st                                            ? qsweep_fail("run", &err)
              : (prog.failed + prog.cancelled > 0 || stuck) ? QSWEEP_EXIT_JOBS_FAILED
                                                            : QSWEEP_EXIT_OK;
     if (!st && stuck)

@@ -908,8 +908,9 @@ static void test_run_stops_when_no_worker_can_take_the_jobs(void **state) {
         int rc = wait_exit_within(pid, 120, log, "qsweep run of jobs no worker can take");
         e->run = 0;
         const char *out = file_text(log);
-        if (rc != 5 || !strstr(out, "no worker of this run can take: each needs 1 GPU with "
-                                    "4194304 MiB") ||
+        if (rc != 5 ||
+            !strstr(out, "no worker of this run can take: each needs 1 GPU with "
+                         "4194304 MiB") ||
             !strstr(out, "this run's 2 workers' largest GPU has") ||
             strstr(out, "another coordinator"))
             fail_msg("round %d: qsweep run exited %d:\n%s", round + 1, rc, out);
@@ -932,8 +933,7 @@ static void test_run_stops_when_no_worker_can_take_the_jobs(void **state) {
 static void test_runs_started_together_share_the_private_cluster(void **state) {
     env *e = *state;
     char log[2][600];
-    char *argv[] = {"qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=1",
-                    NULL};
+    char *argv[] = {"qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=1", NULL};
     for (int round = 0; round < 3; round++) {
         pid_t pid[2];
         for (int i = 0; i < 2; i++) {
@@ -951,8 +951,7 @@ static void test_runs_started_together_share_the_private_cluster(void **state) {
         }
         if (!ok) fail_msg("round %d: neither run finished the sweep", round + 1);
         if (postmaster_alive(e->pg_dir))
-            fail_msg("round %d: the private cluster is still running after both runs",
-                     round + 1);
+            fail_msg("round %d: the private cluster is still running after both runs", round + 1);
     }
 }
 
@@ -965,8 +964,8 @@ static void test_run_sharing_the_cluster_leaves_it_to_the_last_run(void **state)
     char log[2][600];
     snprintf(log[0], sizeof log[0], "%s/first.out", e->dir);
     snprintf(log[1], sizeof log[1], "%s/second.out", e->dir);
-    char *argv[] = {"qsweep",         "run", TINY, "--workers", "1", "--set",
-                    "dataset.max_chunks=64", NULL};
+    char *argv[] = {"qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=64",
+                    NULL};
     pid_t first = e->run = start_logged(argv, log[0]);
     for (int i = 0; i < 1200 && !strstr(file_text(log[0]), "running; logs in"); i++)
         usleep(50000);
@@ -1013,8 +1012,8 @@ int main(int argc, char **argv) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_run_stops_when_no_worker_can_take_the_jobs, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_runs_started_together_share_the_private_cluster,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runs_started_together_share_the_private_cluster, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_run_sharing_the_cluster_leaves_it_to_the_last_run,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_outage_during_a_run_loses_nothing, setup,
