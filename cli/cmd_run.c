@@ -9,8 +9,10 @@
  *      child processes (their own process group, so a Ctrl-C reaches only this process,
  *      which stops them in order; PR_SET_PDEATHSIG stops them if this process is killed);
  *   5. shows progress until every job of the experiment is finished, stops the workers, the
- *      coordinator and the cluster if it started it (one that was already running is left
- *      running), and prints the results tables.
+ *      coordinator and the cluster when it is the last run using it (one started by
+ *      qsweep db start is left running; private_db.c), and prints the results tables. When
+ *      the jobs left need GPUs no worker of the run has (once its workers have registered),
+ *      it says what they need and stops the same way, exit 5 (unrunnable).
  * A worker killed by a signal (a crash in a job, the OOM killer) is started again after
  * RESPAWN_DELAY_MS, up to 3 restarts per worker in all, so the coordinator outlives the
  * crashed attempt's lease, hands the job out again and, when it keeps crashing workers,
@@ -201,8 +203,8 @@ static void run_usage(FILE *out) {
         "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
         "                   PostgreSQL cluster in --pg-dir (default "
         "${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
-        "                   is started for the run and stopped after it (one already running\n"
-        "                   is used and left running)\n"
+        "                   is started for the run and stopped by the last run using it (one\n"
+        "                   started by qsweep db start is used and left running)\n"
         "  --lease-ms MS    a running job's lease, 1000..2147483647 (default 10000; heartbeats\n"
         "                   renew it)\n"
         "  A worker killed by a signal is restarted (at most 3 times per worker in all).\n"
@@ -334,7 +336,8 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
     return st;
 }
 
-/* Watches the experiment until no job of it is pending or running. Prints a progress line
+/* Watches the experiment until no job of it is pending or running, or (*stuck set, why
+ * saying what they need) the pending ones are all jobs no worker of the run can take. Prints a progress line
  * when the counts change (on a terminal: one line rewritten in place). PostgreSQL
  * unreachable: says so once and retries every DB_RETRY_MS while the children go on (the
  * coordinator pauses dispatch and keeps its writes, coordinator/server/server.h), until it
