@@ -337,8 +337,8 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
 }
 
 /* Watches the experiment until no job of it is pending or running, or (*stuck set, why
- * saying what they need) the pending ones are all jobs no worker of the run can take. Prints a progress line
- * when the counts change (on a terminal: one line rewritten in place). PostgreSQL
+ * saying what they need) the pending ones are all jobs no worker of the run can take. Prints a
+ * progress line when the counts change (on a terminal: one line rewritten in place). PostgreSQL
  * unreachable: says so once and retries every DB_RETRY_MS while the children go on (the
  * coordinator pauses dispatch and keeps its writes, coordinator/server/server.h), until it
  * answers or a signal stops the run. */
