@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "result_rows.h"
 
 /* One row per (model, format, options, quantize, mode, part): the part's perplexity, its
  * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, and the
@@ -55,9 +56,11 @@ static const char *const col_names[C_N] = {"model",     "format",  "options",   
                                            "delta_ppl", "kl_mean", "kl_p99",       "top1",
                                            "gemm_path"};
 
-static double num(PGresult *r, int row, int col) {
-    return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
-}
+/* How each column goes into JSON: options as the stored JSON, figures as reals. */
+static const qsweep_col_type col_types[C_N] = {
+    QSWEEP_COL_TEXT, QSWEEP_COL_TEXT, QSWEEP_COL_JSON, QSWEEP_COL_TEXT, QSWEEP_COL_TEXT,
+    QSWEEP_COL_TEXT, QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL,
+    QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_TEXT};
 
 static int same_group(PGresult *r, int a, int b) {
     for (int c = C_MODEL; c <= C_MODE; c++)
@@ -69,7 +72,7 @@ static void print_table(PGresult *r, FILE *out) {
     int n = PQntuples(r);
     for (int i = 0; i < n; i++) {
         if (i == 0 || !same_group(r, i, i - 1)) {
-            double base = num(r, i, C_BASE);
+            double base = qsweep_col_num(r, i, C_BASE);
             fprintf(out, "\n%s  %s %s  %s  %s-wise   baseline (unquantized) ppl %.4f\n",
                     PQgetvalue(r, i, C_MODEL), PQgetvalue(r, i, C_FORMAT),
                     PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
@@ -77,61 +80,12 @@ static void print_table(PGresult *r, FILE *out) {
             fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%",
                     "KL mean", "KL p99", "top-1");
         }
-        double base = num(r, i, C_BASE), ppl = num(r, i, C_PPL), d = num(r, i, C_DELTA);
+        double base = qsweep_col_num(r, i, C_BASE), ppl = qsweep_col_num(r, i, C_PPL),
+               d = qsweep_col_num(r, i, C_DELTA);
         fprintf(out, "  %-8s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %7.2f%%\n",
-                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, num(r, i, C_KL),
-                num(r, i, C_KL99), 100.0 * num(r, i, C_TOP1));
+                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, qsweep_col_num(r, i, C_KL),
+                qsweep_col_num(r, i, C_KL99), 100.0 * qsweep_col_num(r, i, C_TOP1));
     }
-}
-
-static void print_csv(PGresult *r, FILE *out) {
-    for (int c = 0; c < C_N; c++)
-        fprintf(out, "%s%s", c ? "," : "", col_names[c]);
-    fputc('\n', out);
-    for (int i = 0; i < PQntuples(r); i++) {
-        for (int c = 0; c < C_N; c++) {
-            const char *v = PQgetvalue(r, i, c);
-            if (c) fputc(',', out);
-            if (strpbrk(v, ",\"\n")) { /* RFC 4180 quoting */
-                fputc('"', out);
-                for (; *v; v++) {
-                    if (*v == '"') fputc('"', out);
-                    fputc(*v, out);
-                }
-                fputc('"', out);
-            } else {
-                fputs(v, out);
-            }
-        }
-        fputc('\n', out);
-    }
-}
-
-static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < PQntuples(r); i++) {
-        json_t *o = json_object();
-        for (int c = 0; c < C_N; c++) {
-            json_t *v;
-            if (PQgetisnull(r, i, c))
-                v = json_null();
-            else if (c == C_OPTIONS)
-                v = json_loads(PQgetvalue(r, i, c), 0, NULL);
-            else if (c >= C_BASE && c != C_GEMM)
-                v = json_real(num(r, i, c));
-            else
-                v = json_string(PQgetvalue(r, i, c));
-            json_object_set_new(o, col_names[c], v ? v : json_null());
-        }
-        json_array_append_new(arr, o);
-    }
-    if (!arr || json_dumpf(arr, out, JSON_INDENT(2)) != 0) {
-        json_decref(arr);
-        return qs_error_set(err, QS_EIO, "cannot write the JSON output");
-    }
-    fputc('\n', out);
-    json_decref(arr);
-    return QS_OK;
 }
 
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
@@ -155,9 +109,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
         return st;
     }
     if (format == 1) {
-        print_csv(r, out);
+        qsweep_print_csv_rows(r, col_names, C_N, out);
     } else if (format == 2) {
-        st = print_json(r, out, err);
+        st = qsweep_print_json_rows(r, col_names, col_types, C_N, out, err);
     } else {
         fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
         print_table(r, out);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "result_rows.h"
 
 /* One row per (shape, lr, recipe) of metric $2: seeds, mean and sample standard deviation of
  * the value, how many seeds have a bf16 run to compare with, and the gap's mean and spread
@@ -79,9 +80,11 @@ static const char *const CURVES_SQL =
     "FROM v_train_curves WHERE experiment = $1 AND metric = 'train_loss'\n"
     "GROUP BY job_id, recipe, seed ORDER BY recipe, seed";
 
-static double num(PGresult *r, int row, int col) {
-    return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
-}
+/* How each column goes into JSON: seed counts as integers, lr and figures as reals. */
+static const qsweep_col_type col_types[C_N] = {QSWEEP_COL_TEXT, QSWEEP_COL_REAL, QSWEEP_COL_TEXT,
+                                               QSWEEP_COL_TEXT, QSWEEP_COL_INT,  QSWEEP_COL_REAL,
+                                               QSWEEP_COL_REAL, QSWEEP_COL_INT,  QSWEEP_COL_REAL,
+                                               QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL};
 
 static PGresult *query(PGconn *c, const char *sql, int n, const char *const *params,
                        const char *what, qs_status *st, qs_error *err) {
@@ -102,7 +105,7 @@ qs_status qsweep_is_train_experiment(qc_store *db, const char *name, int *is_tra
     *is_train = 0;
     PGresult *r = query(c, KIND_SQL, 1, params, "experiment kind", &st, err);
     if (!r) return st;
-    *is_train = num(r, 0, 0) > 0;
+    *is_train = qsweep_col_num(r, 0, 0) > 0;
     PQclear(r);
     return QS_OK;
 }
@@ -142,59 +145,6 @@ static void print_curves(PGresult *r, FILE *out) {
     }
 }
 
-static void csv_field(const char *v, FILE *out) {
-    if (!strpbrk(v, ",\"\n")) {
-        fputs(v, out);
-        return;
-    }
-    fputc('"', out); /* RFC 4180 quoting */
-    for (; *v; v++) {
-        if (*v == '"') fputc('"', out);
-        fputc(*v, out);
-    }
-    fputc('"', out);
-}
-
-static void print_csv(PGresult *r, FILE *out) {
-    for (int c = 0; c < C_N; c++)
-        fprintf(out, "%s%s", c ? "," : "", col_names[c]);
-    fputc('\n', out);
-    for (int i = 0; r && i < PQntuples(r); i++) {
-        for (int c = 0; c < C_N; c++) {
-            if (c) fputc(',', out);
-            csv_field(PQgetvalue(r, i, c), out); /* NULL prints as the empty field */
-        }
-        fputc('\n', out);
-    }
-}
-
-static qs_status print_json(PGresult *r, FILE *out, qs_error *err) {
-    json_t *arr = json_array();
-    for (int i = 0; arr && r && i < PQntuples(r); i++) {
-        json_t *o = json_object();
-        for (int c = 0; c < C_N; c++) {
-            json_t *v;
-            if (PQgetisnull(r, i, c))
-                v = json_null();
-            else if (c == C_SEEDS || c == C_WITH)
-                v = json_integer(strtoll(PQgetvalue(r, i, c), NULL, 10));
-            else if (c == C_LR || c >= C_VALUE)
-                v = json_real(num(r, i, c));
-            else
-                v = json_string(PQgetvalue(r, i, c));
-            json_object_set_new(o, col_names[c], v ? v : json_null());
-        }
-        json_array_append_new(arr, o);
-    }
-    if (!arr || json_dumpf(arr, out, JSON_INDENT(2)) != 0) {
-        json_decref(arr);
-        return qs_error_set(err, QS_EIO, "cannot write the JSON output");
-    }
-    fputc('\n', out);
-    json_decref(arr);
-    return QS_OK;
-}
-
 static void print_table(PGresult *r, const char *metric, FILE *out) {
     int n = PQntuples(r);
     fprintf(out,
@@ -210,15 +160,17 @@ static void print_table(PGresult *r, const char *metric, FILE *out) {
                     "relative gap");
         }
         fprintf(out, "  %-18s %5s %11.4f +- %-6.4f", PQgetvalue(r, i, C_RECIPE),
-                PQgetvalue(r, i, C_SEEDS), num(r, i, C_VALUE), num(r, i, C_SD));
+                PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE),
+                qsweep_col_num(r, i, C_SD));
         long with = strtol(PQgetvalue(r, i, C_WITH), NULL, 10),
              seeds = strtol(PQgetvalue(r, i, C_SEEDS), NULL, 10);
         if (with == 0) {
             fprintf(out, " %22s\n", "no bf16 run");
             continue;
         }
-        fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", num(r, i, C_GAP), num(r, i, C_GAP_SD),
-                100 * num(r, i, C_REL), 100 * num(r, i, C_REL_SD));
+        fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", qsweep_col_num(r, i, C_GAP),
+                qsweep_col_num(r, i, C_GAP_SD), 100 * qsweep_col_num(r, i, C_REL),
+                100 * qsweep_col_num(r, i, C_REL_SD));
         if (with < seeds) fprintf(out, "  (%ld of %ld seeds have a bf16 run)", with, seeds);
         fputc('\n', out);
     }
@@ -231,7 +183,7 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
     qs_status st;
     PGresult *m = query(c, METRIC_SQL, 1, params, "training results", &st, err);
     if (!m) return st;
-    int n_val = (int)num(m, 0, 0), n_train = (int)num(m, 0, 1);
+    int n_val = (int)qsweep_col_num(m, 0, 0), n_train = (int)qsweep_col_num(m, 0, 1);
     PQclear(m);
     const char *metric = n_val > 0 ? "final_val_loss" : "final_train_loss";
     params[1] = metric;
@@ -240,12 +192,12 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
     PGresult *r = query(c, sql, 2, params, "training results", &st, err);
     if (!r) return st;
     if (format == 1) {
-        print_csv(r, out);
+        qsweep_print_csv_rows(r, col_names, C_N, out);
         PQclear(r);
         return QS_OK;
     }
     if (format == 2) {
-        st = print_json(r, out, err);
+        st = qsweep_print_json_rows(r, col_names, col_types, C_N, out, err);
         PQclear(r);
         return st;
     }

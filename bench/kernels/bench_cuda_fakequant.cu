@@ -2,39 +2,17 @@
 // the same run; not a test. Bytes counted: the matrix read once and written once, for both
 // (NVFP4 reads it a second time for the tensor amax; not counted). Best of `reps` after one
 // warm-up, timed with CUDA events. Usage: bench_cuda_fakequant [rows k [reps]]
-#include <cuda_runtime.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_cuda_util.cuh"
 #include "qk_cuda.h"
 #include "quant.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-__global__ void fill(float *x, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)(i * 2654435761u);
-        x[i] = ((float)(h >> 8) * 0x1p-24f - 0.5f) * ((h & 0xFF) == 0 ? 64.0f : 4.0f);
-    }
-}
-
 int main(int argc, char **argv) {
-    size_t rows = 16384, k = 16384;
-    int reps = 10;
-    if (argc >= 3) {
-        rows = strtoul(argv[1], NULL, 10);
-        k = strtoul(argv[2], NULL, 10);
-    }
-    if (argc >= 4) reps = atoi(argv[3]);
+    size_t rows, k;
+    int reps;
+    qkb_args(argc, argv, &rows, &k, &reps);
     if (qk_cuda_device_count() == 0) {
         printf("bench_cuda_fakequant: no CUDA device\n");
         return 77;
@@ -45,23 +23,12 @@ int main(int argc, char **argv) {
     float *src, *buf;
     CHECK(cudaMalloc((void **)&src, bytes));
     CHECK(cudaMalloc((void **)&buf, bytes));
-    fill<<<1024, 256>>>(src, n);
+    qkb_fill<<<1024, 256>>>(src, n);
     CHECK(cudaDeviceSynchronize());
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
     double moved = 2.0 * (double)bytes;
-    float best_copy = 1e30f;
-    for (int r = 0; r <= reps; r++) {
-        CHECK(cudaEventRecord(t0));
-        CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        if (r > 0 && ms < best_copy) best_copy = ms;
-    }
-    double copy_gbs = moved / (best_copy * 1e-3) / 1e9;
+    float best_copy = 0;
+    if (qkb_copy_ms(buf, src, bytes, reps, &best_copy)) return 1;
+    double copy_gbs = qkb_gbs(moved, best_copy);
     printf("bench_cuda_fakequant on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows,
            k, (double)bytes / 1048576.0, reps);
     printf("%-16s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
@@ -77,23 +44,11 @@ int main(int argc, char **argv) {
         qk_quant_options o = {};
         o.rounding = cases[c].rnd;
         o.seed = 1;
-        float best = 1e30f;
-        for (int r = 0; r <= reps; r++) {
-            CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-            qs_error err = {};
-            CHECK(cudaEventRecord(t0));
-            if (qk_cuda_fake_quant(qk_format_by_name(cases[c].fmt), &o, buf, rows, k, NULL, &err) !=
-                QS_OK) {
-                fprintf(stderr, "bench_cuda_fakequant: %s\n", err.msg);
-                return 1;
-            }
-            CHECK(cudaEventRecord(t1));
-            CHECK(cudaEventSynchronize(t1));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, t0, t1));
-            if (r > 0 && ms < best) best = ms;
-        }
-        double gbs = moved / (best * 1e-3) / 1e9;
+        const qk_format *fmt = qk_format_by_name(cases[c].fmt);
+        float best = 0;
+        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, buf, src, rows, k, reps, &best);
+        if (rc) return 1;
+        double gbs = qkb_gbs(moved, best);
         printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / copy_gbs);
     }
     cudaFree(src);

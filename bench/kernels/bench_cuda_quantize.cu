@@ -8,41 +8,19 @@
 // from the producing kernel or the previous step) and are single-pass. Target (issue 12):
 // >= 0.85 for NVFP4 and MXFP4, checked on MXFP4 and on NVFP4 with the amax given. Best of `reps`
 // after one warm-up, CUDA events. Usage: bench_cuda_quantize [rows k [reps]]
-#include <cuda_runtime.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cublaslt_layout.h"
 #include "format.h"
+#include "bench_cuda_util.cuh"
 #include "qk_cuda.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-__global__ void fill(float *x, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)(i * 2654435761u);
-        x[i] = ((float)(h >> 8) * 0x1p-24f - 0.5f) * ((h & 0xFF) == 0 ? 64.0f : 4.0f);
-    }
-}
-
 int main(int argc, char **argv) {
-    size_t rows = 16384, k = 16384;
-    int reps = 10;
-    if (argc >= 3) {
-        rows = strtoul(argv[1], NULL, 10);
-        k = strtoul(argv[2], NULL, 10);
-    }
-    if (argc >= 4) reps = atoi(argv[3]);
+    size_t rows, k;
+    int reps;
+    qkb_args(argc, argv, &rows, &k, &reps);
     if (qk_cuda_device_count() == 0) {
         printf("bench_cuda_quantize: no CUDA device\n");
         return 77;
@@ -57,22 +35,11 @@ int main(int argc, char **argv) {
     const size_t kp = (k + 127) / 128 * 128, rp = (rows + 127) / 128 * 128; // largest layout
     CHECK(cudaMalloc((void **)&codes, rows * kp / 2));
     CHECK(cudaMalloc((void **)&scales, rp * kp / 16));
-    fill<<<1024, 256>>>(src, n);
+    qkb_fill<<<1024, 256>>>(src, n);
     CHECK(cudaDeviceSynchronize());
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    float best_copy = 1e30f;
-    for (int r = 0; r <= reps; r++) {
-        CHECK(cudaEventRecord(t0));
-        CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        if (r > 0 && ms < best_copy) best_copy = ms;
-    }
-    double copy_gbs = 2.0 * (double)bytes / (best_copy * 1e-3) / 1e9;
+    float best_copy = 0;
+    if (qkb_copy_ms(buf, src, bytes, reps, &best_copy)) return 1;
+    double copy_gbs = qkb_gbs(2.0 * (double)bytes, best_copy);
     printf("bench_cuda_quantize on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows, k,
            (double)bytes / 1048576.0, reps);
     printf("%-28s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
@@ -89,22 +56,11 @@ int main(int argc, char **argv) {
             o.seed = 1;
             o.tensor_amax_given = rr == 2;
             o.tensor_amax = 32.0f; // fill's largest magnitude
-            float best = 1e30f;
-            for (int r = 0; r <= reps; r++) {
-                CHECK(cudaMemcpy(buf, src, bytes, cudaMemcpyDeviceToDevice));
-                qs_error err = {};
-                CHECK(cudaEventRecord(t0));
-                if (qk_cuda_fake_quant(fmt, &o, buf, rows, k, NULL, &err) != QS_OK) {
-                    fprintf(stderr, "bench_cuda_quantize: %s\n", err.msg);
-                    return 1;
-                }
-                CHECK(cudaEventRecord(t1));
-                CHECK(cudaEventSynchronize(t1));
-                float ms;
-                CHECK(cudaEventElapsedTime(&ms, t0, t1));
-                if (r > 0 && ms < best) best = ms;
-            }
-            double ratio = 2.0 * (double)bytes / (best * 1e-3) / 1e9 / copy_gbs;
+            float best = 0;
+            int rc =
+                qkb_fake_quant_ms("bench_cuda_quantize", fmt, &o, buf, src, rows, k, reps, &best);
+            if (rc) return 1;
+            double ratio = qkb_gbs(2.0 * (double)bytes, best) / copy_gbs;
             char label[64];
             snprintf(label, sizeof label, "fake %s %s%s", fmt->name, rname[rr % 2],
                      rr == 2 ? " amax given" : "");
@@ -130,22 +86,20 @@ int main(int argc, char **argv) {
             o.seed = 1;
             o.tensor_amax_given = rr == 2;
             o.tensor_amax = 32.0f;
-            float best = 1e30f;
-            for (int r = 0; r <= reps; r++) {
-                CHECK(cudaEventRecord(t0));
-                if (qk_cuda_quantize_lt(fmt, &o, src, rows, k, &l, codes, scales, NULL, NULL, NULL,
-                                        &err) != QS_OK) {
+            float best = 0;
+            int rc = qkb_best_of(
+                reps, qkb_no_prep,
+                [&]() -> int {
+                    if (qk_cuda_quantize_lt(fmt, &o, src, rows, k, &l, codes, scales, NULL, NULL,
+                                            NULL, &err) == QS_OK)
+                        return 0;
                     fprintf(stderr, "bench_cuda_quantize: %s\n", err.msg);
                     return 1;
-                }
-                CHECK(cudaEventRecord(t1));
-                CHECK(cudaEventSynchronize(t1));
-                float ms;
-                CHECK(cudaEventElapsedTime(&ms, t0, t1));
-                if (r > 0 && ms < best) best = ms;
-            }
+                },
+                &best);
+            if (rc) return 1;
             double moved = (double)bytes + (double)l.codes_bytes + (double)l.scale_bytes;
-            double ratio = moved / (best * 1e-3) / 1e9 / copy_gbs;
+            double ratio = qkb_gbs(moved, best) / copy_gbs;
             char label[64];
             snprintf(label, sizeof label, "packed %s %s%s", packed[p], rname[rr % 2],
                      rr == 2 ? " amax given" : "");

@@ -169,3 +169,31 @@ int fx_run(const char *exe, const char *const *args, char *out, size_t cap) {
     close(fd);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+char *fx_grid_dir(const char *prefix, int n_layers, int vocab, size_t n_tokens) {
+    char *dir = fx_tempdir(prefix);
+    if (!dir) return NULL;
+    char ckpt[600], tokens[600];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    snprintf(tokens, sizeof tokens, "%s/toks.bin", dir);
+    uint32_t *ids = malloc((n_tokens ? n_tokens : 1) * sizeof *ids);
+    int bad = !ids;
+    for (size_t i = 0; !bad && i < n_tokens; i++)
+        ids[i] = (uint32_t)(i * 7 % (size_t)vocab);
+    bad = bad || fx_write_checkpoint(ckpt, n_layers, vocab, 1) ||
+          fx_write_tokens(tokens, ids, n_tokens, (uint32_t)vocab) || chdir(dir) != 0;
+    free(ids);
+    if (bad) {
+        fx_rmtree(dir);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+int fx_grid_dir_release(char *dir) {
+    if (chdir("/") != 0) return -1;
+    fx_rmtree(dir);
+    free(dir);
+    return 0;
+}

@@ -30,4 +30,14 @@ int fx_run(const char *exe, const char *const *args, char *out, size_t cap);
 /* rm -rf dir (nftw). */
 void fx_rmtree(const char *dir);
 
+/* The directory of a grid test: a fresh fx_tempdir(prefix) holding ckpt/ (fx_write_checkpoint
+ * of n_layers blocks and vocabulary vocab, seed 1) and toks.bin (n_tokens ids, id i = 7 i mod
+ * vocab), made the current directory so that a grid's relative paths find them. Returns the
+ * directory (fx_grid_dir_release removes it), or NULL when any step fails. */
+char *fx_grid_dir(const char *prefix, int n_layers, int vocab, size_t n_tokens);
+
+/* Leaves dir (chdir "/"), removes it and frees the string. Returns 0, or -1 (dir left
+ * untouched) when chdir fails. */
+int fx_grid_dir_release(char *dir);
+
 #endif

@@ -30,32 +30,22 @@ typedef struct env {
 
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
-    e->dir = fx_tempdir("qsweep-grid");
-    if (!e->dir) {
+    /* relative paths in --set values are relative to the current directory, in the grid to
+       the grid's: both are the test directory here (fx_grid_dir makes it current) */
+    if (!e || !(e->dir = fx_grid_dir("qsweep-grid", N_LAYERS, VOCAB, 300))) {
         free(e);
         return -1;
     }
     snprintf(e->grid, sizeof e->grid, "%s/grid.yaml", e->dir);
     snprintf(e->ckpt, sizeof e->ckpt, "%s/ckpt", e->dir);
     snprintf(e->tokens, sizeof e->tokens, "%s/toks.bin", e->dir);
-    uint32_t ids[300];
-    for (int i = 0; i < 300; i++)
-        ids[i] = (uint32_t)(i * 7 % VOCAB);
-    if (fx_write_checkpoint(e->ckpt, N_LAYERS, VOCAB, 1) ||
-        fx_write_tokens(e->tokens, ids, 300, VOCAB))
-        return -1;
-    /* relative paths in --set values are relative to the current directory, in the grid to
-       the grid's: both are the test directory here */
-    if (chdir(e->dir) != 0) return -1;
     *state = e;
     return 0;
 }
 
 static int teardown(void **state) {
     env *e = *state;
-    if (chdir("/") != 0) return -1;
-    fx_rmtree(e->dir);
-    free(e->dir);
+    if (fx_grid_dir_release(e->dir)) return -1;
     free(e);
     return 0;
 }

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "ops.h"
+#include "gpu_test_util.h"
 #include "ops_cuda.h"
 #include "quant.h"
 #include "weights.h"
@@ -557,13 +558,7 @@ static void test_init_rejects_bad_device(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    qs_error err = {0};
-    if (qw_backend_cuda_init(&gpu, 0, QW_CUDA_GEMM_FP32, &err) != QS_OK ||
-        qw_backend_cuda_init(&gpu16, 0, QW_CUDA_GEMM_BF16, &err) != QS_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return qwt_cuda_up(&gpu, QW_CUDA_GEMM_FP32) || qwt_cuda_up(&gpu16, QW_CUDA_GEMM_BF16) ? -1 : 0;
 }
 
 static int teardown(void **state) {
@@ -574,10 +569,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    if (qw_cuda_available() == 0) {
-        printf("gpu_ops: no CUDA device visible: skipped\n");
-        return 77;
-    }
+    if (qwt_cuda_skip("gpu_ops")) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_f32_and_packed_exact),
         cmocka_unit_test(test_rmsnorm),

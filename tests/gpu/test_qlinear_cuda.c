@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "gpu_test_util.h"
 #include "ops_cuda.h"
 #include "ops_cuda_qlinear.h"
 #include "qlinear.h"
@@ -137,12 +138,7 @@ static void recipes_match_the_cpu_reference(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    qs_error err = {0};
-    if (qw_backend_cuda_init(&gpu, 0, QW_CUDA_GEMM_FP32, &err) != QS_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return qwt_cuda_up(&gpu, QW_CUDA_GEMM_FP32);
 }
 
 static int teardown(void **state) {
@@ -152,10 +148,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    if (qw_cuda_available() == 0) {
-        printf("gpu_qlinear: no CUDA device visible: skipped\n");
-        return 77;
-    }
+    if (qwt_cuda_skip("gpu_qlinear")) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(recipes_match_the_cpu_reference)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

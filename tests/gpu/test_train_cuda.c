@@ -20,6 +20,7 @@
 
 /* The engine's ops.h comes through ops_cuda.h (found beside it); the training ops.h by path,
  * as both headers are named ops.h. */
+#include "gpu_test_util.h"
 #include "ops_cuda.h"
 #include "ops_cuda_train.h"
 #include "../../worker/train/ops.h"
@@ -234,12 +235,7 @@ static void test_rejects_cpu_backend(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    qs_error err = {0};
-    if (qw_backend_cuda_init(&gpu, 0, QW_CUDA_GEMM_FP32, &err) != QS_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return qwt_cuda_up(&gpu, QW_CUDA_GEMM_FP32);
 }
 
 static int teardown(void **state) {
@@ -249,10 +245,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    if (qw_cuda_available() == 0) {
-        printf("gpu_train: no CUDA device visible: skipped\n");
-        return 77;
-    }
+    if (qwt_cuda_skip("gpu_train")) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_exact), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),

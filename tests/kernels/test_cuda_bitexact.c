@@ -10,43 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_test_util.h"
 #include "philox.h"
 #include "qk_cuda.h"
 #include "quant.h"
-
-static float *make_matrix(size_t rows, size_t k, uint64_t seed) {
-    float *x = malloc(rows * k * sizeof *x);
-    if (!x) return NULL;
-    for (size_t i = 0; i < rows * k; i++) {
-        uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
-        float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 300.0f : 3.0f);
-        switch (b % 997) {
-        case 1:
-            g = NAN;
-            break;
-        case 2:
-            g = INFINITY;
-            break;
-        case 3:
-            g = -INFINITY;
-            break;
-        case 4:
-            g = -0.0f;
-            break;
-        case 5:
-            g = 3e-42f;
-            break;
-        case 6:
-            g = 0.0f;
-            break;
-        default:
-            break;
-        }
-        if ((b >> 16) % 61 == 0) g *= 1e-30f; /* tiny blocks: E4M3 scales underflow */
-        x[i] = g;
-    }
-    return x;
-}
 
 int main(void) {
     if (qk_cuda_device_count() == 0) {
@@ -70,7 +37,7 @@ int main(void) {
     int failed = 0, cases = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t rows = shapes[s].rows, k = shapes[s].k, n = rows * k;
-        float *x = make_matrix(rows, k, 100 + s);
+        float *x = qkt_random_matrix(rows, k, 100 + s, 3.0f, 300.0f, QKT_SPECIALS | QKT_ZERO);
         float *cpu = malloc(n * sizeof *cpu), *gpu = malloc(n * sizeof *gpu);
         if (!x || !cpu || !gpu) {
             fprintf(stderr, "out of memory\n");
@@ -90,13 +57,7 @@ int main(void) {
                 memcpy(gpu, x, n * sizeof *x);
                 qs_status a = qk_fake_quant(f, &o, cpu, rows, k, NULL, &err);
                 qs_status b = a ? a : qk_cuda_fake_quant_host(f, &o, gpu, rows, k, &err);
-                size_t diff = 0, first = 0;
-                for (size_t i = 0; !a && !b && i < n; i++) {
-                    uint32_t u, v;
-                    memcpy(&u, &cpu[i], 4);
-                    memcpy(&v, &gpu[i], 4);
-                    if (u != v && !(isnan(cpu[i]) && isnan(gpu[i])) && diff++ == 0) first = i;
-                }
+                size_t first = 0, diff = !a && !b ? qkt_mismatches(cpu, gpu, n, &first) : 0;
                 int ok = !a && !b && diff == 0;
                 printf("%-6s %s %s rule %d clamp %d  %4zu x %-5zu  %s", ok ? "OK" : "NOT OK",
                        cfg[c].fmt, rnd == QK_ROUND_SR ? "SR " : "RNE", (int)cfg[c].rule,

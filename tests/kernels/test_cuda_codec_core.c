@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "codec_core.h"
+#include "cuda_test_util.h"
 #include "cublaslt_layout.h"
 #include "element.h"
 #include "format.h"
@@ -127,40 +128,10 @@ static void generic_fake_quant_host(const qk_format *fmt, const qk_quant_options
     free(amax);
 }
 
-static float *make_matrix(size_t rows, size_t k, uint64_t seed) {
-    float *x = malloc(rows * k * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < rows * k; i++) {
-        uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
-        float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 300.0f : 3.0f);
-        switch (b % 997) {
-        case 1:
-            g = NAN;
-            break;
-        case 2:
-            g = INFINITY;
-            break;
-        case 3:
-            g = -INFINITY;
-            break;
-        case 4:
-            g = -0.0f;
-            break;
-        case 5:
-            g = 3e-42f;
-            break;
-        default:
-            break;
-        }
-        if ((b >> 16) % 61 == 0) g *= 1e-30f;
-        x[i] = g;
-    }
-    return x;
-}
-
 static void check_case(const qk_format *fmt, const qk_quant_options *opt, size_t rows, size_t k,
                        uint64_t seed) {
-    float *a = make_matrix(rows, k, seed), *b = malloc(rows * k * sizeof *b);
+    float *a = qkt_random_matrix(rows, k, seed, 3.0f, 300.0f, QKT_SPECIALS),
+          *b = malloc(rows * k * sizeof *b);
     assert_non_null(b);
     memcpy(b, a, rows * k * sizeof *a);
     qs_error err = {0};
@@ -173,6 +144,18 @@ static void check_case(const qk_format *fmt, const qk_quant_options *opt, size_t
                      opt->group_size, i, (double)a[i], (double)b[i]);
     free(a);
     free(b);
+}
+
+/* The shape under test and its index, for one_variant. */
+typedef struct {
+    size_t rows, k, s;
+} shape_ctx;
+
+static void one_variant(void *ctx, const qk_format *fmt, const qk_quant_options *o, qkt_variant v,
+                        const char *label) {
+    (void)label;
+    const shape_ctx *c = ctx;
+    check_case(fmt, o, c->rows, c->k, 40 + 10 * (uint64_t)v + c->s);
 }
 
 static void generic_algorithm_equals_fake_quant_for_every_format(void **state) {
@@ -190,29 +173,8 @@ static void generic_algorithm_equals_fake_quant_for_every_format(void **state) {
                 o.tensor_id = 5;
                 o.step = 9;
                 o.threads = 1;
-                check_case(fmt, &o, shapes[s][0], shapes[s][1], 40 + s);
-                if (fmt->rule == QK_RULE_MX)
-                    for (int rule = QK_MX_FLOOR; rule <= QK_MX_EVEN; rule++) {
-                        o.mx_rule = (qk_mx_scale_rule)rule;
-                        check_case(fmt, &o, shapes[s][0], shapes[s][1], 50 + s);
-                    }
-                o.mx_rule = QK_MX_RCEIL;
-                if (fmt->rule == QK_RULE_NVFP4)
-                    for (int c = QK_NVFP4_CLAMP_TORCHAO; c <= QK_NVFP4_CLAMP_ZERO_TO_ONE; c++) {
-                        o.nvfp4_clamp = (qk_nvfp4_clamp)c;
-                        check_case(fmt, &o, shapes[s][0], shapes[s][1], 60 + s);
-                    }
-                o.nvfp4_clamp = QK_NVFP4_CLAMP_NONE;
-                if (fmt->group_option) {
-                    o.group_size = 32;
-                    check_case(fmt, &o, shapes[s][0], shapes[s][1], 70 + s);
-                    o.group_size = 0;
-                }
-                if (fmt->tensor_scale) {
-                    o.tensor_amax_given = 1;
-                    o.tensor_amax = 2.5f; /* elements above it saturate */
-                    check_case(fmt, &o, shapes[s][0], shapes[s][1], 80 + s);
-                }
+                shape_ctx c = {shapes[s][0], shapes[s][1], s};
+                qkt_for_each_variant(fmt, &o, one_variant, &c);
             }
     }
 }
@@ -285,7 +247,7 @@ static void packed_lt_host(const qk_format *fmt, const qk_quant_options *opt, co
 static void packed_case(const char *name, const qk_quant_options *opt, size_t rows, size_t k,
                         uint64_t seed) {
     const qk_format *fmt = qk_format_by_name(name);
-    float *x = make_matrix(rows, k, seed);
+    float *x = qkt_random_matrix(rows, k, seed, 3.0f, 300.0f, QKT_SPECIALS);
     qk_lt_layout l;
     qk_packed p;
     qs_error err = {0};

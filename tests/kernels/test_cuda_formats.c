@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_test_util.h"
 #include "format.h"
 #include "hadamard.h"
 #include "philox.h"
@@ -19,53 +20,16 @@
 
 static int failures;
 
-static float *make_matrix(size_t rows, size_t k, uint64_t seed) {
-    float *x = malloc(rows * k * sizeof *x);
-    if (!x) abort();
-    for (size_t i = 0; i < rows * k; i++) {
-        uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
-        float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 300.0f : 3.0f);
-        switch (b % 997) {
-        case 1:
-            g = NAN;
-            break;
-        case 2:
-            g = INFINITY;
-            break;
-        case 3:
-            g = -INFINITY;
-            break;
-        case 4:
-            g = -0.0f;
-            break;
-        case 5:
-            g = 3e-42f;
-            break;
-        default:
-            break;
-        }
-        if ((b >> 16) % 61 == 0) g *= 1e-30f;
-        x[i] = g;
-    }
-    return x;
-}
-
-static size_t mismatches(const float *a, const float *b, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!(isnan(a[i]) && isnan(b[i])) && memcmp(&a[i], &b[i], sizeof a[i]) != 0) bad++;
-    return bad;
-}
-
 static void check(const qk_format *fmt, const qk_quant_options *o, size_t rows, size_t k,
                   uint64_t seed, const char *variant) {
-    float *cpu = make_matrix(rows, k, seed), *gpu = malloc(rows * k * sizeof *gpu);
+    float *cpu = qkt_random_matrix(rows, k, seed, 3.0f, 300.0f, QKT_SPECIALS),
+          *gpu = malloc(rows * k * sizeof *gpu);
     if (!gpu) abort();
     memcpy(gpu, cpu, rows * k * sizeof *cpu);
     qs_error err = {0}, gerr = {0};
     qs_status sc = qk_fake_quant(fmt, o, cpu, rows, k, NULL, &err);
     qs_status sg = qk_cuda_fake_quant_host(fmt, o, gpu, rows, k, &gerr);
-    size_t bad = sc == QS_OK && sg == QS_OK ? mismatches(cpu, gpu, rows * k) : rows * k;
+    size_t bad = sc == QS_OK && sg == QS_OK ? qkt_mismatches(cpu, gpu, rows * k, NULL) : rows * k;
     printf("%s %s %s [%zu x %zu]: %zu mismatches%s%s\n", bad ? "NOT OK" : "OK", fmt->name, variant,
            rows, k, bad, sg ? " " : "", sg ? gerr.msg : "");
     failures += bad != 0;
@@ -74,7 +38,8 @@ static void check(const qk_format *fmt, const qk_quant_options *o, size_t rows, 
 }
 
 static void check_rht(size_t rows, size_t k, uint64_t seed, int inverse) {
-    float *cpu = make_matrix(rows, k, seed + 1), *gpu = malloc(rows * k * sizeof *gpu);
+    float *cpu = qkt_random_matrix(rows, k, seed + 1, 3.0f, 300.0f, QKT_SPECIALS),
+          *gpu = malloc(rows * k * sizeof *gpu);
     for (size_t i = 0; i < rows * k; i++) /* finite inputs: the transform mixes a tile */
         if (!isfinite(cpu[i])) cpu[i] = 1.5f;
     memcpy(gpu, cpu, rows * k * sizeof *cpu);
@@ -85,13 +50,32 @@ static void check_rht(size_t rows, size_t k, uint64_t seed, int inverse) {
          cudaMemcpy(d, gpu, rows * k * sizeof *d, cudaMemcpyHostToDevice) == cudaSuccess &&
          qk_cuda_rht16(d, rows, k, seed, inverse, NULL, &err) == QS_OK &&
          cudaMemcpy(gpu, d, rows * k * sizeof *d, cudaMemcpyDeviceToHost) == cudaSuccess;
-    size_t bad = ok ? mismatches(cpu, gpu, rows * k) : rows * k;
+    size_t bad = ok ? qkt_mismatches(cpu, gpu, rows * k, NULL) : rows * k;
     printf("%s rht16 %s seed %llu [%zu x %zu]: %zu mismatches\n", bad ? "NOT OK" : "OK",
            inverse ? "inverse" : "forward", (unsigned long long)seed, rows, k, bad);
     failures += bad != 0;
     cudaFree(d);
     free(cpu);
     free(gpu);
+}
+
+/* The shape under test, its index and the rounding's name, for one_variant. */
+typedef struct {
+    size_t rows, k, s;
+    const char *rname;
+} shape_ctx;
+
+static void one_variant(void *ctx, const qk_format *fmt, const qk_quant_options *o, qkt_variant v,
+                        const char *label) {
+    const shape_ctx *c = ctx;
+    char name[48];
+    if (v == QKT_VAR_BASE)
+        snprintf(name, sizeof name, "%s", c->rname);
+    else if (v == QKT_VAR_MX_RULE || v == QKT_VAR_CLAMP)
+        snprintf(name, sizeof name, "%s %s", c->rname, label);
+    else
+        snprintf(name, sizeof name, "%s", label);
+    check(fmt, o, c->rows, c->k, 200 + 100 * (uint64_t)v + c->s, name);
 }
 
 int main(void) {
@@ -112,33 +96,8 @@ int main(void) {
                 o.seed = 0x5EEDull << 20;
                 o.tensor_id = 3;
                 o.step = 11;
-                check(fmt, &o, shapes[s][0], shapes[s][1], 200 + s, rname[r]);
-                if (fmt->rule == QK_RULE_MX)
-                    for (int rule = QK_MX_FLOOR; rule <= QK_MX_EVEN; rule++) {
-                        o.mx_rule = (qk_mx_scale_rule)rule;
-                        char v[32];
-                        snprintf(v, sizeof v, "%s rule %d", rname[r], rule);
-                        check(fmt, &o, shapes[s][0], shapes[s][1], 300 + s, v);
-                    }
-                o.mx_rule = QK_MX_RCEIL;
-                if (fmt->rule == QK_RULE_NVFP4)
-                    for (int c = QK_NVFP4_CLAMP_TORCHAO; c <= QK_NVFP4_CLAMP_ZERO_TO_ONE; c++) {
-                        o.nvfp4_clamp = (qk_nvfp4_clamp)c;
-                        char v[32];
-                        snprintf(v, sizeof v, "%s clamp %d", rname[r], c);
-                        check(fmt, &o, shapes[s][0], shapes[s][1], 400 + s, v);
-                    }
-                o.nvfp4_clamp = QK_NVFP4_CLAMP_NONE;
-                if (fmt->group_option) {
-                    o.group_size = 32;
-                    check(fmt, &o, shapes[s][0], shapes[s][1], 500 + s, "group 32");
-                    o.group_size = 0;
-                }
-                if (fmt->tensor_scale) {
-                    o.tensor_amax_given = 1;
-                    o.tensor_amax = 2.5f;
-                    check(fmt, &o, shapes[s][0], shapes[s][1], 600 + s, "tensor_amax 2.5");
-                }
+                shape_ctx c = {shapes[s][0], shapes[s][1], s, rname[r]};
+                qkt_for_each_variant(fmt, &o, one_variant, &c);
             }
     }
     for (int inv = 0; inv < 2; inv++) {

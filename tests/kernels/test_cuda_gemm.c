@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cublaslt_layout.h"
+#include "cuda_test_util.h"
 #include "philox.h"
 #include "qk_cuda.h"
 #include "qk_gemm.h"
@@ -34,37 +35,9 @@ static void report(int ok, const char *what) {
     if (!ok) failures++;
 }
 
+/* Random inputs of the GEMM tests: uniform in [-1, 1), one in 97 times 30, specials on request. */
 static float *make_matrix(size_t rows, size_t k, uint64_t seed, int specials) {
-    float *x = malloc(rows * k * sizeof *x);
-    if (!x) abort();
-    for (size_t i = 0; i < rows * k; i++) {
-        uint32_t a = qk_sr_bits(seed, 0, 0, 2 * i), b = qk_sr_bits(seed, 0, 0, 2 * i + 1);
-        float g = (float)(a * 0x1p-32 * 2.0 - 1.0) * ((b % 97 == 0) ? 30.0f : 1.0f);
-        if (specials) {
-            switch (b % 997) {
-            case 1:
-                g = NAN;
-                break;
-            case 2:
-                g = INFINITY;
-                break;
-            case 3:
-                g = -INFINITY;
-                break;
-            case 4:
-                g = -0.0f;
-                break;
-            case 5:
-                g = 3e-42f;
-                break;
-            default:
-                break;
-            }
-            if ((b >> 16) % 61 == 0) g *= 1e-30f;
-        }
-        x[i] = g;
-    }
-    return x;
+    return qkt_random_matrix(rows, k, seed, 1.0f, 30.0f, specials ? QKT_SPECIALS : 0);
 }
 
 static void *dev_copy(const void *h, size_t bytes) {

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "cuda_test_util.h"
 #include "element.h"
 #include "format.h"
 #include "philox.h"
@@ -637,28 +638,8 @@ static void int_fast_path_matches_reference(void **state) {
     for (size_t i = 0; i < N; i++) {
         uint32_t r = qk_sr_bits(77, 0, 0, i);
         float g = (float)((int32_t)r >> 8) * 0x1p-23f; /* in [-1, 1), many exact ties */
-        switch (r % 211) {
-        case 1:
-            g = NAN;
-            break;
-        case 2:
-            g = INFINITY;
-            break;
-        case 3:
-            g = -INFINITY;
-            break;
-        case 4:
-            g = -0.0f;
-            break;
-        case 5:
-            g = 1e-42f;
-            break;
-        case 6:
+        if (!qkt_special(r % 211, 1e-42f, &g) && r % 211 == 6)
             g = (float)(int)(r % 15) * 0.5f; /* halves: ties under s = 1 */
-            break;
-        default:
-            break;
-        }
         x[i] = g;
     }
     const struct {

@@ -32,31 +32,19 @@ typedef struct env {
 
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
-    e->dir = fx_tempdir("qsweep-gridkinds");
-    if (!e->dir) {
+    /* the fixture checkpoint ties its embeddings (fixtures.h) */
+    if (!e || !(e->dir = fx_grid_dir("qsweep-gridkinds", N_LAYERS, VOCAB, 300))) {
         free(e);
         return -1;
     }
     snprintf(e->grid, sizeof e->grid, "%s/grid.yaml", e->dir);
-    char ckpt[600], tokens[600];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", e->dir);
-    snprintf(tokens, sizeof tokens, "%s/toks.bin", e->dir);
-    uint32_t ids[300];
-    for (int i = 0; i < 300; i++)
-        ids[i] = (uint32_t)(i * 7 % VOCAB);
-    /* the fixture checkpoint ties its embeddings (fixtures.h) */
-    if (fx_write_checkpoint(ckpt, N_LAYERS, VOCAB, 1) || fx_write_tokens(tokens, ids, 300, VOCAB))
-        return -1;
-    if (chdir(e->dir) != 0) return -1;
     *state = e;
     return 0;
 }
 
 static int teardown(void **state) {
     env *e = *state;
-    if (chdir("/") != 0) return -1;
-    fx_rmtree(e->dir);
-    free(e->dir);
+    if (fx_grid_dir_release(e->dir)) return -1;
     free(e);
     return 0;
 }

@@ -25,30 +25,20 @@ typedef struct env {
 
 static int setup(void **state) {
     env *e = calloc(1, sizeof *e);
-    if (!e || !(e->dir = fx_tempdir("qsweep-resources"))) {
+    /* 2 blocks, vocabulary 64, F32, tied (fixtures.h: dim 8, intermediate 16, 2 heads, 1 KV
+       head), 600 tokens */
+    if (!e || !(e->dir = fx_grid_dir("qsweep-resources", 2, 64, 600))) {
         free(e);
         return -1;
     }
     snprintf(e->grid, sizeof e->grid, "%s/grid.yaml", e->dir);
-    char ckpt[600], tokens[600];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", e->dir);
-    snprintf(tokens, sizeof tokens, "%s/toks.bin", e->dir);
-    uint32_t ids[600];
-    for (int i = 0; i < 600; i++)
-        ids[i] = (uint32_t)(i * 7 % 64);
-    /* 2 blocks, vocabulary 64, F32, tied (fixtures.h: dim 8, intermediate 16, 2 heads, 1 KV
-       head) */
-    if (fx_write_checkpoint(ckpt, 2, 64, 1) || fx_write_tokens(tokens, ids, 600, 64)) return -1;
-    if (chdir(e->dir) != 0) return -1;
     *state = e;
     return 0;
 }
 
 static int teardown(void **state) {
     env *e = *state;
-    if (chdir("/") != 0) return -1;
-    fx_rmtree(e->dir);
-    free(e->dir);
+    if (fx_grid_dir_release(e->dir)) return -1;
     free(e);
     return 0;
 }

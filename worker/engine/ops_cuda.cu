@@ -2,6 +2,7 @@
  * the backend's set-up. Each kernel mirrors the CPU reference function of ops.h named in its
  * comment (shapes: T tokens, D dim, H heads, G kv heads, E head_dim, V vocab). */
 #include "ops_cuda_impl.h"
+#include "ops_cuda_kern.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,12 +14,6 @@
 extern "C" {
 #include "quant.h"
 #include "weights.h"
-}
-
-/* Grid size of an elementwise kernel over n elements (grid-stride loops). */
-static unsigned grid_of(size_t n, unsigned block) {
-    size_t g = (n + block - 1) / block;
-    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
 }
 
 /* Waits for the stream and notes an error of the op `where`; returns 0 on success. */
@@ -57,29 +52,10 @@ static const char *blas_text(cublasStatus_t s) {
 
 /* qw_embedding_forward: out[t] = table[tokens[t]] (FP32 device copy of the table). */
 __global__ void k_embedding(float *out, const uint32_t *tok, const float *table, int T, int64_t D) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * D;
-         i += (size_t)gridDim.x * blockDim.x) {
+    QW_GRID_STRIDE(i, (size_t)T * D) {
         size_t t = i / (size_t)D, d = i % (size_t)D;
         out[i] = table[(size_t)tok[t] * (size_t)D + d];
     }
-}
-
-/* Block-wide sum of a double (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
-__device__ double block_sum(double v, double *sh) {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double s = 0.0;
-        for (int i = 0; i < (int)(blockDim.x >> 5); i++)
-            s += sh[i];
-        sh[32] = s;
-    }
-    __syncthreads();
-    return sh[32];
 }
 
 /* qw_rmsnorm_forward: one block per row, the sum of squares in double. */
@@ -90,7 +66,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int D, flo
     double ss = 0.0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         ss += (double)xr[i] * xr[i];
-    ss = block_sum(ss, sh);
+    ss = qw_block_sum(ss, sh);
     float r = (float)(1.0 / sqrt(ss / D + (double)eps));
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         o[i] = w[i] * (xr[i] * r);
@@ -100,8 +76,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int D, flo
 __global__ void k_rope(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E) {
     int h2 = E / 2;
     size_t n = (size_t)T * n_heads * h2;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    QW_GRID_STRIDE(i, n) {
         size_t t = i / ((size_t)n_heads * h2), h = (i / h2) % n_heads, j = i % h2;
         float *v = x + (t * n_heads + h) * E;
         float c = cosb[t * h2 + j], s = sinb[t * h2 + j];
@@ -121,25 +96,14 @@ __global__ void k_causal_softmax(float *S, int T) {
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= t; j += blockDim.x)
         mx = fmaxf(mx, row[j]);
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_down_sync(0xffffffffu, mx, o));
-    if ((threadIdx.x & 31) == 0) shf[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = shf[0];
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
-            m = fmaxf(m, shf[i]);
-        shf[32] = m;
-    }
-    __syncthreads();
-    mx = shf[32];
+    mx = qw_block_max(mx, shf);
     double sum = 0.0;
     for (int j = threadIdx.x; j <= t; j += blockDim.x) {
         float e = expf(row[j] - mx);
         row[j] = e;
         sum += e;
     }
-    sum = block_sum(sum, shd);
+    sum = qw_block_sum(sum, shd);
     float inv = 1.0f / (float)sum;
     for (int j = threadIdx.x; j < T; j += blockDim.x)
         row[j] = j <= t ? row[j] * inv : 0.0f;
@@ -147,22 +111,22 @@ __global__ void k_causal_softmax(float *S, int T) {
 
 /* qw_swiglu_forward. */
 __global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    QW_GRID_STRIDE(i, n) {
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
 }
 
 /* qw_residual_forward. */
 __global__ void k_residual(float *x, const float *y, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    QW_GRID_STRIDE(i, n) {
         x[i] += y[i];
+    }
 }
 
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    QW_GRID_STRIDE(i, n) {
         dst[i] = __float2bfloat16_rn(src[i]);
+    }
 }
 
 /* qw_logsoftmax_forward: one block per row, max in float, sum of exp in double. */
@@ -174,22 +138,11 @@ __global__ void k_logsoftmax(float *lp, const float *l, int V) {
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         mx = fmaxf(mx, row[j]);
-    for (int s = 16; s > 0; s >>= 1)
-        mx = fmaxf(mx, __shfl_down_sync(0xffffffffu, mx, s));
-    if ((threadIdx.x & 31) == 0) shf[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = shf[0];
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
-            m = fmaxf(m, shf[i]);
-        shf[32] = m;
-    }
-    __syncthreads();
-    mx = shf[32];
+    mx = qw_block_max(mx, shf);
     double sum = 0.0;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         sum += exp((double)row[j] - mx);
-    sum = block_sum(sum, shd);
+    sum = qw_block_sum(sum, shd);
     double lse = (double)mx + log(sum);
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         o[j] = (float)((double)row[j] - lse);
@@ -229,7 +182,7 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
     }
     cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t), cudaMemcpyHostToDevice,
                     c->stream);
-    k_embedding<<<grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
+    k_embedding<<<qw_grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
         x->data, (const uint32_t *)c->tokens.p, w->f32, T, table->cols);
     finish(c, "embedding");
 }
@@ -249,8 +202,8 @@ static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float 
     size_t n = (size_t)x->rows * (size_t)(E / 2);
     const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
     if (!dc || !ds) return;
-    k_rope<<<grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows, n_heads,
-                                                             E);
+    k_rope<<<qw_grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows,
+                                                                n_heads, E);
     finish(c, "rope");
 }
 
@@ -298,14 +251,14 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
 static void cu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
     cuda_ctx *c = cuda_ctx_of(b);
     size_t n = (size_t)g->rows * (size_t)g->cols;
-    k_swiglu<<<grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
+    k_swiglu<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
     finish(c, "swiglu");
 }
 
 static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
     cuda_ctx *c = cuda_ctx_of(b);
     size_t n = (size_t)x->rows * (size_t)x->cols;
-    k_residual<<<grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
+    k_residual<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
     finish(c, "residual");
 }
 
@@ -390,7 +343,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
         if ((st = qw_cuda_scratch_reserve(&c->act16, n * sizeof(__nv_bfloat16), 0, err)) != QS_OK)
             return st;
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)c->act16.p;
-        k_to_bf16<<<grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
+        k_to_bf16<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
         s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16, CUDA_R_16BF,
                          in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -456,8 +409,7 @@ typedef struct tp_ptrs {
 /* Element by element in rank order 0..n-1 (the CPU's order: the same bits), written back to
  * every rank. */
 __global__ void k_allreduce(tp_ptrs x, int n, size_t len, int op_max) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len;
-         i += (size_t)gridDim.x * blockDim.x) {
+    QW_GRID_STRIDE(i, len) {
         float s = x.p[0][i];
         for (int r = 1; r < n; r++) {
             float v = x.p[r][i];
@@ -490,7 +442,7 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
     }
     cuda_ctx *c = cuda_ctx_of(ranks[0]);
     size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
-    k_allreduce<<<grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
+    k_allreduce<<<qw_grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
     if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
     return QS_OK;
 }

@@ -2,6 +2,7 @@
  * the per-row scores of the evaluation (NLL, KL against a baseline, top-1), as eval.h defines
  * them. Deterministic: fixed block partials summed in a fixed order, no atomics. */
 #include "ops_cuda_impl.h"
+#include "ops_cuda_kern.cuh"
 
 #include <math.h>
 #include <string.h>
@@ -13,8 +14,7 @@
 __global__ void k_sqnr_partial(const float *y, const float *ref, size_t n, double *part) {
     __shared__ double s0[SQNR_THREADS], s1[SQNR_THREADS];
     double a = 0.0, b = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    QW_GRID_STRIDE(i, n) {
         double r = ref[i], d = (double)y[i] - r;
         a += r * r;
         b += d * d;
@@ -97,20 +97,6 @@ __device__ void block_argmax(float v, int idx, float *shv, int *shi, float *outv
     *outi = shi[32];
 }
 
-/* Fixed-order block sum of a double (tree over shared memory, blockDim.x = 256). */
-__device__ double block_sum256(double v, double *sh) {
-    __syncthreads();
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* One block (256 threads) per row r of logits l [R x V]. NaN in a row makes every comparison
  * false: argmax then stays at the first index with a non-NaN maximum, as the CPU loop's. */
 __global__ void k_score_rows(const float *l, int V, const uint32_t *targets, const float *ref,
@@ -132,7 +118,7 @@ __global__ void k_score_rows(const float *l, int V, const uint32_t *targets, con
     double s = 0.0;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         s += exp((double)row[j] - mx);
-    s = block_sum256(s, shd);
+    s = qw_block_sum256(s, shd);
     double lse = (double)mx + log(s);
     row_score rs = {0.0, 0.0, am, -1};
     if (targets) rs.nll = lse - (double)row[targets[blockIdx.x]];
@@ -149,7 +135,7 @@ __global__ void k_score_rows(const float *l, int V, const uint32_t *targets, con
                 pi = j;
             }
         }
-        rs.kl = block_sum256(kl, shd);
+        rs.kl = qw_block_sum256(kl, shd);
         float pm;
         int pa;
         block_argmax(pv, pi, shv, shi, &pm, &pa);

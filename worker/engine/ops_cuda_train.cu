@@ -3,6 +3,7 @@
  * product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, i.e. with the operands swapped
  * and the same transpose flags. */
 #include "ops_cuda_impl.h"
+#include "ops_cuda_kern.cuh"
 
 #include <math.h>
 #include <string.h>
@@ -10,15 +11,6 @@
 extern "C" {
 #include "ops_cuda_train.h"
 }
-
-static unsigned grid_of(size_t n, unsigned block) {
-    size_t g = (n + block - 1) / block;
-    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
-}
-
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
 
 /* The CUDA context of b, or NULL (error set). */
 static cuda_ctx *ctx_or_err(qw_backend *b, qs_error *err) {
@@ -45,37 +37,10 @@ static qs_status blas(cuda_ctx *c, cublasStatus_t s, const char *where, qs_error
     cuda_ctx *c = ctx_or_err(b, err);                                                              \
     if (!c) return QS_EINVAL
 
-/* Sum of a double over a 256-thread block, fixed tree order; every thread gets it. */
-__device__ double tsum256(double v, double *sh) {
-    __syncthreads();
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ float tmax256(float v, float *sh) {
-    __syncthreads();
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* ---------------------------------------------------------------- embedding */
 
 __global__ void k_emb_fwd(float *out, const uint32_t *tok, const float *emb, int N, int D) {
-    GRID_STRIDE(i, (size_t)N * D) {
+    QW_GRID_STRIDE(i, (size_t)N * D) {
         size_t r = i / (size_t)D, d = i % (size_t)D;
         out[i] = emb[(size_t)tok[r] * D + d];
     }
@@ -93,7 +58,7 @@ extern "C" qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out,
                                                      const uint32_t *tokens, const float *emb,
                                                      int N, int D, qs_error *err) {
     CTX;
-    k_emb_fwd<<<grid_of((size_t)N * D, 256), 256, 0, c->stream>>>(out, tokens, emb, N, D);
+    k_emb_fwd<<<qw_grid_of((size_t)N * D, 256), 256, 0, c->stream>>>(out, tokens, emb, N, D);
     return done(c, "embedding forward", err);
 }
 
@@ -115,7 +80,7 @@ __global__ void k_rms_fwd(float *out, float *rstd, const float *x, const float *
     double ss = 0.0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         ss += (double)xr[i] * xr[i];
-    ss = tsum256(ss, sh);
+    ss = qw_block_sum256(ss, sh);
     float r = (float)(1.0 / sqrt(ss / D + (double)eps));
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
@@ -132,7 +97,7 @@ __global__ void k_rms_bwd_dx(float *dx, const float *dout, const float *x, const
     double dot = 0.0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         dot += (double)w[i] * g[i] * xr[i];
-    dot = tsum256(dot, sh);
+    dot = qw_block_sum256(dot, sh);
     float cc = (float)(dot * (double)r * r * r / D);
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         d[i] += r * w[i] * g[i] - xr[i] * cc;
@@ -172,7 +137,7 @@ extern "C" qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, fl
 __global__ void k_rope_t(float *x, const float *cosb, const float *sinb, int N, int T, int nh,
                          int E, int backward) {
     int h2 = E / 2;
-    GRID_STRIDE(i, (size_t)N * nh * h2) {
+    QW_GRID_STRIDE(i, (size_t)N * nh * h2) {
         size_t r = i / ((size_t)nh * h2), h = (i / h2) % nh, j = i % h2, t = r % T;
         float *v = x + (r * nh + h) * E;
         float cc = cosb[t * h2 + j], s = sinb[t * h2 + j];
@@ -192,7 +157,7 @@ extern "C" qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const f
                                                 qs_error *err) {
     CTX;
     size_t n = (size_t)B * T * nh * (E / 2);
-    k_rope_t<<<grid_of(n, 256), 256, 0, c->stream>>>(x, cosb, sinb, B * T, T, nh, E, 0);
+    k_rope_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x, cosb, sinb, B * T, T, nh, E, 0);
     return done(c, "rope forward", err);
 }
 
@@ -201,7 +166,7 @@ extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const
                                                  qs_error *err) {
     CTX;
     size_t n = (size_t)B * T * nh * (E / 2);
-    k_rope_t<<<grid_of(n, 256), 256, 0, c->stream>>>(dx, cosb, sinb, B * T, T, nh, E, 1);
+    k_rope_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(dx, cosb, sinb, B * T, T, nh, E, 1);
     return done(c, "rope backward", err);
 }
 
@@ -217,14 +182,14 @@ __global__ void k_causal_softmax_t(float *P, int T) {
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= t; j += blockDim.x)
         mx = fmaxf(mx, row[j]);
-    mx = tmax256(mx, shf);
+    mx = qw_block_max256(mx, shf);
     double sum = 0.0;
     for (int j = threadIdx.x; j <= t; j += blockDim.x) {
         float e = expf(row[j] - mx);
         row[j] = e;
         sum += e;
     }
-    sum = tsum256(sum, shd);
+    sum = qw_block_sum256(sum, shd);
     float inv = (float)(1.0 / sum);
     for (int j = threadIdx.x; j < T; j += blockDim.x)
         row[j] = j <= t ? row[j] * inv : 0.0f;
@@ -239,7 +204,7 @@ __global__ void k_softmax_bwd(float *dS, const float *P, int T, float scale) {
     double acc = 0.0;
     for (int j = threadIdx.x; j <= t; j += blockDim.x)
         acc += (double)d[j] * p[j];
-    float a = (float)tsum256(acc, sh);
+    float a = (float)qw_block_sum256(acc, sh);
     for (int j = threadIdx.x; j < T; j += blockDim.x)
         d[j] = j <= t ? p[j] * (d[j] - a) * scale : 0.0f;
 }
@@ -342,13 +307,13 @@ extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, 
 /* ---------------------------------------------------------------- SwiGLU */
 
 __global__ void k_swiglu_fwd_t(float *h, const float *g, const float *u, size_t n) {
-    GRID_STRIDE(i, n)
+    QW_GRID_STRIDE(i, n)
     h[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* the CPU's expression */
 }
 
 __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const float *g,
                                const float *u, size_t n) {
-    GRID_STRIDE(i, n) {
+    QW_GRID_STRIDE(i, n) {
         float s = 1.0f / (1.0f + expf(-g[i]));
         float si = g[i] * s;
         float dhi = dh[i], ui = u[i];
@@ -360,7 +325,7 @@ __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const floa
 extern "C" qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const float *g,
                                                   const float *u, size_t n, qs_error *err) {
     CTX;
-    k_swiglu_fwd_t<<<grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
+    k_swiglu_fwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
     return done(c, "swiglu forward", err);
 }
 
@@ -368,7 +333,7 @@ extern "C" qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, flo
                                                    const float *dh, const float *g, const float *u,
                                                    size_t n, qs_error *err) {
     CTX;
-    k_swiglu_bwd_t<<<grid_of(n, 256), 256, 0, c->stream>>>(dg, du, dh, g, u, n);
+    k_swiglu_bwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(dg, du, dh, g, u, n);
     return done(c, "swiglu backward", err);
 }
 
@@ -381,7 +346,7 @@ __global__ void k_ce_fwd(float *logits, float *losses, const uint32_t *tg, int V
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         mx = fmaxf(mx, row[j]);
-    mx = tmax256(mx, shf);
+    mx = qw_block_max256(mx, shf);
     double lt = (double)row[tg[blockIdx.x]] - (double)mx;
     __syncthreads(); /* every thread has read the target's logit before it is overwritten */
     double sum = 0.0;
@@ -390,7 +355,7 @@ __global__ void k_ce_fwd(float *logits, float *losses, const uint32_t *tg, int V
         row[j] = e;
         sum += e;
     }
-    sum = tsum256(sum, shd);
+    sum = qw_block_sum256(sum, shd);
     float inv = (float)(1.0 / sum);
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         row[j] *= inv;

@@ -1,0 +1,35 @@
+/* Result rows of a PostgreSQL query printed as CSV or JSON, shared by `qsweep results` for
+ * sensitivity sweeps (results.c) and training sweeps (train_results.c). */
+#ifndef QSWEEP_RESULT_ROWS_H
+#define QSWEEP_RESULT_ROWS_H
+
+#include <stdio.h>
+
+#include <libpq-fe.h>
+
+#include "error.h"
+
+/* How a column's text becomes a JSON value (SQL NULL is always JSON null). */
+typedef enum qsweep_col_type {
+    QSWEEP_COL_TEXT, /* a JSON string, the text as stored */
+    QSWEEP_COL_REAL, /* a JSON real (strtod) */
+    QSWEEP_COL_INT,  /* a JSON integer (strtoll, base 10) */
+    QSWEEP_COL_JSON, /* the text parsed as JSON (null when it does not parse) */
+} qsweep_col_type;
+
+/* Column col of row `row` as a double: NaN when SQL NULL, else strtod of its text. */
+double qsweep_col_num(PGresult *r, int row, int col);
+
+/* Writes one CSV field, quoted per RFC 4180 when it holds ',', '"' or a newline. */
+void qsweep_csv_field(const char *v, FILE *out);
+
+/* A header line of names[0..ncols) then every row of r (NULL: the header alone), columns
+ * 0..ncols-1, SQL NULL as the empty field. */
+void qsweep_print_csv_rows(PGresult *r, const char *const *names, int ncols, FILE *out);
+
+/* Every row of r (NULL: none) as an indented JSON array of objects keyed names[c], each column
+ * typed by types[c]. Errors: QS_EIO when the output cannot be written. */
+qs_status qsweep_print_json_rows(PGresult *r, const char *const *names,
+                                 const qsweep_col_type *types, int ncols, FILE *out, qs_error *err);
+
+#endif
