@@ -10,7 +10,8 @@
  *   - invalid UTF-8 is refused at submit time naming the file and the byte offset; a synthetic
  *     model (no tokenizer) with a text is refused naming the model;
  *   - a text that is not a regular file (FIFO, symlink to one, directory) is refused at once
- *     with the grid location and the reason.
+ *     with the grid location and the reason;
+ *   - a damaged token cache file is rebuilt with a warning and gives the same job keys.
  * The model is the committed 3-block test checkpoint (tests/engine/data/llama3_gqa, vocab 384)
  * with a byte-level BPE tokenizer.json written here (256 byte tokens, "<s>" 256, two or three
  * merges), so every id fits its vocabulary. */
@@ -20,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <string.h>
@@ -344,10 +346,55 @@ static void test_text_not_a_regular_file(void **state) {
     free(root);
 }
 
+/* The tester's case: one byte of the cached token file flipped (an id byte, still a valid id)
+ * after a first `submit --dry-run`; the next one warns, rebuilds the file and gives the same
+ * job keys (the same dataset digest), never jobs on the corrupt ids. */
+static void test_damaged_cache_gives_the_same_jobs(void **state) {
+    (void)state;
+    char *root = fx_tempdir("qsweep-text-cache");
+    assert_non_null(root);
+    char plain[1024], text[1024], grid[1024], line[1200], cache[1200];
+    snprintf(plain, sizeof plain, "%s/plain", root);
+    make_model(plain, 0, 0);
+    use_state(root, "s");
+    snprintf(text, sizeof text, "%s/gpl3.txt", root);
+    copy_file(GPL3, text);
+    snprintf(grid, sizeof grid, "%s/g.yaml", root);
+    snprintf(line, sizeof line, "text: %s", text);
+    make_grid(grid, "cache", plain, line);
+    static char keys1[1 << 14], keys2[1 << 14];
+    dry_run_keys(grid, keys1, sizeof keys1);
+    snprintf(cache, sizeof cache, "%s/s/cache/qsweep/tokens", root);
+    DIR *d = opendir(cache);
+    assert_non_null(d);
+    char tok[2400] = "";
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 7 && !strcmp(e->d_name + l - 7, ".tokens"))
+            snprintf(tok, sizeof tok, "%s/%s", cache, e->d_name);
+    }
+    closedir(d);
+    assert_true(tok[0]);
+    FILE *f = fopen(tok, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 64 + 4 * 100, SEEK_SET), 0); /* id 100's low byte */
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, 64 + 4 * 100, SEEK_SET), 0);
+    fputc(c ^ 1, f);
+    fclose(f);
+    dry_run_keys(grid, keys2, sizeof keys2);
+    if (!strstr(out, "warning: token cache") || !strstr(out, "rebuilding"))
+        fail_msg("no warning about the damaged cache in\n%s", out);
+    assert_string_equal(keys1, keys2);
+    fx_rmtree(root);
+    free(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_dataset_end_to_end),
         cmocka_unit_test(test_text_not_a_regular_file),
+        cmocka_unit_test(test_damaged_cache_gives_the_same_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
