@@ -85,14 +85,31 @@ qs_status qsweep_make_dirs(const char *path, qs_error *err);
 qs_status qsweep_xdg_path(const char *var, const char *fallback, const char *leaf, char *out,
                           size_t cap, qs_error *err);
 
+/* How a run came by the private cluster (qsweep_private_db_start's *adopted). */
+enum {
+    QSWEEP_PG_STARTED = 0, /* it was stopped: this run started it */
+    QSWEEP_PG_ADOPTED = 1, /* running, started outside any run (qsweep db start): left running */
+    QSWEEP_PG_SHARED = 2   /* running, started by another qsweep run still alive: shared */
+};
+
 /* Starts (or adopts, when it already runs) the private cluster in pg_dir, default
  * ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg, creating the directory. As root the server
  * runs as an unprivileged user (pgserver.h): the directories above pg_dir get the o+x bit
- * when they lack it, with a note on stderr. *adopted (may be NULL) is set to 1 when a server
- * was already running there (started by someone else, who stops it), else 0.
- * Errors: qc_pgserver_start's, QS_EIO. */
+ * when they lack it, with a note on stderr. Starting and stopping are serialised by an
+ * exclusive flock on "<pg_dir>.lock", so runs started at the same moment never race
+ * pg_ctl. With adopted (a qsweep run) this process is added to the cluster's users in
+ * "<pg_dir>.runs" unless the cluster was started outside any run, and *adopted says which
+ * of QSWEEP_PG_* it was; qsweep_private_db_end then stops it when the last of its users
+ * leaves. adopted NULL (qsweep db start|stop): the users' list is emptied, the cluster is
+ * the user's and no run stops it. Errors: qc_pgserver_start's, QS_EIO (lock, users' file). */
 qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *adopted,
                                   qs_error *err);
+
+/* The end of a run's use of pg (from qsweep_private_db_start with adopted): under the lock,
+ * this process leaves the users' list; when it was on it and no live user is left the server
+ * is stopped and the handle freed, otherwise the handle is kept (never freed, the server left
+ * running). NULL is allowed. */
+void qsweep_private_db_end(qc_pgserver *pg);
 
 /* Loads and expands a grid with the real loaders (probe.h). *grid and *jobs are owned by
  * the caller (qc_grid_free, qc_job_list_free). Errors: as qc_grid_load. */

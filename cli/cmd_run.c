@@ -9,8 +9,10 @@
  *      child processes (their own process group, so a Ctrl-C reaches only this process,
  *      which stops them in order; PR_SET_PDEATHSIG stops them if this process is killed);
  *   5. shows progress until every job of the experiment is finished, stops the workers, the
- *      coordinator and the cluster if it started it (one that was already running is left
- *      running), and prints the results tables.
+ *      coordinator and the cluster when it is the last run using it (one started by
+ *      qsweep db start is left running; private_db.c), and prints the results tables. When
+ *      the jobs left need GPUs no worker of the run has (once its workers have registered),
+ *      it says what they need and stops the same way, exit 5 (unrunnable).
  * A worker killed by a signal (a crash in a job, the OOM killer) is started again after
  * RESPAWN_DELAY_MS, up to 3 restarts per worker in all, so the coordinator outlives the
  * crashed attempt's lease, hands the job out again and, when it keeps crashing workers,
@@ -32,6 +34,8 @@
 #include "cli.h"
 #include "clock.h"
 #include "gpu_info.h"
+#include "queries.h"
+#include "scheduler.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -199,8 +203,8 @@ static void run_usage(FILE *out) {
         "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
         "                   PostgreSQL cluster in --pg-dir (default "
         "${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
-        "                   is started for the run and stopped after it (one already running\n"
-        "                   is used and left running)\n"
+        "                   is started for the run and stopped by the last run using it (one\n"
+        "                   started by qsweep db start is used and left running)\n"
         "  --lease-ms MS    a running job's lease, 1000..2147483647 (default 10000; heartbeats\n"
         "                   renew it)\n"
         "  A worker killed by a signal is restarted (at most 3 times per worker in all).\n"
@@ -208,12 +212,13 @@ static void run_usage(FILE *out) {
         "  ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/<date>-<time>-<experiment>/ (logs/latest\n"
         "  links to the newest), its path printed at the start and at the end.\n"
         "  exit codes: 0 all jobs succeeded, 2 bad grid, 3 database, 4 runtime failure,\n"
-        "              5 some jobs failed or were cancelled, 130 interrupted\n");
+        "              5 some jobs failed or were cancelled, or some need GPUs no worker of the\n"
+        "              run has (said, then the run stops), 130 interrupted\n");
 }
 
 typedef struct run_state {
     qc_pgserver *pg;
-    int pg_adopted; /* the cluster was running before: left running */
+    int pg_adopted; /* QSWEEP_PG_*: started by this run, adopted (left running) or shared */
     qc_store *store;
     child *children; /* [0] coordinator, [1..n_workers] workers */
     size_t n_children;
@@ -222,10 +227,6 @@ typedef struct run_state {
     char endpoint[128], threads[32], host[64];
     int n_gpus; /* visible GPUs, shared out among the workers (qsweep_run_worker_gpus) */
 } run_state;
-
-/* The handle of an adopted cluster: kept (reachable) and never destroyed, since destroying
- * it would stop a server this process did not start. */
-static qc_pgserver *volatile adopted_pg;
 
 /* Starts worker i (1-based) of r, with a worker id that differs per restart. */
 static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
@@ -253,10 +254,7 @@ static void run_cleanup(run_state *r) {
         unlink(sock);
         rmdir(r->ipc_dir);
     }
-    if (r->pg_adopted)
-        adopted_pg = r->pg;
-    else
-        qc_pgserver_destroy(r->pg);
+    qsweep_private_db_end(r->pg);
 }
 
 /* One try at PostgreSQL again while it is unreachable: QS_OK and *down cleared (said on
@@ -269,12 +267,83 @@ static qs_status reconnect(run_state *r, int *down, qs_error *err) {
     return QS_OK;
 }
 
-/* Watches the experiment until no job of it is pending or running. Prints a progress line
- * when the counts change (on a terminal: one line rewritten in place). PostgreSQL
+/* Whether the jobs of experiment name still pending can never run on this run's workers:
+ * once every live worker of the run (ids "<host>-run<pid>-w...") has registered with the
+ * coordinator (a row in workers, not "left"), no job runs, and the pending jobs are all of
+ * GPU needs (qc_store_pending_needs) that none of those workers fits (qc_sched_fits_any).
+ * Then *stuck is set and msg (cap bytes) says what they need, as `qsweep status` does;
+ * else *stuck is 0. Errors: the store's. */
+static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p, int *stuck,
+                            char *msg, size_t cap, qs_error *err) {
+    *stuck = 0;
+    msg[0] = 0;
+    if (p->running > 0 || p->pending == 0) return QS_OK;
+    size_t alive = 0;
+    for (size_t i = 1; i < r->n_children; i++)
+        alive += r->children[i].pid != 0;
+    if (!alive) return QS_OK;
+    qc_worker_row *w = NULL;
+    qc_need_row *need = NULL;
+    size_t n_w = 0, n_need = 0;
+    qs_status st = qc_store_workers(r->store, &w, &n_w, err);
+    if (!st) st = qc_store_pending_needs(r->store, name, &need, &n_need, err);
+    qc_sched_gpu(*gpus)[QC_SCHED_GPUS_MAX] = n_w ? calloc(n_w, sizeof *gpus) : NULL;
+    qc_sched_worker *sw = n_w ? calloc(n_w, sizeof *sw) : NULL;
+    const qc_sched_worker **ws = n_w ? calloc(n_w, sizeof *ws) : NULL;
+    if (!st && n_w && (!gpus || !sw || !ws)) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%.40s-run%d-w", r->host, (int)getpid());
+    size_t mine = 0;
+    int64_t biggest = 0;
+    for (size_t i = 0; !st && i < n_w; i++) {
+        if (!strcmp(w[i].state, "left") || strncmp(w[i].id, prefix, strlen(prefix)) != 0) continue;
+        int ng = 0;
+        qc_sched_gpus_from_json(w[i].gpus, gpus[mine], QC_SCHED_GPUS_MAX, &ng);
+        sw[mine] = (qc_sched_worker){.n_gpus = ng, .gpus = gpus[mine]};
+        for (int g = 0; g < ng; g++)
+            if (gpus[mine][g].mem_mb > biggest) biggest = gpus[mine][g].mem_mb;
+        ws[mine] = &sw[mine];
+        mine++;
+    }
+    int64_t unfit = 0;
+    size_t k = 0;
+    if (!st && mine >= alive) { /* every worker of the run has registered */
+        for (size_t i = 0; i < n_need; i++) {
+            qc_sched_job j = {.gpus = need[i].gpus,
+                              .gpu_mem_mb = need[i].gpu_mem_mb,
+                              .native_fp4 = need[i].native_fp4,
+                              .model_key = ""};
+            if (qc_sched_fits_any(ws, mine, &j)) continue;
+            unfit += need[i].n_jobs;
+            int m =
+                snprintf(msg + k, cap - k,
+                         "%s%lld pending job%s no worker of this run can take: each needs %d "
+                         "GPU%s with %lld MiB%s (this run's %zu worker%s' largest GPU has "
+                         "%lld MiB)",
+                         k ? "; " : "", (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                         j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
+                         j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", mine,
+                         mine == 1 ? "" : "s", (long long)biggest);
+            if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
+        }
+        *stuck = unfit > 0 && unfit >= p->pending;
+    }
+    free(ws);
+    free(sw);
+    free(gpus);
+    free(need);
+    free(w);
+    return st;
+}
+
+/* Watches the experiment until no job of it is pending or running, or (*stuck set, why
+ * saying what they need) the pending ones are all jobs no worker of the run can take. Prints a
+ * progress line when the counts change (on a terminal: one line rewritten in place). PostgreSQL
  * unreachable: says so once and retries every DB_RETRY_MS while the children go on (the
  * coordinator pauses dispatch and keeps its writes, coordinator/server/server.h), until it
  * answers or a signal stops the run. */
-static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_error *err) {
+static qs_status watch(run_state *r, const char *name, qc_progress *last, int *stuck, char *why,
+                       size_t why_cap, qs_error *err) {
     int tty = isatty(1), db_down = 0;
     qc_progress prev = {0};
     prev.total = -1;
@@ -362,6 +431,13 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, qs_err
             if (tty) putchar('\n');
             return QS_OK;
         }
+        st = unrunnable(r, name, last, stuck, why, why_cap, err);
+        if (st && qc_store_connection_lost(r->store)) continue; /* retried as above */
+        if (st) return st;
+        if (*stuck) {
+            if (tty) putchar('\n');
+            return QS_OK;
+        }
         usleep(tty ? 500000 : 250000);
     }
 }
@@ -435,6 +511,8 @@ int qsweep_cmd_run(int argc, char **argv) {
     sigaction(SIGHUP, &sa, NULL);
 
     run_state r = {0};
+    int stuck = 0; /* jobs left that no worker of this run can take (watch) */
+    char stuck_why[1024] = "";
     char logs[PATH_MAX - 64], conn_buf[PATH_MAX + 64];
     int logs_made = 0;
     const char *conninfo = qsweep_db_arg(db);
@@ -442,7 +520,10 @@ int qsweep_cmd_run(int argc, char **argv) {
         st = qsweep_private_db_start(pg_dir, &r.pg, &r.pg_adopted, &err);
         if (!st) {
             printf("private PostgreSQL cluster in %s%s\n", qc_pgserver_data_dir(r.pg),
-                   r.pg_adopted ? " (already running: left running)" : "");
+                   r.pg_adopted == QSWEEP_PG_ADOPTED ? " (already running: left running)"
+                   : r.pg_adopted == QSWEEP_PG_SHARED
+                       ? " (started by another qsweep run: shared, the last run to end stops it)"
+                       : "");
             snprintf(conn_buf, sizeof conn_buf, "%s", qc_pgserver_conninfo(r.pg));
             conninfo = conn_buf;
         }
@@ -531,7 +612,7 @@ int qsweep_cmd_run(int argc, char **argv) {
                 printf("coordinator and %d workers (%d thread%s each) running; logs in %s\n",
                        workers, threads, threads == 1 ? "" : "s", logs);
             fflush(stdout);
-            st = watch(&r, g->name, &prog, &err);
+            st = watch(&r, g->name, &prog, &stuck, stuck_why, sizeof stuck_why, &err);
         }
         if (st == QS_ECANCELLED && r.n_children > 0)
             fprintf(stderr, "\nqsweep run: interrupted; stopping the workers and the coordinator "
@@ -546,23 +627,29 @@ int qsweep_cmd_run(int argc, char **argv) {
     if (!st) {
         printf("\n");
         st = qsweep_print_results(r.store, g->name, 0, stdout, &err);
-        if (!st && r.pg && r.pg_adopted)
+        if (!st && r.pg && r.pg_adopted == QSWEEP_PG_ADOPTED)
             printf("(the private cluster was already running, so qsweep run left it running;\n"
                    "   qsweep db stop stops it)\n");
         else if (!st && r.pg)
             printf(
-                "(qsweep run stops its private cluster when it ends; to query it, start it with\n"
-                "   eval \"$(qsweep db start)\"   and stop it with   qsweep db stop)\n");
+                "(qsweep run stops its private cluster when the last run using it ends; to query\n"
+                "   it, start it with   eval \"$(qsweep db start)\"   and stop it with\n"
+                "   qsweep db stop)\n");
     }
     if (logs_made) {
         fflush(stdout);
         fprintf(st ? stderr : stdout, "logs of this run's coordinator and workers: %s\n", logs);
     }
     run_cleanup(&r);
-    int rc = st                                   ? qsweep_fail("run", &err)
-             : (prog.failed + prog.cancelled > 0) ? QSWEEP_EXIT_JOBS_FAILED
-                                                  : QSWEEP_EXIT_OK;
-    if (!st && rc == QSWEEP_EXIT_JOBS_FAILED)
+    int rc = st                                            ? qsweep_fail("run", &err)
+             : (prog.failed + prog.cancelled > 0 || stuck) ? QSWEEP_EXIT_JOBS_FAILED
+                                                           : QSWEEP_EXIT_OK;
+    if (!st && stuck)
+        fprintf(stderr,
+                "qsweep run: stopped with %lld job(s) pending: %s. Run them where workers have "
+                "such GPUs (qsweep worker --connect ...), or change the grid's resources\n",
+                (long long)prog.pending, stuck_why);
+    if (!st && rc == QSWEEP_EXIT_JOBS_FAILED && prog.failed + prog.cancelled > 0)
         fprintf(stderr,
                 "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",
                 (long long)prog.failed, (long long)prog.cancelled);

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -78,6 +80,65 @@ static int server_running(const char *dir) {
     return ok && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
+/* The lock and the users' file of the cluster in dir: "<dir>.lock" and "<dir>.runs", next to
+ * the data directory (initdb wants that one empty, dot files included). */
+static void side_path(const char *dir, const char *suffix, char *out, size_t cap) {
+    snprintf(out, cap, "%s%s", dir, suffix);
+}
+
+/* Takes the exclusive flock of dir's cluster (waits for it); the descriptor, or -1 with err
+ * set (QS_EIO naming the file). Closing the descriptor releases it. */
+static int lock_cluster(const char *dir, qs_error *err) {
+    char path[PATH_MAX + 16];
+    side_path(dir, ".lock", path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        qs_error_set(err, QS_EIO, "open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        qs_error_set(err, QS_EIO, "flock %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+enum { MAX_USERS = 256 };
+
+/* The live pids of dir's users' file into pids (at most MAX_USERS); dead ones are dropped.
+ * A missing file is no users. */
+static size_t read_users(const char *dir, long *pids) {
+    char path[PATH_MAX + 16];
+    side_path(dir, ".runs", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = 0;
+    long pid;
+    while (n < MAX_USERS && fscanf(f, "%ld", &pid) == 1)
+        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) pids[n++] = pid;
+    fclose(f);
+    return n;
+}
+
+/* Writes pids[0..n) as dir's users' file (replaced through a rename). QS_EIO naming it. */
+static qs_status write_users(const char *dir, const long *pids, size_t n, qs_error *err) {
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
+    side_path(dir, ".runs", path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return qs_error_set(err, QS_EIO, "open %s: %s", tmp, strerror(errno));
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%ld\n", pids[i]);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        qs_status st = qs_error_set(err, QS_EIO, "write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return QS_OK;
+}
+
 qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *adopted,
                                   qs_error *err) {
     char dir[PATH_MAX];
@@ -86,11 +147,70 @@ qs_status qsweep_private_db_start(const char *pg_dir, qc_pgserver **out, int *ad
         snprintf(dir, sizeof dir, "%s", pg_dir);
     else
         st = qsweep_xdg_path("XDG_DATA_HOME", ".local/share", "pg", dir, sizeof dir, err);
-    if (adopted) *adopted = !st && server_running(dir);
-    if (!st) st = qsweep_make_dirs(dir, err);
+    if (st) return st;
+    /* the parent first: the lock lives next to the data directory */
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash > parent) {
+        *slash = 0;
+        st = qsweep_make_dirs(parent, err);
+    }
+    int lock = st ? -1 : lock_cluster(dir, err);
+    if (lock < 0) return st ? st : err->code;
+    /* under the lock: no other run starts or stops this cluster meanwhile */
+    long pids[MAX_USERS + 1];
+    size_t n = read_users(dir, pids);
+    int running = server_running(dir);
+    if (adopted) *adopted = !running ? QSWEEP_PG_STARTED : n ? QSWEEP_PG_SHARED : QSWEEP_PG_ADOPTED;
+    st = qsweep_make_dirs(dir, err);
     if (!st) st = let_server_user_traverse(dir, err);
     if (!st) st = qc_pgserver_start(dir, out, err);
+    if (!st && adopted && *adopted != QSWEEP_PG_ADOPTED) {
+        if (!running) n = 0; /* pids of runs whose server is gone (killed) own nothing */
+        pids[n++] = (long)getpid();
+        st = write_users(dir, pids, n, err);
+    } else if (!st && !adopted) {
+        /* qsweep db start|stop: the cluster is the user's now, no run stops it */
+        st = write_users(dir, pids, 0, err);
+    }
+    if (st && *out && adopted && *adopted == QSWEEP_PG_STARTED) {
+        qc_pgserver_destroy(*out);
+        *out = NULL;
+    }
+    close(lock);
     return st;
+}
+
+/* Handles of clusters another run or the user still uses: kept, never destroyed (destroying
+ * one stops its server; volatile: LeakSanitizer sees them reachable). */
+static qc_pgserver *volatile kept_pg[4];
+
+void qsweep_private_db_end(qc_pgserver *pg) {
+    if (!pg) return;
+    const char *dir = qc_pgserver_data_dir(pg);
+    qs_error err = {0};
+    int lock = lock_cluster(dir, &err);
+    long pids[MAX_USERS];
+    size_t n = read_users(dir, pids), k = 0;
+    int mine = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pids[i] == (long)getpid())
+            mine = 1;
+        else
+            pids[k++] = pids[i];
+    }
+    if (mine) write_users(dir, pids, k, &err);
+    if (mine && k == 0 && lock >= 0) {
+        qc_pgserver_destroy(pg); /* the last run out stops it, still under the lock */
+    } else {
+        for (size_t i = 0; i < sizeof kept_pg / sizeof kept_pg[0]; i++)
+            if (!kept_pg[i]) {
+                kept_pg[i] = pg;
+                break;
+            }
+    }
+    if (lock >= 0) close(lock);
 }
 
 /* The cluster qsweep_find_db adopted: kept, never destroyed (destroying the handle would stop

@@ -75,6 +75,22 @@ static const char *const FAILED_SQL =
     "JOIN jobs j ON j.id = ej.job\n"
     "WHERE e.name = $1 AND j.kind = 'train' AND j.state = 'failed' ORDER BY j.id LIMIT 10";
 
+/* The runs without final metrics (failed, queued, running, cancelled), one row each in the
+ * columns of TRAIN_SQL (metric and values NULL) followed by state, seed and error, for --csv
+ * and --json: a failed run is a result too. */
+static const char *const UNFINISHED_SQL =
+    "SELECT coalesce(j.spec -> 'shape' ->> 'name', '(checkpoint)'), (j.spec ->> 'lr')::float8,\n"
+    "       j.spec -> 'recipe' ->> 'name', NULL, 1, NULL, NULL, 0, NULL, NULL, NULL, NULL,\n"
+    "       j.state, j.spec ->> 'seed', j.last_error\n"
+    "FROM experiments e JOIN experiment_jobs ej ON ej.experiment = e.id\n"
+    "JOIN jobs j ON j.id = ej.job\n"
+    "WHERE e.name = $1 AND j.kind = 'train' AND j.state <> 'succeeded' ORDER BY j.id";
+
+/* Columns after TRAIN_SQL's in --csv / --json: the run's state ("succeeded" for the rows of
+ * final metrics), its seed and its error (both empty / null on aggregated rows). */
+enum { X_STATE = C_N, X_SEED, X_ERROR, X_N };
+static const char *const x_names[X_N - C_N] = {"state", "seed", "error"};
+
 static const char *const CURVES_SQL =
     "SELECT recipe, seed, string_agg(value::text, ',' ORDER BY step)\n"
     "FROM v_train_curves WHERE experiment = $1 AND metric = 'train_loss'\n"
@@ -145,6 +161,69 @@ static void print_curves(PGresult *r, FILE *out) {
     }
 }
 
+/* Field c of row i of r (a TRAIN_SQL result when unfinished is 0, an UNFINISHED_SQL one when
+ * 1), NULL when SQL NULL or not a column of r. */
+static const char *field(PGresult *r, int unfinished, int i, int c) {
+    if (!unfinished && c >= C_N) return c == X_STATE ? "succeeded" : NULL;
+    return PQgetisnull(r, i, c) ? NULL : PQgetvalue(r, i, c);
+}
+
+/* The lr as %g: the spec's JSON number may read 0.0030000000000000001. */
+static void lr_text(const char *v, char *buf, size_t cap) {
+    snprintf(buf, cap, "%g", strtod(v, NULL));
+}
+
+static void print_csv(PGresult *r, PGresult *u, FILE *out) {
+    for (int c = 0; c < X_N; c++)
+        fprintf(out, "%s%s", c ? "," : "", c < C_N ? col_names[c] : x_names[c - C_N]);
+    fputc('\n', out);
+    for (int k = 0; k < 2; k++) {
+        PGresult *q = k ? u : r;
+        for (int i = 0; q && i < PQntuples(q); i++) {
+            for (int c = 0; c < X_N; c++) {
+                if (c) fputc(',', out);
+                const char *v = field(q, k, i, c);
+                char lr[32];
+                if (v && c == C_LR) lr_text(v, lr, sizeof lr), v = lr;
+                qsweep_csv_field(v ? v : "", out); /* NULL prints as the empty field */
+            }
+            fputc('\n', out);
+        }
+    }
+}
+
+static qs_status print_json(PGresult *r, PGresult *u, FILE *out, qs_error *err) {
+    json_t *arr = json_array();
+    for (int k = 0; k < 2; k++) {
+        PGresult *q = k ? u : r;
+        for (int i = 0; arr && q && i < PQntuples(q); i++) {
+            json_t *o = json_object();
+            for (int c = 0; c < X_N; c++) {
+                const char *s = field(q, k, i, c);
+                json_t *v;
+                if (!s)
+                    v = json_null();
+                else if (c == X_SEED || (c < C_N && col_types[c] == QSWEEP_COL_INT))
+                    v = json_integer(strtoll(s, NULL, 10));
+                else if (c < C_N && col_types[c] == QSWEEP_COL_REAL)
+                    v = json_real(strtod(s, NULL));
+                else
+                    v = json_string(s);
+                json_object_set_new(o, c < C_N ? col_names[c] : x_names[c - C_N],
+                                    v ? v : json_null());
+            }
+            json_array_append_new(arr, o);
+        }
+    }
+    if (!arr || json_dumpf(arr, out, JSON_INDENT(2)) != 0) {
+        json_decref(arr);
+        return qs_error_set(err, QS_EIO, "cannot write the JSON output");
+    }
+    fputc('\n', out);
+    json_decref(arr);
+    return QS_OK;
+}
+
 static void print_table(PGresult *r, const char *metric, FILE *out) {
     int n = PQntuples(r);
     fprintf(out,
@@ -159,18 +238,27 @@ static void print_table(PGresult *r, const char *metric, FILE *out) {
                     strcmp(metric, "final_val_loss") ? "train loss" : "val loss", "gap to bf16",
                     "relative gap");
         }
-        fprintf(out, "  %-18s %5s %11.4f +- %-6.4f", PQgetvalue(r, i, C_RECIPE),
-                PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE),
-                qsweep_col_num(r, i, C_SD));
         long with = strtol(PQgetvalue(r, i, C_WITH), NULL, 10),
              seeds = strtol(PQgetvalue(r, i, C_SEEDS), NULL, 10);
+        /* One seed has no spread: say so rather than print +- 0.0000. */
+        if (seeds > 1)
+            fprintf(out, "  %-18s %5s %11.4f +- %-6.4f", PQgetvalue(r, i, C_RECIPE),
+                    PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE),
+                    qsweep_col_num(r, i, C_SD));
+        else
+            fprintf(out, "  %-18s %5s %11.4f %-9s", PQgetvalue(r, i, C_RECIPE),
+                    PQgetvalue(r, i, C_SEEDS), qsweep_col_num(r, i, C_VALUE), " (1 seed)");
         if (with == 0) {
             fprintf(out, " %22s\n", "no bf16 run");
             continue;
         }
-        fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", qsweep_col_num(r, i, C_GAP),
-                qsweep_col_num(r, i, C_GAP_SD), 100 * qsweep_col_num(r, i, C_REL),
-                100 * qsweep_col_num(r, i, C_REL_SD));
+        if (with > 1)
+            fprintf(out, " %+11.4f +- %-7.4f %+8.2f%% +- %.2f%%", qsweep_col_num(r, i, C_GAP),
+                    qsweep_col_num(r, i, C_GAP_SD), 100 * qsweep_col_num(r, i, C_REL),
+                    100 * qsweep_col_num(r, i, C_REL_SD));
+        else
+            fprintf(out, " %+11.4f %-10s %+8.2f%% %-9s", qsweep_col_num(r, i, C_GAP), " (1 seed)",
+                    100 * qsweep_col_num(r, i, C_REL), " (1 seed)");
         if (with < seeds) fprintf(out, "  (%ld of %ld seeds have a bf16 run)", with, seeds);
         fputc('\n', out);
     }
@@ -191,13 +279,17 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
     snprintf(sql, sizeof sql, TRAIN_SQL, "$1", "$2");
     PGresult *r = query(c, sql, 2, params, "training results", &st, err);
     if (!r) return st;
-    if (format == 1) {
-        qsweep_print_csv_rows(r, col_names, C_N, out);
-        PQclear(r);
-        return QS_OK;
-    }
-    if (format == 2) {
-        st = qsweep_print_json_rows(r, col_names, col_types, C_N, out, err);
+    if (format == 1 || format == 2) {
+        PGresult *u = query(c, UNFINISHED_SQL, 1, params, "unfinished runs", &st, err);
+        if (!u) {
+            PQclear(r);
+            return st;
+        }
+        if (format == 1)
+            print_csv(r, u, out);
+        else
+            st = print_json(r, u, out, err);
+        PQclear(u);
         PQclear(r);
         return st;
     }
@@ -224,9 +316,12 @@ qs_status qsweep_print_train_results(qc_store *db, const char *name, int format,
     PGresult *f = query(c, FAILED_SQL, 1, params, "failed runs", &st, err);
     if (!f) return st;
     if (PQntuples(f) > 0) fprintf(out, "\nfailed runs (first %d):\n", PQntuples(f));
-    for (int i = 0; i < PQntuples(f); i++)
-        fprintf(out, "  %s %s lr=%s seed=%s: %s\n", PQgetvalue(f, i, 0), PQgetvalue(f, i, 1),
-                PQgetvalue(f, i, 2), PQgetvalue(f, i, 3), PQgetvalue(f, i, 4));
+    for (int i = 0; i < PQntuples(f); i++) {
+        char lr[32];
+        lr_text(PQgetvalue(f, i, 2), lr, sizeof lr);
+        fprintf(out, "  %s %s lr=%s seed=%s: %s\n", PQgetvalue(f, i, 0), PQgetvalue(f, i, 1), lr,
+                PQgetvalue(f, i, 3), PQgetvalue(f, i, 4));
+    }
     PQclear(f);
     PGresult *cv = query(c, CURVES_SQL, 1, params, "training curves", &st, err);
     if (!cv) return st;

@@ -479,6 +479,18 @@ static qs_status check_one_document(qc_config *c, size_t len) {
                         c->file, line, column);
 }
 
+/* Forgets the nodes earlier overrides (before idx) put in place inside old, which override idx
+ * is about to free: a freed node's address is reused by later nodes, whose errors would then
+ * name the overridden argument instead of the one in effect. */
+static void forget_replaced(qc_config *c, size_t idx, struct fy_node *old) {
+    for (size_t j = 0; j < idx; j++)
+        for (struct fy_node *a = c->set_nodes[j]; a; a = fy_node_get_parent(a))
+            if (a == old) {
+                c->set_nodes[j] = NULL;
+                break;
+            }
+}
+
 /* Applies override idx "[+]a.b.c=value" to the document and records the new value node for
  * error locations. */
 static qs_status apply_set(qc_config *c, size_t idx) {
@@ -519,6 +531,7 @@ static qs_status apply_set(qc_config *c, size_t idx) {
             struct fy_node *v = fy_node_build_from_string(c->doc, eq + 1, FY_NT);
             if (!v || fy_node_sequence_insert_before(node, item, v) != 0)
                 return qs_error_set(err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
+            forget_replaced(c, idx, item);
             fy_node_free(fy_node_sequence_remove(node, item));
             c->set_nodes[idx] = v;
             return QS_OK;
@@ -547,6 +560,7 @@ static qs_status apply_set(qc_config *c, size_t idx) {
         struct fy_node *v = eq[1] ? fy_node_build_from_string(c->doc, eq + 1, FY_NT)
                                   : fy_node_create_scalar_copy(c->doc, "", 0);
         if (!v) return qs_error_set(err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
+        if (pair) forget_replaced(c, idx, fy_node_pair_value(pair));
         struct fy_node *k = pair ? NULL : fy_node_create_scalar_copy(c->doc, seg, seg_len);
         int rc = pair ? fy_node_pair_set_value(pair, v) : fy_node_mapping_append(node, k, v);
         if (rc != 0)

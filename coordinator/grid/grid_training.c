@@ -178,6 +178,13 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
             return qc_config_fail(c, qc_config_lookup(n, "name"), QS_EINVAL,
                                   "recipe name '%s' longer than %zu bytes", name,
                                   sizeof r->recipe - 1);
+        /* A custom recipe under a built-in name would be taken for the built-in (bf16 is
+         * the reference of every gap), so built-in names are reserved. */
+        if (named_recipe(name, r))
+            return qc_config_fail(c, qc_config_lookup(n, "name"), QS_EINVAL,
+                                  "recipe name '%s' is a built-in recipe's; give the custom "
+                                  "recipe a name of its own",
+                                  name);
         if (!named_recipe(base, r))
             return qc_config_fail(c, qc_config_lookup(n, "base"), QS_EINVAL,
                                   "unknown recipe '%s' (expected " RECIPE_NAMES ")", base);

@@ -836,6 +836,158 @@ static void test_read_commands_find_the_private_cluster(void **state) {
 
 /* argv[1], when given, runs only the test of that name (ctest runs each as its own test, so
  * none of them takes long). */
+/* Starts `qsweep run` with argv (argv[0] "qsweep"), stdout and stderr into the file log.
+ * Returns its pid. */
+static pid_t start_logged(char *const argv[], const char *log) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(QSWEEP_BIN, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to seconds for pid; its exit code, or fails the test (after SIGKILL) naming what
+ * it printed into log. */
+static int wait_exit_within(pid_t pid, int seconds, const char *log, const char *what) {
+    int rc = 0;
+    for (int i = 0; i < seconds * 20; i++) {
+        if (exited(pid, &rc)) return rc;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("%s still running after %d s:\n%s", what, seconds, file_text(log));
+    return -1;
+}
+
+/* Whether a postmaster runs on the data directory dir (postmaster.pid names a live
+ * process). */
+static int postmaster_alive(const char *dir) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/postmaster.pid", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    long pid = 0;
+    int ok = fscanf(f, "%ld", &pid) == 1;
+    fclose(f);
+    return ok && pid > 0 && kill((pid_t)pid, 0) == 0;
+}
+
+/* The tester's grid that asks for a GPU on a machine (here: workers) without one big
+ * enough: `qsweep run` waited forever while `qsweep status` named the need. Now, once its
+ * own workers have registered, it says which jobs no worker of the run can take and what
+ * they need, stops its workers and coordinator and exits 5, the jobs left pending and never
+ * attempted. Run again, it says the same (the first run's coordinator is gone, so no
+ * "another coordinator" refusal). 4 TiB per GPU: no GPU of any machine fits. */
+static void test_run_stops_when_no_worker_can_take_the_jobs(void **state) {
+    env *e = *state;
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start_temp(&e->pg, &err), QS_OK);
+    const char *db = qc_pgserver_conninfo(e->pg);
+    char grid[600], log[600];
+    snprintf(grid, sizeof grid, "%s/gpu.yaml", e->dir);
+    snprintf(log, sizeof log, "%s/run.out", e->dir);
+    FILE *f = fopen(grid, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "name: tinygpu\nkind: sensitivity\nmodels:\n  - %s/tests/engine/data/llama3_gqa\n"
+            "dataset:\n  tokens: %s/experiments/data/gpl3.bytes.tokens\n  ctx: 64\n"
+            "  max_chunks: 1\nsensitivity:\n  formats: [nvfp4]\n  quantize: [weights]\n"
+            "  modes: [component]\n  metrics: [ppl, kl]\n"
+            "resources: {gpu_count: 1, gpu_memory_mib: 4194304}\n",
+            QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR);
+    fclose(f);
+    char *argv[] = {"qsweep", "run", grid, "--workers", "2", "--db", (char *)db, NULL};
+    for (int round = 0; round < 2; round++) {
+        pid_t pid = e->run = start_logged(argv, log);
+        int rc = wait_exit_within(pid, 120, log, "qsweep run of jobs no worker can take");
+        e->run = 0;
+        const char *out = file_text(log);
+        if (rc != 5 ||
+            !strstr(out, "no worker of this run can take: each needs 1 GPU with "
+                         "4194304 MiB") ||
+            !strstr(out, "this run's 2 workers' largest GPU has") ||
+            strstr(out, "another coordinator"))
+            fail_msg("round %d: qsweep run exited %d:\n%s", round + 1, rc, out);
+        PGconn *c = e->c = connect_db(db);
+        long pending = query_long(c, "SELECT count(*) FROM jobs WHERE state = 'pending'");
+        assert_true(pending > 0);
+        assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), pending);
+        assert_int_equal(query_long(c, "SELECT count(*) FROM attempts"), 0);
+        PQfinish(c);
+        e->c = NULL;
+    }
+}
+
+/* The tester's two `qsweep run` started at the same moment with the private cluster
+ * stopped: both died ("another postmaster", "database system is shutting down"). Now the
+ * start is serialised and the second run shares the cluster the first started: each ends
+ * with exit 0, or 4 with "another coordinator is already running" (same database, the other
+ * run's coordinator), never a cluster error; after both the cluster is stopped. Three rounds,
+ * since the order varies. */
+static void test_runs_started_together_share_the_private_cluster(void **state) {
+    env *e = *state;
+    char log[2][600];
+    char *argv[] = {"qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=1", NULL};
+    for (int round = 0; round < 3; round++) {
+        pid_t pid[2];
+        for (int i = 0; i < 2; i++) {
+            snprintf(log[i], sizeof log[i], "%s/run%d.out", e->dir, i);
+            pid[i] = start_logged(argv, log[i]);
+        }
+        int ok = 0;
+        for (int i = 0; i < 2; i++) {
+            int rc = wait_exit_within(pid[i], 240, log[i], "a qsweep run started together");
+            const char *out = file_text(log[i]);
+            if (strstr(out, "postmaster") || strstr(out, "shutting down") ||
+                (rc != 0 && (rc != 4 || !strstr(out, "another coordinator is already running"))))
+                fail_msg("round %d, run %d exited %d:\n%s", round + 1, i + 1, rc, out);
+            ok += rc == 0;
+        }
+        if (!ok) fail_msg("round %d: neither run finished the sweep", round + 1);
+        if (postmaster_alive(e->pg_dir))
+            fail_msg("round %d: the private cluster is still running after both runs", round + 1);
+    }
+}
+
+/* A run that finds the private cluster started by another run still going shares it and
+ * does not stop it when it ends: here the second run is refused (the first one's
+ * coordinator holds the database), says it shares the cluster, and the first run goes on
+ * undisturbed; it stops the cluster when it ends, the last of its users. */
+static void test_run_sharing_the_cluster_leaves_it_to_the_last_run(void **state) {
+    env *e = *state;
+    char log[2][600];
+    snprintf(log[0], sizeof log[0], "%s/first.out", e->dir);
+    snprintf(log[1], sizeof log[1], "%s/second.out", e->dir);
+    char *argv[] = {"qsweep", "run", TINY, "--workers", "1", "--set", "dataset.max_chunks=64",
+                    NULL};
+    pid_t first = e->run = start_logged(argv, log[0]);
+    for (int i = 0; i < 1200 && !strstr(file_text(log[0]), "running; logs in"); i++)
+        usleep(50000);
+    if (!strstr(file_text(log[0]), "running; logs in"))
+        fail_msg("the first run did not start:\n%s", file_text(log[0]));
+    pid_t second = start_logged(argv, log[1]);
+    int rc = wait_exit_within(second, 120, log[1], "the second qsweep run");
+    const char *out = file_text(log[1]);
+    if (rc != 4 || !strstr(out, "started by another qsweep run: shared") ||
+        !strstr(out, "another coordinator is already running"))
+        fail_msg("second qsweep run exited %d:\n%s", rc, out);
+    usleep(500000);
+    if (!postmaster_alive(e->pg_dir)) fail_msg("the second run stopped the first run's cluster");
+    int first_rc = 0;
+    if (exited(first, &first_rc))
+        fail_msg("the first run stopped (exit %d):\n%s", first_rc, file_text(log[0]));
+    kill(first, SIGINT);
+    assert_int_equal(wait_exit(first), 130);
+    e->run = 0;
+    if (postmaster_alive(e->pg_dir)) fail_msg("the last run left the cluster running");
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup,
@@ -858,6 +1010,12 @@ int main(int argc, char **argv) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_second_run_on_the_same_cluster_says_why, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_run_stops_when_no_worker_can_take_the_jobs, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_runs_started_together_share_the_private_cluster, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_run_sharing_the_cluster_leaves_it_to_the_last_run,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_outage_during_a_run_loses_nothing, setup,
                                         teardown),
     };

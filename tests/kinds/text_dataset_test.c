@@ -8,7 +8,10 @@
  *     the job keys and the baseline perplexity;
  *   - another text, or another tokenizer (one merge more), changes every job key;
  *   - invalid UTF-8 is refused at submit time naming the file and the byte offset; a synthetic
- *     model (no tokenizer) with a text is refused naming the model.
+ *     model (no tokenizer) with a text is refused naming the model;
+ *   - a text that is not a regular file (FIFO, symlink to one, directory) is refused at once
+ *     with the grid location and the reason;
+ *   - a damaged token cache file is rebuilt with a warning and gives the same job keys.
  * The model is the committed 3-block test checkpoint (tests/engine/data/llama3_gqa, vocab 384)
  * with a byte-level BPE tokenizer.json written here (256 byte tokens, "<s>" 256, two or three
  * merges), so every id fits its vocabulary. */
@@ -18,6 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -304,9 +310,91 @@ static void test_text_dataset_end_to_end(void **state) {
     free(root);
 }
 
+/* A text that is not a regular file is refused by `qsweep submit --dry-run` at once (a FIFO
+ * hung it) with the grid's file:line:column of the text key and the reason: "FIFO" for a
+ * named pipe, also behind a symlink, and the errno text "Is a directory" for a directory. */
+static void test_text_not_a_regular_file(void **state) {
+    (void)state;
+    char *root = fx_tempdir("qsweep-text-nreg");
+    assert_non_null(root);
+    char plain[1024], fifo[1024], link[1024], dir[1024], grid[1024], line[1200], want[1100];
+    snprintf(plain, sizeof plain, "%s/plain", root);
+    make_model(plain, 0, 0);
+    use_state(root, "s");
+    snprintf(fifo, sizeof fifo, "%s/pipe", root);
+    snprintf(link, sizeof link, "%s/to-pipe", root);
+    snprintf(dir, sizeof dir, "%s/adir", root);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(fifo, link), 0);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    const char *paths[] = {fifo, link, dir};
+    const char *reasons[] = {"is a FIFO", "is a FIFO", "Is a directory"};
+    /* the grid resolves a path (realpath): the symlink's message names the FIFO it leads to */
+    const char *named[] = {fifo, fifo, dir};
+    snprintf(grid, sizeof grid, "%s/g.yaml", root);
+    const char *sub[] = {"submit", "--dry-run", grid, NULL};
+    for (int i = 0; i < 3; i++) {
+        snprintf(line, sizeof line, "text: %s", paths[i]);
+        make_grid(grid, "nreg", plain, line);
+        assert_int_equal(fx_run(QSWEEP_BIN, sub, out, sizeof out), 2);
+        /* line 6 of make_grid's grid is "  text: PATH": the value starts at column 9 */
+        snprintf(want, sizeof want, "g.yaml:6:9");
+        if (!strstr(out, want) || !strstr(out, reasons[i]) || !strstr(out, named[i]))
+            fail_msg("no %s, %s and %s in\n%s", want, reasons[i], named[i], out);
+    }
+    fx_rmtree(root);
+    free(root);
+}
+
+/* The tester's case: one byte of the cached token file flipped (an id byte, still a valid id)
+ * after a first `submit --dry-run`; the next one warns, rebuilds the file and gives the same
+ * job keys (the same dataset digest), never jobs on the corrupt ids. */
+static void test_damaged_cache_gives_the_same_jobs(void **state) {
+    (void)state;
+    char *root = fx_tempdir("qsweep-text-cache");
+    assert_non_null(root);
+    char plain[1024], text[1024], grid[1024], line[1200], cache[1200];
+    snprintf(plain, sizeof plain, "%s/plain", root);
+    make_model(plain, 0, 0);
+    use_state(root, "s");
+    snprintf(text, sizeof text, "%s/gpl3.txt", root);
+    copy_file(GPL3, text);
+    snprintf(grid, sizeof grid, "%s/g.yaml", root);
+    snprintf(line, sizeof line, "text: %s", text);
+    make_grid(grid, "cache", plain, line);
+    static char keys1[1 << 14], keys2[1 << 14];
+    dry_run_keys(grid, keys1, sizeof keys1);
+    snprintf(cache, sizeof cache, "%s/s/cache/qsweep/tokens", root);
+    DIR *d = opendir(cache);
+    assert_non_null(d);
+    char tok[2400] = "";
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 7 && !strcmp(e->d_name + l - 7, ".tokens"))
+            snprintf(tok, sizeof tok, "%s/%s", cache, e->d_name);
+    }
+    closedir(d);
+    assert_true(tok[0]);
+    FILE *f = fopen(tok, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 64 + 4 * 100, SEEK_SET), 0); /* id 100's low byte */
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, 64 + 4 * 100, SEEK_SET), 0);
+    fputc(c ^ 1, f);
+    fclose(f);
+    dry_run_keys(grid, keys2, sizeof keys2);
+    if (!strstr(out, "warning: token cache") || !strstr(out, "rebuilding"))
+        fail_msg("no warning about the damaged cache in\n%s", out);
+    assert_string_equal(keys1, keys2);
+    fx_rmtree(root);
+    free(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_dataset_end_to_end),
+        cmocka_unit_test(test_text_not_a_regular_file),
+        cmocka_unit_test(test_damaged_cache_gives_the_same_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -199,6 +199,13 @@ static void bad_grids_are_refused_at_their_place(void **s) {
     expect_error("nobase",
                  GRID_HEAD "  recipes: [bf16, {name: x, rht: 0}]\n  lrs: [0.001]\n  steps: 5\n",
                  "nobase.yaml:6:", "'name' and 'base'");
+    expect_error("builtinname",
+                 GRID_HEAD "  recipes: [{name: bf16, base: nvfp4}]\n  lrs: [0.001]\n  steps: 5\n",
+                 "builtinname.yaml:6:20", "recipe name 'bf16' is a built-in recipe's");
+    expect_error("builtinname2",
+                 GRID_HEAD "  recipes: [bf16, {name: nvfp4, base: nvfp4, sr: 0}]\n"
+                           "  lrs: [0.001]\n  steps: 5\n",
+                 "builtinname2.yaml:6:", "recipe name 'nvfp4' is a built-in recipe's");
     expect_error("textdir",
                  "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: .}\n"
                  "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
@@ -283,6 +290,41 @@ static void set_errors_name_the_argument(void **s) {
     assert_int_not_equal(qc_grid_load(p, sets, 1, qsweep_probe(), &g, &err), QS_OK);
     if (!strstr(err.msg, "--set training.recipes=[{name: a}]") || strstr(err.msg, ":0:0"))
         fail_msg("got \"%s\"", err.msg);
+    /* A built-in name for a custom recipe, given by --set, names the argument. */
+    const char *sets2[1] = {"training.recipes=[{name: bf16, base: mxfp4}]"};
+    qs_error err2 = {0};
+    assert_int_not_equal(qc_grid_load(p, sets2, 1, qsweep_probe(), &g, &err2), QS_OK);
+    assert_null(g);
+    if (!strstr(err2.msg, "--set training.recipes=[{name: bf16, base: mxfp4}]") ||
+        !strstr(err2.msg, "built-in"))
+        fail_msg("got \"%s\"", err2.msg);
+}
+
+/* The same key given twice: an error in the value in effect names the last --set (issue:
+ * it named the overridden one). */
+static void repeated_set_names_the_argument_in_effect(void **s) {
+    (void)s;
+    const char *p = write_grid("set2", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n");
+    const char *const cases[][3] = {
+        {"training.lrs=[0.002]", "training.lrs=[-1]"},
+        {"training.recipes=[bf16]", "training.recipes=[{name: bf16, base: nvfp4}]"},
+        {"training.steps=7", "training.steps=-3"},
+        {"training.lrs=[0.002]", "training.lrs=[0.003]", "training.steps=-3"},
+        {"training.lrs.0=0.002", "training.lrs.0=0.003", "training.steps=-3"},
+        {"training.steps=7", "training.steps=8", "training.lrs=[-1]"},
+        {"training.recipes.0=nvfp4", "training.recipes=[mxfp4]", "training.lrs=[-1]"},
+        {"training.recipes=[bf16]", "training.recipes=[nvfp4]", "training.lrs=[0.1, 0.1]"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        qc_grid *g = NULL;
+        qs_error err = {0};
+        size_t n = cases[k][2] ? 3 : 2;
+        assert_int_not_equal(qc_grid_load(p, cases[k], n, qsweep_probe(), &g, &err), QS_OK);
+        assert_null(g);
+        char want[200];
+        snprintf(want, sizeof want, "--set %s:", cases[k][n - 1]);
+        if (!strstr(err.msg, want))
+            fail_msg("case %zu: got \"%s\", expected \"%s\"", k, err.msg, want);
+    }
 }
 
 static void job_keys_of(const char *name, const char *body, const char *const *sets, size_t n,
@@ -390,6 +432,7 @@ int main(void) {
         cmocka_unit_test(bad_grids_are_refused_at_their_place),
         cmocka_unit_test(spec_decoder_names_the_field_and_key_ignores_paths),
         cmocka_unit_test(set_errors_name_the_argument),
+        cmocka_unit_test(repeated_set_names_the_argument_in_effect),
         cmocka_unit_test(checkpoint_dir_is_keyed_and_canonical),
         cmocka_unit_test(big_named_shapes_are_accepted_with_their_parameter_counts),
     };

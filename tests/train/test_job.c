@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,7 @@ typedef struct record {
     double final_val, wall_s;
     pt pts[256]; /* curve points as a store keeps them: one per (name, step), the latest */
     int n_pts, resent;
+    double damaged; /* the final metric ckpt_damaged, 0 when not sent */
 } record;
 
 static void on_hb(void *u, int step, int total) {
@@ -89,6 +91,7 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
         r->finals++;
         if (!strcmp(name, "final_val_loss")) r->final_val = v;
         if (!strcmp(name, "wall_s")) r->wall_s = v;
+        if (!strcmp(name, "ckpt_damaged")) r->damaged = v;
     } else if (!strcmp(name, "val_loss")) {
         r->val++;
     } else {
@@ -178,6 +181,88 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_memory_equal(fa, fb, na);
     free(fa);
     free(fb);
+}
+
+static void assert_same_file(const char *pa, const char *pb) {
+    size_t na, nb;
+    unsigned char *fa = slurp(pa, &na), *fb = slurp(pb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(fa, fb, na);
+    free(fa);
+    free(fb);
+}
+
+/* A finished run deletes its checkpoint once the final weights are written, and running the
+ * finished job again (its results lost on the way) trains it again to the same weights. */
+static void finished_run_deletes_its_checkpoint_and_runs_again(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    record r = {0};
+    qw_train_hooks h = {on_hb, on_metric, on_stop, &r};
+    qw_train_spec a = spec_for("finished", 3e-3f);
+    char ck[400], w[400], ref[400];
+    snprintf(ck, sizeof ck, "%s/finished.ckpt", dir);
+    snprintf(w, sizeof w, "%s/finished/model.safetensors", dir);
+    snprintf(ref, sizeof ref, "%s/straight/model.safetensors", dir);
+    r.stop_at = 5;
+    assert_int_equal(qw_train_job_run(&a, ids, n_ids, &h, &o, &err), QS_ECANCELLED);
+    assert_int_equal(access(ck, F_OK), 0); /* a preempted run keeps it */
+    r.stop_at = 0;
+    if (qw_train_job_run(&a, ids, n_ids, &h, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(o.resumed_from, 5);
+    assert_int_not_equal(access(ck, F_OK), 0);
+    assert_int_equal(errno, ENOENT);
+    assert_same_file(w, ref);
+    memset(&r, 0, sizeof r);
+    if (qw_train_job_run(&a, ids, n_ids, &h, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(o.resumed_from, 0);
+    assert_int_equal(o.steps_done, 8);
+    assert_int_equal(r.finals, 6);
+    assert_int_not_equal(access(ck, F_OK), 0);
+    assert_same_file(w, ref);
+}
+
+/* A damaged checkpoint (one byte flipped: a checksum mismatch) is moved aside to
+ * <key>.ckpt.damaged and the run trains again from step 0, to the uninterrupted run's weights,
+ * saying so in its final metric ckpt_damaged and its outcome. */
+static void damaged_checkpoint_is_moved_aside_and_the_run_restarts(void **s) {
+    (void)s;
+    qs_error err = {0};
+    qw_train_outcome o;
+    record r = {0};
+    qw_train_hooks h = {on_hb, on_metric, on_stop, &r};
+    qw_train_spec a = spec_for("damaged", 3e-3f);
+    char ck[400], aside[400], w[400], ref[400];
+    snprintf(ck, sizeof ck, "%s/damaged.ckpt", dir);
+    snprintf(aside, sizeof aside, "%s/damaged.ckpt.damaged", dir);
+    snprintf(w, sizeof w, "%s/damaged/model.safetensors", dir);
+    snprintf(ref, sizeof ref, "%s/straight/model.safetensors", dir);
+    r.stop_at = 5;
+    assert_int_equal(qw_train_job_run(&a, ids, n_ids, &h, &o, &err), QS_ECANCELLED);
+    size_t n;
+    unsigned char *b = slurp(ck, &n);
+    b[n / 2] ^= 0x40;
+    FILE *f = fopen(ck, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    memset(&r, 0, sizeof r);
+    if (qw_train_job_run(&a, ids, n_ids, &h, &o, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(o.resumed_from, 0);
+    assert_int_equal(o.damaged_restart, 1);
+    assert_int_equal(o.steps_done, 8);
+    assert_true(r.damaged == 1);
+    assert_int_equal(r.finals, 7);
+    assert_int_equal(r.heartbeats, 8); /* every step again */
+    size_t na;
+    unsigned char *kept = slurp(aside, &na); /* the damaged file, as it was */
+    assert_int_equal(na, n);
+    assert_memory_equal(kept, b, n);
+    free(kept);
+    free(b);
+    assert_int_not_equal(access(ck, F_OK), 0);
+    assert_same_file(w, ref);
 }
 
 static double now_s(void) {
@@ -346,6 +431,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stopped_run_resumes_to_identical_weights),
         cmocka_unit_test(resumed_run_reports_the_whole_curve_once_and_sums_its_time),
+        cmocka_unit_test(finished_run_deletes_its_checkpoint_and_runs_again),
+        cmocka_unit_test(damaged_checkpoint_is_moved_aside_and_the_run_restarts),
         cmocka_unit_test(checkpoint_dir_is_created_with_its_parents),
         cmocka_unit_test(diverging_run_reports_its_step_and_no_results),
         cmocka_unit_test(bytes_tokenizer_and_shapes),

@@ -159,6 +159,12 @@ static void qsweep_results_prints_training_experiments(void **s) {
     add_run(c, "tr-noval", "b2", "nvfp4", 1, "final_train_loss", 1.53, "succeeded", NULL);
     add_run(c, "tr-failed", "c1", "bf16", 1, "", -1, "failed", "diverged at step 3: loss nan");
     add_run(c, "tr-failed", "c2", "nvfp4", 1, "", -1, "failed", "training data: token 300");
+    /* A spec whose lr reads back with 17 digits (as the tester's did) prints as %g. */
+    pgtest_exec(c, "WITH j AS (INSERT INTO jobs (job_key, kind, spec, state, last_error) VALUES "
+                   "('c3', 'train', '{\"shape\": {\"name\": \"tiny\"}, \"recipe\": {\"name\": "
+                   "\"mxfp4\"}, \"lr\": 0.0030000000000000001, \"seed\": 2}', 'failed', "
+                   "'lost') RETURNING id) INSERT INTO experiment_jobs SELECT e.id, j.id FROM "
+                   "experiments e, j WHERE e.name = 'tr-failed'");
     static char out[1 << 16];
     char args[800];
     snprintf(args, sizeof args, "results tr --db '%s'", ci);
@@ -171,11 +177,14 @@ static void qsweep_results_prints_training_experiments(void **s) {
     assert_non_null(strstr(out, "+2.50%"));                         /* nvfp4 seed 1 */
     assert_null(strstr(out, "nan"));
     assert_null(strstr(out, "isolated parts"));
+    /* mxfp4 and bf16 have one seed each: no "+- 0.0000" spread, "(1 seed)" instead. */
+    assert_non_null(strstr(out, "2.2500  (1 seed)"));
+    assert_null(strstr(out, "+- 0.0000"));
     snprintf(args, sizeof args, "results tr --csv --db '%s'", ci);
     run_cli(args, out, sizeof out);
     assert_non_null(strstr(out, "shape,lr,recipe,metric,seeds,value,value_sd,seeds_with_bf16,gap,"
-                                "gap_sd,rel_gap,rel_gap_sd\n"));
-    assert_non_null(strstr(out, "tiny,0.003,mxfp4,final_val_loss,1,2.25,0,0,,,,\n"));
+                                "gap_sd,rel_gap,rel_gap_sd,state,seed,error\n"));
+    assert_non_null(strstr(out, "tiny,0.003,mxfp4,final_val_loss,1,2.25,0,0,,,,,succeeded,,\n"));
     snprintf(args, sizeof args, "results tr --json --db '%s'", ci);
     run_cli(args, out, sizeof out);
     json_error_t je;
@@ -209,11 +218,32 @@ static void qsweep_results_prints_training_experiments(void **s) {
     snprintf(args, sizeof args, "results tr-failed --db '%s'", ci);
     run_cli(args, out, sizeof out);
     printf("%s\n", out);
-    assert_non_null(strstr(out, "training, 2 runs: 0 done, 0 running, 0 queued, 2 failed"));
+    assert_non_null(strstr(out, "training, 3 runs: 0 done, 0 running, 0 queued, 3 failed"));
+    assert_non_null(strstr(out, "tiny mxfp4 lr=0.003 seed=2: lost"));
+    assert_null(strstr(out, "0.00300000"));
     assert_non_null(strstr(out, "no finished training run yet"));
     assert_non_null(strstr(out, "tiny bf16 lr=0.003 seed=1: diverged at step 3: loss nan"));
     assert_non_null(strstr(out, "training data: token 300"));
     assert_null(strstr(out, "isolated parts"));
+    /* --csv and --json include the failed runs with their state and error. */
+    snprintf(args, sizeof args, "results tr-failed --csv --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    assert_non_null(
+        strstr(out, "tiny,0.003,bf16,,1,,,0,,,,,failed,1,diverged at step 3: loss nan\n"));
+    assert_non_null(strstr(out, "tiny,0.003,mxfp4,,1,,,0,,,,,failed,2,lost\n"));
+    snprintf(args, sizeof args, "results tr-failed --json --db '%s'", ci);
+    run_cli(args, out, sizeof out);
+    rows = json_loads(out, 0, &je);
+    if (!rows) fail_msg("not JSON (%s):\n%s", je.text, out);
+    assert_int_equal(json_array_size(rows), 3);
+    row = json_array_get(rows, 1);
+    assert_string_equal(json_string_value(json_object_get(row, "state")), "failed");
+    assert_string_equal(json_string_value(json_object_get(row, "error")),
+                        "training data: token 300");
+    assert_true(json_is_null(json_object_get(row, "value")));
+    assert_true(fabs(json_real_value(json_object_get(json_array_get(rows, 2), "lr")) - 0.003) <
+                1e-15);
+    json_decref(rows);
     PQfinish(c);
 }
 

@@ -117,16 +117,27 @@ qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *to
 /* A text file as an evaluation dataset (issue 13, `dataset: {text: FILE}`), for the grid and
  * job side: the text's own ids (no BOS: evaluation puts BOS at each chunk start when
  * qw_tokenizer_adds_bos says so) through the model's tokenizer, computed once per
- * (tokenizer digest, text digest) into the version 2 token file
- * <cache>/<tokenizer digest>-<text digest>.tokens and loaded from there into *out. Its
+ * (tokenizer digest, text digest, QW_TOKENIZER_CODE_VERSION) into the version 2 token file
+ * <cache>/<tokenizer digest>-<text digest>-c<code version>.tokens, with that file's BLAKE2b-256
+ * hex digest and a newline in <that path>.b2 beside it (both written atomically,
+ * common/replace_file.h), and loaded from there into *out. A cached file is used only when its
+ * digest is the recorded one and its header names this tokenizer's digest and vocabulary
+ * size; otherwise (flipped byte, truncated, no .b2) it is rebuilt, with a warning on stderr. Its
  * out->digest (BLAKE2b-256 of that file) is the dataset digest for job keys: it covers the ids
  * and the tokenizer digest of the header, so another text or another tokenizer gives another
  * key, and the same text given as a `qsweep tokenize` file gives the same digest.
  * tokens_path (tokens_path_cap bytes) gets the cached file's path. cache_dir NULL or "":
  * $QSWEEP_TOKENS_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/tokens (created 0700).
- * Errors: QS_EINVAL (invalid UTF-8: names the text file and the byte offset), QS_ENOTFOUND (no
- * text file; a model without a tokenizer), QS_EFORMAT (a cached file naming another tokenizer),
- * QS_EIO, QS_ENOMEM, and qw_tokenizer_open's. On error *out is zeroed. */
+ * text_path must be a regular file after symlinks are followed.
+ * Errors: QS_EINVAL (invalid UTF-8: names the text file and the byte offset; a directory:
+ * "Is a directory"; a FIFO, socket or device: names which, without ever blocking on it),
+ * QS_ENOTFOUND (no text file; a model without a tokenizer), QS_EIO, QS_ENOMEM, and
+ * qw_tokenizer_open's. On error *out is zeroed. */
+/* The version of the tokenizer code (normalizers, pre-tokenizers, BPE/unigram encoders): part
+ * of the text-dataset cache key, so raising it after a change to the ids the code gives for a
+ * tokenizer makes every cached text tokenized again instead of serving the old ids. */
+#define QW_TOKENIZER_CODE_VERSION 1
+
 qs_status qw_text_dataset(const char *model_path, const char *text_path, const char *cache_dir,
                           qw_tokens *out, char *tokens_path, size_t tokens_path_cap, qs_error *err);
 

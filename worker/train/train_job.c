@@ -163,10 +163,27 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
         if (st == QS_OK) {
             qs_error e2 = {0};
             qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &hist, &e2);
-            if (ls == QS_OK)
+            if (ls == QS_OK) {
                 out->resumed_from = tr.step;
-            else if (ls != QS_ENOTFOUND)
+            } else if (ls == QS_EFORMAT) {
+                /* A damaged checkpoint (a checksum mismatch, a truncated file) would fail every
+                 * attempt: keep it aside for inspection and train from step 0 (tr and hist are
+                 * unchanged by the failed load: ckpt.h). */
+                char aside[2300];
+                snprintf(aside, sizeof aside, "%s.damaged", ckpt);
+                if (rename(ckpt, aside) != 0)
+                    st = qs_error_set(err, QS_EIO, "resume: %s; moving it to %s: %s", e2.msg, aside,
+                                      strerror(errno));
+                else {
+                    fprintf(stderr,
+                            "warning: training checkpoint damaged (%s): moved to %s, training "
+                            "again from step 0\n",
+                            e2.msg, aside);
+                    out->damaged_restart = 1;
+                }
+            } else if (ls != QS_ENOTFOUND) {
                 st = qs_error_set(err, ls, "resume: %s", e2.msg);
+            }
         }
     }
     /* A resumed attempt reports the curve up to its checkpoint again: points the killed
@@ -219,6 +236,12 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
         if (d.n_val_windows > 0) st = qw_trainer_validate(&tr, &vl, err);
         out->final_val_loss = vl;
         if (st == QS_OK && final_dir[0]) st = qw_tmodel_save_hf(m, final_dir, err);
+        /* The final weights are written (hfsave.h writes atomically): the checkpoint (about 12
+         * bytes per parameter) is no longer needed. Should the results not reach the
+         * coordinator, the job runs again from step 0 to the same bit-identical result. */
+        if (st == QS_OK && ckpt[0] && unlink(ckpt) != 0 && errno != ENOENT)
+            st = qs_error_set(err, QS_EIO, "%s: remove the finished run's checkpoint: %s", ckpt,
+                              strerror(errno));
         if (st == QS_OK) {
             emit(hooks, "final_train_loss", -1, tr.last_loss);
             if (isfinite(vl)) {
@@ -227,6 +250,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
             emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
     }

@@ -9,7 +9,11 @@
  * hfsave.h). Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s
  * at step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
  * final_val_loss, val_ppl = exp(final_val_loss) (both only with validation windows),
- * tokens_seen, resumed_from_step (0: a fresh run), wall_s. A resumed run first reports again
+ * tokens_seen, resumed_from_step (0: a fresh run), wall_s, and ckpt_damaged = 1 when the
+ * checkpoint could not be read back (QS_EFORMAT: a checksum mismatch, a truncated file): it is
+ * moved to <job_key>.ckpt.damaged with a warning on stderr naming the file and offset, and the
+ * run starts again from step 0. Once the final weights are written the checkpoint is deleted.
+ * A resumed run first reports again
  * every curve point up to its checkpoint (ckpt.h keeps them), so whatever an earlier attempt's
  * reports lost, the stored curve has every step once. wall_s is the sum over attempts: each
  * earlier attempt's seconds up to the checkpoint it left (all of a preempted attempt's; those
@@ -52,8 +56,10 @@ typedef struct qw_train_hooks {
 typedef struct qw_train_outcome {
     int resumed_from; /* the checkpoint's step, 0 when the run started fresh */
     int steps_done;
-    int preempted;     /* 1: stopped on request after checkpointing */
-    int diverged_step; /* 0, or the step that diverged */
+    int preempted;       /* 1: stopped on request after checkpointing */
+    int diverged_step;   /* 0, or the step that diverged */
+    int damaged_restart; /* 1: the checkpoint was damaged, moved to <job_key>.ckpt.damaged, and
+                            the run started again from step 0 (final metric ckpt_damaged = 1) */
     double final_train_loss, final_val_loss;
 } qw_train_outcome;
 
