@@ -2,6 +2,8 @@
 #include "replace_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -76,6 +78,20 @@ int qs_same_file(const char *a, const char *b) {
            sa.st_ino == sb.st_ino;
 }
 
+/* fsync of the folder holding path, so the rename itself survives a crash (rename(2) is atomic,
+ * but the new directory entry is durable only once its folder is synced). Best effort: a
+ * folder that cannot be opened leaves the rename as durable as the file system makes it. */
+static void sync_dir(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
 qs_status qs_replace_file_commit(qs_replace_file *r, qs_error *err) {
     qs_status s = QS_OK;
     int bad = ferror(r->f) || fflush(r->f) != 0;
@@ -95,6 +111,8 @@ qs_status qs_replace_file_commit(qs_replace_file *r, qs_error *err) {
         s = qs_error_set(err, QS_EIO, "%s: cannot rename %s over it: %s", r->path, r->tmp,
                          strerror(errno));
     if (s) unlink(r->tmp);
+    else
+        sync_dir(r->path);
     release(r);
     return s;
 }

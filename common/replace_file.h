@@ -27,8 +27,8 @@ qs_status qs_replace_file_open(const char *path, const char *input, qs_replace_f
 /* Whether paths a and b name the same existing file (same st_dev and st_ino). */
 int qs_same_file(const char *a, const char *b);
 
-/* Flushes, syncs and closes the temporary file, gives it the mode and renames it over path.
- * On error the temporary file is removed. Always releases r. Errors: QS_EIO (names the file). */
+/* Flushes, syncs and closes the temporary file, gives it the mode, renames it over path and
+ * syncs path's folder (so a crash or kill -9 leaves the old file or the new one). On error the temporary file is removed. Always releases r. Errors: QS_EIO (names the file). */
 qs_status qs_replace_file_commit(qs_replace_file *r, qs_error *err);
 
 /* Closes and removes the temporary file, leaving path untouched; releases r. */

@@ -8,6 +8,7 @@
  * - the final Hugging Face checkpoint (config.json + model.safetensors) is read back by
  *   qsweep's own loader bit for bit, and qsweep's inference engine (worker/engine) gives the
  *   same logits as the training forward on it. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -299,10 +300,20 @@ static void hf_checkpoint_round_trips(int tied) {
     qw_checkpoint_close(ck);
     qw_tmodel_destroy(back);
     qw_tmodel_destroy(m);
-    /* no temporary file is left behind */
-    char tmp[400];
-    snprintf(tmp, sizeof tmp, "%s/model.safetensors.tmp.%ld", out, (long)getpid());
-    assert_int_equal(access(tmp, F_OK), -1);
+    /* no temporary file is left behind: the folder holds exactly the two files */
+    DIR *d = opendir(out);
+    assert_non_null(d);
+    int others = 0, files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!strcmp(e->d_name, "config.json") || !strcmp(e->d_name, "model.safetensors"))
+            files++;
+        else
+            others++;
+    }
+    closedir(d);
+    assert_int_equal(files, 2);
+    assert_int_equal(others, 0);
 }
 
 static void hf_checkpoint_untied_is_read_by_the_loader(void **s) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "atomic_file.h"
+#include "replace_file.h"
 
 #define HDR 176
 #define VERSION 2
@@ -92,31 +92,33 @@ qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const
     crypto_generichash_init(&hs, NULL, 0, 32);
     crypto_generichash_update(&hs, hdr, HDR);
     const float *arrays[3] = {qw_tmodel_params(m), qw_tmodel_moment(m, 0), qw_tmodel_moment(m, 1)};
-    qw_atomic_file f = {0};
-    qs_status st = qw_atomic_open(&f, path, err);
-    if (st == QS_OK) st = qw_atomic_write(&f, hdr, HDR, err);
-    for (int a = 0; a < 3 && st == QS_OK; a++) {
+    /* write errors are sticky on the stream and reported by the commit */
+    qs_replace_file f;
+    qs_status st = qs_replace_file_open(path, NULL, &f, err);
+    if (st != QS_OK) return st;
+    fwrite(hdr, 1, HDR, f.f);
+    for (int a = 0; a < 3; a++) {
         crypto_generichash_update(&hs, (const uint8_t *)arrays[a], n * 4);
-        st = qw_atomic_write(&f, arrays[a], n * 4, err);
+        fwrite(arrays[a], 4, n, f.f);
     }
     size_t np = h ? h->n : 0;
     uint8_t head[16];
     putf64(head, h ? h->wall_s : 0.0);
     put64(head + 8, np);
     crypto_generichash_update(&hs, head, sizeof head);
-    if (st == QS_OK) st = qw_atomic_write(&f, head, sizeof head, err);
-    for (size_t i = 0; i < np && st == QS_OK; i++) {
+    fwrite(head, 1, sizeof head, f.f);
+    for (size_t i = 0; i < np; i++) {
         uint8_t pt[POINT] = {0};
         memcpy(pt, h->points[i].name, QW_CKPT_METRIC_NAME);
         put64(pt + 16, (uint64_t)h->points[i].step);
         putf64(pt + 24, h->points[i].value);
         crypto_generichash_update(&hs, pt, POINT);
-        st = qw_atomic_write(&f, pt, POINT, err);
+        fwrite(pt, 1, POINT, f.f);
     }
     uint8_t sum[32];
     crypto_generichash_final(&hs, sum, 32);
-    if (st == QS_OK) st = qw_atomic_write(&f, sum, 32, err);
-    return qw_atomic_commit(&f, st, err);
+    fwrite(sum, 1, 32, f.f);
+    return qs_replace_file_commit(&f, err);
 }
 
 qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char *identity,

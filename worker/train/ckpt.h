@@ -1,5 +1,5 @@
 /* Training checkpoints: everything a run needs to continue bit-identically elsewhere, in one
- * file replaced atomically (atomic_file.h), and what it has reported so far, so that a resumed
+ * file replaced atomically (common/replace_file.h), and what it has reported so far, so that a resumed
  * attempt can report it again.
  *
  * There is no RNG state to save: stochastic rounding and the RHT signs are counter-based

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "atomic_file.h"
+#include "replace_file.h"
 
 static qs_status write_config(const qw_config *c, const char *dir, qs_error *err) {
     char rope[512] = "null";
@@ -37,10 +37,11 @@ static qs_status write_config(const qw_config *c, const char *dir, qs_error *err
                      c->tied_embeddings ? "true" : "false", c->bos_token_id, c->eos_token_id);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    qw_atomic_file f = {0};
-    qs_status st = qw_atomic_open(&f, path, err);
-    if (st == QS_OK) st = qw_atomic_write(&f, text, (size_t)n, err);
-    return qw_atomic_commit(&f, st, err);
+    qs_replace_file f;
+    qs_status st = qs_replace_file_open(path, NULL, &f, err);
+    if (st != QS_OK) return st;
+    fwrite(text, 1, (size_t)n, f.f); /* an error is sticky on the stream: the commit reports it */
+    return qs_replace_file_commit(&f, err);
 }
 
 qs_status qw_tmodel_save_hf(qw_tmodel *m, const char *dir, qs_error *err) {
@@ -76,18 +77,22 @@ qs_status qw_tmodel_save_hf(qw_tmodel *m, const char *dir, qs_error *err) {
         hdr[len++] = ' ';
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    qw_atomic_file f = {0};
-    st = qw_atomic_open(&f, path, err);
+    qs_replace_file f;
+    st = qs_replace_file_open(path, NULL, &f, err);
+    if (st != QS_OK) {
+        free(hdr);
+        return st;
+    }
     uint8_t le[8];
     for (int b = 0; b < 8; b++)
         le[b] = (uint8_t)((uint64_t)len >> (8 * b));
-    if (st == QS_OK) st = qw_atomic_write(&f, le, 8, err);
-    if (st == QS_OK) st = qw_atomic_write(&f, hdr, len, err);
-    for (int i = 0; i < nt && st == QS_OK; i++) {
+    fwrite(le, 1, 8, f.f); /* errors are sticky on the stream: the commit reports them */
+    fwrite(hdr, 1, len, f.f);
+    for (int i = 0; i < nt; i++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, i, &v);
-        st = qw_atomic_write(&f, v.data, (size_t)v.rows * v.cols * 4, err);
+        fwrite(v.data, 4, (size_t)v.rows * v.cols, f.f);
     }
     free(hdr);
-    return qw_atomic_commit(&f, st, err);
+    return qs_replace_file_commit(&f, err);
 }
