@@ -47,7 +47,9 @@ qs_status qw_comm_init_all(int n, const int *devices, qw_comm **out, qs_error *e
 /* Frees the communicators (ncclCommDestroy) and streams. NULL is a no-op. */
 void qw_comm_destroy(qw_comm *c);
 
+/* Number of ranks (GPUs) of the communicator: n of qw_comm_init_all. */
 int qw_comm_ranks(const qw_comm *c);
+/* CUDA device index of rank `rank` (0 <= rank < qw_comm_ranks; devices[rank] of init). */
 int qw_comm_device(const qw_comm *c, int rank);
 
 /* The rank's stream (cudaStream_t) on which the collectives run unless the caller passes its

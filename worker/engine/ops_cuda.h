@@ -91,6 +91,7 @@ typedef struct qw_cuda_cache_stats {
     size_t uploads, hits, bytes;
 } qw_cuda_cache_stats;
 
+/* Fills *out with b's counters since it was made; zeros when b is not a CUDA backend. */
 void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out);
 
 /* Drops every cached device copy (masters, packed, vectors): a caller that frees weights whose

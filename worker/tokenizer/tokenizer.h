@@ -114,6 +114,11 @@ const char *qw_tokenizer_digest(const qw_tokenizer *t);
 qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *tok,
                                     const char *model_path, qs_error *err);
 
+/* The version of the tokenizer code (normalizers, pre-tokenizers, BPE/unigram encoders): part
+ * of the text-dataset cache key, so raising it after a change to the ids the code gives for a
+ * tokenizer makes every cached text tokenized again instead of serving the old ids. */
+#define QW_TOKENIZER_CODE_VERSION 1
+
 /* A text file as an evaluation dataset (issue 13, `dataset: {text: FILE}`), for the grid and
  * job side: the text's own ids (no BOS: evaluation puts BOS at each chunk start when
  * qw_tokenizer_adds_bos says so) through the model's tokenizer, computed once per
@@ -133,11 +138,6 @@ qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *to
  * "Is a directory"; a FIFO, socket or device: names which, without ever blocking on it),
  * QS_ENOTFOUND (no text file; a model without a tokenizer), QS_EIO, QS_ENOMEM, and
  * qw_tokenizer_open's. On error *out is zeroed. */
-/* The version of the tokenizer code (normalizers, pre-tokenizers, BPE/unigram encoders): part
- * of the text-dataset cache key, so raising it after a change to the ids the code gives for a
- * tokenizer makes every cached text tokenized again instead of serving the old ids. */
-#define QW_TOKENIZER_CODE_VERSION 1
-
 qs_status qw_text_dataset(const char *model_path, const char *text_path, const char *cache_dir,
                           qw_tokens *out, char *tokens_path, size_t tokens_path_cap, qs_error *err);
 
