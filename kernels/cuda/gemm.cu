@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +35,32 @@ struct plan_key {
     int beta_nonzero;   // cuBLASLt may pick another algorithm when C is read
     uint64_t m, n, k;
     int64_t lda, ldb, ldd;
+    // Alignment in bytes of A, B and C = D (the largest power of two <= 256 dividing the
+    // address), declared to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default
+    // 256: cublasLt.h): an algorithm picked for 256-byte buffers may not run on 16-byte ones.
+    uint32_t align_a, align_b, align_d;
 };
 
 struct plan {
     plan_key key;
-    int refused; // cuBLASLt refused this key (NOT_SUPPORTED / no algorithm): not asked again
+    int refused; // cuBLASLt refused this key (any status, or no algorithm): not asked again
+    char refused_status[40]; // the CUBLAS_STATUS_* name of the refusal
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
 };
+
+// The CUBLAS_STATUS_* name in an error message of lt_fail into out ("no_status" if none).
+void status_name_of(const char *msg, char *out, size_t cap) {
+    const char *p = msg ? strstr(msg, "CUBLAS_STATUS_") : nullptr;
+    size_t n = 0;
+    while (p && n + 1 < cap && ((p[n] >= 'A' && p[n] <= 'Z') || p[n] == '_'))
+        n++;
+    if (!n)
+        snprintf(out, cap, "no_status");
+    else
+        snprintf(out, cap, "%.*s", (int)n, p);
+}
 
 qs_status cuda_fail(qs_error *err, cudaError_t e, const char *what) {
     return qs_error_set(err, QS_EIO, "kernels/cuda: gemm: %s: %s", what, cudaGetErrorString(e));
@@ -57,6 +75,14 @@ qs_status lt_fail(qs_error *err, cublasStatus_t s, const char *what, const plan_
 
 bool aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
+}
+
+// The largest power of two <= 256 that divides p's address.
+uint32_t alignment_of(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p & (a - 1)) != 0)
+        a >>= 1;
+    return a;
 }
 
 bool is_fp4(qk_gemm_type t) {
@@ -75,6 +101,8 @@ struct qk_gemm {
     size_t scratch_elems;
     plan *plans;
     size_t nplans, cap;
+    char fallback[320];       // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
+    char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
 };
 
 extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
@@ -135,6 +163,18 @@ extern "C" int qk_gemm_native_fp4(const qk_gemm *g) {
 
 extern "C" void qk_gemm_force_emulation(qk_gemm *g, int on) {
     if (g) g->force_emulation = on ? 1 : 0;
+}
+
+extern "C" const char *qk_gemm_fallback(const qk_gemm *g) {
+    return g ? g->fallback : "";
+}
+
+extern "C" const char *qk_gemm_fallback_status(const qk_gemm *g) {
+    return g ? g->fallback_status : "";
+}
+
+extern "C" void qk_gemm_fallback_clear(qk_gemm *g) {
+    if (g) g->fallback[0] = g->fallback_status[0] = 0;
 }
 
 extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
@@ -209,6 +249,13 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws);
     }
+    // the buffers' real alignment (uint32_t attributes, cublasLt.h): C and D are the same y
+    const uint32_t al[4] = {k.align_a, k.align_b, k.align_d, k.align_d};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
     cublasLtMatmulHeuristicResult_t result;
     memset(&result, 0, sizeof result);
     int found = 0;
@@ -233,9 +280,9 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
             if (g->plans[i].refused)
                 return qs_error_set(err, QS_EUNSUPPORTED,
                                     "kernels/cuda: gemm: cuBLASLt refused path %d, m=%llu n=%llu "
-                                    "k=%llu before",
+                                    "k=%llu before (%s)",
                                     k.path, (unsigned long long)k.m, (unsigned long long)k.n,
-                                    (unsigned long long)k.k);
+                                    (unsigned long long)k.k, g->plans[i].refused_status);
             qs_status st = set_scale_pointers(&g->plans[i], a_scale, b_scale, err);
             if (st) return st;
             *out = &g->plans[i];
@@ -249,10 +296,13 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
         g->cap = cap;
     }
     qs_status st = plan_build(g, k, a_scale, b_scale, &g->plans[g->nplans], err);
-    if (st == QS_EUNSUPPORTED) { // remembered, so a refused shape costs one heuristic query
+    if (st == QS_EUNSUPPORTED || (st == QS_EIO && k.path == QK_GEMM_PATH_NATIVE_FP4)) {
+        // remembered, so a refused shape costs one heuristic query
         memset(&g->plans[g->nplans], 0, sizeof g->plans[g->nplans]);
         g->plans[g->nplans].key = k;
         g->plans[g->nplans].refused = 1;
+        status_name_of(err ? err->msg : nullptr, g->plans[g->nplans].refused_status,
+                       sizeof g->plans[g->nplans].refused_status);
         g->nplans++;
     }
     if (st) return st;
@@ -412,10 +462,30 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
                 b_ptr = s;
             }
         }
+        k.align_a = alignment_of(a_ptr);
+        k.align_b = alignment_of(b_ptr);
+        k.align_d = alignment_of(y);
         plan *p = nullptr;
         st = plan_get(g, k, a_scale, b_scale, &p, err);
-        if (st == QS_EUNSUPPORTED && path == QK_GEMM_PATH_NATIVE_FP4) {
-            // cuBLASLt has no native kernel for this shape: the emulated path, reported as such
+        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+        if (st == QS_OK)
+            s = cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y,
+                               p->d, &p->algo, g->workspace, kWorkspaceBytes, stream);
+        if (st == QS_OK && s != CUBLAS_STATUS_SUCCESS) {
+            st = lt_fail(err, s, "cublasLtMatmul", k);
+            if (path == QK_GEMM_PATH_NATIVE_FP4) { // not tried again
+                p->refused = 1;
+                snprintf(p->refused_status, sizeof p->refused_status, "%s",
+                         cublasLtGetStatusName(s));
+            }
+        }
+        if (st != QS_OK && st != QS_ENOMEM && path == QK_GEMM_PATH_NATIVE_FP4) {
+            // cuBLASLt refused the native GEMM for this shape, whatever the status (an
+            // unverified MXFP4 shape can answer INVALID_VALUE): the emulated path, which gives
+            // the same values up to summation order; why is kept for the result's gemm_path
+            snprintf(g->fallback, sizeof g->fallback, "native_fp4 refused, ran emulated_bf16: %.*s",
+                     (int)(sizeof g->fallback - 40), err ? err->msg : "cuBLASLt refused the shape");
+            status_name_of(err ? err->msg : nullptr, g->fallback_status, sizeof g->fallback_status);
             path = QK_GEMM_PATH_EMULATED_BF16;
             memset(&k, 0, sizeof k);
             k.d_type = y_type == QK_GEMM_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -427,10 +497,6 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
             continue;
         }
         if (st) return st;
-        cublasStatus_t s =
-            cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y, p->d,
-                           &p->algo, g->workspace, kWorkspaceBytes, stream);
-        if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, s, "cublasLtMatmul", k);
         if (path_out) *path_out = path;
         return QS_OK;
     }

@@ -31,7 +31,8 @@ static void test_auto_uses_the_first_offered_gpu_only_with_cuda_and_a_gpu(void *
     qw_jobs_backend_use u = qw_jobs_backend_pick(&c, true, false);
     assert_true(u.use_cuda);
     assert_int_equal(u.device, 1);
-    assert_int_equal(u.gemm, 0); /* fp32, the reference-matching path */
+    /* the GEMM path table decides per linear (qk_gemm_path.h); FP32 only when asked for */
+    assert_int_equal(u.gemm, QW_JOBS_GEMM_AUTO);
     /* a build without CUDA runs on the CPU whatever GPUs there are */
     assert_false(qw_jobs_backend_pick(&c, false, false).use_cuda);
     /* --gpus none (no GPU offered): the CPU, never an error */
@@ -83,6 +84,15 @@ static void test_the_environment_is_read_when_no_option_is_given(void **state) {
     assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
     assert_int_equal(c.gemm, 2);
     assert_int_equal(qw_jobs_backend_pick(&c, true, false).gemm, 2);
+    static const struct {
+        const char *name;
+        int gemm;
+    } req[] = {{"auto", 2}, {"fp32", 0}, {"bf16", 1}, {"emulated", 3}};
+    for (size_t i = 0; i < 4; i++) {
+        setenv("QSWEEP_CUDA_GEMM", req[i].name, 1);
+        assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
+        assert_int_equal(qw_jobs_backend_pick(&c, true, false).gemm, req[i].gemm);
+    }
     setenv("QSWEEP_CUDA_GEMM", "fp16", 1);
     assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "$QSWEEP_CUDA_GEMM \"fp16\""));

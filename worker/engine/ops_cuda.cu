@@ -320,7 +320,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
                             "the backend's (the SQNR probe is not available on CUDA yet)",
                             T, in, out);
-    if (c->gemm == QW_CUDA_GEMM_LT)
+    if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)
         return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
     if (act && act->fmt) {
         if ((st = qw_cuda_status(c,
@@ -492,7 +492,8 @@ extern "C" int qw_cuda_available(void) {
 extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm,
                                           qs_error *err) {
     memset(b, 0, sizeof *b);
-    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT)
+    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT &&
+        gemm != QW_CUDA_GEMM_EMULATED)
         return qs_error_set(err, QS_EINVAL, "backend cuda: gemm path %d", (int)gemm);
     int n = qw_cuda_available();
     if (n == 0) return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: no CUDA device");
@@ -519,7 +520,8 @@ extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gem
         if (s != CUBLAS_STATUS_SUCCESS)
             st = qs_error_set(err, QS_EIO, "backend cuda: cuBLAS: %s", blas_text(s));
     }
-    if (st == QS_OK && gemm == QW_CUDA_GEMM_LT) st = qw_cuda_lt_init(c, err);
+    if (st == QS_OK && (gemm == QW_CUDA_GEMM_LT || gemm == QW_CUDA_GEMM_EMULATED))
+        st = qw_cuda_lt_init(c, err);
     if (st != QS_OK) qw_backend_cuda_release(b);
     return st;
 }
@@ -547,13 +549,23 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
 extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
     if (!c) return "cpu";
-    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_path(c);
+    if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED) return qw_cuda_lt_path(c);
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
 }
 
 extern "C" void qw_backend_cuda_gemm_path_reset(qw_backend *b) {
     cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
-    if (c && c->gemm == QW_CUDA_GEMM_LT) qw_cuda_lt_path_reset(c);
+    if (c && (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED))
+        qw_cuda_lt_path_reset(c);
+}
+
+extern "C" int qw_backend_cuda_gemm_fallback(const qw_backend *b, char *status, size_t status_cap,
+                                             char *why, size_t why_cap) {
+    const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (status_cap) status[0] = 0;
+    if (why_cap) why[0] = 0;
+    if (!c || !(c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)) return 0;
+    return qw_cuda_lt_fallback(c, status, status_cap, why, why_cap);
 }
 
 extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out) {

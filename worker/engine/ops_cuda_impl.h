@@ -24,6 +24,8 @@ typedef struct cuda_weight {
     float *f32;           /* [rows x cols] device, gemm fp32 (and vectors) */
     __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
     size_t bytes;
+    int bf16_exact; /* every value is exact in BF16 (its low 16 bits zero): the GEMM path table's
+                       input (qk_gemm_path.h) */
 } cuda_weight;
 
 /* A device buffer that grows to the largest size asked for, never shrinks. */
@@ -92,6 +94,8 @@ void qw_cuda_lt_release(cuda_ctx *c);
 void qw_cuda_lt_forget(cuda_ctx *c);
 const char *qw_cuda_lt_path(const cuda_ctx *c);
 void qw_cuda_lt_path_reset(cuda_ctx *c);
+int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
+                        size_t why_cap);
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err);
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qk_gemm_path.h"
+
 #ifdef QSWEEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -46,7 +48,7 @@ void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_c
         g->memory_bytes = (uint64_t)p.totalGlobalMem;
         g->cc_major = (uint32_t)p.major;
         g->cc_minor = (uint32_t)p.minor;
-        g->native_fp4 = p.major >= 10;
+        g->native_fp4 = qk_gemm_cc_native_fp4(10 * p.major + p.minor);
         g->device = d;
     }
     if (*n == 0 && why_cap && !why[0]) snprintf(why, why_cap, "no GPU visible (CUDA: no device)");
@@ -98,7 +100,7 @@ qs_status qw_gpu_parse_fake(const char *text, qw_gpu *out, size_t cap, size_t *n
         g->memory_bytes = (uint64_t)gib << 30;
         g->cc_major = (uint32_t)major;
         g->cc_minor = (uint32_t)minor;
-        g->native_fp4 = major >= 10;
+        g->native_fp4 = qk_gemm_cc_native_fp4((int)(10 * major + minor));
         g->device = (int)*n;
         (*n)++;
         p += len;

@@ -9,8 +9,10 @@
  * an error: the worker then runs its jobs on the CPU backend and is given only jobs that ask
  * for no GPU. A build without CUDA says so ("no CUDA in this build").
  *
- * Native FP4 = compute capability >= 10.0 (Blackwell: block-scaled FP4 tensor cores, cuBLASLt
- * CUDA_R_4F_E2M1; Hopper 9.0 emulates FP4 with BF16 GEMMs). */
+ * Native FP4 is the GEMM path table's answer (kernels/cuda/qk_gemm_path.h qk_gemm_cc_native_fp4,
+ * the function the CUDA backend's GEMMs use): compute capability 10.x (Blackwell data-center
+ * parts: block-scaled FP4 in cuBLASLt); Hopper 9.0, Ada 8.9 and 12.x emulate FP4 exactly with
+ * BF16 GEMMs. */
 #ifndef QW_GPU_INFO_H
 #define QW_GPU_INFO_H
 
@@ -27,8 +29,8 @@
 bool qw_gpu_have_cuda(void);
 
 /* Lists the visible GPUs into out[0..cap) in device order: name, total memory in bytes,
- * compute capability, native_fp4 (major >= 10), device (the CUDA ordinal). *n gets how many;
- * 0 with the reason in why (why_cap bytes: "no CUDA in this build", the runtime's error text
+ * compute capability, native_fp4 (qk_gemm_cc_native_fp4), device (the CUDA ordinal). *n gets how
+ * many; 0 with the reason in why (why_cap bytes: "no CUDA in this build", the runtime's error text
  * such as "no CUDA-capable device is detected") when there are none. Never fails. */
 void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_cap);
 

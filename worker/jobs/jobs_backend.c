@@ -6,9 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qk_gemm_path.h"
+
+/* The backend's GEMM setting (ops_cuda.h qw_cuda_gemm values) for a request of the GEMM path
+ * table: auto 2 (QW_CUDA_GEMM_LT), fp32 0, bf16 1, emulated 3. */
+static int gemm_of_request(qk_gemm_request r) {
+    switch (r) {
+    case QK_GEMM_REQ_FP32:
+        return 0;
+    case QK_GEMM_REQ_BF16:
+        return 1;
+    case QK_GEMM_REQ_EMULATED:
+        return 3;
+    default:
+        return 2;
+    }
+}
+
 qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size_t n_gpus,
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err) {
-    *out = (qw_jobs_backend){.kind = QW_BACKEND_CPU, .device = -1, .gemm = 0};
+    *out = (qw_jobs_backend){.kind = QW_BACKEND_CPU, .device = -1, .gemm = QW_JOBS_GEMM_AUTO};
     const char *from = "--backend";
     if (!kind_name || !*kind_name) {
         kind_name = getenv("QSWEEP_BACKEND");
@@ -19,11 +36,12 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
     if (qw_backend_kind_parse(kind_name, &kind, err))
         return qs_error_set(err, QS_EINVAL, "%s \"%s\": expected auto, cpu or cuda", from,
                             kind_name);
-    int gemm = 0;
+    qk_gemm_request req = QK_GEMM_REQ_AUTO;
     const char *g = getenv("QSWEEP_CUDA_GEMM");
-    if (g && *g && qw_backend_gemm_parse(g, &gemm, err))
-        return qs_error_set(err, QS_EINVAL, "$QSWEEP_CUDA_GEMM \"%s\": expected fp32, bf16 or lt",
-                            g);
+    if (g && *g && qk_gemm_request_parse(g, &req, err))
+        return qs_error_set(err, QS_EINVAL,
+                            "$QSWEEP_CUDA_GEMM \"%s\": expected auto, fp32, bf16 or emulated", g);
+    int gemm = gemm_of_request(req);
     int device = n_gpus ? gpus[0].device : -1;
     if (kind == QW_BACKEND_CUDA && !cuda_built)
         return qs_error_set(err, QS_EUNSUPPORTED,
@@ -36,8 +54,7 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
     return QS_OK;
 }
 
-qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built,
-                                         bool cpu_only) {
+qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only) {
     qw_jobs_backend_use u = {.use_cuda = false, .device = -1, .gemm = c->gemm};
     bool cuda = c->kind != QW_BACKEND_CPU && cuda_built && c->device >= 0;
     if (cuda && !cpu_only) {
@@ -59,7 +76,7 @@ void qw_jobs_backend_set(const qw_jobs_backend *c) {
 qw_jobs_backend qw_jobs_backend_get(void) {
     if (atomic_load(&set)) return chosen;
     /* no GPU offered: whatever $QSWEEP_BACKEND says, nothing but the CPU can be picked */
-    return (qw_jobs_backend){.kind = QW_BACKEND_AUTO, .device = -1, .gemm = 0};
+    return (qw_jobs_backend){.kind = QW_BACKEND_AUTO, .device = -1, .gemm = QW_JOBS_GEMM_AUTO};
 }
 
 void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap) {
