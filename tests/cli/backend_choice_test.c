@@ -119,12 +119,21 @@ static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
     qw_jobs_backend c = qw_jobs_backend_get();
     assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
     unsetenv("QSWEEP_BACKEND");
-    qw_jobs_backend set = {.kind = QW_BACKEND_AUTO, .device = 3, .gemm = 1};
-    qw_jobs_backend_set(&set);
+    qw_jobs_backend set = {.kind = QW_BACKEND_CPU, .device = 3, .gemm = 1};
+    qw_jobs_backend_set(&set); /* the CPU: the CUDA module is not even looked for */
     c = qw_jobs_backend_get();
     assert_int_equal(c.device, 3);
     assert_int_equal(c.gemm, 1);
-    assert_true(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    /* a choice of a GPU whose CUDA module cannot be loaded becomes the CPU (and says why on
+       stderr): a CUDA build without its module or driver still runs every job */
+    setenv("QSWEEP_CUDA_MODULE", "/nonexistent/libqsweep_cuda.so", 1);
+    set.kind = QW_BACKEND_AUTO;
+    qw_jobs_backend_set(&set);
+    c = qw_jobs_backend_get();
+    assert_int_equal(c.device, qw_backend_cuda_built() ? -1 : 3);
+    assert_false(qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda);
+    unsetenv("QSWEEP_CUDA_MODULE");
 }
 
 static void test_gemm_path_metric_names(void **state) {
@@ -139,6 +148,11 @@ static void test_gemm_path_metric_names(void **state) {
         /* what schema/080_gemm_path.sql reads back: the name after "gemm_path." */
         assert_string_equal(buf + strlen("gemm_path."), paths[i]);
     }
+    /* why a native FP4 GEMM ran emulated, beside gemm_path.emulated_bf16 */
+    qw_jobs_gemm_fallback_metric("CUBLAS_STATUS_INVALID_VALUE", buf, sizeof buf);
+    assert_string_equal(buf, "gemm_fallback.cublas_status_invalid_value");
+    qw_jobs_gemm_fallback_metric("", buf, sizeof buf);
+    assert_string_equal(buf, "gemm_fallback.unknown");
     qw_jobs_gemm_path_metric(NULL, buf, sizeof buf);
     assert_string_equal(buf, "gemm_path.none");
 }

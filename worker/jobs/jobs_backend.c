@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_module.h"
 #include "qk_gemm_path.h"
 
 /* The backend's GEMM setting (ops_cuda.h qw_cuda_gemm values) for a request of the GEMM path
@@ -70,7 +71,53 @@ static atomic_bool set;
 
 void qw_jobs_backend_set(const qw_jobs_backend *c) {
     chosen = *c;
+    char why[512];
+    if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
+        !qw_cuda_module_get(why, sizeof why)) {
+        fprintf(stderr,
+                "qsweep worker: the CUDA backend is not available (%s): jobs run on the CPU "
+                "backend\n",
+                why);
+        chosen.device = -1;
+    }
     atomic_store(&set, true);
+}
+
+qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err) {
+    char why[512];
+    const qw_cuda_module *mod = qw_cuda_module_get(why, sizeof why);
+    if (!mod) return qs_error_set(err, QS_EUNSUPPORTED, "CUDA backend module: %s", why);
+    return mod->model_use_cuda(m, device, gemm, err);
+}
+
+qs_status qw_jobs_use_cpu(qw_model *m, qs_error *err) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    return mod ? mod->model_use_cpu(m, err) : QS_OK; /* never moved without the module */
+}
+
+const char *qw_jobs_gemm_path(const qw_model *m) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    return mod ? mod->model_gemm_path(m) : "cpu";
+}
+
+void qw_jobs_gemm_path_reset(qw_model *m) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    if (mod) mod->model_gemm_path_reset(m);
+}
+
+int qw_jobs_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                          size_t why_cap) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    if (status_cap) status[0] = 0;
+    if (why_cap) why[0] = 0;
+    return mod ? mod->model_gemm_fallback(m, status, status_cap, why, why_cap) : 0;
+}
+
+void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap) {
+    size_t at = (size_t)snprintf(buf, cap, "gemm_fallback.");
+    for (const char *p = status && *status ? status : "unknown"; *p && at + 1 < cap; p++)
+        buf[at++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    if (at < cap) buf[at] = 0;
 }
 
 qw_jobs_backend qw_jobs_backend_get(void) {

@@ -31,6 +31,7 @@
 #include "backend.h"
 #include "error.h"
 #include "loop.h"
+#include "model.h"
 
 /* The CUDA backend's GEMM setting for the request "auto" (ops_cuda.h QW_CUDA_GEMM_LT). */
 #define QW_JOBS_GEMM_AUTO 2
@@ -67,8 +68,11 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
 qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only);
 
 /* Sets the process-wide choice the job kinds read (qw_jobs_backend_get); call before qw_run.
- * Without a call the choice is "auto" with no GPU offered: the CPU (a worker that never said
- * which GPUs it offers never uses one). */
+ * When the choice would put models on a GPU, the CUDA backend module is loaded now
+ * (cuda_module.h); if it cannot be, the choice becomes the CPU (device -1) and why is printed
+ * on stderr: a CUDA build without its module or driver runs every job on the CPU. Without a
+ * call the choice is "auto" with no GPU offered: the CPU (a worker that never said which GPUs
+ * it offers never uses one). */
 void qw_jobs_backend_set(const qw_jobs_backend *c);
 
 /* The process-wide choice (as set, or the default above). */
@@ -76,5 +80,23 @@ qw_jobs_backend qw_jobs_backend_get(void);
 
 /* The result metric name for a GEMM path: "gemm_path.<path>" into buf (cap bytes). */
 void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap);
+
+/* The result metric that says why a native FP4 GEMM ran emulated: "gemm_fallback.<status>" with
+ * status the CUBLAS_STATUS_* name in lower case ("gemm_fallback.cublas_status_invalid_value"),
+ * into buf (cap bytes); results carry it beside "gemm_path.emulated_bf16". */
+void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap);
+
+/* A model on the CUDA backend through the module (worker/gpu/cuda_module.h), for the job kinds:
+ * qw_jobs_use_cuda moves m onto CUDA device `device` with GEMM setting gemm (QS_EUNSUPPORTED
+ * naming why when the module cannot be loaded; else model_cuda.h qw_model_use_cuda's errors),
+ * qw_jobs_use_cpu back onto the CPU, qw_jobs_gemm_path the path results record ("cpu" on the
+ * CPU), qw_jobs_gemm_path_reset a new count (a no-op on the CPU), qw_jobs_gemm_fallback
+ * model_cuda.h qw_model_gemm_fallback (0 on the CPU). Only qw_jobs_use_cuda loads the module. */
+qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err);
+qs_status qw_jobs_use_cpu(qw_model *m, qs_error *err);
+const char *qw_jobs_gemm_path(const qw_model *m);
+void qw_jobs_gemm_path_reset(qw_model *m);
+int qw_jobs_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                          size_t why_cap);
 
 #endif
