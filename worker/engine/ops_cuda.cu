@@ -151,7 +151,7 @@ __global__ void k_logsoftmax(float *lp, const float *l, int V) {
 /* ---------------------------------------------------------------- the table */
 
 static void *cu_alloc(qw_backend *b, size_t bytes) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     void *p = NULL;
     if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -168,7 +168,7 @@ static void cu_free(qw_backend *b, void *p) {
 
 static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
                          const qw_weight *table) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     const cuda_weight *w;
     int T = (int)x->rows;
@@ -189,7 +189,7 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
 
 static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
                        float eps) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     const float *dw = qw_cuda_vector(c, w, (size_t)x->cols);
     if (!dw) return;
     k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols, eps);
@@ -198,7 +198,7 @@ static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const 
 
 static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb, int n_heads,
                     int E) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)x->rows * (size_t)(E / 2);
     const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
     if (!dc || !ds) return;
@@ -210,7 +210,7 @@ static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float 
 static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
                          const qw_tensor *v, float *scores, int H, int G, int E) {
     (void)scores;
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     int T = (int)q->rows, group = H / G;
     if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) != QS_OK) {
@@ -249,14 +249,14 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
 }
 
 static void cu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)g->rows * (size_t)g->cols;
     k_swiglu<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
     finish(c, "swiglu");
 }
 
 static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)x->rows * (size_t)x->cols;
     k_residual<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
     finish(c, "residual");
@@ -308,7 +308,7 @@ static int device_visible(const void *p) {
 
 static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                            const qw_act_quant *act, float *xq, qs_error *err) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
     const float *xin = x->data;
     qs_status st;
@@ -358,7 +358,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
 }
 
 static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     k_logsoftmax<<<(unsigned)logits->rows, 256, 0, c->stream>>>(lp->data, logits->data,
                                                                 (int)logits->cols);
     finish(c, "logsoftmax");
@@ -366,7 +366,7 @@ static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits)
 
 static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
                          double *noise) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     if (qw_cuda_sqnr(c, y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise,
                      &err) != QS_OK) {
@@ -394,7 +394,7 @@ __global__ void k_amax(const float *x, size_t n, float *out) {
 }
 
 static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     k_amax<<<1, 1024, 0, c->stream>>>(x->data, (size_t)x->rows * (size_t)x->cols, out);
     finish(c, "amax");
 }
@@ -435,12 +435,12 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
                                 "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
                                 (long long)x[r]->rows, (long long)x[r]->cols, (long long)x[0]->rows,
                                 (long long)x[0]->cols);
-        cuda_ctx *cr = cuda_ctx_of(ranks[r]);
+        cuda_ctx *cr = cuda_enter(ranks[r]); /* each rank's stream on its own device */
         qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
         if (st != QS_OK) return st;
         pp.p[r] = x[r]->data;
     }
-    cuda_ctx *c = cuda_ctx_of(ranks[0]);
+    cuda_ctx *c = cuda_enter(ranks[0]); /* the kernel runs on rank 0's device */
     size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
     k_allreduce<<<qw_grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
     if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
@@ -448,7 +448,7 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
 }
 
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
                       (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault,
                       c->stream);
@@ -528,7 +528,7 @@ extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gem
 
 extern "C" void qw_backend_cuda_release(qw_backend *b) {
     if (!b) return;
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = b->impl ? cuda_enter(b) : NULL;
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         qw_cuda_weights_release(c);
@@ -575,7 +575,7 @@ extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_s
 }
 
 extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
-    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_enter(b) : NULL;
     if (!c) return;
     cudaStreamSynchronize(c->stream);
     qw_cuda_weights_release(c);

@@ -59,6 +59,20 @@ static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
 /* Records the first error of a void op (kept until qw_backend_cuda_check). */
 void qw_cuda_note_error(cuda_ctx *c, const char *where, const char *what);
 
+/* The context of b with its device made current in the calling thread: every entry point of
+ * the table starts here, since jobs run in threads of their own and a cached model keeps its
+ * backend (cudaSetDevice is per host thread; it costs next to nothing when the device is
+ * current already). A failure is noted in the context (qw_backend_cuda_check). */
+static inline cuda_ctx *cuda_enter(const qw_backend *b) {
+    cuda_ctx *c = (cuda_ctx *)b->impl;
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) {
+        cudaError_t e = cudaSetDevice(c->device);
+        if (e != cudaSuccess) qw_cuda_note_error(c, "set device", cudaGetErrorString(e));
+    }
+    return c;
+}
+
 /* QS_OK, or QS_EIO naming `where` and the CUDA error text (also noted in c). */
 qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err);
 
