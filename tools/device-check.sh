@@ -35,6 +35,7 @@ note() { summary+=("$1"); echo "device-check: $1" >&2; }
 elapsed() { echo $(( $(date +%s) - start )); }
 
 mkdir -p "$build"
+build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
 : >"$log"
 
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
