@@ -180,8 +180,12 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
         qw_cuda_note_error(c, "embedding", err.msg);
         return;
     }
-    cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                    c->stream);
+    cudaError_t e = cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, c->stream);
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "embedding: tokens to the device", cudaGetErrorString(e));
+        return;
+    }
     k_embedding<<<qw_grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
         x->data, (const uint32_t *)c->tokens.p, w->f32, T, table->cols);
     finish(c, "embedding");
@@ -234,6 +238,11 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
         }
     }
     k_causal_softmax<<<(unsigned)(H * T), 256, 0, c->stream>>>(S, T);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "attention softmax", cudaGetErrorString(e));
+        return;
+    }
     /* att_h [queries x E] = P_h V_g: column-major att_h^T [E x T] = V_g^T P_h^T. */
     for (int j = 0; j < group; j++) {
         cublasStatus_t s =
@@ -344,6 +353,9 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
             return st;
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)c->act16.p;
         k_to_bf16<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
+        if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
+            QS_OK)
+            return st;
         s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16, CUDA_R_16BF,
                          in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -449,9 +461,13 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
 
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
     cuda_ctx *c = cuda_enter(b);
-    cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
-                      (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault,
-                      c->stream);
+    cudaError_t e = cudaMemcpy2DAsync(
+        dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
+        (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault, c->stream);
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "download", cudaGetErrorString(e));
+        return;
+    }
     finish(c, "download");
 }
 
