@@ -221,7 +221,8 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     }
     cudaError_t ef = cudaFreeAsync(amax, stream);
     if (e == cudaSuccess) e = ef;
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    // stream-ordered: only the default stream (NULL) is waited for (qk_cuda.h)
+    if (e == cudaSuccess && !stream) e = cudaStreamSynchronize(stream);
     return e == cudaSuccess ? QS_OK : cuda_fail(err, e, "fake-quant kernels");
 }
 
