@@ -32,6 +32,7 @@ struct plan_key {
     int d_type;         // cudaDataType_t of C and D
     int scale_mode;     // 0, or the FP4 block-scale mode of both operands
     int fp8_scale_ptrs; // FP8: A/B_SCALE_POINTER set (device scales)
+    int device_alpha;   // alpha and beta in device memory (an FP4 decode scale on the device)
     int beta_nonzero;   // cuBLASLt may pick another algorithm when C is read
     uint64_t m, n, k;
     int64_t lda, ldb, ldd;
@@ -101,7 +102,8 @@ struct qk_gemm {
     size_t scratch_elems;
     plan *plans;
     size_t nplans, cap;
-    char fallback[320];       // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
+    float *alpha_beta;  // device [2]: alpha and beta of a call whose FP4 scale is on the device
+    char fallback[320]; // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
     char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
 };
 
@@ -124,7 +126,9 @@ extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
                             cublasLtGetStatusString(s));
     }
     e = cudaMalloc(&g->workspace, kWorkspaceBytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->alpha_beta, 2 * sizeof(float));
     if (e != cudaSuccess) {
+        cudaFree(g->workspace);
         cublasLtDestroy(g->lt);
         free(g);
         return cuda_fail(err, e, "cudaMalloc workspace");
@@ -149,6 +153,7 @@ extern "C" void qk_gemm_destroy(qk_gemm *g) {
     free(g->plans);
     cudaFree(g->scratch);
     cudaFree(g->workspace);
+    cudaFree(g->alpha_beta);
     cublasLtDestroy(g->lt);
     free(g);
 }
@@ -222,6 +227,10 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, k, err);
     if (!st) st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, k, err);
+    if (!st && k.device_alpha) {
+        const int32_t pm = CUBLASLT_POINTER_MODE_DEVICE; // alpha, beta: device pointers
+        st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm, k, err);
+    }
     if (!st && k.scale_mode) {
         const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (fp4-spec.md 4.1)
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
@@ -363,6 +372,17 @@ static size_t round8(size_t v) {
     return (v + 7) / 8 * 8;
 }
 
+// ab[0] = alpha x (the x scale) x (the W scale) x 2^(ex + ew), as qk_lt_fold_alpha rounds it
+// (the product in double, one rounding to FP32), each scale read from the device when its
+// pointer is given; ab[1] = beta. One thread: stream-ordered after the quantizer that wrote the
+// scale, no host round trip.
+static __global__ void k_fold_alpha(float *ab, float alpha, float beta, const float *dsx, float sx,
+                                    int ex, const float *dsw, float sw, int ew) {
+    double v = (double)alpha * ((double)(dsx ? dsx[0] : sx) * (double)(dsw ? dsw[0] : sw));
+    ab[0] = (float)ldexp(v, ex + ew);
+    ab[1] = beta;
+}
+
 extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_operand *w,
                                     size_t T, size_t out, size_t in, float alpha, float beta,
                                     void *y, qk_gemm_out y_type, size_t ldy, void *stream_,
@@ -397,16 +417,31 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
         sw = w->tensor_scale;
         ew = w->tensor_scale_exp2;
     }
+    // an FP4 operand's decode scale on the device: alpha is folded there (pointer mode device)
+    const float *dsx = is_fp4(x->type) ? x->d_tensor_scale : nullptr;
+    const float *dsw = is_fp4(w->type) ? w->d_tensor_scale : nullptr;
+    if (dsx) ex = x->tensor_scale_exp2;
+    if (dsw) ew = w->tensor_scale_exp2;
     if (!(sx > 0.0f) || !(sw > 0.0f))
         return qs_error_set(err, QS_EINVAL,
                             "kernels/cuda: gemm: tensor_scale of x (%g) or w (%g) is not > 0 (set "
                             "it from the quantizer: qk_cuda_quantize_lt or qk_packed)",
                             (double)sx, (double)sw);
-    st = qk_lt_fold_alpha(alpha, sx, ex, sw, ew, &a, err);
-    if (st) return st;
+    if (!dsx && !dsw) {
+        st = qk_lt_fold_alpha(alpha, sx, ex, sw, ew, &a, err);
+        if (st) return st;
+    }
     cudaError_t e = cudaSetDevice(g->device);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaSetDevice");
     cudaStream_t stream = (cudaStream_t)stream_;
+    const void *alpha_p = &a, *beta_p = &beta;
+    if (dsx || dsw) {
+        k_fold_alpha<<<1, 1, 0, stream>>>(g->alpha_beta, alpha, beta, dsx, sx, ex, dsw, sw, ew);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) return cuda_fail(err, e, "alpha on the device");
+        alpha_p = g->alpha_beta;
+        beta_p = g->alpha_beta + 1;
+    }
 
     plan_key k;
     memset(&k, 0, sizeof k);
@@ -420,6 +455,7 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
 
     for (int attempt = 0; attempt < 2; attempt++) {
         k.path = path;
+        k.device_alpha = dsx || dsw;
         if (path == QK_GEMM_PATH_NATIVE_FP4) {
             k.a_type = k.b_type = CUDA_R_4F_E2M1;
             k.scale_mode = (int)w->layout.mode; // == cublasLtMatmulMatrixScale_t values
@@ -469,8 +505,8 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
         st = plan_get(g, k, a_scale, b_scale, &p, err);
         cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
         if (st == QS_OK)
-            s = cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y,
-                               p->d, &p->algo, g->workspace, kWorkspaceBytes, stream);
+            s = cublasLtMatmul(g->lt, p->desc, alpha_p, a_ptr, p->a, b_ptr, p->b, beta_p, y, p->d,
+                               y, p->d, &p->algo, g->workspace, kWorkspaceBytes, stream);
         if (st == QS_OK && s != CUBLAS_STATUS_SUCCESS) {
             st = lt_fail(err, s, "cublasLtMatmul", k);
             if (path == QK_GEMM_PATH_NATIVE_FP4) { // not tried again

@@ -56,6 +56,17 @@ qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_options *opt,
                               uint8_t *d_scales, float *tensor_scale, float *tensor_amax,
                               void *stream, qs_error *err);
 
+/* qk_cuda_quantize_lt without a host round trip: the same codes and scales, and the FP32 tensor
+ * decode scale (NVFP4 S_dec, 1 for MXFP4) written to d_tensor_scale[0] (device memory) on
+ * `stream`, stream-ordered (the tensor amax never leaves the device; its buffer is a
+ * stream-ordered pool allocation). Pass d_tensor_scale as the qk_gemm_operand's (qk_gemm.h).
+ * Errors: as qk_cuda_quantize_lt, QS_EINVAL for a NULL d_tensor_scale; an error of the kernels
+ * shows at the caller's next synchronisation. */
+qs_status qk_cuda_quantize_lt_async(const qk_format *fmt, const qk_quant_options *opt,
+                                    const float *d_x, size_t rows, size_t k, const qk_lt_layout *l,
+                                    uint8_t *d_codes, uint8_t *d_scales, float *d_tensor_scale,
+                                    void *stream, qs_error *err);
+
 /* The 16-point random Hadamard transform of hadamard.h (qk_rht16: same signs, same butterfly
  * order, same bits) in place on the device buffer d_x [rows x k], k % 16 == 0; inverse = 1 for
  * the inverse; d_x 16-byte aligned. Runs on stream, stream-ordered (waits only for the default

@@ -69,9 +69,12 @@ typedef struct qk_gemm_operand {
                               1/S_enc; 1 for MXFP4), > 0, folded into alpha; ignored for
                               BF16 operands and when d_tensor_scale is given */
     int tensor_scale_exp2; /* qk_packed.tensor_scale_exp2 (<= 0), folded into alpha */
-    const float *d_tensor_scale; /* FP8 only, optional: the decode scale in DEVICE memory, passed
-                                    as A/B_SCALE_POINTER (then tensor_scale must be 1), for scales
-                                    that stay on the device (no host sync) */
+    const float *d_tensor_scale; /* optional: the FP32 decode scale in DEVICE memory, for scales
+                                    that stay on the device (no host sync). FP8: passed as
+                                    A/B_SCALE_POINTER (then tensor_scale must be 1). FP4
+                                    (qk_cuda_quantize_lt_async writes it): alpha is folded on
+                                    the device (CUBLASLT_POINTER_MODE_DEVICE, in the plan key),
+                                    tensor_scale is ignored, tensor_scale_exp2 still applies */
 } qk_gemm_operand;
 
 /* Opaque handle: cuBLASLt handle, workspace, scratch, plan cache, device properties. */

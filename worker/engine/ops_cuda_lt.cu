@@ -43,6 +43,7 @@ typedef struct lt_state {
     lt_weight *w;
     size_t n, cap;
     cuda_scratch xcodes, xscales, x16;
+    float *d_xscale;     /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
     int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
     qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
     char fb_status[40], fb_why[320]; /* the first native refusal since the reset ("" none) */
@@ -159,6 +160,12 @@ qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
         return st;
     }
     qk_gemm_force_emulation(s->g, s->req == QK_GEMM_REQ_EMULATED);
+    st = qw_cuda_status(c, cudaMalloc((void **)&s->d_xscale, sizeof(float)), "cuBLASLt state", err);
+    if (st != QS_OK) {
+        qk_gemm_destroy(s->g);
+        free(s);
+        return st;
+    }
     c->lt = s;
     return QS_OK;
 }
@@ -172,6 +179,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
     cudaFree(s->x16.p);
+    cudaFree(s->d_xscale);
     qk_gemm_destroy(s->g);
     free(s);
     c->lt = NULL;
@@ -294,14 +302,17 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             o.tensor_amax_given = 1;
             o.tensor_amax = act->tensor_amax[0];
         }
-        float ts = 1.0f;
-        st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout, (uint8_t *)s->xcodes.p,
-                                 (uint8_t *)s->xscales.p, &ts, NULL, c->stream, err);
+        /* codes, block scales and the tensor decode scale stay on the device: stream-ordered,
+           alpha folded on the device (qk_gemm.h d_tensor_scale) */
+        st = qk_cuda_quantize_lt_async(act->fmt, &o, x, (size_t)T, in, &xo.layout,
+                                       (uint8_t *)s->xcodes.p, (uint8_t *)s->xscales.p, s->d_xscale,
+                                       c->stream, err);
         if (st != QS_OK) return st;
         xo.type = at;
         xo.data = s->xcodes.p;
         xo.scales = (const uint8_t *)s->xscales.p;
-        xo.tensor_scale = ts;
+        xo.tensor_scale = 1.0f; /* ignored: d_tensor_scale */
+        xo.d_tensor_scale = s->d_xscale;
     } else {
         const float *xin = x;
         if (act && act->fmt) {
