@@ -263,8 +263,10 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
         if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
         qk_gemm_decision d = qk_gemm_decide(qk_gemm_compute_capability(s->g), QK_GEMM_BF16,
                                             QK_GEMM_BF16, e->bf16_exact, s->req);
-        if (d.path == QK_GEMM_PATH_FP32) {
-            /* the values need FP32: the FP32 device copy and the (fake-quantized) FP32 input */
+        if (d.path == QK_GEMM_PATH_FP32 || in % 8 != 0) {
+            /* the values need FP32 (or in is no multiple of 8, which cuBLASLt's BF16 operands
+               need for 16-byte rows: qk_gemm.h): the FP32 device copy and the (fake-quantized)
+               FP32 input */
             if ((st = qw_cuda_weight(c, w, 1, &e, err)) != QS_OK) return st;
             const float *xin = x;
             if (act && act->fmt) {
