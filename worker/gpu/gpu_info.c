@@ -104,7 +104,9 @@ void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_c
         if (*n == 0 && why_cap && !why[0])
             snprintf(why, why_cap, "no GPU visible (CUDA: no device)");
     }
-    dlclose(h);
+    /* h stays open: a driver initialised by cuInit is not to be unloaded, and the CUDA module
+       (its runtime) uses the same library later */
+    (void)h;
 #else
     (void)out;
     (void)cap;
