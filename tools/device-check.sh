@@ -17,6 +17,8 @@
 #                    SmolLM2-135M's exact shape (BF16, deterministic weights) that the check
 #                    writes itself with bench_engine --synthetic.
 #   DEVICE_CHECK_JOBS  build parallelism (default: all cores).
+#   DEVICE_CHECK_REHEARSE_SWEEP  non-empty: without a GPU, run the SmolLM2 sweep comparison with
+#                    both sides on the CPU (rehearses the script, not the GPU).
 #   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is (rehearsals
 #                    on a machine without a GPU, where a full build takes too long).
 # Exit status: 0 when the build passed and no test or benchmark failed (skipped is not failed),
@@ -148,7 +150,58 @@ if [ "$gpu" != "none" ]; then
   done < <(find "$build/bench" -type f -executable \( -name 'bench_gpu_*' -o -name 'bench_cuda_*' \) | sort)
 fi
 
-note "not covered by this script yet: GPU-vs-CPU training (30 steps bf16/nvfp4), data_parallel over the GPUs, the component ranking of a shortened SmolLM2 NVFP4 W4A16 sweep GPU against CPU (cli_run_gpu runs the tiny sweep on GPU workers), the quantize/eval/train rate ratios against their targets (the bench lines above give the raw rates)"
+# --- a shortened NVFP4 W4A16 component sweep of SmolLM2 (or its synthetic stand-in) through
+# qsweep run, once with a CPU worker and once with a GPU worker, each in a private cluster of
+# its own (a job already done under the same key is not run again, whatever the backend): the
+# components' ranking by mean KL must be the same. Rehearsal without a GPU:
+# DEVICE_CHECK_REHEARSE_SWEEP=1 runs the second sweep on the CPU too (the comparison logic, not
+# the GPU). DEVICE_CHECK_SWEEP_CHUNKS: chunks of 512 tokens per evaluation (default 4).
+# Ranking of one run's results: the part column ordered by kl_mean, largest first (quoted CSV
+# fields, the options JSON, are dropped first, so part is field 6 and kl_mean field 10).
+ranking() {
+  "$build/cli/qsweep" results "$1" --csv | tail -n +2 | sed -E 's/"([^"]|"")*"//g' |
+    awk -F, '$5 == "component" {print $10, $6}' | sort -g -r | awk '{print $2}' | tr '\n' ' '
+}
+# One side: qsweep run with QSWEEP_BACKEND=$1 in its own cluster under $build/sweep-$1; prints
+# "ranking|gemm paths". Exit status that of the run.
+sweep_side() (
+  home="$build/sweep-$1"
+  rm -rf "$home" && mkdir -p "$home" || exit 1
+  export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
+  unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
+  q="$build/cli/qsweep"
+  eval "$("$q" db start 2>>"$build/sweep.txt")" || exit 1
+  QSWEEP_BACKEND=$1 "$q" run "$root/experiments/smollm2-fp4-components.yaml" --workers 1 \
+    --set name="dc-$1" --set "models=[$QSWEEP_SMOLLM2]" --set "sensitivity.formats=[nvfp4]" \
+    --set "sensitivity.quantize=[weights]" --set "sensitivity.metrics=[ppl,kl,top1]" \
+    --set "dataset.max_chunks=${DEVICE_CHECK_SWEEP_CHUNKS:-4}" >>"$build/sweep.txt" 2>&1
+  rc=$?
+  r=$(ranking "dc-$1")
+  p=$("$q" results "dc-$1" --csv | tail -n +2 | awk -F, '{print $NF}' | sort -u | tr '\n' ' ')
+  "$q" db stop >/dev/null 2>&1
+  echo "$r|$p"
+  exit $rc
+)
+if [ -n "${QSWEEP_SMOLLM2:-}" ] && { [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_SWEEP:-}" ]; }; then
+  : >"$build/sweep.txt"
+  second=cuda
+  [ "$gpu" = "none" ] && second=cpu
+  if a=$(sweep_side cpu) && b=$(sweep_side "$second"); then
+    if [ -n "${a%%|*}" ] && [ "${a%%|*}" = "${b%%|*}" ]; then
+      note "sweep (NVFP4 W4A16 components, ${DEVICE_CHECK_SWEEP_CHUNKS:-4} chunks): same ranking by KL on cpu and $second (${a%%|*}; gemm_path cpu: ${a#*|}, $second: ${b#*|})"
+    else
+      note "sweep: FAILED: ranking by KL differs: cpu [${a%%|*}], $second [${b%%|*}] (gemm_path ${b#*|}; $build/sweep.txt)"
+      fail=1
+    fi
+  else
+    note "sweep: FAILED (see $build/sweep.txt)"
+    fail=1
+  fi
+elif [ "$gpu" = "none" ]; then
+  note "sweep: no GPU: skipped (DEVICE_CHECK_REHEARSE_SWEEP=1 rehearses it on the CPU)"
+fi
+
+note "not covered by this script yet: GPU-vs-CPU training (30 steps bf16/nvfp4), data_parallel over the GPUs, the quantize/eval/train rate ratios against their targets (the bench lines above give the raw rates)"
 
 printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"
 printf '%s\n' "${summary[@]}"
