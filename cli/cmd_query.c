@@ -235,7 +235,7 @@ static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *ou
                 "with %lld MiB%s (%s)\n",
                 need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
                 j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
-                j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", have);
+                j.native_fp4 ? " and native FP4 (compute capability 10.x)" : "", have);
     }
     free(ws);
     free(sw);
@@ -363,8 +363,8 @@ static void workers_usage(FILE *out) {
             "  left: said BYE or timed out), host, pid, threads, GPUs,\n"
             "  seconds since the last message, the job each is running now, and its GPUs: name,\n"
             "  memory, compute capability and whether its FP4 GEMMs are native (compute\n"
-            "  capability >= 10.0, Blackwell) or emulated in BF16 (Hopper); \"none (CPU)\" for a\n"
-            "  worker that runs its jobs on the CPU backend.\n");
+            "  capability 10.x: B200, B300) or emulated in BF16 (Hopper, Ada, 12.x); \"none (CPU)\"\n"
+            "  for a worker that runs its jobs on the CPU backend.\n");
 }
 
 /* A worker's GPUs (workers.gpus, as the coordinator stores HELLO's: [{"name", "memory_mb",

@@ -322,7 +322,7 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
                          "%lld MiB)",
                          k ? "; " : "", (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
                          j.gpus > 0 ? j.gpus : 1, j.gpus > 1 ? "s" : "", (long long)j.gpu_mem_mb,
-                         j.native_fp4 ? " and native FP4 (compute capability >= 10.0)" : "", mine,
+                         j.native_fp4 ? " and native FP4 (compute capability 10.x)" : "", mine,
                          mine == 1 ? "" : "s", (long long)biggest);
             if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
         }

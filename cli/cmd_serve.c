@@ -139,12 +139,15 @@ static void worker_usage(FILE *out) {
 }
 
 int qsweep_cmd_worker(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"connect", required_argument, 0, 'c'}, {"id", required_argument, 0, 'i'},
-        {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-        {"exit-when-idle", required_argument, 0, 'e'},
-        {"gpus", required_argument, 0, 'g'},     {"backend", required_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {{"connect", required_argument, 0, 'c'},
+                                         {"id", required_argument, 0, 'i'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"exit-when-idle", required_argument, 0, 'e'},
+                                         {"gpus", required_argument, 0, 'g'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
     int c, idle_s = 0;
     const char *gpus_arg = NULL, *backend_arg = NULL;
@@ -206,6 +209,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
         return err.code == QS_EUNSUPPORTED ? QSWEEP_EXIT_INPUT : QSWEEP_EXIT_USAGE;
     }
     qw_jobs_backend_set(&be);
+    be = qw_jobs_backend_get(); /* the CPU when the CUDA module cannot be loaded (it says why) */
     if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
         fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {
@@ -217,8 +221,8 @@ int qsweep_cmd_worker(int argc, char **argv) {
         if (o.n_gpus == 0)
             fprintf(stderr, "qsweep worker: no GPU (%s): jobs run on the CPU backend\n",
                     gpus_arg && !strcmp(gpus_arg, "none") ? "--gpus none"
-                    : *why                               ? why
-                                                         : "none visible");
+                    : *why                                ? why
+                                                          : "none visible");
     }
     qs_status st = qsweep_register_worker_kinds(&err); /* every kind (cli/kind_table.c) */
     if (!st) st = qw_run(&o, &err);

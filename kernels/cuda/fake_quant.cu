@@ -209,17 +209,20 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
         size_t per_row = p.nblk * (size_t)(B / 4);
         dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),
                   (unsigned)(rows < 65535 ? rows : 65535));
-        if (per_row > (size_t)kThreads * 0x7FFFFFFFu)
-            e = cudaErrorInvalidValue;
-        else if (nv)
-            fake_quant_kernel<16><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
-        else
-            fake_quant_kernel<32><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
-        e = cudaGetLastError();
+        if (per_row > (size_t)kThreads * 0x7FFFFFFFu) {
+            e = cudaErrorInvalidValue; // kept: no launch, so no cudaGetLastError over it
+        } else {
+            if (nv)
+                fake_quant_kernel<16><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
+            else
+                fake_quant_kernel<32><<<grid, kThreads, 0, stream>>>(d_x, p, amax);
+            e = cudaGetLastError();
+        }
     }
     cudaError_t ef = cudaFreeAsync(amax, stream);
     if (e == cudaSuccess) e = ef;
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    // stream-ordered: only the default stream (NULL) is waited for (qk_cuda.h)
+    if (e == cudaSuccess && !stream) e = cudaStreamSynchronize(stream);
     return e == cudaSuccess ? QS_OK : cuda_fail(err, e, "fake-quant kernels");
 }
 

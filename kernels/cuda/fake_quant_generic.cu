@@ -141,6 +141,7 @@ qs_status qk_cuda_fake_quant_generic(const qk_format *fmt, const qk_quant_option
         cudaError_t ef = cudaFreeAsync(tamax, stream);
         if (e == cudaSuccess) e = ef;
     }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    // stream-ordered: only the default stream (NULL) is waited for (qk_cuda.h)
+    if (e == cudaSuccess && !stream) e = cudaStreamSynchronize(stream);
     return e == cudaSuccess ? QS_OK : cuda_fail(err, e, "kernels");
 }

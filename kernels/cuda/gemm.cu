@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,18 +32,36 @@ struct plan_key {
     int d_type;         // cudaDataType_t of C and D
     int scale_mode;     // 0, or the FP4 block-scale mode of both operands
     int fp8_scale_ptrs; // FP8: A/B_SCALE_POINTER set (device scales)
+    int device_alpha;   // alpha and beta in device memory (an FP4 decode scale on the device)
     int beta_nonzero;   // cuBLASLt may pick another algorithm when C is read
     uint64_t m, n, k;
     int64_t lda, ldb, ldd;
+    // Alignment in bytes of A, B and C = D (the largest power of two <= 256 dividing the
+    // address), declared to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default
+    // 256: cublasLt.h): an algorithm picked for 256-byte buffers may not run on 16-byte ones.
+    uint32_t align_a, align_b, align_d;
 };
 
 struct plan {
     plan_key key;
-    int refused; // cuBLASLt refused this key (NOT_SUPPORTED / no algorithm): not asked again
+    int refused; // cuBLASLt refused this key (any status, or no algorithm): not asked again
+    char refused_status[40]; // the CUBLAS_STATUS_* name of the refusal
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
 };
+
+// The CUBLAS_STATUS_* name in an error message of lt_fail into out ("no_status" if none).
+void status_name_of(const char *msg, char *out, size_t cap) {
+    const char *p = msg ? strstr(msg, "CUBLAS_STATUS_") : nullptr;
+    size_t n = 0;
+    while (p && n + 1 < cap && ((p[n] >= 'A' && p[n] <= 'Z') || p[n] == '_'))
+        n++;
+    if (!n)
+        snprintf(out, cap, "no_status");
+    else
+        snprintf(out, cap, "%.*s", (int)n, p);
+}
 
 qs_status cuda_fail(qs_error *err, cudaError_t e, const char *what) {
     return qs_error_set(err, QS_EIO, "kernels/cuda: gemm: %s: %s", what, cudaGetErrorString(e));
@@ -57,6 +76,14 @@ qs_status lt_fail(qs_error *err, cublasStatus_t s, const char *what, const plan_
 
 bool aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
+}
+
+// The largest power of two <= 256 that divides p's address.
+uint32_t alignment_of(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p & (a - 1)) != 0)
+        a >>= 1;
+    return a;
 }
 
 bool is_fp4(qk_gemm_type t) {
@@ -75,6 +102,9 @@ struct qk_gemm {
     size_t scratch_elems;
     plan *plans;
     size_t nplans, cap;
+    float *alpha_beta;  // device [2]: alpha and beta of a call whose FP4 scale is on the device
+    char fallback[320]; // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
+    char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
 };
 
 extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
@@ -96,7 +126,9 @@ extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
                             cublasLtGetStatusString(s));
     }
     e = cudaMalloc(&g->workspace, kWorkspaceBytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->alpha_beta, 2 * sizeof(float));
     if (e != cudaSuccess) {
+        cudaFree(g->workspace);
         cublasLtDestroy(g->lt);
         free(g);
         return cuda_fail(err, e, "cudaMalloc workspace");
@@ -121,6 +153,7 @@ extern "C" void qk_gemm_destroy(qk_gemm *g) {
     free(g->plans);
     cudaFree(g->scratch);
     cudaFree(g->workspace);
+    cudaFree(g->alpha_beta);
     cublasLtDestroy(g->lt);
     free(g);
 }
@@ -135,6 +168,18 @@ extern "C" int qk_gemm_native_fp4(const qk_gemm *g) {
 
 extern "C" void qk_gemm_force_emulation(qk_gemm *g, int on) {
     if (g) g->force_emulation = on ? 1 : 0;
+}
+
+extern "C" const char *qk_gemm_fallback(const qk_gemm *g) {
+    return g ? g->fallback : "";
+}
+
+extern "C" const char *qk_gemm_fallback_status(const qk_gemm *g) {
+    return g ? g->fallback_status : "";
+}
+
+extern "C" void qk_gemm_fallback_clear(qk_gemm *g) {
+    if (g) g->fallback[0] = g->fallback_status[0] = 0;
 }
 
 extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
@@ -182,6 +227,10 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     qs_status st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, k, err);
     if (!st) st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, k, err);
+    if (!st && k.device_alpha) {
+        const int32_t pm = CUBLASLT_POINTER_MODE_DEVICE; // alpha, beta: device pointers
+        st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm, k, err);
+    }
     if (!st && k.scale_mode) {
         const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (fp4-spec.md 4.1)
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
@@ -209,6 +258,13 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws);
     }
+    // the buffers' real alignment (uint32_t attributes, cublasLt.h): C and D are the same y
+    const uint32_t al[4] = {k.align_a, k.align_b, k.align_d, k.align_d};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
     cublasLtMatmulHeuristicResult_t result;
     memset(&result, 0, sizeof result);
     int found = 0;
@@ -233,9 +289,9 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
             if (g->plans[i].refused)
                 return qs_error_set(err, QS_EUNSUPPORTED,
                                     "kernels/cuda: gemm: cuBLASLt refused path %d, m=%llu n=%llu "
-                                    "k=%llu before",
+                                    "k=%llu before (%s)",
                                     k.path, (unsigned long long)k.m, (unsigned long long)k.n,
-                                    (unsigned long long)k.k);
+                                    (unsigned long long)k.k, g->plans[i].refused_status);
             qs_status st = set_scale_pointers(&g->plans[i], a_scale, b_scale, err);
             if (st) return st;
             *out = &g->plans[i];
@@ -249,10 +305,13 @@ static qs_status plan_get(qk_gemm *g, const plan_key &k, const void *a_scale, co
         g->cap = cap;
     }
     qs_status st = plan_build(g, k, a_scale, b_scale, &g->plans[g->nplans], err);
-    if (st == QS_EUNSUPPORTED) { // remembered, so a refused shape costs one heuristic query
+    if (st == QS_EUNSUPPORTED || (st == QS_EIO && k.path == QK_GEMM_PATH_NATIVE_FP4)) {
+        // remembered, so a refused shape costs one heuristic query
         memset(&g->plans[g->nplans], 0, sizeof g->plans[g->nplans]);
         g->plans[g->nplans].key = k;
         g->plans[g->nplans].refused = 1;
+        status_name_of(err ? err->msg : nullptr, g->plans[g->nplans].refused_status,
+                       sizeof g->plans[g->nplans].refused_status);
         g->nplans++;
     }
     if (st) return st;
@@ -313,6 +372,17 @@ static size_t round8(size_t v) {
     return (v + 7) / 8 * 8;
 }
 
+// ab[0] = alpha x (the x scale) x (the W scale) x 2^(ex + ew), as qk_lt_fold_alpha rounds it
+// (the product in double, one rounding to FP32), each scale read from the device when its
+// pointer is given; ab[1] = beta. One thread: stream-ordered after the quantizer that wrote the
+// scale, no host round trip.
+static __global__ void k_fold_alpha(float *ab, float alpha, float beta, const float *dsx, float sx,
+                                    int ex, const float *dsw, float sw, int ew) {
+    double v = (double)alpha * ((double)(dsx ? dsx[0] : sx) * (double)(dsw ? dsw[0] : sw));
+    ab[0] = (float)ldexp(v, ex + ew);
+    ab[1] = beta;
+}
+
 extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_operand *w,
                                     size_t T, size_t out, size_t in, float alpha, float beta,
                                     void *y, qk_gemm_out y_type, size_t ldy, void *stream_,
@@ -347,16 +417,31 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
         sw = w->tensor_scale;
         ew = w->tensor_scale_exp2;
     }
+    // an FP4 operand's decode scale on the device: alpha is folded there (pointer mode device)
+    const float *dsx = is_fp4(x->type) ? x->d_tensor_scale : nullptr;
+    const float *dsw = is_fp4(w->type) ? w->d_tensor_scale : nullptr;
+    if (dsx) ex = x->tensor_scale_exp2;
+    if (dsw) ew = w->tensor_scale_exp2;
     if (!(sx > 0.0f) || !(sw > 0.0f))
         return qs_error_set(err, QS_EINVAL,
                             "kernels/cuda: gemm: tensor_scale of x (%g) or w (%g) is not > 0 (set "
                             "it from the quantizer: qk_cuda_quantize_lt or qk_packed)",
                             (double)sx, (double)sw);
-    st = qk_lt_fold_alpha(alpha, sx, ex, sw, ew, &a, err);
-    if (st) return st;
+    if (!dsx && !dsw) {
+        st = qk_lt_fold_alpha(alpha, sx, ex, sw, ew, &a, err);
+        if (st) return st;
+    }
     cudaError_t e = cudaSetDevice(g->device);
     if (e != cudaSuccess) return cuda_fail(err, e, "cudaSetDevice");
     cudaStream_t stream = (cudaStream_t)stream_;
+    const void *alpha_p = &a, *beta_p = &beta;
+    if (dsx || dsw) {
+        k_fold_alpha<<<1, 1, 0, stream>>>(g->alpha_beta, alpha, beta, dsx, sx, ex, dsw, sw, ew);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) return cuda_fail(err, e, "alpha on the device");
+        alpha_p = g->alpha_beta;
+        beta_p = g->alpha_beta + 1;
+    }
 
     plan_key k;
     memset(&k, 0, sizeof k);
@@ -370,6 +455,7 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
 
     for (int attempt = 0; attempt < 2; attempt++) {
         k.path = path;
+        k.device_alpha = dsx || dsw;
         if (path == QK_GEMM_PATH_NATIVE_FP4) {
             k.a_type = k.b_type = CUDA_R_4F_E2M1;
             k.scale_mode = (int)w->layout.mode; // == cublasLtMatmulMatrixScale_t values
@@ -412,10 +498,30 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
                 b_ptr = s;
             }
         }
+        k.align_a = alignment_of(a_ptr);
+        k.align_b = alignment_of(b_ptr);
+        k.align_d = alignment_of(y);
         plan *p = nullptr;
         st = plan_get(g, k, a_scale, b_scale, &p, err);
-        if (st == QS_EUNSUPPORTED && path == QK_GEMM_PATH_NATIVE_FP4) {
-            // cuBLASLt has no native kernel for this shape: the emulated path, reported as such
+        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+        if (st == QS_OK)
+            s = cublasLtMatmul(g->lt, p->desc, alpha_p, a_ptr, p->a, b_ptr, p->b, beta_p, y, p->d,
+                               y, p->d, &p->algo, g->workspace, kWorkspaceBytes, stream);
+        if (st == QS_OK && s != CUBLAS_STATUS_SUCCESS) {
+            st = lt_fail(err, s, "cublasLtMatmul", k);
+            if (path == QK_GEMM_PATH_NATIVE_FP4) { // not tried again
+                p->refused = 1;
+                snprintf(p->refused_status, sizeof p->refused_status, "%s",
+                         cublasLtGetStatusName(s));
+            }
+        }
+        if (st != QS_OK && st != QS_ENOMEM && path == QK_GEMM_PATH_NATIVE_FP4) {
+            // cuBLASLt refused the native GEMM for this shape, whatever the status (an
+            // unverified MXFP4 shape can answer INVALID_VALUE): the emulated path, which gives
+            // the same values up to summation order; why is kept for the result's gemm_path
+            snprintf(g->fallback, sizeof g->fallback, "native_fp4 refused, ran emulated_bf16: %.*s",
+                     (int)(sizeof g->fallback - 40), err ? err->msg : "cuBLASLt refused the shape");
+            status_name_of(err ? err->msg : nullptr, g->fallback_status, sizeof g->fallback_status);
             path = QK_GEMM_PATH_EMULATED_BF16;
             memset(&k, 0, sizeof k);
             k.d_type = y_type == QK_GEMM_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -427,10 +533,6 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
             continue;
         }
         if (st) return st;
-        cublasStatus_t s =
-            cublasLtMatmul(g->lt, p->desc, &a, a_ptr, p->a, b_ptr, p->b, &beta, y, p->d, y, p->d,
-                           &p->algo, g->workspace, kWorkspaceBytes, stream);
-        if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, s, "cublasLtMatmul", k);
         if (path_out) *path_out = path;
         return QS_OK;
     }

@@ -24,7 +24,10 @@ extern "C" {
 int qk_cuda_device_count(void);
 
 /* Fake-quantizes the device buffer d_x [rows x k] (row-major FP32) in place on `stream`
- * (a cudaStream_t, NULL for the default stream) and waits for it. Every format of format.c
+ * (a cudaStream_t, NULL for the default stream): stream-ordered, with no host round trip (the
+ * tensor amax stays on the device, its buffer a stream-ordered pool allocation); only with the
+ * default stream does the call wait for it. A caller on its own stream synchronises before the
+ * host reads d_x (an error of the kernels then shows there). Every format of format.c
  * ("bf16" is the identity: nothing to do), options as qk_fake_quant (rounding RNE / RZ / SR,
  * MX rules, NVFP4 clamps, group_size, a given tensor_amax); opt may be NULL. NVFP4 1x16 and
  * MXFP4 under RNE/SR take a warp-per-block kernel (two passes for NVFP4: tensor amax, then
@@ -53,9 +56,21 @@ qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_options *opt,
                               uint8_t *d_scales, float *tensor_scale, float *tensor_amax,
                               void *stream, qs_error *err);
 
+/* qk_cuda_quantize_lt without a host round trip: the same codes and scales, and the FP32 tensor
+ * decode scale (NVFP4 S_dec, 1 for MXFP4) written to d_tensor_scale[0] (device memory) on
+ * `stream`, stream-ordered (the tensor amax never leaves the device; its buffer is a
+ * stream-ordered pool allocation). Pass d_tensor_scale as the qk_gemm_operand's (qk_gemm.h).
+ * Errors: as qk_cuda_quantize_lt, QS_EINVAL for a NULL d_tensor_scale; an error of the kernels
+ * shows at the caller's next synchronisation. */
+qs_status qk_cuda_quantize_lt_async(const qk_format *fmt, const qk_quant_options *opt,
+                                    const float *d_x, size_t rows, size_t k, const qk_lt_layout *l,
+                                    uint8_t *d_codes, uint8_t *d_scales, float *d_tensor_scale,
+                                    void *stream, qs_error *err);
+
 /* The 16-point random Hadamard transform of hadamard.h (qk_rht16: same signs, same butterfly
  * order, same bits) in place on the device buffer d_x [rows x k], k % 16 == 0; inverse = 1 for
- * the inverse; d_x 16-byte aligned. Runs on stream and waits for it. Errors: QS_EINVAL
+ * the inverse; d_x 16-byte aligned. Runs on stream, stream-ordered (waits only for the default
+ * stream, NULL), as qk_cuda_fake_quant. Errors: QS_EINVAL
  * (k % 16, empty, misaligned), QS_EIO. */
 qs_status qk_cuda_rht16(float *d_x, size_t rows, size_t k, uint64_t seed, int inverse, void *stream,
                         qs_error *err);

@@ -24,11 +24,18 @@
  *
  * A qk_gemm handle owns a cuBLASLt handle, one workspace (32 MiB), the BF16 scratch of the
  * emulated path, and a cache of plans (matmul descriptor, four layouts, the heuristic's
- * algorithm) keyed by (path, types, m, n, k, leading dimensions, output type, beta != 0): the
- * first call of a shape asks cuBLASLt's heuristic, later calls reuse it. A handle serves one
- * host thread and one stream at a time (workspace and scratch are shared by its calls). Every
- * cuBLAS and CUDA status is read; CUBLAS_STATUS_NOT_SUPPORTED (or a heuristic that finds no
- * algorithm) returns QS_EUNSUPPORTED naming the path and shape, other failures QS_EIO. */
+ * algorithm) keyed by (path, types, m, n, k, leading dimensions, output type, beta != 0, and the
+ * alignment of A, B and y): the first call of a shape asks cuBLASLt's heuristic, later calls
+ * reuse it. The heuristic is told each buffer's real alignment (the largest power of two up to
+ * 256 dividing its address) through CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, whose
+ * default of 256 would let it pick algorithms that need more than the 16 bytes offsets into the
+ * engine's buffers guarantee (cublasLt.h, cublasLtMatmulPreferenceAttributes_t). A handle serves
+ * one host thread and one stream at a time (workspace and scratch are shared by its calls). Every
+ * cuBLAS and CUDA status is read. A native FP4 GEMM that cuBLASLt refuses with any status (at
+ * the heuristic or at the matmul; no algorithm) runs on the emulated path instead, remembers the
+ * refusal for the shape, and keeps why (qk_gemm_fallback). Otherwise
+ * CUBLAS_STATUS_NOT_SUPPORTED (or no algorithm) returns QS_EUNSUPPORTED naming the path and
+ * shape, other failures QS_EIO. */
 #ifndef QK_GEMM_H
 #define QK_GEMM_H
 
@@ -37,32 +44,17 @@
 
 #include "cublaslt_layout.h"
 #include "error.h"
+#include "qk_gemm_path.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Element type of an operand. */
-typedef enum qk_gemm_type {
-    QK_GEMM_BF16 = 0,     /* uint16 BF16 bits, [rows x ld] elements */
-    QK_GEMM_FP8_E4M3 = 1, /* one E4M3 byte per element, [rows x ld] */
-    QK_GEMM_NVFP4 = 2,    /* E2M1 + UE4M3 per 16, layout qk_lt_layout (VEC16_UE4M3) */
-    QK_GEMM_MXFP4 = 3,    /* E2M1 + UE8M0 per 32, layout qk_lt_layout (VEC32_UE8M0) */
-} qk_gemm_type;
 
 /* Element type of the output y. */
 typedef enum qk_gemm_out {
     QK_GEMM_OUT_F32 = 0,
     QK_GEMM_OUT_BF16 = 1,
 } qk_gemm_out;
-
-/* The path a GEMM runs on; its name (qk_gemm_path_name) is the `gemm_path` of results. */
-typedef enum qk_gemm_path {
-    QK_GEMM_PATH_BF16 = 0,          /* "bf16" */
-    QK_GEMM_PATH_FP8 = 1,           /* "fp8" */
-    QK_GEMM_PATH_NATIVE_FP4 = 2,    /* "native_fp4" */
-    QK_GEMM_PATH_EMULATED_BF16 = 3, /* "emulated_bf16" */
-} qk_gemm_path;
 
 /* One operand (x or W) in device memory, K-major [rows x k]. */
 typedef struct qk_gemm_operand {
@@ -77,9 +69,12 @@ typedef struct qk_gemm_operand {
                               1/S_enc; 1 for MXFP4), > 0, folded into alpha; ignored for
                               BF16 operands and when d_tensor_scale is given */
     int tensor_scale_exp2; /* qk_packed.tensor_scale_exp2 (<= 0), folded into alpha */
-    const float *d_tensor_scale; /* FP8 only, optional: the decode scale in DEVICE memory, passed
-                                    as A/B_SCALE_POINTER (then tensor_scale must be 1), for scales
-                                    that stay on the device (no host sync) */
+    const float *d_tensor_scale; /* optional: the FP32 decode scale in DEVICE memory, for scales
+                                    that stay on the device (no host sync). FP8: passed as
+                                    A/B_SCALE_POINTER (then tensor_scale must be 1). FP4
+                                    (qk_cuda_quantize_lt_async writes it): alpha is folded on
+                                    the device (CUBLASLT_POINTER_MODE_DEVICE, in the plan key),
+                                    tensor_scale is ignored, tensor_scale_exp2 still applies */
 } qk_gemm_operand;
 
 /* Opaque handle: cuBLASLt handle, workspace, scratch, plan cache, device properties. */
@@ -95,28 +90,14 @@ void qk_gemm_destroy(qk_gemm *g);
 /* Compute capability of the handle's device as 10 * major + minor (90 = Hopper, 100 = B200). */
 int qk_gemm_compute_capability(const qk_gemm *g);
 
-/* 1 when the device runs block-scaled FP4 GEMMs natively (compute capability 10.x), else 0. */
+/* 1 when the device runs block-scaled FP4 GEMMs natively (qk_gemm_cc_native_fp4: 10.x), else
+ * 0. */
 int qk_gemm_native_fp4(const qk_gemm *g);
 
 /* The path qk_gemm_linear takes for operands of types x_type and w_type on this device;
  * QS_EUNSUPPORTED for a pairing it does not run (the message names both types). */
 qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_gemm_type w_type,
                            qk_gemm_path *path, qs_error *err);
-
-/* The choice behind qk_gemm_path_for, from a compute capability (10 * major + minor) and the
- * emulation switch, without a device (gemm_path.c): BF16 x BF16 -> bf16; FP8 x FP8 -> fp8 on
- * cc >= 89, else QS_EUNSUPPORTED; FP4 x FP4 (same format) -> native_fp4 on cc 100..109 unless
- * force_emulation, else emulated_bf16; FP4 x BF16 either way -> emulated_bf16; anything else
- * QS_EUNSUPPORTED naming both types. */
-qs_status qk_gemm_path_select(int cc, int force_emulation, qk_gemm_type x_type, qk_gemm_type w_type,
-                              qk_gemm_path *path, qs_error *err);
-
-/* 1 for the compute capabilities that run block-scaled FP4 GEMMs natively here: 10.x
- * (B200/GB200 10.0, B300 10.3; issue 12, TransformerEngine's NVFP4 support). */
-int qk_gemm_cc_native_fp4(int cc);
-
-/* "bf16", "fp8", "native_fp4", "emulated_bf16"; NULL for an unknown value. */
-const char *qk_gemm_path_name(qk_gemm_path path);
 
 /* Test and tuning switch: 1 makes FP4 GEMMs take the emulated path even on a device that runs
  * them natively (the GPU tests compare the two paths on Blackwell). Default 0. */
@@ -128,7 +109,8 @@ void qk_gemm_force_emulation(qk_gemm *g, int on);
  * d_tensor_scale is given. Runs on `stream` (NULL: default stream) without synchronising
  * it, except for the first call of a shape (the heuristic query) and scratch growth. *path_out
  * (may be NULL) receives the path taken: a native FP4 GEMM that cuBLASLt refuses for the shape
- * (NOT_SUPPORTED, no algorithm) falls back to the emulated path and says so there.
+ * (any status, no algorithm) falls back to the emulated path and says so there, with the
+ * reason in qk_gemm_fallback.
  * Errors: QS_EINVAL (NULL, zero or mismatched shapes, ld < k, misaligned pointer or ld, a
  * quantized operand's tensor_scale not > 0), QS_EUNSUPPORTED (pairing, or cuBLASLt
  * NOT_SUPPORTED / no algorithm for this shape: the message names path, m, n, k), QS_EIO
@@ -147,6 +129,18 @@ qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_ope
  * ignored, so the caller multiplies its alpha by the FP4 weights' tensor_scale. */
 qs_status qk_gemm_dequant_bf16(const qk_gemm_operand *op, uint16_t *y, size_t ldy, void *stream,
                                qs_error *err);
+
+/* Why the last native FP4 GEMM of g ran emulated ("native_fp4 refused, ran emulated_bf16:
+ * kernels/cuda: gemm: cublasLtMatmulAlgoGetHeuristic ... CUBLAS_STATUS_INVALID_VALUE ... m=...
+ * n=... k=..."), "" when none did since g was made or qk_gemm_fallback_clear. Never NULL. */
+const char *qk_gemm_fallback(const qk_gemm *g);
+
+/* The CUBLAS_STATUS_* name of that refusal ("CUBLAS_STATUS_NOT_SUPPORTED" also for "no
+ * algorithm"; "no_status" when the message had none), "" when there was none. Never NULL. */
+const char *qk_gemm_fallback_status(const qk_gemm *g);
+
+/* Forgets the fallback reason (a new job's count starts). */
+void qk_gemm_fallback_clear(qk_gemm *g);
 
 /* Number of cached plans, keys cuBLASLt refused included (tests: a repeated shape adds
  * none). */

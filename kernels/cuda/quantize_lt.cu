@@ -149,11 +149,22 @@ qs_status cuda_fail(qs_error *err, cudaError_t e, const char *what) {
 
 } // namespace
 
-extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_options *opt,
-                                         const float *d_x, size_t rows, size_t k,
-                                         const qk_lt_layout *l, uint8_t *d_codes, uint8_t *d_scales,
-                                         float *tensor_scale, float *tensor_amax, void *stream_,
-                                         qs_error *err) {
+// d_ts[0] = the FP32 tensor decode scale from the tensor amax (or the given one) as the host
+// side below computes it (qk_nvfp4_global_scales_core); 1 for MXFP4. One thread.
+static __global__ void k_tensor_scale(const unsigned *amax, int mx, int given, float given_value,
+                                      float *d_ts) {
+    float amax_t = given ? given_value : qk_float_of(amax[0]);
+    float s_enc = 1.0f, s_dec = 1.0f;
+    if (!mx) qk_nvfp4_global_scales_core(amax_t, &s_enc, &s_dec);
+    d_ts[0] = s_dec;
+}
+
+// The body of qk_cuda_quantize_lt and qk_cuda_quantize_lt_async: d_ts NULL reads the tensor
+// scale and amax back to the host (a sync); else writes the decode scale to d_ts on the device.
+static qs_status quantize_lt_impl(const qk_format *fmt, const qk_quant_options *opt,
+                                  const float *d_x, size_t rows, size_t k, const qk_lt_layout *l,
+                                  uint8_t *d_codes, uint8_t *d_scales, float *tensor_scale,
+                                  float *tensor_amax, float *d_ts, void *stream_, qs_error *err) {
     static const qk_quant_options defaults = {};
     if (!opt) opt = &defaults;
     if (!fmt || !d_x || !l || !d_codes || !d_scales)
@@ -240,6 +251,15 @@ extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_op
             quantize_lt_kernel<16><<<grid, kThreads, 0, stream>>>(d_x, p, amax, d_codes, d_scales);
         e = cudaGetLastError();
     }
+    if (d_ts) { // the decode scale stays on the device: stream-ordered, no host round trip
+        if (e == cudaSuccess) {
+            k_tensor_scale<<<1, 1, 0, stream>>>(amax, p.mx, p.amax_given, p.amax_value, d_ts);
+            e = cudaGetLastError();
+        }
+        cudaError_t ef = cudaFreeAsync(amax, stream);
+        if (e == cudaSuccess) e = ef;
+        return e == cudaSuccess ? QS_OK : cuda_fail(err, e, "kernels");
+    }
     unsigned amax_host = 0;
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&amax_host, amax, sizeof amax_host, cudaMemcpyDeviceToHost, stream);
@@ -253,4 +273,24 @@ extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_op
     if (tensor_scale) *tensor_scale = s_dec;
     if (tensor_amax) *tensor_amax = amax_t;
     return QS_OK;
+}
+
+extern "C" qs_status qk_cuda_quantize_lt(const qk_format *fmt, const qk_quant_options *opt,
+                                         const float *d_x, size_t rows, size_t k,
+                                         const qk_lt_layout *l, uint8_t *d_codes, uint8_t *d_scales,
+                                         float *tensor_scale, float *tensor_amax, void *stream,
+                                         qs_error *err) {
+    return quantize_lt_impl(fmt, opt, d_x, rows, k, l, d_codes, d_scales, tensor_scale, tensor_amax,
+                            nullptr, stream, err);
+}
+
+extern "C" qs_status qk_cuda_quantize_lt_async(const qk_format *fmt, const qk_quant_options *opt,
+                                               const float *d_x, size_t rows, size_t k,
+                                               const qk_lt_layout *l, uint8_t *d_codes,
+                                               uint8_t *d_scales, float *d_tensor_scale,
+                                               void *stream, qs_error *err) {
+    if (!d_tensor_scale)
+        return qs_error_set(err, QS_EINVAL, "kernels/cuda: quantize_lt: d_tensor_scale is NULL");
+    return quantize_lt_impl(fmt, opt, d_x, rows, k, l, d_codes, d_scales, nullptr, nullptr,
+                            d_tensor_scale, stream, err);
 }

@@ -81,7 +81,8 @@ extern "C" qs_status qk_cuda_rht16(float *d_x, size_t rows, size_t k, uint64_t s
     cudaStream_t stream = (cudaStream_t)stream_;
     rht16_kernel<<<grid, kThreads, 0, stream>>>(d_x, tiles, sg, inverse ? 1 : 0);
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    // stream-ordered: only the default stream (NULL) is waited for (qk_cuda.h)
+    if (e == cudaSuccess && !stream) e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess)
         return qs_error_set(err, QS_EIO, "kernels/cuda: rht16: %s", cudaGetErrorString(e));
     return QS_OK;

@@ -31,7 +31,8 @@ static void test_auto_uses_the_first_offered_gpu_only_with_cuda_and_a_gpu(void *
     qw_jobs_backend_use u = qw_jobs_backend_pick(&c, true, false);
     assert_true(u.use_cuda);
     assert_int_equal(u.device, 1);
-    assert_int_equal(u.gemm, 0); /* fp32, the reference-matching path */
+    /* the GEMM path table decides per linear (qk_gemm_path.h); FP32 only when asked for */
+    assert_int_equal(u.gemm, QW_JOBS_GEMM_AUTO);
     /* a build without CUDA runs on the CPU whatever GPUs there are */
     assert_false(qw_jobs_backend_pick(&c, false, false).use_cuda);
     /* --gpus none (no GPU offered): the CPU, never an error */
@@ -83,6 +84,15 @@ static void test_the_environment_is_read_when_no_option_is_given(void **state) {
     assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
     assert_int_equal(c.gemm, 2);
     assert_int_equal(qw_jobs_backend_pick(&c, true, false).gemm, 2);
+    static const struct {
+        const char *name;
+        int gemm;
+    } req[] = {{"auto", 2}, {"fp32", 0}, {"bf16", 1}, {"emulated", 3}};
+    for (size_t i = 0; i < 4; i++) {
+        setenv("QSWEEP_CUDA_GEMM", req[i].name, 1);
+        assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_OK);
+        assert_int_equal(qw_jobs_backend_pick(&c, true, false).gemm, req[i].gemm);
+    }
     setenv("QSWEEP_CUDA_GEMM", "fp16", 1);
     assert_int_equal(qw_jobs_backend_config(NULL, two, 2, true, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "$QSWEEP_CUDA_GEMM \"fp16\""));
@@ -109,12 +119,21 @@ static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
     qw_jobs_backend c = qw_jobs_backend_get();
     assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
     unsetenv("QSWEEP_BACKEND");
-    qw_jobs_backend set = {.kind = QW_BACKEND_AUTO, .device = 3, .gemm = 1};
-    qw_jobs_backend_set(&set);
+    qw_jobs_backend set = {.kind = QW_BACKEND_CPU, .device = 3, .gemm = 1};
+    qw_jobs_backend_set(&set); /* the CPU: the CUDA module is not even looked for */
     c = qw_jobs_backend_get();
     assert_int_equal(c.device, 3);
     assert_int_equal(c.gemm, 1);
-    assert_true(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    /* a choice of a GPU whose CUDA module cannot be loaded becomes the CPU (and says why on
+       stderr): a CUDA build without its module or driver still runs every job */
+    setenv("QSWEEP_CUDA_MODULE", "/nonexistent/libqsweep_cuda.so", 1);
+    set.kind = QW_BACKEND_AUTO;
+    qw_jobs_backend_set(&set);
+    c = qw_jobs_backend_get();
+    assert_int_equal(c.device, qw_backend_cuda_built() ? -1 : 3);
+    assert_false(qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda);
+    unsetenv("QSWEEP_CUDA_MODULE");
 }
 
 static void test_gemm_path_metric_names(void **state) {
@@ -129,6 +148,11 @@ static void test_gemm_path_metric_names(void **state) {
         /* what schema/080_gemm_path.sql reads back: the name after "gemm_path." */
         assert_string_equal(buf + strlen("gemm_path."), paths[i]);
     }
+    /* why a native FP4 GEMM ran emulated, beside gemm_path.emulated_bf16 */
+    qw_jobs_gemm_fallback_metric("CUBLAS_STATUS_INVALID_VALUE", buf, sizeof buf);
+    assert_string_equal(buf, "gemm_fallback.cublas_status_invalid_value");
+    qw_jobs_gemm_fallback_metric("", buf, sizeof buf);
+    assert_string_equal(buf, "gemm_fallback.unknown");
     qw_jobs_gemm_path_metric(NULL, buf, sizeof buf);
     assert_string_equal(buf, "gemm_path.none");
 }

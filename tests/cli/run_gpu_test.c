@@ -1,8 +1,11 @@
 /* qsweep run on a machine with GPUs (issue 12): local worker i offers GPU i mod G and runs its
  * models on the CUDA backend (worker/jobs/jobs_backend.h), every result stores its GEMM path
- * (v_gemm_path: "fp32", the CUDA backend's default), and jobs with the SQNR probe run on the CPU
- * and say so (gemm_path "cpu", probe_on_cpu = 1). Needs a GPU and a CUDA build: skipped with a
- * message otherwise (ctest label gpu; also without PostgreSQL). The CPU side (every result "cpu") is run_test.c's. */
+ * from the GEMM path table (kernels/cuda/qk_gemm_path.h: the quantized evaluations
+ * "emulated_bf16", or "native_fp4" on compute capability 10.x; the unquantized baselines "fp32"
+ * for the test checkpoint's FP32 weights or "bf16"; never "cpu"), and jobs with the SQNR probe run
+ * on the CPU and say so (gemm_path "cpu", probe_on_cpu = 1). Needs a GPU and a CUDA build: skipped
+ * with a message otherwise (ctest label gpu; also without PostgreSQL). The CPU side (every result
+ * "cpu") is run_test.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,8 +85,11 @@ static void test_gpu_workers_run_on_cuda_and_record_the_gemm_path(void **state) 
     assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
 
     /* without the SQNR probe: every job on CUDA */
-    const char *run[] = {"run",   TINY,  "--workers", "2", "--set", "dataset.max_chunks=2",
-                         "--set", "sensitivity.metrics=[ppl,kl,top1]", NULL};
+    const char *run[] = {"run",       TINY,
+                         "--workers", "2",
+                         "--set",     "dataset.max_chunks=2",
+                         "--set",     "sensitivity.metrics=[ppl,kl,top1]",
+                         NULL};
     int rc = qsweep(run);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
     char logs[1024], path[1200], want[96];
@@ -98,16 +104,24 @@ static void test_gpu_workers_run_on_cuda_and_record_the_gemm_path(void **state) 
     assert_int_equal(PQstatus(c), CONNECTION_OK);
     long jobs = query_long(c, "SELECT count(*) FROM jobs");
     assert_true(jobs > 1);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_gemm_path WHERE gemm_path = 'fp32'"),
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_gemm_path WHERE gemm_path IN ('fp32', "
+                                   "'bf16', 'emulated_bf16', 'native_fp4')"),
                      jobs);
+    assert_int_equal(
+        query_long(c, "SELECT count(*) FROM v_gemm_path g JOIN jobs j ON j.id = g.job_id"
+                      " WHERE j.kind = 'eval' AND g.gemm_path IN ('emulated_bf16', 'native_fp4')"),
+        query_long(c, "SELECT count(*) FROM jobs WHERE kind = 'eval'"));
     const char *csv[] = {"results", "tiny", "--csv", NULL};
     assert_int_equal(qsweep(csv), 0);
-    assert_non_null(strstr(out, ",fp32\n"));
+    assert_true(strstr(out, ",emulated_bf16\n") || strstr(out, ",native_fp4\n"));
     assert_null(strstr(out, ",cpu\n"));
 
     /* with the probe: those jobs on the CPU, and their results say why */
-    const char *probe[] = {"run",   TINY,  "--workers", "1", "--set", "dataset.max_chunks=2",
-                           "--set", "name=tiny-sqnr", "--set", "sensitivity.metrics=[ppl,sqnr]",
+    const char *probe[] = {"run",       TINY,
+                           "--workers", "1",
+                           "--set",     "dataset.max_chunks=2",
+                           "--set",     "name=tiny-sqnr",
+                           "--set",     "sensitivity.metrics=[ppl,sqnr]",
                            NULL};
     rc = qsweep(probe);
     if (rc != 0) fail_msg("qsweep run with sqnr exited %d:\n%s", rc, out);

@@ -1,10 +1,15 @@
 /* SmolLM2-135M on the CUDA backend against the CPU backend, same model, same tokens (4 chunks
  * of 512 tokens of tests/engine/data/gpl3.smollm2.tokens, as engine_smollm2_ppl):
- * - FP32 GEMM path: perplexity within 1e-3 relative of the CPU's, and top-1 agreement of the
- *   next-token argmax with the CPU's baseline of at least 99.5% (issue 12, item 7);
+ * - FP32 GEMM path: perplexity within 1e-4 relative of the CPU's, and top-1 agreement of the
+ *   next-token argmax with the CPU's baseline of at least 99.5%;
  * - a second evaluation on the same model (the worker's model cache) uploads no weight again
  *   and gives the same perplexity bit for bit;
- * - BF16 GEMM path: printed, and held to the looser 1e-2 relative (activations in BF16).
+ * - BF16 GEMM path: printed, and held to the looser 1e-2 relative (activations in BF16);
+ * - the worker's default, the GEMM path table (QW_CUDA_GEMM_LT, qk_gemm_path.h): the path it
+ *   records is "fp32" for weights BF16 would change (then 1e-4 as above) and "bf16" for weights
+ *   exact in BF16 (then 1e-2), never FP32 for those.
+ * QSWEEP_SMOLLM2 may name the GGUF or a Hugging Face directory (tools/device-check.sh writes a
+ * synthetic one of SmolLM2-135M's shape when the GGUF is absent).
  * Exits 77 (skipped) with a message when no CUDA device is visible or the GGUF is absent
  * (QSWEEP_SMOLLM2, else tools/fetch_smollm2.sh's cache). */
 #include <math.h>
@@ -54,11 +59,11 @@ static void smollm2_cuda_matches_cpu(void **state) {
     assert_string_equal(qw_model_gemm_path(m), "fp32");
     eval_or_fail(qw_eval_compare(m, &t, &o, base, &rg, &err), &err);
     double rel = fabs(rg.ppl - rc.ppl) / rc.ppl;
-    printf("%s: cpu ppl %.6f, cuda fp32 ppl %.6f, relative %.2e (tol 1e-3); top-1 agreement "
+    printf("%s: cpu ppl %.6f, cuda fp32 ppl %.6f, relative %.2e (tol 1e-4); top-1 agreement "
            "%.4f (>= 0.995); KL mean %.3g max %.3g\n",
-           rel <= 1e-3 && rg.top1 >= 0.995 ? "OK" : "NOT OK", rc.ppl, rg.ppl, rel, rg.top1,
+           rel <= 1e-4 && rg.top1 >= 0.995 ? "OK" : "NOT OK", rc.ppl, rg.ppl, rel, rg.top1,
            rg.kl_mean, rg.kl_max);
-    assert_true(rel <= 1e-3);
+    assert_true(rel <= 1e-4);
     assert_true(rg.top1 >= 0.995);
 
     qw_cuda_cache_stats s0, s1;
@@ -79,6 +84,18 @@ static void smollm2_cuda_matches_cpu(void **state) {
     printf("cuda bf16 ppl %.6f, relative %.2e (tol 1e-2); top-1 agreement %.4f\n", rb.ppl, relb,
            rb.top1);
     assert_true(relb <= 1e-2);
+
+    qw_eval_metrics ra;
+    eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_LT, &err), &err);
+    qw_model_gemm_path_reset(m);
+    eval_or_fail(qw_eval_compare(m, &t, &o, base, &ra, &err), &err);
+    const char *path = qw_model_gemm_path(m);
+    double rela = fabs(ra.ppl - rc.ppl) / rc.ppl, tola = !strcmp(path, "fp32") ? 1e-4 : 1e-2;
+    printf("cuda auto (gemm_path %s) ppl %.6f, relative %.2e (tol %.0e); top-1 agreement %.4f\n",
+           path, ra.ppl, rela, tola, ra.top1);
+    assert_true(!strcmp(path, "fp32") || !strcmp(path, "bf16"));
+    assert_true(rela <= tola);
+    qw_eval_metrics_free(&ra);
 
     eval_or_fail(qw_model_use_cpu(m, &err), &err);
     assert_string_equal(qw_model_gemm_path(m), "cpu");

@@ -33,7 +33,7 @@ static void discovery_lists_gpus_or_says_why_there_are_none(void **state) {
     for (size_t i = 0; i < n; i++) {
         assert_true(g[i].memory_bytes > 0);
         assert_true(g[i].name[0] != 0);
-        assert_int_equal(g[i].native_fp4, g[i].cc_major >= 10);
+        assert_int_equal(g[i].native_fp4, g[i].cc_major == 10); /* 10.x only: qk_gemm_path.h */
         assert_int_equal(g[i].device, (int)i);
     }
     const char *hidden = getenv("CUDA_VISIBLE_DEVICES");
@@ -57,6 +57,16 @@ static void fake_gpus_are_read_with_native_fp4_from_the_capability(void **state)
     assert_int_equal(g[1].cc_major, 10);
     assert_true(g[1].native_fp4);
     assert_int_equal(g[1].device, 1);
+    /* the GEMM path table's answer (qk_gemm_path.h): B300 10.3 native; Ada 8.9 and the 12.x
+       parts (RTX 5090 12.0, DGX Spark 12.1) emulate */
+    assert_int_equal(qw_gpu_parse_fake("B300:288:10.3,L40S:48:8.9,RTX5090:32:12.0,GB10:128:12.1", g,
+                                       4, &n, &err),
+                     QS_OK);
+    assert_int_equal(n, 4);
+    assert_true(g[0].native_fp4);
+    assert_false(g[1].native_fp4);
+    assert_false(g[2].native_fp4);
+    assert_false(g[3].native_fp4);
     assert_int_equal(qw_gpu_parse_fake("", g, 4, &n, &err), QS_OK);
     assert_int_equal(n, 0);
     const char *bad[] = {"H200:141",   "H200:x:9.0",    ":141:9.0",   "H200:141:9",
@@ -151,7 +161,7 @@ static int device_check(void) {
         printf("gpu_info_device: GPU %zu: %s\n", i, d);
         /* every CUDA 12+ device is compute capability >= 5.0 with at least 1 GiB */
         bad |= !g[i].name[0] || g[i].memory_bytes < (1ull << 30) || g[i].cc_major < 5 ||
-               g[i].native_fp4 != (g[i].cc_major >= 10) || g[i].device != (int)i;
+               g[i].native_fp4 != (g[i].cc_major == 10) || g[i].device != (int)i;
     }
     qs_error err = {0};
     char spec[16];

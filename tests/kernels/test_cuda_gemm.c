@@ -248,6 +248,33 @@ static void test_fp4_gemm(qk_gemm *g, const char *fmt, qk_gemm_type type, size_t
     report(ok && wr <= TOL_GEMM && (path == want || path == QK_GEMM_PATH_EMULATED_BF16) &&
                qk_gemm_plan_count(g) == plans,
            what);
+    /* x's tensor decode scale left on the device (qk_cuda_quantize_lt_async): the same scale bit
+       for bit, and the GEMM with alpha folded on the device (pointer mode device) within the
+       same tolerance */
+    float *d_ts = dev_alloc(sizeof(float)), h_ts = 0.0f;
+    float *d_x = dev_copy(x, T * in * sizeof *x);
+    qk_gemm_force_emulation(g, force_emulation);
+    st = qk_cuda_quantize_lt_async(qk_format_by_name(fmt), NULL, d_x, T, in, &px.l, px.d_codes,
+                                   px.d_scales, d_ts, NULL, &err);
+    qk_gemm_operand X2 = X;
+    X2.tensor_scale = 1.0f;
+    X2.d_tensor_scale = d_ts;
+    if (st == QS_OK)
+        st = qk_gemm_linear(g, &X2, &W, T, out, in, 1.0f, 0.0f, dy, QK_GEMM_OUT_F32, ldy, NULL,
+                            NULL, &err);
+    qk_gemm_force_emulation(g, 0);
+    if (st) printf("# %s\n", err.msg);
+    int ok2 = st == QS_OK && cudaDeviceSynchronize() == cudaSuccess;
+    host_copy(hy, dy, T * ldy * sizeof(float));
+    host_copy(&h_ts, d_ts, sizeof h_ts);
+    double wr2 = ok2 ? worst_rel(hy, ldy, r, mag, T, out) : INFINITY;
+    char what2[200];
+    snprintf(what2, sizeof what2, "%s, x's tensor scale on the device", what);
+    printf("# %s: scale %a (host %a), worst relative error %.3g\n", what2, (double)h_ts,
+           (double)px.gpu_scale, wr2);
+    report(ok && ok2 && memcmp(&h_ts, &px.gpu_scale, sizeof h_ts) == 0 && wr2 <= TOL_GEMM, what2);
+    cudaFree(d_ts);
+    cudaFree(d_x);
     cudaFree(dy);
     free(hy);
     free(ref);

@@ -59,6 +59,10 @@ qs_status qw_comm_init_all(int n, const int *devices, qw_comm **out, qs_error *e
     }
     ncclResult_t r = ncclCommInitAll(c->comm, n, c->device);
     if (r != ncclSuccess) {
+        /* the communicators made before the failure are freed, not leaked (c is zeroed, so an
+           entry NCCL did not fill is NULL) */
+        for (int i = 0; i < n; i++)
+            if (c->comm[i]) ncclCommDestroy(c->comm[i]);
         free(c);
         return qs_error_set(err, QS_EIO, "comm: ncclCommInitAll over %d devices: %s", n,
                             ncclGetErrorString(r));

@@ -30,7 +30,7 @@ qs_status qw_backend_gemm_parse(const char *s, int *gemm, qs_error *err) {
 }
 
 int qw_backend_cuda_built(void) {
-#ifdef QW_HAVE_CUDA_BACKEND
+#if defined(QW_HAVE_CUDA_BACKEND) || defined(QW_CUDA_BACKEND_IS_MODULE)
     return 1;
 #else
     return 0;
@@ -43,6 +43,12 @@ qs_status qw_backend_open(qw_backend *b, const qw_backend_choice *c, qs_error *e
 #ifdef QW_HAVE_CUDA_BACKEND
     if (k == QW_BACKEND_AUTO) k = qw_cuda_available() > 0 ? QW_BACKEND_CUDA : QW_BACKEND_CPU;
     if (k == QW_BACKEND_CUDA) return qw_backend_cuda_init(b, c->device, (qw_cuda_gemm)c->gemm, err);
+#elif defined(QW_CUDA_BACKEND_IS_MODULE)
+    if (k == QW_BACKEND_AUTO) k = QW_BACKEND_CPU;
+    if (k == QW_BACKEND_CUDA)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "backend cuda: in this binary the CUDA backend is the module the "
+                            "worker's jobs load (worker/gpu/cuda_module.h)");
 #else
     if (k == QW_BACKEND_AUTO) k = QW_BACKEND_CPU;
     if (k == QW_BACKEND_CUDA)

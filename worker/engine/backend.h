@@ -34,7 +34,10 @@ qs_status qw_backend_kind_parse(const char *s, qw_backend_kind *out, qs_error *e
  * and the names. */
 qs_status qw_backend_gemm_parse(const char *s, int *gemm, qs_error *err);
 
-/* 1 when this build has the CUDA backend (QSWEEP_HAVE_CUDA), whatever the machine. */
+/* 1 when this build has the CUDA backend (QSWEEP_HAVE_CUDA), whatever the machine: linked in
+ * (qw_engine_backend_cuda, tests and benchmarks) or as the module the worker loads
+ * (qw_engine_backend in the qsweep binaries, worker/gpu/cuda_module.h; there qw_backend_open
+ * opens only the CPU backend). */
 int qw_backend_cuda_built(void);
 
 /* Opens b as chosen. auto: CUDA when built and a device is visible, else CPU (never an error

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "model_internal.h"
 #include "runstate.h"
 
@@ -29,7 +28,12 @@ qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error
         return st;
     }
     qw_runstate_release(&m->rank.rs, &m->rank.be);
-    qw_backend_close(&m->rank.be);
+    /* the backend's own release, not backend.h's qw_backend_close: in the CUDA module that name
+       is the binary's, built without the CUDA backend (worker/gpu/cuda_module.h) */
+    if (on_cuda(m))
+        qw_backend_cuda_release(&m->rank.be);
+    else
+        qw_backend_release(&m->rank.be);
     m->rank.be = b;
     m->rank.rs = rs;
     m->rank.probe = 0;
@@ -52,7 +56,12 @@ qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
 }
 
 const char *qw_model_gemm_path(const qw_model *m) {
-    return qw_backend_gemm_path_name(&m->rank.be);
+    return m->rank.be.ops ? qw_backend_gemm_path(&m->rank.be) : "none";
+}
+
+int qw_model_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                           size_t why_cap) {
+    return qw_backend_cuda_gemm_fallback(&m->rank.be, status, status_cap, why, why_cap);
 }
 
 void qw_model_gemm_path_reset(qw_model *m) {

@@ -52,10 +52,15 @@ qs_status qw_model_use_cpu(qw_model *m, qs_error *err);
 /* The device weight cache of m's CUDA backend (zeros on the CPU). */
 void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out);
 
-/* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it; with the "lt"
- * GEMM the most specific path run since qw_model_gemm_path_reset ("native_fp4",
- * "emulated_bf16", "bf16"). */
+/* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it; with the auto
+ * ("lt") or emulated GEMM the most specific path run since qw_model_gemm_path_reset
+ * ("native_fp4", "emulated_bf16", "fp8", "fp32", "bf16"). */
 const char *qw_model_gemm_path(const qw_model *m);
+
+/* Why a native FP4 GEMM of m ran emulated since qw_model_gemm_path_reset
+ * (qw_backend_cuda_gemm_fallback): 1 with the CUBLAS_STATUS_* name and the message, else 0. */
+int qw_model_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                           size_t why_cap);
 
 /* Starts a new count of the paths m's linears run (qw_backend_cuda_gemm_path_reset); call it
  * before a job's evaluation so the path recorded is the job's own. A no-op on the CPU. */

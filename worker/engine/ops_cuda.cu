@@ -151,7 +151,7 @@ __global__ void k_logsoftmax(float *lp, const float *l, int V) {
 /* ---------------------------------------------------------------- the table */
 
 static void *cu_alloc(qw_backend *b, size_t bytes) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     void *p = NULL;
     if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -168,7 +168,7 @@ static void cu_free(qw_backend *b, void *p) {
 
 static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
                          const qw_weight *table) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     const cuda_weight *w;
     int T = (int)x->rows;
@@ -180,8 +180,12 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
         qw_cuda_note_error(c, "embedding", err.msg);
         return;
     }
-    cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                    c->stream);
+    cudaError_t e = cudaMemcpyAsync(c->tokens.p, tokens, (size_t)T * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, c->stream);
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "embedding: tokens to the device", cudaGetErrorString(e));
+        return;
+    }
     k_embedding<<<qw_grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
         x->data, (const uint32_t *)c->tokens.p, w->f32, T, table->cols);
     finish(c, "embedding");
@@ -189,7 +193,7 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
 
 static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
                        float eps) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     const float *dw = qw_cuda_vector(c, w, (size_t)x->cols);
     if (!dw) return;
     k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols, eps);
@@ -198,7 +202,7 @@ static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const 
 
 static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb, int n_heads,
                     int E) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)x->rows * (size_t)(E / 2);
     const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
     if (!dc || !ds) return;
@@ -210,7 +214,7 @@ static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float 
 static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
                          const qw_tensor *v, float *scores, int H, int G, int E) {
     (void)scores;
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     int T = (int)q->rows, group = H / G;
     if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) != QS_OK) {
@@ -234,6 +238,11 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
         }
     }
     k_causal_softmax<<<(unsigned)(H * T), 256, 0, c->stream>>>(S, T);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "attention softmax", cudaGetErrorString(e));
+        return;
+    }
     /* att_h [queries x E] = P_h V_g: column-major att_h^T [E x T] = V_g^T P_h^T. */
     for (int j = 0; j < group; j++) {
         cublasStatus_t s =
@@ -249,14 +258,14 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
 }
 
 static void cu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)g->rows * (size_t)g->cols;
     k_swiglu<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
     finish(c, "swiglu");
 }
 
 static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     size_t n = (size_t)x->rows * (size_t)x->cols;
     k_residual<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
     finish(c, "residual");
@@ -308,7 +317,7 @@ static int device_visible(const void *p) {
 
 static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                            const qw_act_quant *act, float *xq, qs_error *err) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
     const float *xin = x->data;
     qs_status st;
@@ -320,7 +329,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
                             "the backend's (the SQNR probe is not available on CUDA yet)",
                             T, in, out);
-    if (c->gemm == QW_CUDA_GEMM_LT)
+    if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)
         return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
     if (act && act->fmt) {
         if ((st = qw_cuda_status(c,
@@ -344,6 +353,9 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
             return st;
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)c->act16.p;
         k_to_bf16<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x16, xin, n);
+        if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
+            QS_OK)
+            return st;
         s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, dw->bf16, CUDA_R_16BF,
                          in, x16, CUDA_R_16BF, in, &zero, y->data, CUDA_R_32F, out,
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -358,7 +370,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
 }
 
 static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     k_logsoftmax<<<(unsigned)logits->rows, 256, 0, c->stream>>>(lp->data, logits->data,
                                                                 (int)logits->cols);
     finish(c, "logsoftmax");
@@ -366,7 +378,7 @@ static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits)
 
 static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
                          double *noise) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     if (qw_cuda_sqnr(c, y->data, ref->data, (size_t)y->rows * (size_t)y->cols, signal, noise,
                      &err) != QS_OK) {
@@ -394,7 +406,7 @@ __global__ void k_amax(const float *x, size_t n, float *out) {
 }
 
 static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     k_amax<<<1, 1024, 0, c->stream>>>(x->data, (size_t)x->rows * (size_t)x->cols, out);
     finish(c, "amax");
 }
@@ -435,12 +447,12 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
                                 "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
                                 (long long)x[r]->rows, (long long)x[r]->cols, (long long)x[0]->rows,
                                 (long long)x[0]->cols);
-        cuda_ctx *cr = cuda_ctx_of(ranks[r]);
+        cuda_ctx *cr = cuda_enter(ranks[r]); /* each rank's stream on its own device */
         qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
         if (st != QS_OK) return st;
         pp.p[r] = x[r]->data;
     }
-    cuda_ctx *c = cuda_ctx_of(ranks[0]);
+    cuda_ctx *c = cuda_enter(ranks[0]); /* the kernel runs on rank 0's device */
     size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
     k_allreduce<<<qw_grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
     if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
@@ -448,10 +460,14 @@ static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const 
 }
 
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
-    cuda_ctx *c = cuda_ctx_of(b);
-    cudaMemcpy2DAsync(dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
-                      (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault,
-                      c->stream);
+    cuda_ctx *c = cuda_enter(b);
+    cudaError_t e = cudaMemcpy2DAsync(
+        dst, ld * sizeof(float), src->data, (size_t)src->cols * sizeof(float),
+        (size_t)src->cols * sizeof(float), (size_t)src->rows, cudaMemcpyDefault, c->stream);
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, "download", cudaGetErrorString(e));
+        return;
+    }
     finish(c, "download");
 }
 
@@ -492,7 +508,8 @@ extern "C" int qw_cuda_available(void) {
 extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm,
                                           qs_error *err) {
     memset(b, 0, sizeof *b);
-    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT)
+    if (gemm != QW_CUDA_GEMM_FP32 && gemm != QW_CUDA_GEMM_BF16 && gemm != QW_CUDA_GEMM_LT &&
+        gemm != QW_CUDA_GEMM_EMULATED)
         return qs_error_set(err, QS_EINVAL, "backend cuda: gemm path %d", (int)gemm);
     int n = qw_cuda_available();
     if (n == 0) return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: no CUDA device");
@@ -519,14 +536,15 @@ extern "C" qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gem
         if (s != CUBLAS_STATUS_SUCCESS)
             st = qs_error_set(err, QS_EIO, "backend cuda: cuBLAS: %s", blas_text(s));
     }
-    if (st == QS_OK && gemm == QW_CUDA_GEMM_LT) st = qw_cuda_lt_init(c, err);
+    if (st == QS_OK && (gemm == QW_CUDA_GEMM_LT || gemm == QW_CUDA_GEMM_EMULATED))
+        st = qw_cuda_lt_init(c, err);
     if (st != QS_OK) qw_backend_cuda_release(b);
     return st;
 }
 
 extern "C" void qw_backend_cuda_release(qw_backend *b) {
     if (!b) return;
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = b->impl ? cuda_enter(b) : NULL;
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         qw_cuda_weights_release(c);
@@ -547,13 +565,23 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
 extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
     if (!c) return "cpu";
-    if (c->gemm == QW_CUDA_GEMM_LT) return qw_cuda_lt_path(c);
+    if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED) return qw_cuda_lt_path(c);
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
 }
 
 extern "C" void qw_backend_cuda_gemm_path_reset(qw_backend *b) {
     cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
-    if (c && c->gemm == QW_CUDA_GEMM_LT) qw_cuda_lt_path_reset(c);
+    if (c && (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED))
+        qw_cuda_lt_path_reset(c);
+}
+
+extern "C" int qw_backend_cuda_gemm_fallback(const qw_backend *b, char *status, size_t status_cap,
+                                             char *why, size_t why_cap) {
+    const cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    if (status_cap) status[0] = 0;
+    if (why_cap) why[0] = 0;
+    if (!c || !(c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)) return 0;
+    return qw_cuda_lt_fallback(c, status, status_cap, why, why_cap);
 }
 
 extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out) {
@@ -563,7 +591,7 @@ extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_s
 }
 
 extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
-    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_enter(b) : NULL;
     if (!c) return;
     cudaStreamSynchronize(c->stream);
     qw_cuda_weights_release(c);

@@ -28,11 +28,15 @@
  * - QW_CUDA_GEMM_BF16: weights and activations rounded to BF16, FP32 accumulate on the tensor
  *   cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Exact weights when the masters are BF16 (Llama
  *   checkpoints, synthetic models); the activations lose their low bits. gemm_path "bf16".
- * - QW_CUDA_GEMM_LT: kernels/cuda's cuBLASLt GEMM (qk_gemm.h, ops_cuda_lt.cu): packed NVFP4 /
- *   MXFP4 weights kept on the device in cuBLASLt's block-scaled layout, W4A4 activations of the
- *   same family quantized on the device into it: native FP4 GEMMs on compute capability 10.x
- *   ("native_fp4"), the exact BF16 dequantization elsewhere ("emulated_bf16"); other weights
- *   and activations in BF16 ("bf16"). Refused (QS_EUNSUPPORTED) in a tree without qk_gemm.h.
+ * - QW_CUDA_GEMM_LT ("auto", the worker's default): each linear's path from the GEMM path table
+ *   (kernels/cuda/qk_gemm_path.h qk_gemm_decide) and kernels/cuda's cuBLASLt GEMM (qk_gemm.h,
+ *   ops_cuda_lt.cu): packed NVFP4 / MXFP4 weights kept on the device in cuBLASLt's
+ *   block-scaled layout, W4A4 activations of the same family quantized on the device into it:
+ *   native FP4 GEMMs on compute capability 10.x ("native_fp4"), the exact BF16 dequantization
+ *   elsewhere ("emulated_bf16"); other weights in BF16 when every value is exact in BF16
+ *   ("bf16": BF16 checkpoints), else FP32 (cublasGemmEx CUBLAS_COMPUTE_32F_PEDANTIC, "fp32").
+ *   QW_CUDA_GEMM_EMULATED: the same with FP4 never native. Refused (QS_EUNSUPPORTED) in a tree
+ *   without qk_gemm.h.
  * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (every format, bit-exact
  * with the CPU); what it refuses (reference_only, exact tiny-amax) goes through the CPU
  * quantizer on managed memory.
@@ -57,7 +61,8 @@ extern "C" {
 typedef enum qw_cuda_gemm {
     QW_CUDA_GEMM_FP32 = 0, /* cublasSgemm, pedantic FP32: the reference-matching path */
     QW_CUDA_GEMM_BF16 = 1, /* BF16 operands, FP32 accumulate (tensor cores) */
-    QW_CUDA_GEMM_LT = 2,   /* kernels/cuda's cuBLASLt GEMM (qk_gemm.h): FP4 native or emulated */
+    QW_CUDA_GEMM_LT = 2, /* "auto": each linear's path from the GEMM path table (qk_gemm_path.h) */
+    QW_CUDA_GEMM_EMULATED = 3, /* as LT, FP4 never native (the table's request "emulated") */
 } qw_cuda_gemm;
 
 /* Number of usable CUDA devices; 0 when there is none or no driver (never an error). */
@@ -76,10 +81,16 @@ qs_status qw_backend_cuda_init(qw_backend *b, int device, qw_cuda_gemm gemm, qs_
  * struct is a no-op. */
 void qw_backend_cuda_release(qw_backend *b);
 
-/* The GEMM path of b as recorded in results: "fp32" or "bf16"; for QW_CUDA_GEMM_LT the most
- * specific path its linears ran ("native_fp4" > "emulated_bf16" > "bf16"); "cpu" for a CPU
- * backend. */
+/* The GEMM path of b as recorded in results: "fp32" or "bf16"; for QW_CUDA_GEMM_LT / _EMULATED
+ * the most specific path its linears ran ("native_fp4" > "emulated_bf16" > "fp8" > "fp32" >
+ * "bf16"); "cpu" for a CPU backend. */
 const char *qw_backend_gemm_path(const qw_backend *b);
+
+/* Why a native FP4 GEMM of b ran emulated since the last reset: the CUBLAS_STATUS_* name of
+ * cuBLASLt's refusal into status (status_cap bytes) and the whole message into why (why_cap);
+ * returns 1, or 0 (both "") when none did or b is not a CUDA backend. */
+int qw_backend_cuda_gemm_fallback(const qw_backend *b, char *status, size_t status_cap, char *why,
+                                  size_t why_cap);
 
 /* Forgets which paths b's linears ran so far, so qw_backend_gemm_path says what runs after
  * (a job's own path: the worker's cached model serves many jobs). A no-op on other backends. */

@@ -24,6 +24,8 @@ typedef struct cuda_weight {
     float *f32;           /* [rows x cols] device, gemm fp32 (and vectors) */
     __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
     size_t bytes;
+    int bf16_exact; /* every value is exact in BF16 (its low 16 bits zero): the GEMM path table's
+                       input (qk_gemm_path.h) */
 } cuda_weight;
 
 /* A device buffer that grows to the largest size asked for, never shrinks. */
@@ -56,6 +58,20 @@ static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
 
 /* Records the first error of a void op (kept until qw_backend_cuda_check). */
 void qw_cuda_note_error(cuda_ctx *c, const char *where, const char *what);
+
+/* The context of b with its device made current in the calling thread: every entry point of
+ * the table starts here, since jobs run in threads of their own and a cached model keeps its
+ * backend (cudaSetDevice is per host thread; it costs next to nothing when the device is
+ * current already). A failure is noted in the context (qw_backend_cuda_check). */
+static inline cuda_ctx *cuda_enter(const qw_backend *b) {
+    cuda_ctx *c = (cuda_ctx *)b->impl;
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) {
+        cudaError_t e = cudaSetDevice(c->device);
+        if (e != cudaSuccess) qw_cuda_note_error(c, "set device", cudaGetErrorString(e));
+    }
+    return c;
+}
 
 /* QS_OK, or QS_EIO naming `where` and the CUDA error text (also noted in c). */
 qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err);
@@ -92,6 +108,8 @@ void qw_cuda_lt_release(cuda_ctx *c);
 void qw_cuda_lt_forget(cuda_ctx *c);
 const char *qw_cuda_lt_path(const cuda_ctx *c);
 void qw_cuda_lt_path_reset(cuda_ctx *c);
+int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
+                        size_t why_cap);
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err);
 

@@ -7,13 +7,16 @@
  *   on the device straight into that layout (qk_cuda_quantize_lt): W4A4 then runs natively on
  *   compute capability 10.x ("native_fp4"), dequantized-exactly to BF16 elsewhere
  *   ("emulated_bf16"); any other activation is fake-quantized (or left FP32) and rounded to
- *   BF16, so FP4 weights run W4A16 ("emulated_bf16") and unquantized ones a BF16 GEMM ("bf16");
+ *   BF16, so FP4 weights run W4A16 ("emulated_bf16"); any other weight takes the GEMM path
+ *   table's answer (qk_gemm_path.h): a BF16 GEMM when its values are exact in BF16 ("bf16"),
+ *   else an FP32 one ("fp32");
  * - the per-tensor decode scales go into alpha (qk_gemm folds them).
  * The path of each call is recorded; the backend reports the most specific one it ran
  * (native_fp4 > emulated_bf16 > bf16). Built with the rest of the backend; without
  * kernels/cuda/qk_gemm.h (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
 #include "ops_cuda_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +43,10 @@ typedef struct lt_state {
     lt_weight *w;
     size_t n, cap;
     cuda_scratch xcodes, xscales, x16;
-    int best_path; /* -1 none yet, else the most specific qk_gemm_path run */
+    float *d_xscale;     /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
+    int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
+    qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
+    char fb_status[40], fb_why[320]; /* the first native refusal since the reset ("" none) */
 } lt_state;
 
 static int is_fp4(const qk_format *f, qk_gemm_type *t) {
@@ -127,16 +133,36 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     return QS_OK;
 }
 
+/* native_fp4 > emulated_bf16 > fp8 > fp32 > bf16: what a job's result names. */
 static int path_rank(int p) {
-    return p == QK_GEMM_PATH_NATIVE_FP4 ? 3 : p == QK_GEMM_PATH_EMULATED_BF16 ? 2 : 1;
+    switch (p) {
+    case QK_GEMM_PATH_NATIVE_FP4:
+        return 5;
+    case QK_GEMM_PATH_EMULATED_BF16:
+        return 4;
+    case QK_GEMM_PATH_FP8:
+        return 3;
+    case QK_GEMM_PATH_FP32:
+        return 2;
+    default:
+        return 1;
+    }
 }
 
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
     lt_state *s = (lt_state *)calloc(1, sizeof *s);
     if (!s) return qs_error_set(err, QS_ENOMEM, "cuda backend: cuBLASLt state");
     s->best_path = -1;
+    s->req = c->gemm == QW_CUDA_GEMM_EMULATED ? QK_GEMM_REQ_EMULATED : QK_GEMM_REQ_AUTO;
     qs_status st = qk_gemm_create(c->device, &s->g, err);
     if (st != QS_OK) {
+        free(s);
+        return st;
+    }
+    qk_gemm_force_emulation(s->g, s->req == QK_GEMM_REQ_EMULATED);
+    st = qw_cuda_status(c, cudaMalloc((void **)&s->d_xscale, sizeof(float)), "cuBLASLt state", err);
+    if (st != QS_OK) {
+        qk_gemm_destroy(s->g);
         free(s);
         return st;
     }
@@ -153,6 +179,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
     cudaFree(s->x16.p);
+    cudaFree(s->d_xscale);
     qk_gemm_destroy(s->g);
     free(s);
     c->lt = NULL;
@@ -174,7 +201,34 @@ const char *qw_cuda_lt_path(const cuda_ctx *c) {
 
 void qw_cuda_lt_path_reset(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
-    if (s) s->best_path = -1;
+    if (!s) return;
+    s->best_path = -1;
+    s->fb_status[0] = s->fb_why[0] = 0;
+    qk_gemm_fallback_clear(s->g);
+}
+
+int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
+                        size_t why_cap) {
+    const lt_state *s = (const lt_state *)c->lt;
+    if (!s || !s->fb_status[0]) return 0;
+    snprintf(status, status_cap, "%s", s->fb_status);
+    snprintf(why, why_cap, "%s", s->fb_why);
+    return 1;
+}
+
+/* y[T x out] = x W^T in FP32 (FP32 inputs, FP32 accumulation, no TF32: the compute type
+ * CUBLAS_COMPUTE_32F_PEDANTIC, cuBLAS documentation cublasComputeType_t), for weights whose
+ * values BF16 would change. */
+static qs_status lt_fp32_linear(cuda_ctx *c, float *y, const float *x, const float *w, int T,
+                                int in, int out, qs_error *err) {
+    float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, w,
+                                    CUDA_R_32F, in, x, CUDA_R_32F, in, &zero, y, CUDA_R_32F, out,
+                                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T fp32: %s", T,
+                            in, out, in, cublasGetStatusName(s));
+    return QS_OK;
 }
 
 __global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
@@ -207,6 +261,29 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     } else {
         const cuda_weight *e = NULL;
         if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
+        qk_gemm_decision d = qk_gemm_decide(qk_gemm_compute_capability(s->g), QK_GEMM_BF16,
+                                            QK_GEMM_BF16, e->bf16_exact, s->req);
+        if (d.path == QK_GEMM_PATH_FP32 || in % 8 != 0) {
+            /* the values need FP32 (or in is no multiple of 8, which cuBLASLt's BF16 operands
+               need for 16-byte rows: qk_gemm.h): the FP32 device copy and the (fake-quantized)
+               FP32 input */
+            if ((st = qw_cuda_weight(c, w, 1, &e, err)) != QS_OK) return st;
+            const float *xin = x;
+            if (act && act->fmt) {
+                if ((st = qw_cuda_status(c,
+                                         cudaMemcpyAsync(xq, x, (size_t)T * in * sizeof(float),
+                                                         cudaMemcpyDeviceToDevice, c->stream),
+                                         "linear", err)) != QS_OK)
+                    return st;
+                if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
+                xin = xq;
+            }
+            if ((st = lt_fp32_linear(c, y, xin, e->f32, T, (int)in, (int)out, err)) != QS_OK)
+                return st;
+            if (s->best_path < 0 || path_rank(QK_GEMM_PATH_FP32) > path_rank(s->best_path))
+                s->best_path = QK_GEMM_PATH_FP32;
+            return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+        }
         wo.type = QK_GEMM_BF16;
         wo.data = e->bf16;
         wo.ld = in;
@@ -227,14 +304,17 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             o.tensor_amax_given = 1;
             o.tensor_amax = act->tensor_amax[0];
         }
-        float ts = 1.0f;
-        st = qk_cuda_quantize_lt(act->fmt, &o, x, (size_t)T, in, &xo.layout, (uint8_t *)s->xcodes.p,
-                                 (uint8_t *)s->xscales.p, &ts, NULL, c->stream, err);
+        /* codes, block scales and the tensor decode scale stay on the device: stream-ordered,
+           alpha folded on the device (qk_gemm.h d_tensor_scale) */
+        st = qk_cuda_quantize_lt_async(act->fmt, &o, x, (size_t)T, in, &xo.layout,
+                                       (uint8_t *)s->xcodes.p, (uint8_t *)s->xscales.p, s->d_xscale,
+                                       c->stream, err);
         if (st != QS_OK) return st;
         xo.type = at;
         xo.data = s->xcodes.p;
         xo.scales = (const uint8_t *)s->xscales.p;
-        xo.tensor_scale = ts;
+        xo.tensor_scale = 1.0f; /* ignored: d_tensor_scale */
+        xo.d_tensor_scale = s->d_xscale;
     } else {
         const float *xin = x;
         if (act && act->fmt) {
@@ -250,6 +330,9 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
         if ((st = qw_cuda_scratch_reserve(&s->x16, n * sizeof(uint16_t), 0, err)) != QS_OK)
             return st;
         k_lt_to_bf16<<<1024, 256, 0, c->stream>>>((uint16_t *)s->x16.p, xin, n);
+        if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
+            QS_OK)
+            return st;
         xo.type = QK_GEMM_BF16;
         xo.data = s->x16.p;
         xo.ld = in;
@@ -261,6 +344,10 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     if (st != QS_OK) return st;
     if (s->best_path < 0 || path_rank((int)path) > path_rank(s->best_path))
         s->best_path = (int)path;
+    if (!s->fb_status[0] && qk_gemm_fallback(s->g)[0]) { /* the first refusal since the reset */
+        snprintf(s->fb_status, sizeof s->fb_status, "%s", qk_gemm_fallback_status(s->g));
+        snprintf(s->fb_why, sizeof s->fb_why, "%s", qk_gemm_fallback(s->g));
+    }
     return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
 }
 
@@ -287,6 +374,12 @@ const char *qw_cuda_lt_path(const cuda_ctx *c) {
 
 void qw_cuda_lt_path_reset(cuda_ctx *c) {
     (void)c;
+}
+
+int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
+                        size_t why_cap) {
+    (void)c, (void)status, (void)status_cap, (void)why, (void)why_cap;
+    return 0;
 }
 
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,

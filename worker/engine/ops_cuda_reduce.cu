@@ -148,7 +148,7 @@ extern "C" qs_status qw_cuda_score_rows(qw_backend *b, const qw_tensor *logits,
                                         const uint32_t *targets, const float *ref_lp, double *nll,
                                         double *kl, int32_t *argmax, int32_t *ref_argmax,
                                         qs_error *err) {
-    cuda_ctx *c = cuda_ctx_of(b);
+    cuda_ctx *c = cuda_enter(b);
     int64_t R = logits->rows, V = logits->cols;
     if (!c) return qs_error_set(err, QS_EINVAL, "score rows: not a CUDA backend");
     if (R < 1 || V < 1)

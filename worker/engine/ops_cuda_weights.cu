@@ -127,11 +127,15 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
         return st;
     }
     float *host = (float *)c->wtmp.p;
+    int exact = 1;
     for (int64_t r0 = 0; r0 < w->rows && st == QS_OK; r0 += (int64_t)piece_rows) {
         int64_t nr = w->rows - r0 < (int64_t)piece_rows ? w->rows - r0 : (int64_t)piece_rows;
         size_t cnt = (size_t)nr * (size_t)w->cols, off = (size_t)r0 * (size_t)w->cols;
         st = qw_weight_rows_f32(w, r0, nr, host, err);
         if (st != QS_OK) break;
+        const uint32_t *bits = (const uint32_t *)host;
+        for (size_t i = 0; i < cnt && exact; i++)
+            exact = (bits[i] & 0xffffu) == 0;
         float *dst = e->f32 ? e->f32 + off : stage;
         st = qw_cuda_status(
             c, cudaMemcpyAsync(dst, host, cnt * sizeof(float), cudaMemcpyHostToDevice, c->stream),
@@ -151,6 +155,7 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int wan
     }
     e->rows = w->rows;
     e->cols = w->cols;
+    e->bf16_exact = exact;
     e->bytes = (e->f32 ? n * sizeof(float) : 0) + (e->bf16 ? n * sizeof(__nv_bfloat16) : 0);
     c->stats.uploads++;
     return QS_OK;

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qk_gemm_path.h"
+
 #ifdef QSWEEP_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #endif
 
 bool qw_gpu_have_cuda(void) {
@@ -18,38 +20,93 @@ bool qw_gpu_have_cuda(void) {
 #endif
 }
 
+#ifdef QSWEEP_HAVE_CUDA
+/* The CUDA driver API functions discovery needs (cuda.h: CUresult and CUdevice are int; the
+ * attribute numbers are CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR). */
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_name_fn)(char *, int, int);
+typedef int (*cu_mem_fn)(size_t *, int);
+typedef int (*cu_attr_fn)(int *, int, int);
+typedef int (*cu_errstr_fn)(int, const char **);
+enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76 };
+
+/* dlsym into a function pointer of any type (POSIX allows the conversion). */
+static void *sym(void *h, const char *name) {
+    return dlsym(h, name);
+}
+
+/* The driver's text for a CUresult, or its number. */
+static const char *cu_text(cu_errstr_fn errstr, int r, char *buf, size_t cap) {
+    const char *t = NULL;
+    if (errstr && errstr(r, &t) == 0 && t) return t;
+    snprintf(buf, cap, "CUresult %d", r);
+    return buf;
+}
+#endif
+
 void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_cap) {
     *n = 0;
     if (why_cap) why[0] = 0;
 #ifdef QSWEEP_HAVE_CUDA
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        /* no driver, or one too old for this runtime (what a machine with no GPU answers):
-           "CUDA driver version is insufficient" alone read as a version problem */
-        snprintf(why, why_cap, "no GPU visible (CUDA: %s)", cudaGetErrorString(e));
+    /* The driver alone (libcuda.so.1, what every CUDA program loads): no CUDA library is linked
+       or loaded here; the backend module comes later, for a job on a GPU (cuda_module.h).
+       Driver ordinals are the runtime's (both follow CUDA_VISIBLE_DEVICES). */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, why_cap, "no GPU visible (CUDA: no driver: %s)", dlerror());
         return;
     }
-    for (int d = 0; d < count && *n < cap; d++) {
-        struct cudaDeviceProp p;
-        e = cudaGetDeviceProperties(&p, d);
-        if (e != cudaSuccess) {
-            snprintf(why, why_cap, "CUDA device %d: %s", d, cudaGetErrorString(e));
-            continue;
+    cu_init_fn init;
+    cu_count_fn count_fn;
+    cu_get_fn get;
+    cu_name_fn name_fn;
+    cu_mem_fn mem;
+    cu_attr_fn attr;
+    cu_errstr_fn errstr;
+    void *p;
+    p = sym(h, "cuInit"), memcpy(&init, &p, sizeof p);
+    p = sym(h, "cuDeviceGetCount"), memcpy(&count_fn, &p, sizeof p);
+    p = sym(h, "cuDeviceGet"), memcpy(&get, &p, sizeof p);
+    p = sym(h, "cuDeviceGetName"), memcpy(&name_fn, &p, sizeof p);
+    p = sym(h, "cuDeviceTotalMem_v2"), memcpy(&mem, &p, sizeof p);
+    p = sym(h, "cuDeviceGetAttribute"), memcpy(&attr, &p, sizeof p);
+    p = sym(h, "cuGetErrorString"), memcpy(&errstr, &p, sizeof p);
+    char num[32];
+    int count = 0, r;
+    if (!init || !count_fn || !get || !name_fn || !mem || !attr) {
+        snprintf(why, why_cap, "no GPU visible (CUDA: libcuda.so.1 lacks the device functions)");
+    } else if ((r = init(0)) != 0 || (r = count_fn(&count)) != 0) {
+        /* no device, or a driver too old: "no CUDA-capable device is detected" */
+        snprintf(why, why_cap, "no GPU visible (CUDA: %s)", cu_text(errstr, r, num, sizeof num));
+    } else {
+        for (int d = 0; d < count && *n < cap; d++) {
+            int dev = 0, major = 0, minor = 0;
+            size_t bytes = 0;
+            qw_gpu *g = &out[*n];
+            memset(g, 0, sizeof *g);
+            if ((r = get(&dev, d)) != 0 || (r = name_fn(g->name, (int)sizeof g->name, dev)) != 0 ||
+                (r = mem(&bytes, dev)) != 0 || (r = attr(&major, CU_ATTR_CC_MAJOR, dev)) != 0 ||
+                (r = attr(&minor, CU_ATTR_CC_MINOR, dev)) != 0) {
+                snprintf(why, why_cap, "CUDA device %d: %s", d,
+                         cu_text(errstr, r, num, sizeof num));
+                continue;
+            }
+            g->name[sizeof g->name - 1] = 0;
+            g->memory_bytes = (uint64_t)bytes;
+            g->cc_major = (uint32_t)major;
+            g->cc_minor = (uint32_t)minor;
+            g->native_fp4 = qk_gemm_cc_native_fp4(10 * major + minor);
+            g->device = d;
+            (*n)++;
         }
-        qw_gpu *g = &out[(*n)++];
-        memset(g, 0, sizeof *g);
-        size_t len = strnlen(p.name, sizeof p.name);
-        if (len > sizeof g->name - 1) len = sizeof g->name - 1; /* names are ~20 bytes */
-        memcpy(g->name, p.name, len);
-        g->name[len] = 0;
-        g->memory_bytes = (uint64_t)p.totalGlobalMem;
-        g->cc_major = (uint32_t)p.major;
-        g->cc_minor = (uint32_t)p.minor;
-        g->native_fp4 = p.major >= 10;
-        g->device = d;
+        if (*n == 0 && why_cap && !why[0])
+            snprintf(why, why_cap, "no GPU visible (CUDA: no device)");
     }
-    if (*n == 0 && why_cap && !why[0]) snprintf(why, why_cap, "no GPU visible (CUDA: no device)");
+    /* h stays open: a driver initialised by cuInit is not to be unloaded, and the CUDA module
+       (its runtime) uses the same library later */
+    (void)h;
 #else
     (void)out;
     (void)cap;
@@ -98,7 +155,7 @@ qs_status qw_gpu_parse_fake(const char *text, qw_gpu *out, size_t cap, size_t *n
         g->memory_bytes = (uint64_t)gib << 30;
         g->cc_major = (uint32_t)major;
         g->cc_minor = (uint32_t)minor;
-        g->native_fp4 = major >= 10;
+        g->native_fp4 = qk_gemm_cc_native_fp4((int)(10 * major + minor));
         g->device = (int)*n;
         (*n)++;
         p += len;

@@ -1,16 +1,20 @@
-/* The GPUs a worker has (issue 12 item 5): listed with the CUDA runtime when the build has CUDA
- * (QSWEEP_HAVE_CUDA: cudaGetDeviceCount, cudaGetDeviceProperties), chosen with
+/* The GPUs a worker has: listed through the CUDA driver when the build has CUDA
+ * (QSWEEP_HAVE_CUDA: libcuda.so.1 opened with dlopen, cuDeviceGetCount, cuDeviceGetName,
+ * cuDeviceTotalMem, the compute capability attributes; no CUDA library is linked, and the CUDA
+ * backend module is loaded only for a job on a GPU: cuda_module.h), chosen with
  * `qsweep worker --gpus`, and reported in HELLO (worker/loop/loop.h qw_gpu) so the scheduler
  * fits jobs on them (coordinator/server/scheduler.h).
  *
- * Which devices are visible is the CUDA runtime's business: CUDA_VISIBLE_DEVICES=2,3 makes
+ * Which devices are visible is the CUDA driver's business: CUDA_VISIBLE_DEVICES=2,3 makes
  * physical GPUs 2 and 3 the worker's 0 and 1, and `--gpus` indexes count among the visible
- * ones. No driver, no device or a runtime error is zero GPUs with the reason in words, never
+ * ones. No driver, no device or a driver error is zero GPUs with the reason in words, never
  * an error: the worker then runs its jobs on the CPU backend and is given only jobs that ask
  * for no GPU. A build without CUDA says so ("no CUDA in this build").
  *
- * Native FP4 = compute capability >= 10.0 (Blackwell: block-scaled FP4 tensor cores, cuBLASLt
- * CUDA_R_4F_E2M1; Hopper 9.0 emulates FP4 with BF16 GEMMs). */
+ * Native FP4 is the GEMM path table's answer (kernels/cuda/qk_gemm_path.h qk_gemm_cc_native_fp4,
+ * the function the CUDA backend's GEMMs use): compute capability 10.x (Blackwell data-center
+ * parts: block-scaled FP4 in cuBLASLt); Hopper 9.0, Ada 8.9 and 12.x emulate FP4 exactly with
+ * BF16 GEMMs. */
 #ifndef QW_GPU_INFO_H
 #define QW_GPU_INFO_H
 
@@ -23,13 +27,14 @@
 /* At most this many GPUs per worker (what HELLO carries: worker/loop/loop.c). */
 #define QW_GPUS_MAX 16
 
-/* Whether this build can list GPUs (built with nvcc and the CUDA runtime). */
+/* Whether this build can list GPUs (built with nvcc: it has the CUDA backend module). */
 bool qw_gpu_have_cuda(void);
 
 /* Lists the visible GPUs into out[0..cap) in device order: name, total memory in bytes,
- * compute capability, native_fp4 (major >= 10), device (the CUDA ordinal). *n gets how many;
- * 0 with the reason in why (why_cap bytes: "no CUDA in this build", the runtime's error text
- * such as "no CUDA-capable device is detected") when there are none. Never fails. */
+ * compute capability, native_fp4 (qk_gemm_cc_native_fp4), device (the CUDA ordinal). *n gets how
+ * many; 0 with the reason in why (why_cap bytes: "no CUDA in this build", "no GPU visible (CUDA:
+ * no driver: ...)", the driver's error text such as "no CUDA-capable device is detected") when
+ * there are none. Never fails. */
 void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_cap);
 
 /* Reads fake GPUs for tests, "NAME:GIB:MAJOR.MINOR[,...]" (e.g. "H200:141:9.0,B200:180:10.0":

@@ -16,9 +16,6 @@
 #include "loop.h"
 #include "sensitivity.h"
 #include "model.h"
-#ifdef QW_JOBS_HAVE_CUDA
-#include "model_cuda.h"
-#endif
 #include "policy.h"
 #include "quant.h"
 #include "synthetic.h"
@@ -101,10 +98,8 @@ typedef struct loaded_model {
 static void loaded_model_free(void *p) {
     loaded_model *lm = p;
     if (!lm) return;
-#ifdef QW_JOBS_HAVE_CUDA
     qs_error ignored = {0};
-    if (lm->on_cuda) qw_model_use_cpu(lm->model, &ignored); /* destroy releases a CPU backend */
-#endif
+    if (lm->on_cuda) qw_jobs_use_cpu(lm->model, &ignored); /* destroy releases a CPU backend */
     qw_model_destroy(lm->model);
     qw_checkpoint_close(lm->ck);
     free(lm);
@@ -137,21 +132,16 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
  * qw_model_set_threads; on error the model stays on its backend. */
 static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int threads,
                              qs_error *err) {
-#ifdef QW_JOBS_HAVE_CUDA
     if (u->use_cuda != lm->on_cuda) {
-        qs_status st = u->use_cuda ? qw_model_use_cuda(lm->model, u->device,
-                                                       (qw_cuda_gemm)u->gemm, err)
-                                   : qw_model_use_cpu(lm->model, err);
+        qs_status st = u->use_cuda ? qw_jobs_use_cuda(lm->model, u->device, u->gemm, err)
+                                   : qw_jobs_use_cpu(lm->model, err);
         if (st) return st;
         lm->on_cuda = u->use_cuda;
     }
     if (lm->on_cuda) {
-        qw_model_gemm_path_reset(lm->model); /* the path results record is this job's */
+        qw_jobs_gemm_path_reset(lm->model); /* the path results record is this job's */
         return QS_OK;
     }
-#else
-    (void)u;
-#endif
     return qw_model_set_threads(lm->model, threads, err);
 }
 
@@ -159,17 +149,17 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
  * path is the most specific one its linears ran since get_model reset the count):
  * "gemm_path.<path>" = 1 (jobs_backend.h), and "probe_on_cpu" = 1 when the SQNR probe kept on
  * the CPU a job the worker would have run on CUDA. */
-static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool probe,
-                                qs_error *err) {
-#ifdef QW_JOBS_HAVE_CUDA
-    const char *path = qw_model_gemm_path(model);
-#else
-    (void)model;
-    const char *path = "cpu";
-#endif
+static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool probe, qs_error *err) {
+    const char *path = qw_jobs_gemm_path(model);
     char name[64];
     qw_jobs_gemm_path_metric(path, name, sizeof name);
     qs_status st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    char status[48], why[512];
+    if (!st && qw_jobs_gemm_fallback(model, status, sizeof status, why, sizeof why)) {
+        fprintf(stderr, "qsweep worker: job %lld: %s\n", (long long)qw_job_id(ctx), why);
+        qw_jobs_gemm_fallback_metric(status, name, sizeof name);
+        st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    }
     qw_jobs_backend c = qw_jobs_backend_get();
     if (!st && probe && qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda)
         st = qw_job_metric(ctx, "probe_on_cpu", 1.0, 0, true, err);

@@ -6,9 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_module.h"
+#include "qk_gemm_path.h"
+
+/* The backend's GEMM setting (ops_cuda.h qw_cuda_gemm values) for a request of the GEMM path
+ * table: auto 2 (QW_CUDA_GEMM_LT), fp32 0, bf16 1, emulated 3. */
+static int gemm_of_request(qk_gemm_request r) {
+    switch (r) {
+    case QK_GEMM_REQ_FP32:
+        return 0;
+    case QK_GEMM_REQ_BF16:
+        return 1;
+    case QK_GEMM_REQ_EMULATED:
+        return 3;
+    default:
+        return 2;
+    }
+}
+
 qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size_t n_gpus,
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err) {
-    *out = (qw_jobs_backend){.kind = QW_BACKEND_CPU, .device = -1, .gemm = 0};
+    *out = (qw_jobs_backend){.kind = QW_BACKEND_CPU, .device = -1, .gemm = QW_JOBS_GEMM_AUTO};
     const char *from = "--backend";
     if (!kind_name || !*kind_name) {
         kind_name = getenv("QSWEEP_BACKEND");
@@ -19,11 +37,12 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
     if (qw_backend_kind_parse(kind_name, &kind, err))
         return qs_error_set(err, QS_EINVAL, "%s \"%s\": expected auto, cpu or cuda", from,
                             kind_name);
-    int gemm = 0;
+    qk_gemm_request req = QK_GEMM_REQ_AUTO;
     const char *g = getenv("QSWEEP_CUDA_GEMM");
-    if (g && *g && qw_backend_gemm_parse(g, &gemm, err))
-        return qs_error_set(err, QS_EINVAL, "$QSWEEP_CUDA_GEMM \"%s\": expected fp32, bf16 or lt",
-                            g);
+    if (g && *g && qk_gemm_request_parse(g, &req, err))
+        return qs_error_set(err, QS_EINVAL,
+                            "$QSWEEP_CUDA_GEMM \"%s\": expected auto, fp32, bf16 or emulated", g);
+    int gemm = gemm_of_request(req);
     int device = n_gpus ? gpus[0].device : -1;
     if (kind == QW_BACKEND_CUDA && !cuda_built)
         return qs_error_set(err, QS_EUNSUPPORTED,
@@ -36,8 +55,7 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
     return QS_OK;
 }
 
-qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built,
-                                         bool cpu_only) {
+qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only) {
     qw_jobs_backend_use u = {.use_cuda = false, .device = -1, .gemm = c->gemm};
     bool cuda = c->kind != QW_BACKEND_CPU && cuda_built && c->device >= 0;
     if (cuda && !cpu_only) {
@@ -53,13 +71,59 @@ static atomic_bool set;
 
 void qw_jobs_backend_set(const qw_jobs_backend *c) {
     chosen = *c;
+    char why[512];
+    if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
+        !qw_cuda_module_get(why, sizeof why)) {
+        fprintf(stderr,
+                "qsweep worker: the CUDA backend is not available (%s): jobs run on the CPU "
+                "backend\n",
+                why);
+        chosen.device = -1;
+    }
     atomic_store(&set, true);
+}
+
+qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err) {
+    char why[512];
+    const qw_cuda_module *mod = qw_cuda_module_get(why, sizeof why);
+    if (!mod) return qs_error_set(err, QS_EUNSUPPORTED, "CUDA backend module: %s", why);
+    return mod->model_use_cuda(m, device, gemm, err);
+}
+
+qs_status qw_jobs_use_cpu(qw_model *m, qs_error *err) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    return mod ? mod->model_use_cpu(m, err) : QS_OK; /* never moved without the module */
+}
+
+const char *qw_jobs_gemm_path(const qw_model *m) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    return mod ? mod->model_gemm_path(m) : "cpu";
+}
+
+void qw_jobs_gemm_path_reset(qw_model *m) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    if (mod) mod->model_gemm_path_reset(m);
+}
+
+int qw_jobs_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                          size_t why_cap) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    if (status_cap) status[0] = 0;
+    if (why_cap) why[0] = 0;
+    return mod ? mod->model_gemm_fallback(m, status, status_cap, why, why_cap) : 0;
+}
+
+void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap) {
+    size_t at = (size_t)snprintf(buf, cap, "gemm_fallback.");
+    for (const char *p = status && *status ? status : "unknown"; *p && at + 1 < cap; p++)
+        buf[at++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    if (at < cap) buf[at] = 0;
 }
 
 qw_jobs_backend qw_jobs_backend_get(void) {
     if (atomic_load(&set)) return chosen;
     /* no GPU offered: whatever $QSWEEP_BACKEND says, nothing but the CPU can be picked */
-    return (qw_jobs_backend){.kind = QW_BACKEND_AUTO, .device = -1, .gemm = 0};
+    return (qw_jobs_backend){.kind = QW_BACKEND_AUTO, .device = -1, .gemm = QW_JOBS_GEMM_AUTO};
 }
 
 void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap) {

@@ -16,7 +16,12 @@
  * Every eval and baseline result records the GEMM path it ran with as one final metric named
  * "gemm_path.<path>" with value 1 (path: cpu, fp32, bf16, native_fp4, emulated_bf16: backend.h
  * qw_backend_gemm_path_name), so SQL groups by substr(name, 11) (schema/080_gemm_path.sql).
- * The CUDA GEMM path is $QSWEEP_CUDA_GEMM ("fp32" default, "bf16", "lt": backend.h). */
+ * The CUDA GEMM paths follow from the device and the job: each linear takes the answer of the
+ * GEMM path table (kernels/cuda/qk_gemm_path.h qk_gemm_decide: native FP4 on 10.x, the exact
+ * BF16 emulation elsewhere, BF16 for weights exact in BF16, FP32 for the others) under the
+ * request $QSWEEP_CUDA_GEMM: "auto" (default), "emulated" (FP4 never native), or "fp32" /
+ * "bf16" for every GEMM ("lt" is read as "auto"). FP32 runs only for weights BF16 would
+ * change, or when asked for. */
 #ifndef QW_JOBS_BACKEND_H
 #define QW_JOBS_BACKEND_H
 
@@ -26,9 +31,14 @@
 #include "backend.h"
 #include "error.h"
 #include "loop.h"
+#include "model.h"
+
+/* The CUDA backend's GEMM setting for the request "auto" (ops_cuda.h QW_CUDA_GEMM_LT). */
+#define QW_JOBS_GEMM_AUTO 2
 
 /* The process-wide choice: kind as given, the CUDA ordinal of the first offered GPU (-1: the
- * worker offers none), the CUDA GEMM path (backend.h qw_backend_choice.gemm values). */
+ * worker offers none), the CUDA GEMM setting (ops_cuda.h qw_cuda_gemm values: 0 fp32, 1 bf16,
+ * 2 auto, 3 emulated). */
 typedef struct qw_jobs_backend {
     qw_backend_kind kind;
     int device;
@@ -44,7 +54,7 @@ typedef struct qw_jobs_backend_use {
 
 /* Fills *out from kind_name ("auto", "cpu", "cuda"; NULL or "": $QSWEEP_BACKEND, else
  * "auto"), the GPUs the worker offers (gpus[0..n_gpus), n_gpus 0 = none) and cuda_built (pass
- * qw_backend_cuda_built()). $QSWEEP_CUDA_GEMM picks the CUDA GEMM path (default "fp32").
+ * qw_backend_cuda_built()). $QSWEEP_CUDA_GEMM is the GEMM request (default "auto").
  * Errors: QS_EINVAL for an unknown kind or GEMM name (quoting it and where it came from:
  * "--backend" or "$QSWEEP_BACKEND"); QS_EUNSUPPORTED for "cuda" without CUDA in the build or
  * without an offered GPU (the message says which). On error *out is the CPU choice. */
@@ -55,12 +65,14 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
  * backend (the SQNR probe; tensor parallelism, whose ranks are CPU backends until the engine
  * opens one CUDA backend per rank: worker/engine/shard.h qw_tp_create's init). Pure: the same
  * inputs give the same answer. */
-qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built,
-                                         bool cpu_only);
+qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only);
 
 /* Sets the process-wide choice the job kinds read (qw_jobs_backend_get); call before qw_run.
- * Without a call the choice is "auto" with no GPU offered: the CPU (a worker that never said
- * which GPUs it offers never uses one). */
+ * When the choice would put models on a GPU, the CUDA backend module is loaded now
+ * (cuda_module.h); if it cannot be, the choice becomes the CPU (device -1) and why is printed
+ * on stderr: a CUDA build without its module or driver runs every job on the CPU. Without a
+ * call the choice is "auto" with no GPU offered: the CPU (a worker that never said which GPUs
+ * it offers never uses one). */
 void qw_jobs_backend_set(const qw_jobs_backend *c);
 
 /* The process-wide choice (as set, or the default above). */
@@ -68,5 +80,23 @@ qw_jobs_backend qw_jobs_backend_get(void);
 
 /* The result metric name for a GEMM path: "gemm_path.<path>" into buf (cap bytes). */
 void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap);
+
+/* The result metric that says why a native FP4 GEMM ran emulated: "gemm_fallback.<status>" with
+ * status the CUBLAS_STATUS_* name in lower case ("gemm_fallback.cublas_status_invalid_value"),
+ * into buf (cap bytes); results carry it beside "gemm_path.emulated_bf16". */
+void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap);
+
+/* A model on the CUDA backend through the module (worker/gpu/cuda_module.h), for the job kinds:
+ * qw_jobs_use_cuda moves m onto CUDA device `device` with GEMM setting gemm (QS_EUNSUPPORTED
+ * naming why when the module cannot be loaded; else model_cuda.h qw_model_use_cuda's errors),
+ * qw_jobs_use_cpu back onto the CPU, qw_jobs_gemm_path the path results record ("cpu" on the
+ * CPU), qw_jobs_gemm_path_reset a new count (a no-op on the CPU), qw_jobs_gemm_fallback
+ * model_cuda.h qw_model_gemm_fallback (0 on the CPU). Only qw_jobs_use_cuda loads the module. */
+qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err);
+qs_status qw_jobs_use_cpu(qw_model *m, qs_error *err);
+const char *qw_jobs_gemm_path(const qw_model *m);
+void qw_jobs_gemm_path_reset(qw_model *m);
+int qw_jobs_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
+                          size_t why_cap);
 
 #endif

@@ -1,0 +1,24 @@
+/* The CUDA module's entry (cuda_module.h): the table over worker/engine/model_cuda.h. Built
+ * into libqsweep_cuda.so only. */
+#include "cuda_module.h"
+#include "model_cuda.h"
+
+static qs_status use_cuda(qw_model *m, int device, int gemm, qs_error *err) {
+    return qw_model_use_cuda(m, device, (qw_cuda_gemm)gemm, err);
+}
+
+static const qw_cuda_module table = {
+    .abi = QW_CUDA_MODULE_ABI,
+    .model_use_cuda = use_cuda,
+    .model_use_cpu = qw_model_use_cpu,
+    .model_gemm_path = qw_model_gemm_path,
+    .model_gemm_path_reset = qw_model_gemm_path_reset,
+    .model_gemm_fallback = qw_model_gemm_fallback,
+};
+
+/* Exported (the module's one public symbol). */
+__attribute__((visibility("default"))) const qw_cuda_module *qw_cuda_module_entry(void);
+
+const qw_cuda_module *qw_cuda_module_entry(void) {
+    return &table;
+}
