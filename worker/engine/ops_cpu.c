@@ -7,6 +7,8 @@
  * against 52 on one thread (bench/engine on the 2-core development machine). */
 #include "ops.h"
 
+#include "hadamard.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -335,6 +337,181 @@ static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *
                (size_t)src->cols * sizeof *dst);
 }
 
+/* ---- training entries: the CPU training functions (ops_cpu_train.c) over host memory */
+
+static qs_status cpu_upload(qw_backend *b, void *dst, const void *src, size_t bytes,
+                            qs_error *err) {
+    (void)b, (void)err;
+    if (bytes) memcpy(dst, src, bytes);
+    return QS_OK;
+}
+
+static qs_status cpu_zero(qw_backend *b, void *p, size_t bytes, qs_error *err) {
+    (void)b, (void)err;
+    if (bytes) memset(p, 0, bytes);
+    return QS_OK;
+}
+
+static qs_status cpu_add(qw_backend *b, float *out, const float *x, const float *y, size_t n,
+                         qs_error *err) {
+    (void)err;
+    int nt = b->threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] + y[i];
+    return QS_OK;
+}
+
+static qs_status cpu_gemm_abt(qw_backend *b, float *C, const float *A, const float *Bm, int M,
+                              int Ncol, int K, float beta, qs_error *err) {
+    (void)err;
+    qw_train_gemm_abt(C, A, Bm, M, Ncol, K, beta, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_transpose(qw_backend *b, float *dst, const float *src, int rows, int cols,
+                               qs_error *err) {
+    (void)err;
+    qw_train_transpose(dst, src, rows, cols, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
+    (void)err;
+    int nt = b->threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] = qw_round_bf16(x[i]);
+    return QS_OK;
+}
+
+static qs_status cpu_rht(qw_backend *b, float *x, size_t rows, size_t k, int d, uint64_t seed,
+                         qs_error *err) {
+    return qk_rht(x, rows, k, d, seed, 0, b->threads, err);
+}
+
+static qs_status cpu_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                float *x, size_t rows, size_t k, qs_error *err) {
+    (void)b;
+    return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
+}
+
+static qs_status cpu_embedding_fwd(qw_backend *b, float *out, const uint32_t *tokens,
+                                   const float *emb, int N, int D, qs_error *err) {
+    (void)b, (void)err;
+    qw_train_embedding_forward(out, tokens, emb, N, D);
+    return QS_OK;
+}
+
+static qs_status cpu_embedding_bwd(qw_backend *b, float *demb, const float *dout,
+                                   const uint32_t *tokens, int N, int D, qs_error *err) {
+    (void)b, (void)err;
+    qw_train_embedding_backward(demb, dout, tokens, N, D);
+    return QS_OK;
+}
+
+static qs_status cpu_rmsnorm_fwd(qw_backend *b, float *out, float *rstd, const float *x,
+                                 const float *w, int N, int D, float eps, qs_error *err) {
+    (void)err;
+    qw_train_rmsnorm_forward(out, rstd, x, w, N, D, eps, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rmsnorm_bwd(qw_backend *b, float *dx, float *dw, const float *dout,
+                                 const float *x, const float *w, const float *rstd, int N, int D,
+                                 qs_error *err) {
+    (void)err;
+    qw_train_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rope_fwd(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
+                              int T, int nh, int E, qs_error *err) {
+    (void)err;
+    qw_train_rope_forward(x, cosb, sinb, B, T, nh, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rope_bwd(qw_backend *b, float *dx, const float *cosb, const float *sinb, int B,
+                              int T, int nh, int E, qs_error *err) {
+    (void)err;
+    qw_train_rope_backward(dx, cosb, sinb, B, T, nh, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, const float *q,
+                                   const float *k, const float *v, int B, int T, int H, int G,
+                                   int E, qs_error *err) {
+    (void)err;
+    qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *probs, int B, int T, int H, int G,
+                                   int E, qs_error *err) {
+    (void)err;
+    qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_swiglu_fwd(qw_backend *b, float *h, const float *g, const float *u, size_t n,
+                                qs_error *err) {
+    (void)err;
+    qw_swiglu_forward(h, g, u, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_swiglu_bwd(qw_backend *b, float *dg, float *du, const float *dh,
+                                const float *g, const float *u, size_t n, qs_error *err) {
+    (void)err;
+    qw_train_swiglu_backward(dg, du, dh, g, u, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_crossentropy_fwd(qw_backend *b, float *logits, float *losses,
+                                      const uint32_t *targets, int N, int V, qs_error *err) {
+    (void)err;
+    qw_train_crossentropy_forward(logits, losses, targets, N, V, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_crossentropy_bwd(qw_backend *b, float *probs, const uint32_t *targets, int N,
+                                      int V, float scale, qs_error *err) {
+    (void)err;
+    qw_train_crossentropy_backward(probs, targets, N, V, scale, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_linear_bwd(qw_backend *b, float *dx, int dx_accumulate, float *dW,
+                                const float *dy, const float *x, const float *W, int N, int in,
+                                int out, qs_error *err) {
+    (void)err;
+    qw_train_linear_backward(dx, dx_accumulate, dW, dy, x, W, N, in, out, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err) {
+    (void)err;
+    *out = qw_train_sumsq(g, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
+                           float lr, float wd, float b1, float b2, float eps, float c1, float c2,
+                           float grad_scale, qs_error *err) {
+    (void)err;
+    qw_train_adamw(p, g, m, v, n, lr, wd, b1, b2, eps, c1, c2, grad_scale, b->threads);
+    return QS_OK;
+}
+
+size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+    int n = b->threads > H ? b->threads : H;
+    return (size_t)n * (size_t)T * (size_t)T;
+}
+
 static const qw_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -352,6 +529,31 @@ static const qw_ops cpu_ops = {
     .amax = cpu_amax,
     .allreduce = cpu_allreduce,
     .download = cpu_download,
+    .upload = cpu_upload,
+    .fetch = cpu_upload,
+    .copy = cpu_upload,
+    .zero = cpu_zero,
+    .add = cpu_add,
+    .gemm_abt = cpu_gemm_abt,
+    .transpose = cpu_transpose,
+    .round_bf16 = cpu_round_bf16,
+    .rht = cpu_rht,
+    .fake_quant = cpu_fake_quant,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .crossentropy_fwd = cpu_crossentropy_fwd,
+    .crossentropy_bwd = cpu_crossentropy_bwd,
+    .linear_bwd = cpu_linear_bwd,
+    .sumsq = cpu_sumsq,
+    .adamw = cpu_adamw,
 };
 
 const qw_ops *qw_ops_cpu(void) {

@@ -143,7 +143,8 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             st = qw_checkpoint_open(spec->init_path, &ck, err);
             if (st == QS_OK) st = qw_tmodel_load(m, ck, err);
         } else {
-            qw_tmodel_init_random(m, spec->seed, spec->init_std > 0 ? spec->init_std : 0.02f);
+            st = qw_tmodel_init_random(m, spec->seed, spec->init_std > 0 ? spec->init_std : 0.02f,
+                                       err);
         }
     }
     if (st == QS_OK) st = qw_tmodel_set_recipe(m, &spec->recipe, spec->seed, err);

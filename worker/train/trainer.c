@@ -52,19 +52,22 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     int B = qw_tmodel_batch(m);
     size_t N = qw_tmodel_rows(m);
     double t0 = now_s();
-    qw_tmodel_zero_grad(m);
+    qs_status st = qw_tmodel_zero_grad(m, err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     double loss_sum = 0.0;
     for (int a = 0; a < c->accum; a++) {
         qw_data_next(tr->data, B, tr->in, tr->tg);
         uint32_t micro = (uint32_t)tr->step * (uint32_t)c->accum + (uint32_t)a;
         double loss = 0.0;
-        qs_status st = qw_tmodel_forward(m, tr->in, tr->tg, micro, &loss, err);
+        st = qw_tmodel_forward(m, tr->in, tr->tg, micro, &loss, err);
         if (st == QS_OK) st = qw_tmodel_backward(m, 1.0f / (float)c->accum, err);
         if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
         loss_sum += loss;
     }
     double loss = loss_sum / c->accum;
-    double norm = qw_grad_global_norm(qw_tmodel_grads(m), qw_tmodel_n_params(m), tr->nt);
+    double norm = 0.0;
+    st = qw_tmodel_grad_norm(m, &norm, err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     tr->last_loss = loss;
     if (!isfinite(loss) || !isfinite(norm) || loss > c->diverge_loss) {
         tr->diverged = 1;
@@ -75,7 +78,8 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     }
     float scale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
     float lr = qw_lr_at(&c->sched, tr->step);
-    qw_adamw_step(m, &c->adamw, lr, scale, tr->step + 1, tr->nt);
+    st = qw_adamw_step(m, &c->adamw, lr, scale, tr->step + 1, err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     tr->step++;
     tr->tokens_seen += N * (size_t)c->accum;
     if (out) {
