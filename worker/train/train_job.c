@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cblas.h>
+#include <omp.h>
+
 #include "ckpt.h"
 #include "hfsave.h"
 #include "synthetic.h"
@@ -130,6 +133,15 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                                 np, spec->batch, spec->ctx, (double)need / 1073741824.0,
                                 have / 1073741824.0);
     }
+    qw_backend be = {0};
+    qw_backend_choice bc = spec->backend;
+    if (bc.kind != QW_BACKEND_CUDA) bc.kind = QW_BACKEND_CPU;
+    bc.threads = spec->threads > 0 ? spec->threads : omp_get_num_procs();
+    bc.max_in = 1;
+    /* the CPU backend runs its own OpenMP team: OpenBLAS's pool would fight it for the cores */
+    if (bc.kind == QW_BACKEND_CPU) openblas_set_num_threads(1);
+    qs_status st = qw_backend_open(&be, &bc, err);
+    if (st != QS_OK) return qs_error_wrap(err, "training backend");
     qw_tmodel *m = NULL;
     qw_checkpoint *ck = NULL;
     double earlier_s = 0;
@@ -137,7 +149,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     qw_trainer tr = {0};
     qw_train_history hist = {0};
     int have_data = 0, have_tr = 0;
-    qs_status st = qw_tmodel_create(c, spec->batch, spec->ctx, spec->threads, &m, err);
+    st = qw_tmodel_create_on(c, spec->batch, spec->ctx, &be, &m, err);
     if (st == QS_OK) {
         if (spec->init_path[0]) {
             st = qw_checkpoint_open(spec->init_path, &ck, err);
@@ -251,6 +263,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            char gp[64];
+            snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be));
+            emit(hooks, gp, -1, 1);
             if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
             emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
@@ -259,6 +274,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     if (have_tr) qw_trainer_free(&tr);
     if (have_data) qw_data_free(&d);
     qw_tmodel_destroy(m);
+    qw_backend_close(&be);
     qw_checkpoint_close(ck);
     return st;
 }
