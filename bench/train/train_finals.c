@@ -4,8 +4,8 @@
  * job's own path, with fewer steps when asked. Prints the final metrics with 17 digits; the
  * final Hugging Face checkpoint goes to <out_dir>/<recipe>-<seed>/ (hash it to compare runs
  * bit for bit).
- * Usage: train_finals <text file> <recipe> <seed> <steps> <out_dir> [threads (2)] [unused]
- *        [accum (1)] [batch (8)] */
+ * Usage: train_finals <text file> <recipe> <seed> <steps> <out_dir> [threads (2)]
+ *        [data_parallel (1)] [accum (1)] [batch (8)] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     t.log_every = 10;
     t.checkpoint_every = 0;
     t.threads = argc > 6 ? atoi(argv[6]) : 2;
-    (void)(argc > 7);
+    t.data_parallel = argc > 7 ? atoi(argv[7]) : 1;
     snprintf(t.checkpoint_dir, sizeof t.checkpoint_dir, "%s", argv[5]);
     snprintf(t.job_key, sizeof t.job_key, "%s-%s", argv[2], argv[3]);
     qw_train_hooks h = {NULL, on_metric, NULL, NULL};

@@ -49,6 +49,10 @@ typedef struct qw_train_spec {
      * the worker's --backend choice first, worker/jobs/jobs_backend.h). threads and max_in are
      * ignored: the CPU team is `threads` above. */
     qw_backend_choice backend;
+    /* Data-parallel ranks (0 or 1: one): one model replica per rank (trainer.h), each on its
+     * backend (CUDA: devices backend.device .. + ranks-1, an NCCL group; CPU: CPU ranks),
+     * gradients all-reduced every step (worker/comm/comm.h). */
+    int data_parallel;
     char checkpoint_dir[1024]; /* "" = no checkpoints, no final HF checkpoint */
     char job_key[65];          /* names the files, and identifies the checkpoint */
 } qw_train_spec;

@@ -94,6 +94,7 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
         t.log_every = s.log_every;
         t.checkpoint_every = s.checkpoint_every;
         t.threads = qw_job_threads(ctx);
+        t.data_parallel = s.data_parallel;
         /* The worker's backend choice (qsweep worker --backend), resolved as for evaluation:
          * CUDA on the first offered GPU when built and chosen, else the CPU. */
         qw_jobs_backend bc = qw_jobs_backend_get();
