@@ -7,6 +7,7 @@
  * against 52 on one thread (bench/engine on the 2-core development machine). */
 #include "ops.h"
 
+#include "comm.h"
 #include "hadamard.h"
 
 #include <cblas.h>
@@ -302,8 +303,8 @@ static void cpu_amax(qw_backend *b, const qw_tensor *x, float *out) {
     out[0] = qw_amax_forward(x->data, (size_t)x->rows * (size_t)x->cols);
 }
 
-/* The group's ranks share this process's memory: rank 0's buffer takes the reduction, element
- * by element in rank order, and is copied to the others. */
+/* The group's ranks share this process's memory: the ranks interface's CPU ranks
+ * (worker/comm/comm.h) reduce every element in rank order and copy the result to every rank. */
 static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
                                qs_error *err) {
     if (n < 1) return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks", n);
@@ -314,20 +315,15 @@ static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const
                                 (long long)x[r]->rows, (long long)x[r]->cols,
                                 (long long)x[0]->rows, (long long)x[0]->cols);
     size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
-    float *d = x[0]->data;
-    int nt = ranks[0]->threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < len; i++) {
-        float s = d[i];
-        for (int r = 1; r < n; r++) {
-            float v = x[r]->data[i];
-            s = op == QW_REDUCE_SUM ? s + v : (v > s ? v : s);
-        }
-        d[i] = s;
-    }
-    for (int r = 1; r < n; r++)
-        memcpy(x[r]->data, d, len * sizeof *d);
-    return QS_OK;
+    qw_group g;
+    qs_status st = qw_group_cpu(&g, n, ranks[0]->threads, err);
+    if (st != QS_OK) return st;
+    float *bufs[QW_GROUP_MAX_RANKS];
+    for (int r = 0; r < n; r++)
+        bufs[r] = x[r]->data;
+    st = qw_group_allreduce(&g, bufs, len, op == QW_REDUCE_SUM ? QW_GROUP_SUM : QW_GROUP_MAX, err);
+    qw_group_destroy(&g);
+    return st;
 }
 
 static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
