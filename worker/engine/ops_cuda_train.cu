@@ -1,5 +1,5 @@
 /* Training ops on the GPU (ops_cuda_train.h): kernels and cuBLAS calls mirroring
- * worker/train/ops_impl.h's FP32 functions line by line. cuBLAS is column-major: a row-major
+ * the CPU training functions (ops_cpu_train.c) line by line. cuBLAS is column-major: a row-major
  * product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, i.e. with the operands swapped
  * and the same transpose flags. */
 #include "ops_cuda_impl.h"
