@@ -26,8 +26,9 @@ void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_we
         (void)qw_weight_rows_f32(table, tokens[t], 1, out + (size_t)t * D, NULL);
 }
 
-void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
-                        int nt) {
+/* The one RMSNorm of evaluation and training: rstd NULL keeps no 1/rms. */
+static void rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
+                         float eps, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
@@ -36,26 +37,25 @@ void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D
         for (int i = 0; i < D; i++)
             ss += (double)xr[i] * xr[i];
         float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        if (rstd) rstd[t] = r;
         for (int i = 0; i < D; i++)
             o[i] = w[i] * (xr[i] * r);
     }
 }
 
+void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
+                        int nt) {
+    rmsnorm_rows(out, NULL, x, w, T, D, eps, nt);
+}
+
+void qw_train_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
+                              float eps, int nt) {
+    rmsnorm_rows(out, rstd, x, w, N, D, eps, nt);
+}
+
 void qw_rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E,
                      int nt) {
-    int h2 = E / 2;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * E;
-            for (int i = 0; i < h2; i++) {
-                float x1 = v[i], x2 = v[i + h2];
-                v[i] = x1 * c[i] - x2 * s[i];
-                v[i + h2] = x2 * c[i] + x1 * s[i];
-            }
-        }
-    }
+    qw_train_rope_forward(x, cosb, sinb, 1, T, n_heads, E, nt); /* one sequence of T */
 }
 
 void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {

@@ -57,21 +57,7 @@ void qw_train_embedding_backward(float *demb, const float *dout, const uint32_t 
 
 /* ---------------------------------------------------------------- RMSNorm */
 
-void qw_train_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
-                              float eps, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < N; t++) {
-        const float *xr = x + (size_t)t * D;
-        float *o = out + (size_t)t * D;
-        double ss = 0.0;
-        for (int i = 0; i < D; i++)
-            ss += (double)xr[i] * xr[i];
-        float r = (float)(1.0 / sqrt(ss / D + (double)eps));
-        rstd[t] = r;
-        for (int i = 0; i < D; i++)
-            o[i] = w[i] * (xr[i] * r);
-    }
-}
+/* qw_train_rmsnorm_forward is the evaluation's RMSNorm keeping rstd (ops_cpu.c). */
 
 void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                const float *w, const float *rstd, int N, int D, int nt) {
