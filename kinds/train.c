@@ -40,6 +40,11 @@ qs_status qs_train_validate(const qs_train_spec *s, qs_error *err) {
     if (s->eval_every < 0 || s->eval_batches < 0 || s->log_every < 0 || s->checkpoint_every < 0)
         return FAIL("eval_every", "eval_every, eval_batches, log_every, checkpoint_every >= 0");
     if (!(s->diverge_loss > 0)) return FAIL("diverge_loss", "a number > 0");
+    if (s->data_parallel < 0 || s->data_parallel > 64)
+        return FAIL("data_parallel", "an integer in 1..64");
+    if (s->data_parallel > 1 && s->resources.present && s->resources.gpu_count > 0 &&
+        s->resources.gpu_count != s->data_parallel)
+        return FAIL("data_parallel", "resources.gpu_count equal to data_parallel (one GPU a rank)");
     if (s->dataset.ctx < 2) return FAIL("dataset.ctx", "an integer >= 2");
     if (!s->dataset.path || !qs_is_digest(s->dataset.digest))
         return FAIL("dataset", "a path and a digest");
@@ -97,6 +102,8 @@ qs_status qs_train_encode(const qs_train_spec *s, json_t **out, qs_error *err) {
     json_object_set_new(o, "diverge_loss", json_real(s->diverge_loss));
     json_object_set_new(o, "checkpoint_dir",
                         json_string(s->checkpoint_dir ? s->checkpoint_dir : ""));
+    if (s->data_parallel > 1)
+        json_object_set_new(o, "data_parallel", json_integer(s->data_parallel));
     if (s->resources.present) json_object_set_new(o, "resources", qs_resources_json(&s->resources));
     *out = o;
     return QS_OK;
@@ -126,20 +133,35 @@ static qs_status get_str(const json_t *o, const char *k, char *buf, size_t cap, 
 
 qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err) {
     memset(out, 0, sizeof *out);
-    static const char *const keys[] = {"kind",         "numerics_version",
-                                       "shape",        "model",
-                                       "dataset",      "tokenizer",
-                                       "val_fraction", "recipe",
-                                       "lr",           "min_lr",
-                                       "warmup",       "decay",
-                                       "weight_decay", "clip",
-                                       "beta1",        "beta2",
-                                       "steps",        "batch",
-                                       "accum",        "seed",
-                                       "eval_every",   "eval_batches",
-                                       "log_every",    "checkpoint_every",
-                                       "diverge_loss", "checkpoint_dir",
-                                       "resources",    NULL};
+    static const char *const keys[] = {"kind",
+                                       "numerics_version",
+                                       "shape",
+                                       "model",
+                                       "dataset",
+                                       "tokenizer",
+                                       "val_fraction",
+                                       "recipe",
+                                       "lr",
+                                       "min_lr",
+                                       "warmup",
+                                       "decay",
+                                       "weight_decay",
+                                       "clip",
+                                       "beta1",
+                                       "beta2",
+                                       "steps",
+                                       "batch",
+                                       "accum",
+                                       "seed",
+                                       "eval_every",
+                                       "eval_batches",
+                                       "log_every",
+                                       "checkpoint_every",
+                                       "diverge_loss",
+                                       "checkpoint_dir",
+                                       "resources",
+                                       "data_parallel",
+                                       NULL};
     if (!json_is_object(spec)) return FAIL("(root)", "an object");
     const char *key;
     json_t *val;
@@ -213,6 +235,12 @@ qs_status qs_train_decode(const json_t *spec, qs_train_spec *out, qs_error *err)
     if (!st && !(out->checkpoint_dir = strdup(json_string_value(cd))))
         st = qs_error_set(err, QS_ENOMEM, "out of memory");
     if (!st) st = qs_resources_read(spec, &out->resources, err);
+    if (!st && json_object_get(spec, "data_parallel")) {
+        st = get_int(spec, "data_parallel", &v, err);
+        if (!st && (v < 2 || v > 64))
+            st = FAIL("data_parallel", "an integer in 2..64 (a one-rank job leaves the key out)");
+        if (!st) out->data_parallel = (int)v;
+    }
     if (!st) st = qs_train_validate(out, err);
     if (st) qs_train_clear(out);
     return st;

@@ -16,7 +16,10 @@
  *   "weight_decay", "clip", "beta1", "beta2", "steps", "batch", "accum", "seed",
  *   "eval_every", "eval_batches", "log_every", "checkpoint_every", "diverge_loss",
  *   "checkpoint_dir" (where checkpoints and the final model go: an absolute, canonical path,
- *   coordinator/grid/grid_training.c), "resources" (optional).
+ *   coordinator/grid/grid_training.c), "data_parallel" (only when > 1: the job's ranks, one
+ *   model replica each, gradients all-reduced; a job without it is one rank, and its key is
+ *   what it was before the key existed; resources.gpu_count, when given, must equal it),
+ *   "resources" (optional).
  * The job key (spec.h) leaves out model.path, dataset.path and resources, and keeps
  * checkpoint_dir, by what a resume needs: a job's checkpoint is checkpoint_dir/<job_key>.ckpt
  * and its trained model checkpoint_dir/<job_key>/, so the folder is part of what the job
@@ -53,6 +56,7 @@ typedef struct qs_train_spec {
     char decay[12];
     double weight_decay, clip, beta1, beta2;
     int steps, batch, accum;
+    int data_parallel; /* ranks; 0 (absent) or 1: one */
     long seed;
     int eval_every, eval_batches, log_every, checkpoint_every;
     double diverge_loss;

@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
-        qw_tmodel_init_random(m, 1, 0.02f);
+        qw_tmodel_init_random(m, 1, 0.02f, &err);
         qw_recipe r;
         qw_recipe_by_name(recipes[ri], &r, &err);
         qw_tmodel_set_recipe(m, &r, 1, &err);

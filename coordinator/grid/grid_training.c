@@ -16,8 +16,11 @@
  *     steps: 300                     # optimizer steps; the rest have defaults:
  *     batch: 8, accum: 1, warmup: 10% of steps, decay: cosine, min_lr_ratio: 0.1,
  *     weight_decay: 0.1, clip: 1.0, beta1: 0.9, beta2: 0.95, eval_every: 50, eval_batches: 8,
- *     log_every: 10, checkpoint_every: 100, diverge_loss: 12,
+ *     log_every: 10, checkpoint_every: 100, diverge_loss: 12, data_parallel: 1,
  *     checkpoint_dir: ${XDG_CACHE_HOME:-~/.cache}/qsweep/train
+ *
+ * data_parallel: N > 1 trains each job on N ranks (kinds/train.h), and the job's resources ask
+ * for N GPUs (resources.gpu_count, when the grid gives it, must be N).
  *
  * Named recipes are kinds/train.h's table (the worker's recipe.h agrees: tests/train).
  * Checked here, at submit time, so that no job fails (and is retried) for what the file says:
@@ -458,6 +461,7 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
                                        "checkpoint_every",
                                        "diverge_loss",
                                        "checkpoint_dir",
+                                       "data_parallel",
                                        NULL};
     qs_status st = qc_config_check_keys(c, sec, "training", keys);
     if (st) return st;
@@ -488,6 +492,7 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
     double ratio;
     if ((st = opt_int(c, sec, "batch", 1, 65536, 8, &s->batch)) ||
         (st = opt_int(c, sec, "accum", 1, 65536, 1, &s->accum)) ||
+        (st = opt_int(c, sec, "data_parallel", 1, 64, 1, &s->data_parallel)) ||
         (st = opt_int(c, sec, "warmup", 0, s->steps, s->steps / 10, &s->warmup)) ||
         (st = opt_num(c, sec, "min_lr_ratio", 0, 1, 0.1, &ratio)) ||
         (st = opt_num(c, sec, "weight_decay", 0, 0.99, 0.1, &s->weight_decay)) ||
@@ -596,6 +601,10 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                     snprintf(s.numerics_version, sizeof s.numerics_version, "%s",
                              QS_NUMERICS_VERSION);
                     s.resources = g->resources;
+                    if (s.data_parallel > 1 && !(s.resources.present && s.resources.gpu_count)) {
+                        s.resources.present = true; /* one GPU a rank */
+                        s.resources.gpu_count = s.data_parallel;
+                    }
                     json_t *spec = NULL;
                     st = qs_train_encode(&s, &spec, err);
                     if (st) break;

@@ -1,5 +1,5 @@
-/* The recipe-driven training linear on the GPU (worker/engine/ops_cuda_qlinear.h) against
- * worker/train's qw_qlinear_forward / qw_qlinear_backward, per named recipe (bf16, fp8, nvfp4
+/* The recipe-driven training linear on the GPU (worker/train/qlinear.h over the CUDA table) against
+ * the same code over the CPU table, per named recipe (bf16, fp8, nvfp4
  * with 2D weights, RHT16 and stochastic rounding, mxfp4), on a quantized block and on a
  * high-precision one:
  * - every GEMM input (the quantization points) bit for bit: a hook records a hash of each
@@ -20,11 +20,10 @@
 
 #include "gpu_test_util.h"
 #include "ops_cuda.h"
-#include "ops_cuda_qlinear.h"
 #include "qlinear.h"
 #include "recipe.h"
 
-static qw_backend gpu;
+static qw_backend gpu, cpu;
 static uint64_t rs = 0x853c49e6748fea9bull;
 
 static float urand(void) {
@@ -84,11 +83,11 @@ static void recipe_case(const char *name, int layer) {
         dy[i] = urand() * 0.01f;
     float *ga = mbuf(sc), *gb = mbuf(sc), *ca = malloc(sc * 4), *cb = malloc(sc * 4);
     hooklog hc = {{0}, 0}, hg = {{0}, 0};
-    qw_qlinear_env ec = {&r, L, 42, 7, 1, ca, cb, hook, &hc};
-    qw_qlinear_env eg = {&r, L, 42, 7, 1, ga, gb, hook, &hg};
+    qw_qlinear_env ec = {&cpu, &r, L, 42, 7, ca, cb, hook, &hc};
+    qw_qlinear_env eg = {&gpu, &r, L, 42, 7, ga, gb, hook, &hg};
     float *yc = malloc((size_t)N * out * 4), *yg = mbuf((size_t)N * out);
     assert_int_equal(qw_qlinear_forward(&ec, layer, lin, yc, x, W, N, in, out, &err), QS_OK);
-    qs_status st = qw_cuda_qlinear_forward(&gpu, &eg, layer, lin, yg, x, W, N, in, out, &err);
+    qs_status st = qw_qlinear_forward(&eg, layer, lin, yg, x, W, N, in, out, &err);
     if (st != QS_OK) fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(st, QS_OK);
     double ry = rel(yg, yc, (size_t)N * out);
@@ -101,8 +100,7 @@ static void recipe_case(const char *name, int layer) {
             dWc[i] = dWg[i] = urand() * 0.001f;
         assert_int_equal(
             qw_qlinear_backward(&ec, layer, lin, dxc, acc, dWc, dy, x, W, N, in, out, &err), QS_OK);
-        st = qw_cuda_qlinear_backward(&gpu, &eg, layer, lin, dxg, acc, dWg, dy, x, W, N, in, out,
-                                      &err);
+        st = qw_qlinear_backward(&eg, layer, lin, dxg, acc, dWg, dy, x, W, N, in, out, &err);
         if (st != QS_OK) fprintf(stderr, "%s\n", err.msg);
         assert_int_equal(st, QS_OK);
         double rdx = rel(dxg, dxc, (size_t)N * in), rdw = rel(dWg, dWc, (size_t)out * in);
@@ -138,6 +136,7 @@ static void recipes_match_the_cpu_reference(void **state) {
 
 static int setup(void **state) {
     (void)state;
+    if (qw_backend_cpu_init(&cpu, 1, 1, NULL) != QS_OK) return -1;
     return qwt_cuda_up(&gpu, QW_CUDA_GEMM_FP32);
 }
 

@@ -1,5 +1,6 @@
-/* The GPU training ops (worker/engine/ops_cuda_train.h) against worker/train/ops.h's FP32
- * reference on random inputs. Tolerances (max |gpu - cpu| / max |cpu|, printed per tensor):
+/* The GPU training ops (worker/engine/ops_cuda_train.h) against the CPU training functions
+ * (worker/engine/ops.h, qw_train_*) on random inputs. Tolerances (max |gpu - cpu| / max |cpu|,
+ * printed per tensor):
  * - exact (0): embedding forward/backward, RoPE forward/backward, RMSNorm weight gradient,
  *   cross-entropy backward (the same float operations in the same order; nvcc --fmad=false);
  * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
@@ -18,12 +19,10 @@
 
 #include <cmocka.h>
 
-/* The engine's ops.h comes through ops_cuda.h (found beside it); the training ops.h by path,
- * as both headers are named ops.h. */
 #include "gpu_test_util.h"
+#include "ops.h"
 #include "ops_cuda.h"
 #include "ops_cuda_train.h"
-#include "../../worker/train/ops.h"
 
 static qw_backend gpu;
 static uint64_t rs = 0x2545F4914F6CDD1Dull;
@@ -166,7 +165,7 @@ static void test_swiglu(void **state) {
     float *g = buf(n, 6.0f), *u = buf(n, 2.0f), *h = buf(n, 0.0f), *dh = buf(n, 1.0f);
     float *dg = buf(n, 0.0f), *du = buf(n, 0.0f);
     float *rh = malloc(n * 4), *rdg = malloc(n * 4), *rdu = malloc(n * 4);
-    qw_train_swiglu_forward(rh, g, u, n, 1);
+    qw_swiglu_forward(rh, g, u, n, 1);
     OK(qw_cuda_train_swiglu_forward(&gpu, h, g, u, n, ERR));
     assert_true(close_to("swiglu forward", h, rh, n, 1e-6));
     qw_train_swiglu_backward(rdg, rdu, dh, g, u, n, 1);
@@ -205,7 +204,7 @@ static void test_linear(void **state) {
     float *x = buf((size_t)N * in, 1.0f), *W = buf((size_t)out * in, 0.1f),
           *y = buf((size_t)N * out, 0.0f);
     float *ry = malloc((size_t)N * out * 4);
-    qw_train_linear_forward(ry, x, W, N, in, out, 1);
+    qw_train_gemm_abt(ry, x, W, N, out, in, 0.0f, 1);
     OK(qw_cuda_train_linear_forward(&gpu, y, x, W, N, in, out, ERR));
     assert_true(close_to("linear forward", y, ry, (size_t)N * out, 1e-5));
     for (int acc = 0; acc < 2; acc++) {

@@ -74,7 +74,7 @@ static void run_open(run *r, uint64_t init_seed) {
     qw_config c = cfg(0);
     qs_error err = {0};
     assert_int_equal(qw_tmodel_create(&c, 2, 16, 2, &r->m, &err), QS_OK);
-    qw_tmodel_init_random(r->m, init_seed, 0.05f);
+    assert_int_equal(qw_tmodel_init_random(r->m, init_seed, 0.05f, &err), QS_OK);
     qw_recipe rc;
     assert_int_equal(qw_recipe_by_name("nvfp4", &rc, &err), QS_OK);
     assert_int_equal(qw_tmodel_set_recipe(r->m, &rc, 77, &err), QS_OK);
@@ -263,7 +263,7 @@ static void hf_checkpoint_round_trips(int tied) {
     qs_error err = {0};
     qw_tmodel *m = NULL, *back = NULL;
     assert_int_equal(qw_tmodel_create(&c, 1, 16, 1, &m, &err), QS_OK);
-    qw_tmodel_init_random(m, 3, 0.2f);
+    assert_int_equal(qw_tmodel_init_random(m, 3, 0.2f, &err), QS_OK);
     char out[300];
     snprintf(out, sizeof out, "%s/hf_%s", dir, tied ? "tied" : "untied");
     assert_int_equal(qw_tmodel_save_hf(m, out, &err), QS_OK);

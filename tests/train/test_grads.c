@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "tmodel.h"
+#include "tmodel64.h"
 
 #define GOLDEN_TOL 1e-5
 #define FD_TOL 1e-7
@@ -102,7 +102,7 @@ static void check_model(const char *name, int threads) {
             tg[b * g.T + t] = g.tokens[b * (g.T + 1) + t + 1];
         }
     double loss = 0;
-    qw_tmodel_zero_grad(m);
+    assert_int_equal(qw_tmodel_zero_grad(m, &err), QS_OK);
     if (qw_tmodel_forward(m, in, tg, 0, &loss, &err) != QS_OK) fail_msg("%s", err.msg);
     if (qw_tmodel_backward(m, 1.0f, &err) != QS_OK) fail_msg("%s", err.msg);
     double lrel = fabs(loss - g.loss) / fabs(g.loss);
@@ -254,7 +254,7 @@ static void fp32_and_fp64_builds_agree(void **s) {
     qw_tmodel64 *d = NULL;
     assert_int_equal(qw_tmodel_create(&c, B, T, 2, &m, &err), QS_OK);
     assert_int_equal(qw_tmodel64_create(&c, B, T, 2, &d, &err), QS_OK);
-    qw_tmodel_init_random(m, 9, 0.3f);
+    assert_int_equal(qw_tmodel_init_random(m, 9, 0.3f, &err), QS_OK);
     qw_tmodel64_init_random(d, 9, 0.3f);
     uint32_t in[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++) {
@@ -262,7 +262,7 @@ static void fp32_and_fp64_builds_agree(void **s) {
         tg[i] = (uint32_t)((i * 17 + 2) % c.vocab_size);
     }
     double l32, l64;
-    qw_tmodel_zero_grad(m);
+    assert_int_equal(qw_tmodel_zero_grad(m, &err), QS_OK);
     qw_tmodel64_zero_grad(d);
     assert_int_equal(qw_tmodel_forward(m, in, tg, 0, &l32, &err), QS_OK);
     assert_int_equal(qw_tmodel_backward(m, 1.0f, &err), QS_OK);

@@ -424,6 +424,48 @@ static void big_named_shapes_are_accepted_with_their_parameter_counts(void **s) 
     qc_grid_free(g);
 }
 
+/* data_parallel: absent (or 1) leaves the spec and its job key as they were; 2 adds the key
+ * (another job) and asks resources for 2 GPUs; a decoded spec refuses 1 (a one-rank job
+ * leaves the key out) and a gpu_count other than the ranks. */
+static void data_parallel_is_keyed_and_asks_its_gpus(void **s) {
+    (void)s;
+    char k1[4][65], k2[4][65], cd[1024];
+    size_t n1 = 0, n2 = 0;
+    job_keys_of("dp1", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n", NULL, 0, k1,
+                &n1, cd, sizeof cd);
+    job_keys_of("dp1b",
+                GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  data_parallel: 1\n",
+                NULL, 0, k2, &n2, cd, sizeof cd);
+    assert_string_equal(k1[0], k2[0]);
+    const char *p = write_grid(
+        "dp2", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  data_parallel: 2\n");
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    if (qc_grid_load(p, NULL, 0, qsweep_probe(), &g, &err) != QS_OK) fail_msg("%s", err.msg);
+    qc_job_list jobs = {0};
+    assert_int_equal(qc_grid_expand(g, &jobs, &err), QS_OK);
+    assert_string_not_equal(jobs.jobs[0].key, k1[0]);
+    json_t *spec = json_loads(jobs.jobs[0].spec, 0, NULL);
+    qs_train_spec t;
+    if (qs_train_decode(spec, &t, &err) != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(t.data_parallel, 2);
+    assert_true(t.resources.present);
+    assert_int_equal(t.resources.gpu_count, 2);
+    qs_train_clear(&t);
+    json_object_set_new(spec, "data_parallel", json_integer(1));
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "data_parallel"));
+    json_object_set_new(spec, "data_parallel", json_integer(3));
+    assert_int_equal(qs_train_decode(spec, &t, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "gpu_count"));
+    json_decref(spec);
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+    expect_error("dp99",
+                 GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n  data_parallel: 99\n",
+                 "data_parallel", "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_expands_into_train_jobs),
@@ -435,6 +477,7 @@ int main(void) {
         cmocka_unit_test(repeated_set_names_the_argument_in_effect),
         cmocka_unit_test(checkpoint_dir_is_keyed_and_canonical),
         cmocka_unit_test(big_named_shapes_are_accepted_with_their_parameter_counts),
+        cmocka_unit_test(data_parallel_is_keyed_and_asks_its_gpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

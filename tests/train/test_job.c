@@ -155,7 +155,7 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(ra.total, 8);
     assert_int_equal(ra.curve, 4 * 4); /* steps 2, 4, 6, 8 x 4 metrics */
     assert_int_equal(ra.val, 2);       /* steps 4, 8 */
-    assert_int_equal(ra.finals, 6);
+    assert_int_equal(ra.finals, 7);
     printf("final validation loss after 8 steps: %.4f\n", ra.final_val);
 
     record rb = {0};
@@ -170,7 +170,7 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_OK);
     assert_int_equal(o.resumed_from, 5);
     assert_int_equal(o.steps_done, 8);
-    assert_int_equal(rb.finals, 6);
+    assert_int_equal(rb.finals, 7);
     assert_true(rb.final_val == ra.final_val);
     char pa[400], pb[400];
     snprintf(pa, sizeof pa, "%s/straight/model.safetensors", dir);
@@ -218,7 +218,7 @@ static void finished_run_deletes_its_checkpoint_and_runs_again(void **s) {
     if (qw_train_job_run(&a, ids, n_ids, &h, &o, &err) != QS_OK) fail_msg("%s", err.msg);
     assert_int_equal(o.resumed_from, 0);
     assert_int_equal(o.steps_done, 8);
-    assert_int_equal(r.finals, 6);
+    assert_int_equal(r.finals, 7);
     assert_int_not_equal(access(ck, F_OK), 0);
     assert_same_file(w, ref);
 }
@@ -253,7 +253,7 @@ static void damaged_checkpoint_is_moved_aside_and_the_run_restarts(void **s) {
     assert_int_equal(o.damaged_restart, 1);
     assert_int_equal(o.steps_done, 8);
     assert_true(r.damaged == 1);
-    assert_int_equal(r.finals, 7);
+    assert_int_equal(r.finals, 8);
     assert_int_equal(r.heartbeats, 8); /* every step again */
     size_t na;
     unsigned char *kept = slurp(aside, &na); /* the damaged file, as it was */

@@ -71,7 +71,7 @@ static double train(const char *recipe, qw_config c, int B, int T, const uint32_
     qs_error err = {0};
     qw_tmodel *m = NULL;
     assert_int_equal(qw_tmodel_create(&c, B, T, threads, &m, &err), QS_OK);
-    qw_tmodel_init_random(m, 42, 0.02f);
+    assert_int_equal(qw_tmodel_init_random(m, 42, 0.02f, &err), QS_OK);
     qw_recipe r;
     assert_int_equal(qw_recipe_by_name(recipe, &r, &err), QS_OK);
     assert_int_equal(qw_tmodel_set_recipe(m, &r, 1234, &err), QS_OK);
@@ -176,20 +176,20 @@ static void accumulation_matches_a_bigger_batch(void **s) {
     qw_tmodel *a = NULL, *b = NULL;
     assert_int_equal(qw_tmodel_create(&c, 1, 16, 2, &a, &err), QS_OK);
     assert_int_equal(qw_tmodel_create(&c, 2, 16, 2, &b, &err), QS_OK);
-    qw_tmodel_init_random(a, 5, 0.1f);
-    qw_tmodel_init_random(b, 5, 0.1f);
+    assert_int_equal(qw_tmodel_init_random(a, 5, 0.1f, &err), QS_OK);
+    assert_int_equal(qw_tmodel_init_random(b, 5, 0.1f, &err), QS_OK);
     uint32_t in[32], tg[32];
     random_tokens(in, 32, 64, 1);
     random_tokens(tg, 32, 64, 2);
     double l, la = 0;
-    qw_tmodel_zero_grad(a);
+    assert_int_equal(qw_tmodel_zero_grad(a, &err), QS_OK);
     for (int k = 0; k < 2; k++) {
         assert_int_equal(qw_tmodel_forward(a, in + 16 * k, tg + 16 * k, (uint32_t)k, &l, &err),
                          QS_OK);
         assert_int_equal(qw_tmodel_backward(a, 0.5f, &err), QS_OK);
         la += l / 2;
     }
-    qw_tmodel_zero_grad(b);
+    assert_int_equal(qw_tmodel_zero_grad(b, &err), QS_OK);
     assert_int_equal(qw_tmodel_forward(b, in, tg, 0, &l, &err), QS_OK);
     assert_int_equal(qw_tmodel_backward(b, 1.0f, &err), QS_OK);
     assert_true(fabs(l - la) < 1e-6 * l);
@@ -233,8 +233,9 @@ static void adamw_first_step_follows_its_formula(void **s) {
     (void)s;
     qw_config c = tiny_config(1);
     qw_tmodel *m = NULL;
+    qs_error err = {0};
     assert_int_equal(qw_tmodel_create(&c, 1, 4, 1, &m, NULL), QS_OK);
-    qw_tmodel_init_random(m, 1, 0.1f);
+    assert_int_equal(qw_tmodel_init_random(m, 1, 0.1f, &err), QS_OK);
     size_t n = qw_tmodel_n_params(m);
     float *p0 = malloc(n * 4);
     memcpy(p0, qw_tmodel_params(m), n * 4);
@@ -247,7 +248,7 @@ static void adamw_first_step_follows_its_formula(void **s) {
     assert_true(fabs(norm - sqrt(ref)) < 1e-12 * sqrt(ref) + 1e-15);
     assert_true(qw_grad_global_norm(g, n, 2) == norm);
     qw_adamw opt = {0.9f, 0.95f, 1e-8f, 0.1f};
-    qw_adamw_step(m, &opt, 1e-3f, 0.5f, 1, 1);
+    assert_int_equal(qw_adamw_step(m, &opt, 1e-3f, 0.5f, 1, &err), QS_OK);
     for (int t = 0; t < qw_tmodel_n_tensors(m); t++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, t, &v);

@@ -42,6 +42,9 @@ typedef struct intercept {
     float *fprop_w[64]; /* copy of each linear's fprop W input (for the 2D check) */
 } intercept;
 
+/* The one-thread CPU backend the standalone linears run on. */
+static qw_backend cpu1;
+
 static int is_transposed(qw_gemm_operand op) {
     return op == QW_DGRAD_W || op == QW_WGRAD_DY || op == QW_WGRAD_X;
 }
@@ -136,7 +139,7 @@ static void intercept_recipe(const char *name, int expect_quantized_linears) {
     qs_error err = {0};
     qw_tmodel *m = NULL;
     assert_int_equal(qw_tmodel_create(&c, B, T, 2, &m, &err), QS_OK);
-    qw_tmodel_init_random(m, 3, 0.2f);
+    assert_int_equal(qw_tmodel_init_random(m, 3, 0.2f, &err), QS_OK);
     qw_recipe r;
     assert_int_equal(qw_recipe_by_name(name, &r, &err), QS_OK);
     assert_int_equal(qw_tmodel_set_recipe(m, &r, SEED, &err), QS_OK);
@@ -154,7 +157,7 @@ static void intercept_recipe(const char *name, int expect_quantized_linears) {
     for (uint32_t step = 0; step < 2; step++) {
         ic.step = step;
         double loss;
-        qw_tmodel_zero_grad(m);
+        assert_int_equal(qw_tmodel_zero_grad(m, &err), QS_OK);
         if (qw_tmodel_forward(m, in, tg, step, &loss, &err) != QS_OK) fail_msg("%s", err.msg);
         if (qw_tmodel_backward(m, 1.0f, &err) != QS_OK) fail_msg("%s", err.msg);
     }
@@ -218,7 +221,7 @@ static void rht_changes_wgrad_inputs_only(void **s) {
     env.recipe = &r;
     env.n_layers = 4;
     env.seed = SEED;
-    env.nt = 1;
+    env.be = &cpu1;
     qw_operand_spec with, without;
     qw_recipe_operand(&r, 0, 4, QW_WGRAD_X, &with);
     without = with;
@@ -353,7 +356,7 @@ static void sr_makes_backward_unbiased(void **s) {
     assert_int_equal(qw_recipe_by_name("nvfp4-all-blocks", &r, NULL), QS_OK);
     assert_int_equal(qw_recipe_by_name("nvfp4-all-blocks", &rne, NULL), QS_OK);
     assert_int_equal(qw_recipe_set(&rne, "sr", "0", NULL), QS_OK);
-    qw_qlinear_env env = {&r, 1, SEED, 0, 1, ba, bb, NULL, NULL};
+    qw_qlinear_env env = {&cpu1, &r, 1, SEED, 0, ba, bb, NULL, NULL};
     /* references: dY unrounded (RHT'd for wgrad), the other input quantized as the recipe says */
     qw_operand_spec spec, fp = {0};
     fp.mode = QW_MODE_FP32;
@@ -498,7 +501,7 @@ static void rht_with_ragged_tokens_is_refused(void **s) {
     qs_error err = {0};
     qw_tmodel *m = NULL;
     assert_int_equal(qw_tmodel_create(&c, 1, 24, 1, &m, &err), QS_OK);
-    qw_tmodel_init_random(m, 1, 0.2f);
+    assert_int_equal(qw_tmodel_init_random(m, 1, 0.2f, &err), QS_OK);
     qw_recipe r;
     assert_int_equal(qw_recipe_by_name("nvfp4", &r, &err), QS_OK);
     assert_int_equal(qw_tmodel_set_recipe(m, &r, 1, &err), QS_OK);
@@ -511,6 +514,7 @@ static void rht_with_ragged_tokens_is_refused(void **s) {
 }
 
 int main(void) {
+    if (qw_backend_cpu_init(&cpu1, 1, 1, NULL) != QS_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nvfp4_gemm_inputs_are_the_numeric_cores),
         cmocka_unit_test(nvfp4_variants_gemm_inputs_are_the_numeric_cores),

@@ -1,19 +1,23 @@
-/* The engine's operations: one table (qw_ops) of what the Llama forward pass (and, later, the
- * backward pass and the optimizer) calls, and the CPU backend's functions behind it.
+/* The engine's operations: one table (qw_ops) of what the Llama forward pass of evaluation, the
+ * training forward and backward, and the optimizer call, and the CPU backend's functions
+ * behind it.
  *
  * Two levels, as llm.c splits train_gpt2.c:
- * - free functions qw_<op>_forward over raw float*, the shapes in each comment (T = tokens,
- *   D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim, V = vocab). They are the
- *   CPU reference: deterministic, and bit-identical for any thread count `nt`. Backward
- *   functions (qw_<op>_backward) go beside them in files of their own (worker/engine/<op>_backward.c).
- * - the table qw_ops, whose entries take backend-neutral handles (qw_tensor: a pointer into
- *   memory the backend allocated, with its shape) so that a CUDA backend (issue 12) can plug in
- *   with device pointers; the forward pass (forward.c) is written once over the table. The CPU
- *   table (qw_ops_cpu) calls the free functions.
+ * - free functions qw_<op>_forward (evaluation) and qw_train_<op>_forward/_backward (training)
+ *   over raw float*, the shapes in each comment (T = tokens, D = dim, F = hidden_dim, H = heads,
+ *   G = kv heads, E = head_dim, V = vocab). They are the CPU reference: deterministic, and
+ *   bit-identical for any thread count `nt`. Where training and evaluation compute the same
+ *   thing (RMSNorm, RoPE, SwiGLU, the linear's GEMM pieces) the arithmetic is the same, bit for
+ *   bit; training's attention keeps its probabilities for the backward.
+ * - the table qw_ops, whose entries take backend memory (qw_tensor handles for evaluation, raw
+ *   pointers for training) so that the CUDA backend (ops_cuda.h) plugs in with device pointers;
+ *   the evaluation forward (forward.c) and the trainable model (worker/train/tmodel.c) are each
+ *   written once over the table. The CPU table (qw_ops_cpu) calls the free functions.
  *
- * A backend owns its buffers: the run state (runstate.h) takes its one allocation from the
- * backend's alloc, and the per-thread scratch a linear needs (weight pieces converted from the
- * checkpoint's dtype or dequantized from packed FP4) lives in the qw_backend struct.
+ * A backend owns its buffers: the run state (runstate.h) and the trainable model take their one
+ * allocation from the backend's alloc, and the per-thread scratch a linear needs (weight pieces
+ * converted from the checkpoint's dtype or dequantized from packed FP4) lives in the qw_backend
+ * struct.
  *
  * Every float in an activation is FP32, row-major, rows = tokens. */
 #ifndef QW_OPS_H
@@ -123,6 +127,81 @@ void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt)
  * amax equals the own amax the quantizer would find. Serial; 0 for n == 0. */
 float qw_amax_forward(const float *x, size_t n);
 
+/* ---------------------------------------------------------------- CPU training functions */
+
+/* The training half of the CPU reference (ops_cpu_train.c), llm.c's train_gpt2.c layout: each
+ * layer a pair of free functions, _forward and _backward, over raw arrays. Shapes: B sequences of
+ * T tokens, N = B*T rows (sequence b's token t is row b*T + t); D dim, H heads, G kv heads
+ * (H % G == 0), E head_dim (even), V vocab; linear weights W [out x in] (y = x W^T). Backward
+ * functions ADD into parameter gradients (dw, dW, demb: gradient accumulation) and say per
+ * argument whether an input gradient is added to or overwritten. The forward formulas are the
+ * evaluation's (modeling_llama.py: RMSNorm, RoPE and SwiGLU are the very functions above, per
+ * row); the backward is their derivative, checked against PyTorch autograd and central
+ * differences (tests/train). Nothing allocates; bit-identical for any thread count nt >= 1. */
+
+/* Output columns per GEMM piece of the training GEMMs (one single-threaded BLAS call each). */
+#define QW_TRAIN_GEMM_COLS 128
+
+/* C[M x Ncol] = A[M x K] Bm[Ncol x K]^T + beta C (both operands K-contiguous, "TN"). */
+void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Ncol, int K,
+                       float beta, int nt);
+/* dst[cols x rows] = src[rows x cols]^T. */
+void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt);
+/* out[N x D] = emb[tokens[i]] (emb [V x D]); token ids must be < V (callers check). */
+void qw_train_embedding_forward(float *out, const uint32_t *tokens, const float *emb, int N, int D);
+/* demb[V x D] += scatter of dout[N x D] by token, rows added in token order. */
+void qw_train_embedding_backward(float *demb, const float *dout, const uint32_t *tokens, int N,
+                                 int D);
+/* qw_rmsnorm_forward, also saving rstd[N] = 1/sqrt(mean(x^2) + eps). */
+void qw_train_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
+                              float eps, int nt);
+/* dx[N x D] += input gradient; dw[D] += weight gradient. */
+void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int N, int D, int nt);
+/* qw_rope_forward over B sequences: row i has position i % T (cosb, sinb [T x E/2]). */
+void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh,
+                           int E, int nt);
+/* Gradient of the rotation, in place on dx[N x nh*E] (rotation by the opposite angle). */
+void qw_train_rope_backward(float *dx, const float *cosb, const float *sinb, int B, int T, int nh,
+                            int E, int nt);
+/* Causal GQA attention of B sequences saving what the backward needs: q[N x H*E], k, v
+ * [N x G*E]; probs[B x H x T x T] the softmax(q k^T / sqrt(E)) (zeros above the diagonal),
+ * one (sequence, head) per task as two whole T x T GEMMs (the evaluation's tiled
+ * qw_attention_forward keeps no probabilities); out[N x H*E]. */
+void qw_train_attention_forward(float *out, float *probs, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int E, int nt);
+/* dq[N x H*E], dk, dv [N x G*E] overwritten; dscratch [nt x T x T]. */
+void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratch,
+                                 const float *dout, const float *q, const float *k, const float *v,
+                                 const float *probs, int B, int T, int H, int G, int E, int nt);
+/* dg, du [n] overwritten from dh (silu(g) = g s, s = 1/(1+e^-g), silu' = s (1 + g (1 - s))). */
+void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
+                              size_t n, int nt);
+/* Softmax of logits[N x V] in place (becoming the probabilities) and losses[N] =
+ * -log p(targets[i]) from the logits (log-sum-exp in double). */
+void qw_train_crossentropy_forward(float *logits, float *losses, const uint32_t *targets, int N,
+                                   int V, int nt);
+/* probs[N x V] becomes dlogits = (probs - onehot(target)) * scale in place. */
+void qw_train_crossentropy_backward(float *probs, const uint32_t *targets, int N, int V,
+                                    float scale, int nt);
+/* dx[N x in] = (or += when dx_accumulate) dy W (skipped when dx is NULL); dW[out x in] +=
+ * dy^T x. The unquantized linear's backward (its forward is qw_train_gemm_abt). */
+void qw_train_linear_backward(float *dx, int dx_accumulate, float *dW, const float *dy,
+                              const float *x, const float *W, int N, int in, int out, int nt);
+/* sum g^2 over n elements, in double over 64 fixed contiguous ranges and then in range order,
+ * so the bits do not depend on nt. NaN/Inf propagate. */
+double qw_train_sumsq(const float *g, size_t n, int nt);
+/* One AdamW update of n parameters p with gradients g * grad_scale and moments m, v (Loshchilov
+ * & Hutter, ICLR 2019, Algorithm 2, as torch.optim.AdamW): m = b1 m + (1-b1) g; v = b2 v +
+ * (1-b2) g^2; p -= lr wd p; p -= lr (m / c1) / (sqrt(v / c2) + eps), c1 = 1 - b1^t, c2 = 1 - b2^t
+ * given by the caller. */
+void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float wd,
+                    float b1, float b2, float eps, float c1, float c2, float grad_scale, int nt);
+/* x rounded to BF16, RNE, saturating to +-max finite as the numeric core's BF16 codec does
+ * (qk_codec_bf16 in element.h, bit-identical: tests/train): inline because the codec's general
+ * minifloat encoder costs more than the GEMM it feeds. */
+float qw_round_bf16(float x);
+
 /* ---------------------------------------------------------------- the table */
 
 /* A backend-neutral handle: `data` points into memory of the backend that allocated it (host
@@ -189,7 +268,78 @@ struct qw_ops {
     /* dst[r*ld + c] = src[r][c] for the rows and columns of src: src copied to host memory
      * with row stride ld floats (lm_head's vocabulary slices gathered into one logits row). */
     void (*download)(qw_backend *b, float *dst, size_t ld, const qw_tensor *src);
+
+    /* ---- training: the forward that saves activations, the backward, the optimizer and the
+     * recipe linear's quantization points. Every pointer is backend memory (host for the CPU
+     * backend, device for CUDA) unless it says host; shapes and formulas are those of the CPU
+     * training functions above (qw_train_<op>). Each returns QS_OK or the backend's error (the
+     * CPU backend cannot fail, except fake_quant and rht with the numeric core's errors). */
+    /* dst (backend) = src_host, bytes. */
+    qs_status (*upload)(qw_backend *b, void *dst, const void *src_host, size_t bytes,
+                        qs_error *err);
+    /* dst_host = src (backend), bytes. */
+    qs_status (*fetch)(qw_backend *b, void *dst_host, const void *src, size_t bytes, qs_error *err);
+    /* dst = src, both backend memory; zero: bytes of p set to 0. */
+    qs_status (*copy)(qw_backend *b, void *dst, const void *src, size_t bytes, qs_error *err);
+    qs_status (*zero)(qw_backend *b, void *p, size_t bytes, qs_error *err);
+    /* out[n] = a + b (the residual of the training forward, which keeps both inputs). */
+    qs_status (*add)(qw_backend *b, float *out, const float *x, const float *y, size_t n,
+                     qs_error *err);
+    qs_status (*gemm_abt)(qw_backend *b, float *C, const float *A, const float *Bm, int M, int Ncol,
+                          int K, float beta, qs_error *err);
+    qs_status (*transpose)(qw_backend *b, float *dst, const float *src, int rows, int cols,
+                           qs_error *err);
+    /* x[n] rounded to BF16 in place (qw_round_bf16's bits). */
+    qs_status (*round_bf16)(qw_backend *b, float *x, size_t n, qs_error *err);
+    /* The randomized Hadamard transform of x[rows x k] along k in tiles of d (qk_rht, signs
+     * from seed), in place. */
+    qs_status (*rht)(qw_backend *b, float *x, size_t rows, size_t k, int d, uint64_t seed,
+                     qs_error *err);
+    /* Fake quantization of x[rows x k], blocks along k (qk_fake_quant), in place. */
+    qs_status (*fake_quant)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                            float *x, size_t rows, size_t k, qs_error *err);
+    /* tokens: backend memory [N]. */
+    qs_status (*embedding_fwd)(qw_backend *b, float *out, const uint32_t *tokens, const float *emb,
+                               int N, int D, qs_error *err);
+    qs_status (*embedding_bwd)(qw_backend *b, float *demb, const float *dout,
+                               const uint32_t *tokens, int N, int D, qs_error *err);
+    qs_status (*rmsnorm_fwd)(qw_backend *b, float *out, float *rstd, const float *x, const float *w,
+                             int N, int D, float eps, qs_error *err);
+    qs_status (*rmsnorm_bwd)(qw_backend *b, float *dx, float *dw, const float *dout, const float *x,
+                             const float *w, const float *rstd, int N, int D, qs_error *err);
+    qs_status (*rope_fwd)(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
+                          int T, int nh, int E, qs_error *err);
+    qs_status (*rope_bwd)(qw_backend *b, float *dx, const float *cosb, const float *sinb, int B,
+                          int T, int nh, int E, qs_error *err);
+    qs_status (*attention_fwd)(qw_backend *b, float *out, float *probs, const float *q,
+                               const float *k, const float *v, int B, int T, int H, int G, int E,
+                               qs_error *err);
+    /* dscratch: qw_train_attention_scratch_floats(b, T, H) floats. */
+    qs_status (*attention_bwd)(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
+                               const float *dout, const float *q, const float *k, const float *v,
+                               const float *probs, int B, int T, int H, int G, int E,
+                               qs_error *err);
+    qs_status (*swiglu_fwd)(qw_backend *b, float *h, const float *g, const float *u, size_t n,
+                            qs_error *err);
+    qs_status (*swiglu_bwd)(qw_backend *b, float *dg, float *du, const float *dh, const float *g,
+                            const float *u, size_t n, qs_error *err);
+    /* targets: backend memory [N]. */
+    qs_status (*crossentropy_fwd)(qw_backend *b, float *logits, float *losses,
+                                  const uint32_t *targets, int N, int V, qs_error *err);
+    qs_status (*crossentropy_bwd)(qw_backend *b, float *probs, const uint32_t *targets, int N,
+                                  int V, float scale, qs_error *err);
+    qs_status (*linear_bwd)(qw_backend *b, float *dx, int dx_accumulate, float *dW, const float *dy,
+                            const float *x, const float *W, int N, int in, int out, qs_error *err);
+    /* *out (host) = qw_train_sumsq of g[n] (a backend may sum in another order). */
+    qs_status (*sumsq)(qw_backend *b, const float *g, size_t n, double *out, qs_error *err);
+    qs_status (*adamw)(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
+                       float lr, float wd, float b1, float b2, float eps, float c1, float c2,
+                       float grad_scale, qs_error *err);
 };
+
+/* Floats of the attention backward's scratch on backend b for T tokens and H heads:
+ * [max(threads, H) x T x T] (the CPU uses one T x T per thread, CUDA one per head). */
+size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
 
 /* The CPU backend's table (the reference every other backend is checked against). */
 const qw_ops *qw_ops_cpu(void);

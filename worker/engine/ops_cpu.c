@@ -7,6 +7,9 @@
  * against 52 on one thread (bench/engine on the 2-core development machine). */
 #include "ops.h"
 
+#include "comm.h"
+#include "hadamard.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -23,8 +26,9 @@ void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_we
         (void)qw_weight_rows_f32(table, tokens[t], 1, out + (size_t)t * D, NULL);
 }
 
-void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
-                        int nt) {
+/* The one RMSNorm of evaluation and training: rstd NULL keeps no 1/rms. */
+static void rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
+                         float eps, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
@@ -33,26 +37,25 @@ void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D
         for (int i = 0; i < D; i++)
             ss += (double)xr[i] * xr[i];
         float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        if (rstd) rstd[t] = r;
         for (int i = 0; i < D; i++)
             o[i] = w[i] * (xr[i] * r);
     }
 }
 
+void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
+                        int nt) {
+    rmsnorm_rows(out, NULL, x, w, T, D, eps, nt);
+}
+
+void qw_train_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
+                              float eps, int nt) {
+    rmsnorm_rows(out, rstd, x, w, N, D, eps, nt);
+}
+
 void qw_rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E,
                      int nt) {
-    int h2 = E / 2;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * E;
-            for (int i = 0; i < h2; i++) {
-                float x1 = v[i], x2 = v[i + h2];
-                v[i] = x1 * c[i] - x2 * s[i];
-                v[i + h2] = x2 * c[i] + x1 * s[i];
-            }
-        }
-    }
+    qw_train_rope_forward(x, cosb, sinb, 1, T, n_heads, E, nt); /* one sequence of T */
 }
 
 void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {
@@ -300,8 +303,8 @@ static void cpu_amax(qw_backend *b, const qw_tensor *x, float *out) {
     out[0] = qw_amax_forward(x->data, (size_t)x->rows * (size_t)x->cols);
 }
 
-/* The group's ranks share this process's memory: rank 0's buffer takes the reduction, element
- * by element in rank order, and is copied to the others. */
+/* The group's ranks share this process's memory: the ranks interface's CPU ranks
+ * (worker/comm/comm.h) reduce every element in rank order and copy the result to every rank. */
 static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
                                qs_error *err) {
     if (n < 1) return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks", n);
@@ -312,20 +315,15 @@ static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const
                                 (long long)x[r]->rows, (long long)x[r]->cols,
                                 (long long)x[0]->rows, (long long)x[0]->cols);
     size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
-    float *d = x[0]->data;
-    int nt = ranks[0]->threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < len; i++) {
-        float s = d[i];
-        for (int r = 1; r < n; r++) {
-            float v = x[r]->data[i];
-            s = op == QW_REDUCE_SUM ? s + v : (v > s ? v : s);
-        }
-        d[i] = s;
-    }
-    for (int r = 1; r < n; r++)
-        memcpy(x[r]->data, d, len * sizeof *d);
-    return QS_OK;
+    qw_group g;
+    qs_status st = qw_group_cpu(&g, n, ranks[0]->threads, err);
+    if (st != QS_OK) return st;
+    float *bufs[QW_GROUP_MAX_RANKS];
+    for (int r = 0; r < n; r++)
+        bufs[r] = x[r]->data;
+    st = qw_group_allreduce(&g, bufs, len, op == QW_REDUCE_SUM ? QW_GROUP_SUM : QW_GROUP_MAX, err);
+    qw_group_destroy(&g);
+    return st;
 }
 
 static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
@@ -333,6 +331,181 @@ static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *
     for (int64_t r = 0; r < src->rows; r++)
         memcpy(dst + (size_t)r * ld, src->data + (size_t)r * (size_t)src->cols,
                (size_t)src->cols * sizeof *dst);
+}
+
+/* ---- training entries: the CPU training functions (ops_cpu_train.c) over host memory */
+
+static qs_status cpu_upload(qw_backend *b, void *dst, const void *src, size_t bytes,
+                            qs_error *err) {
+    (void)b, (void)err;
+    if (bytes) memcpy(dst, src, bytes);
+    return QS_OK;
+}
+
+static qs_status cpu_zero(qw_backend *b, void *p, size_t bytes, qs_error *err) {
+    (void)b, (void)err;
+    if (bytes) memset(p, 0, bytes);
+    return QS_OK;
+}
+
+static qs_status cpu_add(qw_backend *b, float *out, const float *x, const float *y, size_t n,
+                         qs_error *err) {
+    (void)err;
+    int nt = b->threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] + y[i];
+    return QS_OK;
+}
+
+static qs_status cpu_gemm_abt(qw_backend *b, float *C, const float *A, const float *Bm, int M,
+                              int Ncol, int K, float beta, qs_error *err) {
+    (void)err;
+    qw_train_gemm_abt(C, A, Bm, M, Ncol, K, beta, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_transpose(qw_backend *b, float *dst, const float *src, int rows, int cols,
+                               qs_error *err) {
+    (void)err;
+    qw_train_transpose(dst, src, rows, cols, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
+    (void)err;
+    int nt = b->threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] = qw_round_bf16(x[i]);
+    return QS_OK;
+}
+
+static qs_status cpu_rht(qw_backend *b, float *x, size_t rows, size_t k, int d, uint64_t seed,
+                         qs_error *err) {
+    return qk_rht(x, rows, k, d, seed, 0, b->threads, err);
+}
+
+static qs_status cpu_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                float *x, size_t rows, size_t k, qs_error *err) {
+    (void)b;
+    return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
+}
+
+static qs_status cpu_embedding_fwd(qw_backend *b, float *out, const uint32_t *tokens,
+                                   const float *emb, int N, int D, qs_error *err) {
+    (void)b, (void)err;
+    qw_train_embedding_forward(out, tokens, emb, N, D);
+    return QS_OK;
+}
+
+static qs_status cpu_embedding_bwd(qw_backend *b, float *demb, const float *dout,
+                                   const uint32_t *tokens, int N, int D, qs_error *err) {
+    (void)b, (void)err;
+    qw_train_embedding_backward(demb, dout, tokens, N, D);
+    return QS_OK;
+}
+
+static qs_status cpu_rmsnorm_fwd(qw_backend *b, float *out, float *rstd, const float *x,
+                                 const float *w, int N, int D, float eps, qs_error *err) {
+    (void)err;
+    qw_train_rmsnorm_forward(out, rstd, x, w, N, D, eps, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rmsnorm_bwd(qw_backend *b, float *dx, float *dw, const float *dout,
+                                 const float *x, const float *w, const float *rstd, int N, int D,
+                                 qs_error *err) {
+    (void)err;
+    qw_train_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rope_fwd(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
+                              int T, int nh, int E, qs_error *err) {
+    (void)err;
+    qw_train_rope_forward(x, cosb, sinb, B, T, nh, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_rope_bwd(qw_backend *b, float *dx, const float *cosb, const float *sinb, int B,
+                              int T, int nh, int E, qs_error *err) {
+    (void)err;
+    qw_train_rope_backward(dx, cosb, sinb, B, T, nh, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, const float *q,
+                                   const float *k, const float *v, int B, int T, int H, int G,
+                                   int E, qs_error *err) {
+    (void)err;
+    qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *probs, int B, int T, int H, int G,
+                                   int E, qs_error *err) {
+    (void)err;
+    qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_swiglu_fwd(qw_backend *b, float *h, const float *g, const float *u, size_t n,
+                                qs_error *err) {
+    (void)err;
+    qw_swiglu_forward(h, g, u, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_swiglu_bwd(qw_backend *b, float *dg, float *du, const float *dh,
+                                const float *g, const float *u, size_t n, qs_error *err) {
+    (void)err;
+    qw_train_swiglu_backward(dg, du, dh, g, u, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_crossentropy_fwd(qw_backend *b, float *logits, float *losses,
+                                      const uint32_t *targets, int N, int V, qs_error *err) {
+    (void)err;
+    qw_train_crossentropy_forward(logits, losses, targets, N, V, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_crossentropy_bwd(qw_backend *b, float *probs, const uint32_t *targets, int N,
+                                      int V, float scale, qs_error *err) {
+    (void)err;
+    qw_train_crossentropy_backward(probs, targets, N, V, scale, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_linear_bwd(qw_backend *b, float *dx, int dx_accumulate, float *dW,
+                                const float *dy, const float *x, const float *W, int N, int in,
+                                int out, qs_error *err) {
+    (void)err;
+    qw_train_linear_backward(dx, dx_accumulate, dW, dy, x, W, N, in, out, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err) {
+    (void)err;
+    *out = qw_train_sumsq(g, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
+                           float lr, float wd, float b1, float b2, float eps, float c1, float c2,
+                           float grad_scale, qs_error *err) {
+    (void)err;
+    qw_train_adamw(p, g, m, v, n, lr, wd, b1, b2, eps, c1, c2, grad_scale, b->threads);
+    return QS_OK;
+}
+
+size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+    int n = b->threads > H ? b->threads : H;
+    return (size_t)n * (size_t)T * (size_t)T;
 }
 
 static const qw_ops cpu_ops = {
@@ -352,6 +525,31 @@ static const qw_ops cpu_ops = {
     .amax = cpu_amax,
     .allreduce = cpu_allreduce,
     .download = cpu_download,
+    .upload = cpu_upload,
+    .fetch = cpu_upload,
+    .copy = cpu_upload,
+    .zero = cpu_zero,
+    .add = cpu_add,
+    .gemm_abt = cpu_gemm_abt,
+    .transpose = cpu_transpose,
+    .round_bf16 = cpu_round_bf16,
+    .rht = cpu_rht,
+    .fake_quant = cpu_fake_quant,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .crossentropy_fwd = cpu_crossentropy_fwd,
+    .crossentropy_bwd = cpu_crossentropy_bwd,
+    .linear_bwd = cpu_linear_bwd,
+    .sumsq = cpu_sumsq,
+    .adamw = cpu_adamw,
 };
 
 const qw_ops *qw_ops_cpu(void) {

@@ -12,6 +12,7 @@
 #include "qk_cuda.h"
 
 extern "C" {
+#include "ops_cuda_train.h"
 #include "quant.h"
 #include "weights.h"
 }
@@ -488,6 +489,32 @@ static const qw_ops cuda_ops = {
     .amax = cu_amax,
     .allreduce = cu_allreduce,
     .download = cu_download,
+    /* training (ops_cuda_train.h) */
+    .upload = qw_cuda_train_copy,
+    .fetch = qw_cuda_train_copy,
+    .copy = qw_cuda_train_copy,
+    .zero = qw_cuda_train_zero,
+    .add = qw_cuda_train_add,
+    .gemm_abt = qw_cuda_train_gemm_abt,
+    .transpose = qw_cuda_train_transpose,
+    .round_bf16 = qw_cuda_train_round_bf16,
+    .rht = qw_cuda_train_rht,
+    .fake_quant = qw_cuda_train_fake_quant,
+    .embedding_fwd = qw_cuda_train_embedding_forward,
+    .embedding_bwd = qw_cuda_train_embedding_backward,
+    .rmsnorm_fwd = qw_cuda_train_rmsnorm_forward,
+    .rmsnorm_bwd = qw_cuda_train_rmsnorm_backward,
+    .rope_fwd = qw_cuda_train_rope_forward,
+    .rope_bwd = qw_cuda_train_rope_backward,
+    .attention_fwd = qw_cuda_train_attention_forward,
+    .attention_bwd = qw_cuda_train_attention_backward,
+    .swiglu_fwd = qw_cuda_train_swiglu_forward,
+    .swiglu_bwd = qw_cuda_train_swiglu_backward,
+    .crossentropy_fwd = qw_cuda_train_crossentropy_forward,
+    .crossentropy_bwd = qw_cuda_train_crossentropy_backward,
+    .linear_bwd = qw_cuda_train_linear_backward,
+    .sumsq = qw_cuda_train_sumsq,
+    .adamw = qw_cuda_train_adamw,
 };
 
 /* ---------------------------------------------------------------- set-up */

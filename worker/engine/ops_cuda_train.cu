@@ -1,5 +1,5 @@
 /* Training ops on the GPU (ops_cuda_train.h): kernels and cuBLAS calls mirroring
- * worker/train/ops_impl.h's FP32 functions line by line. cuBLAS is column-major: a row-major
+ * the CPU training functions (ops_cpu_train.c) line by line. cuBLAS is column-major: a row-major
  * product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, i.e. with the operands swapped
  * and the same transpose flags. */
 #include "ops_cuda_impl.h"
@@ -419,4 +419,176 @@ extern "C" qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int
                               &one, dW, in),
                   "linear wgrad", err);
     return st != QS_OK ? st : done(c, "linear backward", err);
+}
+
+/* ---------------------------------------------------------------- the table's training rest */
+
+#include "hadamard.h"
+#include "qk_cuda.h"
+
+extern "C" qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
+                                        qs_error *err) {
+    CTX;
+    if (bytes) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream);
+    return done(c, "copy", err);
+}
+
+extern "C" qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err) {
+    CTX;
+    if (bytes) cudaMemsetAsync(p, 0, bytes, c->stream);
+    return done(c, "zero", err);
+}
+
+static __global__ void k_tr_add(float *out, const float *x, const float *y, size_t n) {
+    QW_GRID_STRIDE(i, n) {
+        out[i] = x[i] + y[i];
+    }
+}
+
+extern "C" qs_status qw_cuda_train_add(qw_backend *b, float *out, const float *x, const float *y,
+                                       size_t n, qs_error *err) {
+    CTX;
+    k_tr_add<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out, x, y, n);
+    return done(c, "add", err);
+}
+
+extern "C" qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float *A,
+                                            const float *Bm, int M, int Ncol, int K, float beta,
+                                            qs_error *err) {
+    CTX;
+    float one = 1.0f;
+    qs_status st = blas(c,
+                        cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Ncol, M, K, &one, Bm, K, A,
+                                    K, &beta, C, Ncol),
+                        "gemm_abt", err);
+    return st != QS_OK ? st : done(c, "gemm_abt", err);
+}
+
+static __global__ void k_tr_transpose(float *dst, const float *src, int rows, int cols) {
+    QW_GRID_STRIDE(i, (size_t)rows * cols) {
+        size_t r = i / (size_t)cols, cc = i % (size_t)cols;
+        dst[cc * rows + r] = src[i];
+    }
+}
+
+extern "C" qs_status qw_cuda_train_transpose(qw_backend *b, float *dst, const float *src, int rows,
+                                             int cols, qs_error *err) {
+    CTX;
+    k_tr_transpose<<<qw_grid_of((size_t)rows * cols, 256), 256, 0, c->stream>>>(dst, src, rows,
+                                                                                cols);
+    return done(c, "transpose", err);
+}
+
+/* qw_round_bf16, bit for bit: RNE, Inf saturated to +-max finite, NaN to 0x7FC0. */
+static __global__ void k_tr_round_bf16(float *x, size_t n) {
+    QW_GRID_STRIDE(i, n) {
+        uint32_t u = __float_as_uint(x[i]);
+        if ((u & 0x7F800000u) == 0x7F800000u) {
+            u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
+        } else {
+            uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
+            if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u;
+            u = r & 0xFFFF0000u;
+        }
+        x[i] = __uint_as_float(u);
+    }
+}
+
+extern "C" qs_status qw_cuda_train_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
+    CTX;
+    k_tr_round_bf16<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x, n);
+    return done(c, "round_bf16", err);
+}
+
+/* RHT16 on the device (kernels/cuda: qk_rht16's signs, butterfly order and bits); other tile
+ * sizes have no device kernel and run the CPU's qk_rht over the managed allocation. */
+extern "C" qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, size_t k, int d,
+                                       uint64_t seed, qs_error *err) {
+    CTX;
+    qs_status st;
+    if (d == 16) {
+        st = qk_cuda_rht16(x, rows, k, seed, 0, c->stream, err);
+        return st != QS_OK ? st : done(c, "rht16", err);
+    }
+    if ((st = done(c, "rht", err)) != QS_OK) return st;
+    return qk_rht(x, rows, k, d, seed, 0, 1, err);
+}
+
+/* On the device where qk_cuda_fake_quant has the format; what it refuses (reference-only
+ * formats) runs the CPU quantizer over the managed allocation: the same bits either way. */
+extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt,
+                                              const qk_quant_options *opt, float *x, size_t rows,
+                                              size_t k, qs_error *err) {
+    CTX;
+    qs_error e2 = {};
+    qs_status st = qk_cuda_fake_quant(fmt, opt, x, rows, k, c->stream, &e2);
+    if (st == QS_EUNSUPPORTED) {
+        if ((st = done(c, "fake quant", err)) != QS_OK) return st;
+        return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
+    }
+    if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
+    return done(c, "fake quant", err);
+}
+
+#define TR_SUMSQ_RANGES 64
+
+/* One block per fixed range of n / 64 elements: strided double sums, then a shared-memory tree:
+ * deterministic (the block size and the ranges are fixed), not the CPU's order. */
+static __global__ void k_tr_sumsq(const float *g, size_t n, double *part) {
+    __shared__ double sh[256];
+    size_t a = n * (size_t)blockIdx.x / TR_SUMSQ_RANGES,
+           e = n * (size_t)(blockIdx.x + 1) / TR_SUMSQ_RANGES;
+    double s = 0.0;
+    for (size_t i = a + threadIdx.x; i < e; i += blockDim.x)
+        s += (double)g[i] * (double)g[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+extern "C" qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n, double *out,
+                                         qs_error *err) {
+    CTX;
+    qs_status st = qw_cuda_scratch_reserve(&c->partial, TR_SUMSQ_RANGES * sizeof(double), 0, err);
+    if (st != QS_OK) return st;
+    double *part = (double *)c->partial.p, host[TR_SUMSQ_RANGES];
+    k_tr_sumsq<<<TR_SUMSQ_RANGES, 256, 0, c->stream>>>(g, n, part);
+    cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, c->stream);
+    if ((st = done(c, "sumsq", err)) != QS_OK) return st;
+    double s = 0.0;
+    for (int r = 0; r < TR_SUMSQ_RANGES; r++)
+        s += host[r];
+    *out = s;
+    return QS_OK;
+}
+
+/* qw_train_adamw element by element (sqrtf and IEEE division: --prec-div=true, no FMA). */
+static __global__ void k_tr_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                                  float wd, float b1, float b2, float eps, float c1, float c2,
+                                  float gs) {
+    QW_GRID_STRIDE(j, n) {
+        float gj = g[j] * gs;
+        float mm = b1 * m[j] + (1.0f - b1) * gj;
+        float vv = b2 * v[j] + (1.0f - b2) * gj * gj;
+        m[j] = mm;
+        v[j] = vv;
+        float pj = p[j];
+        pj -= lr * wd * pj;
+        pj -= lr * (mm / c1) / (sqrtf(vv / c2) + eps);
+        p[j] = pj;
+    }
+}
+
+extern "C" qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g, float *m,
+                                         float *v, size_t n, float lr, float wd, float b1, float b2,
+                                         float eps, float c1, float c2, float grad_scale,
+                                         qs_error *err) {
+    CTX;
+    k_tr_adamw<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, lr, wd, b1, b2, eps, c1,
+                                                          c2, grad_scale);
+    return done(c, "adamw", err);
 }

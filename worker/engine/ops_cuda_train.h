@@ -1,8 +1,9 @@
-/* Training ops on the GPU: the CUDA counterparts of worker/train/ops.h's FP32 reference
- * (qw_train_*), same arguments and semantics, over device (or managed) pointers, on the
- * stream and cuBLAS handle of a CUDA backend (ops_cuda.h). Plain C interface.
+/* Training ops on the GPU: the CUDA counterparts of the CPU training functions (ops.h,
+ * qw_train_*), same arguments and semantics, over device (or managed) pointers, on the stream
+ * and cuBLAS handle of a CUDA backend (ops_cuda.h); the CUDA table's training entries. Plain C
+ * interface.
  *
- * Shapes as worker/train/ops.h: B sequences of T tokens, N = B*T rows; D dim, F hidden, H heads,
+ * Shapes as ops.h: B sequences of T tokens, N = B*T rows; D dim, F hidden, H heads,
  * G kv heads, E head_dim, V vocab; row-major; W [out x in] (y = x W^T). Backward functions ADD
  * into parameter gradients (dW, dw, demb) as the CPU ones do.
  *
@@ -75,6 +76,31 @@ qs_status qw_cuda_train_linear_forward(qw_backend *b, float *y, const float *x, 
 qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumulate, float *dW,
                                         const float *dy, const float *x, const float *W, int N,
                                         int in, int out, qs_error *err);
+
+/* The rest of the table's training entries (ops.h), same arguments:
+ * copy (also upload and fetch: cudaMemcpyDefault over managed memory), zero, add, gemm_abt
+ * (cuBLAS SGEMM), transpose, round_bf16 (qw_round_bf16's bits), rht (RHT16 on the device,
+ * other tiles on the CPU over the managed allocation), fake_quant (qk_cuda_fake_quant; what it
+ * refuses on the CPU over the managed allocation, the same bits), sumsq (64 fixed ranges, each
+ * a fixed tree: deterministic, not the CPU's order) and adamw (element by element). */
+qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
+                             qs_error *err);
+qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err);
+qs_status qw_cuda_train_add(qw_backend *b, float *out, const float *x, const float *y, size_t n,
+                            qs_error *err);
+qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float *A, const float *Bm, int M,
+                                 int Ncol, int K, float beta, qs_error *err);
+qs_status qw_cuda_train_transpose(qw_backend *b, float *dst, const float *src, int rows, int cols,
+                                  qs_error *err);
+qs_status qw_cuda_train_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err);
+qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, size_t k, int d, uint64_t seed,
+                            qs_error *err);
+qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                   float *x, size_t rows, size_t k, qs_error *err);
+qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err);
+qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
+                              float lr, float wd, float b1, float b2, float eps, float c1, float c2,
+                              float grad_scale, qs_error *err);
 
 #ifdef __cplusplus
 }

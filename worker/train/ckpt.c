@@ -91,11 +91,24 @@ qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, 32);
     crypto_generichash_update(&hs, hdr, HDR);
-    const float *arrays[3] = {qw_tmodel_params(m), qw_tmodel_moment(m, 0), qw_tmodel_moment(m, 1)};
+    /* the three arrays as the backend holds them, copied to the host */
+    float *host = malloc(3 * n * sizeof *host);
+    if (!host) return qs_error_set(err, QS_ENOMEM, "%s: %zu parameters", path, n);
+    static const qw_tmodel_array which[3] = {QW_TMODEL_PARAMS, QW_TMODEL_MOMENT_M,
+                                             QW_TMODEL_MOMENT_V};
+    const float *arrays[3];
+    qs_status st = QS_OK;
+    for (int a = 0; a < 3 && st == QS_OK; a++) {
+        st = qw_tmodel_fetch(m, which[a], host + (size_t)a * n, err);
+        arrays[a] = host + (size_t)a * n;
+    }
     /* write errors are sticky on the stream and reported by the commit */
     qs_replace_file f;
-    qs_status st = qs_replace_file_open(path, NULL, &f, err);
-    if (st != QS_OK) return st;
+    if (st == QS_OK) st = qs_replace_file_open(path, NULL, &f, err);
+    if (st != QS_OK) {
+        free(host);
+        return st;
+    }
     fwrite(hdr, 1, HDR, f.f);
     for (int a = 0; a < 3; a++) {
         crypto_generichash_update(&hs, (const uint8_t *)arrays[a], n * 4);
@@ -118,6 +131,7 @@ qs_status qw_train_checkpoint_save(const char *path, const qw_trainer *tr, const
     uint8_t sum[32];
     crypto_generichash_final(&hs, sum, 32);
     fwrite(sum, 1, 32, f.f);
+    free(host);
     return qs_replace_file_commit(&f, err);
 }
 
@@ -221,9 +235,14 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
         qw_train_history_free(&got_h);
     }
     if (st == QS_OK) {
-        memcpy(qw_tmodel_params(m), buf + HDR, n * 4);
-        memcpy(qw_tmodel_moment(m, 0), buf + HDR + n * 4, n * 4);
-        memcpy(qw_tmodel_moment(m, 1), buf + HDR + 2 * n * 4, n * 4);
+        qw_backend *be = qw_tmodel_backend(m);
+        st = be->ops->upload(be, qw_tmodel_params(m), buf + HDR, n * 4, err);
+        if (st == QS_OK)
+            st = be->ops->upload(be, qw_tmodel_moment(m, 0), buf + HDR + n * 4, n * 4, err);
+        if (st == QS_OK)
+            st = be->ops->upload(be, qw_tmodel_moment(m, 1), buf + HDR + 2 * n * 4, n * 4, err);
+    }
+    if (st == QS_OK) {
         tr->step = (int)get32(buf + 12);
         tr->tokens_seen = (size_t)get64(buf + 32);
         tr->diverged = 0;

@@ -88,11 +88,20 @@ qs_status qw_tmodel_save_hf(qw_tmodel *m, const char *dir, qs_error *err) {
         le[b] = (uint8_t)((uint64_t)len >> (8 * b));
     fwrite(le, 1, 8, f.f); /* errors are sticky on the stream: the commit reports them */
     fwrite(hdr, 1, len, f.f);
-    for (int i = 0; i < nt; i++) {
+    /* the parameters, in tensor order, as the backend holds them */
+    float *p = malloc(qw_tmodel_n_params(m) * sizeof *p);
+    if (!p) st = qs_error_set(err, QS_ENOMEM, "%s: %zu parameters", dir, qw_tmodel_n_params(m));
+    if (st == QS_OK) st = qw_tmodel_fetch(m, QW_TMODEL_PARAMS, p, err);
+    for (int i = 0; st == QS_OK && i < nt; i++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, i, &v);
-        fwrite(v.data, 4, (size_t)v.rows * v.cols, f.f);
+        fwrite(p + v.offset, 4, (size_t)v.rows * v.cols, f.f);
     }
+    free(p);
     free(hdr);
+    if (st != QS_OK) {
+        qs_replace_file_abort(&f);
+        return st;
+    }
     return qs_replace_file_commit(&f, err);
 }

@@ -26,43 +26,31 @@ qs_status qw_lr_decay_by_name(const char *name, qw_lr_decay *out, qs_error *err)
                         name);
 }
 
-#define NORM_RANGES 64
-
 double qw_grad_global_norm(const float *g, size_t n, int nt) {
-    double part[NORM_RANGES];
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < NORM_RANGES; r++) {
-        size_t a = n * (size_t)r / NORM_RANGES, b = n * (size_t)(r + 1) / NORM_RANGES;
-        double s = 0.0;
-        for (size_t i = a; i < b; i++)
-            s += (double)g[i] * g[i];
-        part[r] = s;
-    }
-    double s = 0.0;
-    for (int r = 0; r < NORM_RANGES; r++)
-        s += part[r];
-    return sqrt(s);
+    return sqrt(qw_train_sumsq(g, n, nt));
 }
 
-void qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_scale, int t, int nt) {
+qs_status qw_tmodel_grad_norm(qw_tmodel *m, double *norm, qs_error *err) {
+    qw_backend *be = qw_tmodel_backend(m);
+    double s = 0.0;
+    qs_status st = be->ops->sumsq(be, qw_tmodel_grads(m), qw_tmodel_n_params(m), &s, err);
+    *norm = sqrt(s);
+    return st;
+}
+
+qs_status qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_scale, int t,
+                        qs_error *err) {
     float b1 = opt->beta1, b2 = opt->beta2;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    qw_backend *be = qw_tmodel_backend(m);
     for (int i = 0; i < qw_tmodel_n_tensors(m); i++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, i, &v);
         size_t n = (size_t)v.rows * v.cols;
         float wd = v.decay ? opt->weight_decay : 0.0f;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t j = 0; j < n; j++) {
-            float g = v.grad[j] * grad_scale;
-            float mm = b1 * v.m[j] + (1.0f - b1) * g;
-            float vv = b2 * v.v[j] + (1.0f - b2) * g * g;
-            v.m[j] = mm;
-            v.v[j] = vv;
-            float p = v.data[j];
-            p -= lr * wd * p;
-            p -= lr * (mm / c1) / (sqrtf(vv / c2) + opt->eps);
-            v.data[j] = p;
-        }
+        qs_status st = be->ops->adamw(be, v.data, v.grad, v.m, v.v, n, lr, wd, b1, b2, opt->eps, c1,
+                                      c2, grad_scale, err);
+        if (st != QS_OK) return qs_error_wrap(err, "AdamW of %s", v.name);
     }
+    return QS_OK;
 }

@@ -4,7 +4,8 @@
  * Algorithm 2, as torch.optim.AdamW computes it:
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * wd * p (matrices only);
  *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
- * Nothing allocates; bit-identical for any thread count. */
+ * The update and the norm run on the model's backend (ops.h adamw, sumsq); nothing allocates;
+ * on the CPU bit-identical for any thread count. */
 #ifndef QW_TRAIN_OPTIM_H
 #define QW_TRAIN_OPTIM_H
 
@@ -38,12 +39,17 @@ float qw_lr_at(const qw_lr_schedule *s, int step);
 /* "cosine", "linear", "constant" -> decay. Errors: QS_EINVAL listing the choices. */
 qs_status qw_lr_decay_by_name(const char *name, qw_lr_decay *out, qs_error *err);
 
-/* sqrt(sum g^2) over n elements, summed in double over 64 fixed contiguous ranges and then in
- * range order, so the bits do not depend on nt. NaN/Inf propagate. */
+/* sqrt(sum g^2) over n host elements (qw_train_sumsq: 64 fixed ranges in double, then in range
+ * order, so the bits do not depend on nt). NaN/Inf propagate. */
 double qw_grad_global_norm(const float *g, size_t n, int nt);
 
+/* The same over the gradients of m, on its backend. Errors: the backend's. */
+qs_status qw_tmodel_grad_norm(qw_tmodel *m, double *norm, qs_error *err);
+
 /* One AdamW update of every parameter of m with learning rate lr, gradients multiplied by
- * grad_scale first (clipping: min(1, clip / norm)), t the 1-based step (bias correction). */
-void qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_scale, int t, int nt);
+ * grad_scale first (clipping: min(1, clip / norm)), t the 1-based step (bias correction).
+ * Errors: the backend's, naming the tensor. */
+qs_status qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_scale, int t,
+                        qs_error *err);
 
 #endif

@@ -1,7 +1,6 @@
 /* Quantized linears in training (qlinear.h). */
 #include "qlinear.h"
 
-#include <omp.h>
 #include <string.h>
 
 #include "element.h"
@@ -14,40 +13,17 @@ size_t qw_qlinear_scratch_floats(int N, int in, int out) {
     return m > c ? m : c;
 }
 
-float qw_round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) {
-        /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
-        u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
-    } else {
-        uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-        if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u; /* saturate */
-        u = r & 0xFFFF0000u;
-    }
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-static void round_bf16(float *x, size_t n, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        x[i] = qw_round_bf16(x[i]);
-}
-
 qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
                              qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
                              int transpose, qs_error *err) {
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
-    if (transpose)
-        qw_train_transpose(dst, src, rows, cols, env->nt);
-    else
-        memcpy(dst, src, (size_t)rows * cols * sizeof *dst);
+    qw_backend *be = env->be;
+    const qw_ops *ops = be->ops;
+    qs_status st = transpose ? ops->transpose(be, dst, src, rows, cols, err)
+                             : ops->copy(be, dst, src, (size_t)rows * cols * sizeof *dst, err);
+    if (st != QS_OK) return st;
     if (spec->mode == QW_MODE_FP32) return QS_OK;
-    if (spec->mode == QW_MODE_BF16) {
-        round_bf16(dst, (size_t)r * k, env->nt);
-        return QS_OK;
-    }
+    if (spec->mode == QW_MODE_BF16) return ops->round_bf16(be, dst, (size_t)r * k, err);
     if (spec->rht) {
         int d = spec->rht_dim ? spec->rht_dim : 16;
         if (k % d)
@@ -55,7 +31,7 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
                                 "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
                                 "micro-batch for wgrad)",
                                 linear, qw_gemm_operand_name(op), d, d, k);
-        qs_status st = qk_rht(dst, (size_t)r, (size_t)k, d, env->seed, 0, env->nt, err);
+        st = ops->rht(be, dst, (size_t)r, (size_t)k, d, env->seed, err);
         if (st != QS_OK)
             return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     }
@@ -64,8 +40,8 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
     opt.seed = env->seed;
     opt.tensor_id = (uint32_t)linear * QW_N_OPERANDS + (uint32_t)op;
     opt.step = env->step;
-    opt.threads = env->nt;
-    qs_status st = qk_fake_quant(spec->fmt, &opt, dst, (size_t)r, (size_t)k, NULL, err);
+    opt.threads = be->threads;
+    st = ops->fake_quant(be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
 }
@@ -91,35 +67,31 @@ static int all_fp32(const qw_qlinear_env *env, int layer) {
 qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, float *y,
                              const float *x, const float *W, int N, int in, int out,
                              qs_error *err) {
-    if (all_fp32(env, layer)) {
-        qw_train_linear_forward(y, x, W, N, in, out, env->nt);
-        return QS_OK;
-    }
+    qw_backend *be = env->be;
+    if (all_fp32(env, layer)) return be->ops->gemm_abt(be, y, x, W, N, out, in, 0.0f, err);
     qs_status st = prep(env, layer, linear, QW_FPROP_X, env->buf_a, x, N, in, 0, err);
     if (st == QS_OK) st = prep(env, layer, linear, QW_FPROP_W, env->buf_b, W, out, in, 0, err);
     if (st != QS_OK) return st;
-    qw_train_gemm_abt(y, env->buf_a, env->buf_b, N, out, in, 0.0f, env->nt);
-    return QS_OK;
+    return be->ops->gemm_abt(be, y, env->buf_a, env->buf_b, N, out, in, 0.0f, err);
 }
 
 qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, float *dx,
                               int dx_accumulate, float *dW, const float *dy, const float *x,
                               const float *W, int N, int in, int out, qs_error *err) {
-    if (all_fp32(env, layer)) {
-        qw_train_linear_backward(dx, dx_accumulate, dW, dy, x, W, N, in, out, env->nt);
-        return QS_OK;
-    }
+    qw_backend *be = env->be;
+    if (all_fp32(env, layer))
+        return be->ops->linear_bwd(be, dx, dx_accumulate, dW, dy, x, W, N, in, out, err);
     qs_status st = QS_OK;
     if (dx) {
         st = prep(env, layer, linear, QW_DGRAD_DY, env->buf_a, dy, N, out, 0, err);
         if (st == QS_OK) st = prep(env, layer, linear, QW_DGRAD_W, env->buf_b, W, out, in, 1, err);
         if (st != QS_OK) return st;
-        qw_train_gemm_abt(dx, env->buf_a, env->buf_b, N, in, out, dx_accumulate ? 1.0f : 0.0f,
-                          env->nt);
+        st = be->ops->gemm_abt(be, dx, env->buf_a, env->buf_b, N, in, out,
+                               dx_accumulate ? 1.0f : 0.0f, err);
+        if (st != QS_OK) return st;
     }
     st = prep(env, layer, linear, QW_WGRAD_DY, env->buf_a, dy, N, out, 1, err);
     if (st == QS_OK) st = prep(env, layer, linear, QW_WGRAD_X, env->buf_b, x, N, in, 1, err);
     if (st != QS_OK) return st;
-    qw_train_gemm_abt(dW, env->buf_a, env->buf_b, out, in, N, 1.0f, env->nt);
-    return QS_OK;
+    return be->ops->gemm_abt(be, dW, env->buf_a, env->buf_b, out, in, N, 1.0f, err);
 }

@@ -6,14 +6,15 @@
  * Each quantized input is made from the high-precision tensor (x, W or dy): transposed when the
  * GEMM needs it, the RHT (16- or 32-point: recipe.h rht_dim) along k when the recipe says, then
  * rounded (BF16) or fake-quantized by the numeric core (qk_fake_quant, blocks along k) into a
- * scratch buffer; the GEMM (FP32 accumulation, cblas_sgemm pieces fixed by the shape) reads
- * the scratch. Because the RHT is orthogonal and applied to both wgrad inputs along the
- * reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake quantization
- * is exact emulation of an FP4 GEMM: the dequantized values are exact in FP32 (references.md,
- * "Derived").
- * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand,
- * step = env->step, so a run is reproducible and no two tensors or steps share random bits.
- * Nothing here allocates. */
+ * scratch buffer; the GEMM (FP32 accumulation; on the CPU cblas_sgemm pieces fixed by the shape)
+ * reads the scratch. Every step goes through the ops table of env->be (worker/engine/ops.h:
+ * copy, transpose, round_bf16, rht, fake_quant, gemm_abt, linear_bwd), so the one code runs on
+ * any backend; every pointer is that backend's memory. Because the RHT is orthogonal and applied to
+ * both wgrad inputs along the reduction axis, it cancels in the product (arXiv 2509.25149
+ * section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized values are
+ * exact in FP32 (references.md, "Derived"). Stochastic rounding streams: seed = env->seed, tensor
+ * id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two
+ * tensors or steps share random bits. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
@@ -21,23 +22,25 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "ops.h"
 #include "recipe.h"
 
 /* Called with every GEMM input a recipe rounds or quantizes, after it is made: linear index,
  * operand, the high-precision source as the model holds it (x [N x in], W [out x in] or
  * dy [N x out]) and the GEMM input in[rows x k] (transposed for dgrad W and both wgrad
- * inputs). For tests that check the inputs against the numeric core. */
+ * inputs), both backend memory. For tests (on the CPU backend) that check the inputs against the
+ * numeric core. */
 typedef void (*qw_gemm_hook)(void *user, int linear, qw_gemm_operand op, const float *src,
                              int src_rows, int src_cols, const float *in, int rows, int k);
 
 /* What the linears of one step share. buf_a and buf_b each hold at least
  * qw_qlinear_scratch_floats() floats for the largest linear. */
 typedef struct qw_qlinear_env {
+    qw_backend *be; /* the backend every step runs on (not owned) */
     const qw_recipe *recipe;
     int n_layers;
     uint64_t seed; /* SR streams and the RHT sign vector (one for the whole run) */
     uint32_t step; /* SR stream: the micro-step counter */
-    int nt;        /* threads */
     float *buf_a, *buf_b;
     qw_gemm_hook hook; /* NULL: none */
     void *hook_user;
@@ -65,9 +68,6 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
                              qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
                              int transpose, qs_error *err);
 
-/* x rounded to BF16, RNE, saturating to +-max finite as the numeric core's BF16 codec does
- * (qk_codec_bf16 in element.h, bit-identical: tests/train): the bf16 recipe's rounding, inline
- * because the codec's general minifloat encoder costs more than the GEMM it feeds. */
-float qw_round_bf16(float x);
+/* qw_round_bf16 (x rounded to BF16 as the numeric core's codec) is the CPU backend's: ops.h. */
 
 #endif

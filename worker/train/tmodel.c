@@ -1,4 +1,6 @@
-/* The trainable Llama model in FP32 with recipe-driven linears (tmodel.h). */
+/* The trainable Llama model (tmodel.h), written once over the ops table (worker/engine/ops.h).
+ * Shapes: N = B*T rows, D dim, F hidden_dim, H heads, G kv heads, E head_dim, V vocab,
+ * L layers. */
 #include "tmodel.h"
 
 #include <cblas.h>
@@ -8,17 +10,388 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
 #include "philox.h"
 
-#define R float
-#define TM qw_tmodel
-#define ACTS qw_tmodel_block_acts
-#define VIEW qw_tensor_view
-#define NAME QW_TMODEL_NAME_F32
-#define OPS QW_TRAIN_NAME_F32
-#define QW_TM_QUANT 1
-#include "tmodel_impl.h"
+/* Activations of one block, saved by the forward for the backward (backend memory). */
+typedef struct block_acts {
+    float *res;   /* [N x D] block input (residual stream) */
+    float *ln1;   /* [N x D] input_layernorm output */
+    float *rstd1; /* [N] */
+    float *q;     /* [N x H*E] after RoPE */
+    float *k;     /* [N x G*E] after RoPE */
+    float *v;     /* [N x G*E] */
+    float *probs; /* [B x H x T x T] attention probabilities */
+    float *atty;  /* [N x H*E] attention output, o_proj input */
+    float *mid;   /* [N x D] residual after attention */
+    float *ln2;   /* [N x D] post_attention_layernorm output */
+    float *rstd2; /* [N] */
+    float *g, *u; /* [N x F] gate and up outputs */
+    float *h;     /* [N x F] silu(g) * u, down_proj input */
+} block_acts;
+
+struct qw_tmodel {
+    qw_config cfg;
+    int B, T, N, nt;
+    qw_backend *be;
+    qw_backend own_be; /* the CPU backend of qw_tmodel_create (ops NULL when be is the caller's) */
+    int n_tensors;
+    qw_tensor_view *tensors; /* [n_tensors], host */
+    block_acts *blocks;      /* [L], host */
+    size_t n_params;
+    /* backend memory, carved from the one allocation */
+    float *params, *grads, *mom_m, *mom_v; /* [n_params] each */
+    float *res_final, *lnf, *rstdf;        /* [N x D], [N x D], [N] */
+    float *logits;                         /* [N x V]: logits, then probabilities, then dlogits */
+    float *losses;                         /* [N] */
+    float *rope_cos, *rope_sin;            /* [T x E/2] */
+    /* backward scratch */
+    float *dres, *dln, *ybuf;   /* [N x D] */
+    float *datty, *dq;          /* [N x H*E] */
+    float *dk, *dv;             /* [N x G*E] */
+    float *dh, *dg, *du;        /* [N x F] */
+    float *att_scratch;         /* qw_train_attention_scratch_floats */
+    uint32_t *tokens, *targets; /* [N] of the last forward */
+    float *host_losses;         /* [N], host */
+    int have_targets;
+    uint32_t step;
+    qw_recipe recipe;
+    qw_qlinear_env env;
+    size_t bytes;
+    void *mem; /* the one backend allocation */
+};
+
+/* Tensor index of block l's tensor j (0 attn_norm, 1..4 q k v o, 5 ffn_norm, 6..8 gate up down). */
+#define TIDX(l, j) (1 + (l)*9 + (j))
+
+static size_t align64(size_t x) {
+    return (x + 63) & ~(size_t)63;
+}
+
+/* Lays the backend allocation out (base NULL: just sizes it). att_scratch floats come from
+ * scratch_floats. Returns the bytes. */
+static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats) {
+    const qw_config *c = &m->cfg;
+    size_t N = (size_t)m->N, D = c->dim, F = c->hidden_dim, HE = (size_t)c->n_heads * c->head_dim,
+           GE = (size_t)c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers, T = m->T,
+           B = m->B, E2 = c->head_dim / 2;
+    size_t off = 0;
+#define CARVE(ptr, type, count)                                                                    \
+    do {                                                                                           \
+        if (base) ptr = (type *)(void *)(base + off);                                              \
+        off = align64(off + (size_t)(count) * sizeof(type));                                       \
+    } while (0)
+    CARVE(m->params, float, m->n_params);
+    CARVE(m->grads, float, m->n_params);
+    CARVE(m->mom_m, float, m->n_params);
+    CARVE(m->mom_v, float, m->n_params);
+    for (size_t l = 0; l < L; l++) {
+        block_acts tmp = {0}, *a = base ? &m->blocks[l] : &tmp;
+        CARVE(a->res, float, N *D);
+        CARVE(a->ln1, float, N *D);
+        CARVE(a->rstd1, float, N);
+        CARVE(a->q, float, N *HE);
+        CARVE(a->k, float, N *GE);
+        CARVE(a->v, float, N *GE);
+        CARVE(a->probs, float, B * c->n_heads * T * T);
+        CARVE(a->atty, float, N *HE);
+        CARVE(a->mid, float, N *D);
+        CARVE(a->ln2, float, N *D);
+        CARVE(a->rstd2, float, N);
+        CARVE(a->g, float, N *F);
+        CARVE(a->u, float, N *F);
+        CARVE(a->h, float, N *F);
+    }
+    CARVE(m->res_final, float, N *D);
+    CARVE(m->lnf, float, N *D);
+    CARVE(m->rstdf, float, N);
+    CARVE(m->logits, float, N *V);
+    CARVE(m->losses, float, N);
+    CARVE(m->rope_cos, float, T *E2);
+    CARVE(m->rope_sin, float, T *E2);
+    CARVE(m->dres, float, N *D);
+    CARVE(m->dln, float, N *D);
+    CARVE(m->ybuf, float, N *D);
+    CARVE(m->datty, float, N *HE);
+    CARVE(m->dq, float, N *HE);
+    CARVE(m->dk, float, N *GE);
+    CARVE(m->dv, float, N *GE);
+    CARVE(m->dh, float, N *F);
+    CARVE(m->dg, float, N *F);
+    CARVE(m->du, float, N *F);
+    CARVE(m->att_scratch, float, scratch_floats);
+    CARVE(m->tokens, uint32_t, N);
+    CARVE(m->targets, uint32_t, N);
+    {
+        size_t s = 0;
+        int ins[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, (int)HE, c->dim, c->dim, c->hidden_dim};
+        int outs[QW_TMODEL_KINDS] = {(int)HE,       (int)GE,       (int)GE, c->dim,
+                                     c->hidden_dim, c->hidden_dim, c->dim};
+        for (int k = 0; k < QW_TMODEL_KINDS; k++) {
+            size_t x = qw_qlinear_scratch_floats(m->N, ins[k], outs[k]);
+            s = x > s ? x : s;
+        }
+        size_t x = qw_qlinear_scratch_floats(m->N, c->dim, c->vocab_size);
+        s = x > s ? x : s;
+        CARVE(m->env.buf_a, float, s);
+        CARVE(m->env.buf_b, float, s);
+    }
+#undef CARVE
+    return off;
+}
+
+/* The tensor table (fill 0: count only); offsets into the flat parameter array. */
+static void tensor_table(qw_tmodel *m, int fill) {
+    const qw_config *c = &m->cfg;
+    int D = c->dim, F = c->hidden_dim, HE = c->n_heads * c->head_dim,
+        GE = c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers;
+    static const char *const block_names[9] = {
+        "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+        "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    int rows[9] = {D, HE, GE, GE, D, D, F, F, D};
+    int cols[9] = {1, D, D, D, HE, 1, D, D, F};
+    size_t off = 0;
+    int i = 0;
+#define ADD(fmt, nm, r, cc)                                                                        \
+    do {                                                                                           \
+        if (fill) {                                                                                \
+            qw_tensor_view *t = &m->tensors[i];                                                    \
+            snprintf(t->name, sizeof t->name, fmt, nm);                                            \
+            t->rows = (r);                                                                         \
+            t->cols = (cc);                                                                        \
+            t->offset = off;                                                                       \
+            t->decay = (cc) > 1;                                                                   \
+        }                                                                                          \
+        off += (size_t)(r) * (size_t)(cc);                                                         \
+        i++;                                                                                       \
+    } while (0)
+    ADD("%s", "model.embed_tokens.weight", V, D);
+    char nm[96];
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < 9; j++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, block_names[j]);
+            ADD("%s", nm, rows[j], cols[j]);
+        }
+    ADD("%s", "model.norm.weight", D, 1);
+    if (!c->tied_embeddings) ADD("%s", "lm_head.weight", V, D);
+#undef ADD
+    m->n_tensors = i;
+    m->n_params = off;
+}
+
+static void point_views(qw_tmodel *m) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        qw_tensor_view *t = &m->tensors[i];
+        t->data = m->params + t->offset;
+        t->grad = m->grads + t->offset;
+        t->m = m->mom_m + t->offset;
+        t->v = m->mom_v + t->offset;
+    }
+}
+
+static qs_status check_config(const qw_config *c, int B, int T, qs_error *err) {
+#define NEED(cond, field)                                                                          \
+    if (!(cond)) return qs_error_set(err, QS_EINVAL, "train model: %s out of range", field)
+    NEED(c->dim > 0, "dim");
+    NEED(c->hidden_dim > 0, "hidden_dim");
+    NEED(c->n_layers > 0, "n_layers");
+    NEED(c->n_heads > 0, "n_heads");
+    NEED(c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0, "n_kv_heads");
+    NEED(c->head_dim > 0 && c->head_dim % 2 == 0, "head_dim");
+    NEED(c->vocab_size > 0, "vocab_size");
+    NEED(c->rope_theta > 0.0f, "rope_theta");
+    NEED(B >= 1 && B <= 1 << 16, "batch");
+    NEED(T >= 1 && T <= 1 << 16, "ctx");
+#undef NEED
+    return QS_OK;
+}
+
+qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be, qw_tmodel **out,
+                              qs_error *err) {
+    *out = NULL;
+    qs_status st = check_config(cfg, B, T, err);
+    if (st != QS_OK) return st;
+    qw_tmodel *m = calloc(1, sizeof *m);
+    if (!m) return qs_error_set(err, QS_ENOMEM, "train model");
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    m->N = B * T;
+    m->be = be;
+    m->nt = be->threads;
+    const qw_ops *ops = be->ops;
+    tensor_table(m, 0);
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->blocks = calloc((size_t)cfg->n_layers, sizeof *m->blocks);
+    m->host_losses = malloc((size_t)m->N * sizeof *m->host_losses);
+    size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads);
+    m->bytes = layout(m, NULL, sf);
+    m->mem = m->tensors && m->blocks && m->host_losses ? ops->alloc(be, m->bytes) : NULL;
+    if (!m->mem) {
+        size_t bytes = m->bytes;
+        qw_tmodel_destroy(m);
+        return qs_error_set(err, QS_ENOMEM, "train model: %zu bytes of %s memory for B %d x T %d",
+                            bytes, ops->name, B, T);
+    }
+    layout(m, m->mem, sf);
+    tensor_table(m, 1);
+    point_views(m);
+    st = ops->zero(be, m->mem, m->bytes, err);
+    int E = cfg->head_dim;
+    size_t tab = (size_t)T * (size_t)(E / 2);
+    float *cs = malloc(2 * tab * sizeof *cs);
+    if (st == QS_OK && !cs) st = qs_error_set(err, QS_ENOMEM, "train model: RoPE tables");
+    if (st == QS_OK) {
+        qw_rope_tables(cfg, T, cs, cs + tab);
+        st = ops->upload(be, m->rope_cos, cs, tab * sizeof *cs, err);
+        if (st == QS_OK) st = ops->upload(be, m->rope_sin, cs + tab, tab * sizeof *cs, err);
+    }
+    free(cs);
+    if (st != QS_OK) {
+        qw_tmodel_destroy(m);
+        return st;
+    }
+    qw_recipe_by_name("fp32", &m->recipe, NULL);
+    m->env.be = be;
+    m->env.recipe = &m->recipe;
+    m->env.n_layers = cfg->n_layers;
+    *out = m;
+    return QS_OK;
+}
+
+qs_status qw_tmodel_create(const qw_config *cfg, int B, int T, int nt, qw_tmodel **out,
+                           qs_error *err) {
+    *out = NULL;
+    if (nt < 0) return qs_error_set(err, QS_EINVAL, "train model: threads out of range");
+    qs_status st = check_config(cfg, B, T, err);
+    if (st != QS_OK) return st;
+    openblas_set_num_threads(1);
+    qw_backend *be = malloc(sizeof *be);
+    if (!be) return qs_error_set(err, QS_ENOMEM, "train model: backend");
+    st = qw_backend_cpu_init(be, nt > 0 ? nt : omp_get_num_procs(), 1, err);
+    if (st == QS_OK) st = qw_tmodel_create_on(cfg, B, T, be, out, err);
+    if (st != QS_OK) {
+        qw_backend_release(be);
+        free(be);
+        return st;
+    }
+    (*out)->own_be = *be; /* the model owns it: released with the model */
+    (*out)->be = &(*out)->own_be;
+    (*out)->env.be = (*out)->be;
+    free(be);
+    return QS_OK;
+}
+
+void qw_tmodel_destroy(qw_tmodel *m) {
+    if (!m) return;
+    if (m->mem) m->be->ops->free(m->be, m->mem);
+    if (m->own_be.ops) qw_backend_release(&m->own_be);
+    free(m->tensors);
+    free(m->blocks);
+    free(m->host_losses);
+    free(m);
+}
+
+const qw_config *qw_tmodel_config(const qw_tmodel *m) {
+    return &m->cfg;
+}
+qw_backend *qw_tmodel_backend(qw_tmodel *m) {
+    return m->be;
+}
+int qw_tmodel_n_tensors(const qw_tmodel *m) {
+    return m->n_tensors;
+}
+void qw_tmodel_tensor(qw_tmodel *m, int i, qw_tensor_view *out) {
+    *out = m->tensors[i];
+}
+size_t qw_tmodel_n_params(const qw_tmodel *m) {
+    return m->n_params;
+}
+float *qw_tmodel_params(qw_tmodel *m) {
+    return m->params;
+}
+float *qw_tmodel_grads(qw_tmodel *m) {
+    return m->grads;
+}
+float *qw_tmodel_moment(qw_tmodel *m, int which) {
+    return which ? m->mom_v : m->mom_m;
+}
+const float *qw_tmodel_logits(const qw_tmodel *m) {
+    return m->logits;
+}
+
+static float *array_of(qw_tmodel *m, qw_tmodel_array which) {
+    switch (which) {
+    case QW_TMODEL_MOMENT_M:
+        return m->mom_m;
+    case QW_TMODEL_MOMENT_V:
+        return m->mom_v;
+    case QW_TMODEL_GRADS:
+        return m->grads;
+    default:
+        return m->params;
+    }
+}
+
+qs_status qw_tmodel_fetch(qw_tmodel *m, qw_tmodel_array which, float *host, qs_error *err) {
+    return m->be->ops->fetch(m->be, host, array_of(m, which), m->n_params * sizeof(float), err);
+}
+
+qs_status qw_tmodel_put(qw_tmodel *m, qw_tmodel_array which, const float *host, qs_error *err) {
+    return m->be->ops->upload(m->be, array_of(m, which), host, m->n_params * sizeof(float), err);
+}
+
+qs_status qw_tmodel_zero_grad(qw_tmodel *m, qs_error *err) {
+    return m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float), err);
+}
+
+qs_status qw_tmodel_init_random(qw_tmodel *m, uint64_t seed, float std, qs_error *err) {
+    float *p = malloc(m->n_params * sizeof *p);
+    if (!p) return qs_error_set(err, QS_ENOMEM, "train model: %zu parameters", m->n_params);
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (int i = 0; i < m->n_tensors; i++) {
+        qw_tensor_view *t = &m->tensors[i];
+        float *d = p + t->offset;
+        size_t n = (size_t)t->rows * t->cols;
+        if (t->cols == 1) {
+            for (size_t j = 0; j < n; j++)
+                d[j] = 1.0f;
+            continue;
+        }
+        for (size_t j = 0; j < n; j += 2) {
+            /* Box-Muller on two 32-bit words; counter {pair lo, pair hi, tensor, "INIT"}. */
+            uint32_t ctr[4] = {(uint32_t)(j >> 1), (uint32_t)(j >> 33), (uint32_t)i, 0x494E4954u};
+            uint32_t o[4];
+            qk_philox4x32_10(ctr, key, o);
+            double u1 = ((double)o[0] + 1.0) / 4294967296.0, u2 = (double)o[1] / 4294967296.0;
+            double r = sqrt(-2.0 * log(u1)), a = 2.0 * M_PI * u2;
+            d[j] = (float)(std * r * cos(a));
+            if (j + 1 < n) d[j + 1] = (float)(std * r * sin(a));
+        }
+    }
+    qs_status st = qw_tmodel_put(m, QW_TMODEL_PARAMS, p, err);
+    free(p);
+    return st;
+}
+
+qs_status qw_tmodel_load(qw_tmodel *m, qw_checkpoint *ck, qs_error *err) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        qw_tensor_view *t = &m->tensors[i];
+        const float *src = NULL;
+        int64_t shape[2] = {0, 0};
+        int ndim = 0;
+        qs_status st = qw_checkpoint_tensor(ck, t->name, &src, shape, &ndim, err);
+        if (st != QS_OK) return st;
+        if (ndim == 1) shape[1] = 1;
+        if (shape[0] != t->rows || shape[1] != t->cols)
+            return qs_error_set(err, QS_EFORMAT,
+                                "tensor %s: shape [%lld x %lld], model expects [%d x %d]", t->name,
+                                (long long)shape[0], (long long)shape[1], t->rows, t->cols);
+        st = m->be->ops->upload(m->be, t->data, src, (size_t)t->rows * t->cols * sizeof *src, err);
+        if (st != QS_OK) return st;
+    }
+    return QS_OK;
+}
 
 qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, qs_error *err) {
     qs_status st = qw_recipe_check(r, m->cfg.n_layers, err);
@@ -37,7 +410,6 @@ void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user) {
 size_t qw_tmodel_bytes(const qw_tmodel *m) {
     return m->bytes;
 }
-
 int qw_tmodel_batch(const qw_tmodel *m) {
     return m->B;
 }
@@ -56,7 +428,131 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     m.T = T;
     m.N = B * T;
     m.nt = nt > 0 ? nt : omp_get_num_procs();
-    qw_tmodel_tensor_table_(&m, 0);
+    tensor_table(&m, 0);
     *n_params = m.n_params;
-    *bytes = qw_tmodel_layout_(&m, NULL);
+    qw_backend cpu = {.threads = m.nt};
+    *bytes = layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads));
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static const float *lm_head_w(qw_tmodel *m) {
+    return m->cfg.tied_embeddings ? m->tensors[0].data : m->tensors[m->n_tensors - 1].data;
+}
+static float *lm_head_g(qw_tmodel *m) {
+    return m->cfg.tied_embeddings ? m->tensors[0].grad : m->tensors[m->n_tensors - 1].grad;
+}
+
+/* Each table call of the forward and backward; a failure returns from the function. */
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        qs_status st_ = (call);                                                                    \
+        if (st_ != QS_OK) return st_;                                                              \
+    } while (0)
+#define LIN_FWD(layer, idx, y, x, W, in, out)                                                      \
+    TRY(qw_qlinear_forward(&m->env, layer, idx, y, x, W, N, in, out, err))
+#define LIN_BWD(layer, idx, dx, acc, dW, dy, x, W, in, out)                                        \
+    TRY(qw_qlinear_backward(&m->env, layer, idx, dx, acc, dW, dy, x, W, N, in, out, err))
+
+qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t *targets,
+                            uint32_t step, double *loss, qs_error *err) {
+    const qw_config *c = &m->cfg;
+    qw_backend *be = m->be;
+    const qw_ops *ops = be->ops;
+    int N = m->N, B = m->B, T = m->T, D = c->dim, F = c->hidden_dim, H = c->n_heads,
+        G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size, L = c->n_layers;
+    int HE = H * E, GE = G * E;
+    float eps = c->norm_eps;
+    m->have_targets = 0;
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] >= (uint32_t)V)
+            return qs_error_set(err, QS_EINVAL, "train forward: token %u at index %d >= vocab %d",
+                                tokens[i], i, V);
+        if (targets && targets[i] >= (uint32_t)V)
+            return qs_error_set(err, QS_EINVAL, "train forward: target %u at index %d >= vocab %d",
+                                targets[i], i, V);
+    }
+    TRY(ops->upload(be, m->tokens, tokens, (size_t)N * sizeof *tokens, err));
+    if (targets) TRY(ops->upload(be, m->targets, targets, (size_t)N * sizeof *targets, err));
+    m->step = step;
+    m->env.step = step;
+    TRY(ops->embedding_fwd(be, m->blocks[0].res, m->tokens, m->tensors[0].data, N, D, err));
+    for (int l = 0; l < L; l++) {
+        block_acts *a = &m->blocks[l];
+        qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
+        float *next = l + 1 < L ? m->blocks[l + 1].res : m->res_final;
+        int li = l * QW_TMODEL_KINDS;
+        TRY(ops->rmsnorm_fwd(be, a->ln1, a->rstd1, a->res, tv[0].data, N, D, eps, err));
+        LIN_FWD(l, li + 0, a->q, a->ln1, tv[1].data, D, HE);
+        LIN_FWD(l, li + 1, a->k, a->ln1, tv[2].data, D, GE);
+        LIN_FWD(l, li + 2, a->v, a->ln1, tv[3].data, D, GE);
+        TRY(ops->rope_fwd(be, a->q, m->rope_cos, m->rope_sin, B, T, H, E, err));
+        TRY(ops->rope_fwd(be, a->k, m->rope_cos, m->rope_sin, B, T, G, E, err));
+        TRY(ops->attention_fwd(be, a->atty, a->probs, a->q, a->k, a->v, B, T, H, G, E, err));
+        LIN_FWD(l, li + 3, m->ybuf, a->atty, tv[4].data, HE, D);
+        TRY(ops->add(be, a->mid, a->res, m->ybuf, (size_t)N * D, err));
+        TRY(ops->rmsnorm_fwd(be, a->ln2, a->rstd2, a->mid, tv[5].data, N, D, eps, err));
+        LIN_FWD(l, li + 4, a->g, a->ln2, tv[6].data, D, F);
+        LIN_FWD(l, li + 5, a->u, a->ln2, tv[7].data, D, F);
+        TRY(ops->swiglu_fwd(be, a->h, a->g, a->u, (size_t)N * F, err));
+        LIN_FWD(l, li + 6, m->ybuf, a->h, tv[8].data, F, D);
+        TRY(ops->add(be, next, a->mid, m->ybuf, (size_t)N * D, err));
+    }
+    TRY(ops->rmsnorm_fwd(be, m->lnf, m->rstdf, m->res_final, m->tensors[TIDX(L, 0)].data, N, D, eps,
+                         err));
+    LIN_FWD(-1, L * QW_TMODEL_KINDS, m->logits, m->lnf, lm_head_w(m), D, V);
+    if (!targets) return QS_OK;
+    TRY(ops->crossentropy_fwd(be, m->logits, m->losses, m->targets, N, V, err));
+    TRY(ops->fetch(be, m->host_losses, m->losses, (size_t)N * sizeof *m->host_losses, err));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += (double)m->host_losses[i];
+    *loss = sum / N;
+    m->have_targets = 1;
+    return QS_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
+    if (!m->have_targets)
+        return qs_error_set(err, QS_ESTATE, "train backward: no forward with targets before it");
+    m->have_targets = 0;
+    const qw_config *c = &m->cfg;
+    qw_backend *be = m->be;
+    const qw_ops *ops = be->ops;
+    int N = m->N, B = m->B, T = m->T, D = c->dim, F = c->hidden_dim, H = c->n_heads,
+        G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size, L = c->n_layers;
+    int HE = H * E, GE = G * E;
+    TRY(ops->crossentropy_bwd(be, m->logits, m->targets, N, V, scale / (float)N, err));
+    LIN_BWD(-1, L * QW_TMODEL_KINDS, m->dln, 0, lm_head_g(m), m->logits, m->lnf, lm_head_w(m), D,
+            V);
+    TRY(ops->zero(be, m->dres, (size_t)N * D * sizeof(float), err));
+    qw_tensor_view *fn = &m->tensors[TIDX(L, 0)];
+    TRY(ops->rmsnorm_bwd(be, m->dres, fn->grad, m->dln, m->res_final, fn->data, m->rstdf, N, D,
+                         err));
+    for (int l = L - 1; l >= 0; l--) {
+        block_acts *a = &m->blocks[l];
+        qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
+        int li = l * QW_TMODEL_KINDS;
+        /* MLP: next = mid + down(h) */
+        LIN_BWD(l, li + 6, m->dh, 0, tv[8].grad, m->dres, a->h, tv[8].data, F, D);
+        TRY(ops->swiglu_bwd(be, m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F, err));
+        LIN_BWD(l, li + 4, m->dln, 0, tv[6].grad, m->dg, a->ln2, tv[6].data, D, F);
+        LIN_BWD(l, li + 5, m->dln, 1, tv[7].grad, m->du, a->ln2, tv[7].data, D, F);
+        TRY(ops->rmsnorm_bwd(be, m->dres, tv[5].grad, m->dln, a->mid, tv[5].data, a->rstd2, N, D,
+                             err));
+        /* attention: mid = res + o(atty) */
+        LIN_BWD(l, li + 3, m->datty, 0, tv[4].grad, m->dres, a->atty, tv[4].data, HE, D);
+        TRY(ops->attention_bwd(be, m->dq, m->dk, m->dv, m->att_scratch, m->datty, a->q, a->k, a->v,
+                               a->probs, B, T, H, G, E, err));
+        TRY(ops->rope_bwd(be, m->dq, m->rope_cos, m->rope_sin, B, T, H, E, err));
+        TRY(ops->rope_bwd(be, m->dk, m->rope_cos, m->rope_sin, B, T, G, E, err));
+        LIN_BWD(l, li + 0, m->dln, 0, tv[1].grad, m->dq, a->ln1, tv[1].data, D, HE);
+        LIN_BWD(l, li + 1, m->dln, 1, tv[2].grad, m->dk, a->ln1, tv[2].data, D, GE);
+        LIN_BWD(l, li + 2, m->dln, 1, tv[3].grad, m->dv, a->ln1, tv[3].data, D, GE);
+        TRY(ops->rmsnorm_bwd(be, m->dres, tv[0].grad, m->dln, a->res, tv[0].data, a->rstd1, N, D,
+                             err));
+    }
+    return ops->embedding_bwd(be, m->tensors[0].grad, m->dres, m->tokens, N, D, err);
 }

@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cblas.h>
+#include <omp.h>
+
 #include "ckpt.h"
 #include "hfsave.h"
 #include "synthetic.h"
@@ -120,6 +123,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
          * be killed by the kernel rather than fail. */
         size_t np = 0, need = 0;
         qw_tmodel_plan(c, spec->batch, spec->ctx, spec->threads, &np, &need);
+        if (spec->data_parallel > 1) need *= (size_t)spec->data_parallel; /* one per rank */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
         if (have > 0 && (double)need > have)
@@ -130,6 +134,36 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                                 np, spec->batch, spec->ctx, (double)need / 1073741824.0,
                                 have / 1073741824.0);
     }
+    int R = spec->data_parallel > 1 ? spec->data_parallel : 1;
+    if (R > QW_TRAIN_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "data_parallel %d: at most %d ranks", R,
+                            QW_TRAIN_MAX_RANKS);
+    /* One backend and one model replica per rank; CUDA ranks on consecutive devices from the
+     * chosen one, CPU ranks each the whole team (they run in lockstep, one at a time). */
+    qw_backend be[QW_TRAIN_MAX_RANKS];
+    qw_tmodel *models[QW_TRAIN_MAX_RANKS] = {0};
+    memset(be, 0, sizeof be);
+    qw_backend_choice bc = spec->backend;
+    if (bc.kind != QW_BACKEND_CUDA) bc.kind = QW_BACKEND_CPU;
+    bc.threads = spec->threads > 0 ? spec->threads : omp_get_num_procs();
+    bc.max_in = 1;
+    /* the CPU backend runs its own OpenMP team: OpenBLAS's pool would fight it for the cores */
+    if (bc.kind == QW_BACKEND_CPU) openblas_set_num_threads(1);
+    qs_status st = QS_OK;
+    int n_be = 0;
+    for (; n_be < R && st == QS_OK; n_be++) {
+        qw_backend_choice br = bc;
+        br.device = bc.device + n_be;
+        st = qw_backend_open(&be[n_be], &br, err);
+        if (st != QS_OK) st = qs_error_wrap(err, "training backend of rank %d", n_be);
+    }
+    qw_group group = {0};
+    int devices[QW_TRAIN_MAX_RANKS];
+    for (int r = 0; r < R; r++)
+        devices[r] = bc.device + r;
+    if (st == QS_OK && R > 1)
+        st = bc.kind == QW_BACKEND_CUDA ? qw_group_nccl(&group, R, devices, err)
+                                        : qw_group_cpu(&group, R, bc.threads, err);
     qw_tmodel *m = NULL;
     qw_checkpoint *ck = NULL;
     double earlier_s = 0;
@@ -137,22 +171,28 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     qw_trainer tr = {0};
     qw_train_history hist = {0};
     int have_data = 0, have_tr = 0;
-    qs_status st = qw_tmodel_create(c, spec->batch, spec->ctx, spec->threads, &m, err);
+    for (int r = 0; r < R && st == QS_OK; r++)
+        st = qw_tmodel_create_on(c, spec->batch, spec->ctx, &be[r], &models[r], err);
+    m = models[0];
     if (st == QS_OK) {
         if (spec->init_path[0]) {
             st = qw_checkpoint_open(spec->init_path, &ck, err);
             if (st == QS_OK) st = qw_tmodel_load(m, ck, err);
         } else {
-            qw_tmodel_init_random(m, spec->seed, spec->init_std > 0 ? spec->init_std : 0.02f);
+            st = qw_tmodel_init_random(m, spec->seed, spec->init_std > 0 ? spec->init_std : 0.02f,
+                                       err);
         }
     }
-    if (st == QS_OK) st = qw_tmodel_set_recipe(m, &spec->recipe, spec->seed, err);
+    for (int r = 0; r < R && st == QS_OK; r++)
+        st = qw_tmodel_set_recipe(models[r], &spec->recipe, spec->seed, err);
     if (st == QS_OK) {
         st = qw_data_init(&d, tokens, n, spec->val_fraction, spec->ctx, spec->seed, err);
         have_data = st == QS_OK;
     }
     if (st == QS_OK) {
-        st = qw_trainer_create(&tr, m, &d, &spec->train, spec->threads, err);
+        /* the replicas start from rank 0's parameters */
+        st = qw_trainer_create_dp(&tr, models, R, R > 1 ? &group : NULL, &d, &spec->train,
+                                  spec->threads, err);
         have_tr = st == QS_OK;
     }
     char ckpt[2200] = "", final_dir[2200] = "";
@@ -165,6 +205,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             qs_status ls = qw_train_checkpoint_load(ckpt, &tr, spec->job_key, &hist, &e2);
             if (ls == QS_OK) {
                 out->resumed_from = tr.step;
+                st = qw_trainer_sync_replicas(&tr, err); /* the checkpoint holds rank 0's */
             } else if (ls == QS_EFORMAT) {
                 /* A damaged checkpoint (a checksum mismatch, a truncated file) would fail every
                  * attempt: keep it aside for inspection and train from step 0 (tr and hist are
@@ -250,6 +291,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            char gp[64];
+            snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be[0]));
+            emit(hooks, gp, -1, 1);
             if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
             emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
@@ -257,7 +301,11 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     qw_train_history_free(&hist);
     if (have_tr) qw_trainer_free(&tr);
     if (have_data) qw_data_free(&d);
-    qw_tmodel_destroy(m);
+    for (int r = 0; r < R; r++)
+        qw_tmodel_destroy(models[r]);
+    qw_group_destroy(&group);
+    for (int r = 0; r < n_be; r++)
+        qw_backend_close(&be[r]);
     qw_checkpoint_close(ck);
     return st;
 }

@@ -9,7 +9,8 @@
  * hfsave.h). Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s
  * at step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
  * final_val_loss, val_ppl = exp(final_val_loss) (both only with validation windows),
- * tokens_seen, resumed_from_step (0: a fresh run), wall_s, and ckpt_damaged = 1 when the
+ * tokens_seen, resumed_from_step (0: a fresh run), wall_s, gemm_path.<path> = 1 (the backend
+ * the run trained on: backend.h qw_backend_gemm_path_name), and ckpt_damaged = 1 when the
  * checkpoint could not be read back (QS_EFORMAT: a checksum mismatch, a truncated file): it is
  * moved to <job_key>.ckpt.damaged with a warning on stderr naming the file and offset, and the
  * run starts again from step 0. Once the final weights are written the checkpoint is deleted.
@@ -25,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "checkpoint.h"
 #include "error.h"
 #include "recipe.h"
@@ -42,6 +44,15 @@ typedef struct qw_train_spec {
     int log_every;             /* curve points every this many steps (0 = 1) */
     int checkpoint_every;      /* 0 = only on stop requests */
     int threads;               /* 0 = all cores */
+    /* The backend the run trains on (backend.h): kind QW_BACKEND_CUDA with device and gemm, or
+     * the CPU (QW_BACKEND_CPU, or QW_BACKEND_AUTO as a zeroed spec has it: the job kind resolves
+     * the worker's --backend choice first, worker/jobs/jobs_backend.h). threads and max_in are
+     * ignored: the CPU team is `threads` above. */
+    qw_backend_choice backend;
+    /* Data-parallel ranks (0 or 1: one): one model replica per rank (trainer.h), each on its
+     * backend (CUDA: devices backend.device .. + ranks-1, an NCCL group; CPU: CPU ranks),
+     * gradients all-reduced every step (worker/comm/comm.h). */
+    int data_parallel;
     char checkpoint_dir[1024]; /* "" = no checkpoints, no final HF checkpoint */
     char job_key[65];          /* names the files, and identifies the checkpoint */
 } qw_train_spec;

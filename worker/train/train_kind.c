@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs_backend.h"
 #include "loop.h"
 #include "optim.h"
 #include "tokens.h"
@@ -93,6 +94,14 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
         t.log_every = s.log_every;
         t.checkpoint_every = s.checkpoint_every;
         t.threads = qw_job_threads(ctx);
+        t.data_parallel = s.data_parallel;
+        /* The worker's backend choice (qsweep worker --backend), resolved as for evaluation:
+         * CUDA on the first offered GPU when built and chosen, else the CPU. */
+        qw_jobs_backend bc = qw_jobs_backend_get();
+        qw_jobs_backend_use u = qw_jobs_backend_pick(&bc, qw_backend_cuda_built(), false);
+        t.backend = (qw_backend_choice){.kind = u.use_cuda ? QW_BACKEND_CUDA : QW_BACKEND_CPU,
+                                        .device = u.device,
+                                        .gemm = u.gemm};
         snprintf(t.checkpoint_dir, sizeof t.checkpoint_dir, "%s", s.checkpoint_dir);
         /* Files are named by the job's key: the same job resumes its own checkpoint wherever
          * it runs. */

@@ -7,7 +7,46 @@
 
 qs_status qw_trainer_create(qw_trainer *tr, qw_tmodel *m, qw_data *d, const qw_train_config *c,
                             int nt, qs_error *err) {
+    return qw_trainer_create_dp(tr, &m, 1, NULL, d, c, nt, err);
+}
+
+qs_status qw_trainer_sync_replicas(qw_trainer *tr, qs_error *err) {
+    if (tr->ranks < 2) return QS_OK;
+    size_t n = qw_tmodel_n_params(tr->models[0]);
+    float *h = malloc(n * sizeof *h);
+    if (!h) return qs_error_set(err, QS_ENOMEM, "data parallel: %zu parameters", n);
+    static const qw_tmodel_array arrays[3] = {QW_TMODEL_PARAMS, QW_TMODEL_MOMENT_M,
+                                              QW_TMODEL_MOMENT_V};
+    qs_status st = QS_OK;
+    for (int a = 0; a < 3 && st == QS_OK; a++) {
+        st = qw_tmodel_fetch(tr->models[0], arrays[a], h, err);
+        for (int r = 1; r < tr->ranks && st == QS_OK; r++)
+            st = qw_tmodel_put(tr->models[r], arrays[a], h, err);
+    }
+    free(h);
+    return st;
+}
+
+qs_status qw_trainer_create_dp(qw_trainer *tr, qw_tmodel *const *models, int ranks, qw_group *group,
+                               qw_data *d, const qw_train_config *c, int nt, qs_error *err) {
     tr->in = tr->tg = NULL;
+    if (ranks < 1 || ranks > QW_TRAIN_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "train: data_parallel %d outside 1..%d", ranks,
+                            QW_TRAIN_MAX_RANKS);
+    if (ranks > 1 && (!group || group->n != ranks))
+        return qs_error_set(err, QS_EINVAL, "train: data_parallel %d needs a group of %d ranks",
+                            ranks, ranks);
+    qw_tmodel *m = models[0];
+    for (int r = 1; r < ranks; r++)
+        if (qw_tmodel_n_params(models[r]) != qw_tmodel_n_params(m) ||
+            qw_tmodel_rows(models[r]) != qw_tmodel_rows(m) ||
+            qw_tmodel_ctx(models[r]) != qw_tmodel_ctx(m))
+            return qs_error_set(err, QS_EINVAL, "train: rank %d's replica differs from rank 0's",
+                                r);
+    for (int r = 0; r < ranks; r++)
+        tr->models[r] = models[r];
+    tr->ranks = ranks;
+    tr->group = group;
     if (c->steps < 1) return qs_error_set(err, QS_EINVAL, "train: steps %d < 1", c->steps);
     if (c->accum < 1) return qs_error_set(err, QS_EINVAL, "train: accum %d < 1", c->accum);
     tr->model = m;
@@ -30,7 +69,9 @@ qs_status qw_trainer_create(qw_trainer *tr, qw_tmodel *m, qw_data *d, const qw_t
         qw_trainer_free(tr);
         return qs_error_set(err, QS_ENOMEM, "train: token buffers");
     }
-    return QS_OK;
+    qs_status st = qw_trainer_sync_replicas(tr, err);
+    if (st != QS_OK) qw_trainer_free(tr);
+    return st;
 }
 
 void qw_trainer_free(qw_trainer *tr) {
@@ -49,22 +90,38 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     if (tr->diverged) return qs_error_set(err, QS_ESTATE, "diverged at step %d", tr->diverged_step);
     qw_tmodel *m = tr->model;
     const qw_train_config *c = &tr->cfg;
-    int B = qw_tmodel_batch(m);
-    size_t N = qw_tmodel_rows(m);
+    int B = qw_tmodel_batch(m), R = tr->ranks;
+    size_t N = qw_tmodel_rows(m), micro_n = (size_t)c->accum * (size_t)R;
     double t0 = now_s();
-    qw_tmodel_zero_grad(m);
+    qs_status st = QS_OK;
+    for (int r = 0; r < R && st == QS_OK; r++)
+        st = qw_tmodel_zero_grad(tr->models[r], err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     double loss_sum = 0.0;
-    for (int a = 0; a < c->accum; a++) {
-        qw_data_next(tr->data, B, tr->in, tr->tg);
-        uint32_t micro = (uint32_t)tr->step * (uint32_t)c->accum + (uint32_t)a;
-        double loss = 0.0;
-        qs_status st = qw_tmodel_forward(m, tr->in, tr->tg, micro, &loss, err);
-        if (st == QS_OK) st = qw_tmodel_backward(m, 1.0f / (float)c->accum, err);
-        if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
-        loss_sum += loss;
+    float scale = 1.0f / (float)micro_n;
+    for (int a = 0; a < c->accum; a++)
+        for (int r = 0; r < R; r++) {
+            qw_data_next(tr->data, B, tr->in, tr->tg);
+            uint32_t micro = (uint32_t)tr->step * (uint32_t)micro_n + (uint32_t)(a * R + r);
+            double loss = 0.0;
+            st = qw_tmodel_forward(tr->models[r], tr->in, tr->tg, micro, &loss, err);
+            if (st == QS_OK) st = qw_tmodel_backward(tr->models[r], scale, err);
+            if (st != QS_OK)
+                return R > 1 ? qs_error_wrap(err, "step %d, rank %d", tr->step + 1, r)
+                             : qs_error_wrap(err, "step %d", tr->step + 1);
+            loss_sum += loss;
+        }
+    if (R > 1) {
+        float *grads[QW_TRAIN_MAX_RANKS];
+        for (int r = 0; r < R; r++)
+            grads[r] = qw_tmodel_grads(tr->models[r]);
+        st = qw_group_allreduce(tr->group, grads, qw_tmodel_n_params(m), QW_GROUP_SUM, err);
+        if (st != QS_OK) return qs_error_wrap(err, "step %d: gradient all-reduce", tr->step + 1);
     }
-    double loss = loss_sum / c->accum;
-    double norm = qw_grad_global_norm(qw_tmodel_grads(m), qw_tmodel_n_params(m), tr->nt);
+    double loss = loss_sum / (double)micro_n;
+    double norm = 0.0;
+    st = qw_tmodel_grad_norm(m, &norm, err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     tr->last_loss = loss;
     if (!isfinite(loss) || !isfinite(norm) || loss > c->diverge_loss) {
         tr->diverged = 1;
@@ -73,11 +130,14 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
                             "diverged at step %d: train loss %g, gradient norm %g (threshold %g)",
                             tr->diverged_step, loss, norm, c->diverge_loss);
     }
-    float scale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
+    float gscale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
     float lr = qw_lr_at(&c->sched, tr->step);
-    qw_adamw_step(m, &c->adamw, lr, scale, tr->step + 1, tr->nt);
+    for (int r = 0; r < R; r++) {
+        st = qw_adamw_step(tr->models[r], &c->adamw, lr, gscale, tr->step + 1, err);
+        if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
+    }
     tr->step++;
-    tr->tokens_seen += N * (size_t)c->accum;
+    tr->tokens_seen += N * micro_n;
     if (out) {
         out->step = tr->step;
         out->train_loss = loss;
@@ -85,7 +145,7 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
         out->grad_norm = norm;
         out->val_loss = NAN;
         double dt = now_s() - t0;
-        out->tokens_per_s = dt > 0 ? (double)(N * (size_t)c->accum) / dt : 0.0;
+        out->tokens_per_s = dt > 0 ? (double)(N * micro_n) / dt : 0.0;
         out->tokens_seen = tr->tokens_seen;
     }
     return QS_OK;

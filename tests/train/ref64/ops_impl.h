@@ -1,7 +1,7 @@
-/* Body of the training ops (ops.h), included once per precision by ops_f32.c and ops_f64.c
- * with R (the element type), QW_OPS_NAME(x) (the public name of op x), EXP, SQRT and GEMM
- * (cblas_sgemm or cblas_dgemm) defined. Shapes: N = B*T rows (sequence b's token t is row
- * b*T + t), D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim, V = vocab.
+/* Body of the FP64 reference ops (ops64.h), included by ops_f64.c with R (the element type),
+ * QW_OPS_NAME(x) (the public name of op x), EXP, SQRT and GEMM (cblas_sgemm or cblas_dgemm)
+ * defined. Shapes: N = B*T rows (sequence b's token t is row b*T + t), D = dim, F = hidden_dim, H =
+ * heads, G = kv heads, E = head_dim, V = vocab.
  *
  * Determinism: every parallel loop gives each output element to one thread and sums in a
  * fixed order, and GEMMs are cut into pieces fixed by the shape (never by the thread count),
@@ -10,13 +10,13 @@
 /* ---------------------------------------------------------------- GEMM */
 
 void QW_OPS_NAME(gemm_abt)(R *C, const R *A, const R *Bm, int M, int Ncol, int K, R beta, int nt) {
-    int pieces = (Ncol + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    int pieces = (Ncol + QW_TRAIN64_GEMM_COLS - 1) / QW_TRAIN64_GEMM_COLS;
     if (nt > pieces) nt = pieces;
     if (nt < 1) nt = 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
-        int c0 = p * QW_TRAIN_GEMM_COLS;
-        int c1 = c0 + QW_TRAIN_GEMM_COLS < Ncol ? c0 + QW_TRAIN_GEMM_COLS : Ncol;
+        int c0 = p * QW_TRAIN64_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN64_GEMM_COLS < Ncol ? c0 + QW_TRAIN64_GEMM_COLS : Ncol;
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, M, c1 - c0, K, (R)1, A, K,
              Bm + (size_t)c0 * K, K, beta, C + c0, Ncol);
     }
@@ -286,13 +286,13 @@ void QW_OPS_NAME(linear_forward)(R *y, const R *x, const R *W, int N, int in, in
 void QW_OPS_NAME(linear_backward)(R *dx, int dx_accumulate, R *dW, const R *dy, const R *x,
                                   const R *W, int N, int in, int out, int nt) {
     /* dx[N x in] (+)= dy[N x out] W[out x in]; pieces over dx's columns. */
-    int pieces = (in + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    int pieces = (in + QW_TRAIN64_GEMM_COLS - 1) / QW_TRAIN64_GEMM_COLS;
     int ntp = nt > pieces ? pieces : nt;
     if (dx) {
 #pragma omp parallel for num_threads(ntp) schedule(dynamic, 1)
         for (int p = 0; p < pieces; p++) {
-            int c0 = p * QW_TRAIN_GEMM_COLS;
-            int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
+            int c0 = p * QW_TRAIN64_GEMM_COLS;
+            int c1 = c0 + QW_TRAIN64_GEMM_COLS < in ? c0 + QW_TRAIN64_GEMM_COLS : in;
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, c1 - c0, out, (R)1, dy, out, W + c0,
                  in, dx_accumulate ? (R)1 : (R)0, dx + c0, in);
         }
@@ -300,8 +300,8 @@ void QW_OPS_NAME(linear_backward)(R *dx, int dx_accumulate, R *dW, const R *dy, 
     /* dW[out x in] += dy^T[out x N] x[N x in]; pieces over dW's columns. */
 #pragma omp parallel for num_threads(ntp) schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
-        int c0 = p * QW_TRAIN_GEMM_COLS;
-        int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
+        int c0 = p * QW_TRAIN64_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN64_GEMM_COLS < in ? c0 + QW_TRAIN64_GEMM_COLS : in;
         GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, out, c1 - c0, N, (R)1, dy, out, x + c0, in,
              (R)1, dW + c0, in);
     }

@@ -1,7 +1,7 @@
-/* Body of the trainable model (tmodel.h), included once per precision by tmodel.c (FP32,
- * recipe-driven linears) and tmodel64.c (FP64, unquantized linears), with R, TM (the struct
- * tag), VIEW (the tensor view type), NAME(x) (public names), OPS(x) (ops.h names) and, for
- * FP32 only, QW_TM_QUANT defined. Shapes as ops.h: N = B*T, D, F, H, G, E, V, L layers. */
+/* Body of the FP64 reference model (tmodel64.h), included by tmodel64.c with R, TM (the struct
+ * tag), VIEW (the tensor view type), NAME(x) (public names) and OPS(x) (ops64.h names) defined
+ * (QW_TM_QUANT, recipe-driven linears, is never defined here: the product's model is
+ * worker/train/tmodel.c). Shapes as ops.h: N = B*T, D, F, H, G, E, V, L layers. */
 
 /* Activations of one block, saved by the forward for the backward. */
 typedef struct ACTS {

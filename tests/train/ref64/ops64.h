@@ -1,6 +1,7 @@
-/* Training ops of the Llama model on the CPU: each layer a pair of free functions, _forward
- * and _backward, over raw arrays (llm.c's train_gpt2.c layout), in FP32 (qw_train_*) and, for
- * the finite-difference check of the gradients, the same code in FP64 (qw_train_*_f64).
+/* The test-side FP64 reference of the training ops (tests/train only): the CPU training
+ * functions of worker/engine/ops.h (ops_cpu_train.c) in double, each layer a pair of free
+ * functions, _forward and _backward, over raw arrays (llm.c's train_gpt2.c layout), for the
+ * finite-difference check of the gradients, where FP32 rounding would swamp the differences.
  *
  * Shapes: B sequences of T tokens, N = B*T rows (sequence b's token t is row b*T + t); D dim,
  * F hidden_dim, H heads, G kv heads (H % G == 0), E head_dim (even), V vocab. Matrices are
@@ -10,15 +11,15 @@
  * Formulas: modeling_llama.py (transformers) for the forward; the backward is its derivative,
  * checked against PyTorch autograd and central differences (tests/train).
  * Nothing here allocates; every loop is bit-identical for any thread count nt >= 1. */
-#ifndef QW_TRAIN_OPS_H
-#define QW_TRAIN_OPS_H
+#ifndef QW_TRAIN_OPS64_H
+#define QW_TRAIN_OPS64_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* Output columns per GEMM piece: GEMMs are cut into pieces fixed by the shape (one
  * single-threaded BLAS call each) so that thread count never changes a sum. */
-#define QW_TRAIN_GEMM_COLS 128
+#define QW_TRAIN64_GEMM_COLS 128
 
 #define QW_TRAIN_OPS_DECLARE(R, NAME)                                                              \
     /* C[M x Ncol] = A[M x K] Bm[Ncol x K]^T + beta C (both operands K-contiguous, "TN"). */       \
@@ -71,9 +72,7 @@
     void NAME(linear_backward)(R * dx, int dx_accumulate, R *dW, const R *dy, const R *x,          \
                                const R *W, int N, int in, int out, int nt);
 
-#define QW_TRAIN_NAME_F32(x) qw_train_##x
 #define QW_TRAIN_NAME_F64(x) qw_train_##x##_f64
-QW_TRAIN_OPS_DECLARE(float, QW_TRAIN_NAME_F32)
 QW_TRAIN_OPS_DECLARE(double, QW_TRAIN_NAME_F64)
 
 #endif

@@ -1,0 +1,345 @@
+/* The training half of the CPU backend (ops.h, "CPU training functions"): forwards that save
+ * what the backward needs, the backward of every layer, the optimizer's sums and update, and
+ * the recipe linear's BF16 rounding.
+ *
+ * Determinism: every parallel loop gives each output element to one thread and sums in a fixed
+ * order, and GEMMs are cut into pieces fixed by the shape (never by the thread count), each a
+ * single-threaded BLAS call, so results are bit-identical for any thread count. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- GEMM */
+
+void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Ncol, int K,
+                       float beta, int nt) {
+    int pieces = (Ncol + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    if (nt > pieces) nt = pieces;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_TRAIN_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN_GEMM_COLS < Ncol ? c0 + QW_TRAIN_GEMM_COLS : Ncol;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, c1 - c0, K, (float)1, A, K,
+                    Bm + (size_t)c0 * K, K, beta, C + c0, Ncol);
+    }
+}
+
+void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++)
+            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+void qw_train_embedding_forward(float *out, const uint32_t *tokens, const float *emb, int N,
+                                int D) {
+    for (int i = 0; i < N; i++)
+        memcpy(out + (size_t)i * D, emb + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+}
+
+void qw_train_embedding_backward(float *demb, const float *dout, const uint32_t *tokens, int N,
+                                 int D) {
+    /* Serial over tokens: two positions with the same token add into one row, in token
+     * order, so the sum does not depend on a thread schedule. */
+    for (int i = 0; i < N; i++) {
+        float *row = demb + (size_t)tokens[i] * D;
+        const float *g = dout + (size_t)i * D;
+        for (int j = 0; j < D; j++)
+            row[j] += g[j];
+    }
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+
+/* qw_train_rmsnorm_forward is the evaluation's RMSNorm keeping rstd (ops_cpu.c). */
+
+void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int N, int D, int nt) {
+    /* y_i = w_i x_i r, r = (mean(x^2) + eps)^-1/2; dr/dx_j = -r^3 x_j / D, so
+     * dx_j = r w_j dy_j - x_j r^3 / D * sum_i(w_i dy_i x_i). */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < N; t++) {
+        const float *xr = x + (size_t)t * D, *g = dout + (size_t)t * D;
+        float *d = dx + (size_t)t * D;
+        float r = rstd[t];
+        double dot = 0.0;
+        for (int i = 0; i < D; i++)
+            dot += (double)w[i] * g[i] * xr[i];
+        float c = (float)(dot * (double)r * r * r / D);
+        for (int i = 0; i < D; i++)
+            d[i] += r * w[i] * g[i] - xr[i] * c;
+    }
+    /* dw_i = sum_t dy_ti x_ti r_t: columns split across threads, rows summed in order. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < D; i++) {
+        float s = 0;
+        for (int t = 0; t < N; t++)
+            s += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
+        dw[i] += s;
+    }
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh,
+                           int E, int nt) {
+    int h2 = E / 2, N = B * T;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        int t = i % T;
+        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)i * nh + h) * E;
+            for (int j = 0; j < h2; j++) {
+                float x1 = v[j], x2 = v[j + h2];
+                v[j] = x1 * c[j] - x2 * s[j];
+                v[j + h2] = x2 * c[j] + x1 * s[j];
+            }
+        }
+    }
+}
+
+void qw_train_rope_backward(float *dx, const float *cosb, const float *sinb, int B, int T, int nh,
+                            int E, int nt) {
+    /* The rotation's transpose: rotate by -angle. */
+    int h2 = E / 2, N = B * T;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        int t = i % T;
+        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
+        for (int h = 0; h < nh; h++) {
+            float *v = dx + ((size_t)i * nh + h) * E;
+            for (int j = 0; j < h2; j++) {
+                float d1 = v[j], d2 = v[j + h2];
+                v[j] = d1 * c[j] + d2 * s[j];
+                v[j + h2] = d2 * c[j] - d1 * s[j];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+void qw_train_attention_forward(float *out, float *probs, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    /* One (sequence, head) per task, each a pair of single-threaded GEMMs over strided head
+     * slices: S = scale * Q_h K_g^T [T x T], causal softmax of each row, O_h = P V_g. The masked
+     * upper triangle is computed and then zeroed (simpler than tiles; at most 2x the work). */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            float *P = probs + ((size_t)b * H + h) * T * T;
+            const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, qh, HE, kg, GE,
+                        (float)0, P, T);
+            for (int t = 0; t < T; t++) {
+                float *row = P + (size_t)t * T;
+                float mx = row[0];
+                for (int s2 = 1; s2 <= t; s2++)
+                    mx = row[s2] > mx ? row[s2] : mx;
+                float sum = 0;
+                for (int s2 = 0; s2 <= t; s2++) {
+                    row[s2] = expf(row[s2] - mx);
+                    sum += row[s2];
+                }
+                float inv = (float)1 / sum;
+                for (int s2 = 0; s2 <= t; s2++)
+                    row[s2] *= inv;
+                for (int s2 = t + 1; s2 < T; s2++)
+                    row[s2] = 0;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (float)1, P, T, vg, GE,
+                        (float)0, out + (size_t)b * T * HE + (size_t)h * E, HE);
+        }
+}
+
+void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratch,
+                                 const float *dout, const float *q, const float *k, const float *v,
+                                 const float *probs, int B, int T, int H, int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    /* One (sequence, kv head) per task: the query heads of a group add into the same dk/dv
+     * rows, in head order, inside one task. Per head: dP = dO_h V_g^T; dS = P (dP - rowsum(P dP))
+     * * scale (zero above the diagonal, where P is); dQ_h = dS K_g; dK_g += dS^T Q_h;
+     * dV_g += P^T dO_h. */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            float *dS = dscratch + (size_t)omp_get_thread_num() * T * T;
+            float *dkg = dk + (size_t)b * T * GE + (size_t)g * E;
+            float *dvg = dv + (size_t)b * T * GE + (size_t)g * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            for (int s2 = 0; s2 < T; s2++) {
+                memset(dkg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+                memset(dvg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+            }
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                const float *P = probs + ((size_t)b * H + h) * T * T;
+                const float *doh = dout + (size_t)b * T * HE + (size_t)h * E;
+                const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+                float *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, (float)1, doh, HE, vg,
+                            GE, (float)0, dS, T);
+                for (int t = 0; t < T; t++) {
+                    const float *prow = P + (size_t)t * T;
+                    float *drow = dS + (size_t)t * T;
+                    float acc = 0;
+                    for (int s2 = 0; s2 <= t; s2++)
+                        acc += drow[s2] * prow[s2];
+                    for (int s2 = 0; s2 <= t; s2++)
+                        drow[s2] = prow[s2] * (drow[s2] - acc) * scale;
+                    for (int s2 = t + 1; s2 < T; s2++)
+                        drow[s2] = 0;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (float)1, dS, T, kg,
+                            GE, (float)0, dqh, HE);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (float)1, dS, T, qh,
+                            HE, (float)1, dkg, GE);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (float)1, P, T, doh,
+                            HE, (float)1, dvg, GE);
+            }
+        }
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
+                              size_t n, int nt) {
+    /* silu(g) = g s, s = 1/(1+e^-g); silu'(g) = s (1 + g (1 - s)). */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float s = (float)1 / ((float)1 + expf(-g[i]));
+        float si = g[i] * s;
+        du[i] = dh[i] * si;
+        dg[i] = dh[i] * u[i] * (s * ((float)1 + g[i] * ((float)1 - s)));
+    }
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+void qw_train_crossentropy_forward(float *logits, float *losses, const uint32_t *targets, int N,
+                                   int V, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *row = logits + (size_t)i * V;
+        float mx = row[0];
+        for (int j = 1; j < V; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        /* -log p_target = log(sum_j e^(l_j - mx)) - (l_target - mx), from the logits, not the
+         * rounded probability, so a confident model's loss does not flush to -log(0). */
+        double lt = (double)row[targets[i]] - (double)mx;
+        double sum = 0.0;
+        for (int j = 0; j < V; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < V; j++)
+            row[j] *= inv;
+        /* sum >= 1: the maximum's term is e^0 (V >= 1) */
+        // cppcheck-suppress invalidFunctionArg
+        losses[i] = (float)(log(sum) - lt);
+    }
+}
+
+void qw_train_crossentropy_backward(float *probs, const uint32_t *targets, int N, int V,
+                                    float scale, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *row = probs + (size_t)i * V;
+        row[targets[i]] -= (float)1;
+        for (int j = 0; j < V; j++)
+            row[j] *= scale;
+    }
+}
+
+/* ---------------------------------------------------------------- linear (unquantized) */
+
+void qw_train_linear_backward(float *dx, int dx_accumulate, float *dW, const float *dy,
+                              const float *x, const float *W, int N, int in, int out, int nt) {
+    /* dx[N x in] (+)= dy[N x out] W[out x in]; pieces over dx's columns. */
+    int pieces = (in + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    int ntp = nt > pieces ? pieces : nt;
+    if (dx) {
+#pragma omp parallel for num_threads(ntp) schedule(dynamic, 1)
+        for (int p = 0; p < pieces; p++) {
+            int c0 = p * QW_TRAIN_GEMM_COLS;
+            int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, c1 - c0, out, (float)1, dy,
+                        out, W + c0, in, dx_accumulate ? (float)1 : (float)0, dx + c0, in);
+        }
+    }
+    /* dW[out x in] += dy^T[out x N] x[N x in]; pieces over dW's columns. */
+#pragma omp parallel for num_threads(ntp) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_TRAIN_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, c1 - c0, N, (float)1, dy, out,
+                    x + c0, in, (float)1, dW + c0, in);
+    }
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+#define SUMSQ_RANGES 64
+
+double qw_train_sumsq(const float *g, size_t n, int nt) {
+    double part[SUMSQ_RANGES];
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < SUMSQ_RANGES; r++) {
+        size_t a = n * (size_t)r / SUMSQ_RANGES, b = n * (size_t)(r + 1) / SUMSQ_RANGES;
+        double s = 0.0;
+        for (size_t i = a; i < b; i++)
+            s += (double)g[i] * g[i];
+        part[r] = s;
+    }
+    double s = 0.0;
+    for (int r = 0; r < SUMSQ_RANGES; r++)
+        s += part[r];
+    return s;
+}
+
+void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float wd,
+                    float b1, float b2, float eps, float c1, float c2, float grad_scale, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t j = 0; j < n; j++) {
+        float gj = g[j] * grad_scale;
+        float mm = b1 * m[j] + (1.0f - b1) * gj;
+        float vv = b2 * v[j] + (1.0f - b2) * gj * gj;
+        m[j] = mm;
+        v[j] = vv;
+        float pj = p[j];
+        pj -= lr * wd * pj;
+        pj -= lr * (mm / c1) / (sqrtf(vv / c2) + eps);
+        p[j] = pj;
+    }
+}
+
+/* ---------------------------------------------------------------- BF16 */
+
+float qw_round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) {
+        /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
+        u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
+    } else {
+        uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+        if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u; /* saturate */
+        u = r & 0xFFFF0000u;
+    }
+    memcpy(&x, &u, 4);
+    return x;
+}
