@@ -11,16 +11,18 @@ Reference data only (never on qsweep's run path). Two independent sources:
                         file type uses, by its definition in ggml-quants.c dequantize_row_q8_K:
                         x = d*q, computed here with numpy in float32)
   tiny_kquant.gguf      a one-block Llama (dim 256, FFN 256, 4 heads / 2 KV heads, vocab 256,
-                        untied) written in F32 with gguf-py and quantized by llama.cpp's own
-                        llama-quantize, one type per tensor: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-                        IQ4_NL, IQ4_XS
-  tiny_kquant_expect.safetensors   gguf-py's dequantization of every tensor of tiny_kquant.gguf,
-                        in Hugging Face names and order (Q/K rows un-permuted)
+                        untied) whose weights llama.cpp's own quantizer (ggml_quantize_chunk,
+                        which llama-quantize calls per tensor; ggml_quantize_rows.c) turned
+                        into Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS, one type per
+                        tensor (norms F32), written with gguf-py's GGUFWriter
+  tiny_kquant_expect.safetensors   gguf-py's dequantization of the first 16 rows of every
+                        tensor of tiny_kquant.gguf (all of a norm), in Hugging Face names and
+                        order (Q/K rows un-permuted, so they come from rows across each head)
 
 Usage (needs numpy, safetensors, gguf from pip):
   python3 tests/checkpoint/kquants/make_kquants.py --blocks
   python3 tests/checkpoint/kquants/make_kquants.py --model \
-      --llama-quantize "$(tests/checkpoint/kquants/build_llama_quantize.sh /tmp/llama)"
+      --quantizer "$(tests/checkpoint/kquants/build_ggml_quantize.sh /tmp/llama)"
 """
 import argparse
 import json
@@ -52,18 +54,19 @@ BLOCKS = {
     "IQ4_XS": (256, 136, [0]),
 }
 N_BLOCKS = 8
+EXPECT_ROWS = 16  # rows of each 2-D tensor kept in tiny_kquant_expect.safetensors (size)
 
 DIM, FFN, HEADS, KV_HEADS, VOCAB = 256, 256, 4, 2, 256
-TYPES = {  # GGUF tensor -> llama-quantize type
-    "token_embd.weight": "q4_k",
-    "output.weight": "q6_k",
-    "blk.0.attn_q.weight": "q2_k",
-    "blk.0.attn_k.weight": "q3_k",
-    "blk.0.attn_v.weight": "q5_k",
+TYPES = {  # GGUF tensor -> ggml type name (ggml_type_name)
+    "token_embd.weight": "q4_K",
+    "output.weight": "q6_K",
+    "blk.0.attn_q.weight": "q2_K",
+    "blk.0.attn_k.weight": "q3_K",
+    "blk.0.attn_v.weight": "q5_K",
     "blk.0.attn_output.weight": "iq4_xs",
     "blk.0.ffn_gate.weight": "iq4_nl",
-    "blk.0.ffn_up.weight": "q4_k",
-    "blk.0.ffn_down.weight": "q6_k",
+    "blk.0.ffn_up.weight": "q4_K",
+    "blk.0.ffn_down.weight": "q6_K",
 }
 
 
@@ -133,47 +136,51 @@ def from_file(hf, x):
     return x.reshape(heads, x.shape[0] // heads // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
-def write_model(llama_quantize):
+def ggml_quantize(tool, x, qtype, tmp):
+    """x (rows x n_per_row FP32) through llama.cpp's ggml_quantize_chunk (ggml_quantize_rows.c)."""
+    src, dst = os.path.join(tmp, "rows.f32"), os.path.join(tmp, "rows.bin")
+    np.ascontiguousarray(x, dtype="<f4").tofile(src)
+    subprocess.run([tool, qtype, str(x.shape[-1]), src, dst], check=True)
+    return np.fromfile(dst, dtype=np.uint8)
+
+
+def write_model(tool):
     w = tiny_weights(np.random.default_rng(20261202))
+    out = os.path.join(FIXTURES, "tiny_kquant.gguf")
+    g = GGUFWriter(out, "llama")
+    g.add_name("qsweep tiny K-quant test model")
+    g.add_context_length(128)
+    g.add_embedding_length(DIM)
+    g.add_block_count(1)
+    g.add_feed_forward_length(FFN)
+    g.add_head_count(HEADS)
+    g.add_head_count_kv(KV_HEADS)
+    g.add_layer_norm_rms_eps(1e-5)
+    g.add_rope_freq_base(10000.0)
+    g.add_vocab_size(VOCAB)
+    g.add_quantization_version(2)  # GGML_QNT_VERSION
     with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "tiny_kquant_f32.gguf")
-        g = GGUFWriter(src, "llama")
-        g.add_name("qsweep tiny K-quant test model")
-        g.add_context_length(128)
-        g.add_embedding_length(DIM)
-        g.add_block_count(1)
-        g.add_feed_forward_length(FFN)
-        g.add_head_count(HEADS)
-        g.add_head_count_kv(KV_HEADS)
-        g.add_layer_norm_rms_eps(1e-5)
-        g.add_rope_freq_base(10000.0)
-        g.add_vocab_size(VOCAB)
-        g.add_file_type(0)
         for hf in sorted(w):
-            g.add_tensor(gguf_name(hf), np.ascontiguousarray(to_file(hf, w[hf])))
-        g.write_header_to_file()
-        g.write_kv_data_to_file()
-        g.write_tensors_to_file()
-        g.close()
-        out = os.path.join(FIXTURES, "tiny_kquant.gguf")
-        cmd = [llama_quantize, "--pure", "--token-embedding-type", TYPES["token_embd.weight"],
-               "--output-tensor-type", TYPES["output.weight"]]
-        for name, t in TYPES.items():
-            if name.startswith("blk."):
-                cmd += ["--tensor-type", name.replace(".weight", "").replace(".", r"\.") + "=" + t]
-        cmd += [src, out, "Q4_K_M", "1"]
-        subprocess.run(cmd, check=True)
+            name, x = gguf_name(hf), np.ascontiguousarray(to_file(hf, w[hf]))
+            if name in TYPES:
+                qt = QT[TYPES[name].upper()]
+                q = ggml_quantize(tool, x, TYPES[name], tmp)
+                g.add_tensor(name, q.reshape(x.shape[0], -1), raw_dtype=qt)
+            else:
+                g.add_tensor(name, x)
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
     r = GGUFReader(out)
     expect = {}
     hf_of = {gguf_name(hf): hf for hf in w}
     for t in r.tensors:
         hf = hf_of[t.name]
-        want = TYPES.get(t.name)
-        got = t.tensor_type.name.lower()
-        assert want is None or got == want, f"{t.name}: llama-quantize wrote {got}, asked {want}"
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
         x = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-        expect[hf] = np.ascontiguousarray(from_file(hf, x))
+        expect[hf] = np.ascontiguousarray(from_file(hf, x)[:EXPECT_ROWS] if x.ndim == 2 else x)
+        assert t.tensor_type.name == TYPES.get(t.name, "f32").upper()
     assert set(expect) == set(w)
     save_file(expect, os.path.join(FIXTURES, "tiny_kquant_expect.safetensors"))
 
@@ -182,16 +189,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", action="store_true", help="write kquant_blocks.*")
     ap.add_argument("--model", action="store_true", help="write tiny_kquant.gguf and its expect file")
-    ap.add_argument("--llama-quantize", help="path of llama.cpp's llama-quantize (for --model)")
+    ap.add_argument("--quantizer", help="path of ggml_quantize_rows (build_ggml_quantize.sh), for --model")
     a = ap.parse_args()
     if not a.blocks and not a.model:
         ap.error("give --blocks, --model or both")
     if a.blocks:
         write_blocks()
     if a.model:
-        if not a.llama_quantize:
-            ap.error("--model needs --llama-quantize")
-        write_model(a.llama_quantize)
+        if not a.quantizer:
+            ap.error("--model needs --quantizer")
+        write_model(a.quantizer)
 
 
 if __name__ == "__main__":
