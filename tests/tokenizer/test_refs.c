@@ -1,5 +1,6 @@
 /* qsweep's token ids against an independent implementation's, on five texts
- * (tests/tokenizer/data, made by tools/tokenizer/make_tokenizer_refs.py):
+ * (tests/tokenizer/data, made by tools/tokenizer/make_tokenizer_refs.py and, for the
+ * SentencePiece .model files, tools/tokenizer/make_spm_refs.py: sentencepiece itself):
  * Hugging Face tokenizers for the tokenizer.json files (Llama 2 in its legacy form and with the
  * Metaspace pre-tokenizer two ways, Llama 3.2), llama.cpp's
  * llama-tokenize for the GGUF vocabularies (SmolLM2, Llama 2, Llama 3.2). Each test checks the
@@ -20,6 +21,7 @@ typedef struct ref_case {
     const char *ref_name;  /* refs/<ref_name>.<text>.ids */
     const char *text;
     const char *text_file;
+    int lossy; /* the normalizer drops text (remove_extra_whitespaces): no round trip */
 } ref_case;
 
 static char *slurp(const char *path, size_t *n) {
@@ -110,6 +112,15 @@ static void run_case(void **state) {
         want++;
         want_len--;
     }
+    if (c->lossy) {
+        printf("OK %-26s %-12s %6zu ids (no round trip: the normalizer drops spaces)\n",
+               c->tokenizer, c->text, ids.n);
+        qw_token_vec_free(&ids);
+        free(ref);
+        free(text);
+        qw_tokenizer_free(t);
+        return;
+    }
     char *back;
     size_t back_len;
     st = qw_tokenizer_decode(t, ids.ids, ids.n, 0, &back, &back_len, &err);
@@ -131,9 +142,9 @@ static void run_case(void **state) {
 }
 
 #define TEXTS(tok, ref)                                                                            \
-    {tok, ref, "gpl3", "gpl3.txt"}, {tok, ref, "kjv_esther", "kjv_esther.txt"},                    \
-        {tok, ref, "llama2c_run", "llama2c_run.c"}, {tok, ref, "unicode", "unicode.txt"}, {        \
-        tok, ref, "whitespace", "whitespace.txt"                                                   \
+    {tok, ref, "gpl3", "gpl3.txt", 0}, {tok, ref, "kjv_esther", "kjv_esther.txt", 0},              \
+        {tok, ref, "llama2c_run", "llama2c_run.c", 0}, {tok, ref, "unicode", "unicode.txt", 0}, {  \
+        tok, ref, "whitespace", "whitespace.txt", 0                                                \
     }
 
 static const ref_case cases[] = {
@@ -144,6 +155,16 @@ static const ref_case cases[] = {
     TEXTS("smollm2.vocab.gguf", "smollm2_gguf"),
     TEXTS("llama2.vocab.gguf", "llama2_gguf"),
     TEXTS("llama3.vocab.gguf", "llama3_gguf"),
+    /* SentencePiece .model files trained for these tests (tools/tokenizer/make_spm_refs.py),
+     * against sentencepiece's own ids; spm/random.txt: seeded random strings */
+    TEXTS("spm/bpe.model", "spm_bpe"),
+    {"spm/bpe.model", "spm_bpe", "random", "../spm/random.txt", 0},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "gpl3", "gpl3.txt", 1},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "kjv_esther", "kjv_esther.txt", 1},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "llama2c_run", "llama2c_run.c", 1},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "unicode", "unicode.txt", 1},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "whitespace", "whitespace.txt", 1},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "random", "../spm/random.txt", 1},
 };
 
 int main(void) {

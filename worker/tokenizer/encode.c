@@ -265,6 +265,34 @@ static qs_status qw_normalize(qw_enc *e, const uint8_t *p, size_t n, const uint8
     return QS_OK;
 }
 
+/* sentencepiece's normalizer (normalizer.cc Normalize, identity rule) with
+ * remove_extra_whitespaces: leading spaces dropped (all spaces: nothing at all), then the
+ * dummy prefix "▁" when `lead`, every later run of spaces one "▁", and trailing "▁" dropped
+ * (a "▁" of the text's own too, as there). */
+static qs_status qw_spm_fragment_trimmed(qw_enc *e, const uint8_t *p, size_t n, int lead) {
+    size_t i = 0, m = 0;
+    while (i < n && p[i] == ' ')
+        i++;
+    if (i == n) return QS_OK;
+    if (lead) {
+        memcpy(e->norm, "\xe2\x96\x81", 3);
+        m = 3;
+    }
+    for (int prev_space = 1; i < n; i++) {
+        if (p[i] != ' ') {
+            e->norm[m++] = (char)p[i];
+            prev_space = 0;
+        } else if (!prev_space) {
+            memcpy(e->norm + m, "\xe2\x96\x81", 3);
+            m += 3;
+            prev_space = 1;
+        }
+    }
+    while (m >= 3 && memcmp(e->norm + m - 3, "\xe2\x96\x81", 3) == 0)
+        m -= 3;
+    return qw_spm_words(e, (const uint8_t *)e->norm, m);
+}
+
 /* One fragment of plain text (no added token inside). prev_special: it follows an added
  * token or starts the text (llama.cpp's is_prev_special). */
 static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_special) {
@@ -281,6 +309,7 @@ static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_spe
         }
         size_t m = 0;
         int lead = t->add_space_prefix && prev_special;
+        if (t->sp_remove_ws) return qw_spm_fragment_trimmed(e, p, n, lead);
         for (size_t i = 0; i < n + (size_t)lead; i++) {
             uint8_t c = lead ? (i == 0 ? ' ' : p[i - 1]) : p[i];
             if (c == ' ') {
