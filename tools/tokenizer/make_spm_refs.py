@@ -20,13 +20,22 @@ from several scripts, one per line.
 References: refs/spm_<model>.<text>.ids, the ids of SentencePieceProcessor.encode(text) (no
 BOS/EOS), separated by spaces.
 
+spm/tiny_llama/: a one-block Llama checkpoint (random F16 weights, dim 64, vocab 1000, tied)
+whose only tokenizer is spm/bpe.model as tokenizer.model, for a `qsweep run` sweep on a text
+dataset (tests/cli/run_test.c).
+
 Usage: python3 tools/tokenizer/make_spm_refs.py [--data tests/tokenizer/data]
-Needs: pip install sentencepiece.
+Needs: pip install sentencepiece numpy safetensors.
 """
 import argparse
 import io
+import json
 import os
 import random
+import shutil
+
+import numpy as np
+from safetensors.numpy import save_file
 
 import sentencepiece as spm
 
@@ -68,6 +77,38 @@ def random_text(seed=20261201, lines=200):
     return "\n".join(out) + "\n"
 
 
+def write_tiny_llama(d):
+    """config.json, model.safetensors (F16) and tokenizer.model of spm/tiny_llama/."""
+    dim, ffn, heads, kv, vocab = 64, 128, 4, 2, 1000
+    out = os.path.join(d, "spm", "tiny_llama")
+    os.makedirs(out, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+           "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": 1,
+           "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": vocab,
+           "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+           "torch_dtype": "float16"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    rng = np.random.default_rng(20261203)
+    hd = dim // heads
+    shapes = {"model.embed_tokens.weight": (vocab, dim),
+              "model.layers.0.self_attn.q_proj.weight": (heads * hd, dim),
+              "model.layers.0.self_attn.k_proj.weight": (kv * hd, dim),
+              "model.layers.0.self_attn.v_proj.weight": (kv * hd, dim),
+              "model.layers.0.self_attn.o_proj.weight": (dim, heads * hd),
+              "model.layers.0.mlp.gate_proj.weight": (ffn, dim),
+              "model.layers.0.mlp.up_proj.weight": (ffn, dim),
+              "model.layers.0.mlp.down_proj.weight": (dim, ffn)}
+    w = {k: rng.standard_normal(s) / np.sqrt(s[1]) for k, s in shapes.items()}
+    for k in ("model.norm.weight", "model.layers.0.input_layernorm.weight",
+              "model.layers.0.post_attention_layernorm.weight"):
+        w[k] = 1 + 0.1 * rng.standard_normal(dim)
+    save_file({k: v.astype(np.float16) for k, v in w.items()}, os.path.join(out, "model.safetensors"))
+    shutil.copyfile(os.path.join(d, "spm", "bpe.model"), os.path.join(out, "tokenizer.model"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
@@ -94,6 +135,7 @@ def main():
                 ids = sp.encode(f.read())
             with open(os.path.join(d, "refs", f"spm_{name}.{text}.ids"), "w") as f:
                 f.write(" ".join(map(str, ids)) + "\n")
+    write_tiny_llama(d)
 
 
 if __name__ == "__main__":
