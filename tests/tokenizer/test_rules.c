@@ -626,6 +626,32 @@ static void text_dataset_refuses_what_is_not_a_regular_file(void **state) {
     free(text);
 }
 
+/* A normalizer Replace on a Regex pattern: the matches become the content, taken literally;
+ * a pattern PCRE2 refuses is named with its field. */
+static void normalizer_replace_with_a_regex(void **state) {
+    (void)state;
+    const char *ok =
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"-\":1,\"$1\":2,"
+        "\"$\":3,\"1\":4},\"merges\":[\"$ 1\"]},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+        "{\"Regex\":\"(b|c)+\"},\"content\":\"$1\"}}";
+    qw_tokenizer *t;
+    qs_error err = {0};
+    assert_int_equal(qw_tokenizer_from_json("re.json", ok, strlen(ok), -1, -1, &t, &err), QS_OK);
+    qw_token_vec v = enc(t, "abcb-a", 0);
+    const uint32_t want[] = {0, 2, 1, 0}; /* "a", "$1", "-", "a" */
+    assert_ids(&v, want, 4);
+    qw_token_vec_free(&v);
+    qw_tokenizer_free(t);
+    const char *bad = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                      "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
+                      "\"Replace\",\"pattern\":{\"Regex\":\"(\"},\"content\":\"\"}]}}";
+    assert_int_equal(qw_tokenizer_from_json("bad.json", bad, strlen(bad), -1, -1, &t, &err),
+                     QS_EFORMAT);
+    assert_has(err.msg, "bad.json");
+    assert_has(err.msg, "normalizer.normalizers[0]");
+    assert_has(err.msg, "PCRE2");
+}
+
 /* SentencePiece .model files (tools/tokenizer/make_spm_refs.py): a unigram model is refused
  * by name, not as bad JSON; a tokenizer.model alone in a checkpoint folder is found; a .model
  * file under another name is recognised by its first byte; a cut file is named; BOS only when
@@ -705,6 +731,7 @@ int main(void) {
         cmocka_unit_test(text_dataset_is_cached_per_tokenizer_and_text),
         cmocka_unit_test(text_dataset_cache_is_verified_and_rebuilt),
         cmocka_unit_test(text_dataset_refuses_what_is_not_a_regular_file),
+        cmocka_unit_test(normalizer_replace_with_a_regex),
         cmocka_unit_test(sentencepiece_model_files),
     };
     return cmocka_run_group_tests(tests, NULL, remove_scratch_dirs);

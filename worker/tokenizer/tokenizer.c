@@ -104,6 +104,7 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
     for (int i = 0; i < t->n_repl; i++) {
         qw_hash_bytes(&h, t->repl[i].from, t->repl[i].from_len);
         qw_hash_bytes(&h, t->repl[i].to, t->repl[i].to_len);
+        if (t->repl[i].re) qw_hash_bytes(&h, "regex", 5); /* a String pattern hashes as before */
     }
     int64_t flags[] = {t->byte_fallback,    t->fuse_unk,
                        t->ignore_merges,    t->unk_id,
@@ -145,6 +146,7 @@ void qw_tokenizer_free(qw_tokenizer *t) {
     for (int i = 0; i < t->n_repl; i++) {
         free(t->repl[i].from);
         free(t->repl[i].to);
+        pcre2_code_free(t->repl[i].re);
     }
     for (int i = 0; i < t->n_steps; i++) {
         pcre2_code_free(t->step[i].re);

@@ -63,10 +63,13 @@ typedef struct qw_pretok_step {
 /* The largest vocabulary read (2^24 ids; real ones have up to about a million). */
 #define QW_TOK_MAX_VOCAB (1 << 24)
 
-/* A text replacement of the normalizer (tokenizer.json Replace with a String pattern). */
+/* A text replacement of the normalizer (tokenizer.json Replace): every occurrence of the
+ * String `from`, or with a Regex pattern every match of `re` (compiled from `from`, PCRE2 UTF
+ * and UCP), becomes `to` (taken literally, as tokenizers' normalizers/replace.rs does). */
 typedef struct qw_replace {
     char *from, *to;
     size_t from_len, to_len;
+    pcre2_code *re; /* NULL for a String pattern */
 } qw_replace;
 
 /* An added token that is matched in the text before the model runs. */
