@@ -1,8 +1,8 @@
-/* GGUF K-quants (Q2_K ... Q8_K) and IQ4_NL / IQ4_XS against independent decoders: random
- * blocks against gguf-py's gguf.quants.dequantize, and a model that llama.cpp's llama-quantize
- * (ggml_quantize_chunk, what llama-quantize runs) wrote against gguf-py's reading of it
- * (fixtures by tests/checkpoint/kquants/make_kquants.py).
- * Every value must match bit for bit: the dequantizers round in ggml's order. */
+/* GGUF K-quants (Q2_K ... Q8_K), IQ4_NL / IQ4_XS and Q5_0 / Q5_1 against independent decoders:
+ * random blocks against gguf-py's gguf.quants.dequantize, and a model that llama.cpp's
+ * llama-quantize (ggml_quantize_chunk, what llama-quantize runs) wrote against gguf-py's reading of
+ * it (fixtures by tests/checkpoint/kquants/make_kquants.py). Every value must match bit for bit:
+ * the dequantizers round in ggml's order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,7 +61,8 @@ static void random_blocks_match_gguf_py(void **state) {
     if (!index) fail_msg("kquant_blocks.json: %s", je.text);
     fx_expect x;
     fx_expect_open(&x, "kquant_blocks_expect.safetensors");
-    const char *want_types[] = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS"};
+    const char *want_types[] = {"Q2_K", "Q3_K",   "Q4_K",   "Q5_K", "Q6_K",
+                                "Q8_K", "IQ4_NL", "IQ4_XS", "Q5_0", "Q5_1"};
     for (size_t t = 0; t < sizeof want_types / sizeof want_types[0]; t++) {
         json_t *e = json_object_get(index, want_types[t]);
         if (!e) fail_msg("kquant_blocks.json has no %s", want_types[t]);

@@ -44,14 +44,16 @@ typedef enum qw_dtype {
     QW_DT_Q8_K,   /* f32 d, 256 x int8 (+ int16 block sums); 292 bytes */
     QW_DT_IQ4_NL, /* ggml block_iq4_nl: f16 d, 32 x 4-bit index into 16 non-linear levels */
     QW_DT_IQ4_XS, /* ggml block_iq4_xs: 256 as 8 x 32 IQ4_NL with 6-bit scales; 136 bytes */
+    QW_DT_Q5_0,   /* ggml block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = d*(q-16) */
+    QW_DT_Q5_1,   /* ggml block_q5_1: f16 d, f16 m, 32 high bits, nibbles; x = d*q + m */
     QW_DT_COUNT   /* number of dtypes (not a dtype) */
 } qw_dtype;
 
 /* Short name of a dtype ("F32", "Q4_1", "Q4_K", ...). */
 const char *qw_dtype_name(qw_dtype dt);
 
-/* Elements per block of dt: 1 (F32, F16, BF16), 32 (Q8_0, Q4_0, Q4_1, IQ4_NL) or 256 (the
- * K-quants and IQ4_XS). A stored row holds whole blocks. */
+/* Elements per block of dt: 1 (F32, F16, BF16), 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) or
+ * 256 (the K-quants and IQ4_XS). A stored row holds whole blocks. */
 int qw_dtype_block(qw_dtype dt);
 
 /* Converts n elements (a multiple of qw_dtype_block(dt)) from src (dtype dt, packed as in the

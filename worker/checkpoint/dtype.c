@@ -1,6 +1,6 @@
 /* Storage types of checkpoint tensors and their conversion to FP32: one descriptor per type
  * (name, ggml type number, block size, block bytes, block decoder).
- * Block layouts: ggml-common.h (block_q8_0, block_q4_0, block_q4_1 with 32 elements; block_q2_K
+ * Block layouts: ggml-common.h (block_q8_0, q4_0, q4_1, q5_0, q5_1 with 32 elements; block_q2_K
  * ... block_q8_K and block_iq4_xs with QK_K = 256; block_iq4_nl with 32). Decoding formulas:
  * ggml-quants.c dequantize_row_* of each type, cross-checked against gguf-py's gguf/quants.py.
  * Every product and sum is rounded to FP32 in the order those formulas give (the build forbids
@@ -85,6 +85,34 @@ static void qw_decode_q4_1(const uint8_t *src, float *dst) {
     qw_nibbles(src + 4, q);
     for (int j = 0; j < QW_BLOCK; j++)
         dst[j] = q[j] * d + m;
+}
+
+/* block_q5_0 (22 bytes): f16 d, u32 qh (bit j: the fifth bit of element j), 16 bytes of nibbles
+ * as Q4_0; x = (q - 16)*d. block_q5_1 (24 bytes): f16 d, f16 m, then the same; x = q*d + m. */
+static void qw_decode_q5(const uint8_t *src, float *dst, int with_min) {
+    float d = qw_load_f16(src), m = with_min ? qw_load_f16(src + 2) : 0.0f;
+    const uint8_t *hp = src + (with_min ? 4 : 2), *qs = hp + 4;
+    uint32_t qh =
+        (uint32_t)hp[0] | (uint32_t)hp[1] << 8 | (uint32_t)hp[2] << 16 | (uint32_t)hp[3] << 24;
+    for (int j = 0; j < QW_BLOCK / 2; j++) {
+        int lo = (qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+        if (with_min) {
+            dst[j] = (float)lo * d + m;
+            dst[j + QW_BLOCK / 2] = (float)hi * d + m;
+        } else {
+            dst[j] = (float)(lo - 16) * d;
+            dst[j + QW_BLOCK / 2] = (float)(hi - 16) * d;
+        }
+    }
+}
+
+static void qw_decode_q5_0(const uint8_t *src, float *dst) {
+    qw_decode_q5(src, dst, 0);
+}
+
+static void qw_decode_q5_1(const uint8_t *src, float *dst) {
+    qw_decode_q5(src, dst, 1);
 }
 
 /* block_q2_K (84 bytes): scales[16] (low nibble: scale, high nibble: min, of 16 elements each),
@@ -253,6 +281,8 @@ static const qw_dtype_desc qw_dtypes[QW_DT_COUNT] = {
     [QW_DT_Q8_K] = {"Q8_K", 15, QW_QK_K, 292, qw_decode_q8_k},
     [QW_DT_IQ4_NL] = {"IQ4_NL", 20, QW_BLOCK, 18, qw_decode_iq4_nl},
     [QW_DT_IQ4_XS] = {"IQ4_XS", 23, QW_QK_K, 136, qw_decode_iq4_xs},
+    [QW_DT_Q5_0] = {"Q5_0", 6, QW_BLOCK, 22, qw_decode_q5_0},
+    [QW_DT_Q5_1] = {"Q5_1", 7, QW_BLOCK, 24, qw_decode_q5_1},
 };
 
 const char *qw_dtype_name(qw_dtype dt) {

@@ -52,6 +52,8 @@ BLOCKS = {
     "Q8_K": (256, 292, []),
     "IQ4_NL": (32, 18, [0]),
     "IQ4_XS": (256, 136, [0]),
+    "Q5_0": (32, 22, [0]),
+    "Q5_1": (32, 24, [0, 2]),
 }
 N_BLOCKS = 8
 EXPECT_ROWS = 16  # rows of each 2-D tensor kept in tiny_kquant_expect.safetensors (size)
