@@ -32,9 +32,9 @@ typedef struct qw_tokenizer qw_tokenizer;
  * or else a SentencePiece tokenizer.model, a SentencePiece .model file (a name ending in
  * ".model", or a file that starts with a ModelProto's first field rather than JSON), or a
  * .gguf file (its tokenizer.ggml.* keys). Errors name the file and the field or offset:
- * QS_ENOTFOUND (no such file, a directory without tokenizer.json, a GGUF file without
- * tokenizer.ggml.model), QS_EIO, QS_EFORMAT (not JSON, a field missing or of the wrong type,
- * a merge naming a token not in the vocab, a regex PCRE2 refuses: with PCRE2's message and
+ * QS_ENOTFOUND (no such file, a directory without tokenizer.json or tokenizer.model, a GGUF file
+ * without tokenizer.ggml.model), QS_EIO, QS_EFORMAT (not JSON, a field missing or of the wrong
+ * type, a merge naming a token not in the vocab, a regex PCRE2 refuses: with PCRE2's message and
  * offset; ids sparser than 2 x the tokens + 1024 or above 2^24), QS_EUNSUPPORTED (another
  * model type such as WordPiece or Unigram, a normalizer or pre-tokenizer not implemented, a
  * GGUF pre-tokenizer name not in the table), QS_ENOMEM. */
