@@ -186,6 +186,9 @@ static const ref_case cases[] = {
     TEXTS("llama3.vocab.gguf", "llama3_gguf"),
     /* SentencePiece .model files trained for these tests (tools/tokenizer/make_spm_refs.py),
      * against sentencepiece's own ids; spm/random.txt: seeded random strings */
+    /* Llama 2's tokenizer.model alone in a folder: sentencepiece's ids on it are the refs of
+     * its tokenizer.json and GGUF conversions (spm/SOURCES.md) */
+    TEXTS("spm/llama2_model", "llama2"),
     TEXTS("spm/bpe.model", "spm_bpe"),
     {"spm/bpe.model", "spm_bpe", "random", "../spm/random.txt", 0, NULL},
     {"spm/bpe_ws.model", "spm_bpe_ws", "gpl3", "gpl3.txt", 1, NULL},
@@ -206,10 +209,12 @@ int main(void) {
     struct CMUnitTest tests[N];
     char names[N][96];
     for (size_t i = 0; i < N; i++) {
-        snprintf(names[i], sizeof names[i], "%s%s_%s", cases[i].ref_name,
-                 cases[i].normalizer && !strcmp(cases[i].normalizer, "plain.json") ? "_regex_plain"
-                                                                                   : "",
-                 cases[i].text);
+        /* cases that share another case's references are named apart by what they read */
+        const char *how = cases[i].normalizer && !strcmp(cases[i].normalizer, "plain.json")
+                              ? "_regex_plain"
+                          : !strcmp(cases[i].tokenizer, "spm/llama2_model") ? "_model"
+                                                                            : "";
+        snprintf(names[i], sizeof names[i], "%s%s_%s", cases[i].ref_name, how, cases[i].text);
         tests[i] = (struct CMUnitTest){names[i], run_case, NULL, NULL, (void *)&cases[i]};
     }
     return cmocka_run_group_tests(tests, NULL, NULL);
