@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the K-quant and IQ4 fixtures the checkpoint_kquants test reads (tests/checkpoint/fixtures/).
+"""Writes the K-quant, IQ4 and Q5 fixtures the checkpoint_kquants test reads (tests/checkpoint/fixtures/).
 
 Reference data only (never on qsweep's run path). Two independent sources:
 
