@@ -60,7 +60,9 @@ static const report_query QUERIES[] = {
      "SELECT coalesce(json_agg(c ORDER BY c.model, c.format, c.options, c.quantize, c.mode,\n"
      "                         c.job), '[]')\n"
      "FROM (SELECT s.job_id AS job, regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
-     "             coalesce(j.spec ->> 'format_options', '{}') AS options, s.quantize,\n"
+     "             coalesce(CASE WHEN j.spec ? 'fuse' THEN ((j.spec -> 'format_options') ||\n"
+     "                      jsonb_build_object('fuse', j.spec -> 'fuse'))::text\n"
+     "                      ELSE j.spec ->> 'format_options' END, '{}') AS options, s.quantize,\n"
      "             s.mode, s.part,\n"
      "             max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
      "             max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
@@ -71,7 +73,7 @@ static const report_query QUERIES[] = {
      "             max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl\n"
      "      FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
      "      WHERE s.experiment = $1\n"
-     "      GROUP BY s.job_id, s.model, s.format, j.spec ->> 'format_options', s.quantize,\n"
+     "      GROUP BY s.job_id, s.model, s.format, j.spec, s.quantize,\n"
      "               s.mode, s.part) c"},
     {"failed",
      "SELECT coalesce(json_agg(f ORDER BY f.job_id), '[]')\n"

@@ -1,7 +1,8 @@
 /* qsweep tokenize MODEL TEXT -o FILE: a text file through the model's own tokenizer into a
  * token file (version 2, tokens.h: its header carries the tokenizer digest).
  * qsweep tokenize MODEL --decode TOKENS [-o FILE]: a token file back to text.
- * MODEL: a tokenizer.json, a Hugging Face directory holding one, or a .gguf file. */
+ * MODEL: a tokenizer.json, a SentencePiece .model file, a Hugging Face directory holding either,
+ * or a .gguf file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,8 @@ static void tokenize_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep tokenize MODEL TEXT -o FILE [--bos] [--special] [--print]\n"
             "       qsweep tokenize MODEL --decode TOKENS [-o FILE] [--skip-special]\n"
-            "  MODEL           a tokenizer.json, a Hugging Face directory holding one, or a .gguf\n"
+            "  MODEL           a tokenizer.json, a SentencePiece .model, a Hugging Face directory\n"
+            "                  holding either (tokenizer.json or tokenizer.model), or a .gguf\n"
             "  TEXT            a UTF-8 text file (invalid UTF-8 is refused with its byte offset)\n"
             "  -o FILE         the token file to write (version 2: it names the tokenizer), or\n"
             "                  with --decode the text file (default: standard output); written\n"

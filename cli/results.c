@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "result_rows.h"
 
-/* One row per (model, format, options, quantize, mode, part): the part's perplexity, its
+/* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
  * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, and the
  * GEMM path(s) its jobs ran with (v_gemm_path, schema/080_gemm_path.sql: "cpu", "bf16", ...;
  * comma-separated when they differ; CSV and JSON only). Sorted
@@ -19,9 +19,14 @@
  * baseline first (a paired measure, steadier than a difference of two perplexities on a few
  * thousand tokens), then the perplexity increase (the order when KL was not measured). The
  * experiment name is bound as $1 (or spliced in as an SQL literal for psql). */
+/* The options column: the format's options, with "fuse" (the fused groups sharing a tensor
+ * scale, kinds/sensitivity.h) added when the job has it, so fused and unfused jobs are apart. */
+#define QSWEEP_RESULTS_OPTIONS                                                                     \
+    "CASE WHEN j.spec ? 'fuse' THEN ((j.spec -> 'format_options') || jsonb_build_object('fuse', "  \
+    "j.spec -> 'fuse'))::text ELSE j.spec ->> 'format_options' END"
 static const char *const RESULTS_SQL =
     "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
-    "       j.spec ->> 'format_options' AS options, s.quantize, s.mode, s.part,\n"
+    "       " QSWEEP_RESULTS_OPTIONS " AS options, s.quantize, s.mode, s.part,\n"
     "       max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
     "       max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"

@@ -21,6 +21,24 @@ int qs_part_by_name(const char *name) {
     return -1;
 }
 
+unsigned qs_fuse_bit(const char *name) {
+    if (name && !strcmp(name, "qkv")) return QS_FUSE_QKV;
+    if (name && !strcmp(name, "gate_up")) return QS_FUSE_GATE_UP;
+    return 0;
+}
+
+const char *qs_fuse_text(unsigned fuse) {
+    switch (fuse & QS_FUSE_ALL) {
+    case QS_FUSE_QKV:
+        return "qkv";
+    case QS_FUSE_GATE_UP:
+        return "gate_up";
+    case QS_FUSE_ALL:
+        return "gate_up+qkv";
+    }
+    return "";
+}
+
 int qs_policy_key_parse(const char *key, int *block, int *part) {
     *block = *part = -1;
     if (!key) return -1;
@@ -125,9 +143,11 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
     if (!s->metrics || (s->metrics & ~((1u << QS_METRICS) - 1)))
         return qs_error_set(err, QS_EINVAL, "job spec: metrics: expected a non-empty list of %s",
                             "kl, ppl, sqnr, top1");
+    if (s->fuse & ~(unsigned)QS_FUSE_ALL)
+        return qs_error_set(err, QS_EINVAL, "job spec: fuse: unknown group bits 0x%x", s->fuse);
     if (!s->eval) {
         if (strcmp(s->format, "bf16") || json_object_size(s->format_options) ||
-            s->metrics != QS_METRIC_PPL || s->policy)
+            s->metrics != QS_METRIC_PPL || s->policy || s->fuse)
             return qs_error_set(err, QS_EINVAL,
                                 "job spec: a baseline has format bf16, no format_options and "
                                 "metrics [ppl]");
@@ -225,6 +245,13 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
             const char *tied = tied_text(s);
             if (tied) json_object_set_new(o, "tied_embeddings", json_string(tied));
             if (s->mode == QS_MODE_POLICY) json_object_set(o, "policy", s->policy);
+            if (s->fuse) {
+                json_t *fu = json_array(); /* sorted by name */
+                if (fu && (s->fuse & QS_FUSE_GATE_UP))
+                    json_array_append_new(fu, json_string("gate_up"));
+                if (fu && (s->fuse & QS_FUSE_QKV)) json_array_append_new(fu, json_string("qkv"));
+                json_object_set_new(o, "fuse", fu);
+            }
         } else {
             json_object_set_new(o, "quantize", json_null());
             json_object_set_new(o, "mode", json_null());
@@ -238,7 +265,8 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
     size_t want =
         10 + (s->resources.present ? 1 : 0) +
         (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
-        (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY);
+        (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY) +
+        (s->eval && s->fuse != 0);
     if (!o || json_object_size(o) != want) {
         json_decref(o);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -329,6 +357,27 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
             s->loo_of |= 1u << part;
         }
     }
+    const json_t *fuse = json_object_get(spec, "fuse");
+    if (fuse) {
+        if (!json_is_array(fuse) || !json_array_size(fuse))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: fuse: expected a non-empty list of qkv, gate_up");
+        size_t i;
+        const json_t *v;
+        unsigned last = 0;
+        json_array_foreach(fuse, i, v) {
+            unsigned bit = qs_fuse_bit(json_string_value(v));
+            /* canonical order: sorted by name (gate_up, qkv), each once */
+            unsigned rank = bit == QS_FUSE_GATE_UP ? 1 : bit == QS_FUSE_QKV ? 2 : 0;
+            if (!rank || rank <= last)
+                return qs_error_set(err, QS_EINVAL,
+                                    "job spec: fuse[%zu]: unknown, repeated or out of order "
+                                    "group (expected sorted names of gate_up, qkv)",
+                                    i);
+            last = rank;
+            s->fuse |= bit;
+        }
+    }
     const json_t *tied = json_object_get(spec, "tied_embeddings");
     s->tied = tied != NULL;
     if (tied) {
@@ -348,11 +397,11 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
     out->block = out->part = -1;
     out->loo_of = QS_PARTS_BLOCK_LINEARS;
     if (!json_is_object(spec)) return qs_error_set(err, QS_EINVAL, "job spec: expected an object");
-    static const char *const keys[] = {"dataset",  "format",           "format_options",
-                                       "kind",     "metrics",          "mode",
-                                       "model",    "numerics_version", "part",
-                                       "quantize", "leave_one_out_of", "tied_embeddings",
-                                       "resources", "policy"};
+    static const char *const keys[] = {"dataset",   "format",           "format_options",
+                                       "kind",      "metrics",          "mode",
+                                       "model",     "numerics_version", "part",
+                                       "quantize",  "leave_one_out_of", "tied_embeddings",
+                                       "resources", "policy",           "fuse"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {
@@ -415,6 +464,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
             st = qs_error_set(err, QS_EINVAL,
                               "job spec: a baseline has no leave_one_out_of, tied_embeddings or "
                               "policy");
+        if (!st && json_object_get(spec, "fuse"))
+            st = qs_error_set(err, QS_EINVAL, "job spec: fuse: a baseline fuses nothing");
     }
     if (!st) st = qs_sensitivity_validate(out, err);
     if (st) qs_sensitivity_clear(out);

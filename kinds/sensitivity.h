@@ -15,6 +15,9 @@
  *                                     quantizes lm_head and/or the embeddings: each is
  *                                     quantized as a copy of its own, so quantizing lm_head
  *                                     of a tied model quantizes the head copy only;
+ *   "fuse": ["gate_up", "qkv"]       eval: the fused groups whose members share one
+ *                                     per-tensor scale (the joint amax of their weights) in
+ *                                     the formats that have one; absent when none;
  *   "resources": {...}               spec.h (not part of the job key).
  * baseline: format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
  * eval: format a numeric-core name (kernels/quant.h) with its canonical options object (every
@@ -66,10 +69,20 @@ typedef struct qs_sensitivity_spec {
                                embeddings */
     bool tied;              /* the model ties lm_head to its embeddings */
     json_t *policy;         /* policy mode: {"3.down": "nvfp4", ...} (owned), else NULL */
+    unsigned fuse;          /* eval: QS_FUSE_* bits, the fused groups sharing a tensor scale */
     unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
     char numerics_version[16];
     qs_resources resources;
 } qs_sensitivity_spec;
+
+/* Fused groups (the grid key sensitivity.fuse, the spec's "fuse"): the linears of a block that
+ * a serving engine runs as one GEMM and quantizes with one per-tensor scale. Names "qkv" and
+ * "gate_up"; the canonical list is sorted by name ("gate_up" before "qkv"). */
+enum { QS_FUSE_QKV = 1, QS_FUSE_GATE_UP = 2, QS_FUSE_ALL = 3 };
+/* The bit of a group name, 0 when unknown. */
+unsigned qs_fuse_bit(const char *name);
+/* "gate_up", "qkv", or "gate_up+qkv" for a bit set ("" for 0), for labels and reports. */
+const char *qs_fuse_text(unsigned fuse);
 
 /* The format a policy-mode spec has in "format". */
 #define QS_POLICY_FORMAT "policy"

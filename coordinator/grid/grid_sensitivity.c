@@ -156,11 +156,33 @@ static qs_status add_metric(qc_config *c, struct fy_node *n, void *ctx) {
     return QS_OK;
 }
 
-/* What the sensitivity kind keeps in g->kind_data: the grid's `policy` (mode policy). */
+/* What the sensitivity kind keeps in g->kind_data: the grid's `policy` (mode policy) and
+ * `fuse`. */
 typedef struct sens_data {
-    json_t *policy;  /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out) */
+    json_t *policy;  /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out);
+                        NULL without mode policy */
     json_t *options; /* {"nvfp4": {canonical options}, ...}: each format of the map */
+    unsigned fuse;   /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
 } sens_data;
+
+/* One `fuse` entry: qkv or gate_up, each once. */
+static qs_status add_fuse(qc_config *c, struct fy_node *n, void *ctx) {
+    unsigned *fuse = ctx;
+    const char *s = qc_config_scalar(n);
+    unsigned bit = qs_fuse_bit(s);
+    if (!bit)
+        return qc_config_fail(c, n, QS_EINVAL, "unknown fused group '%s' (expected qkv or gate_up)",
+                              s ? s : "(not a scalar)");
+    if (*fuse & bit) return qc_config_fail(c, n, QS_EINVAL, "fused group '%s' is listed twice", s);
+    *fuse |= bit;
+    return QS_OK;
+}
+
+/* The grid's kind data, made on first use. */
+static sens_data *data_of(qc_grid *g) {
+    if (!g->kind_data) g->kind_data = calloc(1, sizeof(sens_data));
+    return g->kind_data;
+}
 
 static void free_data(qc_grid *g) {
     sens_data *d = g->kind_data;
@@ -240,8 +262,8 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
                               "'modes' and 'metrics'");
-    static const char *const keys[] = {"formats", "quantize", "modes",  "parts",
-                                       "metrics", "policy",   NULL};
+    static const char *const keys[] = {"formats", "quantize", "modes", "parts",
+                                       "metrics", "policy",   "fuse",  NULL};
     qs_status st = qc_config_check_keys(c, n, "sensitivity", keys);
     if (st) return st;
     struct fy_node *f = qc_config_lookup(n, "formats"), *m = qc_config_lookup(n, "modes"),
@@ -280,10 +302,17 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         return qc_config_fail(c, pol, QS_EINVAL,
                               "'policy' applies to mode policy, and the grid has no mode policy");
     if (pol) {
-        sens_data *d = calloc(1, sizeof *d);
+        sens_data *d = data_of(g);
         if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
-        g->kind_data = d;
         if ((st = parse_policy(c, pol, probe, g, d))) return st;
+    }
+    /* fuse: [qkv, gate_up], the groups whose members share one per-tensor scale (an empty
+     * list: none, the default) */
+    struct fy_node *fu = qc_config_lookup(n, "fuse");
+    if (fu && !(fy_node_is_sequence(fu) && fy_node_sequence_item_count(fu) == 0)) {
+        sens_data *d = data_of(g);
+        if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        if ((st = qc_config_each(c, fu, "fuse", add_fuse, &d->fuse))) return st;
     }
     struct fy_node *pn = qc_config_lookup(n, "parts");
     if (pn) {
@@ -390,6 +419,8 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     char *dpath = malloc(dlen);
     if (!dpath) return qs_error_set(err, QS_ENOMEM, "out of memory");
     snprintf(dpath, dlen, "%s%s", g->dataset_text ? QS_DATASET_TEXT_PREFIX : "", g->dataset_path);
+    const sens_data *d = g->kind_data;
+    unsigned fuse = d ? d->fuse : 0;
     for (size_t mi = 0; !st && mi < g->n_models; mi++) {
         const qc_grid_model *m = &g->models[mi];
         qs_sensitivity_spec s;
@@ -415,6 +446,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                         s.mode = mode;
                         s.metrics = metrics;
                         job_part(g, mode, pi, &s);
+                        s.fuse = fuse;
                         if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
                         if (!s.format_options) {
                             st = qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -422,14 +454,14 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                         }
                         char part[64];
                         qs_sensitivity_part_text(&s, part, sizeof part);
-                        snprintf(label, sizeof label, "%s %s %s %s %s", m->name,
+                        snprintf(label, sizeof label, "%s %s %s %s %s%s%s", m->name,
                                  g->formats[fi].name, qs_quantize_name(s.quantize_acts),
-                                 qs_mode_name(mode), part);
+                                 qs_mode_name(mode), part, fuse ? " fuse " : "",
+                                 qs_fuse_text(fuse));
                         st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                     }
                 }
-        const sens_data *d = g->kind_data;
-        for (size_t qi = 0; !st && d && qi < g->n_quantize; qi++) {
+        for (size_t qi = 0; !st && d && d->policy && qi < g->n_quantize; qi++) {
             base_spec(g, m, dpath, &s);
             s.eval = true;
             s.format = QS_POLICY_FORMAT;
@@ -438,6 +470,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
             s.quantize_acts = g->quantize_acts[qi];
             s.mode = QS_MODE_POLICY;
             s.metrics = metrics;
+            s.fuse = fuse;
             if (!s.format_options) {
                 st = qs_error_set(err, QS_ENOMEM, "out of memory");
                 break;

@@ -160,8 +160,8 @@ static void unsupported_tensor_type_is_named(void **state) {
     (void)state;
     gguf_bytes g = load();
     size_t at = tensor_info(&g, "blk.1.attn_q.weight");
-    put32(&g, at + 4 + 2 * 8, 12); /* Q4_K */
-    expect_fails(&g, g.n, QS_EUNSUPPORTED, "blk.1.attn_q.weight", "Q4_K");
+    put32(&g, at + 4 + 2 * 8, 16); /* IQ2_XXS */
+    expect_fails(&g, g.n, QS_EUNSUPPORTED, "blk.1.attn_q.weight", "IQ2_XXS");
 }
 
 static void unknown_tensor_type_is_named(void **state) {

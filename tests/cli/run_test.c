@@ -214,6 +214,76 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_non_null(strstr(out, "100%  29/29"));
 }
 
+/* A GGUF file of K-quant and IQ4 tensors (tests/checkpoint/fixtures/tiny_kquant.gguf: Q2_K ...
+ * Q6_K, IQ4_NL, IQ4_XS) is a model a sweep starts from: the tiny grid on it, NVFP4 weights,
+ * runs every job, and every eval has a finite perplexity against its baseline. */
+static void test_kquant_gguf_sweeps_end_to_end(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *run[] = {"run",
+                         TINY,
+                         "--workers",
+                         "1",
+                         "--set",
+                         "name=tiny-kquant",
+                         "--set",
+                         "models.0=" QSWEEP_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_kquant.gguf",
+                         "--set",
+                         "sensitivity.formats=[nvfp4]",
+                         "--set",
+                         "sensitivity.quantize=[weights]",
+                         "--set",
+                         "dataset.max_chunks=2",
+                         NULL};
+    int rc = qsweep(out, sizeof out, run);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "8 jobs: 8 new")); /* 1 baseline + 7 components */
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
+    PGconn *c = e->c = connect_db(qc_pgserver_conninfo(e->pg));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), 8);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'ppl'"
+                                   " AND model LIKE '%tiny_kquant.gguf' AND baseline_value > 1"
+                                   " AND value > 1 AND value < 1e6"),
+                     7);
+}
+
+/* A checkpoint whose only tokenizer is a SentencePiece tokenizer.model
+ * (tests/tokenizer/data/spm/tiny_llama) sweeps a text dataset: the text is tokenized by that
+ * model file and every job runs. */
+static void test_sentencepiece_model_sweeps_a_text_end_to_end(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    char grid[600];
+    snprintf(grid, sizeof grid, "%s/spm.yaml", e->dir);
+    assert_int_equal(
+        fx_write_text(grid, "name: tiny-spm\n"
+                            "kind: sensitivity\n"
+                            "models:\n"
+                            "  - " QSWEEP_SOURCE_DIR "/tests/tokenizer/data/spm/tiny_llama\n"
+                            "dataset:\n"
+                            "  text: " QSWEEP_SOURCE_DIR "/tests/tokenizer/data/texts/gpl3.txt\n"
+                            "  ctx: 64\n"
+                            "  max_chunks: 2\n"
+                            "sensitivity:\n"
+                            "  formats: [nvfp4]\n"
+                            "  quantize: [weights]\n"
+                            "  modes: [component]\n"
+                            "  metrics: [ppl, kl, top1]\n"),
+        0);
+    const char *run[] = {"run", grid, "--workers", "1", NULL};
+    int rc = qsweep(out, sizeof out, run);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "8 jobs: 8 new")); /* 1 baseline + 7 components */
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
+    PGconn *c = e->c = connect_db(qc_pgserver_conninfo(e->pg));
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"), 8);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM v_sensitivity WHERE metric = 'ppl'"
+                                   " AND model LIKE '%tiny_llama' AND baseline_value > 1"),
+                     7);
+}
+
 /* As start_slow_run, with one more --set (extra, when not NULL), stdout and stderr into the
  * file log (NULL: discarded). */
 static pid_t start_run_logged(const char *db, const char *max_chunks, const char *extra,
@@ -991,6 +1061,9 @@ static void test_run_sharing_the_cluster_leaves_it_to_the_last_run(void **state)
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_run_tiny_grid_then_resubmit_adds_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_kquant_gguf_sweeps_end_to_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sentencepiece_model_sweeps_a_text_end_to_end, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_run_reruns_only_unfinished_jobs, setup,
                                         teardown),

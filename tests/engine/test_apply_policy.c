@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "checkpoint.h"
+#include "format.h"
 #include "golden.h"
 #include "model.h"
 #include "model_internal.h"
@@ -156,10 +157,96 @@ static void synthetic_masters_quantize_as_one_shot(void **state) {
     qw_model_destroy(m);
 }
 
+/* Linear i's master as FP32 [out x in] (heap). */
+static float *master_f32(const qw_model *m, int i) {
+    const linear *L = &m->lin[i];
+    float *x = malloc((size_t)L->out * (size_t)L->in * sizeof *x);
+    assert_non_null(x);
+    qs_error err = {0};
+    assert_int_equal(qw_weight_rows_f32(L->master, 0, L->out, x, &err), QS_OK);
+    return x;
+}
+
+/* Fused groups (policy.h fuse): with q/k/v and gate/up fused, a quantized member's packed
+ * weights are the rows of its group's tensors concatenated and quantized as one (the shared
+ * per-tensor scale of a fused GEMM), in NVFP4 and FP8 per tensor, whether or not the other
+ * members are quantized; o and down keep their own scale; MXFP4 (no tensor scale) is as
+ * unfused. */
+static void fused_groups_share_one_tensor_scale(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama3_gqa", engine_data_dir());
+    qs_error err = {0};
+    qw_checkpoint *ck;
+    qw_model *m;
+    if (qw_checkpoint_open(path, &ck, &err) != QS_OK) fail_msg("%s", err.msg);
+    if (qw_model_create(ck, 32, 2, &m, &err) != QS_OK) fail_msg("%s", err.msg);
+    const int nl = qw_model_config(m)->n_layers;
+    const char *formats[] = {"nvfp4", "fp8_e4m3", "mxfp4"};
+    const qw_isolation modes[] = {QW_ISO_ALL, QW_ISO_COMPONENT};
+    for (size_t fi = 0; fi < 3; fi++)
+        for (size_t mi = 0; mi < 2; mi++) {
+            qw_quant_spec s = {.weight = qk_format_by_name(formats[fi])};
+            qw_policy p;
+            assert_int_equal(qw_policy_init(&p, nl, &err), QS_OK);
+            /* component mode: k alone, so its group's q and v are not quantized */
+            assert_int_equal(qw_policy_isolation(&p, modes[mi], QW_LINEAR_K, 0, &s, &err), QS_OK);
+            p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP;
+            assert_int_equal(qw_model_apply_policy_chunked(m, &p, 48 * 64, &err), QS_OK);
+            for (int b = 0; b < nl; b++)
+                for (int k = 0; k < QW_LINEAR_KINDS; k++) {
+                    int i = b * QW_LINEAR_KINDS + k;
+                    if (!p.linears[i].weight) continue;
+                    int first = k, count = 1; /* o, down, and every MX linear: alone */
+                    if (s.weight->tensor_scale && k <= QW_LINEAR_V) first = QW_LINEAR_Q, count = 3;
+                    if (s.weight->tensor_scale && (k == QW_LINEAR_GATE || k == QW_LINEAR_UP))
+                        first = QW_LINEAR_GATE, count = 2;
+                    /* the group's rows stacked, this linear's rows at `at` */
+                    size_t rows = 0, at = 0, in = (size_t)m->lin[i].in;
+                    for (int g = first; g < first + count; g++) {
+                        if (g == k) at = rows;
+                        rows += (size_t)m->lin[b * QW_LINEAR_KINDS + g].out;
+                    }
+                    float *cat = malloc(rows * in * sizeof *cat);
+                    assert_non_null(cat);
+                    for (int g = first, r = 0; g < first + count; g++) {
+                        const linear *G = &m->lin[b * QW_LINEAR_KINDS + g];
+                        float *x = master_f32(m, b * QW_LINEAR_KINDS + g);
+                        memcpy(cat + (size_t)r * in, x, (size_t)G->out * in * sizeof *x);
+                        r += G->out;
+                        free(x);
+                    }
+                    qk_quant_options o = {.tensor_id = (uint32_t)m->lin[i].tensor_index};
+                    qk_packed ref;
+                    assert_int_equal(qk_packed_init(&ref, s.weight, &o, rows, in, &err), QS_OK);
+                    assert_int_equal(qk_quantize(s.weight, &o, cat, rows, in, &ref, &err), QS_OK);
+                    const qk_packed *got = &m->lin[i].packed;
+                    size_t n = (size_t)m->lin[i].out;
+                    if (memcmp(ref.codes + at * ref.row_bytes, got->codes, n * ref.row_bytes))
+                        fail_msg("%s %s: block %d %s: codes differ from the stacked group",
+                                 formats[fi], qw_isolation_name(modes[mi]), b,
+                                 qw_linear_kind_name((qw_linear_kind)k));
+                    if (ref.scales && memcmp(ref.scales + at * ref.blocks_per_row, got->scales,
+                                             n * ref.blocks_per_row))
+                        fail_msg("%s: block %d %s: block scales differ", formats[fi], b,
+                                 qw_linear_kind_name((qw_linear_kind)k));
+                    assert_memory_equal(&ref.tensor_scale, &got->tensor_scale, sizeof(float));
+                    assert_memory_equal(&ref.tensor_amax, &got->tensor_amax, sizeof(float));
+                    qk_packed_release(&ref);
+                    free(cat);
+                }
+            qw_policy_free(&p);
+        }
+    assert_int_equal(qw_model_apply_policy(m, NULL, NULL), QS_OK);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(checkpoint_masters_quantize_as_one_shot),
         cmocka_unit_test(synthetic_masters_quantize_as_one_shot),
+        cmocka_unit_test(fused_groups_share_one_tensor_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

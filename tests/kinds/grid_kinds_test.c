@@ -166,6 +166,52 @@ static void test_leave_one_out_by_block_and_by_layer_expand(void **state) {
     qc_grid_free(g);
 }
 
+/* sensitivity.fuse: every eval spec names the fused groups, sorted ("gate_up", "qkv"), so a
+ * fused job has another key than the unfused one; the baseline is shared; an empty list is
+ * the default; a bad or repeated name is refused at its location. */
+static void test_fuse_is_recorded_in_every_eval_spec(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *g2 = NULL, *g3 = NULL;
+    qc_job_list l = {0}, l2 = {0}, l3 = {0};
+    expand(e, HEAD "sensitivity: {formats: [nvfp4], parts: [q, o], fuse: [qkv, gate_up]}\n", &g,
+           &l);
+    expand(e, HEAD "sensitivity: {formats: [nvfp4], parts: [q, o]}\n", &g2, &l2);
+    expand(e, HEAD "sensitivity: {formats: [nvfp4], parts: [q, o], fuse: []}\n", &g3, &l3);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l2.n, 3);
+    char b[256];
+    assert_string_equal(field(&l.jobs[0], "fuse", b, sizeof b), "(absent)");
+    assert_string_equal(l.jobs[0].key, l2.jobs[0].key); /* one baseline */
+    for (size_t i = 1; i < 3; i++) {
+        assert_string_equal(field(&l.jobs[i], "fuse", b, sizeof b), "[\"gate_up\",\"qkv\"]");
+        assert_string_equal(field(&l2.jobs[i], "fuse", b, sizeof b), "(absent)");
+        assert_string_not_equal(l.jobs[i].key, l2.jobs[i].key);
+        assert_string_equal(l3.jobs[i].key, l2.jobs[i].key);
+        assert_non_null(strstr(l.jobs[i].label, "fuse gate_up+qkv"));
+    }
+    qc_job_list_free(&l);
+    qc_job_list_free(&l2);
+    qc_job_list_free(&l3);
+    qc_grid_free(g);
+    qc_grid_free(g2);
+    qc_grid_free(g3);
+    qs_error err = {0};
+    qc_grid *bad = NULL;
+    char prefix[600];
+    assert_int_equal(
+        load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  fuse: [qkv, qk]\n", &bad, &err),
+        QS_EINVAL);
+    snprintf(prefix, sizeof prefix, "%s:6:15: unknown fused group 'qk' (expected qkv or gate_up)",
+             e->grid);
+    if (!strstr(err.msg, prefix)) fail_msg("%s", err.msg);
+    assert_int_equal(
+        load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  fuse: [qkv, qkv]\n", &bad, &err),
+        QS_EINVAL);
+    snprintf(prefix, sizeof prefix, "%s:6:15: fused group 'qkv' is listed twice", e->grid);
+    assert_non_null(strstr(err.msg, prefix));
+    assert_null(bad);
+}
+
 /* lm_head and embeddings as parts; the fixture model is tied, so the spec records that the
  * head (or the embedding table) is quantized as a copy of its own. */
 static void test_lm_head_and_embeddings_parts_record_tied_handling(void **state) {
@@ -425,6 +471,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
         cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),
+        cmocka_unit_test_setup_teardown(test_fuse_is_recorded_in_every_eval_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
                                         teardown),

@@ -288,6 +288,48 @@ static void test_tied_embeddings_are_recorded_in_the_spec(void **state) {
 }
 
 /* One bad field at a time, each named in the message. */
+/* "fuse": the fused groups, sorted by name, only when the job has some (the key of an unfused
+ * spec is as before); the decoder reads it back and refuses unknown, repeated or unsorted
+ * names and a baseline with it. */
+static void test_fuse_is_in_the_spec_and_key(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.fuse = QS_FUSE_QKV | QS_FUSE_GATE_UP;
+    char *text = encode_text(&s);
+    assert_non_null(strstr(text, "\"fuse\":[\"gate_up\",\"qkv\"]"));
+    char key[65];
+    qs_error err = {0};
+    assert_int_equal(qs_spec_key_text(text, key, &err), QS_OK);
+    assert_string_not_equal(key, EVAL_KEY);
+    qs_sensitivity_spec back;
+    assert_int_equal(decode_text(text, &back, &err), QS_OK);
+    assert_int_equal(back.fuse, QS_FUSE_QKV | QS_FUSE_GATE_UP);
+    char *again = encode_text(&back);
+    assert_string_equal(again, text);
+    free(again);
+    qs_sensitivity_clear(&back);
+    s.fuse = QS_FUSE_QKV;
+    free(text);
+    text = encode_text(&s);
+    assert_non_null(strstr(text, "\"fuse\":[\"qkv\"]"));
+    free(text);
+    qs_sensitivity_clear(&s);
+    assert_string_equal(qs_fuse_text(QS_FUSE_QKV | QS_FUSE_GATE_UP), "gate_up+qkv");
+    const char *bad[] = {"[\"qkv\",\"gate_up\"]", "[\"qkv\",\"qkv\"]", "[\"kv\"]", "[]", "\"qkv\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char t[2048];
+        snprintf(t, sizeof t, "%.*s,\"fuse\":%s}", (int)strlen(EVAL_TEXT) - 1, EVAL_TEXT, bad[i]);
+        assert_int_equal(decode_text(t, &back, &err), QS_EINVAL);
+        if (!strstr(err.msg, "fuse")) fail_msg("%s: %s", bad[i], err.msg);
+    }
+    char t[2048];
+    snprintf(t, sizeof t, "%.*s,\"fuse\":[\"qkv\"]}", (int)strlen(BASELINE_TEXT) - 1,
+             BASELINE_TEXT);
+    assert_int_equal(decode_text(t, &back, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "fuse"));
+}
+
 static void test_decoder_names_the_bad_field(void **state) {
     (void)state;
     static const struct {
@@ -434,6 +476,7 @@ int main(void) {
         cmocka_unit_test(test_affinity_key_and_synthetic_identity),
         cmocka_unit_test(test_names_and_aliases),
         cmocka_unit_test(test_registry_checks_a_spec_by_its_kind),
+        cmocka_unit_test(test_fuse_is_in_the_spec_and_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

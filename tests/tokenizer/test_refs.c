@@ -1,5 +1,6 @@
 /* qsweep's token ids against an independent implementation's, on five texts
- * (tests/tokenizer/data, made by tools/tokenizer/make_tokenizer_refs.py):
+ * (tests/tokenizer/data, made by tools/tokenizer/make_tokenizer_refs.py and, for the
+ * SentencePiece .model files, tools/tokenizer/make_spm_refs.py: sentencepiece itself):
  * Hugging Face tokenizers for the tokenizer.json files (Llama 2 in its legacy form and with the
  * Metaspace pre-tokenizer two ways, Llama 3.2), llama.cpp's
  * llama-tokenize for the GGUF vocabularies (SmolLM2, Llama 2, Llama 3.2). Each test checks the
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "tokenizer.h"
 
@@ -20,7 +22,27 @@ typedef struct ref_case {
     const char *ref_name;  /* refs/<ref_name>.<text>.ids */
     const char *text;
     const char *text_file;
+    int lossy; /* the normalizer drops or changes text: no round trip */
+    /* regex_replace/<normalizer> in place of the tokenizer.json's normalizer; NULL: as it is */
+    const char *normalizer;
 } ref_case;
+
+/* The tokenizer.json at path with its "normalizer" replaced by the JSON file norm_path. */
+static qw_tokenizer *open_with_normalizer(const char *path, const char *norm_path) {
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je), *norm = json_load_file(norm_path, 0, &je);
+    if (!root || !norm) fail_msg("%s: %s", root ? norm_path : path, je.text);
+    json_object_set_new(root, "normalizer", norm);
+    char *text = json_dumps(root, JSON_COMPACT);
+    assert_non_null(text);
+    qw_tokenizer *t;
+    qs_error err = {0};
+    if (qw_tokenizer_from_json(path, text, strlen(text), -1, -1, &t, &err))
+        fail_msg("%s with %s: %s", path, norm_path, err.msg);
+    free(text);
+    json_decref(root);
+    return t;
+}
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -77,8 +99,14 @@ static void run_case(void **state) {
     qs_error err = {0};
     qw_tokenizer *t;
     snprintf(path, sizeof path, "%s/%s", QW_TOK_DATA, c->tokenizer);
-    qs_status st = qw_tokenizer_open(path, &t, &err);
-    if (st) fail_msg("%s: %s", path, err.msg);
+    qs_status st = QS_OK;
+    if (c->normalizer) {
+        char norm[4096];
+        snprintf(norm, sizeof norm, "%s/regex_replace/%s", QW_TOK_SRC_DATA, c->normalizer);
+        t = open_with_normalizer(path, norm);
+    } else if ((st = qw_tokenizer_open(path, &t, &err))) {
+        fail_msg("%s: %s", path, err.msg);
+    }
     size_t len, nref;
     snprintf(path, sizeof path, "%s/texts/%s", QW_TOK_SRC_DATA, c->text_file);
     char *text = slurp(path, &len);
@@ -110,6 +138,15 @@ static void run_case(void **state) {
         want++;
         want_len--;
     }
+    if (c->lossy) {
+        printf("OK %-26s %-12s %6zu ids (no round trip: the normalizer changes the text)\n",
+               c->tokenizer, c->text, ids.n);
+        qw_token_vec_free(&ids);
+        free(ref);
+        free(text);
+        qw_tokenizer_free(t);
+        return;
+    }
     char *back;
     size_t back_len;
     st = qw_tokenizer_decode(t, ids.ids, ids.n, 0, &back, &back_len, &err);
@@ -130,11 +167,14 @@ static void run_case(void **state) {
     qw_tokenizer_free(t);
 }
 
-#define TEXTS(tok, ref)                                                                            \
-    {tok, ref, "gpl3", "gpl3.txt"}, {tok, ref, "kjv_esther", "kjv_esther.txt"},                    \
-        {tok, ref, "llama2c_run", "llama2c_run.c"}, {tok, ref, "unicode", "unicode.txt"}, {        \
-        tok, ref, "whitespace", "whitespace.txt"                                                   \
+#define TEXTS_N(tok, ref, norm, lossy)                                                             \
+    {tok, ref, "gpl3", "gpl3.txt", lossy, norm},                                                   \
+        {tok, ref, "kjv_esther", "kjv_esther.txt", lossy, norm},                                   \
+        {tok, ref, "llama2c_run", "llama2c_run.c", lossy, norm},                                   \
+        {tok, ref, "unicode", "unicode.txt", lossy, norm}, {                                       \
+        tok, ref, "whitespace", "whitespace.txt", lossy, norm                                      \
     }
+#define TEXTS(tok, ref) TEXTS_N(tok, ref, NULL, 0)
 
 static const ref_case cases[] = {
     TEXTS("llama2/tokenizer.json", "llama2"),
@@ -144,6 +184,24 @@ static const ref_case cases[] = {
     TEXTS("smollm2.vocab.gguf", "smollm2_gguf"),
     TEXTS("llama2.vocab.gguf", "llama2_gguf"),
     TEXTS("llama3.vocab.gguf", "llama3_gguf"),
+    /* SentencePiece .model files trained for these tests (tools/tokenizer/make_spm_refs.py),
+     * against sentencepiece's own ids; spm/random.txt: seeded random strings */
+    /* Llama 2's tokenizer.model alone in a folder: sentencepiece's ids on it are the refs of
+     * its tokenizer.json and GGUF conversions (spm/SOURCES.md) */
+    TEXTS("spm/llama2_model", "llama2"),
+    TEXTS("spm/bpe.model", "spm_bpe"),
+    {"spm/bpe.model", "spm_bpe", "random", "../spm/random.txt", 0, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "gpl3", "gpl3.txt", 1, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "kjv_esther", "kjv_esther.txt", 1, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "llama2c_run", "llama2c_run.c", 1, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "unicode", "unicode.txt", 1, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "whitespace", "whitespace.txt", 1, NULL},
+    {"spm/bpe_ws.model", "spm_bpe_ws", "random", "../spm/random.txt", 1, NULL},
+    /* tokenizer.json normalizers with Replace on a Regex pattern (the files in regex_replace/):
+     * Hugging Face tokenizers' ids (tools/tokenizer/make_regex_replace_refs.py); the Regex
+     * form of the legacy " " -> "▁" gives the String form's ids */
+    TEXTS_N("llama2/tokenizer.json", "llama2", "plain.json", 0),
+    TEXTS_N("llama2/tokenizer.json", "llama2_regex_rich", "rich.json", 1),
 };
 
 int main(void) {
@@ -151,7 +209,12 @@ int main(void) {
     struct CMUnitTest tests[N];
     char names[N][96];
     for (size_t i = 0; i < N; i++) {
-        snprintf(names[i], sizeof names[i], "%s_%s", cases[i].ref_name, cases[i].text);
+        /* cases that share another case's references are named apart by what they read */
+        const char *how = cases[i].normalizer && !strcmp(cases[i].normalizer, "plain.json")
+                              ? "_regex_plain"
+                          : !strcmp(cases[i].tokenizer, "spm/llama2_model") ? "_model"
+                                                                            : "";
+        snprintf(names[i], sizeof names[i], "%s%s_%s", cases[i].ref_name, how, cases[i].text);
         tests[i] = (struct CMUnitTest){names[i], run_case, NULL, NULL, (void *)&cases[i]};
     }
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -626,6 +626,91 @@ static void text_dataset_refuses_what_is_not_a_regular_file(void **state) {
     free(text);
 }
 
+/* A normalizer Replace on a Regex pattern: the matches become the content, taken literally;
+ * a pattern PCRE2 refuses is named with its field. */
+static void normalizer_replace_with_a_regex(void **state) {
+    (void)state;
+    const char *ok =
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"-\":1,\"$1\":2,"
+        "\"$\":3,\"1\":4},\"merges\":[\"$ 1\"]},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+        "{\"Regex\":\"(b|c)+\"},\"content\":\"$1\"}}";
+    qw_tokenizer *t;
+    qs_error err = {0};
+    assert_int_equal(qw_tokenizer_from_json("re.json", ok, strlen(ok), -1, -1, &t, &err), QS_OK);
+    qw_token_vec v = enc(t, "abcb-a", 0);
+    const uint32_t want[] = {0, 2, 1, 0}; /* "a", "$1", "-", "a" */
+    assert_ids(&v, want, 4);
+    qw_token_vec_free(&v);
+    qw_tokenizer_free(t);
+    const char *bad = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                      "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
+                      "\"Replace\",\"pattern\":{\"Regex\":\"(\"},\"content\":\"\"}]}}";
+    assert_int_equal(qw_tokenizer_from_json("bad.json", bad, strlen(bad), -1, -1, &t, &err),
+                     QS_EFORMAT);
+    assert_has(err.msg, "bad.json");
+    assert_has(err.msg, "normalizer.normalizers[0]");
+    assert_has(err.msg, "PCRE2");
+}
+
+/* SentencePiece .model files (tools/tokenizer/make_spm_refs.py): a unigram model is refused
+ * by name, not as bad JSON; a tokenizer.model alone in a checkpoint folder is found; a .model
+ * file under another name is recognised by its first byte; a cut file is named; BOS only when
+ * asked, as Llama 2 puts it. */
+static void sentencepiece_model_files(void **state) {
+    (void)state;
+    char path[4096];
+    qw_tokenizer *t = NULL;
+    qs_error err = {0};
+    snprintf(path, sizeof path, "%s/spm/unigram.model", QW_TOK_DATA);
+    assert_int_equal(qw_tokenizer_open(path, &t, &err), QS_EUNSUPPORTED);
+    assert_has(err.msg, "unigram.model");
+    assert_has(err.msg, "SentencePiece unigram models are not supported");
+
+    qw_tokenizer *bpe = open_tok("spm/bpe.model");
+    assert_string_equal(qw_tokenizer_kind(bpe), "spm");
+    qw_token_vec want = enc(bpe, "Hello world", 0);
+    qw_token_vec with_bos = enc(bpe, "Hello world", QW_ENCODE_ADD_SPECIAL);
+    assert_int_equal(with_bos.n, want.n + 1);
+    assert_int_equal(with_bos.ids[0], (uint32_t)qw_tokenizer_bos(bpe));
+    qw_token_vec none = enc(bpe, "", 0);
+    assert_int_equal(none.n, 0);
+
+    size_t n;
+    snprintf(path, sizeof path, "%s/spm/bpe.model", QW_TOK_DATA);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof buf);
+    char *in_dir = scratch_file("tokenizer.model");
+    write_file(in_dir, buf, n);
+    *strrchr(in_dir, '/') = 0; /* the folder */
+    assert_int_equal(qw_tokenizer_open(in_dir, &t, &err), QS_OK);
+    qw_token_vec got = enc(t, "Hello world", 0);
+    assert_ids(&got, want.ids, want.n);
+    assert_string_equal(qw_tokenizer_digest(t), qw_tokenizer_digest(bpe));
+    qw_token_vec_free(&got);
+    qw_tokenizer_free(t);
+    char *other = scratch_file("sp.bin");
+    write_file(other, buf, n);
+    assert_int_equal(qw_tokenizer_open(other, &t, &err), QS_OK);
+    assert_string_equal(qw_tokenizer_digest(t), qw_tokenizer_digest(bpe));
+    qw_tokenizer_free(t);
+    char *cut = scratch_file("cut.model");
+    write_file(cut, buf, n / 2);
+    assert_int_equal(qw_tokenizer_open(cut, &t, &err), QS_EFORMAT);
+    assert_has(err.msg, "cut.model");
+    assert_has(err.msg, "not a SentencePiece model");
+    qw_token_vec_free(&want);
+    qw_token_vec_free(&with_bos);
+    qw_token_vec_free(&none);
+    qw_tokenizer_free(bpe);
+    free(in_dir);
+    free(other);
+    free(cut);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_byte_map),
@@ -646,6 +731,8 @@ int main(void) {
         cmocka_unit_test(text_dataset_is_cached_per_tokenizer_and_text),
         cmocka_unit_test(text_dataset_cache_is_verified_and_rebuilt),
         cmocka_unit_test(text_dataset_refuses_what_is_not_a_regular_file),
+        cmocka_unit_test(normalizer_replace_with_a_regex),
+        cmocka_unit_test(sentencepiece_model_files),
     };
     return cmocka_run_group_tests(tests, NULL, remove_scratch_dirs);
 }

@@ -334,12 +334,12 @@ qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_st
     int64_t cols = e->ndim == 2 ? e->shape[1] : e->shape[0];
     int overflow = 0;
     size_t row_bytes = qw_dtype_bytes(e->dtype, cols, &overflow);
-    int blocked = e->dtype == QW_DT_Q8_0 || e->dtype == QW_DT_Q4_0 || e->dtype == QW_DT_Q4_1;
-    if (blocked && cols % 32 != 0)
+    int block = qw_dtype_block(e->dtype);
+    if (cols % block != 0)
         return qs_error_set(err, QS_EFORMAT,
                             "%s: tensor \"%s\": rows of %lld elements are not whole %s blocks of "
-                            "32",
-                            file, name, (long long)cols, qw_dtype_name(e->dtype));
+                            "%d",
+                            file, name, (long long)cols, qw_dtype_name(e->dtype), block);
     if (e->permute_heads && (e->ndim != 2 || e->shape[0] % (2 * (int64_t)e->permute_heads) != 0))
         return qs_error_set(err, QS_EFORMAT,
                             "%s: tensor \"%s\": %lld rows cannot be %d heads of rotary pairs",

@@ -35,22 +35,38 @@ typedef enum qw_dtype {
     QW_DT_Q8_0, /* ggml block_q8_0: f16 d, 32 x int8; x = d*q (ggml-common.h) */
     QW_DT_Q4_0, /* ggml block_q4_0: f16 d, 16 bytes of nibbles; x = d*(q-8) */
     QW_DT_Q4_1, /* ggml block_q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d*q + m */
+    /* ggml K-quants, super-blocks of 256 (ggml-common.h block_q2_K ... block_q8_K) */
+    QW_DT_Q2_K,   /* 16 x 16: 4-bit scale and min; 2-bit quants; 84 bytes */
+    QW_DT_Q3_K,   /* 16 x 16: 6-bit scales; 3-bit quants; 110 bytes */
+    QW_DT_Q4_K,   /* 8 x 32: 6-bit scale and min; 4-bit quants; 144 bytes */
+    QW_DT_Q5_K,   /* 8 x 32: 6-bit scale and min; 5-bit quants; 176 bytes */
+    QW_DT_Q6_K,   /* 16 x 16: int8 scales; 6-bit quants; 210 bytes */
+    QW_DT_Q8_K,   /* f32 d, 256 x int8 (+ int16 block sums); 292 bytes */
+    QW_DT_IQ4_NL, /* ggml block_iq4_nl: f16 d, 32 x 4-bit index into 16 non-linear levels */
+    QW_DT_IQ4_XS, /* ggml block_iq4_xs: 256 as 8 x 32 IQ4_NL with 6-bit scales; 136 bytes */
+    QW_DT_Q5_0,   /* ggml block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = d*(q-16) */
+    QW_DT_Q5_1,   /* ggml block_q5_1: f16 d, f16 m, 32 high bits, nibbles; x = d*q + m */
+    QW_DT_COUNT   /* number of dtypes (not a dtype) */
 } qw_dtype;
 
-/* Short name of a dtype ("F32", "Q4_1", ...). */
+/* Short name of a dtype ("F32", "Q4_1", "Q4_K", ...). */
 const char *qw_dtype_name(qw_dtype dt);
 
-/* Converts n elements (a multiple of 32 for blocked types) from src (dtype dt, packed as in
- * the file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an
- * FP32); blocked types per ggml's dequantize_row_q8_0/q4_0/q4_1 (ggml-quants.c), with the
- * multiply and add rounded separately (the build forbids contraction). */
+/* Elements per block of dt: 1 (F32, F16, BF16), 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) or
+ * 256 (the K-quants and IQ4_XS). A stored row holds whole blocks. */
+int qw_dtype_block(qw_dtype dt);
+
+/* Converts n elements (a multiple of qw_dtype_block(dt)) from src (dtype dt, packed as in the
+ * file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an FP32);
+ * blocked types per ggml's dequantize_row_<type> (ggml-quants.c), each product and sum rounded
+ * separately in ggml's order (the build forbids contraction). */
 void qw_dtype_to_f32(qw_dtype dt, const uint8_t *src, int64_t n, float *dst);
 
 /* A tensor in its stored form: [rows x cols] row-major in HF order, `row_bytes` bytes per row
  * at data (inside a mapped file, or memory its maker owns). A 1-D tensor of n elements is
  * [1 x n]. permute_heads > 0: a GGUF attn_q/attn_k whose rows llama.cpp permuted for `heads`
- * heads (qw_stored_rows_f32 undoes it). Blocked types (Q8_0, Q4_*) hold whole 32-element
- * blocks per row. */
+ * heads (qw_stored_rows_f32 undoes it). Blocked types hold whole blocks (qw_dtype_block) per
+ * row. */
 typedef struct qw_stored_tensor {
     qw_dtype dtype;
     const uint8_t *data;

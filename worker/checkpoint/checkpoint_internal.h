@@ -58,8 +58,13 @@ qs_status qw_map_file(const char *path, qw_mapped_file *f, qs_error *err);
 void qw_unmap_file(qw_mapped_file *f);
 
 /* Bytes of `numel` elements of dtype dt stored contiguously; blocked types need numel to be
- * a multiple of 32 (the caller checks). Returns 0 and sets *overflow on size_t overflow. */
+ * a multiple of qw_dtype_block(dt) (the caller checks). Returns 0 and sets *overflow on size_t
+ * overflow. */
 size_t qw_dtype_bytes(qw_dtype dt, int64_t numel, int *overflow);
+
+/* The dtype of GGUF tensor type `ggml_type` (enum ggml_type, ggml.h) into *dt: 1, or 0 when
+ * qsweep does not read that type. */
+int qw_dtype_from_ggml(uint32_t ggml_type, qw_dtype *dt);
 
 /* Appends an entry (name copied) and returns it, or NULL on allocation failure. */
 qw_tensor_entry *qw_table_add(qw_tensor_table *t, const char *name);
@@ -94,7 +99,7 @@ qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t siz
  * scaling recovered from "rope_freqs.weight" when present (see checkpoint.h).
  * Errors name `file`, the offset and the key or tensor: QS_EFORMAT (truncated, bad magic,
  * bad version, offsets/sizes outside the file, missing llama.* key), QS_EUNSUPPORTED (another
- * architecture, a tensor type other than F32/F16/BF16/Q8_0/Q4_0/Q4_1), QS_ENOMEM. */
+ * architecture, a tensor type qw_dtype_from_ggml does not read), QS_ENOMEM. */
 qs_status qw_gguf_parse(const char *file, const uint8_t *data, size_t size, int file_index,
                         qw_config *cfg, qw_tensor_table *table, qs_error *err);
 

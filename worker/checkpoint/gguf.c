@@ -363,28 +363,15 @@ static const char *qw_ggml_type_name(uint32_t t) {
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
-static int qw_ggml_dtype(uint32_t t, qw_dtype *dt) {
-    switch (t) {
-    case 0:
-        *dt = QW_DT_F32;
-        return 1;
-    case 1:
-        *dt = QW_DT_F16;
-        return 1;
-    case 2:
-        *dt = QW_DT_Q4_0;
-        return 1;
-    case 3:
-        *dt = QW_DT_Q4_1;
-        return 1;
-    case 8:
-        *dt = QW_DT_Q8_0;
-        return 1;
-    case 30:
-        *dt = QW_DT_BF16;
-        return 1;
-    default:
-        return 0;
+/* The names of the dtypes qsweep reads ("F32, F16, ..."), for the refusal message: every one
+ * has a ggml type (dtype.c). */
+static void qw_gguf_type_list(char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < QW_DT_COUNT; i++) {
+        int k =
+            snprintf(out + used, cap - used, "%s%s", used ? ", " : "", qw_dtype_name((qw_dtype)i));
+        if (k > 0 && (size_t)k < cap - used) used += (size_t)k;
     }
 }
 
@@ -466,16 +453,18 @@ static qs_status qw_gguf_tensor_info(qw_gguf *g, uint64_t i, const qw_config *cf
     uint64_t rel;
     if (qw_rd_u32(r, &type, gname) || qw_rd_u64(r, &rel, gname)) return QS_EFORMAT;
     qw_dtype dt;
-    if (!qw_ggml_dtype(type, &dt))
+    if (!qw_dtype_from_ggml(type, &dt)) {
+        char list[256];
+        qw_gguf_type_list(list, sizeof list);
         return qs_error_set(r->err, QS_EUNSUPPORTED,
-                            "%s: tensor \"%s\": ggml type %u (%s) is not supported (F32, F16, "
-                            "BF16, Q8_0, Q4_0, Q4_1)",
-                            r->file, gname, type, qw_ggml_type_name(type));
-    if (dt >= QW_DT_Q8_0 && ne[0] % 32 != 0)
+                            "%s: tensor \"%s\": ggml type %u (%s) is not supported (%s)", r->file,
+                            gname, type, qw_ggml_type_name(type), list);
+    }
+    if (ne[0] % (uint64_t)qw_dtype_block(dt) != 0)
         return qs_error_set(
             r->err, QS_EFORMAT,
-            "%s: tensor \"%s\": row length %llu is not a multiple of the %s block (32)", r->file,
-            gname, (unsigned long long)ne[0], qw_dtype_name(dt));
+            "%s: tensor \"%s\": row length %llu is not a multiple of the %s block (%d)", r->file,
+            gname, (unsigned long long)ne[0], qw_dtype_name(dt), qw_dtype_block(dt));
     int qk;
     qw_gguf_hf_name(gname, hf, sizeof hf, &qk);
     if (qw_table_find(table, hf))

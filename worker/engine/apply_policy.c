@@ -69,14 +69,48 @@ static qs_status master_rows(const linear *L, size_t r0, size_t n, float *buf, i
     return st;
 }
 
+/* The amax of L's master (NaN and +-Inf ignored), a chunk of rows at a time through buf. */
+static qs_status master_amax(const linear *L, float *buf, size_t chunk_floats, int threads,
+                             float *amax, qs_error *err) {
+    const size_t rows = (size_t)L->out, step = chunk_rows(L, chunk_floats);
+    qs_status st = QS_OK;
+    *amax = 0.0f;
+    for (size_t r0 = 0; r0 < rows && st == QS_OK; r0 += step) {
+        size_t n = rows - r0 < step ? rows - r0 : step, len = n * (size_t)L->in;
+        const float *x = NULL;
+        float a = 0.0f;
+        st = master_rows(L, r0, n, buf, threads, &x, err);
+        if (st == QS_OK) st = qk_joint_amax(&x, &len, 1, threads, &a, err);
+        *amax = a > *amax ? a : *amax;
+    }
+    return st;
+}
+
+/* The fused group (QW_FUSE_* bit) of linear kind k, 0 when it is in none; first/count: its
+ * members' kinds. */
+static unsigned fuse_group(int k, int *first, int *count) {
+    if (k == QW_LINEAR_Q || k == QW_LINEAR_K || k == QW_LINEAR_V) {
+        *first = QW_LINEAR_Q;
+        *count = 3;
+        return QW_FUSE_QKV;
+    }
+    if (k == QW_LINEAR_GATE || k == QW_LINEAR_UP) {
+        *first = QW_LINEAR_GATE;
+        *count = 2;
+        return QW_FUSE_GATE_UP;
+    }
+    return 0;
+}
+
 /* Quantizes L's master with spec's weight format into L->packed and points L->w at it, one
  * chunk of rows at a time (chunk_rows; buf holds one chunk of the largest master converted
  * to FP32), so no FP32 copy of a whole master ever exists: for the formats with a per-tensor
- * scale, pass 1 takes the tensor amax over the chunks (unless the policy gives one), pass 2
+ * scale, pass 1 takes the tensor amax over the chunks (unless the policy gives one, or
+ * group_amax, the joint amax of its fused group, is given: non-NULL), pass 2
  * quantizes each chunk with it into its place (qk_quantize_rows). The packed result is bit
  * for bit qk_quantize's on the whole FP32 master (quant.h; tests/kernels kernels_packed). */
-static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, float *buf,
-                                 size_t chunk_floats, int threads, qs_error *err) {
+static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, const float *group_amax,
+                                 float *buf, size_t chunk_floats, int threads, qs_error *err) {
     qk_quant_options opt = spec->weight_opt;
     opt.tensor_id += (uint32_t)L->tensor_index;
     if (opt.threads == 0) opt.threads = threads;
@@ -88,13 +122,10 @@ static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, float *bu
     const float *x = NULL;
     if (f->tensor_scale && !opt.tensor_amax_given) {
         float amax = 0.0f;
-        for (size_t r0 = 0; r0 < rows && st == QS_OK; r0 += step) {
-            size_t n = rows - r0 < step ? rows - r0 : step, len = n * (size_t)L->in;
-            float a = 0.0f;
-            st = master_rows(L, r0, n, buf, threads, &x, err);
-            if (st == QS_OK) st = qk_joint_amax(&x, &len, 1, threads, &a, err);
-            amax = a > amax ? a : amax;
-        }
+        if (group_amax)
+            amax = *group_amax;
+        else
+            st = master_amax(L, buf, chunk_floats, threads, &amax, err);
         opt.tensor_amax_given = 1;
         opt.tensor_amax = amax;
     }
@@ -133,6 +164,9 @@ qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t 
         if (s->weight && !is_identity(s->weight))
             biggest = max_sz(biggest, chunk_rows(&m->lin[i], chunk_floats) * (size_t)m->lin[i].in);
     }
+    if (p->fuse)
+        for (int i = 0; i < nlin; i++) /* the fused groups' amax reads every member's master */
+            biggest = max_sz(biggest, chunk_rows(&m->lin[i], chunk_floats) * (size_t)m->lin[i].in);
     float *tmp = biggest ? malloc(biggest * sizeof(float)) : NULL;
     if (biggest && !tmp)
         return qs_error_set(err, QS_ENOMEM, "policy: %zu floats to quantize a master chunk",
@@ -149,7 +183,20 @@ qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t 
          * are. A tied lm_head gets a packed copy of its own: the embeddings stay as they are
          * unless the policy's embed names them (policy.h). */
         if (s->weight && !is_identity(s->weight)) {
-            st = quantize_linear(L, s, tmp, chunk_floats, m->threads, err);
+            /* a fused group: the joint amax of its members' masters in this block */
+            int first = 0, count = 0;
+            unsigned g = i < nlin ? fuse_group(i % QW_LINEAR_KINDS, &first, &count) : 0;
+            float joint = 0.0f, *given = NULL;
+            if ((p->fuse & g) && s->weight->tensor_scale && !s->weight_opt.tensor_amax_given) {
+                int base = i - i % QW_LINEAR_KINDS;
+                for (int k = first; k < first + count && st == QS_OK; k++) {
+                    float a = 0.0f;
+                    st = master_amax(&m->lin[base + k], tmp, chunk_floats, m->threads, &a, err);
+                    joint = a > joint ? a : joint;
+                }
+                given = &joint;
+            }
+            if (st == QS_OK) st = quantize_linear(L, s, given, tmp, chunk_floats, m->threads, err);
             if (st != QS_OK)
                 qs_error_wrap(err, "policy: weights of %s",
                               qw_model_linear_name(m, i, name, sizeof name));

@@ -39,10 +39,23 @@ typedef struct qw_quant_spec {
     qk_quant_options act_opt;
 } qw_quant_spec;
 
+/* Groups of a block's linears that a serving engine fuses into one GEMM and so quantizes with
+ * one shared per-tensor scale (TensorRT-LLM and ModelOpt deploy NVFP4 so): a bit set. */
+enum {
+    QW_FUSE_QKV = 1,     /* q_proj, k_proj, v_proj */
+    QW_FUSE_GATE_UP = 2, /* gate_proj, up_proj */
+};
+
 /* A whole-model policy. linears has n_layers*QW_LINEAR_KINDS entries, index
- * layer*QW_LINEAR_KINDS + kind. All-zero specs (the state after qw_policy_init) mean "none". */
+ * layer*QW_LINEAR_KINDS + kind. All-zero specs (the state after qw_policy_init) mean "none".
+ * fuse (QW_FUSE_* bits): for each group named, a quantized member whose weight format has a
+ * per-tensor scale (format.h tensor_scale: nvfp4, nvfp4_2d, fp8_e4m3) takes its tensor amax
+ * as the joint amax of the group's masters in its block (qk_joint_amax), whether or not the
+ * other members are quantized; other formats and a spec with tensor_amax_given are left as
+ * they are. Activations need nothing: the members of a group read the same input. */
 typedef struct qw_policy {
     int n_layers;
+    unsigned fuse;
     qw_quant_spec *linears; /* heap, owned; [n_layers][QW_LINEAR_KINDS] */
     qw_quant_spec lm_head;  /* the output projection; when tied, the head's own copy: the
                                embedding lookup is quantized only by `embed` */

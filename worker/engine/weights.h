@@ -3,7 +3,7 @@
  *
  * A weight (qw_weight) is held in one of three forms:
  * - FP32 in place: an F32 tensor of the mapped checkpoint, read by the GEMM as it is;
- * - stored: the checkpoint's dtype (BF16, F16, unaligned F32, GGUF Q8_0/Q4_0/Q4_1), converted
+ * - stored: the checkpoint's dtype (BF16, F16, unaligned F32, GGUF Q8_0 ... Q6_K, IQ4_*), converted
  *   to FP32 one GEMM piece at a time, right before that piece's GEMM (ops.h), into a per-thread
  *   scratch: no whole-model FP32 copy ever exists;
  * - packed: a quantized linear (qk_packed: codes + block scales + tensor scale, about 4.5 bits

@@ -410,7 +410,19 @@ static qs_status build_explicit_policy(const job_spec *s, int n_layers, qw_polic
  * a copy of its own even when tied: policy.h, so a tied model's embeddings stay as they are
  * when only lm_head is quantized). The embeddings are a lookup with no activation input:
  * they get the weight format only. */
+static qs_status build_policy_parts(const job_spec *s, int n_layers, qw_policy *p, qs_error *err);
+
+/* build_policy_parts, then the fused groups the spec names (policy.h fuse). */
 static qs_status build_policy(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
+    _Static_assert((int)QS_FUSE_QKV == (int)QW_FUSE_QKV &&
+                       (int)QS_FUSE_GATE_UP == (int)QW_FUSE_GATE_UP,
+                   "one table of fused groups");
+    qs_status st = build_policy_parts(s, n_layers, p, err);
+    if (st == QS_OK) p->fuse = s->fuse;
+    return st;
+}
+
+static qs_status build_policy_parts(const job_spec *s, int n_layers, qw_policy *p, qs_error *err) {
     if (s->mode == QS_MODE_POLICY) return build_explicit_policy(s, n_layers, p, err);
     qw_quant_spec q;
     qs_status st = quant_spec(s->format, s->format_options, s->quantize_acts, &q, err);

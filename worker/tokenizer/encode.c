@@ -213,6 +213,80 @@ static qs_status qw_steps(qw_enc *e, int k, const uint8_t *p, size_t n) {
     return QS_OK;
 }
 
+/* Makes the destination half (*b) of e->norm hold at least `need` bytes: a new buffer of two
+ * such halves, the source (*a, an bytes) copied to its first half. cap: the halves' total. */
+static qs_status qw_norm_reserve(qw_enc *e, char **a, size_t an, char **b, size_t *cap,
+                                 size_t need) {
+    if (need <= *cap / 2) return QS_OK;
+    size_t ncap = 2 * need;
+    char *buf = malloc(ncap);
+    if (!buf) return qs_error_set(e->err, QS_ENOMEM, "out of memory normalizing %zu bytes", an);
+    memcpy(buf, *a, an);
+    free(e->norm);
+    e->norm = buf;
+    e->norm_cap = *cap = ncap;
+    *a = buf;
+    *b = buf + ncap / 2;
+    return QS_OK;
+}
+
+/* Replace with a Regex pattern on (*a, *an) into the other half (*b) of e->norm, which grows
+ * when the result may not fit (cap: the whole buffer); then the halves swap as for a String.
+ * Every match becomes rp->to; an empty match inserts it and the next character is kept
+ * (tokenizers' NormalizedString::replace over the regex's find_iter, as Rust's regex steps
+ * past an empty match). */
+static qs_status qw_replace_regex(qw_enc *e, const qw_replace *rp, char **a, size_t *an, char **b,
+                                  size_t *cap) {
+    qs_status st = qw_norm_reserve(e, a, *an, b, cap, (*an + 1) * (rp->to_len + 1) + 16);
+    if (st) return st;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(rp->re, NULL);
+    if (!md) return qs_error_set(e->err, QS_ENOMEM, "out of memory for PCRE2 match data");
+    const uint8_t *src = (const uint8_t *)*a;
+    size_t n = *an, pos = 0, bn = 0;
+    char *dst = *b;
+    while (pos <= n) {
+        int rc = pcre2_match(rp->re, src, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            pcre2_match_data_free(md);
+            return qs_error_set(e->err, QS_EFORMAT,
+                                "%s: normalizer Replace pattern failed on the text at byte "
+                                "offset %zu: %s",
+                                e->t->source, e->base, (const char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        memcpy(dst + bn, src + pos, ov[0] - pos);
+        bn += ov[0] - pos;
+        memcpy(dst + bn, rp->to, rp->to_len);
+        bn += rp->to_len;
+        pos = ov[1];
+        if (ov[1] == ov[0]) { /* empty: keep the next character and search after it */
+            if (pos >= n) {
+                pos = n + 1;
+                break;
+            }
+            uint32_t cp;
+            size_t cl = qw_utf8_char(src + pos, n - pos, &cp);
+            cl = cl ? cl : 1;
+            memcpy(dst + bn, src + pos, cl);
+            bn += cl;
+            pos += cl;
+        }
+    }
+    if (pos < n) {
+        memcpy(dst + bn, src + pos, n - pos);
+        bn += n - pos;
+    }
+    pcre2_match_data_free(md);
+    char *tmp = *a;
+    *a = *b;
+    *b = tmp;
+    *an = bn;
+    return QS_OK;
+}
+
 /* The normalizer of a tokenizer.json (Prepend, then Replace steps) on one fragment. */
 static qs_status qw_normalize(qw_enc *e, const uint8_t *p, size_t n, const uint8_t **q,
                               size_t *qn) {
@@ -246,6 +320,15 @@ static qs_status qw_normalize(qw_enc *e, const uint8_t *p, size_t n, const uint8
     for (int r = 0; r < t->n_repl; r++) {
         const qw_replace *rp = &t->repl[r];
         size_t bn = 0;
+        if (rp->re) {
+            qs_status st = qw_replace_regex(e, rp, &a, &an, &b, &cap);
+            if (st) return st;
+            continue;
+        }
+        /* a Regex step before may have grown the text past the first estimate */
+        qs_status st =
+            qw_norm_reserve(e, &a, an, &b, &cap, an * (rp->to_len > 1 ? rp->to_len : 1) + 16);
+        if (st) return st;
         for (size_t i = 0; i < an;) {
             if (an - i >= rp->from_len && memcmp(a + i, rp->from, rp->from_len) == 0) {
                 memcpy(b + bn, rp->to, rp->to_len);
@@ -265,6 +348,34 @@ static qs_status qw_normalize(qw_enc *e, const uint8_t *p, size_t n, const uint8
     return QS_OK;
 }
 
+/* sentencepiece's normalizer (normalizer.cc Normalize, identity rule) with
+ * remove_extra_whitespaces: leading spaces dropped (all spaces: nothing at all), then the
+ * dummy prefix "▁" when `lead`, every later run of spaces one "▁", and trailing "▁" dropped
+ * (a "▁" of the text's own too, as there). */
+static qs_status qw_spm_fragment_trimmed(qw_enc *e, const uint8_t *p, size_t n, int lead) {
+    size_t i = 0, m = 0;
+    while (i < n && p[i] == ' ')
+        i++;
+    if (i == n) return QS_OK;
+    if (lead) {
+        memcpy(e->norm, "\xe2\x96\x81", 3);
+        m = 3;
+    }
+    for (int prev_space = 1; i < n; i++) {
+        if (p[i] != ' ') {
+            e->norm[m++] = (char)p[i];
+            prev_space = 0;
+        } else if (!prev_space) {
+            memcpy(e->norm + m, "\xe2\x96\x81", 3);
+            m += 3;
+            prev_space = 1;
+        }
+    }
+    while (m >= 3 && memcmp(e->norm + m - 3, "\xe2\x96\x81", 3) == 0)
+        m -= 3;
+    return qw_spm_words(e, (const uint8_t *)e->norm, m);
+}
+
 /* One fragment of plain text (no added token inside). prev_special: it follows an added
  * token or starts the text (llama.cpp's is_prev_special). */
 static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_special) {
@@ -281,6 +392,7 @@ static qs_status qw_fragment(qw_enc *e, const uint8_t *p, size_t n, int prev_spe
         }
         size_t m = 0;
         int lead = t->add_space_prefix && prev_special;
+        if (t->sp_remove_ws) return qw_spm_fragment_trimmed(e, p, n, lead);
         for (size_t i = 0; i < n + (size_t)lead; i++) {
             uint8_t c = lead ? (i == 0 ? ' ' : p[i - 1]) : p[i];
             if (c == ' ') {

@@ -1,11 +1,11 @@
 /* Hugging Face tokenizer.json (the serialization of tokenizers' Tokenizer: model, normalizer,
  * pre_tokenizer, post_processor, decoder, added_tokens). Read: model BPE (vocab, merges as
  * "a b" strings or [a, b] pairs, unk_token, byte_fallback, fuse_unk, ignore_merges);
- * normalizer null / Prepend / Replace(String) / Sequence of those; pre_tokenizer null / Split
- * (Regex or String; Isolated, Removed, MergedWithPrevious, MergedWithNext; invert) / Digits /
- * ByteLevel (add_prefix_space false) / Metaspace (first) / Sequence of those; post_processor
- * TemplateProcessing
- * (or one inside a Sequence) for BOS/EOS. Anything else is refused as unsupported, by name. */
+ * normalizer null / Prepend / Replace (String or Regex pattern) / Sequence of those; pre_tokenizer
+ * null / Split (Regex or String; Isolated, Removed, MergedWithPrevious, MergedWithNext; invert) /
+ * Digits / ByteLevel (add_prefix_space false) / Metaspace (first) / Sequence of those;
+ * post_processor TemplateProcessing (or one inside a Sequence) for BOS/EOS. Anything else is
+ * refused as unsupported, by name. */
 #include "tokenizer_internal.h"
 
 #include <jansson.h>
@@ -68,12 +68,14 @@ static qs_status qw_normalizer(qw_hfctx *c, json_t *n, const char *field) {
         return QS_OK;
     }
     if (strcmp(type, "Replace") == 0) {
-        json_t *pat = json_object_get(json_object_get(n, "pattern"), "String");
+        json_t *pattern = json_object_get(n, "pattern");
+        json_t *pat = json_object_get(pattern, "String");
         json_t *to = json_object_get(n, "content");
+        int regex = !pat && json_is_string(json_object_get(pattern, "Regex"));
+        if (regex) pat = json_object_get(pattern, "Regex");
         if (!json_is_string(pat))
-            return qs_error_set(c->err, QS_EUNSUPPORTED,
-                                "%s: field \"%s\": only a String pattern is supported in Replace",
-                                t->source, field);
+            return qw_bad(c, field,
+                          "\"pattern\" is neither {\"String\": ...} nor {\"Regex\": ...}");
         if (!json_is_string(to)) return qw_bad(c, field, "\"content\" is not a string");
         if (json_string_length(pat) == 0) return qw_bad(c, field, "empty pattern");
         if (t->n_repl == (int)(sizeof t->repl / sizeof t->repl[0]))
@@ -87,6 +89,20 @@ static qs_status qw_normalizer(qw_hfctx *c, json_t *n, const char *field) {
         t->n_repl++;
         if (!r->from || !r->to)
             return qs_error_set(c->err, QS_ENOMEM, "%s: out of memory", t->source);
+        if (regex) {
+            int code;
+            PCRE2_SIZE at;
+            r->re = pcre2_compile((PCRE2_SPTR)r->from, r->from_len, PCRE2_UTF | PCRE2_UCP, &code,
+                                  &at, NULL);
+            if (!r->re) {
+                PCRE2_UCHAR msg[256];
+                pcre2_get_error_message(code, msg, sizeof msg);
+                return qs_error_set(c->err, QS_EFORMAT,
+                                    "%s: field \"%s\": PCRE2 refuses the Replace pattern at "
+                                    "offset %zu: %s",
+                                    t->source, field, (size_t)at, (const char *)msg);
+            }
+        }
         return QS_OK;
     }
     return qw_unsupported(c, field, type);

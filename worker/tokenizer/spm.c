@@ -1,8 +1,9 @@
 /* SentencePiece BPE by piece score, as llama.cpp's llm_tokenizer_spm_session (llama-vocab.cpp)
- * runs the "llama" vocabulary of a GGUF file: start from UTF-8 characters, repeatedly merge
- * the adjacent pair whose concatenation is the token with the highest score (ties: the
- * leftmost pair), then emit each symbol's token, or its bytes as <0xNN> tokens when the
- * symbol is a character outside the vocabulary. Every merged symbol is a token by
+ * runs the "llama" vocabulary of a GGUF file, and as sentencepiece's bpe_model.cc Encode runs
+ * a .model file (the same merge order; the differences are marked where they act): start from UTF-8
+ * characters, repeatedly merge the adjacent pair whose concatenation is the token with the highest
+ * score (ties: the leftmost pair), then emit each symbol's token, or its bytes as <0xNN> tokens
+ * when the symbol is a character outside the vocabulary. Every merged symbol is a token by
  * construction, so llama.cpp's rev_merge re-segmentation reduces to that byte fallback. */
 #include "tokenizer_internal.h"
 
@@ -12,6 +13,7 @@
 typedef struct qw_spm_sym {
     size_t at, n; /* bytes [at, at + n) of the fragment */
     int32_t prev, next;
+    int frozen; /* a user-defined piece of a .model file: never merged (bpe_model.cc) */
 } qw_spm_sym;
 
 typedef struct qw_bigram {
@@ -70,10 +72,15 @@ static qw_bigram qw_bh_pop(qw_bigram_heap *h) {
 
 static int qw_spm_try(const qw_tokenizer *t, const uint8_t *w, const qw_spm_sym *sym,
                       qw_bigram_heap *h, int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return 0;
+    if (left < 0 || right < 0 || sym[left].frozen || sym[right].frozen) return 0;
     size_t size = sym[left].n + sym[right].n;
     int64_t id = qw_strmap_get(t, (const char *)w + sym[left].at, size);
     if (id < 0) return 0;
+    /* sentencepiece merges into NORMAL, USER_DEFINED and UNUSED pieces only (its pieces_ map;
+     * model_interface.cc); llama.cpp into any token */
+    if (t->sp_model && t->type[id] != QW_TT_NORMAL && t->type[id] != QW_TT_USER_DEFINED &&
+        t->type[id] != QW_TT_UNUSED)
+        return 0;
     return qw_bh_push(h, (qw_bigram){t->score ? t->score[id] : 0.0f, left, right, size});
 }
 
@@ -90,7 +97,18 @@ qs_status qw_spm_tokenize(const qw_tokenizer *t, const uint8_t *w, size_t n, qw_
         uint8_t c = w[at];
         size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
         if (len > n - at) len = n - at;
-        sym[ns] = (qw_spm_sym){at, len, ns - 1, at + len < n ? ns + 1 : -1};
+        /* sentencepiece's PrefixMatch: the longest user-defined piece here is one symbol */
+        int frozen = 0;
+        for (size_t k = 0; k < t->n_user; k++) {
+            uint32_t id = t->user_ids[k];
+            size_t ul = t->off[id + 1] - t->off[id];
+            if (ul <= n - at && memcmp(w + at, t->pool + t->off[id], ul) == 0) {
+                len = ul;
+                frozen = 1;
+                break;
+            }
+        }
+        sym[ns] = (qw_spm_sym){at, len, ns - 1, at + len < n ? ns + 1 : -1, frozen};
         at += len;
     }
     for (int32_t i = 1; i < ns; i++)
@@ -107,10 +125,19 @@ qs_status qw_spm_tokenize(const qw_tokenizer *t, const uint8_t *w, size_t n, qw_
             qw_spm_try(t, w, sym, &h, b.left, l->next))
             goto oom;
     }
+    int prev_unk = 0;
     for (int32_t i = 0; i >= 0 && !st; i = sym[i].next) {
         int64_t id = qw_strmap_get(t, (const char *)w + sym[i].at, sym[i].n);
+        int unk = id < 0;
         if (id >= 0) {
             st = qw_token_vec_push(out, (uint32_t)id, err);
+            prev_unk = 0;
+            continue;
+        }
+        if (t->sp_model && !t->byte_fallback) {
+            /* sentencepiece_processor.cc: a run of unknown pieces is one unk_id */
+            if (!prev_unk && t->unk_id >= 0) st = qw_token_vec_push(out, (uint32_t)t->unk_id, err);
+            prev_unk = unk;
             continue;
         }
         for (size_t j = 0; j < sym[i].n && !st; j++) {

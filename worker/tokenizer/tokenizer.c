@@ -104,6 +104,7 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
     for (int i = 0; i < t->n_repl; i++) {
         qw_hash_bytes(&h, t->repl[i].from, t->repl[i].from_len);
         qw_hash_bytes(&h, t->repl[i].to, t->repl[i].to_len);
+        if (t->repl[i].re) qw_hash_bytes(&h, "regex", 5); /* a String pattern hashes as before */
     }
     int64_t flags[] = {t->byte_fallback,    t->fuse_unk,
                        t->ignore_merges,    t->unk_id,
@@ -116,6 +117,13 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
     for (size_t i = 0; i < t->n_added; i++) {
         qw_hash_u64(&h, t->added[i].id);
         qw_hash_u64(&h, (uint64_t)t->added[i].special);
+    }
+    if (t->sp_model) { /* only then: the digests of the other families stay as they were */
+        qw_hash_bytes(&h, "sentencepiece-model", 19);
+        qw_hash_u64(&h, (uint64_t)t->sp_remove_ws);
+        qw_hash_u64(&h, t->n_user);
+        for (size_t i = 0; i < t->n_user; i++)
+            qw_hash_u64(&h, t->user_ids[i]);
     }
     uint8_t out[crypto_generichash_BYTES];
     crypto_generichash_final(&h, out, sizeof out);
@@ -138,12 +146,14 @@ void qw_tokenizer_free(qw_tokenizer *t) {
     for (int i = 0; i < t->n_repl; i++) {
         free(t->repl[i].from);
         free(t->repl[i].to);
+        pcre2_code_free(t->repl[i].re);
     }
     for (int i = 0; i < t->n_steps; i++) {
         pcre2_code_free(t->step[i].re);
         free(t->step[i].pattern);
     }
     free(t->added);
+    free(t->user_ids);
     free(t);
 }
 
@@ -219,6 +229,19 @@ static void qw_unmap(char *data, size_t size) {
     if (size) munmap(data, size);
 }
 
+/* Whether a file is a SentencePiece model: its name ends in ".model", or it starts with byte
+ * 0x0a (ModelProto field 1, pieces, length-delimited) where JSON would start with '{' or '['
+ * after white space (a JSON file may start with a newline, 0x0a too). */
+static int qw_is_spm_model(const char *path, const char *data, size_t size) {
+    size_t n = strlen(path);
+    if (n >= 6 && strcmp(path + n - 6, ".model") == 0) return 1;
+    if (size < 2 || data[0] != 0x0a) return 0;
+    size_t i = 0;
+    while (i < size && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
+        i++;
+    return i < size && data[i] != '{' && data[i] != '[';
+}
+
 /* tokenizer_config.json beside a tokenizer.json: add_bos_token / add_eos_token when given. */
 static void qw_read_config_flags(const char *dir, int *add_bos, int *add_eos);
 
@@ -236,9 +259,20 @@ qs_status qw_tokenizer_open(const char *path, qw_tokenizer **out, qs_error *err)
         char *file = malloc(n);
         if (!file) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
         snprintf(file, n, "%s/tokenizer.json", path);
-        if ((st = qw_read_file(file, &data, &size, err))) {
+        if ((st = qw_read_file(file, &data, &size, err)) == QS_ENOTFOUND) {
+            /* a Llama 2 style checkpoint ships only SentencePiece's tokenizer.model */
+            snprintf(file, n, "%s/tokenizer.model", path);
+            if ((st = qw_read_file(file, &data, &size, err)) == QS_OK) {
+                st = qw_tokenizer_from_spm_model(file, (const uint8_t *)data, size, out, err);
+                free(file);
+                qw_unmap(data, size);
+                return st;
+            }
             if (st == QS_ENOTFOUND)
-                qs_error_set(err, QS_ENOTFOUND, "%s: no tokenizer.json in the directory", path);
+                qs_error_set(err, QS_ENOTFOUND,
+                             "%s: no tokenizer.json or tokenizer.model in the directory", path);
+        }
+        if (st) {
             free(file);
             return st;
         }
@@ -252,6 +286,8 @@ qs_status qw_tokenizer_open(const char *path, qw_tokenizer **out, qs_error *err)
     if ((st = qw_read_file(path, &data, &size, err))) return st;
     if (size >= 4 && memcmp(data, "GGUF", 4) == 0)
         st = qw_tokenizer_from_gguf(path, (const uint8_t *)data, size, out, err);
+    else if (qw_is_spm_model(path, data, size))
+        st = qw_tokenizer_from_spm_model(path, (const uint8_t *)data, size, out, err);
     else
         st = qw_tokenizer_from_json(path, data, size, -1, -1, out, err);
     qw_unmap(data, size);

@@ -5,6 +5,8 @@
  *    rank, the pre-tokenizer regexes of the file run through PCRE2): Llama 3/3.1/3.2, SmolLM2;
  *  - SentencePiece-style BPE from a tokenizer.json ("▁" for spaces, byte fallback <0xNN>, the
  *    normalizer's Prepend/Replace steps): Llama 2;
+ *  - SentencePiece BPE from a SentencePiece .model file (Llama 2's tokenizer.model), encoded
+ *    as the sentencepiece library does;
  *  - the tokenizer embedded in a GGUF file (tokenizer.ggml.model "gpt2" with the pre-tokenizer
  *    that tokenizer.ggml.pre names, or "llama", SentencePiece scores), as llama.cpp's
  *    llama-vocab.cpp reads and runs it.
@@ -26,11 +28,13 @@
 typedef struct qw_tokenizer qw_tokenizer;
 
 /* Opens the tokenizer of `path`: a tokenizer.json file, a directory holding one (a Hugging
- * Face checkpoint; its tokenizer_config.json, when present, says add_bos_token/add_eos_token),
- * or a .gguf file (its tokenizer.ggml.* keys). Errors name the file and the field or offset:
- * QS_ENOTFOUND (no such file, a directory without tokenizer.json, a GGUF file without
- * tokenizer.ggml.model), QS_EIO, QS_EFORMAT (not JSON, a field missing or of the wrong type,
- * a merge naming a token not in the vocab, a regex PCRE2 refuses: with PCRE2's message and
+ * Face checkpoint; its tokenizer_config.json, when present, says add_bos_token/add_eos_token)
+ * or else a SentencePiece tokenizer.model, a SentencePiece .model file (a name ending in
+ * ".model", or a file that starts with a ModelProto's first field rather than JSON), or a
+ * .gguf file (its tokenizer.ggml.* keys). Errors name the file and the field or offset:
+ * QS_ENOTFOUND (no such file, a directory without tokenizer.json or tokenizer.model, a GGUF file
+ * without tokenizer.ggml.model), QS_EIO, QS_EFORMAT (not JSON, a field missing or of the wrong
+ * type, a merge naming a token not in the vocab, a regex PCRE2 refuses: with PCRE2's message and
  * offset; ids sparser than 2 x the tokens + 1024 or above 2^24), QS_EUNSUPPORTED (another
  * model type such as WordPiece or Unigram, a normalizer or pre-tokenizer not implemented, a
  * GGUF pre-tokenizer name not in the table), QS_ENOMEM. */
@@ -47,6 +51,18 @@ qs_status qw_tokenizer_from_json(const char *file, const char *text, size_t len,
  * metadata: tensors are not looked at). Errors as qw_tokenizer_open. */
 qs_status qw_tokenizer_from_gguf(const char *file, const uint8_t *data, size_t size,
                                  qw_tokenizer **out, qs_error *err);
+
+/* Reads a SentencePiece model file (the serialized ModelProto of sentencepiece_model.proto,
+ * `size` bytes at data): pieces, scores and types, trainer_spec (model_type, byte_fallback,
+ * unk/bos/eos ids) and normalizer_spec (add_dummy_prefix, remove_extra_whitespaces). Encodes
+ * as sentencepiece's SentencePieceProcessor::Encode does for BPE models (no BOS/EOS there;
+ * QW_ENCODE_ADD_SPECIAL adds BOS, as Llama 2 does). Errors name `file`: QS_EFORMAT (not a
+ * ModelProto, no pieces, an id out of range, byte pieces without byte_fallback),
+ * QS_EUNSUPPORTED ("SentencePiece unigram models are not supported", word and char models, a
+ * normalizer with a precompiled character map such as nmt_nfkc, escape_whitespaces off,
+ * treat_whitespace_as_suffix), QS_ENOMEM. */
+qs_status qw_tokenizer_from_spm_model(const char *file, const uint8_t *data, size_t size,
+                                      qw_tokenizer **out, qs_error *err);
 
 /* Frees everything. NULL is a no-op. */
 void qw_tokenizer_free(qw_tokenizer *t);

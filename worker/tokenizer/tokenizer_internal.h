@@ -63,10 +63,13 @@ typedef struct qw_pretok_step {
 /* The largest vocabulary read (2^24 ids; real ones have up to about a million). */
 #define QW_TOK_MAX_VOCAB (1 << 24)
 
-/* A text replacement of the normalizer (tokenizer.json Replace with a String pattern). */
+/* A text replacement of the normalizer (tokenizer.json Replace): every occurrence of the
+ * String `from`, or with a Regex pattern every match of `re` (compiled from `from`, PCRE2 UTF
+ * and UCP), becomes `to` (taken literally, as tokenizers' normalizers/replace.rs does). */
 typedef struct qw_replace {
     char *from, *to;
     size_t from_len, to_len;
+    pcre2_code *re; /* NULL for a String pattern */
 } qw_replace;
 
 /* An added token that is matched in the text before the model runs. */
@@ -115,6 +118,15 @@ struct qw_tokenizer {
     int ms_scheme;
     /* SPM (GGUF llama): add a space before the text and after each special token. */
     int add_space_prefix;
+    /* SPM read from a SentencePiece .model file (spm_model.c): the text is normalized as
+     * sentencepiece's normalizer.cc does (remove_extra_whitespaces: leading and trailing
+     * spaces dropped, runs cut to one), user-defined pieces are frozen symbols of the merge
+     * (user_ids, longest text first: bpe_model.cc PrefixMatch), only NORMAL, USER_DEFINED and
+     * UNUSED pieces are merge results, and without byte fallback a run of unknown symbols is
+     * one unk_id (sentencepiece_processor.cc). */
+    int sp_model, sp_remove_ws;
+    uint32_t *user_ids;
+    size_t n_user;
     /* SentencePiece families: no token holds another character followed by "▁", so no merge
      * can cross the start of a "▁" run and the text may be cut there into words that are
      * merged one at a time, with the same result (qw_tok_finish checks the vocabulary). */
@@ -189,8 +201,8 @@ qs_status qw_bpe_word_bytes(const qw_tokenizer *t, qw_bpe_scratch *s, const uint
  * normalized: "▁" for spaces). Appends to out. Errors: QS_ENOMEM. */
 qs_status qw_bpe_word_utf8(const qw_tokenizer *t, qw_bpe_scratch *s, const uint8_t *w, size_t n,
                            qw_token_vec *out, qs_error *err);
-/* llama.cpp's llm_tokenizer_spm_session::tokenize on one fragment (already "▁"-escaped).
- * Errors: QS_ENOMEM. */
+/* llama.cpp's llm_tokenizer_spm_session::tokenize on one fragment (already "▁"-escaped), or
+ * sentencepiece's BPE Encode (bpe_model.cc) when t->sp_model. Errors: QS_ENOMEM. */
 qs_status qw_spm_tokenize(const qw_tokenizer *t, const uint8_t *w, size_t n, qw_token_vec *out,
                           qs_error *err);
 
