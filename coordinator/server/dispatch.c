@@ -53,8 +53,12 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    qc_srv_must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
-                                                  s->lease_ms / 1000.0, &s->batch_err));
+    qc_srv_token_new(j);
+    char hash[2 * TOKEN_HASH_BYTES + 1];
+    qc_srv_token_hash_hex(j, hash);
+    qc_srv_must(s,
+                qc_store_batch_attempt_started_token(s->batch, j->id, (int32_t)j->attempt, w->name,
+                                                     s->lease_ms / 1000.0, hash, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                             &s->batch_err));
     qc_srv_send_assign(s, w, j, true);

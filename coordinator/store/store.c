@@ -832,13 +832,36 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
     return st;
 }
 
+qs_status qc_store_worker_keys(qc_store *s, qc_worker_key **out, size_t *n, qs_error *err) {
+    *out = NULL;
+    *n = 0;
+    PGresult *r =
+        qc_store_params(s, "SELECT id, curve_key FROM workers WHERE curve_key IS NOT NULL", 0, NULL,
+                        PGRES_TUPLES_OK, "reading the workers' CURVE keys", err);
+    if (!r) return QS_EDB;
+    int rows = PQntuples(r);
+    qc_worker_key *k = calloc(rows ? (size_t)rows : 1, sizeof *k);
+    qs_status st = k ? QS_OK : qs_error_set(err, QS_ENOMEM, "worker keys: out of memory");
+    for (int i = 0; i < rows && !st; i++) {
+        k[i].worker = strdup(PQgetvalue(r, i, 0));
+        k[i].key = strdup(PQgetvalue(r, i, 1));
+        *n = (size_t)i + 1;
+        if (!k[i].worker || !k[i].key)
+            st = qs_error_set(err, QS_ENOMEM, "worker keys: out of memory");
+    }
+    PQclear(r);
+    *out = k;
+    return st;
+}
+
 static qs_status load_attempts(qc_store *s, const char *after, qc_store_snapshot *out,
                                qs_error *err) {
     const char *p[] = {after};
     PGresult *r = qc_store_params(
         s,
         "SELECT a.job, a.attempt, a.worker, extract(epoch FROM a.started_at), "
-        "COALESCE(extract(epoch FROM a.lease_expires_at), 0) FROM attempts a JOIN jobs j ON "
+        "COALESCE(extract(epoch FROM a.lease_expires_at), 0), "
+        "COALESCE(encode(a.token_hash, 'hex'), '') FROM attempts a JOIN jobs j ON "
         "j.id = a.job WHERE a.outcome = 'running' AND j.state IN ('pending', 'running') "
         "AND j.id > $1 ORDER BY a.job, a.attempt",
         1, p, PGRES_TUPLES_OK, "load: reading running attempts", err);
@@ -854,6 +877,7 @@ static qs_status load_attempts(qc_store *s, const char *after, qc_store_snapshot
         a->worker = dup_or_null(r, i, 2);
         a->started_at = strtod(PQgetvalue(r, i, 3), NULL);
         a->lease_expires_at = strtod(PQgetvalue(r, i, 4), NULL);
+        snprintf(a->token_hash, sizeof a->token_hash, "%s", PQgetvalue(r, i, 5));
         if (!a->worker) st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
     }
     PQclear(r);
