@@ -35,10 +35,16 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     const char *models[MODELS_MAX];
     for (int i = 0; i < w->n_models; i++)
         models[i] = w->models[i];
+    const char *kinds[KINDS_MAX];
+    for (int i = 0; i < w->n_kinds; i++)
+        kinds[i] = w->kinds[i];
     qc_sched_worker sw = {.n_gpus = w->n_gpus,
                           .gpus = w->gpus,
                           .models = models,
-                          .n_models = w->n_models};
+                          .n_models = w->n_models,
+                          .name = w->name,
+                          .kinds = kinds,
+                          .n_kinds = w->n_kinds};
     ptrdiff_t k =
         qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s, &s->next_wake);
     return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];

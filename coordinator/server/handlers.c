@@ -68,6 +68,20 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
     qc_srv_drop_worker(s, old);
 }
 
+/* A supervisor says how the process of worker id prev ended (Hello.previous_exit): every
+ * attempt still running under that id keeps the words for its error when its lease expires
+ * (the lease still decides: nothing here is proven, docs/security.md). */
+static void note_previous_exit(server *s, const char *prev, const char *how) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || !j->worker_name || strcmp(j->worker_name, prev) != 0) continue;
+        free(j->exit_note);
+        if (!(j->exit_note = strndup(how, 400))) abort();
+        qc_log("job %lld attempt %u: the process of worker %s ended: %s", (long long)j->id,
+               j->attempt, prev, j->exit_note);
+    }
+}
+
 static void on_hello(server *s, const char *rid, size_t rid_len, const char *key,
                      const Qsweep__Hello *h, int64_t now) {
     char peer[600];
@@ -118,12 +132,19 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
     for (size_t i = 0; i < h->n_models_loaded && w->n_models < MODELS_MAX; i++)
         if (strlen(h->models_loaded[i]) <= KEY_MAX)
             snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
+    w->n_kinds = 0; /* a kind name too long for any job kind is left out */
+    for (size_t i = 0; i < h->n_kinds && w->n_kinds < KINDS_MAX; i++)
+        if (h->kinds[i][0] && strlen(h->kinds[i]) <= KIND_MAX)
+            snprintf(w->kinds[w->n_kinds++], KIND_MAX + 1, "%s", h->kinds[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
     qc_srv_must(s, qc_store_batch_worker_seen_key(s->batch, w->name, h->host, (int32_t)h->pid, gj,
                                                   (int32_t)h->cpu_threads, key, &s->batch_err));
     free(gj);
 
+    if (h->previous_exit[0] && utf8_valid(h->previous_exit) && utf8_valid(h->previous_worker_id))
+        note_previous_exit(s, h->previous_worker_id[0] ? h->previous_worker_id : w->name,
+                           h->previous_exit);
     job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
     /* A job this connection ran that its HELLO does not name is lost (the worker restarted:
        a connection is never taken over by another, server.c); one whose ASSIGN is still
@@ -321,6 +342,10 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     char msg[1024];
     utf8_escape(f->message, msg, sizeof msg);
     switch (f->class_) {
+    case QSWEEP__FAILURE_CLASS__JOB_ERROR: /* permanent: another attempt would fail the same */
+        j->fail_now = true;
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        break;
     case QSWEEP__FAILURE_CLASS__PREEMPTED:
         qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
         break;

@@ -20,6 +20,8 @@ enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX 
 /* An attempt token's bytes (proto: Assign.attempt_token), its hash's (BLAKE2b-256), and a
  * CURVE key in Z85 (40 characters). */
 enum { TOKEN_BYTES = 16, TOKEN_HASH_BYTES = 32, CURVE_Z85 = 40 };
+/* Job kinds a worker's HELLO may advertise, and the longest name kept. */
+enum { KINDS_MAX = 64, KIND_MAX = 63 };
 #define STALL_LOG_MS 10000
 #define NEVER INT64_MAX
 
@@ -69,6 +71,10 @@ typedef struct job {
        (has_token_hash; from attempts.token_hash after a restart) */
     uint8_t token[TOKEN_BYTES], token_hash[TOKEN_HASH_BYTES];
     bool token_known, has_token_hash;
+    bool fail_now;   /* the attempt ending failed permanently: no further attempt (jobs.c) */
+    char *avoid;     /* q.avoid: the worker the last transient failure happened on (owned) */
+    char *exit_note; /* how its worker's process ended, from a supervisor (Hello.previous_exit):
+                        added to the error when the attempt is lost (owned; NULL: none) */
 } job;
 
 struct worker {
@@ -80,6 +86,8 @@ struct worker {
     qc_sched_gpu gpus[QC_SCHED_GPUS_MAX]; /* HELLO's GPUs, the first n_gpus */
     char models[MODELS_MAX][KEY_MAX + 1];
     int n_models;
+    char kinds[KINDS_MAX][KIND_MAX + 1]; /* HELLO kinds; n_kinds 0: not advertised (any) */
+    int n_kinds;
     bool ready;
     job *job;
     int64_t last_seen;

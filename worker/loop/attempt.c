@@ -113,11 +113,18 @@ void qw_loop_finish_job(worker *w) {
         else if (ctx->status == QS_EIO || ctx->status == QS_ENOMEM ||
                  ctx->status == QS_EUNSUPPORTED)
             cls = QSWEEP__FAILURE_CLASS__WORKER_ERROR;
-        qw_loop_send_failed(w, ctx->job_id, ctx->attempt, cls, ctx->err.msg);
+        /* an allocation failure says so, whatever words the job used */
+        char msg[sizeof ctx->err.msg + 32];
+        snprintf(msg, sizeof msg, "%s%s",
+                 ctx->status == QS_ENOMEM && !strstr(ctx->err.msg, "out of memory")
+                     ? "out of memory: "
+                     : "",
+                 ctx->err.msg);
+        qw_loop_send_failed(w, ctx->job_id, ctx->attempt, cls, msg);
         qw_loop_wlog(
             w, "job %lld attempt %u failed (%s): %s", (long long)ctx->job_id, ctx->attempt,
             protobuf_c_enum_descriptor_get_value(&qsweep__failure_class__descriptor, cls)->name,
-            ctx->err.msg);
+            msg);
     }
     qw_loop_drop_batches(w);
     qw_loop_job_free(ctx);

@@ -142,6 +142,12 @@ struct worker {
                               between two heartbeats however short it is */
 };
 
+/* ---- registry.c ---- */
+
+/* The registered job kinds' names (at most cap, into names; they stay valid for the process's
+ * life), for HELLO. Returns the count. */
+size_t qw_registry_kinds(const char **names, size_t cap);
+
 /* ---- loop.c ---- */
 
 /* One log line "qsweep-worker ID: ..." on stderr, unless options.quiet. */

@@ -68,6 +68,14 @@ void qw_loop_send_hello(worker *w) {
         h.receiving = true;
     }
     if (h.running_job_id) h.running_token = (ProtobufCBinaryData){w->token_len, w->token};
+    if (w->o->previous_exit) {
+        h.previous_exit = (char *)w->o->previous_exit;
+        h.previous_worker_id =
+            (char *)(w->o->previous_worker_id ? w->o->previous_worker_id : w->id);
+    }
+    const char *kinds[64];
+    h.n_kinds = qw_registry_kinds(kinds, 64);
+    h.kinds = (char **)kinds;
     char *keys[CACHE_SLOTS];
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_HELLO;
