@@ -255,6 +255,16 @@ pid_t h_start_worker_wrapped(harness *h, const char *id, const char *const *wrap
     return pid;
 }
 
+pid_t h_start_process(harness *h, const char *name, char *const argv[]) {
+    char log[160];
+    snprintf(log, sizeof log, "%s/%s.log", h->dir, name);
+    assert_true(h->n_workers < 16);
+    spawn_netns = h->netns;
+    pid_t pid = spawn(log, argv);
+    h->workers[h->n_workers++] = pid;
+    return pid;
+}
+
 bool h_file_contains(const char *path, const char *needle) {
     FILE *f = fopen(path, "r");
     if (!f) return false;
