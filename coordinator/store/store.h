@@ -60,11 +60,26 @@ qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err)
 
 typedef struct qc_store qc_store;
 
-/* Connects with the libpq conninfo string (connect_timeout 10 s unless it sets one; it
- * applies to qc_store_reconnect too), sets application_name to
- * "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or "submit", shown
- * in pg_stat_activity and in the "another coordinator" message), and applies the schema
- * migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's
+/* Server settings every session asks for (libpq "options", before the caller's connection
+ * string, which may override them): the server ends a session whose client went silent
+ * (TCP keepalives after 5 s idle, every second, 3 lost probes; 5 s of unacknowledged data).
+ * The coordinator's sessions also bound waits: a statement 5 min, a lock 30 s, an open
+ * transaction left idle 5 min (each ends in an SQLSTATE the coordinator retries like a lost
+ * connection, qc_store_condition). */
+#define QC_STORE_CLIENT_OPTIONS                                                                    \
+    "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3 "             \
+    "-c tcp_user_timeout=5000"
+#define QC_STORE_COORDINATOR_OPTIONS                                                               \
+    QC_STORE_CLIENT_OPTIONS " -c statement_timeout=300000 -c lock_timeout=30000 "                  \
+                            "-c idle_in_transaction_session_timeout=300000"
+
+/* Connects with the libpq conninfo string (connect_timeout 10 s, 2 s for a "coordinator..."
+ * role, unless it sets one; it applies to qc_store_reconnect too; TCP keepalives after 5 s
+ * idle, every second, 3 probes, and tcp_user_timeout 5 s unless it sets them; the server
+ * options QC_STORE_CLIENT_OPTIONS or, for a coordinator role, QC_STORE_COORDINATOR_OPTIONS), sets
+ * application_name to "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or
+ * "submit", shown in pg_stat_activity and in the "another coordinator" message), and applies the
+ * schema migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's
  * message), QS_ESTATE (edited or unknown migration), QS_ENOMEM. */
 qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err);
 
