@@ -92,6 +92,7 @@ FUZZ_TARGETS=(
   "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
   "tokenizer_fuzz_encode        -"
   "tokenizer_fuzz_gguf          tests/checkpoint/fuzz/seeds/gguf"
+  "train_fuzz_ckpt              -"
 )
 
 stage_fuzz_smoke() {
