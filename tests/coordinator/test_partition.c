@@ -5,11 +5,12 @@
  * private PostgreSQL, restarted to listen on 127.0.0.1 there, the coordinator connecting to it
  * over TCP, and workers talking to the coordinator over ipc://. The partition is a token
  * bucket of 8 bit/s with a 1 ms queue on the namespace's loopback for 15 s (this kernel has
- * no netem): past its first 1600 bytes every packet is dropped; the coordinator's sessions fail
- * on their TCP timeouts, while the server, whose keepalives this test sets to 10 minutes,
- * keeps the coordinator's old session (and its lock) as the issue's server did. After the
- * cut the coordinator ends that session, takes the lock again and finishes the sweep; every
- * job once, every result once (counts from SQL). Without root it is skipped. */
+ * no netem): past its first 1600 bytes every packet is dropped. The coordinator notices the
+ * cut through its own TCP timeouts and keeps answering its workers; the server, whose
+ * keepalives this test sets to 10 minutes, still shows the old session right after the cut.
+ * The coordinator then takes the lock again and finishes the sweep: every job once, every
+ * result once (counts from SQL), no worker re-registered. Without root it is skipped. (The
+ * stale session itself is ended deterministically in store_store.) */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
