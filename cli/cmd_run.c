@@ -33,6 +33,7 @@
 
 #include "cli.h"
 #include "clock.h"
+#include "exit_status.h"
 #include "gpu_info.h"
 #include "queries.h"
 #include "scheduler.h"
@@ -53,6 +54,10 @@ typedef struct child {
     long long respawn_at; /* CLOCK_MONOTONIC ms at which to start it again; 0: not to */
     char name[32];
     char log[PATH_MAX + 32];
+    long oom_kills;      /* its memory cgroup's OOM kills when it started, -1: unknown */
+    char id[96];         /* the worker id it runs as */
+    char prev_id[96];    /* a restarted worker: the id of the process it replaces */
+    char prev_exit[300]; /* and how that one ended (exit_status.h) */
 } child;
 
 /* Starts `qsweep <argv...>` with stdout and stderr into c->log. */
@@ -238,8 +243,17 @@ static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
         snprintf(id, sizeof id, "%.40s-run%d-w%zu", r->host, (int)getpid(), i);
     char gpus[16];
     qsweep_run_worker_gpus((int)i - 1, r->n_gpus, gpus, sizeof gpus);
-    char *av[] = {"qsweep",    "worker",   "--connect", r->endpoint, "--id", id,
-                  "--threads", r->threads, "--gpus",    gpus,        NULL};
+    char *av[] = {"qsweep", "worker",    "--connect", r->endpoint, "--id",
+                  id,       "--threads", r->threads,  "--gpus",    gpus,
+                  NULL,     NULL,        NULL,        NULL,        NULL};
+    if (w->restarts && w->prev_exit[0]) { /* the coordinator records how the last one ended */
+        av[10] = "--previous-id";
+        av[11] = w->prev_id;
+        av[12] = "--previous-exit";
+        av[13] = w->prev_exit;
+    }
+    snprintf(w->id, sizeof w->id, "%s", id);
+    w->oom_kills = qs_cgroup_oom_kills(0); /* the child starts in this process's cgroup */
     return spawn(w, av, err);
 }
 
@@ -364,11 +378,17 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, int *s
             if (!reaped(w)) {
                 alive++;
             } else if (was) {
-                char how[64];
+                char how[320];
                 describe_exit(w, how, sizeof how);
                 /* a signal is a crash (or the OOM killer): start it again; an exit status is
                  * the worker's own decision (bad options, no coordinator) and would repeat */
                 if (WIFSIGNALED(w->status) && r->restarts < r->max_restarts) {
+                    long oom = qs_cgroup_oom_kills(0);
+                    qs_exit_describe(w->status,
+                                     oom >= 0 && w->oom_kills >= 0 ? oom - w->oom_kills : 0,
+                                     w->prev_exit, sizeof w->prev_exit);
+                    snprintf(w->prev_id, sizeof w->prev_id, "%s", w->id);
+                    snprintf(how, sizeof how, "%s", w->prev_exit);
                     r->restarts++;
                     w->restarts++;
                     w->respawn_at = qs_clock_ms() + RESPAWN_DELAY_MS;

@@ -132,6 +132,9 @@ static void worker_usage(FILE *out) {
         "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
         "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
         "  --quiet             log only warnings and errors (not each job started and finished)\n"
+        "  --previous-id ID --previous-exit TEXT  (set by a supervisor restarting a worker, as\n"
+        "                      qsweep run does) how the process of worker ID ended; the attempt\n"
+        "                      it was running records it\n"
         "  $QSWEEP_CURVE_SERVER, $QSWEEP_CURVE_PUBLIC, $QSWEEP_CURVE_SECRET  CURVE keys (Z85):\n"
         "                      the coordinator's public key and this worker's key pair\n"
         "  Baseline log-probabilities are kept in $QSWEEP_BASELINE_DIR, else\n"
@@ -146,14 +149,22 @@ int qsweep_cmd_worker(int argc, char **argv) {
                                          {"exit-when-idle", required_argument, 0, 'e'},
                                          {"gpus", required_argument, 0, 'g'},
                                          {"backend", required_argument, 0, 'b'},
+                                         {"previous-id", required_argument, 0, 'P'},
+                                         {"previous-exit", required_argument, 0, 'X'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
     int c, idle_s = 0;
     const char *gpus_arg = NULL, *backend_arg = NULL;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:i:t:e:g:b:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:i:t:e:g:b:P:X:qh", opts, NULL)) != -1) {
         switch (c) {
+        case 'P': /* set by qsweep run when it restarts a worker that a signal ended */
+            o.previous_worker_id = optarg;
+            break;
+        case 'X':
+            o.previous_exit = optarg;
+            break;
         case 'b':
             backend_arg = optarg;
             break;

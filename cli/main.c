@@ -10,6 +10,7 @@
 #include <libpq-fe.h>
 
 #include "cli.h"
+#include "exit_status.h"
 #include "migrate.h"
 #include "probe.h"
 
@@ -54,21 +55,7 @@ static void usage(FILE *out) {
 }
 
 int qsweep_exit_code(qs_status st) {
-    switch (st) {
-    case QS_OK:
-        return QSWEEP_EXIT_OK;
-    case QS_EINVAL:
-    case QS_EFORMAT:
-    case QS_EUNSUPPORTED:
-    case QS_ENOTFOUND:
-        return QSWEEP_EXIT_INPUT;
-    case QS_EDB:
-        return QSWEEP_EXIT_DB;
-    case QS_ECANCELLED:
-        return QSWEEP_EXIT_INTERRUPTED;
-    default:
-        return QSWEEP_EXIT_RUNTIME;
-    }
+    return qs_exit_code(st); /* the one table of every qsweep program (exit_status.h) */
 }
 
 /* The connection string the command uses (qsweep_db_arg), so qsweep_fail can redact it. */

@@ -93,6 +93,40 @@ static void print_table(PGresult *r, FILE *out) {
     }
 }
 
+/* Under the tables: the experiment's failed jobs, which no table shows, with their count and
+ * how many failed because their model's file changed (a digest that no longer matches, or a
+ * change while the job ran: worker/jobs/jobs.c), each with its error (the first 20). */
+static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *err) {
+    const char *params[1] = {name};
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT j.id, j.kind, j.attempts_used, j.max_attempts, COALESCE(j.last_error, ''), "
+        "COALESCE(j.last_error, '') ~ '(changed while the job ran|file changed since the grid)' "
+        "FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON "
+        "e.id = ej.experiment WHERE e.name = $1 AND j.state = 'failed' ORDER BY j.id",
+        1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        qs_status st = qs_error_set(err, QS_EDB, "failed jobs of %s: %s", name, PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    int n = PQntuples(r), changed = 0;
+    for (int i = 0; i < n; i++)
+        changed += PQgetvalue(r, i, 5)[0] == 't';
+    if (n) {
+        fprintf(out, "\n%d failed job%s of experiment %s, not in the tables above", n,
+                n == 1 ? "" : "s", name);
+        if (changed) fprintf(out, " (%d because their model changed)", changed);
+        fprintf(out, ":\n");
+    }
+    for (int i = 0; i < n && i < 20; i++)
+        fprintf(out, "  job %s (%s, %s of %s attempts): %s\n", PQgetvalue(r, i, 0),
+                PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+    if (n > 20) fprintf(out, "  ... and %d more (v_failed_jobs)\n", n - 20);
+    PQclear(r);
+    return QS_OK;
+}
+
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err) {
     PGconn *c = qc_store_pgconn(db);
@@ -103,7 +137,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     if (st) return st;
     int printed = 0; /* another kind's own layout (cli/kind_table.c), whatever it holds */
     if ((st = qsweep_print_kind_tables(db, name, format, out, &printed, err))) return st;
-    if (printed) return QS_OK;
+    if (printed) return format == 0 ? print_failed(c, name, out, err) : QS_OK;
     char sql[2048];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};
@@ -128,6 +162,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
                 "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" "
                 "<<'SQL'\n%s;\nSQL\n",
                 PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+        st = print_failed(c, name, out, err);
     }
     PQclear(r);
     return st;

@@ -1,8 +1,10 @@
 /* Whole-file replacement of an output file (replace_file.h). */
 #include "replace_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,35 @@ qs_status qs_replace_file_open(const char *path, const char *input, qs_replace_f
         return s;
     }
     return QS_OK;
+}
+
+int qs_replace_file_sweep(const char *path, long long *bytes) {
+    if (bytes) *bytes = 0;
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    size_t nl = strlen(name);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *f = e->d_name;
+        size_t fl = strlen(f);
+        /* "." NAME "." and six characters */
+        if (fl != nl + 8 || f[0] != '.' || strncmp(f + 1, name, nl) != 0 || f[nl + 1] != '.')
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (unlinkat(dirfd(d), f, 0) == 0) {
+            removed++;
+            if (bytes) *bytes += (long long)st.st_size;
+        }
+    }
+    closedir(d);
+    return removed;
 }
 
 int qs_same_file(const char *a, const char *b) {

@@ -24,6 +24,12 @@ typedef struct qs_replace_file {
 qs_status qs_replace_file_open(const char *path, const char *input, qs_replace_file *r,
                                qs_error *err);
 
+/* Removes the temporary files qs_replace_file_open left beside path (".NAME.XXXXXX", six
+ * mkstemp characters) when the writing process died before commit or abort (kill -9). Call
+ * it only where no other process may be replacing path at that moment. Returns how many it
+ * removed; *bytes (may be NULL) gets their total size. */
+int qs_replace_file_sweep(const char *path, long long *bytes);
+
 /* Whether paths a and b name the same existing file (same st_dev and st_ino). */
 int qs_same_file(const char *a, const char *b);
 

@@ -91,6 +91,8 @@ FUZZ_TARGETS=(
   "kinds_fuzz_spec              tests/kinds/fuzz/seeds"
   "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
   "tokenizer_fuzz_encode        -"
+  "tokenizer_fuzz_gguf          tests/checkpoint/fuzz/seeds/gguf"
+  "train_fuzz_ckpt              -"
 )
 
 stage_fuzz_smoke() {

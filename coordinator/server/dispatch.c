@@ -35,10 +35,16 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
     const char *models[MODELS_MAX];
     for (int i = 0; i < w->n_models; i++)
         models[i] = w->models[i];
+    const char *kinds[KINDS_MAX];
+    for (int i = 0; i < w->n_kinds; i++)
+        kinds[i] = w->kinds[i];
     qc_sched_worker sw = {.n_gpus = w->n_gpus,
                           .gpus = w->gpus,
                           .models = models,
-                          .n_models = w->n_models};
+                          .n_models = w->n_models,
+                          .name = w->name,
+                          .kinds = kinds,
+                          .n_kinds = w->n_kinds};
     ptrdiff_t k =
         qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s, &s->next_wake);
     return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
@@ -53,8 +59,12 @@ static void assign(server *s, worker *w, job *j) {
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
-    qc_srv_must(s, qc_store_batch_attempt_started(s->batch, j->id, (int32_t)j->attempt, w->name,
-                                                  s->lease_ms / 1000.0, &s->batch_err));
+    qc_srv_token_new(j);
+    char hash[2 * TOKEN_HASH_BYTES + 1];
+    qc_srv_token_hash_hex(j, hash);
+    qc_srv_must(s,
+                qc_store_batch_attempt_started_token(s->batch, j->id, (int32_t)j->attempt, w->name,
+                                                     s->lease_ms / 1000.0, hash, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                             &s->batch_err));
     qc_srv_send_assign(s, w, j, true);

@@ -36,19 +36,82 @@ static void utf8_escape(const char *s, char *out, size_t cap) {
     out[o] = '\0';
 }
 
-static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__Hello *h,
-                     int64_t now) {
+/* Whether tok is job j's current attempt token (identity.c). */
+static bool token_ok(const job *j, const ProtobufCBinaryData *tok) {
+    return qc_srv_token_ok(j, tok->data, tok->len);
+}
+
+/* A HELLO of worker id h->worker_id from a connection (rid) other than old's, the worker the
+ * coordinator knows by that id: a reconnect (the worker opens a new socket after a silence),
+ * a restart, or a stranger claiming the id. old's running attempt goes with the id only to a
+ * HELLO that names it with its token (the caller re-attaches it); with CURVE the key already
+ * matched (the id belongs to it), so the worker restarted without it and it is lost at once;
+ * without CURVE nothing proves who this is, and the attempt keeps its lease, which its real
+ * worker renews (docs/security.md). old is dropped either way. */
+static void hello_moves(server *s, worker *old, const char *key, const Qsweep__Hello *h,
+                        const char *peer) {
+    job *oj = old->job;
+    bool proven = oj && h->running_job_id == oj->id && h->running_attempt == oj->attempt &&
+                  token_ok(oj, &h->running_token);
+    if (oj && !proven && oj->lease_deadline != NEVER) {
+        if (key)
+            qc_srv_end_attempt(s, oj, QC_ATTEMPT_LOST,
+                               "worker re-registered without it (restarted)", true);
+        else
+            qc_log("worker %s: a HELLO from peer %s does not name job %lld attempt %u with its "
+                   "token: the attempt keeps its lease",
+                   old->name, peer, (long long)oj->id, oj->attempt);
+    }
+    char from[600];
+    qc_srv_peer_name(old->rid, old->rid_len, from, sizeof from);
+    qc_log("worker %s moved from connection %s to %s", old->name, from, peer);
+    qc_srv_drop_worker(s, old);
+}
+
+/* A supervisor says how the process of worker id prev ended (Hello.previous_exit): every
+ * attempt still running under that id keeps the words for its error when its lease expires
+ * (the lease still decides: nothing here is proven, docs/security.md). */
+static void note_previous_exit(server *s, const char *prev, const char *how) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->state != J_RUNNING || !j->worker_name || strcmp(j->worker_name, prev) != 0) continue;
+        free(j->exit_note);
+        if (!(j->exit_note = strndup(how, 400))) abort();
+        qc_log("job %lld attempt %u: the process of worker %s ended: %s", (long long)j->id,
+               j->attempt, prev, j->exit_note);
+    }
+}
+
+static void on_hello(server *s, const char *rid, size_t rid_len, const char *key,
+                     const Qsweep__Hello *h, int64_t now) {
+    char peer[600];
+    qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
     if (!h->worker_id[0] || strlen(h->worker_id) > NAME_MAX_ || !utf8_valid(h->worker_id) ||
         !utf8_valid(h->host)) {
-        char peer[600];
-        qc_srv_peer_name(rid, rid_len, peer, sizeof peer);
         qc_log("dropped: peer %s: HELLO with an empty, too long or non-UTF-8 worker_id or host",
                peer);
         return;
     }
+    if (key) { /* CURVE: the id belongs to the key that first registered it */
+        const char *owner = qc_srv_owner(s, h->worker_id);
+        if (owner && strcmp(owner, key) != 0) {
+            qc_log("refused: peer %s: HELLO as worker %s from CURVE key %s, but that worker id "
+                   "belongs to key %s",
+                   peer, h->worker_id, key, owner);
+            return;
+        }
+        if (!owner) qc_srv_own(s, h->worker_id, key);
+    }
     worker *w = qc_srv_find_worker(s, rid, rid_len);
+    if (w && strcmp(w->name, h->worker_id) != 0) { /* the connection takes another id */
+        qc_srv_drop_worker(s, w);                  /* its job, if any, keeps its lease */
+        w = NULL;
+    }
+    worker *old = qc_srv_find_worker_named(s, h->worker_id, w);
+    if (old) hello_moves(s, old, key, h, peer);
     if (!w) w = qc_srv_worker_add(s, rid, rid_len);
     snprintf(w->name, sizeof w->name, "%s", h->worker_id);
+    snprintf(w->key, sizeof w->key, "%s", key ? key : "");
     w->last_seen = now;
     w->next_alive = now + qc_srv_alive_ms(s); /* the HELLO's upsert sets last_seen */
     w->ready = false;
@@ -69,23 +132,38 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const Qsweep__H
     for (size_t i = 0; i < h->n_models_loaded && w->n_models < MODELS_MAX; i++)
         if (strlen(h->models_loaded[i]) <= KEY_MAX)
             snprintf(w->models[w->n_models++], KEY_MAX + 1, "%s", h->models_loaded[i]);
+    w->n_kinds = 0; /* a kind name too long for any job kind is left out */
+    for (size_t i = 0; i < h->n_kinds && w->n_kinds < KINDS_MAX; i++)
+        if (h->kinds[i][0] && strlen(h->kinds[i]) <= KIND_MAX)
+            snprintf(w->kinds[w->n_kinds++], KIND_MAX + 1, "%s", h->kinds[i]);
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    qc_srv_must(s, qc_store_batch_worker_seen(s->batch, w->name, h->host, (int32_t)h->pid, gj,
-                                              (int32_t)h->cpu_threads, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_worker_seen_key(s->batch, w->name, h->host, (int32_t)h->pid, gj,
+                                                  (int32_t)h->cpu_threads, key, &s->batch_err));
     free(gj);
 
+    if (h->previous_exit[0] && utf8_valid(h->previous_exit) && utf8_valid(h->previous_worker_id))
+        note_previous_exit(s, h->previous_worker_id[0] ? h->previous_worker_id : w->name,
+                           h->previous_exit);
     job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
-    /* A job this worker ran that its HELLO does not name is lost (the worker restarted);
-       one whose ASSIGN is still waiting for its commit will be sent. */
+    /* A job this connection ran that its HELLO does not name is lost (the worker restarted:
+       a connection is never taken over by another, server.c); one whose ASSIGN is still
+       waiting for its commit will be sent. */
     if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
         job *old = w->job;
         qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)",
                            true);
     }
     if (h->running_job_id) {
-        if (named && named->state == J_RUNNING && named->attempt == h->running_attempt &&
-            (!named->worker || named->worker == w)) {
+        bool attempt_on = named && named->state == J_RUNNING &&
+                          named->attempt == h->running_attempt &&
+                          (!named->worker || named->worker == w);
+        if (attempt_on && !token_ok(named, &h->running_token)) {
+            /* the token is never logged, nor whether it was close */
+            qc_log("refused re-attach: peer %s: HELLO as worker %s names job %lld attempt %u "
+                   "without its attempt token",
+                   peer, w->name, (long long)named->id, named->attempt);
+        } else if (attempt_on) {
             named->worker = w;
             w->job = named;
             /* No lease renewal: a HELLO says the worker lives, not that the attempt moves;
@@ -120,7 +198,8 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
     qc_srv_send_now(s, w->rid, w->rid_len, &env);
     if (!hb->job_id) return;
     job *j = w->job;
-    if (j && j->id == hb->job_id && j->attempt == hb->attempt && j->state == J_RUNNING) {
+    if (j && j->id == hb->job_id && j->attempt == hb->attempt && j->state == J_RUNNING &&
+        token_ok(j, &hb->token)) {
         if (j->lease_deadline != NEVER) qc_srv_renew_lease(s, j, now);
         return;
     }
@@ -135,13 +214,17 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
                            "attempt is no longer current (lease lost)");
 }
 
-/* True when (job, attempt) is the job's running attempt on worker w. */
-static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt) {
+/* The job when (job, attempt) is its running attempt on worker w and tok its token, else NULL
+ * with *why saying which it is not. */
+static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt,
+                    const ProtobufCBinaryData *tok, const char **why) {
     job *j = qc_srv_find_job(s, job_id);
-    if (j && j->state == J_RUNNING && j->attempt == attempt && j->worker == w &&
-        j->lease_deadline != NEVER)
-        return j;
-    return NULL;
+    *why = "not the job's current attempt";
+    if (!j || j->state != J_RUNNING || j->attempt != attempt || j->worker != w ||
+        j->lease_deadline == NEVER)
+        return NULL;
+    *why = "without the attempt's token";
+    return token_ok(j, tok) ? j : NULL;
 }
 
 /* Queues the n metrics of a RESULT of job j's current attempt for the store, as two sets:
@@ -211,11 +294,11 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
 }
 
 static void on_result(server *s, worker *w, const Qsweep__Result *r) {
-    job *j = current(s, w, r->job_id, r->attempt);
+    const char *why;
+    job *j = current(s, w, r->job_id, r->attempt, &r->token, &why);
     if (!j) {
-        qc_log("ignored %s RESULT of job %lld attempt %u from worker %s: not the job's current "
-               "attempt",
-               r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name);
+        qc_log("ignored %s RESULT of job %lld attempt %u from worker %s: %s",
+               r->final ? "final" : "partial", (long long)r->job_id, r->attempt, w->name, why);
         qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
         return;
     }
@@ -248,17 +331,21 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
 }
 
 static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
-    job *j = current(s, w, f->job_id, f->attempt);
+    const char *why;
+    job *j = current(s, w, f->job_id, f->attempt, &f->token, &why);
     if (!j) {
-        qc_log(
-            "ignored FAILED of job %lld attempt %u from worker %s: not the job's current attempt",
-            (long long)f->job_id, f->attempt, w->name);
+        qc_log("ignored FAILED of job %lld attempt %u from worker %s: %s", (long long)f->job_id,
+               f->attempt, w->name, why);
         qc_srv_send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
         return;
     }
     char msg[1024];
     utf8_escape(f->message, msg, sizeof msg);
     switch (f->class_) {
+    case QSWEEP__FAILURE_CLASS__JOB_ERROR: /* permanent: another attempt would fail the same */
+        j->fail_now = true;
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        break;
     case QSWEEP__FAILURE_CLASS__PREEMPTED:
         qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
         break;
@@ -294,8 +381,8 @@ static void on_bye(server *s, worker *w, const Qsweep__Bye *b) {
     qc_srv_forget_worker(s, w);
 }
 
-void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
-                       int64_t now) {
+void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const char *user_id,
+                       const uint8_t *body, size_t len, int64_t now) {
     char peer[600];
     Qsweep__Envelope *env = NULL;
     qs_error err;
@@ -305,7 +392,10 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         return;
     }
     if (env->body_case == QSWEEP__ENVELOPE__BODY_HELLO) {
-        on_hello(s, rid, rid_len, env->hello, now);
+        if (s->o->curve_secret_key && (!user_id || strlen(user_id) != CURVE_Z85))
+            qc_log("dropped: peer %s: HELLO without a CURVE key (User-Id) on a CURVE socket", peer);
+        else
+            on_hello(s, rid, rid_len, s->o->curve_secret_key ? user_id : NULL, env->hello, now);
         qs_proto_free(env);
         return;
     }
@@ -314,6 +404,12 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t
         if (env->body_case != QSWEEP__ENVELOPE__BODY_BYE)
             qc_srv_send_reregister(s, rid, rid_len,
                                    "unknown worker (coordinator restarted?): send HELLO");
+        qs_proto_free(env);
+        return;
+    }
+    if (w->key[0] && (!user_id || strcmp(user_id, w->key) != 0)) {
+        qc_log("dropped: peer %s: %s from a CURVE key other than worker %s's", peer,
+               qs_proto_kind_name(env->body_case), w->name);
         qs_proto_free(env);
         return;
     }

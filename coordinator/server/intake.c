@@ -19,6 +19,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     j->q.gpu_mem_mb = r->gpu_mem_mb;
     j->q.native_fp4 = r->native_fp4;
     j->q.model_key = j->model_key;
+    j->q.kind = j->kind;
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
     j->attempt = (uint32_t)r->last_attempt;
@@ -34,6 +35,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         qc_srv_set_state(j, J_RUNNING);
         j->attempt = (uint32_t)running->attempt;
         j->worker_name = strdup(running->worker);
+        qc_srv_token_load(j, running->token_hash);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
     } else {
         qc_srv_set_state(j, J_PENDING);

@@ -80,7 +80,21 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
                         bool counts) {
     if (j->worker && j->worker->job == j) j->worker->job = NULL;
     j->worker = NULL;
-    free(j->worker_name);
+    bool permanent = j->fail_now;
+    j->fail_now = false;
+    char noted[1400];
+    if (j->exit_note && outcome == QC_ATTEMPT_LOST) {
+        snprintf(noted, sizeof noted, "%s; its process ended: %s", error ? error : "lost",
+                 j->exit_note);
+        error = noted;
+    }
+    free(j->exit_note);
+    j->exit_note = NULL;
+    /* a transient failure (lost, worker error) is retried elsewhere first */
+    free(j->avoid);
+    j->avoid = counts && !permanent && outcome != QC_ATTEMPT_SUCCEEDED ? j->worker_name : NULL;
+    j->q.avoid = j->avoid;
+    if (j->worker_name != j->avoid) free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
     qc_srv_chunks_drop(j);
@@ -92,7 +106,7 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         set_terminal(s, j, J_CANCELLED);
     } else {
         if (counts) j->attempts_used++;
-        if (j->attempts_used >= j->max_attempts) {
+        if (permanent || j->attempts_used >= j->max_attempts) {
             set_terminal(s, j, J_FAILED);
         } else {
             qc_srv_set_state(j, J_PENDING);
@@ -102,6 +116,8 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
                 if (backoff > 60000) backoff = 60000;
             }
             j->q.not_before_ms = qs_clock_ms() + backoff;
+            /* its last worker gets it only after a lease more, when no other took it */
+            j->q.avoid_until_ms = j->q.not_before_ms + s->lease_ms;
             qc_srv_push_pending(s, j);
         }
     }
@@ -124,6 +140,8 @@ void qc_srv_job_free(job *j) {
     free(j->model_key);
     free(j->deps);
     free(j->worker_name);
+    free(j->avoid);
+    free(j->exit_note);
     qc_srv_chunks_drop(j);
     free(j);
 }

@@ -1,10 +1,12 @@
 /* qsweep-coordinator: a thin command line over qc_server_run (server.h).
  * Usage: qsweep-coordinator --bind ENDPOINT --db CONNINFO [--lease-ms MS] [--grace-ms MS]
- *                           [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet] */
+ *                           [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet]
+ * Exit codes: the table of every qsweep program (common/exit_status.h, docs/failures.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exit_status.h"
 #include "server.h"
 
 static int usage(const char *why) {
@@ -13,7 +15,7 @@ static int usage(const char *why) {
             "[--lease-ms MS] "
             "[--grace-ms MS] [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet]\n",
             why);
-    return 2;
+    return QS_EXIT_USAGE;
 }
 
 static bool parse_ms(const char *s, int *out) {
@@ -58,7 +60,7 @@ int main(int argc, char **argv) {
     qs_status st = qc_server_run(&o, &err);
     if (st != QS_OK) {
         fprintf(stderr, "qsweep-coordinator: %s\n", err.msg);
-        return (int)st;
+        return qs_exit_code(st); /* the same table as qsweep coordinator's */
     }
     return 0;
 }

@@ -96,6 +96,8 @@ void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
         a.lease_ms = (uint32_t)s->lease_ms;
         a.kind = j->kind;
         a.spec_json = j->spec;
+        if (j->token_known) /* a restarted coordinator knows only its hash: the worker has it */
+            a.attempt_token = (ProtobufCBinaryData){sizeof j->token, j->token};
         if (chunks) {
             size_t cut = len - off > room ? room : len - off;
             while (off + cut < len && cut > 1 && ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)

@@ -33,11 +33,21 @@ worker *qc_srv_find_worker(server *s, const char *rid, size_t len) {
 
 void qc_srv_forget_worker(server *s, worker *w) {
     qc_srv_must(s, qc_store_batch_worker_alive(s->batch, w->name, true, &s->batch_err));
+    qc_srv_drop_worker(s, w);
+}
+
+void qc_srv_drop_worker(server *s, worker *w) {
     size_t i = worker_pos(s, w->rid, w->rid_len);
     memmove(&s->workers[i], &s->workers[i + 1], (s->n_workers - i - 1) * sizeof *s->workers);
     s->n_workers--;
     if (w->job && w->job->worker == w) w->job->worker = NULL; /* its lease decides */
     free(w);
+}
+
+worker *qc_srv_find_worker_named(server *s, const char *name, const worker *except) {
+    for (size_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i] != except && !strcmp(s->workers[i]->name, name)) return s->workers[i];
+    return NULL;
 }
 
 /* Adds a worker with routing id rid (rid_len <= RID_MAX bytes, not yet registered) to the

@@ -47,6 +47,13 @@ bool qc_sched_gpus_from_json(const char *text, qc_sched_gpu *gpus, int cap, int 
     return ok;
 }
 
+bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j) {
+    if (!w->n_kinds || !j->kind) return true;
+    for (int i = 0; i < w->n_kinds; i++)
+        if (strcmp(w->kinds[i], j->kind) == 0) return true;
+    return false;
+}
+
 bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j) {
     if (!j->model_key || !j->model_key[0]) return false;
     for (int i = 0; i < w->n_models; i++)
@@ -65,7 +72,13 @@ ptrdiff_t qc_sched_pick(const qc_sched_worker *w, qc_sched_job *const *queue, si
             if (next_wake_ms && j->not_before_ms < *next_wake_ms) *next_wake_ms = j->not_before_ms;
             continue;
         }
-        if (!qc_sched_fits(w, j) || (deps_met && !deps_met(j, ctx))) continue;
+        if (j->avoid && w->name && j->avoid_until_ms > now_ms && strcmp(j->avoid, w->name) == 0) {
+            if (next_wake_ms && j->avoid_until_ms < *next_wake_ms)
+                *next_wake_ms = j->avoid_until_ms;
+            continue;
+        }
+        if (!qc_sched_runs_kind(w, j) || !qc_sched_fits(w, j) || (deps_met && !deps_met(j, ctx)))
+            continue;
         if (qc_sched_holds_model(w, j)) return (ptrdiff_t)i;
         if (first < 0) first = (ptrdiff_t)i;
         if (w->n_models == 0) break; /* nothing can beat the first */

@@ -6,7 +6,10 @@
  * those that fit the worker's resources (qc_sched_fits: its first max(gpus, 1) GPUs each have
  * gpu_mem_mb and, when asked, native FP4; a job asking for neither GPUs, GPU memory nor native
  * FP4 fits every worker, CPU-only ones included); among them the first whose model the worker
- * holds, else the first, in queue order: higher priority first, then older (smaller id). */
+ * holds, else the first, in queue order: higher priority first, then older (smaller id).
+ * A worker that advertised its job kinds (HELLO kinds) gets only jobs of those kinds; a job
+ * whose last attempt failed transiently on a worker goes to another one first: that worker
+ * gets it only from avoid_until_ms on. */
 #ifndef QC_SCHEDULER_H
 #define QC_SCHEDULER_H
 
@@ -25,6 +28,9 @@ typedef struct qc_sched_job {
     const char *model_key; /* its model's affinity key, "" for none */
     int64_t not_before_ms; /* backoff end, ms on the caller's (monotonic) clock */
     bool pending;          /* waiting for a worker; other entries are skipped */
+    const char *kind;      /* its job kind; NULL: any worker's */
+    const char *avoid;     /* the worker its last attempt failed on transiently, or NULL */
+    int64_t avoid_until_ms; /* until when `avoid` does not get it (same clock) */
 } qc_sched_job;
 
 /* At most this many GPUs of one worker are kept (a HELLO naming more keeps the first ones). */
@@ -43,6 +49,10 @@ typedef struct qc_sched_worker {
                                   job needing k GPUs runs on the first k */
     const char *const *models; /* affinity keys of the models it holds (n_models of them) */
     int n_models;
+    const char *name;         /* its worker id (for qc_sched_job.avoid); NULL: none */
+    const char *const *kinds; /* the job kinds it runs (n_kinds); n_kinds 0: not advertised,
+                                 any kind */
+    int n_kinds;
 } qc_sched_worker;
 
 /* Queue order for qsort over an array of qc_sched_job pointers: higher priority first,
@@ -54,6 +64,9 @@ int qc_sched_compare(const void *a, const void *b);
  * each of its first k GPUs mem_mb >= j->gpu_mem_mb (the per-GPU figure: kinds/resources.h
  * computes it per tensor-parallel rank) and native_fp4 when j->native_fp4. */
 bool qc_sched_fits(const qc_sched_worker *w, const qc_sched_job *j);
+
+/* Whether worker w runs j's kind: it advertised none, j has none, or j's is among them. */
+bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j);
 
 /* Whether any of the n workers fits j (qsweep status names the pending jobs none can ever
  * take, rather than leaving them silently pending). */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
 #include <zmq.h>
 
 #include "envelope.h"
@@ -87,12 +88,15 @@ static qs_status open_socket(server *s, qs_error *err) {
     if (!s->zctx) return qs_error_set(err, QS_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     s->sock = zmq_socket(s->zctx, ZMQ_ROUTER);
     if (!s->sock) return qs_error_set(err, QS_ENET, "zmq_socket(ROUTER): %s", zmq_strerror(errno));
+    /* No ZMQ_ROUTER_HANDOVER: a connection's routing id is never taken over by another
+       connection. Workers name each connection uniquely (worker/loop/link.c), so only a
+       stranger's connection can collide, and it waits until the first one is gone; moving a
+       worker id from one connection to another is decided at HELLO (handlers.c, identity.c). */
     int one = 1, linger = 1000, hwm = 100000;
     /* Twice the protocol limit: a body just over it reaches the codec and is logged with its
        peer; libzmq drops the connection of a peer sending more (server.h). */
     int64_t maxmsg = 2 * (int64_t)QS_PROTO_MAX_BYTES;
     if (zmq_setsockopt(s->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
-        zmq_setsockopt(s->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
@@ -105,8 +109,10 @@ static qs_status open_socket(server *s, qs_error *err) {
                                 "options.curve_secret_key: need a 40-character Z85 key: %s",
                                 zmq_strerror(errno));
     }
-    if (s->allowed) {
-        /* The ZAP handler is bound before the ROUTER so that no handshake can miss it. */
+    if (s->o->curve_secret_key) {
+        /* The ZAP handler is bound before the ROUTER so that no handshake can miss it. It
+           runs with CURVE even without an allow-list: its answer gives every connection its
+           key as User-Id, to which worker ids are bound (identity.c). */
         qc_zap_keys *keys = s->allowed;
         s->allowed = NULL; /* the handler's now, also on failure */
         qs_status st = qc_zap_start(s->zctx, s->o->curve_allowed_keys, keys, &s->zap, err);
@@ -140,7 +146,8 @@ static void drain(server *s, int64_t now) {
             }
         }
         if (ok && frames == 2) {
-            qc_srv_on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
+            const char *uid = s->o->curve_secret_key ? zmq_msg_gets(&body, "User-Id") : NULL;
+            qc_srv_on_message(s, zmq_msg_data(&id), zmq_msg_size(&id), uid, zmq_msg_data(&body),
                               zmq_msg_size(&body), now);
         } else {
             char peer[600];
@@ -177,6 +184,7 @@ static void free_server(server *s) {
     if (s->zctx) zmq_ctx_term(s->zctx);
     qc_store_batch_free(s->batch);
     qc_store_close(s->store);
+    qc_srv_owners_free(s);
 }
 
 qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
@@ -229,6 +237,9 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
        lock goes with it and no later write can succeed without taking it again
        (qc_writer_reconnect), so two coordinators never both write. */
     if (st == QS_OK) st = qc_store_lock_coordinator(qc_writer_store(s.writer), err);
+    if (st == QS_OK && sodium_init() < 0)
+        st = qs_error_set(err, QS_EIO, "libsodium: sodium_init failed (no entropy source?)");
+    if (st == QS_OK) st = qc_srv_owners_load(&s, err);
     if (st == QS_OK) st = qc_srv_load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {

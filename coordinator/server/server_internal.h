@@ -17,6 +17,11 @@
 #include "zap.h"
 
 enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127, DRAIN_MAX = 8192 };
+/* An attempt token's bytes (proto: Assign.attempt_token), its hash's (BLAKE2b-256), and a
+ * CURVE key in Z85 (40 characters). */
+enum { TOKEN_BYTES = 16, TOKEN_HASH_BYTES = 32, CURVE_Z85 = 40 };
+/* Job kinds a worker's HELLO may advertise, and the longest name kept. */
+enum { KINDS_MAX = 64, KIND_MAX = 63 };
 #define STALL_LOG_MS 10000
 #define NEVER INT64_MAX
 
@@ -61,16 +66,28 @@ typedef struct job {
     chunk_metric *chunk_rows;
     size_t n_chunk_rows, cap_chunk_rows;
     uint32_t chunks, chunk_next;
+    /* the current attempt's token (identity.c): the raw bytes while this process made it
+       (token_known; re-sent in a repeated ASSIGN), its hash always once an attempt has one
+       (has_token_hash; from attempts.token_hash after a restart) */
+    uint8_t token[TOKEN_BYTES], token_hash[TOKEN_HASH_BYTES];
+    bool token_known, has_token_hash;
+    bool fail_now;   /* the attempt ending failed permanently: no further attempt (jobs.c) */
+    char *avoid;     /* q.avoid: the worker the last transient failure happened on (owned) */
+    char *exit_note; /* how its worker's process ended, from a supervisor (Hello.previous_exit):
+                        added to the error when the attempt is lost (owned; NULL: none) */
 } job;
 
 struct worker {
     char rid[RID_MAX]; /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
     size_t rid_len;
     char name[NAME_MAX_ + 1]; /* HELLO worker_id */
+    char key[CURVE_Z85 + 1];  /* the connection's CURVE key (User-Id), "" without CURVE */
     int n_gpus;
     qc_sched_gpu gpus[QC_SCHED_GPUS_MAX]; /* HELLO's GPUs, the first n_gpus */
     char models[MODELS_MAX][KEY_MAX + 1];
     int n_models;
+    char kinds[KINDS_MAX][KIND_MAX + 1]; /* HELLO kinds; n_kinds 0: not advertised (any) */
+    int n_kinds;
     bool ready;
     job *job;
     int64_t last_seen;
@@ -115,6 +132,8 @@ typedef struct server {
     size_t n_pending, cap_pending;
     bool pending_sorted, dirty;
     int64_t next_wake; /* earliest backoff end among pending jobs */
+    qc_worker_key *owners; /* worker id -> the CURVE key that first registered it */
+    size_t n_owners, cap_owners;
     worker **workers;  /* sorted by routing id */
     size_t n_workers, cap_workers;
     action *actions; /* waiting for the open batch */
@@ -149,6 +168,10 @@ worker *qc_srv_find_worker(server *s, const char *rid, size_t len);
  * workers.last_seen is written as gone. */
 void qc_srv_forget_worker(server *s, worker *w);
 
+/* Removes w from the registry and frees it, writing nothing (its id lives on in another
+ * connection); its job, if any, keeps its lease. */
+void qc_srv_drop_worker(server *s, worker *w);
+
 /* Adds a worker with routing id rid (rid_len <= RID_MAX bytes, not yet registered) to the
  * registry, keeping it sorted; its other fields are zero. Aborts without memory. */
 worker *qc_srv_worker_add(server *s, const char *rid, size_t rid_len);
@@ -161,12 +184,44 @@ void qc_srv_forget_silent_workers(server *s, int64_t now);
  * round trip (proto/qsweep.proto, Result). */
 void qc_srv_worker_idle(server *s, worker *w);
 
+/* The registered worker named name on a connection other than except (NULL: any), or NULL. */
+worker *qc_srv_find_worker_named(server *s, const char *name, const worker *except);
+
+/* ---- identity.c: who may speak for a worker, and for an attempt ---- */
+
+/* Gives job j's new attempt a fresh random token (libsodium randombytes) and its hash. */
+void qc_srv_token_new(job *j);
+
+/* The hash of j's token as 64 lowercase hex digits into out (for attempts.token_hash). */
+void qc_srv_token_hash_hex(const job *j, char out[2 * TOKEN_HASH_BYTES + 1]);
+
+/* Takes j's token hash from attempts.token_hash (hex; "" or malformed: none). */
+void qc_srv_token_load(job *j, const char *hex);
+
+/* Whether the len bytes t are j's current attempt token (constant-time compare of hashes);
+ * false when j has none. */
+bool qc_srv_token_ok(const job *j, const uint8_t *t, size_t len);
+
+/* Reads the stored worker id -> CURVE key bindings (workers.curve_key) at start. QS_EDB. */
+qs_status qc_srv_owners_load(server *s, qs_error *err);
+
+/* The CURVE key worker id name belongs to, or NULL when none registered it yet. */
+const char *qc_srv_owner(const server *s, const char *name);
+
+/* Binds name to key (the first HELLO of that id with CURVE); aborts without memory. */
+void qc_srv_own(server *s, const char *name, const char *key);
+
+/* Frees the bindings. */
+void qc_srv_owners_free(server *s);
+
 /* ---- handlers.c: messages from workers ---- */
 
 /* Decodes one message body from peer rid and applies it (one handler per message kind);
- * undecodable or unexpected messages are logged and dropped. */
-void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const uint8_t *body, size_t len,
-                       int64_t now);
+ * undecodable or unexpected messages are logged and dropped. user_id: the connection's
+ * ZeroMQ "User-Id" property (its CURVE key in Z85, set by the ZAP handler), NULL without
+ * CURVE. */
+void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const char *user_id,
+                       const uint8_t *body, size_t len, int64_t now);
 
 /* ---- jobs.c: the job table and its transitions ---- */
 

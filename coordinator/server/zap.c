@@ -372,7 +372,7 @@ static void answer(qc_zap *z) {
             char z85[KEY_Z85 + 1];
             zmq_z85_encode(z85, key, KEY_BYTES);
             pthread_mutex_lock(&z->mu);
-            bool allowed = qc_zap_keys_contains(z->keys, key);
+            bool allowed = !z->path || qc_zap_keys_contains(z->keys, key); /* no list: any */
             pthread_mutex_unlock(&z->mu);
             if (allowed) {
                 reply(z, &f[1], "200", "OK", z85);
@@ -410,8 +410,8 @@ qs_status qc_zap_start(void *zctx, const char *path, qc_zap_keys *keys, qc_zap *
                        qs_error *err) {
     *out = NULL;
     qc_zap *z = calloc(1, sizeof *z);
-    char *p = strdup(path);
-    if (!z || !p) {
+    char *p = path ? strdup(path) : NULL;
+    if (!z || (path && !p)) {
         free(z);
         free(p);
         qc_zap_keys_free(keys);
@@ -453,8 +453,9 @@ qs_status qc_zap_start(void *zctx, const char *path, qc_zap_keys *keys, qc_zap *
         free(z);
         return st;
     }
-    qc_log("CURVE: %zu authorised worker keys from %s; other clients are refused",
-         qc_zap_keys_count(keys), path);
+    if (path)
+        qc_log("CURVE: %zu authorised worker keys from %s; other clients are refused",
+               qc_zap_keys_count(keys), path);
     *out = z;
     return QS_OK;
 }
@@ -471,6 +472,7 @@ qs_status qc_zap_configure_socket(void *sock, qs_error *err) {
 }
 
 qs_status qc_zap_reload(qc_zap *z, qs_error *err) {
+    if (!z->path) return QS_OK; /* no allow-list: nothing to re-read */
     qc_zap_keys *keys;
     qs_error e;
     qs_status st = qc_zap_keys_load(z->path, &keys, &e);

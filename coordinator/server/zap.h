@@ -62,7 +62,9 @@ typedef struct qc_zap qc_zap;
 
 /* Binds a REP socket to inproc://zeromq.zap.01 in zctx (a libzmq context) and starts the
  * thread that answers on it with keys, the list read from path (named in logs and re-read by
- * qc_zap_reload). Takes ownership of keys, also on failure. Logs one line with the key count.
+ * qc_zap_reload). Takes ownership of keys, also on failure. path and keys NULL: no allow-list,
+ * every CURVE client is admitted (still with its key as User-Id, so that the coordinator can
+ * bind each worker id to the key that first registered it). Logs one line with the key count.
  * Errors: QS_ENET (socket or bind failed, e.g. another handler is bound in zctx), QS_EIO (no
  * pipe or thread), QS_ENOMEM. */
 qs_status qc_zap_start(void *zctx, const char *path, qc_zap_keys *keys, qc_zap **out,

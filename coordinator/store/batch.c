@@ -22,18 +22,18 @@ typedef struct result_set {
 } result_set;
 
 /* The columns of one kind of transition; `n` columns of `col`. */
-#define MAX_COLS 5
+#define MAX_COLS 6
 typedef struct column_group {
     qc_sqlarray col[MAX_COLS];
     int n;
 } column_group;
 
 struct qc_store_batch {
-    column_group started; /* job, attempt, worker, lease_s */
+    column_group started; /* job, attempt, worker, lease_s, token_hash (hex) */
     column_group renewed; /* job, attempt, lease_s */
     column_group ended;   /* job, attempt, outcome, error */
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
-    column_group workers; /* id, host, pid, gpus, threads */
+    column_group workers; /* id, host, pid, gpus, threads, curve_key */
     column_group alive;   /* id, left */
     qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
@@ -74,11 +74,11 @@ static qs_status commit_or_undo(column_group *g, const group_mark *m, const char
 qc_store_batch *qc_store_batch_new(void) {
     qc_store_batch *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    b->started.n = 4;
+    b->started.n = 5;
     b->renewed.n = 3;
     b->ended.n = 4;
     b->states.n = 5;
-    b->workers.n = 5;
+    b->workers.n = 6;
     b->alive.n = 2;
     return b;
 }
@@ -139,6 +139,25 @@ static qs_status check_lease(double lease_s, const char *what, int64_t job, int3
 
 qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t attempt,
                                          const char *worker, double lease_s, qs_error *err) {
+    return qc_store_batch_attempt_started_token(b, job, attempt, worker, lease_s, NULL, err);
+}
+
+/* True when s is n lowercase hex digits. */
+static bool is_hex(const char *s, size_t n) {
+    if (strlen(s) != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return true;
+}
+
+qs_status qc_store_batch_attempt_started_token(qc_store_batch *b, int64_t job, int32_t attempt,
+                                               const char *worker, double lease_s,
+                                               const char *token_hash_hex, qs_error *err) {
+    if (token_hash_hex && !is_hex(token_hash_hex, 64))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: attempt started job %lld attempt %d: token hash is not 64 "
+                            "lowercase hex digits",
+                            (long long)job, attempt);
     qs_status st = check_lease(lease_s, "attempt started", job, attempt, err);
     if (st) return st;
     if (!worker || !*worker)
@@ -155,6 +174,7 @@ qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t
     qc_sqlarray_int(&b->started.col[1], attempt);
     qc_sqlarray_text(&b->started.col[2], worker);
     qc_sqlarray_double(&b->started.col[3], lease_s);
+    qc_sqlarray_text(&b->started.col[4], token_hash_hex);
     return commit_or_undo(&b->started, &m, "an attempt start", err);
 }
 
@@ -214,6 +234,15 @@ qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state 
 qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, const char *host,
                                      int32_t pid, const char *gpus_json, int32_t threads,
                                      qs_error *err) {
+    return qc_store_batch_worker_seen_key(b, worker, host, pid, gpus_json, threads, NULL, err);
+}
+
+qs_status qc_store_batch_worker_seen_key(qc_store_batch *b, const char *worker, const char *host,
+                                         int32_t pid, const char *gpus_json, int32_t threads,
+                                         const char *curve_key, qs_error *err) {
+    if (curve_key && (strlen(curve_key) != 40 || !qc_utf8_valid(curve_key, NULL)))
+        return qs_error_set(err, QS_EINVAL, "batch: worker %s: CURVE key is not 40 Z85 characters",
+                            worker ? worker : "?");
     if (!worker || !*worker) return qs_error_set(err, QS_EINVAL, "batch: worker id is empty");
     size_t bad = 0;
     if (!qc_utf8_valid(worker, &bad) || (host && !qc_utf8_valid(host, &bad)))
@@ -235,6 +264,7 @@ qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, cons
     qc_sqlarray_int(&b->workers.col[2], pid);
     qc_sqlarray_text(&b->workers.col[3], gpus_json ? gpus_json : "[]");
     qc_sqlarray_int(&b->workers.col[4], threads);
+    qc_sqlarray_text(&b->workers.col[5], curve_key);
     return commit_or_undo(&b->workers, &m, "a worker", err);
 }
 
@@ -321,13 +351,14 @@ qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request
  * table by "= ANY ($1)" (that made the planner put the table's rows on the outer side of a
  * nested loop over the unnest() rows: a cost quadratic in the batch size). */
 static const char *const sql_workers =
-    "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen) "
-    "SELECT id, host, pid, gpus::jsonb, threads, now(), now() FROM ("
-    " SELECT DISTINCT ON (id) id, host, pid, gpus, threads FROM unnest($1::text[], $2::text[],"
-    " $3::int[], $4::text[], $5::int[]) WITH ORDINALITY AS u(id, host, pid, gpus, threads, ord)"
-    " ORDER BY id, ord DESC) v "
+    "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen, curve_key) "
+    "SELECT id, host, pid, gpus::jsonb, threads, now(), now(), ck FROM ("
+    " SELECT DISTINCT ON (id) id, host, pid, gpus, threads, ck FROM unnest($1::text[], $2::text[],"
+    " $3::int[], $4::text[], $5::int[], $6::text[]) WITH ORDINALITY AS u(id, host, pid, gpus,"
+    " threads, ck, ord) ORDER BY id, ord DESC) v "
     "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
-    "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now(), left_at = NULL";
+    "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now(), left_at = NULL, "
+    "curve_key = COALESCE(w.curve_key, EXCLUDED.curve_key)";
 /* The last word on each worker wins; a worker the table does not hold (never said HELLO) is
  * skipped. */
 static const char *const sql_alive =
@@ -335,10 +366,10 @@ static const char *const sql_alive =
     " SELECT DISTINCT ON (id) id, gone FROM unnest($1::text[], $2::bool[]) WITH ORDINALITY"
     " AS u(id, gone, ord) ORDER BY id, ord DESC) v WHERE w.id = v.id";
 static const char *const sql_started =
-    "INSERT INTO attempts (job, attempt, worker, started_at, lease_expires_at) "
-    "SELECT job, att, worker, now(), now() + lease * interval '1 second' "
-    "FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[]) AS u(job, att, worker, lease) "
-    "ON CONFLICT (job, attempt) DO NOTHING";
+    "INSERT INTO attempts (job, attempt, worker, started_at, lease_expires_at, token_hash) "
+    "SELECT job, att, worker, now(), now() + lease * interval '1 second', decode(th, 'hex') "
+    "FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::text[]) "
+    "AS u(job, att, worker, lease, th) ON CONFLICT (job, attempt) DO NOTHING";
 static const char *const sql_renewed =
     "UPDATE attempts a SET lease_expires_at = now() + v.lease * interval '1 second' FROM ("
     " SELECT DISTINCT ON (job, att) job, att, lease FROM unnest($1::bigint[], $2::int[],"

@@ -3,8 +3,10 @@
  * Contract: store.h. */
 #include "store.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,9 @@ static const struct {
     {"57P03", "the server cannot accept connections now (SQLSTATE 57P03)"},
     {"57P04", "database dropped (SQLSTATE 57P04)"},
     {"57P05", "idle session timeout (SQLSTATE 57P05)"},
+    {"55P03", "a lock wait timed out (lock_timeout, SQLSTATE 55P03)"},
+    {"57014", "a statement timed out or was cancelled (statement_timeout, SQLSTATE 57014)"},
+    {"25P03", "idle in transaction for too long (SQLSTATE 25P03)"},
 };
 
 const char *qc_store_condition(const qc_store *s) {
@@ -148,14 +153,34 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
     if (!s) return qs_error_set(err, QS_ENOMEM, "store: out of memory");
     char host[128] = "?";
     gethostname(host, sizeof host - 1);
-    char app[200];
-    snprintf(app, sizeof app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
+    char *app = s->app;
+    snprintf(s->app, sizeof s->app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
     /* expand_dbname = 1: conninfo is a full connection string. Keywords before it are
      * defaults it may override, keywords after it override it (libpq docs,
      * PQconnectdbParams). connect_timeout bounds PQreset against an unreachable host, which
-     * the coordinator retries from its message loop. */
-    const char *keys[] = {"connect_timeout", "dbname", "application_name", NULL};
-    const char *vals[] = {"10", conninfo, app, NULL};
+     * the coordinator retries from its message loop (2 s for the coordinator, whose loop
+     * waits meanwhile, 10 s for the others). A partition must not leave a session hanging on
+     * either end: TCP keepalives (5 s idle, then every second, 3 lost probes) and
+     * tcp_user_timeout (5 s of unacknowledged data) end the client's side, the same server
+     * settings (options) the server's side. The coordinator's sessions also bound how long a
+     * statement may wait (QC_STORE_COORDINATOR_OPTIONS). None of these apply over a local
+     * socket. */
+    bool coordinator = role && strncmp(role, "coordinator", 11) == 0;
+    const char *keys[] = {"connect_timeout",  "keepalives",
+                          "keepalives_idle",  "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout",
+                          "options",          "dbname",
+                          "application_name", NULL};
+    const char *vals[] = {coordinator ? "2" : "10", /* the coordinator retries from its loop */
+                          "1",
+                          "5",
+                          "1",
+                          "3",
+                          "5000",
+                          coordinator ? QC_STORE_COORDINATOR_OPTIONS : QC_STORE_CLIENT_OPTIONS,
+                          conninfo,
+                          app,
+                          NULL};
     s->conn = PQconnectdbParams(keys, vals, 1);
     if (!s->conn) {
         free(s);
@@ -168,6 +193,7 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
         qc_store_close(s);
         return qs_error_set(err, QS_EDB, "connect to PostgreSQL (%s): %s", conninfo, msg);
     }
+    s->backend = PQbackendPID(s->conn);
     qs_status st = qc_migrate(s->conn, NULL, err);
     if (st) {
         qc_store_close(s);
@@ -221,6 +247,55 @@ qs_status qc_store_coordinator_running(qc_store *s, bool *held, char *holder, si
     return QS_OK;
 }
 
+/* Whether the session holding the coordinator lock, server pid backend named app (its
+ * application_name), is stale: the very session this store's reconnect replaced (lost in a
+ * partition, which the server has not noticed yet), or a session of a coordinator of this
+ * host whose process no longer exists. */
+static bool stale_own_session(const qc_store *s, int backend, const char *app) {
+    if (s->stale_backend && backend == s->stale_backend) return true;
+    if (strncmp(app, "qsweep coordinator", 18) != 0) return false;
+    const char *sp = strrchr(app, ' '), *mine = strrchr(s->app, ' ');
+    if (!sp || !mine) return false;
+    const char *colon = strrchr(sp, ':'), *mcolon = strrchr(mine, ':');
+    if (!colon || !mcolon || colon - sp != mcolon - mine || strncmp(sp, mine, (size_t)(colon - sp)))
+        return false; /* another host */
+    char *end;
+    long pid = strtol(colon + 1, &end, 10);
+    if (*end || pid <= 0) return false;
+    return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Ends the lock holder's session when it is a stale session of a coordinator of this host
+ * (stale_own_session), logging nothing itself; *ended says whether it did. QS_EDB. */
+static qs_status end_stale_holder(qc_store *s, bool *ended, char *who, size_t cap, qs_error *err) {
+    *ended = false;
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON "
+        "a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+        "AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND a.pid <> pg_backend_pid()",
+        0, NULL, PGRES_TUPLES_OK, "looking for the coordinator lock's holder", err);
+    if (!r) return QS_EDB;
+    bool stale =
+        PQntuples(r) > 0 && stale_own_session(s, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1));
+    char pid[32] = "";
+    if (stale) {
+        snprintf(pid, sizeof pid, "%s", PQgetvalue(r, 0, 0));
+        snprintf(who, cap, "'%s' (server pid %s)", PQgetvalue(r, 0, 1), pid);
+    }
+    PQclear(r);
+    if (!stale) return QS_OK;
+    const char *p[] = {pid};
+    r = qc_store_params(s, "SELECT pg_terminate_backend($1::int)", 1, p, PGRES_TUPLES_OK,
+                        "ending a stale coordinator session", err);
+    if (!r) return QS_EDB;
+    *ended = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return QS_OK;
+}
+
 /* How long a held coordinator lock is retried before refusing: a coordinator that was just
  * killed holds it until its server backend notices the closed socket (milliseconds), so a
  * restart right after a kill -9 must not be refused. */
@@ -228,13 +303,26 @@ qs_status qc_store_coordinator_running(qc_store *s, bool *held, char *holder, si
 #define COORD_LOCK_POLL_MS 100
 
 static qs_status try_coordinator_lock(qc_store *s, qs_error *err) {
-    bool got = false;
+    bool got = false, ended_one = false;
     for (int waited = 0;; waited += COORD_LOCK_POLL_MS) {
         PGresult *r = qc_store_params(s, "SELECT pg_try_advisory_lock(" COORD_LOCK_KEY ")", 0, NULL,
                                       PGRES_TUPLES_OK, "taking the coordinator lock", err);
         if (!r) return QS_EDB;
         got = PQgetvalue(r, 0, 0)[0] == 't';
         PQclear(r);
+        if (!got && !ended_one) { /* its own stale session, or a dead coordinator's here */
+            bool ended = false;
+            char who[400] = "";
+            if (end_stale_holder(s, &ended, who, sizeof who, err)) return QS_EDB;
+            if (ended) {
+                fprintf(stderr,
+                        "qsweep: ended the stale coordinator session %s holding the lock (its "
+                        "process is this one or is gone)\n",
+                        who);
+                ended_one = true;
+                waited = 0; /* the backend goes within milliseconds: wait for it anew */
+            }
+        }
         if (got || waited >= COORD_LOCK_WAIT_MS) break;
         struct timespec ts = {0, COORD_LOCK_POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
@@ -287,6 +375,8 @@ qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error 
 }
 
 qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
+    if (s->backend) s->stale_backend = s->backend; /* the session being replaced */
+    s->backend = 0;
     PQreset(s->conn);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         s->lost = true;
@@ -296,6 +386,7 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
         return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
     }
     s->lost = false;
+    s->backend = PQbackendPID(s->conn);
     s->sqlstate[0] = '\0';
     s->flush_ready = false; /* prepared statements and temporary tables died with the session */
     if (s->holds_lock) {
@@ -832,13 +923,36 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
     return st;
 }
 
+qs_status qc_store_worker_keys(qc_store *s, qc_worker_key **out, size_t *n, qs_error *err) {
+    *out = NULL;
+    *n = 0;
+    PGresult *r =
+        qc_store_params(s, "SELECT id, curve_key FROM workers WHERE curve_key IS NOT NULL", 0, NULL,
+                        PGRES_TUPLES_OK, "reading the workers' CURVE keys", err);
+    if (!r) return QS_EDB;
+    int rows = PQntuples(r);
+    qc_worker_key *k = calloc(rows ? (size_t)rows : 1, sizeof *k);
+    qs_status st = k ? QS_OK : qs_error_set(err, QS_ENOMEM, "worker keys: out of memory");
+    for (int i = 0; i < rows && !st; i++) {
+        k[i].worker = strdup(PQgetvalue(r, i, 0));
+        k[i].key = strdup(PQgetvalue(r, i, 1));
+        *n = (size_t)i + 1;
+        if (!k[i].worker || !k[i].key)
+            st = qs_error_set(err, QS_ENOMEM, "worker keys: out of memory");
+    }
+    PQclear(r);
+    *out = k;
+    return st;
+}
+
 static qs_status load_attempts(qc_store *s, const char *after, qc_store_snapshot *out,
                                qs_error *err) {
     const char *p[] = {after};
     PGresult *r = qc_store_params(
         s,
         "SELECT a.job, a.attempt, a.worker, extract(epoch FROM a.started_at), "
-        "COALESCE(extract(epoch FROM a.lease_expires_at), 0) FROM attempts a JOIN jobs j ON "
+        "COALESCE(extract(epoch FROM a.lease_expires_at), 0), "
+        "COALESCE(encode(a.token_hash, 'hex'), '') FROM attempts a JOIN jobs j ON "
         "j.id = a.job WHERE a.outcome = 'running' AND j.state IN ('pending', 'running') "
         "AND j.id > $1 ORDER BY a.job, a.attempt",
         1, p, PGRES_TUPLES_OK, "load: reading running attempts", err);
@@ -854,6 +968,7 @@ static qs_status load_attempts(qc_store *s, const char *after, qc_store_snapshot
         a->worker = dup_or_null(r, i, 2);
         a->started_at = strtod(PQgetvalue(r, i, 3), NULL);
         a->lease_expires_at = strtod(PQgetvalue(r, i, 4), NULL);
+        snprintf(a->token_hash, sizeof a->token_hash, "%s", PQgetvalue(r, i, 5));
         if (!a->worker) st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
     }
     PQclear(r);

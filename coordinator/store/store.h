@@ -60,11 +60,26 @@ qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err)
 
 typedef struct qc_store qc_store;
 
-/* Connects with the libpq conninfo string (connect_timeout 10 s unless it sets one; it
- * applies to qc_store_reconnect too), sets application_name to
- * "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or "submit", shown
- * in pg_stat_activity and in the "another coordinator" message), and applies the schema
- * migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's
+/* Server settings every session asks for (libpq "options", before the caller's connection
+ * string, which may override them): the server ends a session whose client went silent
+ * (TCP keepalives after 5 s idle, every second, 3 lost probes; 5 s of unacknowledged data).
+ * The coordinator's sessions also bound waits: a statement 5 min, a lock 30 s, an open
+ * transaction left idle 5 min (each ends in an SQLSTATE the coordinator retries like a lost
+ * connection, qc_store_condition). */
+#define QC_STORE_CLIENT_OPTIONS                                                                    \
+    "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3 "             \
+    "-c tcp_user_timeout=5000"
+#define QC_STORE_COORDINATOR_OPTIONS                                                               \
+    QC_STORE_CLIENT_OPTIONS " -c statement_timeout=300000 -c lock_timeout=30000 "                  \
+                            "-c idle_in_transaction_session_timeout=300000"
+
+/* Connects with the libpq conninfo string (connect_timeout 10 s, 2 s for a "coordinator..."
+ * role, unless it sets one; it applies to qc_store_reconnect too; TCP keepalives after 5 s
+ * idle, every second, 3 probes, and tcp_user_timeout 5 s unless it sets them; the server
+ * options QC_STORE_CLIENT_OPTIONS or, for a coordinator role, QC_STORE_COORDINATOR_OPTIONS), sets
+ * application_name to "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or
+ * "submit", shown in pg_stat_activity and in the "another coordinator" message), and applies the
+ * schema migrations (migrate.h). Errors: QS_EDB (connect or migration failure, with the server's
  * message), QS_ESTATE (edited or unknown migration), QS_ENOMEM. */
 qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err);
 
@@ -227,6 +242,7 @@ typedef struct qc_stored_attempt {
     char *worker;
     double started_at;       /* Unix time (s) */
     double lease_expires_at; /* Unix time (s); 0 when none */
+    char token_hash[65];     /* attempts.token_hash in lowercase hex; "" when none */
 } qc_stored_attempt;
 
 typedef struct qc_store_snapshot {
@@ -245,6 +261,15 @@ typedef struct qc_store_snapshot {
  * qc_store_snapshot_free. Errors: QS_EDB, QS_ENOMEM. */
 qs_status qc_store_load(qc_store *s, int64_t after_id, qc_store_snapshot *out, qs_error *err);
 void qc_store_snapshot_free(qc_store_snapshot *snap);
+
+/* One worker id and the CURVE key it belongs to (workers.curve_key). */
+typedef struct qc_worker_key {
+    char *worker, *key;
+} qc_worker_key;
+
+/* Every worker id with a CURVE key, into *out (malloc'd, *n entries; free each string and
+ * the array). Errors: QS_EDB, QS_ENOMEM. */
+qs_status qc_store_worker_keys(qc_store *s, qc_worker_key **out, size_t *n, qs_error *err);
 
 /* Unhandled cancel requests, expanded to the ids of unfinished jobs (pending/running) they
  * name, in request order. *upto_request is the highest request id read; the coordinator
@@ -280,6 +305,12 @@ size_t qc_store_batch_size(const qc_store_batch *b);
  * Re-flushing is harmless (ON CONFLICT (job, attempt) DO NOTHING). */
 qs_status qc_store_batch_attempt_started(qc_store_batch *b, int64_t job, int32_t attempt,
                                          const char *worker, double lease_s, qs_error *err);
+/* Same, with token_hash_hex (64 lowercase hex digits: the BLAKE2b-256 hash of the attempt
+ * token sent in its ASSIGN, proto/qsweep.proto) stored in attempts.token_hash; NULL stores
+ * none. QS_EINVAL names a malformed hash. */
+qs_status qc_store_batch_attempt_started_token(qc_store_batch *b, int64_t job, int32_t attempt,
+                                               const char *worker, double lease_s,
+                                               const char *token_hash_hex, qs_error *err);
 /* attempts.lease_expires_at = now + lease_s for a running attempt. Several renewals of one
  * attempt in a batch are coalesced (the last wins). */
 qs_status qc_store_batch_lease_renewed(qc_store_batch *b, int64_t job, int32_t attempt,
@@ -300,6 +331,12 @@ qs_status qc_store_batch_job_state(qc_store_batch *b, int64_t job, qc_job_state 
 qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, const char *host,
                                      int32_t pid, const char *gpus_json, int32_t threads,
                                      qs_error *err);
+/* Same, with the CURVE public key (40 Z85 characters) of the connection that said HELLO, or
+ * NULL without CURVE: the first key stored for a worker id stays (workers.curve_key is never
+ * overwritten), the coordinator refuses that id from any other key. */
+qs_status qc_store_batch_worker_seen_key(qc_store_batch *b, const char *worker, const char *host,
+                                         int32_t pid, const char *gpus_json, int32_t threads,
+                                         const char *curve_key, qs_error *err);
 /* workers: last_seen = now for a worker the table holds, and left_at = now when left (it
  * said BYE or timed out), else NULL. Several of one worker in a batch: the last wins.
  * QS_EINVAL for an empty or non-UTF-8 id. */

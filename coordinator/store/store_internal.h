@@ -15,6 +15,9 @@ struct qc_store {
     bool flush_ready;   /* this session has the flush's prepared statements, settings and
                            results staging table (batch.c, prepare_session) */
     qc_sbuf scratch;    /* reused parameter text */
+    char app[200];      /* this session's application_name: "qsweep <role> <host>:<pid>" */
+    int backend;        /* the server pid of the current session (PQbackendPID while good) */
+    int stale_backend;  /* the server pid of the session a reconnect replaced, 0: none */
 };
 
 /* Records a failed statement as QS_EDB "what: server message (detail)" and notes a lost

@@ -27,7 +27,7 @@ static void test_every_job_kind_gets_its_worker_function(void **state) {
     for (size_t i = 0; i < qs_job_kind_count(); i++)
         if (!qw_kind_registered(qs_job_kind_at(i)->name))
             fail_msg("job kind %s has no worker function", qs_job_kind_at(i)->name);
-    const char *test_kinds[] = {"sleep", "fail", "echo"};
+    const char *test_kinds[] = {"sleep", "fail", "echo", "alloc"};
     for (size_t i = 0; i < 3; i++)
         if (qw_kind_registered(test_kinds[i]))
             fail_msg("the production table registers the test kind %s", test_kinds[i]);

@@ -126,6 +126,7 @@ void h_end(harness *h) {
 }
 
 static const char *spawn_netns; /* h->netns of the harness spawning, "" for none */
+static const char *const *spawn_wrap; /* a command line the process runs under, or NULL */
 
 /* fork + exec with stderr to log (NULL: inherited), env strings added (may be NULL); inside
  * the network namespace spawn_netns when it is set. */
@@ -142,6 +143,16 @@ static pid_t spawn_env(const char *log, char *const argv[], const char *const *e
                 dup2(fd, 2);
                 close(fd);
             }
+        }
+        if (spawn_wrap && spawn_wrap[0]) { /* e.g. {"/usr/bin/prlimit", "--as=N", "--"} */
+            char *nargv[64];
+            size_t n = 0;
+            for (size_t i = 0; spawn_wrap[i] && n < 32; i++)
+                nargv[n++] = (char *)spawn_wrap[i];
+            for (size_t i = 0; argv[i] && n < 63; i++)
+                nargv[n++] = argv[i];
+            nargv[n] = NULL;
+            execv(nargv[0], nargv);
         }
         if (spawn_netns && spawn_netns[0]) {
             char *nargv[64] = {"/usr/sbin/ip", "netns", "exec", (char *)spawn_netns};
@@ -229,6 +240,24 @@ pid_t h_start_worker_args(harness *h, const char *id, const char *const *extra) 
     for (size_t i = 0; extra && extra[i] && n < 47; i++)
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
+    assert_true(h->n_workers < 16);
+    spawn_netns = h->netns;
+    pid_t pid = spawn(log, argv);
+    h->workers[h->n_workers++] = pid;
+    return pid;
+}
+
+pid_t h_start_worker_wrapped(harness *h, const char *id, const char *const *wrap,
+                             const char *const *extra) {
+    spawn_wrap = wrap;
+    pid_t pid = h_start_worker_args(h, id, extra);
+    spawn_wrap = NULL;
+    return pid;
+}
+
+pid_t h_start_process(harness *h, const char *name, char *const argv[]) {
+    char log[160];
+    snprintf(log, sizeof log, "%s/%s.log", h->dir, name);
     assert_true(h->n_workers < 16);
     spawn_netns = h->netns;
     pid_t pid = spawn(log, argv);

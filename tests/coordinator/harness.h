@@ -54,6 +54,14 @@ pid_t h_start_worker(harness *h, const char *id);
 /* Same, with extra command-line arguments (a NULL-terminated list, e.g. {"--exit-when-idle-ms",
  * "1000", NULL}) after the usual ones; its stderr goes to <dir>/worker-<id>.log. */
 pid_t h_start_worker_args(harness *h, const char *id, const char *const *extra);
+/* Same, run under the command line wrap (NULL-terminated, absolute path first, e.g.
+ * {"/usr/bin/prlimit", "--as=536870912", "--", NULL}): the worker is exec'd by it. Not
+ * combined with h->netns. */
+pid_t h_start_worker_wrapped(harness *h, const char *id, const char *const *wrap,
+                             const char *const *extra);
+/* Starts argv (absolute path first, NULL-terminated), e.g. `qsweep worker`, with its stderr
+ * in <dir>/<name>.log; killed and reaped by h_end like the workers. */
+pid_t h_start_process(harness *h, const char *name, char *const argv[]);
 /* Starts qsweep-coordinator with the H_* timings and extra arguments, under environment
  * variables env ("NAME=value" strings, NULL-terminated; may be NULL) added to this process's. */
 pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *const *env);

@@ -223,6 +223,36 @@ static void gpus_are_read_back_from_the_stored_json(void **state) {
     assert_false(qc_sched_gpus_from_json("not json", g, 4, &n));
 }
 
+static void worker_gets_only_the_kinds_it_advertised(void **state) {
+    (void)state;
+    qc_sched_job train = job(1, 9), eval = job(2, 0);
+    train.kind = "train";
+    eval.kind = "eval";
+    qc_sched_job *q[] = {&train, &eval};
+    const char *kinds[] = {"eval", "sleep"};
+    const qc_sched_worker evaluator = {.kinds = kinds, .n_kinds = 2};
+    assert_int_equal(qc_sched_pick(&evaluator, q, 2, 0, NULL, NULL, NULL), 1);
+    /* a worker that advertised none takes any kind */
+    assert_int_equal(qc_sched_pick(&cpu_worker, q, 2, 0, NULL, NULL, NULL), 0);
+    const char *other[] = {"sleep"};
+    const qc_sched_worker sleeper = {.kinds = other, .n_kinds = 1};
+    assert_int_equal(qc_sched_pick(&sleeper, q, 2, 0, NULL, NULL, NULL), -1);
+}
+
+static void worker_a_job_failed_on_gets_it_only_after_the_others_had_their_turn(void **state) {
+    (void)state;
+    qc_sched_job retry = job(1, 5), next = job(2, 0);
+    retry.avoid = "w1";
+    retry.avoid_until_ms = 1000;
+    qc_sched_job *q[] = {&retry, &next};
+    const qc_sched_worker w1 = {.name = "w1"}, w2 = {.name = "w2"};
+    int64_t wake = INT64_MAX;
+    assert_int_equal(qc_sched_pick(&w1, q, 2, 500, NULL, NULL, &wake), 1);
+    assert_int_equal(wake, 1000);
+    assert_int_equal(qc_sched_pick(&w2, q, 2, 500, NULL, NULL, NULL), 0);
+    assert_int_equal(qc_sched_pick(&w1, q, 2, 1000, NULL, NULL, NULL), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(queue_order_is_priority_then_age),
@@ -237,6 +267,8 @@ int main(void) {
         cmocka_unit_test(job_with_default_resources_fits_cpu_and_gpu_workers),
         cmocka_unit_test(fits_any_says_whether_some_registered_worker_can_ever_take_a_job),
         cmocka_unit_test(gpus_are_read_back_from_the_stored_json),
+        cmocka_unit_test(worker_gets_only_the_kinds_it_advertised),
+        cmocka_unit_test(worker_a_job_failed_on_gets_it_only_after_the_others_had_their_turn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <signal.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "migrate.h"
@@ -1145,6 +1147,81 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     qc_store_close(s);
 }
 
+/* Every connection asks for TCP keepalives and a user timeout, on both ends (libpq keywords;
+ * the server's through options), and a coordinator's also for statement, lock and idle
+ * transaction timeouts; a conninfo's own values win. */
+static void test_connections_bound_silent_peers_and_waits(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_keepalive", ci, sizeof ci);
+    char v[256];
+    PGconn *c = qc_store_pgconn(s);
+    assert_string_equal(conn_option(c, "keepalives", v, sizeof v), "1");
+    assert_string_equal(conn_option(c, "keepalives_idle", v, sizeof v), "5");
+    assert_string_equal(conn_option(c, "tcp_user_timeout", v, sizeof v), "5000");
+    assert_string_equal(conn_option(c, "options", v, sizeof v), QC_STORE_CLIENT_OPTIONS);
+    qc_store_close(s);
+    qs_error err = {0};
+    ok(qc_store_open(ci, "coordinator", &s, &err), &err);
+    c = qc_store_pgconn(s);
+    assert_string_equal(conn_option(c, "connect_timeout", v, sizeof v), "2");
+    assert_non_null(strstr(conn_option(c, "options", v, sizeof v), "lock_timeout=30000"));
+    assert_int_equal(count_where(s, "SELECT setting::int FROM pg_settings WHERE name = "
+                                    "'lock_timeout'"),
+                     30000);
+    assert_int_equal(count_where(s, "SELECT setting::int FROM pg_settings WHERE name = "
+                                    "'statement_timeout'"),
+                     300000);
+    qc_store_close(s);
+    char own[1100];
+    snprintf(own, sizeof own, "%s keepalives_idle=42", ci);
+    ok(qc_store_open(own, "coordinator", &s, &err), &err);
+    assert_string_equal(conn_option(qc_store_pgconn(s), "keepalives_idle", v, sizeof v), "42");
+    qc_store_close(s);
+}
+
+/* A coordinator's write session lost in a way the server does not see (here: libpq closes
+ * its socket while a copy of the descriptor keeps the connection open, as a partition leaves
+ * a session the server still thinks alive) still holds the coordinator lock. The reconnect
+ * recognises that session as the one it replaced, ends it (pg_terminate_backend) and takes
+ * the lock; a live rival's lock is still refused. */
+static void test_reconnect_ends_its_own_stale_session_holding_the_lock(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_stale", ci, sizeof ci);
+    qc_store_close(s);
+    qs_error err = {0};
+    ok(qc_store_open(ci, "coordinator-writer", &s, &err), &err);
+    ok(qc_store_lock_coordinator(s, &err), &err);
+    PGconn *c = qc_store_pgconn(s);
+    int old = PQbackendPID(c), fd = PQsocket(c);
+    int keep = dup(fd); /* the old session stays open through this descriptor */
+    assert_true(keep >= 0);
+    /* libpq's descriptor now leads to a closed socket pair: its next statement fails and
+       the connection is bad, so PQreset sends no Terminate; the server sees nothing */
+    int sp[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    close(sp[1]);
+    assert_true(dup2(sp[0], fd) == fd);
+    close(sp[0]);
+    PQclear(PQexec(c, "SELECT 1"));
+    assert_int_equal(PQstatus(c), CONNECTION_BAD);
+    ok(qc_store_reconnect(s, &err), &err);
+    int now = PQbackendPID(qc_store_pgconn(s));
+    assert_int_not_equal(now, old);
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", old);
+    for (int i = 0; i < 100 && count_where(s, sql) != 0; i++)
+        nanosleep(&(struct timespec){0, 20000000L}, NULL);
+    assert_int_equal(count_where(s, sql), 0);
+    qc_store *rival = NULL;
+    ok(qc_store_open(ci, "coordinator", &rival, &err), &err);
+    assert_int_equal(qc_store_lock_coordinator(rival, &err), QS_ESTATE);
+    qc_store_close(rival);
+    close(keep);
+    qc_store_close(s);
+}
+
 /* Immediate shutdown (SIGQUIT to the postmaster: its backends quit without a word) between
  * two flushes: the next flush must come back at once as a lost session, not spin or hang in
  * libpq's pipeline (libpq 15 answers a pipeline sent to a dead server with NULL for ever
@@ -1257,6 +1334,8 @@ int main(void) {
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),
         cmocka_unit_test(test_second_coordinator_is_refused),
         cmocka_unit_test(test_reconnect_after_postgres_restarts),
+        cmocka_unit_test(test_connections_bound_silent_peers_and_waits),
+        cmocka_unit_test(test_reconnect_ends_its_own_stale_session_holding_the_lock),
         cmocka_unit_test(test_flush_after_an_immediate_shutdown_reports_a_lost_session),
         cmocka_unit_test(test_read_only_server_is_a_condition_retried_like_a_lost_session),
     };

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,7 +94,62 @@ typedef struct loaded_model {
     qw_checkpoint *ck;
     qw_model *model;
     bool on_cuda; /* moved onto the CUDA backend (model_cuda.h) */
+    /* The identity of the model's files when they were loaded (model_identity); watched:
+       a file model (not synthetic). The weights are read from an mmap (MAP_PRIVATE), which
+       does not protect against a write into the same file: the identity is checked again
+       before each job that uses the cached model and after it (docs/failures.md). */
+    uint64_t identity;
+    bool watched;
 } loaded_model;
+
+/* FNV-1a over the bytes of v, into h. */
+static uint64_t fnv_mix(uint64_t h, const void *v, size_t n) {
+    const unsigned char *p = v;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* One file's identity: device, inode, size and modification time (ns). */
+static uint64_t stat_identity(const struct stat *st) {
+    uint64_t h = 1469598103934665603ull;
+    uint64_t f[] = {(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+                    (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+    return fnv_mix(h, f, sizeof f);
+}
+
+/* The identity of the model at path: of the file, or of a checkpoint folder's regular files
+ * (their identities summed, so the order of the directory listing does not matter). A change
+ * of any of them (replaced, rewritten in place, truncated, touched) changes it. False when
+ * path cannot be read. */
+static bool model_identity(const char *path, uint64_t *out) {
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        *out = stat_identity(&st);
+        return true;
+    }
+    DIR *d = opendir(path);
+    if (!d) return false;
+    uint64_t sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat fs;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &fs, 0) != 0 ||
+            !S_ISREG(fs.st_mode))
+            continue;
+        sum += stat_identity(&fs) ^ fnv_mix(1469598103934665603ull, e->d_name, strlen(e->d_name));
+    }
+    closedir(d);
+    *out = sum;
+    return true;
+}
+
+/* Whether lm's files are still those it was loaded from. */
+static bool model_unchanged(const loaded_model *lm, const char *path) {
+    uint64_t now;
+    return !lm->watched || (model_identity(path, &now) && now == lm->identity);
+}
 
 static void loaded_model_free(void *p) {
     loaded_model *lm = p;
@@ -178,7 +234,9 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     bool cpu_only = probe || s->resources.gpu_count > 1; /* jobs_backend.h */
     qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), cpu_only);
     loaded_model *lm = qw_job_cache_get(ctx, key);
-    if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx) {
+    /* A cached model whose files changed is loaded again, digest and all: the new weights
+       then fail the digest check instead of running under the old file's digest. */
+    if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx && model_unchanged(lm, s->model.path)) {
         *out = lm->model;
         return place_model(lm, &use, qw_job_threads(ctx), err);
     }
@@ -192,6 +250,8 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     int synthetic = qs_is_synthetic(s->model.path);
     if (synthetic)
         qw_synthetic_digest(s->model.path, digest);
+    else if (!(lm->watched = model_identity(s->model.path, &lm->identity))) /* before reading */
+        st = qs_error_set(err, QS_EIO, "model %s: %s", s->model.path, strerror(errno));
     else
         st = qw_checkpoint_open(s->model.path, &lm->ck, err);
     if (!st && !synthetic) st = qw_checkpoint_digest(lm->ck, digest, err);
@@ -215,6 +275,21 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     }
     *out = lm->model;
     return QS_OK;
+}
+
+/* After a job that used the cached model of spec s: its files must be the ones it was loaded
+ * from, else the job ran (at least partly) on other weights and its result must not be
+ * stored. QS_EINVAL (permanent: a retry would fail the digest check) naming the model. */
+static qs_status check_model_after(qw_job_ctx *ctx, const job_spec *s, qs_error *err) {
+    char key[QS_AFFINITY_KEY_MAX];
+    qs_affinity_key(s->model.digest, key, sizeof key);
+    loaded_model *lm = qw_job_cache_get(ctx, key);
+    if (!lm || model_unchanged(lm, s->model.path)) return QS_OK;
+    return qs_error_set(err, QS_EINVAL,
+                        "model %s changed while the job ran (its device, inode, size or mtime "
+                        "differ from when it was loaded under digest %s): the result is "
+                        "discarded",
+                        s->model.path, s->model.digest);
 }
 
 /* The job's tokens: its token file, or its text through the model's own tokenizer
@@ -333,6 +408,7 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
     if (!st) st = report_backend(ctx, model, false, err);
+    if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
     qs_sensitivity_clear(&s);
@@ -521,6 +597,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
         st = report(ctx, name, m.sqnr[i].sqnr_db, err);
     }
+    if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
     if (model) {

@@ -10,6 +10,16 @@
 #include "clock.h"
 #include "loop_internal.h"
 
+void qw_loop_take_token(worker *w, const Qsweep__Assign *a) {
+    if (a->attempt_token.len > sizeof w->token) { /* not one this coordinator makes */
+        w->token_len = 0;
+        return;
+    }
+    if (a->attempt_token.data != w->token)
+        memcpy(w->token, a->attempt_token.data, a->attempt_token.len);
+    w->token_len = a->attempt_token.len;
+}
+
 void qw_loop_start_job(worker *w, const Qsweep__Assign *a) {
     if (w->job || w->end_buf || w->rx_spec || qw_loop_stop_requested()) {
         if (w->job && w->job->job_id == a->job_id && w->job->attempt == a->attempt)
@@ -24,6 +34,7 @@ void qw_loop_start_job(worker *w, const Qsweep__Assign *a) {
         f.attempt = a->attempt;
         f.class_ = QSWEEP__FAILURE_CLASS__PREEMPTED;
         f.message = msg;
+        f.token = a->attempt_token; /* that ASSIGN's, not the one of the attempt on */
         Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
         env.body_case = QSWEEP__ENVELOPE__BODY_FAILED;
         env.failed = &f;
@@ -32,6 +43,7 @@ void qw_loop_start_job(worker *w, const Qsweep__Assign *a) {
         return;
     }
     w->ready_sent = false;
+    qw_loop_take_token(w, a);
     qw_job_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         qw_loop_send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR,
@@ -101,11 +113,18 @@ void qw_loop_finish_job(worker *w) {
         else if (ctx->status == QS_EIO || ctx->status == QS_ENOMEM ||
                  ctx->status == QS_EUNSUPPORTED)
             cls = QSWEEP__FAILURE_CLASS__WORKER_ERROR;
-        qw_loop_send_failed(w, ctx->job_id, ctx->attempt, cls, ctx->err.msg);
+        /* an allocation failure says so, whatever words the job used */
+        char msg[sizeof ctx->err.msg + 32];
+        snprintf(msg, sizeof msg, "%s%s",
+                 ctx->status == QS_ENOMEM && !strstr(ctx->err.msg, "out of memory")
+                     ? "out of memory: "
+                     : "",
+                 ctx->err.msg);
+        qw_loop_send_failed(w, ctx->job_id, ctx->attempt, cls, msg);
         qw_loop_wlog(
             w, "job %lld attempt %u failed (%s): %s", (long long)ctx->job_id, ctx->attempt,
             protobuf_c_enum_descriptor_get_value(&qsweep__failure_class__descriptor, cls)->name,
-            ctx->err.msg);
+            msg);
     }
     qw_loop_drop_batches(w);
     qw_loop_job_free(ctx);
@@ -127,6 +146,7 @@ void qw_loop_receive_assign(worker *w, const Qsweep__Assign *a) {
             return;
         }
         qw_loop_rx_clear(w);
+        qw_loop_take_token(w, a);
         w->rx_job = a->job_id;
         w->rx_attempt = a->attempt;
         w->rx_lease_ms = a->lease_ms;
@@ -166,6 +186,7 @@ void qw_loop_receive_assign(worker *w, const Qsweep__Assign *a) {
     whole.lease_ms = w->rx_lease_ms;
     whole.kind = w->rx_kind;
     whole.spec_json = w->rx_spec;
+    whole.attempt_token = (ProtobufCBinaryData){w->token_len, w->token};
     w->rx_spec = NULL; /* not receiving any more: start_job must not see itself as busy */
     w->rx_len = 0;
     qw_loop_start_job(w, &whole);

@@ -10,8 +10,8 @@
 
 /* Packs n metrics v into a RESULT envelope in *buf (malloc'd); chunk/chunks as in
  * qsweep.proto (0, 0: not split). */
-qs_status qw_loop_pack_result(int64_t job, uint32_t attempt, const metric_rec *v, size_t n,
-                              bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
+qs_status qw_loop_pack_result(const worker *w, int64_t job, uint32_t attempt, const metric_rec *v,
+                              size_t n, bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
                               uint8_t **buf, size_t *len) {
     Qsweep__Metric *ms = calloc(n ? n : 1, sizeof *ms);
     Qsweep__Metric **mp = calloc(n ? n : 1, sizeof *mp);
@@ -35,6 +35,7 @@ qs_status qw_loop_pack_result(int64_t job, uint32_t attempt, const metric_rec *v
     r.seq = seq;
     r.chunk = chunk;
     r.chunks = chunks;
+    r.token = (ProtobufCBinaryData){w->token_len, (uint8_t *)w->token};
     r.n_metrics = n;
     r.metrics = mp;
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
@@ -143,6 +144,7 @@ void qw_loop_send_failed(worker *w, int64_t job, uint32_t attempt, Qsweep__Failu
     f.attempt = attempt;
     f.class_ = cls;
     f.message = (char *)msg;
+    f.token = (ProtobufCBinaryData){w->token_len, w->token};
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_FAILED;
     env.failed = &f;
@@ -185,7 +187,7 @@ void qw_loop_deliver_result(worker *w, int64_t job, uint32_t attempt, const metr
     ok = ok && (parts = calloc(n, sizeof *parts)) && (lens = calloc(n, sizeof *lens));
     for (uint32_t k = 0; k < n && ok; k++) {
         size_t from = starts[k], to = k + 1 < n ? starts[k + 1] : all->n;
-        ok = qw_loop_pack_result(job, attempt, all->v + from, to - from, true, 0, n > 1 ? k : 0,
+        ok = qw_loop_pack_result(w, job, attempt, all->v + from, to - from, true, 0, n > 1 ? k : 0,
                                  n > 1 ? n : 0, &parts[k], &lens[k]) == QS_OK;
     }
     free(starts);

@@ -67,7 +67,7 @@ void *qw_loop_compute_main(void *arg) {
     qs_error_clear(&err);
     qw_job_fn fn = qw_registry_find(ctx->kind);
     qs_status st = fn ? fn(ctx, &err)
-                      : qs_error_set(&err, QS_EUNSUPPORTED,
+                      : qs_error_set(&err, QS_ENOTFOUND,
                                      "job kind \"%s\" is not registered in this worker", ctx->kind);
     if (st != QS_OK && !err.msg[0]) qs_error_set(&err, st, "job returned %s", qs_status_name(st));
     pthread_mutex_lock(&ctx->w->mu);

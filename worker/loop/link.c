@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
@@ -114,7 +116,16 @@ qs_status qw_loop_open_socket(worker *w, qs_error *err) {
     if (!w->sock) return qs_error_set(err, QS_ENET, "zmq_socket(DEALER): %s", zmq_strerror(errno));
     int linger = 0;
     zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, w->id, strlen(w->id)) != 0)
+    /* Each socket's connection gets a routing id of its own, "<id>#<8 random hex digits>":
+       the coordinator's ROUTER never hands a connection's id over to another (its HELLO moves
+       the worker id instead, coordinator/server/identity.c), so a worker reconnecting while
+       its old connection still looks alive there must not collide with it. */
+    uint32_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+        nonce = (uint32_t)qs_clock_ms() ^ (uint32_t)getpid() << 16;
+    char rid[ID_MAX + 16];
+    snprintf(rid, sizeof rid, "%s#%08x", w->id, (unsigned)nonce);
+    if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, rid, strlen(rid)) != 0)
         return qs_error_set(err, QS_ENET, "worker_id \"%s\": not usable as a ZeroMQ routing id: %s",
                             w->id, zmq_strerror(errno));
     if (w->o->curve_server_key) {

@@ -121,6 +121,10 @@ typedef struct qw_options {
        attempt with a job error giving its size and this limit. 0: QS_PROTO_MAX_RESULT_BYTES
        (proto/codec.h), also the most it may be. */
     size_t max_result_bytes;
+    /* A supervisor restarting this worker says how the previous process, worker id
+       previous_worker_id (NULL: this one's), ended (e.g. "killed by signal 9 (SIGKILL); out
+       of memory: ..."); sent in every HELLO (proto: Hello.previous_exit). NULL: nothing. */
+    const char *previous_worker_id, *previous_exit;
 } qw_options;
 
 /* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the

@@ -125,6 +125,10 @@ struct worker {
     char rx_kind[64];
     int64_t end_job;
     uint32_t end_attempt;
+    /* The attempt token of the attempt on (running, delivering or receiving), from its
+       ASSIGN; carried by every HELLO, HEARTBEAT, RESULT and FAILED about it. Never logged. */
+    uint8_t token[32];
+    size_t token_len;
     int64_t end_sent_ms;
     bool ready_sent;
     int64_t last_heard_ms, next_hb_ms;
@@ -137,6 +141,12 @@ struct worker {
                               its ASSIGN gave (at most hb_ms), so the lease never lapses
                               between two heartbeats however short it is */
 };
+
+/* ---- registry.c ---- */
+
+/* The registered job kinds' names (at most cap, into names; they stay valid for the process's
+ * life), for HELLO. Returns the count. */
+size_t qw_registry_kinds(const char **names, size_t cap);
 
 /* ---- loop.c ---- */
 
@@ -201,8 +211,8 @@ void qw_loop_drop_batches(worker *w);
 
 /* Packs n metrics v into a RESULT envelope in *buf (malloc'd); chunk/chunks as in
  * qsweep.proto (0, 0: not split). */
-qs_status qw_loop_pack_result(int64_t job, uint32_t attempt, const metric_rec *v, size_t n,
-                              bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
+qs_status qw_loop_pack_result(const worker *w, int64_t job, uint32_t attempt, const metric_rec *v,
+                              size_t n, bool final, uint64_t seq, uint32_t chunk, uint32_t chunks,
                               uint8_t **buf, size_t *len);
 
 /* Splits v[0..n) into consecutive slices of at most QS_PROTO_CHUNK_BYTES on the wire (less
@@ -231,6 +241,10 @@ void qw_loop_deliver_result(worker *w, int64_t job, uint32_t attempt, const metr
  * answers FAILED PREEMPTED (once, not kept), a spec that is not a JSON object fails the
  * attempt as a job error; a duplicate ASSIGN is ignored. */
 void qw_loop_start_job(worker *w, const Qsweep__Assign *a);
+
+/* Keeps a's attempt token as the token of the attempt on (w->token; none when a has one
+ * longer than the buffer). */
+void qw_loop_take_token(worker *w, const Qsweep__Assign *a);
 
 /* Joins a finished job and turns its outcome into the attempt's end message. */
 void qw_loop_finish_job(worker *w);

@@ -3,6 +3,7 @@
  * Usage: qsweep-worker --endpoint tcp://host:port [--id NAME] [--threads N]
  *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]
  *                      [--max-result-bytes N] [--gpus LIST] [--fake-gpus SPEC]
+ *                      [--previous-id ID --previous-exit TEXT] (a supervisor's restart)
  * --gpus as `qsweep worker --gpus` (gpu_info.h); --fake-gpus "H200:141:9.0,B200:180:10.0"
  * advertises made-up GPUs instead of the CUDA runtime's (tests of the scheduler; this binary
  * only, never `qsweep worker`). A --gpus index not present exits 2. */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "gpu_info.h"
+#include "exit_status.h"
 #include "loop.h"
 #include "test_kinds.h"
 #ifdef QW_WORKER_TRAIN_KIND
@@ -21,9 +23,9 @@ static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
             "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] [--max-result-bytes N] "
-            "[--gpus LIST] [--fake-gpus SPEC]\n",
+            "[--gpus LIST] [--fake-gpus SPEC] [--previous-id ID --previous-exit TEXT]\n",
             why);
-    return 2;
+    return QS_EXIT_USAGE;
 }
 
 static bool parse_int(const char *s, int *out) {
@@ -55,6 +57,10 @@ int main(int argc, char **argv) {
             int b;
             if (!parse_int(v, &b)) return usage("--max-result-bytes: not a number");
             o.max_result_bytes = (size_t)b;
+        } else if (strcmp(a, "--previous-id") == 0) {
+            o.previous_worker_id = v;
+        } else if (strcmp(a, "--previous-exit") == 0) {
+            o.previous_exit = v;
         } else if (strcmp(a, "--gpus") == 0) {
             gpus_arg = v;
         } else if (strcmp(a, "--fake-gpus") == 0) {
@@ -77,7 +83,7 @@ int main(int argc, char **argv) {
         qw_gpu_discover(all, QW_GPUS_MAX, &n_all, why, sizeof why);
     if (qw_gpu_select(all, n_all, gpus_arg, why, chosen, QW_GPUS_MAX, &o.n_gpus, &err)) {
         fprintf(stderr, "qsweep-worker: %s\n", err.msg);
-        return 2;
+        return QS_EXIT_INPUT;
     }
     o.gpus = chosen;
     qs_status st = qw_register_test_kinds(&err); /* this binary is for tests and benchmarks */
@@ -87,7 +93,7 @@ int main(int argc, char **argv) {
     if (st == QS_OK) st = qw_run(&o, &err);
     if (st != QS_OK) {
         fprintf(stderr, "qsweep-worker: %s\n", err.msg);
-        return (int)st;
+        return qs_exit_code(st); /* the table of every qsweep program (exit_status.h) */
     }
     return 0;
 }

@@ -67,6 +67,15 @@ void qw_loop_send_hello(worker *w) {
         h.running_attempt = w->rx_attempt;
         h.receiving = true;
     }
+    if (h.running_job_id) h.running_token = (ProtobufCBinaryData){w->token_len, w->token};
+    if (w->o->previous_exit) {
+        h.previous_exit = (char *)w->o->previous_exit;
+        h.previous_worker_id =
+            (char *)(w->o->previous_worker_id ? w->o->previous_worker_id : w->id);
+    }
+    const char *kinds[64];
+    h.n_kinds = qw_registry_kinds(kinds, 64);
+    h.kinds = (char **)kinds;
     char *keys[CACHE_SLOTS];
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_HELLO;
@@ -118,6 +127,7 @@ void qw_loop_send_heartbeat(worker *w) {
         strcpy(phase, "receive");
     }
     hb.phase = phase;
+    if (hb.job_id) hb.token = (ProtobufCBinaryData){w->token_len, w->token};
     Qsweep__Envelope env = QSWEEP__ENVELOPE__INIT;
     env.body_case = QSWEEP__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
@@ -153,7 +163,7 @@ void qw_loop_flush_partials(worker *w) {
         part.v = malloc(part.n * sizeof *part.v);
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (!part.v || qw_loop_pack_result(w->job->job_id, w->job->attempt, mv.v + from, part.n,
+        if (!part.v || qw_loop_pack_result(w, w->job->job_id, w->job->attempt, mv.v + from, part.n,
                                            false, w->next_seq, 0, 0, &buf, &len) != QS_OK) {
             qw_loop_wlog(w, "out of memory: %zu partial metrics dropped", part.n);
             free(part.v);
@@ -172,7 +182,7 @@ void qw_loop_resend_partials(worker *w) {
     for (size_t i = 0; i < w->n_batches && w->job; i++) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (qw_loop_pack_result(w->job->job_id, w->job->attempt, w->batches[i].metrics.v,
+        if (qw_loop_pack_result(w, w->job->job_id, w->job->attempt, w->batches[i].metrics.v,
                                 w->batches[i].metrics.n, false, w->batches[i].seq, 0, 0, &buf,
                                 &len) == QS_OK) {
             qw_loop_send_packed(w, buf, len, "partial RESULT");

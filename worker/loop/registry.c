@@ -47,6 +47,15 @@ qw_job_fn qw_registry_find(const char *name) {
     return fn;
 }
 
+size_t qw_registry_kinds(const char **names, size_t cap) {
+    pthread_mutex_lock(&registry_mu);
+    size_t n = registry_len < cap ? registry_len : cap;
+    for (size_t i = 0; i < n; i++)
+        names[i] = registry[i].name; /* slots are never freed or renamed */
+    pthread_mutex_unlock(&registry_mu);
+    return n;
+}
+
 bool qw_kind_registered(const char *name) {
     return name && qw_registry_find(name) != NULL;
 }

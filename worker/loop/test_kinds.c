@@ -1,4 +1,4 @@
-/* Job kinds for tests and benchmarks: sleep, fail, echo (test_kinds.h). */
+/* Job kinds for tests and benchmarks: sleep, fail, echo, alloc (test_kinds.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,8 +48,25 @@ static qs_status kind_sleep(qw_job_ctx *ctx, qs_error *err) {
 
 static qs_status kind_fail(qw_job_ctx *ctx, qs_error *err) {
     const json_t *m = json_object_get(qw_job_spec(ctx), "message");
-    return qs_error_set(err, QS_EINVAL, "%s",
+    bool transient = json_is_true(json_object_get(qw_job_spec(ctx), "transient"));
+    return qs_error_set(err, transient ? QS_EIO : QS_EINVAL, "%s",
                         json_is_string(m) ? json_string_value(m) : "fail job");
+}
+
+/* Allocates and touches "bytes" bytes (one write per 4 KiB page), then frees them. */
+static qs_status kind_alloc(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *b = json_object_get(qw_job_spec(ctx), "bytes");
+    if (!json_is_integer(b) || json_integer_value(b) < 1 ||
+        json_integer_value(b) > ((json_int_t)1 << 40))
+        return qs_error_set(err, QS_EINVAL,
+                            "alloc: spec field bytes: need an integer in [1, 2^40]");
+    size_t n = (size_t)json_integer_value(b);
+    unsigned char *p = malloc(n);
+    if (!p) return qs_error_set(err, QS_ENOMEM, "alloc: %zu bytes", n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = (unsigned char)i;
+    free(p);
+    return qw_job_metric(ctx, "bytes", (double)n, 0, true, err);
 }
 
 static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
@@ -104,5 +121,6 @@ qs_status qw_register_test_kinds(qs_error *err) {
     qs_status st = qw_register_kind("sleep", kind_sleep, err);
     if (st == QS_OK) st = qw_register_kind("fail", kind_fail, err);
     if (st == QS_OK) st = qw_register_kind("echo", kind_echo, err);
+    if (st == QS_OK) st = qw_register_kind("alloc", kind_alloc, err);
     return st;
 }

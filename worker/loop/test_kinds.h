@@ -2,7 +2,11 @@
  * (qsweep-worker, in-process tests), never by a production worker (issue 10 item 5):
  *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
  *                                          metric "seconds" = s (final);
- *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL);
+ *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL: a permanent job
+ *                                          error); with "transient": true, QS_EIO (a transient
+ *                                          worker error, retried);
+ *   "alloc" {"bytes": n}                   allocates and touches n bytes (QS_ENOMEM when
+ *                                          malloc fails); metric "bytes" = n (final);
  *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, and with
  *           "curve": {"name": [v0, v1, ...]}, "step_ms": ms   each list as a curve (non-final
  *                                          metrics at steps 0, 1, ...), ms apart; other spec
@@ -14,7 +18,7 @@
 
 #include "error.h"
 
-/* Registers "sleep", "fail" and "echo" (qw_register_kind). Errors: those of
+/* Registers "sleep", "fail", "echo" and "alloc" (qw_register_kind). Errors: those of
  * qw_register_kind. */
 qs_status qw_register_test_kinds(qs_error *err);
 

@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "ckpt.h"
+#include "replace_file.h"
 #include "hfsave.h"
 #include "synthetic.h"
 
@@ -199,6 +200,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     if (st == QS_OK && spec->checkpoint_dir[0]) {
         st = mkdir_p(spec->checkpoint_dir, err);
         snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", spec->checkpoint_dir, spec->job_key);
+        /* temporaries of this job's checkpoint left by a worker killed mid-write (this
+           attempt is the job's only writer now) */
+        if (st == QS_OK) qs_replace_file_sweep(ckpt, NULL);
         snprintf(final_dir, sizeof final_dir, "%s/%s", spec->checkpoint_dir, spec->job_key);
         if (st == QS_OK) {
             qs_error e2 = {0};
