@@ -51,9 +51,10 @@ enum {
     C_GEMM,
     C_N
 };
-static const char *const col_names[C_N] = {
-    "model", "format",    "options", "quantize", "mode", "part",     "baseline_ppl",
-    "ppl",   "delta_ppl", "kl_mean", "kl_p99",   "top1", "gemm_path"};
+static const char *const col_names[C_N] = {"model",     "format",  "options",      "quantize",
+                                           "mode",      "part",    "baseline_ppl", "ppl",
+                                           "delta_ppl", "kl_mean", "kl_p99",       "top1",
+                                           "gemm_path"};
 
 /* How each column goes into JSON: options as the stored JSON, figures as reals. */
 static const qsweep_col_type col_types[C_N] = {
