@@ -134,12 +134,21 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
     int n = PQntuples(r);
     qs_status st = QS_OK;
     const char *exists_params[1] = {o->experiment};
-    PGresult *e = PQexecParams(c, "SELECT 1 FROM experiments WHERE name = $1", 1, NULL,
-                               exists_params, NULL, NULL, 0);
+    /* the experiment, and how many of its jobs are training runs */
+    PGresult *e = PQexecParams(c,
+                               "SELECT (SELECT count(*) FROM experiment_jobs ej JOIN jobs j "
+                               "ON j.id = ej.job WHERE ej.experiment = x.id AND j.kind = 'train') "
+                               "FROM experiments x WHERE x.name = $1",
+                               1, NULL, exists_params, NULL, NULL, 0);
     if (PQresultStatus(e) != PGRES_TUPLES_OK)
         st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
     else if (PQntuples(e) == 0)
         st = qs_error_set(err, QS_ENOTFOUND, "no experiment named '%s'", o->experiment);
+    else if (n == 0 && atol(PQgetvalue(e, 0, 0)) > 0)
+        st = qs_error_set(err, QS_EINVAL,
+                          "'%s' is a training experiment: plan reads a sensitivity sweep in "
+                          "layer or component mode",
+                          o->experiment);
     PQclear(e);
     if (!st && n == 0)
         st = qs_error_set(err, QS_ENOTFOUND,
@@ -187,8 +196,12 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
                                   "(nvfp4, nvfp4_2d, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, "
                                   "fp8_e4m3, bf16)",
                                   t);
-            else
-                snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
+            else {
+                for (size_t k = 0; !st && k < in->n_formats; k++)
+                    if (!strcmp(in->formats[k], t))
+                        st = qs_error_set(err, QS_EINVAL, "--formats: %s listed twice", t);
+                if (!st) snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
+            }
         }
     } else if (!st) {
         for (int i = 0; !st && i < n; i++) {
@@ -541,9 +554,10 @@ static qs_status validate(qc_store *s, const plan_opts *o, const plan_input *in,
     if (!st) {
         printf("validation: ");
         qsweep_print_submit(g, jobs.n, &counts, stdout);
-        if (counts.jobs_new)
-            printf("validation: the workers run it (qsweep worker, or qsweep run on the grid); "
+        if (counts.jobs_new || counts.reused_pending)
+            printf("validation: %s (qsweep worker, or qsweep run on the grid); "
                    "then qsweep plan %s --budget-bits %g prints it measured\n",
+                   counts.jobs_new ? "the workers run it" : "already queued: the workers run it",
                    o->experiment, o->budget);
     }
     qc_job_list_free(&jobs);
@@ -781,10 +795,12 @@ int qsweep_cmd_plan(int argc, char **argv) {
     double pm = measured_map(qc_store_pgconn(s), &o, &in, map, id);
     json_decref(map);
     if (!id[0])
-        printf("measured %s of the plan: 0 (every linear stays bf16)\n", o.objective);
+        printf("measured %s of the plan: nothing to measure (every linear stays bf16, the "
+               "reference)\n",
+               o.objective);
     else if (isnan(pm))
-        printf("measured %s of the plan: not yet (policy %s; --validate queues it)\n",
-               o.objective, id);
+        printf("measured %s of the plan: not yet (policy %s; %s)\n", o.objective, id,
+               o.validate ? "--validate queues it below" : "--validate queues it");
     else if (isnan(nvfp4_measured))
         printf("measured %s of the plan: %.6g (policy %s; predicted %.6g)\n", o.objective, pm,
                id, cost);

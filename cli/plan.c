@@ -5,7 +5,7 @@
 
 #include "plan.h"
 
-/* Quarter bits per weight (plan.h). fp4-spec.md: NVFP4 = E2M1 + E4M3 scale per 16 elements,
+/* Quarter bits per weight (plan.h). docs/numerics.md: NVFP4 = E2M1 + E4M3 scale per 16 elements,
  * MXFP4 = E2M1 + E8M0 per 32, MXFP8 = E4M3 + E8M0 per 32. */
 static const struct {
     const char *name;

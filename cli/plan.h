@@ -2,11 +2,11 @@
  * linear, or a group of linears that must share a format) minimizing the summed measured cost
  * under an average-bits budget, solved exactly as a multiple-choice knapsack by dynamic
  * programming over the total bits (as ModelOpt's AutoQuantize and HAWQ-V3 pose it, with
- * their LP/ILP replaced by an exact DP; ../shared/references.md section 6).
+ * their LP/ILP replaced by an exact DP; HAWQ-V3 is arXiv 2011.10680).
  *
  * Bits per weight count block-scale overhead: NVFP4 4 + 8/16 = 4.5 (E4M3 scale per 16
  * elements), MXFP4 4 + 8/32 = 4.25 (E8M0 per 32), MXFP8 8.25, FP8 E4M3 8, BF16 16
- * (../shared/fp4-spec.md). Each is a whole number of quarter bits, so with g = the gcd of
+ * (docs/numerics.md). Each is a whole number of quarter bits, so with g = the gcd of
  * the items' weight counts every item's bits are an integer multiple of g/4 bits and the DP
  * is exact. Per-tensor FP32 scales (NVFP4, FP8: 32 bits per tensor, under 0.001 bit per
  * weight for any Llama linear) are not part of the budget; qsweep_plan_tensor_scale_bits

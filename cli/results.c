@@ -75,6 +75,10 @@ static int same_group(PGresult *r, int a, int b) {
 
 static void print_table(PGresult *r, FILE *out) {
     int n = PQntuples(r);
+    /* parts as wide as the widest (a policy's part is its map's 16-digit id) */
+    int pw = 8;
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(PQgetvalue(r, i, C_PART)) > pw) pw = (int)strlen(PQgetvalue(r, i, C_PART));
     for (int i = 0; i < n; i++) {
         if (i == 0 || !same_group(r, i, i - 1)) {
             double base = qsweep_col_num(r, i, C_BASE);
@@ -82,14 +86,19 @@ static void print_table(PGresult *r, FILE *out) {
                     PQgetvalue(r, i, C_MODEL), PQgetvalue(r, i, C_FORMAT),
                     PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
                     PQgetvalue(r, i, C_MODE), base);
-            fprintf(out, "  %-8s %12s %12s %9s %11s %11s %8s\n", "part", "ppl", "delta", "delta%",
-                    "KL mean", "KL p99", "top-1");
+            fprintf(out, "  %-*s %12s %12s %9s %11s %11s %8s\n", pw, "part", "ppl", "delta",
+                    "delta%", "KL mean", "KL p99", "top-1");
         }
         double base = qsweep_col_num(r, i, C_BASE), ppl = qsweep_col_num(r, i, C_PPL),
-               d = qsweep_col_num(r, i, C_DELTA);
-        fprintf(out, "  %-8s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %7.2f%%\n",
+               d = qsweep_col_num(r, i, C_DELTA), top1 = qsweep_col_num(r, i, C_TOP1);
+        char top1s[16];
+        if (isnan(top1)) /* the job did not measure top-1 (metrics without top1) */
+            snprintf(top1s, sizeof top1s, "%8s", "-");
+        else
+            snprintf(top1s, sizeof top1s, "%7.2f%%", 100.0 * top1);
+        fprintf(out, "  %-*s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %s\n", pw,
                 PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, qsweep_col_num(r, i, C_KL),
-                qsweep_col_num(r, i, C_KL99), 100.0 * qsweep_col_num(r, i, C_TOP1));
+                qsweep_col_num(r, i, C_KL99), top1s);
     }
 }
 
@@ -127,6 +136,25 @@ static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *
     return QS_OK;
 }
 
+/* "N measured (component 7, cumulative 30)": the rows counted by mode, in order of first
+ * appearance. */
+static void print_counts(PGresult *r, const char *name, FILE *out) {
+    int n = PQntuples(r), seen = 0;
+    fprintf(out, "experiment %s: %d eval jobs measured", name, n);
+    for (int i = 0; i < n; i++) {
+        const char *mode = PQgetvalue(r, i, C_MODE);
+        int first = 1, count = 0;
+        for (int j = 0; j < n; j++) {
+            if (strcmp(PQgetvalue(r, j, C_MODE), mode)) continue;
+            if (j < i) first = 0;
+            count++;
+        }
+        if (!first) continue;
+        fprintf(out, "%s%s %d", seen++ ? ", " : " (", mode, count);
+    }
+    fprintf(out, "%s\n", seen ? ")" : "");
+}
+
 qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE *out,
                                qs_error *err) {
     PGconn *c = qc_store_pgconn(db);
@@ -152,7 +180,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else if (format == 2) {
         st = qsweep_print_json_rows(r, col_names, col_types, C_N, out, err);
     } else {
-        fprintf(out, "experiment %s: %d isolated parts measured\n", name, PQntuples(r));
+        print_counts(r, name, out);
         print_table(r, out);
         char *lit = PQescapeLiteral(c, name, strlen(name));
         char q[2048];

@@ -2,7 +2,7 @@
  *
  * Functions that can fail return a qs_status and, when the caller passes a non-NULL
  * qs_error, fill it with a message that names the file, offset, field or peer involved
- * (STYLE.md: "a caller can always ask what went wrong", as libpq's PQerrorMessage). */
+ * (a caller can always ask what went wrong, as with libpq's PQerrorMessage). */
 #ifndef QS_COMMON_ERROR_H
 #define QS_COMMON_ERROR_H
 

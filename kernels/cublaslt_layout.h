@@ -4,13 +4,13 @@
  * the FP32 per-tensor scales into alpha, and a CPU evaluation of the GEMM from those buffers
  * (the reference the GPU tests compare with).
  *
- * Layout of one FP4 operand [rows x k] (NVFP4, NVFP4 2D, MXFP4), cuBLASLt "TN" (fp4-spec.md 4.2,
+ * Layout of one FP4 operand [rows x k] (NVFP4, NVFP4 2D, MXFP4), cuBLASLt "TN" (docs/numerics.md 4.2,
  * 4.3; CUDALibrarySamples cuBLASLt/LtNvfp4Matmul; TransformerEngine cublaslt_gemm.cu):
- * - codes: E2M1, two per byte, the even column in the low nibble (fp4-spec.md 1.1), K-major:
+ * - codes: E2M1, two per byte, the even column in the low nibble (docs/numerics.md 1.1), K-major:
  *   row r starts at byte r * ld_bytes; columns k .. k_pad-1 hold code 0 (+0).
  * - K is padded to k_pad = roundup(k, 4 * vec) (64 for NVFP4, 128 for MXFP4): the scale matrix
  *   then has exactly Cp = k_pad / vec columns, every 128x4 scale tile is fully used by the GEMM,
- *   and K is a multiple of 32 elements (16 bytes), the alignment FP4 TMA needs (fp4-spec.md 4.2,
+ *   and K is a multiple of 32 elements (16 bytes), the alignment FP4 TMA needs (docs/numerics.md 4.2,
  *   Megatron get_fp4_align_size). The padded columns are zeros and add exactly 0 to every dot
  *   product, so the GEMM over k_pad equals the GEMM over k.
  * - scales: the logical row-major matrix S[rows][C], C = ceil(k / vec), one UE4M3 (NVFP4) or
@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Which block-scale mode cuBLASLt applies (values of cublasLtMatmulMatrixScale_t,
- * fp4-spec.md 4.1). */
+ * docs/numerics.md 4.1). */
 typedef enum qk_lt_scale_mode {
     QK_LT_SCALE_VEC16_UE4M3 = 1, /* NVFP4: one UE4M3 per 16 elements of K */
     QK_LT_SCALE_VEC32_UE8M0 = 2, /* MXFP4: one UE8M0 per 32 elements of K */
@@ -65,7 +65,7 @@ typedef struct qk_lt_layout {
 #endif
 
 /* Byte offset of scale S[r][c] in the 128x4 tiled buffer of a scale matrix with scale_cols
- * columns (fp4-spec.md 4.3; the same formula as qk_swizzle_128x4_offset, inline here so the
+ * columns (docs/numerics.md 4.3; the same formula as qk_swizzle_128x4_offset, inline here so the
  * device packer and dequantizer compute it too):
  *   ((r/128)*(Cp/4) + c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4, Cp = roundup(C, 4). */
 QK_LT_HD size_t qk_lt_scale_offset(size_t r, size_t c, size_t scale_cols) {
@@ -100,7 +100,7 @@ qs_status qk_lt_pack(const qk_packed *p, const qk_lt_layout *l, uint8_t *codes, 
                      uint8_t *scales, size_t scales_len, qs_error *err);
 
 /* The alpha of a block-scaled GEMM: *out = alpha * (s_a * 2^exp2_a) * (s_b * 2^exp2_b), the
- * FP32 per-tensor decode scales of both operands folded in (fp4-spec.md 3.3 step 7: "the
+ * FP32 per-tensor decode scales of both operands folded in (docs/numerics.md 3.3 step 7: "the
  * global factor S_dec_A * S_dec_B must be applied to the output"; TransformerEngine folds it
  * into alpha; arXiv 2509.25149 App. B.3). s_* is qk_packed.tensor_scale (NVFP4: S_dec =
  * 1 / S_enc, S_enc = 2688 / amax_t; MXFP4, BF16: 1) and exp2_* its tensor_scale_exp2 (<= 0,
@@ -115,7 +115,7 @@ qs_status qk_lt_fold_alpha(float alpha, float s_a, int exp2_a, float s_b, int ex
 /* Value of element (r, c) of an operand in layout l, from its codes and swizzled scales:
  * e2m1(code) * block scale (UE4M3 or 2^(e - 127); NaN for E8M0 0xFF), WITHOUT the tensor scale.
  * Exactly representable in BF16 (at most 6 significant bits, FP32's exponent range;
- * fp4-spec.md "Derived"), which is why the emulated path loses nothing. Padding (r, c) inside
+ * docs/numerics.md 4.5), which is why the emulated path loses nothing. Padding (r, c) inside
  * the layout (c < k_pad) reads 0. No bounds check beyond the layout (callers pass r < rows). */
 float qk_lt_element(const qk_lt_layout *l, const uint8_t *codes, const uint8_t *scales, size_t r,
                     size_t c);
@@ -130,7 +130,7 @@ uint16_t qk_lt_element_bf16(const qk_lt_layout *l, const uint8_t *codes, const u
  * sum in double, one rounding to FP32; y row-major [T x out] with row stride ldy >= out.
  * lx: x's layout (rows = T), lw: W's (rows = out); both with the same k and mode. alpha as
  * qk_lt_fold_alpha gives it. The GEMM tests compare the device result with this within a
- * tolerance (the device accumulates in FP32 in an unspecified order, fp4-spec.md 4.2).
+ * tolerance (the device accumulates in FP32 in an unspecified order, docs/numerics.md 4.2).
  * Errors: QS_EINVAL (NULL, layouts that disagree on k or mode, ldy < out). */
 qs_status qk_lt_linear_ref(const qk_lt_layout *lx, const uint8_t *x_codes, const uint8_t *x_scales,
                            const qk_lt_layout *lw, const uint8_t *w_codes, const uint8_t *w_scales,

@@ -1,5 +1,5 @@
 /* Element codecs: one minifloat encoder (numerics.h, shared with CUDA) and decoder and one
- * integer encoder driven by qk_codec descriptors. Rules and sources: element.h and fp4-spec.md
+ * integer encoder driven by qk_codec descriptors. Rules and sources: element.h and docs/numerics.md
  * sections 1.2, 2.3, 3.2, 4.4. */
 #include "element.h"
 #include "numerics.h"

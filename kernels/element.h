@@ -1,11 +1,11 @@
 /* Element codecs: FP32 <-> the small number formats of block quantization.
  *
- * One descriptor per element type (STYLE.md: formats are data). A minifloat is described by
+ * One descriptor per element type (formats are data). A minifloat is described by
  * its exponent bits, mantissa bits and bias; every minifloat goes through ONE encoder and ONE
  * decoder (element.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
  * code. Integer element types (INT8, INT4, symmetric) go through one integer encoder.
  *
- * Conventions (all codecs, fp4-spec.md sections 1.2, 3.2, 4.4):
+ * Conventions (all codecs, docs/numerics.md sections 1.2, 3.2, 4.4):
  * - Codes are sign-magnitude for minifloats (sign in the top bit of a `bits`-wide code) and
  *   two's complement for integers, right-aligned in a uint32_t.
  * - Encoding saturates like the hardware's cvt.*.satfinite: a finite value above the largest
@@ -90,7 +90,7 @@ float qk_codec_decode(const qk_codec *c, uint32_t code);
 
 /* E8M0 (OCP MX v1.0 section 5.4.1): unsigned exponent-only, code c means 2^(c-127),
  * 0xFF is NaN, no zero. Rounding toward zero or toward +Inf, as CUDA's
- * __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero|cudaRoundPosInf) (fp4-spec.md
+ * __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero|cudaRoundPosInf) (docs/numerics.md
  * section 4.4): the sign of x is ignored, 0 gives 0x00, NaN gives 0xFF, Inf and results
  * above 2^127 give 0xFE. */
 typedef enum qk_e8m0_rounding {
@@ -99,14 +99,14 @@ typedef enum qk_e8m0_rounding {
 } qk_e8m0_rounding;
 
 /* E8M0 code of |x| under the rounding above (the sign is ignored, as CUDA's
- * __nv_cvt_float_to_e8m0 does: fp4-spec.md section 4.4); 0 gives 0x00, NaN gives 0xFF. */
+ * __nv_cvt_float_to_e8m0 does: docs/numerics.md section 4.4); 0 gives 0x00, NaN gives 0xFF. */
 uint8_t qk_e8m0_encode(float x, qk_e8m0_rounding rounding);
 
 /* 2^(code-127) as FP32 (code 0 is the FP32 subnormal 2^-127); NaN for 0xFF. */
 float qk_e8m0_decode(uint8_t code);
 
 /* MX block-scale code (E8M0) for a block of absolute maximum amax under one rule
- * (fp4-spec.md section 2.3; torchao ScaleCalculationMode), for element codec elem:
+ * (docs/numerics.md section 2.3; torchao ScaleCalculationMode), for element codec elem:
  * FLOOR: floor(log2 amax) - emax;  CEIL: ceil(log2 amax) - emax;
  * EVEN:  floor(log2 R(amax)) - emax, R rounding amax to man_bits mantissa bits
  *        (add 2^(22-man_bits) to the FP32 bits, clear the mantissa);

@@ -1,4 +1,4 @@
-/* The format table (STYLE.md: formats are data, not copies). */
+/* The format table (formats are data, not copies). */
 #include "format.h"
 
 #include <string.h>

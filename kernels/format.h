@@ -1,6 +1,6 @@
 /* Block formats as data: one qk_format row per format drives the one block quantizer
  * (quantize.c). Adding a format (e.g. another MX element type) is one row in format.c.
- * Facts: fp4-spec.md sections 2 (MX), 3 (NVFP4); issue 2 for the baseline formats. */
+ * Facts: docs/numerics.md sections 2 (MX), 3 (NVFP4); issue 2 for the baseline formats. */
 #ifndef QK_FORMAT_H
 #define QK_FORMAT_H
 
@@ -14,10 +14,10 @@ extern "C" {
 /* How a block's scale is chosen and stored. */
 typedef enum qk_scale_rule {
     QK_RULE_IDENTITY = 0, /* no quantization ("bf16": the unquantized reference) */
-    QK_RULE_NVFP4 = 1,    /* TransformerEngine order (fp4-spec.md 3.3): S_enc = 2688/amax_t,
+    QK_RULE_NVFP4 = 1,    /* TransformerEngine order (docs/numerics.md 3.3): S_enc = 2688/amax_t,
                              sb = E4M3_RNE(amax_b * (S_enc * (1/6))), E_b = 1/(sb * S_dec),
                              q = elem(x * E_b), x' = (elem(q) * sb) * S_dec */
-    QK_RULE_MX = 2,       /* OCP MX (fp4-spec.md 2.2-2.3): E8M0 scale 2^s from the options' MX
+    QK_RULE_MX = 2,       /* OCP MX (docs/numerics.md 2.2-2.3): E8M0 scale 2^s from the options' MX
                              rule, q = elem(x * 2^-s), x' = elem(q) * 2^s */
     QK_RULE_TENSOR = 3,   /* one FP32 scale per tensor, TransformerEngine FP8 current scaling:
                              S_enc = max_value/amax_t, q = elem(x * S_enc), x' = elem(q) * S_dec */

@@ -1,5 +1,5 @@
 /* The 16-point random Hadamard transform (RHT) of NVIDIA's NVFP4 training recipe
- * ("Pretraining LLMs with NVFP4", arXiv 2509.25149, section 4.2; fp4-spec.md 3.6):
+ * ("Pretraining LLMs with NVFP4", arXiv 2509.25149, section 4.2; docs/numerics.md 3.6):
  * every consecutive 16-element tile v of a row (along k) becomes v' = v * H with
  * H = (1/4) * S * H16, H16 the +-1 Sylvester Hadamard matrix (H16[i][j] = (-1)^popcount(i&j))
  * and S = diag(s) a random sign vector fixed by the seed (philox.h). H is orthogonal, so the
@@ -31,7 +31,7 @@ qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, 
 /* The d-point RHT for d = 16 or 32: tiles of d elements along k, v' = v * (1/sqrt(d)) * S * Hd,
  * S = diag of the d signs from bits 0..d-1 of the same Philox word as qk_rht16_signs. d = 16
  * is qk_rht16 bit for bit; d = 32 is the transform of the NVFP4 paper's MXFP4 runs ("MXFP4
- * uses RHT d=32", arXiv 2509.25149 section 5; fp4-spec.md 3.6), matching MXFP4's 32-element
+ * uses RHT d=32", arXiv 2509.25149 section 5; docs/numerics.md 3.6), matching MXFP4's 32-element
  * blocks. 1/sqrt(32) is one FP32 multiply by its nearest float (not exact, as no scale of an
  * odd power of two is), in the same fixed order, so the bits are the same for any thread
  * count. Errors: as qk_rht16 with d for 16, and QS_EINVAL for d other than 16 or 32. */

@@ -1,12 +1,12 @@
 /* The bit-level arithmetic of the numeric core, header-only so that the C reference (element.c,
  * philox.c, quantize.c) and the CUDA kernels (kernels/cuda/) compile the SAME code: this is
- * what makes CPU and GPU results equal bit for bit (DESIGN.md invariant "same input, same
- * bits, on CPU and GPU"). Everything here is exact integer or correctly rounded FP32
+ * what makes CPU and GPU results equal bit for bit (docs/architecture.md, "Invariants": same
+ * input, same bits, on CPU and GPU). Everything here is exact integer or correctly rounded FP32
  * arithmetic with no FMA dependence (each product that precedes an add is exact).
  *
  * Public names carry the qk_ prefix; the *_core functions take plain parameters instead of
  * a qk_codec pointer so device code needs no host tables. Rules and sources: element.h,
- * philox.h, fp4-spec.md sections 1.2, 2.3, 3.2, 3.3. */
+ * philox.h, docs/numerics.md sections 1.2, 2.3, 3.2, 3.3. */
 #ifndef QK_NUMERICS_H
 #define QK_NUMERICS_H
 
@@ -136,7 +136,7 @@ QK_HD uint32_t qk_minifloat_encode_core(int bits, int exp_bits, int man_bits, in
     return sign | mag;
 }
 
-/* E2M1 code -> value (fp4-spec.md 1.1), exact. */
+/* E2M1 code -> value (docs/numerics.md 1.1), exact. */
 QK_HD float qk_e2m1_value(uint32_t code) {
     uint32_t mag = code & 7u;
     float v =
@@ -151,7 +151,7 @@ QK_HD float qk_e4m3_value_nonneg(uint32_t code) {
     return ef == 0 ? (float)man * 0x1p-9f : (float)(8u | man) * qk_pow2f((int)ef - 10);
 }
 
-/* --- E8M0 and the MX scale rules (element.h, fp4-spec.md 2.3) -------------------------------- */
+/* --- E8M0 and the MX scale rules (element.h, docs/numerics.md 2.3) -------------------------------- */
 
 QK_HD uint8_t qk_e8m0_encode_core(float x, int round_up) {
     uint32_t a = qk_bits_of(x) & 0x7FFFFFFFu;
@@ -198,7 +198,7 @@ QK_HD uint8_t qk_mx_scale_code_core(float amax, qk_mx_scale_rule rule, int emax,
     return (uint8_t)(ex + 127);
 }
 
-/* --- NVFP4 tensor scales (fp4-spec.md 3.3 steps 2-3, TransformerEngine) -------------------- */
+/* --- NVFP4 tensor scales (docs/numerics.md 3.3 steps 2-3, TransformerEngine) -------------------- */
 
 QK_HD void qk_nvfp4_global_scales_core(float amax_t, float *s_enc, float *s_dec) {
     float e = fminf(2688.0f / amax_t, FLT_MAX); /* 448 * 6 */
@@ -210,7 +210,7 @@ QK_HD void qk_nvfp4_global_scales_core(float amax_t, float *s_enc, float *s_dec)
 /* --- fast paths ------------------------------------------------------------------------------ */
 
 /* The E2M1 value nearest to s (RNE), saturated to +-6; NaN gives +6, the sign of zero and of
- * underflowing values is kept. The decision table of fp4-spec.md 1.2 as a sum of
+ * underflowing values is kept. The decision table of docs/numerics.md 1.2 as a sum of
  * comparisons, which compilers vectorise. Equals
  * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, RNE)) for all 2^32 inputs (tested,
  * label "exhaustive"; edges in every run). */

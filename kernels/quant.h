@@ -5,7 +5,7 @@
  *
  * Tensors are row-major FP32 matrices [rows x k]; blocks run along k (the GEMM reduction
  * axis). A ragged tail block (k not a multiple of the block size) is padded with zeros
- * that never enter amax. Facts and formulas: ../shared/fp4-spec.md. */
+ * that never enter amax. Facts and formulas: docs/numerics.md. */
 #ifndef QK_QUANT_H
 #define QK_QUANT_H
 
@@ -25,7 +25,7 @@ typedef enum qk_rounding {
     QK_ROUND_SR = 2,  /* stochastic rounding, Philox4x32-10 bits keyed by (seed, tensor, step, i) */
 } qk_rounding;
 
-/* MXFP block-scale rule (fp4-spec.md section 2.3). RCEIL is the default. */
+/* MXFP block-scale rule (docs/numerics.md section 2.3). RCEIL is the default. */
 typedef enum qk_mx_scale_rule {
     QK_MX_RCEIL = 0,
     QK_MX_FLOOR = 1, /* OCP MX v1.0 section 6.3 */
@@ -33,7 +33,7 @@ typedef enum qk_mx_scale_rule {
     QK_MX_EVEN = 3,
 } qk_mx_scale_rule;
 
-/* NVFP4 block-scale lower clamp (fp4-spec.md section 6, item 4). NONE (TransformerEngine)
+/* NVFP4 block-scale lower clamp (docs/numerics.md section 6, item 4). NONE (TransformerEngine)
  * is the default. */
 typedef enum qk_nvfp4_clamp {
     QK_NVFP4_CLAMP_NONE = 0,
@@ -55,7 +55,7 @@ typedef enum qk_tiny_amax {
                           results equal TE's on the rescaled tensor, scaled back */
 } qk_tiny_amax;
 
-/* One descriptor per format (STYLE.md: formats are data). Opaque here; see format.h. */
+/* One descriptor per format (formats are data). Opaque here; see format.h. */
 typedef struct qk_format qk_format;
 
 /* Options of one quantization call. Zero-initialised = the documented defaults. */
@@ -106,8 +106,8 @@ typedef struct qk_quant_stats {
 
 /* Sets the option named key of opt, for format fmt, from its text value. Options per format:
  *   rounding   rne | rz | sr                    every format but bf16
- *   scale_rule rceil | floor | ceil | even      MX formats (fp4-spec.md section 2.3)
- *   clamp      none | torchao | zero_to_one     NVFP4 (fp4-spec.md section 3.4)
+ *   scale_rule rceil | floor | ceil | even      MX formats (docs/numerics.md section 2.3)
+ *   clamp      none | torchao | zero_to_one     NVFP4 (docs/numerics.md section 3.4)
  *   tiny_amax  te | exact                      NVFP4, FP8 per tensor (qk_tiny_amax)
  *   group_size integer 1..65536                 int4_group
  * Errors: QS_ENOTFOUND for an option that does not apply to fmt (the message lists those that
@@ -151,7 +151,7 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
  * allocation owned by the struct (qk_packed_init / qk_packed_release).
  * - codes: row r starts at codes + r*row_bytes. 4-bit codes (E2M1, INT4) are two per byte,
  *   the even column in the low nibble (bits 3..0) as CUDA, PyTorch and cuBLAS store them
- *   (fp4-spec.md 1.1); an odd k leaves the high nibble of a row's last byte 0. 6-, 8-bit
+ *   (docs/numerics.md 1.1); an odd k leaves the high nibble of a row's last byte 0. 6-, 8-bit
  *   codes take one byte each (FP6 right-aligned in the byte, not bit-packed).
  *   Minifloat codes are sign-magnitude, integer codes two's complement (element.h).
  * - scales (E4M3/E8M0 formats): [rows x blocks_per_row] bytes, row-major, one per 1D block;
@@ -228,7 +228,7 @@ qs_status qk_dequantize(const qk_packed *p, float *y, int threads, qs_error *err
 qs_status qk_joint_amax(const float *const *tensors, const size_t *n, size_t count, int threads,
                         float *amax, qs_error *err);
 
-/* NVFP4 global scales from the tensor amax (fp4-spec.md 3.3 steps 2-3, TransformerEngine):
+/* NVFP4 global scales from the tensor amax (docs/numerics.md 3.3 steps 2-3, TransformerEngine):
  * S_enc = min(2688 / amax_t, FLT_MAX), and S_enc = 1 when amax_t is 0 or S_enc is 0
  * (amax_t = Inf); S_dec = 1 / S_enc. All in FP32. */
 void qk_nvfp4_global_scales(float amax_t, float *s_enc, float *s_dec);

@@ -38,7 +38,7 @@ typedef struct qk_plan {
     float amax_t;      /* tensor amax (NVFP4 and per-tensor rules) */
     float s_enc;       /* tensor encode scale */
     float s_dec;       /* tensor decode scale */
-    float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (fp4-spec.md 3.3 step 4) */
+    float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (docs/numerics.md 3.3 step 4) */
     float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
                           (step 5), tabulated once per call for the fast path */
     int tiny;          /* the tensor amax is tiny (qk_tiny_amax) */
@@ -362,7 +362,7 @@ static inline float scaled_input(const block_scale *bs, float x) {
     return bs->divide ? x / bs->f32 : x * bs->enc;
 }
 
-/* value = elem(code) * block decode * tensor decode, multiplied in this order (fp4-spec.md
+/* value = elem(code) * block decode * tensor decode, multiplied in this order (docs/numerics.md
  * 3.3 step 7 for NVFP4). */
 static inline float decoded_output(const qk_plan *p, const block_scale *bs, float v) {
     float y = v * bs->dec;

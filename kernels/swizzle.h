@@ -1,4 +1,4 @@
-/* The cuBLASLt "128x4" block-scale layout (fp4-spec.md 4.3; cuBLAS "1D block scaling
+/* The cuBLASLt "128x4" block-scale layout (docs/numerics.md 4.3; cuBLAS "1D block scaling
  * factors layout", torchao to_blocked, TransformerEngine swizzle.h): a logical row-major
  * scale matrix S[R][C] (R = rows of the operand, C = blocks per row) padded to
  * Rp = roundup(R, 128), Cp = roundup(C, 4), stored as 512-byte tiles of 128 rows x 4

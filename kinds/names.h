@@ -3,7 +3,7 @@
  * the job specs (sensitivity.h) and the worker's job kinds (worker/jobs) all read them here,
  * so a name means the same on both sides of the wire.
  *
- * Modes ("Diagnosing FP4 Inference", arXiv 2603.08747, and ../shared/DESIGN.md):
+ * Modes ("Diagnosing FP4 Inference", arXiv 2603.08747, and docs/numerics.md section 5):
  *   component             one linear kind (or lm_head, embeddings) in every block    part "down"
  *   block                 every linear of one block                                  part "3"
  *   layer                 one linear of one block                                    part "3.down"

@@ -18,7 +18,7 @@
  * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
  * of the canonical text of the spec after removing "model.path", "dataset.path" (where a file
  * is, not what it is: the digests are identity) and "resources" (where a job may run, not what
- * it computes: the engine's results are bit-identical across backends, DESIGN.md
+ * it computes: the engine's results are bit-identical across backends, docs/architecture.md
  * "Invariants"). */
 #ifndef QS_KINDS_SPEC_H
 #define QS_KINDS_SPEC_H

@@ -32,7 +32,7 @@ import sys
 BEGIN = "<!-- results-table:begin -->"
 END = "<!-- results-table:end -->"
 HEADER = re.compile(r"^(\S+)  (\S+) (.*?)  (\S+)  (\S+)-wise\s+baseline \(unquantized\) ppl (\S+)$")
-ROW = re.compile(r"^  (\S+)\s+(\S+)\s+(\S+)\s+(\S+)%\s+(\S+)\s+(\S+)\s+(\S+)%$")
+ROW = re.compile(r"^  (\S+)\s+(\S+)\s+(\S+)\s+(\S+)%\s+(\S+)\s+(\S+)\s+(\S+%|-)$")  # top-1 "-": not measured
 FORMAT_ORDER = ["nvfp4", "mxfp4"]
 QUANT_NAMES = {"weights": "W4A16", "weights+activations": "W4A4"}
 

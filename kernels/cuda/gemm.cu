@@ -16,7 +16,7 @@
 
 #include "qk_gemm.h"
 
-// qk_lt_scale_mode carries cuBLASLt's own values (cublaslt_layout.h, fp4-spec.md 4.1)
+// qk_lt_scale_mode carries cuBLASLt's own values (cublaslt_layout.h, docs/numerics.md 4.1)
 static_assert((int)QK_LT_SCALE_VEC16_UE4M3 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3,
               "VEC16_UE4M3");
 static_assert((int)QK_LT_SCALE_VEC32_UE8M0 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0,
@@ -217,7 +217,7 @@ static qs_status set_scale_pointers(plan *p, const void *a_scale, const void *b_
 }
 
 // Builds descriptor and layouts for key and asks the heuristic for one algorithm. The scale
-// pointers are set first: a block-scale mode without them is INVALID_VALUE (fp4-spec.md 4.1).
+// pointers are set first: a block-scale mode without them is INVALID_VALUE (docs/numerics.md 4.1).
 static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, const void *b_scale,
                             plan *p, qs_error *err) {
     memset(p, 0, sizeof *p);
@@ -232,7 +232,7 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm, k, err);
     }
     if (!st && k.scale_mode) {
-        const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (fp4-spec.md 4.1)
+        const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (docs/numerics.md 4.1)
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
         if (!st)
             st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, k, err);

@@ -1,4 +1,4 @@
-/* coord_curve: with CURVE on (DESIGN.md: only authorised workers connect), a worker that
+/* coord_curve: with CURVE on (docs/cluster.md: only authorised workers connect), a worker that
  * knows the coordinator's public key runs a job; a plain-text DEALER's HELLO never reaches
  * the coordinator. With an allow-list of worker keys (zap.h, a ZAP handler, RFC 27) a
  * worker whose valid key pair is not listed is refused at the handshake and logged; the

@@ -7,7 +7,7 @@
  * - qk_gemm_linear: FP4 (native on cc 10.x, emulated elsewhere, both on Blackwell) against
  *   qk_lt_linear_ref, BF16 and FP8 against a double GEMM of the same values, W4A16, BF16
  *   output, beta; tolerance relative to sum |x_i w_i|: 1e-4 for BF16 and FP4 (FP32 accumulation
- *   in an unspecified order, fp4-spec.md 4.2, and tensor cores' truncating inner adds, Fasi et
+ *   in an unspecified order, docs/numerics.md 4.2, and tensor cores' truncating inner adds, Fasi et
  *   al. 2021), 2e-3 for FP8 (Hopper's FP8 MMA keeps fewer accumulator bits); a wrong layout or
  *   scale gives errors of order 1; plan reuse; errors for bad pairings and shapes.
  * Prints OK / NOT OK per case; exits 77 (ctest: skipped) without a GPU. Plain C, no cmocka. */

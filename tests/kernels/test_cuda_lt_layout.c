@@ -1,5 +1,5 @@
 /* The host side of the cuBLASLt FP4 GEMM (kernels/cublaslt_layout.h), tested on the CPU: the
- * operand layout against fp4-spec.md 4.3 (the offset formula written out here again, not
+ * operand layout against docs/numerics.md 4.3 (the offset formula written out here again, not
  * taken from swizzle.c), the spec's NVFP4 worked example (3.5) packed byte for byte, the
  * repacked scales equal to qk_swizzle_128x4 of the CPU reference's scales for shapes that are
  * not multiples of 128 / 4 with zero padding, the alpha folding against the spec's per-tensor
@@ -21,7 +21,7 @@
 #include "quant.h"
 #include "swizzle.h"
 
-/* fp4-spec.md 4.3, verbatim: byte offset of S[r][c] for a matrix of C columns. */
+/* docs/numerics.md 4.3, verbatim: byte offset of S[r][c] for a matrix of C columns. */
 static size_t spec_offset(size_t r, size_t c, size_t C) {
     size_t Cp = (C + 3) / 4 * 4;
     return ((r / 128) * (Cp / 4) + (c / 4)) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4);
@@ -115,7 +115,7 @@ static void layout_refuses_formats_without_a_block_scaled_fp4_gemm(void **state)
     assert_int_equal(qk_lt_layout_init(NULL, 4, 4, &l, &err), QS_EINVAL);
 }
 
-/* fp4-spec.md 3.5: amax_t = 10, block A then block B in one row of k = 32. */
+/* docs/numerics.md 3.5: amax_t = 10, block A then block B in one row of k = 32. */
 static void spec_worked_example_packs_byte_for_byte(void **state) {
     (void)state;
     const float x[32] = {10,    -3.3f,  0.7f,  0.24f,   1.26f, 2.6f,    -5.1f, 0,
@@ -125,7 +125,7 @@ static void spec_worked_example_packs_byte_for_byte(void **state) {
     lt_operand o;
     lt_operand_make(&o, "nvfp4", x, 1, 32);
     /* codes A: 7 C 1 0 2 3 D 0 6 F 5 0 6 A 4 0; B: 7 F 4 3 6 8 0 0 0 0 0 0 0 0 0 6; the even
-     * element in the low nibble (fp4-spec.md 1.1) */
+     * element in the low nibble (docs/numerics.md 1.1) */
     const uint8_t want_codes[16] = {0xC7, 0x01, 0x32, 0x0D, 0xF6, 0x05, 0xA6, 0x04,
                                     0xF7, 0x34, 0x86, 0x00, 0x00, 0x00, 0x00, 0x60};
     assert_int_equal(o.l.ld_bytes, 32);
@@ -219,7 +219,7 @@ static void packed_buffers_equal_the_cpu_reference_for_ragged_shapes(void **stat
         }
 }
 
-/* fp4-spec.md "Derived": e2m1 x UE4M3 and e2m1 x UE8M0 are exact in BF16, for every code pair
+/* docs/numerics.md 4.5: e2m1 x UE4M3 and e2m1 x UE8M0 are exact in BF16, for every code pair
  * (UE8M0 up to 252, the largest scale qk_mx_scale_code gives E2M1: no block decodes to Inf). */
 static void dequantized_elements_are_exact_in_bf16(void **state) {
     (void)state;
@@ -248,7 +248,7 @@ static void dequantized_elements_are_exact_in_bf16(void **state) {
     assert_true(isnan(qk_lt_element(&mx, codes, scales, 0, 0)));
 }
 
-/* alpha = S_dec_A * S_dec_B with S_dec = 1 / S_enc, S_enc = 2688 / amax_t (fp4-spec.md 3.3,
+/* alpha = S_dec_A * S_dec_B with S_dec = 1 / S_enc, S_enc = 2688 / amax_t (docs/numerics.md 3.3,
  * TE), computed here from the spec's formula, for the scales qk_quantize stored. */
 static void alpha_folds_the_spec_tensor_scales(void **state) {
     (void)state;

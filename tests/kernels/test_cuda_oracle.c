@@ -1,6 +1,6 @@
 /* qsweep's element codecs against NVIDIA's own conversion functions (cuda_fp4.h,
  * cuda_fp6.h, cuda_fp8.h of the CUDA toolkit), which are header-only and run on the CPU from
- * plain C with no CUDA runtime (fp4-spec.md 4.4). They are an independent oracle: element.c
+ * plain C with no CUDA runtime (docs/numerics.md 4.4). They are an independent oracle: element.c
  * shares no code with them.
  *
  * Built twice from this file:

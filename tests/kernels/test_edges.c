@@ -85,7 +85,7 @@ static float cuda_e2m1_value(float v) {
     return half_to_float(__nv_cvt_fp4_to_halfraw(c, __NV_E2M1));
 }
 
-/* NVFP4 1x16 fake-quant of x [rows x k] into y with the tensor amax amax_t (fp4-spec.md 3.3:
+/* NVFP4 1x16 fake-quant of x [rows x k] into y with the tensor amax amax_t (docs/numerics.md 3.3:
  * S_enc = 2688/amax_t saturated at FLT_MAX, 1 for 0; sb = E4M3(amax_b * (S_enc * 1/6));
  * E_b = 1/(sb * S_dec) saturated; y = (E2M1(x * E_b) * sb) * S_dec). Block amaxes over the
  * finite elements (the decision under test for Inf; NaN is ignored by TE as well), or, with
@@ -331,7 +331,7 @@ static void mxfp4_rceil_of_flt_max_against_cuda(void **state) {
 /* Every MX format under every rule: a block of amax FLT_MAX (and one just above the cap)
  * decodes to finite values, its scale is at most 254 - emax (FLOOR's scale of FLT_MAX), and
  * fake-quant of the output again gives the same bits (no NaN); below the cap the rules
- * are untouched (1e38 row of fp4-spec.md 2.3). */
+ * are untouched (1e38 row of docs/numerics.md 2.3). */
 static void mx_flt_max_block_decodes_finite_and_is_stable(void **state) {
     (void)state;
     const char *names[] = {"mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"};
@@ -364,7 +364,7 @@ static void mx_flt_max_block_decodes_finite_and_is_stable(void **state) {
             }
         }
     }
-    /* below the cap nothing changes: fp4-spec.md 2.3, amax 1e38 */
+    /* below the cap nothing changes: docs/numerics.md 2.3, amax 1e38 */
     assert_int_equal(qk_mx_scale_code(1e38f, QK_MX_FLOOR, &qk_codec_e2m1), 251);
     assert_int_equal(qk_mx_scale_code(1e38f, QK_MX_CEIL, &qk_codec_e2m1), 252);
     assert_int_equal(qk_mx_scale_code(1e38f, QK_MX_EVEN, &qk_codec_e2m1), 251);

@@ -1,4 +1,4 @@
-/* Element codecs against ../shared/testdata and the rules of fp4-spec.md sections 1-2. */
+/* Element codecs against tests/kernels/data and the rules of docs/numerics.md sections 1-2. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -82,7 +82,7 @@ static void mx_rceil_matches_every_testdata_row(void **state) {
     assert_true(rows >= 15);
 }
 
-/* fp4-spec.md section 2.3, "Scale test vectors": biased E8M0 codes per rule. */
+/* docs/numerics.md section 2.3, "Scale test vectors": biased E8M0 codes per rule. */
 static void mx_scale_rules_match_spec_table(void **state) {
     (void)state;
     static const struct {
@@ -113,7 +113,7 @@ static void mx_scale_rules_match_spec_table(void **state) {
     }
 }
 
-/* fp4-spec.md 4.4: E8M0 conversion examples (sign ignored, RP and RZ, zero, NaN, Inf). */
+/* docs/numerics.md 4.4: E8M0 conversion examples (sign ignored, RP and RZ, zero, NaN, Inf). */
 static void e8m0_conversion_matches_cuda_examples(void **state) {
     (void)state;
     assert_int_equal(qk_e8m0_encode(1.5f, QK_E8M0_RP), 0x80);
@@ -130,7 +130,7 @@ static void e8m0_conversion_matches_cuda_examples(void **state) {
     assert_true(qk_e8m0_decode(127) == 1.0f);
 }
 
-/* The 16 E2M1 codes decode to the table of fp4-spec.md 1.1 and re-encode to themselves. */
+/* The 16 E2M1 codes decode to the table of docs/numerics.md 1.1 and re-encode to themselves. */
 static void e2m1_all_codes_round_trip(void **state) {
     (void)state;
     static const float table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
@@ -164,7 +164,7 @@ static void e2m1_special_inputs(void **state) {
     assert_true(qk_e2m1_rne_value(-INFINITY) == -6.0f);
 }
 
-/* E4M3 (fp4-spec.md 3.2): all 254 non-NaN codes round-trip; NaN codes are 0x7F/0xFF;
+/* E4M3 (docs/numerics.md 3.2): all 254 non-NaN codes round-trip; NaN codes are 0x7F/0xFF;
  * max 448, min subnormal 2^-9. */
 static void e4m3_all_codes_round_trip(void **state) {
     (void)state;

@@ -154,7 +154,7 @@ static void zero_block_beside_normal_block(void **state) {
     }
 }
 
-/* fp4-spec.md 3.3 edge behaviour: with amax_t = 1000, a block of amax 0.001 has
+/* docs/numerics.md 3.3 edge behaviour: with amax_t = 1000, a block of amax 0.001 has
  * 0.001 * (2688/1000) / 6 below 2^-10, so its E4M3 scale is 0x00 and the whole block
  * dequantizes to exactly 0 (no NaN); the statistics count it as one underflowed block. */
 static void nvfp4_block_whose_scale_underflows(void **state) {
@@ -217,7 +217,7 @@ static void nvfp4_all_zero_tensor(void **state) {
 
 /* The MXFP4 block [7.9, 0.1, 0, ...]: FLOOR gives X = 2^0 (E8M0 127) and clips 7.9 to 6
  * (one clipped element); RCEIL gives X = 2^1 (128) and 7.9/2 = 3.95 rounds to 4, so 8.
- * 0.1 underflows to 0 under both (0.1 < 0.25 and 0.05 < 0.25). fp4-spec.md 2.2-2.3. */
+ * 0.1 underflows to 0 under both (0.1 < 0.25 and 0.05 < 0.25). docs/numerics.md 2.2-2.3. */
 static void mxfp4_block_under_floor_and_rceil(void **state) {
     (void)state;
     static const struct {

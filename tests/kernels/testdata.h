@@ -1,7 +1,8 @@
-/* Reading the TSV files of ../shared/testdata in the kernels tests: lines starting with
- * '#' are comments, the first other line is the column header, fields are tab-separated.
- * QK_TESTDATA_DIR comes from tests/kernels/CMakeLists.txt; the environment variable of the
- * same name overrides it. A missing file fails the test (the vectors are required). */
+/* Reading the TSV files of tests/kernels/data (written by tools/kernels_fp4_vectors.c) in the
+ * kernels tests: lines starting with '#' are comments, the first other line is the column
+ * header, fields are tab-separated. QK_TESTDATA_DIR comes from tests/kernels/CMakeLists.txt;
+ * the environment variable of the same name overrides it. A missing file fails the test (the
+ * vectors are required). */
 #ifndef QK_TEST_TESTDATA_H
 #define QK_TEST_TESTDATA_H
 
@@ -24,7 +25,7 @@ typedef struct tsv_file {
  * (prints the path and returns 0). */
 static inline int tsv_open(tsv_file *t, const char *name) {
     memset(t, 0, sizeof *t);
-    const char *dir = getenv("QK_TESTDATA_DIR"); /* override, e.g. on a machine without ../shared */
+    const char *dir = getenv("QK_TESTDATA_DIR"); /* override: another folder of vectors */
     snprintf(t->path, sizeof t->path, "%s/%s", dir && *dir ? dir : QK_TESTDATA_DIR, name);
     t->f = fopen(t->path, "r");
     if (!t->f) {

@@ -363,10 +363,20 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
         assert_policy_all_bf16(yaml, layers * 7);
         /* nothing to validate: the plan is the baseline, and nothing is submitted */
         assert_non_null(strstr(out, "validation: nothing to measure: every linear stays bf16"));
-        assert_non_null(strstr(out, "of the plan: 0 (every linear stays bf16)"));
+        assert_non_null(strstr(
+            out, "of the plan: nothing to measure (every linear stays bf16, the reference)"));
         /* the tiny sweep's perplexity deltas include negative ones: the plan says so */
         if (oi == 1)
             assert_non_null(strstr(out, "linears measured a negative delta, counted as 0"));
+    }
+
+    /* a format listed twice in --formats is refused, naming it */
+    {
+        const char *plan[] = {"plan",        "tiny", "--budget-bits", "6", "--formats",
+                              "nvfp4,nvfp4", "--db", conninfo,        NULL};
+        rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+        if (rc == 0 || !strstr(out, "--formats: nvfp4 listed twice"))
+            fail_msg("plan --formats nvfp4,nvfp4: exit %d:\n%s", rc, out);
     }
 
     /* component mode: one item per linear kind, all blocks together */
@@ -543,6 +553,12 @@ static void test_validate_measures_the_plan(void **state) {
         !strstr(out, "2 jobs: 1 new, 1 already done"))
         fail_msg("no validation submit line in\n%s", out);
     double predicted = number_after(out, "predicted kl_mean: ");
+    /* a second --validate before the workers ran it: nothing new, and it says it is queued */
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("second qsweep plan --validate exited %d:\n%s", rc, out);
+    if (!strstr(out, "2 jobs: 0 new, 1 already done, 1 already queued") ||
+        !strstr(out, "validation: already queued: the workers run it"))
+        fail_msg("second --validate does not say the plan is queued:\n%s", out);
 
     /* the workers run it (qsweep run on the written grid: the same experiment, linked) */
     const char *vrun[] = {"run", yaml, "--workers", "1", "--db", conninfo, NULL};

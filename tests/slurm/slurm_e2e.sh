@@ -2,7 +2,7 @@
 # qsweep workers under a real single-node SLURM (issue 14 item 3, "Done when"):
 #   - munged, slurmctld and slurmd (Debian's munge and slurm-wlm) start here as root on
 #     127.0.0.1 with ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, no accounting
-#     (../shared/slurm/slurm.conf.example), a private PostgreSQL and a coordinator beside them;
+#     (deploy/slurm/slurm.conf.single-node), a private PostgreSQL and a coordinator beside them;
 #   - `qsweep slurm` queues the tiny grid (experiments/tiny.yaml, one format, W4A16, on a
 #     longer token file so a job runs for seconds) and an array of 2 workers
 #     (deploy/slurm/qsweep-worker.sbatch);
@@ -95,7 +95,7 @@ su -s /bin/sh munge -c "/usr/sbin/munged --socket=$D/munge/munge.sock \
 host=$(hostname -s)
 sed -e "s#@DIR@#$D#g" -e "s#@HOST@#$host#g" \
     -e "s#^SlurmctldPort=.*#SlurmctldPort=$CTLD_PORT#" -e "s#^SlurmdPort=.*#SlurmdPort=$SLURMD_PORT#" \
-    "$SRC/tests/slurm/slurm.conf.in" > "$SLURM_CONF"
+    "$SRC/deploy/slurm/slurm.conf.single-node" > "$SLURM_CONF"
 printf 'AuthInfo=socket=%s\nKillWait=5\n' "$D/munge/munge.sock" >> "$SLURM_CONF"
 /usr/sbin/slurmctld -D > "$D/log/slurmctld.out" 2>&1 & pids+=($!)
 /usr/sbin/slurmd -D > "$D/log/slurmd.out" 2>&1 & pids+=($!)

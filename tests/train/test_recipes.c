@@ -320,7 +320,7 @@ static double dist(const double *a, const float *b, size_t n) {
 
 /* What SR of x [rows x k] under NVFP4 averages to: x itself, except that an element beyond its
  * block's largest code (6 * block scale * tensor scale: the E4M3 block scale can round below
- * amax/6, fp4-spec.md 3.3) saturates there. Block scales from the numeric core's packed form. */
+ * amax/6, docs/numerics.md 3.3) saturates there. Block scales from the numeric core's packed form. */
 static void nvfp4_expectation(float *x, int rows, int k) {
     const qk_format *f = qk_format_by_name("nvfp4");
     qk_packed p;

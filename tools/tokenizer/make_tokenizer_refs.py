@@ -28,8 +28,8 @@ from the sources vendored in the llama-cpp-python sdist) for GGUF files. One fil
 (tokenizer, text): refs/<tokenizer>.<text>.ids, the ids separated by spaces.
 
 Usage:
-  make_tokenizer_refs.py --llama-tokenize /work/peer/lcbuild/bin/llama-tokenize \\
-      --llama-cpp /work/peer/llama.cpp --smollm2-gguf ~/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
+  make_tokenizer_refs.py --llama-tokenize BUILD/bin/llama-tokenize \\
+      --llama-cpp LLAMA_CPP_SRC --smollm2-gguf ~/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
       --llama2-model tokenizer.model --llama3-json tokenizer.json [--out tests/tokenizer/data]
 Needs: pip install tokenizers transformers sentencepiece protobuf numpy.
 """

@@ -1,4 +1,4 @@
-/* Read-only whole-file mappings: checkpoints are read in place (STYLE.md, llama2.c run.c). */
+/* Read-only whole-file mappings: checkpoints are read in place (as llama2.c's run.c does). */
 #include "checkpoint_internal.h"
 
 #include <errno.h>

@@ -118,8 +118,8 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err);
  * SQNR (dB) = 10*log10(signal/noise); +inf when noise is 0. */
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise);
 
-/* Prefix cache (the sweep lever of ../shared/DESIGN.md: "reuse the BF16 activations up to the
- * first quantized block"). When on, a forward whose policy leaves blocks 0..b-1 unquantized
+/* Prefix cache (the sweep lever of docs/architecture.md: reuse the BF16 activations up to the
+ * first quantized block). When on, a forward whose policy leaves blocks 0..b-1 unquantized
  * (no weight or activation format there, embeddings unquantized) and whose tokens were run
  * before starts from the stored residual stream at the input of block b instead of
  * recomputing blocks 0..b-1. Entries are filled by any forward, for the boundaries its own

@@ -8,7 +8,7 @@
  * with rows = tokens, k = in_features (blocks along K, per token).
  *
  * The isolation helpers build the policies of a sensitivity sweep ("Diagnosing FP4
- * Inference", arXiv 2603.08747; ../shared/DESIGN.md): quantize one part, keep the rest FP32. */
+ * Inference", arXiv 2603.08747; docs/numerics.md section 5): quantize one part, keep the rest FP32. */
 #ifndef QW_POLICY_H
 #define QW_POLICY_H
 

@@ -122,7 +122,10 @@ void qw_loop_finish_job(worker *w) {
                  ctx->err.msg);
         qw_loop_send_failed(w, ctx->job_id, ctx->attempt, cls, msg);
         qw_loop_wlog(
-            w, "job %lld attempt %u failed (%s): %s", (long long)ctx->job_id, ctx->attempt,
+            w, "job %lld attempt %u %s (%s): %s", (long long)ctx->job_id, ctx->attempt,
+            cls == QSWEEP__FAILURE_CLASS__PREEMPTED   ? "preempted"
+            : cls == QSWEEP__FAILURE_CLASS__CANCELLED ? "cancelled"
+                                                      : "failed",
             protobuf_c_enum_descriptor_get_value(&qsweep__failure_class__descriptor, cls)->name,
             msg);
     }

@@ -177,7 +177,7 @@ void qw_loop_deliver_result(worker *w, int64_t job, uint32_t attempt, const metr
                  "the final result of %zu metrics encodes to %zu bytes, over the limit of %zu "
                  "bytes of one result (%s): report fewer metrics per job",
                  all->n, total, limit,
-                 limit == QS_PROTO_MAX_RESULT_BYTES ? "QS_PROTO_MAX_RESULT_BYTES, proto/codec.h"
+                 limit == QS_PROTO_MAX_RESULT_BYTES ? "QS_PROTO_MAX_RESULT_BYTES, proto/envelope.h"
                                                     : "this worker's max_result_bytes");
         free(starts);
         qw_loop_send_failed(w, job, attempt, QSWEEP__FAILURE_CLASS__JOB_ERROR, msg);

@@ -119,7 +119,7 @@ typedef struct qw_options {
     int exit_when_idle_ms;
     /* Largest final result this worker delivers, encoded bytes; a larger one fails the
        attempt with a job error giving its size and this limit. 0: QS_PROTO_MAX_RESULT_BYTES
-       (proto/codec.h), also the most it may be. */
+       (proto/envelope.h), also the most it may be. */
     size_t max_result_bytes;
     /* A supervisor restarting this worker says how the previous process, worker id
        previous_worker_id (NULL: this one's), ended (e.g. "killed by signal 9 (SIGKILL); out

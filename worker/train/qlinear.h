@@ -12,7 +12,8 @@
  * any backend; every pointer is that backend's memory. Because the RHT is orthogonal and applied to
  * both wgrad inputs along the reduction axis, it cancels in the product (arXiv 2509.25149
  * section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized values are
- * exact in FP32 (references.md, "Derived"). Stochastic rounding streams: seed = env->seed, tensor
+ * exact in FP32 (docs/numerics.md
+ * 4.5). Stochastic rounding streams: seed = env->seed, tensor
  * id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two
  * tensors or steps share random bits. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H

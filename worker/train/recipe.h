@@ -21,7 +21,7 @@
  *   nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d: nvfp4 with that ingredient off
  *   nvfp4-all-blocks  nvfp4 with every block quantized (first 0, last 0)
  *   mxfp4             the MXFP4 recipe as the NVFP4 paper compares it (arXiv 2509.25149 section 5;
- *                     references.md 1 and fp4-spec.md 2.2-2.3, 3.6): mxfp4 (E8M0 scale, 32-blocks,
+ *                     docs/numerics.md 2.2-2.3, 3.6): mxfp4 (E8M0 scale, 32-blocks,
  *                     RCEIL round-up scales as App. B.4 suggests), the 32-point RHT on wgrad
  *                     ("MXFP4 uses RHT d=32", matching its 32-element blocks), SR on dY, 1D weights
  *                     (MX has no 2D form here), last 1 block BF16.
@@ -29,8 +29,8 @@
  *                     Quartet's (arXiv 2505.14669) remedy for the OCP FLOOR scale, under which a
  *                     block's largest elements reach [4, 8) and saturate at 6, biasing SR; the
  *                     NVFP4 paper's baseline rounds the scale up (RCEIL), so amax / scale <= 6,
- *                     nothing saturates and SR is unbiased without it. references.md says nothing
- *                     of a pre-scale in the NVFP4 paper's MXFP4 runs.
+ *                     nothing saturates and SR is unbiased without it. The NVFP4 paper names no
+ *                     pre-scale for its MXFP4 runs.
  * Version history: 1 RHT16 for every format; 2 the rht_dim ingredient, 32 for mxfp4. */
 #ifndef QW_TRAIN_RECIPE_H
 #define QW_TRAIN_RECIPE_H
