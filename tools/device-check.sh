@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check of issue 12: configures a CUDA build, builds it (nvcc, -Werror on host and
+# The device check: configures a CUDA build, builds it (nvcc, -Werror on host and
 # device code), runs every GPU test (ctest label `gpu`) and the GPU benchmarks, and prints one
 # summary. Meant to finish in under 5 minutes on one H200 with 16 cores.
 #

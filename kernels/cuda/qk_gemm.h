@@ -112,7 +112,7 @@ qs_status qk_gemm_path_select(int cc, int force_emulation, qk_gemm_type x_type, 
                               qk_gemm_path *path, qs_error *err);
 
 /* 1 for the compute capabilities that run block-scaled FP4 GEMMs natively here: 10.x
- * (B200/GB200 10.0, B300 10.3; issue 12, TransformerEngine's NVFP4 support). */
+ * (B200/GB200 10.0, B300 10.3; TransformerEngine's NVFP4 support). */
 int qk_gemm_cc_native_fp4(int cc);
 
 /* "bf16", "fp8", "native_fp4", "emulated_bf16"; NULL for an unknown value. */

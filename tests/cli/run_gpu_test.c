@@ -1,4 +1,4 @@
-/* qsweep run on a machine with GPUs (issue 12): local worker i offers GPU i mod G and runs its
+/* qsweep run on a machine with GPUs: local worker i offers GPU i mod G and runs its
  * models on the CUDA backend (worker/jobs/jobs_backend.h), every result stores its GEMM path
  * (v_gemm_path: "fp32", the CUDA backend's default), and jobs with the SQNR probe run on the CPU
  * and say so (gemm_path "cpu", probe_on_cpu = 1). Needs a GPU and a CUDA build: skipped with a

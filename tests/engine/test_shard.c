@@ -1,4 +1,4 @@
-/* Tensor-parallel sharding on the CPU backend (shard.h, issue 12 item 6): the plan splits
+/* Tensor-parallel sharding on the CPU backend (shard.h): the plan splits
  * heads, kv heads, hidden units and the vocabulary as Megatron-LM does; the sharded forward
  * over N = 2 and 4 ranks equals the unsharded forward within 1e-5 relative error (max |a - b|
  * / max |b| of the logits) on the committed checkpoints (MHA, GQA with replicated kv heads,

@@ -1,7 +1,7 @@
 /* SmolLM2-135M on the CUDA backend against the CPU backend, same model, same tokens (4 chunks
  * of 512 tokens of tests/engine/data/gpl3.smollm2.tokens, as engine_smollm2_ppl):
  * - FP32 GEMM path: perplexity within 1e-3 relative of the CPU's, and top-1 agreement of the
- *   next-token argmax with the CPU's baseline of at least 99.5% (issue 12, item 7);
+ *   next-token argmax with the CPU's baseline of at least 99.5%;
  * - a second evaluation on the same model (the worker's model cache) uploads no weight again
  *   and gives the same perplexity bit for bit;
  * - BF16 GEMM path: printed, and held to the looser 1e-2 relative (activations in BF16).

@@ -1,6 +1,6 @@
 /* kernels_cuda_gemm_path (CPU): which GEMM path qk_gemm_linear takes, chosen from the device's
  * compute capability and the operand types (kernels/cuda/gemm_path.c, qk_gemm.h): native FP4
- * on 10.x only (issue 12; docs/numerics.md 4.2: no FP4 tensor cores on sm_90), the exact BF16
+ * on 10.x only (docs/numerics.md 4.2: no FP4 tensor cores on sm_90), the exact BF16
  * emulation elsewhere and for W4A16, FP8 from 8.9 (Ada, Hopper), and the `gemm_path` names
  * results carry. */
 #include <setjmp.h>

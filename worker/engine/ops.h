@@ -7,7 +7,7 @@
  *   CPU reference: deterministic, and bit-identical for any thread count `nt`. Backward
  *   functions (qw_<op>_backward) go beside them in files of their own (worker/engine/<op>_backward.c).
  * - the table qw_ops, whose entries take backend-neutral handles (qw_tensor: a pointer into
- *   memory the backend allocated, with its shape) so that a CUDA backend (issue 12) can plug in
+ *   memory the backend allocated, with its shape) so that a CUDA backend can plug in
  *   with device pointers; the forward pass (forward.c) is written once over the table. The CPU
  *   table (qw_ops_cpu) calls the free functions.
  *

@@ -1,4 +1,4 @@
-/* The GPUs a worker has (issue 12 item 5): listed with the CUDA runtime when the build has CUDA
+/* The GPUs a worker has: listed with the CUDA runtime when the build has CUDA
  * (QSWEEP_HAVE_CUDA: cudaGetDeviceCount, cudaGetDeviceProperties), chosen with
  * `qsweep worker --gpus`, and reported in HELLO (worker/loop/loop.h qw_gpu) so the scheduler
  * fits jobs on them (coordinator/server/scheduler.h).
