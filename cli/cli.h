@@ -1,4 +1,4 @@
-/* The qsweep command: one binary, one function per subcommand (issue 5).
+/* The qsweep command: one binary, one function per subcommand.
  *
  * Exit codes (stable, documented in `qsweep --help` and README.md):
  *   0  success

@@ -1,5 +1,5 @@
 /* qsweep plan EXPERIMENT --budget-bits B: a per-linear format assignment from a layer-mode
- * (or component-mode) sensitivity sweep (issue 14 item 2), solved exactly by plan.c, printed
+ * (or component-mode) sensitivity sweep, solved exactly by plan.c, printed
  * with its predicted cost and written as a grid `policy` part.
  *
  * Costs come from v_sensitivity (schema/002_views.sql): the mean KL divergence (kl_mean) or

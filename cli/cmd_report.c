@@ -1,4 +1,4 @@
-/* qsweep report EXPERIMENT -o FILE: one self-contained HTML page (issue 14 item 1) with the
+/* qsweep report EXPERIMENT -o FILE: one self-contained HTML page with the
  * experiment's sensitivity heatmaps, bars and block strips, its progress and failures, and
  * its training curves where the training views exist.
  *
@@ -84,7 +84,7 @@ static const report_query QUERIES[] = {
      "                       JOIN experiments e ON e.id = ej.experiment WHERE e.name = $1)) f"},
 };
 
-/* Training views come with the training sweeps (issue 11, schema 020: v_train_curves one row
+/* Training views come with the training sweeps (schema 020: v_train_curves one row
  * per (job, step, metric), v_train_final one per (job, final metric) with the gap to the bf16
  * run of the same spec). Until a database has them the page says so; a query that fails on
  * them (their columns changed) is shown as an error in the page, not a failed report. */

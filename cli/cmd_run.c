@@ -1,4 +1,4 @@
-/* qsweep run GRID: one command from grid to results on this machine (issue 5, item 3).
+/* qsweep run GRID: one command from grid to results on this machine.
  *
  *   1. validates and expands the grid (nothing starts when it is bad: exit 2);
  *   2. uses --db / $QSWEEP_DB, or starts (or adopts) a private PostgreSQL cluster under
@@ -420,7 +420,7 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, int *s
         if (!st) st = qc_store_progress(r->store, name, &rows, &n, err);
         if (st && qc_store_connection_lost(r->store)) {
             /* Not a reason to stop: the coordinator keeps its writes queued and its workers
-               go on; stopping them now would lose their preemptions (issue 10). */
+               go on; stopping them now would lose their preemptions. */
             if (!db_down) {
                 if (tty) fputs("\r\033[K", stdout);
                 fflush(stdout);

@@ -1,5 +1,5 @@
 /* qsweep slurm GRID --workers N --connect ENDPOINT [-- SBATCH OPTIONS]: submits a grid and a
- * SLURM array of N workers in one step (issue 14 item 3). The coordinator runs elsewhere
+ * SLURM array of N workers in one step. The coordinator runs elsewhere
  * (deploy/systemd/qsweep-coordinator.service); the array's tasks connect to it.
  *
  * The batch script is deploy/slurm/qsweep-worker.sbatch, embedded in the binary

@@ -1,4 +1,4 @@
-/* qsweep: the command a researcher runs (issue 5). Dispatches to the subcommands (cli.h). */
+/* qsweep: the command a researcher runs. Dispatches to the subcommands (cli.h). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>

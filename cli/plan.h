@@ -1,4 +1,4 @@
-/* The mixed-precision planner of `qsweep plan` (issue 14 item 2): one format per item (a
+/* The mixed-precision planner of `qsweep plan`: one format per item (a
  * linear, or a group of linears that must share a format) minimizing the summed measured cost
  * under an average-bits budget, solved exactly as a multiple-choice knapsack by dynamic
  * programming over the total bits (as ModelOpt's AutoQuantize and HAWQ-V3 pose it, with

@@ -1,4 +1,4 @@
-/* qsweep results for training experiments (issue 11 item 7): per (shape, learning rate) the
+/* qsweep results for training experiments: per (shape, learning rate) the
  * final validation loss of each recipe, mean and spread over seeds, and its gap to bf16
  * (absolute and relative, from v_train_final: schema/020_train_views.sql); then each run's
  * training-loss curve as a terminal sparkline on one scale for all runs. The same rows as CSV

@@ -1,4 +1,4 @@
-/* The one UTF-8 checker of qsweep (issue 10 item 5): grid files, worker names and error texts
+/* The one UTF-8 checker of qsweep: grid files, worker names and error texts
  * over the wire, and text columns of the store are all checked here.
  *
  * Rules: RFC 3629 section 4 (the UTF8-octets grammar): no overlong forms, no surrogates

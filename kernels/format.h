@@ -1,6 +1,7 @@
 /* Block formats as data: one qk_format row per format drives the one block quantizer
  * (quantize.c). Adding a format (e.g. another MX element type) is one row in format.c.
- * Facts: docs/numerics.md sections 2 (MX), 3 (NVFP4); issue 2 for the baseline formats. */
+ * Facts: docs/numerics.md sections 2 (MX), 3 (NVFP4); kernels/README.md for the baseline
+ * formats. */
 #ifndef QK_FORMAT_H
 #define QK_FORMAT_H
 

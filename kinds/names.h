@@ -1,4 +1,4 @@
-/* The names a sensitivity sweep uses, in one place (issue 10 item 2): linear kinds, the parts
+/* The names a sensitivity sweep uses, in one place: linear kinds, the parts
  * beyond the blocks, isolation modes, what is quantized, metrics. The grid (coordinator/grid),
  * the job specs (sensitivity.h) and the worker's job kinds (worker/jobs) all read them here,
  * so a name means the same on both sides of the wire.
@@ -11,10 +11,10 @@
  *   leave_one_out_block   every linear but those of one block                        part "3"
  *   leave_one_out_layer   every linear but one linear of one block                   part "3.down"
  *   cumulative            every linear of blocks 0..b                                part "3"
- *   policy                an explicit format per linear (issue 14: a mixed-precision  part: the
- *                         plan measured whole; sensitivity.h "policy")                map's id
- * "leave_one_out" is the component form (the name grids and stored specs have used since
- * issue 5); "leave_one_out_component" is accepted in grids as its alias. */
+ *   policy                an explicit format per linear (a mixed-precision plan     part: the
+ *                         measured whole; sensitivity.h "policy")                     map's id
+ * "leave_one_out" is the component form (the name grids and stored specs
+ * use); "leave_one_out_component" is accepted in grids as its alias. */
 #ifndef QS_KINDS_NAMES_H
 #define QS_KINDS_NAMES_H
 

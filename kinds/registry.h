@@ -1,4 +1,4 @@
-/* The registry of typed job kinds (issue 10 item 2): one entry per kind a job can have on the
+/* The registry of typed job kinds: one entry per kind a job can have on the
  * wire and in the store ("baseline", "eval"; "train" joins with its own module). Each kind's
  * module owns its spec struct, validation, canonical JSON and names; the registry lets code
  * that holds only a kind name (the coordinator checking a submission, a worker refusing a

@@ -1,4 +1,4 @@
-/* What a job needs of the worker that runs it (issue 12 item 5): GPU count, GPU memory per GPU
+/* What a job needs of the worker that runs it: GPU count, GPU memory per GPU
  * and native FP4, computed per job kind from the job's spec and its model's size. The grid
  * (coordinator/grid) calls qs_job_resources for every job it expands; the result becomes
  * jobs.resources, which the scheduler fits against each worker's GPUs
@@ -12,7 +12,7 @@
  *
  *   masters = max(stored_bytes, 2 * elements)   every tensor as the checkpoint stores it (the CPU
  *             engine's masters, model.h qw_model_bytes.masters) or as BF16 (the CUDA backend's
- *             masters, issue 12 item 1), whichever is larger: a Q4_0 GGUF is not smaller on
+ *             masters), whichever is larger: a Q4_0 GGUF is not smaller on
  *             the GPU than its BF16 masters
  *   packed  = sum over the linears the job quantizes of qs_packed_bytes(format, rows, cols)
  *   run     = the engine's run state at the job's ctx (worker/engine/runstate.h

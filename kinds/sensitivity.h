@@ -1,4 +1,4 @@
-/* The sensitivity job kinds (issue 5, issue 10 item 2): "baseline" (the unquantized model's
+/* The sensitivity job kinds: "baseline" (the unquantized model's
  * reference log-probabilities on a dataset) and "eval" (one quantization policy measured
  * against that baseline). One typed spec serves both; the coordinator's grid expansion
  * encodes it and the worker's job kinds decode it (worker/jobs), so the two sides cannot
@@ -24,7 +24,7 @@
  *   option that applies, defaults filled in: the grid's job); quantize "weights" or
  *   "weights+activations"; mode and part as names.h gives them; metrics a sorted non-empty
  *   array of names.h's metric names.
- * policy mode (issue 14, a mixed-precision plan measured whole): "format" "policy",
+ * policy mode (a mixed-precision plan measured whole): "format" "policy",
  *   "policy" {"<block>.<kind>" | "lm_head" | "embeddings": format name} the linears the job
  *   quantizes, each in its format; every linear not in the map stays as it is (the
  *   unquantized reference: a "bf16" entry means that, and is dropped from the map, so a map

@@ -1,4 +1,4 @@
-/* The parts every typed job spec shares (issue 10 items 2 and 6), and the two keys made from a
+/* The parts every typed job spec shares, and the two keys made from a
  * spec: the job_key (what the job computes) and the model affinity key (which worker should
  * run it). Each job kind (sensitivity.h, and later kinds) builds its spec from these.
  *
@@ -6,7 +6,7 @@
  * (jansson JSON_SORT_KEYS | JSON_COMPACT), so equal specs are equal text.
  *   "model":     {"digest": hex, "path": text}
  *   "dataset":   {"ctx": int, "digest": hex, "max_chunks": int, "path": text}
- *                plus "bos_id": int, only when each chunk starts with BOS (issue 13: a text
+ *                plus "bos_id": int, only when each chunk starts with BOS (a text
  *                dataset of a model whose tokenizer adds BOS, as llama.cpp's perplexity does);
  *                a path "text:/abs/file.txt" names a UTF-8 text that the worker tokenizes with
  *                the model's tokenizer (the digest is that of the token file it gives, so it
@@ -57,7 +57,7 @@ typedef struct qs_dataset_ref {
  * file's path. */
 const char *qs_dataset_text_path(const char *path);
 
-/* What a job needs of the machine that runs it (issue 12 fills it in; the scheduler will match
+/* What a job needs of the machine that runs it (the grid fills it in; the scheduler matches
  * it against a worker's HELLO). Recorded in the stored spec, not part of the job key. */
 typedef struct qs_resources {
     bool present;        /* false: the spec has no "resources" object (any worker will do) */

@@ -1,4 +1,4 @@
-/* The `train` job kind (issue 11 item 5): one FP4 training run, from a named model shape (or
+/* The `train` job kind: one FP4 training run, from a named model shape (or
  * an initial checkpoint) and a token stream to a loss curve, final metrics and a trained
  * checkpoint. The grid kind `training` (coordinator/grid/grid_training.c) encodes it, the
  * worker (worker/train/train_kind.c) decodes it, so both sides read the same fields.

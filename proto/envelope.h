@@ -1,4 +1,4 @@
-/* qs_proto: the envelope codec of qsweep's wire protocol (qsweep.proto, issue 4). Named
+/* qs_proto: the envelope codec of qsweep's wire protocol (qsweep.proto). Named
  * envelope.h so it is not confused with the numeric core's element codecs (kernels/element.h).
  *
  * Every ZeroMQ body frame is one packed Qsweep__Envelope carrying QS_PROTO_VERSION and

@@ -1,5 +1,5 @@
 /* libFuzzer target: qs_proto_decode must reject or accept any byte string without crashing,
- * leaking or reading out of bounds (issue 4: a rogue message never brings the coordinator
+ * leaking or reading out of bounds (a rogue message never brings the coordinator
  * down). Built only with -DQSWEEP_FUZZ=ON and clang. Re-encoding an accepted envelope must
  * succeed. Its decode is exercised too but may fail: protobuf-c keeps unknown fields with
  * field number 0 (a non-canonical tag such as 0x85 0x00) and repacks them as a tag it then

@@ -18,7 +18,7 @@
  * Usage: bench_coordinator [noop_jobs] [heavy_jobs] [repeats] [workers ...] (defaults 20000
  * 400 3 64 256 1024). Prints one line per run of each (W, phase) and, per W, the medians over
  * the repeats (a loaded or virtualised machine moves single runs by 20%).
- * Targets (issue 4): >= 10,000 jobs/s and >= 0.7 of raw COPY. */
+ * Targets: >= 10,000 jobs/s and >= 0.7 of raw COPY. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

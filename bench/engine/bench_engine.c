@@ -4,7 +4,7 @@
  * logits of the scored half, as qw_eval runs them; no I/O), the achieved GFLOP/s of the forward
  * pass, and the GFLOP/s of cblas_sgemm alone on the same sequence of GEMM shapes, timed in the same
  * run: the ratio of the two is the engine's efficiency against the GEMM ceiling it is built on
- * (issue 3 target: >= 0.7).
+ * (target: >= 0.7).
  *
  * FLOPs counted per forward of T tokens (the GEMMs the engine executes):
  *   linears  2*T*(sum over linears of out*in) for the blocks, and 2*(T - T/2)*vocab*dim for

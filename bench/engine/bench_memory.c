@@ -8,7 +8,7 @@
  * it builds a synthetic model of the named shape (synthetic.h), applies the policy, and runs one
  * evaluation chunk of ctx tokens (qw_eval_baseline, no file). Printed per setting: the masters'
  * bytes, packed bytes, run state and weight-piece scratch (qw_model_memory), the peak RSS, and
- * the ratio of the peak to the budget of issue 10: 1.4 x the BF16 weight bytes + the run state.
+ * the ratio of the peak to the budget: 1.4 x the BF16 weight bytes + the run state.
  *
  * Usage: bench_memory [shape=llama2-7b] [ctx=128] [threads=0] [settings=bf16,nvfp4].
  * MEMORY: llama2-7b needs about 14 GB (bf16) and 18 GB (nvfp4) of free memory; the smaller
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("peak RSS of one eval chunk: synthetic %s, ctx %d, threads %d\n", shape, ctx, threads);
-    printf("budget = 1.4 x BF16 weight bytes + run state (issue 10)\n\n");
+    printf("budget = 1.4 x BF16 weight bytes + run state\n\n");
     printf("%-7s %10s %10s %10s %10s %10s %10s %7s %8s %8s %8s  %s\n", "setting", "masters",
            "packed", "run state", "scratch", "peak RSS", "budget", "ratio", "build s", "policy s",
            "eval s", "verdict");

@@ -5,7 +5,7 @@
 // extra read of NVFP4's tensor-amax pass is not counted as bytes, so it shows in the ratio:
 // with its own amax NVFP4 reads the tensor twice, which bounds its ratio by 2/3 (fake-quant)
 // and about 0.53 (packed); the rows "amax given" pass the amax in (options.tensor_amax, e.g.
-// from the producing kernel or the previous step) and are single-pass. Target (issue 12):
+// from the producing kernel or the previous step) and are single-pass. Target:
 // >= 0.85 for NVFP4 and MXFP4, checked on MXFP4 and on NVFP4 with the amax given. Best of `reps`
 // after one warm-up, CUDA events. Usage: bench_cuda_quantize [rows k [reps]]
 #include <stdio.h>

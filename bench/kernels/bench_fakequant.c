@@ -1,4 +1,4 @@
-/* Fake-quant throughput of the CPU numeric core (issue 2, "Benchmark"), not a test.
+/* Fake-quant throughput of the CPU numeric core, not a test.
  *
  * For a [rows x k] FP32 matrix (default 4096 x 4096, 64 MiB) it times, at 1 thread and at
  * all threads: a parallel memcpy of the matrix (the bandwidth ceiling, measured in this run)

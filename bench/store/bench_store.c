@@ -13,7 +13,7 @@
  * (defaults 2000 50 100 3; "bare" leaves the raw table without the job-existence check, the
  * harshest baseline). The
  * cluster lives on disk ($QSWEEP_PG_TMPDIR, default /tmp). Prints rows/s of each side per round,
- * the best round of each, and their ratio (target >= 0.7, issue 4). Also the rate of re-ingesting
+ * the best round of each, and their ratio (target >= 0.7). Also the rate of re-ingesting
  * rows already stored (all ignored). */
 #include <math.h>
 #include <stdbool.h>

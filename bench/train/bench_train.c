@@ -1,5 +1,5 @@
 /* bench_train: training throughput per recipe, as a ratio to cblas_sgemm on the same GEMM shapes
- * measured in the same run (issue 11: bf16 >= 0.5, nvfp4 >= 0.3).
+ * measured in the same run (targets: bf16 >= 0.5, nvfp4 >= 0.3).
  *
  * Model: the tiny experiment's shape (d 128, 4 blocks, 4 heads, 2 KV heads, FFN 384, vocab 258,
  * ctx 128), batch B sequences. One step = forward + backward + AdamW over B*ctx tokens.

@@ -1,9 +1,9 @@
 /* Experiment grids: a YAML file read by the generic reader (config.h), whose `kind` picks a
  * grid kind from the registry (grid_kind.h) that checks its schema and expands it into jobs
- * (issue 5, issue 10 item 3; docs/architecture.md "Data flow of a job").
+ * (docs/architecture.md "Data flow of a job").
  *
  * Every grid has `name`, optional `description`, `kind` (default sensitivity), `priority`,
- * `max_attempts` and `resources` (what each job needs of a worker; issue 12 schedules by it;
+ * `max_attempts` and `resources` (what each job needs of a worker; the scheduler matches it;
  * every key optional, none: any worker, CPU-only ones included):
  *   resources:
  *     gpu_count: 1          # GPUs per job, 0 (default): none needed
@@ -119,7 +119,7 @@ typedef struct qc_grid_probe {
     /* Bytes of the engine's run state (worker/engine/runstate.h qw_runstate_bytes, one
      * thread) for a model of this shape over ctx tokens. NULL: not known (0). */
     int64_t (*run_state_bytes)(void *user, const qs_model_shape *shape, int ctx);
-    /* A text dataset (`dataset: {text: FILE}`, issue 13) for the model at model_path: the
+    /* A text dataset (`dataset: {text: FILE}`) for the model at model_path: the
      * text's ids by that model's own tokenizer (worker/tokenizer qw_text_dataset: tokenized
      * once per tokenizer and text, then cached), their facts in *out (digest: that of the
      * token file, covering ids and tokenizer), and in *bos_id the id each chunk starts with

@@ -1,4 +1,4 @@
-/* Grid kinds: the registry of what a grid's `kind:` can name (issue 10 item 3), and the parts
+/* Grid kinds: the registry of what a grid's `kind:` can name, and the parts
  * every kind may use: the shared `models` and `dataset` sections and the job list builder.
  *
  * A grid kind is a module of its own (grid_sensitivity.c; a training kind adds

@@ -194,7 +194,7 @@ static void free_data(qc_grid *g) {
     g->kind_data = NULL;
 }
 
-/* The `policy` mapping of mode policy (issue 14): "<block>.<kind>" (or lm_head, embeddings):
+/* The `policy` mapping of mode policy: "<block>.<kind>" (or lm_head, embeddings):
  * format. Each key must name a linear of every model, each value a format the numeric core
  * knows; a format also listed in `formats` takes its options from there, else its defaults.
  * bf16 means "as it is" (the unquantized reference) and is left out of the map. Errors point

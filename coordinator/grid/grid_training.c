@@ -1,4 +1,4 @@
-/* The training grid kind (grid_kind.h; issue 11 item 6): shapes x recipes x learning rates x
+/* The training grid kind (grid_kind.h): shapes x recipes x learning rates x
  * seeds, one `train` job (kinds/train.h) per cell. The grid's only kind key is `training`:
  *
  *   kind: training

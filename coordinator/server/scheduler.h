@@ -1,5 +1,5 @@
 /* qc_sched: which pending job a ready worker gets, as a pure function of the queue, the
- * worker and its resources (issue 10 item 5): no sockets, no clocks, no database, so the
+ * worker and its resources: no sockets, no clocks, no database, so the
  * rule of server.h is unit-tested on its own (tests/coordinator/test_scheduler.c).
  *
  * The rule: among pending jobs whose backoff is over and whose dependencies are met, only

@@ -1,4 +1,4 @@
-/* qc_server: the coordinator's ROUTER loop and scheduler (issue 4 item 3).
+/* qc_server: the coordinator's ROUTER loop and scheduler.
  *
  * The coordinator is the only writer of job state. It binds a ROUTER socket
  * (ZMQ_ROUTER_MANDATORY, ZMQ_ROUTER_HANDOVER, ZMQ_MAXMSGSIZE = 2 * QS_PROTO_MAX_BYTES so a

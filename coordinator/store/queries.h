@@ -1,5 +1,5 @@
 /* Read-only queries of the qsweep command (status, workers, cancel): what the CLI shows, read
- * through the store (issue 10 item 5) rather than with SQL of its own on the store's
+ * through the store rather than with SQL of its own on the store's
  * connection. Each is one statement; none writes anything. Errors: QS_EDB with the server's
  * message (and a lost connection noted, as every qc_store call), QS_ENOMEM. */
 #ifndef QC_STORE_QUERIES_H
@@ -49,7 +49,7 @@ qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_erro
 
 /* Pending jobs that ask for GPUs (jobs.resources gpus > 0, gpu_mem_mb > 0 or native_fp4),
  * grouped by experiment and need, so `qsweep status` can name those no registered worker can
- * ever take (issue 12 item 5). */
+ * ever take. */
 typedef struct qc_need_row {
     char experiment[256];
     int32_t gpus;

@@ -67,7 +67,7 @@ static bool session_gone(qc_store *s, const PGresult *r) {
            strcmp(code, "57P02") == 0 || strcmp(code, "57P03") == 0;
 }
 
-/* Conditions of the server, not of the statement (issue 15 item 4; SQLSTATEs from the
+/* Conditions of the server, not of the statement (SQLSTATEs from the
  * PostgreSQL docs, Appendix A): the same statement may succeed once the condition is
  * over, so they are retried like a lost connection. */
 static const struct {

@@ -227,7 +227,7 @@ typedef struct qc_stored_job {
     double not_before;     /* Unix time (s) before which not to dispatch; 0 = none */
     /* Seconds from the database's now() (at the load) until not_before, <= 0 when due or
        none: both ends on PostgreSQL's clock, which wrote not_before, so a coordinator whose
-       own clock is off still waits exactly the backoff (issue 15 item 5). */
+       own clock is off still waits exactly the backoff. */
     double not_before_in_s;
     double created_at;     /* Unix time (s), for age ordering */
     int64_t *waiting_on;   /* ids of dependencies not yet succeeded (pending/running) */

@@ -1,4 +1,4 @@
--- A shared PostgreSQL server for qsweep (issue 14 item 4). Run once as a superuser with psql;
+-- A shared PostgreSQL server for qsweep. Run once as a superuser with psql;
 -- replace the three names in <> and the passwords (or use certificate / Kerberos
 -- authentication and drop the PASSWORD clauses). The qsweep migrations themselves
 -- (schema/003_roles.sql) create the two group roles qsweep_writer and qsweep_reader and grant

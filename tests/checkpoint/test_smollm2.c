@@ -39,7 +39,7 @@ static void config_is_smollm2_135m(void **state) {
     qs_error err = {0};
     if (qw_checkpoint_open(gguf_path, &ck, &err)) fail_msg("%s", err.msg);
     const qw_config *c = qw_checkpoint_config(ck);
-    /* Issue 3, item 5. */
+    /* SmolLM2-135M's published config.json. */
     assert_int_equal(c->n_layers, 30);
     assert_int_equal(c->dim, 576);
     assert_int_equal(c->n_heads, 9);

@@ -280,7 +280,7 @@ static void test_coordinator_allow_list_errors(void **state) {
     free(dir);
 }
 
-/* Issue 9: getopt's messages carry the qsweep prefix; the coordinator's usage line lists
+/* getopt's messages carry the qsweep prefix; the coordinator's usage line lists
  * --exit-when-done, and --quiet is described for coordinator and worker. */
 static void test_help_texts_are_complete(void **state) {
     (void)state;

@@ -1,6 +1,6 @@
 /* The command line's table of job kinds (cli/kind_table.c) against the other registries: a
  * kind must be registered once per layer and the layers must agree, or a sweep of it would
- * queue jobs no `qsweep worker` runs (issue 10 item 5). Checks, with the real job functions:
+ * queue jobs no `qsweep worker` runs. Checks, with the real job functions:
  *   - qsweep_register_worker_kinds registers a function for every job kind of
  *     kinds/registry.c, and none of the test kinds (sleep, fail, echo);
  *   - every job kind's grid kind has exactly one row, and every row serves a job kind;

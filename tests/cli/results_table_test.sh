@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's results table is checked against a run (issue 9 item 3), shortened for CI: the
+# The README's results table is checked against a run, shortened for CI: the
 # tiny sweep (experiments/tiny.yaml, same modes, formats and quantize settings as the README's
 # SmolLM2 sweep) through `qsweep run` on a private cluster, its tables turned into the README's
 # table by tools/results_table.py and compared digit for digit with the committed

@@ -1,4 +1,4 @@
-/* qsweep run on a machine with GPUs (issue 12): local worker i offers GPU i mod G and runs its
+/* qsweep run on a machine with GPUs: local worker i offers GPU i mod G and runs its
  * models on the CUDA backend (worker/jobs/jobs_backend.h), every result stores its GEMM path
  * from the GEMM path table (kernels/cuda/qk_gemm_path.h: the quantized evaluations
  * "emulated_bf16", or "native_fp4" on compute capability 10.x; the unquantized baselines "fp32"

@@ -1,6 +1,5 @@
 /* End to end: the tiny grid (experiments/tiny.yaml) through the real `qsweep` binary, real
- * PostgreSQL clusters, real coordinator and worker processes over ZeroMQ (issue 5, "Done
- * when"):
+ * PostgreSQL clusters, real coordinator and worker processes over ZeroMQ:
  *   - `qsweep run` with 2 workers on its own private cluster finishes every job, and the
  *     numbers are in the database;
  *   - submitting the same grid again adds 0 jobs;
@@ -804,7 +803,7 @@ static long lines_longer_than(const char *text, size_t max) {
     }
 }
 
-/* Issue 9's paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
+/* Paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
  * results and cancel find the private cluster of qsweep run when it is running, and name
  * `eval "$(qsweep db start)"` when it is not; the run says "1 worker (N threads)", names no
  * "0 failed before", keeps its logs in a folder of its own and prints it at the end; the

@@ -1,4 +1,4 @@
-/* coord_codec: the envelope codec's rules (proto/envelope.h, issue 4 item 1). Bad bytes are
+/* coord_codec: the envelope codec's rules (proto/envelope.h). Bad bytes are
  * produced by real protobuf-c packing of neighbouring messages, not hand-written. */
 #include <setjmp.h>
 #include <stdarg.h>

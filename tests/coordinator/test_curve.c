@@ -583,7 +583,7 @@ static void keys_file_with_comments_blank_lines_and_crlf_loads(void **state) {
     rmdir(dir);
 }
 
-/* Issue 9's paper cut: a worker refused by the allow-list, and one without any keys against
+/* A worker refused by the allow-list, and one without any keys against
  * this CURVE coordinator, each say once what is wrong and give up (qw_run returns QS_ENET,
  * the command exits non-zero) after QW_REFUSALS_MAX refusals over QW_REFUSAL_SPAN_MS, instead
  * of logging "send HEARTBEAT: Resource temporarily unavailable" every heartbeat for ever;

@@ -1,4 +1,4 @@
-/* coord_faults: the faults of issue 15 that need root to stage, against a real private
+/* coord_faults: the faults that need root to stage, against a real private
  * PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and real sockets:
  *   - a full disk under PostgreSQL mid-sweep (the test database's tablespace on a small
  *     tmpfs the test mounts, filled with a file, then freed): the coordinator pauses and
@@ -53,7 +53,7 @@ static bool admin_sql(harness *h, const char *sql) {
     return admin_sql_on(qc_pgserver_conninfo(h->pg), sql);
 }
 
-/* ---- a full disk (issue 15 item 4) ---- */
+/* ---- a full disk ---- */
 
 static char full_mnt[64]; /* the tmpfs, while mounted */
 
@@ -182,7 +182,7 @@ static void disk_full_mid_sweep_pauses_and_then_completes_every_job_once(void **
     assert_true(h_log_contains(h, "pausing dispatch, retrying in"));
 }
 
-/* ---- a slow link (issue 15 item 1) ---- */
+/* ---- a slow link ---- */
 
 static char slow_ns[32]; /* the namespace, while it exists */
 

@@ -1,4 +1,4 @@
-/* coord_gpu_fit: issue 12 item 5 end to end, against a real private PostgreSQL, the real
+/* coord_gpu_fit: GPU-fit scheduling end to end, against a real private PostgreSQL, the real
  * qsweep-coordinator, qsweep-worker processes that advertise faked GPUs in HELLO
  * (--fake-gpus), ipc:// sockets and the real `qsweep status` and `qsweep workers`:
  *   - a job needing 100 GiB per GPU waits while only a CPU worker and a 24 GB card are there,

@@ -1,8 +1,8 @@
-/* coord_hardening: issue 15 items 1-5 and the worker paper cuts of issues 9 and 14, against a
+/* coord_hardening: the coordinator's and workers' hardening against faults, against a
  * real private PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc://
  * sockets (nothing mocked). Each test names the failure it guards against:
  *   - a worker with --exit-when-idle leaves (BYE, exit 0) once it has had no job that long,
- *     and not while a job longer than that runs (issue 14's SLURM arrays); one that never
+ *     and not while a job longer than that runs (SLURM arrays drain this way); one that never
  *     reached a coordinator exits non-zero saying so;
  *   - the coordinator stopped (SIGSTOP) longer than the lease: on resume it reads what the
  *     workers sent meanwhile before any lease check, so the job succeeds on attempt 1;
@@ -194,7 +194,7 @@ static void killed_worker_becomes_lost_after_the_stated_time(void **state) {
     assert_string_equal(st, "left");
 }
 
-/* ---- a stalled coordinator (issue 15 item 3) ---- */
+/* ---- a stalled coordinator ---- */
 
 /* The issue's minimal case: lease 2 s, one 4 s job, the coordinator stopped 3 s a second into
  * it. Before the fix the first loop turn after SIGCONT expired the lease ("no heartbeat for
@@ -283,7 +283,7 @@ static void stall_mid_sweep_loses_no_attempt_and_runs_no_job_twice(void **state)
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT job) FROM results"), 8);
 }
 
-/* ---- two clocks (issue 15 item 5) ---- */
+/* ---- two clocks ---- */
 
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 
@@ -352,7 +352,7 @@ static void coordinator_clock_5_minutes_ahead_still_waits_out_the_backoff(void *
     backoff_lasts_what_the_database_says_with_a_skewed_clock(*state, "coord_skew_ahead", "+300");
 }
 
-/* ---- results and specs over the protocol limit (issue 15 item 2) ---- */
+/* ---- results and specs over the protocol limit ---- */
 
 /* An echo spec of n final metrics "m.<i>" = i + 0.25, in a malloc'd string. */
 static char *big_echo_spec(int n) {

@@ -1,4 +1,4 @@
-/* coord_recovery: issue 4 "Done when" items about failures, against a real private
+/* coord_recovery: the coordinator's guarantees about failures, against a real private
  * PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc:// sockets:
  *   - kill -9 a worker 2 s into a 10 s job: the job runs again on another worker, exactly
  *     one result set is stored, the first attempt is recorded as lost;

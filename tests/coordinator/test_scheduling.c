@@ -1,4 +1,4 @@
-/* coord_scheduling: issue 4 "Done when" items on a healthy system, against a real private
+/* coord_scheduling: the coordinator's guarantees on a healthy system, against a real private
  * PostgreSQL, the real qsweep-coordinator and qsweep-worker processes and ipc:// sockets:
  *   - a 9-job grid with 4 workers started at once: exactly 9 executions;
  *   - a job that keeps failing: retried up to max attempts, then failed, message in SQL;
@@ -44,7 +44,7 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
                      9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
-    /* three PostgreSQL connections whatever the number of workers (issue 4: at most 4): the
+    /* three PostgreSQL connections whatever the number of workers (at most 4): the
        loop's (reads, advisory lock), the writer thread's and the results thread's */
     const char *conns[] = {"coordinator", "coordinator-writer", "coordinator-results"};
     for (int i = 0; i < 3; i++)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/postgres/shared-server.sql on a real PostgreSQL (issue 14 item 4): after it and
+# deploy/postgres/shared-server.sql on a real PostgreSQL: after it and
 # `qsweep db migrate` as the owner,
 #   - the coordinator's login (member of qsweep_writer) runs the tiny grid end to end
 #     (qsweep run --db: submit, coordinator, workers, results);

@@ -1,6 +1,6 @@
 /* The forward pass agrees with Hugging Face transformers: logits of every committed checkpoint
  * (tests/engine/data, made by tools/make_goldens.py) and of SmolLM2's GGUF are within 1e-4
- * relative error, max |ours - golden| / max |golden| per sequence (issue 3, "Done when"). */
+ * relative error, max |ours - golden| / max |golden| per sequence. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* SmolLM2-135M-Instruct's baseline perplexity on the committed GPL-3 tokens matches transformers'
- * within 0.1% (issue 3, "Done when"). Reference: tests/engine/data/smollm2/ppl.txt, written by
+ * within 0.1%. Reference: tests/engine/data/smollm2/ppl.txt, written by
  * tools/make_goldens.py with the same chunking (ctx 512, 4 chunks, llama.cpp's definition), or
  * ppl_14chunks.txt (every chunk: the baseline of experiments/smollm2-fp4-components.yaml) when
  * its name is the argument.

@@ -1,5 +1,5 @@
-/* The forward pass and the evaluation do not depend on the thread count (issue 9 item 1;
- * worker/engine/model.h promises it, and the stored FP32 baseline relies on it: a compare run
+/* The forward pass and the evaluation do not depend on the thread count (worker/engine/model.h
+ * promises it, and the stored FP32 baseline relies on it: a compare run
  * with another team size than its baseline's must see the same bits). For 1, 2, 3 and 7
  * threads and the unquantized, W4A16 and W4A4 paths, the prefix cache and the SQNR probe:
  * logits bit-identical, perplexity equal, KL exactly 0, SQNR equal.

@@ -133,7 +133,7 @@ static void encoders_match_cuda_on_sampled_inputs(void **state) {
 }
 #else
 /* All 2^32 FP32 bit patterns: E2M1 RN, E2M1 RZ, the E2M1 fast path and E4M3 satfinite
- * against CUDA (issue 2: "all 2^32 FP32 inputs for E2M1 (RNE and RZ) and E4M3"). */
+ * against CUDA: all 2^32 FP32 inputs for E2M1 (RNE and RZ) and E4M3. */
 static void all_2_32_inputs_match_cuda(void **state) {
     (void)state;
 #ifndef QK_HAVE_CUDA_HOST

@@ -1,4 +1,4 @@
-/* The numeric edges of issue 15 item 6, each decided in kernels/README.md ("Edges"):
+/* The numeric edges, each decided in kernels/README.md ("Edges"):
  * - NVFP4 on a tiny tensor (amax_t <= 2^-117, S_enc saturates): TransformerEngine's result by
  *   default, counted in the statistics; the selectable exact variant;
  * - MX blocks of amax FLT_MAX under CEIL, EVEN and RCEIL: the scale is capped so nothing

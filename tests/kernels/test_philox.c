@@ -53,7 +53,7 @@ static void sr_bits_follow_the_documented_counter_layout(void **state) {
 }
 
 /* x/s = 0.75 lies halfway between the E2M1 neighbours 0.5 and 1.0: over 10^5 draws the
- * mean is 0.75 +- 0.003 and only those two values appear (issue 2). */
+ * mean is 0.75 +- 0.003 and only those two values appear. */
 static void stochastic_rounding_is_unbiased(void **state) {
     (void)state;
     const size_t n = 100000;

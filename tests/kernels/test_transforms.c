@@ -14,7 +14,7 @@
 #include "swizzle.h"
 #include "testdata.h"
 
-/* Forward then inverse returns the input within 1e-6 (issue 2), for any thread count, and the
+/* Forward then inverse returns the input within 1e-6, for any thread count, and the
  * transform preserves each tile's Euclidean norm (orthogonality). */
 static void rht16_round_trip_is_within_1e6(void **state) {
     (void)state;

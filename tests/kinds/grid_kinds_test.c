@@ -1,4 +1,4 @@
-/* Grid kinds (coordinator/grid/grid_kind.h) and what issue 10 added to the sensitivity kind:
+/* Grid kinds (coordinator/grid/grid_kind.h) and what the sensitivity kind offers:
  * job keys and specs of an existing grid unchanged, leave-one-out by block and by layer,
  * lm_head and embeddings as parts with tied embeddings recorded, the kind registry's errors,
  * and the generic reader's typed values (config.h) that new kinds use. */
@@ -265,7 +265,7 @@ static void test_bad_parts_are_refused_at_their_location(void **state) {
     assert_null(g);
 }
 
-/* Mode policy (issue 14): one eval job per model and quantize, its map in the spec without
+/* Mode policy: one eval job per model and quantize, its map in the spec without
  * the bf16 linears, each format's options (from `formats` when listed there, else the
  * defaults), the map's id as the part; the same map with its bf16 linears listed is the same
  * job. */

@@ -1,5 +1,5 @@
 /* Typed job specs (kinds/): the canonical JSON of the sensitivity kinds, written out as the
- * pre-kinds coordinator (grid expansion of issue 5, commit 952f45b) wrote it, with the job
+ * pre-kinds coordinator (its grid expansion, commit 952f45b) wrote it, with the job
  * keys that build gave; the new fields (leave-one-out forms, lm_head and embeddings, tied
  * embeddings, resources); the decoder's errors; the affinity key; the registry. */
 #include <setjmp.h>
@@ -110,7 +110,7 @@ static void test_stored_specs_decode_and_encode_to_the_same_text(void **state) {
     }
 }
 
-/* Mode policy and a dataset with BOS (issues 13, 14) decode and encode to the same text; the
+/* Mode policy and a dataset with BOS decode and encode to the same text; the
  * map, the BOS id and the text-ness of the path are where the spec says; a map the part does
  * not name, a baseline with a map, a negative BOS are refused. */
 static void test_policy_and_bos_specs_round_trip(void **state) {

@@ -1,4 +1,4 @@
-/* A sensitivity grid whose dataset is a text (issue 13 item 2, "Done when"), through the real
+/* A sensitivity grid whose dataset is a text, through the real
  * binary, the real tokenizer and PostgreSQL:
  *   - a grid with `dataset: {text: FILE}` runs end to end (`qsweep run`);
  *   - the same text as a token file (`qsweep tokenize`) gives the same jobs (same job keys: the

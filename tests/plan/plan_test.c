@@ -1,4 +1,4 @@
-/* qsweep plan (issue 14 item 2, "Done when"):
+/* qsweep plan:
  *   - the DP (cli/plan.c) against brute force over every assignment of random small
  *     instances: same feasibility, same optimal cost, and its plan meets the budget;
  *   - the bit counts of the formats, and a budget equal to uniform NVFP4's admits it;
@@ -492,7 +492,7 @@ static void policy_grid(const char *path, const char *name, const char *policy) 
     assert_int_equal(fx_write_text(path, text), 0);
 }
 
-/* `qsweep plan --validate` (issue 14 item 3): the plan's grid is submitted into the sweep's
+/* `qsweep plan --validate`: the plan's grid is submitted into the sweep's
  * database as one policy-mode eval job (its baseline the sweep's, already done); once run,
  * plan prints its measured KL next to the predicted sum and next to uniform NVFP4's measured
  * KL. The policy mode is checked against the modes it must agree with, bit for bit: every

@@ -1,4 +1,4 @@
-/* qsweep report (issue 14 item 1, "Done when"), end to end: the tiny grid
+/* qsweep report, end to end: the tiny grid
  * (experiments/tiny.yaml) run in layer, component and block modes through the real binary
  * and a private PostgreSQL cluster, then `qsweep report`, then the page rendered by headless
  * Chromium (Debian's chromium package):
@@ -400,7 +400,7 @@ static void test_report_output_that_is_not_a_regular_file_is_refused(void **stat
     assert_int_equal(count_entries(odir), 3); /* fifo, page.html, link.html */
 }
 
-/* Views of the training sweeps (schema 020 of the train module, issue 11) with the columns the
+/* Views of the training sweeps (schema 020 of the train module) with the columns the
  * report reads, for a database that does not have them yet; where the migrations made them,
  * the test uses those. */
 static const char *const TRAIN_VIEWS =

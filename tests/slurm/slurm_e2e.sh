@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# qsweep workers under a real single-node SLURM (issue 14 item 3, "Done when"):
+# qsweep workers under a real single-node SLURM:
 #   - munged, slurmctld and slurmd (Debian's munge and slurm-wlm) start here as root on
 #     127.0.0.1 with ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, no accounting
 #     (deploy/slurm/slurm.conf.single-node), a private PostgreSQL and a coordinator beside them;

@@ -1265,7 +1265,7 @@ static void test_flush_after_an_immediate_shutdown_reports_a_lost_session(void *
     qc_store_close(s);
 }
 
-/* A condition of the server, not of the statement (issue 15 item 4): the database made
+/* A condition of the server, not of the statement: the database made
  * read-only (what a hot standby answers, SQLSTATE 25006). The flush fails, the store names
  * the condition and reports the session unusable (the coordinator pauses and retries as
  * for a lost connection), the batch is kept, and once the condition is over a reconnect

@@ -139,7 +139,7 @@ static void bos_per_model_config(void **state) {
     }
 }
 
-/* Issue 13: SmolLM2's GGUF names the smollm pre-tokenizer, which splits digits first, so
+/* SmolLM2's GGUF names the smollm pre-tokenizer, which splits digits first, so
  * "\n\n  1" gives [39892 '\n\n  '] then the digit, not transformers' [8866 '\n\n ', 216 ' ']. */
 static void smollm_digit_split_before_whitespace(void **state) {
     (void)state;
@@ -402,7 +402,7 @@ static int remove_scratch_dirs(void **state) {
 }
 
 /* A version 2 token file names its tokenizer; a model of another tokenizer is refused, a
- * version 1 file is checked by its vocabulary size (issue 13: vocab 256 given to SmolLM2). */
+ * version 1 file is checked by its vocabulary size (vocab 256 given to SmolLM2 is refused). */
 static void token_file_names_its_tokenizer(void **state) {
     (void)state;
     qw_tokenizer *s = open_tok("smollm2.vocab.gguf");

@@ -1,4 +1,4 @@
-/* Checkpoints (issue 11 item 5):
+/* Checkpoints:
  * - a run checkpointed after 3 steps and resumed in a fresh model and data order ends with
  *   parameters and AdamW moments bit-identical to an uninterrupted run of 6 steps;
  * - a damaged checkpoint (flipped byte, truncated, other identity, other model size, not a

@@ -1,4 +1,4 @@
-/* Training jobs end to end (issue 11, "Done when"), with the real coordinator, a real
+/* Training jobs end to end, with the real coordinator, a real
  * PostgreSQL and worker processes (train_test_worker) over ZeroMQ:
  * - kill -9 of the worker mid-training: the attempt is lost, the job runs again on another
  *   worker, resumes from its last checkpoint, and its final weights are byte-identical to an

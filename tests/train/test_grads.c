@@ -1,4 +1,4 @@
-/* The backward pass is the derivative of the forward (issue 11, "Done when"):
+/* The backward pass is the derivative of the forward:
  * - every parameter's gradient of the mean cross-entropy matches PyTorch autograd on
  *   transformers' LlamaForCausalLM (tools/train_grad_goldens.py, FP64) within 1e-5 relative,
  *   max |ours - golden| / max |golden| per tensor, for the MHA, GQA and tied checkpoints, with

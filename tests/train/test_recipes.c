@@ -1,4 +1,4 @@
-/* Quantized linears in training follow the recipe (issue 11, "Done when"):
+/* Quantized linears in training follow the recipe:
  * - with nvfp4, every GEMM input the recipe quantizes is bit-identical to the numeric core's
  *   output (qk_rht + qk_fake_quant, called here) for that tensor, made from the
  *   high-precision tensor: a hook intercepts every input of every GEMM of a training step;

@@ -1,5 +1,5 @@
-/* The tiny training experiment in a shortened form through the real `qsweep run` (issue 11,
- * "Done when": it runs in CI with fewer steps): KJV text made by tools/kjv_text.sh from
+/* The tiny training experiment in a shortened form through the real `qsweep run` (it runs in
+ * CI with fewer steps): KJV text made by tools/kjv_text.sh from
  * Debian's bible-kjv-text, a private PostgreSQL cluster, a coordinator and 2 workers, all six
  * recipes x 1 seed for 6 steps; every job succeeds and the training table lists each recipe
  * with its gap to bf16. Own XDG directories, so nothing mixes with a user's cluster. */

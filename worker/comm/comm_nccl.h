@@ -1,5 +1,5 @@
-/* The NCCL communicator of a worker that drives several GPUs of its node from one process
- * (issue 12 item 6): one communicator per device made together by ncclCommInitAll, and the
+/* The NCCL communicator of a worker that drives several GPUs of its node from one process:
+ * one communicator per device made together by ncclCommInitAll, and the
  * collectives qsweep needs, each issued as one NCCL group call over all ranks (NCCL's rule
  * for a single thread driving several devices: "Group calls", NCCL user guide):
  * - all-reduce SUM of the partial outputs of a tensor-parallel row-parallel linear (o_proj,

@@ -1,5 +1,5 @@
 /* Tensor-parallel sharding of a Llama model over N ranks (Megatron-LM, arXiv 1909.08053,
- * section 3; issue 12 item 6), on any backend of the ops table; on the CPU the N ranks run in
+ * section 3), on any backend of the ops table; on the CPU the N ranks run in
  * one process, which is how the sharded forward is tested against the unsharded one.
  *
  * The plan (qw_shard_plan):

@@ -76,7 +76,7 @@ static const qw_synthetic_shape shapes[] = {
      0.02f},
     /* Training shapes from scratch (worker/train/train_job.h; not published models): the byte
      * vocabulary (256 bytes + BOS 256 + EOS 257, the bytes tokenizer), GQA, untied, ctx 128.
-     * tiny is issue 11's ~0.9M-parameter model (experiments/tiny-fp4-training.yaml). */
+     * tiny is the ~0.9M-parameter model (experiments/tiny-fp4-training.yaml). */
     {"tiny", "qsweep training shape (bytes vocabulary)",
      {.dim = 128, .hidden_dim = 384, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
       .head_dim = 32, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,

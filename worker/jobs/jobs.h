@@ -1,4 +1,4 @@
-/* qw_jobs: the "baseline" and "eval" job kinds of a sensitivity sweep (issue 5), run by the
+/* qw_jobs: the "baseline" and "eval" job kinds of a sensitivity sweep, run by the
  * worker loop (worker/loop/loop.h) over the model engine (worker/engine/).
  *
  * Both decode the typed spec of kinds/sensitivity.h (the same module the coordinator's grid

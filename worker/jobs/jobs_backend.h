@@ -1,4 +1,4 @@
-/* Which engine backend the worker's eval and baseline jobs run on (issue 12): chosen once per
+/* Which engine backend the worker's eval and baseline jobs run on: chosen once per
  * process (`qsweep worker --backend`, else $QSWEEP_BACKEND, else "auto") and applied once per
  * loaded model, which the worker's model cache keeps on that backend across jobs.
  *

@@ -1,4 +1,4 @@
-/* qw_loop: the worker process of qsweep (issue 4 item 4).
+/* qw_loop: the worker process of qsweep.
  *
  * One worker = one DEALER socket to the coordinator and two threads:
  *   - the messaging thread (the caller of qw_run) owns the socket: it says HELLO, asks for

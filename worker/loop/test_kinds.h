@@ -1,5 +1,5 @@
 /* qw_test_kinds: job kinds for tests and benchmarks, registered only by test binaries
- * (qsweep-worker, in-process tests), never by a production worker (issue 10 item 5):
+ * (qsweep-worker, in-process tests), never by a production worker:
  *   "sleep" {"seconds": s}                 sleeps s wall-clock seconds, polling cancel every 10 ms;
  *                                          metric "seconds" = s (final);
  *   "fail"  {"message": "..."}             fails with that message (QS_EINVAL: a permanent job

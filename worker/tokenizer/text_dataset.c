@@ -1,4 +1,4 @@
-/* A text file as an evaluation dataset (issue 13, `dataset: {text: FILE}` in a grid): the text
+/* A text file as an evaluation dataset (`dataset: {text: FILE}` in a grid): the text
  * is tokenized once per (tokenizer digest, text digest, tokenizer code version) into a version 2
  * token file in a cache folder, with the file's BLAKE2b-256 digest in a ".b2" file beside it;
  * every later use reads that file and checks it against the digest, the tokenizer digest and

@@ -135,7 +135,7 @@ qs_status qw_tokenizer_check_tokens(const char *tokens_path, const qw_tokens *to
  * tokenizer makes every cached text tokenized again instead of serving the old ids. */
 #define QW_TOKENIZER_CODE_VERSION 1
 
-/* A text file as an evaluation dataset (issue 13, `dataset: {text: FILE}`), for the grid and
+/* A text file as an evaluation dataset (`dataset: {text: FILE}`), for the grid and
  * job side: the text's own ids (no BOS: evaluation puts BOS at each chunk start when
  * qw_tokenizer_adds_bos says so) through the model's tokenizer, computed once per
  * (tokenizer digest, text digest, QW_TOKENIZER_CODE_VERSION) into the version 2 token file

@@ -1,5 +1,5 @@
 /* Pairing a token file with a model: the token file must come from the model's tokenizer
- * (issue 13: a byte-level file of vocabulary 256 given to SmolLM2's 49152 is refused). */
+ * (a byte-level file of vocabulary 256 given to SmolLM2's 49152 is refused). */
 #include "tokenizer_internal.h"
 
 #include <string.h>
