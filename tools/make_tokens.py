@@ -2,8 +2,8 @@
 """Tokenizes English prose with SmolLM2's tokenizer as Hugging Face transformers reads it from
 the GGUF, and writes a qsweep token file (version 1).
 
-The committed tests/engine/data/gpl3.smollm2.tokens is no longer made by this script (issue
-13): transformers' GGUF conversion keeps only ByteLevel and drops the digit pre-split that
+The committed tests/engine/data/gpl3.smollm2.tokens is not made by this script:
+transformers' GGUF conversion keeps only ByteLevel and drops the digit pre-split that
 the GGUF's tokenizer.ggml.pre = smollm names, giving 7658 ids where llama.cpp's llama-tokenize
 gives 7639. The file is made by qsweep itself:
   qsweep tokenize ~/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf \

@@ -300,8 +300,8 @@ static void set_errors_name_the_argument(void **s) {
         fail_msg("got \"%s\"", err2.msg);
 }
 
-/* The same key given twice: an error in the value in effect names the last --set (issue:
- * it named the overridden one). */
+/* The same key given twice: an error in the value in effect names the last --set, not the
+ * overridden one. */
 static void repeated_set_names_the_argument_in_effect(void **s) {
     (void)s;
     const char *p = write_grid("set2", GRID_HEAD "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n");
