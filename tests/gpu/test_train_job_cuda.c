@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "backend_cuda.h"
 #include "gpu_test_util.h"
 #include "train_job.h"
 
@@ -81,6 +82,9 @@ static void cuda_training_matches_cpu(void **s) {
 
 int main(void) {
     if (qwt_cuda_skip("gpu_train_job_cuda")) return 77;
+    /* the trainer opens its backends through qw_backend_open (backend.h), whose CUDA backend is
+     * the registered table, as the worker registers the module's */
+    qw_backend_set_cuda(qw_backend_cuda_table());
     const struct CMUnitTest tests[] = {cmocka_unit_test(cuda_training_matches_cpu)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,14 @@
 /* A stand-in for libqsweep_cuda.so in gpu_cuda_module (test_cuda_module.c): exports the module
- * entry with the ABI version FAKE_ABI and functions that only say they were called. */
+ * entry with the ABI version FAKE_ABI and functions whose answers show they were the ones
+ * called: model_use_cuda and a CUDA backend on a device other than 0 fail naming the device; a
+ * backend on device 0 opens with this module's own ops table, its GEMM path "fake" until one
+ * was released, then "fake_released"; NCCL ranks open one communicator at a time (a second
+ * before the first is destroyed fails) and their all-reduce writes the element count into
+ * element 0 of every rank's buffer. */
+#include <string.h>
+
+#include "backend.h"
+#include "comm.h"
 #include "cuda_module.h"
 
 static int calls;
@@ -31,6 +40,67 @@ static int gemm_fallback(const qw_model *m, char *status, size_t status_cap, cha
     return 0;
 }
 
+/* The backend: an ops table of its own (its entries are never called: the test only opens,
+ * names and closes backends). */
+static const qw_ops fake_ops = {.name = "fake"};
+static int released;
+
+static int be_available(void) {
+    return 1;
+}
+
+static qs_status be_init(qw_backend *b, int device, int gemm, qs_error *err) {
+    (void)gemm;
+    memset(b, 0, sizeof *b);
+    if (device != 0) return qs_error_set(err, QS_EUNSUPPORTED, "fake module: no device %d", device);
+    b->ops = &fake_ops;
+    b->threads = 1;
+    return QS_OK;
+}
+
+static void be_release(qw_backend *b) {
+    released++;
+    memset(b, 0, sizeof *b);
+}
+
+static const char *be_gemm_path(const qw_backend *b) {
+    (void)b;
+    return released ? "fake_released" : "fake";
+}
+
+static const qw_ops *be_ops(void) {
+    return &fake_ops;
+}
+
+static const qw_backend_cuda_impl backend = {be_available, be_init, be_release, be_gemm_path,
+                                             be_ops};
+
+/* NCCL ranks: one live communicator, of `live` ranks (0: none). */
+static int live;
+
+static qs_status nccl_init(int n, const int *devices, void **comm, qs_error *err) {
+    (void)devices;
+    *comm = NULL;
+    if (live) return qs_error_set(err, QS_EIO, "fake module: a communicator is live");
+    live = n;
+    *comm = &live;
+    return QS_OK;
+}
+
+static void nccl_destroy(void *comm) {
+    *(int *)comm = 0;
+}
+
+static qs_status nccl_allreduce(void *comm, float *const *bufs, size_t count, qw_group_op op,
+                                qs_error *err) {
+    (void)op, (void)err;
+    for (int r = 0; r < *(int *)comm; r++)
+        bufs[r][0] = (float)count;
+    return QS_OK;
+}
+
+static const qw_group_nccl_impl nccl = {nccl_init, nccl_destroy, nccl_allreduce};
+
 static const qw_cuda_module table = {
     .abi = FAKE_ABI,
     .model_use_cuda = use_cuda,
@@ -38,6 +108,8 @@ static const qw_cuda_module table = {
     .model_gemm_path = gemm_path,
     .model_gemm_path_reset = gemm_path_reset,
     .model_gemm_fallback = gemm_fallback,
+    .backend_cuda = &backend,
+    .group_nccl = &nccl,
 };
 
 const qw_cuda_module *qw_cuda_module_entry(void);

@@ -4,14 +4,24 @@
  *   abi      a module of another ABI version: NULL, "another ABI version"
  *   ok       a module of this ABI: its table, the same on the next call, and
  *            qw_cuda_module_loaded gives it too
+ *            (its CUDA backend and NCCL ranks tables included)
  *   none     nothing asked: qw_cuda_module_loaded never loads it
+ *   hooks    before the module is loaded the engine's qw_backend_open refuses "cuda" and comm.h
+ *            has no NCCL ranks; once the worker's backend choice loads it
+ *            (jobs_backend.h qw_jobs_backend_set) both reach the module's tables: open, GEMM
+ *            path and close of a backend, NCCL ranks made, reduced and destroyed
+ *   fallback the worker chooses cuda but the module is missing: the choice becomes the CPU
+ *            (training and evaluation pick the CPU) and qw_backend_open still refuses "cuda"
  * A build without CUDA answers "this build has no CUDA backend" in every case. The module
  * files are built beside this test (fake_cuda_module.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "comm.h"
 #include "cuda_module.h"
+#include "jobs_backend.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
@@ -20,6 +30,65 @@
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* The hooks and fallback cases (see the top). */
+static int hooks(const char *mode, char *why) {
+    qs_error err = {0};
+    qw_backend b;
+    qw_backend_choice cuda = {.kind = QW_BACKEND_CUDA, .threads = 1, .max_in = 1, .device = 0};
+    qw_group g;
+    CHECK(qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED && b.ops == NULL);
+    printf("before loading: %s\n", err.msg);
+#ifdef QSWEEP_HAVE_CUDA
+    CHECK(strstr(err.msg, "module is not loaded") != NULL);
+#endif
+    CHECK(qw_group_nccl(&g, 2, NULL, &err) == QS_EUNSUPPORTED && g.kind == QW_GROUP_CPU);
+    CHECK(strstr(err.msg, "no NCCL ranks") != NULL);
+    qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0, .gemm = 2});
+    qw_jobs_backend got = qw_jobs_backend_get();
+    bool use_cuda = qw_jobs_backend_pick(&got, qw_backend_cuda_built(), false).use_cuda;
+#ifndef QSWEEP_HAVE_CUDA
+    CHECK(!use_cuda && qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED);
+    printf("gpu_cuda_module %s: %s\n", mode, err.msg);
+    return 0;
+#endif
+    if (!strcmp(mode, "fallback")) {
+        /* what the train and eval job kinds pick: the CPU */
+        CHECK(got.device == -1 && !use_cuda && qw_cuda_module_loaded() == NULL);
+        CHECK(qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED);
+        CHECK(strstr(err.msg, "module is not loaded") != NULL);
+        printf("gpu_cuda_module fallback: the CPU, and %s\n", err.msg);
+        return 0;
+    }
+    CHECK(got.device == 0 && use_cuda && qw_cuda_module_loaded() != NULL);
+    cuda.device = 3;
+    CHECK(qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED);
+    CHECK(strstr(err.msg, "fake module: no device 3") != NULL);
+    cuda.device = 0;
+    CHECK(qw_backend_open(&b, &cuda, &err) == QS_OK && !strcmp(b.ops->name, "fake"));
+    CHECK(!strcmp(qw_backend_gemm_path_name(&b), "fake"));
+    qw_backend_close(&b); /* the module's release */
+    CHECK(b.ops == NULL);
+    CHECK(qw_backend_open(&b, &cuda, &err) == QS_OK);
+    CHECK(!strcmp(qw_backend_gemm_path_name(&b), "fake_released"));
+    qw_backend_close(&b);
+    /* auto: the module's device count (1) */
+    cuda.kind = QW_BACKEND_AUTO;
+    CHECK(qw_backend_open(&b, &cuda, &err) == QS_OK && !strcmp(b.ops->name, "fake"));
+    qw_backend_close(&b);
+    CHECK(qw_group_nccl(&g, 2, NULL, &err) == QS_OK && g.kind == QW_GROUP_NCCL && g.n == 2);
+    qw_group g2;
+    CHECK(qw_group_nccl(&g2, 2, NULL, &err) == QS_EIO); /* the module's: one at a time */
+    float a[3] = {1, 2, 3}, c[3] = {4, 5, 6};
+    float *bufs[2] = {a, c};
+    CHECK(qw_group_allreduce(&g, bufs, 3, QW_GROUP_SUM, &err) == QS_OK);
+    CHECK(a[0] == 3.0f && c[0] == 3.0f && a[1] == 2.0f); /* the module's, not the CPU's sum */
+    qw_group_destroy(&g);
+    CHECK(qw_group_nccl(&g, 2, NULL, &err) == QS_OK); /* destroyed through the module */
+    qw_group_destroy(&g);
+    printf("gpu_cuda_module hooks: backend and NCCL ranks through the module\n");
+    return 0;
+}
 
 int main(int argc, char **argv) {
     char why[512] = "";
@@ -31,6 +100,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     setenv("QSWEEP_CUDA_MODULE", path, 1);
+    if (!strcmp(mode, "hooks") || !strcmp(mode, "fallback")) return hooks(mode, why);
     const qw_cuda_module *m = qw_cuda_module_get(why, sizeof why);
 #ifndef QSWEEP_HAVE_CUDA
     CHECK(m == NULL && strstr(why, "this build has no CUDA backend"));
@@ -48,6 +118,12 @@ int main(int argc, char **argv) {
         CHECK(m->model_use_cuda(NULL, 3, 2, &err) == QS_EUNSUPPORTED);
         CHECK(strstr(err.msg, "device 3") != NULL);
         CHECK(!strcmp(m->model_gemm_path(NULL), "fake"));
+        CHECK(m->backend_cuda && m->backend_cuda->available() == 1);
+        CHECK(m->backend_cuda->init(&(qw_backend){0}, 2, 0, &err) == QS_EUNSUPPORTED);
+        CHECK(strstr(err.msg, "no device 2") != NULL);
+        void *comm = NULL;
+        CHECK(m->group_nccl && m->group_nccl->init(2, NULL, &comm, &err) == QS_OK && comm);
+        m->group_nccl->destroy(comm);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

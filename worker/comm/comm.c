@@ -1,11 +1,15 @@
-/* The ranks interface (comm.h): CPU ranks in rank order, NCCL through comm_nccl.h. */
+/* The ranks interface (comm.h): CPU ranks in rank order, NCCL ranks through the registered
+ * implementation. */
 #include "comm.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
-#ifdef QW_HAVE_NCCL
-#include "comm_nccl.h"
-#endif
+static const qw_group_nccl_impl *_Atomic nccl_impl;
+
+void qw_group_set_nccl(const qw_group_nccl_impl *impl) {
+    atomic_store(&nccl_impl, impl);
+}
 
 qs_status qw_group_cpu(qw_group *g, int n, int threads, qs_error *err) {
     memset(g, 0, sizeof *g);
@@ -20,27 +24,26 @@ qs_status qw_group_cpu(qw_group *g, int n, int threads, qs_error *err) {
 
 qs_status qw_group_nccl(qw_group *g, int n, const int *devices, qs_error *err) {
     memset(g, 0, sizeof *g);
-#ifdef QW_HAVE_NCCL
-    qw_comm *c = NULL;
-    qs_status st = qw_comm_init_all(n, devices, &c, err);
+    const qw_group_nccl_impl *impl = atomic_load(&nccl_impl);
+    if (!impl)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "ranks: no NCCL ranks in this process (they come with the CUDA "
+                            "backend module built with NCCL, loaded when the worker's backend "
+                            "choice puts models on a GPU)");
+    void *c = NULL;
+    qs_status st = impl->init(n, devices, &c, err);
     if (st != QS_OK) return st;
     g->kind = QW_GROUP_NCCL;
     g->n = n;
     g->threads = 1;
     g->nccl = c;
     return QS_OK;
-#else
-    (void)n, (void)devices;
-    return qs_error_set(err, QS_EUNSUPPORTED,
-                        "ranks: this build has no NCCL (needs CUDA and NCCL)");
-#endif
 }
 
 void qw_group_destroy(qw_group *g) {
     if (!g) return;
-#ifdef QW_HAVE_NCCL
-    if (g->kind == QW_GROUP_NCCL) qw_comm_destroy(g->nccl);
-#endif
+    const qw_group_nccl_impl *impl = atomic_load(&nccl_impl);
+    if (g->kind == QW_GROUP_NCCL && impl) impl->destroy(g->nccl);
     memset(g, 0, sizeof *g);
 }
 
@@ -48,13 +51,11 @@ qs_status qw_group_allreduce(qw_group *g, float *const *bufs, size_t count, qw_g
                              qs_error *err) {
     for (int r = 0; r < g->n; r++)
         if (!bufs[r]) return qs_error_set(err, QS_EINVAL, "all-reduce: rank %d has no buffer", r);
-#ifdef QW_HAVE_NCCL
     if (g->kind == QW_GROUP_NCCL) {
-        qs_status st = qw_comm_allreduce(g->nccl, bufs, count,
-                                         op == QW_GROUP_MAX ? QW_COMM_MAX : QW_COMM_SUM, NULL, err);
-        return st != QS_OK ? st : qw_comm_sync(g->nccl, err);
+        const qw_group_nccl_impl *impl = atomic_load(&nccl_impl);
+        if (!impl) return qs_error_set(err, QS_EUNSUPPORTED, "all-reduce: no NCCL ranks");
+        return impl->allreduce(g->nccl, bufs, count, op, err);
     }
-#endif
     int n = g->n, nt = g->threads;
     float *d = bufs[0];
 #pragma omp parallel for num_threads(nt) schedule(static)

@@ -4,9 +4,11 @@
  * - CPU ranks (qw_group_cpu): the ranks' buffers live in this process's memory and every
  *   element is reduced in rank order 0, 1, ..., n-1 (an OpenMP team splits the elements, never
  *   an element's sum), so the result is deterministic and the same bits on every rank;
- * - NCCL (qw_group_nccl, in builds with NCCL): one communicator per GPU of the node, made
- *   together by ncclCommInitAll, each collective one group call over all ranks
- *   (comm_nccl.h). NCCL sums in its own order (ring or tree).
+ * - NCCL (qw_group_nccl): one communicator per GPU of the node, made together by
+ *   ncclCommInitAll, each collective one group call over all ranks (comm_nccl.h). NCCL sums in
+ *   its own order (ring or tree). This file links no NCCL: the NCCL ranks are the table
+ *   qw_group_set_nccl registers (comm_group_nccl.h; in the qsweep binaries the CUDA backend
+ *   module's, worker/gpu/cuda_module.h, registered by the layer that loads it).
  * Not thread-safe: one host thread drives all ranks. */
 #ifndef QW_COMM_H
 #define QW_COMM_H
@@ -41,8 +43,24 @@ typedef struct qw_group {
  * QS_EINVAL naming the bad count. */
 qs_status qw_group_cpu(qw_group *g, int n, int threads, qs_error *err);
 
-/* NCCL ranks: rank i on CUDA device devices[i] (NULL: 0..n-1). Errors: QS_EUNSUPPORTED (a
- * build without NCCL), those of qw_comm_init_all. */
+/* An implementation of NCCL ranks: init makes the communicator *comm of n ranks, rank i on
+ * devices[i] (NULL: 0..n-1); destroy frees it; allreduce is qw_group_allreduce's (device
+ * buffers, waits for the result). Errors as qw_comm_init_all and qw_comm_allreduce
+ * (comm_nccl.h). */
+typedef struct qw_group_nccl_impl {
+    qs_status (*init)(int n, const int *devices, void **comm, qs_error *err);
+    void (*destroy)(void *comm);
+    qs_status (*allreduce)(void *comm, float *const *bufs, size_t count, qw_group_op op,
+                           qs_error *err);
+} qw_group_nccl_impl;
+
+/* Registers the NCCL ranks qw_group_nccl makes from now on (NULL: none); impl must outlive
+ * every group made with it. Thread-safe (an atomic pointer). */
+void qw_group_set_nccl(const qw_group_nccl_impl *impl);
+
+/* NCCL ranks through the registered implementation: rank i on CUDA device devices[i] (NULL:
+ * 0..n-1). Errors: QS_EUNSUPPORTED when none is registered (the message says where they come
+ * from), those of the implementation's init. */
 qs_status qw_group_nccl(qw_group *g, int n, const int *devices, qs_error *err);
 
 /* Frees the communicator (NCCL); a zeroed group is a no-op. */

@@ -37,12 +37,31 @@ qs_status qw_backend_gemm_parse(const char *s, int *gemm, qs_error *err);
 /* 1 when this build has the CUDA backend (QSWEEP_HAVE_CUDA), whatever the machine: linked in
  * (qw_engine_backend_cuda, tests and benchmarks) or as the module the worker loads
  * (qw_engine_backend in the qsweep binaries, worker/gpu/cuda_module.h; there qw_backend_open
- * opens only the CPU backend). */
+ * opens CUDA through the table qw_backend_set_cuda registered). */
 int qw_backend_cuda_built(void);
 
-/* Opens b as chosen. auto: CUDA when built and a device is visible, else CPU (never an error
- * for lack of a GPU). Errors: those of qw_backend_cpu_init; for "cuda": QS_EUNSUPPORTED (build
- * without CUDA, or no device: says which), and those of qw_backend_cuda_init. On error b is
+/* The CUDA backend as a table of ops_cuda.h's functions (backend_cuda.h gives it): available
+ * qw_cuda_available, init qw_backend_cuda_init (gemm a qw_cuda_gemm value), release
+ * qw_backend_cuda_release, gemm_path qw_backend_gemm_path, ops qw_ops_cuda. */
+typedef struct qw_backend_cuda_impl {
+    int (*available)(void);
+    qs_status (*init)(qw_backend *b, int device, int gemm, qs_error *err);
+    void (*release)(qw_backend *b);
+    const char *(*gemm_path)(const qw_backend *b);
+    const qw_ops *(*ops)(void);
+} qw_backend_cuda_impl;
+
+/* Registers the CUDA backend qw_backend_open opens from now on in a build whose CUDA backend
+ * is the module (qw_engine_backend; NULL: none): the layer that loads the module registers its
+ * table (worker/jobs/jobs_backend.h), so this library calls up into no loader. impl must
+ * outlive every backend opened with it. Where the CUDA backend is linked in
+ * (qw_engine_backend_cuda) qw_backend_open uses its own and ignores this. Thread-safe. */
+void qw_backend_set_cuda(const qw_backend_cuda_impl *impl);
+
+/* Opens b as chosen. auto: CUDA when built (linked in, or the module's table registered) and a
+ * device is visible, else CPU (never an error for lack of a GPU). Errors: those of
+ * qw_backend_cpu_init; for "cuda": QS_EUNSUPPORTED (build without CUDA, the module's table not
+ * registered, or no device: says which), and those of qw_backend_cuda_init. On error b is
  * zeroed. */
 qs_status qw_backend_open(qw_backend *b, const qw_backend_choice *c, qs_error *err);
 

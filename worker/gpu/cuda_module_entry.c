@@ -1,13 +1,19 @@
-/* The CUDA module's entry (cuda_module.h): the table over worker/engine/model_cuda.h. Built
- * into libqsweep_cuda.so only. */
+/* The CUDA module's entry (cuda_module.h): the table over worker/engine/model_cuda.h, the CUDA
+ * backend's table (backend_cuda.h) and NCCL ranks (comm_group_nccl.h, when built with NCCL).
+ * Built into libqsweep_cuda.so only. */
 #include "cuda_module.h"
+
+#include "backend_cuda.h"
 #include "model_cuda.h"
+#ifdef QW_MODULE_HAVE_NCCL
+#include "comm_group_nccl.h"
+#endif
 
 static qs_status use_cuda(qw_model *m, int device, int gemm, qs_error *err) {
     return qw_model_use_cuda(m, device, (qw_cuda_gemm)gemm, err);
 }
 
-static const qw_cuda_module table = {
+static qw_cuda_module table = {
     .abi = QW_CUDA_MODULE_ABI,
     .model_use_cuda = use_cuda,
     .model_use_cpu = qw_model_use_cpu,
@@ -20,5 +26,10 @@ static const qw_cuda_module table = {
 __attribute__((visibility("default"))) const qw_cuda_module *qw_cuda_module_entry(void);
 
 const qw_cuda_module *qw_cuda_module_entry(void) {
+    /* the tables come from functions: filled here rather than in a constant initializer */
+    table.backend_cuda = qw_backend_cuda_table();
+#ifdef QW_MODULE_HAVE_NCCL
+    table.group_nccl = qw_comm_group_impl();
+#endif
     return &table;
 }

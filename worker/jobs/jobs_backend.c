@@ -6,8 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "cuda_module.h"
 #include "qk_gemm_path.h"
+
+/* The loaded module's CUDA backend and NCCL ranks, registered with the engine (backend.h,
+ * comm.h) so that what opens backends or ranks itself (training) reaches them; returns mod. */
+static const qw_cuda_module *adopt(const qw_cuda_module *mod) {
+    if (mod) {
+        qw_backend_set_cuda(mod->backend_cuda);
+        qw_group_set_nccl(mod->group_nccl);
+    }
+    return mod;
+}
 
 /* The backend's GEMM setting (ops_cuda.h qw_cuda_gemm values) for a request of the GEMM path
  * table: auto 2 (QW_CUDA_GEMM_LT), fp32 0, bf16 1, emulated 3. */
@@ -73,7 +84,7 @@ void qw_jobs_backend_set(const qw_jobs_backend *c) {
     chosen = *c;
     char why[512];
     if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
-        !qw_cuda_module_get(why, sizeof why)) {
+        !adopt(qw_cuda_module_get(why, sizeof why))) {
         fprintf(stderr,
                 "qsweep worker: the CUDA backend is not available (%s): jobs run on the CPU "
                 "backend\n",
@@ -85,7 +96,7 @@ void qw_jobs_backend_set(const qw_jobs_backend *c) {
 
 qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err) {
     char why[512];
-    const qw_cuda_module *mod = qw_cuda_module_get(why, sizeof why);
+    const qw_cuda_module *mod = adopt(qw_cuda_module_get(why, sizeof why));
     if (!mod) return qs_error_set(err, QS_EUNSUPPORTED, "CUDA backend module: %s", why);
     return mod->model_use_cuda(m, device, gemm, err);
 }

@@ -69,8 +69,11 @@ qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_bui
 
 /* Sets the process-wide choice the job kinds read (qw_jobs_backend_get); call before qw_run.
  * When the choice would put models on a GPU, the CUDA backend module is loaded now
- * (cuda_module.h); if it cannot be, the choice becomes the CPU (device -1) and why is printed
- * on stderr: a CUDA build without its module or driver runs every job on the CPU. Without a
+ * (cuda_module.h) and its CUDA backend and NCCL ranks are registered with the engine (backend.h
+ * qw_backend_set_cuda, comm.h qw_group_set_nccl: the training job kind opens its backends and
+ * ranks through them); if it cannot be loaded, the choice becomes the CPU (device -1) and why
+ * is printed on stderr: a CUDA build without its module or driver runs every job, training
+ * included, on the CPU. Without a
  * call the choice is "auto" with no GPU offered: the CPU (a worker that never said which GPUs
  * it offers never uses one). */
 void qw_jobs_backend_set(const qw_jobs_backend *c);
