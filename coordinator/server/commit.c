@@ -105,7 +105,7 @@ qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err) {
             qc_store_batch_size(s->batch) + (s->flying ? qc_store_batch_size(s->flying) : 0);
         /* under a condition (disk full, ...) a new connection says nothing of the condition:
            the commit that follows tells, so this is no "back" */
-        if (s->down_condition)
+        if (qc_store_condition_outlives_connection(s->down_condition))
             qc_log("PostgreSQL connections re-opened after %s: retrying %zu queued transitions",
                    s->down_condition, queued);
         else

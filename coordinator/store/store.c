@@ -72,22 +72,32 @@ static bool session_gone(qc_store *s, const PGresult *r) {
  * over, so they are retried like a lost connection. */
 static const struct {
     const char code[6], *what;
+    bool outlives; /* a new connection says nothing of it: only a commit tells it is over */
 } conditions[] = {
-    {"53100", "disk full (SQLSTATE 53100)"},
-    {"53200", "out of memory (SQLSTATE 53200)"},
-    {"53300", "too many connections (SQLSTATE 53300)"},
-    {"53400", "configuration limit exceeded (SQLSTATE 53400)"},
-    {"25006", "read-only transaction: a hot standby or default_transaction_read_only "
-              "(SQLSTATE 25006)"},
-    {"57P01", "admin shutdown (SQLSTATE 57P01)"},
-    {"57P02", "crash shutdown (SQLSTATE 57P02)"},
-    {"57P03", "the server cannot accept connections now (SQLSTATE 57P03)"},
-    {"57P04", "database dropped (SQLSTATE 57P04)"},
-    {"57P05", "idle session timeout (SQLSTATE 57P05)"},
-    {"55P03", "a lock wait timed out (lock_timeout, SQLSTATE 55P03)"},
-    {"57014", "a statement timed out or was cancelled (statement_timeout, SQLSTATE 57014)"},
-    {"25P03", "idle in transaction for too long (SQLSTATE 25P03)"},
+    {"53100", "disk full (SQLSTATE 53100)", true},
+    {"53200", "out of memory (SQLSTATE 53200)", true},
+    {"53300", "too many connections (SQLSTATE 53300)", true},
+    {"53400", "configuration limit exceeded (SQLSTATE 53400)", true},
+    {"25006",
+     "read-only transaction: a hot standby or default_transaction_read_only "
+     "(SQLSTATE 25006)",
+     true},
+    {"57P01", "admin shutdown (SQLSTATE 57P01)", false},
+    {"57P02", "crash shutdown (SQLSTATE 57P02)", false},
+    {"57P03", "the server cannot accept connections now (SQLSTATE 57P03)", false},
+    {"57P04", "database dropped (SQLSTATE 57P04)", true},
+    {"57P05", "idle session timeout (SQLSTATE 57P05)", false},
+    {"55P03", "a lock wait timed out (lock_timeout, SQLSTATE 55P03)", false},
+    {"57014", "a statement timed out or was cancelled (statement_timeout, SQLSTATE 57014)", false},
+    {"25P03", "idle in transaction for too long (SQLSTATE 25P03)", false},
 };
+
+bool qc_store_condition_outlives_connection(const char *what) {
+    for (size_t i = 0; i < sizeof conditions / sizeof conditions[0]; i++)
+        if (what == conditions[i].what || (what && strcmp(what, conditions[i].what) == 0))
+            return conditions[i].outlives;
+    return false;
+}
 
 const char *qc_store_condition(const qc_store *s) {
     for (size_t i = 0; i < sizeof conditions / sizeof conditions[0]; i++)

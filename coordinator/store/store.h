@@ -118,6 +118,13 @@ bool qc_store_connection_lost(const qc_store *s);
  * (57P05)" (PostgreSQL docs, Appendix A); NULL otherwise. Valid until the next call on s. */
 const char *qc_store_condition(const qc_store *s);
 
+/* Whether condition `what` (a string qc_store_condition returned) is one a successful
+ * reconnect says nothing about (disk full, out of memory, too many connections, a limit, read
+ * only, database dropped): only the next commit tells it is over. False for the conditions of
+ * a server that went away or of a timeout (shutdowns, cannot connect now, timeouts), after
+ * which a new connection is the server back, and for NULL. */
+bool qc_store_condition_outlives_connection(const char *what);
+
 /* The server process id of the store's session (PQbackendPID), 0 when not connected. */
 int qc_store_backend_pid(const qc_store *s);
 
