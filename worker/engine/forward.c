@@ -1,5 +1,7 @@
 /* The Llama forward pass over the ops table (forward.h), for one rank (the unsharded model)
- * or the N ranks of a tensor-parallel one. It reads like modeling_llama.py; with N ranks it is
+ * or the N ranks of a tensor-parallel one: embeddings, the blocks (block.c, the one block
+ * definition, with the policy's linears, the SQNR probe and the row-parallel all-reduce as its
+ * hooks), final norm and lm_head. It reads like modeling_llama.py; with N ranks it is
  * Megatron-LM's layer (arXiv 1909.08053, section 3): q/k/v and gate/up column-parallel (each
  * rank its heads and hidden units, no communication), o_proj and down_proj row-parallel (each
  * rank a partial sum over its inputs), one all-reduce after each row-parallel linear, the
@@ -12,6 +14,8 @@
  * group calls reduce them together. n == 1 runs exactly the ops the unsharded model ran before
  * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
 #include "forward.h"
+
+#include "block.h"
 
 #include "format.h"
 #include <stdio.h>
@@ -63,17 +67,17 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
 }
 
 /* A row-parallel linear (o_proj, down_proj) over the n ranks: rank i multiplies its input
- * columns x_i [T x in/n] by its weight columns, giving a partial y_i [T x D]; the all-reduce
- * sums the partials. With an activation format, the local amax of every x_i is MAX-all-reduced
+ * columns x[i] [T x in/n] by its weight columns, giving a partial y[i] [T x D]; the all-reduce
+ * sums the partials. With an activation format, the local amax of every x[i] is MAX-all-reduced
  * first so each rank's quantizer uses the unsharded input's tensor scale. n == 1: the linear. */
-static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*ybuf)(qw_rank *),
-                              float *(*xbuf)(qw_rank *), int T, const fwd_names *nm,
-                              qs_error *err) {
+static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *const *y,
+                              float *const *x, int T, const fwd_names *nm, qs_error *err) {
     qs_status st;
     if (n == 1) {
         qw_rank *r = ranks[0];
-        return linear_forward(r, &r->lin[index], ybuf(r), xbuf(r), T, NULL, nm, err);
+        return linear_forward(r, &r->lin[index], y[0], x[0], T, NULL, nm, err);
     }
+    if (n < 1) return qs_error_set(err, QS_EINVAL, "%d ranks", n);
     qw_backend *be[n];
     qw_tensor t[n];
     qw_tensor *tp[n];
@@ -86,7 +90,7 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     if (act) {
         for (int i = 0; i < n; i++) {
             qw_rank *r = ranks[i];
-            qw_tensor tx = {xbuf(r), T, r->lin[index].in};
+            qw_tensor tx = {x[i], T, r->lin[index].in};
             OPS(r)->amax(&r->be, &tx, r->amax);
             t[i] = (qw_tensor){r->amax, 1, 1};
             tp[i] = &t[i];
@@ -96,9 +100,9 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     }
     for (int i = 0; i < n; i++) {
         qw_rank *r = ranks[i];
-        st = linear_forward(r, &r->lin[index], ybuf(r), xbuf(r), T, act ? r->amax : NULL, nm, err);
+        st = linear_forward(r, &r->lin[index], y[i], x[i], T, act ? r->amax : NULL, nm, err);
         if (st != QS_OK) return qs_error_wrap(err, "rank %d", i);
-        t[i] = (qw_tensor){ybuf(r), T, r->lin[index].out};
+        t[i] = (qw_tensor){y[i], T, r->lin[index].out};
         tp[i] = &t[i];
     }
     st = OPS(ranks[0])->allreduce(be, n, tp, QW_REDUCE_SUM, err);
@@ -106,14 +110,29 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *(*
     return QS_OK;
 }
 
-static float *rs_ybuf(qw_rank *r) {
-    return r->rs.ybuf;
+_Static_assert((int)QW_BLOCK_Q == (int)QW_LINEAR_Q && (int)QW_BLOCK_O == (int)QW_LINEAR_O &&
+                   (int)QW_BLOCK_GATE == (int)QW_LINEAR_GATE &&
+                   (int)QW_BLOCK_DOWN == (int)QW_LINEAR_DOWN,
+               "block kinds are the policy's linear kinds");
+
+/* The block's linears (block.h hooks) for the ranks of one forward. */
+typedef struct fwd_hooks {
+    qw_rank *const *ranks;
+    const fwd_names *nm;
+} fwd_hooks;
+
+static qs_status hook_linear(void *user, int rank, int layer, int kind, float *y, const float *x,
+                             int rows, qs_error *err) {
+    const fwd_hooks *fh = user;
+    qw_rank *r = fh->ranks[rank];
+    return linear_forward(r, &r->lin[layer * QW_LINEAR_KINDS + kind], y, x, rows, NULL, fh->nm,
+                          err);
 }
-static float *rs_att(qw_rank *r) {
-    return r->rs.att;
-}
-static float *rs_hb(qw_rank *r) {
-    return r->rs.hb;
+
+static qs_status hook_row_linear(void *user, int n, int layer, int kind, float *const *y,
+                                 float *const *x, int rows, qs_error *err) {
+    const fwd_hooks *fh = user;
+    return row_parallel(fh->ranks, n, layer * QW_LINEAR_KINDS + kind, y, x, rows, fh->nm, err);
 }
 
 qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens, int T, int row0,
@@ -135,59 +154,45 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
             qw_tensor x = {r->rs.x, T, D};
             OPS(r)->embedding(&r->be, &x, tokens, &r->lin[L * QW_LINEAR_KINDS + 1].w);
         }
-    qs_status st;
-/* Each statement once per rank. */
-#define EACH(stmt)                                                                                 \
-    for (int i = 0; i < n; i++) {                                                                  \
-        qw_rank *r = ranks[i];                                                                     \
-        const qw_config *c = &r->cfg;                                                              \
-        qw_runstate *rs = &r->rs;                                                                  \
-        int H = c->n_heads, G = c->n_kv_heads, E = c->head_dim, F = c->hidden_dim;                 \
-        qw_tensor x = {rs->x, T, D}, xb = {rs->xb, T, D}, q = {rs->q, T, H * E},                   \
-                  k = {rs->k, T, G * E}, v = {rs->v, T, G * E}, att = {rs->att, T, H * E},         \
-                  hb = {rs->hb, T, F}, hb2 = {rs->hb2, T, F}, ybuf = {rs->ybuf, T, D};             \
-        (void)c, (void)x, (void)xb, (void)q, (void)k, (void)v, (void)att, (void)hb, (void)hb2,     \
-            (void)ybuf, (void)F;                                                                   \
-        stmt;                                                                                      \
+    /* The block's buffers on each rank: the evaluation's in-place residual stream. */
+    qw_block_io io[n];
+    qw_block_io *iop[n];
+    for (int i = 0; i < n; i++) {
+        qw_runstate *rs = &ranks[i]->rs;
+        io[i] = (qw_block_io){.be = &ranks[i]->be,
+                              .cfg = &ranks[i]->cfg,
+                              .B = 1,
+                              .T = T,
+                              .rope_cos = rs->rope_cos,
+                              .rope_sin = rs->rope_sin,
+                              .res = rs->x,
+                              .ln1 = rs->xb,
+                              .q = rs->q,
+                              .k = rs->k,
+                              .v = rs->v,
+                              .scores = rs->scores,
+                              .att = rs->att,
+                              .mid = rs->x,
+                              .ln2 = rs->xb,
+                              .g = rs->hb,
+                              .u = rs->hb2,
+                              .h = rs->hb,
+                              .ybuf = rs->ybuf,
+                              .out = rs->x};
+        iop[i] = &io[i];
     }
-#define LIN(kind, y, in)                                                                           \
-    do {                                                                                           \
-        st = linear_forward(r, &lin[kind], (y).data, (in).data, T, NULL, &nm, err);                \
-        if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;                     \
-    } while (0)
-#define ROW(kind, in)                                                                              \
-    do {                                                                                           \
-        st = row_parallel(ranks, n, l * QW_LINEAR_KINDS + (kind), rs_ybuf, in, T, &nm, err);       \
-        if (st != QS_OK) return st;                                                                \
-    } while (0)
+    fwd_hooks fh = {ranks, &nm};
+    qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
+    qs_status st;
     for (int l = start; l < L; l++) {
         qw_prefix_cache_reached(pc, l, fq, ranks[0]->rs.x);
-        /* attention sub-block */
-        EACH({
-            qw_linear *lin = &r->lin[l * QW_LINEAR_KINDS];
-            OPS(r)->rmsnorm(&r->be, &xb, &x, r->attn_norm[l], c->norm_eps);
-            LIN(QW_LINEAR_Q, q, xb);
-            LIN(QW_LINEAR_K, k, xb);
-            LIN(QW_LINEAR_V, v, xb);
-            OPS(r)->rope(&r->be, &q, rs->rope_cos, rs->rope_sin, H, E);
-            OPS(r)->rope(&r->be, &k, rs->rope_cos, rs->rope_sin, G, E);
-            OPS(r)->attention(&r->be, &att, &q, &k, &v, rs->scores, H, G, E);
-        });
-        ROW(QW_LINEAR_O, rs_att);
-        EACH(OPS(r)->residual(&r->be, &x, &ybuf));
-        /* MLP sub-block */
-        EACH({
-            qw_linear *lin = &r->lin[l * QW_LINEAR_KINDS];
-            OPS(r)->rmsnorm(&r->be, &xb, &x, r->ffn_norm[l], c->norm_eps);
-            LIN(QW_LINEAR_GATE, hb, xb);
-            LIN(QW_LINEAR_UP, hb2, xb);
-            OPS(r)->swiglu(&r->be, &hb, &hb, &hb2);
-        });
-        ROW(QW_LINEAR_DOWN, rs_hb);
-        EACH(OPS(r)->residual(&r->be, &x, &ybuf));
+        for (int i = 0; i < n; i++) {
+            io[i].norm1 = ranks[i]->attn_norm[l];
+            io[i].norm2 = ranks[i]->ffn_norm[l];
+        }
+        st = qw_block_forward(iop, n, l, &hooks, err);
+        if (st != QS_OK) return st;
     }
-#undef LIN
-#undef ROW
     qw_prefix_cache_reached(pc, L, fq, ranks[0]->rs.x);
     int R = T - row0; /* rows of logits wanted */
     for (int i = 0; i < n; i++) {
@@ -202,7 +207,6 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
             OPS(r)->download(&r->be, gathered + r->vocab0, (size_t)vocab_full, &lg);
         }
     }
-#undef EACH
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;
     return QS_OK;
 }

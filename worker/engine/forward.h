@@ -1,4 +1,5 @@
-/* The Llama forward pass, written once over the ops table (ops.h), and what it reads: the
+/* The Llama forward pass of evaluation over the ops table (ops.h) and the one block
+ * definition (block.h), and what it reads: the
  * engine-internal view of a model (its tensors in their current form, its backend and run
  * state) as one or more ranks. model.c builds the single rank of an unsharded model; shard.c
  * builds the N ranks of a tensor-parallel one (Megatron-LM, arXiv 1909.08053). Not a public

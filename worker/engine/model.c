@@ -1,7 +1,7 @@
 /* The Llama model of qsweep's engine (model.h): weights (weights.h), quantized forms, run state
  * (runstate.h) and backend (ops.h) put together (the struct: model_internal.h), the SQNR probe
  * and the prefix cache; policies are applied in apply_policy.c. The forward pass itself is
- * written once over the ops table, at the end of this file; it reads like modeling_llama.py
+ * forward.c over the one block definition (block.c); it reads like modeling_llama.py
  * (shapes: T = tokens, D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim,
  * V = vocab). */
 #include "model.h"

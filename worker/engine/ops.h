@@ -11,8 +11,9 @@
  *   bit; training's attention keeps its probabilities for the backward.
  * - the table qw_ops, whose entries take backend memory (qw_tensor handles for evaluation, raw
  *   pointers for training) so that the CUDA backend (ops_cuda.h) plugs in with device pointers;
- *   the evaluation forward (forward.c) and the trainable model (worker/train/tmodel.c) are each
- *   written once over the table. The CPU table (qw_ops_cpu) calls the free functions.
+ *   the Llama block (block.c: forward and backward) is written once over the table, and the
+ *   evaluation forward (forward.c) and the trainable model (worker/train/tmodel.c) both run it.
+ *   The CPU table (qw_ops_cpu) calls the free functions.
  *
  * A backend owns its buffers: the run state (runstate.h) and the trainable model take their one
  * allocation from the backend's alloc, and the per-thread scratch a linear needs (weight pieces

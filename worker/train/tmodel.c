@@ -1,4 +1,6 @@
-/* The trainable Llama model (tmodel.h), written once over the ops table (worker/engine/ops.h).
+/* The trainable Llama model (tmodel.h) over the ops table (worker/engine/ops.h): embeddings,
+ * the engine's block (block.h) with saved activations and the recipe's linears, final norm,
+ * lm_head and cross-entropy, forward and backward.
  * Shapes: N = B*T rows, D dim, F hidden_dim, H heads, G kv heads, E head_dim, V vocab,
  * L layers. */
 #include "tmodel.h"
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
 #include "philox.h"
 
 /* Activations of one block, saved by the forward for the backward (backend memory). */
@@ -454,14 +457,80 @@ static float *lm_head_g(qw_tmodel *m) {
 #define LIN_BWD(layer, idx, dx, acc, dW, dy, x, W, in, out)                                        \
     TRY(qw_qlinear_backward(&m->env, layer, idx, dx, acc, dW, dy, x, W, N, in, out, err))
 
+/* The parameter tensor (block.h kind) of block l's linear, its inputs and outputs. */
+static qw_tensor_view *block_linear(qw_tmodel *m, int l, int kind, int *in, int *out) {
+    const qw_config *c = &m->cfg;
+    int D = c->dim, F = c->hidden_dim, HE = c->n_heads * c->head_dim,
+        GE = c->n_kv_heads * c->head_dim;
+    static const int tensor_of[QW_TMODEL_KINDS] = {1, 2, 3, 4, 6, 7, 8};
+    int ins[QW_TMODEL_KINDS] = {D, D, D, HE, D, D, F};
+    int outs[QW_TMODEL_KINDS] = {HE, GE, GE, D, F, F, D};
+    *in = ins[kind];
+    *out = outs[kind];
+    return &m->tensors[TIDX(l, tensor_of[kind])];
+}
+
+/* The block's linears: the recipe's (qlinear.h), linear index l*7 + kind. */
+static qs_status hook_linear(void *user, int rank, int l, int kind, float *y, const float *x,
+                             int rows, qs_error *err) {
+    (void)rank;
+    qw_tmodel *m = user;
+    int in, out;
+    qw_tensor_view *t = block_linear(m, l, kind, &in, &out);
+    return qw_qlinear_forward(&m->env, l, l * QW_TMODEL_KINDS + kind, y, x, t->data, rows, in, out,
+                              err);
+}
+
+static qs_status hook_linear_bwd(void *user, int l, int kind, float *dx, int acc, const float *dy,
+                                 const float *x, int rows, qs_error *err) {
+    qw_tmodel *m = user;
+    int in, out;
+    qw_tensor_view *t = block_linear(m, l, kind, &in, &out);
+    return qw_qlinear_backward(&m->env, l, l * QW_TMODEL_KINDS + kind, dx, acc, t->grad, dy, x,
+                               t->data, rows, in, out, err);
+}
+
+static qw_block_hooks block_hooks(qw_tmodel *m) {
+    return (qw_block_hooks){hook_linear, NULL, hook_linear_bwd, m};
+}
+
+/* Block l's saved activations as the block's buffers. */
+static qw_block_io block_io(qw_tmodel *m, int l) {
+    block_acts *a = &m->blocks[l];
+    qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
+    return (qw_block_io){.be = m->be,
+                         .cfg = &m->cfg,
+                         .B = m->B,
+                         .T = m->T,
+                         .save = 1,
+                         .norm1 = tv[0].data,
+                         .norm2 = tv[5].data,
+                         .rope_cos = m->rope_cos,
+                         .rope_sin = m->rope_sin,
+                         .res = a->res,
+                         .ln1 = a->ln1,
+                         .rstd1 = a->rstd1,
+                         .q = a->q,
+                         .k = a->k,
+                         .v = a->v,
+                         .probs = a->probs,
+                         .att = a->atty,
+                         .mid = a->mid,
+                         .ln2 = a->ln2,
+                         .rstd2 = a->rstd2,
+                         .g = a->g,
+                         .u = a->u,
+                         .h = a->h,
+                         .ybuf = m->ybuf,
+                         .out = l + 1 < m->cfg.n_layers ? m->blocks[l + 1].res : m->res_final};
+}
+
 qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t *targets,
                             uint32_t step, double *loss, qs_error *err) {
     const qw_config *c = &m->cfg;
     qw_backend *be = m->be;
     const qw_ops *ops = be->ops;
-    int N = m->N, B = m->B, T = m->T, D = c->dim, F = c->hidden_dim, H = c->n_heads,
-        G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size, L = c->n_layers;
-    int HE = H * E, GE = G * E;
+    int N = m->N, D = c->dim, V = c->vocab_size, L = c->n_layers;
     float eps = c->norm_eps;
     m->have_targets = 0;
     for (int i = 0; i < N; i++) {
@@ -477,26 +546,11 @@ qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t
     m->step = step;
     m->env.step = step;
     TRY(ops->embedding_fwd(be, m->blocks[0].res, m->tokens, m->tensors[0].data, N, D, err));
+    qw_block_hooks h = block_hooks(m);
     for (int l = 0; l < L; l++) {
-        block_acts *a = &m->blocks[l];
-        qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
-        float *next = l + 1 < L ? m->blocks[l + 1].res : m->res_final;
-        int li = l * QW_TMODEL_KINDS;
-        TRY(ops->rmsnorm_fwd(be, a->ln1, a->rstd1, a->res, tv[0].data, N, D, eps, err));
-        LIN_FWD(l, li + 0, a->q, a->ln1, tv[1].data, D, HE);
-        LIN_FWD(l, li + 1, a->k, a->ln1, tv[2].data, D, GE);
-        LIN_FWD(l, li + 2, a->v, a->ln1, tv[3].data, D, GE);
-        TRY(ops->rope_fwd(be, a->q, m->rope_cos, m->rope_sin, B, T, H, E, err));
-        TRY(ops->rope_fwd(be, a->k, m->rope_cos, m->rope_sin, B, T, G, E, err));
-        TRY(ops->attention_fwd(be, a->atty, a->probs, a->q, a->k, a->v, B, T, H, G, E, err));
-        LIN_FWD(l, li + 3, m->ybuf, a->atty, tv[4].data, HE, D);
-        TRY(ops->add(be, a->mid, a->res, m->ybuf, (size_t)N * D, err));
-        TRY(ops->rmsnorm_fwd(be, a->ln2, a->rstd2, a->mid, tv[5].data, N, D, eps, err));
-        LIN_FWD(l, li + 4, a->g, a->ln2, tv[6].data, D, F);
-        LIN_FWD(l, li + 5, a->u, a->ln2, tv[7].data, D, F);
-        TRY(ops->swiglu_fwd(be, a->h, a->g, a->u, (size_t)N * F, err));
-        LIN_FWD(l, li + 6, m->ybuf, a->h, tv[8].data, F, D);
-        TRY(ops->add(be, next, a->mid, m->ybuf, (size_t)N * D, err));
+        qw_block_io io = block_io(m, l);
+        qw_block_io *iop = &io;
+        TRY(qw_block_forward(&iop, 1, l, &h, err));
     }
     TRY(ops->rmsnorm_fwd(be, m->lnf, m->rstdf, m->res_final, m->tensors[TIDX(L, 0)].data, N, D, eps,
                          err));
@@ -521,9 +575,7 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
     const qw_config *c = &m->cfg;
     qw_backend *be = m->be;
     const qw_ops *ops = be->ops;
-    int N = m->N, B = m->B, T = m->T, D = c->dim, F = c->hidden_dim, H = c->n_heads,
-        G = c->n_kv_heads, E = c->head_dim, V = c->vocab_size, L = c->n_layers;
-    int HE = H * E, GE = G * E;
+    int N = m->N, D = c->dim, V = c->vocab_size, L = c->n_layers;
     TRY(ops->crossentropy_bwd(be, m->logits, m->targets, N, V, scale / (float)N, err));
     LIN_BWD(-1, L * QW_TMODEL_KINDS, m->dln, 0, lm_head_g(m), m->logits, m->lnf, lm_head_w(m), D,
             V);
@@ -531,28 +583,13 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
     qw_tensor_view *fn = &m->tensors[TIDX(L, 0)];
     TRY(ops->rmsnorm_bwd(be, m->dres, fn->grad, m->dln, m->res_final, fn->data, m->rstdf, N, D,
                          err));
+    qw_block_hooks h = block_hooks(m);
     for (int l = L - 1; l >= 0; l--) {
-        block_acts *a = &m->blocks[l];
+        qw_block_io io = block_io(m, l);
         qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
-        int li = l * QW_TMODEL_KINDS;
-        /* MLP: next = mid + down(h) */
-        LIN_BWD(l, li + 6, m->dh, 0, tv[8].grad, m->dres, a->h, tv[8].data, F, D);
-        TRY(ops->swiglu_bwd(be, m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F, err));
-        LIN_BWD(l, li + 4, m->dln, 0, tv[6].grad, m->dg, a->ln2, tv[6].data, D, F);
-        LIN_BWD(l, li + 5, m->dln, 1, tv[7].grad, m->du, a->ln2, tv[7].data, D, F);
-        TRY(ops->rmsnorm_bwd(be, m->dres, tv[5].grad, m->dln, a->mid, tv[5].data, a->rstd2, N, D,
-                             err));
-        /* attention: mid = res + o(atty) */
-        LIN_BWD(l, li + 3, m->datty, 0, tv[4].grad, m->dres, a->atty, tv[4].data, HE, D);
-        TRY(ops->attention_bwd(be, m->dq, m->dk, m->dv, m->att_scratch, m->datty, a->q, a->k, a->v,
-                               a->probs, B, T, H, G, E, err));
-        TRY(ops->rope_bwd(be, m->dq, m->rope_cos, m->rope_sin, B, T, H, E, err));
-        TRY(ops->rope_bwd(be, m->dk, m->rope_cos, m->rope_sin, B, T, G, E, err));
-        LIN_BWD(l, li + 0, m->dln, 0, tv[1].grad, m->dq, a->ln1, tv[1].data, D, HE);
-        LIN_BWD(l, li + 1, m->dln, 1, tv[2].grad, m->dk, a->ln1, tv[2].data, D, GE);
-        LIN_BWD(l, li + 2, m->dln, 1, tv[3].grad, m->dv, a->ln1, tv[3].data, D, GE);
-        TRY(ops->rmsnorm_bwd(be, m->dres, tv[0].grad, m->dln, a->res, tv[0].data, a->rstd1, N, D,
-                             err));
+        qw_block_grads g = {m->dres, tv[0].grad, tv[5].grad, m->dln, m->datty, m->dq,
+                            m->dk,   m->dv,      m->dh,      m->dg,  m->du,    m->att_scratch};
+        TRY(qw_block_backward(&io, l, &g, &h, err));
     }
     return ops->embedding_bwd(be, m->tensors[0].grad, m->dres, m->tokens, N, D, err);
 }

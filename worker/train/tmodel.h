@@ -1,9 +1,11 @@
 /* The trainable Llama model: parameters, gradients, AdamW moments and activations carved out
  * of ONE allocation of its backend per (config, batch B, sequence length T), a training forward
- * that saves what the backward needs, and the backward (llm.c's GPT2 struct, for Llama), written
- * once over the engine's ops table (worker/engine/ops.h): every step is a table entry, so the
- * same code trains on the CPU backend and on CUDA, and never reads the backend's memory from the
- * host except through the table's fetch.
+ * that saves what the backward needs, and the backward (llm.c's GPT2 struct, for Llama), over
+ * the engine's ops table (worker/engine/ops.h) and its one block definition
+ * (worker/engine/block.h, the block the evaluation runs too, here with save on and the
+ * recipe's linears as hooks): every step is a table entry, so the same code trains on the CPU
+ * backend and on CUDA, and never reads the backend's memory from the host except through the
+ * table's fetch.
  *
  * Architecture as worker/engine/model.h (Hugging Face LlamaForCausalLM): embeddings, per block
  * x += o(attn(rope(q(rms(x))), rope(k(rms(x))), v(rms(x)))) and
