@@ -6,9 +6,15 @@
 # tests/cli/data/tiny_results.md, which that same command produced. ctest runs this with
 # OPENBLAS_CORETYPE=Haswell: OpenBLAS's AVX-512 and AVX2 kernels differ in the last printed
 # digit of the baseline, the worker count and threads do not change a digit.
-# Regenerate the expected table (only after a deliberate numerics change):
+# The same for the fused-scale form (NVFP4 W4A16 with sensitivity.fuse: [qkv, gate_up]) against
+# tests/cli/data/tiny_results_fused.md, the shortened form of docs/checkpoints.md's table.
+# Regenerate the expected tables (only after a deliberate numerics change):
 #   OPENBLAS_CORETYPE=Haswell build/release/cli/qsweep run experiments/tiny.yaml > run.txt
 #   python3 tools/results_table.py update run.txt tests/cli/data/tiny_results.md
+#   OPENBLAS_CORETYPE=Haswell build/release/cli/qsweep run experiments/tiny.yaml \
+#     --set name=tiny-fused --set 'sensitivity.formats=[nvfp4]' \
+#     --set 'sensitivity.quantize=[weights]' --set '+sensitivity.fuse=[qkv,gate_up]' > fused.txt
+#   python3 tools/results_table.py update fused.txt tests/cli/data/tiny_results_fused.md
 # Usage: results_table_test.sh QSWEEP_BIN SOURCE_DIR
 set -euo pipefail
 qsweep=$1
@@ -24,6 +30,15 @@ if ! XDG_DATA_HOME="$dir/data" XDG_STATE_HOME="$dir/state" \
   exit 1
 fi
 python3 "$src/tools/results_table.py" check "$dir/run.txt" "$expected"
+if ! XDG_DATA_HOME="$dir/data" XDG_STATE_HOME="$dir/state" \
+  "$qsweep" run "$src/experiments/tiny.yaml" --set name=tiny-fused \
+  --set 'sensitivity.formats=[nvfp4]' --set 'sensitivity.quantize=[weights]' \
+  --set '+sensitivity.fuse=[qkv,gate_up]' >"$dir/fused.txt" 2>&1; then
+  tr '\r' '\n' <"$dir/fused.txt" | tail -n 40
+  echo "results_table_test: qsweep run experiments/tiny.yaml with fused scales failed"
+  exit 1
+fi
+python3 "$src/tools/results_table.py" check "$dir/fused.txt" "$src/tests/cli/data/tiny_results_fused.md"
 # The check is not vacuous: one changed cell is reported, and a file without the block refused.
 sed -E '0,/^\| 1 \| /s/^\| 1 \| ([a-z]+) /| 1 | \1x /' "$expected" >"$dir/changed.md"
 rc=0
