@@ -1,4 +1,4 @@
--- FP4 training sweeps (issue 11): loss curves and final metrics of `train` jobs.
+-- FP4 training sweeps: loss curves and final metrics of `train` jobs.
 -- A train job's spec names its recipe as {"recipe": {"name": "nvfp4", ...}} next to the shape
 -- ({"shape": {"name": "tiny", ...}}), learning rate ("lr"), seed ("seed") and the rest of its
 -- settings; curve points are results with step >= 0 (train_loss, val_loss, lr, grad_norm,

@@ -1,4 +1,4 @@
--- Text datasets (issue 13): a job whose chunks start with BOS records "dataset.bos_id" in
+-- Text datasets: a job whose chunks start with BOS records "dataset.bos_id" in
 -- its spec (kinds/spec.h). Its baseline is the one with the same BOS: the same text as a
 -- token file, without BOS, has the same dataset digest but other reference log-probabilities.
 -- Specs without BOS have no bos_id, so the match is what it was for them.

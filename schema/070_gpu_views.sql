@@ -1,4 +1,4 @@
--- GPU workers (issue 12 item 5): what each worker offers and what each job asks, for SQL.
+-- GPU workers: what each worker offers and what each job asks, for SQL.
 -- workers.gpus is the JSON array the coordinator stores from each HELLO
 -- ([{"name", "memory_mb", "cc", "native_fp4"}], coordinator/server/handlers.c); jobs.resources
 -- is {"gpus", "gpu_mem_mb"} plus "native_fp4": true when asked (kinds/resources.h computes

@@ -1,4 +1,4 @@
--- GPU workers (issue 12): the GEMM path each job ran with. A baseline or eval job records it
+-- GPU workers: the GEMM path each job ran with. A baseline or eval job records it
 -- as one final metric "gemm_path.<path>" = 1 (worker/jobs/jobs_backend.h), path one of cpu
 -- (the CPU backend), fp32 / bf16 (the CUDA backend's cuBLAS GEMMs), native_fp4 (cuBLASLt
 -- block-scaled FP4 on compute capability 10.x) or emulated_bf16 (FP4 dequantized to BF16,
