@@ -3,9 +3,9 @@
  * state durable in a private PostgreSQL cluster (fsync on), for W = 64, 256, 1024.
  *
  * A simulated worker speaks the real protocol (proto/qsweep.proto): HELLO, READY; on ASSIGN
- * it answers at once with a final RESULT of M metrics; on ACK (sent by the coordinator only
- * once the result is durable) it says READY again. Two phases per W, each on a fresh
- * database:
+ * it answers at once with a final RESULT of M metrics, carrying the ASSIGN's attempt token; on
+ * ACK (sent by the coordinator only once the result is durable) it says READY again. Two
+ * phases per W, each on a fresh database:
  *   1. no-op jobs (M = 1): durable job completions per second, from the first ASSIGN to the
  *      last ACK (an ACK is sent only once its result is committed);
  *   2. metric-heavy jobs (M = 500, a per-layer sweep's size): metric rows ingested per second,
@@ -159,6 +159,7 @@ static void serve(sim_state *st, void *sock) {
                 Qsweep__Result r = QSWEEP__RESULT__INIT;
                 r.job_id = in->assign->job_id;
                 r.attempt = in->assign->attempt;
+                r.token = in->assign->attempt_token; /* the attempt's proof of holding it */
                 r.final = true;
                 r.n_metrics = (size_t)st->metrics;
                 r.metrics = st->mp;
