@@ -87,8 +87,11 @@ void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 
 /* ---------------------------------------------------------------- RoPE */
 
-void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh,
-                           int E, int nt) {
+/* Rotates pairs (x[j], x[j+E/2]) of every head by sign * angle: +1 the forward rotation, -1
+ * its transpose (the backward). Negating sin is exact, so both directions round as the
+ * forward always did. */
+static void rope_rotate(float *x, const float *cosb, const float *sinb, float sign, int B, int T,
+                        int nh, int E, int nt) {
     int h2 = E / 2, N = B * T;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++) {
@@ -97,31 +100,22 @@ void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B
         for (int h = 0; h < nh; h++) {
             float *v = x + ((size_t)i * nh + h) * E;
             for (int j = 0; j < h2; j++) {
-                float x1 = v[j], x2 = v[j + h2];
-                v[j] = x1 * c[j] - x2 * s[j];
-                v[j + h2] = x2 * c[j] + x1 * s[j];
+                float x1 = v[j], x2 = v[j + h2], sj = sign * s[j];
+                v[j] = x1 * c[j] - x2 * sj;
+                v[j + h2] = x2 * c[j] + x1 * sj;
             }
         }
     }
 }
 
+void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh,
+                           int E, int nt) {
+    rope_rotate(x, cosb, sinb, 1.0f, B, T, nh, E, nt);
+}
+
 void qw_train_rope_backward(float *dx, const float *cosb, const float *sinb, int B, int T, int nh,
                             int E, int nt) {
-    /* The rotation's transpose: rotate by -angle. */
-    int h2 = E / 2, N = B * T;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = i % T;
-        const float *c = cosb + (size_t)t * h2, *s = sinb + (size_t)t * h2;
-        for (int h = 0; h < nh; h++) {
-            float *v = dx + ((size_t)i * nh + h) * E;
-            for (int j = 0; j < h2; j++) {
-                float d1 = v[j], d2 = v[j + h2];
-                v[j] = d1 * c[j] + d2 * s[j];
-                v[j + h2] = d2 * c[j] - d1 * s[j];
-            }
-        }
-    }
+    rope_rotate(dx, cosb, sinb, -1.0f, B, T, nh, E, nt);
 }
 
 /* ---------------------------------------------------------------- attention */
