@@ -145,6 +145,23 @@ static void e8m0_row(FILE *f, uint32_t b) {
 #define E8M0_ORACLE                                                                                \
     "__nv_cvt_float_to_e8m0(amax*(1.0f/6.0f), __NV_SATFINITE, cudaRoundPosInf); amax=0 -> 0x00"
 
+/* One element codec's table: the header, the edge inputs, then 4000 splitmix64 inputs of
+ * magnitude up to `range`, each row written by row(f, bits). Returns 0, or 1 on an I/O error. */
+static int write_element_table(const char *dir, const char *name, const char *what,
+                               const char *oracle, const char *columns, const uint32_t *edges,
+                               size_t n_edges, float range, void (*row)(FILE *, uint32_t)) {
+    FILE *f = open_out(dir, name);
+    if (!f) return 1;
+    header(f, what, oracle);
+    fprintf(f, "# Rows: %zu edge cases, then 4000 inputs from splitmix64.\n", n_edges);
+    fprintf(f, "%s\n", columns);
+    for (size_t i = 0; i < n_edges; i++)
+        row(f, edges[i]);
+    for (int i = 0; i < 4000; i++)
+        row(f, sample_bits(range));
+    return fclose(f) != 0;
+}
+
 static int write_e2m1(const char *dir) {
     /* every rounding boundary of docs/numerics.md's decision table, exactly and one ulp
      * either side, then signs, specials and FP32 extremes */
@@ -157,17 +174,8 @@ static int write_e2m1(const char *dir) {
         0x4E6E6B28, 0xBE800000, 0xBE851EB8, 0xC0A00000, 0xC0E00000, 0x0DA24260, 0x00000001,
         0x80000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
         0x7FC00000, 0xFFC00000, 0x7FC00001, 0x7F800001};
-    FILE *f = open_out(dir, "e2m1.tsv");
-    if (!f) return 1;
-    header(f, E2M1_WHAT, E2M1_ORACLE);
-    fprintf(f, "# Rows: %zu edge cases, then 4000 inputs from splitmix64.\n",
-            sizeof edges / sizeof edges[0]);
-    fprintf(f, "bits\tvalue\trne\trz\n");
-    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
-        e2m1_row(f, edges[i]);
-    for (int i = 0; i < 4000; i++)
-        e2m1_row(f, sample_bits(8.0f));
-    return fclose(f) != 0;
+    return write_element_table(dir, "e2m1.tsv", E2M1_WHAT, E2M1_ORACLE, "bits\tvalue\trne\trz",
+                               edges, sizeof edges / sizeof edges[0], 8.0f, e2m1_row);
 }
 
 static int write_e4m3(const char *dir) {
@@ -176,17 +184,8 @@ static int write_e4m3(const char *dir) {
         0x49742400, 0xC9742400, 0x400F5C29, 0x3F880000, 0x3F980000, 0x3C23D70A, 0x43710000,
         0x3A800000, 0x3A800001, 0x3B000000, 0x3C800000, 0x3C7FFFFF, 0x3B400000, 0x00000001,
         0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000};
-    FILE *f = open_out(dir, "e4m3.tsv");
-    if (!f) return 1;
-    header(f, E4M3_WHAT, E4M3_ORACLE);
-    fprintf(f, "# Rows: %zu edge cases, then 4000 inputs from splitmix64.\n",
-            sizeof edges / sizeof edges[0]);
-    fprintf(f, "bits\tvalue\te4m3\n");
-    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
-        e4m3_row(f, edges[i]);
-    for (int i = 0; i < 4000; i++)
-        e4m3_row(f, sample_bits(512.0f));
-    return fclose(f) != 0;
+    return write_element_table(dir, "e4m3.tsv", E4M3_WHAT, E4M3_ORACLE, "bits\tvalue\te4m3", edges,
+                               sizeof edges / sizeof edges[0], 512.0f, e4m3_row);
 }
 
 /* FLT_MAX is left out: CUDA gives 0xFD there, while qsweep caps every MX scale at the FLOOR
