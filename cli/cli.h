@@ -1,50 +1,32 @@
 /* The qsweep command: one binary, one function per subcommand.
  *
- * Exit codes (stable, documented in `qsweep --help` and README.md):
- *   0  success
- *   1  usage error (unknown subcommand or option, missing argument)
- *   2  bad input: the grid, a model or token file, a format, an experiment name
- *   3  database error (connecting, a query, migrations)
- *   4  runtime failure (I/O, sockets, a child process, out of memory)
- *   5  the sweep ran, but some of its jobs failed or were cancelled (`run`)
- *   130 interrupted (SIGINT/SIGTERM) */
+ * Exit codes: the one table of every qsweep program, QS_EXIT_* and qs_exit_code in
+ * common/exit_status.h (listed in docs/failures.md and `qsweep --help`). */
 #ifndef QSWEEP_CLI_H
 #define QSWEEP_CLI_H
 
 #include <stdio.h>
 
 #include "error.h"
+#include "exit_status.h"
 #include "grid.h"
 #include "pgserver.h"
 #include "store.h"
 
-enum {
-    QSWEEP_EXIT_OK = 0,
-    QSWEEP_EXIT_USAGE = 1,
-    QSWEEP_EXIT_INPUT = 2,
-    QSWEEP_EXIT_DB = 3,
-    QSWEEP_EXIT_RUNTIME = 4,
-    QSWEEP_EXIT_JOBS_FAILED = 5,
-    QSWEEP_EXIT_INTERRUPTED = 130,
-};
-
-/* The exit code for a failure status (see above). */
-int qsweep_exit_code(qs_status st);
-
 /* Prints "qsweep <cmd>: <message>" on stderr (a leading "<cmd>: " in the message is not
  * repeated; the connection string's password is redacted, qsweep_redact_message) and returns
- * qsweep_exit_code(err->code). */
+ * qs_exit_code(err->code). */
 int qsweep_fail(const char *cmd, const qs_error *err);
 
 /* Flushes standard output at a command's exit and checks it for write errors (fflush,
  * ferror). Returns rc when all went out; else prints "qsweep CMD: writing standard output:
- * <reason>" on stderr and returns rc, or QSWEEP_EXIT_RUNTIME when rc was QSWEEP_EXIT_OK (a
+ * <reason>" on stderr and returns rc, or QS_EXIT_RUNTIME when rc was QS_EXIT_OK (a
  * result that was not written is a failure). cmd: the command's name, or NULL. */
 int qsweep_stdout_close(const char *cmd, int rc);
 
 /* Parses a numeric flag: the whole of arg must be a decimal integer in [lo, hi]. Otherwise
  * prints "qsweep <cmd>: <flag> <arg>: expected an integer in [lo, hi]" on stderr and returns
- * -1 (the caller exits QSWEEP_EXIT_USAGE); 0 and *out set on success. */
+ * -1 (the caller exits QS_EXIT_USAGE); 0 and *out set on success. */
 int qsweep_parse_int(const char *cmd, const char *flag, const char *arg, long lo, long hi,
                      int *out);
 

@@ -623,7 +623,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                         "qsweep plan: --budget-bits %s: expected a number of bits per "
                         "weight in (0, 64]\n",
                         optarg);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             break;
         case 'f':
@@ -632,7 +632,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'j':
             if (strcmp(optarg, "kl_mean") && strcmp(optarg, "ppl")) {
                 fprintf(stderr, "qsweep plan: --objective %s: expected kl_mean or ppl\n", optarg);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             o.objective = optarg;
             break;
@@ -656,10 +656,10 @@ int qsweep_cmd_plan(int argc, char **argv) {
             break;
         case 'h':
             plan_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             plan_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     const char *conninfo = qsweep_db_arg(db);
@@ -669,7 +669,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
         else if (isnan(o.budget))
             fprintf(stderr, "qsweep plan: --budget-bits B is required\n");
         plan_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     o.experiment = argv[optind];
     qs_error err = {0};
@@ -831,5 +831,5 @@ done:
     free(choice);
     free(in.model_path);
     free(in.cost);
-    return st ? qsweep_fail("plan", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("plan", &err) : QS_EXIT_OK;
 }

@@ -40,21 +40,21 @@ static int parse_common(int argc, char **argv, const char *cmd, void (*usage)(FI
         case 'j':
             if (!allow_job) {
                 usage(stderr);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             o->job = optarg;
             break;
         case 'h':
             usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     o->first = optind;
     o->db = qsweep_find_db(o->db, cmd);
-    if (!o->db) return QSWEEP_EXIT_USAGE;
+    if (!o->db) return QS_EXIT_USAGE;
     return -1;
 }
 
@@ -252,7 +252,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     if (argc - o.first > 1) {
         fprintf(stderr, "qsweep status: unexpected argument '%s'\n", argv[o.first + 1]);
         status_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qc_store *s = NULL;
@@ -268,7 +268,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     if (!st) st = print_unfit_needs(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
     free(rows);
     qc_store_close(s);
-    return st ? qsweep_fail("status", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("status", &err) : QS_EXIT_OK;
 }
 
 static void cancel_usage(FILE *out) {
@@ -284,7 +284,7 @@ int qsweep_cmd_cancel(int argc, char **argv) {
     if (rc >= 0) return rc;
     if ((o.job != NULL) == (o.first < argc) || argc - o.first > 1) {
         cancel_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qc_store *s = NULL;
@@ -319,11 +319,11 @@ int qsweep_cmd_cancel(int argc, char **argv) {
     if (st) return qsweep_fail("cancel", &err);
     if (finished) {
         printf("%s: nothing to cancel\n", what);
-        return QSWEEP_EXIT_OK;
+        return QS_EXIT_OK;
     }
     printf("cancel requested for %s %s; the coordinator applies it\n", o.job ? "job" : "experiment",
            o.job ? o.job : exp);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }
 
 static void requeue_usage(FILE *out) {
@@ -342,7 +342,7 @@ int qsweep_cmd_requeue(int argc, char **argv) {
         if (argc - o.first > 1)
             fprintf(stderr, "qsweep requeue: unexpected argument '%s'\n", argv[o.first + 1]);
         requeue_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qc_store *s = NULL;
@@ -352,7 +352,7 @@ int qsweep_cmd_requeue(int argc, char **argv) {
     qc_store_close(s);
     if (st) return qsweep_fail("requeue", &err);
     printf("%zu job(s) of experiment %s queued again\n", n, argv[o.first]);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }
 
 static void workers_usage(FILE *out) {
@@ -402,7 +402,7 @@ int qsweep_cmd_workers(int argc, char **argv) {
     if (o.first < argc) {
         fprintf(stderr, "qsweep workers: unexpected argument '%s'\n", argv[o.first]);
         workers_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qc_store *s = NULL;
@@ -424,7 +424,7 @@ int qsweep_cmd_workers(int argc, char **argv) {
                (long long)w[i].seen_s_ago, w[i].running, gpus);
     }
     free(w);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }
 
 /* The cluster `qsweep db start` started or adopted: kept, never destroyed (volatile: the
@@ -464,10 +464,10 @@ int qsweep_cmd_db(int argc, char **argv) {
             break;
         case 'h':
             db_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             db_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     const char *verb = optind == argc - 1 ? argv[optind] : "";
@@ -481,19 +481,19 @@ int qsweep_cmd_db(int argc, char **argv) {
              * handle stays reachable: no leak report under LeakSanitizer) */
             db_started = pg;
             printf("export QSWEEP_DB='%s'\n", qc_pgserver_conninfo(pg));
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         }
         if (!st) st = qc_pgserver_stop(pg, &err);
         qc_pgserver_destroy(pg);
         if (st) return qsweep_fail("db", &err);
         printf("stopped\n");
-        return QSWEEP_EXIT_OK;
+        return QS_EXIT_OK;
     }
     if (strcmp(verb, "migrate") != 0 || !qsweep_db_arg(db)) {
         if (!strcmp(verb, "migrate"))
             fprintf(stderr, "qsweep db migrate: give --db CONNINFO or set QSWEEP_DB\n");
         db_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     PGconn *conn = PQconnectdb(qsweep_db_arg(db));
     int applied = 0;
@@ -504,5 +504,5 @@ int qsweep_cmd_db(int argc, char **argv) {
     if (st) return qsweep_fail("db migrate", &err);
     printf("%d migration%s applied (%zu known)\n", applied, applied == 1 ? "" : "s",
            qc_schema_migrations_count);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }

@@ -266,10 +266,10 @@ int qsweep_cmd_report(int argc, char **argv) {
             break;
         case 'h':
             report_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             report_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     const char *conninfo = qsweep_db_arg(db);
@@ -277,7 +277,7 @@ int qsweep_cmd_report(int argc, char **argv) {
         if (!conninfo)
             fprintf(stderr, "qsweep report: no database: give --db CONNINFO or set QSWEEP_DB\n");
         report_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     const char *name = argv[optind];
     char path[4096];
@@ -300,5 +300,5 @@ int qsweep_cmd_report(int argc, char **argv) {
     qc_store_close(s);
     if (st) return qsweep_fail("report", &err);
     printf("report of %s written to %s\n", name, path);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }

@@ -472,7 +472,7 @@ int qsweep_cmd_run(int argc, char **argv) {
     size_t n_sets = 0;
     int workers = 2, threads = 0, lease_ms = 10000, c, bad = 0;
     const char *db = NULL, *pg_dir = NULL;
-    if (!sets) return QSWEEP_EXIT_RUNTIME;
+    if (!sets) return QS_EXIT_RUNTIME;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:w:t:d:p:l:h", opts, NULL)) != -1) {
         switch (c) {
@@ -497,11 +497,11 @@ int qsweep_cmd_run(int argc, char **argv) {
         case 'h':
             run_usage(stdout);
             free(sets);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             run_usage(stderr);
             free(sets);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (bad || optind != argc - 1) {
@@ -510,7 +510,7 @@ int qsweep_cmd_run(int argc, char **argv) {
         if (!bad && optind >= argc) fprintf(stderr, "qsweep run: no GRID given\n");
         run_usage(stderr);
         free(sets);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     if (!threads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -662,14 +662,14 @@ int qsweep_cmd_run(int argc, char **argv) {
     }
     run_cleanup(&r);
     int rc = st                                            ? qsweep_fail("run", &err)
-             : (prog.failed + prog.cancelled > 0 || stuck) ? QSWEEP_EXIT_JOBS_FAILED
-                                                           : QSWEEP_EXIT_OK;
+             : (prog.failed + prog.cancelled > 0 || stuck) ? QS_EXIT_JOBS_FAILED
+                                                           : QS_EXIT_OK;
     if (!st && stuck)
         fprintf(stderr,
                 "qsweep run: stopped with %lld job(s) pending: %s. Run them where workers have "
                 "such GPUs (qsweep worker --connect ...), or change the grid's resources\n",
                 (long long)prog.pending, stuck_why);
-    if (!st && rc == QSWEEP_EXIT_JOBS_FAILED && prog.failed + prog.cancelled > 0)
+    if (!st && rc == QS_EXIT_JOBS_FAILED && prog.failed + prog.cancelled > 0)
         fprintf(stderr,
                 "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",
                 (long long)prog.failed, (long long)prog.cancelled);

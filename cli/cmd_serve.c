@@ -64,7 +64,7 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
             break;
         case 'l':
             if (qsweep_parse_int("coordinator", "--lease-ms", optarg, 100, INT_MAX, &o.lease_ms))
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             break;
         case 'q':
             o.quiet = true;
@@ -74,10 +74,10 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
             break;
         case 'h':
             coordinator_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             coordinator_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     o.conninfo = qsweep_db_arg(db);
@@ -86,7 +86,7 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
             fprintf(stderr,
                     "qsweep coordinator: no database: give --db CONNINFO or set QSWEEP_DB\n");
         coordinator_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     const char *curve = getenv("QSWEEP_CURVE_SECRET");
     if (curve && *curve) o.curve_secret_key = curve;
@@ -94,19 +94,19 @@ int qsweep_cmd_coordinator(int argc, char **argv) {
     if (!authorized && authorized_env && *authorized_env) authorized = authorized_env;
     if (authorized && !*authorized) {
         fprintf(stderr, "qsweep coordinator: --authorized-keys: empty file name\n");
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     if (authorized && !o.curve_secret_key) {
         fprintf(stderr,
                 "qsweep coordinator: an allow-list of worker keys (%s) needs CURVE: set "
                 "$QSWEEP_CURVE_SECRET to the coordinator's secret key (qsweep keygen)\n",
                 authorized);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     o.curve_allowed_keys = authorized;
     qs_error err = {0};
     qs_status st = qc_server_run(&o, &err);
-    return st ? qsweep_fail("coordinator", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("coordinator", &err) : QS_EXIT_OK;
 }
 
 static void worker_usage(FILE *out) {
@@ -179,11 +179,11 @@ int qsweep_cmd_worker(int argc, char **argv) {
             break;
         case 't':
             if (qsweep_parse_int("worker", "--threads", optarg, 1, 1024, &o.threads))
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             break;
         case 'e':
             if (qsweep_parse_int("worker", "--exit-when-idle", optarg, 1, 2000000, &idle_s))
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             o.exit_when_idle_ms = idle_s * 1000;
             break;
         case 'q':
@@ -191,15 +191,15 @@ int qsweep_cmd_worker(int argc, char **argv) {
             break;
         case 'h':
             worker_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             worker_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         worker_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     o.curve_server_key = getenv("QSWEEP_CURVE_SERVER");
     o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");
@@ -211,13 +211,13 @@ int qsweep_cmd_worker(int argc, char **argv) {
     qw_gpu_discover(all, QW_GPUS_MAX, &n_all, why, sizeof why);
     if (qw_gpu_select(all, n_all, gpus_arg, why, chosen, QW_GPUS_MAX, &o.n_gpus, &err)) {
         fprintf(stderr, "qsweep worker: %s\n", err.msg);
-        return QSWEEP_EXIT_INPUT;
+        return QS_EXIT_INPUT;
     }
     o.gpus = chosen;
     qw_jobs_backend be; /* the job kinds' backend (worker/jobs/jobs_backend.h) */
     if (qw_jobs_backend_config(backend_arg, chosen, o.n_gpus, qw_backend_cuda_built(), &be, &err)) {
         fprintf(stderr, "qsweep worker: %s\n", err.msg);
-        return err.code == QS_EUNSUPPORTED ? QSWEEP_EXIT_INPUT : QSWEEP_EXIT_USAGE;
+        return err.code == QS_EUNSUPPORTED ? QS_EXIT_INPUT : QS_EXIT_USAGE;
     }
     qw_jobs_backend_set(&be);
     be = qw_jobs_backend_get(); /* the CPU when the CUDA module cannot be loaded (it says why) */
@@ -237,7 +237,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
     }
     qs_status st = qsweep_register_worker_kinds(&err); /* every kind (cli/kind_table.c) */
     if (!st) st = qw_run(&o, &err);
-    return st ? qsweep_fail("worker", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("worker", &err) : QS_EXIT_OK;
 }
 
 static void keygen_usage(FILE *out) {
@@ -304,22 +304,22 @@ int qsweep_cmd_keygen(int argc, char **argv) {
             break;
         case 'h':
             keygen_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             keygen_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "qsweep keygen: unexpected argument '%s'\n", argv[optind]);
         keygen_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {
         fprintf(stderr, "qsweep keygen: zmq_curve_keypair: %s (libzmq built without CURVE?)\n",
                 zmq_strerror(zmq_errno()));
-        return QSWEEP_EXIT_RUNTIME;
+        return QS_EXIT_RUNTIME;
     }
     char exports[160];
     snprintf(exports, sizeof exports,
@@ -329,7 +329,7 @@ int qsweep_cmd_keygen(int argc, char **argv) {
         if (snprintf(key, sizeof key, "%s.key", prefix) >= (int)sizeof key ||
             snprintf(pubf, sizeof pubf, "%s.pub", prefix) >= (int)sizeof pubf) {
             fprintf(stderr, "qsweep keygen: --out %s: path too long\n", prefix);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
         snprintf(publine, sizeof publine, "%s\n", pub);
         qs_error err = {0};
@@ -342,11 +342,11 @@ int qsweep_cmd_keygen(int argc, char **argv) {
         memset(sec, 0, sizeof sec);
         if (st) return qsweep_fail("keygen", &err);
         printf("secret key pair in %s (mode 0600), public key in %s: %s\n", key, pubf, pub);
-        return QSWEEP_EXIT_OK;
+        return QS_EXIT_OK;
     }
     if (env)
         fputs(exports, stdout);
     else
         printf("public='%s'\nsecret='%s'\n", pub, sec);
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }

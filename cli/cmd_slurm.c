@@ -5,7 +5,7 @@
  * The batch script is deploy/slurm/qsweep-worker.sbatch, embedded in the binary
  * (slurm_script.h) and given to sbatch on its standard input; its settings travel in the
  * environment (sbatch's default --export=ALL): QSWEEP_BIN (this binary), QSWEEP_CONNECT,
- * QSWEEP_EXIT_WHEN_IDLE. */
+ * QS_EXIT_WHEN_IDLE. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -75,7 +75,7 @@ static qs_status run_sbatch(char *const *argv, const char *connect, int idle, ch
         close(out[1]);
         setenv("QSWEEP_BIN", qsweep_self_exe(), 1);
         setenv("QSWEEP_CONNECT", connect, 1);
-        setenv("QSWEEP_EXIT_WHEN_IDLE", idle_s, 1);
+        setenv("QS_EXIT_WHEN_IDLE", idle_s, 1);
         execvp(argv[0], argv);
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -126,7 +126,7 @@ int qsweep_cmd_slurm(int argc, char **argv) {
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    if (!sets) return QSWEEP_EXIT_RUNTIME;
+    if (!sets) return QS_EXIT_RUNTIME;
     size_t n_sets = 0;
     int workers = 0, idle = 120, c, rc = -1;
     const char *connect = getenv("QSWEEP_CONNECT"), *db = NULL;
@@ -135,14 +135,14 @@ int qsweep_cmd_slurm(int argc, char **argv) {
         switch (c) {
         case 'w':
             if (qsweep_parse_int("slurm", "--workers", optarg, 1, 100000, &workers))
-                rc = QSWEEP_EXIT_USAGE;
+                rc = QS_EXIT_USAGE;
             break;
         case 'c':
             connect = optarg;
             break;
         case 'e':
             if (qsweep_parse_int("slurm", "--exit-when-idle", optarg, 0, 2000000, &idle))
-                rc = QSWEEP_EXIT_USAGE;
+                rc = QS_EXIT_USAGE;
             break;
         case 's':
             sets[n_sets++] = optarg;
@@ -152,15 +152,15 @@ int qsweep_cmd_slurm(int argc, char **argv) {
             break;
         case 'p':
             fputs(qsweep_slurm_sbatch, stdout);
-            rc = QSWEEP_EXIT_OK;
+            rc = QS_EXIT_OK;
             break;
         case 'h':
             slurm_usage(stdout);
-            rc = QSWEEP_EXIT_OK;
+            rc = QS_EXIT_OK;
             break;
         default:
             slurm_usage(stderr);
-            rc = QSWEEP_EXIT_USAGE;
+            rc = QS_EXIT_USAGE;
         }
     }
     if (rc >= 0) {
@@ -184,7 +184,7 @@ int qsweep_cmd_slurm(int argc, char **argv) {
         fprintf(stderr, "qsweep slurm: %s\n", problem);
         slurm_usage(stderr);
         free(sets);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     const char *grid_path = argv[optind];
     qs_error err = {0};
@@ -232,5 +232,5 @@ int qsweep_cmd_slurm(int argc, char **argv) {
     qc_job_list_free(&jobs);
     qc_grid_free(g);
     free(sets);
-    return st ? qsweep_fail("slurm", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("slurm", &err) : QS_EXIT_OK;
 }

@@ -128,7 +128,7 @@ int qsweep_cmd_submit(int argc, char **argv) {
     size_t n_sets = 0;
     int dry = 0, sample = 3, c;
     const char *db = NULL;
-    if (!sets) return QSWEEP_EXIT_RUNTIME;
+    if (!sets) return QS_EXIT_RUNTIME;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:nk:d:h", opts, NULL)) != -1) {
         switch (c) {
@@ -141,7 +141,7 @@ int qsweep_cmd_submit(int argc, char **argv) {
         case 'k':
             if (qsweep_parse_int("submit", "--sample", optarg, 0, 1000000, &sample)) {
                 free(sets);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             break;
         case 'd':
@@ -150,11 +150,11 @@ int qsweep_cmd_submit(int argc, char **argv) {
         case 'h':
             submit_usage(stdout);
             free(sets);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             submit_usage(stderr);
             free(sets);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
@@ -162,19 +162,19 @@ int qsweep_cmd_submit(int argc, char **argv) {
             fprintf(stderr, "qsweep submit: unexpected argument '%s'\n", argv[optind + 1]);
         submit_usage(stderr);
         free(sets);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     const char *conninfo = qsweep_db_arg(db);
     if (!dry && !conninfo) {
         fprintf(stderr, "qsweep submit: no database: give --db CONNINFO or set QSWEEP_DB (or use "
                         "qsweep run)\n");
         free(sets);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qc_grid *g = NULL;
     qc_job_list jobs = {0};
-    int rc = QSWEEP_EXIT_OK;
+    int rc = QS_EXIT_OK;
     qs_status st = qsweep_load_grid(argv[optind], sets, n_sets, &g, &jobs, &err);
     if (st) {
         rc = qsweep_fail("submit", &err);

@@ -87,7 +87,7 @@ static int do_decode(const qw_tokenizer *t, const char *tokens, const char *out,
             st = qs_replace_file_commit(&r, &err);
         }
         free(text);
-        return st ? qsweep_fail("tokenize", &err) : QSWEEP_EXIT_OK;
+        return st ? qsweep_fail("tokenize", &err) : QS_EXIT_OK;
     }
     int bad = fwrite(text, 1, len, stdout) != len;
     bad |= fflush(stdout) != 0;
@@ -96,7 +96,7 @@ static int do_decode(const qw_tokenizer *t, const char *tokens, const char *out,
         qs_error_set(&err, QS_EIO, "standard output: write failed: %s", strerror(errno));
         return qsweep_fail("tokenize", &err);
     }
-    return QSWEEP_EXIT_OK;
+    return QS_EXIT_OK;
 }
 
 int qsweep_cmd_tokenize(int argc, char **argv) {
@@ -106,11 +106,11 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             tokenize_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--decode") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "qsweep tokenize: %s needs a file\n", a);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             if (a[1] == 'o')
                 out = argv[++i];
@@ -127,19 +127,19 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "qsweep tokenize: unknown option %s\n", a);
             tokenize_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         } else if (!model) {
             model = a;
         } else if (!text) {
             text = a;
         } else {
             fprintf(stderr, "qsweep tokenize: unexpected argument %s\n", a);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (!model || (decode ? text != NULL : (!text || (!out && !print)))) {
         tokenize_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     qs_error err = {0};
     qw_tokenizer *t;
@@ -185,5 +185,5 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
                 qw_tokenizer_kind(t), qw_tokenizer_digest(t));
     qw_token_vec_free(&ids);
     qw_tokenizer_free(t);
-    return st ? qsweep_fail("tokenize", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("tokenize", &err) : QS_EXIT_OK;
 }

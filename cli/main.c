@@ -54,10 +54,6 @@ static void usage(FILE *out) {
         "            4 runtime failure, 5 some jobs failed or were cancelled, 130 interrupted\n");
 }
 
-int qsweep_exit_code(qs_status st) {
-    return qs_exit_code(st); /* the one table of every qsweep program (exit_status.h) */
-}
-
 /* The connection string the command uses (qsweep_db_arg), so qsweep_fail can redact it. */
 static const char *current_conninfo;
 
@@ -147,7 +143,7 @@ int qsweep_fail(const char *cmd, const qs_error *err) {
     char shown[sizeof err->msg + 512];
     qsweep_redact_message(msg, shown, sizeof shown);
     fprintf(stderr, "qsweep %s: %s\n", cmd, shown);
-    return qsweep_exit_code(err->code);
+    return qs_exit_code(err->code);
 }
 
 const char *qsweep_self_exe(void) {
@@ -228,15 +224,15 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return qsweep_stdout_close(NULL, QSWEEP_EXIT_OK);
+        return qsweep_stdout_close(NULL, QS_EXIT_OK);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("qsweep 0.1.0 (numerics %s)\n", QS_NUMERICS_VERSION);
-        return qsweep_stdout_close(NULL, QSWEEP_EXIT_OK);
+        return qsweep_stdout_close(NULL, QS_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
@@ -249,5 +245,5 @@ int main(int argc, char **argv) {
         }
     fprintf(stderr, "qsweep: unknown command '%s'\n", argv[1]);
     usage(stderr);
-    return QSWEEP_EXIT_USAGE;
+    return QS_EXIT_USAGE;
 }

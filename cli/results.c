@@ -225,7 +225,7 @@ int qsweep_cmd_results(int argc, char **argv) {
             if (format && format != (c == 'c' ? 1 : 2)) {
                 fprintf(stderr, "qsweep results: --csv and --json exclude each other\n");
                 results_usage(stderr);
-                return QSWEEP_EXIT_USAGE;
+                return QS_EXIT_USAGE;
             }
             format = c == 'c' ? 1 : 2;
             break;
@@ -234,22 +234,22 @@ int qsweep_cmd_results(int argc, char **argv) {
             break;
         case 'h':
             results_usage(stdout);
-            return QSWEEP_EXIT_OK;
+            return QS_EXIT_OK;
         default:
             results_usage(stderr);
-            return QSWEEP_EXIT_USAGE;
+            return QS_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
         results_usage(stderr);
-        return QSWEEP_EXIT_USAGE;
+        return QS_EXIT_USAGE;
     }
     const char *conninfo = qsweep_find_db(db, "results");
-    if (!conninfo) return QSWEEP_EXIT_USAGE;
+    if (!conninfo) return QS_EXIT_USAGE;
     qs_error err = {0};
     qc_store *s = NULL;
     qs_status st = qsweep_open_existing_store(conninfo, "results", &s, &err);
     if (!st) st = qsweep_print_results(s, argv[optind], format, stdout, &err);
     qc_store_close(s);
-    return st ? qsweep_fail("results", &err) : QSWEEP_EXIT_OK;
+    return st ? qsweep_fail("results", &err) : QS_EXIT_OK;
 }

@@ -14,5 +14,5 @@ int qsweep_stdout_close(const char *cmd, int rc) {
     /* ferror without a failing flush: an earlier write failed and its errno is gone */
     fprintf(stderr, "qsweep%s%s: writing standard output: %s\n", cmd ? " " : "", cmd ? cmd : "",
             flush_failed && e ? strerror(e) : "a write failed");
-    return rc != QSWEEP_EXIT_OK ? rc : QSWEEP_EXIT_RUNTIME;
+    return rc != QS_EXIT_OK ? rc : QS_EXIT_RUNTIME;
 }
