@@ -192,20 +192,14 @@ static void point_views(qw_tmodel *m) {
     }
 }
 
+/* The model config by the engine's rule (qw_config_check, weights.h), and the batch shape. */
 static qs_status check_config(const qw_config *c, int B, int T, qs_error *err) {
-#define NEED(cond, field)                                                                          \
-    if (!(cond)) return qs_error_set(err, QS_EINVAL, "train model: %s out of range", field)
-    NEED(c->dim > 0, "dim");
-    NEED(c->hidden_dim > 0, "hidden_dim");
-    NEED(c->n_layers > 0, "n_layers");
-    NEED(c->n_heads > 0, "n_heads");
-    NEED(c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0, "n_kv_heads");
-    NEED(c->head_dim > 0 && c->head_dim % 2 == 0, "head_dim");
-    NEED(c->vocab_size > 0, "vocab_size");
-    NEED(c->rope_theta > 0.0f, "rope_theta");
-    NEED(B >= 1 && B <= 1 << 16, "batch");
-    NEED(T >= 1 && T <= 1 << 16, "ctx");
-#undef NEED
+    qs_status st = qw_config_check(c, err);
+    if (st != QS_OK) return qs_error_wrap(err, "train model");
+    if (B < 1 || B > 1 << 16)
+        return qs_error_set(err, QS_EINVAL, "train model: batch %d out of range", B);
+    if (T < 1 || T > 1 << 16)
+        return qs_error_set(err, QS_EINVAL, "train model: ctx %d out of range", T);
     return QS_OK;
 }
 
