@@ -15,7 +15,7 @@
  *   order), SwiGLU (CUDA expf), cross-entropy forward, and every GEMM (cuBLAS SGEMM under
  *   CUBLAS_PEDANTIC_MATH: FP32, no TF32, sums in another order).
  * The linear here is the unquantized one; the recipe's quantized linear (NVFP4 2D weights, RHT,
- * stochastic rounding of gradients) is ops_cuda_qlinear.h.
+ * stochastic rounding of gradients) is worker/train/qlinear.c over this backend's table.
  * Each returns QS_OK or QS_EIO with the CUDA/cuBLAS error (QS_EINVAL for a non-CUDA backend);
  * each waits for the stream before returning. */
 #ifndef QW_OPS_CUDA_TRAIN_H
