@@ -5,7 +5,7 @@
  * The batch script is deploy/slurm/qsweep-worker.sbatch, embedded in the binary
  * (slurm_script.h) and given to sbatch on its standard input; its settings travel in the
  * environment (sbatch's default --export=ALL): QSWEEP_BIN (this binary), QSWEEP_CONNECT,
- * QS_EXIT_WHEN_IDLE. */
+ * QSWEEP_EXIT_WHEN_IDLE. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -75,7 +75,7 @@ static qs_status run_sbatch(char *const *argv, const char *connect, int idle, ch
         close(out[1]);
         setenv("QSWEEP_BIN", qsweep_self_exe(), 1);
         setenv("QSWEEP_CONNECT", connect, 1);
-        setenv("QS_EXIT_WHEN_IDLE", idle_s, 1);
+        setenv("QSWEEP_EXIT_WHEN_IDLE", idle_s, 1);
         execvp(argv[0], argv);
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
