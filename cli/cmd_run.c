@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "exit_status.h"
+#include "threads.h"
 #include "gpu_info.h"
 #include "queries.h"
 #include "scheduler.h"
@@ -204,7 +205,8 @@ static void run_usage(FILE *out) {
         "unfinished.\n"
         "  --set KEY=VALUE  override a grid value (see qsweep submit --help)\n"
         "  --workers N      local worker processes, 1..256 (default 2)\n"
-        "  --threads T      CPU threads per worker, 1..1024 (default: CPUs / N)\n"
+        "  --threads T      CPU threads per worker, 1..1024 (default: OMP_NUM_THREADS, else the\n"
+        "                   CPUs of the affinity mask, divided by N)\n"
         "  --db CONNINFO    use this database (default $QSWEEP_DB); without either, a private\n"
         "                   PostgreSQL cluster in --pg-dir (default "
         "${XDG_DATA_HOME:-~/.local/share}/qsweep/pg)\n"
@@ -513,8 +515,8 @@ int qsweep_cmd_run(int argc, char **argv) {
         return QS_EXIT_USAGE;
     }
     if (!threads) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > workers ? (int)(cpus / workers) : 1;
+        int cpus = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
+        threads = cpus > workers ? cpus / workers : 1;
         if (threads > 1024) threads = 1024; /* the range qsweep worker --threads accepts */
     }
     qs_error err = {0};

@@ -34,6 +34,7 @@
 #include "model.h"
 #include "tokens.h"
 #include "clock.h"
+#include "threads.h"
 
 /* ---- synthetic SmolLM2-shaped checkpoint (config.json + model.safetensors, BF16) */
 
@@ -266,7 +267,7 @@ int main(int argc, char **argv) {
            flops * 1e-9, ns);
     printf("%-8s %12s %14s %14s %14s %8s\n", "threads", "tokens/s", "s/chunk", "engine GF/s",
            "sgemm GF/s", "ratio");
-    int all = omp_get_num_procs();
+    int all = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
     int thread_counts[2] = {1, all};
     for (int ti = 0; ti < (all > 1 ? 2 : 1); ti++) {
         int th = thread_counts[ti];

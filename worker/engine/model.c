@@ -18,14 +18,16 @@
 #include "shard.h"
 #include "runstate.h"
 #include "synthetic.h"
+#include "threads.h"
 #include "weights.h"
 
 static size_t max_sz(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
+/* 0 threads: the default of threads.h (OMP_NUM_THREADS, else the affinity mask's CPUs). */
 static int resolve_threads(int threads) {
-    return threads > 0 ? threads : omp_get_num_procs();
+    return threads > 0 ? threads : qs_default_threads();
 }
 
 /* ---------------------------------------------------------------- setup */

@@ -22,6 +22,7 @@
 #include "loop.h"
 #include "loop_internal.h"
 #include "clock.h"
+#include "threads.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -108,8 +109,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
         snprintf(w->id, sizeof w->id, "%.150s-%ld", w->host, (long)getpid());
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : 2000;
     w->timeout_ms = opts->coordinator_timeout_ms ? opts->coordinator_timeout_ms : 4 * w->hb_ms;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    w->threads = opts->threads ? opts->threads : (ncpu > 0 ? (int)ncpu : 1);
+    w->threads = opts->threads ? opts->threads : qs_default_threads();
     pthread_mutex_init(&w->mu, NULL);
 
     struct sigaction old_term, old_int;
@@ -125,8 +125,8 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     st = w->zctx ? qw_loop_open_socket(w, err)
                  : qs_error_set(err, QS_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     if (st == QS_OK) {
-        qw_loop_wlog(w, "connecting to %s (heartbeat %d ms, coordinator timeout %d ms)",
-                     opts->endpoint, w->hb_ms, w->timeout_ms);
+        qw_loop_wlog(w, "connecting to %s (heartbeat %d ms, coordinator timeout %d ms, %d threads)",
+                     opts->endpoint, w->hb_ms, w->timeout_ms, w->threads);
         qw_loop_send_hello(w);
         w->last_heard_ms = qs_clock_ms();
         w->next_hb_ms = w->last_heard_ms + w->hb_ms;

@@ -98,7 +98,8 @@ typedef struct qw_options {
     const char *endpoint;       /* coordinator, e.g. "tcp://host:5555" (required) */
     const char *worker_id;      /* unique name, also the ZeroMQ routing id (1..200 bytes);
                                    default "<host>-<pid>" */
-    int threads;                /* CPU threads for jobs; default: online CPUs */
+    int threads;                /* CPU threads for jobs; default: qs_default_threads()
+                                   (threads.h: OMP_NUM_THREADS, else the affinity mask) */
     int heartbeat_ms;           /* heartbeat period; default 2000; while an attempt runs (or
                                    its result or ASSIGN is on the way) at most a quarter of
                                    the lease its ASSIGN gave */

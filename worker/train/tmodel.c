@@ -14,6 +14,7 @@
 
 #include "block.h"
 #include "philox.h"
+#include "threads.h"
 
 /* Activations of one block, saved by the forward for the backward (backend memory). */
 typedef struct block_acts {
@@ -265,7 +266,7 @@ qs_status qw_tmodel_create(const qw_config *cfg, int B, int T, int nt, qw_tmodel
     openblas_set_num_threads(1);
     qw_backend *be = malloc(sizeof *be);
     if (!be) return qs_error_set(err, QS_ENOMEM, "train model: backend");
-    st = qw_backend_cpu_init(be, nt > 0 ? nt : omp_get_num_procs(), 1, err);
+    st = qw_backend_cpu_init(be, nt > 0 ? nt : qs_default_threads(), 1, err);
     if (st == QS_OK) st = qw_tmodel_create_on(cfg, B, T, be, out, err);
     if (st != QS_OK) {
         qw_backend_release(be);
@@ -424,7 +425,7 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     m.B = B;
     m.T = T;
     m.N = B * T;
-    m.nt = nt > 0 ? nt : omp_get_num_procs();
+    m.nt = nt > 0 ? nt : qs_default_threads();
     tensor_table(&m, 0);
     *n_params = m.n_params;
     qw_backend cpu = {.threads = m.nt};

@@ -17,6 +17,7 @@
 #include "replace_file.h"
 #include "hfsave.h"
 #include "synthetic.h"
+#include "threads.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -146,7 +147,7 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     memset(be, 0, sizeof be);
     qw_backend_choice bc = spec->backend;
     if (bc.kind != QW_BACKEND_CUDA) bc.kind = QW_BACKEND_CPU;
-    bc.threads = spec->threads > 0 ? spec->threads : omp_get_num_procs();
+    bc.threads = spec->threads > 0 ? spec->threads : qs_default_threads();
     bc.max_in = 1;
     /* the CPU backend runs its own OpenMP team: OpenBLAS's pool would fight it for the cores */
     if (bc.kind == QW_BACKEND_CPU) openblas_set_num_threads(1);
