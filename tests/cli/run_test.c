@@ -153,6 +153,22 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name LIKE 'gemm\\_path.%'"),
                      TINY_JOBS);
     assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name = 'probe_on_cpu'"), 0);
+    /* every job stores its time profile (worker/engine/profile.h): 16 phases, the load and
+       the total, none negative; the phases and the load never overlap, so they sum to at most
+       the total, and they cover most of it (a structural property, not a speed) */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name LIKE 'time\\_%\\_s'"
+                                   " AND final AND value >= 0"),
+                     TINY_JOBS * 18);
+    assert_int_equal(query_long(c, "SELECT count(DISTINCT job) FROM results WHERE name LIKE "
+                                   "'time\\_gemm\\_%\\_s'"),
+                     TINY_JOBS);
+    assert_int_equal(
+        query_long(c, "SELECT count(*) FROM (SELECT job,"
+                      " sum(value) FILTER (WHERE name <> 'time_total_s') AS parts,"
+                      " max(value) FILTER (WHERE name = 'time_total_s') AS total"
+                      " FROM results WHERE name LIKE 'time\\_%\\_s' GROUP BY job) t"
+                      " WHERE parts <= total + 1e-9 AND parts >= 0.5 * total AND total > 0"),
+        TINY_JOBS);
 
     const char *submit[] = {"submit", TINY, "--db", qc_pgserver_conninfo(pg), NULL};
     rc = qsweep(out, sizeof out, submit);

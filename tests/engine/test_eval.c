@@ -8,12 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "eval.h"
 #include "golden.h"
+#include "model.h"
+#include "profile.h"
 
 /* Deterministic token ids in [0, vocab) (xorshift), so tests need no data file. */
 static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab, uint32_t seed) {
@@ -264,6 +267,58 @@ static void kl_of_baseline_against_itself_is_below_1e7(void **state) {
     long size = ftell(fp);
     fclose(fp);
     assert_int_equal(size, QW_BASELINE_HEADER_BYTES + 4 * 3 * 128 + 4L * 3 * 63 * 256);
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&c);
+    fixture_close(&f);
+}
+
+/* The model's time profile (profile.h) over a baseline run, then an NVFP4 policy and a
+ * compare run with KL, top-1 and the SQNR probe: every phase the runs pass through has time,
+ * none is negative, and because the phases never overlap and cover the work, their sum is at
+ * most the wall time around the calls and most of it (a structure, not a speed). */
+static void profile_phases_cover_an_evaluation(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 128, 128);
+    qw_eval_options o = opts(128);
+    qw_eval_metrics b, c;
+    qs_error err = {0};
+    qw_profile *p = qw_model_profile(f.m);
+    qw_profile_reset(p);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    const qw_config *cfg = qw_model_config(f.m);
+    qw_policy pol;
+    qw_quant_spec q = {.weight = qk_format_by_name("nvfp4")};
+    assert_non_null(q.weight);
+    assert_int_equal(qw_policy_init(&pol, cfg->n_layers, &err), QS_OK);
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            *qw_policy_linear(&pol, l, (qw_linear_kind)k) = q;
+    qw_quant_spec *down = qw_policy_linear(&pol, 0, QW_LINEAR_DOWN);
+    down->act = q.weight; /* one W4A4 linear: act_quant has time too */
+    if (qw_model_apply_policy(f.m, &pol, &err) != QS_OK) fail_msg("%s", err.msg);
+    o.sqnr = 1;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &c, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double sum = 0.0;
+    for (int i = 0; i < QW_PHASES; i++) {
+        printf("%-14s %.6f s\n", qw_phase_name((qw_phase)i), p->s[i]);
+        assert_true(p->s[i] > 0.0); /* every phase ran: packed weights, W4A4, probe, file */
+        sum += p->s[i];
+    }
+    printf("sum %.6f s of %.6f s wall (%.1f%%)\n", sum, wall, 100.0 * sum / wall);
+    assert_true(fabs(qw_profile_total(p) - sum) <= 1e-12 * sum);
+    assert_true(sum <= wall);
+    assert_true(sum >= 0.5 * wall);
+    assert_string_equal(qw_phase_name(QW_PHASE_GEMM_LM_HEAD), "gemm_lm_head");
+    qw_profile_reset(p);
+    assert_true(qw_profile_total(p) == 0.0);
+    qw_policy_free(&pol);
     qw_eval_metrics_free(&b);
     qw_eval_metrics_free(&c);
     fixture_close(&f);
@@ -590,6 +645,7 @@ int main(void) {
         cmocka_unit_test_teardown(token_file_of_2048_at_ctx_512_gives_4_chunks, teardown),
         cmocka_unit_test_teardown(perplexity_matches_definition_on_transformers_logits, teardown),
         cmocka_unit_test_teardown(kl_of_baseline_against_itself_is_below_1e7, teardown),
+        cmocka_unit_test_teardown(profile_phases_cover_an_evaluation, teardown),
         cmocka_unit_test_teardown(results_do_not_depend_on_thread_count, teardown),
         cmocka_unit_test_teardown(tensor_parallel_eval_matches_the_unsharded_one, teardown),
         cmocka_unit_test_teardown(kl_statistics_are_ordered, teardown),

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "format.h"
 #include "model.h"
 #include "model_internal.h"
@@ -143,7 +144,10 @@ static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, const flo
 }
 
 qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err) {
-    return qw_model_apply_policy_chunked(m, p, QW_APPLY_CHUNK_FLOATS, err);
+    double t0 = qs_clock_s();
+    qs_status st = qw_model_apply_policy_chunked(m, p, QW_APPLY_CHUNK_FLOATS, err);
+    qw_profile_add_since(&m->prof, QW_PHASE_POLICY, t0);
+    return st;
 }
 
 qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t chunk_floats,

@@ -1,6 +1,8 @@
 /* One Llama decoder block, forward and backward (block.h), over the ops table. */
 #include "block.h"
 
+#include "clock.h"
+
 /* A failing call returns from the function. */
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -23,7 +25,9 @@ static qs_status norm(const qw_block_io *io, float *ln, float *rstd, float *x, c
     SHAPE(io);
     if (io->save) return ops->rmsnorm_fwd(be, ln, rstd, x, w, N, D, c->norm_eps, err);
     qw_tensor tl = {ln, N, D}, tx = {x, N, D};
+    double t0 = qs_clock_s();
     ops->rmsnorm(be, &tl, &tx, w, c->norm_eps);
+    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }
 
@@ -37,9 +41,13 @@ static qs_status rope_attention(const qw_block_io *io, qs_error *err) {
     }
     qw_tensor q = {io->q, N, H * E}, k = {io->k, N, G * E}, v = {io->v, N, G * E},
               att = {io->att, N, H * E};
+    double t0 = qs_clock_s();
     ops->rope(be, &q, io->rope_cos, io->rope_sin, H, E);
     ops->rope(be, &k, io->rope_cos, io->rope_sin, G, E);
+    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
+    t0 = qs_clock_s();
     ops->attention(be, &att, &q, &k, &v, io->scores, H, G, E);
+    qw_profile_add_since(io->prof, QW_PHASE_ATTENTION, t0);
     return QS_OK;
 }
 
@@ -48,7 +56,9 @@ static qs_status swiglu(const qw_block_io *io, qs_error *err) {
     SHAPE(io);
     if (io->save) return ops->swiglu_fwd(be, io->h, io->g, io->u, (size_t)N * F, err);
     qw_tensor h = {io->h, N, F}, g = {io->g, N, F}, u = {io->u, N, F};
+    double t0 = qs_clock_s();
     ops->swiglu(be, &h, &g, &u);
+    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }
 
@@ -57,7 +67,9 @@ static qs_status residual(const qw_block_io *io, float *out, const float *in, qs
     SHAPE(io);
     if (io->save) return ops->add(be, out, in, io->ybuf, (size_t)N * D, err);
     qw_tensor x = {out, N, D}, y = {io->ybuf, N, D};
+    double t0 = qs_clock_s();
     ops->residual(be, &x, &y);
+    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }
 

@@ -23,6 +23,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "ops.h"
+#include "profile.h"
 
 /* Linear kinds of a block, in Hugging Face order (the engine's QW_LINEAR_* and the trainer's
  * linear index l*7 + kind use the same numbers). */
@@ -51,6 +52,8 @@ typedef struct qw_block_io {
     float *g, *u, *h;                 /* [N x F]: gate, up, silu(g) * u (down_proj input) */
     float *ybuf;                      /* [N x D] o_proj and down_proj outputs */
     float *out;                       /* [N x D] block output */
+    qw_profile *prof;                 /* no save: where norms, RoPE, attention, SwiGLU and the
+                                         residual adds are timed (profile.h); NULL: untimed */
 } qw_block_io;
 
 /* The caller's linears. rank: index into the io array; kind: QW_BLOCK_*; y [rows x out] =

@@ -2,6 +2,7 @@
  * the definitions are written out; they follow llama.cpp's tools/perplexity/perplexity.cpp). */
 #include "eval.h"
 
+#include "clock.h"
 #include "ops.h"
 
 #include <errno.h>
@@ -341,6 +342,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         run_state_free(&s);
         return qs_error_set(err, QS_ENOMEM, "eval: buffers for ctx %d, vocab %d", ctx, vocab);
     }
+    qw_profile *prof = qw_model_profile(m);
+    double t0 = qs_clock_s();
     if (mode == RUN_BASELINE && path) {
         int w = snprintf(s.tmp_path, sizeof s.tmp_path, "%s.tmp", path);
         if (w < 0 || (size_t)w >= sizeof s.tmp_path) {
@@ -364,6 +367,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     } else if (mode == RUN_COMPARE) {
         st = open_baseline(path, &h, toks->ids, n_tok, &s, err);
     }
+    qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
     int tp_before = qw_model_tensor_parallel(m);
     int tp = opt->tensor_parallel > 0 ? opt->tensor_parallel : tp_before;
     if (st == QS_OK && tp != tp_before) st = qw_model_set_tensor_parallel(m, tp, err);
@@ -385,17 +389,25 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             qs_error_wrap(err, "eval: chunk %zu", ch);
             break;
         }
+        t0 = qs_clock_s();
         score_chunk(logits, s.chunk, ctx, vocab, nthreads, s.nll_pos, &nll, &nll2, &count);
         if (mode == RUN_BASELINE && path) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++)
                 qw_logsoftmax_row(logits + (size_t)j * vocab, vocab, s.blk + (size_t)j * vocab);
+            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
+            t0 = qs_clock_s();
             st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
+            qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
         } else if (mode == RUN_COMPARE) {
+            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
                             4ll * (long long)ch * n_pos * vocab;
+            t0 = qs_clock_s();
             st = read_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), path, off, err);
+            qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
             if (st != QS_OK) break;
+            t0 = qs_clock_s();
             size_t base = ch * (size_t)n_pos;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (int j = 0; j < n_pos; j++) {
@@ -414,6 +426,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                 s.kl[base + j] = kl;
                 s.top1_hit[base + j] = ap == aq;
             }
+            qw_profile_add_since(prof, QW_PHASE_COMPARE, t0);
+        } else {
+            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
         }
         if (st == QS_OK && opt->progress &&
             opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 && ch + 1 < n_chunks)
@@ -433,6 +448,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         out->nll_stderr = count > 1 && var > 0.0 ? sqrt(var / (double)(count - 1)) : 0.0;
         out->ppl_stderr = out->nll_stderr * out->ppl;
     }
+    t0 = qs_clock_s();
     if (st == QS_OK && mode == RUN_COMPARE) {
         double sum = 0.0, mx = -INFINITY;
         size_t hits = 0;
@@ -462,8 +478,10 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             }
         }
     }
+    qw_profile_add_since(prof, QW_PHASE_COMPARE, t0);
     if (mode == RUN_COMPARE && opt->sqnr) qw_model_set_sqnr_probe(m, 0, NULL);
     if (tp != tp_before) qw_model_set_tensor_parallel(m, tp_before, NULL);
+    t0 = qs_clock_s();
     if (mode == RUN_BASELINE && path && s.f) {
         int bad = fclose(s.f) != 0;
         s.f = NULL;
@@ -474,7 +492,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                               strerror(errno));
         if (st != QS_OK) remove(s.tmp_path);
     }
-    run_state_free(&s);
+    run_state_free(&s); /* closes the baseline read */
+    qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
     if (st != QS_OK) qw_eval_metrics_free(out);
     return st;
 }

@@ -17,6 +17,8 @@
 
 #include "block.h"
 
+#include "clock.h"
+
 #include "format.h"
 #include <stdio.h>
 #include <string.h>
@@ -48,7 +50,19 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
     qw_tensor ty = {y, T, L->out}, tx = {(float *)x, T, L->in};
     qw_act_quant act = {L->spec.act, L->spec.act_opt, amax};
     act.opt.tensor_id += (uint32_t)L->tensor_index;
+    /* Timed: the GEMM phase of its kind gets the call's wall time less what the backend spent
+     * converting weights and quantizing activations in it (profile.h). */
+    double t0 = qs_clock_s(), conv0 = r->be.convert_s, actq0 = r->be.act_quant_s;
     qs_status st = ops->linear(&r->be, &ty, &tx, &L->w, &act, r->rs.actq, err);
+    if (r->prof) {
+        int L7 = r->cfg.n_layers * QW_LINEAR_KINDS;
+        qw_phase ph = L->tensor_index < L7 ? QW_PHASE_GEMM_Q + L->tensor_index % QW_LINEAR_KINDS
+                                           : QW_PHASE_GEMM_LM_HEAD;
+        double conv = r->be.convert_s - conv0, actq = r->be.act_quant_s - actq0;
+        r->prof->s[ph] += qs_clock_s() - t0 - conv - actq;
+        r->prof->s[QW_PHASE_CONVERT] += conv;
+        r->prof->s[QW_PHASE_ACT_QUANT] += actq;
+    }
     if (st != QS_OK) {
         char name[160];
         return qs_error_wrap(err, "%s of %s", L->spec.act ? "activations" : "weights",
@@ -56,12 +70,14 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
     }
     if (r->probe && L->quantized && r->ref) {
         qw_tensor tr = {r->ref, T, L->out};
+        t0 = qs_clock_s();
         st = ops->linear(&r->be, &tr, &tx, L->master, NULL, NULL, err);
         if (st != QS_OK) return st;
         double sig = 0.0, noise = 0.0;
         ops->sqnr_sums(&r->be, &ty, &tr, &sig, &noise);
         L->sig += sig;
         L->noise += noise;
+        qw_profile_add_since(r->prof, QW_PHASE_COMPARE, t0);
     }
     return QS_OK;
 }
@@ -152,7 +168,9 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         for (int i = 0; i < n; i++) {
             qw_rank *r = ranks[i];
             qw_tensor x = {r->rs.x, T, D};
+            double t0 = qs_clock_s();
             OPS(r)->embedding(&r->be, &x, tokens, &r->lin[L * QW_LINEAR_KINDS + 1].w);
+            qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
         }
     /* The block's buffers on each rank: the evaluation's in-place residual stream. */
     qw_block_io io[n];
@@ -178,7 +196,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                               .u = rs->hb2,
                               .h = rs->hb,
                               .ybuf = rs->ybuf,
-                              .out = rs->x};
+                              .out = rs->x,
+                              .prof = ranks[i]->prof};
         iop[i] = &io[i];
     }
     fwd_hooks fh = {ranks, &nm};
@@ -199,7 +218,9 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         qw_rank *r = ranks[i];
         qw_runstate *rs = &r->rs;
         qw_tensor xr = {rs->x + (size_t)row0 * D, R, D}, xbr = {rs->xb, R, D};
+        double t0 = qs_clock_s();
         OPS(r)->rmsnorm(&r->be, &xbr, &xr, r->final_norm, r->cfg.norm_eps);
+        qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
         st = linear_forward(r, &r->lin[L * QW_LINEAR_KINDS], rs->logits, rs->xb, R, NULL, &nm, err);
         if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;
         if (n > 1) {

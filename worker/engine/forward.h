@@ -17,6 +17,7 @@
 #include "error.h"
 #include "ops.h"
 #include "policy.h"
+#include "profile.h"
 #include "quant.h"
 #include "runstate.h"
 #include "weights.h"
@@ -47,6 +48,8 @@ typedef struct qw_rank {
     float *amax; /* [1] backend memory: a sharded activation's global amax, or NULL */
     int probe;   /* SQNR probe on (unsharded models only) */
     float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on */
+    /* where the forward's phases are timed (profile.h); NULL: untimed */
+    qw_profile *prof;
 } qw_rank;
 
 /* The prefix cache of an unsharded model (model.c): the forward asks it where to start and

@@ -91,6 +91,7 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
     r->final_norm = m->wt.final_norm;
     r->attn_norm = m->wt.attn_norm;
     r->ffn_norm = m->wt.ffn_norm;
+    r->prof = &m->prof;
     m->prefix.n_layers = L;
     m->prefix.max_ctx = max_ctx;
     m->prefix.dim = c->dim;
@@ -151,6 +152,9 @@ int qw_model_max_ctx(const qw_model *m) {
 int qw_model_threads(const qw_model *m) {
     return m->threads;
 }
+qw_profile *qw_model_profile(qw_model *m) {
+    return &m->prof;
+}
 int qw_model_n_linears(const qw_model *m) {
     return m->cfg.n_layers * QW_LINEAR_KINDS + 1;
 }
@@ -179,6 +183,7 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
         qw_tp *tp = NULL;
         st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, &tp, err);
         if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
+        qw_tp_set_profile(tp, &m->prof);
         qw_tp_destroy(m->tp);
         m->tp = tp;
     }
@@ -374,6 +379,7 @@ qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
     if (n > 1) {
         qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, &tp, err);
         if (st != QS_OK) return st;
+        qw_tp_set_profile(tp, &m->prof);
     }
     qw_tp_destroy(m->tp);
     m->tp = tp;

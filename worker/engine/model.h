@@ -28,6 +28,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "policy.h"
+#include "profile.h"
 
 typedef struct qw_model qw_model;
 
@@ -74,6 +75,11 @@ void qw_model_memory(const qw_model *m, qw_model_bytes *out);
 
 /* Threads of the model's OpenMP team (the evaluation's loops use the same count). */
 int qw_model_threads(const qw_model *m);
+
+/* The model's time profile (profile.h): wall seconds per phase added up by its forwards,
+ * qw_eval_baseline / qw_eval_compare on it and qw_model_apply_policy since the caller last
+ * reset it (qw_profile_reset; zero at creation). Timing costs a few clock reads per op. */
+qw_profile *qw_model_profile(qw_model *m);
 
 /* Sets the thread count of the GEMMs and loops (0 = all cores). Errors: QS_EINVAL. */
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);

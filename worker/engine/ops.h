@@ -228,6 +228,12 @@ typedef struct qw_backend {
     float *wscratch;
     size_t wscratch_floats;
     void *impl; /* backend-private state (the CUDA backend's context, ops_cuda.h); NULL on CPU */
+    /* Seconds its linears spent, added up since init (the CPU backend; the CUDA one leaves
+     * them 0): converting weight pieces to FP32 (the wall time of each linear's GEMM region in
+     * the ratio of the team's summed conversion to conversion + GEMM seconds) and
+     * fake-quantizing activations. The forward pass reads the difference around each call
+     * (profile.h). */
+    double convert_s, act_quant_s;
 } qw_backend;
 
 /* The operations of the forward pass. Every qw_tensor was allocated by this backend (alloc).

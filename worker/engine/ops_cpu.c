@@ -8,6 +8,7 @@
 #include "ops.h"
 
 #include "comm.h"
+#include "clock.h"
 #include "hadamard.h"
 
 #include <cblas.h>
@@ -157,12 +158,15 @@ void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, 
     }
 }
 
-qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
-                            const qw_act_quant *act, float *xq, float *wscratch, int nt,
-                            qs_error *err) {
+/* qw_linear_forward, adding its activation fake-quant seconds to *act_s and the share of its
+ * GEMM region's wall time spent converting weight pieces to *convert_s (both may be NULL). */
+static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *w,
+                              const qw_act_quant *act, float *xq, float *wscratch, int nt,
+                              double *convert_s, double *act_s, qs_error *err) {
     int in = (int)w->cols, out = (int)w->rows;
     const float *xin = x;
     if (act && act->fmt) {
+        double t0 = qs_clock_s();
         memcpy(xq, x, (size_t)T * in * sizeof *x);
         qk_quant_options opt = act->opt;
         if (act->tensor_amax) {
@@ -170,6 +174,7 @@ qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
             opt.tensor_amax = act->tensor_amax[0];
         }
         qs_status st = qk_fake_quant(act->fmt, &opt, xq, (size_t)T, (size_t)in, NULL, err);
+        if (act_s) *act_s += qs_clock_s() - t0;
         if (st != QS_OK) return st;
         xin = xq;
     }
@@ -179,24 +184,37 @@ qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
     }
     /* The hot loop of a model whose masters are not FP32: each piece's rows are converted into
      * this thread's scratch (it stays in cache for the GEMM), then multiplied as qw_matmul_forward
-     * multiplies them, with the same dimensions, so the bits are those of an FP32 copy. */
+     * multiplies them, with the same dimensions, so the bits are those of an FP32 copy. Two clock
+     * reads per piece time the conversion against the GEMM (profile.h). */
     int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
     if (nt > pieces) nt = pieces;
     qs_status st = QS_OK;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    double conv = 0.0, gemm = 0.0, r0 = qs_clock_s();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(+ : conv, gemm)
     for (int p = 0; p < pieces; p++) {
         int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
         float *Wp = wscratch + (size_t)omp_get_thread_num() * QW_GEMM_COLS * in;
         qs_error e = {0};
+        double t0 = qs_clock_s();
         if (qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
 #pragma omp critical(qw_linear_err)
             if (st == QS_OK) st = qs_error_set(err, e.code, "%s", e.msg);
             continue;
         }
+        double t1 = qs_clock_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, xin, in, Wp,
                     in, 0.0f, y + c0, out);
+        conv += t1 - t0;
+        gemm += qs_clock_s() - t1;
     }
+    if (convert_s && conv + gemm > 0.0) *convert_s += (qs_clock_s() - r0) * conv / (conv + gemm);
     return st;
+}
+
+qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
+                            const qw_act_quant *act, float *xq, float *wscratch, int nt,
+                            qs_error *err) {
+    return linear_timed(y, x, T, w, act, xq, wscratch, nt, NULL, NULL, err);
 }
 
 void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *signal,
@@ -283,8 +301,8 @@ static void cpu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
 
 static qs_status cpu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err) {
-    return qw_linear_forward(y->data, x->data, (int)x->rows, w, act, xq, b->wscratch, b->threads,
-                             err);
+    return linear_timed(y->data, x->data, (int)x->rows, w, act, xq, b->wscratch, b->threads,
+                        &b->convert_s, &b->act_quant_s, err);
 }
 
 static void cpu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {

@@ -262,6 +262,11 @@ void qw_tp_destroy(qw_tp *tp) {
     free(tp);
 }
 
+void qw_tp_set_profile(qw_tp *tp, qw_profile *p) {
+    for (int r = 0; r < tp->n; r++)
+        tp->rank[r].prof = p;
+}
+
 int qw_tp_ranks(const qw_tp *tp) {
     return tp->n;
 }

@@ -42,6 +42,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "forward.h"
+#include "profile.h"
 #include "weights.h"
 
 /* Most ranks of one tensor-parallel group. */
@@ -84,6 +85,10 @@ void qw_tp_destroy(qw_tp *tp);
 
 /* Ranks of the group. */
 int qw_tp_ranks(const qw_tp *tp);
+
+/* Times every rank's forward into p (profile.h; the ranks run one after another from one host
+ * thread, so their phases add up as wall time); NULL: untimed, as created. */
+void qw_tp_set_profile(qw_tp *tp, qw_profile *p);
 
 /* Brings every rank's tensors to the formats of the unsharded model's linears lin
  * [n_layers*7 + 2] (their spec and quantized flag, as the policy set them): a linear whose

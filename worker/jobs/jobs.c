@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "clock.h"
 #include "eval.h"
 #include "jobs_backend.h"
 #include "loop.h"
@@ -222,6 +223,28 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool pro
     return st;
 }
 
+/* Where the job's time went, as result rows (wall seconds, recorded for profiling: no table
+ * or job key reads them): "time_<phase>_s" for each phase of the model's profile since the
+ * job reset it after loading (worker/engine/profile.h: convert, act_quant, gemm_q ...
+ * gemm_lm_head, attention, elementwise, logsoftmax, compare, policy, baseline_io),
+ * "time_load_s" from the job's start through loading its tokens and model (the model only
+ * when the worker has not cached it), and
+ * "time_total_s" from the job's start to this call. The phases and the load never overlap:
+ * their sum is at most the total. */
+static qs_status report_times(qw_job_ctx *ctx, qw_model *model, double t_start, double load_s,
+                              qs_error *err) {
+    const qw_profile *p = qw_model_profile(model);
+    char name[64];
+    qs_status st = QS_OK;
+    for (int i = 0; i < QW_PHASES && !st; i++) {
+        snprintf(name, sizeof name, "time_%s_s", qw_phase_name((qw_phase)i));
+        st = qw_job_metric(ctx, name, p->s[i], 0, true, err);
+    }
+    if (!st) st = qw_job_metric(ctx, "time_load_s", load_s, 0, true, err);
+    if (!st) st = qw_job_metric(ctx, "time_total_s", qs_clock_s() - t_start, 0, true, err);
+    return st;
+}
+
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
@@ -393,6 +416,7 @@ static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_toke
 }
 
 static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
+    double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
@@ -404,10 +428,15 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
     if (!st) st = get_model(ctx, &s, &t, false, &model, err);
+    if (!st) {
+        load_s = qs_clock_s() - t_start;
+        qw_profile_reset(qw_model_profile(model));
+    }
     qw_eval_metrics m = {0};
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
     if (!st) st = report_backend(ctx, model, false, err);
+    if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);
@@ -554,6 +583,7 @@ static void sqnr_metric_name(const char *linear, char *buf, size_t cap) {
 }
 
 static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
+    double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
@@ -566,6 +596,10 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_model *model = NULL;
     bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* runs on the CPU (jobs_backend.h) */
     if (!st) st = get_model(ctx, &s, &t, probe, &model, err);
+    if (!st) {
+        load_s = qs_clock_s() - t_start;
+        qw_profile_reset(qw_model_profile(model));
+    }
     if (!st) st = ensure_baseline(ctx, model, &t, &s, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
@@ -597,6 +631,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
         st = report(ctx, name, m.sqnr[i].sqnr_db, err);
     }
+    if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
     qw_tokens_free(&t);

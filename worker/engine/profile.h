@@ -1,0 +1,57 @@
+/* Where an evaluation's time goes: wall seconds per phase, accumulated by the forward pass,
+ * the evaluation loop and the policy applier of one model (model.h qw_model_profile), and read
+ * by bench_engine --profile and the eval job (its time_<phase>_s metrics).
+ *
+ * Each phase is timed in the calling thread around the op call (CLOCK_MONOTONIC, common/
+ * clock.h), never per element, so a phase's seconds are the wall time of its OpenMP regions,
+ * not CPU time summed over the team. The phases do not overlap: their sum is at most the wall
+ * time of the work they cover. The one split inside an op is a linear's: its weight pieces are
+ * converted (checkpoint dtype or packed FP4 to FP32) right before each piece's GEMM by the same
+ * thread, so the linear's wall time is divided between "convert" and its GEMM phase in the
+ * ratio of the team's summed conversion and GEMM seconds. */
+#ifndef QW_PROFILE_H
+#define QW_PROFILE_H
+
+#include "policy.h"
+
+typedef enum qw_phase {
+    QW_PHASE_CONVERT = 0, /* weight pieces converted or dequantized to FP32 for the GEMM */
+    QW_PHASE_ACT_QUANT,   /* activations fake-quantized before a linear (W4A4) */
+    QW_PHASE_GEMM_Q,      /* the GEMMs of each linear kind, QW_PHASE_GEMM_Q + qw_linear_kind */
+    QW_PHASE_GEMM_K,
+    QW_PHASE_GEMM_V,
+    QW_PHASE_GEMM_O,
+    QW_PHASE_GEMM_GATE,
+    QW_PHASE_GEMM_UP,
+    QW_PHASE_GEMM_DOWN,
+    QW_PHASE_GEMM_LM_HEAD, /* lm_head over the scored rows */
+    QW_PHASE_ATTENTION,    /* causal attention (scores, softmax, P V) */
+    QW_PHASE_ELEMENTWISE,  /* embedding lookup, RMSNorms, RoPE, SwiGLU, residual adds */
+    QW_PHASE_LOGSOFTMAX, /* log-softmax and NLL of the scored rows (and the baseline's log-probs) */
+    QW_PHASE_COMPARE,    /* KL and top-1 against the baseline, the SQNR probe's GEMMs and sums */
+    QW_PHASE_POLICY,     /* applying a quantization policy to the weights */
+    QW_PHASE_BASELINE_IO, /* reading or writing the baseline file */
+    QW_PHASES
+} qw_phase;
+
+_Static_assert(QW_PHASE_GEMM_DOWN - QW_PHASE_GEMM_Q == QW_LINEAR_DOWN - QW_LINEAR_Q,
+               "one GEMM phase per linear kind, in qw_linear_kind order");
+
+/* Seconds per phase. */
+typedef struct qw_profile {
+    double s[QW_PHASES];
+} qw_profile;
+
+/* The phase's name in metrics and tables ("convert", "gemm_q", ..., "baseline_io"). */
+const char *qw_phase_name(qw_phase p);
+
+/* All phases to 0. */
+void qw_profile_reset(qw_profile *p);
+
+/* Sum of the phases' seconds. */
+double qw_profile_total(const qw_profile *p);
+
+/* p->s[ph] += qs_clock_s() - t0 (t0 from qs_clock_s); p NULL: no-op. */
+void qw_profile_add_since(qw_profile *p, qw_phase ph, double t0);
+
+#endif
