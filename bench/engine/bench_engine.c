@@ -299,6 +299,7 @@ out:
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is measured, also into a file */
     char def[1024];
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (xdg && *xdg)
@@ -395,13 +396,10 @@ int main(int argc, char **argv) {
     int all = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
     int thread_counts[2] = {1, all};
     int n_counts = all > 1 ? 2 : 1;
-    double peak[2];
-    for (int ti = 0; ti < n_counts; ti++)
-        peak[ti] = peak_at(thread_counts[ti]);
-    printf("\n%-8s %10s %9s %12s %11s %8s %10s %11s %11s\n", "threads", "tokens/s", "s/chunk",
-           "engine GF/s", "sgemm GF/s", "/sgemm", "peak GF/s", "engine/peak", "sgemm/peak");
+    char rows[2][160];
     for (int ti = 0; ti < n_counts; ti++) {
         int th = thread_counts[ti];
+        double pk = peak_at(th); /* next to the measurements it is the yardstick of */
         if (qw_model_set_threads(m, th, &err) != QS_OK) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
@@ -425,11 +423,16 @@ int main(int argc, char **argv) {
         openblas_set_num_threads(th);
         double t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
         openblas_set_num_threads(1);
-        double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9, pk = peak[ti];
-        printf("%-8d %10.1f %9.3f %12.2f %11.2f %8.3f %10.1f %11.3f %11.3f\n", th,
-               ctx * chunks / total, total / chunks, gf_engine, gf_gemm, gf_engine / gf_gemm, pk,
-               pk > 0 ? gf_engine / pk : 0.0, pk > 0 ? gf_gemm / pk : 0.0);
+        double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9;
+        snprintf(rows[ti], sizeof rows[ti],
+                 "%-8d %10.1f %9.3f %12.2f %11.2f %8.3f %10.1f %11.3f %11.3f", th,
+                 ctx * chunks / total, total / chunks, gf_engine, gf_gemm, gf_engine / gf_gemm, pk,
+                 pk > 0 ? gf_engine / pk : 0.0, pk > 0 ? gf_gemm / pk : 0.0);
     }
+    printf("\n%-8s %10s %9s %12s %11s %8s %10s %11s %11s\n", "threads", "tokens/s", "s/chunk",
+           "engine GF/s", "sgemm GF/s", "/sgemm", "peak GF/s", "engine/peak", "sgemm/peak");
+    for (int ti = 0; ti < n_counts; ti++)
+        printf("%s\n", rows[ti]);
     printf("\n(tokens/s: mean over the chunks; GFLOP/s: best chunk against the best sgemm pass; "
            "peak: the best ISA's FMA loop at that thread count)\n");
 
