@@ -355,6 +355,16 @@ const qw_ops *qw_ops_cpu(void);
  * linears of up to max_in inputs. Errors: QS_EINVAL (threads < 1, max_in < 1), QS_ENOMEM. */
 qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *err);
 
+/* The CPU backend's numerics path, recorded in results beside gemm_path: the GEMM library, its
+ * version and the kernel family it picked for this CPU, "cpu-openblas-<version>-<core>" in
+ * lower case (the version from openblas_get_config, the core from openblas_get_corename: e.g.
+ * "cpu-openblas-0.3.21-haswell"). OpenBLAS's kernel families sum in different orders, so two
+ * paths' results differ in the last bits. Computed once per process; thread-safe. */
+const char *qw_backend_cpu_path(void);
+
+/* OpenBLAS's build configuration (openblas_get_config: version, DYNAMIC_ARCH, core, ...). */
+const char *qw_backend_cpu_blas_config(void);
+
 /* Frees the backend's scratch; a zeroed struct is a no-op. */
 void qw_backend_release(qw_backend *b);
 

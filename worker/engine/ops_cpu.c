@@ -14,6 +14,8 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -593,4 +595,28 @@ void qw_backend_release(qw_backend *b) {
     if (!b) return;
     free(b->wscratch);
     memset(b, 0, sizeof *b);
+}
+
+static char cpu_path[96];
+static pthread_once_t cpu_path_once = PTHREAD_ONCE_INIT;
+
+/* "cpu-openblas-<version>-<core>": the configuration string starts "OpenBLAS <version> ". */
+static void cpu_path_init(void) {
+    char version[32] = "unknown";
+    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+    if (!cfg || sscanf(cfg, "OpenBLAS %31s", version) != 1) strcpy(version, "unknown");
+    snprintf(cpu_path, sizeof cpu_path, "cpu-openblas-%s-%s", version,
+             core && *core ? core : "unknown");
+    for (char *p = cpu_path; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+}
+
+const char *qw_backend_cpu_path(void) {
+    pthread_once(&cpu_path_once, cpu_path_init);
+    return cpu_path;
+}
+
+const char *qw_backend_cpu_blas_config(void) {
+    const char *cfg = openblas_get_config();
+    return cfg ? cfg : "unknown";
 }

@@ -18,6 +18,7 @@
 #include "loop.h"
 #include "sensitivity.h"
 #include "model.h"
+#include "ops.h"
 #include "policy.h"
 #include "quant.h"
 #include "synthetic.h"
@@ -204,8 +205,11 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
 
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
  * path is the most specific one its linears ran since get_model reset the count):
- * "gemm_path.<path>" = 1 (jobs_backend.h), and "probe_on_cpu" = 1 when the SQNR probe kept on
- * the CPU a job the worker would have run on CUDA. */
+ * "gemm_path.<path>" = 1 (jobs_backend.h); on the CPU also "cpu_path.<path>" = 1, the BLAS
+ * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
+ * "cpu_path.cpu-openblas-0.3.21-haswell"), since results differ in the last bits between
+ * families; and "probe_on_cpu" = 1 when the SQNR probe kept on the CPU a job the worker would
+ * have run on CUDA. */
 static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool probe, qs_error *err) {
     const char *path = qw_jobs_gemm_path(model);
     char name[64];
@@ -215,6 +219,10 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool pro
     if (!st && qw_jobs_gemm_fallback(model, status, sizeof status, why, sizeof why)) {
         fprintf(stderr, "qsweep worker: job %lld: %s\n", (long long)qw_job_id(ctx), why);
         qw_jobs_gemm_fallback_metric(status, name, sizeof name);
+        st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    }
+    if (!st && strcmp(path, "cpu") == 0) { /* the CPU's own numerics path (ops.h) */
+        snprintf(name, sizeof name, "cpu_path.%s", qw_backend_cpu_path());
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
     qw_jobs_backend c = qw_jobs_backend_get();
