@@ -99,6 +99,7 @@ FUZZ_TARGETS=(
   "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
   "tokenizer_fuzz_encode        -"
   "tokenizer_fuzz_gguf          tests/checkpoint/fuzz/seeds/gguf"
+  "tokenizer_fuzz_text          tests/tokenizer/fuzz/seeds/text"
   "train_fuzz_ckpt              -"
 )
 
