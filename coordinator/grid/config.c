@@ -471,7 +471,7 @@ static size_t iterated_length(struct fy_token *t) {
  * (before 0.9.5) sizes a scalar's text from a length it counted while scanning and, when the
  * text does not fit it (a single-quoted scalar of consecutive escaped quotes, e.g. a newline
  * and 20 single quotes), returns a text that is not the scalar's and leaks its iterator's
- * chunk array (1 KiB; fy_atom_format_text, upstream libfyaml issue 233, fixed by commit
+ * chunk array (1 KiB; fy_atom_format_text, upstream libfyaml#233, fixed by commit
  * 0af6061 in v0.9.5). Such a scalar's counted length differs from what its token iterator
  * reads, which leaks nothing. Returns the first such scalar of n (keys included), or n itself
  * when n nests deeper than CONFIG_MAX_DEPTH below depth (*deep set), else NULL. */
