@@ -99,6 +99,7 @@ FUZZ_TARGETS=(
   "tokenizer_fuzz_json          tests/tokenizer/fuzz/seeds/json"
   "tokenizer_fuzz_encode        -"
   "tokenizer_fuzz_gguf          tests/checkpoint/fuzz/seeds/gguf"
+  "tokenizer_fuzz_text          tests/tokenizer/fuzz/seeds/text"
   "train_fuzz_ckpt              -"
 )
 
@@ -111,6 +112,15 @@ stage_fuzz_smoke() {
     names+=("$t")
   done
   cmake --build build/fuzz -j"$jobs" --target "${names[@]}" || rc=1
+  # grids that once failed a target, each run once (a leak, a crash or a hang fails the stage)
+  local grid
+  grid=$(find build/fuzz -type f -name cli_fuzz_grid -perm -u+x | head -n 1)
+  if [ -n "$grid" ]; then
+    echo "fuzz: cli_fuzz_grid on tests/cli/data/fuzz_grid_regress"
+    "$grid" -timeout=10 tests/cli/data/fuzz_grid_regress/* >"$work/fuzz-regress.log" 2>&1 ||
+      { tail -n 40 "$work/fuzz-regress.log"; rc=1; }
+    rm -f "$work/fuzz-regress.log"
+  fi
   for line in "${FUZZ_TARGETS[@]}"; do
     read -r t src <<<"$line"
     local exe corpus="$work/fuzz-$t" log="$work/fuzz-$t.log" frc=0

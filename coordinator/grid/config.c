@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,6 +453,59 @@ static qs_status count_alias_nodes(qc_config *c, struct fy_node *n, struct fy_no
     return st;
 }
 
+/* The length of scalar token t's text as libfyaml's token iterator reads it (the bytes it
+ * yields; nothing is kept). */
+static size_t iterated_length(struct fy_token *t) {
+    struct fy_token_iter *it = fy_token_iter_create(t);
+    if (!it) return SIZE_MAX;
+    char buf[256];
+    ssize_t r;
+    size_t n = 0;
+    while ((r = fy_token_iter_read(it, buf, sizeof buf)) > 0)
+        n += (size_t)r;
+    fy_token_iter_destroy(it);
+    return n;
+}
+
+/* Finds a scalar whose text libfyaml cannot make, before anything asks for it: libfyaml 0.7
+ * (before 0.9.5) sizes a scalar's text from a length it counted while scanning and, when the
+ * text does not fit it (a single-quoted scalar of consecutive escaped quotes, e.g. a newline
+ * and 20 single quotes), returns a text that is not the scalar's and leaks its iterator's
+ * chunk array (1 KiB; fy_atom_format_text, upstream libfyaml#233, fixed by commit
+ * 0af6061 in v0.9.5). Such a scalar's counted length differs from what its token iterator
+ * reads, which leaks nothing. Returns the first such scalar of n (keys included), or n itself
+ * when n nests deeper than CONFIG_MAX_DEPTH below depth (*deep set), else NULL. */
+static struct fy_node *misread_scalar(struct fy_node *n, int depth, bool *deep) {
+    if (!n) return NULL;
+    if (depth > CONFIG_MAX_DEPTH) {
+        *deep = true;
+        return n;
+    }
+    struct fy_node *bad = NULL;
+    if (fy_node_is_scalar(n)) {
+        struct fy_token *t = fy_node_get_scalar_token(n);
+        if (t && fy_token_get_text_length(t) != iterated_length(t)) bad = n;
+    } else if (fy_node_is_sequence(n)) {
+        void *it = NULL;
+        struct fy_node *item;
+        while (!bad && (item = fy_node_sequence_iterate(n, &it)))
+            bad = misread_scalar(item, depth + 1, deep);
+    } else if (fy_node_is_mapping(n)) {
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        while (!bad && (pair = fy_node_mapping_iterate(n, &it))) {
+            bad = misread_scalar(fy_node_pair_key(pair), depth + 1, deep);
+            if (!bad) bad = misread_scalar(fy_node_pair_value(pair), depth + 1, deep);
+        }
+    }
+    return bad;
+}
+
+/* What a misread scalar (misread_scalar) is told, for the error message. */
+#define MISREAD_SCALAR                                                                             \
+    "a quoted scalar this libfyaml (%s) cannot read (consecutive escaped single quotes): write "   \
+    "it in double quotes"
+
 /* Refuses a stream of more than one document: a grid is one, and the rest would be silently
  * ignored. Walks the parser's events only (no tree, no alias expansion). */
 static qs_status check_one_document(qc_config *c, size_t len) {
@@ -560,6 +614,14 @@ static qs_status apply_set(qc_config *c, size_t idx) {
         struct fy_node *v = eq[1] ? fy_node_build_from_string(c->doc, eq + 1, FY_NT)
                                   : fy_node_create_scalar_copy(c->doc, "", 0);
         if (!v) return qs_error_set(err, QS_EINVAL, "--set %s: the value is not valid YAML", arg);
+        bool deep = false;
+        if (misread_scalar(v, 0, &deep)) {
+            fy_node_free(v);
+            return deep ? qs_error_set(err, QS_EINVAL, "--set %s: the value nests deeper than %d",
+                                       arg, CONFIG_MAX_DEPTH)
+                        : qs_error_set(err, QS_EINVAL, "--set %s: " MISREAD_SCALAR, arg,
+                                       fy_library_version());
+        }
         if (pair) forget_replaced(c, idx, fy_node_pair_value(pair));
         struct fy_node *k = pair ? NULL : fy_node_create_scalar_copy(c->doc, seg, seg_len);
         int rc = pair ? fy_node_pair_set_value(pair, v) : fy_node_mapping_append(node, k, v);
@@ -587,6 +649,11 @@ static qs_status build_document(qc_config *c, size_t len) {
     qs_status st = check_one_document(c, len);
     size_t budget = 0;
     if (!st) st = count_alias_nodes(c, fy_document_root(c->doc), NULL, 0, &budget);
+    if (!st) { /* count_alias_nodes refused nesting deeper than CONFIG_MAX_DEPTH */
+        bool deep = false;
+        struct fy_node *bad = misread_scalar(fy_document_root(c->doc), 0, &deep);
+        if (bad) st = qc_config_fail(c, bad, QS_EFORMAT, MISREAD_SCALAR, fy_library_version());
+    }
     if (!st && fy_document_resolve(c->doc) != 0) {
         void *it = NULL;
         struct fy_diag_error *e, *last = NULL;

@@ -89,17 +89,30 @@ void qc_srv_db_lost(server *s, const char *why, const char *condition) {
 
 /* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
  * every connection; the writer's takes the advisory lock again before anything is written.
- * Back: dispatch resumes and the queued batches are committed. Still down: the next retry is
- * scheduled. Errors: QS_ESTATE (another coordinator holds the lock now). */
+ * The loop calls this every turn: a reconnect never blocks it (qc_store_reconnect_poll, at
+ * most the connection's connect_timeout per attempt, spread over the turns), so heartbeats
+ * are answered while PostgreSQL is away. Back: dispatch resumes and the queued batches are
+ * committed. An attempt failed: the next one is scheduled. Errors: QS_ESTATE (another
+ * coordinator holds the lock now). */
 qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err) {
-    if (!s->db_down || now < s->next_reconnect || qc_writer_busy(s->writer)) return QS_OK;
+    if (!s->db_down) return QS_OK;
     qs_error e;
-    qs_status rs = qc_store_reconnect(s->store, &e);
-    if (rs == QS_OK) rs = qc_writer_reconnect(s->writer, &e);
+    qs_status rs = QS_OK;
+    if (!s->reconnecting) {
+        if (now < s->next_reconnect || qc_writer_busy(s->writer)) return QS_OK;
+        rs = qc_store_reconnect_start(s->store, &e);
+        if (rs == QS_OK) rs = qc_writer_reconnect_start(s->writer, &e);
+        s->reconnecting = rs == QS_OK;
+    }
+    bool main_up = false, writer_up = false;
+    if (rs == QS_OK) rs = qc_store_reconnect_poll(s->store, &main_up, &e);
+    if (rs == QS_OK) rs = qc_writer_reconnect_poll(s->writer, &writer_up, &e);
     if (rs == QS_ESTATE) {
         *err = e;
         return rs;
     }
+    if (rs == QS_OK && !(main_up && writer_up)) return QS_OK; /* still connecting */
+    s->reconnecting = false;
     if (rs == QS_OK) {
         size_t queued =
             qc_store_batch_size(s->batch) + (s->flying ? qc_store_batch_size(s->flying) : 0);

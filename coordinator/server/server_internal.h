@@ -118,6 +118,7 @@ typedef struct server {
     qs_error batch_err;
     bool db_down;
     int64_t next_reconnect;
+    bool reconnecting;          /* the connections are being re-opened (qc_srv_reconnect) */
     int retry_ms;               /* the current reconnect delay (db_lost); 0 after a commit */
     const char *down_condition; /* the server condition behind the pause, NULL: lost */
     void *zctx, *sock;

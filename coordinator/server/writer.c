@@ -268,6 +268,21 @@ qs_status qc_writer_reconnect(qc_writer *w, qs_error *err) {
     return st;
 }
 
+qs_status qc_writer_reconnect_start(qc_writer *w, qs_error *err) {
+    if (w->busy) return qs_error_set(err, QS_ESTATE, "writer: a batch is still being written");
+    qs_status st = qc_store_reconnect_start(w->store, err);
+    if (!st) st = qc_store_reconnect_start(w->lane.store, err);
+    return st;
+}
+
+qs_status qc_writer_reconnect_poll(qc_writer *w, bool *done, qs_error *err) {
+    bool a = false, b = false;
+    qs_status st = qc_store_reconnect_poll(w->store, &a, err);
+    if (!st) st = qc_store_reconnect_poll(w->lane.store, &b, err);
+    *done = !st && a && b;
+    return st;
+}
+
 void qc_writer_stop(qc_writer *w) {
     if (w) destroy(w);
 }

@@ -79,6 +79,13 @@ const char *qc_writer_condition(const qc_writer *w);
  * while the server cannot be reached. */
 qs_status qc_writer_reconnect(qc_writer *w, qs_error *err);
 
+/* The same without waiting (qc_store_reconnect_start / qc_store_reconnect_poll on both):
+ * start begins reconnecting both (QS_ESTATE while busy, QS_EDB when one cannot start); each
+ * poll advances both without blocking, *done once both are up (QS_EDB: an attempt failed,
+ * start again later; QS_ESTATE: another coordinator took the lock). */
+qs_status qc_writer_reconnect_start(qc_writer *w, qs_error *err);
+qs_status qc_writer_reconnect_poll(qc_writer *w, bool *done, qs_error *err);
+
 /* Waits for a submitted batch to finish (its outcome is dropped: collect it first to keep
  * it), stops the thread and closes the connection. w may be NULL. */
 void qc_writer_stop(qc_writer *w);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "migrate.h"
 #include "sqltext.h"
 #include "store_internal.h"
@@ -157,6 +159,20 @@ void qc_store_rollback(qc_store *s) {
 
 /* ---- connection ---------------------------------------------------------------------------- */
 
+/* The connection's connect_timeout in ms (libpq: seconds, at least 2 when set; 0 or unset:
+ * none). */
+static int connect_timeout_ms(PGconn *conn) {
+    PQconninfoOption *opts = PQconninfo(conn);
+    int ms = 0;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (strcmp(o->keyword, "connect_timeout") || !o->val) continue;
+        int sec = atoi(o->val);
+        ms = sec <= 0 ? 0 : (sec < 2 ? 2 : sec) * 1000;
+    }
+    PQconninfoFree(opts);
+    return ms;
+}
+
 qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err) {
     *out = NULL;
     qc_store *s = calloc(1, sizeof *s);
@@ -204,6 +220,7 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
         return qs_error_set(err, QS_EDB, "connect to PostgreSQL (%s): %s", conninfo, msg);
     }
     s->backend = PQbackendPID(s->conn);
+    s->connect_timeout_ms = connect_timeout_ms(s->conn);
     qs_status st = qc_migrate(s->conn, NULL, err);
     if (st) {
         qc_store_close(s);
@@ -384,17 +401,52 @@ qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error 
                         holder_pid);
 }
 
-qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
+/* Ends a failed reconnect attempt: QS_EDB with libpq's message (or why). */
+static qs_status reconnect_failed(qc_store *s, const char *why, qs_error *err) {
+    s->reconnecting = false;
+    s->lost = true;
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", why ? why : PQerrorMessage(s->conn));
+    msg[strcspn(msg, "\n")] = '\0';
+    return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
+}
+
+qs_status qc_store_reconnect_start(qc_store *s, qs_error *err) {
     if (s->backend) s->stale_backend = s->backend; /* the session being replaced */
     s->backend = 0;
-    PQreset(s->conn);
-    if (PQstatus(s->conn) != CONNECTION_OK) {
-        s->lost = true;
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", PQerrorMessage(s->conn));
-        msg[strcspn(msg, "\n")] = '\0';
-        return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
+    s->lost = true; /* until the new session is up */
+    s->reconnecting = true;
+    s->reconnect_deadline = s->connect_timeout_ms ? qs_clock_ms() + s->connect_timeout_ms : 0;
+    if (!PQresetStart(s->conn)) return reconnect_failed(s, NULL, err);
+    s->poll_status = PGRES_POLLING_WRITING; /* as after PQconnectStart (libpq docs) */
+    return QS_OK;
+}
+
+qs_status qc_store_reconnect_poll(qc_store *s, bool *done, qs_error *err) {
+    *done = false;
+    if (!s->reconnecting) {
+        *done = !s->lost && PQstatus(s->conn) == CONNECTION_OK;
+        return QS_OK;
     }
+    while (s->poll_status != PGRES_POLLING_OK) {
+        if (s->poll_status == PGRES_POLLING_FAILED) return reconnect_failed(s, NULL, err);
+        struct pollfd p = {.fd = PQsocket(s->conn),
+                           .events = s->poll_status == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+        int r = p.fd < 0 ? 1 : poll(&p, 1, 0); /* no socket: PQresetPoll says why */
+        if (r < 0 && errno != EINTR) return reconnect_failed(s, strerror(errno), err);
+        if (r <= 0) { /* not ready yet */
+            if (s->reconnect_deadline && qs_clock_ms() >= s->reconnect_deadline) {
+                char why[80];
+                snprintf(why, sizeof why, "no connection within connect_timeout (%d s)",
+                         s->connect_timeout_ms / 1000);
+                return reconnect_failed(s, why, err);
+            }
+            return QS_OK;
+        }
+        s->poll_status = PQresetPoll(s->conn);
+    }
+    s->reconnecting = false;
+    if (PQstatus(s->conn) != CONNECTION_OK) return reconnect_failed(s, NULL, err);
     s->lost = false;
     s->backend = PQbackendPID(s->conn);
     s->sqlstate[0] = '\0';
@@ -404,7 +456,19 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
         qs_status st = try_coordinator_lock(s, err);
         if (st) return st;
     }
+    *done = true;
     return QS_OK;
+}
+
+qs_status qc_store_reconnect(qc_store *s, qs_error *err) {
+    qs_status st = qc_store_reconnect_start(s, err);
+    bool done = false;
+    while (st == QS_OK && !(st = qc_store_reconnect_poll(s, &done, err)) && !done) {
+        struct pollfd p = {.fd = PQsocket(s->conn),
+                           .events = s->poll_status == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+        if (p.fd >= 0) poll(&p, 1, 100); /* the deadline is checked at least every 100 ms */
+    }
+    return st;
 }
 
 PGconn *qc_store_pgconn(qc_store *s) {

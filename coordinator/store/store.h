@@ -74,7 +74,7 @@ typedef struct qc_store qc_store;
                             "-c idle_in_transaction_session_timeout=300000"
 
 /* Connects with the libpq conninfo string (connect_timeout 10 s, 2 s for a "coordinator..."
- * role, unless it sets one; it applies to qc_store_reconnect too; TCP keepalives after 5 s
+ * role, unless it sets one; it bounds each qc_store_reconnect attempt too; TCP keepalives after 5 s
  * idle, every second, 3 probes, and tcp_user_timeout 5 s unless it sets them; the server
  * options QC_STORE_CLIENT_OPTIONS or, for a coordinator role, QC_STORE_COORDINATOR_OPTIONS), sets
  * application_name to "qsweep <role> <host>:<pid>" (role: a short word such as "coordinator" or
@@ -134,11 +134,28 @@ int qc_store_backend_pid(const qc_store *s);
  * QS_EDB when the query fails. */
 qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error *err);
 
-/* Tries once to re-establish a lost connection (PQreset), then re-takes the coordinator lock
- * when this store held it. QS_OK when connected again; QS_EDB while the server is still
- * unreachable (call again later); QS_ESTATE when another coordinator took the lock in
- * between (the caller must stop). Costs one connection attempt; does not sleep. */
+/* Tries once to re-establish a lost connection, waiting for it (qc_store_reconnect_start,
+ * then qc_store_reconnect_poll until it ends, at most the connection's connect_timeout), then
+ * re-takes the coordinator lock when this store held it. QS_OK when connected again; QS_EDB
+ * while the server is still unreachable (call again later); QS_ESTATE when another
+ * coordinator took the lock in between (the caller must stop). */
 qs_status qc_store_reconnect(qc_store *s, qs_error *err);
+
+/* The same without waiting, for a caller with a message loop to keep (the coordinator):
+ * qc_store_reconnect_start replaces the session by a new one that is connecting
+ * (PQresetStart), and each qc_store_reconnect_poll advances it as far as it can without
+ * blocking (PQresetPoll, only when its socket is ready: a poll() with no timeout). *done
+ * becomes true once the new session is up and has re-taken the coordinator lock if this
+ * store held it; that last step runs statements and, when the lock's holder is this
+ * coordinator's own stale session, waits the few milliseconds the server takes to end it
+ * (qc_store_lock_coordinator). The attempt fails after the connection's connect_timeout
+ * (kept here: libpq ignores it in this mode). A host name is resolved by libpq's blocking
+ * getaddrinfo at start: give an address (host=IP or hostaddr) where that matters.
+ * Errors: QS_EDB (the attempt failed: start again later; the store is lost meanwhile),
+ * QS_ESTATE (another coordinator took the lock: stop). Poll on a store not reconnecting:
+ * *done says whether its session is up. */
+qs_status qc_store_reconnect_start(qc_store *s, qs_error *err);
+qs_status qc_store_reconnect_poll(qc_store *s, bool *done, qs_error *err);
 
 /* The underlying connection, for read-only ad-hoc queries (qsweep results --sql). Owned by
  * the store; valid until close or reconnect. */

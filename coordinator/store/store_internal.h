@@ -8,16 +8,21 @@
 
 struct qc_store {
     PGconn *conn;
-    bool lost;          /* the last call found the connection gone (or the server unable to
-                           go on: qc_store_condition) */
-    char sqlstate[6];   /* SQLSTATE of the last failure, "" when none or made by libpq */
-    bool holds_lock;    /* qc_store_lock_coordinator succeeded in this session */
-    bool flush_ready;   /* this session has the flush's prepared statements, settings and
-                           results staging table (batch.c, prepare_session) */
-    qc_sbuf scratch;    /* reused parameter text */
-    char app[200];      /* this session's application_name: "qsweep <role> <host>:<pid>" */
-    int backend;        /* the server pid of the current session (PQbackendPID while good) */
-    int stale_backend;  /* the server pid of the session a reconnect replaced, 0: none */
+    bool lost;              /* the last call found the connection gone (or the server unable to
+                               go on: qc_store_condition) */
+    char sqlstate[6];       /* SQLSTATE of the last failure, "" when none or made by libpq */
+    bool holds_lock;        /* qc_store_lock_coordinator succeeded in this session */
+    bool flush_ready;       /* this session has the flush's prepared statements, settings and
+                               results staging table (batch.c, prepare_session) */
+    qc_sbuf scratch;        /* reused parameter text */
+    char app[200];          /* this session's application_name: "qsweep <role> <host>:<pid>" */
+    int backend;            /* the server pid of the current session (PQbackendPID while good) */
+    int stale_backend;      /* the server pid of the session a reconnect replaced, 0: none */
+    int connect_timeout_ms; /* the connection's connect_timeout, 0: none (libpq ignores it
+                               under PQresetPoll, so the reconnect keeps it itself) */
+    bool reconnecting;      /* qc_store_reconnect_start began, not finished */
+    int poll_status;        /* PostgresPollingStatusType PQresetPoll last returned */
+    int64_t reconnect_deadline; /* qs_clock_ms() when this attempt gives up, 0: never */
 };
 
 /* Records a failed statement as QS_EDB "what: server message (detail)" and notes a lost

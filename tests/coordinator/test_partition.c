@@ -9,7 +9,9 @@
  * cut through its own TCP timeouts and keeps answering its workers; the server, whose
  * keepalives this test sets to 10 minutes, still shows the old session right after the cut.
  * The coordinator then takes the lock again and finishes the sweep: every job once, every
- * result once (counts from SQL), no worker re-registered. Without root it is skipped. (The
+ * result once (counts from SQL), no worker re-registered, and its loop stalled at most once
+ * while PostgreSQL was away (the turn that noticed the cut: reconnect attempts never block
+ * it, commit.c). Without root it is skipped. (The
  * stale session itself is ended deterministically in store_store.) */
 #include <sched.h>
 #include <setjmp.h>
@@ -42,6 +44,29 @@ static int count_lines(const char *path, const char *needle) {
     int n = 0;
     while (fgets(line, sizeof line, f))
         n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* The loop's stalls while PostgreSQL was away: the coordinator's "did not run for N ms" lines
+ * between its "PostgreSQL unreachable" and "PostgreSQL is back" lines; *longest gets the
+ * longest N. */
+static int stalls_during_outage(const char *path, long *longest) {
+    FILE *f = fopen(path, "r");
+    *longest = 0;
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    bool down = false;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "PostgreSQL unreachable")) down = true;
+        if (strstr(line, "PostgreSQL is back")) down = false;
+        const char *p = strstr(line, "did not run for ");
+        if (!down || !p) continue;
+        long ms = atol(p + strlen("did not run for "));
+        if (ms > *longest) *longest = ms;
+        n++;
+    }
     fclose(f);
     return n;
 }
@@ -103,16 +128,27 @@ static void coordinator_survives_a_partition_from_postgresql(void **state) {
     snprintf(log1, sizeof log1, "%s/worker-w1.log", h->dir);
     snprintf(log2, sizeof log2, "%s/worker-w2.log", h->dir);
     int rereg = count_lines(log1, "re-regist") + count_lines(log2, "re-regist");
+    long longest = 0;
+    int stalls = stalls_during_outage(h->coord_log, &longest);
+    int moved = count_lines(h->coord_log, "moved from connection") +
+                count_lines(h->coord_log, "re-attached to job");
     fprintf(stderr,
             "partition: old session still there after the cut %ld; jobs succeeded %ld of 6; "
             "attempts succeeded %ld, lost %ld, other %ld; final results %ld, wrong %ld, twice "
-            "%ld; writer sessions now %ld; worker re-register lines %d\n",
-            old_still, succeeded, att_ok, att_lost, att_other, rows, wrong, twice, writers, rereg);
+            "%ld; writer sessions now %ld; worker re-register lines %d, coordinator re-attach "
+            "lines %d; loop stalls while PostgreSQL was away %d (longest %ld ms)\n",
+            old_still, succeeded, att_ok, att_lost, att_other, rows, wrong, twice, writers, rereg,
+            moved, stalls, longest);
     assert_int_equal(alive, -1); /* the coordinator still runs */
     assert_true(done);
     assert_true(h_log_contains(h, "PostgreSQL is back"));
     assert_false(h_log_contains(h, "another coordinator is already running"));
     assert_int_equal(rereg, 0); /* the coordinator kept answering them */
+    assert_int_equal(moved, 0);
+    /* reconnect attempts never hold the loop (commit.c, qc_srv_reconnect): at most the one turn
+       whose statement noticed the cut, bounded by tcp_user_timeout (5 s, store.c) */
+    assert_true(stalls <= 1);
+    assert_true(longest <= 6000);
     assert_int_equal(succeeded, 6);
     assert_int_equal(att_ok, 6);
     assert_int_equal(att_other, 0);

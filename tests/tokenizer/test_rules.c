@@ -342,6 +342,38 @@ static void digest_follows_content(void **state) {
     qw_tokenizer_free(l3);
 }
 
+/* The digest of a tokenizer with a regex covers the Unicode version of PCRE2's tables (two
+ * versions, two digests; the real digest is the one for the library's own version, as
+ * pcre2_config reports it); one without any regex is the same under every version. */
+static void digest_covers_the_regex_unicode_version(void **state) {
+    (void)state;
+    char real[32], lib[64] = "";
+    qw_tokenizer_regex_unicode_version(real, sizeof real);
+    assert_true(pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, lib) > 0);
+    assert_string_equal(real, lib);
+    fprintf(stderr, "PCRE2 %d.%d, Unicode %s\n", PCRE2_MAJOR, PCRE2_MINOR, real);
+    qw_tokenizer *re, *plain;
+    assert_int_equal(tiny("{\"type\":\"Digits\",\"individual_digits\":true}", "\"a-\":256",
+                          "\"a -\"", &re, NULL),
+                     QS_OK);
+    assert_int_equal(tiny("null", "\"a-\":256", "\"a -\"", &plain, NULL), QS_OK);
+    assert_true(re->n_steps > 0);
+    assert_int_equal(plain->n_steps, 0);
+    assert_int_equal(plain->n_repl, 0);
+    char a[65], b[65], mine[65];
+    qw_tokenizer_compute_digest(re, "14.0.0", a);
+    qw_tokenizer_compute_digest(re, "15.1.0", b);
+    qw_tokenizer_compute_digest(re, real, mine);
+    assert_string_not_equal(a, b);
+    assert_string_equal(qw_tokenizer_digest(re), mine);
+    qw_tokenizer_compute_digest(plain, "14.0.0", a);
+    qw_tokenizer_compute_digest(plain, "15.1.0", b);
+    assert_string_equal(a, b);
+    assert_string_equal(qw_tokenizer_digest(plain), a);
+    qw_tokenizer_free(re);
+    qw_tokenizer_free(plain);
+}
+
 static void gguf_unknown_pre_tokenizer_is_refused(void **state) {
     (void)state;
     char path[4096];
@@ -726,6 +758,7 @@ int main(void) {
         cmocka_unit_test(split_behaviors),
         cmocka_unit_test(malformed_tokenizer_json),
         cmocka_unit_test(digest_follows_content),
+        cmocka_unit_test(digest_covers_the_regex_unicode_version),
         cmocka_unit_test(gguf_unknown_pre_tokenizer_is_refused),
         cmocka_unit_test(token_file_names_its_tokenizer),
         cmocka_unit_test(text_dataset_is_cached_per_tokenizer_and_text),

@@ -14,13 +14,16 @@
 /* Watches the socket's handshakes (zmq_socket_monitor, libzmq 4.3: each event is two
  * frames, a 16-bit event id and a 32-bit value in host order, then the endpoint): a worker
  * the coordinator refuses (its ZAP handler's allow-list, coordinator/server/zap.h) or whose
- * security mechanism differs (no CURVE keys against a CURVE coordinator, or the reverse)
- * otherwise only sees a silent coordinator; an admitted one says that it connected. */
+ * security mechanism differs (no CURVE keys against a CURVE coordinator, or the reverse),
+ * or that uses the wrong coordinator public key (the coordinator cannot read its CURVE HELLO
+ * and closes the connection: "failed, no detail"), otherwise only sees a silent coordinator;
+ * an admitted one says that it connected. */
 static void watch_handshakes(worker *w) {
     char ep[96];
     snprintf(ep, sizeof ep, "inproc://qsweep-worker-monitor-%p-%u", (void *)w, ++w->mon_seq);
     if (zmq_socket_monitor(w->sock, ep,
                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                                ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
         return;
     w->mon = zmq_socket(w->zctx, ZMQ_PAIR);
@@ -32,14 +35,19 @@ static void watch_handshakes(worker *w) {
     }
 }
 
-/* One refused handshake: says what is wrong the first time (libzmq retries every 100 ms),
- * and counts. */
+/* One refused handshake: says what is wrong the first time, counts, and schedules the next
+ * try. libzmq 4.3 ends a connection whose handshake failed with an error (a ZAP refusal, a
+ * mechanism mismatch) without reconnecting, and retries one the peer just closed (a wrong
+ * coordinator key) every 100 ms: either way the loop opens a fresh socket
+ * QW_REFUSAL_SPAN_MS / QW_REFUSALS_MAX after a refusal, so that QW_REFUSALS_MAX refusals take
+ * QW_REFUSAL_SPAN_MS whatever the coordinator timeout. */
 static void refused(worker *w, int64_t now, const char *why) {
     if (w->refusals++ == 0) {
         w->first_refusal_ms = now;
         snprintf(w->refusal, sizeof w->refusal, "%s", why);
         qw_loop_wlog(w, "%s", why);
     }
+    if (!w->reopen_ms) w->reopen_ms = now + QW_REFUSAL_SPAN_MS / QW_REFUSALS_MAX;
 }
 
 /* Reads the monitor's events. Returns true when the worker should give up: the coordinator
@@ -73,6 +81,7 @@ bool qw_loop_read_handshakes(worker *w, int64_t now) {
                              w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
             w->connected_told = true;
             w->refusals = 0;
+            w->reopen_ms = 0;
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             snprintf(why, sizeof why,
                      "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
@@ -89,6 +98,14 @@ bool qw_loop_read_handshakes(worker *w, int64_t now) {
                          : "the coordinator requires CURVE and this worker has no keys: set "
                            "QSWEEP_CURVE_SERVER (the coordinator's public key) and this "
                            "worker's QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET (qsweep keygen)");
+            refused(w, now, why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            snprintf(why, sizeof why, "%s",
+                     w->o->curve_server_key
+                         ? "the coordinator closed the connection during the CURVE handshake: "
+                           "is QSWEEP_CURVE_SERVER the coordinator's public key?"
+                         : "the peer closed the connection during the handshake: is the "
+                           "endpoint a qsweep coordinator?");
             refused(w, now, why);
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             snprintf(why, sizeof why,

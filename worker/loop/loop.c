@@ -199,6 +199,13 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
             qw_loop_send_packed(w, w->end_buf, w->end_len, "attempt end (resend)");
             w->end_sent_ms = t;
         }
+        if (w->reopen_ms && t >= w->reopen_ms) { /* a refused handshake: try again (link.c) */
+            w->reopen_ms = 0;
+            st = qw_loop_open_socket(w, err);
+            if (st != QS_OK) break;
+            qw_loop_reregister(w);
+            w->last_heard_ms = t;
+        }
         if (t - w->last_heard_ms > w->timeout_ms) {
             if (w->refusals == 0) /* else the refusal was explained, once */
                 qw_loop_wlog(w,

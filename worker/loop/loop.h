@@ -130,8 +130,9 @@ typedef struct qw_options {
 
 /* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the
  * allow-list, no keys against a CURVE coordinator, or keys against a plain one) gives up
- * after this many refusals spread over at least this long (libzmq retries every 100 ms),
- * having said once what is wrong. */
+ * after this many refusals spread over at least this long (it tries again on a fresh socket
+ * every QW_REFUSAL_SPAN_MS / QW_REFUSALS_MAX, worker/loop/link.c), having said once what is
+ * wrong. */
 #define QW_REFUSALS_MAX 10
 #define QW_REFUSAL_SPAN_MS 10000
 

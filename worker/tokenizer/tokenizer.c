@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,21 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
     }
     if (sodium_init() < 0)
         return qs_error_set(err, QS_EIO, "%s: libsodium failed to initialise", t->source);
+    char unicode[32];
+    qw_tokenizer_regex_unicode_version(unicode, sizeof unicode);
+    qw_tokenizer_compute_digest(t, unicode, t->digest);
+    return QS_OK;
+}
+
+void qw_tokenizer_regex_unicode_version(char *out, size_t cap) {
+    char v[64] = "";
+    /* PCRE2_CONFIG_UNICODE_VERSION: a string such as "14.0.0" (pcre2api(3)) */
+    if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v) < 0 || !*v) snprintf(v, sizeof v, "unknown");
+    snprintf(out, cap, "%s", v);
+}
+
+void qw_tokenizer_compute_digest(const qw_tokenizer *t, const char *unicode_version,
+                                 char out_hex[65]) {
     /* Canonical description (tokenizer.h): every field length-prefixed, integers as u64 LE. */
     crypto_generichash_state h;
     crypto_generichash_init(&h, NULL, 0, crypto_generichash_BYTES);
@@ -118,6 +134,16 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
         qw_hash_u64(&h, t->added[i].id);
         qw_hash_u64(&h, (uint64_t)t->added[i].special);
     }
+    /* The regexes' Unicode tables (\\p{L}, \\p{N}, case folding) decide where text splits, so
+       a tokenizer with a regex step or replacement is another tokenizer under another PCRE2
+       Unicode version; one without any is not (and keeps its digest). */
+    bool regex = t->n_steps > 0;
+    for (int i = 0; i < t->n_repl && !regex; i++)
+        regex = t->repl[i].re != NULL;
+    if (regex) {
+        qw_hash_bytes(&h, "pcre2-unicode", 13);
+        qw_hash_bytes(&h, unicode_version, strlen(unicode_version));
+    }
     if (t->sp_model) { /* only then: the digests of the other families stay as they were */
         qw_hash_bytes(&h, "sentencepiece-model", 19);
         qw_hash_u64(&h, (uint64_t)t->sp_remove_ws);
@@ -127,8 +153,7 @@ qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err) {
     }
     uint8_t out[crypto_generichash_BYTES];
     crypto_generichash_final(&h, out, sizeof out);
-    sodium_bin2hex(t->digest, sizeof t->digest, out, sizeof out);
-    return QS_OK;
+    sodium_bin2hex(out_hex, 65, out, sizeof out);
 }
 
 void qw_tokenizer_free(qw_tokenizer *t) {

@@ -116,9 +116,18 @@ const char *qw_tokenizer_kind(const qw_tokenizer *t);
 /* The tokenizer's digest, 64 lowercase hex + NUL: BLAKE2b-256 (libsodium crypto_generichash)
  * of a canonical description of everything that decides the ids: family, normalizer,
  * pre-tokenizer regexes, every token's bytes and kind in id order, merges in rank order or
- * scores, BOS/EOS ids and add flags. Two files that describe the same tokenizer the same way
- * get the same digest; a change to any of these changes it. */
+ * scores, BOS/EOS ids and add flags, and, for a tokenizer with a regex (a pre-tokenizer step
+ * or a Replace pattern), the Unicode version of the PCRE2 library that runs it
+ * (qw_tokenizer_regex_unicode_version): its tables decide what \p{L} or \p{N} matches, so
+ * token files and caches made under another PCRE2 build are not mixed in. Two files that
+ * describe the same tokenizer the same way get the same digest on the same PCRE2; a change to
+ * any of these changes it. */
 const char *qw_tokenizer_digest(const qw_tokenizer *t);
+
+/* The Unicode version of the linked PCRE2 library's tables (pcre2_config
+ * PCRE2_CONFIG_UNICODE_VERSION, e.g. "14.0.0" for Debian's 10.42) into out (cap bytes),
+ * "unknown" when the library does not say. */
+void qw_tokenizer_regex_unicode_version(char *out, size_t cap);
 
 /* Whether the token file `tok` (read from tokens_path) may be evaluated on the model at
  * model_path (an HF directory or a .gguf file), for grid validation: a version 2 file must

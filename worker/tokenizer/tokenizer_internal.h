@@ -213,4 +213,11 @@ qs_status qw_token_vec_push(qw_token_vec *v, uint32_t id, qs_error *err);
  * loader. Errors: QS_ENOMEM. */
 qs_status qw_tok_finish(qw_tokenizer *t, qs_error *err);
 
+/* The digest of t's canonical description (tokenizer.h, qw_tokenizer_digest) as 64 lowercase
+ * hex + NUL into out_hex, the regexes' Unicode tables being those of unicode_version (e.g.
+ * "14.0.0"); it enters the digest only when t has a regex (a pre-tokenizer step or a Replace
+ * pattern). qw_tok_finish passes qw_tokenizer_regex_unicode_version. */
+void qw_tokenizer_compute_digest(const qw_tokenizer *t, const char *unicode_version,
+                                 char out_hex[65]);
+
 #endif
