@@ -33,7 +33,8 @@ static void mini_holds_3_to_5_million_and_small_20_to_30_million_parameters(void
     (void)state;
     size_t micro = table_params("micro"), tiny = table_params("tiny");
     size_t mini = table_params("mini"), small = table_params("small");
-    printf("micro %zu, tiny %zu, mini %zu, small %zu parameters\n", micro, tiny, mini, small);
+    printf("micro %zu, tiny %zu, mini %zu, small %zu, smollm2-135m %zu parameters\n", micro, tiny,
+           mini, small, table_params("smollm2-135m"));
     assert_true(mini >= 3000000 && mini <= 5000000);
     assert_true(small >= 20000000 && small <= 30000000);
     assert_true(micro < tiny && tiny < mini && mini < small); /* between tiny and 1B, in order */
