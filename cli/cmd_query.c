@@ -141,23 +141,27 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
     /* The full line (about 140 characters), or for a narrower terminal a short one with the
      * bar and the name shrunk to fit in cols - 1 (no wrap, so `run` rewrites it in place). */
     char tail[256];
+    /* pending: ready to dispatch; waiting: pending on a dependency not yet succeeded (the
+       view's pending counts both) */
     snprintf(tail, sizeof tail,
-             " %3d%%  %lld/%lld  pending %lld  running %lld  succeeded %lld  failed %lld  "
-             "cancelled %lld%s",
-             pct, (long long)done, (long long)p->total, (long long)p->pending,
-             (long long)p->running, (long long)p->succeeded, (long long)p->failed,
-             (long long)p->cancelled, eta);
+             " %3d%%  %lld/%lld  pending %lld  waiting %lld  running %lld  succeeded %lld  "
+             "failed %lld  cancelled %lld%s",
+             pct, (long long)done, (long long)p->total, (long long)(p->pending - p->waiting),
+             (long long)p->waiting, (long long)p->running, (long long)p->succeeded,
+             (long long)p->failed, (long long)p->cancelled, eta);
     int cols = output_columns(out), name_w = 28, bar_w = 30, limit = 0;
     int name_chars = text_chars(p->name);
     if (cols > 0 &&
         (name_chars > name_w ? name_chars : name_w) + 3 + bar_w + (int)strlen(tail) > cols - 1) {
-        snprintf(tail, sizeof tail, " %d%% %lld/%lld run %lld ok %lld fail %lld%s%s", pct,
-                 (long long)done, (long long)p->total, (long long)p->running,
+        char wait[32] = "";
+        if (p->waiting) snprintf(wait, sizeof wait, " wait %lld", (long long)p->waiting);
+        snprintf(tail, sizeof tail, " %d%% %lld/%lld%s run %lld ok %lld fail %lld%s%s", pct,
+                 (long long)done, (long long)p->total, wait, (long long)p->running,
                  (long long)p->succeeded, (long long)p->failed + p->cancelled,
                  p->cancelled ? " (cancelled incl.)" : "", eta_short);
         if ((int)strlen(tail) > cols - 1 - 16) /* drop the note first */
-            snprintf(tail, sizeof tail, " %d%% %lld/%lld run %lld ok %lld fail %lld%s", pct,
-                     (long long)done, (long long)p->total, (long long)p->running,
+            snprintf(tail, sizeof tail, " %d%% %lld/%lld%s run %lld ok %lld fail %lld%s", pct,
+                     (long long)done, (long long)p->total, wait, (long long)p->running,
                      (long long)p->succeeded, (long long)p->failed + p->cancelled, eta_short);
         int room = cols - 1 - (int)strlen(tail) - 3; /* for name, bar and " []" */
         bar_w = room / 3 > 20 ? 20 : room / 3;
@@ -181,10 +185,11 @@ static void status_usage(FILE *out) {
     fprintf(
         out,
         "usage: qsweep status [EXPERIMENT] [--db CONNINFO]\n"
-        "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state,\n"
-        "  and the time left at the pace of the attempts finished so far. Pending jobs that\n"
-        "  ask for GPUs no registered worker has (memory per GPU, GPU count, native FP4) are\n"
-        "  named with what they need, rather than left waiting silently.\n");
+        "  A progress bar per experiment (all of them without EXPERIMENT), job counts by state\n"
+        "  (pending: ready to run; waiting: on a dependency not yet succeeded), and the time\n"
+        "  left at the pace of the attempts finished so far. Pending jobs that ask for GPUs\n"
+        "  no registered worker has (memory per GPU, GPU count, native FP4) are named with what\n"
+        "  they need, rather than left waiting silently.\n");
 }
 
 /* Lines for the pending GPU needs of experiment (NULL: all) that no registered worker (one

@@ -441,7 +441,8 @@ static qs_status watch(run_state *r, const char *name, qc_progress *last, int *s
         free(rows);
         int changed = prev.total != last->total || prev.pending != last->pending ||
                       prev.running != last->running || prev.succeeded != last->succeeded ||
-                      prev.failed != last->failed || prev.cancelled != last->cancelled;
+                      prev.failed != last->failed || prev.cancelled != last->cancelled ||
+                      prev.waiting != last->waiting;
         if (tty || changed) {
             if (tty) fputs("\r\033[K", stdout); /* rewrite the line in place */
             qsweep_print_progress(r->store, last, stdout);

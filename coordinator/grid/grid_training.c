@@ -4,7 +4,7 @@
  *   kind: training
  *   training:
  *     shapes: [tiny]                 # named shapes: the engine's table (worker/engine/
- *                                    # synthetic.h: tiny, mini, ..., llama2-7b, llama3-8b), or
+ *                                    # synthetic.h: tiny, mini, small, ..., llama3-8b), or
  *                                    # {init: path} to fine-tune a checkpoint (HF dir or .gguf)
  *     dataset: {text: path, tokenizer: bytes, ctx: 128, val_fraction: 0.05,
  *               made_by: command}  # made_by: named when the text is missing

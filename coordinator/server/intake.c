@@ -1,6 +1,7 @@
 /* What the coordinator reads from the store while it runs (server_internal.h): the jobs
  * submitted since the last poll (all of them at start, running attempts waiting grace_ms for
  * their worker) and the unhandled cancel requests. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,8 +49,27 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
     s->active++;
     if (j->state == J_PENDING) qc_srv_push_pending(s, j);
-    if (r->n_deps_failed && j->state == J_PENDING)
-        qc_srv_end_pending(s, j, J_FAILED, "a dependency failed or was cancelled");
+    if (j->state != J_PENDING) return;
+    /* A dependency that can never succeed ends it now: one stored as failed or cancelled
+       (a job submitted after its dependency ended), or one this process ended whose write
+       is not committed yet (the snapshot still saw it pending). */
+    char why[1024];
+    if (r->n_deps_failed) {
+        bool cancelled = r->dep_failed_state == QC_JOB_CANCELLED;
+        snprintf(why, sizeof why, "dependency %lld %s%s%s", (long long)r->dep_failed_id,
+                 cancelled ? "cancelled" : "failed", r->dep_failed_error ? ": " : "",
+                 r->dep_failed_error ? r->dep_failed_error : "");
+        qc_srv_end_pending(s, j, cancelled ? J_CANCELLED : J_FAILED, why);
+        return;
+    }
+    for (int d = 0; d < j->n_deps; d++) {
+        job *dep = qc_srv_find_job(s, j->deps[d]);
+        if (dep && (dep->state == J_FAILED || dep->state == J_CANCELLED)) {
+            /* as if j had been pending when dep ended (jobs.c) */
+            qc_srv_end_dependents(s, dep);
+            return;
+        }
+    }
 }
 
 /* Loads jobs submitted since the last load (all of them at start). */

@@ -1,9 +1,10 @@
 /* The coordinator's job table and its transitions (server_internal.h): lookup by id, the
  * pending list, and the end of an attempt or of a pending job, each queueing its write in
- * the open batch (commit.c) and failing the dependents of a job that failed or was
- * cancelled (server.h). */
+ * the open batch (commit.c) and ending the dependents of a job that failed or was cancelled
+ * with it (server.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clock.h"
 #include "log.h"
@@ -39,27 +40,35 @@ static void set_terminal(server *s, job *j, jstate st) {
     qc_srv_set_state(j, st);
 }
 
-static void fail_dependents(server *s, job *dep);
+/* Keeps the error j ended with, for its dependents' messages. */
+static void keep_error(job *j, const char *error) {
+    free(j->error);
+    j->error = error ? strdup(error) : NULL;
+}
 
-/* A pending job that can never run: failed (or cancelled) without an attempt. */
 void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
     set_terminal(s, j, st);
+    keep_error(j, why);
     qc_srv_must(
         s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
     if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
-    fail_dependents(s, j);
+    qc_srv_end_dependents(s, j);
 }
 
-static void fail_dependents(server *s, job *dep) {
-    char why[96];
-    snprintf(why, sizeof why, "dependency %lld %s", (long long)dep->id,
-             qc_job_state_name(dep->state));
+void qc_srv_end_dependents(server *s, job *dep) {
+    /* a chain of dependencies quotes each link's error: cut where it would grow without
+       bound (the first links say which job failed) */
+    char why[1024];
+    bool cancelled = dep->state == J_CANCELLED;
+    snprintf(why, sizeof why, "dependency %lld %s%s%s", (long long)dep->id,
+             cancelled ? "cancelled" : "failed", dep->error ? ": " : "",
+             dep->error ? dep->error : "");
     for (size_t i = 0; i < s->n_pending; i++) {
         job *j = (job *)s->pending[i];
         if (j->state != J_PENDING) continue;
         for (int d = 0; d < j->n_deps; d++)
             if (j->deps[d] == dep->id) {
-                qc_srv_end_pending(s, j, J_FAILED, why);
+                qc_srv_end_pending(s, j, cancelled ? J_CANCELLED : J_FAILED, why);
                 break;
             }
     }
@@ -129,7 +138,10 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
                qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
                error ? error : "");
-    if (j->state == J_FAILED || j->state == J_CANCELLED) fail_dependents(s, j);
+    if (j->state == J_FAILED || j->state == J_CANCELLED) {
+        keep_error(j, error);
+        qc_srv_end_dependents(s, j);
+    }
 }
 
 /* Frees job j and everything it owns (NULL: nothing). */
@@ -139,6 +151,7 @@ void qc_srv_job_free(job *j) {
     free(j->spec);
     free(j->model_key);
     free(j->deps);
+    free(j->error);
     free(j->worker_name);
     free(j->avoid);
     free(j->exit_note);

@@ -44,10 +44,15 @@
  *  - After a restart, attempts still marked running wait grace_ms for their worker's HELLO
  *    naming (job, attempt): the worker re-attaches and its job is not re-run. Unclaimed
  *    attempts are then lost as above.
- *  - Dependencies: a job is dispatched only when every job it depends on has succeeded. When
- *    a dependency fails or is cancelled, its pending dependents fail at once with the error
- *    "dependency <id> failed" (they could never run; failing them ends the sweep instead of
- *    leaving it waiting forever).
+ *  - Dependencies (job_deps, stored with the jobs, so they hold across restarts): a job is
+ *    dispatched only when every job it depends on has succeeded; a dependency that succeeded
+ *    before, in this or another experiment (the job is shared by job_key), is met. When a
+ *    dependency fails for good, its pending dependents fail at once with the error
+ *    "dependency <id> failed: <its error>", and theirs in turn; when it is cancelled, they are
+ *    cancelled with "dependency <id> cancelled: <its error>". They could never run: ending
+ *    them ends the sweep instead of leaving it waiting forever. The dependency's end and its
+ *    dependents' go into the same batch, one transaction. A job submitted after its
+ *    dependency ended that way ends the same way when it is loaded.
  *  - Cancellation: cancel_requests rows are polled every second; a pending job becomes
  *    cancelled, a running one gets CANCEL and is cancelled when its worker confirms (or its
  *    lease expires).

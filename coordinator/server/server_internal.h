@@ -56,6 +56,8 @@ typedef struct job {
     jstate state;     /* changed only through set_state (keeps q.pending in step) */
     int64_t *deps;    /* ids of jobs this one waits for (unresolved at load) */
     int n_deps;
+    char *error;            /* the error it failed or was cancelled with (owned; NULL: none
+                               yet), quoted in its dependents' errors */
     worker *worker;         /* the worker running it, NULL when orphaned after a restart */
     char *worker_name;      /* the attempt's worker (attempts.worker) */
     int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
@@ -235,8 +237,15 @@ void qc_srv_set_state(job *j, jstate st);
 /* Adds j to the dispatch candidates (lazily deduplicated) and marks dispatch dirty. */
 void qc_srv_push_pending(server *s, job *j);
 
-/* A pending job that can never run: failed (or cancelled) without an attempt. */
+/* A pending job that can never run: failed (or cancelled) without an attempt, with error
+ * why; its dependents end with it (qc_srv_end_dependents). */
 void qc_srv_end_pending(server *s, job *j, jstate st, const char *why);
+
+/* Ends every pending job that depends on dep, a job that just failed or was cancelled, and
+ * theirs in turn: failed with "dependency <id> failed: <dep's error>", or cancelled with
+ * "dependency <id> cancelled: <dep's error>" when dep was cancelled (server.h). Every write
+ * goes into the open batch, so they commit in one transaction with dep's own end. */
+void qc_srv_end_dependents(server *s, job *dep);
 
 /* Frees the chunks of a split final RESULT kept for j's current attempt. */
 void qc_srv_chunks_drop(job *j);

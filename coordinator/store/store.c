@@ -956,8 +956,12 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "(SELECT count(*) FROM job_deps jd JOIN jobs d ON d.id = jd.depends_on "
         "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')), "
         "COALESCE(extract(epoch FROM j.not_before - now()), 0), "
-        "COALESCE((j.resources ->> 'native_fp4')::boolean, false) "
-        "FROM jobs j WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
+        "COALESCE((j.resources ->> 'native_fp4')::boolean, false), "
+        "f.id, f.state, f.last_error "
+        "FROM jobs j LEFT JOIN LATERAL (SELECT d.id, d.state, d.last_error FROM job_deps jd "
+        "JOIN jobs d ON d.id = jd.depends_on WHERE jd.job = j.id AND d.state IN ('failed', "
+        "'cancelled') ORDER BY d.id LIMIT 1) f ON true "
+        "WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
         1, p, PGRES_TUPLES_OK, "load: reading jobs", err);
     if (!r) return QS_EDB;
     int n = PQntuples(r);
@@ -989,6 +993,13 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         j->waiting_on = parse_id_array(PQgetvalue(r, i, 15), &j->n_waiting_on);
         j->n_deps_failed = strtoull(PQgetvalue(r, i, 16), NULL, 10);
         j->not_before_in_s = strtod(PQgetvalue(r, i, 17), NULL);
+        if (!PQgetisnull(r, i, 19)) {
+            j->dep_failed_id = strtoll(PQgetvalue(r, i, 19), NULL, 10);
+            if (!st) st = qc_job_state_parse(PQgetvalue(r, i, 20), &j->dep_failed_state, err);
+            j->dep_failed_error = dup_or_null(r, i, 21);
+            if (!st && !PQgetisnull(r, i, 21) && !j->dep_failed_error)
+                st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
+        }
         if (!st && (!j->job_key || !j->kind || !j->spec_json || !j->model_key || !j->waiting_on))
             st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (j->id > out->max_job_id) out->max_job_id = j->id;
@@ -1091,6 +1102,7 @@ void qc_store_snapshot_free(qc_store_snapshot *snap) {
         free(j->model_key);
         free(j->last_error);
         free(j->waiting_on);
+        free(j->dep_failed_error);
     }
     for (size_t i = 0; i < snap->n_running; i++)
         free(snap->running[i].worker);
@@ -1157,7 +1169,7 @@ qs_status qc_store_progress(qc_store *s, const char *name, qc_progress **rows, s
     PGresult *r = qc_store_params(
         s,
         "SELECT experiment_id, experiment, total, pending, running, succeeded, failed, "
-        "cancelled FROM v_experiment_progress WHERE $1::text IS NULL OR experiment = $1 "
+        "cancelled, waiting FROM v_experiment_progress WHERE $1::text IS NULL OR experiment = $1 "
         "ORDER BY experiment_id",
         1, p, PGRES_TUPLES_OK, "progress: reading v_experiment_progress", err);
     if (!r) return QS_EDB;
@@ -1171,9 +1183,9 @@ qs_status qc_store_progress(qc_store *s, const char *name, qc_progress **rows, s
         qc_progress *g = &(*rows)[i];
         g->experiment_id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
         snprintf(g->name, sizeof g->name, "%s", PQgetvalue(r, i, 1));
-        int64_t *counts[] = {&g->total,     &g->pending, &g->running,
-                             &g->succeeded, &g->failed,  &g->cancelled};
-        for (int k = 0; k < 6; k++)
+        int64_t *counts[] = {&g->total,  &g->pending,   &g->running, &g->succeeded,
+                             &g->failed, &g->cancelled, &g->waiting};
+        for (int k = 0; k < 7; k++)
             *counts[k] = strtoll(PQgetvalue(r, i, 2 + k), NULL, 10);
     }
     *n = (size_t)m;

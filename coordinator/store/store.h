@@ -257,6 +257,11 @@ typedef struct qc_stored_job {
     int64_t *waiting_on;   /* ids of dependencies not yet succeeded (pending/running) */
     size_t n_waiting_on;
     size_t n_deps_failed; /* dependencies failed or cancelled: this job cannot run */
+    /* When n_deps_failed > 0, the first of them (smallest id): its id, state (failed or
+       cancelled) and last_error (NULL when it has none). */
+    int64_t dep_failed_id;
+    qc_job_state dep_failed_state;
+    char *dep_failed_error;
 } qc_stored_job;
 
 /* An attempt still marked running, with the worker and lease the coordinator gave it. */
@@ -424,11 +429,13 @@ qs_status qc_store_flush_share(qc_store *s, const qc_store_batch *b, qc_flush_sh
 
 /* ---- read helpers (qsweep status / results) ------------------------------------------ */
 
-/* One row of v_experiment_progress. */
+/* One row of v_experiment_progress. waiting: the pending jobs (counted in pending too) that
+ * wait on a dependency not yet succeeded (schema/100_dependency_waiting.sql). */
 typedef struct qc_progress {
     int64_t experiment_id;
     char name[256];
     int64_t total, pending, running, succeeded, failed, cancelled;
+    int64_t waiting;
 } qc_progress;
 
 /* Progress of one experiment (name) or of all (name NULL), ordered by experiment id.

@@ -281,7 +281,7 @@ static void dependent_waits_for_success_and_fails_when_its_dependency_fails(void
     char msg[128];
     h_sql_text(h, msg, sizeof msg, "SELECT last_error FROM jobs WHERE id = %ld", c);
     char want[64];
-    snprintf(want, sizeof want, "dependency %ld failed", f);
+    snprintf(want, sizeof want, "dependency %ld failed: broken", f);
     assert_string_equal(msg, want);
 }
 

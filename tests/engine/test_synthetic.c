@@ -58,7 +58,9 @@ static void shapes_hold_the_published_configs(void **state) {
     for (size_t i = 0; i < n; i++) {
         qs_error err = {0};
         assert_int_equal(qw_config_check(&all[i].cfg, &err), QS_OK);
-        assert_true(all[i].init_std == 0.02f);
+        /* initializer_range: 0.02 in every Llama 2/3 config.json, 1/24 in SmolLM2's */
+        assert_true(all[i].init_std ==
+                    (strcmp(all[i].name, "smollm2-135m") ? 0.02f : 0.041666668f));
         assert_ptr_equal(qw_synthetic_shape_by_name(all[i].name), &all[i]);
     }
 }

@@ -1,5 +1,5 @@
 /* A training job on the CUDA backend runs the same trainer code as on the CPU
- * (worker/train/train_job.h, spec.backend): the mini shape, this repository's README.md through
+ * (worker/train/train_job.h, spec.backend): the micro shape, this repository's README.md through
  * the bytes tokenizer, 8 steps of fp32 and bf16, once on each backend. The final train and
  * validation losses agree within 1e-3 relative (cuBLAS SGEMM and the device reductions sum in
  * another order than the CPU: float rounding, compounded over 8 AdamW steps), and each run
@@ -38,7 +38,7 @@ static void run(const char *recipe, qw_backend_kind kind, const uint32_t *ids, s
     qs_error err = {0};
     qw_train_spec t;
     memset(&t, 0, sizeof t);
-    assert_int_equal(qw_train_shape_by_name("mini", &t.shape, &err), QS_OK);
+    assert_int_equal(qw_train_shape_by_name("micro", &t.shape, &err), QS_OK);
     assert_int_equal(qw_recipe_by_name(recipe, &t.recipe, &err), QS_OK);
     t.train.steps = 8;
     t.train.accum = 1;

@@ -376,6 +376,8 @@ static void test_batched_transitions_and_rebuild(void **state) {
     assert_string_equal(snap.jobs[1].job_key, "jd");
     assert_int_equal(snap.jobs[1].n_waiting_on, 0);
     assert_int_equal(snap.jobs[1].n_deps_failed, 1);
+    assert_int_equal(snap.jobs[1].dep_failed_id, job_id(s, "jc"));
+    assert_string_equal(snap.jobs[1].dep_failed_error, "boom");
     qc_store_snapshot_free(&snap);
     /* The watermark is the highest id of all jobs, terminal ones included, so the next poll
        does not read the terminal jobs above the last active one again. */

@@ -205,7 +205,7 @@ static finals job(int dp, int accum, const uint32_t *ids, size_t n) {
     qs_error err = {0};
     qw_train_spec t;
     memset(&t, 0, sizeof t);
-    assert_int_equal(qw_train_shape_by_name("mini", &t.shape, &err), QS_OK);
+    assert_int_equal(qw_train_shape_by_name("micro", &t.shape, &err), QS_OK);
     assert_int_equal(qw_recipe_by_name("fp32", &t.recipe, &err), QS_OK);
     t.train = train_config(4, accum);
     t.batch = 2;

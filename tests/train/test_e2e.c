@@ -24,7 +24,7 @@
 static long insert_train(harness *h, const char *ckdir, int steps, char key[65]) {
     qs_train_spec s;
     memset(&s, 0, sizeof s);
-    snprintf(s.shape, sizeof s.shape, "mini");
+    snprintf(s.shape, sizeof s.shape, "micro");
     s.dataset.path = (char *)QW_SOURCE_DIR "/README.md";
     memset(s.dataset.digest, 'a', 64); /* identity only: the worker reads the path */
     s.dataset.ctx = 64;

@@ -63,7 +63,7 @@ static const char *write_grid(const char *name, const char *body) {
 }
 
 #define GRID_HEAD                                                                                  \
-    "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: text.txt, ctx: 32, "  \
+    "name: t\nkind: training\ntraining:\n  shapes: [micro]\n  dataset: {text: text.txt, ctx: 32, " \
     "val_fraction: 0.1}\n"
 
 static void grid_expands_into_train_jobs(void **s) {
@@ -84,7 +84,7 @@ static void grid_expands_into_train_jobs(void **s) {
         json_t *spec = json_loads(jobs.jobs[i].spec, 0, NULL);
         qs_train_spec t;
         if (qs_train_decode(spec, &t, &err) != QS_OK) fail_msg("%s", err.msg);
-        assert_string_equal(t.shape, "mini");
+        assert_string_equal(t.shape, "micro");
         assert_int_equal(t.steps, 20);
         assert_int_equal(t.warmup, 2);
         assert_int_equal(t.dataset.ctx, 32);
@@ -187,7 +187,7 @@ static void bad_grids_are_refused_at_their_place(void **s) {
                  "nolr.yaml:7:", "learning rate");
     expect_error(
         "notext",
-        "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: none.txt}\n"
+        "name: t\nkind: training\ntraining:\n  shapes: [micro]\n  dataset: {text: none.txt}\n"
         "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
         "notext.yaml:5:", "none.txt");
     expect_error("rhtdim",
@@ -207,7 +207,7 @@ static void bad_grids_are_refused_at_their_place(void **s) {
                            "  lrs: [0.001]\n  steps: 5\n",
                  "builtinname2.yaml:6:", "recipe name 'nvfp4' is a built-in recipe's");
     expect_error("textdir",
-                 "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: .}\n"
+                 "name: t\nkind: training\ntraining:\n  shapes: [micro]\n  dataset: {text: .}\n"
                  "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
                  "textdir.yaml:5:", "not a regular file");
     expect_error("cdfile",
@@ -227,7 +227,7 @@ static void bad_grids_are_refused_at_their_place(void **s) {
                  "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
                  "gpus.yaml:5:18", "6738415616 parameters need 100.4 GiB");
     expect_error("longctx",
-                 "name: t\nkind: training\ntraining:\n  shapes: [mini]\n  dataset: {text: "
+                 "name: t\nkind: training\ntraining:\n  shapes: [micro]\n  dataset: {text: "
                  "text.txt, ctx: 512}\n"
                  "  recipes: [bf16]\n  lrs: [0.001]\n  steps: 5\n",
                  "longctx.yaml:5:", "ctx 512");

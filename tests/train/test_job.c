@@ -6,7 +6,7 @@
  *   run reports the curve up to its checkpoint again, and its wall_s sums the attempts;
  * - a diverging run stops with its step, sends no final metrics and writes no final checkpoint;
  * - the bytes tokenizer and the named shapes (the engine's table, worker/engine/synthetic.h:
- *   mini trains here; llama2-7b and llama3-8b are planned with their published parameter
+ *   micro trains here; llama2-7b and llama3-8b are planned with their published parameter
  *   counts and, where they do not fit in memory, refused before allocating). Data: this
  * repository's README.md, real English text, through the bytes tokenizer. */
 #include <setjmp.h>
@@ -107,7 +107,7 @@ static int on_stop(void *u) {
 static qw_train_spec spec_for(const char *key, float lr) {
     qw_train_spec s;
     memset(&s, 0, sizeof s);
-    assert_int_equal(qw_train_shape_by_name("mini", &s.shape, NULL), QS_OK);
+    assert_int_equal(qw_train_shape_by_name("micro", &s.shape, NULL), QS_OK);
     assert_int_equal(qw_recipe_by_name("nvfp4", &s.recipe, NULL), QS_OK);
     s.train.steps = 8;
     s.train.accum = 1;
@@ -409,9 +409,9 @@ static void bytes_tokenizer_and_shapes(void **s) {
     assert_int_equal(qw_train_shape_by_name("llama3-8b", &c, &err), QS_OK);
     qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
     assert_int_equal(np, 8030261248ull); /* meta-llama/Meta-Llama-3-8B's */
-    /* the small named shapes train: mini through the table runs in the tests above; its plan
+    /* the small named shapes train: micro through the table runs in the tests above; its plan
        is the allocation qw_tmodel_create makes */
-    assert_int_equal(qw_train_shape_by_name("mini", &c, &err), QS_OK);
+    assert_int_equal(qw_train_shape_by_name("micro", &c, &err), QS_OK);
     qw_tmodel_plan(&c, 2, 32, 2, &np, &bytes);
     qw_tmodel *m = NULL;
     assert_int_equal(qw_tmodel_create(&c, 2, 32, 2, &m, &err), QS_OK);

