@@ -136,6 +136,43 @@ static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *
     return QS_OK;
 }
 
+/* Under the tables, only when the experiment's jobs ran on more than one numerics path: each
+ * path and its count of jobs. A job's path is its CPU numerics path ("cpu_path.<path>": BLAS,
+ * version and kernel family, worker/jobs/jobs.c) or, on a GPU, "gpu-" and its GEMM path
+ * ("gemm_path.<path>", schema/080_gemm_path.sql), from its latest attempt that recorded one.
+ * Results of different paths differ in their last digits (docs/performance.md), so a mixed
+ * sweep is flagged rather than silently averaged. Errors: QS_EDB. */
+static qs_status print_paths(PGconn *c, const char *name, FILE *out, qs_error *err) {
+    const char *params[1] = {name};
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT p.path, count(*) FROM (SELECT DISTINCT ON (r.job) r.job, CASE WHEN r.name LIKE "
+        "'cpu\\_path.%' THEN substr(r.name, 10) ELSE 'gpu-' || substr(r.name, 11) END AS path "
+        "FROM results r JOIN experiment_jobs ej ON ej.job = r.job JOIN experiments e ON "
+        "e.id = ej.experiment WHERE e.name = $1 AND r.final AND (r.name LIKE 'cpu\\_path.%' OR "
+        "(r.name LIKE 'gemm\\_path.%' AND r.name <> 'gemm_path.cpu')) ORDER BY r.job, "
+        "r.attempt DESC, (r.name LIKE 'cpu\\_path.%') DESC) p GROUP BY 1 ORDER BY 2 DESC, 1",
+        1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        qs_status st =
+            qs_error_set(err, QS_EDB, "numerics paths of %s: %s", name, PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    int n = PQntuples(r);
+    if (n > 1) {
+        fprintf(out,
+                "\nmixed numerics: the jobs of experiment %s ran on %d paths, whose results "
+                "differ in the last digits (docs/performance.md):\n",
+                name, n);
+        for (int i = 0; i < n; i++)
+            fprintf(out, "  %s: %s job%s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+                    strcmp(PQgetvalue(r, i, 1), "1") ? "s" : "");
+    }
+    PQclear(r);
+    return QS_OK;
+}
+
 /* "N measured (component 7, cumulative 30)": the rows counted by mode, in order of first
  * appearance. */
 static void print_counts(PGresult *r, const char *name, FILE *out) {
@@ -165,7 +202,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     if (st) return st;
     int printed = 0; /* another kind's own layout (cli/kind_table.c), whatever it holds */
     if ((st = qsweep_print_kind_tables(db, name, format, out, &printed, err))) return st;
-    if (printed) return format == 0 ? print_failed(c, name, out, err) : QS_OK;
+    if (printed)
+        return format == 0 && !(st = print_failed(c, name, out, err)) ? print_paths(c, name, out, err)
+                                                                       : st;
     char sql[2048];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};
@@ -191,6 +230,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
                 "<<'SQL'\n%s;\nSQL\n",
                 PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
         st = print_failed(c, name, out, err);
+        if (!st) st = print_paths(c, name, out, err);
     }
     PQclear(r);
     return st;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `qsweep results` flags a sweep whose jobs ran on more than one CPU numerics path (cli/results.c
+# print_paths): the tiny NVFP4 W4A16 sweep (8 jobs) on a private cluster, its first jobs run by a
+# worker with OpenBLAS's Haswell kernels, the rest by one with its Sandybridge kernels. Each job
+# records "cpu_path.cpu-openblas-<version>-<core>"; the two families differ in the last digits.
+# Every chunk of the text is scored (max_chunks 0), so a job runs long enough for worker A to
+# be stopped between jobs. Checked: no flag while one worker has run, then the flag with each path's job count equal to
+# the count of that worker's succeeded attempts in SQL.
+# Usage: mixed_paths_test.sh QSWEEP_BIN SOURCE_DIR
+set -euo pipefail
+Q=$1
+SRC=$2
+D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-mixed-XXXXXX")
+chmod 755 "$D" # as root the private cluster runs as the user qsweep
+export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
+unset QSWEEP_DB QSWEEP_CURVE_SECRET QSWEEP_CURVE_SERVER QSWEEP_CURVE_PUBLIC QSWEEP_CURVE_AUTHORIZED
+PORT=$((24000 + ($$ % 4000)))
+EP=tcp://127.0.0.1:$PORT
+pids=()
+fail() {
+  echo "mixed_paths_test: FAIL: $*" >&2
+  for f in "$D"/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2 || true; done
+  exit 1
+}
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  "$Q" db stop >/dev/null 2>&1
+  rm -rf "$D"
+}
+trap cleanup EXIT
+eval "$("$Q" db start)"
+psql_q() { psql "$QSWEEP_DB" -qAtX -c "$1"; }
+succeeded() {
+  psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny-mixed'"
+}
+
+"$Q" coordinator --bind "$EP" >"$D/coordinator.log" 2>&1 &
+pids+=($!)
+"$Q" submit "$SRC/experiments/tiny.yaml" --set name=tiny-mixed --set 'sensitivity.formats=[nvfp4]' \
+  --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=0 >"$D/submit.log" 2>&1 || fail "qsweep submit"
+
+# --- worker A (Haswell kernels): the baseline and at least one eval job, then SIGTERM
+OPENBLAS_CORETYPE=Haswell "$Q" worker --connect "$EP" --id cpu-a --threads 1 >"$D/a.log" 2>&1 &
+a=$!
+pids+=($a)
+for _ in $(seq 1 600); do
+  [ "$(succeeded)" -ge 2 ] 2>/dev/null && break
+  sleep 0.1
+done
+[ "$(succeeded)" -ge 2 ] || fail "worker A finished fewer than 2 jobs in 60 s"
+kill -TERM "$a"
+wait "$a" || true
+out=$("$Q" results tiny-mixed) || fail "qsweep results after worker A"
+if echo "$out" | grep -q "mixed numerics"; then fail "a one-path sweep is flagged: $out"; fi
+
+# --- worker B (Sandybridge kernels): the rest
+OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$EP" --id cpu-b --threads 1 \
+  --exit-when-idle 3 >"$D/b.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 1200); do
+  [ "$(succeeded)" = 8 ] && break
+  sleep 0.1
+done
+[ "$(succeeded)" = 8 ] || fail "only $(succeeded) of 8 jobs succeeded"
+
+path_of() { psql_q "SELECT DISTINCT substr(r.name, 10) FROM results r JOIN attempts a
+                    ON a.job = r.job AND a.attempt = r.attempt
+                    WHERE r.name LIKE 'cpu\_path.%' AND a.worker = '$1'"; }
+jobs_of() { psql_q "SELECT count(*) FROM attempts WHERE worker = '$1' AND outcome = 'succeeded'"; }
+pa=$(path_of cpu-a) pb=$(path_of cpu-b)
+case "$pa" in cpu-openblas-*-haswell) ;; *) fail "worker A's path '$pa'" ;; esac
+case "$pb" in cpu-openblas-*-sandybridge) ;; *) fail "worker B's path '$pb'" ;; esac
+out=$("$Q" results tiny-mixed) || fail "qsweep results"
+echo "$out" | grep -q "^mixed numerics: the jobs of experiment tiny-mixed ran on 2 paths" \
+  || fail "no mixed-numerics flag: $out"
+na=$(jobs_of cpu-a) nb=$(jobs_of cpu-b)
+echo "$out" | grep -Eq "^  $pa: $na jobs?\$" || fail "'$pa: $na' not in: $out"
+echo "$out" | grep -Eq "^  $pb: $nb jobs?\$" || fail "'$pb: $nb' not in: $out"
+[ $((na + nb)) = 8 ] || fail "A $na + B $nb jobs, want 8"
+echo "mixed_paths_test: ok: $pa $na jobs, $pb $nb jobs"
