@@ -82,6 +82,14 @@ static const report_query QUERIES[] = {
      "      FROM v_failed_jobs\n"
      "      WHERE job_id IN (SELECT ej.job FROM experiment_jobs ej\n"
      "                       JOIN experiments e ON e.id = ej.experiment WHERE e.name = $1)) f"},
+    /* the numerics paths the jobs ran on (v_numerics_path, schema/110): the page flags more
+     * than one */
+    {"paths",
+     "SELECT coalesce(json_agg(p ORDER BY p.jobs DESC, p.path), '[]')\n"
+     "FROM (SELECT n.path, count(*) AS jobs FROM v_numerics_path n\n"
+     "      WHERE n.job_id IN (SELECT ej.job FROM experiment_jobs ej\n"
+     "                         JOIN experiments e ON e.id = ej.experiment WHERE e.name = $1)\n"
+     "      GROUP BY n.path) p"},
 };
 
 /* Training views come with the training sweeps (schema 020: v_train_curves one row

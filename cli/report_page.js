@@ -227,6 +227,15 @@
     root.appendChild(el('p', {}, 'no failed jobs'));
   }
   root.appendChild(query('failed'));
+  if (D.paths.length > 1) {
+    root.appendChild(el('h3', {class: 'bad'}, 'mixed numerics: the jobs ran on ' +
+                                              D.paths.length + ' numerics paths'));
+    root.appendChild(el('p', {class: 'note'}, 'results of different paths (CPU kernel ' +
+                                              'families, GPU GEMM paths) differ in their last ' +
+                                              'digits'));
+    root.appendChild(table(D.paths, ['path', 'jobs']));
+    root.appendChild(query('paths'));
+  }
 
   // ---- sensitivity
   root.appendChild(el('h2', {}, 'Sensitivity'));

@@ -136,22 +136,18 @@ static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *
     return QS_OK;
 }
 
-/* Under the tables, only when the experiment's jobs ran on more than one numerics path: each
- * path and its count of jobs. A job's path is its CPU numerics path ("cpu_path.<path>": BLAS,
- * version and kernel family, worker/jobs/jobs.c) or, on a GPU, "gpu-" and its GEMM path
- * ("gemm_path.<path>", schema/080_gemm_path.sql), from its latest attempt that recorded one.
- * Results of different paths differ in their last digits (docs/performance.md), so a mixed
- * sweep is flagged rather than silently averaged. Errors: QS_EDB. */
+/* Under the tables, only when the experiment's jobs ran on more than one numerics path
+ * (v_numerics_path, schema/110_numerics_path.sql: a CPU kernel family, or a GPU's GEMM path):
+ * each path and its count of jobs. Results of different paths differ in their last digits
+ * (docs/performance.md), so a mixed sweep is flagged rather than silently averaged.
+ * Errors: QS_EDB. */
 static qs_status print_paths(PGconn *c, const char *name, FILE *out, qs_error *err) {
     const char *params[1] = {name};
     PGresult *r = PQexecParams(
         c,
-        "SELECT p.path, count(*) FROM (SELECT DISTINCT ON (r.job) r.job, CASE WHEN r.name LIKE "
-        "'cpu\\_path.%' THEN substr(r.name, 10) ELSE 'gpu-' || substr(r.name, 11) END AS path "
-        "FROM results r JOIN experiment_jobs ej ON ej.job = r.job JOIN experiments e ON "
-        "e.id = ej.experiment WHERE e.name = $1 AND r.final AND (r.name LIKE 'cpu\\_path.%' OR "
-        "(r.name LIKE 'gemm\\_path.%' AND r.name <> 'gemm_path.cpu')) ORDER BY r.job, "
-        "r.attempt DESC, (r.name LIKE 'cpu\\_path.%') DESC) p GROUP BY 1 ORDER BY 2 DESC, 1",
+        "SELECT n.path, count(*) FROM v_numerics_path n JOIN experiment_jobs ej ON "
+        "ej.job = n.job_id JOIN experiments e ON e.id = ej.experiment WHERE e.name = $1 "
+        "GROUP BY 1 ORDER BY 2 DESC, 1",
         1, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         qs_status st =

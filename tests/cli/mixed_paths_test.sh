@@ -3,9 +3,10 @@
 # print_paths): the tiny NVFP4 W4A16 sweep (8 jobs) on a private cluster, its first jobs run by a
 # worker with OpenBLAS's Haswell kernels, the rest by one with its Sandybridge kernels. Each job
 # records "cpu_path.cpu-openblas-<version>-<core>"; the two families differ in the last digits.
-# Every chunk of the text is scored (max_chunks 0), so a job runs long enough for worker A to
-# be stopped between jobs. Checked: no flag while one worker has run, then the flag with each path's job count equal to
-# the count of that worker's succeeded attempts in SQL.
+# 64 chunks of the text are scored (the grid has 8), so a job runs long enough for worker A to
+# be stopped between jobs. Checked: no flag while one worker has run; then the flag, with each
+# path's job count equal to that worker's succeeded attempts in SQL; and the same flag in the
+# report page as headless Chromium renders it.
 # Usage: mixed_paths_test.sh QSWEEP_BIN SOURCE_DIR
 set -euo pipefail
 Q=$1
@@ -39,7 +40,7 @@ succeeded() {
 "$Q" coordinator --bind "$EP" >"$D/coordinator.log" 2>&1 &
 pids+=($!)
 "$Q" submit "$SRC/experiments/tiny.yaml" --set name=tiny-mixed --set 'sensitivity.formats=[nvfp4]' \
-  --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=0 >"$D/submit.log" 2>&1 || fail "qsweep submit"
+  --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=64 >"$D/submit.log" 2>&1 || fail "qsweep submit"
 
 # --- worker A (Haswell kernels): the baseline and at least one eval job, then SIGTERM
 OPENBLAS_CORETYPE=Haswell "$Q" worker --connect "$EP" --id cpu-a --threads 1 >"$D/a.log" 2>&1 &
@@ -79,4 +80,13 @@ na=$(jobs_of cpu-a) nb=$(jobs_of cpu-b)
 echo "$out" | grep -Eq "^  $pa: $na jobs?\$" || fail "'$pa: $na' not in: $out"
 echo "$out" | grep -Eq "^  $pb: $nb jobs?\$" || fail "'$pb: $nb' not in: $out"
 [ $((na + nb)) = 8 ] || fail "A $na + B $nb jobs, want 8"
+
+# --- the report page flags it too: the DOM headless Chromium renders from it
+"$Q" report tiny-mixed -o "$D/report.html" >"$D/report.log" 2>&1 || fail "qsweep report"
+HOME=$D /usr/bin/chromium --headless --no-sandbox --disable-gpu --no-first-run \
+  --virtual-time-budget=10000 --dump-dom "file://$D/report.html" >"$D/dom.html" 2>"$D/chromium.log" \
+  || fail "chromium on the report"
+grep -q "mixed numerics: the jobs ran on 2 numerics paths" "$D/dom.html" \
+  || fail "the rendered report does not flag the mixed paths"
+for p in "$pa" "$pb"; do grep -q "<td[^>]*>$p</td>" "$D/dom.html" || fail "report: no cell $p"; done
 echo "mixed_paths_test: ok: $pa $na jobs, $pb $nb jobs"
