@@ -41,10 +41,14 @@ static void watch_handshakes(worker *w) {
  * coordinator key) every 100 ms: either way the loop opens a fresh socket
  * QW_REFUSAL_SPAN_MS / QW_REFUSALS_MAX after a refusal, so that QW_REFUSALS_MAX refusals take
  * QW_REFUSAL_SPAN_MS whatever the coordinator timeout. */
-static void refused(worker *w, int64_t now, const char *why) {
-    if (w->refusals++ == 0) {
-        w->first_refusal_ms = now;
+static void refused(worker *w, int64_t now, const char *why, bool specific) {
+    if (w->refusals++ == 0) w->first_refusal_ms = now;
+    /* said once; a closed handshake (which a mechanism mismatch can also end in, when the
+     * coordinator closes before its greeting is read) gives way to the first refusal that names
+     * its cause */
+    if (w->refusals == 1 || (specific && !w->refusal_specific)) {
         snprintf(w->refusal, sizeof w->refusal, "%s", why);
+        w->refusal_specific = specific;
         qw_loop_wlog(w, "%s", why);
     }
     if (!w->reopen_ms) w->reopen_ms = now + QW_REFUSAL_SPAN_MS / QW_REFUSALS_MAX;
@@ -81,13 +85,14 @@ bool qw_loop_read_handshakes(worker *w, int64_t now) {
                              w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
             w->connected_told = true;
             w->refusals = 0;
+            w->refusal_specific = false;
             w->reopen_ms = 0;
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             snprintf(why, sizeof why,
                      "the coordinator refused this worker's CURVE key (ZAP status %u): is its "
                      "public key %s in the coordinator's allow-list (--authorized-keys)?",
                      value, w->o->curve_public_key);
-            refused(w, now, why);
+            refused(w, now, why, true);
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
                    value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
             snprintf(why, sizeof why, "%s",
@@ -98,21 +103,23 @@ bool qw_loop_read_handshakes(worker *w, int64_t now) {
                          : "the coordinator requires CURVE and this worker has no keys: set "
                            "QSWEEP_CURVE_SERVER (the coordinator's public key) and this "
                            "worker's QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET (qsweep keygen)");
-            refused(w, now, why);
+            refused(w, now, why, true);
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             snprintf(why, sizeof why, "%s",
                      w->o->curve_server_key
                          ? "the coordinator closed the connection during the CURVE handshake: "
                            "is QSWEEP_CURVE_SERVER the coordinator's public key?"
                          : "the peer closed the connection during the handshake: is the "
-                           "endpoint a qsweep coordinator?");
-            refused(w, now, why);
+                           "endpoint a qsweep coordinator, or does it require CURVE and this "
+                           "worker has no keys (set QSWEEP_CURVE_SERVER and "
+                           "QSWEEP_CURVE_PUBLIC/QSWEEP_CURVE_SECRET: qsweep keygen)?");
+            refused(w, now, why, false);
         } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             snprintf(why, sizeof why,
                      "the handshake with the coordinator failed (ZeroMQ protocol error 0x%x): "
                      "is QSWEEP_CURVE_SERVER the coordinator's public key?",
                      value);
-            refused(w, now, why);
+            refused(w, now, why, false);
         }
     }
     return w->refusals >= QW_REFUSALS_MAX && now - w->first_refusal_ms >= QW_REFUSAL_SPAN_MS;

@@ -101,6 +101,8 @@ struct worker {
     int refusals;             /* handshakes the coordinator refused since the last success */
     int64_t first_refusal_ms; /* when the first of them happened */
     char refusal[400];        /* what was wrong, for the final error */
+    bool refusal_specific;    /* refusal names its cause (a ZAP refusal, a mechanism
+                                 mismatch), not only a closed handshake */
     int64_t reopen_ms;        /* after a refusal: when to open a fresh socket and try again
                                  (libzmq does not retry a handshake the peer refused), 0: none */
     bool connected_told;      /* "connected" logged for the current socket */
