@@ -40,19 +40,22 @@ void qc_srv_check_leases(server *s, int64_t now) {
 
 /* The loop itself did not run for stalled_ms (SIGSTOP, a VM pause, swapping): the workers'
  * heartbeats of that time are still on their way in, so a lease checked now would expire
- * for the coordinator's silence, not the worker's. Every running attempt (and every known
- * worker) gets a full lease from now to report before any lease is checked (server.h). */
+ * for the coordinator's silence, not the worker's. A stall longer than a worker's
+ * coordinator timeout also makes the worker reconnect and re-attach, as after a restart.
+ * Every running attempt (and every known worker) gets the longer of a lease and the restart's
+ * re-attach grace from now to report before any lease is checked (server.h). */
 void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now) {
+    int give_ms = s->grace_ms > s->lease_ms ? s->grace_ms : s->lease_ms;
     size_t running = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
         job *j = s->jobs[i];
         if (j->state != J_RUNNING || j->lease_deadline == NEVER) continue;
-        if (j->lease_deadline < now + s->lease_ms) j->lease_deadline = now + s->lease_ms;
+        if (j->lease_deadline < now + give_ms) j->lease_deadline = now + give_ms;
         running++;
     }
     for (size_t i = 0; i < s->n_workers; i++)
         if (s->workers[i]->last_seen < now) s->workers[i]->last_seen = now;
     qc_log("the coordinator did not run for %lld ms (stopped, a paused VM, swapping?): giving "
            "%zu running attempts %d ms to report before any lease is checked",
-           (long long)stalled_ms, running, s->lease_ms);
+           (long long)stalled_ms, running, give_ms);
 }

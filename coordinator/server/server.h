@@ -25,9 +25,10 @@
  *    undeliverable ASSIGN) do not count and are requeued at once.
  *  - A stall of the coordinator itself (its loop did not turn for more than a quarter lease,
  *    at most 1 s: SIGSTOP, a paused VM, swapping) is noticed on the monotonic clock; every
- *    running attempt then gets a full lease from the resume to report before any lease is
- *    checked (the workers' heartbeats of that time are still on their way in), and it is
- *    logged.
+ *    running attempt then gets the longer of a full lease and the restart's re-attach grace
+ *    from the resume to report before any lease is checked (the workers' heartbeats of that
+ *    time are still on their way in, and workers that timed the coordinator out re-attach as
+ *    after a restart), and it is logged.
  *  - A RESULT or FAILED for an attempt that is not the job's current running one (late,
  *    duplicate, from a worker whose lease expired) is logged and ignored, and ACKed so the
  *    worker forgets it. Results are stored with ON CONFLICT DO NOTHING on (job, name, step).
