@@ -161,9 +161,13 @@ qs_status qsweep_print_kind_tables(qc_store *db, const char *name, int format, F
                                    int *printed, qs_error *err);
 
 /* The --gpus value of local worker i (0-based) of qsweep run on a machine with n_gpus visible
- * GPUs: "i mod n_gpus" (round robin, so local workers do not all offer every GPU), or "none"
- * when n_gpus <= 0 (or i < 0), into buf (cap bytes, NUL included). */
-void qsweep_run_worker_gpus(int i, int n_gpus, char *buf, size_t cap);
+ * GPUs, when the grid's largest job asks for per_job GPUs (tensor_parallel / data_parallel /
+ * gpu_count; <= 1: one): per = min(max(per_job, 1), n_gpus) GPUs, worker i offering
+ * (i*per + j) mod n_gpus for j = 0..per-1 as a comma list ("0,1"). So one worker offers one
+ * GPU round robin (local workers do not all offer every GPU), and a job of N GPUs finds a
+ * worker that offers N of them. "none" when n_gpus <= 0 (or i < 0). Into buf (cap bytes, NUL
+ * included; truncated, still terminated). */
+void qsweep_run_worker_gpus(int i, int n_gpus, int per_job, char *buf, size_t cap);
 
 /* The subcommands; each parses its own options (argv[0] is "qsweep <name>",
  * which getopt's messages begin with) and returns

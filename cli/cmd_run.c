@@ -232,7 +232,8 @@ typedef struct run_state {
     int restarts, max_restarts; /* worker restarts so far, and the budget */
     char ipc_dir[64];
     char endpoint[128], threads[32], host[64];
-    int n_gpus; /* visible GPUs, shared out among the workers (qsweep_run_worker_gpus) */
+    int n_gpus;       /* visible GPUs, shared out among the workers (qsweep_run_worker_gpus) */
+    int gpus_per_job; /* the most GPUs one job of the grid asks for (qc_job.need.gpus) */
 } run_state;
 
 /* Starts worker i (1-based) of r, with a worker id that differs per restart. */
@@ -243,8 +244,8 @@ static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
         snprintf(id, sizeof id, "%.40s-run%d-w%zu-r%d", r->host, (int)getpid(), i, w->restarts);
     else
         snprintf(id, sizeof id, "%.40s-run%d-w%zu", r->host, (int)getpid(), i);
-    char gpus[16];
-    qsweep_run_worker_gpus((int)i - 1, r->n_gpus, gpus, sizeof gpus);
+    char gpus[256];
+    qsweep_run_worker_gpus((int)i - 1, r->n_gpus, r->gpus_per_job, gpus, sizeof gpus);
     char *av[] = {"qsweep", "worker",    "--connect", r->endpoint, "--id",
                   id,       "--threads", r->threads,  "--gpus",    gpus,
                   NULL,     NULL,        NULL,        NULL,        NULL};
@@ -595,11 +596,13 @@ int qsweep_cmd_run(int argc, char **argv) {
         snprintf(lease, sizeof lease, "%d", lease_ms);
         snprintf(r.threads, sizeof r.threads, "%d", threads);
         r.max_restarts = RESTARTS_PER_WORKER * workers;
-        qw_gpu gpus[QW_GPUS_MAX]; /* worker i offers GPU i mod G (or none) */
+        qw_gpu gpus[QW_GPUS_MAX]; /* shared out: qsweep_run_worker_gpus */
         size_t n_gpus = 0;
         char why[256];
         qw_gpu_discover(gpus, QW_GPUS_MAX, &n_gpus, why, sizeof why);
         r.n_gpus = (int)n_gpus;
+        for (size_t j = 0; j < jobs.n; j++)
+            if (jobs.jobs[j].need.gpus > r.gpus_per_job) r.gpus_per_job = jobs.jobs[j].need.gpus;
         if (!st) {
             child *co = &r.children[r.n_children++];
             snprintf(co->name, sizeof co->name, "coordinator");

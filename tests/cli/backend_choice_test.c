@@ -163,24 +163,52 @@ static void test_local_workers_share_out_the_gpus_round_robin(void **state) {
     /* 4 workers on 2 GPUs: 0, 1, 0, 1 */
     const char *want2[] = {"0", "1", "0", "1"};
     for (int i = 0; i < 4; i++) {
-        qsweep_run_worker_gpus(i, 2, buf, sizeof buf);
+        qsweep_run_worker_gpus(i, 2, 1, buf, sizeof buf);
         assert_string_equal(buf, want2[i]);
     }
     /* 2 workers on 8 GPUs: one each, not all eight */
-    qsweep_run_worker_gpus(0, 8, buf, sizeof buf);
+    qsweep_run_worker_gpus(0, 8, 0, buf, sizeof buf);
     assert_string_equal(buf, "0");
-    qsweep_run_worker_gpus(1, 8, buf, sizeof buf);
+    qsweep_run_worker_gpus(1, 8, 0, buf, sizeof buf);
     assert_string_equal(buf, "1");
-    qsweep_run_worker_gpus(255, 8, buf, sizeof buf);
+    qsweep_run_worker_gpus(255, 8, 0, buf, sizeof buf);
     assert_string_equal(buf, "7");
     /* no GPU: none, so the worker runs on the CPU and says so */
-    qsweep_run_worker_gpus(0, 0, buf, sizeof buf);
+    qsweep_run_worker_gpus(0, 0, 0, buf, sizeof buf);
     assert_string_equal(buf, "none");
-    qsweep_run_worker_gpus(3, -1, buf, sizeof buf);
+    qsweep_run_worker_gpus(3, -1, 0, buf, sizeof buf);
     assert_string_equal(buf, "none");
     char tiny[3];
-    qsweep_run_worker_gpus(0, 0, tiny, sizeof tiny); /* truncated, still terminated */
+    qsweep_run_worker_gpus(0, 0, 0, tiny, sizeof tiny); /* truncated, still terminated */
     assert_string_equal(tiny, "no");
+}
+
+static void test_local_workers_offer_as_many_gpus_as_the_largest_job_asks(void **state) {
+    (void)state;
+    char buf[64];
+    /* data_parallel 2 on 4 GPUs: worker 0 offers 0,1, worker 1 2,3, worker 2 again 0,1 */
+    const char *want[] = {"0,1", "2,3", "0,1"};
+    for (int i = 0; i < 3; i++) {
+        qsweep_run_worker_gpus(i, 4, 2, buf, sizeof buf);
+        assert_string_equal(buf, want[i]);
+    }
+    /* a job of 8 GPUs on a 2-GPU machine: both, never an index twice */
+    qsweep_run_worker_gpus(1, 2, 8, buf, sizeof buf);
+    assert_string_equal(buf, "0,1");
+    /* tensor_parallel 3 on 8 GPUs: consecutive triples, wrapping */
+    qsweep_run_worker_gpus(2, 8, 3, buf, sizeof buf);
+    assert_string_equal(buf, "6,7,0");
+    /* one GPU per job or none asked: one GPU each, round robin */
+    qsweep_run_worker_gpus(5, 4, 1, buf, sizeof buf);
+    assert_string_equal(buf, "1");
+    qsweep_run_worker_gpus(5, 4, 0, buf, sizeof buf);
+    assert_string_equal(buf, "1");
+    /* no GPU whatever the grid asks */
+    qsweep_run_worker_gpus(0, 0, 4, buf, sizeof buf);
+    assert_string_equal(buf, "none");
+    char tiny[4];
+    qsweep_run_worker_gpus(0, 16, 8, tiny, sizeof tiny); /* "0,1,..." truncated, terminated */
+    assert_string_equal(tiny, "0,1");
 }
 
 int main(void) {
@@ -192,6 +220,7 @@ int main(void) {
         cmocka_unit_test(test_without_a_set_choice_nothing_but_the_cpu),
         cmocka_unit_test(test_gemm_path_metric_names),
         cmocka_unit_test(test_local_workers_share_out_the_gpus_round_robin),
+        cmocka_unit_test(test_local_workers_offer_as_many_gpus_as_the_largest_job_asks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
