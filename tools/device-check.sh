@@ -19,6 +19,8 @@
 #   DEVICE_CHECK_JOBS  build parallelism (default: all cores).
 #   DEVICE_CHECK_REHEARSE_SWEEP  non-empty: without a GPU, run the SmolLM2 sweep comparison with
 #                    both sides on the CPU (rehearses the script, not the GPU).
+#   DEVICE_CHECK_REHEARSE_TRAIN  non-empty: without a GPU, run the 30-step training comparison
+#                    with both sides on the CPU (rehearses the script, not the GPU).
 #   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is (rehearsals
 #                    on a machine without a GPU, where a full build takes too long).
 # Exit status: 0 when the build passed and no test or benchmark failed (skipped is not failed),
@@ -201,7 +203,120 @@ elif [ "$gpu" = "none" ]; then
   note "sweep: no GPU: skipped (DEVICE_CHECK_REHEARSE_SWEEP=1 rehearses it on the CPU)"
 fi
 
-note "not covered by this script yet: GPU-vs-CPU training (30 steps bf16/nvfp4), data_parallel over the GPUs, the quantize/eval/train rate ratios against their targets (the bench lines above give the raw rates)"
+# --- tiny training, 30 steps, GPU against CPU: the same grid through qsweep run with a CPU
+# worker and with a GPU worker, each in its own private cluster. bf16: final training loss
+# within 1e-3 relative. nvfp4 (stochastic rounding, whose streams the two backends draw
+# differently): within twice the standard deviation of the CPU's final losses over seeds 1-3,
+# an upper bound of the rounding spread (it holds the initialization's spread too). The data
+# is the committed bytes-tokenized GPL-3 text, so the check needs no network.
+# Then data_parallel over the GPUs present: G ranks against 1 rank with G times the
+# accumulation (the same samples), fp32 recipe, final loss within 1e-6 relative (train_dp's
+# criterion on the CPU ranks).
+train_grid() { # name recipes seeds data_parallel accum
+  cat <<YAML
+name: $1
+kind: training
+training:
+  shapes: [tiny]
+  dataset: {tokens: $root/experiments/data/gpl3.bytes.tokens, ctx: 128, val_fraction: 0.05}
+  recipes: $2
+  lrs: [0.003]
+  seeds: $3
+  steps: 30
+  batch: 8
+  accum: $5
+  data_parallel: $4
+  warmup: 3
+  eval_every: 30
+  eval_batches: 2
+  log_every: 10
+  checkpoint_every: 30
+  checkpoint_dir: $build/train-ckpt/$1
+YAML
+}
+# One training run in its own cluster under $build/train-$name with QSWEEP_BACKEND=$2; prints
+# "recipe seed final_train_loss" rows. Exit status that of the run.
+train_side() ( # name backend recipes seeds data_parallel accum
+  home="$build/train-$1"
+  rm -rf "$home" "$build/train-ckpt/$1" && mkdir -p "$home" "$build/train-ckpt/$1" || exit 1
+  export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
+  unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
+  q="$build/cli/qsweep"
+  train_grid "$1" "$3" "$4" "$5" "$6" >"$home/grid.yaml"
+  eval "$("$q" db start 2>>"$build/train.txt")" || exit 1
+  QSWEEP_BACKEND=$2 "$q" run "$home/grid.yaml" --workers 1 >>"$build/train.txt" 2>&1
+  rc=$?
+  psql "$QSWEEP_DB" -XAt -F ' ' -c "SELECT recipe, seed, value FROM v_train_final
+      WHERE experiment = '$1' AND metric = 'final_train_loss' ORDER BY recipe, seed" \
+      2>>"$build/train.txt"
+  "$q" db stop >/dev/null 2>&1
+  exit $rc
+)
+# The value of "recipe seed" in rows $1, empty when absent.
+train_value() { awk -v r="$2" -v s="$3" '$1 == r && $2 == s {print $3}' <<<"$1"; }
+ngpu=0
+[ "$gpu" != "none" ] && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_TRAIN:-}" ]; then
+  : >"$build/train.txt"
+  second=cuda
+  [ "$gpu" = "none" ] && second=cpu
+  if c=$(train_side dct-cpu cpu '[bf16, nvfp4]' '[1, 2, 3]' 1 1) &&
+     g=$(train_side "dct-$second" "$second" '[bf16, nvfp4]' '[1]' 1 1); then
+    cb=$(train_value "$c" bf16 1) gb=$(train_value "$g" bf16 1)
+    cn=$(train_value "$c" nvfp4 1) gn=$(train_value "$g" nvfp4 1)
+    sd=$(awk '$1 == "nvfp4" {n++; s += $3; q += $3 * $3} END {if (n > 1) printf "%.9g", sqrt((q - s * s / n) / (n - 1))}' <<<"$c")
+    verdict=$(awk -v b="$second" -v cb="$cb" -v gb="$gb" -v cn="$cn" -v gn="$gn" -v sd="$sd" 'BEGIN {
+      if (cb == "" || gb == "" || cn == "" || gn == "" || sd == "") { print "FAILED: missing losses"; exit }
+      rb = (gb - cb) / cb; if (rb < 0) rb = -rb; dn = gn - cn; if (dn < 0) dn = -dn
+      ok = (rb <= 1e-3 && dn <= 2 * sd) ? "ok" : "FAILED"
+      printf "%s: bf16 cpu %.6f %s %.6f (rel %.2e, limit 1e-3); nvfp4 cpu %.6f %s %.6f (|d| %.2e, limit 2 sd = %.2e)", ok, cb, b, gb, rb, cn, b, gn, dn, 2 * sd }')
+    note "train (tiny, 30 steps, $second vs cpu): $verdict"
+    case "$verdict" in ok*) ;; *) fail=1 ;; esac
+  else
+    note "train: FAILED (see $build/train.txt)"
+    fail=1
+  fi
+  if [ "$gpu" = "none" ]; then
+    note "data_parallel: no GPU: skipped (its jobs ask for one GPU per rank; train_dp checks the CPU ranks)"
+  elif [ "$ngpu" -ge 2 ]; then
+    if a=$(train_side dcdp-1 cuda '[fp32]' '[1]' 1 "$ngpu") &&
+       b=$(train_side dcdp-n cuda '[fp32]' '[1]' "$ngpu" 1); then
+      la=$(train_value "$a" fp32 1) lb=$(train_value "$b" fp32 1)
+      verdict=$(awk -v a="$la" -v b="$lb" -v n="$ngpu" 'BEGIN {
+        if (a == "" || b == "") { print "FAILED: missing losses"; exit }
+        r = (b - a) / a; if (r < 0) r = -r
+        printf "%s: 1 rank x accum %d %.9f, %d ranks %.9f (rel %.2e, limit 1e-6)", (r <= 1e-6 ? "ok" : "FAILED"), n, a, n, b, r }')
+      note "data_parallel over $ngpu GPUs (fp32, 30 steps): $verdict"
+      case "$verdict" in ok*) ;; *) fail=1 ;; esac
+    else
+      note "data_parallel: FAILED (see $build/train.txt)"
+      fail=1
+    fi
+  else
+    note "data_parallel: $ngpu GPU present: needs 2 or more, skipped"
+  fi
+else
+  note "train and data_parallel (GPU vs CPU): no GPU: skipped (DEVICE_CHECK_REHEARSE_TRAIN=1 rehearses the training comparison on the CPU)"
+fi
+
+# --- the benchmarks' ratios against their targets (a missed target is reported, not failed:
+# benchmarks are measurements). quantize: the slowest quantize kernel as a ratio of a D2D
+# copy, target 0.85 (bench_cuda_quantize's "x memcpy" column); evaluation of the 7B shape:
+# its rate as a ratio of the cuBLAS BF16 GEMM rate, target 0.6 (bench_gpu_eval's summary).
+if [ "$gpu" != "none" ]; then
+  qf="$build/bench_cuda_quantize.txt"
+  if [ -f "$qf" ]; then
+    note "target quantize/D2D >= 0.85: $(awk '/^(fake|packed) / {r = $NF; if (min == "" || r < min) {min = r; k = $0}} END {if (min == "") print "no rows"; else printf "slowest %.2f (%s): %s", min, k, (min >= 0.85 ? "met" : "missed")}' "$qf")"
+  fi
+  ef="$build/bench_gpu_eval.txt"
+  if [ -f "$ef" ]; then
+    while IFS= read -r l; do
+      r=$(sed -E 's/.* = ([0-9.]+) x cuBLAS.*/\1/' <<<"$l")
+      note "target 7B eval/cuBLAS BF16 >= 0.6: $r ($(awk -v r="$r" 'BEGIN {print (r >= 0.6 ? "met" : "missed")}')): ${l#summary: }"
+    done < <(grep -E '^summary: eval llama2-7b.* x cuBLAS' "$ef")
+  fi
+  note "target training step/cuBLAS BF16 >= 0.5: not measured (bench_train has no CUDA mode)"
+fi
 
 printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"
 printf '%s\n' "${summary[@]}"
