@@ -5,7 +5,7 @@
  * relative perplexity increase) as the mean over its seeds, +- half the range (max - min) / 2
  * over them, read from v_pipeline_summary and v_pipeline_training
  * (schema/130_pipeline_views.sql). Half the range, not a standard deviation: with the two or
- * three seeds a study affords it is what the seeds did, every seed lies within it. */
+ * three seeds a study affords the range is what the seeds did, not an estimate. */
 #include "pipeline_results.h"
 
 #include <math.h>
@@ -171,7 +171,7 @@ static void print_table(PGresult *r, int from, int to, FILE *out) {
     const char *recipes[MAX_RECIPES];
     long seeds[MAX_RECIPES];
     double val[MAX_RECIPES];
-    int nr = 0, pw = 8;
+    int nr = 0, pw = 8, more = 0;
     for (int i = from; i < to; i++) {
         const char *rc = PQgetvalue(r, i, C_RECIPE);
         int k = 0;
@@ -181,6 +181,8 @@ static void print_table(PGresult *r, int from, int to, FILE *out) {
             recipes[nr] = rc;
             seeds[nr] = 0;
             val[nr++] = qsweep_col_num(r, i, C_VAL);
+        } else if (k == nr) {
+            more = 1;
         }
         if (k < nr) {
             long s = strtol(PQgetvalue(r, i, C_SEEDS), NULL, 10);
@@ -233,6 +235,9 @@ static void print_table(PGresult *r, int from, int to, FILE *out) {
         line_end(&l, out);
         i = j;
     }
+    if (more)
+        fprintf(out, "  (more than %d recipes: the others are in --csv and --json)\n",
+                MAX_RECIPES);
 }
 
 /* The training runs per recipe: final validation loss, mean +- half the range over seeds, and
