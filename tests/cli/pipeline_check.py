@@ -45,7 +45,7 @@ checks = 0
 
 def fail(msg):
     print("pipeline_check: FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+    sys.exit(1)  # SystemExit runs the TemporaryDirectory's cleanup
 
 
 def ok(cond, msg):
@@ -270,8 +270,9 @@ for (shape, steps, lr, recipe) in {(t["shape"], t["steps"], t["lr"], t["recipe"]
 
 # --- the report page
 pcells = 0
+tmp = tempfile.TemporaryDirectory(prefix="qsweep-pipecheck-")  # removed at exit
 if a.chromium:
-    d = tempfile.mkdtemp(prefix="qsweep-pipecheck-")
+    d = tmp.name
     page = os.path.join(d, "report.html")
     r = subprocess.run([a.qsweep, "report", exp, "-o", page, "--db", a.db],
                        capture_output=True, text=True)
