@@ -1,6 +1,7 @@
 /* qsweep report EXPERIMENT -o FILE: one self-contained HTML page with the
  * experiment's sensitivity heatmaps, bars and block strips, its progress and failures, and
- * its training curves where the training views exist.
+ * its training curves where the training views exist, and for a pipeline (sweeps of trained
+ * models, schema/130_pipeline_views.sql) the damage per training recipe as a grouped heatmap.
  *
  * Every number on the page comes from one of the SQL queries below, run against the views
  * (schema/002_views.sql, 006_sqnr_view.sql) with the experiment name as $1; PostgreSQL turns
@@ -113,6 +114,45 @@ static const report_query TRAIN_QUERIES[] = {
      "      GROUP BY metric, shape, recipe, lr) t"},
 };
 
+/* Pipelines (schema/130_pipeline_views.sql): sweeps of models a training stage made. One row
+ * per (shape, steps, lr, format, options, quantize, mode, part, recipe) with the mean, min and
+ * max over seeds of each metric the pipeline heatmap can show (delta_ppl: the perplexity
+ * increase, rel_delta_ppl: it over the model's own baseline), and the training runs per
+ * recipe. Empty arrays for any other experiment; null (the page says so) for a database
+ * without the views. */
+#define PIPE_STAT(m, col, as)                                                                      \
+    "             max(mean_" col ") FILTER (WHERE metric = '" m "') AS " as ",\n"                 \
+    "             max(min_" col ") FILTER (WHERE metric = '" m "') AS " as "_min,\n"              \
+    "             max(max_" col ") FILTER (WHERE metric = '" m "') AS " as "_max,\n"
+static const report_query PIPE_QUERIES[] = {
+    {"pipeline",
+     "SELECT coalesce(json_agg(p ORDER BY p.shape, p.steps, p.lr, p.mode, p.format, p.options,\n"
+     "                         p.quantize, p.block NULLS LAST, p.kind_pos NULLS LAST, p.part,\n"
+     "                         p.recipe <> 'bf16', p.recipe), '[]')\n"
+     "FROM (SELECT coalesce(shape, '(checkpoint)') AS shape, steps, lr, format, options,\n"
+     "             quantize, mode, part, recipe,\n"
+     "             substring(part FROM '^[0-9]+')::int AS block,\n"
+     "             array_position(ARRAY['q', 'k', 'v', 'o', 'gate', 'up', 'down'],\n"
+     "                            regexp_replace(part, '^[0-9]+\\.', '')) AS kind_pos,\n"
+     "             max(seeds) AS seeds,\n" PIPE_STAT("kl_mean", "value", "kl_mean")
+         PIPE_STAT("ppl", "delta", "delta_ppl") PIPE_STAT("ppl", "rel_delta", "rel_delta_ppl")
+             PIPE_STAT("kl_p99", "value", "kl_p99") PIPE_STAT("top1", "value", "top1")
+     "             max(mean_final_val_loss) AS final_val_loss\n"
+     "      FROM v_pipeline_summary WHERE experiment = $1\n"
+     "      GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9) p"},
+    {"pipeline_training",
+     "SELECT coalesce(json_agg(t ORDER BY t.shape, t.steps, t.lr, t.recipe <> 'bf16',\n"
+     "                         t.recipe), '[]')\n"
+     "FROM (SELECT coalesce(shape, '(checkpoint)') AS shape, steps, lr, recipe,\n"
+     "             count(*) AS runs, count(final_val_loss) AS finished,\n"
+     "             count(DISTINCT seed) AS seeds, avg(final_val_loss) AS final_val_loss,\n"
+     "             min(final_val_loss) AS final_val_loss_min,\n"
+     "             max(final_val_loss) AS final_val_loss_max,\n"
+     "             avg(final_train_loss) AS final_train_loss\n"
+     "      FROM v_pipeline_training WHERE experiment = $1\n"
+     "      GROUP BY 1, 2, 3, 4) t"},
+};
+
 /* Writes text (JSON) into a <script type="application/json"> element: every '<' becomes
  * \u003c, so no "</script>" or "<!--" inside a string can end the element early. JSON has
  * '<' only inside strings, where the escape means the same character. */
@@ -172,9 +212,10 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
     }
     enum {
         NQ = sizeof QUERIES / sizeof QUERIES[0],
-        NT = sizeof TRAIN_QUERIES / sizeof TRAIN_QUERIES[0]
+        NT = sizeof TRAIN_QUERIES / sizeof TRAIN_QUERIES[0],
+        NP = sizeof PIPE_QUERIES / sizeof PIPE_QUERIES[0]
     };
-    char *vals[NQ + NT] = {0};
+    char *vals[NQ + NT + NP] = {0};
     for (size_t i = 0; !st && i < NQ; i++)
         st = run_query(c, QUERIES[i].name, QUERIES[i].sql, name, &vals[i], err);
     int train = has_relation(c, "v_train_curves") && has_relation(c, "v_train_final");
@@ -188,6 +229,10 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
             if (!vals[NQ + i] || !train_error) st = qs_error_set(err, QS_ENOMEM, "report");
         }
     }
+    int pipe = has_relation(c, "v_pipeline_summary") && has_relation(c, "v_pipeline_training");
+    for (size_t i = 0; !st && pipe && i < NP; i++)
+        st = run_query(c, PIPE_QUERIES[i].name, PIPE_QUERIES[i].sql, name, &vals[NQ + NT + i],
+                       err);
     if (st) goto done;
 
     time_t now = time(NULL);
@@ -214,11 +259,18 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
         fprintf(out, ",\n\"%s\": ", TRAIN_QUERIES[i].name);
         put_json(out, train ? vals[NQ + i] : "null");
     }
+    for (size_t i = 0; i < NP; i++) {
+        fprintf(out, ",\n\"%s\": ", PIPE_QUERIES[i].name);
+        put_json(out, pipe ? vals[NQ + NT + i] : "null");
+    }
     fputs(",\n\"train_error\": ", out);
     put_json(out, train_error ? train_error : "null");
     fputs(",\n\"queries\": {", out);
-    for (size_t i = 0; i < NQ + NT + 1; i++) {
-        const report_query *q = i < NQ ? &QUERIES[i] : i < NQ + NT ? &TRAIN_QUERIES[i - NQ] : NULL;
+    for (size_t i = 0; i < NQ + NT + NP + 1; i++) {
+        const report_query *q = i < NQ             ? &QUERIES[i]
+                                : i < NQ + NT      ? &TRAIN_QUERIES[i - NQ]
+                                : i < NQ + NT + NP ? &PIPE_QUERIES[i - NQ - NT]
+                                                   : NULL;
         char *sql = json_text(q ? q->sql : Q_EXPERIMENT);
         if (!sql) {
             st = qs_error_set(err, QS_ENOMEM, "report");
@@ -233,7 +285,7 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
     fputs("</script>\n</body></html>\n", out);
 done:
     free(train_error);
-    for (size_t i = 0; i < NQ + NT; i++)
+    for (size_t i = 0; i < NQ + NT + NP; i++)
         free(vals[i]);
     free(exp);
     return st;
@@ -248,7 +300,9 @@ static void report_usage(FILE *out) {
             "  leave_one_out_block), coloured by\n"
             "  mean KL (switchable to perplexity increase, p99 KL, top-1, SQNR) with values on\n"
             "  hover; the baseline and run conditions; counts by state and the failed jobs with\n"
-            "  their last errors; training curves where the training views exist. The page\n"
+            "  their last errors; training curves where the training views exist; for a\n"
+            "  pipeline (sweeps of trained models), a heatmap of parts x (format, quantize) x\n"
+            "  training recipe, each cell the mean over seeds with their spread on hover. The page\n"
             "  shows the SQL query behind each figure.\n"
             "  -o, --output FILE  where to write it (default EXPERIMENT.html); written whole then\n"
             "                     renamed over FILE: a FILE that is a symlink, device, FIFO or\n"

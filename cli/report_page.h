@@ -8,7 +8,16 @@
  * data-part, one data-<metric> attribute per metric (kl_mean, delta_ppl, kl_p99, top1,
  * sqnr_db; the view's value as JavaScript prints a double, shortest round-trip, or "" when
  * NULL) and data-shown, the value of the metric the page colours by. The colour metric is
- * chosen in the page, or with "#metric=NAME" in the URL. */
+ * chosen in the page, or with "#metric=NAME" in the URL.
+ *
+ * A pipeline (sweeps of trained models, schema/130_pipeline_views.sql) adds, under the
+ * "pipeline-heatmap" SVGs, one element of class "pcell" per row of the report's "pipeline"
+ * query ((shape, steps, lr, mode) figure, (format, options, quantize) column group, part,
+ * recipe): data-part, data-recipe, data-format, data-options, data-quantize, data-mode,
+ * data-seeds, for each of kl_mean, delta_ppl, rel_delta_ppl, kl_p99 and top1 the attributes
+ * data-<metric>, data-<metric>_min and data-<metric>_max (the mean, min and max over seeds),
+ * data-shown (the mean of the colour metric; kl_mean when that is sqnr_db) and a <title> with
+ * every mean and its min..max. <body data-pipeline-cells> is their count. */
 #ifndef QSWEEP_REPORT_PAGE_H
 #define QSWEEP_REPORT_PAGE_H
 

@@ -1,5 +1,6 @@
 // qsweep report: renders the data object written by cli/cmd_report.c as inline SVG.
-// One element of class "cell" per eval job (cli/report_page.h gives the DOM contract).
+// One element of class "cell" per eval job, and for a pipeline one of class "pcell" per
+// (figure, part, recipe) (cli/report_page.h gives the DOM contract).
 (function () {
   'use strict';
   var D = JSON.parse(document.getElementById('qsweep-data').textContent);
@@ -200,6 +201,151 @@
     });
   }
 
+  // ---- pipeline: sweeps of trained models (v_pipeline_summary). One figure per (shape, steps,
+  // lr, mode): a row per part, a column group per (format, options, quantize), a column per
+  // training recipe within it; a cell ("pcell") is the mean over seeds, its min..max on hover.
+  // Colours are scaled within each column group, so the recipes of a group compare directly.
+  var PIPE = ['kl_mean', 'delta_ppl', 'rel_delta_ppl', 'kl_p99', 'top1'];
+  var pcells = [];
+  // the pipeline's figures have no SQNR: that choice shows mean KL there
+  function pipeMetric() { return PIPE.indexOf(metric) >= 0 ? metric : 'kl_mean'; }
+  function pipeHover(r) {
+    return r.part + '  ' + r.recipe + '  ' + r.format + ' ' + r.quantize + ', mean over ' +
+        r.seeds + ' seed(s), min..max:\n' + PIPE.map(function (k) {
+          return (k === pipeMetric() ? '> ' : '  ') + k + ' = ' + fmt(r[k]) + '  (' +
+              fmt(r[k + '_min']) + '..' + fmt(r[k + '_max']) + ')';
+        }).join('\n');
+  }
+  function pcell(x, y, w, h, r, group) {
+    var a = {x: x, y: y, width: w, height: h, class: 'pcell', 'data-part': r.part,
+             'data-recipe': r.recipe, 'data-format': r.format, 'data-options': r.options,
+             'data-quantize': r.quantize, 'data-mode': r.mode, 'data-seeds': r.seeds};
+    PIPE.forEach(function (k) {
+      ['', '_min', '_max'].forEach(function (sfx) {
+        var v = r[k + sfx];
+        a['data-' + k + sfx] = v === null || v === undefined ? '' : String(v);
+      });
+    });
+    var e = sv('rect', a);
+    e._row = r;
+    e._group = group;
+    e.appendChild(sv('title', {}, pipeHover(r)));
+    e.addEventListener('mousemove', function (ev) {
+      tip.style.display = 'block';
+      tip.style.left = (ev.clientX + 12) + 'px';
+      tip.style.top = (ev.clientY + 12) + 'px';
+      tip.textContent = pipeHover(r);
+    });
+    e.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+    pcells.push(e);
+    return e;
+  }
+  function pipeRecolour() {
+    var k = pipeMetric(), range = {};
+    pcells.forEach(function (c) {
+      var v = c._row[k], g = range[c._group] = range[c._group] || [Infinity, -Infinity];
+      if (v !== null && isFinite(v)) { g[0] = Math.min(g[0], v); g[1] = Math.max(g[1], v); }
+    });
+    var saved = metric;
+    metric = k;  // colour() reads the direction (high is bad) of the current metric
+    pcells.forEach(function (c) {
+      var v = c._row[k], g = range[c._group];
+      c.setAttribute('data-shown', v === null || v === undefined ? '' : String(v));
+      c.setAttribute('fill', colour(v, g[0], g[1]));
+      c.querySelector('title').textContent = pipeHover(c._row);
+    });
+    metric = saved;
+    document.querySelectorAll('.pipe-legend').forEach(function (l) {
+      l.textContent = 'cells: ' + METRICS[k === 'rel_delta_ppl' ? 'delta_ppl' : k].label +
+          (k === 'rel_delta_ppl' ? ' (relative)' : '') + ', mean over seeds; hover for ' +
+          'min..max; colours scaled within each format x quantize group';
+    });
+  }
+  function pipeline() {
+    if (D.pipeline === null || D.pipeline === undefined || !D.pipeline.length) return;
+    root.appendChild(el('h3', {}, 'Damage per training recipe (pipeline)'));
+    if (D.pipeline_training && D.pipeline_training.length)
+      root.appendChild(table(D.pipeline_training, ['shape', 'steps', 'lr', 'recipe', 'seeds',
+                                                   'finished', 'final_val_loss',
+                                                   'final_val_loss_min', 'final_val_loss_max']));
+    root.appendChild(query('pipeline_training'));
+    var figs = {}, forder = [];
+    D.pipeline.forEach(function (r) {
+      var key = [r.shape, r.steps, r.lr, r.mode].join(' | ');
+      if (!figs[key]) { figs[key] = []; forder.push(key); }
+      figs[key].push(r);
+    });
+    forder.forEach(function (key) {
+      var rows = figs[key], first = rows[0], parts = [], pinfo = {}, groups = [], recipes = [];
+      var glabel = {}, opts = {};
+      rows.forEach(function (r) { opts[r.options] = true; });
+      var one_opts = Object.keys(opts).length === 1;  // then the figure's title names them
+      rows.forEach(function (r) {
+        var g = r.format + ' ' + r.options + ' ' + r.quantize;
+        r._g = g;
+        if (groups.indexOf(g) < 0) {
+          groups.push(g);
+          glabel[g] = [r.format + (one_opts || r.options === '{}' ? '' : ' ' + r.options),
+                       r.quantize];
+        }
+        if (recipes.indexOf(r.recipe) < 0) recipes.push(r.recipe);
+        if (!pinfo[r.part]) { pinfo[r.part] = r; parts.push(r.part); }
+      });
+      var big = 1e9;
+      parts.sort(function (a, b) {
+        var x = pinfo[a], y = pinfo[b];
+        return (x.block === null ? big : x.block) - (y.block === null ? big : y.block) ||
+            (x.kind_pos === null ? big : x.kind_pos) - (y.kind_pos === null ? big : y.kind_pos) ||
+            (a < b ? -1 : a > b ? 1 : 0);
+      });
+      recipes.sort(function (a, b) {
+        return (a !== 'bf16') - (b !== 'bf16') || (a < b ? -1 : a > b ? 1 : 0);
+      });
+      var longest = 0;
+      recipes.forEach(function (r) { longest = Math.max(longest, r.length); });
+      parts.forEach(function (p) { longest = Math.max(longest, p.length / 2); });
+      var cw = Math.max(44, 7 * longest + 8), ch = 18, gap = 14, left = 80, top = 50;
+      groups.forEach(function (g) {
+        var w = 6.5 * Math.max(glabel[g][0].length, glabel[g][1].length);
+        cw = Math.max(cw, Math.ceil(w / recipes.length));
+      });
+      var gw = cw * recipes.length + gap;
+      var s = sv('svg', {width: left + gw * groups.length + 10, height: top + ch * parts.length + 6,
+                         class: 'pipeline-heatmap'});
+      groups.forEach(function (g, gi) {
+        glabel[g].forEach(function (t, li) {
+          s.appendChild(sv('text', {x: left + gi * gw + (gw - gap) / 2, y: 12 + 13 * li,
+                                    'text-anchor': 'middle', class: 'pgroup'}, t));
+        });
+        recipes.forEach(function (r, ri) {
+          s.appendChild(sv('text', {x: left + gi * gw + ri * cw + cw / 2, y: 42,
+                                    'text-anchor': 'middle'}, r));
+        });
+      });
+      parts.forEach(function (p, pi) {
+        s.appendChild(sv('text', {x: left - 6, y: top + pi * ch + ch - 5, 'text-anchor': 'end'},
+                         first.mode === 'block' ? 'block ' + p : p));
+      });
+      rows.forEach(function (r) {
+        var gi = groups.indexOf(r._g);
+        s.appendChild(pcell(left + gi * gw + recipes.indexOf(r.recipe) * cw,
+                            top + parts.indexOf(r.part) * ch, cw, ch, r, key + ' | ' + r._g));
+      });
+      var f = el('div', {class: 'figure pipeline', 'data-mode': first.mode});
+      f.appendChild(el('div', {}, first.shape + ' (' + first.steps + ' steps, lr ' +
+                                      fmt(first.lr) + ')  ' + first.mode + ' mode, ' +
+                                      recipes.length + ' recipe(s)' +
+                                      (one_opts && first.options !== '{}'
+                                           ? ', format options ' + first.options : '')));
+      f.appendChild(s);
+      f.appendChild(el('div', {class: 'pipe-legend note'}));
+      root.appendChild(f);
+    });
+    root.appendChild(query('pipeline'));
+    pipeRecolour();
+    root.appendChild(el('h3', {}, 'Each sweep job'));
+  }
+
   // ---- header: experiment, run conditions, baseline
   root.appendChild(el('h1', {}, 'qsweep report: ' + D.experiment.name));
   if (D.experiment.description) root.appendChild(el('p', {}, D.experiment.description));
@@ -249,12 +395,14 @@
     metric = sel.value;
     history.replaceState(null, '', '#metric=' + metric);
     recolour();
+    pipeRecolour();
   });
   var p = el('p', {}, 'colour: ');
   p.appendChild(sel);
   p.appendChild(el('span', {class: 'note'}, ' (hover a cell for its values; colours are scaled ' +
                                                 'within each figure)'));
   root.appendChild(p);
+  pipeline();
   var groups = {}, order = [];
   D.sensitivity.forEach(function (j) {
     var key = [j.model, j.format, j.options, j.quantize].join(' | ');
@@ -354,4 +502,5 @@
     root.appendChild(query('train_final'));
   }
   document.body.setAttribute('data-rendered', String(cells.length));
+  document.body.setAttribute('data-pipeline-cells', String(pcells.length));
 })();

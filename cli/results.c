@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_results.h"
 #include "result_rows.h"
 
 /* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
@@ -196,8 +197,16 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     qs_status st = qc_store_progress(db, name, &prog, &np, err);
     free(prog);
     if (st) return st;
-    int printed = 0; /* another kind's own layout (cli/kind_table.c), whatever it holds */
-    if ((st = qsweep_print_kind_tables(db, name, format, out, &printed, err))) return st;
+    /* a pipeline (sweeps of trained models) holds train jobs too: its layout comes first */
+    int pipeline = 0, printed = 0;
+    if ((st = qsweep_is_pipeline_experiment(db, name, &pipeline, err))) return st;
+    if (pipeline) {
+        if ((st = qsweep_print_pipeline_results(db, name, format, out, err))) return st;
+        printed = 1;
+    }
+    /* another kind's own layout (cli/kind_table.c), whatever it holds */
+    if (!printed && (st = qsweep_print_kind_tables(db, name, format, out, &printed, err)))
+        return st;
     if (printed)
         return format == 0 && !(st = print_failed(c, name, out, err)) ? print_paths(c, name, out, err)
                                                                        : st;
@@ -241,6 +250,8 @@ static void results_usage(FILE *out) {
         "  (mean, p99) and top-1 agreement against the baseline, sorted by damage (KL mean,\n"
         "  then the perplexity increase). A training experiment: per shape and learning rate,\n"
         "  each recipe's final validation loss over seeds and its gap to bf16, then the curves.\n"
+        "  A pipeline (sweeps of trained models): per part, each training recipe's mean KL and\n"
+        "  perplexity increase side by side, mean over seeds +- half the range (docs/results.md).\n"
         "  --csv / --json   machine-readable output of the same rows\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
