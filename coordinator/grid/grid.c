@@ -177,7 +177,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
     memset(out, 0, sizeof *out);
     qs_status st = g->kind->expand(g, out, err);
-    for (size_t i = 0; !st && i < out->n; i++) {
+    for (size_t i = 0; !st && !g->kind->fills_needs && i < out->n; i++) {
         qc_job *j = &out->jobs[i];
         const qc_model_facts *f = j->model < g->n_models ? &g->models[j->model].facts : NULL;
         qs_model_size size = {0};

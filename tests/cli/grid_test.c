@@ -152,9 +152,10 @@ static void test_every_eval_depends_on_its_baseline(void **state) {
             json_string_value(json_object_get(json_object_get(s, "model"), "digest"));
         if (!strcmp(l.jobs[i].kind, "baseline")) {
             baselines++;
-            assert_int_equal(l.jobs[i].depends_on, -1);
+            assert_int_equal(l.jobs[i].n_deps, 0);
         } else {
-            long b = l.jobs[i].depends_on;
+            assert_int_equal(l.jobs[i].n_deps, 1);
+            long b = l.jobs[i].deps[0];
             assert_true(b >= 0 && b < (long)i);
             assert_string_equal(l.jobs[b].kind, "baseline");
             json_t *bs = json_loads(l.jobs[b].spec, 0, NULL);
