@@ -16,7 +16,8 @@ static void submit_usage(FILE *out) {
         "  --set KEY=VALUE  override a grid value before validation (Hydra style: "
         "dataset.ctx=512,\n"
         "                   sensitivity.formats=[nvfp4], models.0=/path, +key=value adds a key)\n"
-        "  --dry-run        print the job count per kind and mode and a sample; queue nothing\n"
+        "  --dry-run        print the job count per kind and mode (a pipeline: per stage, and its\n"
+        "                   DAG) and a sample; queue nothing\n"
         "  --sample N       jobs shown by --dry-run, 0..1000000 (default 3)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }

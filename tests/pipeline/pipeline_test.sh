@@ -3,7 +3,7 @@
 # shape trained 8 steps with bf16 and nvfp4, seeds 1 and 2, then each of the 4 trained models
 # swept component-wise in NVFP4 and MXFP4: 64 jobs) on a private PostgreSQL cluster with real
 # coordinators and workers. One case per run:
-#   run       `qsweep run` runs every job once; each baseline and eval job of a trained model
+#   run       docs/pipelines.md's dry-run lines are the command's; `qsweep run` runs every job once; each baseline and eval job of a trained model
 #             names its training job in model.trained_by and has a job_deps edge to exactly
 #             that job; the digest each training job recorded is the one its sweep ran on;
 #             every eval job's ppl pairs with its baseline in v_sensitivity.
@@ -74,6 +74,13 @@ check_edges() {
 
 case "$CASE" in
 run)
+  # docs/pipelines.md shows the start of the dry run: those lines, digit for digit
+  "$Q" submit "$GRID" --dry-run --sample 0 >"$D/dry-run.txt" || fail "qsweep submit --dry-run"
+  sed -n '/<!-- pipeline-dry-run:begin -->/,/<!-- pipeline-dry-run:end -->/p' \
+    "$SRC/docs/pipelines.md" | sed '1,2d;$d' | sed '$d' >"$D/doc-dry-run.txt"
+  [ -s "$D/doc-dry-run.txt" ] || fail "no dry-run block in docs/pipelines.md"
+  head -n "$(wc -l <"$D/doc-dry-run.txt")" "$D/dry-run.txt" | diff "$D/doc-dry-run.txt" - ||
+    fail "docs/pipelines.md's dry run differs from the command's"
   "$Q" run "$GRID" --workers 2 --threads 1 >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
   expect "succeeded jobs" 64 "$(state_count succeeded)"
   expect "attempts" 64 "$(psql_q "SELECT count(*) FROM attempts")"
