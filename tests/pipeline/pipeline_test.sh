@@ -15,6 +15,8 @@
 #   resubmit  the same grid submitted again adds nothing; the grid with one more format reuses
 #             both finished stages (only the new eval jobs run, no training job runs again);
 #             a trained model written again with other weights is refused by its new jobs.
+#   finetune  a training stage of {init: path} fine-tunes a checkpoint, whose sweep runs beside
+#             the checkpoint's own (which depends on no training job).
 # Usage: pipeline_test.sh QSWEEP_BIN SOURCE_DIR CASE
 set -euo pipefail
 Q=$1
@@ -196,8 +198,29 @@ resubmit)
   expect "int8 jobs of the other models succeeded" 21 \
     "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND spec->>'format' = 'int8_channel'")"
   ;;
+finetune)
+  # {init: path} in a pipeline: the 3-block test checkpoint fine-tuned 8 steps with bf16, then
+  # the fine-tuned model and the checkpoint itself swept side by side
+  "$Q" run "$GRID" --set "stages.train.training.shapes=[{init: $SRC/tests/engine/data/llama3_gqa}]" \
+    --set 'stages.train.training.recipes=[bf16]' --set 'stages.train.training.seeds=[1]' \
+    --set "stages.sweep.models=[{from: train, shape: llama3_gqa}, $SRC/tests/engine/data/llama3_gqa]" \
+    >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
+  expect "succeeded jobs (1 train, 2 x (1 baseline + 14 eval))" 31 "$(state_count succeeded)"
+  expect "sweep jobs of the fine-tuned model depending on the training job" 15 \
+    "$(psql_q "SELECT count(*) FROM jobs j JOIN job_deps d ON d.job = j.id JOIN jobs t ON t.id = d.depends_on
+               WHERE t.kind = 'train' AND t.job_key = j.spec->'model'->>'trained_by'")"
+  expect "sweep jobs of the checkpoint itself with an edge to a training job" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs j JOIN job_deps d ON d.job = j.id JOIN jobs t ON t.id = d.depends_on
+               WHERE t.kind = 'train' AND NOT j.spec->'model' ? 'trained_by'")"
+  expect "sweep jobs that ran on the recorded digest" 15 \
+    "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE matches")"
+  # fine-tuning changed the model: the two baselines' perplexities differ
+  expect "distinct baseline perplexities" 2 \
+    "$(psql_q "SELECT count(DISTINCT r.value) FROM results r JOIN jobs j ON j.id = r.job
+               WHERE j.kind = 'baseline' AND r.name = 'ppl'")"
+  ;;
 *)
-  fail "unknown case (expected run, restart, failed or resubmit)"
+  fail "unknown case (expected run, restart, failed, resubmit or finetune)"
   ;;
 esac
 echo "pipeline_test $CASE: ok"
