@@ -15,7 +15,8 @@
  *     native_fp4: true      # the same as gemm: native_fp4
  * A job that asks for GPUs (gpu_count or tensor_parallel >= 1, or native FP4) gets its GPU
  * memory per GPU computed by its kind (kinds/resources.h) unless gpu_memory_mib is given.
- * The rest is the kind's. A
+ * The rest is the kind's (kind: training, grid_training.c; kind: pipeline, grid_pipeline.c:
+ * stages of those two, a sweep naming the models a training stage trains). A
  * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
  * optional; `formats` too when the only mode is policy):
  *

@@ -1,8 +1,8 @@
 /* Grid kinds: the registry of what a grid's `kind:` can name, and the parts
  * every kind may use: the shared `models` and `dataset` sections and the job list builder.
  *
- * A grid kind is a module of its own (grid_sensitivity.c; a training kind adds
- * grid_training.c): its schema (the top-level keys it reads, each checked with the reader's
+ * A grid kind is a module of its own (grid_sensitivity.c, grid_training.c, and
+ * grid_pipeline.c, whose stages are grids of the other two): its schema (the top-level keys it reads, each checked with the reader's
  * typed getters, config.h) and its expansion into jobs, whose specs are typed job kinds
  * (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's table, its source in
  * CMakeLists.txt. The common top-level keys (name, description, kind, priority, max_attempts)

@@ -34,7 +34,6 @@ enum { STAGES_MAX = 8 };
 
 typedef struct pipe_stage {
     char name[32];
-    struct fy_node *node; /* the stage's mapping in the grid */
     qc_grid *grid;        /* the stage as a grid of its kind (its parse's result) */
     qc_job_list jobs;     /* a training stage's jobs, expanded at parse: their keys name
                              the trained models */
@@ -362,7 +361,6 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
         if ((st = qc_config_check_keys(c, v, what, keys))) return st;
         pipe_stage *ps = &d->stages[d->n++];
         snprintf(ps->name, sizeof ps->name, "%s", name);
-        ps->node = v;
         if (!(ps->grid = stage_grid(g, kind))) return qc_config_error(c, QS_ENOMEM, "out of memory");
         if (kind == &qc_grid_kind_training) {
             trains++;
