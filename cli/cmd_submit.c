@@ -60,9 +60,10 @@ static void print_counts(const qc_job_list *jobs, const char *stage, FILE *out) 
 /* The " after jobs 5 and 1" of a job with dependencies (1-based numbers). */
 static void print_after(const qc_job *j, FILE *out) {
     for (size_t d = 0; d < j->n_deps; d++)
-        fprintf(out, "%s%ld", d == 0 ? (j->n_deps > 1 ? "  after jobs " : "  after job ")
-                              : d + 1 == j->n_deps ? " and "
-                                                   : ", ",
+        fprintf(out, "%s%ld",
+                d == 0               ? (j->n_deps > 1 ? "  after jobs " : "  after job ")
+                : d + 1 == j->n_deps ? " and "
+                                     : ", ",
                 j->deps[d] + 1);
 }
 

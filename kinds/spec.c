@@ -9,8 +9,7 @@
 json_t *qs_model_ref_json(const qs_model_ref *m) {
     json_t *o = json_pack("{s:s, s:s}", "path", m->path, "digest", m->digest);
     /* only for a trained model, so the specs and keys of every other model are unchanged */
-    if (o && m->trained_by[0] &&
-        json_object_set_new(o, "trained_by", json_string(m->trained_by))) {
+    if (o && m->trained_by[0] && json_object_set_new(o, "trained_by", json_string(m->trained_by))) {
         json_decref(o);
         return NULL;
     }

@@ -41,9 +41,9 @@
 
 /* A model as a spec names it. path: absolute path, or "synthetic:<shape>:<seed>". */
 typedef struct qs_model_ref {
-    char *path;      /* owned */
-    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest); for a
-                        trained model (trained_by set) the stand-in qs_trained_model_digest */
+    char *path;          /* owned */
+    char digest[65];     /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest); for a
+                            trained model (trained_by set) the stand-in qs_trained_model_digest */
     char trained_by[65]; /* job_key of the train job that makes the model; "" for a model
                             that exists at submit time */
 } qs_model_ref;

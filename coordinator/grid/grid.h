@@ -224,8 +224,8 @@ typedef struct qc_job {
                                    needs done first: an eval job's baseline, then in a pipeline
                                    the training job of its model */
     size_t n_deps;
-    char stage[32];   /* the pipeline stage that made it (grid_pipeline.c); "" outside one */
-    size_t model;     /* index of its model in the grid's models (0 for a kind without) */
+    char stage[32]; /* the pipeline stage that made it (grid_pipeline.c); "" outside one */
+    size_t model;   /* index of its model in the grid's models (0 for a kind without) */
     char model_key[QS_AFFINITY_KEY_MAX]; /* affinity key of the spec's model.digest
                                             (qs_affinity_key); "" when the spec names none */
     int mode;         /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */

@@ -2,11 +2,11 @@
  * every kind may use: the shared `models` and `dataset` sections and the job list builder.
  *
  * A grid kind is a module of its own (grid_sensitivity.c, grid_training.c, and
- * grid_pipeline.c, whose stages are grids of the other two): its schema (the top-level keys it reads, each checked with the reader's
- * typed getters, config.h) and its expansion into jobs, whose specs are typed job kinds
- * (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's table, its source in
- * CMakeLists.txt. The common top-level keys (name, description, kind, priority, max_attempts)
- * are read by grid.c before the kind's parse is called.
+ * grid_pipeline.c, whose stages are grids of the other two): its schema (the top-level keys it
+ * reads, each checked with the reader's typed getters, config.h) and its expansion into jobs, whose
+ * specs are typed job kinds (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's
+ * table, its source in CMakeLists.txt. The common top-level keys (name, description, kind,
+ * priority, max_attempts) are read by grid.c before the kind's parse is called.
  *
  * Stable API (the training kind is written against it in parallel): the struct below, the
  * section readers and qc_job_list_add. */
@@ -83,6 +83,11 @@ qs_status qc_job_list_depend(qc_job_list *list, size_t job, long dep, qs_error *
 /* Moves every job of src to the end of dst (dependencies shifted with them, stage set to
  * stage), leaving src empty. Errors: QS_ENOMEM (then both lists are as they were). */
 qs_status qc_job_list_take(qc_job_list *dst, qc_job_list *src, const char *stage, qs_error *err);
+
+/* Refuses, at the top-level resources key, a tensor-parallel degree (resources.gpu_count > 1)
+ * that a model of g whose shape is known cannot be split over (kinds/resources.h
+ * qs_tp_splits). qc_grid_load calls it for g; a pipeline for its sensitivity stages. */
+qs_status qc_grid_check_tensor_parallel(qc_config *c, const qc_grid *g);
 
 /* The sensitivity kind's parse after `models`: its `dataset` and `sensitivity` sections read
  * from mapping root, against the models already in g (a pipeline fills them from a training

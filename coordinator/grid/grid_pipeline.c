@@ -34,9 +34,9 @@ enum { STAGES_MAX = 8 };
 
 typedef struct pipe_stage {
     char name[32];
-    qc_grid *grid;        /* the stage as a grid of its kind (its parse's result) */
-    qc_job_list jobs;     /* a training stage's jobs, expanded at parse: their keys name
-                             the trained models */
+    qc_grid *grid;    /* the stage as a grid of its kind (its parse's result) */
+    qc_job_list jobs; /* a training stage's jobs, expanded at parse: their keys name
+                         the trained models */
 } pipe_stage;
 
 typedef struct pipe_data {
@@ -147,8 +147,8 @@ static qs_status check_value(qc_config *c, struct fy_node *n, const pipe_stage *
     snprintf(padded, sizeof padded, ", %s,", v);
     snprintf(list, sizeof list, ", %s,", have);
     if (strstr(list, padded)) return QS_OK;
-    return qc_config_fail(c, n, QS_EINVAL, "%s '%s': stage %s has no such %s (it has %s)", what,
-                          v, from->name, what, have);
+    return qc_config_fail(c, n, QS_EINVAL, "%s '%s': stage %s has no such %s (it has %s)", what, v,
+                          from->name, what, have);
 }
 
 /* Every value of an axis pick ("all", one value or a non-empty list) must be one the
@@ -297,6 +297,7 @@ static qs_status parse_sweep(qc_config *c, struct fy_node *node, const pipe_data
     }
     if (st) return st;
     if ((st = qc_grid_sensitivity_parse_body(c, node, probe, sweep))) return st;
+    if ((st = qc_grid_check_tensor_parallel(c, sweep))) return st;
     /* the run state at the stage's ctx sizes each job's GPU memory (kinds/resources.h) */
     for (size_t i = 0; probe->run_state_bytes && i < sweep->n_models; i++)
         if (sweep->models[i].facts.shape.dim > 0)
@@ -361,7 +362,8 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
         if ((st = qc_config_check_keys(c, v, what, keys))) return st;
         pipe_stage *ps = &d->stages[d->n++];
         snprintf(ps->name, sizeof ps->name, "%s", name);
-        if (!(ps->grid = stage_grid(g, kind))) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        if (!(ps->grid = stage_grid(g, kind)))
+            return qc_config_error(c, QS_ENOMEM, "out of memory");
         if (kind == &qc_grid_kind_training) {
             trains++;
             if ((st = kind->parse(c, v, probe, ps->grid))) return st;

@@ -739,7 +739,6 @@ static void test_ctx_beyond_max_position_embeddings_is_refused(void **state) {
                                     "(max_position_embeddings 256)"));
 }
 
-
 /* A pipeline (grid_pipeline.c): micro trained with bf16 and nvfp4, seeds 1 and 2, then each
  * trained model swept component-wise in NVFP4. Line 16 holds the trained-model selection (its
  * "train" at column 21, "bf16" at 37, "nvfp4" at 43, "all" at 57), line 17 the sweep's
@@ -868,7 +867,8 @@ static void test_pipeline_selects_by_axes_and_fine_tunes(void **state) {
     qc_grid_free(g);
     g = NULL;
     /* mode block: one job per block of the shape (micro: 2) */
-    const char *blocks[] = {"stages.sweep.sensitivity.modes=[block]", "stages.sweep.dataset.ctx=16"};
+    const char *blocks[] = {"stages.sweep.sensitivity.modes=[block]",
+                            "stages.sweep.dataset.ctx=16"};
     assert_int_equal(load(e, PIPE, blocks, 2, &g, &err), QS_OK);
     assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
     assert_int_equal(count_mode(&l, "block"), 4 * 2);
@@ -883,20 +883,18 @@ static void test_pipeline_errors_name_file_line_column(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
     qs_error err = {0};
-    assert_int_equal(load(e, pipe_with("from: train", "from: nope"), NULL, 0, &g, &err),
-                     QS_EINVAL);
+    assert_int_equal(load(e, pipe_with("from: train", "from: nope"), NULL, 0, &g, &err), QS_EINVAL);
     assert_null(g);
     assert_error_at(e, &err, 16, 21,
                     "from: 'nope' is not a training stage before this one (expected train)");
-    assert_int_equal(load(e, pipe_with("[bf16, nvfp4], seed", "[bf16, fp8], seed"), NULL, 0, &g,
-                          &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        load(e, pipe_with("[bf16, nvfp4], seed", "[bf16, fp8], seed"), NULL, 0, &g, &err),
+        QS_EINVAL);
     assert_error_at(e, &err, 16, 43,
                     "recipe 'fp8': stage train has no such recipe (it has bf16, nvfp4)");
     assert_int_equal(load(e, pipe_with("seed: all", "seed: 3"), NULL, 0, &g, &err), QS_EINVAL);
     assert_error_at(e, &err, 16, 57, "seed '3': stage train has no such seed (it has 1, 2)");
-    assert_int_equal(load(e, pipe_with("seed: all", "seeds: all"), NULL, 0, &g, &err),
-                     QS_EINVAL);
+    assert_int_equal(load(e, pipe_with("seed: all", "seeds: all"), NULL, 0, &g, &err), QS_EINVAL);
     assert_error_at(e, &err, 16, 51, "seeds");
     assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 200"), NULL, 0, &g, &err), QS_EINVAL);
     assert_error_at(e, &err, 17, 38,
@@ -909,6 +907,10 @@ static void test_pipeline_errors_name_file_line_column(void **state) {
                           NULL, 0, &g, &err),
                      QS_EINVAL);
     assert_error_at(e, &err, 17, 21, "is trained by the pipeline and has no tokenizer");
+    /* a tensor-parallel degree the trained shape cannot be split over (micro: 4 heads) */
+    const char *tp[] = {"+resources={tensor_parallel: 3}"};
+    assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 16"), tp, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "resources: model train/micro/bf16/seed=1: tensor parallel 3"));
     /* a sensitivity stage before the training stage it names */
     char swapped[4096];
     const char *sweep = strstr(PIPE, "  sweep:\n");

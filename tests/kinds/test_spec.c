@@ -480,10 +480,11 @@ static void test_trained_model_is_named_by_its_training_job(void **state) {
     char *at = strstr(text, "\"model\":{");
     assert_non_null(at);
     char trained[2048];
-    snprintf(trained, sizeof trained,
-             "%.*s\"model\":{\"digest\":\"a21cd0fba662f939aa92ba7719a3ce819f5101d2b6f80b0f8238066f31"
-             "710237\",\"path\":\"/ckpt/%s\",\"trained_by\":\"%s\"}%s",
-             (int)(at - text), text, key, key, strstr(at, "}") + 1);
+    snprintf(
+        trained, sizeof trained,
+        "%.*s\"model\":{\"digest\":\"a21cd0fba662f939aa92ba7719a3ce819f5101d2b6f80b0f8238066f31"
+        "710237\",\"path\":\"/ckpt/%s\",\"trained_by\":\"%s\"}%s",
+        (int)(at - text), text, key, key, strstr(at, "}") + 1);
     json_t *spec = json_loads(trained, 0, NULL);
     assert_non_null(spec);
     qs_sensitivity_spec s;
@@ -496,8 +497,9 @@ static void test_trained_model_is_named_by_its_training_job(void **state) {
     free(canon);
     char k1[65], k2[65];
     assert_int_equal(qs_spec_key(back, k1, &err), QS_OK);
-    json_object_set_new(json_object_get(back, "model"), "trained_by",
-                        json_string("cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"));
+    json_object_set_new(
+        json_object_get(back, "model"), "trained_by",
+        json_string("cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"));
     assert_int_equal(qs_spec_key(back, k2, &err), QS_OK);
     assert_string_not_equal(k1, k2);
     /* the other key's stand-in is not this digest */

@@ -62,7 +62,7 @@ typedef struct record {
     double final_val, wall_s;
     pt pts[256]; /* curve points as a store keeps them: one per (name, step), the latest */
     int n_pts, resent;
-    double damaged; /* the final metric ckpt_damaged, 0 when not sent */
+    double damaged;  /* the final metric ckpt_damaged, 0 when not sent */
     char digest[65]; /* the hex of the final metric model_digest.<hex> ("" when not sent) */
 } record;
 
@@ -93,7 +93,8 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
         if (!strcmp(name, "final_val_loss")) r->final_val = v;
         if (!strcmp(name, "wall_s")) r->wall_s = v;
         if (!strcmp(name, "ckpt_damaged")) r->damaged = v;
-        if (!strncmp(name, "model_digest.", 13)) snprintf(r->digest, sizeof r->digest, "%s", name + 13);
+        if (!strncmp(name, "model_digest.", 13))
+            snprintf(r->digest, sizeof r->digest, "%s", name + 13);
     } else if (!strcmp(name, "val_loss")) {
         r->val++;
     } else {
@@ -157,7 +158,7 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(ra.total, 8);
     assert_int_equal(ra.curve, 4 * 4); /* steps 2, 4, 6, 8 x 4 metrics */
     assert_int_equal(ra.val, 2);       /* steps 4, 8 */
-    assert_int_equal(ra.finals, 8); /* model_digest.<hex> among them */
+    assert_int_equal(ra.finals, 8);    /* model_digest.<hex> among them */
     printf("final validation loss after 8 steps: %.4f\n", ra.final_val);
 
     record rb = {0};

@@ -257,8 +257,8 @@ static qs_status report_times(qw_job_ctx *ctx, qw_model *model, double t_start, 
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
  * SQNR probe, which runs on the CPU), with a fresh count of the GEMM paths it runs. */
-static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
-                           const qw_tokens *t, bool probe, qw_model **out, qs_error *err) {
+static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want, const qw_tokens *t,
+                           bool probe, qw_model **out, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
@@ -476,10 +476,9 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     char path[4096], want[65] = "";
     st = model_digest_wanted(&s, want, err);
     if (!st)
-        st = qw_jobs_baseline_path(want, s.dataset.digest, s.dataset.ctx,
-                                   (long)s.dataset.max_chunks,
-                                   s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1,
-                                   path, sizeof path, err);
+        st = qw_jobs_baseline_path(
+            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
+            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -647,10 +646,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     char path[4096], want[65] = "";
     st = model_digest_wanted(&s, want, err);
     if (!st)
-        st = qw_jobs_baseline_path(want, s.dataset.digest, s.dataset.ctx,
-                                   (long)s.dataset.max_chunks,
-                                   s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1,
-                                   path, sizeof path, err);
+        st = qw_jobs_baseline_path(
+            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
+            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
