@@ -16,20 +16,22 @@ static void submit_usage(FILE *out) {
         "  --set KEY=VALUE  override a grid value before validation (Hydra style: "
         "dataset.ctx=512,\n"
         "                   sensitivity.formats=[nvfp4], models.0=/path, +key=value adds a key)\n"
-        "  --dry-run        print the job count per kind and mode and a sample; queue nothing\n"
+        "  --dry-run        print the job count per kind and mode (a pipeline: per stage, and its\n"
+        "                   DAG) and a sample; queue nothing\n"
         "  --sample N       jobs shown by --dry-run, 0..1000000 (default 3)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n");
 }
 
-/* Prints what a grid expands to: counts per job kind (eval jobs per mode), then `sample` jobs
- * spread over the list (the first, then evenly), each with its key and spec. */
-static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
-    /* jobs of no mode by kind, in order of first appearance ("baseline"), then eval jobs by
-       mode in mode order */
+/* Prints the counts of the jobs of list whose stage is `stage` (every job when NULL): jobs of
+ * no mode by kind, in order of first appearance ("baseline"), then eval jobs by mode in mode
+ * order, as "N jobs (a baseline, b component)". */
+static void print_counts(const qc_job_list *jobs, const char *stage, FILE *out) {
     const char *kind[16] = {0};
-    size_t per_kind[16] = {0}, n_kinds = 0, per_mode[QS_MODE_COUNT] = {0};
+    size_t per_kind[16] = {0}, n_kinds = 0, per_mode[QS_MODE_COUNT] = {0}, n = 0;
     for (size_t i = 0; i < jobs->n; i++) {
         const qc_job *j = &jobs->jobs[i];
+        if (stage && strcmp(j->stage, stage)) continue;
+        n++;
         if (j->mode >= 0 && j->mode < QS_MODE_COUNT) {
             per_mode[j->mode]++;
             continue;
@@ -43,7 +45,7 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
         }
         if (k < n_kinds) per_kind[k]++;
     }
-    fprintf(out, "experiment %s: %zu jobs (", g->name, jobs->n);
+    fprintf(out, "%zu jobs (", n);
     const char *sep = "";
     for (size_t k = 0; k < n_kinds; k++, sep = ", ")
         fprintf(out, "%s%zu %s", sep, per_kind[k], kind[k]);
@@ -52,14 +54,100 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
             fprintf(out, "%s%zu %s", sep, per_mode[m], qs_mode_name((qs_mode)m));
             sep = ", ";
         }
-    fprintf(out, ")\n");
+    fprintf(out, ")");
+}
+
+/* The " after jobs 5 and 1" of a job with dependencies (1-based numbers). */
+static void print_after(const qc_job *j, FILE *out) {
+    for (size_t d = 0; d < j->n_deps; d++)
+        fprintf(out, "%s%ld",
+                d == 0               ? (j->n_deps > 1 ? "  after jobs " : "  after job ")
+                : d + 1 == j->n_deps ? " and "
+                                     : ", ",
+                j->deps[d] + 1);
+}
+
+/* A pipeline's DAG: each stage's counts, then every job no other job precedes with what
+ * waits for it, a level at a time: the jobs that wait for it directly, and for each of those
+ * that has waiting jobs itself, their counts. Jobs of a level that wait for the same jobs
+ * are one line. */
+static void print_dag(const qc_grid *g, const qc_job_list *jobs, FILE *out) {
+    size_t n_stages = qc_grid_pipeline_stages(g);
+    for (size_t s = 0; s < n_stages; s++) {
+        const char *kind = NULL, *name = qc_grid_pipeline_stage(g, s, &kind);
+        fprintf(out, "stage %s (%s): ", name, kind);
+        print_counts(jobs, name, out);
+        fputc('\n', out);
+    }
+    size_t edges = 0;
+    for (size_t i = 0; i < jobs->n; i++)
+        edges += jobs->jobs[i].n_deps;
+    fprintf(out, "dependencies: %zu edges\nDAG (each job, then the jobs that wait for it):\n",
+            edges);
+    for (size_t i = 0; i < jobs->n; i++) {
+        const qc_job *r = &jobs->jobs[i];
+        if (r->n_deps) continue;
+        fprintf(out, "  job %zu [%s] %s %s\n", i + 1, r->stage, r->kind, r->label);
+        /* the jobs that wait for r first of all (r is their first or only dependency
+           besides a job that itself waits for r) */
+        for (size_t k = i + 1; k < jobs->n; k++) {
+            const qc_job *b = &jobs->jobs[k];
+            int direct = 0, via = 0;
+            for (size_t d = 0; d < b->n_deps; d++) {
+                direct |= b->deps[d] == (long)i;
+                via |= b->deps[d] != (long)i;
+            }
+            if (!direct || via) continue;
+            fprintf(out, "    job %zu [%s] %s %s", k + 1, b->stage, b->kind, b->label);
+            print_after(b, out);
+            fputc('\n', out);
+            /* the jobs that wait for b (and perhaps r): counted by kind and mode */
+            size_t n_wait = 0, per_mode[QS_MODE_COUNT] = {0}, other = 0;
+            const qc_job *one = NULL;
+            for (size_t m = k + 1; m < jobs->n; m++) {
+                const qc_job *e = &jobs->jobs[m];
+                int on_b = 0;
+                for (size_t d = 0; d < e->n_deps; d++)
+                    on_b |= e->deps[d] == (long)k;
+                if (!on_b) continue;
+                n_wait++;
+                one = e;
+                if (e->mode >= 0 && e->mode < QS_MODE_COUNT)
+                    per_mode[e->mode]++;
+                else
+                    other++;
+            }
+            if (!n_wait) continue;
+            fprintf(out, "      %zu jobs (", n_wait);
+            const char *sep = "";
+            for (int m = 0; m < QS_MODE_COUNT; m++)
+                if (per_mode[m]) {
+                    fprintf(out, "%s%zu %s", sep, per_mode[m], qs_mode_name((qs_mode)m));
+                    sep = ", ";
+                }
+            if (other) fprintf(out, "%s%zu other", sep, other);
+            fprintf(out, ")");
+            print_after(one, out);
+            fprintf(out, " (each)\n");
+        }
+    }
+}
+
+/* Prints what a grid expands to: counts per job kind (eval jobs per mode), a pipeline's DAG,
+ * then `sample` jobs spread over the list (the first, then evenly), each with its key and
+ * spec. */
+static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample, FILE *out) {
+    fprintf(out, "experiment %s: ", g->name);
+    print_counts(jobs, NULL, out);
+    fputc('\n', out);
+    if (qc_grid_pipeline_stages(g)) print_dag(g, jobs, out);
     size_t n = (size_t)sample < jobs->n ? (size_t)sample : jobs->n;
     for (size_t s = 0; s < n; s++) {
         size_t i = n > 1 ? s * (jobs->n - 1) / (n - 1) : 0;
         const qc_job *j = &jobs->jobs[i];
         fprintf(out, "\njob %zu/%zu  %s\n  kind %s  job_key %s", i + 1, jobs->n, j->label, j->kind,
                 j->key);
-        if (j->depends_on >= 0) fprintf(out, "  after job %ld", j->depends_on + 1);
+        print_after(j, out);
         if (j->need.gpus > 0)
             fprintf(out, "\n  needs %d GPU%s x %lld MiB%s", j->need.gpus,
                     j->need.gpus > 1 ? "s" : "", (long long)j->need.gpu_mem_mb,
@@ -71,7 +159,7 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
 qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
                              qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
-    const char **deps = calloc(jobs->n ? jobs->n : 1, sizeof *deps);
+    const char **deps = calloc(jobs->n ? jobs->n * QC_JOB_DEPS_MAX : 1, sizeof *deps);
     if (!js || !deps) {
         free(js);
         free(deps);
@@ -88,10 +176,11 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                                 .native_fp4 = j->need.native_fp4,
                                 .model_key = j->model_key[0] ? j->model_key : NULL,
                                 .max_attempts = g->max_attempts};
-        if (j->depends_on >= 0) {
-            deps[i] = jobs->jobs[j->depends_on].key;
-            js[i].depends_on = &deps[i];
-            js[i].n_depends_on = 1;
+        for (size_t d = 0; d < j->n_deps; d++)
+            deps[i * QC_JOB_DEPS_MAX + d] = jobs->jobs[j->deps[d]].key;
+        if (j->n_deps) {
+            js[i].depends_on = &deps[i * QC_JOB_DEPS_MAX];
+            js[i].n_depends_on = j->n_deps;
         }
     }
     qs_status st =

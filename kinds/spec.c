@@ -7,7 +7,13 @@
 #include <string.h>
 
 json_t *qs_model_ref_json(const qs_model_ref *m) {
-    return json_pack("{s:s, s:s}", "path", m->path, "digest", m->digest);
+    json_t *o = json_pack("{s:s, s:s}", "path", m->path, "digest", m->digest);
+    /* only for a trained model, so the specs and keys of every other model are unchanged */
+    if (o && m->trained_by[0] && json_object_set_new(o, "trained_by", json_string(m->trained_by))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 json_t *qs_dataset_ref_json(const qs_dataset_ref *d) {
@@ -75,9 +81,25 @@ qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err
     const json_t *m = json_object_get(spec, "model");
     if (!json_is_object(m))
         return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
-    static const char *const keys[] = {"digest", "path", NULL};
+    static const char *const keys[] = {"digest", "path", "trained_by", NULL};
     qs_status st = only_keys(m, "model", keys, err);
     if (!st) st = read_digest(m, "model", out->digest, err);
+    const json_t *tb = json_object_get(m, "trained_by");
+    if (!st && tb) {
+        if (!qs_is_digest(json_string_value(tb)))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: model.trained_by: expected the train job's job_key "
+                                "(64 hex digits)");
+        char want[65];
+        memcpy(out->trained_by, json_string_value(tb), 65);
+        /* the stand-in digest is the key's: a spec pairing one with another is refused */
+        if ((st = qs_trained_model_digest(out->trained_by, want, err))) return st;
+        if (strcmp(want, out->digest))
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: model.digest: expected %s, the stand-in of the model "
+                                "trained by %s",
+                                want, out->trained_by);
+    }
     return st ? st : read_path(m, "model", &out->path, err);
 }
 
@@ -134,6 +156,19 @@ qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err
     out->gpu_memory_mib = (long)json_integer_value(gm);
     out->native_fp4 = json_is_true(nf);
     out->gemm_emulated = emulated;
+    return QS_OK;
+}
+
+qs_status qs_trained_model_digest(const char *train_key, char digest[65], qs_error *err) {
+    if (!qs_is_digest(train_key))
+        return qs_error_set(err, QS_EINVAL, "trained model: '%s' is not a job_key",
+                            train_key ? train_key : "(null)");
+    char text[80];
+    snprintf(text, sizeof text, "trained:%s", train_key);
+    unsigned char h[32];
+    if (sodium_init() < 0) return qs_error_set(err, QS_EINVAL, "libsodium failed to initialise");
+    crypto_generichash(h, sizeof h, (const unsigned char *)text, strlen(text), NULL, 0);
+    sodium_bin2hex(digest, 65, h, sizeof h);
     return QS_OK;
 }
 

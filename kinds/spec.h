@@ -5,6 +5,12 @@
  * Canonical JSON: a spec is one JSON object, written with sorted keys and no spaces
  * (jansson JSON_SORT_KEYS | JSON_COMPACT), so equal specs are equal text.
  *   "model":     {"digest": hex, "path": text}
+ *                plus "trained_by": the job_key of the `train` job that makes the model, only
+ *                for a model a pipeline's training stage trains (coordinator/grid/
+ *                grid_pipeline.c): then "path" is checkpoint_dir/<that key> and "digest" the
+ *                stand-in qs_trained_model_digest(<that key>), since the weights do not exist
+ *                when the grid is submitted; the worker checks the weights it loads against
+ *                the digest the training job recorded when it ended (worker/jobs/jobs.c).
  *   "dataset":   {"ctx": int, "digest": hex, "max_chunks": int, "path": text}
  *                plus "bos_id": int, only when each chunk starts with BOS (a text
  *                dataset of a model whose tokenizer adds BOS, as llama.cpp's perplexity does);
@@ -35,9 +41,19 @@
 
 /* A model as a spec names it. path: absolute path, or "synthetic:<shape>:<seed>". */
 typedef struct qs_model_ref {
-    char *path;      /* owned */
-    char digest[65]; /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest) */
+    char *path;          /* owned */
+    char digest[65];     /* BLAKE2b-256 hex of the model's files (qw_checkpoint_digest); for a
+                            trained model (trained_by set) the stand-in qs_trained_model_digest */
+    char trained_by[65]; /* job_key of the train job that makes the model; "" for a model
+                            that exists at submit time */
 } qs_model_ref;
+
+/* The stand-in digest a spec gives a model that a pipeline's training stage makes (its
+ * weights do not exist at submit time): BLAKE2b-256 of "trained:" + the train job's key, as
+ * 64 hex digits. Deterministic, so the sweep's job keys are stable across submissions, and
+ * the same for a trained model's baseline and eval jobs (the views pair them by
+ * model.digest). Errors: QS_EINVAL (train_key not a 64-digit digest). */
+qs_status qs_trained_model_digest(const char *train_key, char digest[65], qs_error *err);
 
 /* A token file (or a text: QS_DATASET_TEXT_PREFIX) and how it is cut into chunks
  * (worker/engine/eval.h). */

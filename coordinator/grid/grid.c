@@ -122,7 +122,7 @@ static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g
 /* Refuses, at the resources key, a tensor-parallel degree (gpu_count > 1) that a model of
  * the grid whose shape is known cannot be split over (kinds/resources.h qs_tp_splits, the
  * rule of the engine's shard plan): such a job could only fail on its worker. */
-static qs_status check_tensor_parallel(qc_config *c, const qc_grid *g) {
+qs_status qc_grid_check_tensor_parallel(qc_config *c, const qc_grid *g) {
     int tp = g->resources.present ? g->resources.gpu_count : 0;
     if (tp <= 1) return QS_OK;
     struct fy_node *rn = qc_config_lookup(qc_config_root(c), "resources");
@@ -156,7 +156,7 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
         st = qc_config_check_text(c, root, desc);
     }
     if (!st) st = parse_root(c, probe, g);
-    if (!st) st = check_tensor_parallel(c, g);
+    if (!st) st = qc_grid_check_tensor_parallel(c, g);
     /* the run state at the grid's ctx sizes each job's GPU memory (kinds/resources.h) */
     for (size_t i = 0; !st && probe->run_state_bytes && g->ctx > 0 && i < g->n_models; i++)
         if (g->models[i].facts.shape.dim > 0)
@@ -177,7 +177,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
     memset(out, 0, sizeof *out);
     qs_status st = g->kind->expand(g, out, err);
-    for (size_t i = 0; !st && i < out->n; i++) {
+    for (size_t i = 0; !st && !g->kind->fills_needs && i < out->n; i++) {
         qc_job *j = &out->jobs[i];
         const qc_model_facts *f = j->model < g->n_models ? &g->models[j->model].facts : NULL;
         qs_model_size size = {0};

@@ -15,7 +15,8 @@
  *     native_fp4: true      # the same as gemm: native_fp4
  * A job that asks for GPUs (gpu_count or tensor_parallel >= 1, or native FP4) gets its GPU
  * memory per GPU computed by its kind (kinds/resources.h) unless gpu_memory_mib is given.
- * The rest is the kind's. A
+ * The rest is the kind's (kind: training, grid_training.c; kind: pipeline, grid_pipeline.c:
+ * stages of those two, a sweep naming the models a training stage trains). A
  * sensitivity grid (every key but `name`, `models`, `dataset` and `sensitivity.formats` is
  * optional; `formats` too when the only mode is policy):
  *
@@ -139,6 +140,12 @@ typedef struct qc_grid_model {
                                  ids by this model's tokenizer, else the grid's token file */
     int bos_id;               /* -1: chunks as they are; else each chunk starts with this id
                                  (a text dataset whose tokenizer adds BOS) */
+    char trained_by[65];      /* job_key of the pipeline training job that makes it ("" for a
+                                 model that exists): path is checkpoint_dir/<that key>, the
+                                 digest its stand-in (kinds/spec.h qs_trained_model_digest),
+                                 and facts come from the training stage's shape */
+    size_t train_stage;       /* with trained_by: the pipeline stage that trains it, and */
+    size_t train_job;         /* the job's index among that stage's jobs (grid_pipeline.c) */
 } qc_grid_model;
 
 /* One format of the sweep. options: canonical JSON object (sorted keys, every option that
@@ -204,13 +211,21 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
 /* Frees a grid. NULL is allowed. */
 void qc_grid_free(qc_grid *g);
 
+/* Most jobs one job of a grid depends on: a pipeline's eval job needs its baseline and the
+ * training job that makes its model. */
+#define QC_JOB_DEPS_MAX 4
+
 /* One job of an expanded grid. */
 typedef struct qc_job {
     char key[65];     /* job_key: BLAKE2b-256 hex of the spec without its path fields */
     char *spec;       /* canonical spec, JSON, sorted keys, compact (see qc_grid_expand) */
     const char *kind; /* "baseline" or "eval": the job kind in the worker's registry */
-    long depends_on;  /* index of the job this one needs done first (its baseline); -1 none */
-    size_t model;     /* index of its model in the grid's models (0 for a kind without) */
+    long deps[QC_JOB_DEPS_MAX]; /* indexes (in the list, all earlier) of the jobs this one
+                                   needs done first: an eval job's baseline, then in a pipeline
+                                   the training job of its model */
+    size_t n_deps;
+    char stage[32]; /* the pipeline stage that made it (grid_pipeline.c); "" outside one */
+    size_t model;   /* index of its model in the grid's models (0 for a kind without) */
     char model_key[QS_AFFINITY_KEY_MAX]; /* affinity key of the spec's model.digest
                                             (qs_affinity_key); "" when the spec names none */
     int mode;         /* the qs_mode of an eval job (kinds/names.h); -1 for other jobs */
@@ -218,7 +233,7 @@ typedef struct qc_job {
     qs_job_need need; /* what it needs of a worker (kinds/resources.h; qc_grid_expand) */
 } qc_job;
 
-/* Jobs in submission order: each baseline precedes the jobs that depend on it. */
+/* Jobs in submission order: every job precedes the jobs that depend on it. */
 typedef struct qc_job_list {
     qc_job *jobs;
     size_t n;
@@ -242,6 +257,12 @@ typedef struct qc_job_list {
  * qs_job_resources) over its model's facts.
  * Errors: QS_ENOMEM, the kind's, qs_job_resources's (naming the job). */
 qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err);
+
+/* A pipeline grid's stages (grid_pipeline.c), in the order they run: their number (0 for
+ * any other grid), and stage i's name with its kind's name in *kind (may be NULL); NULL when
+ * i is out of range. */
+size_t qc_grid_pipeline_stages(const qc_grid *g);
+const char *qc_grid_pipeline_stage(const qc_grid *g, size_t i, const char **kind);
 
 /* Frees the jobs of a list and zeroes it. NULL is allowed. */
 void qc_job_list_free(qc_job_list *list);

@@ -5,10 +5,12 @@
 
 extern const qc_grid_kind qc_grid_kind_sensitivity; /* grid_sensitivity.c */
 extern const qc_grid_kind qc_grid_kind_training;    /* grid_training.c */
+extern const qc_grid_kind qc_grid_kind_pipeline;    /* grid_pipeline.c */
 
 static const qc_grid_kind *const kinds[] = {
     &qc_grid_kind_sensitivity,
     &qc_grid_kind_training,
+    &qc_grid_kind_pipeline,
 };
 
 const qc_grid_kind *qc_grid_kind_find(const char *name) {

@@ -1,12 +1,12 @@
 /* Grid kinds: the registry of what a grid's `kind:` can name, and the parts
  * every kind may use: the shared `models` and `dataset` sections and the job list builder.
  *
- * A grid kind is a module of its own (grid_sensitivity.c; a training kind adds
- * grid_training.c): its schema (the top-level keys it reads, each checked with the reader's
- * typed getters, config.h) and its expansion into jobs, whose specs are typed job kinds
- * (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's table, its source in
- * CMakeLists.txt. The common top-level keys (name, description, kind, priority, max_attempts)
- * are read by grid.c before the kind's parse is called.
+ * A grid kind is a module of its own (grid_sensitivity.c, grid_training.c, and
+ * grid_pipeline.c, whose stages are grids of the other two): its schema (the top-level keys it
+ * reads, each checked with the reader's typed getters, config.h) and its expansion into jobs, whose
+ * specs are typed job kinds (kinds/registry.h). Adding a kind: its file, one line in grid_kind.c's
+ * table, its source in CMakeLists.txt. The common top-level keys (name, description, kind,
+ * priority, max_attempts) are read by grid.c before the kind's parse is called.
  *
  * Stable API (the training kind is written against it in parallel): the struct below, the
  * section readers and qc_job_list_add. */
@@ -33,6 +33,9 @@ typedef struct qc_grid_kind {
     qs_status (*expand)(const qc_grid *g, qc_job_list *out, qs_error *err);
     /* Frees g->kind_data (may be NULL when the kind keeps nothing there). */
     void (*free_data)(qc_grid *g);
+    /* 1: expand fills each job's need itself (a pipeline: through its stages' own grids, whose
+     * models size them); 0: qc_grid_expand computes it over g->models. */
+    int fills_needs;
 } qc_grid_kind;
 
 /* The kind named name, NULL if none. */
@@ -48,6 +51,10 @@ const char *qc_grid_kind_names(void);
  * qc_grid_load. */
 qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_grid_probe *probe,
                                qc_grid *g);
+
+/* One item of `models` (as qc_grid_parse_models reads each) into *m. Errors: at the node. */
+qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                              qc_grid_model *m);
 
 /* The shared `dataset` section: {tokens: path, ctx: 3..2^20 (default 256), max_chunks: >= 0
  * (default 0: all)}. Fills g->dataset_path, g->ctx, g->max_chunks, g->dataset, and checks it
@@ -67,5 +74,41 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *dataset, const qc_
  * job's number and label), QS_ENOMEM. */
 qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, long depends_on,
                           size_t model, int mode, const char *label, long *index, qs_error *err);
+
+/* Adds job index dep (an earlier job of list) to the dependencies of job `job`; a dependency
+ * listed already is not added twice. Errors: QS_EINVAL (an index out of range or not earlier,
+ * more than QC_JOB_DEPS_MAX dependencies). */
+qs_status qc_job_list_depend(qc_job_list *list, size_t job, long dep, qs_error *err);
+
+/* Moves every job of src to the end of dst (dependencies shifted with them, stage set to
+ * stage), leaving src empty. Errors: QS_ENOMEM (then both lists are as they were). */
+qs_status qc_job_list_take(qc_job_list *dst, qc_job_list *src, const char *stage, qs_error *err);
+
+/* Refuses, at the top-level resources key, a tensor-parallel degree (resources.gpu_count > 1)
+ * that a model of g whose shape is known cannot be split over (kinds/resources.h
+ * qs_tp_splits). qc_grid_load calls it for g; a pipeline for its sensitivity stages. */
+qs_status qc_grid_check_tensor_parallel(qc_config *c, const qc_grid *g);
+
+/* The sensitivity kind's parse after `models`: its `dataset` and `sensitivity` sections read
+ * from mapping root, against the models already in g (a pipeline fills them from a training
+ * stage). Errors: as the sensitivity kind's parse. */
+qs_status qc_grid_sensitivity_parse_body(qc_config *c, struct fy_node *root,
+                                         const qc_grid_probe *probe, qc_grid *g);
+
+/* One job of a training grid as a pipeline's sensitivity stage selects it: its axes, the
+ * facts of its model (the shape's, from the engine's table, or the init checkpoint's), and
+ * where its trained model goes. Strings borrowed from the grid. */
+typedef struct qc_train_axes {
+    const char *shape;  /* the named shape, or the init checkpoint's path */
+    const char *recipe; /* the recipe's name */
+    double lr;
+    long seed;
+    const char *checkpoint_dir; /* absolute, canonical (grid_training.c) */
+    qc_model_facts facts;       /* digest empty: the trained model's is not known yet */
+} qc_train_axes;
+
+/* The axes of the i-th job of training grid g (its expansion's order: shapes x recipes x lrs
+ * x seeds). QS_EINVAL when g is not a training grid or i is out of range. */
+qs_status qc_grid_training_axes(const qc_grid *g, size_t i, qc_train_axes *out, qs_error *err);
 
 #endif

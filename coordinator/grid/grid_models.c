@@ -29,8 +29,8 @@ static qs_status parse_synthetic(qc_config *c, struct fy_node *syn_n, struct fy_
     return (m->path && m->name) ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
 }
 
-static qs_status parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
-                             qc_grid_model *m) {
+qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                              qc_grid_model *m) {
     struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL;
     qs_status st;
     if (fy_node_is_mapping(n)) {
@@ -78,7 +78,7 @@ qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_gr
     struct fy_node *item;
     while ((item = fy_node_sequence_iterate(models, &it))) {
         qc_grid_model *m = &g->models[g->n_models++];
-        qs_status st = parse_model(c, item, probe, m);
+        qs_status st = qc_grid_parse_model(c, item, probe, m);
         if (st) return st;
         for (size_t i = 0; i + 1 < g->n_models; i++)
             if (!strcmp(g->models[i].facts.digest, m->facts.digest))
@@ -94,8 +94,10 @@ static qs_status check_against_models(qc_config *c, const qc_grid *g, const qc_g
                                       struct fy_node *tokens_n, struct fy_node *ctx_n) {
     for (size_t i = 0; i < g->n_models; i++) {
         const qc_model_facts *f = &g->models[i].facts;
-        /* a token file naming another tokenizer is refused whatever its ids */
-        if (probe->tokens_match_model && strncmp(g->models[i].path, "synthetic:", 10) != 0) {
+        /* a token file naming another tokenizer is refused whatever its ids (a model a
+           pipeline trains has no file yet: its vocabulary is its shape's) */
+        if (probe->tokens_match_model && strncmp(g->models[i].path, "synthetic:", 10) != 0 &&
+            !g->models[i].trained_by[0]) {
             qs_error e = {0};
             qs_status st =
                 probe->tokens_match_model(probe->user, g->dataset_path, g->models[i].path, &e);
@@ -132,6 +134,12 @@ static qs_status text_against_models(qc_config *c, qc_grid *g, const qc_grid_pro
                               "text datasets are not supported by this reader");
     for (size_t i = 0; i < g->n_models; i++) {
         qc_grid_model *m = &g->models[i];
+        if (m->trained_by[0])
+            return qc_config_fail(c, text_n, QS_EINVAL,
+                                  "model %s is trained by the pipeline and has no tokenizer of "
+                                  "its own to read the text %s with (give a token file of its "
+                                  "vocabulary: dataset.tokens)",
+                                  m->name, g->dataset_path);
         if (!strncmp(m->path, "synthetic:", 10))
             return qc_config_fail(c, text_n, QS_EINVAL,
                                   "model %s is synthetic and has no tokenizer to read the text "

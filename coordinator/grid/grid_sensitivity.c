@@ -343,11 +343,16 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
     return g->metrics_json ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
 }
 
-static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
-    qs_status st = qc_grid_parse_models(c, qc_config_lookup(root, "models"), probe, g);
-    if (!st) st = qc_grid_parse_dataset(c, qc_config_lookup(root, "dataset"), probe, g);
+qs_status qc_grid_sensitivity_parse_body(qc_config *c, struct fy_node *root,
+                                         const qc_grid_probe *probe, qc_grid *g) {
+    qs_status st = qc_grid_parse_dataset(c, qc_config_lookup(root, "dataset"), probe, g);
     if (!st) st = parse_section(c, qc_config_lookup(root, "sensitivity"), probe, g);
     return st;
+}
+
+static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
+    qs_status st = qc_grid_parse_models(c, qc_config_lookup(root, "models"), probe, g);
+    return st ? st : qc_grid_sensitivity_parse_body(c, root, probe, g);
 }
 
 /* The fields every job of model m shares. Strings are borrowed from g and dpath (the spec's
@@ -357,6 +362,7 @@ static void base_spec(const qc_grid *g, const qc_grid_model *m, const char *dpat
     memset(s, 0, sizeof *s);
     s->model.path = m->path;
     memcpy(s->model.digest, m->facts.digest, sizeof s->model.digest);
+    memcpy(s->model.trained_by, m->trained_by, sizeof s->model.trained_by);
     /* a text dataset is tokenized by each model's tokenizer: its own ids, digest and BOS */
     s->dataset.path = (char *)dpath;
     memcpy(s->dataset.digest, m->dataset.digest, sizeof s->dataset.digest);

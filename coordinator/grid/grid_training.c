@@ -630,6 +630,25 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     return st;
 }
 
+qs_status qc_grid_training_axes(const qc_grid *g, size_t i, qc_train_axes *out, qs_error *err) {
+    extern const qc_grid_kind qc_grid_kind_training;
+    const tr_data *d = g && g->kind == &qc_grid_kind_training ? g->kind_data : NULL;
+    size_t per_shape = d ? d->n_recipes * d->n_lrs * d->n_seeds : 0;
+    if (!d || i >= d->n_shapes * per_shape)
+        return qs_error_set(err, QS_EINVAL, "training job %zu: no such job of the grid", i + 1);
+    /* expand's order: shapes x recipes x lrs x seeds, seeds innermost */
+    size_t si = i / per_shape, r = i % per_shape;
+    size_t ri = r / (d->n_lrs * d->n_seeds), li = r / d->n_seeds % d->n_lrs, ei = r % d->n_seeds;
+    *out = (qc_train_axes){.shape = d->inits[si] ? d->inits[si] : d->shapes[si],
+                           .recipe = d->recipes[ri].r.recipe,
+                           .lr = d->lrs[li],
+                           .seed = d->seeds[ei],
+                           .checkpoint_dir = d->checkpoint_dir,
+                           .facts = d->facts[si]};
+    out->facts.digest[0] = '\0';
+    return QS_OK;
+}
+
 static const char *const training_keys[] = {"training", NULL};
 
 const qc_grid_kind qc_grid_kind_training = {

@@ -1,4 +1,5 @@
 /* The job list a grid expands into (grid.h, grid_kind.h): appending keyed jobs, freeing. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,13 +50,52 @@ qs_status qc_job_list_add(qc_job_list *list, json_t *spec, const char *kind, lon
     memcpy(j->model_key, model_key, sizeof model_key);
     j->spec = text;
     j->kind = kind;
-    j->depends_on = depends_on;
+    j->n_deps = 0;
+    if (depends_on >= 0) j->deps[j->n_deps++] = depends_on;
+    j->stage[0] = '\0';
     j->model = model;
     j->mode = mode;
     j->label = lab;
     j->need = (qs_job_need){0}; /* qc_grid_expand computes it */
     if (index) *index = (long)n;
     list->n = n + 1;
+    return QS_OK;
+}
+
+qs_status qc_job_list_depend(qc_job_list *list, size_t job, long dep, qs_error *err) {
+    if (job >= list->n || dep < 0 || (size_t)dep >= job)
+        return qs_error_set(err, QS_EINVAL, "job %zu: dependency %ld is not an earlier job",
+                            job + 1, dep + 1);
+    qc_job *j = &list->jobs[job];
+    for (size_t i = 0; i < j->n_deps; i++)
+        if (j->deps[i] == dep) return QS_OK;
+    if (j->n_deps == QC_JOB_DEPS_MAX)
+        return qs_error_set(err, QS_EINVAL, "job %zu (%s): more than %d dependencies", job + 1,
+                            j->label, QC_JOB_DEPS_MAX);
+    j->deps[j->n_deps++] = dep;
+    return QS_OK;
+}
+
+qs_status qc_job_list_take(qc_job_list *dst, qc_job_list *src, const char *stage, qs_error *err) {
+    if (!src->n) return QS_OK;
+    size_t n = dst->n + src->n, cap = 64;
+    while (cap < n)
+        cap *= 2;
+    /* the capacity rule of qc_job_list_add: 64, then a power of two */
+    qc_job *j = realloc(dst->jobs, cap * sizeof *j);
+    if (!j) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    dst->jobs = j;
+    for (size_t i = 0; i < src->n; i++) {
+        qc_job *t = &dst->jobs[dst->n + i];
+        *t = src->jobs[i];
+        for (size_t d = 0; d < t->n_deps; d++)
+            t->deps[d] += (long)dst->n;
+        snprintf(t->stage, sizeof t->stage, "%s", stage ? stage : "");
+    }
+    dst->n = n;
+    free(src->jobs);
+    src->jobs = NULL;
+    src->n = 0;
     return QS_OK;
 }
 

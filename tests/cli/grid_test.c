@@ -19,6 +19,7 @@
 #include "fixtures.h"
 #include "grid.h"
 #include "probe.h"
+#include "spec.h"
 
 #define N_LAYERS 3
 #define VOCAB 64
@@ -152,9 +153,10 @@ static void test_every_eval_depends_on_its_baseline(void **state) {
             json_string_value(json_object_get(json_object_get(s, "model"), "digest"));
         if (!strcmp(l.jobs[i].kind, "baseline")) {
             baselines++;
-            assert_int_equal(l.jobs[i].depends_on, -1);
+            assert_int_equal(l.jobs[i].n_deps, 0);
         } else {
-            long b = l.jobs[i].depends_on;
+            assert_int_equal(l.jobs[i].n_deps, 1);
+            long b = l.jobs[i].deps[0];
             assert_true(b >= 0 && b < (long)i);
             assert_string_equal(l.jobs[b].kind, "baseline");
             json_t *bs = json_loads(l.jobs[b].spec, 0, NULL);
@@ -737,6 +739,189 @@ static void test_ctx_beyond_max_position_embeddings_is_refused(void **state) {
                                     "(max_position_embeddings 256)"));
 }
 
+/* A pipeline (grid_pipeline.c): micro trained with bf16 and nvfp4, seeds 1 and 2, then each
+ * trained model swept component-wise in NVFP4. Line 16 holds the trained-model selection (its
+ * "train" at column 21, "bf16" at 37, "nvfp4" at 43, "all" at 57), line 17 the sweep's
+ * dataset (its ctx value at column 38). */
+static const char *const PIPE = "name: p\n"
+                                "kind: pipeline\n"
+                                "stages:\n"
+                                "  train:\n"
+                                "    kind: training\n"
+                                "    training:\n"
+                                "      shapes: [micro]\n"
+                                "      dataset: {tokens: toks.bin, ctx: 16, val_fraction: 0.1}\n"
+                                "      recipes: [bf16, nvfp4]\n"
+                                "      lrs: [0.003]\n"
+                                "      seeds: [1, 2]\n"
+                                "      steps: 4\n"
+                                "      checkpoint_dir: ckpts\n"
+                                "  sweep:\n"
+                                "    kind: sensitivity\n"
+                                "    models: [{from: train, recipe: [bf16, nvfp4], seed: all}]\n"
+                                "    dataset: {tokens: toks.bin, ctx: 016}\n"
+                                "    sensitivity: {formats: [nvfp4], modes: [component]}\n";
+
+/* PIPE with the first `from` replaced by `to` (into a static buffer). */
+static const char *pipe_with(const char *from, const char *to) {
+    static char buf[4096];
+    const char *at = strstr(PIPE, from);
+    assert_non_null(at);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - PIPE), PIPE, to, at + strlen(from));
+    return buf;
+}
+
+static const char *spec_str(const json_t *spec, const char *obj, const char *key) {
+    return json_string_value(json_object_get(obj ? json_object_get(spec, obj) : spec, key));
+}
+
+/* Each baseline and eval job of a trained model names its training job (model.trained_by),
+ * depends on exactly it (and an eval job on its baseline too), and its model is
+ * checkpoint_dir/<that key> with the stand-in digest; the facts come from the shape. */
+static void test_pipeline_sweep_jobs_depend_on_the_training_job_of_their_model(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 16"), NULL, 0, &g, &err), QS_OK);
+    assert_int_equal(qc_grid_pipeline_stages(g), 2);
+    const char *kind = NULL;
+    assert_string_equal(qc_grid_pipeline_stage(g, 1, &kind), "sweep");
+    assert_string_equal(kind, "sensitivity");
+    qc_job_list l = {0};
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
+    /* 4 train jobs, then per trained model (micro: 2 blocks) 1 baseline and 7 component jobs */
+    assert_int_equal(l.n, 4 + 4 * (1 + 7));
+    char real[4096], dir[4200];
+    assert_non_null(realpath(e->dir, real));
+    snprintf(dir, sizeof dir, "%s/ckpts/", real);
+    for (size_t i = 0; i < l.n; i++) {
+        const qc_job *j = &l.jobs[i];
+        if (i < 4) {
+            assert_string_equal(j->kind, "train");
+            assert_string_equal(j->stage, "train");
+            assert_int_equal(j->n_deps, 0);
+            continue;
+        }
+        assert_string_equal(j->stage, "sweep");
+        json_t *s = json_loads(j->spec, 0, NULL);
+        const char *by = spec_str(s, "model", "trained_by");
+        assert_non_null(by);
+        size_t trains = 0;
+        long train = -1;
+        for (size_t d = 0; d < j->n_deps; d++)
+            if (!strcmp(l.jobs[j->deps[d]].kind, "train")) {
+                trains++;
+                train = j->deps[d];
+            }
+        assert_int_equal(trains, 1);
+        assert_string_equal(l.jobs[train].key, by);
+        assert_int_equal(j->n_deps, strcmp(j->kind, "eval") ? 1 : 2);
+        char want[65], path[4300];
+        assert_int_equal(qs_trained_model_digest(by, want, &err), QS_OK);
+        assert_string_equal(spec_str(s, "model", "digest"), want);
+        snprintf(path, sizeof path, "%s%s", dir, by);
+        assert_string_equal(spec_str(s, "model", "path"), path);
+        json_decref(s);
+    }
+    assert_int_equal(count_mode(&l, "component"), 4 * 7);
+    /* the same grid again: the same keys (the sweep's derive from the training jobs') */
+    qc_grid *g2 = NULL;
+    qc_job_list l2 = {0};
+    assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 16"), NULL, 0, &g2, &err), QS_OK);
+    assert_int_equal(qc_grid_expand(g2, &l2, &err), QS_OK);
+    assert_int_equal(l2.n, l.n);
+    for (size_t i = 0; i < l.n; i++)
+        assert_string_equal(l.jobs[i].key, l2.jobs[i].key);
+    qc_job_list_free(&l);
+    qc_job_list_free(&l2);
+    qc_grid_free(g);
+    qc_grid_free(g2);
+}
+
+/* A selection keeps the training jobs whose axes it names; {init: path} fine-tunes in a
+ * pipeline too, its model's facts (3 blocks) those of the checkpoint. */
+static void test_pipeline_selects_by_axes_and_fine_tunes(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    const char *sets[] = {"stages.sweep.models=[{from: train, recipe: nvfp4, seed: [2]}]",
+                          "stages.sweep.dataset.ctx=16"};
+    assert_int_equal(load(e, PIPE, sets, 2, &g, &err), QS_OK);
+    qc_job_list l = {0};
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
+    assert_int_equal(l.n, 4 + 1 + 7);
+    /* expansion order: recipes, then seeds: nvfp4 seed 2 is the 4th training job */
+    json_t *s = json_loads(l.jobs[4].spec, 0, NULL);
+    assert_string_equal(spec_str(s, "model", "trained_by"), l.jobs[3].key);
+    json_decref(s);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+    g = NULL;
+    const char *init[] = {"stages.train.training.shapes=[{init: ckpt}]",
+                          "stages.sweep.dataset.ctx=16"};
+    assert_int_equal(load(e, PIPE, init, 2, &g, &err), QS_OK);
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
+    assert_int_equal(l.n, 4 + 4 * (1 + 7));
+    assert_int_equal(count_mode(&l, "component"), 4 * 7);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+    g = NULL;
+    /* mode block: one job per block of the shape (micro: 2) */
+    const char *blocks[] = {"stages.sweep.sensitivity.modes=[block]",
+                            "stages.sweep.dataset.ctx=16"};
+    assert_int_equal(load(e, PIPE, blocks, 2, &g, &err), QS_OK);
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
+    assert_int_equal(count_mode(&l, "block"), 4 * 2);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
+/* Errors of a pipeline name file:line:column: a `from` naming no training stage before, an
+ * axis value the training stage does not have, a stage of another kind, a key a selection
+ * does not take, ctx beyond the trained shape's context, a text for a trained model. */
+static void test_pipeline_errors_name_file_line_column(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, pipe_with("from: train", "from: nope"), NULL, 0, &g, &err), QS_EINVAL);
+    assert_null(g);
+    assert_error_at(e, &err, 16, 21,
+                    "from: 'nope' is not a training stage before this one (expected train)");
+    assert_int_equal(
+        load(e, pipe_with("[bf16, nvfp4], seed", "[bf16, fp8], seed"), NULL, 0, &g, &err),
+        QS_EINVAL);
+    assert_error_at(e, &err, 16, 43,
+                    "recipe 'fp8': stage train has no such recipe (it has bf16, nvfp4)");
+    assert_int_equal(load(e, pipe_with("seed: all", "seed: 3"), NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 16, 57, "seed '3': stage train has no such seed (it has 1, 2)");
+    assert_int_equal(load(e, pipe_with("seed: all", "seeds: all"), NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 16, 51, "seeds");
+    assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 200"), NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 17, 38,
+                    "dataset.ctx 200 is longer than the context model train/micro/bf16/seed=1 "
+                    "was trained for (max_position_embeddings 128)");
+    assert_int_equal(load(e, pipe_with("kind: training", "kind: pipeline"), NULL, 0, &g, &err),
+                     QS_EINVAL);
+    assert_error_at(e, &err, 5, 11, "stage train: expected kind training or sensitivity");
+    assert_int_equal(load(e, pipe_with("tokens: toks.bin, ctx: 016", "text: toks.bin, ctx: 16"),
+                          NULL, 0, &g, &err),
+                     QS_EINVAL);
+    assert_error_at(e, &err, 17, 21, "is trained by the pipeline and has no tokenizer");
+    /* a tensor-parallel degree the trained shape cannot be split over (micro: 4 heads) */
+    const char *tp[] = {"+resources={tensor_parallel: 3}"};
+    assert_int_equal(load(e, pipe_with("ctx: 016", "ctx: 16"), tp, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "resources: model train/micro/bf16/seed=1: tensor parallel 3"));
+    /* a sensitivity stage before the training stage it names */
+    char swapped[4096];
+    const char *sweep = strstr(PIPE, "  sweep:\n");
+    const char *train = strstr(PIPE, "  train:\n");
+    snprintf(swapped, sizeof swapped, "%.*s%s%.*s", (int)(train - PIPE), PIPE, sweep,
+             (int)(sweep - train), train);
+    assert_int_equal(load(e, swapped, NULL, 0, &g, &err), QS_EINVAL);
+    assert_error_at(e, &err, 6, 21, "from: 'train' is not a training stage before this one");
+    assert_null(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_valid_grid_loads_with_its_values, setup, teardown),
@@ -777,6 +962,12 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_alias_expansion_is_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_header_vocab_beyond_model_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_pipeline_sweep_jobs_depend_on_the_training_job_of_their_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline_selects_by_axes_and_fine_tunes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline_errors_name_file_line_column, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ctx_beyond_max_position_embeddings_is_refused, setup,
                                         teardown),

@@ -462,6 +462,64 @@ static void test_registry_checks_a_spec_by_its_kind(void **state) {
     assert_null(qs_job_kind_at(qs_job_kind_count()));
 }
 
+/* A model a pipeline trains (spec.h): "trained_by" names the train job's key, the digest is
+ * the stand-in BLAKE2b-256("trained:" + key) (written out here, from Python's
+ * hashlib.blake2b(digest_size=32)); the spec round-trips, trained_by is part of the job key,
+ * a model without it encodes as before, and a stand-in that is not the key's is refused. */
+static void test_trained_model_is_named_by_its_training_job(void **state) {
+    (void)state;
+    const char *key = "abababababababababababababababababababababababababababababababab";
+    char digest[65];
+    qs_error err = {0};
+    assert_int_equal(qs_trained_model_digest(key, digest, &err), QS_OK);
+    assert_string_equal(digest, "a21cd0fba662f939aa92ba7719a3ce819f5101d2b6f80b0f8238066f31710237");
+    assert_int_equal(qs_trained_model_digest("not-a-key", digest, &err), QS_EINVAL);
+    json_t *plain = json_loads(EVAL_TEXT, 0, NULL);
+    char text[2048];
+    snprintf(text, sizeof text, "%s", EVAL_TEXT);
+    char *at = strstr(text, "\"model\":{");
+    assert_non_null(at);
+    char trained[2048];
+    snprintf(
+        trained, sizeof trained,
+        "%.*s\"model\":{\"digest\":\"a21cd0fba662f939aa92ba7719a3ce819f5101d2b6f80b0f8238066f31"
+        "710237\",\"path\":\"/ckpt/%s\",\"trained_by\":\"%s\"}%s",
+        (int)(at - text), text, key, key, strstr(at, "}") + 1);
+    json_t *spec = json_loads(trained, 0, NULL);
+    assert_non_null(spec);
+    qs_sensitivity_spec s;
+    assert_int_equal(qs_sensitivity_decode(spec, &s, &err), QS_OK);
+    assert_string_equal(s.model.trained_by, key);
+    json_t *back = NULL;
+    assert_int_equal(qs_sensitivity_encode(&s, &back, &err), QS_OK);
+    char *canon = qs_spec_canonical(back);
+    assert_string_equal(canon, trained);
+    free(canon);
+    char k1[65], k2[65];
+    assert_int_equal(qs_spec_key(back, k1, &err), QS_OK);
+    json_object_set_new(
+        json_object_get(back, "model"), "trained_by",
+        json_string("cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"));
+    assert_int_equal(qs_spec_key(back, k2, &err), QS_OK);
+    assert_string_not_equal(k1, k2);
+    /* the other key's stand-in is not this digest */
+    qs_sensitivity_clear(&s);
+    assert_int_equal(qs_sensitivity_decode(back, &s, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "model.digest: expected"));
+    json_object_set_new(json_object_get(back, "model"), "trained_by", json_string("xyz"));
+    assert_int_equal(qs_sensitivity_decode(back, &s, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "model.trained_by: expected the train job's job_key"));
+    /* a model without trained_by: the spec and key of before */
+    assert_int_equal(qs_sensitivity_decode(plain, &s, &err), QS_OK);
+    assert_string_equal(s.model.trained_by, "");
+    assert_int_equal(qs_spec_key(plain, k1, &err), QS_OK);
+    assert_string_equal(k1, EVAL_KEY);
+    qs_sensitivity_clear(&s);
+    json_decref(back);
+    json_decref(spec);
+    json_decref(plain);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eval_spec_encodes_as_before_with_the_same_key),
@@ -477,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_names_and_aliases),
         cmocka_unit_test(test_registry_checks_a_spec_by_its_kind),
         cmocka_unit_test(test_fuse_is_in_the_spec_and_key),
+        cmocka_unit_test(test_trained_model_is_named_by_its_training_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

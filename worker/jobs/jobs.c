@@ -257,8 +257,8 @@ static qs_status report_times(qw_job_ctx *ctx, qw_model *model, double t_start, 
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
  * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
  * SQNR probe, which runs on the CPU), with a fresh count of the GEMM paths it runs. */
-static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t, bool probe,
-                           qw_model **out, qs_error *err) {
+static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want, const qw_tokens *t,
+                           bool probe, qw_model **out, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
@@ -286,11 +286,17 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *
     else
         st = qw_checkpoint_open(s->model.path, &lm->ck, err);
     if (!st && !synthetic) st = qw_checkpoint_digest(lm->ck, digest, err);
-    if (!st && strcmp(digest, s->model.digest) != 0)
-        st = qs_error_set(err, QS_EINVAL,
-                          "model %s: digest %s differs from the job's %s (the file changed since "
-                          "the grid was submitted)",
-                          s->model.path, digest, s->model.digest);
+    if (!st && strcmp(digest, want) != 0)
+        st = s->model.trained_by[0]
+                 ? qs_error_set(err, QS_EINVAL,
+                                "model %s: digest %s differs from %s, recorded when its training "
+                                "job %s ended (the model was written again since, by another "
+                                "run of that job or by hand)",
+                                s->model.path, digest, want, s->model.trained_by)
+                 : qs_error_set(err, QS_EINVAL,
+                                "model %s: digest %s differs from the job's %s (the file changed "
+                                "since the grid was submitted)",
+                                s->model.path, digest, want);
     if (!st && synthetic)
         st = qw_model_create_synthetic(s->model.path, s->dataset.ctx, qw_job_threads(ctx),
                                        &lm->model, err);
@@ -321,6 +327,44 @@ static qs_status check_model_after(qw_job_ctx *ctx, const job_spec *s, qs_error 
                         "differ from when it was loaded under digest %s): the result is "
                         "discarded",
                         s->model.path, s->model.digest);
+}
+
+/* The digest the model of s must have: the spec's, or for a model a pipeline's training job
+ * makes (model.trained_by, kinds/spec.h) the one that job recorded when it ended, beside the
+ * model as <path>.digest (worker/train/train_job.c). The baseline file and the comparison
+ * with it are keyed by this digest, so a model written again with other weights never meets
+ * a baseline of the old ones. Errors: QS_ENOTFOUND (no record: the training job has not
+ * ended here, or its folder is not shared with this worker), QS_EFORMAT (not a digest). */
+static qs_status model_digest_wanted(const job_spec *s, char want[65], qs_error *err) {
+    if (!s->model.trained_by[0]) {
+        memcpy(want, s->model.digest, 65);
+        return QS_OK;
+    }
+    char path[4200], line[80] = "";
+    snprintf(path, sizeof path, "%s.digest", s->model.path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return qs_error_set(err, QS_ENOTFOUND,
+                            "model %s: no digest record %s of its training job %s: %s",
+                            s->model.path, path, s->model.trained_by, strerror(errno));
+    char *got = fgets(line, sizeof line, f);
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    if (!got || !qs_is_digest(line))
+        return qs_error_set(err, QS_EFORMAT, "%s: expected the 64 hex digits of a digest", path);
+    memcpy(want, line, 65);
+    return QS_OK;
+}
+
+/* A trained model's job reports the digest of the model it ran on as a name of value 1
+ * ("model_digest.<hex>", as its training job does), so the store holds both: a pair that
+ * differs is a model written again between them. */
+static qs_status report_trained_digest(qw_job_ctx *ctx, const job_spec *s, const char *want,
+                                       qs_error *err) {
+    if (!s->model.trained_by[0]) return QS_OK;
+    char name[96];
+    snprintf(name, sizeof name, "model_digest.%s", want);
+    return qw_job_metric(ctx, name, 1, 0, true, err);
 }
 
 /* The job's tokens: its token file, or its text through the model's own tokenizer
@@ -398,14 +442,15 @@ static qs_status report_common(qw_job_ctx *ctx, const qw_eval_metrics *m, qs_err
  * own, then renamed into place, so two workers that compute it at once never mix their
  * writes and a reader never sees half a file. */
 static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_tokens *t,
-                                 const job_spec *s, const char *path, qw_eval_metrics *out,
-                                 qs_error *err) {
+                                 const job_spec *s, const char *want, const char *path,
+                                 qw_eval_metrics *out, qs_error *err) {
     if (access(path, R_OK) == 0 && !out) return QS_OK;
     char mine[4200];
     snprintf(mine, sizeof mine, "%s.%ld.%lld", path, (long)getpid(), (long long)qw_job_id(ctx));
     progress_ctx pc = {ctx, "baseline"};
     qw_eval_options opt;
     eval_options(s, &pc, &opt);
+    opt.model_digest = want; /* the weights' own digest (model_digest_wanted) */
     qw_eval_metrics m = {0};
     qs_status st = qw_model_apply_policy(model, NULL, err);
     if (!st) st = qw_eval_baseline(model, t, &opt, mine, &m, err);
@@ -428,21 +473,24 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     job_spec s;
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
-    char path[4096];
-    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
-                               s.numerics_version, 1, path, sizeof path, err);
+    char path[4096], want[65] = "";
+    st = model_digest_wanted(&s, want, err);
+    if (!st)
+        st = qw_jobs_baseline_path(
+            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
+            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, &t, false, &model, err);
+    if (!st) st = get_model(ctx, &s, want, &t, false, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
     }
     qw_eval_metrics m = {0};
-    if (!st) st = ensure_baseline(ctx, model, &t, &s, path, &m, err);
+    if (!st) st = ensure_baseline(ctx, model, &t, &s, want, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
+    if (!st) st = report_trained_digest(ctx, &s, want, err);
     if (!st) st = report_backend(ctx, model, false, err);
     if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
@@ -595,20 +643,22 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     job_spec s;
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
-    char path[4096];
-    st = qw_jobs_baseline_path(s.model.digest, s.dataset.digest, s.dataset.ctx,
-                               (long)s.dataset.max_chunks, s.dataset.bos ? s.dataset.bos_id : -1,
-                               s.numerics_version, 1, path, sizeof path, err);
+    char path[4096], want[65] = "";
+    st = model_digest_wanted(&s, want, err);
+    if (!st)
+        st = qw_jobs_baseline_path(
+            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
+            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
     bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* runs on the CPU (jobs_backend.h) */
-    if (!st) st = get_model(ctx, &s, &t, probe, &model, err);
+    if (!st) st = get_model(ctx, &s, want, &t, probe, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
     }
-    if (!st) st = ensure_baseline(ctx, model, &t, &s, path, NULL, err);
+    if (!st) st = ensure_baseline(ctx, model, &t, &s, want, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
     if (!st) st = qw_model_apply_policy(model, &p, err);
@@ -616,10 +666,12 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
+    opt.model_digest = want;
     opt.sqnr = probe;
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
+    if (!st) st = report_trained_digest(ctx, &s, want, err);
     if (!st) st = report_backend(ctx, model, probe, err);
     if (!st && (s.metrics & QS_METRIC_KL)) {
         const struct {

@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "checkpoint.h"
 #include "ckpt.h"
 #include "replace_file.h"
 #include "hfsave.h"
@@ -94,6 +95,29 @@ static qs_status mkdir_p(const char *path, qs_error *err) {
             *c = '/';
         }
     }
+}
+
+/* The digest of the trained model written at dir (qw_checkpoint_digest, what a sensitivity
+ * job computes of the model it loads), into hex and into the record dir + ".digest" (one line,
+ * written atomically), which a sensitivity job of a pipeline checks the model it loads against
+ * (worker/jobs/jobs.c). Errors: the checkpoint reader's, QS_EIO naming the record. */
+static qs_status record_digest(const char *dir, char hex[65], qs_error *err) {
+    qw_checkpoint *ck = NULL;
+    qs_status st = qw_checkpoint_open(dir, &ck, err);
+    if (st == QS_OK) st = qw_checkpoint_digest(ck, hex, err);
+    qw_checkpoint_close(ck);
+    char path[2300];
+    snprintf(path, sizeof path, "%s.digest", dir);
+    qs_replace_file r;
+    if (st == QS_OK) st = qs_replace_file_open(path, NULL, &r, err);
+    if (st == QS_OK) {
+        if (fprintf(r.f, "%s\n", hex) < 0) {
+            qs_replace_file_abort(&r);
+            return qs_error_set(err, QS_EIO, "%s: write: %s", path, strerror(errno));
+        }
+        st = qs_replace_file_commit(&r, err);
+    }
+    return st;
 }
 
 static void emit(const qw_train_hooks *h, const char *name, int64_t step, double v) {
@@ -282,6 +306,8 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
         if (d.n_val_windows > 0) st = qw_trainer_validate(&tr, &vl, err);
         out->final_val_loss = vl;
         if (st == QS_OK && final_dir[0]) st = qw_tmodel_save_hf(m, final_dir, err);
+        char digest[65] = "";
+        if (st == QS_OK && final_dir[0]) st = record_digest(final_dir, digest, err);
         /* The final weights are written (hfsave.h writes atomically): the checkpoint (about 12
          * bytes per parameter) is no longer needed. Should the results not reach the
          * coordinator, the job runs again from step 0 to the same bit-identical result. */
@@ -300,6 +326,12 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be[0]));
             emit(hooks, gp, -1, 1);
             if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
+            /* the exported model's digest, as gemm_path: a name of value 1 */
+            if (digest[0]) {
+                char dn[96];
+                snprintf(dn, sizeof dn, "model_digest.%s", digest);
+                emit(hooks, dn, -1, 1);
+            }
             emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
     }

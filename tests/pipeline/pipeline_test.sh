@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The pipeline grid end to end (docs/pipelines.md): experiments/pipeline-tiny.yaml (the micro
+# shape trained 8 steps with bf16 and nvfp4, seeds 1 and 2, then each of the 4 trained models
+# swept component-wise in NVFP4 and MXFP4: 64 jobs) on a private PostgreSQL cluster with real
+# coordinators and workers. One case per run:
+#   run       docs/pipelines.md's dry-run lines are the command's; `qsweep run` runs every job once; each baseline and eval job of a trained model
+#             names its training job in model.trained_by and has a job_deps edge to exactly
+#             that job; the digest each training job recorded is the one its sweep ran on;
+#             every eval job's ppl pairs with its baseline in v_sensitivity.
+#   restart   a coordinator killed with SIGKILL once the training stage has succeeded (the
+#             sweep queued or running) and started again: every job succeeds with exactly one
+#             attempt (counted in SQL).
+#   failed    training that diverges fails each dependent with "dependency N failed: ..."
+#             naming its training job's (or its baseline's) id and the divergence, no attempt.
+#   resubmit  the same grid submitted again adds nothing; the grid with one more format reuses
+#             both finished stages (only the new eval jobs run, no training job runs again);
+#             a trained model written again with other weights is refused by its new jobs.
+#   finetune  a training stage of {init: path} fine-tunes a checkpoint, whose sweep runs beside
+#             the checkpoint's own (which depends on no training job).
+# Usage: pipeline_test.sh QSWEEP_BIN SOURCE_DIR CASE
+set -euo pipefail
+Q=$1
+SRC=$2
+CASE=$3
+GRID=$SRC/experiments/pipeline-tiny.yaml
+D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-pipeline-XXXXXX")
+chmod 755 "$D" # as root the private cluster runs as the user qsweep
+export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
+unset QSWEEP_DB QSWEEP_CURVE_SECRET QSWEEP_CURVE_SERVER QSWEEP_CURVE_PUBLIC QSWEEP_CURVE_AUTHORIZED
+EP=ipc://$D/coordinator.sock
+pids=()
+fail() {
+  echo "pipeline_test $CASE: FAIL: $*" >&2
+  for f in "$D"/*.log; do
+    [ -f "$f" ] || continue
+    echo "--- $f" >&2
+    tr '\r' '\n' <"$f" | tail -n 25 >&2 || true
+  done
+  exit 1
+}
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  "$Q" db stop >/dev/null 2>&1
+  rm -rf "$D"
+}
+trap cleanup EXIT
+eval "$("$Q" db start)"
+psql_q() { psql "$QSWEEP_DB" -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
+expect() { # expect WHAT WANT GOT
+  [ "$2" = "$3" ] || fail "$1: expected $2, got $3"
+}
+state_count() { psql_q "SELECT count(*) FROM jobs WHERE state = '$1'"; }
+
+# Every baseline and eval job of a trained model: trained_by is a train job's key, its edges
+# to train jobs are exactly one, to that job; its stand-in digest is the same for the
+# baseline and eval jobs of one model.
+check_edges() {
+  expect "sweep jobs naming a training job" 60 \
+    "$(psql_q "SELECT count(*) FROM jobs j JOIN jobs t ON t.job_key = j.spec->'model'->>'trained_by'
+               WHERE j.kind IN ('baseline', 'eval') AND t.kind = 'train'")"
+  expect "sweep jobs whose train edges are not exactly the one to their trained_by job" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs j WHERE j.kind IN ('baseline', 'eval') AND
+               (SELECT array_agg(t.job_key) FROM job_deps d JOIN jobs t ON t.id = d.depends_on
+                WHERE d.job = j.id AND t.kind = 'train')
+               IS DISTINCT FROM ARRAY[j.spec->'model'->>'trained_by']")"
+  expect "eval jobs without an edge to the baseline of their model" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs e WHERE e.kind = 'eval' AND NOT EXISTS (
+               SELECT 1 FROM job_deps d JOIN jobs b ON b.id = d.depends_on
+               WHERE d.job = e.id AND b.kind = 'baseline'
+                 AND b.spec->'model'->>'digest' = e.spec->'model'->>'digest')")"
+  expect "stand-in digests (one per trained model)" 4 \
+    "$(psql_q "SELECT count(DISTINCT spec->'model'->>'digest') FROM jobs WHERE kind <> 'train'")"
+}
+
+case "$CASE" in
+run)
+  # docs/pipelines.md shows the start of the dry run: those lines, digit for digit
+  "$Q" submit "$GRID" --dry-run --sample 0 >"$D/dry-run.txt" || fail "qsweep submit --dry-run"
+  sed -n '/<!-- pipeline-dry-run:begin -->/,/<!-- pipeline-dry-run:end -->/p' \
+    "$SRC/docs/pipelines.md" | sed '1,2d;$d' | sed '$d' >"$D/doc-dry-run.txt"
+  [ -s "$D/doc-dry-run.txt" ] || fail "no dry-run block in docs/pipelines.md"
+  head -n "$(wc -l <"$D/doc-dry-run.txt")" "$D/dry-run.txt" | diff "$D/doc-dry-run.txt" - ||
+    fail "docs/pipelines.md's dry run differs from the command's"
+  "$Q" run "$GRID" --workers 2 --threads 1 >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
+  expect "succeeded jobs" 64 "$(state_count succeeded)"
+  expect "attempts" 64 "$(psql_q "SELECT count(*) FROM attempts")"
+  check_edges
+  expect "training jobs that recorded a model digest" 4 \
+    "$(psql_q "SELECT count(*) FROM v_trained_models")"
+  expect "sweep jobs that ran on the recorded digest" 60 \
+    "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE matches")"
+  # the record beside each model is the digest the store holds
+  while IFS='|' read -r path digest; do
+    expect "record $path.digest" "$digest" "$(cat "$path.digest")"
+    [ -f "$path/model.safetensors" ] || fail "no trained model in $path"
+  done < <(psql_q "SELECT model_path, digest FROM v_trained_models")
+  expect "eval ppl rows without their baseline's" 0 \
+    "$(psql_q "SELECT count(*) FROM v_sensitivity WHERE experiment = 'pipeline-tiny'
+               AND metric = 'ppl' AND baseline_value IS NULL")"
+  expect "eval ppl rows" 56 \
+    "$(psql_q "SELECT count(*) FROM v_sensitivity WHERE experiment = 'pipeline-tiny'
+               AND metric = 'ppl'")"
+  ;;
+restart)
+  "$Q" submit "$GRID" >"$D/submit.log" 2>&1 || fail "qsweep submit"
+  "$Q" coordinator --bind "$EP" >"$D/coordinator-1.log" 2>&1 &
+  c1=$!
+  pids+=($c1)
+  for w in 1 2; do
+    "$Q" worker --connect "$EP" --id "w$w" --threads 1 --exit-when-idle 20 >"$D/worker-$w.log" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 1 1200); do
+    [ "$(psql_q "SELECT count(*) FROM jobs WHERE kind = 'train' AND state = 'succeeded'")" = 4 ] &&
+      break
+    sleep 0.1
+  done
+  trained=$(psql_q "SELECT count(*) FROM jobs WHERE kind = 'train' AND state = 'succeeded'")
+  expect "training jobs succeeded before the kill" 4 "$trained"
+  kill -KILL "$c1"
+  wait "$c1" 2>/dev/null || true
+  swept=$(psql_q "SELECT count(*) FROM jobs WHERE kind <> 'train' AND state = 'succeeded'")
+  echo "pipeline_test restart: coordinator killed with 4 of 4 training jobs and $swept of 60 sweep jobs succeeded"
+  [ "$swept" -lt 60 ] || fail "the sweep had ended before the kill: nothing between the stages"
+  "$Q" coordinator --bind "$EP" --exit-when-done >"$D/coordinator-2.log" 2>&1 &
+  c2=$!
+  pids+=($c2)
+  for _ in $(seq 1 1200); do
+    kill -0 "$c2" 2>/dev/null || break
+    sleep 0.1
+  done
+  wait "$c2" || fail "the restarted coordinator exited $?"
+  expect "succeeded jobs" 64 "$(state_count succeeded)"
+  expect "jobs with other than exactly one attempt" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs j WHERE (SELECT count(*) FROM attempts a
+               WHERE a.job = j.id) <> 1")"
+  expect "attempts" 64 "$(psql_q "SELECT count(*) FROM attempts")"
+  check_edges
+  expect "sweep jobs that ran on the recorded digest" 60 \
+    "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE matches")"
+  ;;
+failed)
+  # lr 100 without clipping: every run diverges at its second step
+  rc=0
+  "$Q" run "$GRID" --set 'stages.train.training.lrs=[100]' --set '+stages.train.training.clip=0' \
+    >"$D/run.log" 2>&1 || rc=$?
+  expect "qsweep run's exit code" 5 "$rc"
+  expect "failed training jobs" 4 "$(psql_q "SELECT count(*) FROM jobs WHERE kind = 'train'
+                                             AND state = 'failed' AND last_error LIKE 'diverged at step %'")"
+  expect "failed jobs" 64 "$(state_count failed)"
+  # a baseline quotes its training job; an eval job the first of its dependencies that ended
+  expect "baselines not failed with their training job's id and error" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs b JOIN job_deps d ON d.job = b.id JOIN jobs t ON t.id = d.depends_on
+               WHERE b.kind = 'baseline' AND b.last_error <> 'dependency ' || t.id || ' failed: ' || t.last_error")"
+  expect "eval jobs not failed with one of their dependencies' id and error" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs e WHERE e.kind = 'eval' AND NOT EXISTS (
+               SELECT 1 FROM job_deps d JOIN jobs x ON x.id = d.depends_on WHERE d.job = e.id
+               AND e.last_error = 'dependency ' || x.id || ' failed: ' || x.last_error)")"
+  expect "sweep jobs that got an attempt" 0 \
+    "$(psql_q "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job WHERE j.kind <> 'train'")"
+  check_edges
+  ;;
+resubmit)
+  "$Q" run "$GRID" >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
+  out=$("$Q" submit "$GRID") || fail "qsweep submit again"
+  echo "$out" | grep -q ": 64 jobs: 0 new, 64 already done, 0 already queued" ||
+    fail "resubmission: $out"
+  "$Q" run "$GRID" >"$D/run-again.log" 2>&1 || fail "qsweep run again exited $?"
+  expect "attempts after running it again" 64 "$(psql_q "SELECT count(*) FROM attempts")"
+  # one more format: the training stage and the sweep's earlier jobs are reused
+  more=(--set name=pipeline-tiny-fp8 --set 'stages.sweep.sensitivity.formats=[nvfp4, mxfp4, fp8_e4m3]')
+  out=$("$Q" submit "$GRID" "${more[@]}") || fail "qsweep submit with fp8"
+  echo "$out" | grep -q ": 92 jobs: 28 new, 64 already done, 0 already queued" ||
+    fail "submission with one more format: $out"
+  "$Q" run "$GRID" "${more[@]}" >"$D/run-fp8.log" 2>&1 || fail "qsweep run with fp8 exited $?"
+  expect "attempts after the fp8 run" 92 "$(psql_q "SELECT count(*) FROM attempts")"
+  expect "training attempts" 4 "$(psql_q "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job
+                                          WHERE j.kind = 'train'")"
+  # the model of bf16 seed 2 written again with other weights (those of bf16 seed 1, the same
+  # shape): its new eval jobs (its baseline is reused) refuse it, naming the digest its training
+  # job recorded
+  src=$(psql_q "SELECT model_path FROM v_trained_models m JOIN jobs j ON j.id = m.train_job_id
+                WHERE j.spec->'recipe'->>'name' = 'bf16' AND (j.spec->>'seed')::int = 1")
+  dst=$(psql_q "SELECT model_path FROM v_trained_models m JOIN jobs j ON j.id = m.train_job_id
+                WHERE j.spec->'recipe'->>'name' = 'bf16' AND (j.spec->>'seed')::int = 2")
+  want=$(cat "$dst.digest")
+  cp "$src/model.safetensors" "$dst/model.safetensors"
+  more=(--set name=pipeline-tiny-int8 --set 'stages.sweep.sensitivity.formats=[int8_channel]')
+  rc=0
+  "$Q" run "$GRID" "${more[@]}" >"$D/run-int8.log" 2>&1 || rc=$?
+  expect "qsweep run on a model written again: exit code" 5 "$rc"
+  expect "jobs of the rewritten model refused for its digest" 7 \
+    "$(psql_q "SELECT count(*) FROM jobs j WHERE j.state = 'failed' AND j.spec->'model'->>'path' = '$dst'
+               AND j.last_error LIKE '%differs from $want, recorded when its training job%'")"
+  expect "failed jobs" 7 "$(state_count failed)"
+  expect "int8 jobs of the other models succeeded" 21 \
+    "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND spec->>'format' = 'int8_channel'")"
+  ;;
+finetune)
+  # {init: path} in a pipeline: the 3-block test checkpoint fine-tuned 8 steps with bf16, then
+  # the fine-tuned model and the checkpoint itself swept side by side
+  "$Q" run "$GRID" --set "stages.train.training.shapes=[{init: $SRC/tests/engine/data/llama3_gqa}]" \
+    --set 'stages.train.training.recipes=[bf16]' --set 'stages.train.training.seeds=[1]' \
+    --set "stages.sweep.models=[{from: train, shape: llama3_gqa}, $SRC/tests/engine/data/llama3_gqa]" \
+    >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
+  expect "succeeded jobs (1 train, 2 x (1 baseline + 14 eval))" 31 "$(state_count succeeded)"
+  expect "sweep jobs of the fine-tuned model depending on the training job" 15 \
+    "$(psql_q "SELECT count(*) FROM jobs j JOIN job_deps d ON d.job = j.id JOIN jobs t ON t.id = d.depends_on
+               WHERE t.kind = 'train' AND t.job_key = j.spec->'model'->>'trained_by'")"
+  expect "sweep jobs of the checkpoint itself with an edge to a training job" 0 \
+    "$(psql_q "SELECT count(*) FROM jobs j JOIN job_deps d ON d.job = j.id JOIN jobs t ON t.id = d.depends_on
+               WHERE t.kind = 'train' AND NOT j.spec->'model' ? 'trained_by'")"
+  expect "sweep jobs that ran on the recorded digest" 15 \
+    "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE matches")"
+  # fine-tuning changed the model: the two baselines' perplexities differ
+  expect "distinct baseline perplexities" 2 \
+    "$(psql_q "SELECT count(DISTINCT r.value) FROM results r JOIN jobs j ON j.id = r.job
+               WHERE j.kind = 'baseline' AND r.name = 'ppl'")"
+  ;;
+*)
+  fail "unknown case (expected run, restart, failed, resubmit or finetune)"
+  ;;
+esac
+echo "pipeline_test $CASE: ok"
