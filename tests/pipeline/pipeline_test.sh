@@ -6,7 +6,9 @@
 #   run       docs/pipelines.md's dry-run lines are the command's; `qsweep run` runs every job once; each baseline and eval job of a trained model
 #             names its training job in model.trained_by and has a job_deps edge to exactly
 #             that job; the digest each training job recorded is the one its sweep ran on;
-#             every eval job's ppl pairs with its baseline in v_sensitivity.
+#             every eval job's ppl pairs with its baseline in v_sensitivity; the pipeline
+#             views, results tables and report heatmap agree with the rows
+#             (tests/cli/pipeline_check.py).
 #   restart   a coordinator killed with SIGKILL once the training stage has succeeded (the
 #             sweep queued or running) and started again: every job succeeds with exactly one
 #             attempt (counted in SQL).
@@ -102,6 +104,12 @@ run)
   expect "eval ppl rows" 56 \
     "$(psql_q "SELECT count(*) FROM v_sensitivity WHERE experiment = 'pipeline-tiny'
                AND metric = 'ppl'")"
+  # the pipeline views, qsweep results' side-by-side tables and the report's heatmap, each
+  # recomputed from jobs, results and job_deps (tests/cli/pipeline_check.py)
+  python3 "$SRC/tests/cli/pipeline_check.py" --db "$QSWEEP_DB" --qsweep "$Q" \
+    --experiment pipeline-tiny >"$D/check.log" 2>&1 ||
+    { cat "$D/check.log" >&2; fail "pipeline_check.py on the run"; }
+  cat "$D/check.log"
   ;;
 restart)
   "$Q" submit "$GRID" >"$D/submit.log" 2>&1 || fail "qsweep submit"
