@@ -82,8 +82,10 @@ stage_exhaustive() {
   ctest --test-dir build/release --output-on-failure -j"$jobs" -L exhaustive
 }
 
+# Two at a time (each test has its own cluster, sockets and folders); the ones whose checks
+# involve timing are RUN_SERIAL in their CMakeLists.txt and run alone.
 stage_pg_tests() {
-  ctest --test-dir build/release --output-on-failure -L pg
+  ctest --test-dir build/release --output-on-failure -j"$jobs" -L pg
 }
 
 stage_asan_build() {
@@ -96,7 +98,7 @@ stage_asan_tests() {
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   local rc=0
   ctest --test-dir build/asan --output-on-failure -j"$jobs" -LE 'exhaustive|slow|pg' || rc=1
-  ctest --test-dir build/asan --output-on-failure -L pg -LE 'exhaustive|slow' || rc=1
+  ctest --test-dir build/asan --output-on-failure -j"$jobs" -L pg -LE 'exhaustive|slow' || rc=1
   return $rc
 }
 
