@@ -139,6 +139,8 @@ restart)
     kill -0 "$c2" 2>/dev/null || break
     sleep 0.1
   done
+  kill -0 "$c2" 2>/dev/null &&
+    fail "the restarted coordinator still runs after 120 s: $(psql_q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM jobs GROUP BY state) s")"
   wait "$c2" || fail "the restarted coordinator exited $?"
   expect "succeeded jobs" 64 "$(state_count succeeded)"
   expect "jobs with other than exactly one attempt" 0 \
