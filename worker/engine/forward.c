@@ -1,7 +1,7 @@
 /* The Llama forward pass over the ops table (forward.h), for one rank (the unsharded model)
  * or the N ranks of a tensor-parallel one: embeddings, the blocks (block.c, the one block
  * definition, with the policy's linears, the SQNR probe and the row-parallel all-reduce as its
- * hooks), final norm and lm_head. It reads like modeling_llama.py; with N ranks it is
+ * hooks), final norm and lm_head (llama_head.c, the model's ends, shared with training too). It reads like modeling_llama.py; with N ranks it is
  * Megatron-LM's layer (arXiv 1909.08053, section 3): q/k/v and gate/up column-parallel (each
  * rank its heads and hidden units, no communication), o_proj and down_proj row-parallel (each
  * rank a partial sum over its inputs), one all-reduce after each row-parallel linear, the
@@ -16,6 +16,7 @@
 #include "forward.h"
 
 #include "block.h"
+#include "llama_head.h"
 
 #include "clock.h"
 
@@ -141,8 +142,9 @@ static qs_status hook_linear(void *user, int rank, int layer, int kind, float *y
                              int rows, qs_error *err) {
     const fwd_hooks *fh = user;
     qw_rank *r = fh->ranks[rank];
-    return linear_forward(r, &r->lin[layer * QW_LINEAR_KINDS + kind], y, x, rows, NULL, fh->nm,
-                          err);
+    /* lm_head (layer n_layers) is linear n_layers*7 */
+    int index = layer * QW_LINEAR_KINDS + (kind == QW_BLOCK_LM_HEAD ? 0 : kind);
+    return linear_forward(r, &r->lin[index], y, x, rows, NULL, fh->nm, err);
 }
 
 static qs_status hook_row_linear(void *user, int n, int layer, int kind, float *const *y,
@@ -157,21 +159,41 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                                                   size_t cap),
                            const void *name_ctx, const float **logits, qs_error *err) {
     const qw_config *c0 = &ranks[0]->cfg;
-    int D = c0->dim, L = c0->n_layers;
+    int L = c0->n_layers;
     fwd_names nm = {name_of, name_ctx};
     if (n > 1) pc = NULL; /* the prefix cache belongs to the unsharded model */
     /* Blocks before the first quantized one compute what the unquantized model computes: start
      * from the cached residual where there is one, and store the boundaries this run reaches. */
     int fq = qw_forward_first_quantized_block(ranks[0]);
     int start = qw_prefix_cache_begin(pc, tokens, T, fq, ranks[0]->rs.x);
-    if (start == 0)
-        for (int i = 0; i < n; i++) {
-            qw_rank *r = ranks[i];
-            qw_tensor x = {r->rs.x, T, D};
-            double t0 = qs_clock_s();
-            OPS(r)->embedding(&r->be, &x, tokens, &r->lin[L * QW_LINEAR_KINDS + 1].w);
-            qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
-        }
+    /* The model's ends (llama_head.h) on each rank: the host tokens, the embeddings in their
+     * form, the final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
+    qw_head_io hio[n];
+    qw_head_io *hiop[n];
+    for (int i = 0; i < n; i++) {
+        qw_rank *r = ranks[i];
+        hio[i] = (qw_head_io){.be = &r->be,
+                              .cfg = &r->cfg,
+                              .N = T,
+                              .row0 = row0,
+                              .tokens = tokens,
+                              .table = &r->lin[L * QW_LINEAR_KINDS + 1].w,
+                              .x = r->rs.x,
+                              .xf = r->rs.x,
+                              .norm = r->final_norm,
+                              .ln = r->rs.xb,
+                              .logits = r->rs.logits,
+                              .gathered = n > 1 ? gathered : NULL,
+                              .ld = (size_t)vocab_full,
+                              .col0 = r->vocab0,
+                              .prof = r->prof};
+        hiop[i] = &hio[i];
+    }
+    qs_status st;
+    if (start == 0) {
+        st = qw_head_embed(hiop, n, err);
+        if (st != QS_OK) return st;
+    }
     /* The block's buffers on each rank: the evaluation's in-place residual stream. */
     qw_block_io io[n];
     qw_block_io *iop[n];
@@ -202,7 +224,6 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     }
     fwd_hooks fh = {ranks, &nm};
     qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
-    qs_status st;
     for (int l = start; l < L; l++) {
         qw_prefix_cache_reached(pc, l, fq, ranks[0]->rs.x);
         for (int i = 0; i < n; i++) {
@@ -213,21 +234,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         if (st != QS_OK) return st;
     }
     qw_prefix_cache_reached(pc, L, fq, ranks[0]->rs.x);
-    int R = T - row0; /* rows of logits wanted */
-    for (int i = 0; i < n; i++) {
-        qw_rank *r = ranks[i];
-        qw_runstate *rs = &r->rs;
-        qw_tensor xr = {rs->x + (size_t)row0 * D, R, D}, xbr = {rs->xb, R, D};
-        double t0 = qs_clock_s();
-        OPS(r)->rmsnorm(&r->be, &xbr, &xr, r->final_norm, r->cfg.norm_eps);
-        qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
-        st = linear_forward(r, &r->lin[L * QW_LINEAR_KINDS], rs->logits, rs->xb, R, NULL, &nm, err);
-        if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;
-        if (n > 1) {
-            qw_tensor lg = {rs->logits, R, r->cfg.vocab_size};
-            OPS(r)->download(&r->be, gathered + r->vocab0, (size_t)vocab_full, &lg);
-        }
-    }
+    st = qw_head_forward(hiop, n, &hooks, err);
+    if (st != QS_OK) return st;
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;
     return QS_OK;
 }
