@@ -11,7 +11,8 @@
  *
  * Ranks run in lockstep, op by op, from one host thread: with one process driving the GPUs of
  * its node (ncclCommInitAll) each op is queued on every device before the next, and NCCL's
- * group calls reduce them together. n == 1 runs exactly the ops the unsharded model ran before
+ * group calls reduce them together. Every all-reduce goes through the ranks' group
+ * (worker/comm/comm.h), CPU ranks or NCCL ranks, the same calls for both. n == 1 runs exactly the ops the unsharded model ran before
  * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
 #include "forward.h"
 
@@ -95,11 +96,11 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *co
         return linear_forward(r, &r->lin[index], y[0], x[0], T, NULL, nm, err);
     }
     if (n < 1) return qs_error_set(err, QS_EINVAL, "%d ranks", n);
-    qw_backend *be[n];
-    qw_tensor t[n];
-    qw_tensor *tp[n];
-    for (int i = 0; i < n; i++)
-        be[i] = &ranks[i]->be;
+    qw_group *g = ranks[0]->group;
+    if (!g || g->n != n)
+        return qs_error_set(err, QS_EINVAL, "linear %d: %d ranks without a group of %d", index, n,
+                            n);
+    float *bufs[n];
     /* Only a per-tensor-scaled format (NVFP4, FP8 per tensor) has a scale to share; MX and INT
      * scales are per block, and the blocks do not straddle ranks (shard.h). */
     const qk_format *af = ranks[0]->lin[index].spec.act;
@@ -109,20 +110,22 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *co
             qw_rank *r = ranks[i];
             qw_tensor tx = {x[i], T, r->lin[index].in};
             OPS(r)->amax(&r->be, &tx, r->amax);
-            t[i] = (qw_tensor){r->amax, 1, 1};
-            tp[i] = &t[i];
+            bufs[i] = r->amax;
         }
-        st = OPS(ranks[0])->allreduce(be, n, tp, QW_REDUCE_MAX, err);
+        st = qw_group_allreduce(g, bufs, 1, QW_GROUP_MAX, err);
         if (st != QS_OK) return qs_error_wrap(err, "amax all-reduce of linear %d", index);
     }
+    int out = ranks[0]->lin[index].out;
     for (int i = 0; i < n; i++) {
         qw_rank *r = ranks[i];
+        if (r->lin[index].out != out)
+            return qs_error_set(err, QS_EINVAL, "linear %d: rank %d has %d outputs, rank 0 %d",
+                                index, i, r->lin[index].out, out);
         st = linear_forward(r, &r->lin[index], y[i], x[i], T, act ? r->amax : NULL, nm, err);
         if (st != QS_OK) return qs_error_wrap(err, "rank %d", i);
-        t[i] = (qw_tensor){y[i], T, r->lin[index].out};
-        tp[i] = &t[i];
+        bufs[i] = y[i];
     }
-    st = OPS(ranks[0])->allreduce(be, n, tp, QW_REDUCE_SUM, err);
+    st = qw_group_allreduce(g, bufs, (size_t)T * (size_t)out, QW_GROUP_SUM, err);
     if (st != QS_OK) return qs_error_wrap(err, "all-reduce of linear %d", index);
     return QS_OK;
 }
