@@ -1,19 +1,20 @@
 /* The Llama forward pass over the ops table (forward.h), for one rank (the unsharded model)
  * or the N ranks of a tensor-parallel one: embeddings, the blocks (block.c, the one block
  * definition, with the policy's linears, the SQNR probe and the row-parallel all-reduce as its
- * hooks), final norm and lm_head (llama_head.c, the model's ends, shared with training too). It reads like modeling_llama.py; with N ranks it is
- * Megatron-LM's layer (arXiv 1909.08053, section 3): q/k/v and gate/up column-parallel (each
- * rank its heads and hidden units, no communication), o_proj and down_proj row-parallel (each
- * rank a partial sum over its inputs), one all-reduce after each row-parallel linear, the
- * residual stream and the norms replicated. lm_head is vocabulary-parallel: each rank its
- * rows, the slices gathered into one logits row (no all-reduce: every logit is computed
- * whole on one rank).
+ * hooks), final norm and lm_head (llama_head.c, the model's ends, shared with training too). It
+ * reads like modeling_llama.py; with N ranks it is Megatron-LM's layer (arXiv 1909.08053, section
+ * 3): q/k/v and gate/up column-parallel (each rank its heads and hidden units, no communication),
+ * o_proj and down_proj row-parallel (each rank a partial sum over its inputs), one all-reduce after
+ * each row-parallel linear, the residual stream and the norms replicated. lm_head is
+ * vocabulary-parallel: each rank its rows, the slices gathered into one logits row (no all-reduce:
+ * every logit is computed whole on one rank).
  *
  * Ranks run in lockstep, op by op, from one host thread: with one process driving the GPUs of
  * its node (ncclCommInitAll) each op is queued on every device before the next, and NCCL's
  * group calls reduce them together. Every all-reduce goes through the ranks' group
- * (worker/comm/comm.h), CPU ranks or NCCL ranks, the same calls for both. n == 1 runs exactly the ops the unsharded model ran before
- * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
+ * (worker/comm/comm.h), CPU ranks or NCCL ranks, the same calls for both. n == 1 runs exactly the
+ * ops the unsharded model ran before tensor parallelism existed, in the same order: no all-reduce,
+ * no amax, the same bits. */
 #include "forward.h"
 
 #include "block.h"

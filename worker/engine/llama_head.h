@@ -79,7 +79,6 @@ qs_status qw_head_backward(const qw_head_io *io, const float *dlogits, float *dl
 
 /* The lookup's backward (save): demb [V x D] += dx [N x D] scattered by the tokens, rows
  * added in token order. Errors: the backend's. */
-qs_status qw_head_embed_backward(const qw_head_io *io, float *demb, const float *dx,
-                                 qs_error *err);
+qs_status qw_head_embed_backward(const qw_head_io *io, float *demb, const float *dx, qs_error *err);
 
 #endif

@@ -18,9 +18,10 @@ struct qw_tp {
     qw_weight *masters;     /* [n][n_lin] the ranks' master slices (views or owned FP32) */
     float **owned;          /* [n][n_lin] FP32 slice storage, or NULL for a view */
     size_t owned_bytes;
-    float *gathered; /* [max_ctx x V] lm_head's slices gathered */
-    qw_group group;  /* the ranks' all-reduce (comm.h); zeroed until made */
-    int device[QW_TP_MAX]; /* each rank's CUDA ordinal, -1 on a CPU backend */
+    float *gathered;                /* [max_ctx x V] lm_head's slices gathered */
+    qw_group group;                 /* the ranks' all-reduce (comm.h); zeroed until made */
+    int device[QW_TP_MAX];          /* each rank's CUDA ordinal, -1 on a CPU backend */
+    void (*release)(qw_backend *b); /* frees a rank's backend */
 };
 
 /* Starts of n parts of `total` cut at multiples of a unit: the largest of units[] (in
@@ -212,8 +213,7 @@ static qs_status make_group(qw_tp *tp, int threads, qs_error *err) {
     for (int r = 0; r < tp->n; r++)
         gpus += tp->device[r] >= 0;
     if (gpus && gpus != tp->n)
-        return qs_error_set(err, QS_EINVAL, "tensor parallel: %d of %d ranks on GPUs", gpus,
-                            tp->n);
+        return qs_error_set(err, QS_EINVAL, "tensor parallel: %d of %d ranks on GPUs", gpus, tp->n);
     qs_status st = gpus ? qw_group_nccl(&tp->group, tp->n, tp->device, err)
                         : qw_group_cpu(&tp->group, tp->n, threads, err);
     if (st != QS_OK) return qs_error_wrap(err, "tensor parallel: %d ranks", tp->n);
@@ -223,7 +223,8 @@ static qs_status make_group(qw_tp *tp, int threads, qs_error *err) {
 }
 
 qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
-                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err) {
+                       qw_rank_backend_fn init, void (*release)(qw_backend *b), void *ctx,
+                       qw_tp **out, qs_error *err) {
     *out = NULL;
     if (max_ctx < 1 || threads < 1)
         return qs_error_set(err, QS_EINVAL, "tensor parallel: max_ctx %d, threads %d", max_ctx,
@@ -231,6 +232,7 @@ qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
     qw_tp *tp = calloc(1, sizeof *tp);
     if (!tp) return qs_error_set(err, QS_ENOMEM, "tensor parallel");
     tp->cfg = wt->cfg;
+    tp->release = release ? release : qw_backend_release;
     tp->n = n;
     tp->max_ctx = max_ctx;
     tp->n_lin = wt->cfg.n_layers * QW_LINEAR_KINDS + 2;
@@ -271,7 +273,7 @@ void qw_tp_destroy(qw_tp *tp) {
             free(rk->lin);
             if (rk->amax) rk->be.ops->free(&rk->be, rk->amax);
             if (rk->be.ops) qw_runstate_release(&rk->rs, &rk->be);
-            qw_backend_release(&rk->be);
+            if (rk->be.ops) tp->release(&rk->be);
         }
     if (tp->owned)
         for (size_t i = 0; i < (size_t)tp->n * tp->n_lin; i++)

@@ -76,14 +76,16 @@ typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, in
 
 /* Builds the n ranks of the model over weights wt for sequences of up to max_ctx tokens, each
  * with the run state of its shard shape on the backend init(ctx) sets up; init NULL: a CPU
- * backend of `threads` threads per rank (qw_backend_cpu_init), all in this process. The ranks
+ * backend of `threads` threads per rank (qw_backend_cpu_init), all in this process; release
+ * frees a backend init made (NULL: qw_backend_release, the CPU's). The ranks
  * all-reduce through one group of the ranks interface (worker/comm/comm.h), the same calls for
  * either kind: CPU ranks (qw_group_cpu, `threads` threads) when every backend is a CPU one,
  * NCCL ranks over the backends' devices (qw_group_nccl) when every one is a GPU.
  * Errors: those of qw_shard_plan, init, qw_group_cpu and qw_group_nccl, QS_EINVAL (CPU and GPU
  * ranks mixed), QS_ENOMEM. */
 qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
-                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err);
+                       qw_rank_backend_fn init, void (*release)(qw_backend *b), void *ctx,
+                       qw_tp **out, qs_error *err);
 
 /* Frees the ranks, their slices and packed forms. NULL is a no-op. */
 void qw_tp_destroy(qw_tp *tp);
