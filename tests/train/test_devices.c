@@ -12,7 +12,7 @@
 #include "jobs_backend.h"
 #include "train_job.h"
 
-/* A CUDA spec offering the n ordinals d (first one also backend.device, as the job kind sets it). */
+/* A CUDA spec offering the n ordinals d (the first also backend.device, as the job kind sets). */
 static qw_train_spec cuda_spec(const int *d, int n) {
     qw_train_spec s;
     memset(&s, 0, sizeof s);
