@@ -231,7 +231,21 @@ typedef struct qw_backend {
 } qw_backend;
 
 /* The operations of the forward pass. Every qw_tensor was allocated by this backend (alloc).
- * Shapes as the free functions above. */
+ * Shapes as the free functions above.
+ *
+ * The forward ops have two entry sets, and block.c / llama_head.c pick one by io.save: the
+ * evaluation entries (embedding, rmsnorm, rope, attention, swiglu, residual: qw_tensor
+ * handles, in place, no status; the CUDA backend keeps its error for the caller to read) and
+ * the training forward entries (embedding_fwd, rmsnorm_fwd, rope_fwd, attention_fwd,
+ * swiglu_fwd, add: raw pointers, a status, out of place, keeping what the backward needs).
+ * They compute the same formulas. Attention's two kernels must differ: the evaluation's tiles
+ * its queries (QW_ATT_TILE rows against the keys up to the tile's last query) and keeps no
+ * probabilities; the training's computes each (sequence, head) as two whole T x T GEMMs and
+ * keeps them. The BLAS calls have other dimensions, so their sums differ in the last bits, and
+ * one kernel for both would change the goldens or the training finals. The embedding takes
+ * the weight in any form and host tokens (evaluation) or an FP32 table and tokens in backend
+ * memory (training, whose backward scatters by the same tokens). On the CPU, RMSNorm, RoPE and
+ * SwiGLU run the same functions in both sets, and the residual the same one addition. */
 struct qw_ops {
     const char *name; /* "cpu" */
     /* Buffers: bytes of backend memory, NULL on failure; free(NULL) is a no-op. */
