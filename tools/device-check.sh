@@ -99,7 +99,7 @@ if ldd "$build/cli/qsweep" | grep -qE 'libcu|libnccl'; then
 else
   note "module: qsweep links no CUDA library (ldd)"
 fi
-if ctest --test-dir "$build" -R '^(gpu_cuda_module_.*|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|cli_backend_choice|engine_backend)$' \
+if ctest --test-dir "$build" -R '^(gpu_cuda_module_.*|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|cli_backend_choice|engine_backend|train_devices)$' \
      --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
   note "cpu-side GPU logic (GEMM path table, GPU list, backend choice, module symbols): ok"
 else

@@ -75,6 +75,14 @@ qs_status qk_cuda_quantize_lt_async(const qk_format *fmt, const qk_quant_options
 qs_status qk_cuda_rht16(float *d_x, size_t rows, size_t k, uint64_t seed, int inverse, void *stream,
                         qs_error *err);
 
+/* The d-point random Hadamard transform of hadamard.h qk_rht (d = 16 or 32: same signs, same
+ * butterfly order, the same FP32 multiply by 1/sqrt(d), same bits) in place on the device
+ * buffer d_x [rows x k], k % d == 0, d_x 16-byte aligned; d = 16 is qk_cuda_rht16. Runs on
+ * stream, stream-ordered as qk_cuda_rht16. Errors: QS_EINVAL (d other than 16 or 32, k % d,
+ * empty, misaligned), QS_EIO. */
+qs_status qk_cuda_rht(float *d_x, size_t rows, size_t k, int d, uint64_t seed, int inverse,
+                      void *stream, qs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

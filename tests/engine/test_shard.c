@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "comm.h"
 #include "golden.h"
 #include "model.h"
 #include "ops.h"
@@ -101,39 +102,32 @@ static void plan_refuses_what_cannot_be_split(void **state) {
     assert_int_equal(qw_shard_plan(&c, QW_TP_MAX + 1, s, &err), QS_EINVAL);
 }
 
-/* ---------------------------------------------------------------- the all-reduce entry */
+/* ---------------------------------------------------------------- the ranks' all-reduce */
 
+/* The all-reduce the sharded forward calls (comm.h CPU ranks, the group qw_tp_create makes for
+ * CPU backends): every element summed in rank order, the max taken, a missing buffer refused. */
 static void cpu_allreduce_sums_in_rank_order_and_takes_the_max(void **state) {
     (void)state;
     qs_error err = {0};
-    qw_backend b[3];
-    for (int r = 0; r < 3; r++)
-        assert_int_equal(qw_backend_cpu_init(&b[r], 2, 4, &err), QS_OK);
+    qw_group g;
+    assert_int_equal(qw_group_cpu(&g, 3, 2, &err), QS_OK);
     /* 1e8 + 1 - 1e8 in float: (1e8 + 1) rounds to 1e8, so rank order gives 0, not 1 */
     float d[3][2] = {{1e8f, 2.0f}, {1.0f, -7.0f}, {-1e8f, 0.5f}};
-    qw_tensor t[3], *tp[3];
-    qw_backend *bp[3];
-    for (int r = 0; r < 3; r++) {
-        t[r] = (qw_tensor){d[r], 1, 2};
-        tp[r] = &t[r];
-        bp[r] = &b[r];
-    }
-    assert_int_equal(qw_ops_cpu()->allreduce(bp, 3, tp, QW_REDUCE_SUM, &err), QS_OK);
+    float *bufs[3] = {d[0], d[1], d[2]};
+    assert_int_equal(qw_group_allreduce(&g, bufs, 2, QW_GROUP_SUM, &err), QS_OK);
     for (int r = 0; r < 3; r++) {
         assert_true(d[r][0] == 0.0f);
         assert_true(d[r][1] == -4.5f);
     }
     float m[3][1] = {{0.25f}, {3.0f}, {1.5f}};
-    for (int r = 0; r < 3; r++)
-        t[r] = (qw_tensor){m[r], 1, 1};
-    assert_int_equal(qw_ops_cpu()->allreduce(bp, 3, tp, QW_REDUCE_MAX, &err), QS_OK);
+    float *mb[3] = {m[0], m[1], m[2]};
+    assert_int_equal(qw_group_allreduce(&g, mb, 1, QW_GROUP_MAX, &err), QS_OK);
     for (int r = 0; r < 3; r++)
         assert_true(m[r][0] == 3.0f);
-    t[1] = (qw_tensor){d[1], 2, 1};
-    assert_int_equal(qw_ops_cpu()->allreduce(bp, 3, tp, QW_REDUCE_SUM, &err), QS_EINVAL);
+    mb[1] = NULL;
+    assert_int_equal(qw_group_allreduce(&g, mb, 1, QW_GROUP_SUM, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "rank 1"));
-    for (int r = 0; r < 3; r++)
-        qw_backend_release(&b[r]);
+    qw_group_destroy(&g);
 }
 
 /* ---------------------------------------------------------------- sharded == unsharded */

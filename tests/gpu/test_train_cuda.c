@@ -2,7 +2,8 @@
  * (worker/engine/ops.h, qw_train_*) on random inputs. Tolerances (max |gpu - cpu| / max |cpu|,
  * printed per tensor):
  * - exact (0): embedding forward/backward, RoPE forward/backward, RMSNorm weight gradient,
- *   cross-entropy backward (the same float operations in the same order; nvcc --fmad=false);
+ *   cross-entropy backward, the RHT of both tile sizes (16 and 32, on the device: no CPU
+ *   fallback) (the same float operations in the same order; nvcc --fmad=false);
  * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
  *   (probabilities and losses): double sums in another order, CUDA expf;
  * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad, attention forward/backward): cuBLAS
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "gpu_test_util.h"
+#include "hadamard.h"
 #include "ops.h"
 #include "ops_cuda.h"
 #include "ops_cuda_train.h"
@@ -127,6 +129,28 @@ static void test_rope_exact(void **state) {
     OK(qw_cuda_train_rope_backward(&gpu, x, cs, sn, B, T, nh, E, ERR));
     assert_true(close_to("rope backward", x, ref, n, 0.0));
     free(ref);
+}
+
+/* The training table's RHT entry on the device for d = 16 and 32 against qk_rht, bit for bit;
+ * another d is refused. */
+static void test_rht_exact(void **state) {
+    (void)state;
+    size_t rows = 37, k = 192;
+    for (int d = 16; d <= 32; d += 16) {
+        float *x = buf(rows * k, 4.0f), *ref = host_copy(x, rows * k);
+        qs_error e = {0};
+        assert_int_equal(qk_rht(ref, rows, k, d, 0x1234ABCDull + (uint64_t)d, 0, 1, &e), QS_OK);
+        OK(qw_cuda_train_rht(&gpu, x, rows, k, d, 0x1234ABCDull + (uint64_t)d, ERR));
+        assert_true(close_to(d == 16 ? "rht16 on the device" : "rht32 on the device", x, ref,
+                             rows * k, 0.0));
+        free(ref);
+        gpu.ops->free(&gpu, x);
+    }
+    float *x = buf(rows * k, 1.0f);
+    qs_error e = {0};
+    assert_int_equal(qw_cuda_train_rht(&gpu, x, rows, k, 64, 1, &e), QS_EINVAL);
+    assert_non_null(strstr(e.msg, "d=64"));
+    gpu.ops->free(&gpu, x);
 }
 
 static void test_attention(void **state) {
@@ -250,6 +274,7 @@ int main(void) {
         cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),
         cmocka_unit_test(test_swiglu),          cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_rejects_cpu_backend),
+        cmocka_unit_test(test_rht_exact),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

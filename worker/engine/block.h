@@ -28,6 +28,9 @@
 /* Linear kinds of a block, in Hugging Face order (the engine's QW_LINEAR_* and the trainer's
  * linear index l*7 + kind use the same numbers). */
 enum { QW_BLOCK_Q, QW_BLOCK_K, QW_BLOCK_V, QW_BLOCK_O, QW_BLOCK_GATE, QW_BLOCK_UP, QW_BLOCK_DOWN };
+/* The kind the model's ends (llama_head.h) pass the linear hooks for lm_head, with layer
+ * n_layers (the engine's linear index n_layers*7, the trainer's lm_head index). */
+#define QW_BLOCK_LM_HEAD 7
 
 /* One rank's view of one block: its backend, shape, weights of the norms and every activation
  * buffer (backend memory). Without save: res, mid and out are the one residual stream x

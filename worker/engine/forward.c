@@ -1,21 +1,24 @@
 /* The Llama forward pass over the ops table (forward.h), for one rank (the unsharded model)
  * or the N ranks of a tensor-parallel one: embeddings, the blocks (block.c, the one block
  * definition, with the policy's linears, the SQNR probe and the row-parallel all-reduce as its
- * hooks), final norm and lm_head. It reads like modeling_llama.py; with N ranks it is
- * Megatron-LM's layer (arXiv 1909.08053, section 3): q/k/v and gate/up column-parallel (each
- * rank its heads and hidden units, no communication), o_proj and down_proj row-parallel (each
- * rank a partial sum over its inputs), one all-reduce after each row-parallel linear, the
- * residual stream and the norms replicated. lm_head is vocabulary-parallel: each rank its
- * rows, the slices gathered into one logits row (no all-reduce: every logit is computed
- * whole on one rank).
+ * hooks), final norm and lm_head (llama_head.c, the model's ends, shared with training too). It
+ * reads like modeling_llama.py; with N ranks it is Megatron-LM's layer (arXiv 1909.08053, section
+ * 3): q/k/v and gate/up column-parallel (each rank its heads and hidden units, no communication),
+ * o_proj and down_proj row-parallel (each rank a partial sum over its inputs), one all-reduce after
+ * each row-parallel linear, the residual stream and the norms replicated. lm_head is
+ * vocabulary-parallel: each rank its rows, the slices gathered into one logits row (no all-reduce:
+ * every logit is computed whole on one rank).
  *
  * Ranks run in lockstep, op by op, from one host thread: with one process driving the GPUs of
  * its node (ncclCommInitAll) each op is queued on every device before the next, and NCCL's
- * group calls reduce them together. n == 1 runs exactly the ops the unsharded model ran before
- * tensor parallelism existed, in the same order: no all-reduce, no amax, the same bits. */
+ * group calls reduce them together. Every all-reduce goes through the ranks' group
+ * (worker/comm/comm.h), CPU ranks or NCCL ranks, the same calls for both. n == 1 runs exactly the
+ * ops the unsharded model ran before tensor parallelism existed, in the same order: no all-reduce,
+ * no amax, the same bits. */
 #include "forward.h"
 
 #include "block.h"
+#include "llama_head.h"
 
 #include "clock.h"
 
@@ -94,11 +97,11 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *co
         return linear_forward(r, &r->lin[index], y[0], x[0], T, NULL, nm, err);
     }
     if (n < 1) return qs_error_set(err, QS_EINVAL, "%d ranks", n);
-    qw_backend *be[n];
-    qw_tensor t[n];
-    qw_tensor *tp[n];
-    for (int i = 0; i < n; i++)
-        be[i] = &ranks[i]->be;
+    qw_group *g = ranks[0]->group;
+    if (!g || g->n != n)
+        return qs_error_set(err, QS_EINVAL, "linear %d: %d ranks without a group of %d", index, n,
+                            n);
+    float *bufs[n];
     /* Only a per-tensor-scaled format (NVFP4, FP8 per tensor) has a scale to share; MX and INT
      * scales are per block, and the blocks do not straddle ranks (shard.h). */
     const qk_format *af = ranks[0]->lin[index].spec.act;
@@ -108,20 +111,22 @@ static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *co
             qw_rank *r = ranks[i];
             qw_tensor tx = {x[i], T, r->lin[index].in};
             OPS(r)->amax(&r->be, &tx, r->amax);
-            t[i] = (qw_tensor){r->amax, 1, 1};
-            tp[i] = &t[i];
+            bufs[i] = r->amax;
         }
-        st = OPS(ranks[0])->allreduce(be, n, tp, QW_REDUCE_MAX, err);
+        st = qw_group_allreduce(g, bufs, 1, QW_GROUP_MAX, err);
         if (st != QS_OK) return qs_error_wrap(err, "amax all-reduce of linear %d", index);
     }
+    int out = ranks[0]->lin[index].out;
     for (int i = 0; i < n; i++) {
         qw_rank *r = ranks[i];
+        if (r->lin[index].out != out)
+            return qs_error_set(err, QS_EINVAL, "linear %d: rank %d has %d outputs, rank 0 %d",
+                                index, i, r->lin[index].out, out);
         st = linear_forward(r, &r->lin[index], y[i], x[i], T, act ? r->amax : NULL, nm, err);
         if (st != QS_OK) return qs_error_wrap(err, "rank %d", i);
-        t[i] = (qw_tensor){y[i], T, r->lin[index].out};
-        tp[i] = &t[i];
+        bufs[i] = y[i];
     }
-    st = OPS(ranks[0])->allreduce(be, n, tp, QW_REDUCE_SUM, err);
+    st = qw_group_allreduce(g, bufs, (size_t)T * (size_t)out, QW_GROUP_SUM, err);
     if (st != QS_OK) return qs_error_wrap(err, "all-reduce of linear %d", index);
     return QS_OK;
 }
@@ -141,8 +146,9 @@ static qs_status hook_linear(void *user, int rank, int layer, int kind, float *y
                              int rows, qs_error *err) {
     const fwd_hooks *fh = user;
     qw_rank *r = fh->ranks[rank];
-    return linear_forward(r, &r->lin[layer * QW_LINEAR_KINDS + kind], y, x, rows, NULL, fh->nm,
-                          err);
+    /* lm_head (layer n_layers) is linear n_layers*7 */
+    int index = layer * QW_LINEAR_KINDS + (kind == QW_BLOCK_LM_HEAD ? 0 : kind);
+    return linear_forward(r, &r->lin[index], y, x, rows, NULL, fh->nm, err);
 }
 
 static qs_status hook_row_linear(void *user, int n, int layer, int kind, float *const *y,
@@ -157,21 +163,41 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                                                   size_t cap),
                            const void *name_ctx, const float **logits, qs_error *err) {
     const qw_config *c0 = &ranks[0]->cfg;
-    int D = c0->dim, L = c0->n_layers;
+    int L = c0->n_layers;
     fwd_names nm = {name_of, name_ctx};
     if (n > 1) pc = NULL; /* the prefix cache belongs to the unsharded model */
     /* Blocks before the first quantized one compute what the unquantized model computes: start
      * from the cached residual where there is one, and store the boundaries this run reaches. */
     int fq = qw_forward_first_quantized_block(ranks[0]);
     int start = qw_prefix_cache_begin(pc, tokens, T, fq, ranks[0]->rs.x);
-    if (start == 0)
-        for (int i = 0; i < n; i++) {
-            qw_rank *r = ranks[i];
-            qw_tensor x = {r->rs.x, T, D};
-            double t0 = qs_clock_s();
-            OPS(r)->embedding(&r->be, &x, tokens, &r->lin[L * QW_LINEAR_KINDS + 1].w);
-            qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
-        }
+    /* The model's ends (llama_head.h) on each rank: the host tokens, the embeddings in their
+     * form, the final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
+    qw_head_io hio[n];
+    qw_head_io *hiop[n];
+    for (int i = 0; i < n; i++) {
+        qw_rank *r = ranks[i];
+        hio[i] = (qw_head_io){.be = &r->be,
+                              .cfg = &r->cfg,
+                              .N = T,
+                              .row0 = row0,
+                              .tokens = tokens,
+                              .table = &r->lin[L * QW_LINEAR_KINDS + 1].w,
+                              .x = r->rs.x,
+                              .xf = r->rs.x,
+                              .norm = r->final_norm,
+                              .ln = r->rs.xb,
+                              .logits = r->rs.logits,
+                              .gathered = n > 1 ? gathered : NULL,
+                              .ld = (size_t)vocab_full,
+                              .col0 = r->vocab0,
+                              .prof = r->prof};
+        hiop[i] = &hio[i];
+    }
+    qs_status st;
+    if (start == 0) {
+        st = qw_head_embed(hiop, n, err);
+        if (st != QS_OK) return st;
+    }
     /* The block's buffers on each rank: the evaluation's in-place residual stream. */
     qw_block_io io[n];
     qw_block_io *iop[n];
@@ -202,7 +228,6 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     }
     fwd_hooks fh = {ranks, &nm};
     qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
-    qs_status st;
     for (int l = start; l < L; l++) {
         qw_prefix_cache_reached(pc, l, fq, ranks[0]->rs.x);
         for (int i = 0; i < n; i++) {
@@ -213,21 +238,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         if (st != QS_OK) return st;
     }
     qw_prefix_cache_reached(pc, L, fq, ranks[0]->rs.x);
-    int R = T - row0; /* rows of logits wanted */
-    for (int i = 0; i < n; i++) {
-        qw_rank *r = ranks[i];
-        qw_runstate *rs = &r->rs;
-        qw_tensor xr = {rs->x + (size_t)row0 * D, R, D}, xbr = {rs->xb, R, D};
-        double t0 = qs_clock_s();
-        OPS(r)->rmsnorm(&r->be, &xbr, &xr, r->final_norm, r->cfg.norm_eps);
-        qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
-        st = linear_forward(r, &r->lin[L * QW_LINEAR_KINDS], rs->logits, rs->xb, R, NULL, &nm, err);
-        if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;
-        if (n > 1) {
-            qw_tensor lg = {rs->logits, R, r->cfg.vocab_size};
-            OPS(r)->download(&r->be, gathered + r->vocab0, (size_t)vocab_full, &lg);
-        }
-    }
+    st = qw_head_forward(hiop, n, &hooks, err);
+    if (st != QS_OK) return st;
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;
     return QS_OK;
 }

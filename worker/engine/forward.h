@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "checkpoint.h"
+#include "comm.h"
 #include "error.h"
 #include "ops.h"
 #include "policy.h"
@@ -46,6 +47,9 @@ typedef struct qw_rank {
     const float *const *ffn_norm;  /* [L] each [D] */
     int vocab0;  /* first lm_head row (vocabulary id) of the rank's slice; 0 unsharded */
     float *amax; /* [1] backend memory: a sharded activation's global amax, or NULL */
+    /* the tensor-parallel group's all-reduce (worker/comm/comm.h: CPU or NCCL ranks), shared
+     * by the ranks; NULL unsharded */
+    qw_group *group;
     int probe;   /* SQNR probe on (unsharded models only) */
     float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on */
     /* where the forward's phases are timed (profile.h); NULL: untimed */
@@ -73,7 +77,7 @@ int qw_forward_first_quantized_block(const qw_rank *r);
  * op is queued on every rank's device before the next; on the CPU the ranks run one after
  * the other). n == 1 is the unsharded model: no all-reduce, the prefix cache pc may be used.
  * n > 1: the partial outputs of o_proj and down_proj are summed over the ranks with the
- * ops' allreduce, a sharded activation's amax is MAX-all-reduced before it is quantized, and
+ * ranks' group (qw_rank.group, comm.h qw_group_allreduce), a sharded activation's amax is MAX-all-reduced before it is quantized, and
  * each rank's lm_head rows (a vocabulary slice) are gathered into `gathered`
  * [(T - row0) x V_full] host memory (NULL when n == 1). *logits is rank 0's logits (n == 1)
  * or `gathered`. name_of(index) names linear `index` in errors.

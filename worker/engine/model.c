@@ -181,7 +181,7 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (m->tp) { /* the ranks' backends and run states are sized for the team too */
         int n = qw_tp_ranks(m->tp);
         qw_tp *tp = NULL;
-        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, &tp, err);
+        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, NULL, &tp, err);
         if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
         qw_tp_set_profile(tp, &m->prof);
         qw_tp_destroy(m->tp);
@@ -377,7 +377,7 @@ qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
                             "tensor_parallel %d: switch the SQNR probe off first", n);
     qw_tp *tp = NULL;
     if (n > 1) {
-        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, &tp, err);
+        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, NULL, &tp, err);
         if (st != QS_OK) return st;
         qw_tp_set_profile(tp, &m->prof);
     }

@@ -214,12 +214,6 @@ typedef struct qw_tensor {
 
 typedef struct qw_ops qw_ops;
 
-/* Reductions of an all-reduce over the ranks of a tensor-parallel group. */
-typedef enum qw_reduce {
-    QW_REDUCE_SUM = 0, /* partial outputs of a row-parallel linear (o_proj, down_proj) */
-    QW_REDUCE_MAX = 1, /* per-tensor amax of a sharded tensor (FP4 tensor scale) */
-} qw_reduce;
-
 /* One backend instance: its table, its team size, and the scratch its linear needs
  * (wscratch [threads x QW_GEMM_COLS x max_in] floats, owned by the backend). */
 typedef struct qw_backend {
@@ -237,7 +231,21 @@ typedef struct qw_backend {
 } qw_backend;
 
 /* The operations of the forward pass. Every qw_tensor was allocated by this backend (alloc).
- * Shapes as the free functions above. */
+ * Shapes as the free functions above.
+ *
+ * The forward ops have two entry sets, and block.c / llama_head.c pick one by io.save: the
+ * evaluation entries (embedding, rmsnorm, rope, attention, swiglu, residual: qw_tensor
+ * handles, in place, no status; the CUDA backend keeps its error for the caller to read) and
+ * the training forward entries (embedding_fwd, rmsnorm_fwd, rope_fwd, attention_fwd,
+ * swiglu_fwd, add: raw pointers, a status, out of place, keeping what the backward needs).
+ * They compute the same formulas. Attention's two kernels must differ: the evaluation's tiles
+ * its queries (QW_ATT_TILE rows against the keys up to the tile's last query) and keeps no
+ * probabilities; the training's computes each (sequence, head) as two whole T x T GEMMs and
+ * keeps them. The BLAS calls have other dimensions, so their sums differ in the last bits, and
+ * one kernel for both would change the goldens or the training finals. The embedding takes
+ * the weight in any form and host tokens (evaluation) or an FP32 table and tokens in backend
+ * memory (training, whose backward scatters by the same tokens). On the CPU, RMSNorm, RoPE and
+ * SwiGLU run the same functions in both sets, and the residual the same one addition. */
 struct qw_ops {
     const char *name; /* "cpu" */
     /* Buffers: bytes of backend memory, NULL on failure; free(NULL) is a no-op. */
@@ -262,16 +270,10 @@ struct qw_ops {
     void (*sqnr_sums)(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
                       double *noise);
     /* out[0] (backend memory, one float) = qw_amax_forward of x: the local amax of a rank's
-     * shard of a tensor, before the MAX all-reduce. */
+     * shard of a tensor, before the MAX all-reduce. The all-reduces of a tensor-parallel
+     * group are no entry of the table: the ranks share one group of the ranks interface
+     * (worker/comm/comm.h: CPU or NCCL ranks, qw_rank.group), whatever their backend. */
     void (*amax)(qw_backend *b, const qw_tensor *x, float *out);
-    /* In place over a tensor-parallel group: ranks[0..n-1] are the backends of the group's
-     * ranks (each of this table) and x[i] rank i's tensor, all of one shape; afterwards every
-     * x[i] holds the elementwise reduction over the n ranks. CPU: one sum (or max) per
-     * element in rank order 0, 1, ..., n-1, so the result is deterministic and the same on
-     * every rank; NCCL: ncclAllReduce in a group call. Errors: QS_EINVAL (n < 1, shapes
-     * differ), the communicator's errors. */
-    qs_status (*allreduce)(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
-                           qs_error *err);
     /* dst[r*ld + c] = src[r][c] for the rows and columns of src: src copied to host memory
      * with row stride ld floats (lm_head's vocabulary slices gathered into one logits row). */
     void (*download)(qw_backend *b, float *dst, size_t ld, const qw_tensor *src);

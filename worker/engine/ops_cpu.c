@@ -7,7 +7,6 @@
  * against 52 on one thread (bench/engine on the 2-core development machine). */
 #include "ops.h"
 
-#include "comm.h"
 #include "clock.h"
 #include "hadamard.h"
 
@@ -323,29 +322,6 @@ static void cpu_amax(qw_backend *b, const qw_tensor *x, float *out) {
     out[0] = qw_amax_forward(x->data, (size_t)x->rows * (size_t)x->cols);
 }
 
-/* The group's ranks share this process's memory: the ranks interface's CPU ranks
- * (worker/comm/comm.h) reduce every element in rank order and copy the result to every rank. */
-static qs_status cpu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
-                               qs_error *err) {
-    if (n < 1) return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks", n);
-    for (int r = 1; r < n; r++)
-        if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
-            return qs_error_set(err, QS_EINVAL,
-                                "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
-                                (long long)x[r]->rows, (long long)x[r]->cols,
-                                (long long)x[0]->rows, (long long)x[0]->cols);
-    size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
-    qw_group g;
-    qs_status st = qw_group_cpu(&g, n, ranks[0]->threads, err);
-    if (st != QS_OK) return st;
-    float *bufs[QW_GROUP_MAX_RANKS];
-    for (int r = 0; r < n; r++)
-        bufs[r] = x[r]->data;
-    st = qw_group_allreduce(&g, bufs, len, op == QW_REDUCE_SUM ? QW_GROUP_SUM : QW_GROUP_MAX, err);
-    qw_group_destroy(&g);
-    return st;
-}
-
 static void cpu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
     (void)b;
     for (int64_t r = 0; r < src->rows; r++)
@@ -543,7 +519,6 @@ static const qw_ops cpu_ops = {
     .logsoftmax = cpu_logsoftmax,
     .sqnr_sums = cpu_sqnr_sums,
     .amax = cpu_amax,
-    .allreduce = cpu_allreduce,
     .download = cpu_download,
     .upload = cpu_upload,
     .fetch = cpu_upload,

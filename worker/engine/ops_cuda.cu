@@ -412,54 +412,6 @@ static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
     finish(c, "amax");
 }
 
-#define TP_MAX_RANKS 8
-
-/* The ranks' buffers, passed by value. */
-typedef struct tp_ptrs {
-    float *p[TP_MAX_RANKS];
-} tp_ptrs;
-
-/* Element by element in rank order 0..n-1 (the CPU's order: the same bits), written back to
- * every rank. */
-__global__ void k_allreduce(tp_ptrs x, int n, size_t len, int op_max) {
-    QW_GRID_STRIDE(i, len) {
-        float s = x.p[0][i];
-        for (int r = 1; r < n; r++) {
-            float v = x.p[r][i];
-            s = op_max ? (v > s ? v : s) : s + v;
-        }
-        for (int r = 0; r < n; r++)
-            x.p[r][i] = s;
-    }
-}
-
-/* Ranks of one process on one node: every rank's buffer is managed memory (this backend's
- * alloc), readable from rank 0's device, so one kernel there reduces them in rank order. A
- * multi-node group goes through NCCL (fwd's communicator), not this. */
-static qs_status cu_allreduce(qw_backend *const *ranks, int n, qw_tensor *const *x, qw_reduce op,
-                              qs_error *err) {
-    if (n < 1 || n > TP_MAX_RANKS)
-        return qs_error_set(err, QS_EINVAL, "allreduce: %d ranks (cuda: 1..%d)", n, TP_MAX_RANKS);
-    tp_ptrs pp;
-    memset(&pp, 0, sizeof pp);
-    for (int r = 0; r < n; r++) {
-        if (x[r]->rows != x[0]->rows || x[r]->cols != x[0]->cols)
-            return qs_error_set(err, QS_EINVAL,
-                                "allreduce: rank %d holds [%lld x %lld], rank 0 [%lld x %lld]", r,
-                                (long long)x[r]->rows, (long long)x[r]->cols, (long long)x[0]->rows,
-                                (long long)x[0]->cols);
-        cuda_ctx *cr = cuda_enter(ranks[r]); /* each rank's stream on its own device */
-        qs_status st = qw_cuda_status(cr, cudaStreamSynchronize(cr->stream), "allreduce", err);
-        if (st != QS_OK) return st;
-        pp.p[r] = x[r]->data;
-    }
-    cuda_ctx *c = cuda_enter(ranks[0]); /* the kernel runs on rank 0's device */
-    size_t len = (size_t)x[0]->rows * (size_t)x[0]->cols;
-    k_allreduce<<<qw_grid_of(len, 256), 256, 0, c->stream>>>(pp, n, len, op == QW_REDUCE_MAX);
-    if (finish(c, "allreduce") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
-    return QS_OK;
-}
-
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
     cuda_ctx *c = cuda_enter(b);
     cudaError_t e = cudaMemcpy2DAsync(
@@ -487,7 +439,6 @@ static const qw_ops cuda_ops = {
     .logsoftmax = cu_logsoftmax,
     .sqnr_sums = cu_sqnr_sums,
     .amax = cu_amax,
-    .allreduce = cu_allreduce,
     .download = cu_download,
     /* training (ops_cuda_train.h) */
     .upload = qw_cuda_train_copy,

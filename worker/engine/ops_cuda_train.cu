@@ -500,18 +500,14 @@ extern "C" qs_status qw_cuda_train_round_bf16(qw_backend *b, float *x, size_t n,
     return done(c, "round_bf16", err);
 }
 
-/* RHT16 on the device (kernels/cuda: qk_rht16's signs, butterfly order and bits); other tile
- * sizes have no device kernel and run the CPU's qk_rht over the managed allocation. */
+/* The RHT on the device for both tile sizes the recipes use (kernels/cuda qk_cuda_rht: qk_rht's
+ * signs, butterfly order and bits for d = 16 and 32), on the backend's stream, the launch
+ * checked; any other d is refused as qk_rht refuses it. */
 extern "C" qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, size_t k, int d,
                                        uint64_t seed, qs_error *err) {
     CTX;
-    qs_status st;
-    if (d == 16) {
-        st = qk_cuda_rht16(x, rows, k, seed, 0, c->stream, err);
-        return st != QS_OK ? st : done(c, "rht16", err);
-    }
-    if ((st = done(c, "rht", err)) != QS_OK) return st;
-    return qk_rht(x, rows, k, d, seed, 0, 1, err);
+    qs_status st = qk_cuda_rht(x, rows, k, d, seed, 0, c->stream, err);
+    return st != QS_OK ? st : done(c, d == 16 ? "rht16" : "rht32", err);
 }
 
 /* On the device where qk_cuda_fake_quant has the format; what it refuses (reference-only

@@ -18,7 +18,10 @@ struct qw_tp {
     qw_weight *masters;     /* [n][n_lin] the ranks' master slices (views or owned FP32) */
     float **owned;          /* [n][n_lin] FP32 slice storage, or NULL for a view */
     size_t owned_bytes;
-    float *gathered; /* [max_ctx x V] lm_head's slices gathered */
+    float *gathered;                /* [max_ctx x V] lm_head's slices gathered */
+    qw_group group;                 /* the ranks' all-reduce (comm.h); zeroed until made */
+    int device[QW_TP_MAX];          /* each rank's CUDA ordinal, -1 on a CPU backend */
+    void (*release)(qw_backend *b); /* frees a rank's backend */
 };
 
 /* Starts of n parts of `total` cut at multiples of a unit: the largest of units[] (in
@@ -192,7 +195,8 @@ static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads,
     const qw_config *c = &rk->cfg;
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if (c->n_heads * c->head_dim > max_in) max_in = c->n_heads * c->head_dim;
-    qs_status st = init ? init(&rk->be, r, threads, max_in, ctx, err)
+    tp->device[r] = -1;
+    qs_status st = init ? init(&rk->be, r, threads, max_in, ctx, &tp->device[r], err)
                         : qw_backend_cpu_init(&rk->be, threads, max_in, err);
     if (st == QS_OK) st = qw_runstate_init(&rk->rs, &rk->be, c, tp->max_ctx, threads, err);
     if (st != QS_OK) return qs_error_wrap(err, "tensor parallel: rank %d", r);
@@ -202,8 +206,25 @@ static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads,
     return QS_OK;
 }
 
+/* The ranks' group: CPU ranks when every rank's backend is a CPU one, NCCL ranks on their
+ * devices when every one is a GPU (comm.h). */
+static qs_status make_group(qw_tp *tp, int threads, qs_error *err) {
+    int gpus = 0;
+    for (int r = 0; r < tp->n; r++)
+        gpus += tp->device[r] >= 0;
+    if (gpus && gpus != tp->n)
+        return qs_error_set(err, QS_EINVAL, "tensor parallel: %d of %d ranks on GPUs", gpus, tp->n);
+    qs_status st = gpus ? qw_group_nccl(&tp->group, tp->n, tp->device, err)
+                        : qw_group_cpu(&tp->group, tp->n, threads, err);
+    if (st != QS_OK) return qs_error_wrap(err, "tensor parallel: %d ranks", tp->n);
+    for (int r = 0; r < tp->n; r++)
+        tp->rank[r].group = &tp->group;
+    return QS_OK;
+}
+
 qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
-                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err) {
+                       qw_rank_backend_fn init, void (*release)(qw_backend *b), void *ctx,
+                       qw_tp **out, qs_error *err) {
     *out = NULL;
     if (max_ctx < 1 || threads < 1)
         return qs_error_set(err, QS_EINVAL, "tensor parallel: max_ctx %d, threads %d", max_ctx,
@@ -211,6 +232,7 @@ qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
     qw_tp *tp = calloc(1, sizeof *tp);
     if (!tp) return qs_error_set(err, QS_ENOMEM, "tensor parallel");
     tp->cfg = wt->cfg;
+    tp->release = release ? release : qw_backend_release;
     tp->n = n;
     tp->max_ctx = max_ctx;
     tp->n_lin = wt->cfg.n_layers * QW_LINEAR_KINDS + 2;
@@ -231,6 +253,7 @@ qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
         tp->rp[r] = &tp->rank[r];
         st = rank_init(tp, wt, r, threads, init, ctx, err);
     }
+    if (st == QS_OK) st = make_group(tp, threads, err);
     if (st != QS_OK) {
         qw_tp_destroy(tp);
         return st;
@@ -250,7 +273,7 @@ void qw_tp_destroy(qw_tp *tp) {
             free(rk->lin);
             if (rk->amax) rk->be.ops->free(&rk->be, rk->amax);
             if (rk->be.ops) qw_runstate_release(&rk->rs, &rk->be);
-            qw_backend_release(&rk->be);
+            if (rk->be.ops) tp->release(&rk->be);
         }
     if (tp->owned)
         for (size_t i = 0; i < (size_t)tp->n * tp->n_lin; i++)
@@ -259,6 +282,7 @@ void qw_tp_destroy(qw_tp *tp) {
     free(tp->masters);
     free(tp->rank);
     free(tp->gathered);
+    qw_group_destroy(&tp->group);
     free(tp);
 }
 
@@ -356,8 +380,7 @@ static qs_status quantize_sharded(qw_tp *tp, int i, const qw_quant_spec *s, floa
     int replicated = i == tp->cfg.n_layers * QW_LINEAR_KINDS + 1;
     qs_status st;
     if (!replicated && s->weight->tensor_scale) {
-        qw_backend *be[QW_TP_MAX];
-        qw_tensor t[QW_TP_MAX], *tpp[QW_TP_MAX];
+        float *bufs[QW_TP_MAX];
         for (int r = 0; r < tp->n; r++) {
             qw_rank *rk = &tp->rank[r];
             qw_linear *L = &rk->lin[i];
@@ -365,11 +388,9 @@ static qs_status quantize_sharded(qw_tp *tp, int i, const qw_quant_spec *s, floa
             if (st != QS_OK) return st;
             qw_tensor tx = {tmp, L->out, L->in};
             rk->be.ops->amax(&rk->be, &tx, rk->amax);
-            be[r] = &rk->be;
-            t[r] = (qw_tensor){rk->amax, 1, 1};
-            tpp[r] = &t[r];
+            bufs[r] = rk->amax;
         }
-        st = tp->rank[0].be.ops->allreduce(be, tp->n, tpp, QW_REDUCE_MAX, err);
+        st = qw_group_allreduce(&tp->group, bufs, 1, QW_GROUP_MAX, err);
         if (st != QS_OK) return st;
     }
     for (int r = 0; r < tp->n; r++) {

@@ -12,7 +12,8 @@
  * - o_proj, down_proj: row-parallel, split by input features, i.e. a column range of the
  *   weight, which is strided in the row-major layout: the rank keeps an FP32 copy of its
  *   [out x in/N] slice (exact: the masters' dtypes convert to FP32 exactly). Each rank's
- *   partial output is summed over the ranks by the ops' allreduce (forward.c).
+ *   partial output is summed over the ranks by the ranks' group (worker/comm/comm.h,
+ *   forward.c).
  * - lm_head: vocabulary-parallel (Megatron-LM's parallel output embedding): rank r its rows
  *   [v0, v0+nv), a view; its logits slice is gathered into the full row. Every logit is then
  *   one whole dot product on one rank, with no all-reduce, and lm_head's weight memory (the
@@ -67,18 +68,24 @@ void qw_shard_range(const qw_shard *s, const qw_config *c, int kind, int *axis, 
 /* N ranks of a model over its masters (borrowed, must outlive the group). */
 typedef struct qw_tp qw_tp;
 
-/* Sets up rank `rank`'s backend b (a zeroed struct) for linears of up to max_in inputs: how a
- * GPU build puts rank r on device r (its table's allreduce then being NCCL's, over a
- * communicator the callback's ctx holds: worker/comm/comm_nccl.h). */
+/* Sets up rank `rank`'s backend b (a zeroed struct) for linears of up to max_in inputs and sets
+ * *device to the CUDA ordinal it runs on (-1: a CPU backend): how a GPU build puts rank r on
+ * its device. The group's all-reduce follows from the devices (qw_tp_create). */
 typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, int max_in, void *ctx,
-                                        qs_error *err);
+                                        int *device, qs_error *err);
 
 /* Builds the n ranks of the model over weights wt for sequences of up to max_ctx tokens, each
  * with the run state of its shard shape on the backend init(ctx) sets up; init NULL: a CPU
- * backend of `threads` threads per rank (qw_backend_cpu_init), all in this process.
- * Errors: those of qw_shard_plan and init, QS_ENOMEM. */
+ * backend of `threads` threads per rank (qw_backend_cpu_init), all in this process; release
+ * frees a backend init made (NULL: qw_backend_release, the CPU's). The ranks
+ * all-reduce through one group of the ranks interface (worker/comm/comm.h), the same calls for
+ * either kind: CPU ranks (qw_group_cpu, `threads` threads) when every backend is a CPU one,
+ * NCCL ranks over the backends' devices (qw_group_nccl) when every one is a GPU.
+ * Errors: those of qw_shard_plan, init, qw_group_cpu and qw_group_nccl, QS_EINVAL (CPU and GPU
+ * ranks mixed), QS_ENOMEM. */
 qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
-                       qw_rank_backend_fn init, void *ctx, qw_tp **out, qs_error *err);
+                       qw_rank_backend_fn init, void (*release)(qw_backend *b), void *ctx,
+                       qw_tp **out, qs_error *err);
 
 /* Frees the ranks, their slices and packed forms. NULL is a no-op. */
 void qw_tp_destroy(qw_tp *tp);

@@ -63,6 +63,8 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
                             "%s cuda: the worker offers no GPU (--gpus none, or none visible)",
                             from);
     *out = (qw_jobs_backend){.kind = kind, .device = device, .gemm = gemm};
+    for (size_t i = 0; i < n_gpus && i < QW_JOBS_MAX_DEVICES; i++)
+        out->devices[out->n_devices++] = gpus[i].device;
     return QS_OK;
 }
 

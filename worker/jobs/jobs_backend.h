@@ -36,13 +36,20 @@
 /* The CUDA backend's GEMM setting for the request "auto" (ops_cuda.h QW_CUDA_GEMM_LT). */
 #define QW_JOBS_GEMM_AUTO 2
 
+/* Offered GPUs a choice keeps the CUDA ordinals of. */
+#define QW_JOBS_MAX_DEVICES 16
+
 /* The process-wide choice: kind as given, the CUDA ordinal of the first offered GPU (-1: the
  * worker offers none), the CUDA GEMM setting (ops_cuda.h qw_cuda_gemm values: 0 fp32, 1 bf16,
- * 2 auto, 3 emulated). */
+ * 2 auto, 3 emulated), and the ordinals of every offered GPU in the worker's --gpus order
+ * (devices[0] == device): a job asking for k GPUs runs on the first k of them, the ones the
+ * scheduler fitted it on (coordinator/server/scheduler.h qc_sched_fits). */
 typedef struct qw_jobs_backend {
     qw_backend_kind kind;
     int device;
     int gemm;
+    int n_devices;
+    int devices[QW_JOBS_MAX_DEVICES];
 } qw_jobs_backend;
 
 /* The backend one model runs on: use_cuda, and the device when it does. */

@@ -1,6 +1,6 @@
-/* The trainable Llama model (tmodel.h) over the ops table (worker/engine/ops.h): embeddings,
- * the engine's block (block.h) with saved activations and the recipe's linears, final norm,
- * lm_head and cross-entropy, forward and backward.
+/* The trainable Llama model (tmodel.h) over the ops table (worker/engine/ops.h): the engine's
+ * embeddings, final norm and lm_head (llama_head.h) and its block (block.h), with saved
+ * activations and the recipe's linears, then the cross-entropy, forward and backward.
  * Shapes: N = B*T rows, D dim, F hidden_dim, H heads, G kv heads, E head_dim, V vocab,
  * L layers. */
 #include "tmodel.h"
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "llama_head.h"
 #include "philox.h"
 #include "threads.h"
 
@@ -447,10 +448,6 @@ static float *lm_head_g(qw_tmodel *m) {
         qs_status st_ = (call);                                                                    \
         if (st_ != QS_OK) return st_;                                                              \
     } while (0)
-#define LIN_FWD(layer, idx, y, x, W, in, out)                                                      \
-    TRY(qw_qlinear_forward(&m->env, layer, idx, y, x, W, N, in, out, err))
-#define LIN_BWD(layer, idx, dx, acc, dW, dy, x, W, in, out)                                        \
-    TRY(qw_qlinear_backward(&m->env, layer, idx, dx, acc, dW, dy, x, W, N, in, out, err))
 
 /* The parameter tensor (block.h kind) of block l's linear, its inputs and outputs. */
 static qw_tensor_view *block_linear(qw_tmodel *m, int l, int kind, int *in, int *out) {
@@ -465,11 +462,15 @@ static qw_tensor_view *block_linear(qw_tmodel *m, int l, int kind, int *in, int 
     return &m->tensors[TIDX(l, tensor_of[kind])];
 }
 
-/* The block's linears: the recipe's (qlinear.h), linear index l*7 + kind. */
+/* The block's and the head's linears: the recipe's (qlinear.h), linear index l*7 + kind;
+ * lm_head (kind QW_BLOCK_LM_HEAD, l = n_layers) is index n_layers*7 with layer -1. */
 static qs_status hook_linear(void *user, int rank, int l, int kind, float *y, const float *x,
                              int rows, qs_error *err) {
     (void)rank;
     qw_tmodel *m = user;
+    if (kind == QW_BLOCK_LM_HEAD)
+        return qw_qlinear_forward(&m->env, -1, l * QW_TMODEL_KINDS, y, x, lm_head_w(m), rows,
+                                  m->cfg.dim, m->cfg.vocab_size, err);
     int in, out;
     qw_tensor_view *t = block_linear(m, l, kind, &in, &out);
     return qw_qlinear_forward(&m->env, l, l * QW_TMODEL_KINDS + kind, y, x, t->data, rows, in, out,
@@ -479,6 +480,9 @@ static qs_status hook_linear(void *user, int rank, int l, int kind, float *y, co
 static qs_status hook_linear_bwd(void *user, int l, int kind, float *dx, int acc, const float *dy,
                                  const float *x, int rows, qs_error *err) {
     qw_tmodel *m = user;
+    if (kind == QW_BLOCK_LM_HEAD)
+        return qw_qlinear_backward(&m->env, -1, l * QW_TMODEL_KINDS, dx, acc, lm_head_g(m), dy, x,
+                                   lm_head_w(m), rows, m->cfg.dim, m->cfg.vocab_size, err);
     int in, out;
     qw_tensor_view *t = block_linear(m, l, kind, &in, &out);
     return qw_qlinear_backward(&m->env, l, l * QW_TMODEL_KINDS + kind, dx, acc, t->grad, dy, x,
@@ -487,6 +491,23 @@ static qs_status hook_linear_bwd(void *user, int l, int kind, float *dx, int acc
 
 static qw_block_hooks block_hooks(qw_tmodel *m) {
     return (qw_block_hooks){hook_linear, NULL, hook_linear_bwd, m};
+}
+
+/* The model's ends (llama_head.h) with saved activations: the tokens uploaded by the forward,
+ * the FP32 embeddings, the final norm of every row. */
+static qw_head_io head_io(qw_tmodel *m) {
+    return (qw_head_io){.be = m->be,
+                        .cfg = &m->cfg,
+                        .N = m->N,
+                        .save = 1,
+                        .tokens = m->tokens,
+                        .emb = m->tensors[0].data,
+                        .x = m->blocks[0].res,
+                        .xf = m->res_final,
+                        .norm = m->tensors[TIDX(m->cfg.n_layers, 0)].data,
+                        .ln = m->lnf,
+                        .rstd = m->rstdf,
+                        .logits = m->logits};
 }
 
 /* Block l's saved activations as the block's buffers. */
@@ -525,8 +546,7 @@ qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t
     const qw_config *c = &m->cfg;
     qw_backend *be = m->be;
     const qw_ops *ops = be->ops;
-    int N = m->N, D = c->dim, V = c->vocab_size, L = c->n_layers;
-    float eps = c->norm_eps;
+    int N = m->N, V = c->vocab_size, L = c->n_layers;
     m->have_targets = 0;
     for (int i = 0; i < N; i++) {
         if (tokens[i] >= (uint32_t)V)
@@ -540,16 +560,16 @@ qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t
     if (targets) TRY(ops->upload(be, m->targets, targets, (size_t)N * sizeof *targets, err));
     m->step = step;
     m->env.step = step;
-    TRY(ops->embedding_fwd(be, m->blocks[0].res, m->tokens, m->tensors[0].data, N, D, err));
+    qw_head_io hio = head_io(m);
+    qw_head_io *hiop = &hio;
+    TRY(qw_head_embed(&hiop, 1, err));
     qw_block_hooks h = block_hooks(m);
     for (int l = 0; l < L; l++) {
         qw_block_io io = block_io(m, l);
         qw_block_io *iop = &io;
         TRY(qw_block_forward(&iop, 1, l, &h, err));
     }
-    TRY(ops->rmsnorm_fwd(be, m->lnf, m->rstdf, m->res_final, m->tensors[TIDX(L, 0)].data, N, D, eps,
-                         err));
-    LIN_FWD(-1, L * QW_TMODEL_KINDS, m->logits, m->lnf, lm_head_w(m), D, V);
+    TRY(qw_head_forward(&hiop, 1, &h, err));
     if (!targets) return QS_OK;
     TRY(ops->crossentropy_fwd(be, m->logits, m->losses, m->targets, N, V, err));
     TRY(ops->fetch(be, m->host_losses, m->losses, (size_t)N * sizeof *m->host_losses, err));
@@ -570,15 +590,11 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
     const qw_config *c = &m->cfg;
     qw_backend *be = m->be;
     const qw_ops *ops = be->ops;
-    int N = m->N, D = c->dim, V = c->vocab_size, L = c->n_layers;
+    int N = m->N, V = c->vocab_size, L = c->n_layers;
     TRY(ops->crossentropy_bwd(be, m->logits, m->targets, N, V, scale / (float)N, err));
-    LIN_BWD(-1, L * QW_TMODEL_KINDS, m->dln, 0, lm_head_g(m), m->logits, m->lnf, lm_head_w(m), D,
-            V);
-    TRY(ops->zero(be, m->dres, (size_t)N * D * sizeof(float), err));
-    qw_tensor_view *fn = &m->tensors[TIDX(L, 0)];
-    TRY(ops->rmsnorm_bwd(be, m->dres, fn->grad, m->dln, m->res_final, fn->data, m->rstdf, N, D,
-                         err));
+    qw_head_io hio = head_io(m);
     qw_block_hooks h = block_hooks(m);
+    TRY(qw_head_backward(&hio, m->logits, m->dln, m->dres, m->tensors[TIDX(L, 0)].grad, &h, err));
     for (int l = L - 1; l >= 0; l--) {
         qw_block_io io = block_io(m, l);
         qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
@@ -586,5 +602,5 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
                             m->dk,   m->dv,      m->dh,      m->dg,  m->du,    m->att_scratch};
         TRY(qw_block_backward(&io, l, &g, &h, err));
     }
-    return ops->embedding_bwd(be, m->tensors[0].grad, m->dres, m->tokens, N, D, err);
+    return qw_head_embed_backward(&hio, m->tensors[0].grad, m->dres, err);
 }

@@ -3,7 +3,8 @@
  * that saves what the backward needs, and the backward (llm.c's GPT2 struct, for Llama), over
  * the engine's ops table (worker/engine/ops.h) and its one block definition
  * (worker/engine/block.h, the block the evaluation runs too, here with save on and the
- * recipe's linears as hooks): every step is a table entry, so the same code trains on the CPU
+ * recipe's linears as hooks) with the model's ends (worker/engine/llama_head.h: embeddings,
+ * final norm and lm_head, shared with the evaluation the same way): every step is a table entry, so the same code trains on the CPU
  * backend and on CUDA, and never reads the backend's memory from the host except through the
  * table's fetch.
  *

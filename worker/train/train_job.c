@@ -132,6 +132,35 @@ static qs_status point(const qw_train_hooks *h, qw_train_history *hist, const ch
     return qw_train_history_add(hist, name, step, v, err);
 }
 
+qs_status qw_train_rank_devices(const qw_train_spec *spec, int R, int *out, qs_error *err) {
+    if (R < 1 || R > QW_TRAIN_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "data_parallel %d: 1 to %d ranks", R,
+                            QW_TRAIN_MAX_RANKS);
+    for (int r = 0; r < R; r++)
+        out[r] = -1;
+    if (spec->backend.kind != QW_BACKEND_CUDA) return QS_OK;
+    int n = spec->n_devices;
+    if (n <= 0) {
+        for (int r = 0; r < R; r++)
+            out[r] = spec->backend.device + r;
+        return QS_OK;
+    }
+    if (n < R)
+        return qs_error_set(err, QS_EINVAL,
+                            "data_parallel %d needs %d GPUs: the worker offers %d for the job", R,
+                            R, n);
+    for (int r = 0; r < R; r++) {
+        int d = spec->devices[r];
+        if (d < 0) return qs_error_set(err, QS_EINVAL, "GPU %d of the job: ordinal %d", r, d);
+        for (int j = 0; j < r; j++)
+            if (out[j] == d)
+                return qs_error_set(err, QS_EINVAL, "GPUs %d and %d of the job are both device %d",
+                                    j, r, d);
+        out[r] = d;
+    }
+    return QS_OK;
+}
+
 qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, size_t n,
                            const qw_train_hooks *hooks, qw_train_outcome *out, qs_error *err) {
     memset(out, 0, sizeof *out);
@@ -164,8 +193,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     if (R > QW_TRAIN_MAX_RANKS)
         return qs_error_set(err, QS_EINVAL, "data_parallel %d: at most %d ranks", R,
                             QW_TRAIN_MAX_RANKS);
-    /* One backend and one model replica per rank; CUDA ranks on consecutive devices from the
-     * chosen one, CPU ranks each the whole team (they run in lockstep, one at a time). */
+    /* One backend and one model replica per rank; CUDA ranks on the job's GPUs
+     * (qw_train_rank_devices), CPU ranks each the whole team (they run in lockstep, one at a
+     * time). */
     qw_backend be[QW_TRAIN_MAX_RANKS];
     qw_tmodel *models[QW_TRAIN_MAX_RANKS] = {0};
     memset(be, 0, sizeof be);
@@ -175,18 +205,18 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     bc.max_in = 1;
     /* the CPU backend runs its own OpenMP team: OpenBLAS's pool would fight it for the cores */
     if (bc.kind == QW_BACKEND_CPU) openblas_set_num_threads(1);
-    qs_status st = QS_OK;
+    int devices[QW_TRAIN_MAX_RANKS];
+    qw_train_spec rs = *spec;
+    rs.backend = bc;
+    qs_status st = qw_train_rank_devices(&rs, R, devices, err);
     int n_be = 0;
     for (; n_be < R && st == QS_OK; n_be++) {
         qw_backend_choice br = bc;
-        br.device = bc.device + n_be;
+        if (bc.kind == QW_BACKEND_CUDA) br.device = devices[n_be];
         st = qw_backend_open(&be[n_be], &br, err);
         if (st != QS_OK) st = qs_error_wrap(err, "training backend of rank %d", n_be);
     }
     qw_group group = {0};
-    int devices[QW_TRAIN_MAX_RANKS];
-    for (int r = 0; r < R; r++)
-        devices[r] = bc.device + r;
     if (st == QS_OK && R > 1)
         st = bc.kind == QW_BACKEND_CUDA ? qw_group_nccl(&group, R, devices, err)
                                         : qw_group_cpu(&group, R, bc.threads, err);

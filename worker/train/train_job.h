@@ -50,12 +50,24 @@ typedef struct qw_train_spec {
      * ignored: the CPU team is `threads` above. */
     qw_backend_choice backend;
     /* Data-parallel ranks (0 or 1: one): one model replica per rank (trainer.h), each on its
-     * backend (CUDA: devices backend.device .. + ranks-1, an NCCL group; CPU: CPU ranks),
+     * backend (CUDA: the devices of qw_train_rank_devices, an NCCL group; CPU: CPU ranks),
      * gradients all-reduced every step (worker/comm/comm.h). */
     int data_parallel;
+    /* The CUDA ordinals of the GPUs the worker offers, in its --gpus order (the job kind
+     * copies them from worker/jobs/jobs_backend.h): CUDA rank r runs on devices[r]. 0: no
+     * list (a direct caller): rank r on backend.device + r. */
+    int n_devices;
+    int devices[QW_TRAIN_MAX_RANKS];
     char checkpoint_dir[1024]; /* "" = no checkpoints, no final HF checkpoint */
     char job_key[65];          /* names the files, and identifies the checkpoint */
 } qw_train_spec;
+
+/* The CUDA device of each of the R data-parallel ranks of spec (its backend CUDA) into
+ * out[0..R): the first R of spec->devices, the GPUs the job was given, in their order; without
+ * a list, spec->backend.device + r. On the CPU backend every rank gets -1 (CPU ranks have no
+ * device). Pure: no device is touched. Errors: QS_EINVAL (R outside 1..QW_TRAIN_MAX_RANKS;
+ * fewer offered GPUs than R, naming both counts; an ordinal given twice or negative). */
+qs_status qw_train_rank_devices(const qw_train_spec *spec, int R, int *out, qs_error *err);
 
 typedef struct qw_train_hooks {
     void (*heartbeat)(void *user, int step, int total); /* after every step */

@@ -96,12 +96,17 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
         t.threads = qw_job_threads(ctx);
         t.data_parallel = s.data_parallel;
         /* The worker's backend choice (qsweep worker --backend), resolved as for evaluation:
-         * CUDA on the first offered GPU when built and chosen, else the CPU. */
+         * CUDA on the first offered GPU when built and chosen (rank r of a data-parallel job
+         * on the r-th), else the CPU. */
         qw_jobs_backend bc = qw_jobs_backend_get();
         qw_jobs_backend_use u = qw_jobs_backend_pick(&bc, qw_backend_cuda_built(), false);
         t.backend = (qw_backend_choice){.kind = u.use_cuda ? QW_BACKEND_CUDA : QW_BACKEND_CPU,
                                         .device = u.device,
                                         .gemm = u.gemm};
+        /* data-parallel CUDA ranks take the worker's offered GPUs in their order: the first k
+         * are the ones the scheduler fitted this job on */
+        for (int i = 0; u.use_cuda && i < bc.n_devices && i < QW_TRAIN_MAX_RANKS; i++)
+            t.devices[t.n_devices++] = bc.devices[i];
         snprintf(t.checkpoint_dir, sizeof t.checkpoint_dir, "%s", s.checkpoint_dir);
         /* Files are named by the job's key: the same job resumes its own checkpoint wherever
          * it runs. */
