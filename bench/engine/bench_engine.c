@@ -283,10 +283,12 @@ static qs_status profile_jobs(qw_model *m, const qw_tokens *toks, qw_eval_option
 }
 
 /* --profile: a baseline job and an eval job (NVFP4 weights on every block linear, KL, top-1,
- * SQNR) over `chunks` chunks of ctx, timed by phase, first with the conversion cache off, then
- * with a fresh one of the default budget (convcache.h; its first chunk converts every piece,
- * as a worker's first job on a model does), the eval job's wall time as the ratio of the two,
- * and whether both gave the same bits in every metric. Returns 0 or 1 with a message. */
+ * SQNR) over `chunks` chunks of ctx, timed by phase, three times: with the conversion cache
+ * off; with a new one of the default budget (convcache.h: the baseline's first chunk converts
+ * the masters, the eval's first chunk its packed weights, as on a worker's first jobs on a
+ * model); and with the same cache kept (a worker's next jobs: masters held, packed pieces
+ * converted into the buffers the last policy left); the eval job's wall time as ratios to the
+ * first, and whether all three gave the same bits in every metric. Returns 0 or 1. */
 static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) {
     char path[] = "/tmp/bench_engine_baseline_XXXXXX";
     int fd = mkstemp(path);
@@ -298,10 +300,10 @@ static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) 
     qs_error err = {0};
     const qw_config *c = qw_model_config(m);
     qw_eval_options opt = {.ctx = ctx, .max_chunks = (size_t)chunks, .bos_id = -1};
-    qw_eval_metrics met[2] = {{0}, {0}};
+    qw_eval_metrics met[3] = {{0}, {0}, {0}};
     qw_policy pol = {0};
     qw_quant_spec spec = {.weight = qk_format_by_name("nvfp4")};
-    double wall[2] = {0, 0};
+    double wall[3] = {0, 0, 0};
     size_t budget = qw_convcache_default_bytes();
     int rc = 1;
     qs_status st = QS_OK;
@@ -313,33 +315,36 @@ static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) 
     for (int b = 0; !st && b < c->n_layers; b++)
         for (int k = 0; k < QW_LINEAR_KINDS; k++)
             *qw_policy_linear(&pol, b, (qw_linear_kind)k) = spec;
-    for (int on = 0; on < 2 && !st; on++) {
-        st = qw_model_set_convert_cache(m, on ? budget : 0, &err);
+    static const char *const runs[3] = {"off", "on, new (a worker's first jobs on the model)",
+                                        "on, kept (the worker's next jobs)"};
+    for (int on = 0; on < 3 && !st; on++) {
+        if (on < 2) st = qw_model_set_convert_cache(m, on ? budget : 0, &err);
         if (st) break;
-        printf("\nprofile at %d threads, conversion cache %s (worker/engine/profile.h; share: of "
-               "the job's wall time)\n",
-               qw_model_threads(m), on ? "on" : "off");
+        printf("\nprofile at %d threads, conversion cache %s (worker/engine/profile.h; share: "
+               "of the job's wall time)\n",
+               qw_model_threads(m), runs[on]);
         st = profile_jobs(m, toks, opt, path, &pol, &wall[on], &met[on], &err);
         if (!st && on) {
             qw_convcache_stats cs;
             qw_model_convert_cache_stats(m, &cs);
             printf("  (conversion cache: budget %.0f MiB, %zu pieces, %.1f MiB held, %llu hits, "
-                   "%llu misses, %llu evictions)\n",
+                   "%llu misses, %llu evictions; counts since the cache was made)\n",
                    (double)cs.budget / 1048576.0, cs.entries, (double)cs.bytes / 1048576.0,
                    (unsigned long long)cs.hits, (unsigned long long)cs.misses,
                    (unsigned long long)cs.evictions);
         }
     }
     if (st) goto out;
-    printf("\neval job: %.3f s with the conversion cache off, %.3f s on: %.2fx; every metric "
-           "(ppl, KL, top-1, %zu SQNR) bit-identical: %s\n",
-           wall[0], wall[1], wall[1] > 0 ? wall[0] / wall[1] : 0.0, met[0].n_sqnr,
-           same_metrics(&met[0], &met[1]) ? "yes" : "NO");
-    rc = same_metrics(&met[0], &met[1]) ? 0 : 1;
+    int same = same_metrics(&met[0], &met[1]) && same_metrics(&met[0], &met[2]);
+    printf("\neval job: %.3f s with the conversion cache off, %.3f s new (%.2fx), %.3f s kept "
+           "(%.2fx); every metric (ppl, KL, top-1, %zu SQNR) bit-identical: %s\n",
+           wall[0], wall[1], wall[1] > 0 ? wall[0] / wall[1] : 0.0, wall[2],
+           wall[2] > 0 ? wall[0] / wall[2] : 0.0, met[0].n_sqnr, same ? "yes" : "NO");
+    rc = same ? 0 : 1;
 out:
     if (st) fprintf(stderr, "bench_engine: profile: %s\n", err.msg);
-    qw_eval_metrics_free(&met[0]);
-    qw_eval_metrics_free(&met[1]);
+    for (int i = 0; i < 3; i++)
+        qw_eval_metrics_free(&met[i]);
     qw_policy_free(&pol);
     qw_model_apply_policy(m, NULL, &err);
     qw_model_set_convert_cache(m, budget, &err);

@@ -120,8 +120,9 @@ static void lru_counts_hits_misses_evictions_and_keeps_pinned_pieces(void **stat
     qw_model_destroy(m);
 }
 
-/* Packed pieces are the packed tensor's dequantization bit for bit, and drop_packed removes
- * them and only them. */
+/* Packed pieces are the packed tensor's dequantization bit for bit; drop_packed removes them
+ * and only them, keeping their buffers as spares that new pieces of their size reuse and that
+ * go first when room is needed. */
 static void packed_pieces_are_dequantized_and_dropped_alone(void **state) {
     (void)state;
     qw_model *m = model_of(16);
@@ -152,10 +153,34 @@ static void packed_pieces_are_dequantized_and_dropped_alone(void **state) {
     qw_convcache_get_stats(c, &s);
     assert_int_equal(s.dropped, 2);
     assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, 16 * k * sizeof(float));
+    assert_int_equal(s.spare, rows * k * sizeof(float)); /* both packed buffers kept */
+    assert_int_equal(s.bytes - s.spare, 16 * k * sizeof(float));
     get_and_release(c, master, 0, 16); /* the master's piece stayed */
     qw_convcache_get_stats(c, &s);
     assert_int_equal(s.hits, 2);
+    /* A new packed piece of a dropped one's size is converted into its spare buffer. */
+    get_and_release(c, &w, 0, 16);
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.misses, 4);
+    assert_int_equal(s.spare, (rows - 16) * k * sizeof(float));
+    assert_int_equal(s.bytes, (rows + 16) * k * sizeof(float));
+    /* Under a budget of two pieces, a spare of the size is taken before anything is evicted. */
+    qw_convcache_destroy(c);
+    assert_int_equal(qw_convcache_create(2 * 16 * k * sizeof(float), &c, &err), QS_OK);
+    get_and_release(c, &w, 0, 16);
+    get_and_release(c, &w, 16, 16);
+    qw_convcache_drop_packed(c);
+    get_and_release(c, master, 0, 16); /* a piece of the same size: a spare's buffer */
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(s.bytes, 2 * 16 * k * sizeof(float));
+    assert_int_equal(s.spare, 16 * k * sizeof(float));
+    get_and_release(c, master, 16, 16);
+    get_and_release(c, master, 32, 16); /* no spare left: the least recent piece goes */
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.spare, 0);
+    assert_int_equal(s.evictions, 1);
+    assert_int_equal(s.entries, 2);
     qw_convcache_destroy(c);
     qk_packed_release(&p);
     free(x);

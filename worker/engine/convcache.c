@@ -27,11 +27,19 @@ typedef struct piece {
     struct piece *prev, *next; /* LRU list */
 } piece;
 
+/* A buffer of a dropped piece, kept for the next piece of its size (convcache.h). */
+typedef struct spare {
+    float *data;
+    size_t bytes;
+    struct spare *next;
+} spare;
+
 struct qw_convcache {
     pthread_mutex_t mu;
     piece **table; /* [nbuckets] chains */
     size_t nbuckets;
     piece *head, *tail; /* LRU: head most recently used */
+    spare *spares;      /* buffers of dropped packed pieces, counted in st.bytes and st.spare */
     qw_convcache_stats st;
 };
 
@@ -96,23 +104,59 @@ static void lru_push_head(qw_convcache *c, piece *p) {
     if (!c->tail) c->tail = p;
 }
 
-/* Unlinks p from its chain and the list and frees it (the caller holds the mutex). */
-static void piece_remove(qw_convcache *c, piece *p) {
+/* Frees the spare buffers while more than `keep` bytes are held (the caller holds the mutex). */
+static void free_spares(qw_convcache *c, size_t keep) {
+    while (c->spares && c->st.bytes > keep) {
+        spare *s = c->spares;
+        c->spares = s->next;
+        c->st.bytes -= s->bytes;
+        c->st.spare -= s->bytes;
+        free(s->data);
+        free(s);
+    }
+}
+
+/* A spare buffer of exactly `bytes`, taken off the list (its bytes stay counted as held, no
+ * longer as spare), or NULL (the caller holds the mutex). */
+static float *take_spare(qw_convcache *c, size_t bytes) {
+    for (spare **sp = &c->spares; *sp; sp = &(*sp)->next)
+        if ((*sp)->bytes == bytes) {
+            spare *s = *sp;
+            float *d = s->data;
+            *sp = s->next;
+            c->st.spare -= bytes;
+            free(s);
+            return d;
+        }
+    return NULL;
+}
+
+/* Unlinks p from its chain and the list and frees it, its buffer kept as a spare when
+ * keep_buffer and the spare record can be made (the caller holds the mutex). */
+static void piece_remove(qw_convcache *c, piece *p, int keep_buffer) {
     piece **pp = &c->table[key_hash(&p->key) & (c->nbuckets - 1)];
     while (*pp != p)
         pp = &(*pp)->next_hash;
     *pp = p->next_hash;
     lru_unlink(c, p);
     c->st.entries--;
-    c->st.bytes -= p->bytes;
-    free(p->data);
+    spare *s = keep_buffer ? malloc(sizeof *s) : NULL;
+    if (s) {
+        *s = (spare){p->data, p->bytes, c->spares};
+        c->spares = s;
+        c->st.spare += p->bytes;
+    } else {
+        c->st.bytes -= p->bytes;
+        free(p->data);
+    }
     free(p);
 }
 
 void qw_convcache_destroy(qw_convcache *c) {
     if (!c) return;
     while (c->head)
-        piece_remove(c, c->head);
+        piece_remove(c, c->head, 0);
+    free_spares(c, 0);
     pthread_mutex_destroy(&c->mu);
     free(c->table);
     free(c);
@@ -147,11 +191,12 @@ static piece *find(qw_convcache *c, const piece_key *k) {
  * holds the mutex). 1 when they fit. */
 static int make_room(qw_convcache *c, size_t bytes) {
     if (bytes > c->st.budget) return 0;
+    free_spares(c, c->st.budget - bytes);
     piece *p = c->tail;
     while (c->st.bytes + bytes > c->st.budget && p) {
         piece *prev = p->prev;
         if (p->pins == 0) {
-            piece_remove(c, p);
+            piece_remove(c, p, 0);
             c->st.evictions++;
         }
         p = prev;
@@ -174,17 +219,19 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
         return p->data;
     }
     /* Room is made and counted now, so that threads converting at the same time cannot
-     * overrun the budget together; the piece enters the table once it holds its values. */
-    int fits = make_room(c, bytes);
-    if (fits) c->st.bytes += bytes;
-    else c->st.bypassed++;
+     * overrun the budget together; the piece enters the table once it holds its values. A
+     * spare buffer of the size is taken first: its pages are already mapped (a fresh buffer
+     * costs a page fault per 4 KiB on its first write, more than converting into it). */
+    float *data = take_spare(c, bytes);
+    int fits = data != NULL || make_room(c, bytes);
+    if (fits && !data) c->st.bytes += bytes;
+    if (!fits) c->st.bypassed++;
     pthread_mutex_unlock(&c->mu);
     if (!fits) return NULL;
     p = calloc(1, sizeof *p);
-    float *data = p ? malloc(bytes) : NULL;
-    qs_status st = data ? qw_weight_rows_f32(w, r0, n, data, NULL) : QS_ENOMEM;
+    if (p && !data) data = malloc(bytes);
+    qs_status st = p && data ? qw_weight_rows_f32(w, r0, n, data, NULL) : QS_ENOMEM;
     pthread_mutex_lock(&c->mu);
-    c->st.bytes -= bytes;
     piece *other = st == QS_OK ? find(c, &k) : NULL; /* converted meanwhile by another thread */
     if (st != QS_OK || other) {
         if (other) {
@@ -193,6 +240,7 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
         } else {
             c->st.bypassed++;
         }
+        c->st.bytes -= bytes;
         pthread_mutex_unlock(&c->mu);
         free(data);
         free(p);
@@ -208,7 +256,6 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
     c->table[i] = p;
     lru_push_head(c, p);
     c->st.entries++;
-    c->st.bytes += bytes;
     c->st.misses++;
     pthread_mutex_unlock(&c->mu);
     return data;
@@ -257,7 +304,7 @@ void qw_convcache_drop_packed(qw_convcache *c) {
     for (piece *p = c->head, *nx; p; p = nx) {
         nx = p->next;
         if (p->key.form == QW_WEIGHT_PACKED) {
-            piece_remove(c, p);
+            piece_remove(c, p, 1); /* the next policy's pieces have the same sizes */
             c->st.dropped++;
         }
     }

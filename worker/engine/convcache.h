@@ -27,15 +27,16 @@
 
 typedef struct qw_convcache qw_convcache;
 
-/* Counters since creation (or qw_convcache_reset_stats). bytes: FP32 bytes held now;
- * budget: the most it may hold. */
+/* Counters since creation. bytes: bytes of FP32 buffers held now, spare ones included;
+ * spare: of them, buffers of dropped packed pieces kept for new pieces of their size; budget:
+ * the most it may hold. */
 typedef struct qw_convcache_stats {
     uint64_t hits;      /* get found the piece */
     uint64_t misses;    /* get converted the piece and kept it */
     uint64_t bypassed;  /* get converted nothing: no room even after evicting (caller converts) */
     uint64_t evictions; /* pieces dropped to make room (not counting drop_packed) */
     uint64_t dropped;   /* packed pieces dropped by qw_convcache_drop_packed */
-    size_t entries, bytes, budget;
+    size_t entries, bytes, spare, budget;
 } qw_convcache_stats;
 
 /* A cache holding at most budget_bytes of FP32 pieces (0: a cache that keeps nothing, every
@@ -67,7 +68,10 @@ qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0,
 void qw_convcache_release(qw_convcache *c, const float *piece);
 
 /* Drops every packed piece (none may be pinned): call it before packed tensors are released
- * or replaced. NULL is a no-op. */
+ * or replaced. Their buffers stay allocated as spares, within the budget, and the next
+ * pieces of the same sizes (the next policy's) are converted into them: a fresh buffer costs
+ * a page fault per 4 KiB page on its first write, more than the conversion itself. Spares are
+ * freed first when room is needed. NULL is a no-op. */
 void qw_convcache_drop_packed(qw_convcache *c);
 
 /* The counters and sizes now. */
