@@ -26,11 +26,12 @@
  *
  * Usage: bench_engine [--profile | --table-only] [gguf-or-hf-dir | synthetic:SHAPE[:SEED]]
  * [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
- * profile, no block-wise sweep), for bench/peer/llama_cpp_peer.sh. Without the GGUF it says so and exits 0. A synthetic:SHAPE model (synthetic.h,
- * e.g. synthetic:tiny-llama3) runs on pseudo-random tokens. bench_engine --synthetic DIR [ctx]
- * [chunks] first writes, into DIR, a Hugging Face checkpoint with SmolLM2-135M's exact shapes
- * and deterministic pseudo-random BF16 weights (same FLOPs and memory traffic, no download),
- * for machines without the GGUF; its tokens are pseudo-random too. */
+ * profile, no block-wise sweep), for bench/peer/llama_cpp_peer.sh. Without the GGUF it says so and
+ * exits 0. A synthetic:SHAPE model (synthetic.h, e.g. synthetic:tiny-llama3) runs on pseudo-random
+ * tokens. bench_engine --synthetic DIR [ctx] [chunks] first writes, into DIR, a Hugging Face
+ * checkpoint with SmolLM2-135M's exact shapes and deterministic pseudo-random BF16 weights (same
+ * FLOPs and memory traffic, no download), for machines without the GGUF; its tokens are
+ * pseudo-random too. */
 #include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
@@ -246,8 +247,10 @@ static void print_profile(const char *what, const qw_profile *p, double wall) {
 
 /* The same bits: every metric of a and b (perplexity, KL statistics, top-1, each SQNR). */
 static int same_metrics(const qw_eval_metrics *a, const qw_eval_metrics *b) {
-    const double va[] = {a->ppl, a->kl_mean, a->kl_median, a->kl_p90, a->kl_p99, a->kl_max, a->top1};
-    const double vb[] = {b->ppl, b->kl_mean, b->kl_median, b->kl_p90, b->kl_p99, b->kl_max, b->top1};
+    const double va[] = {a->ppl,    a->kl_mean, a->kl_median, a->kl_p90,
+                         a->kl_p99, a->kl_max,  a->top1};
+    const double vb[] = {b->ppl,    b->kl_mean, b->kl_median, b->kl_p90,
+                         b->kl_p99, b->kl_max,  b->top1};
     if (memcmp(va, vb, sizeof va) != 0 || a->n_sqnr != b->n_sqnr) return 0;
     for (size_t i = 0; i < a->n_sqnr; i++)
         if (memcmp(&a->sqnr[i].sqnr_db, &b->sqnr[i].sqnr_db, sizeof(double)) != 0) return 0;

@@ -212,8 +212,7 @@ static void run_with_budget(size_t budget, const char *tokens_path, const char *
     memset(out, 0, sizeof *out);
     qw_model *m = model_of(ctx);
     qs_error err = {0};
-    if (budget != SIZE_MAX)
-        assert_int_equal(qw_model_set_convert_cache(m, budget, &err), QS_OK);
+    if (budget != SIZE_MAX) assert_int_equal(qw_model_set_convert_cache(m, budget, &err), QS_OK);
     const qw_config *cfg = qw_model_config(m);
     qw_tokens toks;
     if (qw_tokens_load(tokens_path, &toks, &err) != QS_OK) fail_msg("%s", err.msg);
@@ -291,9 +290,9 @@ static void results_are_identical_with_and_without_the_cache(void **state) {
     qw_model_destroy(m);
     uint32_t ids[3 * 48];
     fill_tokens(ids, sizeof ids / sizeof ids[0], (uint32_t)cfg.vocab_size);
-    assert_int_equal(write_token_file(tokens_path, ids, sizeof ids / sizeof ids[0],
-                                      (uint32_t)cfg.vocab_size),
-                     0);
+    assert_int_equal(
+        write_token_file(tokens_path, ids, sizeof ids / sizeof ids[0], (uint32_t)cfg.vocab_size),
+        0);
     run_result off, tiny, big;
     run_with_budget(0, tokens_path, baseline_path, ctx, &off);
     run_with_budget(2 * piece, tokens_path, baseline_path, ctx, &tiny);

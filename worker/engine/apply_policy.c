@@ -45,8 +45,8 @@ static size_t chunk_rows(const linear *L, size_t chunk_floats) {
 /* Rows [r0, r0+n) of L's master as FP32: in place for an FP32 master, else converted into
  * buf [n x in] by `threads` threads, each a slice of rows (qw_weight_rows_f32 is serial), read
  * from the model's conversion cache where it holds the linear's pieces (convcache.h). */
-static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, size_t n,
-                             float *buf, int threads, const float **out, qs_error *err) {
+static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, size_t n, float *buf,
+                             int threads, const float **out, qs_error *err) {
     const qw_weight *w = L->master;
     if (w->form == QW_WEIGHT_F32) {
         *out = w->f32 + r0 * (size_t)L->in;
@@ -75,8 +75,8 @@ static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, si
 }
 
 /* The amax of L's master (NaN and +-Inf ignored), a chunk of rows at a time through buf. */
-static qs_status master_amax(qw_convcache *cache, const linear *L, float *buf,
-                             size_t chunk_floats, int threads, float *amax, qs_error *err) {
+static qs_status master_amax(qw_convcache *cache, const linear *L, float *buf, size_t chunk_floats,
+                             int threads, float *amax, qs_error *err) {
     const size_t rows = (size_t)L->out, step = chunk_rows(L, chunk_floats);
     qs_status st = QS_OK;
     *amax = 0.0f;
@@ -200,15 +200,14 @@ qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t 
                 int base = i - i % QW_LINEAR_KINDS;
                 for (int k = first; k < first + count && st == QS_OK; k++) {
                     float a = 0.0f;
-                    st = master_amax(m->convcache, &m->lin[base + k], tmp, chunk_floats,
-                                     m->threads, &a, err);
+                    st = master_amax(m->convcache, &m->lin[base + k], tmp, chunk_floats, m->threads,
+                                     &a, err);
                     joint = a > joint ? a : joint;
                 }
                 given = &joint;
             }
             if (st == QS_OK)
-                st = quantize_linear(m->convcache, L, s, given, tmp, chunk_floats, m->threads,
-                                     err);
+                st = quantize_linear(m->convcache, L, s, given, tmp, chunk_floats, m->threads, err);
             if (st != QS_OK)
                 qs_error_wrap(err, "policy: weights of %s",
                               qw_model_linear_name(m, i, name, sizeof name));

@@ -89,10 +89,14 @@ qs_status qw_convcache_create(size_t budget_bytes, qw_convcache **out, qs_error 
 }
 
 static void lru_unlink(qw_convcache *c, piece *p) {
-    if (p->prev) p->prev->next = p->next;
-    else c->head = p->next;
-    if (p->next) p->next->prev = p->prev;
-    else c->tail = p->prev;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        c->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        c->tail = p->prev;
     p->prev = p->next = NULL;
 }
 
@@ -263,8 +267,9 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
 
 qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
                                 int64_t piece_rows, float *dst, qs_error *err) {
-    if (piece_rows < 1) return qs_error_set(err, QS_EINVAL, "conversion cache: piece rows %lld",
-                                            (long long)piece_rows);
+    if (piece_rows < 1)
+        return qs_error_set(err, QS_EINVAL, "conversion cache: piece rows %lld",
+                            (long long)piece_rows);
     if (r0 < 0 || n < 1 || r0 + n > w->rows)
         return qw_weight_rows_f32(w, r0, n, dst, err); /* which names the bad range */
     size_t cols = (size_t)w->cols;
