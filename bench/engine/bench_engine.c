@@ -24,12 +24,14 @@
  * Every report starts and ends with the load average (/proc/loadavg) and names the OpenBLAS
  * core and configuration and OPENBLAS_CORETYPE, which decide the GEMM kernels.
  *
- * Usage: bench_engine [--profile] [gguf-or-hf-dir | synthetic:SHAPE[:SEED]] [ctx=512]
- * [chunks=2]. Without the GGUF it says so and exits 0. A synthetic:SHAPE model (synthetic.h,
- * e.g. synthetic:tiny-llama3) runs on pseudo-random tokens. bench_engine --synthetic DIR [ctx]
- * [chunks] first writes, into DIR, a Hugging Face checkpoint with SmolLM2-135M's exact shapes
- * and deterministic pseudo-random BF16 weights (same FLOPs and memory traffic, no download),
- * for machines without the GGUF; its tokens are pseudo-random too. */
+ * Usage: bench_engine [--profile | --table-only] [gguf-or-hf-dir | synthetic:SHAPE[:SEED]]
+ * [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
+ * profile, no block-wise sweep), for bench/peer/llama_cpp_peer.sh. Without the GGUF it says so and
+ * exits 0. A synthetic:SHAPE model (synthetic.h, e.g. synthetic:tiny-llama3) runs on pseudo-random
+ * tokens. bench_engine --synthetic DIR [ctx] [chunks] first writes, into DIR, a Hugging Face
+ * checkpoint with SmolLM2-135M's exact shapes and deterministic pseudo-random BF16 weights (same
+ * FLOPs and memory traffic, no download), for machines without the GGUF; its tokens are
+ * pseudo-random too. */
 #include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
@@ -46,6 +48,7 @@
 #include "model.h"
 #include "tokens.h"
 #include "clock.h"
+#include "convcache.h"
 #include "eval.h"
 #include "fma_peak.h"
 #include "profile.h"
@@ -242,8 +245,53 @@ static void print_profile(const char *what, const qw_profile *p, double wall) {
     printf("  %-14s %10.4f %7.1f%%\n", "(sum)", sum, wall > 0 ? 100.0 * sum / wall : 0.0);
 }
 
+/* The same bits: every metric of a and b (perplexity, KL statistics, top-1, each SQNR). */
+static int same_metrics(const qw_eval_metrics *a, const qw_eval_metrics *b) {
+    const double va[] = {a->ppl,    a->kl_mean, a->kl_median, a->kl_p90,
+                         a->kl_p99, a->kl_max,  a->top1};
+    const double vb[] = {b->ppl,    b->kl_mean, b->kl_median, b->kl_p90,
+                         b->kl_p99, b->kl_max,  b->top1};
+    if (memcmp(va, vb, sizeof va) != 0 || a->n_sqnr != b->n_sqnr) return 0;
+    for (size_t i = 0; i < a->n_sqnr; i++)
+        if (memcmp(&a->sqnr[i].sqnr_db, &b->sqnr[i].sqnr_db, sizeof(double)) != 0) return 0;
+    return 1;
+}
+
+/* One baseline job and one eval job under the policy pol, each timed by phase and printed;
+ * *eval_wall and *out (the eval job's metrics) for the caller. */
+static qs_status profile_jobs(qw_model *m, const qw_tokens *toks, qw_eval_options opt,
+                              const char *path, const qw_policy *pol, double *eval_wall,
+                              qw_eval_metrics *out, qs_error *err) {
+    qw_profile *prof = qw_model_profile(m);
+    qw_eval_metrics met = {0};
+    qw_profile_reset(prof);
+    double t0 = qs_clock_s();
+    qs_status st = qw_model_apply_policy(m, NULL, err);
+    if (!st) st = qw_eval_baseline(m, toks, &opt, path, &met, err);
+    double wall = qs_clock_s() - t0;
+    qw_eval_metrics_free(&met);
+    if (st) return st;
+    print_profile("baseline job (unquantized, writes the baseline log-probs)", prof, wall);
+    opt.sqnr = 1;
+    qw_profile_reset(prof);
+    t0 = qs_clock_s();
+    st = qw_model_apply_policy(m, pol, err);
+    if (!st) st = qw_eval_compare(m, toks, &opt, path, out, err);
+    *eval_wall = qs_clock_s() - t0;
+    if (st) return st;
+    print_profile("eval job (NVFP4 weights on every block linear; KL, top-1, SQNR probe)", prof,
+                  *eval_wall);
+    printf("  (ppl %.4f, kl_mean %.5f, top1 %.4f)\n", out->ppl, out->kl_mean, out->top1);
+    return QS_OK;
+}
+
 /* --profile: a baseline job and an eval job (NVFP4 weights on every block linear, KL, top-1,
- * SQNR) over `chunks` chunks of ctx, timed by phase. Returns 0 or 1 with a message. */
+ * SQNR) over `chunks` chunks of ctx, timed by phase, three times: with the conversion cache
+ * off; with a new one of the default budget (convcache.h: the baseline's first chunk converts
+ * the masters, the eval's first chunk its packed weights, as on a worker's first jobs on a
+ * model); and with the same cache kept (a worker's next jobs: masters held, packed pieces
+ * converted into the buffers the last policy left); the eval job's wall time as ratios to the
+ * first, and whether all three gave the same bits in every metric. Returns 0 or 1. */
 static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) {
     char path[] = "/tmp/bench_engine_baseline_XXXXXX";
     int fd = mkstemp(path);
@@ -255,21 +303,13 @@ static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) 
     qs_error err = {0};
     const qw_config *c = qw_model_config(m);
     qw_eval_options opt = {.ctx = ctx, .max_chunks = (size_t)chunks, .bos_id = -1};
-    qw_eval_metrics met = {0};
-    qw_profile *prof = qw_model_profile(m);
+    qw_eval_metrics met[3] = {{0}, {0}, {0}};
     qw_policy pol = {0};
     qw_quant_spec spec = {.weight = qk_format_by_name("nvfp4")};
+    double wall[3] = {0, 0, 0};
+    size_t budget = qw_convcache_default_bytes();
     int rc = 1;
-    qw_profile_reset(prof);
-    double t0 = qs_clock_s();
-    qs_status st = qw_model_apply_policy(m, NULL, &err);
-    if (!st) st = qw_eval_baseline(m, toks, &opt, path, &met, &err);
-    double wall = qs_clock_s() - t0;
-    qw_eval_metrics_free(&met);
-    if (st) goto out;
-    printf("\nprofile at %d threads (worker/engine/profile.h; share: of the job's wall time)\n",
-           qw_model_threads(m));
-    print_profile("baseline job (unquantized, writes the baseline log-probs)", prof, wall);
+    qs_status st = QS_OK;
     if (!spec.weight) {
         fprintf(stderr, "bench_engine: nvfp4 format missing\n");
         goto out;
@@ -278,22 +318,39 @@ static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) 
     for (int b = 0; !st && b < c->n_layers; b++)
         for (int k = 0; k < QW_LINEAR_KINDS; k++)
             *qw_policy_linear(&pol, b, (qw_linear_kind)k) = spec;
-    opt.sqnr = 1;
-    qw_profile_reset(prof);
-    t0 = qs_clock_s();
-    if (!st) st = qw_model_apply_policy(m, &pol, &err);
-    if (!st) st = qw_eval_compare(m, toks, &opt, path, &met, &err);
-    wall = qs_clock_s() - t0;
+    static const char *const runs[3] = {"off", "on, new (a worker's first jobs on the model)",
+                                        "on, kept (the worker's next jobs)"};
+    for (int on = 0; on < 3 && !st; on++) {
+        if (on < 2) st = qw_model_set_convert_cache(m, on ? budget : 0, &err);
+        if (st) break;
+        printf("\nprofile at %d threads, conversion cache %s (worker/engine/profile.h; share: "
+               "of the job's wall time)\n",
+               qw_model_threads(m), runs[on]);
+        st = profile_jobs(m, toks, opt, path, &pol, &wall[on], &met[on], &err);
+        if (!st && on) {
+            qw_convcache_stats cs;
+            qw_model_convert_cache_stats(m, &cs);
+            printf("  (conversion cache: budget %.0f MiB, %zu pieces, %.1f MiB held, %llu hits, "
+                   "%llu misses, %llu evictions; counts since the cache was made)\n",
+                   (double)cs.budget / 1048576.0, cs.entries, (double)cs.bytes / 1048576.0,
+                   (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+                   (unsigned long long)cs.evictions);
+        }
+    }
     if (st) goto out;
-    print_profile("eval job (NVFP4 weights on every block linear; KL, top-1, SQNR probe)", prof,
-                  wall);
-    printf("  (ppl %.4f, kl_mean %.5f, top1 %.4f)\n", met.ppl, met.kl_mean, met.top1);
-    rc = 0;
+    int same = same_metrics(&met[0], &met[1]) && same_metrics(&met[0], &met[2]);
+    printf("\neval job: %.3f s with the conversion cache off, %.3f s new (%.2fx), %.3f s kept "
+           "(%.2fx); every metric (ppl, KL, top-1, %zu SQNR) bit-identical: %s\n",
+           wall[0], wall[1], wall[1] > 0 ? wall[0] / wall[1] : 0.0, wall[2],
+           wall[2] > 0 ? wall[0] / wall[2] : 0.0, met[0].n_sqnr, same ? "yes" : "NO");
+    rc = same ? 0 : 1;
 out:
     if (st) fprintf(stderr, "bench_engine: profile: %s\n", err.msg);
-    qw_eval_metrics_free(&met);
+    for (int i = 0; i < 3; i++)
+        qw_eval_metrics_free(&met[i]);
     qw_policy_free(&pol);
     qw_model_apply_policy(m, NULL, &err);
+    qw_model_set_convert_cache(m, budget, &err);
     unlink(path);
     return rc;
 }
@@ -307,13 +364,15 @@ int main(int argc, char **argv) {
     else
         snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  home ? home : "");
-    int profile = 0, synthetic = 0, npos = 0;
+    int profile = 0, synthetic = 0, table_only = 0, npos = 0;
     const char *pos[3] = {NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0)
             profile = 1;
         else if (strcmp(argv[i], "--synthetic") == 0)
             synthetic = 1;
+        else if (strcmp(argv[i], "--table-only") == 0)
+            table_only = 1;
         else if (npos < 3)
             pos[npos++] = argv[i];
         else
@@ -323,8 +382,8 @@ int main(int argc, char **argv) {
     int ctx = pos[1] ? atoi(pos[1]) : 512;
     int chunks = pos[2] ? atoi(pos[2]) : 2;
     if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0])) {
-        fprintf(stderr, "usage: bench_engine [--profile] [gguf | hf-dir | synthetic:SHAPE] "
-                        "[ctx>=3] [chunks>=1]\n"
+        fprintf(stderr, "usage: bench_engine [--profile | --table-only] [gguf | hf-dir | "
+                        "synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
                         "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
         return 2;
     }
@@ -437,7 +496,18 @@ int main(int argc, char **argv) {
            "peak: the best ISA's FMA loop at that thread count)\n");
 
     qw_model_set_threads(m, all, &err);
-    if (profile && run_profile(m, &toks, ctx, chunks) != 0) return 1;
+    if (profile && !table_only && run_profile(m, &toks, ctx, chunks) != 0) return 1;
+    if (table_only) { /* the throughput table alone (bench/peer) */
+        print_loadavg("at end");
+        free(sh);
+        free(A);
+        free(B);
+        free(C);
+        qw_tokens_free(&toks);
+        qw_model_destroy(m);
+        qw_checkpoint_close(ck);
+        return 0;
+    }
 
     /* The sweep lever: block-wise NVFP4 isolation over every 5th block, one chunk per policy,
      * without and with the prefix cache (blocks before the quantized one reused). */

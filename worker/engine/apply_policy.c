@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "clock.h"
+#include "convcache.h"
 #include "format.h"
 #include "model.h"
 #include "model_internal.h"
+#include "ops.h"
 #include "quant.h"
 #include "weights.h"
 
@@ -17,6 +19,7 @@ static size_t max_sz(size_t a, size_t b) {
 
 /* Back to the unquantized model: every tensor reads its master, no activation formats. */
 static void restore_all(qw_model *m) {
+    qw_convcache_drop_packed(m->convcache); /* the packed tensors are about to be replaced */
     for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++) {
         linear *L = &m->lin[i];
         L->w = *L->master;
@@ -40,9 +43,10 @@ static size_t chunk_rows(const linear *L, size_t chunk_floats) {
 }
 
 /* Rows [r0, r0+n) of L's master as FP32: in place for an FP32 master, else converted into
- * buf [n x in] by `threads` threads, each a slice of rows (qw_weight_rows_f32 is serial). */
-static qs_status master_rows(const linear *L, size_t r0, size_t n, float *buf, int threads,
-                             const float **out, qs_error *err) {
+ * buf [n x in] by `threads` threads, each a slice of rows (qw_weight_rows_f32 is serial), read
+ * from the model's conversion cache where it holds the linear's pieces (convcache.h). */
+static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, size_t n, float *buf,
+                             int threads, const float **out, qs_error *err) {
     const qw_weight *w = L->master;
     if (w->form == QW_WEIGHT_F32) {
         *out = w->f32 + r0 * (size_t)L->in;
@@ -56,8 +60,8 @@ static qs_status master_rows(const linear *L, size_t r0, size_t n, float *buf, i
         if (lo >= n) continue;
         size_t len = n - lo < per ? n - lo : per;
         qs_error e = {0};
-        qs_status s =
-            qw_weight_rows_f32(w, (int64_t)(r0 + lo), (int64_t)len, buf + lo * (size_t)L->in, &e);
+        qs_status s = qw_convcache_rows_f32(cache, w, (int64_t)(r0 + lo), (int64_t)len,
+                                            QW_GEMM_COLS, buf + lo * (size_t)L->in, &e);
         if (s != QS_OK) {
 #pragma omp critical(qw_apply_policy_err)
             if (st == QS_OK) {
@@ -71,8 +75,8 @@ static qs_status master_rows(const linear *L, size_t r0, size_t n, float *buf, i
 }
 
 /* The amax of L's master (NaN and +-Inf ignored), a chunk of rows at a time through buf. */
-static qs_status master_amax(const linear *L, float *buf, size_t chunk_floats, int threads,
-                             float *amax, qs_error *err) {
+static qs_status master_amax(qw_convcache *cache, const linear *L, float *buf, size_t chunk_floats,
+                             int threads, float *amax, qs_error *err) {
     const size_t rows = (size_t)L->out, step = chunk_rows(L, chunk_floats);
     qs_status st = QS_OK;
     *amax = 0.0f;
@@ -80,7 +84,7 @@ static qs_status master_amax(const linear *L, float *buf, size_t chunk_floats, i
         size_t n = rows - r0 < step ? rows - r0 : step, len = n * (size_t)L->in;
         const float *x = NULL;
         float a = 0.0f;
-        st = master_rows(L, r0, n, buf, threads, &x, err);
+        st = master_rows(cache, L, r0, n, buf, threads, &x, err);
         if (st == QS_OK) st = qk_joint_amax(&x, &len, 1, threads, &a, err);
         *amax = a > *amax ? a : *amax;
     }
@@ -110,8 +114,9 @@ static unsigned fuse_group(int k, int *first, int *count) {
  * group_amax, the joint amax of its fused group, is given: non-NULL), pass 2
  * quantizes each chunk with it into its place (qk_quantize_rows). The packed result is bit
  * for bit qk_quantize's on the whole FP32 master (quant.h; tests/kernels kernels_packed). */
-static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, const float *group_amax,
-                                 float *buf, size_t chunk_floats, int threads, qs_error *err) {
+static qs_status quantize_linear(qw_convcache *cache, linear *L, const qw_quant_spec *spec,
+                                 const float *group_amax, float *buf, size_t chunk_floats,
+                                 int threads, qs_error *err) {
     qk_quant_options opt = spec->weight_opt;
     opt.tensor_id += (uint32_t)L->tensor_index;
     if (opt.threads == 0) opt.threads = threads;
@@ -126,13 +131,13 @@ static qs_status quantize_linear(linear *L, const qw_quant_spec *spec, const flo
         if (group_amax)
             amax = *group_amax;
         else
-            st = master_amax(L, buf, chunk_floats, threads, &amax, err);
+            st = master_amax(cache, L, buf, chunk_floats, threads, &amax, err);
         opt.tensor_amax_given = 1;
         opt.tensor_amax = amax;
     }
     for (size_t r0 = 0; r0 < rows && st == QS_OK; r0 += step) {
         size_t n = rows - r0 < step ? rows - r0 : step;
-        st = master_rows(L, r0, n, buf, threads, &x, err);
+        st = master_rows(cache, L, r0, n, buf, threads, &x, err);
         if (st == QS_OK) st = qk_quantize_rows(f, &opt, x, r0, n, &L->packed, err);
     }
     if (st != QS_OK) {
@@ -195,12 +200,14 @@ qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t 
                 int base = i - i % QW_LINEAR_KINDS;
                 for (int k = first; k < first + count && st == QS_OK; k++) {
                     float a = 0.0f;
-                    st = master_amax(&m->lin[base + k], tmp, chunk_floats, m->threads, &a, err);
+                    st = master_amax(m->convcache, &m->lin[base + k], tmp, chunk_floats, m->threads,
+                                     &a, err);
                     joint = a > joint ? a : joint;
                 }
                 given = &joint;
             }
-            if (st == QS_OK) st = quantize_linear(L, s, given, tmp, chunk_floats, m->threads, err);
+            if (st == QS_OK)
+                st = quantize_linear(m->convcache, L, s, given, tmp, chunk_floats, m->threads, err);
             if (st != QS_OK)
                 qs_error_wrap(err, "policy: weights of %s",
                               qw_model_linear_name(m, i, name, sizeof name));

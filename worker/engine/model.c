@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convcache.h"
 #include "model_internal.h"
 #include "ops.h"
 #include "shard.h"
@@ -43,6 +44,7 @@ static qs_status setup_threads(qw_model *m, int threads, qs_error *err) {
     qs_status st = qw_backend_cpu_init(&r->be, threads, max_in, err);
     if (st == QS_OK) st = qw_runstate_init(&r->rs, &r->be, c, m->max_ctx, threads, err);
     if (st == QS_OK) m->threads = threads;
+    r->be.convcache = m->convcache;
     return st;
 }
 
@@ -95,7 +97,8 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
     m->prefix.n_layers = L;
     m->prefix.max_ctx = max_ctx;
     m->prefix.dim = c->dim;
-    qs_status st = setup_threads(m, resolve_threads(threads), err);
+    qs_status st = qw_convcache_create(qw_convcache_default_bytes(), &m->convcache, err);
+    if (st == QS_OK) st = setup_threads(m, resolve_threads(threads), err);
     if (st != QS_OK) {
         qw_model_destroy(m);
         return st;
@@ -139,6 +142,7 @@ void qw_model_destroy(qw_model *m) {
     free(m->rank.ref);
     qw_runstate_release(&m->rank.rs, &m->rank.be);
     qw_backend_release(&m->rank.be);
+    qw_convcache_destroy(m->convcache);
     qw_weights_release(&m->wt);
     free(m);
 }
@@ -169,6 +173,20 @@ void qw_model_memory(const qw_model *m, qw_model_bytes *out) {
         if (m->lin[i].packed.storage_) out->packed += qw_weight_bytes(&m->lin[i].w);
     out->run_state = m->rank.rs.bytes;
     out->scratch = m->rank.be.wscratch_floats * sizeof(float);
+}
+
+qs_status qw_model_set_convert_cache(qw_model *m, size_t max_bytes, qs_error *err) {
+    qw_convcache *c;
+    qs_status st = qw_convcache_create(max_bytes, &c, err);
+    if (st != QS_OK) return st;
+    qw_convcache_destroy(m->convcache);
+    m->convcache = c;
+    if (m->rank.be.ops == qw_ops_cpu()) m->rank.be.convcache = c;
+    return QS_OK;
+}
+
+void qw_model_convert_cache_stats(const qw_model *m, struct qw_convcache_stats *out) {
+    qw_convcache_get_stats(m->convcache, out);
 }
 
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {

@@ -81,6 +81,19 @@ int qw_model_threads(const qw_model *m);
  * reset it (qw_profile_reset; zero at creation). Timing costs a few clock reads per op. */
 qw_profile *qw_model_profile(qw_model *m);
 
+/* The conversion cache (convcache.h) of the model's CPU linears: FP32 copies of weight
+ * pieces whose masters are not FP32 (BF16, F16, GGUF blocks) or that a policy packed, kept
+ * within max_bytes, least recently used out first; 0 turns it off. A model starts with
+ * qw_convcache_default_bytes(). Masters' pieces stay valid for the model's life (converted
+ * once per worker while the model is cached), packed ones until the next policy (once per
+ * job). Results are bit-identical with and without it (tested). Replacing it drops every
+ * piece. Errors: QS_ENOMEM. */
+qs_status qw_model_set_convert_cache(qw_model *m, size_t max_bytes, qs_error *err);
+
+/* The conversion cache's counters and sizes now (convcache.h). */
+struct qw_convcache_stats;
+void qw_model_convert_cache_stats(const qw_model *m, struct qw_convcache_stats *out);
+
 /* Sets the thread count of the GEMMs and loops (0 = all cores). Errors: QS_EINVAL. */
 qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err);
 

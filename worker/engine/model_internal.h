@@ -47,6 +47,7 @@ struct qw_model {
     qw_prefix_cache prefix;
     struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
     qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
+    struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };
 
 /* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large

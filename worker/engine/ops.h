@@ -222,6 +222,9 @@ typedef struct qw_backend {
     float *wscratch;
     size_t wscratch_floats;
     void *impl; /* backend-private state (the CUDA backend's context, ops_cuda.h); NULL on CPU */
+    /* the CPU linear's FP32 weight pieces kept between calls (convcache.h), the owner's; NULL:
+     * every piece converted on every call */
+    struct qw_convcache *convcache;
     /* Seconds its linears spent, added up since init (the CPU backend; the CUDA one leaves
      * them 0): converting weight pieces to FP32 (the wall time of each linear's GEMM region in
      * the ratio of the team's summed conversion to conversion + GEMM seconds) and

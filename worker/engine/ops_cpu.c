@@ -7,6 +7,7 @@
  * against 52 on one thread (bench/engine on the 2-core development machine). */
 #include "ops.h"
 
+#include "convcache.h"
 #include "clock.h"
 #include "hadamard.h"
 
@@ -160,10 +161,13 @@ void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, 
 }
 
 /* qw_linear_forward, adding its activation fake-quant seconds to *act_s and the share of its
- * GEMM region's wall time spent converting weight pieces to *convert_s (both may be NULL). */
+ * GEMM region's wall time spent converting weight pieces to *convert_s (both may be NULL), with
+ * the pieces read from the conversion cache `cache` where it holds or takes them (NULL: every
+ * piece converted into wscratch). */
 static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *w,
                               const qw_act_quant *act, float *xq, float *wscratch, int nt,
-                              double *convert_s, double *act_s, qs_error *err) {
+                              qw_convcache *cache, double *convert_s, double *act_s,
+                              qs_error *err) {
     int in = (int)w->cols, out = (int)w->rows;
     const float *xin = x;
     if (act && act->fmt) {
@@ -183,10 +187,12 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
         qw_matmul_forward(y, xin, w->f32, T, in, out, nt);
         return QS_OK;
     }
-    /* The hot loop of a model whose masters are not FP32: each piece's rows are converted into
-     * this thread's scratch (it stays in cache for the GEMM), then multiplied as qw_matmul_forward
-     * multiplies them, with the same dimensions, so the bits are those of an FP32 copy. Two clock
-     * reads per piece time the conversion against the GEMM (profile.h). */
+    /* The hot loop of a model whose masters are not FP32: each piece's rows are taken from the
+     * conversion cache, or converted into this thread's scratch (it stays in cache for the GEMM)
+     * when the cache has no room, then multiplied as qw_matmul_forward multiplies them, with the
+     * same dimensions and leading dimension either way, so the bits are those of an FP32 copy
+     * (convcache.h). Two clock reads per piece time the conversion against the GEMM
+     * (profile.h). */
     int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
     if (nt > pieces) nt = pieces;
     qs_status st = QS_OK;
@@ -197,14 +203,16 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
         float *Wp = wscratch + (size_t)omp_get_thread_num() * QW_GEMM_COLS * in;
         qs_error e = {0};
         double t0 = qs_clock_s();
-        if (qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
+        const float *Wc = qw_convcache_get(cache, w, c0, c1 - c0);
+        if (!Wc && qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
 #pragma omp critical(qw_linear_err)
             if (st == QS_OK) st = qs_error_set(err, e.code, "%s", e.msg);
             continue;
         }
         double t1 = qs_clock_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, xin, in, Wp,
-                    in, 0.0f, y + c0, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, xin, in,
+                    Wc ? Wc : Wp, in, 0.0f, y + c0, out);
+        qw_convcache_release(cache, Wc);
         conv += t1 - t0;
         gemm += qs_clock_s() - t1;
     }
@@ -215,7 +223,7 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
 qs_status qw_linear_forward(float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, float *wscratch, int nt,
                             qs_error *err) {
-    return linear_timed(y, x, T, w, act, xq, wscratch, nt, NULL, NULL, err);
+    return linear_timed(y, x, T, w, act, xq, wscratch, nt, NULL, NULL, NULL, err);
 }
 
 void qw_sqnr_sums_forward(const float *y, const float *ref, size_t n, double *signal,
@@ -303,7 +311,7 @@ static void cpu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
 static qs_status cpu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err) {
     return linear_timed(y->data, x->data, (int)x->rows, w, act, xq, b->wscratch, b->threads,
-                        &b->convert_s, &b->act_quant_s, err);
+                        b->convcache, &b->convert_s, &b->act_quant_s, err);
 }
 
 static void cpu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits) {
