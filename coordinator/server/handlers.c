@@ -154,6 +154,22 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
         qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)",
                            true);
     }
+    /* After a coordinator restart: an attempt the store gives this worker (by name) that it has
+       not re-attached to and that its HELLO does not name never reached it (the previous
+       coordinator committed the ASSIGN and died before it was read) or ended with a worker
+       restart. The HELLO names whatever the worker runs, delivers or receives (worker/loop
+       outbox.c), so nothing can come of the attempt: it is lost now rather than at the end of
+       the re-attach grace, during which a worker leaving when idle would leave it running. */
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j == named || j->state != J_RUNNING || j->worker || !j->worker_name ||
+            strcmp(j->worker_name, w->name) != 0)
+            continue;
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
+                           "worker re-registered after the coordinator restart without it (its "
+                           "ASSIGN was lost with the previous coordinator, or the worker restarted)",
+                           true);
+    }
     if (h->running_job_id) {
         bool attempt_on = named && named->state == J_RUNNING &&
                           named->attempt == h->running_attempt &&
