@@ -155,20 +155,28 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                            true);
     }
     /* After a coordinator restart: an attempt the store gives this worker (by name) that it has
-       not re-attached to and that its HELLO does not name never reached it (the previous
-       coordinator committed the ASSIGN and died before it was read) or ended with a worker
-       restart. The HELLO names whatever the worker runs, delivers or receives (worker/loop
-       outbox.c), so nothing can come of the attempt: it is lost now rather than at the end of
-       the re-attach grace, during which a worker leaving when idle would leave it running. */
+       not re-attached to and that its HELLO does not name can come to nothing: the HELLO names
+       whatever the worker runs, delivers or receives (worker/loop/outbox.c). It ends now rather
+       than at the end of the re-attach grace, during which a worker leaving when idle would
+       leave it running. Its ASSIGN died with the previous coordinator (committed, never read):
+       the job never ran, so the attempt is preempted and does not count against max_attempts.
+       A HELLO with a supervisor's previous_exit says the worker's process ended instead (it
+       may have died of the job): that attempt is lost and counts, as after a lease. */
     for (size_t i = 0; i < s->n_jobs; i++) {
         job *j = s->jobs[i];
         if (j == named || j->state != J_RUNNING || j->worker || !j->worker_name ||
             strcmp(j->worker_name, w->name) != 0)
             continue;
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
-                           "worker re-registered after the coordinator restart without it (its "
-                           "ASSIGN was lost with the previous coordinator, or the worker restarted)",
-                           true);
+        if (h->previous_exit[0])
+            qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
+                               "worker re-registered after the coordinator restart without it "
+                               "(its process ended)",
+                               true);
+        else
+            qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED,
+                               "worker re-registered after the coordinator restart without it "
+                               "(its ASSIGN was lost with the previous coordinator)",
+                               false);
     }
     if (h->running_job_id) {
         bool attempt_on = named && named->state == J_RUNNING &&

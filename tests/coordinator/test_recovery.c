@@ -184,14 +184,16 @@ static void orphaned_attempts_expire_after_grace_when_no_worker_returns(void **s
 /* A coordinator that dies after committing an ASSIGN its worker never read (killed between the
  * commit and the send, as pipeline_restart once caught under load): the restarted coordinator
  * holds the attempt as running on that worker. The worker's HELLO names no job, so the attempt
- * is lost at once and the job runs again on it, instead of waiting out the re-attach grace
- * (during which a worker that leaves when idle would leave the job running for good). Here the
- * worker is a new process under the same id, its predecessor killed with the coordinator: the
- * same HELLO. */
-static void attempt_a_re_registering_worker_does_not_name_is_lost_at_once(void **state) {
+ * ends at once, as preempted (it never ran: it does not count against max_attempts), and the
+ * job runs again on it, instead of waiting out the re-attach grace (during which a worker that
+ * leaves when idle would leave the job running for good). Here the worker is a new process
+ * under the same id, its predecessor killed with the coordinator: the same HELLO, without a
+ * supervisor's previous_exit. */
+static void attempt_a_re_registering_worker_does_not_name_ends_at_once(void **state) {
     harness *h = *state;
     h_begin(h, "coord_unnamed_attempt_lost");
-    long id = h_insert_job(h, "unnamed-attempt", "sleep", "{\"seconds\": 60}", 3, 0);
+    /* max_attempts 1: had the attempt that never ran counted, the job would fail */
+    long id = h_insert_job(h, "unnamed-attempt", "sleep", "{\"seconds\": 60}", 1, 0);
     pid_t c = h_start_coordinator(h);
     pid_t w1 = h_start_worker(h, "w1");
     assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM attempts WHERE outcome = 'running'"));
@@ -202,7 +204,7 @@ static void attempt_a_re_registering_worker_does_not_name_is_lost_at_once(void *
     const char *const long_grace[] = {"--grace-ms", "60000", NULL};
     h_start_coordinator_env(h, long_grace, NULL);
     h_start_worker(h, "w1");
-    /* attempt 1 lost with the reason, attempt 2 running on w1 */
+    /* attempt 1 ended with the reason, attempt 2 running on w1, one attempt counted */
     assert_true(h_wait_sql(h, 1, 30000,
                            "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = 2"
                            " AND outcome = 'running' AND worker = 'w1'",
@@ -210,7 +212,8 @@ static void attempt_a_re_registering_worker_does_not_name_is_lost_at_once(void *
     char err[512];
     h_sql_text(h, err, sizeof err,
                "SELECT outcome || ': ' || error FROM attempts WHERE job = %ld AND attempt = 1", id);
-    assert_non_null(strstr(err, "lost: worker re-registered after the coordinator restart"));
+    assert_non_null(strstr(err, "preempted: worker re-registered after the coordinator restart"));
+    assert_int_equal(h_sql_long(h, "SELECT attempts_used FROM jobs WHERE id = %ld", id), 0);
     assert_false(h_log_contains(h, "did not re-attach within"));
 }
 
@@ -402,7 +405,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(orphaned_attempts_expire_after_grace_when_no_worker_returns,
                                         h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
-            attempt_a_re_registering_worker_does_not_name_is_lost_at_once, h_setup, h_teardown),
+            attempt_a_re_registering_worker_does_not_name_ends_at_once, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(
             postgresql_restart_mid_sweep_pauses_reconnects_and_loses_nothing, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(sigterm_preempts_the_attempt_which_does_not_count, h_setup,
