@@ -88,7 +88,8 @@ static const qsweep_col_type col_types[C_N] = {
 static const char *const TRAINING_SQL =
     "SELECT coalesce(shape, '(checkpoint)'), steps, lr, recipe, count(*),\n"
     "       count(final_val_loss), avg(final_val_loss), min(final_val_loss),\n"
-    "       max(final_val_loss), count(DISTINCT seed)\n"
+    "       max(final_val_loss), count(DISTINCT seed),\n"
+    "       count(*) FILTER (WHERE state IN ('failed', 'cancelled'))\n"
     "FROM v_pipeline_training WHERE experiment = $1\n"
     "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, recipe <> 'bf16', recipe";
 
@@ -258,10 +259,47 @@ static void print_training(PGresult *t, FILE *out) {
         char seeds[32];
         snprintf(seeds, sizeof seeds, "%s seed%s", PQgetvalue(t, i, 9),
                  strcmp(PQgetvalue(t, i, 9), "1") ? "s" : "");
-        fprintf(out, "    %-18s %-9s %s", PQgetvalue(t, i, 3), seeds, done ? v : "(not finished)");
-        if (done < runs) fprintf(out, "  (%ld of %ld runs finished)", done, runs);
+        long ended = strtol(PQgetvalue(t, i, 10), NULL, 10); /* failed or cancelled */
+        fprintf(out, "    %-18s %-9s %s", PQgetvalue(t, i, 3), seeds,
+                done ? v : ended == runs ? "(failed)" : "(not finished)");
+        if (ended) fprintf(out, "  (%ld of %ld runs failed or cancelled)", ended, runs);
+        if (done + ended < runs)
+            fprintf(out, "  (%ld of %ld runs finished)", done, runs);
         fputc('\n', out);
     }
+}
+
+/* The experiment's sweep jobs that ran on weights other than the ones their training job
+ * recorded (v_trained_model_use.matches false: a model folder written again, or copied over
+ * with its record): their results mix two models, so they are listed under the tables.
+ * Errors: QS_EDB. */
+static const char *const MISMATCH_SQL =
+    "SELECT u.job_id, u.train_job_id, left(u.recorded_digest, 12), left(u.loaded_digest, 12)\n"
+    "FROM v_trained_model_use u\n"
+    "JOIN experiment_jobs ej ON ej.job = u.job_id\n"
+    "JOIN experiments e ON e.id = ej.experiment\n"
+    "WHERE e.name = $1 AND u.matches = false ORDER BY u.job_id";
+
+static qs_status print_mismatches(PGconn *c, const char *name, FILE *out, qs_error *err) {
+    qs_status st;
+    PGresult *m = query(c, MISMATCH_SQL, name, "trained model use", &st, err);
+    if (!m) return st;
+    int n = PQntuples(m);
+    if (n > 0) {
+        fprintf(out,
+                "\nmodel mismatch: %d sweep job%s of %s ran on weights other than the ones their "
+                "training job recorded (v_trained_model_use, matches = false), so %s results "
+                "mix two models:",
+                n, n == 1 ? "" : "s", name, n == 1 ? "its" : "their");
+        for (int i = 0; i < n && i < 10; i++)
+            fprintf(out, "%s job %s (training job %s recorded %s..., it loaded %s...)",
+                    i ? ";" : "", PQgetvalue(m, i, 0), PQgetvalue(m, i, 1), PQgetvalue(m, i, 2),
+                    PQgetvalue(m, i, 3));
+        if (n > 10) fprintf(out, "; and %d more", n - 10);
+        fputc('\n', out);
+    }
+    PQclear(m);
+    return QS_OK;
 }
 
 qs_status qsweep_print_pipeline_results(qc_store *db, const char *name, int format, FILE *out,
@@ -292,7 +330,7 @@ qs_status qsweep_print_pipeline_results(qc_store *db, const char *name, int form
     print_training(t, out);
     PQclear(t);
     int n = PQntuples(r);
-    if (n == 0) fprintf(out, "\nno sensitivity results of the trained models yet\n");
+    if (n == 0) fprintf(out, "\nno sensitivity results of the trained models\n");
     for (int i = 0; i < n;) {
         int j = i + 1;
         while (j < n && same_table(r, i, j))
@@ -301,6 +339,7 @@ qs_status qsweep_print_pipeline_results(qc_store *db, const char *name, int form
         i = j;
     }
     PQclear(r);
+    if ((st = print_mismatches(c, name, out, err))) return st;
     char *lit = PQescapeLiteral(c, name, strlen(name));
     char q[4096];
     snprintf(q, sizeof q, PIPELINE_SQL, lit ? lit : "''");

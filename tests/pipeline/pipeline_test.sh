@@ -17,7 +17,8 @@
 #             naming its training job's (or its baseline's) id and the divergence, no attempt.
 #   resubmit  the same grid submitted again adds nothing; the grid with one more format reuses
 #             both finished stages (only the new eval jobs run, no training job runs again);
-#             a trained model written again with other weights is refused by its new jobs.
+#             a trained model written again with other weights is refused by its new jobs;
+#             one copied over with its record runs, and qsweep results flags its jobs.
 #   finetune  a training stage of {init: path} fine-tunes a checkpoint, whose sweep runs beside
 #             the checkpoint's own (which depends on no training job).
 # Usage: pipeline_test.sh QSWEEP_BIN SOURCE_DIR CASE
@@ -179,6 +180,11 @@ failed)
   expect "sweep jobs that got an attempt" 0 \
     "$(psql_q "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job WHERE j.kind <> 'train'")"
   check_edges
+  # qsweep results says the runs failed, not that they are unfinished
+  "$Q" results pipeline-tiny >"$D/results.txt" || fail "qsweep results"
+  expect "recipes whose 2 runs read as failed" 2 \
+    "$(grep -c '^    [a-z0-9]* *2 seeds *(failed)  (2 of 2 runs failed or cancelled)$' "$D/results.txt")"
+  grep -q "not finished" "$D/results.txt" && fail "a failed run reads as not finished"
   ;;
 resubmit)
   "$Q" run "$GRID" >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
@@ -215,6 +221,18 @@ resubmit)
   expect "failed jobs" 7 "$(state_count failed)"
   expect "int8 jobs of the other models succeeded" 21 \
     "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND spec->>'format' = 'int8_channel'")"
+  # the same model copied over with its record beside it: the worker cannot tell (the record
+  # is what it checks), so its 7 new jobs run, and qsweep results flags them from the
+  # digests in the store (v_trained_model_use)
+  cp "$src.digest" "$dst.digest"
+  more=(--set name=pipeline-tiny-fp6 --set 'stages.sweep.sensitivity.formats=[mxfp6_e2m3]')
+  "$Q" run "$GRID" "${more[@]}" >"$D/run-fp6.log" 2>&1 || fail "qsweep run with fp6 exited $?"
+  "$Q" results pipeline-tiny-fp6 >"$D/results-fp6.txt" || fail "qsweep results pipeline-tiny-fp6"
+  grep -q "^model mismatch: 7 sweep jobs of pipeline-tiny-fp6 ran on weights other than" \
+    "$D/results-fp6.txt" || { cat "$D/results-fp6.txt" >&2; fail "no model-mismatch flag"; }
+  expect "mismatched jobs named" 7 "$(grep -o ' job [0-9]* (training job' "$D/results-fp6.txt" | wc -l)"
+  "$Q" results pipeline-tiny >"$D/results.txt" || fail "qsweep results pipeline-tiny"
+  ! grep -q "model mismatch" "$D/results.txt" || fail "a mismatch flag on the untouched run"
   ;;
 finetune)
   # {init: path} in a pipeline: the 3-block test checkpoint fine-tuned 8 steps with bf16, then
