@@ -307,7 +307,8 @@ static void report_usage(FILE *out) {
             "  -o, --output FILE  where to write it (default EXPERIMENT.html); written whole then\n"
             "                     renamed over FILE: a FILE that is a symlink, device, FIFO or\n"
             "                     directory is refused (exit 2)\n"
-            "  --db CONNINFO      libpq connection string (default $QSWEEP_DB)\n");
+            "  --db CONNINFO      libpq connection string (default $QSWEEP_DB, else the\n"
+            "                     private cluster of qsweep run when it is running)\n");
 }
 
 int qsweep_cmd_report(int argc, char **argv) {
@@ -334,13 +335,13 @@ int qsweep_cmd_report(int argc, char **argv) {
             return QS_EXIT_USAGE;
         }
     }
-    const char *conninfo = qsweep_db_arg(db);
-    if (optind != argc - 1 || !conninfo || (output && !*output)) {
-        if (!conninfo)
-            fprintf(stderr, "qsweep report: no database: give --db CONNINFO or set QSWEEP_DB\n");
+    if (optind != argc - 1 || (output && !*output)) {
         report_usage(stderr);
         return QS_EXIT_USAGE;
     }
+    /* --db, $QSWEEP_DB, else the private cluster of qsweep run, as results and status */
+    const char *conninfo = qsweep_find_db(db, "report");
+    if (!conninfo) return QS_EXIT_USAGE;
     const char *name = argv[optind];
     char path[4096];
     snprintf(path, sizeof path, "%s%s", output ? output : name, output ? "" : ".html");

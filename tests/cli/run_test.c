@@ -825,7 +825,7 @@ static long lines_longer_than(const char *text, size_t max) {
 }
 
 /* Paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
- * results and cancel find the private cluster of qsweep run when it is running, and name
+ * results, report and cancel find the private cluster of qsweep run when it is running, and name
  * `eval "$(qsweep db start)"` when it is not; the run says "1 worker (N threads)", names no
  * "0 failed before", keeps its logs in a folder of its own and prints it at the end; the
  * progress line fits a narrow terminal; an experiment with work left and no worker shows no
@@ -887,6 +887,12 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     const char *results[] = {"results", "tiny", "--csv", NULL};
     assert_int_equal(qsweep(out, sizeof out, results), 0);
     assert_non_null(strstr(out, "model,format,options,quantize"));
+    char page[1100];
+    snprintf(page, sizeof page, "%s/tiny-report.html", e->dir);
+    const char *report[] = {"report", "tiny", "-o", page, NULL};
+    rc = qsweep(out, sizeof out, report);
+    if (rc != 0) fail_msg("report without --db exited %d: %s", rc, out);
+    assert_int_equal(access(page, R_OK), 0);
 
     PGconn *c = e->c = connect_db(qc_pgserver_conninfo(e->pg));
     const char *cancel[] = {"cancel", "tiny", NULL};
