@@ -126,9 +126,10 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     if (!isfinite(loss) || !isfinite(norm) || loss > c->diverge_loss) {
         tr->diverged = 1;
         tr->diverged_step = tr->step + 1;
-        return qs_error_set(err, QS_ESTATE,
-                            "diverged at step %d: train loss %g (diverge_loss %g), gradient norm %g",
-                            tr->diverged_step, loss, c->diverge_loss, norm);
+        return qs_error_set(
+            err, QS_ESTATE,
+            "diverged at step %d: train loss %g (diverge_loss %g), gradient norm %g",
+            tr->diverged_step, loss, c->diverge_loss, norm);
     }
     float gscale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
     float lr = qw_lr_at(&c->sched, tr->step);
