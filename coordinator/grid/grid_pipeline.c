@@ -382,6 +382,53 @@ static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *
     return st;
 }
 
+/* A job's key and its index in the expanded list, sorted by key to find repeats. */
+typedef struct key_at {
+    const char *key;
+    size_t i;
+} key_at;
+
+static int key_at_cmp(const void *a, const void *b) {
+    const key_at *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* The stage of job i of the expanded list, given each stage's first index. */
+static size_t stage_of(const long *offset, size_t n, size_t i) {
+    size_t si = 0;
+    while (si + 1 < n && (size_t)offset[si + 1] <= i)
+        si++;
+    return si;
+}
+
+/* Two stages that make one job (the same job_key: a training stage repeated, a sweep repeating
+ * another's models and settings) would count it twice in every count the grid prints and in
+ * the DAG, while the store keeps it once: refused, naming both stages and the job. Errors:
+ * QS_EINVAL, QS_ENOMEM. */
+static qs_status refuse_repeated_jobs(const pipe_data *d, const long *offset,
+                                      const qc_job_list *out, qs_error *err) {
+    if (out->n < 2) return QS_OK;
+    key_at *k = malloc(out->n * sizeof *k);
+    if (!k) return qs_error_set(err, QS_ENOMEM, "out of memory");
+    for (size_t i = 0; i < out->n; i++)
+        k[i] = (key_at){out->jobs[i].key, i};
+    qsort(k, out->n, sizeof *k, key_at_cmp);
+    qs_status st = QS_OK;
+    for (size_t i = 1; !st && i < out->n; i++)
+        if (!strcmp(k[i - 1].key, k[i].key)) {
+            const qc_job *j = &out->jobs[k[i].i];
+            st = qs_error_set(err, QS_EINVAL,
+                              "stages %s and %s make the same job (%s %s): a stage may not "
+                              "repeat another's jobs",
+                              d->stages[stage_of(offset, d->n, k[i - 1].i)].name,
+                              d->stages[stage_of(offset, d->n, k[i].i)].name, j->kind,
+                              j->label ? j->label : j->key);
+        }
+    free(k);
+    return st;
+}
+
 static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     const pipe_data *d = g->kind_data;
     long offset[STAGES_MAX] = {0};
@@ -403,6 +450,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                 st = qc_job_list_depend(out, i, offset[m->train_stage] + (long)m->train_job, err);
         }
     }
+    if (!st) st = refuse_repeated_jobs(d, offset, out, err);
     return st;
 }
 

@@ -922,6 +922,44 @@ static void test_pipeline_errors_name_file_line_column(void **state) {
     assert_null(g);
 }
 
+/* Two stages that make the same jobs (a training stage repeated under another name, a sweep
+ * repeated) are refused at expansion, naming both stages: the counts would hold every job
+ * twice while the store keeps it once. */
+static void test_pipeline_stages_that_repeat_jobs_are_refused(void **state) {
+    env *e = *state;
+    char twice[4096];
+    const char *sweep = strstr(PIPE, "  sweep:\n");
+    const char *train = strstr(PIPE, "  train:\n");
+    /* train, then the same training body as train2, then the sweep */
+    snprintf(twice, sizeof twice, "%.*s  train2:%.*s%s", (int)(sweep - PIPE), PIPE,
+             (int)(sweep - train - strlen("  train:")), train + strlen("  train:"), sweep);
+    char *at = strstr(twice, "ctx: 016");
+    assert_non_null(at);
+    memcpy(at, "ctx:  16", 8);
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, twice, NULL, 0, &g, &err), QS_OK);
+    qc_job_list l = {0};
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "stages train and train2 make the same job (train "));
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+    /* the sweep repeated as sweep2 */
+    const char *valid = pipe_with("ctx: 016", "ctx: 16");
+    size_t n = strlen(valid);
+    assert_true(2 * n + 16 < sizeof twice);
+    memcpy(twice, valid, n);
+    memcpy(twice + n, "  sweep2:", 9);
+    const char *body = strstr(valid, "  sweep:\n") + strlen("  sweep:");
+    memcpy(twice + n + 9, body, strlen(body) + 1);
+    g = NULL;
+    assert_int_equal(load(e, twice, NULL, 0, &g, &err), QS_OK);
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_EINVAL);
+    if (!strstr(err.msg, "stages sweep and sweep2 make the same job (")) fail_msg("%s", err.msg);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_valid_grid_loads_with_its_values, setup, teardown),
@@ -966,6 +1004,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(
             test_pipeline_sweep_jobs_depend_on_the_training_job_of_their_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline_selects_by_axes_and_fine_tunes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline_stages_that_repeat_jobs_are_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pipeline_errors_name_file_line_column, setup,
                                         teardown),
