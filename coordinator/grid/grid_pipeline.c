@@ -97,8 +97,17 @@ static int picked(const axis_pick *a, const char *have) {
     return 0;
 }
 
-/* An axis value's text as the selection compares it: shape and recipe names, %g of a
- * learning rate, %ld of a seed. */
+/* The shortest %g text of x that reads back as x (at most 17 significant digits): 0.003 stays
+ * "0.003", and learning rates that %g would print alike (0.001, 0.0010000001) stay apart. */
+static void shortest_g(double x, char *buf, size_t cap) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+/* An axis value's text as the selection compares it: shape and recipe names, a learning
+ * rate's shortest round-trip text (shortest_g), %ld of a seed. */
 static void axis_text(const qc_train_axes *t, int axis, char *buf, size_t cap) {
     switch (axis) {
     case 0: {
@@ -110,7 +119,7 @@ static void axis_text(const qc_train_axes *t, int axis, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", t->recipe);
         break;
     case 2:
-        snprintf(buf, cap, "%g", t->lr);
+        shortest_g(t->lr, buf, cap);
         break;
     default:
         snprintf(buf, cap, "%ld", t->seed);

@@ -922,6 +922,36 @@ static void test_pipeline_errors_name_file_line_column(void **state) {
     assert_null(g);
 }
 
+/* Learning rates that %g prints alike stay apart: the selection `lr: 0.001` keeps the 4 runs
+ * of 0.001 (not those of 0.0010000001), whose models are named with the lr. */
+static void test_pipeline_learning_rates_print_apart(void **state) {
+    env *e = *state;
+    char grid[4096];
+    snprintf(grid, sizeof grid, "%s", pipe_with("lrs: [0.003]", "lrs: [0.001, 0.0010000001]"));
+    char *at = strstr(grid, "seed: all}");
+    assert_non_null(at);
+    char tail[4096];
+    snprintf(tail, sizeof tail, "%s", at + strlen("seed: all}"));
+    snprintf(at, sizeof grid - (size_t)(at - grid), "seed: all, lr: 0.001}%s", tail);
+    at = strstr(grid, "ctx: 016");
+    assert_non_null(at);
+    memcpy(at, "ctx:  16", 8);
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    if (load(e, grid, NULL, 0, &g, &err) != QS_OK) fail_msg("%s", err.msg);
+    qc_job_list l = {0};
+    assert_int_equal(qc_grid_expand(g, &l, &err), QS_OK);
+    assert_int_equal(l.n, 8 + 4 * (1 + 7)); /* 8 training runs, 4 of them swept */
+    size_t named = 0;
+    for (size_t i = 8; i < l.n; i++) {
+        assert_non_null(strstr(l.jobs[i].label, "/lr=0.001/seed="));
+        named++;
+    }
+    assert_int_equal(named, 32);
+    qc_job_list_free(&l);
+    qc_grid_free(g);
+}
+
 /* Two stages that make the same jobs (a training stage repeated under another name, a sweep
  * repeated) are refused at expansion, naming both stages: the counts would hold every job
  * twice while the store keeps it once. */
@@ -1005,6 +1035,7 @@ int main(void) {
             test_pipeline_sweep_jobs_depend_on_the_training_job_of_their_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline_selects_by_axes_and_fine_tunes, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline_learning_rates_print_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline_stages_that_repeat_jobs_are_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pipeline_errors_name_file_line_column, setup,
