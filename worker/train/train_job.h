@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "bytes_tokenizer.h"
 #include "error.h"
 #include "recipe.h"
 #include "trainer.h"
@@ -105,12 +106,5 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
  * within it). Errors: QS_EINVAL listing the names. */
 qs_status qw_train_shape_by_name(const char *name, qw_config *out, qs_error *err);
 
-/* The bytes tokenizer: vocabulary 258, ids 0..255 the bytes of the text, 256 BOS, 257 EOS.
- * Reads the file at path into *ids (heap, caller frees) as BOS followed by its bytes.
- * Errors: QS_EIO naming the path, QS_ENOMEM. */
-#define QW_BYTES_VOCAB 258
-#define QW_BYTES_BOS 256
-#define QW_BYTES_EOS 257
-qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err);
 
 #endif
