@@ -2,12 +2,13 @@
  * token file (version 2, tokens.h: its header carries the tokenizer digest).
  * qsweep tokenize MODEL --decode TOKENS [-o FILE]: a token file back to text.
  * MODEL: a tokenizer.json, a SentencePiece .model file, a Hugging Face directory holding either,
- * or a .gguf file. */
+ * a .gguf file, or `bytes`: the training shapes' bytes tokenizer (bytes_tokenizer.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes_tokenizer.h"
 #include "cli.h"
 #include "replace_file.h"
 #include "tokenizer.h"
@@ -18,7 +19,9 @@ static void tokenize_usage(FILE *out) {
             "usage: qsweep tokenize MODEL TEXT -o FILE [--bos] [--special] [--print]\n"
             "       qsweep tokenize MODEL --decode TOKENS [-o FILE] [--skip-special]\n"
             "  MODEL           a tokenizer.json, a SentencePiece .model, a Hugging Face directory\n"
-            "                  holding either (tokenizer.json or tokenizer.model), or a .gguf\n"
+            "                  holding either (tokenizer.json or tokenizer.model), a .gguf, or\n"
+            "                  bytes: the training shapes' bytes tokenizer (ids 0..255 the\n"
+            "                  text's bytes, BOS 256, EOS 257; any bytes, not only UTF-8)\n"
             "  TEXT            a UTF-8 text file (invalid UTF-8 is refused with its byte offset)\n"
             "  -o FILE         the token file to write (version 2: it names the tokenizer), or\n"
             "                  with --decode the text file (default: standard output); written\n"
@@ -99,6 +102,37 @@ static int do_decode(const qw_tokenizer *t, const char *tokens, const char *out,
     return QS_EXIT_OK;
 }
 
+/* `qsweep tokenize bytes TEXT -o FILE`: the text's bytes as ids (BOS 256 first with --bos, as
+ * a training grid's `tokenizer: bytes` reads it), written as a version 2 token file naming the
+ * bytes tokenizer's digest. Exit status as qsweep_cmd_tokenize's. */
+static int tokenize_bytes(const char *text, const char *out, int bos, int print) {
+    qs_error err = {0};
+    uint32_t *ids;
+    size_t n;
+    qs_status st = qw_bytes_tokenize_file(text, &ids, &n, &err);
+    if (st) return qsweep_fail("tokenize", &err);
+    const uint32_t *from = bos ? ids : ids + 1; /* ids[0] is BOS */
+    size_t count = bos ? n : n - 1;
+    char digest[65];
+    qw_bytes_tokenizer_digest(digest);
+    if (out && qs_same_file(text, out))
+        st = qs_error_set(&err, QS_EINVAL, "%s: is the input file %s: refusing to write over it",
+                          out, text);
+    if (!st && out) st = qw_tokens_write(out, from, count, QW_BYTES_VOCAB, digest, &err);
+    if (!st && print) {
+        for (size_t i = 0; i < count; i++)
+            printf(i ? " %u" : "%u", from[i]);
+        printf("\n");
+        if (fflush(stdout) != 0)
+            st = qs_error_set(&err, QS_EIO, "standard output: write failed: %s", strerror(errno));
+    }
+    if (!st && out)
+        fprintf(stderr, "qsweep tokenize: %s: %zu tokens (tokenizer bytes %s)\n", out, count,
+                digest);
+    free(ids);
+    return st ? qsweep_fail("tokenize", &err) : QS_EXIT_OK;
+}
+
 int qsweep_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *out = NULL, *decode = NULL;
     int bos = 0, special = 0, print = 0, skip = 0;
@@ -140,6 +174,14 @@ int qsweep_cmd_tokenize(int argc, char **argv) {
     if (!model || (decode ? text != NULL : (!text || (!out && !print)))) {
         tokenize_usage(stderr);
         return QS_EXIT_USAGE;
+    }
+    if (!strcmp(model, "bytes")) {
+        if (decode || special) {
+            fprintf(stderr, "qsweep tokenize: bytes: %s is not supported (the ids are the bytes)\n",
+                    decode ? "--decode" : "--special");
+            return QS_EXIT_USAGE;
+        }
+        return tokenize_bytes(text, out, bos, print);
     }
     qs_error err = {0};
     qw_tokenizer *t;

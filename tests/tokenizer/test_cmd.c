@@ -1,7 +1,7 @@
 /* `qsweep tokenize` end to end: the binary on real files. GPL-3 through SmolLM2's GGUF
  * vocabulary gives llama.cpp's ids in a version 2 token file naming the tokenizer; --decode
  * gives the text back; invalid UTF-8 is refused with the file and byte offset (exit 2) and
- * leaves no file; usage errors exit 1. */
+ * leaves no file; usage errors exit 1; `bytes` writes a text's bytes as ids. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -228,12 +228,57 @@ static void usage_errors_exit_1(void **state) {
     assert_non_null(strstr(err, "/nonexistent/model.gguf"));
 }
 
+/* `qsweep tokenize bytes`: every byte of the text (invalid UTF-8 too: the ids are bytes) is
+ * its own id, in order, in a version 2 file of vocabulary 258 whose header names the bytes
+ * tokenizer; --bos puts 256 first, as a training grid's `tokenizer: bytes` reads a text. The
+ * expected digest is Python's hashlib.blake2b(b"qsweep bytes tokenizer: ids 0..255 bytes, 256
+ * BOS, 257 EOS", digest_size=32), computed apart from the product. */
+static void bytes_tokenizer_writes_the_bytes(void **state) {
+    (void)state;
+    static const unsigned char raw[] = {'I', 'n', ' ', 0xc3, '(', 0x00, 0xff, '\n'};
+    char text[512], out[512], cmd[8192], err[4096];
+    snprintf(text, sizeof text, "%s/raw.bin", dir);
+    snprintf(out, sizeof out, "%s/raw.tokens", dir);
+    FILE *f = fopen(text, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(raw, 1, sizeof raw, f), sizeof raw);
+    fclose(f);
+    for (int bos = 0; bos <= 1; bos++) {
+        snprintf(cmd, sizeof cmd, "'%s' tokenize bytes '%s' -o '%s'%s", QSWEEP_BIN, text, out,
+                 bos ? " --bos" : "");
+        assert_int_equal(run(cmd, err, sizeof err), 0);
+        qw_tokens tok;
+        qs_error e = {0};
+        assert_int_equal(qw_tokens_load(out, &tok, &e), QS_OK);
+        assert_int_equal(tok.version, 2);
+        assert_int_equal(tok.vocab_size, 258);
+        assert_string_equal(tok.tokenizer_digest,
+                            "7f73011814b3ba5b857b7063facec1d18f344539b8eabc8f2e51b10fc2aea0e6");
+        assert_int_equal(tok.n, sizeof raw + (size_t)bos);
+        if (bos) assert_int_equal(tok.ids[0], 256);
+        for (size_t i = 0; i < sizeof raw; i++)
+            assert_int_equal(tok.ids[i + (size_t)bos], raw[i]);
+        qw_tokens_free(&tok);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' tokenize bytes --decode '%s'", QSWEEP_BIN, out);
+    assert_int_equal(run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "--decode"));
+    snprintf(cmd, sizeof cmd, "'%s' tokenize bytes '%s/none.txt' -o '%s/none.tokens'", QSWEEP_BIN,
+             dir, dir);
+    assert_int_not_equal(run(cmd, err, sizeof err), 0);
+    assert_non_null(strstr(err, "none.txt"));
+    assert_int_equal(access(out, F_OK), 0);
+    unlink(out);
+    unlink(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpl3_smollm2_round_trip),
         cmocka_unit_test(invalid_utf8_names_file_and_offset),
         cmocka_unit_test(output_that_is_not_a_regular_file_is_refused),
         cmocka_unit_test(usage_errors_exit_1),
+        cmocka_unit_test(bytes_tokenizer_writes_the_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sodium.h>
+
 qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs_error *err) {
     *ids = NULL;
     *n = 0;
@@ -40,4 +42,11 @@ qs_status qw_bytes_tokenize_file(const char *path, uint32_t **ids, size_t *n, qs
     *ids = out;
     *n = len + 1;
     return QS_OK;
+}
+
+void qw_bytes_tokenizer_digest(char hex[65]) {
+    static const char desc[] = "qsweep bytes tokenizer: ids 0..255 bytes, 256 BOS, 257 EOS";
+    unsigned char h[32];
+    crypto_generichash(h, sizeof h, (const unsigned char *)desc, sizeof desc - 1, NULL, 0);
+    sodium_bin2hex(hex, 65, h, sizeof h);
 }
