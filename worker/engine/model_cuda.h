@@ -54,7 +54,10 @@ void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out);
 
 /* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it; with the auto
  * ("lt") or emulated GEMM the most specific path run since qw_model_gemm_path_reset
- * ("native_fp4", "emulated_bf16", "fp8", "fp32", "bf16"). */
+ * ("native_fp4", "emulated_bf16", "fp8", "fp32", "bf16"). A sharded model (model.h
+ * qw_model_set_tensor_parallel) answers for its ranks' backends, not its own: the most
+ * specific path over the ranks (ops_cuda.h qw_gemm_path_rank), "cpu" for CPU ranks. The
+ * fallback and the reset below also go over the ranks. */
 const char *qw_model_gemm_path(const qw_model *m);
 
 /* Why a native FP4 GEMM of m ran emulated since qw_model_gemm_path_reset

@@ -547,6 +547,13 @@ extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
 }
 
+extern "C" int qw_gemm_path_rank(const char *name) {
+    static const char *const order[] = {"bf16", "fp32", "fp8", "emulated_bf16", "native_fp4"};
+    for (int i = 0; name && i < 5; i++)
+        if (strcmp(name, order[i]) == 0) return i + 1;
+    return 0;
+}
+
 extern "C" void qw_backend_cuda_gemm_path_reset(qw_backend *b) {
     cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
     if (c && (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED))
