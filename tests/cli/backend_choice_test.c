@@ -165,7 +165,8 @@ static void test_tensor_parallel_ranks_take_the_offered_gpus_in_order(void **sta
     assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 1, &r, &err), QS_EINVAL);
 }
 
-static void test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu(void **state) {
+static void
+test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu(void **state) {
     (void)state;
     unsetenv("QSWEEP_BACKEND");
     qs_error err = {0};
@@ -302,7 +303,8 @@ int main(void) {
         cmocka_unit_test(test_the_environment_is_read_when_no_option_is_given),
         cmocka_unit_test(test_the_sqnr_probe_runs_on_the_cpu),
         cmocka_unit_test(test_tensor_parallel_ranks_take_the_offered_gpus_in_order),
-        cmocka_unit_test(test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu),
+        cmocka_unit_test(
+            test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu),
         cmocka_unit_test(test_without_a_set_choice_nothing_but_the_cpu),
         cmocka_unit_test(test_gemm_path_metric_names),
         cmocka_unit_test(test_local_workers_share_out_the_gpus_round_robin),

@@ -199,8 +199,8 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (m->tp) { /* the ranks' backends and run states are sized for the team too */
         int n = qw_tp_ranks(m->tp);
         qw_tp *tp = NULL;
-        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, m->tp_init, m->tp_release, m->tp_ctx, &tp,
-                          err);
+        st =
+            qw_tp_create(&m->wt, m->max_ctx, nt, n, m->tp_init, m->tp_release, m->tp_ctx, &tp, err);
         if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
         qw_tp_set_profile(tp, &m->prof);
         qw_tp_destroy(m->tp);

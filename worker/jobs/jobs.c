@@ -198,8 +198,7 @@ static bool same_ranks(const qw_jobs_ranks_use *a, const qw_jobs_ranks_use *b) {
  * them (eval.h tensor_parallel) and the job's result can name their GEMM path afterwards;
  * CPU ranks are left to the evaluation, which makes and frees them per run. Errors: those of
  * qw_model_set_tp_backends and qw_model_set_tensor_parallel. */
-static qs_status place_ranks(loaded_model *lm, int tp, const qw_jobs_ranks_use *ru,
-                             qs_error *err) {
+static qs_status place_ranks(loaded_model *lm, int tp, const qw_jobs_ranks_use *ru, qs_error *err) {
     bool want_gpu = tp > 1 && ru->use_cuda;
     if (want_gpu && lm->ranks.use_cuda && same_ranks(&lm->ranks, ru) &&
         qw_model_tensor_parallel(lm->model) == tp)
@@ -229,6 +228,10 @@ static qs_status place_ranks(loaded_model *lm, int tp, const qw_jobs_ranks_use *
  * place_ranks; on error the model stays on its backend. */
 static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int tp,
                              const qw_jobs_ranks_use *ru, int threads, qs_error *err) {
+    if (lm->ranks.use_cuda && !same_ranks(&lm->ranks, ru)) { /* their GPUs freed first */
+        qs_status st = place_ranks(lm, 1, ru, err);
+        if (st) return st;
+    }
     if (u->use_cuda != lm->on_cuda) {
         qs_status st = u->use_cuda ? qw_jobs_use_cuda(lm->model, u->device, u->gemm, err)
                                    : qw_jobs_use_cpu(lm->model, err);
@@ -306,10 +309,12 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
     int tp = s->resources.gpu_count > 1 ? s->resources.gpu_count : 1;
     qw_jobs_ranks_use ranks = {.use_cuda = false};
     if (tp > 1) {
-        qs_status pst = qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, err);
+        qs_status pst =
+            qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, err);
         if (pst) return pst;
     }
-    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe || tp > 1);
+    qw_jobs_backend_use use =
+        qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe || tp > 1);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     /* A cached model whose files changed is loaded again, digest and all: the new weights
        then fail the digest check instead of running under the old file's digest. */

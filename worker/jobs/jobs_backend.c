@@ -89,7 +89,8 @@ qs_status qw_jobs_backend_pick_ranks(const qw_jobs_backend *c, bool cuda_built, 
         char list[8 * QW_JOBS_MAX_DEVICES] = "";
         size_t at = 0;
         for (int i = 0; i < c->n_devices && at < sizeof list; i++)
-            at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? "," : "", c->devices[i]);
+            at +=
+                (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? "," : "", c->devices[i]);
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "tensor_parallel %d needs %d GPUs: the worker offers %d (--gpus %s); "
                             "a worker offering %d runs it",
