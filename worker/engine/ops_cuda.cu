@@ -272,9 +272,10 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
     finish(c, "residual");
 }
 
-/* Fake-quantizes xq [T x in] (backend memory) with act: on the device for the formats
- * qk_cuda_fake_quant has, through the CPU quantizer otherwise (managed memory: the host reads
- * and writes it in place once the stream is idle). */
+/* Fake-quantizes xq [T x in] (backend memory) with act: on the device (qk_cuda_fake_quant has
+ * every format), through the CPU quantizer for what it refuses (the options reference_only and
+ * tiny_amax exact; managed memory: the host reads and writes it in place once the stream is
+ * idle). */
 qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
                             qs_error *err) {
     qs_error e2 = {};
