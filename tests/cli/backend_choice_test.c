@@ -1,7 +1,8 @@
 /* Where the worker's jobs run (worker/jobs/jobs_backend.h) and which GPU each local worker of
  * qsweep run offers (cli.h qsweep_run_worker_gpus): the option and $QSWEEP_BACKEND parsing,
  * the auto / cpu / cuda rules with and without GPUs and CUDA in the build, the SQNR probe kept
- * on the CPU, and the round robin of GPUs over workers. The CPU path of a whole sweep (every
+ * on the CPU, tensor-parallel ranks on the offered GPUs in order (or CPU ranks, or refused),
+ * and the round robin of GPUs over workers. The CPU path of a whole sweep (every
  * result's gemm_path = cpu) is checked end to end in run_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,6 +114,90 @@ static void test_the_sqnr_probe_runs_on_the_cpu(void **state) {
     }
 }
 
+/* Four GPUs offered as --gpus 3,1,2,0. */
+static const qw_gpu four[4] = {{.name = "NVIDIA H200", .device = 3},
+                               {.name = "NVIDIA H200", .device = 1},
+                               {.name = "NVIDIA H200", .device = 2},
+                               {.name = "NVIDIA H200", .device = 0}};
+
+static void test_tensor_parallel_ranks_take_the_offered_gpus_in_order(void **state) {
+    (void)state;
+    unsetenv("QSWEEP_BACKEND");
+    unsetenv("QSWEEP_CUDA_GEMM");
+    qs_error err = {0};
+    qw_jobs_backend c;
+    qw_jobs_ranks_use r;
+    const char *gpu_kinds[] = {"auto", "cuda"};
+    for (size_t k = 0; k < 2; k++) {
+        assert_int_equal(qw_jobs_backend_config(gpu_kinds[k], four, 4, true, &c, &err), QS_OK);
+        /* rank r on the r-th offered GPU, not on ordinal r */
+        assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 3, &r, &err), QS_OK);
+        assert_true(r.use_cuda);
+        assert_int_equal(r.n, 3);
+        assert_int_equal(r.gemm, QW_JOBS_GEMM_AUTO);
+        assert_int_equal(r.devices[0], 3);
+        assert_int_equal(r.devices[1], 1);
+        assert_int_equal(r.devices[2], 2);
+        assert_int_equal(r.devices[3], -1);
+        /* all four */
+        assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 4, &r, &err), QS_OK);
+        assert_int_equal(r.devices[3], 0);
+        /* more ranks than offered GPUs: refused, naming the counts and the GPUs, never CPU
+           ranks the grid did not ask for (a worker offering enough runs it) */
+        assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 5, &r, &err), QS_EUNSUPPORTED);
+        assert_non_null(strstr(err.msg, "tensor_parallel 5 needs 5 GPUs: the worker offers 4 "
+                                        "(--gpus 3,1,2,0)"));
+        assert_false(r.use_cuda); /* *out is CPU ranks on error */
+    }
+    /* the CUDA GEMM setting travels with the ranks */
+    setenv("QSWEEP_CUDA_GEMM", "fp32", 1);
+    assert_int_equal(qw_jobs_backend_config("cuda", two, 2, true, &c, &err), QS_OK);
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 2, &r, &err), QS_OK);
+    assert_int_equal(r.gemm, 0);
+    assert_int_equal(r.devices[0], 1);
+    assert_int_equal(r.devices[1], 0);
+    unsetenv("QSWEEP_CUDA_GEMM");
+    /* a CUDA module without NCCL: GPU ranks cannot all-reduce, refused saying so */
+    c.no_nccl = true;
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 2, &r, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "without NCCL"));
+    /* a tensor-parallel degree needs two ranks */
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 1, &r, &err), QS_EINVAL);
+}
+
+static void
+test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu(void **state) {
+    (void)state;
+    unsetenv("QSWEEP_BACKEND");
+    qs_error err = {0};
+    qw_jobs_backend c;
+    qw_jobs_ranks_use r;
+    /* --backend cpu with GPUs offered */
+    assert_int_equal(qw_jobs_backend_config("cpu", four, 4, true, &c, &err), QS_OK);
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 3, &r, &err), QS_OK);
+    assert_false(r.use_cuda);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.devices[0], -1);
+    /* auto with no GPU offered (--gpus none): CPU ranks, even for more ranks than GPUs */
+    assert_int_equal(qw_jobs_backend_config("auto", NULL, 0, true, &c, &err), QS_OK);
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 8, &r, &err), QS_OK);
+    assert_false(r.use_cuda);
+    /* a build without CUDA */
+    assert_int_equal(qw_jobs_backend_config("auto", four, 4, false, &c, &err), QS_OK);
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, false, 2, &r, &err), QS_OK);
+    assert_false(r.use_cuda);
+    /* a CUDA module that could not be loaded: the choice became the CPU (device -1) */
+    assert_int_equal(qw_jobs_backend_config("auto", four, 4, true, &c, &err), QS_OK);
+    c.device = -1;
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 2, &r, &err), QS_OK);
+    assert_false(r.use_cuda);
+    /* the same inputs give the same answer */
+    qw_jobs_ranks_use again;
+    assert_int_equal(qw_jobs_backend_pick_ranks(&c, true, 2, &again, &err), QS_OK);
+    assert_int_equal(again.use_cuda, r.use_cuda);
+    assert_int_equal(again.n, r.n);
+}
+
 static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
     (void)state;
     setenv("QSWEEP_BACKEND", "cuda", 1); /* read only through qw_jobs_backend_config */
@@ -217,6 +302,9 @@ int main(void) {
         cmocka_unit_test(test_cpu_is_the_cpu_and_cuda_needs_a_build_and_a_gpu),
         cmocka_unit_test(test_the_environment_is_read_when_no_option_is_given),
         cmocka_unit_test(test_the_sqnr_probe_runs_on_the_cpu),
+        cmocka_unit_test(test_tensor_parallel_ranks_take_the_offered_gpus_in_order),
+        cmocka_unit_test(
+            test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu),
         cmocka_unit_test(test_without_a_set_choice_nothing_but_the_cpu),
         cmocka_unit_test(test_gemm_path_metric_names),
         cmocka_unit_test(test_local_workers_share_out_the_gpus_round_robin),

@@ -595,6 +595,81 @@ static void prefix_cache_and_probe_stay_with_the_unsharded_model(void **state) {
     qw_model_destroy(m);
 }
 
+/* A rank backend callback (model.h qw_model_set_tp_backends) that opens CPU backends and
+ * counts its calls, as the worker's opens a CUDA backend per rank (jobs_backend.h). */
+typedef struct counted_ranks {
+    int opened, released;
+} counted_ranks;
+
+static counted_ranks *counted; /* the release callback has no context */
+
+static qs_status counted_rank(qw_backend *b, int rank, int threads, int max_in, void *ctx,
+                              int *device, qs_error *err) {
+    (void)rank;
+    ((counted_ranks *)ctx)->opened++;
+    *device = -1;
+    return qw_backend_cpu_init(b, threads, max_in, err);
+}
+
+static void counted_release(qw_backend *b) {
+    counted->released++;
+    qw_backend_release(b);
+}
+
+/* The model's tensor-parallel ranks take their backends from the callback it was given, when
+ * the ranks are made, remade for a new team size, or remade for new backends; the forward is
+ * the same code whichever made them: the same bits as the model's own CPU ranks. Its rank
+ * backends are readable (what a job's gemm_path reads), and its ranks freed on destroy. */
+static void ranks_take_their_backends_from_the_models_callback(void **state) {
+    (void)state;
+    qs_error err = {0};
+    qw_model *m = NULL;
+    assert_int_equal(qw_model_create_synthetic("tiny-llama3:2", 32, 1, &m, &err), QS_OK);
+    uint32_t tok[32];
+    for (int i = 0; i < 32; i++)
+        tok[i] = (uint32_t)(i * 29 + 3) % 384;
+    size_t cnt = 32 * 384;
+    qw_policy p;
+    assert_int_equal(qw_policy_init(&p, 3, &err), QS_OK);
+    qw_quant_spec sp = {.weight = qk_format_by_name("nvfp4"), .act = qk_format_by_name("nvfp4")};
+    assert_int_equal(qw_policy_isolation(&p, QW_ISO_LAYER, QW_LINEAR_DOWN, 1, &sp, &err), QS_OK);
+    assert_int_equal(qw_model_apply_policy(m, &p, &err), QS_OK);
+    const float *lg;
+    assert_int_equal(qw_model_set_tensor_parallel(m, 2, &err), QS_OK);
+    assert_null(qw_model_tp_backend(m, 2));
+    assert_ptr_equal(qw_model_tp_backend(m, 0)->ops, qw_ops_cpu());
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    float *own = malloc(cnt * sizeof *own);
+    assert_non_null(own);
+    memcpy(own, lg, cnt * sizeof *own);
+    counted_ranks c = {0};
+    counted = &c;
+    /* ranks already made are made again on the new backends */
+    assert_int_equal(qw_model_set_tp_backends(m, counted_rank, counted_release, &c, &err), QS_OK);
+    assert_int_equal(c.opened, 2);
+    assert_int_equal(qw_model_tensor_parallel(m), 2);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    assert_memory_equal(own, lg, cnt * sizeof *own);
+    /* a new team size remakes them through the callback */
+    assert_int_equal(qw_model_set_threads(m, 2, &err), QS_OK);
+    assert_int_equal(c.opened, 4);
+    assert_int_equal(c.released, 2);
+    assert_int_equal(qw_model_forward(m, tok, 32, &lg, &err), QS_OK);
+    assert_memory_equal(own, lg, cnt * sizeof *own);
+    /* unsharded: no rank backends; sharded again over 4: the callback's */
+    assert_int_equal(qw_model_set_tensor_parallel(m, 1, &err), QS_OK);
+    assert_int_equal(c.released, 4);
+    assert_null(qw_model_tp_backend(m, 0));
+    assert_int_equal(qw_model_set_tensor_parallel(m, 4, &err), QS_OK);
+    assert_int_equal(c.opened, 8);
+    assert_non_null(qw_model_tp_backend(m, 3));
+    qw_policy_free(&p);
+    free(own);
+    qw_model_destroy(m);
+    assert_int_equal(c.released, 8);
+    counted = NULL;
+}
+
 /* SmolLM2-135M's GGUF (Q4_1 blocks; q/k rows permuted per head in the file: their slices are
  * FP32 copies, the other column-parallel slices views of the Q4_1 rows), 9 heads over 3 kv
  * heads: 3 ranks of 3 heads and one kv head each, under the four cases of check_model_over.
@@ -644,6 +719,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(synthetic_shapes_sharded_equal_unsharded),
         cmocka_unit_test(formats_that_cannot_be_sharded_are_refused_by_name),
         cmocka_unit_test(prefix_cache_and_probe_stay_with_the_unsharded_model),
+        cmocka_unit_test(ranks_take_their_backends_from_the_models_callback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

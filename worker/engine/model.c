@@ -199,7 +199,8 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     if (m->tp) { /* the ranks' backends and run states are sized for the team too */
         int n = qw_tp_ranks(m->tp);
         qw_tp *tp = NULL;
-        st = qw_tp_create(&m->wt, m->max_ctx, nt, n, NULL, NULL, NULL, &tp, err);
+        st =
+            qw_tp_create(&m->wt, m->max_ctx, nt, n, m->tp_init, m->tp_release, m->tp_ctx, &tp, err);
         if (st != QS_OK) return qs_error_wrap(err, "model: %d threads, tensor_parallel %d", nt, n);
         qw_tp_set_profile(tp, &m->prof);
         qw_tp_destroy(m->tp);
@@ -395,13 +396,30 @@ qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
                             "tensor_parallel %d: switch the SQNR probe off first", n);
     qw_tp *tp = NULL;
     if (n > 1) {
-        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, NULL, NULL, NULL, &tp, err);
+        qs_status st = qw_tp_create(&m->wt, m->max_ctx, m->threads, n, m->tp_init, m->tp_release,
+                                    m->tp_ctx, &tp, err);
         if (st != QS_OK) return st;
         qw_tp_set_profile(tp, &m->prof);
     }
     qw_tp_destroy(m->tp);
     m->tp = tp;
     return QS_OK;
+}
+
+qs_status qw_model_set_tp_backends(qw_model *m, qw_rank_backend_fn init,
+                                   void (*release)(qw_backend *b), void *ctx, qs_error *err) {
+    m->tp_init = init;
+    m->tp_release = release;
+    m->tp_ctx = ctx;
+    int n = qw_model_tensor_parallel(m);
+    if (n == 1) return QS_OK;
+    qw_tp_destroy(m->tp); /* the old ranks' devices are free before the new ones open */
+    m->tp = NULL;
+    return qw_model_set_tensor_parallel(m, n, err);
+}
+
+qw_backend *qw_model_tp_backend(const qw_model *m, int r) {
+    return m->tp ? qw_tp_backend(m->tp, r) : NULL;
 }
 
 int qw_model_tensor_parallel(const qw_model *m) {

@@ -29,6 +29,7 @@
 #include "error.h"
 #include "policy.h"
 #include "profile.h"
+#include "shard.h"
 
 typedef struct qw_model qw_model;
 
@@ -173,6 +174,22 @@ const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t
  * cannot be split n ways: qw_shard_plan), QS_EUNSUPPORTED (probe on), QS_ENOMEM; a policy
  * whose formats cannot be sharded fails at the forward (qw_tp_sync). */
 qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err);
+
+/* How the model's tensor-parallel ranks get their backends from now on (shard.h qw_tp_create's
+ * init, release and ctx): init NULL (the default) makes CPU backends of the model's thread
+ * count, all-reducing over CPU ranks; a callback that opens rank r on a GPU (the worker's:
+ * worker/jobs/jobs_backend.h qw_jobs_rank_backend) makes GPU ranks over NCCL. ctx is borrowed
+ * and must outlive the ranks. Ranks already made are made again on the new backends (also
+ * when only ctx's contents changed: the caller passes the same triple again to keep them).
+ * Errors: those of qw_tp_create; on error the model keeps no ranks (tensor_parallel 1) and
+ * the new backends for the next qw_model_set_tensor_parallel. */
+qs_status qw_model_set_tp_backends(qw_model *m, qw_rank_backend_fn init,
+                                   void (*release)(qw_backend *b), void *ctx, qs_error *err);
+
+/* Rank r's backend of the tensor-parallel group (0 <= r < qw_model_tensor_parallel(m)), NULL
+ * when unsharded or r is out of range: what results say the ranks ran on (gemm_path), and
+ * whose path counters a job resets (model_cuda.h). */
+qw_backend *qw_model_tp_backend(const qw_model *m, int r);
 
 /* Ranks of the model's tensor-parallel group: 1 when unsharded. */
 int qw_model_tensor_parallel(const qw_model *m);

@@ -55,17 +55,34 @@ qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
     return qw_model_set_threads(m, threads, err);
 }
 
+/* The backend of rank r of m's forward: its tensor-parallel ranks when sharded (model.h
+ * qw_model_tp_backend), else the model's own (rank 0 only); NULL past the last. */
+static qw_backend *forward_backend(const qw_model *m, int r) {
+    if (qw_model_tensor_parallel(m) > 1) return qw_model_tp_backend(m, r);
+    return r == 0 ? (qw_backend *)&m->rank.be : NULL;
+}
+
 const char *qw_model_gemm_path(const qw_model *m) {
-    return m->rank.be.ops ? qw_backend_gemm_path(&m->rank.be) : "none";
+    const char *best = NULL;
+    for (int r = 0; forward_backend(m, r); r++) {
+        const qw_backend *b = forward_backend(m, r);
+        const char *p = b->ops ? qw_backend_gemm_path(b) : "none";
+        if (!best || qw_gemm_path_rank(p) > qw_gemm_path_rank(best)) best = p;
+    }
+    return best ? best : "none";
 }
 
 int qw_model_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
                            size_t why_cap) {
-    return qw_backend_cuda_gemm_fallback(&m->rank.be, status, status_cap, why, why_cap);
+    for (int r = 0; forward_backend(m, r); r++)
+        if (qw_backend_cuda_gemm_fallback(forward_backend(m, r), status, status_cap, why, why_cap))
+            return 1;
+    return 0;
 }
 
 void qw_model_gemm_path_reset(qw_model *m) {
-    if (on_cuda(m)) qw_backend_cuda_gemm_path_reset(&m->rank.be);
+    for (int r = 0; forward_backend(m, r); r++)
+        qw_backend_cuda_gemm_path_reset(forward_backend(m, r)); /* a no-op on a CPU backend */
 }
 
 void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out) {

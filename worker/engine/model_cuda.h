@@ -17,14 +17,13 @@
  *   1. A backend choice in the model: qw_model_create* always opens the CPU backend, and this
  *      file swaps backend and run state of a built, unsharded model through model_internal.h
  *      (m->rank.be, .rs, .probe, .ref, m->prefix, m->threads: change them here too if they
- *      move). Better: these functions in model.c, one backend per rank
- *      (qw_backend_cuda_init(&rank.be, device_of_rank, ...)), which also lets the SQNR probe
- *      and tensor parallelism run on GPUs (the sweep's jobs keep both on the CPU until then:
- *      worker/jobs/jobs_backend.h).
- *   2. Tensor parallelism on GPUs: a per-rank init callback for qw_tp_create (shard.h) that
- *      puts rank r on device r, its allreduce entry through qw_comm_allreduce
- *      (worker/comm/comm_nccl.h) for a multi-node group; shard.c reads rank->amax[0] on the
- *      host after the MAX all-reduce (fine with managed memory).
+ *      move). Better: these functions in model.c, which would also let the SQNR probe run on
+ *      GPUs (the sweep's jobs keep it on the CPU until then: worker/jobs/jobs_backend.h).
+ *   2. Tensor-parallel ranks take their backends from the model's callback
+ *      (model.h qw_model_set_tp_backends; the worker's opens CUDA rank r on its r-th GPU); a
+ *      multi-node group would need an NCCL communicator made with ncclCommInitRank
+ *      (worker/comm/comm_nccl.h makes one node's); shard.c reads rank->amax[0] on the host
+ *      after the MAX all-reduce (fine with managed memory).
  *   3. A `release` entry in the ops table that qw_backend_release calls (the CUDA table's
  *      aggregate initializer needs the member at the same time), so model destroy is right on
  *      either backend without qw_model_use_cpu first.
@@ -54,7 +53,10 @@ void qw_model_cuda_cache_stats(const qw_model *m, qw_cuda_cache_stats *out);
 
 /* "cpu", "fp32" or "bf16": the GEMM path of m's backend, as results record it; with the auto
  * ("lt") or emulated GEMM the most specific path run since qw_model_gemm_path_reset
- * ("native_fp4", "emulated_bf16", "fp8", "fp32", "bf16"). */
+ * ("native_fp4", "emulated_bf16", "fp8", "fp32", "bf16"). A sharded model (model.h
+ * qw_model_set_tensor_parallel) answers for its ranks' backends, not its own: the most
+ * specific path over the ranks (ops_cuda.h qw_gemm_path_rank), "cpu" for CPU ranks. The
+ * fallback and the reset below also go over the ranks. */
 const char *qw_model_gemm_path(const qw_model *m);
 
 /* Why a native FP4 GEMM of m ran emulated since qw_model_gemm_path_reset

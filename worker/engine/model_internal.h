@@ -11,6 +11,7 @@
 #include "model.h"
 #include "ops.h"
 #include "runstate.h"
+#include "shard.h"
 #include "weights.h"
 
 /* One quantizable tensor: a block linear, lm_head or the embeddings (forward.h). */
@@ -46,6 +47,10 @@ struct qw_model {
     linear *lm_head, *embed;
     qw_prefix_cache prefix;
     struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
+    /* how its ranks get their backends (qw_model_set_tp_backends; init NULL: CPU backends) */
+    qw_rank_backend_fn tp_init;
+    void (*tp_release)(qw_backend *b);
+    void *tp_ctx;
     qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
     struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };

@@ -272,9 +272,10 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
     finish(c, "residual");
 }
 
-/* Fake-quantizes xq [T x in] (backend memory) with act: on the device for the formats
- * qk_cuda_fake_quant has, through the CPU quantizer otherwise (managed memory: the host reads
- * and writes it in place once the stream is idle). */
+/* Fake-quantizes xq [T x in] (backend memory) with act: on the device (qk_cuda_fake_quant has
+ * every format), through the CPU quantizer for what it refuses (the options reference_only and
+ * tiny_amax exact; managed memory: the host reads and writes it in place once the stream is
+ * idle). */
 qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
                             qs_error *err) {
     qs_error e2 = {};
@@ -545,6 +546,13 @@ extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
     if (!c) return "cpu";
     if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED) return qw_cuda_lt_path(c);
     return c->gemm == QW_CUDA_GEMM_BF16 ? "bf16" : "fp32";
+}
+
+extern "C" int qw_gemm_path_rank(const char *name) {
+    static const char *const order[] = {"bf16", "fp32", "fp8", "emulated_bf16", "native_fp4"};
+    for (int i = 0; name && i < 5; i++)
+        if (strcmp(name, order[i]) == 0) return i + 1;
+    return 0;
 }
 
 extern "C" void qw_backend_cuda_gemm_path_reset(qw_backend *b) {

@@ -86,6 +86,11 @@ void qw_backend_cuda_release(qw_backend *b);
  * "bf16"); "cpu" for a CPU backend. */
 const char *qw_backend_gemm_path(const qw_backend *b);
 
+/* How specific a GEMM path name of results is: native_fp4 5 > emulated_bf16 4 > fp8 3 > fp32 2
+ * > bf16 1; 0 for anything else ("cpu", "none"). A result names the most specific path its
+ * linears ran, over every rank of a tensor-parallel group too (model_cuda.h). */
+int qw_gemm_path_rank(const char *name);
+
 /* Why a native FP4 GEMM of b ran emulated since the last reset: the CUBLAS_STATUS_* name of
  * cuBLASLt's refusal into status (status_cap bytes) and the whole message into why (why_cap);
  * returns 1, or 0 (both "") when none did or b is not a CUDA backend. */

@@ -133,20 +133,9 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     return QS_OK;
 }
 
-/* native_fp4 > emulated_bf16 > fp8 > fp32 > bf16: what a job's result names. */
+/* native_fp4 > emulated_bf16 > fp8 > fp32 > bf16: what a job's result names (ops_cuda.h). */
 static int path_rank(int p) {
-    switch (p) {
-    case QK_GEMM_PATH_NATIVE_FP4:
-        return 5;
-    case QK_GEMM_PATH_EMULATED_BF16:
-        return 4;
-    case QK_GEMM_PATH_FP8:
-        return 3;
-    case QK_GEMM_PATH_FP32:
-        return 2;
-    default:
-        return 1;
-    }
+    return qw_gemm_path_rank(qk_gemm_path_name((qk_gemm_path)p));
 }
 
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {

@@ -510,8 +510,9 @@ extern "C" qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, siz
     return st != QS_OK ? st : done(c, d == 16 ? "rht16" : "rht32", err);
 }
 
-/* On the device where qk_cuda_fake_quant has the format; what it refuses (reference-only
- * formats) runs the CPU quantizer over the managed allocation: the same bits either way. */
+/* On the device (qk_cuda_fake_quant has every format); what it refuses (the options
+ * reference_only and tiny_amax exact) runs the CPU quantizer over the managed allocation: the
+ * same bits either way. */
 extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt,
                                               const qk_quant_options *opt, float *x, size_t rows,
                                               size_t k, qs_error *err) {

@@ -301,6 +301,10 @@ const qk_packed *qw_tp_packed(const qw_tp *tp, int r, int index) {
     return p->storage_ ? p : NULL;
 }
 
+qw_backend *qw_tp_backend(const qw_tp *tp, int r) {
+    return tp && r >= 0 && r < tp->n ? &tp->rank[r].be : NULL;
+}
+
 const qw_shard *qw_tp_shard(const qw_tp *tp, int r) {
     return r >= 0 && r < tp->n ? &tp->sh[r] : NULL;
 }

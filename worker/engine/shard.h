@@ -115,6 +115,10 @@ qs_status qw_tp_forward(qw_tp *tp, const uint32_t *tokens, int n, int row0,
 const qk_packed *qw_tp_packed(const qw_tp *tp, int r, int index);
 const qw_shard *qw_tp_shard(const qw_tp *tp, int r);
 
+/* Rank r's backend (as init set it up), NULL for r outside 0..n-1: what results read the
+ * ranks' GEMM paths from. Mutable for the backend's own counters (a CUDA rank's path count). */
+qw_backend *qw_tp_backend(const qw_tp *tp, int r);
+
 /* Bytes of the group's slices (FP32 copies of row-parallel and permuted slices), packed forms
  * and run states, over all ranks. */
 size_t qw_tp_bytes(const qw_tp *tp);

@@ -96,6 +96,9 @@ typedef struct loaded_model {
     qw_checkpoint *ck;
     qw_model *model;
     bool on_cuda; /* moved onto the CUDA backend (model_cuda.h) */
+    /* the model's tensor-parallel ranks on GPUs, kept across jobs (ranks.use_cuda; its
+       ranks' backend callback reads it: jobs_backend.h qw_jobs_rank_backend) */
+    qw_jobs_ranks_use ranks;
     /* The identity of the model's files when they were loaded (model_identity); watched:
        a file model (not synthetic). The weights are read from an mmap (MAP_PRIVATE), which
        does not protect against a write into the same file: the identity is checked again
@@ -182,25 +185,64 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
     return want <= cap ? want : (cap / entry) * entry;
 }
 
+/* Whether a and b put the same ranks on the same devices with the same GEMM setting. */
+static bool same_ranks(const qw_jobs_ranks_use *a, const qw_jobs_ranks_use *b) {
+    if (a->use_cuda != b->use_cuda || a->gemm != b->gemm || a->n != b->n) return false;
+    for (int r = 0; r < a->n && r < QW_JOBS_MAX_DEVICES; r++)
+        if (a->devices[r] != b->devices[r]) return false;
+    return true;
+}
+
+/* The tensor-parallel ranks of a job of tp ranks (1: none) on lm's model: GPU ranks
+ * (ru->use_cuda) are made now and kept while the model stays cached, so the evaluation finds
+ * them (eval.h tensor_parallel) and the job's result can name their GEMM path afterwards;
+ * CPU ranks are left to the evaluation, which makes and frees them per run. Errors: those of
+ * qw_model_set_tp_backends and qw_model_set_tensor_parallel. */
+static qs_status place_ranks(loaded_model *lm, int tp, const qw_jobs_ranks_use *ru, qs_error *err) {
+    bool want_gpu = tp > 1 && ru->use_cuda;
+    if (want_gpu && lm->ranks.use_cuda && same_ranks(&lm->ranks, ru) &&
+        qw_model_tensor_parallel(lm->model) == tp)
+        return QS_OK;
+    qs_status st = qw_model_set_tensor_parallel(lm->model, 1, err); /* frees ranks made before */
+    if (!st) st = want_gpu ? QS_OK : qw_model_set_tp_backends(lm->model, NULL, NULL, NULL, err);
+    lm->ranks = (qw_jobs_ranks_use){.use_cuda = false};
+    if (st || !want_gpu) return st;
+    lm->ranks = *ru;
+    st = qw_model_set_tp_backends(lm->model, qw_jobs_rank_backend, qw_backend_close, &lm->ranks,
+                                  err);
+    if (!st) st = qw_model_set_tensor_parallel(lm->model, tp, err);
+    if (st) { /* back to CPU ranks for whatever comes next */
+        qw_model_set_tp_backends(lm->model, NULL, NULL, NULL, NULL);
+        lm->ranks = (qw_jobs_ranks_use){.use_cuda = false};
+    }
+    return st;
+}
+
 /* Puts lm's model on the backend u names (jobs_backend.h): onto CUDA after loading (weights
  * are uploaded on first use and kept while the model stays cached), back onto the CPU for a
- * job that needs it there (the SQNR probe), otherwise left where it is. On CUDA the count of
- * GEMM paths run starts again (report_backend records the job's own); on the CPU the job's
- * thread count is applied. Errors: those of qw_model_use_cuda / qw_model_use_cpu /
- * qw_model_set_threads; on error the model stays on its backend. */
-static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int threads,
-                             qs_error *err) {
+ * job that needs it there (the SQNR probe, a tensor-parallel job: its ranks run the forward),
+ * otherwise left where it is; then its tensor-parallel ranks for a job of tp ranks
+ * (place_ranks, on ru). On CUDA (the model or its ranks) the count of GEMM paths run starts
+ * again (report_backend records the job's own); a model on the CPU gets the job's thread
+ * count. Errors: those of qw_model_use_cuda / qw_model_use_cpu / qw_model_set_threads /
+ * place_ranks; on error the model stays on its backend. */
+static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int tp,
+                             const qw_jobs_ranks_use *ru, int threads, qs_error *err) {
+    if (lm->ranks.use_cuda && !same_ranks(&lm->ranks, ru)) { /* their GPUs freed first */
+        qs_status st = place_ranks(lm, 1, ru, err);
+        if (st) return st;
+    }
     if (u->use_cuda != lm->on_cuda) {
         qs_status st = u->use_cuda ? qw_jobs_use_cuda(lm->model, u->device, u->gemm, err)
                                    : qw_jobs_use_cpu(lm->model, err);
         if (st) return st;
         lm->on_cuda = u->use_cuda;
     }
-    if (lm->on_cuda) {
+    qs_status st = lm->on_cuda ? QS_OK : qw_model_set_threads(lm->model, threads, err);
+    if (!st) st = place_ranks(lm, tp, ru, err);
+    if (!st && (lm->on_cuda || lm->ranks.use_cuda))
         qw_jobs_gemm_path_reset(lm->model); /* the path results record is this job's */
-        return QS_OK;
-    }
-    return qw_model_set_threads(lm->model, threads, err);
+    return st;
 }
 
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
@@ -262,14 +304,23 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
-    bool cpu_only = probe || s->resources.gpu_count > 1; /* jobs_backend.h */
-    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), cpu_only);
+    /* resources.gpu_count is the job's tensor-parallel degree (kinds/spec.h); its ranks run the
+       forward, so the model itself stays on the CPU (jobs_backend.h) */
+    int tp = s->resources.gpu_count > 1 ? s->resources.gpu_count : 1;
+    qw_jobs_ranks_use ranks = {.use_cuda = false};
+    if (tp > 1) {
+        qs_status pst =
+            qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, err);
+        if (pst) return pst;
+    }
+    qw_jobs_backend_use use =
+        qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe || tp > 1);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     /* A cached model whose files changed is loaded again, digest and all: the new weights
        then fail the digest check instead of running under the old file's digest. */
     if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx && model_unchanged(lm, s->model.path)) {
         *out = lm->model;
-        return place_model(lm, &use, qw_job_threads(ctx), err);
+        return place_model(lm, &use, tp, &ranks, qw_job_threads(ctx), err);
     }
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
@@ -304,7 +355,7 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
         st = qw_model_create(lm->ck, s->dataset.ctx, qw_job_threads(ctx), &lm->model, err);
     size_t cache = st ? 0 : prefix_cache_bytes(qw_model_config(lm->model), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
-    if (!st) st = place_model(lm, &use, qw_job_threads(ctx), err);
+    if (!st) st = place_model(lm, &use, tp, &ranks, qw_job_threads(ctx), err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
     if (st) {
         loaded_model_free(lm);

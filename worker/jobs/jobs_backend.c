@@ -78,6 +78,51 @@ qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_bui
     return u;
 }
 
+qs_status qw_jobs_backend_pick_ranks(const qw_jobs_backend *c, bool cuda_built, int n,
+                                     qw_jobs_ranks_use *out, qs_error *err) {
+    *out = (qw_jobs_ranks_use){.use_cuda = false, .gemm = c->gemm, .n = n};
+    for (int r = 0; r < QW_JOBS_MAX_DEVICES; r++)
+        out->devices[r] = -1;
+    if (n < 2) return qs_error_set(err, QS_EINVAL, "tensor_parallel %d: ranks need n >= 2", n);
+    if (!qw_jobs_backend_pick(c, cuda_built, false).use_cuda) return QS_OK; /* CPU ranks */
+    if (n > c->n_devices) {
+        char list[8 * QW_JOBS_MAX_DEVICES] = "";
+        size_t at = 0;
+        for (int i = 0; i < c->n_devices && at < sizeof list; i++)
+            at +=
+                (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? "," : "", c->devices[i]);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "tensor_parallel %d needs %d GPUs: the worker offers %d (--gpus %s); "
+                            "a worker offering %d runs it",
+                            n, n, c->n_devices, list, n);
+    }
+    if (c->no_nccl)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "tensor_parallel %d on GPUs: the CUDA backend module was built "
+                            "without NCCL, which the ranks all-reduce over (comm.h)",
+                            n);
+    out->use_cuda = true;
+    for (int r = 0; r < n; r++)
+        out->devices[r] = c->devices[r];
+    return QS_OK;
+}
+
+qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in, void *ctx,
+                               int *device, qs_error *err) {
+    const qw_jobs_ranks_use *u = ctx;
+    if (rank < 0 || rank >= u->n || rank >= QW_JOBS_MAX_DEVICES)
+        return qs_error_set(err, QS_EINVAL, "tensor-parallel rank %d of %d", rank, u->n);
+    qw_backend_choice bc = {.kind = QW_BACKEND_CUDA,
+                            .threads = threads,
+                            .max_in = max_in,
+                            .device = u->devices[rank],
+                            .gemm = u->gemm};
+    *device = u->devices[rank];
+    qs_status st = qw_backend_open(b, &bc, err);
+    if (st) return qs_error_wrap(err, "tensor-parallel rank %d on CUDA device %d", rank, *device);
+    return QS_OK;
+}
+
 /* The choice the job kinds read; `set` says whether qw_jobs_backend_set was called. */
 static qw_jobs_backend chosen;
 static atomic_bool set;
@@ -85,14 +130,16 @@ static atomic_bool set;
 void qw_jobs_backend_set(const qw_jobs_backend *c) {
     chosen = *c;
     char why[512];
+    const qw_cuda_module *mod = NULL;
     if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
-        !adopt(qw_cuda_module_get(why, sizeof why))) {
+        !(mod = adopt(qw_cuda_module_get(why, sizeof why)))) {
         fprintf(stderr,
                 "qsweep worker: the CUDA backend is not available (%s): jobs run on the CPU "
                 "backend\n",
                 why);
         chosen.device = -1;
     }
+    if (mod) chosen.no_nccl = !mod->group_nccl;
     atomic_store(&set, true);
 }
 

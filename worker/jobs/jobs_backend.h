@@ -11,8 +11,15 @@
  *     started with `--gpus none` never uses CUDA.
  *   - A job that asks for the SQNR probe runs on the CPU whatever the choice (the CUDA backend
  *     refuses the probe: worker/engine/model_cuda.h), and its result says so (metric
- *     "probe_on_cpu" = 1 when the worker would have used CUDA). So does a tensor-parallel job
- *     (resources.gpu_count > 1): its ranks are CPU backends for now (qw_jobs_backend_pick).
+ *     "probe_on_cpu" = 1 when the worker would have used CUDA).
+ *   - A tensor-parallel job (tensor_parallel N = resources.gpu_count > 1) runs its N ranks
+ *     where a one-GPU job would run its model (qw_jobs_backend_pick_ranks): on the CPU (CPU
+ *     ranks) when that is the CPU, else rank r on the worker's r-th offered GPU in its --gpus
+ *     order (the scheduler fits a job of N GPUs on a worker's first N), all-reducing over
+ *     NCCL; a worker offering fewer than N GPUs, or whose CUDA module has no NCCL, refuses the
+ *     job (QS_EUNSUPPORTED, a worker error: another worker may run it) rather than run ranks
+ *     the grid did not ask for, as data-parallel training does (worker/train/train_job.h
+ *     qw_train_rank_devices).
  * Every eval and baseline result records the GEMM path it ran with as one final metric named
  * "gemm_path.<path>" with value 1 (path: cpu, fp32, bf16, native_fp4, emulated_bf16: backend.h
  * qw_backend_gemm_path_name), so SQL groups by substr(name, 11) (schema/080_gemm_path.sql).
@@ -50,6 +57,7 @@ typedef struct qw_jobs_backend {
     int gemm;
     int n_devices;
     int devices[QW_JOBS_MAX_DEVICES];
+    bool no_nccl; /* the loaded CUDA module has no NCCL ranks (qw_jobs_backend_set) */
 } qw_jobs_backend;
 
 /* The backend one model runs on: use_cuda, and the device when it does. */
@@ -69,16 +77,42 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err);
 
 /* Where a model goes under choice c (see the rules above); cpu_only: the job needs the CPU
- * backend (the SQNR probe; tensor parallelism, whose ranks are CPU backends until the engine
- * opens one CUDA backend per rank: worker/engine/shard.h qw_tp_create's init). Pure: the same
- * inputs give the same answer. */
+ * backend (the SQNR probe). Pure: the same inputs give the same answer. */
 qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only);
+
+/* Where the n ranks of a tensor-parallel job go: use_cuda false, CPU ranks; use_cuda true,
+ * rank r on CUDA device devices[r] with GEMM setting gemm. */
+typedef struct qw_jobs_ranks_use {
+    bool use_cuda;
+    int gemm;
+    int n;
+    int devices[QW_JOBS_MAX_DEVICES];
+} qw_jobs_ranks_use;
+
+/* The ranks of a tensor_parallel n job (n >= 2) under choice c (the rules above): where
+ * qw_jobs_backend_pick(c, cuda_built, false) puts a model, on the CPU, CPU ranks; on CUDA, the
+ * first n offered GPUs (c->devices, in --gpus order). Pure. Errors: QS_EUNSUPPORTED when the
+ * choice is CUDA and the worker offers fewer than n GPUs (naming n, the count and the GPUs),
+ * n is above QW_JOBS_MAX_DEVICES, or the CUDA module has no NCCL (c->no_nccl); QS_EINVAL
+ * for n < 2. On error *out is CPU ranks. */
+qs_status qw_jobs_backend_pick_ranks(const qw_jobs_backend *c, bool cuda_built, int n,
+                                     qw_jobs_ranks_use *out, qs_error *err);
+
+/* A rank backend callback for tensor-parallel ranks on GPUs (worker/engine/shard.h
+ * qw_rank_backend_fn; model.h qw_model_set_tp_backends), ctx a qw_jobs_ranks_use with use_cuda:
+ * rank r opens the CUDA backend on devices[r] with its gemm through backend.h
+ * qw_backend_open, the way training opens its ranks (the module's table, which
+ * qw_jobs_backend_set registered), and reports that device. Errors: QS_EINVAL (r outside
+ * 0..n-1), those of qw_backend_open. Its release is backend.h qw_backend_close. */
+qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in, void *ctx,
+                               int *device, qs_error *err);
 
 /* Sets the process-wide choice the job kinds read (qw_jobs_backend_get); call before qw_run.
  * When the choice would put models on a GPU, the CUDA backend module is loaded now
  * (cuda_module.h) and its CUDA backend and NCCL ranks are registered with the engine (backend.h
- * qw_backend_set_cuda, comm.h qw_group_set_nccl: the training job kind opens its backends and
- * ranks through them); if it cannot be loaded, the choice becomes the CPU (device -1) and why
+ * qw_backend_set_cuda, comm.h qw_group_set_nccl: the training job kind and tensor-parallel
+ * ranks open their backends and groups through them; no_nccl says the module has none); if it
+ * cannot be loaded, the choice becomes the CPU (device -1) and why
  * is printed on stderr: a CUDA build without its module or driver runs every job, training
  * included, on the CPU. Without a
  * call the choice is "auto" with no GPU offered: the CPU (a worker that never said which GPUs
