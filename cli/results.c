@@ -104,14 +104,16 @@ static void print_table(PGresult *r, FILE *out) {
 }
 
 /* Under the tables: the experiment's failed jobs, which no table shows, with their count and
- * how many failed because their model's file changed (a digest that no longer matches, or a
- * change while the job ran: worker/jobs/jobs.c), each with its error (the first 20). */
+ * how many failed because their model's file changed (a digest that no longer matches the
+ * grid's or its training job's record, or a change while the job ran: worker/jobs/jobs.c),
+ * each with its error (the first 20). */
 static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *err) {
     const char *params[1] = {name};
     PGresult *r = PQexecParams(
         c,
         "SELECT j.id, j.kind, j.attempts_used, j.max_attempts, COALESCE(j.last_error, ''), "
-        "COALESCE(j.last_error, '') ~ '(changed while the job ran|file changed since the grid)' "
+        "COALESCE(j.last_error, '') ~ '(changed while the job ran|file changed since the grid|"
+        "recorded when its training job)' "
         "FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON "
         "e.id = ej.experiment WHERE e.name = $1 AND j.state = 'failed' ORDER BY j.id",
         1, NULL, params, NULL, NULL, 0);
