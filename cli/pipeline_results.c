@@ -225,7 +225,7 @@ static void print_table(PGresult *r, int from, int to, FILE *out) {
             for (int x = i; x < j; x++) {
                 if (strcmp(PQgetvalue(r, x, C_RECIPE), recipes[k])) continue;
                 long s = strtol(PQgetvalue(r, x, C_SEEDS), NULL, 10);
-                spread(kl, sizeof kl, "%.6f", 1.0, "", qsweep_col_num(r, x, C_KL),
+                spread(kl, sizeof kl, "%.6f", 1.0, "", qsweep_kl_shown(qsweep_col_num(r, x, C_KL), 6),
                        qsweep_col_num(r, x, C_KL_MIN), qsweep_col_num(r, x, C_KL_MAX), s);
                 spread(ppl, sizeof ppl, "%+.2f", 100.0, "%", qsweep_col_num(r, x, C_REL),
                        qsweep_col_num(r, x, C_REL_MIN), qsweep_col_num(r, x, C_REL_MAX), s);

@@ -10,6 +10,11 @@ double qsweep_col_num(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
 }
 
+double qsweep_kl_shown(double kl, int decimals) {
+    double half_unit = 0.5 * pow(10.0, -decimals);
+    return kl <= 0 && kl > -half_unit ? 0.0 : kl;
+}
+
 void qsweep_csv_field(const char *v, FILE *out) {
     if (!strpbrk(v, ",\"\n")) {
         fputs(v, out);

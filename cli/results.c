@@ -98,8 +98,9 @@ static void print_table(PGresult *r, FILE *out) {
         else
             snprintf(top1s, sizeof top1s, "%7.2f%%", 100.0 * top1);
         fprintf(out, "  %-*s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %s\n", pw,
-                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, qsweep_col_num(r, i, C_KL),
-                qsweep_col_num(r, i, C_KL99), top1s);
+                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base,
+                qsweep_kl_shown(qsweep_col_num(r, i, C_KL), 6),
+                qsweep_kl_shown(qsweep_col_num(r, i, C_KL99), 6), top1s);
     }
 }
 
