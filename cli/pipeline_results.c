@@ -340,15 +340,8 @@ qs_status qsweep_print_pipeline_results(qc_store *db, const char *name, int form
     }
     PQclear(r);
     if ((st = print_mismatches(c, name, out, err))) return st;
-    char *lit = PQescapeLiteral(c, name, strlen(name));
-    char q[4096];
-    snprintf(q, sizeof q, PIPELINE_SQL, lit ? lit : "''");
-    PQfreemem(lit);
-    fprintf(out,
-            "\nKL mean: mean KL divergence from the model's own unquantized baseline; ppl "
-            "increase: (ppl - baseline ppl) / baseline ppl.\nThe same from the views (each seed: "
-            "v_pipeline_sensitivity):\npsql \"host=%s port=%s user=%s dbname=%s\" <<'SQL'\n%s;\n"
-            "SQL\n",
-            PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+    fprintf(out, "\nKL mean: mean KL divergence from the model's own unquantized baseline; ppl "
+                 "increase: (ppl - baseline ppl) / baseline ppl.");
+    qsweep_print_views_query(c, " (each seed: v_pipeline_sensitivity)", PIPELINE_SQL, name, out);
     return QS_OK;
 }

@@ -229,14 +229,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else {
         print_counts(r, name, out);
         print_table(r, out);
-        char *lit = PQescapeLiteral(c, name, strlen(name));
-        char q[2048];
-        snprintf(q, sizeof q, RESULTS_SQL, lit ? lit : "''");
-        PQfreemem(lit);
-        fprintf(out,
-                "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" "
-                "<<'SQL'\n%s;\nSQL\n",
-                PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+        qsweep_print_views_query(c, "", RESULTS_SQL, name, out);
         st = print_failed(c, name, out, err);
         if (!st) st = print_paths(c, name, out, err);
     }
