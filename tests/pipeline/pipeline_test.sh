@@ -245,6 +245,10 @@ resubmit)
     "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE NOT matches")"
   "$Q" results pipeline-tiny-fp6 >"$D/results-fp6.txt" || fail "qsweep results pipeline-tiny-fp6"
   ! grep -q "model mismatch" "$D/results-fp6.txt" || fail "a mismatch flag though the worker refused the copy"
+  # its failed-job lines name the model as the pipeline does, not by its folder or key
+  expect "failed-job lines naming train/micro/bf16/seed=2" 7 \
+    "$(grep -c "^  job [0-9]* (eval of train/micro/bf16/seed=2, [0-9] of [0-9] attempts): model train/micro/bf16/seed=2: digest $got differs from $want, which the store recorded when its training job train/micro/bf16/seed=2 ended" "$D/results-fp6.txt")"
+  ! grep -q -e "$dst" -e "$train_key" "$D/results-fp6.txt" || fail "results name a trained model by its folder or key"
   "$Q" results pipeline-tiny >"$D/results.txt" || fail "qsweep results pipeline-tiny"
   ! grep -q "model mismatch" "$D/results.txt" || fail "a mismatch flag on the untouched run"
   ;;
