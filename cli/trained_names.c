@@ -58,8 +58,9 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
         "COALESCE(t.spec -> 'shape' ->> 'name', "
         "regexp_replace(rtrim(t.spec -> 'model' ->> 'path', '/'), '^.*/', '')), "
         "t.spec -> 'recipe' ->> 'name', ((t.spec ->> 'lr')::float8)::text, t.spec ->> 'seed', "
-        "e.grid FROM experiments e JOIN experiment_jobs ej ON ej.experiment = e.id "
-        "JOIN jobs t ON t.id = ej.job WHERE e.name = $1 AND t.kind = 'train' ORDER BY t.id",
+        "e.grid, COALESCE(m.digest, '') FROM experiments e JOIN experiment_jobs ej "
+        "ON ej.experiment = e.id JOIN jobs t ON t.id = ej.job "
+        "LEFT JOIN v_trained_models m ON m.train_job_id = t.id WHERE e.name = $1 AND t.kind = 'train' ORDER BY t.id",
         1, NULL, p, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         qs_status st = qs_error_set(err, QS_EDB, "trained models of %s: %s", experiment,
@@ -75,6 +76,7 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
     for (int i = 0; i < n && !st; i++) {
         qsweep_trained_name *t = &out->v[out->n++];
         snprintf(t->key, sizeof t->key, "%s", PQgetvalue(r, i, 0));
+        snprintf(t->digest, sizeof t->digest, "%s", PQgetvalue(r, i, 7));
         char stage[64], name[1200], lr[300] = "";
         int many;
         find_stage(doc, PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), stage, sizeof stage, &many);
@@ -104,6 +106,18 @@ const char *qsweep_trained_name_by_key(const qsweep_trained_names *t, const char
     for (size_t i = 0; key && i < t->n; i++)
         if (!strcmp(t->v[i].key, key)) return t->v[i].name;
     return NULL;
+}
+
+const qsweep_trained_name *qsweep_trained_model_by_path(const qsweep_trained_names *t,
+                                                        const char *path) {
+    for (size_t i = 0; path && i < t->n; i++)
+        if (!strcmp(t->v[i].path, path)) return &t->v[i];
+    return NULL;
+}
+
+const char *qsweep_trained_name_by_path(const qsweep_trained_names *t, const char *path) {
+    const qsweep_trained_name *m = qsweep_trained_model_by_path(t, path);
+    return m ? m->name : NULL;
 }
 
 /* s with every occurrence of from replaced by to (malloc'd), taking ownership of s. */

@@ -12,9 +12,11 @@
 
 #include "error.h"
 
-/* One trained model: its training job's key, its folder, and its pipeline name. */
+/* One trained model: its training job's key, its folder, its pipeline name, and the model
+ * digest its training job recorded (v_trained_models; "" until it has). */
 typedef struct qsweep_trained_name {
     char key[65];
+    char digest[65];
     char *path; /* checkpoint_dir/<key> */
     char *name; /* STAGE/shape/recipe[/lr=X]/seed=N */
 } qsweep_trained_name;
@@ -36,6 +38,13 @@ void qsweep_trained_names_free(qsweep_trained_names *t);
 
 /* The name of the trained model whose training job has key `key`, or NULL. */
 const char *qsweep_trained_name_by_key(const qsweep_trained_names *t, const char *key);
+
+/* The trained model whose folder is path, or NULL. */
+const qsweep_trained_name *qsweep_trained_model_by_path(const qsweep_trained_names *t,
+                                                        const char *path);
+
+/* The name of the trained model whose folder is path, or NULL. */
+const char *qsweep_trained_name_by_path(const qsweep_trained_names *t, const char *path);
 
 /* text with every trained model's folder, then every training job key left, replaced by the
  * model's name (malloc'd; free it). NULL only without memory. */

@@ -114,6 +114,14 @@ run)
     --experiment pipeline-tiny >"$D/check.log" 2>&1 ||
     { cat "$D/check.log" >&2; fail "pipeline_check.py on the run"; }
   cat "$D/check.log"
+  # qsweep plan names the trained models as the pipeline does, and takes those names
+  rc=0
+  "$Q" plan pipeline-tiny --budget-bits 6 >"$D/plan.txt" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "qsweep plan chose one of 4 models by itself"
+  grep -Eq "several models \(train/micro/(bf16|nvfp4)/seed=[12], train/micro/(bf16|nvfp4)/seed=[12]\): choose one with --model" \
+    "$D/plan.txt" || { cat "$D/plan.txt" >&2; fail "qsweep plan: no error naming the trained models"; }
+  "$Q" plan pipeline-tiny --budget-bits 6 --model train/micro/nvfp4/seed=2 >"$D/plan.txt" 2>&1 ||
+    { cat "$D/plan.txt" >&2; fail "qsweep plan --model train/micro/nvfp4/seed=2"; }
   ;;
 restart)
   "$Q" submit "$GRID" >"$D/submit.log" 2>&1 || fail "qsweep submit"
