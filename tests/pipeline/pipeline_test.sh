@@ -257,6 +257,13 @@ resubmit)
   expect "failed-job lines naming train/micro/bf16/seed=2" 7 \
     "$(grep -c "^  job [0-9]* (eval of train/micro/bf16/seed=2, [0-9] of [0-9] attempts): model train/micro/bf16/seed=2: digest $got differs from $want, which the store recorded when its training job train/micro/bf16/seed=2 ended" "$D/results-fp6.txt")"
   ! grep -q -e "$dst" -e "$train_key" "$D/results-fp6.txt" || fail "results name a trained model by its folder or key"
+  # and so does the report's data: its failed jobs' errors and the models of its rows
+  "$Q" report pipeline-tiny-fp6 -o "$D/report-fp6.html" || fail "qsweep report pipeline-tiny-fp6"
+  expect "report errors naming train/micro/bf16/seed=2 (each job's and its last attempt's)" 14 \
+    "$(grep -o "model train/micro/bf16/seed=2: digest $got differs" "$D/report-fp6.html" | wc -l)"
+  grep -q '"model": *"train/micro/bf16/seed=1"' "$D/report-fp6.html" || fail "report rows without the model's name"
+  ! grep -q -e "$dst" -e "\"model\": *\"$train_key\"" "$D/report-fp6.html" ||
+    fail "the report names a trained model by its folder or key"
   "$Q" results pipeline-tiny >"$D/results.txt" || fail "qsweep results pipeline-tiny"
   ! grep -q "model mismatch" "$D/results.txt" || fail "a mismatch flag on the untouched run"
   ;;
