@@ -26,6 +26,7 @@
 #include "plan.h"
 #include "sensitivity.h"
 #include "synthetic.h"
+#include "trained_names.h"
 
 static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
 
@@ -97,8 +98,8 @@ typedef struct plan_opts {
  * checkpoint found at path, which must still be the one swept (its digest, computed as the grid
  * probe does, equal to the spec's). Errors: QS_EINVAL (another model at path, an unknown
  * synthetic shape), checkpoint errors. */
-static qs_status swept_model_config(const char *path, const char *digest, qw_config *out,
-                                    qs_error *err) {
+static qs_status swept_model_config(const char *path, const char *shown, const char *digest,
+                                    qw_config *out, qs_error *err) {
     if (qw_synthetic_is(path)) {
         const qw_synthetic_shape *shape = NULL;
         uint64_t seed = 0;
@@ -114,7 +115,7 @@ static qs_status swept_model_config(const char *path, const char *digest, qw_con
         st = qs_error_set(err, QS_EINVAL,
                           "%s is not the model the sweep measured: its digest is %s, the "
                           "sweep's %s",
-                          path, found, digest);
+                          shown, found, digest);
     if (!st) *out = *qw_checkpoint_config(ck);
     qw_checkpoint_close(ck);
     return st;
@@ -157,22 +158,31 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
     /* the rows of the first mode (layer sorts before component), model and quantize */
     const char *mode = n ? PQgetvalue(r, 0, 3) : "";
     const char *model = NULL, *quant = NULL, *digest = "";
+    /* a pipeline's trained model goes by its pipeline name (trained_names.h), in the errors
+       and in --model, rather than by its folder */
+    qsweep_trained_names names = {0};
+    if (!st && n) st = qsweep_trained_names_load(c, o->experiment, &names, err);
     for (int i = 0; !st && i < n; i++) {
         if (strcmp(PQgetvalue(r, i, 3), mode)) continue;
         const char *m = PQgetvalue(r, i, 0), *q = PQgetvalue(r, i, 2);
         const char *base = strrchr(m, '/') ? strrchr(m, '/') + 1 : m;
-        if (o->model && strcmp(o->model, m) && strcmp(o->model, base)) continue;
+        const char *trained = qsweep_trained_name_by_path(&names, m);
+        if (o->model && strcmp(o->model, m) && strcmp(o->model, base) &&
+            !(trained && !strcmp(o->model, trained)))
+            continue;
         if (o->quantize && strcmp(o->quantize, q)) continue;
         if (!model) {
             model = m;
             digest = PQgetvalue(r, i, 6);
         }
         if (!quant) quant = q;
-        if (strcmp(model, m))
+        if (strcmp(model, m)) {
+            const char *a = qsweep_trained_name_by_path(&names, model);
             st = qs_error_set(err, QS_EINVAL,
                               "the sweep has several models (%s, %s): choose one "
                               "with --model",
-                              model, m);
+                              a ? a : model, trained ? trained : m);
+        }
         else if (strcmp(quant, q))
             st = qs_error_set(err, QS_EINVAL,
                               "the sweep quantizes %s and %s: choose one with "
@@ -221,7 +231,15 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         if (k == in->n_formats)
             snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
     }
-    if (!st) st = swept_model_config(model, digest, &in->cfg, err);
+    /* a trained model: the weights are those its training job recorded (the spec's digest is
+       a stand-in, docs/pipelines.md) */
+    const qsweep_trained_name *tm = st ? NULL : qsweep_trained_model_by_path(&names, model);
+    if (!st && tm && !tm->digest[0])
+        st = qs_error_set(err, QS_ENOTFOUND, "%s: its training job recorded no model digest",
+                          tm->name);
+    if (!st)
+        st = swept_model_config(model, tm ? tm->name : model, tm ? tm->digest : digest, &in->cfg,
+                                err);
     if (!st) snprintf(in->model_digest, sizeof in->model_digest, "%s", digest);
     if (!st) {
         in->n_layers = in->cfg.n_layers;
@@ -280,6 +298,7 @@ static qs_status load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_er
         }
     }
     if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
+    qsweep_trained_names_free(&names);
     PQclear(r);
     return st;
 }
@@ -585,7 +604,8 @@ static void plan_usage(FILE *out) {
             "                     (perplexity increase)\n"
             "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
             "  --quantize Q       which sweep setting (weights, weights+activations) when both\n"
-            "  --model NAME       which model (path or file name) when the sweep has several\n"
+            "  --model NAME       which model (path, file name, or a pipeline's name of a\n"
+            "                     trained model: train/micro/bf16/seed=1) when the sweep has several\n"
             "  -o FILE            write the plan as a grid that measures it (the sweep's model\n"
             "                     and dataset, sensitivity mode policy); default: printed after\n"
             "                     the table\n"

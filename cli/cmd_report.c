@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "replace_file.h"
 #include "report_page.h"
+#include "trained_names.h"
 
 /* One query of the page: its name (the key in the data object and in "queries") and its SQL
  * ($1 = experiment name), which yields one JSON value. */
@@ -200,6 +201,39 @@ static char *json_text(const char *text) {
     return out;
 }
 
+/* A pipeline's trained models by their pipeline names in the page's data (trained_names.h),
+ * not by folder or key: in the model of each "conditions" and "sensitivity" row (whose only
+ * strings that can hold a training job's key or folder are the model's), and in the errors
+ * of each "failed" row (not its job_key, which stays the key). *val is replaced. Errors:
+ * QS_ENOMEM. */
+static qs_status name_trained_models(const qsweep_trained_names *names, const char *query,
+                                     char **val, qs_error *err) {
+    if (!names->n) return QS_OK;
+    char *out = NULL;
+    if (strcmp(query, "failed") != 0) {
+        out = qsweep_trained_names_apply(names, *val);
+    } else {
+        json_t *rows = json_loads(*val, JSON_DECODE_ANY, NULL);
+        size_t i;
+        json_t *row;
+        json_array_foreach(rows, i, row) {
+            static const char *const fields[] = {"last_error", "last_attempt_error"};
+            for (size_t f = 0; f < 2; f++) {
+                const char *e = json_string_value(json_object_get(row, fields[f]));
+                char *named = e ? qsweep_trained_names_apply(names, e) : NULL;
+                if (named) json_object_set_new(row, fields[f], json_string(named));
+                free(named);
+            }
+        }
+        out = rows ? json_dumps(rows, JSON_ENCODE_ANY) : NULL;
+        json_decref(rows);
+    }
+    if (!out) return qs_error_set(err, QS_ENOMEM, "report: naming the trained models");
+    free(*val);
+    *val = out;
+    return QS_OK;
+}
+
 /* Writes the page for experiment `name` to out. Errors: QS_ENOTFOUND (no such experiment),
  * QS_EDB, QS_ENOMEM. */
 static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *err) {
@@ -218,6 +252,13 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
     char *vals[NQ + NT + NP] = {0};
     for (size_t i = 0; !st && i < NQ; i++)
         st = run_query(c, QUERIES[i].name, QUERIES[i].sql, name, &vals[i], err);
+    qsweep_trained_names names = {0};
+    if (!st) st = qsweep_trained_names_load(c, name, &names, err);
+    for (size_t i = 0; !st && i < NQ; i++)
+        if (!strcmp(QUERIES[i].name, "conditions") || !strcmp(QUERIES[i].name, "sensitivity") ||
+            !strcmp(QUERIES[i].name, "failed"))
+            st = name_trained_models(&names, QUERIES[i].name, &vals[i], err);
+    qsweep_trained_names_free(&names);
     int train = has_relation(c, "v_train_curves") && has_relation(c, "v_train_final");
     char *train_error = NULL;
     for (size_t i = 0; !st && train && i < NT; i++) {

@@ -225,7 +225,7 @@ static void print_table(PGresult *r, int from, int to, FILE *out) {
             for (int x = i; x < j; x++) {
                 if (strcmp(PQgetvalue(r, x, C_RECIPE), recipes[k])) continue;
                 long s = strtol(PQgetvalue(r, x, C_SEEDS), NULL, 10);
-                spread(kl, sizeof kl, "%.6f", 1.0, "", qsweep_col_num(r, x, C_KL),
+                spread(kl, sizeof kl, "%.6f", 1.0, "", qsweep_kl_shown(qsweep_col_num(r, x, C_KL), 6),
                        qsweep_col_num(r, x, C_KL_MIN), qsweep_col_num(r, x, C_KL_MAX), s);
                 spread(ppl, sizeof ppl, "%+.2f", 100.0, "%", qsweep_col_num(r, x, C_REL),
                        qsweep_col_num(r, x, C_REL_MIN), qsweep_col_num(r, x, C_REL_MAX), s);
@@ -340,15 +340,8 @@ qs_status qsweep_print_pipeline_results(qc_store *db, const char *name, int form
     }
     PQclear(r);
     if ((st = print_mismatches(c, name, out, err))) return st;
-    char *lit = PQescapeLiteral(c, name, strlen(name));
-    char q[4096];
-    snprintf(q, sizeof q, PIPELINE_SQL, lit ? lit : "''");
-    PQfreemem(lit);
-    fprintf(out,
-            "\nKL mean: mean KL divergence from the model's own unquantized baseline; ppl "
-            "increase: (ppl - baseline ppl) / baseline ppl.\nThe same from the views (each seed: "
-            "v_pipeline_sensitivity):\npsql \"host=%s port=%s user=%s dbname=%s\" <<'SQL'\n%s;\n"
-            "SQL\n",
-            PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+    fprintf(out, "\nKL mean: mean KL divergence from the model's own unquantized baseline; ppl "
+                 "increase: (ppl - baseline ppl) / baseline ppl.");
+    qsweep_print_views_query(c, " (each seed: v_pipeline_sensitivity)", PIPELINE_SQL, name, out);
     return QS_OK;
 }

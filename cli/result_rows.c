@@ -10,6 +10,25 @@ double qsweep_col_num(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
 }
 
+double qsweep_kl_shown(double kl, int decimals) {
+    double half_unit = 0.5 * pow(10.0, -decimals);
+    return kl <= 0 && kl > -half_unit ? 0.0 : kl;
+}
+
+void qsweep_print_views_query(PGconn *c, const char *note, const char *sql_fmt, const char *name,
+                              FILE *out) {
+    char *lit = PQescapeLiteral(c, name, strlen(name));
+    const char *v = lit ? lit : "''";
+    int n = snprintf(NULL, 0, sql_fmt, v);
+    char *q = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!q) abort();
+    snprintf(q, (size_t)n + 1, sql_fmt, v);
+    PQfreemem(lit);
+    fprintf(out, "\nThe same from the views%s:\npsql \"host=%s port=%s user=%s dbname=%s\" <<'SQL'\n%s;\nSQL\n",
+            note, PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+    free(q);
+}
+
 void qsweep_csv_field(const char *v, FILE *out) {
     if (!strpbrk(v, ",\"\n")) {
         fputs(v, out);

@@ -1,5 +1,6 @@
 /* Result rows of a PostgreSQL query printed as CSV or JSON, shared by `qsweep results` for
- * sensitivity sweeps (results.c) and training sweeps (train_results.c). */
+ * sensitivity sweeps (results.c), pipelines (pipeline_results.c) and training sweeps
+ * (train_results.c), with what their tables print alike: KL values and the psql footer. */
 #ifndef QSWEEP_RESULT_ROWS_H
 #define QSWEEP_RESULT_ROWS_H
 
@@ -19,6 +20,19 @@ typedef enum qsweep_col_type {
 
 /* Column col of row `row` as a double: NaN when SQL NULL, else strtod of its text. */
 double qsweep_col_num(PGresult *r, int row, int col);
+
+/* A KL divergence as a table prints it with `decimals` decimal places: a negative value that
+ * rounds to zero there becomes +0, so it prints 0.000000 rather than -0.000000. A KL is >= 0
+ * mathematically; a slightly negative mean is the rounding of its sum of p log(p/q) terms
+ * in floating point. Any other value (NaN, a larger negative value) is returned unchanged. */
+double qsweep_kl_shown(double kl, int decimals);
+
+/* The footer under a results table that gives the same numbers from the views: "\nThe same
+ * from the views<note>:" then a psql command for connection c reading sql_fmt (a query with
+ * one %s, the experiment) with experiment name as an SQL literal, as a here-document. note:
+ * "" or e.g. " (each seed: v_pipeline_sensitivity)". Aborts without memory. */
+void qsweep_print_views_query(PGconn *c, const char *note, const char *sql_fmt, const char *name,
+                              FILE *out);
 
 /* Writes one CSV field, quoted per RFC 4180 when it holds ',', '"' or a newline. */
 void qsweep_csv_field(const char *v, FILE *out);

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "pipeline_results.h"
 #include "result_rows.h"
+#include "trained_names.h"
 
 /* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
  * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, and the
@@ -98,20 +99,27 @@ static void print_table(PGresult *r, FILE *out) {
         else
             snprintf(top1s, sizeof top1s, "%7.2f%%", 100.0 * top1);
         fprintf(out, "  %-*s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %s\n", pw,
-                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base, qsweep_col_num(r, i, C_KL),
-                qsweep_col_num(r, i, C_KL99), top1s);
+                PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base,
+                qsweep_kl_shown(qsweep_col_num(r, i, C_KL), 6),
+                qsweep_kl_shown(qsweep_col_num(r, i, C_KL99), 6), top1s);
     }
 }
 
 /* Under the tables: the experiment's failed jobs, which no table shows, with their count and
- * how many failed because their model's file changed (a digest that no longer matches, or a
- * change while the job ran: worker/jobs/jobs.c), each with its error (the first 20). */
+ * how many failed because their model's file changed (a digest that no longer matches the
+ * grid's or its training job's record, or a change while the job ran: worker/jobs/jobs.c),
+ * each with its error (the first 20). A job of a pipeline's trained model (or the training
+ * job that makes it) says which model by its pipeline name, which also replaces the model's
+ * folder and its training job's key in the error (trained_names.h); the store keeps the
+ * error as the worker wrote it. */
 static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *err) {
     const char *params[1] = {name};
     PGresult *r = PQexecParams(
         c,
         "SELECT j.id, j.kind, j.attempts_used, j.max_attempts, COALESCE(j.last_error, ''), "
-        "COALESCE(j.last_error, '') ~ '(changed while the job ran|file changed since the grid)' "
+        "COALESCE(j.last_error, '') ~ '(changed while the job ran|file changed since the grid|"
+        "recorded when its training job)', "
+        "CASE WHEN j.kind = 'train' THEN j.job_key ELSE j.spec -> 'model' ->> 'trained_by' END "
         "FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON "
         "e.id = ej.experiment WHERE e.name = $1 AND j.state = 'failed' ORDER BY j.id",
         1, NULL, params, NULL, NULL, 0);
@@ -123,18 +131,34 @@ static qs_status print_failed(PGconn *c, const char *name, FILE *out, qs_error *
     int n = PQntuples(r), changed = 0;
     for (int i = 0; i < n; i++)
         changed += PQgetvalue(r, i, 5)[0] == 't';
+    qsweep_trained_names names = {0};
+    qs_status st = n ? qsweep_trained_names_load(c, name, &names, err) : QS_OK;
+    if (st) {
+        PQclear(r);
+        return st;
+    }
     if (n) {
         fprintf(out, "\n%d failed job%s of experiment %s, not in the tables above", n,
                 n == 1 ? "" : "s", name);
         if (changed) fprintf(out, " (%d because their model changed)", changed);
         fprintf(out, ":\n");
     }
-    for (int i = 0; i < n && i < 20; i++)
-        fprintf(out, "  job %s (%s, %s of %s attempts): %s\n", PQgetvalue(r, i, 0),
-                PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
-    if (n > 20) fprintf(out, "  ... and %d more (v_failed_jobs)\n", n - 20);
+    for (int i = 0; i < n && i < 20 && !st; i++) {
+        const char *model = qsweep_trained_name_by_key(&names, PQgetvalue(r, i, 6));
+        char *error = qsweep_trained_names_apply(&names, PQgetvalue(r, i, 4));
+        if (!error) {
+            st = qs_error_set(err, QS_ENOMEM, "failed jobs of %s: out of memory", name);
+            break;
+        }
+        fprintf(out, "  job %s (%s%s%s, %s of %s attempts): %s\n", PQgetvalue(r, i, 0),
+                PQgetvalue(r, i, 1), model ? " of " : "", model ? model : "", PQgetvalue(r, i, 2),
+                PQgetvalue(r, i, 3), error);
+        free(error);
+    }
+    if (n > 20 && !st) fprintf(out, "  ... and %d more (v_failed_jobs)\n", n - 20);
+    qsweep_trained_names_free(&names);
     PQclear(r);
-    return QS_OK;
+    return st;
 }
 
 /* Under the tables, only when the experiment's jobs ran on more than one numerics path
@@ -226,14 +250,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else {
         print_counts(r, name, out);
         print_table(r, out);
-        char *lit = PQescapeLiteral(c, name, strlen(name));
-        char q[2048];
-        snprintf(q, sizeof q, RESULTS_SQL, lit ? lit : "''");
-        PQfreemem(lit);
-        fprintf(out,
-                "\nThe same from the views:\npsql \"host=%s port=%s user=%s dbname=%s\" "
-                "<<'SQL'\n%s;\nSQL\n",
-                PQhost(c), PQport(c), PQuser(c), PQdb(c), q);
+        qsweep_print_views_query(c, "", RESULTS_SQL, name, out);
         st = print_failed(c, name, out, err);
         if (!st) st = print_paths(c, name, out, err);
     }

@@ -298,6 +298,7 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
     }
     if (j->chunks && j->chunk_next == j->chunks) {
         store_result(s, j, j->chunk_rows, j->n_chunk_rows, true);
+        qc_srv_keep_model_digest(j, j->chunk_rows, j->n_chunk_rows);
         if (!s->o->quiet)
             qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
                    (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
@@ -348,6 +349,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
         rows[i] = (chunk_metric){r->metrics[i]->name, r->metrics[i]->value, r->metrics[i]->step,
                                  r->metrics[i]->final};
     store_result(s, j, rows, r->n_metrics, r->final);
+    if (r->final) qc_srv_keep_model_digest(j, rows, r->n_metrics);
     free(rows);
     if (r->final) qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
     qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);

@@ -12,7 +12,11 @@
 static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running) {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->kind = strdup(r->kind)) || !(j->spec = strdup(r->spec_json)) ||
-        !(j->model_key = strdup(r->model_key ? r->model_key : "")))
+        !(j->model_key = strdup(r->model_key ? r->model_key : "")) ||
+        !(j->job_key = strdup(r->job_key)) ||
+        (r->trained_by && !(j->trained_by = strdup(r->trained_by))) ||
+        (r->trained_digest && qc_srv_is_digest(r->trained_digest) &&
+         !(j->model_digest = strdup(r->trained_digest))))
         abort();
     j->id = j->q.id = r->id;
     j->q.priority = r->priority;

@@ -155,6 +155,41 @@ void qc_srv_job_free(job *j) {
     free(j->worker_name);
     free(j->avoid);
     free(j->exit_note);
+    free(j->job_key);
+    free(j->trained_by);
+    free(j->model_digest);
     qc_srv_chunks_drop(j);
     free(j);
+}
+
+bool qc_srv_is_digest(const char *text) {
+    size_t n = 0;
+    for (; text[n]; n++)
+        if (!((text[n] >= '0' && text[n] <= '9') || (text[n] >= 'a' && text[n] <= 'f')))
+            return false;
+    return n == 64;
+}
+
+void qc_srv_keep_model_digest(job *j, const chunk_metric *m, size_t n) {
+    static const char prefix[] = "model_digest.";
+    if (strcmp(j->kind, "train") != 0) return;
+    for (size_t i = 0; i < n; i++) {
+        if (!m[i].final || strncmp(m[i].name, prefix, sizeof prefix - 1) != 0) continue;
+        const char *hex = m[i].name + sizeof prefix - 1;
+        if (!qc_srv_is_digest(hex)) continue;
+        free(j->model_digest);
+        if (!(j->model_digest = strdup(hex))) abort();
+    }
+}
+
+const char *qc_srv_trained_digest(server *s, const job *j) {
+    if (!j->trained_by) return NULL;
+    /* its training job ran in this process: a dependency, with the digest of its RESULT */
+    for (int d = 0; d < j->n_deps; d++) {
+        const job *dep = qc_srv_find_job(s, j->deps[d]);
+        if (dep && dep->state == J_SUCCEEDED && dep->model_digest && dep->job_key &&
+            !strcmp(dep->job_key, j->trained_by))
+            return dep->model_digest;
+    }
+    return j->model_digest; /* the store's record at load (a training job ended before) */
 }

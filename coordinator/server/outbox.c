@@ -88,6 +88,7 @@ void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
     }
     char *part = chunks ? malloc(room + 1) : NULL;
     if (chunks && !part) abort();
+    const char *digest = qc_srv_trained_digest(s, j); /* in every part, as the other fields */
     size_t off = 0;
     for (uint32_t k = 0; k < (chunks ? chunks : 1); k++) {
         Qsweep__Assign a = QSWEEP__ASSIGN__INIT;
@@ -98,6 +99,7 @@ void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
         a.spec_json = j->spec;
         if (j->token_known) /* a restarted coordinator knows only its hash: the worker has it */
             a.attempt_token = (ProtobufCBinaryData){sizeof j->token, j->token};
+        if (digest) a.model_digest = (char *)digest;
         if (chunks) {
             size_t cut = len - off > room ? room : len - off;
             while (off + cut < len && cut > 1 && ((unsigned char)j->spec[off + cut] & 0xc0) == 0x80)

@@ -77,6 +77,14 @@ typedef struct job {
     char *avoid;     /* q.avoid: the worker the last transient failure happened on (owned) */
     char *exit_note; /* how its worker's process ended, from a supervisor (Hello.previous_exit):
                         added to the error when the attempt is lost (owned; NULL: none) */
+    char *job_key;   /* jobs.job_key (owned) */
+    /* A job whose model a pipeline's training job makes: that job's key (spec model.trained_by;
+       owned, NULL: none). */
+    char *trained_by;
+    /* The model digest, 64 hex digits (owned, NULL: not known): for a train job, the one its
+       final RESULT recorded ("model_digest.<hex>") in this process; for a job with trained_by,
+       its training job's as the store held it at load. Sent in Assign.model_digest. */
+    char *model_digest;
 } job;
 
 struct worker {
@@ -258,6 +266,14 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
 /* Frees job j and everything it owns (NULL: nothing). */
 void qc_srv_job_free(job *j);
 
+/* Whether text is a model digest as the store records it: 64 lowercase hex digits. */
+bool qc_srv_is_digest(const char *text);
+
+/* A train job's final RESULT of n metrics: keeps the model digest it records
+ * ("model_digest.<hex>", worker/train/train_job.c) as j->model_digest, for the ASSIGNs of the
+ * jobs of its model (qc_srv_trained_digest). Other kinds and other names: nothing. */
+void qc_srv_keep_model_digest(job *j, const chunk_metric *m, size_t n);
+
 /* ---- intake.c: reading the store while running ---- */
 
 /* Loads jobs submitted since the last load (all of them at start). */
@@ -325,6 +341,12 @@ void qc_srv_send_reregister(server *s, const char *rid, size_t rid_len, const ch
  * that got only part of it). A spec over QS_PROTO_CHUNK_BYTES goes in parts cut at UTF-8
  * character boundaries (proto: Assign.chunks), so no frame holds the link for long. */
 void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit);
+
+/* The recorded model digest to send with the ASSIGN of j (proto: Assign.model_digest): for a
+ * job with trained_by, its training job's, from that job's final RESULT in this process (a
+ * dependency of j) or else from the store at load; NULL for any other job or while none is
+ * known. */
+const char *qc_srv_trained_digest(server *s, const job *j);
 
 /* ---- commit.c: the commit pipeline ---- */
 

@@ -957,7 +957,12 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "WHERE jd.job = j.id AND d.state IN ('failed', 'cancelled')), "
         "COALESCE(extract(epoch FROM j.not_before - now()), 0), "
         "COALESCE((j.resources ->> 'native_fp4')::boolean, false), "
-        "f.id, f.state, f.last_error "
+        "f.id, f.state, f.last_error, j.spec -> 'model' ->> 'trained_by', "
+        /* the digest its training job recorded, as v_trained_models reads it */
+        "(SELECT substr(r.name, length('model_digest.') + 1) FROM jobs t JOIN results r "
+        "ON r.job = t.id WHERE t.job_key = j.spec -> 'model' ->> 'trained_by' "
+        "AND t.kind = 'train' AND r.final AND r.name LIKE 'model\\_digest.%' "
+        "ORDER BY r.attempt DESC LIMIT 1) "
         "FROM jobs j LEFT JOIN LATERAL (SELECT d.id, d.state, d.last_error FROM job_deps jd "
         "JOIN jobs d ON d.id = jd.depends_on WHERE jd.job = j.id AND d.state IN ('failed', "
         "'cancelled') ORDER BY d.id LIMIT 1) f ON true "
@@ -1000,6 +1005,11 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
             if (!st && !PQgetisnull(r, i, 21) && !j->dep_failed_error)
                 st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         }
+        j->trained_by = dup_or_null(r, i, 22);
+        j->trained_digest = dup_or_null(r, i, 23);
+        if (!st && ((!PQgetisnull(r, i, 22) && !j->trained_by) ||
+                    (!PQgetisnull(r, i, 23) && !j->trained_digest)))
+            st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (!st && (!j->job_key || !j->kind || !j->spec_json || !j->model_key || !j->waiting_on))
             st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (j->id > out->max_job_id) out->max_job_id = j->id;
@@ -1103,6 +1113,8 @@ void qc_store_snapshot_free(qc_store_snapshot *snap) {
         free(j->last_error);
         free(j->waiting_on);
         free(j->dep_failed_error);
+        free(j->trained_by);
+        free(j->trained_digest);
     }
     for (size_t i = 0; i < snap->n_running; i++)
         free(snap->running[i].worker);

@@ -262,6 +262,11 @@ typedef struct qc_stored_job {
     int64_t dep_failed_id;
     qc_job_state dep_failed_state;
     char *dep_failed_error;
+    /* A job whose model a pipeline's training job makes: that job's job_key (the spec's
+       model.trained_by), and the model digest it recorded when it ended (64 hex digits, its
+       final metric "model_digest.<hex>", as in v_trained_models); each NULL when none (no
+       trained_by; no record yet). */
+    char *trained_by, *trained_digest;
 } qc_stored_job;
 
 /* An attempt still marked running, with the worker and lease the coordinator gave it. */

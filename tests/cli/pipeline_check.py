@@ -205,6 +205,12 @@ for tid, js in used.items():
 
 
 # --- qsweep results: the printed tables
+def kl_shown(v, decimals):
+    """A KL as the tables print it (cli/result_rows.c, qsweep_kl_shown): a negative value that
+    rounds to zero at `decimals` places is 0, so it prints 0.000000, not -0.000000."""
+    return 0.0 if v is not None and -0.5 * 10 ** -decimals < v <= 0 else v
+
+
 def spread(f, k, mean, lo, hi, n):
     if mean is None:
         return ["-"]
@@ -216,6 +222,8 @@ def spread(f, k, mean, lo, hi, n):
 res = subprocess.run([a.qsweep, "results", exp, "--db", a.db], capture_output=True, text=True)
 ok(res.returncode == 0, "qsweep results exited %d: %s" % (res.returncode, res.stderr))
 out = res.stdout
+ok(not re.search(r"(^|\s)-0\.000000", out, re.M),
+   "results print a KL of -0.000000 (a negative rounding of 0)")
 ok(out.startswith("experiment %s: pipeline" % exp), "results does not open as a pipeline:\n"
    + out[:400])
 tables = {}
@@ -246,7 +254,7 @@ for tk, parts in tables.items():
             m = byr.get(rc, {})
             kl, pp = m.get("kl_mean", []), m.get("ppl", [])
             s = stats(kl, "value") if kl else None
-            toks += spread("%.6f", 1, s["mean"], s["min"], s["max"],
+            toks += spread("%.6f", 1, kl_shown(s["mean"], 6), s["min"], s["max"],
                            len({w["seed"] for w in kl})) if kl else ["-"]
             s = stats(pp, "rel_delta") if pp else None
             t = spread("%+.2f", 100, s["mean"], s["min"], s["max"],

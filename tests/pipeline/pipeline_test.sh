@@ -17,8 +17,10 @@
 #             naming its training job's (or its baseline's) id and the divergence, no attempt.
 #   resubmit  the same grid submitted again adds nothing; the grid with one more format reuses
 #             both finished stages (only the new eval jobs run, no training job runs again);
-#             a trained model written again with other weights is refused by its new jobs;
-#             one copied over with its record runs, and qsweep results flags its jobs.
+#             a trained model written again with other weights is refused by its new jobs,
+#             and so is one copied over with its .digest record (the coordinator sends the
+#             digest the store recorded with each ASSIGN): each refused job fails at its first
+#             attempt, naming the path, both digests and the training job.
 #   finetune  a training stage of {init: path} fine-tunes a checkpoint, whose sweep runs beside
 #             the checkpoint's own (which depends on no training job).
 # Usage: pipeline_test.sh QSWEEP_BIN SOURCE_DIR CASE
@@ -112,6 +114,14 @@ run)
     --experiment pipeline-tiny >"$D/check.log" 2>&1 ||
     { cat "$D/check.log" >&2; fail "pipeline_check.py on the run"; }
   cat "$D/check.log"
+  # qsweep plan names the trained models as the pipeline does, and takes those names
+  rc=0
+  "$Q" plan pipeline-tiny --budget-bits 6 >"$D/plan.txt" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "qsweep plan chose one of 4 models by itself"
+  grep -Eq "several models \(train/micro/(bf16|nvfp4)/seed=[12], train/micro/(bf16|nvfp4)/seed=[12]\): choose one with --model" \
+    "$D/plan.txt" || { cat "$D/plan.txt" >&2; fail "qsweep plan: no error naming the trained models"; }
+  "$Q" plan pipeline-tiny --budget-bits 6 --model train/micro/nvfp4/seed=2 >"$D/plan.txt" 2>&1 ||
+    { cat "$D/plan.txt" >&2; fail "qsweep plan --model train/micro/nvfp4/seed=2"; }
   ;;
 restart)
   "$Q" submit "$GRID" >"$D/submit.log" 2>&1 || fail "qsweep submit"
@@ -217,20 +227,43 @@ resubmit)
   expect "qsweep run on a model written again: exit code" 5 "$rc"
   expect "jobs of the rewritten model refused for its digest" 7 \
     "$(psql_q "SELECT count(*) FROM jobs j WHERE j.state = 'failed' AND j.spec->'model'->>'path' = '$dst'
-               AND j.last_error LIKE '%differs from $want, recorded when its training job%'")"
+               AND j.last_error LIKE '%differs from $want, which the store recorded when its training job%'")"
   expect "failed jobs" 7 "$(state_count failed)"
   expect "int8 jobs of the other models succeeded" 21 \
     "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND spec->>'format' = 'int8_channel'")"
-  # the same model copied over with its record beside it: the worker cannot tell (the record
-  # is what it checks), so its 7 new jobs run, and qsweep results flags them from the
-  # digests in the store (v_trained_model_use)
+  # the same model copied over with its record beside it: the record now agrees with the
+  # weights, but the ASSIGN carries the digest the store recorded, so its 7 new jobs are
+  # refused too, each at its first attempt (a permanent error, not retried)
+  got=$(cat "$src.digest")
+  train_key=$(psql_q "SELECT train_job_key FROM v_trained_models WHERE model_path = '$dst'")
   cp "$src.digest" "$dst.digest"
   more=(--set name=pipeline-tiny-fp6 --set 'stages.sweep.sensitivity.formats=[mxfp6_e2m3]')
-  "$Q" run "$GRID" "${more[@]}" >"$D/run-fp6.log" 2>&1 || fail "qsweep run with fp6 exited $?"
+  rc=0
+  "$Q" run "$GRID" "${more[@]}" >"$D/run-fp6.log" 2>&1 || rc=$?
+  expect "qsweep run on a model copied over with its record: exit code" 5 "$rc"
+  expect "jobs of the copied model refused, naming path, both digests and training job" 7 \
+    "$(psql_q "SELECT count(*) FROM jobs j WHERE j.state = 'failed' AND j.spec->>'format' = 'mxfp6_e2m3'
+               AND j.last_error LIKE 'model $dst: digest $got differs from $want, which the store recorded when its training job $train_key ended%'")"
+  expect "attempts of the refused fp6 jobs (one each)" 7 \
+    "$(psql_q "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job
+               WHERE j.spec->>'format' = 'mxfp6_e2m3' AND j.state = 'failed'")"
+  expect "fp6 jobs of the other models succeeded" 21 \
+    "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND spec->>'format' = 'mxfp6_e2m3'")"
+  expect "sweep jobs that ran on other weights than recorded" 0 \
+    "$(psql_q "SELECT count(*) FROM v_trained_model_use WHERE NOT matches")"
   "$Q" results pipeline-tiny-fp6 >"$D/results-fp6.txt" || fail "qsweep results pipeline-tiny-fp6"
-  grep -q "^model mismatch: 7 sweep jobs of pipeline-tiny-fp6 ran on weights other than" \
-    "$D/results-fp6.txt" || { cat "$D/results-fp6.txt" >&2; fail "no model-mismatch flag"; }
-  expect "mismatched jobs named" 7 "$(grep -o ' job [0-9]* (training job' "$D/results-fp6.txt" | wc -l)"
+  ! grep -q "model mismatch" "$D/results-fp6.txt" || fail "a mismatch flag though the worker refused the copy"
+  # its failed-job lines name the model as the pipeline does, not by its folder or key
+  expect "failed-job lines naming train/micro/bf16/seed=2" 7 \
+    "$(grep -c "^  job [0-9]* (eval of train/micro/bf16/seed=2, [0-9] of [0-9] attempts): model train/micro/bf16/seed=2: digest $got differs from $want, which the store recorded when its training job train/micro/bf16/seed=2 ended" "$D/results-fp6.txt")"
+  ! grep -q -e "$dst" -e "$train_key" "$D/results-fp6.txt" || fail "results name a trained model by its folder or key"
+  # and so does the report's data: its failed jobs' errors and the models of its rows
+  "$Q" report pipeline-tiny-fp6 -o "$D/report-fp6.html" || fail "qsweep report pipeline-tiny-fp6"
+  expect "report errors naming train/micro/bf16/seed=2 (each job's and its last attempt's)" 14 \
+    "$(grep -o "model train/micro/bf16/seed=2: digest $got differs" "$D/report-fp6.html" | wc -l)"
+  grep -q '"model": *"train/micro/bf16/seed=1"' "$D/report-fp6.html" || fail "report rows without the model's name"
+  ! grep -q -e "$dst" -e "\"model\": *\"$train_key\"" "$D/report-fp6.html" ||
+    fail "the report names a trained model by its folder or key"
   "$Q" results pipeline-tiny >"$D/results.txt" || fail "qsweep results pipeline-tiny"
   ! grep -q "model mismatch" "$D/results.txt" || fail "a mismatch flag on the untouched run"
   ;;

@@ -338,7 +338,14 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
         st = qw_checkpoint_open(s->model.path, &lm->ck, err);
     if (!st && !synthetic) st = qw_checkpoint_digest(lm->ck, digest, err);
     if (!st && strcmp(digest, want) != 0)
-        st = s->model.trained_by[0]
+        st = s->model.trained_by[0] && qw_job_model_digest(ctx)[0]
+                 ? qs_error_set(err, QS_EINVAL,
+                                "model %s: digest %s differs from %s, which the store recorded "
+                                "when its training job %s ended (the model was written again "
+                                "since, or copied over with its .digest record: refused, so "
+                                "the sweep does not mix two models)",
+                                s->model.path, digest, want, s->model.trained_by)
+             : s->model.trained_by[0]
                  ? qs_error_set(err, QS_EINVAL,
                                 "model %s: digest %s differs from %s, recorded when its training "
                                 "job %s ended (the model was written again since, by another "
@@ -381,14 +388,28 @@ static qs_status check_model_after(qw_job_ctx *ctx, const job_spec *s, qs_error 
 }
 
 /* The digest the model of s must have: the spec's, or for a model a pipeline's training job
- * makes (model.trained_by, kinds/spec.h) the one that job recorded when it ended, beside the
- * model as <path>.digest (worker/train/train_job.c). The baseline file and the comparison
- * with it are keyed by this digest, so a model written again with other weights never meets
- * a baseline of the old ones. Errors: QS_ENOTFOUND (no record: the training job has not
- * ended here, or its folder is not shared with this worker), QS_EFORMAT (not a digest). */
-static qs_status model_digest_wanted(const job_spec *s, char want[65], qs_error *err) {
+ * makes (model.trained_by, kinds/spec.h) the one that job recorded when it ended: as the
+ * store holds it, sent with the ASSIGN (proto: Assign.model_digest, qw_job_model_digest),
+ * else from the record beside the model, <path>.digest (worker/train/train_job.c). Only the
+ * store's refuses a folder copied over together with its record. The baseline file and the
+ * comparison with it are keyed by this digest, so a model written again with other weights
+ * never meets a baseline of the old ones. Errors (record file only): QS_ENOTFOUND (no record:
+ * the training job has not ended here, or its folder is not shared with this worker),
+ * QS_EFORMAT (not a digest). */
+static qs_status model_digest_wanted(qw_job_ctx *ctx, const job_spec *s, char want[65],
+                                     qs_error *err) {
     if (!s->model.trained_by[0]) {
         memcpy(want, s->model.digest, 65);
+        return QS_OK;
+    }
+    const char *stored = qw_job_model_digest(ctx);
+    if (stored[0]) {
+        if (!qs_is_digest(stored))
+            return qs_error_set(err, QS_EFORMAT,
+                                "job %lld: ASSIGN model_digest \"%s\": expected the 64 hex "
+                                "digits of a digest",
+                                (long long)qw_job_id(ctx), stored);
+        memcpy(want, stored, 65);
         return QS_OK;
     }
     char path[4200], line[80] = "";
@@ -525,7 +546,7 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
     char path[4096], want[65] = "";
-    st = model_digest_wanted(&s, want, err);
+    st = model_digest_wanted(ctx, &s, want, err);
     if (!st)
         st = qw_jobs_baseline_path(
             want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
@@ -695,7 +716,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
     char path[4096], want[65] = "";
-    st = model_digest_wanted(&s, want, err);
+    st = model_digest_wanted(ctx, &s, want, err);
     if (!st)
         st = qw_jobs_baseline_path(
             want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,

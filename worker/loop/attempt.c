@@ -54,6 +54,8 @@ void qw_loop_start_job(worker *w, const Qsweep__Assign *a) {
     ctx->job_id = a->job_id;
     ctx->attempt = a->attempt;
     snprintf(ctx->kind, sizeof ctx->kind, "%s", a->kind);
+    if (a->model_digest && strlen(a->model_digest) == sizeof ctx->model_digest - 1)
+        memcpy(ctx->model_digest, a->model_digest, sizeof ctx->model_digest);
     atomic_init(&ctx->cancel, false);
     json_error_t jerr;
     ctx->spec = json_loads(a->spec_json, 0, &jerr);
@@ -190,6 +192,7 @@ void qw_loop_receive_assign(worker *w, const Qsweep__Assign *a) {
     whole.kind = w->rx_kind;
     whole.spec_json = w->rx_spec;
     whole.attempt_token = (ProtobufCBinaryData){w->token_len, w->token};
+    whole.model_digest = a->model_digest; /* repeated in every part, as the other fields */
     w->rx_spec = NULL; /* not receiving any more: start_job must not see itself as busy */
     w->rx_len = 0;
     qw_loop_start_job(w, &whole);

@@ -33,6 +33,10 @@ const json_t *qw_job_spec(const qw_job_ctx *ctx) {
     return ctx->spec;
 }
 
+const char *qw_job_model_digest(const qw_job_ctx *ctx) {
+    return ctx->model_digest;
+}
+
 int qw_job_threads(const qw_job_ctx *ctx) {
     return ctx->w->threads;
 }

@@ -54,6 +54,11 @@ uint32_t qw_job_attempt(const qw_job_ctx *ctx);
 /* The job's spec, a JSON object owned by the context (borrowed reference). */
 const json_t *qw_job_spec(const qw_job_ctx *ctx);
 
+/* The model digest its ASSIGN carried (proto: Assign.model_digest): for a job whose model a
+ * pipeline's training job makes, the 64 hex digits the store recorded when that job ended;
+ * "" when the coordinator sent none (owned by the context). */
+const char *qw_job_model_digest(const qw_job_ctx *ctx);
+
 /* Worker threads the job may use (qw_options.threads). */
 int qw_job_threads(const qw_job_ctx *ctx);
 

@@ -78,6 +78,8 @@ struct qw_job_ctx {
     uint32_t attempt;
     char kind[64];
     json_t *spec;
+    char model_digest[65]; /* Assign.model_digest: the store's record of a trained model's
+                              digest ("" when not sent, or not 64 hex digits) */
     atomic_bool cancel;
     bool preempted; /* messaging thread only: cancel came from SIGTERM */
     pthread_t thread;
