@@ -139,7 +139,8 @@ typedef struct server {
     size_t n_owners, cap_owners;
     worker **workers;  /* sorted by routing id */
     size_t n_workers, cap_workers;
-    job **running; /* the jobs whose attempt names a worker, by (worker_name, id) (running.c) */
+    /* the jobs whose attempt names a worker, by (worker_name, id) (running.c) */
+    job **running;
     size_t n_running, cap_running;
     action *actions; /* waiting for the open batch */
     size_t n_actions, cap_actions;

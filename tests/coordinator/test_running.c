@@ -27,7 +27,8 @@ static void assert_range(const server *s, const char *name, job *js, const bool 
     size_t k = 0;
     for (size_t i = 0; i < n; i++) { /* js are by increasing id */
         if (!held[i] || !js[i].worker_name || strcmp(js[i].worker_name, name) != 0) continue;
-        if (k >= got) fail_msg("worker %s: job %lld missing from its range", name, (long long)js[i].id);
+        if (k >= got)
+            fail_msg("worker %s: job %lld missing from its range", name, (long long)js[i].id);
         if (of[k] != &js[i])
             fail_msg("worker %s: position %zu holds job %lld, want %lld", name, k,
                      (long long)of[k]->id, (long long)js[i].id);

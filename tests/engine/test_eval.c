@@ -26,7 +26,8 @@ typedef model_fixture fixture;
  * opened and removes the temporary directory (nothing is left behind, nothing leaks). */
 static fixture live;
 
-/* The tied-embeddings golden model (vocab 256) with max_ctx positions, and a token file of n tokens. */
+/* The tied-embeddings golden model (vocab 256) with max_ctx positions, and a token file of n
+ * tokens. */
 static void fixture_open(fixture *f, size_t n_tokens, int max_ctx) {
     char ckpt[1024];
     snprintf(ckpt, sizeof ckpt, "%s/llama32_tied", engine_data_dir());
