@@ -355,6 +355,56 @@ out:
     return rc;
 }
 
+/* The sweep lever: block-wise NVFP4 isolation over every 5th block of m, one chunk of ctx
+ * tokens per policy, without and with the prefix cache (blocks before the quantized one
+ * reused), at `threads` threads; prints both wall times. Returns 0, or 1 with the error on
+ * stderr. */
+static int run_sweep(qw_model *m, const qw_tokens *toks, int ctx, int threads) {
+    const qw_config *c = qw_model_config(m);
+    qs_error err = {0};
+    qw_policy pol;
+    qw_quant_spec spec = {.weight = qk_format_by_name("nvfp4")};
+    if (!spec.weight || qw_policy_init(&pol, c->n_layers, &err) != QS_OK) {
+        fprintf(stderr, "bench_engine: %s\n", spec.weight ? err.msg : "nvfp4 format missing");
+        return 1;
+    }
+    double sweep_s[2] = {0, 0};
+    size_t hits = 0, skipped = 0;
+    int n_pol = 0;
+    for (int cached = 0; cached < 2; cached++) {
+        if (qw_model_set_prefix_cache(
+                m, cached ? (size_t)c->n_layers * ctx * c->dim * 4 + 4096u * ctx : 0, &err) !=
+            QS_OK) {
+            fprintf(stderr, "bench_engine: %s\n", err.msg);
+            return 1;
+        }
+        const float *logits;
+        qw_model_apply_policy(m, NULL, &err);
+        qw_model_forward(m, toks->ids, ctx, &logits, &err); /* the baseline pass of the sweep */
+        n_pol = 0;
+        double s0 = qs_clock_s();
+        for (int b = 0; b < c->n_layers; b += 5, n_pol++) {
+            if (qw_policy_isolation(&pol, QW_ISO_BLOCK, 0, b, &spec, &err) != QS_OK ||
+                qw_model_apply_policy(m, &pol, &err) != QS_OK ||
+                qw_model_forward(m, toks->ids, ctx, &logits, &err) != QS_OK) {
+                fprintf(stderr, "bench_engine: %s\n", err.msg);
+                return 1;
+            }
+        }
+        sweep_s[cached] = qs_clock_s() - s0;
+        if (cached) qw_model_prefix_cache_stats(m, &hits, &skipped);
+    }
+    qw_model_set_prefix_cache(m, 0, &err);
+    printf("\nblock-wise NVFP4 isolation, %d policies x 1 chunk of %d, %d threads (policy "
+           "application included):\n",
+           n_pol, ctx, threads);
+    printf("  recomputing every block %.3f s, prefix cache %.3f s (%zu blocks skipped): speedup "
+           "%.2fx\n",
+           sweep_s[0], sweep_s[1], skipped, sweep_s[0] / sweep_s[1]);
+    qw_policy_free(&pol);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is measured, also into a file */
     char def[1024];
@@ -497,61 +547,9 @@ int main(int argc, char **argv) {
 
     qw_model_set_threads(m, all, &err);
     if (profile && !table_only && run_profile(m, &toks, ctx, chunks) != 0) return 1;
-    if (table_only) { /* the throughput table alone (bench/peer) */
-        print_loadavg("at end");
-        free(sh);
-        free(A);
-        free(B);
-        free(C);
-        qw_tokens_free(&toks);
-        qw_model_destroy(m);
-        qw_checkpoint_close(ck);
-        return 0;
-    }
-
-    /* The sweep lever: block-wise NVFP4 isolation over every 5th block, one chunk per policy,
-     * without and with the prefix cache (blocks before the quantized one reused). */
-    qw_policy pol;
-    qw_quant_spec spec = {.weight = qk_format_by_name("nvfp4")};
-    if (!spec.weight || qw_policy_init(&pol, c->n_layers, &err) != QS_OK) {
-        fprintf(stderr, "bench_engine: %s\n", spec.weight ? err.msg : "nvfp4 format missing");
-        return 1;
-    }
-    double sweep_s[2] = {0, 0};
-    size_t hits = 0, skipped = 0;
-    int n_pol = 0;
-    for (int cached = 0; cached < 2; cached++) {
-        if (qw_model_set_prefix_cache(
-                m, cached ? (size_t)c->n_layers * ctx * c->dim * 4 + 4096u * ctx : 0, &err) !=
-            QS_OK) {
-            fprintf(stderr, "bench_engine: %s\n", err.msg);
-            return 1;
-        }
-        const float *logits;
-        qw_model_apply_policy(m, NULL, &err);
-        qw_model_forward(m, toks.ids, ctx, &logits, &err); /* the baseline pass of the sweep */
-        n_pol = 0;
-        double s0 = qs_clock_s();
-        for (int b = 0; b < c->n_layers; b += 5, n_pol++) {
-            if (qw_policy_isolation(&pol, QW_ISO_BLOCK, 0, b, &spec, &err) != QS_OK ||
-                qw_model_apply_policy(m, &pol, &err) != QS_OK ||
-                qw_model_forward(m, toks.ids, ctx, &logits, &err) != QS_OK) {
-                fprintf(stderr, "bench_engine: %s\n", err.msg);
-                return 1;
-            }
-        }
-        sweep_s[cached] = qs_clock_s() - s0;
-        if (cached) qw_model_prefix_cache_stats(m, &hits, &skipped);
-    }
-    qw_model_set_prefix_cache(m, 0, &err);
-    printf("\nblock-wise NVFP4 isolation, %d policies x 1 chunk of %d, %d threads (policy "
-           "application included):\n",
-           n_pol, ctx, all);
-    printf("  recomputing every block %.3f s, prefix cache %.3f s (%zu blocks skipped): speedup "
-           "%.2fx\n",
-           sweep_s[0], sweep_s[1], skipped, sweep_s[0] / sweep_s[1]);
+    /* --table-only: the throughput table alone (bench/peer) */
+    if (!table_only && run_sweep(m, &toks, ctx, all) != 0) return 1;
     print_loadavg("at end");
-    qw_policy_free(&pol);
     free(sh);
     free(A);
     free(B);

@@ -54,8 +54,10 @@ static void assign(server *s, worker *w, job *j) {
     qc_srv_set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;
+    qc_srv_running_remove(s, j);
     free(j->worker_name);
     j->worker_name = strdup(w->name);
+    qc_srv_running_add(s, j);
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;

@@ -72,9 +72,11 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
  * attempt still running under that id keeps the words for its error when its lease expires
  * (the lease still decides: nothing here is proven, docs/security.md). */
 static void note_previous_exit(server *s, const char *prev, const char *how) {
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        job *j = s->jobs[i];
-        if (j->state != J_RUNNING || !j->worker_name || strcmp(j->worker_name, prev) != 0) continue;
+    job *const *of;
+    size_t n = qc_srv_running_of(s, prev, &of);
+    for (size_t i = 0; i < n; i++) {
+        job *j = of[i];
+        if (j->state != J_RUNNING) continue;
         free(j->exit_note);
         if (!(j->exit_note = strndup(how, 400))) abort();
         qc_log("job %lld attempt %u: the process of worker %s ended: %s", (long long)j->id,
@@ -162,11 +164,14 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
        the job never ran, so the attempt is preempted and does not count against max_attempts.
        A HELLO with a supervisor's previous_exit says the worker's process ended instead (it
        may have died of the job): that attempt is lost and counts, as after a lease. */
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        job *j = s->jobs[i];
-        if (j == named || j->state != J_RUNNING || j->worker || !j->worker_name ||
-            strcmp(j->worker_name, w->name) != 0)
-            continue;
+    job *const *of;
+    size_t n_of = qc_srv_running_of(s, w->name, &of);
+    job **orphans = malloc((n_of ? n_of : 1) * sizeof *orphans); /* ending one leaves the index */
+    if (!orphans) abort();
+    memcpy(orphans, of, n_of * sizeof *orphans);
+    for (size_t i = 0; i < n_of; i++) {
+        job *j = orphans[i];
+        if (j == named || j->state != J_RUNNING || j->worker) continue;
         if (h->previous_exit[0])
             qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
                                "worker re-registered after the coordinator restart without it "
@@ -178,6 +183,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                                "(its ASSIGN was lost with the previous coordinator)",
                                false);
     }
+    free(orphans);
     if (h->running_job_id) {
         bool attempt_on = named && named->state == J_RUNNING &&
                           named->attempt == h->running_attempt &&

@@ -103,6 +103,7 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     free(j->avoid);
     j->avoid = counts && !permanent && outcome != QC_ATTEMPT_SUCCEEDED ? j->worker_name : NULL;
     j->q.avoid = j->avoid;
+    qc_srv_running_remove(s, j);
     if (j->worker_name != j->avoid) free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;

@@ -177,6 +177,7 @@ static void free_server(server *s) {
     free(s->jobs);
     free(s->pending);
     free(s->workers);
+    free(s->running);
     free(s->actions);
     if (s->sock) zmq_close(s->sock);
     qc_zap_stop(s->zap); /* after the ROUTER, before zmq_ctx_term (zap.h) */

@@ -147,6 +147,9 @@ typedef struct server {
     size_t n_owners, cap_owners;
     worker **workers;  /* sorted by routing id */
     size_t n_workers, cap_workers;
+    /* the jobs whose attempt names a worker, by (worker_name, id) (running.c) */
+    job **running;
+    size_t n_running, cap_running;
     action *actions; /* waiting for the open batch */
     size_t n_actions, cap_actions;
     action *flight; /* waiting for the flying batch */
@@ -197,6 +200,21 @@ void qc_srv_worker_idle(server *s, worker *w);
 
 /* The registered worker named name on a connection other than except (NULL: any), or NULL. */
 worker *qc_srv_find_worker_named(server *s, const char *name, const worker *except);
+
+/* ---- running.c: the running attempts by worker name ---- */
+
+/* Adds j, whose attempt has just been given j->worker_name (NULL: nothing to add), to
+ * s->running; an entry already there stays one. Aborts without memory. */
+void qc_srv_running_add(server *s, job *j);
+
+/* Removes j from s->running while j->worker_name still names its worker (before it is
+ * cleared or replaced); a job not there is left alone. */
+void qc_srv_running_remove(server *s, job *j);
+
+/* The jobs of s->running whose attempt names worker `name`, by increasing id: their count,
+ * and *first pointing at the first of them in s->running (valid until the next add or
+ * remove, so a caller that ends attempts copies them first). */
+size_t qc_srv_running_of(const server *s, const char *name, job *const **first);
 
 /* ---- identity.c: who may speak for a worker, and for an attempt ---- */
 

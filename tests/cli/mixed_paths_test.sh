@@ -11,28 +11,11 @@
 set -euo pipefail
 Q=$1
 SRC=$2
-D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-mixed-XXXXXX")
-chmod 755 "$D" # as root the private cluster runs as the user qsweep
-export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
-unset QSWEEP_DB QSWEEP_CURVE_SECRET QSWEEP_CURVE_SERVER QSWEEP_CURVE_PUBLIC QSWEEP_CURVE_AUTHORIZED
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
+pg_test_setup mixed_paths_test mixed
 PORT=$((24000 + ($$ % 4000)))
 EP=tcp://127.0.0.1:$PORT
-pids=()
-fail() {
-  echo "mixed_paths_test: FAIL: $*" >&2
-  for f in "$D"/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2 || true; done
-  exit 1
-}
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  "$Q" db stop >/dev/null 2>&1
-  rm -rf "$D"
-}
-trap cleanup EXIT
-eval "$("$Q" db start)"
-psql_q() { psql "$QSWEEP_DB" -qAtX -c "$1"; }
+pg_db_start
 succeeded() {
   psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny-mixed'"
 }

@@ -10,21 +10,9 @@
 set -euo pipefail
 Q=$1
 SRC=$2
-D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-pipeline-XXXXXX")
-chmod 755 "$D" # as root the private cluster runs as the user qsweep
-export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
-unset QSWEEP_DB
-fail() {
-  echo "pipeline_results_test: FAIL: $*" >&2
-  exit 1
-}
-cleanup() {
-  set +e
-  "$Q" db stop >/dev/null 2>&1
-  rm -rf "$D"
-}
-trap cleanup EXIT
-eval "$("$Q" db start)"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
+pg_test_setup pipeline_results_test pipeline
+pg_db_start
 "$Q" db migrate --db "$QSWEEP_DB" >/dev/null || fail "qsweep db migrate"
 python3 "$SRC/tests/cli/pipeline_data.py" study 22 >"$D/data.sql"
 psql "$QSWEEP_DB" -qX -v ON_ERROR_STOP=1 -f "$D/data.sql" >/dev/null || fail "loading the rows"

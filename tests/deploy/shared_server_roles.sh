@@ -10,12 +10,8 @@
 set -euo pipefail
 Q=$1
 SRC=$2
-fail() { echo "shared_server_roles: FAIL: $*" >&2; exit 1; }
-D=$(mktemp -d /tmp/qsweep-roles-XXXXXX)
-chmod 755 "$D"
-export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
-unset QSWEEP_DB QSWEEP_CURVE_SECRET QSWEEP_CURVE_SERVER QSWEEP_CURVE_PUBLIC QSWEEP_CURVE_AUTHORIZED
-trap '"$Q" db stop >/dev/null 2>&1; rm -rf "$D"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
+pg_test_setup shared_server_roles roles
 # the private cluster: trust authentication on a Unix socket, its user qsweep a superuser
 super=$("$Q" db start | sed -n "s/^export QSWEEP_DB='\(.*\)'$/\1/p")
 [ -n "$super" ] || fail "qsweep db start printed no connection string"

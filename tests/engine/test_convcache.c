@@ -20,6 +20,7 @@
 #include "format.h"
 #include "golden.h"
 #include "model.h"
+#include "model_fixture.h"
 #include "model_internal.h"
 #include "policy.h"
 #include "quant.h"
@@ -187,17 +188,6 @@ static void packed_pieces_are_dequantized_and_dropped_alone(void **state) {
     qw_model_destroy(m);
 }
 
-/* Deterministic token ids in [0, vocab) (xorshift). */
-static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab) {
-    uint32_t x = 2463534242u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        ids[i] = x % vocab;
-    }
-}
-
 typedef struct run_result {
     float *logits; /* [ctx x vocab] of the second chunk's forward */
     qw_eval_metrics base, cmp;
@@ -279,20 +269,12 @@ static void free_result(run_result *r) {
 
 static void results_are_identical_with_and_without_the_cache(void **state) {
     (void)state;
-    char dir[512], tokens_path[600], baseline_path[600];
-    assert_int_equal(make_temp_dir(dir, sizeof dir), 0);
-    snprintf(tokens_path, sizeof tokens_path, "%.500s/text.tokens", dir);
-    snprintf(baseline_path, sizeof baseline_path, "%.500s/baseline.blp", dir);
     const int ctx = 48;
-    qw_model *m = model_of(ctx);
-    const qw_config cfg = *qw_model_config(m);
+    model_fixture f; /* the token file: 3 chunks of deterministic ids */
+    assert_int_equal(model_fixture_open(&f, SHAPE, ctx, 2, 3 * 48, 2463534242u), 0);
+    const qw_config cfg = *qw_model_config(f.m);
     size_t piece = (size_t)QW_GEMM_COLS * (size_t)cfg.hidden_dim * sizeof(float);
-    qw_model_destroy(m);
-    uint32_t ids[3 * 48];
-    fill_tokens(ids, sizeof ids / sizeof ids[0], (uint32_t)cfg.vocab_size);
-    assert_int_equal(
-        write_token_file(tokens_path, ids, sizeof ids / sizeof ids[0], (uint32_t)cfg.vocab_size),
-        0);
+    const char *tokens_path = f.tokens_path, *baseline_path = f.baseline_path;
     run_result off, tiny, big;
     run_with_budget(0, tokens_path, baseline_path, ctx, &off);
     run_with_budget(2 * piece, tokens_path, baseline_path, ctx, &tiny);
@@ -316,8 +298,7 @@ static void results_are_identical_with_and_without_the_cache(void **state) {
     free_result(&off);
     free_result(&tiny);
     free_result(&big);
-    remove(baseline_path);
-    remove_temp_dir(dir);
+    model_fixture_close(&f);
 }
 
 int main(void) {

@@ -16,64 +16,29 @@
 #include "eval.h"
 #include "golden.h"
 #include "model.h"
+#include "model_fixture.h"
 #include "profile.h"
 
-/* Deterministic token ids in [0, vocab) (xorshift), so tests need no data file. */
-static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab, uint32_t seed) {
-    uint32_t x = seed ? seed : 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        ids[i] = x % vocab;
-    }
-}
-
-typedef struct fixture {
-    char dir[512];
-    char tokens_path[600];
-    char baseline_path[600];
-    qw_checkpoint *ck;
-    qw_model *m;
-    qw_tokens toks;
-} fixture;
+typedef model_fixture fixture;
 
 /* The fixture of the running test, built here by fixture_open and copied to the test's: when
  * an assertion jumps out of a test before its fixture_close, the teardown frees what was
  * opened and removes the temporary directory (nothing is left behind, nothing leaks). */
 static fixture live;
 
-/* The tied-embeddings golden model (vocab 256) with max_ctx 512, and a token file of n tokens. */
+/* The tied-embeddings golden model (vocab 256) with max_ctx positions, and a token file of n
+ * tokens. */
 static void fixture_open(fixture *f, size_t n_tokens, int max_ctx) {
-    fixture *l = &live;
-    memset(l, 0, sizeof *l);
-    assert_int_equal(make_temp_dir(l->dir, sizeof l->dir), 0);
-    snprintf(l->tokens_path, sizeof l->tokens_path, "%.500s/text.tokens", l->dir);
-    snprintf(l->baseline_path, sizeof l->baseline_path, "%.500s/baseline.blp", l->dir);
     char ckpt[1024];
     snprintf(ckpt, sizeof ckpt, "%s/llama32_tied", engine_data_dir());
-    qs_error err = {0};
-    if (qw_checkpoint_open(ckpt, &l->ck, &err) != QS_OK) fail_msg("%s", err.msg);
-    if (qw_model_create(l->ck, max_ctx, 0, &l->m, &err) != QS_OK) fail_msg("%s", err.msg);
-    uint32_t vocab = (uint32_t)qw_model_config(l->m)->vocab_size;
-    uint32_t *ids = malloc(n_tokens * sizeof *ids);
-    assert_non_null(ids);
-    fill_tokens(ids, n_tokens, vocab, 12345);
-    int bad = write_token_file(l->tokens_path, ids, n_tokens, vocab);
-    free(ids);
-    assert_int_equal(bad, 0);
-    if (qw_tokens_load(l->tokens_path, &l->toks, &err) != QS_OK) fail_msg("%s", err.msg);
-    *f = *l;
+    assert_int_equal(model_fixture_open(&live, ckpt, max_ctx, 0, n_tokens, 12345), 0);
+    *f = live;
 }
 
 /* Frees the fixture of the running test (f is its copy) and removes its directory. */
 static void fixture_close(fixture *f) {
     (void)f;
-    qw_tokens_free(&live.toks);
-    qw_model_destroy(live.m);
-    qw_checkpoint_close(live.ck);
-    if (live.dir[0]) remove_temp_dir(live.dir);
-    memset(&live, 0, sizeof live);
+    model_fixture_close(&live);
 }
 
 /* cmocka teardown: runs after every test, passed or failed. */

@@ -23,6 +23,7 @@
 
 #include "eval.h"
 #include "golden.h"
+#include "model_fixture.h" /* fill_tokens */
 
 static const int team_sizes[] = {1, 2, 3, 7};
 enum { N_TEAMS = sizeof team_sizes / sizeof team_sizes[0] };
@@ -41,16 +42,6 @@ typedef struct fixture {
     float *pre;  /* [ctx x vocab] scratch copy */
     int skipped; /* the model file is absent */
 } fixture;
-
-static void fill_tokens(uint32_t *ids, size_t n, uint32_t vocab, uint32_t seed) {
-    uint32_t x = seed ? seed : 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        ids[i] = x % vocab;
-    }
-}
 
 static int open_model(void **state, const char *ckpt, int ctx, size_t n_chunks) {
     fixture *f = calloc(1, sizeof *f);

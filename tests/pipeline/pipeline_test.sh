@@ -29,31 +29,10 @@ Q=$1
 SRC=$2
 CASE=$3
 GRID=$SRC/experiments/pipeline-tiny.yaml
-D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-pipeline-XXXXXX")
-chmod 755 "$D" # as root the private cluster runs as the user qsweep
-export XDG_DATA_HOME=$D/data XDG_CACHE_HOME=$D/cache XDG_STATE_HOME=$D/state
-unset QSWEEP_DB QSWEEP_CURVE_SECRET QSWEEP_CURVE_SERVER QSWEEP_CURVE_PUBLIC QSWEEP_CURVE_AUTHORIZED
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
+pg_test_setup "pipeline_test $CASE" pipeline
 EP=ipc://$D/coordinator.sock
-pids=()
-fail() {
-  echo "pipeline_test $CASE: FAIL: $*" >&2
-  for f in "$D"/*.log; do
-    [ -f "$f" ] || continue
-    echo "--- $f" >&2
-    tr '\r' '\n' <"$f" | tail -n 25 >&2 || true
-  done
-  exit 1
-}
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  "$Q" db stop >/dev/null 2>&1
-  rm -rf "$D"
-}
-trap cleanup EXIT
-eval "$("$Q" db start)"
-psql_q() { psql "$QSWEEP_DB" -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
+pg_db_start
 expect() { # expect WHAT WANT GOT
   [ "$2" = "$3" ] || fail "$1: expected $2, got $3"
 }

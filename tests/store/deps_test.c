@@ -8,27 +8,9 @@
  *     and v_waiting_jobs names what each one waits on;
  *   - a job whose dependency failed or was cancelled is loaded with that dependency's id,
  *     state and error, for its own error message. */
-#include "pgtest.h"
+#include "../lib/pgtest.h"
 
 #include "store.h"
-
-static qc_pgserver *srv;
-
-static int setup(void **state) {
-    (void)state;
-    qs_error err = {0};
-    if (qc_pgserver_start_temp(&srv, &err)) {
-        fprintf(stderr, "pgserver: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    qc_pgserver_destroy(srv);
-    return 0;
-}
 
 static qc_store *fresh_store(const char *db) {
     char ci[1024];
@@ -226,5 +208,5 @@ int main(void) {
         cmocka_unit_test(dependency_that_succeeded_in_another_experiment_is_met),
         cmocka_unit_test(failed_or_cancelled_dependency_is_loaded_with_its_error),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, pgtest_setup, pgtest_teardown);
 }

@@ -1,27 +1,14 @@
 /* store_migrate: the numbered migrations of schema/ apply once, are recorded with their
  * checksums, refuse an edited migration, roll back a failing one, and create the roles. */
-#include "pgtest.h"
+#include "../lib/pgtest.h"
 
 #include <sodium.h>
 
 #include "migrate.h"
 
-static qc_pgserver *srv;
-
+/* The private cluster (pgtest.h), and libsodium for the checksums. */
 static int setup(void **state) {
-    (void)state;
-    qs_error err = {0};
-    if (qc_pgserver_start_temp(&srv, &err)) {
-        fprintf(stderr, "pgserver: %s\n", err.msg);
-        return -1;
-    }
-    return sodium_init() < 0 ? -1 : 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    qc_pgserver_destroy(srv);
-    return 0;
+    return pgtest_setup(state) != 0 || sodium_init() < 0 ? -1 : 0;
 }
 
 /* Reads schema/<name> from the source tree (QS_SCHEMA_DIR), so the test checks the embedded
@@ -231,5 +218,5 @@ int main(void) {
         cmocka_unit_test(test_unsorted_list_is_refused),
         cmocka_unit_test(test_reader_role_cannot_write),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, pgtest_teardown);
 }

@@ -2,7 +2,7 @@
  * idempotent and link shared jobs, batched transitions land in one transaction and replay
  * harmlessly, results are stored once, a second coordinator is refused, and the store
  * reconnects after PostgreSQL restarts. */
-#include "pgtest.h"
+#include "../lib/pgtest.h"
 
 #include <math.h>
 #include <signal.h>
@@ -13,24 +13,6 @@
 
 #include "migrate.h"
 #include "store.h"
-
-static qc_pgserver *srv;
-
-static int setup(void **state) {
-    (void)state;
-    qs_error err = {0};
-    if (qc_pgserver_start_temp(&srv, &err)) {
-        fprintf(stderr, "pgserver: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    qc_pgserver_destroy(srv);
-    return 0;
-}
 
 /* A fresh database with the schema, and a store on it. */
 static qc_store *fresh_store(const char *db, char *ci, size_t cap) {
@@ -1341,5 +1323,5 @@ int main(void) {
         cmocka_unit_test(test_flush_after_an_immediate_shutdown_reports_a_lost_session),
         cmocka_unit_test(test_read_only_server_is_a_condition_retried_like_a_lost_session),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, pgtest_setup, pgtest_teardown);
 }

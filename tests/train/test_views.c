@@ -10,26 +10,8 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "../store/pgtest.h"
+#include "../lib/pgtest.h"
 #include "migrate.h"
-
-static qc_pgserver *srv;
-
-static int setup(void **s) {
-    (void)s;
-    qs_error err = {0};
-    if (qc_pgserver_start_temp(&srv, &err)) {
-        fprintf(stderr, "pgserver: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **s) {
-    (void)s;
-    qc_pgserver_destroy(srv);
-    return 0;
-}
 
 static double pg_double(PGconn *c, const char *sql) {
     PGresult *r = PQexec(c, sql);
@@ -252,5 +234,5 @@ int main(void) {
         cmocka_unit_test(train_views_give_curves_and_gaps_to_bf16),
         cmocka_unit_test(qsweep_results_prints_training_experiments),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, pgtest_setup, pgtest_teardown);
 }

@@ -1,8 +1,8 @@
-/* Helpers shared by the store_* tests: a fresh database on the test binary's private
- * cluster, and one-line query assertions. Header-only (static inline functions) so each test binary
- * stays one file. */
-#ifndef QS_TESTS_STORE_PGTEST_H
-#define QS_TESTS_STORE_PGTEST_H
+/* Helpers shared by the PostgreSQL C tests (tests/store, tests/train): the test binary's private
+ * cluster as a cmocka group fixture, a fresh database on it, and one-line query assertions.
+ * Header-only (static inline functions) so each test binary stays one file. */
+#ifndef QS_TESTS_LIB_PGTEST_H
+#define QS_TESTS_LIB_PGTEST_H
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,28 @@
 #include <string.h>
 
 #include "pgserver.h"
+
+/* The test binary's private cluster (qc_pgserver_start_temp), between pgtest_setup and
+ * pgtest_teardown. */
+static qc_pgserver *srv __attribute__((unused));
+
+/* cmocka group setup: starts srv. 0, or -1 with the reason on stderr. */
+static inline int pgtest_setup(void **state) {
+    (void)state;
+    qs_error err = {0};
+    if (qc_pgserver_start_temp(&srv, &err)) {
+        fprintf(stderr, "pgserver: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* cmocka group teardown: stops srv and removes its cluster. Returns 0. */
+static inline int pgtest_teardown(void **state) {
+    (void)state;
+    qc_pgserver_destroy(srv);
+    return 0;
+}
 
 static inline void pgtest_quiet(void *arg, const char *message) {
     (void)arg;
