@@ -21,11 +21,23 @@ static int seq_has(struct fy_node *seq, const char *text) {
     return 0;
 }
 
-/* The training stage of the grid whose recipes and seeds hold recipe and seed (else the
+/* Whether sequence shapes (NULL or not a sequence: any) holds the job's shape: the named
+ * shape (named 1), or a {init: path} entry for a fine-tune (named 0). */
+static int shapes_have(struct fy_node *shapes, int named, const char *shape) {
+    if (!shapes || !fy_node_is_sequence(shapes)) return 1;
+    if (named) return seq_has(shapes, shape);
+    void *it = NULL;
+    struct fy_node *n;
+    while ((n = fy_node_sequence_iterate(shapes, &it)) != NULL)
+        if (fy_node_is_mapping(n) && qc_config_lookup(n, "init")) return 1;
+    return 0;
+}
+
+/* The training stage of the grid whose shapes, recipes and seeds hold the job's (else the
  * first training stage) into stage, and whether it has more than one lr; stage "" when the
- * grid has none. */
-static void find_stage(struct fy_document *doc, const char *recipe, const char *seed,
-                       char *stage, size_t cap, int *many_lrs) {
+ * grid has none. named: the job trains a named shape (shape), else it fine-tunes a checkpoint. */
+static void find_stage(struct fy_document *doc, int named, const char *shape, const char *recipe,
+                       const char *seed, char *stage, size_t cap, int *many_lrs) {
     stage[0] = '\0';
     *many_lrs = 0;
     struct fy_node *stages = doc ? qc_config_lookup(fy_document_root(doc), "stages") : NULL;
@@ -39,7 +51,8 @@ static void find_stage(struct fy_document *doc, const char *recipe, const char *
         if (!kind || strcmp(kind, "training") || !key) continue;
         struct fy_node *tr = qc_config_lookup(v, "training");
         struct fy_node *lrs = tr ? qc_config_lookup(tr, "lrs") : NULL;
-        int match = tr && seq_has(qc_config_lookup(tr, "recipes"), recipe) &&
+        int match = tr && shapes_have(qc_config_lookup(tr, "shapes"), named, shape) &&
+                    seq_has(qc_config_lookup(tr, "recipes"), recipe) &&
                     seq_has(qc_config_lookup(tr, "seeds"), seed);
         if (stage[0] && !match) continue;
         snprintf(stage, cap, "%s", key);
@@ -58,7 +71,7 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
         "COALESCE(t.spec -> 'shape' ->> 'name', "
         "regexp_replace(rtrim(t.spec -> 'model' ->> 'path', '/'), '^.*/', '')), "
         "t.spec -> 'recipe' ->> 'name', ((t.spec ->> 'lr')::float8)::text, t.spec ->> 'seed', "
-        "e.grid, COALESCE(m.digest, '') FROM experiments e JOIN experiment_jobs ej "
+        "e.grid, COALESCE(m.digest, ''), (t.spec -> 'shape' ->> 'name') IS NOT NULL FROM experiments e JOIN experiment_jobs ej "
         "ON ej.experiment = e.id JOIN jobs t ON t.id = ej.job "
         "LEFT JOIN v_trained_models m ON m.train_job_id = t.id WHERE e.name = $1 AND t.kind = 'train' ORDER BY t.id",
         1, NULL, p, NULL, NULL, 0);
@@ -79,7 +92,8 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
         snprintf(t->digest, sizeof t->digest, "%s", PQgetvalue(r, i, 7));
         char stage[64], name[1200], lr[300] = "";
         int many;
-        find_stage(doc, PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), stage, sizeof stage, &many);
+        find_stage(doc, PQgetvalue(r, i, 8)[0] == 't', PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                   PQgetvalue(r, i, 5), stage, sizeof stage, &many);
         if (many) snprintf(lr, sizeof lr, "/lr=%s", PQgetvalue(r, i, 4));
         snprintf(name, sizeof name, "%s%s%s/%s%s/seed=%s", stage, stage[0] ? "/" : "",
                  PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), lr, PQgetvalue(r, i, 5));

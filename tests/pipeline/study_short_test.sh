@@ -62,6 +62,12 @@ eval "$("$qsweep" db start)"
 # and the validation-loss curves the docs read the steps from
 psql "$QSWEEP_DB" -X -v ON_ERROR_STOP=1 -v experiment=fp4-trained-vs-bf16-short \
   -f "$src/tools/study_curves.sql" >>"$D/results.txt"
+# The report names each trained model by its stage (two training stages: train, finetune).
+"$qsweep" report fp4-trained-vs-bf16-short -o "$D/report.html" >/dev/null
+for name in train/mini/bf16/seed=1 train/mini/nvfp4/seed=1 \
+  finetune/SmolLM2-135M-Instruct.Q4_1.gguf/bf16/seed=1 finetune/SmolLM2-135M-Instruct.Q4_1.gguf/nvfp4/seed=1; do
+  grep -qF "\"$name\"" "$D/report.html" || { echo "study_short_test: the report does not name $name"; exit 1; }
+done
 if [ "$update" = --update ]; then
   cp "$D/results.txt" "$expected"
   echo "study_short_test: wrote $expected"
