@@ -10,7 +10,7 @@
 # without the SmolLM2 GGUF (tools/fetch_smollm2.sh).
 # ctest runs it with OPENBLAS_CORETYPE=Haswell: the losses depend on OpenBLAS's kernel family.
 # Regenerate the expected output (only after a deliberate numerics change):
-#   bash tests/pipeline/study_short_test.sh build/release/cli/qsweep . --update
+#   OPENBLAS_CORETYPE=Haswell bash tests/pipeline/study_short_test.sh build/release/cli/qsweep . --update
 # Usage: study_short_test.sh QSWEEP_BIN SOURCE_DIR [--update]
 set -euo pipefail
 qsweep=$(realpath "$1")
