@@ -168,7 +168,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
     size_t n_of = qc_srv_running_of(s, w->name, &of);
     job **orphans = malloc((n_of ? n_of : 1) * sizeof *orphans); /* ending one leaves the index */
     if (!orphans) abort();
-    memcpy(orphans, of, n_of * sizeof *orphans);
+    if (n_of) memcpy(orphans, of, n_of * sizeof *orphans); /* of may be NULL when n_of is 0 */
     for (size_t i = 0; i < n_of; i++) {
         job *j = orphans[i];
         if (j == named || j->state != J_RUNNING || j->worker) continue;

@@ -45,6 +45,10 @@ void qc_srv_running_remove(server *s, job *j) {
 }
 
 size_t qc_srv_running_of(const server *s, const char *name, job *const **first) {
+    if (!s->n_running) { /* s->running may still be NULL */
+        *first = NULL;
+        return 0;
+    }
     size_t lo = lower_bound(s, name, INT64_MIN), hi = lo;
     while (hi < s->n_running && strcmp(s->running[hi]->worker_name, name) == 0)
         hi++;

@@ -213,7 +213,7 @@ void qc_srv_running_remove(server *s, job *j);
 
 /* The jobs of s->running whose attempt names worker `name`, by increasing id: their count,
  * and *first pointing at the first of them in s->running (valid until the next add or
- * remove, so a caller that ends attempts copies them first). */
+ * remove, so a caller that ends attempts copies them first; NULL when the count is 0). */
 size_t qc_srv_running_of(const server *s, const char *name, job *const **first);
 
 /* ---- identity.c: who may speak for a worker, and for an attempt ---- */
