@@ -175,7 +175,8 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
                                 .gpu_mem_mb = j->need.gpu_mem_mb,
                                 .native_fp4 = j->need.native_fp4,
                                 .model_key = j->model_key[0] ? j->model_key : NULL,
-                                .max_attempts = g->max_attempts};
+                                .max_attempts = g->max_attempts,
+                                .stage = j->stage};
         for (size_t d = 0; d < j->n_deps; d++)
             deps[i * QC_JOB_DEPS_MAX + d] = jobs->jobs[j->deps[d]].key;
         if (j->n_deps) {

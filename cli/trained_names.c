@@ -33,13 +33,23 @@ static int shapes_have(struct fy_node *shapes, int named, const char *shape) {
     return 0;
 }
 
-/* The training stage of the grid whose shapes, recipes and seeds hold the job's (else the
- * first training stage) into stage, and whether it has more than one lr; stage "" when the
- * grid has none. named: the job trains a named shape (shape), else it fine-tunes a checkpoint. */
-static void find_stage(struct fy_document *doc, int named, const char *shape, const char *recipe,
-                       const char *seed, char *stage, size_t cap, int *many_lrs) {
+/* Whether the training stage named stage of the grid has more than one lr (its names then
+ * carry the lr). */
+static int stage_has_many_lrs(struct fy_document *doc, const char *stage) {
+    struct fy_node *stages = doc ? qc_config_lookup(fy_document_root(doc), "stages") : NULL;
+    struct fy_node *v = stages ? qc_config_lookup(stages, stage) : NULL;
+    struct fy_node *tr = v ? qc_config_lookup(v, "training") : NULL;
+    struct fy_node *lrs = tr ? qc_config_lookup(tr, "lrs") : NULL;
+    return lrs && fy_node_is_sequence(lrs) && fy_node_sequence_item_count(lrs) > 1;
+}
+
+/* For a link stored without its stage (before schema/145_experiment_job_stage.sql, until the
+ * grid is submitted again): the training stage of the grid whose shapes, recipes and seeds
+ * hold the job's, else the first training stage, into stage; "" when the grid has none.
+ * named: the job trains a named shape (shape), else it fine-tunes a checkpoint. */
+static void guess_stage(struct fy_document *doc, int named, const char *shape, const char *recipe,
+                        const char *seed, char *stage, size_t cap) {
     stage[0] = '\0';
-    *many_lrs = 0;
     struct fy_node *stages = doc ? qc_config_lookup(fy_document_root(doc), "stages") : NULL;
     if (!stages || !fy_node_is_mapping(stages)) return;
     void *it = NULL;
@@ -50,13 +60,11 @@ static void find_stage(struct fy_document *doc, int named, const char *shape, co
         const char *key = qc_config_scalar(fy_node_pair_key(p));
         if (!kind || strcmp(kind, "training") || !key) continue;
         struct fy_node *tr = qc_config_lookup(v, "training");
-        struct fy_node *lrs = tr ? qc_config_lookup(tr, "lrs") : NULL;
         int match = tr && shapes_have(qc_config_lookup(tr, "shapes"), named, shape) &&
                     seq_has(qc_config_lookup(tr, "recipes"), recipe) &&
                     seq_has(qc_config_lookup(tr, "seeds"), seed);
         if (stage[0] && !match) continue;
         snprintf(stage, cap, "%s", key);
-        *many_lrs = lrs && fy_node_is_sequence(lrs) && fy_node_sequence_item_count(lrs) > 1;
         if (match) return;
     }
 }
@@ -71,7 +79,8 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
         "COALESCE(t.spec -> 'shape' ->> 'name', "
         "regexp_replace(rtrim(t.spec -> 'model' ->> 'path', '/'), '^.*/', '')), "
         "t.spec -> 'recipe' ->> 'name', ((t.spec ->> 'lr')::float8)::text, t.spec ->> 'seed', "
-        "e.grid, COALESCE(m.digest, ''), (t.spec -> 'shape' ->> 'name') IS NOT NULL FROM experiments e JOIN experiment_jobs ej "
+        "e.grid, COALESCE(m.digest, ''), (t.spec -> 'shape' ->> 'name') IS NOT NULL, ej.stage "
+        "FROM experiments e JOIN experiment_jobs ej "
         "ON ej.experiment = e.id JOIN jobs t ON t.id = ej.job "
         "LEFT JOIN v_trained_models m ON m.train_job_id = t.id WHERE e.name = $1 AND t.kind = 'train' ORDER BY t.id",
         1, NULL, p, NULL, NULL, 0);
@@ -91,10 +100,13 @@ qs_status qsweep_trained_names_load(PGconn *c, const char *experiment, qsweep_tr
         snprintf(t->key, sizeof t->key, "%s", PQgetvalue(r, i, 0));
         snprintf(t->digest, sizeof t->digest, "%s", PQgetvalue(r, i, 7));
         char stage[64], name[1200], lr[300] = "";
-        int many;
-        find_stage(doc, PQgetvalue(r, i, 8)[0] == 't', PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
-                   PQgetvalue(r, i, 5), stage, sizeof stage, &many);
-        if (many) snprintf(lr, sizeof lr, "/lr=%s", PQgetvalue(r, i, 4));
+        if (!PQgetisnull(r, i, 9))
+            snprintf(stage, sizeof stage, "%s", PQgetvalue(r, i, 9));
+        else
+            guess_stage(doc, PQgetvalue(r, i, 8)[0] == 't', PQgetvalue(r, i, 2),
+                        PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), stage, sizeof stage);
+        if (stage[0] && stage_has_many_lrs(doc, stage))
+            snprintf(lr, sizeof lr, "/lr=%s", PQgetvalue(r, i, 4));
         snprintf(name, sizeof name, "%s%s%s/%s%s/seed=%s", stage, stage[0] ? "/" : "",
                  PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), lr, PQgetvalue(r, i, 5));
         t->path = strdup(PQgetvalue(r, i, 1));

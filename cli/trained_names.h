@@ -27,8 +27,11 @@ typedef struct qsweep_trained_names {
 } qsweep_trained_names;
 
 /* The names of every train job of experiment `experiment` (none when it is not a pipeline).
- * The stage is the experiment's stored grid's (experiments.grid, YAML after overrides):
- * the training stage whose recipes and seeds hold the job's, else its first training stage;
+ * The stage is the one `qsweep submit` stored with the job's link to the experiment
+ * (experiment_jobs.stage); for a link stored without one (before that column), the training
+ * stage of the experiment's stored grid (experiments.grid) whose shapes, recipes and seeds
+ * hold the job's, else its first training stage. The lr is in the name when that stage of the
+ * grid has more than one;
  * shape is the shape's name, or the file or folder name of an {init: path} model; lr its
  * shortest decimal that reads back as the same number (PostgreSQL's float8 text). Free with
  * qsweep_trained_names_free. Errors: QS_EDB, QS_ENOMEM. */

@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < total_jobs; i++) {
         snprintf(keys[i], sizeof keys[i], "bench-%d", i);
         jobs[i] = (qc_job_submit){keys[i], "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL,
-                                  0,       false};
+                                  0,       false,   NULL};
     }
     qc_submit_counts counts;
     if (qc_store_submit(s, "bench", "", "bench", NULL, jobs, (size_t)total_jobs, &counts, &err)) {
@@ -259,7 +259,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < LIFE_JOBS; i++) {
         snprintf(life_keys[i], sizeof life_keys[i], "life-%d", i);
         life[i] = (qc_job_submit){
-            life_keys[i], "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0, false};
+            life_keys[i], "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0, false, NULL};
     }
     qs_status lst = qc_store_submit(s, "bench-life", "", "bench-life", NULL, life,
                                     (size_t)LIFE_JOBS, &counts, &err);

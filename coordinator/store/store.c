@@ -569,18 +569,19 @@ static qs_status check_jobs(const qc_job_submit *jobs, size_t n, bool *keep, qs_
 typedef struct submit_cols {
     qc_sqlarray key, kind, spec, prio, res, model, maxatt; /* one per kept job */
     qc_sqlarray dep_job, dep_on;                           /* one per dependency edge */
+    qc_sqlarray stage; /* one per kept job: its pipeline stage, "" outside one */
 } submit_cols;
 
 static void submit_cols_free(submit_cols *c) {
-    qc_sqlarray *all[] = {&c->key,   &c->kind,   &c->spec,    &c->prio,  &c->res,
-                          &c->model, &c->maxatt, &c->dep_job, &c->dep_on};
+    qc_sqlarray *all[] = {&c->key,    &c->kind,   &c->spec,    &c->prio,   &c->res,
+                          &c->model,  &c->maxatt, &c->dep_job, &c->dep_on, &c->stage};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         qc_sqlarray_free(all[i]);
 }
 
 static bool submit_cols_oom(const submit_cols *c) {
-    const qc_sqlarray *all[] = {&c->key,   &c->kind,   &c->spec,    &c->prio,  &c->res,
-                                &c->model, &c->maxatt, &c->dep_job, &c->dep_on};
+    const qc_sqlarray *all[] = {&c->key,    &c->kind,   &c->spec,    &c->prio,   &c->res,
+                                &c->model,  &c->maxatt, &c->dep_job, &c->dep_on, &c->stage};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]->text.oom) return true;
     return false;
@@ -602,6 +603,7 @@ static void fill_submit_cols(submit_cols *c, const qc_job_submit *jobs, size_t n
         qc_sqlarray_text(&c->res, res);
         qc_sqlarray_text(&c->model, j->model_key ? j->model_key : "");
         qc_sqlarray_int(&c->maxatt, j->max_attempts);
+        qc_sqlarray_text(&c->stage, j->stage ? j->stage : "");
         for (size_t d = 0; d < j->n_depends_on; d++) {
             qc_sqlarray_text(&c->dep_job, j->job_key);
             qc_sqlarray_text(&c->dep_on, j->depends_on[d]);
@@ -645,14 +647,16 @@ static qs_status submit_experiment(qc_store *s, const char *name, const char *de
 /* The statements of one submission, inside its transaction. */
 static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts *out,
                              qs_error *err) {
-    qc_sbuf lit[9] = {{0}};
-    const qc_sqlarray *cols[] = {&c->key,   &c->kind,   &c->spec,    &c->prio,  &c->res,
-                                 &c->model, &c->maxatt, &c->dep_job, &c->dep_on};
-    const char *v[9];
-    for (int i = 0; i < 9; i++)
+    enum { NCOLS = 10 };
+    qc_sbuf lit[NCOLS] = {{0}};
+    const qc_sqlarray *cols[NCOLS] = {&c->key,    &c->kind,   &c->spec,    &c->prio,
+                                      &c->res,    &c->model,  &c->maxatt,  &c->dep_job,
+                                      &c->dep_on, &c->stage};
+    const char *v[NCOLS];
+    for (int i = 0; i < NCOLS; i++)
         v[i] = qc_sqlarray_literal(cols[i], &lit[i]);
     qs_status st = QS_OK;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < NCOLS; i++)
         if (!v[i]) st = qs_error_set(err, QS_ENOMEM, "submit: out of memory");
 
     PGresult *r = NULL;
@@ -721,14 +725,17 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
     if (!st) {
         out->jobs_new = strtoull(PQcmdTuples(r), NULL, 10);
         PQclear(r);
-        const char *lp[] = {NULL, v[0]};
         char exp_id[32];
         snprintf(exp_id, sizeof exp_id, "%lld", (long long)out->experiment_id);
-        lp[0] = exp_id;
-        st = qc_store_command(s,
-                              "INSERT INTO experiment_jobs (experiment, job) SELECT $1, id FROM "
-                              "jobs WHERE job_key = ANY($2::text[]) ON CONFLICT DO NOTHING",
-                              2, lp, "submit: linking jobs", err);
+        const char *lp[] = {exp_id, v[0], v[9]};
+        /* A link stored before experiment_jobs had a stage (schema/145) gets it now. */
+        st = qc_store_command(
+            s,
+            "INSERT INTO experiment_jobs (experiment, job, stage) SELECT $1, j.id, "
+            "NULLIF(u.st, '') FROM unnest($2::text[], $3::text[]) AS u(k, st) "
+            "JOIN jobs j ON j.job_key = u.k ON CONFLICT (experiment, job) DO UPDATE "
+            "SET stage = EXCLUDED.stage WHERE experiment_jobs.stage IS NULL",
+            3, lp, "submit: linking jobs", err);
     }
     if (!st && c->dep_job.n) {
         const char *dp[] = {v[7], v[8]};
@@ -754,7 +761,7 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
                                   2, dp, "submit: inserting dependencies", err);
         }
     }
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < NCOLS; i++)
         qc_sbuf_free(&lit[i]);
     return st;
 }

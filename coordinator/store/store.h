@@ -177,6 +177,8 @@ typedef struct qc_job_submit {
                                       already stored); n_depends_on of them */
     size_t n_depends_on;
     bool native_fp4; /* needs GPUs with native FP4 GEMMs (compute capability >= 10.0) */
+    const char *stage; /* the pipeline stage that made the job (experiment_jobs.stage);
+                          NULL or "" outside a pipeline */
 } qc_job_submit;
 
 /* What a submission did. */
@@ -200,7 +202,8 @@ typedef struct qc_submit_counts {
  *   - jobs: rows for job_keys not yet stored (state pending, resources
  *     {"gpus":..,"gpu_mem_mb":..}, plus "native_fp4": true when asked); existing job_keys
  *     are left untouched and counted;
- *   - experiment_jobs: every job linked to the experiment (ON CONFLICT DO NOTHING);
+ *   - experiment_jobs: every job linked to the experiment with its stage (a link that exists
+ *     keeps its stage, or takes this one when it had none);
  *   - job_deps: each depends_on resolved by job_key (QS_EINVAL naming the job and the
  *     missing key when a dependency is neither in the submission nor stored);
  *   - NOTIFY qsweep_jobs, so a listening coordinator looks for new work.

@@ -72,6 +72,12 @@ run)
   expect "succeeded jobs" 64 "$(state_count succeeded)"
   expect "attempts" 64 "$(psql_q "SELECT count(*) FROM attempts")"
   check_edges
+  # each job's link to the experiment holds its stage, which the trained models' names read
+  expect "jobs per stage" "sweep 60,train 4" \
+    "$(psql_q "SELECT string_agg(stage || ' ' || n, ',' ORDER BY stage) FROM
+               (SELECT stage, count(*) AS n FROM experiment_jobs GROUP BY stage) s")"
+  expect "training jobs" 4 "$(psql_q "SELECT count(*) FROM experiment_jobs ej JOIN jobs j
+                                      ON j.id = ej.job WHERE ej.stage = 'train' AND j.kind = 'train'")"
   expect "training jobs that recorded a model digest" 4 \
     "$(psql_q "SELECT count(*) FROM v_trained_models")"
   expect "sweep jobs that ran on the recorded digest" 60 \

@@ -63,9 +63,9 @@ static void test_submit_twice_adds_nothing(void **state) {
     eval_spec(specs[2], sizeof specs[2], "m1", "mxfp4", "block", "0");
     const char *dep[] = {"k0"};
     qc_job_submit jobs[] = {
-        {"k0", "eval", specs[0], 5, 1, 4000, "m1", 3, NULL, 0, false},
-        {"k1", "eval", specs[1], 0, 1, 4000, "m1", 3, dep, 1, false},
-        {"k2", "eval", specs[2], 0, 0, 0, NULL, 2, NULL, 0, false},
+        {"k0", "eval", specs[0], 5, 1, 4000, "m1", 3, NULL, 0, false, NULL},
+        {"k1", "eval", specs[1], 0, 1, 4000, "m1", 3, dep, 1, false, NULL},
+        {"k2", "eval", specs[2], 0, 0, 0, NULL, 2, NULL, 0, false, NULL},
     };
     qc_submit_counts c;
     qs_error err = {0};
@@ -105,11 +105,11 @@ static void test_same_name_with_other_jobs_is_refused(void **state) {
     eval_spec(a, sizeof a, "m1", "nvfp4", "block", "0");
     eval_spec(b, sizeof b, "m1", "nvfp4", "block", "1");
     eval_spec(a2, sizeof a2, "m1-changed", "nvfp4", "block", "0");
-    qc_job_submit first[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0, false},
-                             {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0, false}};
-    qc_job_submit changed[] = {{"ka2", "eval", a2, 0, 0, 0, NULL, 3, NULL, 0, false},
-                               {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0, false}};
-    qc_job_submit fewer[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0, false}};
+    qc_job_submit first[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0, false, NULL},
+                             {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
+    qc_job_submit changed[] = {{"ka2", "eval", a2, 0, 0, 0, NULL, 3, NULL, 0, false, NULL},
+                               {"kb", "eval", b, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
+    qc_job_submit fewer[] = {{"ka", "eval", a, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "mut", "", "grid: mut", NULL, first, 2, &c, &err), &err);
@@ -153,9 +153,9 @@ static void test_job_shared_by_two_experiments_is_linked_not_copied(void **state
     char a[512], b[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "3.up");
     eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "3.down");
-    qc_job_submit first[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false}};
-    qc_job_submit second[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false},
-                              {"own", "eval", b, 0, 0, 0, "m1", 3, NULL, 0, false}};
+    qc_job_submit first[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false, NULL}};
+    qc_job_submit second[] = {{"shared", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false, NULL},
+                              {"own", "eval", b, 0, 0, 0, "m1", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "exp-a", "", "grid: a", NULL, first, 1, &c, &err), &err);
@@ -194,25 +194,25 @@ static void test_bad_submissions_write_nothing(void **state) {
     qs_error err = {0};
 
     qc_job_submit bad_json[] = {
-        {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false},
-        {"j2", "eval", "{\"kind\": \"eval\",\n \"model\": }", 0, 0, 0, NULL, 3, NULL, 0, false}};
+        {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false, NULL},
+        {"j2", "eval", "{\"kind\": \"eval\",\n \"model\": }", 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
     assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, bad_json, 2, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "j2"));
     assert_non_null(strstr(err.msg, "line 2"));
 
     const char *missing[] = {"nowhere"};
-    qc_job_submit bad_dep[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, missing, 1, false}};
+    qc_job_submit bad_dep[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, missing, 1, false, NULL}};
     assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, bad_dep, 1, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "nowhere"));
 
     char other[512];
     eval_spec(other, sizeof other, "m2", "nvfp4", "block", "0");
-    qc_job_submit clash[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false},
-                             {"j1", "eval", other, 0, 0, 0, NULL, 3, NULL, 0, false}};
+    qc_job_submit clash[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false, NULL},
+                             {"j1", "eval", other, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
     assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, clash, 2, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "j1"));
 
-    qc_job_submit zero_attempts[] = {{"j1", "eval", good, 0, 0, 0, NULL, 0, NULL, 0, false}};
+    qc_job_submit zero_attempts[] = {{"j1", "eval", good, 0, 0, 0, NULL, 0, NULL, 0, false, NULL}};
     assert_int_equal(qc_store_submit(s, "e", "", "g", NULL, zero_attempts, 1, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "max_attempts"));
 
@@ -220,8 +220,8 @@ static void test_bad_submissions_write_nothing(void **state) {
     assert_int_equal(count_where(s, "SELECT count(*) FROM experiments"), 0);
 
     /* The same job twice in one submission is one job. */
-    qc_job_submit twice[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false},
-                             {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false}};
+    qc_job_submit twice[] = {{"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false, NULL},
+                             {"j1", "eval", good, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
     ok(qc_store_submit(s, "e", "", "g", NULL, twice, 2, &c, &err), &err);
     assert_int_equal(c.jobs_new, 1);
     /* Same name, other grid: refused, by name. */
@@ -242,8 +242,8 @@ static void test_batched_transitions_and_rebuild(void **state) {
     eval_spec(a, sizeof a, "m1", "nvfp4", "component", "up");
     eval_spec(b, sizeof b, "m1", "nvfp4", "component", "down");
     const char *dep[] = {"ja"};
-    qc_job_submit jobs[] = {{"ja", "eval", a, 1, 1, 1000, "m1", 3, NULL, 0, false},
-                            {"jb", "eval", b, 0, 1, 1000, "m1", 2, dep, 1, false}};
+    qc_job_submit jobs[] = {{"ja", "eval", a, 1, 1, 1000, "m1", 3, NULL, 0, false, NULL},
+                            {"jb", "eval", b, 0, 1, 1000, "m1", 2, dep, 1, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 2, &c, &err), &err);
@@ -337,7 +337,7 @@ static void test_batched_transitions_and_rebuild(void **state) {
     /* Only jobs submitted after a watermark. */
     char d[512];
     eval_spec(d, sizeof d, "m1", "nvfp4", "component", "gate");
-    qc_job_submit more[] = {{"jc", "eval", d, 0, 0, 0, "m1", 1, NULL, 0, false}};
+    qc_job_submit more[] = {{"jc", "eval", d, 0, 0, 0, "m1", 1, NULL, 0, false, NULL}};
     ok(qc_store_submit(s, "e2", "", "g2", NULL, more, 1, &c, &err), &err);
     ok(qc_store_load(s, jb, &snap, &err), &err);
     assert_int_equal(snap.n_jobs, 1);
@@ -349,7 +349,7 @@ static void test_batched_transitions_and_rebuild(void **state) {
     char f[512];
     eval_spec(f, sizeof f, "m1", "nvfp4", "component", "o");
     const char *on_jc[] = {"jc"};
-    qc_job_submit after[] = {{"jd", "eval", f, 0, 0, 0, "m1", 1, on_jc, 1, false}};
+    qc_job_submit after[] = {{"jd", "eval", f, 0, 0, 0, "m1", 1, on_jc, 1, false, NULL}};
     ok(qc_store_submit(s, "e3", "", "g3", NULL, after, 1, &c, &err), &err);
     ok(qc_store_batch_job_state(bt, job_id(s, "jc"), QC_JOB_FAILED, 1, 0, "boom", &err), &err);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
@@ -405,7 +405,7 @@ static void test_results_are_stored_once(void **state) {
     qc_store *s = fresh_store("st_results", ci, sizeof ci);
     char a[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "block", "7");
-    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -501,7 +501,7 @@ static void test_batch_written_in_two_shares(void **state) {
         char part[8];
         snprintf(part, sizeof part, "%d", j);
         eval_spec(specs[j], sizeof specs[j], "m1", "nvfp4", "block", part);
-        jobs[j] = (qc_job_submit){keys[j], "eval", specs[j], 0, 0, 0, "m1", 3, NULL, 0, false};
+        jobs[j] = (qc_job_submit){keys[j], "eval", specs[j], 0, 0, 0, "m1", 3, NULL, 0, false, NULL};
     }
     qc_submit_counts c;
     qs_error err = {0};
@@ -592,7 +592,7 @@ static void test_results_need_their_job_and_duplicates_in_a_batch_land_once(void
     qc_store *s = fresh_store("st_results_rules", ci, sizeof ci);
     char a[512];
     eval_spec(a, sizeof a, "m1", "mxfp4", "block", "2");
-    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"ja", "eval", a, 0, 0, 0, "m1", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -664,8 +664,8 @@ static void test_sensitivity_view_joins_baseline_and_results_reader(void **state
              "\"numerics_version\": \"1\"}");
     eval_spec(ev, sizeof ev, "m1", "nvfp4", "block", "3");
     const char *dep[] = {"base"};
-    qc_job_submit jobs[] = {{"base", "baseline", base, 0, 0, 0, "m1", 3, NULL, 0, false},
-                            {"ev", "eval", ev, 0, 0, 0, "m1", 3, dep, 1, false}};
+    qc_job_submit jobs[] = {{"base", "baseline", base, 0, 0, 0, "m1", 3, NULL, 0, false, NULL},
+                            {"ev", "eval", ev, 0, 0, 0, "m1", 3, dep, 1, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "sens", "", "g", NULL, jobs, 2, &c, &err), &err);
@@ -723,7 +723,7 @@ static void test_special_characters_round_trip(void **state) {
     static const char spec[] = "{\"kind\": \"echo\", \"text\": \"a \\\"b\\\" {c}, d\\\\e\"}";
     static const char error[] = "Traceback:\n\tline \"1\", in {x}\r\n\\ end, NULL";
     static const char metric[] = "m,{\"x\"}\\\t\n";
-    qc_job_submit jobs[] = {{key, "echo", spec, 0, 0, 0, "NULL", 1, NULL, 0, false}};
+    qc_job_submit jobs[] = {{key, "echo", spec, 0, 0, 0, "NULL", 1, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "chars", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -769,7 +769,7 @@ static void test_text_that_is_not_utf8_is_refused_when_queued(void **state) {
     (void)state;
     char ci[1024];
     qc_store *s = fresh_store("st_utf8", ci, sizeof ci);
-    qc_job_submit jobs[] = {{"u", "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"u", "echo", "{\"kind\": \"echo\"}", 0, 0, 0, "", 1, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "utf8", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -791,7 +791,7 @@ static void test_text_that_is_not_utf8_is_refused_when_queued(void **state) {
     const qc_metric m[] = {{"kl\xFF", 1.0, -1}};
     assert_int_equal(qc_store_batch_results(bt, id, 1, true, m, 1, &err), QS_EINVAL);
     assert_int_equal(qc_store_batch_size(bt), 0);
-    qc_job_submit bad_key[] = {{"k\xC0\xAF", "echo", "{}", 0, 0, 0, "", 1, NULL, 0, false}};
+    qc_job_submit bad_key[] = {{"k\xC0\xAF", "echo", "{}", 0, 0, 0, "", 1, NULL, 0, false, NULL}};
     assert_int_equal(qc_store_submit(s, "utf8", "", "g", NULL, bad_key, 1, &c, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "job_key"));
 
@@ -820,9 +820,9 @@ static void test_cancel_requests_reach_the_coordinator_once(void **state) {
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
     eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
     eval_spec(d, sizeof d, "m1", "nvfp4", "layer", "0.v");
-    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false},
-                          {"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false}};
-    qc_job_submit e2[] = {{"d", "eval", d, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL},
+                          {"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e2[] = {{"d", "eval", d, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 2, &c, &err), &err);
@@ -871,8 +871,8 @@ static void test_cancel_with_nothing_left_is_handled_at_once(void **state) {
     char a[512], b[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
     eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
-    qc_job_submit done[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false}};
-    qc_job_submit open[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit done[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit open[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "done", "", "g", NULL, done, 1, &c, &err), &err);
@@ -916,9 +916,9 @@ static void test_requeue_resets_failed_and_cancelled_jobs(void **state) {
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
     eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
     eval_spec(d, sizeof d, "m1", "nvfp4", "layer", "0.v");
-    qc_job_submit jobs[] = {{"ok", "eval", a, 0, 0, 0, "", 3, NULL, 0, false},
-                            {"bad", "eval", b, 0, 0, 0, "", 3, NULL, 0, false},
-                            {"stopped", "eval", d, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"ok", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL},
+                            {"bad", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL},
+                            {"stopped", "eval", d, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "rq", "", "g", NULL, jobs, 3, &c, &err), &err);
@@ -991,7 +991,7 @@ static void *race_submit(void *arg) {
     for (int i = 0; i < 40; i++) {
         snprintf(keys[i], sizeof keys[i], "race-%d", i);
         snprintf(specs[i], sizeof specs[i], "{\"kind\": \"sleep\", \"n\": %d}", i);
-        jobs[i] = (qc_job_submit){keys[i], "sleep", specs[i], 0, 0, 0, "", 2, NULL, 0, false};
+        jobs[i] = (qc_job_submit){keys[i], "sleep", specs[i], 0, 0, 0, "", 2, NULL, 0, false, NULL};
     }
     qc_store *s = NULL;
     r->st = qc_store_open(r->conninfo, "racer", &s, &r->err);
@@ -1089,7 +1089,7 @@ static void test_reconnect_after_postgres_restarts(void **state) {
     qc_store *s = fresh_store("st_reconnect", ci, sizeof ci);
     char a[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "1.o");
-    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -1216,7 +1216,7 @@ static void test_flush_after_an_immediate_shutdown_reports_a_lost_session(void *
     qc_store *s = fresh_store("st_immediate", ci, sizeof ci);
     char a[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "2.q");
-    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
@@ -1260,7 +1260,7 @@ static void test_read_only_server_is_a_condition_retried_like_a_lost_session(voi
     qc_store *s = fresh_store("st_readonly", ci, sizeof ci);
     char a[512];
     eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "3.k");
-    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false}};
+    qc_job_submit jobs[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
     qc_submit_counts c;
     qs_error err = {0};
     ok(qc_store_submit(s, "e", "", "g", NULL, jobs, 1, &c, &err), &err);
