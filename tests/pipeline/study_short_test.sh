@@ -13,7 +13,7 @@
 #   OPENBLAS_CORETYPE=Haswell bash tests/pipeline/study_short_test.sh build/release/cli/qsweep . --update
 # Usage: study_short_test.sh QSWEEP_BIN SOURCE_DIR [--update]
 set -euo pipefail
-qsweep=$(realpath "$1")
+Q=$(realpath "$1")
 src=$(realpath "$2")
 update=${3:-}
 expected=$src/tests/pipeline/data/study-short.txt
@@ -26,14 +26,11 @@ if [ ! -s "$gguf" ]; then
   echo "study_short_test: skipped: $gguf missing (bash tools/fetch_smollm2.sh)"
   exit 77
 fi
-D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-study-XXXXXX")
-trap '"$qsweep" db stop >/dev/null 2>&1 || true; rm -rf "$D"' EXIT
-chmod 755 "$D" # as root the private cluster runs as the user qsweep
-export XDG_DATA_HOME=$D/data XDG_STATE_HOME=$D/state XDG_CACHE_HOME=$D/cache
-unset QSWEEP_DB
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
+pg_test_setup study_short_test study
 mkdir -p "$D/cache/qsweep/models"
 ln -s "$gguf" "$D/cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-QSWEEP=$qsweep bash "$src/tools/study_data.sh" >/dev/null 2>&1
+QSWEEP=$Q bash "$src/tools/study_data.sh" >/dev/null 2>&1
 short=(
   --set name=fp4-trained-vs-bf16-short
   --set stages.train.training.steps=10 --set 'stages.train.training.seeds=[1]'
@@ -51,30 +48,25 @@ short=(
   --set 'stages.sweep-smollm2.sensitivity.modes=[component]'
   --set '+stages.sweep-smollm2.sensitivity.parts=[down]'
 )
-if ! "$qsweep" run "$src/experiments/fp4-trained-vs-bf16.yaml" "${short[@]}" >"$D/run.txt" 2>&1; then
-  tr '\r' '\n' <"$D/run.txt" | tail -n 40
-  echo "study_short_test: qsweep run experiments/fp4-trained-vs-bf16.yaml (shortened) failed"
-  exit 1
-fi
+"$Q" run "$src/experiments/fp4-trained-vs-bf16.yaml" "${short[@]}" >"$D/run.log" 2>&1 ||
+  fail "qsweep run experiments/fp4-trained-vs-bf16.yaml (shortened)"
 # The tables, without the footer that names this run's private cluster.
-eval "$("$qsweep" db start)"
-"$qsweep" results fp4-trained-vs-bf16-short | sed '/^The same from the views/,$d' >"$D/results.txt"
+pg_db_start
+"$Q" results fp4-trained-vs-bf16-short | sed '/^The same from the views/,$d' >"$D/results.txt"
 # and the validation-loss curves the docs read the steps from
 psql "$QSWEEP_DB" -X -v ON_ERROR_STOP=1 -v experiment=fp4-trained-vs-bf16-short \
   -f "$src/tools/study_curves.sql" >>"$D/results.txt"
 # The report names each trained model by its stage (two training stages: train, finetune).
-"$qsweep" report fp4-trained-vs-bf16-short -o "$D/report.html" >/dev/null
+"$Q" report fp4-trained-vs-bf16-short -o "$D/report.html" >/dev/null
 for name in train/mini/bf16/seed=1 train/mini/nvfp4/seed=1 \
   finetune/SmolLM2-135M-Instruct.Q4_1.gguf/bf16/seed=1 finetune/SmolLM2-135M-Instruct.Q4_1.gguf/nvfp4/seed=1; do
-  grep -qF "\"$name\"" "$D/report.html" || { echo "study_short_test: the report does not name $name"; exit 1; }
+  grep -qF "\"$name\"" "$D/report.html" || fail "the report does not name $name"
 done
 if [ "$update" = --update ]; then
   cp "$D/results.txt" "$expected"
   echo "study_short_test: wrote $expected"
   exit 0
 fi
-if ! diff -u "$expected" "$D/results.txt"; then
-  echo "study_short_test: qsweep results differ from $expected (above: - committed, + this run)"
-  exit 1
-fi
+diff -u "$expected" "$D/results.txt" ||
+  fail "qsweep results differ from $expected (above: - committed, + this run)"
 echo "study_short_test: ok ($(wc -l <"$expected") lines equal)"
