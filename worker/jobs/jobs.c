@@ -337,24 +337,26 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
     else
         st = qw_checkpoint_open(s->model.path, &lm->ck, err);
     if (!st && !synthetic) st = qw_checkpoint_digest(lm->ck, digest, err);
-    if (!st && strcmp(digest, want) != 0)
-        st = s->model.trained_by[0] && qw_job_model_digest(ctx)[0]
-                 ? qs_error_set(err, QS_EINVAL,
-                                "model %s: digest %s differs from %s, which the store recorded "
-                                "when its training job %s ended (the model was written again "
-                                "since, or copied over with its .digest record: refused, so "
-                                "the sweep does not mix two models)",
-                                s->model.path, digest, want, s->model.trained_by)
-             : s->model.trained_by[0]
-                 ? qs_error_set(err, QS_EINVAL,
-                                "model %s: digest %s differs from %s, recorded when its training "
-                                "job %s ended (the model was written again since, by another "
-                                "run of that job or by hand)",
-                                s->model.path, digest, want, s->model.trained_by)
-                 : qs_error_set(err, QS_EINVAL,
-                                "model %s: digest %s differs from the job's %s (the file changed "
-                                "since the grid was submitted)",
-                                s->model.path, digest, want);
+    if (!st && strcmp(digest, want) != 0) {
+        /* What changed, told by where the wanted digest came from (model_digest_wanted). */
+        char why[512];
+        if (!s->model.trained_by[0])
+            snprintf(why, sizeof why,
+                     "the job's %s (the file changed since the grid was submitted)", want);
+        else if (qw_job_model_digest(ctx)[0])
+            snprintf(why, sizeof why,
+                     "%s, which the store recorded when its training job %s ended (the model "
+                     "was written again since, or copied over with its .digest record: "
+                     "refused, so the sweep does not mix two models)",
+                     want, s->model.trained_by);
+        else
+            snprintf(why, sizeof why,
+                     "%s, recorded when its training job %s ended (the model was written again "
+                     "since, by another run of that job or by hand)",
+                     want, s->model.trained_by);
+        st = qs_error_set(err, QS_EINVAL, "model %s: digest %s differs from %s", s->model.path,
+                          digest, why);
+    }
     if (!st && synthetic)
         st = qw_model_create_synthetic(s->model.path, s->dataset.ctx, qw_job_threads(ctx),
                                        &lm->model, err);
