@@ -37,6 +37,8 @@ fail=0
 
 note() { summary+=("$1"); echo "device-check: $1" >&2; }
 elapsed() { echo $(( $(date +%s) - start )); }
+marks="" # "stage Ns, ...": seconds since the start at the end of each stage (the 8-minute budget)
+mark() { marks="$marks${marks:+, }$1 $(elapsed)s"; }
 
 mkdir -p "$build"
 build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
@@ -69,6 +71,7 @@ else
   exit 1
 fi
 
+mark build
 # --- SmolLM2 checkpoint
 smol="${QSWEEP_SMOLLM2:-}"
 if [ -z "$smol" ]; then
@@ -126,6 +129,7 @@ passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
 skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
 failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
 note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
+mark "gpu tests"
 
 # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
 # bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
@@ -166,6 +170,7 @@ else
   note "bench_train --backend cuda: FAILED: $build/bench/train/bench_train not built"
   fail=1
 fi
+mark benchmarks
 
 # --- a shortened NVFP4 W4A16 component sweep of SmolLM2 (or its synthetic stand-in) through
 # qsweep run, once with a CPU worker and once with a GPU worker, each in a private cluster of
@@ -217,6 +222,7 @@ if [ -n "${QSWEEP_SMOLLM2:-}" ] && { [ "$gpu" != "none" ] || [ -n "${DEVICE_CHEC
 elif [ "$gpu" = "none" ]; then
   note "sweep: no GPU: skipped (DEVICE_CHECK_REHEARSE_SWEEP=1 rehearses it on the CPU)"
 fi
+mark sweep
 
 # --- tiny training, 30 steps, GPU against CPU: the same grid through qsweep run with a CPU
 # worker and with a GPU worker, each in its own private cluster. bf16: final training loss
@@ -313,6 +319,7 @@ if [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_TRAIN:-}" ]; then
 else
   note "train and data_parallel (GPU vs CPU): no GPU: skipped (DEVICE_CHECK_REHEARSE_TRAIN=1 rehearses the training comparison on the CPU)"
 fi
+mark "train and data_parallel"
 
 # --- the benchmarks' ratios against their targets (a missed target is reported, not failed:
 # benchmarks are measurements). quantize: the slowest quantize kernel as a ratio of a D2D
@@ -336,13 +343,14 @@ if [ "$gpu" != "none" ]; then
     while IFS= read -r l; do
       r=$(sed -E 's/.* = ([0-9.]+) x cuBLAS BF16.*/\1/' <<<"$l")
       rec=$(sed -E 's/.* recipe ([^:]+):.*/\1/' <<<"$l")
-      note "target training step/cuBLAS BF16 >= 0.5 ($rec): $r ($(awk -v r="$r" 'BEGIN {print (r >= 0.5 ? "met" : "missed")}')): ${l#summary: }"
+      note "target training step/cuBLAS BF16 >= 0.5 (smollm2-135m, $rec): $r ($(awk -v r="$r" 'BEGIN {print (r >= 0.5 ? "met" : "missed")}'))"
     done < <(grep -E '^summary: train smollm2-135m.* x cuBLAS BF16' "$tf")
   else
     note "target training step/cuBLAS BF16 >= 0.5: not measured (no SmolLM2-shape row in $tf)"
   fi
 fi
 
+note "time: $marks (seconds since the start; budget 480 on an H200)"
 printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"
 printf '%s\n' "${summary[@]}"
 exit "$fail"
