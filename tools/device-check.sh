@@ -117,7 +117,8 @@ if [ "$gpu" = "none" ]; then
   note "gpu: no GPU: skipped (GPU tests exit 77, bench_gpu_*/bench_cuda_* not run)"
 fi
 ctest_out="$build/ctest-gpu.txt"
-if ctest --test-dir "$build" -L gpu --output-on-failure --timeout 240 >"$ctest_out" 2>&1; then
+# -V: every test's output is kept (the SmolLM2 comparison's figures below come from it)
+if ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 240 >"$ctest_out" 2>&1; then
   res=ok
 else
   res=FAILED
@@ -129,6 +130,11 @@ passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
 skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
 failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
 note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
+# issue 20's SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
+# gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
+while IFS= read -r l; do
+  note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"
+done < <(grep -E '^[0-9]+: (OK|NOT OK): cpu ppl .* cuda fp32 ppl' "$ctest_out")
 mark "gpu tests"
 
 # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
