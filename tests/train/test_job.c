@@ -62,8 +62,9 @@ typedef struct record {
     double final_val, wall_s;
     pt pts[256]; /* curve points as a store keeps them: one per (name, step), the latest */
     int n_pts, resent;
-    double damaged;  /* the final metric ckpt_damaged, 0 when not sent */
-    char digest[65]; /* the hex of the final metric model_digest.<hex> ("" when not sent) */
+    double damaged;     /* the final metric ckpt_damaged, 0 when not sent */
+    char digest[65];    /* the hex of the final metric model_digest.<hex> ("" when not sent) */
+    char cpu_path[128]; /* the final metric cpu_path.<path> ("" when not sent) */
 } record;
 
 static void on_hb(void *u, int step, int total) {
@@ -95,6 +96,7 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
         if (!strcmp(name, "ckpt_damaged")) r->damaged = v;
         if (!strncmp(name, "model_digest.", 13))
             snprintf(r->digest, sizeof r->digest, "%s", name + 13);
+        if (!strncmp(name, "cpu_path.", 9)) snprintf(r->cpu_path, sizeof r->cpu_path, "%s", name);
     } else if (!strcmp(name, "val_loss")) {
         r->val++;
     } else {
@@ -158,7 +160,11 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(ra.total, 8);
     assert_int_equal(ra.curve, 4 * 4); /* steps 2, 4, 6, 8 x 4 metrics */
     assert_int_equal(ra.val, 2);       /* steps 4, 8 */
-    assert_int_equal(ra.finals, 8);    /* model_digest.<hex> among them */
+    assert_int_equal(ra.finals, 9);    /* model_digest.<hex> and cpu_path.<path> among them */
+    /* a CPU run records its BLAS and kernel family, as eval jobs do (ops.h) */
+    char want_path[128];
+    snprintf(want_path, sizeof want_path, "cpu_path.%s", qw_backend_cpu_path());
+    assert_string_equal(ra.cpu_path, want_path);
     printf("final validation loss after 8 steps: %.4f\n", ra.final_val);
 
     record rb = {0};
@@ -173,7 +179,7 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(qw_train_job_run(&b, ids, n_ids, &hb, &o, &err), QS_OK);
     assert_int_equal(o.resumed_from, 5);
     assert_int_equal(o.steps_done, 8);
-    assert_int_equal(rb.finals, 8);
+    assert_int_equal(rb.finals, 9);
     assert_true(rb.final_val == ra.final_val);
     /* the exported model's digest, reported and recorded beside it (read by a pipeline's
        sweep, worker/jobs/jobs.c): equal weights, equal digests */
@@ -232,7 +238,7 @@ static void finished_run_deletes_its_checkpoint_and_runs_again(void **s) {
     if (qw_train_job_run(&a, ids, n_ids, &h, &o, &err) != QS_OK) fail_msg("%s", err.msg);
     assert_int_equal(o.resumed_from, 0);
     assert_int_equal(o.steps_done, 8);
-    assert_int_equal(r.finals, 8);
+    assert_int_equal(r.finals, 9);
     assert_int_not_equal(access(ck, F_OK), 0);
     assert_same_file(w, ref);
 }
@@ -267,7 +273,7 @@ static void damaged_checkpoint_is_moved_aside_and_the_run_restarts(void **s) {
     assert_int_equal(o.damaged_restart, 1);
     assert_int_equal(o.steps_done, 8);
     assert_true(r.damaged == 1);
-    assert_int_equal(r.finals, 9);
+    assert_int_equal(r.finals, 10);    /* ckpt_damaged too */
     assert_int_equal(r.heartbeats, 8); /* every step again */
     size_t na;
     unsigned char *kept = slurp(aside, &na); /* the damaged file, as it was */

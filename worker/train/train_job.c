@@ -317,9 +317,16 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
-            char gp[64];
+            char gp[128];
             snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be[0]));
             emit(hooks, gp, -1, 1);
+            /* on the CPU also the BLAS and kernel family its GEMMs ran on (ops.h
+             * qw_backend_cpu_path), as eval jobs record it (worker/jobs/jobs.c): the losses
+             * differ in the last bits between families (v_numerics_path) */
+            if (bc.kind == QW_BACKEND_CPU) {
+                snprintf(gp, sizeof gp, "cpu_path.%s", qw_backend_cpu_path());
+                emit(hooks, gp, -1, 1);
+            }
             if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
             /* the exported model's digest, as gemm_path: a name of value 1 */
             if (digest[0]) {

@@ -10,7 +10,8 @@
  * at step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
  * final_val_loss, val_ppl = exp(final_val_loss) (both only with validation windows),
  * tokens_seen, resumed_from_step (0: a fresh run), wall_s, gemm_path.<path> = 1 (the backend
- * the run trained on: backend.h qw_backend_gemm_path_name), and ckpt_damaged = 1 when the
+ * the run trained on: backend.h qw_backend_gemm_path_name), on the CPU cpu_path.<path> = 1 (the
+ * BLAS and kernel family: ops.h qw_backend_cpu_path), and ckpt_damaged = 1 when the
  * checkpoint could not be read back (QS_EFORMAT: a checksum mismatch, a truncated file): it is
  * moved to <job_key>.ckpt.damaged with a warning on stderr naming the file and offset, and the
  * run starts again from step 0. Once the final weights are written the checkpoint is deleted.
