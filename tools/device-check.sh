@@ -130,7 +130,7 @@ passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
 skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
 failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
 note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
-# issue 20's SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
+# the SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
 # gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
 while IFS= read -r l; do
   note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"

@@ -13,7 +13,7 @@
  * Usage: bench_train [threads (1)] [batch (8)] [steps (6)]   (or --backend cpu [...] the same)
  *
  * CUDA mode (--backend cuda; target: a step's achieved FLOP/s >= 0.5 of the cuBLAS BF16 GEMM
- * rate, issue 20): the same trainer (worker/train/trainer.h) on the CUDA backend of the ops
+ * rate): the same trainer (worker/train/trainer.h) on the CUDA backend of the ops
  * table (backend.h's registered table, as the worker registers its module's), the bf16 and
  * nvfp4 recipes, on the tiny shape (batch 8 x ctx 128, the CPU mode's) and on SmolLM2-135M's
  * (synthetic.h smollm2-135m, batch 8 x ctx 512, tied lm_head), random initialisation and
@@ -204,7 +204,7 @@ static int cpu_main(int nt, int B, int steps) {
     return 0;
 }
 
-/* The CUDA mode's target: a step's FLOP/s as a ratio of the cuBLAS BF16 GEMM rate (issue 20). */
+/* The CUDA mode's target: a step's FLOP/s as a ratio of the cuBLAS BF16 GEMM rate. */
 #define BT_CUDA_TARGET 0.5
 
 /* One CUDA run: a shape at batch B x ctx T. */
