@@ -16,7 +16,9 @@
 
 #include <cmocka.h>
 
+#include "gemm_cpu.h"
 #include "gemm_fixed.h"
+#include "ops.h"
 
 typedef struct shape {
     int M, N, K;
@@ -241,6 +243,54 @@ static void test_pieces_and_threads_do_not_change_bits(void **state) {
     problem_free(&p);
 }
 
+/* Under the fixed selection the engine's GEMM entries (qw_matmul_forward's pieces of
+ * QW_GEMM_COLS columns, qw_train_gemm_abt's with beta 1) give the bits of one qw_gemm_fixed call
+ * for 1 and 2 threads, and the recorded path names no CPU. */
+static void test_engine_gemms_under_the_fixed_selection(void **state) {
+    (void)state;
+    shape s = {29, 300, 577};
+    problem p;
+    problem_make(&p, 0, 1, s, 1.0f, 1.0f);
+    assert_int_equal(p.lda, s.K + PAD);
+    int T = s.M, in = s.K, out = s.N;
+    float *x = malloc((size_t)T * in * sizeof *x), *W = malloc((size_t)out * in * sizeof *W);
+    float *want = malloc((size_t)T * out * sizeof *want),
+          *got = malloc((size_t)T * out * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(W);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int t = 0; t < T; t++)
+        memcpy(x + (size_t)t * in, p.A + (size_t)t * p.lda, (size_t)in * sizeof *x);
+    for (int o = 0; o < out; o++)
+        memcpy(W + (size_t)o * in, p.B + (size_t)o * p.ldb, (size_t)in * sizeof *W);
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
+    assert_string_equal(qw_backend_cpu_path(), "cpu-qsweep-fixed1");
+    qw_gemm_fixed(0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, want, out);
+    for (int nt = 1; nt <= 2; nt++) {
+        memset(got, 0xff, (size_t)T * out * sizeof *got);
+        qw_matmul_forward(got, x, W, T, in, out, nt);
+        assert_memory_equal(got, want, (size_t)T * out * sizeof *got);
+    }
+    /* beta 1: the chain starts at C (gradient accumulation) */
+    for (size_t e = 0; e < (size_t)T * out; e++)
+        want[e] = 0.5f;
+    qw_gemm_fixed(0, 1, T, out, in, 1.0f, x, in, W, in, 1.0f, want, out);
+    for (int nt = 1; nt <= 2; nt++) {
+        for (size_t e = 0; e < (size_t)T * out; e++)
+            got[e] = 0.5f;
+        qw_train_gemm_abt(got, x, W, T, out, in, 1.0f, nt);
+        assert_memory_equal(got, want, (size_t)T * out * sizeof *got);
+    }
+    qw_cpu_gemm_force(QW_CPU_GEMM_OPENBLAS);
+    assert_non_null(strstr(qw_backend_cpu_path(), "cpu-openblas-"));
+    free(x);
+    free(W);
+    free(want);
+    free(got);
+    problem_free(&p);
+}
+
 /* A path the CPU lacks is refused, not silently replaced. */
 static void test_forcing_a_missing_isa_is_refused(void **state) {
     (void)state;
@@ -262,6 +312,7 @@ int main(void) {
         cmocka_unit_test(test_every_isa_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_within_the_fma_chain_bound_of_double),
         cmocka_unit_test(test_pieces_and_threads_do_not_change_bits),
+        cmocka_unit_test(test_engine_gemms_under_the_fixed_selection),
         cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
     };
     printf("gemm_fixed: the CPU's own path is %s\n", qw_gemm_isa_name(qw_gemm_fixed_isa()));
