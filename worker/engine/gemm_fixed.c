@@ -97,10 +97,40 @@ static void gemm_scalar(int transa, int transb, int M, int N, int K, float alpha
 
 #if defined(__x86_64__)
 
+/* 16 rows of 16 floats at src (row stride lds) into dst as their transpose, [16][16]: a data
+ * move, so the GEMM's bits do not depend on it; it packs a full panel of a K-contiguous op(B)
+ * in about a quarter of the scalar copy's time (unpack, then shuffles across 128-bit lanes). */
+__attribute__((target("avx512f"))) static void transpose16(float *dst, const float *src,
+                                                           size_t lds) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+            t[8 * i + j + 4] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        _mm512_storeu_ps(dst + j * PW, _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
+        _mm512_storeu_ps(dst + (j + 8) * PW, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
+    }
+}
+
 /* op(B) rows k0 .. k0+kc-1, columns j0 .. j0+nb-1 into ceil(nb/16) panels of [kc][16] floats
- * at dst (panel p at dst + p*kc*16), columns past nb zero. */
-static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int kc, int j0,
-                   int nb) {
+ * at dst (panel p at dst + p*kc*16), columns past nb zero. wide: full panels of a
+ * K-contiguous op(B) go through transpose16 (AVX-512F CPUs). */
+static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int kc, int j0, int nb,
+                   int wide) {
     int np = (nb + PW - 1) / PW;
     for (int p = 0; p < np; p++) {
         float *d = dst + (size_t)p * kc * PW;
@@ -109,7 +139,11 @@ static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int 
             const float *s[PW];
             for (int jj = 0; jj < jn; jj++)
                 s[jj] = B + (size_t)(jb + jj) * ldb + k0;
-            for (int k = 0; k < kc; k++) {
+            int k = 0;
+            if (wide && jn == PW)
+                for (; k + PW <= kc; k += PW)
+                    transpose16(d + (size_t)k * PW, s[0] + k, (size_t)ldb);
+            for (; k < kc; k++) {
                 for (int jj = 0; jj < jn; jj++)
                     d[(size_t)k * PW + jj] = s[jj][k];
                 for (int jj = jn; jj < PW; jj++)
@@ -238,9 +272,9 @@ __attribute__((target("avx2,fma"))) static void kern256(int kc, int mr, const fl
 /* The vector paths: per N block of NC columns and K block of KC, op(B) packed once, then every
  * 6-row block of A over it, kw panels per microkernel (kern[n-1] takes n panels). Edge tiles
  * (fewer than 6 rows or a partly filled last panel) run in a local tile and are copied out. */
-static void gemm_blocked(const kern_fn *kern, int kw, int transa, int transb, int M, int N, int K,
-                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                         float *C, int ldc) {
+static void gemm_blocked(const kern_fn *kern, int kw, int wide, int transa, int transb, int M,
+                         int N, int K, float alpha, const float *A, int lda, const float *B,
+                         int ldb, float beta, float *C, int ldc) {
     _Alignas(64) float pack[QW_GEMM_FIXED_KC * QW_GEMM_FIXED_NC];
     _Alignas(64) float tile[MR * MAX_PANELS * PW];
     ptrdiff_t rs = transa ? 1 : lda, ks = transa ? lda : 1;
@@ -249,7 +283,7 @@ static void gemm_blocked(const kern_fn *kern, int kw, int transa, int transb, in
         int np = (nb + PW - 1) / PW;
         for (int k0 = 0; k0 < K; k0 += QW_GEMM_FIXED_KC) {
             int kc = K - k0 < QW_GEMM_FIXED_KC ? K - k0 : QW_GEMM_FIXED_KC;
-            pack_b(pack, transb, B, ldb, k0, kc, j0, nb);
+            pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
             int load = k0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
             float post = k0 + kc == K ? alpha : 1.0f;
             for (int i0 = 0; i0 < M; i0 += MR) {
@@ -287,13 +321,13 @@ void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, con
 #if defined(__x86_64__)
     if (K > 0 && isa == QW_GEMM_ISA_AVX512) {
         static const kern_fn k512[MAX_PANELS] = {kern512_1, kern512_2, kern512_3, kern512_4};
-        gemm_blocked(k512, MAX_PANELS, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+        gemm_blocked(k512, MAX_PANELS, 1, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C,
                      ldc);
         return;
     }
     if (K > 0 && isa == QW_GEMM_ISA_AVX2) {
         static const kern_fn k256[1] = {kern256};
-        gemm_blocked(k256, 1, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemm_blocked(k256, 1, 0, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 #endif
