@@ -21,8 +21,13 @@
  * (qw_eval_baseline, qw_model_apply_policy, qw_eval_compare), each with its per-phase wall
  * time (worker/engine/profile.h) against the job's own wall time.
  *
+ * Then (not with --table-only) the same forwards with the engine's GEMM switched between
+ * OpenBLAS and qsweep's fixed-order GEMM (QSWEEP_CPU_GEMM, worker/engine/gemm_cpu.h) chunk by
+ * chunk, alternating: tokens/s of each and their ratio, and the fixed engine's GFLOP/s against
+ * the fixed GEMM alone on the same shapes (in pieces of QW_GEMM_COLS columns over the team).
+ *
  * Every report starts and ends with the load average (/proc/loadavg) and names the OpenBLAS
- * core and configuration and OPENBLAS_CORETYPE, which decide the GEMM kernels.
+ * core and configuration, OPENBLAS_CORETYPE and QSWEEP_CPU_GEMM, which decide the GEMM kernels.
  *
  * Usage: bench_engine [--profile | --table-only] [gguf-or-hf-dir | synthetic:SHAPE[:SEED]]
  * [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
@@ -51,6 +56,9 @@
 #include "convcache.h"
 #include "eval.h"
 #include "fma_peak.h"
+#include "gemm_cpu.h"
+#include "gemm_fixed.h"
+#include "ops.h"
 #include "profile.h"
 #include "threads.h"
 
@@ -208,6 +216,30 @@ static double time_sgemm(const shape *s, int n, float *A, float *B, float *C, in
     return best;
 }
 
+/* The fixed-order GEMM on the same shapes: each cut into pieces of QW_GEMM_COLS columns handed
+ * to `threads` threads, as the engine's linears are; best of reps passes. */
+static double time_fixed(const shape *s, int n, float *A, float *B, float *C, int reps,
+                         int threads) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = qs_clock_s();
+        for (int i = 0; i < n; i++) {
+            int pieces = (s[i].n + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+            for (int p = 0; p < pieces; p++) {
+                int c0 = p * QW_GEMM_COLS,
+                    w = s[i].n - c0 < QW_GEMM_COLS ? s[i].n - c0 : QW_GEMM_COLS;
+                const float *b = s[i].trans_b ? B + (size_t)c0 * s[i].ldb : B + c0;
+                qw_gemm_fixed(0, s[i].trans_b, s[i].m, w, s[i].k, 1.0f, A, s[i].lda, b, s[i].ldb,
+                              0.0f, C + c0, s[i].ldc);
+            }
+        }
+        double dt = qs_clock_s() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
 /* The load average, as the kernel reports it, on one line. */
 static void print_loadavg(const char *when) {
     char buf[128] = "?";
@@ -355,6 +387,60 @@ out:
     return rc;
 }
 
+/* OpenBLAS against the fixed-order GEMM inside the engine: for each thread count, `chunks`
+ * forwards of each, alternating chunk by chunk; prints tokens/s and GFLOP/s of both, the fixed
+ * engine against the fixed GEMM alone on the same shapes and against the FMA peak (peaks[],
+ * measured before). Leaves the process's choice as it found it. Returns 0 or 1. */
+static int compare_gemms(qw_model *m, const qw_tokens *toks, int ctx, int chunks, const int *counts,
+                         const double *peaks, int n_counts, const shape *sh, int ns, double flops,
+                         float *A, float *B, float *C) {
+    qw_cpu_gemm was = qw_cpu_gemm_kind();
+    qs_error err = {0};
+    char rows[2][200];
+    for (int ti = 0; ti < n_counts; ti++) {
+        int th = counts[ti];
+        if (qw_model_set_threads(m, th, &err) != QS_OK) goto fail;
+        double total[2] = {0, 0}, best[2] = {1e30, 1e30};
+        const float *logits;
+        for (int k = 0; k < 2; k++) { /* warm-up */
+            qw_cpu_gemm_force(k ? QW_CPU_GEMM_FIXED : QW_CPU_GEMM_OPENBLAS);
+            if (qw_model_forward(m, toks->ids, ctx, &logits, &err) != QS_OK) goto fail;
+        }
+        for (int ch = 0; ch < chunks; ch++)
+            for (int k = 0; k < 2; k++) {
+                qw_cpu_gemm_force(k ? QW_CPU_GEMM_FIXED : QW_CPU_GEMM_OPENBLAS);
+                double s0 = qs_clock_s();
+                if (qw_model_forward_rows(m, toks->ids + (size_t)ch * ctx, ctx, ctx / 2, &logits,
+                                          &err) != QS_OK)
+                    goto fail;
+                double dt = qs_clock_s() - s0;
+                total[k] += dt;
+                best[k] = dt < best[k] ? dt : best[k];
+            }
+        double t_fixed = time_fixed(sh, ns, A, B, C, chunks, th);
+        double gf_b = flops / best[0] * 1e-9, gf_f = flops / best[1] * 1e-9;
+        double gf_g = flops / t_fixed * 1e-9, pk = peaks[ti];
+        snprintf(rows[ti], sizeof rows[ti],
+                 "%-8d %15.1f %12.1f %15.3f %12.1f %12.2f %12.1f %12.3f %11.3f", th,
+                 ctx * chunks / total[0], ctx * chunks / total[1], total[0] / total[1], gf_b, gf_f,
+                 gf_g, gf_f / gf_g, pk > 0 ? gf_f / pk : 0.0);
+    }
+    qw_cpu_gemm_force(was);
+    printf("\nOpenBLAS against the fixed-order GEMM (%s path) in the engine, chunks "
+           "alternating:\n",
+           qw_gemm_isa_name(qw_gemm_fixed_isa()));
+    printf("%-8s %15s %12s %15s %12s %12s %12s %12s %11s\n", "threads", "openblas tok/s",
+           "fixed tok/s", "fixed/openblas", "openblas GF/s", "fixed GF/s", "fixgemm GF/s",
+           "/fixgemm", "fixed/peak");
+    for (int ti = 0; ti < n_counts; ti++)
+        printf("%s\n", rows[ti]);
+    return 0;
+fail:
+    qw_cpu_gemm_force(was);
+    fprintf(stderr, "bench_engine: %s\n", err.msg);
+    return 1;
+}
+
 /* The sweep lever: block-wise NVFP4 isolation over every 5th block of m, one chunk of ctx
  * tokens per policy, without and with the prefix cache (blocks before the quantized one
  * reused), at `threads` threads; prints both wall times. Returns 0, or 1 with the error on
@@ -448,6 +534,8 @@ int main(int argc, char **argv) {
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS core %s (%s); OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            openblas_get_config(), coretype ? coretype : "unset");
+    printf("engine GEMM (QSWEEP_CPU_GEMM): %s; CPU numerics path %s\n",
+           qw_cpu_gemm_name(qw_cpu_gemm_kind()), qw_backend_cpu_path());
     char tokpath[1024];
     snprintf(tokpath, sizeof tokpath, "%s/gpl3.smollm2.tokens", QW_ENGINE_DATA);
     qs_error err = {0};
@@ -506,9 +594,11 @@ int main(int argc, char **argv) {
     int thread_counts[2] = {1, all};
     int n_counts = all > 1 ? 2 : 1;
     char rows[2][160];
+    double peaks[2] = {0, 0};
     for (int ti = 0; ti < n_counts; ti++) {
         int th = thread_counts[ti];
         double pk = peak_at(th); /* next to the measurements it is the yardstick of */
+        peaks[ti] = pk;
         if (qw_model_set_threads(m, th, &err) != QS_OK) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
@@ -545,6 +635,9 @@ int main(int argc, char **argv) {
     printf("\n(tokens/s: mean over the chunks; GFLOP/s: best chunk against the best sgemm pass; "
            "peak: the best ISA's FMA loop at that thread count)\n");
 
+    if (!table_only && compare_gemms(m, &toks, ctx, chunks, thread_counts, peaks, n_counts, sh, ns,
+                                     flops, A, B, C) != 0)
+        return 1;
     qw_model_set_threads(m, all, &err);
     if (profile && !table_only && run_profile(m, &toks, ctx, chunks) != 0) return 1;
     /* --table-only: the throughput table alone (bench/peer) */

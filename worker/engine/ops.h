@@ -39,7 +39,8 @@
 /* Output columns per GEMM piece. The pieces are fixed by the shape alone, never by the thread
  * count: OpenBLAS picks its kernel path from the call's dimensions (on Haswell/Zen kernels a
  * narrower call takes another path, and the sums change in the last bits), so every output
- * element must come from the same call, with the same dimensions, whatever the team size. A
+ * element must come from the same call, with the same dimensions, whatever the team size (the
+ * fixed-order GEMM of gemm_fixed.h gives each element's bits whatever the call). A
  * weight that is not FP32 in place is converted (or dequantized) one piece of QW_GEMM_COLS rows
  * at a time into the calling thread's scratch, right before that piece's GEMM. */
 #define QW_GEMM_COLS 128
@@ -83,7 +84,8 @@ void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int
 void qw_residual_forward(float *x, const float *y, size_t n, int nt);
 
 /* y[T x out] = x[T x in] * W^T, W [out x in] FP32 row-major (HF layout): the GEMM pieces of
- * QW_GEMM_COLS output columns, one single-threaded cblas_sgemm each; bit-identical for any nt. */
+ * QW_GEMM_COLS output columns, one single-threaded qw_cpu_sgemm each (gemm_cpu.h: OpenBLAS or
+ * the fixed-order GEMM); bit-identical for any nt. */
 void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, int out, int nt);
 
 /* The activation format of a linear's input (W4A4); fmt NULL = FP32 input. The linear's
@@ -360,11 +362,13 @@ const qw_ops *qw_ops_cpu(void);
  * linears of up to max_in inputs. Errors: QS_EINVAL (threads < 1, max_in < 1), QS_ENOMEM. */
 qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *err);
 
-/* The CPU backend's numerics path, recorded in results beside gemm_path: the GEMM library, its
- * version and the kernel family it picked for this CPU, "cpu-openblas-<version>-<core>" in
- * lower case (the version from openblas_get_config, the core from openblas_get_corename: e.g.
- * "cpu-openblas-0.3.21-haswell"). OpenBLAS's kernel families sum in different orders, so two
- * paths' results differ in the last bits. Computed once per process; thread-safe. */
+/* The CPU backend's numerics path, recorded in results beside gemm_path. With OpenBLAS (the
+ * default, gemm_cpu.h): the GEMM library, its version and the kernel family it picked for this
+ * CPU, "cpu-openblas-<version>-<core>" in lower case (the version from openblas_get_config, the
+ * core from openblas_get_corename: e.g. "cpu-openblas-0.3.21-haswell"); OpenBLAS's kernel
+ * families sum in different orders, so two paths' results differ in the last bits. With
+ * QSWEEP_CPU_GEMM=fixed: "cpu-qsweep-fixed1", the same bits on every x86-64 CPU
+ * (gemm_fixed.h), so it names no CPU. Thread-safe. */
 const char *qw_backend_cpu_path(void);
 
 /* OpenBLAS's build configuration (openblas_get_config: version, DYNAMIC_ARCH, core, ...). */

@@ -1,7 +1,8 @@
 /* The CPU backend of the engine's operations (ops.h): the reference path.
  *
  * Threads: one OpenMP team of nt threads does all the work. GEMMs are split across it by output
- * columns (linears) or by head (attention), each piece a single-threaded cblas_sgemm. OpenBLAS's
+ * columns (linears) or by head (attention), each piece a single-threaded qw_cpu_sgemm
+ * (gemm_cpu.h: cblas_sgemm, or the fixed-order GEMM under QSWEEP_CPU_GEMM=fixed). OpenBLAS's
  * own thread pool is switched off (openblas_set_num_threads(1), by the model): with two pools on
  * the same cores, each spinning while the other works, the 2-thread forward ran at 13 GFLOP/s
  * against 52 on one thread (bench/engine on the 2-core development machine). */
@@ -9,6 +10,7 @@
 
 #include "convcache.h"
 #include "clock.h"
+#include "gemm_cpu.h"
 #include "hadamard.h"
 
 #include <cblas.h>
@@ -127,13 +129,11 @@ void qw_attention_forward(float *att, const float *q, const float *k, const floa
         int t0 = tile * QW_ATT_TILE, rows = T - t0 < QW_ATT_TILE ? T - t0 : QW_ATT_TILE;
         int ncols = t0 + rows; /* keys 0..t0+rows-1: nothing past the tile's last query */
         float *S = scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ncols, E, scale,
-                    q + (size_t)t0 * H * E + (size_t)h * E, H * E, k + (size_t)g * E, G * E, 0.0f,
-                    S, ncols);
+        qw_cpu_sgemm(0, 1, rows, ncols, E, scale, q + (size_t)t0 * H * E + (size_t)h * E, H * E,
+                     k + (size_t)g * E, G * E, 0.0f, S, ncols);
         causal_softmax(S, rows, ncols, t0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, E, ncols, 1.0f, S, ncols,
-                    v + (size_t)g * E, G * E, 0.0f, att + (size_t)t0 * H * E + (size_t)h * E,
-                    H * E);
+        qw_cpu_sgemm(0, 0, rows, E, ncols, 1.0f, S, ncols, v + (size_t)g * E, G * E, 0.0f,
+                     att + (size_t)t0 * H * E + (size_t)h * E, H * E);
     }
 }
 
@@ -155,8 +155,7 @@ void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, 
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
         int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, x, in,
-                    W + (size_t)c0 * in, in, 0.0f, y + c0, out);
+        qw_cpu_sgemm(0, 1, T, c1 - c0, in, 1.0f, x, in, W + (size_t)c0 * in, in, 0.0f, y + c0, out);
     }
 }
 
@@ -210,8 +209,7 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
             continue;
         }
         double t1 = qs_clock_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c1 - c0, in, 1.0f, xin, in,
-                    Wc ? Wc : Wp, in, 0.0f, y + c0, out);
+        qw_cpu_sgemm(0, 1, T, c1 - c0, in, 1.0f, xin, in, Wc ? Wc : Wp, in, 0.0f, y + c0, out);
         qw_convcache_release(cache, Wc);
         conv += t1 - t0;
         gemm += qs_clock_s() - t1;
@@ -564,6 +562,8 @@ qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *
     if (threads < 1 || max_in < 1)
         return qs_error_set(err, QS_EINVAL, "backend cpu: threads %d, max_in %d", threads,
                             max_in);
+    qs_status st = qw_cpu_gemm_check(err); /* a QSWEEP_CPU_GEMM typo stops here */
+    if (st != QS_OK) return st;
     size_t n = (size_t)threads * QW_GEMM_COLS * (size_t)max_in;
     b->wscratch = malloc(n * sizeof(float));
     if (!b->wscratch)
@@ -583,7 +583,8 @@ void qw_backend_release(qw_backend *b) {
 static char cpu_path[96];
 static pthread_once_t cpu_path_once = PTHREAD_ONCE_INIT;
 
-/* "cpu-openblas-<version>-<core>": the configuration string starts "OpenBLAS <version> ". */
+/* OpenBLAS's path, "cpu-openblas-<version>-<core>": the configuration string starts
+ * "OpenBLAS <version> ". */
 static void cpu_path_init(void) {
     char version[32] = "unknown";
     const char *cfg = openblas_get_config(), *core = openblas_get_corename();
@@ -595,6 +596,9 @@ static void cpu_path_init(void) {
 }
 
 const char *qw_backend_cpu_path(void) {
+    /* The fixed-order GEMM's bits are a function of the shapes alone (gemm_fixed.h): its path
+     * names no CPU, ISA or library. */
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return "cpu-qsweep-fixed1";
     pthread_once(&cpu_path_once, cpu_path_init);
     return cpu_path;
 }

@@ -4,10 +4,11 @@
  *
  * Determinism: every parallel loop gives each output element to one thread and sums in a fixed
  * order, and GEMMs are cut into pieces fixed by the shape (never by the thread count), each a
- * single-threaded BLAS call, so results are bit-identical for any thread count. */
+ * single-threaded qw_cpu_sgemm (gemm_cpu.h: OpenBLAS, or the fixed-order GEMM), so results are
+ * bit-identical for any thread count. */
 #include "ops.h"
 
-#include <cblas.h>
+#include "gemm_cpu.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,8 +24,8 @@ void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Nco
     for (int p = 0; p < pieces; p++) {
         int c0 = p * QW_TRAIN_GEMM_COLS;
         int c1 = c0 + QW_TRAIN_GEMM_COLS < Ncol ? c0 + QW_TRAIN_GEMM_COLS : Ncol;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, c1 - c0, K, (float)1, A, K,
-                    Bm + (size_t)c0 * K, K, beta, C + c0, Ncol);
+        qw_cpu_sgemm(0, 1, M, c1 - c0, K, (float)1, A, K, Bm + (size_t)c0 * K, K, beta, C + c0,
+                     Ncol);
     }
 }
 
@@ -135,8 +136,7 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
             const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, scale, qh, HE, kg, GE,
-                        (float)0, P, T);
+            qw_cpu_sgemm(0, 1, T, T, E, scale, qh, HE, kg, GE, (float)0, P, T);
             for (int t = 0; t < T; t++) {
                 float *row = P + (size_t)t * T;
                 float mx = row[0];
@@ -153,8 +153,8 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
                 for (int s2 = t + 1; s2 < T; s2++)
                     row[s2] = 0;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (float)1, P, T, vg, GE,
-                        (float)0, out + (size_t)b * T * HE + (size_t)h * E, HE);
+            qw_cpu_sgemm(0, 0, T, E, T, (float)1, P, T, vg, GE, (float)0,
+                         out + (size_t)b * T * HE + (size_t)h * E, HE);
         }
 }
 
@@ -184,8 +184,7 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
                 const float *doh = dout + (size_t)b * T * HE + (size_t)h * E;
                 const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
                 float *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, E, (float)1, doh, HE, vg,
-                            GE, (float)0, dS, T);
+                qw_cpu_sgemm(0, 1, T, T, E, (float)1, doh, HE, vg, GE, (float)0, dS, T);
                 for (int t = 0; t < T; t++) {
                     const float *prow = P + (size_t)t * T;
                     float *drow = dS + (size_t)t * T;
@@ -197,12 +196,9 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
                     for (int s2 = t + 1; s2 < T; s2++)
                         drow[s2] = 0;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, E, T, (float)1, dS, T, kg,
-                            GE, (float)0, dqh, HE);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (float)1, dS, T, qh,
-                            HE, (float)1, dkg, GE);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, E, T, (float)1, P, T, doh,
-                            HE, (float)1, dvg, GE);
+                qw_cpu_sgemm(0, 0, T, E, T, (float)1, dS, T, kg, GE, (float)0, dqh, HE);
+                qw_cpu_sgemm(1, 0, T, E, T, (float)1, dS, T, qh, HE, (float)1, dkg, GE);
+                qw_cpu_sgemm(1, 0, T, E, T, (float)1, P, T, doh, HE, (float)1, dvg, GE);
             }
         }
 }
@@ -271,8 +267,8 @@ void qw_train_linear_backward(float *dx, int dx_accumulate, float *dW, const flo
         for (int p = 0; p < pieces; p++) {
             int c0 = p * QW_TRAIN_GEMM_COLS;
             int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, c1 - c0, out, (float)1, dy,
-                        out, W + c0, in, dx_accumulate ? (float)1 : (float)0, dx + c0, in);
+            qw_cpu_sgemm(0, 0, N, c1 - c0, out, (float)1, dy, out, W + c0, in,
+                         dx_accumulate ? (float)1 : (float)0, dx + c0, in);
         }
     }
     /* dW[out x in] += dy^T[out x N] x[N x in]; pieces over dW's columns. */
@@ -280,8 +276,7 @@ void qw_train_linear_backward(float *dx, int dx_accumulate, float *dW, const flo
     for (int p = 0; p < pieces; p++) {
         int c0 = p * QW_TRAIN_GEMM_COLS;
         int c1 = c0 + QW_TRAIN_GEMM_COLS < in ? c0 + QW_TRAIN_GEMM_COLS : in;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, c1 - c0, N, (float)1, dy, out,
-                    x + c0, in, (float)1, dW + c0, in);
+        qw_cpu_sgemm(1, 0, out, c1 - c0, N, (float)1, dy, out, x + c0, in, (float)1, dW + c0, in);
     }
 }
 

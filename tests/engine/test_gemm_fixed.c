@@ -1,0 +1,320 @@
+/* The fixed-order GEMM (worker/engine/gemm_fixed.h): every ISA path this CPU has, forced in turn,
+ * gives BIT FOR BIT the chain the header defines (c = beta*C, then c = fmaf(a_ik, b_kj, c) for
+ * k = 0..K-1, then alpha*c), written out here as a plain loop; that chain is within the
+ * FMA-chain error bound of a double-precision reference; and splitting the columns between 1 or
+ * 2 threads in pieces of any width gives the bits of one call. Shapes are odd on purpose: M = 1,
+ * K not a multiple of the vector width or of the K block, N not a multiple of the tile. */
+#include <math.h>
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gemm_cpu.h"
+#include "gemm_fixed.h"
+#include "ops.h"
+
+typedef struct shape {
+    int M, N, K;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 1},     {1, 37, 19},    {7, 13, 5},     {6, 64, 256},   {2, 200, 17},
+    {13, 70, 300}, {65, 129, 513}, {12, 128, 576}, {31, 16, 1000}, {5, 300, 33},
+};
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+
+/* alpha, beta pairs: the engine's (1, 0), accumulation (1, 1), attention's scale (0.125, 0) and
+ * a general pair. */
+static const float scalars[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.125f, 0.0f}, {-1.5f, 0.75f}};
+enum { N_SCALARS = sizeof scalars / sizeof scalars[0] };
+
+enum { PAD = 3 }; /* extra floats per row of every operand: leading dimensions > the width */
+
+static uint32_t rng = 12345;
+static float rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    uint32_t r = rng;
+    /* one value in 64 is subnormal, so a flush to zero anywhere would show */
+    if ((r & 63u) == 0) return (r & 64u ? -1.0f : 1.0f) * 1e-39f;
+    return (float)(r >> 8) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = rnd();
+}
+
+/* The definition, written out: op(A)[i][k] and op(B)[k][j] as gemm_fixed.h reads them. */
+static void chain_reference(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float c = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                c = fmaf(a, b, c);
+            }
+            C[(size_t)i * ldc + j] = alpha == 1.0f ? c : alpha * c;
+        }
+}
+
+/* One problem: operands with padded rows, C filled with a guard value outside M x N. */
+typedef struct problem {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    float *A, *B, *C0; /* C0: C before the call */
+} problem;
+
+static void problem_make(problem *p, int ta, int tb, shape s, float alpha, float beta) {
+    *p = (problem){ta, tb, s.M, s.N, s.K, 0, 0, s.N + PAD, alpha, beta, NULL, NULL, NULL};
+    int arows = ta ? s.K : s.M, acols = ta ? s.M : s.K;
+    int brows = tb ? s.N : s.K, bcols = tb ? s.K : s.N;
+    p->lda = acols + PAD;
+    p->ldb = bcols + PAD;
+    p->A = malloc((size_t)arows * p->lda * sizeof(float));
+    p->B = malloc((size_t)brows * p->ldb * sizeof(float));
+    p->C0 = malloc((size_t)s.M * p->ldc * sizeof(float));
+    assert_non_null(p->A);
+    assert_non_null(p->B);
+    assert_non_null(p->C0);
+    fill(p->A, (size_t)arows * p->lda);
+    fill(p->B, (size_t)brows * p->ldb);
+    fill(p->C0, (size_t)s.M * p->ldc);
+    for (int i = 0; i < s.M; i++)
+        for (int j = s.N; j < p->ldc; j++)
+            p->C0[(size_t)i * p->ldc + j] = 777.0f; /* never written */
+}
+
+static void problem_free(problem *p) {
+    free(p->A);
+    free(p->B);
+    free(p->C0);
+}
+
+static float *run_fixed(const problem *p) {
+    size_t n = (size_t)p->M * p->ldc;
+    float *C = malloc(n * sizeof *C);
+    assert_non_null(C);
+    memcpy(C, p->C0, n * sizeof *C);
+    qw_gemm_fixed(p->ta, p->tb, p->M, p->N, p->K, p->alpha, p->A, p->lda, p->B, p->ldb, p->beta, C,
+                  p->ldc);
+    return C;
+}
+
+static float *run_chain(const problem *p) {
+    size_t n = (size_t)p->M * p->ldc;
+    float *C = malloc(n * sizeof *C);
+    assert_non_null(C);
+    memcpy(C, p->C0, n * sizeof *C);
+    chain_reference(p->ta, p->tb, p->M, p->N, p->K, p->alpha, p->A, p->lda, p->B, p->ldb, p->beta,
+                    C, p->ldc);
+    return C;
+}
+
+static const qw_gemm_isa isas[] = {QW_GEMM_ISA_SCALAR, QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
+
+/* Every path, every transpose, every shape and scalar pair: the bits of the written-out chain,
+ * and the guard columns untouched. */
+static void test_every_isa_gives_the_chain_bit_for_bit(void **state) {
+    (void)state;
+    int ran = 0;
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (!qw_gemm_fixed_isa_supported(isas[ii])) {
+            printf("skip %s: not on this CPU\n", qw_gemm_isa_name(isas[ii]));
+            continue;
+        }
+        assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
+        assert_int_equal(qw_gemm_fixed_isa(), isas[ii]);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int s = 0; s < N_SHAPES; s++)
+                    for (int c = 0; c < N_SCALARS; c++) {
+                        problem p;
+                        problem_make(&p, ta, tb, shapes[s], scalars[c][0], scalars[c][1]);
+                        float *got = run_fixed(&p), *want = run_chain(&p);
+                        size_t n = (size_t)p.M * p.ldc;
+                        if (memcmp(got, want, n * sizeof *got) != 0) {
+                            for (size_t e = 0; e < n; e++)
+                                if (memcmp(got + e, want + e, sizeof *got) != 0) {
+                                    print_error("%s ta %d tb %d M %d N %d K %d alpha %g beta %g: "
+                                                "element %zu is %a, the chain %a\n",
+                                                qw_gemm_isa_name(isas[ii]), ta, tb, p.M, p.N, p.K,
+                                                (double)p.alpha, (double)p.beta, e, (double)got[e],
+                                                (double)want[e]);
+                                    break;
+                                }
+                            fail();
+                        }
+                        free(got);
+                        free(want);
+                        problem_free(&p);
+                    }
+        printf("ok %s: %d shapes x 4 transposes x %d scalar pairs bit for bit\n",
+               qw_gemm_isa_name(isas[ii]), N_SHAPES, N_SCALARS);
+        ran++;
+    }
+    assert_true(ran >= 1);
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
+/* Within the error bound of an FMA chain against a double reference: K + 2 roundings (beta's
+ * multiply, K FMAs, alpha's multiply) of unit roundoff u = 2^-24 each, relative to
+ * |alpha| (|beta C| + sum |a b|) (Higham, "Accuracy and Stability of Numerical Algorithms",
+ * 2nd ed., section 3.1, gamma_n = n u / (1 - n u)), plus the subnormal spacing 2^-149 per step. */
+static void test_within_the_fma_chain_bound_of_double(void **state) {
+    (void)state;
+    const double u = ldexp(1.0, -24);
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int c = 0; c < N_SCALARS; c++) {
+            problem p;
+            problem_make(&p, 0, 1, shapes[s], scalars[c][0], scalars[c][1]);
+            float *got = run_fixed(&p);
+            double n = p.K + 2, gamma = n * u / (1.0 - n * u), worst = 0.0;
+            for (int i = 0; i < p.M; i++)
+                for (int j = 0; j < p.N; j++) {
+                    double cin = p.C0[(size_t)i * p.ldc + j];
+                    double ref = p.beta == 0.0f ? 0.0 : (double)p.beta * cin;
+                    double mag = fabs(ref);
+                    for (int k = 0; k < p.K; k++) {
+                        double t =
+                            (double)p.A[(size_t)i * p.lda + k] * (double)p.B[(size_t)j * p.ldb + k];
+                        ref += t;
+                        mag += fabs(t);
+                    }
+                    ref *= p.alpha;
+                    mag *= fabs((double)p.alpha);
+                    double err = fabs((double)got[(size_t)i * p.ldc + j] - ref);
+                    double bound = gamma * mag + n * ldexp(1.0, -149);
+                    if (err > bound)
+                        fail_msg("M %d N %d K %d: C[%d][%d] error %g over the bound %g", p.M, p.N,
+                                 p.K, i, j, err, bound);
+                    worst = err / bound > worst ? err / bound : worst;
+                }
+            free(got);
+            problem_free(&p);
+            if (c == 0)
+                printf("M %d N %d K %d: worst error %.3f of the bound\n", p.M, p.N, p.K, worst);
+        }
+}
+
+/* Column pieces of any width, handed to 1 or 2 threads, give the bits of one whole call (made
+ * on the CPU's own path) on every path: each element is its own chain, whoever computes it. */
+static void test_pieces_and_threads_do_not_change_bits(void **state) {
+    (void)state;
+    static const int widths[] = {1, 16, 48, 64, 128, 200};
+    shape s = {37, 515, 300};
+    problem p;
+    problem_make(&p, 0, 1, s, 1.0f, 0.0f);
+    float *whole = run_fixed(&p);
+    size_t n = (size_t)p.M * p.ldc;
+    float *C = malloc(n * sizeof *C);
+    assert_non_null(C);
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
+        assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+            for (int nt = 1; nt <= 2; nt++) {
+                memcpy(C, p.C0, n * sizeof *C);
+                int width = widths[w], pieces = (p.N + width - 1) / width;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+                for (int q = 0; q < pieces; q++) {
+                    int c0 = q * width, c1 = c0 + width < p.N ? c0 + width : p.N;
+                    qw_gemm_fixed(0, 1, p.M, c1 - c0, p.K, 1.0f, p.A, p.lda,
+                                  p.B + (size_t)c0 * p.ldb, p.ldb, 0.0f, C + c0, p.ldc);
+                }
+                if (memcmp(C, whole, n * sizeof *C) != 0)
+                    fail_msg("%s: pieces of %d columns on %d threads differ from one call",
+                             qw_gemm_isa_name(isas[ii]), width, nt);
+            }
+    }
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+    free(C);
+    free(whole);
+    problem_free(&p);
+}
+
+/* Under the fixed selection the engine's GEMM entries (qw_matmul_forward's pieces of
+ * QW_GEMM_COLS columns, qw_train_gemm_abt's with beta 1) give the bits of one qw_gemm_fixed call
+ * for 1 and 2 threads, and the recorded path names no CPU. */
+static void test_engine_gemms_under_the_fixed_selection(void **state) {
+    (void)state;
+    shape s = {29, 300, 577};
+    problem p;
+    problem_make(&p, 0, 1, s, 1.0f, 1.0f);
+    assert_int_equal(p.lda, s.K + PAD);
+    int T = s.M, in = s.K, out = s.N;
+    float *x = malloc((size_t)T * in * sizeof *x), *W = malloc((size_t)out * in * sizeof *W);
+    float *want = malloc((size_t)T * out * sizeof *want),
+          *got = malloc((size_t)T * out * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(W);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int t = 0; t < T; t++)
+        memcpy(x + (size_t)t * in, p.A + (size_t)t * p.lda, (size_t)in * sizeof *x);
+    for (int o = 0; o < out; o++)
+        memcpy(W + (size_t)o * in, p.B + (size_t)o * p.ldb, (size_t)in * sizeof *W);
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
+    assert_string_equal(qw_backend_cpu_path(), "cpu-qsweep-fixed1");
+    qw_gemm_fixed(0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, want, out);
+    for (int nt = 1; nt <= 2; nt++) {
+        memset(got, 0xff, (size_t)T * out * sizeof *got);
+        qw_matmul_forward(got, x, W, T, in, out, nt);
+        assert_memory_equal(got, want, (size_t)T * out * sizeof *got);
+    }
+    /* beta 1: the chain starts at C (gradient accumulation) */
+    for (size_t e = 0; e < (size_t)T * out; e++)
+        want[e] = 0.5f;
+    qw_gemm_fixed(0, 1, T, out, in, 1.0f, x, in, W, in, 1.0f, want, out);
+    for (int nt = 1; nt <= 2; nt++) {
+        for (size_t e = 0; e < (size_t)T * out; e++)
+            got[e] = 0.5f;
+        qw_train_gemm_abt(got, x, W, T, out, in, 1.0f, nt);
+        assert_memory_equal(got, want, (size_t)T * out * sizeof *got);
+    }
+    qw_cpu_gemm_force(QW_CPU_GEMM_OPENBLAS);
+    assert_non_null(strstr(qw_backend_cpu_path(), "cpu-openblas-"));
+    free(x);
+    free(W);
+    free(want);
+    free(got);
+    problem_free(&p);
+}
+
+/* A path the CPU lacks is refused, not silently replaced. */
+static void test_forcing_a_missing_isa_is_refused(void **state) {
+    (void)state;
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        qs_error err = {0};
+        qs_status st = qw_gemm_fixed_force_isa(isas[ii], &err);
+        if (qw_gemm_fixed_isa_supported(isas[ii])) {
+            assert_int_equal(st, QS_OK);
+        } else {
+            assert_int_equal(st, QS_EINVAL);
+            assert_non_null(strstr(err.msg, qw_gemm_isa_name(isas[ii])));
+        }
+    }
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_isa_gives_the_chain_bit_for_bit),
+        cmocka_unit_test(test_within_the_fma_chain_bound_of_double),
+        cmocka_unit_test(test_pieces_and_threads_do_not_change_bits),
+        cmocka_unit_test(test_engine_gemms_under_the_fixed_selection),
+        cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
+    };
+    printf("gemm_fixed: the CPU's own path is %s\n", qw_gemm_isa_name(qw_gemm_fixed_isa()));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

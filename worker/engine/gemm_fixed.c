@@ -1,0 +1,335 @@
+/* The fixed-order FP32 GEMM (gemm_fixed.h): a scalar reference, and AVX2 and AVX-512 paths
+ * that pack op(B) into 16-column panels and run a register-blocked microkernel over them, each
+ * lane one FMA chain over k in order. */
+#include "gemm_fixed.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum {
+    MR = 6,        /* rows of C per microkernel */
+    PW = 16,       /* columns per packed panel */
+    MAX_PANELS = 4 /* panels per microkernel, at most (AVX-512: 4 x 16 = 64 columns) */
+};
+
+/* ---------------------------------------------------------------- ISA choice */
+
+static qw_gemm_isa best_isa = QW_GEMM_ISA_SCALAR;
+static qw_gemm_isa forced_isa = QW_GEMM_ISA_AUTO;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+static void detect(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        best_isa = QW_GEMM_ISA_AVX512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best_isa = QW_GEMM_ISA_AVX2;
+#endif
+}
+
+int qw_gemm_fixed_isa_supported(qw_gemm_isa isa) {
+    pthread_once(&detect_once, detect);
+    switch (isa) {
+    case QW_GEMM_ISA_AUTO:
+    case QW_GEMM_ISA_SCALAR:
+        return 1;
+    case QW_GEMM_ISA_AVX2:
+        return best_isa >= QW_GEMM_ISA_AVX2;
+    case QW_GEMM_ISA_AVX512:
+        return best_isa >= QW_GEMM_ISA_AVX512;
+    }
+    return 0;
+}
+
+qs_status qw_gemm_fixed_force_isa(qw_gemm_isa isa, qs_error *err) {
+    if (!qw_gemm_fixed_isa_supported(isa))
+        return qs_error_set(err, QS_EINVAL, "gemm_fixed: this CPU has no %s path",
+                            qw_gemm_isa_name(isa));
+    forced_isa = isa;
+    return QS_OK;
+}
+
+qw_gemm_isa qw_gemm_fixed_isa(void) {
+    pthread_once(&detect_once, detect);
+    return forced_isa != QW_GEMM_ISA_AUTO ? forced_isa : best_isa;
+}
+
+const char *qw_gemm_isa_name(qw_gemm_isa isa) {
+    switch (isa) {
+    case QW_GEMM_ISA_AUTO:
+        return "auto";
+    case QW_GEMM_ISA_SCALAR:
+        return "scalar";
+    case QW_GEMM_ISA_AVX2:
+        return "avx2";
+    case QW_GEMM_ISA_AVX512:
+        return "avx512";
+    }
+    return "unknown";
+}
+
+/* ---------------------------------------------------------------- scalar reference */
+
+/* The definition itself, element by element (gemm_fixed.h). */
+static void gemm_scalar(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    ptrdiff_t ars = transa ? 1 : lda, aks = transa ? lda : 1;
+    ptrdiff_t bks = transb ? 1 : ldb, bjs = transb ? ldb : 1;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float *cij = C + (size_t)i * ldc + j;
+            float c = beta == 0.0f ? 0.0f : beta * *cij;
+            const float *a = A + i * ars, *b = B + j * bjs;
+            for (int k = 0; k < K; k++)
+                c = fmaf(a[k * aks], b[k * bks], c);
+            *cij = alpha == 1.0f ? c : alpha * c;
+        }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+#if defined(__x86_64__)
+
+/* 16 rows of 16 floats at src (row stride lds) into dst as their transpose, [16][16]: a data
+ * move, so the GEMM's bits do not depend on it; it packs a full panel of a K-contiguous op(B)
+ * in about a quarter of the scalar copy's time (unpack, then shuffles across 128-bit lanes). */
+__attribute__((target("avx512f"))) static void transpose16(float *dst, const float *src,
+                                                           size_t lds) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+            t[8 * i + j + 4] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        _mm512_storeu_ps(dst + j * PW, _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
+        _mm512_storeu_ps(dst + (j + 8) * PW, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
+    }
+}
+
+/* op(B) rows k0 .. k0+kc-1, columns j0 .. j0+nb-1 into ceil(nb/16) panels of [kc][16] floats
+ * at dst (panel p at dst + p*kc*16), columns past nb zero. wide: full panels of a
+ * K-contiguous op(B) go through transpose16 (AVX-512F CPUs). */
+static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int kc, int j0, int nb,
+                   int wide) {
+    int np = (nb + PW - 1) / PW;
+    for (int p = 0; p < np; p++) {
+        float *d = dst + (size_t)p * kc * PW;
+        int jn = nb - p * PW < PW ? nb - p * PW : PW, jb = j0 + p * PW;
+        if (transb) {
+            const float *s[PW];
+            for (int jj = 0; jj < jn; jj++)
+                s[jj] = B + (size_t)(jb + jj) * ldb + k0;
+            int k = 0;
+            if (wide && jn == PW)
+                for (; k + PW <= kc; k += PW)
+                    transpose16(d + (size_t)k * PW, s[0] + k, (size_t)ldb);
+            for (; k < kc; k++) {
+                for (int jj = 0; jj < jn; jj++)
+                    d[(size_t)k * PW + jj] = s[jj][k];
+                for (int jj = jn; jj < PW; jj++)
+                    d[(size_t)k * PW + jj] = 0.0f;
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                memcpy(d + (size_t)k * PW, B + (size_t)(k0 + k) * ldb + jb, (size_t)jn * sizeof *d);
+                for (int jj = jn; jj < PW; jj++)
+                    d[(size_t)k * PW + jj] = 0.0f;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- microkernels */
+
+/* A microkernel: C tile [MR x np*16] at c (row stride ldc) over one K block of kc, op(A)'s rows
+ * at a + r*rs (r < mr; rows mr..MR-1 repeat row mr-1, their results land in the caller's
+ * discarded tile rows), element k of a row at k*ks; packed panels at b (panel p at
+ * b + p*kc*16). load: 0 starts every chain at 0, 1 at C, 2 at beta * C; post != 1 multiplies
+ * the final chain value (alpha, on the last K block). */
+typedef void (*kern_fn)(int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
+                        float *c, ptrdiff_t ldc, int load, float beta, float post);
+
+/* AVX-512: 6 rows x np zmm (np <= 4), 6 x np accumulators. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kern512(const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
+        float *c, ptrdiff_t ldc, int load, float beta, float post) {
+    const float *ar[MR];
+    for (int r = 0; r < MR; r++)
+        ar[r] = a + (r < mr ? r : mr - 1) * rs;
+    __m512 acc[MR][MAX_PANELS];
+    __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            __m512 v = _mm512_setzero_ps();
+            if (load) v = _mm512_loadu_ps(c + r * ldc + p * PW);
+            if (load == 2) v = _mm512_mul_ps(vb, v);
+            acc[r][p] = v;
+        }
+    size_t ps = (size_t)kc * PW;
+    /* The hot loop: per k, np panel vectors times 6 broadcasts, one FMA per accumulator. */
+    for (int k = 0; k < kc; k++) {
+        __m512 bv[MAX_PANELS];
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            bv[p] = _mm512_loadu_ps(b + p * ps + (size_t)k * PW);
+        ptrdiff_t ko = k * ks;
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(ar[r][ko]);
+#pragma GCC unroll 4
+            for (int p = 0; p < np; p++)
+                acc[r][p] = _mm512_fmadd_ps(av, bv[p], acc[r][p]);
+        }
+    }
+    __m512 vp = _mm512_set1_ps(post);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            __m512 v = acc[r][p];
+            if (post != 1.0f) v = _mm512_mul_ps(vp, v);
+            _mm512_storeu_ps(c + r * ldc + p * PW, v);
+        }
+}
+
+#define KERN512(NP)                                                                                \
+    __attribute__((target("avx512f"))) static void kern512_##NP(                                   \
+        int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b, float *c,      \
+        ptrdiff_t ldc, int load, float beta, float post) {                                         \
+        kern512(NP, kc, mr, a, rs, ks, b, c, ldc, load, beta, post);                               \
+    }
+KERN512(1)
+KERN512(2)
+KERN512(3)
+KERN512(4)
+
+/* AVX2: 6 rows x one panel (2 ymm), 12 accumulators. */
+__attribute__((target("avx2,fma"))) static void kern256(int kc, int mr, const float *a,
+                                                        ptrdiff_t rs, ptrdiff_t ks, const float *b,
+                                                        float *c, ptrdiff_t ldc, int load,
+                                                        float beta, float post) {
+    const float *ar[MR];
+    for (int r = 0; r < MR; r++)
+        ar[r] = a + (r < mr ? r : mr - 1) * rs;
+    __m256 acc[MR][2];
+    __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_setzero_ps();
+            if (load) v = _mm256_loadu_ps(c + r * ldc + h * 8);
+            if (load == 2) v = _mm256_mul_ps(vb, v);
+            acc[r][h] = v;
+        }
+    /* The hot loop: per k, 2 panel vectors times 6 broadcasts. */
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(b + (size_t)k * PW),
+               b1 = _mm256_loadu_ps(b + (size_t)k * PW + 8);
+        ptrdiff_t ko = k * ks;
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m256 av = _mm256_set1_ps(ar[r][ko]);
+            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+    __m256 vp = _mm256_set1_ps(post);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 v = acc[r][h];
+            if (post != 1.0f) v = _mm256_mul_ps(vp, v);
+            _mm256_storeu_ps(c + r * ldc + h * 8, v);
+        }
+}
+
+/* ---------------------------------------------------------------- blocked driver */
+
+/* The vector paths: per N block of NC columns and K block of KC, op(B) packed once, then every
+ * 6-row block of A over it, kw panels per microkernel (kern[n-1] takes n panels). Edge tiles
+ * (fewer than 6 rows or a partly filled last panel) run in a local tile and are copied out. */
+static void gemm_blocked(const kern_fn *kern, int kw, int wide, int transa, int transb, int M,
+                         int N, int K, float alpha, const float *A, int lda, const float *B,
+                         int ldb, float beta, float *C, int ldc) {
+    _Alignas(64) float pack[QW_GEMM_FIXED_KC * QW_GEMM_FIXED_NC];
+    _Alignas(64) float tile[MR * MAX_PANELS * PW];
+    ptrdiff_t rs = transa ? 1 : lda, ks = transa ? lda : 1;
+    for (int j0 = 0; j0 < N; j0 += QW_GEMM_FIXED_NC) {
+        int nb = N - j0 < QW_GEMM_FIXED_NC ? N - j0 : QW_GEMM_FIXED_NC;
+        int np = (nb + PW - 1) / PW;
+        for (int k0 = 0; k0 < K; k0 += QW_GEMM_FIXED_KC) {
+            int kc = K - k0 < QW_GEMM_FIXED_KC ? K - k0 : QW_GEMM_FIXED_KC;
+            pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
+            int load = k0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            float post = k0 + kc == K ? alpha : 1.0f;
+            for (int i0 = 0; i0 < M; i0 += MR) {
+                int mr = M - i0 < MR ? M - i0 : MR;
+                const float *a = A + (size_t)i0 * rs + (size_t)k0 * ks;
+                for (int p0 = 0; p0 < np; p0 += kw) {
+                    int pn = np - p0 < kw ? np - p0 : kw;
+                    int cols = nb - p0 * PW < pn * PW ? nb - p0 * PW : pn * PW;
+                    float *cp = C + (size_t)i0 * ldc + j0 + p0 * PW;
+                    const float *bp = pack + (size_t)p0 * kc * PW;
+                    if (mr == MR && cols == pn * PW) {
+                        kern[pn - 1](kc, mr, a, rs, ks, bp, cp, ldc, load, beta, post);
+                        continue;
+                    }
+                    int tw = pn * PW;
+                    for (int r = 0; r < MR; r++)
+                        for (int j = 0; j < tw; j++)
+                            tile[r * tw + j] =
+                                load && r < mr && j < cols ? cp[(size_t)r * ldc + j] : 0.0f;
+                    kern[pn - 1](kc, mr, a, rs, ks, bp, tile, tw, load, beta, post);
+                    for (int r = 0; r < mr; r++)
+                        memcpy(cp + (size_t)r * ldc, tile + r * tw, (size_t)cols * sizeof *cp);
+                }
+            }
+        }
+    }
+}
+
+#endif
+
+void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+#if defined(__x86_64__)
+    if (K > 0 && isa == QW_GEMM_ISA_AVX512) {
+        static const kern_fn k512[MAX_PANELS] = {kern512_1, kern512_2, kern512_3, kern512_4};
+        gemm_blocked(k512, MAX_PANELS, 1, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                     ldc);
+        return;
+    }
+    if (K > 0 && isa == QW_GEMM_ISA_AVX2) {
+        static const kern_fn k256[1] = {kern256};
+        gemm_blocked(k256, 1, 0, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    gemm_scalar(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
