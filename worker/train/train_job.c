@@ -317,8 +317,18 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            /* the GEMM path: the CPU's as the backend names it; on a GPU the linears' own (their
+             * GEMMs run BF16 or FP32 by the recipe, bf16_exact.h), with the counts */
+            const char *path = qw_backend_gemm_path_name(&be[0]);
+            if (strcmp(path, "cpu") != 0) {
+                int n_bf16, n_fp32;
+                qw_tmodel_gemm_paths(models[0], &n_bf16, &n_fp32);
+                path = n_fp32 ? "fp32" : "bf16";
+                emit(hooks, "gemm_bf16_count", -1, n_bf16);
+                emit(hooks, "gemm_fp32_count", -1, n_fp32);
+            }
             char gp[64];
-            snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be[0]));
+            snprintf(gp, sizeof gp, "gemm_path.%s", path);
             emit(hooks, gp, -1, 1);
             if (out->damaged_restart) emit(hooks, "ckpt_damaged", -1, 1);
             /* the exported model's digest, as gemm_path: a name of value 1 */
