@@ -7,8 +7,10 @@
  * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
  *   (probabilities and losses): double sums in another order, CUDA expf;
  * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad, attention forward/backward): cuBLAS
- *   SGEMM sums in another order than OpenBLAS; gemm_abt_bf16 on BF16-exact inputs (the same
- *   products, summed on the tensor cores).
+ *   SGEMM sums in another order than OpenBLAS;
+ * - 1e-4: gemm_abt_bf16 on BF16-exact inputs: the same products, summed in FP32 on the tensor
+ *   cores, whose additions may truncate instead of rounding (Fasi, Higham, Mikaitis and
+ *   Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
  * Exits 77 (skipped) with a message when no CUDA device is visible. */
 #include <math.h>
 #include <setjmp.h>
@@ -251,8 +253,8 @@ static void test_linear(void **state) {
 /* gemm_abt_bf16 on inputs exact in BF16 (rounded with qw_round_bf16, as the bf16 recipe's; and
  * MXFP4 fake-quantized, as the mxfp4 recipe's) against the CPU's gemm_abt, beta 0 and 1, on an
  * FP32 backend (its pedantic handle: the call switches to the default math mode and back, so the
- * SGEMM after it still matches). The products are exact in FP32; only the tensor cores' summation
- * order differs: 1e-5 of max |cpu|. */
+ * SGEMM after it still matches, 1e-5). The products are exact in FP32; the tensor cores sum them
+ * in another order and may truncate: 1e-4 of max |cpu|. */
 static void test_gemm_abt_bf16(void **state) {
     (void)state;
     int M = 96, Ncol = 160, K = 256;
@@ -277,7 +279,7 @@ static void test_gemm_abt_bf16(void **state) {
             char what[64];
             snprintf(what, sizeof what, "gemm_abt_bf16 %s%s", mode ? "mxfp4" : "bf16",
                      acc ? " (+=)" : "");
-            assert_true(close_to(what, C, ref, (size_t)M * Ncol, 1e-5));
+            assert_true(close_to(what, C, ref, (size_t)M * Ncol, 1e-4));
             gpu.ops->free(&gpu, C);
             free(ref);
         }
