@@ -337,6 +337,32 @@ static void recipe_gemm_paths_are_the_table_and_the_calls(void **s) {
     qw_backend_release(&be);
 }
 
+/* What a training result names: the CPU backend's "cpu" whatever the recipe; on a GPU "bf16"
+ * when no linear GEMM runs FP32, else "fp32". */
+static void train_gemm_path_is_the_cpus_or_the_linears(void **s) {
+    (void)s;
+    static const struct {
+        const char *backend;
+        int n_fp32;
+        const char *path;
+        int linears;
+    } rows[] = {
+        {"cpu", 0, "cpu", 0},
+        {"cpu", 42, "cpu", 0},
+        {"none", 3, "none", 0},
+        {"fp32", 0, "bf16", 1}, /* a CUDA backend: bf16, mxfp4 */
+        {"bf16", 0, "bf16", 1},
+        {"bf16", 42, "fp32", 1}, /* nvfp4: its quantized blocks */
+        {"emulated_bf16", 66, "fp32", 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int linears = -1;
+        assert_string_equal(qw_train_gemm_path(rows[i].backend, rows[i].n_fp32, &linears),
+                            rows[i].path);
+        assert_int_equal(linears, rows[i].linears);
+    }
+}
+
 /* The CPU entry is gemm_abt itself: the CPU's training results keep their bits. */
 static void cpu_gemm_abt_bf16_is_gemm_abt(void **s) {
     (void)s;
@@ -351,6 +377,7 @@ int main(void) {
         cmocka_unit_test(recipe_list_is_the_shipped_one),
         cmocka_unit_test(recipe_operands_agree_with_brute_force),
         cmocka_unit_test(recipe_gemm_paths_are_the_table_and_the_calls),
+        cmocka_unit_test(train_gemm_path_is_the_cpus_or_the_linears),
         cmocka_unit_test(cpu_gemm_abt_bf16_is_gemm_abt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

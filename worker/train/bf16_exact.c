@@ -1,6 +1,8 @@
 /* Which training GEMMs may run with BF16 operands (bf16_exact.h). */
 #include "bf16_exact.h"
 
+#include <string.h>
+
 #include "element.h"
 #include "format.h"
 
@@ -48,4 +50,10 @@ int qw_recipe_gemm_bf16(const qw_recipe *r, int layer, int n_layers, qw_linear_g
 const char *qw_linear_gemm_name(qw_linear_gemm g) {
     static const char *names[] = {"fprop", "dgrad", "wgrad"};
     return (unsigned)g < QW_N_LINEAR_GEMMS ? names[g] : "?";
+}
+
+const char *qw_train_gemm_path(const char *backend_path, int n_fp32, int *linears) {
+    *linears = strcmp(backend_path, "cpu") != 0 && strcmp(backend_path, "none") != 0;
+    if (!*linears) return backend_path;
+    return n_fp32 ? "fp32" : "bf16";
 }

@@ -57,6 +57,13 @@ typedef enum qw_linear_gemm {
  * inputs are BF16-exact (qw_recipe_operand, qw_operand_bf16_exact). Pure. */
 int qw_recipe_gemm_bf16(const qw_recipe *r, int layer, int n_layers, qw_linear_gemm g);
 
+/* The gemm_path a training result names (train_job.h): the backend's own name on the CPU
+ * (backend_path "cpu", backend.h qw_backend_gemm_path_name; "none" likewise kept), *linears = 0;
+ * on any other backend the linears' path, "bf16" when none of a micro-step's linear GEMMs runs
+ * FP32 (n_fp32 == 0, tmodel.h qw_tmodel_gemm_paths), else "fp32", *linears = 1 (the result then
+ * also reports the counts). Pure. */
+const char *qw_train_gemm_path(const char *backend_path, int n_fp32, int *linears);
+
 /* "fprop", "dgrad", "wgrad". */
 const char *qw_linear_gemm_name(qw_linear_gemm g);
 

@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "bf16_exact.h"
 #include "checkpoint.h"
 #include "ckpt.h"
 #include "replace_file.h"
@@ -319,11 +320,11 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
             /* the GEMM path: the CPU's as the backend names it; on a GPU the linears' own (their
              * GEMMs run BF16 or FP32 by the recipe, bf16_exact.h), with the counts */
-            const char *path = qw_backend_gemm_path_name(&be[0]);
-            if (strcmp(path, "cpu") != 0) {
-                int n_bf16, n_fp32;
-                qw_tmodel_gemm_paths(models[0], &n_bf16, &n_fp32);
-                path = n_fp32 ? "fp32" : "bf16";
+            int n_bf16, n_fp32, linears;
+            qw_tmodel_gemm_paths(models[0], &n_bf16, &n_fp32);
+            const char *path =
+                qw_train_gemm_path(qw_backend_gemm_path_name(&be[0]), n_fp32, &linears);
+            if (linears) {
                 emit(hooks, "gemm_bf16_count", -1, n_bf16);
                 emit(hooks, "gemm_fp32_count", -1, n_fp32);
             }
