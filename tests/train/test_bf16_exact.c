@@ -9,6 +9,8 @@
  *   fake quantization) exactly when qw_operand_bf16_exact says so;
  * - the per-recipe GEMM paths, written out, and the counts qw_tmodel_gemm_paths gives are the
  *   calls a training step makes to gemm_abt_bf16 and gemm_abt (a counting CPU table);
+ * - the gemm_path a training result names: the CPU's "cpu", on a GPU "bf16" or "fp32" by the
+ *   count of FP32 linear GEMMs;
  * - the CPU's gemm_abt_bf16 is gemm_abt (the CPU training results do not change). */
 #include <setjmp.h>
 #include <stdarg.h>
