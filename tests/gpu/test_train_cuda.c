@@ -7,7 +7,10 @@
  * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
  *   (probabilities and losses): double sums in another order, CUDA expf;
  * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad, attention forward/backward): cuBLAS
- *   SGEMM sums in another order than OpenBLAS.
+ *   SGEMM sums in another order than OpenBLAS;
+ * - 1e-4: gemm_abt_bf16 on BF16-exact inputs: the same products, summed in FP32 on the tensor
+ *   cores, whose additions may truncate instead of rounding (Fasi, Higham, Mikaitis and
+ *   Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
  * Exits 77 (skipped) with a message when no CUDA device is visible. */
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +28,7 @@
 #include "ops.h"
 #include "ops_cuda.h"
 #include "ops_cuda_train.h"
+#include "quant.h"
 
 static qw_backend gpu;
 static uint64_t rs = 0x2545F4914F6CDD1Dull;
@@ -246,6 +250,53 @@ static void test_linear(void **state) {
     free(ry);
 }
 
+/* gemm_abt_bf16 on inputs exact in BF16 (rounded with qw_round_bf16, as the bf16 recipe's; and
+ * MXFP4 fake-quantized, as the mxfp4 recipe's) against the CPU's gemm_abt, beta 0 and 1, on an
+ * FP32 backend (its pedantic handle: the call switches to the default math mode and back, so the
+ * SGEMM after it still matches, 1e-5). The products are exact in FP32; the tensor cores sum them
+ * in another order and may truncate: 1e-4 of max |cpu|. */
+static void test_gemm_abt_bf16(void **state) {
+    (void)state;
+    int M = 96, Ncol = 160, K = 256;
+    float *A = buf((size_t)M * K, 1.0f), *Bm = buf((size_t)Ncol * K, 0.1f);
+    const qk_format *mx = qk_format_by_name("mxfp4");
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 0) {
+            for (size_t i = 0; i < (size_t)M * K; i++)
+                A[i] = qw_round_bf16(A[i]);
+            for (size_t i = 0; i < (size_t)Ncol * K; i++)
+                Bm[i] = qw_round_bf16(Bm[i]);
+        } else {
+            assert_int_equal(qk_fake_quant(mx, NULL, A, (size_t)M, (size_t)K, NULL, NULL), QS_OK);
+            assert_int_equal(qk_fake_quant(mx, NULL, Bm, (size_t)Ncol, (size_t)K, NULL, NULL),
+                             QS_OK);
+        }
+        for (int acc = 0; acc < 2; acc++) {
+            float *C = buf((size_t)M * Ncol, 1.0f);
+            float *ref = host_copy(C, (size_t)M * Ncol);
+            qw_train_gemm_abt(ref, A, Bm, M, Ncol, K, acc ? 1.0f : 0.0f, 1);
+            OK(gpu.ops->gemm_abt_bf16(&gpu, C, A, Bm, M, Ncol, K, acc ? 1.0f : 0.0f, ERR));
+            char what[64];
+            snprintf(what, sizeof what, "gemm_abt_bf16 %s%s", mode ? "mxfp4" : "bf16",
+                     acc ? " (+=)" : "");
+            assert_true(close_to(what, C, ref, (size_t)M * Ncol, 1e-4));
+            gpu.ops->free(&gpu, C);
+            free(ref);
+        }
+    }
+    /* the handle is pedantic again: an SGEMM of FP32 values still matches the CPU */
+    float *x = buf((size_t)M * K, 1.0f), *y = buf((size_t)M * Ncol, 0.0f);
+    float *ry = malloc((size_t)M * Ncol * sizeof(float));
+    qw_train_gemm_abt(ry, x, Bm, M, Ncol, K, 0.0f, 1);
+    OK(gpu.ops->gemm_abt(&gpu, y, x, Bm, M, Ncol, K, 0.0f, ERR));
+    assert_true(close_to("gemm_abt after gemm_abt_bf16", y, ry, (size_t)M * Ncol, 1e-5));
+    free(ry);
+    gpu.ops->free(&gpu, x);
+    gpu.ops->free(&gpu, y);
+    gpu.ops->free(&gpu, A);
+    gpu.ops->free(&gpu, Bm);
+}
+
 static void test_rejects_cpu_backend(void **state) {
     (void)state;
     qw_backend cpu;
@@ -274,7 +325,7 @@ int main(void) {
         cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),
         cmocka_unit_test(test_swiglu),          cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_rejects_cpu_backend),
-        cmocka_unit_test(test_rht_exact),
+        cmocka_unit_test(test_rht_exact),       cmocka_unit_test(test_gemm_abt_bf16),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

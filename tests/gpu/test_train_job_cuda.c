@@ -3,8 +3,9 @@
  * the bytes tokenizer, 8 steps of fp32 and bf16, once on each backend. The final train and
  * validation losses agree within 1e-3 relative (cuBLAS SGEMM and the device reductions sum in
  * another order than the CPU: float rounding, compounded over 8 AdamW steps), and each run
- * reports the backend it trained on (gemm_path.cpu, gemm_path.fp32). Skipped (77) without a
- * device. */
+ * reports the path its linears' GEMMs took: gemm_path.cpu on the CPU; on CUDA gemm_path.fp32 for
+ * fp32 (every GEMM FP32 SGEMM) and gemm_path.bf16 for bf16 (every GEMM with BF16 operands on the
+ * tensor cores, bf16_exact.h), with the per-micro-step counts. Skipped (77) without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 typedef struct finals {
     double train, val;
     char path[64];
+    double n_bf16, n_fp32; /* gemm_bf16_count, gemm_fp32_count (-1: not reported) */
 } finals;
 
 static void on_metric(void *u, const char *name, int64_t step, double v) {
@@ -31,6 +33,8 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
     if (!strcmp(name, "final_train_loss")) f->train = v;
     if (!strcmp(name, "final_val_loss")) f->val = v;
     if (!strncmp(name, "gemm_path.", 10)) snprintf(f->path, sizeof f->path, "%s", name);
+    if (!strcmp(name, "gemm_bf16_count")) f->n_bf16 = v;
+    if (!strcmp(name, "gemm_fp32_count")) f->n_fp32 = v;
 }
 
 static void run(const char *recipe, qw_backend_kind kind, const uint32_t *ids, size_t n,
@@ -53,6 +57,7 @@ static void run(const char *recipe, qw_backend_kind kind, const uint32_t *ids, s
     t.threads = 2;
     t.backend.kind = kind;
     memset(f, 0, sizeof *f);
+    f->n_bf16 = f->n_fp32 = -1;
     qw_train_hooks h = {NULL, on_metric, NULL, f};
     qw_train_outcome o;
     if (qw_train_job_run(&t, ids, n, &h, &o, &err) != QS_OK) fail_msg("%s: %s", recipe, err.msg);
@@ -72,8 +77,13 @@ static void cuda_training_matches_cpu(void **s) {
         double dt = fabs(g.train - c.train) / c.train, dv = fabs(g.val - c.val) / c.val;
         printf("%s: train loss cpu %.9g cuda %.9g (rel %.2e), val %.9g / %.9g (rel %.2e)\n",
                recipes[i], c.train, g.train, dt, c.val, g.val, dv);
+        printf("%s: cuda %s, linear GEMMs per micro-step %g BF16, %g FP32\n", recipes[i], g.path,
+               g.n_bf16, g.n_fp32);
         assert_string_equal(c.path, "gemm_path.cpu");
-        assert_string_equal(g.path, "gemm_path.fp32");
+        assert_true(c.n_bf16 < 0 && c.n_fp32 < 0); /* the CPU reports no counts */
+        int bf16 = i == 1;
+        assert_string_equal(g.path, bf16 ? "gemm_path.bf16" : "gemm_path.fp32");
+        assert_true(bf16 ? g.n_fp32 == 0 && g.n_bf16 > 0 : g.n_bf16 == 0 && g.n_fp32 > 0);
         assert_true(dt < 1e-3);
         assert_true(dv < 1e-3);
     }

@@ -301,6 +301,12 @@ struct qw_ops {
                      qs_error *err);
     qs_status (*gemm_abt)(qw_backend *b, float *C, const float *A, const float *Bm, int M, int Ncol,
                           int K, float beta, qs_error *err);
+    /* gemm_abt whose two inputs the caller promises are exact in BF16 (every value a BF16
+     * number: worker/train/bf16_exact.h), so a backend may run it with BF16 operands and FP32
+     * accumulation. The CPU entry is gemm_abt itself (same bits); CUDA converts both inputs to
+     * BF16 on the device (no rounding) and runs cublasGemmEx on the tensor cores. */
+    qs_status (*gemm_abt_bf16)(qw_backend *b, float *C, const float *A, const float *Bm, int M,
+                               int Ncol, int K, float beta, qs_error *err);
     qs_status (*transpose)(qw_backend *b, float *dst, const float *src, int rows, int cols,
                            qs_error *err);
     /* x[n] rounded to BF16 in place (qw_round_bf16's bits). */

@@ -532,6 +532,7 @@ static const qw_ops cpu_ops = {
     .zero = cpu_zero,
     .add = cpu_add,
     .gemm_abt = cpu_gemm_abt,
+    .gemm_abt_bf16 = cpu_gemm_abt, /* the same values, the same bits */
     .transpose = cpu_transpose,
     .round_bf16 = cpu_round_bf16,
     .rht = cpu_rht,

@@ -448,6 +448,7 @@ static const qw_ops cuda_ops = {
     .zero = qw_cuda_train_zero,
     .add = qw_cuda_train_add,
     .gemm_abt = qw_cuda_train_gemm_abt,
+    .gemm_abt_bf16 = qw_cuda_train_gemm_abt_bf16,
     .transpose = qw_cuda_train_transpose,
     .round_bf16 = qw_cuda_train_round_bf16,
     .rht = qw_cuda_train_rht,

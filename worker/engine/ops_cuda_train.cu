@@ -464,6 +464,56 @@ extern "C" qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float
     return st != QS_OK ? st : done(c, "gemm_abt", err);
 }
 
+/* Both inputs of gemm_abt_bf16 to BF16: exact for the BF16-exact values the caller promises
+ * (each becomes its own top 16 bits); any other value would be rounded RNE. */
+static __global__ void k_tr_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    QW_GRID_STRIDE(i, n) {
+        dst[i] = __float2bfloat16_rn(src[i]);
+    }
+}
+
+/* C[M x Ncol] = A[M x K] Bm[Ncol x K]^T + beta C as qw_cuda_train_gemm_abt, the inputs converted
+ * to BF16 into the backend's BF16 scratch (act16: A, then Bm from the next 128-byte boundary) and
+ * multiplied by cublasGemmEx: CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F (FP32
+ * accumulation on the tensor cores). The products of BF16 values are exact in FP32, so C differs
+ * from the SGEMM's only by the summation order. An FP32 backend's handle is pedantic (no TF32 in
+ * its SGEMMs, ops_cuda.cu); this call runs under the default math mode, and the handle's mode is
+ * restored after it. */
+extern "C" qs_status qw_cuda_train_gemm_abt_bf16(qw_backend *b, float *C, const float *A,
+                                                 const float *Bm, int M, int Ncol, int K,
+                                                 float beta, qs_error *err) {
+    CTX;
+    size_t na = (size_t)M * K, nb = (size_t)Ncol * K, off = (na + 63) / 64 * 64;
+    qs_status st = qw_cuda_scratch_reserve(&c->act16, (off + nb) * sizeof(__nv_bfloat16), 0, err);
+    if (st != QS_OK) return st;
+    __nv_bfloat16 *a16 = (__nv_bfloat16 *)c->act16.p, *b16 = a16 + off;
+    k_tr_to_bf16<<<qw_grid_of(na, 256), 256, 0, c->stream>>>(a16, A, na);
+    st = qw_cuda_status(c, cudaGetLastError(), "gemm_abt_bf16: A to BF16", err);
+    if (st != QS_OK) return st;
+    k_tr_to_bf16<<<qw_grid_of(nb, 256), 256, 0, c->stream>>>(b16, Bm, nb);
+    st = qw_cuda_status(c, cudaGetLastError(), "gemm_abt_bf16: B to BF16", err);
+    if (st != QS_OK) return st;
+    cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+    st = blas(c, cublasGetMathMode(c->blas, &mode), "gemm_abt_bf16: math mode", err);
+    if (st == QS_OK && mode != CUBLAS_DEFAULT_MATH)
+        st = blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "gemm_abt_bf16: math mode",
+                  err);
+    if (st != QS_OK) return st;
+    float one = 1.0f;
+    st = blas(c,
+              cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Ncol, M, K, &one, b16, CUDA_R_16BF, K,
+                           a16, CUDA_R_16BF, K, &beta, C, CUDA_R_32F, Ncol, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
+              "gemm_abt_bf16", err);
+    if (mode != CUBLAS_DEFAULT_MATH) {
+        qs_error e2 = {};
+        qs_status r = blas(c, cublasSetMathMode(c->blas, mode), "gemm_abt_bf16: restore math mode",
+                           st == QS_OK ? err : &e2);
+        if (st == QS_OK) st = r;
+    }
+    return st != QS_OK ? st : done(c, "gemm_abt_bf16", err);
+}
+
 static __global__ void k_tr_transpose(float *dst, const float *src, int rows, int cols) {
     QW_GRID_STRIDE(i, (size_t)rows * cols) {
         size_t r = i / (size_t)cols, cc = i % (size_t)cols;

@@ -13,7 +13,8 @@
  *   column, as the CPU loop), cross-entropy backward;
  * - within float rounding: RMSNorm forward/input gradient (double dot products in another
  *   order), SwiGLU (CUDA expf), cross-entropy forward, and every GEMM (cuBLAS SGEMM under
- *   CUBLAS_PEDANTIC_MATH: FP32, no TF32, sums in another order).
+ *   CUBLAS_PEDANTIC_MATH: FP32, no TF32, sums in another order; gemm_abt_bf16: BF16 inputs
+ *   that are the same values, FP32 accumulation on the tensor cores, sums in another order).
  * The linear here is the unquantized one; the recipe's quantized linear (NVFP4 2D weights, RHT,
  * stochastic rounding of gradients) is worker/train/qlinear.c over this backend's table.
  * Each returns QS_OK or QS_EIO with the CUDA/cuBLAS error (QS_EINVAL for a non-CUDA backend);
@@ -79,8 +80,9 @@ qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumul
 
 /* The rest of the table's training entries (ops.h), same arguments:
  * copy (also upload and fetch: cudaMemcpyDefault over managed memory), zero, add, gemm_abt
- * (cuBLAS SGEMM), transpose, round_bf16 (qw_round_bf16's bits), rht (RHT16 on the device,
- * other tiles on the CPU over the managed allocation), fake_quant (qk_cuda_fake_quant; what it
+ * (cuBLAS SGEMM), gemm_abt_bf16 (cuBLAS BF16 GemmEx, below), transpose, round_bf16
+ * (qw_round_bf16's bits), rht (RHT16 on the device, other tiles on the CPU over the managed
+ * allocation), fake_quant (qk_cuda_fake_quant; what it
  * refuses on the CPU over the managed allocation, the same bits), sumsq (64 fixed ranges, each
  * a fixed tree: deterministic, not the CPU's order) and adamw (element by element). */
 qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
@@ -90,6 +92,12 @@ qs_status qw_cuda_train_add(qw_backend *b, float *out, const float *x, const flo
                             qs_error *err);
 qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float *A, const float *Bm, int M,
                                  int Ncol, int K, float beta, qs_error *err);
+/* gemm_abt_bf16 (ops.h): gemm_abt whose inputs are exact in BF16, run as cublasGemmEx with
+ * BF16 inputs converted on the device into the backend's scratch, FP32 output and
+ * CUBLAS_COMPUTE_32F (tensor cores). Errors: QS_ENOMEM (the scratch), QS_EIO (a launch or
+ * cuBLAS call, named). */
+qs_status qw_cuda_train_gemm_abt_bf16(qw_backend *b, float *C, const float *A, const float *Bm,
+                                      int M, int Ncol, int K, float beta, qs_error *err);
 qs_status qw_cuda_train_transpose(qw_backend *b, float *dst, const float *src, int rows, int cols,
                                   qs_error *err);
 qs_status qw_cuda_train_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err);

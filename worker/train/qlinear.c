@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "bf16_exact.h"
 #include "element.h"
 #include "hadamard.h"
 #include "ops.h"
@@ -58,6 +59,18 @@ static qs_status prep(const qw_qlinear_env *env, int layer, int linear, qw_gemm_
     return st;
 }
 
+/* C = A B^T + beta C for GEMM g of a linear of block `layer`: with BF16 operands
+ * (gemm_abt_bf16) when both inputs are BF16-exact under the recipe (bf16_exact.h), else FP32
+ * (gemm_abt). */
+static qs_status gemm(const qw_qlinear_env *env, int layer, qw_linear_gemm g, float *C,
+                      const float *A, const float *Bm, int M, int Ncol, int K, float beta,
+                      qs_error *err) {
+    qw_backend *be = env->be;
+    if (qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g))
+        return be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err);
+    return be->ops->gemm_abt(be, C, A, Bm, M, Ncol, K, beta, err);
+}
+
 static int all_fp32(const qw_qlinear_env *env, int layer) {
     qw_operand_spec s;
     qw_recipe_operand(env->recipe, layer, env->n_layers, QW_FPROP_X, &s);
@@ -72,7 +85,7 @@ qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, f
     qs_status st = prep(env, layer, linear, QW_FPROP_X, env->buf_a, x, N, in, 0, err);
     if (st == QS_OK) st = prep(env, layer, linear, QW_FPROP_W, env->buf_b, W, out, in, 0, err);
     if (st != QS_OK) return st;
-    return be->ops->gemm_abt(be, y, env->buf_a, env->buf_b, N, out, in, 0.0f, err);
+    return gemm(env, layer, QW_GEMM_FPROP, y, env->buf_a, env->buf_b, N, out, in, 0.0f, err);
 }
 
 qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, float *dx,
@@ -86,12 +99,12 @@ qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, 
         st = prep(env, layer, linear, QW_DGRAD_DY, env->buf_a, dy, N, out, 0, err);
         if (st == QS_OK) st = prep(env, layer, linear, QW_DGRAD_W, env->buf_b, W, out, in, 1, err);
         if (st != QS_OK) return st;
-        st = be->ops->gemm_abt(be, dx, env->buf_a, env->buf_b, N, in, out,
-                               dx_accumulate ? 1.0f : 0.0f, err);
+        st = gemm(env, layer, QW_GEMM_DGRAD, dx, env->buf_a, env->buf_b, N, in, out,
+                  dx_accumulate ? 1.0f : 0.0f, err);
         if (st != QS_OK) return st;
     }
     st = prep(env, layer, linear, QW_WGRAD_DY, env->buf_a, dy, N, out, 1, err);
     if (st == QS_OK) st = prep(env, layer, linear, QW_WGRAD_X, env->buf_b, x, N, in, 1, err);
     if (st != QS_OK) return st;
-    return be->ops->gemm_abt(be, dW, env->buf_a, env->buf_b, out, in, N, 1.0f, err);
+    return gemm(env, layer, QW_GEMM_WGRAD, dW, env->buf_a, env->buf_b, out, in, N, 1.0f, err);
 }

@@ -7,15 +7,16 @@
  * GEMM needs it, the RHT (16- or 32-point: recipe.h rht_dim) along k when the recipe says, then
  * rounded (BF16) or fake-quantized by the numeric core (qk_fake_quant, blocks along k) into a
  * scratch buffer; the GEMM (FP32 accumulation; on the CPU cblas_sgemm pieces fixed by the shape)
- * reads the scratch. Every step goes through the ops table of env->be (worker/engine/ops.h:
- * copy, transpose, round_bf16, rht, fake_quant, gemm_abt, linear_bwd), so the one code runs on
- * any backend; every pointer is that backend's memory. Because the RHT is orthogonal and applied to
- * both wgrad inputs along the reduction axis, it cancels in the product (arXiv 2509.25149
- * section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized values are
- * exact in FP32 (docs/numerics.md
- * 4.5). Stochastic rounding streams: seed = env->seed, tensor
- * id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two
- * tensors or steps share random bits. Nothing here allocates. */
+ * reads the scratch: gemm_abt_bf16 (BF16 operands on a GPU's tensor cores) when both its inputs
+ * are exact in BF16 under the recipe (bf16_exact.h qw_recipe_gemm_bf16), gemm_abt (FP32)
+ * otherwise. Every step goes through the ops table of env->be (worker/engine/ops.h: copy,
+ * transpose, round_bf16, rht, fake_quant, gemm_abt, gemm_abt_bf16, linear_bwd), so the one code
+ * runs on any backend; every pointer is that backend's memory. Because the RHT is orthogonal and
+ * applied to both wgrad inputs along the reduction axis, it cancels in the product (arXiv
+ * 2509.25149 section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized
+ * values are exact in FP32 (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed,
+ * tensor id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no
+ * two tensors or steps share random bits. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_exact.h"
 #include "block.h"
 #include "llama_head.h"
 #include "philox.h"
@@ -404,6 +405,19 @@ qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, 
 void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user) {
     m->env.hook = hook;
     m->env.hook_user = user;
+}
+
+void qw_tmodel_gemm_paths(const qw_tmodel *m, int *n_bf16, int *n_fp32) {
+    int L = m->cfg.n_layers, bf16 = 0, all = 0;
+    for (int layer = -1; layer < L; layer++) {
+        int linears = layer < 0 ? 1 : QW_TMODEL_KINDS;
+        for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
+            all += linears;
+            if (qw_recipe_gemm_bf16(&m->recipe, layer, L, (qw_linear_gemm)g)) bf16 += linears;
+        }
+    }
+    *n_bf16 = bf16;
+    *n_fp32 = all - bf16;
 }
 
 size_t qw_tmodel_bytes(const qw_tmodel *m) {

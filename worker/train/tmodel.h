@@ -115,6 +115,13 @@ qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, 
  * NULL: none. */
 void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user);
 
+/* The linear GEMMs of one micro-step (fprop, dgrad and wgrad of each block's 7 linears and of
+ * lm_head: 3 (7 L + 1)) under the model's recipe, split by the path qlinear.h gives them:
+ * *n_bf16 with BF16 operands (both inputs BF16-exact, bf16_exact.h: ops.h gemm_abt_bf16),
+ * *n_fp32 FP32 (gemm_abt, linear_bwd). Attention's batched matmuls are not linears and not
+ * counted (FP32 always). Pure: from the recipe and the config. */
+void qw_tmodel_gemm_paths(const qw_tmodel *m, int *n_bf16, int *n_fp32);
+
 /* Batch B, sequence length T and rows N = B*T the model was created for. */
 int qw_tmodel_batch(const qw_tmodel *m);
 int qw_tmodel_ctx(const qw_tmodel *m);

@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "bf16_exact.h"
 #include "checkpoint.h"
 #include "ckpt.h"
 #include "replace_file.h"
@@ -317,8 +318,18 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             }
             emit(hooks, "tokens_seen", -1, (double)tr.tokens_seen);
             emit(hooks, "resumed_from_step", -1, (double)out->resumed_from);
+            /* the GEMM path: the CPU's as the backend names it; on a GPU the linears' own (their
+             * GEMMs run BF16 or FP32 by the recipe, bf16_exact.h), with the counts */
+            int n_bf16, n_fp32, linears;
+            qw_tmodel_gemm_paths(models[0], &n_bf16, &n_fp32);
+            const char *path =
+                qw_train_gemm_path(qw_backend_gemm_path_name(&be[0]), n_fp32, &linears);
+            if (linears) {
+                emit(hooks, "gemm_bf16_count", -1, n_bf16);
+                emit(hooks, "gemm_fp32_count", -1, n_fp32);
+            }
             char gp[128];
-            snprintf(gp, sizeof gp, "gemm_path.%s", qw_backend_gemm_path_name(&be[0]));
+            snprintf(gp, sizeof gp, "gemm_path.%s", path);
             emit(hooks, gp, -1, 1);
             /* on the CPU also the BLAS and kernel family its GEMMs ran on (ops.h
              * qw_backend_cpu_path), as eval jobs record it (worker/jobs/jobs.c): the losses
