@@ -51,7 +51,8 @@ typedef struct qw_rank {
      * by the ranks; NULL unsharded */
     qw_group *group;
     int probe;   /* SQNR probe on (unsharded models only) */
-    float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on */
+    float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on, in
+                    the backend's memory (model_internal.h qw_model_probe_remake) */
     /* where the forward's phases are timed (profile.h); NULL: untimed */
     qw_profile *prof;
 } qw_rank;

@@ -6,9 +6,9 @@
  *
  * What switching does besides: the prefix cache's entries are dropped (the two backends'
  * residuals differ in the last bits; the cache's logits must stay bit-identical to a fresh
- * forward); the SQNR probe is switched off and its host buffer freed (on CUDA the probe is
- * refused: its reference buffer is host memory the GPU cannot write; backend choice in the
- * model proper lifts this).
+ * forward); the SQNR probe's reference buffer is freed with the old backend and, when the probe
+ * is on, allocated again from the new one (model_internal.h qw_model_probe_release / _remake),
+ * so the probe's reference GEMMs and sums (the table's sqnr_sums) run on the device too.
  * Call qw_model_use_cpu before qw_model_destroy or qw_model_set_threads: both release the
  * backend as a CPU one.
  *
@@ -17,8 +17,7 @@
  *   1. A backend choice in the model: qw_model_create* always opens the CPU backend, and this
  *      file swaps backend and run state of a built, unsharded model through model_internal.h
  *      (m->rank.be, .rs, .probe, .ref, m->prefix, m->threads: change them here too if they
- *      move). Better: these functions in model.c, which would also let the SQNR probe run on
- *      GPUs (the sweep's jobs keep it on the CPU until then: worker/jobs/jobs_backend.h).
+ *      move). Better: these functions in model.c.
  *   2. Tensor-parallel ranks take their backends from the model's callback
  *      (model.h qw_model_set_tp_backends; the worker's opens CUDA rank r on its r-th GPU); a
  *      multi-node group would need an NCCL communicator made with ncclCommInitRank

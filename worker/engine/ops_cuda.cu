@@ -323,13 +323,13 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
     int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
     const float *xin = x->data;
     qs_status st;
-    /* A host buffer (the SQNR probe's reference output, model_cuda.h) is refused, not
-     * written by the GPU. */
+    /* A host buffer is refused, not written by the GPU: every buffer of the forward pass,
+     * the SQNR probe's reference output included (model_internal.h), is the backend's. */
     if (!device_visible(y->data) || !device_visible(x->data) ||
         (act && act->fmt && !device_visible(xq)))
         return qs_error_set(err, QS_EINVAL,
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
-                            "the backend's (the SQNR probe is not available on CUDA yet)",
+                            "the backend's",
                             T, in, out);
     if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)
         return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
