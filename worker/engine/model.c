@@ -409,6 +409,12 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
                             m, logits, err);
 }
 
+qw_backend *qw_model_logits_backend(qw_model *m) {
+    if (!m->tp) return &m->rank.be;
+    m->host = (qw_backend){.ops = qw_ops_cpu(), .threads = m->threads};
+    return &m->host;
+}
+
 qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {
     if (n < 1 || n > QW_TP_MAX)
         return qs_error_set(err, QS_EINVAL, "tensor_parallel %d outside 1..%d", n, QW_TP_MAX);

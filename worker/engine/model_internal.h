@@ -51,6 +51,7 @@ struct qw_model {
     qw_rank_backend_fn tp_init;
     void (*tp_release)(qw_backend *b);
     void *tp_ctx;
+    qw_backend host;   /* a CPU table for the gathered logits of its ranks (logits_backend) */
     qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
     struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };

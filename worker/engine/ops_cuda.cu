@@ -425,6 +425,16 @@ static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *s
     finish(c, "download");
 }
 
+/* The table's score_rows: first the noted error of a void op of the forward pass before it
+ * (ops.h), then the device reduction (ops_cuda_reduce.cu). */
+static qs_status cu_score_rows(qw_backend *b, const qw_tensor *logits, const uint32_t *targets,
+                               const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                               int32_t *ref_argmax, qs_error *err) {
+    qs_status st = qw_backend_cuda_check(b, err);
+    if (st != QS_OK) return st;
+    return qw_cuda_score_rows(b, logits, targets, ref_lp, nll, kl, argmax, ref_argmax, err);
+}
+
 static const qw_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -441,6 +451,7 @@ static const qw_ops cuda_ops = {
     .sqnr_sums = cu_sqnr_sums,
     .amax = cu_amax,
     .download = cu_download,
+    .score_rows = cu_score_rows,
     /* training (ops_cuda_train.h) */
     .upload = qw_cuda_train_copy,
     .fetch = qw_cuda_train_copy,
