@@ -125,8 +125,9 @@ static void test_gpu_workers_run_on_cuda_and_record_the_gemm_path(void **state) 
                            NULL};
     rc = qsweep(probe);
     if (rc != 0) fail_msg("qsweep run with sqnr exited %d:\n%s", rc, out);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM v_gemm_path g JOIN jobs j ON j.id = g.job_id"
-                                   " WHERE j.kind = 'eval' AND g.gemm_path = 'cpu'"),
+    assert_int_equal(query_long(c,
+                                "SELECT count(*) FROM v_gemm_path g JOIN jobs j ON j.id = g.job_id"
+                                " WHERE j.kind = 'eval' AND g.gemm_path = 'cpu'"),
                      0);
     assert_true(query_long(c, "SELECT count(*) FROM results WHERE name LIKE 'sqnr_db.%'") > 0);
     assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name = 'probe_on_cpu'"), 0);

@@ -158,8 +158,8 @@ static void cuda_scoring_and_probe_match_cpu(void **state) {
     printf("%s: nvfp4 compare on cuda against cpu: ppl relative %.2e (1e-4), KL mean %.4g vs "
            "%.4g relative %.2e (1e-2), top-1 %.4f vs %.4f (0.005), %zu SQNRs, worst %.3f dB "
            "apart (0.05)\n",
-           rp <= 1e-4 && rk <= 1e-2 && dt <= 0.005 && worst <= 0.05 ? "OK" : "NOT OK", rp, rg.kl_mean,
-           rc.kl_mean, rk, rg.top1, rc.top1, rc.n_sqnr, worst);
+           rp <= 1e-4 && rk <= 1e-2 && dt <= 0.005 && worst <= 0.05 ? "OK" : "NOT OK", rp,
+           rg.kl_mean, rc.kl_mean, rk, rg.top1, rc.top1, rc.n_sqnr, worst);
     assert_true(rp <= 1e-4);
     assert_true(rk <= 1e-2);
     assert_true(dt <= 0.005);

@@ -366,8 +366,9 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     if (be && path) {
         s.dblk = host_blk ? s.blk : be->ops->alloc(be, blk_bytes);
         if (!s.dblk)
-            st = qs_error_set(err, QS_ENOMEM, "eval: baseline log-probs [%d x %d] on the %s backend",
-                              n_pos, vocab, be->ops->name);
+            st =
+                qs_error_set(err, QS_ENOMEM, "eval: baseline log-probs [%d x %d] on the %s backend",
+                             n_pos, vocab, be->ops->name);
     }
 
     double nll = 0.0, nll2 = 0.0;

@@ -353,27 +353,36 @@ static float *prefix_boundary(const qw_prefix_cache *pc, prefix_entry *e, int b)
     return e->resid + (size_t)(b - 1) * pc->max_ctx * pc->dim;
 }
 
-int qw_prefix_cache_begin(qw_prefix_cache *pc, const uint32_t *tokens, int T, int fq, float *x) {
-    if (!pc) return 0;
+qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
+                                int fq, float *x, int *start, qs_error *err) {
+    *start = 0;
+    if (!pc) return QS_OK;
     int found = 0;
     pc->cur = fq > 0 && pc->n ? prefix_lookup(pc, tokens, T, &found) : NULL;
     pc->cur_T = T;
     prefix_entry *pe = pc->cur;
-    if (!found || pe->valid <= 0) return 0;
-    int start = fq < pe->valid ? fq : pe->valid;
-    memcpy(x, prefix_boundary(pc, pe, start), (size_t)T * pc->dim * sizeof(float));
+    if (!found || pe->valid <= 0) return QS_OK;
+    int s0 = fq < pe->valid ? fq : pe->valid;
+    qs_status st =
+        b->ops->upload(b, x, prefix_boundary(pc, pe, s0), (size_t)T * pc->dim * sizeof(float), err);
+    if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", s0);
     pc->hits++;
-    pc->skipped += (size_t)start;
-    return start;
+    pc->skipped += (size_t)s0;
+    *start = s0;
+    return QS_OK;
 }
 
-void qw_prefix_cache_reached(qw_prefix_cache *pc, int boundary, int fq, const float *x) {
-    if (!pc || !pc->cur) return;
+qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
+                                  const float *x, qs_error *err) {
+    if (!pc || !pc->cur) return QS_OK;
     prefix_entry *pe = pc->cur;
     if (boundary > pe->valid && boundary <= fq) {
-        memcpy(prefix_boundary(pc, pe, boundary), x, (size_t)pc->cur_T * pc->dim * sizeof(float));
+        qs_status st = b->ops->fetch(b, prefix_boundary(pc, pe, boundary), x,
+                                     (size_t)pc->cur_T * pc->dim * sizeof(float), err);
+        if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", boundary);
         pe->valid = boundary;
     }
+    return QS_OK;
 }
 
 /* ---------------------------------------------------------------- forward */

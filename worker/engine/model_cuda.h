@@ -1,6 +1,6 @@
 /* Moving a model (model.h) between the CPU and the CUDA backend (ops_cuda.h), so that an
  * evaluation (eval.h) runs on a GPU with the forward pass as it is: the model's run state is
- * carved again from the new backend's memory (CUDA managed memory) and the weights are
+ * carved again from the new backend's memory (plain device memory on CUDA) and the weights are
  * uploaded on first use, then kept while the model stays on CUDA (the worker's model cache
  * keeps them across jobs).
  *
@@ -21,17 +21,17 @@
  *   2. Tensor-parallel ranks take their backends from the model's callback
  *      (model.h qw_model_set_tp_backends; the worker's opens CUDA rank r on its r-th GPU); a
  *      multi-node group would need an NCCL communicator made with ncclCommInitRank
- *      (worker/comm/comm_nccl.h makes one node's); shard.c reads rank->amax[0] on the host
- *      after the MAX all-reduce (fine with managed memory).
+ *      (worker/comm/comm_nccl.h makes one node's).
  *   3. A `release` entry in the ops table that qw_backend_release calls (the CUDA table's
  *      aggregate initializer needs the member at the same time), so model destroy is right on
  *      either backend without qw_model_use_cpu first.
  *   4. apply_policy.c could call qw_backend_cuda_forget_weights (or a `weights_changed` table
  *      entry, a no-op on the CPU) when it re-quantizes packed slots; today the device cache
  *      notices the change by fingerprint, which costs a hash per use.
- *   5. Plain device memory instead of managed memory would need to_device / to_host entries,
- *      called by runstate_init's RoPE tables, the prefix cache's memcpy and the evaluation's
- *      reading of logits. */
+ * The host reaches a CUDA model's buffers only through the table (ops.h upload, fetch,
+ * download, score_rows): the RoPE tables (runstate.c), the prefix cache's residuals (model.c),
+ * the evaluation's logits and baseline rows (eval.c), a tensor-parallel group's amax
+ * (shard.c). */
 #ifndef QW_MODEL_CUDA_H
 #define QW_MODEL_CUDA_H
 

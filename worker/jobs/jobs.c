@@ -309,8 +309,7 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
             qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, err);
         if (pst) return pst;
     }
-    qw_jobs_backend_use use =
-        qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), tp > 1);
+    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), tp > 1);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     /* A cached model whose files changed is loaded again, digest and all: the new weights
        then fail the digest check instead of running under the old file's digest. */

@@ -76,7 +76,8 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err);
 
 /* Where a model goes under choice c (see the rules above); cpu_only: the job needs the model
- * on the CPU backend (a tensor-parallel job, whose ranks run the forward). Pure: the same inputs give the same answer. */
+ * on the CPU backend (a tensor-parallel job, whose ranks run the forward). Pure: the same inputs
+ * give the same answer. */
 qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only);
 
 /* Where the n ranks of a tensor-parallel job go: use_cuda false, CPU ranks; use_cuda true,
