@@ -513,6 +513,19 @@ static void test_logsoftmax_sqnr_scores(void **state) {
         assert_int_equal(am[r], a);
         assert_int_equal(ram[r], pa);
     }
+    /* The table's entry, which the evaluation calls, against the CPU table's (the host
+     * scoring's bits): the same argmaxes, NLL and KL within 1e-9. */
+    double cn[5], ck[5];
+    int32_t ca[5], cra[5];
+    qw_backend cpu = {.ops = qw_ops_cpu(), .threads = 1};
+    assert_int_equal(gpu.ops->score_rows(&gpu, &tl, tgt, ref_lp, nll, kl, am, ram, &err), QS_OK);
+    assert_int_equal(cpu.ops->score_rows(&cpu, &tl, tgt, ref_lp, cn, ck, ca, cra, &err), QS_OK);
+    for (int r = 0; r < R; r++) {
+        assert_true(fabs(nll[r] - cn[r]) <= 1e-9 * fmax(1.0, fabs(cn[r])));
+        assert_true(fabs(kl[r] - ck[r]) <= 1e-9 * fmax(1.0, ck[r]));
+        assert_int_equal(am[r], ca[r]);
+        assert_int_equal(ram[r], cra[r]);
+    }
     tgt[3] = (uint32_t)V;
     assert_int_equal(qw_cuda_score_rows(&gpu, &tl, tgt, NULL, nll, NULL, NULL, NULL, &err),
                      QS_EINVAL);
