@@ -39,12 +39,14 @@
 #include "model.h"
 #include "ops_cuda.h"
 
-/* Moves m onto CUDA device `device` with GEMM path `gemm`. On error m stays on its backend.
- * Errors: those of qw_backend_cuda_init and qw_runstate_init. */
+/* Moves m onto CUDA device `device` with GEMM path `gemm`. On error m stays on its backend,
+ * except when only the SQNR probe's buffer cannot be made on the device (QS_ENOMEM): m is then
+ * on CUDA with the probe off. Errors: those of qw_backend_cuda_init and qw_runstate_init. */
 qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error *err);
 
-/* Moves m back onto the CPU backend with its thread count (a no-op on the CPU). Errors: those
- * of qw_model_set_threads. */
+/* Moves m back onto the CPU backend with its thread count (a no-op on the CPU), the SQNR
+ * probe's buffer made again on the CPU when the probe is on. Errors: those of
+ * qw_model_set_threads, QS_ENOMEM for the probe's buffer (m on the CPU, the probe off). */
 qs_status qw_model_use_cpu(qw_model *m, qs_error *err);
 
 /* The device weight cache of m's CUDA backend (zeros on the CPU). */
