@@ -100,7 +100,7 @@ static void test_the_environment_is_read_when_no_option_is_given(void **state) {
     unsetenv("QSWEEP_CUDA_GEMM");
 }
 
-static void test_the_sqnr_probe_runs_on_the_cpu(void **state) {
+static void test_a_job_that_needs_the_cpu_runs_on_the_cpu(void **state) {
     (void)state;
     unsetenv("QSWEEP_BACKEND");
     qs_error err = {0};
@@ -301,7 +301,7 @@ int main(void) {
         cmocka_unit_test(test_auto_uses_the_first_offered_gpu_only_with_cuda_and_a_gpu),
         cmocka_unit_test(test_cpu_is_the_cpu_and_cuda_needs_a_build_and_a_gpu),
         cmocka_unit_test(test_the_environment_is_read_when_no_option_is_given),
-        cmocka_unit_test(test_the_sqnr_probe_runs_on_the_cpu),
+        cmocka_unit_test(test_a_job_that_needs_the_cpu_runs_on_the_cpu),
         cmocka_unit_test(test_tensor_parallel_ranks_take_the_offered_gpus_in_order),
         cmocka_unit_test(
             test_tensor_parallel_ranks_are_cpu_ranks_where_a_model_would_be_on_the_cpu),

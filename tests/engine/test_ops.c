@@ -262,6 +262,7 @@ static void cpu_table_is_complete(void **state) {
     assert_non_null(o->lm_head);
     assert_non_null(o->logsoftmax);
     assert_non_null(o->sqnr_sums);
+    assert_non_null(o->score_rows);
     qw_backend b;
     qs_error err = {0};
     assert_int_equal(qw_backend_cpu_init(&b, 0, 8, &err), QS_EINVAL);
@@ -280,6 +281,84 @@ static void cpu_table_is_complete(void **state) {
     qw_backend_release(&b);
 }
 
+/* The evaluation's host scoring as eval.c computed it before the table had score_rows (the
+ * reference the entry must reproduce bit for bit): NLL from qw_logsoftmax_row's lse, the
+ * model's FP32 log-probs into a row buffer, KL in double in vocabulary order, top-1 as the
+ * first index of each maximum. */
+static void host_scores(const float *logits, int R, int V, const uint32_t *tgt, const float *ref,
+                        double *nll, double *kl, unsigned char *hit) {
+    float *lq = malloc((size_t)V * sizeof *lq);
+    for (int r = 0; r < R; r++) {
+        const float *l = logits + (size_t)r * V, *lp = ref + (size_t)r * V;
+        nll[r] = qw_logsoftmax_row(l, V, NULL) - (double)l[tgt[r]];
+        qw_logsoftmax_row(l, V, lq);
+        double d = 0.0;
+        int ap = 0, aq = 0;
+        for (int i = 0; i < V; i++) {
+            d += exp((double)lp[i]) * ((double)lp[i] - (double)lq[i]);
+            if (lp[i] > lp[ap]) ap = i;
+            if (l[i] > l[aq]) aq = i;
+        }
+        kl[r] = d;
+        hit[r] = ap == aq;
+    }
+    free(lq);
+}
+
+/* score_rows of the CPU table gives the old host scoring's NLL, KL and top-1 bits for 1, 2 and
+ * 3 threads, on rows where the baseline agrees (log-probs of nearby logits) and disagrees
+ * (unrelated logits) on the top-1; without a baseline, KL is 0 and ref_argmax -1. */
+static void cpu_score_rows_give_the_host_scoring_bits(void **state) {
+    (void)state;
+    const int R = 23, V = 1000;
+    float *l = rand_floats((size_t)R * V, 21u), *other = rand_floats((size_t)R * V, 22u);
+    float *ref = malloc((size_t)R * V * sizeof *ref);
+    uint32_t tgt[23];
+    for (int r = 0; r < R; r++) {
+        float *o = other + (size_t)r * V;
+        if (r % 2 == 0) /* a baseline close to the model: mostly the same top-1 */
+            for (int i = 0; i < V; i++)
+                o[i] = l[(size_t)r * V + i] + 0.01f * o[i];
+        qw_logsoftmax_row(o, V, ref + (size_t)r * V);
+        tgt[r] = (uint32_t)(r * 37 % V);
+    }
+    double nll0[23], kl0[23];
+    unsigned char hit0[23];
+    host_scores(l, R, V, tgt, ref, nll0, kl0, hit0);
+    int hits = 0;
+    for (int r = 0; r < R; r++)
+        hits += hit0[r];
+    assert_true(hits > 0 && hits < R); /* both cases occur */
+    const qw_ops *o = qw_ops_cpu();
+    for (int nt = 1; nt <= 3; nt++) {
+        qw_backend b;
+        qs_error err = {0};
+        assert_int_equal(qw_backend_cpu_init(&b, nt, 8, &err), QS_OK);
+        qw_tensor tl = {l, R, V};
+        double nll[23], kl[23];
+        int32_t am[23], ram[23];
+        assert_int_equal(o->score_rows(&b, &tl, tgt, ref, nll, kl, am, ram, &err), QS_OK);
+        assert_memory_equal(nll, nll0, sizeof nll);
+        assert_memory_equal(kl, kl0, sizeof kl);
+        for (int r = 0; r < R; r++)
+            assert_int_equal(am[r] == ram[r], hit0[r]);
+        assert_int_equal(o->score_rows(&b, &tl, NULL, NULL, NULL, kl, am, ram, &err), QS_OK);
+        for (int r = 0; r < R; r++) {
+            assert_true(kl[r] == 0.0);
+            assert_int_equal(ram[r], -1);
+        }
+        uint32_t bad[23];
+        memcpy(bad, tgt, sizeof bad);
+        bad[5] = (uint32_t)V;
+        assert_int_equal(o->score_rows(&b, &tl, bad, NULL, nll, NULL, NULL, NULL, &err), QS_EINVAL);
+        assert_non_null(strstr(err.msg, "row 5"));
+        qw_backend_release(&b);
+    }
+    free(l);
+    free(other);
+    free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stored_weights_give_the_bits_of_the_fp32_copy),
@@ -288,6 +367,7 @@ int main(void) {
         cmocka_unit_test(run_state_is_one_allocation),
         cmocka_unit_test(small_ops_compute_their_formulas),
         cmocka_unit_test(cpu_table_is_complete),
+        cmocka_unit_test(cpu_score_rows_give_the_host_scoring_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,4 +13,10 @@ int qwt_cuda_skip(const char *name);
  * setup failure) after printing the error when the backend cannot be made. */
 int qwt_cuda_up(qw_backend *b, qw_cuda_gemm gemm);
 
+/* A buffer of `bytes` in CUDA managed memory (cudaMallocManaged, cudaMemAttachGlobal): what a
+ * test fills and checks on the host and hands to the backend's ops, whose own alloc gives plain
+ * device memory. NULL on failure; qwt_managed_free(NULL) is a no-op. */
+void *qwt_managed(size_t bytes);
+void qwt_managed_free(void *p);
+
 #endif

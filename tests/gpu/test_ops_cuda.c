@@ -46,9 +46,11 @@ static void fill(float *x, size_t n, float scale) {
         x[i] = urand() * scale;
 }
 
-/* Backend (managed) buffer of n floats, host-writable. */
+/* A test buffer of n floats the host writes and reads and b's kernels take (managed memory:
+ * the backend's own alloc gives device memory). */
 static float *dev(qw_backend *b, size_t n) {
-    float *p = b->ops->alloc(b, n * sizeof(float));
+    (void)b;
+    float *p = qwt_managed(n * sizeof(float));
     assert_non_null(p);
     return p;
 }
@@ -113,7 +115,7 @@ static void test_embedding_f32_and_packed_exact(void **state) {
     check_ok(&gpu);
     assert_true(rel_err("embedding nvfp4", out, ref, (size_t)T * D, 0.0) == 0.0);
     qk_packed_release(&p);
-    gpu.ops->free(&gpu, out);
+    qwt_managed_free(out);
     free(ref);
     free(table);
 }
@@ -134,8 +136,8 @@ static void test_rmsnorm(void **state) {
     gpu.ops->rmsnorm(&gpu, &tx, &tx, w, 1e-5f);
     check_ok(&gpu);
     assert_true(rel_err("rmsnorm in place", x, ref, (size_t)T * D, 1e-6) <= 1e-6);
-    gpu.ops->free(&gpu, x);
-    gpu.ops->free(&gpu, out);
+    qwt_managed_free(x);
+    qwt_managed_free(out);
     free(w);
     free(ref);
 }
@@ -157,9 +159,9 @@ static void test_rope_exact(void **state) {
     gpu.ops->rope(&gpu, &tx, cosb, sinb, H, E);
     check_ok(&gpu);
     assert_true(rel_err("rope", x, ref, (size_t)T * H * E, 0.0) == 0.0);
-    gpu.ops->free(&gpu, x);
-    gpu.ops->free(&gpu, cosb);
-    gpu.ops->free(&gpu, sinb);
+    qwt_managed_free(x);
+    qwt_managed_free(cosb);
+    qwt_managed_free(sinb);
     free(ref);
 }
 
@@ -178,10 +180,10 @@ static void attention_case(int T, int H, int G, int E) {
     char name[64];
     snprintf(name, sizeof name, "attention T%d H%d G%d E%d", T, H, G, E);
     assert_true(rel_err(name, att, ref, nq, 1e-5) <= 1e-5);
-    gpu.ops->free(&gpu, q);
-    gpu.ops->free(&gpu, k);
-    gpu.ops->free(&gpu, v);
-    gpu.ops->free(&gpu, att);
+    qwt_managed_free(q);
+    qwt_managed_free(k);
+    qwt_managed_free(v);
+    qwt_managed_free(att);
     free(ref);
     free(scores);
 }
@@ -211,9 +213,9 @@ static void test_swiglu_residual(void **state) {
     gpu.ops->residual(&gpu, &tg, &tu);
     check_ok(&gpu);
     assert_true(rel_err("residual", g, ref, n, 0.0) == 0.0);
-    gpu.ops->free(&gpu, g);
-    gpu.ops->free(&gpu, u);
-    gpu.ops->free(&gpu, out);
+    qwt_managed_free(g);
+    qwt_managed_free(u);
+    qwt_managed_free(out);
     free(ref);
 }
 
@@ -234,9 +236,9 @@ static double linear_case(qw_backend *b, const char *what, const qw_weight *w,
     double r = rel_err(what, y, ref, (size_t)T * out, tol);
     if (act && act->fmt)
         assert_true(rel_err("  its fake-quant input", xq, xqc, (size_t)T * in, 0.0) == 0.0);
-    b->ops->free(b, x);
-    b->ops->free(b, xq);
-    b->ops->free(b, y);
+    qwt_managed_free(x);
+    qwt_managed_free(xq);
+    qwt_managed_free(y);
     free(ref);
     free(xqc);
     free(ws);
@@ -263,7 +265,7 @@ static void test_linear_forms_and_act_formats(void **state) {
     assert_true(linear_case(&gpu16, "linear bf16 gemm", &wb, NULL, T, 1e-2) <= 1e-2);
     /* Packed NVFP4 weights with NVFP4 activations, then INT8 per-channel activations: both
      * fake-quantized on the device (qk_cuda_fake_quant, bit-exact), or by the CPU quantizer on
-     * managed memory where the device has none. */
+     * a host copy where the device has none. */
     qs_error err = {0};
     qk_packed p;
     const qk_format *f = qk_format_by_name("nvfp4");
@@ -288,8 +290,8 @@ static void test_linear_forms_and_act_formats(void **state) {
     qw_tensor tx = {x, Tl, 64}, ty = {y, Tl, V};
     assert_int_equal(gpu.ops->lm_head(&gpu, &ty, &tx, &wv, NULL, NULL, &err), QS_OK);
     assert_true(rel_err("lm_head", y, ref, (size_t)Tl * V, 1e-5) <= 1e-5);
-    gpu.ops->free(&gpu, x);
-    gpu.ops->free(&gpu, y);
+    qwt_managed_free(x);
+    qwt_managed_free(y);
     free(ref);
     free(Wv);
     qk_packed_release(&p);
@@ -400,9 +402,9 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     const char *path = qw_backend_gemm_path(&lt);
     printf("  lt W4A4 path: %s\n", path);
     assert_true(strcmp(path, "native_fp4") == 0 || strcmp(path, "emulated_bf16") == 0);
-    lt.ops->free(&lt, x);
-    lt.ops->free(&lt, y);
-    lt.ops->free(&lt, xq);
+    qwt_managed_free(x);
+    qwt_managed_free(y);
+    qwt_managed_free(xq);
     free(ref);
     free(xqc);
     free(ws);
@@ -449,10 +451,10 @@ static void test_tensor_parallel_entries(void **state) {
     qw_act_quant a4 = {qk_format_by_name("nvfp4"), {0}, gam};
     assert_true(linear_case(&gpu, "linear nvfp4 act, given amax", &wf, &a4, T, 1e-5) <= 1e-5);
     free(W);
-    gpu.ops->free(&gpu, gam);
-    gpu.ops->free(&gpu, a);
-    gpu.ops->free(&gpu, x);
-    gpu.ops->free(&gpu, out);
+    qwt_managed_free(gam);
+    qwt_managed_free(a);
+    qwt_managed_free(x);
+    qwt_managed_free(out);
 }
 
 static void test_logsoftmax_sqnr_scores(void **state) {
@@ -511,14 +513,27 @@ static void test_logsoftmax_sqnr_scores(void **state) {
         assert_int_equal(am[r], a);
         assert_int_equal(ram[r], pa);
     }
+    /* The table's entry, which the evaluation calls, against the CPU table's (the host
+     * scoring's bits): the same argmaxes, NLL and KL within 1e-9. */
+    double cn[5], ck[5];
+    int32_t ca[5], cra[5];
+    qw_backend cpu = {.ops = qw_ops_cpu(), .threads = 1};
+    assert_int_equal(gpu.ops->score_rows(&gpu, &tl, tgt, ref_lp, nll, kl, am, ram, &err), QS_OK);
+    assert_int_equal(cpu.ops->score_rows(&cpu, &tl, tgt, ref_lp, cn, ck, ca, cra, &err), QS_OK);
+    for (int r = 0; r < R; r++) {
+        assert_true(fabs(nll[r] - cn[r]) <= 1e-9 * fmax(1.0, fabs(cn[r])));
+        assert_true(fabs(kl[r] - ck[r]) <= 1e-9 * fmax(1.0, ck[r]));
+        assert_int_equal(am[r], ca[r]);
+        assert_int_equal(ram[r], cra[r]);
+    }
     tgt[3] = (uint32_t)V;
     assert_int_equal(qw_cuda_score_rows(&gpu, &tl, tgt, NULL, nll, NULL, NULL, NULL, &err),
                      QS_EINVAL);
     assert_non_null(strstr(err.msg, "row 3"));
-    gpu.ops->free(&gpu, l);
-    gpu.ops->free(&gpu, lp);
-    gpu.ops->free(&gpu, ref_lp);
-    gpu.ops->free(&gpu, dref);
+    qwt_managed_free(l);
+    qwt_managed_free(lp);
+    qwt_managed_free(ref_lp);
+    qwt_managed_free(dref);
     free(ref);
 }
 

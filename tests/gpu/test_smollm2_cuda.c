@@ -8,6 +8,11 @@
  * - the worker's default, the GEMM path table (QW_CUDA_GEMM_LT, qk_gemm_path.h): the path it
  *   records is "fp32" for weights BF16 would change (then 1e-4 as above) and "bf16" for weights
  *   exact in BF16 (then 1e-2), never FP32 for those.
+ * - the evaluation's scoring on the device (ops.h score_rows, qw_cuda_score_rows) against the
+ *   CPU's through the eval path: the model quantized to NVFP4 weights (one W4A4 linear) and
+ *   compared with the SQNR probe on, once on the CPU and once on CUDA (FP32 GEMM path): the
+ *   perplexity within 1e-4 relative, KL mean within 1e-2 relative, top-1 agreement within
+ *   0.005, and every linear's SQNR (the probe on the device) within 0.05 dB.
  * QSWEEP_SMOLLM2 may name the GGUF or a Hugging Face directory (tools/device-check.sh writes a
  * synthetic one of SmolLM2-135M's shape when the GGUF is absent).
  * Exits 77 (skipped) with a message when no CUDA device is visible or the GGUF is absent
@@ -29,6 +34,8 @@
 #include "golden.h"
 #include "model.h"
 #include "model_cuda.h"
+#include "policy.h"
+#include "quant.h"
 #include "tokens.h"
 
 static char gguf[1024];
@@ -109,6 +116,65 @@ static void smollm2_cuda_matches_cpu(void **state) {
     remove_temp_dir(dir);
 }
 
+static void cuda_scoring_and_probe_match_cpu(void **state) {
+    (void)state;
+    char dir[512], base[600], tok[1024];
+    snprintf(tok, sizeof tok, "%s/gpl3.smollm2.tokens", engine_data_dir());
+    assert_int_equal(make_temp_dir(dir, sizeof dir), 0);
+    snprintf(base, sizeof base, "%s/cpu.baseline", dir);
+    qs_error err = {0};
+    qw_checkpoint *ck;
+    qw_model *m;
+    qw_tokens t;
+    eval_or_fail(qw_checkpoint_open(gguf, &ck, &err), &err);
+    eval_or_fail(qw_model_create(ck, 512, 0, &m, &err), &err);
+    eval_or_fail(qw_tokens_load(tok, &t, &err), &err);
+    qw_eval_options o = {.ctx = 512, .max_chunks = 2, .bos_id = -1};
+    qw_eval_metrics rb, rc, rg;
+    eval_or_fail(qw_eval_baseline(m, &t, &o, base, &rb, &err), &err);
+    const qw_config *cfg = qw_model_config(m);
+    qw_policy pol;
+    qw_quant_spec q = {.weight = qk_format_by_name("nvfp4")};
+    assert_non_null(q.weight);
+    eval_or_fail(qw_policy_init(&pol, cfg->n_layers, &err), &err);
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            *qw_policy_linear(&pol, l, (qw_linear_kind)k) = q;
+    qw_policy_linear(&pol, 0, QW_LINEAR_DOWN)->act = q.weight;
+    eval_or_fail(qw_model_apply_policy(m, &pol, &err), &err);
+    o.sqnr = 1;
+    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rc, &err), &err);
+    eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_FP32, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rg, &err), &err);
+    double rp = fabs(rg.ppl - rc.ppl) / rc.ppl, rk = fabs(rg.kl_mean - rc.kl_mean) / rc.kl_mean;
+    double dt = fabs(rg.top1 - rc.top1), worst = 0.0;
+    assert_int_equal(rg.n_sqnr, rc.n_sqnr);
+    assert_true(rc.n_sqnr > 0);
+    for (size_t i = 0; i < rc.n_sqnr; i++) {
+        assert_string_equal(rg.sqnr[i].name, rc.sqnr[i].name);
+        double d = fabs(rg.sqnr[i].sqnr_db - rc.sqnr[i].sqnr_db);
+        worst = d > worst ? d : worst;
+    }
+    printf("%s: nvfp4 compare on cuda against cpu: ppl relative %.2e (1e-4), KL mean %.4g vs "
+           "%.4g relative %.2e (1e-2), top-1 %.4f vs %.4f (0.005), %zu SQNRs, worst %.3f dB "
+           "apart (0.05)\n",
+           rp <= 1e-4 && rk <= 1e-2 && dt <= 0.005 && worst <= 0.05 ? "OK" : "NOT OK", rp,
+           rg.kl_mean, rc.kl_mean, rk, rg.top1, rc.top1, rc.n_sqnr, worst);
+    assert_true(rp <= 1e-4);
+    assert_true(rk <= 1e-2);
+    assert_true(dt <= 0.005);
+    assert_true(worst <= 0.05);
+    eval_or_fail(qw_model_use_cpu(m, &err), &err);
+    qw_policy_free(&pol);
+    qw_eval_metrics_free(&rb);
+    qw_eval_metrics_free(&rc);
+    qw_eval_metrics_free(&rg);
+    qw_tokens_free(&t);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+    remove_temp_dir(dir);
+}
+
 int main(void) {
     if (qw_cuda_available() == 0) {
         printf("gpu_smollm2: no CUDA device visible: skipped\n");
@@ -127,6 +193,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(smollm2_cuda_matches_cpu),
+        cmocka_unit_test(cuda_scoring_and_probe_match_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

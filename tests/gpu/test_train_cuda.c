@@ -40,9 +40,10 @@ static float urand(void) {
     return (float)((double)((rs * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-/* Managed buffer of n floats filled with uniform [-s, s) (s = 0: zeros). */
+/* Managed buffer of n floats filled with uniform [-s, s) (s = 0: zeros): the test's, host
+ * visible (the backend's own alloc gives device memory). */
 static float *buf(size_t n, float s) {
-    float *p = gpu.ops->alloc(&gpu, n * sizeof(float));
+    float *p = qwt_managed(n * sizeof(float));
     assert_non_null(p);
     for (size_t i = 0; i < n; i++)
         p[i] = s ? urand() * s : 0.0f;
@@ -79,7 +80,7 @@ static int close_to(const char *what, const float *a, const float *ref, size_t n
 static void test_embedding_exact(void **state) {
     (void)state;
     int N = 300, D = 64, V = 50;
-    uint32_t *tok = gpu.ops->alloc(&gpu, (size_t)N * sizeof(uint32_t));
+    uint32_t *tok = qwt_managed((size_t)N * sizeof(uint32_t));
     for (int i = 0; i < N; i++)
         tok[i] = (uint32_t)(i * 7 % V); /* repeated tokens: rows add in token order */
     float *emb = buf((size_t)V * D, 1.0f), *out = buf((size_t)N * D, 0.0f);
@@ -148,13 +149,13 @@ static void test_rht_exact(void **state) {
         assert_true(close_to(d == 16 ? "rht16 on the device" : "rht32 on the device", x, ref,
                              rows * k, 0.0));
         free(ref);
-        gpu.ops->free(&gpu, x);
+        qwt_managed_free(x);
     }
     float *x = buf(rows * k, 1.0f);
     qs_error e = {0};
     assert_int_equal(qw_cuda_train_rht(&gpu, x, rows, k, 64, 1, &e), QS_EINVAL);
     assert_non_null(strstr(e.msg, "d=64"));
-    gpu.ops->free(&gpu, x);
+    qwt_managed_free(x);
 }
 
 static void test_attention(void **state) {
@@ -208,7 +209,7 @@ static void test_swiglu(void **state) {
 static void test_crossentropy(void **state) {
     (void)state;
     int N = 7, V = 3001;
-    uint32_t *tg = gpu.ops->alloc(&gpu, (size_t)N * sizeof(uint32_t));
+    uint32_t *tg = qwt_managed((size_t)N * sizeof(uint32_t));
     for (int i = 0; i < N; i++)
         tg[i] = (uint32_t)(i * 431 % V);
     tg[N - 1] = (uint32_t)V - 1;

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,24 +30,6 @@ qs_status qw_eval_plan(size_t n_tokens, int ctx, size_t max_chunks, size_t *n_ch
     *n_chunks = n;
     *n_scored = n * (size_t)(ctx - 1 - ctx / 2);
     return QS_OK;
-}
-
-/* NLL of each scored position of one chunk into v[ctx - 1 - ctx/2] (parallel over positions),
- * then summed in position order, so the sums do not depend on the thread count. scored_logits
- * holds the rows of positions ctx/2 .. ctx-1 only (qw_model_forward_rows). */
-static void score_chunk(const float *scored_logits, const uint32_t *tokens, int ctx, int vocab,
-                        int nt, double *v, double *nll_sum, double *nll2_sum, size_t *n) {
-    int first = ctx / 2, n_pos = ctx - 1 - first;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int j = 0; j < n_pos; j++) {
-        const float *l = scored_logits + (size_t)j * vocab;
-        v[j] = qw_logsoftmax_row(l, vocab, NULL) - (double)l[tokens[first + j + 1]];
-    }
-    for (int j = 0; j < n_pos; j++) {
-        *nll_sum += v[j];
-        *nll2_sum += v[j] * v[j];
-    }
-    *n += (size_t)n_pos;
 }
 
 void qw_eval_score_chunk(const float *logits, const uint32_t *tokens, int ctx, int vocab,
@@ -221,17 +202,22 @@ typedef struct run_state {
     char tmp_path[4096];
     uint32_t *chunk; /* [ctx] tokens of the current chunk after BOS replacement */
     float *blk;      /* [n_pos x vocab] baseline log-probs of one chunk's scored positions */
-    float *lq;       /* [threads x vocab] scratch for the evaluated model's log-probs */
+    /* blk in the memory of the backend that holds the logits (model.h
+     * qw_model_logits_backend): blk itself on the CPU, else allocated from the backend, the
+     * baseline's log-probs fetched from it or uploaded to it (baseline_io) */
+    float *dblk;
     double *kl;      /* [n_scored] */
     unsigned char *top1_hit; /* [n_scored] */
     double *nll_pos; /* [ctx - 1 - ctx/2] NLL of each scored position of the current chunk */
+    int32_t *top1, *ref_top1; /* [n_pos] argmax of the model's and of the baseline's rows */
 } run_state;
 
 static void run_state_free(run_state *s) {
     if (s->f) fclose(s->f);
     free(s->chunk);
     free(s->blk);
-    free(s->lq);
+    free(s->top1);
+    free(s->ref_top1);
     free(s->kl);
     free(s->top1_hit);
     free(s->nll_pos);
@@ -330,15 +316,16 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     copy_digest(h.dataset_digest, opt->dataset_digest);
 
     run_state s = {0};
-    int nthreads = qw_model_threads(m); /* the team size of the loops below */
+    size_t blk_bytes = (size_t)n_pos * vocab * sizeof(float);
     s.chunk = malloc((size_t)ctx * sizeof *s.chunk);
     s.nll_pos = malloc((size_t)n_pos * sizeof *s.nll_pos);
-    s.blk = path ? malloc((size_t)n_pos * vocab * sizeof *s.blk) : NULL;
-    s.lq = mode == RUN_COMPARE ? malloc((size_t)nthreads * vocab * sizeof *s.lq) : NULL;
+    s.blk = path ? malloc(blk_bytes) : NULL;
+    s.top1 = mode == RUN_COMPARE ? malloc((size_t)n_pos * sizeof *s.top1) : NULL;
+    s.ref_top1 = mode == RUN_COMPARE ? malloc((size_t)n_pos * sizeof *s.ref_top1) : NULL;
     s.kl = mode == RUN_COMPARE ? malloc(n_scored * sizeof *s.kl) : NULL;
     s.top1_hit = mode == RUN_COMPARE ? malloc(n_scored) : NULL;
     if (!s.chunk || !s.nll_pos || (path && !s.blk) ||
-        (mode == RUN_COMPARE && (!s.lq || !s.kl || !s.top1_hit))) {
+        (mode == RUN_COMPARE && (!s.top1 || !s.ref_top1 || !s.kl || !s.top1_hit))) {
         run_state_free(&s);
         return qs_error_set(err, QS_ENOMEM, "eval: buffers for ctx %d, vocab %d", ctx, vocab);
     }
@@ -372,6 +359,17 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     int tp = opt->tensor_parallel > 0 ? opt->tensor_parallel : tp_before;
     if (st == QS_OK && tp != tp_before) st = qw_model_set_tensor_parallel(m, tp, err);
     if (st == QS_OK && mode == RUN_COMPARE && opt->sqnr) st = qw_model_set_sqnr_probe(m, 1, err);
+    /* The chunks are scored where their logits are (ops.h score_rows): on the device for a
+     * model on CUDA, on the host for the CPU and for a sharded model's gathered logits. */
+    qw_backend *be = st == QS_OK ? qw_model_logits_backend(m) : NULL;
+    int host_blk = be && be->ops == qw_ops_cpu(); /* the backend's memory is the host's */
+    if (be && path) {
+        s.dblk = host_blk ? s.blk : be->ops->alloc(be, blk_bytes);
+        if (!s.dblk)
+            st =
+                qs_error_set(err, QS_ENOMEM, "eval: baseline log-probs [%d x %d] on the %s backend",
+                             n_pos, vocab, be->ops->name);
+    }
 
     double nll = 0.0, nll2 = 0.0;
     size_t count = 0;
@@ -390,45 +388,49 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             break;
         }
         t0 = qs_clock_s();
-        score_chunk(logits, s.chunk, ctx, vocab, nthreads, s.nll_pos, &nll, &nll2, &count);
+        qw_tensor tl = {(float *)logits, n_pos, vocab};
         if (mode == RUN_BASELINE && path) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-            for (int j = 0; j < n_pos; j++)
-                qw_logsoftmax_row(logits + (size_t)j * vocab, vocab, s.blk + (size_t)j * vocab);
-            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
+            qw_tensor tlp = {s.dblk, n_pos, vocab};
+            be->ops->logsoftmax(be, &tlp, &tl);
+        }
+        /* NLL of each scored position, summed here in position order: the sums do not depend on
+         * the thread count. */
+        st = be->ops->score_rows(be, &tl, s.chunk + first + 1, NULL, s.nll_pos, NULL, NULL, NULL,
+                                 err);
+        if (st != QS_OK) {
+            qs_error_wrap(err, "eval: chunk %zu: scores", ch);
+            break;
+        }
+        for (int j = 0; j < n_pos; j++) {
+            nll += s.nll_pos[j];
+            nll2 += s.nll_pos[j] * s.nll_pos[j];
+        }
+        count += (size_t)n_pos;
+        qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
+        if (mode == RUN_BASELINE && path) {
             t0 = qs_clock_s();
-            st = write_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), s.tmp_path, err);
+            if (!host_blk) st = be->ops->fetch(be, s.blk, s.dblk, blk_bytes, err);
+            if (st == QS_OK) st = write_all(s.f, s.blk, blk_bytes, s.tmp_path, err);
             qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
         } else if (mode == RUN_COMPARE) {
-            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
                             4ll * (long long)ch * n_pos * vocab;
             t0 = qs_clock_s();
-            st = read_all(s.f, s.blk, (size_t)n_pos * vocab * sizeof(float), path, off, err);
+            st = read_all(s.f, s.blk, blk_bytes, path, off, err);
+            if (st == QS_OK && !host_blk) st = be->ops->upload(be, s.dblk, s.blk, blk_bytes, err);
             qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
             if (st != QS_OK) break;
             t0 = qs_clock_s();
             size_t base = ch * (size_t)n_pos;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-            for (int j = 0; j < n_pos; j++) {
-                /* Both sides as FP32 log-probs, KL summed in double: identical logits give 0. */
-                float *lq = s.lq + (size_t)omp_get_thread_num() * vocab;
-                const float *lp = s.blk + (size_t)j * vocab;
-                const float *l = logits + (size_t)j * vocab;
-                qw_logsoftmax_row(l, vocab, lq);
-                double kl = 0.0;
-                int ap = 0, aq = 0;
-                for (int i = 0; i < vocab; i++) {
-                    kl += exp((double)lp[i]) * ((double)lp[i] - (double)lq[i]);
-                    if (lp[i] > lp[ap]) ap = i;
-                    if (l[i] > l[aq]) aq = i;
-                }
-                s.kl[base + j] = kl;
-                s.top1_hit[base + j] = ap == aq;
+            st = be->ops->score_rows(be, &tl, NULL, s.dblk, NULL, s.kl + base, s.top1, s.ref_top1,
+                                     err);
+            if (st != QS_OK) {
+                qs_error_wrap(err, "eval: chunk %zu: KL", ch);
+                break;
             }
+            for (int j = 0; j < n_pos; j++)
+                s.top1_hit[base + j] = s.top1[j] == s.ref_top1[j];
             qw_profile_add_since(prof, QW_PHASE_COMPARE, t0);
-        } else {
-            qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
         }
         if (st == QS_OK && opt->progress &&
             opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 && ch + 1 < n_chunks)
@@ -437,6 +439,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
                               ch + 1, n_chunks);
     }
 
+    if (s.dblk && !host_blk) be->ops->free(be, s.dblk);
+    s.dblk = NULL;
     if (st == QS_OK) {
         out->n_tokens = toks->n;
         out->n_chunks = n_chunks;

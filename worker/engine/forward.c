@@ -174,7 +174,10 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     /* Blocks before the first quantized one compute what the unquantized model computes: start
      * from the cached residual where there is one, and store the boundaries this run reaches. */
     int fq = qw_forward_first_quantized_block(ranks[0]);
-    int start = qw_prefix_cache_begin(pc, tokens, T, fq, ranks[0]->rs.x);
+    int start = 0;
+    qs_status st =
+        qw_prefix_cache_begin(pc, &ranks[0]->be, tokens, T, fq, ranks[0]->rs.x, &start, err);
+    if (st != QS_OK) return st;
     /* The model's ends (llama_head.h) on each rank: the host tokens, the embeddings in their
      * form, the final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
     qw_head_io hio[n];
@@ -198,7 +201,6 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                               .prof = r->prof};
         hiop[i] = &hio[i];
     }
-    qs_status st;
     if (start == 0) {
         st = qw_head_embed(hiop, n, err);
         if (st != QS_OK) return st;
@@ -234,7 +236,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     fwd_hooks fh = {ranks, &nm};
     qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
     for (int l = start; l < L; l++) {
-        qw_prefix_cache_reached(pc, l, fq, ranks[0]->rs.x);
+        st = qw_prefix_cache_reached(pc, &ranks[0]->be, l, fq, ranks[0]->rs.x, err);
+        if (st != QS_OK) return st;
         for (int i = 0; i < n; i++) {
             io[i].norm1 = ranks[i]->attn_norm[l];
             io[i].norm2 = ranks[i]->ffn_norm[l];
@@ -242,7 +245,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
         st = qw_block_forward(iop, n, l, &hooks, err);
         if (st != QS_OK) return st;
     }
-    qw_prefix_cache_reached(pc, L, fq, ranks[0]->rs.x);
+    st = qw_prefix_cache_reached(pc, &ranks[0]->be, L, fq, ranks[0]->rs.x, err);
+    if (st != QS_OK) return st;
     st = qw_head_forward(hiop, n, &hooks, err);
     if (st != QS_OK) return st;
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;

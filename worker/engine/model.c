@@ -39,12 +39,15 @@ static qs_status setup_threads(qw_model *m, int threads, qs_error *err) {
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if (c->n_heads * c->head_dim > max_in) max_in = c->n_heads * c->head_dim;
     qw_rank *r = &m->rank;
+    int probe = r->probe;
+    qw_model_probe_release(m);
     qw_runstate_release(&r->rs, &r->be);
     qw_backend_release(&r->be);
     qs_status st = qw_backend_cpu_init(&r->be, threads, max_in, err);
     if (st == QS_OK) st = qw_runstate_init(&r->rs, &r->be, c, m->max_ctx, threads, err);
     if (st == QS_OK) m->threads = threads;
     r->be.convcache = m->convcache;
+    if (st == QS_OK && probe) st = qw_model_probe_remake(m, err);
     return st;
 }
 
@@ -139,7 +142,7 @@ void qw_model_destroy(qw_model *m) {
     free(m->lin);
     free(m->prefix.entries);
     free(m->prefix.pool);
-    free(m->rank.ref);
+    qw_model_probe_release(m);
     qw_runstate_release(&m->rank.rs, &m->rank.be);
     qw_backend_release(&m->rank.be);
     qw_convcache_destroy(m->convcache);
@@ -228,6 +231,35 @@ const char *qw_model_linear_name(const qw_model *m, int index, char *buf, size_t
     return buf;
 }
 
+/* Floats of the probe's reference output: [max_ctx x the largest out of any linear]. */
+static size_t probe_floats(const qw_model *m) {
+    size_t mo = (size_t)m->cfg.vocab_size;
+    mo = max_sz(mo, (size_t)m->cfg.hidden_dim);
+    mo = max_sz(mo, (size_t)m->cfg.dim);
+    mo = max_sz(mo, (size_t)m->cfg.n_heads * m->cfg.head_dim);
+    return (size_t)m->max_ctx * mo;
+}
+
+void qw_model_probe_release(qw_model *m) {
+    qw_rank *r = &m->rank;
+    if (r->ref) r->be.ops->free(&r->be, r->ref);
+    r->ref = NULL;
+    r->probe = 0;
+}
+
+qs_status qw_model_probe_remake(qw_model *m, qs_error *err) {
+    qw_rank *r = &m->rank;
+    if (!r->ref) {
+        size_t n = probe_floats(m);
+        r->ref = r->be.ops->alloc(&r->be, n * sizeof(float));
+        if (!r->ref)
+            return qs_error_set(err, QS_ENOMEM, "SQNR probe buffer [%d x %zu] on the %s backend",
+                                m->max_ctx, n / (size_t)m->max_ctx, r->be.ops->name);
+    }
+    r->probe = 1;
+    return QS_OK;
+}
+
 qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
     qw_rank *r = &m->rank;
     r->probe = 0;
@@ -237,21 +269,11 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
                             "SQNR probe: not with tensor_parallel %d (the probe runs on the "
                             "unsharded model)",
                             qw_tp_ranks(m->tp));
-    if (!r->ref) {
-        size_t mo = (size_t)m->cfg.vocab_size;
-        mo = max_sz(mo, (size_t)m->cfg.hidden_dim);
-        mo = max_sz(mo, (size_t)m->cfg.dim);
-        mo = max_sz(mo, (size_t)m->cfg.n_heads * m->cfg.head_dim);
-        r->ref = malloc((size_t)m->max_ctx * mo * sizeof(float));
-        if (!r->ref)
-            return qs_error_set(err, QS_ENOMEM, "SQNR probe buffer [%d x %zu]", m->max_ctx, mo);
-    }
     for (int i = 0; i < qw_model_n_linears(m); i++) {
         linear *L = linear_at(m, i);
         L->sig = L->noise = 0.0;
     }
-    r->probe = 1;
-    return QS_OK;
+    return qw_model_probe_remake(m, err);
 }
 
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise) {
@@ -331,27 +353,36 @@ static float *prefix_boundary(const qw_prefix_cache *pc, prefix_entry *e, int b)
     return e->resid + (size_t)(b - 1) * pc->max_ctx * pc->dim;
 }
 
-int qw_prefix_cache_begin(qw_prefix_cache *pc, const uint32_t *tokens, int T, int fq, float *x) {
-    if (!pc) return 0;
+qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
+                                int fq, float *x, int *start, qs_error *err) {
+    *start = 0;
+    if (!pc) return QS_OK;
     int found = 0;
     pc->cur = fq > 0 && pc->n ? prefix_lookup(pc, tokens, T, &found) : NULL;
     pc->cur_T = T;
     prefix_entry *pe = pc->cur;
-    if (!found || pe->valid <= 0) return 0;
-    int start = fq < pe->valid ? fq : pe->valid;
-    memcpy(x, prefix_boundary(pc, pe, start), (size_t)T * pc->dim * sizeof(float));
+    if (!found || pe->valid <= 0) return QS_OK;
+    int s0 = fq < pe->valid ? fq : pe->valid;
+    qs_status st =
+        b->ops->upload(b, x, prefix_boundary(pc, pe, s0), (size_t)T * pc->dim * sizeof(float), err);
+    if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", s0);
     pc->hits++;
-    pc->skipped += (size_t)start;
-    return start;
+    pc->skipped += (size_t)s0;
+    *start = s0;
+    return QS_OK;
 }
 
-void qw_prefix_cache_reached(qw_prefix_cache *pc, int boundary, int fq, const float *x) {
-    if (!pc || !pc->cur) return;
+qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
+                                  const float *x, qs_error *err) {
+    if (!pc || !pc->cur) return QS_OK;
     prefix_entry *pe = pc->cur;
     if (boundary > pe->valid && boundary <= fq) {
-        memcpy(prefix_boundary(pc, pe, boundary), x, (size_t)pc->cur_T * pc->dim * sizeof(float));
+        qs_status st = b->ops->fetch(b, prefix_boundary(pc, pe, boundary), x,
+                                     (size_t)pc->cur_T * pc->dim * sizeof(float), err);
+        if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", boundary);
         pe->valid = boundary;
     }
+    return QS_OK;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -385,6 +416,12 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
     qw_rank *r = &m->rank;
     return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size, name_of_linear,
                             m, logits, err);
+}
+
+qw_backend *qw_model_logits_backend(qw_model *m) {
+    if (!m->tp) return &m->rank.be;
+    m->host = (qw_backend){.ops = qw_ops_cpu(), .threads = m->threads};
+    return &m->host;
 }
 
 qs_status qw_model_set_tensor_parallel(qw_model *m, int n, qs_error *err) {

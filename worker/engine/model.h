@@ -115,6 +115,14 @@ qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
                            qs_error *err);
 
+/* The backend whose memory holds the logits qw_model_forward and qw_model_forward_rows
+ * return, for reading them through its table (ops.h score_rows, logsoftmax, fetch): the
+ * model's own backend when unsharded (device memory on CUDA: model_cuda.h); with
+ * tensor_parallel N > 1 the ranks' slices are gathered into host memory, and this is a CPU
+ * table with the model's thread count, owning nothing. Valid until the model's backend or
+ * tensor-parallel degree changes. */
+qw_backend *qw_model_logits_backend(qw_model *m);
+
 /* As qw_model_forward, but computes the final norm and lm_head only for positions row0..n-1:
  * *logits is [(n - row0) x vocab_size], row i for position row0 + i. The evaluation needs
  * only the scored half of a chunk, so this saves half of the lm_head GEMM. The blocks still

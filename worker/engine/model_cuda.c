@@ -27,6 +27,8 @@ qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error
         qw_backend_cuda_release(&b);
         return st;
     }
+    int probe = m->rank.probe;
+    qw_model_probe_release(m); /* freed with the backend that allocated it */
     qw_runstate_release(&m->rank.rs, &m->rank.be);
     /* the backend's own release, not backend.h's qw_backend_close: in the CUDA module that name
        is the binary's, built without the CUDA backend (worker/gpu/cuda_module.h) */
@@ -36,23 +38,22 @@ qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error
         qw_backend_release(&m->rank.be);
     m->rank.be = b;
     m->rank.rs = rs;
-    m->rank.probe = 0;
-    free(m->rank.ref);
-    m->rank.ref = NULL;
     drop_prefix_entries(m);
-    return QS_OK;
+    return probe ? qw_model_probe_remake(m, err) : QS_OK;
 }
 
 qs_status qw_model_use_cpu(qw_model *m, qs_error *err) {
     if (!on_cuda(m)) return QS_OK;
-    int threads = m->threads;
+    int threads = m->threads, probe = m->rank.probe;
+    qw_model_probe_release(m);
     qw_runstate_release(&m->rank.rs, &m->rank.be);
     qw_backend_cuda_release(&m->rank.be);
     drop_prefix_entries(m);
     /* set_threads rebuilds the CPU backend and run state when the count changes: the backend
      * and run state are zeroed now, so their release there is a no-op. */
     m->threads = 0;
-    return qw_model_set_threads(m, threads, err);
+    qs_status st = qw_model_set_threads(m, threads, err);
+    return st == QS_OK && probe ? qw_model_probe_remake(m, err) : st;
 }
 
 /* The backend of rank r of m's forward: its tensor-parallel ranks when sharded (model.h

@@ -1,14 +1,14 @@
 /* Moving a model (model.h) between the CPU and the CUDA backend (ops_cuda.h), so that an
  * evaluation (eval.h) runs on a GPU with the forward pass as it is: the model's run state is
- * carved again from the new backend's memory (CUDA managed memory) and the weights are
+ * carved again from the new backend's memory (plain device memory on CUDA) and the weights are
  * uploaded on first use, then kept while the model stays on CUDA (the worker's model cache
  * keeps them across jobs).
  *
  * What switching does besides: the prefix cache's entries are dropped (the two backends'
  * residuals differ in the last bits; the cache's logits must stay bit-identical to a fresh
- * forward); the SQNR probe is switched off and its host buffer freed (on CUDA the probe is
- * refused: its reference buffer is host memory the GPU cannot write; backend choice in the
- * model proper lifts this).
+ * forward); the SQNR probe's reference buffer is freed with the old backend and, when the probe
+ * is on, allocated again from the new one (model_internal.h qw_model_probe_release / _remake),
+ * so the probe's reference GEMMs and sums (the table's sqnr_sums) run on the device too.
  * Call qw_model_use_cpu before qw_model_destroy or qw_model_set_threads: both release the
  * backend as a CPU one.
  *
@@ -17,22 +17,21 @@
  *   1. A backend choice in the model: qw_model_create* always opens the CPU backend, and this
  *      file swaps backend and run state of a built, unsharded model through model_internal.h
  *      (m->rank.be, .rs, .probe, .ref, m->prefix, m->threads: change them here too if they
- *      move). Better: these functions in model.c, which would also let the SQNR probe run on
- *      GPUs (the sweep's jobs keep it on the CPU until then: worker/jobs/jobs_backend.h).
+ *      move). Better: these functions in model.c.
  *   2. Tensor-parallel ranks take their backends from the model's callback
  *      (model.h qw_model_set_tp_backends; the worker's opens CUDA rank r on its r-th GPU); a
  *      multi-node group would need an NCCL communicator made with ncclCommInitRank
- *      (worker/comm/comm_nccl.h makes one node's); shard.c reads rank->amax[0] on the host
- *      after the MAX all-reduce (fine with managed memory).
+ *      (worker/comm/comm_nccl.h makes one node's).
  *   3. A `release` entry in the ops table that qw_backend_release calls (the CUDA table's
  *      aggregate initializer needs the member at the same time), so model destroy is right on
  *      either backend without qw_model_use_cpu first.
  *   4. apply_policy.c could call qw_backend_cuda_forget_weights (or a `weights_changed` table
  *      entry, a no-op on the CPU) when it re-quantizes packed slots; today the device cache
  *      notices the change by fingerprint, which costs a hash per use.
- *   5. Plain device memory instead of managed memory would need to_device / to_host entries,
- *      called by runstate_init's RoPE tables, the prefix cache's memcpy and the evaluation's
- *      reading of logits. */
+ * The host reaches a CUDA model's buffers only through the table (ops.h upload, fetch,
+ * download, score_rows): the RoPE tables (runstate.c), the prefix cache's residuals (model.c),
+ * the evaluation's logits and baseline rows (eval.c), a tensor-parallel group's amax
+ * (shard.c). */
 #ifndef QW_MODEL_CUDA_H
 #define QW_MODEL_CUDA_H
 
@@ -40,12 +39,14 @@
 #include "model.h"
 #include "ops_cuda.h"
 
-/* Moves m onto CUDA device `device` with GEMM path `gemm`. On error m stays on its backend.
- * Errors: those of qw_backend_cuda_init and qw_runstate_init. */
+/* Moves m onto CUDA device `device` with GEMM path `gemm`. On error m stays on its backend,
+ * except when only the SQNR probe's buffer cannot be made on the device (QS_ENOMEM): m is then
+ * on CUDA with the probe off. Errors: those of qw_backend_cuda_init and qw_runstate_init. */
 qs_status qw_model_use_cuda(qw_model *m, int device, qw_cuda_gemm gemm, qs_error *err);
 
-/* Moves m back onto the CPU backend with its thread count (a no-op on the CPU). Errors: those
- * of qw_model_set_threads. */
+/* Moves m back onto the CPU backend with its thread count (a no-op on the CPU), the SQNR
+ * probe's buffer made again on the CPU when the probe is on. Errors: those of
+ * qw_model_set_threads, QS_ENOMEM for the probe's buffer (m on the CPU, the probe off). */
 qs_status qw_model_use_cpu(qw_model *m, qs_error *err);
 
 /* The device weight cache of m's CUDA backend (zeros on the CPU). */

@@ -51,9 +51,19 @@ struct qw_model {
     qw_rank_backend_fn tp_init;
     void (*tp_release)(qw_backend *b);
     void *tp_ctx;
+    qw_backend host;   /* a CPU table for the gathered logits of its ranks (logits_backend) */
     qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
     struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };
+
+/* The SQNR probe's reference output (forward.h qw_rank.ref) lives in the rank's backend
+ * memory, so the probe's reference GEMM and sums run where the model runs. Whoever changes
+ * m->rank.be releases it first with the old backend (qw_model_probe_release: buffer freed,
+ * probe off) and, when the probe was on, makes it again on the new one
+ * (qw_model_probe_remake: the buffer allocated when absent, probe on, sums kept).
+ * Errors: QS_ENOMEM naming the backend. */
+void qw_model_probe_release(qw_model *m);
+qs_status qw_model_probe_remake(qw_model *m, qs_error *err);
 
 /* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large
  * enough that the OpenMP regions of each chunk cost little beside its work, small beside any

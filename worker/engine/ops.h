@@ -126,6 +126,20 @@ double qw_logsoftmax_row(const float *l, int V, float *lp);
 /* lp[R x V] = log-softmax of each row of logits[R x V] (qw_logsoftmax_row). */
 void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt);
 
+/* The evaluation's scores of the R rows of logits [R x V] (eval.h's definitions, after
+ * llama.cpp's tools/perplexity/perplexity.cpp), one row per thread's turn, each row's result
+ * independent of nt. For row r with lse = qw_logsoftmax_row(l_r) (double):
+ * - targets [R] given: nll[r] = lse - l_r[targets[r]];
+ * - argmax[r]: the first index of the row's maximum (the evaluated model's top-1);
+ * - ref_lp [R x V] (a baseline's FP32 log-probabilities) given: kl[r] = sum_i exp(p_i)
+ *   (p_i - q_i) in double in vocabulary order, q_i = (float)(l_i - lse) (the FP32 log-probs
+ *   qw_logsoftmax_row stores), and ref_argmax[r] the first index of p's maximum; without it
+ *   kl[r] = 0 and ref_argmax[r] = -1.
+ * Any output [R] may be NULL. Errors: QS_EINVAL (R or V < 1, a target >= V: names its row). */
+qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_t *targets,
+                                const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                                int32_t *ref_argmax, int nt, qs_error *err);
+
 /* Largest |x| over x[n], NaN and +-Inf ignored: qk_joint_amax of the one tensor, so a given
  * amax equals the own amax the quantizer would find. Serial; 0 for n == 0. */
 float qw_amax_forward(const float *x, size_t n);
@@ -282,6 +296,16 @@ struct qw_ops {
     /* dst[r*ld + c] = src[r][c] for the rows and columns of src: src copied to host memory
      * with row stride ld floats (lm_head's vocabulary slices gathered into one logits row). */
     void (*download)(qw_backend *b, float *dst, size_t ld, const qw_tensor *src);
+    /* The evaluation's scores of the rows of logits [R x V] (qw_score_rows_forward's
+     * definitions): logits and ref_lp (the baseline's log-probs [R x V], or NULL) in backend
+     * memory, targets [R] and the outputs [R] (each may be NULL) in host memory. The CPU's
+     * are qw_score_rows_forward's bits; the CUDA backend's (ops_cuda.h qw_cuda_score_rows)
+     * reduce in another order. A backend also returns here the first error of a void op of
+     * the forward pass before it (the CUDA backend's noted error). Errors: QS_EINVAL (R or
+     * V < 1, a target >= V), the backend's. */
+    qs_status (*score_rows)(qw_backend *b, const qw_tensor *logits, const uint32_t *targets,
+                            const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                            int32_t *ref_argmax, qs_error *err);
 
     /* ---- training: the forward that saves activations, the backward, the optimizer and the
      * recipe linear's quantization points. Every pointer is backend memory (host for the CPU

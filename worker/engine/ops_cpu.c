@@ -505,6 +505,13 @@ static qs_status cpu_adamw(qw_backend *b, float *p, const float *g, float *m, fl
     return QS_OK;
 }
 
+static qs_status cpu_score_rows(qw_backend *b, const qw_tensor *logits, const uint32_t *targets,
+                                const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                                int32_t *ref_argmax, qs_error *err) {
+    return qw_score_rows_forward(logits->data, (int)logits->rows, (int)logits->cols, targets,
+                                 ref_lp, nll, kl, argmax, ref_argmax, b->threads, err);
+}
+
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
     int n = b->threads > H ? b->threads : H;
     return (size_t)n * (size_t)T * (size_t)T;
@@ -526,6 +533,7 @@ static const qw_ops cpu_ops = {
     .sqnr_sums = cpu_sqnr_sums,
     .amax = cpu_amax,
     .download = cpu_download,
+    .score_rows = cpu_score_rows,
     .upload = cpu_upload,
     .fetch = cpu_upload,
     .copy = cpu_upload,

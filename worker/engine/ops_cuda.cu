@@ -151,20 +151,30 @@ __global__ void k_logsoftmax(float *lp, const float *l, int V) {
 
 /* ---------------------------------------------------------------- the table */
 
+/* Plain device memory (cudaMalloc): the host reaches it only through the table's upload,
+ * fetch, download and score_rows. Buffers are made once per model or job (run state, probe
+ * reference, baseline rows), so cudaMalloc's device-wide synchronisation costs nothing in the
+ * hot loop. A failure is noted (qw_backend_cuda_check) besides the NULL. */
 static void *cu_alloc(qw_backend *b, size_t bytes) {
     cuda_ctx *c = cuda_enter(b);
     void *p = NULL;
-    if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) {
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        char what[160];
+        snprintf(what, sizeof what, "%zu bytes: %s", bytes, cudaGetErrorString(e));
+        qw_cuda_note_error(c, "alloc", what);
         return NULL;
     }
-    (void)c;
     return p;
 }
 
+/* cudaFree waits for the device's work on p before it frees it. */
 static void cu_free(qw_backend *b, void *p) {
-    (void)b;
-    if (p) cudaFree(p);
+    if (!p) return;
+    cuda_ctx *c = cuda_enter(b);
+    cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess) qw_cuda_note_error(c, "free", cudaGetErrorString(e));
 }
 
 static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
@@ -272,39 +282,51 @@ static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
     finish(c, "residual");
 }
 
+qs_status qw_cuda_read_amax(cuda_ctx *c, const float *d, float *out, qs_error *err) {
+    qs_status st =
+        qw_cuda_status(c, cudaMemcpyAsync(out, d, sizeof *out, cudaMemcpyDeviceToHost, c->stream),
+                       "amax read", err);
+    return st != QS_OK ? st : qw_cuda_status(c, cudaStreamSynchronize(c->stream), "amax read", err);
+}
+
+qs_status qw_cuda_host_fake_quant(cuda_ctx *c, const qk_format *fmt, const qk_quant_options *opt,
+                                  float *x, size_t rows, size_t k, qs_error *err) {
+    size_t bytes = rows * k * sizeof(float);
+    qs_status st = qw_cuda_scratch_reserve(&c->hostq, bytes ? bytes : 1, 1, err);
+    if (st != QS_OK) return st;
+    float *h = (float *)c->hostq.p;
+    if ((st = qw_cuda_status(c, cudaMemcpyAsync(h, x, bytes, cudaMemcpyDeviceToHost, c->stream),
+                             "host quantizer: fetch", err)) != QS_OK ||
+        (st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "host quantizer: fetch", err)) !=
+            QS_OK)
+        return st;
+    if ((st = qk_fake_quant(fmt, opt, h, rows, k, NULL, err)) != QS_OK) return st;
+    if ((st = qw_cuda_status(c, cudaMemcpyAsync(x, h, bytes, cudaMemcpyHostToDevice, c->stream),
+                             "host quantizer: upload", err)) != QS_OK)
+        return st;
+    /* the host scratch is reused by the next call: the copy must be done with it */
+    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "host quantizer: upload", err);
+}
+
 /* Fake-quantizes xq [T x in] (backend memory) with act: on the device (qk_cuda_fake_quant has
- * every format), through the CPU quantizer for what it refuses (the options reference_only and
- * tiny_amax exact; managed memory: the host reads and writes it in place once the stream is
- * idle). */
+ * every format), through the CPU quantizer (qw_cuda_host_fake_quant) for what it refuses (the
+ * options reference_only and tiny_amax exact). */
 qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
                             qs_error *err) {
     qs_error e2 = {};
     qk_quant_options opt = act->opt;
     qs_status st;
-    if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
-        if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation amax", err)) !=
-            QS_OK)
+    if (act->tensor_amax) { /* the group's amax (tensor parallel), in device memory */
+        if ((st = qw_cuda_read_amax(c, act->tensor_amax, &opt.tensor_amax, err)) != QS_OK)
             return st;
         opt.tensor_amax_given = 1;
-        opt.tensor_amax = act->tensor_amax[0];
     }
     st = qk_cuda_fake_quant(act->fmt, &opt, xq, T, in, c->stream, &e2);
     if (st != QS_EUNSUPPORTED) {
         if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
         return QS_OK;
     }
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, xq) != cudaSuccess || a.type != cudaMemoryTypeManaged) {
-        (void)cudaGetLastError();
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "cuda backend: activation format %s has no GPU quantizer and the "
-                            "buffer is not host-visible",
-                            qk_format_name(act->fmt));
-    }
-    if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "activation quant", err)) !=
-        QS_OK)
-        return st;
-    return qk_fake_quant(act->fmt, &opt, xq, T, in, NULL, err);
+    return qw_cuda_host_fake_quant(c, act->fmt, &opt, xq, T, in, err);
 }
 
 /* 1 when the GPU can read and write p (device or managed memory). */
@@ -323,13 +345,13 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
     int T = (int)x->rows, in = (int)w->cols, out = (int)w->rows;
     const float *xin = x->data;
     qs_status st;
-    /* A host buffer (the SQNR probe's reference output, model_cuda.h) is refused, not
-     * written by the GPU. */
+    /* A host buffer is refused, not written by the GPU: every buffer of the forward pass,
+     * the SQNR probe's reference output included (model_internal.h), is the backend's. */
     if (!device_visible(y->data) || !device_visible(x->data) ||
         (act && act->fmt && !device_visible(xq)))
         return qs_error_set(err, QS_EINVAL,
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
-                            "the backend's (the SQNR probe is not available on CUDA yet)",
+                            "the backend's",
                             T, in, out);
     if (c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED)
         return qw_cuda_lt_linear(c, y->data, x->data, T, w, act, xq, err);
@@ -425,6 +447,16 @@ static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *s
     finish(c, "download");
 }
 
+/* The table's score_rows: first the noted error of a void op of the forward pass before it
+ * (ops.h), then the device reduction (ops_cuda_reduce.cu). */
+static qs_status cu_score_rows(qw_backend *b, const qw_tensor *logits, const uint32_t *targets,
+                               const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                               int32_t *ref_argmax, qs_error *err) {
+    qs_status st = qw_backend_cuda_check(b, err);
+    if (st != QS_OK) return st;
+    return qw_cuda_score_rows(b, logits, targets, ref_lp, nll, kl, argmax, ref_argmax, err);
+}
+
 static const qw_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -441,6 +473,7 @@ static const qw_ops cuda_ops = {
     .sqnr_sums = cu_sqnr_sums,
     .amax = cu_amax,
     .download = cu_download,
+    .score_rows = cu_score_rows,
     /* training (ops_cuda_train.h) */
     .upload = qw_cuda_train_copy,
     .fetch = qw_cuda_train_copy,
@@ -535,6 +568,7 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
         cudaFree(c->rowbuf.p);
         cudaFree(c->partial.p);
         free(c->wtmp.p);
+        free(c->hostq.p);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);

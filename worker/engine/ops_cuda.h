@@ -2,11 +2,12 @@
  * headers. Built only when the root found nvcc (QSWEEP_HAVE_CUDA); qw_cuda_available() tells
  * at run time whether a device is there.
  *
- * Memory. alloc() gives CUDA managed memory (cudaMallocManaged): the run state (runstate.h),
- * carved from it, is read by the kernels and also by the host code around the forward pass
- * (the RoPE tables filled at init, the prefix cache's copies, the logits the evaluation reads),
- * with no copy entries in the table. Every op waits for its stream before it returns, so a
- * buffer the host reads afterwards is complete.
+ * Memory. alloc() gives plain device memory (cudaMalloc): the run state (runstate.h), the
+ * SQNR probe's reference and the evaluation's baseline rows are carved from it, and the host
+ * reaches them only through the table's upload, fetch, download and score_rows (the RoPE
+ * tables at init, the prefix cache's residuals, the logits' scores). Every op waits for its
+ * stream before it returns, so a buffer fetched afterwards is complete. The ops also take
+ * managed memory (the GPU tests' buffers), never host memory.
  *
  * Weights. The backend keeps device copies of the weights it is given (qw_weight: FP32 in
  * place, the checkpoint's dtype, or packed), made on first use and kept until the backend is
@@ -39,7 +40,8 @@
  *   without qk_gemm.h.
  * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (every format, bit-exact
  * with the CPU); what it refuses (reference_only, exact tiny-amax) goes through the CPU
- * quantizer on managed memory.
+ * quantizer on a host copy, fetched and uploaded again (ops_cuda_impl.h
+ * qw_cuda_host_fake_quant).
  *
  * Attention: per head S = Q K^T / sqrt(E) and att = P V as cuBLAS strided-batched SGEMMs (one
  * call per position inside a GQA group, batched over the kv heads), causal softmax in between;

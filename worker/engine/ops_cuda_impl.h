@@ -48,6 +48,7 @@ typedef struct cuda_ctx {
     cuda_scratch wtmp;    /* host FP32 rows of a weight being uploaded */
     cuda_scratch rowbuf;  /* per-row results of the reductions */
     cuda_scratch partial; /* per-block partial sums (double) */
+    cuda_scratch hostq;   /* host FP32 copy of a tensor the CPU quantizer fake-quantizes */
     char last_error[256]; /* first error of a void op since the last check */
     void *lt;             /* QW_CUDA_GEMM_LT: the qk_gemm handle and FP4 weights (ops_cuda_lt.cu) */
 } cuda_ctx;
@@ -94,8 +95,19 @@ const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n);
  * scales): what a packed slot's cache entry is checked against on each use. */
 uint64_t qw_cuda_packed_fingerprint(const qk_packed *p);
 
+/* *out (host) = the one float at d (device memory: a tensor-parallel group's all-reduced
+ * amax), read once the stream's work before it is done. Errors: QS_EIO. */
+qs_status qw_cuda_read_amax(cuda_ctx *c, const float *d, float *out, qs_error *err);
+
+/* The CPU quantizer (qk_fake_quant) over x [rows x k] (device memory) in place: x fetched into
+ * the host scratch c->hostq, quantized there, uploaded back, all on the stream and waited for;
+ * for the options the device quantizer refuses (reference_only, tiny_amax exact), with the
+ * same bits. Errors: QS_ENOMEM, QS_EIO, qk_fake_quant's. */
+qs_status qw_cuda_host_fake_quant(cuda_ctx *c, const qk_format *fmt, const qk_quant_options *opt,
+                                  float *x, size_t rows, size_t k, qs_error *err);
+
 /* Fake-quantizes xq [T x in] (backend memory) in place with act: on the device where
- * qk_cuda_fake_quant has the format, through the CPU quantizer on managed memory otherwise. */
+ * qk_cuda_fake_quant has the format, through qw_cuda_host_fake_quant otherwise. */
 qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, size_t T, size_t in,
                             qs_error *err);
 

@@ -286,12 +286,10 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             (st = qw_cuda_scratch_reserve(&s->xscales, xo.layout.scale_bytes, 0, err)) != QS_OK)
             return st;
         qk_quant_options o = act->opt;
-        if (act->tensor_amax) { /* the group's amax (tensor parallel), in managed memory */
-            if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "act amax", err)) !=
-                QS_OK)
+        if (act->tensor_amax) { /* the group's amax (tensor parallel), in device memory */
+            if ((st = qw_cuda_read_amax(c, act->tensor_amax, &o.tensor_amax, err)) != QS_OK)
                 return st;
             o.tensor_amax_given = 1;
-            o.tensor_amax = act->tensor_amax[0];
         }
         /* codes, block scales and the tensor decode scale stay on the device: stream-ordered,
            alpha folded on the device (qk_gemm.h d_tensor_scale) */

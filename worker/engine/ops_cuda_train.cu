@@ -18,7 +18,7 @@ static cuda_ctx *ctx_or_err(qw_backend *b, qs_error *err) {
         qs_error_set(err, QS_EINVAL, "cuda train op: not a CUDA backend");
         return NULL;
     }
-    return cuda_ctx_of(b);
+    return cuda_enter(b); /* the backend's device current in this thread (ops_cuda_impl.h) */
 }
 
 static qs_status done(cuda_ctx *c, const char *where, qs_error *err) {
@@ -429,14 +429,20 @@ extern "C" qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int
 extern "C" qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
                                         qs_error *err) {
     CTX;
-    if (bytes) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream);
-    return done(c, "copy", err);
+    /* cudaMemcpyDefault: the direction from the pointers (unified addressing), so one function
+       is the table's upload, fetch and copy */
+    qs_status st = QS_OK;
+    if (bytes)
+        st = qw_cuda_status(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream),
+                            "copy", err);
+    return st != QS_OK ? st : done(c, "copy", err);
 }
 
 extern "C" qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err) {
     CTX;
-    if (bytes) cudaMemsetAsync(p, 0, bytes, c->stream);
-    return done(c, "zero", err);
+    qs_status st = QS_OK;
+    if (bytes) st = qw_cuda_status(c, cudaMemsetAsync(p, 0, bytes, c->stream), "zero", err);
+    return st != QS_OK ? st : done(c, "zero", err);
 }
 
 static __global__ void k_tr_add(float *out, const float *x, const float *y, size_t n) {
@@ -561,8 +567,8 @@ extern "C" qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, siz
 }
 
 /* On the device (qk_cuda_fake_quant has every format); what it refuses (the options
- * reference_only and tiny_amax exact) runs the CPU quantizer over the managed allocation: the
- * same bits either way. */
+ * reference_only and tiny_amax exact) runs the CPU quantizer on a host copy
+ * (qw_cuda_host_fake_quant): the same bits either way. */
 extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt,
                                               const qk_quant_options *opt, float *x, size_t rows,
                                               size_t k, qs_error *err) {
@@ -571,7 +577,7 @@ extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fm
     qs_status st = qk_cuda_fake_quant(fmt, opt, x, rows, k, c->stream, &e2);
     if (st == QS_EUNSUPPORTED) {
         if ((st = done(c, "fake quant", err)) != QS_OK) return st;
-        return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
+        return qw_cuda_host_fake_quant(c, fmt, opt, x, rows, k, err);
     }
     if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
     return done(c, "fake quant", err);

@@ -79,12 +79,12 @@ qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumul
                                         int in, int out, qs_error *err);
 
 /* The rest of the table's training entries (ops.h), same arguments:
- * copy (also upload and fetch: cudaMemcpyDefault over managed memory), zero, add, gemm_abt
- * (cuBLAS SGEMM), gemm_abt_bf16 (cuBLAS BF16 GemmEx, below), transpose, round_bf16
- * (qw_round_bf16's bits), rht (RHT16 on the device, other tiles on the CPU over the managed
- * allocation), fake_quant (qk_cuda_fake_quant; what it
- * refuses on the CPU over the managed allocation, the same bits), sumsq (64 fixed ranges, each
- * a fixed tree: deterministic, not the CPU's order) and adamw (element by element). */
+ * copy (also upload and fetch: cudaMemcpyDefault, the direction from the pointers), zero, add,
+ * gemm_abt (cuBLAS SGEMM), gemm_abt_bf16 (cuBLAS BF16 GemmEx, below), transpose, round_bf16
+ * (qw_round_bf16's bits), rht (qk_cuda_rht on the device for tiles 16 and 32, others refused as
+ * qk_rht refuses them), fake_quant (qk_cuda_fake_quant; what it refuses by the CPU quantizer on
+ * a host copy, qw_cuda_host_fake_quant, the same bits), sumsq (64 fixed ranges, each a fixed
+ * tree: deterministic, not the CPU's order) and adamw (element by element). */
 qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
                              qs_error *err);
 qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err);

@@ -30,7 +30,7 @@ typedef enum qw_phase {
     QW_PHASE_LOGSOFTMAX, /* log-softmax and NLL of the scored rows (and the baseline's log-probs) */
     QW_PHASE_COMPARE,    /* KL and top-1 against the baseline, the SQNR probe's GEMMs and sums */
     QW_PHASE_POLICY,     /* applying a quantization policy to the weights */
-    QW_PHASE_BASELINE_IO, /* reading or writing the baseline file */
+    QW_PHASE_BASELINE_IO, /* reading or writing the baseline file (and its rows' device copies) */
     QW_PHASES
 } qw_phase;
 

@@ -2,6 +2,7 @@
 #include "runstate.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define QW_ALIGN 64
@@ -59,7 +60,22 @@ qs_status qw_runstate_init(qw_runstate *s, qw_backend *b, const qw_config *c, in
         *dst[i] = (float *)(void *)at;
         at += round_up(max_sz(p.n[i], 1) * sizeof(float));
     }
-    qw_rope_tables(c, max_ctx, s->rope_cos, s->rope_sin);
+    /* The tables are computed on the host and go up with the table's upload (a memcpy on the
+     * CPU): the backend's memory need not be host-visible. */
+    size_t tab = (size_t)max_ctx * (size_t)(c->head_dim / 2);
+    float *cs = malloc(max_sz(2 * tab, 1) * sizeof *cs);
+    if (!cs) {
+        qw_runstate_release(s, b);
+        return qs_error_set(err, QS_ENOMEM, "run state: RoPE tables [2 x %zu]", tab);
+    }
+    qw_rope_tables(c, max_ctx, cs, cs + tab);
+    qs_status st = b->ops->upload(b, s->rope_cos, cs, tab * sizeof *cs, err);
+    if (st == QS_OK) st = b->ops->upload(b, s->rope_sin, cs + tab, tab * sizeof *cs, err);
+    free(cs);
+    if (st != QS_OK) {
+        qw_runstate_release(s, b);
+        return qs_error_wrap(err, "run state: RoPE tables");
+    }
     return QS_OK;
 }
 

@@ -34,9 +34,10 @@ typedef struct qw_runstate {
 /* Bytes the run state of (c, max_ctx, threads) takes (64-byte aligned buffers). */
 size_t qw_runstate_bytes(const qw_config *c, int max_ctx, int threads);
 
-/* Allocates and carves s from backend b, and fills the RoPE tables (qw_rope_tables).
- * Errors: QS_EINVAL (max_ctx or threads < 1), QS_ENOMEM naming the size. On error s owns
- * nothing. */
+/* Allocates and carves s from backend b, and fills the RoPE tables (qw_rope_tables, computed
+ * on the host and copied in with b's upload: b's memory need not be host-visible).
+ * Errors: QS_EINVAL (max_ctx or threads < 1), QS_ENOMEM naming the size, the upload's. On
+ * error s owns nothing. */
 qs_status qw_runstate_init(qw_runstate *s, qw_backend *b, const qw_config *c, int max_ctx,
                            int threads, qs_error *err);
 

@@ -202,8 +202,8 @@ static qs_status rank_init(qw_tp *tp, const qw_weights *wt, int r, int threads,
     if (st != QS_OK) return qs_error_wrap(err, "tensor parallel: rank %d", r);
     rk->amax = rk->be.ops->alloc(&rk->be, sizeof(float));
     if (!rk->amax) return qs_error_set(err, QS_ENOMEM, "tensor parallel: rank %d amax", r);
-    rk->amax[0] = 0.0f;
-    return QS_OK;
+    st = rk->be.ops->zero(&rk->be, rk->amax, sizeof(float), err);
+    return st == QS_OK ? QS_OK : qs_error_wrap(err, "tensor parallel: rank %d amax", r);
 }
 
 /* The ranks' group: CPU ranks when every rank's backend is a CPU one, NCCL ranks on their
@@ -390,8 +390,11 @@ static qs_status quantize_sharded(qw_tp *tp, int i, const qw_quant_spec *s, floa
             qw_linear *L = &rk->lin[i];
             st = qw_weight_rows_f32(L->master, 0, L->out, tmp, err);
             if (st != QS_OK) return st;
-            qw_tensor tx = {tmp, L->out, L->in};
-            rk->be.ops->amax(&rk->be, &tx, rk->amax);
+            /* tmp is host memory: its amax on the host (the CPU table's amax entry is this
+             * function), into the rank's buffer for the group's all-reduce */
+            float a = qw_amax_forward(tmp, (size_t)L->out * (size_t)L->in);
+            st = rk->be.ops->upload(&rk->be, rk->amax, &a, sizeof a, err);
+            if (st != QS_OK) return qs_error_wrap(err, "rank %d amax", r);
             bufs[r] = rk->amax;
         }
         st = qw_group_allreduce(&tp->group, bufs, 1, QW_GROUP_MAX, err);
@@ -406,7 +409,8 @@ static qs_status quantize_sharded(qw_tp *tp, int i, const qw_quant_spec *s, floa
         opt.tensor_id += (uint32_t)L->tensor_index;
         if (!replicated && s->weight->tensor_scale) {
             opt.tensor_amax_given = 1;
-            opt.tensor_amax = rk->amax[0];
+            st = rk->be.ops->fetch(&rk->be, &opt.tensor_amax, rk->amax, sizeof(float), err);
+            if (st != QS_OK) return qs_error_wrap(err, "rank %d group amax", r);
         }
         qk_packed_release(&L->packed);
         st = qk_packed_init(&L->packed, s->weight, &opt, (size_t)L->out, (size_t)L->in, err);

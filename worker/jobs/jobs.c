@@ -220,7 +220,7 @@ static qs_status place_ranks(loaded_model *lm, int tp, const qw_jobs_ranks_use *
 
 /* Puts lm's model on the backend u names (jobs_backend.h): onto CUDA after loading (weights
  * are uploaded on first use and kept while the model stays cached), back onto the CPU for a
- * job that needs it there (the SQNR probe, a tensor-parallel job: its ranks run the forward),
+ * job that needs it there (a tensor-parallel job: its ranks run the forward),
  * otherwise left where it is; then its tensor-parallel ranks for a job of tp ranks
  * (place_ranks, on ru). On CUDA (the model or its ranks) the count of GEMM paths run starts
  * again (report_backend records the job's own); a model on the CPU gets the job's thread
@@ -250,9 +250,8 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
  * "gemm_path.<path>" = 1 (jobs_backend.h); on the CPU also "cpu_path.<path>" = 1, the BLAS
  * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
  * "cpu_path.cpu-openblas-0.3.21-haswell"), since results differ in the last bits between
- * families; and "probe_on_cpu" = 1 when the SQNR probe kept on the CPU a job the worker would
- * have run on CUDA. */
-static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool probe, qs_error *err) {
+ * families. */
+static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, qs_error *err) {
     const char *path = qw_jobs_gemm_path(model);
     char name[64];
     qw_jobs_gemm_path_metric(path, name, sizeof name);
@@ -267,9 +266,6 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, bool pro
         snprintf(name, sizeof name, "cpu_path.%s", qw_backend_cpu_path());
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
-    qw_jobs_backend c = qw_jobs_backend_get();
-    if (!st && probe && qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda)
-        st = qw_job_metric(ctx, "probe_on_cpu", 1.0, 0, true, err);
     return st;
 }
 
@@ -297,10 +293,10 @@ static qs_status report_times(qw_job_ctx *ctx, qw_model *model, double t_start, 
 
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
  * the spec's) when absent or built for a shorter context than s->dataset.ctx. The tokens t size its
- * prefix cache. It is put on the worker's backend (jobs_backend.h; probe: the job asks for the
- * SQNR probe, which runs on the CPU), with a fresh count of the GEMM paths it runs. */
+ * prefix cache. It is put on the worker's backend (jobs_backend.h), with a fresh count of the
+ * GEMM paths it runs. */
 static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want, const qw_tokens *t,
-                           bool probe, qw_model **out, qs_error *err) {
+                           qw_model **out, qs_error *err) {
     char key[QS_AFFINITY_KEY_MAX];
     qs_affinity_key(s->model.digest, key, sizeof key);
     qw_jobs_backend choice = qw_jobs_backend_get();
@@ -313,8 +309,7 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
             qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, err);
         if (pst) return pst;
     }
-    qw_jobs_backend_use use =
-        qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), probe || tp > 1);
+    qw_jobs_backend_use use = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), tp > 1);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     /* A cached model whose files changed is loaded again, digest and all: the new weights
        then fail the digest check instead of running under the old file's digest. */
@@ -556,7 +551,7 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    if (!st) st = get_model(ctx, &s, want, &t, false, &model, err);
+    if (!st) st = get_model(ctx, &s, want, &t, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
@@ -565,7 +560,7 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = ensure_baseline(ctx, model, &t, &s, want, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
     if (!st) st = report_trained_digest(ctx, &s, want, err);
-    if (!st) st = report_backend(ctx, model, false, err);
+    if (!st) st = report_backend(ctx, model, err);
     if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
@@ -726,8 +721,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* runs on the CPU (jobs_backend.h) */
-    if (!st) st = get_model(ctx, &s, want, &t, probe, &model, err);
+    bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* on the model's backend, GPU or CPU */
+    if (!st) st = get_model(ctx, &s, want, &t, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
@@ -746,7 +741,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
     if (!st) st = report_trained_digest(ctx, &s, want, err);
-    if (!st) st = report_backend(ctx, model, probe, err);
+    if (!st) st = report_backend(ctx, model, err);
     if (!st && (s.metrics & QS_METRIC_KL)) {
         const struct {
             const char *name;

@@ -9,9 +9,8 @@
  *   - "cuda": CUDA on the first offered GPU; refused when the process is configured
  *     (qw_jobs_backend_set) if the build has no CUDA or the worker offers no GPU: a worker
  *     started with `--gpus none` never uses CUDA.
- *   - A job that asks for the SQNR probe runs on the CPU whatever the choice (the CUDA backend
- *     refuses the probe: worker/engine/model_cuda.h), and its result says so (metric
- *     "probe_on_cpu" = 1 when the worker would have used CUDA).
+ *   - A job that asks for the SQNR probe runs where any other job runs: the probe's reference
+ *     GEMMs and sums run on the model's backend (worker/engine/model_cuda.h).
  *   - A tensor-parallel job (tensor_parallel N = resources.gpu_count > 1) runs its N ranks
  *     where a one-GPU job would run its model (qw_jobs_backend_pick_ranks): on the CPU (CPU
  *     ranks) when that is the CPU, else rank r on the worker's r-th offered GPU in its --gpus
@@ -76,8 +75,9 @@ typedef struct qw_jobs_backend_use {
 qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size_t n_gpus,
                                  bool cuda_built, qw_jobs_backend *out, qs_error *err);
 
-/* Where a model goes under choice c (see the rules above); cpu_only: the job needs the CPU
- * backend (the SQNR probe). Pure: the same inputs give the same answer. */
+/* Where a model goes under choice c (see the rules above); cpu_only: the job needs the model
+ * on the CPU backend (a tensor-parallel job, whose ranks run the forward). Pure: the same inputs
+ * give the same answer. */
 qw_jobs_backend_use qw_jobs_backend_pick(const qw_jobs_backend *c, bool cuda_built, bool cpu_only);
 
 /* Where the n ranks of a tensor-parallel job go: use_cuda false, CPU ranks; use_cuda true,

@@ -1,0 +1,46 @@
+/* The evaluation's per-row scores on the CPU (ops.h qw_score_rows_forward, the table's
+ * score_rows): NLL, KL against a baseline's log-probabilities and top-1, as eval.h defines them
+ * after llama.cpp's tools/perplexity/perplexity.cpp. The CUDA backend's twin is ops_cuda.h
+ * qw_cuda_score_rows. */
+#include "ops.h"
+
+#include <math.h>
+
+qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_t *targets,
+                                const float *ref_lp, double *nll, double *kl, int32_t *argmax,
+                                int32_t *ref_argmax, int nt, qs_error *err) {
+    if (R < 1 || V < 1) return qs_error_set(err, QS_EINVAL, "score rows: logits [%d x %d]", R, V);
+    if (targets)
+        for (int r = 0; r < R; r++)
+            if (targets[r] >= (uint32_t)V)
+                return qs_error_set(err, QS_EINVAL, "score rows: row %d: target %u >= vocab %d", r,
+                                    targets[r], V);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *l = logits + (size_t)r * V;
+        double lse = qw_logsoftmax_row(l, V, NULL);
+        if (targets && nll) nll[r] = lse - (double)l[targets[r]];
+        int aq = 0;
+        for (int i = 1; argmax && i < V; i++)
+            if (l[i] > l[aq]) aq = i;
+        if (argmax) argmax[r] = aq;
+        if (!ref_lp) {
+            if (kl) kl[r] = 0.0;
+            if (ref_argmax) ref_argmax[r] = -1;
+            continue;
+        }
+        /* Both sides as FP32 log-probs (q_i the value qw_logsoftmax_row would store), the KL
+         * summed in double in vocabulary order: identical logits give 0. */
+        const float *lp = ref_lp + (size_t)r * V;
+        double d = 0.0;
+        int ap = 0;
+        for (int i = 0; i < V; i++) {
+            float q = (float)((double)l[i] - lse);
+            d += exp((double)lp[i]) * ((double)lp[i] - (double)q);
+            if (lp[i] > lp[ap]) ap = i;
+        }
+        if (kl) kl[r] = d;
+        if (ref_argmax) ref_argmax[r] = ap;
+    }
+    return QS_OK;
+}
