@@ -56,6 +56,7 @@
 #include "convcache.h"
 #include "eval.h"
 #include "fma_peak.h"
+#include "loadavg.h"
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
 #include "ops.h"
@@ -238,18 +239,6 @@ static double time_fixed(const shape *s, int n, float *A, float *B, float *C, in
         best = dt < best ? dt : best;
     }
     return best;
-}
-
-/* The load average, as the kernel reports it, on one line. */
-static void print_loadavg(const char *when) {
-    char buf[128] = "?";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (!fgets(buf, sizeof buf, f)) strcpy(buf, "?");
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    printf("load average %s: %s\n", when, buf);
 }
 
 /* The best FMA peak at `threads` threads, printing each ISA's. */
@@ -530,7 +519,7 @@ int main(int argc, char **argv) {
                gguf);
         return 0;
     }
-    print_loadavg("at start");
+    bench_print_loadavg("at start");
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS core %s (%s); OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            openblas_get_config(), coretype ? coretype : "unset");
@@ -642,7 +631,7 @@ int main(int argc, char **argv) {
     if (profile && !table_only && run_profile(m, &toks, ctx, chunks) != 0) return 1;
     /* --table-only: the throughput table alone (bench/peer) */
     if (!table_only && run_sweep(m, &toks, ctx, all) != 0) return 1;
-    print_loadavg("at end");
+    bench_print_loadavg("at end");
     free(sh);
     free(A);
     free(B);

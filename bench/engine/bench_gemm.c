@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "fma_peak.h"
+#include "loadavg.h"
 #include "gemm_fixed.h"
 #include "ops.h"
 
@@ -45,17 +46,6 @@ static void run(int fixed, const gshape *s, const float *A, const float *B, floa
             cblas_sgemm(CblasRowMajor, CblasNoTrans, s->transb ? CblasTrans : CblasNoTrans, s->M, n,
                         s->K, 1.0f, A, s->K, b, ldb, 0.0f, C + c0, s->N);
     }
-}
-
-static void print_loadavg(const char *when) {
-    char buf[128] = "?";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (!fgets(buf, sizeof buf, f)) strcpy(buf, "?");
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    printf("load average %s: %s\n", when, buf);
 }
 
 int main(int argc, char **argv) {
@@ -103,7 +93,7 @@ int main(int argc, char **argv) {
         B[i] = ((float)(x >> 8) / 8388608.0f - 1.0f) * 0.05f;
     }
     openblas_set_num_threads(1);
-    print_loadavg("at start");
+    bench_print_loadavg("at start");
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS core %s (%s); OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            openblas_get_config(), coretype ? coretype : "unset");
@@ -146,7 +136,7 @@ int main(int argc, char **argv) {
            "", "", "", gb, gx, gx / gb, peak > 0 ? gb / peak : 0.0, peak > 0 ? gx / peak : 0.0);
     printf("\n(forward: the shapes weighted by how often one forward of T tokens runs them; "
            "attention weighted by its last tile's cost, half of which the mean tile has)\n");
-    print_loadavg("at end");
+    bench_print_loadavg("at end");
     free(A);
     free(B);
     free(C);
