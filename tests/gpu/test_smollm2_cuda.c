@@ -44,27 +44,49 @@ static void eval_or_fail(qs_status st, const qs_error *err) {
     if (st != QS_OK) fail_msg("%s", err->msg);
 }
 
-static void smollm2_cuda_matches_cpu(void **state) {
-    (void)state;
-    char dir[512], base[600], tok[1024];
-    snprintf(tok, sizeof tok, "%s/gpl3.smollm2.tokens", engine_data_dir());
-    assert_int_equal(make_temp_dir(dir, sizeof dir), 0);
-    snprintf(base, sizeof base, "%s/cpu.baseline", dir);
-    qs_error err = {0};
+/* The model, its tokens and a temporary folder for the CPU baseline, as both tests use them. */
+typedef struct smol {
+    char dir[512], base[600];
     qw_checkpoint *ck;
     qw_model *m;
     qw_tokens t;
-    eval_or_fail(qw_checkpoint_open(gguf, &ck, &err), &err);
-    eval_or_fail(qw_model_create(ck, 512, 0, &m, &err), &err);
-    eval_or_fail(qw_tokens_load(tok, &t, &err), &err);
+} smol;
+
+/* Opens the GGUF on the CPU backend (ctx 512, default threads) and loads the committed
+ * SmolLM2 token ids; fails the test on any error. */
+static void smol_open(smol *x) {
+    char tok[1024];
+    qs_error err = {0};
+    snprintf(tok, sizeof tok, "%s/gpl3.smollm2.tokens", engine_data_dir());
+    assert_int_equal(make_temp_dir(x->dir, sizeof x->dir), 0);
+    snprintf(x->base, sizeof x->base, "%s/cpu.baseline", x->dir);
+    eval_or_fail(qw_checkpoint_open(gguf, &x->ck, &err), &err);
+    eval_or_fail(qw_model_create(x->ck, 512, 0, &x->m, &err), &err);
+    eval_or_fail(qw_tokens_load(tok, &x->t, &err), &err);
+}
+
+static void smol_close(smol *x) {
+    qw_tokens_free(&x->t);
+    qw_model_destroy(x->m);
+    qw_checkpoint_close(x->ck);
+    remove_temp_dir(x->dir);
+}
+
+static void smollm2_cuda_matches_cpu(void **state) {
+    (void)state;
+    smol x;
+    smol_open(&x);
+    qw_model *m = x.m;
+    const char *base = x.base;
+    qs_error err = {0};
     qw_eval_options o = {.ctx = 512, .max_chunks = 4, .bos_id = -1};
     qw_eval_metrics rc, rg, rg2, rb;
-    eval_or_fail(qw_eval_baseline(m, &t, &o, base, &rc, &err), &err);
+    eval_or_fail(qw_eval_baseline(m, &x.t, &o, base, &rc, &err), &err);
     assert_string_equal(qw_model_gemm_path(m), "cpu");
 
     eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_FP32, &err), &err);
     assert_string_equal(qw_model_gemm_path(m), "fp32");
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rg, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &rg, &err), &err);
     double rel = fabs(rg.ppl - rc.ppl) / rc.ppl;
     printf("%s: cpu ppl %.6f, cuda fp32 ppl %.6f, relative %.2e (tol 1e-4); top-1 agreement "
            "%.4f (>= 0.995); KL mean %.3g max %.3g\n",
@@ -75,7 +97,7 @@ static void smollm2_cuda_matches_cpu(void **state) {
 
     qw_cuda_cache_stats s0, s1;
     qw_model_cuda_cache_stats(m, &s0);
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rg2, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &rg2, &err), &err);
     qw_model_cuda_cache_stats(m, &s1);
     printf("weight cache: %zu uploads, %zu hits, %.1f MB on the device; second run: %zu new "
            "uploads\n",
@@ -86,7 +108,7 @@ static void smollm2_cuda_matches_cpu(void **state) {
 
     eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_BF16, &err), &err);
     assert_string_equal(qw_model_gemm_path(m), "bf16");
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rb, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &rb, &err), &err);
     double relb = fabs(rb.ppl - rc.ppl) / rc.ppl;
     printf("cuda bf16 ppl %.6f, relative %.2e (tol 1e-2); top-1 agreement %.4f\n", rb.ppl, relb,
            rb.top1);
@@ -95,7 +117,7 @@ static void smollm2_cuda_matches_cpu(void **state) {
     qw_eval_metrics ra;
     eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_LT, &err), &err);
     qw_model_gemm_path_reset(m);
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &ra, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &ra, &err), &err);
     const char *path = qw_model_gemm_path(m);
     double rela = fabs(ra.ppl - rc.ppl) / rc.ppl, tola = !strcmp(path, "fp32") ? 1e-4 : 1e-2;
     printf("cuda auto (gemm_path %s) ppl %.6f, relative %.2e (tol %.0e); top-1 agreement %.4f\n",
@@ -110,28 +132,19 @@ static void smollm2_cuda_matches_cpu(void **state) {
     qw_eval_metrics_free(&rg);
     qw_eval_metrics_free(&rg2);
     qw_eval_metrics_free(&rb);
-    qw_tokens_free(&t);
-    qw_model_destroy(m);
-    qw_checkpoint_close(ck);
-    remove_temp_dir(dir);
+    smol_close(&x);
 }
 
 static void cuda_scoring_and_probe_match_cpu(void **state) {
     (void)state;
-    char dir[512], base[600], tok[1024];
-    snprintf(tok, sizeof tok, "%s/gpl3.smollm2.tokens", engine_data_dir());
-    assert_int_equal(make_temp_dir(dir, sizeof dir), 0);
-    snprintf(base, sizeof base, "%s/cpu.baseline", dir);
+    smol x;
+    smol_open(&x);
+    qw_model *m = x.m;
+    const char *base = x.base;
     qs_error err = {0};
-    qw_checkpoint *ck;
-    qw_model *m;
-    qw_tokens t;
-    eval_or_fail(qw_checkpoint_open(gguf, &ck, &err), &err);
-    eval_or_fail(qw_model_create(ck, 512, 0, &m, &err), &err);
-    eval_or_fail(qw_tokens_load(tok, &t, &err), &err);
     qw_eval_options o = {.ctx = 512, .max_chunks = 2, .bos_id = -1};
     qw_eval_metrics rb, rc, rg;
-    eval_or_fail(qw_eval_baseline(m, &t, &o, base, &rb, &err), &err);
+    eval_or_fail(qw_eval_baseline(m, &x.t, &o, base, &rb, &err), &err);
     const qw_config *cfg = qw_model_config(m);
     qw_policy pol;
     qw_quant_spec q = {.weight = qk_format_by_name("nvfp4")};
@@ -143,9 +156,9 @@ static void cuda_scoring_and_probe_match_cpu(void **state) {
     qw_policy_linear(&pol, 0, QW_LINEAR_DOWN)->act = q.weight;
     eval_or_fail(qw_model_apply_policy(m, &pol, &err), &err);
     o.sqnr = 1;
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rc, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &rc, &err), &err);
     eval_or_fail(qw_model_use_cuda(m, 0, QW_CUDA_GEMM_FP32, &err), &err);
-    eval_or_fail(qw_eval_compare(m, &t, &o, base, &rg, &err), &err);
+    eval_or_fail(qw_eval_compare(m, &x.t, &o, base, &rg, &err), &err);
     double rp = fabs(rg.ppl - rc.ppl) / rc.ppl, rk = fabs(rg.kl_mean - rc.kl_mean) / rc.kl_mean;
     double dt = fabs(rg.top1 - rc.top1), worst = 0.0;
     assert_int_equal(rg.n_sqnr, rc.n_sqnr);
@@ -169,10 +182,7 @@ static void cuda_scoring_and_probe_match_cpu(void **state) {
     qw_eval_metrics_free(&rb);
     qw_eval_metrics_free(&rc);
     qw_eval_metrics_free(&rg);
-    qw_tokens_free(&t);
-    qw_model_destroy(m);
-    qw_checkpoint_close(ck);
-    remove_temp_dir(dir);
+    smol_close(&x);
 }
 
 int main(void) {
