@@ -387,32 +387,11 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             qs_error_wrap(err, "eval: chunk %zu", ch);
             break;
         }
-        t0 = qs_clock_s();
-        qw_tensor tl = {(float *)logits, n_pos, vocab};
-        if (mode == RUN_BASELINE && path) {
-            qw_tensor tlp = {s.dblk, n_pos, vocab};
-            be->ops->logsoftmax(be, &tlp, &tl);
-        }
-        /* NLL of each scored position, summed here in position order: the sums do not depend on
-         * the thread count. */
-        st = be->ops->score_rows(be, &tl, s.chunk + first + 1, NULL, s.nll_pos, NULL, NULL, NULL,
-                                 err);
-        if (st != QS_OK) {
-            qs_error_wrap(err, "eval: chunk %zu: scores", ch);
-            break;
-        }
-        for (int j = 0; j < n_pos; j++) {
-            nll += s.nll_pos[j];
-            nll2 += s.nll_pos[j] * s.nll_pos[j];
-        }
-        count += (size_t)n_pos;
-        qw_profile_add_since(prof, QW_PHASE_LOGSOFTMAX, t0);
-        if (mode == RUN_BASELINE && path) {
-            t0 = qs_clock_s();
-            if (!host_blk) st = be->ops->fetch(be, s.blk, s.dblk, blk_bytes, err);
-            if (st == QS_OK) st = write_all(s.f, s.blk, blk_bytes, s.tmp_path, err);
-            qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
-        } else if (mode == RUN_COMPARE) {
+        /* A compare job reads the chunk's baseline rows first, so that one pass over each row of
+         * logits gives its NLL, KL and top-1 (ops.h score_rows): the log-sum-exp once. */
+        int cmp = mode == RUN_COMPARE;
+        size_t base = ch * (size_t)n_pos;
+        if (cmp) {
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
                             4ll * (long long)ch * n_pos * vocab;
             t0 = qs_clock_s();
@@ -420,17 +399,35 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             if (st == QS_OK && !host_blk) st = be->ops->upload(be, s.dblk, s.blk, blk_bytes, err);
             qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
             if (st != QS_OK) break;
+        }
+        t0 = qs_clock_s();
+        qw_tensor tl = {(float *)logits, n_pos, vocab};
+        if (mode == RUN_BASELINE && path) {
+            qw_tensor tlp = {s.dblk, n_pos, vocab};
+            be->ops->logsoftmax(be, &tlp, &tl);
+        }
+        st = be->ops->score_rows(be, &tl, s.chunk + first + 1, cmp ? s.dblk : NULL, s.nll_pos,
+                                 cmp ? s.kl + base : NULL, cmp ? s.top1 : NULL,
+                                 cmp ? s.ref_top1 : NULL, err);
+        if (st != QS_OK) {
+            qs_error_wrap(err, "eval: chunk %zu: scores", ch);
+            break;
+        }
+        /* the NLL of the scored positions summed here in position order: the sums do not
+         * depend on the thread count */
+        for (int j = 0; j < n_pos; j++) {
+            nll += s.nll_pos[j];
+            nll2 += s.nll_pos[j] * s.nll_pos[j];
+        }
+        count += (size_t)n_pos;
+        for (int j = 0; cmp && j < n_pos; j++)
+            s.top1_hit[base + j] = s.top1[j] == s.ref_top1[j];
+        qw_profile_add_since(prof, cmp ? QW_PHASE_COMPARE : QW_PHASE_LOGSOFTMAX, t0);
+        if (mode == RUN_BASELINE && path) {
             t0 = qs_clock_s();
-            size_t base = ch * (size_t)n_pos;
-            st = be->ops->score_rows(be, &tl, NULL, s.dblk, NULL, s.kl + base, s.top1, s.ref_top1,
-                                     err);
-            if (st != QS_OK) {
-                qs_error_wrap(err, "eval: chunk %zu: KL", ch);
-                break;
-            }
-            for (int j = 0; j < n_pos; j++)
-                s.top1_hit[base + j] = s.top1[j] == s.ref_top1[j];
-            qw_profile_add_since(prof, QW_PHASE_COMPARE, t0);
+            if (!host_blk) st = be->ops->fetch(be, s.blk, s.dblk, blk_bytes, err);
+            if (st == QS_OK) st = write_all(s.f, s.blk, blk_bytes, s.tmp_path, err);
+            qw_profile_add_since(prof, QW_PHASE_BASELINE_IO, t0);
         }
         if (st == QS_OK && opt->progress &&
             opt->progress(opt->progress_ctx, ch + 1, n_chunks) != 0 && ch + 1 < n_chunks)

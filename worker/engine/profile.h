@@ -27,8 +27,8 @@ typedef enum qw_phase {
     QW_PHASE_GEMM_LM_HEAD, /* lm_head over the scored rows */
     QW_PHASE_ATTENTION,    /* causal attention (scores, softmax, P V) */
     QW_PHASE_ELEMENTWISE,  /* embedding lookup, RMSNorms, RoPE, SwiGLU, residual adds */
-    QW_PHASE_LOGSOFTMAX, /* log-softmax and NLL of the scored rows (and the baseline's log-probs) */
-    QW_PHASE_COMPARE,    /* KL and top-1 against the baseline, the SQNR probe's GEMMs and sums */
+    QW_PHASE_LOGSOFTMAX, /* a baseline job's NLL and log-probs of the scored rows */
+    QW_PHASE_COMPARE,    /* an eval job's NLL, KL and top-1 (one pass a row), SQNR probe GEMMs */
     QW_PHASE_POLICY,     /* applying a quantization policy to the weights */
     QW_PHASE_BASELINE_IO, /* reading or writing the baseline file (and its rows' device copies) */
     QW_PHASES
