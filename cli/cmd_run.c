@@ -94,6 +94,22 @@ static int reaped(child *c) {
     return 0;
 }
 
+/* Waits, up to 60 s, until a coordinator holds the database's coordinator lock
+ * (qc_store_coordinator_running) or co has exited (watch then reports how), so that the run
+ * says "running" only once its coordinator runs: a second qsweep run started after that line
+ * finds it instead of starting a coordinator of its own that may win the lock. Errors: those
+ * of qc_store_coordinator_running. */
+static qs_status wait_coordinator(qc_store *s, child *co, qs_error *err) {
+    for (int i = 0; i < 3000 && !stop_signal && !reaped(co); i++) {
+        bool held = false;
+        char holder[400];
+        qs_status st = qc_store_coordinator_running(s, &held, holder, sizeof holder, err);
+        if (st != QS_OK || held) return st;
+        usleep(20000);
+    }
+    return QS_OK;
+}
+
 /* Sends sig, waits up to timeout_ms for the exit, then SIGKILL. */
 static void stop_children(child *cs, size_t n, int sig, int timeout_ms) {
     for (size_t i = 0; i < n; i++)
@@ -620,6 +636,7 @@ int qsweep_cmd_run(int argc, char **argv) {
                 unsetenv(curve[k]);
             char *av[] = {"qsweep", "coordinator", "--bind", r.endpoint, "--lease-ms", lease, NULL};
             if (!st) st = startup_check(spawn(co, av, &err), &err);
+            if (!st) st = startup_check(wait_coordinator(r.store, co, &err), &err);
         }
         snprintf(r.host, sizeof r.host, "local");
         gethostname(r.host, sizeof r.host);
