@@ -3,9 +3,11 @@
  *
  * For 1 thread and for the default thread count (common/threads.h): tokens/s of full
  * evaluation chunks (ctx tokens, forward + logits of the scored half, as qw_eval runs them; no
- * I/O), the achieved GFLOP/s of the forward pass, and the GFLOP/s of cblas_sgemm alone on the
- * same sequence of GEMM shapes, timed in the same run: the ratio of the two is the engine's
- * efficiency against the GEMM ceiling it is built on (target: >= 0.95). Both are also given
+ * I/O), the achieved GFLOP/s of the forward pass, and the GFLOP/s of the engine's GEMM alone on
+ * the same sequence of GEMM shapes, timed in the same run (the fixed-order GEMM split between
+ * the threads as the engine splits it, or under QSWEEP_CPU_GEMM=openblas cblas_sgemm with
+ * OpenBLAS's threads): the ratio of the two is the engine's efficiency against the GEMM
+ * ceiling it is built on (target: >= 0.95). Both are also given
  * as a ratio of the core's FP32 FMA peak at that thread count, measured in the same run by a
  * register-only FMA loop per ISA the CPU has (fma_peak.h; the best ISA is the peak).
  *
@@ -217,14 +219,21 @@ static double time_sgemm(const shape *s, int n, float *A, float *B, float *C, in
     return best;
 }
 
-/* The fixed-order GEMM on the same shapes: each cut into pieces of QW_GEMM_COLS columns handed
- * to `threads` threads, as the engine's linears are; best of reps passes. */
+/* The fixed-order GEMM on the same shapes, best of reps passes: a linear's shape through
+ * qw_matmul_forward (the engine's split of a linear between `threads` threads), an attention
+ * shape cut into pieces of QW_GEMM_COLS columns handed to the threads. */
 static double time_fixed(const shape *s, int n, float *A, float *B, float *C, int reps,
                          int threads) {
+    qw_cpu_gemm was = qw_cpu_gemm_kind();
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = qs_clock_s();
         for (int i = 0; i < n; i++) {
+            if (s[i].trans_b && s[i].lda == s[i].k && s[i].ldb == s[i].k && s[i].ldc == s[i].n) {
+                qw_matmul_forward(C, A, B, s[i].m, s[i].k, s[i].n, threads);
+                continue;
+            }
             int pieces = (s[i].n + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
             for (int p = 0; p < pieces; p++) {
@@ -238,6 +247,7 @@ static double time_fixed(const shape *s, int n, float *A, float *B, float *C, in
         double dt = qs_clock_s() - t0;
         best = dt < best ? dt : best;
     }
+    qw_cpu_gemm_force(was);
     return best;
 }
 
@@ -606,11 +616,17 @@ int main(int argc, char **argv) {
             total += dt;
             best = dt < best ? dt : best;
         }
-        /* The ceiling: OpenBLAS's own threading on the same shapes (the model runs it single-
+        /* The ceiling: the engine's GEMM alone on the same shapes. The fixed-order GEMM split
+         * as the engine splits it; OpenBLAS with its own threading (the model runs it single-
          * threaded under its OpenMP team, so give it the threads back for this pass). */
-        openblas_set_num_threads(th);
-        double t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
-        openblas_set_num_threads(1);
+        double t_gemm;
+        if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) {
+            t_gemm = time_fixed(sh, ns, A, B, C, chunks, th);
+        } else {
+            openblas_set_num_threads(th);
+            t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
+            openblas_set_num_threads(1);
+        }
         double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9;
         snprintf(rows[ti], sizeof rows[ti],
                  "%-8d %10.1f %9.3f %12.2f %11.2f %8.3f %10.1f %11.3f %11.3f", th,
@@ -618,11 +634,15 @@ int main(int argc, char **argv) {
                  pk > 0 ? gf_engine / pk : 0.0, pk > 0 ? gf_gemm / pk : 0.0);
     }
     printf("\n%-8s %10s %9s %12s %11s %8s %10s %11s %11s\n", "threads", "tokens/s", "s/chunk",
-           "engine GF/s", "sgemm GF/s", "/sgemm", "peak GF/s", "engine/peak", "sgemm/peak");
+           "engine GF/s", "gemm GF/s", "/gemm", "peak GF/s", "engine/peak", "gemm/peak");
     for (int ti = 0; ti < n_counts; ti++)
         printf("%s\n", rows[ti]);
-    printf("\n(tokens/s: mean over the chunks; GFLOP/s: best chunk against the best sgemm pass; "
-           "peak: the best ISA's FMA loop at that thread count)\n");
+    printf("\n(tokens/s: mean over the chunks; gemm: the engine's GEMM alone on the same shapes, "
+           "%s; GFLOP/s: best chunk against the best gemm pass; peak: the best ISA's FMA loop at "
+           "that thread count)\n",
+           qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED
+               ? "the fixed-order GEMM split as the engine splits it"
+               : "cblas_sgemm with OpenBLAS's threads");
 
     if (!table_only && compare_gemms(m, &toks, ctx, chunks, thread_counts, peaks, n_counts, sh, ns,
                                      flops, A, B, C) != 0)

@@ -149,13 +149,39 @@ void qw_residual_forward(float *x, const float *y, size_t n, int nt) {
         x[i] += y[i];
 }
 
+/* Row blocks per column piece of a linear's GEMM over T rows in `pieces` pieces on nt threads.
+ * OpenBLAS: 1, every element from one call of the piece's full height (ops.h QW_GEMM_COLS).
+ * The fixed-order GEMM gives each element's bits whatever the call (gemm_fixed.h), so a
+ * linear with fewer pieces than 4 per thread (SmolLM2's q, k, v, o and down: 2 to 5 pieces)
+ * also splits its rows, into blocks of at least 96 rows (16 microkernel tiles), so that the
+ * team's threads get equal shares: 5 pieces on 2 threads leave one idle a fifth of the time. */
+static int row_blocks(int T, int pieces, int nt) {
+    if (nt < 2 || qw_cpu_gemm_kind() != QW_CPU_GEMM_FIXED) return 1;
+    int want = (4 * nt + pieces - 1) / pieces, most = T / 96;
+    return want < 1 ? 1 : want < most ? want : most < 1 ? 1 : most;
+}
+
+/* Rows [*r0, *r1) of row block rb of nb over T rows, in multiples of 6 (the microkernel's
+ * height, gemm_fixed.c) except the last. */
+static void row_block(int T, int rb, int nb, int *r0, int *r1) {
+    int step = ((T + nb - 1) / nb + 5) / 6 * 6;
+    *r0 = rb * step < T ? rb * step : T;
+    *r1 = *r0 + step < T ? *r0 + step : T;
+}
+
 void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, int out, int nt) {
     int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
-    if (nt > pieces) nt = pieces;
+    int nb = row_blocks(T, pieces, nt);
+    if (nt > pieces * nb) nt = pieces * nb;
+    /* task: row block task / pieces of piece task % pieces (a piece's blocks far apart) */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int p = 0; p < pieces; p++) {
+    for (int task = 0; task < pieces * nb; task++) {
+        int p = task % pieces, r0, r1;
+        row_block(T, task / pieces, nb, &r0, &r1);
         int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
-        qw_cpu_sgemm(0, 1, T, c1 - c0, in, 1.0f, x, in, W + (size_t)c0 * in, in, 0.0f, y + c0, out);
+        if (r1 > r0)
+            qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, x + (size_t)r0 * in, in,
+                         W + (size_t)c0 * in, in, 0.0f, y + (size_t)r0 * out + c0, out);
     }
 }
 
@@ -193,11 +219,15 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
      * (convcache.h). Two clock reads per piece time the conversion against the GEMM
      * (profile.h). */
     int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
-    if (nt > pieces) nt = pieces;
+    int nb = row_blocks(T, pieces, nt);
+    if (nt > pieces * nb) nt = pieces * nb;
     qs_status st = QS_OK;
-    double conv = 0.0, gemm = 0.0, r0 = qs_clock_s();
+    double conv = 0.0, gemm = 0.0, t_start = qs_clock_s();
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(+ : conv, gemm)
-    for (int p = 0; p < pieces; p++) {
+    for (int task = 0; task < pieces * nb; task++) {
+        int p = task % pieces, r0, r1;
+        row_block(T, task / pieces, nb, &r0, &r1);
+        if (r1 <= r0) continue;
         int c0 = p * QW_GEMM_COLS, c1 = c0 + QW_GEMM_COLS < out ? c0 + QW_GEMM_COLS : out;
         float *Wp = wscratch + (size_t)omp_get_thread_num() * QW_GEMM_COLS * in;
         qs_error e = {0};
@@ -209,12 +239,14 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
             continue;
         }
         double t1 = qs_clock_s();
-        qw_cpu_sgemm(0, 1, T, c1 - c0, in, 1.0f, xin, in, Wc ? Wc : Wp, in, 0.0f, y + c0, out);
+        qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wc ? Wc : Wp,
+                     in, 0.0f, y + (size_t)r0 * out + c0, out);
         qw_convcache_release(cache, Wc);
         conv += t1 - t0;
         gemm += qs_clock_s() - t1;
     }
-    if (convert_s && conv + gemm > 0.0) *convert_s += (qs_clock_s() - r0) * conv / (conv + gemm);
+    if (convert_s && conv + gemm > 0.0)
+        *convert_s += (qs_clock_s() - t_start) * conv / (conv + gemm);
     return st;
 }
 
