@@ -36,8 +36,9 @@
 
 /* Version of the numerics a job's results depend on (quantizers, engine). Part of every
  * job_key: bump it when a change of the numeric core or the engine changes results, so old
- * results are not reused. */
-#define QS_NUMERICS_VERSION "1"
+ * results are not reused. 2: the CPU engine's fixed path (fixed-order GEMM and exponential,
+ * worker/engine/gemm_cpu.h) is the default. */
+#define QS_NUMERICS_VERSION "2"
 
 /* A model as a spec names it. path: absolute path, or "synthetic:<shape>:<seed>". */
 typedef struct qs_model_ref {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `qsweep results` flags an experiment whose jobs ran on more than one CPU numerics path
 # (cli/results.c print_paths): an experiment on a private cluster, its first jobs run by a
-# worker with OpenBLAS's Haswell kernels, the rest by one with its Sandybridge kernels. Each
-# job records "cpu_path.cpu-openblas-<version>-<core>" (worker/jobs/jobs.c for baseline and
-# eval jobs, worker/train/train_job.c for train jobs); the two families differ in the last
-# digits. KIND is the experiment:
+# worker on the default fixed-order GEMM ("cpu_path.cpu-qsweep-fixed2"), the rest by one with
+# QSWEEP_CPU_GEMM=openblas and OpenBLAS's Sandybridge kernels
+# ("cpu_path.cpu-openblas-<version>-sandybridge"). Each job records its path
+# (worker/jobs/jobs.c for baseline and eval jobs, worker/train/train_job.c for train jobs); the
+# two GEMMs differ in the last digits. KIND is the experiment:
 #   sweep     the tiny NVFP4 W4A16 sweep (8 jobs), scoring 64 chunks of the text (the grid has
 #             8) so a job runs long enough for worker A to be stopped between jobs; the report
 #             page, as headless Chromium renders it, must flag it too.
@@ -61,8 +62,8 @@ succeeded() {
 pids+=($!)
 "$Q" submit "${submit[@]}" >"$D/submit.log" 2>&1 || fail "qsweep submit"
 
-# --- worker A (Haswell kernels): A_MIN jobs at least, then SIGTERM
-OPENBLAS_CORETYPE=Haswell "$Q" worker --connect "$EP" --id cpu-a --threads 1 >"$D/a.log" 2>&1 &
+# --- worker A (the fixed-order GEMM): A_MIN jobs at least, then SIGTERM
+env -u QSWEEP_CPU_GEMM "$Q" worker --connect "$EP" --id cpu-a --threads 1 >"$D/a.log" 2>&1 &
 a=$!
 pids+=($a)
 for _ in $(seq 1 1200); do
@@ -75,8 +76,8 @@ wait "$a" || true
 out=$("$Q" results $EXP) || fail "qsweep results after worker A"
 if echo "$out" | grep -q "mixed numerics"; then fail "a one-path experiment is flagged: $out"; fi
 
-# --- worker B (Sandybridge kernels): the rest
-OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$EP" --id cpu-b --threads 1 \
+# --- worker B (OpenBLAS, Sandybridge kernels): the rest
+QSWEEP_CPU_GEMM=openblas OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$EP" --id cpu-b --threads 1 \
   --exit-when-idle 3 >"$D/b.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 2400); do
@@ -90,7 +91,7 @@ path_of() { psql_q "SELECT DISTINCT substr(r.name, 10) FROM results r JOIN attem
                     WHERE r.name LIKE 'cpu\_path.%' AND a.worker = '$1'"; }
 jobs_of() { psql_q "SELECT count(*) FROM attempts WHERE worker = '$1' AND outcome = 'succeeded'"; }
 pa=$(path_of cpu-a) pb=$(path_of cpu-b)
-case "$pa" in cpu-openblas-*-haswell) ;; *) fail "worker A's path '$pa'" ;; esac
+case "$pa" in cpu-qsweep-fixed2) ;; *) fail "worker A's path '$pa'" ;; esac
 case "$pb" in cpu-openblas-*-sandybridge) ;; *) fail "worker B's path '$pb'" ;; esac
 out=$("$Q" results $EXP) || fail "qsweep results"
 echo "$out" | grep -q "^mixed numerics: the jobs of experiment $EXP ran on 2 paths" \

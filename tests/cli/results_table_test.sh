@@ -3,15 +3,15 @@
 # tiny sweep (experiments/tiny.yaml, same modes, formats and quantize settings as the README's
 # SmolLM2 sweep) through `qsweep run` on a private cluster, its tables turned into the README's
 # table by tools/results_table.py and compared digit for digit with the committed
-# tests/cli/data/tiny_results.md, which that same command produced. ctest runs this with
-# OPENBLAS_CORETYPE=Haswell: OpenBLAS's AVX-512 and AVX2 kernels differ in the last printed
-# digit of the baseline, the worker count and threads do not change a digit.
+# tests/cli/data/tiny_results.md, which that same command produced. The engine's fixed-order
+# GEMM (worker/engine/gemm_cpu.h) makes every digit a function of the job alone: neither the
+# CPU, OPENBLAS_CORETYPE, the worker count nor the threads change one.
 # The same for the fused-scale form (NVFP4 W4A16 with sensitivity.fuse: [qkv, gate_up]) against
 # tests/cli/data/tiny_results_fused.md, the shortened form of docs/checkpoints.md's table.
 # Regenerate the expected tables (only after a deliberate numerics change):
-#   OPENBLAS_CORETYPE=Haswell build/release/cli/qsweep run experiments/tiny.yaml > run.txt
+#   build/release/cli/qsweep run experiments/tiny.yaml > run.txt
 #   python3 tools/results_table.py update run.txt tests/cli/data/tiny_results.md
-#   OPENBLAS_CORETYPE=Haswell build/release/cli/qsweep run experiments/tiny.yaml \
+#   build/release/cli/qsweep run experiments/tiny.yaml \
 #     --set name=tiny-fused --set 'sensitivity.formats=[nvfp4]' \
 #     --set 'sensitivity.quantize=[weights]' --set '+sensitivity.fuse=[qkv,gate_up]' > fused.txt
 #   python3 tools/results_table.py update fused.txt tests/cli/data/tiny_results_fused.md

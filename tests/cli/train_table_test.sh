@@ -4,11 +4,11 @@
 # table turned into markdown by tools/train_table.py and compared digit for digit with the
 # committed tests/cli/data/tiny_training_short.md, which that same command produced. The text
 # is the King James Bible from tools/kjv_text.sh (skipped, 77, without Debian's `bible`).
-# ctest runs this with OPENBLAS_CORETYPE=Haswell: the losses depend on OpenBLAS's kernel family
-# in the fourth decimal (the Sandybridge kernels print bf16 2.8724 and nvfp4 2.8993 where the
-# Haswell ones, those this test pins, print 2.8723 and 2.8990).
+# The engine's fixed-order GEMM (worker/engine/gemm_cpu.h) makes the losses a function of the
+# run alone; under QSWEEP_CPU_GEMM=openblas they move in the fourth decimal with OpenBLAS's
+# kernel family.
 # Regenerate the expected table (only after a deliberate numerics change):
-#   bash tools/kjv_text.sh && OPENBLAS_CORETYPE=Haswell build/release/cli/qsweep run \
+#   bash tools/kjv_text.sh && build/release/cli/qsweep run \
 #     experiments/tiny-fp4-training.yaml --set name=tiny-fp4-training-short --set training.steps=20 \
 #     --set 'training.recipes=[bf16,nvfp4]' --set 'training.seeds=[1]' > run.txt
 #   python3 tools/train_table.py update run.txt tests/cli/data/tiny_training_short.md

@@ -5,7 +5,8 @@
  *
  *   engine_cpu_gemm_probe MODEL CTX THREADS [ISA]   prints "path <cpu path>", then
  *                                                   "<policy> <hash>" per policy; ISA (scalar,
- *                                                   avx2, avx512) forces the fixed GEMM's path
+ *                                                   avx2, avx512) forces the fixed GEMM's and
+ *                                                   the fixed exponential's path
  *   engine_cpu_gemm_probe --isas                    the fixed GEMM paths this CPU has
  *   engine_cpu_gemm_probe --tolerance MODEL CTX     the fixed GEMM's logits against OpenBLAS's in
  *                                                   one process: exit 0 when within 1e-4 of the
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expf_fixed.h"
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
 #include "model_fixture.h"
@@ -144,7 +146,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (strcmp(argv[4], qw_gemm_isa_name(all[i])) == 0) {
                 qs_error err = {0};
-                if (qw_gemm_fixed_force_isa(all[i], &err) != QS_OK) {
+                if (qw_gemm_fixed_force_isa(all[i], &err) != QS_OK ||
+                    qw_expf_force_isa(all[i], &err) != QS_OK) {
                     fprintf(stderr, "%s\n", err.msg);
                     return 1;
                 }

@@ -15,21 +15,10 @@
 #include <cmocka.h>
 
 #include "expf_fixed.h"
+#include "numerics.h"
 
 static const qw_gemm_isa isas[] = {QW_GEMM_ISA_SCALAR, QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
 enum { N_ISAS = sizeof isas / sizeof isas[0], SAMPLE = 1 << 22 };
-
-static float from_bits(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
 
 /* SAMPLE floats: bit patterns spread evenly over [0, +inf] and [-inf, -0] alike, plus edges. */
 static float *sample(size_t *n) {
@@ -43,8 +32,8 @@ static float *sample(size_t *n) {
     assert_non_null(x);
     uint32_t step = 0x7f800000u / (SAMPLE / 2);
     for (size_t i = 0; i < SAMPLE / 2; i++) {
-        x[2 * i] = from_bits((uint32_t)i * step);
-        x[2 * i + 1] = from_bits(0x80000000u | ((uint32_t)i * step + 7u));
+        x[2 * i] = qk_float_of((uint32_t)i * step);
+        x[2 * i + 1] = qk_float_of(0x80000000u | ((uint32_t)i * step + 7u));
     }
     memcpy(x + SAMPLE, edges, sizeof edges);
     *n = SAMPLE + N_EDGES;
@@ -71,7 +60,7 @@ static void test_every_path_gives_the_scalar_bits(void **state) {
         memset(got, 0xff, n * sizeof *got);
         qw_expf_shift_n(got, x, n, 0.0f);
         for (size_t i = 0; i < n; i++)
-            if (bits_of(got[i]) != bits_of(want[i]) && !(isnan(got[i]) && isnan(want[i])))
+            if (qk_bits_of(got[i]) != qk_bits_of(want[i]) && !(isnan(got[i]) && isnan(want[i])))
                 fail_msg("%s: e^%a: %a, scalar %a", qw_gemm_isa_name(isas[k]), (double)x[i],
                          (double)got[i], (double)want[i]);
         /* in place, and with a shift: the FP32 subtraction first */
@@ -79,7 +68,7 @@ static void test_every_path_gives_the_scalar_bits(void **state) {
         qw_expf_shift_n(got, got, n, 1.5f);
         for (size_t i = 0; i < n; i++) {
             float w = qw_expf(x[i] - 1.5f);
-            if (bits_of(got[i]) != bits_of(w) && !(isnan(got[i]) && isnan(w)))
+            if (qk_bits_of(got[i]) != qk_bits_of(w) && !(isnan(got[i]) && isnan(w)))
                 fail_msg("%s: e^(%a - 1.5) in place", qw_gemm_isa_name(isas[k]), (double)x[i]);
         }
         ran++;
@@ -124,8 +113,8 @@ static void test_range_ends(void **state) {
         force(isas[k]);
         float x[6] = {-88.0f, -INFINITY, 88.5f, INFINITY, NAN, 0.0f}, y[6];
         qw_expf_shift_n(y, x, 6, 0.0f);
-        assert_int_equal(bits_of(y[0]), 0u);
-        assert_int_equal(bits_of(y[1]), 0u);
+        assert_int_equal(qk_bits_of(y[0]), 0u);
+        assert_int_equal(qk_bits_of(y[1]), 0u);
         assert_true(isinf(y[2]) && y[2] > 0);
         assert_true(isinf(y[3]) && y[3] > 0);
         assert_true(isnan(y[4]));
@@ -158,7 +147,7 @@ static void test_shift_sum_order(void **state) {
                 for (int j = 0; j < w; j++)
                     l[j] = l[j] + l[j + w];
             float s = qw_expf_shift_sum(got, (size_t)n, 2.25f);
-            if (bits_of(s) != bits_of(l[0]))
+            if (qk_bits_of(s) != qk_bits_of(l[0]))
                 fail_msg("%s n %d: sum %a, want %a", qw_gemm_isa_name(isas[k]), n, (double)s,
                          (double)l[0]);
             assert_memory_equal(got, want, (size_t)n * sizeof *got);
@@ -184,7 +173,7 @@ static void test_silu_mul(void **state) {
         qw_silu_mul_n(got, g, u, N);
         for (int i = 0; i < N; i++) {
             float want = g[i] / (1.0f + qw_expf(-g[i])) * u[i];
-            if (bits_of(got[i]) != bits_of(want))
+            if (qk_bits_of(got[i]) != qk_bits_of(want))
                 fail_msg("%s: silu(%g) * %g: %a, want %a", qw_gemm_isa_name(isas[k]),
                          (double)g[i], (double)u[i], (double)got[i], (double)want);
         }

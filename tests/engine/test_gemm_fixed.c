@@ -265,7 +265,7 @@ static void test_engine_gemms_under_the_fixed_selection(void **state) {
     for (int o = 0; o < out; o++)
         memcpy(W + (size_t)o * in, p.B + (size_t)o * p.ldb, (size_t)in * sizeof *W);
     qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
-    assert_string_equal(qw_backend_cpu_path(), "cpu-qsweep-fixed1");
+    assert_string_equal(qw_backend_cpu_path(), "cpu-qsweep-fixed2");
     qw_gemm_fixed(0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, want, out);
     for (int nt = 1; nt <= 2; nt++) {
         memset(got, 0xff, (size_t)T * out * sizeof *got);
@@ -284,6 +284,7 @@ static void test_engine_gemms_under_the_fixed_selection(void **state) {
     }
     qw_cpu_gemm_force(QW_CPU_GEMM_OPENBLAS);
     assert_non_null(strstr(qw_backend_cpu_path(), "cpu-openblas-"));
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
     free(x);
     free(W);
     free(want);

@@ -7,8 +7,8 @@
  * W4A4 the damage a sweep records and the KL between the two forwards bounded by the
  * numerics; with the MAX-all-reduced amax every rank's packed codes, block scales and tensor
  * scale are bit for bit the slice of the unsharded tensor's; formats that cannot be sharded are
- * refused by name; back at N = 1 the unsharded logits are bit-identical. ctest runs it under
- * each OpenBLAS kernel family (tests/engine/CMakeLists.txt). */
+ * refused by name; back at N = 1 the unsharded logits are bit-identical. ctest runs it on the
+ * default fixed numerics path and under QSWEEP_CPU_GEMM=openblas (tests/engine/CMakeLists.txt). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

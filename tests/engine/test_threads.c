@@ -7,8 +7,8 @@
  * Run without arguments on the committed tied-embeddings golden model (tests/engine/data);
  * with the argument "smollm2" on SmolLM2-135M from the user cache (tools/fetch_smollm2.sh),
  * whose GEMMs have many column pieces and whose vocabulary is 49152 (skipped when absent).
- * ctest runs both again with OPENBLAS_CORETYPE=Haswell, so the AVX2 kernels are covered on an
- * AVX-512 CPU too. */
+ * ctest runs both on the default fixed numerics path (which also splits a linear's rows between
+ * threads) and again under QSWEEP_CPU_GEMM=openblas (worker/engine/gemm_cpu.h). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -83,8 +83,10 @@ static const char *field(const qc_job *j, const char *key, char *buf, size_t cap
 
 /* Keys and canonical specs of a grid over committed checkpoints, a committed token file and
  * synthetic shapes, as the pre-kinds build (commit 952f45b, `qsweep submit --dry-run --sample
- * 1000000`) gave them: SHA-256 of the 4268 keys, one per line, and of the specs without
- * their paths, one per line. */
+ * 1000000`) gave them at numerics version 1: SHA-256 of the 4268 keys, one per line, and of
+ * the specs without their paths, one per line. Each spec is restated at version 1 and keyed
+ * by qs_spec_key; the grid's own specs carry QS_NUMERICS_VERSION, and their keys are those of
+ * their specs. */
 static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) {
     env *e = *state;
     char text[4096];
@@ -111,9 +113,21 @@ static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) 
     crypto_hash_sha256_init(&keys);
     crypto_hash_sha256_init(&specs);
     for (size_t i = 0; i < l.n; i++) {
-        crypto_hash_sha256_update(&keys, (const unsigned char *)l.jobs[i].key, 64);
-        crypto_hash_sha256_update(&keys, (const unsigned char *)"\n", 1);
         json_t *s = json_loads(l.jobs[i].spec, 0, NULL);
+        assert_non_null(s);
+        assert_string_equal(json_string_value(json_object_get(s, "numerics_version")),
+                            QS_NUMERICS_VERSION);
+        char own[65], v1[65];
+        qs_error err = {0};
+        assert_int_equal(qs_spec_key(s, own, &err), QS_OK);
+        assert_string_equal(own, l.jobs[i].key);
+        json_object_set_new(s, "numerics_version", json_string("1"));
+        assert_int_equal(qs_spec_key(s, v1, &err), QS_OK);
+        crypto_hash_sha256_update(&keys, (const unsigned char *)v1, 64);
+        crypto_hash_sha256_update(&keys, (const unsigned char *)"\n", 1);
+        if (i == 1) /* test_spec.c's EVAL_KEY */
+            assert_string_equal(v1,
+                                "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe");
         json_object_del(json_object_get(s, "model"), "path");
         json_object_del(json_object_get(s, "dataset"), "path");
         char *c = json_dumps(s, JSON_SORT_KEYS | JSON_COMPACT);
@@ -130,8 +144,6 @@ static void test_keys_and_specs_of_an_existing_grid_are_unchanged(void **state) 
     sodium_bin2hex(hex_s, sizeof hex_s, hs, 32);
     assert_string_equal(hex_k, "38a2357bad60d65399a339668f9cba73fa0cc1d2d5fe6eaaefb15c547948f3fd");
     assert_string_equal(hex_s, "6e872cb273b136357c51a101fa50472c3a950747f86eb1897f097c71f54a19e1");
-    assert_string_equal(l.jobs[1].key,
-                        "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe");
     /* the affinity key the pre-kinds submit built from the model's digest */
     assert_string_equal(l.jobs[1].model_key,
                         "model:eca1f7e6930602478a3e12bacc8deab4e52c8053a0b75014e38b5ec8679bd05e");

@@ -8,9 +8,10 @@
 # tests/pipeline/data/study-short.txt, which the same commands printed. The text is the King
 # James Bible (tools/study_data.sh, Debian's bible-kjv-text); skipped (77) without `bible` or
 # without the SmolLM2 GGUF (tools/fetch_smollm2.sh).
-# ctest runs it with OPENBLAS_CORETYPE=Haswell: the losses depend on OpenBLAS's kernel family.
+# The engine's fixed-order GEMM (worker/engine/gemm_cpu.h) makes every figure a function of the
+# run alone, whatever the CPU or OPENBLAS_CORETYPE.
 # Regenerate the expected output (only after a deliberate numerics change):
-#   OPENBLAS_CORETYPE=Haswell bash tests/pipeline/study_short_test.sh build/release/cli/qsweep . --update
+#   bash tests/pipeline/study_short_test.sh build/release/cli/qsweep . --update
 # Usage: study_short_test.sh QSWEEP_BIN SOURCE_DIR [--update]
 set -euo pipefail
 Q=$(realpath "$1")

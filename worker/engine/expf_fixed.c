@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "numerics.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -38,12 +40,8 @@ float qw_expf(float x) {
     p = fmaf(p, r, P4);
     p = fmaf(p, r, P5);
     float y = fmaf(p, r * r, r) + 1.0f;
-    uint32_t tb, sb;
-    memcpy(&tb, &t, sizeof tb);
-    sb = (tb - MAGIC_BITS + 127u) << 23; /* 2^n; n in [-126, 127] here (NaN: any bits) */
-    float scale;
-    memcpy(&scale, &sb, sizeof scale);
-    return y * scale;
+    /* 2^n from t's low bits; n in [-126, 127] here (NaN: any bits) */
+    return y * qk_float_of((qk_bits_of(t) - MAGIC_BITS + 127u) << 23);
 }
 
 /* ---------------------------------------------------------------- ISA choice */

@@ -1,23 +1,26 @@
-/* The CPU engine's GEMM entry and its once-per-process choice (gemm_cpu.h). */
+/* The CPU engine's GEMM and exponential entries and their once-per-process choice
+ * (gemm_cpu.h). */
 #include "gemm_cpu.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "expf_fixed.h"
 #include "gemm_fixed.h"
 
-static qw_cpu_gemm kind = QW_CPU_GEMM_OPENBLAS;
+static qw_cpu_gemm kind = QW_CPU_GEMM_FIXED;
 static int env_bad; /* QSWEEP_CPU_GEMM names no GEMM */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void read_env(void) {
     const char *v = getenv("QSWEEP_CPU_GEMM");
-    if (!v || !*v || strcmp(v, "openblas") == 0)
-        kind = QW_CPU_GEMM_OPENBLAS;
-    else if (strcmp(v, "fixed") == 0)
+    if (!v || !*v || strcmp(v, "fixed") == 0)
         kind = QW_CPU_GEMM_FIXED;
+    else if (strcmp(v, "openblas") == 0)
+        kind = QW_CPU_GEMM_OPENBLAS;
     else
         env_bad = 1;
 }
@@ -31,7 +34,7 @@ qs_status qw_cpu_gemm_check(qs_error *err) {
     pthread_once(&env_once, read_env);
     if (env_bad)
         return qs_error_set(err, QS_EINVAL,
-                            "QSWEEP_CPU_GEMM '%s': expected 'openblas' (the default) or 'fixed'",
+                            "QSWEEP_CPU_GEMM '%s': expected 'fixed' (the default) or 'openblas'",
                             getenv("QSWEEP_CPU_GEMM"));
     return QS_OK;
 }
@@ -53,4 +56,32 @@ void qw_cpu_sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
     }
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
                 transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+float qw_cpu_exp_shift_sum(float *x, size_t n, float shift) {
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return qw_expf_shift_sum(x, n, shift);
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - shift);
+        sum += x[i];
+    }
+    return sum;
+}
+
+void qw_cpu_exp_shift_n(float *y, const float *x, size_t n, float shift) {
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) {
+        qw_expf_shift_n(y, x, n, shift);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        y[i] = expf(x[i] - shift);
+}
+
+void qw_cpu_silu_mul(float *out, const float *g, const float *u, size_t n) {
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) {
+        qw_silu_mul_n(out, g, u, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

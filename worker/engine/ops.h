@@ -72,20 +72,24 @@ void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb);
 /* Causal grouped-query attention: att[T x H*E] from q [T x H*E], k, v [T x G*E] (rotated).
  * Per head h (kv head g = h / (H/G)): att_h = softmax_causal(Q_h K_g^T / sqrt(E)) V_g,
  * computed per (head, query tile of QW_ATT_TILE rows); the work items are independent, so the
- * result does not depend on nt. scores: [nt x QW_ATT_TILE x T] scratch. */
+ * result does not depend on nt. A row's softmax is e^(s - max) by qw_cpu_exp_shift_sum
+ * (gemm_cpu.h; on the fixed path the same bits on every x86-64 CPU), each times 1 / their
+ * sum. scores: [nt x QW_ATT_TILE x T] scratch. */
 void qw_attention_forward(float *att, const float *q, const float *k, const float *v,
                           float *scores, int T, int H, int G, int E, int nt);
 
-/* out[i] = silu(g[i]) * u[i] over n elements (SwiGLU; silu(x) = x / (1 + exp(-x))). out may
- * equal g (the forward pass overwrites the gate; a training forward keeps it). */
+/* out[i] = silu(g[i]) * u[i] over n elements (SwiGLU; silu(x) = x / (1 + exp(-x)), by
+ * qw_cpu_silu_mul, gemm_cpu.h). out may equal g (the forward pass overwrites the gate; a
+ * training forward keeps it). */
 void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int nt);
 
 /* x[i] += y[i] over n elements (the residual connection). */
 void qw_residual_forward(float *x, const float *y, size_t n, int nt);
 
 /* y[T x out] = x[T x in] * W^T, W [out x in] FP32 row-major (HF layout): the GEMM pieces of
- * QW_GEMM_COLS output columns, one single-threaded qw_cpu_sgemm each (gemm_cpu.h: OpenBLAS or
- * the fixed-order GEMM); bit-identical for any nt. */
+ * QW_GEMM_COLS output columns, one single-threaded qw_cpu_sgemm each (gemm_cpu.h: the
+ * fixed-order GEMM or OpenBLAS; under the fixed-order GEMM a linear of few pieces also splits
+ * its rows between the threads); bit-identical for any nt. */
 void qw_matmul_forward(float *y, const float *x, const float *W, int T, int in, int out, int nt);
 
 /* The activation format of a linear's input (W4A4); fmt NULL = FP32 input. The linear's
@@ -392,13 +396,14 @@ const qw_ops *qw_ops_cpu(void);
  * linears of up to max_in inputs. Errors: QS_EINVAL (threads < 1, max_in < 1), QS_ENOMEM. */
 qs_status qw_backend_cpu_init(qw_backend *b, int threads, int max_in, qs_error *err);
 
-/* The CPU backend's numerics path, recorded in results beside gemm_path. With OpenBLAS (the
- * default, gemm_cpu.h): the GEMM library, its version and the kernel family it picked for this
- * CPU, "cpu-openblas-<version>-<core>" in lower case (the version from openblas_get_config, the
- * core from openblas_get_corename: e.g. "cpu-openblas-0.3.21-haswell"); OpenBLAS's kernel
- * families sum in different orders, so two paths' results differ in the last bits. With
- * QSWEEP_CPU_GEMM=fixed: "cpu-qsweep-fixed1", the same bits on every x86-64 CPU
- * (gemm_fixed.h), so it names no CPU. Thread-safe. */
+/* The CPU backend's numerics path, recorded in results beside gemm_path. On the fixed path (the
+ * default, gemm_cpu.h: the fixed-order GEMM and exponential): "cpu-qsweep-fixed2", the same
+ * bits on every x86-64 CPU (gemm_fixed.h, expf_fixed.h), so it names no CPU ("fixed1" was the
+ * fixed-order GEMM with the C library's expf, whose results differ in the last bits). With QSWEEP_CPU_GEMM=openblas: the GEMM library, its
+ * version and the kernel family it picked for this CPU, "cpu-openblas-<version>-<core>" in
+ * lower case (the version from openblas_get_config, the core from openblas_get_corename: e.g.
+ * "cpu-openblas-0.3.21-haswell"); OpenBLAS's kernel families sum in different orders, so two
+ * paths' results differ in the last bits. Thread-safe. */
 const char *qw_backend_cpu_path(void);
 
 /* OpenBLAS's build configuration (openblas_get_config: version, DYNAMIC_ARCH, core, ...). */

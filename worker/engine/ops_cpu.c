@@ -2,7 +2,7 @@
  *
  * Threads: one OpenMP team of nt threads does all the work. GEMMs are split across it by output
  * columns (linears) or by head (attention), each piece a single-threaded qw_cpu_sgemm
- * (gemm_cpu.h: cblas_sgemm, or the fixed-order GEMM under QSWEEP_CPU_GEMM=fixed). OpenBLAS's
+ * (gemm_cpu.h: the fixed-order GEMM, or cblas_sgemm under QSWEEP_CPU_GEMM=openblas). OpenBLAS's
  * own thread pool is switched off (openblas_set_num_threads(1), by the model): with two pools on
  * the same cores, each spinning while the other works, the 2-thread forward ran at 13 GFLOP/s
  * against 52 on one thread (bench/engine on the 2-core development machine). */
@@ -104,12 +104,7 @@ static void causal_softmax(float *S, int rows, int ncols, int t0) {
         float mx = row[0];
         for (int j = 1; j <= last; j++)
             mx = row[j] > mx ? row[j] : mx;
-        float sum = 0.0f;
-        for (int j = 0; j <= last; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += row[j];
-        }
-        float inv = 1.0f / sum;
+        float inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
         for (int j = 0; j <= last; j++)
             row[j] *= inv;
         for (int j = last + 1; j < ncols; j++)
@@ -138,9 +133,13 @@ void qw_attention_forward(float *att, const float *q, const float *k, const floa
 }
 
 void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int nt) {
+    /* blocks of 4096 elements, each one qw_silu_mul_n call (elementwise: any split, same bits) */
+    size_t blocks = (n + 4095) / 4096;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * 4096, m = n - i < 4096 ? n - i : 4096;
+        qw_cpu_silu_mul(out + i, g + i, u + i, m);
+    }
 }
 
 void qw_residual_forward(float *x, const float *y, size_t n, int nt) {
@@ -637,9 +636,9 @@ static void cpu_path_init(void) {
 }
 
 const char *qw_backend_cpu_path(void) {
-    /* The fixed-order GEMM's bits are a function of the shapes alone (gemm_fixed.h): its path
-     * names no CPU, ISA or library. */
-    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return "cpu-qsweep-fixed1";
+    /* The fixed path's bits are a function of the shapes and operands alone (gemm_fixed.h,
+     * expf_fixed.h): its path names no CPU, ISA or library. */
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return "cpu-qsweep-fixed2";
     pthread_once(&cpu_path_once, cpu_path_init);
     return cpu_path;
 }

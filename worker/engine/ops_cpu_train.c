@@ -142,12 +142,8 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
                 float mx = row[0];
                 for (int s2 = 1; s2 <= t; s2++)
                     mx = row[s2] > mx ? row[s2] : mx;
-                float sum = 0;
-                for (int s2 = 0; s2 <= t; s2++) {
-                    row[s2] = expf(row[s2] - mx);
-                    sum += row[s2];
-                }
-                float inv = (float)1 / sum;
+                /* the evaluation's softmax (ops_cpu.c causal_softmax; gemm_cpu.h) */
+                float inv = (float)1 / qw_cpu_exp_shift_sum(row, (size_t)t + 1, mx);
                 for (int s2 = 0; s2 <= t; s2++)
                     row[s2] *= inv;
                 for (int s2 = t + 1; s2 < T; s2++)
@@ -208,12 +204,23 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
 void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
                               size_t n, int nt) {
     /* silu(g) = g s, s = 1/(1+e^-g); silu'(g) = s (1 + g (1 - s)). */
+    /* blocks of 1024 elements: e^-g of a block into a stack buffer (qw_cpu_exp_shift_n, the
+     * forward's e^x), then the elementwise formulas */
+    size_t blocks = (n + 1023) / 1024;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float s = (float)1 / ((float)1 + expf(-g[i]));
-        float si = g[i] * s;
-        du[i] = dh[i] * si;
-        dg[i] = dh[i] * u[i] * (s * ((float)1 + g[i] * ((float)1 - s)));
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i0 = b * 1024, m = n - i0 < 1024 ? n - i0 : 1024;
+        float e[1024];
+        for (size_t j = 0; j < m; j++)
+            e[j] = -g[i0 + j];
+        qw_cpu_exp_shift_n(e, e, m, (float)0);
+        for (size_t j = 0; j < m; j++) {
+            size_t i = i0 + j;
+            float s = (float)1 / ((float)1 + e[j]);
+            float si = g[i] * s;
+            du[i] = dh[i] * si;
+            dg[i] = dh[i] * u[i] * (s * ((float)1 + g[i] * ((float)1 - s)));
+        }
     }
 }
 
@@ -230,11 +237,10 @@ void qw_train_crossentropy_forward(float *logits, float *losses, const uint32_t 
         /* -log p_target = log(sum_j e^(l_j - mx)) - (l_target - mx), from the logits, not the
          * rounded probability, so a confident model's loss does not flush to -log(0). */
         double lt = (double)row[targets[i]] - (double)mx;
+        qw_cpu_exp_shift_n(row, row, (size_t)V, mx); /* gemm_cpu.h */
         double sum = 0.0;
-        for (int j = 0; j < V; j++) {
-            row[j] = expf(row[j] - mx);
+        for (int j = 0; j < V; j++)
             sum += row[j];
-        }
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < V; j++)
             row[j] *= inv;
