@@ -203,9 +203,9 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
 
 void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
                               size_t n, int nt) {
-    /* silu(g) = g s, s = 1/(1+e^-g); silu'(g) = s (1 + g (1 - s)). */
-    /* blocks of 1024 elements: e^-g of a block into a stack buffer (qw_cpu_exp_shift_n, the
-     * forward's e^x), then the elementwise formulas */
+    /* silu(g) = g s, s = 1/(1+e^-g); silu'(g) = s (1 + g (1 - s)). In blocks of 1024 elements:
+     * e^-g of a block into a stack buffer (qw_cpu_exp_shift_n, the forward's e^x), then the
+     * elementwise formulas. */
     size_t blocks = (n + 1023) / 1024;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t b = 0; b < blocks; b++) {
