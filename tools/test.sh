@@ -43,7 +43,7 @@ STAGES=(
   "exhaustive     the 2^32 sweeps (when named or QSWEEP_TEST_EXHAUSTIVE=1)"
   "pg_tests       release tests with PostgreSQL"
   "asan_build     ASan+UBSan build"
-  "asan_tests     sanitizer tests (all but exhaustive, slow)"
+  "asan_tests     sanitizer tests (all but exhaustive, slow, openblas copies)"
   "fuzz_smoke     libFuzzer targets, ${QSWEEP_FUZZ_SECONDS:-5} s each"
   "cppcheck       cppcheck"
   "tmp_clean      no temporary files left"
