@@ -69,7 +69,8 @@ pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *
 bool h_file_contains(const char *path, const char *needle);
 /* Sends sig and, for SIGKILL, reaps the process. */
 void h_signal(harness *h, pid_t pid, int sig);
-/* Waits up to timeout_ms for pid to exit; returns its exit status or -1. */
+/* Waits for pid to exit (bounded as h_wait_sql); returns its exit status, or -1 saying so.
+ * timeout_ms 0 only looks: -1 when pid still runs. */
 int h_wait_exit(pid_t pid, int timeout_ms);
 
 /* Inserts a job and returns its id. */
@@ -82,7 +83,9 @@ long h_sql_long(harness *h, const char *fmt, ...) __attribute__((format(printf, 
 /* Same as a string into out. */
 void h_sql_text(harness *h, char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Polls the query every 100 ms until it returns want; false after timeout_ms. */
+/* Polls the query every 100 ms until it returns want; false (saying what it waited for and
+ * the last value seen) after ten times timeout_ms, at most ten minutes: timeout_ms is the
+ * time on an idle machine, the bound only catches a hang. */
 bool h_wait_sql(harness *h, long want, int timeout_ms, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* True when the coordinator's log contains needle. */

@@ -75,13 +75,14 @@ static int log_count(const char *needle) {
     return n;
 }
 
-/* Polls the captured log every 10 ms until a line contains needle. */
+/* Polls the captured log every 10 ms until a line contains needle; gives up after ten times
+ * timeout_ms (the time on an idle machine: the bound only catches a hang). */
 static bool wait_log(const char *needle, int timeout_ms) {
-    for (int t = 0; t <= timeout_ms; t += 10) {
+    for (int t = 0; t <= 10 * timeout_ms; t += 10) {
         if (log_count(needle) > 0) return true;
         h_sleep_ms(10);
     }
-    fprintf(stderr, "timed out after %d ms waiting for a log line with \"%s\"\n", timeout_ms,
+    fprintf(stderr, "gave up after %d ms waiting for a log line with \"%s\"\n", 10 * timeout_ms,
             needle);
     return false;
 }
@@ -627,7 +628,8 @@ static void refused_workers_say_why_once_and_give_up_admitted_one_says_connected
     /* a mechanism mismatch, or (when the coordinator closes before its greeting is read) a
      * closed handshake: both name the missing keys */
     assert_non_null(strstr(plain.err.msg, "CURVE and this worker has no keys"));
-    assert_true(gave_up_ms >= QW_REFUSAL_SPAN_MS && gave_up_ms < QW_REFUSAL_SPAN_MS + 10000);
+    /* the margin only bounds a retry loop that does not end, on a machine of any load */
+    assert_true(gave_up_ms >= QW_REFUSAL_SPAN_MS && gave_up_ms < QW_REFUSAL_SPAN_MS + 100000);
     /* each said it once */
     assert_int_equal(log_count("qsweep-worker unlisted: the coordinator refused this worker's "
                                "CURVE key"),

