@@ -5,6 +5,7 @@
 #ifndef QSWEEP_CLI_H
 #define QSWEEP_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "error.h"
@@ -47,6 +48,17 @@ qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_
 
 /* Path of the running qsweep binary (/proc/self/exe), for starting its own subcommands. */
 const char *qsweep_self_exe(void);
+
+/* The command as the user typed it (argv[0]: build/release/cli/qsweep, or qsweep when found on
+ * PATH), for the hints that name a command to run next: each works as printed, from the same
+ * folder. "qsweep" before main has run. */
+const char *qsweep_invoked(void);
+
+/* Bytes in the cache folders qsweep computes again when needed (baselines, tokens: the
+ * environment overrides and XDG paths the worker uses; cmd_cache.c). */
+qs_status qsweep_cache_derived_bytes(int64_t *bytes, qs_error *err);
+/* "1.23 GB", "45.6 MB", "7.8 kB" or "12 B" (decimal units). */
+void qsweep_format_bytes(int64_t bytes, char *out, size_t cap);
 
 /* Connection string: the --db argument, else $QSWEEP_DB; NULL when neither is set. */
 const char *qsweep_db_arg(const char *opt);
@@ -182,6 +194,7 @@ int qsweep_cmd_coordinator(int argc, char **argv);
 int qsweep_cmd_worker(int argc, char **argv);
 int qsweep_cmd_workers(int argc, char **argv);
 int qsweep_cmd_db(int argc, char **argv);
+int qsweep_cmd_cache(int argc, char **argv);
 int qsweep_cmd_keygen(int argc, char **argv);
 int qsweep_cmd_report(int argc, char **argv);
 int qsweep_cmd_plan(int argc, char **argv);

@@ -555,6 +555,11 @@ int qsweep_cmd_run(int argc, char **argv) {
     char stuck_why[1024] = "";
     char logs[PATH_MAX - 64], conn_buf[PATH_MAX + 64];
     int logs_made = 0;
+    /* the run's workers write baselines and token files into this machine's cache: its
+     * summary says how much (unreadable folders count as empty, the run goes on) */
+    int64_t cache_before = 0, cache_after = 0;
+    qs_error cache_err = {0};
+    bool cache_known = qsweep_cache_derived_bytes(&cache_before, &cache_err) == QS_OK;
     const char *conninfo = qsweep_db_arg(db);
     if (!conninfo) {
         st = qsweep_private_db_start(pg_dir, &r.pg, &r.pg_adopted, &err);
@@ -594,8 +599,9 @@ int qsweep_cmd_run(int argc, char **argv) {
                 "another coordinator is already running on this database: %s, probably an "
                 "earlier qsweep run or a qsweep coordinator; its workers run the queued jobs, "
                 "this experiment's included (%lld pending, %lld running). Follow them with "
-                "qsweep status %s, or stop that run first",
-                holder, (long long)prog.pending, (long long)prog.running, g->name);
+                "%s status %s, or stop that run first",
+                holder, (long long)prog.pending, (long long)prog.running, qsweep_invoked(),
+                g->name);
     }
     if (!st && prog.pending + prog.running > 0) {
         st = run_log_dir(g->name, logs, sizeof logs, &err);
@@ -672,12 +678,23 @@ int qsweep_cmd_run(int argc, char **argv) {
         st = qsweep_print_results(r.store, g->name, 0, stdout, &err);
         if (!st && r.pg && r.pg_adopted == QSWEEP_PG_ADOPTED)
             printf("(the private cluster was already running, so qsweep run left it running;\n"
-                   "   qsweep db stop stops it)\n");
+                   "   %s db stop stops it)\n",
+                   qsweep_invoked());
         else if (!st && r.pg)
             printf(
                 "(qsweep run stops its private cluster when the last run using it ends; to query\n"
-                "   it, start it with   eval \"$(qsweep db start)\"   and stop it with\n"
-                "   qsweep db stop)\n");
+                "   it, start it with   eval \"$(%s db start)\"   and stop it with\n"
+                "   %s db stop)\n",
+                qsweep_invoked(), qsweep_invoked());
+    }
+    if (!st && cache_known && r.n_children > 0 &&
+        qsweep_cache_derived_bytes(&cache_after, &cache_err) == QS_OK) {
+        char added[32];
+        qsweep_format_bytes(cache_after > cache_before ? cache_after - cache_before : 0, added,
+                           sizeof added);
+        printf("cache: this run added %s of baselines and token files (%s cache lists and "
+               "prunes them)\n",
+               added, qsweep_invoked());
     }
     if (logs_made) {
         fflush(stdout);

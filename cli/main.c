@@ -32,6 +32,8 @@ static const struct {
     {"worker", qsweep_cmd_worker, "run jobs from a coordinator"},
     {"workers", qsweep_cmd_workers, "list the workers the coordinator has seen"},
     {"db", qsweep_cmd_db, "migrate | start | stop: schema migrations, the private cluster"},
+    {"cache", qsweep_cmd_cache,
+     "[list] | prune --older-than DAYS | clear: sizes of the caches, and pruning them"},
     {"keygen", qsweep_cmd_keygen, "print a CURVE key pair for coordinator and workers"},
     {"report", qsweep_cmd_report, "EXPERIMENT -o FILE: one self-contained HTML report"},
     {"slurm", qsweep_cmd_slurm,
@@ -146,6 +148,10 @@ int qsweep_fail(const char *cmd, const qs_error *err) {
     return qs_exit_code(err->code);
 }
 
+static const char *invoked = "qsweep";
+
+const char *qsweep_invoked(void) { return invoked; }
+
 const char *qsweep_self_exe(void) {
     static char path[PATH_MAX];
     if (!path[0]) {
@@ -186,8 +192,8 @@ qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_
     if (missing) {
         st = qs_error_set(err, QS_EDB,
                           "the database has no qsweep schema (%s only reads it; create it with "
-                          "qsweep db migrate, or qsweep submit)",
-                          role);
+                          "%s db migrate, or %s submit)",
+                          role, invoked, invoked);
     } else if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         st = qs_error_set(err, QS_EDB, "reading schema_migrations: %s", PQerrorMessage(c));
     } else {
@@ -195,8 +201,8 @@ qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_
         if ((size_t)n < qc_schema_migrations_count)
             st = qs_error_set(err, QS_EDB,
                               "the database schema has %ld of %zu migrations (%s only reads it; "
-                              "update it with qsweep db migrate)",
-                              n, qc_schema_migrations_count, role);
+                              "update it with %s db migrate)",
+                              n, qc_schema_migrations_count, role, invoked);
     }
     PQclear(r);
     PQfinish(c);
@@ -222,6 +228,8 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
 }
 
 int main(int argc, char **argv) {
+    /* a name without a slash was found on PATH: "qsweep" works as printed */
+    if (argv[0] && strchr(argv[0], '/')) invoked = argv[0];
     if (argc < 2) {
         usage(stderr);
         return QS_EXIT_USAGE;

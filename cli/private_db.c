@@ -233,8 +233,8 @@ const char *qsweep_find_db(const char *opt, const char *cmd) {
     }
     fprintf(stderr,
             "qsweep %s: no database: give --db CONNINFO or set QSWEEP_DB; the private cluster "
-            "of qsweep run%s%s%s is not running (eval \"$(qsweep db start)\" starts it and sets "
+            "of qsweep run%s%s%s is not running (eval \"$(%s db start)\" starts it and sets "
             "QSWEEP_DB)\n",
-            cmd, dir[0] ? " (" : "", dir, dir[0] ? ")" : "");
+            cmd, dir[0] ? " (" : "", dir, dir[0] ? ")" : "", qsweep_invoked());
     return NULL;
 }

@@ -858,7 +858,8 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     static char out[1 << 16];
     const char *status[] = {"status", NULL};
     assert_int_equal(qsweep(out, sizeof out, status), 1);
-    if (!strstr(out, "qsweep status: no database") || !strstr(out, "eval \"$(qsweep db start)\""))
+    if (!strstr(out, "qsweep status: no database") ||
+        !strstr(out, "eval \"$(" QSWEEP_BIN " db start)\""))
         fail_msg("status without a database: %s", out);
 
     const char *start[] = {"db", "start", NULL};
