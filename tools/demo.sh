@@ -4,7 +4,7 @@
 # PostgreSQL cluster, printing the results tables at the end.
 #
 # Usage: bash tools/demo.sh [qsweep run options...]
-#   e.g. bash tools/demo.sh --workers 4 --set dataset.max_chunks=4
+#   e.g. bash tools/demo.sh --workers 4 --set dataset.max_chunks=4 --set name=smollm2-4chunks
 # Needs root or sudo for the Debian packages. The cluster lives in
 # ${XDG_DATA_HOME:-~/.local/share}/qsweep/pg; run the script again and only unfinished jobs run.
 set -euo pipefail
