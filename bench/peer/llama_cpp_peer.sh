@@ -18,7 +18,8 @@
 #    every position of every chunk, from its log's timestamps), llama-bench (pp512), and
 #    qsweep's bench_engine --table-only
 #    (tokens/s of whole ctx-512 forwards with logits of the scored half, as an evaluation runs).
-#    Then prints, per file and thread count, each tool's tokens/s and the ratios
+#    A tool that fails is reported with its exit status and the end of its stderr, and the
+#    other measurements go on (the script then exits 1). Then prints, per file and thread count, each tool's tokens/s and the ratios
 #    qsweep/llama-perplexity and qsweep/llama-bench, with the load average before and after.
 #
 # Usage: bench/peer/llama_cpp_peer.sh [gguf] [chunks=4] [rounds=2]
@@ -49,7 +50,8 @@ mkdir -p "$peer"
 sdist="$peer/llama_cpp_python-$version.tar.gz"
 if [ ! -f "$sdist" ]; then
   if command -v pip >/dev/null 2>&1; then pipcmd=(pip); else pipcmd=(python3 -m pip); fi
-  "${pipcmd[@]}" download --no-binary :all: --no-deps --dest "$peer" \
+  # the sdist alone: --no-binary :all: would also build every build dependency from source
+  "${pipcmd[@]}" download --no-deps --no-binary llama-cpp-python --dest "$peer" \
     "llama-cpp-python==$version" >&2
 fi
 [ -f "$sdist" ] || die "pip did not produce $sdist"
@@ -103,8 +105,25 @@ print("same ids: the first %d of %d tokens agree (qsweep %d tokens)" % (need, le
 PY
 
 # ---- 4. alternating runs
+# Each measurement runs on its own: a tool that fails (llama.cpp's Q4_1 repacked path crashed
+# on one CPU) is reported with its exit status and the tail of its log, its figure is nan,
+# and the other measurements go on.
 out="$peer/runs.txt"
 : >"$out"
+failures=0
+# measure LABEL LOG CMD...: runs CMD, its stdout into LOG and its stderr into LOG.err; 0, or
+# says how it failed and returns 1.
+measure() {
+  local label=$1 log=$2 rc=0
+  shift 2
+  "$@" >"$log" 2>"$log.err" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "llama_cpp_peer.sh: $label failed with exit status $rc$([ "$rc" -gt 128 ] && echo " (signal $((rc - 128)))"); its stderr ($log.err) ends:" >&2
+    tail -n 5 "$log.err" | sed 's/^/  /' >&2
+    failures=$((failures + 1))
+    return 1
+  fi
+}
 for r in $(seq 1 "$rounds"); do
   for t in 1 2; do
     for kind in F32 Q4_1; do
@@ -112,9 +131,10 @@ for r in $(seq 1 "$rounds"); do
       [ "$kind" = F32 ] && model="$f32"
       # Its log lines start with the time since start, minutes.seconds.milliseconds.microseconds:
       # tokens/s from "calculating perplexity" to "Final estimate", every pass of every chunk.
-      s=$("$lbuild/bin/llama-perplexity" -m "$model" -f "$text" -c 512 -b 512 -t "$t" \
-            --chunks "$chunks" 2>&1 |
-          python3 -c '
+      log="$peer/perplexity-$kind-$t-$r.log" s=nan
+      measure "llama-perplexity ($kind, $t threads, round $r)" "$log" "$lbuild/bin/llama-perplexity" \
+        -m "$model" -f "$text" -c 512 -b 512 -t "$t" --chunks "$chunks" &&
+        s=$(python3 -c '
 import sys
 t = {}
 for line in sys.stdin:
@@ -123,13 +143,17 @@ for line in sys.stdin:
             m, s, ms, us = (int(x) for x in line.split()[0].split("."))
             t[key] = 60 * m + s + ms / 1e3 + us / 1e6
 dt = t.get("Final estimate", 0) - t.get("calculating perplexity", 0)
-print("%.1f" % (512 * int(sys.argv[1]) / dt) if dt > 0 else "nan")' "$chunks")
+print("%.1f" % (512 * int(sys.argv[1]) / dt) if dt > 0 else "nan")' "$chunks" < <(cat "$log" "$log.err"))
       echo "$kind $t perplexity ${s:-nan}" >>"$out"
-      s=$("$lbuild/bin/llama-bench" -m "$model" -p 512 -n 0 -t "$t" -r 2 -o csv 2>/dev/null |
-          python3 -c 'import csv,sys; rows=list(csv.DictReader(sys.stdin)); print(rows[-1]["avg_ts"] if rows else "nan")')
+      log="$peer/bench-$kind-$t-$r.log" s=nan
+      measure "llama-bench ($kind, $t threads, round $r)" "$log" "$lbuild/bin/llama-bench" \
+        -m "$model" -p 512 -n 0 -t "$t" -r 2 -o csv &&
+        s=$(python3 -c 'import csv,sys; rows=list(csv.DictReader(sys.stdin)); print(rows[-1]["avg_ts"] if rows else "nan")' <"$log")
       echo "$kind $t bench ${s:-nan}" >>"$out"
-      s=$(OMP_NUM_THREADS="$t" "$bench" --table-only "$model" 512 "$chunks" |
-          awk -v t="$t" '$1 == t && NF == 9 {v = $2} END {print v ? v : "nan"}')
+      log="$peer/qsweep-$kind-$t-$r.log" s=nan
+      measure "qsweep bench_engine ($kind, $t threads, round $r)" "$log" \
+        env OMP_NUM_THREADS="$t" "$bench" --table-only "$model" 512 "$chunks" &&
+        s=$(awk -v t="$t" '$1 == t && NF == 9 {v = $2} END {print v ? v : "nan"}' "$log")
       echo "$kind $t qsweep ${s:-nan}" >>"$out"
     done
   done
@@ -147,7 +171,7 @@ print("%-5s %3s  %-22s %-22s %-22s %-11s %-11s" % ("file", "thr", "llama-perplex
       "qsweep bench_engine", "q/perplex", "q/bench"))
 for kind in ("F32", "Q4_1"):
     for t in (1, 2):
-        p, b, q = (runs[(kind, t, x)] for x in ("perplexity", "bench", "qsweep"))
+        p, b, q = ([v for v in runs[(kind, t, x)] if v == v] for x in ("perplexity", "bench", "qsweep"))
         f = lambda v: " ".join("%.1f" % x for x in v)
         rp = "%.2f-%.2f" % (min(q) / max(p), max(q) / min(p)) if p and q and min(p) > 0 else "n/a"
         rb = "%.2f-%.2f" % (min(q) / max(b), max(q) / min(b)) if b and q and min(b) > 0 else "n/a"
@@ -155,3 +179,7 @@ for kind in ("F32", "Q4_1"):
 print("(ratios: qsweep's tokens/s over the peer's, lowest-highest over the runs; llama-perplexity"
       " computes logits at every position, bench_engine at the scored half)")
 PY
+if [ "$failures" -gt 0 ]; then
+  echo "llama_cpp_peer.sh: $failures measurement(s) failed (above); their figures are left out" >&2
+  exit 1
+fi
