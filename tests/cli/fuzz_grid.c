@@ -17,19 +17,26 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The folder of the run's files, in $TMPDIR, removed when the run exits. */
+static char dir[4096];
+
+static void remove_dir(void) { fx_rmtree(dir); }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static char grid[512];
+    static char grid[4200];
     if (!grid[0]) {
-        char *dir = fx_tempdir("qsweep-fuzz-grid");
-        char path[512];
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/qsweep-fuzz-grid.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) abort();
+        atexit(remove_dir);
+        char path[4200];
         uint32_t ids[256];
         for (int i = 0; i < 256; i++) ids[i] = (uint32_t)(i * 5 % 64);
         snprintf(path, sizeof path, "%s/ckpt", dir);
-        if (!dir || fx_write_checkpoint(path, 2, 64, 1)) abort();
+        if (fx_write_checkpoint(path, 2, 64, 1)) abort();
         snprintf(path, sizeof path, "%s/toks.bin", dir);
         if (fx_write_tokens(path, ids, 256, 64)) abort();
         snprintf(grid, sizeof grid, "%s/grid.yaml", dir);
-        free(dir);
     }
     FILE *f = fopen(grid, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();

@@ -11,13 +11,21 @@
 #include "eval.h"
 
 static char path[64];
+static int fd = -1;
 
+/* One file for every input: made in $TMPDIR by mkstemp and unlinked at once, so nothing is
+ * left behind however the run ends; the reader opens it again through /proc/self/fd. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!path[0]) snprintf(path, sizeof path, "/tmp/qsweep-fuzz-baseline-%d.blp", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (size && fwrite(data, 1, size, f) != size) abort();
-    if (fclose(f) != 0) abort();
+    if (fd < 0) {
+        const char *tmp = getenv("TMPDIR");
+        char name[4096];
+        snprintf(name, sizeof name, "%s/qsweep-fuzz-baseline.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        fd = mkstemp(name);
+        if (fd < 0 || unlink(name) != 0) abort();
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    }
+    if (ftruncate(fd, 0) != 0) abort();
+    if (size && pwrite(fd, data, size, 0) != (ssize_t)size) abort();
     qw_baseline_info info;
     qs_error err = {0};
     qs_status st = qw_baseline_info_read(path, &info, &err);
