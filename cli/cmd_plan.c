@@ -682,15 +682,22 @@ int qsweep_cmd_plan(int argc, char **argv) {
             return QS_EXIT_USAGE;
         }
     }
-    const char *conninfo = qsweep_db_arg(db);
-    if (optind != argc - 1 || !conninfo || isnan(o.budget)) {
-        if (!conninfo)
-            fprintf(stderr, "qsweep plan: no database: give --db CONNINFO or set QSWEEP_DB\n");
-        else if (isnan(o.budget))
-            fprintf(stderr, "qsweep plan: --budget-bits B is required\n");
-        plan_usage(stderr);
+    /* each mistake gets its one line (qsweep plan --help shows the options) */
+    if (optind >= argc) {
+        fprintf(stderr, "qsweep plan: no EXPERIMENT given (qsweep plan --help)\n");
         return QS_EXIT_USAGE;
     }
+    if (optind < argc - 1) {
+        fprintf(stderr, "qsweep plan: unexpected argument '%s'\n", argv[optind + 1]);
+        return QS_EXIT_USAGE;
+    }
+    if (isnan(o.budget)) {
+        fprintf(stderr, "qsweep plan: --budget-bits B is required (e.g. --budget-bits 4.5)\n");
+        return QS_EXIT_USAGE;
+    }
+    /* as status, results and report: --db, $QSWEEP_DB, else the private cluster of run */
+    const char *conninfo = qsweep_find_db(db, "plan");
+    if (!conninfo) return QS_EXIT_USAGE;
     o.experiment = argv[optind];
     qs_error err = {0};
     qc_store *s = NULL;

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "exit_status.h"
 #include "migrate.h"
+#include "nearest.h"
 #include "probe.h"
 
 static const struct {
@@ -136,15 +137,48 @@ void qsweep_redact_message(const char *msg, char *out, size_t cap) {
     free(shown);
 }
 
+/* "; did you mean 'NAME'?" into out ("" when no experiment of the database is near) for a
+ * message saying "no experiment named X" or "'X'": the database is the command's own. */
+static void suggest_experiment(const char *msg, char *out, size_t cap) {
+    out[0] = 0;
+    const char *at = strstr(msg, "no experiment named ");
+    if (!at || !current_conninfo) return;
+    at += strlen("no experiment named ");
+    char name[256];
+    size_t n = 0;
+    if (*at == '\'') at++;
+    while (at[n] && at[n] != '\'' && at[n] != ' ' && at[n] != ',' && n + 1 < sizeof name) n++;
+    memcpy(name, at, n);
+    name[n] = 0;
+    PGconn *c = PQconnectdb(current_conninfo);
+    PGresult *r = PQstatus(c) == CONNECTION_OK
+                      ? PQexec(c, "SELECT name FROM experiments ORDER BY id")
+                      : NULL;
+    if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0) {
+        int rows = PQntuples(r);
+        const char **names = malloc((size_t)rows * sizeof *names);
+        if (names) {
+            for (int i = 0; i < rows; i++)
+                names[i] = PQgetvalue(r, i, 0);
+            const char *near = qs_nearest(name, names, (size_t)rows);
+            if (near) snprintf(out, cap, "; did you mean '%s'?", near);
+            free(names);
+        }
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+
 int qsweep_fail(const char *cmd, const qs_error *err) {
     const char *msg = err->msg[0] ? err->msg : qs_status_name(err->code);
     /* a message that already starts with the command's name ("cancel: ...") is not prefixed
      * twice */
     size_t cl = strlen(cmd);
     if (!strncmp(msg, cmd, cl) && msg[cl] == ':' && msg[cl + 1] == ' ') msg += cl + 2;
-    char shown[sizeof err->msg + 512];
+    char shown[sizeof err->msg + 512], hint[300] = "";
     qsweep_redact_message(msg, shown, sizeof shown);
-    fprintf(stderr, "qsweep %s: %s\n", cmd, shown);
+    if (err->code == QS_ENOTFOUND) suggest_experiment(err->msg, hint, sizeof hint);
+    fprintf(stderr, "qsweep %s: %s%s\n", cmd, shown, hint);
     return qs_exit_code(err->code);
 }
 

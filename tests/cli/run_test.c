@@ -847,8 +847,9 @@ static long lines_longer_than(const char *text, size_t max) {
 }
 
 /* Paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
- * results, report and cancel find the private cluster of qsweep run when it is running, and name
- * `eval "$(qsweep db start)"` when it is not; the run says "1 worker (N threads)", names no
+ * results, report, plan and cancel find the private cluster of qsweep run when it is running, and name
+ * `eval "$(qsweep db start)"` when it is not; a mistyped experiment name gets the nearest one
+ * ("did you mean"); the run says "1 worker (N threads)", names no
  * "0 failed before", keeps its logs in a folder of its own and prints it at the end; the
  * progress line fits a narrow terminal; an experiment with work left and no worker shows no
  * ETA; cancel on a finished experiment or job says there is nothing to cancel and stores no
@@ -910,12 +911,27 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     const char *results[] = {"results", "tiny", "--csv", NULL};
     assert_int_equal(qsweep(out, sizeof out, results), 0);
     assert_non_null(strstr(out, "model,format,options,quantize"));
+    /* a mistyped experiment: the nearest name the database holds */
+    const char *typo[] = {"results", "tiyn", NULL};
+    assert_int_not_equal(qsweep(out, sizeof out, typo), 0);
+    if (!strstr(out, "no experiment named 'tiyn'; did you mean 'tiny'?"))
+        fail_msg("results of a mistyped experiment: %s", out);
+    const char *far[] = {"status", "zzzzzzzz", NULL};
+    assert_int_not_equal(qsweep(out, sizeof out, far), 0);
+    if (strstr(out, "did you mean")) fail_msg("status of an unknown experiment: %s", out);
     char page[1100];
     snprintf(page, sizeof page, "%s/tiny-report.html", e->dir);
     const char *report[] = {"report", "tiny", "-o", page, NULL};
     rc = qsweep(out, sizeof out, report);
     if (rc != 0) fail_msg("report without --db exited %d: %s", rc, out);
     assert_int_equal(access(page, R_OK), 0);
+    const char *plan[] = {"plan", "tiny", "--budget-bits", "4.5", "--quantize", "weights", NULL};
+    rc = qsweep(out, sizeof out, plan);
+    if (rc != 0 || !strstr(out, "budget")) fail_msg("plan without --db exited %d: %s", rc, out);
+    const char *plan_bare[] = {"plan", "tiny", NULL};
+    assert_int_equal(qsweep(out, sizeof out, plan_bare), 1);
+    if (!strstr(out, "--budget-bits B is required") || strstr(out, "usage:"))
+        fail_msg("plan without --budget-bits: %s", out);
 
     PGconn *c = e->c = connect_db(qc_pgserver_conninfo(e->pg));
     const char *cancel[] = {"cancel", "tiny", NULL};
