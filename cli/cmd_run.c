@@ -174,8 +174,10 @@ static qs_status startup_check(qs_status st, qs_error *err) {
 
 /* A fresh log folder for this run, ${XDG_STATE_HOME:-~/.local/state}/qsweep/logs/
  * <YYYYmmdd-HHMMSS>-<experiment> (UTC; characters other than [A-Za-z0-9._-] of the name as
- * '_', a -2, -3, ... suffix when it exists), and logs/latest pointing at it, so no run
- * overwrites another's logs. Errors: QS_EIO / QS_EINVAL naming the folder. */
+ * '_', a -2, -3, ... suffix when it exists), and logs/latest and logs/latest-<experiment>
+ * pointing at it (the newest run of any experiment, and of this one: runs of two experiments
+ * side by side each keep theirs), so no run overwrites another's logs. Errors: QS_EIO /
+ * QS_EINVAL naming the folder. */
 static qs_status run_log_dir(const char *experiment, char *out, size_t cap, qs_error *err) {
     char base[PATH_MAX - 256], name[128];
     qs_status st =
@@ -202,6 +204,10 @@ static qs_status run_log_dir(const char *experiment, char *out, size_t cap, qs_e
             char link[PATH_MAX];
             snprintf(link, sizeof link, "%s/latest", base);
             unlink(link); /* a best effort: the folder's path is printed anyway */
+            if (symlink(out + strlen(base) + 1, link) != 0) link[0] = 0;
+            /* name + 16: the experiment's part, after "YYYYmmdd-HHMMSS-" */
+            snprintf(link, sizeof link, "%s/latest-%s", base, name + 16);
+            unlink(link);
             if (symlink(out + strlen(base) + 1, link) != 0) link[0] = 0;
             return QS_OK;
         }

@@ -14,7 +14,9 @@
 #include "trained_names.h"
 
 /* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
- * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, and the
+ * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, the mean
+ * output SQNR (dB) of the linears the job quantized (v_sqnr, schema/006_sqnr_view.sql: the
+ * mean of their finite per-linear figures; NULL when the job did not measure sqnr), and the
  * GEMM path(s) its jobs ran with (v_gemm_path, schema/080_gemm_path.sql: "cpu", "bf16", ...;
  * comma-separated when they differ; CSV and JSON only). Sorted
  * by damage within each (model, format, options, quantize, mode): mean KL divergence from the
@@ -35,9 +37,12 @@ static const char *const RESULTS_SQL =
     "       max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'kl_p99') AS kl_p99,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'top1') AS top1,\n"
+    "       max(q.sqnr_db) AS sqnr_db,\n"
     "       string_agg(DISTINCT g.gemm_path, ',' ORDER BY g.gemm_path) AS gemm_path\n"
     "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
     "LEFT JOIN v_gemm_path g ON g.job_id = s.job_id\n"
+    "LEFT JOIN (SELECT job_id, avg(sqnr_db) AS sqnr_db FROM v_sqnr\n"
+    "           WHERE sqnr_db < 'Infinity' GROUP BY job_id) q ON q.job_id = s.job_id\n"
     "WHERE s.experiment = %s\n"
     "GROUP BY 1, 2, 3, 4, 5, 6\n"
     "ORDER BY 1, 2, 3, 4, 5, kl_mean DESC NULLS LAST, delta_ppl DESC NULLS LAST";
@@ -55,19 +60,20 @@ enum {
     C_KL,
     C_KL99,
     C_TOP1,
+    C_SQNR,
     C_GEMM,
     C_N
 };
 static const char *const col_names[C_N] = {"model",     "format",  "options",      "quantize",
                                            "mode",      "part",    "baseline_ppl", "ppl",
                                            "delta_ppl", "kl_mean", "kl_p99",       "top1",
-                                           "gemm_path"};
+                                           "sqnr_db",   "gemm_path"};
 
 /* How each column goes into JSON: options as the stored JSON, figures as reals. */
 static const qsweep_col_type col_types[C_N] = {
     QSWEEP_COL_TEXT, QSWEEP_COL_TEXT, QSWEEP_COL_JSON, QSWEEP_COL_TEXT, QSWEEP_COL_TEXT,
     QSWEEP_COL_TEXT, QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL,
-    QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_TEXT};
+    QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_REAL, QSWEEP_COL_TEXT};
 
 static int same_group(PGresult *r, int a, int b) {
     for (int c = C_MODEL; c <= C_MODE; c++)
@@ -88,8 +94,8 @@ static void print_table(PGresult *r, FILE *out) {
                     PQgetvalue(r, i, C_MODEL), PQgetvalue(r, i, C_FORMAT),
                     PQgetvalue(r, i, C_OPTIONS), PQgetvalue(r, i, C_QUANT),
                     PQgetvalue(r, i, C_MODE), base);
-            fprintf(out, "  %-*s %12s %12s %9s %11s %11s %8s\n", pw, "part", "ppl", "delta",
-                    "delta%", "KL mean", "KL p99", "top-1");
+            fprintf(out, "  %-*s %12s %12s %9s %11s %11s %8s %8s\n", pw, "part", "ppl", "delta",
+                    "delta%", "KL mean", "KL p99", "top-1", "SQNR dB");
         }
         double base = qsweep_col_num(r, i, C_BASE), ppl = qsweep_col_num(r, i, C_PPL),
                d = qsweep_col_num(r, i, C_DELTA), top1 = qsweep_col_num(r, i, C_TOP1);
@@ -98,10 +104,16 @@ static void print_table(PGresult *r, FILE *out) {
             snprintf(top1s, sizeof top1s, "%8s", "-");
         else
             snprintf(top1s, sizeof top1s, "%7.2f%%", 100.0 * top1);
-        fprintf(out, "  %-*s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %s\n", pw,
+        double sqnr = qsweep_col_num(r, i, C_SQNR);
+        char sqnrs[16];
+        if (isnan(sqnr)) /* the job did not measure sqnr */
+            snprintf(sqnrs, sizeof sqnrs, "%8s", "-");
+        else
+            snprintf(sqnrs, sizeof sqnrs, "%8.2f", sqnr);
+        fprintf(out, "  %-*s %12.4f %+12.4f %+8.2f%% %11.6f %11.6f %s %s\n", pw,
                 PQgetvalue(r, i, C_PART), ppl, d, 100.0 * d / base,
                 qsweep_kl_shown(qsweep_col_num(r, i, C_KL), 6),
-                qsweep_kl_shown(qsweep_col_num(r, i, C_KL99), 6), top1s);
+                qsweep_kl_shown(qsweep_col_num(r, i, C_KL99), 6), top1s, sqnrs);
     }
 }
 

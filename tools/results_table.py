@@ -32,7 +32,8 @@ import sys
 BEGIN = "<!-- results-table:begin -->"
 END = "<!-- results-table:end -->"
 HEADER = re.compile(r"^(\S+)  (\S+) (.*?)  (\S+)  (\S+)-wise\s+baseline \(unquantized\) ppl (\S+)$")
-ROW = re.compile(r"^  (\S+)\s+(\S+)\s+(\S+)\s+(\S+)%\s+(\S+)\s+(\S+)\s+(\S+%|-)$")  # top-1 "-": not measured
+# top-1 "-": not measured; the SQNR column (dB, "-": not measured) after it, absent in older output
+ROW = re.compile(r"^  (\S+)\s+(\S+)\s+(\S+)\s+(\S+)%\s+(\S+)\s+(\S+)\s+(\S+%|-)(?:\s+(\S+))?$")
 FORMAT_ORDER = ["nvfp4", "mxfp4"]
 QUANT_NAMES = {"weights": "W4A16", "weights+activations": "W4A4"}
 
@@ -57,7 +58,7 @@ def parse(path):
             continue
         r = ROW.match(line)
         if r and groups and r.group(1) != "part":
-            part, ppl, _delta, _pct, kl, _p99, _top1 = r.groups()
+            part, ppl, _delta, _pct, kl, _p99, _top1, _sqnr = r.groups()
             try:
                 groups[-1][6].append((part, float(ppl), float(kl)))
             except ValueError:

@@ -204,7 +204,7 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     for (const char *p = out; *p; p++)
         lines += *p == '\n';
     assert_int_equal(lines, 1 + TINY_JOBS - 1);
-    assert_non_null(strstr(out, ",top1,gemm_path\n"));
+    assert_non_null(strstr(out, ",top1,sqnr_db,gemm_path\n"));
     size_t cpu_rows = 0; /* each row's last field */
     for (const char *p = strstr(out, ",cpu\n"); p; p = strstr(p + 1, ",cpu\n"))
         cpu_rows++;
@@ -883,6 +883,12 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     assert_int_equal(access(path, R_OK), 0);
     snprintf(path, sizeof path, "%s/state/qsweep/logs/latest/coordinator.log", e->dir);
     assert_int_equal(access(path, R_OK), 0);
+    char latest_tiny[1100], target[1100];
+    snprintf(latest_tiny, sizeof latest_tiny, "%s/state/qsweep/logs/latest-tiny", e->dir);
+    ssize_t tn = readlink(latest_tiny, target, sizeof target - 1);
+    assert_true(tn > 0);
+    target[tn] = 0;
+    if (!strstr(logs, target)) fail_msg("latest-tiny -> %s, not the run's %s", target, logs);
     assert_non_null(strstr(logs, "-tiny"));
     /* a second run of the same grid keeps the first one's logs */
     const char *again[] = {"run",   TINY,          "--workers",
@@ -895,6 +901,14 @@ static void test_read_commands_find_the_private_cluster(void **state) {
     at = strstr(out, "logs of this run's coordinator and workers: ");
     assert_non_null(at);
     assert_null(strstr(at, logs));
+    /* each experiment keeps its own latest: tiny's still names the first run */
+    char again_target[1100];
+    tn = readlink(latest_tiny, again_target, sizeof again_target - 1);
+    assert_true(tn > 0);
+    again_target[tn] = 0;
+    assert_string_equal(again_target, target);
+    snprintf(path, sizeof path, "%s/state/qsweep/logs/latest-tiny-2/coordinator.log", e->dir);
+    assert_int_equal(access(path, R_OK), 0);
 
     assert_int_equal(qsweep(out, sizeof out, status), 0);
     if (!strstr(out, "tiny                         [##############################] 100%  29/29"))
