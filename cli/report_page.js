@@ -15,6 +15,11 @@
   var SVG = 'http://www.w3.org/2000/svg';
   var m = /metric=([a-z0-9_]+)/.exec(location.hash);
   var metric = m && METRICS[m[1]] ? m[1] : 'kl_mean';
+  // One scale per metric across every format and quantize setting of a mode ("shared",
+  // the default: NVFP4 and MXFP4 compare at a glance), or each figure scaled to itself
+  // ("chart", #scale=chart).
+  var scale = /scale=chart/.test(location.hash) ? 'chart' : 'shared';
+  function scaleKey(j) { return scale === 'shared' ? j.mode : j.group; }
   var root = document.getElementById('report');
   var tip = document.getElementById('tip');
 
@@ -168,7 +173,7 @@
   function recolour() {
     var groups = {};
     cells.forEach(function (c) {
-      var g = c._job.group;
+      var g = scaleKey(c._job);
       (groups[g] = groups[g] || []).push(c._job[metric]);
     });
     var range = {};
@@ -177,14 +182,20 @@
       range[g] = [Math.min.apply(null, v), Math.max.apply(null, v)];
     });
     cells.forEach(function (c) {
-      var j = c._job, v = j[metric], rg = range[j.group];
+      var j = c._job, v = j[metric], rg = range[scaleKey(j)];
       c.setAttribute('data-shown', v === null || v === undefined ? '' : String(v));
       c.setAttribute('fill', colour(v, rg[0], rg[1]));
       c.querySelector('title').textContent = hover(j);
     });
+    var bar_max = {};
     bar_charts.forEach(function (ch) {
-      var max = 0;
-      ch.jobs.forEach(function (j) { if (isFinite(j[metric])) max = Math.max(max, Math.abs(j[metric])); });
+      ch.jobs.forEach(function (j) {
+        var k = scaleKey(j);
+        if (isFinite(j[metric])) bar_max[k] = Math.max(bar_max[k] || 0, Math.abs(j[metric]));
+      });
+    });
+    bar_charts.forEach(function (ch) {
+      var max = ch.jobs.length ? bar_max[scaleKey(ch.jobs[0])] || 0 : 0;
       ch.rects.forEach(function (r, i) {
         var v = ch.jobs[i][metric];
         var w = max > 0 && isFinite(v) ? Math.max(1, ch.width * Math.abs(v) / max) : 1;
@@ -194,7 +205,8 @@
       });
     });
     document.querySelectorAll('.legend').forEach(function (l) {
-      var rg = range[l.getAttribute('data-group')] || [NaN, NaN];
+      var rg = range[scale === 'shared' ? l.getAttribute('data-mode')
+                                        : l.getAttribute('data-group')] || [NaN, NaN];
       l.textContent = METRICS[metric].label + ': ' + fmt(rg[0]) + ' (' +
           (METRICS[metric].high_is_bad ? 'light' : 'dark red') + ') to ' + fmt(rg[1]) + ' (' +
           (METRICS[metric].high_is_bad ? 'dark red' : 'light') + ')';
@@ -384,6 +396,20 @@
   }
 
   // ---- sensitivity
+  var groups = {}, order = [];
+  D.sensitivity.forEach(function (j) {
+    var key = [j.model, j.format, j.options, j.quantize].join(' | ');
+    j.group = key + ' | ' + j.mode;
+    if (!groups[key]) { groups[key] = {}; order.push(key); }
+    (groups[key][j.mode] = groups[key][j.mode] || []).push(j);
+  });
+  var training = (D.experiment.kinds || []).indexOf('train') >= 0;
+  var has_pipeline = D.pipeline !== null && D.pipeline !== undefined && D.pipeline.length > 0;
+  // a section with nothing in it is left out: a training experiment without sensitivity jobs
+  // shows no Sensitivity section, a sweep without training curves no Training section
+  var sensitivity_shown = order.length > 0 || has_pipeline || !training;
+  var sensitivity_root = root;
+  if (!sensitivity_shown) root = el('div', {});
   root.appendChild(el('h2', {}, 'Sensitivity'));
   var sel = el('select', {id: 'metric'});
   Object.keys(METRICS).forEach(function (k) {
@@ -393,25 +419,30 @@
   });
   sel.addEventListener('change', function () {
     metric = sel.value;
-    history.replaceState(null, '', '#metric=' + metric);
+    history.replaceState(null, '', '#metric=' + metric + (scale === 'chart' ? '&scale=chart' : ''));
     recolour();
     pipeRecolour();
   });
+  var ssel = el('select', {id: 'scale'});
+  [['shared', 'one per metric, across formats'], ['chart', 'each figure its own']]
+      .forEach(function (o) {
+        var opt = el('option', {value: o[0]}, o[1]);
+        if (o[0] === scale) opt.selected = true;
+        ssel.appendChild(opt);
+      });
+  ssel.addEventListener('change', function () {
+    scale = ssel.value;
+    history.replaceState(null, '', '#metric=' + metric + (scale === 'chart' ? '&scale=chart' : ''));
+    recolour();
+  });
   var p = el('p', {}, 'colour: ');
   p.appendChild(sel);
-  p.appendChild(el('span', {class: 'note'}, ' (hover a cell for its values; colours are scaled ' +
-                                                'within each figure)'));
+  p.appendChild(document.createTextNode(' scale: '));
+  p.appendChild(ssel);
+  p.appendChild(el('span', {class: 'note'}, ' (hover a cell for its values; the legend under ' +
+                                                'each figure gives its scale)'));
   root.appendChild(p);
   pipeline();
-  var groups = {}, order = [];
-  D.sensitivity.forEach(function (j) {
-    var key = [j.model, j.format, j.options, j.quantize].join(' | ');
-    j.group = key + ' | ' + j.mode;
-    if (!groups[key]) { groups[key] = {}; order.push(key); }
-    (groups[key][j.mode] = groups[key][j.mode] || []).push(j);
-  });
-  // a training experiment has no sensitivity jobs: say so and point at its section
-  var training = (D.experiment.kinds || []).indexOf('train') >= 0;
   if (!order.length)
     root.appendChild(el('p', {class: 'note'}, training
         ? 'no sensitivity jobs: this is a training experiment (' +
@@ -435,16 +466,24 @@
               : (mode === 'block' || mode === 'cumulative' || mode === 'leave_one_out_block')
                   ? strip(jobs) : bars(jobs);
       f.appendChild(svg);
-      f.appendChild(el('div', {class: 'legend note', 'data-group': jobs[0].group}));
+      f.appendChild(el('div', {class: 'legend note', 'data-group': jobs[0].group,
+                               'data-mode': mode}));
       root.appendChild(f);
     });
   });
   root.appendChild(query('sensitivity'));
   recolour();
+  root = sensitivity_root;
 
   // ---- training: rendered when the training views exist (v_train_curves, v_train_final)
-  root.appendChild(el('h2', {}, 'Training'));
-  if (D.train_curves === null) {
+  // and the experiment trains or has curves
+  var has_curves = D.train_curves !== null && D.train_curves !== undefined &&
+                   D.train_curves.length > 0;
+  var training_shown = training || has_curves || !!D.train_error;
+  if (training_shown) root.appendChild(el('h2', {}, 'Training'));
+  if (!training_shown) {
+    // a sweep without training curves: no Training section
+  } else if (D.train_curves === null) {
     root.appendChild(el('p', {class: 'note'}, 'this database has no training views ' +
                                                   '(v_train_curves, v_train_final)'));
   } else {

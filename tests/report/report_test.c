@@ -256,6 +256,9 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
     assert_non_null(strstr(dom, "&lt;/script&gt;&lt;script&gt;document.title='x'&lt;/script&gt; "
                                 "&amp; &lt;b&gt;bold&lt;/b&gt;"));
     assert_non_null(strstr(dom, "<title>qsweep report</title>"));
+    /* a sweep without training shows no empty Training section */
+    assert_non_null(strstr(dom, "<h2>Sensitivity</h2>"));
+    assert_null(strstr(dom, "<h2>Training</h2>"));
     /* the heatmap: one cell per layer-mode job, in its own figure */
     const char *heat = strstr(dom, "data-mode=\"layer\"");
     assert_non_null(heat);
@@ -478,6 +481,9 @@ static void test_report_draws_training_curves_from_the_views(void **state) {
     /* final table: nvfp4's mean gap to bf16 */
     assert_non_null(strstr(dom, "<td class=\"num\">0.125</td>"));
     assert_int_equal((long)count(dom, "class=\"cell\""), 0);
+    /* and no empty Sensitivity section above it */
+    assert_non_null(strstr(dom, "<h2>Training</h2>"));
+    assert_null(strstr(dom, "<h2>Sensitivity</h2>"));
     free(dom);
 }
 
