@@ -684,7 +684,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     }
     /* each mistake gets its one line (qsweep plan --help shows the options) */
     if (optind >= argc) {
-        fprintf(stderr, "qsweep plan: no EXPERIMENT given (qsweep plan --help)\n");
+        fprintf(stderr, "qsweep plan: no EXPERIMENT given (%s plan --help)\n", qsweep_invoked());
         return QS_EXIT_USAGE;
     }
     if (optind < argc - 1) {

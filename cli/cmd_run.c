@@ -713,8 +713,8 @@ int qsweep_cmd_run(int argc, char **argv) {
     if (!st && stuck)
         fprintf(stderr,
                 "qsweep run: stopped with %lld job(s) pending: %s. Run them where workers have "
-                "such GPUs (qsweep worker --connect ...), or change the grid's resources\n",
-                (long long)prog.pending, stuck_why);
+                "such GPUs (%s worker --connect ...), or change the grid's resources\n",
+                (long long)prog.pending, stuck_why, qsweep_invoked());
     if (!st && rc == QS_EXIT_JOBS_FAILED && prog.failed + prog.cancelled > 0)
         fprintf(stderr,
                 "qsweep run: %lld job(s) failed and %lld cancelled (SELECT * FROM v_failed_jobs)\n",

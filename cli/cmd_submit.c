@@ -204,8 +204,8 @@ void qsweep_print_submit(const qc_grid *g, size_t n_jobs, const qc_submit_counts
     /* the failed ones only when there are some: "0 failed before (left as they are...)" read
        as a warning about nothing */
     if (c->reused_failed)
-        fprintf(out, ", %zu failed before (left as they are: qsweep requeue %s runs them again)",
-                c->reused_failed, g->name);
+        fprintf(out, ", %zu failed before (left as they are: %s requeue %s runs them again)",
+                c->reused_failed, qsweep_invoked(), g->name);
     fputc('\n', out);
 }
 

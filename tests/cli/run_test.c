@@ -414,6 +414,15 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
     pid_t pid = start_slow_run(db, "256");
     wait_succeeded(c, 1);
     static char out[1 << 12];
+    /* the baseline is done, no eval job yet: the baseline's pace says nothing of an eval
+       job's, so no ETA is guessed (checked only when no eval job ended meanwhile) */
+    const char *evals_done = "SELECT count(*) FROM jobs WHERE kind = 'eval' AND state = 'succeeded'";
+    const char *status[] = {"status", "tiny", "--db", db, NULL};
+    long before = query_long(c, evals_done);
+    assert_int_equal(qsweep(out, sizeof out, status), 0);
+    if (before == 0 && query_long(c, evals_done) == 0 && !strstr(out, "ETA ?") &&
+        !strstr(out, "waiting"))
+        fail_msg("status with only the baseline done: %s", out);
     const char *cancel[] = {"cancel", "tiny", "--db", db, NULL};
     assert_int_equal(qsweep(out, sizeof out, cancel), 0);
     assert_int_equal(wait_exit(pid), 5);
