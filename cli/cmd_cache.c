@@ -123,9 +123,8 @@ static void cache_usage(FILE *out) {
 }
 
 int qsweep_cmd_cache(int argc, char **argv) {
-    static const struct option opts[] = {{"older-than", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"older-than", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int days = -1, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

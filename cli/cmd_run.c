@@ -697,7 +697,7 @@ int qsweep_cmd_run(int argc, char **argv) {
         qsweep_cache_derived_bytes(&cache_after, &cache_err) == QS_OK) {
         char added[32];
         qsweep_format_bytes(cache_after > cache_before ? cache_after - cache_before : 0, added,
-                           sizeof added);
+                            sizeof added);
         printf("cache: this run added %s of baselines and token files (%s cache lists and "
                "prunes them)\n",
                added, qsweep_invoked());

@@ -147,13 +147,13 @@ static void suggest_experiment(const char *msg, char *out, size_t cap) {
     char name[256];
     size_t n = 0;
     if (*at == '\'') at++;
-    while (at[n] && at[n] != '\'' && at[n] != ' ' && at[n] != ',' && n + 1 < sizeof name) n++;
+    while (at[n] && at[n] != '\'' && at[n] != ' ' && at[n] != ',' && n + 1 < sizeof name)
+        n++;
     memcpy(name, at, n);
     name[n] = 0;
     PGconn *c = PQconnectdb(current_conninfo);
-    PGresult *r = PQstatus(c) == CONNECTION_OK
-                      ? PQexec(c, "SELECT name FROM experiments ORDER BY id")
-                      : NULL;
+    PGresult *r =
+        PQstatus(c) == CONNECTION_OK ? PQexec(c, "SELECT name FROM experiments ORDER BY id") : NULL;
     if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0) {
         int rows = PQntuples(r);
         const char **names = malloc((size_t)rows * sizeof *names);
@@ -184,7 +184,9 @@ int qsweep_fail(const char *cmd, const qs_error *err) {
 
 static const char *invoked = "qsweep";
 
-const char *qsweep_invoked(void) { return invoked; }
+const char *qsweep_invoked(void) {
+    return invoked;
+}
 
 const char *qsweep_self_exe(void) {
     static char path[PATH_MAX];

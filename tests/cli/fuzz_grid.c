@@ -20,7 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* The folder of the run's files, in $TMPDIR, removed when the run exits. */
 static char dir[4096];
 
-static void remove_dir(void) { fx_rmtree(dir); }
+static void remove_dir(void) {
+    fx_rmtree(dir);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char grid[4200];

@@ -416,7 +416,8 @@ static void test_cancel_ends_the_run_with_exit_5(void **state) {
     static char out[1 << 12];
     /* the baseline is done, no eval job yet: the baseline's pace says nothing of an eval
        job's, so no ETA is guessed (checked only when no eval job ended meanwhile) */
-    const char *evals_done = "SELECT count(*) FROM jobs WHERE kind = 'eval' AND state = 'succeeded'";
+    const char *evals_done =
+        "SELECT count(*) FROM jobs WHERE kind = 'eval' AND state = 'succeeded'";
     const char *status[] = {"status", "tiny", "--db", db, NULL};
     long before = query_long(c, evals_done);
     assert_int_equal(qsweep(out, sizeof out, status), 0);
@@ -856,8 +857,8 @@ static long lines_longer_than(const char *text, size_t max) {
 }
 
 /* Paper cuts on a finished tiny run: without --db or QSWEEP_DB, status, workers,
- * results, report, plan and cancel find the private cluster of qsweep run when it is running, and name
- * `eval "$(qsweep db start)"` when it is not; a mistyped experiment name gets the nearest one
+ * results, report, plan and cancel find the private cluster of qsweep run when it is running, and
+ * name `eval "$(qsweep db start)"` when it is not; a mistyped experiment name gets the nearest one
  * ("did you mean"); the run says "1 worker (N threads)", names no
  * "0 failed before", keeps its logs in a folder of its own and prints it at the end; the
  * progress line fits a narrow terminal; an experiment with work left and no worker shows no

@@ -10,8 +10,8 @@
 
 /* the textbook pairs: kitten/sitting 3 (k->s, e->i, +g), flaw/lawn 2 (-f, +n); a transposed
  * pair is one edit (ca/ac 1; Levenshtein would count 2), and the edges */
-static void test_edit_distance_counts_insertions_deletions_substitutions_transpositions(
-    void **state) {
+static void
+test_edit_distance_counts_insertions_deletions_substitutions_transpositions(void **state) {
     (void)state;
     assert_int_equal(qs_edit_distance("kitten", "sitting"), 3);
     assert_int_equal(qs_edit_distance("flaw", "lawn"), 2);
@@ -21,7 +21,8 @@ static void test_edit_distance_counts_insertions_deletions_substitutions_transpo
     assert_int_equal(qs_edit_distance("max_chunks", "max_chunk"), 1);
     assert_int_equal(qs_edit_distance("formats", "fromats"), 1);
     assert_int_equal(qs_edit_distance("ca", "ac"), 1);
-    assert_int_equal(qs_edit_distance("ca", "abc"), 3); /* optimal string alignment, not Damerau's full */
+    assert_int_equal(qs_edit_distance("ca", "abc"),
+                     3); /* optimal string alignment, not Damerau's full */
 }
 
 static void test_nearest_suggests_the_closest_valid_name(void **state) {
@@ -39,14 +40,15 @@ static void test_nearest_is_silent_when_nothing_is_close(void **state) {
     (void)state;
     const char *keys[] = {"tokens", "text", "ctx", "max_chunks"};
     assert_null(qs_nearest("priority", keys, 4));
-    assert_null(qs_nearest("q", keys, 4)); /* "ctx" is 3 away from a 1-byte word */
+    assert_null(qs_nearest("q", keys, 4));    /* "ctx" is 3 away from a 1-byte word */
     assert_null(qs_nearest("text", keys, 4)); /* itself is no suggestion */
     assert_null(qs_nearest("anything", keys, 0));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_edit_distance_counts_insertions_deletions_substitutions_transpositions),
+        cmocka_unit_test(
+            test_edit_distance_counts_insertions_deletions_substitutions_transpositions),
         cmocka_unit_test(test_nearest_suggests_the_closest_valid_name),
         cmocka_unit_test(test_nearest_is_silent_when_nothing_is_close),
     };
