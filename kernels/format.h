@@ -1,5 +1,5 @@
 /* Block formats as data: one qk_format row per format drives the one block quantizer
- * (quantize.c). Adding a format (e.g. another MX element type) is one row in format.c.
+ * (quant_ref.c, fast paths beside it). A new format is one row in format.c.
  * Facts: docs/numerics.md sections 2 (MX), 3 (NVFP4); kernels/README.md for the baseline
  * formats. */
 #ifndef QK_FORMAT_H

@@ -1,5 +1,5 @@
 /* The bit-level arithmetic of the numeric core, header-only so that the C reference (element.c,
- * philox.c, quantize.c) and the CUDA kernels (kernels/cuda/) compile the SAME code: this is
+ * philox.c, the quantizer) and the CUDA kernels (kernels/cuda/) compile the SAME code: this is
  * what makes CPU and GPU results equal bit for bit (docs/architecture.md, "Invariants": same
  * input, same bits, on CPU and GPU). Everything here is exact integer or correctly rounded FP32
  * arithmetic with no FMA dependence (each product that precedes an add is exact).

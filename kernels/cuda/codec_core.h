@@ -1,7 +1,8 @@
 /* Element codecs and block-scale rules of the numeric core as __host__ __device__ functions
  * over a qk_codec / qk_format passed by value, for the generic GPU quantizer
- * (fake_quant_generic.cu). They mirror element.c (qk_codec_encode / qk_codec_decode) and
- * quantize.c (scale_for, decoded_output) operation for operation, on numerics.h's shared core;
+ * (fake_quant_generic.cu). They mirror element.c (qk_codec_encode / qk_codec_decode),
+ * scale_rules.h scale_for and quant_plan.h decoded_output operation for operation, on
+ * numerics.h's shared core;
  * plain C so that tests/kernels/test_cuda_codec_core.c checks them on the host against the CPU
  * functions themselves (every code, edge and random inputs), which is what makes the device
  * results bit-identical without a GPU in the loop. */
@@ -82,7 +83,7 @@ QK_HD float qk_codec_decode_hd(const qk_codec *c, uint32_t code) {
     return sign ? -v : v;
 }
 
-/* Tensor scales of a per-tensor-scaled format (quantize.c plan_tensor_scales, QK_TINY_TE):
+/* Tensor scales of a per-tensor-scaled format (scale_rules.c qk_plan_tensor_scales, QK_TINY_TE):
  * NVFP4's S_enc = 2688 / amax_t, or FP8's S_enc = max_value / amax_t, both capped at FLT_MAX
  * and 1 for amax_t 0 (or S_enc 0); S_dec = 1 / S_enc. elem is f's element codec (passed
  * apart so that device code never follows f->elem, a host pointer). */
@@ -98,7 +99,7 @@ QK_HD void qk_tensor_scales_hd(const qk_format *f, const qk_codec *elem, float a
     *s_dec = 1.0f / e;
 }
 
-/* One block's scale, in the forms the element code needs (quantize.c block_scale). */
+/* One block's scale, in the forms the element code needs (quant_plan.h block_scale). */
 typedef struct qk_block_scale_hd {
     uint32_t code; /* stored E4M3 / E8M0 byte */
     float enc;     /* element encode multiplier (NVFP4 E_b, MX 2^-s, per-tensor S_enc) */
@@ -107,7 +108,7 @@ typedef struct qk_block_scale_hd {
     int divide;    /* 1: elements are x / f32 (ABSMAX) */
 } qk_block_scale_hd;
 
-/* quantize.c scale_for for a block of absolute maximum amax (NaN for an MX block holding
+/* scale_rules.h scale_for for a block of absolute maximum amax (NaN for an MX block holding
  * Inf/NaN), the element codec elem (f->elem's copy), tensor encode scale s_enc and decode
  * s_dec. */
 QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem,
@@ -143,7 +144,7 @@ QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem
     return bs;
 }
 
-/* Fake-quant of one element x under its block's scale (quant_group_ref's element step and
+/* Fake-quant of one element x under its block's scale (quant_ref.c qk_quant_group_ref's element step and
  * decoded_output, QK_TINY_TE): encode, decode, times the block decode, times S_dec for the
  * per-tensor-scaled formats. */
 QK_HD float qk_fake_quant_element_hd(const qk_format *f, const qk_codec *elem,

@@ -75,7 +75,7 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
         }
         if (!active) continue;
 
-        // block scale: quantize.c scale_for / quant_row_e2m1_fast, same operations
+        // block scale: scale_rules.h scale_for / quant_fast.c qk_quant_row_fast, same operations
         float enc, dec, s_dec = 1.0f;
         float amax = __uint_as_float(m);
         if (p.mx) {

@@ -1,6 +1,6 @@
 // Generic GPU fake-quant: every format of format.c (NVFP4 1D and 16x16, every MX element type,
 // FP8 per tensor, INT8 per channel, INT4 group-wise) under RNE, RZ or SR, with the operations
-// of the CPU reference through codec_core.h (host-tested against element.c / quantize.c).
+// of the CPU reference through codec_core.h (host-tested against element.c and the CPU quantizer).
 // qk_cuda_fake_quant (fake_quant.cu) sends here what its fast NVFP4/MXFP4 kernel does not do.
 //
 // Three passes: the tensor amax (NVFP4, FP8 per tensor; tensor_amax.cuh), one warp per block
@@ -33,7 +33,7 @@ struct gen_params {
 };
 
 // One warp per (row group, block): max |x| over its finite elements by bits; an MX block
-// holding Inf/NaN gets NaN (quantize.c block_amax).
+// holding Inf/NaN gets NaN (quant_ref.c block_amax).
 __global__ void block_amax_kernel(const float *__restrict__ x, gen_params p, float *amax) {
     const size_t warps = (size_t)gridDim.x * (blockDim.x / 32);
     const int lane = threadIdx.x & 31;

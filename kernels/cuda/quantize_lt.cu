@@ -1,6 +1,6 @@
 // Packed FP4 quantizer writing cuBLASLt's layout directly (qk_cuda.h qk_cuda_quantize_lt):
 // NVFP4 (1x16 and 16x16 blocks) and MXFP4, RNE / RZ / SR, with the CPU reference's operations
-// (quantize.c scale_for and quant_group_ref) through codec_core.h's qk_scale_for_hd and
+// (scale_rules.h scale_for and quant_ref.c qk_quant_group_ref) through codec_core.h's qk_scale_for_hd and
 // qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same algorithm is run
 // on the host in tests/kernels/test_cuda_codec_core.c against those two).
 //
@@ -75,7 +75,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         const bool active = g < gpr;
         const size_t r0 = grp * p.brows;
         const size_t h = p.rows - r0 < (size_t)p.brows ? p.rows - r0 : (size_t)p.brows;
-        // block amax over the group's rows (quantize.c block_amax: NaN, +-Inf ignored; MX: any
+        // block amax over the group's rows (quant_ref.c block_amax: NaN, +-Inf ignored; MX: any
         // non-finite element makes the block NaN)
         unsigned m = 0, any = 0;
         if (active && c < p.k) {
@@ -97,7 +97,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         }
         if (!active) continue;
         const bool pad_block = blk * B >= p.k; // wholly beyond k: scale 0, codes 0
-        // block scale (quantize.c scale_for, through codec_core.h as the generic kernel)
+        // block scale (scale_rules.h scale_for, through codec_core.h as the generic kernel)
         uint8_t code_s = 0;
         float enc = 1.0f;
         if (!pad_block) {
