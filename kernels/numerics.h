@@ -41,6 +41,11 @@ QK_HD float qk_pow2f(int e) {
     return qk_float_of(e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u);
 }
 
+/* The value of an E8M0 scale code: 2^(code - 127), NaN for 0xFF (docs/numerics.md 2). */
+QK_HD float qk_e8m0_value_core(uint32_t code) {
+    return code == 0xFF ? qk_float_of(0x7FC00000u) : qk_pow2f((int)code - 127);
+}
+
 /* --- Philox4x32-10 (Salmon et al., SC11; Random123 constants) ----------------------------- */
 
 QK_HD void qk_philox4x32_10_core(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {

@@ -19,13 +19,13 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
-#include "tensor_amax.cuh"
+#include "launch_setup.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-struct lt_params {
+struct lt_params : qk_launch_opts {
     qk_format fmt; // copies (fmt.elem cleared): device code reads no host table
     qk_codec elem;
     size_t rows, k;
@@ -33,13 +33,6 @@ struct lt_params {
     int mx;    // 1: MXFP4, 0: NVFP4
     int brows; // rows per block: 1 or 16
     int vec4;  // k % 4 == 0 and x 16-byte aligned: float4 loads
-    qk_mx_scale_rule rule;
-    qk_nvfp4_clamp clamp;
-    qk_rounding rounding;
-    uint64_t seed;
-    uint32_t tensor_id, step;
-    int amax_given;
-    float amax_value; // the given tensor amax
 };
 
 // Columns c .. c+3 of a row (0 beyond k); one 16-byte load when the rows are 16-byte aligned.
@@ -222,21 +215,11 @@ static qs_status quantize_lt_impl(const qk_format *fmt, const qk_quant_options *
     p.mx = mx ? 1 : 0;
     p.brows = fmt->block_rows;
     p.vec4 = (k % 4 == 0) && (((uintptr_t)d_x & 15) == 0);
-    p.rule = opt->mx_rule;
-    p.clamp = opt->nvfp4_clamp;
-    p.rounding = opt->rounding;
-    p.seed = opt->seed;
-    p.tensor_id = opt->tensor_id;
-    p.step = opt->step;
-    p.amax_given = opt->tensor_amax_given;
-    p.amax_value = opt->tensor_amax;
+    set_launch_opts(p, opt);
 
     unsigned *amax = nullptr;
-    cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
-    e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && !mx && !p.amax_given)
-        e = launch_tensor_amax(d_x, rows * k, amax, stream);
+    cudaError_t e = start_tensor_amax(d_x, rows * k, !mx && !p.amax_given, &amax, stream);
+    if (!amax) return cuda_fail(err, e, "cudaMallocAsync");
     if (e == cudaSuccess && rows % 128 != 0) // padding rows of the scale tiles
         e = cudaMemsetAsync(d_scales + (rows / 128) * 128 * (l->k_pad / l->vec), 0,
                             l->scale_bytes - (rows / 128) * 128 * (l->k_pad / l->vec), stream);
