@@ -32,13 +32,17 @@ uint32_t qk_codec_encode(const qk_codec *c, float x, qk_rounding rounding, uint3
     return qk_codec_encode_hd(c, x, rounding, rbits);
 }
 
-float qk_codec_decode(const qk_codec *c, uint32_t code) { return qk_codec_decode_hd(c, code); }
+float qk_codec_decode(const qk_codec *c, uint32_t code) {
+    return qk_codec_decode_hd(c, code);
+}
 
 uint8_t qk_e8m0_encode(float x, qk_e8m0_rounding rounding) {
     return qk_e8m0_encode_core(x, rounding == QK_E8M0_RP);
 }
 
-float qk_e8m0_decode(uint8_t code) { return qk_e8m0_value_core(code); }
+float qk_e8m0_decode(uint8_t code) {
+    return qk_e8m0_value_core(code);
+}
 
 uint8_t qk_mx_scale_code(float amax, qk_mx_scale_rule rule, const qk_codec *elem) {
     return qk_mx_scale_code_core(amax, rule, elem->emax, elem->man_bits, elem->max_value);

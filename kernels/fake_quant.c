@@ -51,9 +51,10 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
         if ((batched || fast || int_fast || fast_2d) && y != x)
             memcpy(out, x + r0 * k, h * k * sizeof *out);
         if (batched)
-            qk_quant_row_fast(
-                &p, r0, out,
-                p.block == 16 ? qk_quant_row_batched16(&p, out) : qk_quant_row_batched32(&p, out), NULL);
+            qk_quant_row_fast(&p, r0, out,
+                              p.block == 16 ? qk_quant_row_batched16(&p, out)
+                                            : qk_quant_row_batched32(&p, out),
+                              NULL);
         else if (fast)
             qk_quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)

@@ -4,7 +4,6 @@
 
 #include "scale_rules.h"
 
-
 /* The code of v, a value on codec el's grid as the value fast paths give it (RNE or SR onto
  * the grid, saturated, the sign kept; NaN only for a NaN input of a codec with a NaN code, and
  * the codes without one give +max for NaN, their nan_code), without branches: below 2^emin
@@ -247,8 +246,8 @@ static int packed_fast_kind(const qk_plan *p, const qk_quant_options *opt) {
 /* Quantizes the row groups holding tensor rows [row0, row0 + n) (x: those rows) into pk, whose
  * tensor scales p carries; the fast path where one applies, with a per-thread buffer of
  * block_rows x k grid values (the reference when it cannot be allocated: same bits). */
-void qk_quantize_groups(const qk_plan *p, const qk_quant_options *opt, const float *x,
-                        size_t row0, size_t n, qk_packed *pk) {
+void qk_quantize_groups(const qk_plan *p, const qk_quant_options *opt, const float *x, size_t row0,
+                        size_t n, qk_packed *pk) {
     const size_t k = p->k, g0 = row0 / p->brows, g1 = (row0 + n + p->brows - 1) / p->brows;
     const int kind = packed_fast_kind(p, opt);
 #pragma omp parallel num_threads(p->threads)

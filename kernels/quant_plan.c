@@ -68,8 +68,8 @@ static size_t block_of(const qk_format *fmt, const qk_quant_options *o, size_t k
 }
 
 /* Validates the call and fills the shape part of the plan (no pass over the data). */
-qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt,
-                        size_t rows, size_t k, qs_error *err) {
+qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt, size_t rows,
+                        size_t k, qs_error *err) {
     static const qk_quant_options defaults;
     if (!opt) opt = &defaults;
     if (!fmt) return qs_error_set(err, QS_EINVAL, "kernels: format is NULL");

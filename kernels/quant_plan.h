@@ -140,8 +140,8 @@ static inline float amax_by_bits(const float *v, size_t n, int *nonfinite) {
 }
 
 /* Validates the call and fills the shape part of p (no pass over the data): quant_plan.c. */
-qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt,
-                        size_t rows, size_t k, qs_error *err);
+qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt, size_t rows,
+                        size_t k, qs_error *err);
 /* max |x| over x [n], NaN and +-Inf ignored, on `threads` threads: amax.c. */
 float qk_tensor_amax(const float *x, size_t n, int threads);
 /* Tensor scales of p from x [rows x k] or the given amax: scale_rules.c. */
@@ -160,8 +160,8 @@ void qk_quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h);
 void qk_quant_row_int_fast(const qk_plan *p, float *row, stats_acc *acc);
 
 /* Packed codes of tensor rows [row0, row0 + n) (x: those rows) into pk: pack_fast.c. */
-void qk_quantize_groups(const qk_plan *p, const qk_quant_options *opt, const float *x,
-                        size_t row0, size_t n, qk_packed *pk);
+void qk_quantize_groups(const qk_plan *p, const qk_quant_options *opt, const float *x, size_t row0,
+                        size_t n, qk_packed *pk);
 
 /* Sums accs [ngroups] in group order into st (p NULL: no tensor scale): quant_stats.c. */
 void qk_stats_finish(const qk_plan *p, const stats_acc *accs, size_t ngroups, size_t n,

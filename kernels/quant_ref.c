@@ -35,7 +35,6 @@ static float block_amax(const qk_plan *p, const float *x, size_t r0, size_t h, s
     return amax;
 }
 
-
 /* Scalar reference for the row group [r0, r0+h): for every block column, amax over the
  * group's block, the block scale, then each element encoded (and SR bits drawn by its
  * row-major index in the whole tensor). Codes and scales go to pk when non-NULL; decoded

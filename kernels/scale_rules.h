@@ -50,7 +50,8 @@ static inline block_scale scale_for(const qk_plan *p, float amax) {
 }
 
 /* Block scale as dequantize rebuilds it from packed storage. */
-static inline block_scale scale_from_packed(const qk_plan *p, const qk_packed *pk, size_t r, size_t b) {
+static inline block_scale scale_from_packed(const qk_plan *p, const qk_packed *pk, size_t r,
+                                            size_t b) {
     block_scale bs = {0, 0.0f, 1.0f, 1.0f, 0};
     size_t i = r * pk->blocks_per_row + b;
     switch (p->fmt->storage) {

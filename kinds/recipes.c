@@ -18,9 +18,13 @@ static const qs_recipe_row RECIPES[] = {
 };
 #define N_RECIPES (sizeof RECIPES / sizeof RECIPES[0])
 
-size_t qs_recipe_count(void) { return N_RECIPES; }
+size_t qs_recipe_count(void) {
+    return N_RECIPES;
+}
 
-const qs_recipe_row *qs_recipe_at(size_t i) { return i < N_RECIPES ? &RECIPES[i] : NULL; }
+const qs_recipe_row *qs_recipe_at(size_t i) {
+    return i < N_RECIPES ? &RECIPES[i] : NULL;
+}
 
 const qs_recipe_row *qs_recipe_find(const char *name) {
     for (size_t i = 0; name && i < N_RECIPES; i++)

@@ -72,8 +72,8 @@ QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem
     return bs;
 }
 
-/* Fake-quant of one element x under its block's scale (quant_ref.c qk_quant_group_ref's element step and
- * decoded_output, QK_TINY_TE): encode, decode, times the block decode, times S_dec for the
+/* Fake-quant of one element x under its block's scale (quant_ref.c qk_quant_group_ref's element
+ * step and decoded_output, QK_TINY_TE): encode, decode, times the block decode, times S_dec for the
  * per-tensor-scaled formats. */
 QK_HD float qk_fake_quant_element_hd(const qk_format *f, const qk_codec *elem,
                                      const qk_block_scale_hd *bs, float s_dec, float x,

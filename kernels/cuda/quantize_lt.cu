@@ -1,8 +1,8 @@
 // Packed FP4 quantizer writing cuBLASLt's layout directly (qk_cuda.h qk_cuda_quantize_lt):
 // NVFP4 (1x16 and 16x16 blocks) and MXFP4, RNE / RZ / SR, with the CPU reference's operations
-// (scale_rules.h scale_for and quant_ref.c qk_quant_group_ref) through codec_core.h's qk_scale_for_hd and
-// qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same algorithm is run
-// on the host in tests/kernels/test_cuda_codec_core.c against those two).
+// (scale_rules.h scale_for and quant_ref.c qk_quant_group_ref) through codec_core.h's
+// qk_scale_for_hd and qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same
+// algorithm is run on the host in tests/kernels/test_cuda_codec_core.c against those two).
 //
 // Work layout (as fake_quant.cu): one thread per 4 consecutive columns of a row; the L = B/4
 // threads of one scale block are adjacent lanes, so the block amax is an L-lane shuffle
