@@ -1,10 +1,6 @@
-/* Block-scale rules of the numeric core as __host__ __device__ functions over a qk_format
- * passed by value, for the generic GPU quantizer (fake_quant_generic.cu); the element codecs
- * are element_core.h's, which element.c runs too. They mirror scale_rules.h scale_for and
- * quant_plan.h decoded_output operation for operation, on numerics.h's shared core;
- * plain C so that tests/kernels/test_cuda_codec_core.c checks them on the host against the CPU
- * functions themselves (every code, edge and random inputs), which is what makes the device
- * results bit-identical without a GPU in the loop. */
+/* The scale rules of scale_rules.h / quant_plan.h as __host__ __device__ functions over a
+ * qk_format passed by value, operation for operation, for the GPU quantizers; plain C, so
+ * tests/kernels/test_cuda_codec_core.c checks them on the host against the CPU's. */
 #ifndef QK_CUDA_CODEC_CORE_H
 #define QK_CUDA_CODEC_CORE_H
 
@@ -16,10 +12,8 @@
 #include "format.h"
 #include "numerics.h"
 
-/* Tensor scales of a per-tensor-scaled format (scale_rules.c qk_plan_tensor_scales, QK_TINY_TE):
- * NVFP4's S_enc = 2688 / amax_t, or FP8's S_enc = max_value / amax_t, both capped at FLT_MAX
- * and 1 for amax_t 0 (or S_enc 0); S_dec = 1 / S_enc. elem is f's element codec (passed
- * apart so that device code never follows f->elem, a host pointer). */
+/* scale_rules.c qk_plan_tensor_scales under QK_TINY_TE; elem is f's codec, passed apart so
+ * that device code never follows f->elem, a host pointer. */
 QK_HD void qk_tensor_scales_hd(const qk_format *f, const qk_codec *elem, float amax_t, float *s_enc,
                                float *s_dec) {
     if (f->rule == QK_RULE_NVFP4) {
@@ -32,7 +26,7 @@ QK_HD void qk_tensor_scales_hd(const qk_format *f, const qk_codec *elem, float a
     *s_dec = 1.0f / e;
 }
 
-/* One block's scale, in the forms the element code needs (quant_plan.h block_scale). */
+/* quant_plan.h block_scale. */
 typedef struct qk_block_scale_hd {
     uint32_t code; /* stored E4M3 / E8M0 byte */
     float enc;     /* element encode multiplier (NVFP4 E_b, MX 2^-s, per-tensor S_enc) */
@@ -41,9 +35,7 @@ typedef struct qk_block_scale_hd {
     int divide;    /* 1: elements are x / f32 (ABSMAX) */
 } qk_block_scale_hd;
 
-/* scale_rules.h scale_for for a block of absolute maximum amax (NaN for an MX block holding
- * Inf/NaN), the element codec elem (f->elem's copy), tensor encode scale s_enc and decode
- * s_dec. */
+/* scale_rules.h scale_for of a block of amax (NaN: an MX block holding Inf/NaN). */
 QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem,
                                         qk_mx_scale_rule mx_rule, qk_nvfp4_clamp clamp, float s_enc,
                                         float s_dec, float amax) {
@@ -72,9 +64,7 @@ QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem
     return bs;
 }
 
-/* Fake-quant of one element x under its block's scale (quant_ref.c qk_quant_group_ref's element
- * step and decoded_output, QK_TINY_TE): encode, decode, times the block decode, times S_dec for the
- * per-tensor-scaled formats. */
+/* One element as qk_quant_group_ref fake-quantizes it (QK_TINY_TE). */
 QK_HD float qk_fake_quant_element_hd(const qk_format *f, const qk_codec *elem,
                                      const qk_block_scale_hd *bs, float s_dec, float x,
                                      qk_rounding rounding, uint32_t rbits) {
