@@ -1,6 +1,7 @@
-/* The element codecs (element.h) as __host__ __device__ functions over a qk_codec passed by
- * value: element.c's qk_codec_encode / qk_codec_decode and the GPU quantizers
- * (kernels/cuda/codec_core.h) run this one code, so CPU and GPU codes are the same bits. */
+/* The element codec descriptor and its one encoder and decoder as __host__ __device__
+ * functions: element.c's qk_codec_encode / qk_codec_decode and the GPU quantizers
+ * (kernels/cuda/codec_core.h) run this one code, so CPU and GPU codes are the same bits.
+ * Conventions and the codec table: element.h. */
 #ifndef QK_ELEMENT_CORE_H
 #define QK_ELEMENT_CORE_H
 
@@ -8,8 +9,46 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "element.h"
 #include "numerics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a code with all exponent bits set means. */
+typedef enum qk_codec_special {
+    QK_SPECIAL_NONE = 0, /* every code is finite (E2M1, E2M3, E3M2) */
+    QK_SPECIAL_E4M3 = 1, /* only S.1111.111 is NaN; no Inf (OCP FP8 E4M3) */
+    QK_SPECIAL_IEEE = 2, /* all-ones exponent: mantissa 0 = Inf, else NaN (E5M2, FP16, BF16) */
+} qk_codec_special;
+
+typedef enum qk_codec_kind {
+    QK_CODEC_MINIFLOAT = 0,
+    QK_CODEC_INT = 1,
+} qk_codec_kind;
+
+/* One element type. For a minifloat with exponent field E and mantissa field M:
+ * E > 0: value = 2^(E-bias) * (1 + M/2^man_bits); E == 0: value = 2^(1-bias) * M/2^man_bits.
+ * For an integer codec the value is the signed integer, limited to +-int_max (symmetric). */
+typedef struct qk_codec {
+    const char *name; /* "e2m1", "e4m3", ... */
+    qk_codec_kind kind;
+    int bits;                 /* width of one code, sign included: 4, 6, 8 or 16 */
+    int exp_bits;             /* minifloat exponent field width */
+    int man_bits;             /* minifloat mantissa field width */
+    int bias;                 /* minifloat exponent bias */
+    qk_codec_special special; /* meaning of the all-ones exponent */
+    uint32_t max_code;        /* code (sign bit clear) of the largest finite magnitude */
+    uint32_t nan_code;        /* code produced for a NaN input */
+    int int_max;              /* integer codecs: largest magnitude (127 for INT8, 7 for INT4) */
+    float max_value;          /* largest finite magnitude, e.g. 6 for E2M1, 448 for E4M3 */
+    int emax;                 /* exponent of the largest power of two <= max_value (OCP MX
+                                 "emax_elem": 2 for E2M1, 8 for E4M3) */
+} qk_codec;
+
+#ifdef __cplusplus
+}
+#endif
 
 /* x * 2^e for any e in -300..300, exact whenever the result is representable (two steps keep
  * each power of two inside qk_pow2f's -127..127). */
