@@ -207,16 +207,7 @@ pack_group_nvfp4_2d(const qk_plan *p, size_t r0, const float *x, size_t h, float
     const size_t k = p->k;
     for (size_t c0 = 0, b = 0; c0 < k; c0 += 16, b++) {
         size_t n = k - c0 < 16 ? k - c0 : 16;
-        int32_t mx = 0;
-        for (size_t r = 0; r < h; r++) {
-            const float *w = x + r * k + c0;
-            for (size_t i = 0; i < n; i++) {
-                int32_t bb = (int32_t)(qk_bits_of(w[i]) & 0x7FFFFFFFu);
-                bb = bb >= 0x7F800000 ? 0 : bb;
-                mx = bb > mx ? bb : mx;
-            }
-        }
-        const block_scale bs = scale_for(p, qk_float_of((uint32_t)mx));
+        const block_scale bs = scale_for(p, tile_amax_by_bits(x + c0, h, n, k));
         const float e = bs.enc;
         for (size_t r = 0; r < h; r++) {
             const float *w = x + r * k + c0;

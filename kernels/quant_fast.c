@@ -184,16 +184,7 @@ qk_quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h) {
     const float s_dec = p->s_dec;
     for (size_t c0 = 0; c0 < k; c0 += 16) {
         size_t n = k - c0 < 16 ? k - c0 : 16;
-        int32_t mx = 0;
-        for (size_t r = 0; r < h; r++) {
-            const float *v = g + r * k + c0;
-            for (size_t i = 0; i < n; i++) {
-                int32_t b = (int32_t)(qk_bits_of(v[i]) & 0x7FFFFFFFu);
-                b = b >= 0x7F800000 ? 0 : b;
-                mx = b > mx ? b : mx;
-            }
-        }
-        const block_scale bs = scale_for(p, qk_float_of((uint32_t)mx));
+        const block_scale bs = scale_for(p, tile_amax_by_bits(g + c0, h, n, k));
         const float e = bs.enc, d = bs.dec;
         for (size_t r = 0; r < h; r++) {
             float *v = g + r * k + c0;

@@ -139,6 +139,19 @@ static inline float amax_by_bits(const float *v, size_t n, int *nonfinite) {
     return f;
 }
 
+/* max |t[r * ld + i]| over r < h, i < n by bits, NaN and +-Inf ignored: a 2D block's amax. */
+__attribute__((always_inline)) static inline float tile_amax_by_bits(const float *t, size_t h,
+                                                                     size_t n, size_t ld) {
+    int32_t mx = 0;
+    for (size_t r = 0; r < h; r++)
+        for (size_t i = 0; i < n; i++) {
+            int32_t b = (int32_t)(qk_bits_of(t[r * ld + i]) & 0x7FFFFFFFu);
+            b = b >= 0x7F800000 ? 0 : b;
+            mx = b > mx ? b : mx;
+        }
+    return qk_float_of((uint32_t)mx);
+}
+
 /* Validates the call and fills the shape part of p (no pass over the data): quant_plan.c. */
 qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options *opt, size_t rows,
                         size_t k, qs_error *err);
