@@ -11,16 +11,8 @@
 
 int main(int argc, char **argv) {
     qkb_run b;
-    int st = qkb_start("bench_cuda_fakequant", argc, argv, &b);
+    int st = qkb_start("bench_cuda_fakequant", 16, argc, argv, &b);
     if (st) return st;
-    const size_t rows = b.rows, k = b.k, bytes = b.bytes;
-    const int reps = b.reps;
-    float *src = b.src, *buf = b.buf, best_copy = b.copy_ms;
-    double moved = 2.0 * (double)bytes, copy_gbs = b.copy_gbs;
-    printf("bench_cuda_fakequant on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", b.prop.name, rows,
-           k, (double)bytes / 1048576.0, reps);
-    printf("%-16s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
-    printf("%-16s %10.3f %9.1f %10.2f\n", "cudaMemcpy D2D", best_copy, copy_gbs, 1.0);
     const struct {
         const char *label, *fmt;
         qk_rounding rnd;
@@ -34,12 +26,13 @@ int main(int argc, char **argv) {
         o.seed = 1;
         const qk_format *fmt = qk_format_by_name(cases[c].fmt);
         float best = 0;
-        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, buf, src, rows, k, reps, &best);
+        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, b.buf, b.src, b.rows, b.k,
+                                   b.reps, &best);
         if (rc) return 1;
-        double gbs = qkb_gbs(moved, best);
-        printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / copy_gbs);
+        double gbs = qkb_gbs(2.0 * (double)b.bytes, best);
+        printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / b.copy_gbs);
     }
-    cudaFree(src);
-    cudaFree(buf);
+    cudaFree(b.src);
+    cudaFree(b.buf);
     return 0;
 }

@@ -19,20 +19,16 @@
 
 int main(int argc, char **argv) {
     qkb_run b;
-    int st = qkb_start("bench_cuda_quantize", argc, argv, &b);
+    int st = qkb_start("bench_cuda_quantize", 28, argc, argv, &b);
     if (st) return st;
     const size_t rows = b.rows, k = b.k, bytes = b.bytes;
     const int reps = b.reps;
-    float *src = b.src, *buf = b.buf, best_copy = b.copy_ms;
+    float *src = b.src, *buf = b.buf;
     double copy_gbs = b.copy_gbs;
     uint8_t *codes, *scales;
     const size_t kp = (k + 127) / 128 * 128, rp = (rows + 127) / 128 * 128; // largest layout
     CHECK(cudaMalloc((void **)&codes, rows * kp / 2));
     CHECK(cudaMalloc((void **)&scales, rp * kp / 16));
-    printf("bench_cuda_quantize on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", b.prop.name, rows,
-           k, (double)bytes / 1048576.0, reps);
-    printf("%-28s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
-    printf("%-28s %10.3f %9.1f %10.2f\n", "cudaMemcpy D2D", best_copy, copy_gbs, 1.0);
     static const qk_rounding rnd[] = {QK_ROUND_RNE, QK_ROUND_SR};
     static const char *const rname[] = {"RNE", "SR"};
     double worst_fp4 = 1e30;

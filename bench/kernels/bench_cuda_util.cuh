@@ -81,9 +81,10 @@ struct qkb_run {
     double copy_gbs;     // its rate, bytes read + written
 };
 
-// The command line, device 0, src filled, buf, and the copy baseline, for benchmark `who`.
-// Returns 0; 77 (printed) when no CUDA device is visible; 1 on a CUDA error.
-static int qkb_start(const char *who, int argc, char **argv, qkb_run *r) {
+// The command line, device 0, src filled, buf, and the copy baseline, for benchmark `who`,
+// printed as the head of a table whose first column is `width` wide. Returns 0; 77 (printed)
+// when no CUDA device is visible; 1 on a CUDA error.
+static int qkb_start(const char *who, int width, int argc, char **argv, qkb_run *r) {
     qkb_args(argc, argv, &r->rows, &r->k, &r->reps);
     if (qk_cuda_device_count() == 0) {
         printf("%s: no CUDA device\n", who);
@@ -97,6 +98,10 @@ static int qkb_start(const char *who, int argc, char **argv, qkb_run *r) {
     CHECK(cudaDeviceSynchronize());
     if (qkb_copy_ms(r->buf, r->src, r->bytes, r->reps, &r->copy_ms)) return 1;
     r->copy_gbs = qkb_gbs(2.0 * (double)r->bytes, r->copy_ms);
+    printf("%s on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", who, r->prop.name, r->rows, r->k,
+           (double)r->bytes / 1048576.0, r->reps);
+    printf("%-*s %10s %9s %10s\n", width, "kernel", "ms", "GB/s", "x memcpy");
+    printf("%-*s %10.3f %9.1f %10.2f\n", width, "cudaMemcpy D2D", r->copy_ms, r->copy_gbs, 1.0);
     return 0;
 }
 
