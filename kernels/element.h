@@ -1,9 +1,10 @@
 /* Element codecs: FP32 <-> the small number formats of block quantization.
  *
- * One descriptor per element type (formats are data). A minifloat is described by
+ * One descriptor per element type (qk_codec, element_core.h). A minifloat is described by
  * its exponent bits, mantissa bits and bias; every minifloat goes through ONE encoder and ONE
- * decoder (element.c), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share the same rounding
- * code. Integer element types (INT8, INT4, symmetric) go through one integer encoder.
+ * decoder (element_core.h, CPU and GPU), so E2M1, E4M3, E5M2, E2M3, E3M2, FP16 and BF16 share
+ * the same rounding code. Integer element types (INT8, INT4, symmetric) go through one
+ * integer encoder.
  *
  * Conventions (all codecs, docs/numerics.md sections 1.2, 3.2, 4.4):
  * - Codes are sign-magnitude for minifloats (sign in the top bit of a `bits`-wide code) and
@@ -29,42 +30,12 @@
 
 #include <stdint.h>
 
+#include "element_core.h"
 #include "quant.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* What a code with all exponent bits set means. */
-typedef enum qk_codec_special {
-    QK_SPECIAL_NONE = 0, /* every code is finite (E2M1, E2M3, E3M2) */
-    QK_SPECIAL_E4M3 = 1, /* only S.1111.111 is NaN; no Inf (OCP FP8 E4M3) */
-    QK_SPECIAL_IEEE = 2, /* all-ones exponent: mantissa 0 = Inf, else NaN (E5M2, FP16, BF16) */
-} qk_codec_special;
-
-typedef enum qk_codec_kind {
-    QK_CODEC_MINIFLOAT = 0,
-    QK_CODEC_INT = 1,
-} qk_codec_kind;
-
-/* One element type. For a minifloat with exponent field E and mantissa field M:
- * E > 0: value = 2^(E-bias) * (1 + M/2^man_bits); E == 0: value = 2^(1-bias) * M/2^man_bits.
- * For an integer codec the value is the signed integer, limited to +-int_max (symmetric). */
-typedef struct qk_codec {
-    const char *name; /* "e2m1", "e4m3", ... */
-    qk_codec_kind kind;
-    int bits;                 /* width of one code, sign included: 4, 6, 8 or 16 */
-    int exp_bits;             /* minifloat exponent field width */
-    int man_bits;             /* minifloat mantissa field width */
-    int bias;                 /* minifloat exponent bias */
-    qk_codec_special special; /* meaning of the all-ones exponent */
-    uint32_t max_code;        /* code (sign bit clear) of the largest finite magnitude */
-    uint32_t nan_code;        /* code produced for a NaN input */
-    int int_max;              /* integer codecs: largest magnitude (127 for INT8, 7 for INT4) */
-    float max_value;          /* largest finite magnitude, e.g. 6 for E2M1, 448 for E4M3 */
-    int emax;                 /* exponent of the largest power of two <= max_value (OCP MX
-                                 "emax_elem": 2 for E2M1, 8 for E4M3) */
-} qk_codec;
 
 extern const qk_codec qk_codec_e2m1; /* FP4, bias 1, max 6 */
 extern const qk_codec qk_codec_e4m3; /* FP8, bias 7, max 448, NaN 0x7F */

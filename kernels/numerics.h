@@ -1,12 +1,7 @@
-/* The bit-level arithmetic of the numeric core, header-only so that the C reference (element.c,
- * philox.c, quantize.c) and the CUDA kernels (kernels/cuda/) compile the SAME code: this is
- * what makes CPU and GPU results equal bit for bit (docs/architecture.md, "Invariants": same
- * input, same bits, on CPU and GPU). Everything here is exact integer or correctly rounded FP32
- * arithmetic with no FMA dependence (each product that precedes an add is exact).
- *
- * Public names carry the qk_ prefix; the *_core functions take plain parameters instead of
- * a qk_codec pointer so device code needs no host tables. Rules and sources: element.h,
- * philox.h, docs/numerics.md sections 1.2, 2.3, 3.2, 3.3. */
+/* Bit-level arithmetic that the C reference and the CUDA kernels compile alike, so CPU and GPU
+ * give the same bits (docs/architecture.md, "Invariants"): exact integer or correctly rounded
+ * FP32, no FMA dependence; *_core functions take plain parameters, no host tables. Sources:
+ * element.h, philox.h, docs/numerics.md 1.2, 2.3, 3.2, 3.3. */
 #ifndef QK_NUMERICS_H
 #define QK_NUMERICS_H
 
@@ -39,6 +34,11 @@ QK_HD float qk_float_of(uint32_t u) {
 /* 2^e for -127 <= e <= 127, exactly (2^-127 is an FP32 subnormal). */
 QK_HD float qk_pow2f(int e) {
     return qk_float_of(e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u);
+}
+
+/* The value of an E8M0 scale code: 2^(code - 127), NaN for 0xFF (docs/numerics.md 2). */
+QK_HD float qk_e8m0_value_core(uint32_t code) {
+    return code == 0xFF ? qk_float_of(0x7FC00000u) : qk_pow2f((int)code - 127);
 }
 
 /* --- Philox4x32-10 (Salmon et al., SC11; Random123 constants) ----------------------------- */
@@ -78,11 +78,9 @@ QK_HD uint32_t qk_sr_bits_core(uint64_t seed, uint32_t tensor_id, uint32_t step,
 
 /* --- minifloat encoder (element.h) ---------------------------------------------------------- */
 
-/* Encodes x into a sign-magnitude minifloat of `bits` bits (exp_bits, man_bits, bias),
- * saturating to max_code, NaN to nan_code. Done on the FP32 bit pattern so that every step
- * is exact integer arithmetic: the magnitude becomes an integer count q of target grid steps
- * (step 2^(te - man_bits), te = max(exponent of x, 1 - bias)), rounded by the remainder,
- * then re-assembled into exponent and mantissa fields. Requires 1 - bias >= -126. */
+/* x as a sign-magnitude minifloat (bits, exp_bits, man_bits, bias), saturating to max_code, NaN
+ * to nan_code; in integers on the FP32 bits: q target steps of 2^(te - man_bits), te =
+ * max(exponent of x, 1 - bias), rounded by the remainder. Requires 1 - bias >= -126. */
 QK_HD uint32_t qk_minifloat_encode_core(int bits, int exp_bits, int man_bits, int bias,
                                         uint32_t max_code, uint32_t nan_code, float x,
                                         qk_rounding rounding, uint32_t rbits) {
@@ -144,8 +142,7 @@ QK_HD float qk_e2m1_value(uint32_t code) {
     return (code & 8u) ? -v : v;
 }
 
-/* E4M3 code 0..0x7E (sign clear, not NaN) -> value, exact: subnormals k * 2^-9, normals
- * (8 + man) * 2^(exp - 10). */
+/* E4M3 code 0..0x7E -> value: subnormals k * 2^-9, normals (8 + man) * 2^(exp - 10). */
 QK_HD float qk_e4m3_value_nonneg(uint32_t code) {
     uint32_t ef = code >> 3, man = code & 7u;
     return ef == 0 ? (float)man * 0x1p-9f : (float)(8u | man) * qk_pow2f((int)ef - 10);
@@ -190,10 +187,8 @@ QK_HD uint8_t qk_mx_scale_code_core(float amax, qk_mx_scale_rule rule, int emax,
         return code > 254 - emax ? (uint8_t)(254 - emax) : code;
     }
     if (ex < -127) ex = -127;
-    /* Capped at 127 - emax, the FLOOR scale of FLT_MAX: max_value * 2^(127 - emax) is below
-     * 2^128 (max_value < 2^(emax+1)), so no block decodes to Inf. Reached only by CEIL, EVEN
-     * and RCEIL for amax near FLT_MAX (E2M1: amax > 1.5 * 2^127), whose larger scale would
-     * decode the block's largest element to Inf (kernels/README.md). */
+    /* Capped at FLT_MAX's FLOOR scale, so that no block decodes to Inf (CEIL, EVEN, RCEIL near
+     * FLT_MAX: max_value * 2^(127 - emax) < 2^128; kernels/README.md). */
     if (ex > 127 - emax) ex = 127 - emax;
     return (uint8_t)(ex + 127);
 }
@@ -209,11 +204,8 @@ QK_HD void qk_nvfp4_global_scales_core(float amax_t, float *s_enc, float *s_dec)
 
 /* --- fast paths ------------------------------------------------------------------------------ */
 
-/* The E2M1 value nearest to s (RNE), saturated to +-6; NaN gives +6, the sign of zero and of
- * underflowing values is kept. The decision table of docs/numerics.md 1.2 as a sum of
- * comparisons, which compilers vectorise. Equals
- * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, RNE)) for all 2^32 inputs (tested,
- * label "exhaustive"; edges in every run). */
+/* E2M1 RNE value of s, saturated to +-6, NaN +6, signs kept: docs/numerics.md 1.2's table
+ * as a vectorisable sum of comparisons; the codec's value on all 2^32 inputs (tested). */
 QK_HD float qk_e2m1_rne_value(float s) {
     float a = fabsf(s);
     /* grid 0, .5, 1, 1.5, 2, 3, 4, 6: each threshold passed adds the step to the next value */
@@ -223,11 +215,9 @@ QK_HD float qk_e2m1_rne_value(float s) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
-/* The E2M1 value of s under stochastic rounding with 32 random bits, saturated to +-6 (NaN
- * gives +6, the sign is kept): with q the grid step of |s|'s binade (0.5 below 2, 1 below 4,
- * 2 above), lo the multiple of q at or below |s| and f = (|s| - lo)/q, the result is lo + q
- * when rbits < floor(f * 2^32), else lo; all exact in FP32/FP64. The same decision as
- * qk_codec_decode(e2m1, qk_codec_encode(e2m1, s, QK_ROUND_SR, rbits)) (element.h; tested). */
+/* E2M1 SR value of s (saturated to +-6, NaN +6, sign kept): lo + q when rbits <
+ * floor(f * 2^32), else lo (q |s|'s grid step, lo the multiple below, f = (|s| - lo)/q);
+ * the codec's decision, exactly (tested). */
 QK_HD float qk_e2m1_sr_value(float s, uint32_t rbits) {
     float a = fabsf(s);
     float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
@@ -238,15 +228,10 @@ QK_HD float qk_e2m1_sr_value(float s, uint32_t rbits) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
-/* Any minifloat's RNE-saturating value of s, without forming the code: the magnitude is
- * rounded to a multiple of its grid step q = 2^(e - man_bits) (e = max(exponent of |s|, emin),
- * clamped above at e_hi) by adding and subtracting C = 2^(e - man_bits + 23), whose FP32 ulp
- * is exactly q, so FP32's own round-to-nearest-even does the rounding (ties go to the even
- * multiple, the even code); then it saturates at max_value and restores the sign. NaN gives
- * nan_value (the decoded NaN code of the format). emin = 1 - bias; e_hi = the exponent just
- * above max_value (every larger input saturates anyway). Equals
- * qk_codec_decode(c, qk_codec_encode(c, s, RNE)) for every s (NaN payloads aside): tested over
- * all 2^32 inputs per codec under the "exhaustive" label, on samples and edges in every run. */
+/* A minifloat's RNE saturating value of s without its code: adding and subtracting
+ * C = 2^(e - man_bits + 23), whose FP32 ulp is the grid step (e = max(exponent of |s|, emin),
+ * at most e_hi, the exponent above max_value), makes FP32's own RNE round; then saturation
+ * and the sign, NaN to nan_value. The codec's value for all 2^32 inputs (tested). */
 QK_HD float qk_minifloat_rne_value(float s, int man_bits, int emin, int e_hi, float max_value,
                                    float nan_value) {
     float a = fabsf(s);
@@ -259,11 +244,8 @@ QK_HD float qk_minifloat_rne_value(float s, int man_bits, int emin, int e_hi, fl
     return (s != s) ? nan_value : copysignf(y, s);
 }
 
-/* E4M3 code (RNE, saturating to 448) of v with the sign bit clear and not NaN: the NVFP4
- * block-scale cast. Below 2^-6 (E4M3 subnormals, step 2^-9) it rounds v * 2^9 to an
- * integer with the 2^23 magic constant; above, it rounds the FP32 mantissa to 3 bits on the
- * bit pattern and rebiases the exponent (127 -> 7). Equals the E4M3 codec for every such v
- * (tested over all of them under the "exhaustive" label; edges and samples in every run). */
+/* E4M3 RNE code of v >= 0, not NaN, saturating to 448 (the NVFP4 scale cast): subnormals by
+ * v * 2^9 + 2^23, normals by rounding the FP32 mantissa to 3 bits; the codec's (tested). */
 QK_HD uint32_t qk_e4m3_rne_nonneg(float v) {
     if (v > 448.0f) return 0x7E; /* (448, 464] rounds to 448, beyond saturates; +Inf too */
     if (v < 0x1p-6f) {

@@ -9,14 +9,14 @@
  * than L2, so one block's weights stand for every block's), then the final norm and lm_head
  * over the scored half (T/2 rows, as the evaluation runs it). The model's FLOPs: 2*T*in*out per
  * linear, 2*(T/2)*D*V for lm_head, 2*T*T*H*E for causal attention (half of the full QK^T and
- * PV). The baseline: the same linears and lm_head as BF16 GEMMs alone.
+ * PV). The baseline: the same linears and lm_head as BF16 GEMMs alone
+ * (bench/common/cublas_rate.h).
  *
  * Shapes: SmolLM2-135M from the GGUF's config (QSWEEP_SMOLLM2 or the fetch cache; skipped with
  * a message when absent) at ctx 512, and synthetic llama2-7b (synthetic.h) at ctx 2048. Every
  * GEMM path of the backend (fp32, bf16, lt), and lt again with the block linears in NVFP4 W4A4
  * (native FP4 on 10.x, emulated on Hopper). Prints "summary:" lines for tools/device-check.sh.
  * Exits 77 when no CUDA device is visible. */
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "cublas_rate.h"
 #include "quant.h"
 #include "ops.h"
 #include "ops_cuda.h"
@@ -72,46 +73,28 @@ static void shapes(const qw_config *c, int sh[8][2]) {
     memcpy(sh, s, sizeof s);
 }
 
-/* Milliseconds of the block's linears and lm_head as plain BF16 GEMMs (the baseline). */
+/* Milliseconds of the block's linears (n_layers times) and lm_head (T/2 rows) as plain BF16
+ * GEMMs, the baseline (cublas_rate.h), and their FLOPs; a negative value on a CUDA error. */
 static double baseline_ms(const qw_config *c, int T, double *flops) {
     int sh[8][2];
     shapes(c, sh);
-    size_t maxw = 0, maxx = (size_t)T * (size_t)(c->hidden_dim > c->dim ? c->hidden_dim : c->dim);
-    for (int i = 0; i < 8; i++)
-        if ((size_t)sh[i][0] * sh[i][1] > maxw) maxw = (size_t)sh[i][0] * sh[i][1];
-    void *W, *X, *Y;
-    cudaMalloc(&W, maxw * 2);
-    cudaMalloc(&X, maxx * 2);
-    cudaMalloc(&Y, (size_t)T * c->vocab_size * 4);
-    cudaMemset(W, 0, maxw * 2);
-    cudaMemset(X, 0, maxx * 2);
-    cublasHandle_t h;
-    cublasCreate(&h);
-    float one = 1.0f, zero = 0.0f;
-    double best = 1e30;
+    qb_linear *lin = malloc(((size_t)c->n_layers * 7 + 1) * sizeof *lin);
+    if (!lin) return -1.0;
+    int n = 0;
     *flops = 0;
-    for (int rep = 0; rep < REPS + 1; rep++) {
-        cudaDeviceSynchronize();
-        double t0 = now_ms(), f = 0;
-        for (int l = 0; l < c->n_layers + 1; l++)
-            for (int i = 0; i < 8; i++) {
-                if ((l < c->n_layers) != (i < 7)) continue;
-                int rows = i == 7 ? T / 2 : T;
-                cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh[i][0], rows, sh[i][1], &one, W,
-                             CUDA_R_16BF, sh[i][1], X, CUDA_R_16BF, sh[i][1], &zero, Y, CUDA_R_32F,
-                             sh[i][0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-                f += 2.0 * rows * sh[i][0] * sh[i][1];
-            }
-        cudaDeviceSynchronize();
-        double ms = now_ms() - t0;
-        if (rep > 0 && ms < best) best = ms; /* rep 0 warms up */
-        *flops = f;
-    }
-    cublasDestroy(h);
-    cudaFree(W);
-    cudaFree(X);
-    cudaFree(Y);
-    return best;
+    for (int l = 0; l < c->n_layers + 1; l++)
+        for (int i = 0; i < 8; i++) {
+            if ((l < c->n_layers) != (i < 7)) continue;
+            lin[n] = (qb_linear){sh[i][1], sh[i][0], i == 7 ? T / 2 : T};
+            *flops += 2.0 * lin[n].rows * sh[i][0] * sh[i][1];
+            n++;
+        }
+    char why[256] = "";
+    double ms = -1.0;
+    if (qb_cublas_tflops(lin, n, QB_PASS_FORWARD, QB_GEMM_BF16, REPS, &ms, why, sizeof why) < 0)
+        fprintf(stderr, "bench: baseline: %s\n", why);
+    free(lin);
+    return ms;
 }
 
 /* One forward-shaped run over backend b; returns ms (best of REPS) and the model's FLOPs. fp4:
@@ -220,6 +203,7 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
 
 static int run_shape(const char *name, const qw_config *c, int T) {
     double fb, msb = baseline_ms(c, T, &fb);
+    if (msb < 0) return -1;
     double tb = fb / msb / 1e9;
     printf("%s ctx %d: cuBLAS BF16 GEMMs of the same shapes %.2f ms, %.1f TFLOP/s\n", name, T, msb,
            tb);

@@ -10,29 +10,9 @@
 #include "quant.h"
 
 int main(int argc, char **argv) {
-    size_t rows, k;
-    int reps;
-    qkb_args(argc, argv, &rows, &k, &reps);
-    if (qk_cuda_device_count() == 0) {
-        printf("bench_cuda_fakequant: no CUDA device\n");
-        return 77;
-    }
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    size_t n = rows * k, bytes = n * sizeof(float);
-    float *src, *buf;
-    CHECK(cudaMalloc((void **)&src, bytes));
-    CHECK(cudaMalloc((void **)&buf, bytes));
-    qkb_fill<<<1024, 256>>>(src, n);
-    CHECK(cudaDeviceSynchronize());
-    double moved = 2.0 * (double)bytes;
-    float best_copy = 0;
-    if (qkb_copy_ms(buf, src, bytes, reps, &best_copy)) return 1;
-    double copy_gbs = qkb_gbs(moved, best_copy);
-    printf("bench_cuda_fakequant on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows,
-           k, (double)bytes / 1048576.0, reps);
-    printf("%-16s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
-    printf("%-16s %10.3f %9.1f %10.2f\n", "cudaMemcpy D2D", best_copy, copy_gbs, 1.0);
+    qkb_run b;
+    int st = qkb_start("bench_cuda_fakequant", 16, argc, argv, &b);
+    if (st) return st;
     const struct {
         const char *label, *fmt;
         qk_rounding rnd;
@@ -46,12 +26,13 @@ int main(int argc, char **argv) {
         o.seed = 1;
         const qk_format *fmt = qk_format_by_name(cases[c].fmt);
         float best = 0;
-        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, buf, src, rows, k, reps, &best);
+        int rc = qkb_fake_quant_ms("bench_cuda_fakequant", fmt, &o, b.buf, b.src, b.rows, b.k,
+                                   b.reps, &best);
         if (rc) return 1;
-        double gbs = qkb_gbs(moved, best);
-        printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / copy_gbs);
+        double gbs = qkb_gbs(2.0 * (double)b.bytes, best);
+        printf("%-16s %10.3f %9.1f %10.2f\n", cases[c].label, best, gbs, gbs / b.copy_gbs);
     }
-    cudaFree(src);
-    cudaFree(buf);
+    cudaFree(b.src);
+    cudaFree(b.buf);
     return 0;
 }

@@ -11,18 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_cuda_timer.cuh"
 #include "format.h"
 #include "qk_cuda.h"
 #include "qk_gemm.h"
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define QCHECK(call)                                                                               \
     do {                                                                                           \
@@ -61,7 +53,8 @@ struct operand_set {
     qk_gemm_operand bf16, fp8, nvfp4, mxfp4;
 };
 
-static void make_operands(size_t rows, size_t in, unsigned seed, operand_set *s) {
+// Returns 0, or 1 on a CUDA error (CHECK).
+static int make_operands(size_t rows, size_t in, unsigned seed, operand_set *s) {
     float *x;
     size_t n = rows * in;
     CHECK(cudaMalloc((void **)&x, n * 4));
@@ -96,6 +89,7 @@ static void make_operands(size_t rows, size_t in, unsigned seed, operand_set *s)
         o->scales = sc;
     }
     CHECK(cudaFree(x));
+    return 0;
 }
 
 static void free_operands(operand_set *s) {
@@ -110,28 +104,19 @@ static void free_operands(operand_set *s) {
 // Best time in ms of y = x W^T, or -1 with the message when the GEMM is refused.
 static float time_gemm(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_operand *w, size_t T,
                        size_t out, size_t in, float *y, int reps, qk_gemm_path *path) {
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    float best = 1e30f;
-    for (int r = 0; r <= reps; r++) {
-        qs_error err = {};
-        CHECK(cudaEventRecord(t0));
-        if (qk_gemm_linear(g, x, w, T, out, in, 1.0f, 0.0f, y, QK_GEMM_OUT_F32, out, NULL, path,
-                           &err) != QS_OK) {
+    float best = -1.0f;
+    int rc = qkb_best_of(
+        reps, qkb_no_prep,
+        [&]() -> int {
+            qs_error err = {};
+            if (qk_gemm_linear(g, x, w, T, out, in, 1.0f, 0.0f, y, QK_GEMM_OUT_F32, out, NULL, path,
+                               &err) == QS_OK)
+                return 0;
             printf("  (refused: %s)\n", err.msg);
-            best = -1.0f;
-            break;
-        }
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        if (r > 0 && ms < best) best = ms;
-    }
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    return best;
+            return 1;
+        },
+        &best);
+    return rc ? -1.0f : best;
 }
 
 int main(int argc, char **argv) {
@@ -160,8 +145,7 @@ int main(int argc, char **argv) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t out = shapes[s].out, in = shapes[s].in;
         operand_set xs, ws;
-        make_operands(T, in, 1, &xs);
-        make_operands(out, in, 2, &ws);
+        if (make_operands(T, in, 1, &xs) || make_operands(out, in, 2, &ws)) return 1;
         float *y;
         CHECK(cudaMalloc((void **)&y, T * out * 4));
         double flop = 2.0 * (double)T * (double)out * (double)in;

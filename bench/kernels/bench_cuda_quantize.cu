@@ -18,32 +18,17 @@
 #include "qk_cuda.h"
 
 int main(int argc, char **argv) {
-    size_t rows, k;
-    int reps;
-    qkb_args(argc, argv, &rows, &k, &reps);
-    if (qk_cuda_device_count() == 0) {
-        printf("bench_cuda_quantize: no CUDA device\n");
-        return 77;
-    }
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    size_t n = rows * k, bytes = n * sizeof(float);
-    float *src, *buf;
-    CHECK(cudaMalloc((void **)&src, bytes));
-    CHECK(cudaMalloc((void **)&buf, bytes));
+    qkb_run b;
+    int st = qkb_start("bench_cuda_quantize", 28, argc, argv, &b);
+    if (st) return st;
+    const size_t rows = b.rows, k = b.k, bytes = b.bytes;
+    const int reps = b.reps;
+    float *src = b.src, *buf = b.buf;
+    double copy_gbs = b.copy_gbs;
     uint8_t *codes, *scales;
     const size_t kp = (k + 127) / 128 * 128, rp = (rows + 127) / 128 * 128; // largest layout
     CHECK(cudaMalloc((void **)&codes, rows * kp / 2));
     CHECK(cudaMalloc((void **)&scales, rp * kp / 16));
-    qkb_fill<<<1024, 256>>>(src, n);
-    CHECK(cudaDeviceSynchronize());
-    float best_copy = 0;
-    if (qkb_copy_ms(buf, src, bytes, reps, &best_copy)) return 1;
-    double copy_gbs = qkb_gbs(2.0 * (double)bytes, best_copy);
-    printf("bench_cuda_quantize on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", prop.name, rows, k,
-           (double)bytes / 1048576.0, reps);
-    printf("%-28s %10s %9s %10s\n", "kernel", "ms", "GB/s", "x memcpy");
-    printf("%-28s %10.3f %9.1f %10.2f\n", "cudaMemcpy D2D", best_copy, copy_gbs, 1.0);
     static const qk_rounding rnd[] = {QK_ROUND_RNE, QK_ROUND_SR};
     static const char *const rname[] = {"RNE", "SR"};
     double worst_fp4 = 1e30;

@@ -10,17 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_cuda_timer.cuh"
 #include "qk_cuda.h"
-
-// Returns 1 from the calling function (printing file, line and CUDA's message) when call fails.
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 // x[0..n): a hash of i mapped to [-2, 2), one in 256 elements to [-32, 32) (largest 32).
 __global__ static void qkb_fill(float *x, size_t n) {
@@ -46,37 +37,6 @@ static void qkb_args(int argc, char **argv, size_t *rows, size_t *k, int *reps) 
 // GB/s of `bytes` moved in `ms` milliseconds.
 static double qkb_gbs(double bytes, float ms) {
     return bytes / (ms * 1e-3) / 1e9;
-}
-
-// The best time in ms of reps runs after one warm-up: prep() untimed, then body() between two
-// CUDA events. Each returns 0 on success; their first non-zero return is returned (*best_ms
-// then unset). Either may use CHECK.
-template <class Prep, class Body>
-static int qkb_best_of(int reps, Prep prep, Body body, float *best_ms) {
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    float best = 1e30f;
-    int rc = 0;
-    for (int r = 0; r <= reps && rc == 0; r++) {
-        if ((rc = prep()) != 0) break;
-        CHECK(cudaEventRecord(t0));
-        if ((rc = body()) != 0) break;
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        if (r > 0 && ms < best) best = ms;
-    }
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    if (rc == 0) *best_ms = best;
-    return rc;
-}
-
-// Nothing to prepare before a timed run.
-static int qkb_no_prep() {
-    return 0;
 }
 
 // The baseline: best time of a device-to-device cudaMemcpy of `bytes` from src to dst.
@@ -109,6 +69,40 @@ static int qkb_fake_quant_ms(const char *who, const qk_format *fmt, const qk_qua
             return 1;
         },
         best_ms);
+}
+
+// What a quantizer benchmark starts from (qkb_start).
+struct qkb_run {
+    size_t rows, k, bytes; // the FP32 input [rows x k], bytes of it
+    int reps;
+    cudaDeviceProp prop; // device 0
+    float *src, *buf;    // the input (qkb_fill) and a work buffer of its size
+    float copy_ms;       // the baseline: best D2D copy of bytes
+    double copy_gbs;     // its rate, bytes read + written
+};
+
+// The command line, device 0, src filled, buf, and the copy baseline, for benchmark `who`,
+// printed as the head of a table whose first column is `width` wide. Returns 0; 77 (printed)
+// when no CUDA device is visible; 1 on a CUDA error.
+static int qkb_start(const char *who, int width, int argc, char **argv, qkb_run *r) {
+    qkb_args(argc, argv, &r->rows, &r->k, &r->reps);
+    if (qk_cuda_device_count() == 0) {
+        printf("%s: no CUDA device\n", who);
+        return 77;
+    }
+    CHECK(cudaGetDeviceProperties(&r->prop, 0));
+    r->bytes = r->rows * r->k * sizeof(float);
+    CHECK(cudaMalloc((void **)&r->src, r->bytes));
+    CHECK(cudaMalloc((void **)&r->buf, r->bytes));
+    qkb_fill<<<1024, 256>>>(r->src, r->rows * r->k);
+    CHECK(cudaDeviceSynchronize());
+    if (qkb_copy_ms(r->buf, r->src, r->bytes, r->reps, &r->copy_ms)) return 1;
+    r->copy_gbs = qkb_gbs(2.0 * (double)r->bytes, r->copy_ms);
+    printf("%s on %s: %zu x %zu FP32 (%.0f MiB), best of %d\n", who, r->prop.name, r->rows, r->k,
+           (double)r->bytes / 1048576.0, r->reps);
+    printf("%-*s %10s %9s %10s\n", width, "kernel", "ms", "GB/s", "x memcpy");
+    printf("%-*s %10.3f %9.1f %10.2f\n", width, "cudaMemcpy D2D", r->copy_ms, r->copy_gbs, 1.0);
+    return 0;
 }
 
 #endif

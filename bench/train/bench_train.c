@@ -20,7 +20,7 @@
  * random tokens. Work counted: 6*N*(linear parameters) as above plus causal attention,
  * 6*B*T*T*H*E (the forward's QK^T and PV, 4*T*T*E per head and sequence, halved for the causal
  * mask, as bench_gpu_eval counts it, and twice that in the backward). Baseline: the same 3
- * GEMMs of every linear as cuBLAS BF16 GEMMs (bench_train_cublas.h: cublasGemmEx, BF16 in,
+ * GEMMs of every linear as cuBLAS BF16 GEMMs (bench/common/cublas_rate.h: cublasGemmEx, BF16 in,
  * FP32 accumulate and out), and as FP32 cublasSgemm, which the training ops call, for
  * reference. Each recipe: one warm-up step, then the mean of `steps` (3) steps. Prints
  * "summary:" lines for tools/device-check.sh. Without a GPU, or in a build without CUDA, it
@@ -35,7 +35,7 @@
 #include <time.h>
 
 #include "backend.h"
-#include "bench_train_cublas.h"
+#include "cublas_rate.h"
 #include "data.h"
 #include "synthetic.h"
 #include "tmodel.h"
@@ -50,7 +50,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double baseline_gflops(const bt_shape *sh, int n_sh, int N, int nt, int reps) {
+static double baseline_gflops(const qb_linear *sh, int n_sh, int N, int nt, int reps) {
     size_t mx = 0;
     for (int i = 0; i < n_sh; i++) {
         size_t a = (size_t)N * sh[i].in, b = (size_t)N * sh[i].out,
@@ -86,22 +86,22 @@ static double baseline_gflops(const bt_shape *sh, int n_sh, int N, int nt, int r
     return flops / dt * 1e-9;
 }
 
-/* The linears of c in a step's order, per block q, k, v, o, gate, up, down, then lm_head, into
- * sh[c->n_layers * 7 + 1]; returns their count. */
-static int linear_shapes(const qw_config *c, bt_shape *sh) {
+/* The linears of c over N rows in a step's order, per block q, k, v, o, gate, up, down, then
+ * lm_head, into sh[c->n_layers * 7 + 1]; returns their count. */
+static int linear_shapes(const qw_config *c, int N, qb_linear *sh) {
     int HE = c->n_heads * c->head_dim, GE = c->n_kv_heads * c->head_dim, n = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        bt_shape blk[7] = {{c->dim, HE},
-                           {c->dim, GE},
-                           {c->dim, GE},
-                           {HE, c->dim},
-                           {c->dim, c->hidden_dim},
-                           {c->dim, c->hidden_dim},
-                           {c->hidden_dim, c->dim}};
+        qb_linear blk[7] = {{c->dim, HE, N},
+                            {c->dim, GE, N},
+                            {c->dim, GE, N},
+                            {HE, c->dim, N},
+                            {c->dim, c->hidden_dim, N},
+                            {c->dim, c->hidden_dim, N},
+                            {c->hidden_dim, c->dim, N}};
         for (int k = 0; k < 7; k++)
             sh[n++] = blk[k];
     }
-    sh[n++] = (bt_shape){c->dim, c->vocab_size};
+    sh[n++] = (qb_linear){c->dim, c->vocab_size, N};
     return n;
 }
 
@@ -183,8 +183,8 @@ static int cpu_main(int nt, int B, int steps) {
     c.norm_eps = 1e-5f;
     c.rope_theta = 10000.0f;
     int T = 128, N = B * T;
-    bt_shape sh[4 * 7 + 1];
-    int n_sh = linear_shapes(&c, sh);
+    qb_linear sh[4 * 7 + 1];
+    int n_sh = linear_shapes(&c, N, sh);
     double lin_flops = 0;
     for (int i = 0; i < n_sh; i++)
         lin_flops += 6.0 * N * sh[i].in * sh[i].out;
@@ -229,17 +229,20 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
                 c->max_seq_len);
         return 1;
     }
-    bt_shape *sh = malloc(((size_t)c->n_layers * 7 + 1) * sizeof *sh);
+    qb_linear *sh = malloc(((size_t)c->n_layers * 7 + 1) * sizeof *sh);
     if (!sh) return 1;
-    int n_sh = linear_shapes(c, sh);
+    int n_sh = linear_shapes(c, N, sh);
     double lin_params = 0;
     for (int i = 0; i < n_sh; i++)
         lin_params += (double)sh[i].in * sh[i].out;
     double lin_flops = 6.0 * N * lin_params,
            att_flops = 6.0 * B * (double)T * T * c->n_heads * c->head_dim * c->n_layers;
     char why[256] = "";
-    double bf16 = bt_cublas_tflops(sh, n_sh, N, BT_GEMM_BF16, 3, why, sizeof why);
-    double fp32 = bf16 > 0 ? bt_cublas_tflops(sh, n_sh, N, BT_GEMM_FP32, 3, why, sizeof why) : -1;
+    double bf16 =
+        qb_cublas_tflops(sh, n_sh, QB_PASS_TRAINING, QB_GEMM_BF16, 3, NULL, why, sizeof why);
+    double fp32 = bf16 > 0 ? qb_cublas_tflops(sh, n_sh, QB_PASS_TRAINING, QB_GEMM_FP32, 3, NULL,
+                                              why, sizeof why)
+                           : -1;
     free(sh);
     if (bf16 <= 0 || fp32 <= 0) {
         fprintf(stderr, "bench_train: baseline: %s\n", why);
@@ -323,7 +326,7 @@ static int cuda_main(int argc, char **argv) {
     return 0;
 #else
     char dev[256];
-    if (!bt_cuda_device(dev, sizeof dev)) {
+    if (!qb_cuda_device(dev, sizeof dev)) {
         printf("bench_train --backend cuda: no CUDA device visible (%s): skipped\n", dev);
         printf("summary: train: skipped: no CUDA device visible\n");
         return 0;

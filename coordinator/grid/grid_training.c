@@ -23,7 +23,7 @@
  * data_parallel: N > 1 trains each job on N ranks (kinds/train.h), and the job's resources ask
  * for N GPUs (resources.gpu_count, when the grid gives it, must be N).
  *
- * Named recipes are kinds/train.h's table (the worker's recipe.h agrees: tests/train).
+ * Named recipes are kinds/recipes.h's table, the one the worker's recipe.c reads too.
  * Checked here, at submit time, so that no job fails (and is retried) for what the file says:
  * shapes (the engine's table, through the probe), ctx within each shape's
  * max_position_embeddings, the text a regular file, token ids within each shape's vocabulary,
@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "grid_kind.h"
+#include "recipes.h"
 #include "train.h"
 
 typedef struct tr_recipe {
@@ -124,40 +125,21 @@ static qs_status add_shape(qc_config *c, struct fy_node *n, void *ctx) {
     return QS_OK;
 }
 
-/* Named recipes: the ingredients of worker/train/recipe.h's table. */
+/* Named recipes: a row of kinds/recipes.h's table, its ingredients copied into r. */
 static int named_recipe(const char *name, qs_train_spec *r) {
-    static const struct {
-        const char *name, *fmt;
-        int w2d, rht, rht_dim, sr, first, last;
-    } t[] = {
-        {"fp32", "none", 0, 0, 16, 0, 0, 0},
-        {"bf16", "none", 0, 0, 16, 0, 0, 0},
-        {"fp8", "fp8_e4m3", 0, 0, 16, 0, 0, 0},
-        {"nvfp4", "nvfp4", 1, 1, 16, 1, 0, 1},
-        {"nvfp4-no-rht", "nvfp4", 1, 0, 16, 1, 0, 1},
-        {"nvfp4-no-sr", "nvfp4", 1, 1, 16, 0, 0, 1},
-        {"nvfp4-no-2d", "nvfp4", 0, 1, 16, 1, 0, 1},
-        {"nvfp4-all-blocks", "nvfp4", 1, 1, 16, 1, 0, 0},
-        {"mxfp4", "mxfp4", 0, 1, 32, 1, 0, 1},
-    };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        if (!strcmp(t[i].name, name)) {
-            snprintf(r->recipe, sizeof r->recipe, "%s", name);
-            snprintf(r->format, sizeof r->format, "%s", t[i].fmt);
-            r->recipe_version = QS_TRAIN_RECIPE_VERSION;
-            r->w2d = t[i].w2d;
-            r->rht = t[i].rht;
-            r->rht_dim = t[i].rht_dim;
-            r->sr = t[i].sr;
-            r->bf16_first = t[i].first;
-            r->bf16_last = t[i].last;
-            return 1;
-        }
-    return 0;
+    const qs_recipe_row *t = qs_recipe_find(name);
+    if (!t) return 0;
+    snprintf(r->recipe, sizeof r->recipe, "%s", name);
+    snprintf(r->format, sizeof r->format, "%s", t->format);
+    r->recipe_version = QS_TRAIN_RECIPE_VERSION;
+    r->w2d = t->w2d;
+    r->rht = t->rht;
+    r->rht_dim = t->rht_dim;
+    r->sr = t->sr;
+    r->bf16_first = t->bf16_first;
+    r->bf16_last = t->bf16_last;
+    return 1;
 }
-
-#define RECIPE_NAMES                                                                               \
-    "fp32, bf16, fp8, nvfp4, nvfp4-no-rht, nvfp4-no-sr, nvfp4-no-2d, nvfp4-all-blocks, mxfp4"
 
 static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     tr_data *d = ctx;
@@ -165,6 +147,8 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
     qs_train_spec *r = &d->recipes[d->n_recipes].r;
     memset(r, 0, sizeof *r);
     qs_status st;
+    char names[256];
+    qs_recipe_names(names, sizeof names);
     if (fy_node_is_mapping(n)) {
         static const char *const keys[] = {"name",    "base", "format",     "w2d",       "rht",
                                            "rht_dim", "sr",   "bf16_first", "bf16_last", NULL};
@@ -191,7 +175,7 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
                                   name);
         if (!named_recipe(base, r))
             return qc_config_fail(c, qc_config_lookup(n, "base"), QS_EINVAL,
-                                  "unknown recipe '%s' (expected " RECIPE_NAMES ")", base);
+                                  "unknown recipe '%s' (expected %s)", base, names);
         snprintf(r->recipe, sizeof r->recipe, "%s", name);
         struct fy_node *f = qc_config_lookup(n, "format");
         if (f) {
@@ -228,9 +212,8 @@ static qs_status add_recipe(qc_config *c, struct fy_node *n, void *ctx) {
         const char *s = qc_config_scalar(n);
         if (!s || !named_recipe(s, r))
             return qc_config_fail(c, n, QS_EINVAL,
-                                  "unknown recipe '%s' (expected " RECIPE_NAMES
-                                  " or {name, base, ingredients})",
-                                  s ? s : "(not a scalar)");
+                                  "unknown recipe '%s' (expected %s or {name, base, ingredients})",
+                                  s ? s : "(not a scalar)", names);
     }
     for (size_t k = 0; k < d->n_recipes; k++)
         if (!strcmp(d->recipes[k].r.recipe, r->recipe))

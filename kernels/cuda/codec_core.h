@@ -1,10 +1,6 @@
-/* Element codecs and block-scale rules of the numeric core as __host__ __device__ functions
- * over a qk_codec / qk_format passed by value, for the generic GPU quantizer
- * (fake_quant_generic.cu). They mirror element.c (qk_codec_encode / qk_codec_decode) and
- * quantize.c (scale_for, decoded_output) operation for operation, on numerics.h's shared core;
- * plain C so that tests/kernels/test_cuda_codec_core.c checks them on the host against the CPU
- * functions themselves (every code, edge and random inputs), which is what makes the device
- * results bit-identical without a GPU in the loop. */
+/* The scale rules of scale_rules.h / quant_plan.h as __host__ __device__ functions over a
+ * qk_format passed by value, operation for operation, for the GPU quantizers; plain C, so
+ * tests/kernels/test_cuda_codec_core.c checks them on the host against the CPU's. */
 #ifndef QK_CUDA_CODEC_CORE_H
 #define QK_CUDA_CODEC_CORE_H
 
@@ -12,80 +8,12 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "element.h"
+#include "element_core.h"
 #include "format.h"
 #include "numerics.h"
 
-/* x * 2^e for any e in -300..300, exact whenever the result is representable (two steps keep
- * each power of two inside qk_pow2f's -127..127). */
-QK_HD float qk_times_pow2_hd(float x, int e) {
-    while (e > 127) {
-        x *= 0x1p127f;
-        e -= 127;
-    }
-    while (e < -126) {
-        x *= 0x1p-126f;
-        e += 126;
-    }
-    return x * qk_pow2f(e);
-}
-
-/* qk_codec_encode (element.c): the minifloat core, or the symmetric integer encoder
- * (saturating to +-int_max, NaN -> 0; RNE, RZ, SR by 32 random bits). */
-QK_HD uint32_t qk_codec_encode_hd(const qk_codec *c, float x, qk_rounding rounding,
-                                  uint32_t rbits) {
-    if (c->kind != QK_CODEC_INT)
-        return qk_minifloat_encode_core(c->bits, c->exp_bits, c->man_bits, c->bias, c->max_code,
-                                        c->nan_code, x, rounding, rbits);
-    if (x != x) return 0;
-    float lim = (float)c->int_max;
-    float r;
-    if (rounding == QK_ROUND_RZ) {
-        r = truncf(x);
-    } else if (rounding == QK_ROUND_SR) {
-        float f = floorf(x);
-        double frac = (fabsf(x) > FLT_MAX) ? 0.0 : (double)(x - f);
-        r = ((double)rbits * 0x1p-32 < frac) ? f + 1.0f : f;
-    } else {
-        r = rintf(x); /* round to nearest even (the default environment of nearbyintf) */
-    }
-    if (r > lim) r = lim;
-    if (r < -lim) r = -lim;
-    int v = (int)r;
-    return (uint32_t)v & ((1u << c->bits) - 1u);
-}
-
-/* qk_codec_decode (element.c). */
-QK_HD float qk_codec_decode_hd(const qk_codec *c, uint32_t code) {
-    uint32_t mask = (c->bits == 32) ? 0xFFFFFFFFu : ((1u << c->bits) - 1u);
-    code &= mask;
-    if (c->kind == QK_CODEC_INT) {
-        int32_t v = (int32_t)code;
-        if (code >> (c->bits - 1)) v -= (int32_t)(1u << c->bits);
-        return (float)v;
-    }
-    int m = c->man_bits;
-    uint32_t sign = code >> (c->bits - 1);
-    uint32_t mag = code & (mask >> 1);
-    uint32_t ef = mag >> m;
-    uint32_t man = mag & ((1u << m) - 1u);
-    uint32_t ef_all = (1u << c->exp_bits) - 1u;
-    float v;
-    if (c->special == QK_SPECIAL_E4M3 && ef == ef_all && man == ((1u << m) - 1u))
-        v = qk_float_of(0x7FC00000u);
-    else if (c->special == QK_SPECIAL_IEEE && ef == ef_all)
-        v = man ? qk_float_of(0x7FC00000u) : qk_float_of(0x7F800000u);
-    else if (ef == 0)
-        v = qk_times_pow2_hd((float)man, 1 - c->bias - m);
-    else
-        v = qk_times_pow2_hd((float)((1u << m) | man), (int)ef - c->bias - m);
-    return sign ? -v : v;
-}
-
-/* Tensor scales of a per-tensor-scaled format (quantize.c plan_tensor_scales, QK_TINY_TE):
- * NVFP4's S_enc = 2688 / amax_t, or FP8's S_enc = max_value / amax_t, both capped at FLT_MAX
- * and 1 for amax_t 0 (or S_enc 0); S_dec = 1 / S_enc. elem is f's element codec (passed
- * apart so that device code never follows f->elem, a host pointer). */
+/* scale_rules.c qk_plan_tensor_scales under QK_TINY_TE; elem is f's codec, passed apart so
+ * that device code never follows f->elem, a host pointer. */
 QK_HD void qk_tensor_scales_hd(const qk_format *f, const qk_codec *elem, float amax_t, float *s_enc,
                                float *s_dec) {
     if (f->rule == QK_RULE_NVFP4) {
@@ -98,7 +26,7 @@ QK_HD void qk_tensor_scales_hd(const qk_format *f, const qk_codec *elem, float a
     *s_dec = 1.0f / e;
 }
 
-/* One block's scale, in the forms the element code needs (quantize.c block_scale). */
+/* quant_plan.h block_scale. */
 typedef struct qk_block_scale_hd {
     uint32_t code; /* stored E4M3 / E8M0 byte */
     float enc;     /* element encode multiplier (NVFP4 E_b, MX 2^-s, per-tensor S_enc) */
@@ -107,9 +35,7 @@ typedef struct qk_block_scale_hd {
     int divide;    /* 1: elements are x / f32 (ABSMAX) */
 } qk_block_scale_hd;
 
-/* quantize.c scale_for for a block of absolute maximum amax (NaN for an MX block holding
- * Inf/NaN), the element codec elem (f->elem's copy), tensor encode scale s_enc and decode
- * s_dec. */
+/* scale_rules.h scale_for of a block of amax (NaN: an MX block holding Inf/NaN). */
 QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem,
                                         qk_mx_scale_rule mx_rule, qk_nvfp4_clamp clamp, float s_enc,
                                         float s_dec, float amax) {
@@ -124,13 +50,8 @@ QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem
         bs.enc = fminf(1.0f / (sb * s_dec), FLT_MAX);
     } else if (f->rule == QK_RULE_MX) {
         bs.code = qk_mx_scale_code_core(amax, mx_rule, elem->emax, elem->man_bits, elem->max_value);
-        if (bs.code == 0xFF) {
-            bs.enc = qk_float_of(0x7FC00000u);
-            bs.dec = bs.enc;
-        } else {
-            bs.enc = qk_pow2f(127 - (int)bs.code);
-            bs.dec = qk_pow2f((int)bs.code - 127);
-        }
+        bs.dec = qk_e8m0_value_core(bs.code);
+        bs.enc = bs.code == 0xFF ? bs.dec : qk_pow2f(127 - (int)bs.code);
     } else if (f->rule == QK_RULE_TENSOR) {
         bs.enc = s_enc;
     } else if (f->rule == QK_RULE_ABSMAX) {
@@ -143,9 +64,7 @@ QK_HD qk_block_scale_hd qk_scale_for_hd(const qk_format *f, const qk_codec *elem
     return bs;
 }
 
-/* Fake-quant of one element x under its block's scale (quant_group_ref's element step and
- * decoded_output, QK_TINY_TE): encode, decode, times the block decode, times S_dec for the
- * per-tensor-scaled formats. */
+/* One element as qk_quant_group_ref fake-quantizes it (QK_TINY_TE). */
 QK_HD float qk_fake_quant_element_hd(const qk_format *f, const qk_codec *elem,
                                      const qk_block_scale_hd *bs, float s_dec, float x,
                                      qk_rounding rounding, uint32_t rbits) {

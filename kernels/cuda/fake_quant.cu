@@ -15,23 +15,16 @@
 #include "numerics.h"
 #include "qk_cuda.h"
 #include "fake_quant_generic.h"
-#include "tensor_amax.cuh"
+#include "launch_setup.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-struct fq_params {
+struct fq_params : qk_launch_opts { // rounding: RNE or SR
     size_t rows, k, nblk;
     int mx;   // 1: MXFP4, 0: NVFP4
     int vec4; // k % 4 == 0 and x 16-byte aligned: float4 loads and stores
-    qk_mx_scale_rule rule;
-    qk_nvfp4_clamp clamp;
-    qk_rounding rounding; // RNE or SR
-    uint64_t seed;
-    uint32_t tensor_id, step;
-    int amax_given;   // the NVFP4 tensor amax comes from options.tensor_amax (one pass)
-    float amax_value; // that amax
 };
 
 // Grid: x covers one row's padded thread count (nblk * L), y strides over rows, so no
@@ -75,7 +68,7 @@ __global__ void fake_quant_kernel(float *__restrict__ x, fq_params p, const unsi
         }
         if (!active) continue;
 
-        // block scale: quantize.c scale_for / quant_row_e2m1_fast, same operations
+        // block scale: scale_rules.h scale_for / quant_fast.c qk_quant_row_fast, same operations
         float enc, dec, s_dec = 1.0f;
         float amax = __uint_as_float(m);
         if (p.mx) {
@@ -191,20 +184,10 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     p.nblk = (k + B - 1) / B;
     p.mx = mx ? 1 : 0;
     p.vec4 = (k % 4 == 0) && (((uintptr_t)d_x & 15) == 0);
-    p.rule = opt->mx_rule;
-    p.clamp = opt->nvfp4_clamp;
-    p.rounding = opt->rounding;
-    p.seed = opt->seed;
-    p.tensor_id = opt->tensor_id;
-    p.step = opt->step;
-    p.amax_given = opt->tensor_amax_given;
-    p.amax_value = opt->tensor_amax;
+    set_launch_opts(p, opt);
     unsigned *amax = nullptr;
-    cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
-    e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && nv && !p.amax_given)
-        e = launch_tensor_amax(d_x, rows * k, amax, stream);
+    cudaError_t e = start_tensor_amax(d_x, rows * k, nv && !p.amax_given, &amax, stream);
+    if (!amax) return cuda_fail(err, e, "cudaMallocAsync");
     if (e == cudaSuccess) {
         size_t per_row = p.nblk * (size_t)(B / 4);
         dim3 grid((unsigned)((per_row + kThreads - 1) / kThreads),

@@ -1,6 +1,6 @@
 // Generic GPU fake-quant: every format of format.c (NVFP4 1D and 16x16, every MX element type,
 // FP8 per tensor, INT8 per channel, INT4 group-wise) under RNE, RZ or SR, with the operations
-// of the CPU reference through codec_core.h (host-tested against element.c / quantize.c).
+// of the CPU reference through codec_core.h (host-tested against element.c and the CPU quantizer).
 // qk_cuda_fake_quant (fake_quant.cu) sends here what its fast NVFP4/MXFP4 kernel does not do.
 //
 // Three passes: the tensor amax (NVFP4, FP8 per tensor; tensor_amax.cuh), one warp per block
@@ -13,27 +13,20 @@
 
 #include "codec_core.h"
 #include "fake_quant_generic.h"
-#include "tensor_amax.cuh"
+#include "launch_setup.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-struct gen_params {
+struct gen_params : qk_launch_opts {
     qk_format fmt; // copies: device code reads no host table
     qk_codec elem;
     size_t rows, k, block, nblk, brows, ngroups;
-    qk_mx_scale_rule rule;
-    qk_nvfp4_clamp clamp;
-    qk_rounding rounding;
-    uint64_t seed;
-    uint32_t tensor_id, step;
-    int amax_given;
-    float amax_value;
 };
 
 // One warp per (row group, block): max |x| over its finite elements by bits; an MX block
-// holding Inf/NaN gets NaN (quantize.c block_amax).
+// holding Inf/NaN gets NaN (quant_ref.c block_amax).
 __global__ void block_amax_kernel(const float *__restrict__ x, gen_params p, float *amax) {
     const size_t warps = (size_t)gridDim.x * (blockDim.x / 32);
     const int lane = threadIdx.x & 31;
@@ -106,23 +99,14 @@ qs_status qk_cuda_fake_quant_generic(const qk_format *fmt, const qk_quant_option
     p.nblk = (k + p.block - 1) / p.block;
     p.brows = (size_t)fmt->block_rows;
     p.ngroups = (rows + p.brows - 1) / p.brows;
-    p.rule = opt->mx_rule;
-    p.clamp = opt->nvfp4_clamp;
-    p.rounding = opt->rounding;
-    p.seed = opt->seed;
-    p.tensor_id = opt->tensor_id;
-    p.step = opt->step;
-    p.amax_given = opt->tensor_amax_given;
-    p.amax_value = opt->tensor_amax;
+    set_launch_opts(p, opt);
     const bool need_blocks = fmt->rule != QK_RULE_TENSOR;
     const bool need_tensor = fmt->tensor_scale && !opt->tensor_amax_given;
     float *amax = nullptr;
     unsigned *tamax = nullptr;
-    cudaError_t e = cudaMallocAsync((void **)&tamax, sizeof *tamax, stream);
-    if (e == cudaSuccess) e = cudaMemsetAsync(tamax, 0, sizeof *tamax, stream);
+    cudaError_t e = start_tensor_amax(d_x, rows * k, need_tensor, &tamax, stream);
     if (e == cudaSuccess && need_blocks)
         e = cudaMallocAsync((void **)&amax, p.ngroups * p.nblk * sizeof *amax, stream);
-    if (e == cudaSuccess && need_tensor) e = launch_tensor_amax(d_x, rows * k, tamax, stream);
     if (e == cudaSuccess && need_blocks) {
         block_amax_kernel<<<grid_for(p.ngroups * p.nblk, kThreads / 32), kThreads, 0, stream>>>(
             d_x, p, amax);

@@ -1,8 +1,8 @@
 // Packed FP4 quantizer writing cuBLASLt's layout directly (qk_cuda.h qk_cuda_quantize_lt):
 // NVFP4 (1x16 and 16x16 blocks) and MXFP4, RNE / RZ / SR, with the CPU reference's operations
-// (quantize.c scale_for and quant_group_ref) through codec_core.h's qk_scale_for_hd and
-// qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same algorithm is run
-// on the host in tests/kernels/test_cuda_codec_core.c against those two).
+// (scale_rules.h scale_for and quant_ref.c qk_quant_group_ref) through codec_core.h's
+// qk_scale_for_hd and qk_codec_encode_hd, so the bytes equal qk_quantize + qk_lt_pack (the same
+// algorithm is run on the host in tests/kernels/test_cuda_codec_core.c against those two).
 //
 // Work layout (as fake_quant.cu): one thread per 4 consecutive columns of a row; the L = B/4
 // threads of one scale block are adjacent lanes, so the block amax is an L-lane shuffle
@@ -19,13 +19,13 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
-#include "tensor_amax.cuh"
+#include "launch_setup.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-struct lt_params {
+struct lt_params : qk_launch_opts {
     qk_format fmt; // copies (fmt.elem cleared): device code reads no host table
     qk_codec elem;
     size_t rows, k;
@@ -33,13 +33,6 @@ struct lt_params {
     int mx;    // 1: MXFP4, 0: NVFP4
     int brows; // rows per block: 1 or 16
     int vec4;  // k % 4 == 0 and x 16-byte aligned: float4 loads
-    qk_mx_scale_rule rule;
-    qk_nvfp4_clamp clamp;
-    qk_rounding rounding;
-    uint64_t seed;
-    uint32_t tensor_id, step;
-    int amax_given;
-    float amax_value; // the given tensor amax
 };
 
 // Columns c .. c+3 of a row (0 beyond k); one 16-byte load when the rows are 16-byte aligned.
@@ -75,7 +68,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         const bool active = g < gpr;
         const size_t r0 = grp * p.brows;
         const size_t h = p.rows - r0 < (size_t)p.brows ? p.rows - r0 : (size_t)p.brows;
-        // block amax over the group's rows (quantize.c block_amax: NaN, +-Inf ignored; MX: any
+        // block amax over the group's rows (quant_ref.c block_amax: NaN, +-Inf ignored; MX: any
         // non-finite element makes the block NaN)
         unsigned m = 0, any = 0;
         if (active && c < p.k) {
@@ -97,7 +90,7 @@ __global__ void quantize_lt_kernel(const float *__restrict__ x, lt_params p,
         }
         if (!active) continue;
         const bool pad_block = blk * B >= p.k; // wholly beyond k: scale 0, codes 0
-        // block scale (quantize.c scale_for, through codec_core.h as the generic kernel)
+        // block scale (scale_rules.h scale_for, through codec_core.h as the generic kernel)
         uint8_t code_s = 0;
         float enc = 1.0f;
         if (!pad_block) {
@@ -222,21 +215,11 @@ static qs_status quantize_lt_impl(const qk_format *fmt, const qk_quant_options *
     p.mx = mx ? 1 : 0;
     p.brows = fmt->block_rows;
     p.vec4 = (k % 4 == 0) && (((uintptr_t)d_x & 15) == 0);
-    p.rule = opt->mx_rule;
-    p.clamp = opt->nvfp4_clamp;
-    p.rounding = opt->rounding;
-    p.seed = opt->seed;
-    p.tensor_id = opt->tensor_id;
-    p.step = opt->step;
-    p.amax_given = opt->tensor_amax_given;
-    p.amax_value = opt->tensor_amax;
+    set_launch_opts(p, opt);
 
     unsigned *amax = nullptr;
-    cudaError_t e = cudaMallocAsync((void **)&amax, sizeof *amax, stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMallocAsync");
-    e = cudaMemsetAsync(amax, 0, sizeof *amax, stream);
-    if (e == cudaSuccess && !mx && !p.amax_given)
-        e = launch_tensor_amax(d_x, rows * k, amax, stream);
+    cudaError_t e = start_tensor_amax(d_x, rows * k, !mx && !p.amax_given, &amax, stream);
+    if (!amax) return cuda_fail(err, e, "cudaMallocAsync");
     if (e == cudaSuccess && rows % 128 != 0) // padding rows of the scale tiles
         e = cudaMemsetAsync(d_scales + (rows / 128) * 128 * (l->k_pad / l->vec), 0,
                             l->scale_bytes - (rows / 128) * 128 * (l->k_pad / l->vec), stream);

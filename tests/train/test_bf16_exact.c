@@ -30,6 +30,7 @@
 #include "quant.h"
 #include "recipe.h"
 #include "tmodel.h"
+#include "small_config.h"
 
 #define SEED 0xB16Full
 
@@ -253,18 +254,7 @@ static const path_row PATHS[] = {
 };
 
 static qw_config small_config(void) {
-    qw_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 3;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.head_dim = 16;
-    c.vocab_size = 48;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    return c;
+    return small_config_of(32, 64, 3, 2, 1, 16, 48);
 }
 
 /* A CPU table whose GEMM entries count their calls (linear_bwd: a dgrad when dx is given and a

@@ -25,18 +25,10 @@
 #include "hfsave.h"
 #include "model.h"
 #include "trainer.h"
+#include "small_config.h"
 
 static qw_config cfg(int tied) {
-    qw_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 50;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
+    qw_config c = small_config_of(32, 64, 2, 4, 2, 8, 50);
     c.rope_theta = 500000.0f;
     c.tied_embeddings = tied;
     c.rope_factor = 8.0f;

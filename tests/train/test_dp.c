@@ -29,20 +29,10 @@
 #include "tmodel.h"
 #include "train_job.h"
 #include "trainer.h"
+#include "small_config.h"
 
 static qw_config small_config(void) {
-    qw_config c = {0};
-    c.dim = 64;
-    c.hidden_dim = 128;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 64;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    return c;
+    return small_config_of(64, 128, 2, 4, 2, 16, 64);
 }
 
 static qw_train_config train_config(int steps, int accum) {

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "tmodel64.h"
+#include "small_config.h"
 
 #define GOLDEN_TOL 1e-5
 #define FD_TOL 1e-7
@@ -159,17 +160,7 @@ static void llama32_tied_grads_match_pytorch(void **s) {
 
 /* A 2-block toy: GQA 4/2 heads, head_dim 8, Llama 3.1 RoPE scaling, vocabulary 40. */
 static qw_config toy_config(int tied) {
-    qw_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 48;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 40;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
+    qw_config c = small_config_of(32, 48, 2, 4, 2, 8, 40);
     c.tied_embeddings = tied;
     c.rope_factor = 8.0f;
     c.rope_low_freq_factor = 1.0f;

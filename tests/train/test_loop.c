@@ -21,20 +21,10 @@
 #include "optim.h"
 #include "tmodel.h"
 #include "trainer.h"
+#include "small_config.h"
 
 static qw_config tiny_config(int layers) {
-    qw_config c = {0};
-    c.dim = 64;
-    c.hidden_dim = 128;
-    c.n_layers = layers;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 64;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    return c;
+    return small_config_of(64, 128, layers, 4, 2, 16, 64);
 }
 
 static qw_train_config default_train(int steps, float lr) {

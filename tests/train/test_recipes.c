@@ -28,6 +28,7 @@
 #include "qlinear.h"
 #include "quant.h"
 #include "tmodel.h"
+#include "small_config.h"
 
 #define SEED 0x5EEDull
 
@@ -119,18 +120,7 @@ static void hook(void *user, int linear, qw_gemm_operand op, const float *src, i
 }
 
 static qw_config small_config(void) {
-    qw_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 3;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.head_dim = 16;
-    c.vocab_size = 48;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    return c;
+    return small_config_of(32, 64, 3, 2, 1, 16, 48);
 }
 
 static void intercept_recipe(const char *name, int expect_quantized_linears) {

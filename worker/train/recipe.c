@@ -1,52 +1,31 @@
-/* FP4 training recipes (recipe.h). */
+/* FP4 training recipes (recipe.h); the named ones are kinds/recipes.h's table. */
 #include "recipe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct named {
-    const char *name;
-    const char *fmt; /* NULL: no quantized linears */
-    int hp_bf16, w2d, rht, rht_dim, sr, first, last;
-} named;
-
-static const named RECIPES[] = {
-    {"fp32", NULL, 0, 0, 0, 16, 0, 0, 0},
-    {"bf16", NULL, 1, 0, 0, 16, 0, 0, 0},
-    {"fp8", "fp8_e4m3", 1, 0, 0, 16, 0, 0, 0},
-    {"nvfp4", "nvfp4", 1, 1, 1, 16, 1, 0, 1},
-    {"nvfp4-no-rht", "nvfp4", 1, 1, 0, 16, 1, 0, 1},
-    {"nvfp4-no-sr", "nvfp4", 1, 1, 1, 16, 0, 0, 1},
-    {"nvfp4-no-2d", "nvfp4", 1, 0, 1, 16, 1, 0, 1},
-    {"nvfp4-all-blocks", "nvfp4", 1, 1, 1, 16, 1, 0, 0},
-    {"mxfp4", "mxfp4", 1, 0, 1, 32, 1, 0, 1},
-};
-#define N_RECIPES (sizeof RECIPES / sizeof RECIPES[0])
+#include "recipes.h"
 
 qs_status qw_recipe_by_name(const char *name, qw_recipe *r, qs_error *err) {
-    for (size_t i = 0; i < N_RECIPES; i++) {
-        const named *n = &RECIPES[i];
-        if (strcmp(n->name, name) != 0) continue;
-        memset(r, 0, sizeof *r);
-        snprintf(r->name, sizeof r->name, "%s", n->name);
-        r->version = QW_RECIPE_VERSION;
-        r->hp_bf16 = n->hp_bf16;
-        r->fmt = n->fmt ? qk_format_by_name(n->fmt) : NULL;
-        r->w2d = n->w2d;
-        r->rht = n->rht;
-        r->rht_dim = n->rht_dim;
-        r->sr = n->sr;
-        r->bf16_first = n->first;
-        r->bf16_last = n->last;
-        return QS_OK;
+    const qs_recipe_row *n = qs_recipe_find(name);
+    if (!n) {
+        char list[256];
+        qs_recipe_names(list, sizeof list);
+        return qs_error_set(err, QS_EINVAL, "recipe \"%s\": unknown (known: %s)", name, list);
     }
-    char list[256] = "";
-    for (size_t i = 0; i < N_RECIPES; i++) {
-        strncat(list, RECIPES[i].name, sizeof list - strlen(list) - 1);
-        if (i + 1 < N_RECIPES) strncat(list, ", ", sizeof list - strlen(list) - 1);
-    }
-    return qs_error_set(err, QS_EINVAL, "recipe \"%s\": unknown (known: %s)", name, list);
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", n->name);
+    r->version = QW_RECIPE_VERSION;
+    r->hp_bf16 = n->hp_bf16;
+    r->fmt = strcmp(n->format, "none") ? qk_format_by_name(n->format) : NULL;
+    r->w2d = n->w2d;
+    r->rht = n->rht;
+    r->rht_dim = n->rht_dim;
+    r->sr = n->sr;
+    r->bf16_first = n->bf16_first;
+    r->bf16_last = n->bf16_last;
+    return QS_OK;
 }
 
 static int parse_int(const char *v, int lo, int hi, int *out) {

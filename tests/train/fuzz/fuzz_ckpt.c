@@ -11,6 +11,7 @@
 
 #include "ckpt.h"
 #include "trainer.h"
+#include "../small_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,16 +21,7 @@ static uint32_t stream[2000];
 
 /* The trainer every input is loaded into (aborts when it cannot be made). */
 static void make_trainer(void) {
-    qw_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 50;
-    c.max_seq_len = 64;
-    c.norm_eps = 1e-5f;
+    qw_config c = small_config_of(32, 64, 2, 4, 2, 8, 50);
     c.rope_theta = 500000.0f;
     c.bos_token_id = 1;
     c.eos_token_id = 2;

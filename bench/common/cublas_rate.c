@@ -1,8 +1,8 @@
-/* bench_train's cuBLAS baseline (bench_train_cublas.h). Row-major operands as the training ops
+/* The cuBLAS baseline (cublas_rate.h). Row-major operands as the engine and the training ops
  * hold them, given to column-major cuBLAS as their transposes: y^T = W x^T is
  * gemm(T, N, out, N, in), dx^T = W^T dy^T is gemm(N, N, in, N, out), dW^T += x^T dy is
- * gemm(N, T, in, out, N) with beta 1. */
-#include "bench_train_cublas.h"
+ * gemm(N, T, in, out, N) with beta 1 (N: the linear's rows). */
+#include "cublas_rate.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bt_cuda_device(char *name, size_t cap) {
+int qb_cuda_device(char *name, size_t cap) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {
@@ -46,25 +46,26 @@ static void *host_values(size_t n, int bf16) {
 }
 
 /* C = op(A) op(B) (column-major, cuBLAS's m, n, k) in the baseline's type. */
-static cublasStatus_t gemm(cublasHandle_t h, bt_gemm type, cublasOperation_t ta,
+static cublasStatus_t gemm(cublasHandle_t h, qb_gemm type, cublasOperation_t ta,
                            cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
                            const void *B, int ldb, float beta, float *C, int ldc) {
     float one = 1.0f;
-    if (type == BT_GEMM_FP32)
+    if (type == QB_GEMM_FP32)
         return cublasSgemm(h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc);
     return cublasGemmEx(h, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta,
                         C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-double bt_cublas_tflops(const bt_shape *sh, int n, int N, bt_gemm type, int reps, char *why,
-                        size_t cap) {
+double qb_cublas_tflops(const qb_linear *lin, int n, qb_pass pass, qb_gemm type, int reps,
+                        double *best_ms, char *why, size_t cap) {
     size_t mx = 0;
     for (int i = 0; i < n; i++) {
-        size_t s[3] = {(size_t)N * sh[i].in, (size_t)N * sh[i].out, (size_t)sh[i].in * sh[i].out};
+        size_t N = (size_t)lin[i].rows;
+        size_t s[3] = {N * lin[i].in, N * lin[i].out, (size_t)lin[i].in * lin[i].out};
         for (int j = 0; j < 3; j++)
             mx = s[j] > mx ? s[j] : mx;
     }
-    int bf16 = type == BT_GEMM_BF16;
+    int bf16 = type == QB_GEMM_BF16;
     size_t esz = bf16 ? 2 : 4;
     void *A = NULL, *B = NULL, *h = host_values(mx, bf16);
     float *C = NULL;
@@ -89,19 +90,20 @@ double bt_cublas_tflops(const bt_shape *sh, int n, int N, bt_gemm type, int reps
         snprintf(why, cap, "cublasCreate failed");
         goto out;
     }
+    const int train = pass == QB_PASS_TRAINING;
     double flops = 0;
     for (int i = 0; i < n; i++)
-        flops += 6.0 * N * sh[i].in * sh[i].out;
+        flops += (train ? 6.0 : 2.0) * lin[i].rows * lin[i].in * lin[i].out;
     for (int r = 0; r < reps + 1; r++) { /* pass 0 warms up (heuristics, clocks) */
         cudaEventRecord(e0, 0);
         for (int i = 0; i < n; i++) {
-            int in = sh[i].in, out = sh[i].out;
+            int in = lin[i].in, out = lin[i].out, N = lin[i].rows;
             cublasStatus_t s = gemm(blas, type, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, A, in, B, in,
                                     0.0f, C, out); /* fprop */
-            if (s == CUBLAS_STATUS_SUCCESS)
+            if (train && s == CUBLAS_STATUS_SUCCESS)
                 s = gemm(blas, type, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, A, in, B, out, 0.0f, C,
                          in); /* dgrad */
-            if (s == CUBLAS_STATUS_SUCCESS)
+            if (train && s == CUBLAS_STATUS_SUCCESS)
                 s = gemm(blas, type, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, A, in, B, out, 1.0f, C,
                          in); /* wgrad, accumulated */
             if (s != CUBLAS_STATUS_SUCCESS) {
@@ -121,7 +123,10 @@ double bt_cublas_tflops(const bt_shape *sh, int n, int N, bt_gemm type, int reps
             goto out;
         }
         double tf = flops / (ms * 1e-3) * 1e-12;
-        if (r > 0 && tf > best) best = tf;
+        if (r > 0 && tf > best) {
+            best = tf;
+            if (best_ms) *best_ms = ms;
+        }
     }
 out:
     if (blas) cublasDestroy(blas);
