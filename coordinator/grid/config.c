@@ -1,6 +1,7 @@
 /* The generic YAML configuration reader (config.h): file checks, overrides, typed values and
  * error locations. */
 #include "config.h"
+#include "nearest.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -184,10 +185,17 @@ qs_status qc_config_check_keys(qc_config *c, struct fy_node *n, const char *what
             ok |= strcmp(ks, allowed[i]) == 0;
         if (!ok) {
             char list[256] = "";
-            for (size_t i = 0; allowed[i]; i++) {
-                if (i) strncat(list, ", ", sizeof list - strlen(list) - 1);
-                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+            size_t n_allowed = 0;
+            for (; allowed[n_allowed]; n_allowed++) {
+                if (n_allowed) strncat(list, ", ", sizeof list - strlen(list) - 1);
+                strncat(list, allowed[n_allowed], sizeof list - strlen(list) - 1);
             }
+            const char *near = ks ? qs_nearest(ks, allowed, n_allowed) : NULL;
+            if (near)
+                return qc_config_fail(c, k, QS_EINVAL,
+                                      "unknown key '%s' in %s: did you mean '%s'? (expected one "
+                                      "of: %s)",
+                                      ks, what, near, list);
             return qc_config_fail(c, k, QS_EINVAL, "unknown key '%s' in %s (expected one of: %s)",
                                   ks ? ks : "(not a scalar)", what, list);
         }
@@ -545,6 +553,24 @@ static void forget_replaced(qc_config *c, size_t idx, struct fy_node *old) {
             }
 }
 
+/* The key of mapping node nearest to the len bytes at seg (a typo of it), or NULL. */
+static const char *nearest_key(struct fy_node *node, const char *seg, size_t len) {
+    enum { MAX_KEYS = 64 };
+    const char *keys[MAX_KEYS];
+    size_t n = 0;
+    char word[128];
+    if (!node || !fy_node_is_mapping(node) || len >= sizeof word) return NULL;
+    memcpy(word, seg, len);
+    word[len] = '\0';
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while (n < MAX_KEYS && (pair = fy_node_mapping_iterate(node, &it))) {
+        const char *k = qc_config_scalar(fy_node_pair_key(pair));
+        if (k) keys[n++] = k;
+    }
+    return qs_nearest(word, keys, n);
+}
+
 /* Applies override idx "[+]a.b.c=value" to the document and records the new value node for
  * error locations. */
 static qs_status apply_set(qc_config *c, size_t idx) {
@@ -594,6 +620,13 @@ static qs_status apply_set(qc_config *c, size_t idx) {
             return qs_error_set(err, QS_EINVAL, "--set %s: '%.*s' is not inside a mapping", arg,
                                 (int)(seg_end - key), key);
         struct fy_node_pair *pair = fy_node_mapping_lookup_pair_by_string(node, seg, seg_len);
+        if (!pair) {
+            const char *near = nearest_key(node, seg, seg_len);
+            if (near && (dot || !add))
+                return qs_error_set(err, QS_EINVAL,
+                                    "--set %s: the grid has no key '%.*s'; did you mean '%.*s%s'?",
+                                    arg, (int)(seg_end - key), key, (int)(seg - key), key, near);
+        }
         if (dot) {
             if (!pair)
                 return qs_error_set(err, QS_EINVAL, "--set %s: the grid has no key '%.*s'", arg,

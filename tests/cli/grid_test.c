@@ -405,7 +405,7 @@ static void test_unknown_key_is_refused(void **state) {
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, text, NULL, 0, &g, &err), QS_EINVAL);
-    assert_error_at(e, &err, 3, 1, "unknown key 'datset' in the grid");
+    assert_error_at(e, &err, 3, 1, "unknown key 'datset' in the grid: did you mean 'dataset'?");
 }
 
 static void test_value_of_wrong_type_is_refused(void **state) {
@@ -492,16 +492,30 @@ static void test_set_overrides_apply_before_validation(void **state) {
     qc_grid_free(g);
 }
 
+static void test_set_of_mistyped_key_names_the_nearest(void **state) {
+    env *e = *state;
+    const char *leaf[] = {"dataset.ctxx=32"};
+    const char *parent[] = {"datasett.ctx=32"};
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    assert_int_equal(load(e, GOOD, leaf, 1, &g, &err), QS_EINVAL);
+    assert_non_null(
+        strstr(err.msg, "the grid has no key 'dataset.ctxx'; did you mean 'dataset.ctx'?"));
+    assert_null(strstr(err.msg, "+dataset.ctxx"));
+    assert_int_equal(load(e, GOOD, parent, 1, &g, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "the grid has no key 'datasett'; did you mean 'dataset'?"));
+}
+
 static void test_set_of_absent_key_needs_plus(void **state) {
     env *e = *state;
-    const char *sets[] = {"dataset.ctxx=32"};
+    const char *sets[] = {"dataset.newthing=32"};
     const char *bad[] = {"dataset.ctx"};
     const char *idx[] = {"models.5=ckpt"};
     qc_grid *g = NULL;
     qs_error err = {0};
     assert_int_equal(load(e, GOOD, sets, 1, &g, &err), QS_EINVAL);
-    assert_non_null(
-        strstr(err.msg, "the grid has no key 'dataset.ctxx' (write +dataset.ctxx=32 to add it)"));
+    assert_non_null(strstr(
+        err.msg, "the grid has no key 'dataset.newthing' (write +dataset.newthing=32 to add it)"));
     assert_int_equal(load(e, GOOD, bad, 1, &g, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "expected key=value"));
     assert_int_equal(load(e, GOOD, idx, 1, &g, &err), QS_EINVAL);
@@ -1013,6 +1027,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_scalars_libfyaml_misreads_are_refused_without_a_leak,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_overrides_apply_before_validation, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_set_of_mistyped_key_names_the_nearest, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_set_of_absent_key_needs_plus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_environment_in_paths, setup, teardown),
