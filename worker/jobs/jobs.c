@@ -247,7 +247,9 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
 
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
  * path is the most specific one its linears ran since get_model reset the count):
- * "gemm_path.<path>" = 1 (jobs_backend.h); on the CPU also "cpu_path.<path>" = 1, the BLAS
+ * "gemm_path.<path>" = 1 (jobs_backend.h); "backend_fallback.cuda_unavailable" = 1 when the
+ * worker's --backend auto could not use CUDA (jobs_backend.h qw_jobs_backend_set); on the CPU
+ * also "cpu_path.<path>" = 1, the BLAS
  * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
  * "cpu_path.cpu-openblas-0.3.21-haswell"), since results differ in the last bits between
  * families. */
@@ -262,6 +264,8 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, qs_error
         qw_jobs_gemm_fallback_metric(status, name, sizeof name);
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
+    if (!st && qw_jobs_backend_get().fallback[0]) /* auto that could not use CUDA */
+        st = qw_job_metric(ctx, "backend_fallback.cuda_unavailable", 1.0, 0, true, err);
     if (!st && strcmp(path, "cpu") == 0) { /* the CPU's own numerics path (ops.h) */
         snprintf(name, sizeof name, "cpu_path.%s", qw_backend_cpu_path());
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
