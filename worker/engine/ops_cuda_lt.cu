@@ -23,6 +23,9 @@
 #ifdef QW_HAVE_QK_GEMM
 #include "qk_cuda.h"
 #include "qk_gemm.h"
+#include "qk_gemm_probe.h"
+
+#include <atomic>
 extern "C" {
 #include "weights.h"
 }
@@ -47,6 +50,7 @@ typedef struct lt_state {
     int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
     qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
     char fb_status[40], fb_why[320]; /* the first native refusal since the reset ("" none) */
+    qk_gemm_probe probe;             /* what the device proved at init (qk_gemm_probe.h) */
 } lt_state;
 
 static int is_fp4(const qk_format *f, qk_gemm_type *t) {
@@ -138,6 +142,23 @@ static int path_rank(int p) {
     return qw_gemm_path_rank(qk_gemm_path_name((qk_gemm_path)p));
 }
 
+/* One line per device and process on stderr (the worker's log): its probe's outcomes,
+ * "gemm_probe.<format>.<outcome>" (qk_gemm_probe.h), with the cuBLAS status of a refusal. */
+static void log_probe(int device, const qk_gemm_probe *p) {
+    static std::atomic_flag logged[64];
+    if (device < 0 || device >= 64 || logged[device].test_and_set()) return;
+    char line[512];
+    int at = snprintf(line, sizeof line, "qsweep worker: CUDA device %d (cc %d.%d):", device,
+                      p->cc / 10, p->cc % 10);
+    for (int f = 0; f < QK_PROBE_FORMATS && at > 0 && (size_t)at < sizeof line; f++) {
+        char m[64];
+        qk_gemm_probe_metric(p, (qk_probe_format)f, m, sizeof m);
+        at += snprintf(line + at, sizeof line - (size_t)at, " %s%s%s%s", m,
+                       p->status[f][0] ? " (" : "", p->status[f], p->status[f][0] ? ")" : "");
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
     lt_state *s = (lt_state *)calloc(1, sizeof *s);
     if (!s) return qs_error_set(err, QS_ENOMEM, "cuda backend: cuBLASLt state");
@@ -148,6 +169,17 @@ qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
         free(s);
         return st;
     }
+    /* the GEMM paths from what this device proves (once per device and process): its FP4
+       W4A4 GEMMs run natively only where the probe ran and matched; the probe sets the
+       handle's emulation switch itself, so the request's is set after it */
+    st = qk_gemm_probe_run(s->g, c->device, &s->probe, err);
+    if (st != QS_OK) {
+        qk_gemm_destroy(s->g);
+        free(s);
+        return st;
+    }
+    qk_gemm_set_probe(s->g, &s->probe);
+    log_probe(c->device, &s->probe);
     qk_gemm_force_emulation(s->g, s->req == QK_GEMM_REQ_EMULATED);
     st = qw_cuda_status(c, cudaMalloc((void **)&s->d_xscale, sizeof(float)), "cuBLASLt state", err);
     if (st != QS_OK) {
