@@ -45,7 +45,7 @@ typedef struct lt_state {
     qk_gemm *g;
     lt_weight *w;
     size_t n, cap;
-    cuda_scratch xcodes, xscales, x16;
+    cuda_scratch xcodes, xscales, x16, xr; /* xr: FP32 activations rounded to BF16 values */
     float *d_xscale;     /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
     int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
     qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
@@ -200,6 +200,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
     cudaFree(s->x16.p);
+    cudaFree(s->xr.p);
     cudaFree(s->d_xscale);
     qk_gemm_destroy(s->g);
     free(s);
@@ -260,6 +261,14 @@ __global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
     }
 }
 
+/* dst[i] = src[i] rounded to the nearest BF16 value (ties to even), kept in FP32: the
+ * activations every other linear of this path hands its BF16 GEMM. */
+__global__ void k_lt_round_bf16(float *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+}
+
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err) {
     lt_state *s = (lt_state *)c->lt;
@@ -299,6 +308,18 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
                 if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
                 xin = xq;
             }
+            /* the activations rounded to BF16 as every BF16 and emulated linear of this path
+               rounds them, so that a model's unquantized linears (its baseline) and its
+               quantized ones see the same inputs and a KL measures the quantization alone;
+               the weights keep their FP32 values */
+            size_t n = (size_t)T * in;
+            if ((st = qw_cuda_scratch_reserve(&s->xr, n * sizeof(float), 0, err)) != QS_OK)
+                return st;
+            k_lt_round_bf16<<<1024, 256, 0, c->stream>>>((float *)s->xr.p, xin, n);
+            if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
+                QS_OK)
+                return st;
+            xin = (const float *)s->xr.p;
             if ((st = lt_fp32_linear(c, y, xin, e->f32, T, (int)in, (int)out, err)) != QS_OK)
                 return st;
             if (s->best_path < 0 || path_rank(QK_GEMM_PATH_FP32) > path_rank(s->best_path))
