@@ -196,8 +196,8 @@ int main(void) {
     else
         smollm2_gguf_path(gguf, sizeof gguf);
     if (access(gguf, R_OK) != 0) {
-        printf("gpu_smollm2: %s absent (tools/fetch_smollm2.sh; on a device machine put it in "
-               "shared/models/ or name it by QSWEEP_SMOLLM2): skipped\n",
+        printf("gpu_smollm2: %s absent (tools/fetch_smollm2.sh fetches it, or name one by "
+               "QSWEEP_SMOLLM2): skipped\n",
                gguf);
         return 77;
     }
