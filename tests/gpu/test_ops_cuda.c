@@ -343,10 +343,12 @@ static void test_weight_cache_keeps_and_refreshes(void **state) {
 }
 
 /* The cuBLASLt path (QW_CUDA_GEMM_LT, kernels/cuda/qk_gemm.h): W4A4 NVFP4 through the
- * block-scaled layout (native on 10.x, exact BF16 emulation on Hopper) equals the CPU's
+ * block-scaled layout (native where the device's probe matched, exact BF16 emulation
+ * elsewhere) equals the CPU's
  * fake-quantized FP32 GEMM up to summation order (1e-5: the FP4 products are exact on both
  * sides); W4A16 and weights exact in BF16 round the activations to BF16 (1e-2); F32 weights
- * take the FP32 GEMM (1e-5). In a tree without
+ * take the FP32 GEMM on activations rounded to BF16 as the path's other linears round them
+ * (1e-2). In a tree without
  * qk_gemm.h the path is refused at init, saying so. */
 static void test_linear_cublaslt_fp4_paths(void **state) {
     (void)state;
@@ -372,11 +374,11 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     qw_weight wb = qw_weight_from_view(&v);
     assert_true(linear_case(&lt, "lt bf16 x bf16", &wb, NULL, T, 1e-2) <= 1e-2);
     assert_string_equal(qw_backend_gemm_path(&lt), "bf16");
-    /* F32 values BF16 would change: the GEMM path table's FP32 GEMM (qk_gemm_path.h), no
-       rounding of weights or activations */
+    /* F32 values BF16 would change: the GEMM path table's FP32 GEMM (qk_gemm_path.h), FP32
+       weights, activations rounded to BF16 as every linear of the path rounds them */
     qw_stored_tensor v32 = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
     qw_weight w32 = qw_weight_from_view(&v32);
-    assert_true(linear_case(&lt, "lt f32 weights", &w32, NULL, T, 1e-5) <= 1e-5);
+    assert_true(linear_case(&lt, "lt f32 weights", &w32, NULL, T, 1e-2) <= 1e-2);
     assert_string_equal(qw_backend_gemm_path(&lt), "fp32");
     const qk_format *f = qk_format_by_name("nvfp4");
     qk_packed p;

@@ -10,8 +10,9 @@
  *            has no NCCL ranks; once the worker's backend choice loads it
  *            (jobs_backend.h qw_jobs_backend_set) both reach the module's tables: open, GEMM
  *            path and close of a backend, NCCL ranks made, reduced and destroyed
- *   fallback the worker chooses cuda but the module is missing: the choice becomes the CPU
- *            (training and evaluation pick the CPU) and qw_backend_open still refuses "cuda"
+ *   fallback the module is missing: the worker's auto choice becomes the CPU (training and
+ *            evaluation pick the CPU, the choice says why), qw_backend_open still refuses
+ *            "cuda", and the worker's cuda choice is refused naming the module
  * A build without CUDA answers "this build has no CUDA backend" in every case. The module
  * files are built beside this test (fake_cuda_module.c). */
 #include <stdio.h>
@@ -44,7 +45,12 @@ static int hooks(const char *mode, char *why) {
 #endif
     CHECK(qw_group_nccl(&g, 2, NULL, &err) == QS_EUNSUPPORTED && g.kind == QW_GROUP_CPU);
     CHECK(strstr(err.msg, "no NCCL ranks") != NULL);
-    qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0, .gemm = 2});
+    qs_status set_st = qw_jobs_backend_set(
+        &(qw_jobs_backend){.kind = !strcmp(mode, "fallback") ? QW_BACKEND_AUTO : QW_BACKEND_CUDA,
+                           .device = 0,
+                           .gemm = 2},
+        &err);
+    CHECK(set_st == QS_OK);
     qw_jobs_backend got = qw_jobs_backend_get();
     bool use_cuda = qw_jobs_backend_pick(&got, qw_backend_cuda_built(), false).use_cuda;
 #ifndef QSWEEP_HAVE_CUDA
@@ -53,8 +59,14 @@ static int hooks(const char *mode, char *why) {
     return 0;
 #endif
     if (!strcmp(mode, "fallback")) {
-        /* what the train and eval job kinds pick: the CPU */
+        /* auto: what the train and eval job kinds pick is the CPU, and the choice says why */
         CHECK(got.device == -1 && !use_cuda && qw_cuda_module_loaded() == NULL);
+        CHECK(strstr(got.fallback, "CUDA backend not available") != NULL);
+        /* cuda: refused, naming the module, never the CPU in its place */
+        CHECK(qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0},
+                                  &err) == QS_EUNSUPPORTED);
+        CHECK(strstr(err.msg, "--backend cuda: the CUDA backend cannot be used") != NULL);
+        printf("gpu_cuda_module fallback: --backend cuda refused: %s\n", err.msg);
         CHECK(qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED);
         CHECK(strstr(err.msg, "module is not loaded") != NULL);
         printf("gpu_cuda_module fallback: the CPU, and %s\n", err.msg);

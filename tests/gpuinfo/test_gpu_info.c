@@ -172,6 +172,22 @@ static int device_check(void) {
     return bad;
 }
 
+/* A driver runs every runtime of its CUDA major or older (minor-version compatibility); below
+ * that the worker lists no GPU and says both versions. */
+static void a_driver_older_than_the_runtime_is_named_with_both_versions(void **state) {
+    (void)state;
+    char why[256] = "";
+    assert_int_equal(qw_gpu_driver_check(13000, 13000, why, sizeof why), 1);
+    assert_int_equal(qw_gpu_driver_check(13020, 13000, why, sizeof why), 1);
+    assert_int_equal(qw_gpu_driver_check(13000, 13020, why, sizeof why), 1); /* 13.0 runs 13.2 */
+    assert_int_equal(qw_gpu_driver_check(12080, 12000, why, sizeof why), 1);
+    assert_string_equal(why, "");
+    assert_int_equal(qw_gpu_driver_check(12040, 13000, why, sizeof why), 0);
+    assert_string_equal(why, "no GPU usable (CUDA driver too old: it supports CUDA 12.4, this "
+                             "build's runtime is CUDA 13.0 and needs a driver of CUDA 13 or "
+                             "later)");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "device")) return device_check();
     const struct CMUnitTest tests[] = {
@@ -180,6 +196,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(gpus_option_selects_all_none_or_the_indexes_given),
         cmocka_unit_test(gpus_option_errors_name_the_index_and_what_is_there),
         cmocka_unit_test(a_gpu_is_described_with_memory_capability_and_fp4),
+        cmocka_unit_test(a_driver_older_than_the_runtime_is_named_with_both_versions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,9 @@
 #ifdef QW_HAVE_QK_GEMM
 #include "qk_cuda.h"
 #include "qk_gemm.h"
+#include "qk_gemm_probe.h"
+
+#include <atomic>
 extern "C" {
 #include "weights.h"
 }
@@ -42,11 +45,12 @@ typedef struct lt_state {
     qk_gemm *g;
     lt_weight *w;
     size_t n, cap;
-    cuda_scratch xcodes, xscales, x16;
+    cuda_scratch xcodes, xscales, x16, xr; /* xr: FP32 activations rounded to BF16 values */
     float *d_xscale;     /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
     int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
     qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
     char fb_status[40], fb_why[320]; /* the first native refusal since the reset ("" none) */
+    qk_gemm_probe probe;             /* what the device proved at init (qk_gemm_probe.h) */
 } lt_state;
 
 static int is_fp4(const qk_format *f, qk_gemm_type *t) {
@@ -138,6 +142,23 @@ static int path_rank(int p) {
     return qw_gemm_path_rank(qk_gemm_path_name((qk_gemm_path)p));
 }
 
+/* One line per device and process on stderr (the worker's log): its probe's outcomes,
+ * "gemm_probe.<format>.<outcome>" (qk_gemm_probe.h), with the cuBLAS status of a refusal. */
+static void log_probe(int device, const qk_gemm_probe *p) {
+    static std::atomic_flag logged[64];
+    if (device < 0 || device >= 64 || logged[device].test_and_set()) return;
+    char line[512];
+    int at = snprintf(line, sizeof line, "qsweep worker: CUDA device %d (cc %d.%d):", device,
+                      p->cc / 10, p->cc % 10);
+    for (int f = 0; f < QK_PROBE_FORMATS && at > 0 && (size_t)at < sizeof line; f++) {
+        char m[64];
+        qk_gemm_probe_metric(p, (qk_probe_format)f, m, sizeof m);
+        at += snprintf(line + at, sizeof line - (size_t)at, " %s%s%s%s", m,
+                       p->status[f][0] ? " (" : "", p->status[f], p->status[f][0] ? ")" : "");
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
     lt_state *s = (lt_state *)calloc(1, sizeof *s);
     if (!s) return qs_error_set(err, QS_ENOMEM, "cuda backend: cuBLASLt state");
@@ -148,6 +169,17 @@ qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
         free(s);
         return st;
     }
+    /* the GEMM paths from what this device proves (once per device and process): its FP4
+       W4A4 GEMMs run natively only where the probe ran and matched; the probe sets the
+       handle's emulation switch itself, so the request's is set after it */
+    st = qk_gemm_probe_run(s->g, c->device, &s->probe, err);
+    if (st != QS_OK) {
+        qk_gemm_destroy(s->g);
+        free(s);
+        return st;
+    }
+    qk_gemm_set_probe(s->g, &s->probe);
+    log_probe(c->device, &s->probe);
     qk_gemm_force_emulation(s->g, s->req == QK_GEMM_REQ_EMULATED);
     st = qw_cuda_status(c, cudaMalloc((void **)&s->d_xscale, sizeof(float)), "cuBLASLt state", err);
     if (st != QS_OK) {
@@ -168,6 +200,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
     cudaFree(s->x16.p);
+    cudaFree(s->xr.p);
     cudaFree(s->d_xscale);
     qk_gemm_destroy(s->g);
     free(s);
@@ -228,6 +261,14 @@ __global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
     }
 }
 
+/* dst[i] = src[i] rounded to the nearest BF16 value (ties to even), kept in FP32: the
+ * activations every other linear of this path hands its BF16 GEMM. */
+__global__ void k_lt_round_bf16(float *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+}
+
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err) {
     lt_state *s = (lt_state *)c->lt;
@@ -267,6 +308,18 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
                 if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
                 xin = xq;
             }
+            /* the activations rounded to BF16 as every BF16 and emulated linear of this path
+               rounds them, so that a model's unquantized linears (its baseline) and its
+               quantized ones see the same inputs and a KL measures the quantization alone;
+               the weights keep their FP32 values */
+            size_t n = (size_t)T * in;
+            if ((st = qw_cuda_scratch_reserve(&s->xr, n * sizeof(float), 0, err)) != QS_OK)
+                return st;
+            k_lt_round_bf16<<<1024, 256, 0, c->stream>>>((float *)s->xr.p, xin, n);
+            if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
+                QS_OK)
+                return st;
+            xin = (const float *)s->xr.p;
             if ((st = lt_fp32_linear(c, y, xin, e->f32, T, (int)in, (int)out, err)) != QS_OK)
                 return st;
             if (s->best_path < 0 || path_rank(QK_GEMM_PATH_FP32) > path_rank(s->best_path))

@@ -20,7 +20,19 @@ bool qw_gpu_have_cuda(void) {
 #endif
 }
 
+int qw_gpu_driver_check(int driver_version, int runtime_version, char *why, size_t why_cap) {
+    /* CUDA's minor-version compatibility: a driver of CUDA major M runs every M.x runtime */
+    if (driver_version / 1000 >= runtime_version / 1000) return 1;
+    snprintf(why, why_cap,
+             "no GPU usable (CUDA driver too old: it supports CUDA %d.%d, this build's runtime is "
+             "CUDA %d.%d and needs a driver of CUDA %d or later)",
+             driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000,
+             runtime_version % 1000 / 10, runtime_version / 1000);
+    return 0;
+}
+
 #ifdef QSWEEP_HAVE_CUDA
+typedef int (*cu_version_fn)(int *);
 /* The CUDA driver API functions discovery needs (cuda.h: CUresult and CUdevice are int; the
  * attribute numbers are CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR). */
 typedef int (*cu_init_fn)(unsigned);
@@ -35,6 +47,17 @@ enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76 };
 /* dlsym into a function pointer of any type (POSIX allows the conversion). */
 static void *sym(void *h, const char *name) {
     return dlsym(h, name);
+}
+
+/* 1 (why set) when the driver's CUDA version is below the runtime this build links into its
+ * module (QW_CUDA_RUNTIME_VERSION, from the toolkit), 0 when it suffices or cannot be read. */
+static int driver_too_old(void *h, char *why, size_t why_cap) {
+    cu_version_fn version;
+    void *p = sym(h, "cuDriverGetVersion");
+    memcpy(&version, &p, sizeof p);
+    int v = 0;
+    if (!version || version(&v) != 0) return 0;
+    return !qw_gpu_driver_check(v, QW_CUDA_RUNTIME_VERSION, why, why_cap);
 }
 
 /* The driver's text for a CUresult, or its number. */
@@ -80,6 +103,8 @@ void qw_gpu_discover(qw_gpu *out, size_t cap, size_t *n, char *why, size_t why_c
     } else if ((r = init(0)) != 0 || (r = count_fn(&count)) != 0) {
         /* no device, or a driver too old: "no CUDA-capable device is detected" */
         snprintf(why, why_cap, "no GPU visible (CUDA: %s)", cu_text(errstr, r, num, sizeof num));
+    } else if (driver_too_old(h, why, why_cap)) {
+        /* listed as none: the module's runtime would refuse every device */
     } else {
         for (int d = 0; d < count && *n < cap; d++) {
             int dev = 0, major = 0, minor = 0;

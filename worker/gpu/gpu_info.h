@@ -30,6 +30,13 @@
 /* Whether this build can list GPUs (built with nvcc: it has the CUDA backend module). */
 bool qw_gpu_have_cuda(void);
 
+/* 1 when a CUDA driver of version driver_version (cuDriverGetVersion: 1000 * major + 10 * minor)
+ * runs a runtime of runtime_version (same encoding): the same major or later (CUDA's minor
+ * version compatibility). 0 otherwise, with why naming both versions ("CUDA driver too old:
+ * it supports CUDA 12.4, this build's runtime is CUDA 13.0 ..."). Pure. qw_gpu_discover lists
+ * no GPU behind a driver too old, with this why. */
+int qw_gpu_driver_check(int driver_version, int runtime_version, char *why, size_t why_cap);
+
 /* Lists the visible GPUs into out[0..cap) in device order: name, total memory in bytes,
  * compute capability, native_fp4 (qk_gemm_cc_native_fp4), device (the CUDA ordinal). *n gets how
  * many; 0 with the reason in why (why_cap bytes: "no CUDA in this build", "no GPU visible (CUDA:

@@ -39,9 +39,41 @@ static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_err
     return st;
 }
 
+void qw_jobs_numerics_path(bool on_cuda, int cc, int gemm, const char *cpu_path, char *buf,
+                           size_t cap) {
+    static const char *const gemm_names[] = {"fp32", "bf16", "auto", "emulated"};
+    if (on_cuda)
+        snprintf(buf, cap, "cuda-cc%d-%s", cc,
+                 gemm >= 0 && gemm < 4 ? gemm_names[gemm] : "unknown");
+    else
+        snprintf(buf, cap, "%s", cpu_path && *cpu_path ? cpu_path : "cpu");
+}
+
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
                                 long max_chunks, int bos_id, const char *numerics_version,
                                 int mkdirs, char *buf, size_t cap, qs_error *err) {
+    return qw_jobs_baseline_path_for(model_digest, dataset_digest, ctx, max_chunks, bos_id,
+                                     numerics_version, NULL, mkdirs, buf, cap, err);
+}
+
+qs_status qw_jobs_baseline_path_for(const char *model_digest, const char *dataset_digest, int ctx,
+                                    long max_chunks, int bos_id, const char *numerics_version,
+                                    const char *numerics_path, int mkdirs, char *buf, size_t cap,
+                                    qs_error *err) {
+    /* the CPU's fixed-order path keeps the name baselines had before paths were named */
+    int named = numerics_path && *numerics_path &&
+                strncmp(numerics_path, QW_JOBS_DEFAULT_PATH_PREFIX,
+                        strlen(QW_JOBS_DEFAULT_PATH_PREFIX)) != 0;
+    if (named && strlen(numerics_path) > 128)
+        return qs_error_set(err, QS_EINVAL, "baseline path: overlong numerics path");
+    if (named)
+        for (const char *c = numerics_path; *c; c++)
+            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') ||
+                  (*c >= 'A' && *c <= 'Z') || *c == '.' || *c == '_' || *c == '-'))
+                return qs_error_set(err, QS_EINVAL,
+                                    "baseline path: numerics path '%s' has a character outside "
+                                    "[0-9A-Za-z._-]",
+                                    numerics_path);
     const char *parts[] = {model_digest, dataset_digest, numerics_version};
     for (size_t i = 0; i < 3; i++) {
         if (!parts[i] || !*parts[i] || strlen(parts[i]) > 128)
@@ -84,8 +116,9 @@ qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_di
     }
     char bos[24] = "";
     if (bos_id >= 0) snprintf(bos, sizeof bos, "-bos%d", bos_id);
-    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld%s-v%s.qswblp", dir, model_digest,
-                 dataset_digest, ctx, max_chunks, bos, numerics_version);
+    n = snprintf(buf, cap, "%s/%s-%s-ctx%d-chunks%ld%s-v%s%s%s.qswblp", dir, model_digest,
+                 dataset_digest, ctx, max_chunks, bos, numerics_version, named ? "-p" : "",
+                 named ? numerics_path : "");
     if (n < 0 || (size_t)n >= cap)
         return qs_error_set(err, QS_EINVAL, "baseline path: buffer too small");
     return QS_OK;
@@ -247,7 +280,9 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
 
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
  * path is the most specific one its linears ran since get_model reset the count):
- * "gemm_path.<path>" = 1 (jobs_backend.h); on the CPU also "cpu_path.<path>" = 1, the BLAS
+ * "gemm_path.<path>" = 1 (jobs_backend.h); "backend_fallback.cuda_unavailable" = 1 when the
+ * worker's --backend auto could not use CUDA (jobs_backend.h qw_jobs_backend_set); on the CPU
+ * also "cpu_path.<path>" = 1, the BLAS
  * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
  * "cpu_path.cpu-openblas-0.3.21-haswell"), since results differ in the last bits between
  * families. */
@@ -262,6 +297,8 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, qs_error
         qw_jobs_gemm_fallback_metric(status, name, sizeof name);
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
+    if (!st && qw_jobs_backend_get().fallback[0]) /* auto that could not use CUDA */
+        st = qw_job_metric(ctx, "backend_fallback.cuda_unavailable", 1.0, 0, true, err);
     if (!st && strcmp(path, "cpu") == 0) { /* the CPU's own numerics path (ops.h) */
         snprintf(name, sizeof name, "cpu_path.%s", qw_backend_cpu_path());
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
@@ -289,6 +326,24 @@ static qs_status report_times(qw_job_ctx *ctx, qw_model *model, double t_start, 
     if (!st) st = qw_job_metric(ctx, "time_load_s", load_s, 0, true, err);
     if (!st) st = qw_job_metric(ctx, "time_total_s", qs_clock_s() - t_start, 0, true, err);
     return st;
+}
+
+/* The numerics path a job of spec s runs on in this worker (jobs.h qw_jobs_numerics_path):
+ * where get_model puts the model, or its tensor-parallel ranks. */
+static void job_numerics_path(const job_spec *s, char *buf, size_t cap) {
+    qw_jobs_backend choice = qw_jobs_backend_get();
+    int tp = s->resources.gpu_count > 1 ? s->resources.gpu_count : 1;
+    bool on_cuda;
+    if (tp > 1) {
+        qw_jobs_ranks_use ranks;
+        qs_error ignored = {0}; /* get_model reports the same error */
+        on_cuda = !qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks,
+                                              &ignored) &&
+                  ranks.use_cuda;
+    } else {
+        on_cuda = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), false).use_cuda;
+    }
+    qw_jobs_numerics_path(on_cuda, choice.cc, choice.gemm, qw_backend_cpu_path(), buf, cap);
 }
 
 /* The model of spec s from the worker's cache, loading it (and checking its digest against
@@ -544,10 +599,13 @@ static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096], want[65] = "";
     st = model_digest_wanted(ctx, &s, want, err);
+    char npath[160];
+    job_numerics_path(&s, npath, sizeof npath); /* a baseline of this job's own numerics path */
     if (!st)
-        st = qw_jobs_baseline_path(
-            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
-            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
+        st = qw_jobs_baseline_path_for(want, s.dataset.digest, s.dataset.ctx,
+                                       (long)s.dataset.max_chunks,
+                                       s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version,
+                                       npath, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
@@ -714,10 +772,13 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (st) return st;
     char path[4096], want[65] = "";
     st = model_digest_wanted(ctx, &s, want, err);
+    char npath[160];
+    job_numerics_path(&s, npath, sizeof npath); /* a baseline of this job's own numerics path */
     if (!st)
-        st = qw_jobs_baseline_path(
-            want, s.dataset.digest, s.dataset.ctx, (long)s.dataset.max_chunks,
-            s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version, 1, path, sizeof path, err);
+        st = qw_jobs_baseline_path_for(want, s.dataset.digest, s.dataset.ctx,
+                                       (long)s.dataset.max_chunks,
+                                       s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version,
+                                       npath, 1, path, sizeof path, err);
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;

@@ -28,6 +28,7 @@
 #ifndef QW_JOBS_H
 #define QW_JOBS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "error.h"
@@ -57,11 +58,33 @@ qs_status qw_jobs_policy(const char *spec_json, int n_layers, qw_policy *out, qs
  *   $QSWEEP_BASELINE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/baselines, then
  *   "/<model_digest>-<dataset_digest>-ctx<ctx>-chunks<max_chunks>[-bos<id>]-v<numerics>.qswblp"
  *   ("-bos<id>" only when bos_id >= 0: chunks that start with BOS are another baseline).
- * Every local worker computes the same name, so a baseline made by one is reused by all.
+ * Every local worker computes the same name, so a baseline made by one is reused by all workers
+ * of its numerics path (qw_jobs_baseline_path_for).
  * Writes at most cap bytes (NUL included) to buf. With mkdirs the directory is created.
  * Errors: QS_EINVAL (buf too small, a digest that is not hex), QS_EIO (mkdir). */
 qs_status qw_jobs_baseline_path(const char *model_digest, const char *dataset_digest, int ctx,
                                 long max_chunks, int bos_id, const char *numerics_version,
                                 int mkdirs, char *buf, size_t cap, qs_error *err);
+
+/* The numerics path of a result: the CPU's (ops.h qw_backend_cpu_path, e.g.
+ * "cpu-qsweep-fixed2"), or on CUDA "cuda-cc<cc>-<request>" ("cuda-cc90-auto": the device's
+ * compute capability and the GEMM request, jobs_backend.h gemm 0 fp32, 1 bf16, 2 auto,
+ * 3 emulated), which together decide every GEMM path its linears take. Into buf (cap bytes).
+ * Pure. */
+void qw_jobs_numerics_path(bool on_cuda, int cc, int gemm, const char *cpu_path, char *buf,
+                           size_t cap);
+
+/* The CPU paths whose baselines keep the name above (the fixed-order GEMM, the default). */
+#define QW_JOBS_DEFAULT_PATH_PREFIX "cpu-qsweep-fixed"
+
+/* The baseline file of a numerics path: qw_jobs_baseline_path's name with "-p<path>" before
+ * ".qswblp" (numerics_path NULL, "" or a CPU fixed-order path: no suffix, the name above), so
+ * that an eval job compares with a baseline made on its own path (made first when absent) and
+ * a KL never mixes CPU and GPU numerics. Errors as above, and QS_EINVAL for a path of more
+ * than 128 characters or one outside [0-9A-Za-z._-]. */
+qs_status qw_jobs_baseline_path_for(const char *model_digest, const char *dataset_digest, int ctx,
+                                    long max_chunks, int bos_id, const char *numerics_version,
+                                    const char *numerics_path, int mkdirs, char *buf, size_t cap,
+                                    qs_error *err);
 
 #endif

@@ -62,7 +62,10 @@ qs_status qw_jobs_backend_config(const char *kind_name, const qw_gpu *gpus, size
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "%s cuda: the worker offers no GPU (--gpus none, or none visible)",
                             from);
-    *out = (qw_jobs_backend){.kind = kind, .device = device, .gemm = gemm};
+    *out = (qw_jobs_backend){.kind = kind,
+                             .device = device,
+                             .gemm = gemm,
+                             .cc = n_gpus ? (int)(10 * gpus[0].cc_major + gpus[0].cc_minor) : 0};
     for (size_t i = 0; i < n_gpus && i < QW_JOBS_MAX_DEVICES; i++)
         out->devices[out->n_devices++] = gpus[i].device;
     return QS_OK;
@@ -127,20 +130,27 @@ qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in,
 static qw_jobs_backend chosen;
 static atomic_bool set;
 
-void qw_jobs_backend_set(const qw_jobs_backend *c) {
-    chosen = *c;
-    char why[512];
+qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err) {
+    qw_jobs_backend next = *c;
+    next.fallback[0] = 0;
+    char why[sizeof next.fallback - 64];
     const qw_cuda_module *mod = NULL;
     if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
         !(mod = adopt(qw_cuda_module_get(why, sizeof why)))) {
-        fprintf(stderr,
-                "qsweep worker: the CUDA backend is not available (%s): jobs run on the CPU "
-                "backend\n",
-                why);
-        chosen.device = -1;
+        if (c->kind == QW_BACKEND_CUDA) /* asked for CUDA: never the CPU in its place */
+            return qs_error_set(err, QS_EUNSUPPORTED,
+                                "--backend cuda: the CUDA backend cannot be used (%s); "
+                                "--backend auto runs on the CPU instead",
+                                why);
+        snprintf(next.fallback, sizeof next.fallback, "CUDA backend not available: %s", why);
+        fprintf(stderr, "qsweep worker: --backend auto: %s: jobs run on the CPU backend\n",
+                next.fallback);
+        next.device = -1;
     }
-    if (mod) chosen.no_nccl = !mod->group_nccl;
+    if (mod) next.no_nccl = !mod->group_nccl;
+    chosen = next;
     atomic_store(&set, true);
+    return QS_OK;
 }
 
 qs_status qw_jobs_use_cuda(qw_model *m, int device, int gemm, qs_error *err) {

@@ -54,9 +54,12 @@ typedef struct qw_jobs_backend {
     qw_backend_kind kind;
     int device;
     int gemm;
+    int cc; /* compute capability (10 * major + minor) of device, 0 without one */
     int n_devices;
     int devices[QW_JOBS_MAX_DEVICES];
     bool no_nccl; /* the loaded CUDA module has no NCCL ranks (qw_jobs_backend_set) */
+    /* "auto" that fell back to the CPU: why ("CUDA backend not available: ..."); "" else */
+    char fallback[320];
 } qw_jobs_backend;
 
 /* The backend one model runs on: use_cuda, and the device when it does. */
@@ -111,13 +114,13 @@ qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in,
  * When the choice would put models on a GPU, the CUDA backend module is loaded now
  * (cuda_module.h) and its CUDA backend and NCCL ranks are registered with the engine (backend.h
  * qw_backend_set_cuda, comm.h qw_group_set_nccl: the training job kind and tensor-parallel
- * ranks open their backends and groups through them; no_nccl says the module has none); if it
- * cannot be loaded, the choice becomes the CPU (device -1) and why
- * is printed on stderr: a CUDA build without its module or driver runs every job, training
- * included, on the CPU. Without a
- * call the choice is "auto" with no GPU offered: the CPU (a worker that never said which GPUs
- * it offers never uses one). */
-void qw_jobs_backend_set(const qw_jobs_backend *c);
+ * ranks open their backends and groups through them; no_nccl says the module has none). If it
+ * cannot be loaded (the module missing or of another ABI, the CUDA runtime refusing the driver):
+ * kind "cuda" is refused, QS_EUNSUPPORTED naming why, and nothing is set, so `--backend cuda`
+ * never runs a job on the CPU; kind "auto" becomes the CPU (device -1), with why in `fallback`
+ * and on stderr. Without a call the choice is "auto" with no GPU offered: the CPU (a worker
+ * that never said which GPUs it offers never uses one). */
+qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err);
 
 /* The process-wide choice (as set, or the default above). */
 qw_jobs_backend qw_jobs_backend_get(void);
