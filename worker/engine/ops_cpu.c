@@ -273,28 +273,6 @@ float qw_amax_forward(const float *x, size_t n) {
     return m;
 }
 
-double qw_logsoftmax_row(const float *l, int V, float *lp) {
-    float mx = l[0];
-    for (int i = 1; i < V; i++)
-        mx = l[i] > mx ? l[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)l[i] - mx);
-    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
-    // cppcheck-suppress invalidFunctionArg
-    double lse = (double)mx + log(sum);
-    if (lp)
-        for (int i = 0; i < V; i++)
-            lp[i] = (float)((double)l[i] - lse);
-    return lse;
-}
-
-void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < R; r++)
-        (void)qw_logsoftmax_row(logits + (size_t)r * V, V, lp + (size_t)r * V);
-}
-
 /* ---------------------------------------------------------------- the CPU table */
 
 static void *cpu_alloc(qw_backend *b, size_t bytes) {
