@@ -18,6 +18,7 @@
 #include "error.h"
 #include "ops.h"
 #include "policy.h"
+#include "prefix_cache.h"
 #include "profile.h"
 #include "quant.h"
 #include "runstate.h"
@@ -56,24 +57,6 @@ typedef struct qw_rank {
     /* where the forward's phases are timed (profile.h); NULL: untimed */
     qw_profile *prof;
 } qw_rank;
-
-/* The prefix cache of an unsharded model (model.c): the forward asks it where to start and
- * hands it the residual stream at each block boundary it reaches. */
-typedef struct qw_prefix_cache qw_prefix_cache;
-
-/* Looks tokens[T] up for a forward whose first quantized block is fq: sets *start to the
- * block to start at (0 = run from the embeddings) and, when > 0, has copied the stored residual
- * [T x D] at that boundary into x (b's memory, with b's upload: the entries are host memory).
- * pc NULL: *start 0. Errors: the upload's. */
-qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
-                                int fq, float *x, int *start, qs_error *err);
-
-/* The residual x [T x D] (b's memory, copied out with b's fetch) at the input of block
- * `boundary` (n_layers: before the final norm) of the forward begun last: stored when
- * boundary <= fq and not stored yet. pc NULL: no-op. Errors: the fetch's (the entry is then
- * not extended). */
-qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
-                                  const float *x, qs_error *err);
 
 /* First block with a quantized linear (weights or activations) of rank r; 0 when the
  * embeddings are quantized, n_layers when no block is. */

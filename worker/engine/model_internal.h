@@ -1,5 +1,5 @@
 /* Private to the engine: the inside of qw_model (model.h), shared by the files that make up the
- * model (model.c: setup, probe, prefix cache, forward pass; apply_policy.c: quantization
+ * model (model.c: setup, probe, prefix cache switch, forward entry points; apply_policy.c: quantization
  * policies). Nothing outside worker/engine includes it. */
 #ifndef QW_MODEL_INTERNAL_H
 #define QW_MODEL_INTERNAL_H
@@ -10,32 +10,10 @@
 #include "forward.h"
 #include "model.h"
 #include "ops.h"
+#include "prefix_cache.h"
 #include "runstate.h"
 #include "shard.h"
 #include "weights.h"
-
-/* One quantizable tensor: a block linear, lm_head or the embeddings (forward.h). */
-typedef qw_linear linear;
-
-/* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
- * = after block b-1; boundary n_layers = before the final norm) for one token sequence. */
-typedef struct prefix_entry {
-    uint32_t *tokens; /* [max_ctx] */
-    int n;            /* tokens; 0 = free entry */
-    int valid;        /* boundaries 1..valid hold unquantized-prefix residuals */
-    float *resid;     /* [n_layers][max_ctx x D] */
-} prefix_entry;
-
-/* The prefix cache (model.h, qw_model_set_prefix_cache). */
-struct qw_prefix_cache {
-    int n_layers, max_ctx, dim;
-    prefix_entry *entries; /* [n] */
-    int n;
-    void *pool;            /* one allocation for all entries' tokens and residuals */
-    prefix_entry *cur;     /* the entry of the forward running now, or NULL */
-    int cur_T;             /* its tokens */
-    size_t hits, skipped;
-};
 
 struct qw_model {
     qw_checkpoint *ck; /* borrowed; NULL for a synthetic model */
@@ -43,8 +21,8 @@ struct qw_model {
     qw_config cfg;
     int max_ctx, threads;
     qw_rank rank;      /* the unsharded model as the forward pass reads it (forward.h) */
-    linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
-    linear *lm_head, *embed;
+    qw_linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
+    qw_linear *lm_head, *embed;
     qw_prefix_cache prefix;
     struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
     /* how its ranks get their backends (qw_model_set_tp_backends; init NULL: CPU backends) */
