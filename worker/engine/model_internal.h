@@ -1,6 +1,5 @@
-/* Private to the engine: the inside of qw_model (model.h), shared by the files that make up the
- * model (model.c: setup, probe, prefix cache switch, forward entry points; apply_policy.c: quantization
- * policies). Nothing outside worker/engine includes it. */
+/* The inside of qw_model (model.h) for model.c and apply_policy.c; nothing outside
+ * worker/engine includes it. */
 #ifndef QW_MODEL_INTERNAL_H
 #define QW_MODEL_INTERNAL_H
 
@@ -20,38 +19,32 @@ struct qw_model {
     qw_weights wt;     /* the masters */
     qw_config cfg;
     int max_ctx, threads;
-    qw_rank rank;      /* the unsharded model as the forward pass reads it (forward.h) */
-    qw_linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
+    qw_rank rank;   /* the unsharded model as the forward pass reads it (forward.h) */
+    qw_linear *lin; /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
     qw_linear *lm_head, *embed;
     qw_prefix_cache prefix;
-    struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
+    struct qw_tp *tp; /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
     /* how its ranks get their backends (qw_model_set_tp_backends; init NULL: CPU backends) */
     qw_rank_backend_fn tp_init;
     void (*tp_release)(qw_backend *b);
     void *tp_ctx;
-    qw_backend host;   /* a CPU table for the gathered logits of its ranks (logits_backend) */
-    qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
+    qw_backend host; /* a CPU table for the gathered logits of its ranks (logits_backend) */
+    qw_profile prof; /* where its forwards, evaluations and policies are timed (profile.h) */
     struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };
 
-/* The SQNR probe's reference output (forward.h qw_rank.ref) lives in the rank's backend
- * memory, so the probe's reference GEMM and sums run where the model runs. Whoever changes
- * m->rank.be releases it first with the old backend (qw_model_probe_release: buffer freed,
- * probe off) and, when the probe was on, makes it again on the new one
- * (qw_model_probe_remake: the buffer allocated when absent, probe on, sums kept).
- * Errors: QS_ENOMEM naming the backend. */
+/* The probe's reference output lives in the rank's backend memory: whoever changes m->rank.be
+ * releases it with the old backend (probe off) and remakes it on the new one when the probe
+ * was on (sums kept). Errors: QS_ENOMEM naming the backend. */
 void qw_model_probe_release(qw_model *m);
 qs_status qw_model_probe_remake(qw_model *m, qs_error *err);
 
-/* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large
- * enough that the OpenMP regions of each chunk cost little beside its work, small beside any
- * model that needs it. */
+/* Floats converted at a time while a policy quantizes a master: 16 MiB, so each chunk's
+ * OpenMP regions cost little beside its work. */
 #define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 22)
 
-/* qw_model_apply_policy (model.h) with masters converted and quantized about chunk_floats
- * floats at a time (rounded to whole 16-row chunks, at least 16 rows; apply_policy.c): the
- * result does not depend on it (tests/engine apply_policy checks that). Errors: as
- * qw_model_apply_policy. */
+/* qw_model_apply_policy in chunks of about chunk_floats (whole 16-row chunks); the result does
+ * not depend on it (tests/engine apply_policy). Errors: as qw_model_apply_policy. */
 qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t chunk_floats,
                                         qs_error *err);
 

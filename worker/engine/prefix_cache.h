@@ -1,9 +1,7 @@
-/* The prefix cache of an unsharded model (model.h qw_model_set_prefix_cache): the residual
- * stream at each block boundary that a forward's unquantized leading blocks reach, keyed by the
- * exact token sequence, so a later forward of the same tokens whose first quantized block is
- * later starts there instead of at the embeddings. Host memory, one allocation made once;
- * entries are never evicted. The forward is deterministic, so logits are the same bits with or
- * without it. Shapes: L = n_layers, T = tokens, D = dim. */
+/* The unsharded model's prefix cache (model.h qw_model_set_prefix_cache): residuals at the
+ * block boundaries a forward's unquantized leading blocks reach, keyed by the exact tokens, so a
+ * later forward of them starts there. Host memory, one allocation, never evicted.
+ * Shapes: L = n_layers, T = tokens, D = dim. */
 #ifndef QW_PREFIX_CACHE_H
 #define QW_PREFIX_CACHE_H
 
@@ -13,8 +11,7 @@
 #include "error.h"
 #include "ops.h"
 
-/* One token sequence's residuals at boundaries 1..L (boundary b = the input of block b;
- * boundary L = before the final norm). */
+/* One sequence's residuals at boundaries 1..L (b = block b's input; L = before the final norm). */
 typedef struct qw_prefix_entry {
     uint32_t *tokens; /* [max_ctx] */
     int n;            /* tokens; 0 = free entry */
@@ -32,24 +29,21 @@ typedef struct qw_prefix_cache {
     size_t hits, skipped; /* forwards that started from a stored residual; blocks skipped */
 } qw_prefix_cache;
 
-/* Empties pc and sizes it for residuals [n_layers][max_ctx x dim]: as many entries as max_bytes
- * holds (0 = off). Errors: QS_EINVAL (max_bytes below one entry), QS_ENOMEM; the cache is then
- * off. */
+/* Empties pc and sizes it for [n_layers][max_ctx x dim] residuals: as many entries as max_bytes
+ * holds (0 = off). Errors: QS_EINVAL (below one entry), QS_ENOMEM; the cache is then off. */
 qs_status qw_prefix_cache_set(qw_prefix_cache *pc, int n_layers, int max_ctx, int dim,
                               size_t max_bytes, qs_error *err);
 
 /* Frees the entries; the cache is then off. */
 void qw_prefix_cache_release(qw_prefix_cache *pc);
 
-/* Where a forward of tokens[T] whose first quantized block is fq starts: *start = 0 (the
- * embeddings) or a boundary whose stored residual [T x D] is copied into x with b's upload.
- * pc NULL: *start 0. Errors: the upload's. */
+/* Start of a forward of tokens[T] whose first quantized block is fq: *start = 0, or a boundary
+ * whose residual [T x D] is uploaded into x. pc NULL: 0. Errors: the upload's. */
 qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
                                 int fq, float *x, int *start, qs_error *err);
 
-/* Stores x [T x D] (b's memory, read with b's fetch) as the begun forward's residual at
- * `boundary` when boundary <= fq and it is not stored yet. pc NULL: no-op. Errors: the fetch's
- * (the entry is then not extended). */
+/* Stores x [T x D] (fetched from b) at `boundary` when boundary <= fq and not stored yet. pc
+ * NULL: no-op. Errors: the fetch's (the entry is then not extended). */
 qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
                                   const float *x, qs_error *err);
 
