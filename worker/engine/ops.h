@@ -43,7 +43,7 @@ void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb);
 
 /* Causal GQA attention of one sequence: att[T x H*E] = softmax(Q_h K_g^T / sqrt(E)) V_g, g =
  * h / (H/G), per (head, QW_ATT_TILE query tile): independent of nt. Softmax by
- * qw_cpu_exp_shift_sum (gemm_cpu.h). scores: [nt x QW_ATT_TILE x T] scratch. */
+ * qw_cpu_causal_softmax (gemm_cpu.h). scores: [nt x QW_ATT_TILE x T] scratch. */
 void qw_attention_forward(float *att, const float *q, const float *k, const float *v, float *scores,
                           int T, int H, int G, int E, int nt);
 

@@ -78,24 +78,6 @@ void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {
         }
 }
 
-/* Causal softmax of one query tile's scores S [rows x ncols] in place (ncols = t0 + rows): row r
- * is query position t0 + r and keeps columns 0..t0+r, zeros after. Serial: the caller runs one
- * (head, tile) per thread. */
-static void causal_softmax(float *S, int rows, int ncols, int t0) {
-    for (int r = 0; r < rows; r++) {
-        float *row = S + (size_t)r * ncols;
-        int last = t0 + r;
-        float mx = row[0];
-        for (int j = 1; j <= last; j++)
-            mx = row[j] > mx ? row[j] : mx;
-        float inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
-        for (int j = 0; j <= last; j++)
-            row[j] *= inv;
-        for (int j = last + 1; j < ncols; j++)
-            row[j] = 0.0f;
-    }
-}
-
 void qw_attention_forward(float *att, const float *q, const float *k, const float *v,
                           float *scores, int T, int H, int G, int E, int nt) {
     int group = H / G;
@@ -110,7 +92,7 @@ void qw_attention_forward(float *att, const float *q, const float *k, const floa
         float *S = scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * T;
         qw_cpu_sgemm(0, 1, rows, ncols, E, scale, q + (size_t)t0 * H * E + (size_t)h * E, H * E,
                      k + (size_t)g * E, G * E, 0.0f, S, ncols);
-        causal_softmax(S, rows, ncols, t0);
+        qw_cpu_causal_softmax(S, rows, ncols, t0);
         qw_cpu_sgemm(0, 0, rows, E, ncols, 1.0f, S, ncols, v + (size_t)g * E, G * E, 0.0f,
                      att + (size_t)t0 * H * E + (size_t)h * E, H * E);
     }

@@ -139,18 +139,7 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
             qw_cpu_sgemm(0, 1, T, T, E, scale, qh, HE, kg, GE, (float)0, P, T);
-            for (int t = 0; t < T; t++) {
-                float *row = P + (size_t)t * T;
-                float mx = row[0];
-                for (int s2 = 1; s2 <= t; s2++)
-                    mx = row[s2] > mx ? row[s2] : mx;
-                /* the evaluation's softmax (ops_cpu.c causal_softmax; gemm_cpu.h) */
-                float inv = (float)1 / qw_cpu_exp_shift_sum(row, (size_t)t + 1, mx);
-                for (int s2 = 0; s2 <= t; s2++)
-                    row[s2] *= inv;
-                for (int s2 = t + 1; s2 < T; s2++)
-                    row[s2] = 0;
-            }
+            qw_cpu_causal_softmax(P, T, T, 0); /* the evaluation's softmax */
             qw_cpu_sgemm(0, 0, T, E, T, (float)1, P, T, vg, GE, (float)0,
                          out + (size_t)b * T * HE + (size_t)h * E, HE);
         }

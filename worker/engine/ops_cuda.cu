@@ -59,8 +59,8 @@ __global__ void k_embedding(float *out, const uint32_t *tok, const float *table,
     }
 }
 
-/* Causal softmax (ops_cpu.c causal_softmax) of S [rows x T]: one block per row; row r is query
- * position t = r % T and keeps columns 0..t, zeros after. Float exp, double sum. */
+/* Causal softmax (gemm_cpu.h qw_cpu_causal_softmax) of S [rows x T], one block per row: row r
+ * is query position t = r % T and keeps columns 0..t, zeros after. Float exp, double sum. */
 __global__ void k_causal_softmax(float *S, int T) {
     __shared__ float shf[33];
     __shared__ double shd[33];
