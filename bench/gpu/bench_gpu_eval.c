@@ -150,32 +150,31 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
     qw_rope_tables(c, T, cs, sn);
     for (size_t i = 0; i < (size_t)T * D; i++)
         x[i] = urand();
-    qw_tensor tx = {x, T, D}, txb = {xb, T, D}, tq = {q, T, H * E}, tk = {k, T, G * E},
-              tv = {v, T, G * E}, ta = {att, T, H * E}, th = {hb, T, F}, th2 = {hb2, T, F},
-              ty = {yb, T, D}, txr = {x + (size_t)T / 2 * D, T / 2, D}, txbr = {xb, T / 2, D},
-              tl = {lg, T / 2, V};
+    qw_tensor txb = {xb, T, D}, tq = {q, T, H * E}, tk = {k, T, G * E}, tv = {v, T, G * E},
+              ta = {att, T, H * E}, th = {hb, T, F}, th2 = {hb2, T, F}, ty = {yb, T, D},
+              txbr = {xb, T / 2, D}, tl = {lg, T / 2, V};
     qs_error err = {0};
     double best = 1e30;
     for (int rep = 0; rep < REPS + 1; rep++) {
         double t0 = now_ms();
         for (int l = 0; l < c->n_layers; l++) {
-            o->rmsnorm(b, &txb, &tx, norm, c->norm_eps);
+            o->rmsnorm(b, xb, NULL, x, norm, T, D, c->norm_eps, &err);
             o->linear(b, &tq, &txb, &w[0], act, actq, &err);
             o->linear(b, &tk, &txb, &w[1], act, actq, &err);
             o->linear(b, &tv, &txb, &w[2], act, actq, &err);
-            o->rope(b, &tq, cs, sn, H, E);
-            o->rope(b, &tk, cs, sn, G, E);
+            o->rope(b, q, cs, sn, 1, T, H, E, &err);
+            o->rope(b, k, cs, sn, 1, T, G, E, &err);
             o->attention(b, &ta, &tq, &tk, &tv, NULL, H, G, E);
             o->linear(b, &ty, &ta, &w[3], act, actq, &err);
-            o->residual(b, &tx, &ty);
-            o->rmsnorm(b, &txb, &tx, norm, c->norm_eps);
+            o->add(b, x, x, yb, (size_t)T * D, &err);
+            o->rmsnorm(b, xb, NULL, x, norm, T, D, c->norm_eps, &err);
             o->linear(b, &th, &txb, &w[4], act, actq, &err);
             o->linear(b, &th2, &txb, &w[5], act, actq, &err);
-            o->swiglu(b, &th, &th, &th2);
+            o->swiglu(b, hb, hb, hb2, (size_t)T * F, &err);
             o->linear(b, &ty, &th, &w[6], act, actq, &err);
-            o->residual(b, &tx, &ty);
+            o->add(b, x, x, yb, (size_t)T * D, &err);
         }
-        o->rmsnorm(b, &txbr, &txr, norm, c->norm_eps);
+        o->rmsnorm(b, xb, NULL, x + (size_t)T / 2 * D, norm, T / 2, D, c->norm_eps, &err);
         o->lm_head(b, &tl, &txbr, &w[7], NULL, NULL, &err);
         double ms = now_ms() - t0;
         if (rep > 0 && ms < best) best = ms; /* rep 0 uploads the weights */

@@ -30,7 +30,7 @@ static int assert_linears_one_shot(qw_model *m, const qw_policy *p, const char *
     for (int i = 0; i < nlin + 2; i++) {
         const qw_quant_spec *s = i < nlin ? &p->linears[i] : i == nlin ? &p->lm_head : &p->embed;
         if (!s->weight || strcmp(qk_format_name(s->weight), "bf16") == 0) continue;
-        const linear *L = &m->lin[i];
+        const qw_linear *L = &m->lin[i];
         size_t rows = (size_t)L->out, k = (size_t)L->in;
         float *x = malloc(rows * k * sizeof *x);
         assert_non_null(x);
@@ -159,7 +159,7 @@ static void synthetic_masters_quantize_as_one_shot(void **state) {
 
 /* Linear i's master as FP32 [out x in] (heap). */
 static float *master_f32(const qw_model *m, int i) {
-    const linear *L = &m->lin[i];
+    const qw_linear *L = &m->lin[i];
     float *x = malloc((size_t)L->out * (size_t)L->in * sizeof *x);
     assert_non_null(x);
     qs_error err = {0};
@@ -210,7 +210,7 @@ static void fused_groups_share_one_tensor_scale(void **state) {
                     float *cat = malloc(rows * in * sizeof *cat);
                     assert_non_null(cat);
                     for (int g = first, r = 0; g < first + count; g++) {
-                        const linear *G = &m->lin[b * QW_LINEAR_KINDS + g];
+                        const qw_linear *G = &m->lin[b * QW_LINEAR_KINDS + g];
                         float *x = master_f32(m, b * QW_LINEAR_KINDS + g);
                         memcpy(cat + (size_t)r * in, x, (size_t)G->out * in * sizeof *x);
                         r += G->out;

@@ -103,8 +103,8 @@ static void test_rmsnorm(void **state) {
     float *x = buf((size_t)N * D, 2.0f), *w = buf(D, 1.0f), *out = buf((size_t)N * D, 0.0f),
           *rstd = buf(N, 0.0f);
     float *ro = malloc((size_t)N * D * 4), *rr = malloc((size_t)N * 4);
-    qw_train_rmsnorm_forward(ro, rr, x, w, N, D, 1e-5f, 1);
-    OK(qw_cuda_train_rmsnorm_forward(&gpu, out, rstd, x, w, N, D, 1e-5f, ERR));
+    qw_rmsnorm_forward(ro, rr, x, w, N, D, 1e-5f, 1);
+    OK(qw_cuda_rmsnorm_forward(&gpu, out, rstd, x, w, N, D, 1e-5f, ERR));
     assert_true(close_to("rmsnorm forward", out, ro, (size_t)N * D, 1e-6));
     assert_true(close_to("rmsnorm rstd", rstd, rr, (size_t)N, 1e-6));
     /* The backward from the CPU's rstd on both sides: the weight gradient is then exact. */
@@ -127,8 +127,8 @@ static void test_rope_exact(void **state) {
     size_t n = (size_t)B * T * nh * E;
     float *cs = buf((size_t)T * E / 2, 1.0f), *sn = buf((size_t)T * E / 2, 1.0f);
     float *x = buf(n, 1.0f), *ref = host_copy(x, n);
-    qw_train_rope_forward(ref, cs, sn, B, T, nh, E, 1);
-    OK(qw_cuda_train_rope_forward(&gpu, x, cs, sn, B, T, nh, E, ERR));
+    qw_rope_forward(ref, cs, sn, B, T, nh, E, 1);
+    OK(qw_cuda_rope_forward(&gpu, x, cs, sn, B, T, nh, E, ERR));
     assert_true(close_to("rope forward", x, ref, n, 0.0));
     qw_train_rope_backward(ref, cs, sn, B, T, nh, E, 1);
     OK(qw_cuda_train_rope_backward(&gpu, x, cs, sn, B, T, nh, E, ERR));
@@ -195,7 +195,7 @@ static void test_swiglu(void **state) {
     float *dg = buf(n, 0.0f), *du = buf(n, 0.0f);
     float *rh = malloc(n * 4), *rdg = malloc(n * 4), *rdu = malloc(n * 4);
     qw_swiglu_forward(rh, g, u, n, 1);
-    OK(qw_cuda_train_swiglu_forward(&gpu, h, g, u, n, ERR));
+    OK(qw_cuda_swiglu_forward(&gpu, h, g, u, n, ERR));
     assert_true(close_to("swiglu forward", h, rh, n, 1e-6));
     qw_train_swiglu_backward(rdg, rdu, dh, g, u, n, 1);
     OK(qw_cuda_train_swiglu_backward(&gpu, dg, du, dh, g, u, n, ERR));
@@ -303,7 +303,7 @@ static void test_rejects_cpu_backend(void **state) {
     qw_backend cpu;
     qs_error err = {0};
     assert_int_equal(qw_backend_cpu_init(&cpu, 1, 8, &err), QS_OK);
-    assert_int_equal(qw_cuda_train_swiglu_forward(&cpu, NULL, NULL, NULL, 0, &err), QS_EINVAL);
+    assert_int_equal(qw_cuda_swiglu_forward(&cpu, NULL, NULL, NULL, 0, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "not a CUDA backend"));
     qw_backend_release(&cpu);
 }

@@ -21,7 +21,7 @@ static size_t max_sz(size_t a, size_t b) {
 static void restore_all(qw_model *m) {
     qw_convcache_drop_packed(m->convcache); /* the packed tensors are about to be replaced */
     for (int i = 0; i < m->cfg.n_layers * QW_LINEAR_KINDS + 2; i++) {
-        linear *L = &m->lin[i];
+        qw_linear *L = &m->lin[i];
         L->w = *L->master;
         memset(&L->spec, 0, sizeof L->spec);
         L->quantized = 0;
@@ -36,7 +36,7 @@ static int is_identity(const qk_format *f) {
 /* Rows of a master converted to FP32 at a time while it is quantized: about chunk_floats
  * floats (QW_APPLY_CHUNK_FLOATS, 16 MiB, by default), a multiple of 16 rows (the 2D block
  * height; every other format's blocks lie within a row), at least 16. */
-static size_t chunk_rows(const linear *L, size_t chunk_floats) {
+static size_t chunk_rows(const qw_linear *L, size_t chunk_floats) {
     size_t r = chunk_floats / (size_t)L->in / 16 * 16;
     if (r < 16) r = 16;
     return r < (size_t)L->out ? r : (size_t)L->out;
@@ -45,8 +45,8 @@ static size_t chunk_rows(const linear *L, size_t chunk_floats) {
 /* Rows [r0, r0+n) of L's master as FP32: in place for an FP32 master, else converted into
  * buf [n x in] by `threads` threads, each a slice of rows (qw_weight_rows_f32 is serial), read
  * from the model's conversion cache where it holds the linear's pieces (convcache.h). */
-static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, size_t n, float *buf,
-                             int threads, const float **out, qs_error *err) {
+static qs_status master_rows(qw_convcache *cache, const qw_linear *L, size_t r0, size_t n,
+                             float *buf, int threads, const float **out, qs_error *err) {
     const qw_weight *w = L->master;
     if (w->form == QW_WEIGHT_F32) {
         *out = w->f32 + r0 * (size_t)L->in;
@@ -75,8 +75,8 @@ static qs_status master_rows(qw_convcache *cache, const linear *L, size_t r0, si
 }
 
 /* The amax of L's master (NaN and +-Inf ignored), a chunk of rows at a time through buf. */
-static qs_status master_amax(qw_convcache *cache, const linear *L, float *buf, size_t chunk_floats,
-                             int threads, float *amax, qs_error *err) {
+static qs_status master_amax(qw_convcache *cache, const qw_linear *L, float *buf,
+                             size_t chunk_floats, int threads, float *amax, qs_error *err) {
     const size_t rows = (size_t)L->out, step = chunk_rows(L, chunk_floats);
     qs_status st = QS_OK;
     *amax = 0.0f;
@@ -114,7 +114,7 @@ static unsigned fuse_group(int k, int *first, int *count) {
  * group_amax, the joint amax of its fused group, is given: non-NULL), pass 2
  * quantizes each chunk with it into its place (qk_quantize_rows). The packed result is bit
  * for bit qk_quantize's on the whole FP32 master (quant.h; tests/kernels kernels_packed). */
-static qs_status quantize_linear(qw_convcache *cache, linear *L, const qw_quant_spec *spec,
+static qs_status quantize_linear(qw_convcache *cache, qw_linear *L, const qw_quant_spec *spec,
                                  const float *group_amax, float *buf, size_t chunk_floats,
                                  int threads, qs_error *err) {
     qk_quant_options opt = spec->weight_opt;
@@ -183,7 +183,7 @@ qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t 
     char name[160];
     qs_status st = QS_OK;
     for (int i = 0; i < nlin + 2 && st == QS_OK; i++) {
-        linear *L = &m->lin[i];
+        qw_linear *L = &m->lin[i];
         const qw_quant_spec *s = i < nlin ? &p->linears[i] : i == nlin ? &p->lm_head : &p->embed;
         if (!s->weight && !s->act) continue;
         L->spec = *s;

@@ -19,32 +19,28 @@
         G = c->n_kv_heads, E = c->head_dim;                                                        \
     (void)ops, (void)D, (void)F, (void)H, (void)G, (void)E
 
-/* ln = rms(x) * w: training's entry keeps 1/rms, evaluation's does not. */
+/* ln = rms(x) * w; with save, 1/rms kept in rstd for the backward. */
 static qs_status norm(const qw_block_io *io, float *ln, float *rstd, float *x, const float *w,
                       qs_error *err) {
     SHAPE(io);
-    if (io->save) return ops->rmsnorm_fwd(be, ln, rstd, x, w, N, D, c->norm_eps, err);
-    qw_tensor tl = {ln, N, D}, tx = {x, N, D};
     double t0 = qs_clock_s();
-    ops->rmsnorm(be, &tl, &tx, w, c->norm_eps);
+    TRY(ops->rmsnorm(be, ln, io->save ? rstd : NULL, x, w, N, D, c->norm_eps, err));
     qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }
 
-/* q, k rotated, then causal GQA attention into att. */
+/* q, k rotated, then causal GQA attention into att: with save the whole-T x T kernel that keeps
+ * its probabilities, else the tiled one (ops.h says why they are two). */
 static qs_status rope_attention(const qw_block_io *io, qs_error *err) {
     SHAPE(io);
-    if (io->save) {
-        TRY(ops->rope_fwd(be, io->q, io->rope_cos, io->rope_sin, B, T, H, E, err));
-        TRY(ops->rope_fwd(be, io->k, io->rope_cos, io->rope_sin, B, T, G, E, err));
+    double t0 = qs_clock_s();
+    TRY(ops->rope(be, io->q, io->rope_cos, io->rope_sin, B, T, H, E, err));
+    TRY(ops->rope(be, io->k, io->rope_cos, io->rope_sin, B, T, G, E, err));
+    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
+    if (io->save)
         return ops->attention_fwd(be, io->att, io->probs, io->q, io->k, io->v, B, T, H, G, E, err);
-    }
     qw_tensor q = {io->q, N, H * E}, k = {io->k, N, G * E}, v = {io->v, N, G * E},
               att = {io->att, N, H * E};
-    double t0 = qs_clock_s();
-    ops->rope(be, &q, io->rope_cos, io->rope_sin, H, E);
-    ops->rope(be, &k, io->rope_cos, io->rope_sin, G, E);
-    qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     t0 = qs_clock_s();
     ops->attention(be, &att, &q, &k, &v, io->scores, H, G, E);
     qw_profile_add_since(io->prof, QW_PHASE_ATTENTION, t0);
@@ -54,10 +50,8 @@ static qs_status rope_attention(const qw_block_io *io, qs_error *err) {
 /* h = silu(g) * u. */
 static qs_status swiglu(const qw_block_io *io, qs_error *err) {
     SHAPE(io);
-    if (io->save) return ops->swiglu_fwd(be, io->h, io->g, io->u, (size_t)N * F, err);
-    qw_tensor h = {io->h, N, F}, g = {io->g, N, F}, u = {io->u, N, F};
     double t0 = qs_clock_s();
-    ops->swiglu(be, &h, &g, &u);
+    TRY(ops->swiglu(be, io->h, io->g, io->u, (size_t)N * F, err));
     qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }
@@ -65,10 +59,8 @@ static qs_status swiglu(const qw_block_io *io, qs_error *err) {
 /* out = in + ybuf (without save in == out: in place). */
 static qs_status residual(const qw_block_io *io, float *out, const float *in, qs_error *err) {
     SHAPE(io);
-    if (io->save) return ops->add(be, out, in, io->ybuf, (size_t)N * D, err);
-    qw_tensor x = {out, N, D}, y = {io->ybuf, N, D};
     double t0 = qs_clock_s();
-    ops->residual(be, &x, &y);
+    TRY(ops->add(be, out, in, io->ybuf, (size_t)N * D, err));
     qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     return QS_OK;
 }

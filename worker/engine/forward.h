@@ -1,13 +1,7 @@
-/* The Llama forward pass of evaluation over the ops table (ops.h) and the one block
- * definition (block.h), and what it reads: the
- * engine-internal view of a model (its tensors in their current form, its backend and run
- * state) as one or more ranks. model.c builds the single rank of an unsharded model; shard.c
- * builds the N ranks of a tensor-parallel one (Megatron-LM, arXiv 1909.08053). Not a public
- * header of the worker: jobs and the evaluation go through model.h.
- *
- * Shapes: T = tokens, D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim,
- * V = vocab, all of the rank's shard (a rank of N holds H/N heads, G/N kv heads, F/N of the
- * hidden units and V/N of lm_head's rows; D is whole on every rank). */
+/* The evaluation's Llama forward pass over the ops table and block.h, for one rank (model.c) or N
+ * tensor-parallel ranks (shard.c, Megatron-LM arXiv 1909.08053). Engine-internal: jobs go
+ * through model.h. Shapes: T tokens, D dim, F hidden_dim, H heads, G kv heads, E head_dim, V
+ * vocab, of the rank's shard (H/N heads, G/N kv heads, F/N hidden units, V/N lm_head rows). */
 #ifndef QW_FORWARD_H
 #define QW_FORWARD_H
 
@@ -18,6 +12,7 @@
 #include "error.h"
 #include "ops.h"
 #include "policy.h"
+#include "prefix_cache.h"
 #include "profile.h"
 #include "quant.h"
 #include "runstate.h"
@@ -27,8 +22,7 @@
 typedef struct qw_linear {
     const qw_weight *master; /* the unquantized weight [out x in] (the rank's slice) */
     qw_weight w;             /* what the forward pass reads: *master, or over `packed` */
-    qk_packed packed;        /* the quantized weights of the current policy (packed.storage_
-                                NULL when none) */
+    qk_packed packed;        /* the current policy's packed form (storage_ NULL: none) */
     int out, in;
     qw_quant_spec spec; /* weight and activation formats of the current policy */
     int quantized;      /* spec has a weight or activation format */
@@ -50,44 +44,21 @@ typedef struct qw_rank {
     /* the tensor-parallel group's all-reduce (worker/comm/comm.h: CPU or NCCL ranks), shared
      * by the ranks; NULL unsharded */
     qw_group *group;
-    int probe;   /* SQNR probe on (unsharded models only) */
-    float *ref;  /* [max_ctx x largest out] probe reference output while the probe is on, in
-                    the backend's memory (model_internal.h qw_model_probe_remake) */
+    int probe;  /* SQNR probe on (unsharded models only) */
+    float *ref; /* [max_ctx x largest out] probe reference output while the probe is on, in
+                   the backend's memory (model_internal.h qw_model_probe_remake) */
     /* where the forward's phases are timed (profile.h); NULL: untimed */
     qw_profile *prof;
 } qw_rank;
 
-/* The prefix cache of an unsharded model (model.c): the forward asks it where to start and
- * hands it the residual stream at each block boundary it reaches. */
-typedef struct qw_prefix_cache qw_prefix_cache;
-
-/* Looks tokens[T] up for a forward whose first quantized block is fq: sets *start to the
- * block to start at (0 = run from the embeddings) and, when > 0, has copied the stored residual
- * [T x D] at that boundary into x (b's memory, with b's upload: the entries are host memory).
- * pc NULL: *start 0. Errors: the upload's. */
-qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
-                                int fq, float *x, int *start, qs_error *err);
-
-/* The residual x [T x D] (b's memory, copied out with b's fetch) at the input of block
- * `boundary` (n_layers: before the final norm) of the forward begun last: stored when
- * boundary <= fq and not stored yet. pc NULL: no-op. Errors: the fetch's (the entry is then
- * not extended). */
-qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
-                                  const float *x, qs_error *err);
-
-/* First block with a quantized linear (weights or activations) of rank r; 0 when the
- * embeddings are quantized, n_layers when no block is. */
+/* First block of rank r with a quantized linear; 0 when the embeddings are, n_layers when none. */
 int qw_forward_first_quantized_block(const qw_rank *r);
 
-/* Runs tokens[0..T-1] over the n ranks in lockstep, op by op (one host thread: on GPUs each
- * op is queued on every rank's device before the next; on the CPU the ranks run one after
- * the other). n == 1 is the unsharded model: no all-reduce, the prefix cache pc may be used.
- * n > 1: the partial outputs of o_proj and down_proj are summed over the ranks with the
- * ranks' group (qw_rank.group, comm.h qw_group_allreduce), a sharded activation's amax is MAX-all-reduced before it is quantized, and
- * each rank's lm_head rows (a vocabulary slice) are gathered into `gathered`
- * [(T - row0) x V_full] host memory (NULL when n == 1). *logits is rank 0's logits (n == 1)
- * or `gathered`. name_of(index) names linear `index` in errors.
- * Errors: those of the ops (wrapped with the linear's name). */
+/* Runs tokens[T] over the n ranks in lockstep, op by op from one host thread. n == 1: the
+ * unsharded model, prefix cache pc usable. n > 1: o_proj and down_proj partials summed by the
+ * ranks' group (comm.h), a sharded activation's amax MAX-all-reduced first, lm_head slices
+ * gathered into `gathered` [(T - row0) x V_full] host memory. *logits: rank 0's or `gathered`.
+ * name_of names linears in errors. Errors: the ops' (wrapped with the linear's name). */
 qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens, int T, int row0,
                            qw_prefix_cache *pc, float *gathered, int vocab_full,
                            const char *(*name_of)(const void *ctx, int index, char *buf,

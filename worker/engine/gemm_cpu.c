@@ -85,3 +85,18 @@ void qw_cpu_silu_mul(float *out, const float *g, const float *u, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+void qw_cpu_causal_softmax(float *S, int rows, int ncols, int t0) {
+    for (int r = 0; r < rows; r++) {
+        float *row = S + (size_t)r * ncols;
+        int last = t0 + r;
+        float mx = row[0];
+        for (int j = 1; j <= last; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        float inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < ncols; j++)
+            row[j] = 0.0f;
+    }
+}

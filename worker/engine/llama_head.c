@@ -33,15 +33,10 @@ qs_status qw_head_forward(qw_head_io *const *io, int n, const qw_block_hooks *h,
         qw_backend *be = r->be;
         const qw_config *c = r->cfg;
         int D = c->dim, R = r->N - r->row0;
-        if (r->save) {
-            TRY(be->ops->rmsnorm_fwd(be, r->ln, r->rstd, r->xf, r->norm, r->N, D, c->norm_eps,
-                                     err));
-        } else {
-            qw_tensor xr = {r->xf + (size_t)r->row0 * D, R, D}, lr = {r->ln, R, D};
-            double t0 = qs_clock_s();
-            be->ops->rmsnorm(be, &lr, &xr, r->norm, c->norm_eps);
-            qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
-        }
+        double t0 = qs_clock_s();
+        TRY(be->ops->rmsnorm(be, r->ln, r->save ? r->rstd : NULL, r->xf + (size_t)r->row0 * D,
+                             r->norm, R, D, c->norm_eps, err));
+        qw_profile_add_since(r->prof, QW_PHASE_ELEMENTWISE, t0);
         qs_status st =
             h->linear(h->user, i, c->n_layers, QW_BLOCK_LM_HEAD, r->logits, r->ln, R, err);
         if (st != QS_OK) return n > 1 ? qs_error_wrap(err, "rank %d", i) : st;

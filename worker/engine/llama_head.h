@@ -1,25 +1,11 @@
-/* The two ends of the Llama model around its blocks (Hugging Face LlamaForCausalLM: the
- * embedding lookup before the first block; the final RMSNorm and lm_head after the last),
- * forward and backward, written once over the ops table (ops.h) for both users: the
- * evaluation forward (forward.c: one rank or the N ranks of a tensor-parallel model) and the
- * trainable model (worker/train/tmodel.c). block.h is the part in between.
- *
- *   x      = embed_tokens[tokens]                       (embedding lookup)
- *   logits = lm_head(rms(x) * norm)                     (final norm, lm_head)
- *
- * As in block.h, what differs between the users is a choice, not a second copy:
- * - qw_head_io.save selects the table's training entries: the lookup takes the tokens in
- *   backend memory and an FP32 table (the backward scatters its gradient by the same tokens),
- *   the final norm keeps 1/rms; without save the evaluation entries run: the lookup takes the
- *   tokens in host memory and the table in any weight form (weights.h), the norm keeps
- *   nothing and runs on the rows from row0 only (the rows whose logits are wanted);
- * - lm_head is the caller's linear (qw_block_hooks.linear / linear_bwd with kind
- *   QW_BLOCK_LM_HEAD): evaluation's policy linear with its probe, training's recipe linear;
- *   with N ranks each rank's lm_head holds a vocabulary slice, copied into the caller's
- *   host logits row (no all-reduce: every logit is computed whole on one rank).
- *
- * Shapes: N rows (B sequences of T tokens, or one of T), D dim, V vocab of the io's config (a
- * rank's vocabulary slice under tensor parallelism). */
+/* The Llama model's two ends around its blocks (HF LlamaForCausalLM), forward and backward, over
+ * the ops table for evaluation (forward.c) and training (worker/train/tmodel.c); block.h is the
+ * part in between:
+ *   x = embed_tokens[tokens];  logits = lm_head(rms(x) * norm)
+ * save picks the training embedding (backend tokens, FP32 table) and keeps 1/rms; without it the
+ * norm and lm_head run only on the rows from row0. lm_head is the caller's linear hook
+ * (QW_BLOCK_LM_HEAD); with N ranks each holds a vocabulary slice, copied into one host row.
+ * Shapes: N rows, D dim, V vocab of the io's config (a rank's slice). */
 #ifndef QW_LLAMA_HEAD_H
 #define QW_LLAMA_HEAD_H
 
@@ -32,8 +18,7 @@
 #include "ops.h"
 #include "profile.h"
 
-/* One rank's view of the model's ends: backend, shape, weights and buffers (backend memory
- * unless it says host). */
+/* One rank's ends: backend, shape, weights and buffers (backend memory unless it says host). */
 typedef struct qw_head_io {
     qw_backend *be;
     const qw_config *cfg;
@@ -56,29 +41,23 @@ typedef struct qw_head_io {
     float *gathered;
     size_t ld;
     int col0;
-    qw_profile *prof; /* no save: where the lookup and the norm are timed; NULL: untimed */
+    qw_profile *prof; /* where the lookup and the norm are timed; NULL: untimed */
 } qw_head_io;
 
-/* The embedding lookup of ranks io[0..n-1] (each its own copy of the replicated residual
- * stream). The tokens must be < the table's rows (checked by the caller). Errors: the
- * backend's (save). */
+/* The embedding lookup on every rank (tokens < table rows: caller). Errors: the backend's. */
 qs_status qw_head_embed(qw_head_io *const *io, int n, qs_error *err);
 
-/* The final norm and lm_head of ranks io[0..n-1], rank by rank: ln = rms(xf rows from row0),
- * logits = h->linear(rank, n_layers, QW_BLOCK_LM_HEAD, ln), and with `gathered` each rank's
- * logits copied into it. Errors: those of the hook (wrapped with the rank when n > 1) and the
- * backend's. */
+/* ln = rms(xf rows from row0), logits = h->linear(QW_BLOCK_LM_HEAD, ln) on every rank, copied
+ * into `gathered` when set. Errors: the hook's (wrapped with the rank when n > 1), the backend's.
+ */
 qs_status qw_head_forward(qw_head_io *const *io, int n, const qw_block_hooks *h, qs_error *err);
 
-/* Gradients of the final norm and lm_head for the activations a forward with save left in io
- * (one rank): dlogits [N x V] is d(loss)/d(logits); h->linear_bwd of QW_BLOCK_LM_HEAD writes
- * dln [N x D] (scratch) and adds the head weight's gradient; dres [N x D] is overwritten with
- * d(loss)/d(xf) and dnorm [D] added to. Errors: those of the hook and the backend. */
+/* Backward of a saved forward (one rank): dlogits [N x V] in; h->linear_bwd writes dln [N x D]
+ * (scratch) and adds lm_head's gradient; dres [N x D] = d(loss)/d(xf); dnorm [D] added to. */
 qs_status qw_head_backward(const qw_head_io *io, const float *dlogits, float *dln, float *dres,
                            float *dnorm, const qw_block_hooks *h, qs_error *err);
 
-/* The lookup's backward (save): demb [V x D] += dx [N x D] scattered by the tokens, rows
- * added in token order. Errors: the backend's. */
+/* demb [V x D] += dx [N x D] scattered by the tokens, in token order. Errors: the backend's. */
 qs_status qw_head_embed_backward(const qw_head_io *io, float *demb, const float *dx, qs_error *err);
 
 #endif

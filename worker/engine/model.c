@@ -74,7 +74,7 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
     }
     for (int l = 0; l < L; l++)
         for (int k = 0; k < QW_LINEAR_KINDS; k++) {
-            linear *li = &m->lin[l * QW_LINEAR_KINDS + k];
+            qw_linear *li = &m->lin[l * QW_LINEAR_KINDS + k];
             li->master = &m->wt.lin[k][l];
             li->tensor_index = l * QW_LINEAR_KINDS + k;
         }
@@ -85,7 +85,7 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
     m->embed->master = &m->wt.embed;
     m->embed->tensor_index = L * QW_LINEAR_KINDS + 1;
     for (int i = 0; i < L * QW_LINEAR_KINDS + 2; i++) {
-        linear *li = &m->lin[i];
+        qw_linear *li = &m->lin[i];
         li->w = *li->master;
         li->out = (int)li->master->rows;
         li->in = (int)li->master->cols;
@@ -97,9 +97,7 @@ static qs_status model_create(qw_checkpoint *ck, qw_weights *w, int max_ctx, int
     r->attn_norm = m->wt.attn_norm;
     r->ffn_norm = m->wt.ffn_norm;
     r->prof = &m->prof;
-    m->prefix.n_layers = L;
-    m->prefix.max_ctx = max_ctx;
-    m->prefix.dim = c->dim;
+    m->prefix = (qw_prefix_cache){.n_layers = L, .max_ctx = max_ctx, .dim = c->dim};
     qs_status st = qw_convcache_create(qw_convcache_default_bytes(), &m->convcache, err);
     if (st == QS_OK) st = setup_threads(m, resolve_threads(threads), err);
     if (st != QS_OK) {
@@ -140,8 +138,7 @@ void qw_model_destroy(qw_model *m) {
             qk_packed_release(&m->lin[i].packed);
     qw_tp_destroy(m->tp);
     free(m->lin);
-    free(m->prefix.entries);
-    free(m->prefix.pool);
+    qw_prefix_cache_release(&m->prefix);
     qw_model_probe_release(m);
     qw_runstate_release(&m->rank.rs, &m->rank.be);
     qw_backend_release(&m->rank.be);
@@ -212,7 +209,7 @@ qs_status qw_model_set_threads(qw_model *m, int threads, qs_error *err) {
     return QS_OK;
 }
 
-static linear *linear_at(qw_model *m, int index) {
+static qw_linear *linear_at(qw_model *m, int index) {
     int n = m->cfg.n_layers * QW_LINEAR_KINDS;
     if (index < 0 || index > n) return NULL;
     return &m->lin[index];
@@ -270,14 +267,14 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
                             "unsharded model)",
                             qw_tp_ranks(m->tp));
     for (int i = 0; i < qw_model_n_linears(m); i++) {
-        linear *L = linear_at(m, i);
+        qw_linear *L = linear_at(m, i);
         L->sig = L->noise = 0.0;
     }
     return qw_model_probe_remake(m, err);
 }
 
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise) {
-    const linear *L = linear_at((qw_model *)m, index);
+    const qw_linear *L = linear_at((qw_model *)m, index);
     if (!L || !L->quantized || !m->rank.probe) return -1;
     *signal = L->sig;
     *noise = L->noise;
@@ -287,102 +284,12 @@ int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noi
 /* ---------------------------------------------------------------- prefix cache */
 
 qs_status qw_model_set_prefix_cache(qw_model *m, size_t max_bytes, qs_error *err) {
-    qw_prefix_cache *pc = &m->prefix;
-    free(pc->entries);
-    free(pc->pool);
-    pc->entries = NULL;
-    pc->pool = NULL;
-    pc->n = 0;
-    pc->cur = NULL;
-    pc->hits = pc->skipped = 0;
-    if (max_bytes == 0) return QS_OK;
-    size_t resid = (size_t)m->cfg.n_layers * m->max_ctx * m->cfg.dim;
-    size_t per = resid * sizeof(float) + (size_t)m->max_ctx * sizeof(uint32_t);
-    size_t n = max_bytes / per;
-    if (n == 0)
-        return qs_error_set(err, QS_EINVAL, "prefix cache: %zu bytes, one entry needs %zu",
-                            max_bytes, per);
-    if (n > 1u << 20) n = 1u << 20;
-    pc->entries = calloc(n, sizeof *pc->entries);
-    pc->pool = malloc(n * per);
-    if (!pc->entries || !pc->pool) {
-        free(pc->entries);
-        free(pc->pool);
-        pc->entries = NULL;
-        pc->pool = NULL;
-        return qs_error_set(err, QS_ENOMEM, "prefix cache: %zu entries of %zu bytes", n, per);
-    }
-    float *f = pc->pool;
-    uint32_t *t = (uint32_t *)(f + n * resid);
-    for (size_t i = 0; i < n; i++) {
-        pc->entries[i].resid = f + i * resid;
-        pc->entries[i].tokens = t + i * (size_t)m->max_ctx;
-    }
-    pc->n = (int)n;
-    return QS_OK;
+    return qw_prefix_cache_set(&m->prefix, m->cfg.n_layers, m->max_ctx, m->cfg.dim, max_bytes, err);
 }
 
 void qw_model_prefix_cache_stats(const qw_model *m, size_t *hits, size_t *blocks_skipped) {
     *hits = m->prefix.hits;
     *blocks_skipped = m->prefix.skipped;
-}
-
-/* The entry for tokens[n], or a free one claimed for them, or NULL. */
-static prefix_entry *prefix_lookup(qw_prefix_cache *pc, const uint32_t *tokens, int n, int *found) {
-    *found = 0;
-    for (int i = 0; i < pc->n; i++) {
-        prefix_entry *e = &pc->entries[i];
-        if (e->n == n && memcmp(e->tokens, tokens, (size_t)n * sizeof *tokens) == 0) {
-            *found = 1;
-            return e;
-        }
-    }
-    for (int i = 0; i < pc->n; i++) {
-        prefix_entry *e = &pc->entries[i];
-        if (e->n == 0) {
-            memcpy(e->tokens, tokens, (size_t)n * sizeof *tokens);
-            e->n = n;
-            e->valid = 0;
-            return e;
-        }
-    }
-    return NULL;
-}
-
-static float *prefix_boundary(const qw_prefix_cache *pc, prefix_entry *e, int b) {
-    return e->resid + (size_t)(b - 1) * pc->max_ctx * pc->dim;
-}
-
-qs_status qw_prefix_cache_begin(qw_prefix_cache *pc, qw_backend *b, const uint32_t *tokens, int T,
-                                int fq, float *x, int *start, qs_error *err) {
-    *start = 0;
-    if (!pc) return QS_OK;
-    int found = 0;
-    pc->cur = fq > 0 && pc->n ? prefix_lookup(pc, tokens, T, &found) : NULL;
-    pc->cur_T = T;
-    prefix_entry *pe = pc->cur;
-    if (!found || pe->valid <= 0) return QS_OK;
-    int s0 = fq < pe->valid ? fq : pe->valid;
-    qs_status st =
-        b->ops->upload(b, x, prefix_boundary(pc, pe, s0), (size_t)T * pc->dim * sizeof(float), err);
-    if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", s0);
-    pc->hits++;
-    pc->skipped += (size_t)s0;
-    *start = s0;
-    return QS_OK;
-}
-
-qs_status qw_prefix_cache_reached(qw_prefix_cache *pc, qw_backend *b, int boundary, int fq,
-                                  const float *x, qs_error *err) {
-    if (!pc || !pc->cur) return QS_OK;
-    prefix_entry *pe = pc->cur;
-    if (boundary > pe->valid && boundary <= fq) {
-        qs_status st = b->ops->fetch(b, prefix_boundary(pc, pe, boundary), x,
-                                     (size_t)pc->cur_T * pc->dim * sizeof(float), err);
-        if (st != QS_OK) return qs_error_wrap(err, "prefix cache: boundary %d", boundary);
-        pe->valid = boundary;
-    }
-    return QS_OK;
 }
 
 /* ---------------------------------------------------------------- forward */

@@ -1,6 +1,5 @@
-/* Private to the engine: the inside of qw_model (model.h), shared by the files that make up the
- * model (model.c: setup, probe, prefix cache, forward pass; apply_policy.c: quantization
- * policies). Nothing outside worker/engine includes it. */
+/* The inside of qw_model (model.h) for model.c and apply_policy.c; nothing outside
+ * worker/engine includes it. */
 #ifndef QW_MODEL_INTERNAL_H
 #define QW_MODEL_INTERNAL_H
 
@@ -10,70 +9,42 @@
 #include "forward.h"
 #include "model.h"
 #include "ops.h"
+#include "prefix_cache.h"
 #include "runstate.h"
 #include "shard.h"
 #include "weights.h"
-
-/* One quantizable tensor: a block linear, lm_head or the embeddings (forward.h). */
-typedef qw_linear linear;
-
-/* One prefix-cache entry: the residual stream at the input of blocks 1..n_layers (boundary b
- * = after block b-1; boundary n_layers = before the final norm) for one token sequence. */
-typedef struct prefix_entry {
-    uint32_t *tokens; /* [max_ctx] */
-    int n;            /* tokens; 0 = free entry */
-    int valid;        /* boundaries 1..valid hold unquantized-prefix residuals */
-    float *resid;     /* [n_layers][max_ctx x D] */
-} prefix_entry;
-
-/* The prefix cache (model.h, qw_model_set_prefix_cache). */
-struct qw_prefix_cache {
-    int n_layers, max_ctx, dim;
-    prefix_entry *entries; /* [n] */
-    int n;
-    void *pool;            /* one allocation for all entries' tokens and residuals */
-    prefix_entry *cur;     /* the entry of the forward running now, or NULL */
-    int cur_T;             /* its tokens */
-    size_t hits, skipped;
-};
 
 struct qw_model {
     qw_checkpoint *ck; /* borrowed; NULL for a synthetic model */
     qw_weights wt;     /* the masters */
     qw_config cfg;
     int max_ctx, threads;
-    qw_rank rank;      /* the unsharded model as the forward pass reads it (forward.h) */
-    linear *lin;       /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
-    linear *lm_head, *embed;
+    qw_rank rank;   /* the unsharded model as the forward pass reads it (forward.h) */
+    qw_linear *lin; /* = rank.lin [n_layers*7 + 2]: block linears, lm_head, the embeddings */
+    qw_linear *lm_head, *embed;
     qw_prefix_cache prefix;
-    struct qw_tp *tp;  /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
+    struct qw_tp *tp; /* the tensor-parallel ranks (shard.h) when set to N > 1, else NULL */
     /* how its ranks get their backends (qw_model_set_tp_backends; init NULL: CPU backends) */
     qw_rank_backend_fn tp_init;
     void (*tp_release)(qw_backend *b);
     void *tp_ctx;
-    qw_backend host;   /* a CPU table for the gathered logits of its ranks (logits_backend) */
-    qw_profile prof;   /* where its forwards, evaluations and policies are timed (profile.h) */
+    qw_backend host; /* a CPU table for the gathered logits of its ranks (logits_backend) */
+    qw_profile prof; /* where its forwards, evaluations and policies are timed (profile.h) */
     struct qw_convcache *convcache; /* FP32 weight pieces of its CPU linears (convcache.h) */
 };
 
-/* The SQNR probe's reference output (forward.h qw_rank.ref) lives in the rank's backend
- * memory, so the probe's reference GEMM and sums run where the model runs. Whoever changes
- * m->rank.be releases it first with the old backend (qw_model_probe_release: buffer freed,
- * probe off) and, when the probe was on, makes it again on the new one
- * (qw_model_probe_remake: the buffer allocated when absent, probe on, sums kept).
- * Errors: QS_ENOMEM naming the backend. */
+/* The probe's reference output lives in the rank's backend memory: whoever changes m->rank.be
+ * releases it with the old backend (probe off) and remakes it on the new one when the probe
+ * was on (sums kept). Errors: QS_ENOMEM naming the backend. */
 void qw_model_probe_release(qw_model *m);
 qs_status qw_model_probe_remake(qw_model *m, qs_error *err);
 
-/* Floats of a master converted to FP32 at a time while a policy quantizes it: 16 MiB, large
- * enough that the OpenMP regions of each chunk cost little beside its work, small beside any
- * model that needs it. */
+/* Floats converted at a time while a policy quantizes a master: 16 MiB, so each chunk's
+ * OpenMP regions cost little beside its work. */
 #define QW_APPLY_CHUNK_FLOATS ((size_t)1 << 22)
 
-/* qw_model_apply_policy (model.h) with masters converted and quantized about chunk_floats
- * floats at a time (rounded to whole 16-row chunks, at least 16 rows; apply_policy.c): the
- * result does not depend on it (tests/engine apply_policy checks that). Errors: as
- * qw_model_apply_policy. */
+/* qw_model_apply_policy in chunks of about chunk_floats (whole 16-row chunks); the result does
+ * not depend on it (tests/engine apply_policy). Errors: as qw_model_apply_policy. */
 qs_status qw_model_apply_policy_chunked(qw_model *m, const qw_policy *p, size_t chunk_floats,
                                         qs_error *err);
 

@@ -31,9 +31,8 @@ void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_we
         (void)qw_weight_rows_f32(table, tokens[t], 1, out + (size_t)t * D, NULL);
 }
 
-/* The one RMSNorm of evaluation and training: rstd NULL keeps no 1/rms. */
-static void rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
-                         float eps, int nt) {
+void qw_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int T, int D,
+                        float eps, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
@@ -46,21 +45,6 @@ static void rmsnorm_rows(float *out, float *rstd, const float *x, const float *w
         for (int i = 0; i < D; i++)
             o[i] = w[i] * (xr[i] * r);
     }
-}
-
-void qw_rmsnorm_forward(float *out, const float *x, const float *w, int T, int D, float eps,
-                        int nt) {
-    rmsnorm_rows(out, NULL, x, w, T, D, eps, nt);
-}
-
-void qw_train_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
-                              float eps, int nt) {
-    rmsnorm_rows(out, rstd, x, w, N, D, eps, nt);
-}
-
-void qw_rope_forward(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E,
-                     int nt) {
-    qw_train_rope_forward(x, cosb, sinb, 1, T, n_heads, E, nt); /* one sequence of T */
 }
 
 void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {
@@ -94,24 +78,6 @@ void qw_rope_tables(const qw_config *c, int T, float *cosb, float *sinb) {
         }
 }
 
-/* Causal softmax of one query tile's scores S [rows x ncols] in place (ncols = t0 + rows): row r
- * is query position t0 + r and keeps columns 0..t0+r, zeros after. Serial: the caller runs one
- * (head, tile) per thread. */
-static void causal_softmax(float *S, int rows, int ncols, int t0) {
-    for (int r = 0; r < rows; r++) {
-        float *row = S + (size_t)r * ncols;
-        int last = t0 + r;
-        float mx = row[0];
-        for (int j = 1; j <= last; j++)
-            mx = row[j] > mx ? row[j] : mx;
-        float inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
-        for (int j = 0; j <= last; j++)
-            row[j] *= inv;
-        for (int j = last + 1; j < ncols; j++)
-            row[j] = 0.0f;
-    }
-}
-
 void qw_attention_forward(float *att, const float *q, const float *k, const float *v,
                           float *scores, int T, int H, int G, int E, int nt) {
     int group = H / G;
@@ -126,7 +92,7 @@ void qw_attention_forward(float *att, const float *q, const float *k, const floa
         float *S = scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * T;
         qw_cpu_sgemm(0, 1, rows, ncols, E, scale, q + (size_t)t0 * H * E + (size_t)h * E, H * E,
                      k + (size_t)g * E, G * E, 0.0f, S, ncols);
-        causal_softmax(S, rows, ncols, t0);
+        qw_cpu_causal_softmax(S, rows, ncols, t0);
         qw_cpu_sgemm(0, 0, rows, E, ncols, 1.0f, S, ncols, v + (size_t)g * E, G * E, 0.0f,
                      att + (size_t)t0 * H * E + (size_t)h * E, H * E);
     }
@@ -140,12 +106,6 @@ void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int
         size_t i = b * 4096, m = n - i < 4096 ? n - i : 4096;
         qw_cpu_silu_mul(out + i, g + i, u + i, m);
     }
-}
-
-void qw_residual_forward(float *x, const float *y, size_t n, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
 }
 
 /* Row blocks per column piece of a linear's GEMM over T rows in `pieces` pieces on nt threads.
@@ -273,28 +233,6 @@ float qw_amax_forward(const float *x, size_t n) {
     return m;
 }
 
-double qw_logsoftmax_row(const float *l, int V, float *lp) {
-    float mx = l[0];
-    for (int i = 1; i < V; i++)
-        mx = l[i] > mx ? l[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)l[i] - mx);
-    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
-    // cppcheck-suppress invalidFunctionArg
-    double lse = (double)mx + log(sum);
-    if (lp)
-        for (int i = 0; i < V; i++)
-            lp[i] = (float)((double)l[i] - lse);
-    return lse;
-}
-
-void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < R; r++)
-        (void)qw_logsoftmax_row(logits + (size_t)r * V, V, lp + (size_t)r * V);
-}
-
 /* ---------------------------------------------------------------- the CPU table */
 
 static void *cpu_alloc(qw_backend *b, size_t bytes) {
@@ -312,29 +250,10 @@ static void cpu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
     qw_embedding_forward(x->data, tokens, (int)x->rows, table, b->threads);
 }
 
-static void cpu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
-                        float eps) {
-    qw_rmsnorm_forward(out->data, x->data, w, (int)x->rows, (int)x->cols, eps, b->threads);
-}
-
-static void cpu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb,
-                     int n_heads, int E) {
-    qw_rope_forward(x->data, cosb, sinb, (int)x->rows, n_heads, E, b->threads);
-}
-
 static void cpu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
                           const qw_tensor *v, float *scores, int H, int G, int E) {
     qw_attention_forward(att->data, q->data, k->data, v->data, scores, (int)q->rows, H, G, E,
                          b->threads);
-}
-
-static void cpu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
-    qw_swiglu_forward(out->data, g->data, u->data, (size_t)g->rows * (size_t)g->cols,
-                      b->threads);
-}
-
-static void cpu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
-    qw_residual_forward(x->data, y->data, (size_t)x->rows * (size_t)x->cols, b->threads);
 }
 
 static qs_status cpu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
@@ -439,10 +358,10 @@ static qs_status cpu_embedding_bwd(qw_backend *b, float *demb, const float *dout
     return QS_OK;
 }
 
-static qs_status cpu_rmsnorm_fwd(qw_backend *b, float *out, float *rstd, const float *x,
+static qs_status cpu_rmsnorm(qw_backend *b, float *out, float *rstd, const float *x,
                                  const float *w, int N, int D, float eps, qs_error *err) {
     (void)err;
-    qw_train_rmsnorm_forward(out, rstd, x, w, N, D, eps, b->threads);
+    qw_rmsnorm_forward(out, rstd, x, w, N, D, eps, b->threads);
     return QS_OK;
 }
 
@@ -454,10 +373,10 @@ static qs_status cpu_rmsnorm_bwd(qw_backend *b, float *dx, float *dw, const floa
     return QS_OK;
 }
 
-static qs_status cpu_rope_fwd(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
+static qs_status cpu_rope(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
                               int T, int nh, int E, qs_error *err) {
     (void)err;
-    qw_train_rope_forward(x, cosb, sinb, B, T, nh, E, b->threads);
+    qw_rope_forward(x, cosb, sinb, B, T, nh, E, b->threads);
     return QS_OK;
 }
 
@@ -486,7 +405,7 @@ static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *d
     return QS_OK;
 }
 
-static qs_status cpu_swiglu_fwd(qw_backend *b, float *h, const float *g, const float *u, size_t n,
+static qs_status cpu_swiglu(qw_backend *b, float *h, const float *g, const float *u, size_t n,
                                 qs_error *err) {
     (void)err;
     qw_swiglu_forward(h, g, u, n, b->threads);
@@ -557,7 +476,6 @@ static const qw_ops cpu_ops = {
     .rope = cpu_rope,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
-    .residual = cpu_residual,
     .linear = cpu_linear,
     .lm_head = cpu_linear,
     .logsoftmax = cpu_logsoftmax,
@@ -578,13 +496,10 @@ static const qw_ops cpu_ops = {
     .fake_quant = cpu_fake_quant,
     .embedding_fwd = cpu_embedding_fwd,
     .embedding_bwd = cpu_embedding_bwd,
-    .rmsnorm_fwd = cpu_rmsnorm_fwd,
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
-    .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
-    .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
     .crossentropy_fwd = cpu_crossentropy_fwd,
     .crossentropy_bwd = cpu_crossentropy_bwd,

@@ -1,10 +1,32 @@
-/* The evaluation's per-row scores on the CPU (ops.h qw_score_rows_forward, the table's
- * score_rows): NLL, KL against a baseline's log-probabilities and top-1, as eval.h defines them
- * after llama.cpp's tools/perplexity/perplexity.cpp. The CUDA backend's twin is ops_cuda.h
- * qw_cuda_score_rows. */
+/* Log-softmax over the vocabulary and the evaluation's per-row scores on the CPU (ops.h
+ * qw_score_rows_forward, the table's score_rows): NLL, KL against a baseline's log-probabilities
+ * and top-1, as eval.h defines them after llama.cpp's tools/perplexity/perplexity.cpp. The CUDA
+ * backend's twin is ops_cuda.h qw_cuda_score_rows. */
 #include "ops.h"
 
 #include <math.h>
+
+double qw_logsoftmax_row(const float *l, int V, float *lp) {
+    float mx = l[0];
+    for (int i = 1; i < V; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)l[i] - mx);
+    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
+    // cppcheck-suppress invalidFunctionArg
+    double lse = (double)mx + log(sum);
+    if (lp)
+        for (int i = 0; i < V; i++)
+            lp[i] = (float)((double)l[i] - lse);
+    return lse;
+}
+
+void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < R; r++)
+        (void)qw_logsoftmax_row(logits + (size_t)r * V, V, lp + (size_t)r * V);
+}
 
 qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_t *targets,
                                 const float *ref_lp, double *nll, double *kl, int32_t *argmax,

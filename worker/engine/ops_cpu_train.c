@@ -8,6 +8,8 @@
  * bit-identical for any thread count. */
 #include "ops.h"
 
+#include "adamw.h"
+
 #include "gemm_cpu.h"
 #include <math.h>
 #include <omp.h>
@@ -58,7 +60,7 @@ void qw_train_embedding_backward(float *demb, const float *dout, const uint32_t 
 
 /* ---------------------------------------------------------------- RMSNorm */
 
-/* qw_train_rmsnorm_forward is the evaluation's RMSNorm keeping rstd (ops_cpu.c). */
+/* The RMSNorm forward, with rstd, is ops_cpu.c's qw_rmsnorm_forward. */
 
 void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                const float *w, const float *rstd, int N, int D, int nt) {
@@ -109,8 +111,8 @@ static void rope_rotate(float *x, const float *cosb, const float *sinb, float si
     }
 }
 
-void qw_train_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh,
-                           int E, int nt) {
+void qw_rope_forward(float *x, const float *cosb, const float *sinb, int B, int T, int nh, int E,
+                     int nt) {
     rope_rotate(x, cosb, sinb, 1.0f, B, T, nh, E, nt);
 }
 
@@ -137,18 +139,7 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
             qw_cpu_sgemm(0, 1, T, T, E, scale, qh, HE, kg, GE, (float)0, P, T);
-            for (int t = 0; t < T; t++) {
-                float *row = P + (size_t)t * T;
-                float mx = row[0];
-                for (int s2 = 1; s2 <= t; s2++)
-                    mx = row[s2] > mx ? row[s2] : mx;
-                /* the evaluation's softmax (ops_cpu.c causal_softmax; gemm_cpu.h) */
-                float inv = (float)1 / qw_cpu_exp_shift_sum(row, (size_t)t + 1, mx);
-                for (int s2 = 0; s2 <= t; s2++)
-                    row[s2] *= inv;
-                for (int s2 = t + 1; s2 < T; s2++)
-                    row[s2] = 0;
-            }
+            qw_cpu_causal_softmax(P, T, T, 0); /* the evaluation's softmax */
             qw_cpu_sgemm(0, 0, T, E, T, (float)1, P, T, vg, GE, (float)0,
                          out + (size_t)b * T * HE + (size_t)h * E, HE);
         }
@@ -308,18 +299,10 @@ double qw_train_sumsq(const float *g, size_t n, int nt) {
 
 void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float wd,
                     float b1, float b2, float eps, float c1, float c2, float grad_scale, int nt) {
+    qw_adamw_hp h = {lr, wd, b1, b2, eps, c1, c2, grad_scale};
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t j = 0; j < n; j++) {
-        float gj = g[j] * grad_scale;
-        float mm = b1 * m[j] + (1.0f - b1) * gj;
-        float vv = b2 * v[j] + (1.0f - b2) * gj * gj;
-        m[j] = mm;
-        v[j] = vv;
-        float pj = p[j];
-        pj -= lr * wd * pj;
-        pj -= lr * (mm / c1) / (sqrtf(vv / c2) + eps);
-        p[j] = pj;
-    }
+    for (size_t j = 0; j < n; j++)
+        qw_adamw_update(&p[j], &m[j], &v[j], g[j], &h);
 }
 
 /* ---------------------------------------------------------------- BF16 */

@@ -59,36 +59,8 @@ __global__ void k_embedding(float *out, const uint32_t *tok, const float *table,
     }
 }
 
-/* qw_rmsnorm_forward: one block per row, the sum of squares in double. */
-__global__ void k_rmsnorm(float *out, const float *x, const float *w, int D, float eps) {
-    __shared__ double sh[33];
-    const float *xr = x + (size_t)blockIdx.x * D;
-    float *o = out + (size_t)blockIdx.x * D;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        ss += (double)xr[i] * xr[i];
-    ss = qw_block_sum(ss, sh);
-    float r = (float)(1.0 / sqrt(ss / D + (double)eps));
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        o[i] = w[i] * (xr[i] * r);
-}
-
-/* qw_rope_forward: rotate_half pairs (i, i+E/2) of every head of every row. */
-__global__ void k_rope(float *x, const float *cosb, const float *sinb, int T, int n_heads, int E) {
-    int h2 = E / 2;
-    size_t n = (size_t)T * n_heads * h2;
-    QW_GRID_STRIDE(i, n) {
-        size_t t = i / ((size_t)n_heads * h2), h = (i / h2) % n_heads, j = i % h2;
-        float *v = x + (t * n_heads + h) * E;
-        float c = cosb[t * h2 + j], s = sinb[t * h2 + j];
-        float x1 = v[j], x2 = v[j + h2];
-        v[j] = x1 * c - x2 * s;
-        v[j + h2] = x2 * c + x1 * s;
-    }
-}
-
-/* Causal softmax (ops_cpu.c causal_softmax) of S [H x T x T]: one block per (head, query row)
- * row t keeps columns 0..t, zeros after. */
+/* Causal softmax (gemm_cpu.h qw_cpu_causal_softmax) of S [rows x T], one block per row: row r
+ * is query position t = r % T and keeps columns 0..t, zeros after. Float exp, double sum. */
 __global__ void k_causal_softmax(float *S, int T) {
     __shared__ float shf[33];
     __shared__ double shd[33];
@@ -110,18 +82,8 @@ __global__ void k_causal_softmax(float *S, int T) {
         row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
-/* qw_swiglu_forward. */
-__global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
-    QW_GRID_STRIDE(i, n) {
-        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
-}
-
-/* qw_residual_forward. */
-__global__ void k_residual(float *x, const float *y, size_t n) {
-    QW_GRID_STRIDE(i, n) {
-        x[i] += y[i];
-    }
+void qw_cuda_causal_softmax(cuda_ctx *c, float *S, size_t rows, int T) {
+    k_causal_softmax<<<(unsigned)rows, 256, 0, c->stream>>>(S, T);
 }
 
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
@@ -202,26 +164,6 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
     finish(c, "embedding");
 }
 
-static void cu_rmsnorm(qw_backend *b, qw_tensor *out, const qw_tensor *x, const float *w,
-                       float eps) {
-    cuda_ctx *c = cuda_enter(b);
-    const float *dw = qw_cuda_vector(c, w, (size_t)x->cols);
-    if (!dw) return;
-    k_rmsnorm<<<(unsigned)x->rows, 256, 0, c->stream>>>(out->data, x->data, dw, (int)x->cols, eps);
-    finish(c, "rmsnorm");
-}
-
-static void cu_rope(qw_backend *b, qw_tensor *x, const float *cosb, const float *sinb, int n_heads,
-                    int E) {
-    cuda_ctx *c = cuda_enter(b);
-    size_t n = (size_t)x->rows * (size_t)(E / 2);
-    const float *dc = qw_cuda_vector(c, cosb, n), *ds = qw_cuda_vector(c, sinb, n);
-    if (!dc || !ds) return;
-    k_rope<<<qw_grid_of(n * n_heads, 256), 256, 0, c->stream>>>(x->data, dc, ds, (int)x->rows,
-                                                                n_heads, E);
-    finish(c, "rope");
-}
-
 static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
                          const qw_tensor *v, float *scores, int H, int G, int E) {
     (void)scores;
@@ -248,7 +190,7 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
             return;
         }
     }
-    k_causal_softmax<<<(unsigned)(H * T), 256, 0, c->stream>>>(S, T);
+    qw_cuda_causal_softmax(c, S, (size_t)H * T, T);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         qw_cuda_note_error(c, "attention softmax", cudaGetErrorString(e));
@@ -266,20 +208,6 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
         }
     }
     finish(c, "attention");
-}
-
-static void cu_swiglu(qw_backend *b, qw_tensor *out, const qw_tensor *g, const qw_tensor *u) {
-    cuda_ctx *c = cuda_enter(b);
-    size_t n = (size_t)g->rows * (size_t)g->cols;
-    k_swiglu<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out->data, g->data, u->data, n);
-    finish(c, "swiglu");
-}
-
-static void cu_residual(qw_backend *b, qw_tensor *x, const qw_tensor *y) {
-    cuda_ctx *c = cuda_enter(b);
-    size_t n = (size_t)x->rows * (size_t)x->cols;
-    k_residual<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x->data, y->data, n);
-    finish(c, "residual");
 }
 
 qs_status qw_cuda_read_amax(cuda_ctx *c, const float *d, float *out, qs_error *err) {
@@ -462,11 +390,11 @@ static const qw_ops cuda_ops = {
     .alloc = cu_alloc,
     .free = cu_free,
     .embedding = cu_embedding,
-    .rmsnorm = cu_rmsnorm,
-    .rope = cu_rope,
+    .rmsnorm = qw_cuda_rmsnorm_forward,
+    .rope = qw_cuda_rope_forward,
     .attention = cu_attention,
-    .swiglu = cu_swiglu,
-    .residual = cu_residual,
+    .swiglu = qw_cuda_swiglu_forward,
+    .add = qw_cuda_train_add,
     .linear = cu_linear,
     .lm_head = cu_linear,
     .logsoftmax = cu_logsoftmax,
@@ -479,7 +407,6 @@ static const qw_ops cuda_ops = {
     .fetch = qw_cuda_train_copy,
     .copy = qw_cuda_train_copy,
     .zero = qw_cuda_train_zero,
-    .add = qw_cuda_train_add,
     .gemm_abt = qw_cuda_train_gemm_abt,
     .gemm_abt_bf16 = qw_cuda_train_gemm_abt_bf16,
     .transpose = qw_cuda_train_transpose,
@@ -488,13 +415,10 @@ static const qw_ops cuda_ops = {
     .fake_quant = qw_cuda_train_fake_quant,
     .embedding_fwd = qw_cuda_train_embedding_forward,
     .embedding_bwd = qw_cuda_train_embedding_backward,
-    .rmsnorm_fwd = qw_cuda_train_rmsnorm_forward,
     .rmsnorm_bwd = qw_cuda_train_rmsnorm_backward,
-    .rope_fwd = qw_cuda_train_rope_forward,
     .rope_bwd = qw_cuda_train_rope_backward,
     .attention_fwd = qw_cuda_train_attention_forward,
     .attention_bwd = qw_cuda_train_attention_backward,
-    .swiglu_fwd = qw_cuda_train_swiglu_forward,
     .swiglu_bwd = qw_cuda_train_swiglu_backward,
     .crossentropy_fwd = qw_cuda_train_crossentropy_forward,
     .crossentropy_bwd = qw_cuda_train_crossentropy_backward,

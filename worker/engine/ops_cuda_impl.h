@@ -91,6 +91,11 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
  * NULL on error (noted in c). */
 const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n);
 
+/* Causal softmax in place of rows [rows x T] of scores (row % T = query position; zeros above
+ * the diagonal), enqueued on c's stream: the one kernel of evaluation's and training's
+ * attention. */
+void qw_cuda_causal_softmax(cuda_ctx *c, float *S, size_t rows, int T);
+
 /* Fingerprint of a packed weight's contents (format, shape, tensor scale, sampled codes and
  * scales): what a packed slot's cache entry is checked against on each use. */
 uint64_t qw_cuda_packed_fingerprint(const qk_packed *p);

@@ -2,6 +2,7 @@
  * the CPU training functions (ops_cpu_train.c) line by line. cuBLAS is column-major: a row-major
  * product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, i.e. with the operands swapped
  * and the same transpose flags. */
+#include "adamw.h"
 #include "ops_cuda_impl.h"
 #include "ops_cuda_kern.cuh"
 
@@ -82,7 +83,7 @@ __global__ void k_rms_fwd(float *out, float *rstd, const float *x, const float *
         ss += (double)xr[i] * xr[i];
     ss = qw_block_sum256(ss, sh);
     float r = (float)(1.0 / sqrt(ss / D + (double)eps));
-    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         o[i] = w[i] * (xr[i] * r);
 }
@@ -114,10 +115,11 @@ __global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const
     dw[i] += s;
 }
 
-extern "C" qs_status qw_cuda_train_rmsnorm_forward(qw_backend *b, float *out, float *rstd,
-                                                   const float *x, const float *w, int N, int D,
-                                                   float eps, qs_error *err) {
+extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd,
+                                             const float *x, const float *w, int N, int D,
+                                             float eps, qs_error *err) {
     CTX;
+    if (!(w = qw_cuda_vector(c, w, (size_t)D))) return qw_backend_cuda_check(b, err);
     k_rms_fwd<<<(unsigned)N, 256, 0, c->stream>>>(out, rstd, x, w, D, eps);
     return done(c, "rmsnorm forward", err);
 }
@@ -152,10 +154,13 @@ __global__ void k_rope_t(float *x, const float *cosb, const float *sinb, int N, 
     }
 }
 
-extern "C" qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb,
-                                                const float *sinb, int B, int T, int nh, int E,
-                                                qs_error *err) {
+extern "C" qs_status qw_cuda_rope_forward(qw_backend *b, float *x, const float *cosb,
+                                          const float *sinb, int B, int T, int nh, int E,
+                                          qs_error *err) {
     CTX;
+    size_t tab = (size_t)T * (E / 2);
+    if (!(cosb = qw_cuda_vector(c, cosb, tab)) || !(sinb = qw_cuda_vector(c, sinb, tab)))
+        return qw_backend_cuda_check(b, err);
     size_t n = (size_t)B * T * nh * (E / 2);
     k_rope_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x, cosb, sinb, B * T, T, nh, E, 0);
     return done(c, "rope forward", err);
@@ -171,29 +176,6 @@ extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const
 }
 
 /* ---------------------------------------------------------------- attention */
-
-/* Causal softmax of each row of P [rows x T] in place (row index % T = query position),
- * zeros above the diagonal; float exp, double sum, as the CPU. */
-__global__ void k_causal_softmax_t(float *P, int T) {
-    __shared__ double shd[256];
-    __shared__ float shf[256];
-    int t = blockIdx.x % T;
-    float *row = P + (size_t)blockIdx.x * T;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x)
-        mx = fmaxf(mx, row[j]);
-    mx = qw_block_max256(mx, shf);
-    double sum = 0.0;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-        float e = expf(row[j] - mx);
-        row[j] = e;
-        sum += e;
-    }
-    sum = qw_block_sum256(sum, shd);
-    float inv = (float)(1.0 / sum);
-    for (int j = threadIdx.x; j < T; j += blockDim.x)
-        row[j] = j <= t ? row[j] * inv : 0.0f;
-}
 
 /* dS = P (dP - rowsum(P dP)) * scale, zero above the diagonal; rows of [rows x T]. */
 __global__ void k_softmax_bwd(float *dS, const float *P, int T, float scale) {
@@ -231,7 +213,7 @@ extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, 
                       "attention scores", err);
         }
     if (st != QS_OK) return st;
-    k_causal_softmax_t<<<(unsigned)((size_t)B * H * T), 256, 0, c->stream>>>(probs, T);
+    qw_cuda_causal_softmax(c, probs, (size_t)B * H * T, T); /* the evaluation's kernel */
     for (int bb = 0; bb < B && st == QS_OK; bb++)
         for (int j = 0; j < rep && st == QS_OK; j++) {
             const float *vb = v + (size_t)bb * T * GE;
@@ -322,8 +304,8 @@ __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const floa
     }
 }
 
-extern "C" qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const float *g,
-                                                  const float *u, size_t n, qs_error *err) {
+extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g,
+                                            const float *u, size_t n, qs_error *err) {
     CTX;
     k_swiglu_fwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
     return done(c, "swiglu forward", err);
@@ -620,19 +602,10 @@ extern "C" qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n
 }
 
 /* qw_train_adamw element by element (sqrtf and IEEE division: --prec-div=true, no FMA). */
-static __global__ void k_tr_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                                  float wd, float b1, float b2, float eps, float c1, float c2,
-                                  float gs) {
+static __global__ void k_tr_adamw(float *p, const float *g, float *m, float *v, size_t n,
+                                  qw_adamw_hp h) {
     QW_GRID_STRIDE(j, n) {
-        float gj = g[j] * gs;
-        float mm = b1 * m[j] + (1.0f - b1) * gj;
-        float vv = b2 * v[j] + (1.0f - b2) * gj * gj;
-        m[j] = mm;
-        v[j] = vv;
-        float pj = p[j];
-        pj -= lr * wd * pj;
-        pj -= lr * (mm / c1) / (sqrtf(vv / c2) + eps);
-        p[j] = pj;
+        qw_adamw_update(&p[j], &m[j], &v[j], g[j], &h);
     }
 }
 
@@ -641,7 +614,7 @@ extern "C" qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g
                                          float eps, float c1, float c2, float grad_scale,
                                          qs_error *err) {
     CTX;
-    k_tr_adamw<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, lr, wd, b1, b2, eps, c1,
-                                                          c2, grad_scale);
+    qw_adamw_hp h = {lr, wd, b1, b2, eps, c1, c2, grad_scale};
+    k_tr_adamw<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, h);
     return done(c, "adamw", err);
 }

@@ -1,24 +1,9 @@
-/* Training ops on the GPU: the CUDA counterparts of the CPU training functions (ops.h,
- * qw_train_*), same arguments and semantics, over device (or managed) pointers, on the stream
- * and cuBLAS handle of a CUDA backend (ops_cuda.h); the CUDA table's training entries. Plain C
- * interface.
- *
- * Shapes as ops.h: B sequences of T tokens, N = B*T rows; D dim, F hidden, H heads,
- * G kv heads, E head_dim, V vocab; row-major; W [out x in] (y = x W^T). Backward functions ADD
- * into parameter gradients (dW, dw, demb) as the CPU ones do.
- *
- * Agreement with the CPU functions (tests/gpu/test_train_cuda.c states each tolerance):
- * - bit-identical: embedding forward/backward (rows added in token order, one thread per
- *   column), RoPE forward/backward, RMSNorm's weight gradient (rows summed in order per
- *   column, as the CPU loop), cross-entropy backward;
- * - within float rounding: RMSNorm forward/input gradient (double dot products in another
- *   order), SwiGLU (CUDA expf), cross-entropy forward, and every GEMM (cuBLAS SGEMM under
- *   CUBLAS_PEDANTIC_MATH: FP32, no TF32, sums in another order; gemm_abt_bf16: BF16 inputs
- *   that are the same values, FP32 accumulation on the tensor cores, sums in another order).
- * The linear here is the unquantized one; the recipe's quantized linear (NVFP4 2D weights, RHT,
- * stochastic rounding of gradients) is worker/train/qlinear.c over this backend's table.
- * Each returns QS_OK or QS_EIO with the CUDA/cuBLAS error (QS_EINVAL for a non-CUDA backend);
- * each waits for the stream before returning. */
+/* The CUDA table's training entries and its shared forward ops (ops.h): same arguments and
+ * formulas as the CPU functions, device (or managed) pointers, on the backend's stream; each
+ * waits for it and returns QS_OK, QS_EIO with the CUDA/cuBLAS error, or QS_EINVAL for a
+ * non-CUDA backend. tests/gpu/test_train_cuda.c states each tolerance: bit-identical for the
+ * embedding, RoPE, RMSNorm's weight gradient and cross-entropy backward; float rounding for the
+ * rest (double sums in another order, CUDA expf, cuBLAS SGEMM under CUBLAS_PEDANTIC_MATH). */
 #ifndef QW_OPS_CUDA_TRAIN_H
 #define QW_OPS_CUDA_TRAIN_H
 
@@ -38,16 +23,18 @@ qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out, const uint3
 /* demb[V x D] += scatter of dout[N x D] by token, rows in token order. */
 qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb, const float *dout,
                                            const uint32_t *tokens, int N, int D, qs_error *err);
-/* out[N x D] = w x rstd, rstd[N] = 1/sqrt(mean(x^2) + eps). */
-qs_status qw_cuda_train_rmsnorm_forward(qw_backend *b, float *out, float *rstd, const float *x,
-                                        const float *w, int N, int D, float eps, qs_error *err);
+/* The forward ops evaluation and training share (the table's rmsnorm, rope, swiglu): out[N x D]
+ * = w x rstd, rstd[N] = 1/sqrt(mean(x^2) + eps) unless NULL; w and the RoPE tables may be host
+ * memory (a cached device copy, qw_cuda_vector). */
+qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd, const float *x,
+                                  const float *w, int N, int D, float eps, qs_error *err);
 /* dx[N x D] += input gradient; dw[D] += weight gradient. */
 qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw, const float *dout,
                                          const float *x, const float *w, const float *rstd, int N,
                                          int D, qs_error *err);
 /* RoPE in place on x[N x nh*E] (position = row % T), and its gradient (opposite angle). */
-qs_status qw_cuda_train_rope_forward(qw_backend *b, float *x, const float *cosb, const float *sinb,
-                                     int B, int T, int nh, int E, qs_error *err);
+qs_status qw_cuda_rope_forward(qw_backend *b, float *x, const float *cosb, const float *sinb, int B,
+                               int T, int nh, int E, qs_error *err);
 qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
                                       const float *sinb, int B, int T, int nh, int E,
                                       qs_error *err);
@@ -61,8 +48,8 @@ qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk, 
                                            const float *k, const float *v, const float *probs,
                                            int B, int T, int H, int G, int E, qs_error *err);
 /* h[n] = silu(g) u; dg, du [n] overwritten from dh. */
-qs_status qw_cuda_train_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u,
-                                       size_t n, qs_error *err);
+qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u, size_t n,
+                                 qs_error *err);
 qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du, const float *dh,
                                         const float *g, const float *u, size_t n, qs_error *err);
 /* logits[N x V] become softmax probabilities; losses[N] = -log p(target) from the logits;
@@ -78,13 +65,10 @@ qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumul
                                         const float *dy, const float *x, const float *W, int N,
                                         int in, int out, qs_error *err);
 
-/* The rest of the table's training entries (ops.h), same arguments:
- * copy (also upload and fetch: cudaMemcpyDefault, the direction from the pointers), zero, add,
- * gemm_abt (cuBLAS SGEMM), gemm_abt_bf16 (cuBLAS BF16 GemmEx, below), transpose, round_bf16
- * (qw_round_bf16's bits), rht (qk_cuda_rht on the device for tiles 16 and 32, others refused as
- * qk_rht refuses them), fake_quant (qk_cuda_fake_quant; what it refuses by the CPU quantizer on
- * a host copy, qw_cuda_host_fake_quant, the same bits), sumsq (64 fixed ranges, each a fixed
- * tree: deterministic, not the CPU's order) and adamw (element by element). */
+/* The rest of the table's entries: copy (also upload and fetch, cudaMemcpyDefault), rht
+ * (qk_cuda_rht, tiles 16 and 32), fake_quant (qk_cuda_fake_quant, else the CPU quantizer on a
+ * host copy: the same bits), sumsq (64 fixed trees: deterministic, not the CPU's order), adamw
+ * (adamw.h). */
 qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *src, size_t bytes,
                              qs_error *err);
 qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err);
@@ -92,10 +76,8 @@ qs_status qw_cuda_train_add(qw_backend *b, float *out, const float *x, const flo
                             qs_error *err);
 qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float *A, const float *Bm, int M,
                                  int Ncol, int K, float beta, qs_error *err);
-/* gemm_abt_bf16 (ops.h): gemm_abt whose inputs are exact in BF16, run as cublasGemmEx with
- * BF16 inputs converted on the device into the backend's scratch, FP32 output and
- * CUBLAS_COMPUTE_32F (tensor cores). Errors: QS_ENOMEM (the scratch), QS_EIO (a launch or
- * cuBLAS call, named). */
+/* BF16 copies of A and Bm in the backend's scratch, cublasGemmEx with CUBLAS_COMPUTE_32F.
+ * Errors: QS_ENOMEM (the scratch), QS_EIO (a launch or cuBLAS call, named). */
 qs_status qw_cuda_train_gemm_abt_bf16(qw_backend *b, float *C, const float *A, const float *Bm,
                                       int M, int Ncol, int K, float beta, qs_error *err);
 qs_status qw_cuda_train_transpose(qw_backend *b, float *dst, const float *src, int rows, int cols,

@@ -1,14 +1,7 @@
-/* Where an evaluation's time goes: wall seconds per phase, accumulated by the forward pass,
- * the evaluation loop and the policy applier of one model (model.h qw_model_profile), and read
- * by bench_engine --profile and the eval job (its time_<phase>_s metrics).
- *
- * Each phase is timed in the calling thread around the op call (CLOCK_MONOTONIC, common/
- * clock.h), never per element, so a phase's seconds are the wall time of its OpenMP regions,
- * not CPU time summed over the team. The phases do not overlap: their sum is at most the wall
- * time of the work they cover. The one split inside an op is a linear's: its weight pieces are
- * converted (checkpoint dtype or packed FP4 to FP32) right before each piece's GEMM by the same
- * thread, so the linear's wall time is divided between "convert" and its GEMM phase in the
- * ratio of the team's summed conversion and GEMM seconds. */
+/* Wall seconds per phase of one model's forwards, evaluations and policies (model.h
+ * qw_model_profile; bench_engine --profile, the eval job's time_<phase>_s metrics), timed in the
+ * calling thread around each op (CLOCK_MONOTONIC), phases not overlapping. A linear's wall time
+ * is split between "convert" and its GEMM phase in the ratio of the team's summed seconds. */
 #ifndef QW_PROFILE_H
 #define QW_PROFILE_H
 
@@ -27,10 +20,10 @@ typedef enum qw_phase {
     QW_PHASE_GEMM_LM_HEAD, /* lm_head over the scored rows */
     QW_PHASE_ATTENTION,    /* causal attention (scores, softmax, P V) */
     QW_PHASE_ELEMENTWISE,  /* embedding lookup, RMSNorms, RoPE, SwiGLU, residual adds */
-    QW_PHASE_LOGSOFTMAX, /* a baseline job's NLL and log-probs of the scored rows */
-    QW_PHASE_COMPARE,    /* an eval job's NLL, KL and top-1 (one pass a row), SQNR probe GEMMs */
-    QW_PHASE_POLICY,     /* applying a quantization policy to the weights */
-    QW_PHASE_BASELINE_IO, /* reading or writing the baseline file (and its rows' device copies) */
+    QW_PHASE_LOGSOFTMAX,   /* a baseline job's NLL and log-probs of the scored rows */
+    QW_PHASE_COMPARE,      /* an eval job's NLL, KL and top-1 (one pass a row), SQNR probe GEMMs */
+    QW_PHASE_POLICY,       /* applying a quantization policy to the weights */
+    QW_PHASE_BASELINE_IO,  /* reading or writing the baseline file (and its rows' device copies) */
     QW_PHASES
 } qw_phase;
 

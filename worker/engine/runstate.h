@@ -1,8 +1,6 @@
-/* The engine's run state: every activation buffer of a forward pass over up to max_ctx tokens,
- * carved from ONE allocation of the backend (llm.c's ActivationTensors), made once per
- * (model, ctx, threads); the forward pass allocates nothing. Training adds its gradients here.
- * Shapes (T = max_ctx, D = dim, F = hidden_dim, H = heads, G = kv heads, E = head_dim,
- * V = vocab, nt = threads) in the field comments. */
+/* Every activation buffer of a forward over up to max_ctx tokens (T), carved from ONE backend
+ * allocation (llm.c's ActivationTensors) per (model, ctx, threads); the forward allocates
+ * nothing. nt = threads; other shapes as ops.h. */
 #ifndef QW_RUNSTATE_H
 #define QW_RUNSTATE_H
 
@@ -34,10 +32,8 @@ typedef struct qw_runstate {
 /* Bytes the run state of (c, max_ctx, threads) takes (64-byte aligned buffers). */
 size_t qw_runstate_bytes(const qw_config *c, int max_ctx, int threads);
 
-/* Allocates and carves s from backend b, and fills the RoPE tables (qw_rope_tables, computed
- * on the host and copied in with b's upload: b's memory need not be host-visible).
- * Errors: QS_EINVAL (max_ctx or threads < 1), QS_ENOMEM naming the size, the upload's. On
- * error s owns nothing. */
+/* Carves s from one allocation of b and uploads the RoPE tables (qw_rope_tables). Errors:
+ * QS_EINVAL (max_ctx or threads < 1), QS_ENOMEM naming the size, the upload's. */
 qs_status qw_runstate_init(qw_runstate *s, qw_backend *b, const qw_config *c, int max_ctx,
                            int threads, qs_error *err);
 

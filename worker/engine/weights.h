@@ -1,17 +1,8 @@
-/* The engine's weights: layer-stacked, one array per role with its shape, masters in the
- * checkpoint's dtype (llama2.c's TransformerWeights, without its FP32 copy).
- *
- * A weight (qw_weight) is held in one of three forms:
- * - FP32 in place: an F32 tensor of the mapped checkpoint, read by the GEMM as it is;
- * - stored: the checkpoint's dtype (BF16, F16, unaligned F32, GGUF Q8_0 ... Q6_K, IQ4_*), converted
- *   to FP32 one GEMM piece at a time, right before that piece's GEMM (ops.h), into a per-thread
- *   scratch: no whole-model FP32 copy ever exists;
- * - packed: a quantized linear (qk_packed: codes + block scales + tensor scale, about 4.5 bits
- *   per weight for NVFP4), dequantized piece by piece the same way.
- * Norm weights are small and served as FP32 (the checkpoint's converted copy).
- *
- * Memory of a model: the mapped checkpoint (or the synthetic builder's BF16 masters), plus the
- * packed forms of the quantized linears, plus the run state (runstate.h). */
+/* The engine's weights, layer-stacked, one array per role (llama2.c's TransformerWeights without
+ * its FP32 copy). A qw_weight is FP32 in place, stored (the checkpoint's dtype: BF16, F16, GGUF
+ * Q8_0 ... IQ4_*) or packed (qk_packed: codes + block scales + tensor scale); the last two are
+ * converted to FP32 one GEMM piece at a time (ops.h), so no whole-model FP32 copy exists. Norm
+ * weights are served as FP32. */
 #ifndef QW_WEIGHTS_H
 #define QW_WEIGHTS_H
 
@@ -35,7 +26,7 @@ typedef struct qw_weight {
     qw_weight_form form;
     int64_t rows, cols;
     const float *f32;        /* QW_WEIGHT_F32 */
-    qw_stored_tensor view;     /* QW_WEIGHT_STORED */
+    qw_stored_tensor view;   /* QW_WEIGHT_STORED */
     const qk_packed *packed; /* QW_WEIGHT_PACKED */
 } qw_weight;
 
@@ -46,42 +37,36 @@ qw_weight qw_weight_from_view(const qw_stored_tensor *v);
 /* A weight over a packed tensor (which must outlive it). */
 qw_weight qw_weight_from_packed(const qk_packed *p);
 
-/* FP32 rows [r0, r0+n) of w into dst [n x cols]: a copy for FP32 in place, the dtype
- * conversion for the stored form, the packed form decoded as qk_dequantize decodes it (exactly
- * the values qk_fake_quant gives the whole tensor). Serial (call it from one thread per piece).
- * Errors: QS_EINVAL (rows out of range). */
-qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *dst,
-                             qs_error *err);
+/* dst [n x cols] = FP32 rows [r0, r0+n) of w (packed: qk_dequantize's values, those
+ * qk_fake_quant gives the whole tensor). Serial. Errors: QS_EINVAL (rows out of range). */
+qs_status qw_weight_rows_f32(const qw_weight *w, int64_t r0, int64_t n, float *dst, qs_error *err);
 
-/* Bytes w occupies in its form (FP32: 4 per element; stored: rows*row_bytes; packed: codes
- * and scales). */
+/* Bytes w occupies in its form. */
 size_t qw_weight_bytes(const qw_weight *w);
 
 /* Every weight of a Llama model (HF LlamaForCausalLM names in the comments). */
 typedef struct qw_weights {
     qw_config cfg;
-    qw_weight embed;           /* [V x D] model.embed_tokens.weight */
-    qw_weight lm_head;         /* [V x D] lm_head.weight, or the embeddings' storage when tied */
-    const float *final_norm;   /* [D] model.norm.weight */
-    const float **attn_norm;   /* [L] each [D] model.layers.l.input_layernorm.weight */
-    const float **ffn_norm;    /* [L] each [D] model.layers.l.post_attention_layernorm.weight */
+    qw_weight embed;         /* [V x D] model.embed_tokens.weight */
+    qw_weight lm_head;       /* [V x D] lm_head.weight, or the embeddings' storage when tied */
+    const float *final_norm; /* [D] model.norm.weight */
+    const float **attn_norm; /* [L] each [D] model.layers.l.input_layernorm.weight */
+    const float **ffn_norm;  /* [L] each [D] model.layers.l.post_attention_layernorm.weight */
     qw_weight *lin[QW_LINEAR_KINDS]; /* lin[kind][l]: model.layers.l.<module of kind>.weight */
-    void *arrays_;             /* one allocation for the per-layer arrays */
-    void *owned_;              /* storage the weights own (synthetic masters), or NULL */
+    void *arrays_;                   /* one allocation for the per-layer arrays */
+    void *owned_;                    /* storage the weights own (synthetic masters), or NULL */
 } qw_weights;
 
-/* The weights of an open checkpoint (which must stay open while they are used): every tensor
- * looked up and its shape checked against the config (names the tensor and both shapes).
- * Errors: QS_EINVAL (config values out of range, naming the field), QS_ENOTFOUND /
- * QS_EFORMAT from the checkpoint, QS_ENOMEM. On error *w owns nothing. */
+/* The weights of ck (open while they are used), every shape checked against the config.
+ * Errors: QS_EINVAL (config: names the field), QS_ENOTFOUND / QS_EFORMAT (names the tensor and
+ * both shapes), QS_ENOMEM; on error *w owns nothing. */
 qs_status qw_weights_from_checkpoint(qw_checkpoint *ck, qw_weights *w, qs_error *err);
 
-/* Allocates the per-layer arrays of w for cfg (all weights zeroed). Used by the loaders.
- * Errors: QS_EINVAL (config out of range), QS_ENOMEM. */
+/* The loaders' zeroed per-layer arrays for cfg. Errors: QS_EINVAL (config), QS_ENOMEM. */
 qs_status qw_weights_alloc(qw_weights *w, const qw_config *cfg, qs_error *err);
 
-/* Checks the config a forward pass relies on (dims > 0, heads divide, even head_dim, rope
- * scaling consistent). Errors: QS_EINVAL naming the field. */
+/* Dims > 0, heads divide, even head_dim, rope scaling consistent. Errors: QS_EINVAL naming the
+ * field. */
 qs_status qw_config_check(const qw_config *c, qs_error *err);
 
 /* Frees the arrays and anything owned; a zeroed struct is a no-op. */
