@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Advisory lock key held while migrating: "qsweepmg" read as a big-endian int64, so it does
- * not collide with the coordinator's lock (store.c). */
+ * not collide with the coordinator's lock (lock.c). */
 #define MIGRATE_LOCK_KEY "8175009025984851303"
 
 void qc_migration_checksum(const char *sql, size_t len, char out[65]) {

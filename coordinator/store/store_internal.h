@@ -1,10 +1,19 @@
-/* What store.c and batch.c share: the store's fields and its error/exec helpers.
- * Internal to qc_store. */
+/* What the store's files share: the store's fields, its lock keys and its error/exec
+ * helpers. Internal to qc_store. */
 #ifndef QC_STORE_STORE_INTERNAL_H
 #define QC_STORE_STORE_INTERNAL_H
 
 #include "sqltext.h"
 #include "store.h"
+
+/* Session advisory lock key of the coordinator: 0x71737765657031 ("qsweep1"). pg_locks
+ * shows a bigint key as classid = high 32 bits, objid = low 32 bits, objsubid = 1
+ * (PostgreSQL docs, pg_locks). */
+#define COORD_LOCK_KEY "31933629007753265"
+#define COORD_LOCK_HI "7435127"    /* 0x00717377 */
+#define COORD_LOCK_LO "1701146673" /* 0x65657031 */
+/* Transaction advisory lock serialising submissions: "qsweepsb". */
+#define SUBMIT_LOCK_KEY "8175009025984852834"
 
 struct qc_store {
     PGconn *conn;
@@ -44,5 +53,13 @@ void qc_store_rollback(qc_store *s);
 /* Records that the session is gone (qc_store_connection_lost), e.g. a pipeline that stopped
  * answering. */
 void qc_store_mark_lost(qc_store *s);
+
+/* Takes the coordinator lock for this session, retrying a held one for a moment and ending a
+ * stale session of this host's own coordinator that holds it (lock.c); QS_ESTATE naming the
+ * holder when another coordinator has it, QS_EDB. */
+qs_status qc_store_take_coordinator_lock(qc_store *s, qs_error *err);
+/* Names whoever holds the coordinator lock into out ("unknown session" when nobody or the
+ * query failed); *found (may be NULL): whether anyone does. False when the query failed. */
+bool qc_store_describe_lock_holder(qc_store *s, char *out, size_t cap, bool *found);
 
 #endif
