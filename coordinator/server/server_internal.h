@@ -58,7 +58,11 @@ typedef struct job {
     int n_deps;
     char *error;            /* the error it failed or was cancelled with (owned; NULL: none
                                yet), quoted in its dependents' errors */
-    worker *worker;         /* the worker running it, NULL when orphaned after a restart */
+    worker *worker;         /* the worker running it; NULL when its attempt was rebuilt from the
+                               store at this coordinator's start (rebuilt) and not re-attached
+                               yet, or when its worker's id moved to a new connection */
+    bool rebuilt;           /* the running attempt was loaded from the store at start, not
+                               assigned by this process; cleared when its worker re-attaches */
     char *worker_name;      /* the attempt's worker (attempts.worker) */
     int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
     int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
