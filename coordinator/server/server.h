@@ -3,18 +3,19 @@
  * The coordinator is the only writer of job state. It binds a ROUTER socket
  * (ZMQ_ROUTER_MANDATORY, ZMQ_ROUTER_HANDOVER, ZMQ_MAXMSGSIZE = 2 * QS_PROTO_MAX_BYTES so a
  * body just over the protocol limit is still received, logged with its peer and dropped,
- * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock
- * (a second coordinator on the same database refuses to start: QS_ESTATE), rebuilds its queue from
- * the database, and then loops: decode what workers sent, change the in-memory state, write every
- * transition through batched transactions (qc_store_flush, coordinator/store/store.h), and only
- * after the commit send what depends on it (an ASSIGN after its attempt row is durable, an ACK
+ * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes the coordinator lock
+ * (a table lock, coordinator/store/lock.c: a second coordinator on the same database refuses
+ * to start: QS_ESTATE), rebuilds its queue from the database, and then loops: decode what
+ * workers sent, change the in-memory state, write every transition through batched
+ * transactions (qc_store_flush, coordinator/store/store.h), and only after the commit send
+ * what depends on it (an ASSIGN after its attempt row is durable, an ACK
  * after the result or failure is stored). The commits run in a writer thread on a second
  * connection (writer.h), one batch at a time and in order, while the loop goes on filling the
  * next batch: a batch is handed over as soon as the writer is idle, so under load the workers
- * fall into groups whose round trips overlap the other groups' commits. It uses three
- * PostgreSQL connections whatever the number of workers: the loop's (reads, polls, the
- * advisory lock), the writer's, and a second write connection that COPYs half of the results
- * of a batch carrying many of them (writer.h).
+ * fall into groups whose round trips overlap the other groups' commits. It uses four
+ * PostgreSQL connections whatever the number of workers: the loop's (reads, polls), the
+ * writer's, the writer's lock session (the coordinator lock), and a second write connection
+ * that COPYs half of the results of a batch carrying many of them (writer.h).
  *
  * Rules (protocol: proto/qsweep.proto):
  *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and

@@ -121,7 +121,7 @@ typedef struct action {
 typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_store *store;        /* reads, polls and the advisory lock */
+    qc_store *store;        /* reads and polls */
     qc_writer *writer;      /* the second connection: commits batches in its own thread */
     qc_store_batch *batch;  /* the open batch, filled by the loop */
     qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
@@ -391,7 +391,7 @@ void qc_srv_actions_to_flight(server *s);
 void qc_srv_db_lost(server *s, const char *why, const char *condition);
 
 /* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
- * every connection; the writer's takes the advisory lock again before anything is written.
+ * every connection; the writer's takes the coordinator lock again before anything is written.
  * Back: dispatch resumes and the queued batches are committed. Still down: the next retry is
  * scheduled. Errors: QS_ESTATE (another coordinator holds the lock now). */
 qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err);

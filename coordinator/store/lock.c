@@ -1,8 +1,10 @@
-/* The coordinator lock: taking it (ending a stale session of this host's own coordinator),
- * naming its holder, checking it is still held. Contract: store.h. */
+/* The coordinator lock: an EXCLUSIVE lock on the table qsweep_coordinator_lock held by a
+ * session of its own (store_internal.h); taking it (ending a stale session of this host's own
+ * coordinator), naming its holder, checking it is still held. Contract: store.h. */
 #include "store.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +24,7 @@ bool qc_store_describe_lock_holder(qc_store *s, char *out, size_t cap, bool *fou
         PQexec(s->conn, "SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), "
                         "'local socket'), to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS TZ') "
                         "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                        "AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
-                        " AND l.database = (SELECT oid FROM pg_database "
-                        "WHERE datname = current_database())");
+                        "WHERE " COORD_LOCK_HELD);
     bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
     if (ok && PQntuples(r) > 0) {
         snprintf(out, cap, "'%s' (server pid %s, %s, connected since %s)", PQgetvalue(r, 0, 1),
@@ -54,7 +53,7 @@ qs_status qc_store_coordinator_running(qc_store *s, bool *held, char *holder, si
  * partition, which the server has not noticed yet), or a session of a coordinator of this
  * host whose process no longer exists. */
 static bool stale_own_session(const qc_store *s, int backend, const char *app) {
-    if (s->stale_backend && backend == s->stale_backend) return true;
+    if (s->stale_lock_backend && backend == s->stale_lock_backend) return true;
     if (strncmp(app, "qsweep coordinator", 18) != 0) return false;
     const char *sp = strrchr(app, ' '), *mine = strrchr(s->app, ' ');
     if (!sp || !mine) return false;
@@ -74,10 +73,7 @@ static qs_status end_stale_holder(qc_store *s, bool *ended, char *who, size_t ca
     PGresult *r = qc_store_params(
         s,
         "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON "
-        "a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-        "AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
-        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-        "AND a.pid <> pg_backend_pid()",
+        "a.pid = l.pid WHERE " COORD_LOCK_HELD " AND a.pid <> pg_backend_pid()",
         0, NULL, PGRES_TUPLES_OK, "looking for the coordinator lock's holder", err);
     if (!r) return QS_EDB;
     bool stale =
@@ -104,14 +100,86 @@ static qs_status end_stale_holder(qc_store *s, bool *ended, char *who, size_t ca
 #define COORD_LOCK_WAIT_MS 2000
 #define COORD_LOCK_POLL_MS 100
 
+void qc_store_drop_lock_session(qc_store *s) {
+    if (!s->lock_conn) return;
+    s->stale_lock_backend = s->lock_backend; /* the session whose lock a reconnect looks for */
+    PQfinish(s->lock_conn);
+    s->lock_conn = NULL;
+    s->lock_backend = 0; /* holds_lock stays: a reconnect takes the lock again */
+}
+
+/* Fails a statement on the lock session: QS_EDB naming what, with the server's message. */
+static qs_status lock_fail(qc_store *s, PGresult *r, const char *what, qs_error *err) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s",
+             r && PQresultErrorMessage(r)[0] ? PQresultErrorMessage(r)
+                                             : PQerrorMessage(s->lock_conn));
+    msg[strcspn(msg, "\n")] = '\0';
+    PQclear(r);
+    return qs_error_set(err, QS_EDB, "%s: %s", what, msg);
+}
+
+/* One try at the lock on the lock session (opened first when there is none): *got says
+ * whether it is held now. A lock held by another session is no error (SQLSTATE 55P03 under
+ * NOWAIT); a role that may not lock the table (42501: not in qsweep_writer) is. */
+static qs_status try_lock_once(qc_store *s, bool *got, qs_error *err) {
+    *got = false;
+    if (!s->lock_conn) {
+        if (!(s->lock_conn = qc_store_lock_connect(s)))
+            return qs_error_set(err, QS_ENOMEM, "coordinator lock: out of memory");
+        if (PQstatus(s->lock_conn) != CONNECTION_OK) {
+            qs_status st = lock_fail(s, NULL, "coordinator lock: connecting its session", err);
+            qc_store_drop_lock_session(s);
+            s->lost = true;
+            return st;
+        }
+        s->lock_backend = PQbackendPID(s->lock_conn);
+        /* the open transaction holds the lock: no idle timeout may end it */
+        PGresult *r = PQexec(s->lock_conn, "SET idle_in_transaction_session_timeout = 0");
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            qs_status st = lock_fail(s, r, "coordinator lock: SET", err);
+            qc_store_drop_lock_session(s);
+            return st;
+        }
+        PQclear(r);
+    }
+    PGresult *r = PQexec(s->lock_conn, "BEGIN");
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        return lock_fail(s, r, "coordinator lock: BEGIN", err);
+    PQclear(r);
+    r = PQexec(s->lock_conn, "LOCK TABLE " COORD_LOCK_TABLE " IN EXCLUSIVE MODE NOWAIT");
+    if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+        PQclear(r);
+        *got = true;
+        return QS_OK;
+    }
+    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    bool busy = code && strcmp(code, "55P03") == 0;
+    if (!busy) return lock_fail(s, r, "taking the coordinator lock (" COORD_LOCK_TABLE ")", err);
+    PQclear(r);
+    PQclear(PQexec(s->lock_conn, "ROLLBACK"));
+    return QS_OK;
+}
+
+qs_status qc_store_lock_alive(qc_store *s, qs_error *err) {
+    if (!s->holds_lock) return QS_OK;
+    bool up = s->lock_conn && PQstatus(s->lock_conn) == CONNECTION_OK;
+    struct pollfd p = {.fd = up ? PQsocket(s->lock_conn) : -1, .events = POLLIN};
+    if (up && poll(&p, 1, 0) > 0) /* the server said something: only an end says anything */
+        up = PQconsumeInput(s->lock_conn) && PQstatus(s->lock_conn) == CONNECTION_OK;
+    if (up && PQtransactionStatus(s->lock_conn) == PQTRANS_INTRANS) return QS_OK;
+    int pid = s->lock_backend;
+    s->lost = true;
+    return qs_error_set(err, QS_EDB,
+                        "the coordinator lock's session (server pid %d) ended: not writing until "
+                        "the lock is taken again",
+                        pid);
+}
+
 qs_status qc_store_take_coordinator_lock(qc_store *s, qs_error *err) {
     bool got = false, ended_one = false;
     for (int waited = 0;; waited += COORD_LOCK_POLL_MS) {
-        PGresult *r = qc_store_params(s, "SELECT pg_try_advisory_lock(" COORD_LOCK_KEY ")", 0, NULL,
-                                      PGRES_TUPLES_OK, "taking the coordinator lock", err);
-        if (!r) return QS_EDB;
-        got = PQgetvalue(r, 0, 0)[0] == 't';
-        PQclear(r);
+        if (try_lock_once(s, &got, err)) return QS_EDB;
         if (!got && !ended_one) { /* its own stale session, or a dead coordinator's here */
             bool ended = false;
             char who[400] = "";
@@ -151,11 +219,7 @@ qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error 
     snprintf(pid, sizeof pid, "%d", holder_pid);
     const char *p[] = {pid};
     PGresult *r = qc_store_params(
-        s,
-        "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
-        "AND l.objsubid = 1 AND l.classid = " COORD_LOCK_HI " AND l.objid = " COORD_LOCK_LO
-        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-        "AND l.pid = $1::int)",
+        s, "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE " COORD_LOCK_HELD " AND l.pid = $1::int)",
         1, p, PGRES_TUPLES_OK, "checking the coordinator lock", err);
     if (!r) return QS_EDB;
     bool held = PQgetvalue(r, 0, 0)[0] == 't';
@@ -166,4 +230,8 @@ qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error 
                         "connection (server pid %d): another coordinator may have taken over; "
                         "stopping",
                         holder_pid);
+}
+
+PGconn *qc_store_lock_pgconn(qc_store *s) {
+    return s->lock_conn;
 }

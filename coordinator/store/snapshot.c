@@ -171,7 +171,7 @@ qs_status qc_store_load(qc_store *s, int64_t after_id, qc_store_snapshot *out, q
     if (!st) {
         /* The next poll starts above every job that exists now, terminal ones included:
          * starting above the last active one made every poll read the terminal jobs above
-         * it again. Submissions are serialised (SUBMIT_LOCK_KEY), so no smaller id can
+         * it again. Submissions are serialised (SUBMIT_LOCK_TABLE), so no smaller id can
          * still commit. */
         PGresult *r = qc_store_params(s, "SELECT COALESCE(max(id), 0) FROM jobs", 0, NULL,
                                       PGRES_TUPLES_OK, "load: reading the last job id", err);

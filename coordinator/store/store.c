@@ -161,25 +161,18 @@ static int connect_timeout_ms(PGconn *conn) {
     return ms;
 }
 
-qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err) {
-    *out = NULL;
-    qc_store *s = calloc(1, sizeof *s);
-    if (!s) return qs_error_set(err, QS_ENOMEM, "store: out of memory");
-    char host[128] = "?";
-    gethostname(host, sizeof host - 1);
-    char *app = s->app;
-    snprintf(s->app, sizeof s->app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
-    /* expand_dbname = 1: conninfo is a full connection string. Keywords before it are
-     * defaults it may override, keywords after it override it (libpq docs,
-     * PQconnectdbParams). connect_timeout bounds PQreset against an unreachable host, which
-     * the coordinator retries from its message loop (2 s for the coordinator, whose loop
-     * waits meanwhile, 10 s for the others). A partition must not leave a session hanging on
-     * either end: TCP keepalives (5 s idle, then every second, 3 lost probes) and
-     * tcp_user_timeout (5 s of unacknowledged data) end the client's side, the same server
-     * settings (options) the server's side. The coordinator's sessions also bound how long a
-     * statement may wait (QC_STORE_COORDINATOR_OPTIONS). None of these apply over a local
-     * socket. */
-    bool coordinator = role && strncmp(role, "coordinator", 11) == 0;
+/* Opens a session as "application_name" app; coordinator: the coordinator's timeouts.
+ * expand_dbname = 1: conninfo is a full connection string. Keywords before it are
+ * defaults it may override, keywords after it override it (libpq docs,
+ * PQconnectdbParams). connect_timeout bounds PQreset against an unreachable host, which
+ * the coordinator retries from its message loop (2 s for the coordinator, whose loop
+ * waits meanwhile, 10 s for the others). A partition must not leave a session hanging on
+ * either end: TCP keepalives (5 s idle, then every second, 3 lost probes) and
+ * tcp_user_timeout (5 s of unacknowledged data) end the client's side, the same server
+ * settings (options) the server's side. The coordinator's sessions also bound how long a
+ * statement may wait (QC_STORE_COORDINATOR_OPTIONS). None of these apply over a local
+ * socket. */
+static PGconn *connect_as(const char *conninfo, const char *app, bool coordinator) {
     const char *keys[] = {"connect_timeout",  "keepalives",
                           "keepalives_idle",  "keepalives_interval",
                           "keepalives_count", "tcp_user_timeout",
@@ -195,8 +188,32 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
                           conninfo,
                           app,
                           NULL};
-    s->conn = PQconnectdbParams(keys, vals, 1);
+    return PQconnectdbParams(keys, vals, 1);
+}
+
+PGconn *qc_store_lock_connect(const qc_store *s) {
+    char app[sizeof s->app + 8];
+    const char *where = strrchr(s->app, ' '); /* " host:pid" after "qsweep <role>" */
+    int role_end = where ? (int)(where - s->app) : (int)strlen(s->app);
+    snprintf(app, sizeof app, "%.*s-lock%s", role_end, s->app, where ? where : "");
+    return connect_as(s->conninfo, app, true);
+}
+
+qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, qs_error *err) {
+    *out = NULL;
+    qc_store *s = calloc(1, sizeof *s);
+    if (!s) return qs_error_set(err, QS_ENOMEM, "store: out of memory");
+    char host[128] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(s->app, sizeof s->app, "qsweep %s %s:%d", role ? role : "client", host, (int)getpid());
+    bool coordinator = role && strncmp(role, "coordinator", 11) == 0;
+    if (!(s->conninfo = strdup(conninfo))) {
+        free(s);
+        return qs_error_set(err, QS_ENOMEM, "store: out of memory");
+    }
+    s->conn = connect_as(conninfo, s->app, coordinator);
     if (!s->conn) {
+        free(s->conninfo);
         free(s);
         return qs_error_set(err, QS_ENOMEM, "store: out of memory connecting");
     }
@@ -220,7 +237,9 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
 
 void qc_store_close(qc_store *s) {
     if (!s) return;
+    qc_store_drop_lock_session(s);
     PQfinish(s->conn);
+    free(s->conninfo);
     qc_sbuf_free(&s->scratch);
     free(s);
 }
@@ -230,7 +249,7 @@ bool qc_store_connection_lost(const qc_store *s) {
 }
 
 int qc_store_backend_pid(const qc_store *s) {
-    return PQbackendPID(s->conn);
+    return s->lock_conn ? s->lock_backend : PQbackendPID(s->conn);
 }
 
 /* Ends a failed reconnect attempt: QS_EDB with libpq's message (or why). */
@@ -243,8 +262,24 @@ static qs_status reconnect_failed(qc_store *s, const char *why, qs_error *err) {
     return qs_error_set(err, QS_EDB, "reconnect to PostgreSQL: %s", msg);
 }
 
+/* Ends the session the reconnect replaced when the server still keeps it (a partition it
+ * has not noticed): it may sit in a transaction holding row locks the new session needs.
+ * Only a session of this very process (its application_name) is ended; errors are ignored. */
+static void end_replaced_session(qc_store *s) {
+    if (!s->stale_backend) return;
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", s->stale_backend);
+    const char *p[] = {pid, s->app};
+    PQclear(PQexecParams(s->conn,
+                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = "
+                         "$1::int AND application_name = $2",
+                         2, NULL, p, NULL, NULL, 0));
+    s->stale_backend = 0;
+}
+
 qs_status qc_store_reconnect_start(qc_store *s, qs_error *err) {
     if (s->backend) s->stale_backend = s->backend; /* the session being replaced */
+    qc_store_drop_lock_session(s);                 /* or the lock's, which it names */
     s->backend = 0;
     s->lost = true; /* until the new session is up */
     s->reconnecting = true;
@@ -288,6 +323,7 @@ qs_status qc_store_reconnect_poll(qc_store *s, bool *done, qs_error *err) {
         qs_status st = qc_store_take_coordinator_lock(s, err);
         if (st) return st;
     }
+    end_replaced_session(s);
     *done = true;
     return QS_OK;
 }

@@ -335,7 +335,7 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
     free(keep);
     if (!st) st = qc_store_exec(s, "BEGIN", "submit: BEGIN", err);
     if (!st)
-        st = qc_store_exec(s, "SELECT pg_advisory_xact_lock(" SUBMIT_LOCK_KEY ")",
+        st = qc_store_exec(s, "LOCK TABLE " SUBMIT_LOCK_TABLE " IN EXCLUSIVE MODE",
                            "submit: taking the submit lock", err);
     if (!st) st = submit_experiment(s, name, description, grid_text, grid_json, out, err);
     if (!st) st = submit_jobs(s, &c, out, err);
@@ -388,24 +388,27 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
         return qs_error_set(err, QS_EINVAL, "requeue: experiment name is empty");
     qs_status st = qc_store_exec(s, "BEGIN", "requeue: BEGIN", err);
     if (st) return st;
-    /* The transaction lock conflicts with a coordinator's session lock on the same key: a
-     * running coordinator holds its jobs in memory and reads only new ones, so it would
-     * never see the re-queued rows. This session's own lock is re-entrant. */
-    PGresult *r =
-        qc_store_params(s, "SELECT pg_try_advisory_xact_lock(" COORD_LOCK_KEY ")", 0, NULL,
-                        PGRES_TUPLES_OK, "requeue: probing the coordinator lock", err);
-    if (!r)
-        st = QS_EDB;
-    else {
-        bool free_ = PQgetvalue(r, 0, 0)[0] == 't';
-        PQclear(r);
-        if (!free_) {
+    /* The coordinator lock, held for this transaction: a running coordinator holds its jobs
+     * in memory and reads only new ones, so it would never see the re-queued rows. A store
+     * that holds the lock itself (its lock session) needs no probe. */
+    PGresult *r = NULL;
+    if (!s->holds_lock) {
+        r = PQexec(s->conn, "LOCK TABLE " COORD_LOCK_TABLE " IN EXCLUSIVE MODE NOWAIT");
+        const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+            PQclear(r);
+        } else if (code && strcmp(code, "55P03") == 0) {
+            PQclear(r);
+            qc_store_rollback(s);
             char holder[400];
             qc_store_describe_lock_holder(s, holder, sizeof holder, NULL);
-            st = qs_error_set(err, QS_ESTATE,
-                              "requeue: experiment '%s': a coordinator is running on database "
-                              "'%s' (%s); stop it first, it reads the jobs when it starts",
-                              experiment, PQdb(s->conn), holder);
+            return qs_error_set(err, QS_ESTATE,
+                                "requeue: experiment '%s': a coordinator is running on database "
+                                "'%s' (%s); stop it first, it reads the jobs when it starts",
+                                experiment, PQdb(s->conn), holder);
+        } else {
+            st = qc_store_fail(s, r, "requeue: probing the coordinator lock", err);
+            PQclear(r);
         }
     }
     int64_t exp_id = 0;
