@@ -101,6 +101,10 @@ typedef struct qc_server_options {
     const char *curve_allowed_keys;
     bool no_signal_handlers;      /* do not install SIGTERM/SIGINT/SIGHUP handlers */
     bool quiet;                   /* fewer log lines (no per-job lines) */
+    /* A standby: while another coordinator holds the lock, wait for it (trying every 200 ms
+       past the store's own 2 s of retries) instead of refusing; bind and rebuild from the
+       database once it is taken. A stop request while waiting ends with QS_ECANCELLED. */
+    bool standby;
 } qc_server_options;
 
 /* Runs the coordinator until SIGTERM/SIGINT/qc_server_request_stop (QS_OK), or until every
