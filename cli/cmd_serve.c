@@ -24,6 +24,7 @@ static void coordinator_usage(FILE *out) {
         out,
         "usage: qsweep coordinator [--bind ENDPOINT] [--db CONNINFO] [--lease-ms MS]\n"
         "                          [--authorized-keys FILE] [--exit-when-done] [--quiet]\n"
+        "                          [--standby]\n"
         "  Serves the database's jobs to workers over ZeroMQ; the only writer of job state.\n"
         "  --bind ENDPOINT  ZeroMQ endpoint to listen on (default tcp://0.0.0.0:5555)\n"
         "  --db CONNINFO    libpq connection string (default $QSWEEP_DB)\n"
@@ -31,6 +32,9 @@ static void coordinator_usage(FILE *out) {
         "                   (default 30000)\n"
         "  --exit-when-done return once every job in the database is finished\n"
         "  --quiet          log only warnings and errors (not each worker, lease and job)\n"
+        "  --standby        while another coordinator holds the database's coordinator lock,\n"
+        "                   wait for it instead of exiting 4; take over (bind, rebuild from the\n"
+        "                   database) once it is free\n"
         "  --authorized-keys FILE  the workers allowed to connect (default\n"
         "                   $QSWEEP_CURVE_AUTHORIZED): one worker public key (Z85, 40\n"
         "                   characters, from qsweep keygen) per line, '#' comments; any other\n"
@@ -42,17 +46,24 @@ static void coordinator_usage(FILE *out) {
 }
 
 int qsweep_cmd_coordinator(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"bind", required_argument, 0, 'b'},     {"db", required_argument, 0, 'd'},
-        {"lease-ms", required_argument, 0, 'l'}, {"quiet", no_argument, 0, 'q'},
-        {"exit-when-done", no_argument, 0, 'x'}, {"authorized-keys", required_argument, 0, 'a'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"bind", required_argument, 0, 'b'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"lease-ms", required_argument, 0, 'l'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"exit-when-done", no_argument, 0, 'x'},
+                                         {"authorized-keys", required_argument, 0, 'a'},
+                                         {"standby", no_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     qc_server_options o = {.bind_endpoint = "tcp://0.0.0.0:5555"};
     const char *db = NULL, *authorized = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "b:d:l:qxa:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:d:l:qxa:sh", opts, NULL)) != -1) {
         switch (c) {
+        case 's':
+            o.standby = true;
+            break;
         case 'b':
             o.bind_endpoint = optarg;
             break;
@@ -116,7 +127,10 @@ static void worker_usage(FILE *out) {
         "                     [--backend auto|cpu|cuda] [--exit-when-idle SECONDS] [--quiet]\n"
         "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
         "  loaded models between jobs.\n"
-        "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555)\n"
+        "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555); several\n"
+        "                      separated by commas (an active coordinator and its standbys):\n"
+        "                      after a silence of the coordinator the worker tries the next\n"
+        "                      one\n"
         "  --id NAME           worker name (default <host>-<pid>)\n"
         "  --threads N         CPU threads per job, 1..1024 (default: OMP_NUM_THREADS, else the\n"
         "                      CPUs of the affinity mask)\n"

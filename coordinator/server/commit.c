@@ -88,7 +88,7 @@ void qc_srv_db_lost(server *s, const char *why, const char *condition) {
 }
 
 /* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
- * every connection; the writer's takes the advisory lock again before anything is written.
+ * every connection; the writer's takes the coordinator lock again before anything is written.
  * The loop calls this every turn: a reconnect never blocks it (qc_store_reconnect_poll, at
  * most the connection's connect_timeout per attempt, spread over the turns), so heartbeats
  * are answered while PostgreSQL is away. Back: dispatch resumes and the queued batches are

@@ -54,6 +54,7 @@ static void assign(server *s, worker *w, job *j) {
     qc_srv_set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;
+    j->rebuilt = false;
     qc_srv_running_remove(s, j);
     free(j->worker_name);
     j->worker_name = strdup(w->name);

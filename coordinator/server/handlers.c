@@ -171,7 +171,9 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
     if (n_of) memcpy(orphans, of, n_of * sizeof *orphans); /* of may be NULL when n_of is 0 */
     for (size_t i = 0; i < n_of; i++) {
         job *j = orphans[i];
-        if (j == named || j->state != J_RUNNING || j->worker) continue;
+        /* only attempts rebuilt from the store: one this process assigned whose worker's id
+           moved to this connection keeps its lease (hello_moves), which ends it as lost */
+        if (j == named || j->state != J_RUNNING || j->worker || !j->rebuilt) continue;
         if (h->previous_exit[0])
             qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
                                "worker re-registered after the coordinator restart without it "
@@ -195,6 +197,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                    peer, w->name, (long long)named->id, named->attempt);
         } else if (attempt_on) {
             named->worker = w;
+            named->rebuilt = false;
             w->job = named;
             /* No lease renewal: a HELLO says the worker lives, not that the attempt moves;
                the heartbeats naming it that follow do (a worker re-registering again and

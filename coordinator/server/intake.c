@@ -43,6 +43,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         qc_srv_running_add(s, j);
         qc_srv_token_load(j, running->token_hash);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
+        j->rebuilt = true;
     } else {
         qc_srv_set_state(j, J_PENDING);
         /* the remaining backoff on the database's clock, which wrote not_before (store.h):

@@ -28,10 +28,15 @@ void qc_srv_check_leases(server *s, int64_t now) {
                      j->worker->name, s->lease_ms);
             qc_srv_send_cancel(s, j->worker->rid, j->worker->rid_len, j->id, j->attempt,
                                "lease expired");
-        } else {
+        } else if (j->rebuilt) {
             snprintf(why, sizeof why,
                      "worker %s did not re-attach within %d ms of a coordinator restart",
                      j->worker_name ? j->worker_name : "?", s->grace_ms);
+        } else {
+            snprintf(why, sizeof why,
+                     "lease expired: worker %s re-registered from a new connection without "
+                     "this attempt (its process restarted) and no heartbeat named it for %d ms",
+                     j->worker_name ? j->worker_name : "?", s->lease_ms);
         }
         qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
     }

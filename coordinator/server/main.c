@@ -1,6 +1,7 @@
 /* qsweep-coordinator: a thin command line over qc_server_run (server.h).
  * Usage: qsweep-coordinator --bind ENDPOINT --db CONNINFO [--lease-ms MS] [--grace-ms MS]
  *                           [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet]
+ *                           [--standby]
  * Exit codes: the table of every qsweep program (common/exit_status.h, docs/failures.md). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,8 @@ static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-coordinator: %s\nusage: qsweep-coordinator --bind ENDPOINT --db CONNINFO "
             "[--lease-ms MS] "
-            "[--grace-ms MS] [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet]\n",
+            "[--grace-ms MS] [--backoff-ms MS] [--poll-ms MS] [--exit-when-done] [--quiet] "
+            "[--standby]\n",
             why);
     return QS_EXIT_USAGE;
 }
@@ -36,6 +38,10 @@ int main(int argc, char **argv) {
         }
         if (strcmp(a, "--quiet") == 0) {
             o.quiet = true;
+            continue;
+        }
+        if (strcmp(a, "--standby") == 0) {
+            o.standby = true;
             continue;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;

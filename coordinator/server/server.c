@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 #include <zmq.h>
@@ -43,6 +44,25 @@ void qc_server_request_stop(void) {
 static void on_stop_signal(int sig) {
     (void)sig;
     stop_requested = 1;
+}
+
+/* Takes the coordinator lock on the writer's store; a standby waits while another holds it
+ * (server.h, qc_server_options.standby). Nothing is bound before: workers given several
+ * endpoints find only the coordinator that holds the lock answering. */
+static qs_status take_lock(server *s, qs_error *err) {
+    bool told = false;
+    for (;;) {
+        qs_status st = qc_store_lock_coordinator(qc_writer_store(s->writer), err);
+        if (st != QS_ESTATE || !s->o->standby) {
+            if (st == QS_OK && told) qc_log("standby: took the coordinator lock: taking over");
+            return st;
+        }
+        if (!told) qc_log("standby, waiting: %s", err->msg);
+        told = true;
+        if (stop_requested) return qs_error_set(err, QS_ECANCELLED, "standby stopped waiting");
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem) {
@@ -237,7 +257,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     /* The lock lives on the connection that writes job state: when that session dies, the
        lock goes with it and no later write can succeed without taking it again
        (qc_writer_reconnect), so two coordinators never both write. */
-    if (st == QS_OK) st = qc_store_lock_coordinator(qc_writer_store(s.writer), err);
+    if (st == QS_OK) st = take_lock(&s, err);
     if (st == QS_OK && sodium_init() < 0)
         st = qs_error_set(err, QS_EIO, "libsodium: sodium_init failed (no entropy source?)");
     if (st == QS_OK) st = qc_srv_owners_load(&s, err);

@@ -3,18 +3,19 @@
  * The coordinator is the only writer of job state. It binds a ROUTER socket
  * (ZMQ_ROUTER_MANDATORY, ZMQ_ROUTER_HANDOVER, ZMQ_MAXMSGSIZE = 2 * QS_PROTO_MAX_BYTES so a
  * body just over the protocol limit is still received, logged with its peer and dropped,
- * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes PostgreSQL's advisory lock
- * (a second coordinator on the same database refuses to start: QS_ESTATE), rebuilds its queue from
- * the database, and then loops: decode what workers sent, change the in-memory state, write every
- * transition through batched transactions (qc_store_flush, coordinator/store/store.h), and only
- * after the commit send what depends on it (an ASSIGN after its attempt row is durable, an ACK
+ * while libzmq disconnects a peer sending more; ZMQ_LINGER 1 s), takes the coordinator lock
+ * (a table lock, coordinator/store/lock.c: a second coordinator on the same database refuses
+ * to start: QS_ESTATE), rebuilds its queue from the database, and then loops: decode what
+ * workers sent, change the in-memory state, write every transition through batched
+ * transactions (qc_store_flush, coordinator/store/store.h), and only after the commit send
+ * what depends on it (an ASSIGN after its attempt row is durable, an ACK
  * after the result or failure is stored). The commits run in a writer thread on a second
  * connection (writer.h), one batch at a time and in order, while the loop goes on filling the
  * next batch: a batch is handed over as soon as the writer is idle, so under load the workers
- * fall into groups whose round trips overlap the other groups' commits. It uses three
- * PostgreSQL connections whatever the number of workers: the loop's (reads, polls, the
- * advisory lock), the writer's, and a second write connection that COPYs half of the results
- * of a batch carrying many of them (writer.h).
+ * fall into groups whose round trips overlap the other groups' commits. It uses four
+ * PostgreSQL connections whatever the number of workers: the loop's (reads, polls), the
+ * writer's, the writer's lock session (the coordinator lock), and a second write connection
+ * that COPYs half of the results of a batch carrying many of them (writer.h).
  *
  * Rules (protocol: proto/qsweep.proto):
  *  - Leases run on the coordinator's monotonic clock from the moment the ASSIGN is sent and
@@ -100,6 +101,10 @@ typedef struct qc_server_options {
     const char *curve_allowed_keys;
     bool no_signal_handlers;      /* do not install SIGTERM/SIGINT/SIGHUP handlers */
     bool quiet;                   /* fewer log lines (no per-job lines) */
+    /* A standby: while another coordinator holds the lock, wait for it (trying every 200 ms
+       past the store's own 2 s of retries) instead of refusing; bind and rebuild from the
+       database once it is taken. A stop request while waiting ends with QS_ECANCELLED. */
+    bool standby;
 } qc_server_options;
 
 /* Runs the coordinator until SIGTERM/SIGINT/qc_server_request_stop (QS_OK), or until every

@@ -58,7 +58,11 @@ typedef struct job {
     int n_deps;
     char *error;            /* the error it failed or was cancelled with (owned; NULL: none
                                yet), quoted in its dependents' errors */
-    worker *worker;         /* the worker running it, NULL when orphaned after a restart */
+    worker *worker;         /* the worker running it; NULL when its attempt was rebuilt from the
+                               store at this coordinator's start (rebuilt) and not re-attached
+                               yet, or when its worker's id moved to a new connection */
+    bool rebuilt;           /* the running attempt was loaded from the store at start, not
+                               assigned by this process; cleared when its worker re-attaches */
     char *worker_name;      /* the attempt's worker (attempts.worker) */
     int64_t lease_deadline; /* monotonic ms; NEVER until the ASSIGN is sent */
     int64_t db_lease_until; /* monotonic ms up to which attempts.lease_expires_at is written */
@@ -117,7 +121,7 @@ typedef struct action {
 typedef struct server {
     const qc_server_options *o;
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
-    qc_store *store;        /* reads, polls and the advisory lock */
+    qc_store *store;        /* reads and polls */
     qc_writer *writer;      /* the second connection: commits batches in its own thread */
     qc_store_batch *batch;  /* the open batch, filled by the loop */
     qc_store_batch *flying; /* the batch handed to the writer (or failed and kept for a retry) */
@@ -387,7 +391,7 @@ void qc_srv_actions_to_flight(server *s);
 void qc_srv_db_lost(server *s, const char *why, const char *condition);
 
 /* While PostgreSQL is down and its retry time has come (and the writer is idle), re-opens
- * every connection; the writer's takes the advisory lock again before anything is written.
+ * every connection; the writer's takes the coordinator lock again before anything is written.
  * Back: dispatch resumes and the queued batches are committed. Still down: the next retry is
  * scheduled. Errors: QS_ESTATE (another coordinator holds the lock now). */
 qs_status qc_srv_reconnect(server *s, int64_t now, qs_error *err);

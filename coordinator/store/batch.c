@@ -723,6 +723,7 @@ static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_f
     qc_sqlarray_free(&sets[1]);
     if (!st && results) st = flush_results(s, pick, fresh, stats, err);
     if (!st && before_commit) st = before_commit(ctx, err);
+    if (!st) st = qc_store_lock_alive(s, err); /* a coordinator writes only under its lock */
     /* COMMIT also commits the savepoint's subtransaction: no RELEASE needed. */
     if (!st) st = qc_store_exec(s, "COMMIT", "flush: COMMIT", err);
     return st;

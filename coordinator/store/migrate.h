@@ -31,8 +31,9 @@ extern const size_t qc_schema_migrations_count;
 qs_status qc_migrate(PGconn *conn, int *applied, qs_error *err);
 
 /* Applies list[0..n) (sorted by increasing version) to the database of conn.
- * Holds a session advisory lock (pg_advisory_lock, waiting for another migrator) for the
- * duration, creates schema_migrations if missing, then:
+ * When the database has applied exactly these migrations (same checksums) it returns at once,
+ * taking no lock. Otherwise holds a session advisory lock (pg_advisory_lock, waiting for
+ * another migrator) for the duration, creates schema_migrations if missing, then:
  *   - checks every recorded migration first: one whose checksum differs from the list's is
  *     QS_ESTATE naming its version, file and both checksums; a recorded version missing from
  *     the list (a database newer than this program) is QS_ESTATE naming it. Nothing is

@@ -86,12 +86,14 @@ qs_status qc_store_open(const char *conninfo, const char *role, qc_store **out, 
 /* Closes the connection (releasing the coordinator lock) and frees the store. NULL is fine. */
 void qc_store_close(qc_store *s);
 
-/* Takes the coordinator lock: a session advisory lock (pg_try_advisory_lock) on this
- * database, so a second coordinator on the same database fails. A held lock is retried for
- * 2 s first (a coordinator killed a moment ago still holds it until its server backend
- * notices). QS_ESTATE when it stays held, naming the holder's application_name, client and
- * pid from pg_stat_activity.
- * The store re-takes the lock on qc_store_reconnect. */
+/* Takes the coordinator lock: an EXCLUSIVE lock on the table qsweep_coordinator_lock
+ * (schema/150_lock_tables.sql), which only qsweep_writer may take, held by a second session
+ * of this store in a transaction left open, so a second coordinator on the same database
+ * fails. A held lock is retried for 2 s first (a coordinator killed a moment ago still holds
+ * it until its server backend notices). QS_ESTATE when it stays held, naming the holder's
+ * application_name, client and pid from pg_stat_activity; QS_EDB when this role may not take
+ * it. The store re-takes the lock on qc_store_reconnect, and a flush commits only while the
+ * lock session is still up. */
 qs_status qc_store_lock_coordinator(qc_store *s, qs_error *err);
 
 /* Whether another session holds the coordinator lock now (a coordinator is running on this
@@ -125,7 +127,8 @@ const char *qc_store_condition(const qc_store *s);
  * which a new connection is the server back, and for NULL. */
 bool qc_store_condition_outlives_connection(const char *what);
 
-/* The server process id of the store's session (PQbackendPID), 0 when not connected. */
+/* The server process id of the session holding the coordinator lock when this store holds
+ * it, else of the store's session (PQbackendPID); 0 when not connected. */
 int qc_store_backend_pid(const qc_store *s);
 
 /* QS_OK when the coordinator lock (qc_store_lock_coordinator) is held by the session whose
@@ -156,6 +159,9 @@ qs_status qc_store_reconnect(qc_store *s, qs_error *err);
  * *done says whether its session is up. */
 qs_status qc_store_reconnect_start(qc_store *s, qs_error *err);
 qs_status qc_store_reconnect_poll(qc_store *s, bool *done, qs_error *err);
+
+/* The session holding the coordinator lock, NULL when none (for tests that cut it). */
+PGconn *qc_store_lock_pgconn(qc_store *s);
 
 /* The underlying connection, for read-only ad-hoc queries (qsweep results --sql). Owned by
  * the store; valid until close or reconnect. */
@@ -192,7 +198,7 @@ typedef struct qc_submit_counts {
 } qc_submit_counts;
 
 /* Writes an experiment and its jobs in ONE transaction (serialised with other submissions by
- * a transaction advisory lock, so job ids become visible in increasing order; see
+ * the submit lock, an EXCLUSIVE lock on qsweep_submit_lock, so job ids become visible in increasing order; see
  * qc_store_load):
  *   - experiments: a new row, or the existing row of that name when its grid text is the
  *     same and this submission's set of job_keys is exactly the set already linked to it

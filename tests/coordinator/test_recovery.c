@@ -289,9 +289,10 @@ static void snapshot(harness *h, char *out, size_t cap) {
                "(SELECT max(updated_at) FROM jobs)");
 }
 
-/* Breaker #4 (split brain): the coordinator lock lives on the writer's session. Its session
- * dies and, before the coordinator reconnects, another session takes the lock (as a second
- * coordinator would): the coordinator must not write again, and it stops, naming the lock. */
+/* Breaker #4 (split brain): the coordinator lock lives on a session of the writer's. The
+ * writer's sessions die and, before the coordinator reconnects, another session takes the lock
+ * (as a second coordinator would): the coordinator must not write again, and it stops, naming
+ * the lock. */
 static void coordinator_that_loses_its_lock_writes_nothing_more_and_stops(void **state) {
     harness *h = *state;
     h_begin(h, "coord_lock_lost");
@@ -308,16 +309,21 @@ static void coordinator_that_loses_its_lock_writes_nothing_more_and_stops(void *
     PGconn *rival = PQconnectdb(h->conninfo);
     assert_int_equal(PQstatus(rival), CONNECTION_OK);
     PGresult *r = PQexec(rival, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                                "application_name LIKE 'qsweep coordinator-writer %'");
+                                "application_name LIKE 'qsweep coordinator-writer %' OR "
+                                "application_name LIKE 'qsweep coordinator-writer-lock %'");
     assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    assert_int_equal(PQntuples(r), 1);
+    assert_int_equal(PQntuples(r), 2); /* its write session and its lock session */
     PQclear(r);
     bool got = false;
     for (int i = 0; i < 500 && !got; i++) { /* free once the terminated backend has exited */
-        r = PQexec(rival, "SELECT pg_try_advisory_lock(31933629007753265)");
-        got = PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(PQexec(rival, "BEGIN"));
+        r = PQexec(rival, "LOCK TABLE qsweep_coordinator_lock IN EXCLUSIVE MODE NOWAIT");
+        got = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
-        if (!got) h_sleep_ms(10);
+        if (!got) {
+            PQclear(PQexec(rival, "ROLLBACK"));
+            h_sleep_ms(10);
+        }
     }
     assert_true(got);
     char before[256], after[256];

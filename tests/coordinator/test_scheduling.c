@@ -44,10 +44,11 @@ static void grid_of_9_jobs_on_4_workers_runs_exactly_9_executions(void **state) 
                      9);
     /* all four workers took part: they were started at once */
     assert_int_equal(h_sql_long(h, "SELECT count(DISTINCT worker) FROM attempts"), 4);
-    /* three PostgreSQL connections whatever the number of workers (at most 4): the
-       loop's (reads, advisory lock), the writer thread's and the results thread's */
-    const char *conns[] = {"coordinator", "coordinator-writer", "coordinator-results"};
-    for (int i = 0; i < 3; i++)
+    /* four PostgreSQL connections whatever the number of workers: the loop's (reads), the
+       writer thread's, the one holding the coordinator lock and the results thread's */
+    const char *conns[] = {"coordinator", "coordinator-writer", "coordinator-writer-lock",
+                           "coordinator-results"};
+    for (int i = 0; i < 4; i++)
         assert_int_equal(h_sql_long(h, "SELECT count(*) FROM pg_stat_activity WHERE "
                                        "application_name LIKE 'qsweep %s %%'",
                                     conns[i]),

@@ -945,12 +945,12 @@ static void test_requeue_resets_failed_and_cancelled_jobs(void **state) {
     assert_int_equal(n, 0);
     assert_int_equal(count_where(s, "SELECT count(*) FROM jobs WHERE state = 'pending'"), 0);
     qc_store_close(coord);
-    const char *locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> "
-                        "pg_backend_pid()";
+    const char *locks = "SELECT count(*) FROM pg_locks WHERE relation = "
+                        "'qsweep_coordinator_lock'::regclass";
     for (int t = 0; t < 500 && count_where(s, locks) > 0; t++) /* 50 s: only a hang */
         nanosleep(&(struct timespec){0, 100000000L}, NULL);
     if (count_where(s, locks) > 0)
-        fail_msg("gave up after 50 s waiting for the closed store's advisory lock to go");
+        fail_msg("gave up after 50 s waiting for the closed store's coordinator lock to go");
 
     assert_int_equal(qc_store_requeue(s, "nosuch", &n, &err), QS_ENOTFOUND);
     assert_non_null(strstr(err.msg, "'nosuch'"));
@@ -1166,11 +1166,11 @@ static void test_connections_bound_silent_peers_and_waits(void **state) {
     qc_store_close(s);
 }
 
-/* A coordinator's write session lost in a way the server does not see (here: libpq closes
- * its socket while a copy of the descriptor keeps the connection open, as a partition leaves
- * a session the server still thinks alive) still holds the coordinator lock. The reconnect
- * recognises that session as the one it replaced, ends it (pg_terminate_backend) and takes
- * the lock; a live rival's lock is still refused. */
+/* A coordinator's sessions lost in a way the server does not see (here: libpq closes their
+ * sockets while copies of the descriptors keep the connections open, as a partition leaves
+ * sessions the server still thinks alive): the lock session still holds the coordinator lock.
+ * The reconnect recognises that session as the one it replaced, ends it
+ * (pg_terminate_backend) and takes the lock; a live rival's lock is still refused. */
 static void test_reconnect_ends_its_own_stale_session_holding_the_lock(void **state) {
     (void)state;
     char ci[1024];
@@ -1179,17 +1179,22 @@ static void test_reconnect_ends_its_own_stale_session_holding_the_lock(void **st
     qs_error err = {0};
     ok(qc_store_open(ci, "coordinator-writer", &s, &err), &err);
     ok(qc_store_lock_coordinator(s, &err), &err);
-    PGconn *c = qc_store_pgconn(s);
-    int old = PQbackendPID(c), fd = PQsocket(c);
-    int keep = dup(fd); /* the old session stays open through this descriptor */
-    assert_true(keep >= 0);
-    /* libpq's descriptor now leads to a closed socket pair: its next statement fails and
-       the connection is bad, so PQreset sends no Terminate; the server sees nothing */
-    int sp[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-    close(sp[1]);
-    assert_true(dup2(sp[0], fd) == fd);
-    close(sp[0]);
+    PGconn *c = qc_store_pgconn(s), *lc = qc_store_lock_pgconn(s);
+    assert_non_null(lc);
+    int old = PQbackendPID(lc), keep[2];
+    PGconn *cut[] = {c, lc};
+    for (int k = 0; k < 2; k++) {
+        int fd = PQsocket(cut[k]);
+        keep[k] = dup(fd); /* the old session stays open through this descriptor */
+        assert_true(keep[k] >= 0);
+        /* libpq's descriptor now leads to a closed socket pair: a statement fails, a
+           Terminate goes nowhere; the server sees nothing */
+        int sp[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+        close(sp[1]);
+        assert_true(dup2(sp[0], fd) == fd);
+        close(sp[0]);
+    }
     PQclear(PQexec(c, "SELECT 1"));
     assert_int_equal(PQstatus(c), CONNECTION_BAD);
     ok(qc_store_reconnect(s, &err), &err);
@@ -1204,7 +1209,8 @@ static void test_reconnect_ends_its_own_stale_session_holding_the_lock(void **st
     ok(qc_store_open(ci, "coordinator", &rival, &err), &err);
     assert_int_equal(qc_store_lock_coordinator(rival, &err), QS_ESTATE);
     qc_store_close(rival);
-    close(keep);
+    close(keep[0]);
+    close(keep[1]);
     qc_store_close(s);
 }
 

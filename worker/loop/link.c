@@ -81,7 +81,7 @@ bool qw_loop_read_handshakes(worker *w, int64_t now) {
         char why[400];
         if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (!w->connected_told)
-                qw_loop_wlog(w, "connected to the coordinator at %s%s", w->o->endpoint,
+                qw_loop_wlog(w, "connected to the coordinator at %s%s", w->endpoint_now,
                              w->o->curve_server_key ? " (CURVE: encrypted, key accepted)" : "");
             w->connected_told = true;
             w->refusals = 0;
@@ -161,9 +161,24 @@ qs_status qw_loop_open_socket(worker *w, qs_error *err) {
     }
     watch_handshakes(w);
     w->connected_told = false;
-    if (zmq_connect(w->sock, w->o->endpoint) != 0)
-        return qs_error_set(err, QS_ENET, "connect %s: %s", w->o->endpoint, zmq_strerror(errno));
+    qw_loop_pick_endpoint(w);
+    if (zmq_connect(w->sock, w->endpoint_now) != 0)
+        return qs_error_set(err, QS_ENET, "connect %s: %s", w->endpoint_now, zmq_strerror(errno));
     return QS_OK;
+}
+
+void qw_loop_pick_endpoint(worker *w) {
+    const char *all = w->o->endpoint;
+    int n = 1;
+    for (const char *p = all; *p; p++)
+        n += *p == ',';
+    const char *p = all;
+    for (int k = w->endpoint_index % n; k > 0; k--)
+        p = strchr(p, ',') + 1;
+    size_t len = strcspn(p, ",");
+    if (len >= sizeof w->endpoint_now) len = sizeof w->endpoint_now - 1;
+    memcpy(w->endpoint_now, p, len);
+    w->endpoint_now[len] = '\0';
 }
 
 /* Re-registers: HELLO (naming the running or finished job), then whatever is unacked. */

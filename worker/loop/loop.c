@@ -211,6 +211,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
                 qw_loop_wlog(w,
                              "coordinator silent for %lld ms (%s): reconnecting and re-registering",
                              (long long)(t - w->last_heard_ms), state_name(w->state));
+            w->endpoint_index++; /* the next of several endpoints: a standby may answer */
             st = qw_loop_open_socket(w, err);
             if (st != QS_OK) break;
             qw_loop_reregister(w);

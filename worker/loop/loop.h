@@ -100,7 +100,9 @@ typedef struct qw_gpu {
 
 /* How to run a worker. Zero/NULL fields take the defaults given. */
 typedef struct qw_options {
-    const char *endpoint;       /* coordinator, e.g. "tcp://host:5555" (required) */
+    const char *endpoint;       /* coordinator, e.g. "tcp://host:5555" (required); several
+                                   separated by commas ("tcp://a:5555,tcp://b:5555"): an active
+                                   coordinator and its standbys, tried in turn (link.c) */
     const char *worker_id;      /* unique name, also the ZeroMQ routing id (1..200 bytes);
                                    default "<host>-<pid>" */
     int threads;                /* CPU threads for jobs; default: qs_default_threads()

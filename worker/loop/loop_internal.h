@@ -108,6 +108,9 @@ struct worker {
     int64_t reopen_ms;        /* after a refusal: when to open a fresh socket and try again
                                  (libzmq does not retry a handshake the peer refused), 0: none */
     bool connected_told;      /* "connected" logged for the current socket */
+    int endpoint_index;       /* which of options.endpoint's comma-separated endpoints the
+                                 current socket connects to */
+    char endpoint_now[512];   /* that endpoint */
     bool send_failing;        /* a send failed and was logged; quiet until one succeeds */
     pthread_mutex_t mu;       /* guards the cache and the job's shared fields */
     cache_entry cache[CACHE_SLOTS];
@@ -277,6 +280,9 @@ void qw_loop_close_socket(worker *w);
  * keys, watches its handshakes and connects. Errors: QS_ENET naming the endpoint or id,
  * QS_EINVAL (CURVE keys libzmq refuses). */
 qs_status qw_loop_open_socket(worker *w, qs_error *err);
+/* Sets endpoint_now to the endpoint_index-th (modulo their number) of options.endpoint's
+ * comma-separated endpoints. */
+void qw_loop_pick_endpoint(worker *w);
 
 /* Re-registers: HELLO (naming the running or finished job), then whatever is unacked. */
 void qw_loop_reregister(worker *w);
