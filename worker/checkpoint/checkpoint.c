@@ -385,6 +385,14 @@ const float *qw_stored_f32(const qw_stored_tensor *v) {
     return (const float *)(const void *)v->data;
 }
 
+size_t qw_checkpoint_tensor_count(const qw_checkpoint *ck) {
+    return ck->table.n;
+}
+
+const char *qw_checkpoint_tensor_name(const qw_checkpoint *ck, size_t i) {
+    return i < ck->table.n ? ck->table.v[i].name : NULL;
+}
+
 qs_status qw_checkpoint_digest(qw_checkpoint *ck, char hex[65], qs_error *err) {
     if (!ck->have_digest) {
         if (sodium_init() < 0)

@@ -129,6 +129,12 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
 qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_stored_tensor *out,
                                     int64_t shape[2], int *ndim, qs_error *err);
 
+/* Number of tensors in the checkpoint, and the Hugging Face name of tensor i (0 <= i < count,
+ * in the order the files list them), NULL when i is out of range. For tools that copy a whole
+ * checkpoint (worker/export). */
+size_t qw_checkpoint_tensor_count(const qw_checkpoint *ck);
+const char *qw_checkpoint_tensor_name(const qw_checkpoint *ck, size_t i);
+
 /* BLAKE2b-256 (libsodium crypto_generichash) over the model's files (config + weights, in a fixed
  * order), hex. For job keys. Order: a GGUF file alone; an HF directory: config.json, then the index
  * file if any, then each safetensors file in ascending name order. Each file is hashed as its byte
