@@ -1,0 +1,321 @@
+/* qsweep's compressed-tensors export read back by qsweep's loader (worker/export/export.h,
+ * worker/checkpoint/fp4_checkpoint.c), on the 3-block test Llama and the GPL-3 byte tokens of
+ * experiments/tiny.yaml:
+ *   - every exported linear decodes to the engine's own fake-quantized weights, bit for bit;
+ *   - the export evaluated against the source's baseline gives the eval job's metrics (perplexity,
+ *     KL, top-1) digit for digit: W4A16 NVFP4, MXFP4, a mixed plan with lm_head, and MXFP4 W4A4
+ *     (the export's activations quantized as the job's were);
+ *   - what the format cannot hold is refused naming the linear, and a refused or failed export
+ *     leaves nothing behind.
+ * Usage: test_export [smollm2] (smollm2: the same round trip on SmolLM2-135M's GGUF). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "eval.h"
+#include "export.h"
+#include "format.h"
+#include "model.h"
+#include "policy.h"
+#include "quant.h"
+#include "tokens.h"
+
+static const char *model_path = QW_SOURCE_DIR "/tests/engine/data/llama3_gqa";
+static const char *tokens_path = QW_SOURCE_DIR "/experiments/data/gpl3.bytes.tokens";
+static int ctx = 64, max_chunks = 8;
+static char workdir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(workdir, sizeof workdir, "%s/qsweep-export-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(workdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Names in workdir, for checking that nothing was left behind. */
+static int entries(void) {
+    DIR *d = opendir(workdir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+static qw_quant_spec spec_of(const char *w, const char *a) {
+    qw_quant_spec s = {0};
+    s.weight = w ? qk_format_by_name(w) : NULL;
+    s.act = a ? qk_format_by_name(a) : NULL;
+    return s;
+}
+
+/* The engine's metrics of model m as it stands against the baseline file. */
+static qw_eval_metrics compare(qw_model *m, const qw_tokens *t, const char *baseline) {
+    qw_eval_options o = {.ctx = ctx, .max_chunks = (size_t)max_chunks, .bos_id = -1};
+    qw_eval_metrics r = {0};
+    qs_error err = {0};
+    if (qw_eval_compare(m, t, &o, baseline, &r, &err) != QS_OK) fail_msg("%s", err.msg);
+    return r;
+}
+
+/* The round trip of policy p (and the activation-only policy `acts` for the export, NULL for
+ * W4A16): export, read back, weights and metrics equal. */
+static void round_trip(const char *name, const qw_policy *p, const qw_policy *acts) {
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL;
+    qw_model *m = NULL;
+    qw_tokens t = {0};
+    if (qw_checkpoint_open(model_path, &ck, &err) || qw_model_create(ck, ctx, 0, &m, &err) ||
+        qw_tokens_load(tokens_path, &t, &err))
+        fail_msg("%s", err.msg);
+    char baseline[512], out[512];
+    snprintf(baseline, sizeof baseline, "%s/%s.qswblp", workdir, name);
+    snprintf(out, sizeof out, "%s/%s", workdir, name);
+    qw_eval_options o = {.ctx = ctx, .max_chunks = (size_t)max_chunks, .bos_id = -1};
+    qw_eval_metrics base = {0};
+    if (qw_eval_baseline(m, &t, &o, baseline, &base, &err)) fail_msg("%s", err.msg);
+    if (qw_model_apply_policy(m, p, &err)) fail_msg("%s", err.msg);
+    qw_eval_metrics job = compare(m, &t, baseline);
+
+    qw_export_request r = {.model_path = model_path, .policy = p, .out_dir = out};
+    if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
+
+    qw_checkpoint *ek = NULL;
+    qw_model *em = NULL;
+    if (qw_checkpoint_open(out, &ek, &err) || qw_model_create(ek, ctx, 0, &em, &err))
+        fail_msg("%s", err.msg);
+    /* each quantized linear reads back as the engine's dequantized packed form */
+    size_t checked = 0;
+    for (int i = 0; i < qw_model_n_linears(m); i++) {
+        int64_t axis, start, shape[2];
+        const qk_packed *pk = qw_model_packed(m, -1, i, &axis, &start);
+        if (!pk) continue;
+        char lname[128], tname[160];
+        qw_model_linear_name(m, i, lname, sizeof lname);
+        snprintf(tname, sizeof tname, "%s.weight", lname);
+        const float *got;
+        int ndim;
+        if (qw_checkpoint_tensor(ek, tname, &got, shape, &ndim, &err)) fail_msg("%s", err.msg);
+        float *want = malloc(pk->rows * pk->k * sizeof *want);
+        assert_non_null(want);
+        if (qk_dequantize(pk, want, 0, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(shape[0], pk->rows);
+        assert_int_equal(shape[1], pk->k);
+        if (memcmp(got, want, pk->rows * pk->k * sizeof *want) != 0)
+            fail_msg("%s: %s differs from the engine's dequantized weights", name, tname);
+        free(want);
+        checked++;
+    }
+    assert_true(checked > 0);
+    if (acts && qw_model_apply_policy(em, acts, &err)) fail_msg("%s", err.msg);
+    qw_eval_metrics back = compare(em, &t, baseline);
+    printf("%s: job ppl %.17g kl_mean %.17g top1 %.17g | export ppl %.17g kl_mean %.17g top1 "
+           "%.17g (%zu linears)\n",
+           name, job.ppl, job.kl_mean, job.top1, back.ppl, back.kl_mean, back.top1, checked);
+    assert_true(job.ppl == back.ppl && job.nll == back.nll);
+    assert_true(job.kl_mean == back.kl_mean && job.kl_max == back.kl_max);
+    assert_true(job.kl_median == back.kl_median && job.kl_p99 == back.kl_p99);
+    assert_true(job.top1 == back.top1);
+    assert_true(job.kl_mean > 0); /* the policy changed the model: the test measures something */
+    qw_eval_metrics_free(&job);
+    qw_eval_metrics_free(&back);
+    qw_eval_metrics_free(&base);
+    qw_model_destroy(em);
+    qw_checkpoint_close(ek);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+    qw_tokens_free(&t);
+}
+
+static qw_policy all_linears(int n_layers, const char *w, const char *a) {
+    qw_policy p;
+    qs_error err = {0};
+    if (qw_policy_init(&p, n_layers, &err)) fail_msg("%s", err.msg);
+    qw_quant_spec s = spec_of(w, a);
+    if (qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &s, &err)) fail_msg("%s", err.msg);
+    return p;
+}
+
+static int tied(void) {
+    qw_checkpoint *ck = NULL;
+    qs_error err = {0};
+    if (qw_checkpoint_open(model_path, &ck, &err)) fail_msg("%s", err.msg);
+    int t = qw_checkpoint_config(ck)->tied_embeddings;
+    qw_checkpoint_close(ck);
+    return t;
+}
+
+static int n_layers(void) {
+    qw_checkpoint *ck = NULL;
+    qs_error err = {0};
+    if (qw_checkpoint_open(model_path, &ck, &err)) fail_msg("%s", err.msg);
+    int n = qw_checkpoint_config(ck)->n_layers;
+    qw_checkpoint_close(ck);
+    return n;
+}
+
+static void nvfp4_w4a16_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
+    round_trip("nvfp4-w4a16", &p, NULL);
+    qw_policy_free(&p);
+}
+
+static void mxfp4_w4a16_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "mxfp4", NULL);
+    round_trip("mxfp4-w4a16", &p, NULL);
+    qw_policy_free(&p);
+}
+
+static void mxfp4_w4a4_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p = all_linears(nl, "mxfp4", "mxfp4");
+    qw_policy acts = all_linears(nl, NULL, "mxfp4");
+    round_trip("mxfp4-w4a4", &p, &acts);
+    qw_policy_free(&acts);
+    qw_policy_free(&p);
+}
+
+/* A plan: q/k/v and lm_head NVFP4, gate/up/down MXFP4, o left unquantized, block 1's down
+ * unquantized; two config groups and an ignore list. (SmolLM2 ties lm_head: it stays.) */
+static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p;
+    qs_error err = {0};
+    if (qw_policy_init(&p, nl, &err)) fail_msg("%s", err.msg);
+    for (int l = 0; l < nl; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++) {
+            if (k == QW_LINEAR_O || (l == 1 && k == QW_LINEAR_DOWN)) continue;
+            *qw_policy_linear(&p, l, (qw_linear_kind)k) =
+                spec_of(k <= QW_LINEAR_V ? "nvfp4" : "mxfp4", NULL);
+        }
+    if (!tied()) p.lm_head = spec_of("nvfp4", NULL); /* a tied head cannot be (export.h) */
+    round_trip("mixed", &p, NULL);
+    qw_policy_free(&p);
+}
+
+/* An export that is refused: the error code and a part of its message; nothing left behind. */
+static void refused(const qw_policy *p, const char *out, qs_status code, const char *needle) {
+    int before = entries();
+    qs_error err = {0};
+    qw_export_request r = {.model_path = model_path, .policy = p, .out_dir = out};
+    assert_int_equal(qw_export_write(&r, &err), code);
+    if (!strstr(err.msg, needle)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
+    assert_int_equal(entries(), before);
+}
+
+static void unsupported_combinations_are_refused_naming_the_linear(void **state) {
+    (void)state;
+    int nl = n_layers();
+    char out[512];
+    snprintf(out, sizeof out, "%s/refused", workdir);
+    qw_policy p = all_linears(nl, "fp8_e4m3", NULL);
+    refused(&p, out, QS_EUNSUPPORTED, "model.layers.0.self_attn.q_proj: format fp8_e4m3");
+    qw_policy_free(&p);
+    p = all_linears(nl, "nvfp4", "nvfp4");
+    refused(&p, out, QS_EUNSUPPORTED, "NVFP4 activations");
+    qw_policy_free(&p);
+    p = all_linears(nl, NULL, "mxfp4");
+    refused(&p, out, QS_EUNSUPPORTED, "without its weights");
+    qw_policy_free(&p);
+    p = all_linears(nl, "nvfp4", NULL);
+    p.embed = spec_of("nvfp4", NULL);
+    refused(&p, out, QS_EUNSUPPORTED, "model.embed_tokens");
+    qw_policy_free(&p);
+    p = all_linears(nl + 1, "nvfp4", NULL);
+    refused(&p, out, QS_EINVAL, "4-block model");
+    qw_policy_free(&p);
+    p = all_linears(nl, NULL, NULL);
+    refused(&p, out, QS_EINVAL, "quantizes no linear");
+    qw_policy_free(&p);
+}
+
+static void an_existing_folder_is_never_written_over(void **state) {
+    (void)state;
+    char out[512], probe[600];
+    snprintf(out, sizeof out, "%s/exists", workdir);
+    assert_int_equal(mkdir(out, 0755), 0);
+    qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
+    refused(&p, out, QS_EINVAL, "already exists");
+    snprintf(probe, sizeof probe, "%s/config.json", out);
+    assert_int_equal(access(probe, F_OK), -1);
+    rmdir(out);
+    qw_policy_free(&p);
+}
+
+/* A write that fails part way (a full disk; here the file size limit, EFBIG) is an error naming
+ * the file, and neither the target nor the temporary folder remains. */
+static void a_failed_write_leaves_nothing(void **state) {
+    (void)state;
+    char out[512];
+    snprintf(out, sizeof out, "%s/full", workdir);
+    qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int before = entries();
+    qs_error err = {0};
+    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = out};
+    qs_status st = qw_export_write(&r, &err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    assert_int_equal(st, QS_EIO);
+    if (!strstr(err.msg, "model.safetensors")) fail_msg("message \"%s\" names no file", err.msg);
+    assert_int_equal(entries(), before);
+    qw_policy_free(&p);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
+        static char path[512];
+        snprintf(path, sizeof path, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
+        if (access(path, R_OK) != 0) {
+            printf("skipped: %s is not there (tools/fetch_smollm2.sh fetches it)\n", path);
+            return 0;
+        }
+        model_path = path;
+        tokens_path = QW_SOURCE_DIR "/tests/engine/data/gpl3.smollm2.tokens";
+        ctx = 256;
+        max_chunks = 2;
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(nvfp4_w4a16_reads_back_to_the_jobs_metrics),
+            cmocka_unit_test(mixed_plan_reads_back_to_the_jobs_metrics),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(nvfp4_w4a16_reads_back_to_the_jobs_metrics),
+        cmocka_unit_test(mxfp4_w4a16_reads_back_to_the_jobs_metrics),
+        cmocka_unit_test(mxfp4_w4a4_reads_back_to_the_jobs_metrics),
+        cmocka_unit_test(mixed_plan_reads_back_to_the_jobs_metrics),
+        cmocka_unit_test(unsupported_combinations_are_refused_naming_the_linear),
+        cmocka_unit_test(an_existing_folder_is_never_written_over),
+        cmocka_unit_test(a_failed_write_leaves_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
