@@ -7,7 +7,10 @@
  *     (the export's activations quantized as the job's were);
  *   - what the format cannot hold is refused naming the linear, and a refused or failed export
  *     leaves nothing behind.
- * Usage: test_export [smollm2] (smollm2: the same round trip on SmolLM2-135M's GGUF). */
+ * Usage: test_export [smollm2] (smollm2: the same round trip on SmolLM2-135M's GGUF)
+ *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
+ *        DIR and writes what qsweep reads back for them (FP32) to the safetensors file DUMP,
+ *        for the independent reader (ct_check.sh). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,12 +26,14 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "checkpoint_internal.h"
 #include "eval.h"
 #include "export.h"
 #include "format.h"
 #include "model.h"
 #include "policy.h"
 #include "quant.h"
+#include "st_writer.h"
 #include "tokens.h"
 
 static const char *model_path = QW_SOURCE_DIR "/tests/engine/data/llama3_gqa";
@@ -289,7 +294,98 @@ static void a_failed_write_leaves_nothing(void **state) {
     qw_policy_free(&p);
 }
 
+/* BF16 bits of an FP32 value, rounded to nearest even (finite values). */
+static uint16_t bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* A checkpoint the compressed-tensors package wrote itself (tools/export/make_ct_fixture.py:
+ * NVFP4 attention, MXFP4 MLP, its own qparams and compressors) loads in qsweep to the package's
+ * codes x scales x 1/global_scale bit for bit, and within 1 BF16 ulp of its decompress() (MXFP4:
+ * equal), the bound docs/export.md explains. */
+static void a_checkpoint_the_reference_wrote_loads_to_its_values(void **state) {
+    (void)state;
+    const char *dir = QW_SOURCE_DIR "/tests/export/fixtures/ct_published";
+    const char *exp = QW_SOURCE_DIR "/tests/export/fixtures/ct_published_expected.safetensors";
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL;
+    qw_mapped_file f = {0};
+    qw_tensor_table want = {0};
+    if (qw_checkpoint_open(dir, &ck, &err) || qw_map_file(exp, &f, &err) ||
+        qw_safetensors_parse(exp, f.data, f.size, 0, &want, &err))
+        fail_msg("%s", err.msg);
+    size_t n_lin = 0, n_el = 0, n_diff = 0;
+    for (size_t i = 0; i < want.n; i++) {
+        const qw_tensor_entry *e = &want.v[i];
+        size_t len = strlen(e->name);
+        if (len < 7 || strcmp(e->name + len - 7, ".weight") != 0) continue;
+        const float *got;
+        int64_t shape[2];
+        int ndim;
+        if (qw_checkpoint_tensor(ck, e->name, &got, shape, &ndim, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(shape[0] * shape[1], e->numel);
+        if (memcmp(got, e->src, e->nbytes) != 0)
+            fail_msg("%s: differs from the package's codes x scales", e->name);
+        char dn[200];
+        snprintf(dn, sizeof dn, "%s_decompressed", e->name);
+        const qw_tensor_entry *d = qw_table_find(&want, dn);
+        assert_non_null(d);
+        assert_int_equal(d->dtype, QW_DT_BF16);
+        int mx = strstr(e->name, "mlp.") != NULL;
+        for (int64_t j = 0; j < e->numel; j++) {
+            uint16_t ref;
+            memcpy(&ref, d->src + 2 * j, 2);
+            int diff = abs((int)(int16_t)bf16_rne(got[j]) - (int)(int16_t)ref);
+            if (diff > (mx ? 0 : 1))
+                fail_msg("%s[%lld]: %d BF16 ulp from decompress()", e->name, (long long)j, diff);
+            n_diff += diff != 0;
+        }
+        n_el += (size_t)e->numel;
+        n_lin++;
+    }
+    printf("reference fixture: %zu linears, %zu weights equal the package's codes x scales; "
+           "%zu differ from its decompress() by 1 BF16 ulp\n",
+           n_lin, n_el, n_diff);
+    assert_int_equal(n_lin, 7);
+    qw_table_free(&want);
+    qw_unmap_file(&f);
+    qw_checkpoint_close(ck);
+}
+
+/* test_export write FORMAT DIR DUMP (see the top). */
+static int write_and_dump(const char *format, const char *dir, const char *dump) {
+    qs_error err = {0};
+    qw_policy p = all_linears(n_layers(), format, NULL);
+    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = dir};
+    qw_checkpoint *ek = NULL;
+    qw_st_writer w = {0};
+    qs_status st = qw_export_write(&r, &err);
+    if (!st) st = qw_checkpoint_open(dir, &ek, &err);
+    size_t n = st ? 0 : qw_checkpoint_tensor_count(ek);
+    for (size_t i = 0; i < n && !st; i++) {
+        const char *name = qw_checkpoint_tensor_name(ek, i);
+        const float *x;
+        int64_t shape[2];
+        int ndim;
+        size_t len = strlen(name);
+        if (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0) continue;
+        st = qw_checkpoint_tensor(ek, name, &x, shape, &ndim, &err);
+        if (!st)
+            st = qw_st_writer_add(&w, name, "F32", ndim, shape, x,
+                                  (size_t)(shape[0] * shape[1]) * sizeof *x, &err);
+    }
+    if (!st) st = qw_st_writer_write(&w, dump, &err);
+    qw_st_writer_free(&w);
+    qw_checkpoint_close(ek);
+    qw_policy_free(&p);
+    if (st) fprintf(stderr, "export_test write: %s\n", err.msg);
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "write") == 0) return write_and_dump(argv[2], argv[3], argv[4]);
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         static char path[512];
         snprintf(path, sizeof path, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -316,6 +412,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(unsupported_combinations_are_refused_naming_the_linear),
         cmocka_unit_test(an_existing_folder_is_never_written_over),
         cmocka_unit_test(a_failed_write_leaves_nothing),
+        cmocka_unit_test(a_checkpoint_the_reference_wrote_loads_to_its_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -102,9 +102,10 @@ static qs_status ct_check(ex_linear *L, ex_group *groups, int *n_groups, int tie
  * presets NVFP4A16, MXFP4A16, MXFP4). */
 static json_t *ct_args(const qk_format *f, int activations) {
     int nv = is_nvfp4(f);
-    return json_pack("{s:i, s:s, s:s, s:b, s:o, s:i}", "num_bits", 4, "type", "float", "strategy",
-                     nv ? "tensor_group" : "group", "symmetric", 1, "dynamic",
-                     activations ? json_true() : json_false(), "group_size", nv ? 16 : 32);
+    return json_pack("{s:i, s:s, s:s, s:b, s:o, s:i, s:s}", "num_bits", 4, "type", "float",
+                     "strategy", nv ? "tensor_group" : "group", "symmetric", 1, "dynamic",
+                     activations ? json_true() : json_false(), "group_size", nv ? 16 : 32,
+                     "scale_dtype", nv ? "torch.float8_e4m3fn" : "torch.uint8");
 }
 
 static json_t *ct_quant_config(const ex_linear *lin, int n_lin, const ex_group *groups,
