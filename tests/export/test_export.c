@@ -354,6 +354,84 @@ static void a_checkpoint_the_reference_wrote_loads_to_its_values(void **state) {
     qw_checkpoint_close(ck);
 }
 
+/* ModelOpt's layout of the same NVFP4 linears (fp4_checkpoint.c): qsweep's compressed-tensors
+ * export rewritten as weight / weight_scale / weight_scale_2 = 1/global_scale with an
+ * hf_quant_config.json reads back to the same FP32 weights. */
+static void a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin(void **state) {
+    (void)state;
+    char ct[512], mo[512], path[600];
+    snprintf(ct, sizeof ct, "%s/ct-twin", workdir);
+    snprintf(mo, sizeof mo, "%s/modelopt-twin", workdir);
+    qs_error err = {0};
+    qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
+    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = ct};
+    if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
+    qw_policy_free(&p);
+    snprintf(path, sizeof path, "%s/model.safetensors", ct);
+    qw_mapped_file f = {0};
+    qw_tensor_table tt = {0};
+    if (qw_map_file(path, &f, &err) || qw_safetensors_parse(path, f.data, f.size, 0, &tt, &err))
+        fail_msg("%s", err.msg);
+    qw_st_writer w = {0};
+    for (size_t i = 0; i < tt.n && !err.code; i++) {
+        const qw_tensor_entry *e = &tt.v[i];
+        char name[300];
+        snprintf(name, sizeof name, "%s", e->name);
+        char *suffix = strstr(name, ".weight_");
+        int64_t shape[2] = {e->shape[0], e->ndim == 2 ? e->shape[1] : 0};
+        static const char *const ST[] = {[QW_DT_F32] = "F32", [QW_DT_F16] = "F16",
+                                         [QW_DT_BF16] = "BF16"};
+        const char *dt = e->raw == QW_RAW_U8 ? "U8" : e->raw ? "F8_E4M3" : ST[e->dtype];
+        if (suffix && !strcmp(suffix, ".weight_packed")) {
+            strcpy(suffix, ".weight");
+            qw_st_writer_add(&w, name, dt, 2, shape, e->src, e->nbytes, &err);
+        } else if (suffix && !strcmp(suffix, ".weight_global_scale")) {
+            strcpy(suffix, ".weight_scale_2");
+            float gs, d;
+            memcpy(&gs, e->src, 4);
+            d = 1.0f / gs;
+            qw_st_writer_add(&w, name, "F32", 1, shape, &d, 4, &err);
+        } else {
+            qw_st_writer_add(&w, name, dt, e->ndim, shape, e->src, e->nbytes, &err);
+        }
+    }
+    assert_int_equal(mkdir(mo, 0755), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", mo);
+    if (err.code || qw_st_writer_write(&w, path, &err)) fail_msg("%s", err.msg);
+    qw_st_writer_free(&w);
+    qw_table_free(&tt);
+    qw_unmap_file(&f);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cp '%s/config.json' '%s/' && printf '%%s' '{\"producer\": {\"name\": \"modelopt\"}, "
+             "\"quantization\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16, "
+             "\"exclude_modules\": [\"lm_head\"]}}' > '%s/hf_quant_config.json'",
+             model_path, mo, mo);
+    assert_int_equal(system(cmd), 0);
+    qw_checkpoint *a = NULL, *b = NULL;
+    if (qw_checkpoint_open(ct, &a, &err) || qw_checkpoint_open(mo, &b, &err))
+        fail_msg("%s", err.msg);
+    size_t n = 0;
+    for (size_t i = 0; i < qw_checkpoint_tensor_count(a); i++) {
+        const char *name = qw_checkpoint_tensor_name(a, i);
+        size_t len = strlen(name);
+        if (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0) continue;
+        const float *x, *y;
+        int64_t s1[2], s2[2];
+        int d1, d2;
+        if (qw_checkpoint_tensor(a, name, &x, s1, &d1, &err) ||
+            qw_checkpoint_tensor(b, name, &y, s2, &d2, &err))
+            fail_msg("%s", err.msg);
+        assert_true(s1[0] == s2[0] && s1[1] == s2[1]);
+        if (memcmp(x, y, (size_t)(s1[0] * s1[1]) * sizeof *x) != 0)
+            fail_msg("%s: the ModelOpt layout reads to other values", name);
+        n++;
+    }
+    assert_int_equal(n, 21);
+    qw_checkpoint_close(a);
+    qw_checkpoint_close(b);
+}
+
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
@@ -413,6 +491,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(an_existing_folder_is_never_written_over),
         cmocka_unit_test(a_failed_write_leaves_nothing),
         cmocka_unit_test(a_checkpoint_the_reference_wrote_loads_to_its_values),
+        cmocka_unit_test(a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

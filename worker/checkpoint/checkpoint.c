@@ -125,8 +125,8 @@ static qs_status qw_ck_resolve_fp4(qw_checkpoint *ck, const char *cfg_path, qs_e
     if (!paths) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", ck->path);
     for (int i = 0; i < ck->n_files; i++)
         paths[i] = ck->files[i].path;
-    qs_status st = qw_fp4_resolve(cfg_path, (const char *)ck->files[0].data, ck->files[0].size,
-                                  paths, &ck->table, err);
+    qs_status st = qw_fp4_resolve(ck->path, cfg_path, (const char *)ck->files[0].data,
+                                  ck->files[0].size, paths, &ck->table, err);
     free(paths);
     return st;
 }

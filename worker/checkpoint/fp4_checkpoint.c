@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint_internal.h"
 #include "format.h"
@@ -127,6 +128,42 @@ static qs_status part(const char *file, qw_tensor_table *t, const char *module, 
     return QS_OK;
 }
 
+/* The FP32 values of packed codes pe [rows x cols/2] with block scales se in format fmt and
+ * decode scale s_dec (1 for MX), by the numeric core's decoder, into a new buffer *out. */
+static qs_status decode(const char *file, const qw_tensor_entry *pe, const qw_tensor_entry *se,
+                        const qk_format *fmt, float s_dec, float **out, qs_error *err) {
+    int nv = fmt->rule == QK_RULE_NVFP4;
+    for (size_t i = 0; i < se->nbytes; i++) {
+        uint8_t b = se->src[i];
+        if (nv ? (b & 0x80) || b == 0x7f : b == 0xff)
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: tensor \"%s\": scale byte 0x%02x at element %zu (file offset "
+                                "%zu) is %s",
+                                file, se->name, b, i, se->offset + i,
+                                nv ? "negative or NaN" : "the E8M0 NaN");
+    }
+    size_t rows = (size_t)pe->shape[0], k = 2 * (size_t)pe->shape[1];
+    qk_packed p;
+    qs_status st = qk_packed_init(&p, fmt, NULL, rows, k, err);
+    if (st) return st;
+    memcpy(p.codes, pe->src, p.rows * p.row_bytes);
+    memcpy(p.scales, se->src, p.rows * p.blocks_per_row);
+    p.tensor_scale = s_dec;
+    float *y = malloc(rows * k * sizeof *y);
+    if (!y) {
+        qk_packed_release(&p);
+        return qs_error_set(err, QS_ENOMEM, "%s: out of memory decoding \"%s\"", file, pe->name);
+    }
+    st = qk_dequantize(&p, y, 0, err);
+    qk_packed_release(&p);
+    if (st) {
+        free(y);
+        return st;
+    }
+    *out = y;
+    return QS_OK;
+}
+
 /* Decodes one packed linear into a new FP32 entry <module>.weight. */
 static qs_status decode_linear(const char *file, qw_tensor_table *t, size_t packed_index,
                                const fp4_group *g, qs_error *err) {
@@ -164,33 +201,13 @@ static qs_status decode_linear(const char *file, qw_tensor_table *t, size_t pack
         }
     }
     if (st) return st;
-    for (size_t i = 0; i < se->nbytes; i++) {
-        uint8_t b = se->src[i];
-        if (nv ? (b & 0x80) || b == 0x7f : b == 0xff)
-            return qs_error_set(err, QS_EFORMAT,
-                                "%s: tensor \"%s\": scale byte 0x%02x at element %zu (file offset "
-                                "%zu) is %s",
-                                file, se->name, b, i, se->offset + i,
-                                nv ? "negative or NaN" : "the E8M0 NaN");
-    }
     char wname[300];
     snprintf(wname, sizeof wname, "%s.weight", module);
     if (qw_table_find(t, wname))
         return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\" is stored beside its packed form",
                             file, wname);
-    qk_packed p;
-    if ((st = qk_packed_init(&p, g->fmt, NULL, (size_t)rows, (size_t)k, err))) return st;
-    memcpy(p.codes, pe->src, p.rows * p.row_bytes);
-    memcpy(p.scales, se->src, p.rows * p.blocks_per_row);
-    p.tensor_scale = nv ? 1.0f / gs : 1.0f;
-    size_t n = (size_t)rows * (size_t)k;
-    float *y = malloc(n * sizeof *y);
-    if (!y) {
-        qk_packed_release(&p);
-        return qs_error_set(err, QS_ENOMEM, "%s: out of memory decoding \"%s\"", file, pe->name);
-    }
-    st = qk_dequantize(&p, y, 0, err);
-    qk_packed_release(&p);
+    float *y = NULL;
+    st = decode(file, pe, se, g->fmt, nv ? 1.0f / gs : 1.0f, &y, err);
     int file_index = pe->file_index;
     size_t offset = pe->offset;
     qw_tensor_entry *e = st ? NULL : qw_table_add(t, wname); /* may move pe */
@@ -199,6 +216,7 @@ static qs_status decode_linear(const char *file, qw_tensor_table *t, size_t pack
         free(y);
         return st;
     }
+    size_t n = (size_t)rows * (size_t)k;
     e->dtype = QW_DT_F32;
     e->ndim = 2;
     e->shape[0] = rows;
@@ -212,15 +230,95 @@ static qs_status decode_linear(const char *file, qw_tensor_table *t, size_t pack
     return QS_OK;
 }
 
-qs_status qw_fp4_resolve(const char *cfg_file, const char *cfg_text, size_t cfg_len,
-                         const char *const *file_paths, qw_tensor_table *t, qs_error *err) {
+/* ModelOpt's Hugging Face export (TensorRT Model Optimizer, modelopt/torch/export;
+ * qtensor/nvfp4_tensor.py): quant_algo NVFP4 in hf_quant_config.json's "quantization" (or
+ * config.json's quantization_config with quant_method modelopt); per linear `weight` (uint8
+ * [N, K/2], the even column in the low nibble), `weight_scale` (E4M3 [N, K/16]) and
+ * `weight_scale_2` (FP32, the decode scale amax/(6*448): it multiplies). Each such `weight` is
+ * replaced by its FP32 values, (e2m1(code) * e4m3(scale)) * weight_scale_2. input_scale, the
+ * calibrated activation scale, is not read: which activations a job quantizes is the grid's. */
+static qs_status modelopt_resolve(const char *qfile, json_t *quant, const char *const *file_paths,
+                                  qw_tensor_table *t, qs_error *err) {
+    const char *algo = json_string_value(json_object_get(quant, "quant_algo"));
+    if (!algo || strcmp(algo, "NVFP4") != 0)
+        return qs_error_set(err, QS_EUNSUPPORTED, "%s: quant_algo \"%s\" is not read (NVFP4)",
+                            qfile, algo ? algo : "(none)");
+    json_t *gs = json_object_get(quant, "group_size");
+    if (gs && (!json_is_integer(gs) || json_integer_value(gs) != 16))
+        return qs_error_set(err, QS_EFORMAT, "%s: NVFP4 needs group_size 16", qfile);
+    const qk_format *fmt = qk_format_by_name("nvfp4");
+    for (size_t i = 0; i < t->n; i++) {
+        qw_tensor_entry *pe = &t->v[i];
+        size_t len = strlen(pe->name);
+        if (!pe->raw || len <= 7 || strcmp(pe->name + len - 7, ".weight") != 0) continue;
+        const char *file = file_paths[pe->file_index];
+        char module[256];
+        snprintf(module, sizeof module, "%.*s", (int)(len - 7), pe->name);
+        if (pe->raw != QW_RAW_U8 || pe->ndim != 2 || pe->shape[0] < 1 || pe->shape[1] < 1 ||
+            (2 * pe->shape[1]) % 16 != 0)
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: tensor \"%s\": expected U8 [rows, cols/2] with cols a "
+                                "multiple of 16",
+                                file, pe->name);
+        const qw_tensor_entry *se = NULL, *s2 = NULL;
+        qs_status st = part(file, t, module, "weight_scale", "F8_E4M3", QW_RAW_F8_E4M3, 2,
+                            pe->shape[0], 2 * pe->shape[1] / 16, &se, err);
+        if (st) return st;
+        char n2[320];
+        snprintf(n2, sizeof n2, "%s.weight_scale_2", module);
+        s2 = qw_table_find(t, n2);
+        if (!s2)
+            return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is missing (NVFP4 linear)",
+                                file, n2);
+        float d;
+        if (s2->dtype != QW_DT_F32 || s2->raw || s2->numel != 1)
+            return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\": expected one F32", file, n2);
+        memcpy(&d, s2->src, sizeof d);
+        if (!(d > 0.0f) || d > 3.0e38f)
+            return qs_error_set(err, QS_EFORMAT,
+                                "%s: tensor \"%s\": decode scale %g is not a finite positive "
+                                "number",
+                                file, n2, (double)d);
+        float *y = NULL;
+        if ((st = decode(file, pe, se, fmt, d, &y, err))) return st;
+        pe->dtype = QW_DT_F32;
+        pe->raw = QW_RAW_NONE;
+        pe->shape[1] *= 2;
+        pe->numel = pe->shape[0] * pe->shape[1];
+        pe->src = (const uint8_t *)y;
+        pe->nbytes = (size_t)pe->numel * sizeof *y;
+        pe->owned = y;
+    }
+    return QS_OK;
+}
+
+qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_text,
+                         size_t cfg_len, const char *const *file_paths, qw_tensor_table *t,
+                         qs_error *err) {
     json_error_t je;
     json_t *root = json_loadb(cfg_text, cfg_len, 0, &je);
     if (!root) return QS_OK; /* qw_config_parse_json already read it: cannot happen */
     json_t *qc = json_object_get(root, "quantization_config");
     qs_status st = QS_OK;
-    if (!qc) goto done;
+    char qpath[4096];
+    snprintf(qpath, sizeof qpath, "%s/hf_quant_config.json", dir);
+    json_t *hq = NULL;
+    if (access(qpath, F_OK) == 0 && !(hq = json_load_file(qpath, 0, &je))) {
+        st = qs_error_set(err, QS_EFORMAT, "%s: line %d: %s", qpath, je.line, je.text);
+        goto done;
+    }
     const char *method = json_string_value(json_object_get(qc, "quant_method"));
+    if (hq || (method && !strcmp(method, "modelopt"))) {
+        json_t *quant = hq ? json_object_get(hq, "quantization") : qc;
+        if (!json_is_object(quant))
+            st = qs_error_set(err, QS_EFORMAT, "%s: field \"quantization\" is not an object",
+                              qpath);
+        else
+            st = modelopt_resolve(hq ? qpath : cfg_file, quant, file_paths, t, err);
+        json_decref(hq);
+        goto done;
+    }
+    if (!qc) goto done;
     if (!method || strcmp(method, "compressed-tensors") != 0) {
         st = qs_error_set(err, QS_EUNSUPPORTED,
                           "%s: quantization_config.quant_method \"%s\" is not read "
