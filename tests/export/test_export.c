@@ -432,6 +432,95 @@ static void a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin(void **st
     qw_checkpoint_close(b);
 }
 
+/* path's bytes (heap, NUL-terminated) and their count. */
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)len + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    b[len] = 0;
+    *n = (size_t)len;
+    return b;
+}
+
+static void spill(const char *path, const char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The reference fixture with `from` replaced by `to` in config.json (byte_at >= 0: the byte at
+ * that offset of model.safetensors set to `byte`): opening it fails with code and needle. */
+static void corrupted(const char *tag, const char *from, const char *to, long byte_at, int byte,
+                      qs_status code, const char *needle) {
+    const char *src = QW_SOURCE_DIR "/tests/export/fixtures/ct_published";
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", workdir, tag);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    size_t n;
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = slurp(path, &n), *at = strstr(cfg, from);
+    assert_non_null(at);
+    size_t fl = strlen(from), tl = strlen(to);
+    char *out = malloc(n - fl + tl + 1);
+    assert_non_null(out);
+    memcpy(out, cfg, (size_t)(at - cfg));
+    memcpy(out + (at - cfg), to, tl);
+    memcpy(out + (at - cfg) + tl, at + fl, n - (size_t)(at - cfg) - fl);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    spill(path, out, n - fl + tl);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    char *st = slurp(path, &n);
+    if (byte_at >= 0) st[byte_at] = (char)byte;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    spill(path, st, n);
+    free(cfg);
+    free(out);
+    free(st);
+    qw_checkpoint *ck = NULL;
+    qs_error err = {0};
+    assert_int_equal(qw_checkpoint_open(dir, &ck, &err), code);
+    if (!strstr(err.msg, needle)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
+    assert_null(ck);
+}
+
+/* The byte offset in the fixture's model.safetensors of tensor `name`'s first byte. */
+static long fixture_offset(const char *name) {
+    const char *p = QW_SOURCE_DIR "/tests/export/fixtures/ct_published/model.safetensors";
+    qw_mapped_file f = {0};
+    qw_tensor_table t = {0};
+    qs_error err = {0};
+    if (qw_map_file(p, &f, &err) || qw_safetensors_parse(p, f.data, f.size, 0, &t, &err))
+        fail_msg("%s", err.msg);
+    const qw_tensor_entry *e = qw_table_find(&t, name);
+    assert_non_null(e);
+    long off = (long)e->offset;
+    qw_table_free(&t);
+    qw_unmap_file(&f);
+    return off;
+}
+
+static void malformed_fp4_checkpoints_are_refused_by_name(void **state) {
+    (void)state;
+    corrupted("fmt", "\"mxfp4-pack-quantized\"", "\"int-quantized\"", -1, 0, QS_EUNSUPPORTED,
+              "format \"int-quantized\" is not read");
+    corrupted("method", "\"compressed-tensors\"", "\"gptq\"", -1, 0, QS_EUNSUPPORTED,
+              "quant_method \"gptq\"");
+    corrupted("target", "\"model.layers.0.mlp.up_proj\"", "\"model.layers.7.mlp.up_proj\"", -1, 0,
+              QS_EFORMAT, "no config group");
+    corrupted("nan", "\"lm_head\"", "\"lm_head\"",
+              fixture_offset("model.layers.0.self_attn.k_proj.weight_scale") + 3, 0x7f, QS_EFORMAT,
+              "model.layers.0.self_attn.k_proj.weight_scale\": scale byte 0x7f at element 3");
+    corrupted("group", "\"group_size\": 32", "\"group_size\": 16", -1, 0, QS_EFORMAT,
+              "group_size 32");
+}
+
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
@@ -492,6 +581,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_failed_write_leaves_nothing),
         cmocka_unit_test(a_checkpoint_the_reference_wrote_loads_to_its_values),
         cmocka_unit_test(a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin),
+        cmocka_unit_test(malformed_fp4_checkpoints_are_refused_by_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
