@@ -521,6 +521,31 @@ static void malformed_fp4_checkpoints_are_refused_by_name(void **state) {
               "group_size 32");
 }
 
+/* GGUF's MXFP4 type (ggml type 39) decodes to gguf-py's values bit for bit, on 64 random blocks
+ * with the extreme exponents (tools/export/make_mxfp4_blocks.py). */
+static void gguf_mxfp4_blocks_decode_as_gguf_py(void **state) {
+    (void)state;
+    size_t nb, nv;
+    char *b = slurp(QW_SOURCE_DIR "/tests/export/fixtures/mxfp4_blocks.bin", &nb);
+    char *v = slurp(QW_SOURCE_DIR "/tests/export/fixtures/mxfp4_values.bin", &nv);
+    assert_int_equal(nb, 64 * 17);
+    assert_int_equal(nv, 64 * 32 * sizeof(float));
+    assert_int_equal(qw_dtype_block(QW_DT_MXFP4), 32);
+    float got[64 * 32];
+    qw_dtype_to_f32(QW_DT_MXFP4, (const uint8_t *)b, 64 * 32, got);
+    for (int i = 0; i < 64 * 32; i++) {
+        float want;
+        memcpy(&want, v + 4 * i, 4);
+        if (memcmp(&got[i], &want, 4) != 0)
+            fail_msg("element %d (block %d, e 0x%02x): %a, gguf-py %a", i, i / 32,
+                     (unsigned char)b[17 * (i / 32)], (double)got[i], (double)want);
+    }
+    qw_dtype dt;
+    assert_true(qw_dtype_from_ggml(39, &dt) && dt == QW_DT_MXFP4);
+    free(b);
+    free(v);
+}
+
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
@@ -582,6 +607,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_checkpoint_the_reference_wrote_loads_to_its_values),
         cmocka_unit_test(a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin),
         cmocka_unit_test(malformed_fp4_checkpoints_are_refused_by_name),
+        cmocka_unit_test(gguf_mxfp4_blocks_decode_as_gguf_py),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,6 +46,7 @@ typedef enum qw_dtype {
     QW_DT_IQ4_XS, /* ggml block_iq4_xs: 256 as 8 x 32 IQ4_NL with 6-bit scales; 136 bytes */
     QW_DT_Q5_0,   /* ggml block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = d*(q-16) */
     QW_DT_Q5_1,   /* ggml block_q5_1: f16 d, f16 m, 32 high bits, nibbles; x = d*q + m */
+    QW_DT_MXFP4,  /* ggml block_mxfp4: E8M0 e, 16 bytes of E2M1 nibbles; x = e2m1(q)*2^(e-127) */
     QW_DT_COUNT   /* number of dtypes (not a dtype) */
 } qw_dtype;
 
