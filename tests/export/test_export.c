@@ -546,6 +546,82 @@ static void gguf_mxfp4_blocks_decode_as_gguf_py(void **state) {
     free(v);
 }
 
+/* The GGUF layout: a GGUF source (tests/checkpoint/fixtures/tiny_quant.gguf: Q4_0, Q4_1, Q8_0,
+ * F16, BF16 linears) with every linear in MXFP4 reads back (ggml's MXFP4 type, q/k rows in
+ * llama.cpp's permuted order) to the engine's dequantized packed weights (bit for bit, but for
+ * the sign of zero: ggml's level table decodes the E2M1 code of -0 as +0), and every other
+ * tensor to the source's values. */
+static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
+    (void)state;
+    const char *src = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
+    char out[512], file[600];
+    snprintf(out, sizeof out, "%s/gguf", workdir);
+    snprintf(file, sizeof file, "%s/model.gguf", out);
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL, *ek = NULL;
+    qw_model *m = NULL;
+    if (qw_checkpoint_open(src, &ck, &err) || qw_model_create(ck, 8, 0, &m, &err))
+        fail_msg("%s", err.msg);
+    qw_policy p = all_linears(qw_checkpoint_config(ck)->n_layers, "mxfp4", NULL);
+    if (qw_model_apply_policy(m, &p, &err)) fail_msg("%s", err.msg);
+    qw_export_request r = {.model_path = src, .policy = &p, .layout = QW_EXPORT_GGUF,
+                           .out_dir = out};
+    if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
+    if (qw_checkpoint_open(file, &ek, &err)) fail_msg("%s", err.msg);
+    size_t linears = 0, others = 0;
+    for (size_t i = 0; i < qw_checkpoint_tensor_count(ck); i++) {
+        const char *name = qw_checkpoint_tensor_name(ck, i);
+        const float *a, *b;
+        int64_t s1[2], s2[2];
+        int d1, d2;
+        if (qw_checkpoint_tensor(ck, name, &a, s1, &d1, &err) ||
+            qw_checkpoint_tensor(ek, name, &b, s2, &d2, &err))
+            fail_msg("%s", err.msg);
+        assert_true(d1 == d2 && s1[0] == s2[0] && s1[1] == s2[1]);
+        size_t n = (size_t)(s1[0] * s1[1]);
+        int index = -1;
+        for (int l = 0; l < qw_model_n_linears(m) - 1 && index < 0; l++) {
+            char lname[128], wname[160];
+            qw_model_linear_name(m, l, lname, sizeof lname);
+            snprintf(wname, sizeof wname, "%s.weight", lname);
+            if (!strcmp(wname, name)) index = l;
+        }
+        if (index < 0) {
+            assert_memory_equal(a, b, n * sizeof *a);
+            others++;
+            continue;
+        }
+        int64_t axis, start;
+        const qk_packed *pk = qw_model_packed(m, -1, index, &axis, &start);
+        assert_non_null(pk);
+        float *want = malloc(n * sizeof *want);
+        assert_non_null(want);
+        if (qk_dequantize(pk, want, 0, &err)) fail_msg("%s", err.msg);
+        for (size_t j = 0; j < n; j++) /* ggml's levels have no -0: the code of -0 reads 0 */
+            if (!(b[j] == want[j]) || (b[j] != 0 && memcmp(&b[j], &want[j], sizeof *b) != 0))
+                fail_msg("%s[%zu]: MXFP4 GGUF %a, engine %a", name, j, (double)b[j],
+                         (double)want[j]);
+        free(want);
+        linears++;
+    }
+    assert_int_equal(linears, 14);
+    assert_true(others >= 3);
+    qw_checkpoint_close(ek);
+    qw_policy_free(&p);
+    /* what GGUF cannot hold here */
+    char o2[512];
+    snprintf(o2, sizeof o2, "%s/gguf-refused", workdir);
+    qw_policy q = all_linears(qw_checkpoint_config(ck)->n_layers, "nvfp4", NULL);
+    qw_export_request r2 = {.model_path = src, .policy = &q, .layout = QW_EXPORT_GGUF,
+                            .out_dir = o2};
+    assert_int_equal(qw_export_write(&r2, &err), QS_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "format nvfp4 has no GGUF tensor type"));
+    assert_int_equal(access(o2, F_OK), -1);
+    qw_policy_free(&q);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+}
+
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
@@ -608,6 +684,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin),
         cmocka_unit_test(malformed_fp4_checkpoints_are_refused_by_name),
         cmocka_unit_test(gguf_mxfp4_blocks_decode_as_gguf_py),
+        cmocka_unit_test(a_gguf_export_reads_back_to_the_engines_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

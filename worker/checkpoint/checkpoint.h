@@ -57,6 +57,11 @@ const char *qw_dtype_name(qw_dtype dt);
  * 256 (the K-quants and IQ4_XS). A stored row holds whole blocks. */
 int qw_dtype_block(qw_dtype dt);
 
+/* Bytes per block of dt (2 for F16, 17 for MXFP4, ...), and the dtype of GGUF tensor type
+ * `ggml_type` (enum ggml_type) into *dt: 1, or 0 when qsweep does not read that type. */
+int qw_dtype_block_bytes(qw_dtype dt);
+int qw_dtype_by_ggml(uint32_t ggml_type, qw_dtype *dt);
+
 /* Converts n elements (a multiple of qw_dtype_block(dt)) from src (dtype dt, packed as in the
  * file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an FP32);
  * blocked types per ggml's dequantize_row_<type> (ggml-quants.c), each product and sum rounded

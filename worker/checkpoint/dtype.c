@@ -314,6 +314,14 @@ int qw_dtype_block(qw_dtype dt) {
     return qw_dtypes[dt].block;
 }
 
+int qw_dtype_block_bytes(qw_dtype dt) {
+    return qw_dtypes[dt].block_bytes;
+}
+
+int qw_dtype_by_ggml(uint32_t ggml_type, qw_dtype *dt) {
+    return qw_dtype_from_ggml(ggml_type, dt);
+}
+
 int qw_dtype_from_ggml(uint32_t ggml_type, qw_dtype *dt) {
     for (int i = 0; i < QW_DT_COUNT; i++)
         if (qw_dtypes[i].ggml_type >= 0 && (uint32_t)qw_dtypes[i].ggml_type == ggml_type) {

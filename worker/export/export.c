@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "export_internal.h"
 #include "format.h"
 #include "model.h"
 #include "quant.h"
@@ -22,7 +23,11 @@ qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_e
         *out = QW_EXPORT_COMPRESSED_TENSORS;
         return QS_OK;
     }
-    return qs_error_set(err, QS_EINVAL, "export: unknown layout \"%s\" (compressed-tensors)",
+    if (name && strcmp(name, "gguf") == 0) {
+        *out = QW_EXPORT_GGUF;
+        return QS_OK;
+    }
+    return qs_error_set(err, QS_EINVAL, "export: unknown layout \"%s\" (compressed-tensors, gguf)",
                         name ? name : "");
 }
 
@@ -441,7 +446,9 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
         else
             made = 1;
     }
-    if (!st) st = export_ct(r, ck, m, tmp, err);
+    if (!st)
+        st = r->layout == QW_EXPORT_GGUF ? qw_export_gguf(r, ck, m, tmp, err)
+                                         : export_ct(r, ck, m, tmp, err);
     if (!st && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide it from a serving user */
         st = qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
     /* the folder appears under its name complete, or not at all */

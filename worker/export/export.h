@@ -24,9 +24,12 @@
 /* Serving layouts. */
 typedef enum qw_export_layout {
     QW_EXPORT_COMPRESSED_TENSORS = 0,
+    QW_EXPORT_GGUF = 1, /* a GGUF source with its MXFP4 linears as ggml's MXFP4 type (llama.cpp);
+                           gguf_export.c */
 } qw_export_layout;
 
-/* The layout named `name` ("compressed-tensors"). Errors: QS_EINVAL naming the layouts. */
+/* The layout named `name` ("compressed-tensors", "gguf"). Errors: QS_EINVAL naming the
+ * layouts. */
 qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_error *err);
 
 /* Progress: `done` of `total` steps (the linears quantized, then the files written). */
