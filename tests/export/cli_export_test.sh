@@ -69,6 +69,7 @@ echo "OK job export"
 mkdir "$tmp/out"
 expect_refusal "already exists" "$tmp/plan.yaml" -o "$tmp/out"
 rmdir "$tmp/out"
+expect_refusal "is not a GGUF file" "$tmp/plan.yaml" -o "$tmp/out" --to gguf
 expect_refusal 'unknown layout "safetensors-bf16"' "$tmp/plan.yaml" -o "$tmp/out" --to safetensors-bf16
 expect_refusal "a plan for another model" "$tmp/plan.yaml" -o "$tmp/out" \
     --model "$src/tests/engine/data/llama32_tied"

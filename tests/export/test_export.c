@@ -9,8 +9,9 @@
  *     leaves nothing behind.
  * Usage: test_export [smollm2] (smollm2: the same round trip on SmolLM2-135M's GGUF)
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
- *        DIR and writes what qsweep reads back for them (FP32) to the safetensors file DUMP,
- *        for the independent reader (ct_check.sh). */
+ *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
+ *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
+ *        tests/checkpoint/fixtures/tiny_quant.gguf exported as GGUF. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,7 +85,8 @@ static qw_eval_metrics compare(qw_model *m, const qw_tokens *t, const char *base
 
 /* The round trip of policy p (and the activation-only policy `acts` for the export, NULL for
  * W4A16): export, read back, weights and metrics equal. */
-static void round_trip(const char *name, const qw_policy *p, const qw_policy *acts) {
+static void round_trip_in(const char *name, const qw_policy *p, const qw_policy *acts,
+                          qw_export_layout layout) {
     qs_error err = {0};
     qw_checkpoint *ck = NULL;
     qw_model *m = NULL;
@@ -101,12 +103,15 @@ static void round_trip(const char *name, const qw_policy *p, const qw_policy *ac
     if (qw_model_apply_policy(m, p, &err)) fail_msg("%s", err.msg);
     qw_eval_metrics job = compare(m, &t, baseline);
 
-    qw_export_request r = {.model_path = model_path, .policy = p, .out_dir = out};
+    qw_export_request r = {.model_path = model_path, .policy = p, .layout = layout,
+                           .out_dir = out};
     if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
 
     qw_checkpoint *ek = NULL;
     qw_model *em = NULL;
-    if (qw_checkpoint_open(out, &ek, &err) || qw_model_create(ek, ctx, 0, &em, &err))
+    char opened[600];
+    snprintf(opened, sizeof opened, "%s%s", out, layout == QW_EXPORT_GGUF ? "/model.gguf" : "");
+    if (qw_checkpoint_open(opened, &ek, &err) || qw_model_create(ek, ctx, 0, &em, &err))
         fail_msg("%s", err.msg);
     /* each quantized linear reads back as the engine's dequantized packed form */
     size_t checked = 0;
@@ -125,8 +130,11 @@ static void round_trip(const char *name, const qw_policy *p, const qw_policy *ac
         if (qk_dequantize(pk, want, 0, &err)) fail_msg("%s", err.msg);
         assert_int_equal(shape[0], pk->rows);
         assert_int_equal(shape[1], pk->k);
-        if (memcmp(got, want, pk->rows * pk->k * sizeof *want) != 0)
-            fail_msg("%s: %s differs from the engine's dequantized weights", name, tname);
+        for (size_t j = 0; j < pk->rows * pk->k; j++) /* GGUF: -0 reads +0 (see below) */
+            if (!(got[j] == want[j]) ||
+                ((layout != QW_EXPORT_GGUF || got[j] != 0) && memcmp(&got[j], &want[j], 4) != 0))
+                fail_msg("%s: %s[%zu] differs from the engine's dequantized weights", name, tname,
+                         j);
         free(want);
         checked++;
     }
@@ -149,6 +157,10 @@ static void round_trip(const char *name, const qw_policy *p, const qw_policy *ac
     qw_model_destroy(m);
     qw_checkpoint_close(ck);
     qw_tokens_free(&t);
+}
+
+static void round_trip(const char *name, const qw_policy *p, const qw_policy *acts) {
+    round_trip_in(name, p, acts, QW_EXPORT_COMPRESSED_TENSORS);
 }
 
 static qw_policy all_linears(int n_layers, const char *w, const char *a) {
@@ -182,6 +194,13 @@ static void nvfp4_w4a16_reads_back_to_the_jobs_metrics(void **state) {
     (void)state;
     qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
     round_trip("nvfp4-w4a16", &p, NULL);
+    qw_policy_free(&p);
+}
+
+static void mxfp4_gguf_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "mxfp4", NULL);
+    round_trip_in("mxfp4-gguf", &p, NULL, QW_EXPORT_GGUF);
     qw_policy_free(&p);
 }
 
@@ -625,12 +644,17 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
-    qw_policy p = all_linears(n_layers(), format, NULL);
-    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = dir};
+    int gguf = strcmp(format, "mxfp4-gguf") == 0;
+    if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
+    qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : format, NULL);
+    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = dir,
+                           .layout = gguf ? QW_EXPORT_GGUF : QW_EXPORT_COMPRESSED_TENSORS};
     qw_checkpoint *ek = NULL;
     qw_st_writer w = {0};
+    char opened[600];
+    snprintf(opened, sizeof opened, "%s%s", dir, gguf ? "/model.gguf" : "");
     qs_status st = qw_export_write(&r, &err);
-    if (!st) st = qw_checkpoint_open(dir, &ek, &err);
+    if (!st) st = qw_checkpoint_open(opened, &ek, &err);
     size_t n = st ? 0 : qw_checkpoint_tensor_count(ek);
     for (size_t i = 0; i < n && !st; i++) {
         const char *name = qw_checkpoint_tensor_name(ek, i);
@@ -669,6 +693,7 @@ int main(int argc, char **argv) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(nvfp4_w4a16_reads_back_to_the_jobs_metrics),
             cmocka_unit_test(mixed_plan_reads_back_to_the_jobs_metrics),
+            cmocka_unit_test(mxfp4_gguf_reads_back_to_the_jobs_metrics),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
     }
