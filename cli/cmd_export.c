@@ -51,7 +51,8 @@ static qs_status pick_job(const char *grid, const qc_job_list *jobs, const char 
         const qc_job *j = &jobs->jobs[i];
         if (strcmp(j->kind, "eval") != 0) continue;
         n_eval++;
-        if (!want || !strncmp(j->key, want, strlen(want)) || (j->label && !strcmp(j->label, want))) {
+        if (!want || !strncmp(j->key, want, strlen(want)) ||
+            (j->label && !strcmp(j->label, want))) {
             found = j;
             n_match++;
         }
@@ -120,8 +121,8 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
     if (!st) st = qw_jobs_policy(job->spec, qw_checkpoint_config(ck)->n_layers, &policy, err);
     qw_checkpoint_close(ck);
     if (!st) {
-        fprintf(stderr, "export: %s (%s) from %s to %s\n", job->label ? job->label : "",
-                job->key, src, out_dir);
+        fprintf(stderr, "export: %s (%s) from %s to %s\n", job->label ? job->label : "", job->key,
+                src, out_dir);
         qw_export_request r = {.model_path = src,
                                .policy = &policy,
                                .layout = layout,
@@ -139,14 +140,11 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
 }
 
 int qsweep_cmd_export(int argc, char **argv) {
-    static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
-                                             {"to", required_argument, 0, 't'},
-                                             {"job", required_argument, 0, 'j'},
-                                             {"model", required_argument, 0, 'm'},
-                                             {"set", required_argument, 0, 's'},
-                                             {"threads", required_argument, 0, 'T'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
+    static const struct option longopts[] = {
+        {"output", required_argument, 0, 'o'}, {"to", required_argument, 0, 't'},
+        {"job", required_argument, 0, 'j'},    {"model", required_argument, 0, 'm'},
+        {"set", required_argument, 0, 's'},    {"threads", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *out = NULL, *layout = "compressed-tensors", *job = NULL, *model = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t n_sets = 0;
@@ -155,11 +153,21 @@ int qsweep_cmd_export(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'o': out = optarg; break;
-        case 't': layout = optarg; break;
-        case 'j': job = optarg; break;
-        case 'm': model = optarg; break;
-        case 's': sets[n_sets++] = optarg; break;
+        case 'o':
+            out = optarg;
+            break;
+        case 't':
+            layout = optarg;
+            break;
+        case 'j':
+            job = optarg;
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 's':
+            sets[n_sets++] = optarg;
+            break;
         case 'T':
             if (qsweep_parse_int("export", "--threads", optarg, 0, 4096, &threads)) {
                 free(sets);

@@ -103,8 +103,7 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     if (qw_model_apply_policy(m, p, &err)) fail_msg("%s", err.msg);
     qw_eval_metrics job = compare(m, &t, baseline);
 
-    qw_export_request r = {.model_path = model_path, .policy = p, .layout = layout,
-                           .out_dir = out};
+    qw_export_request r = {.model_path = model_path, .policy = p, .layout = layout, .out_dir = out};
     if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
 
     qw_checkpoint *ek = NULL;
@@ -398,8 +397,8 @@ static void a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin(void **st
         snprintf(name, sizeof name, "%s", e->name);
         char *suffix = strstr(name, ".weight_");
         int64_t shape[2] = {e->shape[0], e->ndim == 2 ? e->shape[1] : 0};
-        static const char *const ST[] = {[QW_DT_F32] = "F32", [QW_DT_F16] = "F16",
-                                         [QW_DT_BF16] = "BF16"};
+        static const char *const ST[] = {
+            [QW_DT_F32] = "F32", [QW_DT_F16] = "F16", [QW_DT_BF16] = "BF16"};
         const char *dt = e->raw == QW_RAW_U8 ? "U8" : e->raw ? "F8_E4M3" : ST[e->dtype];
         if (suffix && !strcmp(suffix, ".weight_packed")) {
             strcpy(suffix, ".weight");
@@ -583,8 +582,8 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
         fail_msg("%s", err.msg);
     qw_policy p = all_linears(qw_checkpoint_config(ck)->n_layers, "mxfp4", NULL);
     if (qw_model_apply_policy(m, &p, &err)) fail_msg("%s", err.msg);
-    qw_export_request r = {.model_path = src, .policy = &p, .layout = QW_EXPORT_GGUF,
-                           .out_dir = out};
+    qw_export_request r = {
+        .model_path = src, .policy = &p, .layout = QW_EXPORT_GGUF, .out_dir = out};
     if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
     if (qw_checkpoint_open(file, &ek, &err)) fail_msg("%s", err.msg);
     size_t linears = 0, others = 0;
@@ -631,8 +630,8 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
     char o2[512];
     snprintf(o2, sizeof o2, "%s/gguf-refused", workdir);
     qw_policy q = all_linears(qw_checkpoint_config(ck)->n_layers, "nvfp4", NULL);
-    qw_export_request r2 = {.model_path = src, .policy = &q, .layout = QW_EXPORT_GGUF,
-                            .out_dir = o2};
+    qw_export_request r2 = {
+        .model_path = src, .policy = &q, .layout = QW_EXPORT_GGUF, .out_dir = o2};
     assert_int_equal(qw_export_write(&r2, &err), QS_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "format nvfp4 has no GGUF tensor type"));
     assert_int_equal(access(o2, F_OK), -1);
@@ -647,7 +646,9 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     int gguf = strcmp(format, "mxfp4-gguf") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
     qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : format, NULL);
-    qw_export_request r = {.model_path = model_path, .policy = &p, .out_dir = dir,
+    qw_export_request r = {.model_path = model_path,
+                           .policy = &p,
+                           .out_dir = dir,
                            .layout = gguf ? QW_EXPORT_GGUF : QW_EXPORT_COMPRESSED_TENSORS};
     qw_checkpoint *ek = NULL;
     qw_st_writer w = {0};
@@ -677,7 +678,8 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && strcmp(argv[1], "write") == 0) return write_and_dump(argv[2], argv[3], argv[4]);
+    if (argc == 5 && strcmp(argv[1], "write") == 0)
+        return write_and_dump(argv[2], argv[3], argv[4]);
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         static char path[512];
         snprintf(path, sizeof path, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",

@@ -118,11 +118,11 @@ static qs_status part(const char *file, qw_tensor_table *t, const char *module, 
     if (!e)
         return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is missing (packed FP4 linear)",
                             file, name);
-    int ok = e->raw == raw && e->ndim == ndim && e->shape[0] == d0 && (ndim == 1 || e->shape[1] == d1);
+    int ok =
+        e->raw == raw && e->ndim == ndim && e->shape[0] == d0 && (ndim == 1 || e->shape[1] == d1);
     if (!ok)
-        return qs_error_set(err, QS_EFORMAT,
-                            "%s: tensor \"%s\": expected %s of shape [%lld%s%lld]", file, name,
-                            st_dtype, (long long)d0, ndim == 2 ? ", " : "",
+        return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\": expected %s of shape [%lld%s%lld]",
+                            file, name, st_dtype, (long long)d0, ndim == 2 ? ", " : "",
                             ndim == 2 ? (long long)d1 : 0LL);
     *out = e;
     return QS_OK;
@@ -181,8 +181,8 @@ static qs_status decode_linear(const char *file, qw_tensor_table *t, size_t pack
     int64_t rows = pe->shape[0], k = 2 * pe->shape[1], blk = g->fmt->block;
     if (rows < 1 || k < 1 || k % blk != 0)
         return qs_error_set(err, QS_EFORMAT,
-                            "%s: tensor \"%s\": %lld columns are not whole %s groups of %lld",
-                            file, pe->name, (long long)k, qk_format_name(g->fmt), (long long)blk);
+                            "%s: tensor \"%s\": %lld columns are not whole %s groups of %lld", file,
+                            pe->name, (long long)k, qk_format_name(g->fmt), (long long)blk);
     const qw_tensor_entry *se = NULL, *ge = NULL;
     qs_status st = part(file, t, module, "weight_scale", nv ? "F8_E4M3" : "U8",
                         nv ? QW_RAW_F8_E4M3 : QW_RAW_U8, 2, rows, k / blk, &se, err);
@@ -311,8 +311,8 @@ qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_
     if (hq || (method && !strcmp(method, "modelopt"))) {
         json_t *quant = hq ? json_object_get(hq, "quantization") : qc;
         if (!json_is_object(quant))
-            st = qs_error_set(err, QS_EFORMAT, "%s: field \"quantization\" is not an object",
-                              qpath);
+            st =
+                qs_error_set(err, QS_EFORMAT, "%s: field \"quantization\" is not an object", qpath);
         else
             st = modelopt_resolve(hq ? qpath : cfg_file, quant, file_paths, t, err);
         json_decref(hq);
@@ -339,9 +339,9 @@ qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_
         const char *file = file_paths[t->v[i].file_index];
         const fp4_group *grp = group_of(g, n, module);
         if (!grp)
-            st = qs_error_set(err, QS_EFORMAT,
-                              "%s: tensor \"%s\": no config group of %s targets %s", file, name,
-                              cfg_file, module);
+            st =
+                qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\": no config group of %s targets %s",
+                             file, name, cfg_file, module);
         else
             st = decode_linear(file, t, i, grp, err);
     }

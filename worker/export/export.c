@@ -120,11 +120,10 @@ static json_t *ct_quant_config(const ex_linear *lin, int n_lin, const ex_group *
         json_t *targets = json_array();
         for (int i = 0; i < n_lin; i++)
             if (lin[i].group == g) json_array_append_new(targets, json_string(lin[i].name));
-        json_t *grp = json_pack("{s:s, s:o, s:o, s:o, s:n}", "format", ct_format(groups[g].weight),
-                                "targets", targets, "weights", ct_args(groups[g].weight, 0),
-                                "input_activations",
-                                groups[g].act ? ct_args(groups[g].act, 1) : json_null(),
-                                "output_activations");
+        json_t *grp = json_pack(
+            "{s:s, s:o, s:o, s:o, s:n}", "format", ct_format(groups[g].weight), "targets", targets,
+            "weights", ct_args(groups[g].weight, 0), "input_activations",
+            groups[g].act ? ct_args(groups[g].act, 1) : json_null(), "output_activations");
         char key[32];
         snprintf(key, sizeof key, "group_%d", g);
         json_object_set_new(cg, key, grp);
@@ -133,9 +132,8 @@ static json_t *ct_quant_config(const ex_linear *lin, int n_lin, const ex_group *
         if (lin[i].group < 0) json_array_append_new(ignore, json_string(lin[i].name));
     const char *fmt = n_groups == 1 ? ct_format(groups[0].weight) : "mixed-precision";
     return json_pack("{s:o, s:s, s:o, s:s, s:s, s:n, s:n}", "config_groups", cg, "format", fmt,
-                     "ignore", ignore, "quant_method", "compressed-tensors",
-                     "quantization_status", "compressed", "kv_cache_scheme",
-                     "global_compression_ratio");
+                     "ignore", ignore, "quant_method", "compressed-tensors", "quantization_status",
+                     "compressed", "kv_cache_scheme", "global_compression_ratio");
 }
 
 /* config.json of a GGUF source, from its llama.* keys (transformers' LlamaConfig names). */
@@ -143,12 +141,12 @@ static json_t *config_from_gguf(const qw_config *c) {
     json_t *j = json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:i, s:i, s:s, s:s}",
         "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", c->dim,
-        "intermediate_size", c->hidden_dim, "num_hidden_layers", c->n_layers,
-        "num_attention_heads", c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim",
-        c->head_dim, "vocab_size", c->vocab_size, "max_position_embeddings", c->max_seq_len,
-        "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
-        "tie_word_embeddings", c->tied_embeddings, "bos_token_id", c->bos_token_id,
-        "eos_token_id", c->eos_token_id, "hidden_act", "silu", "torch_dtype", "float32");
+        "intermediate_size", c->hidden_dim, "num_hidden_layers", c->n_layers, "num_attention_heads",
+        c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim", c->head_dim, "vocab_size",
+        c->vocab_size, "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
+        (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "tie_word_embeddings",
+        c->tied_embeddings, "bos_token_id", c->bos_token_id, "eos_token_id", c->eos_token_id,
+        "hidden_act", "silu", "torch_dtype", "float32");
     if (j && c->rope_factor > 0)
         json_object_set_new(
             j, "rope_scaling",
@@ -173,7 +171,8 @@ static qs_status write_file(const char *path, const void *data, size_t n, qs_err
     while (n && !bad) {
         ssize_t k = write(fd, p, n);
         if (k < 0 && errno == EINTR) continue;
-        if (k < 0) bad = 1;
+        if (k < 0)
+            bad = 1;
         else {
             p += k;
             n -= (size_t)k;
@@ -194,7 +193,8 @@ static qs_status write_file(const char *path, const void *data, size_t n, qs_err
 
 static qs_status write_json(const char *dir, const char *name, json_t *j, qs_error *err) {
     char path[4096];
-    if (path_join(path, sizeof path, dir, name)) return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
+    if (path_join(path, sizeof path, dir, name))
+        return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     if (!s) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
     size_t n = strlen(s);
@@ -211,7 +211,8 @@ static qs_status copy_if_present(const char *src_dir, const char *dir, const cha
     if (path_join(src, sizeof src, src_dir, name) || path_join(dst, sizeof dst, dir, name))
         return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
     FILE *f = fopen(src, "rb");
-    if (!f) return errno == ENOENT ? QS_OK : qs_error_set(err, QS_EIO, "%s: %s", src, strerror(errno));
+    if (!f)
+        return errno == ENOENT ? QS_OK : qs_error_set(err, QS_EIO, "%s: %s", src, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     size_t k;
@@ -230,8 +231,8 @@ static qs_status copy_if_present(const char *src_dir, const char *dir, const cha
     int bad = ferror(f);
     fclose(f);
     if (!buf) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", src);
-    qs_status st = bad ? qs_error_set(err, QS_EIO, "%s: read error", src)
-                       : write_file(dst, buf, n, err);
+    qs_status st =
+        bad ? qs_error_set(err, QS_EIO, "%s: read error", src) : write_file(dst, buf, n, err);
     free(buf);
     return st;
 }
@@ -259,10 +260,9 @@ static qs_status add_stored(qw_st_writer *w, qw_checkpoint *ck, const char *name
     int ndim;
     qs_status st = qw_checkpoint_tensor_stored(ck, name, &v, shape, &ndim, err);
     if (st) return st;
-    static const char *const ST[] = {[QW_DT_F32] = "F32", [QW_DT_F16] = "F16",
-                                     [QW_DT_BF16] = "BF16"};
-    if ((v.dtype == QW_DT_F32 || v.dtype == QW_DT_F16 || v.dtype == QW_DT_BF16) &&
-        !v.permute_heads)
+    static const char *const ST[] = {
+        [QW_DT_F32] = "F32", [QW_DT_F16] = "F16", [QW_DT_BF16] = "BF16"};
+    if ((v.dtype == QW_DT_F32 || v.dtype == QW_DT_F16 || v.dtype == QW_DT_BF16) && !v.permute_heads)
         return qw_st_writer_add(w, name, ST[v.dtype], ndim, shape, v.data,
                                 v.row_bytes * (size_t)v.rows, err);
     size_t n = (size_t)v.rows * (size_t)v.cols;
@@ -378,8 +378,8 @@ static qs_status export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_mod
         int packed = 0;
         for (int i = 0; i < n_lin && !packed; i++) {
             size_t l = strlen(lin[i].name);
-            packed = lin[i].group >= 0 && !strncmp(name, lin[i].name, l) &&
-                     !strcmp(name + l, ".weight");
+            packed =
+                lin[i].group >= 0 && !strncmp(name, lin[i].name, l) && !strcmp(name + l, ".weight");
         }
         if (!packed) st = add_stored(&w, ck, name, err);
     }

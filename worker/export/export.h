@@ -36,11 +36,11 @@ qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_e
 typedef void (*qw_export_progress_fn)(void *ctx, size_t done, size_t total);
 
 typedef struct qw_export_request {
-    const char *model_path;   /* the source checkpoint (HF folder or GGUF file) */
-    const qw_policy *policy;  /* what to quantize, as an eval job names it (worker/jobs) */
+    const char *model_path;  /* the source checkpoint (HF folder or GGUF file) */
+    const qw_policy *policy; /* what to quantize, as an eval job names it (worker/jobs) */
     qw_export_layout layout;
-    const char *out_dir;      /* the folder to create; must not exist */
-    int threads;              /* 0 = all */
+    const char *out_dir;            /* the folder to create; must not exist */
+    int threads;                    /* 0 = all */
     qw_export_progress_fn progress; /* may be NULL */
     void *progress_ctx;
 } qw_export_request;

@@ -52,23 +52,27 @@ static void rd_skip_value(rd *r, uint32_t t, int depth) {
     }
     if (t == 8) { /* string */
         uint64_t len = rd_u(r, 8);
-        if (len > r->n - r->off) r->bad = 1;
-        else r->off += len;
+        if (len > r->n - r->off)
+            r->bad = 1;
+        else
+            r->off += len;
     } else if (t == 9) { /* array */
         uint32_t et = (uint32_t)rd_u(r, 4);
         uint64_t cnt = rd_u(r, 8);
         for (uint64_t i = 0; i < cnt && !r->bad; i++)
             rd_skip_value(r, et, depth + 1);
     } else {
-        if ((size_t)size[t] > r->n - r->off) r->bad = 1;
-        else r->off += (size_t)size[t];
+        if ((size_t)size[t] > r->n - r->off)
+            r->bad = 1;
+        else
+            r->off += (size_t)size[t];
     }
 }
 
 /* The linear index (model.h) of a GGUF tensor name, -1 when it is no linear. */
 static int linear_of(const char *name, int n_layers) {
-    static const char *const KIND[QW_LINEAR_KINDS] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                                      "ffn_gate", "ffn_up", "ffn_down"};
+    static const char *const KIND[QW_LINEAR_KINDS] = {
+        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     if (!strcmp(name, "output.weight")) return n_layers * QW_LINEAR_KINDS;
     int l, used = 0;
     char kind[32];
@@ -176,7 +180,8 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
     size_t fsize = (size_t)sb.st_size;
     const uint8_t *map = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return qs_error_set(err, QS_EIO, "%s: mmap: %s", r->model_path, strerror(errno));
+    if (map == MAP_FAILED)
+        return qs_error_set(err, QS_EIO, "%s: mmap: %s", r->model_path, strerror(errno));
     /* the source's header, KV pairs (kept as bytes) and tensor infos */
     rd rr = {map, fsize, 0, 0};
     uint32_t magic = (uint32_t)rd_u(&rr, 4), version = (uint32_t)rd_u(&rr, 4);
@@ -184,8 +189,10 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
     for (uint64_t i = 0; i < n_kv && !rr.bad; i++) {
         uint64_t klen = rd_u(&rr, 8);
         const char *key = (const char *)map + rr.off;
-        if (klen > fsize - rr.off) rr.bad = 1;
-        else rr.off += klen;
+        if (klen > fsize - rr.off)
+            rr.bad = 1;
+        else
+            rr.off += klen;
         uint32_t t = (uint32_t)rd_u(&rr, 4);
         if (!rr.bad && t == 4 && klen == 17 && !memcmp(key, "general.alignment", 17)) {
             size_t at = rr.off;
@@ -206,8 +213,10 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
         src_tensor *t = &ts[i];
         t->name_len = rd_u(&rr, 8);
         t->name = (const char *)map + rr.off;
-        if (t->name_len > 200 || t->name_len > fsize - rr.off) rr.bad = 1;
-        else rr.off += t->name_len;
+        if (t->name_len > 200 || t->name_len > fsize - rr.off)
+            rr.bad = 1;
+        else
+            rr.off += t->name_len;
         t->n_dims = (uint32_t)rd_u(&rr, 4);
         if (t->n_dims > 4) rr.bad = 1;
         for (uint32_t d = 0; d < t->n_dims && !rr.bad; d++)
@@ -281,14 +290,17 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
                 uint8_t *blocks = p ? malloc((size_t)size[i]) : NULL;
                 if (!p || !blocks || p->rows * p->k / 32 * 17 != size[i]) {
                     free(blocks);
-                    st = qs_error_set(err, QS_EINVAL, "export: gguf: %.*s: no packed form of "
-                                      "its shape", (int)t->name_len, t->name);
+                    st = qs_error_set(err, QS_EINVAL,
+                                      "export: gguf: %.*s: no packed form of "
+                                      "its shape",
+                                      (int)t->name_len, t->name);
                     break;
                 }
                 int q = t->linear % QW_LINEAR_KINDS, last = t->linear == nlin - 1;
-                int heads = last ? 0 : q == QW_LINEAR_Q ? cfg->n_heads
-                                   : q == QW_LINEAR_K   ? cfg->n_kv_heads
-                                                        : 0;
+                int heads = last               ? 0
+                            : q == QW_LINEAR_Q ? cfg->n_heads
+                            : q == QW_LINEAR_K ? cfg->n_kv_heads
+                                               : 0;
                 to_block_mxfp4(p, heads, blocks);
                 bad |= write_all(f, blocks, (size_t)size[i]);
                 free(blocks);
