@@ -15,6 +15,8 @@
 #include "nearest.h"
 #include "probe.h"
 
+int qsweep_cmd_export(int argc, char **argv); /* cmd_export.c */
+
 static const struct {
     const char *name;
     int (*fn)(int, char **);
@@ -42,6 +44,7 @@ static const struct {
     {"plan", qsweep_cmd_plan,
      "EXPERIMENT --budget-bits B: per-linear formats under a bits budget, from a sweep"},
     {"tokenize", qsweep_cmd_tokenize, "MODEL TEXT -o FILE: a text through the model's tokenizer"},
+    {"export", qsweep_cmd_export, "GRID -o DIR: a plan or job as a serving checkpoint (vLLM, llama.cpp)"},
 };
 
 static void usage(FILE *out) {

@@ -119,6 +119,18 @@ done:
     return st;
 }
 
+/* Packed FP4 linears (compressed-tensors) served as FP32 weights (fp4_checkpoint.c). */
+static qs_status qw_ck_resolve_fp4(qw_checkpoint *ck, const char *cfg_path, qs_error *err) {
+    const char **paths = malloc((size_t)ck->n_files * sizeof *paths);
+    if (!paths) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", ck->path);
+    for (int i = 0; i < ck->n_files; i++)
+        paths[i] = ck->files[i].path;
+    qs_status st = qw_fp4_resolve(ck->path, cfg_path, (const char *)ck->files[0].data,
+                                  ck->files[0].size, paths, &ck->table, err);
+    free(paths);
+    return st;
+}
+
 static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
     char *cfg_path = qw_join(ck->path, "config.json");
     char *index_path = qw_join(ck->path, "model.safetensors.index.json");
@@ -144,6 +156,7 @@ static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
             err, QS_ENOTFOUND,
             "%s: neither model.safetensors nor model.safetensors.index.json is present", ck->path);
     }
+    if (!st) st = qw_ck_resolve_fp4(ck, cfg_path, err);
 done:
     free(cfg_path);
     free(index_path);
@@ -276,6 +289,11 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
         return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is not in the checkpoint",
                             ck->path, name);
     const char *file = ck->files[e->file_index].path;
+    if (e->raw)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: tensor \"%s\" is a part of a packed FP4 linear, served as its "
+                            "linear's .weight",
+                            file, name);
     if (e->ndim < 1 || e->ndim > 2)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "%s: tensor \"%s\" has %d dimensions; only 1 or 2 are served", file,
@@ -326,6 +344,11 @@ qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_st
         return qs_error_set(err, QS_ENOTFOUND, "%s: tensor \"%s\" is not in the checkpoint",
                             ck->path, name);
     const char *file = ck->files[e->file_index].path;
+    if (e->raw)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "%s: tensor \"%s\" is a part of a packed FP4 linear, served as its "
+                            "linear's .weight",
+                            file, name);
     if (e->ndim < 1 || e->ndim > 2)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "%s: tensor \"%s\" has %d dimensions; only 1 or 2 are served", file,
@@ -383,6 +406,14 @@ const float *qw_stored_f32(const qw_stored_tensor *v) {
     if (v->dtype != QW_DT_F32 || v->permute_heads || ((uintptr_t)v->data % sizeof(float)) != 0)
         return NULL;
     return (const float *)(const void *)v->data;
+}
+
+size_t qw_checkpoint_tensor_count(const qw_checkpoint *ck) {
+    return ck->table.n;
+}
+
+const char *qw_checkpoint_tensor_name(const qw_checkpoint *ck, size_t i) {
+    return i < ck->table.n ? ck->table.v[i].name : NULL;
 }
 
 qs_status qw_checkpoint_digest(qw_checkpoint *ck, char hex[65], qs_error *err) {

@@ -46,6 +46,7 @@ typedef enum qw_dtype {
     QW_DT_IQ4_XS, /* ggml block_iq4_xs: 256 as 8 x 32 IQ4_NL with 6-bit scales; 136 bytes */
     QW_DT_Q5_0,   /* ggml block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = d*(q-16) */
     QW_DT_Q5_1,   /* ggml block_q5_1: f16 d, f16 m, 32 high bits, nibbles; x = d*q + m */
+    QW_DT_MXFP4,  /* ggml block_mxfp4: E8M0 e, 16 bytes of E2M1 nibbles; x = e2m1(q)*2^(e-127) */
     QW_DT_COUNT   /* number of dtypes (not a dtype) */
 } qw_dtype;
 
@@ -55,6 +56,11 @@ const char *qw_dtype_name(qw_dtype dt);
 /* Elements per block of dt: 1 (F32, F16, BF16), 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) or
  * 256 (the K-quants and IQ4_XS). A stored row holds whole blocks. */
 int qw_dtype_block(qw_dtype dt);
+
+/* Bytes per block of dt (2 for F16, 17 for MXFP4, ...), and the dtype of GGUF tensor type
+ * `ggml_type` (enum ggml_type) into *dt: 1, or 0 when qsweep does not read that type. */
+int qw_dtype_block_bytes(qw_dtype dt);
+int qw_dtype_by_ggml(uint32_t ggml_type, qw_dtype *dt);
 
 /* Converts n elements (a multiple of qw_dtype_block(dt)) from src (dtype dt, packed as in the
  * file) to FP32 in dst. F16 and BF16 per IEEE 754 binary16 / bfloat16 (top half of an FP32);
@@ -128,6 +134,12 @@ qs_status qw_checkpoint_tensor(qw_checkpoint *ck, const char *name, const float 
  * pairs). */
 qs_status qw_checkpoint_tensor_stored(qw_checkpoint *ck, const char *name, qw_stored_tensor *out,
                                     int64_t shape[2], int *ndim, qs_error *err);
+
+/* Number of tensors in the checkpoint, and the Hugging Face name of tensor i (0 <= i < count,
+ * in the order the files list them), NULL when i is out of range. For tools that copy a whole
+ * checkpoint (worker/export). */
+size_t qw_checkpoint_tensor_count(const qw_checkpoint *ck);
+const char *qw_checkpoint_tensor_name(const qw_checkpoint *ck, size_t i);
 
 /* BLAKE2b-256 (libsodium crypto_generichash) over the model's files (config + weights, in a fixed
  * order), hex. For job keys. Order: a GGUF file alone; an HF directory: config.json, then the index

@@ -17,6 +17,10 @@
 
 #define QW_MAX_DIMS 4
 
+/* Element types a safetensors file may hold that only the FP4 reader (fp4_checkpoint.c) uses:
+ * the parts of a packed linear. Such an entry has dtype QW_DT_COUNT and is never served. */
+enum { QW_RAW_NONE = 0, QW_RAW_U8 = 1, QW_RAW_F8_E4M3 = 2 };
+
 /* One tensor of the open checkpoint, by its Hugging Face name.
  * shape: HF order (outermost first), ndim entries; for GGUF the file's ne[] reversed.
  * src/nbytes: the stored bytes inside a mapped file. permute_heads: for GGUF attn_q/attn_k,
@@ -33,6 +37,7 @@ typedef struct qw_tensor_entry {
     size_t offset;  /* byte offset of src in its file, for messages */
     int file_index; /* index into the checkpoint's file list */
     int permute_heads;
+    int raw; /* QW_RAW_*: a part of a packed FP4 linear (dtype QW_DT_COUNT), else 0 */
     const float *data;
     float *owned;
 } qw_tensor_entry;
@@ -90,6 +95,21 @@ qs_status qw_config_parse_json(const char *file, const char *text, size_t len, q
  */
 qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t size, int file_index,
                                qw_tensor_table *table, qs_error *err);
+
+/* Reads the FP4 linears of an HF checkpoint in folder dir (fp4_checkpoint.c): when the
+ * config.json text (cfg_file names it) has a compressed-tensors quantization_config, each
+ * `<module>.weight_packed` of the table is decoded with its scales into a new FP32 entry
+ * `<module>.weight`; with a ModelOpt hf_quant_config.json (or quant_method modelopt), each
+ * packed `<module>.weight` is replaced by its FP32 values. file_paths:
+ * the checkpoint's files by file_index, for messages. A config without quantization_config
+ * changes nothing. Errors: QS_EUNSUPPORTED (another quant_method, a format other than
+ * nvfp4-pack-quantized / mxfp4-pack-quantized), QS_EFORMAT (a packed tensor no config group
+ * targets, a part of the wrong type or shape, a negative or NaN scale, a global scale that is
+ * not finite and positive, a .weight stored beside its packed form), QS_ENOTFOUND (a missing
+ * part), QS_ENOMEM. */
+qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_text,
+                         size_t cfg_len, const char *const *file_paths, qw_tensor_table *t,
+                         qs_error *err);
 
 /* Parses a GGUF v3 file held in memory: header, every metadata key/value (all value types,
  * arrays nested up to 8 deep), tensor infos, alignment (general.alignment, default 32).

@@ -266,6 +266,26 @@ static void qw_decode_iq4_xs(const uint8_t *src, float *dst) {
     }
 }
 
+/* The E2M1 values doubled, as ggml stores them (ggml-common.h kvalues_mxfp4). */
+static const int8_t qw_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* ggml_e8m0_to_fp32_half (ggml-impl.h): 2^(e - 128), the E8M0 scale halved to undo the doubled
+ * levels; e < 2 gives the FP32 subnormals 2^-128 and 2^-127. */
+static float qw_e8m0_half(uint8_t e) {
+    return qw_bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* block_mxfp4 (17 bytes): E8M0 e, qs[16]; byte j holds element j (low nibble) and j + 16
+ * (high). x = kvalues_mxfp4[q] * 2^(e-128) (ggml-quants.c dequantize_row_mxfp4): exact. */
+static void qw_decode_mxfp4(const uint8_t *src, float *dst) {
+    float d = qw_e8m0_half(src[0]);
+    const uint8_t *qs = src + 1;
+    for (int j = 0; j < QW_BLOCK / 2; j++) {
+        dst[j] = (float)qw_mxfp4_levels[qs[j] & 0xf] * d;
+        dst[j + QW_BLOCK / 2] = (float)qw_mxfp4_levels[qs[j] >> 4] * d;
+    }
+}
+
 static const qw_dtype_desc qw_dtypes[QW_DT_COUNT] = {
     [QW_DT_F32] = {"F32", 0, 1, 4, NULL},
     [QW_DT_F16] = {"F16", 1, 1, 2, NULL},
@@ -283,6 +303,7 @@ static const qw_dtype_desc qw_dtypes[QW_DT_COUNT] = {
     [QW_DT_IQ4_XS] = {"IQ4_XS", 23, QW_QK_K, 136, qw_decode_iq4_xs},
     [QW_DT_Q5_0] = {"Q5_0", 6, QW_BLOCK, 22, qw_decode_q5_0},
     [QW_DT_Q5_1] = {"Q5_1", 7, QW_BLOCK, 24, qw_decode_q5_1},
+    [QW_DT_MXFP4] = {"MXFP4", 39, QW_BLOCK, 17, qw_decode_mxfp4},
 };
 
 const char *qw_dtype_name(qw_dtype dt) {
@@ -291,6 +312,14 @@ const char *qw_dtype_name(qw_dtype dt) {
 
 int qw_dtype_block(qw_dtype dt) {
     return qw_dtypes[dt].block;
+}
+
+int qw_dtype_block_bytes(qw_dtype dt) {
+    return qw_dtypes[dt].block_bytes;
+}
+
+int qw_dtype_by_ggml(uint32_t ggml_type, qw_dtype *dt) {
+    return qw_dtype_from_ggml(ggml_type, dt);
 }
 
 int qw_dtype_from_ggml(uint32_t ggml_type, qw_dtype *dt) {

@@ -358,7 +358,8 @@ static const char *qw_ggml_type_name(uint32_t t) {
         "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
         "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
         "I8",       "I16",      "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "Q4_0_4_4",
-        "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0",
+        "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8",
+        "MXFP4",
     };
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }

@@ -36,10 +36,14 @@ static qs_status qw_st_entry(const char *file, const char *name, json_t *info, c
         return qs_error_set(err, QS_EFORMAT,
                             "%s: tensor \"%s\": field \"dtype\" is missing or not a string", file,
                             name);
-    qw_dtype dt;
-    if (!qw_st_dtype(json_string_value(dtype), &dt))
+    qw_dtype dt = QW_DT_COUNT;
+    int raw = !strcmp(json_string_value(dtype), "U8")        ? QW_RAW_U8
+              : !strcmp(json_string_value(dtype), "F8_E4M3") ? QW_RAW_F8_E4M3
+                                                             : QW_RAW_NONE;
+    if (!raw && !qw_st_dtype(json_string_value(dtype), &dt))
         return qs_error_set(err, QS_EUNSUPPORTED,
-                            "%s: tensor \"%s\": dtype \"%s\" is not supported (F32, F16, BF16)",
+                            "%s: tensor \"%s\": dtype \"%s\" is not supported (F32, F16, BF16; "
+                            "U8 and F8_E4M3 as parts of packed FP4 linears)",
                             file, name, json_string_value(dtype));
     json_t *shape = json_object_get(info, "shape");
     if (!json_is_array(shape))
@@ -78,12 +82,13 @@ static qs_status qw_st_entry(const char *file, const char *name, json_t *info, c
                             "(file offset %zu)",
                             file, name, (long long)begin, (long long)end, buf_size, buf_offset);
     int overflow = 0;
-    size_t want = qw_dtype_bytes(dt, numel, &overflow);
+    size_t want = raw ? (size_t)numel : qw_dtype_bytes(dt, numel, &overflow);
     if (overflow || want != (uint64_t)(end - begin))
         return qs_error_set(err, QS_EFORMAT,
                             "%s: tensor \"%s\": field \"data_offsets\" spans %lld bytes but shape "
                             "x %s needs %lld (file offset %zu)",
-                            file, name, (long long)(end - begin), qw_dtype_name(dt),
+                            file, name, (long long)(end - begin),
+                            raw ? json_string_value(dtype) : qw_dtype_name(dt),
                             overflow ? -1LL : (long long)want, buf_offset + (size_t)begin);
     if (qw_table_find(table, name))
         return qs_error_set(err, QS_EFORMAT, "%s: tensor \"%s\" appears twice in the checkpoint",
@@ -92,6 +97,7 @@ static qs_status qw_st_entry(const char *file, const char *name, json_t *info, c
     if (!e)
         return qs_error_set(err, QS_ENOMEM, "%s: out of memory adding tensor \"%s\"", file, name);
     e->dtype = dt;
+    e->raw = raw;
     e->ndim = (int)ndim;
     memcpy(e->shape, dims, sizeof dims);
     e->numel = numel;

@@ -1,0 +1,198 @@
+/* qsweep export GRID -o DIR: a plan (qsweep plan's grid) or one eval job of a grid written as a
+ * checkpoint that serving engines load, with the codes and scales the sweep measured
+ * (worker/export/export.h; docs/export.md). The job's policy is the one its worker builds
+ * (worker/jobs qw_jobs_policy), applied by the engine to the source checkpoint. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "export.h"
+#include "grid.h"
+#include "jobs.h"
+#include "spec.h"
+
+static void export_usage(FILE *out) {
+    fprintf(out,
+            "usage: qsweep export GRID -o DIR [--to LAYOUT] [--job KEY|LABEL] [--model PATH]\n"
+            "                     [--set KEY=VALUE ...] [--threads N]\n"
+            "  GRID          a grid: qsweep plan's output (one policy job), or any sensitivity\n"
+            "                grid with --job naming one of its eval jobs\n"
+            "  -o DIR        the checkpoint folder to create (must not exist); written beside it\n"
+            "                as DIR.tmp-XXXXXX and renamed when complete\n"
+            "  --to LAYOUT   compressed-tensors (default; vLLM's format: NVFP4, MXFP4), or gguf\n"
+            "                (llama.cpp: a GGUF source's MXFP4 linears as DIR/model.gguf)\n"
+            "  --job K       the eval job: a job key (or a prefix of one) or its label as\n"
+            "                qsweep submit --dry-run prints it\n"
+            "  --model PATH  the source checkpoint, when it is not where the grid names it: its\n"
+            "                digest must equal the one the sweep measured\n"
+            "  --set K=V     as qsweep run's --set: changes the grid before it is expanded\n"
+            "  --threads N   quantizer threads (default: all)\n");
+}
+
+/* A progress line on a terminal; in a log, the last step only. */
+static void progress(void *ctx, size_t done, size_t total) {
+    (void)ctx;
+    if (!isatty(STDERR_FILENO) && done != total) return;
+    fprintf(stderr, "\rexport: %zu/%zu%s", done, total, done == total ? "\n" : "");
+}
+
+/* The eval job `want` names (key prefix or label), or the only eval job when want is NULL. */
+static qs_status pick_job(const char *grid, const qc_job_list *jobs, const char *want,
+                          const qc_job **out, qs_error *err) {
+    const qc_job *found = NULL;
+    size_t n_eval = 0, n_match = 0;
+    for (size_t i = 0; i < jobs->n; i++) {
+        const qc_job *j = &jobs->jobs[i];
+        if (strcmp(j->kind, "eval") != 0) continue;
+        n_eval++;
+        if (!want || !strncmp(j->key, want, strlen(want)) ||
+            (j->label && !strcmp(j->label, want))) {
+            found = j;
+            n_match++;
+        }
+    }
+    if (n_match == 1) {
+        *out = found;
+        return QS_OK;
+    }
+    if (!want)
+        return qs_error_set(err, QS_EINVAL,
+                            "%s: %zu eval jobs: name one with --job (a key or a label from "
+                            "qsweep submit %s --dry-run)",
+                            grid, n_eval, grid);
+    return qs_error_set(err, QS_EINVAL, "%s: --job %s: %s", grid, want,
+                        n_match ? "matches several eval jobs (give more of the key)"
+                                : "matches no eval job of the grid");
+}
+
+/* The quantization method of a spec: only round-to-nearest codes are exported for now. */
+static qs_status check_method(const json_t *spec, qs_error *err) {
+    const json_t *m = json_object_get(spec, "method");
+    if (!m || (json_is_string(m) && !strcmp(json_string_value(m), "rtn"))) return QS_OK;
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "export: method %s: only round-to-nearest (rtn) jobs are exported; their "
+                        "codes are the engine's quantizer's",
+                        json_is_string(m) ? json_string_value(m) : "(not a string)");
+}
+
+static qs_status run_export(const char *grid, const char *const *sets, size_t n_sets,
+                            const char *want, const char *model, const char *out_dir,
+                            const char *layout_name, int threads, qs_error *err) {
+    qw_export_layout layout;
+    qs_status st = qw_export_layout_by_name(layout_name, &layout, err);
+    if (st) return st;
+    qc_grid *g = NULL;
+    qc_job_list jobs = {0};
+    st = qsweep_load_grid(grid, sets, n_sets, &g, &jobs, err);
+    const qc_job *job = NULL;
+    if (!st) st = pick_job(grid, &jobs, want, &job, err);
+    json_t *spec = NULL;
+    qs_model_ref ref = {0};
+    if (!st) {
+        json_error_t je;
+        spec = json_loads(job->spec, 0, &je);
+        if (!spec) st = qs_error_set(err, QS_EFORMAT, "job spec: %s", je.text);
+    }
+    if (!st) st = check_method(spec, err);
+    if (!st) st = qs_model_ref_read(spec, &ref, err);
+    if (!st && !strncmp(ref.path, "synthetic:", 10))
+        st = qs_error_set(err, QS_EUNSUPPORTED,
+                          "export: %s is a synthetic model: there is no checkpoint to export",
+                          ref.path);
+    const char *src = model ? model : ref.path;
+    qw_checkpoint *ck = NULL;
+    if (!st) st = qw_checkpoint_open(src, &ck, err);
+    if (!st && model) {
+        char hex[65];
+        st = qw_checkpoint_digest(ck, hex, err);
+        if (!st && strcmp(hex, ref.digest) != 0)
+            st = qs_error_set(err, QS_EINVAL,
+                              "export: --model %s has digest %.16s..., but the grid's job was "
+                              "measured on %s (digest %.16s...): a plan for another model",
+                              model, hex, ref.path, ref.digest);
+    }
+    qw_policy policy = {0};
+    if (!st) st = qw_jobs_policy(job->spec, qw_checkpoint_config(ck)->n_layers, &policy, err);
+    qw_checkpoint_close(ck);
+    if (!st) {
+        fprintf(stderr, "export: %s (%s) from %s to %s\n", job->label ? job->label : "", job->key,
+                src, out_dir);
+        qw_export_request r = {.model_path = src,
+                               .policy = &policy,
+                               .layout = layout,
+                               .out_dir = out_dir,
+                               .threads = threads,
+                               .progress = progress};
+        st = qw_export_write(&r, err);
+    }
+    qw_policy_free(&policy);
+    qs_model_ref_clear(&ref);
+    json_decref(spec);
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+    return st;
+}
+
+int qsweep_cmd_export(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"output", required_argument, 0, 'o'}, {"to", required_argument, 0, 't'},
+        {"job", required_argument, 0, 'j'},    {"model", required_argument, 0, 'm'},
+        {"set", required_argument, 0, 's'},    {"threads", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    const char *out = NULL, *layout = "compressed-tensors", *job = NULL, *model = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    size_t n_sets = 0;
+    int threads = 0, c;
+    if (!sets) return QS_EXIT_RUNTIME;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            out = optarg;
+            break;
+        case 't':
+            layout = optarg;
+            break;
+        case 'j':
+            job = optarg;
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 's':
+            sets[n_sets++] = optarg;
+            break;
+        case 'T':
+            if (qsweep_parse_int("export", "--threads", optarg, 0, 4096, &threads)) {
+                free(sets);
+                return QS_EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            export_usage(stdout);
+            free(sets);
+            return QS_EXIT_OK;
+        default:
+            export_usage(stderr);
+            free(sets);
+            return QS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1 || !out) {
+        export_usage(stderr);
+        free(sets);
+        return QS_EXIT_USAGE;
+    }
+    qs_error err = {0};
+    qs_status st = run_export(argv[optind], sets, n_sets, job, model, out, layout, threads, &err);
+    free(sets);
+    if (st) return qsweep_fail("export", &err);
+    printf("exported to %s\n", out);
+    return QS_EXIT_OK;
+}
