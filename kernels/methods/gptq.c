@@ -1,0 +1,242 @@
+/* GPTQ with a format's group scales (gptq.h). */
+#include "gptq.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group_scale.h"
+
+void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t) {
+    for (size_t s = 0; s < t; s++) {
+        const float *v = x + s * k;
+        for (size_t i = 0; i < k; i++) {
+            double a = 2.0 * v[i];
+            if (a == 0.0) continue;
+            double *hi = h + i * k;
+            for (size_t j = 0; j <= i; j++)
+                hi[j] += a * v[j];
+        }
+    }
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < i; j++)
+            h[j * k + i] = h[i * k + j];
+}
+
+/* Lower Cholesky factor of a [n x n] in place (upper triangle left as is); -1 - i when the
+ * pivot of row i is not positive, else 0. */
+static long cholesky(double *a, size_t n) {
+    for (size_t j = 0; j < n; j++) {
+        double d = a[j * n + j];
+        for (size_t m = 0; m < j; m++)
+            d -= a[j * n + m] * a[j * n + m];
+        if (!(d > 0.0)) return -1 - (long)j;
+        d = sqrt(d);
+        a[j * n + j] = d;
+        for (size_t i = j + 1; i < n; i++) {
+            double s = a[i * n + j];
+            for (size_t m = 0; m < j; m++)
+                s -= a[i * n + m] * a[j * n + m];
+            a[i * n + j] = s / d;
+        }
+    }
+    return 0;
+}
+
+/* U [n x n] (upper) with U^T U = h^-1: chol(J h J) = L, U = J L^-1 J (gptq.h). h is consumed. */
+static qs_status inverse_upper_factor(double *h, size_t n, float *u, qs_error *err) {
+    double *r = malloc(n * n * sizeof *r), *x = malloc(n * n * sizeof *x);
+    if (!r || !x) {
+        free(r);
+        free(x);
+        return qs_error_set(err, QS_ENOMEM, "methods: gptq: %zu x %zu Hessian", n, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            r[i * n + j] = h[(n - 1 - i) * n + (n - 1 - j)];
+    long bad = cholesky(r, n);
+    if (bad) {
+        free(r);
+        free(x);
+        return qs_error_set(err, QS_EINVAL,
+                            "methods: gptq: the Hessian is not positive definite after dampening "
+                            "(column %ld)",
+                            (long)n + bad);
+    }
+    /* x = L^-1, lower triangular, column by column */
+    memset(x, 0, n * n * sizeof *x);
+    for (size_t j = 0; j < n; j++) {
+        x[j * n + j] = 1.0 / r[j * n + j];
+        for (size_t i = j + 1; i < n; i++) {
+            double s = 0.0;
+            for (size_t m = j; m < i; m++)
+                s += r[i * n + m] * x[m * n + j];
+            x[i * n + j] = -s / r[i * n + i];
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            u[i * n + j] = (float)x[(n - 1 - i) * n + (n - 1 - j)];
+    free(r);
+    free(x);
+    return QS_OK;
+}
+
+/* perm[0..n) ordered by decreasing d, equal values keeping their order (stable insertion:
+ * thread-safe, and k is at most a few thousand). */
+static void sort_by_diag_desc(size_t *perm, size_t n, const double *d) {
+    for (size_t i = 1; i < n; i++) {
+        size_t v = perm[i], j = i;
+        while (j > 0 && d[perm[j - 1]] < d[v]) {
+            perm[j] = perm[j - 1];
+            j--;
+        }
+        perm[j] = v;
+    }
+}
+
+qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, size_t rows,
+                  size_t k, const double *h, const qk_gptq_options *g, qs_error *err) {
+    if (!w || !h || !rows || !k)
+        return qs_error_set(err, QS_EINVAL, "methods: gptq: empty weight or Hessian");
+    const double damp = g && g->damp > 0.0 ? g->damp : 0.01;
+    const size_t gc = qk_group_cols(fmt, opt, k); /* columns per group */
+    size_t blk = g && g->block ? g->block : 128;
+    if (gc < k) blk = (blk + gc - 1) / gc * gc; /* a group never straddles a lazy batch */
+    const int act_order = g && g->act_order;
+    const int nt = g && g->threads > 0 ? g->threads : omp_get_max_threads();
+    const size_t ngroups = (k + gc - 1) / gc;
+    double *hd = malloc(k * k * sizeof *hd);
+    float *u = malloc(k * k * sizeof *u), *wp = malloc(rows * k * sizeof *wp);
+    float *e = malloc(rows * blk * sizeof *e);
+    size_t *perm = malloc(k * sizeof *perm);
+    qk_group_scale *sc = malloc(rows * ngroups * sizeof *sc);
+    double *diag = malloc(k * sizeof *diag);
+    qs_status st = QS_OK;
+    if (!hd || !u || !wp || !e || !perm || !sc || !diag) {
+        st = qs_error_set(err, QS_ENOMEM, "methods: gptq: %zu x %zu weight", rows, k);
+        goto done;
+    }
+    float amax = 0.0f; /* the per-tensor scale's amax: the unquantized weight's */
+    for (size_t i = 0; i < rows * k; i++)
+        if (isfinite(w[i])) amax = fmaxf(amax, fabsf(w[i]));
+    memcpy(hd, h, k * k * sizeof *hd);
+    for (size_t j = 0; j < k; j++) {
+        if (hd[j * k + j] == 0.0) { /* a dead input: nothing reaches column j */
+            hd[j * k + j] = 1.0;
+            for (size_t r = 0; r < rows; r++)
+                w[r * k + j] = 0.0f;
+        }
+        diag[j] = hd[j * k + j];
+        perm[j] = j;
+    }
+    float s_dec = 1.0f;
+    if (act_order) { /* static groups: every scale from the unquantized weight, up front */
+        for (size_t gi = 0; gi < ngroups && !st; gi++) {
+            size_t c0 = gi * gc, n = k - c0 < gc ? k - c0 : gc;
+            qk_group_scale *col = malloc(rows * sizeof *col);
+            if (!col) {
+                st = qs_error_set(err, QS_ENOMEM, "methods: gptq: scales");
+                break;
+            }
+            st = qk_group_scales(fmt, opt, w + c0, rows, n, k, amax, col, &s_dec, err);
+            for (size_t r = 0; r < rows; r++)
+                sc[r * ngroups + gi] = col[r];
+            free(col);
+        }
+        if (st) goto done;
+        sort_by_diag_desc(perm, k, diag);
+    }
+    /* the permuted problem: wp = w[:, perm], hp = h[perm][:, perm] */
+    double mean = 0.0;
+    for (size_t j = 0; j < k; j++)
+        mean += diag[j];
+    mean = damp * mean / (double)k;
+    {
+        double *hp = malloc(k * k * sizeof *hp);
+        if (!hp) {
+            st = qs_error_set(err, QS_ENOMEM, "methods: gptq: Hessian");
+            goto done;
+        }
+        for (size_t i = 0; i < k; i++)
+            for (size_t j = 0; j < k; j++)
+                hp[i * k + j] = hd[perm[i] * k + perm[j]] + (i == j ? mean : 0.0);
+        st = inverse_upper_factor(hp, k, u, err);
+        free(hp);
+        if (st) goto done;
+    }
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < k; j++)
+            wp[r * k + j] = w[r * k + perm[j]];
+    qk_group_scale *col = malloc(rows * sizeof *col);
+    if (!col) {
+        st = qs_error_set(err, QS_ENOMEM, "methods: gptq: scales");
+        goto done;
+    }
+    for (size_t i1 = 0; i1 < k && !st; i1 += blk) {
+        size_t i2 = i1 + blk < k ? i1 + blk : k;
+        for (size_t i = i1; i < i2; i++) {
+            size_t gi = perm[i] / gc;
+            if (!act_order && i % gc == 0) { /* the group starts: its scales from wp as it is */
+                size_t n = k - i < gc ? k - i : gc;
+                st = qk_group_scales(fmt, opt, wp + i, rows, n, k, amax, col, &s_dec, err);
+                if (st) break;
+                for (size_t r = 0; r < rows; r++)
+                    sc[r * ngroups + gi] = col[r];
+            }
+            const float d = u[i * k + i];
+            const float *ui = u + i * k;
+#pragma omp parallel for schedule(static) num_threads(nt)
+            for (size_t r = 0; r < rows; r++) {
+                float *row = wp + r * k;
+                float x = row[i];
+                float q = qk_group_scale_apply(fmt, opt, &sc[r * ngroups + gi], s_dec, x);
+                float er = (x - q) / d;
+                row[i] = q;
+                for (size_t j = i + 1; j < i2; j++)
+                    row[j] -= er * ui[j];
+                e[r * blk + (i - i1)] = er;
+            }
+        }
+        if (st) break;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (size_t r = 0; r < rows; r++) {
+            float *row = wp + r * k;
+            const float *er = e + r * blk;
+            for (size_t i = i1; i < i2; i++) {
+                const float *ui = u + i * k;
+                float a = er[i - i1];
+                for (size_t j = i2; j < k; j++)
+                    row[j] -= a * ui[j];
+            }
+        }
+    }
+    free(col);
+    if (!st)
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < k; j++)
+                w[r * k + perm[j]] = wp[r * k + j];
+done:
+    free(hd);
+    free(u);
+    free(wp);
+    free(e);
+    free(perm);
+    free(sc);
+    free(diag);
+    return st;
+}
+
+double qk_gptq_layer_error(const float *x, size_t t, const float *w, const float *q, size_t rows,
+                           size_t k) {
+    double sum = 0.0;
+    for (size_t s = 0; s < t; s++)
+        for (size_t r = 0; r < rows; r++) {
+            double a = 0.0;
+            for (size_t j = 0; j < k; j++)
+                a += (double)x[s * k + j] * ((double)w[r * k + j] - (double)q[r * k + j]);
+            sum += a * a;
+        }
+    return sum;
+}
