@@ -169,50 +169,61 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < k; j++)
             wp[r * k + j] = w[r * k + perm[j]];
-    qk_group_scale *col = malloc(rows * sizeof *col);
-    if (!col) {
-        st = qs_error_set(err, QS_ENOMEM, "methods: gptq: scales");
-        goto done;
-    }
-    for (size_t i1 = 0; i1 < k && !st; i1 += blk) {
-        size_t i2 = i1 + blk < k ? i1 + blk : k;
-        for (size_t i = i1; i < i2; i++) {
-            size_t gi = perm[i] / gc;
-            if (!act_order && i % gc == 0) { /* the group starts: its scales from wp as it is */
-                size_t n = k - i < gc ? k - i : gc;
-                st = qk_group_scales(fmt, opt, wp + i, rows, n, k, amax, col, &s_dec, err);
-                if (st) break;
-                for (size_t r = 0; r < rows; r++)
-                    sc[r * ngroups + gi] = col[r];
-            }
-            const float d = u[i * k + i];
-            const float *ui = u + i * k;
-#pragma omp parallel for schedule(static) num_threads(nt)
-            for (size_t r = 0; r < rows; r++) {
-                float *row = wp + r * k;
-                float x = row[i];
-                float q = qk_group_scale_apply(fmt, opt, &sc[r * ngroups + gi], s_dec, x);
-                float er = (x - q) / d;
-                row[i] = q;
-                for (size_t j = i + 1; j < i2; j++)
-                    row[j] -= er * ui[j];
-                e[r * blk + (i - i1)] = er;
-            }
-        }
-        if (st) break;
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (size_t r = 0; r < rows; r++) {
-            float *row = wp + r * k;
-            const float *er = e + r * blk;
-            for (size_t i = i1; i < i2; i++) {
+    /* Rows are independent given U, except that a 2D format's scale spans 16 rows: slabs of 16
+     * rows run in parallel, each through every column (the same bits for any thread count). */
+    const size_t slabs = (rows + 15) / 16;
+    const int par = rows * k * k >= ((size_t)1 << 24); /* a small layer: threads cost more */
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (size_t sl = 0; sl < slabs; sl++) {
+        const size_t r0 = sl * 16, nr = rows - r0 < 16 ? rows - r0 : 16;
+        qk_group_scale col[16];
+        float sd = s_dec;
+        float *es = e + r0 * blk;
+        qs_status ls = QS_OK;
+        qs_error le = {0};
+        for (size_t i1 = 0; i1 < k && !ls; i1 += blk) {
+            size_t i2 = i1 + blk < k ? i1 + blk : k;
+            for (size_t i = i1; i < i2 && !ls; i++) {
+                size_t gi = perm[i] / gc;
+                if (!act_order && i % gc == 0) { /* the group starts: scales from wp as it is */
+                    size_t n = k - i < gc ? k - i : gc;
+                    ls = qk_group_scales(fmt, opt, wp + r0 * k + i, nr, n, k, amax, col, &sd, &le);
+                    if (ls) break;
+                    for (size_t r = 0; r < nr; r++)
+                        sc[(r0 + r) * ngroups + gi] = col[r];
+                }
+                const float d = u[i * k + i];
                 const float *ui = u + i * k;
-                float a = er[i - i1];
-                for (size_t j = i2; j < k; j++)
-                    row[j] -= a * ui[j];
+                for (size_t r = r0; r < r0 + nr; r++) {
+                    float *row = wp + r * k;
+                    float x = row[i];
+                    float q = qk_group_scale_apply(fmt, opt, &sc[r * ngroups + gi], sd, x);
+                    float er = (x - q) / d;
+                    row[i] = q;
+                    for (size_t j = i + 1; j < i2; j++)
+                        row[j] -= er * ui[j];
+                    es[(r - r0) * blk + (i - i1)] = er;
+                }
+            }
+            for (size_t r = r0; r < r0 + nr && !ls; r++) { /* the lazy update of later columns */
+                float *row = wp + r * k;
+                const float *er = es + (r - r0) * blk;
+                for (size_t i = i1; i < i2; i++) {
+                    const float *ui = u + i * k;
+                    float a = er[i - i1];
+                    for (size_t j = i2; j < k; j++)
+                        row[j] -= a * ui[j];
+                }
+            }
+        }
+        if (ls) {
+#pragma omp critical(qk_gptq_err)
+            if (!st) {
+                st = ls;
+                if (err) *err = le;
             }
         }
     }
-    free(col);
     if (!st)
         for (size_t r = 0; r < rows; r++)
             for (size_t j = 0; j < k; j++)
