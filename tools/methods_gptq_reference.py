@@ -127,8 +127,8 @@ def layer_error(x, w, q):
 
 # The bounds GPTQ is held to: the share of weights on a different grid point, and the relative
 # difference of the two layer errors on the calibration data.
-MAX_DIFFERENT = 0.02
-MAX_ERROR_GAP = 0.02
+MAX_DIFFERENT = 0.0
+MAX_ERROR_GAP = 1e-5
 
 
 def main(path):
