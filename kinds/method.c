@@ -74,8 +74,9 @@ qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *
             return qs_error_set(err, QS_EINVAL, "method_options.%s: %s (method %s)", key, bad,
                                 m->name);
         }
-        json_object_set_new(o, key, json_is_boolean(v) ? json_boolean(json_is_true(v))
-                                                       : json_real(json_number_value(v)));
+        json_object_set_new(o, key,
+                            json_is_boolean(v) ? json_boolean(json_is_true(v))
+                                               : json_real(json_number_value(v)));
     }
     *out = o;
     return QS_OK;

@@ -313,7 +313,7 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
     json_decref(given);
     if (st) return qc_config_fail(c, opt_n ? opt_n : n, st, "%s", e.msg);
     for (size_t i = 0; i < d->n_methods; i++)
-        if (d->methods[i] == m && json_equal(d->method_options[i], o)) {
+        if (d->methods[i] == m && (d->method_options[i] == o || json_equal(d->method_options[i], o))) {
             json_decref(o);
             return qc_config_fail(c, n, QS_EINVAL, "method '%s' is listed twice", s);
         }

@@ -4,14 +4,12 @@
 #include <math.h>
 #include <omp.h>
 
-qs_status qk_block_hadamard(float *x, size_t rows, size_t k, size_t b, int threads,
-                            qs_error *err) {
+qs_status qk_block_hadamard(float *x, size_t rows, size_t k, size_t b, int threads, qs_error *err) {
     if (!x || rows == 0 || k == 0)
         return qs_error_set(err, QS_EINVAL, "methods: hadamard: empty tensor (rows=%zu, k=%zu)",
                             rows, k);
     if (b < 2 || (b & (b - 1)))
-        return qs_error_set(err, QS_EINVAL, "methods: hadamard: size %zu is not a power of two",
-                            b);
+        return qs_error_set(err, QS_EINVAL, "methods: hadamard: size %zu is not a power of two", b);
     if (k % b)
         return qs_error_set(err, QS_EINVAL,
                             "methods: hadamard: k=%zu is not a multiple of the %zu-point tile "

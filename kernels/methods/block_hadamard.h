@@ -18,7 +18,6 @@
  * FP32 multiply by the float nearest 1/sqrt(b) (exact when b is a power of 4), so the bits
  * are the same for any thread count. threads: 0 = all.
  * Errors: QS_EINVAL (b not a power of two >= 2, k not a multiple of b, empty or NULL x). */
-qs_status qk_block_hadamard(float *x, size_t rows, size_t k, size_t b, int threads,
-                            qs_error *err);
+qs_status qk_block_hadamard(float *x, size_t rows, size_t k, size_t b, int threads, qs_error *err);
 
 #endif

@@ -61,11 +61,12 @@ static void run_methods_grid_end_to_end(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE kind = 'eval' AND NOT spec ? "
                                    "'method'"),
                      4);
-    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE spec ->> 'method' = 'gptq'"), 4);
-    assert_int_equal(
-        query_long(c, "SELECT count(*) FROM jobs WHERE spec ->> 'method' = 'mr-gptq' AND "
-                      "(spec -> 'calibration' ->> 'chunks')::int = 4"),
-        4);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE spec ->> 'method' = 'gptq'"),
+                     4);
+    assert_int_equal(query_long(c,
+                                "SELECT count(*) FROM jobs WHERE spec ->> 'method' = 'mr-gptq' AND "
+                                "(spec -> 'calibration' ->> 'chunks')::int = 4"),
+                     4);
     /* what a method's result calibrated on and what it cost: 4 chunks of 64 tokens per
      * calibrated block (3 blocks), the calibration's time and the method's whole time */
     assert_int_equal(query_long(c, "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job "

@@ -246,8 +246,8 @@ static void gptq_layer_error_is_never_worse_than_rtn(void **state) {
                 double eg = qk_gptq_layer_error(x, t, w, q, rows, k);
                 double er = qk_gptq_layer_error(x, t, w, r, rows, k);
                 if (!(eg <= er))
-                    fail_msg("%s seed %d shape %d: GPTQ error %g above RTN's %g",
-                             qk_format_name(f), (int)seed, si, eg, er);
+                    fail_msg("%s seed %d shape %d: GPTQ error %g above RTN's %g", qk_format_name(f),
+                             (int)seed, si, eg, er);
             }
         }
         free(w);

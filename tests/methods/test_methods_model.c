@@ -57,8 +57,14 @@ static void policy_all(qw_model *m, const char *wfmt, const char *afmt) {
 }
 
 static qw_method_plan plan_named(const char *name, int rotate, int gptq, int smooth) {
-    qw_method_plan p = {.name = name, .rotate = rotate, .gptq = gptq, .smooth = smooth,
-                        .alpha = 0.5, .calib = tokens + CTX, .calib_chunks = 3, .ctx = CTX};
+    qw_method_plan p = {.name = name,
+                        .rotate = rotate,
+                        .gptq = gptq,
+                        .smooth = smooth,
+                        .alpha = 0.5,
+                        .calib = tokens + CTX,
+                        .calib_chunks = 3,
+                        .ctx = CTX};
     return p;
 }
 
@@ -80,10 +86,9 @@ static void transforms_alone_leave_the_logits_unchanged(void **state) {
     double amax = 0.0;
     for (size_t i = 0; i < (size_t)CTX * V; i++)
         amax = fmax(amax, fabs(ref[i]));
-    const qw_method_plan plans[] = {plan_named("rotate16", 16, 0, 0),
-                                    plan_named("rotate32", 32, 0, 0),
-                                    plan_named("rotate-full", -2, 0, 0),
-                                    plan_named("smoothquant", 0, 0, 1)};
+    const qw_method_plan plans[] = {
+        plan_named("rotate16", 16, 0, 0), plan_named("rotate32", 32, 0, 0),
+        plan_named("rotate-full", -2, 0, 0), plan_named("smoothquant", 0, 0, 1)};
     for (size_t pi = 0; pi < 4; pi++) {
         policy_all(m, "bf16", NULL);
         qw_method_state *s = NULL;

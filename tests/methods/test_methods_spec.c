@@ -151,20 +151,20 @@ static void decoder_refuses_what_encode_never_writes(void **state) {
     assert_non_null(strstr(err.msg, "rtn is written as no method"));
     assert_int_equal(decode_edit("gptq", "method", json_string("awq"), &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "unknown 'awq'"));
-    assert_int_equal(decode_edit("gptq", "method_options", json_pack("{s:b}", "act_order", 0), &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        decode_edit("gptq", "method_options", json_pack("{s:b}", "act_order", 0), &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "method_options"));
     assert_int_equal(decode_edit("gptq", "calibration", NULL, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "calibration"));
-    assert_int_equal(decode_edit("rotate16", "calibration",
-                                 json_pack("{s:i,s:s,s:s}", "chunks", 2, "path", "/d", "digest",
-                                           DATA_DIGEST),
-                                 &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        decode_edit("rotate16", "calibration",
+                    json_pack("{s:i,s:s,s:s}", "chunks", 2, "path", "/d", "digest", DATA_DIGEST),
+                    &err),
+        QS_EINVAL);
     assert_non_null(strstr(err.msg, "takes no calibration"));
-    assert_int_equal(decode_edit("smoothquant", "method_options", json_pack("{s:f}", "alpha", 1.5),
-                                 &err),
-                     QS_EINVAL);
+    assert_int_equal(
+        decode_edit("smoothquant", "method_options", json_pack("{s:f}", "alpha", 1.5), &err),
+        QS_EINVAL);
     assert_non_null(strstr(err.msg, "alpha"));
 }
 

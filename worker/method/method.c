@@ -42,8 +42,9 @@ static qs_status tile_of(const qw_method_plan *plan, const qw_linear *L, int *ti
                             "of two: no Hadamard matrix of that size here",
                             plan->name, *tile);
     if (*tile && L->in % *tile)
-        return qs_error_set(err, QS_EINVAL, "method %s: K=%d is not a multiple of the %d-point tile",
-                            plan->name, L->in, *tile);
+        return qs_error_set(err, QS_EINVAL,
+                            "method %s: K=%d is not a multiple of the %d-point tile", plan->name,
+                            L->in, *tile);
     return QS_OK;
 }
 
@@ -52,8 +53,8 @@ static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_in
                            qs_error *err) {
     for (size_t c = 0; c < plan->calib_chunks; c++) {
         const float *logits;
-        qs_status st = qw_model_forward(m, plan->calib + c * (size_t)plan->ctx, plan->ctx, &logits,
-                                        err);
+        qs_status st =
+            qw_model_forward(m, plan->calib + c * (size_t)plan->ctx, plan->ctx, &logits, err);
         if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, c);
         info->calib_tokens += (size_t)plan->ctx;
     }

@@ -41,8 +41,8 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
             if (ml->tile) {
                 if ((st = room(ml, n, err))) return st;
                 memcpy(ml->buf, x, n * sizeof *x);
-                if ((st = qk_block_hadamard(ml->buf, (size_t)T, (size_t)ml->in, (size_t)ml->tile,
-                                            1, err)))
+                if ((st = qk_block_hadamard(ml->buf, (size_t)T, (size_t)ml->in, (size_t)ml->tile, 1,
+                                            err)))
                     return st;
                 xr = ml->buf;
             }
@@ -89,7 +89,8 @@ qs_status qw_method_linear_make(qw_method_linear *ml, const qw_method_plan *plan
     const size_t rows = (size_t)ml->out, k = (size_t)ml->in;
     qs_status st = QS_OK;
     ml->w = malloc(rows * k * sizeof *ml->w);
-    if (!ml->w) return qs_error_set(err, QS_ENOMEM, "method %s: %zu x %zu weight", plan->name, rows, k);
+    if (!ml->w)
+        return qs_error_set(err, QS_ENOMEM, "method %s: %zu x %zu weight", plan->name, rows, k);
     st = qw_weight_rows_f32(ml->L->master, 0, (int64_t)rows, ml->w, err);
     if (!st && plan->smooth) {
         if (!(ml->s = malloc(k * sizeof *ml->s)))
