@@ -48,8 +48,8 @@ int qs_policy_key_parse(const char *key, int *block, int *part) {
     }
     char *end;
     long b = strtol(key, &end, 10);
-    if (end == key || *key < '0' || *key > '9' || (*key == '0' && end != key + 1) ||
-        b > 1000000 || *end != '.')
+    if (end == key || *key < '0' || *key > '9' || (*key == '0' && end != key + 1) || b > 1000000 ||
+        *end != '.')
         return -1;
     int k = qs_linear_kind_index(end + 1);
     /* the short names only: "3.down", not "3.down_proj" (one spelling, one key) */
@@ -146,14 +146,16 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
     if (s->fuse & ~(unsigned)QS_FUSE_ALL)
         return qs_error_set(err, QS_EINVAL, "job spec: fuse: unknown group bits 0x%x", s->fuse);
     const qs_method *meth = qs_method_at(s->method);
-    if (!meth) return qs_error_set(err, QS_EINVAL, "job spec: method: %d is not a method", s->method);
+    if (!meth)
+        return qs_error_set(err, QS_EINVAL, "job spec: method: %d is not a method", s->method);
     if (s->method != QS_METHOD_RTN && !s->eval)
         return qs_error_set(err, QS_EINVAL, "job spec: method: a baseline quantizes nothing");
     if (meth->calibrated ? (s->calib_chunks < 1 || !s->calib_path || !*s->calib_path)
                          : (s->calib_chunks || s->calib_path))
         return qs_error_set(err, QS_EINVAL, "job spec: calibration: method %s %s", meth->name,
-                            meth->calibrated ? "needs calibration chunks (at least 1) and a token file"
-                                             : "takes no calibration");
+                            meth->calibrated
+                                ? "needs calibration chunks (at least 1) and a token file"
+                                : "takes no calibration");
     if ((meth->gptq || meth->smooth) != (s->method_options != NULL))
         return qs_error_set(err, QS_EINVAL, "job spec: method_options: method %s %s", meth->name,
                             meth->gptq || meth->smooth ? "needs its options" : "has none");

@@ -160,10 +160,10 @@ static qs_status add_metric(qc_config *c, struct fy_node *n, void *ctx) {
 /* What the sensitivity kind keeps in g->kind_data: the grid's `policy` (mode policy) and
  * `fuse`. */
 typedef struct sens_data {
-    json_t *policy;  /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out);
-                        NULL without mode policy */
-    json_t *options; /* {"nvfp4": {canonical options}, ...}: each format of the map */
-    unsigned fuse;   /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
+    json_t *policy;   /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out);
+                         NULL without mode policy */
+    json_t *options;  /* {"nvfp4": {canonical options}, ...}: each format of the map */
+    unsigned fuse;    /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
     size_t n_methods; /* the `method` axis; 0: rtn alone (the spec names no method) */
     int methods[16];
     json_t *method_options[16]; /* each method's canonical options, NULL when it has none */
@@ -299,11 +299,11 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
             const char *vs = qc_config_scalar(fy_node_pair_value(pair));
             char *end = NULL;
             double x = vs ? strtod(vs, &end) : 0.0;
-            json_t *v = !vs                       ? json_null()
-                        : !strcmp(vs, "true")     ? json_true()
-                        : !strcmp(vs, "false")    ? json_false()
+            json_t *v = !vs                             ? json_null()
+                        : !strcmp(vs, "true")           ? json_true()
+                        : !strcmp(vs, "false")          ? json_false()
                         : end && *end == 0 && end != vs ? json_real(x)
-                                                  : json_string(vs);
+                                                        : json_string(vs);
             json_object_set_new(given, ks ? ks : "(not a scalar)", v);
         }
     }
@@ -313,7 +313,8 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
     json_decref(given);
     if (st) return qc_config_fail(c, opt_n ? opt_n : n, st, "%s", e.msg);
     for (size_t i = 0; i < d->n_methods; i++)
-        if (d->methods[i] == m && (d->method_options[i] == o || json_equal(d->method_options[i], o))) {
+        if (d->methods[i] == m &&
+            (d->method_options[i] == o || json_equal(d->method_options[i], o))) {
             json_decref(o);
             return qc_config_fail(c, n, QS_EINVAL, "method '%s' is listed twice", s);
         }
@@ -334,7 +335,8 @@ static qs_status parse_calibration(qc_config *c, struct fy_node *n, const qc_gri
     static const char *const keys[] = {"chunks", "tokens", NULL};
     if ((st = qc_config_check_keys(c, n, "dataset.calibration", keys))) return st;
     struct fy_node *ch = qc_config_lookup(n, "chunks"), *t = qc_config_lookup(n, "tokens");
-    if (!ch) return qc_config_fail(c, n, QS_EFORMAT, "expected 'chunks' (how many to calibrate on)");
+    if (!ch)
+        return qc_config_fail(c, n, QS_EFORMAT, "expected 'chunks' (how many to calibrate on)");
     int chunks = 0;
     if ((st = qc_config_int(c, ch, "dataset.calibration.chunks", 1, 1000000, &chunks))) return st;
     d->calib_chunks = (int)chunks;
@@ -364,8 +366,8 @@ static qs_status parse_calibration(qc_config *c, struct fy_node *n, const qc_gri
         d->calib_path = strdup(g->dataset_path);
         if (!d->calib_path) return qc_config_error(c, QS_ENOMEM, "out of memory");
         size_t total = facts.n_tokens / (size_t)g->ctx;
-        size_t scored = g->max_chunks && (size_t)g->max_chunks < total ? (size_t)g->max_chunks
-                                                                        : total;
+        size_t scored =
+            g->max_chunks && (size_t)g->max_chunks < total ? (size_t)g->max_chunks : total;
         if (scored + (size_t)chunks > total)
             return qc_config_fail(c, ch, QS_EINVAL,
                                   "calibration chunks would overlap the scored ones: the token "
@@ -609,60 +611,60 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         long base = -1;
         st = add(out, &s, -1, mi, -1, label, &base, err);
         for (size_t fi = 0; !st && fi < g->n_formats; fi++)
-          for (size_t me = 0; !st && me < n_methods; me++)
-            for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
-                for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
-                    qs_mode mode = g->modes[oi];
-                    size_t nj = mode_jobs(g, mode, m->facts.n_layers);
-                    for (size_t pi = 0; !st && pi < nj; pi++) {
-                        base_spec(g, m, dpath, &s);
-                        s.eval = true;
-                        s.format = g->formats[fi].name;
-                        s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
-                        s.quantize_acts = g->quantize_acts[qi];
-                        s.mode = mode;
-                        s.metrics = metrics;
-                        job_part(g, mode, pi, &s);
-                        s.fuse = fuse;
-                        set_method(d, me, &s);
-                        if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
-                        if (!s.format_options) {
-                            st = qs_error_set(err, QS_ENOMEM, "out of memory");
-                            break;
+            for (size_t me = 0; !st && me < n_methods; me++)
+                for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
+                    for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
+                        qs_mode mode = g->modes[oi];
+                        size_t nj = mode_jobs(g, mode, m->facts.n_layers);
+                        for (size_t pi = 0; !st && pi < nj; pi++) {
+                            base_spec(g, m, dpath, &s);
+                            s.eval = true;
+                            s.format = g->formats[fi].name;
+                            s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
+                            s.quantize_acts = g->quantize_acts[qi];
+                            s.mode = mode;
+                            s.metrics = metrics;
+                            job_part(g, mode, pi, &s);
+                            s.fuse = fuse;
+                            set_method(d, me, &s);
+                            if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
+                            if (!s.format_options) {
+                                st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                                break;
+                            }
+                            char part[64];
+                            qs_sensitivity_part_text(&s, part, sizeof part);
+                            snprintf(label, sizeof label, "%s %s %s %s %s%s%s%s%s", m->name,
+                                     g->formats[fi].name, qs_quantize_name(s.quantize_acts),
+                                     qs_mode_name(mode), part, fuse ? " fuse " : "",
+                                     qs_fuse_text(fuse), s.method ? " method " : "",
+                                     s.method ? qs_method_at(s.method)->name : "");
+                            st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                         }
-                        char part[64];
-                        qs_sensitivity_part_text(&s, part, sizeof part);
-                        snprintf(label, sizeof label, "%s %s %s %s %s%s%s%s%s", m->name,
-                                 g->formats[fi].name, qs_quantize_name(s.quantize_acts),
-                                 qs_mode_name(mode), part, fuse ? " fuse " : "",
-                                 qs_fuse_text(fuse), s.method ? " method " : "",
-                                 s.method ? qs_method_at(s.method)->name : "");
-                        st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                     }
-                }
         for (size_t me = 0; !st && d && d->policy && me < n_methods; me++)
-          for (size_t qi = 0; !st && qi < g->n_quantize; qi++) {
-            base_spec(g, m, dpath, &s);
-            set_method(d, me, &s);
-            s.eval = true;
-            s.format = QS_POLICY_FORMAT;
-            s.format_options = json_deep_copy(d->options);
-            s.policy = d->policy; /* borrowed */
-            s.quantize_acts = g->quantize_acts[qi];
-            s.mode = QS_MODE_POLICY;
-            s.metrics = metrics;
-            s.fuse = fuse;
-            if (!s.format_options) {
-                st = qs_error_set(err, QS_ENOMEM, "out of memory");
-                break;
+            for (size_t qi = 0; !st && qi < g->n_quantize; qi++) {
+                base_spec(g, m, dpath, &s);
+                set_method(d, me, &s);
+                s.eval = true;
+                s.format = QS_POLICY_FORMAT;
+                s.format_options = json_deep_copy(d->options);
+                s.policy = d->policy; /* borrowed */
+                s.quantize_acts = g->quantize_acts[qi];
+                s.mode = QS_MODE_POLICY;
+                s.metrics = metrics;
+                s.fuse = fuse;
+                if (!s.format_options) {
+                    st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                    break;
+                }
+                char part[64];
+                qs_sensitivity_part_text(&s, part, sizeof part);
+                snprintf(label, sizeof label, "%s policy %s %s (%zu linears)%s%s", m->name,
+                         qs_quantize_name(s.quantize_acts), part, json_object_size(d->policy),
+                         s.method ? " method " : "", s.method ? qs_method_at(s.method)->name : "");
+                st = add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err);
             }
-            char part[64];
-            qs_sensitivity_part_text(&s, part, sizeof part);
-            snprintf(label, sizeof label, "%s policy %s %s (%zu linears)%s%s", m->name,
-                     qs_quantize_name(s.quantize_acts), part, json_object_size(d->policy),
-                     s.method ? " method " : "", s.method ? qs_method_at(s.method)->name : "");
-            st = add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err);
-        }
     }
     free(dpath);
     return st;
