@@ -11,7 +11,9 @@
  *                              for a method that needs calibration activations: the LAST n
  *                              whole chunks (at the dataset's ctx) of that token file, which
  *                              the evaluation never scores (the grid checks it when the file is
- *                              the scored one). */
+ *                              the scored one).
+ * A method other than rtn does not combine with "fuse" (sensitivity.h): each linear it makes
+ * takes its own per-tensor scale. */
 #ifndef QS_KINDS_METHOD_H
 #define QS_KINDS_METHOD_H
 

@@ -156,6 +156,11 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
                             meth->calibrated
                                 ? "needs calibration chunks (at least 1) and a token file"
                                 : "takes no calibration");
+    if (s->method != QS_METHOD_RTN && s->fuse)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: fuse: method %s quantizes each linear with its own tensor "
+                            "scale (fused groups are round-to-nearest only)",
+                            meth->name);
     if ((meth->gptq || meth->smooth) != (s->method_options != NULL))
         return qs_error_set(err, QS_EINVAL, "job spec: method_options: method %s %s", meth->name,
                             meth->gptq || meth->smooth ? "needs its options" : "has none");

@@ -443,6 +443,13 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         sens_data *d = data_of(g);
         if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
         if ((st = qc_config_each(c, me, "method", add_method, d))) return st;
+        for (size_t i = 0; d->fuse && i < d->n_methods; i++)
+            if (d->methods[i] != QS_METHOD_RTN)
+                return qc_config_fail(c, me, QS_EINVAL,
+                                      "method %s with fuse: a method quantizes each linear with "
+                                      "its own tensor scale (fused groups are round-to-nearest "
+                                      "only)",
+                                      qs_method_at(d->methods[i])->name);
     }
     struct fy_node *pn = qc_config_lookup(n, "parts");
     if (pn) {

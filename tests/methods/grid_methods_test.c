@@ -150,6 +150,11 @@ static void bad_methods_and_calibration_are_refused(void **state) {
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS
                  "  method: [rtn, rtn]\n",
             "listed twice");
+    /* fused groups share a tensor scale that a method's linear does not take */
+    refused(e,
+            HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS
+                 "  fuse: [qkv]\n  method: [rotate16]\n",
+            "fused groups are round-to-nearest only");
 }
 
 int main(void) {
