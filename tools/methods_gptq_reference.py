@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""An independent GPTQ for qsweep's tests, written from the paper and the authors' gptq.py.
+"""An independent GPTQ and MR-GPTQ for qsweep's tests, written from the papers and gptq.py.
 
 GPTQ (Frantar et al., arXiv 2210.17323, Algorithm 1): H = 2 X^T X, dampening 1% of the mean
 diagonal, U = the upper Cholesky factor of H^-1, columns quantized in order in lazy batches of
 128, the error of column i divided by U_ii and spread over the later columns through row i of U.
 Group scales come from the group's weights as they are when its first column is reached.
+MR-GPTQ (Egiazarian et al., arXiv 2509.23202), as far as qsweep implements it: the weight and
+the calibration inputs multiplied by the block-diagonal Hadamard matrix R of the format's group
+size (H_b / sqrt(b), H_b built here by Sylvester's doubling), then GPTQ.
 
 The formats' quantizers are written here from their specifications (OCP MX v1.0 for MXFP4 with
 the RCEIL scale rule; NVIDIA's NVFP4 two-level scaling in TransformerEngine's operand order; the
@@ -120,6 +123,14 @@ def gptq(fmt, w, x, blocksize=128, percdamp=0.01):
     return Q
 
 
+def block_hadamard(n, b):
+    """R [n x n]: block-diagonal, each block the Sylvester H_b / sqrt(b)."""
+    h = np.array([[1.0]])
+    while h.shape[0] < b:
+        h = np.block([[h, h], [h, -h]])
+    return np.kron(np.eye(n // b), h / np.sqrt(b))
+
+
 def layer_error(x, w, q):
     d = x.astype(np.float64) @ (w.astype(np.float64) - q.astype(np.float64)).T
     return float((d * d).sum())
@@ -129,6 +140,7 @@ def layer_error(x, w, q):
 # difference of the two layer errors on the calibration data.
 MAX_DIFFERENT = 0.0
 MAX_ERROR_GAP = 1e-5
+MAX_DIFFERENT_ROTATED = 0.0
 
 
 def main(path):
@@ -136,8 +148,9 @@ def main(path):
     off, ok = 0, True
     while off < len(data):
         name = data[off:off + 16].split(b"\0")[0].decode()
-        rows, k, t = struct.unpack_from("<3I", data, off + 16)
-        off += 28
+        method = data[off + 16:off + 32].split(b"\0")[0].decode()
+        rows, k, t = struct.unpack_from("<3I", data, off + 32)
+        off += 44
 
         def take(n):
             nonlocal off
@@ -152,17 +165,24 @@ def main(path):
         fmt = Format(name, np.abs(w).max())
         ref_rtn = rtn(fmt, w)
         same_rtn = np.array_equal(ref_rtn.view(np.uint32), q_rtn.view(np.uint32))
+        e_rtn = layer_error(x, w, q_rtn)  # the unrotated problem's RTN
+        if method == "mr-gptq":  # the rotated problem: x R (W R)^T = x W^T
+            r = block_hadamard(k, fmt.group)
+            w = (w.astype(np.float64) @ r).astype(F32)
+            x = (x.astype(np.float64) @ r).astype(F32)
+            fmt = Format(name, np.abs(w).max())
         ref = gptq(fmt, w, x)
         # the same grid point: equal within 1e-6 relative, about 8 FP32 ulps and far below half a
         # grid step (1/14 of a value at least). INT4's FP32 group scale, taken from weights the two
         # sum in different orders, carries their last bits; E4M3 and E8M0 scales round them away.
         different = float(np.mean(np.abs(ref - q_gptq) > 1e-6 * np.abs(q_gptq)))
         bitwise = float(np.mean(ref.view(np.uint32) != q_gptq.view(np.uint32)))
-        e_ref, e_q, e_rtn = layer_error(x, w, ref), layer_error(x, w, q_gptq), layer_error(x, w, q_rtn)
+        e_ref, e_q = layer_error(x, w, ref), layer_error(x, w, q_gptq)
         gap = abs(e_q - e_ref) / e_ref
-        good = same_rtn and different <= MAX_DIFFERENT and gap <= MAX_ERROR_GAP
+        bound = MAX_DIFFERENT if method == "gptq" else MAX_DIFFERENT_ROTATED
+        good = same_rtn and different <= bound and gap <= MAX_ERROR_GAP
         ok &= good
-        print(f"{'OK' if good else 'NOT OK'} {name}: rtn bit for bit {same_rtn}; gptq weights "
+        print(f"{'OK' if good else 'NOT OK'} {method} {name}: rtn bit for bit {same_rtn}; gptq weights "
               f"off their grid point {different:.4f} (bound {MAX_DIFFERENT}; bitwise {bitwise:.4f}), layer error qsweep {e_q:.6g} "
               f"reference {e_ref:.6g} gap {gap:.4f} (bound {MAX_ERROR_GAP}), rtn {e_rtn:.6g}")
     return 0 if ok else 1
