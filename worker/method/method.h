@@ -12,8 +12,9 @@
  * Calibrated methods see the calibration chunks block by block, in order: block b's linears
  * are observed (their inputs, with block b itself unquantized) on a model whose blocks 0..b-1
  * already hold their method's weights, as GPTQ's paper does; then block b's weights are made.
- * lm_head and the embeddings keep the policy's round-to-nearest. The input hook runs on the CPU
- * backend; a model on a GPU, tensor parallelism and fused groups are refused (QS_EUNSUPPORTED). */
+ * lm_head and the embeddings keep the policy's round-to-nearest. A method runs on the CPU
+ * backend: on a GPU its linears refuse at the first forward (QS_EUNSUPPORTED), and tensor
+ * parallelism is refused here. */
 #ifndef QW_METHOD_H
 #define QW_METHOD_H
 

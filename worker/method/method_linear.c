@@ -26,8 +26,8 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
     *out = x;
     if (be->impl)
         return qs_error_set(err, QS_EUNSUPPORTED,
-                            "method %s: the input transform runs on the CPU backend only (this "
-                            "linear's input is in device memory)",
+                            "method %s: runs on the CPU backend only (its weights and input "
+                            "transform are in host memory; this linear's input is on a device)",
                             ml->method);
     const size_t n = (size_t)T * (size_t)ml->in;
     qs_status st;
