@@ -64,16 +64,20 @@ static qs_status inverse_upper_factor(double *h, size_t n, float *u, qs_error *e
                             "(column %ld)",
                             (long)n + bad);
     }
-    /* x = L^-1, lower triangular, column by column */
+    /* x = L^-1, lower triangular, a row at a time (rows are contiguous):
+     * x_i = (e_i - sum_{m<i} L_im x_m) / L_ii */
     memset(x, 0, n * n * sizeof *x);
-    for (size_t j = 0; j < n; j++) {
-        x[j * n + j] = 1.0 / r[j * n + j];
-        for (size_t i = j + 1; i < n; i++) {
-            double s = 0.0;
-            for (size_t m = j; m < i; m++)
-                s += r[i * n + m] * x[m * n + j];
-            x[i * n + j] = -s / r[i * n + i];
+    for (size_t i = 0; i < n; i++) {
+        double *xi = x + i * n;
+        for (size_t m = 0; m < i; m++) {
+            const double a = r[i * n + m], *xm = x + m * n;
+            for (size_t j = 0; j <= m; j++)
+                xi[j] -= a * xm[j];
         }
+        xi[i] = 1.0;
+        const double d = r[i * n + i];
+        for (size_t j = 0; j <= i; j++)
+            xi[j] /= d;
     }
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < n; j++)
