@@ -53,8 +53,9 @@ static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_in
                            qs_error *err) {
     for (size_t c = 0; c < plan->calib_chunks; c++) {
         const float *logits;
-        qs_status st =
-            qw_model_forward(m, plan->calib + c * (size_t)plan->ctx, plan->ctx, &logits, err);
+        /* the logits are not read: lm_head for the last position only */
+        qs_status st = qw_model_forward_rows(m, plan->calib + c * (size_t)plan->ctx, plan->ctx,
+                                             plan->ctx - 1, &logits, err);
         if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, c);
         info->calib_tokens += (size_t)plan->ctx;
     }
