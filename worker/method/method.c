@@ -48,14 +48,18 @@ static qs_status tile_of(const qw_method_plan *plan, const qw_linear *L, int *ti
     return QS_OK;
 }
 
-/* One forward of every calibration chunk: the observing linears collect their statistics. */
-static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_info *info,
-                           qs_error *err) {
+/* One forward of every calibration chunk: the observing linears collect their statistics. The
+ * pass stops at `last`, the block's last observed linear (in forward order q, k, v, o, gate, up,
+ * down), whose hook ends it: the blocks after it and lm_head would compute what nobody reads. */
+static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_linear *last,
+                           qw_method_info *info, qs_error *err) {
     for (size_t c = 0; c < plan->calib_chunks; c++) {
         const float *logits;
         /* the logits are not read: lm_head for the last position only */
         qs_status st = qw_model_forward_rows(m, plan->calib + c * (size_t)plan->ctx, plan->ctx,
                                              plan->ctx - 1, &logits, err);
+        if (st == QS_ECANCELLED && last->stopped) st = QS_OK;
+        last->stopped = 0;
         if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, c);
         info->calib_tokens += (size_t)plan->ctx;
     }
@@ -108,10 +112,16 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
             any |= blk[k].L != NULL;
         if (!any) continue;
         if (calibrated) {
+            int last = 0;
             for (int k = 0; k < QW_LINEAR_KINDS && !st; k++)
-                if (blk[k].L) st = qw_method_linear_observe(&blk[k], plan, err);
+                if (blk[k].L) {
+                    st = qw_method_linear_observe(&blk[k], plan, err);
+                    last = k;
+                }
+            blk[last].last = 1;
             double c0 = qs_clock_s();
-            if (!st) st = calibrate(m, plan, info, err);
+            if (!st) st = calibrate(m, plan, &blk[last], info, err);
+            blk[last].last = 0;
             info->calib_s += qs_clock_s() - c0;
         }
         for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {

@@ -49,6 +49,11 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
             qk_gptq_hessian_add(ml->h, (size_t)ml->in, xr, (size_t)T);
         }
         ml->stat_s += qs_clock_s() - t0;
+        if (ml->last) { /* nothing after this linear is observed: end the pass here */
+            ml->stopped = 1;
+            return qs_error_set(err, QS_ECANCELLED, "method %s: calibration pass ends here",
+                                ml->method);
+        }
         return QS_OK; /* observed unquantized: the input as it is */
     }
     if (!ml->tile && !ml->s) return QS_OK;

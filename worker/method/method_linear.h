@@ -16,6 +16,8 @@ typedef struct qw_method_linear {
     float *s;      /* SmoothQuant scales [in], NULL none */
     float *w;      /* the method's weight [out x in] once made, else NULL */
     int observing; /* the hook records statistics and passes x through */
+    int last;      /* the last observed linear of its block: the pass stops after it */
+    int stopped;   /* the hook stopped the pass here (method.c reads and clears it) */
     double *h;     /* GPTQ: 2 X^T X [in x in] while observing (X rotated when tile) */
     float *amax;   /* SmoothQuant: max |X_j| [in] while observing */
     double stat_s; /* seconds spent on statistics */
