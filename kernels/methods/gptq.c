@@ -8,15 +8,23 @@
 
 #include "group_scale.h"
 
-void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t) {
-    for (size_t s = 0; s < t; s++) {
-        const float *v = x + s * k;
-        for (size_t i = 0; i < k; i++) {
-            double a = 2.0 * v[i];
-            if (a == 0.0) continue;
-            double *hi = h + i * k;
-            for (size_t j = 0; j <= i; j++)
-                hi[j] += a * v[j];
+void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t, int threads) {
+    /* rows of h in blocks of 32, each block reading x once; every element sums the tokens in
+     * order, so the bits do not depend on the threads */
+    const size_t nb = (k + 31) / 32;
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static, 1) num_threads(nt) if (t * k * k >= ((size_t)1 << 22))
+    for (size_t b = 0; b < nb; b++) {
+        const size_t i0 = b * 32, i1 = i0 + 32 < k ? i0 + 32 : k;
+        for (size_t s = 0; s < t; s++) {
+            const float *v = x + s * k;
+            for (size_t i = i0; i < i1; i++) {
+                double a = 2.0 * v[i];
+                if (a == 0.0) continue;
+                double *hi = h + i * k;
+                for (size_t j = 0; j <= i; j++)
+                    hi[j] += a * v[j];
+            }
         }
     }
     for (size_t i = 0; i < k; i++)

@@ -35,8 +35,9 @@ typedef struct qk_gptq_options {
     int threads;   /* 0 = all; the bits are the same for any value */
 } qk_gptq_options;
 
-/* h [k x k] += 2 x^T x for x [t x k] (both triangles). */
-void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t);
+/* h [k x k] += 2 x^T x for x [t x k] (both triangles), in double, the same bits for any
+ * threads (0 = all). */
+void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t, int threads);
 
 /* Quantizes w [rows x k] in place to fmt's grid (the dequantized values) by GPTQ with the
  * Hessian h [k x k] (read only). Errors: QS_EINVAL (empty shapes, h not positive definite

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
             }
         }
         memset(h, 0, sizeof *h * k * k);
-        qk_gptq_hessian_add(h, k, xr, t);
+        qk_gptq_hessian_add(h, k, xr, t, 0);
         if (qk_fake_quant_into(fmt, &o, w, r, rows, k, NULL, &err) ||
             qk_gptq(fmt, &o, q, rows, k, h, NULL, &err)) {
             fprintf(stderr, "%s: %s\n", formats[fi], err.msg);

@@ -234,7 +234,7 @@ static void gptq_layer_error_is_never_worse_than_rtn(void **state) {
             fill(w, rows * k, 100 + seed);
             calibration(x, t, k, seed);
             memset(h, 0, k * k * sizeof *h);
-            qk_gptq_hessian_add(h, k, x, t);
+            qk_gptq_hessian_add(h, k, x, t, 0);
             for (size_t fi = 0; fi < qk_format_count(); fi++) {
                 const qk_format *f = qk_format_at(fi);
                 if (f->rule == QK_RULE_IDENTITY) continue;

@@ -96,6 +96,7 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         ml->in = L->in;
         ml->out = L->out;
         ml->method = plan->name;
+        ml->threads = threads;
         ml->w0 = L->w;
         ml->spec0 = L->spec;
         st = tile_of(plan, L, &ml->tile, err);

@@ -46,7 +46,7 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
                     return st;
                 xr = ml->buf;
             }
-            qk_gptq_hessian_add(ml->h, (size_t)ml->in, xr, (size_t)T);
+            qk_gptq_hessian_add(ml->h, (size_t)ml->in, xr, (size_t)T, ml->threads);
         }
         ml->stat_s += qs_clock_s() - t0;
         if (ml->last) { /* nothing after this linear is observed: end the pass here */

@@ -21,6 +21,7 @@ typedef struct qw_method_linear {
     double *h;     /* GPTQ: 2 X^T X [in x in] while observing (X rotated when tile) */
     float *amax;   /* SmoothQuant: max |X_j| [in] while observing */
     double stat_s; /* seconds spent on statistics */
+    int threads;   /* the model's, for the statistics */
     float *buf;    /* the transformed input [cap floats] */
     size_t cap;
     const char *method; /* its name, for messages */
