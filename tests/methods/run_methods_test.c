@@ -1,7 +1,7 @@
 /* End to end: experiments/tiny-methods.yaml (method: [rtn, gptq, mr-gptq]) through the real
  * `qsweep run` with a private PostgreSQL cluster and two workers: every job succeeds, the rtn
  * jobs name no method, the calibrated ones record what they calibrated on and what it cost,
- * and `qsweep results` shows each method's table apart. */
+ * and `qsweep results` and `qsweep report` show each method's jobs apart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,6 +87,20 @@ static void run_methods_grid_end_to_end(void **state) {
     printf("%s", out);
     assert_non_null(strstr(out, "\"method\": \"gptq\""));
     assert_non_null(strstr(out, "\"method\": \"mr-gptq\""));
+    /* the HTML report keeps each method's jobs apart too: their options name it */
+    char html[800];
+    snprintf(html, sizeof html, "%s/report.html", dir);
+    const char *report[] = {"report", "tiny-methods",           "-o", html,
+                            "--db",   qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, report, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep report exited %d:\n%s", rc, out);
+    FILE *f = fopen(html, "r");
+    assert_non_null(f);
+    static char page[1 << 22];
+    size_t n = fread(page, 1, sizeof page - 1, f);
+    fclose(f);
+    page[n] = 0;
+    assert_non_null(strstr(page, "mr-gptq"));
     qc_pgserver_destroy(pg);
     fx_rmtree(dir);
     free(dir);
