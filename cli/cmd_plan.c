@@ -2,7 +2,8 @@
  * (or component-mode) sensitivity sweep, solved exactly by plan.c, printed
  * with its predicted cost and written as a grid `policy` part.
  *
- * Costs come from v_sensitivity (schema/002_views.sql): the mean KL divergence (kl_mean) or
+ * Costs come from v_sensitivity (schema/002_views.sql), round-to-nearest jobs only (a job of
+ * another method, kinds/method.h, names it in its spec): the mean KL divergence (kl_mean) or
  * the perplexity increase (ppl: value - baseline) of the eval job that quantized only that
  * linear (layer mode, part "B.kind") or only that kind in every block (component mode, part
  * "kind"). BF16 is the reference: cost 0. The predicted cost of a plan is the sum of its
@@ -84,6 +85,7 @@ static const char *const PLAN_SQL =
     "FROM v_sensitivity s\n"
     "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
     "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
+    "  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.id = s.job_id AND m.spec ? 'method')\n"
     "ORDER BY s.mode DESC, s.model, s.quantize, s.format, s.part";
 
 typedef struct plan_opts {
@@ -313,7 +315,7 @@ static qs_status load_sweep_facts(PGconn *c, const plan_opts *o, plan_input *in,
         c,
         "SELECT DISTINCT ON (j.spec ->> 'format') j.spec::text FROM jobs j\n"
         "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
-        "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
+        "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2 AND NOT j.spec ? 'method'\n"
         "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
         "ORDER BY j.spec ->> 'format', j.id",
         4, NULL, params, NULL, NULL, 0);
@@ -386,7 +388,7 @@ static double measured(PGconn *c, const plan_opts *o, const plan_input *in, cons
         "SELECT s.value, s.delta FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
         "WHERE s.mode = $1 AND s.part = $2 AND s.format = $3 AND s.quantize = $4\n"
         "  AND s.model_digest = $5 AND s.metric = $6\n"
-        "  AND j.spec -> 'format_options' = $7::jsonb\n"
+        "  AND j.spec -> 'format_options' = $7::jsonb AND NOT j.spec ? 'method'\n"
         "  AND j.spec -> 'dataset' -> 'digest' = $8::jsonb -> 'digest'\n"
         "  AND j.spec -> 'dataset' -> 'ctx' = $8::jsonb -> 'ctx'\n"
         "  AND j.spec -> 'dataset' -> 'max_chunks' = $8::jsonb -> 'max_chunks'\n"

@@ -24,10 +24,14 @@
  * thousand tokens), then the perplexity increase (the order when KL was not measured). The
  * experiment name is bound as $1 (or spliced in as an SQL literal for psql). */
 /* The options column: the format's options, with "fuse" (the fused groups sharing a tensor
- * scale, kinds/sensitivity.h) added when the job has it, so fused and unfused jobs are apart. */
+ * scale, kinds/sensitivity.h) and "method" with its options (kinds/method.h: absent for rtn)
+ * added when the job has them, so fused and unfused jobs, and each method's, are apart. */
 #define QSWEEP_RESULTS_OPTIONS                                                                     \
-    "CASE WHEN j.spec ? 'fuse' THEN ((j.spec -> 'format_options') || jsonb_build_object('fuse', "  \
-    "j.spec -> 'fuse'))::text ELSE j.spec ->> 'format_options' END"
+    "CASE WHEN j.spec ? 'fuse' OR j.spec ? 'method' THEN ((j.spec -> 'format_options') || "        \
+    "CASE WHEN j.spec ? 'fuse' THEN jsonb_build_object('fuse', j.spec -> 'fuse') ELSE '{}' END || " \
+    "CASE WHEN j.spec ? 'method' THEN jsonb_build_object('method', j.spec -> 'method') || "        \
+    "coalesce(j.spec -> 'method_options', '{}') ELSE '{}' END)::text "                             \
+    "ELSE j.spec ->> 'format_options' END"
 static const char *const RESULTS_SQL =
     "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
     "       " QSWEEP_RESULTS_OPTIONS " AS options, s.quantize, s.mode, s.part,\n"

@@ -48,8 +48,8 @@ int qs_policy_key_parse(const char *key, int *block, int *part) {
     }
     char *end;
     long b = strtol(key, &end, 10);
-    if (end == key || *key < '0' || *key > '9' || (*key == '0' && end != key + 1) ||
-        b > 1000000 || *end != '.')
+    if (end == key || *key < '0' || *key > '9' || (*key == '0' && end != key + 1) || b > 1000000 ||
+        *end != '.')
         return -1;
     int k = qs_linear_kind_index(end + 1);
     /* the short names only: "3.down", not "3.down_proj" (one spelling, one key) */
@@ -145,6 +145,25 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
                             "kl, ppl, sqnr, top1");
     if (s->fuse & ~(unsigned)QS_FUSE_ALL)
         return qs_error_set(err, QS_EINVAL, "job spec: fuse: unknown group bits 0x%x", s->fuse);
+    const qs_method *meth = qs_method_at(s->method);
+    if (!meth)
+        return qs_error_set(err, QS_EINVAL, "job spec: method: %d is not a method", s->method);
+    if (s->method != QS_METHOD_RTN && !s->eval)
+        return qs_error_set(err, QS_EINVAL, "job spec: method: a baseline quantizes nothing");
+    if (meth->calibrated ? (s->calib_chunks < 1 || !s->calib_path || !*s->calib_path)
+                         : (s->calib_chunks || s->calib_path))
+        return qs_error_set(err, QS_EINVAL, "job spec: calibration: method %s %s", meth->name,
+                            meth->calibrated
+                                ? "needs calibration chunks (at least 1) and a token file"
+                                : "takes no calibration");
+    if (s->method != QS_METHOD_RTN && s->fuse)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: fuse: method %s quantizes each linear with its own tensor "
+                            "scale (fused groups are round-to-nearest only)",
+                            meth->name);
+    if ((meth->gptq || meth->smooth) != (s->method_options != NULL))
+        return qs_error_set(err, QS_EINVAL, "job spec: method_options: method %s %s", meth->name,
+                            meth->gptq || meth->smooth ? "needs its options" : "has none");
     if (!s->eval) {
         if (strcmp(s->format, "bf16") || json_object_size(s->format_options) ||
             s->metrics != QS_METRIC_PPL || s->policy || s->fuse)
@@ -245,6 +264,15 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
             const char *tied = tied_text(s);
             if (tied) json_object_set_new(o, "tied_embeddings", json_string(tied));
             if (s->mode == QS_MODE_POLICY) json_object_set(o, "policy", s->policy);
+            if (s->method != QS_METHOD_RTN) {
+                json_object_set_new(o, "method", json_string(qs_method_at(s->method)->name));
+                if (s->method_options) json_object_set(o, "method_options", s->method_options);
+                if (s->calib_path)
+                    json_object_set_new(o, "calibration",
+                                        json_pack("{s:i, s:s, s:s}", "chunks", s->calib_chunks,
+                                                  "path", s->calib_path, "digest",
+                                                  s->calib_digest));
+            }
             if (s->fuse) {
                 json_t *fu = json_array(); /* sorted by name */
                 if (fu && (s->fuse & QS_FUSE_GATE_UP))
@@ -266,7 +294,8 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
         10 + (s->resources.present ? 1 : 0) +
         (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
         (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY) +
-        (s->eval && s->fuse != 0);
+        (s->eval && s->fuse != 0) + (s->method != QS_METHOD_RTN) + (s->method_options != NULL) +
+        (s->method != QS_METHOD_RTN && s->calib_path != NULL);
     if (!o || json_object_size(o) != want) {
         json_decref(o);
         return qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -298,6 +327,50 @@ static qs_status parse_part(qs_sensitivity_spec *s, const char *text, qs_error *
         return qs_error_set(err, QS_EINVAL,
                             "job spec: part: '%s' is not a part (q, k, v, o, gate, up, down%s)",
                             kind, qs_mode_has_block(s->mode) ? "" : ", lm_head, embeddings");
+    return QS_OK;
+}
+
+/* "method", "method_options", "calibration" (method.h): only as encode writes them, so a
+ * stored spec re-encodes to its own key (rtn is never named). */
+static qs_status decode_method(const json_t *spec, qs_sensitivity_spec *s, qs_error *err) {
+    const json_t *m = json_object_get(spec, "method");
+    const json_t *mo = json_object_get(spec, "method_options");
+    const json_t *cal = json_object_get(spec, "calibration");
+    if (!m) {
+        if (mo || cal)
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: method_options and calibration need a method");
+        return QS_OK;
+    }
+    s->method = qs_method_by_name(json_string_value(m));
+    if (s->method <= QS_METHOD_RTN)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: method: unknown '%s' (expected one of %s; rtn is "
+                            "written as no method)",
+                            json_string_value(m) ? json_string_value(m) : "(not a string)",
+                            qs_method_list());
+    qs_status st = qs_method_options(s->method, mo, &s->method_options, err);
+    if (st) return qs_error_wrap(err, "job spec");
+    if (s->method_options && !json_equal(s->method_options, (json_t *)mo))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: method_options: expected every option of method %s with "
+                            "its value",
+                            json_string_value(m));
+    if (cal) {
+        const json_t *ch = json_object_get(cal, "chunks");
+        const char *path = json_string_value(json_object_get(cal, "path"));
+        const char *dig = json_string_value(json_object_get(cal, "digest"));
+        if (!json_is_object(cal) || json_object_size(cal) != 3 || !json_is_integer(ch) ||
+            json_integer_value(ch) < 1 || json_integer_value(ch) > 1000000 || !path || !*path ||
+            !dig || strlen(dig) >= sizeof s->calib_digest)
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: calibration: expected {chunks (1..1000000), path, "
+                                "digest}");
+        s->calib_chunks = (int)json_integer_value(ch);
+        s->calib_path = strdup(path);
+        if (!s->calib_path) return qs_error_set(err, QS_ENOMEM, "out of memory");
+        snprintf(s->calib_digest, sizeof s->calib_digest, "%s", dig);
+    }
     return QS_OK;
 }
 
@@ -378,6 +451,7 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
             s->fuse |= bit;
         }
     }
+    if ((st = decode_method(spec, s, err))) return st;
     const json_t *tied = json_object_get(spec, "tied_embeddings");
     s->tied = tied != NULL;
     if (tied) {
@@ -401,7 +475,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
                                        "kind",      "metrics",          "mode",
                                        "model",     "numerics_version", "part",
                                        "quantize",  "leave_one_out_of", "tied_embeddings",
-                                       "resources", "policy",           "fuse"};
+                                       "resources", "policy",           "fuse",
+                                       "method",    "method_options",   "calibration"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {
@@ -466,6 +541,9 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
                               "policy");
         if (!st && json_object_get(spec, "fuse"))
             st = qs_error_set(err, QS_EINVAL, "job spec: fuse: a baseline fuses nothing");
+        if (!st && (json_object_get(spec, "method") || json_object_get(spec, "method_options") ||
+                    json_object_get(spec, "calibration")))
+            st = qs_error_set(err, QS_EINVAL, "job spec: method: a baseline quantizes nothing");
     }
     if (!st) st = qs_sensitivity_validate(out, err);
     if (st) qs_sensitivity_clear(out);
@@ -479,6 +557,8 @@ void qs_sensitivity_clear(qs_sensitivity_spec *s) {
     free(s->format);
     json_decref(s->format_options);
     json_decref(s->policy);
+    json_decref(s->method_options);
+    free(s->calib_path);
     memset(s, 0, sizeof *s);
     s->block = s->part = -1;
     s->loo_of = QS_PARTS_BLOCK_LINEARS;

@@ -18,6 +18,9 @@
  *   "fuse": ["gate_up", "qkv"]       eval: the fused groups whose members share one
  *                                     per-tensor scale (the joint amax of their weights) in
  *                                     the formats that have one; absent when none;
+ *   "method", "method_options", "calibration"
+ *                                    eval: how the quantized linears are quantized, when not
+ *                                     by round-to-nearest (method.h); absent for rtn;
  *   "resources": {...}               spec.h (not part of the job key).
  * baseline: format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
  * eval: format a numeric-core name (kernels/quant.h) with its canonical options object (every
@@ -40,6 +43,7 @@
 #include <stdbool.h>
 
 #include "error.h"
+#include "method.h"
 #include "names.h"
 #include "spec.h"
 
@@ -71,6 +75,11 @@ typedef struct qs_sensitivity_spec {
     json_t *policy;         /* policy mode: {"3.down": "nvfp4", ...} (owned), else NULL */
     unsigned fuse;          /* eval: QS_FUSE_* bits, the fused groups sharing a tensor scale */
     unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
+    int method;             /* eval: index in method.h's table; QS_METHOD_RTN (0) by default */
+    json_t *method_options; /* the method's canonical options (owned), NULL when it has none */
+    int calib_chunks;       /* a calibrated method: the last calib_chunks whole chunks ... */
+    char *calib_path;       /* ... of this token file (owned) ... */
+    char calib_digest[65];  /* ... whose BLAKE2b this is; 0 / NULL / "" otherwise */
     char numerics_version[16];
     qs_resources resources;
 } qs_sensitivity_spec;

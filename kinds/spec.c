@@ -203,6 +203,8 @@ qs_status qs_spec_key(const json_t *spec, char hex[65], qs_error *err) {
     json_t *m = json_object_get(copy, "model"), *d = json_object_get(copy, "dataset");
     if (json_is_object(m)) json_object_del(m, "path");
     if (json_is_object(d)) json_object_del(d, "path");
+    json_t *cal = json_object_get(copy, "calibration"); /* a method's token file (method.h) */
+    if (json_is_object(cal)) json_object_del(cal, "path");
     json_object_del(copy, "resources");
     char *canon = copy ? qs_spec_canonical(copy) : NULL;
     json_decref(copy);

@@ -174,7 +174,7 @@ qs_status qc_grid_parse_dataset(qc_config *c, struct fy_node *n, const qc_grid_p
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'dataset' as a mapping with 'tokens' (or 'text'), "
                               "'ctx' and 'max_chunks'");
-    static const char *const keys[] = {"tokens", "text", "ctx", "max_chunks", NULL};
+    static const char *const keys[] = {"tokens", "text", "ctx", "max_chunks", "calibration", NULL};
     qs_status st = qc_config_check_keys(c, n, "the dataset", keys);
     if (st) return st;
     struct fy_node *t = qc_config_lookup(n, "tokens"), *ctx = qc_config_lookup(n, "ctx"),

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "grid_kind.h"
+#include "method.h"
 #include "sensitivity.h"
 
 /* One format: a name, or {name, options}. options: every option that applies to the format
@@ -159,10 +160,16 @@ static qs_status add_metric(qc_config *c, struct fy_node *n, void *ctx) {
 /* What the sensitivity kind keeps in g->kind_data: the grid's `policy` (mode policy) and
  * `fuse`. */
 typedef struct sens_data {
-    json_t *policy;  /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out);
-                        NULL without mode policy */
-    json_t *options; /* {"nvfp4": {canonical options}, ...}: each format of the map */
-    unsigned fuse;   /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
+    json_t *policy;   /* {"3.down": "nvfp4", ...}: the quantized linears (bf16 ones left out);
+                         NULL without mode policy */
+    json_t *options;  /* {"nvfp4": {canonical options}, ...}: each format of the map */
+    unsigned fuse;    /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
+    size_t n_methods; /* the `method` axis; 0: rtn alone (the spec names no method) */
+    int methods[16];
+    json_t *method_options[16]; /* each method's canonical options, NULL when it has none */
+    int calib_chunks;           /* dataset.calibration: 0 when absent */
+    char *calib_path;           /* its token file (the scored one unless `tokens` names one) */
+    char calib_digest[65];
 } sens_data;
 
 /* One `fuse` entry: qkv or gate_up, each once. */
@@ -189,6 +196,9 @@ static void free_data(qc_grid *g) {
     if (d) {
         json_decref(d->policy);
         json_decref(d->options);
+        for (size_t i = 0; i < d->n_methods; i++)
+            json_decref(d->method_options[i]);
+        free(d->calib_path);
         free(d);
     }
     g->kind_data = NULL;
@@ -256,14 +266,127 @@ static qs_status parse_policy(qc_config *c, struct fy_node *n, const qc_grid_pro
     return QS_OK;
 }
 
+/* One `method` entry: a name, or {name, options} (method.h: options filled with defaults). */
+static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
+    sens_data *d = ctx;
+    struct fy_node *name_n = n, *opt_n = NULL;
+    qs_status st;
+    if (fy_node_is_mapping(n)) {
+        static const char *const keys[] = {"name", "options", NULL};
+        if ((st = qc_config_check_keys(c, n, "a method", keys))) return st;
+        name_n = qc_config_lookup(n, "name");
+        opt_n = qc_config_lookup(n, "options");
+        if (!name_n)
+            return qc_config_fail(c, n, QS_EFORMAT, "expected a 'name' key naming the method");
+    }
+    const char *s = qc_config_scalar(name_n);
+    int m = qs_method_by_name(s);
+    if (m < 0)
+        return qc_config_fail(c, name_n, QS_EINVAL, "unknown method '%s' (expected %s)",
+                              s ? s : "(not a scalar)", qs_method_list());
+    if (d->n_methods == sizeof d->methods / sizeof d->methods[0])
+        return qc_config_fail(c, n, QS_EINVAL, "more than %zu methods",
+                              sizeof d->methods / sizeof d->methods[0]);
+    json_t *given = NULL;
+    if (opt_n) {
+        if (!fy_node_is_mapping(opt_n))
+            return qc_config_fail(c, opt_n, QS_EFORMAT, "expected 'options' as a mapping");
+        given = json_object();
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        while (given && (pair = fy_node_mapping_iterate(opt_n, &it))) {
+            const char *ks = qc_config_scalar(fy_node_pair_key(pair));
+            const char *vs = qc_config_scalar(fy_node_pair_value(pair));
+            char *end = NULL;
+            double x = vs ? strtod(vs, &end) : 0.0;
+            json_t *v = !vs                             ? json_null()
+                        : !strcmp(vs, "true")           ? json_true()
+                        : !strcmp(vs, "false")          ? json_false()
+                        : end && *end == 0 && end != vs ? json_real(x)
+                                                        : json_string(vs);
+            json_object_set_new(given, ks ? ks : "(not a scalar)", v);
+        }
+    }
+    json_t *o = NULL;
+    qs_error e = {0};
+    st = qs_method_options(m, given, &o, &e);
+    json_decref(given);
+    if (st) return qc_config_fail(c, opt_n ? opt_n : n, st, "%s", e.msg);
+    for (size_t i = 0; i < d->n_methods; i++)
+        if (d->methods[i] == m &&
+            (d->method_options[i] == o || json_equal(d->method_options[i], o))) {
+            json_decref(o);
+            return qc_config_fail(c, n, QS_EINVAL, "method '%s' is listed twice", s);
+        }
+    d->methods[d->n_methods] = m;
+    d->method_options[d->n_methods++] = o;
+    return QS_OK;
+}
+
+/* dataset.calibration {chunks, tokens}: the last `chunks` whole chunks of the token file
+ * `tokens` (default: the scored one, whose scored chunks must then leave them out). */
+static qs_status parse_calibration(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                                   qc_grid *g, sens_data *d) {
+    qs_status st;
+    if (!fy_node_is_mapping(n))
+        return qc_config_fail(c, n, QS_EFORMAT,
+                              "expected 'calibration' as a mapping with 'chunks' and optionally "
+                              "'tokens'");
+    static const char *const keys[] = {"chunks", "tokens", NULL};
+    if ((st = qc_config_check_keys(c, n, "dataset.calibration", keys))) return st;
+    struct fy_node *ch = qc_config_lookup(n, "chunks"), *t = qc_config_lookup(n, "tokens");
+    if (!ch)
+        return qc_config_fail(c, n, QS_EFORMAT, "expected 'chunks' (how many to calibrate on)");
+    int chunks = 0;
+    if ((st = qc_config_int(c, ch, "dataset.calibration.chunks", 1, 1000000, &chunks))) return st;
+    d->calib_chunks = (int)chunks;
+    qc_dataset_facts facts = {0};
+    if (t) {
+        if ((st = qc_config_path(c, t, "calibration token file", &d->calib_path))) return st;
+        qs_error e = {0};
+        if ((st = probe->dataset(probe->user, d->calib_path, &facts, &e)))
+            return qc_config_fail(c, t, st, "cannot read calibration token file: %s", e.msg);
+        if (facts.n_tokens / (size_t)g->ctx < (size_t)chunks)
+            return qc_config_fail(c, ch, QS_EINVAL,
+                                  "the calibration token file holds %zu whole chunks of ctx %d, "
+                                  "fewer than %d",
+                                  facts.n_tokens / (size_t)g->ctx, g->ctx, chunks);
+        for (size_t i = 0; i < g->n_models; i++)
+            if (facts.vocab_size > (uint32_t)g->models[i].facts.vocab_size)
+                return qc_config_fail(c, t, QS_EINVAL,
+                                      "the calibration token file's vocabulary (%u) is larger "
+                                      "than model %s's",
+                                      facts.vocab_size, g->models[i].name);
+    } else {
+        if (g->dataset_text)
+            return qc_config_fail(c, n, QS_EINVAL,
+                                  "calibration from a text dataset needs 'tokens' naming a token "
+                                  "file");
+        facts = g->dataset;
+        d->calib_path = strdup(g->dataset_path);
+        if (!d->calib_path) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        size_t total = facts.n_tokens / (size_t)g->ctx;
+        size_t scored =
+            g->max_chunks && (size_t)g->max_chunks < total ? (size_t)g->max_chunks : total;
+        if (scored + (size_t)chunks > total)
+            return qc_config_fail(c, ch, QS_EINVAL,
+                                  "calibration chunks would overlap the scored ones: the token "
+                                  "file holds %zu chunks of ctx %d, %zu are scored (max_chunks), "
+                                  "%d asked for calibration",
+                                  total, g->ctx, scored, chunks);
+    }
+    memcpy(d->calib_digest, facts.digest, sizeof d->calib_digest);
+    return QS_OK;
+}
+
 static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                qc_grid *g) {
     if (!n || !fy_node_is_mapping(n))
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
                               "'modes' and 'metrics'");
-    static const char *const keys[] = {"formats", "quantize", "modes", "parts",
-                                       "metrics", "policy",   "fuse",  NULL};
+    static const char *const keys[] = {"formats", "quantize", "modes",  "parts", "metrics",
+                                       "policy",  "fuse",     "method", NULL};
     qs_status st = qc_config_check_keys(c, n, "sensitivity", keys);
     if (st) return st;
     struct fy_node *f = qc_config_lookup(n, "formats"), *m = qc_config_lookup(n, "modes"),
@@ -314,6 +437,20 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
         if ((st = qc_config_each(c, fu, "fuse", add_fuse, &d->fuse))) return st;
     }
+    /* method: [rtn, gptq, ...], the axis beside formats (method.h); absent: rtn alone */
+    struct fy_node *me = qc_config_lookup(n, "method");
+    if (me) {
+        sens_data *d = data_of(g);
+        if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        if ((st = qc_config_each(c, me, "method", add_method, d))) return st;
+        for (size_t i = 0; d->fuse && i < d->n_methods; i++)
+            if (d->methods[i] != QS_METHOD_RTN)
+                return qc_config_fail(c, me, QS_EINVAL,
+                                      "method %s with fuse: a method quantizes each linear with "
+                                      "its own tensor scale (fused groups are round-to-nearest "
+                                      "only)",
+                                      qs_method_at(d->methods[i])->name);
+    }
     struct fy_node *pn = qc_config_lookup(n, "parts");
     if (pn) {
         if ((st = qc_config_each(c, pn, "parts", add_part, g))) return st;
@@ -345,9 +482,31 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
 
 qs_status qc_grid_sensitivity_parse_body(qc_config *c, struct fy_node *root,
                                          const qc_grid_probe *probe, qc_grid *g) {
-    qs_status st = qc_grid_parse_dataset(c, qc_config_lookup(root, "dataset"), probe, g);
+    struct fy_node *ds = qc_config_lookup(root, "dataset");
+    qs_status st = qc_grid_parse_dataset(c, ds, probe, g);
     if (!st) st = parse_section(c, qc_config_lookup(root, "sensitivity"), probe, g);
-    return st;
+    if (st) return st;
+    /* calibration: what the calibrated methods of the grid read; none without one */
+    sens_data *d = g->kind_data;
+    struct fy_node *cal = qc_config_lookup(ds, "calibration");
+    int calibrated = 0;
+    for (size_t i = 0; d && i < d->n_methods; i++)
+        calibrated |= qs_method_at(d->methods[i])->calibrated;
+    if (calibrated && !cal) {
+        size_t first = 0;
+        while (!qs_method_at(d->methods[first])->calibrated)
+            first++;
+        return qc_config_fail(c, ds, QS_EFORMAT,
+                              "method %s needs calibration data: add dataset.calibration "
+                              "{chunks: N} (the last N chunks of the token file, never scored) "
+                              "or {chunks: N, tokens: FILE}",
+                              qs_method_at(d->methods[first])->name);
+    }
+    if (cal && !calibrated)
+        return qc_config_fail(c, cal, QS_EINVAL,
+                              "dataset.calibration: no method of the grid is calibrated (gptq, "
+                              "mr-gptq, smoothquant)");
+    return cal ? parse_calibration(c, cal, probe, g, d) : QS_OK;
 }
 
 static qs_status parse(qc_config *c, struct fy_node *root, const qc_grid_probe *probe, qc_grid *g) {
@@ -398,6 +557,24 @@ static void job_part(const qc_grid *g, qs_mode mode, size_t i, qs_sensitivity_sp
     }
 }
 
+/* Method `me` of the grid's axis on s (borrowed from d), with the calibration when the method
+ * takes one; rtn when the grid has no axis. */
+static void set_method(const sens_data *d, size_t me, qs_sensitivity_spec *s) {
+    s->method = QS_METHOD_RTN;
+    s->method_options = NULL;
+    s->calib_chunks = 0;
+    s->calib_path = NULL;
+    s->calib_digest[0] = 0;
+    if (!d || !d->n_methods) return;
+    s->method = d->methods[me];
+    s->method_options = d->method_options[me];
+    if (qs_method_at(s->method)->calibrated) {
+        s->calib_chunks = d->calib_chunks;
+        s->calib_path = d->calib_path;
+        memcpy(s->calib_digest, d->calib_digest, sizeof s->calib_digest);
+    }
+}
+
 /* Encodes s and appends it (the spec's borrowed strings stay g's). */
 static qs_status add(qc_job_list *out, qs_sensitivity_spec *s, long depends_on, size_t model,
                      int mode, const char *label, long *index, qs_error *err) {
@@ -427,6 +604,8 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     snprintf(dpath, dlen, "%s%s", g->dataset_text ? QS_DATASET_TEXT_PREFIX : "", g->dataset_path);
     const sens_data *d = g->kind_data;
     unsigned fuse = d ? d->fuse : 0;
+    /* the method axis: rtn alone (named nowhere) when the grid has none */
+    size_t n_methods = d && d->n_methods ? d->n_methods : 1;
     for (size_t mi = 0; !st && mi < g->n_models; mi++) {
         const qc_grid_model *m = &g->models[mi];
         qs_sensitivity_spec s;
@@ -439,54 +618,60 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         long base = -1;
         st = add(out, &s, -1, mi, -1, label, &base, err);
         for (size_t fi = 0; !st && fi < g->n_formats; fi++)
-            for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
-                for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
-                    qs_mode mode = g->modes[oi];
-                    size_t nj = mode_jobs(g, mode, m->facts.n_layers);
-                    for (size_t pi = 0; !st && pi < nj; pi++) {
-                        base_spec(g, m, dpath, &s);
-                        s.eval = true;
-                        s.format = g->formats[fi].name;
-                        s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
-                        s.quantize_acts = g->quantize_acts[qi];
-                        s.mode = mode;
-                        s.metrics = metrics;
-                        job_part(g, mode, pi, &s);
-                        s.fuse = fuse;
-                        if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
-                        if (!s.format_options) {
-                            st = qs_error_set(err, QS_ENOMEM, "out of memory");
-                            break;
+            for (size_t me = 0; !st && me < n_methods; me++)
+                for (size_t qi = 0; !st && qi < g->n_quantize; qi++)
+                    for (size_t oi = 0; !st && oi < g->n_modes; oi++) {
+                        qs_mode mode = g->modes[oi];
+                        size_t nj = mode_jobs(g, mode, m->facts.n_layers);
+                        for (size_t pi = 0; !st && pi < nj; pi++) {
+                            base_spec(g, m, dpath, &s);
+                            s.eval = true;
+                            s.format = g->formats[fi].name;
+                            s.format_options = json_loads(g->formats[fi].options_json, 0, NULL);
+                            s.quantize_acts = g->quantize_acts[qi];
+                            s.mode = mode;
+                            s.metrics = metrics;
+                            job_part(g, mode, pi, &s);
+                            s.fuse = fuse;
+                            set_method(d, me, &s);
+                            if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
+                            if (!s.format_options) {
+                                st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                                break;
+                            }
+                            char part[64];
+                            qs_sensitivity_part_text(&s, part, sizeof part);
+                            snprintf(label, sizeof label, "%s %s %s %s %s%s%s%s%s", m->name,
+                                     g->formats[fi].name, qs_quantize_name(s.quantize_acts),
+                                     qs_mode_name(mode), part, fuse ? " fuse " : "",
+                                     qs_fuse_text(fuse), s.method ? " method " : "",
+                                     s.method ? qs_method_at(s.method)->name : "");
+                            st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                         }
-                        char part[64];
-                        qs_sensitivity_part_text(&s, part, sizeof part);
-                        snprintf(label, sizeof label, "%s %s %s %s %s%s%s", m->name,
-                                 g->formats[fi].name, qs_quantize_name(s.quantize_acts),
-                                 qs_mode_name(mode), part, fuse ? " fuse " : "",
-                                 qs_fuse_text(fuse));
-                        st = add(out, &s, base, mi, (int)mode, label, NULL, err);
                     }
+        for (size_t me = 0; !st && d && d->policy && me < n_methods; me++)
+            for (size_t qi = 0; !st && qi < g->n_quantize; qi++) {
+                base_spec(g, m, dpath, &s);
+                set_method(d, me, &s);
+                s.eval = true;
+                s.format = QS_POLICY_FORMAT;
+                s.format_options = json_deep_copy(d->options);
+                s.policy = d->policy; /* borrowed */
+                s.quantize_acts = g->quantize_acts[qi];
+                s.mode = QS_MODE_POLICY;
+                s.metrics = metrics;
+                s.fuse = fuse;
+                if (!s.format_options) {
+                    st = qs_error_set(err, QS_ENOMEM, "out of memory");
+                    break;
                 }
-        for (size_t qi = 0; !st && d && d->policy && qi < g->n_quantize; qi++) {
-            base_spec(g, m, dpath, &s);
-            s.eval = true;
-            s.format = QS_POLICY_FORMAT;
-            s.format_options = json_deep_copy(d->options);
-            s.policy = d->policy; /* borrowed */
-            s.quantize_acts = g->quantize_acts[qi];
-            s.mode = QS_MODE_POLICY;
-            s.metrics = metrics;
-            s.fuse = fuse;
-            if (!s.format_options) {
-                st = qs_error_set(err, QS_ENOMEM, "out of memory");
-                break;
+                char part[64];
+                qs_sensitivity_part_text(&s, part, sizeof part);
+                snprintf(label, sizeof label, "%s policy %s %s (%zu linears)%s%s", m->name,
+                         qs_quantize_name(s.quantize_acts), part, json_object_size(d->policy),
+                         s.method ? " method " : "", s.method ? qs_method_at(s.method)->name : "");
+                st = add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err);
             }
-            char part[64];
-            qs_sensitivity_part_text(&s, part, sizeof part);
-            snprintf(label, sizeof label, "%s policy %s %s (%zu linears)", m->name,
-                     qs_quantize_name(s.quantize_acts), part, json_object_size(d->policy));
-            st = add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err);
-        }
     }
     free(dpath);
     return st;

@@ -25,6 +25,9 @@ static void restore_all(qw_model *m) {
         L->w = *L->master;
         memset(&L->spec, 0, sizeof L->spec);
         L->quantized = 0;
+        L->in_hook = NULL; /* a method's hold (worker/method) ends with its policy */
+        L->in_hook_ctx = NULL;
+        L->method = 0;
     }
 }
 
@@ -146,6 +149,10 @@ static qs_status quantize_linear(qw_convcache *cache, qw_linear *L, const qw_qua
     }
     L->w = qw_weight_from_packed(&L->packed);
     return QS_OK;
+}
+
+qw_linear *qw_model_linear(qw_model *m, int index) {
+    return index >= 0 && index < m->cfg.n_layers * QW_LINEAR_KINDS + 2 ? &m->lin[index] : NULL;
 }
 
 qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err) {

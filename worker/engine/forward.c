@@ -50,13 +50,18 @@ typedef struct fwd_names {
 static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float *x, int T,
                                 const float *amax, const fwd_names *nm, qs_error *err) {
     const qw_ops *ops = OPS(r);
-    qw_tensor ty = {y, T, L->out}, tx = {(float *)x, T, L->in};
+    const float *xm = x; /* the input as a method transforms it (worker/method) */
+    if (L->in_hook) {
+        qs_status hs = L->in_hook(L->in_hook_ctx, &r->be, x, T, &xm, err);
+        if (hs != QS_OK) return hs;
+    }
+    qw_tensor ty = {y, T, L->out}, tx = {(float *)x, T, L->in}, tm = {(float *)xm, T, L->in};
     qw_act_quant act = {L->spec.act, L->spec.act_opt, amax};
     act.opt.tensor_id += (uint32_t)L->tensor_index;
     /* Timed: the GEMM phase of its kind gets the call's wall time less what the backend spent
      * converting weights and quantizing activations in it (profile.h). */
     double t0 = qs_clock_s(), conv0 = r->be.convert_s, actq0 = r->be.act_quant_s;
-    qs_status st = ops->linear(&r->be, &ty, &tx, &L->w, &act, r->rs.actq, err);
+    qs_status st = ops->linear(&r->be, &ty, &tm, &L->w, &act, r->rs.actq, err);
     if (r->prof) {
         int L7 = r->cfg.n_layers * QW_LINEAR_KINDS;
         qw_phase ph = L->tensor_index < L7 ? QW_PHASE_GEMM_Q + L->tensor_index % QW_LINEAR_KINDS
@@ -76,7 +81,7 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
         t0 = qs_clock_s();
         /* A linear that read its master without an activation format (the identity weight
          * format) just ran the reference's own call: the reference is y, bit for bit. */
-        if (L->w.form != QW_WEIGHT_PACKED && !act.fmt)
+        if (L->w.form != QW_WEIGHT_PACKED && !act.fmt && !L->method)
             tr = ty;
         else
             st = ops->linear(&r->be, &tr, &tx, L->master, NULL, NULL, err);

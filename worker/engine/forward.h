@@ -28,6 +28,14 @@ typedef struct qw_linear {
     int quantized;      /* spec has a weight or activation format */
     int tensor_index;   /* layer*7 + kind; n_layers*7 lm_head; n_layers*7+1 embeddings */
     double sig, noise;  /* SQNR probe sums */
+    /* A quantization method's hold on the linear (worker/method), NULL/0 without one: in_hook
+     * sees the input x [T x in] before the activation format and gives the input the linear
+     * reads instead (x itself, or x rotated or smoothed); `method` says w is the method's
+     * weight, not the master. apply_policy clears both. */
+    qs_status (*in_hook)(void *ctx, const struct qw_backend *be, const float *x, int T,
+                         const float **out, qs_error *err);
+    void *in_hook_ctx;
+    int method;
 } qw_linear;
 
 /* What one rank's forward pass reads and writes. */

@@ -143,4 +143,9 @@ const qk_packed *qw_model_packed(const qw_model *m, int rank, int index, int64_t
 /* Number of probe-able linears: n_layers*QW_LINEAR_KINDS + 1 (lm_head). */
 int qw_model_n_linears(const qw_model *m);
 
+/* The unsharded model's tensor `index` (layer*7 + kind, n_layers*7 lm_head, +1 embeddings),
+ * NULL out of range: for the quantization methods (worker/method), which after a policy
+ * replace a linear's weight and hook its input (forward.h in_hook); apply_policy.c. */
+struct qw_linear *qw_model_linear(qw_model *m, int index);
+
 #endif

@@ -16,6 +16,7 @@
 #include "eval.h"
 #include "jobs_backend.h"
 #include "loop.h"
+#include "method_spec.h"
 #include "sensitivity.h"
 #include "model.h"
 #include "ops.h"
@@ -765,6 +766,17 @@ static void sqnr_metric_name(const char *linear, char *buf, size_t cap) {
     snprintf(buf, cap, "sqnr_db.%s", linear);
 }
 
+/* The spec's method (kinds/method.h) on the model's quantized linears (worker/method). */
+static qs_status apply_method(qw_model *model, const job_spec *s, qw_method_state **out,
+                              qw_method_info *info, qs_error *err) {
+    qw_method_plan plan;
+    uint32_t *calib = NULL;
+    qs_status st = qw_method_plan_from_spec(s, &plan, &calib, err);
+    if (!st) st = qw_method_apply(model, &plan, out, info, err);
+    free(calib);
+    return st;
+}
+
 static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
@@ -793,6 +805,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
     if (!st) st = qw_model_apply_policy(model, &p, err);
     qw_policy_free(&p);
+    qw_method_state *method = NULL; /* the spec's method on the policy's linears (method.h) */
+    qw_method_info mi = {0};
+    if (!st && s.method != QS_METHOD_RTN) st = apply_method(model, &s, &method, &mi, err);
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
@@ -821,6 +836,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
         st = report(ctx, name, m.sqnr[i].sqnr_db, err);
     }
+    if (!st && method) st = report(ctx, "time_method_s", mi.method_s, err);
+    if (!st && method) st = report(ctx, "time_calibration_s", mi.calib_s, err);
+    if (!st && method) st = report(ctx, "calibration_tokens", (double)mi.calib_tokens, err);
     if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);
@@ -829,6 +847,7 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         qs_error ignored = {0};
         qw_model_apply_policy(model, NULL, &ignored); /* leave the cached model unquantized */
     }
+    qw_method_state_free(method);
     qs_sensitivity_clear(&s);
     if (st == QS_ECANCELLED || qw_job_cancelled(ctx))
         return qs_error_set(err, QS_ECANCELLED, "eval cancelled");

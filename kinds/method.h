@@ -1,0 +1,56 @@
+/* Quantization methods: how the linears a sensitivity job quantizes are quantized (the grid's
+ * `method` axis, docs/methods.md). One row per method, as formats are one row per format; the
+ * worker's method modules (worker/method) read the row's properties, never the name.
+ *
+ * A job's spec names its method only when it is not "rtn" (round-to-nearest, what every job
+ * did before methods existed), so the specs and job keys of earlier grids are unchanged:
+ *   "method": name,
+ *   "method_options": {...}    the method's options, every one with its default filled in
+ *                              (absent for a method without options);
+ *   "calibration": {"chunks": n, "path": token file, "digest": its BLAKE2b}
+ *                              for a method that needs calibration activations: the LAST n
+ *                              whole chunks (at the dataset's ctx) of that token file, which
+ *                              the evaluation never scores (the grid checks it when the file is
+ *                              the scored one).
+ * A method other than rtn does not combine with "fuse" (sensitivity.h): each linear it makes
+ * takes its own per-tensor scale. */
+#ifndef QS_KINDS_METHOD_H
+#define QS_KINDS_METHOD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "error.h"
+
+/* The rotation a method applies along K to a linear's weight and input. */
+enum {
+    QS_ROTATE_NONE = 0,
+    QS_ROTATE_GROUP = -1, /* tiles of the weight format's own block size */
+    QS_ROTATE_FULL = -2,  /* one tile over all of K (K a power of two) */
+};
+
+typedef struct qs_method {
+    const char *name;
+    bool calibrated; /* needs calibration activations */
+    int rotate;      /* QS_ROTATE_* or a tile size (16, 32, 128) */
+    bool gptq;       /* GPTQ on the (rotated) weight; options act_order, damp */
+    bool smooth;     /* SmoothQuant channel scales; option alpha */
+} qs_method;
+
+/* Index 0 is "rtn". */
+#define QS_METHOD_RTN 0
+
+int qs_method_count(void);
+const qs_method *qs_method_at(int i);
+/* Index of a name, -1 when unknown. */
+int qs_method_by_name(const char *name);
+/* "rtn, gptq, ..." for error messages. */
+const char *qs_method_list(void);
+
+/* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
+ * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}; NULL (no options) for the
+ * others. *out is a new reference or NULL. Errors: QS_EINVAL naming the option (unknown key,
+ * wrong type, alpha outside [0, 1], damp outside (0, 1)), QS_ENOMEM. */
+qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err);
+
+#endif

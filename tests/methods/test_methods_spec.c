@@ -1,0 +1,179 @@
+/* The `method` of a sensitivity job spec (kinds/method.h, kinds/sensitivity.h): rtn is never
+ * written, so an eval spec keeps the key recorded before methods existed (the same spec and key
+ * as tests/kinds/test_spec.c's EVAL_TEXT); any other method, its options and its calibration
+ * change the key, the calibration file's path does not; the decoder takes back exactly what
+ * the encoder writes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "method.h"
+#include "sensitivity.h"
+#include "spec.h"
+
+#define MODEL_DIGEST "eca1f7e6930602478a3e12bacc8deab4e52c8053a0b75014e38b5ec8679bd05e"
+#define DATA_DIGEST "53c11776f131be55a12fd7c6ce25d3baaee3abc8682e5c4e2d8139992bd4e3df"
+/* tests/kinds/test_spec.c: the key of its EVAL_TEXT, recorded by the pre-kinds build */
+#define EVAL_KEY "17f40fb202416f0b03c604841176a4aa5ca37e3c28295abc90e837f24beacebe"
+
+static void eval_spec(qs_sensitivity_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->eval = true;
+    s->model.path = strdup("/m");
+    strcpy(s->model.digest, MODEL_DIGEST);
+    s->dataset.path = strdup("/d");
+    strcpy(s->dataset.digest, DATA_DIGEST);
+    s->dataset.ctx = 64;
+    s->dataset.max_chunks = 8;
+    s->format = strdup("nvfp4");
+    s->format_options = json_pack("{s:s, s:s}", "clamp", "none", "rounding", "rne");
+    s->mode = QS_MODE_COMPONENT;
+    s->block = -1;
+    s->part = 0;
+    s->loo_of = QS_PARTS_BLOCK_LINEARS;
+    s->metrics = QS_METRIC_KL | QS_METRIC_PPL;
+    strcpy(s->numerics_version, "1");
+}
+
+/* s made method i with its default options (and calibration at path when it takes one). */
+static void with_method(qs_sensitivity_spec *s, const char *name, const char *path) {
+    qs_error err = {0};
+    s->method = qs_method_by_name(name);
+    assert_true(s->method >= 0);
+    assert_int_equal(qs_method_options(s->method, NULL, &s->method_options, &err), QS_OK);
+    if (qs_method_at(s->method)->calibrated) {
+        s->calib_chunks = 4;
+        s->calib_path = strdup(path);
+        strcpy(s->calib_digest, DATA_DIGEST);
+    }
+}
+
+static void key_of(const qs_sensitivity_spec *s, char key[65], char **text) {
+    json_t *o = NULL;
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_encode(s, &o, &err), QS_OK);
+    assert_int_equal(qs_spec_key(o, key, &err), QS_OK);
+    if (text) *text = qs_spec_canonical(o);
+    json_decref(o);
+}
+
+static void rtn_keeps_the_recorded_key(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.method = QS_METHOD_RTN;
+    char key[65], *text = NULL;
+    key_of(&s, key, &text);
+    assert_string_equal(key, EVAL_KEY);
+    assert_null(strstr(text, "method"));
+    assert_null(strstr(text, "calibration"));
+    free(text);
+    qs_sensitivity_clear(&s);
+}
+
+/* Each method has a key of its own; encode -> decode -> encode gives the same text. */
+static void every_method_has_its_own_key_and_round_trips(void **state) {
+    (void)state;
+    char keys[16][65];
+    for (int i = 0; i < qs_method_count(); i++) {
+        qs_sensitivity_spec s, back;
+        eval_spec(&s);
+        with_method(&s, qs_method_at(i)->name, "/d");
+        char *text = NULL;
+        key_of(&s, keys[i], &text);
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(keys[i], keys[j]);
+        json_t *o = json_loads(text, 0, NULL);
+        qs_error err = {0};
+        assert_int_equal(qs_sensitivity_decode(o, &back, &err), QS_OK);
+        char again[65], *text2 = NULL;
+        key_of(&back, again, &text2);
+        assert_string_equal(text, text2);
+        assert_int_equal(back.method, i);
+        json_decref(o);
+        free(text);
+        free(text2);
+        qs_sensitivity_clear(&s);
+        qs_sensitivity_clear(&back);
+    }
+}
+
+/* The calibration file's digest and chunk count are part of the key; its path is not. */
+static void calibration_counts_in_the_key_but_not_its_path(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    with_method(&s, "gptq", "/d");
+    char k1[65], k2[65], k3[65];
+    key_of(&s, k1, NULL);
+    free(s.calib_path);
+    s.calib_path = strdup("/elsewhere/d");
+    key_of(&s, k2, NULL);
+    assert_string_equal(k1, k2);
+    s.calib_chunks = 5;
+    key_of(&s, k3, NULL);
+    assert_string_not_equal(k1, k3);
+    json_object_set_new(s.method_options, "act_order", json_true());
+    s.calib_chunks = 4;
+    key_of(&s, k3, NULL);
+    assert_string_not_equal(k1, k3);
+    qs_sensitivity_clear(&s);
+}
+
+static qs_status decode_edit(const char *name, const char *key, json_t *value, qs_error *err) {
+    qs_sensitivity_spec s, back;
+    eval_spec(&s);
+    with_method(&s, name, "/d");
+    json_t *o = NULL;
+    assert_int_equal(qs_sensitivity_encode(&s, &o, err), QS_OK);
+    if (value)
+        json_object_set_new(o, key, value);
+    else
+        json_object_del(o, key);
+    qs_status st = qs_sensitivity_decode(o, &back, err);
+    json_decref(o);
+    qs_sensitivity_clear(&s);
+    qs_sensitivity_clear(&back);
+    return st;
+}
+
+/* What the encoder never writes is refused, naming the field. */
+static void decoder_refuses_what_encode_never_writes(void **state) {
+    (void)state;
+    qs_error err = {0};
+    assert_int_equal(decode_edit("gptq", "method", json_string("rtn"), &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "rtn is written as no method"));
+    assert_int_equal(decode_edit("gptq", "method", json_string("awq"), &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown 'awq'"));
+    assert_int_equal(
+        decode_edit("gptq", "method_options", json_pack("{s:b}", "act_order", 0), &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "method_options"));
+    assert_int_equal(decode_edit("gptq", "calibration", NULL, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "calibration"));
+    assert_int_equal(
+        decode_edit("rotate16", "calibration",
+                    json_pack("{s:i,s:s,s:s}", "chunks", 2, "path", "/d", "digest", DATA_DIGEST),
+                    &err),
+        QS_EINVAL);
+    assert_non_null(strstr(err.msg, "takes no calibration"));
+    assert_int_equal(
+        decode_edit("smoothquant", "method_options", json_pack("{s:f}", "alpha", 1.5), &err),
+        QS_EINVAL);
+    assert_non_null(strstr(err.msg, "alpha"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rtn_keeps_the_recorded_key),
+        cmocka_unit_test(every_method_has_its_own_key_and_round_trips),
+        cmocka_unit_test(calibration_counts_in_the_key_but_not_its_path),
+        cmocka_unit_test(decoder_refuses_what_encode_never_writes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

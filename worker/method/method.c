@@ -1,0 +1,147 @@
+/* A method over a model's quantized block linears, block by block (method.h). */
+#include "method.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "format.h"
+#include "group_scale.h"
+#include "method_linear.h"
+
+struct qw_method_state {
+    int n;                  /* block linears: n_layers * 7 */
+    qw_method_linear *lins; /* [n]; .L NULL where the policy quantizes nothing */
+};
+
+void qw_method_state_free(qw_method_state *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++)
+        qw_method_linear_free(&s->lins[i]);
+    free(s->lins);
+    free(s);
+}
+
+/* The rotation tile of a linear: the plan's size, the weight format's group (mr-gptq), or K. */
+static qs_status tile_of(const qw_method_plan *plan, const qw_linear *L, int *tile, qs_error *err) {
+    *tile = 0;
+    if (plan->rotate > 0) *tile = plan->rotate;
+    if (plan->rotate == -2) *tile = L->in;
+    if (plan->rotate == -1) {
+        const qk_format *f = L->spec.weight ? L->spec.weight : L->spec.act;
+        size_t g = f ? qk_group_cols(f, &L->spec.weight_opt, (size_t)L->in) : (size_t)L->in;
+        if (!f || f->block == 0)
+            return qs_error_set(err, QS_EUNSUPPORTED,
+                                "method %s: format %s has no block to match the rotation to",
+                                plan->name, f ? qk_format_name(f) : "(none)");
+        *tile = (int)g;
+    }
+    if (*tile && (*tile & (*tile - 1)))
+        return qs_error_set(err, QS_EINVAL,
+                            "method %s: a rotation of %d (K of a global rotation) is not a power "
+                            "of two: no Hadamard matrix of that size here",
+                            plan->name, *tile);
+    if (*tile && L->in % *tile)
+        return qs_error_set(err, QS_EINVAL,
+                            "method %s: K=%d is not a multiple of the %d-point tile", plan->name,
+                            L->in, *tile);
+    return QS_OK;
+}
+
+/* One forward of every calibration chunk: the observing linears collect their statistics. The
+ * pass stops at `last`, the block's last observed linear (in forward order q, k, v, o, gate, up,
+ * down), whose hook ends it: the blocks after it and lm_head would compute what nobody reads. */
+static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_linear *last,
+                           qw_method_info *info, qs_error *err) {
+    for (size_t c = 0; c < plan->calib_chunks; c++) {
+        const float *logits;
+        /* the logits are not read: lm_head for the last position only */
+        qs_status st = qw_model_forward_rows(m, plan->calib + c * (size_t)plan->ctx, plan->ctx,
+                                             plan->ctx - 1, &logits, err);
+        if (st == QS_ECANCELLED && last->stopped) st = QS_OK;
+        last->stopped = 0;
+        if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, c);
+        info->calib_tokens += (size_t)plan->ctx;
+    }
+    return QS_OK;
+}
+
+qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_state **out,
+                          qw_method_info *info, qs_error *err) {
+    double t0 = qs_clock_s();
+    *out = NULL;
+    memset(info, 0, sizeof *info);
+    const int nl = qw_model_config(m)->n_layers, n = nl * QW_LINEAR_KINDS;
+    const int threads = qw_model_threads(m);
+    const int calibrated = plan->gptq || plan->smooth;
+    if (qw_model_tensor_parallel(m) > 1)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "method %s: tensor parallelism (the input hook holds the unsharded "
+                            "linear)",
+                            plan->name);
+    if (calibrated && (!plan->calib || !plan->calib_chunks || plan->ctx < 1))
+        return qs_error_set(err, QS_EINVAL, "method %s: no calibration chunks", plan->name);
+    qw_method_state *s = calloc(1, sizeof *s);
+    if (!s || !(s->lins = calloc((size_t)n, sizeof *s->lins))) {
+        free(s);
+        return qs_error_set(err, QS_ENOMEM, "method %s: %d linears", plan->name, n);
+    }
+    s->n = n;
+    qs_status st = QS_OK;
+    for (int i = 0; i < n && !st; i++) {
+        qw_linear *L = qw_model_linear(m, i);
+        if (!L->quantized) continue;
+        qw_method_linear *ml = &s->lins[i];
+        ml->L = L;
+        ml->in = L->in;
+        ml->out = L->out;
+        ml->method = plan->name;
+        ml->threads = threads;
+        ml->w0 = L->w;
+        ml->spec0 = L->spec;
+        st = tile_of(plan, L, &ml->tile, err);
+        if (st) {
+            ml->L = NULL; /* nothing changed on it */
+            qs_error_wrap(err, "model.layers.%d linear %s", i / QW_LINEAR_KINDS,
+                          qw_linear_kind_name((qw_linear_kind)(i % QW_LINEAR_KINDS)));
+        }
+    }
+    for (int b = 0; b < nl && !st; b++) {
+        qw_method_linear *blk = &s->lins[b * QW_LINEAR_KINDS];
+        int any = 0;
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            any |= blk[k].L != NULL;
+        if (!any) continue;
+        if (calibrated) {
+            int last = 0;
+            for (int k = 0; k < QW_LINEAR_KINDS && !st; k++)
+                if (blk[k].L) {
+                    st = qw_method_linear_observe(&blk[k], plan, err);
+                    last = k;
+                }
+            blk[last].last = 1;
+            double c0 = qs_clock_s();
+            if (!st) st = calibrate(m, plan, &blk[last], info, err);
+            blk[last].last = 0;
+            info->calib_s += qs_clock_s() - c0;
+        }
+        for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {
+            if (!blk[k].L) continue;
+            st = qw_method_linear_make(&blk[k], plan, threads, err);
+            if (st)
+                qs_error_wrap(err, "model.layers.%d.%s", b,
+                              qw_linear_module_name((qw_linear_kind)k));
+            else
+                info->linears++;
+        }
+    }
+    if (st) {
+        for (int i = 0; i < n; i++)
+            qw_method_linear_restore(&s->lins[i]);
+        qw_method_state_free(s);
+        return st;
+    }
+    info->method_s = qs_clock_s() - t0;
+    *out = s;
+    return QS_OK;
+}

@@ -1,0 +1,63 @@
+/* Applying a quantization method to the linears a policy quantizes (docs/methods.md).
+ *
+ * After qw_model_apply_policy, every block linear with a format gets, instead of the policy's
+ * round-to-nearest weight, the weight its method makes, as FP32 values on the format's grid
+ * (what the packed form would decode to), and, for the methods that transform the input, a hook
+ * that transforms each input online inside the linear before its activation format (forward.h):
+ *   rotation (tile b along K):  W' = Q(W H),   x' = x H          (block_hadamard.h)
+ *   smoothquant (scales s):     W' = Q(W diag(s)), x' = x / s    (smooth.h)
+ *   gptq:                       W' = GPTQ(W, H = 2 X^T X)        (gptq.h)
+ *   mr-gptq:                    W' = GPTQ(W R, 2 (XR)^T (XR)), x' = x R, R the block rotation
+ *                               of the weight format's group size.
+ * Calibrated methods see the calibration chunks block by block, in order: block b's linears
+ * are observed (their inputs, with block b itself unquantized) on a model whose blocks 0..b-1
+ * already hold their method's weights, as GPTQ's paper does; then block b's weights are made.
+ * lm_head and the embeddings keep the policy's round-to-nearest. A method runs on the CPU
+ * backend: on a GPU its linears refuse at the first forward (QS_EUNSUPPORTED), and tensor
+ * parallelism is refused here. */
+#ifndef QW_METHOD_H
+#define QW_METHOD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "gptq.h"
+#include "model.h"
+
+typedef struct qw_method_plan {
+    const char *name; /* for messages */
+    int rotate;       /* 0 none, a tile size, -1 the weight format's group, -2 all of K */
+    int gptq;         /* GPTQ with gptq_opt */
+    qk_gptq_options gptq_opt;
+    int smooth; /* SmoothQuant with alpha */
+    double alpha;
+    const uint32_t *calib; /* calibrated methods: calib_chunks chunks of ctx tokens, each run as
+                              a fresh context (its first token already BOS-replaced if the
+                              dataset does that) */
+    size_t calib_chunks;
+    int ctx;
+} qw_method_plan;
+
+/* What applying the method cost. */
+typedef struct qw_method_info {
+    double calib_s;      /* forwards over the calibration chunks and statistics */
+    double method_s;     /* everything qw_method_apply did, calibration included */
+    size_t calib_tokens; /* tokens run per pass, times the passes */
+    int linears;         /* linears the method made */
+} qw_method_info;
+
+typedef struct qw_method_state qw_method_state;
+
+/* Applies plan to m's quantized block linears (m as qw_model_apply_policy left it). *out
+ * holds the weights and hooks the model reads until the next qw_model_apply_policy; free it
+ * after that (qw_method_state_free). Errors (naming the linear): QS_EUNSUPPORTED (see above),
+ * QS_EINVAL (a rotation that does not tile K, a Hessian that is not positive definite), the
+ * forward's and the numeric core's errors, QS_ENOMEM. On error the model is as the policy left
+ * it and *out is NULL. */
+qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_state **out,
+                          qw_method_info *info, qs_error *err);
+
+void qw_method_state_free(qw_method_state *s);
+
+#endif
