@@ -7,7 +7,7 @@
 #   build  compilers, cmake and every -dev library the build needs, python3
 #   run    what `qsweep run` and the SmolLM2 fetch need: PostgreSQL, pip, unzip
 #   test   what tools/test.sh needs beyond build and run: clang and its sanitizer runtime,
-#          cppcheck, libfaketime, iproute2, chromium, SLURM, the KJV text
+#          cppcheck, libfaketime, iproute2, chromium, SLURM, the KJV text, NumPy
 #   gpu    what tools/device-check.sh needs beyond build and run (nothing today)
 # tools/demo.sh installs build,run; tools/test.sh (and CI) every group.
 set -euo pipefail
@@ -31,6 +31,7 @@ pkgs_test=(
   chromium                 # tests/report: renders qsweep report's page headless
   slurm-wlm munge          # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
   bible-kjv bible-kjv-text # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml
+  python3-numpy            # tests/methods: the independent GPTQ reference (methods_gptq_reference)
 )
 pkgs_gpu=()
 
