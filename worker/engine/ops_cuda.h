@@ -34,8 +34,9 @@
  *   ops_cuda_lt.cu): packed NVFP4 / MXFP4 weights kept on the device in cuBLASLt's
  *   block-scaled layout, W4A4 activations of the same family quantized on the device into it:
  *   native FP4 GEMMs on compute capability 10.x ("native_fp4"), the exact BF16 dequantization
- *   elsewhere ("emulated_bf16"); other weights in BF16 when every value is exact in BF16
- *   ("bf16": BF16 checkpoints), else FP32 (cublasGemmEx CUBLAS_COMPUTE_32F_PEDANTIC, "fp32").
+ *   elsewhere ("emulated_bf16"); other weights in their master's own precision from one
+ *   device copy (master_gemm.h): BF16 ("bf16"), FP16 with FP32 accumulation ("fp16"), FP32
+ *   without TF32 (cublasGemmEx CUBLAS_COMPUTE_32F_PEDANTIC, "fp32").
  *   QW_CUDA_GEMM_EMULATED: the same with FP4 never native. Refused (QS_EUNSUPPORTED) in a tree
  *   without qk_gemm.h.
  * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (every format, bit-exact
