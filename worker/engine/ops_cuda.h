@@ -100,6 +100,11 @@ int qw_gemm_path_rank(const char *name);
 int qw_backend_cuda_gemm_fallback(const qw_backend *b, char *status, size_t status_cap, char *why,
                                   size_t why_cap);
 
+/* What b's device proved at b's start (kernels/cuda/qk_gemm_probe.h) into *out: 1 for a CUDA
+ * backend of the auto or emulated request (QW_CUDA_GEMM_LT, _EMULATED), else 0. */
+struct qk_gemm_probe;
+int qw_backend_cuda_gemm_probe(const qw_backend *b, struct qk_gemm_probe *out);
+
 /* Forgets which paths b's linears ran so far, so qw_backend_gemm_path says what runs after
  * (a job's own path: the worker's cached model serves many jobs). A no-op on other backends. */
 void qw_backend_cuda_gemm_path_reset(qw_backend *b);

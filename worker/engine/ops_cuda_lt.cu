@@ -226,6 +226,14 @@ void qw_cuda_lt_path_reset(cuda_ctx *c) {
     qk_gemm_fallback_clear(s->g);
 }
 
+extern "C" int qw_backend_cuda_gemm_probe(const qw_backend *b, qk_gemm_probe *out) {
+    const cuda_ctx *c = b && b->ops == qw_ops_cuda() ? cuda_ctx_of(b) : NULL;
+    const lt_state *s = c ? (const lt_state *)c->lt : NULL;
+    if (!s) return 0;
+    *out = s->probe;
+    return 1;
+}
+
 int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
                         size_t why_cap) {
     const lt_state *s = (const lt_state *)c->lt;
@@ -456,6 +464,11 @@ const char *qw_cuda_lt_path(const cuda_ctx *c) {
 
 void qw_cuda_lt_path_reset(cuda_ctx *c) {
     (void)c;
+}
+
+extern "C" int qw_backend_cuda_gemm_probe(const qw_backend *b, struct qk_gemm_probe *out) {
+    (void)b, (void)out;
+    return 0;
 }
 
 int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
