@@ -239,6 +239,7 @@ int qsweep_cmd_worker(int argc, char **argv) {
         return QS_EXIT_INPUT;
     }
     be = qw_jobs_backend_get(); /* auto: the CPU when the CUDA module cannot be loaded */
+    qw_gpu_probe_native_fp4(chosen, o.n_gpus); /* native FP4 as each device proves it */
     if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
         fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {

@@ -2,7 +2,8 @@
  * models on the CUDA backend (worker/jobs/jobs_backend.h), every result stores its GEMM path
  * from the GEMM path table (kernels/cuda/qk_gemm_path.h: the quantized evaluations
  * "emulated_bf16", or "native_fp4" on compute capability 10.x; the unquantized baselines "fp32"
- * for the test checkpoint's FP32 weights or "bf16"; never "cpu"), and jobs with the SQNR probe run
+ * for the test checkpoint's FP32 weights, "bf16" or "fp16" where a 16-bit type holds them all
+ * (worker/engine/master_gemm.h); never "cpu"), and jobs with the SQNR probe run
  * on the GPU too, their SQNR rows beside a GPU path. Needs a GPU and a CUDA build: skipped
  * with a message otherwise (ctest label gpu; also without PostgreSQL). The CPU side (every result
  * "cpu") is run_test.c's. */
@@ -105,7 +106,7 @@ static void test_gpu_workers_run_on_cuda_and_record_the_gemm_path(void **state) 
     long jobs = query_long(c, "SELECT count(*) FROM jobs");
     assert_true(jobs > 1);
     assert_int_equal(query_long(c, "SELECT count(*) FROM v_gemm_path WHERE gemm_path IN ('fp32', "
-                                   "'bf16', 'emulated_bf16', 'native_fp4')"),
+                                   "'fp16', 'bf16', 'emulated_bf16', 'native_fp4')"),
                      jobs);
     assert_int_equal(
         query_long(c, "SELECT count(*) FROM v_gemm_path g JOIN jobs j ON j.id = g.job_id"

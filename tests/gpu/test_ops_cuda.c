@@ -376,8 +376,23 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     qw_weight wb = qw_weight_from_view(&v);
     assert_true(linear_case(&lt, "lt bf16 x bf16", &wb, NULL, T, 1e-2) <= 1e-2);
     assert_string_equal(qw_backend_gemm_path(&lt), "bf16");
-    /* F32 values BF16 would change: the GEMM path table's FP32 GEMM (qk_gemm_path.h), FP32
-       weights, activations rounded to BF16 as every linear of the path rounds them */
+    /* FP16 masters (Llama 2): one FP16 device copy (2 bytes an element, no FP32 one), an FP16
+       tensor-core GEMM with FP32 accumulation over FP16-rounded activations (master_gemm.h) */
+    uint16_t *Wh = malloc((size_t)out * in * 2);
+    for (size_t i = 0; i < (size_t)out * in; i++) {
+        _Float16 h = (_Float16)W[i];
+        memcpy(&Wh[i], &h, 2);
+    }
+    qw_stored_tensor vh = {QW_DT_F16, (const uint8_t *)Wh, out, in, (size_t)in * 2, 0};
+    qw_weight wh = qw_weight_from_view(&vh);
+    qw_cuda_cache_stats c0, c1;
+    qw_backend_cuda_cache_stats(&lt, &c0);
+    assert_true(linear_case(&lt, "lt f16 x f16", &wh, NULL, T, 1e-2) <= 1e-2);
+    qw_backend_cuda_cache_stats(&lt, &c1);
+    assert_int_equal(c1.bytes - c0.bytes, (size_t)out * in * 2);
+    assert_string_equal(qw_backend_gemm_path(&lt), "fp16");
+    /* F32 values BF16 would change: the FP32 GEMM (no TF32) on the one FP32 copy, activations
+       rounded to BF16 as every BF16 linear of the path rounds them */
     qw_stored_tensor v32 = {QW_DT_F32, (const uint8_t *)W, out, in, (size_t)in * 4, 0};
     qw_weight w32 = qw_weight_from_view(&v32);
     assert_true(linear_case(&lt, "lt f32 weights", &w32, NULL, T, 1e-2) <= 1e-2);
@@ -414,6 +429,7 @@ static void test_linear_cublaslt_fp4_paths(void **state) {
     free(ws);
     qk_packed_release(&p);
     free(W16);
+    free(Wh);
     free(W);
     qw_backend_cuda_release(&lt);
 }

@@ -4,12 +4,16 @@
  * backend on device 0 opens with this module's own ops table, its GEMM path "fake" until one
  * was released, then "fake_released"; NCCL ranks open one communicator at a time (a second
  * before the first is destroyed fails) and their all-reduce writes the element count into
- * element 0 of every rank's buffer. */
+ * element 0 of every rank's buffer; the GEMM probe of device 0 (and of any model) says cc 12.0
+ * with NVFP4 and fp8_tensor ok, MXFP4 refused, MXFP8 untried (native where the capability
+ * table says emulated, so a caller that follows the table shows), and fails on any other
+ * device. */
 #include <string.h>
 
 #include "backend.h"
 #include "comm.h"
 #include "cuda_module.h"
+#include "qk_gemm_probe.h"
 
 static int calls;
 
@@ -38,6 +42,28 @@ static int gemm_fallback(const qw_model *m, char *status, size_t status_cap, cha
                          size_t why_cap) {
     (void)m, (void)status, (void)status_cap, (void)why, (void)why_cap;
     return 0;
+}
+
+static void fake_probe(qk_gemm_probe *out) {
+    memset(out, 0, sizeof *out);
+    out->cc = 120;
+    out->outcome[QK_PROBE_NVFP4] = QK_PROBE_OK;
+    out->outcome[QK_PROBE_MXFP4] = QK_PROBE_NO_ALGORITHM;
+    strcpy(out->status[QK_PROBE_MXFP4], "CUBLAS_STATUS_NOT_SUPPORTED");
+    out->outcome[QK_PROBE_MXFP8] = QK_PROBE_UNTRIED;
+    out->outcome[QK_PROBE_FP8_TENSOR] = QK_PROBE_OK;
+}
+
+static int model_probe(const qw_model *m, qk_gemm_probe *out) {
+    (void)m;
+    fake_probe(out);
+    return 1;
+}
+
+static qs_status device_probe(int device, qk_gemm_probe *out, qs_error *err) {
+    if (device != 0) return qs_error_set(err, QS_EUNSUPPORTED, "fake module: no device %d", device);
+    fake_probe(out);
+    return QS_OK;
 }
 
 /* The backend: an ops table of its own (its entries are never called: the test only opens,
@@ -110,6 +136,8 @@ static const qw_cuda_module table = {
     .model_gemm_fallback = gemm_fallback,
     .backend_cuda = &backend,
     .group_nccl = &nccl,
+    .model_gemm_probe = model_probe,
+    .gemm_probe = device_probe,
 };
 
 const qw_cuda_module *qw_cuda_module_entry(void);

@@ -10,6 +10,10 @@
  *            has no NCCL ranks; once the worker's backend choice loads it
  *            (jobs_backend.h qw_jobs_backend_set) both reach the module's tables: open, GEMM
  *            path and close of a backend, NCCL ranks made, reduced and destroyed
+ *   probe    the GEMM probe through the module: before it is loaded no GPU is advertised
+ *            native FP4 and a result gets no gemm_probe rows; once loaded, a result's rows are
+ *            the model's probe ("gemm_probe.<format>.<outcome>", jobs_backend.h) and each GPU's
+ *            native_fp4 is its device's probe, not the capability table (gpu_info.h)
  *   fallback the module is missing: the worker's auto choice becomes the CPU (training and
  *            evaluation pick the CPU, the choice says why), qw_backend_open still refuses
  *            "cuda", and the worker's cuda choice is refused naming the module
@@ -22,7 +26,9 @@
 #include "backend.h"
 #include "comm.h"
 #include "cuda_module.h"
+#include "gpu_info.h"
 #include "jobs_backend.h"
+#include "qk_gemm_probe.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
@@ -63,8 +69,8 @@ static int hooks(const char *mode, char *why) {
         CHECK(got.device == -1 && !use_cuda && qw_cuda_module_loaded() == NULL);
         CHECK(strstr(got.fallback, "CUDA backend not available") != NULL);
         /* cuda: refused, naming the module, never the CPU in its place */
-        CHECK(qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0},
-                                  &err) == QS_EUNSUPPORTED);
+        CHECK(qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0}, &err) ==
+              QS_EUNSUPPORTED);
         CHECK(strstr(err.msg, "--backend cuda: the CUDA backend cannot be used") != NULL);
         printf("gpu_cuda_module fallback: --backend cuda refused: %s\n", err.msg);
         CHECK(qw_backend_open(&b, &cuda, &err) == QS_EUNSUPPORTED);
@@ -102,6 +108,48 @@ static int hooks(const char *mode, char *why) {
     return 0;
 }
 
+/* The probe case (see the top). */
+static int probe(char *why) {
+    qs_error err = {0};
+    /* the decision a GPU is advertised by: native exactly where NVFP4's probe says ok */
+    for (int o = 0; o < QK_PROBE_OUTCOMES; o++) {
+        qk_gemm_probe p = {.cc = 100};
+        p.outcome[QK_PROBE_NVFP4] = (qk_probe_outcome)o;
+        p.outcome[QK_PROBE_MXFP4] = QK_PROBE_OK; /* another format's ok is not NVFP4's */
+        CHECK(qw_gpu_native_fp4_of(&p) == (o == QK_PROBE_OK));
+    }
+    CHECK(!qw_gpu_native_fp4_of(NULL));
+    qw_gpu g[2];
+    size_t n = 0;
+    CHECK(qw_gpu_parse_fake("RTX5090:32:12.0,B200:180:10.0", g, 2, &n, &err) == QS_OK && n == 2);
+    CHECK(!g[0].native_fp4 && g[1].native_fp4); /* the capability table's guess */
+    char names[8][64];
+    qw_gpu_probe_native_fp4(g, n); /* no module loaded: nothing proved, nothing native */
+    CHECK(!g[0].native_fp4 && !g[1].native_fp4);
+    CHECK(qw_jobs_gemm_probe_metrics(NULL, names, 8) == 0);
+    CHECK(qw_jobs_backend_set(&(qw_jobs_backend){.kind = QW_BACKEND_CUDA, .device = 0, .gemm = 2},
+                              &err) == QS_OK);
+#ifndef QSWEEP_HAVE_CUDA
+    CHECK(qw_cuda_module_loaded() == NULL && qw_jobs_gemm_probe_metrics(NULL, names, 8) == 0);
+    printf("gpu_cuda_module probe: no CUDA in this build, no probe rows\n");
+    return 0;
+#endif
+    CHECK(qw_cuda_module_loaded() != NULL);
+    int k = qw_jobs_gemm_probe_metrics(NULL, names, 8);
+    CHECK(k == 4);
+    CHECK(!strcmp(names[0], "gemm_probe.nvfp4.ok"));
+    CHECK(!strcmp(names[1], "gemm_probe.mxfp4.no_algorithm"));
+    CHECK(!strcmp(names[2], "gemm_probe.mxfp8.untried"));
+    CHECK(!strcmp(names[3], "gemm_probe.fp8_tensor.ok"));
+    CHECK(qw_jobs_gemm_probe_metrics(NULL, names, 2) == 2); /* never past cap */
+    /* device 0 (cc 12.0) proved NVFP4, device 1 (cc 10.0) could not be probed: the probe wins */
+    qw_gpu_probe_native_fp4(g, n);
+    CHECK(g[0].native_fp4 && !g[1].native_fp4);
+    printf("gpu_cuda_module probe: %s %s %s %s; GPU 0 native, GPU 1 not\n", names[0], names[1],
+           names[2], names[3]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     char why[512] = "";
     const char *mode = argc > 1 ? argv[1] : "none";
@@ -113,6 +161,7 @@ int main(int argc, char **argv) {
     }
     setenv("QSWEEP_CUDA_MODULE", path, 1);
     if (!strcmp(mode, "hooks") || !strcmp(mode, "fallback")) return hooks(mode, why);
+    if (!strcmp(mode, "probe")) return probe(why);
     const qw_cuda_module *m = qw_cuda_module_get(why, sizeof why);
 #ifndef QSWEEP_HAVE_CUDA
     CHECK(m == NULL && strstr(why, "this build has no CUDA backend"));

@@ -81,6 +81,12 @@ int qw_model_gemm_fallback(const qw_model *m, char *status, size_t status_cap, c
     return 0;
 }
 
+int qw_model_gemm_probe(const qw_model *m, struct qk_gemm_probe *out) {
+    for (int r = 0; forward_backend(m, r); r++)
+        if (qw_backend_cuda_gemm_probe(forward_backend(m, r), out)) return 1;
+    return 0;
+}
+
 void qw_model_gemm_path_reset(qw_model *m) {
     for (int r = 0; forward_backend(m, r); r++)
         qw_backend_cuda_gemm_path_reset(forward_backend(m, r)); /* a no-op on a CPU backend */

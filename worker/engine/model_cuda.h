@@ -65,6 +65,11 @@ const char *qw_model_gemm_path(const qw_model *m);
 int qw_model_gemm_fallback(const qw_model *m, char *status, size_t status_cap, char *why,
                            size_t why_cap);
 
+/* What the device of m's first CUDA rank proved at its backend's start (qk_gemm_probe.h, the
+ * auto and emulated requests only: qw_backend_cuda_gemm_probe) into *out: 1, else 0 (a CPU
+ * model, a fixed fp32 / bf16 request). */
+int qw_model_gemm_probe(const qw_model *m, struct qk_gemm_probe *out);
+
 /* Starts a new count of the paths m's linears run (qw_backend_cuda_gemm_path_reset); call it
  * before a job's evaluation so the path recorded is the job's own. A no-op on the CPU. */
 void qw_model_gemm_path_reset(qw_model *m);

@@ -34,8 +34,9 @@
  *   ops_cuda_lt.cu): packed NVFP4 / MXFP4 weights kept on the device in cuBLASLt's
  *   block-scaled layout, W4A4 activations of the same family quantized on the device into it:
  *   native FP4 GEMMs on compute capability 10.x ("native_fp4"), the exact BF16 dequantization
- *   elsewhere ("emulated_bf16"); other weights in BF16 when every value is exact in BF16
- *   ("bf16": BF16 checkpoints), else FP32 (cublasGemmEx CUBLAS_COMPUTE_32F_PEDANTIC, "fp32").
+ *   elsewhere ("emulated_bf16"); other weights in their master's own precision from one
+ *   device copy (master_gemm.h): BF16 ("bf16"), FP16 with FP32 accumulation ("fp16"), FP32
+ *   without TF32 (cublasGemmEx CUBLAS_COMPUTE_32F_PEDANTIC, "fp32").
  *   QW_CUDA_GEMM_EMULATED: the same with FP4 never native. Refused (QS_EUNSUPPORTED) in a tree
  *   without qk_gemm.h.
  * Activation fake-quant (W4A4): on the device with qk_cuda_fake_quant (every format, bit-exact
@@ -98,6 +99,11 @@ int qw_gemm_path_rank(const char *name);
  * returns 1, or 0 (both "") when none did or b is not a CUDA backend. */
 int qw_backend_cuda_gemm_fallback(const qw_backend *b, char *status, size_t status_cap, char *why,
                                   size_t why_cap);
+
+/* What b's device proved at b's start (kernels/cuda/qk_gemm_probe.h) into *out: 1 for a CUDA
+ * backend of the auto or emulated request (QW_CUDA_GEMM_LT, _EMULATED), else 0. */
+struct qk_gemm_probe;
+int qw_backend_cuda_gemm_probe(const qw_backend *b, struct qk_gemm_probe *out);
 
 /* Forgets which paths b's linears ran so far, so qw_backend_gemm_path says what runs after
  * (a job's own path: the worker's cached model serves many jobs). A no-op on other backends. */

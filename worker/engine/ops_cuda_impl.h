@@ -5,12 +5,14 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stddef.h>
 #include <stdint.h>
 
 extern "C" {
+#include "master_gemm.h"
 #include "ops_cuda.h"
 }
 
@@ -21,11 +23,12 @@ typedef struct cuda_weight {
     const void *key;
     int64_t rows, cols;
     uint64_t fingerprint; /* packed only */
-    float *f32;           /* [rows x cols] device, gemm fp32 (and vectors) */
+    float *f32;           /* [rows x cols] device, gemm fp32 (and vectors, embeddings) */
     __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
+    __half *f16;          /* [rows x cols] device, the auto path's FP16 masters */
     size_t bytes;
-    int bf16_exact; /* every value is exact in BF16 (its low 16 bits zero): the GEMM path table's
-                       input (qk_gemm_path.h) */
+    int bf16_exact;      /* every value is exact in BF16 (its low 16 bits zero) */
+    qw_master_gemm gemm; /* the auto path's GEMM of this master (master_gemm.h), set on upload */
 } cuda_weight;
 
 /* A device buffer that grows to the largest size asked for, never shrinks. */
@@ -81,8 +84,10 @@ qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error
 qs_status qw_cuda_scratch_reserve(cuda_scratch *s, size_t bytes, int host, qs_error *err);
 
 /* The device copy of w (uploaded now if absent or changed): FP32 or BF16 per the context's
- * gemm, or both when want_f32 (the embedding reads FP32 rows). Errors: QS_ENOMEM, QS_EIO,
- * those of qw_weight_rows_f32. */
+ * gemm (both when want_f32: the embedding reads FP32 rows); on the auto path (LT, EMULATED)
+ * one copy, FP32 when want_f32 asks for it (a tied embedding: its lm_head GEMM then reads the
+ * FP32 copy), else the master's own GEMM type (master_gemm.h: BF16, F16 or FP32), in
+ * (*out)->gemm. Errors: QS_ENOMEM, QS_EIO, those of qw_weight_rows_f32. */
 qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cuda_weight **out,
                          qs_error *err);
 

@@ -7,13 +7,15 @@
  *   on the device straight into that layout (qk_cuda_quantize_lt): W4A4 then runs natively on
  *   compute capability 10.x ("native_fp4"), dequantized-exactly to BF16 elsewhere
  *   ("emulated_bf16"); any other activation is fake-quantized (or left FP32) and rounded to
- *   BF16, so FP4 weights run W4A16 ("emulated_bf16"); any other weight takes the GEMM path
- *   table's answer (qk_gemm_path.h): a BF16 GEMM when its values are exact in BF16 ("bf16"),
- *   else an FP32 one ("fp32");
+ *   BF16, so FP4 weights run W4A16 ("emulated_bf16");
+ * - any other weight runs in its master's own precision (master_gemm.h), from one device copy:
+ *   BF16 masters a BF16 GEMM ("bf16"), FP16 masters an FP16 tensor-core GEMM with FP32
+ *   accumulation ("fp16"), FP32-valued masters an FP32 GEMM without TF32 ("fp32", BF16 when
+ *   every value is exact in BF16), the activations rounded as that GEMM's operands are;
  * - the per-tensor decode scales go into alpha (qk_gemm folds them).
  * The path of each call is recorded; the backend reports the most specific one it ran
- * (native_fp4 > emulated_bf16 > bf16). Built with the rest of the backend; without
- * kernels/cuda/qk_gemm.h (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
+ * (native_fp4 > emulated_bf16 > fp8 > fp32 > fp16 > bf16). Built with the rest of the backend;
+ * without kernels/cuda/qk_gemm.h (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
 #include "ops_cuda_impl.h"
 
 #include <stdio.h>
@@ -46,9 +48,9 @@ typedef struct lt_state {
     lt_weight *w;
     size_t n, cap;
     cuda_scratch xcodes, xscales, x16, xr; /* xr: FP32 activations rounded to BF16 values */
-    float *d_xscale;     /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
-    int best_path;       /* -1 none yet, else the most specific qk_gemm_path run */
-    qk_gemm_request req; /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
+    float *d_xscale; /* device [1]: the W4A4 activation's tensor decode scale (no host trip) */
+    const char *best_name; /* NULL none yet, else the most specific path run (lt_rank) */
+    qk_gemm_request req;   /* the table's request: auto, or emulated (QW_CUDA_GEMM_EMULATED) */
     char fb_status[40], fb_why[320]; /* the first native refusal since the reset ("" none) */
     qk_gemm_probe probe;             /* what the device proved at init (qk_gemm_probe.h) */
 } lt_state;
@@ -137,11 +139,6 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     return QS_OK;
 }
 
-/* native_fp4 > emulated_bf16 > fp8 > fp32 > bf16: what a job's result names (ops_cuda.h). */
-static int path_rank(int p) {
-    return qw_gemm_path_rank(qk_gemm_path_name((qk_gemm_path)p));
-}
-
 /* One line per device and process on stderr (the worker's log): its probe's outcomes,
  * "gemm_probe.<format>.<outcome>" (qk_gemm_probe.h), with the cuBLAS status of a refusal. */
 static void log_probe(int device, const qk_gemm_probe *p) {
@@ -162,7 +159,7 @@ static void log_probe(int device, const qk_gemm_probe *p) {
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
     lt_state *s = (lt_state *)calloc(1, sizeof *s);
     if (!s) return qs_error_set(err, QS_ENOMEM, "cuda backend: cuBLASLt state");
-    s->best_path = -1;
+    s->best_name = NULL;
     s->req = c->gemm == QW_CUDA_GEMM_EMULATED ? QK_GEMM_REQ_EMULATED : QK_GEMM_REQ_AUTO;
     qs_status st = qk_gemm_create(c->device, &s->g, err);
     if (st != QS_OK) {
@@ -217,16 +214,24 @@ void qw_cuda_lt_forget(cuda_ctx *c) {
 
 const char *qw_cuda_lt_path(const cuda_ctx *c) {
     const lt_state *s = (const lt_state *)c->lt;
-    if (!s || s->best_path < 0) return "bf16";
-    return qk_gemm_path_name((qk_gemm_path)s->best_path);
+    if (!s || !s->best_name) return "bf16";
+    return s->best_name;
 }
 
 void qw_cuda_lt_path_reset(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
-    s->best_path = -1;
+    s->best_name = NULL;
     s->fb_status[0] = s->fb_why[0] = 0;
     qk_gemm_fallback_clear(s->g);
+}
+
+extern "C" int qw_backend_cuda_gemm_probe(const qw_backend *b, qk_gemm_probe *out) {
+    const cuda_ctx *c = b && b->ops == qw_ops_cuda() ? cuda_ctx_of(b) : NULL;
+    const lt_state *s = c ? (const lt_state *)c->lt : NULL;
+    if (!s) return 0;
+    *out = s->probe;
+    return 1;
 }
 
 int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,
@@ -238,18 +243,19 @@ int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char
     return 1;
 }
 
-/* y[T x out] = x W^T in FP32 (FP32 inputs, FP32 accumulation, no TF32: the compute type
- * CUBLAS_COMPUTE_32F_PEDANTIC, cuBLAS documentation cublasComputeType_t), for weights whose
- * values BF16 would change. */
-static qs_status lt_fp32_linear(cuda_ctx *c, float *y, const float *x, const float *w, int T,
-                                int in, int out, qs_error *err) {
+/* y[T x out] = x W^T, FP32 accumulation, from operands of type `type` (CUDA_R_16BF, CUDA_R_16F
+ * or CUDA_R_32F) under `compute`: CUBLAS_COMPUTE_32F for the 16-bit types (tensor cores),
+ * CUBLAS_COMPUTE_32F_PEDANTIC for FP32 (no TF32; cuBLAS documentation cublasComputeType_t). */
+static qs_status lt_blas_linear(cuda_ctx *c, float *y, const void *x, const void *w,
+                                cudaDataType_t type, cublasComputeType_t compute, int T, int in,
+                                int out, const char *name, qs_error *err) {
     float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, w,
-                                    CUDA_R_32F, in, x, CUDA_R_32F, in, &zero, y, CUDA_R_32F, out,
-                                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t s =
+        cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, w, type, in, x, type, in,
+                     &zero, y, CUDA_R_32F, out, compute, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T fp32: %s", T,
-                            in, out, in, cublasGetStatusName(s));
+        return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T %s: %s", T,
+                            in, out, in, name, cublasGetStatusName(s));
     return QS_OK;
 }
 
@@ -261,12 +267,100 @@ __global__ void k_lt_to_bf16(uint16_t *dst, const float *src, size_t n) {
     }
 }
 
-/* dst[i] = src[i] rounded to the nearest BF16 value (ties to even), kept in FP32: the
- * activations every other linear of this path hands its BF16 GEMM. */
-__global__ void k_lt_round_bf16(float *dst, const float *src, size_t n) {
+/* dst[i] = src[i] rounded to the nearest FP16 value (ties to even; beyond 65504 infinite, as an
+ * FP16 model's own activations would be): the FP16 GEMM's operand. */
+__global__ void k_lt_to_f16(__half *dst, const float *src, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+        dst[i] = __float2half_rn(src[i]);
+}
+
+/* dst[i] = src[i] rounded to the nearest BF16 (f16 0) or FP16 (f16 1) value, ties to even, kept
+ * in FP32: the activations an FP32 GEMM over such a master reads (master_gemm.h). */
+__global__ void k_lt_round(float *dst, const float *src, size_t n, int f16) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = f16 ? __half2float(__float2half_rn(src[i]))
+                     : __bfloat162float(__float2bfloat16_rn(src[i]));
+}
+
+/* native_fp4 > emulated_bf16 > fp8 > fp32 > fp16 > bf16: the path ranks of ops_cuda.h with
+ * "fp16" (an FP16 master's GEMM, master_gemm.h) between bf16 and fp32. */
+static int lt_rank(const char *name) {
+    return strcmp(name, "fp16") == 0 ? 3 : 2 * qw_gemm_path_rank(name);
+}
+
+static void lt_note_path(lt_state *s, const char *name) {
+    if (!s->best_name || lt_rank(name) > lt_rank(s->best_name)) s->best_name = name;
+}
+
+/* An unquantized (or non-FP4 packed) weight's linear: its one device copy in the master's own
+ * GEMM type (master_gemm.h), the activations fake-quantized when act asks, then rounded as that
+ * GEMM's operands round them. A baseline runs exactly this for every linear. */
+static qs_status lt_master_linear(cuda_ctx *c, lt_state *s, float *y, const float *x, int T,
+                                  const qw_weight *w, const qw_act_quant *act, float *xq,
+                                  qs_error *err) {
+    size_t in = (size_t)w->cols, out = (size_t)w->rows, n = (size_t)T * in;
+    const cuda_weight *e = NULL;
+    qs_status st;
+    if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
+    const float *xin = x;
+    if (act && act->fmt) {
+        if ((st = qw_cuda_status(
+                 c, cudaMemcpyAsync(xq, x, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream),
+                 "linear", err)) != QS_OK)
+            return st;
+        if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
+        xin = xq;
+    }
+    int f16 = e->gemm.act == QW_ELEM_F16;
+    if (e->f32) {
+        /* FP32 values (or a tied embedding's FP32 copy): the FP32 GEMM, no TF32, over the
+           activations rounded as the master's GEMM rounds them; with BF16 or FP16 weights the
+           products are those of the 16-bit GEMM, exact in FP32 */
+        if ((st = qw_cuda_scratch_reserve(&s->xr, n * sizeof(float), 0, err)) != QS_OK) return st;
+        k_lt_round<<<1024, 256, 0, c->stream>>>((float *)s->xr.p, xin, n, f16);
+        if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation rounding", err)) !=
+            QS_OK)
+            return st;
+        if ((st = lt_blas_linear(c, y, s->xr.p, e->f32, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, T,
+                                 (int)in, (int)out, "fp32", err)) != QS_OK)
+            return st;
+        lt_note_path(s, e->gemm.path);
+        return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+    }
+    if ((st = qw_cuda_scratch_reserve(&s->x16, n * sizeof(uint16_t), 0, err)) != QS_OK) return st;
+    if (f16)
+        k_lt_to_f16<<<1024, 256, 0, c->stream>>>((__half *)s->x16.p, xin, n);
+    else
+        k_lt_to_bf16<<<1024, 256, 0, c->stream>>>((uint16_t *)s->x16.p, xin, n);
+    if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation rounding", err)) != QS_OK)
+        return st;
+    if (e->f16) {
+        /* an FP16 master: FP16 operands on the tensor cores, FP32 accumulation */
+        st = lt_blas_linear(c, y, s->x16.p, e->f16, CUDA_R_16F, CUBLAS_COMPUTE_32F, T, (int)in,
+                            (int)out, "fp16", err);
+    } else if (in % 8 != 0) {
+        /* rows of no multiple of 16 bytes, which cuBLASLt's BF16 operands need (qk_gemm.h):
+           cuBLAS's BF16 GEMM */
+        st = lt_blas_linear(c, y, s->x16.p, e->bf16, CUDA_R_16BF, CUBLAS_COMPUTE_32F, T, (int)in,
+                            (int)out, "bf16", err);
+    } else {
+        qk_gemm_operand wo, xo;
+        memset(&wo, 0, sizeof wo);
+        memset(&xo, 0, sizeof xo);
+        wo.type = xo.type = QK_GEMM_BF16;
+        wo.data = e->bf16;
+        xo.data = s->x16.p;
+        wo.ld = xo.ld = in;
+        wo.tensor_scale = xo.tensor_scale = 1.0f;
+        qk_gemm_path path;
+        st = qk_gemm_linear(s->g, &xo, &wo, (size_t)T, out, in, 1.0f, 0.0f, y, QK_GEMM_OUT_F32, out,
+                            c->stream, &path, err);
+    }
+    if (st != QS_OK) return st;
+    lt_note_path(s, e->gemm.path);
+    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
 }
 
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
@@ -278,61 +372,18 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     memset(&xo, 0, sizeof xo);
     qk_gemm_type wt = QK_GEMM_BF16;
     qs_status st;
-    int w_fp4 = w->form == QW_WEIGHT_PACKED && is_fp4(w->packed->fmt, &wt);
-    if (w_fp4) {
-        const lt_weight *e = NULL;
-        if ((st = lt_weight_of(c, s, w->packed, wt, &e, err)) != QS_OK) return st;
-        wo.type = e->type;
-        wo.data = e->codes;
-        wo.scales = e->scales;
-        wo.layout = e->layout;
-        wo.tensor_scale = e->tensor_scale;
-        wo.tensor_scale_exp2 = e->tensor_scale_exp2;
-    } else {
-        const cuda_weight *e = NULL;
-        if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
-        qk_gemm_decision d = qk_gemm_decide(qk_gemm_compute_capability(s->g), QK_GEMM_BF16,
-                                            QK_GEMM_BF16, e->bf16_exact, s->req);
-        if (d.path == QK_GEMM_PATH_FP32 || in % 8 != 0) {
-            /* the values need FP32 (or in is no multiple of 8, which cuBLASLt's BF16 operands
-               need for 16-byte rows: qk_gemm.h): the FP32 device copy and the (fake-quantized)
-               FP32 input */
-            if ((st = qw_cuda_weight(c, w, 1, &e, err)) != QS_OK) return st;
-            const float *xin = x;
-            if (act && act->fmt) {
-                if ((st = qw_cuda_status(c,
-                                         cudaMemcpyAsync(xq, x, (size_t)T * in * sizeof(float),
-                                                         cudaMemcpyDeviceToDevice, c->stream),
-                                         "linear", err)) != QS_OK)
-                    return st;
-                if ((st = qw_cuda_act_quant(c, act, xq, (size_t)T, in, err)) != QS_OK) return st;
-                xin = xq;
-            }
-            /* the activations rounded to BF16 as every BF16 and emulated linear of this path
-               rounds them, so that a model's unquantized linears (its baseline) and its
-               quantized ones see the same inputs and a KL measures the quantization alone;
-               the weights keep their FP32 values */
-            size_t n = (size_t)T * in;
-            if ((st = qw_cuda_scratch_reserve(&s->xr, n * sizeof(float), 0, err)) != QS_OK)
-                return st;
-            k_lt_round_bf16<<<1024, 256, 0, c->stream>>>((float *)s->xr.p, xin, n);
-            if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
-                QS_OK)
-                return st;
-            xin = (const float *)s->xr.p;
-            if ((st = lt_fp32_linear(c, y, xin, e->f32, T, (int)in, (int)out, err)) != QS_OK)
-                return st;
-            if (s->best_path < 0 || path_rank(QK_GEMM_PATH_FP32) > path_rank(s->best_path))
-                s->best_path = QK_GEMM_PATH_FP32;
-            return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
-        }
-        wo.type = QK_GEMM_BF16;
-        wo.data = e->bf16;
-        wo.ld = in;
-        wo.tensor_scale = 1.0f;
-    }
+    if (!(w->form == QW_WEIGHT_PACKED && is_fp4(w->packed->fmt, &wt)))
+        return lt_master_linear(c, s, y, x, T, w, act, xq, err);
+    const lt_weight *e = NULL;
+    if ((st = lt_weight_of(c, s, w->packed, wt, &e, err)) != QS_OK) return st;
+    wo.type = e->type;
+    wo.data = e->codes;
+    wo.scales = e->scales;
+    wo.layout = e->layout;
+    wo.tensor_scale = e->tensor_scale;
+    wo.tensor_scale_exp2 = e->tensor_scale_exp2;
     qk_gemm_type at = QK_GEMM_BF16;
-    if (w_fp4 && act && act->fmt && is_fp4(act->fmt, &at) && at == wt) {
+    if (act && act->fmt && is_fp4(act->fmt, &at) && at == wt) {
         /* W4A4: x quantized on the device straight into cuBLASLt's layout. */
         if ((st = qk_lt_layout_init(act->fmt, (size_t)T, in, &xo.layout, err)) != QS_OK) return st;
         if ((st = qw_cuda_scratch_reserve(&s->xcodes, xo.layout.codes_bytes, 0, err)) != QS_OK ||
@@ -382,8 +433,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     st = qk_gemm_linear(s->g, &xo, &wo, (size_t)T, out, in, 1.0f, 0.0f, y, QK_GEMM_OUT_F32, out,
                         c->stream, &path, err);
     if (st != QS_OK) return st;
-    if (s->best_path < 0 || path_rank((int)path) > path_rank(s->best_path))
-        s->best_path = (int)path;
+    lt_note_path(s, qk_gemm_path_name(path));
     if (!s->fb_status[0] && qk_gemm_fallback(s->g)[0]) { /* the first refusal since the reset */
         snprintf(s->fb_status, sizeof s->fb_status, "%s", qk_gemm_fallback_status(s->g));
         snprintf(s->fb_why, sizeof s->fb_why, "%s", qk_gemm_fallback(s->g));
@@ -414,6 +464,11 @@ const char *qw_cuda_lt_path(const cuda_ctx *c) {
 
 void qw_cuda_lt_path_reset(cuda_ctx *c) {
     (void)c;
+}
+
+extern "C" int qw_backend_cuda_gemm_probe(const qw_backend *b, struct qk_gemm_probe *out) {
+    (void)b, (void)out;
+    return 0;
 }
 
 int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char *why,

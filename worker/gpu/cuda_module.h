@@ -20,7 +20,7 @@
 
 /* Bumped when the table below or a struct it passes (qw_model, qw_backend, the backend and
  * ranks tables) changes. */
-#define QW_CUDA_MODULE_ABI 3
+#define QW_CUDA_MODULE_ABI 4
 
 /* The module's file name. */
 #define QW_CUDA_MODULE_FILE "libqsweep_cuda.so"
@@ -31,6 +31,7 @@
 typedef struct qw_model qw_model;
 typedef struct qw_backend_cuda_impl qw_backend_cuda_impl; /* worker/engine/backend.h */
 typedef struct qw_group_nccl_impl qw_group_nccl_impl;     /* worker/comm/comm.h */
+typedef struct qk_gemm_probe qk_gemm_probe;               /* kernels/cuda/qk_gemm_probe.h */
 
 /* What the module offers; gemm is an ops_cuda.h qw_cuda_gemm value. Each model_ function is the
  * one of worker/engine/model_cuda.h of the same name. backend_cuda: the CUDA backend of the
@@ -49,6 +50,11 @@ typedef struct qw_cuda_module {
                                size_t why_cap);
     const qw_backend_cuda_impl *backend_cuda;
     const qw_group_nccl_impl *group_nccl;
+    /* model_cuda.h qw_model_gemm_probe: what the device of m's first rank proved */
+    int (*model_gemm_probe)(const qw_model *m, qk_gemm_probe *out);
+    /* CUDA device `device`'s GEMM probe (qk_gemm_probe.h qk_gemm_probe_run: run once per device
+       and process, then the cached answer) */
+    qs_status (*gemm_probe)(int device, qk_gemm_probe *out, qs_error *err);
 } qw_cuda_module;
 
 /* The module, loaded on the first call (thread-safe, once per process); NULL when it cannot be

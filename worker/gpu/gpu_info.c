@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_module.h"
 #include "qk_gemm_path.h"
+#include "qk_gemm_probe.h"
 
 #ifdef QSWEEP_HAVE_CUDA
 #include <dlfcn.h>
@@ -259,4 +261,20 @@ void qw_gpu_describe(const qw_gpu *g, char *buf, size_t cap) {
     snprintf(buf, cap, "%s %.1f GiB cc %u.%u FP4 %s", g->name,
              (double)g->memory_bytes / (double)(1ull << 30), g->cc_major, g->cc_minor,
              g->native_fp4 ? "native" : "emulated");
+}
+
+bool qw_gpu_native_fp4_of(const qk_gemm_probe *p) {
+    qk_gemm_decision d = qk_gemm_probe_decide(p, QK_GEMM_NVFP4, QK_GEMM_NVFP4, 0, QK_GEMM_REQ_AUTO);
+    return d.path == QK_GEMM_PATH_NATIVE_FP4;
+}
+
+void qw_gpu_probe_native_fp4(qw_gpu *g, size_t n) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    for (size_t i = 0; i < n; i++) {
+        qk_gemm_probe p;
+        qs_error err = {0};
+        g[i].native_fp4 = mod && mod->gemm_probe &&
+                          mod->gemm_probe(g[i].device, &p, &err) == QS_OK &&
+                          qw_gpu_native_fp4_of(&p);
+    }
 }

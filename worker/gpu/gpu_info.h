@@ -11,10 +11,11 @@
  * an error: the worker then runs its jobs on the CPU backend and is given only jobs that ask
  * for no GPU. A build without CUDA says so ("no CUDA in this build").
  *
- * Native FP4 is the GEMM path table's answer (kernels/cuda/qk_gemm_path.h qk_gemm_cc_native_fp4,
- * the function the CUDA backend's GEMMs use): compute capability 10.x (Blackwell data-center
- * parts: block-scaled FP4 in cuBLASLt); Hopper 9.0, Ada 8.9 and 12.x emulate FP4 exactly with
- * BF16 GEMMs. */
+ * Native FP4: as listed, the capability table's guess (kernels/cuda/qk_gemm_path.h
+ * qk_gemm_cc_native_fp4: compute capability 10.x); the worker then replaces it with what each
+ * device proves (qw_gpu_probe_native_fp4: the GEMM probe of kernels/cuda/qk_gemm_probe.h, the
+ * answer the CUDA backend's GEMMs follow), before it says hello: a GPU is advertised native
+ * exactly where an NVFP4 W4A4 GEMM ran and matched its emulation. */
 #ifndef QW_GPU_INFO_H
 #define QW_GPU_INFO_H
 
@@ -59,6 +60,18 @@ qs_status qw_gpu_parse_fake(const char *text, qw_gpu *out, size_t cap, size_t *n
  * this machine has 2 (0 NVIDIA H200, 1 NVIDIA H200)"; why is added when there are none). */
 qs_status qw_gpu_select(const qw_gpu *all, size_t n_all, const char *spec, const char *why,
                         qw_gpu *out, size_t cap, size_t *n, qs_error *err);
+
+typedef struct qk_gemm_probe qk_gemm_probe; /* kernels/cuda/qk_gemm_probe.h */
+
+/* Whether a device whose probe is p runs NVFP4 W4A4 natively under the auto request
+ * (qk_gemm_probe_decide's answer). Pure. */
+bool qw_gpu_native_fp4_of(const qk_gemm_probe *p);
+
+/* Sets g[0..n)'s native_fp4 from each device's GEMM probe, run through the CUDA module if it is
+ * loaded (cuda_module.h gemm_probe; the worker's backend choice loads it); without the module
+ * (no CUDA, --backend cpu, auto fallen back to the CPU) or where a probe cannot run, false:
+ * the jobs would not run natively there. Never loads the module. */
+void qw_gpu_probe_native_fp4(qw_gpu *g, size_t n);
 
 /* One GPU in words, for logs and `qsweep workers`: "NVIDIA H200 140.4 GiB cc 9.0 FP4 emulated"
  * (native: "FP4 native"). */

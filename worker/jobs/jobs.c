@@ -281,7 +281,8 @@ static qs_status place_model(loaded_model *lm, const qw_jobs_backend_use *u, int
 
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
  * path is the most specific one its linears ran since get_model reset the count):
- * "gemm_path.<path>" = 1 (jobs_backend.h); "backend_fallback.cuda_unavailable" = 1 when the
+ * "gemm_path.<path>" = 1 (jobs_backend.h); on CUDA "gemm_probe.<format>.<outcome>" = 1 for
+ * each format the device's probe answered; "backend_fallback.cuda_unavailable" = 1 when the
  * worker's --backend auto could not use CUDA (jobs_backend.h qw_jobs_backend_set); on the CPU
  * also "cpu_path.<path>" = 1, the BLAS
  * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
@@ -292,6 +293,10 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, qs_error
     char name[64];
     qw_jobs_gemm_path_metric(path, name, sizeof name);
     qs_status st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    char probes[8][64];
+    int n_probes = st ? 0 : qw_jobs_gemm_probe_metrics(model, probes, 8);
+    for (int i = 0; i < n_probes && !st; i++)
+        st = qw_job_metric(ctx, probes[i], 1.0, 0, true, err);
     char status[48], why[512];
     if (!st && qw_jobs_gemm_fallback(model, status, sizeof status, why, sizeof why)) {
         fprintf(stderr, "qsweep worker: job %lld: %s\n", (long long)qw_job_id(ctx), why);
@@ -338,9 +343,9 @@ static void job_numerics_path(const job_spec *s, char *buf, size_t cap) {
     if (tp > 1) {
         qw_jobs_ranks_use ranks;
         qs_error ignored = {0}; /* get_model reports the same error */
-        on_cuda = !qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks,
-                                              &ignored) &&
-                  ranks.use_cuda;
+        on_cuda =
+            !qw_jobs_backend_pick_ranks(&choice, qw_backend_cuda_built(), tp, &ranks, &ignored) &&
+            ranks.use_cuda;
     } else {
         on_cuda = qw_jobs_backend_pick(&choice, qw_backend_cuda_built(), false).use_cuda;
     }

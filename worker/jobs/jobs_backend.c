@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "cuda_module.h"
 #include "qk_gemm_path.h"
+#include "qk_gemm_probe.h"
 
 /* The loaded module's CUDA backend and NCCL ranks, registered with the engine (backend.h,
  * comm.h) so that what opens backends or ranks itself (training) reaches them; returns mod. */
@@ -194,6 +195,16 @@ qw_jobs_backend qw_jobs_backend_get(void) {
     if (atomic_load(&set)) return chosen;
     /* no GPU offered: whatever $QSWEEP_BACKEND says, nothing but the CPU can be picked */
     return (qw_jobs_backend){.kind = QW_BACKEND_AUTO, .device = -1, .gemm = QW_JOBS_GEMM_AUTO};
+}
+
+int qw_jobs_gemm_probe_metrics(const qw_model *m, char (*names)[64], int cap) {
+    const qw_cuda_module *mod = qw_cuda_module_loaded();
+    qk_gemm_probe p;
+    if (!mod || !mod->model_gemm_probe || !mod->model_gemm_probe(m, &p)) return 0;
+    int n = 0;
+    for (int f = 0; f < QK_PROBE_FORMATS && n < cap; f++)
+        qk_gemm_probe_metric(&p, (qk_probe_format)f, names[n++], 64);
+    return n;
 }
 
 void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap) {

@@ -133,6 +133,13 @@ void qw_jobs_gemm_path_metric(const char *path, char *buf, size_t cap);
  * into buf (cap bytes); results carry it beside "gemm_path.emulated_bf16". */
 void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap);
 
+/* The result metrics of what m's GPU proved at its backend's start: one
+ * "gemm_probe.<format>.<outcome>" per probed format (kernels/cuda/qk_gemm_probe.h
+ * qk_gemm_probe_metric, "gemm_probe.nvfp4.ok") into names[0..cap); returns how many, 0 on the
+ * CPU, under a fixed fp32 / bf16 request, or without the module (model_cuda.h
+ * qw_model_gemm_probe). Never loads the module. */
+int qw_jobs_gemm_probe_metrics(const qw_model *m, char (*names)[64], int cap);
+
 /* A model on the CUDA backend through the module (worker/gpu/cuda_module.h), for the job kinds:
  * qw_jobs_use_cuda moves m onto CUDA device `device` with GEMM setting gemm (QS_EUNSUPPORTED
  * naming why when the module cannot be loaded; else model_cuda.h qw_model_use_cuda's errors),
