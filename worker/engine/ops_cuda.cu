@@ -508,8 +508,9 @@ extern "C" const char *qw_backend_gemm_path(const qw_backend *b) {
 }
 
 extern "C" int qw_gemm_path_rank(const char *name) {
-    static const char *const order[] = {"bf16", "fp32", "fp8", "emulated_bf16", "native_fp4"};
-    for (int i = 0; name && i < 5; i++)
+    static const char *const order[] = {"bf16",          "fp16",      "fp32", "fp8",
+                                        "emulated_bf16", "native_fp4"};
+    for (int i = 0; name && i < (int)(sizeof order / sizeof *order); i++)
         if (strcmp(name, order[i]) == 0) return i + 1;
     return 0;
 }
