@@ -96,6 +96,9 @@ json_t *qs_resources_json(const qs_resources *r);
  * "resources" gives present = false. Errors: QS_EINVAL naming the field ("job spec:
  * dataset.ctx: expected an integer >= 2"), QS_ENOMEM. */
 qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err);
+/* qs_model_ref_read of the model under another key (a compare job's "reference_model"). */
+qs_status qs_model_ref_read_key(const json_t *spec, const char *key, qs_model_ref *out,
+                                qs_error *err);
 qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error *err);
 qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err);
 void qs_model_ref_clear(qs_model_ref *m);

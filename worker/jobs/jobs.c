@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -777,6 +778,86 @@ static qs_status apply_method(qw_model *model, const job_spec *s, qw_method_stat
     return st;
 }
 
+/* A compare job's baseline (kinds/sensitivity.h reference_model): the reference model's,
+ * at the path its own baseline job writes on this numerics path; made here from the reference
+ * when absent (a worker whose cache lacks it). path gets the file name. */
+static qs_status compare_baseline(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t,
+                                  char *path, size_t cap, qs_error *err) {
+    job_spec r = *s; /* shallow: the reference in the model's place */
+    r.model = s->reference;
+    r.eval = false;
+    char npath[160];
+    job_numerics_path(&r, npath, sizeof npath);
+    qs_status st = qw_jobs_baseline_path_for(
+        r.model.digest, r.dataset.digest, r.dataset.ctx, (long)r.dataset.max_chunks,
+        r.dataset.bos ? r.dataset.bos_id : -1, r.numerics_version, npath, 1, path, cap, err);
+    if (st || access(path, R_OK) == 0) return st;
+    qw_model *ref = NULL;
+    st = get_model(ctx, &r, r.model.digest, t, &ref, err);
+    if (!st) st = ensure_baseline(ctx, ref, t, &r, r.model.digest, path, NULL, err);
+    if (!st) st = check_model_after(ctx, &r, err);
+    return st;
+}
+
+/* A compare job's per-linear SQNR: each linear's weight as the scored checkpoint holds it
+ * (an FP4 checkpoint's dequantized) against the reference's, reported as
+ * "weight_sqnr_db.<block>.<kind>" = 10 log10(sum w_ref^2 / sum (w - w_ref)^2), +inf when
+ * equal; a linear one of them does not store (a tied lm_head) is left out. */
+static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_model *model,
+                                 qs_error *err) {
+    char key[QS_AFFINITY_KEY_MAX];
+    qs_affinity_key(s->model.digest, key, sizeof key);
+    loaded_model *lm = qw_job_cache_get(ctx, key);
+    qw_checkpoint *rck = NULL;
+    qs_status st = lm && lm->ck ? QS_OK
+                                : qs_error_set(err, QS_EINVAL,
+                                               "compare: model %s is not a checkpoint",
+                                               s->model.path);
+    /* the reference's checkpoint alone (its weights are read once, not run) */
+    if (!st) st = qw_checkpoint_open(s->reference.path, &rck, err);
+    char got[65];
+    if (!st) st = qw_checkpoint_digest(rck, got, err);
+    if (!st && strcmp(got, s->reference.digest))
+        st = qs_error_set(err, QS_EINVAL,
+                          "reference model %s: digest %s differs from the job's %s (the file "
+                          "changed since the grid was submitted)",
+                          s->reference.path, got, s->reference.digest);
+    int n = qw_model_n_linears(model);
+    for (int i = 0; !st && i < n; i++) {
+        char name[256], tname[272];
+        qw_model_linear_name(model, i, name, sizeof name);
+        if (!strcmp(name, "model.embed_tokens")) continue;
+        snprintf(tname, sizeof tname, "%s.weight", name);
+        const float *a, *b;
+        int64_t sa[2], sb[2];
+        int na, nb;
+        qs_error ignored = {0};
+        if (qw_checkpoint_tensor(lm->ck, tname, &a, sa, &na, &ignored) ||
+            qw_checkpoint_tensor(rck, tname, &b, sb, &nb, &ignored))
+            continue;
+        if (na != nb || sa[0] != sb[0] || sa[1] != sb[1]) {
+            st = qs_error_set(err, QS_EINVAL,
+                              "compare: %s is [%lld, %lld] in %s and [%lld, %lld] in its "
+                              "reference %s",
+                              tname, (long long)sa[0], (long long)sa[1], s->model.path,
+                              (long long)sb[0], (long long)sb[1], s->reference.path);
+            break;
+        }
+        double sig = 0.0, noise = 0.0;
+        for (int64_t j = 0; j < sa[0] * sa[1]; j++) {
+            double d = (double)a[j] - (double)b[j];
+            sig += (double)b[j] * b[j];
+            noise += d * d;
+        }
+        char metric[160];
+        sqnr_metric_name(name, metric, sizeof metric);
+        snprintf(tname, sizeof tname, "weight_%s", metric);
+        st = report(ctx, tname, noise > 0.0 ? 10.0 * log10(sig / noise) : INFINITY, err);
+    }
+    qw_checkpoint_close(rck);
+    return st;
+}
+
 static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
@@ -794,13 +875,17 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* on the model's backend, GPU or CPU */
+    /* on the model's backend, GPU or CPU; a compare job quantizes nothing for the probe to
+       measure, and compares the two checkpoints' weights instead (compare_weights) */
+    bool probe = (s.metrics & QS_METRIC_SQNR) != 0 && !s.reference.path;
+    /* a compare job: the baseline is its reference model's, made here when absent */
+    if (!st && s.reference.path) st = compare_baseline(ctx, &s, &t, path, sizeof path, err);
     if (!st) st = get_model(ctx, &s, want, &t, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
     }
-    if (!st) st = ensure_baseline(ctx, model, &t, &s, want, path, NULL, err);
+    if (!st && !s.reference.path) st = ensure_baseline(ctx, model, &t, &s, want, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
     if (!st) st = qw_model_apply_policy(model, &p, err);
@@ -811,7 +896,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
-    opt.model_digest = want;
+    /* the baseline's model: a compare job's is its reference's (its file names that digest) */
+    opt.model_digest = s.reference.path ? s.reference.digest : want;
     opt.sqnr = probe;
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
@@ -836,6 +922,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
         st = report(ctx, name, m.sqnr[i].sqnr_db, err);
     }
+    if (!st && s.reference.path && (s.metrics & QS_METRIC_SQNR))
+        st = compare_weights(ctx, &s, model, err);
     if (!st && method) st = report(ctx, "time_method_s", mi.method_s, err);
     if (!st && method) st = report(ctx, "time_calibration_s", mi.calib_s, err);
     if (!st && method) st = report(ctx, "calibration_tokens", (double)mi.calib_tokens, err);

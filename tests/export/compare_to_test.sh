@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# compare_to end to end: the 3-block test model exported as a compressed-tensors NVFP4 checkpoint
+# (qsweep export, the cumulative job over every block), then one `qsweep run` of a grid listing
+# the source model with that RTN job and the export with `compare_to:` the source. The compare
+# job scores the export (nothing quantized further) against the source's baseline: its
+# perplexity, KL and top-1 must equal the RTN job's, digit for digit (the export holds the
+# job's codes and scales, and the reader decodes them to the job's values: export_round_trip),
+# and its weight SQNR per linear is reported for every block linear.
+# Usage: compare_to_test.sh QSWEEP SOURCE_DIR
+set -euo pipefail
+Q=$1
+SRC=$2
+. "$SRC/tests/lib/pg.sh"
+pg_test_setup compare_to_test compare
+MODEL=$SRC/tests/engine/data/llama3_gqa
+job=(--set sensitivity.formats=[nvfp4] --set sensitivity.quantize=[weights]
+     --set sensitivity.modes=[cumulative])
+"$Q" export "$SRC/experiments/tiny.yaml" "${job[@]}" --job "llama3_gqa nvfp4 weights cumulative 2" \
+  -o "$D/tiny-nvfp4" >"$D/export.log" 2>&1 || fail "qsweep export"
+
+cat >"$D/grid.yaml" <<YAML
+name: tiny-compare
+kind: sensitivity
+models:
+  - $MODEL
+  - {path: $D/tiny-nvfp4, name: tiny-nvfp4, compare_to: $MODEL}
+dataset:
+  tokens: $SRC/experiments/data/gpl3.bytes.tokens
+  ctx: 64
+  max_chunks: 8
+sensitivity:
+  formats: [nvfp4]
+  quantize: [weights]
+  modes: [cumulative]
+  metrics: [kl, ppl, sqnr, top1]
+YAML
+"$Q" submit "$D/grid.yaml" --dry-run >"$D/dry.log" 2>&1 || fail "qsweep submit --dry-run"
+pg_db_start
+"$Q" run "$D/grid.yaml" --workers 1 >"$D/run.log" 2>&1 || fail "qsweep run"
+
+# the RTN job over every block (part 2) and the compare job, as the store holds them
+val() { # WHERE METRIC
+  psql_q "SELECT r.value FROM results r JOIN jobs j ON j.id = r.job
+          WHERE $1 AND r.name = '$2' AND r.step = -1"
+}
+rtn="j.spec->>'mode' = 'cumulative' AND j.spec->>'part' = '2'"
+cmp="j.spec ? 'reference_model'"
+[ "$(psql_q "SELECT count(*) FROM jobs WHERE kind = 'baseline'")" = 1 ] ||
+  fail "the source's baseline is not one job shared by the RTN and the compare job"
+for m in ppl nll kl_mean kl_median kl_p99 kl_max top1; do
+  a=$(val "$rtn" $m) b=$(val "$cmp" $m)
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "$m: RTN job $a, compare job $b"
+  echo "OK $m $a"
+done
+n=$(psql_q "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job
+            WHERE $cmp AND r.name LIKE 'weight\_sqnr\_db.%' AND r.step = -1
+            AND r.value > 0 AND r.value < 100")
+[ "$n" = 21 ] || fail "$n weight SQNR rows in (0, 100) dB, want 21 (7 linears x 3 blocks)"
+ref=$(psql_q "SELECT j.spec->'reference_model'->>'path' FROM jobs j WHERE $cmp")
+[ "$ref" = "$MODEL" ] || fail "the compare job's reference_model path: '$ref'"
+"$Q" results tiny-compare >"$D/results.log" 2>&1 || fail "qsweep results"
+echo "compare_to_test: ok ($n weight SQNR rows)"
