@@ -59,4 +59,10 @@ n=$(psql_q "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job
 ref=$(psql_q "SELECT j.spec->'reference_model'->>'path' FROM jobs j WHERE $cmp")
 [ "$ref" = "$MODEL" ] || fail "the compare job's reference_model path: '$ref'"
 "$Q" results tiny-compare >"$D/results.log" 2>&1 || fail "qsweep results"
+cat "$D/results.log"
+# the compare job's row is against the parent's baseline (schema/160): its delta is defined
+base=$(psql_q "SELECT DISTINCT s.baseline_value FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id
+               WHERE $cmp AND s.metric = 'ppl'")
+rbase=$(val "j.kind = 'baseline'" ppl)
+[ -n "$base" ] && [ "$base" = "$rbase" ] || fail "v_sensitivity pairs the compare job with '$base', not the parent's baseline ppl $rbase"
 echo "compare_to_test: ok ($n weight SQNR rows)"
