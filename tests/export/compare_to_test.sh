@@ -5,7 +5,8 @@
 # job scores the export (nothing quantized further) against the source's baseline: its
 # perplexity, KL and top-1 must equal the RTN job's, digit for digit (the export holds the
 # job's codes and scales, and the reader decodes them to the job's values: export_round_trip),
-# and its weight SQNR per linear is reported for every block linear.
+# and its weight SQNR per linear is reported for every block linear. The baseline's per-chunk
+# progress points and `qsweep status` reading them are checked on the same run.
 # Usage: compare_to_test.sh QSWEEP SOURCE_DIR
 set -euo pipefail
 Q=$1
@@ -65,4 +66,14 @@ base=$(psql_q "SELECT DISTINCT s.baseline_value FROM v_sensitivity s JOIN jobs j
                WHERE $cmp AND s.metric = 'ppl'")
 rbase=$(val "j.kind = 'baseline'" ppl)
 [ -n "$base" ] && [ "$base" = "$rbase" ] || fail "v_sensitivity pairs the compare job with '$base', not the parent's baseline ppl $rbase"
-echo "compare_to_test: ok ($n weight SQNR rows)"
+# the baseline reported each chunk as it went (worker/jobs QW_JOBS_BASELINE_CHUNKS): points
+# 1..8 of 8 chunks, which `qsweep status` shows while the baseline runs (here: its state set
+# back to running in the store, the run being over)
+pts=$(psql_q "SELECT string_agg(r.step || '/' || r.value, ' ' ORDER BY r.step) FROM results r
+              JOIN jobs j ON j.id = r.job WHERE j.kind = 'baseline' AND r.name = 'baseline_chunks'
+              AND NOT r.final")
+[ "$pts" = "1/8 2/8 3/8 4/8 5/8 6/8 7/8 8/8" ] || fail "the baseline's chunk points: '$pts'"
+psql_q "UPDATE jobs SET state = 'running' WHERE kind = 'baseline'" >/dev/null
+st=$("$Q" status tiny-compare 2>&1) || fail "qsweep status: $st"
+echo "$st" | grep -q "baseline chunk 8/8" || fail "qsweep status does not show the baseline's chunks: $st"
+echo "compare_to_test: ok ($n weight SQNR rows; status: baseline chunk 8/8)"

@@ -527,9 +527,18 @@ typedef struct progress_ctx {
     const char *phase;
 } progress_ctx;
 
+/* A baseline's chunks also go to the store as a curve point "baseline_chunks" (step: chunks
+ * done, value: chunks in all), sent with the next heartbeat, so `qsweep status` shows the
+ * baseline moving: it is the first job of a sweep, every other waits on it, and no job had
+ * finished to show a pace by. */
 static int on_progress(void *p, size_t step, size_t total) {
     progress_ctx *pc = p;
     qw_job_progress(pc->job, step, total, pc->phase);
+    if (!strcmp(pc->phase, "baseline")) {
+        qs_error ignored = {0}; /* a point not sent is progress not shown, nothing else */
+        qw_job_metric(pc->job, QW_JOBS_BASELINE_CHUNKS, (double)total, (int64_t)step, false,
+                      &ignored);
+    }
     return qw_job_cancelled(pc->job);
 }
 
