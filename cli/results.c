@@ -13,6 +13,9 @@
 #include "result_rows.h"
 #include "trained_names.h"
 
+/* A compare job (a grid's compare_to, kinds/sensitivity.h reference_model) shows as format
+ * "as-stored", mode "compare_to" and its reference's file name as the part: the model as
+ * stored against the reference's baseline. */
 /* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
  * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, the mean
  * output SQNR (dB) of the linears the job quantized (v_sqnr, schema/006_sqnr_view.sql: the
@@ -44,8 +47,13 @@
     "jsonb_build_object('numerics_path', coalesce(np.path, 'unknown')))::text ELSE "               \
     QSWEEP_RESULTS_OPTIONS " END"
 static const char *const RESULTS_SQL =
-    "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
-    "       " QSWEEP_RESULTS_OPTIONS_BY_PATH " AS options, s.quantize, s.mode, s.part,\n"
+    "SELECT regexp_replace(s.model, '^.*/', '') AS model,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN 'as-stored' ELSE s.format END AS format,\n"
+    "       " QSWEEP_RESULTS_OPTIONS_BY_PATH " AS options, s.quantize,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN 'compare_to' ELSE s.mode END AS mode,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN\n"
+    "            regexp_replace(j.spec -> 'reference_model' ->> 'path', '^.*/', '')\n"
+    "            ELSE s.part END AS part,\n"
     "       max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
     "       max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"

@@ -61,6 +61,10 @@ ref=$(psql_q "SELECT j.spec->'reference_model'->>'path' FROM jobs j WHERE $cmp")
 [ "$ref" = "$MODEL" ] || fail "the compare job's reference_model path: '$ref'"
 "$Q" results tiny-compare >"$D/results.log" 2>&1 || fail "qsweep results"
 cat "$D/results.log"
+grep -q "^tiny-nvfp4  as-stored {}  weights  compare_to-wise   baseline (unquantized) ppl " \
+  "$D/results.log" || fail "qsweep results has no compare_to table"
+ppl4=$(printf '%.4f' "$(val "$cmp" ppl)")
+grep -Eq "^  llama3_gqa +$ppl4 " "$D/results.log" || fail "qsweep results has no compare_to row of ppl $ppl4"
 # the compare job's row is against the parent's baseline (schema/160): its delta is defined
 base=$(psql_q "SELECT DISTINCT s.baseline_value FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id
                WHERE $cmp AND s.metric = 'ppl'")
