@@ -150,8 +150,7 @@ static int output_columns(FILE *out) {
  * them, from each one's newest "baseline_chunks" point of its current attempt (the point a
  * worker reports per chunk: worker/jobs/jobs.h QW_JOBS_BASELINE_CHUNKS). False when none is
  * running or none has reported yet. */
-static bool baseline_chunks(qc_store *s, int64_t experiment_id, long long *done,
-                            long long *total) {
+static bool baseline_chunks(qc_store *s, int64_t experiment_id, long long *done, long long *total) {
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)experiment_id);
     const char *params[] = {id};

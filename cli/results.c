@@ -44,8 +44,8 @@
     "CASE WHEN (SELECT count(DISTINCT n2.path) FROM v_numerics_path n2 JOIN experiment_jobs ej2 "  \
     "ON ej2.job = n2.job_id JOIN experiments e2 ON e2.id = ej2.experiment WHERE e2.name = "        \
     "s.experiment) > 1 THEN ((" QSWEEP_RESULTS_OPTIONS ")::jsonb || "                              \
-    "jsonb_build_object('numerics_path', coalesce(np.path, 'unknown')))::text ELSE "               \
-    QSWEEP_RESULTS_OPTIONS " END"
+    "jsonb_build_object('numerics_path', coalesce(np.path, 'unknown')))::text "                    \
+    "ELSE " QSWEEP_RESULTS_OPTIONS " END"
 static const char *const RESULTS_SQL =
     "SELECT regexp_replace(s.model, '^.*/', '') AS model,\n"
     "       CASE WHEN j.spec ? 'reference_model' THEN 'as-stored' ELSE s.format END AS format,\n"

@@ -64,8 +64,7 @@ qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_pro
     struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL, *cmp_n = NULL;
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"path", "name", "synthetic", "seed", "compare_to",
-                                           NULL};
+        static const char *const keys[] = {"path", "name", "synthetic", "seed", "compare_to", NULL};
         if ((st = qc_config_check_keys(c, n, "a model", keys))) return st;
         path_n = qc_config_lookup(n, "path");
         name_n = qc_config_lookup(n, "name");

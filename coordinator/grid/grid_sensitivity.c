@@ -416,7 +416,8 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
     } else if (m && fy_node_is_scalar(m)) {
         only_policy = qs_mode_by_name(qc_config_scalar(m)) == QS_MODE_POLICY;
     }
-    if (!f && !only_policy && !only_compare(g)) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
+    if (!f && !only_policy && !only_compare(g))
+        return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
     if (f && (st = parse_formats(c, f, probe, g))) return st;
     struct fy_node *q = qc_config_lookup(n, "quantize");
     if (q) {

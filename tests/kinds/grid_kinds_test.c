@@ -445,7 +445,8 @@ static void test_compare_to_is_one_compare_job_on_the_references_baseline(void *
                  bad[i].model);
         g = NULL;
         assert_int_not_equal(load(e, text, &g, &err), QS_OK);
-        if (!strstr(err.msg, bad[i].want)) fail_msg("case %zu: no '%s' in '%s'", i, bad[i].want, err.msg);
+        if (!strstr(err.msg, bad[i].want))
+            fail_msg("case %zu: no '%s' in '%s'", i, bad[i].want, err.msg);
         assert_null(g);
     }
 }

@@ -818,10 +818,10 @@ static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_mo
     qs_affinity_key(s->model.digest, key, sizeof key);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     qw_checkpoint *rck = NULL;
-    qs_status st = lm && lm->ck ? QS_OK
-                                : qs_error_set(err, QS_EINVAL,
-                                               "compare: model %s is not a checkpoint",
-                                               s->model.path);
+    qs_status st =
+        lm && lm->ck
+            ? QS_OK
+            : qs_error_set(err, QS_EINVAL, "compare: model %s is not a checkpoint", s->model.path);
     /* the reference's checkpoint alone (its weights are read once, not run) */
     if (!st) st = qw_checkpoint_open(s->reference.path, &rck, err);
     char got[65];
