@@ -22,8 +22,9 @@
  *   "numerics_version": text
  *
  * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
- * of the canonical text of the spec after removing "model.path", "dataset.path" (where a file
- * is, not what it is: the digests are identity) and "resources" (where a job may run, not what
+ * of the canonical text of the spec after removing "model.path", "dataset.path",
+ * "calibration.path" and a compare job's "reference_model.path" (where a file is, not what it
+ * is: the digests are identity) and "resources" (where a job may run, not what
  * it computes: the engine's results are bit-identical across backends, docs/architecture.md
  * "Invariants"). */
 #ifndef QS_KINDS_SPEC_H
