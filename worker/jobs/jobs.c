@@ -808,6 +808,30 @@ static qs_status compare_baseline(qw_job_ctx *ctx, const job_spec *s, const qw_t
     return st;
 }
 
+/* Sums w_ref^2 and (w - w_ref)^2 over two stored tensors of one shape, a block of rows at a
+ * time (the stored forms are converted piecewise: no FP32 copy of a whole model). */
+static qs_status weight_sqnr_sums(const qw_stored_tensor *a, const qw_stored_tensor *b,
+                                  double *sig, double *noise, qs_error *err) {
+    const int64_t block = 64;
+    float *fa = malloc((size_t)(block * a->cols) * sizeof *fa),
+          *fb = malloc((size_t)(block * b->cols) * sizeof *fb);
+    qs_status st = fa && fb ? QS_OK : qs_error_set(err, QS_ENOMEM, "compare: out of memory");
+    *sig = *noise = 0.0;
+    for (int64_t r = 0; !st && r < a->rows; r += block) {
+        int64_t n = a->rows - r < block ? a->rows - r : block;
+        qw_stored_rows_f32(a, r, n, fa);
+        qw_stored_rows_f32(b, r, n, fb);
+        for (int64_t j = 0; j < n * a->cols; j++) {
+            double d = (double)fa[j] - (double)fb[j];
+            *sig += (double)fb[j] * fb[j];
+            *noise += d * d;
+        }
+    }
+    free(fa);
+    free(fb);
+    return st;
+}
+
 /* A compare job's per-linear SQNR: each linear's weight as the scored checkpoint holds it
  * (an FP4 checkpoint's dequantized) against the reference's, reported as
  * "weight_sqnr_db.<block>.<kind>" = 10 log10(sum w_ref^2 / sum (w - w_ref)^2), +inf when
@@ -818,11 +842,11 @@ static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_mo
     qs_affinity_key(s->model.digest, key, sizeof key);
     loaded_model *lm = qw_job_cache_get(ctx, key);
     qw_checkpoint *rck = NULL;
-    qs_status st =
-        lm && lm->ck
-            ? QS_OK
-            : qs_error_set(err, QS_EINVAL, "compare: model %s is not a checkpoint", s->model.path);
-    /* the reference's checkpoint alone (its weights are read once, not run) */
+    qs_status st = lm && lm->ck ? QS_OK
+                                : qs_error_set(err, QS_EINVAL,
+                                               "compare: model %s is not a checkpoint",
+                                               s->model.path);
+    /* the reference's checkpoint alone (its weights are read, not run) */
     if (!st) st = qw_checkpoint_open(s->reference.path, &rck, err);
     char got[65];
     if (!st) st = qw_checkpoint_digest(rck, got, err);
@@ -837,12 +861,12 @@ static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_mo
         qw_model_linear_name(model, i, name, sizeof name);
         if (!strcmp(name, "model.embed_tokens")) continue;
         snprintf(tname, sizeof tname, "%s.weight", name);
-        const float *a, *b;
+        qw_stored_tensor a, b;
         int64_t sa[2], sb[2];
         int na, nb;
         qs_error ignored = {0};
-        if (qw_checkpoint_tensor(lm->ck, tname, &a, sa, &na, &ignored) ||
-            qw_checkpoint_tensor(rck, tname, &b, sb, &nb, &ignored))
+        if (qw_checkpoint_tensor_stored(lm->ck, tname, &a, sa, &na, &ignored) ||
+            qw_checkpoint_tensor_stored(rck, tname, &b, sb, &nb, &ignored))
             continue;
         if (na != nb || sa[0] != sb[0] || sa[1] != sb[1]) {
             st = qs_error_set(err, QS_EINVAL,
@@ -852,12 +876,8 @@ static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_mo
                               (long long)sb[0], (long long)sb[1], s->reference.path);
             break;
         }
-        double sig = 0.0, noise = 0.0;
-        for (int64_t j = 0; j < sa[0] * sa[1]; j++) {
-            double d = (double)a[j] - (double)b[j];
-            sig += (double)b[j] * b[j];
-            noise += d * d;
-        }
+        double sig, noise;
+        if ((st = weight_sqnr_sums(&a, &b, &sig, &noise, err))) break;
         char metric[160];
         sqnr_metric_name(name, metric, sizeof metric);
         snprintf(tname, sizeof tname, "weight_%s", metric);
