@@ -57,6 +57,16 @@ n=$(psql_q "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job
             WHERE $cmp AND r.name LIKE 'weight\_sqnr\_db.%' AND r.step = -1
             AND r.value > 0 AND r.value < 100")
 [ "$n" = 21 ] || fail "$n weight SQNR rows in (0, 100) dB, want 21 (7 linears x 3 blocks)"
+# the same figures from the files alone (NumPy decodes the export: tools/export)
+psql_q "SELECT substr(r.name, length('weight_sqnr_db.') + 1) || ' ' || r.value::text
+        FROM results r JOIN jobs j ON j.id = r.job
+        WHERE $cmp AND r.name LIKE 'weight\_sqnr\_db.%' AND r.step = -1" >"$D/sqnr.txt"
+if python3 -c "import numpy" 2>/dev/null; then
+  python3 "$SRC/tools/export/weight_sqnr_check.py" "$D/tiny-nvfp4" "$MODEL" "$D/sqnr.txt" ||
+    fail "the weight SQNR differs from NumPy's"
+else
+  echo "compare_to_test: NumPy absent: the weight SQNR's independent check is skipped"
+fi
 ref=$(psql_q "SELECT j.spec->'reference_model'->>'path' FROM jobs j WHERE $cmp")
 [ "$ref" = "$MODEL" ] || fail "the compare job's reference_model path: '$ref'"
 "$Q" results tiny-compare >"$D/results.log" 2>&1 || fail "qsweep results"
