@@ -146,10 +146,38 @@ static int output_columns(FILE *out) {
     return v > 0 && v < 100000 ? (int)v : 0;
 }
 
+/* The chunks of the experiment's running baseline jobs: chunks done and in all, summed over
+ * them, from each one's newest "baseline_chunks" point of its current attempt (the point a
+ * worker reports per chunk: worker/jobs/jobs.h QW_JOBS_BASELINE_CHUNKS). False when none is
+ * running or none has reported yet. */
+static bool baseline_chunks(qc_store *s, int64_t experiment_id, long long *done, long long *total) {
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)experiment_id);
+    const char *params[] = {id};
+    PGresult *r = PQexecParams(
+        qc_store_pgconn(s),
+        "SELECT coalesce(sum(p.step), 0), coalesce(sum(p.value), 0), count(p.step)"
+        " FROM jobs j JOIN experiment_jobs x ON x.job = j.id"
+        " CROSS JOIN LATERAL (SELECT r.step, r.value FROM results r"
+        "   WHERE r.job = j.id AND r.name = 'baseline_chunks' AND NOT r.final"
+        "   AND r.attempt = (SELECT max(a.attempt) FROM attempts a WHERE a.job = j.id)"
+        "   ORDER BY r.step DESC LIMIT 1) p"
+        " WHERE x.experiment = $1::bigint AND j.state = 'running' AND j.kind = 'baseline'",
+        1, NULL, params, NULL, NULL, 0);
+    bool ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+              strtoll(PQgetvalue(r, 0, 2), NULL, 10) > 0;
+    if (ok) {
+        *done = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *total = (long long)strtod(PQgetvalue(r, 0, 1), NULL);
+    }
+    PQclear(r);
+    return ok;
+}
+
 void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
     int64_t done = p->succeeded + p->failed + p->cancelled;
     int pct = p->total ? (int)(100 * done / p->total) : 100;
-    char eta[48] = "", eta_short[24] = "";
+    char eta[96] = "", eta_short[48] = "";
     if (p->pending + p->running > 0) {
         double e = eta_seconds(s, p);
         if (e >= 0) {
@@ -164,6 +192,13 @@ void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out) {
         } else {
             snprintf(eta, sizeof eta, "  ETA ?");
             snprintf(eta_short, sizeof eta_short, " ETA ?");
+        }
+        /* the baseline moving: its chunks, before any job has finished */
+        long long bd, bt;
+        if (p->running > 0 && baseline_chunks(s, p->experiment_id, &bd, &bt)) {
+            size_t n = strlen(eta), ns = strlen(eta_short);
+            snprintf(eta + n, sizeof eta - n, "  baseline chunk %lld/%lld", bd, bt);
+            snprintf(eta_short + ns, sizeof eta_short - ns, " base %lld/%lld", bd, bt);
         }
     }
     /* The full line (about 140 characters), or for a narrower terminal a short one with the

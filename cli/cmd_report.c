@@ -62,13 +62,30 @@ static const report_query QUERIES[] = {
      "SELECT coalesce(json_agg(c ORDER BY c.model, c.format, c.options, c.quantize, c.mode,\n"
      "                         c.job), '[]')\n"
      "FROM (SELECT s.job_id AS job, regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
+     /* a job's numerics path joins its options when the experiment's jobs ran on more than
+        one (as in `qsweep results`): each path's jobs are a sweep of their own, never ranked
+        against another path's */
+     "             CASE WHEN (SELECT count(DISTINCT n2.path) FROM v_numerics_path n2\n"
+     "                        JOIN experiment_jobs ej2 ON ej2.job = n2.job_id\n"
+     "                        JOIN experiments e2 ON e2.id = ej2.experiment\n"
+     "                        WHERE e2.name = $1) > 1 THEN\n"
+     "             (coalesce(CASE WHEN j.spec ? 'fuse' OR j.spec ? 'method' THEN\n"
+     "                      ((j.spec -> 'format_options') || CASE WHEN j.spec ? 'fuse' THEN\n"
+     "                      jsonb_build_object('fuse', j.spec -> 'fuse') ELSE '{}' END ||\n"
+     "                      CASE WHEN j.spec ? 'method' THEN jsonb_build_object('method',\n"
+     "                      j.spec -> 'method') || coalesce(j.spec -> 'method_options', '{}')\n"
+     "                      ELSE '{}' END)::text\n"
+     "                      ELSE j.spec ->> 'format_options' END, '{}')::jsonb ||\n"
+     "              jsonb_build_object('numerics_path', coalesce(np.path, 'unknown')))::text\n"
+     "             ELSE\n"
      "             coalesce(CASE WHEN j.spec ? 'fuse' OR j.spec ? 'method' THEN\n"
      "                      ((j.spec -> 'format_options') || CASE WHEN j.spec ? 'fuse' THEN\n"
      "                      jsonb_build_object('fuse', j.spec -> 'fuse') ELSE '{}' END ||\n"
      "                      CASE WHEN j.spec ? 'method' THEN jsonb_build_object('method',\n"
      "                      j.spec -> 'method') || coalesce(j.spec -> 'method_options', '{}')\n"
      "                      ELSE '{}' END)::text\n"
-     "                      ELSE j.spec ->> 'format_options' END, '{}') AS options, s.quantize,\n"
+     "                      ELSE j.spec ->> 'format_options' END, '{}') END AS options,\n"
+     "             s.quantize,\n"
      "             s.mode, s.part,\n"
      "             max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
      "             max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
@@ -78,9 +95,10 @@ static const report_query QUERIES[] = {
      "             max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
      "             max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl\n"
      "      FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+     "      LEFT JOIN v_numerics_path np ON np.job_id = s.job_id\n"
      "      WHERE s.experiment = $1\n"
      "      GROUP BY s.job_id, s.model, s.format, j.spec, s.quantize,\n"
-     "               s.mode, s.part) c"},
+     "               s.mode, s.part, np.path) c"},
     {"failed",
      "SELECT coalesce(json_agg(f ORDER BY f.job_id), '[]')\n"
      "FROM (SELECT job_id, job_key, kind, attempts_used, max_attempts, last_error,\n"

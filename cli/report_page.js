@@ -390,7 +390,9 @@
                                               D.paths.length + ' numerics paths'));
     root.appendChild(el('p', {class: 'note'}, 'results of different paths (CPU kernel ' +
                                               'families, GPU GEMM paths) differ in their last ' +
-                                              'digits'));
+                                              'digits; each path\'s jobs are a sweep of ' +
+                                              'their own (numerics_path in their options), ' +
+                                              'never ranked against another path\'s'));
     root.appendChild(table(D.paths, ['path', 'jobs']));
     root.appendChild(query('paths'));
   }

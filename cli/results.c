@@ -13,6 +13,9 @@
 #include "result_rows.h"
 #include "trained_names.h"
 
+/* A compare job (a grid's compare_to, kinds/sensitivity.h reference_model) shows as format
+ * "as-stored", mode "compare_to" and its reference's file name as the part: the model as
+ * stored against the reference's baseline. */
 /* One row per (model, format, options (and fuse), quantize, mode, part): the part's perplexity, its
  * baseline's, the difference, KL mean and p99 against the baseline, top-1 agreement, the mean
  * output SQNR (dB) of the linears the job quantized (v_sqnr, schema/006_sqnr_view.sql: the
@@ -32,9 +35,25 @@
     "CASE WHEN j.spec ? 'method' THEN jsonb_build_object('method', j.spec -> 'method') || "        \
     "coalesce(j.spec -> 'method_options', '{}') ELSE '{}' END)::text "                             \
     "ELSE j.spec ->> 'format_options' END"
+/* When the experiment's jobs ran on more than one numerics path (v_numerics_path, schema/110),
+ * each job's path joins its options, so the jobs of each path are a sweep of their own: a
+ * table ranks components of one path only, never a job of one path against another's (their
+ * figures differ in the last digits, a GPU path's by its BF16 activations). One path: the
+ * options as they were. */
+#define QSWEEP_RESULTS_OPTIONS_BY_PATH                                                             \
+    "CASE WHEN (SELECT count(DISTINCT n2.path) FROM v_numerics_path n2 JOIN experiment_jobs ej2 "  \
+    "ON ej2.job = n2.job_id JOIN experiments e2 ON e2.id = ej2.experiment WHERE e2.name = "        \
+    "s.experiment) > 1 THEN ((" QSWEEP_RESULTS_OPTIONS ")::jsonb || "                              \
+    "jsonb_build_object('numerics_path', coalesce(np.path, 'unknown')))::text "                    \
+    "ELSE " QSWEEP_RESULTS_OPTIONS " END"
 static const char *const RESULTS_SQL =
-    "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
-    "       " QSWEEP_RESULTS_OPTIONS " AS options, s.quantize, s.mode, s.part,\n"
+    "SELECT regexp_replace(s.model, '^.*/', '') AS model,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN 'as-stored' ELSE s.format END AS format,\n"
+    "       " QSWEEP_RESULTS_OPTIONS_BY_PATH " AS options, s.quantize,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN 'compare_to' ELSE s.mode END AS mode,\n"
+    "       CASE WHEN j.spec ? 'reference_model' THEN\n"
+    "            regexp_replace(j.spec -> 'reference_model' ->> 'path', '^.*/', '')\n"
+    "            ELSE s.part END AS part,\n"
     "       max(s.baseline_value) FILTER (WHERE s.metric = 'ppl') AS baseline_ppl,\n"
     "       max(s.value) FILTER (WHERE s.metric = 'ppl') AS ppl,\n"
     "       max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
@@ -45,6 +64,7 @@ static const char *const RESULTS_SQL =
     "       string_agg(DISTINCT g.gemm_path, ',' ORDER BY g.gemm_path) AS gemm_path\n"
     "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
     "LEFT JOIN v_gemm_path g ON g.job_id = s.job_id\n"
+    "LEFT JOIN v_numerics_path np ON np.job_id = s.job_id\n"
     "LEFT JOIN (SELECT job_id, avg(sqnr_db) AS sqnr_db FROM v_sqnr\n"
     "           WHERE sqnr_db < 'Infinity' GROUP BY job_id) q ON q.job_id = s.job_id\n"
     "WHERE s.experiment = %s\n"
@@ -200,7 +220,9 @@ static qs_status print_paths(PGconn *c, const char *name, FILE *out, qs_error *e
     if (n > 1) {
         fprintf(out,
                 "\nmixed numerics: the jobs of experiment %s ran on %d paths, whose results "
-                "differ in the last digits (docs/performance.md):\n",
+                "differ in the last digits (docs/performance.md); no table ranks one path's "
+                "jobs against another's: each path is a sweep of its own (\"numerics_path\" "
+                "in its options):\n",
                 name, n);
         for (int i = 0; i < n; i++)
             fprintf(out, "  %s: %s job%s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
@@ -250,7 +272,7 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     if (printed)
         return format == 0 && !(st = print_failed(c, name, out, err)) ? print_paths(c, name, out, err)
                                                                        : st;
-    char sql[2048];
+    char sql[8192];
     snprintf(sql, sizeof sql, RESULTS_SQL, "$1");
     const char *params[1] = {name};
     PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);

@@ -83,6 +83,13 @@ static qs_status validate_policy(const qs_sensitivity_spec *s, qs_error *err) {
     if (strcmp(s->format, QS_POLICY_FORMAT))
         return qs_error_set(err, QS_EINVAL, "job spec: format: mode policy has format \"%s\"",
                             QS_POLICY_FORMAT);
+    if (s->reference.path) /* a compare job quantizes nothing (validate_compare) */
+        return json_is_object(s->policy) && !json_object_size(s->policy) &&
+                       !json_object_size(s->format_options)
+                   ? QS_OK
+                   : qs_error_set(err, QS_EINVAL,
+                                  "job spec: policy: a compare job (reference_model) has the "
+                                  "empty policy {} and no format_options");
     if (!json_is_object(s->policy) || !json_object_size(s->policy))
         return qs_error_set(err, QS_EINVAL,
                             "job spec: policy: expected a non-empty object of linear: format");
@@ -133,7 +140,27 @@ unsigned qs_sensitivity_extra_parts(const qs_sensitivity_spec *s) {
     return 0;
 }
 
+/* A compare job (reference_model): an eval of mode policy with the empty map, weights only,
+ * rtn, no fuse, and a reference that exists at submit time and is not the model itself. */
+static qs_status validate_compare(const qs_sensitivity_spec *s, qs_error *err) {
+    if (!s->eval)
+        return qs_error_set(err, QS_EINVAL, "job spec: reference_model: a baseline has none");
+    if (s->mode != QS_MODE_POLICY || s->quantize_acts || s->method != QS_METHOD_RTN || s->fuse)
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: reference_model: a compare job has mode policy, quantize "
+                            "weights, method rtn and no fuse (it quantizes nothing)");
+    if (s->reference.trained_by[0] || !strcmp(s->reference.digest, s->model.digest))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: reference_model: expected an existing model other than "
+                            "the scored one");
+    return QS_OK;
+}
+
 qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
+    if (s->reference.path) {
+        qs_status cst = validate_compare(s, err);
+        if (cst) return cst;
+    }
     if (!s->model.path || !s->dataset.path)
         return qs_error_set(err, QS_EINVAL, "job spec: model and dataset are required");
     if (!s->format || !*s->format || !json_is_object(s->format_options))
@@ -287,11 +314,13 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
         }
         if (s->resources.present)
             json_object_set_new(o, "resources", qs_resources_json(&s->resources));
+        if (s->reference.path)
+            json_object_set_new(o, "reference_model", qs_model_ref_json(&s->reference));
     }
     json_decref(metrics);
     /* every json_object_set_new above fails only when out of memory: check the count */
     size_t want =
-        10 + (s->resources.present ? 1 : 0) +
+        10 + (s->resources.present ? 1 : 0) + (s->reference.path != NULL) +
         (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
         (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY) +
         (s->eval && s->fuse != 0) + (s->method != QS_METHOD_RTN) + (s->method_options != NULL) +
@@ -471,12 +500,13 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
     out->block = out->part = -1;
     out->loo_of = QS_PARTS_BLOCK_LINEARS;
     if (!json_is_object(spec)) return qs_error_set(err, QS_EINVAL, "job spec: expected an object");
-    static const char *const keys[] = {"dataset",   "format",           "format_options",
-                                       "kind",      "metrics",          "mode",
-                                       "model",     "numerics_version", "part",
-                                       "quantize",  "leave_one_out_of", "tied_embeddings",
-                                       "resources", "policy",           "fuse",
-                                       "method",    "method_options",   "calibration"};
+    static const char *const keys[] = {"dataset",        "format",           "format_options",
+                                       "kind",           "metrics",          "mode",
+                                       "model",          "numerics_version", "part",
+                                       "quantize",       "leave_one_out_of", "tied_embeddings",
+                                       "resources",      "policy",           "fuse",
+                                       "method",         "method_options",   "calibration",
+                                       "reference_model"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {
@@ -528,6 +558,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
     if (!st) st = qs_model_ref_read(spec, &out->model, err);
     if (!st) st = qs_dataset_ref_read(spec, &out->dataset, err);
     if (!st) st = qs_resources_read(spec, &out->resources, err);
+    if (!st && json_object_get(spec, "reference_model"))
+        st = qs_model_ref_read_key(spec, "reference_model", &out->reference, err);
     if (!st && out->eval) st = decode_eval(spec, out, err);
     if (!st && !out->eval) {
         const char *nulls[] = {"quantize", "mode", "part"};
@@ -553,6 +585,7 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
 void qs_sensitivity_clear(qs_sensitivity_spec *s) {
     if (!s) return;
     qs_model_ref_clear(&s->model);
+    qs_model_ref_clear(&s->reference);
     qs_dataset_ref_clear(&s->dataset);
     free(s->format);
     json_decref(s->format_options);

@@ -21,6 +21,15 @@
  *   "method", "method_options", "calibration"
  *                                    eval: how the quantized linears are quantized, when not
  *                                     by round-to-nearest (method.h); absent for rtn;
+ *   "reference_model": {"path", "digest"}
+ *                                    eval, a compare job: the model's KL and top-1 are
+ *                                     measured against this model's baseline (the job's
+ *                                     baseline is this model's), and the job quantizes
+ *                                     nothing: mode policy with the empty map, quantize
+ *                                     "weights", rtn, no fuse. The scored model is a checkpoint
+ *                                     stored quantized (an FP4 checkpoint, read dequantized),
+ *                                     the reference its parent. Its path is not part of the
+ *                                     job key; absent in every other job;
  *   "resources": {...}               spec.h (not part of the job key).
  * baseline: format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
  * eval: format a numeric-core name (kernels/quant.h) with its canonical options object (every
@@ -61,6 +70,7 @@ int qs_part_by_name(const char *name);
 typedef struct qs_sensitivity_spec {
     bool eval; /* false: "baseline", true: "eval" */
     qs_model_ref model;
+    qs_model_ref reference; /* eval: a compare job's reference model (path NULL: none) */
     qs_dataset_ref dataset;
     char *format;           /* numeric-core format name; "bf16" for a baseline */
     json_t *format_options; /* object; {} for a baseline */

@@ -77,13 +77,18 @@ static qs_status only_keys(const json_t *obj, const char *where, const char *con
 }
 
 qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err) {
+    return qs_model_ref_read_key(spec, "model", out, err);
+}
+
+qs_status qs_model_ref_read_key(const json_t *spec, const char *key, qs_model_ref *out,
+                                qs_error *err) {
     memset(out, 0, sizeof *out);
-    const json_t *m = json_object_get(spec, "model");
+    const json_t *m = json_object_get(spec, key);
     if (!json_is_object(m))
-        return qs_error_set(err, QS_EINVAL, "job spec: model: expected an object");
+        return qs_error_set(err, QS_EINVAL, "job spec: %s: expected an object", key);
     static const char *const keys[] = {"digest", "path", "trained_by", NULL};
-    qs_status st = only_keys(m, "model", keys, err);
-    if (!st) st = read_digest(m, "model", out->digest, err);
+    qs_status st = only_keys(m, key, keys, err);
+    if (!st) st = read_digest(m, key, out->digest, err);
     const json_t *tb = json_object_get(m, "trained_by");
     if (!st && tb) {
         if (!qs_is_digest(json_string_value(tb)))
@@ -100,7 +105,7 @@ qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err
                                 "trained by %s",
                                 want, out->trained_by);
     }
-    return st ? st : read_path(m, "model", &out->path, err);
+    return st ? st : read_path(m, key, &out->path, err);
 }
 
 qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error *err) {
@@ -203,6 +208,8 @@ qs_status qs_spec_key(const json_t *spec, char hex[65], qs_error *err) {
     json_t *m = json_object_get(copy, "model"), *d = json_object_get(copy, "dataset");
     if (json_is_object(m)) json_object_del(m, "path");
     if (json_is_object(d)) json_object_del(d, "path");
+    json_t *ref = json_object_get(copy, "reference_model"); /* sensitivity.h: a compare job */
+    if (json_is_object(ref)) json_object_del(ref, "path");
     json_t *cal = json_object_get(copy, "calibration"); /* a method's token file (method.h) */
     if (json_is_object(cal)) json_object_del(cal, "path");
     json_object_del(copy, "resources");

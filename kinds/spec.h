@@ -22,8 +22,9 @@
  *   "numerics_version": text
  *
  * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
- * of the canonical text of the spec after removing "model.path", "dataset.path" (where a file
- * is, not what it is: the digests are identity) and "resources" (where a job may run, not what
+ * of the canonical text of the spec after removing "model.path", "dataset.path",
+ * "calibration.path" and a compare job's "reference_model.path" (where a file is, not what it
+ * is: the digests are identity) and "resources" (where a job may run, not what
  * it computes: the engine's results are bit-identical across backends, docs/architecture.md
  * "Invariants"). */
 #ifndef QS_KINDS_SPEC_H
@@ -96,6 +97,9 @@ json_t *qs_resources_json(const qs_resources *r);
  * "resources" gives present = false. Errors: QS_EINVAL naming the field ("job spec:
  * dataset.ctx: expected an integer >= 2"), QS_ENOMEM. */
 qs_status qs_model_ref_read(const json_t *spec, qs_model_ref *out, qs_error *err);
+/* qs_model_ref_read of the model under another key (a compare job's "reference_model"). */
+qs_status qs_model_ref_read_key(const json_t *spec, const char *key, qs_model_ref *out,
+                                qs_error *err);
 qs_status qs_dataset_ref_read(const json_t *spec, qs_dataset_ref *out, qs_error *err);
 qs_status qs_resources_read(const json_t *spec, qs_resources *out, qs_error *err);
 void qs_model_ref_clear(qs_model_ref *m);

@@ -202,6 +202,8 @@ void qc_grid_free(qc_grid *g) {
     for (size_t i = 0; i < g->n_models; i++) {
         free(g->models[i].name);
         free(g->models[i].path);
+        free(g->models[i].ref_path);
+        free(g->models[i].ref_name);
     }
     for (size_t i = 0; i < g->n_formats; i++) {
         free(g->formats[i].name);

@@ -146,6 +146,11 @@ typedef struct qc_grid_model {
                                  and facts come from the training stage's shape */
     size_t train_stage;       /* with trained_by: the pipeline stage that trains it, and */
     size_t train_job;         /* the job's index among that stage's jobs (grid_pipeline.c) */
+    char *ref_path;           /* `compare_to`: the reference model (absolute path; NULL: none):
+                                 the model gets one compare job against this model's baseline
+                                 and is not swept (kinds/sensitivity.h reference_model) */
+    char *ref_name;           /* its label: the file name */
+    qc_model_facts ref_facts;
 } qc_grid_model;
 
 /* One format of the sweep. options: canonical JSON object (sorted keys, every option that

@@ -29,17 +29,48 @@ static qs_status parse_synthetic(qc_config *c, struct fy_node *syn_n, struct fy_
     return (m->path && m->name) ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
 }
 
+/* `compare_to: PATH`: the reference model a compare job scores model m against (its parent
+ * checkpoint): read, and refused when it is m itself or of another vocabulary or depth. */
+static qs_status parse_compare_to(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
+                                  qc_grid_model *m) {
+    if (!m->path || qs_is_synthetic(m->path))
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "compare_to: the compared model must be a checkpoint (a path), "
+                              "not a synthetic model");
+    qs_status st = qc_config_path(c, n, "reference model", &m->ref_path);
+    if (st) return st;
+    const char *base = strrchr(m->ref_path, '/');
+    m->ref_name = strdup(base ? base + 1 : m->ref_path);
+    if (!m->ref_name) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    qs_error e = {0};
+    st = probe->model(probe->user, m->ref_path, &m->ref_facts, &e);
+    if (st) return qc_config_fail(c, n, st, "compare_to: cannot read model: %s", e.msg);
+    const qc_model_facts *a = &m->facts, *b = &m->ref_facts;
+    if (!strcmp(a->digest, b->digest))
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "compare_to: %s is the model %s itself (equal digests)", m->ref_path,
+                              m->name);
+    if (a->vocab_size != b->vocab_size || a->n_layers != b->n_layers)
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "compare_to: model %s has %d blocks and a vocabulary of %d, its "
+                              "reference %s %d and %d: not the same network",
+                              m->name, a->n_layers, a->vocab_size, m->ref_path, b->n_layers,
+                              b->vocab_size);
+    return QS_OK;
+}
+
 qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                               qc_grid_model *m) {
-    struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL;
+    struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL, *cmp_n = NULL;
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"path", "name", "synthetic", "seed", NULL};
+        static const char *const keys[] = {"path", "name", "synthetic", "seed", "compare_to", NULL};
         if ((st = qc_config_check_keys(c, n, "a model", keys))) return st;
         path_n = qc_config_lookup(n, "path");
         name_n = qc_config_lookup(n, "name");
         syn_n = qc_config_lookup(n, "synthetic");
         seed_n = qc_config_lookup(n, "seed");
+        cmp_n = qc_config_lookup(n, "compare_to");
         if (!!path_n == !!syn_n)
             return qc_config_fail(c, n, QS_EFORMAT,
                                   "expected a model with exactly one of 'path' or 'synthetic'");
@@ -51,6 +82,7 @@ qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_pro
     }
     const char *name = NULL;
     if (name_n && (st = qc_config_string(c, name_n, "the model name", &name))) return st;
+    if (syn_n && cmp_n) return parse_compare_to(c, cmp_n, probe, m); /* refused */
     if (syn_n) return parse_synthetic(c, syn_n, seed_n, name, probe, m);
     if ((st = qc_config_path(c, path_n, "model file", &m->path))) return st;
     const char *base = strrchr(m->path, '/');
@@ -63,7 +95,7 @@ qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_pro
         return qc_config_fail(c, path_n, QS_EFORMAT,
                               "model %s reports %d blocks and a vocabulary of %d", m->path,
                               m->facts.n_layers, m->facts.vocab_size);
-    return QS_OK;
+    return cmp_n ? parse_compare_to(c, cmp_n, probe, m) : QS_OK;
 }
 
 qs_status qc_grid_parse_models(qc_config *c, struct fy_node *models, const qc_grid_probe *probe,

@@ -379,8 +379,22 @@ static qs_status parse_calibration(qc_config *c, struct fy_node *n, const qc_gri
     return QS_OK;
 }
 
+/* Whether every model of g has compare_to: then the grid sweeps nothing and needs no formats
+ * (an absent `sensitivity` gives every metric). */
+static int only_compare(const qc_grid *g) {
+    int all = g->n_models > 0;
+    for (size_t i = 0; i < g->n_models; i++)
+        all &= g->models[i].ref_path != NULL;
+    return all;
+}
+
 static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                qc_grid *g) {
+    if (!n && only_compare(g)) {
+        g->quantize_acts[g->n_quantize++] = 0;
+        g->metrics_json = strdup("[\"kl\",\"ppl\",\"sqnr\",\"top1\"]");
+        return g->metrics_json ? QS_OK : qc_config_error(c, QS_ENOMEM, "out of memory");
+    }
     if (!n || !fy_node_is_mapping(n))
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
@@ -402,7 +416,8 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
     } else if (m && fy_node_is_scalar(m)) {
         only_policy = qs_mode_by_name(qc_config_scalar(m)) == QS_MODE_POLICY;
     }
-    if (!f && !only_policy) return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
+    if (!f && !only_policy && !only_compare(g))
+        return qc_config_fail(c, n, QS_EFORMAT, "expected a 'formats' list");
     if (f && (st = parse_formats(c, f, probe, g))) return st;
     struct fy_node *q = qc_config_lookup(n, "quantize");
     if (q) {
@@ -486,6 +501,12 @@ qs_status qc_grid_sensitivity_parse_body(qc_config *c, struct fy_node *root,
     qs_status st = qc_grid_parse_dataset(c, ds, probe, g);
     if (!st) st = parse_section(c, qc_config_lookup(root, "sensitivity"), probe, g);
     if (st) return st;
+    for (size_t i = 0; g->dataset_text && i < g->n_models; i++)
+        if (g->models[i].ref_path) /* the two models' tokenizers would give two datasets */
+            return qc_config_fail(c, ds, QS_EINVAL,
+                                  "model %s has compare_to: give a token file (dataset.tokens, "
+                                  "qsweep tokenize), which both models read alike",
+                                  g->models[i].name);
     /* calibration: what the calibrated methods of the grid read; none without one */
     sens_data *d = g->kind_data;
     struct fy_node *cal = qc_config_lookup(ds, "calibration");
@@ -587,6 +608,44 @@ static qs_status add(qc_job_list *out, qs_sensitivity_spec *s, long depends_on, 
                            index, err);
 }
 
+/* A model with compare_to: the reference's baseline, then one compare job of the model against
+ * it (kinds/sensitivity.h reference_model: mode policy with the empty map, nothing quantized
+ * further). The baseline's spec is the reference's as any grid listing it writes it. */
+static qs_status expand_compare(const qc_grid *g, const qc_grid_model *m, size_t mi,
+                                const char *dpath, unsigned metrics, qc_job_list *out,
+                                qs_error *err) {
+    qc_grid_model ref = *m;
+    ref.path = m->ref_path;
+    ref.facts = m->ref_facts;
+    qs_sensitivity_spec s;
+    base_spec(g, &ref, dpath, &s);
+    s.format = "bf16";
+    s.format_options = json_object();
+    s.metrics = QS_METRIC_PPL;
+    char label[512];
+    snprintf(label, sizeof label, "%s baseline", m->ref_name);
+    long base = -1;
+    qs_status st = add(out, &s, -1, mi, -1, label, &base, err);
+    json_t *empty = json_object();
+    if (!st && !empty) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    if (!st) {
+        base_spec(g, m, dpath, &s);
+        s.eval = true;
+        s.reference.path = m->ref_path; /* borrowed */
+        memcpy(s.reference.digest, m->ref_facts.digest, sizeof s.reference.digest);
+        s.format = QS_POLICY_FORMAT;
+        s.format_options = json_object();
+        s.policy = empty; /* borrowed */
+        s.mode = QS_MODE_POLICY;
+        s.metrics = metrics;
+        snprintf(label, sizeof label, "%s compare_to %s", m->name, m->ref_name);
+        st = s.format_options ? add(out, &s, base, mi, (int)QS_MODE_POLICY, label, NULL, err)
+                              : qs_error_set(err, QS_ENOMEM, "out of memory");
+    }
+    json_decref(empty);
+    return st;
+}
+
 static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     qs_status st = QS_OK;
     unsigned loo_of = 0;
@@ -608,6 +667,10 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
     size_t n_methods = d && d->n_methods ? d->n_methods : 1;
     for (size_t mi = 0; !st && mi < g->n_models; mi++) {
         const qc_grid_model *m = &g->models[mi];
+        if (m->ref_path) {
+            st = expand_compare(g, m, mi, dpath, metrics, out, err);
+            continue;
+        }
         qs_sensitivity_spec s;
         base_spec(g, m, dpath, &s);
         s.format = "bf16";

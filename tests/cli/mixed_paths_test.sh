@@ -76,6 +76,7 @@ kill -TERM "$a"
 wait "$a" || true
 out=$("$Q" results $EXP) || fail "qsweep results after worker A"
 if echo "$out" | grep -q "mixed numerics"; then fail "a one-path experiment is flagged: $out"; fi
+if echo "$out" | grep -q '"numerics_path": "'; then fail "a one-path experiment's options name its path: $out"; fi
 
 # --- worker B (OpenBLAS, Sandybridge kernels): the rest
 QSWEEP_CPU_GEMM=openblas OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$EP" --id cpu-b --threads 1 \
@@ -101,6 +102,22 @@ na=$(jobs_of cpu-a) nb=$(jobs_of cpu-b)
 echo "$out" | grep -Eq "^  $pa: $na jobs?\$" || fail "'$pa: $na' not in: $out"
 echo "$out" | grep -Eq "^  $pb: $nb jobs?\$" || fail "'$pb: $nb' not in: $out"
 [ $((na + nb)) = $N ] || fail "A $na + B $nb jobs, want $N"
+if [ "$KIND" = sweep ]; then
+  # each path's jobs are a table of their own: every table header names one path, and the
+  # rows under the headers of a path number that path's eval jobs
+  for p in "$pa" "$pb"; do
+    echo "$out" | grep -q "\"numerics_path\": \"$p\"" || fail "no table of path $p in: $out"
+  done
+  heads=$(echo "$out" | grep -c "baseline (unquantized)")
+  named=$(echo "$out" | grep "baseline (unquantized)" | grep -c '"numerics_path": ')
+  [ "$heads" = "$named" ] || fail "$heads tables, $named of them of one numerics path: $out"
+  echo "$out" | grep -q "no table ranks one path's jobs against another's" ||
+    fail "the flag does not say the tables are per path: $out"
+  rows=$("$Q" results $EXP --csv | grep -c '""numerics_path""') || true
+  evals=$(psql_q "SELECT count(*) FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id
+                  JOIN experiments e ON e.id = ej.experiment WHERE e.name = '$EXP' AND j.kind = 'eval'")
+  [ "$rows" = "$evals" ] || fail "$rows CSV rows name their path, want every eval job's $evals"
+fi
 
 if [ "$KIND" = training ]; then
   rows=$(psql_q "SELECT count(*) FROM v_numerics_path n JOIN jobs j ON j.id = n.job_id

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -375,6 +376,81 @@ static void test_bad_policy_entries_are_refused_at_their_location(void **state) 
     assert_non_null(strstr(err.msg, "expected a 'formats' list"));
 }
 
+/* compare_to: the model's reference gets the baseline (the spec any grid listing the reference
+ * writes), the model one compare job (mode policy, the empty map, reference_model) and nothing
+ * else; the reference's path is not in the key; bad references are refused at the key. */
+static void test_compare_to_is_one_compare_job_on_the_references_baseline(void **state) {
+    env *e = *state;
+    char dir[600], text[2048], buf[1024];
+    snprintf(dir, sizeof dir, "%s/parent", e->dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(fx_write_checkpoint(dir, N_LAYERS, VOCAB, 77), 0);
+    qc_grid *g = NULL, *g2 = NULL;
+    qc_job_list l = {0}, l2 = {0};
+    snprintf(text, sizeof text,
+             "name: t\nmodels: [{path: ckpt, compare_to: parent}]\n"
+             "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n");
+    expand(e, text, &g, &l); /* no sensitivity section: every metric */
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.jobs[0].kind, "baseline");
+    assert_non_null(strstr(l.jobs[0].spec, "/parent\""));
+    assert_string_equal(field(&l.jobs[1], "mode", buf, sizeof buf), "policy");
+    assert_string_equal(field(&l.jobs[1], "policy", buf, sizeof buf), "{}");
+    assert_string_equal(field(&l.jobs[1], "metrics", buf, sizeof buf),
+                        "[\"kl\",\"ppl\",\"sqnr\",\"top1\"]");
+    assert_non_null(strstr(field(&l.jobs[1], "reference_model", buf, sizeof buf), "/parent\""));
+    assert_int_equal(l.jobs[1].n_deps, 1);
+    assert_int_equal(l.jobs[1].deps[0], 0);
+    /* the parent's baseline is the one a grid of the parent alone has */
+    expand(e,
+           "name: t\nmodels: [parent]\ndataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n"
+           "sensitivity: {formats: [nvfp4]}\n",
+           &g2, &l2);
+    assert_string_equal(l.jobs[0].key, l2.jobs[0].key);
+    /* the spec decodes and re-encodes to its own text, and its key leaves out the path */
+    json_t *spec = json_loads(l.jobs[1].spec, 0, NULL);
+    qs_sensitivity_spec s;
+    qs_error err = {0};
+    assert_int_equal(qs_sensitivity_decode(spec, &s, &err), QS_OK);
+    json_t *again = NULL;
+    assert_int_equal(qs_sensitivity_encode(&s, &again, &err), QS_OK);
+    assert_true(json_equal(spec, again));
+    char k1[65], k2[65];
+    assert_int_equal(qs_spec_key(spec, k1, &err), QS_OK);
+    json_object_set_new(json_object_get(spec, "reference_model"), "path",
+                        json_string("/elsewhere/parent"));
+    assert_int_equal(qs_spec_key(spec, k2, &err), QS_OK);
+    assert_string_equal(k1, k2);
+    /* a compare job that quantizes: refused by the decoder */
+    json_object_set_new(spec, "quantize", json_string("weights+activations"));
+    qs_sensitivity_clear(&s);
+    assert_int_equal(qs_sensitivity_decode(spec, &s, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "reference_model: a compare job has mode policy"));
+    json_decref(spec);
+    json_decref(again);
+    qc_job_list_free(&l);
+    qc_job_list_free(&l2);
+    qc_grid_free(g);
+    qc_grid_free(g2);
+    static const struct {
+        const char *model, *want;
+    } bad[] = {
+        {"{path: ckpt, compare_to: ckpt}", "is the model ckpt itself"},
+        {"{path: ckpt, compare_to: nowhere}", ":2:35: reference model "},
+        {"{synthetic: llama3.2-1b, compare_to: parent}", "must be a checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text,
+                 "name: t\nmodels: [%s]\ndataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n",
+                 bad[i].model);
+        g = NULL;
+        assert_int_not_equal(load(e, text, &g, &err), QS_OK);
+        if (!strstr(err.msg, bad[i].want))
+            fail_msg("case %zu: no '%s' in '%s'", i, bad[i].want, err.msg);
+        assert_null(g);
+    }
+}
+
 static void test_unknown_kind_names_the_registered_kinds(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
@@ -483,6 +559,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unknown_kind_names_the_registered_kinds, setup,
                                         teardown),
         cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),
+        cmocka_unit_test_setup_teardown(
+            test_compare_to_is_one_compare_job_on_the_references_baseline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_is_recorded_in_every_eval_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,9 +532,18 @@ typedef struct progress_ctx {
     const char *phase;
 } progress_ctx;
 
+/* A baseline's chunks also go to the store as a curve point "baseline_chunks" (step: chunks
+ * done, value: chunks in all), sent with the next heartbeat, so `qsweep status` shows the
+ * baseline moving: it is the first job of a sweep, every other waits on it, and no job had
+ * finished to show a pace by. */
 static int on_progress(void *p, size_t step, size_t total) {
     progress_ctx *pc = p;
     qw_job_progress(pc->job, step, total, pc->phase);
+    if (!strcmp(pc->phase, "baseline")) {
+        qs_error ignored = {0}; /* a point not sent is progress not shown, nothing else */
+        qw_job_metric(pc->job, QW_JOBS_BASELINE_CHUNKS, (double)total, (int64_t)step, false,
+                      &ignored);
+    }
     return qw_job_cancelled(pc->job);
 }
 
@@ -782,6 +792,106 @@ static qs_status apply_method(qw_model *model, const job_spec *s, qw_method_stat
     return st;
 }
 
+/* A compare job's baseline (kinds/sensitivity.h reference_model): the reference model's,
+ * at the path its own baseline job writes on this numerics path; made here from the reference
+ * when absent (a worker whose cache lacks it). path gets the file name. */
+static qs_status compare_baseline(qw_job_ctx *ctx, const job_spec *s, const qw_tokens *t,
+                                  char *path, size_t cap, qs_error *err) {
+    job_spec r = *s; /* shallow: the reference in the model's place */
+    r.model = s->reference;
+    r.eval = false;
+    char npath[160];
+    job_numerics_path(&r, npath, sizeof npath);
+    qs_status st = qw_jobs_baseline_path_for(
+        r.model.digest, r.dataset.digest, r.dataset.ctx, (long)r.dataset.max_chunks,
+        r.dataset.bos ? r.dataset.bos_id : -1, r.numerics_version, npath, 1, path, cap, err);
+    if (st || access(path, R_OK) == 0) return st;
+    qw_model *ref = NULL;
+    st = get_model(ctx, &r, r.model.digest, t, &ref, err);
+    if (!st) st = ensure_baseline(ctx, ref, t, &r, r.model.digest, path, NULL, err);
+    if (!st) st = check_model_after(ctx, &r, err);
+    return st;
+}
+
+/* Sums w_ref^2 and (w - w_ref)^2 over two stored tensors of one shape, a block of rows at a
+ * time (the stored forms are converted piecewise: no FP32 copy of a whole model). */
+static qs_status weight_sqnr_sums(const qw_stored_tensor *a, const qw_stored_tensor *b,
+                                  double *sig, double *noise, qs_error *err) {
+    const int64_t block = 64;
+    float *fa = malloc((size_t)(block * a->cols) * sizeof *fa),
+          *fb = malloc((size_t)(block * b->cols) * sizeof *fb);
+    qs_status st = fa && fb ? QS_OK : qs_error_set(err, QS_ENOMEM, "compare: out of memory");
+    *sig = *noise = 0.0;
+    for (int64_t r = 0; !st && r < a->rows; r += block) {
+        int64_t n = a->rows - r < block ? a->rows - r : block;
+        qw_stored_rows_f32(a, r, n, fa);
+        qw_stored_rows_f32(b, r, n, fb);
+        for (int64_t j = 0; j < n * a->cols; j++) {
+            double d = (double)fa[j] - (double)fb[j];
+            *sig += (double)fb[j] * fb[j];
+            *noise += d * d;
+        }
+    }
+    free(fa);
+    free(fb);
+    return st;
+}
+
+/* A compare job's per-linear SQNR: each linear's weight as the scored checkpoint holds it
+ * (an FP4 checkpoint's dequantized) against the reference's, reported as
+ * "weight_sqnr_db.<block>.<kind>" = 10 log10(sum w_ref^2 / sum (w - w_ref)^2), +inf when
+ * equal; a linear one of them does not store (a tied lm_head) is left out. */
+static qs_status compare_weights(qw_job_ctx *ctx, const job_spec *s, const qw_model *model,
+                                 qs_error *err) {
+    char key[QS_AFFINITY_KEY_MAX];
+    qs_affinity_key(s->model.digest, key, sizeof key);
+    loaded_model *lm = qw_job_cache_get(ctx, key);
+    qw_checkpoint *rck = NULL;
+    qs_status st = lm && lm->ck ? QS_OK
+                                : qs_error_set(err, QS_EINVAL,
+                                               "compare: model %s is not a checkpoint",
+                                               s->model.path);
+    /* the reference's checkpoint alone (its weights are read, not run) */
+    if (!st) st = qw_checkpoint_open(s->reference.path, &rck, err);
+    char got[65];
+    if (!st) st = qw_checkpoint_digest(rck, got, err);
+    if (!st && strcmp(got, s->reference.digest))
+        st = qs_error_set(err, QS_EINVAL,
+                          "reference model %s: digest %s differs from the job's %s (the file "
+                          "changed since the grid was submitted)",
+                          s->reference.path, got, s->reference.digest);
+    int n = qw_model_n_linears(model);
+    for (int i = 0; !st && i < n; i++) {
+        char name[256], tname[272];
+        qw_model_linear_name(model, i, name, sizeof name);
+        if (!strcmp(name, "model.embed_tokens")) continue;
+        snprintf(tname, sizeof tname, "%s.weight", name);
+        qw_stored_tensor a, b;
+        int64_t sa[2], sb[2];
+        int na, nb;
+        qs_error ignored = {0};
+        if (qw_checkpoint_tensor_stored(lm->ck, tname, &a, sa, &na, &ignored) ||
+            qw_checkpoint_tensor_stored(rck, tname, &b, sb, &nb, &ignored))
+            continue;
+        if (na != nb || sa[0] != sb[0] || sa[1] != sb[1]) {
+            st = qs_error_set(err, QS_EINVAL,
+                              "compare: %s is [%lld, %lld] in %s and [%lld, %lld] in its "
+                              "reference %s",
+                              tname, (long long)sa[0], (long long)sa[1], s->model.path,
+                              (long long)sb[0], (long long)sb[1], s->reference.path);
+            break;
+        }
+        double sig, noise;
+        if ((st = weight_sqnr_sums(&a, &b, &sig, &noise, err))) break;
+        char metric[160];
+        sqnr_metric_name(name, metric, sizeof metric);
+        snprintf(tname, sizeof tname, "weight_%s", metric);
+        st = report(ctx, tname, noise > 0.0 ? 10.0 * log10(sig / noise) : INFINITY, err);
+    }
+    qw_checkpoint_close(rck);
+    return st;
+}
+
 static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
@@ -799,13 +909,17 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qw_tokens t = {0};
     if (!st) st = load_tokens(&s, &t, err);
     qw_model *model = NULL;
-    bool probe = (s.metrics & QS_METRIC_SQNR) != 0; /* on the model's backend, GPU or CPU */
+    /* on the model's backend, GPU or CPU; a compare job quantizes nothing for the probe to
+       measure, and compares the two checkpoints' weights instead (compare_weights) */
+    bool probe = (s.metrics & QS_METRIC_SQNR) != 0 && !s.reference.path;
+    /* a compare job: the baseline is its reference model's, made here when absent */
+    if (!st && s.reference.path) st = compare_baseline(ctx, &s, &t, path, sizeof path, err);
     if (!st) st = get_model(ctx, &s, want, &t, &model, err);
     if (!st) {
         load_s = qs_clock_s() - t_start;
         qw_profile_reset(qw_model_profile(model));
     }
-    if (!st) st = ensure_baseline(ctx, model, &t, &s, want, path, NULL, err);
+    if (!st && !s.reference.path) st = ensure_baseline(ctx, model, &t, &s, want, path, NULL, err);
     qw_policy p = {0};
     if (!st) st = build_policy(&s, qw_model_config(model)->n_layers, &p, err);
     if (!st) st = qw_model_apply_policy(model, &p, err);
@@ -816,7 +930,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     progress_ctx pc = {ctx, "eval"};
     qw_eval_options opt;
     eval_options(&s, &pc, &opt);
-    opt.model_digest = want;
+    /* the baseline's model: a compare job's is its reference's (its file names that digest) */
+    opt.model_digest = s.reference.path ? s.reference.digest : want;
     opt.sqnr = probe;
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
@@ -841,6 +956,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
         sqnr_metric_name(m.sqnr[i].name, name, sizeof name);
         st = report(ctx, name, m.sqnr[i].sqnr_db, err);
     }
+    if (!st && s.reference.path && (s.metrics & QS_METRIC_SQNR))
+        st = compare_weights(ctx, &s, model, err);
     if (!st && method) st = report(ctx, "time_method_s", mi.method_s, err);
     if (!st && method) st = report(ctx, "time_calibration_s", mi.calib_s, err);
     if (!st && method) st = report(ctx, "calibration_tokens", (double)mi.calib_tokens, err);

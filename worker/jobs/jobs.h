@@ -77,6 +77,10 @@ void qw_jobs_numerics_path(bool on_cuda, int cc, int gemm, const char *cpu_path,
 /* The CPU paths whose baselines keep the name above (the fixed-order GEMM, the default). */
 #define QW_JOBS_DEFAULT_PATH_PREFIX "cpu-qsweep-fixed"
 
+/* The curve point a job reports while it computes a baseline, one per chunk: step = chunks
+ * done, value = chunks in all (not final; `qsweep status` reads the newest). */
+#define QW_JOBS_BASELINE_CHUNKS "baseline_chunks"
+
 /* The baseline file of a numerics path: qw_jobs_baseline_path's name with "-p<path>" before
  * ".qswblp" (numerics_path NULL, "" or a CPU fixed-order path: no suffix, the name above), so
  * that an eval job compares with a baseline made on its own path (made first when absent) and
