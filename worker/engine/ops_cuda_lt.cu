@@ -391,6 +391,11 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
 }
 
+void *qw_cuda_lt_gemm(const cuda_ctx *c) {
+    const lt_state *s = c ? (const lt_state *)c->lt : NULL;
+    return s ? s->g : NULL;
+}
+
 #else /* no qk_gemm.h in this tree: the path is refused at init */
 
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
@@ -426,6 +431,11 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
                             const qw_act_quant *act, float *xq, qs_error *err) {
     (void)c, (void)y, (void)x, (void)T, (void)w, (void)act, (void)xq;
     return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: gemm lt not built");
+}
+
+void *qw_cuda_lt_gemm(const cuda_ctx *c) {
+    (void)c;
+    return NULL;
 }
 
 #endif

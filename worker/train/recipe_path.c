@@ -63,3 +63,11 @@ qk_gemm_path qw_recipe_kind_path(const qw_recipe *r, int n_layers, int n_kinds, 
     if (n_quant) *n_quant = q;
     return best;
 }
+
+const char *qw_train_ran_path(unsigned ran) {
+    if (ran & (1u << QK_GEMM_PATH_FP32)) return "fp32";
+    qk_gemm_path best = QK_GEMM_PATH_FP32;
+    for (int p = 0; p <= QK_GEMM_PATH_FP32; p++)
+        if ((ran & (1u << p)) && rank((qk_gemm_path)p) > rank(best)) best = (qk_gemm_path)p;
+    return ran ? qk_gemm_path_name(best) : "none";
+}

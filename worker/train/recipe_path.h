@@ -48,4 +48,9 @@ qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_laye
 qk_gemm_path qw_recipe_kind_path(const qw_recipe *r, int n_layers, int n_kinds, qw_linear_gemm g,
                                  const qk_gemm_probe *probe, qk_gemm_request req, int *n_quant);
 
+/* The path a result names for a set of paths run (bit p: qk_gemm_path p ran, qlinear.h
+ * env->ran): "fp32" when any GEMM ran FP32, else the most specific (native_fp4, fp8,
+ * emulated_bf16, bf16); "none" for an empty set. Pure. */
+const char *qw_train_ran_path(unsigned ran);
+
 #endif
