@@ -67,7 +67,8 @@ static int is_fp4(const qk_format *f, qk_gemm_type *t) {
     return 0;
 }
 
-static void lt_weight_free(lt_weight *e) {
+static void lt_weight_free(qk_gemm *g, lt_weight *e) {
+    if (e->codes) qk_gemm_forget(g, e->codes); /* its BF16 copy, if the GEMM made one */
     cudaFree(e->codes);
     cudaFree(e->scales);
     e->codes = e->scales = NULL;
@@ -97,7 +98,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
         memset(e, 0, sizeof *e);
         e->key = p;
     }
-    lt_weight_free(e);
+    lt_weight_free(s->g, e);
     qs_status st = qk_lt_layout_init(p->fmt, p->rows, p->k, &e->layout, err);
     if (st != QS_OK) return st;
     uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes),
@@ -124,7 +125,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     free(hc);
     free(hs);
     if (st != QS_OK) {
-        lt_weight_free(e);
+        lt_weight_free(s->g, e);
         return st;
     }
     e->fingerprint = fp;
@@ -195,7 +196,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(&s->w[i]);
+        lt_weight_free(s->g, &s->w[i]);
     free(s->w);
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
@@ -211,7 +212,7 @@ void qw_cuda_lt_forget(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(&s->w[i]);
+        lt_weight_free(s->g, &s->w[i]);
     s->n = 0;
 }
 
@@ -288,6 +289,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
         wo.layout = e->layout;
         wo.tensor_scale = e->tensor_scale;
         wo.tensor_scale_exp2 = e->tensor_scale_exp2;
+        wo.resident = 1; /* emulated: dequantized to BF16 once (qk_gemm.h), forgotten on free */
     } else {
         const cuda_weight *e = NULL;
         if ((st = qw_cuda_weight(c, w, 0, &e, err)) != QS_OK) return st;
