@@ -166,7 +166,8 @@ static double step_seconds(const qw_config *c, float init_std, qw_backend *be, i
         /* the paths the linears' GEMMs ran (recipe_path.h: native_fp4, emulated_bf16, ...) */
         unsigned ran[QW_N_LINEAR_GEMMS], all = 0;
         qw_tmodel_gemm_ran(m, ran);
-        for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) all |= ran[g];
+        for (int g = 0; g < QW_N_LINEAR_GEMMS; g++)
+            all |= ran[g];
         if (path) snprintf(path, path_cap, "%s", qw_train_ran_path(all));
     } else
         fprintf(stderr, "bench_train: %s: %s\n", recipe, err.msg);
@@ -277,8 +278,8 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
     char fp4_name[32] = "", fp4_path[32] = "";
     for (int i = 0; i < n_rec && rc == 0; i++) {
         char path[32] = "";
-        double dt = step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps, path,
-                                 sizeof path);
+        double dt =
+            step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps, path, sizeof path);
         if (dt < 0) {
             rc = 1;
             break;

@@ -116,7 +116,7 @@ struct qk_gemm {
     size_t nplans, cap;
     float *alpha_beta;  // device [2]: alpha and beta of a call whose FP4 scale is on the device
     char fallback[320]; // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
-    char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
+    char fallback_status[40];   // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
     const qk_gemm_probe *probe; // what the device proved (qk_gemm_set_probe); NULL: the table
     dq_entry *dq;               // resident FP4 weights dequantized once (qk_gemm.h resident)
     size_t n_dq, cap_dq, dq_bytes, dq_budget;
@@ -261,7 +261,8 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm, k, err);
     }
     if (!st && k.scale_mode) {
-        const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (docs/numerics.md 4.1)
+        const int32_t mode =
+            k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (docs/numerics.md 4.1)
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
         if (!st)
             st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, k, err);
@@ -452,8 +453,8 @@ static const uint16_t *dq_weight(qk_gemm *g, const qk_gemm_operand *w, size_t ou
         cudaFree(p);
         return nullptr;
     }
-    g->dq[g->n_dq++] = dq_entry{w->data, w->scales, out, in, (int)w->layout.mode, p, bytes,
-                                g->dq_clock};
+    g->dq[g->n_dq++] =
+        dq_entry{w->data, w->scales, out, in, (int)w->layout.mode, p, bytes, g->dq_clock};
     g->dq_bytes += bytes;
     g->dq_misses++;
     return p;
@@ -603,8 +604,8 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
                 wres = dq_weight(g, w, out, in, stream, err, &st);
                 if (st) return st;
             }
-            size_t need = (is_fp4(x->type) ? T * ldx : 0) +
-                          (is_fp4(w->type) && !wres ? out * ldw : 0);
+            size_t need =
+                (is_fp4(x->type) ? T * ldx : 0) + (is_fp4(w->type) && !wres ? out * ldw : 0);
             if (need) {
                 st = scratch_reserve(g, need, err);
                 if (st) return st;

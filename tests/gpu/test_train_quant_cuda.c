@@ -79,9 +79,12 @@ static void gemm_case(qw_backend *be, const char *fa_name, const char *fb_name, 
     float *A = mbuf((size_t)M * K), *B = mbuf((size_t)N * K), *C = mbuf((size_t)M * N);
     float *ce = malloc(sizeof(float) * M * N), *aq = malloc(sizeof(float) * M * K),
           *bq = malloc(sizeof(float) * N * K);
-    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = urand() * 2.0f;
-    for (size_t i = 0; i < (size_t)N * K; i++) B[i] = urand() * 0.05f;
-    for (size_t i = 0; i < (size_t)M * N; i++) C[i] = ce[i] = urand();
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        A[i] = urand() * 2.0f;
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        B[i] = urand() * 0.05f;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        C[i] = ce[i] = urand();
     qk_quant_options oa = {0}, ob = {0};
     oa.rounding = sr_a ? QK_ROUND_SR : QK_ROUND_RNE;
     oa.seed = ob.seed = 77;
@@ -91,8 +94,7 @@ static void gemm_case(qw_backend *be, const char *fa_name, const char *fb_name, 
     oa.threads = ob.threads = 1;
     qs_error err = {0};
     int path = -1;
-    if (be->ops->gemm_abt_quant(be, C, A, fa, &oa, B, fb, &ob, M, N, K, beta, &path, &err) !=
-        QS_OK)
+    if (be->ops->gemm_abt_quant(be, C, A, fa, &oa, B, fb, &ob, M, N, K, beta, &path, &err) != QS_OK)
         fail_msg("gemm_abt_quant %s x %s: %s", fa_name, fb_name, err.msg);
     qk_packed pa = {0}, pb = {0};
     assert_int_equal(qk_packed_init(&pa, fa, &oa, M, K, &err), QS_OK);
@@ -106,8 +108,10 @@ static void gemm_case(qw_backend *be, const char *fa_name, const char *fb_name, 
     for (int m = 0; m < M; m++)
         for (int j = 0; j < N; j++) {
             double mag = 0;
-            for (int k = 0; k < K; k++) mag += fabs((double)aq[(size_t)m * K + k] * bq[(size_t)j * K + k]);
-            double bound = (2.0 * K + 8.0) * ldexp(1.0, -23) * mag + (beta != 0 ? ldexp(fabs(ce[(size_t)m * N + j]), -23) : 0);
+            for (int k = 0; k < K; k++)
+                mag += fabs((double)aq[(size_t)m * K + k] * bq[(size_t)j * K + k]);
+            double bound = (2.0 * K + 8.0) * ldexp(1.0, -23) * mag +
+                           (beta != 0 ? ldexp(fabs(ce[(size_t)m * N + j]), -23) : 0);
             double d = fabs((double)C[(size_t)m * N + j] - ce[(size_t)m * N + j]);
             if (bound > 0 && d / bound > worst) worst = d / bound;
             if (d > bound)
@@ -118,8 +122,10 @@ static void gemm_case(qw_backend *be, const char *fa_name, const char *fb_name, 
     printf("  %-8s x %-8s %s beta %g %d x %d x %d: path %s, worst %.3g of the bound\n", fa_name,
            fb_name, sr_a ? "SR " : "RNE", (double)beta, M, N, K,
            qk_gemm_path_name((qk_gemm_path)path), worst);
-    if (be == &emu) assert_int_equal(path, QK_GEMM_PATH_EMULATED_BF16);
-    else assert_true(path == QK_GEMM_PATH_EMULATED_BF16 || path == QK_GEMM_PATH_NATIVE_FP4);
+    if (be == &emu)
+        assert_int_equal(path, QK_GEMM_PATH_EMULATED_BF16);
+    else
+        assert_true(path == QK_GEMM_PATH_EMULATED_BF16 || path == QK_GEMM_PATH_NATIVE_FP4);
     qk_packed_release(&pa);
     qk_packed_release(&pb);
     qwt_managed_free(A), qwt_managed_free(B), qwt_managed_free(C);
@@ -160,9 +166,12 @@ static void qlinear_nvfp4_matches_the_cpu(void **s) {
         ba[i] = mbuf(sc), bb[i] = mbuf(sc);
         memset(dW[i], 0, sizeof(float) * out * in);
     }
-    for (size_t i = 0; i < (size_t)N * in; i++) x[i] = urand() * 3.0f;
-    for (size_t i = 0; i < (size_t)out * in; i++) W[i] = urand() * 0.05f;
-    for (size_t i = 0; i < (size_t)N * out; i++) dy[i] = urand() * 1e-3f;
+    for (size_t i = 0; i < (size_t)N * in; i++)
+        x[i] = urand() * 3.0f;
+    for (size_t i = 0; i < (size_t)out * in; i++)
+        W[i] = urand() * 0.05f;
+    for (size_t i = 0; i < (size_t)N * out; i++)
+        dy[i] = urand() * 1e-3f;
     unsigned ran[2][QW_N_LINEAR_GEMMS] = {{0}};
     qw_backend *bes[2] = {&cpu, &lt};
     for (int i = 0; i < 2; i++) {
@@ -173,12 +182,12 @@ static void qlinear_nvfp4_matches_the_cpu(void **s) {
     }
     double ry = rel(y[1], y[0], (size_t)N * out), rx = rel(dx[1], dx[0], (size_t)N * in),
            rw = rel(dW[1], dW[0], (size_t)out * in);
-    printf("  nvfp4 block 0: y %.3g dx %.3g dW %.3g of max |cpu|; gpu fprop ran 0x%x\n", ry, rx,
-           rw, ran[1][0]);
+    printf("  nvfp4 block 0: y %.3g dx %.3g dW %.3g of max |cpu|; gpu fprop ran 0x%x\n", ry, rx, rw,
+           ran[1][0]);
     assert_true(ry <= 1e-4 && rx <= 1e-4 && rw <= 1e-4);
     for (int g = 0; g < 3; g++) {
-        assert_true(ran[1][g] & ((1u << QK_GEMM_PATH_NATIVE_FP4) |
-                                 (1u << QK_GEMM_PATH_EMULATED_BF16)));
+        assert_true(ran[1][g] &
+                    ((1u << QK_GEMM_PATH_NATIVE_FP4) | (1u << QK_GEMM_PATH_EMULATED_BF16)));
         assert_int_equal(ran[0][g], 1u << QK_GEMM_PATH_FP32); /* the CPU's fake-quant FP32 */
     }
 }
@@ -193,9 +202,12 @@ static void resident_weights_dequantize_once(void **s) {
     const qk_format *f = qk_format_by_name("nvfp4");
     float *x = mbuf((size_t)T * IN), *w = mbuf((size_t)OUT * IN);
     float *y[4];
-    for (int i = 0; i < 4; i++) y[i] = mbuf((size_t)T * OUT);
-    for (size_t i = 0; i < (size_t)T * IN; i++) x[i] = urand();
-    for (size_t i = 0; i < (size_t)OUT * IN; i++) w[i] = urand() * 0.1f;
+    for (int i = 0; i < 4; i++)
+        y[i] = mbuf((size_t)T * OUT);
+    for (size_t i = 0; i < (size_t)T * IN; i++)
+        x[i] = urand();
+    for (size_t i = 0; i < (size_t)OUT * IN; i++)
+        w[i] = urand() * 0.1f;
     qk_gemm_operand xo, wo;
     memset(&xo, 0, sizeof xo);
     memset(&wo, 0, sizeof wo);
@@ -223,8 +235,8 @@ static void resident_weights_dequantize_once(void **s) {
     assert_int_equal(cudaDeviceSynchronize(), 0);
     qk_gemm_dq_stats st;
     qk_gemm_dequant_stats(g, &st);
-    printf("  resident NVFP4 %d x %d: %llu copies made, %llu reused, %zu bytes of %zu\n", OUT,
-           IN, (unsigned long long)st.misses, (unsigned long long)st.hits, st.bytes, st.budget);
+    printf("  resident NVFP4 %d x %d: %llu copies made, %llu reused, %zu bytes of %zu\n", OUT, IN,
+           (unsigned long long)st.misses, (unsigned long long)st.hits, st.bytes, st.budget);
     assert_int_equal(st.misses, 1);
     assert_int_equal(st.hits, 1);
     assert_int_equal(st.weights, 1);
@@ -235,8 +247,8 @@ static void resident_weights_dequantize_once(void **s) {
     assert_int_equal(st.weights, 0);
     assert_int_equal(st.bytes, 0);
     qk_gemm_set_dequant_budget(g, 1024); /* below the weight's 96 x 128 x 2 bytes */
-    assert_int_equal(qk_gemm_linear(g, &xo, &wo, T, OUT, IN, 1.0f, 0.0f, y[3], QK_GEMM_OUT_F32,
-                                    OUT, NULL, &path, &err),
+    assert_int_equal(qk_gemm_linear(g, &xo, &wo, T, OUT, IN, 1.0f, 0.0f, y[3], QK_GEMM_OUT_F32, OUT,
+                                    NULL, &path, &err),
                      QS_OK);
     assert_int_equal(cudaDeviceSynchronize(), 0);
     qk_gemm_dequant_stats(g, &st);
@@ -245,7 +257,8 @@ static void resident_weights_dequantize_once(void **s) {
     qk_gemm_destroy(g);
     qwt_managed_free(xc), qwt_managed_free(xs), qwt_managed_free(wc), qwt_managed_free(ws);
     qwt_managed_free(x), qwt_managed_free(w);
-    for (int i = 0; i < 4; i++) qwt_managed_free(y[i]);
+    for (int i = 0; i < 4; i++)
+        qwt_managed_free(y[i]);
 }
 
 int main(void) {

@@ -58,8 +58,8 @@ static void ref_gemm(float *C, double *mag, const float *A, const float *B, size
 }
 
 /* Quantizes x [rows x k] both ways: packed p and fake-quant q; checks they agree bit for bit. */
-static void both_ways(const qk_format *f, const qk_quant_options *opt, const float *x,
-                      size_t rows, size_t k, qk_packed *p, float *q) {
+static void both_ways(const qk_format *f, const qk_quant_options *opt, const float *x, size_t rows,
+                      size_t k, qk_packed *p, float *q) {
     qs_error err = {0};
     assert_int_equal(qk_packed_init(p, f, opt, rows, k, &err), QS_OK);
     if (qk_quantize(f, opt, x, rows, k, p, &err) != QS_OK) fail_msg("%s", err.msg);
@@ -84,8 +84,10 @@ static void power_of_two_scales_bit_identical(void **s) {
             assert_non_null(f);
             int fp8 = !strcmp(FORMATS[fi], "fp8_e4m3");
             float amax = fp8 ? 448.0f / 128.0f : 2688.0f / 512.0f; /* S_dec 2^-7, 2^-9 */
-            for (size_t i = 0; i < (size_t)M * K; i++) a[i] = unit();
-            for (size_t i = 0; i < (size_t)N * K; i++) b[i] = unit() * 0.75f;
+            for (size_t i = 0; i < (size_t)M * K; i++)
+                a[i] = unit();
+            for (size_t i = 0; i < (size_t)N * K; i++)
+                b[i] = unit() * 0.75f;
             a[5] = amax;
             b[(size_t)7 * K + 3] = -amax;
             qk_quant_options opt = {0};
@@ -104,7 +106,8 @@ static void power_of_two_scales_bit_identical(void **s) {
             if (qw_emul_gemm_abt(ce, &pa, &pb, 0.0f, &err) != QS_OK) fail_msg("%s", err.msg);
             ref_gemm(cr, NULL, aq, bq, M, N, K);
             size_t differ = 0;
-            for (size_t i = 0; i < (size_t)M * N; i++) differ += memcmp(&ce[i], &cr[i], 4) != 0;
+            for (size_t i = 0; i < (size_t)M * N; i++)
+                differ += memcmp(&ce[i], &cr[i], 4) != 0;
             printf("  %-9s %s: S_A %g S_B %g, %zu of %d outputs differ in any bit\n", FORMATS[fi],
                    sr ? "SR " : "RNE", (double)pa.tensor_scale, (double)pb.tensor_scale, differ,
                    M * N);
@@ -127,7 +130,8 @@ static void arbitrary_scales_within_bound(void **s) {
         const qk_format *f = qk_format_by_name(FORMATS[fi]);
         for (size_t i = 0; i < (size_t)M * K; i++)
             a[i] = ldexpf(unit(), (int)((i / K) % 41) - 20) * 1.37f;
-        for (size_t i = 0; i < (size_t)N * K; i++) b[i] = unit() * 0.01234f;
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            b[i] = unit() * 0.01234f;
         qk_quant_options opt = {0};
         opt.threads = 1;
         qk_packed pa = {0}, pb = {0};
@@ -145,12 +149,12 @@ static void arbitrary_scales_within_bound(void **s) {
             double d = fabs((double)ce[i] - cr[i]);
             differ += d != 0.0;
             if (bound > 0 && d / bound > worst) worst = d / bound;
-            if (d > bound) fail_msg("%s output %zu: emulated %.9g, fake-quant %.9g, bound %.3g",
-                                    FORMATS[fi], i, (double)ce[i], (double)cr[i], bound);
+            if (d > bound)
+                fail_msg("%s output %zu: emulated %.9g, fake-quant %.9g, bound %.3g", FORMATS[fi],
+                         i, (double)ce[i], (double)cr[i], bound);
         }
         printf("  %-9s S_A %.9g S_B %.9g: %zu of %d outputs differ, worst %.3g of the bound\n",
-               FORMATS[fi], (double)pa.tensor_scale, (double)pb.tensor_scale, differ, M * N,
-               worst);
+               FORMATS[fi], (double)pa.tensor_scale, (double)pb.tensor_scale, differ, M * N, worst);
         qk_packed_release(&pa);
         qk_packed_release(&pb);
     }
@@ -160,8 +164,8 @@ static void arbitrary_scales_within_bound(void **s) {
 /* The packed form of GEMM input op as qlinear makes it: transpose, RHT, quantize with the
  * recipe's stream. */
 static void packed_operand(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
-                           qw_gemm_operand op, const float *src, int rows, int cols,
-                           int transpose, qk_packed *p) {
+                           qw_gemm_operand op, const float *src, int rows, int cols, int transpose,
+                           qk_packed *p) {
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
     float *z = malloc(sizeof(float) * rows * cols);
     for (int i = 0; i < rows; i++)
@@ -196,9 +200,12 @@ static void recipe_gemms_match_qlinear(void **s) {
     float *deq = malloc(sizeof(float) * big);
     float *ce = malloc(sizeof(float) * big), *cr = malloc(sizeof(float) * big);
     double *mag = malloc(sizeof(double) * big);
-    for (size_t i = 0; i < (size_t)NT * IN; i++) x[i] = unit() * 3.0f;
-    for (size_t i = 0; i < (size_t)OUT * IN; i++) w[i] = unit() * 0.05f;
-    for (size_t i = 0; i < (size_t)NT * OUT; i++) dy[i] = unit() * 1e-3f;
+    for (size_t i = 0; i < (size_t)NT * IN; i++)
+        x[i] = unit() * 3.0f;
+    for (size_t i = 0; i < (size_t)OUT * IN; i++)
+        w[i] = unit() * 0.05f;
+    for (size_t i = 0; i < (size_t)NT * OUT; i++)
+        dy[i] = unit() * 1e-3f;
     /* per GEMM: inputs (operand, source, rows, cols, transpose) and the output shape */
     struct in {
         qw_gemm_operand op;
@@ -242,8 +249,7 @@ static void recipe_gemms_match_qlinear(void **s) {
             int M = gemms[g].M, N = gemms[g].N, K = gemms[g].K;
             qs_error err = {0};
             assert_int_equal(cpu.ops->gemm_abt(&cpu, cr, qa, qb, M, N, K, 0.0f, &err), QS_OK);
-            if (qw_emul_gemm_abt(ce, &pk[0], &pk[1], 0.0f, &err) != QS_OK)
-                fail_msg("%s", err.msg);
+            if (qw_emul_gemm_abt(ce, &pk[0], &pk[1], 0.0f, &err) != QS_OK) fail_msg("%s", err.msg);
             ref_gemm(deq, mag, qa, qb, (size_t)M, (size_t)N, (size_t)K);
             double worst = 0.0;
             for (size_t i = 0; i < (size_t)M * N; i++) {

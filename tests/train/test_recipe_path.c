@@ -66,8 +66,8 @@ static void every_recipe_capability_outcome_and_kind(void **s) {
                         for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
                             qk_gemm_decision d = qw_recipe_gemm_decide(
                                 &r, layers[l], N_LAYERS, (qw_linear_gemm)g, &probe, reqs[q]);
-                            qk_gemm_path want = expected(row, layers[l], CCS[c],
-                                                         (qk_probe_outcome)o, reqs[q]);
+                            qk_gemm_path want =
+                                expected(row, layers[l], CCS[c], (qk_probe_outcome)o, reqs[q]);
                             if (d.path != want)
                                 fail_msg("recipe %s cc %d probe %s req %s layer %d %s: %s, want "
                                          "%s (%s)",
@@ -75,8 +75,7 @@ static void every_recipe_capability_outcome_and_kind(void **s) {
                                          qk_probe_outcome_name((qk_probe_outcome)o),
                                          qk_gemm_request_name(reqs[q]), layers[l],
                                          qw_linear_gemm_name((qw_linear_gemm)g),
-                                         qk_gemm_path_name(d.path), qk_gemm_path_name(want),
-                                         d.why);
+                                         qk_gemm_path_name(d.path), qk_gemm_path_name(want), d.why);
                             checked++;
                         }
             }
@@ -110,7 +109,8 @@ static void rows_written_out(void **s) {
         qs_error err;
         assert_int_equal(qw_recipe_by_name(rows[i].recipe, &r, &err), QS_OK);
         qk_gemm_probe probe = {.cc = rows[i].cc};
-        for (int f = 0; f < QK_PROBE_FORMATS; f++) probe.outcome[f] = rows[i].o;
+        for (int f = 0; f < QK_PROBE_FORMATS; f++)
+            probe.outcome[f] = rows[i].o;
         for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
             qk_gemm_decision d =
                 qw_recipe_gemm_decide(&r, 0, N_LAYERS, (qw_linear_gemm)g, &probe, QK_GEMM_REQ_AUTO);
@@ -124,9 +124,9 @@ static void rows_written_out(void **s) {
     qw_recipe r;
     qs_error err;
     assert_int_equal(qw_recipe_by_name("nvfp4", &r, &err), QS_OK);
-    assert_int_equal(qw_recipe_gemm_decide(&r, 0, N_LAYERS, QW_GEMM_WGRAD, NULL, QK_GEMM_REQ_AUTO)
-                         .path,
-                     QK_GEMM_PATH_EMULATED_BF16);
+    assert_int_equal(
+        qw_recipe_gemm_decide(&r, 0, N_LAYERS, QW_GEMM_WGRAD, NULL, QK_GEMM_REQ_AUTO).path,
+        QK_GEMM_PATH_EMULATED_BF16);
 }
 
 /* A micro-step's kinds: nvfp4 (last block BF16) on 4 blocks of 7 linears has 3 x 7 quantized
@@ -139,16 +139,20 @@ static void kind_paths_and_counts(void **s) {
         const char *path;
         int n_quant;
     } rows[] = {
-        {"nvfp4", 100, "native_fp4", 21},       {"nvfp4", 90, "emulated_bf16", 21},
-        {"nvfp4-all-blocks", 90, "emulated_bf16", 28}, {"bf16", 100, "bf16", 0},
-        {"fp32", 100, "fp32", 0},               {"fp8", 90, "fp8", 28},
+        {"nvfp4", 100, "native_fp4", 21},
+        {"nvfp4", 90, "emulated_bf16", 21},
+        {"nvfp4-all-blocks", 90, "emulated_bf16", 28},
+        {"bf16", 100, "bf16", 0},
+        {"fp32", 100, "fp32", 0},
+        {"fp8", 90, "fp8", 28},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         qw_recipe r;
         qs_error err;
         assert_int_equal(qw_recipe_by_name(rows[i].recipe, &r, &err), QS_OK);
         qk_gemm_probe probe = {.cc = rows[i].cc};
-        for (int f = 0; f < QK_PROBE_FORMATS; f++) probe.outcome[f] = QK_PROBE_OK;
+        for (int f = 0; f < QK_PROBE_FORMATS; f++)
+            probe.outcome[f] = QK_PROBE_OK;
         for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
             int nq = -1;
             qk_gemm_path p = qw_recipe_kind_path(&r, N_LAYERS, 7, (qw_linear_gemm)g, &probe,

@@ -115,9 +115,9 @@ __global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const
     dw[i] += s;
 }
 
-extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd,
-                                             const float *x, const float *w, int N, int D,
-                                             float eps, qs_error *err) {
+extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd, const float *x,
+                                             const float *w, int N, int D, float eps,
+                                             qs_error *err) {
     CTX;
     if (!(w = qw_cuda_vector(c, w, (size_t)D))) return qw_backend_cuda_check(b, err);
     k_rms_fwd<<<(unsigned)N, 256, 0, c->stream>>>(out, rstd, x, w, D, eps);
@@ -304,8 +304,8 @@ __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const floa
     }
 }
 
-extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g,
-                                            const float *u, size_t n, qs_error *err) {
+extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u,
+                                            size_t n, qs_error *err) {
     CTX;
     k_swiglu_fwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
     return done(c, "swiglu forward", err);
@@ -572,9 +572,12 @@ extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fm
 /* The block-scaled GEMM type of a recipe format, 0 for one qk_gemm has none of. */
 static int tr_fp4_type(const qk_format *f, qk_gemm_type *t) {
     const char *n = f ? qk_format_name(f) : "";
-    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d")) *t = QK_GEMM_NVFP4;
-    else if (!strcmp(n, "mxfp4")) *t = QK_GEMM_MXFP4;
-    else return 0;
+    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
+        *t = QK_GEMM_NVFP4;
+    else if (!strcmp(n, "mxfp4"))
+        *t = QK_GEMM_MXFP4;
+    else
+        return 0;
     return 1;
 }
 
@@ -591,8 +594,8 @@ static qs_status tr_quant_operand(cuda_ctx *c, const qk_format *f, const qk_quan
     qs_status st = qk_lt_layout_init(f, rows, k, &op->layout, err);
     if (st != QS_OK) return st;
     uint8_t *codes = mem, *scales = mem + tr_up256(op->layout.codes_bytes);
-    st = qk_cuda_quantize_lt_async(f, o, x, rows, k, &op->layout, codes, scales, d_scale,
-                                   c->stream, err);
+    st = qk_cuda_quantize_lt_async(f, o, x, rows, k, &op->layout, codes, scales, d_scale, c->stream,
+                                   err);
     if (st != QS_OK) return st;
     op->type = t;
     op->data = codes;

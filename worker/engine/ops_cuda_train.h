@@ -94,11 +94,10 @@ qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt, const qk
  * nvfp4 / nvfp4_2d with nvfp4, mxfp4 with mxfp4. Errors: QS_EUNSUPPORTED, C untouched (no
  * cuBLASLt handle: request fp32 or bf16; another format; Ncol not a multiple of 4 or C not
  * 16-byte aligned), the quantizer's and the GEMM's otherwise. */
-qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
-                                       const qk_format *fa, const qk_quant_options *oa,
-                                       const float *Bm, const qk_format *fb,
-                                       const qk_quant_options *ob, int M, int Ncol, int K,
-                                       float beta, int *path, qs_error *err);
+qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A, const qk_format *fa,
+                                       const qk_quant_options *oa, const float *Bm,
+                                       const qk_format *fb, const qk_quant_options *ob, int M,
+                                       int Ncol, int K, float beta, int *path, qs_error *err);
 qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err);
 qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
                               float lr, float wd, float b1, float b2, float eps, float c1, float c2,

@@ -60,8 +60,8 @@ static qs_status fake_quant(const qw_qlinear_env *env, const qw_operand_spec *sp
                             qw_gemm_operand op, float *dst, int r, int k, qs_error *err) {
     if (spec->mode != QW_MODE_QUANT) return QS_OK;
     qk_quant_options opt = quant_options(env, spec, linear, op);
-    qs_status st = env->be->ops->fake_quant(env->be, spec->fmt, &opt, dst, (size_t)r, (size_t)k,
-                                            err);
+    qs_status st =
+        env->be->ops->fake_quant(env->be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
 }
@@ -71,8 +71,8 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
                              int transpose, qs_error *err) {
     qs_status st = stage(env, spec, linear, op, dst, src, rows, cols, transpose, err);
     if (st != QS_OK) return st;
-    return fake_quant(env, spec, linear, op, dst, transpose ? cols : rows,
-                      transpose ? rows : cols, err);
+    return fake_quant(env, spec, linear, op, dst, transpose ? cols : rows, transpose ? rows : cols,
+                      err);
 }
 
 /* Notes that GEMM kind g ran on path p (qk_gemm_path) in env->ran. */

@@ -15,14 +15,15 @@
  * and scales as the numeric core) and runs a block-scaled GEMM, natively where the device's
  * probe proved the format, else the exact BF16 emulation with the tensor scales in alpha
  * (recipe_path.h, recipe_emul.h); where it declines, or a hook is set, or on the CPU (no
- * gemm_abt_quant), the fake-quantized inputs go to gemm_abt as above. Every step goes through the ops table of env->be (worker/engine/ops.h: copy,
- * transpose, round_bf16, rht, fake_quant, gemm_abt, gemm_abt_bf16, linear_bwd), so the one code
- * runs on any backend; every pointer is that backend's memory. Because the RHT is orthogonal and
- * applied to both wgrad inputs along the reduction axis, it cancels in the product (arXiv
- * 2509.25149 section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized
- * values are exact in FP32 (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed,
- * tensor id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no
- * two tensors or steps share random bits. Nothing here allocates. */
+ * gemm_abt_quant), the fake-quantized inputs go to gemm_abt as above. Every step goes through the
+ * ops table of env->be (worker/engine/ops.h: copy, transpose, round_bf16, rht, fake_quant,
+ * gemm_abt, gemm_abt_bf16, linear_bwd), so the one code runs on any backend; every pointer is that
+ * backend's memory. Because the RHT is orthogonal and applied to both wgrad inputs along the
+ * reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake quantization is
+ * exact emulation of an FP4 GEMM: the dequantized values are exact in FP32 (docs/numerics.md 4.5).
+ * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand, step
+ * = env->step, so a run is reproducible and no two tensors or steps share random bits. Nothing here
+ * allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 

@@ -16,7 +16,8 @@ qs_status qw_emul_operand_bf16(const qk_packed *A, uint16_t *out, float *scale, 
     for (size_t i = 0; st == QS_OK && i < n; i++) {
         uint32_t u;
         memcpy(&u, &y[i], sizeof u);
-        if (isnan(y[i])) u = 0x7FC00000u;
+        if (isnan(y[i]))
+            u = 0x7FC00000u;
         else if (u & 0xFFFFu)
             st = qs_error_set(err, QS_EINVAL,
                               "emulated GEMM: %s row %zu column %zu: %g is not exact in BF16",
@@ -31,13 +32,12 @@ qs_status qw_emul_operand_bf16(const qk_packed *A, uint16_t *out, float *scale, 
 qs_status qw_emul_gemm_abt(float *C, const qk_packed *A, const qk_packed *B, float beta,
                            qs_error *err) {
     if (A->k != B->k)
-        return qs_error_set(err, QS_EINVAL, "emulated GEMM: A has k %zu, B has k %zu", A->k,
-                            B->k);
+        return qs_error_set(err, QS_EINVAL, "emulated GEMM: A has k %zu, B has k %zu", A->k, B->k);
     size_t M = A->rows, N = B->rows, K = A->k;
     uint16_t *a = malloc(M * K * sizeof *a), *b = malloc(N * K * sizeof *b);
-    qs_status st = a && b ? QS_OK
-                          : qs_error_set(err, QS_ENOMEM, "emulated GEMM: %zu x %zu, %zu x %zu",
-                                         M, K, N, K);
+    qs_status st =
+        a && b ? QS_OK
+               : qs_error_set(err, QS_ENOMEM, "emulated GEMM: %zu x %zu, %zu x %zu", M, K, N, K);
     float sa = 1.0f, sb = 1.0f;
     if (st == QS_OK) st = qw_emul_operand_bf16(A, a, &sa, err);
     if (st == QS_OK) st = qw_emul_operand_bf16(B, b, &sb, err);
@@ -47,7 +47,8 @@ qs_status qw_emul_gemm_abt(float *C, const qk_packed *A, const qk_packed *B, flo
             for (size_t j = 0; j < N; j++) {
                 const uint16_t *ar = a + m * K, *br = b + j * K;
                 float acc = 0.0f;
-                for (size_t k = 0; k < K; k++) acc += qw_bf16_to_f32(ar[k]) * qw_bf16_to_f32(br[k]);
+                for (size_t k = 0; k < K; k++)
+                    acc += qw_bf16_to_f32(ar[k]) * qw_bf16_to_f32(br[k]);
                 float *c = &C[m * N + j];
                 *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
             }

@@ -10,9 +10,12 @@ qk_gemm_type qw_operand_gemm_type(const qw_operand_spec *spec, int *bf16_exact) 
     qk_gemm_type t = QK_GEMM_BF16;
     if (spec->mode == QW_MODE_QUANT && spec->fmt) {
         const char *n = spec->fmt->name;
-        if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d")) t = QK_GEMM_NVFP4;
-        else if (!strcmp(n, "mxfp4")) t = QK_GEMM_MXFP4;
-        else if (!strcmp(n, "fp8_e4m3")) t = QK_GEMM_FP8_E4M3;
+        if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
+            t = QK_GEMM_NVFP4;
+        else if (!strcmp(n, "mxfp4"))
+            t = QK_GEMM_MXFP4;
+        else if (!strcmp(n, "fp8_e4m3"))
+            t = QK_GEMM_FP8_E4M3;
     }
     if (bf16_exact) *bf16_exact = t == QK_GEMM_BF16 ? exact : 1;
     return t;

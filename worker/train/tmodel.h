@@ -4,9 +4,9 @@
  * the engine's ops table (worker/engine/ops.h) and its one block definition
  * (worker/engine/block.h, the block the evaluation runs too, here with save on and the
  * recipe's linears as hooks) with the model's ends (worker/engine/llama_head.h: embeddings,
- * final norm and lm_head, shared with the evaluation the same way): every step is a table entry, so the same code trains on the CPU
- * backend and on CUDA, and never reads the backend's memory from the host except through the
- * table's fetch.
+ * final norm and lm_head, shared with the evaluation the same way): every step is a table entry, so
+ * the same code trains on the CPU backend and on CUDA, and never reads the backend's memory from
+ * the host except through the table's fetch.
  *
  * Architecture as worker/engine/model.h (Hugging Face LlamaForCausalLM): embeddings, per block
  * x += o(attn(rope(q(rms(x))), rope(k(rms(x))), v(rms(x)))) and

@@ -331,9 +331,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                 emit(hooks, "gemm_bf16_count", -1, n_bf16);
                 emit(hooks, "gemm_fp32_count", -1, n_fp32);
                 /* per GEMM kind the paths its GEMMs ran ("gemm_kind_path.<kind>.<path>" = 1: apart
-                   from gemm_path., which the results views read as one path) (recipe_path.h: native_fp4 or
-                   emulated_bf16 where the backend quantizes along K itself), and the whole
-                   step's path from them */
+                   from gemm_path., which the results views read as one path) (recipe_path.h:
+                   native_fp4 or emulated_bf16 where the backend quantizes along K itself), and the
+                   whole step's path from them */
                 unsigned ran[QW_N_LINEAR_GEMMS], all = 0;
                 qw_tmodel_gemm_ran(models[0], ran);
                 for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
