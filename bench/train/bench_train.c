@@ -23,7 +23,9 @@
  * GEMMs of every linear as cuBLAS BF16 GEMMs (bench/common/cublas_rate.h: cublasGemmEx, BF16 in,
  * FP32 accumulate and out), and as FP32 cublasSgemm, which the training ops call, for
  * reference. Each recipe: one warm-up step, then the mean of `steps` (3) steps. Prints
- * "summary:" lines for tools/device-check.sh. Without a GPU, or in a build without CUDA, it
+ * "summary:" lines for tools/device-check.sh, one per recipe and one with the first nvfp4
+ * recipe's step time over bf16's and the path its linears' GEMMs ran (recipe_path.h; targets
+ * 0.8 with native_fp4, 1.3 emulated in BF16). Without a GPU, or in a build without CUDA, it
  * says so and exits 0 (skipped).
  * Usage: bench_train --backend cuda [--shape NAME --batch B --ctx T] [--steps S]
  *                    [--recipes bf16,nvfp4] */
@@ -38,6 +40,7 @@
 #include "cublas_rate.h"
 #include "data.h"
 #include "synthetic.h"
+#include "recipe_path.h"
 #include "tmodel.h"
 #include "trainer.h"
 #if QW_BENCH_TRAIN_CUDA
@@ -110,7 +113,7 @@ static int linear_shapes(const qw_config *c, int N, qb_linear *sh) {
  * NULL: one warm-up step, then the mean of `steps` steps over a deterministic token stream.
  * Returns -1 after printing the error. */
 static double step_seconds(const qw_config *c, float init_std, qw_backend *be, int nt, int B, int T,
-                           const char *recipe, int steps) {
+                           const char *recipe, int steps, char *path, size_t path_cap) {
     int N = B * T;
     size_t ntok = (size_t)N * (steps + 2) + 1;
     uint32_t *stream = malloc(ntok * 4);
@@ -158,9 +161,15 @@ static double step_seconds(const qw_config *c, float init_std, qw_backend *be, i
         qw_backend *mb = qw_tmodel_backend(m);
         st = mb->ops->fetch(mb, &p0, qw_tmodel_params(m), sizeof p0, &err);
     }
-    if (st == QS_OK)
+    if (st == QS_OK) {
         dt = (now_s() - t0) / steps;
-    else
+        /* the paths the linears' GEMMs ran (recipe_path.h: native_fp4, emulated_bf16, ...) */
+        unsigned ran[QW_N_LINEAR_GEMMS], all = 0;
+        qw_tmodel_gemm_ran(m, ran);
+        for (int g = 0; g < QW_N_LINEAR_GEMMS; g++)
+            all |= ran[g];
+        if (path) snprintf(path, path_cap, "%s", qw_train_ran_path(all));
+    } else
         fprintf(stderr, "bench_train: %s: %s\n", recipe, err.msg);
     if (have_tr) qw_trainer_free(&tr);
     if (have_d) qw_data_free(&d);
@@ -196,7 +205,7 @@ static int cpu_main(int nt, int B, int steps) {
     const char *recipes[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
                              "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
     for (size_t ri = 0; ri < sizeof recipes / sizeof recipes[0]; ri++) {
-        double dt = step_seconds(&c, 0.02f, NULL, nt, B, T, recipes[ri], steps);
+        double dt = step_seconds(&c, 0.02f, NULL, nt, B, T, recipes[ri], steps, NULL, 0);
         if (dt < 0) return 1;
         double gf = lin_flops / dt * 1e-9;
         printf("%-18s %12.0f %10.2f %10.3f\n", recipes[ri], N / dt, gf, gf / base);
@@ -265,11 +274,21 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
            "cublasSgemm %.1f TFLOP/s\n",
            bf16, fp32);
     int rc = 0;
+    double bf16_dt = -1, fp4_dt = -1;
+    char fp4_name[32] = "", fp4_path[32] = "";
     for (int i = 0; i < n_rec && rc == 0; i++) {
-        double dt = step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps);
+        char path[32] = "";
+        double dt =
+            step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps, path, sizeof path);
         if (dt < 0) {
             rc = 1;
             break;
+        }
+        if (!strcmp(recipes[i], "bf16")) bf16_dt = dt;
+        if (!strncmp(recipes[i], "nvfp4", 5) && fp4_dt < 0) {
+            fp4_dt = dt;
+            snprintf(fp4_name, sizeof fp4_name, "%s", recipes[i]);
+            snprintf(fp4_path, sizeof fp4_path, "%s", path);
         }
         double tf = (lin_flops + att_flops) / dt * 1e-12, ratio = tf / bf16;
         printf("summary: train %s B%d ctx %d recipe %s: %.0f tokens/s, %.1f ms/step, %.2f "
@@ -277,6 +296,15 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
                "target %.1f: %s\n",
                r->shape, B, T, recipes[i], N / dt, dt * 1e3, tf, ratio, bf16, tf / fp32, fp32,
                BT_CUDA_TARGET, ratio >= BT_CUDA_TARGET ? "met" : "missed");
+    }
+    /* the NVFP4 recipe's step time over the BF16 recipe's, both measured above (targets: 0.8
+       where its GEMMs run native_fp4, 1.3 where they are emulated in BF16) */
+    if (rc == 0 && bf16_dt > 0 && fp4_dt > 0) {
+        double target = !strcmp(fp4_path, "native_fp4") ? 0.8 : 1.3, q = fp4_dt / bf16_dt;
+        printf("summary: train %s B%d ctx %d recipe %s / bf16 step time: %.3f (%.1f / %.1f ms, "
+               "its GEMMs %s); target <= %.1f: %s\n",
+               r->shape, B, T, fp4_name, q, fp4_dt * 1e3, bf16_dt * 1e3, fp4_path, target,
+               q <= target ? "met" : "missed");
     }
     qw_backend_close(&be);
     return rc;

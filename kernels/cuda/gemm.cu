@@ -93,6 +93,17 @@ bool is_fp4(qk_gemm_type t) {
 
 } // namespace
 
+// One resident FP4 weight's BF16 copy (e2m1 x block scale, exact), [rows x round8(k)].
+struct dq_entry {
+    const void *data;
+    const uint8_t *scales;
+    size_t rows, k;
+    int mode;
+    uint16_t *bf16;
+    size_t bytes;
+    uint64_t used; // g->dq_clock at its last use (least recently used goes first)
+};
+
 struct qk_gemm {
     int device;
     int cc; // 10 * major + minor
@@ -105,8 +116,11 @@ struct qk_gemm {
     size_t nplans, cap;
     float *alpha_beta;  // device [2]: alpha and beta of a call whose FP4 scale is on the device
     char fallback[320]; // why the last native GEMM ran emulated ("" none: qk_gemm_fallback)
-    char fallback_status[40]; // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
+    char fallback_status[40];   // its CUBLAS_STATUS_* name (qk_gemm_fallback_status)
     const qk_gemm_probe *probe; // what the device proved (qk_gemm_set_probe); NULL: the table
+    dq_entry *dq;               // resident FP4 weights dequantized once (qk_gemm.h resident)
+    size_t n_dq, cap_dq, dq_bytes, dq_budget;
+    uint64_t dq_clock, dq_hits, dq_misses;
 };
 
 extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
@@ -121,6 +135,7 @@ extern "C" qs_status qk_gemm_create(int device, qk_gemm **out, qs_error *err) {
     if (!g) return qs_error_set(err, QS_ENOMEM, "kernels/cuda: gemm: handle");
     g->device = device;
     g->cc = prop.major * 10 + prop.minor;
+    g->dq_budget = prop.totalGlobalMem / 4; // qk_gemm.h: a quarter of the device's memory
     cublasStatus_t s = cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         free(g);
@@ -153,6 +168,9 @@ extern "C" void qk_gemm_destroy(qk_gemm *g) {
     for (size_t i = 0; i < g->nplans; i++)
         plan_free(&g->plans[i]);
     free(g->plans);
+    for (size_t i = 0; i < g->n_dq; i++)
+        cudaFree(g->dq[i].bf16);
+    free(g->dq);
     cudaFree(g->scratch);
     cudaFree(g->workspace);
     cudaFree(g->alpha_beta);
@@ -243,7 +261,8 @@ static qs_status plan_build(qk_gemm *g, const plan_key &k, const void *a_scale, 
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm, k, err);
     }
     if (!st && k.scale_mode) {
-        const int32_t mode = k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (docs/numerics.md 4.1)
+        const int32_t mode =
+            k.scale_mode; // cublasLtMatmulMatrixScale_t, int32 (docs/numerics.md 4.1)
         st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, k, err);
         if (!st)
             st = set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, k, err);
@@ -383,6 +402,94 @@ static size_t round8(size_t v) {
     return (v + 7) / 8 * 8;
 }
 
+static void dq_drop(qk_gemm *g, size_t i) {
+    cudaFree(g->dq[i].bf16); // synchronises the device: no GEMM still reads it
+    g->dq_bytes -= g->dq[i].bytes;
+    g->dq[i] = g->dq[--g->n_dq];
+}
+
+// The BF16 copy of resident FP4 weight w ([out x round8(in)]), made on the first GEMM that
+// reads it; NULL (the caller dequantizes into the scratch) when it does not fit the budget even
+// after the least recently used copies are dropped.
+static const uint16_t *dq_weight(qk_gemm *g, const qk_gemm_operand *w, size_t out, size_t in,
+                                 cudaStream_t stream, qs_error *err, qs_status *st) {
+    *st = QS_OK;
+    g->dq_clock++;
+    for (size_t i = 0; i < g->n_dq; i++) {
+        dq_entry *e = &g->dq[i];
+        if (e->data == w->data && e->scales == w->scales && e->rows == out && e->k == in &&
+            e->mode == (int)w->layout.mode) {
+            e->used = g->dq_clock;
+            g->dq_hits++;
+            return e->bf16;
+        }
+    }
+    size_t bytes = out * round8(in) * sizeof(uint16_t);
+    if (bytes > g->dq_budget) return nullptr;
+    while (g->n_dq && g->dq_bytes + bytes > g->dq_budget) {
+        size_t lru = 0;
+        for (size_t i = 1; i < g->n_dq; i++)
+            if (g->dq[i].used < g->dq[lru].used) lru = i;
+        dq_drop(g, lru);
+    }
+    if (g->n_dq == g->cap_dq) {
+        size_t cap = g->cap_dq ? 2 * g->cap_dq : 16;
+        dq_entry *n = (dq_entry *)realloc(g->dq, cap * sizeof *n);
+        if (!n) {
+            *st = qs_error_set(err, QS_ENOMEM, "kernels/cuda: gemm: resident weight table");
+            return nullptr;
+        }
+        g->dq = n;
+        g->cap_dq = cap;
+    }
+    uint16_t *p = nullptr;
+    cudaError_t e = cudaMalloc((void **)&p, bytes);
+    if (e != cudaSuccess) { // no memory now: the per-call scratch instead
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    *st = qk_gemm_dequant_bf16(w, p, round8(in), stream, err);
+    if (*st != QS_OK) {
+        cudaFree(p);
+        return nullptr;
+    }
+    g->dq[g->n_dq++] =
+        dq_entry{w->data, w->scales, out, in, (int)w->layout.mode, p, bytes, g->dq_clock};
+    g->dq_bytes += bytes;
+    g->dq_misses++;
+    return p;
+}
+
+extern "C" void qk_gemm_forget(qk_gemm *g, const void *data) {
+    if (!g) return;
+    (void)cudaSetDevice(g->device);
+    for (size_t i = g->n_dq; i-- > 0;)
+        if (g->dq[i].data == data) dq_drop(g, i);
+}
+
+extern "C" void qk_gemm_set_dequant_budget(qk_gemm *g, size_t bytes) {
+    if (!g) return;
+    g->dq_budget = bytes;
+    (void)cudaSetDevice(g->device);
+    while (g->n_dq && g->dq_bytes > g->dq_budget) {
+        size_t lru = 0;
+        for (size_t i = 1; i < g->n_dq; i++)
+            if (g->dq[i].used < g->dq[lru].used) lru = i;
+        dq_drop(g, lru);
+    }
+}
+
+extern "C" void qk_gemm_dequant_stats(const qk_gemm *g, qk_gemm_dq_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!g) return;
+    out->hits = g->dq_hits;
+    out->misses = g->dq_misses;
+    out->weights = g->n_dq;
+    out->bytes = g->dq_bytes;
+    out->budget = g->dq_budget;
+}
+
 // ab[0] = alpha x (the x scale) x (the W scale) x 2^(ex + ew), as qk_lt_fold_alpha rounds it
 // (the product in double, one rounding to FP32), each scale read from the device when its
 // pointer is given; ab[1] = beta. One thread: stream-ordered after the quantizer that wrote the
@@ -491,13 +598,22 @@ extern "C" qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const 
             size_t ldw = is_fp4(w->type) ? round8(in) : w->ld;
             k.lda = (int64_t)ldw;
             k.ldb = (int64_t)ldx;
-            size_t need = (is_fp4(x->type) ? T * ldx : 0) + (is_fp4(w->type) ? out * ldw : 0);
+            // a resident FP4 weight: its BF16 copy, made once (qk_gemm.h resident)
+            const uint16_t *wres = nullptr;
+            if (is_fp4(w->type) && w->resident) {
+                wres = dq_weight(g, w, out, in, stream, err, &st);
+                if (st) return st;
+            }
+            size_t need =
+                (is_fp4(x->type) ? T * ldx : 0) + (is_fp4(w->type) && !wres ? out * ldw : 0);
             if (need) {
                 st = scratch_reserve(g, need, err);
                 if (st) return st;
             }
             uint16_t *s = g->scratch;
-            if (is_fp4(w->type)) {
+            if (wres) {
+                a_ptr = wres;
+            } else if (is_fp4(w->type)) {
                 st = qk_gemm_dequant_bf16(w, s, ldw, stream, err);
                 if (st) return st;
                 a_ptr = s;

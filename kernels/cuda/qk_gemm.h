@@ -75,6 +75,12 @@ typedef struct qk_gemm_operand {
                                     (qk_cuda_quantize_lt_async writes it): alpha is folded on
                                     the device (CUBLASLT_POINTER_MODE_DEVICE, in the plan key),
                                     tensor_scale is ignored, tensor_scale_exp2 still applies */
+    int resident; /* W only, FP4: 1 when data and scales stay unchanged at these addresses until
+                     qk_gemm_forget(g, data) (a placed model's weight): the emulated path then
+                     dequantizes it to BF16 once, on its first GEMM, and keeps the copy within
+                     the handle's budget (qk_gemm_set_dequant_budget; default a quarter of the
+                     device's memory; least recently used copies dropped first; a weight larger
+                     than the budget is dequantized per call as with 0). 0: per call */
 } qk_gemm_operand;
 
 /* Opaque handle: cuBLASLt handle, workspace, scratch, plan cache, device properties. */
@@ -129,6 +135,22 @@ qs_status qk_gemm_linear(qk_gemm *g, const qk_gemm_operand *x, const qk_gemm_ope
  * ignored, so the caller multiplies its alpha by the FP4 weights' tensor_scale. */
 qs_status qk_gemm_dequant_bf16(const qk_gemm_operand *op, uint16_t *y, size_t ldy, void *stream,
                                qs_error *err);
+
+/* Drops the BF16 copies of resident weights whose codes are at data (call it before that memory
+ * is freed or rewritten; synchronises the device when a copy is dropped). NULL g: no-op. */
+void qk_gemm_forget(qk_gemm *g, const void *data);
+
+/* Sets the bytes the resident weights' BF16 copies may take (dropping the least recently used
+ * above it). */
+void qk_gemm_set_dequant_budget(qk_gemm *g, size_t bytes);
+
+/* What the resident weights' copies did: GEMMs that found one (hits), copies made (misses),
+ * copies held, their bytes and the budget. */
+typedef struct qk_gemm_dq_stats {
+    uint64_t hits, misses;
+    size_t weights, bytes, budget;
+} qk_gemm_dq_stats;
+void qk_gemm_dequant_stats(const qk_gemm *g, qk_gemm_dq_stats *out);
 
 /* Why the last native FP4 GEMM of g ran emulated ("native_fp4 refused, ran emulated_bf16:
  * kernels/cuda: gemm: cublasLtMatmulAlgoGetHeuristic ... CUBLAS_STATUS_INVALID_VALUE ... m=...

@@ -236,6 +236,15 @@ struct qw_ops {
     /* qk_fake_quant of x[rows x k], blocks along k, in place. */
     qs_status (*fake_quant)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
                             float *x, size_t rows, size_t k, qs_error *err);
+    /* C[M x Ncol] = Aq Bq^T + beta C, A [M x K] and Bm [Ncol x K] quantized along K under (fa,
+     * oa), (fb, ob) as fake_quant would, by a block-scaled GEMM (worker/train/recipe_path.h:
+     * native where the device proved it, else exact BF16 emulation, tensor scales in alpha);
+     * *path the qk_gemm_path taken. NULL where the backend has none (the CPU). QS_EUNSUPPORTED,
+     * C untouched: formats or a shape it does not run (the caller fake-quantizes instead). */
+    qs_status (*gemm_abt_quant)(qw_backend *b, float *C, const float *A, const qk_format *fa,
+                                const qk_quant_options *oa, const float *Bm, const qk_format *fb,
+                                const qk_quant_options *ob, int M, int Ncol, int K, float beta,
+                                int *path, qs_error *err);
     /* tokens [N] backend memory. */
     qs_status (*embedding_fwd)(qw_backend *b, float *out, const uint32_t *tokens, const float *emb,
                                int N, int D, qs_error *err);

@@ -413,6 +413,7 @@ static const qw_ops cuda_ops = {
     .round_bf16 = qw_cuda_train_round_bf16,
     .rht = qw_cuda_train_rht,
     .fake_quant = qw_cuda_train_fake_quant,
+    .gemm_abt_quant = qw_cuda_train_gemm_abt_quant,
     .embedding_fwd = qw_cuda_train_embedding_forward,
     .embedding_bwd = qw_cuda_train_embedding_backward,
     .rmsnorm_bwd = qw_cuda_train_rmsnorm_backward,

@@ -134,6 +134,9 @@ int qw_cuda_lt_fallback(const cuda_ctx *c, char *status, size_t status_cap, char
                         size_t why_cap);
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
                             const qw_act_quant *act, float *xq, qs_error *err);
+/* The QW_CUDA_GEMM_LT path's qk_gemm handle (probe set, qk_gemm.h), NULL without one: the
+ * training op gemm_abt_quant runs its block-scaled GEMMs there (ops_cuda_train.cu). */
+void *qw_cuda_lt_gemm(const cuda_ctx *c);
 
 /* Frees every cached weight. */
 void qw_cuda_weights_release(cuda_ctx *c);

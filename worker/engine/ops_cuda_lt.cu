@@ -69,7 +69,8 @@ static int is_fp4(const qk_format *f, qk_gemm_type *t) {
     return 0;
 }
 
-static void lt_weight_free(lt_weight *e) {
+static void lt_weight_free(qk_gemm *g, lt_weight *e) {
+    if (e->codes) qk_gemm_forget(g, e->codes); /* its BF16 copy, if the GEMM made one */
     cudaFree(e->codes);
     cudaFree(e->scales);
     e->codes = e->scales = NULL;
@@ -99,7 +100,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
         memset(e, 0, sizeof *e);
         e->key = p;
     }
-    lt_weight_free(e);
+    lt_weight_free(s->g, e);
     qs_status st = qk_lt_layout_init(p->fmt, p->rows, p->k, &e->layout, err);
     if (st != QS_OK) return st;
     uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes),
@@ -126,7 +127,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     free(hc);
     free(hs);
     if (st != QS_OK) {
-        lt_weight_free(e);
+        lt_weight_free(s->g, e);
         return st;
     }
     e->fingerprint = fp;
@@ -192,7 +193,7 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(&s->w[i]);
+        lt_weight_free(s->g, &s->w[i]);
     free(s->w);
     cudaFree(s->xcodes.p);
     cudaFree(s->xscales.p);
@@ -208,7 +209,7 @@ void qw_cuda_lt_forget(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(&s->w[i]);
+        lt_weight_free(s->g, &s->w[i]);
     s->n = 0;
 }
 
@@ -382,6 +383,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     wo.layout = e->layout;
     wo.tensor_scale = e->tensor_scale;
     wo.tensor_scale_exp2 = e->tensor_scale_exp2;
+    wo.resident = 1; /* emulated: dequantized to BF16 once (qk_gemm.h), forgotten on free */
     qk_gemm_type at = QK_GEMM_BF16;
     if (act && act->fmt && is_fp4(act->fmt, &at) && at == wt) {
         /* W4A4: x quantized on the device straight into cuBLASLt's layout. */
@@ -441,6 +443,11 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
 }
 
+void *qw_cuda_lt_gemm(const cuda_ctx *c) {
+    const lt_state *s = c ? (const lt_state *)c->lt : NULL;
+    return s ? s->g : NULL;
+}
+
 #else /* no qk_gemm.h in this tree: the path is refused at init */
 
 qs_status qw_cuda_lt_init(cuda_ctx *c, qs_error *err) {
@@ -481,6 +488,11 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
                             const qw_act_quant *act, float *xq, qs_error *err) {
     (void)c, (void)y, (void)x, (void)T, (void)w, (void)act, (void)xq;
     return qs_error_set(err, QS_EUNSUPPORTED, "backend cuda: gemm lt not built");
+}
+
+void *qw_cuda_lt_gemm(const cuda_ctx *c) {
+    (void)c;
+    return NULL;
 }
 
 #endif

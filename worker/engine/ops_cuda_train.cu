@@ -115,9 +115,9 @@ __global__ void k_rms_bwd_dw(float *dw, const float *dout, const float *x, const
     dw[i] += s;
 }
 
-extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd,
-                                             const float *x, const float *w, int N, int D,
-                                             float eps, qs_error *err) {
+extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *rstd, const float *x,
+                                             const float *w, int N, int D, float eps,
+                                             qs_error *err) {
     CTX;
     if (!(w = qw_cuda_vector(c, w, (size_t)D))) return qw_backend_cuda_check(b, err);
     k_rms_fwd<<<(unsigned)N, 256, 0, c->stream>>>(out, rstd, x, w, D, eps);
@@ -304,8 +304,8 @@ __global__ void k_swiglu_bwd_t(float *dg, float *du, const float *dh, const floa
     }
 }
 
-extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g,
-                                            const float *u, size_t n, qs_error *err) {
+extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u,
+                                            size_t n, qs_error *err) {
     CTX;
     k_swiglu_fwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
     return done(c, "swiglu forward", err);
@@ -564,6 +564,102 @@ extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fm
     if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
     return done(c, "fake quant", err);
 }
+
+#ifdef QW_HAVE_QK_GEMM
+#include "cublaslt_layout.h"
+#include "qk_gemm.h"
+
+/* The block-scaled GEMM type of a recipe format, 0 for one qk_gemm has none of. */
+static int tr_fp4_type(const qk_format *f, qk_gemm_type *t) {
+    const char *n = f ? qk_format_name(f) : "";
+    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
+        *t = QK_GEMM_NVFP4;
+    else if (!strcmp(n, "mxfp4"))
+        *t = QK_GEMM_MXFP4;
+    else
+        return 0;
+    return 1;
+}
+
+static size_t tr_up256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
+/* One operand quantized into [codes | scales] of mem at off, its decode scale at d_scale. */
+static qs_status tr_quant_operand(cuda_ctx *c, const qk_format *f, const qk_quant_options *o,
+                                  const float *x, size_t rows, size_t k, qk_gemm_type t,
+                                  uint8_t *mem, float *d_scale, qk_gemm_operand *op,
+                                  qs_error *err) {
+    memset(op, 0, sizeof *op);
+    qs_status st = qk_lt_layout_init(f, rows, k, &op->layout, err);
+    if (st != QS_OK) return st;
+    uint8_t *codes = mem, *scales = mem + tr_up256(op->layout.codes_bytes);
+    st = qk_cuda_quantize_lt_async(f, o, x, rows, k, &op->layout, codes, scales, d_scale, c->stream,
+                                   err);
+    if (st != QS_OK) return st;
+    op->type = t;
+    op->data = codes;
+    op->scales = scales;
+    op->tensor_scale = 1.0f;
+    op->d_tensor_scale = d_scale;
+    return QS_OK;
+}
+
+extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
+                                                  const qk_format *fa, const qk_quant_options *oa,
+                                                  const float *Bm, const qk_format *fb,
+                                                  const qk_quant_options *ob, int M, int Ncol,
+                                                  int K, float beta, int *path, qs_error *err) {
+    CTX;
+    qk_gemm *g = (qk_gemm *)qw_cuda_lt_gemm(c);
+    qk_gemm_type ta, tb;
+    if (!g || !tr_fp4_type(fa, &ta) || !tr_fp4_type(fb, &tb) || ta != tb || Ncol % 4 != 0 ||
+        ((uintptr_t)C & 15) != 0 || M <= 0 || Ncol <= 0 || K <= 0)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "cuda train op: gemm_abt_quant: %s x %s, %d x %d x %d: not run here "
+                            "(cuBLASLt handle %s)",
+                            fa ? qk_format_name(fa) : "?", fb ? qk_format_name(fb) : "?", M, Ncol,
+                            K, g ? "present" : "absent: gemm request fp32 or bf16");
+    qk_lt_layout la, lb;
+    qs_status st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
+    if (st == QS_OK) st = qk_lt_layout_init(fb, (size_t)Ncol, (size_t)K, &lb, err);
+    if (st != QS_OK) return st;
+    /* one stream-ordered allocation: A's codes and scales, B's, the two decode scales */
+    size_t na = tr_up256(la.codes_bytes) + tr_up256(la.scale_bytes);
+    size_t nb = tr_up256(lb.codes_bytes) + tr_up256(lb.scale_bytes);
+    uint8_t *mem = NULL;
+    st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, na + nb + 256, c->stream),
+                        "gemm_abt_quant: operand buffers", err);
+    if (st != QS_OK) return st;
+    float *d_scales = (float *)(mem + na + nb);
+    qk_gemm_operand x, w;
+    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, ta, mem, d_scales, &x, err);
+    if (st == QS_OK)
+        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, tb, mem + na, d_scales + 1,
+                              &w, err);
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    if (st == QS_OK)
+        st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, (size_t)K, 1.0f, beta, C,
+                            QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, &p, err);
+    cudaError_t fe = cudaFreeAsync(mem, c->stream);
+    if (st != QS_OK) return st;
+    st = qw_cuda_status(c, fe, "gemm_abt_quant: free operand buffers", err);
+    if (st != QS_OK) return st;
+    if (path) *path = (int)p;
+    return done(c, "gemm_abt_quant", err);
+}
+#else
+extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
+                                                  const qk_format *fa, const qk_quant_options *oa,
+                                                  const float *Bm, const qk_format *fb,
+                                                  const qk_quant_options *ob, int M, int Ncol,
+                                                  int K, float beta, int *path, qs_error *err) {
+    (void)b, (void)C, (void)A, (void)fa, (void)oa, (void)Bm, (void)fb, (void)ob, (void)M;
+    (void)Ncol, (void)K, (void)beta, (void)path;
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "cuda train op: gemm_abt_quant: built without kernels/cuda/qk_gemm.h");
+}
+#endif
 
 #define TR_SUMSQ_RANGES 64
 

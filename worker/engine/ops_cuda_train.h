@@ -87,6 +87,17 @@ qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, size_t k, int 
                             qs_error *err);
 qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
                                    float *x, size_t rows, size_t k, qs_error *err);
+/* ops.h gemm_abt_quant: A and Bm quantized along K on the device into cuBLASLt's layout
+ * (qk_cuda_quantize_lt_async: the numeric core's codes and scales, SR streams included), then
+ * qk_gemm_linear on the backend's cuBLASLt handle (native_fp4 where the probe proved the format,
+ * else emulated_bf16), FP32 output, tensor scales folded into alpha on the device. Formats
+ * nvfp4 / nvfp4_2d with nvfp4, mxfp4 with mxfp4. Errors: QS_EUNSUPPORTED, C untouched (no
+ * cuBLASLt handle: request fp32 or bf16; another format; Ncol not a multiple of 4 or C not
+ * 16-byte aligned), the quantizer's and the GEMM's otherwise. */
+qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A, const qk_format *fa,
+                                       const qk_quant_options *oa, const float *Bm,
+                                       const qk_format *fb, const qk_quant_options *ob, int M,
+                                       int Ncol, int K, float beta, int *path, qs_error *err);
 qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err);
 qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
                               float lr, float wd, float b1, float b2, float eps, float c1, float c2,

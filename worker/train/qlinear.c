@@ -7,6 +7,7 @@
 #include "element.h"
 #include "hadamard.h"
 #include "ops.h"
+#include "qk_gemm_path.h"
 
 size_t qw_qlinear_scratch_floats(int N, int in, int out) {
     size_t a = (size_t)N * in, b = (size_t)N * out, c = (size_t)out * in;
@@ -14,9 +15,11 @@ size_t qw_qlinear_scratch_floats(int N, int in, int out) {
     return m > c ? m : c;
 }
 
-qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
-                             qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
-                             int transpose, qs_error *err) {
+/* The GEMM input before its quantization: transposed or copied, rounded to BF16, or passed
+ * through the RHT (QW_MODE_QUANT), into dst. */
+static qs_status stage(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                       qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
+                       int transpose, qs_error *err) {
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
     qw_backend *be = env->be;
     const qw_ops *ops = be->ops;
@@ -36,27 +39,45 @@ qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *s
         if (st != QS_OK)
             return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     }
+    return QS_OK;
+}
+
+/* The quantizer's options for GEMM input op of linear `linear`: the recipe's rounding and the
+ * SR stream (seed, tensor id, step). */
+static qk_quant_options quant_options(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                                      int linear, qw_gemm_operand op) {
     qk_quant_options opt = {0};
     opt.rounding = spec->rounding;
     opt.seed = env->seed;
     opt.tensor_id = (uint32_t)linear * QW_N_OPERANDS + (uint32_t)op;
     opt.step = env->step;
-    opt.threads = be->threads;
-    st = ops->fake_quant(be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
+    opt.threads = env->be->threads;
+    return opt;
+}
+
+/* Fake-quantizes the staged input dst [r x k] in place (QW_MODE_QUANT only). */
+static qs_status fake_quant(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                            qw_gemm_operand op, float *dst, int r, int k, qs_error *err) {
+    if (spec->mode != QW_MODE_QUANT) return QS_OK;
+    qk_quant_options opt = quant_options(env, spec, linear, op);
+    qs_status st =
+        env->be->ops->fake_quant(env->be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
 }
 
-static qs_status prep(const qw_qlinear_env *env, int layer, int linear, qw_gemm_operand op,
-                      float *dst, const float *src, int rows, int cols, int transpose,
-                      qs_error *err) {
-    qw_operand_spec spec;
-    qw_recipe_operand(env->recipe, layer, env->n_layers, op, &spec);
-    qs_status st = qw_qlinear_prepare(env, &spec, linear, op, dst, src, rows, cols, transpose, err);
-    if (st == QS_OK && env->hook)
-        env->hook(env->hook_user, linear, op, src, rows, cols, dst, transpose ? cols : rows,
-                  transpose ? rows : cols);
-    return st;
+qs_status qw_qlinear_prepare(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                             qw_gemm_operand op, float *dst, const float *src, int rows, int cols,
+                             int transpose, qs_error *err) {
+    qs_status st = stage(env, spec, linear, op, dst, src, rows, cols, transpose, err);
+    if (st != QS_OK) return st;
+    return fake_quant(env, spec, linear, op, dst, transpose ? cols : rows, transpose ? rows : cols,
+                      err);
+}
+
+/* Notes that GEMM kind g ran on path p (qk_gemm_path) in env->ran. */
+static void note(const qw_qlinear_env *env, qw_linear_gemm g, int p) {
+    if (env->ran && (unsigned)g < QW_N_LINEAR_GEMMS && p >= 0 && p < 31) env->ran[g] |= 1u << p;
 }
 
 /* C = A B^T + beta C for GEMM g of a linear of block `layer`: with BF16 operands
@@ -66,9 +87,65 @@ static qs_status gemm(const qw_qlinear_env *env, int layer, qw_linear_gemm g, fl
                       const float *A, const float *Bm, int M, int Ncol, int K, float beta,
                       qs_error *err) {
     qw_backend *be = env->be;
-    if (qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g))
+    if (qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g)) {
+        note(env, g, QK_GEMM_PATH_BF16);
         return be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err);
+    }
+    note(env, g, QK_GEMM_PATH_FP32);
     return be->ops->gemm_abt(be, C, A, Bm, M, Ncol, K, beta, err);
+}
+
+/* One GEMM input: which operand, its high-precision source [rows x cols], transposed or not. */
+typedef struct gemm_input {
+    qw_gemm_operand op;
+    const float *src;
+    int rows, cols, transpose;
+} gemm_input;
+
+/* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
+ * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
+ * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
+ * BF16) and no hook watches the inputs, the staged inputs go to it; where it declines
+ * (QS_EUNSUPPORTED: a format or shape it does not run) or is absent (the CPU), the staged
+ * inputs are fake-quantized and multiplied by gemm. */
+static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g,
+                             float *C, const gemm_input *a, const gemm_input *b, int M, int Ncol,
+                             int K, float beta, qs_error *err) {
+    qw_backend *be = env->be;
+    qw_operand_spec sa, sb;
+    qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
+    qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
+    float *ba = env->buf_a, *bb = env->buf_b;
+    qs_status st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
+    if (st == QS_OK)
+        st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
+    if (st != QS_OK) return st;
+    if (be->ops->gemm_abt_quant && !env->hook && sa.mode == QW_MODE_QUANT &&
+        sb.mode == QW_MODE_QUANT) {
+        qk_quant_options oa = quant_options(env, &sa, linear, a->op);
+        qk_quant_options ob = quant_options(env, &sb, linear, b->op);
+        int path = -1;
+        qs_error declined = {0};
+        st = be->ops->gemm_abt_quant(be, C, ba, sa.fmt, &oa, bb, sb.fmt, &ob, M, Ncol, K, beta,
+                                     &path, &declined);
+        if (st == QS_OK) {
+            note(env, g, path);
+            return QS_OK;
+        }
+        if (st != QS_EUNSUPPORTED) {
+            if (err) *err = declined;
+            return qs_error_wrap(err, "linear %d %s", linear, qw_linear_gemm_name(g));
+        }
+    }
+    int ra = a->transpose ? a->cols : a->rows, rb = b->transpose ? b->cols : b->rows;
+    st = fake_quant(env, &sa, linear, a->op, ba, ra, K, err);
+    if (st == QS_OK) st = fake_quant(env, &sb, linear, b->op, bb, rb, K, err);
+    if (st == QS_OK && env->hook) {
+        env->hook(env->hook_user, linear, a->op, a->src, a->rows, a->cols, ba, ra, K);
+        env->hook(env->hook_user, linear, b->op, b->src, b->rows, b->cols, bb, rb, K);
+    }
+    if (st != QS_OK) return st;
+    return gemm(env, layer, g, C, ba, bb, M, Ncol, K, beta, err);
 }
 
 static int all_fp32(const qw_qlinear_env *env, int layer) {
@@ -81,30 +158,30 @@ qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, f
                              const float *x, const float *W, int N, int in, int out,
                              qs_error *err) {
     qw_backend *be = env->be;
-    if (all_fp32(env, layer)) return be->ops->gemm_abt(be, y, x, W, N, out, in, 0.0f, err);
-    qs_status st = prep(env, layer, linear, QW_FPROP_X, env->buf_a, x, N, in, 0, err);
-    if (st == QS_OK) st = prep(env, layer, linear, QW_FPROP_W, env->buf_b, W, out, in, 0, err);
-    if (st != QS_OK) return st;
-    return gemm(env, layer, QW_GEMM_FPROP, y, env->buf_a, env->buf_b, N, out, in, 0.0f, err);
+    if (all_fp32(env, layer)) {
+        note(env, QW_GEMM_FPROP, QK_GEMM_PATH_FP32);
+        return be->ops->gemm_abt(be, y, x, W, N, out, in, 0.0f, err);
+    }
+    gemm_input a = {QW_FPROP_X, x, N, in, 0}, b = {QW_FPROP_W, W, out, in, 0};
+    return linear_gemm(env, layer, linear, QW_GEMM_FPROP, y, &a, &b, N, out, in, 0.0f, err);
 }
 
 qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, float *dx,
                               int dx_accumulate, float *dW, const float *dy, const float *x,
                               const float *W, int N, int in, int out, qs_error *err) {
     qw_backend *be = env->be;
-    if (all_fp32(env, layer))
+    if (all_fp32(env, layer)) {
+        if (dx) note(env, QW_GEMM_DGRAD, QK_GEMM_PATH_FP32);
+        note(env, QW_GEMM_WGRAD, QK_GEMM_PATH_FP32);
         return be->ops->linear_bwd(be, dx, dx_accumulate, dW, dy, x, W, N, in, out, err);
+    }
     qs_status st = QS_OK;
     if (dx) {
-        st = prep(env, layer, linear, QW_DGRAD_DY, env->buf_a, dy, N, out, 0, err);
-        if (st == QS_OK) st = prep(env, layer, linear, QW_DGRAD_W, env->buf_b, W, out, in, 1, err);
-        if (st != QS_OK) return st;
-        st = gemm(env, layer, QW_GEMM_DGRAD, dx, env->buf_a, env->buf_b, N, in, out,
-                  dx_accumulate ? 1.0f : 0.0f, err);
+        gemm_input a = {QW_DGRAD_DY, dy, N, out, 0}, b = {QW_DGRAD_W, W, out, in, 1};
+        st = linear_gemm(env, layer, linear, QW_GEMM_DGRAD, dx, &a, &b, N, in, out,
+                         dx_accumulate ? 1.0f : 0.0f, err);
         if (st != QS_OK) return st;
     }
-    st = prep(env, layer, linear, QW_WGRAD_DY, env->buf_a, dy, N, out, 1, err);
-    if (st == QS_OK) st = prep(env, layer, linear, QW_WGRAD_X, env->buf_b, x, N, in, 1, err);
-    if (st != QS_OK) return st;
-    return gemm(env, layer, QW_GEMM_WGRAD, dW, env->buf_a, env->buf_b, out, in, N, 1.0f, err);
+    gemm_input a = {QW_WGRAD_DY, dy, N, out, 1}, b = {QW_WGRAD_X, x, N, in, 1};
+    return linear_gemm(env, layer, linear, QW_GEMM_WGRAD, dW, &a, &b, out, in, N, 1.0f, err);
 }

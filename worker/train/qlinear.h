@@ -9,14 +9,21 @@
  * scratch buffer; the GEMM (FP32 accumulation; on the CPU cblas_sgemm pieces fixed by the shape)
  * reads the scratch: gemm_abt_bf16 (BF16 operands on a GPU's tensor cores) when both its inputs
  * are exact in BF16 under the recipe (bf16_exact.h qw_recipe_gemm_bf16), gemm_abt (FP32)
- * otherwise. Every step goes through the ops table of env->be (worker/engine/ops.h: copy,
- * transpose, round_bf16, rht, fake_quant, gemm_abt, gemm_abt_bf16, linear_bwd), so the one code
- * runs on any backend; every pointer is that backend's memory. Because the RHT is orthogonal and
- * applied to both wgrad inputs along the reduction axis, it cancels in the product (arXiv
- * 2509.25149 section 4.2). Fake quantization is exact emulation of an FP4 GEMM: the dequantized
- * values are exact in FP32 (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed,
- * tensor id = linear * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no
- * two tensors or steps share random bits. Nothing here allocates. */
+ * otherwise. Where both inputs of a GEMM are quantized and the backend offers gemm_abt_quant
+ * (ops.h; the CUDA backend with its cuBLASLt handle), the inputs are handed to it after the
+ * transpose and the RHT, unquantized: it quantizes them along k on the device (the same codes
+ * and scales as the numeric core) and runs a block-scaled GEMM, natively where the device's
+ * probe proved the format, else the exact BF16 emulation with the tensor scales in alpha
+ * (recipe_path.h, recipe_emul.h); where it declines, or a hook is set, or on the CPU (no
+ * gemm_abt_quant), the fake-quantized inputs go to gemm_abt as above. Every step goes through the
+ * ops table of env->be (worker/engine/ops.h: copy, transpose, round_bf16, rht, fake_quant,
+ * gemm_abt, gemm_abt_bf16, linear_bwd), so the one code runs on any backend; every pointer is that
+ * backend's memory. Because the RHT is orthogonal and applied to both wgrad inputs along the
+ * reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake quantization is
+ * exact emulation of an FP4 GEMM: the dequantized values are exact in FP32 (docs/numerics.md 4.5).
+ * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand, step
+ * = env->step, so a run is reproducible and no two tensors or steps share random bits. Nothing here
+ * allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
@@ -46,6 +53,8 @@ typedef struct qw_qlinear_env {
     float *buf_a, *buf_b;
     qw_gemm_hook hook; /* NULL: none */
     void *hook_user;
+    unsigned *ran; /* NULL, or [QW_N_LINEAR_GEMMS] (bf16_exact.h qw_linear_gemm): bit p set
+                      when a GEMM of that kind ran on path p (qk_gemm_path.h) */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */

@@ -62,6 +62,7 @@ struct qw_tmodel {
     uint32_t step;
     qw_recipe recipe;
     qw_qlinear_env env;
+    unsigned gemm_ran[QW_N_LINEAR_GEMMS]; /* env.ran: the paths each GEMM kind ran */
     size_t bytes;
     void *mem; /* the one backend allocation */
 };
@@ -255,6 +256,7 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
     m->env.be = be;
     m->env.recipe = &m->recipe;
     m->env.n_layers = cfg->n_layers;
+    m->env.ran = m->gemm_ran;
     *out = m;
     return QS_OK;
 }
@@ -418,6 +420,10 @@ void qw_tmodel_gemm_paths(const qw_tmodel *m, int *n_bf16, int *n_fp32) {
     }
     *n_bf16 = bf16;
     *n_fp32 = all - bf16;
+}
+
+void qw_tmodel_gemm_ran(const qw_tmodel *m, unsigned ran[QW_N_LINEAR_GEMMS]) {
+    memcpy(ran, m->gemm_ran, sizeof m->gemm_ran);
 }
 
 size_t qw_tmodel_bytes(const qw_tmodel *m) {

@@ -4,9 +4,9 @@
  * the engine's ops table (worker/engine/ops.h) and its one block definition
  * (worker/engine/block.h, the block the evaluation runs too, here with save on and the
  * recipe's linears as hooks) with the model's ends (worker/engine/llama_head.h: embeddings,
- * final norm and lm_head, shared with the evaluation the same way): every step is a table entry, so the same code trains on the CPU
- * backend and on CUDA, and never reads the backend's memory from the host except through the
- * table's fetch.
+ * final norm and lm_head, shared with the evaluation the same way): every step is a table entry, so
+ * the same code trains on the CPU backend and on CUDA, and never reads the backend's memory from
+ * the host except through the table's fetch.
  *
  * Architecture as worker/engine/model.h (Hugging Face LlamaForCausalLM): embeddings, per block
  * x += o(attn(rope(q(rms(x))), rope(k(rms(x))), v(rms(x)))) and
@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16_exact.h"
 #include "checkpoint.h"
 #include "error.h"
 #include "ops.h"
@@ -121,6 +122,11 @@ void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user);
  * *n_fp32 FP32 (gemm_abt, linear_bwd). Attention's batched matmuls are not linears and not
  * counted (FP32 always). Pure: from the recipe and the config. */
 void qw_tmodel_gemm_paths(const qw_tmodel *m, int *n_bf16, int *n_fp32);
+
+/* The GEMM paths the model's linears ran since it was made, per kind (bf16_exact.h
+ * qw_linear_gemm): bit p of ran[g] set when a GEMM of kind g ran on path p (qk_gemm_path.h:
+ * fp32, bf16, or gemm_abt_quant's native_fp4 / emulated_bf16). */
+void qw_tmodel_gemm_ran(const qw_tmodel *m, unsigned ran[QW_N_LINEAR_GEMMS]);
 
 /* Batch B, sequence length T and rows N = B*T the model was created for. */
 int qw_tmodel_batch(const qw_tmodel *m);

@@ -14,6 +14,8 @@
 #include <omp.h>
 
 #include "bf16_exact.h"
+#include "qk_gemm_path.h"
+#include "recipe_path.h"
 #include "checkpoint.h"
 #include "ckpt.h"
 #include "replace_file.h"
@@ -324,11 +326,28 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
             qw_tmodel_gemm_paths(models[0], &n_bf16, &n_fp32);
             const char *path =
                 qw_train_gemm_path(qw_backend_gemm_path_name(&be[0]), n_fp32, &linears);
+            char gp[128];
             if (linears) {
                 emit(hooks, "gemm_bf16_count", -1, n_bf16);
                 emit(hooks, "gemm_fp32_count", -1, n_fp32);
+                /* per GEMM kind the paths its GEMMs ran ("gemm_kind_path.<kind>.<path>" = 1: apart
+                   from gemm_path., which the results views read as one path) (recipe_path.h:
+                   native_fp4 or emulated_bf16 where the backend quantizes along K itself), and the
+                   whole step's path from them */
+                unsigned ran[QW_N_LINEAR_GEMMS], all = 0;
+                qw_tmodel_gemm_ran(models[0], ran);
+                for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
+                    all |= ran[g];
+                    for (int p = 0; p <= QK_GEMM_PATH_FP32; p++)
+                        if (ran[g] & (1u << p)) {
+                            snprintf(gp, sizeof gp, "gemm_kind_path.%s.%s",
+                                     qw_linear_gemm_name((qw_linear_gemm)g),
+                                     qk_gemm_path_name((qk_gemm_path)p));
+                            emit(hooks, gp, -1, 1);
+                        }
+                }
+                if (all) path = qw_train_ran_path(all);
             }
-            char gp[128];
             snprintf(gp, sizeof gp, "gemm_path.%s", path);
             emit(hooks, gp, -1, 1);
             /* on the CPU also the BLAS and kernel family its GEMMs ran on (ops.h
