@@ -130,6 +130,29 @@ qs_status qw_comm_allreduce(qw_comm *c, float *const *bufs, size_t count, qw_com
     return QS_OK;
 }
 
+qs_status qw_comm_allreduce_rank(qw_comm *c, int rank, float *buf, size_t count, qw_comm_op op,
+                                 qs_error *err) {
+    if (rank < 0 || rank >= c->n)
+        return qs_error_set(err, QS_EINVAL, "comm: rank %d of %d", rank, c->n);
+    if (count == 0) return qs_error_set(err, QS_EINVAL, "comm: all-reduce of 0 elements");
+    if (!buf) return qs_error_set(err, QS_EINVAL, "comm: rank %d: NULL buffer", rank);
+    CUDA_TRY(cudaSetDevice(c->device[rank]), "cudaSetDevice");
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, nccl_op(op), c->comm[rank],
+                                   c->stream[rank]);
+    if (r != ncclSuccess)
+        return qs_error_set(err, QS_EIO, "comm: ncclAllReduce of rank %d (%zu floats): %s", rank,
+                            count, ncclGetErrorString(r));
+    cudaError_t e = cudaStreamSynchronize(c->stream[rank]);
+    if (e != cudaSuccess)
+        return qs_error_set(err, QS_EIO, "comm: rank %d (device %d): %s", rank, c->device[rank],
+                            cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    NCCL_TRY(ncclCommGetAsyncError(c->comm[rank], &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess)
+        return qs_error_set(err, QS_EIO, "comm: rank %d: %s", rank, ncclGetErrorString(async));
+    return QS_OK;
+}
+
 qs_status qw_comm_allreduce_gradients(qw_comm *c, float *const *grads, size_t n, int average,
                                       qs_error *err) {
     qs_status st = qw_comm_allreduce(c, grads, n, average ? QW_COMM_AVG : QW_COMM_SUM, NULL, err);
