@@ -32,8 +32,7 @@ static float urand(void) {
     rng ^= rng >> 12;
     rng ^= rng << 25;
     rng ^= rng >> 27;
-    return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 -
-                   1.0);
+    return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
 /* A device buffer of b holding host[n]. */

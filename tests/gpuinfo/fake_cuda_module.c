@@ -99,8 +99,8 @@ static qs_status nccl_allreduce(void *comm, float *const *bufs, size_t count, qw
     return QS_OK;
 }
 
-static qs_status nccl_allreduce_rank(void *comm, int rank, float *buf, size_t count,
-                                     qw_group_op op, qs_error *err) {
+static qs_status nccl_allreduce_rank(void *comm, int rank, float *buf, size_t count, qw_group_op op,
+                                     qs_error *err) {
     (void)comm, (void)rank, (void)op, (void)err;
     buf[0] = (float)count;
     return QS_OK;

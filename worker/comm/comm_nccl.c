@@ -147,8 +147,8 @@ qs_status qw_comm_allreduce_rank(qw_comm *c, int rank, float *buf, size_t count,
     /* the backend's ops return before their kernels finish (ops_cuda.cu), on a stream of their
      * own: this comm point waits for the device's work before NCCL reads buf */
     CUDA_TRY(cudaDeviceSynchronize(), "waiting for the rank's device before the all-reduce");
-    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, nccl_op(op), c->comm[rank],
-                                   c->stream[rank]);
+    ncclResult_t r =
+        ncclAllReduce(buf, buf, count, ncclFloat32, nccl_op(op), c->comm[rank], c->stream[rank]);
     if (r != ncclSuccess)
         return qs_error_set(err, QS_EIO, "comm: ncclAllReduce of rank %d (%zu floats): %s", rank,
                             count, ncclGetErrorString(r));

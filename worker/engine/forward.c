@@ -100,8 +100,8 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
  * y [T x D] that the all-reduce sums over the ranks. With an activation format, the local amax
  * of x is MAX-all-reduced first so each rank's quantizer uses the unsharded input's tensor
  * scale. n == 1: the linear. */
-static qs_status row_parallel(qw_rank *r, int i, int n, int index, float *y, const float *x,
-                              int T, const fwd_names *nm, qs_error *err) {
+static qs_status row_parallel(qw_rank *r, int i, int n, int index, float *y, const float *x, int T,
+                              const fwd_names *nm, qs_error *err) {
     if (n == 1) return linear_forward(r, &r->lin[index], y, x, T, NULL, nm, err);
     qw_group *g = r->group;
     if (!g || g->n != n)
@@ -120,8 +120,7 @@ static qs_status row_parallel(qw_rank *r, int i, int n, int index, float *y, con
     }
     st = linear_forward(r, &r->lin[index], y, x, T, act ? r->amax : NULL, nm, err);
     if (st != QS_OK) return st;
-    st = qw_group_allreduce_rank(g, i, y, (size_t)T * (size_t)r->lin[index].out, QW_GROUP_SUM,
-                                 err);
+    st = qw_group_allreduce_rank(g, i, y, (size_t)T * (size_t)r->lin[index].out, QW_GROUP_SUM, err);
     if (st != QS_OK) return qs_error_wrap(err, "all-reduce of linear %d", index);
     return QS_OK;
 }

@@ -12,8 +12,8 @@
 
 #include <math.h>
 
-#define FA_BK 32   /* keys per tile: one per lane */
-#define FA_WARPS 4 /* query rows per block */
+#define FA_BK 32     /* keys per tile: one per lane */
+#define FA_WARPS 4   /* query rows per block */
 #define FA_MAX_E 128 /* K and V tiles of 32 x 128 floats: 32 KiB of static shared memory */
 
 /* EPL = ceil(E/32) elements of a head row per lane: lane l holds elements l, l+32, ... */
@@ -100,13 +100,13 @@ qs_status qw_cuda_flash_attention(cuda_ctx *c, float *out, float *lse, const flo
     float scale = 1.0f / sqrtf((float)E);
     int epl = (E + 31) / 32;
     if (epl <= 1)
-        k_flash_attention<1><<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E,
-                                                                     scale);
+        k_flash_attention<1>
+            <<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E, scale);
     else if (epl <= 2)
-        k_flash_attention<2><<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E,
-                                                                     scale);
+        k_flash_attention<2>
+            <<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E, scale);
     else
-        k_flash_attention<4><<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E,
-                                                                     scale);
+        k_flash_attention<4>
+            <<<grid, 32 * FA_WARPS, 0, c->stream>>>(out, lse, q, k, v, T, H, G, E, scale);
     return qw_cuda_status(c, cudaGetLastError(), "attention", err);
 }
