@@ -770,6 +770,42 @@ static void smollm2_sharded_over_3_equals_unsharded(void **state) {
     qw_checkpoint_close(ck);
 }
 
+/* Concurrent ranks (one host thread each) give the same logits, bit for bit, run after run:
+ * under NVFP4 W4A4 every row-parallel linear meets the other ranks twice (the amax MAX, the
+ * partial-sum SUM), so a rank reading a peer's buffer before the peer wrote it, or a reduction
+ * that depended on which thread got there first, would change bits between runs. */
+static void concurrent_ranks_give_the_same_bits_every_run(void **state) {
+    (void)state;
+    static const shard_case nv = {"nvfp4 W4A4", "nvfp4", "nvfp4", EXPECT_KL};
+    static const int ns[] = {2, 4};
+    enum { T = 40, RUNS = 4 };
+    uint32_t tok[T];
+    for (int t = 0; t < T; t++)
+        tok[t] = (uint32_t)(t * 37 + 11) % 256u;
+    for (int k = 0; k < 2; k++) {
+        qs_error err = {0};
+        qw_model *m = NULL;
+        assert_int_equal(qw_model_create_synthetic("tiny-llama3:3", 48, 4, &m, &err), QS_OK);
+        assert_int_equal(qw_model_set_tensor_parallel(m, ns[k], &err), QS_OK);
+        apply_case(m, &nv, 0);
+        size_t n = (size_t)T * (size_t)qw_model_config(m)->vocab_size;
+        float *first = malloc(n * sizeof *first);
+        assert_non_null(first);
+        for (int run = 0; run < RUNS; run++) {
+            const float *lg = NULL;
+            if (qw_model_forward(m, tok, T, &lg, &err) != QS_OK) fail_msg("%s", err.msg);
+            if (run == 0)
+                memcpy(first, lg, n * sizeof *first);
+            else
+                assert_memory_equal(first, lg, n * sizeof *first);
+        }
+        printf("OK tiny-llama3 nvfp4 W4A4 tensor_parallel %d: %d runs, the same logits bits\n",
+               ns[k], RUNS);
+        free(first);
+        qw_model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         const struct CMUnitTest big[] = {cmocka_unit_test(smollm2_sharded_over_3_equals_unsharded)};
@@ -781,6 +817,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(cpu_allreduce_sums_in_rank_order_and_takes_the_max),
         cmocka_unit_test(rank_threads_allreduce_gives_the_serial_bits),
         cmocka_unit_test(a_failing_rank_breaks_the_group),
+        cmocka_unit_test(concurrent_ranks_give_the_same_bits_every_run),
         cmocka_unit_test(mha_sharded_equals_unsharded),
         cmocka_unit_test(gqa_sharded_equals_unsharded),
         cmocka_unit_test(tied_sharded_equals_unsharded),
