@@ -130,6 +130,72 @@ static void cpu_allreduce_sums_in_rank_order_and_takes_the_max(void **state) {
     qw_group_destroy(&g);
 }
 
+/* Rank threads (qw_ranks_run) meeting at qw_group_allreduce_rank give the bits of the one-thread
+ * qw_group_allreduce on the same buffers: SUM of values spread over 12 binades (so the order
+ * matters) and MAX, over 3 ranks and a count that 3 does not divide. */
+#define AR_COUNT 1001
+typedef struct ar_ctx {
+    qw_group *g;
+    float *buf[3];
+    qw_group_op op;
+} ar_ctx;
+
+static qs_status ar_rank(void *ctx, int rank, qs_error *err) {
+    ar_ctx *a = ctx;
+    /* twice, so a rank that got ahead cannot read a buffer still being reduced */
+    qs_status st = qw_group_allreduce_rank(a->g, rank, a->buf[rank], AR_COUNT, a->op, err);
+    if (st == QS_OK) st = qw_group_allreduce_rank(a->g, rank, a->buf[rank], AR_COUNT, a->op, err);
+    return st;
+}
+
+static void rank_threads_allreduce_gives_the_serial_bits(void **state) {
+    (void)state;
+    qs_error err = {0};
+    qw_group g;
+    assert_int_equal(qw_group_cpu(&g, 3, 1, &err), QS_OK);
+    static float thr[3][AR_COUNT], ser[3][AR_COUNT];
+    for (int op = 0; op < 2; op++) {
+        uint32_t x = 12345u + (uint32_t)op;
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < AR_COUNT; i++) {
+                x = x * 1664525u + 1013904223u;
+                float m = (float)(x >> 8) / 16777216.0f - 0.5f;
+                thr[r][i] = ser[r][i] = ldexpf(m, (int)(x % 12u) - 6);
+            }
+        ar_ctx a = {&g, {thr[0], thr[1], thr[2]}, op ? QW_GROUP_MAX : QW_GROUP_SUM};
+        assert_int_equal(qw_ranks_run(&g, 3, ar_rank, &a, &err), QS_OK);
+        float *sb[3] = {ser[0], ser[1], ser[2]};
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(qw_group_allreduce(&g, sb, AR_COUNT, a.op, &err), QS_OK);
+        for (int r = 0; r < 3; r++)
+            assert_memory_equal(thr[r], ser[0], sizeof ser[0]);
+    }
+    qw_group_destroy(&g);
+}
+
+/* A rank that fails before a collective breaks the group: the ranks waiting for it return,
+ * and qw_ranks_run reports the failing rank's own error, not a waiting rank's. */
+static qs_status fail_rank(void *ctx, int rank, qs_error *err) {
+    ar_ctx *a = ctx;
+    if (rank == 2) return qs_error_set(err, QS_EIO, "rank two's own failure");
+    return qw_group_allreduce_rank(a->g, rank, a->buf[rank], AR_COUNT, QW_GROUP_SUM, err);
+}
+
+static void a_failing_rank_breaks_the_group(void **state) {
+    (void)state;
+    qs_error err = {0};
+    qw_group g;
+    assert_int_equal(qw_group_cpu(&g, 3, 1, &err), QS_OK);
+    static float b[3][AR_COUNT];
+    ar_ctx a = {&g, {b[0], b[1], b[2]}, QW_GROUP_SUM};
+    assert_int_equal(qw_ranks_run(&g, 3, fail_rank, &a, &err), QS_EIO);
+    assert_non_null(strstr(err.msg, "rank 2: rank two's own failure"));
+    /* the group is usable again by the next run */
+    assert_int_equal(qw_ranks_run(&g, 3, ar_rank, &a, &err), QS_OK);
+    assert_int_equal(qw_ranks_run(&g, 2, ar_rank, &a, &err), QS_EINVAL);
+    qw_group_destroy(&g);
+}
+
 /* ---------------------------------------------------------------- sharded == unsharded */
 
 /* Token sequences of a model under test. */
@@ -704,6 +770,42 @@ static void smollm2_sharded_over_3_equals_unsharded(void **state) {
     qw_checkpoint_close(ck);
 }
 
+/* Concurrent ranks (one host thread each) give the same logits, bit for bit, run after run:
+ * under NVFP4 W4A4 every row-parallel linear meets the other ranks twice (the amax MAX, the
+ * partial-sum SUM), so a rank reading a peer's buffer before the peer wrote it, or a reduction
+ * that depended on which thread got there first, would change bits between runs. */
+static void concurrent_ranks_give_the_same_bits_every_run(void **state) {
+    (void)state;
+    static const shard_case nv = {"nvfp4 W4A4", "nvfp4", "nvfp4", EXPECT_KL};
+    static const int ns[] = {2, 4};
+    enum { T = 40, RUNS = 4 };
+    uint32_t tok[T];
+    for (int t = 0; t < T; t++)
+        tok[t] = (uint32_t)(t * 37 + 11) % 256u;
+    for (int k = 0; k < 2; k++) {
+        qs_error err = {0};
+        qw_model *m = NULL;
+        assert_int_equal(qw_model_create_synthetic("tiny-llama3:3", 48, 4, &m, &err), QS_OK);
+        assert_int_equal(qw_model_set_tensor_parallel(m, ns[k], &err), QS_OK);
+        apply_case(m, &nv, 0);
+        size_t n = (size_t)T * (size_t)qw_model_config(m)->vocab_size;
+        float *first = malloc(n * sizeof *first);
+        assert_non_null(first);
+        for (int run = 0; run < RUNS; run++) {
+            const float *lg = NULL;
+            if (qw_model_forward(m, tok, T, &lg, &err) != QS_OK) fail_msg("%s", err.msg);
+            if (run == 0)
+                memcpy(first, lg, n * sizeof *first);
+            else
+                assert_memory_equal(first, lg, n * sizeof *first);
+        }
+        printf("OK tiny-llama3 nvfp4 W4A4 tensor_parallel %d: %d runs, the same logits bits\n",
+               ns[k], RUNS);
+        free(first);
+        qw_model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         const struct CMUnitTest big[] = {cmocka_unit_test(smollm2_sharded_over_3_equals_unsharded)};
@@ -713,6 +815,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(plan_splits_heads_hidden_units_and_vocabulary),
         cmocka_unit_test(plan_refuses_what_cannot_be_split),
         cmocka_unit_test(cpu_allreduce_sums_in_rank_order_and_takes_the_max),
+        cmocka_unit_test(rank_threads_allreduce_gives_the_serial_bits),
+        cmocka_unit_test(a_failing_rank_breaks_the_group),
+        cmocka_unit_test(concurrent_ranks_give_the_same_bits_every_run),
         cmocka_unit_test(mha_sharded_equals_unsharded),
         cmocka_unit_test(gqa_sharded_equals_unsharded),
         cmocka_unit_test(tied_sharded_equals_unsharded),

@@ -21,7 +21,13 @@ static qs_status allreduce(void *comm, float *const *bufs, size_t count, qw_grou
     return st != QS_OK ? st : qw_comm_sync(comm, err);
 }
 
-static const qw_group_nccl_impl impl = {init, destroy, allreduce};
+static qs_status allreduce_rank(void *comm, int rank, float *buf, size_t count, qw_group_op op,
+                                qs_error *err) {
+    return qw_comm_allreduce_rank(comm, rank, buf, count,
+                                  op == QW_GROUP_MAX ? QW_COMM_MAX : QW_COMM_SUM, err);
+}
+
+static const qw_group_nccl_impl impl = {init, destroy, allreduce, allreduce_rank};
 
 const qw_group_nccl_impl *qw_comm_group_impl(void) {
     return &impl;

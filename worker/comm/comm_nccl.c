@@ -115,6 +115,13 @@ qs_status qw_comm_allreduce(qw_comm *c, float *const *bufs, size_t count, qw_com
     if (count == 0) return qs_error_set(err, QS_EINVAL, "comm: all-reduce of 0 elements");
     for (int i = 0; i < c->n; i++)
         if (!bufs[i]) return qs_error_set(err, QS_EINVAL, "comm: rank %d: NULL buffer", i);
+    /* the backends' ops return before their kernels finish, on streams of their own: wait for
+     * each device's work before NCCL reads the buffers (the caller's streams wait themselves) */
+    if (!streams)
+        for (int i = 0; i < c->n; i++) {
+            CUDA_TRY(cudaSetDevice(c->device[i]), "cudaSetDevice");
+            CUDA_TRY(cudaDeviceSynchronize(), "waiting for a rank's device before the all-reduce");
+        }
     NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
     for (int i = 0; i < c->n; i++) {
         cudaStream_t s = streams && streams[i] ? (cudaStream_t)streams[i] : c->stream[i];
@@ -127,6 +134,32 @@ qs_status qw_comm_allreduce(qw_comm *c, float *const *bufs, size_t count, qw_com
         }
     }
     NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");
+    return QS_OK;
+}
+
+qs_status qw_comm_allreduce_rank(qw_comm *c, int rank, float *buf, size_t count, qw_comm_op op,
+                                 qs_error *err) {
+    if (rank < 0 || rank >= c->n)
+        return qs_error_set(err, QS_EINVAL, "comm: rank %d of %d", rank, c->n);
+    if (count == 0) return qs_error_set(err, QS_EINVAL, "comm: all-reduce of 0 elements");
+    if (!buf) return qs_error_set(err, QS_EINVAL, "comm: rank %d: NULL buffer", rank);
+    CUDA_TRY(cudaSetDevice(c->device[rank]), "cudaSetDevice");
+    /* the backend's ops return before their kernels finish (ops_cuda.cu), on a stream of their
+     * own: this comm point waits for the device's work before NCCL reads buf */
+    CUDA_TRY(cudaDeviceSynchronize(), "waiting for the rank's device before the all-reduce");
+    ncclResult_t r =
+        ncclAllReduce(buf, buf, count, ncclFloat32, nccl_op(op), c->comm[rank], c->stream[rank]);
+    if (r != ncclSuccess)
+        return qs_error_set(err, QS_EIO, "comm: ncclAllReduce of rank %d (%zu floats): %s", rank,
+                            count, ncclGetErrorString(r));
+    cudaError_t e = cudaStreamSynchronize(c->stream[rank]);
+    if (e != cudaSuccess)
+        return qs_error_set(err, QS_EIO, "comm: rank %d (device %d): %s", rank, c->device[rank],
+                            cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    NCCL_TRY(ncclCommGetAsyncError(c->comm[rank], &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess)
+        return qs_error_set(err, QS_EIO, "comm: rank %d: %s", rank, ncclGetErrorString(async));
     return QS_OK;
 }
 

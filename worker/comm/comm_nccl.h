@@ -10,8 +10,8 @@
  * Buffers are device pointers, one per rank, on that rank's device; streams are cudaStream_t
  * (NULL = the rank's default stream), passed as void * so that callers need no CUDA header.
  * Calls are asynchronous on the streams; qw_comm_sync waits for them. Built only when CUDA and
- * NCCL are found (CMake target qw_comm); a CPU worker never links it. Not thread-safe: one host
- * thread drives all ranks. */
+ * NCCL are found (CMake target qw_comm); a CPU worker never links it. qw_comm_allreduce is called
+ * by one host thread for all ranks, qw_comm_allreduce_rank by each rank's own thread. */
 #ifndef QW_COMM_NCCL_H
 #define QW_COMM_NCCL_H
 
@@ -63,6 +63,13 @@ void *qw_comm_stream(const qw_comm *c, int rank);
  * exact. Errors: QS_EINVAL (count 0, a NULL buffer), QS_EIO (NCCL). */
 qs_status qw_comm_allreduce(qw_comm *c, float *const *bufs, size_t count, qw_comm_op op,
                             void *const *streams, qs_error *err);
+
+/* Rank `rank`'s part of an all-reduce that every rank's own host thread calls on its own
+ * communicator (NCCL's one-thread-per-device use; no group call): buf [count] FP32 on the rank's
+ * device, in place, on the rank's communicator stream, then waits for that stream. Errors: as
+ * qw_comm_allreduce, QS_EINVAL for a rank out of range. */
+qs_status qw_comm_allreduce_rank(qw_comm *c, int rank, float *buf, size_t count, qw_comm_op op,
+                                 qs_error *err);
 
 /* Data-parallel training: grads[r] [n] FP32 (the flat gradient of rank r's replica) summed
  * over the ranks, or averaged when average != 0 (the mean gradient of the global batch when

@@ -9,12 +9,12 @@
  * vocabulary-parallel: each rank its rows, the slices gathered into one logits row (no all-reduce:
  * every logit is computed whole on one rank).
  *
- * Ranks run in lockstep, op by op, from one host thread: with one process driving the GPUs of
- * its node (ncclCommInitAll) each op is queued on every device before the next, and NCCL's
- * group calls reduce them together. Every all-reduce goes through the ranks' group
- * (worker/comm/comm.h), CPU ranks or NCCL ranks, the same calls for both. n == 1 runs exactly the
- * ops the unsharded model ran before tensor parallelism existed, in the same order: no all-reduce,
- * no amax, the same bits. */
+ * Ranks run concurrently, one host thread each (qw_ranks_run; rank 0 on the caller's thread), and
+ * meet only at the all-reduces of the ranks' group (worker/comm/comm.h), CPU ranks or NCCL ranks
+ * (one communicator per device, each rank's thread calling its own), the same calls for both.
+ * CPU ranks reduce every element in rank order, so the bits do not depend on which rank gets
+ * there first. n == 1 runs exactly the ops the unsharded model ran before tensor parallelism
+ * existed, in the same order, on the caller's thread: no all-reduce, no amax, the same bits. */
 #include "forward.h"
 
 #include "block.h"
@@ -95,48 +95,32 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
     return QS_OK;
 }
 
-/* A row-parallel linear (o_proj, down_proj) over the n ranks: rank i multiplies its input
- * columns x[i] [T x in/n] by its weight columns, giving a partial y[i] [T x D]; the all-reduce
- * sums the partials. With an activation format, the local amax of every x[i] is MAX-all-reduced
- * first so each rank's quantizer uses the unsharded input's tensor scale. n == 1: the linear. */
-static qs_status row_parallel(qw_rank *const *ranks, int n, int index, float *const *y,
-                              float *const *x, int T, const fwd_names *nm, qs_error *err) {
-    qs_status st;
-    if (n == 1) {
-        qw_rank *r = ranks[0];
-        return linear_forward(r, &r->lin[index], y[0], x[0], T, NULL, nm, err);
-    }
-    if (n < 1) return qs_error_set(err, QS_EINVAL, "%d ranks", n);
-    qw_group *g = ranks[0]->group;
+/* Rank i's part of a row-parallel linear (o_proj, down_proj) over the n ranks, on rank i's
+ * thread: it multiplies its input columns x [T x in/n] by its weight columns, giving a partial
+ * y [T x D] that the all-reduce sums over the ranks. With an activation format, the local amax
+ * of x is MAX-all-reduced first so each rank's quantizer uses the unsharded input's tensor
+ * scale. n == 1: the linear. */
+static qs_status row_parallel(qw_rank *r, int i, int n, int index, float *y, const float *x, int T,
+                              const fwd_names *nm, qs_error *err) {
+    if (n == 1) return linear_forward(r, &r->lin[index], y, x, T, NULL, nm, err);
+    qw_group *g = r->group;
     if (!g || g->n != n)
         return qs_error_set(err, QS_EINVAL, "linear %d: %d ranks without a group of %d", index, n,
                             n);
-    float *bufs[n];
     /* Only a per-tensor-scaled format (NVFP4, FP8 per tensor) has a scale to share; MX and INT
      * scales are per block, and the blocks do not straddle ranks (shard.h). */
-    const qk_format *af = ranks[0]->lin[index].spec.act;
+    const qk_format *af = r->lin[index].spec.act;
     int act = af && af->tensor_scale;
+    qs_status st;
     if (act) {
-        for (int i = 0; i < n; i++) {
-            qw_rank *r = ranks[i];
-            qw_tensor tx = {x[i], T, r->lin[index].in};
-            OPS(r)->amax(&r->be, &tx, r->amax);
-            bufs[i] = r->amax;
-        }
-        st = qw_group_allreduce(g, bufs, 1, QW_GROUP_MAX, err);
+        qw_tensor tx = {(float *)x, T, r->lin[index].in};
+        OPS(r)->amax(&r->be, &tx, r->amax);
+        st = qw_group_allreduce_rank(g, i, r->amax, 1, QW_GROUP_MAX, err);
         if (st != QS_OK) return qs_error_wrap(err, "amax all-reduce of linear %d", index);
     }
-    int out = ranks[0]->lin[index].out;
-    for (int i = 0; i < n; i++) {
-        qw_rank *r = ranks[i];
-        if (r->lin[index].out != out)
-            return qs_error_set(err, QS_EINVAL, "linear %d: rank %d has %d outputs, rank 0 %d",
-                                index, i, r->lin[index].out, out);
-        st = linear_forward(r, &r->lin[index], y[i], x[i], T, act ? r->amax : NULL, nm, err);
-        if (st != QS_OK) return qs_error_wrap(err, "rank %d", i);
-        bufs[i] = y[i];
-    }
-    st = qw_group_allreduce(g, bufs, (size_t)T * (size_t)out, QW_GROUP_SUM, err);
+    st = linear_forward(r, &r->lin[index], y, x, T, act ? r->amax : NULL, nm, err);
+    if (st != QS_OK) return st;
+    st = qw_group_allreduce_rank(g, i, y, (size_t)T * (size_t)r->lin[index].out, QW_GROUP_SUM, err);
     if (st != QS_OK) return qs_error_wrap(err, "all-reduce of linear %d", index);
     return QS_OK;
 }
@@ -146,16 +130,19 @@ _Static_assert((int)QW_BLOCK_Q == (int)QW_LINEAR_Q && (int)QW_BLOCK_O == (int)QW
                    (int)QW_BLOCK_DOWN == (int)QW_LINEAR_DOWN,
                "block kinds are the policy's linear kinds");
 
-/* The block's linears (block.h hooks) for the ranks of one forward. */
+/* The block's linears (block.h hooks) for rank i of n, on its own thread: the block runs one
+ * rank (its rank argument is 0) and the row-parallel hook meets the other ranks' threads. */
 typedef struct fwd_hooks {
-    qw_rank *const *ranks;
+    qw_rank *rank;
+    int i, n;
     const fwd_names *nm;
 } fwd_hooks;
 
 static qs_status hook_linear(void *user, int rank, int layer, int kind, float *y, const float *x,
                              int rows, qs_error *err) {
     const fwd_hooks *fh = user;
-    qw_rank *r = fh->ranks[rank];
+    (void)rank;
+    qw_rank *r = fh->rank;
     /* lm_head (layer n_layers) is linear n_layers*7 */
     int index = layer * QW_LINEAR_KINDS + (kind == QW_BLOCK_LM_HEAD ? 0 : kind);
     return linear_forward(r, &r->lin[index], y, x, rows, NULL, fh->nm, err);
@@ -164,7 +151,45 @@ static qs_status hook_linear(void *user, int rank, int layer, int kind, float *y
 static qs_status hook_row_linear(void *user, int n, int layer, int kind, float *const *y,
                                  float *const *x, int rows, qs_error *err) {
     const fwd_hooks *fh = user;
-    return row_parallel(fh->ranks, n, layer * QW_LINEAR_KINDS + kind, y, x, rows, fh->nm, err);
+    (void)n;
+    return row_parallel(fh->rank, fh->i, fh->n, layer * QW_LINEAR_KINDS + kind, y[0], x[0], rows,
+                        fh->nm, err);
+}
+
+/* One forward's state shared by its rank threads (each reads its own entries). */
+typedef struct fwd_run {
+    qw_rank *const *ranks;
+    int n, L, fq, start;
+    qw_prefix_cache *pc;
+    const fwd_names *nm;
+    qw_head_io *hio;
+    qw_block_io *io;
+} fwd_run;
+
+/* Rank i's whole forward: embeddings, the blocks, the final norm and its lm_head slice. */
+static qs_status rank_forward(void *ctx, int i, qs_error *err) {
+    const fwd_run *fr = ctx;
+    qw_rank *r = fr->ranks[i];
+    qw_head_io *hio = &fr->hio[i];
+    qw_block_io *io = &fr->io[i];
+    fwd_hooks fh = {r, i, fr->n, fr->nm};
+    qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
+    qs_status st;
+    if (fr->start == 0) {
+        st = qw_head_embed(&hio, 1, err);
+        if (st != QS_OK) return st;
+    }
+    for (int l = fr->start; l < fr->L; l++) {
+        st = qw_prefix_cache_reached(fr->pc, &r->be, l, fr->fq, r->rs.x, err);
+        if (st != QS_OK) return st;
+        io->norm1 = r->attn_norm[l];
+        io->norm2 = r->ffn_norm[l];
+        st = qw_block_forward(&io, 1, l, &hooks, err);
+        if (st != QS_OK) return st;
+    }
+    st = qw_prefix_cache_reached(fr->pc, &r->be, fr->L, fr->fq, r->rs.x, err);
+    if (st != QS_OK) return st;
+    return qw_head_forward(&hio, 1, &hooks, err);
 }
 
 qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens, int T, int row0,
@@ -172,6 +197,8 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                            const char *(*name_of)(const void *ctx, int index, char *buf,
                                                   size_t cap),
                            const void *name_ctx, const float **logits, qs_error *err) {
+    if (n < 1 || n > QW_GROUP_MAX_RANKS)
+        return qs_error_set(err, QS_EINVAL, "forward: %d ranks", n);
     const qw_config *c0 = &ranks[0]->cfg;
     int L = c0->n_layers;
     fwd_names nm = {name_of, name_ctx};
@@ -183,10 +210,16 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     qs_status st =
         qw_prefix_cache_begin(pc, &ranks[0]->be, tokens, T, fq, ranks[0]->rs.x, &start, err);
     if (st != QS_OK) return st;
+    /* Concurrent ranks time their phases apart, added to the shared profile in rank order. */
+    qw_profile *shared = ranks[0]->prof, local[n];
+    if (n > 1 && shared)
+        for (int i = 0; i < n; i++) {
+            qw_profile_reset(&local[i]);
+            ranks[i]->prof = &local[i];
+        }
     /* The model's ends (llama_head.h) on each rank: the host tokens, the embeddings in their
      * form, the final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
     qw_head_io hio[n];
-    qw_head_io *hiop[n];
     for (int i = 0; i < n; i++) {
         qw_rank *r = ranks[i];
         hio[i] = (qw_head_io){.be = &r->be,
@@ -204,15 +237,9 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                               .ld = (size_t)vocab_full,
                               .col0 = r->vocab0,
                               .prof = r->prof};
-        hiop[i] = &hio[i];
-    }
-    if (start == 0) {
-        st = qw_head_embed(hiop, n, err);
-        if (st != QS_OK) return st;
     }
     /* The block's buffers on each rank: the evaluation's in-place residual stream. */
     qw_block_io io[n];
-    qw_block_io *iop[n];
     for (int i = 0; i < n; i++) {
         qw_runstate *rs = &ranks[i]->rs;
         io[i] = (qw_block_io){.be = &ranks[i]->be,
@@ -236,23 +263,16 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                               .ybuf = rs->ybuf,
                               .out = rs->x,
                               .prof = ranks[i]->prof};
-        iop[i] = &io[i];
     }
-    fwd_hooks fh = {ranks, &nm};
-    qw_block_hooks hooks = {hook_linear, hook_row_linear, NULL, &fh};
-    for (int l = start; l < L; l++) {
-        st = qw_prefix_cache_reached(pc, &ranks[0]->be, l, fq, ranks[0]->rs.x, err);
-        if (st != QS_OK) return st;
+    /* One host thread per rank (rank 0 on this one), meeting at the all-reduces. */
+    fwd_run fr = {ranks, n, L, fq, start, pc, &nm, hio, io};
+    st = qw_ranks_run(ranks[0]->group, n, rank_forward, &fr, err);
+    if (n > 1 && shared)
         for (int i = 0; i < n; i++) {
-            io[i].norm1 = ranks[i]->attn_norm[l];
-            io[i].norm2 = ranks[i]->ffn_norm[l];
+            ranks[i]->prof = shared;
+            for (int p = 0; p < QW_PHASES; p++)
+                shared->s[p] += local[i].s[p];
         }
-        st = qw_block_forward(iop, n, l, &hooks, err);
-        if (st != QS_OK) return st;
-    }
-    st = qw_prefix_cache_reached(pc, &ranks[0]->be, L, fq, ranks[0]->rs.x, err);
-    if (st != QS_OK) return st;
-    st = qw_head_forward(hiop, n, &hooks, err);
     if (st != QS_OK) return st;
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;
     return QS_OK;

@@ -62,7 +62,7 @@ typedef struct qw_rank {
 /* First block of rank r with a quantized linear; 0 when the embeddings are, n_layers when none. */
 int qw_forward_first_quantized_block(const qw_rank *r);
 
-/* Runs tokens[T] over the n ranks in lockstep, op by op from one host thread. n == 1: the
+/* Runs tokens[T] over the n ranks, one host thread each, meeting at the all-reduces. n == 1: the
  * unsharded model, prefix cache pc usable. n > 1: o_proj and down_proj partials summed by the
  * ranks' group (comm.h), a sharded activation's amax MAX-all-reduced first, lm_head slices
  * gathered into `gathered` [(T - row0) x V_full] host memory. *logits: rank 0's or `gathered`.

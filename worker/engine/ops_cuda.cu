@@ -17,7 +17,21 @@ extern "C" {
 #include "weights.h"
 }
 
-/* Waits for the stream and notes an error of the op `where`; returns 0 on success. */
+/* Notes a launch error of the op `where`; returns 0 on success. The op stays queued on the
+ * backend's stream: ops whose result only the device reads return without waiting, and the
+ * stream's order keeps them in sequence. An error of the kernel's execution surfaces at the
+ * next wait (a host read: download, fetch, score_rows, sqnr_sums; or a comm point). */
+static int launched(cuda_ctx *c, const char *where) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        qw_cuda_note_error(c, where, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the stream (the host is about to read what it computed) and notes an error of the
+ * op `where`; returns 0 on success. */
 static int finish(cuda_ctx *c, const char *where) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
@@ -26,6 +40,44 @@ static int finish(cuda_ctx *c, const char *where) {
         return -1;
     }
     return 0;
+}
+
+/* Memory kinds of ptr_kind. */
+enum { PTR_HOST = 0, PTR_DEVICE = 1, PTR_MANAGED = 2 };
+
+/* The memory kind of p: asked of the driver the first time p is seen, then remembered
+ * (c->seen). A remembered buffer freed and its address reused for another kind would pass; the
+ * backend's buffers are its own allocations (cu_alloc), and cu_free forgets every remembered
+ * one. */
+static int ptr_kind(cuda_ctx *c, const void *p) {
+    int n = c->n_seen < 32 ? c->n_seen : 32;
+    for (int i = 0; i < n; i++)
+        if (c->seen[i] == p) return c->seen_kind[i];
+    cudaPointerAttributes a;
+    int kind = PTR_HOST;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess)
+        (void)cudaGetLastError();
+    else if (a.type == cudaMemoryTypeDevice)
+        kind = PTR_DEVICE;
+    else if (a.type == cudaMemoryTypeManaged)
+        kind = PTR_MANAGED;
+    c->seen[c->n_seen % 32] = p;
+    c->seen_kind[c->n_seen % 32] = (unsigned char)kind;
+    c->n_seen = c->n_seen + 1 < 64 ? c->n_seen + 1 : 32;
+    return kind;
+}
+
+/* 1 when the GPU can read and write p (device or managed memory). */
+static int device_visible(cuda_ctx *c, const void *p) {
+    return ptr_kind(c, p) != PTR_HOST;
+}
+
+/* An op that wrote out is queued: it returns at once when out is device memory, which the host
+ * reaches only through the table (download, fetch, score_rows wait); it waits when out is
+ * managed memory, which the host may read directly (tests, tools). Returns 0 on success. */
+static int done(cuda_ctx *c, const char *where, const void *out) {
+    if (launched(c, where) != 0) return -1;
+    return ptr_kind(c, out) == PTR_MANAGED ? finish(c, where) : 0;
 }
 
 static const char *blas_text(cublasStatus_t s) {
@@ -135,6 +187,7 @@ static void *cu_alloc(qw_backend *b, size_t bytes) {
 static void cu_free(qw_backend *b, void *p) {
     if (!p) return;
     cuda_ctx *c = cuda_enter(b);
+    c->n_seen = 0; /* p, or a pointer into it, may be remembered (ptr_kind) */
     cudaError_t e = cudaFree(p);
     if (e != cudaSuccess) qw_cuda_note_error(c, "free", cudaGetErrorString(e));
 }
@@ -161,7 +214,7 @@ static void cu_embedding(qw_backend *b, qw_tensor *x, const uint32_t *tokens,
     }
     k_embedding<<<qw_grid_of((size_t)T * table->cols, 256), 256, 0, c->stream>>>(
         x->data, (const uint32_t *)c->tokens.p, w->f32, T, table->cols);
-    finish(c, "embedding");
+    done(c, "embedding", x->data);
 }
 
 static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, const qw_tensor *k,
@@ -170,6 +223,15 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
     cuda_ctx *c = cuda_enter(b);
     qs_error err = {};
     int T = (int)q->rows, group = H / G;
+    /* the blocked kernel (ops_cuda_attention.cu) writes no T x T; the scores below remain for
+     * heads wider than it takes */
+    if (qw_cuda_flash_attention_fits(E) && H % G == 0) {
+        if (qw_cuda_flash_attention(c, att->data, NULL, q->data, k->data, v->data, T, H, G, E,
+                                    &err) != QS_OK)
+            qw_cuda_note_error(c, "attention", err.msg);
+        done(c, "attention", att->data);
+        return;
+    }
     if (qw_cuda_scratch_reserve(&c->scores, (size_t)H * T * T * sizeof(float), 0, &err) != QS_OK) {
         qw_cuda_note_error(c, "attention", err.msg);
         return;
@@ -207,7 +269,7 @@ static void cu_attention(qw_backend *b, qw_tensor *att, const qw_tensor *q, cons
             return;
         }
     }
-    finish(c, "attention");
+    done(c, "attention", att->data);
 }
 
 qs_status qw_cuda_read_amax(cuda_ctx *c, const float *d, float *out, qs_error *err) {
@@ -257,16 +319,6 @@ qs_status qw_cuda_act_quant(cuda_ctx *c, const qw_act_quant *act, float *xq, siz
     return qw_cuda_host_fake_quant(c, act->fmt, &opt, xq, T, in, err);
 }
 
-/* 1 when the GPU can read and write p (device or managed memory). */
-static int device_visible(const void *p) {
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, const qw_weight *w,
                            const qw_act_quant *act, float *xq, qs_error *err) {
     cuda_ctx *c = cuda_enter(b);
@@ -275,8 +327,8 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
     qs_status st;
     /* A host buffer is refused, not written by the GPU: every buffer of the forward pass,
      * the SQNR probe's reference output included (model_internal.h), is the backend's. */
-    if (!device_visible(y->data) || !device_visible(x->data) ||
-        (act && act->fmt && !device_visible(xq)))
+    if (!device_visible(c, y->data) || !device_visible(c, x->data) ||
+        (act && act->fmt && !device_visible(c, xq)))
         return qs_error_set(err, QS_EINVAL,
                             "cuda backend: linear [%d x %d] -> %d: a buffer is host memory, not "
                             "the backend's",
@@ -317,7 +369,7 @@ static qs_status cu_linear(qw_backend *b, qw_tensor *y, const qw_tensor *x, cons
         return qs_error_set(err, QS_EIO, "cuda backend: linear [%d x %d] x [%d x %d]^T: %s", T, in,
                             out, in, blas_text(s));
     }
-    if (finish(c, "linear") != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
+    if (done(c, "linear", y->data) != 0) return qs_error_set(err, QS_EIO, "%s", c->last_error);
     return QS_OK;
 }
 
@@ -325,7 +377,7 @@ static void cu_logsoftmax(qw_backend *b, qw_tensor *lp, const qw_tensor *logits)
     cuda_ctx *c = cuda_enter(b);
     k_logsoftmax<<<(unsigned)logits->rows, 256, 0, c->stream>>>(lp->data, logits->data,
                                                                 (int)logits->cols);
-    finish(c, "logsoftmax");
+    done(c, "logsoftmax", lp->data);
 }
 
 static void cu_sqnr_sums(qw_backend *b, const qw_tensor *y, const qw_tensor *ref, double *signal,
@@ -360,7 +412,7 @@ __global__ void k_amax(const float *x, size_t n, float *out) {
 static void cu_amax(qw_backend *b, const qw_tensor *x, float *out) {
     cuda_ctx *c = cuda_enter(b);
     k_amax<<<1, 1024, 0, c->stream>>>(x->data, (size_t)x->rows * (size_t)x->cols, out);
-    finish(c, "amax");
+    done(c, "amax", out);
 }
 
 static void cu_download(qw_backend *b, float *dst, size_t ld, const qw_tensor *src) {
@@ -546,8 +598,11 @@ extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
 }
 
 extern "C" qs_status qw_backend_cuda_check(qw_backend *b, qs_error *err) {
-    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_ctx_of(b) : NULL;
-    if (!c || !c->last_error[0]) return QS_OK;
+    cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_enter(b) : NULL;
+    if (!c) return QS_OK;
+    /* the queued ops' execution errors surface when they are waited for */
+    if (!c->last_error[0]) finish(c, "queued ops");
+    if (!c->last_error[0]) return QS_OK;
     qs_status st = qs_error_set(err, QS_EIO, "%s", c->last_error);
     c->last_error[0] = '\0';
     return st;

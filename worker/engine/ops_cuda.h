@@ -122,8 +122,9 @@ void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_stats *out);
  * host addresses may be reused by other weights calls it first. */
 void qw_backend_cuda_forget_weights(qw_backend *b);
 
-/* Last CUDA error text of b's ops that return void (table entries cannot report), "" if none;
- * qw_backend_cuda_check returns QS_EIO with it (and clears it) or QS_OK. */
+/* Waits for b's queued ops (they return before their kernels finish) and returns QS_EIO with
+ * the first CUDA error of b's ops that return void (table entries cannot report) or of the
+ * queued kernels' execution (and clears it), or QS_OK. */
 qs_status qw_backend_cuda_check(qw_backend *b, qs_error *err);
 
 /* Per-row scores of logits [R x V] (backend memory), on the device, as eval.h defines them:

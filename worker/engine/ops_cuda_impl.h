@@ -54,6 +54,12 @@ typedef struct cuda_ctx {
     cuda_scratch hostq;   /* host FP32 copy of a tensor the CPU quantizer fake-quantizes */
     char last_error[256]; /* first error of a void op since the last check */
     void *lt;             /* QW_CUDA_GEMM_LT: the qk_gemm handle and FP4 weights (ops_cuda_lt.cu) */
+    /* buffers whose memory kind was asked (cudaPointerGetAttributes once per buffer, not per
+     * call; the forward's buffers are the same every call), a ring of the last ones with their
+     * kinds (ops_cuda.cu ptr_kind) */
+    const void *seen[32];
+    unsigned char seen_kind[32];
+    int n_seen;
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
@@ -76,6 +82,16 @@ static inline cuda_ctx *cuda_enter(const qw_backend *b) {
     }
     return c;
 }
+
+/* Causal GQA attention without the T x T scores (ops_cuda_attention.cu): out [T x H*E] from q
+ * [T x H*E], k, v [T x G*E] (device), head h on kv head h / (H/G), scale 1/sqrt(E); lse [H x T]
+ * (NULL: not kept) the rows' logsumexp for a backward. Queued on c's stream. Errors: QS_EINVAL
+ * (H not a multiple of G, E outside qw_cuda_flash_attention_fits), QS_EIO (launch). */
+qs_status qw_cuda_flash_attention(cuda_ctx *c, float *out, float *lse, const float *q,
+                                  const float *k, const float *v, int T, int H, int G, int E,
+                                  qs_error *err);
+/* 1 when qw_cuda_flash_attention takes head_dim E (1..128). */
+int qw_cuda_flash_attention_fits(int E);
 
 /* QS_OK, or QS_EIO naming `where` and the CUDA error text (also noted in c). */
 qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err);

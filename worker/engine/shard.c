@@ -249,9 +249,12 @@ qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,
         qw_tp_destroy(tp);
         return qs_error_set(err, QS_ENOMEM, "tensor parallel: %d ranks", n);
     }
+    /* The ranks run concurrently (forward.c), so the worker's threads are split between them:
+     * rank r gets threads/n, the first threads%n one more, at least one each. */
     for (int r = 0; r < n && st == QS_OK; r++) {
         tp->rp[r] = &tp->rank[r];
-        st = rank_init(tp, wt, r, threads, init, ctx, err);
+        int rt = threads / n + (r < threads % n);
+        st = rank_init(tp, wt, r, rt > 0 ? rt : 1, init, ctx, err);
     }
     if (st == QS_OK) st = make_group(tp, threads, err);
     if (st != QS_OK) {

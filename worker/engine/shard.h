@@ -52,7 +52,8 @@ typedef qs_status (*qw_rank_backend_fn)(qw_backend *b, int rank, int threads, in
                                         int *device, qs_error *err);
 
 /* n ranks over weights wt (borrowed) for up to max_ctx tokens, each with init(ctx)'s backend
- * (NULL: CPU, `threads` threads) freed by release (NULL: qw_backend_release), all-reducing over
+ * (NULL: CPU) given its share of `threads` (threads/n, the first threads%n ranks one more: the
+ * ranks run concurrently) freed by release (NULL: qw_backend_release), all-reducing over
  * CPU ranks (qw_group_cpu) or NCCL (qw_group_nccl) as the devices say. Errors: those of
  * qw_shard_plan, init and the groups, QS_EINVAL (CPU and GPU ranks mixed), QS_ENOMEM. */
 qs_status qw_tp_create(const qw_weights *wt, int max_ctx, int threads, int n,

@@ -181,6 +181,9 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
     for (; n_be < R && st == QS_OK; n_be++) {
         qw_backend_choice br = bc;
         if (bc.kind == QW_BACKEND_CUDA) br.device = devices[n_be];
+        /* the ranks run concurrently (trainer.c): each CPU rank gets its share of the threads */
+        br.threads = bc.threads / R + (n_be < bc.threads % R);
+        if (br.threads < 1) br.threads = 1;
         st = qw_backend_open(&be[n_be], &br, err);
         if (st != QS_OK) st = qs_error_wrap(err, "training backend of rank %d", n_be);
     }

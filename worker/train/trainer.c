@@ -59,7 +59,8 @@ qs_status qw_trainer_create_dp(qw_trainer *tr, qw_tmodel *const *models, int ran
     tr->diverged = 0;
     tr->diverged_step = 0;
     tr->last_loss = NAN;
-    size_t N = qw_tmodel_rows(m);
+    /* one batch per (micro-step, rank) of a step, read before the ranks start */
+    size_t N = qw_tmodel_rows(m) * (size_t)c->accum * (size_t)ranks;
     if (d->T != qw_tmodel_ctx(m))
         return qs_error_set(err, QS_EINVAL, "train: data ctx %d, model ctx %d", d->T,
                             qw_tmodel_ctx(m));
@@ -86,6 +87,43 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* One step's work shared by the rank threads: batch (a, r) of micro-step a of rank r at
+ * in/tg + (a*R + r)*N, its loss at loss[a*R + r]. */
+typedef struct step_run {
+    qw_trainer *tr;
+    size_t N;
+    uint32_t micro0;
+    float scale, lr, gscale;
+    double *loss;
+} step_run;
+
+/* Rank r's micro-steps (forward, backward into its gradients), then the gradient all-reduce
+ * that every rank's thread meets at. */
+static qs_status rank_grads(void *ctx, int r, qs_error *err) {
+    const step_run *sr = ctx;
+    qw_trainer *tr = sr->tr;
+    qw_tmodel *m = tr->models[r];
+    int R = tr->ranks;
+    qs_status st = qw_tmodel_zero_grad(m, err);
+    for (int a = 0; a < tr->cfg.accum && st == QS_OK; a++) {
+        size_t k = (size_t)a * (size_t)R + (size_t)r;
+        st = qw_tmodel_forward(m, tr->in + k * sr->N, tr->tg + k * sr->N, sr->micro0 + (uint32_t)k,
+                               &sr->loss[k], err);
+        if (st == QS_OK) st = qw_tmodel_backward(m, sr->scale, err);
+    }
+    if (st != QS_OK || R < 2) return st;
+    st = qw_group_allreduce_rank(tr->group, r, qw_tmodel_grads(m), qw_tmodel_n_params(m),
+                                 QW_GROUP_SUM, err);
+    return st == QS_OK ? QS_OK : qs_error_wrap(err, "gradient all-reduce");
+}
+
+/* Rank r's optimizer step on the all-reduced gradients. */
+static qs_status rank_update(void *ctx, int r, qs_error *err) {
+    const step_run *sr = ctx;
+    qw_trainer *tr = sr->tr;
+    return qw_adamw_step(tr->models[r], &tr->cfg.adamw, sr->lr, sr->gscale, tr->step + 1, err);
+}
+
 qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     if (tr->diverged) return qs_error_set(err, QS_ESTATE, "diverged at step %d", tr->diverged_step);
     qw_tmodel *m = tr->model;
@@ -93,31 +131,22 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
     int B = qw_tmodel_batch(m), R = tr->ranks;
     size_t N = qw_tmodel_rows(m), micro_n = (size_t)c->accum * (size_t)R;
     double t0 = now_s();
-    qs_status st = QS_OK;
-    for (int r = 0; r < R && st == QS_OK; r++)
-        st = qw_tmodel_zero_grad(tr->models[r], err);
+    /* The batches in the order one thread read them (micro-step a, then rank r), so the data
+     * stream does not depend on the ranks' timing. */
+    for (size_t k = 0; k < micro_n; k++)
+        qw_data_next(tr->data, B, tr->in + k * N, tr->tg + k * N);
+    double losses[micro_n];
+    step_run sr = {.tr = tr,
+                   .N = N,
+                   .micro0 = (uint32_t)tr->step * (uint32_t)micro_n,
+                   .scale = 1.0f / (float)micro_n,
+                   .loss = losses};
+    /* One host thread per rank (rank 0 on this one), meeting at the gradient all-reduce. */
+    qs_status st = qw_ranks_run(tr->group, R, rank_grads, &sr, err);
     if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     double loss_sum = 0.0;
-    float scale = 1.0f / (float)micro_n;
-    for (int a = 0; a < c->accum; a++)
-        for (int r = 0; r < R; r++) {
-            qw_data_next(tr->data, B, tr->in, tr->tg);
-            uint32_t micro = (uint32_t)tr->step * (uint32_t)micro_n + (uint32_t)(a * R + r);
-            double loss = 0.0;
-            st = qw_tmodel_forward(tr->models[r], tr->in, tr->tg, micro, &loss, err);
-            if (st == QS_OK) st = qw_tmodel_backward(tr->models[r], scale, err);
-            if (st != QS_OK)
-                return R > 1 ? qs_error_wrap(err, "step %d, rank %d", tr->step + 1, r)
-                             : qs_error_wrap(err, "step %d", tr->step + 1);
-            loss_sum += loss;
-        }
-    if (R > 1) {
-        float *grads[QW_TRAIN_MAX_RANKS];
-        for (int r = 0; r < R; r++)
-            grads[r] = qw_tmodel_grads(tr->models[r]);
-        st = qw_group_allreduce(tr->group, grads, qw_tmodel_n_params(m), QW_GROUP_SUM, err);
-        if (st != QS_OK) return qs_error_wrap(err, "step %d: gradient all-reduce", tr->step + 1);
-    }
+    for (size_t k = 0; k < micro_n; k++)
+        loss_sum += losses[k];
     double loss = loss_sum / (double)micro_n;
     double norm = 0.0;
     st = qw_tmodel_grad_norm(m, &norm, err);
@@ -131,18 +160,16 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
             "diverged at step %d: train loss %g (diverge_loss %g), gradient norm %g",
             tr->diverged_step, loss, c->diverge_loss, norm);
     }
-    float gscale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
-    float lr = qw_lr_at(&c->sched, tr->step);
-    for (int r = 0; r < R; r++) {
-        st = qw_adamw_step(tr->models[r], &c->adamw, lr, gscale, tr->step + 1, err);
-        if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
-    }
+    sr.gscale = c->clip > 0 && norm > c->clip ? (float)(c->clip / norm) : 1.0f;
+    sr.lr = qw_lr_at(&c->sched, tr->step);
+    st = qw_ranks_run(tr->group, R, rank_update, &sr, err);
+    if (st != QS_OK) return qs_error_wrap(err, "step %d", tr->step + 1);
     tr->step++;
     tr->tokens_seen += N * micro_n;
     if (out) {
         out->step = tr->step;
         out->train_loss = loss;
-        out->lr = lr;
+        out->lr = sr.lr;
         out->grad_norm = norm;
         out->val_loss = NAN;
         double dt = now_s() - t0;

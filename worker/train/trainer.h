@@ -61,7 +61,7 @@ typedef struct qw_trainer {
     int diverged;      /* 1 after a step diverged */
     int diverged_step; /* 1-based step that diverged */
     double last_loss;
-    uint32_t *in, *tg; /* [B*T] */
+    uint32_t *in, *tg; /* [accum x ranks x B*T]: a step's batches; validation uses the first */
 } qw_trainer;
 
 /* Errors: QS_EINVAL (steps < 1, accum < 1, data ctx differs from the model's T), QS_ENOMEM. */
