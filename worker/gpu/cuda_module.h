@@ -20,7 +20,7 @@
 
 /* Bumped when the table below or a struct it passes (qw_model, qw_backend, the backend and
  * ranks tables) changes. */
-#define QW_CUDA_MODULE_ABI 4
+#define QW_CUDA_MODULE_ABI 5
 
 /* The module's file name. */
 #define QW_CUDA_MODULE_FILE "libqsweep_cuda.so"
