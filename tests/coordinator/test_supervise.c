@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -156,8 +157,54 @@ static void oom_kill_is_recorded_with_the_limit_and_not_retried(void **state) {
     rmdir(cg);
 }
 
+#ifdef QS_QSWEEP_BIN
+/* `qsweep worker` supervises by default: a worker process killed from outside by SIGSEGV is
+ * started again under the same id (the workers row's pid changes, the supervisor's log says
+ * how the last one ended), and SIGTERM to the supervisor stops the worker cleanly. With
+ * --no-supervise the launcher's process is the worker. */
+static void qsweep_worker_restarts_its_process_under_the_same_id(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_supervise_cli");
+    h_start_coordinator(h);
+    char *argv[] = {(char *)QS_QSWEEP_BIN, "worker", "--connect", h->endpoint, "--id", "qw",
+                    "--threads",           "1",      "--gpus",    "none",      NULL};
+    pid_t sup = h_start_process(h, "qw", argv);
+    assert_true(h_wait_sql(h, 1, 20000, "SELECT count(*) FROM workers WHERE id = 'qw'"));
+    long pid1 = h_sql_long(h, "SELECT pid FROM workers WHERE id = 'qw'");
+    assert_true(pid1 != sup && pid1 > 0);
+    assert_int_equal(kill((pid_t)pid1, SIGSEGV), 0);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM workers WHERE id = 'qw' AND pid NOT IN (%ld, %d)",
+                           pid1, (int)sup));
+    char log[200];
+    snprintf(log, sizeof log, "%s/qw.log", h->dir);
+    assert_true(h_file_contains(log, "killed by signal 11 (SIGSEGV)"));
+    assert_int_equal(h_sql_long(h, "SELECT count(*) FROM workers"), 1);
+    assert_int_equal(kill(sup, SIGTERM), 0);
+    assert_int_equal(h_wait_exit(sup, 20000), 0);
+    h->workers[h->n_workers - 1] = 0; /* reaped */
+    assert_true(h_wait_sql(h, 1, 10000,
+                           "SELECT count(*) FROM workers WHERE id = 'qw' AND left_at IS NOT NULL"));
+    char *plain[] = {
+        (char *)QS_QSWEEP_BIN, "worker", "--connect", h->endpoint, "--id",           "qw2",
+        "--threads",           "1",      "--gpus",    "none",      "--no-supervise", NULL};
+    pid_t one = h_start_process(h, "qw2", plain);
+    assert_true(h_wait_sql(h, 1, 20000,
+                           "SELECT count(*) FROM workers WHERE id = 'qw2' AND pid = %d", (int)one));
+}
+#endif
+
 int main(void) {
+    /* a sanitizer's SEGV handler would turn the crash kind's null write into an exit */
+    char asan[600];
+    const char *prev = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%shandle_segv=0", prev ? prev : "", prev && *prev ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
     const struct CMUnitTest tests[] = {
+#ifdef QS_QSWEEP_BIN
+        cmocka_unit_test_setup_teardown(qsweep_worker_restarts_its_process_under_the_same_id,
+                                        h_setup, h_teardown),
+#endif
         cmocka_unit_test_setup_teardown(crashes_are_recorded_by_the_worker_itself, h_setup,
                                         h_teardown),
         cmocka_unit_test_setup_teardown(oom_kill_is_recorded_with_the_limit_and_not_retried,
