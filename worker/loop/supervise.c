@@ -14,8 +14,10 @@
 static volatile sig_atomic_t child_pid;   /* the running worker, 0 between starts */
 static volatile sig_atomic_t stop_signal; /* a forwarded stop signal: no restart after it */
 
+/* A signal sent to the supervisor is the launcher's word for the worker: passed on, and a
+ * child it ends is not started again. */
 static void forward(int sig) {
-    if (sig != SIGHUP && sig != SIGUSR1) stop_signal = sig;
+    stop_signal = sig;
     if (child_pid > 0) kill((pid_t)child_pid, sig);
 }
 
@@ -69,28 +71,40 @@ bool qw_supervise(const char *prog, int max_restarts, bool quiet, char *prev_exi
     prev_exit[0] = '\0';
     struct sigaction sa = {.sa_handler = forward}; /* no SA_RESTART: waitpid sees EINTR */
     sigemptyset(&sa.sa_mask);
-    const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
         sigaction(sigs[i], &sa, NULL);
+        sigaddset(&block, sigs[i]);
+    }
     pid_t me = getpid();
     for (int restarts = 0;; restarts++) {
         long oom0 = qs_cgroup_oom_kills(0);
-        pid_t pid = fork();
-        if (pid < 0) {
-            fprintf(stderr, "%s: supervisor: fork: %s\n", prog, strerror(errno));
-            *exit_code = QS_EXIT_RUNTIME;
-            return false;
-        }
+        /* blocked across fork: one that comes meanwhile waits until the child has the
+           default action and the supervisor knows the child's pid to pass it on */
+        sigprocmask(SIG_BLOCK, &block, &old);
+        pid_t pid = stop_signal ? -2 : fork();
         if (pid == 0) {
             struct sigaction dfl = {.sa_handler = SIG_DFL};
             for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
                 sigaction(sigs[i], &dfl, NULL);
             prctl(PR_SET_PDEATHSIG, SIGKILL);
+            sigprocmask(SIG_SETMASK, &old, NULL);
             if (getppid() != me) _exit(QS_EXIT_RUNTIME); /* the supervisor died already */
             return true;
         }
-        child_pid = pid;
-        if (stop_signal) kill(pid, stop_signal); /* it came before child_pid was set */
+        if (pid > 0) child_pid = pid;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        if (pid == -2) { /* stopped between two children */
+            *exit_code = 128 + stop_signal;
+            return false;
+        }
+        if (pid < 0) {
+            fprintf(stderr, "%s: supervisor: fork: %s\n", prog, strerror(errno));
+            *exit_code = QS_EXIT_RUNTIME;
+            return false;
+        }
         if (!quiet)
             fprintf(stderr, "%s: supervisor %d: worker process %d started%s%s\n", prog, (int)me,
                     (int)pid, prev_exit[0] ? " again; the previous one was " : "", prev_exit);
