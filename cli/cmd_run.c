@@ -268,14 +268,15 @@ static qs_status spawn_worker(run_state *r, size_t i, qs_error *err) {
         snprintf(id, sizeof id, "%.40s-run%d-w%zu", r->host, (int)getpid(), i);
     char gpus[256];
     qsweep_run_worker_gpus((int)i - 1, r->n_gpus, r->gpus_per_job, gpus, sizeof gpus);
-    char *av[] = {"qsweep", "worker",    "--connect", r->endpoint, "--id",
-                  id,       "--threads", r->threads,  "--gpus",    gpus,
-                  NULL,     NULL,        NULL,        NULL,        NULL};
+    /* this run supervises its workers itself (each restart a new id): --no-supervise */
+    char *av[] = {"qsweep",    "worker",   "--connect", r->endpoint, "--id",           id,
+                  "--threads", r->threads, "--gpus",    gpus,        "--no-supervise", NULL,
+                  NULL,        NULL,       NULL,        NULL};
     if (w->restarts && w->prev_exit[0]) { /* the coordinator records how the last one ended */
-        av[10] = "--previous-id";
-        av[11] = w->prev_id;
-        av[12] = "--previous-exit";
-        av[13] = w->prev_exit;
+        av[11] = "--previous-id";
+        av[12] = w->prev_id;
+        av[13] = "--previous-exit";
+        av[14] = w->prev_exit;
     }
     snprintf(w->id, sizeof w->id, "%s", id);
     w->oom_kills = qs_cgroup_oom_kills(0); /* the child starts in this process's cgroup */

@@ -18,6 +18,7 @@
 #include "jobs_backend.h"
 #include "loop.h"
 #include "server.h"
+#include "supervise.h"
 
 static void coordinator_usage(FILE *out) {
     fprintf(
@@ -125,6 +126,7 @@ static void worker_usage(FILE *out) {
         out,
         "usage: qsweep worker [--connect ENDPOINT] [--id NAME] [--threads N] [--gpus LIST]\n"
         "                     [--backend auto|cpu|cuda] [--exit-when-idle SECONDS] [--quiet]\n"
+        "                     [--max-restarts N | --no-supervise]\n"
         "  Runs the coordinator's jobs (kinds baseline and eval) until SIGTERM/SIGINT, keeping\n"
         "  loaded models between jobs.\n"
         "  --connect ENDPOINT  the coordinator (default tcp://127.0.0.1:5555); several\n"
@@ -147,6 +149,14 @@ static void worker_usage(FILE *out) {
         "  --exit-when-idle SECONDS  leave (BYE, exit 0) after SECONDS, 1..2000000, without a\n"
         "                      job (e.g. a SLURM array task once the sweep has no work left)\n"
         "  --quiet             log only warnings and errors (not each job started and finished)\n"
+        "  --max-restarts N    this process supervises the worker, its child: a child ended by a\n"
+        "                      signal (a segfault, an abort, the OOM killer) is started again\n"
+        "                      with the same id, at most N times (0..1000000, default 100), and\n"
+        "                      says how the last one ended: its attempt records it. SIGTERM,\n"
+        "                      SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to\n"
+        "                      the child (and a child they end is not started again)\n"
+        "  --no-supervise      run the worker in this process (a launcher that restarts it and\n"
+        "                      passes --previous-exit itself, as qsweep run does)\n"
         "  --previous-id ID --previous-exit TEXT  (set by a supervisor restarting a worker, as\n"
         "                      qsweep run does) how the process of worker ID ended; the attempt\n"
         "                      it was running records it\n"
@@ -166,14 +176,24 @@ int qsweep_cmd_worker(int argc, char **argv) {
                                          {"backend", required_argument, 0, 'b'},
                                          {"previous-id", required_argument, 0, 'P'},
                                          {"previous-exit", required_argument, 0, 'X'},
+                                         {"max-restarts", required_argument, 0, 'R'},
+                                         {"no-supervise", no_argument, 0, 'N'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     qw_options o = {.endpoint = "tcp://127.0.0.1:5555"};
-    int c, idle_s = 0;
+    int c, idle_s = 0, restarts = QW_SUPERVISE_RESTARTS;
+    bool supervise = true;
     const char *gpus_arg = NULL, *backend_arg = NULL;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "c:i:t:e:g:b:P:X:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:i:t:e:g:b:P:X:R:Nqh", opts, NULL)) != -1) {
         switch (c) {
+        case 'R':
+            if (qsweep_parse_int("worker", "--max-restarts", optarg, 0, 1000000, &restarts))
+                return QS_EXIT_USAGE;
+            break;
+        case 'N':
+            supervise = false;
+            break;
         case 'P': /* set by qsweep run when it restarts a worker that a signal ended */
             o.previous_worker_id = optarg;
             break;
@@ -215,6 +235,22 @@ int qsweep_cmd_worker(int argc, char **argv) {
     if (optind != argc) {
         worker_usage(stderr);
         return QS_EXIT_USAGE;
+    }
+    char id[96], prev[512];
+    if (supervise) { /* before the GPUs are opened or a thread starts: the child is a clean copy */
+        if (!o.worker_id) { /* one id for every restart: the supervisor's */
+            char host[64] = "";
+            gethostname(host, sizeof host - 1);
+            snprintf(id, sizeof id, "%s-%d", host[0] ? host : "worker", (int)getpid());
+            o.worker_id = id;
+        }
+        int code = 0;
+        if (!qw_supervise("qsweep worker", restarts, o.quiet, prev, sizeof prev, &code))
+            return code;
+        if (prev[0]) {
+            o.previous_exit = prev;
+            o.previous_worker_id = o.worker_id;
+        }
     }
     o.curve_server_key = getenv("QSWEEP_CURVE_SERVER");
     o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");

@@ -70,14 +70,17 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
 
 /* A supervisor says how the process of worker id prev ended (Hello.previous_exit): every
  * attempt still running under that id keeps the words for its error when its lease expires
- * (the lease still decides: nothing here is proven, docs/security.md). */
-static void note_previous_exit(server *s, const char *prev, const char *how) {
+ * (the lease still decides: nothing here is proven, docs/security.md). An attempt keeps the
+ * first words it got: a later restart's words are about a later process (a worker crashing
+ * on job after job leaves an attempt in its lease at each restart), and a restarted process
+ * stops sending them once it is assigned a job (worker/loop/outbox.c). */
+static void note_previous_exit(server *s, const char *prev, const char *how, const job *named) {
     job *const *of;
     size_t n = qc_srv_running_of(s, prev, &of);
     for (size_t i = 0; i < n; i++) {
         job *j = of[i];
-        if (j->state != J_RUNNING) continue;
-        free(j->exit_note);
+        /* the attempt the HELLO names runs in the process that speaks: not the dead one's */
+        if (j->state != J_RUNNING || j == named || j->exit_note) continue;
         if (!(j->exit_note = strndup(how, 400))) abort();
         qc_log("job %lld attempt %u: the process of worker %s ended: %s", (long long)j->id,
                j->attempt, prev, j->exit_note);
@@ -144,10 +147,10 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                                                   (int32_t)h->cpu_threads, key, &s->batch_err));
     free(gj);
 
+    job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
     if (h->previous_exit[0] && utf8_valid(h->previous_exit) && utf8_valid(h->previous_worker_id))
         note_previous_exit(s, h->previous_worker_id[0] ? h->previous_worker_id : w->name,
-                           h->previous_exit);
-    job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
+                           h->previous_exit, named);
     /* A job this connection ran that its HELLO does not name is lost (the worker restarted:
        a connection is never taken over by another, server.c); one whose ASSIGN is still
        waiting for its commit will be sent. */

@@ -93,9 +93,14 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     j->fail_now = false;
     char noted[1400];
     if (j->exit_note && outcome == QC_ATTEMPT_LOST) {
-        snprintf(noted, sizeof noted, "%s; its process ended: %s", error ? error : "lost",
-                 j->exit_note);
+        /* the OOM killer ended it (exit_status.h's words): the job needs more memory than the
+           worker's limit, which the note gives; another try under the same limit ends the
+           same way, so the job fails now with the figure */
+        bool oom = strstr(j->exit_note, "out of memory") != NULL;
+        snprintf(noted, sizeof noted, "%s; its process ended: %s%s", error ? error : "lost",
+                 j->exit_note, oom ? "; not retried: the job needs more memory than that" : "");
         error = noted;
+        permanent = permanent || oom;
     }
     free(j->exit_note);
     j->exit_note = NULL;

@@ -153,6 +153,7 @@ void qw_loop_receive_assign(worker *w, const Qsweep__Assign *a) {
         qw_loop_rx_clear(w);
         qw_loop_take_token(w, a);
         w->rx_job = a->job_id;
+        w->assigned = true;
         w->rx_attempt = a->attempt;
         w->rx_lease_ms = a->lease_ms;
         w->rx_chunks = a->chunks;

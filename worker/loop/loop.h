@@ -131,7 +131,8 @@ typedef struct qw_options {
     size_t max_result_bytes;
     /* A supervisor restarting this worker says how the previous process, worker id
        previous_worker_id (NULL: this one's), ended (e.g. "killed by signal 9 (SIGKILL); out
-       of memory: ..."); sent in every HELLO (proto: Hello.previous_exit). NULL: nothing. */
+       of memory: ..."); sent in every HELLO until this process is assigned a job (proto:
+       Hello.previous_exit). NULL: nothing. supervise.h restarts a worker this way itself. */
     const char *previous_worker_id, *previous_exit;
 } qw_options;
 

@@ -130,6 +130,8 @@ struct worker {
     char *rx_spec;
     size_t rx_len;
     int64_t rx_job;
+    bool assigned; /* an ASSIGN reached this process: its HELLOs no longer carry the
+                      previous process's end (qw_options.previous_exit), which is not theirs */
     uint32_t rx_attempt, rx_lease_ms, rx_chunks, rx_next;
     char rx_kind[64];
     int64_t end_job;

@@ -4,16 +4,22 @@
  *                      [--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS]
  *                      [--max-result-bytes N] [--gpus LIST] [--fake-gpus SPEC]
  *                      [--previous-id ID --previous-exit TEXT] (a supervisor's restart)
+ *                      [--supervise RESTARTS]
+ * --supervise: run the worker as the child of a supervisor that restarts it, at most RESTARTS
+ * times, when a signal ends it, saying how (supervise.h), as `qsweep worker` does by default;
+ * without it this process is the worker (tests that stop or kill it by pid).
  * --gpus as `qsweep worker --gpus` (gpu_info.h); --fake-gpus "H200:141:9.0,B200:180:10.0"
  * advertises made-up GPUs instead of the CUDA runtime's (tests of the scheduler; this binary
  * only, never `qsweep worker`). A --gpus index not present exits 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_info.h"
 #include "exit_status.h"
 #include "loop.h"
+#include "supervise.h"
 #include "test_kinds.h"
 #ifdef QW_WORKER_TRAIN_KIND
 #include "train_kind.h" /* the training tests build this file with the train kind too */
@@ -23,7 +29,8 @@ static int usage(const char *why) {
     fprintf(stderr,
             "qsweep-worker: %s\nusage: qsweep-worker --endpoint ENDPOINT [--id NAME] [--threads N] "
             "[--heartbeat-ms MS] [--timeout-ms MS] [--exit-when-idle-ms MS] [--max-result-bytes N] "
-            "[--gpus LIST] [--fake-gpus SPEC] [--previous-id ID --previous-exit TEXT]\n",
+            "[--gpus LIST] [--fake-gpus SPEC] [--previous-id ID --previous-exit TEXT] "
+            "[--supervise RESTARTS]\n",
             why);
     return QS_EXIT_USAGE;
 }
@@ -39,6 +46,7 @@ static bool parse_int(const char *s, int *out) {
 int main(int argc, char **argv) {
     qw_options o = {0};
     const char *gpus_arg = NULL, *fake = NULL;
+    int restarts = -1; /* -1: not supervised */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage("option without a value");
@@ -61,6 +69,8 @@ int main(int argc, char **argv) {
             o.previous_worker_id = v;
         } else if (strcmp(a, "--previous-exit") == 0) {
             o.previous_exit = v;
+        } else if (strcmp(a, "--supervise") == 0) {
+            if (!parse_int(v, &restarts)) return usage("--supervise: not a number");
         } else if (strcmp(a, "--gpus") == 0) {
             gpus_arg = v;
         } else if (strcmp(a, "--fake-gpus") == 0) {
@@ -73,6 +83,21 @@ int main(int argc, char **argv) {
         i++;
     }
     if (!o.endpoint) return usage("--endpoint is required");
+    char id[96], prev[512];
+    if (restarts >= 0) {    /* before any thread or socket: the child is a clean copy */
+        if (!o.worker_id) { /* one id for every restart: the supervisor's */
+            char host[64] = "";
+            gethostname(host, sizeof host - 1);
+            snprintf(id, sizeof id, "%s-%d", host[0] ? host : "worker", (int)getpid());
+            o.worker_id = id;
+        }
+        int code = 0;
+        if (!qw_supervise("qsweep-worker", restarts, false, prev, sizeof prev, &code)) return code;
+        if (prev[0]) {
+            o.previous_exit = prev;
+            o.previous_worker_id = o.worker_id;
+        }
+    }
     qs_error err;
     qw_gpu all[QW_GPUS_MAX], chosen[QW_GPUS_MAX];
     size_t n_all = 0;

@@ -68,7 +68,7 @@ void qw_loop_send_hello(worker *w) {
         h.receiving = true;
     }
     if (h.running_job_id) h.running_token = (ProtobufCBinaryData){w->token_len, w->token};
-    if (w->o->previous_exit) {
+    if (w->o->previous_exit && !w->assigned) {
         h.previous_exit = (char *)w->o->previous_exit;
         h.previous_worker_id =
             (char *)(w->o->previous_worker_id ? w->o->previous_worker_id : w->id);

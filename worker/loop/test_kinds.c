@@ -1,5 +1,8 @@
-/* Job kinds for tests and benchmarks: sleep, fail, echo, alloc (test_kinds.h). */
+/* Job kinds for tests and benchmarks: sleep, fail, echo, alloc, crash (test_kinds.h). */
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -69,6 +72,39 @@ static qs_status kind_alloc(qw_job_ctx *ctx, qs_error *err) {
     return qw_job_metric(ctx, "bytes", (double)n, 0, true, err);
 }
 
+/* A store through a null pointer, out of the undefined-behaviour sanitizer's sight (it would
+ * report the store instead of letting it fault). */
+__attribute__((noinline, no_sanitize("undefined"))) static void write_nowhere(void) {
+    int *volatile nowhere = NULL;
+    // cppcheck-suppress nullPointer
+    *nowhere = 1; /* the point of the kind: a real segfault */
+}
+
+/* Ends the worker process by a signal, as a job that crashes it does: "SEGV" writes through
+ * a null pointer, "ABRT" calls abort(), "KILL" sends itself SIGKILL (as the OOM killer does). */
+static qs_status kind_crash(qw_job_ctx *ctx, qs_error *err) {
+    const json_t *s = json_object_get(qw_job_spec(ctx), "signal");
+    const char *name = json_is_string(s) ? json_string_value(s) : "";
+    int sig = !strcmp(name, "SEGV")   ? SIGSEGV
+              : !strcmp(name, "ABRT") ? SIGABRT
+              : !strcmp(name, "KILL") ? SIGKILL
+                                      : 0;
+    if (!sig)
+        return qs_error_set(err, QS_EINVAL, "crash: spec field signal: need SEGV, ABRT or KILL");
+    /* the default action, set by the system call itself: a sanitizer intercepts signal()
+       and sigaction() and keeps its own handler, which would turn the signal into an exit.
+       An all-zero kernel sigaction is SIG_DFL, no flags, an empty mask, on every layout. */
+    unsigned long dfl[4] = {0};
+    syscall(SYS_rt_sigaction, sig, dfl, NULL, sizeof(unsigned long));
+    if (sig == SIGSEGV) {
+        write_nowhere();
+    } else if (sig == SIGABRT) {
+        abort();
+    }
+    raise(sig);
+    return qs_error_set(err, QS_EINVAL, "crash: signal %s did not end the process", name);
+}
+
 static qs_status kind_echo(qw_job_ctx *ctx, qs_error *err) {
     const json_t *metrics = json_object_get(qw_job_spec(ctx), "metrics");
     if (!json_is_object(metrics))
@@ -122,5 +158,6 @@ qs_status qw_register_test_kinds(qs_error *err) {
     if (st == QS_OK) st = qw_register_kind("fail", kind_fail, err);
     if (st == QS_OK) st = qw_register_kind("echo", kind_echo, err);
     if (st == QS_OK) st = qw_register_kind("alloc", kind_alloc, err);
+    if (st == QS_OK) st = qw_register_kind("crash", kind_crash, err);
     return st;
 }

@@ -7,6 +7,8 @@
  *                                          worker error, retried);
  *   "alloc" {"bytes": n}                   allocates and touches n bytes (QS_ENOMEM when
  *                                          malloc fails); metric "bytes" = n (final);
+ *   "crash" {"signal": "SEGV"|"ABRT"|"KILL"}  ends the worker process by that signal (a null
+ *                                          write, abort(), SIGKILL as the OOM killer sends);
  *   "echo"  {"metrics": {"name": v, ...}}  reports each number as a final metric, and with
  *           "curve": {"name": [v0, v1, ...]}, "step_ms": ms   each list as a curve (non-final
  *                                          metrics at steps 0, 1, ...), ms apart; other spec
@@ -18,7 +20,7 @@
 
 #include "error.h"
 
-/* Registers "sleep", "fail", "echo" and "alloc" (qw_register_kind). Errors: those of
+/* Registers "sleep", "fail", "echo", "alloc" and "crash" (qw_register_kind). Errors: those of
  * qw_register_kind. */
 qs_status qw_register_test_kinds(qs_error *err);
 
