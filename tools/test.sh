@@ -115,6 +115,7 @@ FUZZ_TARGETS=(
   "checkpoint_fuzz_safetensors  tests/checkpoint/fuzz/seeds/safetensors"
   "checkpoint_fuzz_config       tests/checkpoint/fuzz/seeds/config"
   "checkpoint_fuzz_tokens       tests/checkpoint/fuzz/seeds/tokens"
+  "checkpoint_fuzz_fp4          tests/checkpoint/fuzz/seeds/fp4"
   "cli_fuzz_grid                experiments"
   "engine_fuzz_baseline         tests/engine/fuzz/seeds"
   "qs_proto_fuzz_decode         -"
