@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The method study's tables (docs/methods.md), made from the tables `qsweep run` prints.
+
+A component sweep with a method axis prints one table per (model, format, options, quantize);
+the options name the method ("method": "gptq", ...; round-to-nearest names none). This script
+reads them with tools/results_table.py's parser and writes one markdown table per (format,
+quantize): a row per component, in round-to-nearest's order of damage (most damaging first), a
+column per method, each cell "KL (+ppl increase %)" (mean KL divergence from the unquantized
+model to 4 decimals, the perplexity increase to 1), and a last column naming the method with the
+lowest KL (ties: the first). The block lives between the lines
+    <!-- methods-table:begin -->
+    <!-- methods-table:end -->
+of a markdown file (docs/methods.md, or tests/methods/data/fp4_methods_tiny.md).
+
+Usage:
+    methods_table.py render RUN_OUTPUT            print the block
+    methods_table.py update RUN_OUTPUT FILE.md    replace FILE's block with the run's
+    methods_table.py check  RUN_OUTPUT FILE.md    exit 1 (with a diff) unless FILE's block is
+                                                  the run's, digit for digit
+Exit status: 0 ok, 1 check found a difference, 2 bad input (names the file and line).
+"""
+import difflib
+import importlib.util
+import json
+import os
+import sys
+
+_spec = importlib.util.spec_from_file_location(
+    "results_table",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "results_table.py"),
+)
+rt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rt)
+
+BEGIN = "<!-- methods-table:begin -->"
+END = "<!-- methods-table:end -->"
+METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full", "mr-gptq",
+                "smoothquant"]
+
+
+def method_of(opts, path):
+    try:
+        o = json.loads(opts) if opts else {}
+    except ValueError:
+        raise rt.BadInput(f"{path}: options {opts!r} are not JSON")
+    return o.get("method", "rtn") if isinstance(o, dict) else "rtn"
+
+
+def render(groups, path):
+    out = [BEGIN]
+    models = []
+    for g in groups:
+        if g[0] not in models:
+            models.append(g[0])
+    for model in models:
+        gs = [g for g in groups if g[0] == model and g[4] == "component"]
+        if not gs:
+            raise rt.BadInput(f"{path}: model {model}: no component-wise table")
+        bases = {f"{g[5]:.4f}" for g in gs}
+        if len(bases) != 1:
+            raise rt.BadInput(f"{path}: model {model}: the tables disagree on the baseline ({bases})")
+        if len(models) > 1:
+            out += ["", f"{model}:"]
+        out += ["", f"Unquantized perplexity {bases.pop()}."]
+        cols = sorted({(rt.column_key(g)[:4]) for g in gs})
+        for ckey in cols:
+            fmt, quant = ckey[1], ckey[3]
+            by_method = {}
+            for g in gs:
+                if g[1] == fmt and g[3] == quant:
+                    m = method_of(g[2], path)
+                    if m in by_method:
+                        raise rt.BadInput(f"{path}: {fmt} {quant}: method {m} has two tables")
+                    by_method[m] = g
+            methods = sorted(by_method, key=lambda m: (METHOD_ORDER.index(m)
+                                                       if m in METHOD_ORDER else len(METHOD_ORDER), m))
+            first = by_method["rtn"] if "rtn" in by_method else by_method[methods[0]]
+            parts = [p[0] for p in first[6]]
+            for m in methods:
+                for p in by_method[m][6]:
+                    if p[0] not in parts:
+                        parts.append(p[0])
+            out += ["", f"{fmt.upper()} {rt.QUANT_NAMES.get(quant, quant)}:", ""]
+            out.append("| component | " + " | ".join(methods) + " | lowest KL |")
+            out.append("| --- |" + " --- |" * (len(methods) + 1))
+            for part in parts:
+                cells, best = [], None
+                for m in methods:
+                    g = by_method[m]
+                    row = [p for p in g[6] if p[0] == part]
+                    if not row:
+                        cells.append("")
+                        continue
+                    _, ppl, kl = row[0]
+                    pct = 100.0 * (ppl - g[5]) / g[5]
+                    cells.append(f"{kl:.4f} ({pct:+.1f}%)")
+                    if best is None or kl < best[1]:
+                        best = (m, kl)
+                out.append(f"| {part} | " + " | ".join(cells) + f" | {best[0]} |")
+    out += ["", END]
+    return out
+
+
+def block_of(path):
+    lines = open(path, encoding="utf-8").read().split("\n")
+    try:
+        b = lines.index(BEGIN)
+        e = lines.index(END, b)
+    except ValueError:
+        raise rt.BadInput(f"{path}: no {BEGIN} ... {END} block")
+    return lines[:b], lines[b : e + 1], lines[e + 1 :]
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] not in ("render", "update", "check") or (
+        argv[1] != "render" and len(argv) != 4
+    ):
+        sys.stderr.write(__doc__)
+        return 2
+    try:
+        new = render(rt.parse(argv[2]), argv[2])
+        if argv[1] == "render":
+            print("\n".join(new))
+            return 0
+        before, old, after = block_of(argv[3])
+        if argv[1] == "update":
+            with open(argv[3], "w", encoding="utf-8") as f:
+                f.write("\n".join(before + new + after))
+            return 0
+        if old == new:
+            print(f"methods_table: {argv[3]} matches {argv[2]}")
+            return 0
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                [l + "\n" for l in old], [l + "\n" for l in new], argv[3], f"from {argv[2]}"
+            )
+        )
+        print(f"methods_table: {argv[3]} differs from the run in {argv[2]}")
+        return 1
+    except (rt.BadInput, OSError) as e:
+        sys.stderr.write(f"methods_table: {e}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
