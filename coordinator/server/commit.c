@@ -42,7 +42,7 @@ void qc_srv_run_actions(server *s) {
                                        "cancelled on request");
             } else {
                 j->lease_deadline = now; /* makes end_attempt's bookkeeping uniform */
-                qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED,
+                qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "undeliverable",
                                    "ASSIGN undeliverable: the worker is gone", false);
             }
         }

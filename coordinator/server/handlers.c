@@ -55,7 +55,7 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
                   token_ok(oj, &h->running_token);
     if (oj && !proven && oj->lease_deadline != NEVER) {
         if (key)
-            qc_srv_end_attempt(s, oj, QC_ATTEMPT_LOST,
+            qc_srv_end_attempt(s, oj, QC_ATTEMPT_LOST, "restart",
                                "worker re-registered without it (restarted)", true);
         else
             qc_log("worker %s: a HELLO from peer %s does not name job %lld attempt %u with its "
@@ -82,6 +82,7 @@ static void note_previous_exit(server *s, const char *prev, const char *how, con
         /* the attempt the HELLO names runs in the process that speaks: not the dead one's */
         if (j->state != J_RUNNING || j == named || j->exit_note) continue;
         if (!(j->exit_note = strndup(how, 400))) abort();
+        j->exit_cause = qc_srv_exit_cause(j->exit_note);
         qc_log("job %lld attempt %u: the process of worker %s ended: %s", (long long)j->id,
                j->attempt, prev, j->exit_note);
     }
@@ -156,8 +157,8 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
        waiting for its commit will be sent. */
     if (w->job && w->job != named && w->job->lease_deadline != NEVER) {
         job *old = w->job;
-        qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "worker re-registered without it (restarted)",
-                           true);
+        qc_srv_end_attempt(s, old, QC_ATTEMPT_LOST, "restart",
+                           "worker re-registered without it (restarted)", true);
     }
     /* After a coordinator restart: an attempt the store gives this worker (by name) that it has
        not re-attached to and that its HELLO does not name can come to nothing: the HELLO names
@@ -178,12 +179,12 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
            moved to this connection keeps its lease (hello_moves), which ends it as lost */
         if (j == named || j->state != J_RUNNING || j->worker || !j->rebuilt) continue;
         if (h->previous_exit[0])
-            qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST,
+            qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, "restart",
                                "worker re-registered after the coordinator restart without it "
                                "(its process ended)",
                                true);
         else
-            qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED,
+            qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "assign_lost",
                                "worker re-registered after the coordinator restart without it "
                                "(its ASSIGN was lost with the previous coordinator)",
                                false);
@@ -314,7 +315,7 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
         if (!s->o->quiet)
             qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
                    (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false); /* frees the chunks */
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, NULL, false); /* frees the chunks */
         qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, 0, true);
         qc_srv_worker_idle(s, w);
         return;
@@ -363,7 +364,7 @@ static void on_result(server *s, worker *w, const Qsweep__Result *r) {
     store_result(s, j, rows, r->n_metrics, r->final);
     if (r->final) qc_srv_keep_model_digest(j, rows, r->n_metrics);
     free(rows);
-    if (r->final) qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, false);
+    if (r->final) qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, NULL, false);
     qc_srv_send_ack(s, w->rid, w->rid_len, r->job_id, r->attempt, r->seq, r->final);
     if (r->final) qc_srv_worker_idle(s, w);
 }
@@ -382,16 +383,16 @@ static void on_failed(server *s, worker *w, const Qsweep__Failed *f) {
     switch (f->class_) {
     case QSWEEP__FAILURE_CLASS__JOB_ERROR: /* permanent: another attempt would fail the same */
         j->fail_now = true;
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, "job_error", msg, true);
         break;
     case QSWEEP__FAILURE_CLASS__PREEMPTED:
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, msg, false);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_PREEMPTED, "preempted", msg, false);
         break;
     case QSWEEP__FAILURE_CLASS__CANCELLED:
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_CANCELLED, msg, false);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_CANCELLED, "cancelled", msg, false);
         break;
     default:
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, msg, true);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_FAILED, "worker_error", msg, true);
         break;
     }
     qc_srv_send_ack(s, w->rid, w->rid_len, f->job_id, f->attempt, 0, true);
@@ -414,7 +415,7 @@ static void on_ready(server *s, worker *w, const Qsweep__Ready *r) {
 static void on_bye(server *s, worker *w, const Qsweep__Bye *b) {
     qc_log("worker %s said BYE: %s", w->name, b->reason);
     if (w->job && w->job->lease_deadline != NEVER)
-        qc_srv_end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED,
+        qc_srv_end_attempt(s, w->job, QC_ATTEMPT_PREEMPTED, "bye",
                            "worker left (BYE) without reporting the attempt", false);
     qc_srv_forget_worker(s, w);
 }

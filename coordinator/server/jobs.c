@@ -83,10 +83,18 @@ void qc_srv_chunks_drop(job *j) {
     j->chunks = j->chunk_next = 0;
 }
 
-/* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
- * against max_attempts. Decides the job's next state and queues the write. */
-void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
-                        bool counts) {
+const char *qc_srv_exit_cause(const char *note) {
+    if (strncmp(note, "killed by signal ", 17) == 0)
+        return strstr(note, "; out of memory") ? "oom" : "signal";
+    if (strncmp(note, "exit status ", 12) == 0) return "exit";
+    return NULL;
+}
+
+/* Ends the job's current attempt with outcome (attempts.outcome) and cause (attempts.cause);
+ * counts: whether it counts against max_attempts. Decides the job's next state and queues the
+ * write. */
+void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *cause,
+                        const char *error, bool counts) {
     if (j->worker && j->worker->job == j) j->worker->job = NULL;
     j->worker = NULL;
     bool permanent = j->fail_now;
@@ -101,9 +109,11 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
                  j->exit_note, oom ? "; not retried: the job needs more memory than that" : "");
         error = noted;
         permanent = permanent || oom;
+        if (j->exit_cause) cause = j->exit_cause; /* the process end, not how it was noticed */
     }
     free(j->exit_note);
     j->exit_note = NULL;
+    j->exit_cause = NULL;
     /* a transient failure (lost, worker error) is retried elsewhere first */
     free(j->avoid);
     j->avoid = counts && !permanent && outcome != QC_ATTEMPT_SUCCEEDED ? j->worker_name : NULL;
@@ -136,8 +146,8 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
             qc_srv_push_pending(s, j);
         }
     }
-    qc_srv_must(s, qc_store_batch_attempt_ended(s->batch, j->id, (int32_t)j->attempt, outcome,
-                                                error, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_attempt_ended_cause(s->batch, j->id, (int32_t)j->attempt,
+                                                      outcome, error, cause, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used,
                                             backoff / 1000.0, error, &s->batch_err));
     if (!s->o->quiet || j->state == J_FAILED)

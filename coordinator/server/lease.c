@@ -23,6 +23,7 @@ void qc_srv_check_leases(server *s, int64_t now) {
         job *j = s->jobs[i];
         if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
         char why[400];
+        const char *cause = "lease";
         if (j->worker) {
             snprintf(why, sizeof why, "lease expired: no heartbeat from worker %s for %d ms",
                      j->worker->name, s->lease_ms);
@@ -32,13 +33,15 @@ void qc_srv_check_leases(server *s, int64_t now) {
             snprintf(why, sizeof why,
                      "worker %s did not re-attach within %d ms of a coordinator restart",
                      j->worker_name ? j->worker_name : "?", s->grace_ms);
+            cause = "grace";
         } else {
             snprintf(why, sizeof why,
                      "lease expired: worker %s re-registered from a new connection without "
                      "this attempt (its process restarted) and no heartbeat named it for %d ms",
                      j->worker_name ? j->worker_name : "?", s->lease_ms);
+            cause = "restart";
         }
-        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, why, true);
+        qc_srv_end_attempt(s, j, QC_ATTEMPT_LOST, cause, why, true);
     }
     qc_srv_forget_silent_workers(s, now);
 }

@@ -81,6 +81,9 @@ typedef struct job {
     char *avoid;     /* q.avoid: the worker the last transient failure happened on (owned) */
     char *exit_note; /* how its worker's process ended, from a supervisor (Hello.previous_exit):
                         added to the error when the attempt is lost (owned; NULL: none) */
+    /* the note's class for attempts.cause when the attempt is lost: "oom", "signal", "exit"
+       (qc_srv_exit_cause; NULL: none) */
+    const char *exit_cause;
     char *job_key;   /* jobs.job_key (owned) */
     /* A job whose model a pipeline's training job makes: that job's key (spec model.trained_by;
        owned, NULL: none). */
@@ -280,10 +283,15 @@ void qc_srv_end_dependents(server *s, job *dep);
 /* Frees the chunks of a split final RESULT kept for j's current attempt. */
 void qc_srv_chunks_drop(job *j);
 
-/* Ends the job's current attempt with outcome (attempts.outcome); counts: whether it counts
- * against max_attempts. Decides the job's next state and queues the write. */
-void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *error,
-                        bool counts);
+/* Ends the job's current attempt with outcome (attempts.outcome) and cause, the class of the
+ * end (attempts.cause: schema/170_attempt_cause.sql; a lost attempt's supervisor note
+ * overrides it with its own); counts: whether it counts against max_attempts. Decides the
+ * job's next state and queues the write. */
+void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const char *cause,
+                        const char *error, bool counts);
+/* The class of a supervisor's words how a process ended (common/exit_status.c's): "oom" for
+ * an OOM kill, "signal" for another signal, "exit" for an exit status, NULL for other words. */
+const char *qc_srv_exit_cause(const char *note);
 
 /* Frees job j and everything it owns (NULL: nothing). */
 void qc_srv_job_free(job *j);

@@ -31,7 +31,7 @@ typedef struct column_group {
 struct qc_store_batch {
     column_group started; /* job, attempt, worker, lease_s, token_hash (hex) */
     column_group renewed; /* job, attempt, lease_s */
-    column_group ended;   /* job, attempt, outcome, error */
+    column_group ended;   /* job, attempt, outcome, error, cause */
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
     column_group workers; /* id, host, pid, gpus, threads, curve_key */
     column_group alive;   /* id, left */
@@ -76,7 +76,7 @@ qc_store_batch *qc_store_batch_new(void) {
     if (!b) return NULL;
     b->started.n = 5;
     b->renewed.n = 3;
-    b->ended.n = 4;
+    b->ended.n = 5;
     b->states.n = 5;
     b->workers.n = 6;
     b->alive.n = 2;
@@ -192,12 +192,23 @@ qs_status qc_store_batch_lease_renewed(qc_store_batch *b, int64_t job, int32_t a
 qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t attempt,
                                        qc_attempt_outcome outcome, const char *error,
                                        qs_error *err) {
+    return qc_store_batch_attempt_ended_cause(b, job, attempt, outcome, error, NULL, err);
+}
+
+qs_status qc_store_batch_attempt_ended_cause(qc_store_batch *b, int64_t job, int32_t attempt,
+                                             qc_attempt_outcome outcome, const char *error,
+                                             const char *cause, qs_error *err) {
     const char *name = qc_attempt_outcome_name(outcome);
     if (!name || outcome == QC_ATTEMPT_RUNNING)
         return qs_error_set(err, QS_EINVAL,
                             "batch: attempt ended job %lld attempt %d: outcome "
                             "%d is not an end",
                             (long long)job, attempt, (int)outcome);
+    if (cause && !qc_attempt_cause_known(cause))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: attempt ended job %lld attempt %d: cause '%.40s' is not "
+                            "one of attempts.cause's names (schema/170_attempt_cause.sql)",
+                            (long long)job, attempt, cause);
     qs_status st = check_utf8(error, "attempt error", job, err);
     if (st) return st;
     group_mark m = mark(&b->ended);
@@ -205,6 +216,7 @@ qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t a
     qc_sqlarray_int(&b->ended.col[1], attempt);
     qc_sqlarray_text(&b->ended.col[2], name);
     qc_sqlarray_text(&b->ended.col[3], error);
+    qc_sqlarray_text(&b->ended.col[4], cause);
     return commit_or_undo(&b->ended, &m, "an attempt end", err);
 }
 
@@ -377,9 +389,11 @@ static const char *const sql_renewed =
     "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
 /* The first end of an attempt wins (ord ascending), also against one already stored. */
 static const char *const sql_ended =
-    "UPDATE attempts a SET outcome = v.outcome, ended_at = now(), error = v.error FROM ("
-    " SELECT DISTINCT ON (job, att) job, att, outcome, error FROM unnest($1::bigint[], $2::int[],"
-    " $3::text[], $4::text[]) WITH ORDINALITY AS u(job, att, outcome, error, ord)"
+    "UPDATE attempts a SET outcome = v.outcome, ended_at = now(), error = v.error, "
+    "cause = v.cause FROM ("
+    " SELECT DISTINCT ON (job, att) job, att, outcome, error, cause FROM unnest($1::bigint[],"
+    " $2::int[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(job, att, outcome,"
+    " error, cause, ord)"
     " ORDER BY job, att, ord) v "
     "WHERE a.job = v.job AND a.attempt = v.att AND a.outcome = 'running'";
 /* The last state of each job wins; its last_error is the last non-NULL one queued (the last

@@ -30,6 +30,18 @@ const char *qc_attempt_outcome_name(qc_attempt_outcome o) {
     return (unsigned)o < sizeof outcome_names / sizeof outcome_names[0] ? outcome_names[o] : NULL;
 }
 
+/* attempts.cause's names, as schema/170_attempt_cause.sql's CHECK lists them. */
+static const char *const cause_names[] = {"oom",         "signal",    "exit",      "lease",
+                                          "restart",     "grace",     "job_error", "worker_error",
+                                          "preempted",   "bye",       "undeliverable",
+                                          "assign_lost", "cancelled"};
+
+bool qc_attempt_cause_known(const char *cause) {
+    for (size_t i = 0; i < sizeof cause_names / sizeof cause_names[0]; i++)
+        if (strcmp(cause, cause_names[i]) == 0) return true;
+    return false;
+}
+
 qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err) {
     for (size_t i = 0; i < sizeof job_state_names / sizeof job_state_names[0]; i++) {
         if (strcmp(text, job_state_names[i]) == 0) {

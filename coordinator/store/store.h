@@ -53,6 +53,9 @@ typedef enum qc_attempt_outcome {
 /* The SQL spelling ("pending", ...); NULL for an out-of-range value. */
 const char *qc_job_state_name(qc_job_state s);
 const char *qc_attempt_outcome_name(qc_attempt_outcome o);
+/* True when cause is one of attempts.cause's names (the class of an attempt's end:
+ * docs/failures.md). */
+bool qc_attempt_cause_known(const char *cause);
 /* Parses the SQL spelling; QS_EINVAL naming the text when unknown. */
 qs_status qc_job_state_parse(const char *text, qc_job_state *out, qs_error *err);
 
@@ -363,6 +366,12 @@ qs_status qc_store_batch_lease_renewed(qc_store_batch *b, int64_t job, int32_t a
 qs_status qc_store_batch_attempt_ended(qc_store_batch *b, int64_t job, int32_t attempt,
                                        qc_attempt_outcome outcome, const char *error,
                                        qs_error *err);
+/* The same with attempts.cause, the class of the end (schema/170_attempt_cause.sql,
+ * docs/failures.md; NULL for none): a name qc_attempt_cause_known accepts, else QS_EINVAL and
+ * nothing queued. */
+qs_status qc_store_batch_attempt_ended_cause(qc_store_batch *b, int64_t job, int32_t attempt,
+                                             qc_attempt_outcome outcome, const char *error,
+                                             const char *cause, qs_error *err);
 /* jobs: state, attempts_used, not_before = now + backoff_s (backoff_s <= 0: NULL),
  * last_error (NULL keeps the stored one), updated_at = now. Absolute values, so replaying is
  * harmless; several changes of one job in a batch: the last wins. */

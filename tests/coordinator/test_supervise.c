@@ -1,12 +1,12 @@
 /* coord_supervise: a worker says why its process died under any launcher, not only under
  * `qsweep run` (worker/loop/supervise.h). The worker here is started by the test, as SLURM
  * or systemd would start it, with --supervise: jobs that end its process by SIGSEGV,
- * SIGABRT and SIGKILL are each recorded lost with their signal, count against max_attempts,
- * and the worker, restarted by its own supervisor under the same id, goes on to run the next
- * job; SIGTERM to the supervisor still stops the worker cleanly. Under a memory cgroup (root
- * only) a job the OOM killer ends is recorded as out of memory with the cgroup's limit and
- * fails at once. Real coordinator and worker processes, a real private PostgreSQL; counts and
- * the recorded causes read from SQL. */
+ * SIGABRT and SIGKILL are each recorded lost with their signal (attempts.cause 'signal'),
+ * count against max_attempts, and the worker, restarted by its own supervisor under the same
+ * id, goes on to run the next job; SIGTERM to the supervisor still stops the worker cleanly.
+ * Under a memory cgroup (root only) a job the OOM killer ends is recorded as out of memory
+ * (cause 'oom') with the cgroup's limit and fails at once. Real coordinator and worker
+ * processes, a real private PostgreSQL; counts and the recorded causes read from SQL. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,8 +20,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "harness.h"
+#include "migrate.h"
 
 /* The attempts of job id as "N outcome" and their errors, printed; returns the outcomes. */
 static void attempts_of(harness *h, long id, char *outcomes, size_t cap) {
@@ -56,6 +58,13 @@ static void expect_lost_by(harness *h, long id, int lost, const char *how) {
                                 "'%%out of memory%%'",
                                 id),
                      0);
+    /* attempts.cause records the class of the process end, not how the loss was noticed */
+    char causes[200];
+    h_sql_text(h, causes, sizeof causes,
+               "SELECT string_agg(attempt || ' ' || COALESCE(cause, 'NULL'), ', ' ORDER BY "
+               "attempt) FROM attempts WHERE job = %ld",
+               id);
+    assert_string_equal(causes, lost == 1 ? "1 signal" : "1 signal, 2 signal");
 }
 
 static void crashes_are_recorded_by_the_worker_itself(void **state) {
@@ -73,6 +82,8 @@ static void crashes_are_recorded_by_the_worker_itself(void **state) {
     expect_lost_by(h, kill9, 1, "9 (SIGKILL)");
     assert_true(h_wait_sql(
         h, 1, 30000, "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", echo));
+    assert_int_equal(
+        h_sql_long(h, "SELECT count(*) FROM attempts WHERE job = %ld AND cause IS NULL", echo), 1);
     assert_int_equal(h_sql_long(h,
                                 "SELECT count(*) FROM results WHERE job = %ld AND name = 'm' AND "
                                 "final AND value = 7",
@@ -150,11 +161,75 @@ static void oom_kill_is_recorded_with_the_limit_and_not_retried(void **state) {
     assert_non_null(strstr(err, "killed by signal 9 (SIGKILL); out of memory"));
     assert_non_null(strstr(err, "allows 268435456 bytes (256 MiB)"));
     assert_non_null(strstr(err, "not retried"));
+    h_sql_text(h, err, sizeof err, "SELECT cause FROM attempts WHERE job = %ld", id);
+    assert_string_equal(err, "oom");
     h_sql_text(h, err, sizeof err, "SELECT last_error FROM jobs WHERE id = %ld", id);
     assert_non_null(strstr(err, "out of memory"));
     assert_int_equal(h_wait_exit(sup, 0), -1); /* the supervisor lives on, its worker too */
     h_end(h);
     rmdir(cg);
+}
+
+/* schema/170_attempt_cause.sql on a database whose lost attempts ended before it: each gets
+ * the class its error text says exactly (the coordinator's own words and a supervisor's note
+ * after them), others stay NULL, the worker's own text of a failed attempt included. */
+static void the_migration_fills_the_cause_of_earlier_lost_attempts(void **state) {
+    harness *h = *state;
+    h_begin(h, "coord_supervise_migrate");
+    h_sql_exec(h, "DELETE FROM schema_migrations WHERE version = 170");
+    h_sql_exec(h, "ALTER TABLE attempts DROP COLUMN cause");
+    long id = h_insert_job(h, "old", "echo", "{\"metrics\": {\"m\": 1}}", 20, 0);
+    const char *rows[][2] = {
+        {"lost", "lease expired: no heartbeat from worker w1 for 2000 ms"},
+        {"lost", "lease expired: worker w1 re-registered from a new connection without this "
+                 "attempt (its process restarted) and no heartbeat named it for 2000 ms; its "
+                 "process ended: killed by signal 11 (SIGSEGV)"},
+        {"lost", "worker re-registered without it (restarted); its process ended: killed by "
+                 "signal 9 (SIGKILL); out of memory: the kernel's OOM killer ended it (cgroup "
+                 "oom_kill +1); not retried: the job needs more memory than that"},
+        {"lost", "lease expired: no heartbeat from worker w1 for 2000 ms; its process ended: "
+                 "exit status 3"},
+        {"lost", "worker re-registered without it (restarted)"},
+        {"lost", "worker w1 did not re-attach within 4000 ms of a coordinator restart"},
+        {"lost", "a text no coordinator wrote"},
+        {"failed", "out of memory"},
+        {"preempted", "worker left (BYE) without reporting the attempt"},
+        {"succeeded", NULL}};
+    size_t n = sizeof rows / sizeof rows[0];
+    for (size_t i = 0; i < n; i++) {
+        char text[600] = "NULL";
+        if (rows[i][1]) {
+            char esc[500];
+            size_t k = 0;
+            for (const char *c = rows[i][1]; *c && k + 2 < sizeof esc; c++) {
+                if (*c == '\'') esc[k++] = '\'';
+                esc[k++] = *c;
+            }
+            esc[k] = 0;
+            snprintf(text, sizeof text, "'%s'", esc);
+        }
+        h_sql_exec(h,
+                   "INSERT INTO attempts (job, attempt, worker, ended_at, outcome, error) VALUES "
+                   "(%ld, %zu, 'w1', now(), '%s', %s)",
+                   id, i + 1, rows[i][0], text);
+    }
+    PGconn *c = PQconnectdb(h->conninfo);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    qs_error err = {0};
+    int applied = -1;
+    qs_status st = qc_migrate(c, &applied, &err);
+    PQfinish(c);
+    if (st != QS_OK) fail_msg("%s", err.msg);
+    assert_int_equal(applied, 1);
+    char causes[400];
+    h_sql_text(h, causes, sizeof causes,
+               "SELECT string_agg(attempt || ' ' || COALESCE(cause, 'NULL'), ', ' ORDER BY "
+               "attempt) FROM attempts WHERE job = %ld",
+               id);
+    fprintf(stderr, "causes after the migration: %s\n", causes);
+    assert_string_equal(causes, "1 lease, 2 signal, 3 oom, 4 exit, 5 restart, 6 grace, 7 NULL, "
+                                "8 NULL, 9 NULL, 10 NULL");
+    h_end(h);
 }
 
 #ifdef QS_QSWEEP_BIN
@@ -203,6 +278,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(crashes_are_recorded_by_the_worker_itself, h_setup,
                                         h_teardown),
         cmocka_unit_test_setup_teardown(oom_kill_is_recorded_with_the_limit_and_not_retried,
+                                        h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(the_migration_fills_the_cause_of_earlier_lost_attempts,
                                         h_setup, h_teardown),
     };
     return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
