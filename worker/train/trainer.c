@@ -135,7 +135,9 @@ qs_status qw_trainer_step(qw_trainer *tr, qw_step_metrics *out, qs_error *err) {
      * stream does not depend on the ranks' timing. */
     for (size_t k = 0; k < micro_n; k++)
         qw_data_next(tr->data, B, tr->in + k * N, tr->tg + k * N);
-    double losses[micro_n];
+    double losses[micro_n]; /* micro-batch k's loss, written by the rank that ran it */
+    for (size_t k = 0; k < micro_n; k++)
+        losses[k] = 0.0;
     step_run sr = {.tr = tr,
                    .N = N,
                    .micro0 = (uint32_t)tr->step * (uint32_t)micro_n,
