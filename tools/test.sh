@@ -19,7 +19,7 @@
 #                  inputs plus the edges)
 #   pg_tests       the tests that start private PostgreSQL clusters and real ZeroMQ peers
 #   asan_build     an ASan+UBSan configuration (without the CUDA kernels)
-#   asan_tests     every test but the exhaustive and slow ones and the engine tests' copies on
+#   asan_tests     every test but the exhaustive, slow and long ones and the engine tests' copies on
 #                  the openblas numerics path (label openblas_copy: the same code under another
 #                  GEMM, run by release_tests), under the sanitizers
 #   fuzz_smoke     the libFuzzer targets (clang), each $QSWEEP_FUZZ_SECONDS s (default 5) from
@@ -43,7 +43,7 @@ STAGES=(
   "exhaustive     the 2^32 sweeps (when named or QSWEEP_TEST_EXHAUSTIVE=1)"
   "pg_tests       release tests with PostgreSQL"
   "asan_build     ASan+UBSan build"
-  "asan_tests     sanitizer tests (all but exhaustive, slow, openblas copies)"
+  "asan_tests     sanitizer tests (all but exhaustive, slow, long, openblas copies)"
   "fuzz_smoke     libFuzzer targets, ${QSWEEP_FUZZ_SECONDS:-5} s each"
   "cppcheck       cppcheck"
   "tmp_clean      no temporary files left"
@@ -104,8 +104,8 @@ stage_asan_tests() {
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   local rc=0
-  ctest --test-dir build/asan --output-on-failure -j"$jobs" -LE 'exhaustive|slow|pg|openblas_copy' || rc=1
-  ctest --test-dir build/asan --output-on-failure -j"$jobs" -L pg -LE 'exhaustive|slow|openblas_copy' || rc=1
+  ctest --test-dir build/asan --output-on-failure -j"$jobs" -LE 'exhaustive|slow|long|pg|openblas_copy' || rc=1
+  ctest --test-dir build/asan --output-on-failure -j"$jobs" -L pg -LE 'exhaustive|slow|long|openblas_copy' || rc=1
   return $rc
 }
 
