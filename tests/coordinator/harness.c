@@ -421,3 +421,38 @@ bool h_log_contains(harness *h, const char *needle) {
     fclose(f);
     return found;
 }
+
+pid_t h_start_standby(harness *h, const char *name, const char *endpoint, char *log, size_t cap) {
+    char lease[16], grace[16], backoff[16];
+    snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
+    snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
+    snprintf(backoff, sizeof backoff, "%d", H_BACKOFF_MS);
+    char *const argv[] = {QS_COORDINATOR_BIN,
+                          "--bind",
+                          (char *)endpoint,
+                          "--db",
+                          h->conninfo,
+                          "--lease-ms",
+                          lease,
+                          "--grace-ms",
+                          grace,
+                          "--backoff-ms",
+                          backoff,
+                          "--poll-ms",
+                          "200",
+                          "--standby",
+                          NULL};
+    snprintf(log, cap, "%s/%s.log", h->dir, name);
+    return h_start_process(h, name, argv);
+}
+
+long h_wait_in_file(const char *path, const char *needle, int timeout_ms) {
+    int64_t t0 = now_ms(), limit = hang_bound_ms(timeout_ms);
+    while (now_ms() - t0 < limit) {
+        if (h_file_contains(path, needle)) return (long)(now_ms() - t0);
+        h_sleep_ms(20);
+    }
+    fprintf(stderr, "gave up after %lld ms waiting for '%s' in %s\n", (long long)limit, needle,
+            path);
+    return -1;
+}

@@ -65,6 +65,12 @@ pid_t h_start_process(harness *h, const char *name, char *const argv[]);
 /* Starts qsweep-coordinator with the H_* timings and extra arguments, under environment
  * variables env ("NAME=value" strings, NULL-terminated; may be NULL) added to this process's. */
 pid_t h_start_coordinator_env(harness *h, const char *const *extra, const char *const *env);
+/* Starts a standby qsweep-coordinator (--standby) bound to endpoint with the H_* timings; its
+ * stderr goes to <dir>/<name>.log, whose path is written to log. Killed and reaped by h_end. */
+pid_t h_start_standby(harness *h, const char *name, const char *endpoint, char *log, size_t cap);
+/* Waits for the file at path to contain needle (bounded as h_wait_sql): the ms it took, or -1
+ * saying what it waited for. */
+long h_wait_in_file(const char *path, const char *needle, int timeout_ms);
 /* True when the file at path (e.g. a worker's log) contains needle. */
 bool h_file_contains(const char *path, const char *needle);
 /* Sends sig and, for SIGKILL, reaps the process. */

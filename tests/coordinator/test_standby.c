@@ -14,53 +14,15 @@
 
 #include <cmocka.h>
 
-#include "clock.h"
 #include "harness.h"
-
-/* Starts a coordinator bound to endpoint with the harness's timings and --standby; its stderr
- * goes to <dir>/<name>.log (path in log). */
-static pid_t start_standby(harness *h, const char *name, const char *endpoint, char *log,
-                           size_t cap) {
-    char lease[16], grace[16], backoff[16];
-    snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
-    snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
-    snprintf(backoff, sizeof backoff, "%d", H_BACKOFF_MS);
-    char *const argv[] = {QS_COORDINATOR_BIN,
-                          "--bind",
-                          (char *)endpoint,
-                          "--db",
-                          h->conninfo,
-                          "--lease-ms",
-                          lease,
-                          "--grace-ms",
-                          grace,
-                          "--backoff-ms",
-                          backoff,
-                          "--poll-ms",
-                          "200",
-                          "--standby",
-                          NULL};
-    snprintf(log, cap, "%s/%s.log", h->dir, name);
-    return h_start_process(h, name, argv);
-}
-
-/* Waits up to timeout_ms for the file at path to contain needle; the ms it took, or -1. */
-static long wait_in_file(const char *path, const char *needle, int timeout_ms) {
-    int64_t t0 = qs_clock_ms();
-    while (qs_clock_ms() - t0 < timeout_ms) {
-        if (h_file_contains(path, needle)) return (long)(qs_clock_ms() - t0);
-        h_sleep_ms(20);
-    }
-    return -1;
-}
 
 /* Kills the active coordinator (SIGKILL) and returns how long the standby took to take over. */
 static long kill_and_time_takeover(harness *h, pid_t active, const char *standby_log) {
-    assert_true(wait_in_file(standby_log, "standby, waiting", 10000) >= 0);
+    assert_true(h_wait_in_file(standby_log, "standby, waiting", 1000) >= 0);
     assert_false(h_file_contains(standby_log, "took the coordinator lock"));
     assert_false(h_file_contains(standby_log, "listening on")); /* not bound: not active */
     h_signal(h, active, SIGKILL);
-    long ms = wait_in_file(standby_log, "took the coordinator lock", 15000);
+    long ms = h_wait_in_file(standby_log, "took the coordinator lock", 1500);
     fprintf(stderr, "takeover after %ld ms (%ld jobs succeeded at the kill)\n", ms,
             h_sql_long(h, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     return ms;
@@ -81,8 +43,8 @@ static void sweep_with_kills(harness *h, const char *db, int jobs, int kills) {
     snprintf(eps[1], sizeof eps[1], "ipc://%s/coord-b.sock", h->dir);
     snprintf(both, sizeof both, "%s,%s", eps[0], eps[1]);
     pid_t active = h_start_coordinator(h);
-    assert_true(wait_in_file(h->coord_log, "listening on", 20000) >= 0); /* it holds the lock */
-    pid_t standby = start_standby(h, "standby-1", eps[1], logs[1], sizeof logs[1]);
+    assert_true(h_wait_in_file(h->coord_log, "listening on", 2000) >= 0); /* it holds the lock */
+    pid_t standby = h_start_standby(h, "standby-1", eps[1], logs[1], sizeof logs[1]);
     const char *extra[] = {"--endpoint", both, NULL};
     const char *ids[] = {"w1", "w2", "w3", "w4"};
     for (int i = 0; i < 4; i++)
@@ -101,7 +63,7 @@ static void sweep_with_kills(harness *h, const char *db, int jobs, int kills) {
         active = standby;
         char name[32];
         snprintf(name, sizeof name, "standby-%d", k + 1);
-        standby = start_standby(h, name, eps[1 - sb], logs[1 - sb], sizeof logs[1 - sb]);
+        standby = h_start_standby(h, name, eps[1 - sb], logs[1 - sb], sizeof logs[1 - sb]);
     }
     assert_true(h_wait_sql(h, jobs, 60000, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"));
     int reattached = 0;

@@ -16,49 +16,8 @@
 
 #include <cmocka.h>
 
-#include "clock.h"
 #include "harness.h"
 #include "train.h"
-
-/* Starts a coordinator bound to endpoint with the harness's timings and --standby; its stderr
- * goes to <dir>/<name>.log (path in log). As test_standby.c's. */
-static pid_t start_standby(harness *h, const char *name, const char *endpoint, char *log,
-                           size_t cap) {
-    char lease[16], grace[16], backoff[16];
-    snprintf(lease, sizeof lease, "%d", H_LEASE_MS);
-    snprintf(grace, sizeof grace, "%d", H_GRACE_MS);
-    snprintf(backoff, sizeof backoff, "%d", H_BACKOFF_MS);
-    char *const argv[] = {QS_COORDINATOR_BIN,
-                          "--bind",
-                          (char *)endpoint,
-                          "--db",
-                          h->conninfo,
-                          "--lease-ms",
-                          lease,
-                          "--grace-ms",
-                          grace,
-                          "--backoff-ms",
-                          backoff,
-                          "--poll-ms",
-                          "200",
-                          "--standby",
-                          NULL};
-    snprintf(log, cap, "%s/%s.log", h->dir, name);
-    return h_start_process(h, name, argv);
-}
-
-/* Waits for the file at path to contain needle: the ms it took, or -1 after ten times
- * timeout_ms (an idle machine's time; the bound only catches a hang), saying what it waited
- * for. */
-static long wait_in_file(const char *path, const char *needle, int timeout_ms) {
-    int64_t t0 = qs_clock_ms();
-    while (qs_clock_ms() - t0 < 10 * (int64_t)timeout_ms) {
-        if (h_file_contains(path, needle)) return (long)(qs_clock_ms() - t0);
-        h_sleep_ms(20);
-    }
-    fprintf(stderr, "gave up waiting for '%s' in %s\n", needle, path);
-    return -1;
-}
 
 /* A tiny training job (the micro shape on this repository's README, bytes tokenizer, NVFP4
  * recipe) of steps steps, checkpoints in ckdir; its id. */
@@ -117,11 +76,11 @@ static void standby_takes_over_during_a_training_job(void **state) {
     const int steps = 1000; /* a few seconds of CPU on an idle machine */
     long j = insert_train(h, ck, steps);
     pid_t active = h_start_coordinator(h);
-    assert_true(wait_in_file(h->coord_log, "listening on", 2000) >= 0); /* it holds the lock */
-    pid_t standby = start_standby(h, "standby", ep_b, log_b, sizeof log_b);
+    assert_true(h_wait_in_file(h->coord_log, "listening on", 2000) >= 0); /* it holds the lock */
+    pid_t standby = h_start_standby(h, "standby", ep_b, log_b, sizeof log_b);
     const char *extra[] = {"--endpoint", both, NULL};
     h_start_worker_args(h, "t1", extra);
-    assert_true(wait_in_file(log_b, "standby, waiting", 1000) >= 0);
+    assert_true(h_wait_in_file(log_b, "standby, waiting", 1000) >= 0);
     /* the training attempt runs: curve points of step 50 and more are stored, none final */
     assert_true(h_wait_sql(h, 1, 60000,
                            "SELECT (count(*) > 0)::int FROM results WHERE job = %ld AND name = "
@@ -137,7 +96,7 @@ static void standby_takes_over_during_a_training_job(void **state) {
     assert_int_equal(h_sql_long(h, "SELECT count(*) FROM results WHERE job = %ld AND final", j), 0);
     assert_false(h_file_contains(log_b, "took the coordinator lock"));
     h_signal(h, active, SIGKILL);
-    long ms = wait_in_file(log_b, "took the coordinator lock", 1500);
+    long ms = h_wait_in_file(log_b, "took the coordinator lock", 1500);
     assert_true(h_wait_sql(h, 1, 120000,
                            "SELECT count(*) FROM jobs WHERE id = %ld AND state = 'succeeded'", j));
     char outcomes[200];
