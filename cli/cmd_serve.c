@@ -237,20 +237,11 @@ int qsweep_cmd_worker(int argc, char **argv) {
         return QS_EXIT_USAGE;
     }
     char id[96], prev[512];
-    if (supervise) { /* before the GPUs are opened or a thread starts: the child is a clean copy */
-        if (!o.worker_id) { /* one id for every restart: the supervisor's */
-            char host[64] = "";
-            gethostname(host, sizeof host - 1);
-            snprintf(id, sizeof id, "%s-%d", host[0] ? host : "worker", (int)getpid());
-            o.worker_id = id;
-        }
+    if (supervise) { /* before any thread, socket or GPU context: the child is a clean copy */
         int code = 0;
-        if (!qw_supervise("qsweep worker", restarts, o.quiet, prev, sizeof prev, &code))
+        if (!qw_supervise_worker("qsweep worker", restarts, o.quiet, &o, id, sizeof id, prev,
+                                 sizeof prev, &code))
             return code;
-        if (prev[0]) {
-            o.previous_exit = prev;
-            o.previous_worker_id = o.worker_id;
-        }
     }
     o.curve_server_key = getenv("QSWEEP_CURVE_SERVER");
     o.curve_public_key = getenv("QSWEEP_CURVE_PUBLIC");

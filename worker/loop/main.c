@@ -84,19 +84,11 @@ int main(int argc, char **argv) {
     }
     if (!o.endpoint) return usage("--endpoint is required");
     char id[96], prev[512];
-    if (restarts >= 0) {    /* before any thread or socket: the child is a clean copy */
-        if (!o.worker_id) { /* one id for every restart: the supervisor's */
-            char host[64] = "";
-            gethostname(host, sizeof host - 1);
-            snprintf(id, sizeof id, "%s-%d", host[0] ? host : "worker", (int)getpid());
-            o.worker_id = id;
-        }
+    if (restarts >= 0) { /* before any thread, socket or GPU context: the child is a clean copy */
         int code = 0;
-        if (!qw_supervise("qsweep-worker", restarts, false, prev, sizeof prev, &code)) return code;
-        if (prev[0]) {
-            o.previous_exit = prev;
-            o.previous_worker_id = o.worker_id;
-        }
+        if (!qw_supervise_worker("qsweep-worker", restarts, false, &o, id, sizeof id, prev,
+                                 sizeof prev, &code))
+            return code;
     }
     qs_error err;
     qw_gpu all[QW_GPUS_MAX], chosen[QW_GPUS_MAX];

@@ -135,3 +135,19 @@ bool qw_supervise(const char *prog, int max_restarts, bool quiet, char *prev_exi
         }
     }
 }
+
+bool qw_supervise_worker(const char *prog, int max_restarts, bool quiet, qw_options *o, char *id,
+                         size_t id_cap, char *prev, size_t prev_cap, int *exit_code) {
+    if (!o->worker_id) {
+        char host[64] = "";
+        gethostname(host, sizeof host - 1);
+        snprintf(id, id_cap, "%s-%d", host[0] ? host : "worker", (int)getpid());
+        o->worker_id = id;
+    }
+    if (!qw_supervise(prog, max_restarts, quiet, prev, prev_cap, exit_code)) return false;
+    if (prev[0]) {
+        o->previous_exit = prev;
+        o->previous_worker_id = o->worker_id;
+    }
+    return true;
+}

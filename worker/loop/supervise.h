@@ -17,6 +17,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "loop.h"
+
 /* Restarts a supervisor makes by default before it gives up (exit 4). */
 #define QW_SUPERVISE_RESTARTS 100
 
@@ -27,6 +29,12 @@
  * fails (said on stderr, prefixed by prog). quiet: no line per start. */
 bool qw_supervise(const char *prog, int max_restarts, bool quiet, char *prev_exit, size_t cap,
                   int *exit_code);
+
+/* qw_supervise for the worker of options o: unless o names one, o's worker id becomes
+ * "<host>-<supervisor pid>" (in id, id_cap bytes) so every restart keeps it; in the child a
+ * previous crash becomes o's previous exit (in prev, prev_cap bytes). Returns as qw_supervise. */
+bool qw_supervise_worker(const char *prog, int max_restarts, bool quiet, qw_options *o, char *id,
+                         size_t id_cap, char *prev, size_t prev_cap, int *exit_code);
 
 /* The memory limit of this process's cgroup (v2 memory.max, v1 memory.limit_in_bytes) in
  * bytes; 0 when there is none or it cannot be read. */
