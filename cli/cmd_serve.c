@@ -17,6 +17,7 @@
 #include "gpu_info.h"
 #include "jobs_backend.h"
 #include "loop.h"
+#include "new_file.h"
 #include "server.h"
 #include "supervise.h"
 
@@ -313,25 +314,6 @@ static void keygen_usage(FILE *out) {
 
 /* Writes text to a new file path with mode (O_EXCL: an existing file is refused; fchmod:
  * whatever the umask). Errors: QS_EIO naming the file. */
-static qs_status write_new_file(const char *path, const char *text, mode_t mode, qs_error *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
-    if (fd < 0)
-        return qs_error_set(err, QS_EIO, "%s: %s%s", path, strerror(errno),
-                            errno == EEXIST ? " (not overwritten: remove it first)" : "");
-    size_t n = strlen(text);
-    int bad = fchmod(fd, mode) != 0 || write(fd, text, n) != (ssize_t)n;
-    int e = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) {
-        unlink(path);
-        return qs_error_set(err, QS_EIO, "%s: %s", path, strerror(e));
-    }
-    return QS_OK;
-}
-
 int qsweep_cmd_keygen(int argc, char **argv) {
     static const struct option opts[] = {{"env", no_argument, 0, 'e'},
                                          {"out", required_argument, 0, 'o'},
@@ -379,9 +361,9 @@ int qsweep_cmd_keygen(int argc, char **argv) {
         }
         snprintf(publine, sizeof publine, "%s\n", pub);
         qs_error err = {0};
-        qs_status st = write_new_file(key, exports, 0600, &err);
+        qs_status st = qs_write_new_file(key, exports, strlen(exports), 0600, &err);
         if (!st) {
-            st = write_new_file(pubf, publine, 0644, &err);
+            st = qs_write_new_file(pubf, publine, strlen(publine), 0644, &err);
             if (st) unlink(key);
         }
         memset(exports, 0, sizeof exports);

@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "export_internal.h"
 #include "format.h"
+#include "new_file.h"
 #include "model.h"
 #include "quant.h"
 #include "st_writer.h"
@@ -163,34 +164,6 @@ static int path_join(char *out, size_t cap, const char *dir, const char *name) {
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static qs_status write_file(const char *path, const void *data, size_t n, qs_error *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return qs_error_set(err, QS_EIO, "%s: %s", path, strerror(errno));
-    const char *p = data;
-    int bad = 0;
-    while (n && !bad) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0)
-            bad = 1;
-        else {
-            p += k;
-            n -= (size_t)k;
-        }
-    }
-    if (!bad) bad = fsync(fd);
-    int e = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) {
-        unlink(path);
-        return qs_error_set(err, QS_EIO, "%s: writing: %s", path, strerror(e));
-    }
-    return QS_OK;
-}
-
 static qs_status write_json(const char *dir, const char *name, json_t *j, qs_error *err) {
     char path[4096];
     if (path_join(path, sizeof path, dir, name))
@@ -199,7 +172,7 @@ static qs_status write_json(const char *dir, const char *name, json_t *j, qs_err
     if (!s) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
     size_t n = strlen(s);
     s[n] = '\n'; /* json_dumps leaves room: replaced NUL, written with its length */
-    qs_status st = write_file(path, s, n + 1, err);
+    qs_status st = qs_write_new_file(path, s, n + 1, 0644, err);
     free(s);
     return st;
 }
@@ -232,7 +205,7 @@ static qs_status copy_if_present(const char *src_dir, const char *dir, const cha
     fclose(f);
     if (!buf) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", src);
     qs_status st =
-        bad ? qs_error_set(err, QS_EIO, "%s: read error", src) : write_file(dst, buf, n, err);
+        bad ? qs_error_set(err, QS_EIO, "%s: read error", src) : qs_write_new_file(dst, buf, n, 0644, err);
     free(buf);
     return st;
 }
