@@ -124,35 +124,41 @@ def block_of(path):
     return lines[:b], lines[b : e + 1], lines[e + 1 :]
 
 
-def main(argv):
+def run(argv, prog, render_fn, block_fn, doc):
+    """render|update|check over a run's output: the command line of this tool and of the
+    table tools built on its parser (tests/methods/methods_table.py)."""
     if len(argv) < 3 or argv[1] not in ("render", "update", "check") or (
         argv[1] != "render" and len(argv) != 4
     ):
-        sys.stderr.write(__doc__)
+        sys.stderr.write(doc)
         return 2
     try:
-        new = render(parse(argv[2]), argv[2])
+        new = render_fn(parse(argv[2]), argv[2])
         if argv[1] == "render":
             print("\n".join(new))
             return 0
-        before, old, after = block_of(argv[3])
+        before, old, after = block_fn(argv[3])
         if argv[1] == "update":
             with open(argv[3], "w", encoding="utf-8") as f:
                 f.write("\n".join(before + new + after))
             return 0
         if old == new:
-            print(f"results_table: {argv[3]} matches {argv[2]}")
+            print(f"{prog}: {argv[3]} matches {argv[2]}")
             return 0
         sys.stdout.writelines(
             difflib.unified_diff(
                 [l + "\n" for l in old], [l + "\n" for l in new], argv[3], f"from {argv[2]}"
             )
         )
-        print(f"results_table: {argv[3]} differs from the run in {argv[2]}")
+        print(f"{prog}: {argv[3]} differs from the run in {argv[2]}")
         return 1
     except (BadInput, OSError) as e:
-        sys.stderr.write(f"results_table: {e}\n")
+        sys.stderr.write(f"{prog}: {e}\n")
         return 2
+
+
+def main(argv):
+    return run(argv, "results_table", render, block_of, __doc__)
 
 
 if __name__ == "__main__":

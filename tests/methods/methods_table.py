@@ -19,7 +19,6 @@ Usage:
                                                   the run's, digit for digit
 Exit status: 0 ok, 1 check found a difference, 2 bad input (names the file and line).
 """
-import difflib
 import importlib.util
 import json
 import os
@@ -112,34 +111,7 @@ def block_of(path):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("render", "update", "check") or (
-        argv[1] != "render" and len(argv) != 4
-    ):
-        sys.stderr.write(__doc__)
-        return 2
-    try:
-        new = render(rt.parse(argv[2]), argv[2])
-        if argv[1] == "render":
-            print("\n".join(new))
-            return 0
-        before, old, after = block_of(argv[3])
-        if argv[1] == "update":
-            with open(argv[3], "w", encoding="utf-8") as f:
-                f.write("\n".join(before + new + after))
-            return 0
-        if old == new:
-            print(f"methods_table: {argv[3]} matches {argv[2]}")
-            return 0
-        sys.stdout.writelines(
-            difflib.unified_diff(
-                [l + "\n" for l in old], [l + "\n" for l in new], argv[3], f"from {argv[2]}"
-            )
-        )
-        print(f"methods_table: {argv[3]} differs from the run in {argv[2]}")
-        return 1
-    except (rt.BadInput, OSError) as e:
-        sys.stderr.write(f"methods_table: {e}\n")
-        return 2
+    return rt.run(argv, "methods_table", render, block_of, __doc__)
 
 
 if __name__ == "__main__":
