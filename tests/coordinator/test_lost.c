@@ -16,14 +16,17 @@
 
 #include "harness.h"
 
-/* Waits until attempt n of job id runs, then lets the worker start it (the ASSIGN goes out
- * once its attempt row is committed). */
-static void wait_running(harness *h, long id, int n) {
+/* Waits until attempt n of job id runs and worker wid has started it (its log says so: the
+ * ASSIGN goes out once the attempt row is committed). */
+static void wait_running(harness *h, long id, int n, const char *wid) {
     assert_true(h_wait_sql(h, 1, 20000,
                            "SELECT count(*) FROM attempts WHERE job = %ld AND attempt = %d AND "
                            "outcome = 'running'",
                            id, n));
-    h_sleep_ms(500);
+    char log[256], line[64];
+    snprintf(log, sizeof log, "%s/worker-%s.log", h->dir, wid);
+    snprintf(line, sizeof line, "job %ld attempt %d (", id, n);
+    assert_true(h_wait_in_file(log, line, 2000) >= 0);
 }
 
 /* The job failed after exactly 2 lost, counted attempts, each saying its worker's process
@@ -62,7 +65,7 @@ static void worker_killed_and_restarted_with_its_id_uses_up_the_attempts(void **
     h_start_coordinator(h);
     pid_t w = h_start_worker(h, "w1");
     for (int n = 1; n <= 2; n++) {
-        wait_running(h, id, n);
+        wait_running(h, id, n, "w1");
         h_signal(h, w, SIGKILL);
         w = h_start_worker(h, "w1");
     }
@@ -79,7 +82,7 @@ static void worker_killed_and_replaced_by_another_id_uses_up_the_attempts(void *
     pid_t w = h_start_worker(h, "w1");
     const char *next[] = {"w2", "w3"};
     for (int n = 1; n <= 2; n++) {
-        wait_running(h, id, n);
+        wait_running(h, id, n, n == 1 ? "w1" : next[n - 2]);
         h_signal(h, w, SIGKILL);
         w = h_start_worker(h, next[n - 1]);
     }
