@@ -40,6 +40,7 @@ typedef struct qs_method {
 /* Index 0 is "rtn". */
 #define QS_METHOD_RTN 0
 
+/* Number of methods and the i-th (0 <= i < qs_method_count(); NULL outside), in table order. */
 int qs_method_count(void);
 const qs_method *qs_method_at(int i);
 /* Index of a name, -1 when unknown. */

@@ -150,6 +150,7 @@ typedef struct qk_gemm_dq_stats {
     uint64_t hits, misses;
     size_t weights, bytes, budget;
 } qk_gemm_dq_stats;
+/* g's counters into *out (all zero for NULL g). */
 void qk_gemm_dequant_stats(const qk_gemm *g, qk_gemm_dq_stats *out);
 
 /* Why the last native FP4 GEMM of g ran emulated ("native_fp4 refused, ran emulated_bf16:
