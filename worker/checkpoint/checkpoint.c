@@ -120,19 +120,20 @@ done:
 }
 
 /* Packed FP4 linears (compressed-tensors) served as FP32 weights (fp4_checkpoint.c). */
-static qs_status qw_ck_resolve_fp4(qw_checkpoint *ck, const char *cfg_path, qs_error *err) {
+static qs_status qw_ck_resolve_fp4(qw_checkpoint *ck, const char *cfg_path, json_t *cfg_root,
+                                   qs_error *err) {
     const char **paths = malloc((size_t)ck->n_files * sizeof *paths);
     if (!paths) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", ck->path);
     for (int i = 0; i < ck->n_files; i++)
         paths[i] = ck->files[i].path;
-    qs_status st = qw_fp4_resolve(ck->path, cfg_path, (const char *)ck->files[0].data,
-                                  ck->files[0].size, paths, &ck->table, err);
+    qs_status st = qw_fp4_resolve(ck->path, cfg_path, cfg_root, paths, &ck->table, err);
     free(paths);
     return st;
 }
 
 static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
     char *cfg_path = qw_join(ck->path, "config.json");
+    json_t *cfg_root = NULL; /* config.json, parsed once for the config and the FP4 reader */
     char *index_path = qw_join(ck->path, "model.safetensors.index.json");
     char *single_path = qw_join(ck->path, "model.safetensors");
     qs_status st = QS_OK;
@@ -141,8 +142,8 @@ static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
         goto done;
     }
     if ((st = qw_ck_add_file(ck, cfg_path, err))) goto done;
-    if ((st = qw_config_parse_json(cfg_path, (const char *)ck->files[0].data, ck->files[0].size,
-                                   &ck->cfg, err)))
+    if ((st = qw_config_parse_json_root(cfg_path, (const char *)ck->files[0].data,
+                                        ck->files[0].size, &ck->cfg, &cfg_root, err)))
         goto done;
     struct stat sb;
     if (stat(index_path, &sb) == 0) {
@@ -156,8 +157,9 @@ static qs_status qw_ck_open_hf(qw_checkpoint *ck, qs_error *err) {
             err, QS_ENOTFOUND,
             "%s: neither model.safetensors nor model.safetensors.index.json is present", ck->path);
     }
-    if (!st) st = qw_ck_resolve_fp4(ck, cfg_path, err);
+    if (!st) st = qw_ck_resolve_fp4(ck, cfg_path, cfg_root, err);
 done:
+    json_decref(cfg_root);
     free(cfg_path);
     free(index_path);
     free(single_path);

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "checkpoint.h"
 #include "error.h"
 #include "tokens.h"
@@ -85,6 +87,10 @@ void qw_table_free(qw_tensor_table *t);
  * architecture, activation or rope_scaling type). */
 qs_status qw_config_parse_json(const char *file, const char *text, size_t len, qw_config *cfg,
                                qs_error *err);
+/* The same, keeping the parsed document: on success *root_out (a new reference, the caller's
+ * to json_decref) is the whole config.json, for readers of more of it (qw_fp4_resolve). */
+qs_status qw_config_parse_json_root(const char *file, const char *text, size_t len, qw_config *cfg,
+                                    json_t **root_out, qs_error *err);
 
 /* Parses one safetensors file held in memory (`size` bytes at `data`): u64 header length N,
  * N bytes of JSON, then the byte buffer. Appends every tensor to *table with file_index,
@@ -107,9 +113,8 @@ qs_status qw_safetensors_parse(const char *file, const uint8_t *data, size_t siz
  * targets, a part of the wrong type or shape, a negative or NaN scale, a global scale that is
  * not finite and positive, a .weight stored beside its packed form), QS_ENOTFOUND (a missing
  * part), QS_ENOMEM. */
-qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_text,
-                         size_t cfg_len, const char *const *file_paths, qw_tensor_table *t,
-                         qs_error *err);
+qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, json_t *cfg_root,
+                         const char *const *file_paths, qw_tensor_table *t, qs_error *err);
 
 /* Parses a GGUF v3 file held in memory: header, every metadata key/value (all value types,
  * arrays nested up to 8 deep), tensor infos, alignment (general.alignment, default 32).

@@ -220,15 +220,24 @@ static qs_status qw_cfg_fill(const char *file, json_t *root, qw_config *cfg, qs_
     return QS_OK;
 }
 
-qs_status qw_config_parse_json(const char *file, const char *text, size_t len, qw_config *cfg,
-                               qs_error *err) {
+qs_status qw_config_parse_json_root(const char *file, const char *text, size_t len, qw_config *cfg,
+                                    json_t **root_out, qs_error *err) {
     memset(cfg, 0, sizeof *cfg);
+    if (root_out) *root_out = NULL;
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return qs_error_set(err, QS_EFORMAT, "%s: line %d, column %d: not valid JSON: %s", file,
                             je.line, je.column, je.text);
     qs_status st = qw_cfg_fill(file, root, cfg, err);
-    json_decref(root);
+    if (st == QS_OK && root_out)
+        *root_out = root;
+    else
+        json_decref(root);
     return st;
+}
+
+qs_status qw_config_parse_json(const char *file, const char *text, size_t len, qw_config *cfg,
+                               qs_error *err) {
+    return qw_config_parse_json_root(file, text, len, cfg, NULL, err);
 }

@@ -292,12 +292,9 @@ static qs_status modelopt_resolve(const char *qfile, json_t *quant, const char *
     return QS_OK;
 }
 
-qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_text,
-                         size_t cfg_len, const char *const *file_paths, qw_tensor_table *t,
-                         qs_error *err) {
+qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, json_t *root,
+                         const char *const *file_paths, qw_tensor_table *t, qs_error *err) {
     json_error_t je;
-    json_t *root = json_loadb(cfg_text, cfg_len, 0, &je);
-    if (!root) return QS_OK; /* qw_config_parse_json already read it: cannot happen */
     json_t *qc = json_object_get(root, "quantization_config");
     qs_status st = QS_OK;
     char qpath[4096];
@@ -346,6 +343,5 @@ qs_status qw_fp4_resolve(const char *dir, const char *cfg_file, const char *cfg_
             st = decode_linear(file, t, i, grp, err);
     }
 done:
-    json_decref(root);
     return st;
 }

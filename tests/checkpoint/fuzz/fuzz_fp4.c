@@ -15,8 +15,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (qw_safetensors_parse("fuzz.safetensors", data + 2 + n, size - 2 - n, 0, &t, &err) ==
         QS_OK) {
         const char *const paths[] = {"fuzz.safetensors"};
+        json_t *root = json_loadb(cfg, n, 0, NULL);
         /* a folder that does not exist: no hf_quant_config.json beside the config */
-        qw_fp4_resolve("/nonexistent-qsweep-fuzz", "fuzz/config.json", cfg, n, paths, &t, &err);
+        if (root)
+            qw_fp4_resolve("/nonexistent-qsweep-fuzz", "fuzz/config.json", root, paths, &t, &err);
+        json_decref(root);
     }
     qw_table_free(&t);
     return 0;
