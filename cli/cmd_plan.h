@@ -1,0 +1,116 @@
+/* The parts of `qsweep plan` (cmd_plan.c) that its files share: what the sweep measured
+ * (cmd_plan_costs.c), what was measured of a plan whole (cmd_plan_measured.c), and the plan
+ * written as a grid that measures it (cmd_plan_grid.c). */
+#ifndef QSWEEP_CMD_PLAN_H
+#define QSWEEP_CMD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "cli.h"
+#include "checkpoint.h"
+#include "plan.h"
+
+/* The seven block linears in forward order, by kind index 0..6. */
+extern const char *const qsweep_plan_kinds[7];
+
+/* The fused groups a serving engine keeps in one format (one GEMM): q/k/v, o, gate/up, down.
+ * Each entry lists kind indexes, terminated by -1. */
+extern const int qsweep_plan_groups[4][4];
+extern const char *const qsweep_plan_group_names[4];
+
+/* The command line. */
+typedef struct plan_opts {
+    const char *experiment, *objective, *quantize, *model, *formats;
+    double budget;
+    int uniform_groups;
+    int validate; /* --validate: submit the plan's grid (one policy-mode eval job) */
+    const char *output;
+} plan_opts;
+
+/* The measured costs, by (block, kind, format): block -1 for component mode. */
+typedef struct plan_input {
+    char *model_path;
+    qw_config cfg;     /* the swept model's shape */
+    size_t n_negative; /* measured costs below 0, counted as 0 */
+    char quantize[64]; /* the sweep setting the costs are for: weights, weights+activations */
+    int layer_mode;    /* 1 layer, 0 component */
+    int n_layers;
+    size_t n_formats;
+    char formats[QSWEEP_PLAN_MAX_FORMATS][32];
+    double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
+    char model_digest[65];
+    json_t *dataset; /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
+    json_t *metrics; /* the sweep's "metrics" array */
+    json_t *options; /* {format: its format_options in the sweep} */
+} plan_input;
+
+/* The cost slot of (block, kind, format f); block -1 in component mode. */
+double *qsweep_plan_cost_at(plan_input *in, int block, int kind, size_t f);
+
+/* Weights of linear kind k (HF shapes, worker/engine/policy.h). */
+uint64_t qsweep_plan_kind_weights(const qw_config *c, int k);
+
+/* Reads the sweep's costs into *in. Errors: QS_ENOTFOUND (no layer/component results),
+ * QS_EINVAL (several models or quantize settings and no choice, an unknown format, a part
+ * that is not a linear), QS_EDB, QS_ENOMEM; checkpoint errors for the model. */
+qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_error *err);
+
+/* The sweep's dataset, metrics and each format's options, from the stored specs of the jobs
+ * the costs came from, so a validation grid measures the plan under the same conditions.
+ * Errors: QS_EDB, QS_ENOMEM. */
+qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input *in,
+                                       qs_error *err);
+
+/* Releases what the loaders allocated in *in. */
+void qsweep_plan_input_free(plan_input *in);
+
+/* The plan's choices: item i takes format choice[i]. */
+typedef struct plan_choice {
+    const plan_opts *o;
+    const plan_input *in;
+    const qsweep_plan_item *items;
+    const int *choice;
+    size_t n;
+} plan_choice;
+
+/* The format of linear (b, k) under a plan_choice (ctx), or under one format for all (ctx the
+ * format's name): the fmt_of of qsweep_plan_map. */
+const char *qsweep_plan_chosen_format(const void *ctx, int b, int k);
+const char *qsweep_plan_uniform_format(const void *ctx, int b, int k);
+
+/* The (quantized) map of a plan: linear -> format for each linear not in bf16, as the grid
+ * puts it in the spec of its policy job (kinds/sensitivity.h). fmt_of(b, k) gives the format
+ * of linear k of block b. */
+json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
+                        const void *ctx);
+
+/* The final value (kl_mean) or delta (ppl) of the objective for the eval job of this model,
+ * dataset and quantize with mode, part, format and format_options, in any experiment (a job
+ * is one computation whoever queued it); NAN when there is none. */
+double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
+                            const char *part, const char *format, const json_t *options);
+
+/* The measured damage of a policy map (its policy job), NAN when not measured; id gets the
+ * policy id ("" when the map is empty). */
+double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input *in,
+                                const json_t *map, char id[17]);
+
+/* Writes the plan as a grid that measures it (`qsweep submit`/`run`, or --validate): the
+ * sweep's model, dataset, metrics and format options, and the sensitivity mode `policy`
+ * with an explicit format per linear (all of them, fused groups expanded; bf16 ones are left
+ * as they are), with comments on where it came from. */
+void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, double bits);
+
+/* --validate: the plan's grid (qsweep_plan_write_grid) loaded as `qsweep submit` loads a grid,
+ * then submitted into the sweep's database. Written to a private temporary file unless -o named
+ * one. Errors: the grid's (a plan whose grid does not load is a bug: the message names the
+ * file), the store's, QS_EIO. */
+qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, double cost, double bits,
+                               qs_error *err);
+
+#endif

@@ -1,0 +1,308 @@
+/* What a sensitivity sweep measured, as `qsweep plan` reads it (cmd_plan.h).
+ *
+ * Costs come from v_sensitivity (schema/002_views.sql), round-to-nearest jobs only (a job of
+ * another method, kinds/method.h, names it in its spec): the mean KL divergence (kl_mean) or
+ * the perplexity increase (ppl: value - baseline) of the eval job that quantized only that
+ * linear (layer mode, part "B.kind") or only that kind in every block (component mode, part
+ * "kind"). BF16 is the reference: cost 0. A measured cost below 0 (perplexity noise, KL
+ * rounding) counts as 0, as bf16's does, and is reported: no format beats the reference.
+ * Weight counts come from the model's config (worker/checkpoint/checkpoint.h), checked against
+ * the digest the sweep recorded, or from the engine's table for a synthetic model
+ * (worker/engine/synthetic.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_plan.h"
+#include "synthetic.h"
+#include "trained_names.h"
+
+const char *const qsweep_plan_kinds[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+const int qsweep_plan_groups[4][4] = {{0, 1, 2, -1}, {3, -1}, {4, 5, -1}, {6, -1}};
+const char *const qsweep_plan_group_names[4] = {"qkv", "o", "gate_up", "down"};
+
+double *qsweep_plan_cost_at(plan_input *in, int block, int kind, size_t f) {
+    return &in->cost[((size_t)(block < 0 ? 0 : block) * 7 + (size_t)kind) * in->n_formats + f];
+}
+
+static int kind_index(const char *k) {
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(qsweep_plan_kinds[i], k)) return i;
+    return -1;
+}
+
+uint64_t qsweep_plan_kind_weights(const qw_config *c, int k) {
+    uint64_t d = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, h = (uint64_t)c->hidden_dim;
+    switch (k) {
+    case 0:
+    case 3:
+        return q * d;
+    case 1:
+    case 2:
+        return kv * d;
+    default:
+        return h * d;
+    }
+}
+
+static const char *const PLAN_SQL =
+    "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
+    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest\n"
+    "FROM v_sensitivity s\n"
+    "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
+    "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
+    "  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.id = s.job_id AND m.spec ? 'method')\n"
+    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, s.part";
+/* The config of the swept model at path: a synthetic shape from the engine's table, else the
+ * checkpoint found at path, which must still be the one swept (its digest, computed as the grid
+ * probe does, equal to the spec's). Errors: QS_EINVAL (another model at path, an unknown
+ * synthetic shape), checkpoint errors. */
+static qs_status swept_model_config(const char *path, const char *shown, const char *digest,
+                                    qw_config *out, qs_error *err) {
+    if (qw_synthetic_is(path)) {
+        const qw_synthetic_shape *shape = NULL;
+        uint64_t seed = 0;
+        qs_status st = qw_synthetic_parse(path, &shape, &seed, err);
+        if (!st) *out = shape->cfg;
+        return st;
+    }
+    qw_checkpoint *ck = NULL;
+    char found[65] = {0};
+    qs_status st = qw_checkpoint_open(path, &ck, err);
+    if (!st) st = qw_checkpoint_digest(ck, found, err);
+    if (!st && strcmp(found, digest))
+        st = qs_error_set(err, QS_EINVAL,
+                          "%s is not the model the sweep measured: its digest is %s, the "
+                          "sweep's %s",
+                          shown, found, digest);
+    if (!st) *out = *qw_checkpoint_config(ck);
+    qw_checkpoint_close(ck);
+    return st;
+}
+
+qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_error *err) {
+    const char *params[2] = {o->experiment, o->objective};
+    PGresult *r = PQexecParams(c, PLAN_SQL, 2, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        qs_status st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+        PQclear(r);
+        return st;
+    }
+    int n = PQntuples(r);
+    qs_status st = QS_OK;
+    const char *exists_params[1] = {o->experiment};
+    /* the experiment, and how many of its jobs are training runs */
+    PGresult *e = PQexecParams(c,
+                               "SELECT (SELECT count(*) FROM experiment_jobs ej JOIN jobs j "
+                               "ON j.id = ej.job WHERE ej.experiment = x.id AND j.kind = 'train') "
+                               "FROM experiments x WHERE x.name = $1",
+                               1, NULL, exists_params, NULL, NULL, 0);
+    if (PQresultStatus(e) != PGRES_TUPLES_OK)
+        st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+    else if (PQntuples(e) == 0)
+        st = qs_error_set(err, QS_ENOTFOUND, "no experiment named '%s'", o->experiment);
+    else if (n == 0 && atol(PQgetvalue(e, 0, 0)) > 0)
+        st = qs_error_set(err, QS_EINVAL,
+                          "'%s' is a training experiment: plan reads a sensitivity sweep in "
+                          "layer or component mode",
+                          o->experiment);
+    PQclear(e);
+    if (!st && n == 0)
+        st = qs_error_set(err, QS_ENOTFOUND,
+                          "experiment '%s' has no %s results in layer or component mode",
+                          o->experiment, o->objective);
+    /* the rows of the first mode (layer sorts before component), model and quantize */
+    const char *mode = n ? PQgetvalue(r, 0, 3) : "";
+    const char *model = NULL, *quant = NULL, *digest = "";
+    /* a pipeline's trained model goes by its pipeline name (trained_names.h), in the errors
+       and in --model, rather than by its folder */
+    qsweep_trained_names names = {0};
+    if (!st && n) st = qsweep_trained_names_load(c, o->experiment, &names, err);
+    for (int i = 0; !st && i < n; i++) {
+        if (strcmp(PQgetvalue(r, i, 3), mode)) continue;
+        const char *m = PQgetvalue(r, i, 0), *q = PQgetvalue(r, i, 2);
+        const char *base = strrchr(m, '/') ? strrchr(m, '/') + 1 : m;
+        const char *trained = qsweep_trained_name_by_path(&names, m);
+        if (o->model && strcmp(o->model, m) && strcmp(o->model, base) &&
+            !(trained && !strcmp(o->model, trained)))
+            continue;
+        if (o->quantize && strcmp(o->quantize, q)) continue;
+        if (!model) {
+            model = m;
+            digest = PQgetvalue(r, i, 6);
+        }
+        if (!quant) quant = q;
+        if (strcmp(model, m)) {
+            const char *a = qsweep_trained_name_by_path(&names, model);
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep has several models (%s, %s): choose one "
+                              "with --model",
+                              a ? a : model, trained ? trained : m);
+        }
+        else if (strcmp(quant, q))
+            st = qs_error_set(err, QS_EINVAL,
+                              "the sweep quantizes %s and %s: choose one with "
+                              "--quantize",
+                              quant, q);
+    }
+    if (!st && !model)
+        st =
+            qs_error_set(err, QS_ENOTFOUND, "no %s-mode results for that --model/--quantize", mode);
+    /* formats: the ones asked for, else those measured and bf16 */
+    if (!st && o->formats) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o->formats);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); !st && t;
+             t = strtok_r(NULL, ",", &save)) {
+            if (in->n_formats == QSWEEP_PLAN_MAX_FORMATS)
+                st = qs_error_set(err, QS_EINVAL, "--formats: at most %d", QSWEEP_PLAN_MAX_FORMATS);
+            else if (!qsweep_plan_quarter_bits(t))
+                st = qs_error_set(err, QS_EINVAL,
+                                  "--formats: %s: no bit count for that format "
+                                  "(nvfp4, nvfp4_2d, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, "
+                                  "fp8_e4m3, bf16)",
+                                  t);
+            else {
+                for (size_t k = 0; !st && k < in->n_formats; k++)
+                    if (!strcmp(in->formats[k], t))
+                        st = qs_error_set(err, QS_EINVAL, "--formats: %s listed twice", t);
+                if (!st) snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
+            }
+        }
+    } else if (!st) {
+        for (int i = 0; !st && i < n; i++) {
+            const char *fm = PQgetvalue(r, i, 1);
+            if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
+                strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm))
+                continue;
+            size_t k = 0;
+            while (k < in->n_formats && strcmp(in->formats[k], fm))
+                k++;
+            if (k == in->n_formats && k < QSWEEP_PLAN_MAX_FORMATS - 1)
+                snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", fm);
+        }
+        size_t k = 0;
+        while (k < in->n_formats && strcmp(in->formats[k], "bf16"))
+            k++;
+        if (k == in->n_formats)
+            snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
+    }
+    /* a trained model: the weights are those its training job recorded (the spec's digest is
+       a stand-in, docs/pipelines.md) */
+    const qsweep_trained_name *tm = st ? NULL : qsweep_trained_model_by_path(&names, model);
+    if (!st && tm && !tm->digest[0])
+        st = qs_error_set(err, QS_ENOTFOUND, "%s: its training job recorded no model digest",
+                          tm->name);
+    if (!st)
+        st = swept_model_config(model, tm ? tm->name : model, tm ? tm->digest : digest, &in->cfg,
+                                err);
+    if (!st) snprintf(in->model_digest, sizeof in->model_digest, "%s", digest);
+    if (!st) {
+        in->n_layers = in->cfg.n_layers;
+        in->layer_mode = !strcmp(mode, "layer");
+        in->model_path = strdup(model);
+        size_t cells = (size_t)(in->layer_mode ? in->n_layers : 1) * 7 * in->n_formats;
+        in->cost = malloc(cells * sizeof *in->cost);
+        if (!in->cost || !in->model_path) st = qs_error_set(err, QS_ENOMEM, "plan");
+        for (size_t i = 0; !st && i < cells; i++)
+            in->cost[i] = NAN;
+        for (int b = 0; !st && b < (in->layer_mode ? in->n_layers : 1); b++)
+            for (int k = 0; k < 7; k++)
+                for (size_t f = 0; f < in->n_formats; f++)
+                    if (!strcmp(in->formats[f], "bf16")) *qsweep_plan_cost_at(in, b, k, f) = 0.0;
+    }
+    for (int i = 0; !st && i < n; i++) {
+        if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
+            strcmp(PQgetvalue(r, i, 2), quant) || PQgetisnull(r, i, 5))
+            continue;
+        size_t f = 0;
+        while (f < in->n_formats && strcmp(in->formats[f], PQgetvalue(r, i, 1)))
+            f++;
+        if (f == in->n_formats || !strcmp(in->formats[f], "bf16")) continue;
+        const char *part = PQgetvalue(r, i, 4);
+        int block = -1, kind;
+        char *dot = strchr(part, '.');
+        if (in->layer_mode) {
+            char *end = NULL;
+            long bl = strtol(part, &end, 10);
+            kind = dot ? kind_index(dot + 1) : -1;
+            if (!dot || end != dot || bl < 0 || bl >= in->n_layers || kind < 0) {
+                st = qs_error_set(err, QS_EINVAL,
+                                  "layer-mode part '%s' is not BLOCK.KIND of "
+                                  "this %d-block model",
+                                  part, in->n_layers);
+                break;
+            }
+            block = (int)bl;
+        } else if ((kind = kind_index(part)) < 0) {
+            /* lm_head and embeddings parts: the plan covers the block linears only */
+            fprintf(stderr, "qsweep plan: note: part %s (%s) is not a block linear: left out\n",
+                    part, in->formats[f]);
+            continue;
+        }
+        double *slot = qsweep_plan_cost_at(in, block, kind, f);
+        if (!isnan(*slot))
+            st = qs_error_set(err, QS_EINVAL,
+                              "part %s in %s measured twice (format options "
+                              "differ?): keep one setting per format",
+                              part, in->formats[f]);
+        *slot = strtod(PQgetvalue(r, i, 5), NULL);
+        /* noise, not a gain: bf16 is the reference, cost 0 by definition */
+        if (*slot < 0) {
+            *slot = 0;
+            in->n_negative++;
+        }
+    }
+    if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
+    qsweep_trained_names_free(&names);
+    PQclear(r);
+    return st;
+}
+
+qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input *in,
+                                       qs_error *err) {
+    const char *params[4] = {o->experiment, in->layer_mode ? "layer" : "component", in->model_path,
+                             in->quantize};
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT DISTINCT ON (j.spec ->> 'format') j.spec::text FROM jobs j\n"
+        "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
+        "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
+        "  AND NOT j.spec ? 'method'\n"
+        "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
+        "ORDER BY j.spec ->> 'format', j.id",
+        4, NULL, params, NULL, NULL, 0);
+    qs_status st = QS_OK;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
+    in->options = json_object();
+    for (int i = 0; !st && i < PQntuples(r); i++) {
+        json_t *spec = json_loads(PQgetvalue(r, i, 0), 0, NULL);
+        const char *fmt = json_string_value(json_object_get(spec, "format"));
+        if (!spec || !fmt || !in->options) {
+            json_decref(spec);
+            st = qs_error_set(err, QS_ENOMEM, "plan: a stored spec is not JSON");
+            break;
+        }
+        if (!in->dataset) {
+            in->dataset = json_incref(json_object_get(spec, "dataset"));
+            in->metrics = json_incref(json_object_get(spec, "metrics"));
+        }
+        json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
+        json_decref(spec);
+    }
+    PQclear(r);
+    if (!st && (!in->dataset || !in->metrics))
+        st = qs_error_set(err, QS_ENOTFOUND, "plan: no stored spec for the sweep's jobs");
+    return st;
+}
+
+void qsweep_plan_input_free(plan_input *in) {
+    json_decref(in->dataset);
+    json_decref(in->metrics);
+    json_decref(in->options);
+    free(in->model_path);
+    free(in->cost);
+}

@@ -1,0 +1,130 @@
+/* The plan as a grid that measures it (cmd_plan.h): written for `qsweep submit`/`run`, or
+ * submitted by --validate. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd_plan.h"
+#include "synthetic.h"
+
+/* The name of the experiment that measures the plan: "<sweep>-plan-<B>b[-groups][-ppl]". */
+static void validation_name(const plan_opts *o, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s-plan-%gb%s%s", o->experiment, o->budget,
+             o->uniform_groups ? "-groups" : "", !strcmp(o->objective, "ppl") ? "-ppl" : "");
+}
+
+/* Prints v as a YAML scalar (a JSON string, which YAML reads as the same text). */
+static void yaml_string(FILE *out, const char *v) {
+    json_t *j = json_string(v);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    fputs(t ? t : "\"\"", out);
+    free(t);
+    json_decref(j);
+}
+
+/* The grid of the plan (cmd_plan.h): the sweep's conditions, mode policy, one line per linear. */
+void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, double bits) {
+    const plan_opts *o = pc->o;
+    const plan_input *in = pc->in;
+    const char *quant = in->quantize;
+    char name[256];
+    validation_name(o, name, sizeof name);
+    fprintf(out,
+            "# qsweep plan %s --budget-bits %g --objective %s%s\n"
+            "# predicted %s (sum over items, not measured): %.6g at %.4f bits per weight\n"
+            "# model %s, %s-mode costs, quantize %s\n"
+            "name: %s\ndescription: ",
+            o->experiment, o->budget, o->objective, o->uniform_groups ? " --uniform-groups" : "",
+            o->objective, cost, bits, in->model_path, in->layer_mode ? "layer" : "component", quant,
+            name);
+    char desc[512];
+    snprintf(desc, sizeof desc, "the plan of %s at %g bits per weight (%s), measured whole",
+             o->experiment, o->budget, o->objective);
+    yaml_string(out, desc);
+    fprintf(out, "\nkind: sensitivity\nmodels:\n  - ");
+    const char *mp = in->model_path;
+    if (qw_synthetic_is(mp)) {
+        /* "synthetic:<shape>:<seed>" as the grid's form */
+        const char *shape = mp + strlen("synthetic:"), *seed = strrchr(mp, ':');
+        fprintf(out, "{synthetic: %.*s, seed: %s}", (int)(seed - shape), shape, seed + 1);
+    } else {
+        yaml_string(out, mp);
+    }
+    const char *dpath = json_string_value(json_object_get(in->dataset, "path"));
+    const char *text = qs_dataset_text_path(dpath);
+    fprintf(out, "\ndataset:\n  %s: ", text ? "text" : "tokens");
+    yaml_string(out, text ? text : dpath ? dpath : "");
+    fprintf(out, "\n  ctx: %lld\n  max_chunks: %lld\nsensitivity:\n",
+            (long long)json_integer_value(json_object_get(in->dataset, "ctx")),
+            (long long)json_integer_value(json_object_get(in->dataset, "max_chunks")));
+    /* the sweep's options of each format (a flow mapping in JSON form is YAML too) */
+    int any = 0;
+    for (size_t f = 0; f < in->n_formats; f++) {
+        const json_t *opts = json_object_get(in->options, in->formats[f]);
+        if (!opts || !strcmp(in->formats[f], "bf16")) continue;
+        char *t = json_dumps(opts, JSON_SORT_KEYS | JSON_COMPACT);
+        fprintf(out, "%s    - {name: %s, options: %s}\n", any ? "" : "  formats:\n", in->formats[f],
+                t ? t : "{}");
+        free(t);
+        any = 1;
+    }
+    char *metrics = json_dumps(in->metrics, JSON_COMPACT);
+    fprintf(out, "  quantize: [%s]\n  modes: [policy]\n  metrics: %s\n  policy:\n", quant,
+            metrics ? metrics : "[kl, ppl]");
+    free(metrics);
+    for (int b = 0; b < in->n_layers; b++)
+        for (int k = 0; k < 7; k++)
+            fprintf(out, "    \"%d.%s\": %s\n", b, qsweep_plan_kinds[k],
+                    qsweep_plan_chosen_format(pc, b, k));
+}
+
+/* --validate (cmd_plan.h): the grid through a private file into the sweep's database. */
+qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, double cost, double bits,
+                               qs_error *err) {
+    const plan_opts *o = pc->o;
+    int any = 0;
+    for (size_t i = 0; i < pc->n; i++)
+        any |= strcmp(pc->in->formats[pc->choice[i]], "bf16") != 0;
+    if (!any) {
+        printf("validation: nothing to measure: every linear stays bf16 (the baseline)\n");
+        return QS_OK;
+    }
+    char tmp[4096] = "";
+    const char *path = o->output;
+    if (!path) {
+        const char *dir = getenv("TMPDIR");
+        snprintf(tmp, sizeof tmp, "%s/qsweep-plan-XXXXXX.yaml", dir && *dir ? dir : "/tmp");
+        int fd = mkstemps(tmp, 5);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!f) {
+            if (fd >= 0) close(fd);
+            return qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
+        }
+        qsweep_plan_write_grid(f, pc, cost, bits);
+        if (fclose(f) != 0) {
+            unlink(tmp);
+            return qs_error_set(err, QS_EIO, "writing %s: %s", tmp, strerror(errno));
+        }
+        path = tmp;
+    }
+    qc_grid *g = NULL;
+    qc_job_list jobs = {0};
+    qc_submit_counts counts = {0};
+    qs_status st = qsweep_load_grid(path, NULL, 0, &g, &jobs, err);
+    if (!st) st = qsweep_submit_jobs(s, g, &jobs, &counts, err);
+    if (!st) {
+        printf("validation: ");
+        qsweep_print_submit(g, jobs.n, &counts, stdout);
+        if (counts.jobs_new || counts.reused_pending)
+            printf("validation: %s (qsweep worker, or qsweep run on the grid); "
+                   "then qsweep plan %s --budget-bits %g prints it measured\n",
+                   counts.jobs_new ? "the workers run it" : "already queued: the workers run it",
+                   o->experiment, o->budget);
+    }
+    qc_job_list_free(&jobs);
+    qc_grid_free(g);
+    if (tmp[0]) unlink(tmp);
+    return st;
+}
