@@ -11,11 +11,13 @@
 #include <string.h>
 
 #include "cmd_plan.h"
+#include "method.h"
 
 static void plan_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep plan EXPERIMENT --budget-bits B [--formats F1,F2,...]\n"
-            "                   [--objective kl_mean|ppl] [--uniform-groups] [--quantize Q]\n"
+            "                   [--methods M1,M2,...] [--objective kl_mean|ppl]\n"
+            "                   [--uniform-groups] [--quantize Q]\n"
             "                   [--model NAME] [-o FILE] [--validate] [--db CONNINFO]\n"
             "  From a layer-mode (else component-mode) sensitivity sweep, the format of each\n"
             "  linear that minimizes the summed measured damage under an average of B bits per\n"
@@ -27,6 +29,10 @@ static void plan_usage(FILE *out) {
             "  format. The model at the sweep's path must be the one swept (same digest).\n"
             "  --formats LIST     candidate formats (default: those measured, and bf16); a\n"
             "                     format without a measurement for a linear is not chosen for it\n"
+            "  --methods LIST     the methods whose measurements are candidates (default: every\n"
+            "                     one the sweep ran): a sweep of several methods plans (method,\n"
+            "                     format) pairs, and its grid measures them with method\n"
+            "                     per-linear (docs/methods.md)\n"
             "  --objective        kl_mean (default: mean KL divergence from the baseline) or ppl\n"
             "                     (perplexity increase)\n"
             "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
@@ -46,6 +52,7 @@ static void plan_usage(FILE *out) {
 int qsweep_cmd_plan(int argc, char **argv) {
     static const struct option opts[] = {{"budget-bits", required_argument, 0, 'b'},
                                          {"formats", required_argument, 0, 'f'},
+                                         {"methods", required_argument, 0, 'M'},
                                          {"objective", required_argument, 0, 'j'},
                                          {"uniform-groups", no_argument, 0, 'u'},
                                          {"quantize", required_argument, 0, 'q'},
@@ -76,6 +83,19 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'f':
             o.formats = optarg;
             break;
+        case 'M': {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            for (char *save = NULL, *m = strtok_r(buf, ",", &save); m;
+                 m = strtok_r(NULL, ",", &save))
+                if (qs_method_by_name(m) < 0 || !strcmp(m, "per-linear")) {
+                    fprintf(stderr, "qsweep plan: --methods: unknown method '%s' (expected %s)\n",
+                            m, qs_method_list());
+                    return QS_EXIT_USAGE;
+                }
+            o.methods = optarg;
+            break;
+        }
         case 'j':
             if (strcmp(optarg, "kl_mean") && strcmp(optarg, "ppl")) {
                 fprintf(stderr, "qsweep plan: --objective %s: expected kl_mean or ppl\n", optarg);
@@ -131,6 +151,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     plan_input in = {0};
     qsweep_plan_item *items = NULL;
     int *choice = NULL;
+    json_t *mo = NULL; /* the plan's per-linear method options, NULL when all rtn */
     qs_status st = qsweep_open_existing_store(conninfo, "plan", &s, &err);
     if (!st) st = qsweep_plan_load_costs(qc_store_pgconn(s), &o, &in, &err);
     if (!st) st = qsweep_plan_load_sweep_facts(qc_store_pgconn(s), &o, &in, &err);
@@ -146,8 +167,15 @@ int qsweep_cmd_plan(int argc, char **argv) {
         goto done;
     }
     unsigned qbits[QSWEEP_PLAN_MAX_FORMATS];
-    for (size_t f = 0; f < in.n_formats; f++)
+    /* a candidate's name: its format, "method/format" when a method other than rtn makes it */
+    char labels[QSWEEP_PLAN_MAX_FORMATS][72];
+    for (size_t f = 0; f < in.n_formats; f++) {
         qbits[f] = qsweep_plan_quarter_bits(in.formats[f]);
+        if (strcmp(in.methods[f], "rtn"))
+            snprintf(labels[f], sizeof labels[f], "%s/%s", in.methods[f], in.formats[f]);
+        else
+            snprintf(labels[f], sizeof labels[f], "%s", in.formats[f]);
+    }
     for (int b = 0; b < blocks; b++)
         for (int g = 0; g < per_block; g++) {
             qsweep_plan_item *it = &items[(size_t)b * (size_t)per_block + (size_t)g];
@@ -175,7 +203,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
             fprintf(stderr,
                     "qsweep plan: note: %s was not measured for %zu of %zu items; they "
                     "cannot take it\n",
-                    in.formats[f], missing, n);
+                    labels[f], missing, n);
     }
     if (in.n_negative)
         printf("note: %zu linears measured a negative %s, counted as 0 (noise: no format beats "
@@ -190,26 +218,35 @@ int qsweep_cmd_plan(int argc, char **argv) {
            "weight\n",
            o.experiment, in.model_path, quant, in.layer_mode ? "layer" : "component", o.objective,
            o.budget);
-    printf("  %-12s %12s  %-12s %6s  %12s\n", "item", "weights", "format", "bits", o.objective);
+    if (in.any_method)
+        printf("  %-12s %12s  %-12s %-12s %6s  %12s\n", "item", "weights", "method", "format",
+               "bits", o.objective);
+    else
+        printf("  %-12s %12s  %-12s %6s  %12s\n", "item", "weights", "format", "bits", o.objective);
     uint64_t total_w = 0;
     double scale_bits = 0;
     for (size_t i = 0; i < n; i++) {
         const char *fm = in.formats[choice[i]];
-        printf("  %-12s %12llu  %-12s %6.2f  %12.6g\n", items[i].name,
-               (unsigned long long)items[i].weights, fm, qbits[choice[i]] / 4.0,
-               items[i].cost[choice[i]]);
+        if (in.any_method)
+            printf("  %-12s %12llu  %-12s %-12s %6.2f  %12.6g\n", items[i].name,
+                   (unsigned long long)items[i].weights, in.methods[choice[i]], fm,
+                   qbits[choice[i]] / 4.0, items[i].cost[choice[i]]);
+        else
+            printf("  %-12s %12llu  %-12s %6.2f  %12.6g\n", items[i].name,
+                   (unsigned long long)items[i].weights, fm, qbits[choice[i]] / 4.0,
+                   items[i].cost[choice[i]]);
         total_w += items[i].weights;
         /* one per-tensor scale per linear of the item */
         int members = o.uniform_groups ? (i % 4 == 0 ? 3 : i % 4 == 2 ? 2 : 1) : 1;
         scale_bits +=
             (double)qsweep_plan_tensor_scale_bits(fm) * members * (in.layer_mode ? 1 : in.n_layers);
     }
-    printf("\nformat counts:");
+    printf(in.any_method ? "\ncandidate counts:" : "\nformat counts:");
     for (size_t f = 0; f < in.n_formats; f++) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             k += choice[i] == (int)f;
-        printf("  %s %zu", in.formats[f], k);
+        printf("  %s %zu", labels[f], k);
     }
     printf("\naverage bits per weight: %.4f (budget %g; %.4f with per-tensor FP32 scales)\n", bits,
            o.budget, bits + scale_bits / (double)total_w);
@@ -225,29 +262,37 @@ int qsweep_cmd_plan(int argc, char **argv) {
         /* measured: a policy job with every linear in it, else the cumulative job over
            every block (the same linears) */
         json_t *umap = qsweep_plan_map(&in, qsweep_plan_uniform_format, in.formats[f]);
+        const json_t *umo = json_object_get(in.method_options, in.methods[f]);
+        umo = json_is_object(umo) ? umo : NULL;
         char uid[17];
-        double um = qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, umap, uid);
+        double um =
+            qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, umap, in.methods[f], umo, uid);
         json_decref(umap);
         char last[16];
         snprintf(last, sizeof last, "%d", in.n_layers - 1);
         if (isnan(um))
             um = qsweep_plan_measured(qc_store_pgconn(s), &o, &in, "cumulative", last,
-                                      in.formats[f], json_object_get(in.options, in.formats[f]));
+                                      in.formats[f], json_object_get(in.options, in.formats[f]),
+                                      in.methods[f], umo);
         char meas[96] = "";
         if (!isnan(um)) snprintf(meas, sizeof meas, ", measured %.6g", um);
-        if (!strcmp(in.formats[f], "nvfp4")) nvfp4_measured = um;
+        if (!strcmp(labels[f], "nvfp4")) nvfp4_measured = um;
         if (isnan(u))
-            printf("uniform %s: not every item was measured%s\n", in.formats[f], meas);
+            printf("uniform %s: not every item was measured%s\n", labels[f], meas);
         else
-            printf("uniform %s (%.2f bits): predicted %s %.6g%s\n", in.formats[f],
-                   qbits[f] / 4.0, o.objective, u, meas);
+            printf("uniform %s (%.2f bits): predicted %s %.6g%s\n", labels[f], qbits[f] / 4.0,
+                   o.objective, u, meas);
     }
     /* the plan measured whole: its policy job, when one ran */
     plan_choice pc = {&o, &in, items, choice, n};
     json_t *map = qsweep_plan_map(&in, qsweep_plan_chosen_format, &pc);
+    st = qsweep_plan_method_options(&pc, &mo, &err);
     char id[17];
-    double pm = qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, map, id);
+    double pm = st ? NAN
+                   : qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, map,
+                                              mo ? "per-linear" : NULL, mo, id);
     json_decref(map);
+    if (st) goto done;
     if (!id[0])
         printf("measured %s of the plan: nothing to measure (every linear stays bf16, the "
                "reference)\n",
@@ -268,17 +313,18 @@ int qsweep_cmd_plan(int argc, char **argv) {
         goto done;
     }
     if (!o.output) printf("\n");
-    qsweep_plan_write_grid(out, &pc, cost, bits);
+    qsweep_plan_write_grid(out, &pc, mo, cost, bits);
     if (o.output) {
         if (fclose(out) != 0)
             st = qs_error_set(&err, QS_EIO, "writing %s: %s", o.output, strerror(errno));
         else
             printf("policy written to %s\n", o.output);
     }
-    if (!st && o.validate) st = qsweep_plan_validate(s, &pc, cost, bits, &err);
+    if (!st && o.validate) st = qsweep_plan_validate(s, &pc, mo, cost, bits, &err);
 done:
     qc_store_close(s);
     qsweep_plan_input_free(&in);
+    json_decref(mo);
     free(items);
     free(choice);
     return st ? qsweep_fail("plan", &err) : QS_EXIT_OK;

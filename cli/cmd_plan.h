@@ -26,13 +26,15 @@ extern const char *const qsweep_plan_group_names[4];
 /* The command line. */
 typedef struct plan_opts {
     const char *experiment, *objective, *quantize, *model, *formats;
+    const char *methods; /* --methods: the methods whose costs are candidates (NULL: all) */
     double budget;
     int uniform_groups;
     int validate; /* --validate: submit the plan's grid (one policy-mode eval job) */
     const char *output;
 } plan_opts;
 
-/* The measured costs, by (block, kind, format): block -1 for component mode. */
+/* The measured costs, by (block, kind, candidate): block -1 for component mode. A candidate f
+ * is a format (formats[f]) quantized by a method (methods[f], "rtn" when the job named none). */
 typedef struct plan_input {
     char *model_path;
     qw_config cfg;     /* the swept model's shape */
@@ -42,11 +44,15 @@ typedef struct plan_input {
     int n_layers;
     size_t n_formats;
     char formats[QSWEEP_PLAN_MAX_FORMATS][32];
+    char methods[QSWEEP_PLAN_MAX_FORMATS][32];
+    int any_method; /* a candidate's method is not rtn */
     double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
     char model_digest[65];
     json_t *dataset; /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
     json_t *metrics; /* the sweep's "metrics" array */
     json_t *options; /* {format: its format_options in the sweep} */
+    json_t *method_options; /* {method: its method_options in the sweep, null without} */
+    json_t *calibration;    /* the sweep's "calibration" spec object, NULL when none */
 } plan_input;
 
 /* The cost slot of (block, kind, format f); block -1 in component mode. */
@@ -78,6 +84,9 @@ typedef struct plan_choice {
     size_t n;
 } plan_choice;
 
+/* The candidate of linear (b, k) under a plan_choice. */
+size_t qsweep_plan_chosen(const plan_choice *pc, int b, int k);
+
 /* The format of linear (b, k) under a plan_choice (ctx), or under one format for all (ctx the
  * format's name): the fmt_of of qsweep_plan_map. */
 const char *qsweep_plan_chosen_format(const void *ctx, int b, int k);
@@ -89,28 +98,39 @@ const char *qsweep_plan_uniform_format(const void *ctx, int b, int k);
 json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
                         const void *ctx);
 
-/* The final value (kl_mean) or delta (ppl) of the objective for the eval job of this model,
- * dataset and quantize with mode, part, format and format_options, in any experiment (a job
- * is one computation whoever queued it); NAN when there is none. */
-double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
-                            const char *part, const char *format, const json_t *options);
+/* The options of the plan's method "per-linear" (kinds/method.h): "linears" names the method of
+ * each quantized linear not by rtn, the GPTQ and SmoothQuant options are the sweep's. *out NULL
+ * when every quantized linear is rtn (the plan names no method). Errors: QS_EINVAL (two methods
+ * of the plan with different options of one name), QS_ENOMEM. */
+qs_status qsweep_plan_method_options(const plan_choice *pc, json_t **out, qs_error *err);
 
-/* The measured damage of a policy map (its policy job), NAN when not measured; id gets the
- * policy id ("" when the map is empty). */
+/* The final value (kl_mean) or delta (ppl) of the objective for the eval job of this model,
+ * dataset and quantize with mode, part, format and format_options, by method (NULL or "rtn":
+ * none) with method_options (NULL: none), in any experiment (a job is one computation whoever
+ * queued it); NAN when there is none. */
+double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
+                            const char *part, const char *format, const json_t *options,
+                            const char *method, const json_t *method_options);
+
+/* The measured damage of a policy map (its policy job) by method, NAN when not measured; id
+ * gets the policy id ("" when the map is empty). */
 double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input *in,
-                                const json_t *map, char id[17]);
+                                const json_t *map, const char *method, const json_t *method_options,
+                                char id[17]);
 
 /* Writes the plan as a grid that measures it (`qsweep submit`/`run`, or --validate): the
  * sweep's model, dataset, metrics and format options, and the sensitivity mode `policy`
  * with an explicit format per linear (all of them, fused groups expanded; bf16 ones are left
- * as they are), with comments on where it came from. */
-void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, double bits);
+ * as they are), with comments on where it came from. method_options (NULL: every linear by
+ * rtn) makes it a grid of method per-linear with the sweep's calibration. */
+void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *method_options,
+                            double cost, double bits);
 
 /* --validate: the plan's grid (qsweep_plan_write_grid) loaded as `qsweep submit` loads a grid,
  * then submitted into the sweep's database. Written to a private temporary file unless -o named
  * one. Errors: the grid's (a plan whose grid does not load is a bug: the message names the
  * file), the store's, QS_EIO. */
-qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, double cost, double bits,
-                               qs_error *err);
+qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, const json_t *method_options,
+                               double cost, double bits, qs_error *err);
 
 #endif

@@ -47,14 +47,45 @@ uint64_t qsweep_plan_kind_weights(const qw_config *c, int k) {
     }
 }
 
+/* Every method's jobs but per-linear's (a plan measured whole, not a cost). Within a format, rtn
+ * sorts first: among candidates of equal cost and bits the planner keeps the first. */
 static const char *const PLAN_SQL =
     "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
-    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest\n"
-    "FROM v_sensitivity s\n"
+    "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest,\n"
+    "       COALESCE(j.spec ->> 'method', 'rtn') AS method\n"
+    "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
     "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
     "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
-    "  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.id = s.job_id AND m.spec ? 'method')\n"
-    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, s.part";
+    "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
+    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8, s.part";
+
+/* Index of candidate (method, format) in *in, n_formats when absent. */
+static size_t candidate_index(const plan_input *in, const char *method, const char *format) {
+    size_t f = 0;
+    while (f < in->n_formats && (strcmp(in->formats[f], format) || strcmp(in->methods[f], method)))
+        f++;
+    return f;
+}
+
+/* Appends candidate (method, format) unless present or the table is full (returns 0 then). */
+static int add_candidate(plan_input *in, const char *method, const char *format) {
+    if (candidate_index(in, method, format) < in->n_formats) return 1;
+    if (in->n_formats == QSWEEP_PLAN_MAX_FORMATS) return 0;
+    snprintf(in->formats[in->n_formats], sizeof in->formats[0], "%s", format);
+    snprintf(in->methods[in->n_formats++], sizeof in->methods[0], "%s", method);
+    in->any_method |= strcmp(method, "rtn") != 0;
+    return 1;
+}
+
+/* Whether a comma-separated list holds name (a NULL list holds every name). */
+static int listed(const char *list, const char *name) {
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n])) return 1;
+    return 0;
+}
+
 /* The config of the swept model at path: a synthetic shape from the engine's table, else the
  * checkpoint found at path, which must still be the one swept (its digest, computed as the grid
  * probe does, equal to the spec's). Errors: QS_EINVAL (another model at path, an unknown
@@ -150,7 +181,8 @@ qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, 
     if (!st && !model)
         st =
             qs_error_set(err, QS_ENOTFOUND, "no %s-mode results for that --model/--quantize", mode);
-    /* formats: the ones asked for, else those measured and bf16 */
+    /* candidates: the formats asked for (else those measured, and bf16), each by rtn and by
+       every other method measured on it (that --methods lets through) */
     if (!st && o->formats) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s", o->formats);
@@ -168,26 +200,39 @@ qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, 
                 for (size_t k = 0; !st && k < in->n_formats; k++)
                     if (!strcmp(in->formats[k], t))
                         st = qs_error_set(err, QS_EINVAL, "--formats: %s listed twice", t);
-                if (!st) snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", t);
+                if (!st && (listed(o->methods, "rtn") || !strcmp(t, "bf16")))
+                    add_candidate(in, "rtn", t);
+                for (int i = 0; !st && i < n && strcmp(t, "bf16"); i++) {
+                    const char *me = PQgetvalue(r, i, 7);
+                    if (strcmp(me, "rtn") && !strcmp(PQgetvalue(r, i, 1), t) &&
+                        !strcmp(PQgetvalue(r, i, 3), mode) && listed(o->methods, me) &&
+                        !add_candidate(in, me, t))
+                        st = qs_error_set(err, QS_EINVAL,
+                                          "more than %d (method, format) candidates: choose "
+                                          "fewer with --methods or --formats",
+                                          QSWEEP_PLAN_MAX_FORMATS);
+                }
             }
         }
     } else if (!st) {
         for (int i = 0; !st && i < n; i++) {
-            const char *fm = PQgetvalue(r, i, 1);
+            const char *fm = PQgetvalue(r, i, 1), *me = PQgetvalue(r, i, 7);
             if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
-                strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm))
+                strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm) ||
+                !listed(o->methods, me))
                 continue;
-            size_t k = 0;
-            while (k < in->n_formats && strcmp(in->formats[k], fm))
-                k++;
-            if (k == in->n_formats && k < QSWEEP_PLAN_MAX_FORMATS - 1)
-                snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "%s", fm);
+            /* one slot stays for bf16; past it, rtn-only sweeps keep their first formats */
+            int fresh = candidate_index(in, me, fm) == in->n_formats;
+            if (fresh && in->n_formats == QSWEEP_PLAN_MAX_FORMATS - 1 &&
+                (in->any_method || strcmp(me, "rtn")))
+                st = qs_error_set(err, QS_EINVAL,
+                                  "more than %d (method, format) candidates: choose fewer with "
+                                  "--methods or --formats",
+                                  QSWEEP_PLAN_MAX_FORMATS - 1);
+            else if (in->n_formats < QSWEEP_PLAN_MAX_FORMATS - 1)
+                add_candidate(in, me, fm);
         }
-        size_t k = 0;
-        while (k < in->n_formats && strcmp(in->formats[k], "bf16"))
-            k++;
-        if (k == in->n_formats)
-            snprintf(in->formats[in->n_formats++], sizeof in->formats[0], "bf16");
+        if (!st) add_candidate(in, "rtn", "bf16");
     }
     /* a trained model: the weights are those its training job recorded (the spec's digest is
        a stand-in, docs/pipelines.md) */
@@ -217,9 +262,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, 
         if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
             strcmp(PQgetvalue(r, i, 2), quant) || PQgetisnull(r, i, 5))
             continue;
-        size_t f = 0;
-        while (f < in->n_formats && strcmp(in->formats[f], PQgetvalue(r, i, 1)))
-            f++;
+        size_t f = candidate_index(in, PQgetvalue(r, i, 7), PQgetvalue(r, i, 1));
         if (f == in->n_formats || !strcmp(in->formats[f], "bf16")) continue;
         const char *part = PQgetvalue(r, i, 4);
         int block = -1, kind;
@@ -244,10 +287,15 @@ qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, 
         }
         double *slot = qsweep_plan_cost_at(in, block, kind, f);
         if (!isnan(*slot))
-            st = qs_error_set(err, QS_EINVAL,
-                              "part %s in %s measured twice (format options "
-                              "differ?): keep one setting per format",
-                              part, in->formats[f]);
+            st = strcmp(in->methods[f], "rtn")
+                     ? qs_error_set(err, QS_EINVAL,
+                                    "part %s in %s by %s measured twice (format or method "
+                                    "options differ?): keep one setting per format and method",
+                                    part, in->formats[f], in->methods[f])
+                     : qs_error_set(err, QS_EINVAL,
+                                    "part %s in %s measured twice (format options "
+                                    "differ?): keep one setting per format",
+                                    part, in->formats[f]);
         *slot = strtod(PQgetvalue(r, i, 5), NULL);
         /* noise, not a gain: bf16 is the reference, cost 0 by definition */
         if (*slot < 0) {
@@ -267,21 +315,24 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input
                              in->quantize};
     PGresult *r = PQexecParams(
         c,
-        "SELECT DISTINCT ON (j.spec ->> 'format') j.spec::text FROM jobs j\n"
+        "SELECT DISTINCT ON (j.spec ->> 'format', j.spec ->> 'method') j.spec::text\n"
+        "FROM jobs j\n"
         "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
         "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
-        "  AND NOT j.spec ? 'method'\n"
+        "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
         "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
-        "ORDER BY j.spec ->> 'format', j.id",
+        "ORDER BY j.spec ->> 'format', j.spec ->> 'method' NULLS FIRST, j.id",
         4, NULL, params, NULL, NULL, 0);
     qs_status st = QS_OK;
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
     in->options = json_object();
+    in->method_options = json_object();
     for (int i = 0; !st && i < PQntuples(r); i++) {
         json_t *spec = json_loads(PQgetvalue(r, i, 0), 0, NULL);
         const char *fmt = json_string_value(json_object_get(spec, "format"));
-        if (!spec || !fmt || !in->options) {
+        const char *me = json_string_value(json_object_get(spec, "method"));
+        if (!spec || !fmt || !in->options || !in->method_options) {
             json_decref(spec);
             st = qs_error_set(err, QS_ENOMEM, "plan: a stored spec is not JSON");
             break;
@@ -290,7 +341,14 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input
             in->dataset = json_incref(json_object_get(spec, "dataset"));
             in->metrics = json_incref(json_object_get(spec, "metrics"));
         }
-        json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
+        /* a format's options are its rtn jobs' (sorted first) where it has some */
+        if (!json_object_get(in->options, fmt))
+            json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
+        const json_t *mo = json_object_get(spec, "method_options");
+        json_object_set_new(in->method_options, me ? me : "rtn",
+                            mo ? json_deep_copy(mo) : json_null());
+        if (!in->calibration && json_object_get(spec, "calibration"))
+            in->calibration = json_incref(json_object_get(spec, "calibration"));
         json_decref(spec);
     }
     PQclear(r);
@@ -303,6 +361,8 @@ void qsweep_plan_input_free(plan_input *in) {
     json_decref(in->dataset);
     json_decref(in->metrics);
     json_decref(in->options);
+    json_decref(in->method_options);
+    json_decref(in->calibration);
     free(in->model_path);
     free(in->cost);
 }

@@ -25,7 +25,8 @@ static void yaml_string(FILE *out, const char *v) {
 }
 
 /* The grid of the plan (cmd_plan.h): the sweep's conditions, mode policy, one line per linear. */
-void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, double bits) {
+void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *method_options,
+                            double cost, double bits) {
     const plan_opts *o = pc->o;
     const plan_input *in = pc->in;
     const char *quant = in->quantize;
@@ -56,14 +57,31 @@ void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, doubl
     const char *text = qs_dataset_text_path(dpath);
     fprintf(out, "\ndataset:\n  %s: ", text ? "text" : "tokens");
     yaml_string(out, text ? text : dpath ? dpath : "");
-    fprintf(out, "\n  ctx: %lld\n  max_chunks: %lld\nsensitivity:\n",
+    fprintf(out, "\n  ctx: %lld\n  max_chunks: %lld\n",
             (long long)json_integer_value(json_object_get(in->dataset, "ctx")),
             (long long)json_integer_value(json_object_get(in->dataset, "max_chunks")));
-    /* the sweep's options of each format (a flow mapping in JSON form is YAML too) */
+    /* a plan with methods: the sweep's calibration, which its calibrated linears read */
+    const char *cpath = json_string_value(json_object_get(in->calibration, "path"));
+    if (method_options && cpath) {
+        fprintf(out, "  calibration: {chunks: %lld",
+                (long long)json_integer_value(json_object_get(in->calibration, "chunks")));
+        if (!dpath || strcmp(cpath, dpath)) {
+            fprintf(out, ", tokens: ");
+            yaml_string(out, cpath);
+        }
+        fprintf(out, "}\n");
+    }
+    fprintf(out, "sensitivity:\n");
+    /* the sweep's options of each format (a flow mapping in JSON form is YAML too), once per
+       format whatever the methods of its candidates */
     int any = 0;
     for (size_t f = 0; f < in->n_formats; f++) {
         const json_t *opts = json_object_get(in->options, in->formats[f]);
         if (!opts || !strcmp(in->formats[f], "bf16")) continue;
+        size_t first = 0;
+        while (strcmp(in->formats[first], in->formats[f]))
+            first++;
+        if (first < f) continue;
         char *t = json_dumps(opts, JSON_SORT_KEYS | JSON_COMPACT);
         fprintf(out, "%s    - {name: %s, options: %s}\n", any ? "" : "  formats:\n", in->formats[f],
                 t ? t : "{}");
@@ -71,9 +89,16 @@ void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, doubl
         any = 1;
     }
     char *metrics = json_dumps(in->metrics, JSON_COMPACT);
-    fprintf(out, "  quantize: [%s]\n  modes: [policy]\n  metrics: %s\n  policy:\n", quant,
+    fprintf(out, "  quantize: [%s]\n  modes: [policy]\n  metrics: %s\n", quant,
             metrics ? metrics : "[kl, ppl]");
     free(metrics);
+    /* the method of each linear not by rtn (kinds/method.h per-linear) */
+    if (method_options) {
+        char *t = json_dumps(method_options, JSON_SORT_KEYS | JSON_COMPACT);
+        fprintf(out, "  method:\n    - {name: per-linear, options: %s}\n", t ? t : "{}");
+        free(t);
+    }
+    fprintf(out, "  policy:\n");
     for (int b = 0; b < in->n_layers; b++)
         for (int k = 0; k < 7; k++)
             fprintf(out, "    \"%d.%s\": %s\n", b, qsweep_plan_kinds[k],
@@ -81,8 +106,8 @@ void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, double cost, doubl
 }
 
 /* --validate (cmd_plan.h): the grid through a private file into the sweep's database. */
-qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, double cost, double bits,
-                               qs_error *err) {
+qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, const json_t *method_options,
+                               double cost, double bits, qs_error *err) {
     const plan_opts *o = pc->o;
     int any = 0;
     for (size_t i = 0; i < pc->n; i++)
@@ -102,7 +127,7 @@ qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, double cost, 
             if (fd >= 0) close(fd);
             return qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
         }
-        qsweep_plan_write_grid(f, pc, cost, bits);
+        qsweep_plan_write_grid(f, pc, method_options, cost, bits);
         if (fclose(f) != 0) {
             unlink(tmp);
             return qs_error_set(err, QS_EIO, "writing %s: %s", tmp, strerror(errno));

@@ -8,6 +8,7 @@
 #include "cmd_plan.h"
 #include "sensitivity.h"
 
+/* The policy map (cmd_plan.h). */
 json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
                         const void *ctx) {
     json_t *map = json_object();
@@ -34,27 +35,41 @@ static json_t *map_options(const plan_input *in, const json_t *map) {
     return o;
 }
 
+/* The newest job measuring (mode, part, format, method) under the sweep's conditions. */
 double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
-                            const char *part, const char *format, const json_t *options) {
+                            const char *part, const char *format, const json_t *options,
+                            const char *method, const json_t *method_options) {
     char *opts = json_dumps(options, JSON_SORT_KEYS | JSON_COMPACT);
     char *ds = json_dumps(in->dataset, JSON_SORT_KEYS | JSON_COMPACT);
+    char *mo = method_options ? json_dumps(method_options, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     const char *metric = !strcmp(o->objective, "ppl") ? "ppl" : o->objective;
-    const char *params[8] = {mode,          part, format, in->quantize, in->model_digest, metric,
-                             opts ? opts : "{}", ds ? ds : "{}"};
+    const char *params[10] = {mode,
+                              part,
+                              format,
+                              in->quantize,
+                              in->model_digest,
+                              metric,
+                              opts ? opts : "{}",
+                              ds ? ds : "{}",
+                              method ? method : "rtn",
+                              mo ? mo : "null"};
     PGresult *r = PQexecParams(
         c,
         "SELECT s.value, s.delta FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
         "WHERE s.mode = $1 AND s.part = $2 AND s.format = $3 AND s.quantize = $4\n"
         "  AND s.model_digest = $5 AND s.metric = $6\n"
-        "  AND j.spec -> 'format_options' = $7::jsonb AND NOT j.spec ? 'method'\n"
+        "  AND j.spec -> 'format_options' = $7::jsonb\n"
+        "  AND COALESCE(j.spec ->> 'method', 'rtn') = $9\n"
+        "  AND COALESCE(j.spec -> 'method_options', 'null'::jsonb) = $10::jsonb\n"
         "  AND j.spec -> 'dataset' -> 'digest' = $8::jsonb -> 'digest'\n"
         "  AND j.spec -> 'dataset' -> 'ctx' = $8::jsonb -> 'ctx'\n"
         "  AND j.spec -> 'dataset' -> 'max_chunks' = $8::jsonb -> 'max_chunks'\n"
         "  AND j.spec -> 'dataset' -> 'bos_id' IS NOT DISTINCT FROM $8::jsonb -> 'bos_id'\n"
         "ORDER BY s.job_id DESC LIMIT 1",
-        8, NULL, params, NULL, NULL, 0);
+        10, NULL, params, NULL, NULL, 0);
     free(opts);
     free(ds);
+    free(mo);
     double v = NAN;
     int col = !strcmp(o->objective, "ppl") ? 1 : 0;
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, col))
@@ -63,19 +78,22 @@ double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in,
     return v;
 }
 
+/* A policy map's job (cmd_plan.h). */
 double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input *in,
-                                const json_t *map, char id[17]) {
+                                const json_t *map, const char *method, const json_t *method_options,
+                                char id[17]) {
     qs_error ignored = {0};
     id[0] = 0;
     if (!json_object_size(map) || qs_sensitivity_policy_id(map, id, &ignored)) return NAN;
     json_t *opts = map_options(in, map);
-    double v = qsweep_plan_measured(c, o, in, "policy", id, QS_POLICY_FORMAT, opts);
+    double v = qsweep_plan_measured(c, o, in, "policy", id, QS_POLICY_FORMAT, opts, method,
+                                    method_options);
     json_decref(opts);
     return v;
 }
 
-const char *qsweep_plan_chosen_format(const void *ctx, int b, int k) {
-    const plan_choice *pc = ctx;
+/* The candidate of linear (b, k): its item's choice. */
+size_t qsweep_plan_chosen(const plan_choice *pc, int b, int k) {
     const plan_input *in = pc->in;
     /* the item holding (b, k) */
     size_t idx = 0;
@@ -100,11 +118,64 @@ const char *qsweep_plan_chosen_format(const void *ctx, int b, int k) {
             break;
         }
     }
-    return in->formats[pc->choice[idx]];
+    return (size_t)pc->choice[idx];
+}
+
+const char *qsweep_plan_chosen_format(const void *ctx, int b, int k) {
+    const plan_choice *pc = ctx;
+    return pc->in->formats[qsweep_plan_chosen(pc, b, k)];
 }
 
 const char *qsweep_plan_uniform_format(const void *ctx, int b, int k) {
     (void)b;
     (void)k;
     return ctx;
+}
+
+/* Copies option key of the sweep's method into given, unless another method of the plan gave
+ * it a different value. Errors: QS_EINVAL naming both methods. */
+static qs_status take_option(const plan_input *in, const char *method, const char *key,
+                             json_t *given, const char **from, qs_error *err) {
+    const json_t *v = json_object_get(json_object_get(in->method_options, method), key);
+    if (!v) return QS_OK;
+    const json_t *have = json_object_get(given, key);
+    if (have && !json_equal((json_t *)have, (json_t *)v))
+        return qs_error_set(err, QS_EINVAL,
+                            "the plan takes %s and %s, whose option %s differs in the sweep: "
+                            "per-linear holds one value (choose one with --methods)",
+                            *from, method, key);
+    json_object_set_new(given, key, json_deep_copy(v));
+    *from = method;
+    return QS_OK;
+}
+
+/* The plan's per-linear options (cmd_plan.h). */
+qs_status qsweep_plan_method_options(const plan_choice *pc, json_t **out, qs_error *err) {
+    const plan_input *in = pc->in;
+    *out = NULL;
+    json_t *given = json_object(), *linears = json_object();
+    if (!given || !linears) {
+        json_decref(given);
+        json_decref(linears);
+        return qs_error_set(err, QS_ENOMEM, "plan: method options");
+    }
+    json_object_set_new(given, "linears", linears);
+    const char *from = NULL;
+    qs_status st = QS_OK;
+    for (int b = 0; !st && b < in->n_layers; b++)
+        for (int k = 0; !st && k < 7; k++) {
+            size_t f = qsweep_plan_chosen(pc, b, k);
+            const char *me = in->methods[f];
+            if (!strcmp(me, "rtn") || !strcmp(in->formats[f], "bf16")) continue;
+            char key[32];
+            snprintf(key, sizeof key, "%d.%s", b, qsweep_plan_kinds[k]);
+            json_object_set_new(linears, key, json_string(me));
+            static const char *const keys[] = {"act_order", "damp", "alpha"};
+            for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++)
+                st = take_option(in, me, keys[i], given, &from, err);
+        }
+    if (!st && json_object_size(linears))
+        st = qs_method_options(qs_method_by_name("per-linear"), given, out, err);
+    json_decref(given);
+    return st;
 }

@@ -19,9 +19,10 @@
 
 #include "error.h"
 
-enum { QSWEEP_PLAN_MAX_FORMATS = 8 };
+/* Choices per item: formats, or (method, format) pairs (`qsweep plan` over several methods). */
+enum { QSWEEP_PLAN_MAX_FORMATS = 16 };
 
-/* One choice unit: cost[f] is the measured damage when the item alone is in format f (NAN
+/* One choice unit: cost[f] is the measured damage when the item alone is in choice f (NAN
  * when f was not measured for it, so it cannot be chosen); weights its number of weights. */
 typedef struct qsweep_plan_item {
     char name[48]; /* "3.q", "3.qkv", "down", ... */

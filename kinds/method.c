@@ -2,17 +2,21 @@
 #include "method.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "sensitivity.h"
+
 static const qs_method methods[] = {
-    {"rtn", false, QS_ROTATE_NONE, false, false},
-    {"gptq", true, QS_ROTATE_NONE, true, false},
-    {"rotate16", false, 16, false, false},
-    {"rotate32", false, 32, false, false},
-    {"rotate128", false, 128, false, false},
-    {"rotate-full", false, QS_ROTATE_FULL, false, false},
-    {"mr-gptq", true, QS_ROTATE_GROUP, true, false},
-    {"smoothquant", true, QS_ROTATE_NONE, false, true},
+    {"rtn", false, QS_ROTATE_NONE, false, false, false},
+    {"gptq", true, QS_ROTATE_NONE, true, false, false},
+    {"rotate16", false, 16, false, false, false},
+    {"rotate32", false, 32, false, false, false},
+    {"rotate128", false, 128, false, false, false},
+    {"rotate-full", false, QS_ROTATE_FULL, false, false, false},
+    {"mr-gptq", true, QS_ROTATE_GROUP, true, false, false},
+    {"smoothquant", true, QS_ROTATE_NONE, false, true, false},
+    {"per-linear", true, QS_ROTATE_NONE, true, true, true},
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -31,7 +35,28 @@ int qs_method_by_name(const char *name) {
 }
 
 const char *qs_method_list(void) {
-    return "rtn, gptq, rotate16, rotate32, rotate128, rotate-full, mr-gptq, smoothquant";
+    return "rtn, gptq, rotate16, rotate32, rotate128, rotate-full, mr-gptq, smoothquant, "
+           "per-linear";
+}
+
+/* per-linear's "linears": NULL when it is an object of "<block>.<kind>": a method other than rtn
+ * and per-linear, else what is wrong (written into msg when it names a linear). */
+static const char *linears_error(const json_t *v, char *msg, size_t cap) {
+    if (!json_is_object(v)) return "expected an object of \"<block>.<kind>\": method";
+    const char *k;
+    json_t *name;
+    json_object_foreach((json_t *)v, k, name) {
+        int block, part, i = qs_method_by_name(json_string_value(name));
+        if (qs_policy_key_parse(k, &block, &part) || block < 0) {
+            snprintf(msg, cap, "'%s' is not a block linear (\"<block>.<kind>\")", k);
+            return msg;
+        }
+        if (i <= QS_METHOD_RTN || methods[i].per_linear) {
+            snprintf(msg, cap, "%s: expected a method other than rtn and per-linear", k);
+            return msg;
+        }
+    }
+    return NULL;
 }
 
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err) {
@@ -51,18 +76,22 @@ qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *
     if (m->gptq) {
         json_object_set_new(o, "act_order", json_false());
         json_object_set_new(o, "damp", json_real(0.01));
-    } else {
-        json_object_set_new(o, "alpha", json_real(0.5));
     }
+    if (m->smooth) json_object_set_new(o, "alpha", json_real(0.5));
+    if (m->per_linear) json_object_set_new(o, "linears", json_object());
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)given, key, v) {
         json_t *have = json_object_get(o, key);
         double x = json_number_value(v);
         const char *bad = NULL;
+        char why[160];
         if (!have)
-            bad = m->gptq ? "unknown option (expected act_order, damp)"
-                          : "unknown option (expected alpha)";
+            bad = m->per_linear ? "unknown option (expected act_order, alpha, damp, linears)"
+                  : m->gptq     ? "unknown option (expected act_order, damp)"
+                                : "unknown option (expected alpha)";
+        else if (!strcmp(key, "linears"))
+            bad = linears_error(v, why, sizeof why);
         else if (!strcmp(key, "act_order") && !json_is_boolean(v))
             bad = "expected true or false";
         else if (!strcmp(key, "alpha") && (!json_is_number(v) || !(x >= 0.0 && x <= 1.0)))
@@ -75,8 +104,9 @@ qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *
                                 m->name);
         }
         json_object_set_new(o, key,
-                            json_is_boolean(v) ? json_boolean(json_is_true(v))
-                                               : json_real(json_number_value(v)));
+                            json_is_object(v)    ? json_deep_copy(v)
+                            : json_is_boolean(v) ? json_boolean(json_is_true(v))
+                                                 : json_real(json_number_value(v)));
     }
     *out = o;
     return QS_OK;

@@ -13,7 +13,14 @@
  *                              the evaluation never scores (the grid checks it when the file is
  *                              the scored one).
  * A method other than rtn does not combine with "fuse" (sensitivity.h): each linear it makes
- * takes its own per-tensor scale. */
+ * takes its own per-tensor scale.
+ *
+ * "per-linear" is no method of its own: a mixed plan (`qsweep plan`, docs/plan.md) measured
+ * whole, where each linear of the policy has its method. Its options are
+ *   {"act_order", "damp", "alpha": the GPTQ and SmoothQuant options of its linears,
+ *    "linears": {"<block>.<kind>": method name}}   the linears of the policy not quantized by
+ *                                                  rtn (rtn and per-linear are refused there);
+ * it always takes calibration, which its calibrated linears read. */
 #ifndef QS_KINDS_METHOD_H
 #define QS_KINDS_METHOD_H
 
@@ -35,6 +42,8 @@ typedef struct qs_method {
     int rotate;      /* QS_ROTATE_* or a tile size (16, 32, 128) */
     bool gptq;       /* GPTQ on the (rotated) weight; options act_order, damp */
     bool smooth;     /* SmoothQuant channel scales; option alpha */
+    bool per_linear; /* the methods are in the options, one per linear (gptq, smooth set: its
+                        options hold theirs) */
 } qs_method;
 
 /* Index 0 is "rtn". */
@@ -49,9 +58,11 @@ int qs_method_by_name(const char *name);
 const char *qs_method_list(void);
 
 /* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
- * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}; NULL (no options) for the
- * others. *out is a new reference or NULL. Errors: QS_EINVAL naming the option (unknown key,
- * wrong type, alpha outside [0, 1], damp outside (0, 1)), QS_ENOMEM. */
+ * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}, per-linear all three and
+ * "linears" (default {}); NULL (no options) for the others. *out is a new reference or NULL.
+ * Errors: QS_EINVAL naming the option (unknown key, wrong type, alpha outside [0, 1], damp
+ * outside (0, 1), a linears key that is not "<block>.<kind>", a method there that is unknown,
+ * rtn or per-linear), QS_ENOMEM. */
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err);
 
 #endif

@@ -266,6 +266,20 @@ static qs_status parse_policy(qc_config *c, struct fy_node *n, const qc_grid_pro
     return QS_OK;
 }
 
+/* A mapping of scalars as a JSON object of strings (per-linear's "linears", method.h); a value
+ * that is not a scalar becomes null, which the method's options refuse. */
+static json_t *scalar_map(struct fy_node *n) {
+    json_t *o = json_object();
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while (o && (pair = fy_node_mapping_iterate(n, &it))) {
+        const char *k = qc_config_scalar(fy_node_pair_key(pair));
+        const char *v = qc_config_scalar(fy_node_pair_value(pair));
+        json_object_set_new(o, k ? k : "(not a scalar)", v ? json_string(v) : json_null());
+    }
+    return o;
+}
+
 /* One `method` entry: a name, or {name, options} (method.h: options filled with defaults). */
 static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
     sens_data *d = ctx;
@@ -296,10 +310,12 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
         struct fy_node_pair *pair;
         while (given && (pair = fy_node_mapping_iterate(opt_n, &it))) {
             const char *ks = qc_config_scalar(fy_node_pair_key(pair));
-            const char *vs = qc_config_scalar(fy_node_pair_value(pair));
+            struct fy_node *vn = fy_node_pair_value(pair);
+            const char *vs = qc_config_scalar(vn);
             char *end = NULL;
             double x = vs ? strtod(vs, &end) : 0.0;
-            json_t *v = !vs                             ? json_null()
+            json_t *v = fy_node_is_mapping(vn)          ? scalar_map(vn)
+                        : !vs                           ? json_null()
                         : !strcmp(vs, "true")           ? json_true()
                         : !strcmp(vs, "false")          ? json_false()
                         : end && *end == 0 && end != vs ? json_real(x)

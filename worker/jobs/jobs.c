@@ -788,6 +788,7 @@ static qs_status apply_method(qw_model *model, const job_spec *s, qw_method_stat
     uint32_t *calib = NULL;
     qs_status st = qw_method_plan_from_spec(s, &plan, &calib, err);
     if (!st) st = qw_method_apply(model, &plan, out, info, err);
+    qw_method_plan_clear(&plan);
     free(calib);
     return st;
 }

@@ -48,6 +48,13 @@ static qs_status tile_of(const qw_method_plan *plan, const qw_linear *L, int *ti
     return QS_OK;
 }
 
+/* The plan of block linear i: the plan itself, or its per-linear entry (NULL: round-to-nearest
+ * stays). */
+static const qw_method_plan *linear_plan(const qw_method_plan *plan, int i) {
+    if (!plan->linear) return plan;
+    return i < plan->n_linear ? plan->linear[i] : NULL;
+}
+
 /* One forward of every calibration chunk: the observing linears collect their statistics. The
  * pass stops at `last`, the block's last observed linear (in forward order q, k, v, o, gate, up,
  * down), whose hook ends it: the blocks after it and lm_head would compute what nobody reads. */
@@ -73,7 +80,11 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
     memset(info, 0, sizeof *info);
     const int nl = qw_model_config(m)->n_layers, n = nl * QW_LINEAR_KINDS;
     const int threads = qw_model_threads(m);
-    const int calibrated = plan->gptq || plan->smooth;
+    int calibrated = 0;
+    for (int i = 0; i < n; i++) {
+        const qw_method_plan *lp = linear_plan(plan, i);
+        calibrated |= lp && qw_model_linear(m, i)->quantized && (lp->gptq || lp->smooth);
+    }
     if (qw_model_tensor_parallel(m) > 1)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "method %s: tensor parallelism (the input hook holds the unsharded "
@@ -90,16 +101,17 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
     qs_status st = QS_OK;
     for (int i = 0; i < n && !st; i++) {
         qw_linear *L = qw_model_linear(m, i);
-        if (!L->quantized) continue;
+        const qw_method_plan *lp = linear_plan(plan, i);
+        if (!L->quantized || !lp) continue;
         qw_method_linear *ml = &s->lins[i];
         ml->L = L;
         ml->in = L->in;
         ml->out = L->out;
-        ml->method = plan->name;
+        ml->method = lp->name;
         ml->threads = threads;
         ml->w0 = L->w;
         ml->spec0 = L->spec;
-        st = tile_of(plan, L, &ml->tile, err);
+        st = tile_of(lp, L, &ml->tile, err);
         if (st) {
             ml->L = NULL; /* nothing changed on it */
             qs_error_wrap(err, "model.layers.%d linear %s", i / QW_LINEAR_KINDS,
@@ -112,13 +124,16 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         for (int k = 0; k < QW_LINEAR_KINDS; k++)
             any |= blk[k].L != NULL;
         if (!any) continue;
-        if (calibrated) {
-            int last = 0;
-            for (int k = 0; k < QW_LINEAR_KINDS && !st; k++)
-                if (blk[k].L) {
-                    st = qw_method_linear_observe(&blk[k], plan, err);
-                    last = k;
-                }
+        /* the block's calibrated linears observe one pass (the others need no statistics) */
+        int last = -1;
+        for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {
+            const qw_method_plan *lp = linear_plan(plan, b * QW_LINEAR_KINDS + k);
+            if (blk[k].L && (lp->gptq || lp->smooth)) {
+                st = qw_method_linear_observe(&blk[k], lp, err);
+                last = k;
+            }
+        }
+        if (last >= 0) {
             blk[last].last = 1;
             double c0 = qs_clock_s();
             if (!st) st = calibrate(m, plan, &blk[last], info, err);
@@ -127,7 +142,8 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         }
         for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {
             if (!blk[k].L) continue;
-            st = qw_method_linear_make(&blk[k], plan, threads, err);
+            st = qw_method_linear_make(&blk[k], linear_plan(plan, b * QW_LINEAR_KINDS + k), threads,
+                                       err);
             if (st)
                 qs_error_wrap(err, "model.layers.%d.%s", b,
                               qw_linear_module_name((qw_linear_kind)k));

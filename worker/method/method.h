@@ -37,6 +37,12 @@ typedef struct qw_method_plan {
                               dataset does that) */
     size_t calib_chunks;
     int ctx;
+    /* per-linear (kinds/method.h): linear[i] is the plan of block linear i (block * 7 + kind,
+     * i < n_linear), NULL where the policy's round-to-nearest stays; the calibration above
+     * serves them all. NULL: this plan on every quantized linear. */
+    const struct qw_method_plan *const *linear;
+    int n_linear;
+    void *owned; /* what qw_method_plan_from_spec allocated for linear (qw_method_plan_clear) */
 } qw_method_plan;
 
 /* What applying the method cost. */
@@ -59,5 +65,8 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
                           qw_method_info *info, qs_error *err);
 
 void qw_method_state_free(qw_method_state *s);
+
+/* Frees what a plan owns (its per-linear table) and clears it. */
+void qw_method_plan_clear(qw_method_plan *plan);
 
 #endif

@@ -6,21 +6,72 @@
 
 #include "tokens.h"
 
+/* The plan of method m alone, options from the spec's (a per-linear spec holds every method's). */
+static void method_plan(const qs_method *m, const json_t *options, qw_method_plan *plan) {
+    plan->name = m->name;
+    plan->rotate = m->rotate;
+    plan->gptq = m->gptq;
+    plan->smooth = m->smooth;
+    if (m->gptq) {
+        plan->gptq_opt.damp = json_number_value(json_object_get(options, "damp"));
+        plan->gptq_opt.act_order = json_is_true(json_object_get(options, "act_order"));
+    }
+    if (m->smooth) plan->alpha = json_number_value(json_object_get(options, "alpha"));
+}
+
+/* per-linear: one plan per method and a table of linear -> plan, in one allocation. The map's
+ * linears must be ones the policy quantizes (policy mode: in its map). */
+static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *plan,
+                                 qs_error *err) {
+    const json_t *map = json_object_get(s->method_options, "linears");
+    const char *key;
+    json_t *v;
+    int n = 0;
+    json_object_foreach((json_t *)map, key, v) {
+        int block, kind;
+        if (qs_policy_key_parse(key, &block, &kind) || block < 0)
+            return qs_error_set(err, QS_EINVAL, "method_options.linears: '%s' is not a linear",
+                                key);
+        if (s->mode == QS_MODE_POLICY && !json_object_get(s->policy, key))
+            return qs_error_set(err, QS_EINVAL,
+                                "method_options.linears.%s: the policy does not quantize it", key);
+        if ((block + 1) * QW_LINEAR_KINDS > n) n = (block + 1) * QW_LINEAR_KINDS;
+    }
+    size_t nm = (size_t)qs_method_count();
+    char *mem = calloc(1, nm * sizeof(qw_method_plan) + (size_t)n * sizeof(qw_method_plan *));
+    if (!mem) return qs_error_set(err, QS_ENOMEM, "method per-linear: %d linears", n);
+    qw_method_plan *plans = (qw_method_plan *)mem;
+    const qw_method_plan **table = (const qw_method_plan **)(mem + nm * sizeof(qw_method_plan));
+    for (size_t i = 0; i < nm; i++)
+        method_plan(qs_method_at((int)i), s->method_options, &plans[i]);
+    json_object_foreach((json_t *)map, key, v) {
+        int block, kind;
+        qs_policy_key_parse(key, &block, &kind);
+        table[block * QW_LINEAR_KINDS + kind] = &plans[qs_method_by_name(json_string_value(v))];
+    }
+    plan->linear = table;
+    plan->n_linear = n;
+    plan->owned = mem;
+    return QS_OK;
+}
+
+void qw_method_plan_clear(qw_method_plan *plan) {
+    free(plan->owned);
+    memset(plan, 0, sizeof *plan);
+}
+
 qs_status qw_method_plan_from_spec(const qs_sensitivity_spec *s, qw_method_plan *plan,
                                    uint32_t **calib, qs_error *err) {
     memset(plan, 0, sizeof *plan);
     *calib = NULL;
     const qs_method *m = qs_method_at(s->method);
     if (!m) return qs_error_set(err, QS_EINVAL, "job spec: method: %d is not a method", s->method);
-    plan->name = m->name;
-    plan->rotate = m->rotate;
-    plan->gptq = m->gptq;
-    plan->smooth = m->smooth;
-    if (m->gptq) {
-        plan->gptq_opt.damp = json_number_value(json_object_get(s->method_options, "damp"));
-        plan->gptq_opt.act_order = json_is_true(json_object_get(s->method_options, "act_order"));
+    method_plan(m, s->method_options, plan);
+    if (m->per_linear) {
+        plan->gptq = plan->smooth = 0;
+        qs_status st = per_linear_plan(s, plan, err);
+        if (st) return st;
     }
-    if (m->smooth) plan->alpha = json_number_value(json_object_get(s->method_options, "alpha"));
     if (!m->calibrated) return QS_OK;
     qw_tokens t = {0};
     qs_status st = qw_tokens_load(s->calib_path, &t, err);
