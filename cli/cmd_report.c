@@ -99,6 +99,27 @@ static const report_query QUERIES[] = {
      "      WHERE s.experiment = $1\n"
      "      GROUP BY s.job_id, s.model, s.format, j.spec, s.quantize,\n"
      "               s.mode, s.part, np.path) c"},
+    /* the sensitivity jobs by method (kinds/method.h; rtn when the spec names none), for the
+     * component x method heatmaps: format options and method apart, so the page puts the
+     * methods of one (format, options, quantize, mode) side by side. Policy, compare and fused
+     * jobs have no place there. */
+    {"methods",
+     "SELECT coalesce(json_agg(c ORDER BY c.model, c.format, c.format_options, c.quantize,\n"
+     "                         c.mode, c.job), '[]')\n"
+     "FROM (SELECT s.job_id AS job, regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
+     "             j.spec ->> 'format_options' AS format_options,\n"
+     "             coalesce(j.spec ->> 'method', 'rtn') AS method,\n"
+     "             coalesce(j.spec ->> 'method_options', '{}') AS method_options,\n"
+     "             s.quantize, s.mode, s.part,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'kl_mean') AS kl_mean,\n"
+     "             max(s.delta) FILTER (WHERE s.metric = 'ppl') AS delta_ppl,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'kl_p99') AS kl_p99,\n"
+     "             max(s.value) FILTER (WHERE s.metric = 'top1') AS top1,\n"
+     "             avg(s.value) FILTER (WHERE s.metric LIKE 'sqnr\\_db.%') AS sqnr_db\n"
+     "      FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
+     "      WHERE s.experiment = $1 AND s.mode <> 'policy' AND NOT j.spec ? 'reference_model'\n"
+     "        AND NOT j.spec ? 'fuse'\n"
+     "      GROUP BY s.job_id, s.model, s.format, j.spec, s.quantize, s.mode, s.part) c"},
     {"failed",
      "SELECT coalesce(json_agg(f ORDER BY f.job_id), '[]')\n"
      "FROM (SELECT job_id, job_key, kind, attempts_used, max_attempts, last_error,\n"
@@ -278,7 +299,7 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
     if (!st) st = qsweep_trained_names_load(c, name, &names, err);
     for (size_t i = 0; !st && i < NQ; i++)
         if (!strcmp(QUERIES[i].name, "conditions") || !strcmp(QUERIES[i].name, "sensitivity") ||
-            !strcmp(QUERIES[i].name, "failed"))
+            !strcmp(QUERIES[i].name, "methods") || !strcmp(QUERIES[i].name, "failed"))
             st = name_trained_models(&names, QUERIES[i].name, &vals[i], err);
     qsweep_trained_names_free(&names);
     int train = has_relation(c, "v_train_curves") && has_relation(c, "v_train_final");

@@ -17,7 +17,15 @@
  * data-seeds, for each of kl_mean, delta_ppl, rel_delta_ppl, kl_p99 and top1 the attributes
  * data-<metric>, data-<metric>_min and data-<metric>_max (the mean, min and max over seeds),
  * data-shown (the mean of the colour metric; kl_mean when that is sqnr_db) and a <title> with
- * every mean and its min..max. <body data-pipeline-cells> is their count. */
+ * every mean and its min..max. <body data-pipeline-cells> is their count.
+ *
+ * Methods side by side: for each (model, format, format options, quantize, mode) of the
+ * "methods" query that holds more than one method (kinds/method.h), a "method-heatmap" SVG,
+ * a row per part and a column per method, one element of class "mcell" per job: data-job,
+ * data-part, data-method, data-format, data-quantize, data-mode, data-<metric> for each metric
+ * above and data-shown. Their colours share one scale per mode across every method and format;
+ * the "method-legend" under each figure gives it (data-mode, data-lo, data-hi).
+ * <body data-method-cells> is their count. */
 #ifndef QSWEEP_REPORT_PAGE_H
 #define QSWEEP_REPORT_PAGE_H
 

@@ -170,7 +170,135 @@
     return s;
   }
 
+  // ---- methods side by side (the "methods" query): one figure per (model, format, format
+  // options, quantize, mode) that holds more than one method, a row per part and a column per
+  // method; a cell ("mcell") is that job. Colours share one scale per mode across every method
+  // and format (whatever #scale says), so a method's repair reads against every other's.
+  var mcells = [];
+  function mhover(j) {
+    return j.part + '  ' + j.method + '  ' + j.format + ' ' + j.quantize + ' (job ' + j.job +
+        ')\n' + Object.keys(METRICS).map(function (k) {
+          return (k === metric ? '> ' : '  ') + k + ' = ' + fmt(j[k]);
+        }).join('\n');
+  }
+  function mcell(x, y, w, h, j) {
+    var a = {x: x, y: y, width: w, height: h, class: 'mcell', 'data-job': j.job,
+             'data-part': j.part, 'data-method': j.method, 'data-format': j.format,
+             'data-quantize': j.quantize, 'data-mode': j.mode};
+    Object.keys(METRICS).forEach(function (k) {
+      a['data-' + k] = j[k] === null || j[k] === undefined ? '' : String(j[k]);
+    });
+    var e = sv('rect', a);
+    e._job = j;
+    e.appendChild(sv('title', {}, mhover(j)));
+    e.addEventListener('mousemove', function (ev) {
+      tip.style.display = 'block';
+      tip.style.left = (ev.clientX + 12) + 'px';
+      tip.style.top = (ev.clientY + 12) + 'px';
+      tip.textContent = mhover(j);
+    });
+    e.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+    mcells.push(e);
+    return e;
+  }
+  function methodRecolour() {
+    var range = {};
+    mcells.forEach(function (c) {
+      var v = c._job[metric], g = range[c._job.mode] = range[c._job.mode] || [Infinity, -Infinity];
+      if (v !== null && isFinite(v)) { g[0] = Math.min(g[0], v); g[1] = Math.max(g[1], v); }
+    });
+    mcells.forEach(function (c) {
+      var v = c._job[metric], g = range[c._job.mode];
+      c.setAttribute('data-shown', v === null || v === undefined ? '' : String(v));
+      c.setAttribute('fill', colour(v, g[0], g[1]));
+      c.querySelector('title').textContent = mhover(c._job);
+    });
+    document.querySelectorAll('.method-legend').forEach(function (l) {
+      var rg = range[l.getAttribute('data-mode')] || [NaN, NaN];
+      l.setAttribute('data-lo', String(rg[0]));
+      l.setAttribute('data-hi', String(rg[1]));
+      l.textContent = METRICS[metric].label + ', one scale for every method and format of ' +
+          'this mode: ' + fmt(rg[0]) + ' (' + (METRICS[metric].high_is_bad ? 'light' : 'dark red') +
+          ') to ' + fmt(rg[1]) + ' (' + (METRICS[metric].high_is_bad ? 'dark red' : 'light') + ')';
+    });
+  }
+  function methods() {
+    if (!D.methods || !D.methods.length) return;
+    var figs = {}, forder = [];
+    D.methods.forEach(function (j) {
+      var key = [j.model, j.format, j.format_options, j.quantize, j.mode].join(' | ');
+      if (!figs[key]) { figs[key] = []; forder.push(key); }
+      figs[key].push(j);
+    });
+    // a column per (method, options): the options join the name only where one method has two
+    var shown = forder.filter(function (key) {
+      var m = {};
+      figs[key].forEach(function (j) { m[j.method + ' ' + j.method_options] = true; });
+      return Object.keys(m).length > 1;
+    });
+    if (!shown.length) return;
+    root.appendChild(el('h3', {}, 'Methods side by side (component x method)'));
+    shown.forEach(function (key) {
+      var jobs = figs[key], first = jobs[0], cols = [], label = {}, parts = [], byName = {};
+      jobs.forEach(function (j) {
+        j._col = j.method + ' ' + j.method_options;
+        if (cols.indexOf(j._col) < 0) {
+          cols.push(j._col);
+          byName[j.method] = (byName[j.method] || 0) + 1;
+        }
+        if (parts.indexOf(j.part) < 0) parts.push(j.part);
+      });
+      cols.sort(function (a, b) {  // rtn first, then by name
+        return (a.indexOf('rtn ') !== 0) - (b.indexOf('rtn ') !== 0) ||
+            (a < b ? -1 : a > b ? 1 : 0);
+      });
+      jobs.forEach(function (j) {
+        label[j._col] = byName[j.method] > 1 ? j.method + ' ' + j.method_options : j.method;
+      });
+      var pinfo = {};
+      jobs.forEach(function (j) {
+        var p = /^(\d+)\.(.+)$/.exec(j.part);
+        pinfo[j.part] = p ? [+p[1], KINDS.indexOf(p[2])] : [-1, KINDS.indexOf(j.part)];
+      });
+      parts.sort(function (a, b) {
+        var x = pinfo[a], y = pinfo[b];
+        return x[0] - y[0] || (x[1] < 0 ? 99 : x[1]) - (y[1] < 0 ? 99 : y[1]) ||
+            (a < b ? -1 : a > b ? 1 : 0);
+      });
+      var longest = 0;
+      cols.forEach(function (c) { longest = Math.max(longest, label[c].length); });
+      var cw = Math.max(60, 7 * longest + 8), ch = 18, left = 80, top = 22;
+      var s = sv('svg', {width: left + cw * cols.length + 10, height: top + ch * parts.length + 6,
+                         class: 'method-heatmap'});
+      cols.forEach(function (c, i) {
+        s.appendChild(sv('text', {x: left + i * cw + cw / 2, y: 14, 'text-anchor': 'middle'},
+                         label[c]));
+      });
+      parts.forEach(function (p, i) {
+        s.appendChild(sv('text', {x: left - 6, y: top + i * ch + ch - 5, 'text-anchor': 'end'},
+                         first.mode === 'block' ? 'block ' + p : p));
+      });
+      jobs.forEach(function (j) {
+        s.appendChild(mcell(left + cols.indexOf(j._col) * cw, top + parts.indexOf(j.part) * ch,
+                            cw, ch, j));
+      });
+      var f = el('div', {class: 'figure methods', 'data-mode': first.mode,
+                         'data-format': first.format});
+      f.appendChild(el('div', {}, first.model + '  ' + first.format +
+                                      (first.format_options !== '{}' ? ' ' + first.format_options
+                                                                     : '') +
+                                      '  quantize ' + first.quantize + ', ' + first.mode +
+                                      ' mode, ' + cols.length + ' methods'));
+      f.appendChild(s);
+      f.appendChild(el('div', {class: 'method-legend note', 'data-mode': first.mode}));
+      root.appendChild(f);
+    });
+    root.appendChild(query('methods'));
+    methodRecolour();
+  }
+
   function recolour() {
+    methodRecolour();
     var groups = {};
     cells.forEach(function (c) {
       var g = scaleKey(c._job);
@@ -445,6 +573,7 @@
                                                 'each figure gives its scale)'));
   root.appendChild(p);
   pipeline();
+  methods();
   if (!order.length)
     root.appendChild(el('p', {class: 'note'}, training
         ? 'no sensitivity jobs: this is a training experiment (' +
@@ -544,4 +673,5 @@
   }
   document.body.setAttribute('data-rendered', String(cells.length));
   document.body.setAttribute('data-pipeline-cells', String(pcells.length));
+  document.body.setAttribute('data-method-cells', String(mcells.length));
 })();

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "pipeline_results.h"
 #include "result_rows.h"
+#include "results_methods.h"
 #include "trained_names.h"
 
 /* A compare job (a grid's compare_to, kinds/sensitivity.h reference_model) shows as format
@@ -288,8 +289,9 @@ qs_status qsweep_print_results(qc_store *db, const char *name, int format, FILE 
     } else {
         print_counts(r, name, out);
         print_table(r, out);
+        st = qsweep_print_method_tables(c, name, out, err);
         qsweep_print_views_query(c, "", RESULTS_SQL, name, out);
-        st = print_failed(c, name, out, err);
+        if (!st) st = print_failed(c, name, out, err);
         if (!st) st = print_paths(c, name, out, err);
     }
     PQclear(r);
