@@ -8,7 +8,10 @@
  *     the page can colour by, and "#metric=top1" switches the colour metric;
  *   - a screenshot is not blank: a real PNG, and several times the size of the screenshot
  *     of an empty page of the same size taken in the same run;
- *   - an unknown experiment is refused with exit code 2 and no file written. */
+ *   - an unknown experiment is refused with exit code 2 and no file written;
+ *   - a grid of three methods (experiments/tiny-methods.yaml) gets its component x method
+ *     heatmaps: one "mcell" per job, each carrying the view's values, the colours on one
+ *     scale across methods and formats. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +35,7 @@
 #include "pgserver.h"
 
 #define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
+#define TINY_METHODS QSWEEP_SOURCE_DIR "/experiments/tiny-methods.yaml"
 #define CHROMIUM "/usr/bin/chromium"
 /* A description that would end the page's data element early if it were not escaped. */
 #define HOSTILE "</script><script>document.title='x'</script> & <b>bold</b>"
@@ -182,12 +186,12 @@ static void cell_attr(const char *dom, long job, const char *attr, char *out, si
 /* Compares the page's value for (job, metric column of the report query) with the view's:
  * exactly for a value the view holds, within rel_tol for one the query derives (the mean
  * SQNR: avg() may add in another order when the plan differs). */
-static void assert_cell_near_view(PGconn *c, const char *dom, long job, const char *attr,
-                                  const char *sql_value, double rel_tol) {
+static void assert_cell_near_view_of(PGconn *c, const char *experiment, const char *dom, long job,
+                                     const char *attr, const char *sql_value, double rel_tol) {
     char sql[1024], got[128];
     snprintf(sql, sizeof sql,
-             "SELECT %s FROM v_sensitivity s WHERE s.experiment = 'tiny' AND s.job_id = %ld",
-             sql_value, job);
+             "SELECT %s FROM v_sensitivity s WHERE s.experiment = '%s' AND s.job_id = %ld",
+             sql_value, experiment, job);
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1)
         fail_msg("%s: %s", sql, PQerrorMessage(c));
@@ -202,6 +206,11 @@ static void assert_cell_near_view(PGconn *c, const char *dom, long job, const ch
             fail_msg("job %ld %s: page %s, view %s", job, attr, got, want);
     }
     PQclear(r);
+}
+
+static void assert_cell_near_view(PGconn *c, const char *dom, long job, const char *attr,
+                                  const char *sql_value, double rel_tol) {
+    assert_cell_near_view_of(c, "tiny", dom, job, attr, sql_value, rel_tol);
 }
 
 static void assert_cell_equals_view(PGconn *c, const char *dom, long job, const char *attr,
@@ -319,6 +328,93 @@ static void test_report_of_tiny_sweep_renders_the_views_values(void **state) {
         fail_msg("screenshot %zu bytes, an empty page %zu: looks blank", n_png, n_blank);
     free(shot);
     free(empty);
+}
+
+/* The value of attribute attr (with its leading space and '="') in the element starting at
+ * tag; "" when absent. */
+static void tag_attr(const char *tag, const char *attr, char *out, size_t cap) {
+    const char *end = strchr(tag, '>'), *a = strstr(tag, attr);
+    out[0] = 0;
+    if (!a || !end || a > end) return;
+    a += strlen(attr);
+    size_t n = strcspn(a, "\"");
+    if (n >= cap) n = cap - 1;
+    memcpy(out, a, n);
+    out[n] = 0;
+}
+
+/* experiments/tiny-methods.yaml (rtn, gptq, mr-gptq on NVFP4 and MXFP4, q and down in
+ * component mode): one component x method heatmap per format, a cell per eval job carrying
+ * the view's values, and the colour range of every legend the minimum and maximum over the
+ * cells of both formats: one scale across methods and formats. */
+static void test_report_puts_methods_side_by_side(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *run[] = {"run", TINY_METHODS, "--workers", "2", NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
+    const char *conninfo = qc_pgserver_conninfo(e->pg);
+    e->c = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(e->c), CONNECTION_OK);
+    long evals = query_long(e->c, "SELECT count(*) FROM jobs WHERE kind = 'eval'");
+    assert_int_equal(evals, 12);
+    char html[600], dom_path[600];
+    snprintf(html, sizeof html, "%s/methods.html", e->dir);
+    snprintf(dom_path, sizeof dom_path, "%s/methods-dom.html", e->dir);
+    const char *rep[] = {"report", "tiny-methods", "-o", html, "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, rep, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep report exited %d:\n%s", rc, out);
+    chromium(e, html, "", dom_path, NULL);
+    char *dom = slurp(dom_path, NULL);
+    assert_non_null(strstr(dom, "data-method-cells=\"12\""));
+    assert_int_equal((long)count(dom, "class=\"mcell\""), evals);
+    assert_int_equal((long)count(dom, "class=\"method-heatmap\""), 2);
+    /* the ordinary figures keep one cell per job */
+    assert_int_equal((long)count(dom, "class=\"cell\""), evals);
+    /* every cell: its method is the job's, its values the view's */
+    PGresult *r = PQexec(e->c, "SELECT id, coalesce(spec ->> 'method', 'rtn'), spec ->> 'format', "
+                               "spec ->> 'part' FROM jobs WHERE kind = 'eval' ORDER BY id");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    for (int i = 0; i < PQntuples(r); i++) {
+        long job = strtol(PQgetvalue(r, i, 0), NULL, 10);
+        char key[64], got[128];
+        snprintf(key, sizeof key, "class=\"mcell\" data-job=\"%ld\"", job);
+        const char *tag = strstr(dom, key);
+        if (!tag) fail_msg("no mcell for job %ld", job);
+        tag_attr(tag, " data-method=\"", got, sizeof got);
+        assert_string_equal(got, PQgetvalue(r, i, 1));
+        tag_attr(tag, " data-format=\"", got, sizeof got);
+        assert_string_equal(got, PQgetvalue(r, i, 2));
+        tag_attr(tag, " data-part=\"", got, sizeof got);
+        assert_string_equal(got, PQgetvalue(r, i, 3));
+        assert_cell_near_view_of(e->c, "tiny-methods", tag, job, "data-kl_mean",
+                                 "max(value) FILTER (WHERE metric = 'kl_mean')", 0.0);
+        assert_cell_near_view_of(e->c, "tiny-methods", tag, job, "data-shown",
+                                 "max(value) FILTER (WHERE metric = 'kl_mean')", 0.0);
+        assert_cell_near_view_of(e->c, "tiny-methods", tag, job, "data-top1",
+                                 "max(value) FILTER (WHERE metric = 'top1')", 0.0);
+    }
+    PQclear(r);
+    /* one scale: each legend spans the smallest and largest KL of all 12 jobs */
+    double lo = 0, hi = 0;
+    r = PQexec(e->c, "SELECT min(value), max(value) FROM v_sensitivity WHERE experiment = "
+                     "'tiny-methods' AND metric = 'kl_mean'");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    lo = strtod(PQgetvalue(r, 0, 0), NULL);
+    hi = strtod(PQgetvalue(r, 0, 1), NULL);
+    PQclear(r);
+    int legends = 0;
+    for (const char *p = dom; (p = strstr(p, "class=\"method-legend")); p++, legends++) {
+        char got[128];
+        tag_attr(p, " data-lo=\"", got, sizeof got);
+        assert_true(strtod(got, NULL) == lo);
+        tag_attr(p, " data-hi=\"", got, sizeof got);
+        assert_true(strtod(got, NULL) == hi);
+    }
+    assert_int_equal(legends, 2);
+    free(dom);
 }
 
 static void test_report_of_unknown_experiment_writes_nothing(void **state) {
@@ -497,6 +593,7 @@ int main(int argc, char **argv) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_report_output_that_is_not_a_regular_file_is_refused,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_puts_methods_side_by_side, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);
