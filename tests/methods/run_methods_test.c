@@ -1,7 +1,12 @@
 /* End to end: experiments/tiny-methods.yaml (method: [rtn, gptq, mr-gptq]) through the real
  * `qsweep run` with a private PostgreSQL cluster and two workers: every job succeeds, the rtn
  * jobs name no method, the calibrated ones record what they calibrated on and what it cost,
- * and `qsweep results` and `qsweep report` show each method's jobs apart. */
+ * and `qsweep results` and `qsweep report` show each method's jobs apart, `qsweep results`
+ * also side by side. Then `qsweep plan` over the (method, format) pairs: its plan names a
+ * method per linear, and the grid it writes (method per-linear) runs through `qsweep run`
+ * and is read back as the plan measured. A hand-written per-linear grid that gives one
+ * component one method in every block measures exactly what that method's component job
+ * measured. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +23,46 @@
 
 #define GRID QSWEEP_SOURCE_DIR "/experiments/tiny-methods.yaml"
 #define JOBS 13 /* 1 baseline + 2 formats x 3 methods x 2 parts */
+
+static double query_double(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    double v = strtod(PQgetvalue(r, 0, 0), NULL);
+    PQclear(r);
+    return v;
+}
+
+/* The line of out that starts with prefix after the first occurrence of after; fails the
+ * test when there is none. line gets it without its newline. */
+static void line_after(const char *out, const char *after, const char *prefix, char *line,
+                       size_t cap) {
+    const char *p = strstr(out, after);
+    if (!p) fail_msg("no '%s' in:\n%s", after, out);
+    for (p = strchr(p, '\n'); p && strncmp(p + 1, prefix, strlen(prefix)); p = strchr(p + 1, '\n'))
+        ;
+    if (!p) fail_msg("no line '%s...' after '%s' in:\n%s", prefix, after, out);
+    size_t n = strcspn(p + 1, "\n");
+    if (n >= cap) n = cap - 1;
+    memcpy(line, p + 1, n);
+    line[n] = 0;
+}
+
+/* The method and format of the lowest mean KL measured for component part (a
+ * component-mode job of tiny-methods), in the planner's words: "<method> <format>". */
+static void cheapest(PGconn *c, const char *part, char *out, size_t cap) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(j.spec ->> 'method', 'rtn') || ' ' || s.format FROM v_sensitivity "
+             "s JOIN jobs j ON j.id = s.job_id WHERE s.experiment = 'tiny-methods' AND s.part = "
+             "'%s' AND s.metric = 'kl_mean' ORDER BY s.value LIMIT 1",
+             part);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
 
 static long query_long(PGconn *c, const char *sql) {
     PGresult *r = PQexec(c, sql);
@@ -80,13 +125,135 @@ static void run_methods_grid_end_to_end(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job "
                                    "WHERE NOT j.spec ? 'method' AND r.name LIKE '%calibration%'"),
                      0);
-    PQfinish(c);
     const char *results[] = {"results", "tiny-methods", "--db", qc_pgserver_conninfo(pg), NULL};
     rc = fx_run(QSWEEP_BIN, results, out, sizeof out);
     if (rc != 0) fail_msg("qsweep results exited %d:\n%s", rc, out);
     printf("%s", out);
     assert_non_null(strstr(out, "\"method\": \"gptq\""));
     assert_non_null(strstr(out, "\"method\": \"mr-gptq\""));
+    /* side by side: NVFP4's q row holds the three methods' KL, the lowest starred */
+    char line[512];
+    line_after(out, "mean KL divergence by method", "  part", line, sizeof line);
+    assert_non_null(strstr(line, "rtn"));
+    assert_true(strstr(line, "rtn") < strstr(line, "gptq") &&
+                strstr(line, "gptq") < strstr(line, "mr-gptq"));
+    line_after(out, "mean KL divergence by method", "llama3_gqa  nvfp4", line, sizeof line);
+    line_after(strstr(out, "mean KL divergence by method"), line, "  q ", line, sizeof line);
+    static const char *const methods[] = {"rtn", "gptq", "mr-gptq"};
+    double kl[3], lowest = 1e30;
+    for (int m = 0; m < 3; m++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "SELECT s.value FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id WHERE "
+                 "s.experiment = 'tiny-methods' AND s.format = 'nvfp4' AND s.part = 'q' AND "
+                 "s.metric = 'kl_mean' AND coalesce(j.spec ->> 'method', 'rtn') = '%s'",
+                 methods[m]);
+        kl[m] = query_double(c, sql);
+        lowest = kl[m] < lowest ? kl[m] : lowest;
+    }
+    for (int m = 0; m < 3; m++) {
+        snprintf(want, sizeof want, " %s%.6f", kl[m] == lowest ? "*" : "", kl[m]);
+        if (!strstr(line, want)) fail_msg("expected '%s' in the row '%s'", want, line);
+    }
+
+    /* the plan: 12.5 bits per weight need q and down both in FP4 (bf16 everywhere else, 16
+     * bits: down alone in FP4 leaves at least 13.0 on average), and every FP4 pair of q with
+     * down fits, so the exact plan takes for each of them its lowest-KL (method, format) */
+    char plan_path[700];
+    snprintf(plan_path, sizeof plan_path, "%s/plan.yaml", dir);
+    const char *plan[] = {"plan",    "tiny-methods", "--budget-bits",          "12.5", "-o",
+                          plan_path, "--db",         qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+    printf("%s", out);
+    char best[64], row[512];
+    assert_non_null(strstr(out, "method       format"));
+    static const char *const parts[] = {"q", "down"};
+    for (int p = 0; p < 2; p++) {
+        cheapest(c, parts[p], best, sizeof best);
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "  %s ", parts[p]);
+        line_after(out, "method       format", prefix, row, sizeof row);
+        /* "  q    12288  gptq    nvfp4 ...": the method and format columns, spaces squeezed */
+        char m[32], f[32], got[80];
+        if (sscanf(row, "%*s %*s %31s %31s", m, f) != 2) fail_msg("plan row '%s'", row);
+        snprintf(got, sizeof got, "%s %s", m, f);
+        assert_string_equal(got, best);
+    }
+    char *grid = NULL;
+    {
+        FILE *g = fopen(plan_path, "r");
+        assert_non_null(g);
+        static char text[1 << 15];
+        text[fread(text, 1, sizeof text - 1, g)] = 0;
+        fclose(g);
+        grid = text;
+    }
+    assert_non_null(strstr(grid, "- {name: per-linear, options: {"));
+    assert_non_null(strstr(grid, "calibration: {chunks: 4}"));
+    assert_non_null(strstr(grid, "modes: [policy]"));
+    qc_pgserver_destroy(pg); /* qsweep run starts the private cluster itself */
+    pg = NULL;
+    const char *run_plan[] = {"run", plan_path, "--workers", "1", NULL};
+    rc = fx_run(QSWEEP_BIN, run_plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run of the plan exited %d:\n%s", rc, out);
+    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    PQfinish(c);
+    c = PQconnectdb(qc_pgserver_conninfo(pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    /* one policy job of method per-linear, q and down of the 3 blocks named, calibrated on
+     * the 4 chunks in each block */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND "
+                                   "spec ->> 'method' = 'per-linear' AND spec ->> 'mode' = "
+                                   "'policy'"),
+                     1);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs j, jsonb_object_keys(j.spec -> "
+                                   "'method_options' -> 'linears') k WHERE j.spec ->> 'method' "
+                                   "= 'per-linear'"),
+                     6);
+    assert_int_equal(query_long(c, "SELECT r.value FROM results r JOIN jobs j ON j.id = r.job "
+                                   "WHERE j.spec ->> 'method' = 'per-linear' AND r.final AND "
+                                   "r.name = 'calibration_tokens'"),
+                     768);
+    double measured = query_double(c, "SELECT s.value FROM v_sensitivity s JOIN jobs j ON j.id = "
+                                      "s.job_id WHERE j.spec ->> 'method' = 'per-linear' AND "
+                                      "s.metric = 'kl_mean'");
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+    snprintf(want, sizeof want, "measured kl_mean of the plan: %.6g (policy", measured);
+    if (!strstr(out, want)) fail_msg("expected '%s' in:\n%s", want, out);
+
+    /* per-linear with one method on one component in every block is that method's component
+     * job: the same weights, the same calibration, the same KL to the last bit */
+    char hand[700], yaml[2048];
+    snprintf(hand, sizeof hand, "%s/per-linear.yaml", dir);
+    snprintf(yaml, sizeof yaml,
+             "name: tiny-per-linear\nkind: sensitivity\nmodels:\n  - %s/tests/engine/data/"
+             "llama3_gqa\ndataset:\n  tokens: %s/experiments/data/gpl3.bytes.tokens\n  ctx: 64\n"
+             "  max_chunks: 8\n  calibration: {chunks: 4}\nsensitivity:\n  quantize: [weights]\n"
+             "  modes: [policy]\n  metrics: [ppl, kl, top1]\n  method:\n    - {name: per-linear, "
+             "options: {linears: {\"0.down\": mr-gptq, \"1.down\": mr-gptq, \"2.down\": "
+             "mr-gptq}}}\n  policy: {\"0.down\": mxfp4, \"1.down\": mxfp4, \"2.down\": "
+             "mxfp4}\n",
+             QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR);
+    assert_int_equal(fx_write_text(hand, yaml), 0);
+    qc_pgserver_destroy(pg);
+    pg = NULL;
+    const char *run_hand[] = {"run", hand, "--workers", "1", NULL};
+    rc = fx_run(QSWEEP_BIN, run_hand, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run of the per-linear grid exited %d:\n%s", rc, out);
+    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    PQfinish(c);
+    c = PQconnectdb(qc_pgserver_conninfo(pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    double by_linear = query_double(c, "SELECT s.value FROM v_sensitivity s WHERE s.experiment = "
+                                       "'tiny-per-linear' AND s.metric = 'kl_mean'");
+    double component = query_double(
+        c, "SELECT s.value FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id WHERE "
+           "s.experiment = 'tiny-methods' AND s.format = 'mxfp4' AND s.part = 'down' AND "
+           "s.metric = 'kl_mean' AND j.spec ->> 'method' = 'mr-gptq'");
+    assert_true(by_linear == component);
+    PQfinish(c);
     /* the HTML report keeps each method's jobs apart too: their options name it */
     char html[800];
     snprintf(html, sizeof html, "%s/report.html", dir);
