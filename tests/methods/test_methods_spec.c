@@ -168,12 +168,68 @@ static void decoder_refuses_what_encode_never_writes(void **state) {
     assert_non_null(strstr(err.msg, "alpha"));
 }
 
+/* per-linear's options: every option with its default and the linears as given; each linear's
+ * method is a real one (not rtn, not per-linear itself) on a "<block>.<kind>" key, and the map
+ * counts in the key. */
+static void per_linear_options_name_a_method_per_block_linear(void **state) {
+    (void)state;
+    qs_error err = {0};
+    int pl = qs_method_by_name("per-linear");
+    assert_true(pl > QS_METHOD_RTN);
+    assert_true(qs_method_at(pl)->per_linear && qs_method_at(pl)->calibrated);
+    json_t *o = NULL;
+    json_t *given = json_pack("{s:{s:s,s:s},s:f}", "linears", "0.q", "gptq", "3.down", "rotate16",
+                              "damp", 0.05);
+    assert_int_equal(qs_method_options(pl, given, &o, &err), QS_OK);
+    json_t *want = json_pack("{s:b,s:f,s:f,s:{s:s,s:s}}", "act_order", 0, "alpha", 0.5, "damp",
+                             0.05, "linears", "0.q", "gptq", "3.down", "rotate16");
+    assert_true(json_equal(o, want));
+    json_decref(want);
+    json_decref(given);
+    json_decref(o);
+    /* no linears: the empty map, every linear of the policy by rtn */
+    assert_int_equal(qs_method_options(pl, NULL, &o, &err), QS_OK);
+    assert_int_equal(json_object_size(json_object_get(o, "linears")), 0);
+    json_decref(o);
+    static const char *const bad[][3] = {
+        {"0.q", "rtn", "expected a method other than rtn and per-linear"},
+        {"0.q", "per-linear", "expected a method other than rtn and per-linear"},
+        {"0.q", "awq", "expected a method other than rtn and per-linear"},
+        {"lm_head", "gptq", "'lm_head' is not a block linear"},
+        {"0.q_proj", "gptq", "'0.q_proj' is not a block linear"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        given = json_pack("{s:{s:s}}", "linears", bad[i][0], bad[i][1]);
+        o = NULL;
+        assert_int_equal(qs_method_options(pl, given, &o, &err), QS_EINVAL);
+        assert_null(o);
+        if (!strstr(err.msg, bad[i][2]) || !strstr(err.msg, "method_options.linears"))
+            fail_msg("%s: %s: %s", bad[i][0], bad[i][1], err.msg);
+        json_decref(given);
+    }
+    given = json_pack("{s:s}", "linears", "gptq");
+    assert_int_equal(qs_method_options(pl, given, &o, &err), QS_EINVAL);
+    json_decref(given);
+    /* the map is the job: another method on one linear, another key */
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    with_method(&s, "per-linear", "/d");
+    char k1[65], k2[65];
+    json_object_set_new(s.method_options, "linears", json_pack("{s:s}", "0.q", "gptq"));
+    key_of(&s, k1, NULL);
+    json_object_set_new(s.method_options, "linears", json_pack("{s:s}", "0.q", "mr-gptq"));
+    key_of(&s, k2, NULL);
+    assert_string_not_equal(k1, k2);
+    qs_sensitivity_clear(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rtn_keeps_the_recorded_key),
         cmocka_unit_test(every_method_has_its_own_key_and_round_trips),
         cmocka_unit_test(calibration_counts_in_the_key_but_not_its_path),
         cmocka_unit_test(decoder_refuses_what_encode_never_writes),
+        cmocka_unit_test(per_linear_options_name_a_method_per_block_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
