@@ -64,6 +64,44 @@ static void cheapest(PGconn *c, const char *part, char *out, size_t cap) {
     PQclear(r);
 }
 
+/* Every line of the nth fenced block (0 first) under heading in docs/methods.md, but its "..."
+ * lines, is a line of out: the page's figures are what the commands print, digit for digit. */
+static void doc_block_printed(const char *heading, int nth, const char *out) {
+    FILE *f = fopen(QSWEEP_SOURCE_DIR "/docs/methods.md", "r");
+    assert_non_null(f);
+    static char doc[1 << 17];
+    doc[fread(doc, 1, sizeof doc - 1, f)] = 0;
+    fclose(f);
+    /* fences alternate opening and closing: block nth opens at fence 2 nth */
+    const char *p = strstr(doc, heading), *fence[2] = {NULL, NULL};
+    for (int i = 0; p && i <= 2 * nth + 1; i++) {
+        p = strstr(p + 1, "\n```");
+        if (i >= 2 * nth) fence[i - 2 * nth] = p;
+    }
+    if (!fence[0] || !fence[1] || !strchr(fence[0] + 1, '\n'))
+        fail_msg("docs/methods.md: no block %d under '%s'", nth, heading);
+    p = strchr(fence[0] + 1, '\n') + 1;
+    int lines = 0;
+    for (; p && p < fence[1]; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char line[512];
+        size_t n = strcspn(p, "\n");
+        if (n >= sizeof line) n = sizeof line - 1;
+        memcpy(line, p, n);
+        line[n] = 0;
+        if (!n || strstr(line, "...")) continue;
+        /* a whole line of out, not the start of a longer one */
+        const char *hit = out;
+        while ((hit = strstr(hit, line)) &&
+               ((hit > out && hit[-1] != '\n') || (hit[n] && hit[n] != '\n')))
+            hit++;
+        if (!hit)
+            fail_msg("docs/methods.md, under '%s': the line\n%s\nis not printed:\n%s", heading,
+                     line, out);
+        lines++;
+    }
+    assert_true(lines > 2);
+}
+
 static long query_long(PGconn *c, const char *sql) {
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQerrorMessage(c));
@@ -155,6 +193,7 @@ static void run_methods_grid_end_to_end(void **state) {
         snprintf(want, sizeof want, " %s%.6f", kl[m] == lowest ? "*" : "", kl[m]);
         if (!strstr(line, want)) fail_msg("expected '%s' in the row '%s'", want, line);
     }
+    doc_block_printed("## Methods side by side", 0, out);
 
     /* the plan: 12.5 bits per weight need q and down both in FP4 (bf16 everywhere else, 16
      * bits: down alone in FP4 leaves at least 13.0 on average), and every FP4 pair of q with
@@ -168,6 +207,7 @@ static void run_methods_grid_end_to_end(void **state) {
     printf("%s", out);
     char best[64], row[512];
     assert_non_null(strstr(out, "method       format"));
+    doc_block_printed("## Plans over methods", 1, out);
     static const char *const parts[] = {"q", "down"};
     for (int p = 0; p < 2; p++) {
         cheapest(c, parts[p], best, sizeof best);
