@@ -313,7 +313,91 @@ static void run_methods_grid_end_to_end(void **state) {
     free(dir);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(run_methods_grid_end_to_end)};
+/* Points the private cluster, cache and logs of qsweep run into a fresh temporary folder;
+ * returns it (the caller removes and frees it). */
+static char *private_dirs(void) {
+    char *dir = fx_tempdir("qsweep-methods");
+    assert_non_null(dir);
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s/data", dir);
+    setenv("XDG_DATA_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/state", dir);
+    setenv("XDG_STATE_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/cache", dir);
+    setenv("XDG_CACHE_HOME", buf, 1);
+    unsetenv("QSWEEP_DB");
+    unsetenv("QSWEEP_BASELINE_DIR");
+    return dir;
+}
+
+/* GPTQ on each block alone (block mode), NVFP4, through qsweep run with one
+ * worker, the prefix cache as cache_mb says ("0": off); into kl[job's block] the KL of each,
+ * and the calibration blocks the jobs skipped. */
+static long block_gptq_run(const char *cache_mb, double kl[3]) {
+    char *dir = private_dirs();
+    setenv("QSWEEP_PREFIX_CACHE_MB", cache_mb, 1);
+    static char out[1 << 16];
+    char grid[700], yaml[1024];
+    snprintf(grid, sizeof grid, "%s/blocks.yaml", dir);
+    snprintf(yaml, sizeof yaml,
+             "name: tiny-methods-blocks\nkind: sensitivity\nmodels:\n  - %s/tests/engine/data/"
+             "llama3_gqa\ndataset:\n  tokens: %s/experiments/data/gpl3.bytes.tokens\n  ctx: 64\n"
+             "  max_chunks: 8\n  calibration: {chunks: 4}\nsensitivity:\n  formats: [nvfp4]\n"
+             "  method: [gptq]\n  quantize: [weights]\n  modes: [block]\n  metrics: [kl]\n",
+             QSWEEP_SOURCE_DIR, QSWEEP_SOURCE_DIR);
+    assert_int_equal(fx_write_text(grid, yaml), 0);
+    const char *run[] = {"run", grid, "--workers", "1", NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    unsetenv("QSWEEP_PREFIX_CACHE_MB");
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    char pg_dir[700];
+    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
+    qs_error err = {0};
+    qc_pgserver *pg = NULL;
+    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    PGconn *c = PQconnectdb(qc_pgserver_conninfo(pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    for (int b = 0; b < 3; b++) {
+        char sql[400];
+        snprintf(sql, sizeof sql,
+                 "SELECT s.value FROM v_sensitivity s WHERE s.experiment = "
+                 "'tiny-methods-blocks' AND s.part = '%d' AND s.metric = 'kl_mean'",
+                 b);
+        kl[b] = query_double(c, sql);
+    }
+    /* each job calibrates one block: one pass of 4 chunks of 64 tokens */
+    assert_int_equal(query_long(c, "SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job "
+                                   "WHERE r.final AND r.name = 'calibration_tokens' AND r.value "
+                                   "= 256"),
+                     3);
+    long skipped = query_long(c, "SELECT sum(r.value)::bigint FROM results r WHERE r.final AND "
+                                 "r.name = 'calibration_blocks_skipped'");
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+    fx_rmtree(dir);
+    free(dir);
+    return skipped;
+}
+
+/* Jobs of one model and calibration whose quantized block comes after the same unquantized
+ * prefix share their calibration forwards through the model's prefix cache: of the block jobs
+ * of blocks 1 and 2, whichever runs second starts its 4 calibration chunks at block 1 from the
+ * residuals the other stored (4 blocks skipped, in either order; block 0's job has no prefix),
+ * and the KL of every job is the one it measures with the cache off, bit for bit. */
+static void calibration_is_shared_across_jobs(void **state) {
+    (void)state;
+    double shared[3], alone[3];
+    assert_int_equal(block_gptq_run("1024", shared), 4);
+    assert_int_equal(block_gptq_run("0", alone), 0);
+    for (int b = 0; b < 3; b++)
+        if (shared[b] != alone[b])
+            fail_msg("block %d: KL %.17g with the calibration shared, %.17g without", b, shared[b],
+                     alone[b]);
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(run_methods_grid_end_to_end),
+                                       cmocka_unit_test(calibration_is_shared_across_jobs)};
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

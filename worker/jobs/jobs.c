@@ -140,6 +140,7 @@ typedef struct loaded_model {
        before each job that uses the cached model and after it (docs/failures.md). */
     uint64_t identity;
     bool watched;
+    size_t prefix_bytes; /* its prefix cache's size (prefix_cache_bytes), 0 off */
 } loaded_model;
 
 /* FNV-1a over the bytes of v, into h. */
@@ -202,9 +203,11 @@ static void loaded_model_free(void *p) {
 }
 
 /* Bytes of the engine's prefix cache for one model (model.h, qw_model_set_prefix_cache): room
- * for the residual streams of every chunk of the job, at most $QSWEEP_PREFIX_CACHE_MB MiB
- * (default 1024). Block-wise and cumulative sweeps then skip the unquantized blocks in front
- * of the quantized one. 0 when not even one chunk fits. */
+ * for the residual streams of every chunk of the job, its calibration chunks included, at most
+ * $QSWEEP_PREFIX_CACHE_MB MiB (default 1024). Block-wise and cumulative sweeps then skip the
+ * unquantized blocks in front of the quantized one, and so do the calibration passes of a
+ * method (worker/method): jobs of one model, calibration and unquantized prefix share them.
+ * 0 when not even one chunk fits. */
 static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const qw_tokens *t) {
     size_t n_chunks = 0, n_scored = 0;
     qs_error ignored = {0};
@@ -216,7 +219,7 @@ static size_t prefix_cache_bytes(const qw_config *cfg, const job_spec *s, const 
     size_t entry = ((size_t)cfg->n_layers * (size_t)s->dataset.ctx * (size_t)cfg->dim +
                     (size_t)s->dataset.ctx) *
                    sizeof(float);
-    size_t want = n_chunks * entry + entry / 2;
+    size_t want = (n_chunks + (size_t)s->calib_chunks) * entry + entry / 2;
     return want <= cap ? want : (cap / entry) * entry;
 }
 
@@ -377,7 +380,15 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
        then fail the digest check instead of running under the old file's digest. */
     if (lm && qw_model_max_ctx(lm->model) >= s->dataset.ctx && model_unchanged(lm, s->model.path)) {
         *out = lm->model;
-        return place_model(lm, &use, tp, &ranks, qw_job_threads(ctx), err);
+        /* a job with calibration chunks on a model loaded by one without: room for them too
+           (the stored residuals are dropped once, then shared by the method's jobs) */
+        size_t want = prefix_cache_bytes(qw_model_config(lm->model), s, t);
+        qs_status cst = QS_OK;
+        if (s->calib_chunks && !lm->on_cuda && want > lm->prefix_bytes) {
+            cst = qw_model_set_prefix_cache(lm->model, want, err);
+            lm->prefix_bytes = cst ? 0 : want;
+        }
+        return cst ? cst : place_model(lm, &use, tp, &ranks, qw_job_threads(ctx), err);
     }
     qw_job_progress(ctx, 0, 1, "load");
     lm = calloc(1, sizeof *lm);
@@ -421,6 +432,7 @@ static qs_status get_model(qw_job_ctx *ctx, const job_spec *s, const char *want,
         st = qw_model_create(lm->ck, s->dataset.ctx, qw_job_threads(ctx), &lm->model, err);
     size_t cache = st ? 0 : prefix_cache_bytes(qw_model_config(lm->model), s, t);
     if (cache) st = qw_model_set_prefix_cache(lm->model, cache, err);
+    if (!st) lm->prefix_bytes = cache;
     if (!st) st = place_model(lm, &use, tp, &ranks, qw_job_threads(ctx), err);
     if (!st) st = qw_job_cache_put(ctx, key, lm, loaded_model_free, err);
     if (st) {
@@ -962,6 +974,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     if (!st && method) st = report(ctx, "time_method_s", mi.method_s, err);
     if (!st && method) st = report(ctx, "time_calibration_s", mi.calib_s, err);
     if (!st && method) st = report(ctx, "calibration_tokens", (double)mi.calib_tokens, err);
+    if (!st && method)
+        st = report(ctx, "calibration_blocks_skipped", (double)mi.calib_blocks_skipped, err);
     if (!st) st = report_times(ctx, model, t_start, load_s, err);
     if (!st) st = check_model_after(ctx, &s, err);
     qw_eval_metrics_free(&m);

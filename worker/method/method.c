@@ -136,7 +136,11 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         if (last >= 0) {
             blk[last].last = 1;
             double c0 = qs_clock_s();
+            size_t hits0, skipped0, hits1, skipped1;
+            qw_model_prefix_cache_stats(m, &hits0, &skipped0);
             if (!st) st = calibrate(m, plan, &blk[last], info, err);
+            qw_model_prefix_cache_stats(m, &hits1, &skipped1);
+            info->calib_blocks_skipped += skipped1 - skipped0;
             blk[last].last = 0;
             info->calib_s += qs_clock_s() - c0;
         }

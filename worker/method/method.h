@@ -50,6 +50,8 @@ typedef struct qw_method_info {
     double calib_s;      /* forwards over the calibration chunks and statistics */
     double method_s;     /* everything qw_method_apply did, calibration included */
     size_t calib_tokens; /* tokens run per pass, times the passes */
+    size_t calib_blocks_skipped; /* blocks the calibration passes started past, from residuals
+                                    the model's prefix cache held (model.h) */
     int linears;         /* linears the method made */
 } qw_method_info;
 
