@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sensitivity.h"
+#include "names.h"
 
 static const qs_method methods[] = {
     {"rtn", false, QS_ROTATE_NONE, false, false, false},
@@ -47,7 +47,7 @@ static const char *linears_error(const json_t *v, char *msg, size_t cap) {
     json_t *name;
     json_object_foreach((json_t *)v, k, name) {
         int block, part, i = qs_method_by_name(json_string_value(name));
-        if (qs_policy_key_parse(k, &block, &part) || block < 0) {
+        if (qs_block_linear_parse(k, &block, &part)) {
             snprintf(msg, cap, "'%s' is not a block linear (\"<block>.<kind>\")", k);
             return msg;
         }

@@ -1,6 +1,7 @@
 /* The names of a sensitivity sweep (names.h). */
 #include "names.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -18,6 +19,19 @@ int qs_linear_kind_index(const char *name) {
             return k;
     }
     return -1;
+}
+
+int qs_block_linear_parse(const char *key, int *block, int *kind) {
+    *block = *kind = -1;
+    if (!key || *key < '0' || *key > '9') return -1;
+    char *end;
+    long b = strtol(key, &end, 10);
+    if ((*key == '0' && end != key + 1) || b > 1000000 || *end != '.') return -1;
+    int k = qs_linear_kind_index(end + 1);
+    if (k < 0 || strcmp(end + 1, qs_linear_kind_names[k])) return -1;
+    *block = (int)b;
+    *kind = k;
+    return 0;
 }
 
 static const char *const mode_names[QS_MODE_COUNT] = {

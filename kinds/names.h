@@ -28,6 +28,11 @@ extern const char *const qs_linear_module_names[QS_LINEAR_KINDS]; /* "self_attn.
 /* Index of linear kind name ("q".."down", or the HF "q_proj".."down_proj"), -1 if none. */
 int qs_linear_kind_index(const char *name);
 
+/* Reads a block linear's key "<block>.<kind>" (block in decimal without leading zeros, at most
+ * 1000000; kind a short name, "down" not "down_proj": one spelling, one key) into *block and
+ * *kind. Returns 0, or -1 (both -1) when key is not one. */
+int qs_block_linear_parse(const char *key, int *block, int *kind);
+
 /* Parts outside the blocks that a component-wise sweep can name. lm_head is the output
  * projection; with tied embeddings its quantized form is a copy of its own, so quantizing
  * lm_head of a tied model quantizes the head copy only (the input embeddings stay as they

@@ -29,7 +29,7 @@ static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *p
     int n = 0;
     json_object_foreach((json_t *)map, key, v) {
         int block, kind;
-        if (qs_policy_key_parse(key, &block, &kind) || block < 0)
+        if (qs_block_linear_parse(key, &block, &kind))
             return qs_error_set(err, QS_EINVAL, "method_options.linears: '%s' is not a linear",
                                 key);
         if (s->mode == QS_MODE_POLICY && !json_object_get(s->policy, key))
@@ -46,7 +46,7 @@ static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *p
         method_plan(qs_method_at((int)i), s->method_options, &plans[i]);
     json_object_foreach((json_t *)map, key, v) {
         int block, kind;
-        qs_policy_key_parse(key, &block, &kind);
+        qs_block_linear_parse(key, &block, &kind);
         table[block * QW_LINEAR_KINDS + kind] = &plans[qs_method_by_name(json_string_value(v))];
     }
     plan->linear = table;
