@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd_plan.h"
+#include "cmd_plan_parts.h"
 #include "method.h"
 
 static void plan_usage(FILE *out) {

@@ -1,4 +1,4 @@
-/* What a sensitivity sweep measured, as `qsweep plan` reads it (cmd_plan.h).
+/* What a sensitivity sweep measured, as `qsweep plan` reads it (cmd_plan_parts.h).
  *
  * Costs come from v_sensitivity (schema/002_views.sql), round-to-nearest jobs only (a job of
  * another method, kinds/method.h, names it in its spec): the mean KL divergence (kl_mean) or
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd_plan.h"
+#include "cmd_plan_parts.h"
 #include "synthetic.h"
 #include "trained_names.h"
 

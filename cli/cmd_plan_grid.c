@@ -1,4 +1,4 @@
-/* The plan as a grid that measures it (cmd_plan.h): written for `qsweep submit`/`run`, or
+/* The plan as a grid that measures it (cmd_plan_parts.h): written for `qsweep submit`/`run`, or
  * submitted by --validate. */
 #include <errno.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cmd_plan.h"
+#include "cmd_plan_parts.h"
 #include "synthetic.h"
 
 /* The name of the experiment that measures the plan: "<sweep>-plan-<B>b[-groups][-ppl]". */
@@ -24,7 +24,7 @@ static void yaml_string(FILE *out, const char *v) {
     json_decref(j);
 }
 
-/* The grid of the plan (cmd_plan.h): the sweep's conditions, mode policy, one line per linear. */
+/* The grid of the plan (cmd_plan_parts.h): the sweep's conditions, mode policy, each linear. */
 void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *method_options,
                             double cost, double bits) {
     const plan_opts *o = pc->o;
@@ -105,7 +105,7 @@ void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *meth
                     qsweep_plan_chosen_format(pc, b, k));
 }
 
-/* --validate (cmd_plan.h): the grid through a private file into the sweep's database. */
+/* --validate (cmd_plan_parts.h): the grid through a private file into the sweep's database. */
 qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, const json_t *method_options,
                                double cost, double bits, qs_error *err) {
     const plan_opts *o = pc->o;

@@ -1,14 +1,14 @@
-/* What was measured of a plan whole (cmd_plan.h): its policy map, and the policy or
+/* What was measured of a plan whole (cmd_plan_parts.h): its policy map, and the policy or
  * cumulative job that measured it, in any experiment of the database. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd_plan.h"
+#include "cmd_plan_parts.h"
 #include "sensitivity.h"
 
-/* The policy map (cmd_plan.h). */
+/* The policy map (cmd_plan_parts.h). */
 json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
                         const void *ctx) {
     json_t *map = json_object();
@@ -78,7 +78,7 @@ double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in,
     return v;
 }
 
-/* A policy map's job (cmd_plan.h). */
+/* A policy map's job (cmd_plan_parts.h). */
 double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input *in,
                                 const json_t *map, const char *method, const json_t *method_options,
                                 char id[17]) {
@@ -149,7 +149,7 @@ static qs_status take_option(const plan_input *in, const char *method, const cha
     return QS_OK;
 }
 
-/* The plan's per-linear options (cmd_plan.h). */
+/* The plan's per-linear options (cmd_plan_parts.h). */
 qs_status qsweep_plan_method_options(const plan_choice *pc, json_t **out, qs_error *err) {
     const plan_input *in = pc->in;
     *out = NULL;

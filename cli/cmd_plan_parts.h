@@ -1,8 +1,8 @@
 /* The parts of `qsweep plan` (cmd_plan.c) that its files share: what the sweep measured
  * (cmd_plan_costs.c), what was measured of a plan whole (cmd_plan_measured.c), and the plan
  * written as a grid that measures it (cmd_plan_grid.c). */
-#ifndef QSWEEP_CMD_PLAN_H
-#define QSWEEP_CMD_PLAN_H
+#ifndef QSWEEP_CMD_PLAN_PARTS_H
+#define QSWEEP_CMD_PLAN_PARTS_H
 
 #include <stddef.h>
 #include <stdint.h>
