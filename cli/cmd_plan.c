@@ -62,7 +62,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                                          {"db", required_argument, 0, 'd'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    plan_opts o = {.objective = "kl_mean", .budget = NAN};
+    qsweep_plan_opts o = {.objective = "kl_mean", .budget = NAN};
     const char *db = NULL;
     int c;
     optind = 1;
@@ -148,7 +148,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     o.experiment = argv[optind];
     qs_error err = {0};
     qc_store *s = NULL;
-    plan_input in = {0};
+    qsweep_plan_input in = {0};
     qsweep_plan_item *items = NULL;
     int *choice = NULL;
     json_t *mo = NULL; /* the plan's per-linear method options, NULL when all rtn */
@@ -284,7 +284,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                    o.objective, u, meas);
     }
     /* the plan measured whole: its policy job, when one ran */
-    plan_choice pc = {&o, &in, items, choice, n};
+    qsweep_plan_choice pc = {&o, &in, items, choice, n};
     json_t *map = qsweep_plan_map(&in, qsweep_plan_chosen_format, &pc);
     st = qsweep_plan_method_options(&pc, &mo, &err);
     char id[17];

@@ -22,7 +22,7 @@ const char *const qsweep_plan_kinds[7] = {"q", "k", "v", "o", "gate", "up", "dow
 const int qsweep_plan_groups[4][4] = {{0, 1, 2, -1}, {3, -1}, {4, 5, -1}, {6, -1}};
 const char *const qsweep_plan_group_names[4] = {"qkv", "o", "gate_up", "down"};
 
-double *qsweep_plan_cost_at(plan_input *in, int block, int kind, size_t f) {
+double *qsweep_plan_cost_at(qsweep_plan_input *in, int block, int kind, size_t f) {
     return &in->cost[((size_t)(block < 0 ? 0 : block) * 7 + (size_t)kind) * in->n_formats + f];
 }
 
@@ -60,7 +60,7 @@ static const char *const PLAN_SQL =
     "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8, s.part";
 
 /* Index of candidate (method, format) in *in, n_formats when absent. */
-static size_t candidate_index(const plan_input *in, const char *method, const char *format) {
+static size_t candidate_index(const qsweep_plan_input *in, const char *method, const char *format) {
     size_t f = 0;
     while (f < in->n_formats && (strcmp(in->formats[f], format) || strcmp(in->methods[f], method)))
         f++;
@@ -68,7 +68,7 @@ static size_t candidate_index(const plan_input *in, const char *method, const ch
 }
 
 /* Appends candidate (method, format) unless present or the table is full (returns 0 then). */
-static int add_candidate(plan_input *in, const char *method, const char *format) {
+static int add_candidate(qsweep_plan_input *in, const char *method, const char *format) {
     if (candidate_index(in, method, format) < in->n_formats) return 1;
     if (in->n_formats == QSWEEP_PLAN_MAX_FORMATS) return 0;
     snprintf(in->formats[in->n_formats], sizeof in->formats[0], "%s", format);
@@ -113,7 +113,8 @@ static qs_status swept_model_config(const char *path, const char *shown, const c
     return st;
 }
 
-qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, qs_error *err) {
+qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
+                                 qs_error *err) {
     const char *params[2] = {o->experiment, o->objective};
     PGresult *r = PQexecParams(c, PLAN_SQL, 2, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -309,7 +310,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const plan_opts *o, plan_input *in, 
     return st;
 }
 
-qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input *in,
+qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
                                        qs_error *err) {
     const char *params[4] = {o->experiment, in->layer_mode ? "layer" : "component", in->model_path,
                              in->quantize};
@@ -357,7 +358,7 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const plan_opts *o, plan_input
     return st;
 }
 
-void qsweep_plan_input_free(plan_input *in) {
+void qsweep_plan_input_free(qsweep_plan_input *in) {
     json_decref(in->dataset);
     json_decref(in->metrics);
     json_decref(in->options);

@@ -10,7 +10,7 @@
 #include "synthetic.h"
 
 /* The name of the experiment that measures the plan: "<sweep>-plan-<B>b[-groups][-ppl]". */
-static void validation_name(const plan_opts *o, char *buf, size_t cap) {
+static void validation_name(const qsweep_plan_opts *o, char *buf, size_t cap) {
     snprintf(buf, cap, "%s-plan-%gb%s%s", o->experiment, o->budget,
              o->uniform_groups ? "-groups" : "", !strcmp(o->objective, "ppl") ? "-ppl" : "");
 }
@@ -25,10 +25,10 @@ static void yaml_string(FILE *out, const char *v) {
 }
 
 /* The grid of the plan (cmd_plan_parts.h): the sweep's conditions, mode policy, each linear. */
-void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *method_options,
+void qsweep_plan_write_grid(FILE *out, const qsweep_plan_choice *pc, const json_t *method_options,
                             double cost, double bits) {
-    const plan_opts *o = pc->o;
-    const plan_input *in = pc->in;
+    const qsweep_plan_opts *o = pc->o;
+    const qsweep_plan_input *in = pc->in;
     const char *quant = in->quantize;
     char name[256];
     validation_name(o, name, sizeof name);
@@ -106,9 +106,10 @@ void qsweep_plan_write_grid(FILE *out, const plan_choice *pc, const json_t *meth
 }
 
 /* --validate (cmd_plan_parts.h): the grid through a private file into the sweep's database. */
-qs_status qsweep_plan_validate(qc_store *s, const plan_choice *pc, const json_t *method_options,
-                               double cost, double bits, qs_error *err) {
-    const plan_opts *o = pc->o;
+qs_status qsweep_plan_validate(qc_store *s, const qsweep_plan_choice *pc,
+                               const json_t *method_options, double cost, double bits,
+                               qs_error *err) {
+    const qsweep_plan_opts *o = pc->o;
     int any = 0;
     for (size_t i = 0; i < pc->n; i++)
         any |= strcmp(pc->in->formats[pc->choice[i]], "bf16") != 0;

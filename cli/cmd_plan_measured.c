@@ -9,7 +9,7 @@
 #include "sensitivity.h"
 
 /* The policy map (cmd_plan_parts.h). */
-json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *, int, int),
+json_t *qsweep_plan_map(const qsweep_plan_input *in, const char *(*fmt_of)(const void *, int, int),
                         const void *ctx) {
     json_t *map = json_object();
     for (int b = 0; map && b < in->n_layers; b++)
@@ -23,7 +23,7 @@ json_t *qsweep_plan_map(const plan_input *in, const char *(*fmt_of)(const void *
 }
 
 /* The format_options object of a policy job over map: each of its formats' sweep options. */
-static json_t *map_options(const plan_input *in, const json_t *map) {
+static json_t *map_options(const qsweep_plan_input *in, const json_t *map) {
     json_t *o = json_object();
     const char *key;
     json_t *v;
@@ -36,9 +36,10 @@ static json_t *map_options(const plan_input *in, const json_t *map) {
 }
 
 /* The newest job measuring (mode, part, format, method) under the sweep's conditions. */
-double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in, const char *mode,
-                            const char *part, const char *format, const json_t *options,
-                            const char *method, const json_t *method_options) {
+double qsweep_plan_measured(PGconn *c, const qsweep_plan_opts *o, const qsweep_plan_input *in,
+                            const char *mode, const char *part, const char *format,
+                            const json_t *options, const char *method,
+                            const json_t *method_options) {
     char *opts = json_dumps(options, JSON_SORT_KEYS | JSON_COMPACT);
     char *ds = json_dumps(in->dataset, JSON_SORT_KEYS | JSON_COMPACT);
     char *mo = method_options ? json_dumps(method_options, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
@@ -79,7 +80,7 @@ double qsweep_plan_measured(PGconn *c, const plan_opts *o, const plan_input *in,
 }
 
 /* A policy map's job (cmd_plan_parts.h). */
-double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input *in,
+double qsweep_plan_measured_map(PGconn *c, const qsweep_plan_opts *o, const qsweep_plan_input *in,
                                 const json_t *map, const char *method, const json_t *method_options,
                                 char id[17]) {
     qs_error ignored = {0};
@@ -93,8 +94,8 @@ double qsweep_plan_measured_map(PGconn *c, const plan_opts *o, const plan_input 
 }
 
 /* The candidate of linear (b, k): its item's choice. */
-size_t qsweep_plan_chosen(const plan_choice *pc, int b, int k) {
-    const plan_input *in = pc->in;
+size_t qsweep_plan_chosen(const qsweep_plan_choice *pc, int b, int k) {
+    const qsweep_plan_input *in = pc->in;
     /* the item holding (b, k) */
     size_t idx = 0;
     for (size_t i = 0; i < pc->n; i++) {
@@ -122,7 +123,7 @@ size_t qsweep_plan_chosen(const plan_choice *pc, int b, int k) {
 }
 
 const char *qsweep_plan_chosen_format(const void *ctx, int b, int k) {
-    const plan_choice *pc = ctx;
+    const qsweep_plan_choice *pc = ctx;
     return pc->in->formats[qsweep_plan_chosen(pc, b, k)];
 }
 
@@ -134,7 +135,7 @@ const char *qsweep_plan_uniform_format(const void *ctx, int b, int k) {
 
 /* Copies option key of the sweep's method into given, unless another method of the plan gave
  * it a different value. Errors: QS_EINVAL naming both methods. */
-static qs_status take_option(const plan_input *in, const char *method, const char *key,
+static qs_status take_option(const qsweep_plan_input *in, const char *method, const char *key,
                              json_t *given, const char **from, qs_error *err) {
     const json_t *v = json_object_get(json_object_get(in->method_options, method), key);
     if (!v) return QS_OK;
@@ -150,8 +151,8 @@ static qs_status take_option(const plan_input *in, const char *method, const cha
 }
 
 /* The plan's per-linear options (cmd_plan_parts.h). */
-qs_status qsweep_plan_method_options(const plan_choice *pc, json_t **out, qs_error *err) {
-    const plan_input *in = pc->in;
+qs_status qsweep_plan_method_options(const qsweep_plan_choice *pc, json_t **out, qs_error *err) {
+    const qsweep_plan_input *in = pc->in;
     *out = NULL;
     json_t *given = json_object(), *linears = json_object();
     if (!given || !linears) {
