@@ -153,6 +153,73 @@ static void every_method_runs_quantized(void **state) {
     qw_model_destroy(m);
 }
 
+/* per-linear (method.h plan->linear): a table giving every linear one plan computes what that
+ * plan alone computes, bit for bit; a table of none leaves round-to-nearest; a block runs a
+ * calibration pass only when one of its linears' methods is calibrated. */
+static void per_linear_tables_apply_each_linears_plan(void **state) {
+    (void)state;
+    qw_model *m = tiny("synthetic:tiny-llama3:7");
+    const int V = qw_model_config(m)->vocab_size, nl = qw_model_config(m)->n_layers,
+              n = nl * QW_LINEAR_KINDS;
+    const size_t bytes = (size_t)CTX * V * sizeof(float);
+    qw_method_plan mr = plan_named("mr-gptq", -1, 1, 0), rot = plan_named("rotate16", 16, 0, 0);
+    const qw_method_plan **table = calloc((size_t)n, sizeof *table);
+    assert_non_null(table);
+    qw_method_plan per = plan_named("per-linear", 0, 0, 0);
+    per.linear = table;
+    per.n_linear = n;
+    qs_error err = {0};
+    qw_method_state *s = NULL;
+    qw_method_info info;
+    /* the plan alone, then the same plan through a table */
+    policy_all(m, "mxfp4", NULL);
+    float *rtn = logits_of(m);
+    if (qw_method_apply(m, &mr, &s, &info, &err)) fail_msg("%s", err.msg);
+    float *alone = logits_of(m);
+    size_t alone_tokens = info.calib_tokens;
+    qw_model_apply_policy(m, NULL, &err);
+    qw_method_state_free(s);
+    for (int i = 0; i < n; i++)
+        table[i] = &mr;
+    policy_all(m, "mxfp4", NULL);
+    if (qw_method_apply(m, &per, &s, &info, &err)) fail_msg("%s", err.msg);
+    float *got = logits_of(m);
+    assert_memory_equal(got, alone, bytes);
+    assert_int_equal(info.calib_tokens, alone_tokens);
+    free(got);
+    qw_model_apply_policy(m, NULL, &err);
+    qw_method_state_free(s);
+    /* no linear named: round-to-nearest, no pass */
+    for (int i = 0; i < n; i++)
+        table[i] = NULL;
+    policy_all(m, "mxfp4", NULL);
+    if (qw_method_apply(m, &per, &s, &info, &err)) fail_msg("%s", err.msg);
+    got = logits_of(m);
+    assert_memory_equal(got, rtn, bytes);
+    assert_int_equal(info.linears, 0);
+    assert_int_equal(info.calib_tokens, 0);
+    free(got);
+    qw_model_apply_policy(m, NULL, &err);
+    qw_method_state_free(s);
+    /* rotations everywhere, GPTQ after a rotation on block 1's down only: one pass */
+    for (int i = 0; i < n; i++)
+        table[i] = &rot;
+    table[1 * QW_LINEAR_KINDS + QW_LINEAR_DOWN] = &mr;
+    policy_all(m, "mxfp4", NULL);
+    if (qw_method_apply(m, &per, &s, &info, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(info.linears, n);
+    assert_int_equal(info.calib_tokens, (size_t)3 * CTX);
+    got = logits_of(m);
+    assert_true(memcmp(got, rtn, bytes) != 0 && memcmp(got, alone, bytes) != 0);
+    free(got);
+    qw_model_apply_policy(m, NULL, &err);
+    qw_method_state_free(s);
+    free(rtn);
+    free(alone);
+    free(table);
+    qw_model_destroy(m);
+}
+
 /* A global rotation needs K a power of two (tiny-llama2's down_proj has K 176), mr-gptq a block
  * format; both refused naming the linear, the model left as the policy made it. */
 static void tiles_a_method_cannot_use_are_refused(void **state) {
@@ -183,6 +250,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(transforms_alone_leave_the_logits_unchanged),
         cmocka_unit_test(every_method_runs_quantized),
+        cmocka_unit_test(per_linear_tables_apply_each_linears_plan),
         cmocka_unit_test(tiles_a_method_cannot_use_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
