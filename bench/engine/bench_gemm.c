@@ -10,9 +10,9 @@
  * q, k, v, o, gate, up, down and every head's attention tiles; lm_head once).
  *
  * Each shape is run for both GEMMs alternately, REPS rounds; every call is timed, and a shape's
- * time is the sum of its calls' best times over the rounds (with threads, the slowest thread's
- * sum), so a preemption on a shared machine spoils one call of one round, not the shape. The
- * ratio is fixed over OpenBLAS GFLOP/s (> 1: the fixed GEMM is faster). With THREADS > 1 a
+ * time is the sum of its calls' best times over the rounds (with threads, spread over them
+ * longest first), so a preemption on a shared machine spoils one call of one round, not the shape.
+ * The ratio is fixed over OpenBLAS GFLOP/s (> 1: the fixed GEMM is faster). With THREADS > 1 a
  * linear's pieces are split between THREADS OpenMP threads, and their rows too where the engine
  * splits them (fewer than 4 pieces a thread), each call single-threaded (OpenBLAS's own threads
  * off); attention's tile runs whole, one copy per thread at once (the engine's heads). OpenBLAS's
@@ -62,16 +62,16 @@ static int n_tasks(const gshape *s, int nt) {
     return npieces * row_blocks(s, npieces, nt);
 }
 
-/* One pass over the shape: every task once (a piece's row block), task q on thread q % nt;
- * task q's time lowers best[q] (when best is not NULL). Rows blocks are multiples of the fixed
- * GEMM's tile height but the last. */
+/* One pass over the shape: every task once (a piece's row block), as the engine schedules
+ * them; task q's time lowers best[q] (when best is not NULL). Row blocks are multiples of the
+ * fixed GEMM's tile height but the last. */
 static void run(int fixed, const gshape *s, const float *A, const float *B, float *C, int nt,
                 double *best) {
     int w = s->pieces ? QW_GEMM_COLS : s->N, npieces = s->pieces ? (s->N + w - 1) / w : nt;
     int nb = n_tasks(s, nt) / npieces, mr = qw_gemm_fixed_tile().mr;
     mr = mr > 0 ? mr : 1;
     int step = ((s->M + nb - 1) / nb + mr - 1) / mr * mr;
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int q = 0; q < npieces * nb; q++) {
         int c0 = s->pieces ? q % npieces * w : 0, n = s->N - c0 < w ? s->N - c0 : w;
         int r0 = q / npieces * step, r1 = r0 + step < s->M ? r0 + step : s->M;
@@ -91,15 +91,23 @@ static void run(int fixed, const gshape *s, const float *A, const float *B, floa
     }
 }
 
-/* The shape's time from its tasks' best times: the slowest thread's sum. */
+/* The shape's time from its tasks' best times: the longest thread when each task, longest
+ * first, goes to the least loaded thread (what the engine's dynamic schedule approaches). */
 static double shape_time(const double *best, int ntasks, int nt) {
-    double worst = 0.0;
-    for (int t = 0; t < nt; t++) {
-        double sum = 0.0;
-        for (int q = t; q < ntasks; q += nt)
-            sum += best[q];
-        worst = sum > worst ? sum : worst;
+    double load[64] = {0}, worst = 0.0;
+    nt = nt < 64 ? nt : 64;
+    char *done = calloc((size_t)ntasks, 1);
+    for (int n = 0; done && n < ntasks; n++) {
+        int q = -1, t = 0;
+        for (int i = 0; i < ntasks; i++)
+            if (!done[i] && (q < 0 || best[i] > best[q])) q = i;
+        for (int i = 1; i < nt; i++)
+            t = load[i] < load[t] ? i : t;
+        done[q] = 1;
+        load[t] += best[q];
+        worst = load[t] > worst ? load[t] : worst;
     }
+    free(done);
     return worst;
 }
 
