@@ -39,33 +39,29 @@ ref=$(run unset fixed 1) || { echo "FAIL probe: exit $?"; exit 1; }
 echo "reference (OPENBLAS_CORETYPE unset, 1 thread, the CPU's own ISA):"
 echo "$ref"
 case "$ref" in "path cpu-qsweep-fixed2"*) ;; *) echo "FAIL path: not cpu-qsweep-fixed2"; fails=$((fails + 1)) ;; esac
+same() { # same WHAT FAMILY THREADS [ISA[:TILE]]: the fixed path's output against the reference
+    local what=$1 got
+    shift
+    got=$(run "$1" fixed "${@:2}") || { echo "FAIL $what: exit $?"; fails=$((fails + 1)); return; }
+    if [ "$got" != "$ref" ]; then
+        echo "FAIL $what:"
+        echo "$got"
+        fails=$((fails + 1))
+    else
+        echo "ok   $what: identical"
+    fi
+}
 for fam in "${families[@]}"; do
     for t in 1 2; do
         for isa in "" "${isas[@]}"; do
-            what="OPENBLAS_CORETYPE=$fam threads $t isa ${isa:-auto}"
-            got=$(run "$fam" fixed "$t" $isa) || { echo "FAIL $what: exit $?"; fails=$((fails + 1)); continue; }
-            if [ "$got" != "$ref" ]; then
-                echo "FAIL $what:"
-                echo "$got"
-                fails=$((fails + 1))
-            else
-                echo "ok   $what: identical"
-            fi
+            same "OPENBLAS_CORETYPE=$fam threads $t isa ${isa:-auto}" "$fam" "$t" $isa
         done
     done
 done
 mapfile -t tiles < <("$probe" --tiles)
 for tile in "${tiles[@]}"; do
     for t in 1 2; do
-        what="threads $t tile $tile"
-        got=$(run unset fixed "$t" "$tile") || { echo "FAIL $what: exit $?"; fails=$((fails + 1)); continue; }
-        if [ "$got" != "$ref" ]; then
-            echo "FAIL $what:"
-            echo "$got"
-            fails=$((fails + 1))
-        else
-            echo "ok   $what: identical"
-        fi
+        same "threads $t tile $tile" unset "$t" "$tile"
     done
 done
 for fam in "${families[@]}"; do

@@ -12,7 +12,8 @@
  *   engine_cpu_gemm_probe --isas                    the fixed GEMM paths this CPU has
  *   engine_cpu_gemm_probe --tiles                   ISA:MRxPANELS/KC for each vector path this
  *                                                   CPU has and each 512-bit FMA port count (1,
- *                                                   2): the tiles qw_gemm_fixed_tile_for chooses
+ *                                                   2): the tiles qw_gemm_fixed_tile_for chooses,
+ *                                                   each once
  *   engine_cpu_gemm_probe --tolerance MODEL CTX     the fixed GEMM's logits against OpenBLAS's in
  *                                                   one process: exit 0 when within 1e-4 of the
  *                                                   largest |logit| (unquantized and W4A16)
@@ -143,8 +144,10 @@ int main(int argc, char **argv) {
         const qw_gemm_isa vec[] = {QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
         for (int i = 0; i < 2; i++)
             for (int ports = 1; ports <= 2 && qw_gemm_fixed_isa_supported(vec[i]); ports++) {
-                qw_gemm_tile t = qw_gemm_fixed_tile_for(vec[i], ports);
-                printf("%s:%dx%d/%d\n", qw_gemm_isa_name(vec[i]), t.mr, t.panels, t.kc);
+                qw_gemm_tile t = qw_gemm_fixed_tile_for(vec[i], ports),
+                             one = qw_gemm_fixed_tile_for(vec[i], 1);
+                if (ports == 1 || memcmp(&t, &one, sizeof t) != 0)
+                    printf("%s:%dx%d/%d\n", qw_gemm_isa_name(vec[i]), t.mr, t.panels, t.kc);
             }
         return 0;
     }
