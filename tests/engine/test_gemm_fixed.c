@@ -294,6 +294,43 @@ static void test_engine_gemms_under_the_fixed_selection(void **state) {
     problem_free(&p);
 }
 
+/* qw_matmul_forward splits a linear's rows between threads in blocks of the tile's height when
+ * it has few pieces (200 rows, 3 pieces, 2 threads: 2 row blocks): under each tile the choice
+ * names, forced, the bits of one call on the CPU's own tile. */
+static void test_row_blocks_under_every_chosen_tile(void **state) {
+    (void)state;
+    enum { T = 200, IN = 77, OUT = 300 };
+    float *x = malloc((size_t)T * IN * sizeof *x), *W = malloc((size_t)OUT * IN * sizeof *W);
+    float *want = malloc((size_t)T * OUT * sizeof *want),
+          *got = malloc((size_t)T * OUT * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(W);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill(x, (size_t)T * IN);
+    fill(W, (size_t)OUT * IN);
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
+    qw_gemm_fixed(0, 1, T, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, want, OUT);
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+    for (int ports = 1; ports <= 2; ports++) {
+        qw_gemm_tile t = qw_gemm_fixed_tile_for(isa, ports);
+        if (t.mr == 0) continue;
+        assert_int_equal(qw_gemm_fixed_force_tile(&t, NULL), QS_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            memset(got, 0xff, (size_t)T * OUT * sizeof *got);
+            qw_matmul_forward(got, x, W, T, IN, OUT, nt);
+            if (memcmp(got, want, (size_t)T * OUT * sizeof *got) != 0)
+                fail_msg("%s tile %d x %d panels, K block %d, %d threads: not one call's bits",
+                         qw_gemm_isa_name(isa), t.mr, t.panels, t.kc, nt);
+        }
+    }
+    assert_int_equal(qw_gemm_fixed_force_tile(NULL, NULL), QS_OK);
+    free(x);
+    free(W);
+    free(want);
+    free(got);
+}
+
 /* A path the CPU lacks is refused, not silently replaced. */
 static void test_forcing_a_missing_isa_is_refused(void **state) {
     (void)state;
@@ -432,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_within_the_fma_chain_bound_of_double),
         cmocka_unit_test(test_pieces_and_threads_do_not_change_bits),
         cmocka_unit_test(test_engine_gemms_under_the_fixed_selection),
+        cmocka_unit_test(test_row_blocks_under_every_chosen_tile),
         cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
         cmocka_unit_test(test_every_tile_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_the_tile_choice_is_a_function_of_path_and_ports),

@@ -11,6 +11,7 @@
 #include "convcache.h"
 #include "clock.h"
 #include "gemm_cpu.h"
+#include "gemm_fixed.h"
 #include "hadamard.h"
 
 #include <cblas.h>
@@ -120,10 +121,11 @@ static int row_blocks(int T, int pieces, int nt) {
     return want < 1 ? 1 : want < most ? want : most < 1 ? 1 : most;
 }
 
-/* Rows [*r0, *r1) of row block rb of nb over T rows, in multiples of 6 (the microkernel's
- * height, gemm_fixed.c) except the last. */
+/* Rows [*r0, *r1) of row block rb of nb over T rows, in multiples of the fixed GEMM's tile
+ * height (qw_gemm_fixed_tile: 6 or 8 rows) except the last. */
 static void row_block(int T, int rb, int nb, int *r0, int *r1) {
-    int step = ((T + nb - 1) / nb + 5) / 6 * 6;
+    int mr = qw_gemm_fixed_tile().mr > 0 ? qw_gemm_fixed_tile().mr : 1;
+    int step = ((T + nb - 1) / nb + mr - 1) / mr * mr;
     *r0 = rb * step < T ? rb * step : T;
     *r1 = *r0 + step < T ? *r0 + step : T;
 }
