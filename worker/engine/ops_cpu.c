@@ -113,7 +113,7 @@ void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int
  * OpenBLAS: 1, every element from one call of the piece's full height (ops.h QW_GEMM_COLS).
  * The fixed-order GEMM gives each element's bits whatever the call (gemm_fixed.h), so a
  * linear with fewer pieces than 4 per thread (SmolLM2's q, k, v, o and down: 2 to 5 pieces)
- * also splits its rows, into blocks of at least 96 rows (16 microkernel tiles), so that the
+ * also splits its rows, into blocks of at least 96 rows (12 to 16 register tiles), so that the
  * team's threads get equal shares: 5 pieces on 2 threads leave one idle a fifth of the time. */
 static int row_blocks(int T, int pieces, int nt) {
     if (nt < 2 || qw_cpu_gemm_kind() != QW_CPU_GEMM_FIXED) return 1;
