@@ -12,7 +12,7 @@ typedef struct fma_peak {
 
 /* Measures each ISA the CPU supports (__builtin_cpu_supports: AVX2 and FMA, then AVX-512F)
  * with `threads` OpenMP threads, each running 12 independent FMA chains (more than latency x
- * throughput, 4-5 cycles x 2 pipes, on current x86 cores) for about 0.1 s; the best of 3
+ * throughput, 4-5 cycles x 2 pipes, on current x86 cores) for about 4 ms; the best of 30
  * runs. Fills out[0..] and returns how many (0 on a CPU without AVX2+FMA, or not x86-64). */
 int fma_peak_measure(int threads, fma_peak out[2]);
 

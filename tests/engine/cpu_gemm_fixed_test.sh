@@ -3,8 +3,10 @@
 # the model and tokens alone (worker/engine/gemm_fixed.h, expf_fixed.h): the same bits under
 # every OpenBLAS kernel family this CPU offers (OPENBLAS_CORETYPE unset, Haswell, SkylakeX and
 # Cooperlake where the CPU has their instructions), for 1 and 2 threads and every ISA path of
-# the fixed GEMM and exponential, and the recorded path names no CPU. Then, in one process, the fixed GEMM's logits are within 1e-4 of those of
-# OpenBLAS's Haswell kernels. OpenBLAS's own hashes under each family are printed for
+# the fixed GEMM and exponential, and the recorded path names no CPU; likewise under the
+# register tile the fixed GEMM chooses for each vector path and each 512-bit FMA port count
+# (1 and 2), forced, whatever this CPU's own count. Then, in one process, the fixed GEMM's
+# logits are within 1e-4 of those of OpenBLAS's Haswell kernels. OpenBLAS's own hashes under each family are printed for
 # comparison (they may differ: that is what the fixed path removes).
 # Usage: cpu_gemm_fixed_test.sh PROBE [MODEL CTX]: by default the tiny synthetic Llama 3 shape
 # and every combination; with a larger MODEL, only OPENBLAS_CORETYPE unset and Haswell and the
@@ -37,19 +39,29 @@ ref=$(run unset fixed 1) || { echo "FAIL probe: exit $?"; exit 1; }
 echo "reference (OPENBLAS_CORETYPE unset, 1 thread, the CPU's own ISA):"
 echo "$ref"
 case "$ref" in "path cpu-qsweep-fixed2"*) ;; *) echo "FAIL path: not cpu-qsweep-fixed2"; fails=$((fails + 1)) ;; esac
+same() { # same WHAT FAMILY THREADS [ISA[:TILE]]: the fixed path's output against the reference
+    local what=$1 got
+    shift
+    got=$(run "$1" fixed "${@:2}") || { echo "FAIL $what: exit $?"; fails=$((fails + 1)); return; }
+    if [ "$got" != "$ref" ]; then
+        echo "FAIL $what:"
+        echo "$got"
+        fails=$((fails + 1))
+    else
+        echo "ok   $what: identical"
+    fi
+}
 for fam in "${families[@]}"; do
     for t in 1 2; do
         for isa in "" "${isas[@]}"; do
-            what="OPENBLAS_CORETYPE=$fam threads $t isa ${isa:-auto}"
-            got=$(run "$fam" fixed "$t" $isa) || { echo "FAIL $what: exit $?"; fails=$((fails + 1)); continue; }
-            if [ "$got" != "$ref" ]; then
-                echo "FAIL $what:"
-                echo "$got"
-                fails=$((fails + 1))
-            else
-                echo "ok   $what: identical"
-            fi
+            same "OPENBLAS_CORETYPE=$fam threads $t isa ${isa:-auto}" "$fam" "$t" $isa
         done
+    done
+done
+mapfile -t tiles < <("$probe" --tiles)
+for tile in "${tiles[@]}"; do
+    for t in 1 2; do
+        same "threads $t tile $tile" unset "$t" "$tile"
     done
 done
 for fam in "${families[@]}"; do

@@ -3,11 +3,17 @@
  * path, so the script can compare runs under different OPENBLAS_CORETYPE values, thread counts
  * and fixed-GEMM ISA paths.
  *
- *   engine_cpu_gemm_probe MODEL CTX THREADS [ISA]   prints "path <cpu path>", then
+ *   engine_cpu_gemm_probe MODEL CTX THREADS [ISA[:MRxPANELS/KC]]
+ *                                                   prints "path <cpu path>", then
  *                                                   "<policy> <hash>" per policy; ISA (scalar,
  *                                                   avx2, avx512) forces the fixed GEMM's and
- *                                                   the fixed exponential's path
+ *                                                   the fixed exponential's path, and the tile
+ *                                                   after it the GEMM's register tile and K block
  *   engine_cpu_gemm_probe --isas                    the fixed GEMM paths this CPU has
+ *   engine_cpu_gemm_probe --tiles                   ISA:MRxPANELS/KC for each vector path this
+ *                                                   CPU has and each 512-bit FMA port count (1,
+ *                                                   2): the tiles qw_gemm_fixed_tile_for chooses,
+ *                                                   each once
  *   engine_cpu_gemm_probe --tolerance MODEL CTX     the fixed GEMM's logits against OpenBLAS's in
  *                                                   one process: exit 0 when within 1e-4 of the
  *                                                   largest |logit| (unquantized and W4A16)
@@ -134,21 +140,44 @@ int main(int argc, char **argv) {
             if (qw_gemm_fixed_isa_supported(all[i])) printf("%s\n", qw_gemm_isa_name(all[i]));
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "--tiles") == 0) {
+        const qw_gemm_isa vec[] = {QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
+        for (int i = 0; i < 2; i++)
+            for (int ports = 1; ports <= 2 && qw_gemm_fixed_isa_supported(vec[i]); ports++) {
+                qw_gemm_tile t = qw_gemm_fixed_tile_for(vec[i], ports),
+                             one = qw_gemm_fixed_tile_for(vec[i], 1);
+                if (ports == 1 || memcmp(&t, &one, sizeof t) != 0)
+                    printf("%s:%dx%d/%d\n", qw_gemm_isa_name(vec[i]), t.mr, t.panels, t.kc);
+            }
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "--tolerance") == 0) return tolerance(argv[2], atoi(argv[3]));
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: %s MODEL CTX THREADS [ISA] | --isas | --tolerance MODEL CTX\n",
+        fprintf(stderr,
+                "usage: %s MODEL CTX THREADS [ISA[:MRxPANELS/KC]] | --isas | --tiles | "
+                "--tolerance MODEL CTX\n",
                 argv[0]);
         return 1;
     }
     if (argc == 5) {
         const qw_gemm_isa all[] = {QW_GEMM_ISA_SCALAR, QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
         int found = 0;
+        const char *colon = strchr(argv[4], ':');
+        size_t len = colon ? (size_t)(colon - argv[4]) : strlen(argv[4]);
         for (int i = 0; i < 3; i++)
-            if (strcmp(argv[4], qw_gemm_isa_name(all[i])) == 0) {
+            if (strlen(qw_gemm_isa_name(all[i])) == len &&
+                strncmp(argv[4], qw_gemm_isa_name(all[i]), len) == 0) {
                 qs_error err = {0};
                 if (qw_gemm_fixed_force_isa(all[i], &err) != QS_OK ||
                     qw_expf_force_isa(all[i], &err) != QS_OK) {
                     fprintf(stderr, "%s\n", err.msg);
+                    return 1;
+                }
+                qw_gemm_tile t;
+                if (colon && (sscanf(colon + 1, "%dx%d/%d", &t.mr, &t.panels, &t.kc) != 3 ||
+                              qw_gemm_fixed_force_tile(&t, &err) != QS_OK)) {
+                    fprintf(stderr, "tile '%s': %s\n", colon + 1,
+                            err.msg[0] ? err.msg : "expected MRxPANELS/KC");
                     return 1;
                 }
                 found = 1;

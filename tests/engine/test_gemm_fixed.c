@@ -2,8 +2,10 @@
  * gives BIT FOR BIT the chain the header defines (c = beta*C, then c = fmaf(a_ik, b_kj, c) for
  * k = 0..K-1, then alpha*c), written out here as a plain loop; that chain is within the
  * FMA-chain error bound of a double-precision reference; and splitting the columns between 1 or
- * 2 threads in pieces of any width gives the bits of one call. Shapes are odd on purpose: M = 1,
- * K not a multiple of the vector width or of the K block, N not a multiple of the tile. */
+ * 2 threads in pieces of any width gives the bits of one call; so does every register tile and
+ * K block the vector paths have, forced in turn (the tile a two-port AVX-512 core would choose
+ * included, whatever this CPU's port count). Shapes are odd on purpose: M = 1, K not a multiple
+ * of the vector width or of the K block, N not a multiple of the tile. */
 #include <math.h>
 #include <omp.h>
 #include <setjmp.h>
@@ -292,6 +294,43 @@ static void test_engine_gemms_under_the_fixed_selection(void **state) {
     problem_free(&p);
 }
 
+/* qw_matmul_forward splits a linear's rows between threads in blocks of the tile's height when
+ * it has few pieces (200 rows, 3 pieces, 2 threads: 2 row blocks): under each tile the choice
+ * names, forced, the bits of one call on the CPU's own tile. */
+static void test_row_blocks_under_every_chosen_tile(void **state) {
+    (void)state;
+    enum { T = 200, IN = 77, OUT = 300 };
+    float *x = malloc((size_t)T * IN * sizeof *x), *W = malloc((size_t)OUT * IN * sizeof *W);
+    float *want = malloc((size_t)T * OUT * sizeof *want),
+          *got = malloc((size_t)T * OUT * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(W);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill(x, (size_t)T * IN);
+    fill(W, (size_t)OUT * IN);
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
+    qw_gemm_fixed(0, 1, T, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, want, OUT);
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+    for (int ports = 1; ports <= 2; ports++) {
+        qw_gemm_tile t = qw_gemm_fixed_tile_for(isa, ports);
+        if (t.mr == 0) continue;
+        assert_int_equal(qw_gemm_fixed_force_tile(&t, NULL), QS_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            memset(got, 0xff, (size_t)T * OUT * sizeof *got);
+            qw_matmul_forward(got, x, W, T, IN, OUT, nt);
+            if (memcmp(got, want, (size_t)T * OUT * sizeof *got) != 0)
+                fail_msg("%s tile %d x %d panels, K block %d, %d threads: not one call's bits",
+                         qw_gemm_isa_name(isa), t.mr, t.panels, t.kc, nt);
+        }
+    }
+    assert_int_equal(qw_gemm_fixed_force_tile(NULL, NULL), QS_OK);
+    free(x);
+    free(W);
+    free(want);
+    free(got);
+}
+
 /* A path the CPU lacks is refused, not silently replaced. */
 static void test_forcing_a_missing_isa_is_refused(void **state) {
     (void)state;
@@ -308,14 +347,137 @@ static void test_forcing_a_missing_isa_is_refused(void **state) {
     assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
 }
 
+/* Every microkernel family and panel count of each path this CPU has, at the tile choice's K
+ * blocks and at odd ones, forced in turn: the bits of the written-out chain on every shape,
+ * transpose and scalar pair. */
+static void test_every_tile_gives_the_chain_bit_for_bit(void **state) {
+    (void)state;
+    static const qw_gemm_tile tiles[] = {
+        {4, 1, 256}, {4, 2, 96},  {4, 3, 7},  {4, 4, 64},   {6, 1, 256},  {6, 2, 13},
+        {6, 3, 128}, {6, 4, 256}, {6, 4, 96}, {6, 4, 1},    {8, 1, 64},   {8, 2, 33},
+        {8, 3, 128}, {8, 3, 256}, {12, 1, 5}, {12, 2, 128}, {12, 2, 256},
+    };
+    enum { NT = sizeof tiles / sizeof tiles[0] };
+    int ran[NT * 2] = {0};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int s = 0; s < N_SHAPES; s++)
+                for (int c = 0; c < N_SCALARS; c++) {
+                    problem p;
+                    problem_make(&p, ta, tb, shapes[s], scalars[c][0], scalars[c][1]);
+                    float *want = run_chain(&p);
+                    size_t n = (size_t)p.M * p.ldc;
+                    for (int ii = 0; ii < 2; ii++) {
+                        qw_gemm_isa isa = ii ? QW_GEMM_ISA_AVX512 : QW_GEMM_ISA_AVX2;
+                        if (!qw_gemm_fixed_isa_supported(isa)) continue;
+                        assert_int_equal(qw_gemm_fixed_force_isa(isa, NULL), QS_OK);
+                        for (int t = 0; t < NT; t++) {
+                            qw_gemm_tile tl = tiles[t];
+                            if (isa == QW_GEMM_ISA_AVX2) tl.panels = 1;
+                            if (!qw_gemm_fixed_tile_supported(isa, &tl)) continue;
+                            assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
+                            qw_gemm_tile now = qw_gemm_fixed_tile();
+                            assert_memory_equal(&now, &tl, sizeof tl);
+                            float *got = run_fixed(&p);
+                            if (memcmp(got, want, n * sizeof *got) != 0)
+                                fail_msg("%s tile %d x %d panels, K block %d: ta %d tb %d M %d N "
+                                         "%d K %d alpha %g beta %g: not the chain's bits",
+                                         qw_gemm_isa_name(isa), tl.mr, tl.panels, tl.kc, ta, tb,
+                                         p.M, p.N, p.K, (double)p.alpha, (double)p.beta);
+                            free(got);
+                            ran[t * 2 + ii]++;
+                        }
+                    }
+                    free(want);
+                    problem_free(&p);
+                }
+    int total = 0;
+    for (int t = 0; t < NT; t++)
+        for (int ii = 0; ii < 2; ii++)
+            if (ran[t * 2 + ii]) {
+                printf("ok %s tile %d x %d panels, K block %d: %d problems bit for bit\n",
+                       ii ? "avx512" : "avx2", tiles[t].mr, ii ? tiles[t].panels : 1, tiles[t].kc,
+                       ran[t * 2 + ii]);
+                total++;
+            }
+    /* on a CPU with a vector path, its chosen tiles ran */
+    if (qw_gemm_fixed_isa_supported(QW_GEMM_ISA_AVX512)) assert_true(total >= NT);
+    if (qw_gemm_fixed_isa_supported(QW_GEMM_ISA_AVX2)) assert_true(total >= 1);
+    assert_int_equal(qw_gemm_fixed_force_tile(NULL, NULL), QS_OK);
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
+/* The tile choice is a pure function of (path, 512-bit FMA ports), and every tile it names has a
+ * microkernel: enough independent chains for FMA latency 4 times the ports (16 floats a zmm
+ * chain, 8 a ymm one, two 256-bit pipes on every AVX2 core), a K block within the buffer, and on
+ * a two-port core a packed panel group (panels x K block x 64 bytes) within half of a 48 KiB
+ * L1D. Whatever this CPU measured, the tile in use is the function of its path and count. */
+static void test_the_tile_choice_is_a_function_of_path_and_ports(void **state) {
+    (void)state;
+    for (int ports = 1; ports <= 2; ports++) {
+        qw_gemm_tile t = qw_gemm_fixed_tile_for(QW_GEMM_ISA_AVX512, ports);
+        qw_gemm_tile again = qw_gemm_fixed_tile_for(QW_GEMM_ISA_AVX512, ports);
+        assert_memory_equal(&t, &again, sizeof t);
+        assert_true(qw_gemm_fixed_tile_supported(QW_GEMM_ISA_AVX512, &t) ||
+                    !qw_gemm_fixed_isa_supported(QW_GEMM_ISA_AVX512));
+        assert_true(t.mr * t.panels >= 4 * ports);
+        assert_true(t.kc >= 1 && t.kc <= QW_GEMM_FIXED_KC);
+        if (ports == 2) assert_true((size_t)t.panels * t.kc * 64 <= 24 * 1024);
+        printf("avx512, %d port%s: tile %d x %d, K block %d\n", ports, ports > 1 ? "s" : "", t.mr,
+               t.panels * 16, t.kc);
+        qw_gemm_tile a = qw_gemm_fixed_tile_for(QW_GEMM_ISA_AVX2, ports);
+        assert_int_equal(a.panels, 1);
+        assert_true(a.mr * 2 >= 4 * 2);
+        qw_gemm_tile none = qw_gemm_fixed_tile_for(QW_GEMM_ISA_SCALAR, ports);
+        assert_int_equal(none.mr, 0);
+    }
+    qw_gemm_tile one = qw_gemm_fixed_tile_for(QW_GEMM_ISA_AVX512, 1),
+                 two = qw_gemm_fixed_tile_for(QW_GEMM_ISA_AVX512, 2);
+    assert_true(memcmp(&one, &two, sizeof one) != 0);
+    int ports = qw_gemm_fixed_fma_ports();
+    assert_true(ports == 1 || ports == 2);
+    for (size_t ii = 1; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
+        assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
+        qw_gemm_tile now = qw_gemm_fixed_tile(), want = qw_gemm_fixed_tile_for(isas[ii], ports);
+        assert_memory_equal(&now, &want, sizeof now);
+    }
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
+/* A tile no microkernel has is refused with its shape named, and the choice is left as it was. */
+static void test_forcing_a_missing_tile_is_refused(void **state) {
+    (void)state;
+    static const qw_gemm_tile bad[] = {
+        {5, 2, 64}, {6, 5, 64}, {12, 3, 64}, {6, 4, 0}, {6, 4, QW_GEMM_FIXED_KC + 1}};
+    qw_gemm_tile before = qw_gemm_fixed_tile();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qs_error err = {0};
+        assert_int_equal(qw_gemm_fixed_force_tile(&bad[i], &err), QS_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "%d x %d-panel tile with K block %d", bad[i].mr, bad[i].panels,
+                 bad[i].kc);
+        assert_non_null(strstr(err.msg, want));
+        qw_gemm_tile now = qw_gemm_fixed_tile();
+        assert_memory_equal(&now, &before, sizeof now);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_isa_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_within_the_fma_chain_bound_of_double),
         cmocka_unit_test(test_pieces_and_threads_do_not_change_bits),
         cmocka_unit_test(test_engine_gemms_under_the_fixed_selection),
+        cmocka_unit_test(test_row_blocks_under_every_chosen_tile),
         cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
+        cmocka_unit_test(test_every_tile_gives_the_chain_bit_for_bit),
+        cmocka_unit_test(test_the_tile_choice_is_a_function_of_path_and_ports),
+        cmocka_unit_test(test_forcing_a_missing_tile_is_refused),
     };
-    printf("gemm_fixed: the CPU's own path is %s\n", qw_gemm_isa_name(qw_gemm_fixed_isa()));
+    qw_gemm_tile t = qw_gemm_fixed_tile();
+    printf("gemm_fixed: the CPU's own path is %s, 512-bit FMA ports %d, tile %d x %d, K block %d\n",
+           qw_gemm_isa_name(qw_gemm_fixed_isa()), qw_gemm_fixed_fma_ports(), t.mr, t.panels * 16,
+           t.kc);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

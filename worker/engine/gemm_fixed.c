@@ -3,9 +3,12 @@
  * lane one FMA chain over k in order. */
 #include "gemm_fixed.h"
 
+#include "fma_ports.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -13,7 +16,7 @@
 #endif
 
 enum {
-    MR = 6,        /* rows of C per microkernel */
+    MAX_MR = 12,   /* rows of C per microkernel, at most */
     PW = 16,       /* columns per packed panel */
     MAX_PANELS = 4 /* panels per microkernel, at most (AVX-512: 4 x 16 = 64 columns) */
 };
@@ -165,20 +168,21 @@ static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int 
  * at a + r*rs (r < mr; rows mr..MR-1 repeat row mr-1, their results land in the caller's
  * discarded tile rows), element k of a row at k*ks; packed panels at b (panel p at
  * b + p*kc*16). load: 0 starts every chain at 0, 1 at C, 2 at beta * C; post != 1 multiplies
- * the final chain value (alpha, on the last K block). */
+ * the final chain value (alpha, on the last K block). MR is the kernel's own. */
 typedef void (*kern_fn)(int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
                         float *c, ptrdiff_t ldc, int load, float beta, float post);
 
-/* AVX-512: 6 rows x np zmm (np <= 4), 6 x np accumulators. */
+/* AVX-512: MR rows x np zmm (np <= 4), MR x np accumulators, each one chain. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kern512(const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
-        float *c, ptrdiff_t ldc, int load, float beta, float post) {
-    const float *ar[MR];
+kern512(const int MR, const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks,
+        const float *b, float *c, ptrdiff_t ldc, int load, float beta, float post) {
+    const float *ar[MAX_MR];
+#pragma GCC unroll 12
     for (int r = 0; r < MR; r++)
         ar[r] = a + (r < mr ? r : mr - 1) * rs;
-    __m512 acc[MR][MAX_PANELS];
+    __m512 acc[MAX_MR][MAX_PANELS];
     __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
@@ -188,14 +192,14 @@ kern512(const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks
             acc[r][p] = v;
         }
     size_t ps = (size_t)kc * PW;
-    /* The hot loop: per k, np panel vectors times 6 broadcasts, one FMA per accumulator. */
+    /* The hot loop: per k, np panel vectors times MR broadcasts, one FMA per accumulator. */
     for (int k = 0; k < kc; k++) {
         __m512 bv[MAX_PANELS];
 #pragma GCC unroll 4
         for (int p = 0; p < np; p++)
             bv[p] = _mm512_loadu_ps(b + p * ps + (size_t)k * PW);
         ptrdiff_t ko = k * ks;
-#pragma GCC unroll 6
+#pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
             __m512 av = _mm512_set1_ps(ar[r][ko]);
 #pragma GCC unroll 4
@@ -204,7 +208,7 @@ kern512(const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks
         }
     }
     __m512 vp = _mm512_set1_ps(post);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
@@ -214,22 +218,32 @@ kern512(const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks
         }
 }
 
-#define KERN512(NP)                                                                                \
-    __attribute__((target("avx512f"))) static void kern512_##NP(                                   \
+#define KERN512(R, NP)                                                                             \
+    __attribute__((target("avx512f"))) static void kern512_##R##_##NP(                             \
         int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b, float *c,      \
         ptrdiff_t ldc, int load, float beta, float post) {                                         \
-        kern512(NP, kc, mr, a, rs, ks, b, c, ldc, load, beta, post);                               \
+        kern512(R, NP, kc, mr, a, rs, ks, b, c, ldc, load, beta, post);                            \
     }
-KERN512(1)
-KERN512(2)
-KERN512(3)
-KERN512(4)
+KERN512(4, 1)
+KERN512(4, 2)
+KERN512(4, 3)
+KERN512(4, 4)
+KERN512(6, 1)
+KERN512(6, 2)
+KERN512(6, 3)
+KERN512(6, 4)
+KERN512(8, 1)
+KERN512(8, 2)
+KERN512(8, 3)
+KERN512(12, 1)
+KERN512(12, 2)
 
 /* AVX2: 6 rows x one panel (2 ymm), 12 accumulators. */
 __attribute__((target("avx2,fma"))) static void kern256(int kc, int mr, const float *a,
                                                         ptrdiff_t rs, ptrdiff_t ks, const float *b,
                                                         float *c, ptrdiff_t ldc, int load,
                                                         float beta, float post) {
+    enum { MR = 6 };
     const float *ar[MR];
     for (int r = 0; r < MR; r++)
         ar[r] = a + (r < mr ? r : mr - 1) * rs;
@@ -267,35 +281,64 @@ __attribute__((target("avx2,fma"))) static void kern256(int kc, int mr, const fl
         }
 }
 
+/* One microkernel family: the path, its rows, and kern[n-1] taking n <= panels panels. */
+typedef struct kern_set {
+    qw_gemm_isa isa;
+    int mr, panels;
+    kern_fn kern[MAX_PANELS];
+} kern_set;
+
+static const kern_set kern_sets[] = {
+    {QW_GEMM_ISA_AVX512, 4, 4, {kern512_4_1, kern512_4_2, kern512_4_3, kern512_4_4}},
+    {QW_GEMM_ISA_AVX512, 6, 4, {kern512_6_1, kern512_6_2, kern512_6_3, kern512_6_4}},
+    {QW_GEMM_ISA_AVX512, 8, 3, {kern512_8_1, kern512_8_2, kern512_8_3, NULL}},
+    {QW_GEMM_ISA_AVX512, 12, 2, {kern512_12_1, kern512_12_2, NULL, NULL}},
+    {QW_GEMM_ISA_AVX2, 6, 1, {kern256, NULL, NULL, NULL}},
+};
+enum { N_KERN_SETS = sizeof kern_sets / sizeof kern_sets[0] };
+
+/* The family running tile on isa, or NULL. */
+static const kern_set *kern_set_for(qw_gemm_isa isa, const qw_gemm_tile *t) {
+    if (t->kc < 1 || t->kc > QW_GEMM_FIXED_KC || t->panels < 1) return NULL;
+    for (int i = 0; i < N_KERN_SETS; i++)
+        if (kern_sets[i].isa == isa && kern_sets[i].mr == t->mr && t->panels <= kern_sets[i].panels)
+            return &kern_sets[i];
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- blocked driver */
 
-/* The vector paths: per N block of NC columns and K block of KC, op(B) packed once, then every
- * 6-row block of A over it, kw panels per microkernel (kern[n-1] takes n panels). Edge tiles
- * (fewer than 6 rows or a partly filled last panel) run in a local tile and are copied out. */
-static void gemm_blocked(const kern_fn *kern, int kw, int wide, int transa, int transb, int M,
-                         int N, int K, float alpha, const float *A, int lda, const float *B,
+/* The vector paths: per N block of NC columns and K block of kc, op(B) packed once, then per
+ * group of t.panels panels every t.mr-row block of A over it: the group's packed panels
+ * (t.panels x kc x 64 bytes) stay in L1, where they fit, while op(A)'s rows stream past.
+ * Edge tiles (fewer than mr rows or a partly filled last panel) run in a local tile and are
+ * copied out. */
+static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int transa, int transb,
+                         int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                          int ldb, float beta, float *C, int ldc) {
     _Alignas(64) float pack[QW_GEMM_FIXED_KC * QW_GEMM_FIXED_NC];
-    _Alignas(64) float tile[MR * MAX_PANELS * PW];
+    _Alignas(64) float tile[MAX_MR * MAX_PANELS * PW];
+    const int MR = t.mr, kw = t.panels;
     ptrdiff_t rs = transa ? 1 : lda, ks = transa ? lda : 1;
     for (int j0 = 0; j0 < N; j0 += QW_GEMM_FIXED_NC) {
         int nb = N - j0 < QW_GEMM_FIXED_NC ? N - j0 : QW_GEMM_FIXED_NC;
         int np = (nb + PW - 1) / PW;
-        for (int k0 = 0; k0 < K; k0 += QW_GEMM_FIXED_KC) {
-            int kc = K - k0 < QW_GEMM_FIXED_KC ? K - k0 : QW_GEMM_FIXED_KC;
+        for (int k0 = 0; k0 < K; k0 += t.kc) {
+            int kc = K - k0 < t.kc ? K - k0 : t.kc;
             pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
             int load = k0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
             float post = k0 + kc == K ? alpha : 1.0f;
-            for (int i0 = 0; i0 < M; i0 += MR) {
-                int mr = M - i0 < MR ? M - i0 : MR;
-                const float *a = A + (size_t)i0 * rs + (size_t)k0 * ks;
-                for (int p0 = 0; p0 < np; p0 += kw) {
-                    int pn = np - p0 < kw ? np - p0 : kw;
-                    int cols = nb - p0 * PW < pn * PW ? nb - p0 * PW : pn * PW;
+            for (int p0 = 0; p0 < np; p0 += kw) {
+                int pn = np - p0 < kw ? np - p0 : kw;
+                int cols = nb - p0 * PW < pn * PW ? nb - p0 * PW : pn * PW;
+                const float *bp = pack + (size_t)p0 * kc * PW;
+                kern_fn kern = set->kern[pn - 1];
+                for (int i0 = 0; i0 < M; i0 += MR) {
+                    int mr = M - i0 < MR ? M - i0 : MR;
+                    const float *a = A + (size_t)i0 * rs + (size_t)k0 * ks;
                     float *cp = C + (size_t)i0 * ldc + j0 + p0 * PW;
-                    const float *bp = pack + (size_t)p0 * kc * PW;
                     if (mr == MR && cols == pn * PW) {
-                        kern[pn - 1](kc, mr, a, rs, ks, bp, cp, ldc, load, beta, post);
+                        kern(kc, mr, a, rs, ks, bp, cp, ldc, load, beta, post);
                         continue;
                     }
                     int tw = pn * PW;
@@ -303,7 +346,7 @@ static void gemm_blocked(const kern_fn *kern, int kw, int wide, int transa, int 
                         for (int j = 0; j < tw; j++)
                             tile[r * tw + j] =
                                 load && r < mr && j < cols ? cp[(size_t)r * ldc + j] : 0.0f;
-                    kern[pn - 1](kc, mr, a, rs, ks, bp, tile, tw, load, beta, post);
+                    kern(kc, mr, a, rs, ks, bp, tile, tw, load, beta, post);
                     for (int r = 0; r < mr; r++)
                         memcpy(cp + (size_t)r * ldc, tile + r * tw, (size_t)cols * sizeof *cp);
                 }
@@ -314,21 +357,77 @@ static void gemm_blocked(const kern_fn *kern, int kw, int wide, int transa, int 
 
 #endif
 
+/* ---------------------------------------------------------------- tile choice */
+
+qw_gemm_tile qw_gemm_fixed_tile_for(qw_gemm_isa isa, int fma_ports) {
+    switch (isa) {
+    case QW_GEMM_ISA_AVX512:
+        /* 24 chains either way, 3 to 6 times latency (4) x ports. One port: 6 x 64, the fewest
+         * loads per FMA (10 per 24) and the longest K block (fewest C round trips); a packed
+         * group (64 KiB) streams from L2 at 4 vectors per 24 cycles, which L2 keeps up with.
+         * Two ports: the same stream would be twice as fast, so the group stays in L1: 8 x 48
+         * of K 128 is 24 KiB, half of a 48 KiB L1D, at 11 loads per 24 FMAs (under 1 load a
+         * cycle); and 8 rows divide the engine's T and attention's 64-row tiles. */
+        return fma_ports >= 2 ? (qw_gemm_tile){8, 3, 128} : (qw_gemm_tile){6, 4, 256};
+    case QW_GEMM_ISA_AVX2:
+        /* 12 chains of 8 floats over two 256-bit pipes (latency 4-5 x 2 needs 8-10). */
+        return (qw_gemm_tile){6, 1, QW_GEMM_FIXED_KC};
+    case QW_GEMM_ISA_AUTO:
+    case QW_GEMM_ISA_SCALAR:
+        break;
+    }
+    return (qw_gemm_tile){0, 0, 0};
+}
+
+static qw_gemm_tile forced_tile; /* mr 0: none */
+
+int qw_gemm_fixed_fma_ports(void) {
+    return qw_fma_ports().ports;
+}
+
+qw_gemm_tile qw_gemm_fixed_tile(void) {
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+    if (forced_tile.mr > 0 && qw_gemm_fixed_tile_supported(isa, &forced_tile)) return forced_tile;
+    return qw_gemm_fixed_tile_for(isa, isa == QW_GEMM_ISA_AVX512 ? qw_gemm_fixed_fma_ports() : 1);
+}
+
+int qw_gemm_fixed_tile_supported(qw_gemm_isa isa, const qw_gemm_tile *tile) {
+#if defined(__x86_64__)
+    return kern_set_for(isa, tile) != NULL;
+#else
+    (void)isa;
+    (void)tile;
+    return 0;
+#endif
+}
+
+qs_status qw_gemm_fixed_force_tile(const qw_gemm_tile *tile, qs_error *err) {
+    if (!tile) {
+        forced_tile = (qw_gemm_tile){0, 0, 0};
+        return QS_OK;
+    }
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+    if (!qw_gemm_fixed_tile_supported(isa, tile))
+        return qs_error_set(err, QS_EINVAL,
+                            "gemm_fixed: the %s path has no %d x %d-panel tile with K block %d",
+                            qw_gemm_isa_name(isa), tile->mr, tile->panels, tile->kc);
+    forced_tile = *tile;
+    return QS_OK;
+}
+
 void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     qw_gemm_isa isa = qw_gemm_fixed_isa();
 #if defined(__x86_64__)
-    if (K > 0 && isa == QW_GEMM_ISA_AVX512) {
-        static const kern_fn k512[MAX_PANELS] = {kern512_1, kern512_2, kern512_3, kern512_4};
-        gemm_blocked(k512, MAX_PANELS, 1, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                     ldc);
-        return;
-    }
-    if (K > 0 && isa == QW_GEMM_ISA_AVX2) {
-        static const kern_fn k256[1] = {kern256};
-        gemm_blocked(k256, 1, 0, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    if (K > 0 && isa != QW_GEMM_ISA_SCALAR) {
+        qw_gemm_tile t = qw_gemm_fixed_tile();
+        const kern_set *set = kern_set_for(isa, &t);
+        if (set) {
+            gemm_blocked(set, t, isa == QW_GEMM_ISA_AVX512, transa, transb, M, N, K, alpha, A, lda,
+                         B, ldb, beta, C, ldc);
+            return;
+        }
     }
 #endif
     gemm_scalar(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

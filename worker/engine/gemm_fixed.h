@@ -5,14 +5,17 @@
  *     for k = 0 .. K-1:  c = fmaf(op(A)[i][k], op(B)[k][j], c)
  *     C[i][j] = (alpha == 1 ? c : alpha * c)
  * Vector paths run across output columns, never across k. Layout after BLIS (Van Zee and van de
- * Geijn, ACM TOMS 41(3), 2015): op(B) packed in 16-column panels, 6 x 64 (AVX-512) or 6 x 16
- * (AVX2) microkernel tiles. The ISA is chosen once from __builtin_cpu_supports. */
+ * Geijn, ACM TOMS 41(3), 2015): op(B) packed in 16-column panels, register tiles of MR rows x
+ * panels (qw_gemm_tile), chosen per ISA and 512-bit FMA port count (qw_gemm_fixed_tile_for).
+ * The ISA is chosen once from __builtin_cpu_supports, the port count measured once
+ * (fma_ports.h); neither changes a bit. */
 #ifndef QW_GEMM_FIXED_H
 #define QW_GEMM_FIXED_H
 
 #include "error.h"
 
-/* K and N blocks of the packed op(B): 128 KiB of stack per call; speed only, never bits. */
+/* The largest K block and the N block of the packed op(B): at most 128 KiB of stack per call;
+ * speed only, never bits. */
 #define QW_GEMM_FIXED_KC 256
 #define QW_GEMM_FIXED_NC 128
 
@@ -42,5 +45,32 @@ qs_status qw_gemm_fixed_force_isa(qw_gemm_isa isa, qs_error *err);
 
 /* "scalar", "avx2", "avx512" ("auto" for AUTO). */
 const char *qw_gemm_isa_name(qw_gemm_isa isa);
+
+/* A vector path's blocking: speed only, never bits (each element stays one chain over k in
+ * order; a K block ends by storing the chain to C and the next reloads it, exactly). */
+typedef struct qw_gemm_tile {
+    int mr;     /* rows of C per microkernel */
+    int panels; /* 16-column panels per microkernel (AVX-512: one zmm each; AVX2: 1, two ymm) */
+    int kc;     /* K block, <= QW_GEMM_FIXED_KC */
+} qw_gemm_tile;
+
+/* The tile for isa (AVX2 or AVX512) on a core issuing fma_ports (1 or 2) 512-bit FMAs a cycle:
+ * a pure function of its arguments; {0, 0, 0} for SCALAR or AUTO. */
+qw_gemm_tile qw_gemm_fixed_tile_for(qw_gemm_isa isa, int fma_ports);
+
+/* The 512-bit FMA ports the tile choice assumes now: measured (fma_ports.h) unless forced. */
+int qw_gemm_fixed_fma_ports(void);
+
+/* The tile qw_gemm_fixed uses now: the forced one while the path has it, else qw_gemm_fixed_tile_for(the path, the
+ * ports). */
+qw_gemm_tile qw_gemm_fixed_tile(void);
+
+/* Forces the tile (tests, benchmarks; NULL: back to the choice above); not while another thread
+ * is in qw_gemm_fixed. Errors: QS_EINVAL naming the tile when no microkernel of the path has
+ * it (qw_gemm_fixed_tile_supported). */
+qs_status qw_gemm_fixed_force_tile(const qw_gemm_tile *tile, qs_error *err);
+
+/* Whether the path isa has a microkernel for tile (mr x panels, kc in 1 .. QW_GEMM_FIXED_KC). */
+int qw_gemm_fixed_tile_supported(qw_gemm_isa isa, const qw_gemm_tile *tile);
 
 #endif

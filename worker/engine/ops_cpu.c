@@ -11,6 +11,7 @@
 #include "convcache.h"
 #include "clock.h"
 #include "gemm_cpu.h"
+#include "gemm_fixed.h"
 #include "hadamard.h"
 
 #include <cblas.h>
@@ -112,7 +113,7 @@ void qw_swiglu_forward(float *out, const float *g, const float *u, size_t n, int
  * OpenBLAS: 1, every element from one call of the piece's full height (ops.h QW_GEMM_COLS).
  * The fixed-order GEMM gives each element's bits whatever the call (gemm_fixed.h), so a
  * linear with fewer pieces than 4 per thread (SmolLM2's q, k, v, o and down: 2 to 5 pieces)
- * also splits its rows, into blocks of at least 96 rows (16 microkernel tiles), so that the
+ * also splits its rows, into blocks of at least 96 rows (12 to 16 register tiles), so that the
  * team's threads get equal shares: 5 pieces on 2 threads leave one idle a fifth of the time. */
 static int row_blocks(int T, int pieces, int nt) {
     if (nt < 2 || qw_cpu_gemm_kind() != QW_CPU_GEMM_FIXED) return 1;
@@ -120,10 +121,11 @@ static int row_blocks(int T, int pieces, int nt) {
     return want < 1 ? 1 : want < most ? want : most < 1 ? 1 : most;
 }
 
-/* Rows [*r0, *r1) of row block rb of nb over T rows, in multiples of 6 (the microkernel's
- * height, gemm_fixed.c) except the last. */
+/* Rows [*r0, *r1) of row block rb of nb over T rows, in multiples of the fixed GEMM's tile
+ * height (qw_gemm_fixed_tile: 6 or 8 rows) except the last. */
 static void row_block(int T, int rb, int nb, int *r0, int *r1) {
-    int step = ((T + nb - 1) / nb + 5) / 6 * 6;
+    int mr = qw_gemm_fixed_tile().mr > 0 ? qw_gemm_fixed_tile().mr : 1;
+    int step = ((T + nb - 1) / nb + mr - 1) / mr * mr;
     *r0 = rb * step < T ? rb * step : T;
     *r1 = *r0 + step < T ? *r0 + step : T;
 }
