@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "sqltext.h"
-#include "store_internal.h"
+#include "lock.h"
+#include "session.h"
 
 /* One qc_store_batch_results call: its rows are bytes [off, off + len) of the results
  * buffer. */
