@@ -17,7 +17,7 @@ struct qc_store {
     int stale_lock_backend; /* the server pid of the lock session a reconnect ended, 0: none */
     char *conninfo;         /* the connection string, for lock_conn */
     bool flush_ready;       /* this session has the flush's prepared statements, settings and
-                               results staging table (batch.c, prepare_session) */
+                               results staging table (flush.c, prepare_session) */
     qc_sbuf scratch;        /* reused parameter text */
     char app[200];          /* this session's application_name: "qsweep <role> <host>:<pid>" */
     int backend;            /* the server pid of the current session (PQbackendPID while good) */

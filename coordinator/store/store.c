@@ -1,8 +1,8 @@
 /* The coordinator's PostgreSQL store: opening and closing it, and the reconnect that keeps
  * it (the coordinator lock's session included, lock.c) across a lost connection. The session
  * helpers are in session.c, the state names in states.c, submissions in submit.c, the rebuild
- * snapshot in snapshot.c, the read helpers in reads.c, the batched transitions in batch.c.
- * Contract: store.h. */
+ * snapshot in snapshot.c, the read helpers in reads.c, the write queue in batch.c and its
+ * flush in flush.c. Contract: store.h. */
 #include "store.h"
 
 #include <errno.h>
