@@ -61,7 +61,7 @@ static void assign(server *s, worker *w, job *j) {
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                             &s->batch_err));
     qc_srv_send_assign(s, w, j, true);
-    if (!s->o->quiet)
+    if (!s->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
 

@@ -226,7 +226,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                                "attempt is no longer current");
         }
     }
-    if (!s->o->quiet)
+    if (!s->quiet)
         qc_log("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
 }
 
@@ -317,7 +317,7 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
     if (j->chunks && j->chunk_next == j->chunks) {
         store_result(s, j, j->chunk_rows, j->n_chunk_rows, true);
         qc_srv_keep_model_digest(j, j->chunk_rows, j->n_chunk_rows);
-        if (!s->o->quiet)
+        if (!s->quiet)
             qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
                    (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
         qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, NULL, false); /* frees the chunks */
@@ -436,10 +436,10 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const char *u
         return;
     }
     if (env->body_case == QSWEEP__ENVELOPE__BODY_HELLO) {
-        if (s->o->curve_secret_key && (!user_id || strlen(user_id) != CURVE_Z85))
+        if (s->curve && (!user_id || strlen(user_id) != CURVE_Z85))
             qc_log("dropped: peer %s: HELLO without a CURVE key (User-Id) on a CURVE socket", peer);
         else
-            on_hello(s, rid, rid_len, s->o->curve_secret_key ? user_id : NULL, env->hello, now);
+            on_hello(s, rid, rid_len, s->curve ? user_id : NULL, env->hello, now);
         qs_proto_free(env);
         return;
     }

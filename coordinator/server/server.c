@@ -188,7 +188,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                             "options.curve_secret_key: an allow-list of worker keys only works "
                             "with CURVE on",
                             opts->curve_allowed_keys);
-    server s = {.o = opts, .jobs.next_wake = NEVER};
+    server s = {.o = opts,
+                .quiet = opts->quiet,
+                .curve = opts->curve_secret_key != NULL,
+                .jobs.next_wake = NEVER};
     s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
     s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;
     s.backoff_ms = opts->backoff_ms ? opts->backoff_ms : 1000;

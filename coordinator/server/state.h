@@ -14,7 +14,6 @@
 #include "job_table.h"
 #include "log.h"
 #include "running.h"
-#include "server.h"
 #include "store.h"
 #include "workers.h"
 #include "writer.h"
@@ -30,8 +29,12 @@ typedef struct action {
     uint32_t attempt;
 } action;
 
+struct qc_server_options;
+
 typedef struct server {
-    const qc_server_options *o;
+    const struct qc_server_options *o; /* the options (server.h): server.c alone reads them */
+    bool quiet;                        /* options.quiet: no per-job log lines */
+    bool curve;                        /* CURVE on the socket: HELLO carries the peer's key */
     int lease_ms, grace_ms, backoff_ms, poll_ms, worker_timeout_ms;
     qc_store *store;        /* reads and polls */
     qc_writer *writer;      /* the second connection: commits batches in its own thread */

@@ -31,7 +31,7 @@ void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
     keep_error(j, why);
     qc_srv_must(
         s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
-    if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
+    if (!s->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     qc_srv_end_dependents(s, j);
 }
 
@@ -114,7 +114,7 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
                                                       error, cause, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used,
                                             backoff / 1000.0, error, &s->batch_err));
-    if (!s->o->quiet || j->state == J_FAILED)
+    if (!s->quiet || j->state == J_FAILED)
         qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
                qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
                error ? error : "");
