@@ -34,6 +34,10 @@
 #include "threads.h"
 #include "wlog.h"
 
+void qw_request_stop(void) {
+    qw_loop_request_stop();
+}
+
 static const char *state_name(qw_state st) {
     static const char *const names[] = {"CONNECTING", "REGISTERING", "IDLE",   "RECEIVING",
                                         "RUNNING",    "DELIVERING",  "LEAVING"};

@@ -1,12 +1,11 @@
 /* The request to stop (stop.h). */
 #include <signal.h>
 
-#include "loop.h"
 #include "stop.h"
 
 static volatile sig_atomic_t stop_requested;
 
-void qw_request_stop(void) {
+void qw_loop_request_stop(void) {
     stop_requested = 1;
 }
 

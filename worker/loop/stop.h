@@ -5,6 +5,9 @@
 
 #include <stdbool.h>
 
+/* Requests a stop (qw_request_stop's work, loop.h). */
+void qw_loop_request_stop(void);
+
 /* Whether a stop was requested (SIGTERM, SIGINT, qw_request_stop). */
 bool qw_loop_stop_requested(void);
 
