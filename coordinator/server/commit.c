@@ -9,22 +9,9 @@
 
 #include "clock.h"
 #include "log.h"
-#include "server_internal.h"
-
-void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
-                              job *assign) {
-    uint8_t *buf;
-    size_t len;
-    if (!qc_srv_encode(env, &buf, &len)) return;
-    s->actions = qc_srv_grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
-    action *a = &s->actions[s->n_actions++];
-    memcpy(a->rid, rid, rid_len);
-    a->rid_len = rid_len;
-    a->buf = buf;
-    a->len = len;
-    a->assign = assign;
-    a->attempt = assign ? assign->attempt : 0;
-}
+#include "commit.h"
+#include "outbox.h"
+#include "transitions.h"
 
 /* Sends the actions of the flight list (whose batch is durable). */
 void qc_srv_run_actions(server *s) {

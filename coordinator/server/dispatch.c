@@ -1,30 +1,20 @@
-/* Dispatch (server_internal.h): the pending list sorted for the scheduler (scheduler.h, a
+/* Dispatch : the pending list sorted for the scheduler (scheduler.h, a
  * pure function), one pick per ready idle worker, and the ASSIGN that starts an attempt
  * (sent after its attempt row is durable). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
-#include "server_internal.h"
-
-static void compact_pending(server *s) {
-    size_t o = 0;
-    for (size_t i = 0; i < s->n_pending; i++) {
-        qc_sched_job *q = s->pending[i];
-        if (!q->pending) continue;
-        /* a job requeued twice appears twice; keep one (neighbours after the sort) */
-        if (o > 0 && s->pending[o - 1] == q) continue;
-        s->pending[o++] = q;
-    }
-    s->n_pending = o;
-}
+#include "dispatch.h"
+#include "identity.h"
+#include "outbox.h"
 
 /* qc_sched_deps_fn over the server's jobs. */
 static bool deps_met(const qc_sched_job *q, void *ctx) {
     server *s = ctx;
     const job *j = (const job *)q;
     for (int d = 0; d < j->n_deps; d++) {
-        const job *dep = qc_srv_find_job(s, j->deps[d]);
+        const job *dep = qc_srv_find_job(&s->jobs, j->deps[d]);
         if (dep && dep->state != J_SUCCEEDED) return false;
     }
     return true;
@@ -45,9 +35,9 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
                           .name = w->name,
                           .kinds = kinds,
                           .n_kinds = w->n_kinds};
-    ptrdiff_t k =
-        qc_sched_pick(&sw, s->pending + head, s->n_pending - head, now, deps_met, s, &s->next_wake);
-    return k < 0 ? NULL : (job *)s->pending[head + (size_t)k];
+    ptrdiff_t k = qc_sched_pick(&sw, s->jobs.pending + head, s->jobs.n_pending - head, now,
+                                deps_met, s, &s->jobs.next_wake);
+    return k < 0 ? NULL : (job *)s->jobs.pending[head + (size_t)k];
 }
 
 static void assign(server *s, worker *w, job *j) {
@@ -55,10 +45,10 @@ static void assign(server *s, worker *w, job *j) {
     j->attempt++;
     j->worker = w;
     j->rebuilt = false;
-    qc_srv_running_remove(s, j);
+    qc_srv_running_remove(&s->running, j);
     free(j->worker_name);
     j->worker_name = strdup(w->name);
-    qc_srv_running_add(s, j);
+    qc_srv_running_add(&s->running, j);
     j->lease_deadline = NEVER;
     w->job = j;
     w->ready = false;
@@ -71,29 +61,30 @@ static void assign(server *s, worker *w, job *j) {
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, J_RUNNING, j->attempts_used, 0, NULL,
                                             &s->batch_err));
     qc_srv_send_assign(s, w, j, true);
-    if (!s->o->quiet)
+    if (!s->quiet)
         qc_log("job %lld attempt %u -> worker %s", (long long)j->id, j->attempt, w->name);
 }
 
 void qc_srv_dispatch(server *s, int64_t now) {
     if (s->db_down) return;
-    if (!s->dirty && now < s->next_wake) return;
+    if (!s->dirty && now < s->jobs.next_wake) return;
     s->dirty = false;
-    s->next_wake = NEVER;
-    if (!s->pending_sorted) {
-        compact_pending(s);
-        if (s->n_pending) qsort(s->pending, s->n_pending, sizeof *s->pending, qc_sched_compare);
-        compact_pending(s);
-        s->pending_sorted = true;
-    }
+    s->jobs.next_wake = NEVER;
+    qc_srv_pending_sort(&s->jobs);
     size_t head = 0;
-    for (size_t i = 0; i < s->n_workers; i++) {
-        worker *w = s->workers[i];
+    for (size_t i = 0; i < s->workers.n; i++) {
+        worker *w = s->workers.all[i];
         if (!w->ready || w->job) continue;
-        while (head < s->n_pending && !s->pending[head]->pending)
+        while (head < s->jobs.n_pending && !s->jobs.pending[head]->pending)
             head++;
-        if (head == s->n_pending) break;
+        if (head == s->jobs.n_pending) break;
         job *j = pick(s, w, now, head);
         if (j) assign(s, w, j);
     }
+}
+
+void qc_srv_worker_idle(server *s, worker *w) {
+    if (w->job) return;
+    w->ready = true;
+    s->dirty = true;
 }

@@ -8,7 +8,12 @@
 #include <jansson.h>
 
 #include "log.h"
-#include "server_internal.h"
+#include "handlers.h"
+#include "dispatch.h"
+#include "grow.h"
+#include "lease.h"
+#include "outbox.h"
+#include "transitions.h"
 #include "utf8.h"
 
 /* RFC 3629 UTF-8 validity (PostgreSQL rejects anything else in text columns): the one
@@ -65,7 +70,7 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
     char from[600];
     qc_srv_peer_name(old->rid, old->rid_len, from, sizeof from);
     qc_log("worker %s moved from connection %s to %s", old->name, from, peer);
-    qc_srv_drop_worker(s, old);
+    qc_srv_drop_worker(&s->workers, old);
 }
 
 /* A supervisor says how the process of worker id prev ended (Hello.previous_exit): every
@@ -76,7 +81,7 @@ static void hello_moves(server *s, worker *old, const char *key, const Qsweep__H
  * stops sending them once it is assigned a job (worker/loop/outbox.c). */
 static void note_previous_exit(server *s, const char *prev, const char *how, const job *named) {
     job *const *of;
-    size_t n = qc_srv_running_of(s, prev, &of);
+    size_t n = qc_srv_running_of(&s->running, prev, &of);
     for (size_t i = 0; i < n; i++) {
         job *j = of[i];
         /* the attempt the HELLO names runs in the process that speaks: not the dead one's */
@@ -99,23 +104,23 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
         return;
     }
     if (key) { /* CURVE: the id belongs to the key that first registered it */
-        const char *owner = qc_srv_owner(s, h->worker_id);
+        const char *owner = qc_srv_owner(&s->owners, h->worker_id);
         if (owner && strcmp(owner, key) != 0) {
             qc_log("refused: peer %s: HELLO as worker %s from CURVE key %s, but that worker id "
                    "belongs to key %s",
                    peer, h->worker_id, key, owner);
             return;
         }
-        if (!owner) qc_srv_own(s, h->worker_id, key);
+        if (!owner) qc_srv_own(&s->owners, h->worker_id, key);
     }
-    worker *w = qc_srv_find_worker(s, rid, rid_len);
+    worker *w = qc_srv_find_worker(&s->workers, rid, rid_len);
     if (w && strcmp(w->name, h->worker_id) != 0) { /* the connection takes another id */
-        qc_srv_drop_worker(s, w);                  /* its job, if any, keeps its lease */
+        qc_srv_drop_worker(&s->workers, w);        /* its job, if any, keeps its lease */
         w = NULL;
     }
-    worker *old = qc_srv_find_worker_named(s, h->worker_id, w);
+    worker *old = qc_srv_find_worker_named(&s->workers, h->worker_id, w);
     if (old) hello_moves(s, old, key, h, peer);
-    if (!w) w = qc_srv_worker_add(s, rid, rid_len);
+    if (!w) w = qc_srv_worker_add(&s->workers, rid, rid_len);
     snprintf(w->name, sizeof w->name, "%s", h->worker_id);
     snprintf(w->key, sizeof w->key, "%s", key ? key : "");
     w->last_seen = now;
@@ -148,7 +153,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                                                   (int32_t)h->cpu_threads, key, &s->batch_err));
     free(gj);
 
-    job *named = h->running_job_id ? qc_srv_find_job(s, h->running_job_id) : NULL;
+    job *named = h->running_job_id ? qc_srv_find_job(&s->jobs, h->running_job_id) : NULL;
     if (h->previous_exit[0] && utf8_valid(h->previous_exit) && utf8_valid(h->previous_worker_id))
         note_previous_exit(s, h->previous_worker_id[0] ? h->previous_worker_id : w->name,
                            h->previous_exit, named);
@@ -169,7 +174,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
        A HELLO with a supervisor's previous_exit says the worker's process ended instead (it
        may have died of the job): that attempt is lost and counts, as after a lease. */
     job *const *of;
-    size_t n_of = qc_srv_running_of(s, w->name, &of);
+    size_t n_of = qc_srv_running_of(&s->running, w->name, &of);
     job **orphans = malloc((n_of ? n_of : 1) * sizeof *orphans); /* ending one leaves the index */
     if (!orphans) abort();
     if (n_of) memcpy(orphans, of, n_of * sizeof *orphans); /* of may be NULL when n_of is 0 */
@@ -221,7 +226,7 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
                                "attempt is no longer current");
         }
     }
-    if (!s->o->quiet)
+    if (!s->quiet)
         qc_log("worker %s joined (%zu GPUs, %u threads)", w->name, h->n_gpus, h->cpu_threads);
 }
 
@@ -240,7 +245,7 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
         if (j->lease_deadline != NEVER) qc_srv_renew_lease(s, j, now);
         return;
     }
-    job *other = qc_srv_find_job(s, hb->job_id);
+    job *other = qc_srv_find_job(&s->jobs, hb->job_id);
     bool pending_assign = other && other == w->job && other->lease_deadline == NEVER;
     /* its end is here (its ACK waits for the commit): the worker heartbeats it meanwhile */
     bool ended =
@@ -255,7 +260,7 @@ static void on_heartbeat(server *s, worker *w, const Qsweep__Heartbeat *hb, int6
  * with *why saying which it is not. */
 static job *current(server *s, worker *w, int64_t job_id, uint32_t attempt,
                     const ProtobufCBinaryData *tok, const char **why) {
-    job *j = qc_srv_find_job(s, job_id);
+    job *j = qc_srv_find_job(&s->jobs, job_id);
     *why = "not the job's current attempt";
     if (!j || j->state != J_RUNNING || j->attempt != attempt || j->worker != w ||
         j->lease_deadline == NEVER)
@@ -312,7 +317,7 @@ static void on_result_chunk(server *s, worker *w, job *j, const Qsweep__Result *
     if (j->chunks && j->chunk_next == j->chunks) {
         store_result(s, j, j->chunk_rows, j->n_chunk_rows, true);
         qc_srv_keep_model_digest(j, j->chunk_rows, j->n_chunk_rows);
-        if (!s->o->quiet)
+        if (!s->quiet)
             qc_log("job %lld attempt %u: final result of %zu metrics complete in %u chunks",
                    (long long)j->id, j->attempt, j->n_chunk_rows, j->chunks);
         qc_srv_end_attempt(s, j, QC_ATTEMPT_SUCCEEDED, NULL, NULL, false); /* frees the chunks */
@@ -431,14 +436,14 @@ void qc_srv_on_message(server *s, const char *rid, size_t rid_len, const char *u
         return;
     }
     if (env->body_case == QSWEEP__ENVELOPE__BODY_HELLO) {
-        if (s->o->curve_secret_key && (!user_id || strlen(user_id) != CURVE_Z85))
+        if (s->curve && (!user_id || strlen(user_id) != CURVE_Z85))
             qc_log("dropped: peer %s: HELLO without a CURVE key (User-Id) on a CURVE socket", peer);
         else
-            on_hello(s, rid, rid_len, s->o->curve_secret_key ? user_id : NULL, env->hello, now);
+            on_hello(s, rid, rid_len, s->curve ? user_id : NULL, env->hello, now);
         qs_proto_free(env);
         return;
     }
-    worker *w = qc_srv_find_worker(s, rid, rid_len);
+    worker *w = qc_srv_find_worker(&s->workers, rid, rid_len);
     if (!w) {
         if (env->body_case != QSWEEP__ENVELOPE__BODY_BYE)
             qc_srv_send_reregister(s, rid, rid_len,

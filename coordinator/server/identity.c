@@ -1,4 +1,4 @@
-/* Who may speak for a worker and for an attempt (server_internal.h, docs/security.md):
+/* Who may speak for a worker and for an attempt (identity.h, docs/security.md):
  *   - an attempt token: TOKEN_BYTES random bytes made for each attempt, sent only in its
  *     ASSIGN, never logged; a HELLO re-attaching to the attempt, a HEARTBEAT renewing its
  *     lease and a RESULT or FAILED reporting it must carry it. The coordinator keeps the raw
@@ -11,7 +11,8 @@
 
 #include <sodium.h>
 
-#include "server_internal.h"
+#include "grow.h"
+#include "identity.h"
 
 void qc_srv_token_new(job *j) {
     randombytes_buf(j->token, sizeof j->token);
@@ -39,32 +40,31 @@ bool qc_srv_token_ok(const job *j, const uint8_t *t, size_t len) {
     return sodium_memcmp(h, j->token_hash, sizeof h) == 0;
 }
 
-qs_status qc_srv_owners_load(server *s, qs_error *err) {
-    qc_srv_owners_free(s);
-    qs_status st = qc_store_worker_keys(s->store, &s->owners, &s->n_owners, err);
-    s->cap_owners = s->n_owners;
+qs_status qc_srv_owners_load(qc_owners *o, qc_store *store, qs_error *err) {
+    qc_srv_owners_free(o);
+    qs_status st = qc_store_worker_keys(store, &o->all, &o->n, err);
+    o->cap = o->n;
     return st;
 }
 
-const char *qc_srv_owner(const server *s, const char *name) {
-    for (size_t i = 0; i < s->n_owners; i++)
-        if (!strcmp(s->owners[i].worker, name)) return s->owners[i].key;
+const char *qc_srv_owner(const qc_owners *o, const char *name) {
+    for (size_t i = 0; i < o->n; i++)
+        if (!strcmp(o->all[i].worker, name)) return o->all[i].key;
     return NULL;
 }
 
-void qc_srv_own(server *s, const char *name, const char *key) {
-    s->owners = qc_srv_grow(s->owners, &s->cap_owners, s->n_owners + 1, sizeof *s->owners);
-    qc_worker_key *k = &s->owners[s->n_owners];
+void qc_srv_own(qc_owners *o, const char *name, const char *key) {
+    o->all = qc_srv_grow(o->all, &o->cap, o->n + 1, sizeof *o->all);
+    qc_worker_key *k = &o->all[o->n];
     if (!(k->worker = strdup(name)) || !(k->key = strdup(key))) abort();
-    s->n_owners++;
+    o->n++;
 }
 
-void qc_srv_owners_free(server *s) {
-    for (size_t i = 0; i < s->n_owners; i++) {
-        free(s->owners[i].worker);
-        free(s->owners[i].key);
+void qc_srv_owners_free(qc_owners *o) {
+    for (size_t i = 0; i < o->n; i++) {
+        free(o->all[i].worker);
+        free(o->all[i].key);
     }
-    free(s->owners);
-    s->owners = NULL;
-    s->n_owners = s->cap_owners = 0;
+    free(o->all);
+    *o = (qc_owners){0};
 }

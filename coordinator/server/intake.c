@@ -1,4 +1,4 @@
-/* What the coordinator reads from the store while it runs (server_internal.h): the jobs
+/* What the coordinator reads from the store while it runs : the jobs
  * submitted since the last poll (all of them at start, running attempts waiting grace_ms for
  * their worker) and the unhandled cancel requests. */
 #include <stdio.h>
@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "clock.h"
-#include "server_internal.h"
+#include "intake.h"
+#include "outbox.h"
+#include "transitions.h"
 
 /* Adds a job from the store's snapshot; running attempts wait grace_ms for their worker. */
 static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_attempt *running) {
@@ -40,7 +42,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         qc_srv_set_state(j, J_RUNNING);
         j->attempt = (uint32_t)running->attempt;
         j->worker_name = strdup(running->worker);
-        qc_srv_running_add(s, j);
+        qc_srv_running_add(&s->running, j);
         qc_srv_token_load(j, running->token_hash);
         j->lease_deadline = now + s->grace_ms; /* its worker may re-attach (server.h) */
         j->rebuilt = true;
@@ -51,9 +53,7 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         j->q.not_before_ms =
             r->not_before_in_s > 0 ? now + (int64_t)(r->not_before_in_s * 1000.0) : now;
     }
-    s->jobs = qc_srv_grow(s->jobs, &s->cap_jobs, s->n_jobs + 1, sizeof *s->jobs);
-    s->jobs[s->n_jobs++] = j; /* snapshots come by increasing id, above every id held */
-    s->active++;
+    qc_srv_jobs_append(&s->jobs, j); /* snapshots come by increasing id, above every id held */
     if (j->state == J_PENDING) qc_srv_push_pending(s, j);
     if (j->state != J_PENDING) return;
     /* A dependency that can never succeed ends it now: one stored as failed or cancelled
@@ -69,9 +69,9 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
         return;
     }
     for (int d = 0; d < j->n_deps; d++) {
-        job *dep = qc_srv_find_job(s, j->deps[d]);
+        job *dep = qc_srv_find_job(&s->jobs, j->deps[d]);
         if (dep && (dep->state == J_FAILED || dep->state == J_CANCELLED)) {
-            /* as if j had been pending when dep ended (jobs.c) */
+            /* as if j had been pending when dep ended (transitions.c) */
             qc_srv_end_dependents(s, dep);
             return;
         }
@@ -81,12 +81,12 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
 /* Loads jobs submitted since the last load (all of them at start). */
 qs_status qc_srv_load_new_jobs(server *s, qs_error *err) {
     qc_store_snapshot snap;
-    qs_status st = qc_store_load(s->store, s->last_job_id, &snap, err);
+    qs_status st = qc_store_load(s->store, s->jobs.last_id, &snap, err);
     if (st != QS_OK) return st;
     size_t r = 0;
     for (size_t i = 0; i < snap.n_jobs; i++) {
         const qc_stored_job *sj = &snap.jobs[i];
-        if (qc_srv_find_job(s, sj->id)) continue;
+        if (qc_srv_find_job(&s->jobs, sj->id)) continue;
         while (r < snap.n_running && snap.running[r].job < sj->id)
             r++;
         const qc_stored_attempt *run = NULL;
@@ -94,7 +94,7 @@ qs_status qc_srv_load_new_jobs(server *s, qs_error *err) {
             run = &snap.running[k];
         add_stored_job(s, sj, run);
     }
-    if (snap.max_job_id > s->last_job_id) s->last_job_id = snap.max_job_id;
+    if (snap.max_job_id > s->jobs.last_id) s->jobs.last_id = snap.max_job_id;
     qc_store_snapshot_free(&snap);
     return QS_OK;
 }
@@ -106,7 +106,7 @@ qs_status qc_srv_poll_cancels(server *s, qs_error *err) {
     qs_status st = qc_store_poll_cancels(s->store, &ids, &n, &upto, err);
     if (st != QS_OK) return st;
     for (size_t i = 0; i < n; i++) {
-        job *j = qc_srv_find_job(s, ids[i]);
+        job *j = qc_srv_find_job(&s->jobs, ids[i]);
         if (!j) continue;
         if (j->state == J_PENDING) {
             qc_srv_end_pending(s, j, J_CANCELLED, "cancelled on request");

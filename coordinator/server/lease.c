@@ -5,7 +5,9 @@
 #include <stdio.h>
 
 #include "log.h"
-#include "server_internal.h"
+#include "lease.h"
+#include "outbox.h"
+#include "transitions.h"
 
 /* Renews the lease to now + lease_ms in memory, and in attempts.lease_expires_at when the
  * stored one has less than half a lease left: one write per job every lease/2 at most, so
@@ -19,8 +21,8 @@ void qc_srv_renew_lease(server *s, job *j, int64_t now) {
 }
 
 void qc_srv_check_leases(server *s, int64_t now) {
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        job *j = s->jobs[i];
+    for (size_t i = 0; i < s->jobs.n; i++) {
+        job *j = s->jobs.all[i];
         if (j->state != J_RUNNING || now <= j->lease_deadline) continue;
         char why[400];
         const char *cause = "lease";
@@ -55,15 +57,33 @@ void qc_srv_check_leases(server *s, int64_t now) {
 void qc_srv_on_stall(server *s, int64_t stalled_ms, int64_t now) {
     int give_ms = s->grace_ms > s->lease_ms ? s->grace_ms : s->lease_ms;
     size_t running = 0;
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        job *j = s->jobs[i];
+    for (size_t i = 0; i < s->jobs.n; i++) {
+        job *j = s->jobs.all[i];
         if (j->state != J_RUNNING || j->lease_deadline == NEVER) continue;
         if (j->lease_deadline < now + give_ms) j->lease_deadline = now + give_ms;
         running++;
     }
-    for (size_t i = 0; i < s->n_workers; i++)
-        if (s->workers[i]->last_seen < now) s->workers[i]->last_seen = now;
+    for (size_t i = 0; i < s->workers.n; i++)
+        if (s->workers.all[i]->last_seen < now) s->workers.all[i]->last_seen = now;
     qc_log("the coordinator did not run for %lld ms (stopped, a paused VM, swapping?): giving "
            "%zu running attempts %d ms to report before any lease is checked",
            (long long)stalled_ms, running, give_ms);
+}
+
+void qc_srv_forget_worker(server *s, worker *w) {
+    qc_srv_must(s, qc_store_batch_worker_alive(s->batch, w->name, true, &s->batch_err));
+    qc_srv_drop_worker(&s->workers, w);
+}
+
+void qc_srv_forget_silent_workers(server *s, int64_t now) {
+    for (size_t i = 0; i < s->workers.n;) {
+        worker *w = s->workers.all[i];
+        if (!w->job && now - w->last_seen > s->worker_timeout_ms) {
+            qc_log("worker %s silent for %lld ms: forgotten", w->name,
+                   (long long)(now - w->last_seen));
+            qc_srv_forget_worker(s, w);
+        } else {
+            i++;
+        }
+    }
 }

@@ -1,4 +1,4 @@
-/* What the coordinator sends to workers (server_internal.h): encoding, the ROUTER send, and
+/* What the coordinator sends to workers : encoding, the ROUTER send, and
  * one function per message it sends (ACK, CANCEL, REREGISTER, ASSIGN in parts). ACKs and
  * ASSIGNs wait for the open batch's commit (commit.c); the others go at once. */
 #include <errno.h>
@@ -7,8 +7,9 @@
 
 #include <zmq.h>
 
+#include "grow.h"
 #include "log.h"
-#include "server_internal.h"
+#include "outbox.h"
 
 bool qc_srv_encode(Qsweep__Envelope *env, uint8_t **buf, size_t *len) {
     qs_error err;
@@ -29,6 +30,21 @@ bool qc_srv_send_raw(server *s, const char *rid, size_t rid_len, const uint8_t *
         return false;
     }
     return true;
+}
+
+void qc_srv_send_after_commit(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env,
+                              job *assign) {
+    uint8_t *buf;
+    size_t len;
+    if (!qc_srv_encode(env, &buf, &len)) return;
+    s->actions = qc_srv_grow(s->actions, &s->cap_actions, s->n_actions + 1, sizeof *s->actions);
+    action *a = &s->actions[s->n_actions++];
+    memcpy(a->rid, rid, rid_len);
+    a->rid_len = rid_len;
+    a->buf = buf;
+    a->len = len;
+    a->assign = assign;
+    a->attempt = assign ? assign->attempt : 0;
 }
 
 void qc_srv_send_now(server *s, const char *rid, size_t rid_len, Qsweep__Envelope *env) {
@@ -88,7 +104,8 @@ void qc_srv_send_assign(server *s, worker *w, job *j, bool after_commit) {
     }
     char *part = chunks ? malloc(room + 1) : NULL;
     if (chunks && !part) abort();
-    const char *digest = qc_srv_trained_digest(s, j); /* in every part, as the other fields */
+    const char *digest =
+        qc_srv_trained_digest(&s->jobs, j); /* in every part, as the other fields */
     size_t off = 0;
     for (uint32_t k = 0; k < (chunks ? chunks : 1); k++) {
         Qsweep__Assign a = QSWEEP__ASSIGN__INIT;

@@ -1,11 +1,9 @@
-/* The running attempts by worker name (server_internal.h): s->running holds every job whose
- * current attempt names a worker (j->worker_name: assigned by this process, or loaded running
- * after a restart), sorted by (worker_name, id), so a HELLO finds the attempts of its worker
- * id by binary search instead of walking every job the coordinator holds. */
+/* The index of running attempts by worker name (running.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_internal.h"
+#include "grow.h"
+#include "running.h"
 
 /* Order of the index: worker name, then job id. */
 static int cmp(const char *name, int64_t id, const job *j) {
@@ -14,11 +12,11 @@ static int cmp(const char *name, int64_t id, const job *j) {
 }
 
 /* The first position whose entry is not before (name, id). */
-static size_t lower_bound(const server *s, const char *name, int64_t id) {
-    size_t lo = 0, hi = s->n_running;
+static size_t lower_bound(const qc_running *r, const char *name, int64_t id) {
+    size_t lo = 0, hi = r->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cmp(name, id, s->running[mid]) > 0)
+        if (cmp(name, id, r->all[mid]) > 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -26,32 +24,37 @@ static size_t lower_bound(const server *s, const char *name, int64_t id) {
     return lo;
 }
 
-void qc_srv_running_add(server *s, job *j) {
+void qc_srv_running_add(qc_running *r, job *j) {
     if (!j->worker_name) return;
-    size_t at = lower_bound(s, j->worker_name, j->id);
-    if (at < s->n_running && s->running[at] == j) return;
-    s->running = qc_srv_grow(s->running, &s->cap_running, s->n_running + 1, sizeof *s->running);
-    memmove(s->running + at + 1, s->running + at, (s->n_running - at) * sizeof *s->running);
-    s->running[at] = j;
-    s->n_running++;
+    size_t at = lower_bound(r, j->worker_name, j->id);
+    if (at < r->n && r->all[at] == j) return;
+    r->all = qc_srv_grow(r->all, &r->cap, r->n + 1, sizeof *r->all);
+    memmove(r->all + at + 1, r->all + at, (r->n - at) * sizeof *r->all);
+    r->all[at] = j;
+    r->n++;
 }
 
-void qc_srv_running_remove(server *s, job *j) {
+void qc_srv_running_remove(qc_running *r, job *j) {
     if (!j->worker_name) return;
-    size_t at = lower_bound(s, j->worker_name, j->id);
-    if (at == s->n_running || s->running[at] != j) return;
-    memmove(s->running + at, s->running + at + 1, (s->n_running - at - 1) * sizeof *s->running);
-    s->n_running--;
+    size_t at = lower_bound(r, j->worker_name, j->id);
+    if (at == r->n || r->all[at] != j) return;
+    memmove(r->all + at, r->all + at + 1, (r->n - at - 1) * sizeof *r->all);
+    r->n--;
 }
 
-size_t qc_srv_running_of(const server *s, const char *name, job *const **first) {
-    if (!s->n_running) { /* s->running may still be NULL */
+size_t qc_srv_running_of(const qc_running *r, const char *name, job *const **first) {
+    if (!r->n) { /* r->all may still be NULL */
         *first = NULL;
         return 0;
     }
-    size_t lo = lower_bound(s, name, INT64_MIN), hi = lo;
-    while (hi < s->n_running && strcmp(s->running[hi]->worker_name, name) == 0)
+    size_t lo = lower_bound(r, name, INT64_MIN), hi = lo;
+    while (hi < r->n && strcmp(r->all[hi]->worker_name, name) == 0)
         hi++;
-    *first = s->running + lo;
+    *first = r->all + lo;
     return hi - lo;
+}
+
+void qc_srv_running_free(qc_running *r) {
+    free(r->all);
+    *r = (qc_running){0};
 }

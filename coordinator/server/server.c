@@ -1,9 +1,9 @@
 /* The coordinator's loop and wiring (server.h): options, signals, the ROUTER socket, the
- * poll loop that turns the parts over, and teardown. The parts, each in its file
- * (server_internal.h): registry.c (workers), handlers.c (one function per message kind),
- * jobs.c (job table and transitions), intake.c (new jobs and cancels from the store),
- * dispatch.c (scheduling, ASSIGN), lease.c (renewal, expiry, stalls), outbox.c (messages to
- * workers), commit.c (what is durable before what is sent; PostgreSQL outages). */
+ * poll loop that turns the parts over, and teardown. It stands on three floors: the state
+ * (state.h: job_table.c, workers.c, running.c, identity.c, each with its own header), the
+ * parts that act on it (handlers.c one function per message kind, transitions.c, intake.c
+ * new jobs and cancels from the store, dispatch.c, lease.c, outbox.c messages to workers,
+ * commit.c what is durable before what is sent), and this loop on top. */
 #include "server.h"
 
 #include <errno.h>
@@ -16,14 +16,21 @@
 #include <sodium.h>
 #include <zmq.h>
 
-#include "envelope.h"
 #include "clock.h"
+#include "commit.h"
+#include "dispatch.h"
+#include "envelope.h"
+#include "handlers.h"
+#include "intake.h"
+#include "lease.h"
 #include "log.h"
 #include "scheduler.h"
 #include "store.h"
 #include "writer.h"
 #include "zap.h"
-#include "server_internal.h"
+
+/* The most messages one turn of the loop receives before it looks at the rest. */
+enum { DRAIN_MAX = 8192 };
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t reload_requested; /* SIGHUP: re-read the CURVE allow-list */
@@ -63,44 +70,6 @@ static qs_status take_lock(server *s, qs_error *err) {
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
     }
-}
-
-void *qc_srv_grow(void *p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return p;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(p, c * elem);
-    if (!q) {
-        qc_log("out of memory growing a table to %zu entries", need);
-        abort(); /* the in-memory queue cannot be kept consistent without memory */
-    }
-    *cap = c;
-    return q;
-}
-
-/* Queueing a write fails only without memory or on a bad argument, which the message
- * checks exclude: the in-memory state would no longer match what becomes durable. */
-void qc_srv_must(server *s, qs_status st) {
-    if (st != QS_OK) {
-        qc_log("cannot queue a database write: %s", s->batch_err.msg);
-        abort();
-    }
-}
-
-/* A printable peer name for logs: the routing id when printable, else its hex. */
-void qc_srv_peer_name(const char *rid, size_t len, char *out, size_t cap) {
-    bool printable = len > 0;
-    for (size_t i = 0; i < len && printable; i++)
-        printable = rid[i] >= 0x20 && rid[i] < 0x7f;
-    if (printable) {
-        snprintf(out, cap, "%.*s", (int)len, rid);
-        return;
-    }
-    size_t o = 0;
-    o += (size_t)snprintf(out, cap, "0x");
-    for (size_t i = 0; i < len && o + 3 < cap; i++)
-        o += (size_t)snprintf(out + o, cap - o, "%02x", (unsigned char)rid[i]);
 }
 
 static qs_status open_socket(server *s, qs_error *err) {
@@ -181,11 +150,9 @@ static void drain(server *s, int64_t now) {
 }
 
 static void free_server(server *s) {
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        qc_srv_job_free(s->jobs[i]);
-    }
-    for (size_t i = 0; i < s->n_workers; i++)
-        free(s->workers[i]);
+    qc_srv_jobs_free(&s->jobs);
+    qc_srv_workers_free(&s->workers);
+    qc_srv_running_free(&s->running);
     qc_writer_stop(s->writer); /* first: it may still hold a batch */
     for (size_t i = 0; i < s->n_actions; i++)
         free(s->actions[i].buf);
@@ -194,10 +161,6 @@ static void free_server(server *s) {
     free(s->flight);
     qc_store_batch_free(s->flying);
     qc_store_batch_free(s->spare);
-    free(s->jobs);
-    free(s->pending);
-    free(s->workers);
-    free(s->running);
     free(s->actions);
     if (s->sock) zmq_close(s->sock);
     qc_zap_stop(s->zap); /* after the ROUTER, before zmq_ctx_term (zap.h) */
@@ -205,7 +168,7 @@ static void free_server(server *s) {
     if (s->zctx) zmq_ctx_term(s->zctx);
     qc_store_batch_free(s->batch);
     qc_store_close(s->store);
-    qc_srv_owners_free(s);
+    qc_srv_owners_free(&s->owners);
 }
 
 qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
@@ -225,7 +188,10 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
                             "options.curve_secret_key: an allow-list of worker keys only works "
                             "with CURVE on",
                             opts->curve_allowed_keys);
-    server s = {.o = opts, .next_wake = NEVER};
+    server s = {.o = opts,
+                .quiet = opts->quiet,
+                .curve = opts->curve_secret_key != NULL,
+                .jobs.next_wake = NEVER};
     s.lease_ms = opts->lease_ms ? opts->lease_ms : 30000;
     s.grace_ms = opts->grace_ms ? opts->grace_ms : s.lease_ms;
     s.backoff_ms = opts->backoff_ms ? opts->backoff_ms : 1000;
@@ -260,18 +226,18 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
     if (st == QS_OK) st = take_lock(&s, err);
     if (st == QS_OK && sodium_init() < 0)
         st = qs_error_set(err, QS_EIO, "libsodium: sodium_init failed (no entropy source?)");
-    if (st == QS_OK) st = qc_srv_owners_load(&s, err);
+    if (st == QS_OK) st = qc_srv_owners_load(&s.owners, s.store, err);
     if (st == QS_OK) st = qc_srv_load_new_jobs(&s, err);
     if (st == QS_OK) st = open_socket(&s, err);
     if (st == QS_OK) {
         size_t running = 0;
-        for (size_t i = 0; i < s.n_jobs; i++)
-            running += s.jobs[i]->state == J_RUNNING;
+        for (size_t i = 0; i < s.jobs.n; i++)
+            running += s.jobs.all[i]->state == J_RUNNING;
         qc_log(
             "listening on %s; %zu active jobs rebuilt from PostgreSQL (%zu running, waiting %d ms "
             "for their "
             "workers to re-attach); lease %d ms",
-            opts->bind_endpoint, s.active, running, s.grace_ms, s.lease_ms);
+            opts->bind_endpoint, s.jobs.active, running, s.grace_ms, s.lease_ms);
         if (opts->curve_secret_key && !opts->curve_allowed_keys)
             qc_log("warning: CURVE without an allow-list of worker keys: any client that knows "
                    "this coordinator's public key can connect and take jobs (give the workers' "
@@ -333,7 +299,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         qc_srv_dispatch(&s, now);
         st = qc_srv_start_flush(&s, err);
-        if (st == QS_OK && opts->exit_when_done && s.active == 0 && !s.db_down &&
+        if (st == QS_OK && opts->exit_when_done && s.jobs.active == 0 && !s.db_down &&
             qc_srv_all_durable(&s) && s.polled_since_commit) {
             qc_log("every job is terminal: exiting");
             break;

@@ -1,5 +1,5 @@
 /* The coordinator lock: an EXCLUSIVE lock on the table qsweep_coordinator_lock held by a
- * session of its own (store_internal.h); taking it (ending a stale session of this host's own
+ * session of its own (lock.h); taking it (ending a stale session of this host's own
  * coordinator), naming its holder, checking it is still held. Contract: store.h. */
 #include "store.h"
 
@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store_internal.h"
+#include "lock.h"
+#include "session.h"
 
 /* Names whoever holds the coordinator lock, for the refusal message ("unknown session" when
  * the query finds nobody or fails); *found (may be NULL): whether anyone does. Returns false
@@ -97,6 +98,17 @@ static qs_status end_stale_holder(qc_store *s, bool *ended, char *who, size_t ca
 /* How long a held coordinator lock is retried before refusing: a coordinator that was just
  * killed holds it until its server backend notices the closed socket (milliseconds), so a
  * restart right after a kill -9 must not be refused. */
+/* Opens the lock session: s's conninfo, the coordinator's options, application_name
+ * "qsweep <role>-lock <host>:<pid>"; NULL without memory, else a connection whose PQstatus
+ * says whether it is up. */
+static PGconn *lock_connect(const qc_store *s) {
+    char app[sizeof s->app + 8];
+    const char *where = strrchr(s->app, ' '); /* " host:pid" after "qsweep <role>" */
+    int role_end = where ? (int)(where - s->app) : (int)strlen(s->app);
+    snprintf(app, sizeof app, "%.*s-lock%s", role_end, s->app, where ? where : "");
+    return qc_store_connect_as(s->conninfo, app, true);
+}
+
 #define COORD_LOCK_WAIT_MS 2000
 #define COORD_LOCK_POLL_MS 100
 
@@ -125,7 +137,7 @@ static qs_status lock_fail(qc_store *s, PGresult *r, const char *what, qs_error 
 static qs_status try_lock_once(qc_store *s, bool *got, qs_error *err) {
     *got = false;
     if (!s->lock_conn) {
-        if (!(s->lock_conn = qc_store_lock_connect(s)))
+        if (!(s->lock_conn = lock_connect(s)))
             return qs_error_set(err, QS_ENOMEM, "coordinator lock: out of memory");
         if (PQstatus(s->lock_conn) != CONNECTION_OK) {
             qs_status st = lock_fail(s, NULL, "coordinator lock: connecting its session", err);

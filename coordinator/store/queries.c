@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_internal.h"
+#include "session.h"
 
 qs_status qc_store_pace(qc_store *s, int64_t experiment_id, qc_pace *out, qs_error *err) {
     char id[32];

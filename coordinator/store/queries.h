@@ -36,7 +36,7 @@ typedef struct qc_worker_row {
 
 /* A worker not seen for this long is shown "silent" (s): a hang, killed (SIGKILL), or its
  * coordinator down. The coordinator refreshes last_seen every 5 s while a worker sends
- * anything (server_internal.h QC_SRV_ALIVE_MS): 20 s is four refreshes missed. */
+ * anything (coordinator/server/state.h QC_SRV_ALIVE_MS): 20 s is four refreshes missed. */
 #define QC_WORKER_SILENT_S 20
 /* Not seen for this long, and it never said BYE nor was timed out by a coordinator, a worker
  * is "lost" (s): killed with SIGKILL, its machine gone, or the coordinator restarted without

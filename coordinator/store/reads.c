@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_internal.h"
+#include "session.h"
 
 static qs_status check_experiment(qc_store *s, const char *name, qs_error *err) {
     if (!name) return QS_OK;

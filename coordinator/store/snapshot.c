@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_internal.h"
+#include "session.h"
 
 static char *dup_or_null(const PGresult *r, int row, int col) {
     if (PQgetisnull(r, row, col)) return NULL;

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "sqltext.h"
-#include "store_internal.h"
+#include "lock.h"
+#include "session.h"
 
 /* Checks one job's fields and its spec JSON; QS_EINVAL naming the job and field. */
 static qs_status check_job(const qc_job_submit *j, size_t index, qs_error *err) {

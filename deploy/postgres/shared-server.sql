@@ -34,7 +34,7 @@ CREATE ROLE qsweep_coordinator LOGIN PASSWORD '<coordinator password>' IN ROLE q
 -- views; qsweep status, results, report, plan, psql).
 CREATE ROLE "<researcher>" LOGIN PASSWORD '<researcher password>' IN ROLE qsweep_reader;
 
--- the coordinator stages result rows in a temporary table (coordinator/store/batch.c)
+-- the coordinator stages result rows in a temporary table (coordinator/store/flush.c)
 GRANT CONNECT, TEMPORARY ON DATABASE qsweep TO qsweep_writer;
 GRANT CONNECT ON DATABASE qsweep TO qsweep_reader;
 

@@ -1,5 +1,5 @@
 /* coord_failures: a failure is retried only where retrying can help (proto/qsweep.proto,
- * FailureClass; coordinator/server/jobs.c). A permanent one (a job error: a bad spec, a
+ * FailureClass; coordinator/server/transitions.c). A permanent one (a job error: a bad spec, a
  * diverged run, a result over the worker's limit) fails its job at once, whatever attempts
  * are left; a job of a kind no worker advertises waits, unattempted; an allocation failure
  * (a worker under prlimit --as) says "out of memory" and is retried after its backoff on
@@ -159,7 +159,7 @@ static bool make_memory_cgroup(char *dir, size_t cap, const char *limit) {
  * (exit_status.h), describes the end and starts a replacement with --previous-id and
  * --previous-exit; the lost attempt then says "killed by signal 9" and "out of memory", and
  * the job fails at once, one attempt used of two: another try would need more memory than
- * the worker had (coordinator/server/jobs.c). */
+ * the worker had (coordinator/server/transitions.c). */
 static void oom_killed_worker_is_recorded_as_signal_and_out_of_memory(void **state) {
     harness *h = *state;
     if (geteuid() != 0) skip();

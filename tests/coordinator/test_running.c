@@ -13,17 +13,18 @@
 
 #include <cmocka.h>
 
-#include "server_internal.h"
+#include "running.h"
 
 enum { N_JOBS = 300, N_NAMES = 7 };
 
 static char names[N_NAMES][16];
 
-/* Fails unless name's range in s is exactly the jobs of js[0..n) held (held[i]) with that
+/* Fails unless name's range in r is exactly the jobs of js[0..n) held (held[i]) with that
  * worker name, by increasing id. */
-static void assert_range(const server *s, const char *name, job *js, const bool *held, size_t n) {
+static void assert_range(const qc_running *r, const char *name, job *js, const bool *held,
+                         size_t n) {
     job *const *of;
-    size_t got = qc_srv_running_of(s, name, &of);
+    size_t got = qc_srv_running_of(r, name, &of);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) { /* js are by increasing id */
         if (!held[i] || !js[i].worker_name || strcmp(js[i].worker_name, name) != 0) continue;
@@ -39,7 +40,7 @@ static void assert_range(const server *s, const char *name, job *js, const bool 
 
 static void ranges_hold_each_workers_jobs_by_id(void **state) {
     (void)state;
-    server s = {0};
+    qc_running s = {0};
     job *js = calloc(N_JOBS, sizeof *js);
     bool held[N_JOBS] = {0};
     assert_non_null(js);
@@ -56,7 +57,7 @@ static void ranges_hold_each_workers_jobs_by_id(void **state) {
         held[i] = js[i].worker_name != NULL;
         if (k % 13 == 0) qc_srv_running_add(&s, &js[i]);
     }
-    assert_true(s.cap_running >= N_JOBS - N_JOBS / 11);
+    assert_true(s.cap >= N_JOBS - N_JOBS / 11);
     for (int w = 0; w < N_NAMES; w++)
         assert_range(&s, names[w], js, held, N_JOBS);
     job *const *of;
@@ -80,8 +81,8 @@ static void ranges_hold_each_workers_jobs_by_id(void **state) {
     for (size_t i = 0; i < N_JOBS; i++)
         want += held[i];
     assert_int_equal(total, want);
-    assert_int_equal(s.n_running, want);
-    free(s.running);
+    assert_int_equal(s.n, want);
+    qc_srv_running_free(&s);
     free(js);
 }
 

@@ -620,22 +620,30 @@ static qs_status ensure_baseline(qw_job_ctx *ctx, qw_model *model, const qw_toke
     return QS_OK;
 }
 
+/* What a baseline and an eval job read first, after the spec: the model digest wanted
+ * (model_digest_wanted), the path of the baseline of this job's own numerics path, and the
+ * tokens into *t (freed by the caller, whatever this returns). */
+static qs_status job_inputs(qw_job_ctx *ctx, const job_spec *s, char want[65], char *path,
+                            size_t cap, qw_tokens *t, qs_error *err) {
+    qs_status st = model_digest_wanted(ctx, s, want, err);
+    char npath[160];
+    job_numerics_path(s, npath, sizeof npath);
+    if (!st)
+        st = qw_jobs_baseline_path_for(
+            want, s->dataset.digest, s->dataset.ctx, (long)s->dataset.max_chunks,
+            s->dataset.bos ? s->dataset.bos_id : -1, s->numerics_version, npath, 1, path, cap, err);
+    if (!st) st = load_tokens(s, t, err);
+    return st;
+}
+
 static qs_status baseline_job(qw_job_ctx *ctx, qs_error *err) {
     double t_start = qs_clock_s(), load_s = 0.0;
     job_spec s;
     qs_status st = parse_spec(qw_job_spec(ctx), 0, &s, err);
     if (st) return st;
     char path[4096], want[65] = "";
-    st = model_digest_wanted(ctx, &s, want, err);
-    char npath[160];
-    job_numerics_path(&s, npath, sizeof npath); /* a baseline of this job's own numerics path */
-    if (!st)
-        st = qw_jobs_baseline_path_for(want, s.dataset.digest, s.dataset.ctx,
-                                       (long)s.dataset.max_chunks,
-                                       s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version,
-                                       npath, 1, path, sizeof path, err);
     qw_tokens t = {0};
-    if (!st) st = load_tokens(&s, &t, err);
+    st = job_inputs(ctx, &s, want, path, sizeof path, &t, err);
     qw_model *model = NULL;
     if (!st) st = get_model(ctx, &s, want, &t, &model, err);
     if (!st) {
@@ -911,16 +919,8 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     qs_status st = parse_spec(qw_job_spec(ctx), 1, &s, err);
     if (st) return st;
     char path[4096], want[65] = "";
-    st = model_digest_wanted(ctx, &s, want, err);
-    char npath[160];
-    job_numerics_path(&s, npath, sizeof npath); /* a baseline of this job's own numerics path */
-    if (!st)
-        st = qw_jobs_baseline_path_for(want, s.dataset.digest, s.dataset.ctx,
-                                       (long)s.dataset.max_chunks,
-                                       s.dataset.bos ? s.dataset.bos_id : -1, s.numerics_version,
-                                       npath, 1, path, sizeof path, err);
     qw_tokens t = {0};
-    if (!st) st = load_tokens(&s, &t, err);
+    st = job_inputs(ctx, &s, want, path, sizeof path, &t, err);
     qw_model *model = NULL;
     /* on the model's backend, GPU or CPU; a compare job quantizes nothing for the probe to
        measure, and compares the two checkpoints' weights instead (compare_weights) */

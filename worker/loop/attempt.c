@@ -7,8 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attempt.h"
 #include "clock.h"
-#include "loop_internal.h"
+#include "delivery.h"
+#include "job_ctx.h"
+#include "outbox.h"
+#include "stop.h"
+#include "wlog.h"
 
 void qw_loop_take_token(worker *w, const Qsweep__Assign *a) {
     if (a->attempt_token.len > sizeof w->token) { /* not one this coordinator makes */

@@ -3,7 +3,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "loop_internal.h"
+#include "cache.h"
 
 void *qw_job_cache_get(qw_job_ctx *ctx, const char *key) {
     void *v = NULL;

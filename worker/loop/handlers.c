@@ -4,8 +4,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "attempt.h"
 #include "clock.h"
-#include "loop_internal.h"
+#include "delivery.h"
+#include "handlers.h"
+#include "link.h"
+#include "outbox.h"
+#include "wlog.h"
 
 /* ASSIGN: a whole one starts the job; a part of a split one is put together first. */
 static void on_assign(worker *w, const Qsweep__Assign *a) {

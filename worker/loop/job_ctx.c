@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loop_internal.h"
+#include "job_ctx.h"
+#include "kind_registry.h"
 
 qs_status qw_loop_metric_push(metric_vec *mv, const metric_rec *m) {
     if (mv->n == mv->cap) {

@@ -9,7 +9,9 @@
 #include <zmq.h>
 
 #include "clock.h"
-#include "loop_internal.h"
+#include "link.h"
+#include "outbox.h"
+#include "wlog.h"
 
 /* Watches the socket's handshakes (zmq_socket_monitor, libzmq 4.3: each event is two
  * frames, a 16-bit event id and a 32-bit value in host order, then the endpoint): a worker

@@ -1,10 +1,12 @@
 /* The worker's messaging thread (loop.h): qw_run's loop as a small state machine in the
- * manner of the ZeroMQ guide's Paranoid Pirate worker (qw_state, loop_internal.h): heartbeat
+ * manner of the ZeroMQ guide's Paranoid Pirate worker (qw_state, worker_state.h): heartbeat
  * both ways, and on silence close the socket, open a fresh one and say HELLO again. The parts
- * it turns over, each in its file: job_ctx.c (what one attempt owns, the compute thread),
- * cache.c (models kept across jobs), outbox.c (HELLO, READY, heartbeats, partial results),
- * delivery.c (an attempt's end until ACKed), attempt.c (ASSIGN to end), link.c (the socket,
- * refused handshakes, re-registering), handlers.c (one function per message kind). */
+ * it turns over, each in its file with its header: job_ctx.c (what one attempt owns, the
+ * compute thread), cache.c (models kept across jobs), pack.c (RESULT envelopes), outbox.c
+ * (HELLO, READY, heartbeats, partial results), delivery.c (an attempt's end until ACKed),
+ * attempt.c (ASSIGN to end), link.c (the socket, refused handshakes, re-registering),
+ * handlers.c (one function per message kind); below them stop.c (the stop request), wlog.c
+ * (log lines), kind_registry.c (the job kinds). */
 #include <errno.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -18,35 +20,22 @@
 
 #include <zmq.h>
 
-#include "envelope.h"
-#include "loop.h"
-#include "loop_internal.h"
+#include "attempt.h"
+#include "cache.h"
 #include "clock.h"
+#include "delivery.h"
+#include "envelope.h"
+#include "handlers.h"
+#include "job_ctx.h"
+#include "link.h"
+#include "loop.h"
+#include "outbox.h"
+#include "stop.h"
 #include "threads.h"
-
-static volatile sig_atomic_t stop_requested;
+#include "wlog.h"
 
 void qw_request_stop(void) {
-    stop_requested = 1;
-}
-
-static void on_stop_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
-
-bool qw_loop_stop_requested(void) {
-    return stop_requested;
-}
-
-void qw_loop_wlog(const worker *w, const char *fmt, ...) {
-    if (w->o->quiet) return;
-    char line[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "qsweep-worker %s: %s\n", w->id, line);
+    qw_loop_request_stop();
 }
 
 static const char *state_name(qw_state st) {
@@ -114,12 +103,12 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
 
     struct sigaction old_term, old_int;
     if (!opts->no_signal_handlers) {
-        struct sigaction sa = {.sa_handler = on_stop_signal};
+        struct sigaction sa = {.sa_handler = qw_loop_on_stop_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, &old_term);
         sigaction(SIGINT, &sa, &old_int);
     }
-    stop_requested = 0;
+    qw_loop_stop_reset();
 
     w->zctx = zmq_ctx_new();
     st = w->zctx ? qw_loop_open_socket(w, err)
@@ -136,7 +125,7 @@ qs_status qw_run(const qw_options *opts, qs_error *err) {
     const char *bye_reason = "stopped";
     while (st == QS_OK) {
         int64_t t = qs_clock_ms();
-        if (stop_requested && !w->stopping) {
+        if (qw_loop_stop_requested() && !w->stopping) {
             w->stopping = true;
             stop_deadline = t + w->timeout_ms; /* for the ACK; restarted when the job ends */
             qw_loop_wlog(w, "stopping: no new work%s",

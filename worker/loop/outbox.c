@@ -8,7 +8,11 @@
 
 #include <zmq.h>
 
-#include "loop_internal.h"
+#include "cache.h"
+#include "kind_registry.h"
+#include "outbox.h"
+#include "pack.h"
+#include "wlog.h"
 
 /* Sends one frame without blocking. A failure (no connection yet, or its queue full) is
  * logged once until a send succeeds again: a worker that cannot reach the coordinator would

@@ -1,42 +1,22 @@
-/* The coordinator's job table and its transitions (server_internal.h): lookup by id, the
- * pending list, and the end of an attempt or of a pending job, each queueing its write in
- * the open batch (commit.c) and ending the dependents of a job that failed or was cancelled
- * with it (server.h). */
+/* A job's transitions (transitions.h): queued for dispatch, the end of a pending job or of an
+ * attempt, each queueing its write in the open batch (commit.c) and ending the dependents of
+ * a job that failed or was cancelled with it (server.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "log.h"
-#include "server_internal.h"
-
-job *qc_srv_find_job(server *s, int64_t id) {
-    size_t lo = 0, hi = s->n_jobs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->jobs[mid]->id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->n_jobs && s->jobs[lo]->id == id ? s->jobs[lo] : NULL;
-}
-
-void qc_srv_set_state(job *j, jstate st) {
-    j->state = st;
-    j->q.pending = st == J_PENDING;
-}
+#include "transitions.h"
 
 void qc_srv_push_pending(server *s, job *j) {
-    s->pending = qc_srv_grow(s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending);
-    s->pending[s->n_pending++] = &j->q;
-    s->pending_sorted = false;
+    qc_srv_pending_push(&s->jobs, j);
     s->dirty = true;
-    if (j->q.not_before_ms < s->next_wake) s->next_wake = j->q.not_before_ms;
 }
 
 static void set_terminal(server *s, job *j, jstate st) {
-    if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED) s->active--;
+    if (j->state != J_SUCCEEDED && j->state != J_FAILED && j->state != J_CANCELLED)
+        s->jobs.active--;
     qc_srv_set_state(j, st);
 }
 
@@ -51,7 +31,7 @@ void qc_srv_end_pending(server *s, job *j, jstate st, const char *why) {
     keep_error(j, why);
     qc_srv_must(
         s, qc_store_batch_job_state(s->batch, j->id, st, j->attempts_used, 0, why, &s->batch_err));
-    if (!s->o->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
+    if (!s->quiet) qc_log("job %lld %s: %s", (long long)j->id, qc_job_state_name(st), why);
     qc_srv_end_dependents(s, j);
 }
 
@@ -63,8 +43,8 @@ void qc_srv_end_dependents(server *s, job *dep) {
     snprintf(why, sizeof why, "dependency %lld %s%s%s", (long long)dep->id,
              cancelled ? "cancelled" : "failed", dep->error ? ": " : "",
              dep->error ? dep->error : "");
-    for (size_t i = 0; i < s->n_pending; i++) {
-        job *j = (job *)s->pending[i];
+    for (size_t i = 0; i < s->jobs.n_pending; i++) {
+        job *j = (job *)s->jobs.pending[i];
         if (j->state != J_PENDING) continue;
         for (int d = 0; d < j->n_deps; d++)
             if (j->deps[d] == dep->id) {
@@ -72,22 +52,6 @@ void qc_srv_end_dependents(server *s, job *dep) {
                 break;
             }
     }
-}
-
-void qc_srv_chunks_drop(job *j) {
-    for (size_t i = 0; i < j->n_chunk_rows; i++)
-        free(j->chunk_rows[i].name);
-    free(j->chunk_rows);
-    j->chunk_rows = NULL;
-    j->n_chunk_rows = j->cap_chunk_rows = 0;
-    j->chunks = j->chunk_next = 0;
-}
-
-const char *qc_srv_exit_cause(const char *note) {
-    if (strncmp(note, "killed by signal ", 17) == 0)
-        return strstr(note, "; out of memory") ? "oom" : "signal";
-    if (strncmp(note, "exit status ", 12) == 0) return "exit";
-    return NULL;
 }
 
 /* Ends the job's current attempt with outcome (attempts.outcome) and cause (attempts.cause);
@@ -118,7 +82,7 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
     free(j->avoid);
     j->avoid = counts && !permanent && outcome != QC_ATTEMPT_SUCCEEDED ? j->worker_name : NULL;
     j->q.avoid = j->avoid;
-    qc_srv_running_remove(s, j);
+    qc_srv_running_remove(&s->running, j);
     if (j->worker_name != j->avoid) free(j->worker_name);
     j->worker_name = NULL;
     j->lease_deadline = NEVER;
@@ -146,11 +110,11 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
             qc_srv_push_pending(s, j);
         }
     }
-    qc_srv_must(s, qc_store_batch_attempt_ended_cause(s->batch, j->id, (int32_t)j->attempt,
-                                                      outcome, error, cause, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_attempt_ended_cause(s->batch, j->id, (int32_t)j->attempt, outcome,
+                                                      error, cause, &s->batch_err));
     qc_srv_must(s, qc_store_batch_job_state(s->batch, j->id, j->state, j->attempts_used,
                                             backoff / 1000.0, error, &s->batch_err));
-    if (!s->o->quiet || j->state == J_FAILED)
+    if (!s->quiet || j->state == J_FAILED)
         qc_log("job %lld attempt %u %s -> %s%s%s", (long long)j->id, j->attempt,
                qc_attempt_outcome_name(outcome), qc_job_state_name(j->state), error ? ": " : "",
                error ? error : "");
@@ -158,54 +122,4 @@ void qc_srv_end_attempt(server *s, job *j, qc_attempt_outcome outcome, const cha
         keep_error(j, error);
         qc_srv_end_dependents(s, j);
     }
-}
-
-/* Frees job j and everything it owns (NULL: nothing). */
-void qc_srv_job_free(job *j) {
-    if (!j) return;
-    free(j->kind);
-    free(j->spec);
-    free(j->model_key);
-    free(j->deps);
-    free(j->error);
-    free(j->worker_name);
-    free(j->avoid);
-    free(j->exit_note);
-    free(j->job_key);
-    free(j->trained_by);
-    free(j->model_digest);
-    qc_srv_chunks_drop(j);
-    free(j);
-}
-
-bool qc_srv_is_digest(const char *text) {
-    size_t n = 0;
-    for (; text[n]; n++)
-        if (!((text[n] >= '0' && text[n] <= '9') || (text[n] >= 'a' && text[n] <= 'f')))
-            return false;
-    return n == 64;
-}
-
-void qc_srv_keep_model_digest(job *j, const chunk_metric *m, size_t n) {
-    static const char prefix[] = "model_digest.";
-    if (strcmp(j->kind, "train") != 0) return;
-    for (size_t i = 0; i < n; i++) {
-        if (!m[i].final || strncmp(m[i].name, prefix, sizeof prefix - 1) != 0) continue;
-        const char *hex = m[i].name + sizeof prefix - 1;
-        if (!qc_srv_is_digest(hex)) continue;
-        free(j->model_digest);
-        if (!(j->model_digest = strdup(hex))) abort();
-    }
-}
-
-const char *qc_srv_trained_digest(server *s, const job *j) {
-    if (!j->trained_by) return NULL;
-    /* its training job ran in this process: a dependency, with the digest of its RESULT */
-    for (int d = 0; d < j->n_deps; d++) {
-        const job *dep = qc_srv_find_job(s, j->deps[d]);
-        if (dep && dep->state == J_SUCCEEDED && dep->model_digest && dep->job_key &&
-            !strcmp(dep->job_key, j->trained_by))
-            return dep->model_digest;
-    }
-    return j->model_digest; /* the store's record at load (a training job ended before) */
 }

@@ -2,8 +2,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "kind_registry.h"
 #include "loop.h"
-#include "loop_internal.h"
 
 enum { REGISTRY_SLOTS = 64, KIND_NAME_MAX = 63 };
 

@@ -1,0 +1,13 @@
+/* Reading the store while the coordinator runs (coordinator/server only). */
+#ifndef QC_SERVER_INTAKE_H
+#define QC_SERVER_INTAKE_H
+
+#include "state.h"
+
+/* Loads jobs submitted since the last load (all of them at start). */
+qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
+
+/* Applies the store's unhandled cancel requests (server.h). */
+qs_status qc_srv_poll_cancels(server *s, qs_error *err);
+
+#endif
