@@ -11,7 +11,8 @@
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
- *        tests/checkpoint/fixtures/tiny_quant.gguf exported as GGUF. */
+ *        tests/checkpoint/fixtures/tiny_quant.gguf exported as GGUF, every tensor dumped
+ *        (gguf_check.sh). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -663,7 +664,8 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
         int64_t shape[2];
         int ndim;
         size_t len = strlen(name);
-        if (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0) continue;
+        /* GGUF: every tensor (gguf_mxfp4_check.py decodes them all); else the linears */
+        if (!gguf && (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0)) continue;
         st = qw_checkpoint_tensor(ek, name, &x, shape, &ndim, &err);
         if (!st)
             st = qw_st_writer_add(&w, name, "F32", ndim, shape, x,
