@@ -17,6 +17,7 @@
 #define QW_EXPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 #include "policy.h"
@@ -26,10 +27,12 @@ typedef enum qw_export_layout {
     QW_EXPORT_COMPRESSED_TENSORS = 0,
     QW_EXPORT_GGUF = 1, /* a GGUF source with its MXFP4 linears as ggml's MXFP4 type (llama.cpp);
                            gguf_export.c */
+    QW_EXPORT_MODELOPT = 2, /* ModelOpt's NVFP4 (TensorRT-LLM, vLLM modelopt_fp4): W4A4 with a
+                               calibrated static input_scale; modelopt_export.c */
 } qw_export_layout;
 
-/* The layout named `name` ("compressed-tensors", "gguf"). Errors: QS_EINVAL naming the
- * layouts. */
+/* The layout named `name` ("compressed-tensors", "gguf", "modelopt"). Errors: QS_EINVAL naming
+ * the layouts. */
 qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_error *err);
 
 /* Progress: `done` of `total` steps (the linears quantized, then the files written). */
@@ -43,6 +46,11 @@ typedef struct qw_export_request {
     int threads;                    /* 0 = all */
     qw_export_progress_fn progress; /* may be NULL */
     void *progress_ctx;
+    /* modelopt: the calibration chunks its input_scale comes from, calib_chunks runs of
+       calib_ctx tokens, each a fresh context (ignored by the other layouts) */
+    const uint32_t *calib;
+    size_t calib_chunks;
+    int calib_ctx;
 } qw_export_request;
 
 /* Writes the checkpoint: every file into a fresh folder beside out_dir ("<out_dir>.tmp-XXXXXX"),
