@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The independent GGUF reader: qsweep's MXFP4 GGUF export of tests/checkpoint/fixtures/
-# tiny_quant.gguf (Q4_0, Q4_1, Q8_0, F16, BF16 linears, F32 norms) decoded, every tensor, by
+# The independent GGUF reader: qsweep's GGUF export of tests/checkpoint/fixtures/tiny_quant.gguf
+# with block 0 in MXFP4 (block 1 keeps its Q4_0, Q4_1, Q8_0, F16, BF16 linears) decoded, every
+# tensor, by
 # gguf-py (llama.cpp's own Python package, tools/export/gguf_mxfp4_check.py) and compared with
 # what qsweep reads back. Skipped (exit 77) when gguf-py is not installed (tools/install-deps.sh
 # installs it in its test group); QSWEEP_CT_PYTHON names another Python that has it.

@@ -11,7 +11,8 @@
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
- *        tests/checkpoint/fixtures/tiny_quant.gguf exported as GGUF, every tensor dumped
+ *        tests/checkpoint/fixtures/tiny_quant.gguf with block 0 in MXFP4 exported as GGUF
+ *        (block 1 keeps its Q4_0, Q4_1, Q8_0, F16, BF16 linears), every tensor dumped
  *        (gguf_check.sh).
  *        test_export peer SOURCE OUT TOKENS CTX CHUNKS: SOURCE (a GGUF) with every block linear
  *        in MXFP4 W4A16 exported as GGUF to OUT; prints qsweep's perplexity over the first
@@ -835,6 +836,15 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     int gguf = strcmp(format, "mxfp4-gguf") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
     qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : format, NULL);
+    if (gguf) { /* block 0 in MXFP4, block 1 kept: Q4_0, Q4_1, Q8_0, F16, BF16 */
+        qw_quant_spec mx = spec_of("mxfp4", NULL);
+        qw_policy_free(&p);
+        if (qw_policy_init(&p, n_layers(), &err) ||
+            qw_policy_isolation(&p, QW_ISO_BLOCK, 0, 0, &mx, &err)) {
+            fprintf(stderr, "export_test write: %s\n", err.msg);
+            return 1;
+        }
+    }
     qw_export_request r = {.model_path = model_path,
                            .policy = &p,
                            .out_dir = dir,
