@@ -178,7 +178,8 @@ qs_status qw_export_write_json(const char *dir, const char *name, json_t *j, qs_
 static qs_status copy_if_present(const char *src_dir, const char *dir, const char *name,
                                  qs_error *err) {
     char src[4096], dst[4096];
-    if (qw_export_path_join(src, sizeof src, src_dir, name) || qw_export_path_join(dst, sizeof dst, dir, name))
+    if (qw_export_path_join(src, sizeof src, src_dir, name) ||
+        qw_export_path_join(dst, sizeof dst, dir, name))
         return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
     FILE *f = fopen(src, "rb");
     if (!f)
@@ -222,6 +223,8 @@ static void remove_tmp(const char *dir) {
     rmdir(dir);
 }
 
+/* Adds tensor `name` as stored: F32/F16/BF16 bytes as they are, other types (GGUF blocks) and
+ * GGUF's permuted Q/K as exact FP32 in HF order. */
 static qs_status add_stored(qw_st_writer *w, qw_checkpoint *ck, const char *name, qs_error *err) {
     qw_stored_tensor v;
     int64_t shape[2];
