@@ -408,7 +408,8 @@ static void modelopt_w4a4_reads_back_to_the_jobs_metrics(void **state) {
     assert_string_equal(json_string_value(json_object_get(qc, "quant_method")), "modelopt");
     assert_string_equal(json_string_value(json_object_get(qc, "quant_algo")), "NVFP4");
     json_t *g0 = json_object_get(json_object_get(qc, "config_groups"), "group_0");
-    assert_true(json_is_false(json_object_get(json_object_get(g0, "input_activations"), "dynamic")));
+    json_t *ia = json_object_get(g0, "input_activations");
+    assert_true(json_is_false(json_object_get(ia, "dynamic")));
     json_decref(cfg);
 }
 
