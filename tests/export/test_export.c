@@ -14,6 +14,8 @@
  *        tests/checkpoint/fixtures/tiny_quant.gguf with block 0 in MXFP4 exported as GGUF
  *        (block 1 keeps its Q4_0, Q4_1, Q8_0, F16, BF16 linears), every tensor dumped
  *        (gguf_check.sh).
+ *        FORMAT modelopt: every block linear NVFP4 W4A4, q/k/v and gate/up fused, calibrated
+ *        on the last 2 chunks (modelopt_check.sh).
  *        test_export peer SOURCE OUT TOKENS CTX CHUNKS: SOURCE (a GGUF) with every block linear
  *        in MXFP4 W4A16 exported as GGUF to OUT; prints qsweep's perplexity over the first
  *        CHUNKS chunks of TOKENS of the source, of the job (the policy applied) and of the
@@ -834,9 +836,11 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
-    int gguf = strcmp(format, "mxfp4-gguf") == 0;
+    int gguf = strcmp(format, "mxfp4-gguf") == 0, mo = strcmp(format, "modelopt") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
-    qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : format, NULL);
+    qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : mo ? "nvfp4" : format,
+                              mo ? "nvfp4" : NULL);
+    if (mo) p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP; /* W4A4, fused groups sharing their amax */
     if (gguf) { /* block 0 in MXFP4, block 1 kept: Q4_0, Q4_1, Q8_0, F16, BF16 */
         qw_quant_spec mx = spec_of("mxfp4", NULL);
         qw_policy_free(&p);
@@ -849,7 +853,12 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     qw_export_request r = {.model_path = model_path,
                            .policy = &p,
                            .out_dir = dir,
-                           .layout = gguf ? QW_EXPORT_GGUF : QW_EXPORT_COMPRESSED_TENSORS};
+                           .layout = gguf ? QW_EXPORT_GGUF
+                                     : mo ? QW_EXPORT_MODELOPT
+                                          : QW_EXPORT_COMPRESSED_TENSORS,
+                           .calib = calibration(),
+                           .calib_chunks = calib_n,
+                           .calib_ctx = ctx};
     qw_checkpoint *ek = NULL;
     qw_st_writer w = {0};
     char opened[600];
@@ -874,6 +883,8 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     qw_st_writer_free(&w);
     qw_checkpoint_close(ek);
     qw_policy_free(&p);
+    free(calib);
+    calib = NULL;
     if (st) fprintf(stderr, "export_test write: %s\n", err.msg);
     return st ? 1 : 0;
 }
