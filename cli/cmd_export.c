@@ -15,24 +15,29 @@
 #include "export.h"
 #include "grid.h"
 #include "jobs.h"
+#include "sensitivity.h"
 #include "spec.h"
+#include "tokens.h"
 
 static void export_usage(FILE *out) {
     fprintf(out,
             "usage: qsweep export GRID -o DIR [--to LAYOUT] [--job KEY|LABEL] [--model PATH]\n"
-            "                     [--set KEY=VALUE ...] [--threads N]\n"
+            "                     [--set KEY=VALUE ...] [--threads N] [--calib-chunks N]\n"
             "  GRID          a grid: qsweep plan's output (one policy job), or any sensitivity\n"
             "                grid with --job naming one of its eval jobs\n"
             "  -o DIR        the checkpoint folder to create (must not exist); written beside it\n"
             "                as DIR.tmp-XXXXXX and renamed when complete\n"
-            "  --to LAYOUT   compressed-tensors (default; vLLM's format: NVFP4, MXFP4), or gguf\n"
-            "                (llama.cpp: a GGUF source's MXFP4 linears as DIR/model.gguf)\n"
+            "  --to LAYOUT   compressed-tensors (default; vLLM's format: NVFP4, MXFP4), gguf\n"
+            "                (llama.cpp: a GGUF source's MXFP4 linears as DIR/model.gguf), or\n"
+            "                modelopt (TensorRT-LLM: NVFP4 W4A4 with calibrated input scales)\n"
             "  --job K       the eval job: a job key (or a prefix of one) or its label as\n"
             "                qsweep submit --dry-run prints it\n"
             "  --model PATH  the source checkpoint, when it is not where the grid names it: its\n"
             "                digest must equal the one the sweep measured\n"
             "  --set K=V     as qsweep run's --set: changes the grid before it is expanded\n"
-            "  --threads N   quantizer threads (default: all)\n");
+            "  --threads N   quantizer threads (default: all)\n"
+            "  --calib-chunks N  modelopt: the input scales' calibration, the last N whole chunks\n"
+            "                of the job's token file, none of them scored (default 4)\n");
 }
 
 /* A progress line on a terminal; in a log, the last step only. */
@@ -81,9 +86,51 @@ static qs_status check_method(const json_t *spec, qs_error *err) {
                         json_is_string(m) ? json_string_value(m) : "(not a string)");
 }
 
+/* modelopt's calibration: the last n whole chunks of the job's token file at its ctx (each first
+ * token replaced by the dataset's BOS when it has one, as the evaluation does), none of them a
+ * chunk the job scores. *ids is heap (free()). */
+static qs_status read_calibration(const json_t *spec, int n, uint32_t **ids, int *ctx,
+                                  qs_error *err) {
+    qs_sensitivity_spec s;
+    memset(&s, 0, sizeof s);
+    qw_tokens t = {0};
+    qs_status st = qs_sensitivity_decode(spec, &s, err);
+    const char *path = st ? NULL : s.dataset.path;
+    if (!st && qs_dataset_text_path(path))
+        st = qs_error_set(err, QS_EUNSUPPORTED,
+                          "export: calibration reads a token file, and the job's dataset is the "
+                          "text %s (qsweep tokenize makes its token file)",
+                          qs_dataset_text_path(path));
+    if (!st) st = qw_tokens_load(path, &t, err);
+    if (!st && strcmp(t.digest, s.dataset.digest) != 0)
+        st = qs_error_set(err, QS_EINVAL, "export: %s has digest %.16s..., the job names %.16s...",
+                          path, t.digest, s.dataset.digest);
+    size_t c = st ? 1 : (size_t)s.dataset.ctx, total = t.n / c;
+    size_t scored = !st && s.dataset.max_chunks > 0 && (size_t)s.dataset.max_chunks < total
+                        ? (size_t)s.dataset.max_chunks
+                        : total;
+    if (!st && total - scored < (size_t)n)
+        st = qs_error_set(err, QS_EINVAL,
+                          "export: %s holds %zu whole chunks of ctx %zu and the job scores %zu: "
+                          "%d calibration chunks (--calib-chunks) would overlap them",
+                          path, total, c, scored, n);
+    if (!st && !(*ids = malloc((size_t)n * c * sizeof **ids)))
+        st = qs_error_set(err, QS_ENOMEM, "export: out of memory (calibration)");
+    if (!st) {
+        memcpy(*ids, t.ids + (total - (size_t)n) * c, (size_t)n * c * sizeof **ids);
+        for (int i = 0; s.dataset.bos && i < n; i++)
+            (*ids)[(size_t)i * c] = (uint32_t)s.dataset.bos_id;
+        *ctx = (int)c;
+    }
+    qw_tokens_free(&t);
+    qs_sensitivity_clear(&s);
+    return st;
+}
+
 static qs_status run_export(const char *grid, const char *const *sets, size_t n_sets,
                             const char *want, const char *model, const char *out_dir,
-                            const char *layout_name, int threads, qs_error *err) {
+                            const char *layout_name, int threads, int calib_chunks,
+                            qs_error *err) {
     qw_export_layout layout;
     qs_status st = qw_export_layout_by_name(layout_name, &layout, err);
     if (st) return st;
@@ -120,6 +167,10 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
     qw_policy policy = {0};
     if (!st) st = qw_jobs_policy(job->spec, qw_checkpoint_config(ck)->n_layers, &policy, err);
     qw_checkpoint_close(ck);
+    uint32_t *calib = NULL;
+    int calib_ctx = 0;
+    if (!st && layout == QW_EXPORT_MODELOPT)
+        st = read_calibration(spec, calib_chunks, &calib, &calib_ctx, err);
     if (!st) {
         fprintf(stderr, "export: %s (%s) from %s to %s\n", job->label ? job->label : "", job->key,
                 src, out_dir);
@@ -128,9 +179,13 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
                                .layout = layout,
                                .out_dir = out_dir,
                                .threads = threads,
-                               .progress = progress};
+                               .progress = progress,
+                               .calib = calib,
+                               .calib_chunks = calib ? (size_t)calib_chunks : 0,
+                               .calib_ctx = calib_ctx};
         st = qw_export_write(&r, err);
     }
+    free(calib);
     qw_policy_free(&policy);
     qs_model_ref_clear(&ref);
     json_decref(spec);
@@ -144,11 +199,12 @@ int qsweep_cmd_export(int argc, char **argv) {
         {"output", required_argument, 0, 'o'}, {"to", required_argument, 0, 't'},
         {"job", required_argument, 0, 'j'},    {"model", required_argument, 0, 'm'},
         {"set", required_argument, 0, 's'},    {"threads", required_argument, 0, 'T'},
+        {"calib-chunks", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *out = NULL, *layout = "compressed-tensors", *job = NULL, *model = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t n_sets = 0;
-    int threads = 0, c;
+    int threads = 0, calib_chunks = 4, c;
     if (!sets) return QS_EXIT_RUNTIME;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
@@ -174,6 +230,12 @@ int qsweep_cmd_export(int argc, char **argv) {
                 return QS_EXIT_USAGE;
             }
             break;
+        case 'C':
+            if (qsweep_parse_int("export", "--calib-chunks", optarg, 1, 1 << 20, &calib_chunks)) {
+                free(sets);
+                return QS_EXIT_USAGE;
+            }
+            break;
         case 'h':
             export_usage(stdout);
             free(sets);
@@ -190,7 +252,8 @@ int qsweep_cmd_export(int argc, char **argv) {
         return QS_EXIT_USAGE;
     }
     qs_error err = {0};
-    qs_status st = run_export(argv[optind], sets, n_sets, job, model, out, layout, threads, &err);
+    qs_status st = run_export(argv[optind], sets, n_sets, job, model, out, layout, threads,
+                              calib_chunks, &err);
     free(sets);
     if (st) return qsweep_fail("export", &err);
     printf("exported to %s\n", out);

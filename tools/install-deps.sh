@@ -7,7 +7,8 @@
 #   build  compilers, cmake and every -dev library the build needs, python3
 #   run    what `qsweep run` and the SmolLM2 fetch need: PostgreSQL, pip, unzip
 #   test   what tools/test.sh needs beyond build and run: clang and its sanitizer runtime,
-#          cppcheck, libfaketime, iproute2, chromium, SLURM, the KJV text, NumPy
+#          cppcheck, libfaketime, iproute2, chromium, SLURM, the KJV text, NumPy, and
+#          from PyPI gguf (llama.cpp's gguf-py) and nvidia-modelopt (test-only)
 #   gpu    what tools/device-check.sh needs beyond build and run (nothing today)
 # tools/demo.sh installs build,run; tools/test.sh (and CI) every group.
 set -euo pipefail
@@ -32,7 +33,15 @@ pkgs_test=(
   slurm-wlm munge          # tests/slurm: a real single-node SLURM (slurmctld, slurmd)
   bible-kjv bible-kjv-text # tools/kjv_text.sh: the text of experiments/tiny-fp4-training.yaml
   python3-numpy            # tests/methods: the independent GPTQ reference (methods_gptq_reference)
+  python3-pip python3-yaml python3-tqdm python3-requests  # gguf-py's dependencies (below)
 )
+# Test-only Python packages from PyPI, pinned, as IMPORT_NAME:REQUIREMENT, installed with pip
+# without dependencies after the Debian packages (the dependencies they use are Debian's, above):
+# gguf is llama.cpp's own gguf-py, the independent reader of qsweep's GGUF export
+# (tests/export/gguf_check.sh); nvidia-modelopt is TensorRT Model Optimizer, whose config code
+# checks qsweep's ModelOpt export (tests/export/modelopt_check.sh; the PyTorch it needs
+# elsewhere is not installed, and that code does not use it).
+pips_test=(gguf:gguf==0.19.0 modelopt:nvidia-modelopt==0.47.0)
 pkgs_gpu=()
 
 usage() {
@@ -74,6 +83,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps ($groups): installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [[ " $groups " == *" test "* ]]; then
+  missing_py=()
+  for p in "${pips_test[@]}"; do
+    python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('${p%%:*}') is None)" \
+      2>/dev/null || missing_py+=("${p#*:}")
+  done
+  if [ ${#missing_py[@]} -gt 0 ]; then
+    echo "install-deps (test): pip installing ${missing_py[*]}"
+    # Debian 12 marks its Python externally managed (PEP 668): these go to /usr/local, beside it
+    brk=()
+    python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages &&
+      brk=(--break-system-packages)
+    $SUDO python3 -m pip install --quiet --no-deps "${brk[@]}" "${missing_py[@]}"
+  fi
 fi
 # The Debian postgresql package starts a system cluster; qsweep never uses it (tests and
 # `qsweep run` start private clusters), so it is left alone.

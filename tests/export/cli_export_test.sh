@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # qsweep export from the command line: a plan-shaped grid (one policy job) and one job of
-# experiments/tiny.yaml exported; the refusals (an existing folder, an unknown layout, a plan for
-# another model, a grid of several jobs without --job) exit 2 with the reason and leave nothing.
+# experiments/tiny.yaml exported, and a W4A4 NVFP4 plan in ModelOpt's layout; the refusals (an
+# existing folder, an unknown layout, a plan for another model, a grid of several jobs without
+# --job, a method or activations the layout cannot hold, calibration chunks that would overlap
+# the scored ones) exit 2 with the reason and leave nothing; a full disk (the file size limit)
+# fails naming the file and leaves nothing.
 # Usage: cli_export_test.sh QSWEEP SOURCE_DIR
 set -euo pipefail
 q=$1
@@ -75,3 +78,43 @@ expect_refusal "a plan for another model" "$tmp/plan.yaml" -o "$tmp/out" \
     --model "$src/tests/engine/data/llama32_tied"
 expect_refusal "name one with --job" "$src/experiments/tiny.yaml" "${job[@]}" -o "$tmp/out"
 expect_refusal "matches no eval job" "$src/experiments/tiny.yaml" "${job[@]}" -o "$tmp/out" --job zz
+
+# ModelOpt: a W4A4 NVFP4 plan whose fused groups share their amax, calibrated on 2 chunks
+sed -e 's/quantize: \[weights\]/quantize: [weights+activations]\n  fuse: [qkv, gate_up]/' \
+    -e '/mxfp4/d' "$tmp/plan.yaml" > "$tmp/plan-w4a4.yaml"
+"$q" export "$tmp/plan-w4a4.yaml" -o "$tmp/mo" --to modelopt --calib-chunks 2 2> "$tmp/err" ||
+    fail "$(cat "$tmp/err")"
+python3 - "$tmp/mo" <<'PY' || fail "the ModelOpt export"
+import json, struct, sys
+d = sys.argv[1]
+hq = json.load(open(d + "/hf_quant_config.json"))["quantization"]
+assert hq["quant_algo"] == "NVFP4" and hq["group_size"] == 16, hq
+assert len(hq["exclude_modules"]) == 3 * 7 + 1 - 3, hq["exclude_modules"]
+qc = json.load(open(d + "/config.json"))["quantization_config"]
+assert qc["quant_method"] == "modelopt" and qc["quant_algo"] == "NVFP4", qc
+raw = open(d + "/model.safetensors", "rb").read()
+(n,) = struct.unpack_from("<Q", raw)
+h = json.loads(raw[8:8 + n])
+scale = lambda k: struct.unpack_from("<f", raw, 8 + n + h[k]["data_offsets"][0])[0]
+for k in "qkv":
+    m = f"model.layers.0.self_attn.{k}_proj"
+    assert h[m + ".weight"]["dtype"] == "U8" and h[m + ".weight_scale"]["dtype"] == "F8_E4M3", h[m + ".weight"]
+    assert h[m + ".input_scale"]["shape"] == [] and h[m + ".weight_scale_2"]["shape"] == []
+    assert scale(m + ".input_scale") == scale("model.layers.0.self_attn.q_proj.input_scale") > 0
+print("OK modelopt export: 3 NVFP4 linears, one input_scale for q/k/v, 18 excluded")
+PY
+expect_refusal "always quantizes the input" "$tmp/plan.yaml" -o "$tmp/out" --to modelopt
+expect_refusal "would overlap them" "$tmp/plan-w4a4.yaml" -o "$tmp/out" --to modelopt \
+    --calib-chunks 100000
+expect_refusal "only round-to-nearest" "$src/experiments/tiny-methods.yaml" -o "$tmp/out" \
+    --set sensitivity.method=[gptq] --set sensitivity.formats=[nvfp4] --set sensitivity.parts=[q]
+
+# a full disk: the file size limit (SIGXFSZ ignored, so the write fails with EFBIG)
+rc=0
+(trap '' XFSZ; ulimit -f 16; exec "$q" export "$tmp/plan.yaml" -o "$tmp/out") 2> "$tmp/err" > /dev/null ||
+    rc=$?
+[ "$rc" != 0 ] || fail "an export past the file size limit succeeded"
+grep -q "model.safetensors" "$tmp/err" || fail "the full disk's error names no file: $(cat "$tmp/err")"
+[ ! -e "$tmp/out" ] || fail "a failed export left $tmp/out"
+ls "$tmp" | grep -q '\.tmp-' && fail "a failed export left a temporary folder"
+echo "OK full disk: exit $rc, $(tail -n 1 "$tmp/err")"

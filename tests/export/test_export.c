@@ -11,13 +11,24 @@
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
- *        tests/checkpoint/fixtures/tiny_quant.gguf exported as GGUF. */
+ *        tests/checkpoint/fixtures/tiny_quant.gguf with block 0 in MXFP4 exported as GGUF
+ *        (block 1 keeps its Q4_0, Q4_1, Q8_0, F16, BF16 linears), every tensor dumped
+ *        (gguf_check.sh).
+ *        FORMAT modelopt: every block linear NVFP4 W4A4, q/k/v and gate/up fused, calibrated
+ *        on the last 2 chunks (modelopt_check.sh).
+ *        test_export peer SOURCE OUT TOKENS CTX CHUNKS: SOURCE (a GGUF) with every block linear
+ *        in MXFP4 W4A16 exported as GGUF to OUT; prints qsweep's perplexity over the first
+ *        CHUNKS chunks of TOKENS of the source, of the job (the policy applied) and of the
+ *        export read back (equal to the job's, or exit 1), for bench/peer/
+ *        llama_cpp_export_ppl.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +52,24 @@ static const char *model_path = QW_SOURCE_DIR "/tests/engine/data/llama3_gqa";
 static const char *tokens_path = QW_SOURCE_DIR "/experiments/data/gpl3.bytes.tokens";
 static int ctx = 64, max_chunks = 8;
 static char workdir[256];
+/* ModelOpt's calibration chunks: the last calib_n whole chunks of the token file */
+enum { calib_n = 2 };
+static uint32_t *calib;
+
+/* calib from tokens_path (once). */
+static const uint32_t *calibration(void) {
+    if (calib) return calib;
+    qw_tokens t = {0};
+    qs_error err = {0};
+    if (qw_tokens_load(tokens_path, &t, &err)) fail_msg("%s", err.msg);
+    size_t total = t.n / (size_t)ctx;
+    assert_true(total >= (size_t)max_chunks + calib_n);
+    calib = malloc((size_t)calib_n * (size_t)ctx * sizeof *calib);
+    assert_non_null(calib);
+    memcpy(calib, t.ids + (total - calib_n) * (size_t)ctx, (size_t)calib_n * (size_t)ctx * 4);
+    qw_tokens_free(&t);
+    return calib;
+}
 
 static int setup(void **state) {
     (void)state;
@@ -51,6 +80,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    free(calib);
+    calib = NULL;
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
     return system(cmd) == 0 ? 0 : -1;
@@ -103,7 +134,13 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     if (qw_model_apply_policy(m, p, &err)) fail_msg("%s", err.msg);
     qw_eval_metrics job = compare(m, &t, baseline);
 
-    qw_export_request r = {.model_path = model_path, .policy = p, .layout = layout, .out_dir = out};
+    qw_export_request r = {.model_path = model_path,
+                           .policy = p,
+                           .layout = layout,
+                           .out_dir = out,
+                           .calib = calibration(),
+                           .calib_chunks = calib_n,
+                           .calib_ctx = ctx};
     if (qw_export_write(&r, &err)) fail_msg("%s", err.msg);
 
     qw_checkpoint *ek = NULL;
@@ -239,14 +276,170 @@ static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
     qw_policy_free(&p);
 }
 
-/* An export that is refused: the error code and a part of its message; nothing left behind. */
-static void refused(const qw_policy *p, const char *out, qs_status code, const char *needle) {
+/* An export in layout that is refused: the error code and a part of its message; nothing left
+ * behind. calib_chunks: the calibration chunks given (ModelOpt). */
+static void refused_in(qw_export_layout layout, size_t calib_chunks, const qw_policy *p,
+                       const char *out, qs_status code, const char *needle) {
     int before = entries();
     qs_error err = {0};
-    qw_export_request r = {.model_path = model_path, .policy = p, .out_dir = out};
+    qw_export_request r = {.model_path = model_path,
+                           .policy = p,
+                           .out_dir = out,
+                           .layout = layout,
+                           .calib = calibration(),
+                           .calib_chunks = calib_chunks,
+                           .calib_ctx = ctx};
     assert_int_equal(qw_export_write(&r, &err), code);
     if (!strstr(err.msg, needle)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
     assert_int_equal(entries(), before);
+}
+
+static void refused(const qw_policy *p, const char *out, qs_status code, const char *needle) {
+    refused_in(QW_EXPORT_COMPRESSED_TENSORS, 0, p, out, code, needle);
+}
+
+/* Model m's tensor `name` as FP32 from its safetensors file (checkpoint_internal.h's parser),
+ * NULL when absent; *ndim its rank. */
+static const float *st_scalar(const qw_tensor_table *t, const char *name, int *ndim) {
+    const qw_tensor_entry *e = qw_table_find(t, name);
+    if (!e || e->dtype != QW_DT_F32 || e->raw || e->numel != 1) return NULL;
+    *ndim = e->ndim;
+    return (const float *)e->src;
+}
+
+/* The largest |x| of block 0's attention input over the calibration chunks, computed here from
+ * the checkpoint's embeddings and input_layernorm (RMSNorm in double): the value ModelOpt's
+ * input_scale of q/k/v is amax/(6*448) of. */
+static double block0_input_amax(void) {
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL;
+    const float *emb, *g;
+    int64_t s1[2], s2[2];
+    int d1, d2;
+    if (qw_checkpoint_open(model_path, &ck, &err) ||
+        qw_checkpoint_tensor(ck, "model.embed_tokens.weight", &emb, s1, &d1, &err) ||
+        qw_checkpoint_tensor(ck, "model.layers.0.input_layernorm.weight", &g, s2, &d2, &err))
+        fail_msg("%s", err.msg);
+    const int64_t D = s1[1];
+    const double eps = qw_checkpoint_config(ck)->norm_eps;
+    const uint32_t *tok = calibration();
+    double amax = 0;
+    for (size_t i = 0; i < (size_t)calib_n * (size_t)ctx; i++) {
+        const float *x = emb + (size_t)tok[i] * (size_t)D;
+        double ss = 0;
+        for (int64_t j = 0; j < D; j++) ss += (double)x[j] * x[j];
+        double r = 1.0 / sqrt(ss / (double)D + eps);
+        for (int64_t j = 0; j < D; j++) amax = fmax(amax, fabs(x[j] * r * g[j]));
+    }
+    qw_checkpoint_close(ck);
+    return amax;
+}
+
+/* ModelOpt's NVFP4 layout (modelopt_export.c): every block linear NVFP4 W4A4 with q/k/v and
+ * gate/up sharing their amax (sensitivity.fuse), input scales calibrated on the last 2 chunks.
+ * It reads back to the engine's weights bit for bit and, evaluated with its inputs quantized as
+ * the job's were, to the job's metrics (round_trip_in); its files hold ModelOpt's names, scalar
+ * F32 scales, an input_scale of amax/(6*448) equal (within 1e-6, summation order) to block 0's
+ * attention input amax computed here from the embeddings, and the two configs. */
+static void modelopt_w4a4_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p = all_linears(nl, "nvfp4", "nvfp4");
+    p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP;
+    qw_policy acts = all_linears(nl, NULL, "nvfp4");
+    round_trip_in("modelopt", &p, &acts, QW_EXPORT_MODELOPT);
+    qw_policy_free(&acts);
+    qw_policy_free(&p);
+    char path[600];
+    snprintf(path, sizeof path, "%s/modelopt/model.safetensors", workdir);
+    qs_error err = {0};
+    qw_mapped_file f = {0};
+    qw_tensor_table t = {0};
+    if (qw_map_file(path, &f, &err) || qw_safetensors_parse(path, f.data, f.size, 0, &t, &err))
+        fail_msg("%s", err.msg);
+    static const char *const kinds[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                        "mlp.down_proj"};
+    float in_scale[7], w2[7];
+    for (int b = 0; b < nl; b++)
+        for (int k = 0; k < 7; k++) {
+            char n[160];
+            int nd = -1;
+            snprintf(n, sizeof n, "model.layers.%d.%s.input_scale", b, kinds[k]);
+            const float *v = st_scalar(&t, n, &nd);
+            if (!v || nd != 0) fail_msg("%s: not one scalar F32", n);
+            in_scale[k] = *v;
+            assert_true(in_scale[k] > 0 && isfinite(in_scale[k]));
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight_scale_2", b, kinds[k]);
+            if (!(v = st_scalar(&t, n, &nd)) || nd != 0) fail_msg("%s: not one scalar F32", n);
+            w2[k] = *v;
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", b, kinds[k]);
+            const qw_tensor_entry *e = qw_table_find(&t, n);
+            assert_true(e && e->raw == QW_RAW_U8);
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight_scale", b, kinds[k]);
+            e = qw_table_find(&t, n);
+            assert_true(e && e->raw == QW_RAW_F8_E4M3);
+        }
+        /* (the last block's values are left in the arrays) */
+    assert_true(w2[0] == w2[1] && w2[1] == w2[2] && w2[4] == w2[5]); /* fused: one scale */
+    assert_true(in_scale[0] == in_scale[1] && in_scale[1] == in_scale[2]); /* one input */
+    assert_true(in_scale[4] == in_scale[5]);
+    int nd;
+    double want = block0_input_amax() / (6.0 * 448.0);
+    double got = *st_scalar(&t, "model.layers.0.self_attn.q_proj.input_scale", &nd);
+    printf("modelopt: block 0 q input_scale %.9g, from the embeddings %.9g\n", got, want);
+    assert_true(fabs(got - want) <= 1e-6 * want);
+    assert_non_null(qw_table_find(&t, "lm_head.weight")); /* excluded: kept as stored */
+    qw_table_free(&t);
+    qw_unmap_file(&f);
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/modelopt/hf_quant_config.json", workdir);
+    json_t *hq = json_load_file(path, 0, &je);
+    if (!hq) fail_msg("%s: %s", path, je.text);
+    json_t *q = json_object_get(hq, "quantization");
+    assert_string_equal(json_string_value(json_object_get(q, "quant_algo")), "NVFP4");
+    assert_int_equal(json_integer_value(json_object_get(q, "group_size")), 16);
+    json_t *ex = json_object_get(q, "exclude_modules");
+    assert_true(json_array_size(ex) == 1 &&
+                !strcmp(json_string_value(json_array_get(ex, 0)), "lm_head"));
+    json_decref(hq);
+    snprintf(path, sizeof path, "%s/modelopt/config.json", workdir);
+    json_t *cfg = json_load_file(path, 0, &je);
+    if (!cfg) fail_msg("%s: %s", path, je.text);
+    json_t *qc = json_object_get(cfg, "quantization_config");
+    assert_string_equal(json_string_value(json_object_get(qc, "quant_method")), "modelopt");
+    assert_string_equal(json_string_value(json_object_get(qc, "quant_algo")), "NVFP4");
+    json_t *g0 = json_object_get(json_object_get(qc, "config_groups"), "group_0");
+    json_t *ia = json_object_get(g0, "input_activations");
+    assert_true(json_is_false(json_object_get(ia, "dynamic")));
+    json_decref(cfg);
+}
+
+/* What ModelOpt's NVFP4 cannot hold: W4A16 (it always quantizes inputs), MXFP4, q/k/v with
+ * their own scales (one weight_scale_2 per fused GEMM), and no calibration; nothing left. */
+static void modelopt_refusals(void **state) {
+    (void)state;
+    int nl = n_layers();
+    char out[512];
+    snprintf(out, sizeof out, "%s/modelopt-refused", workdir);
+    const qw_export_layout mo = QW_EXPORT_MODELOPT;
+    qw_policy p = all_linears(nl, "nvfp4", NULL);
+    p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP;
+    refused_in(mo, calib_n, &p, out, QS_EUNSUPPORTED, "always quantizes the input");
+    qw_policy_free(&p);
+    p = all_linears(nl, "mxfp4", "mxfp4");
+    refused_in(mo, calib_n, &p, out, QS_EUNSUPPORTED, "format mxfp4: ModelOpt's NVFP4 layout");
+    qw_policy_free(&p);
+    p = all_linears(nl, "nvfp4", "nvfp4");
+    refused_in(mo, calib_n, &p, out, QS_EUNSUPPORTED, "one weight_scale_2");
+    p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP;
+    refused_in(mo, 0, &p, out, QS_EINVAL, "give calibration chunks");
+    qw_policy_free(&p);
+    p = all_linears(nl, "nvfp4", "nvfp4");
+    p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP;
+    *qw_policy_linear(&p, 1, QW_LINEAR_K) = spec_of(NULL, NULL);
+    refused_in(mo, calib_n, &p, out, QS_EUNSUPPORTED, "quantize all of it or none");
+    qw_policy_free(&p);
 }
 
 static void unsupported_combinations_are_refused_naming_the_linear(void **state) {
@@ -643,13 +836,29 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
-    int gguf = strcmp(format, "mxfp4-gguf") == 0;
+    int gguf = strcmp(format, "mxfp4-gguf") == 0, mo = strcmp(format, "modelopt") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
-    qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : format, NULL);
+    qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : mo ? "nvfp4" : format,
+                              mo ? "nvfp4" : NULL);
+    if (mo) p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP; /* W4A4, fused groups sharing their amax */
+    if (gguf) { /* block 0 in MXFP4, block 1 kept: Q4_0, Q4_1, Q8_0, F16, BF16 */
+        qw_quant_spec mx = spec_of("mxfp4", NULL);
+        qw_policy_free(&p);
+        if (qw_policy_init(&p, n_layers(), &err) ||
+            qw_policy_isolation(&p, QW_ISO_BLOCK, 0, 0, &mx, &err)) {
+            fprintf(stderr, "export_test write: %s\n", err.msg);
+            return 1;
+        }
+    }
     qw_export_request r = {.model_path = model_path,
                            .policy = &p,
                            .out_dir = dir,
-                           .layout = gguf ? QW_EXPORT_GGUF : QW_EXPORT_COMPRESSED_TENSORS};
+                           .layout = gguf ? QW_EXPORT_GGUF
+                                     : mo ? QW_EXPORT_MODELOPT
+                                          : QW_EXPORT_COMPRESSED_TENSORS,
+                           .calib = calibration(),
+                           .calib_chunks = calib_n,
+                           .calib_ctx = ctx};
     qw_checkpoint *ek = NULL;
     qw_st_writer w = {0};
     char opened[600];
@@ -663,7 +872,8 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
         int64_t shape[2];
         int ndim;
         size_t len = strlen(name);
-        if (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0) continue;
+        /* GGUF: every tensor (gguf_mxfp4_check.py decodes them all); else the linears */
+        if (!gguf && (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0)) continue;
         st = qw_checkpoint_tensor(ek, name, &x, shape, &ndim, &err);
         if (!st)
             st = qw_st_writer_add(&w, name, "F32", ndim, shape, x,
@@ -673,13 +883,69 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     qw_st_writer_free(&w);
     qw_checkpoint_close(ek);
     qw_policy_free(&p);
+    free(calib);
+    calib = NULL;
     if (st) fprintf(stderr, "export_test write: %s\n", err.msg);
+    return st ? 1 : 0;
+}
+
+/* test_export peer SOURCE OUT TOKENS CTX CHUNKS (see the top): qsweep's side of
+ * bench/peer/llama_cpp_export_ppl.sh. */
+static int peer_ppl(const char *src, const char *out, const char *tokens, int c, int chunks) {
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL, *ek = NULL;
+    qw_model *m = NULL, *em = NULL;
+    qw_tokens t = {0};
+    char file[4200];
+    snprintf(file, sizeof file, "%s/model.gguf", out);
+    qw_eval_options o = {.ctx = c, .max_chunks = (size_t)chunks, .bos_id = -1};
+    qw_eval_metrics source = {0}, job = {0}, back = {0};
+    qw_policy p = {0};
+    qs_status st = qw_checkpoint_open(src, &ck, &err);
+    if (!st) st = qw_model_create(ck, c, 0, &m, &err);
+    if (!st) st = qw_tokens_load(tokens, &t, &err);
+    if (!st) st = qw_policy_init(&p, qw_checkpoint_config(ck)->n_layers, &err);
+    qw_quant_spec s = spec_of("mxfp4", NULL);
+    if (!st) st = qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &s, &err);
+    if (!st) st = qw_eval_baseline(m, &t, &o, NULL, &source, &err);
+    if (!st) st = qw_model_apply_policy(m, &p, &err);
+    if (!st) st = qw_eval_baseline(m, &t, &o, NULL, &job, &err);
+    qw_export_request r = {
+        .model_path = src, .policy = &p, .layout = QW_EXPORT_GGUF, .out_dir = out};
+    if (!st) st = qw_export_write(&r, &err);
+    if (!st) st = qw_checkpoint_open(file, &ek, &err);
+    if (!st) st = qw_model_create(ek, c, 0, &em, &err);
+    if (!st) st = qw_eval_baseline(em, &t, &o, NULL, &back, &err);
+    if (!st) {
+        printf("qsweep source ppl %.6f +/- %.5f\n", source.ppl, source.ppl_stderr);
+        printf("qsweep mxfp4-w4a16 ppl %.6f +/- %.5f\n", job.ppl, job.ppl_stderr);
+        printf("qsweep export ppl %.6f\n", back.ppl);
+        printf("qsweep scored %zu\n", job.n_scored);
+        if (job.ppl != back.ppl) {
+            fprintf(stderr, "export_test peer: the export reads back to ppl %.17g, the job's is "
+                    "%.17g\n", back.ppl, job.ppl);
+            st = QS_EINVAL;
+        }
+    } else {
+        fprintf(stderr, "export_test peer: %s\n", err.msg);
+    }
+    qw_eval_metrics_free(&source);
+    qw_eval_metrics_free(&job);
+    qw_eval_metrics_free(&back);
+    qw_policy_free(&p);
+    qw_model_destroy(em);
+    qw_checkpoint_close(ek);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+    qw_tokens_free(&t);
     return st ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "write") == 0)
         return write_and_dump(argv[2], argv[3], argv[4]);
+    if (argc == 7 && strcmp(argv[1], "peer") == 0)
+        return peer_ppl(argv[2], argv[3], argv[4], atoi(argv[5]), atoi(argv[6]));
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         static char path[512];
         snprintf(path, sizeof path, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -709,6 +975,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_failed_write_leaves_nothing),
         cmocka_unit_test(a_checkpoint_the_reference_wrote_loads_to_its_values),
         cmocka_unit_test(a_modelopt_checkpoint_reads_as_its_compressed_tensors_twin),
+        cmocka_unit_test(modelopt_w4a4_reads_back_to_the_jobs_metrics),
+        cmocka_unit_test(modelopt_refusals),
         cmocka_unit_test(malformed_fp4_checkpoints_are_refused_by_name),
         cmocka_unit_test(gguf_mxfp4_blocks_decode_as_gguf_py),
         cmocka_unit_test(a_gguf_export_reads_back_to_the_engines_weights),

@@ -19,16 +19,22 @@
 #include "quant.h"
 #include "st_writer.h"
 
+/* The layouts by name: one row each. */
+static const struct {
+    const char *name;
+    qw_export_layout layout;
+} LAYOUTS[] = {{"compressed-tensors", QW_EXPORT_COMPRESSED_TENSORS},
+               {"gguf", QW_EXPORT_GGUF},
+               {"modelopt", QW_EXPORT_MODELOPT}};
+
 qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_error *err) {
-    if (name && strcmp(name, "compressed-tensors") == 0) {
-        *out = QW_EXPORT_COMPRESSED_TENSORS;
-        return QS_OK;
-    }
-    if (name && strcmp(name, "gguf") == 0) {
-        *out = QW_EXPORT_GGUF;
-        return QS_OK;
-    }
-    return qs_error_set(err, QS_EINVAL, "export: unknown layout \"%s\" (compressed-tensors, gguf)",
+    for (size_t i = 0; name && i < sizeof LAYOUTS / sizeof LAYOUTS[0]; i++)
+        if (strcmp(name, LAYOUTS[i].name) == 0) {
+            *out = LAYOUTS[i].layout;
+            return QS_OK;
+        }
+    return qs_error_set(err, QS_EINVAL,
+                        "export: unknown layout \"%s\" (compressed-tensors, gguf, modelopt)",
                         name ? name : "");
 }
 
@@ -46,14 +52,6 @@ static const char *ct_format(const qk_format *f) {
 static int is_nvfp4(const qk_format *f) {
     return f->rule == QK_RULE_NVFP4;
 }
-
-/* One linear of the model: its HF module name and its spec in the policy. */
-typedef struct ex_linear {
-    char name[96];
-    int index; /* the engine's tensor index (model.h qw_model_packed) */
-    const qw_quant_spec *spec;
-    int group; /* config group, -1 = ignored (unquantized) */
-} ex_linear;
 
 /* A config group: one (weight format, activation format) pair. */
 typedef struct ex_group {
@@ -158,15 +156,14 @@ static json_t *config_from_gguf(const qw_config *c) {
     return j;
 }
 
-/* dir/name into out (cap bytes); 0, or -1 when it does not fit. */
-static int path_join(char *out, size_t cap, const char *dir, const char *name) {
+int qw_export_path_join(char *out, size_t cap, const char *dir, const char *name) {
     int n = snprintf(out, cap, "%s/%s", dir, name);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static qs_status write_json(const char *dir, const char *name, json_t *j, qs_error *err) {
+qs_status qw_export_write_json(const char *dir, const char *name, json_t *j, qs_error *err) {
     char path[4096];
-    if (path_join(path, sizeof path, dir, name))
+    if (qw_export_path_join(path, sizeof path, dir, name))
         return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     if (!s) return qs_error_set(err, QS_ENOMEM, "%s: out of memory", path);
@@ -181,7 +178,8 @@ static qs_status write_json(const char *dir, const char *name, json_t *j, qs_err
 static qs_status copy_if_present(const char *src_dir, const char *dir, const char *name,
                                  qs_error *err) {
     char src[4096], dst[4096];
-    if (path_join(src, sizeof src, src_dir, name) || path_join(dst, sizeof dst, dir, name))
+    if (qw_export_path_join(src, sizeof src, src_dir, name) ||
+        qw_export_path_join(dst, sizeof dst, dir, name))
         return qs_error_set(err, QS_EINVAL, "%s: path too long", dir);
     FILE *f = fopen(src, "rb");
     if (!f)
@@ -218,7 +216,7 @@ static void remove_tmp(const char *dir) {
         while ((e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             char p[4096];
-            if (!path_join(p, sizeof p, dir, e->d_name)) unlink(p);
+            if (!qw_export_path_join(p, sizeof p, dir, e->d_name)) unlink(p);
         }
         closedir(d);
     }
@@ -285,9 +283,8 @@ static qs_status add_packed(qw_st_writer *w, const ex_linear *L, const qk_packed
     return st;
 }
 
-/* The HF names of the model's linears (block linears in order, then lm_head). */
-static qs_status list_linears(const qw_model *m, const qw_policy *p, ex_linear **out, int *n,
-                              qs_error *err) {
+qs_status qw_export_list_linears(const qw_model *m, const qw_policy *p, ex_linear **out,
+                                int *n, qs_error *err) {
     int nl = qw_model_config(m)->n_layers, count = nl * QW_LINEAR_KINDS + 1;
     ex_linear *v = calloc((size_t)count, sizeof *v);
     if (!v) return qs_error_set(err, QS_ENOMEM, "export: out of memory");
@@ -305,6 +302,58 @@ static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_confi
                                               "special_tokens_map.json", "generation_config.json",
                                               "tokenizer.model"};
 
+qs_status qw_export_finish(const qw_export_request *r, qw_checkpoint *ck, qw_st_writer *w,
+                           const ex_linear *lin, int n_lin, const char *tmp, json_t *qconfig,
+                           size_t *done, size_t total, qs_error *err) {
+    const qw_config *cfg = qw_checkpoint_config(ck);
+    qs_status st = QS_OK;
+    size_t nt = qw_checkpoint_tensor_count(ck);
+    for (size_t t = 0; t < nt && !st; t++) {
+        const char *name = qw_checkpoint_tensor_name(ck, t);
+        if (strncmp(name, "model.", 6) != 0 && strcmp(name, "lm_head.weight") != 0)
+            continue; /* GGUF-only tensors (rope_freqs: config.json's rope_scaling holds it) */
+        int packed = 0;
+        for (int i = 0; i < n_lin && !packed; i++) {
+            size_t l = strlen(lin[i].name);
+            packed =
+                lin[i].group >= 0 && !strncmp(name, lin[i].name, l) && !strcmp(name + l, ".weight");
+        }
+        if (!packed) st = add_stored(w, ck, name, err);
+    }
+    char path[4096];
+    if (!st && qw_export_path_join(path, sizeof path, tmp, "model.safetensors"))
+        st = qs_error_set(err, QS_EINVAL, "%s: path too long", tmp);
+    if (!st) st = qw_st_writer_write(w, path, err);
+    if (r->progress) r->progress(r->progress_ctx, ++*done, total);
+    /* config.json: the source's, or one from the GGUF keys, with the quantization_config */
+    json_t *config = NULL;
+    struct stat sb;
+    int hf = stat(r->model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!st) {
+        if (hf) {
+            json_error_t je;
+            if (qw_export_path_join(path, sizeof path, r->model_path, "config.json"))
+                st = qs_error_set(err, QS_EINVAL, "%s: path too long", r->model_path);
+            else if (!(config = json_load_file(path, JSON_PRESERVE_ORDER, &je)))
+                st = qs_error_set(err, QS_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
+        } else {
+            config = config_from_gguf(cfg);
+        }
+    }
+    if (!st) {
+        json_object_set_new(config, "quantization_config", qconfig);
+        qconfig = NULL;
+        st = qw_export_write_json(tmp, "config.json", config, err);
+    }
+    json_decref(config);
+    json_decref(qconfig);
+    if (r->progress) r->progress(r->progress_ctx, ++*done, total);
+    for (size_t i = 0; hf && !st && i < sizeof TOKENIZER_FILES / sizeof TOKENIZER_FILES[0]; i++)
+        st = copy_if_present(r->model_path, tmp, TOKENIZER_FILES[i], err);
+    if (r->progress) r->progress(r->progress_ctx, ++*done, total);
+    return st;
+}
+
 static qs_status export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
                            const char *tmp, qs_error *err) {
     const qw_config *cfg = qw_checkpoint_config(ck);
@@ -316,7 +365,7 @@ static qs_status export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_mod
     ex_linear *lin = NULL;
     int n_lin = 0, n_groups = 0;
     ex_group groups[8];
-    qs_status st = list_linears(m, p, &lin, &n_lin, err);
+    qs_status st = qw_export_list_linears(m, p, &lin, &n_lin, err);
     for (int i = 0; i < n_lin && !st; i++) {
         if (n_groups == 8) {
             st = qs_error_set(err, QS_EUNSUPPORTED, "export: more than 8 format combinations");
@@ -343,50 +392,10 @@ static qs_status export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_mod
         }
         if (r->progress) r->progress(r->progress_ctx, ++done, total);
     }
-    size_t nt = qw_checkpoint_tensor_count(ck);
-    for (size_t t = 0; t < nt && !st; t++) {
-        const char *name = qw_checkpoint_tensor_name(ck, t);
-        if (strncmp(name, "model.", 6) != 0 && strcmp(name, "lm_head.weight") != 0)
-            continue; /* GGUF-only tensors (rope_freqs: config.json's rope_scaling holds it) */
-        int packed = 0;
-        for (int i = 0; i < n_lin && !packed; i++) {
-            size_t l = strlen(lin[i].name);
-            packed =
-                lin[i].group >= 0 && !strncmp(name, lin[i].name, l) && !strcmp(name + l, ".weight");
-        }
-        if (!packed) st = add_stored(&w, ck, name, err);
-    }
-    char path[4096];
-    if (!st && path_join(path, sizeof path, tmp, "model.safetensors"))
-        st = qs_error_set(err, QS_EINVAL, "%s: path too long", tmp);
-    if (!st) st = qw_st_writer_write(&w, path, err);
-    if (r->progress) r->progress(r->progress_ctx, ++done, total);
+    if (!st) st = qw_export_finish(r, ck, &w, lin, n_lin, tmp,
+                                   ct_quant_config(lin, n_lin, groups, n_groups), &done, total,
+                                   err);
     qw_st_writer_free(&w);
-    /* config.json: the source's, or one from the GGUF keys, with the quantization_config */
-    json_t *config = NULL;
-    struct stat sb;
-    int hf = stat(r->model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!st) {
-        if (hf) {
-            json_error_t je;
-            if (path_join(path, sizeof path, r->model_path, "config.json"))
-                st = qs_error_set(err, QS_EINVAL, "%s: path too long", r->model_path);
-            else if (!(config = json_load_file(path, JSON_PRESERVE_ORDER, &je)))
-                st = qs_error_set(err, QS_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
-        } else {
-            config = config_from_gguf(cfg);
-        }
-    }
-    if (!st) {
-        json_object_set_new(config, "quantization_config",
-                            ct_quant_config(lin, n_lin, groups, n_groups));
-        st = write_json(tmp, "config.json", config, err);
-    }
-    json_decref(config);
-    if (r->progress) r->progress(r->progress_ctx, ++done, total);
-    for (size_t i = 0; hf && !st && i < sizeof TOKENIZER_FILES / sizeof TOKENIZER_FILES[0]; i++)
-        st = copy_if_present(r->model_path, tmp, TOKENIZER_FILES[i], err);
-    if (r->progress) r->progress(r->progress_ctx, ++done, total);
     free(lin);
     return st;
 }
@@ -405,12 +414,17 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "export: output path too long");
     qw_checkpoint *ck = NULL;
     qw_model *m = NULL;
+    float *amax = NULL; /* modelopt: its inputs' calibration amax per linear */
+    int calibrated = r->layout == QW_EXPORT_MODELOPT;
     qs_status st = qw_checkpoint_open(r->model_path, &ck, err);
-    if (!st) st = qw_model_create(ck, 1, r->threads, &m, err);
+    if (!st)
+        st = qw_model_create(ck, calibrated && r->calib_ctx > 1 ? r->calib_ctx : 1, r->threads, &m,
+                             err);
     if (!st && r->policy->n_layers != qw_checkpoint_config(ck)->n_layers)
         st = qs_error_set(err, QS_EINVAL,
                           "export: the policy is for a %d-block model, %s has %d blocks",
                           r->policy->n_layers, r->model_path, qw_checkpoint_config(ck)->n_layers);
+    if (!st && calibrated) st = qw_export_modelopt_calibrate(r, m, &amax, err);
     if (!st) st = qw_model_apply_policy(m, r->policy, err);
     int made = 0;
     if (!st) {
@@ -419,15 +433,19 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
         else
             made = 1;
     }
-    if (!st)
-        st = r->layout == QW_EXPORT_GGUF ? qw_export_gguf(r, ck, m, tmp, err)
-                                         : export_ct(r, ck, m, tmp, err);
+    if (!st && r->layout == QW_EXPORT_GGUF)
+        st = qw_export_gguf(r, ck, m, tmp, err);
+    else if (!st && r->layout == QW_EXPORT_MODELOPT)
+        st = qw_export_modelopt(r, ck, m, amax, tmp, err);
+    else if (!st)
+        st = export_ct(r, ck, m, tmp, err);
     if (!st && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide it from a serving user */
         st = qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
     /* the folder appears under its name complete, or not at all */
     if (!st && renameat2(AT_FDCWD, tmp, AT_FDCWD, r->out_dir, RENAME_NOREPLACE) != 0)
         st = qs_error_set(err, QS_EIO, "renaming %s to %s: %s", tmp, r->out_dir, strerror(errno));
     if (st && made) remove_tmp(tmp);
+    free(amax);
     qw_model_destroy(m);
     qw_checkpoint_close(ck);
     return st;

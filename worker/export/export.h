@@ -11,12 +11,18 @@
  *                       forward_helpers.py _dequantize); config.json's quantization_config
  *                       names one config group per (weight format, activation format) with
  *                       its linears as targets, and every other linear in `ignore`.
+ *   modelopt            (TensorRT-LLM; modelopt_export.c): per NVFP4 linear weight (packed as
+ *                       above), weight_scale (E4M3), weight_scale_2 (FP32 decode scale) and
+ *                       input_scale (FP32, amax/(6*448) of its input over the calibration
+ *                       chunks), hf_quant_config.json and quant_method "modelopt".
+ *   gguf                (llama.cpp; gguf_export.c): the source GGUF, MXFP4 linears in ggml's type.
  * Linears the policy leaves unquantized, norms and embeddings are written in their stored
  * type (F32, F16, BF16; any other type, e.g. a GGUF source's Q4_1, as its exact FP32 values). */
 #ifndef QW_EXPORT_H
 #define QW_EXPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 #include "policy.h"
@@ -26,10 +32,12 @@ typedef enum qw_export_layout {
     QW_EXPORT_COMPRESSED_TENSORS = 0,
     QW_EXPORT_GGUF = 1, /* a GGUF source with its MXFP4 linears as ggml's MXFP4 type (llama.cpp);
                            gguf_export.c */
+    QW_EXPORT_MODELOPT = 2, /* ModelOpt's NVFP4 (TensorRT-LLM, vLLM modelopt_fp4): W4A4 with a
+                               calibrated static input_scale; modelopt_export.c */
 } qw_export_layout;
 
-/* The layout named `name` ("compressed-tensors", "gguf"). Errors: QS_EINVAL naming the
- * layouts. */
+/* The layout named `name` ("compressed-tensors", "gguf", "modelopt"). Errors: QS_EINVAL naming
+ * the layouts. */
 qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_error *err);
 
 /* Progress: `done` of `total` steps (the linears quantized, then the files written). */
@@ -43,6 +51,11 @@ typedef struct qw_export_request {
     int threads;                    /* 0 = all */
     qw_export_progress_fn progress; /* may be NULL */
     void *progress_ctx;
+    /* modelopt: the calibration chunks its input_scale comes from, calib_chunks runs of
+       calib_ctx tokens, each a fresh context (ignored by the other layouts) */
+    const uint32_t *calib;
+    size_t calib_chunks;
+    int calib_ctx;
 } qw_export_request;
 
 /* Writes the checkpoint: every file into a fresh folder beside out_dir ("<out_dir>.tmp-XXXXXX"),
@@ -51,7 +64,9 @@ typedef struct qw_export_request {
  * quantization_config) and the tokenizer files (tokenizer.json, tokenizer_config.json,
  * special_tokens_map.json, generation_config.json, tokenizer.model) of an HF source; a GGUF
  * source gets a config.json made from its llama.* keys and no tokenizer file.
- * Errors: QS_EINVAL (out_dir exists; a policy whose layers differ from the model's),
+ * modelopt runs the calibration chunks through the model before the policy is applied.
+ * Errors: QS_EINVAL (out_dir exists; a policy whose layers differ from the model's; modelopt
+ * without calibration chunks),
  * QS_EUNSUPPORTED naming the linear and what the layout cannot hold (a format other than
  * nvfp4/nvfp4_2d/mxfp4, quantized embeddings, a quantized lm_head tied to the embeddings,
  * NVFP4 activations (measured with a dynamic per-tensor scale that compressed-tensors stores

@@ -25,7 +25,7 @@ typedef struct qw_st_writer {
     size_t total_bytes; /* sum of nbytes, for the progress line */
 } qw_st_writer;
 
-/* Appends a copy of nbytes at data as tensor `name` of dtype and shape (ndim 1 or 2).
+/* Appends a copy of nbytes at data as tensor `name` of dtype and shape (ndim 0: a scalar, 1, 2).
  * Errors: QS_EINVAL (a name already added), QS_ENOMEM. */
 qs_status qw_st_writer_add(qw_st_writer *w, const char *name, const char *dtype, int ndim,
                            const int64_t shape[2], const void *data, size_t nbytes, qs_error *err);

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# ModelOpt's own config code and NumPy as independent readers of qsweep's ModelOpt export of the
+# test model (every block linear NVFP4 W4A4, fused, calibrated: tools/export/modelopt_check.py).
+# Skipped (exit 77) when nvidia-modelopt is not installed (tools/install-deps.sh installs it, no
+# dependencies, in its test group); QSWEEP_CT_PYTHON names another Python that has it.
+# Usage: modelopt_check.sh EXPORT_TEST CHECK_SCRIPT
+set -euo pipefail
+py=${QSWEEP_CT_PYTHON:-python3}
+if ! "$py" -c "import importlib.util as u, numpy; assert u.find_spec('modelopt')" 2>/dev/null; then
+    echo "skipped: $py has no nvidia-modelopt (pip install --no-deps nvidia-modelopt)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$1" write modelopt "$tmp/mo" "$tmp/mo.dump"
+"$py" "$2" "$tmp/mo" "$tmp/mo.dump"
