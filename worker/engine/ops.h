@@ -101,8 +101,16 @@ float qw_amax_forward(const float *x, size_t n);
 /* C[M x Ncol] = A[M x K] Bm[Ncol x K]^T + beta C ("TN"). */
 void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Ncol, int K,
                        float beta, int nt);
+/* C[M x Ncol] = op(A) op(Bm) + beta C, op(X) = X^T where tX (cblas_sgemm's row-major operands:
+ * A [M x K] (lda) or [K x M], Bm [K x Ncol] (ldb) or [Ncol x K]), in the pieces of
+ * qw_train_gemm_abt: the same bits as qw_train_gemm_abt of the transposed copies on the
+ * fixed-order GEMM, whose element is one FMA chain over k whatever the layout. */
+void qw_train_gemm_tt(float *C, int ta, const float *A, int lda, int tb, const float *Bm, int ldb,
+                      int M, int Ncol, int K, float beta, int nt);
 /* dst[cols x rows] = src[rows x cols]^T. */
 void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt);
+/* dst[n] = qw_round_bf16(src[n]), one pass; dst may equal src. */
+void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt);
 /* out[N x D] = emb[tokens[i]], emb [V x D] FP32; tokens < V (callers check). */
 void qw_train_embedding_forward(float *out, const uint32_t *tokens, const float *emb, int N, int D);
 /* demb[V x D] += dout[N x D] scattered by token, rows added in token order. */
@@ -276,6 +284,16 @@ struct qw_ops {
     qs_status (*adamw)(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
                        float lr, float wd, float b1, float b2, float eps, float c1, float c2,
                        float grad_scale, qs_error *err);
+    /* ---- optional (NULL where a backend has none; the caller then copies, transposes and
+     * calls gemm_abt): operands prepared in their sources' layout, in one pass */
+    /* qw_train_gemm_tt: gemm_abt of operands in either layout; bf16: the caller promises
+     * BF16-exact inputs, as to gemm_abt_bf16 (the CPU: the same bits either way). */
+    qs_status (*gemm_tt)(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda, int tb,
+                         const float *Bm, int ldb, int M, int Ncol, int K, float beta,
+                         qs_error *err);
+    /* dst[n] = src[n] to BF16 (round_bf16's bits); dst may equal src. */
+    qs_status (*round_bf16_copy)(qw_backend *b, float *dst, const float *src, size_t n,
+                                 qs_error *err);
 };
 
 /* Floats of the attention backward's scratch: [max(threads, H) x T x T] (CPU one T x T per

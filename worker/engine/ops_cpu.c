@@ -326,10 +326,22 @@ static qs_status cpu_transpose(qw_backend *b, float *dst, const float *src, int 
 
 static qs_status cpu_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
     (void)err;
-    int nt = b->threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        x[i] = qw_round_bf16(x[i]);
+    qw_train_round_bf16_copy(x, x, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_round_bf16_copy(qw_backend *b, float *dst, const float *src, size_t n,
+                                     qs_error *err) {
+    (void)err;
+    qw_train_round_bf16_copy(dst, src, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_gemm_tt(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda,
+                             int tb, const float *Bm, int ldb, int M, int Ncol, int K, float beta,
+                             qs_error *err) {
+    (void)err, (void)bf16;
+    qw_train_gemm_tt(C, ta, A, lda, tb, Bm, ldb, M, Ncol, K, beta, b->threads);
     return QS_OK;
 }
 
@@ -506,6 +518,8 @@ static const qw_ops cpu_ops = {
     .linear_bwd = cpu_linear_bwd,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
+    .gemm_tt = cpu_gemm_tt,
+    .round_bf16_copy = cpu_round_bf16_copy,
 };
 
 const qw_ops *qw_ops_cpu(void) {

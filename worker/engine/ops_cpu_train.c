@@ -31,6 +31,21 @@ void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Nco
     }
 }
 
+void qw_train_gemm_tt(float *C, int ta, const float *A, int lda, int tb, const float *Bm, int ldb,
+                      int M, int Ncol, int K, float beta, int nt) {
+    int pieces = (Ncol + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    if (nt > pieces) nt = pieces;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_TRAIN_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN_GEMM_COLS < Ncol ? c0 + QW_TRAIN_GEMM_COLS : Ncol;
+        /* columns c0.. of op(Bm): rows c0.. of a stored [Ncol x K], columns c0.. of [K x Ncol] */
+        const float *Bp = tb ? Bm + (size_t)c0 * ldb : Bm + c0;
+        qw_cpu_sgemm(ta, tb, M, c1 - c0, K, (float)1, A, lda, Bp, ldb, beta, C + c0, Ncol);
+    }
+}
+
 void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int c = 0; c < cols; c++)
@@ -307,17 +322,38 @@ void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
 
 /* ---------------------------------------------------------------- BF16 */
 
+/* qw_round_bf16 on the bits, branch-free so that a loop of it vectorises. */
+static inline uint32_t round_bf16_bits(uint32_t u) {
+    uint32_t sign = u & 0x80000000u, sat = sign | 0x7F7F0000u;
+    uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    /* a finite value that rounds to Inf saturates to +-max finite */
+    uint32_t fin = (r & 0x7F800000u) == 0x7F800000u ? sat : (r & 0xFFFF0000u);
+    /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
+    uint32_t nonfin = (u & 0x007FFFFFu) ? 0x7FC00000u : sat;
+    return (u & 0x7F800000u) == 0x7F800000u ? nonfin : fin;
+}
+
 float qw_round_bf16(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) {
-        /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
-        u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
-    } else {
-        uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-        if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u; /* saturate */
-        u = r & 0xFFFF0000u;
-    }
+    u = round_bf16_bits(u);
     memcpy(&x, &u, 4);
     return x;
+}
+
+void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt) {
+    /* ranges of 4096 elements: few threads' worth of work per call on the small operands */
+    size_t blocks = (n + 4095) / 4096;
+    if ((size_t)nt > blocks) nt = (int)blocks;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i0 = b * 4096, i1 = i0 + 4096 < n ? i0 + 4096 : n;
+        for (size_t i = i0; i < i1; i++) {
+            uint32_t u;
+            memcpy(&u, &src[i], 4);
+            u = round_bf16_bits(u);
+            memcpy(&dst[i], &u, 4);
+        }
+    }
 }

@@ -121,12 +121,69 @@ typedef struct gemm_input {
     int rows, cols, transpose;
 } gemm_input;
 
+/* Input in of a gemm_tt (ops.h) made as spec says into buf: a quantized one staged [r x K] and
+ * fake-quantized (blocks run along K), a BF16 one rounded in one pass in its source's layout, an
+ * FP32 one its source itself; *out, *t (gemm_tt's transpose flag of operand A, or of B when
+ * is_b) and *ld say where and how it lies. */
+static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                                   int linear, const gemm_input *in, float *buf, int K, int is_b,
+                                   const float **out, int *t, int *ld, qs_error *err) {
+    qw_backend *be = env->be;
+    if (spec->mode == QW_MODE_QUANT) {
+        qs_status st =
+            stage(env, spec, linear, in->op, buf, in->src, in->rows, in->cols, in->transpose, err);
+        if (st == QS_OK)
+            st = fake_quant(env, spec, linear, in->op, buf, in->transpose ? in->cols : in->rows, K,
+                            err);
+        *out = buf;
+        *t = is_b;
+        *ld = K;
+        return st;
+    }
+    /* A [M x K] is the source, or its transpose; B [Ncol x K] the same the other way round */
+    *t = is_b ? !in->transpose : in->transpose;
+    *ld = in->cols;
+    *out = in->src;
+    if (spec->mode == QW_MODE_FP32) return QS_OK;
+    size_t n = (size_t)in->rows * in->cols;
+    double t0 = qs_clock_s();
+    qs_status st = be->ops->round_bf16_copy ? be->ops->round_bf16_copy(be, buf, in->src, n, err)
+                                            : be->ops->copy(be, buf, in->src, n * sizeof *buf, err);
+    if (st == QS_OK && !be->ops->round_bf16_copy) st = be->ops->round_bf16(be, buf, n, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_BF16, t0);
+    *out = buf;
+    return st;
+}
+
+/* linear_gemm on a backend with gemm_tt (the CPU): no operand is copied or transposed that
+ * need not be (prepare_in_layout), the same bits as the staged path on the fixed-order GEMM. */
+static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int linear,
+                                       qw_linear_gemm g, float *C, const gemm_input *a,
+                                       const qw_operand_spec *sa, const gemm_input *b,
+                                       const qw_operand_spec *sb, int M, int Ncol, int K,
+                                       float beta, qs_error *err) {
+    qw_backend *be = env->be;
+    const float *pa, *pb;
+    int ta, tb, lda, ldb;
+    qs_status st = prepare_in_layout(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
+    if (st == QS_OK)
+        st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
+    if (st != QS_OK) return st;
+    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
+    double t0 = qs_clock_s();
+    st = be->ops->gemm_tt(be, bf16, C, ta, pa, lda, tb, pb, ldb, M, Ncol, K, beta, err);
+    qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, g), t0);
+    return st;
+}
+
 /* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
  * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
  * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
  * BF16) and no hook watches the inputs, the staged inputs go to it; where it declines
  * (QS_EUNSUPPORTED: a format or shape it does not run) or is absent (the CPU), the staged
- * inputs are fake-quantized and multiplied by gemm. */
+ * inputs are fake-quantized and multiplied by gemm. A backend with gemm_tt (the CPU) takes
+ * linear_gemm_in_layout instead unless a hook watches the staged inputs. */
 static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g,
                              float *C, const gemm_input *a, const gemm_input *b, int M, int Ncol,
                              int K, float beta, qs_error *err) {
@@ -134,6 +191,10 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_operand_spec sa, sb;
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
+    int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
+    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant))
+        return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
+                                     err);
     float *ba = env->buf_a, *bb = env->buf_b;
     qs_status st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
     if (st == QS_OK)
