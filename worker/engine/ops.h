@@ -131,6 +131,27 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
 void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratch,
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *probs, int B, int T, int H, int G, int E, int nt);
+/* Query rows per tile of the tiled training attention below. */
+#define QW_TRAIN_ATT_TILE 32
+/* Floats of saved for qw_train_attention_forward_tiled: per query row of every (sequence, head)
+ * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch [nt x TILE x T]. */
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt);
+/* qw_train_attention_forward's out, bit for bit on the fixed-order GEMM, by query tiles of
+ * QW_TRAIN_ATT_TILE rows: each tile's scores only up to its last query (key tiles above the
+ * diagonal never computed), the same softmax of each row over the same keys in the same order,
+ * and no T x T kept: the rows' max and 1/sum go to saved for the backward (FlashAttention-2,
+ * arXiv 2307.08691, saves the logsumexp; its two parts give back the same bits). */
+void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
+                                      const float *v, int B, int T, int H, int G, int E, int nt);
+/* Floats of dscratch for qw_train_attention_backward_tiled: [nt x 2 x TILE x T]. */
+size_t qw_train_attention_tiled_scratch_floats(int T, int nt);
+/* qw_train_attention_backward's dq, dk, dv, bit for bit on the fixed-order GEMM, from the saved
+ * state of qw_train_attention_forward_tiled: each tile's probabilities recomputed, then its
+ * dQ rows, and its dK, dV added in the query order of the whole-T x T backward. */
+void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *dscratch,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const float *saved, int B, int T, int H,
+                                       int G, int E, int nt);
 /* dg, du [n] overwritten from dh (silu(g) = g s, s = 1/(1+e^-g), silu' = s (1 + g (1 - s))). */
 void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
                               size_t n, int nt);
@@ -296,9 +317,14 @@ struct qw_ops {
                                  qs_error *err);
 };
 
-/* Floats of the attention backward's scratch: [max(threads, H) x T x T] (CPU one T x T per
- * thread, CUDA one per head). */
+/* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats;
+ * CUDA [max(threads, H) x T x T] (one T x T per head). */
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
+
+/* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
+ * T and H heads: CPU qw_train_attention_tiled_saved_floats, CUDA the probabilities
+ * [B x H x T x T]. */
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
 
 /* The CPU backend's table, the reference every other backend is checked against. */
 const qw_ops *qw_ops_cpu(void);

@@ -403,7 +403,7 @@ static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, cons
                                    const float *k, const float *v, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    qw_train_attention_forward_tiled(out, probs, q, k, v, B, T, H, G, E, b->threads);
     return QS_OK;
 }
 
@@ -412,8 +412,8 @@ static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *d
                                    const float *v, const float *probs, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
-                                b->threads);
+    qw_train_attention_backward_tiled(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                      b->threads);
     return QS_OK;
 }
 
@@ -474,9 +474,21 @@ static qs_status cpu_score_rows(qw_backend *b, const qw_tensor *logits, const ui
                                  ref_lp, nll, kl, argmax, ref_argmax, b->threads, err);
 }
 
+/* Whether b's attention is the CPU's tiled kernel (a table copied from the CPU's, as tests and
+ * the trainer's timed table make, keeps it). */
+static int tiled_attention(const qw_backend *b) {
+    return b->ops && b->ops->attention_bwd == cpu_attention_bwd;
+}
+
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+    if (tiled_attention(b)) return qw_train_attention_tiled_scratch_floats(T, b->threads);
     int n = b->threads > H ? b->threads : H;
     return (size_t)n * (size_t)T * (size_t)T;
+}
+
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H) {
+    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, b->threads);
+    return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }
 
 static const qw_ops cpu_ops = {

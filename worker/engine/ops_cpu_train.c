@@ -205,6 +205,131 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
         }
 }
 
+/* ---------------------------------------------------------------- attention, tiled */
+
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt) {
+    return (size_t)B * H * T * 2 + (size_t)nt * QW_TRAIN_ATT_TILE * T;
+}
+
+size_t qw_train_attention_tiled_scratch_floats(int T, int nt) {
+    return (size_t)nt * 2 * QW_TRAIN_ATT_TILE * T;
+}
+
+/* P [rows x t1] = the causal softmax of query rows t0.. over keys 0..t1-1 (zeros after each
+ * row's own position), the scores S = scale Q K^T of those rows computed into P first: as
+ * qw_cpu_causal_softmax does it, each row's max and 1/sum into stats [rows x 2] (save), or
+ * taken from there (recompute; qw_cpu_exp_shift_sum then gives the same exponentials and its
+ * sum is not needed). */
+static void softmax_tile(float *P, float *stats, int save, const float *qh, const float *kg, int HE,
+                         int GE, int E, float scale, int t0, int rows, int t1) {
+    qw_cpu_sgemm(0, 1, rows, t1, E, scale, qh + (size_t)t0 * HE, HE, kg, GE, (float)0, P, t1);
+    for (int r = 0; r < rows; r++) {
+        float *row = P + (size_t)r * t1;
+        int last = t0 + r;
+        float mx, inv;
+        if (save) {
+            mx = row[0];
+            for (int j = 1; j <= last; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
+            stats[2 * r] = mx;
+            stats[2 * r + 1] = inv;
+        } else {
+            mx = stats[2 * r];
+            inv = stats[2 * r + 1];
+            qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
+        }
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < t1; j++)
+            row[j] = 0.0f;
+    }
+}
+
+void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
+                                      const float *v, int B, int T, int H, int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    float *scratch = saved + (size_t)B * H * T * 2;
+    /* One (sequence, head) per task; per query tile [t0, t1): P = softmax(scale Q K[0..t1)^T),
+     * O = P V[0..t1). An element's FMA chain is the whole-T kernel's less trailing zero terms. */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            float *P = scratch + (size_t)omp_get_thread_num() * QW_TRAIN_ATT_TILE * T;
+            float *stats = saved + ((size_t)b * H + h) * T * 2;
+            const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            float *oh = out + (size_t)b * T * HE + (size_t)h * E;
+            for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
+                int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE, t1 = t0 + rows;
+                softmax_tile(P, stats + (size_t)t0 * 2, 1, qh, kg, HE, GE, E, scale, t0, rows, t1);
+                qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, P, t1, vg, GE, (float)0,
+                             oh + (size_t)t0 * HE, HE);
+            }
+        }
+}
+
+void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *dscratch,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const float *saved, int B, int T, int H,
+                                       int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    /* One (sequence, kv head) per task, its query heads in order and each head's query tiles
+     * in order, so dK and dV rows take their terms in the whole-T backward's order (its terms
+     * above the diagonal are zeros, which leave a sum as it is). Per tile: P recomputed,
+     * dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q, dV += P^T dO. */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            float *P = dscratch + (size_t)omp_get_thread_num() * 2 * QW_TRAIN_ATT_TILE * T;
+            float *dS = P + (size_t)QW_TRAIN_ATT_TILE * T;
+            float *dkg = dk + (size_t)b * T * GE + (size_t)g * E;
+            float *dvg = dv + (size_t)b * T * GE + (size_t)g * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            for (int s2 = 0; s2 < T; s2++) {
+                memset(dkg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+                memset(dvg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+            }
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                const float *stats = saved + ((size_t)b * H + h) * T * 2;
+                const float *doh = dout + (size_t)b * T * HE + (size_t)h * E;
+                const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+                float *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
+                for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
+                    int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE;
+                    int t1 = t0 + rows;
+                    softmax_tile(P, (float *)stats + (size_t)t0 * 2, 0, qh, kg, HE, GE, E, scale,
+                                 t0, rows, t1);
+                    qw_cpu_sgemm(0, 1, rows, t1, E, (float)1, doh + (size_t)t0 * HE, HE, vg, GE,
+                                 (float)0, dS, t1);
+                    for (int r = 0; r < rows; r++) {
+                        int t = t0 + r;
+                        const float *prow = P + (size_t)r * t1;
+                        float *drow = dS + (size_t)r * t1;
+                        float acc = 0;
+                        for (int s2 = 0; s2 <= t; s2++)
+                            acc += drow[s2] * prow[s2];
+                        for (int s2 = 0; s2 <= t; s2++)
+                            drow[s2] = prow[s2] * (drow[s2] - acc) * scale;
+                        for (int s2 = t + 1; s2 < t1; s2++)
+                            drow[s2] = 0;
+                    }
+                    qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, dS, t1, kg, GE, (float)0,
+                                 dqh + (size_t)t0 * HE, HE);
+                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, dS, t1, qh + (size_t)t0 * HE, HE,
+                                 (float)1, dkg, GE);
+                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, P, t1, doh + (size_t)t0 * HE, HE,
+                                 (float)1, dvg, GE);
+                }
+            }
+        }
+}
+
 /* ---------------------------------------------------------------- SwiGLU */
 
 void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,

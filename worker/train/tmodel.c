@@ -27,7 +27,7 @@ typedef struct block_acts {
     float *q;     /* [N x H*E] after RoPE */
     float *k;     /* [N x G*E] after RoPE */
     float *v;     /* [N x G*E] */
-    float *probs; /* [B x H x T x T] attention probabilities */
+    float *probs; /* the attention's saved state (ops.h qw_train_attention_saved_floats) */
     float *atty;  /* [N x H*E] attention output, o_proj input */
     float *mid;   /* [N x D] residual after attention */
     float *ln2;   /* [N x D] post_attention_layernorm output */
@@ -78,12 +78,12 @@ static size_t align64(size_t x) {
 }
 
 /* Lays the backend allocation out (base NULL: just sizes it). att_scratch floats come from
- * scratch_floats. Returns the bytes. */
-static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats) {
+ * scratch_floats, each block's saved attention state from saved_floats. Returns the bytes. */
+static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats, size_t saved_floats) {
     const qw_config *c = &m->cfg;
     size_t N = (size_t)m->N, D = c->dim, F = c->hidden_dim, HE = (size_t)c->n_heads * c->head_dim,
            GE = (size_t)c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers, T = m->T,
-           B = m->B, E2 = c->head_dim / 2;
+           E2 = c->head_dim / 2;
     size_t off = 0;
 #define CARVE(ptr, type, count)                                                                    \
     do {                                                                                           \
@@ -102,7 +102,7 @@ static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats) {
         CARVE(a->q, float, N *HE);
         CARVE(a->k, float, N *GE);
         CARVE(a->v, float, N *GE);
-        CARVE(a->probs, float, B * c->n_heads * T * T);
+        CARVE(a->probs, float, saved_floats);
         CARVE(a->atty, float, N *HE);
         CARVE(a->mid, float, N *D);
         CARVE(a->ln2, float, N *D);
@@ -228,8 +228,9 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
     m->blocks = calloc((size_t)cfg->n_layers, sizeof *m->blocks);
     m->host_losses = malloc((size_t)m->N * sizeof *m->host_losses);
-    size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads);
-    m->bytes = layout(m, NULL, sf);
+    size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads),
+           vf = qw_train_attention_saved_floats(be, B, T, cfg->n_heads);
+    m->bytes = layout(m, NULL, sf, vf);
     m->mem = m->tensors && m->blocks && m->host_losses ? ops->alloc(be, m->bytes) : NULL;
     if (!m->mem) {
         size_t bytes = m->bytes;
@@ -237,7 +238,7 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
         return qs_error_set(err, QS_ENOMEM, "train model: %zu bytes of %s memory for B %d x T %d",
                             bytes, ops->name, B, T);
     }
-    layout(m, m->mem, sf);
+    layout(m, m->mem, sf, vf);
     tensor_table(m, 1);
     point_views(m);
     st = ops->zero(be, m->mem, m->bytes, err);
@@ -461,8 +462,9 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     m.nt = nt > 0 ? nt : qs_default_threads();
     tensor_table(&m, 0);
     *n_params = m.n_params;
-    qw_backend cpu = {.threads = m.nt};
-    *bytes = layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads));
+    qw_backend cpu = {.ops = qw_ops_cpu(), .threads = m.nt};
+    *bytes = layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads),
+                    qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads));
 }
 
 /* ---------------------------------------------------------------- forward */
