@@ -1,8 +1,8 @@
 /* The tiled training attention (ops.h qw_train_attention_*_tiled) against the whole-T x T
  * kernels it replaces on the CPU backend, on the fixed-order GEMM (the default numerics path):
  * forward output and dq, dk, dv bit for bit, on every ISA path of the GEMM, for any thread
- * count, with GQA and sequence lengths that are and are not a multiple of the tile; and its
- * saved state is O(T), not O(T^2). */
+ * count, with GQA and sequence lengths that are and are not a multiple of the tile; its saved
+ * state is O(T), not O(T^2); the openblas path keeps the whole-T kernels. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,6 +88,7 @@ static void tiled_attention_saves_two_floats_a_row(void **s) {
     (void)s;
     /* B 8 x T 2048, 32 heads, 2 threads: 4 MiB of row statistics and scratch where the
      * probabilities were 4 GiB */
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
     size_t saved = qw_train_attention_tiled_saved_floats(8, 2048, 32, 2);
     assert_int_equal(saved, (size_t)8 * 32 * 2048 * 2 + (size_t)2 * QW_TRAIN_ATT_TILE * 2048);
     qw_backend be;
@@ -95,6 +96,12 @@ static void tiled_attention_saves_two_floats_a_row(void **s) {
     assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32), saved);
     assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32),
                      qw_train_attention_tiled_scratch_floats(2048, 2));
+    /* the openblas path keeps the whole-T kernels (their results unchanged), and their sizes */
+    qw_cpu_gemm_force(QW_CPU_GEMM_OPENBLAS);
+    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32),
+                     (size_t)8 * 32 * 2048 * 2048);
+    assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32), (size_t)32 * 2048 * 2048);
+    qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
     qw_backend_release(&be);
 }
 

@@ -308,7 +308,10 @@ struct qw_ops {
     /* ---- optional (NULL where a backend has none; the caller then copies, transposes and
      * calls gemm_abt): operands prepared in their sources' layout, in one pass */
     /* qw_train_gemm_tt: gemm_abt of operands in either layout; bf16: the caller promises
-     * BF16-exact inputs, as to gemm_abt_bf16 (the CPU: the same bits either way). */
+     * BF16-exact inputs, as to gemm_abt_bf16 (the CPU: the same bits either way).
+     * QS_EUNSUPPORTED, C untouched, where the backend does not run it now (the CPU on the
+     * openblas path, whose kernels sum other layouts in other orders); a call with M, Ncol and
+     * K 0 asks that and does nothing else. */
     qs_status (*gemm_tt)(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda, int tb,
                          const float *Bm, int ldb, int M, int Ncol, int K, float beta,
                          qs_error *err);
@@ -317,13 +320,14 @@ struct qw_ops {
                                  qs_error *err);
 };
 
-/* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats;
- * CUDA [max(threads, H) x T x T] (one T x T per head). */
+/* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats
+ * (on the openblas path, which runs the whole-T kernels, and on CUDA [max(threads, H) x T x T],
+ * one T x T per thread or head). */
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
 
 /* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
- * T and H heads: CPU qw_train_attention_tiled_saved_floats, CUDA the probabilities
- * [B x H x T x T]. */
+ * T and H heads: CPU qw_train_attention_tiled_saved_floats, CUDA (and the CPU's openblas path)
+ * the probabilities [B x H x T x T]. */
 size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
 
 /* The CPU backend's table, the reference every other backend is checked against. */

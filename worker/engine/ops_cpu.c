@@ -340,7 +340,9 @@ static qs_status cpu_round_bf16_copy(qw_backend *b, float *dst, const float *src
 static qs_status cpu_gemm_tt(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda,
                              int tb, const float *Bm, int ldb, int M, int Ncol, int K, float beta,
                              qs_error *err) {
-    (void)err, (void)bf16;
+    (void)bf16;
+    if (qw_cpu_gemm_kind() != QW_CPU_GEMM_FIXED)
+        return qs_error_set(err, QS_EUNSUPPORTED, "gemm_tt: the fixed-order GEMM's only");
     qw_train_gemm_tt(C, ta, A, lda, tb, Bm, ldb, M, Ncol, K, beta, b->threads);
     return QS_OK;
 }
@@ -403,7 +405,12 @@ static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, cons
                                    const float *k, const float *v, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_forward_tiled(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    /* the tiled kernel's bits are the whole-T kernel's on the fixed-order GEMM only: OpenBLAS
+       sums other shapes in other orders, and its path keeps the results it has */
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED)
+        qw_train_attention_forward_tiled(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    else
+        qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
     return QS_OK;
 }
 
@@ -412,8 +419,12 @@ static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *d
                                    const float *v, const float *probs, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_backward_tiled(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
-                                      b->threads);
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED)
+        qw_train_attention_backward_tiled(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                          b->threads);
+    else
+        qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                    b->threads);
     return QS_OK;
 }
 
@@ -477,7 +488,8 @@ static qs_status cpu_score_rows(qw_backend *b, const qw_tensor *logits, const ui
 /* Whether b's attention is the CPU's tiled kernel (a table copied from the CPU's, as tests and
  * the trainer's timed table make, keeps it). */
 static int tiled_attention(const qw_backend *b) {
-    return b->ops && b->ops->attention_bwd == cpu_attention_bwd;
+    return b->ops && b->ops->attention_bwd == cpu_attention_bwd &&
+           qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED;
 }
 
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {

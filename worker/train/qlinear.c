@@ -192,7 +192,9 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
     int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
-    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant))
+    /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
+    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant) &&
+        be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
                                      err);
     float *ba = env->buf_a, *bb = env->buf_b;
