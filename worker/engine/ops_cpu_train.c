@@ -47,10 +47,17 @@ void qw_train_gemm_tt(float *C, int ta, const float *A, int lda, int tb, const f
 }
 
 void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++)
-            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+    /* 32 x 32 tiles, so that both the rows read and the rows written stay in cache */
+    int tr = (rows + 31) / 32, tc = (cols + 31) / 32;
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int bc = 0; bc < tc; bc++)
+        for (int br = 0; br < tr; br++) {
+            int c1 = bc * 32 + 32 < cols ? bc * 32 + 32 : cols;
+            int r1 = br * 32 + 32 < rows ? br * 32 + 32 : rows;
+            for (int c = bc * 32; c < c1; c++)
+                for (int r = br * 32; r < r1; r++)
+                    dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+        }
 }
 
 /* ---------------------------------------------------------------- embedding */
@@ -93,13 +100,21 @@ void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
         for (int i = 0; i < D; i++)
             d[i] += r * w[i] * g[i] - xr[i] * c;
     }
-    /* dw_i = sum_t dy_ti x_ti r_t: columns split across threads, rows summed in order. */
+    /* dw_i = sum_t dy_ti x_ti r_t: ranges of 64 columns split across threads, each column's
+     * rows summed in order, a range's columns side by side as the rows stream past. */
+    int ranges = (D + 63) / 64;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < D; i++) {
-        float s = 0;
-        for (int t = 0; t < N; t++)
-            s += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
-        dw[i] += s;
+    for (int rg = 0; rg < ranges; rg++) {
+        int i0 = rg * 64, i1 = i0 + 64 < D ? i0 + 64 : D;
+        float s[64] = {0};
+        for (int t = 0; t < N; t++) {
+            const float *dr = dout + (size_t)t * D, *xr = x + (size_t)t * D;
+            float r = rstd[t];
+            for (int i = i0; i < i1; i++)
+                s[i - i0] += dr[i] * (xr[i] * r);
+        }
+        for (int i = i0; i < i1; i++)
+            dw[i] += s[i - i0];
     }
 }
 
