@@ -1,7 +1,8 @@
 /* bench_train: training throughput per recipe, as a ratio to a GEMM baseline on the same GEMM
  * shapes measured in the same run.
  *
- * CPU mode (the default; targets: bf16 >= 0.5, nvfp4 >= 0.3 of cblas_sgemm):
+ * CPU mode (the default; targets at 1 thread: fp32 >= 0.85, bf16 >= 0.7, nvfp4 >= 0.5 of
+ * cblas_sgemm):
  * Model: the tiny experiment's shape (d 128, 4 blocks, 4 heads, 2 KV heads, FFN 384, vocab 258,
  * ctx 128), batch B sequences. One step = forward + backward + AdamW over B*ctx tokens.
  * Work counted: the linears' GEMMs, 3 GEMMs x 2*N*in*out FLOPs per linear (fprop, dgrad, wgrad;
@@ -10,7 +11,10 @@
  * ctx 128, d 128) but their time is, so the ratio is what a recipe achieves end to end.
  * Baseline: the same 3 GEMMs of every linear, one cblas_sgemm call each (OpenBLAS with the
  * same thread count), FP32 in and out.
- * Usage: bench_train [threads (1)] [batch (8)] [steps (6)]   (or --backend cpu [...] the same)
+ * Usage: bench_train [--profile] [threads (1)] [batch (8)] [steps (6)]   (or --backend cpu [...]
+ * the same). --profile: only fp32, bf16 and nvfp4, then milliseconds per step of each phase of
+ * worker/train/tprofile.h (the GEMMs per linear kind and pass, operand preparation, attention,
+ * norms, RoPE, SwiGLU, cross-entropy, optimizer) and their share of the step.
  *
  * CUDA mode (--backend cuda; target: a step's achieved FLOP/s >= 0.5 of the cuBLAS BF16 GEMM
  * rate): the same trainer (worker/train/trainer.h) on the CUDA backend of the ops
@@ -110,10 +114,12 @@ static int linear_shapes(const qw_config *c, int N, qb_linear *sh) {
 
 /* Seconds per optimizer step of recipe on a model of c (batch B x ctx T, Llama initialisation of
  * std init_std, seed 1) on backend be, or on a CPU backend of its own with nt threads when be is
- * NULL: one warm-up step, then the mean of `steps` steps over a deterministic token stream.
- * Returns -1 after printing the error. */
+ * NULL: one warm-up step, then the mean of `steps` steps over a deterministic token stream;
+ * with prof, the model's profile of those steps (tprofile.h), per step. Returns -1 after
+ * printing the error. */
 static double step_seconds(const qw_config *c, float init_std, qw_backend *be, int nt, int B, int T,
-                           const char *recipe, int steps, char *path, size_t path_cap) {
+                           const char *recipe, int steps, char *path, size_t path_cap,
+                           qw_tprofile *prof) {
     int N = B * T;
     size_t ntok = (size_t)N * (steps + 2) + 1;
     uint32_t *stream = malloc(ntok * 4);
@@ -151,6 +157,7 @@ static double step_seconds(const qw_config *c, float init_std, qw_backend *be, i
         have_tr = st == QS_OK;
     }
     if (st == QS_OK) st = qw_trainer_step(&tr, NULL, &err); /* warm-up */
+    if (st == QS_OK) qw_tprofile_reset(qw_tmodel_profile(m));
     double t0 = now_s();
     for (int s = 0; s < steps && st == QS_OK; s++)
         st = qw_trainer_step(&tr, NULL, &err);
@@ -163,6 +170,11 @@ static double step_seconds(const qw_config *c, float init_std, qw_backend *be, i
     }
     if (st == QS_OK) {
         dt = (now_s() - t0) / steps;
+        if (prof) {
+            *prof = *qw_tmodel_profile(m);
+            for (int i = 0; i < QW_TPHASES; i++)
+                prof->s[i] /= steps;
+        }
         /* the paths the linears' GEMMs ran (recipe_path.h: native_fp4, emulated_bf16, ...) */
         unsigned ran[QW_N_LINEAR_GEMMS], all = 0;
         qw_tmodel_gemm_ran(m, ran);
@@ -178,8 +190,45 @@ static double step_seconds(const qw_config *c, float init_std, qw_backend *be, i
     return dt;
 }
 
-/* The CPU mode (the header's first part). */
-static int cpu_main(int nt, int B, int steps) {
+/* The CPU mode's profiled recipes (--profile), the targets' three. */
+static const char *const profiled[3] = {"fp32", "bf16", "nvfp4"};
+
+/* --profile: milliseconds per step of each phase for the recipes of prof[] (profiled order),
+ * rows where a recipe spent time; the GEMMs' sum, what no phase holds (the trainer's batch
+ * reads, loss sums, clock reads) and the step. */
+static void print_profile(const qw_tprofile *prof, const double *step) {
+    printf("\nprofile (worker/train/tprofile.h): milliseconds per step\n%-20s", "phase");
+    for (int r = 0; r < 3; r++)
+        printf(" %10s %6s", profiled[r], "share");
+    printf("\n");
+    double gemm[3] = {0, 0, 0}, sum[3] = {0, 0, 0};
+    for (int i = 0; i < QW_TPHASES; i++) {
+        int any = 0;
+        for (int r = 0; r < 3; r++) {
+            any |= prof[r].s[i] > 0;
+            sum[r] += prof[r].s[i];
+            if (i < QW_TPHASE_PREP_COPY) gemm[r] += prof[r].s[i];
+        }
+        if (!any) continue;
+        printf("%-20s", qw_tphase_name((qw_tphase)i));
+        for (int r = 0; r < 3; r++)
+            printf(" %10.3f %5.1f%%", prof[r].s[i] * 1e3, 100.0 * prof[r].s[i] / step[r]);
+        printf("\n");
+    }
+    const char *labels[3] = {"(all GEMMs)", "(other)", "(step)"};
+    for (int k = 0; k < 3; k++) {
+        printf("%-20s", labels[k]);
+        for (int r = 0; r < 3; r++) {
+            double v = k == 0 ? gemm[r] : k == 1 ? step[r] - sum[r] : step[r];
+            printf(" %10.3f %5.1f%%", v * 1e3, 100.0 * v / step[r]);
+        }
+        printf("\n");
+    }
+}
+
+/* The CPU mode (the header's first part); with profile only the recipes of profiled[], and
+ * their per-phase table. */
+static int cpu_main(int nt, int B, int steps, int profile) {
     qw_config c = {0};
     c.dim = 128;
     c.hidden_dim = 384;
@@ -202,14 +251,21 @@ static int cpu_main(int nt, int B, int steps) {
            c.n_layers, c.hidden_dim, c.vocab_size, B, T, nt);
     printf("baseline cblas_sgemm on the same GEMM shapes: %.2f GFLOP/s\n", base);
     printf("%-18s %12s %10s %10s\n", "recipe", "tokens/s", "GFLOP/s", "ratio");
-    const char *recipes[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
-                             "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
-    for (size_t ri = 0; ri < sizeof recipes / sizeof recipes[0]; ri++) {
-        double dt = step_seconds(&c, 0.02f, NULL, nt, B, T, recipes[ri], steps, NULL, 0);
+    const char *all[] = {"fp32",         "bf16",        "fp8",         "nvfp4",
+                         "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "mxfp4"};
+    const char *const *recipes = profile ? profiled : all;
+    size_t n_rec = profile ? 3 : sizeof all / sizeof all[0];
+    qw_tprofile prof[3];
+    double step[3];
+    for (size_t ri = 0; ri < n_rec; ri++) {
+        double dt = step_seconds(&c, 0.02f, NULL, nt, B, T, recipes[ri], steps, NULL, 0,
+                                 profile ? &prof[ri] : NULL);
         if (dt < 0) return 1;
         double gf = lin_flops / dt * 1e-9;
         printf("%-18s %12.0f %10.2f %10.3f\n", recipes[ri], N / dt, gf, gf / base);
+        if (profile) step[ri] = dt;
     }
+    if (profile) print_profile(prof, step);
     return 0;
 }
 
@@ -279,7 +335,7 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
     for (int i = 0; i < n_rec && rc == 0; i++) {
         char path[32] = "";
         double dt =
-            step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps, path, sizeof path);
+            step_seconds(c, ss->init_std, &be, 1, B, T, recipes[i], steps, path, sizeof path, NULL);
         if (dt < 0) {
             rc = 1;
             break;
@@ -312,8 +368,8 @@ static int cuda_run(const bt_run *r, const char *const *recipes, int n_rec, int 
 #endif
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_train [threads] [batch] [steps]\n"
-                    "       bench_train --backend cpu [threads] [batch] [steps]\n"
+    fprintf(stderr, "usage: bench_train [--profile] [threads] [batch] [steps]\n"
+                    "       bench_train --backend cpu [--profile] [threads] [batch] [steps]\n"
                     "       bench_train --backend cuda [--shape NAME --batch B --ctx T] "
                     "[--steps S] [--recipes bf16,nvfp4]\n");
     return 2;
@@ -376,15 +432,18 @@ static int cuda_main(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    int a = 1;
+    int a = 1, profile = 0;
     if (argc > 2 && !strcmp(argv[1], "--backend")) {
         if (!strcmp(argv[2], "cuda")) return cuda_main(argc - 3, argv + 3);
         if (strcmp(argv[2], "cpu")) return usage();
         a = 3;
-    } else if (argc > 1 && argv[1][0] == '-') {
-        return usage();
     }
+    if (argc > a && !strcmp(argv[a], "--profile")) {
+        profile = 1;
+        a++;
+    }
+    if (argc > a && argv[a][0] == '-') return usage();
     int nt = argc > a ? atoi(argv[a]) : 1, B = argc > a + 1 ? atoi(argv[a + 1]) : 8,
         steps = argc > a + 2 ? atoi(argv[a + 2]) : 6;
-    return cpu_main(nt, B, steps);
+    return cpu_main(nt, B, steps, profile);
 }

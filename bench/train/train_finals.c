@@ -16,7 +16,9 @@
 
 static void on_metric(void *u, const char *name, int64_t step, double v) {
     (void)u;
-    if (step < 0 && strcmp(name, "wall_s")) printf("%s %.17g\n", name, v);
+    /* all but the wall times (wall_s, time_<phase>_s) */
+    if (step < 0 && strcmp(name, "wall_s") && strncmp(name, "time_", 5))
+        printf("%s %.17g\n", name, v);
 }
 
 int main(int argc, char **argv) {

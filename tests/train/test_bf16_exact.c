@@ -257,8 +257,8 @@ static qw_config small_config(void) {
     return small_config_of(32, 64, 3, 2, 1, 16, 48);
 }
 
-/* A CPU table whose GEMM entries count their calls (linear_bwd: a dgrad when dx is given and a
- * wgrad, both FP32). */
+/* A CPU table whose GEMM entries count their calls (gemm_tt by its bf16 promise; linear_bwd: a
+ * dgrad when dx is given and a wgrad, both FP32). */
 static int calls_bf16, calls_fp32;
 static qw_ops counting;
 
@@ -271,6 +271,15 @@ static qs_status count_fp32(qw_backend *b, float *C, const float *A, const float
                             int Ncol, int K, float beta, qs_error *err) {
     calls_fp32++;
     return qw_ops_cpu()->gemm_abt(b, C, A, Bm, M, Ncol, K, beta, err);
+}
+static qs_status count_tt(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda,
+                          int tb, const float *Bm, int ldb, int M, int Ncol, int K, float beta,
+                          qs_error *err) {
+    if (M > 0 && bf16) /* not the M 0 call that asks whether the entry runs */
+        calls_bf16++;
+    else if (M > 0)
+        calls_fp32++;
+    return qw_ops_cpu()->gemm_tt(b, bf16, C, ta, A, lda, tb, Bm, ldb, M, Ncol, K, beta, err);
 }
 static qs_status count_linear_bwd(qw_backend *b, float *dx, int acc, float *dW, const float *dy,
                                   const float *x, const float *W, int N, int in, int out,
@@ -288,6 +297,7 @@ static void recipe_gemm_paths_are_the_table_and_the_calls(void **s) {
     counting.gemm_abt_bf16 = count_bf16;
     counting.gemm_abt = count_fp32;
     counting.linear_bwd = count_linear_bwd;
+    counting.gemm_tt = count_tt;
     qw_backend be;
     assert_int_equal(qw_backend_cpu_init(&be, 1, c.hidden_dim, NULL), QS_OK);
     const qw_ops *cpu_ops = be.ops;

@@ -60,6 +60,8 @@ typedef struct record {
     int heartbeats, last_hb, total;
     int curve, val, finals, stop_at;
     double final_val, wall_s;
+    int times;       /* final metrics time_<phase>_s (tprofile.h), not counted in finals */
+    double time_sum; /* their sum */
     pt pts[256]; /* curve points as a store keeps them: one per (name, step), the latest */
     int n_pts, resent;
     double damaged;     /* the final metric ckpt_damaged, 0 when not sent */
@@ -89,7 +91,11 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
         }
         r->pts[k].value = v;
     }
-    if (step < 0) {
+    if (step < 0 && !strncmp(name, "time_", 5)) {
+        r->times++;
+        r->time_sum += v;
+        assert_true(v >= 0);
+    } else if (step < 0) {
         r->finals++;
         if (!strcmp(name, "final_val_loss")) r->final_val = v;
         if (!strcmp(name, "wall_s")) r->wall_s = v;
@@ -161,6 +167,9 @@ static void stopped_run_resumes_to_identical_weights(void **s) {
     assert_int_equal(ra.curve, 4 * 4); /* steps 2, 4, 6, 8 x 4 metrics */
     assert_int_equal(ra.val, 2);       /* steps 4, 8 */
     assert_int_equal(ra.finals, 9);    /* model_digest.<hex> and cpu_path.<path> among them */
+    /* and where its time went: every phase of the profile once, within the run's wall time */
+    assert_int_equal(ra.times, QW_TPHASES);
+    assert_true(ra.time_sum > 0 && ra.time_sum <= ra.wall_s);
     /* a CPU run records its BLAS and kernel family, as eval jobs do (ops.h) */
     char want_path[128];
     snprintf(want_path, sizeof want_path, "cpu_path.%s", qw_backend_cpu_path());

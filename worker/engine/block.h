@@ -34,7 +34,7 @@ typedef struct qw_block_io {
     float *res;                       /* [N x D] block input */
     float *ln1, *rstd1;               /* [N x D], [N] */
     float *q, *k, *v;                 /* [N x H*E], [N x G*E] x2; q and k after RoPE */
-    float *probs;                     /* save: [B x H x T x T] */
+    float *probs;                     /* save: attention_fwd's state (ops.h saved_floats) */
     float *scores;                    /* no save: the tiled attention's scratch */
     float *att;                       /* [N x H*E] attention output, o_proj input */
     float *mid;                       /* [N x D] residual after attention */

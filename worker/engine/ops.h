@@ -101,8 +101,16 @@ float qw_amax_forward(const float *x, size_t n);
 /* C[M x Ncol] = A[M x K] Bm[Ncol x K]^T + beta C ("TN"). */
 void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Ncol, int K,
                        float beta, int nt);
+/* C[M x Ncol] = op(A) op(Bm) + beta C, op(X) = X^T where tX (cblas_sgemm's row-major operands:
+ * A [M x K] (lda) or [K x M], Bm [K x Ncol] (ldb) or [Ncol x K]), in the pieces of
+ * qw_train_gemm_abt: the same bits as qw_train_gemm_abt of the transposed copies on the
+ * fixed-order GEMM, whose element is one FMA chain over k whatever the layout. */
+void qw_train_gemm_tt(float *C, int ta, const float *A, int lda, int tb, const float *Bm, int ldb,
+                      int M, int Ncol, int K, float beta, int nt);
 /* dst[cols x rows] = src[rows x cols]^T. */
 void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt);
+/* dst[n] = qw_round_bf16(src[n]), one pass; dst may equal src. */
+void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt);
 /* out[N x D] = emb[tokens[i]], emb [V x D] FP32; tokens < V (callers check). */
 void qw_train_embedding_forward(float *out, const uint32_t *tokens, const float *emb, int N, int D);
 /* demb[V x D] += dout[N x D] scattered by token, rows added in token order. */
@@ -123,6 +131,27 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
 void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratch,
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *probs, int B, int T, int H, int G, int E, int nt);
+/* Query rows per tile of the tiled training attention below. */
+#define QW_TRAIN_ATT_TILE 32
+/* Floats of saved for qw_train_attention_forward_tiled: per query row of every (sequence, head)
+ * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch [nt x TILE x T]. */
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt);
+/* qw_train_attention_forward's out, bit for bit on the fixed-order GEMM, by query tiles of
+ * QW_TRAIN_ATT_TILE rows: each tile's scores only up to its last query (key tiles above the
+ * diagonal never computed), the same softmax of each row over the same keys in the same order,
+ * and no T x T kept: the rows' max and 1/sum go to saved for the backward (FlashAttention-2,
+ * arXiv 2307.08691, saves the logsumexp; its two parts give back the same bits). */
+void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
+                                      const float *v, int B, int T, int H, int G, int E, int nt);
+/* Floats of dscratch for qw_train_attention_backward_tiled: [nt x 2 x TILE x T]. */
+size_t qw_train_attention_tiled_scratch_floats(int T, int nt);
+/* qw_train_attention_backward's dq, dk, dv, bit for bit on the fixed-order GEMM, from the saved
+ * state of qw_train_attention_forward_tiled: each tile's probabilities recomputed, then its
+ * dQ rows, and its dK, dV added in the query order of the whole-T x T backward. */
+void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *dscratch,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const float *saved, int B, int T, int H,
+                                       int G, int E, int nt);
 /* dg, du [n] overwritten from dh (silu(g) = g s, s = 1/(1+e^-g), silu' = s (1 + g (1 - s))). */
 void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
                               size_t n, int nt);
@@ -276,11 +305,30 @@ struct qw_ops {
     qs_status (*adamw)(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
                        float lr, float wd, float b1, float b2, float eps, float c1, float c2,
                        float grad_scale, qs_error *err);
+    /* ---- optional (NULL where a backend has none; the caller then copies, transposes and
+     * calls gemm_abt): operands prepared in their sources' layout, in one pass */
+    /* qw_train_gemm_tt: gemm_abt of operands in either layout; bf16: the caller promises
+     * BF16-exact inputs, as to gemm_abt_bf16 (the CPU: the same bits either way).
+     * QS_EUNSUPPORTED, C untouched, where the backend does not run it now (the CPU on the
+     * openblas path, whose kernels sum other layouts in other orders); a call with M, Ncol and
+     * K 0 asks that and does nothing else. */
+    qs_status (*gemm_tt)(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda, int tb,
+                         const float *Bm, int ldb, int M, int Ncol, int K, float beta,
+                         qs_error *err);
+    /* dst[n] = src[n] to BF16 (round_bf16's bits); dst may equal src. */
+    qs_status (*round_bf16_copy)(qw_backend *b, float *dst, const float *src, size_t n,
+                                 qs_error *err);
 };
 
-/* Floats of the attention backward's scratch: [max(threads, H) x T x T] (CPU one T x T per
- * thread, CUDA one per head). */
+/* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats
+ * (on the openblas path, which runs the whole-T kernels, and on CUDA [max(threads, H) x T x T],
+ * one T x T per thread or head). */
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
+
+/* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
+ * T and H heads: CPU qw_train_attention_tiled_saved_floats, CUDA (and the CPU's openblas path)
+ * the probabilities [B x H x T x T]. */
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
 
 /* The CPU backend's table, the reference every other backend is checked against. */
 const qw_ops *qw_ops_cpu(void);

@@ -328,10 +328,24 @@ static qs_status cpu_transpose(qw_backend *b, float *dst, const float *src, int 
 
 static qs_status cpu_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
     (void)err;
-    int nt = b->threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        x[i] = qw_round_bf16(x[i]);
+    qw_train_round_bf16_copy(x, x, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_round_bf16_copy(qw_backend *b, float *dst, const float *src, size_t n,
+                                     qs_error *err) {
+    (void)err;
+    qw_train_round_bf16_copy(dst, src, n, b->threads);
+    return QS_OK;
+}
+
+static qs_status cpu_gemm_tt(qw_backend *b, int bf16, float *C, int ta, const float *A, int lda,
+                             int tb, const float *Bm, int ldb, int M, int Ncol, int K, float beta,
+                             qs_error *err) {
+    (void)bf16;
+    if (qw_cpu_gemm_kind() != QW_CPU_GEMM_FIXED)
+        return qs_error_set(err, QS_EUNSUPPORTED, "gemm_tt: the fixed-order GEMM's only");
+    qw_train_gemm_tt(C, ta, A, lda, tb, Bm, ldb, M, Ncol, K, beta, b->threads);
     return QS_OK;
 }
 
@@ -393,7 +407,12 @@ static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, cons
                                    const float *k, const float *v, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    /* the tiled kernel's bits are the whole-T kernel's on the fixed-order GEMM only: OpenBLAS
+       sums other shapes in other orders, and its path keeps the results it has */
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED)
+        qw_train_attention_forward_tiled(out, probs, q, k, v, B, T, H, G, E, b->threads);
+    else
+        qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
     return QS_OK;
 }
 
@@ -402,8 +421,12 @@ static qs_status cpu_attention_bwd(qw_backend *b, float *dq, float *dk, float *d
                                    const float *v, const float *probs, int B, int T, int H, int G,
                                    int E, qs_error *err) {
     (void)err;
-    qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
-                                b->threads);
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED)
+        qw_train_attention_backward_tiled(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                          b->threads);
+    else
+        qw_train_attention_backward(dq, dk, dv, dscratch, dout, q, k, v, probs, B, T, H, G, E,
+                                    b->threads);
     return QS_OK;
 }
 
@@ -464,9 +487,22 @@ static qs_status cpu_score_rows(qw_backend *b, const qw_tensor *logits, const ui
                                  ref_lp, nll, kl, argmax, ref_argmax, b->threads, err);
 }
 
+/* Whether b's attention is the CPU's tiled kernel (a table copied from the CPU's, as tests and
+ * the trainer's timed table make, keeps it). */
+static int tiled_attention(const qw_backend *b) {
+    return b->ops && b->ops->attention_bwd == cpu_attention_bwd &&
+           qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED;
+}
+
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+    if (tiled_attention(b)) return qw_train_attention_tiled_scratch_floats(T, b->threads);
     int n = b->threads > H ? b->threads : H;
     return (size_t)n * (size_t)T * (size_t)T;
+}
+
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H) {
+    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, b->threads);
+    return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }
 
 static const qw_ops cpu_ops = {
@@ -508,6 +544,8 @@ static const qw_ops cpu_ops = {
     .linear_bwd = cpu_linear_bwd,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
+    .gemm_tt = cpu_gemm_tt,
+    .round_bf16_copy = cpu_round_bf16_copy,
 };
 
 const qw_ops *qw_ops_cpu(void) {

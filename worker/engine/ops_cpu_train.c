@@ -31,11 +31,33 @@ void qw_train_gemm_abt(float *C, const float *A, const float *Bm, int M, int Nco
     }
 }
 
+void qw_train_gemm_tt(float *C, int ta, const float *A, int lda, int tb, const float *Bm, int ldb,
+                      int M, int Ncol, int K, float beta, int nt) {
+    int pieces = (Ncol + QW_TRAIN_GEMM_COLS - 1) / QW_TRAIN_GEMM_COLS;
+    if (nt > pieces) nt = pieces;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int c0 = p * QW_TRAIN_GEMM_COLS;
+        int c1 = c0 + QW_TRAIN_GEMM_COLS < Ncol ? c0 + QW_TRAIN_GEMM_COLS : Ncol;
+        /* columns c0.. of op(Bm): rows c0.. of a stored [Ncol x K], columns c0.. of [K x Ncol] */
+        const float *Bp = tb ? Bm + (size_t)c0 * ldb : Bm + c0;
+        qw_cpu_sgemm(ta, tb, M, c1 - c0, K, (float)1, A, lda, Bp, ldb, beta, C + c0, Ncol);
+    }
+}
+
 void qw_train_transpose(float *dst, const float *src, int rows, int cols, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++)
-            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+    /* 32 x 32 tiles, so that both the rows read and the rows written stay in cache */
+    int tr = (rows + 31) / 32, tc = (cols + 31) / 32;
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int bc = 0; bc < tc; bc++)
+        for (int br = 0; br < tr; br++) {
+            int c1 = bc * 32 + 32 < cols ? bc * 32 + 32 : cols;
+            int r1 = br * 32 + 32 < rows ? br * 32 + 32 : rows;
+            for (int c = bc * 32; c < c1; c++)
+                for (int r = br * 32; r < r1; r++)
+                    dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+        }
 }
 
 /* ---------------------------------------------------------------- embedding */
@@ -78,13 +100,21 @@ void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
         for (int i = 0; i < D; i++)
             d[i] += r * w[i] * g[i] - xr[i] * c;
     }
-    /* dw_i = sum_t dy_ti x_ti r_t: columns split across threads, rows summed in order. */
+    /* dw_i = sum_t dy_ti x_ti r_t: ranges of 64 columns split across threads, each column's
+     * rows summed in order, a range's columns side by side as the rows stream past. */
+    int ranges = (D + 63) / 64;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < D; i++) {
-        float s = 0;
-        for (int t = 0; t < N; t++)
-            s += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
-        dw[i] += s;
+    for (int rg = 0; rg < ranges; rg++) {
+        int i0 = rg * 64, i1 = i0 + 64 < D ? i0 + 64 : D;
+        float s[64] = {0};
+        for (int t = 0; t < N; t++) {
+            const float *dr = dout + (size_t)t * D, *xr = x + (size_t)t * D;
+            float r = rstd[t];
+            for (int i = i0; i < i1; i++)
+                s[i - i0] += dr[i] * (xr[i] * r);
+        }
+        for (int i = i0; i < i1; i++)
+            dw[i] += s[i - i0];
     }
 }
 
@@ -186,6 +216,131 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
                 qw_cpu_sgemm(0, 0, T, E, T, (float)1, dS, T, kg, GE, (float)0, dqh, HE);
                 qw_cpu_sgemm(1, 0, T, E, T, (float)1, dS, T, qh, HE, (float)1, dkg, GE);
                 qw_cpu_sgemm(1, 0, T, E, T, (float)1, P, T, doh, HE, (float)1, dvg, GE);
+            }
+        }
+}
+
+/* ---------------------------------------------------------------- attention, tiled */
+
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt) {
+    return (size_t)B * H * T * 2 + (size_t)nt * QW_TRAIN_ATT_TILE * T;
+}
+
+size_t qw_train_attention_tiled_scratch_floats(int T, int nt) {
+    return (size_t)nt * 2 * QW_TRAIN_ATT_TILE * T;
+}
+
+/* P [rows x t1] = the causal softmax of query rows t0.. over keys 0..t1-1 (zeros after each
+ * row's own position), the scores S = scale Q K^T of those rows computed into P first: as
+ * qw_cpu_causal_softmax does it, each row's max and 1/sum into stats [rows x 2] (save), or
+ * taken from there (recompute; qw_cpu_exp_shift_sum then gives the same exponentials and its
+ * sum is not needed). */
+static void softmax_tile(float *P, float *stats, int save, const float *qh, const float *kg, int HE,
+                         int GE, int E, float scale, int t0, int rows, int t1) {
+    qw_cpu_sgemm(0, 1, rows, t1, E, scale, qh + (size_t)t0 * HE, HE, kg, GE, (float)0, P, t1);
+    for (int r = 0; r < rows; r++) {
+        float *row = P + (size_t)r * t1;
+        int last = t0 + r;
+        float mx, inv;
+        if (save) {
+            mx = row[0];
+            for (int j = 1; j <= last; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
+            stats[2 * r] = mx;
+            stats[2 * r + 1] = inv;
+        } else {
+            mx = stats[2 * r];
+            inv = stats[2 * r + 1];
+            qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
+        }
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < t1; j++)
+            row[j] = 0.0f;
+    }
+}
+
+void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
+                                      const float *v, int B, int T, int H, int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    float *scratch = saved + (size_t)B * H * T * 2;
+    /* One (sequence, head) per task; per query tile [t0, t1): P = softmax(scale Q K[0..t1)^T),
+     * O = P V[0..t1). An element's FMA chain is the whole-T kernel's less trailing zero terms. */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            float *P = scratch + (size_t)omp_get_thread_num() * QW_TRAIN_ATT_TILE * T;
+            float *stats = saved + ((size_t)b * H + h) * T * 2;
+            const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            float *oh = out + (size_t)b * T * HE + (size_t)h * E;
+            for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
+                int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE, t1 = t0 + rows;
+                softmax_tile(P, stats + (size_t)t0 * 2, 1, qh, kg, HE, GE, E, scale, t0, rows, t1);
+                qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, P, t1, vg, GE, (float)0,
+                             oh + (size_t)t0 * HE, HE);
+            }
+        }
+}
+
+void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *dscratch,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const float *saved, int B, int T, int H,
+                                       int G, int E, int nt) {
+    int rep = H / G, HE = H * E, GE = G * E;
+    float scale = (float)(1.0 / sqrt((double)E));
+    /* One (sequence, kv head) per task, its query heads in order and each head's query tiles
+     * in order, so dK and dV rows take their terms in the whole-T backward's order (its terms
+     * above the diagonal are zeros, which leave a sum as it is). Per tile: P recomputed,
+     * dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q, dV += P^T dO. */
+#pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            float *P = dscratch + (size_t)omp_get_thread_num() * 2 * QW_TRAIN_ATT_TILE * T;
+            float *dS = P + (size_t)QW_TRAIN_ATT_TILE * T;
+            float *dkg = dk + (size_t)b * T * GE + (size_t)g * E;
+            float *dvg = dv + (size_t)b * T * GE + (size_t)g * E;
+            const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
+            const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
+            for (int s2 = 0; s2 < T; s2++) {
+                memset(dkg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+                memset(dvg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
+            }
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                const float *stats = saved + ((size_t)b * H + h) * T * 2;
+                const float *doh = dout + (size_t)b * T * HE + (size_t)h * E;
+                const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
+                float *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
+                for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
+                    int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE;
+                    int t1 = t0 + rows;
+                    softmax_tile(P, (float *)stats + (size_t)t0 * 2, 0, qh, kg, HE, GE, E, scale,
+                                 t0, rows, t1);
+                    qw_cpu_sgemm(0, 1, rows, t1, E, (float)1, doh + (size_t)t0 * HE, HE, vg, GE,
+                                 (float)0, dS, t1);
+                    for (int r = 0; r < rows; r++) {
+                        int t = t0 + r;
+                        const float *prow = P + (size_t)r * t1;
+                        float *drow = dS + (size_t)r * t1;
+                        float acc = 0;
+                        for (int s2 = 0; s2 <= t; s2++)
+                            acc += drow[s2] * prow[s2];
+                        for (int s2 = 0; s2 <= t; s2++)
+                            drow[s2] = prow[s2] * (drow[s2] - acc) * scale;
+                        for (int s2 = t + 1; s2 < t1; s2++)
+                            drow[s2] = 0;
+                    }
+                    qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, dS, t1, kg, GE, (float)0,
+                                 dqh + (size_t)t0 * HE, HE);
+                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, dS, t1, qh + (size_t)t0 * HE, HE,
+                                 (float)1, dkg, GE);
+                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, P, t1, doh + (size_t)t0 * HE, HE,
+                                 (float)1, dvg, GE);
+                }
             }
         }
 }
@@ -307,17 +462,38 @@ void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
 
 /* ---------------------------------------------------------------- BF16 */
 
+/* qw_round_bf16 on the bits, branch-free so that a loop of it vectorises. */
+static inline uint32_t round_bf16_bits(uint32_t u) {
+    uint32_t sign = u & 0x80000000u, sat = sign | 0x7F7F0000u;
+    uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    /* a finite value that rounds to Inf saturates to +-max finite */
+    uint32_t fin = (r & 0x7F800000u) == 0x7F800000u ? sat : (r & 0xFFFF0000u);
+    /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
+    uint32_t nonfin = (u & 0x007FFFFFu) ? 0x7FC00000u : sat;
+    return (u & 0x7F800000u) == 0x7F800000u ? nonfin : fin;
+}
+
 float qw_round_bf16(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) {
-        /* Inf stays (saturated like the codec: +-max finite); NaN becomes the codec's 0x7FC0 */
-        u = (u & 0x007FFFFFu) ? 0x7FC00000u : ((u & 0x80000000u) | 0x7F7F0000u);
-    } else {
-        uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-        if ((r & 0x7F800000u) == 0x7F800000u) r = (u & 0x80000000u) | 0x7F7F0000u; /* saturate */
-        u = r & 0xFFFF0000u;
-    }
+    u = round_bf16_bits(u);
     memcpy(&x, &u, 4);
     return x;
+}
+
+void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt) {
+    /* ranges of 4096 elements: few threads' worth of work per call on the small operands */
+    size_t blocks = (n + 4095) / 4096;
+    if ((size_t)nt > blocks) nt = (int)blocks;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i0 = b * 4096, i1 = i0 + 4096 < n ? i0 + 4096 : n;
+        for (size_t i = i0; i < i1; i++) {
+            uint32_t u;
+            memcpy(&u, &src[i], 4);
+            u = round_bf16_bits(u);
+            memcpy(&dst[i], &u, 4);
+        }
+    }
 }

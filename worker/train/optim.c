@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "clock.h"
+
 float qw_lr_at(const qw_lr_schedule *s, int step) {
     if (s->warmup > 0 && step < s->warmup) return s->lr * (float)(step + 1) / (float)s->warmup;
     if (s->decay == QW_DECAY_CONSTANT) return s->lr;
@@ -32,8 +34,9 @@ double qw_grad_global_norm(const float *g, size_t n, int nt) {
 
 qs_status qw_tmodel_grad_norm(qw_tmodel *m, double *norm, qs_error *err) {
     qw_backend *be = qw_tmodel_backend(m);
-    double s = 0.0;
+    double s = 0.0, t0 = qs_clock_s();
     qs_status st = be->ops->sumsq(be, qw_tmodel_grads(m), qw_tmodel_n_params(m), &s, err);
+    qw_tprofile_add_since(qw_tmodel_profile(m), QW_TPHASE_OPTIMIZER, t0);
     *norm = sqrt(s);
     return st;
 }
@@ -43,6 +46,7 @@ qs_status qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_
     float b1 = opt->beta1, b2 = opt->beta2;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     qw_backend *be = qw_tmodel_backend(m);
+    double t0 = qs_clock_s();
     for (int i = 0; i < qw_tmodel_n_tensors(m); i++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, i, &v);
@@ -52,5 +56,6 @@ qs_status qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_
                                       c2, grad_scale, err);
         if (st != QS_OK) return qs_error_wrap(err, "AdamW of %s", v.name);
     }
+    qw_tprofile_add_since(qw_tmodel_profile(m), QW_TPHASE_OPTIMIZER, t0);
     return QS_OK;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bf16_exact.h"
+#include "clock.h"
 #include "element.h"
 #include "hadamard.h"
 #include "ops.h"
@@ -23,11 +24,18 @@ static qs_status stage(const qw_qlinear_env *env, const qw_operand_spec *spec, i
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
     qw_backend *be = env->be;
     const qw_ops *ops = be->ops;
+    double t0 = qs_clock_s();
     qs_status st = transpose ? ops->transpose(be, dst, src, rows, cols, err)
                              : ops->copy(be, dst, src, (size_t)rows * cols * sizeof *dst, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_COPY, t0);
     if (st != QS_OK) return st;
     if (spec->mode == QW_MODE_FP32) return QS_OK;
-    if (spec->mode == QW_MODE_BF16) return ops->round_bf16(be, dst, (size_t)r * k, err);
+    if (spec->mode == QW_MODE_BF16) {
+        t0 = qs_clock_s();
+        st = ops->round_bf16(be, dst, (size_t)r * k, err);
+        qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_BF16, t0);
+        return st;
+    }
     if (spec->rht) {
         int d = spec->rht_dim ? spec->rht_dim : 16;
         if (k % d)
@@ -35,7 +43,9 @@ static qs_status stage(const qw_qlinear_env *env, const qw_operand_spec *spec, i
                                 "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
                                 "micro-batch for wgrad)",
                                 linear, qw_gemm_operand_name(op), d, d, k);
+        t0 = qs_clock_s();
         st = ops->rht(be, dst, (size_t)r, (size_t)k, d, env->seed, err);
+        qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_RHT, t0);
         if (st != QS_OK)
             return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     }
@@ -60,8 +70,10 @@ static qs_status fake_quant(const qw_qlinear_env *env, const qw_operand_spec *sp
                             qw_gemm_operand op, float *dst, int r, int k, qs_error *err) {
     if (spec->mode != QW_MODE_QUANT) return QS_OK;
     qk_quant_options opt = quant_options(env, spec, linear, op);
+    double t0 = qs_clock_s();
     qs_status st =
         env->be->ops->fake_quant(env->be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
 }
@@ -80,19 +92,26 @@ static void note(const qw_qlinear_env *env, qw_linear_gemm g, int p) {
     if (env->ran && (unsigned)g < QW_N_LINEAR_GEMMS && p >= 0 && p < 31) env->ran[g] |= 1u << p;
 }
 
+/* The profile's phase of GEMM g of linear `linear` of block `layer` (-1: lm_head). */
+static qw_tphase gemm_phase(int layer, int linear, qw_linear_gemm g) {
+    int kinds = QW_TPROFILE_LINEARS - 1;
+    return qw_tphase_gemm(layer < 0 ? kinds : linear % kinds, g);
+}
+
 /* C = A B^T + beta C for GEMM g of a linear of block `layer`: with BF16 operands
  * (gemm_abt_bf16) when both inputs are BF16-exact under the recipe (bf16_exact.h), else FP32
  * (gemm_abt). */
-static qs_status gemm(const qw_qlinear_env *env, int layer, qw_linear_gemm g, float *C,
+static qs_status gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g, float *C,
                       const float *A, const float *Bm, int M, int Ncol, int K, float beta,
                       qs_error *err) {
     qw_backend *be = env->be;
-    if (qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g)) {
-        note(env, g, QK_GEMM_PATH_BF16);
-        return be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err);
-    }
-    note(env, g, QK_GEMM_PATH_FP32);
-    return be->ops->gemm_abt(be, C, A, Bm, M, Ncol, K, beta, err);
+    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
+    double t0 = qs_clock_s();
+    qs_status st = bf16 ? be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err)
+                        : be->ops->gemm_abt(be, C, A, Bm, M, Ncol, K, beta, err);
+    qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, g), t0);
+    return st;
 }
 
 /* One GEMM input: which operand, its high-precision source [rows x cols], transposed or not. */
@@ -102,12 +121,69 @@ typedef struct gemm_input {
     int rows, cols, transpose;
 } gemm_input;
 
+/* Input in of a gemm_tt (ops.h) made as spec says into buf: a quantized one staged [r x K] and
+ * fake-quantized (blocks run along K), a BF16 one rounded in one pass in its source's layout, an
+ * FP32 one its source itself; *out, *t (gemm_tt's transpose flag of operand A, or of B when
+ * is_b) and *ld say where and how it lies. */
+static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                                   int linear, const gemm_input *in, float *buf, int K, int is_b,
+                                   const float **out, int *t, int *ld, qs_error *err) {
+    qw_backend *be = env->be;
+    if (spec->mode == QW_MODE_QUANT) {
+        qs_status st =
+            stage(env, spec, linear, in->op, buf, in->src, in->rows, in->cols, in->transpose, err);
+        if (st == QS_OK)
+            st = fake_quant(env, spec, linear, in->op, buf, in->transpose ? in->cols : in->rows, K,
+                            err);
+        *out = buf;
+        *t = is_b;
+        *ld = K;
+        return st;
+    }
+    /* A [M x K] is the source, or its transpose; B [Ncol x K] the same the other way round */
+    *t = is_b ? !in->transpose : in->transpose;
+    *ld = in->cols;
+    *out = in->src;
+    if (spec->mode == QW_MODE_FP32) return QS_OK;
+    size_t n = (size_t)in->rows * in->cols;
+    double t0 = qs_clock_s();
+    qs_status st = be->ops->round_bf16_copy ? be->ops->round_bf16_copy(be, buf, in->src, n, err)
+                                            : be->ops->copy(be, buf, in->src, n * sizeof *buf, err);
+    if (st == QS_OK && !be->ops->round_bf16_copy) st = be->ops->round_bf16(be, buf, n, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_BF16, t0);
+    *out = buf;
+    return st;
+}
+
+/* linear_gemm on a backend with gemm_tt (the CPU): no operand is copied or transposed that
+ * need not be (prepare_in_layout), the same bits as the staged path on the fixed-order GEMM. */
+static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int linear,
+                                       qw_linear_gemm g, float *C, const gemm_input *a,
+                                       const qw_operand_spec *sa, const gemm_input *b,
+                                       const qw_operand_spec *sb, int M, int Ncol, int K,
+                                       float beta, qs_error *err) {
+    qw_backend *be = env->be;
+    const float *pa, *pb;
+    int ta, tb, lda, ldb;
+    qs_status st = prepare_in_layout(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
+    if (st == QS_OK)
+        st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
+    if (st != QS_OK) return st;
+    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
+    double t0 = qs_clock_s();
+    st = be->ops->gemm_tt(be, bf16, C, ta, pa, lda, tb, pb, ldb, M, Ncol, K, beta, err);
+    qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, g), t0);
+    return st;
+}
+
 /* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
  * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
  * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
  * BF16) and no hook watches the inputs, the staged inputs go to it; where it declines
  * (QS_EUNSUPPORTED: a format or shape it does not run) or is absent (the CPU), the staged
- * inputs are fake-quantized and multiplied by gemm. */
+ * inputs are fake-quantized and multiplied by gemm. A backend with gemm_tt (the CPU) takes
+ * linear_gemm_in_layout instead unless a hook watches the staged inputs. */
 static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g,
                              float *C, const gemm_input *a, const gemm_input *b, int M, int Ncol,
                              int K, float beta, qs_error *err) {
@@ -115,6 +191,12 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_operand_spec sa, sb;
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
+    int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
+    /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
+    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant) &&
+        be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
+        return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
+                                     err);
     float *ba = env->buf_a, *bb = env->buf_b;
     qs_status st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
     if (st == QS_OK)
@@ -126,8 +208,10 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         qk_quant_options ob = quant_options(env, &sb, linear, b->op);
         int path = -1;
         qs_error declined = {0};
+        double t0 = qs_clock_s();
         st = be->ops->gemm_abt_quant(be, C, ba, sa.fmt, &oa, bb, sb.fmt, &ob, M, Ncol, K, beta,
                                      &path, &declined);
+        qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, g), t0);
         if (st == QS_OK) {
             note(env, g, path);
             return QS_OK;
@@ -145,7 +229,7 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         env->hook(env->hook_user, linear, b->op, b->src, b->rows, b->cols, bb, rb, K);
     }
     if (st != QS_OK) return st;
-    return gemm(env, layer, g, C, ba, bb, M, Ncol, K, beta, err);
+    return gemm(env, layer, linear, g, C, ba, bb, M, Ncol, K, beta, err);
 }
 
 static int all_fp32(const qw_qlinear_env *env, int layer) {
@@ -160,7 +244,10 @@ qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, f
     qw_backend *be = env->be;
     if (all_fp32(env, layer)) {
         note(env, QW_GEMM_FPROP, QK_GEMM_PATH_FP32);
-        return be->ops->gemm_abt(be, y, x, W, N, out, in, 0.0f, err);
+        double t0 = qs_clock_s();
+        qs_status st = be->ops->gemm_abt(be, y, x, W, N, out, in, 0.0f, err);
+        qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, QW_GEMM_FPROP), t0);
+        return st;
     }
     gemm_input a = {QW_FPROP_X, x, N, in, 0}, b = {QW_FPROP_W, W, out, in, 0};
     return linear_gemm(env, layer, linear, QW_GEMM_FPROP, y, &a, &b, N, out, in, 0.0f, err);
@@ -173,7 +260,18 @@ qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, 
     if (all_fp32(env, layer)) {
         if (dx) note(env, QW_GEMM_DGRAD, QK_GEMM_PATH_FP32);
         note(env, QW_GEMM_WGRAD, QK_GEMM_PATH_FP32);
-        return be->ops->linear_bwd(be, dx, dx_accumulate, dW, dy, x, W, N, in, out, err);
+        double t0 = qs_clock_s();
+        qs_status st = be->ops->linear_bwd(be, dx, dx_accumulate, dW, dy, x, W, N, in, out, err);
+        /* one table call for both GEMMs: their time split evenly (the same FLOPs) when both ran */
+        double dt = qs_clock_s() - t0;
+        if (env->prof) {
+            if (dx) {
+                env->prof->s[gemm_phase(layer, linear, QW_GEMM_DGRAD)] += dt / 2;
+                dt /= 2;
+            }
+            env->prof->s[gemm_phase(layer, linear, QW_GEMM_WGRAD)] += dt;
+        }
+        return st;
     }
     qs_status st = QS_OK;
     if (dx) {

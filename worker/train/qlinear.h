@@ -33,6 +33,7 @@
 #include "error.h"
 #include "ops.h"
 #include "recipe.h"
+#include "tprofile.h"
 
 /* Called with every GEMM input a recipe rounds or quantizes, after it is made: linear index,
  * operand, the high-precision source as the model holds it (x [N x in], W [out x in] or
@@ -55,6 +56,7 @@ typedef struct qw_qlinear_env {
     void *hook_user;
     unsigned *ran; /* NULL, or [QW_N_LINEAR_GEMMS] (bf16_exact.h qw_linear_gemm): bit p set
                       when a GEMM of that kind ran on path p (qk_gemm_path.h) */
+    qw_tprofile *prof; /* NULL, or where the GEMMs and operand preparation are timed */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */

@@ -14,6 +14,7 @@
 
 #include "bf16_exact.h"
 #include "block.h"
+#include "clock.h"
 #include "llama_head.h"
 #include "philox.h"
 #include "threads.h"
@@ -26,7 +27,7 @@ typedef struct block_acts {
     float *q;     /* [N x H*E] after RoPE */
     float *k;     /* [N x G*E] after RoPE */
     float *v;     /* [N x G*E] */
-    float *probs; /* [B x H x T x T] attention probabilities */
+    float *probs; /* the attention's saved state (ops.h qw_train_attention_saved_floats) */
     float *atty;  /* [N x H*E] attention output, o_proj input */
     float *mid;   /* [N x D] residual after attention */
     float *ln2;   /* [N x D] post_attention_layernorm output */
@@ -40,6 +41,8 @@ struct qw_tmodel {
     int B, T, N, nt;
     qw_backend *be;
     qw_backend own_be; /* the CPU backend of qw_tmodel_create (ops NULL when be is the caller's) */
+    qw_tprofile prof;  /* where the steps' time went (tprofile.h), since the last reset */
+    qw_timed_backend tbe; /* be, its calls timed into prof: what the forward and backward run on */
     int n_tensors;
     qw_tensor_view *tensors; /* [n_tensors], host */
     block_acts *blocks;      /* [L], host */
@@ -75,12 +78,12 @@ static size_t align64(size_t x) {
 }
 
 /* Lays the backend allocation out (base NULL: just sizes it). att_scratch floats come from
- * scratch_floats. Returns the bytes. */
-static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats) {
+ * scratch_floats, each block's saved attention state from saved_floats. Returns the bytes. */
+static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats, size_t saved_floats) {
     const qw_config *c = &m->cfg;
     size_t N = (size_t)m->N, D = c->dim, F = c->hidden_dim, HE = (size_t)c->n_heads * c->head_dim,
            GE = (size_t)c->n_kv_heads * c->head_dim, V = c->vocab_size, L = c->n_layers, T = m->T,
-           B = m->B, E2 = c->head_dim / 2;
+           E2 = c->head_dim / 2;
     size_t off = 0;
 #define CARVE(ptr, type, count)                                                                    \
     do {                                                                                           \
@@ -99,7 +102,7 @@ static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats) {
         CARVE(a->q, float, N *HE);
         CARVE(a->k, float, N *GE);
         CARVE(a->v, float, N *GE);
-        CARVE(a->probs, float, B * c->n_heads * T * T);
+        CARVE(a->probs, float, saved_floats);
         CARVE(a->atty, float, N *HE);
         CARVE(a->mid, float, N *D);
         CARVE(a->ln2, float, N *D);
@@ -225,8 +228,9 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
     m->blocks = calloc((size_t)cfg->n_layers, sizeof *m->blocks);
     m->host_losses = malloc((size_t)m->N * sizeof *m->host_losses);
-    size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads);
-    m->bytes = layout(m, NULL, sf);
+    size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads),
+           vf = qw_train_attention_saved_floats(be, B, T, cfg->n_heads);
+    m->bytes = layout(m, NULL, sf, vf);
     m->mem = m->tensors && m->blocks && m->host_losses ? ops->alloc(be, m->bytes) : NULL;
     if (!m->mem) {
         size_t bytes = m->bytes;
@@ -234,7 +238,7 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
         return qs_error_set(err, QS_ENOMEM, "train model: %zu bytes of %s memory for B %d x T %d",
                             bytes, ops->name, B, T);
     }
-    layout(m, m->mem, sf);
+    layout(m, m->mem, sf, vf);
     tensor_table(m, 1);
     point_views(m);
     st = ops->zero(be, m->mem, m->bytes, err);
@@ -253,7 +257,9 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
         return st;
     }
     qw_recipe_by_name("fp32", &m->recipe, NULL);
-    m->env.be = be;
+    qw_timed_backend_init(&m->tbe, be, &m->prof);
+    m->env.be = &m->tbe.b;
+    m->env.prof = &m->prof;
     m->env.recipe = &m->recipe;
     m->env.n_layers = cfg->n_layers;
     m->env.ran = m->gemm_ran;
@@ -279,7 +285,7 @@ qs_status qw_tmodel_create(const qw_config *cfg, int B, int T, int nt, qw_tmodel
     }
     (*out)->own_be = *be; /* the model owns it: released with the model */
     (*out)->be = &(*out)->own_be;
-    (*out)->env.be = (*out)->be;
+    qw_timed_backend_init(&(*out)->tbe, (*out)->be, &(*out)->prof);
     free(be);
     return QS_OK;
 }
@@ -344,7 +350,14 @@ qs_status qw_tmodel_put(qw_tmodel *m, qw_tmodel_array which, const float *host, 
 }
 
 qs_status qw_tmodel_zero_grad(qw_tmodel *m, qs_error *err) {
-    return m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float), err);
+    double t0 = qs_clock_s();
+    qs_status st = m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float), err);
+    qw_tprofile_add_since(&m->prof, QW_TPHASE_OPTIMIZER, t0);
+    return st;
+}
+
+qw_tprofile *qw_tmodel_profile(qw_tmodel *m) {
+    return &m->prof;
 }
 
 qs_status qw_tmodel_init_random(qw_tmodel *m, uint64_t seed, float std, qs_error *err) {
@@ -449,8 +462,9 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     m.nt = nt > 0 ? nt : qs_default_threads();
     tensor_table(&m, 0);
     *n_params = m.n_params;
-    qw_backend cpu = {.threads = m.nt};
-    *bytes = layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads));
+    qw_backend cpu = {.ops = qw_ops_cpu(), .threads = m.nt};
+    *bytes = layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads),
+                    qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads));
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -516,7 +530,7 @@ static qw_block_hooks block_hooks(qw_tmodel *m) {
 /* The model's ends (llama_head.h) with saved activations: the tokens uploaded by the forward,
  * the FP32 embeddings, the final norm of every row. */
 static qw_head_io head_io(qw_tmodel *m) {
-    return (qw_head_io){.be = m->be,
+    return (qw_head_io){.be = &m->tbe.b,
                         .cfg = &m->cfg,
                         .N = m->N,
                         .save = 1,
@@ -534,7 +548,7 @@ static qw_head_io head_io(qw_tmodel *m) {
 static qw_block_io block_io(qw_tmodel *m, int l) {
     block_acts *a = &m->blocks[l];
     qw_tensor_view *tv = &m->tensors[TIDX(l, 0)];
-    return (qw_block_io){.be = m->be,
+    return (qw_block_io){.be = &m->tbe.b,
                          .cfg = &m->cfg,
                          .B = m->B,
                          .T = m->T,
@@ -564,7 +578,7 @@ static qw_block_io block_io(qw_tmodel *m, int l) {
 qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t *targets,
                             uint32_t step, double *loss, qs_error *err) {
     const qw_config *c = &m->cfg;
-    qw_backend *be = m->be;
+    qw_backend *be = &m->tbe.b;
     const qw_ops *ops = be->ops;
     int N = m->N, V = c->vocab_size, L = c->n_layers;
     m->have_targets = 0;
@@ -592,7 +606,9 @@ qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t
     TRY(qw_head_forward(&hiop, 1, &h, err));
     if (!targets) return QS_OK;
     TRY(ops->crossentropy_fwd(be, m->logits, m->losses, m->targets, N, V, err));
+    double t0 = qs_clock_s();
     TRY(ops->fetch(be, m->host_losses, m->losses, (size_t)N * sizeof *m->host_losses, err));
+    qw_tprofile_add_since(&m->prof, QW_TPHASE_XENT, t0);
     double sum = 0.0;
     for (int i = 0; i < N; i++)
         sum += (double)m->host_losses[i];
@@ -608,7 +624,7 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
         return qs_error_set(err, QS_ESTATE, "train backward: no forward with targets before it");
     m->have_targets = 0;
     const qw_config *c = &m->cfg;
-    qw_backend *be = m->be;
+    qw_backend *be = &m->tbe.b;
     const qw_ops *ops = be->ops;
     int N = m->N, V = c->vocab_size, L = c->n_layers;
     TRY(ops->crossentropy_bwd(be, m->logits, m->targets, N, V, scale / (float)N, err));

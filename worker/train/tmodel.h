@@ -36,6 +36,7 @@
 #include "ops.h"
 #include "qlinear.h"
 #include "recipe.h"
+#include "tprofile.h"
 
 #define QW_TMODEL_KINDS 7 /* q, k, v, o, gate, up, down */
 
@@ -93,6 +94,10 @@ qs_status qw_tmodel_init_random(qw_tmodel *m, uint64_t seed, float std, qs_error
 qs_status qw_tmodel_load(qw_tmodel *m, qw_checkpoint *ck, qs_error *err);
 /* Sets every gradient to 0. Errors: the backend's. */
 qs_status qw_tmodel_zero_grad(qw_tmodel *m, qs_error *err);
+/* Where m's forwards, backwards and optimizer steps spent their time since the model was made
+ * or the caller last reset it (tprofile.h: qw_tprofile_reset); always on, one clock read per
+ * op. */
+qw_tprofile *qw_tmodel_profile(qw_tmodel *m);
 /* Runs tokens [B*T] (host; row b*T+t) and, with targets [B*T], the cross-entropy: *loss is the
  * mean over the B*T positions (summed in double in row order; targets NULL: logits only, *loss
  * untouched). step keys the SR streams of this micro-step. Saves the activations for _backward.

@@ -367,6 +367,14 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                 snprintf(dn, sizeof dn, "model_digest.%s", digest);
                 emit(hooks, dn, -1, 1);
             }
+            /* where this attempt's time went (tprofile.h), rank 0's model: wall seconds
+               recorded for profiling, as an eval job's time_<phase>_s (no table reads them) */
+            const qw_tprofile *pf = qw_tmodel_profile(m);
+            for (int i = 0; i < QW_TPHASES; i++) {
+                char tn[64];
+                snprintf(tn, sizeof tn, "time_%s_s", qw_tphase_name((qw_tphase)i));
+                emit(hooks, tn, -1, pf->s[i]);
+            }
             emit(hooks, "wall_s", -1, earlier_s + (now_s() - t0));
         }
     }

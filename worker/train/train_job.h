@@ -9,8 +9,9 @@
  * hfsave.h). Metrics (hooks->metric): every log_every steps train_loss, lr, grad_norm, tokens_per_s
  * at step s >= 1; val_loss every eval_every steps; at the end (step -1) final_train_loss,
  * final_val_loss, val_ppl = exp(final_val_loss) (both only with validation windows),
- * tokens_seen, resumed_from_step (0: a fresh run), wall_s, gemm_path.<path> = 1 (on the CPU
- * backend gemm_path.cpu, backend.h qw_backend_gemm_path_name, and cpu_path.<path> = 1, the BLAS
+ * tokens_seen, resumed_from_step (0: a fresh run), wall_s, time_<phase>_s (this attempt's
+ * seconds per phase of tprofile.h, rank 0's, steps and validations), gemm_path.<path> = 1 (on the
+ * CPU backend gemm_path.cpu, backend.h qw_backend_gemm_path_name, and cpu_path.<path> = 1, the BLAS
  * and kernel family: ops.h qw_backend_cpu_path; on a GPU the path of the linears' GEMMs,
  * gemm_path.bf16 when every one runs with BF16 operands and gemm_path.fp32 when some run FP32,
  * with gemm_bf16_count and gemm_fp32_count, the linear GEMMs of one micro-step on each path:
