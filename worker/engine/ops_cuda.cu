@@ -478,6 +478,8 @@ static const qw_ops cuda_ops = {
     .linear_bwd = qw_cuda_train_linear_backward,
     .sumsq = qw_cuda_train_sumsq,
     .adamw = qw_cuda_train_adamw,
+    .gemm_tt = NULL, /* optional (ops.h): the trainer copies, transposes and calls gemm_abt */
+    .round_bf16_copy = NULL,
 };
 
 /* ---------------------------------------------------------------- set-up */
