@@ -140,7 +140,9 @@ static const report_query QUERIES[] = {
 /* Training views come with the training sweeps (schema 020: v_train_curves one row
  * per (job, step, metric), v_train_final one per (job, final metric) with the gap to the bf16
  * run of the same spec). Until a database has them the page says so; a query that fails on
- * them (their columns changed) is shown as an error in the page, not a failed report. */
+ * them (their columns changed) is shown as an error in the page, not a failed report. The
+ * final-metrics table leaves out the per-phase time_<phase>_s seconds (36 a run): they are
+ * for profiling, in the results table for SQL, not for comparing recipes. */
 static const report_query TRAIN_QUERIES[] = {
     {"train_curves",
      "SELECT coalesce(json_agg(t ORDER BY t.metric, t.shape, t.lr, t.recipe, t.step), '[]')\n"
@@ -154,7 +156,7 @@ static const report_query TRAIN_QUERIES[] = {
      "FROM (SELECT metric, shape, recipe, lr, count(*) AS seeds, avg(value) AS mean,\n"
      "             stddev_samp(value) AS sd, avg(gap) AS gap_to_bf16,\n"
      "             avg(rel_gap) AS rel_gap_to_bf16\n"
-     "      FROM v_train_final WHERE experiment = $1\n"
+     "      FROM v_train_final WHERE experiment = $1 AND metric NOT LIKE 'time\\_%'\n"
      "      GROUP BY metric, shape, recipe, lr) t"},
 };
 
