@@ -28,7 +28,7 @@ int qw_export_path_join(char *out, size_t cap, const char *dir, const char *name
 /* j as indented JSON (a trailing newline) in the new file dir/name. Errors: QS_EIO, QS_ENOMEM. */
 qs_status qw_export_write_json(const char *dir, const char *name, json_t *j, qs_error *err);
 
-/* The Hugging Face files of a safetensors layout, after the caller added the packed tensors of
+/* The Hugging Face files of a safetensors layout (hf_folder.c), after the caller added the packed tensors of
  * the linears with group >= 0 to w: every other tensor of ck as stored into w, w written as
  * tmp/model.safetensors, config.json (the source's, or one from a GGUF source's keys) with
  * qconfig as its quantization_config (taken: decref'd here), an HF source's tokenizer files.
@@ -36,6 +36,12 @@ qs_status qw_export_write_json(const char *dir, const char *name, json_t *j, qs_
 qs_status qw_export_finish(const qw_export_request *r, qw_checkpoint *ck, qw_st_writer *w,
                            const ex_linear *lin, int n_lin, const char *tmp, json_t *qconfig,
                            size_t *done, size_t total, qs_error *err);
+
+/* Writes the compressed-tensors layout of r into the folder tmp (ct_export.c): every linear the
+ * policy quantizes in a config group of its (weight, activation) formats, the others in the
+ * ignore list as stored. m holds the applied policy. Errors: export.h's. */
+qs_status qw_export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *m, const char *tmp,
+                       qs_error *err);
 
 /* Writes the GGUF layout of r into the folder tmp (gguf_export.c): the source GGUF with the
  * policy's MXFP4 linears. m holds the applied policy. Errors: export.h's. */
