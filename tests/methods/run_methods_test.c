@@ -249,6 +249,13 @@ static void run_methods_grid_end_to_end(void **state) {
         if (rc != 1 || !strstr(out, "--methods '") || !strstr(out, bad[i][1]))
             fail_msg("qsweep plan --methods '%s': exit %d:\n%s", bad[i][0], rc, out);
     }
+    /* a method the sweep did not run: exit 2 naming it (not a budget no assignment meets) */
+    const char *unrun[] = {"plan",       "tiny-methods", "--budget-bits", "12.5",
+                           "--methods",  "gptq,smoothquant", "--validate", "--db",
+                           qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, unrun, out, sizeof out);
+    if (rc != 2 || !strstr(out, "no component-mode results of method smoothquant"))
+        fail_msg("qsweep plan --methods gptq,smoothquant: exit %d:\n%s", rc, out);
     char mplan_path[700];
     snprintf(mplan_path, sizeof mplan_path, "%s/plan-rtn-gptq.yaml", dir);
     const char *mplan[] = {"plan", "tiny-methods", "--budget-bits", "12.5", "--methods", "rtn,gptq",
