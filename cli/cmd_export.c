@@ -204,7 +204,7 @@ int qsweep_cmd_export(int argc, char **argv) {
     const char *out = NULL, *layout = "compressed-tensors", *job = NULL, *model = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t n_sets = 0;
-    int threads = 0, calib_chunks = 4, c;
+    int threads = 0, calib_chunks = 4, calib_given = 0, c;
     if (!sets) return QS_EXIT_RUNTIME;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
@@ -235,6 +235,7 @@ int qsweep_cmd_export(int argc, char **argv) {
                 free(sets);
                 return QS_EXIT_USAGE;
             }
+            calib_given = 1;
             break;
         case 'h':
             export_usage(stdout);
@@ -248,6 +249,12 @@ int qsweep_cmd_export(int argc, char **argv) {
     }
     if (optind != argc - 1 || !out) {
         export_usage(stderr);
+        free(sets);
+        return QS_EXIT_USAGE;
+    }
+    if (calib_given && strcmp(layout, "modelopt") != 0) { /* no other layout calibrates */
+        fprintf(stderr, "qsweep export: --calib-chunks: only --to modelopt calibrates (--to %s)\n",
+                layout);
         free(sets);
         return QS_EXIT_USAGE;
     }

@@ -49,6 +49,37 @@ static void plan_usage(FILE *out) {
             "  format the job that quantized every linear in it (policy or cumulative mode).\n");
 }
 
+/* --methods: a comma-separated list of one or more method names, each one a sweep can run
+ * (per-linear is what a plan's grid runs, never a candidate). 0 after printing why. */
+static int methods_ok(const char *list) {
+    const char *p = list;
+    do {
+        size_t n = strcspn(p, ",");
+        char why[160] = "";
+        if (!n)
+            snprintf(why, sizeof why, "an empty method name");
+        else if (n == strlen("per-linear") && !strncmp(p, "per-linear", n))
+            snprintf(why, sizeof why, "per-linear is the method of a plan's grid, not a candidate");
+        else if (n >= 64)
+            snprintf(why, sizeof why, "a method name of %zu characters", n);
+        else {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)n, p);
+            if (qs_method_by_name(name) < 0)
+                snprintf(why, sizeof why, "unknown method '%s'", name);
+        }
+        if (*why) {
+            fprintf(stderr,
+                    "qsweep plan: --methods '%s': %s (expected one or more of %s, "
+                    "comma-separated)\n",
+                    list, why, qs_method_list());
+            return 0;
+        }
+        p += n;
+    } while (*p++ == ',');
+    return 1;
+}
+
 int qsweep_cmd_plan(int argc, char **argv) {
     static const struct option opts[] = {{"budget-bits", required_argument, 0, 'b'},
                                          {"formats", required_argument, 0, 'f'},
@@ -83,19 +114,10 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'f':
             o.formats = optarg;
             break;
-        case 'M': {
-            char buf[512];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *save = NULL, *m = strtok_r(buf, ",", &save); m;
-                 m = strtok_r(NULL, ",", &save))
-                if (qs_method_by_name(m) < 0 || !strcmp(m, "per-linear")) {
-                    fprintf(stderr, "qsweep plan: --methods: unknown method '%s' (expected %s)\n",
-                            m, qs_method_list());
-                    return QS_EXIT_USAGE;
-                }
+        case 'M':
+            if (!methods_ok(optarg)) return QS_EXIT_USAGE;
             o.methods = optarg;
             break;
-        }
         case 'j':
             if (strcmp(optarg, "kl_mean") && strcmp(optarg, "ppl")) {
                 fprintf(stderr, "qsweep plan: --objective %s: expected kl_mean or ppl\n", optarg);

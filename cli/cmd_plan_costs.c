@@ -235,6 +235,20 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
         }
         if (!st) add_candidate(in, "rtn", "bf16");
     }
+    /* every method --methods names must have measured some format: else the plan would be
+       bf16's alone, refused later as a budget no assignment meets */
+    for (const char *p = o->methods; !st && p && *p; p += strcspn(p, ","), p += *p == ',') {
+        size_t len = strcspn(p, ","), k = 0;
+        while (k < in->n_formats && (strcmp(in->formats[k], "bf16") == 0 ||
+                                     strlen(in->methods[k]) != len ||
+                                     strncmp(in->methods[k], p, len) != 0))
+            k++;
+        if (k == in->n_formats)
+            st = qs_error_set(err, QS_EINVAL,
+                              "--methods %s: %s has no %s-mode results of method %.*s for %s "
+                              "(quantize %s) in the formats considered",
+                              o->methods, o->experiment, mode, (int)len, p, model, quant);
+    }
     /* a trained model: the weights are those its training job recorded (the spec's digest is
        a stand-in, docs/pipelines.md) */
     const qsweep_trained_name *tm = st ? NULL : qsweep_trained_model_by_path(&names, model);

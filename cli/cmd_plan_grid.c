@@ -9,10 +9,17 @@
 #include "cmd_plan_parts.h"
 #include "synthetic.h"
 
-/* The name of the experiment that measures the plan: "<sweep>-plan-<B>b[-groups][-ppl]". */
+/* The name of the experiment that measures the plan:
+ * "<sweep>-plan-<B>b[-groups][-ppl][-methods-<M1+M2...>]", so that plans of one sweep and budget
+ * from other --methods do not take one another's name. */
 static void validation_name(const qsweep_plan_opts *o, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s-plan-%gb%s%s", o->experiment, o->budget,
-             o->uniform_groups ? "-groups" : "", !strcmp(o->objective, "ppl") ? "-ppl" : "");
+    int n = snprintf(buf, cap, "%s-plan-%gb%s%s%s", o->experiment, o->budget,
+                     o->uniform_groups ? "-groups" : "",
+                     !strcmp(o->objective, "ppl") ? "-ppl" : "", o->methods ? "-methods-" : "");
+    for (const char *m = o->methods; m && *m && n > 0 && (size_t)n + 1 < cap; m++) {
+        buf[n++] = *m == ',' ? '+' : *m;
+        buf[n] = 0;
+    }
 }
 
 /* Prints v as a YAML scalar (a JSON string, which YAML reads as the same text). */
@@ -33,12 +40,12 @@ void qsweep_plan_write_grid(FILE *out, const qsweep_plan_choice *pc, const json_
     char name[256];
     validation_name(o, name, sizeof name);
     fprintf(out,
-            "# qsweep plan %s --budget-bits %g --objective %s%s\n"
+            "# qsweep plan %s --budget-bits %g --objective %s%s%s%s\n"
             "# predicted %s (sum over items, not measured): %.6g at %.4f bits per weight\n"
             "# model %s, %s-mode costs, quantize %s\n"
             "name: %s\ndescription: ",
             o->experiment, o->budget, o->objective, o->uniform_groups ? " --uniform-groups" : "",
-            o->objective, cost, bits, in->model_path, in->layer_mode ? "layer" : "component", quant,
+            o->methods ? " --methods " : "", o->methods ? o->methods : "", o->objective, cost, bits, in->model_path, in->layer_mode ? "layer" : "component", quant,
             name);
     char desc[512];
     snprintf(desc, sizeof desc, "the plan of %s at %g bits per weight (%s), measured whole",
@@ -145,9 +152,12 @@ qs_status qsweep_plan_validate(qc_store *s, const qsweep_plan_choice *pc,
         qsweep_print_submit(g, jobs.n, &counts, stdout);
         if (counts.jobs_new || counts.reused_pending)
             printf("validation: %s (qsweep worker, or qsweep run on the grid); "
-                   "then qsweep plan %s --budget-bits %g prints it measured\n",
+                   "then qsweep plan %s --budget-bits %g%s%s%s%s%s%s prints it measured\n",
                    counts.jobs_new ? "the workers run it" : "already queued: the workers run it",
-                   o->experiment, o->budget);
+                   o->experiment, o->budget, o->uniform_groups ? " --uniform-groups" : "",
+                   !strcmp(o->objective, "ppl") ? " --objective ppl" : "",
+                   o->formats ? " --formats " : "", o->formats ? o->formats : "",
+                   o->methods ? " --methods " : "", o->methods ? o->methods : "");
     }
     qc_job_list_free(&jobs);
     qc_grid_free(g);

@@ -74,6 +74,23 @@ expect_refusal "already exists" "$tmp/plan.yaml" -o "$tmp/out"
 rmdir "$tmp/out"
 expect_refusal "is not a GGUF file" "$tmp/plan.yaml" -o "$tmp/out" --to gguf
 expect_refusal 'unknown layout "safetensors-bf16"' "$tmp/plan.yaml" -o "$tmp/out" --to safetensors-bf16
+# -o: an existing file, a missing or non-folder parent, refused before any work, naming -o
+touch "$tmp/file"
+expect_refusal "already exists: an export never writes over a file" "$tmp/plan.yaml" -o "$tmp/file"
+expect_refusal "-o $tmp/nope/out: $tmp/nope: No such file or directory" "$tmp/plan.yaml" \
+    -o "$tmp/nope/out"
+expect_refusal "-o $tmp/file/out: $tmp/file: is not a folder" "$tmp/plan.yaml" -o "$tmp/file/out"
+rm "$tmp/file"
+# --calib-chunks with a layout that does not calibrate: a usage error, not silently ignored
+rc=0
+"$q" export "$tmp/plan.yaml" -o "$tmp/out" --calib-chunks 2 2> "$tmp/err" > /dev/null || rc=$?
+[ "$rc" = 1 ] && grep -qF -- "--calib-chunks: only --to modelopt" "$tmp/err" && [ ! -e "$tmp/out" ] ||
+    fail "--calib-chunks with compressed-tensors: exit $rc, $(cat "$tmp/err")"
+echo "OK refused: --calib-chunks without --to modelopt"
+# a trailing '/' on -o names the same folder
+"$q" export "$tmp/plan.yaml" -o "$tmp/slash/" 2> "$tmp/err" > /dev/null || fail "$(cat "$tmp/err")"
+[ -s "$tmp/slash/model.safetensors" ] || fail "-o DIR/ wrote no DIR/model.safetensors"
+echo "OK -o DIR/"
 expect_refusal "a plan for another model" "$tmp/plan.yaml" -o "$tmp/out" \
     --model "$src/tests/engine/data/llama32_tied"
 expect_refusal "name one with --job" "$src/experiments/tiny.yaml" "${job[@]}" -o "$tmp/out"

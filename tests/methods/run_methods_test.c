@@ -232,6 +232,48 @@ static void run_methods_grid_end_to_end(void **state) {
     assert_non_null(strstr(grid, "- {name: per-linear, options: {"));
     assert_non_null(strstr(grid, "calibration: {chunks: 4}"));
     assert_non_null(strstr(grid, "modes: [policy]"));
+    /* --methods refusals: an empty list or name, per-linear, an unknown name exit 1 naming
+     * the option and store nothing; a chosen list names the plan's experiment and header */
+    long n_jobs = query_long(c, "SELECT count(*) FROM jobs"),
+         n_exps = query_long(c, "SELECT count(*) FROM experiments");
+    static const char *const bad[][2] = {{"", "an empty method name"},
+                                         {"rtn,,gptq", "an empty method name"},
+                                         {"per-linear", "not a candidate"},
+                                         {"gptq,foo", "unknown method 'foo'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *refused[] = {"plan",      "tiny-methods", "--budget-bits",
+                                 "12.5",      "--methods",    bad[i][0],
+                                 "--validate", "--db",        qc_pgserver_conninfo(pg),
+                                 NULL};
+        rc = fx_run(QSWEEP_BIN, refused, out, sizeof out);
+        if (rc != 1 || !strstr(out, "--methods '") || !strstr(out, bad[i][1]))
+            fail_msg("qsweep plan --methods '%s': exit %d:\n%s", bad[i][0], rc, out);
+    }
+    /* a method the sweep did not run: exit 2 naming it (not a budget no assignment meets) */
+    const char *unrun[] = {"plan",       "tiny-methods", "--budget-bits", "12.5",
+                           "--methods",  "gptq,smoothquant", "--validate", "--db",
+                           qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, unrun, out, sizeof out);
+    if (rc != 2 || !strstr(out, "no component-mode results of method smoothquant"))
+        fail_msg("qsweep plan --methods gptq,smoothquant: exit %d:\n%s", rc, out);
+    char mplan_path[700];
+    snprintf(mplan_path, sizeof mplan_path, "%s/plan-rtn-gptq.yaml", dir);
+    const char *mplan[] = {"plan", "tiny-methods", "--budget-bits", "12.5", "--methods", "rtn,gptq",
+                           "-o", mplan_path, "--db", qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, mplan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan --methods rtn,gptq exited %d:\n%s", rc, out);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), n_jobs);
+    assert_int_equal(query_long(c, "SELECT count(*) FROM experiments"), n_exps);
+    {
+        FILE *g = fopen(mplan_path, "r");
+        assert_non_null(g);
+        static char text[1 << 15];
+        text[fread(text, 1, sizeof text - 1, g)] = 0;
+        fclose(g);
+        assert_non_null(strstr(text, "--objective kl_mean --methods rtn,gptq\n"));
+        assert_non_null(strstr(text, "\nname: tiny-methods-plan-12.5b-methods-rtn+gptq\n"));
+    }
+    assert_non_null(strstr(grid, "\nname: tiny-methods-plan-12.5b\n"));
     qc_pgserver_destroy(pg); /* qsweep run starts the private cluster itself */
     pg = NULL;
     const char *run_plan[] = {"run", plan_path, "--workers", "1", NULL};

@@ -49,23 +49,44 @@ static void remove_tmp(const char *dir) {
     rmdir(dir);
 }
 
-qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
+/* The folder that will hold out_dir (out_dir with its trailing '/' dropped, in dir) must be a
+ * directory this process can create in: checked before the model is loaded, so a mistyped -o
+ * fails at once, naming the folder. Errors: QS_EINVAL. */
+static qs_status check_out_dir(const char *out_dir, char *dir, size_t cap, qs_error *err) {
     struct stat sb;
-    if (!r->out_dir || !*r->out_dir)
-        return qs_error_set(err, QS_EINVAL, "export: no output folder");
-    if (stat(r->out_dir, &sb) == 0)
-        return qs_error_set(err, QS_EINVAL,
-                            "export: %s already exists: an export never writes over a folder",
-                            r->out_dir);
-    char tmp[4096];
-    int len = snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", r->out_dir);
-    if (len < 0 || (size_t)len >= sizeof tmp)
+    if (!out_dir || !*out_dir) return qs_error_set(err, QS_EINVAL, "export: no output folder");
+    size_t n = strlen(out_dir);
+    while (n > 1 && out_dir[n - 1] == '/') n--;
+    if (n >= cap)
         return qs_error_set(err, QS_EINVAL, "export: output path too long");
+    memcpy(dir, out_dir, n);
+    dir[n] = 0;
+    if (stat(dir, &sb) == 0)
+        return qs_error_set(err, QS_EINVAL,
+                            "export: %s already exists: an export never writes over a %s", dir,
+                            S_ISDIR(sb.st_mode) ? "folder" : "file");
+    char parent[4096];
+    const char *slash = strrchr(dir, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash == dir ? 1 : slash - dir) : 1,
+             slash ? dir : ".");
+    const char *why = stat(parent, &sb) != 0    ? strerror(errno)
+                      : !S_ISDIR(sb.st_mode)       ? "is not a folder"
+                      : access(parent, W_OK | X_OK) ? "is not writable"
+                                                    : NULL;
+    if (why) return qs_error_set(err, QS_EINVAL, "export: -o %s: %s: %s", dir, parent, why);
+    return QS_OK;
+}
+
+qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
+    char out_dir[4096], tmp[sizeof out_dir + sizeof ".tmp-XXXXXX"];
+    qs_status st = check_out_dir(r->out_dir, out_dir, sizeof out_dir, err);
+    if (st) return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     qw_checkpoint *ck = NULL;
     qw_model *m = NULL;
     float *amax = NULL; /* modelopt: its inputs' calibration amax per linear */
     int calibrated = r->layout == QW_EXPORT_MODELOPT;
-    qs_status st = qw_checkpoint_open(r->model_path, &ck, err);
+    st = qw_checkpoint_open(r->model_path, &ck, err);
     if (!st)
         st = qw_model_create(ck, calibrated && r->calib_ctx > 1 ? r->calib_ctx : 1, r->threads, &m,
                              err);
@@ -91,8 +112,8 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
     if (!st && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide it from a serving user */
         st = qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
     /* the folder appears under its name complete, or not at all */
-    if (!st && renameat2(AT_FDCWD, tmp, AT_FDCWD, r->out_dir, RENAME_NOREPLACE) != 0)
-        st = qs_error_set(err, QS_EIO, "renaming %s to %s: %s", tmp, r->out_dir, strerror(errno));
+    if (!st && renameat2(AT_FDCWD, tmp, AT_FDCWD, out_dir, RENAME_NOREPLACE) != 0)
+        st = qs_error_set(err, QS_EIO, "renaming %s to %s: %s", tmp, out_dir, strerror(errno));
     if (st && made) remove_tmp(tmp);
     free(amax);
     qw_model_destroy(m);
