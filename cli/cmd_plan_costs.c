@@ -259,6 +259,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
         st = swept_model_config(model, tm ? tm->name : model, tm ? tm->digest : digest, &in->cfg,
                                 err);
     if (!st) snprintf(in->model_digest, sizeof in->model_digest, "%s", digest);
+    if (!st) snprintf(in->file_digest, sizeof in->file_digest, "%s", tm ? tm->digest : digest);
     if (!st) {
         in->n_layers = in->cfg.n_layers;
         in->layer_mode = !strcmp(mode, "layer");

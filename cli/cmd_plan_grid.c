@@ -57,8 +57,10 @@ void qsweep_plan_write_grid(FILE *out, const qsweep_plan_choice *pc, const json_
         /* "synthetic:<shape>:<seed>" as the grid's form */
         const char *shape = mp + strlen("synthetic:"), *seed = strrchr(mp, ':');
         fprintf(out, "{synthetic: %.*s, seed: %s}", (int)(seed - shape), shape, seed + 1);
-    } else {
+    } else { /* with its digest: the grid refuses to load once the file is another model */
+        fprintf(out, "{path: ");
         yaml_string(out, mp);
+        fprintf(out, ", digest: %s}", in->file_digest);
     }
     const char *dpath = json_string_value(json_object_get(in->dataset, "path"));
     const char *text = qs_dataset_text_path(dpath);

@@ -47,7 +47,8 @@ typedef struct qsweep_plan_input {
     char methods[QSWEEP_PLAN_MAX_FORMATS][32];
     int any_method; /* a candidate's method is not rtn */
     double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
-    char model_digest[65];
+    char model_digest[65]; /* the swept spec's (a trained model's stand-in, docs/pipelines.md) */
+    char file_digest[65];  /* the model file's as the plan found it: the plan grid names it */
     json_t *dataset; /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
     json_t *metrics; /* the sweep's "metrics" array */
     json_t *options; /* {format: its format_options in the sweep} */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "grid_kind.h"
+#include "spec.h"
 
 static qs_status parse_synthetic(qc_config *c, struct fy_node *syn_n, struct fy_node *seed_n,
                                  const char *name, const qc_grid_probe *probe, qc_grid_model *m) {
@@ -61,16 +62,23 @@ static qs_status parse_compare_to(qc_config *c, struct fy_node *n, const qc_grid
 
 qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                               qc_grid_model *m) {
-    struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL, *cmp_n = NULL;
+    struct fy_node *path_n = n, *name_n = NULL, *syn_n = NULL, *seed_n = NULL, *cmp_n = NULL,
+                   *digest_n = NULL;
     qs_status st;
     if (fy_node_is_mapping(n)) {
-        static const char *const keys[] = {"path", "name", "synthetic", "seed", "compare_to", NULL};
+        static const char *const keys[] = {"path",       "name",   "synthetic", "seed",
+                                           "compare_to", "digest", NULL};
         if ((st = qc_config_check_keys(c, n, "a model", keys))) return st;
         path_n = qc_config_lookup(n, "path");
         name_n = qc_config_lookup(n, "name");
         syn_n = qc_config_lookup(n, "synthetic");
         seed_n = qc_config_lookup(n, "seed");
         cmp_n = qc_config_lookup(n, "compare_to");
+        digest_n = qc_config_lookup(n, "digest");
+        if (digest_n && syn_n)
+            return qc_config_fail(c, digest_n, QS_EINVAL,
+                                  "'digest' applies to model files only (a synthetic model's is "
+                                  "its name and seed)");
         if (!!path_n == !!syn_n)
             return qc_config_fail(c, n, QS_EFORMAT,
                                   "expected a model with exactly one of 'path' or 'synthetic'");
@@ -95,6 +103,18 @@ qs_status qc_grid_parse_model(qc_config *c, struct fy_node *n, const qc_grid_pro
         return qc_config_fail(c, path_n, QS_EFORMAT,
                               "model %s reports %d blocks and a vocabulary of %d", m->path,
                               m->facts.n_layers, m->facts.vocab_size);
+    if (digest_n) { /* the model the grid was made for (a plan's): the file must still be it */
+        const char *want;
+        if ((st = qc_config_string(c, digest_n, "the model digest", &want))) return st;
+        if (!qs_is_digest(want))
+            return qc_config_fail(c, digest_n, QS_EINVAL,
+                                  "expected the 64 hex digits of a model digest");
+        if (strcmp(want, m->facts.digest))
+            return qc_config_fail(c, digest_n, QS_EINVAL,
+                                  "model %s has digest %.16s..., not the %.16s... this grid was "
+                                  "made for (the file changed, or the grid is for another model)",
+                                  m->path, m->facts.digest, want);
+    }
     return cmp_n ? parse_compare_to(c, cmp_n, probe, m) : QS_OK;
 }
 

@@ -93,6 +93,12 @@ echo "OK refused: --calib-chunks without --to modelopt"
 echo "OK -o DIR/"
 expect_refusal "a plan for another model" "$tmp/plan.yaml" -o "$tmp/out" \
     --model "$src/tests/engine/data/llama32_tied"
+# a plan grid (qsweep plan writes the model's digest beside its path) pointed at another model
+sed "s|^  - $src/tests/engine/data/llama3_gqa\$|  - {path: $src/tests/engine/data/llama32_tied, digest: $(printf '0%.0s' {1..64})}|" \
+    "$tmp/plan.yaml" > "$tmp/plan-other.yaml"
+grep -q "llama32_tied, digest: 0000" "$tmp/plan-other.yaml" || fail "plan-other.yaml: the sed did not apply"
+expect_refusal "this grid was made for (the file changed, or the grid is for another model)" \
+    "$tmp/plan-other.yaml" -o "$tmp/out"
 expect_refusal "name one with --job" "$src/experiments/tiny.yaml" "${job[@]}" -o "$tmp/out"
 expect_refusal "matches no eval job" "$src/experiments/tiny.yaml" "${job[@]}" -o "$tmp/out" --job zz
 

@@ -451,6 +451,49 @@ static void test_compare_to_is_one_compare_job_on_the_references_baseline(void *
     }
 }
 
+/* A model's digest key (qsweep plan writes it into a plan's grid): the file must still be
+ * that model, else the grid is refused at the key; malformed, or on a synthetic model, refused. */
+static void test_a_model_digest_must_match_its_file(void **state) {
+    env *e = *state;
+    char text[1024];
+    qc_grid *g = NULL;
+    qs_error err = {0};
+    if (load(e, HEAD "sensitivity: {formats: [nvfp4]}\n", &g, &err)) fail_msg("%s", err.msg);
+    char digest[65];
+    snprintf(digest, sizeof digest, "%s", g->models[0].facts.digest);
+    qc_grid_free(g);
+    snprintf(text, sizeof text,
+             "name: t\nmodels: [{path: ckpt, digest: %s}]\n"
+             "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\nsensitivity: {formats: [nvfp4]}\n",
+             digest);
+    g = NULL;
+    if (load(e, text, &g, &err)) fail_msg("%s", err.msg);
+    qc_grid_free(g);
+    char other[65];
+    snprintf(other, sizeof other, "%s", digest);
+    other[0] = other[0] == 'a' ? 'b' : 'a';
+    static const char *const want[] = {":2:31: model ", "expected the 64 hex digits",
+                                       "'digest' applies to model files only"};
+    const char *models[3] = {other, "abc", NULL};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2)
+            snprintf(text, sizeof text,
+                     "name: t\nmodels: [{path: ckpt, digest: %s}]\n"
+                     "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\nsensitivity: {formats: [nvfp4]}\n",
+                     models[i]);
+        else
+            snprintf(text, sizeof text,
+                     "name: t\nmodels: [{synthetic: llama3.2-1b, digest: %s}]\n"
+                     "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\nsensitivity: {formats: [nvfp4]}\n",
+                     digest);
+        g = NULL;
+        assert_int_not_equal(load(e, text, &g, &err), QS_OK);
+        if (!strstr(err.msg, want[i])) fail_msg("case %d: no '%s' in '%s'", i, want[i], err.msg);
+        assert_null(g);
+    }
+    assert_non_null(strstr(err.msg, "digest"));
+}
+
 static void test_unknown_kind_names_the_registered_kinds(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
@@ -561,6 +604,7 @@ int main(void) {
         cmocka_unit_test(test_job_list_refuses_specs_their_kind_refuses),
         cmocka_unit_test_setup_teardown(
             test_compare_to_is_one_compare_job_on_the_references_baseline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_model_digest_must_match_its_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_is_recorded_in_every_eval_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
