@@ -20,6 +20,14 @@ static void validation_name(const qsweep_plan_opts *o, char *buf, size_t cap) {
         buf[n++] = *m == ',' ? '+' : *m;
         buf[n] = 0;
     }
+    /* other candidate formats are another plan at the same budget: another name */
+    if (o->formats && n > 0 && (size_t)n + sizeof "-formats-" < cap) {
+        n += snprintf(buf + n, cap - (size_t)n, "-formats-");
+        for (const char *f = o->formats; *f && (size_t)n + 1 < cap; f++) {
+            buf[n++] = *f == ',' ? '+' : *f;
+            buf[n] = 0;
+        }
+    }
 }
 
 /* Prints v as a YAML scalar (a JSON string, which YAML reads as the same text). */

@@ -295,9 +295,17 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
         double predicted = strtod(pred + strlen("predicted kl_mean: "), NULL);
         assert_true(avg_bits <= budgets[bi] + 1e-4);
 
-        /* the written policy: a format for each of the 21 linears, groups uniform */
+        /* the written policy: a format for each of the 21 linears, groups uniform; its name
+           says the candidate formats, which make it another plan than the default's */
         FILE *f = fopen(yaml, "r");
         assert_non_null(f);
+        char want_name[96], grid_text[16384] = "";
+        snprintf(want_name, sizeof want_name,
+                 "\nname: tiny-plan-%sb-groups-formats-nvfp4+mxfp4+bf16\n", budget);
+        grid_text[fread(grid_text, 1, sizeof grid_text - 1, f)] = 0;
+        if (!strstr(grid_text, want_name))
+            fail_msg("no '%s' in the plan grid:\n%s", want_name + 1, grid_text);
+        rewind(f);
         char line[256], fmt_of[3][7][16];
         int seen = 0;
         double sum = 0, bits = 0;
