@@ -90,7 +90,7 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
         ops->sqnr_sums(&r->be, &ty, &tr, &sig, &noise);
         L->sig += sig;
         L->noise += noise;
-        qw_profile_add_since(r->prof, QW_PHASE_COMPARE, t0);
+        qw_profile_add_since(r->prof, QW_PHASE_SQNR_PROBE, t0);
     }
     return QS_OK;
 }
