@@ -6,16 +6,21 @@
 
 #include <math.h>
 
-double qw_logsoftmax_row(const float *l, int V, float *lp) {
-    float mx = l[0];
-    for (int i = 1; i < V; i++)
-        mx = l[i] > mx ? l[i] : mx;
+/* log(sum_i exp(l_i)) of a row whose maximum is mx, summed in double in vocabulary order. */
+static double row_lse(const float *l, int V, float mx) {
     double sum = 0.0;
     for (int i = 0; i < V; i++)
         sum += exp((double)l[i] - mx);
     /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
     // cppcheck-suppress invalidFunctionArg
-    double lse = (double)mx + log(sum);
+    return (double)mx + log(sum);
+}
+
+double qw_logsoftmax_row(const float *l, int V, float *lp) {
+    float mx = l[0];
+    for (int i = 1; i < V; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    double lse = row_lse(l, V, mx);
     if (lp)
         for (int i = 0; i < V; i++)
             lp[i] = (float)((double)l[i] - lse);
@@ -40,11 +45,14 @@ qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < R; r++) {
         const float *l = logits + (size_t)r * V;
-        double lse = qw_logsoftmax_row(l, V, NULL);
-        if (targets && nll) nll[r] = lse - (double)l[targets[r]];
+        /* the maximum and the first index that holds it in one pass (qw_logsoftmax_row's
+         * maximum, the same comparisons) */
+        float mx = l[0];
         int aq = 0;
-        for (int i = 1; argmax && i < V; i++)
-            if (l[i] > l[aq]) aq = i;
+        for (int i = 1; i < V; i++)
+            if (l[i] > mx) mx = l[i], aq = i;
+        double lse = row_lse(l, V, mx);
+        if (targets && nll) nll[r] = lse - (double)l[targets[r]];
         if (argmax) argmax[r] = aq;
         if (!ref_lp) {
             if (kl) kl[r] = 0.0;
@@ -56,6 +64,12 @@ qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_
         const float *lp = ref_lp + (size_t)r * V;
         double d = 0.0;
         int ap = 0;
+        if (!kl) { /* top-1 alone: the baseline's argmax, no exponential */
+            for (int i = 1; i < V; i++)
+                if (lp[i] > lp[ap]) ap = i;
+            if (ref_argmax) ref_argmax[r] = ap;
+            continue;
+        }
         for (int i = 0; i < V; i++) {
             float q = (float)((double)l[i] - lse);
             d += exp((double)lp[i]) * ((double)lp[i] - (double)q);
