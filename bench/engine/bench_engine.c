@@ -32,7 +32,8 @@
  * core and configuration, OPENBLAS_CORETYPE and QSWEEP_CPU_GEMM, which decide the GEMM kernels.
  *
  * --demo-floor (instead of all the above): the main job's baseline and 28 eval jobs shortened to
- * `chunks` chunks, their CPU seconds against the arithmetic floor (run_demo_floor).
+ * `chunks` chunks, their CPU seconds against the arithmetic floor (run_demo_floor);
+ * --sqnr-rows=N runs their probe as a grid's sensitivity.sqnr_rows N would.
  *
  * Usage: bench_engine [--profile | --table-only | --demo-floor] [gguf-or-hf-dir |
  * synthetic:SHAPE[:SEED]] [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
@@ -504,7 +505,7 @@ static int run_sweep(qw_model *m, const qw_tokens *toks, int ctx, int threads) {
  * against it, the wall time against the floor's wall time, and where the wall time went (the
  * phases summed over the jobs). Returns 0, or 1 with the error on stderr. */
 static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunks, int threads,
-                          double flops) {
+                          double flops, int sqnr_rows) {
     static const char *const fmts[2] = {"nvfp4", "mxfp4"};
     const qw_config *c = qw_model_config(m);
     char path[] = "/tmp/bench_engine_demo_XXXXXX";
@@ -531,6 +532,7 @@ static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunk
     qw_eval_metrics_free(&met);
     jobs += !st;
     opt.sqnr = 1;
+    opt.sqnr_rows = sqnr_rows;
     for (int f = 0; f < 2 && !st; f++)
         for (int acts = 0; acts < 2 && !st; acts++)
             for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {
@@ -562,9 +564,11 @@ static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunk
     long forwards = (long)jobs * chunks;
     double floor_cpu = peak > 0 ? forwards * flops * 1e-9 * threads / peak : 0.0;
     printf("\nthe main job shortened (experiments/smollm2-fp4-components.yaml: 1 baseline + 28 eval "
-           "jobs, NVFP4/MXFP4 x W4A16/W4A4 x 7 components, ppl, KL, top-1, SQNR), %d chunks of "
-           "%d, %d threads (share: of the jobs' wall time, phases summed over the jobs)\n",
-           chunks, ctx, threads);
+           "jobs, NVFP4/MXFP4 x W4A16/W4A4 x 7 components, ppl, KL, top-1, SQNR on %s), %d "
+           "chunks of %d, %d threads (share: of the jobs' wall time, phases summed over the "
+           "jobs)\n",
+           sqnr_rows ? "the last rows" : "every row", chunks, ctx, threads);
+    if (sqnr_rows) printf("  (sqnr_rows %d: not the demo grid's jobs)\n", sqnr_rows);
     printf("  %-14s %10s %8s\n", "phase", "s", "share");
     for (int i = 0; i < QW_PHASES; i++)
         printf("  %-14s %10.3f %7.1f%%\n", qw_phase_name((qw_phase)i), prof->s[i],
@@ -590,7 +594,7 @@ int main(int argc, char **argv) {
     else
         snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  home ? home : "");
-    int profile = 0, synthetic = 0, table_only = 0, demo_floor = 0, npos = 0;
+    int profile = 0, synthetic = 0, table_only = 0, demo_floor = 0, sqnr_rows = 0, npos = 0;
     const char *pos[3] = {NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0)
@@ -601,6 +605,8 @@ int main(int argc, char **argv) {
             table_only = 1;
         else if (strcmp(argv[i], "--demo-floor") == 0)
             demo_floor = 1;
+        else if (strncmp(argv[i], "--sqnr-rows=", 12) == 0)
+            sqnr_rows = atoi(argv[i] + 12);
         else if (npos < 3)
             pos[npos++] = argv[i];
         else
@@ -609,9 +615,9 @@ int main(int argc, char **argv) {
     const char *gguf = pos[0] ? pos[0] : def;
     int ctx = pos[1] ? atoi(pos[1]) : 512;
     int chunks = pos[2] ? atoi(pos[2]) : 2;
-    if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0])) {
-        fprintf(stderr, "usage: bench_engine [--profile | --table-only | --demo-floor] [gguf | "
-                        "hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
+    if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
+        fprintf(stderr, "usage: bench_engine [--profile | --table-only | --demo-floor "
+                        "[--sqnr-rows=N]] [gguf | hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
                         "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
         return 2;
     }
@@ -684,7 +690,7 @@ int main(int argc, char **argv) {
            flops * 1e-9, ns);
     int all = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
     if (demo_floor) {
-        int rc = run_demo_floor(m, &toks, ctx, chunks, all, flops);
+        int rc = run_demo_floor(m, &toks, ctx, chunks, all, flops, sqnr_rows);
         bench_print_loadavg("at end");
         return rc;
     }
