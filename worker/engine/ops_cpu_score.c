@@ -6,11 +6,23 @@
 
 #include <math.h>
 
-/* log(sum_i exp(l_i)) of a row whose maximum is mx, summed in double in vocabulary order. */
+#include "exp_vec.h"
+
+/* Elements of a row whose exponentials are taken together (exp_vec.h), then summed in order. */
+#define EXP_BLOCK 256
+
+/* log(sum_i exp(l_i)) of a row whose maximum is mx, summed in double in vocabulary order (the
+ * exponentials are the C library's exp, taken a block at a time). */
 static double row_lse(const float *l, int V, float mx) {
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)l[i] - mx);
+    double sum = 0.0, e[EXP_BLOCK];
+    for (int i0 = 0; i0 < V; i0 += EXP_BLOCK) {
+        int n = V - i0 < EXP_BLOCK ? V - i0 : EXP_BLOCK;
+        for (int j = 0; j < n; j++)
+            e[j] = (double)l[i0 + j] - mx;
+        qw_exp_vec(e, e, (size_t)n);
+        for (int j = 0; j < n; j++)
+            sum += e[j];
+    }
     /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
     // cppcheck-suppress invalidFunctionArg
     return (double)mx + log(sum);
@@ -70,10 +82,18 @@ qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_
             if (ref_argmax) ref_argmax[r] = ap;
             continue;
         }
-        for (int i = 0; i < V; i++) {
-            float q = (float)((double)l[i] - lse);
-            d += exp((double)lp[i]) * ((double)lp[i] - (double)q);
-            if (lp[i] > lp[ap]) ap = i;
+        double p[EXP_BLOCK];
+        for (int i0 = 0; i0 < V; i0 += EXP_BLOCK) {
+            int n = V - i0 < EXP_BLOCK ? V - i0 : EXP_BLOCK;
+            for (int j = 0; j < n; j++)
+                p[j] = (double)lp[i0 + j];
+            qw_exp_vec(p, p, (size_t)n);
+            for (int j = 0; j < n; j++) {
+                int i = i0 + j;
+                float q = (float)((double)l[i] - lse);
+                d += p[j] * ((double)lp[i] - (double)q);
+                if (lp[i] > lp[ap]) ap = i;
+            }
         }
         if (kl) kl[r] = d;
         if (ref_argmax) ref_argmax[r] = ap;
