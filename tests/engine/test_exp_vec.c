@@ -38,10 +38,9 @@ static void inputs(double *x) {
             x[i] = u * 1480.0 - 760.0;
         }
     }
-    const double edge[] = {0.0,     -0.0,    0x1p-54,   -0x1p-54,  0x1.fffffffffffffp-55,
-                           512.0,   -512.0,  0x1.fffffffffffffp8, -0x1.fffffffffffffp8,
-                           -745.13, -745.14, 709.78,    709.79,    INFINITY,
-                           -INFINITY, NAN,   1e-300,    -1e-300,   0x1p-1074};
+    const double edge[] = {0.0, -0.0, 0x1p-54, -0x1p-54, 0x1.fffffffffffffp-55, 512.0, -512.0,
+                           0x1.fffffffffffffp8, -0x1.fffffffffffffp8, -745.13, -745.14, 709.78,
+                           709.79, INFINITY, -INFINITY, NAN, 1e-300, -1e-300, 0x1p-1074};
     memcpy(x, edge, sizeof edge);
 }
 

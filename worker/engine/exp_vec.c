@@ -154,10 +154,9 @@ __attribute__((target("avx2,fma"))) static __m256d exp4(__m256d x, int *bad) {
     __m256d r = _mm256_fmadd_pd(kd, _mm256_set1_pd(NEG_LN2_HI_N), x);
     r = _mm256_fmadd_pd(kd, _mm256_set1_pd(NEG_LN2_LO_N), r);
     __m256i idx = _mm256_slli_epi64(_mm256_and_si256(ki, _mm256_set1_epi64x(127)), 1);
-    __m256d tail =
-        _mm256_castsi256_pd(_mm256_i64gather_epi64((const long long *)TAB, idx, 8));
-    __m256i sbits = _mm256_add_epi64(
-        _mm256_i64gather_epi64((const long long *)(TAB + 1), idx, 8), _mm256_slli_epi64(ki, 45));
+    __m256d tail = _mm256_castsi256_pd(_mm256_i64gather_epi64((const long long *)TAB, idx, 8));
+    __m256i sbits = _mm256_add_epi64(_mm256_i64gather_epi64((const long long *)(TAB + 1), idx, 8),
+                                     _mm256_slli_epi64(ki, 45));
     __m256d r2 = _mm256_mul_pd(r, r);
     __m256d a = _mm256_fmadd_pd(r, _mm256_set1_pd(C3), _mm256_set1_pd(C2));
     __m256d b = _mm256_fmadd_pd(r, _mm256_set1_pd(C5), _mm256_set1_pd(C4));
@@ -207,8 +206,8 @@ static int agrees(exp_fn fn) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         x[i] = ((double)(s >> 11) * 0x1p-53 - 0.75) * 1000.0; /* [-750, 250) */
     }
-    const double edge[] = {0.0, -0.0, 0x1p-54, -0x1p-55, 511.9, -511.9, 512.0, -745.2, 709.7,
-                           710.0, INFINITY, -INFINITY, NAN, 1.0, -1.0};
+    const double edge[] = {0.0,   -0.0,  0x1p-54,  -0x1p-55,  511.9, -511.9, 512.0, -745.2,
+                           709.7, 710.0, INFINITY, -INFINITY, NAN,   1.0,    -1.0};
     memcpy(x, edge, sizeof edge);
     fn(x, y, N);
     for (int i = 0; i < N; i++) {
