@@ -1,6 +1,7 @@
 /* The sensitivity job spec: validation, canonical JSON both ways (sensitivity.h). */
 #include "sensitivity.h"
 
+#include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,12 @@ qs_status qs_sensitivity_validate(const qs_sensitivity_spec *s, qs_error *err) {
                             "kl, ppl, sqnr, top1");
     if (s->fuse & ~(unsigned)QS_FUSE_ALL)
         return qs_error_set(err, QS_EINVAL, "job spec: fuse: unknown group bits 0x%x", s->fuse);
+    if (s->sqnr_rows < 0 ||
+        (s->sqnr_rows && (!s->eval || !(s->metrics & QS_METRIC_SQNR) || s->reference.path)))
+        return qs_error_set(err, QS_EINVAL,
+                            "job spec: sqnr_rows: %d (expected a count of rows >= 1, and only in "
+                            "an eval job with metric sqnr that quantizes the model)",
+                            s->sqnr_rows);
     const qs_method *meth = qs_method_at(s->method);
     if (!meth)
         return qs_error_set(err, QS_EINVAL, "job spec: method: %d is not a method", s->method);
@@ -300,6 +307,7 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
                                                   "path", s->calib_path, "digest",
                                                   s->calib_digest));
             }
+            if (s->sqnr_rows) json_object_set_new(o, "sqnr_rows", json_integer(s->sqnr_rows));
             if (s->fuse) {
                 json_t *fu = json_array(); /* sorted by name */
                 if (fu && (s->fuse & QS_FUSE_GATE_UP))
@@ -323,7 +331,8 @@ qs_status qs_sensitivity_encode(const qs_sensitivity_spec *s, json_t **out, qs_e
         10 + (s->resources.present ? 1 : 0) + (s->reference.path != NULL) +
         (s->eval && s->mode == QS_MODE_LEAVE_ONE_OUT && s->loo_of != QS_PARTS_BLOCK_LINEARS) +
         (s->eval && tied_text(s) != NULL) + (s->eval && s->mode == QS_MODE_POLICY) +
-        (s->eval && s->fuse != 0) + (s->method != QS_METHOD_RTN) + (s->method_options != NULL) +
+        (s->eval && s->fuse != 0) + (s->eval && s->sqnr_rows != 0) +
+        (s->method != QS_METHOD_RTN) + (s->method_options != NULL) +
         (s->method != QS_METHOD_RTN && s->calib_path != NULL);
     if (!o || json_object_size(o) != want) {
         json_decref(o);
@@ -480,6 +489,15 @@ static qs_status decode_eval(const json_t *spec, qs_sensitivity_spec *s, qs_erro
             s->fuse |= bit;
         }
     }
+    const json_t *rows = json_object_get(spec, "sqnr_rows");
+    if (rows) {
+        if (!json_is_integer(rows) || json_integer_value(rows) < 1 ||
+            json_integer_value(rows) > INT_MAX)
+            return qs_error_set(err, QS_EINVAL,
+                                "job spec: sqnr_rows: expected an integer >= 1 (rows per linear "
+                                "call)");
+        s->sqnr_rows = (int)json_integer_value(rows);
+    }
     if ((st = decode_method(spec, s, err))) return st;
     const json_t *tied = json_object_get(spec, "tied_embeddings");
     s->tied = tied != NULL;
@@ -506,7 +524,7 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
                                        "quantize",       "leave_one_out_of", "tied_embeddings",
                                        "resources",      "policy",           "fuse",
                                        "method",         "method_options",   "calibration",
-                                       "reference_model"};
+                                       "reference_model", "sqnr_rows"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {
@@ -573,6 +591,8 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
                               "policy");
         if (!st && json_object_get(spec, "fuse"))
             st = qs_error_set(err, QS_EINVAL, "job spec: fuse: a baseline fuses nothing");
+        if (!st && json_object_get(spec, "sqnr_rows"))
+            st = qs_error_set(err, QS_EINVAL, "job spec: sqnr_rows: a baseline probes nothing");
         if (!st && (json_object_get(spec, "method") || json_object_get(spec, "method_options") ||
                     json_object_get(spec, "calibration")))
             st = qs_error_set(err, QS_EINVAL, "job spec: method: a baseline quantizes nothing");

@@ -30,6 +30,9 @@
  *                                     stored quantized (an FP4 checkpoint, read dequantized),
  *                                     the reference its parent. Its path is not part of the
  *                                     job key; absent in every other job;
+ *   "sqnr_rows": N                   eval with metric sqnr: the SQNR probe measures the last N
+ *                                     rows of each linear call only (the reference GEMM on N
+ *                                     rows, not every row); absent: every row;
  *   "resources": {...}               spec.h (not part of the job key).
  * baseline: format "bf16", format_options {}, quantize/mode/part null, metrics ["ppl"].
  * eval: format a numeric-core name (kernels/quant.h) with its canonical options object (every
@@ -85,6 +88,8 @@ typedef struct qs_sensitivity_spec {
     json_t *policy;         /* policy mode: {"3.down": "nvfp4", ...} (owned), else NULL */
     unsigned fuse;          /* eval: QS_FUSE_* bits, the fused groups sharing a tensor scale */
     unsigned metrics;       /* QS_METRIC_* bits; a baseline has QS_METRIC_PPL */
+    int sqnr_rows;          /* eval with QS_METRIC_SQNR: > 0 the probe's rows per linear call
+                               (the last ones); 0 every row, the default */
     int method;             /* eval: index in method.h's table; QS_METHOD_RTN (0) by default */
     json_t *method_options; /* the method's canonical options (owned), NULL when it has none */
     int calib_chunks;       /* a calibrated method: the last calib_chunks whole chunks ... */

@@ -31,8 +31,12 @@
  * Every report starts and ends with the load average (/proc/loadavg) and names the OpenBLAS
  * core and configuration, OPENBLAS_CORETYPE and QSWEEP_CPU_GEMM, which decide the GEMM kernels.
  *
- * Usage: bench_engine [--profile | --table-only] [gguf-or-hf-dir | synthetic:SHAPE[:SEED]]
- * [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
+ * --demo-floor (instead of all the above): the main job's baseline and 28 eval jobs shortened to
+ * `chunks` chunks, their CPU seconds against the arithmetic floor (run_demo_floor);
+ * --sqnr-rows=N runs their probe as a grid's sensitivity.sqnr_rows N would.
+ *
+ * Usage: bench_engine [--profile | --table-only | --demo-floor] [gguf-or-hf-dir |
+ * synthetic:SHAPE[:SEED]] [ctx=512] [chunks=2]. --table-only prints the throughput table and nothing after it (no
  * profile, no block-wise sweep), for bench/peer/llama_cpp_peer.sh. Without the GGUF it says so and
  * exits 0. A synthetic:SHAPE model (synthetic.h, e.g. synthetic:tiny-llama3) runs on pseudo-random
  * tokens. bench_engine --synthetic DIR [ctx] [chunks] first writes, into DIR, a Hugging Face
@@ -490,6 +494,110 @@ static int run_sweep(qw_model *m, const qw_tokens *toks, int ctx, int threads) {
     return 0;
 }
 
+/* --demo-floor: the main job (tools/demo.sh, experiments/smollm2-fp4-components.yaml) shortened
+ * to `chunks` chunks of ctx: its baseline job and its 28 eval jobs (NVFP4 and MXFP4 with their
+ * default options, W4A16 and W4A4, one linear kind in every block; ppl, KL, top-1 and the SQNR
+ * probe) as the worker runs them (qw_model_apply_policy, qw_eval_baseline / qw_eval_compare),
+ * at `threads` threads with the conversion cache a worker keeps. The arithmetic floor is the
+ * jobs' chunk-forwards x `flops` per forward at the FMA peak of one core (the best ISA's peak at
+ * `threads` threads, measured here, over the threads): CPU seconds no engine can go below. It
+ * prints the process's CPU seconds (CLOCK_PROCESS_CPUTIME_ID: every thread, spinning included)
+ * against it, the wall time against the floor's wall time, and where the wall time went (the
+ * phases summed over the jobs). Returns 0, or 1 with the error on stderr. */
+static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunks, int threads,
+                          double flops, int sqnr_rows) {
+    static const char *const fmts[2] = {"nvfp4", "mxfp4"};
+    const qw_config *c = qw_model_config(m);
+    char path[] = "/tmp/bench_engine_demo_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "bench_engine: mkstemp: %s\n", strerror(errno));
+        return 1;
+    }
+    close(fd);
+    qs_error err = {0};
+    qw_policy pol = {0};
+    qw_eval_options opt = {.ctx = ctx, .max_chunks = (size_t)chunks, .bos_id = -1};
+    qw_eval_metrics met = {0};
+    qw_profile *prof = qw_model_profile(m);
+    /* GF/s of all `threads` threads, and the share of their time the FMA loop got (CPU
+     * seconds over wall seconds x threads: below 1 on a loaded machine, where the wall-clock
+     * peak is the cores' peak times that share); the floor is per CPU second */
+    struct timespec p0, p1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
+    double w0 = qs_clock_s();
+    double peak = peak_at(threads);
+    double pw = qs_clock_s() - w0;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
+    double got = ((double)(p1.tv_sec - p0.tv_sec) + 1e-9 * (double)(p1.tv_nsec - p0.tv_nsec)) /
+                 (pw * threads);
+    if (!(got > 0.0) || got > 1.0) got = 1.0;
+    double core_peak = threads > 0 ? peak / threads / got : 0.0;
+    qs_status st = qw_model_set_threads(m, threads, &err);
+    int jobs = 0;
+    qw_profile_reset(prof);
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    double t0 = qs_clock_s();
+    if (!st) st = qw_model_apply_policy(m, NULL, &err);
+    if (!st) st = qw_eval_baseline(m, toks, &opt, path, &met, &err);
+    qw_eval_metrics_free(&met);
+    jobs += !st;
+    opt.sqnr = 1;
+    opt.sqnr_rows = sqnr_rows;
+    for (int f = 0; f < 2 && !st; f++)
+        for (int acts = 0; acts < 2 && !st; acts++)
+            for (int k = 0; k < QW_LINEAR_KINDS && !st; k++) {
+                qw_quant_spec q = {.weight = qk_format_by_name(fmts[f])};
+                if (!q.weight) {
+                    st = qs_error_set(&err, QS_EINVAL, "format %s missing", fmts[f]);
+                    break;
+                }
+                if (acts) q.act = q.weight;
+                qw_policy_free(&pol);
+                st = qw_policy_init(&pol, c->n_layers, &err);
+                for (int b = 0; !st && b < c->n_layers; b++)
+                    *qw_policy_linear(&pol, b, (qw_linear_kind)k) = q;
+                if (!st) st = qw_model_apply_policy(m, &pol, &err);
+                if (!st) st = qw_eval_compare(m, toks, &opt, path, &met, &err);
+                qw_eval_metrics_free(&met);
+                qw_model_apply_policy(m, NULL, NULL); /* as the worker leaves its model */
+                jobs += !st;
+            }
+    double wall = qs_clock_s() - t0;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+    qw_policy_free(&pol);
+    unlink(path);
+    if (st) {
+        fprintf(stderr, "bench_engine: demo floor: job %d: %s\n", jobs + 1, err.msg);
+        return 1;
+    }
+    long forwards = (long)jobs * chunks;
+    double floor_cpu = core_peak > 0 ? forwards * flops * 1e-9 / core_peak : 0.0;
+    printf("\nthe main job shortened (experiments/smollm2-fp4-components.yaml: 1 baseline + 28 eval "
+           "jobs, NVFP4/MXFP4 x W4A16/W4A4 x 7 components, ppl, KL, top-1, SQNR on %s), %d "
+           "chunks of %d, %d threads (share: of the jobs' wall time, phases summed over the "
+           "jobs)\n",
+           sqnr_rows ? "the last rows" : "every row", chunks, ctx, threads);
+    if (sqnr_rows) printf("  (sqnr_rows %d: not the demo grid's jobs)\n", sqnr_rows);
+    printf("  %-14s %10s %8s\n", "phase", "s", "share");
+    for (int i = 0; i < QW_PHASES; i++)
+        printf("  %-14s %10.3f %7.1f%%\n", qw_phase_name((qw_phase)i), prof->s[i],
+               wall > 0 ? 100.0 * prof->s[i] / wall : 0.0);
+    printf("\n%-7s %9s %11s %12s %10s %10s %9s %9s %11s\n", "jobs", "forwards", "GFLOP/fwd",
+           "peak/core", "floor CPU", "CPU s", "CPU/floor", "wall s", "wall/floor");
+    printf("%-7d %9ld %11.1f %12.1f %10.1f %10.1f %9.2f %9.1f %11.2f\n", jobs, forwards,
+           flops * 1e-9, core_peak, floor_cpu, cpu,
+           floor_cpu > 0 ? cpu / floor_cpu : 0.0, wall,
+           floor_cpu > 0 ? wall / (floor_cpu / threads) : 0.0);
+    printf("(floor: forwards x GFLOP per forward / the FMA peak of one core, the best ISA at %d "
+           "threads over the threads and over the %.2f of their time the FMA loop got; the "
+           "issue's target is CPU/floor <= 1.25)\n",
+           threads, got);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is measured, also into a file */
     char def[1024];
@@ -499,7 +607,7 @@ int main(int argc, char **argv) {
     else
         snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  home ? home : "");
-    int profile = 0, synthetic = 0, table_only = 0, npos = 0;
+    int profile = 0, synthetic = 0, table_only = 0, demo_floor = 0, sqnr_rows = 0, npos = 0;
     const char *pos[3] = {NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0)
@@ -508,6 +616,10 @@ int main(int argc, char **argv) {
             synthetic = 1;
         else if (strcmp(argv[i], "--table-only") == 0)
             table_only = 1;
+        else if (strcmp(argv[i], "--demo-floor") == 0)
+            demo_floor = 1;
+        else if (strncmp(argv[i], "--sqnr-rows=", 12) == 0)
+            sqnr_rows = atoi(argv[i] + 12);
         else if (npos < 3)
             pos[npos++] = argv[i];
         else
@@ -516,9 +628,9 @@ int main(int argc, char **argv) {
     const char *gguf = pos[0] ? pos[0] : def;
     int ctx = pos[1] ? atoi(pos[1]) : 512;
     int chunks = pos[2] ? atoi(pos[2]) : 2;
-    if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0])) {
-        fprintf(stderr, "usage: bench_engine [--profile | --table-only] [gguf | hf-dir | "
-                        "synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
+    if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
+        fprintf(stderr, "usage: bench_engine [--profile | --table-only | --demo-floor "
+                        "[--sqnr-rows=N]] [gguf | hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
                         "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
         return 2;
     }
@@ -590,6 +702,11 @@ int main(int argc, char **argv) {
     printf("ctx %d, %d chunks per measurement, %.1f GFLOP per forward (%d GEMMs)\n\n", ctx, chunks,
            flops * 1e-9, ns);
     int all = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
+    if (demo_floor) {
+        int rc = run_demo_floor(m, &toks, ctx, chunks, all, flops, sqnr_rows);
+        bench_print_loadavg("at end");
+        return rc;
+    }
     int thread_counts[2] = {1, all};
     int n_counts = all > 1 ? 2 : 1;
     char rows[2][160];

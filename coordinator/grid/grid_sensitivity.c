@@ -164,6 +164,7 @@ typedef struct sens_data {
                          NULL without mode policy */
     json_t *options;  /* {"nvfp4": {canonical options}, ...}: each format of the map */
     unsigned fuse;    /* QS_FUSE_* bits: the groups sharing one tensor scale in every eval */
+    int sqnr_rows;    /* sensitivity.sqnr_rows: the SQNR probe's rows per linear call; 0 all */
     size_t n_methods; /* the `method` axis; 0: rtn alone (the spec names no method) */
     int methods[16];
     json_t *method_options[16]; /* each method's canonical options, NULL when it has none */
@@ -415,8 +416,8 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         return qc_config_fail(c, n ? n : qc_config_root(c), QS_EFORMAT,
                               "expected 'sensitivity' as a mapping with 'formats', 'quantize', "
                               "'modes' and 'metrics'");
-    static const char *const keys[] = {"formats", "quantize", "modes",  "parts", "metrics",
-                                       "policy",  "fuse",     "method", NULL};
+    static const char *const keys[] = {"formats", "quantize", "modes",  "parts",     "metrics",
+                                       "policy",  "fuse",     "method", "sqnr_rows", NULL};
     qs_status st = qc_config_check_keys(c, n, "sensitivity", keys);
     if (st) return st;
     struct fy_node *f = qc_config_lookup(n, "formats"), *m = qc_config_lookup(n, "modes"),
@@ -502,6 +503,24 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         if ((st = qc_config_each(c, mt, "metrics", add_metric, &mask))) return st;
     } else {
         mask = (1u << QS_METRICS) - 1;
+    }
+    /* sqnr_rows: N, the SQNR probe on the last N rows of each linear call (absent: every row) */
+    struct fy_node *sr = qc_config_lookup(n, "sqnr_rows");
+    if (sr) {
+        int rows;
+        if ((st = qc_config_int(c, sr, "sqnr_rows", 1, 1 << 30, &rows))) return st;
+        if (!(mask & QS_METRIC_SQNR))
+            return qc_config_fail(c, sr, QS_EINVAL,
+                                  "'sqnr_rows' samples the SQNR probe, and the grid's metrics "
+                                  "have no sqnr");
+        if (rows >= g->ctx)
+            return qc_config_fail(c, sr, QS_EINVAL,
+                                  "sqnr_rows %d is not fewer than the ctx %d of a chunk: leave it "
+                                  "out to measure every row",
+                                  rows, g->ctx);
+        sens_data *d = data_of(g);
+        if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
+        d->sqnr_rows = rows;
     }
     json_t *arr = json_array();
     for (unsigned i = 0; arr && i < QS_METRICS; i++)
@@ -712,6 +731,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                             s.metrics = metrics;
                             job_part(g, mode, pi, &s);
                             s.fuse = fuse;
+                            s.sqnr_rows = d ? d->sqnr_rows : 0;
                             set_method(d, me, &s);
                             if (mode == QS_MODE_LEAVE_ONE_OUT) s.loo_of = loo_of;
                             if (!s.format_options) {
@@ -740,6 +760,7 @@ static qs_status expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
                 s.mode = QS_MODE_POLICY;
                 s.metrics = metrics;
                 s.fuse = fuse;
+                s.sqnr_rows = d->sqnr_rows;
                 if (!s.format_options) {
                     st = qs_error_set(err, QS_ENOMEM, "out of memory");
                     break;

@@ -157,12 +157,12 @@ static void test_run_tiny_grid_then_resubmit_adds_nothing(void **state) {
     assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name = "
                                    "'cpu_path.cpu-qsweep-fixed2' AND value = 1 AND final"),
                      TINY_JOBS);
-    /* every job stores its time profile (worker/engine/profile.h): 16 phases, the load and
+    /* every job stores its time profile (worker/engine/profile.h): 17 phases, the load and
        the total, none negative; the phases and the load never overlap, so they sum to at most
        the total, and they cover most of it (a structural property, not a speed) */
     assert_int_equal(query_long(c, "SELECT count(*) FROM results WHERE name LIKE 'time\\_%\\_s'"
                                    " AND final AND value >= 0"),
-                     TINY_JOBS * 18);
+                     TINY_JOBS * 19);
     assert_int_equal(query_long(c, "SELECT count(DISTINCT job) FROM results WHERE name LIKE "
                                    "'time\\_gemm\\_%\\_s'"),
                      TINY_JOBS);

@@ -451,6 +451,125 @@ static void patch(const char *path, long off, const void *bytes, size_t len) {
     assert_int_equal(fclose(fp), 0);
 }
 
+/* NVFP4 weights on every linear of f's model. */
+static void quantize_all_nvfp4(fixture *f) {
+    qs_error err = {0};
+    qw_policy pol;
+    qw_quant_spec q = {.weight = qk_format_by_name("nvfp4")};
+    assert_non_null(q.weight);
+    assert_int_equal(qw_policy_init(&pol, qw_model_config(f->m)->n_layers, &err), QS_OK);
+    for (int l = 0; l < pol.n_layers; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            *qw_policy_linear(&pol, l, (qw_linear_kind)k) = q;
+    if (qw_model_apply_policy(f->m, &pol, &err) != QS_OK) fail_msg("%s", err.msg);
+    qw_policy_free(&pol);
+}
+
+/* sqnr_rows samples the probe: as many rows as a call has (or more) is every row, bit for bit;
+ * a quarter of the rows gives every linear a finite SQNR near the full one (another value:
+ * another job), and a negative count is refused. */
+static void sqnr_rows_samples_the_last_rows_of_each_call(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 128, 128);
+    qw_eval_options o = opts(128);
+    qw_eval_metrics b, all, same, part;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    quantize_all_nvfp4(&f);
+    o.sqnr = 1;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &all, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    o.sqnr_rows = 128;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &same, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    o.sqnr_rows = 32;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &part, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    assert_true(all.n_sqnr > 0);
+    assert_int_equal(same.n_sqnr, all.n_sqnr);
+    assert_int_equal(part.n_sqnr, all.n_sqnr);
+    int differ = 0;
+    for (size_t i = 0; i < all.n_sqnr; i++) {
+        assert_memory_equal(&same.sqnr[i].sqnr_db, &all.sqnr[i].sqnr_db, sizeof(double));
+        assert_true(isfinite(part.sqnr[i].sqnr_db));
+        assert_true(fabs(part.sqnr[i].sqnr_db - all.sqnr[i].sqnr_db) < 3.0);
+        differ += part.sqnr[i].sqnr_db != all.sqnr[i].sqnr_db;
+    }
+    printf("%s: %.4f dB every row, %.4f dB the last 32; %d of %zu linears differ\n",
+           all.sqnr[0].name, all.sqnr[0].sqnr_db, part.sqnr[0].sqnr_db, differ, all.n_sqnr);
+    assert_true(differ > 0);
+    /* the scores are the forward's, whatever the probe samples */
+    assert_memory_equal(&part.ppl, &all.ppl, sizeof(double));
+    assert_memory_equal(&part.kl_mean, &all.kl_mean, sizeof(double));
+    o.sqnr_rows = -1;
+    qw_eval_metrics bad;
+    assert_int_equal(qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &bad, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "sqnr_rows -1"));
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&all);
+    qw_eval_metrics_free(&same);
+    qw_eval_metrics_free(&part);
+    fixture_close(&f);
+}
+
+/* skip_kl and skip_top1 (the grid did not ask): the scores asked for keep their bits, the ones
+ * left out are NaN, and with both left out the baseline's log-probabilities are never read
+ * (NaN written over them changes nothing). */
+static void scores_not_asked_for_are_not_computed(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, 2 * 96, 96);
+    qw_eval_options o = opts(96);
+    qw_eval_metrics b, full, nokl, notop, none;
+    qs_error err = {0};
+    if (qw_eval_baseline(f.m, &f.toks, &o, f.baseline_path, &b, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    quantize_all_nvfp4(&f);
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &full, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    o.skip_kl = 1;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &nokl, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    o.skip_kl = 0, o.skip_top1 = 1;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &notop, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    printf("full: ppl %.9g kl_mean %.6g top1 %.4f\n", full.ppl, full.kl_mean, full.top1);
+    assert_true(full.kl_mean > 0.0 && full.top1 < 1.0);
+    assert_memory_equal(&nokl.ppl, &full.ppl, sizeof(double));
+    assert_memory_equal(&nokl.top1, &full.top1, sizeof(double));
+    assert_true(isnan(nokl.kl_mean) && isnan(nokl.kl_max) && isnan(nokl.kl_p99));
+    assert_memory_equal(&notop.ppl, &full.ppl, sizeof(double));
+    const double kf[5] = {full.kl_mean, full.kl_median, full.kl_p90, full.kl_p99, full.kl_max};
+    const double kn[5] = {notop.kl_mean, notop.kl_median, notop.kl_p90, notop.kl_p99,
+                          notop.kl_max};
+    assert_memory_equal(kn, kf, sizeof kf);
+    assert_true(isnan(notop.top1));
+    /* every log-probability of the baseline's chunks: NaN */
+    qw_baseline_info h;
+    assert_int_equal(qw_baseline_info_read(f.baseline_path, &h, &err), QS_OK);
+    long rows0 = QW_BASELINE_HEADER_BYTES + 4L * h.n_chunks * h.ctx;
+    size_t nbytes = (size_t)h.n_scored * h.vocab * sizeof(float);
+    float *nan = malloc(nbytes);
+    assert_non_null(nan);
+    for (size_t i = 0; i < nbytes / sizeof(float); i++)
+        nan[i] = NAN;
+    patch(f.baseline_path, rows0, nan, nbytes);
+    free(nan);
+    o.skip_kl = 1, o.skip_top1 = 1;
+    if (qw_eval_compare(f.m, &f.toks, &o, f.baseline_path, &none, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    assert_memory_equal(&none.ppl, &full.ppl, sizeof(double));
+    assert_true(isnan(none.kl_mean) && isnan(none.top1));
+    qw_eval_metrics_free(&b);
+    qw_eval_metrics_free(&full);
+    qw_eval_metrics_free(&nokl);
+    qw_eval_metrics_free(&notop);
+    qw_eval_metrics_free(&none);
+    fixture_close(&f);
+}
+
 static void baseline_header_is_read_and_validated(void **state) {
     (void)state;
     fixture f;
@@ -618,6 +737,8 @@ int main(void) {
         cmocka_unit_test_teardown(baseline_header_is_read_and_validated, teardown),
         cmocka_unit_test_teardown(progress_reports_each_chunk_and_cancel_stops, teardown),
         cmocka_unit_test_teardown(metrics_rows_name_every_value, teardown),
+        cmocka_unit_test_teardown(sqnr_rows_samples_the_last_rows_of_each_call, teardown),
+        cmocka_unit_test_teardown(scores_not_asked_for_are_not_computed, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -225,6 +225,42 @@ static void test_fuse_is_recorded_in_every_eval_spec(void **state) {
     assert_null(bad);
 }
 
+/* sensitivity.sqnr_rows: every eval spec of the grid carries the probe's sample (another key
+ * than the grid without it; the baseline is shared); a count not below ctx or a grid without
+ * metric sqnr is refused at the key. */
+static void test_sqnr_rows_is_recorded_in_every_eval_spec(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *g2 = NULL;
+    qc_job_list l = {0}, l2 = {0};
+    expand(e, HEAD "sensitivity: {formats: [nvfp4], parts: [q, o], sqnr_rows: 4}\n", &g, &l);
+    expand(e, HEAD "sensitivity: {formats: [nvfp4], parts: [q, o]}\n", &g2, &l2);
+    assert_int_equal(l.n, 3);
+    char b[256];
+    assert_string_equal(field(&l.jobs[0], "sqnr_rows", b, sizeof b), "(absent)");
+    assert_string_equal(l.jobs[0].key, l2.jobs[0].key);
+    for (size_t i = 1; i < 3; i++) {
+        assert_string_equal(field(&l.jobs[i], "sqnr_rows", b, sizeof b), "4");
+        assert_string_equal(field(&l2.jobs[i], "sqnr_rows", b, sizeof b), "(absent)");
+        assert_string_not_equal(l.jobs[i].key, l2.jobs[i].key);
+    }
+    qc_job_list_free(&l);
+    qc_job_list_free(&l2);
+    qc_grid_free(g);
+    qc_grid_free(g2);
+    qs_error err = {0};
+    qc_grid *bad = NULL;
+    assert_int_equal(load(e, HEAD "sensitivity:\n  formats: [nvfp4]\n  sqnr_rows: 16\n", &bad, &err),
+                     QS_EINVAL);
+    if (!strstr(err.msg, ":6:14: sqnr_rows 16 is not fewer than the ctx 16")) fail_msg("%s", err.msg);
+    assert_int_equal(load(e,
+                          HEAD "sensitivity:\n  formats: [nvfp4]\n  metrics: [ppl]\n"
+                               "  sqnr_rows: 4\n",
+                          &bad, &err),
+                     QS_EINVAL);
+    if (!strstr(err.msg, ":7:14: 'sqnr_rows' samples the SQNR probe")) fail_msg("%s", err.msg);
+    assert_null(bad);
+}
+
 /* lm_head and embeddings as parts; the fixture model is tied, so the spec records that the
  * head (or the embedding table) is quantized as a copy of its own. */
 static void test_lm_head_and_embeddings_parts_record_tied_handling(void **state) {
@@ -594,6 +630,8 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lm_head_and_embeddings_parts_record_tied_handling,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sqnr_rows_is_recorded_in_every_eval_spec, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_bad_parts_are_refused_at_their_location, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_policy_mode_is_one_job_with_its_map, setup, teardown),

@@ -287,6 +287,55 @@ static void test_tied_embeddings_are_recorded_in_the_spec(void **state) {
     qs_sensitivity_clear(&s);
 }
 
+/* "sqnr_rows": the SQNR probe's sample, only when the job samples (the key of a spec without it
+ * is as before); the decoder reads it back and refuses a count below 1, a non-integer, a job
+ * without metric sqnr and a baseline with it. */
+static void test_sqnr_rows_is_in_the_spec_and_key(void **state) {
+    (void)state;
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    s.metrics |= QS_METRIC_SQNR;
+    char *plain = encode_text(&s);
+    assert_null(strstr(plain, "sqnr_rows"));
+    s.sqnr_rows = 16;
+    char *text = encode_text(&s);
+    assert_non_null(strstr(text, "\"sqnr_rows\":16"));
+    char key[65], key_plain[65];
+    qs_error err = {0};
+    assert_int_equal(qs_spec_key_text(text, key, &err), QS_OK);
+    assert_int_equal(qs_spec_key_text(plain, key_plain, &err), QS_OK);
+    assert_string_not_equal(key, key_plain);
+    qs_sensitivity_spec back;
+    assert_int_equal(decode_text(text, &back, &err), QS_OK);
+    assert_int_equal(back.sqnr_rows, 16);
+    char *again = encode_text(&back);
+    assert_string_equal(again, text);
+    free(again);
+    qs_sensitivity_clear(&back);
+    free(text);
+    free(plain);
+    s.metrics &= ~(unsigned)QS_METRIC_SQNR; /* a sample of a probe the job does not run */
+    json_t *o = NULL;
+    assert_int_equal(qs_sensitivity_encode(&s, &o, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "sqnr_rows"));
+    qs_sensitivity_clear(&s);
+    const char *bad[] = {"0", "-3", "\"16\"", "1.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char t[2048];
+        snprintf(t, sizeof t, "%.*s,\"sqnr_rows\":%s}", (int)strlen(EVAL_TEXT) - 1, EVAL_TEXT,
+                 bad[i]);
+        assert_int_equal(decode_text(t, &back, &err), QS_EINVAL);
+        if (!strstr(err.msg, "sqnr_rows")) fail_msg("%s: %s", bad[i], err.msg);
+    }
+    char t[2048];
+    snprintf(t, sizeof t, "%.*s,\"sqnr_rows\":8}", (int)strlen(EVAL_TEXT) - 1, EVAL_TEXT);
+    assert_int_equal(decode_text(t, &back, &err), QS_EINVAL); /* EVAL_TEXT: metrics kl, ppl */
+    assert_non_null(strstr(err.msg, "sqnr_rows"));
+    snprintf(t, sizeof t, "%.*s,\"sqnr_rows\":8}", (int)strlen(BASELINE_TEXT) - 1, BASELINE_TEXT);
+    assert_int_equal(decode_text(t, &back, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "sqnr_rows"));
+}
+
 /* One bad field at a time, each named in the message. */
 /* "fuse": the fused groups, sorted by name, only when the job has some (the key of an unfused
  * spec is as before); the decoder reads it back and refuses unknown, repeated or unsorted
@@ -535,6 +584,7 @@ int main(void) {
         cmocka_unit_test(test_names_and_aliases),
         cmocka_unit_test(test_registry_checks_a_spec_by_its_kind),
         cmocka_unit_test(test_fuse_is_in_the_spec_and_key),
+        cmocka_unit_test(test_sqnr_rows_is_in_the_spec_and_key),
         cmocka_unit_test(test_trained_model_is_named_by_its_training_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -296,6 +296,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     if (opt->bos_id >= vocab || opt->bos_id < -1)
         return qs_error_set(err, QS_EINVAL, "eval: bos_id %d outside -1..%d", opt->bos_id,
                             vocab - 1);
+    if (opt->sqnr_rows < 0)
+        return qs_error_set(err, QS_EINVAL, "eval: sqnr_rows %d < 0", opt->sqnr_rows);
     if (mode == RUN_COMPARE && !path)
         return qs_error_set(err, QS_EINVAL, "eval compare: no baseline path");
     size_t n_chunks = 0, n_scored = 0;
@@ -358,7 +360,13 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
     int tp_before = qw_model_tensor_parallel(m);
     int tp = opt->tensor_parallel > 0 ? opt->tensor_parallel : tp_before;
     if (st == QS_OK && tp != tp_before) st = qw_model_set_tensor_parallel(m, tp, err);
-    if (st == QS_OK && mode == RUN_COMPARE && opt->sqnr) st = qw_model_set_sqnr_probe(m, 1, err);
+    if (st == QS_OK && mode == RUN_COMPARE && opt->sqnr) {
+        st = qw_model_set_sqnr_probe(m, 1, err);
+        qw_model_set_sqnr_rows(m, opt->sqnr_rows);
+    }
+    /* what the job asks for: a compare job without KL and top-1 reads no baseline rows */
+    int want_kl = mode == RUN_COMPARE && !opt->skip_kl;
+    int want_top1 = mode == RUN_COMPARE && !opt->skip_top1;
     /* The chunks are scored where their logits are (ops.h score_rows): on the device for a
      * model on CUDA, on the host for the CPU and for a sharded model's gathered logits. */
     qw_backend *be = st == QS_OK ? qw_model_logits_backend(m) : NULL;
@@ -389,7 +397,7 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         }
         /* A compare job reads the chunk's baseline rows first, so that one pass over each row of
          * logits gives its NLL, KL and top-1 (ops.h score_rows): the log-sum-exp once. */
-        int cmp = mode == RUN_COMPARE;
+        int cmp = want_kl || want_top1;
         size_t base = ch * (size_t)n_pos;
         if (cmp) {
             long long off = QW_BASELINE_HEADER_BYTES + 4ll * (long long)n_tok +
@@ -407,8 +415,8 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             be->ops->logsoftmax(be, &tlp, &tl);
         }
         st = be->ops->score_rows(be, &tl, s.chunk + first + 1, cmp ? s.dblk : NULL, s.nll_pos,
-                                 cmp ? s.kl + base : NULL, cmp ? s.top1 : NULL,
-                                 cmp ? s.ref_top1 : NULL, err);
+                                 want_kl ? s.kl + base : NULL, want_top1 ? s.top1 : NULL,
+                                 want_top1 ? s.ref_top1 : NULL, err);
         if (st != QS_OK) {
             qs_error_wrap(err, "eval: chunk %zu: scores", ch);
             break;
@@ -420,9 +428,10 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
             nll2 += s.nll_pos[j] * s.nll_pos[j];
         }
         count += (size_t)n_pos;
-        for (int j = 0; cmp && j < n_pos; j++)
+        for (int j = 0; want_top1 && j < n_pos; j++)
             s.top1_hit[base + j] = s.top1[j] == s.ref_top1[j];
-        qw_profile_add_since(prof, cmp ? QW_PHASE_COMPARE : QW_PHASE_LOGSOFTMAX, t0);
+        qw_profile_add_since(prof, mode == RUN_COMPARE ? QW_PHASE_COMPARE : QW_PHASE_LOGSOFTMAX,
+                             t0);
         if (mode == RUN_BASELINE && path) {
             t0 = qs_clock_s();
             if (!host_blk) st = be->ops->fetch(be, s.blk, s.dblk, blk_bytes, err);
@@ -454,18 +463,18 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         double sum = 0.0, mx = -INFINITY;
         size_t hits = 0;
         for (size_t i = 0; i < n_scored; i++) {
-            sum += s.kl[i];
-            mx = s.kl[i] > mx ? s.kl[i] : mx;
-            hits += s.top1_hit[i];
+            if (want_kl) sum += s.kl[i];
+            if (want_kl) mx = s.kl[i] > mx ? s.kl[i] : mx;
+            if (want_top1) hits += s.top1_hit[i];
         }
-        qsort(s.kl, n_scored, sizeof *s.kl, cmp_double);
+        if (want_kl) qsort(s.kl, n_scored, sizeof *s.kl, cmp_double);
         out->has_kl = 1;
-        out->kl_mean = sum / (double)n_scored;
-        out->kl_median = percentile(s.kl, n_scored, 0.5);
-        out->kl_p90 = percentile(s.kl, n_scored, 0.9);
-        out->kl_p99 = percentile(s.kl, n_scored, 0.99);
-        out->kl_max = mx;
-        out->top1 = (double)hits / (double)n_scored;
+        out->kl_mean = want_kl ? sum / (double)n_scored : NAN;
+        out->kl_median = want_kl ? percentile(s.kl, n_scored, 0.5) : NAN;
+        out->kl_p90 = want_kl ? percentile(s.kl, n_scored, 0.9) : NAN;
+        out->kl_p99 = want_kl ? percentile(s.kl, n_scored, 0.99) : NAN;
+        out->kl_max = want_kl ? mx : NAN;
+        out->top1 = want_top1 ? (double)hits / (double)n_scored : NAN;
         if (opt->sqnr) {
             int nl = qw_model_n_linears(m);
             out->sqnr = calloc((size_t)nl, sizeof *out->sqnr);
@@ -480,7 +489,10 @@ static qs_status run(qw_model *m, const qw_tokens *toks, const qw_eval_options *
         }
     }
     qw_profile_add_since(prof, QW_PHASE_COMPARE, t0);
-    if (mode == RUN_COMPARE && opt->sqnr) qw_model_set_sqnr_probe(m, 0, NULL);
+    if (mode == RUN_COMPARE && opt->sqnr) {
+        qw_model_set_sqnr_probe(m, 0, NULL);
+        qw_model_set_sqnr_rows(m, 0);
+    }
     if (tp != tp_before) qw_model_set_tensor_parallel(m, tp_before, NULL);
     t0 = qs_clock_s();
     if (mode == RUN_BASELINE && path && s.f) {

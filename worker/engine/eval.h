@@ -60,6 +60,11 @@ typedef struct qw_eval_options {
     size_t max_chunks;       /* 0 = every whole chunk of the file */
     int bos_id;              /* -1 = none; else replaces each chunk's first token */
     int sqnr;                /* compare: measure per-linear output SQNR (costs GEMMs) */
+    int sqnr_rows;           /* compare with sqnr: > 0 measures the last sqnr_rows rows of each
+                                linear call only (model.h qw_model_set_sqnr_rows); 0 every row */
+    int skip_kl;             /* compare: 1 = no KL divergence (its exponentials skipped) */
+    int skip_top1;           /* compare: 1 = no top-1 agreement; with skip_kl too the baseline's
+                                log-probabilities are not read */
     qw_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     const atomic_int *cancel;   /* may be NULL; polled between chunks, nonzero = stop */
@@ -80,7 +85,8 @@ typedef struct qw_linear_sqnr {
 } qw_linear_sqnr;
 
 /* Metrics of one run. nll in nats per scored token. KL fields and top1 are set by compare
- * only (has_kl = 1); sqnr has n_sqnr entries (heap; compare with opt.sqnr only). */
+ * only (has_kl = 1; NaN where skip_kl or skip_top1 left them out); sqnr has n_sqnr entries
+ * (heap; compare with opt.sqnr only). */
 typedef struct qw_eval_metrics {
     size_t n_tokens, n_chunks, ctx, n_scored;
     double nll, ppl;

@@ -46,7 +46,7 @@ typedef struct fwd_names {
 /* One linear of one rank over the ops table: optional activation fake-quant of the input
  * (with the group's amax when `amax` is given), the GEMM on the weights in their form, and
  * with the probe on the unquantized reference on the same input (master weights, FP32 input)
- * and its SQNR sums. */
+ * and its SQNR sums, over the call's last probe_rows rows when the probe samples. */
 static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float *x, int T,
                                 const float *amax, const fwd_names *nm, qs_error *err) {
     const qw_ops *ops = OPS(r);
@@ -55,7 +55,7 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
         qs_status hs = L->in_hook(L->in_hook_ctx, &r->be, x, T, &xm, err);
         if (hs != QS_OK) return hs;
     }
-    qw_tensor ty = {y, T, L->out}, tx = {(float *)x, T, L->in}, tm = {(float *)xm, T, L->in};
+    qw_tensor ty = {y, T, L->out}, tm = {(float *)xm, T, L->in};
     qw_act_quant act = {L->spec.act, L->spec.act_opt, amax};
     act.opt.tensor_id += (uint32_t)L->tensor_index;
     /* Timed: the GEMM phase of its kind gets the call's wall time less what the backend spent
@@ -77,20 +77,25 @@ static qs_status linear_forward(qw_rank *r, qw_linear *L, float *y, const float 
                              nm->name_of(nm->ctx, L->tensor_index, name, sizeof name));
     }
     if (r->probe && L->quantized && r->ref) {
-        qw_tensor tr = {r->ref, T, L->out};
+        /* The last R rows of the call (all of them unless probe_rows asks for fewer): rows of
+         * the input and output, contiguous in any backend's memory. */
+        int R = r->probe_rows > 0 && r->probe_rows < T ? r->probe_rows : T;
+        size_t skip = (size_t)(T - R);
+        qw_tensor sy = {y + skip * (size_t)L->out, R, L->out},
+                  sx = {(float *)x + skip * (size_t)L->in, R, L->in}, tr = {r->ref, R, L->out};
         t0 = qs_clock_s();
         /* A linear that read its master without an activation format (the identity weight
          * format) just ran the reference's own call: the reference is y, bit for bit. */
         if (L->w.form != QW_WEIGHT_PACKED && !act.fmt && !L->method)
-            tr = ty;
+            tr = sy;
         else
-            st = ops->linear(&r->be, &tr, &tx, L->master, NULL, NULL, err);
+            st = ops->linear(&r->be, &tr, &sx, L->master, NULL, NULL, err);
         if (st != QS_OK) return st;
         double sig = 0.0, noise = 0.0;
-        ops->sqnr_sums(&r->be, &ty, &tr, &sig, &noise);
+        ops->sqnr_sums(&r->be, &sy, &tr, &sig, &noise);
         L->sig += sig;
         L->noise += noise;
-        qw_profile_add_since(r->prof, QW_PHASE_COMPARE, t0);
+        qw_profile_add_since(r->prof, QW_PHASE_SQNR_PROBE, t0);
     }
     return QS_OK;
 }

@@ -53,6 +53,8 @@ typedef struct qw_rank {
      * by the ranks; NULL unsharded */
     qw_group *group;
     int probe;  /* SQNR probe on (unsharded models only) */
+    int probe_rows; /* > 0: the probe measures the last probe_rows rows of each linear's call
+                       (model.h qw_model_set_sqnr_rows); 0: every row */
     float *ref; /* [max_ctx x largest out] probe reference output while the probe is on, in
                    the backend's memory (model_internal.h qw_model_probe_remake) */
     /* where the forward's phases are timed (profile.h); NULL: untimed */

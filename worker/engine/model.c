@@ -273,6 +273,10 @@ qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err) {
     return qw_model_probe_remake(m, err);
 }
 
+void qw_model_set_sqnr_rows(qw_model *m, int rows) {
+    m->rank.probe_rows = rows > 0 ? rows : 0;
+}
+
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise) {
     const qw_linear *L = linear_at((qw_model *)m, index);
     if (!L || !L->quantized || !m->rank.probe) return -1;

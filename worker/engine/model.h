@@ -97,6 +97,12 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
  * the GEMM work). On resets the sums and allocates [max_ctx x largest out]. Errors: QS_ENOMEM. */
 qs_status qw_model_set_sqnr_probe(qw_model *m, int on, qs_error *err);
 
+/* The probe's sample: rows > 0 measures only the last `rows` rows of each linear call (each
+ * chunk's last positions; every row of a call of fewer), the reference GEMM on those rows alone
+ * (rows/T of its work); 0 (the default) every row. The sampled rows' terms are the full probe's
+ * terms for those rows where the GEMM computes each row on its own (the fixed-order GEMM). */
+void qw_model_set_sqnr_rows(qw_model *m, int rows);
+
 /* Sums of linear `index` (layer*7 + kind; n_layers*7 = lm_head) since the probe went on: 0, or -1
  * when not quantized or not probed. SQNR (dB) = 10*log10(signal/noise). */
 int qw_model_sqnr_sums(const qw_model *m, int index, double *signal, double *noise);

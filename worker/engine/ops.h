@@ -84,7 +84,8 @@ void qw_logsoftmax_forward(float *lp, const float *logits, int R, int V, int nt)
 /* Row r of logits [R x V], lse by qw_logsoftmax_row (eval.h, after llama.cpp tools/perplexity):
  * nll[r] = lse - l[targets[r]]; argmax[r] first max; with ref_lp [R x V] kl[r] = sum exp(p_i)
  * (p_i - q_i) in double, q_i = (float)(l_i - lse), ref_argmax[r] (without: 0, -1). Outputs may
- * be NULL. Errors: QS_EINVAL (R or V < 1, a target >= V: names its row). */
+ * be NULL; kl NULL skips the KL's exponentials (ref_argmax alone), one pass a row finds the
+ * maximum and argmax. Errors: QS_EINVAL (R or V < 1, a target >= V: names its row). */
 qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_t *targets,
                                 const float *ref_lp, double *nll, double *kl, int32_t *argmax,
                                 int32_t *ref_argmax, int nt, qs_error *err);

@@ -6,16 +6,33 @@
 
 #include <math.h>
 
+#include "exp_vec.h"
+
+/* Elements of a row whose exponentials are taken together (exp_vec.h), then summed in order. */
+#define EXP_BLOCK 256
+
+/* log(sum_i exp(l_i)) of a row whose maximum is mx, summed in double in vocabulary order (the
+ * exponentials are the C library's exp, taken a block at a time). */
+static double row_lse(const float *l, int V, float mx) {
+    double sum = 0.0, e[EXP_BLOCK];
+    for (int i0 = 0; i0 < V; i0 += EXP_BLOCK) {
+        int n = V - i0 < EXP_BLOCK ? V - i0 : EXP_BLOCK;
+        for (int j = 0; j < n; j++)
+            e[j] = (double)l[i0 + j] - mx;
+        qw_exp_vec(e, e, (size_t)n);
+        for (int j = 0; j < n; j++)
+            sum += e[j];
+    }
+    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
+    // cppcheck-suppress invalidFunctionArg
+    return (double)mx + log(sum);
+}
+
 double qw_logsoftmax_row(const float *l, int V, float *lp) {
     float mx = l[0];
     for (int i = 1; i < V; i++)
         mx = l[i] > mx ? l[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)l[i] - mx);
-    /* sum >= 1: the maximum contributes exp(0) (V >= 1 is checked by the callers). */
-    // cppcheck-suppress invalidFunctionArg
-    double lse = (double)mx + log(sum);
+    double lse = row_lse(l, V, mx);
     if (lp)
         for (int i = 0; i < V; i++)
             lp[i] = (float)((double)l[i] - lse);
@@ -40,11 +57,14 @@ qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < R; r++) {
         const float *l = logits + (size_t)r * V;
-        double lse = qw_logsoftmax_row(l, V, NULL);
-        if (targets && nll) nll[r] = lse - (double)l[targets[r]];
+        /* the maximum and the first index that holds it in one pass (qw_logsoftmax_row's
+         * maximum, the same comparisons) */
+        float mx = l[0];
         int aq = 0;
-        for (int i = 1; argmax && i < V; i++)
-            if (l[i] > l[aq]) aq = i;
+        for (int i = 1; i < V; i++)
+            if (l[i] > mx) mx = l[i], aq = i;
+        double lse = row_lse(l, V, mx);
+        if (targets && nll) nll[r] = lse - (double)l[targets[r]];
         if (argmax) argmax[r] = aq;
         if (!ref_lp) {
             if (kl) kl[r] = 0.0;
@@ -56,10 +76,24 @@ qs_status qw_score_rows_forward(const float *logits, int R, int V, const uint32_
         const float *lp = ref_lp + (size_t)r * V;
         double d = 0.0;
         int ap = 0;
-        for (int i = 0; i < V; i++) {
-            float q = (float)((double)l[i] - lse);
-            d += exp((double)lp[i]) * ((double)lp[i] - (double)q);
-            if (lp[i] > lp[ap]) ap = i;
+        if (!kl) { /* top-1 alone: the baseline's argmax, no exponential */
+            for (int i = 1; i < V; i++)
+                if (lp[i] > lp[ap]) ap = i;
+            if (ref_argmax) ref_argmax[r] = ap;
+            continue;
+        }
+        double p[EXP_BLOCK];
+        for (int i0 = 0; i0 < V; i0 += EXP_BLOCK) {
+            int n = V - i0 < EXP_BLOCK ? V - i0 : EXP_BLOCK;
+            for (int j = 0; j < n; j++)
+                p[j] = (double)lp[i0 + j];
+            qw_exp_vec(p, p, (size_t)n);
+            for (int j = 0; j < n; j++) {
+                int i = i0 + j;
+                float q = (float)((double)l[i] - lse);
+                d += p[j] * ((double)lp[i] - (double)q);
+                if (lp[i] > lp[ap]) ap = i;
+            }
         }
         if (kl) kl[r] = d;
         if (ref_argmax) ref_argmax[r] = ap;

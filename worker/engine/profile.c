@@ -8,7 +8,7 @@
 static const char *const names[QW_PHASES] = {
     "convert",    "act_quant", "gemm_q",    "gemm_k",       "gemm_v",    "gemm_o",
     "gemm_gate",  "gemm_up",   "gemm_down", "gemm_lm_head", "attention", "elementwise",
-    "logsoftmax", "compare",   "policy",    "baseline_io"};
+    "logsoftmax", "compare",   "sqnr_probe", "policy",    "baseline_io"};
 
 const char *qw_phase_name(qw_phase p) {
     return p >= 0 && p < QW_PHASES ? names[p] : "?";

@@ -21,7 +21,8 @@ typedef enum qw_phase {
     QW_PHASE_ATTENTION,    /* causal attention (scores, softmax, P V) */
     QW_PHASE_ELEMENTWISE,  /* embedding lookup, RMSNorms, RoPE, SwiGLU, residual adds */
     QW_PHASE_LOGSOFTMAX,   /* a baseline job's NLL and log-probs of the scored rows */
-    QW_PHASE_COMPARE,      /* an eval job's NLL, KL and top-1 (one pass a row), SQNR probe GEMMs */
+    QW_PHASE_COMPARE,      /* an eval job's NLL, KL and top-1 (one pass a row), SQNR summary */
+    QW_PHASE_SQNR_PROBE,   /* the SQNR probe's reference GEMMs and sums, on the sampled rows */
     QW_PHASE_POLICY,       /* applying a quantization policy to the weights */
     QW_PHASE_BASELINE_IO,  /* reading or writing the baseline file (and its rows' device copies) */
     QW_PHASES

@@ -367,6 +367,9 @@ static qs_status eval_job(qw_job_ctx *ctx, qs_error *err) {
     /* the baseline's model: a compare job's is its reference's (its file names that digest) */
     opt.model_digest = s.reference.path ? s.reference.digest : want;
     opt.sqnr = probe;
+    opt.sqnr_rows = s.sqnr_rows;
+    opt.skip_kl = !(s.metrics & QS_METRIC_KL); /* what the grid does not ask for */
+    opt.skip_top1 = !(s.metrics & QS_METRIC_TOP1);
     qw_eval_metrics m = {0};
     if (!st) st = qw_eval_compare(model, &t, &opt, path, &m, err);
     if (!st) st = report_common(ctx, &m, err);
