@@ -705,6 +705,13 @@ int main(int argc, char **argv) {
     if (demo_floor) {
         int rc = run_demo_floor(m, &toks, ctx, chunks, all, flops, sqnr_rows);
         bench_print_loadavg("at end");
+        free(sh);
+        free(A);
+        free(B);
+        free(C);
+        qw_tokens_free(&toks);
+        qw_model_destroy(m);
+        qw_checkpoint_close(ck);
         return rc;
     }
     int thread_counts[2] = {1, all};
