@@ -320,6 +320,18 @@ static qs_status profile_jobs(qw_model *m, const qw_tokens *toks, qw_eval_option
     return QS_OK;
 }
 
+/* Makes the empty file of mkstemp template path (its XXXXXX replaced) for a baseline to go to;
+ * 0, or 1 with the error on stderr. */
+static int temp_file(char *path) {
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "bench_engine: mkstemp: %s\n", strerror(errno));
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
 /* --profile: a baseline job and an eval job (NVFP4 weights on every block linear, KL, top-1,
  * SQNR) over `chunks` chunks of ctx, timed by phase, three times: with the conversion cache
  * off; with a new one of the default budget (convcache.h: the baseline's first chunk converts
@@ -329,12 +341,7 @@ static qs_status profile_jobs(qw_model *m, const qw_tokens *toks, qw_eval_option
  * first, and whether all three gave the same bits in every metric. Returns 0 or 1. */
 static int run_profile(qw_model *m, const qw_tokens *toks, int ctx, int chunks) {
     char path[] = "/tmp/bench_engine_baseline_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        fprintf(stderr, "bench_engine: mkstemp: %s\n", strerror(errno));
-        return 1;
-    }
-    close(fd);
+    if (temp_file(path)) return 1;
     qs_error err = {0};
     const qw_config *c = qw_model_config(m);
     qw_eval_options opt = {.ctx = ctx, .max_chunks = (size_t)chunks, .bos_id = -1};
@@ -509,12 +516,7 @@ static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunk
     static const char *const fmts[2] = {"nvfp4", "mxfp4"};
     const qw_config *c = qw_model_config(m);
     char path[] = "/tmp/bench_engine_demo_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        fprintf(stderr, "bench_engine: mkstemp: %s\n", strerror(errno));
-        return 1;
-    }
-    close(fd);
+    if (temp_file(path)) return 1;
     qs_error err = {0};
     qw_policy pol = {0};
     qw_eval_options opt = {.ctx = ctx, .max_chunks = (size_t)chunks, .bos_id = -1};
