@@ -56,6 +56,11 @@ trap 'exit 130' INT TERM
 # Sticky and world-writable like /tmp: as root the private clusters run as the user qsweep.
 mkdir -m 1777 "$work/tmp"
 export TMPDIR="$work/tmp"
+# ctest runs $jobs tests at once, most with a team of OpenMP threads: a thread that spins at a
+# barrier takes a core from the other test (engine_shard_smollm2 took 223 s spinning and 21 s
+# waiting passively, on this 2-core machine under load). The numerics do not depend on it; a
+# caller's own OMP_WAIT_POLICY is kept.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 stage_paths() {
   bash tools/check_paths.sh
