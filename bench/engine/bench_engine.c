@@ -600,6 +600,78 @@ static int run_demo_floor(qw_model *m, const qw_tokens *toks, int ctx, int chunk
     return 0;
 }
 
+/* The throughput table at 1 thread and at `all`: the engine's tokens/s and GFLOP/s against its
+ * GEMM alone on the same shapes (sh[0..ns), flops per forward) and the FMA peak, then (unless
+ * table_only) the GEMM comparison, the profile and the sweep. A, B, C: scratch for the GEMM
+ * passes. Returns 0, or 1 after printing an error. */
+static int run_throughput(qw_model *m, const qw_tokens *toks, int ctx, int chunks, int all,
+                          const shape *sh, int ns, double flops, float *A, float *B, float *C,
+                          int table_only, int profile) {
+    qs_error err = {0};
+    int thread_counts[2] = {1, all};
+    int n_counts = all > 1 ? 2 : 1;
+    char rows[2][160];
+    double peaks[2] = {0, 0};
+    for (int ti = 0; ti < n_counts; ti++) {
+        int th = thread_counts[ti];
+        double pk = peak_at(th); /* next to the measurements it is the yardstick of */
+        peaks[ti] = pk;
+        if (qw_model_set_threads(m, th, &err) != QS_OK) {
+            fprintf(stderr, "bench_engine: %s\n", err.msg);
+            return 1;
+        }
+        const float *logits;
+        qw_model_forward(m, toks->ids, ctx, &logits, &err); /* warm-up */
+        double best = 1e30, total = 0.0;
+        for (int ch = 0; ch < chunks; ch++) {
+            double s0 = qs_clock_s();
+            if (qw_model_forward_rows(m, toks->ids + (size_t)ch * ctx, ctx, ctx / 2, &logits,
+                                      &err) != QS_OK) {
+                fprintf(stderr, "bench_engine: %s\n", err.msg);
+                return 1;
+            }
+            double dt = qs_clock_s() - s0;
+            total += dt;
+            best = dt < best ? dt : best;
+        }
+        /* The ceiling: the engine's GEMM alone on the same shapes. The fixed-order GEMM split
+         * as the engine splits it; OpenBLAS with its own threading (the model runs it single-
+         * threaded under its OpenMP team, so give it the threads back for this pass). */
+        double t_gemm;
+        if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) {
+            t_gemm = time_fixed(sh, ns, A, B, C, chunks, th);
+        } else {
+            openblas_set_num_threads(th);
+            t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
+            openblas_set_num_threads(1);
+        }
+        double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9;
+        snprintf(rows[ti], sizeof rows[ti],
+                 "%-8d %10.1f %9.3f %12.2f %11.2f %8.3f %10.1f %11.3f %11.3f", th,
+                 ctx * chunks / total, total / chunks, gf_engine, gf_gemm, gf_engine / gf_gemm, pk,
+                 pk > 0 ? gf_engine / pk : 0.0, pk > 0 ? gf_gemm / pk : 0.0);
+    }
+    printf("\n%-8s %10s %9s %12s %11s %8s %10s %11s %11s\n", "threads", "tokens/s", "s/chunk",
+           "engine GF/s", "gemm GF/s", "/gemm", "peak GF/s", "engine/peak", "gemm/peak");
+    for (int ti = 0; ti < n_counts; ti++)
+        printf("%s\n", rows[ti]);
+    printf("\n(tokens/s: mean over the chunks; gemm: the engine's GEMM alone on the same shapes, "
+           "%s; GFLOP/s: best chunk against the best gemm pass; peak: the best ISA's FMA loop at "
+           "that thread count)\n",
+           qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED
+               ? "the fixed-order GEMM split as the engine splits it"
+               : "cblas_sgemm with OpenBLAS's threads");
+
+    if (!table_only && compare_gemms(m, toks, ctx, chunks, thread_counts, peaks, n_counts, sh, ns,
+                                     flops, A, B, C) != 0)
+        return 1;
+    qw_model_set_threads(m, all, &err);
+    if (profile && !table_only && run_profile(m, toks, ctx, chunks) != 0) return 1;
+    /* --table-only: the throughput table alone (bench/peer) */
+    if (!table_only && run_sweep(m, toks, ctx, all) != 0) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is measured, also into a file */
     char def[1024];
@@ -704,79 +776,9 @@ int main(int argc, char **argv) {
     printf("ctx %d, %d chunks per measurement, %.1f GFLOP per forward (%d GEMMs)\n\n", ctx, chunks,
            flops * 1e-9, ns);
     int all = qs_default_threads(); /* threads.h: OMP_NUM_THREADS, else the affinity mask */
-    if (demo_floor) {
-        int rc = run_demo_floor(m, &toks, ctx, chunks, all, flops, sqnr_rows);
-        bench_print_loadavg("at end");
-        free(sh);
-        free(A);
-        free(B);
-        free(C);
-        qw_tokens_free(&toks);
-        qw_model_destroy(m);
-        qw_checkpoint_close(ck);
-        return rc;
-    }
-    int thread_counts[2] = {1, all};
-    int n_counts = all > 1 ? 2 : 1;
-    char rows[2][160];
-    double peaks[2] = {0, 0};
-    for (int ti = 0; ti < n_counts; ti++) {
-        int th = thread_counts[ti];
-        double pk = peak_at(th); /* next to the measurements it is the yardstick of */
-        peaks[ti] = pk;
-        if (qw_model_set_threads(m, th, &err) != QS_OK) {
-            fprintf(stderr, "bench_engine: %s\n", err.msg);
-            return 1;
-        }
-        const float *logits;
-        qw_model_forward(m, toks.ids, ctx, &logits, &err); /* warm-up */
-        double best = 1e30, total = 0.0;
-        for (int ch = 0; ch < chunks; ch++) {
-            double s0 = qs_clock_s();
-            if (qw_model_forward_rows(m, toks.ids + (size_t)ch * ctx, ctx, ctx / 2, &logits,
-                                      &err) != QS_OK) {
-                fprintf(stderr, "bench_engine: %s\n", err.msg);
-                return 1;
-            }
-            double dt = qs_clock_s() - s0;
-            total += dt;
-            best = dt < best ? dt : best;
-        }
-        /* The ceiling: the engine's GEMM alone on the same shapes. The fixed-order GEMM split
-         * as the engine splits it; OpenBLAS with its own threading (the model runs it single-
-         * threaded under its OpenMP team, so give it the threads back for this pass). */
-        double t_gemm;
-        if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) {
-            t_gemm = time_fixed(sh, ns, A, B, C, chunks, th);
-        } else {
-            openblas_set_num_threads(th);
-            t_gemm = time_sgemm(sh, ns, A, B, C, chunks);
-            openblas_set_num_threads(1);
-        }
-        double gf_engine = flops / best * 1e-9, gf_gemm = flops / t_gemm * 1e-9;
-        snprintf(rows[ti], sizeof rows[ti],
-                 "%-8d %10.1f %9.3f %12.2f %11.2f %8.3f %10.1f %11.3f %11.3f", th,
-                 ctx * chunks / total, total / chunks, gf_engine, gf_gemm, gf_engine / gf_gemm, pk,
-                 pk > 0 ? gf_engine / pk : 0.0, pk > 0 ? gf_gemm / pk : 0.0);
-    }
-    printf("\n%-8s %10s %9s %12s %11s %8s %10s %11s %11s\n", "threads", "tokens/s", "s/chunk",
-           "engine GF/s", "gemm GF/s", "/gemm", "peak GF/s", "engine/peak", "gemm/peak");
-    for (int ti = 0; ti < n_counts; ti++)
-        printf("%s\n", rows[ti]);
-    printf("\n(tokens/s: mean over the chunks; gemm: the engine's GEMM alone on the same shapes, "
-           "%s; GFLOP/s: best chunk against the best gemm pass; peak: the best ISA's FMA loop at "
-           "that thread count)\n",
-           qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED
-               ? "the fixed-order GEMM split as the engine splits it"
-               : "cblas_sgemm with OpenBLAS's threads");
-
-    if (!table_only && compare_gemms(m, &toks, ctx, chunks, thread_counts, peaks, n_counts, sh, ns,
-                                     flops, A, B, C) != 0)
-        return 1;
-    qw_model_set_threads(m, all, &err);
-    if (profile && !table_only && run_profile(m, &toks, ctx, chunks) != 0) return 1;
-    /* --table-only: the throughput table alone (bench/peer) */
-    if (!table_only && run_sweep(m, &toks, ctx, all) != 0) return 1;
+    int rc = demo_floor ? run_demo_floor(m, &toks, ctx, chunks, all, flops, sqnr_rows)
+                        : run_throughput(m, &toks, ctx, chunks, all, sh, ns, flops, A, B, C,
+                                         table_only, profile);
     bench_print_loadavg("at end");
     free(sh);
     free(A);
@@ -785,5 +787,5 @@ int main(int argc, char **argv) {
     qw_tokens_free(&toks);
     qw_model_destroy(m);
     qw_checkpoint_close(ck);
-    return 0;
+    return rc;
 }
