@@ -14,6 +14,7 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
+#include "qk_cuda_options.h"
 #include "fake_quant_generic.h"
 #include "launch_setup.cuh"
 
@@ -146,32 +147,8 @@ extern "C" qs_status qk_cuda_fake_quant(const qk_format *fmt, const qk_quant_opt
     if (fmt->rule == QK_RULE_IDENTITY) return QS_OK; // "bf16": the unquantized reference
     bool nv = fmt->rule == QK_RULE_NVFP4 && fmt->block_rows == 1;
     bool mx = fmt->rule == QK_RULE_MX && fmt->elem == &qk_codec_e2m1;
-    if ((unsigned)opt->rounding > QK_ROUND_SR)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.rounding: unknown value %d",
-                            (int)opt->rounding);
-    if (opt->reference_only)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: options.reference_only is CPU-only");
-    if ((unsigned)opt->mx_rule > QK_MX_EVEN ||
-        (opt->mx_rule != QK_MX_RCEIL && fmt->rule != QK_RULE_MX))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s",
-                            fmt->name);
-    if ((unsigned)opt->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE ||
-        (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && fmt->rule != QK_RULE_NVFP4))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s",
-                            fmt->name);
-    if (opt->tiny_amax != QK_TINY_TE)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: options.tiny_amax = exact is CPU-only for now");
-    if (opt->tensor_amax_given && (opt->tensor_amax_given != 1 || !fmt->tensor_scale ||
-                                   !(opt->tensor_amax >= 0.0f && opt->tensor_amax <= FLT_MAX)))
-        return qs_error_set(err, QS_EINVAL,
-                            "kernels/cuda: options.tensor_amax: invalid for %s (a finite value "
-                            ">= 0, for nvfp4, nvfp4_2d, fp8_e4m3)",
-                            fmt->name);
-    if (opt->group_size < 0 || (opt->group_size != 0 && !fmt->group_option))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s",
-                            fmt->name);
+    qs_status st = qk_cuda_check_options(fmt, opt, err);
+    if (st) return st;
     // the warp-per-block kernel below covers NVFP4 1x16 and MXFP4 under RNE and SR; the
     // generic kernel every other case (fake_quant_generic.cu)
     if (!(nv || mx) || opt->rounding == QK_ROUND_RZ)

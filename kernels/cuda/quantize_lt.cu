@@ -19,6 +19,7 @@
 #include "format.h"
 #include "numerics.h"
 #include "qk_cuda.h"
+#include "qk_cuda_options.h"
 #include "launch_setup.cuh"
 
 namespace {
@@ -173,30 +174,8 @@ static qs_status quantize_lt_impl(const qk_format *fmt, const qk_quant_options *
                             "layout of %s [%zu x %zu] (qk_lt_layout_init)",
                             l->rows, l->k, (int)l->mode, fmt->name, rows, k);
     const bool mx = fmt->rule == QK_RULE_MX;
-    if ((unsigned)opt->rounding > QK_ROUND_SR)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.rounding: unknown value %d",
-                            (int)opt->rounding);
-    if (opt->reference_only || opt->tiny_amax != QK_TINY_TE)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: options.reference_only and tiny_amax = exact are "
-                            "CPU-only");
-    if ((unsigned)opt->mx_rule > QK_MX_EVEN || (opt->mx_rule != QK_MX_RCEIL && !mx))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.mx_rule: invalid for %s",
-                            fmt->name);
-    if ((unsigned)opt->nvfp4_clamp > QK_NVFP4_CLAMP_ZERO_TO_ONE ||
-        (opt->nvfp4_clamp != QK_NVFP4_CLAMP_NONE && mx))
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.nvfp4_clamp: invalid for %s",
-                            fmt->name);
-    if (opt->group_size != 0)
-        return qs_error_set(err, QS_EINVAL, "kernels/cuda: options.group_size: not valid for %s",
-                            fmt->name);
-    if (opt->tensor_amax_given && (mx || opt->tensor_amax_given != 1 ||
-                                   !(opt->tensor_amax >= 0.0f && opt->tensor_amax <= FLT_MAX)))
-        return qs_error_set(
-            err, QS_EINVAL,
-            "kernels/cuda: options.tensor_amax: invalid for %s (NVFP4 only, finite, "
-            ">= 0)",
-            fmt->name);
+    st = qk_cuda_check_options(fmt, opt, err);
+    if (st) return st;
     if (((uintptr_t)d_codes & 1) != 0)
         return qs_error_set(err, QS_EINVAL,
                             "kernels/cuda: quantize lt: d_codes is not 2-byte "
