@@ -1,8 +1,8 @@
 /* Model checkpoints: Hugging Face directories (config.json + safetensors, single or sharded)
  * and GGUF v3 files, opened read-only and memory-mapped.
  *
- * CONTRACT HEADER: the forward pass (engineer B2) and the qsweep command (engineer D) code
- * against it. Extend, never rename.
+ * The forward pass and the worker's job kinds code against this header: extend it, never
+ * rename.
  *
  * Every fallible function returns a qs_status and fills the caller's qs_error with a
  * message naming the file, and where it applies the tensor, field and byte offset. */

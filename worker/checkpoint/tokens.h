@@ -11,7 +11,7 @@
 
 #include "error.h"
 
-/* Token file (format written by tools/make_tokens.py, engineer B2): little-endian
+/* Token file (format written by tools/make_tokens.py): little-endian
  * offset 0  8 bytes magic "QSWTOKS\0"
  * offset 8  u32 version = 1
  * offset 12 u32 vocab_size of the tokenizer

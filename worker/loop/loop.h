@@ -39,7 +39,7 @@ typedef struct qw_job_ctx qw_job_ctx;
 typedef qs_status (*qw_job_fn)(qw_job_ctx *ctx, qs_error *err);
 
 /* Registers (or replaces) the job kind `name` (at most 63 bytes) in the process-wide
- * registry; call before qw_run (engineer D's "baseline", "eval"). Thread-safe.
+ * registry; call before qw_run (the job kinds "baseline", "eval", ...). Thread-safe.
  * Errors: QS_EINVAL for an empty or too long name or a NULL fn; QS_ENOMEM when the
  * registry's 64 slots are full. */
 qs_status qw_register_kind(const char *name, qw_job_fn fn, qs_error *err);
