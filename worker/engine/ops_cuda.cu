@@ -72,6 +72,14 @@ static int device_visible(cuda_ctx *c, const void *p) {
     return ptr_kind(c, p) != PTR_HOST;
 }
 
+int qw_cuda_host_reads(cuda_ctx *c, const void *p) {
+    return p && ptr_kind(c, p) != PTR_DEVICE;
+}
+
+int qw_cuda_managed(cuda_ctx *c, const void *p) {
+    return p && ptr_kind(c, p) == PTR_MANAGED;
+}
+
 /* An op that wrote out is queued: it returns at once when out is device memory, which the host
  * reaches only through the table (download, fetch, score_rows wait); it waits when out is
  * managed memory, which the host may read directly (tests, tools). Returns 0 on success. */
