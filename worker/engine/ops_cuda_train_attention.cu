@@ -13,6 +13,7 @@
  * block queries from its first key. Scores are the forward kernel's bits: the same lane
  * partials of q . k, the same butterfly, the same scale. */
 #include "ops_cuda_impl.h"
+#include "ops_cuda_kern.cuh"
 
 #include <math.h>
 
@@ -58,12 +59,7 @@ __global__ void k_flash_bwd_dq(float *dq, float *Drow, const float *dout, const 
     for (int pass = 0; pass < 2; pass++) {
         float dsum = 0.0f; /* pass 0: lane j's sum of p dp over its keys */
         for (int k0 = 0; k0 <= last; k0 += FB_BK) {
-            for (int x = threadIdx.x; x < FB_BK * E; x += blockDim.x) {
-                int j = x / E, d = x % E, key = k0 + j;
-                size_t off = (size_t)key * ldk + (size_t)g * E + d;
-                Ks[j][d] = key < T ? k[off] : 0.0f;
-                Vs[j][d] = key < T ? v[off] : 0.0f;
-            }
+            qw_load_head_tiles<FB_BK, EPL * 32>(Ks, Vs, k, v, k0, T, ldk, g, E);
             __syncthreads();
             if (i < T && k0 <= i) {
                 float p = 0.0f, dp = 0.0f;
@@ -126,12 +122,7 @@ __global__ void k_flash_bwd_dkv(float *dk, float *dv, const float *dout, const f
     }
     for (int h = g * rep; h < (g + 1) * rep; h++)
         for (int q0 = j0; q0 < T; q0 += FB_BK) {
-            for (int x = threadIdx.x; x < FB_BK * E; x += blockDim.x) {
-                int r = x / E, d = x % E, row = q0 + r;
-                size_t off = (size_t)row * ldq + (size_t)h * E + d;
-                Qs[r][d] = row < T ? q[off] : 0.0f;
-                Os[r][d] = row < T ? dout[off] : 0.0f;
-            }
+            qw_load_head_tiles<FB_BK, EPL * 32>(Qs, Os, q, dout, q0, T, ldq, h, E);
             for (int r = threadIdx.x; r < FB_BK; r += blockDim.x) {
                 int row = q0 + r;
                 Ls[r] = row < T ? lse[(size_t)h * T + row] : 0.0f;
