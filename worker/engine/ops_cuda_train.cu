@@ -510,18 +510,11 @@ extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fm
 
 #ifdef QW_HAVE_QK_GEMM
 #include "cublaslt_layout.h"
+#include "qk_cuda_fp8.h"
 #include "qk_gemm.h"
 
-/* The block-scaled GEMM type of a recipe format, 0 for one qk_gemm has none of. */
-static int tr_fp4_type(const qk_format *f, qk_gemm_type *t) {
-    const char *n = f ? qk_format_name(f) : "";
-    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
-        *t = QK_GEMM_NVFP4;
-    else if (!strcmp(n, "mxfp4"))
-        *t = QK_GEMM_MXFP4;
-    else
-        return 0;
-    return 1;
+extern "C" {
+#include "quant_gemm_route.h"
 }
 
 static size_t tr_up256(size_t n) {
@@ -548,6 +541,46 @@ static qs_status tr_quant_operand(cuda_ctx *c, const qk_format *f, const qk_quan
     return QS_OK;
 }
 
+/* C = A B^T + beta C on cuBLASLt's FP8 tensor cores: each operand quantized on the device to
+ * E4M3 codes [rows x K rounded up to 16] (zero codes in the padding, which add nothing) with
+ * its decode scale on the device, passed as the GEMM's A/B scale pointer. */
+static qs_status tr_fp8_gemm(cuda_ctx *c, qk_gemm *g, float *C, const float *A,
+                             const qk_format *fa, const qk_quant_options *oa, const float *Bm,
+                             const qk_format *fb, const qk_quant_options *ob, int M, int Ncol,
+                             int K, float beta, qk_gemm_path *p, qs_error *err) {
+    size_t ld = ((size_t)K + 15) / 16 * 16;
+    size_t na = tr_up256((size_t)M * ld), nb = tr_up256((size_t)Ncol * ld);
+    size_t ns = 2 * QK_CUDA_FP8_SCALE_FLOATS * sizeof(float);
+    uint8_t *mem = NULL;
+    qs_status st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, na + nb + ns, c->stream),
+                                  "gemm_abt_quant: fp8 operand buffers", err);
+    if (st != QS_OK) return st;
+    float *sa = (float *)(mem + na + nb), *sb = sa + QK_CUDA_FP8_SCALE_FLOATS;
+    st = qk_cuda_quantize_fp8_async(fa, oa, A, (size_t)M, (size_t)K, ld, mem, sa, c->stream, err);
+    if (st == QS_OK)
+        st = qk_cuda_quantize_fp8_async(fb, ob, Bm, (size_t)Ncol, (size_t)K, ld, mem + na, sb,
+                                        c->stream, err);
+    qk_gemm_operand x, w;
+    memset(&x, 0, sizeof x);
+    memset(&w, 0, sizeof w);
+    x.type = w.type = QK_GEMM_FP8_E4M3;
+    x.data = mem;
+    w.data = mem + na;
+    x.ld = w.ld = ld;
+    x.tensor_scale = w.tensor_scale = 1.0f;
+    x.d_tensor_scale = sa;
+    w.d_tensor_scale = sb;
+    if (st == QS_OK)
+        st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, ld, 1.0f, beta, C,
+                            QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, p, err);
+    cudaError_t fe = cudaFreeAsync(mem, c->stream);
+    if (st != QS_OK) return st;
+    return qw_cuda_status(c, fe, "gemm_abt_quant: free fp8 operand buffers", err);
+}
+
+/* The route (quant_gemm_route.h, tested on the CPU): FP4 operands block-scaled (native or
+ * emulated, as the handle chose), FP8 operands on FP8 tensor cores where the handle has the
+ * FP8 path; anything else declined, and the caller fake-quantizes. */
 extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
                                                   const qk_format *fa, const qk_quant_options *oa,
                                                   const float *Bm, const qk_format *fb,
@@ -555,16 +588,37 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
                                                   int K, float beta, int *path, qs_error *err) {
     CTX;
     qk_gemm *g = (qk_gemm *)qw_cuda_lt_gemm(c);
-    qk_gemm_type ta, tb;
-    if (!g || !tr_fp4_type(fa, &ta) || !tr_fp4_type(fb, &tb) || ta != tb || Ncol % 4 != 0 ||
-        ((uintptr_t)C & 15) != 0 || M <= 0 || Ncol <= 0 || K <= 0)
+    qk_gemm_type t = QK_GEMM_BF16;
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    qs_error why = {};
+    int run = g && ((uintptr_t)C & 15) == 0 && M > 0 && K > 0 &&
+              qw_quant_gemm_operands(fa ? qk_format_name(fa) : NULL,
+                                     fb ? qk_format_name(fb) : NULL, Ncol, &t);
+    if (run) {
+        /* the device's probe, read through the plain CUDA table (b may be a timed copy) */
+        qw_backend self = *b;
+        self.ops = qw_ops_cuda();
+        qk_gemm_probe probe;
+        int proved = qw_backend_cuda_gemm_probe(&self, &probe);
+        run = qw_quant_gemm_runs(t, qk_gemm_path_for(g, t, t, &p, &why) == QS_OK, p,
+                                 proved ? &probe : NULL);
+    }
+    if (!run)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "cuda train op: gemm_abt_quant: %s x %s, %d x %d x %d: not run here "
-                            "(cuBLASLt handle %s)",
+                            "(cuBLASLt handle %s%s%s)",
                             fa ? qk_format_name(fa) : "?", fb ? qk_format_name(fb) : "?", M, Ncol,
-                            K, g ? "present" : "absent: gemm request fp32 or bf16");
+                            K, g ? "present" : "absent: gemm request fp32 or bf16",
+                            why.msg[0] ? "; " : "", why.msg);
+    qs_status st;
+    if (t == QK_GEMM_FP8_E4M3) {
+        st = tr_fp8_gemm(c, g, C, A, fa, oa, Bm, fb, ob, M, Ncol, K, beta, &p, err);
+        if (st != QS_OK) return st;
+        if (path) *path = (int)p;
+        return done(c, "gemm_abt_quant", err, C);
+    }
     qk_lt_layout la, lb;
-    qs_status st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
+    st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
     if (st == QS_OK) st = qk_lt_layout_init(fb, (size_t)Ncol, (size_t)K, &lb, err);
     if (st != QS_OK) return st;
     /* one stream-ordered allocation: A's codes and scales, B's, the two decode scales */
@@ -576,11 +630,10 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     if (st != QS_OK) return st;
     float *d_scales = (float *)(mem + na + nb);
     qk_gemm_operand x, w;
-    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, ta, mem, d_scales, &x, err);
+    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, t, mem, d_scales, &x, err);
     if (st == QS_OK)
-        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, tb, mem + na, d_scales + 1,
+        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, t, mem + na, d_scales + 1,
                               &w, err);
-    qk_gemm_path p = QK_GEMM_PATH_FP32;
     if (st == QS_OK)
         st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, (size_t)K, 1.0f, beta, C,
                             QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, &p, err);
