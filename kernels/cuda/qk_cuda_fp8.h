@@ -22,7 +22,7 @@
  * RZ or SR (the CPU's stream: seed, tensor_id, step, element index r k + c); the tensor amax the
  * tensor's own, or opt->tensor_amax when tensor_amax_given. Errors: QS_EUNSUPPORTED (not
  * fp8_e4m3, options.reference_only, tiny_amax exact: the caller fake-quantizes instead),
- * QS_EINVAL (ld < k, NULL buffer), QS_EIO (a launch). */
+ * QS_EINVAL (ld < k, NULL buffer, a given amax not finite or negative), QS_EIO (a launch). */
 qs_status qk_cuda_quantize_fp8_async(const qk_format *fmt, const qk_quant_options *opt,
                                      const float *x, size_t rows, size_t k, size_t ld,
                                      uint8_t *codes, float *scales, void *stream, qs_error *err);

@@ -4,22 +4,18 @@
 // stream at the element's row-major index), the functions tests/kernels checks on the host.
 #include <cuda_runtime.h>
 
+#include <float.h>
 #include <string.h>
 
 #include "fp8_operand_core.h"
 #include "qk_cuda_fp8.h"
-#include "tensor_amax.cuh"
+#include "launch_setup.cuh"
 
 namespace {
 
-struct fp8_params {
+struct fp8_params : qk_launch_opts {
     qk_format fmt; // copies (fmt.elem cleared): device code reads no host table
     qk_codec elem;
-    qk_rounding rounding;
-    uint64_t seed;
-    uint32_t tensor_id, step;
-    int amax_given;
-    float amax_value;
     size_t rows, k, ld;
 };
 
@@ -62,18 +58,18 @@ qs_status qk_cuda_quantize_fp8_async(const qk_format *fmt, const qk_quant_option
                             "kernels/cuda: fp8 operand: %zu x %zu, ld %zu: expected buffers, "
                             "ld >= k, and a non-empty tensor",
                             rows, k, ld);
+    if (opt->tensor_amax_given && !(opt->tensor_amax >= 0.0f && opt->tensor_amax <= FLT_MAX))
+        return qs_error_set(err, QS_EINVAL,
+                            "kernels/cuda: fp8 operand: options.tensor_amax %g: expected finite "
+                            "and >= 0",
+                            (double)opt->tensor_amax);
     cudaStream_t stream = (cudaStream_t)stream_;
     fp8_params p;
     memset(&p, 0, sizeof p);
     p.fmt = *fmt;
     p.fmt.elem = nullptr;
     p.elem = *fmt->elem;
-    p.rounding = opt->rounding;
-    p.seed = opt->seed;
-    p.tensor_id = opt->tensor_id;
-    p.step = opt->step;
-    p.amax_given = opt->tensor_amax_given;
-    p.amax_value = opt->tensor_amax;
+    set_launch_opts(p, opt);
     p.rows = rows;
     p.k = k;
     p.ld = ld;
