@@ -60,6 +60,11 @@ typedef struct cuda_ctx {
     const void *seen[32];
     unsigned char seen_kind[32];
     int n_seen;
+    /* the backend's own allocations (the table's alloc: device memory by construction), so
+     * ptr_kind answers for a pointer into one without asking the driver: a training run
+     * state is one allocation whose many tensors would overrun the ring above */
+    const char *alloc_base[16];
+    size_t alloc_bytes[16];
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
