@@ -6,7 +6,6 @@
 # - done: only when an op's output is managed or host memory (the GPU tests' buffers);
 # - qw_cuda_train_copy: a fetch into host memory, or a copy from managed memory;
 # - qw_cuda_train_sumsq: the gradient norm's partial sums, read by the host.
-# Before the ops were stream-ordered every one of the file's 27 ops waited unconditionally.
 # Usage: cuda_train_syncs_test.sh SOURCE
 set -u
 src=$1
