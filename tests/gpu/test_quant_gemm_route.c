@@ -13,8 +13,8 @@
 #include "quant_gemm_route.h"
 
 static const int ccs[] = {80, 86, 89, 90, 100, 103, 110, 120, 121};
-static const char *const fmts[] = {NULL, "nvfp4", "nvfp4_2d", "mxfp4", "fp8_e4m3", "mxfp8_e4m3",
-                                   "int8_channel"};
+static const char *const fmts[] = {NULL,       "nvfp4",      "nvfp4_2d",    "mxfp4",
+                                   "fp8_e4m3", "mxfp8_e4m3", "int8_channel"};
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 
 /* The route end to end on a device of capability cc whose fp8_tensor probe ended in fp8_probe
@@ -26,8 +26,8 @@ static int route_probed(const char *fa, const char *fb, int ncol, int cc, int em
     qk_gemm_probe probe = {0};
     probe.cc = cc;
     for (int f = 0; f < QK_PROBE_FORMATS; f++)
-        probe.outcome[f] = cc >= qk_probe_min_cc((qk_probe_format)f) ? QK_PROBE_OK
-                                                                     : QK_PROBE_UNTRIED;
+        probe.outcome[f] =
+            cc >= qk_probe_min_cc((qk_probe_format)f) ? QK_PROBE_OK : QK_PROBE_UNTRIED;
     if (cc >= qk_probe_min_cc(QK_PROBE_FP8_TENSOR)) probe.outcome[QK_PROBE_FP8_TENSOR] = fp8_probe;
     qs_error e = {0};
     int ok = qk_gemm_path_select(cc, emulated, t, t, path, &e) == QS_OK;

@@ -60,14 +60,16 @@ static void operand_case(size_t rows, size_t k, size_t ld, qk_rounding rnd, floa
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < ld; c++) {
-            uint8_t got = qk_fp8_operand_code_hd(f->elem, x, k, r, c, enc, rnd, o.seed,
-                                                 o.tensor_id, o.step);
+            uint8_t got =
+                qk_fp8_operand_code_hd(f->elem, x, k, r, c, enc, rnd, o.seed, o.tensor_id, o.step);
             uint8_t want = c < k ? p.codes[r * p.row_bytes + c] : 0;
             differ += got != want;
         }
     printf("%s %zu x %zu (ld %zu)%s: S_dec %.9g, %zu of %zu codes differ\n",
-           rnd == QK_ROUND_SR ? "SR " : rnd == QK_ROUND_RZ ? "RZ " : "RNE", rows, k, ld,
-           given > 0 ? ", amax given" : "", (double)dec, differ, rows * ld);
+           rnd == QK_ROUND_SR   ? "SR "
+           : rnd == QK_ROUND_RZ ? "RZ "
+                                : "RNE",
+           rows, k, ld, given > 0 ? ", amax given" : "", (double)dec, differ, rows * ld);
     assert_int_equal(differ, 0);
     qk_packed_release(&p);
     free(x);

@@ -104,8 +104,8 @@ __global__ void k_flash_bwd_dq(float *dq, float *Drow, const float *dout, const 
  * group's heads and, per head, the queries i >= j in tiles of 32. */
 template <int EPL>
 __global__ void k_flash_bwd_dkv(float *dk, float *dv, const float *dout, const float *q,
-                                const float *k, const float *v, const float *lse,
-                                const float *Drow, int T, int H, int G, int E, float scale) {
+                                const float *k, const float *v, const float *lse, const float *Drow,
+                                int T, int H, int G, int E, float scale) {
     __shared__ float Qs[FB_BK][EPL * 32], Os[FB_BK][EPL * 32];
     __shared__ float Ls[FB_BK], Ds[FB_BK];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -165,15 +165,15 @@ __global__ void k_flash_bwd_dkv(float *dk, float *dv, const float *dout, const f
 }
 
 template <int EPL>
-static void launch_bwd(cuda_ctx *c, float *dq, float *dk, float *dv, float *Drow,
-                       const float *dout, const float *q, const float *k, const float *v,
-                       const float *lse, int T, int H, int G, int E, float scale) {
+static void launch_bwd(cuda_ctx *c, float *dq, float *dk, float *dv, float *Drow, const float *dout,
+                       const float *q, const float *k, const float *v, const float *lse, int T,
+                       int H, int G, int E, float scale) {
     dim3 gq((unsigned)((T + FB_WARPS - 1) / FB_WARPS), (unsigned)H);
     dim3 gk((unsigned)((T + FB_WARPS - 1) / FB_WARPS), (unsigned)G);
     k_flash_bwd_dq<EPL>
         <<<gq, 32 * FB_WARPS, 0, c->stream>>>(dq, Drow, dout, q, k, v, lse, T, H, G, E, scale);
-    k_flash_bwd_dkv<EPL><<<gk, 32 * FB_WARPS, 0, c->stream>>>(dk, dv, dout, q, k, v, lse, Drow,
-                                                              T, H, G, E, scale);
+    k_flash_bwd_dkv<EPL>
+        <<<gk, 32 * FB_WARPS, 0, c->stream>>>(dk, dv, dout, q, k, v, lse, Drow, T, H, G, E, scale);
 }
 
 qs_status qw_cuda_flash_attention_backward(cuda_ctx *c, float *dq, float *dk, float *dv,

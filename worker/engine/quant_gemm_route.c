@@ -18,8 +18,7 @@ static int type_of(const char *f, qk_gemm_type *t) {
 
 int qw_quant_gemm_operands(const char *fa, const char *fb, int ncol, qk_gemm_type *type) {
     qk_gemm_type ta, tb;
-    if (!type_of(fa, &ta) || !type_of(fb, &tb) || ta != tb || ncol <= 0 || ncol % 4 != 0)
-        return 0;
+    if (!type_of(fa, &ta) || !type_of(fb, &tb) || ta != tb || ncol <= 0 || ncol % 4 != 0) return 0;
     *type = ta;
     return 1;
 }
