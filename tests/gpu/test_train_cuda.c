@@ -6,8 +6,9 @@
  *   fallback) (the same float operations in the same order; nvcc --fmad=false);
  * - 1e-6: RMSNorm forward and input gradient, SwiGLU forward/backward, cross-entropy forward
  *   (probabilities and losses): double sums in another order, CUDA expf;
- * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad, attention forward/backward): cuBLAS
- *   SGEMM sums in another order than OpenBLAS;
+ * - 1e-5: GEMM-based ops (linear forward/dgrad/wgrad): cuBLAS SGEMM sums in another order
+ *   than the CPU's GEMM; the blocked attention (forward, logsumexp, backward) against the CPU's
+ *   whole-T kernels: FP32 sums in another order and the online softmax's rescaling;
  * - 1e-4: gemm_abt_bf16 on BF16-exact inputs: the same products, summed in FP32 on the tensor
  *   cores, whose additions may truncate instead of rounding (Fasi, Higham, Mikaitis and
  *   Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
@@ -158,34 +159,68 @@ static void test_rht_exact(void **state) {
     qwt_managed_free(x);
 }
 
-static void test_attention(void **state) {
-    (void)state;
-    int B = 2, T = 70, H = 6, G = 2, E = 32;
+/* The blocked attention (FlashAttention-2: logsumexp saved, probabilities recomputed in the
+ * backward) against the CPU's whole-T kernels: out, dq, dk, dv within 1e-5 of max |cpu| (FP32
+ * sums in another order, the online softmax's rescaling, CUDA expf), and each saved logsumexp
+ * within 1e-5 of the CPU's max - log(1/sum) from its tiled forward (absolute: values near 1).
+ * Shapes cover one and several key tiles of 32, a T not a multiple of 32, GQA and MHA, and
+ * head_dim in each of the kernels' lane widths (<= 32, 64, 128) and one not a multiple of 32. */
+static void attention_case(int B, int T, int H, int G, int E) {
+    printf("  attention B %d T %d H %d G %d E %d\n", B, T, H, G, E);
     size_t nq = (size_t)B * T * H * E, nk = (size_t)B * T * G * E, np = (size_t)B * H * T * T;
+    size_t nl = (size_t)B * H * T;
     float *q = buf(nq, 1.0f), *k = buf(nk, 1.0f), *v = buf(nk, 1.0f), *out = buf(nq, 0.0f),
-          *P = buf(np, 0.0f);
-    float *ro = malloc(nq * 4), *rp = malloc(np * 4);
+          *lse = buf(nl, 0.0f);
+    float *ro = malloc(nq * 4), *rp = malloc(np * 4), *ro2 = malloc(nq * 4);
+    float *rs = malloc(qw_train_attention_tiled_saved_floats(B, T, H, 1) * 4);
     qw_train_attention_forward(ro, rp, q, k, v, B, T, H, G, E, 1);
-    OK(qw_cuda_train_attention_forward(&gpu, out, P, q, k, v, B, T, H, G, E, ERR));
+    qw_train_attention_forward_tiled(ro2, rs, q, k, v, B, T, H, G, E, 1);
+    OK(qw_cuda_train_attention_forward(&gpu, out, lse, q, k, v, B, T, H, G, E, ERR));
     assert_true(close_to("attention out", out, ro, nq, 1e-5));
-    assert_true(close_to("attention probs", P, rp, np, 1e-5));
+    double mdl = 0.0;
+    for (size_t r = 0; r < nl; r++) {
+        double want = (double)rs[2 * r] - log((double)rs[2 * r + 1]);
+        double d = fabs((double)lse[r] - want);
+        if (!(d <= mdl)) mdl = d;
+    }
+    printf("  %-30s abs err %.3g (tol 1e-05) %s\n", "attention logsumexp", mdl,
+           mdl <= 1e-5 ? "OK" : "NOT OK");
+    assert_true(mdl <= 1e-5);
     float *dout = buf(nq, 1.0f), *dq = buf(nq, 0.0f), *dk = buf(nk, 9.0f), *dv = buf(nk, 9.0f);
-    float *dS = buf((size_t)H * T * T, 0.0f);
+    float *dS = buf((size_t)H * T, 0.0f); /* qw_train_attention_scratch_floats on CUDA */
     float *rdq = malloc(nq * 4), *rdk = malloc(nk * 4), *rdv = malloc(nk * 4);
     float *rdS = malloc((size_t)T * T * 4);
     qw_train_attention_backward(rdq, rdk, rdv, rdS, dout, q, k, v, rp, B, T, H, G, E, 1);
-    memcpy(P, rp, np * 4); /* both backwards from the CPU's probabilities */
-    OK(qw_cuda_train_attention_backward(&gpu, dq, dk, dv, dS, dout, q, k, v, P, B, T, H, G, E,
+    OK(qw_cuda_train_attention_backward(&gpu, dq, dk, dv, dS, dout, q, k, v, lse, B, T, H, G, E,
                                         ERR));
     assert_true(close_to("attention dq", dq, rdq, nq, 1e-5));
     assert_true(close_to("attention dk (overwritten)", dk, rdk, nk, 1e-5));
     assert_true(close_to("attention dv (overwritten)", dv, rdv, nk, 1e-5));
-    free(ro);
-    free(rp);
-    free(rdq);
-    free(rdk);
-    free(rdv);
-    free(rdS);
+    free(ro), free(ro2), free(rp), free(rs), free(rdq), free(rdk), free(rdv), free(rdS);
+    float *m[] = {q, k, v, out, lse, dout, dq, dk, dv, dS};
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        qwt_managed_free(m[i]);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    attention_case(2, 70, 6, 2, 32);
+    attention_case(1, 200, 4, 4, 64);
+    attention_case(1, 129, 2, 1, 128);
+    attention_case(2, 33, 3, 3, 20);
+    attention_case(1, 1, 2, 2, 16);
+}
+
+/* head_dim beyond the kernels' 128 is refused, naming it, before anything is queued. */
+static void test_attention_rejects_wide_heads(void **state) {
+    (void)state;
+    float *x = buf(4 * 2 * 160, 0.0f), *lse = buf(4 * 2, 0.0f);
+    qs_error e = {0};
+    assert_int_equal(qw_cuda_train_attention_forward(&gpu, x, lse, x, x, x, 1, 4, 2, 2, 160, &e),
+                     QS_EINVAL);
+    assert_non_null(strstr(e.msg, "head_dim 160"));
+    qwt_managed_free(x);
+    qwt_managed_free(lse);
 }
 
 static void test_swiglu(void **state) {
@@ -324,6 +359,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_exact), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope_exact),      cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_rejects_wide_heads),
         cmocka_unit_test(test_swiglu),          cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_rejects_cpu_backend),
         cmocka_unit_test(test_rht_exact),       cmocka_unit_test(test_gemm_abt_bf16),

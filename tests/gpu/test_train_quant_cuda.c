@@ -9,6 +9,8 @@
  *   (2K + 8) 2^-23 sum_k |Aq Bq| (the same exact products; a tensor core's FP32 additions may
  *   truncate: Fasi, Higham, Mikaitis and Pranesh, PeerJ CS 2021);
  * - the path each backend reports is the table's (recipe_path.h) for the device's probe;
+ * - fp8_e4m3 x fp8_e4m3 on FP8 tensor cores (cc >= 8.9) within the same bound, path fp8, and
+ *   declined elsewhere (worker/engine/quant_gemm_route.h);
  * - the quantized linear of the nvfp4 recipe (qlinear.h, no hook) on the GPU against the same
  *   code on the CPU: y, dx and dW within 1e-4 of max |cpu|, and the model's per-kind record
  *   names native_fp4 or emulated_bf16.
@@ -122,7 +124,9 @@ static void gemm_case(qw_backend *be, const char *fa_name, const char *fb_name, 
     printf("  %-8s x %-8s %s beta %g %d x %d x %d: path %s, worst %.3g of the bound\n", fa_name,
            fb_name, sr_a ? "SR " : "RNE", (double)beta, M, N, K,
            qk_gemm_path_name((qk_gemm_path)path), worst);
-    if (be == &emu)
+    if (!strcmp(fa_name, "fp8_e4m3"))
+        assert_int_equal(path, QK_GEMM_PATH_FP8);
+    else if (be == &emu)
         assert_int_equal(path, QK_GEMM_PATH_EMULATED_BF16);
     else
         assert_true(path == QK_GEMM_PATH_EMULATED_BF16 || path == QK_GEMM_PATH_NATIVE_FP4);
@@ -140,6 +144,40 @@ static void gemms_match_the_cpu_emulation(void **s) {
         gemm_case(bes[i], "nvfp4", "nvfp4", 1, 1.0f, 64, 128, 96);
         gemm_case(bes[i], "mxfp4", "mxfp4", 1, 1.0f, 96, 128, 64);
     }
+}
+
+/* FP8 E4M3 x E4M3 (the fp8 recipe's GEMMs): on the FP8 tensor cores where the device has them
+ * (cc >= 8.9, the GEMM path table's handle), within the bound above of the CPU emulation, path
+ * fp8, K a multiple of 16 and not (the codes padded with zeros); declined (QS_EUNSUPPORTED, C
+ * untouched) below 8.9 and on the forced emulation, where the caller's fake-quant GEMM runs
+ * (worker/engine/quant_gemm_route.h). */
+static void fp8_gemms_run_on_fp8_tensor_cores(void **s) {
+    (void)s;
+    int dev = 0, major = 0, minor = 0;
+    assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), 0);
+    assert_int_equal(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), 0);
+    const qk_format *f8 = qk_format_by_name("fp8_e4m3");
+    qk_quant_options o = {0};
+    float *A = mbuf(64 * 64), *C = mbuf(64 * 64);
+    for (int i = 0; i < 64 * 64; i++)
+        A[i] = urand(), C[i] = 7.0f;
+    qs_error err = {0};
+    int path = -1;
+    assert_int_equal(emu.ops->gemm_abt_quant(&emu, C, A, f8, &o, A, f8, &o, 64, 64, 64, 0.0f,
+                                             &path, &err),
+                     QS_EUNSUPPORTED);
+    assert_true(C[0] == 7.0f && C[64 * 64 - 1] == 7.0f);
+    if (major * 10 + minor < 89) {
+        printf("  fp8: compute capability %d.%d has no FP8 tensor cores: declined\n", major, minor);
+        assert_int_equal(lt.ops->gemm_abt_quant(&lt, C, A, f8, &o, A, f8, &o, 64, 64, 64, 0.0f,
+                                                &path, &err),
+                         QS_EUNSUPPORTED);
+    } else {
+        gemm_case(&lt, "fp8_e4m3", "fp8_e4m3", 0, 0.0f, 64, 96, 128);
+        gemm_case(&lt, "fp8_e4m3", "fp8_e4m3", 1, 1.0f, 48, 64, 72);
+    }
+    qwt_managed_free(A), qwt_managed_free(C);
 }
 
 static double rel(const float *a, const float *ref, size_t n) {
@@ -265,6 +303,7 @@ int main(void) {
     if (qwt_cuda_skip("gpu_train_quant")) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gemms_match_the_cpu_emulation),
+        cmocka_unit_test(fp8_gemms_run_on_fp8_tensor_cores),
         cmocka_unit_test(qlinear_nvfp4_matches_the_cpu),
         cmocka_unit_test(resident_weights_dequantize_once),
     };

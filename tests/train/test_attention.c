@@ -105,8 +105,26 @@ static void tiled_attention_saves_two_floats_a_row(void **s) {
     qw_backend_release(&be);
 }
 
+/* The CUDA backend's training attention is blocked too (ops_cuda_train.h): it saves each row's
+ * logsumexp, one float a row, and its backward's scratch is one sequence's row sums [H x T]. The
+ * sizes follow the table's name, so a CPU table renamed "cuda" gets them here. */
+static void cuda_attention_saves_one_float_a_row(void **s) {
+    (void)s;
+    qw_backend be;
+    assert_int_equal(qw_backend_cpu_init(&be, 2, 16, NULL), QS_OK);
+    qw_ops named = *be.ops;
+    named.name = "cuda";
+    const qw_ops *cpu = be.ops;
+    be.ops = &named;
+    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32), (size_t)8 * 32 * 2048);
+    assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32), (size_t)32 * 2048);
+    be.ops = cpu;
+    qw_backend_release(&be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cuda_attention_saves_one_float_a_row),
         cmocka_unit_test(tiled_attention_is_the_whole_t_kernel_bit_for_bit),
         cmocka_unit_test(tiled_attention_saves_two_floats_a_row),
     };

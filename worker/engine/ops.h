@@ -322,13 +322,13 @@ struct qw_ops {
 };
 
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats
- * (on the openblas path, which runs the whole-T kernels, and on CUDA [max(threads, H) x T x T],
- * one T x T per thread or head). */
+ * (on the openblas path, which runs the whole-T kernels, [max(threads, H) x T x T], one T x T
+ * per thread or head); CUDA [H x T], each row's D of one sequence. */
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
 
 /* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
- * T and H heads: CPU qw_train_attention_tiled_saved_floats, CUDA (and the CPU's openblas path)
- * the probabilities [B x H x T x T]. */
+ * T and H heads: CPU qw_train_attention_tiled_saved_floats, the CPU's openblas path the
+ * probabilities [B x H x T x T], CUDA each row's logsumexp [B x H x T]. */
 size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
 
 /* The CPU backend's table, the reference every other backend is checked against. */

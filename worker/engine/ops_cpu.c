@@ -494,13 +494,21 @@ static int tiled_attention(const qw_backend *b) {
            qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED;
 }
 
+/* Whether b is the CUDA backend, whose attention is blocked too (ops_cuda_train.h: each row's
+ * logsumexp saved, each row's D as scratch). */
+static int cuda_attention(const qw_backend *b) {
+    return b->ops && b->ops->name && strcmp(b->ops->name, "cuda") == 0;
+}
+
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+    if (cuda_attention(b)) return (size_t)H * (size_t)T;
     if (tiled_attention(b)) return qw_train_attention_tiled_scratch_floats(T, b->threads);
     int n = b->threads > H ? b->threads : H;
     return (size_t)n * (size_t)T * (size_t)T;
 }
 
 size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H) {
+    if (cuda_attention(b)) return (size_t)B * (size_t)H * (size_t)T;
     if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, b->threads);
     return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }

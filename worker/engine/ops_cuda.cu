@@ -45,11 +45,16 @@ static int finish(cuda_ctx *c, const char *where) {
 /* Memory kinds of ptr_kind. */
 enum { PTR_HOST = 0, PTR_DEVICE = 1, PTR_MANAGED = 2 };
 
-/* The memory kind of p: asked of the driver the first time p is seen, then remembered
+/* The memory kind of p: device for a pointer into one of the backend's own allocations
+ * (c->alloc_base); else asked of the driver the first time p is seen, then remembered
  * (c->seen). A remembered buffer freed and its address reused for another kind would pass; the
  * backend's buffers are its own allocations (cu_alloc), and cu_free forgets every remembered
  * one. */
 static int ptr_kind(cuda_ctx *c, const void *p) {
+    uintptr_t q = (uintptr_t)p;
+    for (int i = 0; i < 16; i++)
+        if (c->alloc_base[i] && q - (uintptr_t)c->alloc_base[i] < c->alloc_bytes[i])
+            return PTR_DEVICE;
     int n = c->n_seen < 32 ? c->n_seen : 32;
     for (int i = 0; i < n; i++)
         if (c->seen[i] == p) return c->seen_kind[i];
@@ -70,6 +75,14 @@ static int ptr_kind(cuda_ctx *c, const void *p) {
 /* 1 when the GPU can read and write p (device or managed memory). */
 static int device_visible(cuda_ctx *c, const void *p) {
     return ptr_kind(c, p) != PTR_HOST;
+}
+
+int qw_cuda_host_reads(cuda_ctx *c, const void *p) {
+    return p && ptr_kind(c, p) != PTR_DEVICE;
+}
+
+int qw_cuda_managed(cuda_ctx *c, const void *p) {
+    return p && ptr_kind(c, p) == PTR_MANAGED;
 }
 
 /* An op that wrote out is queued: it returns at once when out is device memory, which the host
@@ -180,6 +193,12 @@ static void *cu_alloc(qw_backend *b, size_t bytes) {
         qw_cuda_note_error(c, "alloc", what);
         return NULL;
     }
+    for (int i = 0; i < 16; i++)
+        if (!c->alloc_base[i]) { /* remembered while a slot is free (ptr_kind) */
+            c->alloc_base[i] = (const char *)p;
+            c->alloc_bytes[i] = bytes ? bytes : 1;
+            break;
+        }
     return p;
 }
 
@@ -188,6 +207,8 @@ static void cu_free(qw_backend *b, void *p) {
     if (!p) return;
     cuda_ctx *c = cuda_enter(b);
     c->n_seen = 0; /* p, or a pointer into it, may be remembered (ptr_kind) */
+    for (int i = 0; i < 16; i++)
+        if (c->alloc_base[i] == (const char *)p) c->alloc_base[i] = NULL;
     cudaError_t e = cudaFree(p);
     if (e != cudaSuccess) qw_cuda_note_error(c, "free", cudaGetErrorString(e));
 }

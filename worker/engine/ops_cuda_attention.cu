@@ -9,6 +9,7 @@
  * masked (e^-inf = 0), and tiles wholly after a block's last query are never loaded: the causal
  * half is skipped, not computed and discarded. Head h reads kv head h / (H/G). */
 #include "ops_cuda_impl.h"
+#include "ops_cuda_kern.cuh"
 
 #include <math.h>
 
@@ -35,12 +36,7 @@ __global__ void k_flash_attention(float *out, float *lse, const float *q, const 
     float m = -INFINITY, l = 0.0f;
     for (int k0 = 0; k0 <= last; k0 += FA_BK) {
         /* the tile's keys and values of kv head g, zero past T */
-        for (int x = threadIdx.x; x < FA_BK * E; x += blockDim.x) {
-            int j = x / E, d = x % E, key = k0 + j;
-            size_t off = (size_t)key * ldk + (size_t)g * E + d;
-            Ks[j][d] = key < T ? k[off] : 0.0f;
-            Vs[j][d] = key < T ? v[off] : 0.0f;
-        }
+        qw_load_head_tiles<FA_BK, EPL * 32>(Ks, Vs, k, v, k0, T, ldk, g, E);
         __syncthreads();
         if (i < T && k0 <= i) {
             float s = -INFINITY;

@@ -60,6 +60,11 @@ typedef struct cuda_ctx {
     const void *seen[32];
     unsigned char seen_kind[32];
     int n_seen;
+    /* the backend's own allocations (the table's alloc: device memory by construction), so
+     * ptr_kind answers for a pointer into one without asking the driver: a training run
+     * state is one allocation whose many tensors would overrun the ring above */
+    const char *alloc_base[16];
+    size_t alloc_bytes[16];
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(const qw_backend *b) {
@@ -92,6 +97,21 @@ qs_status qw_cuda_flash_attention(cuda_ctx *c, float *out, float *lse, const flo
                                   qs_error *err);
 /* 1 when qw_cuda_flash_attention takes head_dim E (1..128). */
 int qw_cuda_flash_attention_fits(int E);
+/* The backward of qw_cuda_flash_attention from its lse [H x T] (ops_cuda_train_attention.cu):
+ * dq [T x H*E], dk, dv [T x G*E] overwritten, D [H x T] (scratch: each row's sum of p dp), every
+ * probability recomputed, no T x T. Queued on c's stream. Errors: QS_EINVAL (H not a multiple
+ * of G, E outside 1..128), QS_EIO (launch). */
+qs_status qw_cuda_flash_attention_backward(cuda_ctx *c, float *dq, float *dk, float *dv, float *D,
+                                           const float *dout, const float *q, const float *k,
+                                           const float *v, const float *lse, int T, int H, int G,
+                                           int E, qs_error *err);
+
+/* 1 when the host may read p directly (managed or host memory: a test's buffer, a fetch's
+ * destination), so an op writing p waits for its stream; 0 for device memory, which the host
+ * reaches only through the table. The kind is asked once per buffer (ops_cuda.cu ptr_kind). */
+int qw_cuda_host_reads(cuda_ctx *c, const void *p);
+/* 1 when p is managed memory (the host may write it once a call returns). */
+int qw_cuda_managed(cuda_ctx *c, const void *p);
 
 /* QS_OK, or QS_EIO naming `where` and the CUDA error text (also noted in c). */
 qs_status qw_cuda_status(cuda_ctx *c, cudaError_t e, const char *where, qs_error *err);

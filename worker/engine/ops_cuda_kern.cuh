@@ -85,4 +85,19 @@ static __device__ float qw_block_max256(float v, float *sh) {
     return r;
 }
 
+/* Rows r0 .. r0+R-1 of one head (its E elements at head * E of rows ld apart) of a and b into
+ * the shared tiles A and Bt [R x W], zeros past row T: the K/V (or Q/dO) tiles of the blocked
+ * attention kernels, loaded by the whole block. */
+template <int R, int W>
+static __device__ void qw_load_head_tiles(float (*A)[W], float (*Bt)[W], const float *a,
+                                          const float *b, int r0, int T, size_t ld, int head,
+                                          int E) {
+    for (int x = threadIdx.x; x < R * E; x += blockDim.x) {
+        int r = x / E, d = x % E, row = r0 + r;
+        size_t off = (size_t)row * ld + (size_t)head * E + d;
+        A[r][d] = row < T ? a[off] : 0.0f;
+        Bt[r][d] = row < T ? b[off] : 0.0f;
+    }
+}
+
 #endif

@@ -22,9 +22,24 @@ static cuda_ctx *ctx_or_err(qw_backend *b, qs_error *err) {
     return cuda_enter(b); /* the backend's device current in this thread (ops_cuda_impl.h) */
 }
 
-static qs_status done(cuda_ctx *c, const char *where, qs_error *err) {
+/* The one place this file waits for the stream: the host is about to read (or overwrite) memory
+ * that queued work writes (or reads). Each call names that read in a comment; ctest
+ * engine_cuda_train_syncs counts them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
+/* An op is queued on the backend's stream and returns: the stream's order keeps the ops in
+ * sequence, and a kernel's execution error surfaces at the next wait (a fetch into host memory,
+ * sumsq, qw_backend_cuda_check) under that wait's name. It waits only when an output is memory
+ * the host may read directly (managed or host: the GPU tests' buffers), as the evaluation's ops
+ * do (ops_cuda.cu). */
+static qs_status done(cuda_ctx *c, const char *where, qs_error *err, const void *out,
+                      const void *out2 = NULL, const void *out3 = NULL) {
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess && (qw_cuda_host_reads(c, out) || qw_cuda_host_reads(c, out2) ||
+                             qw_cuda_host_reads(c, out3)))
+        e = host_wait(c); /* host read: an output in managed or host memory */
     return qw_cuda_status(c, e, where, err);
 }
 
@@ -60,7 +75,7 @@ extern "C" qs_status qw_cuda_train_embedding_forward(qw_backend *b, float *out,
                                                      int N, int D, qs_error *err) {
     CTX;
     k_emb_fwd<<<qw_grid_of((size_t)N * D, 256), 256, 0, c->stream>>>(out, tokens, emb, N, D);
-    return done(c, "embedding forward", err);
+    return done(c, "embedding forward", err, out);
 }
 
 extern "C" qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb, const float *dout,
@@ -68,7 +83,7 @@ extern "C" qs_status qw_cuda_train_embedding_backward(qw_backend *b, float *demb
                                                       qs_error *err) {
     CTX;
     k_emb_bwd<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(demb, dout, tokens, N, D);
-    return done(c, "embedding backward", err);
+    return done(c, "embedding backward", err, demb);
 }
 
 /* ---------------------------------------------------------------- RMSNorm */
@@ -121,7 +136,7 @@ extern "C" qs_status qw_cuda_rmsnorm_forward(qw_backend *b, float *out, float *r
     CTX;
     if (!(w = qw_cuda_vector(c, w, (size_t)D))) return qw_backend_cuda_check(b, err);
     k_rms_fwd<<<(unsigned)N, 256, 0, c->stream>>>(out, rstd, x, w, D, eps);
-    return done(c, "rmsnorm forward", err);
+    return done(c, "rmsnorm forward", err, out, rstd);
 }
 
 extern "C" qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, float *dw,
@@ -131,7 +146,7 @@ extern "C" qs_status qw_cuda_train_rmsnorm_backward(qw_backend *b, float *dx, fl
     CTX;
     k_rms_bwd_dx<<<(unsigned)N, 256, 0, c->stream>>>(dx, dout, x, w, rstd, D);
     k_rms_bwd_dw<<<(unsigned)((D + 127) / 128), 128, 0, c->stream>>>(dw, dout, x, rstd, N, D);
-    return done(c, "rmsnorm backward", err);
+    return done(c, "rmsnorm backward", err, dx, dw);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -163,7 +178,7 @@ extern "C" qs_status qw_cuda_rope_forward(qw_backend *b, float *x, const float *
         return qw_backend_cuda_check(b, err);
     size_t n = (size_t)B * T * nh * (E / 2);
     k_rope_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x, cosb, sinb, B * T, T, nh, E, 0);
-    return done(c, "rope forward", err);
+    return done(c, "rope forward", err, x);
 }
 
 extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
@@ -172,118 +187,44 @@ extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const
     CTX;
     size_t n = (size_t)B * T * nh * (E / 2);
     k_rope_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(dx, cosb, sinb, B * T, T, nh, E, 1);
-    return done(c, "rope backward", err);
+    return done(c, "rope backward", err, dx);
 }
 
 /* ---------------------------------------------------------------- attention */
 
-/* dS = P (dP - rowsum(P dP)) * scale, zero above the diagonal; rows of [rows x T]. */
-__global__ void k_softmax_bwd(float *dS, const float *P, int T, float scale) {
-    __shared__ double sh[256];
-    int t = blockIdx.x % T;
-    float *d = dS + (size_t)blockIdx.x * T;
-    const float *p = P + (size_t)blockIdx.x * T;
-    double acc = 0.0;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x)
-        acc += (double)d[j] * p[j];
-    float a = (float)qw_block_sum256(acc, sh);
-    for (int j = threadIdx.x; j < T; j += blockDim.x)
-        d[j] = j <= t ? p[j] * (d[j] - a) * scale : 0.0f;
-}
-
-extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *probs,
+/* Blocked causal attention, FlashAttention-2 style: the evaluation's forward kernel
+ * (qw_cuda_flash_attention, ops_cuda_attention.cu) per sequence, saving each row's logsumexp
+ * where the probabilities were (saved [B x H x T], qw_train_attention_saved_floats), and the
+ * backward recomputing the probabilities from it (ops_cuda_train_attention.cu); neither
+ * writes T x T, and neither computes a tile above the diagonal. */
+extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *saved,
                                                      const float *q, const float *k, const float *v,
                                                      int B, int T, int H, int G, int E,
                                                      qs_error *err) {
     CTX;
-    int rep = H / G, HE = H * E, GE = G * E;
-    float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
-    long long sT = (long long)T * T;
+    size_t sq = (size_t)T * H * E, sk = (size_t)T * G * E, sl = (size_t)H * T;
     qs_status st = QS_OK;
     for (int bb = 0; bb < B && st == QS_OK; bb++)
-        for (int j = 0; j < rep && st == QS_OK; j++) {
-            const float *qb = q + (size_t)bb * T * HE + (size_t)j * E;
-            const float *kb = k + (size_t)bb * T * GE;
-            float *Pb = probs + ((size_t)bb * H + j) * sT;
-            /* S_h = scale Q_h K_g^T for h = g*rep + j, batched over g. */
-            st = blas(c,
-                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &scale,
-                                                kb, GE, E, qb, HE, (long long)rep * E, &zero, Pb, T,
-                                                (long long)rep * sT, G),
-                      "attention scores", err);
-        }
-    if (st != QS_OK) return st;
-    qw_cuda_causal_softmax(c, probs, (size_t)B * H * T, T); /* the evaluation's kernel */
-    for (int bb = 0; bb < B && st == QS_OK; bb++)
-        for (int j = 0; j < rep && st == QS_OK; j++) {
-            const float *vb = v + (size_t)bb * T * GE;
-            const float *Pb = probs + ((size_t)bb * H + j) * sT;
-            float *ob = out + (size_t)bb * T * HE + (size_t)j * E;
-            /* O_h = P_h V_g. */
-            st = blas(c,
-                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one,
-                                                vb, GE, E, Pb, T, (long long)rep * sT, &zero, ob,
-                                                HE, (long long)rep * E, G),
-                      "attention output", err);
-        }
-    if (st != QS_OK) return st;
-    return done(c, "attention forward", err);
+        st = qw_cuda_flash_attention(c, out + bb * sq, saved + bb * sl, q + bb * sq, k + bb * sk,
+                                     v + bb * sk, T, H, G, E, err);
+    return st != QS_OK ? st : done(c, "attention forward", err, out, saved);
 }
 
+/* dscratch: each row's D of one sequence [H x T], reused sequence after sequence (the stream
+ * orders them). */
 extern "C" qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk,
                                                       float *dv, float *dscratch, const float *dout,
                                                       const float *q, const float *k,
-                                                      const float *v, const float *probs, int B,
+                                                      const float *v, const float *saved, int B,
                                                       int T, int H, int G, int E, qs_error *err) {
     CTX;
-    int rep = H / G, HE = H * E, GE = G * E;
-    float scale = (float)(1.0 / sqrt((double)E)), one = 1.0f, zero = 0.0f;
-    long long sT = (long long)T * T;
+    size_t sq = (size_t)T * H * E, sk = (size_t)T * G * E, sl = (size_t)H * T;
     qs_status st = QS_OK;
-    for (int bb = 0; bb < B && st == QS_OK; bb++) {
-        const float *kb = k + (size_t)bb * T * GE, *vb = v + (size_t)bb * T * GE;
-        float *dkb = dk + (size_t)bb * T * GE, *dvb = dv + (size_t)bb * T * GE;
-        const float *Pb = probs + (size_t)bb * H * sT;
-        /* dP_h = dO_h V_g^T into dscratch [H x T x T], batched over g per j. */
-        for (int j = 0; j < rep && st == QS_OK; j++)
-            st = blas(c,
-                      cublasSgemmStridedBatched(
-                          c->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, E, &one, vb, GE, E,
-                          dout + (size_t)bb * T * HE + (size_t)j * E, HE, (long long)rep * E, &zero,
-                          dscratch + (size_t)j * sT, T, (long long)rep * sT, G),
-                      "attention dP", err);
-        if (st != QS_OK) break;
-        k_softmax_bwd<<<(unsigned)((size_t)H * T), 256, 0, c->stream>>>(dscratch, Pb, T, scale);
-        for (int j = 0; j < rep && st == QS_OK; j++) {
-            const float *dSj = dscratch + (size_t)j * sT, *Pj = Pb + (size_t)j * sT;
-            const float *qj = q + (size_t)bb * T * HE + (size_t)j * E;
-            const float *doj = dout + (size_t)bb * T * HE + (size_t)j * E;
-            float *dqj = dq + (size_t)bb * T * HE + (size_t)j * E;
-            float beta = j == 0 ? 0.0f : 1.0f; /* dk, dv overwritten, then heads added in order */
-            /* dQ_h = dS_h K_g */
-            st = blas(c,
-                      cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, E, T, T, &one,
-                                                kb, GE, E, dSj, T, (long long)rep * sT, &zero, dqj,
-                                                HE, (long long)rep * E, G),
-                      "attention dQ", err);
-            /* dK_g += dS_h^T Q_h */
-            if (st == QS_OK)
-                st = blas(c,
-                          cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, E, T, T,
-                                                    &one, qj, HE, (long long)rep * E, dSj, T,
-                                                    (long long)rep * sT, &beta, dkb, GE, E, G),
-                          "attention dK", err);
-            /* dV_g += P_h^T dO_h */
-            if (st == QS_OK)
-                st = blas(c,
-                          cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, E, T, T,
-                                                    &one, doj, HE, (long long)rep * E, Pj, T,
-                                                    (long long)rep * sT, &beta, dvb, GE, E, G),
-                          "attention dV", err);
-        }
-    }
-    if (st != QS_OK) return st;
-    return done(c, "attention backward", err);
+    for (int bb = 0; bb < B && st == QS_OK; bb++)
+        st = qw_cuda_flash_attention_backward(c, dq + bb * sq, dk + bb * sk, dv + bb * sk, dscratch,
+                                              dout + bb * sq, q + bb * sq, k + bb * sk,
+                                              v + bb * sk, saved + bb * sl, T, H, G, E, err);
+    return st != QS_OK ? st : done(c, "attention backward", err, dq, dk, dv);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */
@@ -308,7 +249,7 @@ extern "C" qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float
                                             size_t n, qs_error *err) {
     CTX;
     k_swiglu_fwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(h, g, u, n);
-    return done(c, "swiglu forward", err);
+    return done(c, "swiglu forward", err, h);
 }
 
 extern "C" qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, float *du,
@@ -316,7 +257,7 @@ extern "C" qs_status qw_cuda_train_swiglu_backward(qw_backend *b, float *dg, flo
                                                    size_t n, qs_error *err) {
     CTX;
     k_swiglu_bwd_t<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(dg, du, dh, g, u, n);
-    return done(c, "swiglu backward", err);
+    return done(c, "swiglu backward", err, dg, du);
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
@@ -356,7 +297,7 @@ extern "C" qs_status qw_cuda_train_crossentropy_forward(qw_backend *b, float *lo
                                                         qs_error *err) {
     CTX;
     k_ce_fwd<<<(unsigned)N, 256, 0, c->stream>>>(logits, losses, targets, V);
-    return done(c, "crossentropy forward", err);
+    return done(c, "crossentropy forward", err, logits, losses);
 }
 
 extern "C" qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *probs,
@@ -364,7 +305,7 @@ extern "C" qs_status qw_cuda_train_crossentropy_backward(qw_backend *b, float *p
                                                          float scale, qs_error *err) {
     CTX;
     k_ce_bwd<<<(unsigned)N, 256, 0, c->stream>>>(probs, targets, V, scale);
-    return done(c, "crossentropy backward", err);
+    return done(c, "crossentropy backward", err, probs);
 }
 
 /* ---------------------------------------------------------------- linear */
@@ -378,7 +319,7 @@ extern "C" qs_status qw_cuda_train_linear_forward(qw_backend *b, float *y, const
                         cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, &one, W, in, x,
                                     in, &zero, y, out),
                         "linear forward", err);
-    return st != QS_OK ? st : done(c, "linear forward", err);
+    return st != QS_OK ? st : done(c, "linear forward", err, y);
 }
 
 extern "C" qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int dx_accumulate,
@@ -400,7 +341,7 @@ extern "C" qs_status qw_cuda_train_linear_backward(qw_backend *b, float *dx, int
                   cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, &one, x, in, dy, out,
                               &one, dW, in),
                   "linear wgrad", err);
-    return st != QS_OK ? st : done(c, "linear backward", err);
+    return st != QS_OK ? st : done(c, "linear backward", err, dx, dW);
 }
 
 /* ---------------------------------------------------------------- the table's training rest */
@@ -413,18 +354,22 @@ extern "C" qs_status qw_cuda_train_copy(qw_backend *b, void *dst, const void *sr
     CTX;
     /* cudaMemcpyDefault: the direction from the pointers (unified addressing), so one function
        is the table's upload, fetch and copy */
-    qs_status st = QS_OK;
-    if (bytes)
-        st = qw_cuda_status(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream),
-                            "copy", err);
-    return st != QS_OK ? st : done(c, "copy", err);
+    if (!bytes) return QS_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream);
+    /* a device-to-device copy is queued like an op. A fetch waits: the host reads dst next. An
+     * upload from pageable host memory does not: cudaMemcpyAsync stages pageable memory before
+     * it returns (CUDA Runtime API, "API synchronization behavior"); from managed memory, which
+     * the host may write next, it waits. */
+    if (e == cudaSuccess && (qw_cuda_host_reads(c, dst) || qw_cuda_managed(c, src)))
+        e = host_wait(c); /* host read: a fetch's destination, or a managed source */
+    return qw_cuda_status(c, e, "copy", err);
 }
 
 extern "C" qs_status qw_cuda_train_zero(qw_backend *b, void *p, size_t bytes, qs_error *err) {
     CTX;
     qs_status st = QS_OK;
     if (bytes) st = qw_cuda_status(c, cudaMemsetAsync(p, 0, bytes, c->stream), "zero", err);
-    return st != QS_OK ? st : done(c, "zero", err);
+    return st != QS_OK ? st : done(c, "zero", err, p);
 }
 
 static __global__ void k_tr_add(float *out, const float *x, const float *y, size_t n) {
@@ -437,7 +382,7 @@ extern "C" qs_status qw_cuda_train_add(qw_backend *b, float *out, const float *x
                                        size_t n, qs_error *err) {
     CTX;
     k_tr_add<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(out, x, y, n);
-    return done(c, "add", err);
+    return done(c, "add", err, out);
 }
 
 extern "C" qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float *A,
@@ -449,7 +394,7 @@ extern "C" qs_status qw_cuda_train_gemm_abt(qw_backend *b, float *C, const float
                         cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Ncol, M, K, &one, Bm, K, A,
                                     K, &beta, C, Ncol),
                         "gemm_abt", err);
-    return st != QS_OK ? st : done(c, "gemm_abt", err);
+    return st != QS_OK ? st : done(c, "gemm_abt", err, C);
 }
 
 /* Both inputs of gemm_abt_bf16 to BF16: exact for the BF16-exact values the caller promises
@@ -499,7 +444,7 @@ extern "C" qs_status qw_cuda_train_gemm_abt_bf16(qw_backend *b, float *C, const 
                            st == QS_OK ? err : &e2);
         if (st == QS_OK) st = r;
     }
-    return st != QS_OK ? st : done(c, "gemm_abt_bf16", err);
+    return st != QS_OK ? st : done(c, "gemm_abt_bf16", err, C);
 }
 
 static __global__ void k_tr_transpose(float *dst, const float *src, int rows, int cols) {
@@ -514,7 +459,7 @@ extern "C" qs_status qw_cuda_train_transpose(qw_backend *b, float *dst, const fl
     CTX;
     k_tr_transpose<<<qw_grid_of((size_t)rows * cols, 256), 256, 0, c->stream>>>(dst, src, rows,
                                                                                 cols);
-    return done(c, "transpose", err);
+    return done(c, "transpose", err, dst);
 }
 
 /* qw_round_bf16, bit for bit: RNE, Inf saturated to +-max finite, NaN to 0x7FC0. */
@@ -535,7 +480,7 @@ static __global__ void k_tr_round_bf16(float *x, size_t n) {
 extern "C" qs_status qw_cuda_train_round_bf16(qw_backend *b, float *x, size_t n, qs_error *err) {
     CTX;
     k_tr_round_bf16<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(x, n);
-    return done(c, "round_bf16", err);
+    return done(c, "round_bf16", err, x);
 }
 
 /* The RHT on the device for both tile sizes the recipes use (kernels/cuda qk_cuda_rht: qk_rht's
@@ -545,7 +490,7 @@ extern "C" qs_status qw_cuda_train_rht(qw_backend *b, float *x, size_t rows, siz
                                        uint64_t seed, qs_error *err) {
     CTX;
     qs_status st = qk_cuda_rht(x, rows, k, d, seed, 0, c->stream, err);
-    return st != QS_OK ? st : done(c, d == 16 ? "rht16" : "rht32", err);
+    return st != QS_OK ? st : done(c, d == 16 ? "rht16" : "rht32", err, x);
 }
 
 /* On the device (qk_cuda_fake_quant has every format); what it refuses (the options
@@ -557,28 +502,19 @@ extern "C" qs_status qw_cuda_train_fake_quant(qw_backend *b, const qk_format *fm
     CTX;
     qs_error e2 = {};
     qs_status st = qk_cuda_fake_quant(fmt, opt, x, rows, k, c->stream, &e2);
-    if (st == QS_EUNSUPPORTED) {
-        if ((st = done(c, "fake quant", err)) != QS_OK) return st;
+    if (st == QS_EUNSUPPORTED) /* stream-ordered fetch, CPU quantizer, upload, waited there */
         return qw_cuda_host_fake_quant(c, fmt, opt, x, rows, k, err);
-    }
     if (st != QS_OK) return qs_error_set(err, st, "%s", e2.msg);
-    return done(c, "fake quant", err);
+    return done(c, "fake quant", err, x);
 }
 
 #ifdef QW_HAVE_QK_GEMM
 #include "cublaslt_layout.h"
+#include "qk_cuda_fp8.h"
 #include "qk_gemm.h"
 
-/* The block-scaled GEMM type of a recipe format, 0 for one qk_gemm has none of. */
-static int tr_fp4_type(const qk_format *f, qk_gemm_type *t) {
-    const char *n = f ? qk_format_name(f) : "";
-    if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
-        *t = QK_GEMM_NVFP4;
-    else if (!strcmp(n, "mxfp4"))
-        *t = QK_GEMM_MXFP4;
-    else
-        return 0;
-    return 1;
+extern "C" {
+#include "quant_gemm_route.h"
 }
 
 static size_t tr_up256(size_t n) {
@@ -605,6 +541,46 @@ static qs_status tr_quant_operand(cuda_ctx *c, const qk_format *f, const qk_quan
     return QS_OK;
 }
 
+/* C = A B^T + beta C on cuBLASLt's FP8 tensor cores: each operand quantized on the device to
+ * E4M3 codes [rows x K rounded up to 16] (zero codes in the padding, which add nothing) with
+ * its decode scale on the device, passed as the GEMM's A/B scale pointer. */
+static qs_status tr_fp8_gemm(cuda_ctx *c, qk_gemm *g, float *C, const float *A,
+                             const qk_format *fa, const qk_quant_options *oa, const float *Bm,
+                             const qk_format *fb, const qk_quant_options *ob, int M, int Ncol,
+                             int K, float beta, qk_gemm_path *p, qs_error *err) {
+    size_t ld = ((size_t)K + 15) / 16 * 16;
+    size_t na = tr_up256((size_t)M * ld), nb = tr_up256((size_t)Ncol * ld);
+    size_t ns = 2 * QK_CUDA_FP8_SCALE_FLOATS * sizeof(float);
+    uint8_t *mem = NULL;
+    qs_status st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, na + nb + ns, c->stream),
+                                  "gemm_abt_quant: fp8 operand buffers", err);
+    if (st != QS_OK) return st;
+    float *sa = (float *)(mem + na + nb), *sb = sa + QK_CUDA_FP8_SCALE_FLOATS;
+    st = qk_cuda_quantize_fp8_async(fa, oa, A, (size_t)M, (size_t)K, ld, mem, sa, c->stream, err);
+    if (st == QS_OK)
+        st = qk_cuda_quantize_fp8_async(fb, ob, Bm, (size_t)Ncol, (size_t)K, ld, mem + na, sb,
+                                        c->stream, err);
+    qk_gemm_operand x, w;
+    memset(&x, 0, sizeof x);
+    memset(&w, 0, sizeof w);
+    x.type = w.type = QK_GEMM_FP8_E4M3;
+    x.data = mem;
+    w.data = mem + na;
+    x.ld = w.ld = ld;
+    x.tensor_scale = w.tensor_scale = 1.0f;
+    x.d_tensor_scale = sa;
+    w.d_tensor_scale = sb;
+    if (st == QS_OK)
+        st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, ld, 1.0f, beta, C,
+                            QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, p, err);
+    cudaError_t fe = cudaFreeAsync(mem, c->stream);
+    if (st != QS_OK) return st;
+    return qw_cuda_status(c, fe, "gemm_abt_quant: free fp8 operand buffers", err);
+}
+
+/* The route (quant_gemm_route.h, tested on the CPU): FP4 operands block-scaled (native or
+ * emulated, as the handle chose), FP8 operands on FP8 tensor cores where the handle has the
+ * FP8 path; anything else declined, and the caller fake-quantizes. */
 extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
                                                   const qk_format *fa, const qk_quant_options *oa,
                                                   const float *Bm, const qk_format *fb,
@@ -612,16 +588,37 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
                                                   int K, float beta, int *path, qs_error *err) {
     CTX;
     qk_gemm *g = (qk_gemm *)qw_cuda_lt_gemm(c);
-    qk_gemm_type ta, tb;
-    if (!g || !tr_fp4_type(fa, &ta) || !tr_fp4_type(fb, &tb) || ta != tb || Ncol % 4 != 0 ||
-        ((uintptr_t)C & 15) != 0 || M <= 0 || Ncol <= 0 || K <= 0)
+    qk_gemm_type t = QK_GEMM_BF16;
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    qs_error why = {};
+    int run = g && ((uintptr_t)C & 15) == 0 && M > 0 && K > 0 &&
+              qw_quant_gemm_operands(fa ? qk_format_name(fa) : NULL,
+                                     fb ? qk_format_name(fb) : NULL, Ncol, &t);
+    if (run) {
+        /* the device's probe, read through the plain CUDA table (b may be a timed copy) */
+        qw_backend self = *b;
+        self.ops = qw_ops_cuda();
+        qk_gemm_probe probe;
+        int proved = qw_backend_cuda_gemm_probe(&self, &probe);
+        run = qw_quant_gemm_runs(t, qk_gemm_path_for(g, t, t, &p, &why) == QS_OK, p,
+                                 proved ? &probe : NULL);
+    }
+    if (!run)
         return qs_error_set(err, QS_EUNSUPPORTED,
                             "cuda train op: gemm_abt_quant: %s x %s, %d x %d x %d: not run here "
-                            "(cuBLASLt handle %s)",
+                            "(cuBLASLt handle %s%s%s)",
                             fa ? qk_format_name(fa) : "?", fb ? qk_format_name(fb) : "?", M, Ncol,
-                            K, g ? "present" : "absent: gemm request fp32 or bf16");
+                            K, g ? "present" : "absent: gemm request fp32 or bf16",
+                            why.msg[0] ? "; " : "", why.msg);
+    qs_status st;
+    if (t == QK_GEMM_FP8_E4M3) {
+        st = tr_fp8_gemm(c, g, C, A, fa, oa, Bm, fb, ob, M, Ncol, K, beta, &p, err);
+        if (st != QS_OK) return st;
+        if (path) *path = (int)p;
+        return done(c, "gemm_abt_quant", err, C);
+    }
     qk_lt_layout la, lb;
-    qs_status st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
+    st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
     if (st == QS_OK) st = qk_lt_layout_init(fb, (size_t)Ncol, (size_t)K, &lb, err);
     if (st != QS_OK) return st;
     /* one stream-ordered allocation: A's codes and scales, B's, the two decode scales */
@@ -633,11 +630,10 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     if (st != QS_OK) return st;
     float *d_scales = (float *)(mem + na + nb);
     qk_gemm_operand x, w;
-    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, ta, mem, d_scales, &x, err);
+    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, t, mem, d_scales, &x, err);
     if (st == QS_OK)
-        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, tb, mem + na, d_scales + 1,
+        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, t, mem + na, d_scales + 1,
                               &w, err);
-    qk_gemm_path p = QK_GEMM_PATH_FP32;
     if (st == QS_OK)
         st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, (size_t)K, 1.0f, beta, C,
                             QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, &p, err);
@@ -646,7 +642,7 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     st = qw_cuda_status(c, fe, "gemm_abt_quant: free operand buffers", err);
     if (st != QS_OK) return st;
     if (path) *path = (int)p;
-    return done(c, "gemm_abt_quant", err);
+    return done(c, "gemm_abt_quant", err, C);
 }
 #else
 extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
@@ -688,8 +684,11 @@ extern "C" qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n
     if (st != QS_OK) return st;
     double *part = (double *)c->partial.p, host[TR_SUMSQ_RANGES];
     k_tr_sumsq<<<TR_SUMSQ_RANGES, 256, 0, c->stream>>>(g, n, part);
-    cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, c->stream);
-    if ((st = done(c, "sumsq", err)) != QS_OK) return st;
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = host_wait(c); /* host read: the partial sums of the norm */
+    if ((st = qw_cuda_status(c, e, "sumsq", err)) != QS_OK) return st;
     double s = 0.0;
     for (int r = 0; r < TR_SUMSQ_RANGES; r++)
         s += host[r];
@@ -712,5 +711,5 @@ extern "C" qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g
     CTX;
     qw_adamw_hp h = {lr, wd, b1, b2, eps, c1, c2, grad_scale};
     k_tr_adamw<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, h);
-    return done(c, "adamw", err);
+    return done(c, "adamw", err, p, m, v);
 }

@@ -38,14 +38,17 @@ qs_status qw_cuda_rope_forward(qw_backend *b, float *x, const float *cosb, const
 qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cosb,
                                       const float *sinb, int B, int T, int nh, int E,
                                       qs_error *err);
-/* Causal GQA attention: out[N x H*E], probs[B x H x T x T] (zeros above the diagonal). */
-qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *probs, const float *q,
+/* Causal GQA attention, blocked (FlashAttention-2): out[N x H*E]; saved[B x H x T] each query
+ * row's logsumexp, what the backward recomputes the probabilities from (no T x T). head_dim
+ * 1..128 (QS_EINVAL otherwise). */
+qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *saved, const float *q,
                                           const float *k, const float *v, int B, int T, int H,
                                           int G, int E, qs_error *err);
-/* dq[N x H*E], dk, dv [N x G*E] overwritten; dscratch: device [H x T x T] floats. */
+/* dq[N x H*E], dk, dv [N x G*E] overwritten from the forward's saved; dscratch: device [H x T]
+ * floats. */
 qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk, float *dv,
                                            float *dscratch, const float *dout, const float *q,
-                                           const float *k, const float *v, const float *probs,
+                                           const float *k, const float *v, const float *saved,
                                            int B, int T, int H, int G, int E, qs_error *err);
 /* h[n] = silu(g) u; dg, du [n] overwritten from dh. */
 qs_status qw_cuda_swiglu_forward(qw_backend *b, float *h, const float *g, const float *u, size_t n,
