@@ -313,6 +313,48 @@ static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *ou
     return st;
 }
 
+/* Lines for the pending jobs of experiment (NULL: all) that wait for a worker on a numerics
+ * path no live worker (connected or silent) announced: the experiment's pin, or the path its
+ * grid asks for (scheduler.h qc_sched_on_path). Then one line for each live worker whose
+ * --backend auto runs on the CPU, saying why. */
+static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out, qs_error *err) {
+    qc_worker_row *w = NULL;
+    qc_path_need_row *need = NULL;
+    size_t n_w = 0, n_need = 0;
+    qs_status st = qc_store_workers(s, &w, &n_w, err);
+    if (!st) st = qc_store_pending_paths(s, experiment, &need, &n_need, err);
+    for (size_t i = 0; !st && i < n_need; i++) {
+        const char *pin = need[i].pinned[0] ? need[i].pinned : NULL;
+        qc_sched_job j = {.numerics = need[i].want[0] ? need[i].want : NULL, .pinned = &pin};
+        bool served = false;
+        for (size_t k = 0; k < n_w && !served; k++) {
+            qc_sched_worker sw = {.numerics_path = w[k].numerics_path};
+            served = (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")) &&
+                     qc_sched_on_path(&sw, &j);
+        }
+        if (served) continue;
+        char why[512];
+        if (pin)
+            snprintf(why, sizeof why, "the experiment is pinned to it: its first job ran there%s%s",
+                     j.numerics ? "; its grid asks for numerics: " : "",
+                     j.numerics ? j.numerics : "");
+        else
+            snprintf(why, sizeof why, "its grid asks for numerics: %s", j.numerics);
+        fprintf(out, "%s: %lld pending job%s waiting: no worker on path %s (%s)\n",
+                need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                pin ? pin : need[i].want, why);
+    }
+    for (size_t k = 0; !st && k < n_w; k++)
+        if (w[k].backend_note[0] &&
+            (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")))
+            fprintf(out, "worker %s: numerics path %s: --backend auto runs on the CPU: %s\n",
+                    w[k].id, w[k].numerics_path[0] ? w[k].numerics_path : "(not announced)",
+                    w[k].backend_note);
+    free(need);
+    free(w);
+    return st;
+}
+
 int qsweep_cmd_status(int argc, char **argv) {
     common_opts o = {0};
     int rc = parse_common(argc, argv, "status", status_usage, 0, &o);
@@ -334,6 +376,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     }
     if (!st && n == 0) printf("no experiments\n");
     if (!st) st = print_unfit_needs(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
+    if (!st) st = print_path_waits(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
     free(rows);
     qc_store_close(s);
     return st ? qsweep_fail("status", &err) : QS_EXIT_OK;
@@ -480,16 +523,19 @@ int qsweep_cmd_workers(int argc, char **argv) {
     if (!st) st = qc_store_workers(s, &w, &n, &err);
     qc_store_close(s);
     if (st) return qsweep_fail("workers", &err);
-    printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid", "threads",
-           "last seen", "running", "gpus");
+    printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s | %s\n", "worker", "state", "host", "pid",
+           "threads", "last seen", "running", "gpus", "numerics path");
     for (size_t i = 0; i < n; i++) {
         put_column(stdout, w[i].id, 32);
         printf(" %-9s ", w[i].state);
         put_column(stdout, w[i].host, 16);
         char gpus[2048];
         describe_gpus(w[i].gpus, gpus, sizeof gpus);
-        printf(" %8d %7d %9llds %-10s %s\n", (int)w[i].pid, (int)w[i].threads,
-               (long long)w[i].seen_s_ago, w[i].running, gpus);
+        printf(" %8d %7d %9llds %-10s %s | %s%s%s%s\n", (int)w[i].pid, (int)w[i].threads,
+               (long long)w[i].seen_s_ago, w[i].running, gpus,
+               w[i].numerics_path[0] ? w[i].numerics_path : "-",
+               w[i].backend_note[0] ? " (--backend auto on the CPU: " : "", w[i].backend_note,
+               w[i].backend_note[0] ? ")" : "");
     }
     free(w);
     return QS_EXIT_OK;
