@@ -9,7 +9,9 @@
 #     experiment_numerics; a restarted coordinator reads the pin from the store and hands the
 #     experiment's jobs to no worker of another path (an OpenBLAS worker runs a `numerics: cpu`
 #     experiment meanwhile), until a worker of the pinned path comes.
-# Usage: numerics_path_test.sh QSWEEP_BIN SOURCE_DIR
+# With MODE run instead: `qsweep run` of a `numerics: cuda` grid on this machine's CPU workers
+# stops with exit 5, saying which path its jobs wait for, and leaves them pending, unattempted.
+# Usage: numerics_path_test.sh QSWEEP_BIN SOURCE_DIR [scheduling|run]
 set -euo pipefail
 Q=$1
 SRC=$2
@@ -18,7 +20,19 @@ pg_test_setup numerics_path_test npath
 PORT=$((28000 + ($$ % 4000)))
 EP=tcp://127.0.0.1:$PORT
 pg_db_start
-tiny=("$SRC/experiments/tiny.yaml" --set 'sensitivity.quantize=[weights]')
+tiny=("$SRC/experiments/tiny.yaml" --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=2)
+if [ "${3:-scheduling}" = run ]; then
+  rc=0
+  "$Q" run "${tiny[@]}" --set name=np-run --set 'sensitivity.formats=[nvfp4]' --set +numerics=cuda \
+    --workers 1 --db "$QSWEEP_DB" >"$D/run.log" 2>&1 || rc=$?
+  [ $rc = 5 ] || fail "qsweep run of numerics: cuda on CPU workers exited $rc, want 5"
+  grep -q "8 pending jobs waiting: no worker of this run on path cuda (the grid's numerics)" "$D/run.log" ||
+    fail "qsweep run does not say which path its jobs wait for"
+  [ "$(psql_q "SELECT count(*) FROM attempts")" = 0 ] || fail "a numerics: cuda job ran on the CPU"
+  [ "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'pending'")" = 8 ] || fail "jobs not left pending"
+  echo "numerics_path_test run: ok"
+  exit 0
+fi
 succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
 wait_done() { # experiment, jobs: the limit only bounds a hang
   for _ in $(seq 1 3000); do
