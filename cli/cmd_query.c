@@ -323,16 +323,20 @@ static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out
     size_t n_w = 0, n_need = 0;
     qs_status st = qc_store_workers(s, &w, &n_w, err);
     if (!st) st = qc_store_pending_paths(s, experiment, &need, &n_need, err);
+    qc_sched_worker *sw = n_w ? calloc(n_w, sizeof *sw) : NULL;
+    const qc_sched_worker **live = n_w ? calloc(n_w, sizeof *live) : NULL;
+    if (!st && n_w && (!sw || !live)) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    size_t n_live = 0;
+    for (size_t k = 0; !st && k < n_w; k++)
+        if (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")) {
+            sw[n_live] = (qc_sched_worker){.numerics_path = w[k].numerics_path};
+            live[n_live] = &sw[n_live];
+            n_live++;
+        }
     for (size_t i = 0; !st && i < n_need; i++) {
         const char *pin = need[i].pinned[0] ? need[i].pinned : NULL;
         qc_sched_job j = {.numerics = need[i].want[0] ? need[i].want : NULL, .pinned = &pin};
-        bool served = false;
-        for (size_t k = 0; k < n_w && !served; k++) {
-            qc_sched_worker sw = {.numerics_path = w[k].numerics_path};
-            served = (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")) &&
-                     qc_sched_on_path(&sw, &j);
-        }
-        if (served) continue;
+        if (qc_sched_on_path_any(live, n_live, &j)) continue;
         char why[512];
         if (pin)
             snprintf(why, sizeof why, "the experiment is pinned to it: its first job ran there%s%s",
@@ -350,6 +354,8 @@ static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out
             fprintf(out, "worker %s: numerics path %s: --backend auto runs on the CPU: %s\n",
                     w[k].id, w[k].numerics_path[0] ? w[k].numerics_path : "(not announced)",
                     w[k].backend_note);
+    free(live);
+    free(sw);
     free(need);
     free(w);
     return st;

@@ -376,10 +376,7 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
         for (size_t i = 0; !st && i < n_paths; i++) {
             const char *pin = paths[i].pinned[0] ? paths[i].pinned : NULL;
             qc_sched_job j = {.numerics = paths[i].want[0] ? paths[i].want : NULL, .pinned = &pin};
-            bool served = false;
-            for (size_t m = 0; m < mine && !served; m++)
-                served = qc_sched_on_path(ws[m], &j);
-            if (served) continue;
+            if (qc_sched_on_path_any(ws, mine, &j)) continue;
             unfit += paths[i].n_jobs;
             int m = snprintf(msg + k, cap - k,
                              "%s%lld pending job%s waiting: no worker of this run on path %s (%s)",

@@ -71,6 +71,12 @@ bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j) {
     return !pin || !strcmp(pin, p);
 }
 
+bool qc_sched_on_path_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j) {
+    for (size_t i = 0; i < n; i++)
+        if (qc_sched_on_path(workers[i], j)) return true;
+    return false;
+}
+
 bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j) {
     if (!j->model_key || !j->model_key[0]) return false;
     for (int i = 0; i < w->n_models; i++)

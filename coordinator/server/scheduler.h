@@ -91,6 +91,10 @@ bool qc_sched_path_matches(const char *want, const char *path);
  * announced no path gets only jobs of neither request nor pin. */
 bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j);
 
+/* Whether any of the n workers is on a path j may run on (qsweep status and qsweep run name the
+ * jobs that wait for a path no worker offers). */
+bool qc_sched_on_path_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j);
+
 /* Whether any of the n workers fits j (qsweep status names the pending jobs none can ever
  * take, rather than leaving them silently pending). */
 bool qc_sched_fits_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j);

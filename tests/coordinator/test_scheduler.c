@@ -288,6 +288,9 @@ static void job_goes_only_to_a_worker_on_its_pinned_and_requested_path(void **st
     qc_sched_job *q[] = {&j};
     assert_int_equal(qc_sched_pick(&blas, q, 1, 0, NULL, NULL, NULL), -1);
     assert_int_equal(qc_sched_pick(&fixed, q, 1, 0, NULL, NULL, NULL), 0);
+    const qc_sched_worker *both[] = {&blas, &fixed}; /* what qsweep status asks */
+    assert_true(qc_sched_on_path_any(both, 2, &j));
+    assert_false(qc_sched_on_path_any(both, 1, &j));
     pin = NULL;
     j.numerics = "cuda"; /* a request: its backend's workers only, pinned or not */
     assert_true(qc_sched_on_path(&gpu, &j));
