@@ -10,7 +10,8 @@
 #     experiment's jobs to no worker of another path (an OpenBLAS worker runs a `numerics: cpu`
 #     experiment meanwhile), until a worker of the pinned path comes.
 # With MODE run instead: `qsweep run` of a `numerics: cuda` grid on this machine's CPU workers
-# stops with exit 5, saying which path its jobs wait for, and leaves them pending, unattempted.
+# stops with exit 5, saying which path its jobs wait for, and leaves them pending, unattempted;
+# and `qsweep worker --backend cuda` refuses to start in this build.
 # Usage: numerics_path_test.sh QSWEEP_BIN SOURCE_DIR [scheduling|run]
 set -euo pipefail
 Q=$1
@@ -30,6 +31,11 @@ if [ "${3:-scheduling}" = run ]; then
     fail "qsweep run does not say which path its jobs wait for"
   [ "$(psql_q "SELECT count(*) FROM attempts")" = 0 ] || fail "a numerics: cuda job ran on the CPU"
   [ "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'pending'")" = 8 ] || fail "jobs not left pending"
+  # --backend cuda in this build refuses to start (exit 2, bad input) rather than serve them on the CPU
+  rc=0
+  "$Q" worker --connect "$EP" --id cuda-w --backend cuda >"$D/cuda.log" 2>&1 || rc=$?
+  [ $rc = 2 ] || fail "qsweep worker --backend cuda without CUDA exited $rc, want 2"
+  grep -q "this build has no CUDA backend" "$D/cuda.log" || fail "--backend cuda: no reason given"
   echo "numerics_path_test run: ok"
   exit 0
 fi
