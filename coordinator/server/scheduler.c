@@ -4,6 +4,8 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "numerics_path.h"
+
 int qc_sched_compare(const void *a, const void *b) {
     const qc_sched_job *x = *(qc_sched_job *const *)a, *y = *(qc_sched_job *const *)b;
     if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
@@ -54,20 +56,13 @@ bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j) {
     return false;
 }
 
-bool qc_sched_path_matches(const char *want, const char *path) {
-    if (!strcmp(want, "any")) return true;
-    if (!strcmp(want, "cpu")) return !strcmp(path, "cpu") || !strncmp(path, "cpu-", 4);
-    if (!strcmp(want, "cuda")) return !strncmp(path, "cuda-", 5);
-    return !strcmp(want, path);
-}
-
 bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j) {
     if (j->numerics && !strcmp(j->numerics, "any")) return true;
     const char *pin = j->pinned ? *j->pinned : NULL;
     if (!j->numerics && !pin) return true;
     const char *p = w->numerics_path;
     if (!p || !*p) return false;
-    if (j->numerics && !qc_sched_path_matches(j->numerics, p)) return false;
+    if (j->numerics && !qs_numerics_path_matches(j->numerics, p)) return false;
     return !pin || !strcmp(pin, p);
 }
 

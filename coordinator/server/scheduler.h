@@ -80,14 +80,10 @@ bool qc_sched_fits(const qc_sched_worker *w, const qc_sched_job *j);
 /* Whether worker w runs j's kind: it advertised none, j has none, or j's is among them. */
 bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j);
 
-/* Whether numerics path `path` is one that request `want` names: "cpu" any path "cpu" or
- * "cpu-..." (the CPU kernel families), "cuda" any "cuda-...", "any" every path, another text
- * that path exactly. */
-bool qc_sched_path_matches(const char *want, const char *path);
-
 /* Whether worker w is on a numerics path job j may run on (the rule above): j asks for "any";
  * or j asks for nothing and its experiment is not pinned; or w announced a path that matches
- * j's request (when it has one) and equals its experiment's pin (when pinned). A worker that
+ * j's request (when it has one: common/numerics_path.h qs_numerics_path_matches) and equals
+ * its experiment's pin (when pinned). A worker that
  * announced no path gets only jobs of neither request nor pin. */
 bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j);
 

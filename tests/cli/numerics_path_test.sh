@@ -89,6 +89,13 @@ n=$(psql_q "SELECT count(DISTINCT r.job) FROM results r JOIN experiment_jobs ej 
 [ "$n" = 8 ] || fail "$n of np-first's 8 results carry backend_fallback.no_cuda_build"
 kill -TERM $a
 wait $a || true
+# its BYE stored (left_at), so no status below counts it as a live worker of the fixed path
+for _ in $(seq 1 300); do
+  [ "$(psql_q "SELECT left_at IS NOT NULL FROM workers WHERE id = 'cpu-a'")" = t ] && break
+  sleep 0.1
+done
+[ "$(psql_q "SELECT left_at IS NOT NULL FROM workers WHERE id = 'cpu-a'")" = t ] ||
+  fail "worker cpu-a is not marked left 30 s after its SIGTERM"
 
 # --- a standby coordinator: np-second pinned to the fixed path in the store (as a coordinator
 # that pinned it and stopped would leave it), then an OpenBLAS worker

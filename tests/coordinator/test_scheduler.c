@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "numerics_path.h"
 #include "scheduler.h"
 
 /* A pending CPU job without model, due at time 0. */
@@ -256,16 +257,16 @@ static void worker_a_job_failed_on_gets_it_only_after_the_others_had_their_turn(
 /* A request names a backend's paths or one path exactly. */
 static void numerics_request_matches_its_backend_or_its_path(void **state) {
     (void)state;
-    assert_true(qc_sched_path_matches("cpu", "cpu-qsweep-fixed2"));
-    assert_true(qc_sched_path_matches("cpu", "cpu-openblas-0.3.21-haswell"));
-    assert_true(qc_sched_path_matches("cpu", "cpu"));
-    assert_false(qc_sched_path_matches("cpu", "cuda-cc90-auto"));
-    assert_false(qc_sched_path_matches("cpu", "cpux"));
-    assert_true(qc_sched_path_matches("cuda", "cuda-cc100-auto"));
-    assert_false(qc_sched_path_matches("cuda", "cpu-qsweep-fixed2"));
-    assert_true(qc_sched_path_matches("cuda-cc90-auto", "cuda-cc90-auto"));
-    assert_false(qc_sched_path_matches("cuda-cc90-auto", "cuda-cc90-emulated"));
-    assert_true(qc_sched_path_matches("any", "cuda-cc90-emulated"));
+    assert_true(qs_numerics_path_matches("cpu", "cpu-qsweep-fixed2"));
+    assert_true(qs_numerics_path_matches("cpu", "cpu-openblas-0.3.21-haswell"));
+    assert_true(qs_numerics_path_matches("cpu", "cpu"));
+    assert_false(qs_numerics_path_matches("cpu", "cuda-cc90-auto"));
+    assert_false(qs_numerics_path_matches("cpu", "cpux"));
+    assert_true(qs_numerics_path_matches("cuda", "cuda-cc100-auto"));
+    assert_false(qs_numerics_path_matches("cuda", "cpu-qsweep-fixed2"));
+    assert_true(qs_numerics_path_matches("cuda-cc90-auto", "cuda-cc90-auto"));
+    assert_false(qs_numerics_path_matches("cuda-cc90-auto", "cuda-cc90-emulated"));
+    assert_true(qs_numerics_path_matches("any", "cuda-cc90-emulated"));
 }
 
 /* An experiment's jobs go to workers on its pinned path and its requested one; a job asking
