@@ -252,7 +252,9 @@ static void status_usage(FILE *out) {
         "  (pending: ready to run; waiting: on a dependency not yet succeeded), and the time\n"
         "  left at the pace of the attempts finished so far. Pending jobs that ask for GPUs\n"
         "  no registered worker has (memory per GPU, GPU count, native FP4) are named with what\n"
-        "  they need, rather than left waiting silently.\n");
+        "  they need, rather than left waiting silently; so are pending jobs waiting for a\n"
+        "  numerics path (their experiment's pin, or the grid's numerics) no live worker is on,\n"
+        "  and live workers whose --backend auto runs on the CPU, with why.\n");
 }
 
 /* Lines for the pending GPU needs of experiment (NULL: all) that no registered worker (one
