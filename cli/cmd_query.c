@@ -252,7 +252,9 @@ static void status_usage(FILE *out) {
         "  (pending: ready to run; waiting: on a dependency not yet succeeded), and the time\n"
         "  left at the pace of the attempts finished so far. Pending jobs that ask for GPUs\n"
         "  no registered worker has (memory per GPU, GPU count, native FP4) are named with what\n"
-        "  they need, rather than left waiting silently.\n");
+        "  they need, rather than left waiting silently; so are pending jobs waiting for a\n"
+        "  numerics path (their experiment's pin, or the grid's numerics) no live worker is on,\n"
+        "  and live workers whose --backend auto runs on the CPU, with why.\n");
 }
 
 /* Lines for the pending GPU needs of experiment (NULL: all) that no registered worker (one
@@ -313,6 +315,54 @@ static qs_status print_unfit_needs(qc_store *s, const char *experiment, FILE *ou
     return st;
 }
 
+/* Lines for the pending jobs of experiment (NULL: all) that wait for a worker on a numerics
+ * path no live worker (connected or silent) announced: the experiment's pin, or the path its
+ * grid asks for (scheduler.h qc_sched_on_path). Then one line for each live worker whose
+ * --backend auto runs on the CPU, saying why. */
+static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out, qs_error *err) {
+    qc_worker_row *w = NULL;
+    qc_path_need_row *need = NULL;
+    size_t n_w = 0, n_need = 0;
+    qs_status st = qc_store_workers(s, &w, &n_w, err);
+    if (!st) st = qc_store_pending_paths(s, experiment, &need, &n_need, err);
+    qc_sched_worker *sw = n_w ? calloc(n_w, sizeof *sw) : NULL;
+    const qc_sched_worker **live = n_w ? calloc(n_w, sizeof *live) : NULL;
+    if (!st && n_w && (!sw || !live)) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    size_t n_live = 0;
+    for (size_t k = 0; !st && k < n_w; k++)
+        if (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")) {
+            sw[n_live] = (qc_sched_worker){.numerics_path = w[k].numerics_path};
+            live[n_live] = &sw[n_live];
+            n_live++;
+        }
+    for (size_t i = 0; !st && i < n_need; i++) {
+        const char *pin = need[i].pinned[0] ? need[i].pinned : NULL;
+        qc_sched_job j = {.numerics = need[i].want[0] ? need[i].want : NULL, .pinned = &pin};
+        if (qc_sched_on_path_any(live, n_live, &j)) continue;
+        char why[512];
+        if (pin)
+            snprintf(why, sizeof why, "the experiment is pinned to it: its first job ran there%s%s",
+                     j.numerics ? "; its grid asks for numerics: " : "",
+                     j.numerics ? j.numerics : "");
+        else
+            snprintf(why, sizeof why, "its grid asks for numerics: %s", j.numerics);
+        fprintf(out, "%s: %lld pending job%s waiting: no worker on path %s (%s)\n",
+                need[i].experiment, (long long)need[i].n_jobs, need[i].n_jobs == 1 ? "" : "s",
+                pin ? pin : need[i].want, why);
+    }
+    for (size_t k = 0; !st && k < n_w; k++)
+        if (w[k].backend_note[0] &&
+            (!strcmp(w[k].state, "connected") || !strcmp(w[k].state, "silent")))
+            fprintf(out, "worker %s: numerics path %s: --backend auto runs on the CPU: %s\n",
+                    w[k].id, w[k].numerics_path[0] ? w[k].numerics_path : "(not announced)",
+                    w[k].backend_note);
+    free(live);
+    free(sw);
+    free(need);
+    free(w);
+    return st;
+}
+
 int qsweep_cmd_status(int argc, char **argv) {
     common_opts o = {0};
     int rc = parse_common(argc, argv, "status", status_usage, 0, &o);
@@ -334,6 +384,7 @@ int qsweep_cmd_status(int argc, char **argv) {
     }
     if (!st && n == 0) printf("no experiments\n");
     if (!st) st = print_unfit_needs(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
+    if (!st) st = print_path_waits(s, o.first < argc ? argv[o.first] : NULL, stdout, &err);
     free(rows);
     qc_store_close(s);
     return st ? qsweep_fail("status", &err) : QS_EXIT_OK;
@@ -480,16 +531,19 @@ int qsweep_cmd_workers(int argc, char **argv) {
     if (!st) st = qc_store_workers(s, &w, &n, &err);
     qc_store_close(s);
     if (st) return qsweep_fail("workers", &err);
-    printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s\n", "worker", "state", "host", "pid", "threads",
-           "last seen", "running", "gpus");
+    printf("%-32s %-9s %-16s %8s %7s %10s %-10s %s | %s\n", "worker", "state", "host", "pid",
+           "threads", "last seen", "running", "gpus", "numerics path");
     for (size_t i = 0; i < n; i++) {
         put_column(stdout, w[i].id, 32);
         printf(" %-9s ", w[i].state);
         put_column(stdout, w[i].host, 16);
         char gpus[2048];
         describe_gpus(w[i].gpus, gpus, sizeof gpus);
-        printf(" %8d %7d %9llds %-10s %s\n", (int)w[i].pid, (int)w[i].threads,
-               (long long)w[i].seen_s_ago, w[i].running, gpus);
+        printf(" %8d %7d %9llds %-10s %s | %s%s%s%s\n", (int)w[i].pid, (int)w[i].threads,
+               (long long)w[i].seen_s_ago, w[i].running, gpus,
+               w[i].numerics_path[0] ? w[i].numerics_path : "-",
+               w[i].backend_note[0] ? " (--backend auto on the CPU: " : "", w[i].backend_note,
+               w[i].backend_note[0] ? ")" : "");
     }
     free(w);
     return QS_EXIT_OK;

@@ -310,7 +310,9 @@ static qs_status reconnect(run_state *r, int *down, qs_error *err) {
 /* Whether the jobs of experiment name still pending can never run on this run's workers:
  * once every live worker of the run (ids "<host>-run<pid>-w...") has registered with the
  * coordinator (a row in workers, not "left"), no job runs, and the pending jobs are all of
- * GPU needs (qc_store_pending_needs) that none of those workers fits (qc_sched_fits_any).
+ * GPU needs (qc_store_pending_needs) that none of those workers fits (qc_sched_fits_any), or
+ * wait for a numerics path (the experiment's pin or its grid's `numerics`,
+ * qc_store_pending_paths) that none of those workers is on (qc_sched_on_path).
  * Then *stuck is set and msg (cap bytes) says what they need, as `qsweep status` does;
  * else *stuck is 0. Errors: the store's. */
 static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p, int *stuck,
@@ -339,7 +341,8 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
         if (!strcmp(w[i].state, "left") || strncmp(w[i].id, prefix, strlen(prefix)) != 0) continue;
         int ng = 0;
         qc_sched_gpus_from_json(w[i].gpus, gpus[mine], QC_SCHED_GPUS_MAX, &ng);
-        sw[mine] = (qc_sched_worker){.n_gpus = ng, .gpus = gpus[mine]};
+        sw[mine] = (qc_sched_worker){
+            .n_gpus = ng, .gpus = gpus[mine], .numerics_path = w[i].numerics_path};
         for (int g = 0; g < ng; g++)
             if (gpus[mine][g].mem_mb > biggest) biggest = gpus[mine][g].mem_mb;
         ws[mine] = &sw[mine];
@@ -366,6 +369,23 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
                          mine == 1 ? "" : "s", (long long)biggest);
             if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
         }
+        qc_path_need_row *paths = NULL;
+        size_t n_paths = 0;
+        /* an experiment's jobs share their resources and path: one reason is enough */
+        if (!unfit) st = qc_store_pending_paths(r->store, name, &paths, &n_paths, err);
+        for (size_t i = 0; !st && i < n_paths; i++) {
+            const char *pin = paths[i].pinned[0] ? paths[i].pinned : NULL;
+            qc_sched_job j = {.numerics = paths[i].want[0] ? paths[i].want : NULL, .pinned = &pin};
+            if (qc_sched_on_path_any(ws, mine, &j)) continue;
+            unfit += paths[i].n_jobs;
+            int m = snprintf(msg + k, cap - k,
+                             "%s%lld pending job%s waiting: no worker of this run on path %s (%s)",
+                             k ? "; " : "", (long long)paths[i].n_jobs,
+                             paths[i].n_jobs == 1 ? "" : "s", pin ? pin : paths[i].want,
+                             pin ? "the experiment is pinned to it" : "the grid's numerics");
+            if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
+        }
+        free(paths);
         *stuck = unfit > 0 && unfit >= p->pending;
     }
     free(ws);

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "gpu_info.h"
+#include "jobs.h"
 #include "jobs_backend.h"
 #include "loop.h"
 #include "new_file.h"
@@ -268,6 +269,12 @@ int qsweep_cmd_worker(int argc, char **argv) {
     }
     be = qw_jobs_backend_get(); /* auto: the CPU when the CUDA module cannot be loaded */
     qw_gpu_probe_native_fp4(chosen, o.n_gpus); /* native FP4 as each device proves it */
+    /* announced in HELLO: the scheduler pins each experiment to one path (scheduler.h) */
+    char npath[160];
+    qw_jobs_numerics_path(qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda, be.cc,
+                          be.gemm, qw_backend_cpu_path(), npath, sizeof npath);
+    o.numerics_path = npath;
+    o.backend_note = be.fallback;
     if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
         fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {

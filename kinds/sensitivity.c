@@ -518,13 +518,27 @@ qs_status qs_sensitivity_decode(const json_t *spec, qs_sensitivity_spec *out, qs
     out->block = out->part = -1;
     out->loo_of = QS_PARTS_BLOCK_LINEARS;
     if (!json_is_object(spec)) return qs_error_set(err, QS_EINVAL, "job spec: expected an object");
-    static const char *const keys[] = {"dataset",        "format",           "format_options",
-                                       "kind",           "metrics",          "mode",
-                                       "model",          "numerics_version", "part",
-                                       "quantize",       "leave_one_out_of", "tied_embeddings",
-                                       "resources",      "policy",           "fuse",
-                                       "method",         "method_options",   "calibration",
-                                       "reference_model", "sqnr_rows"};
+    static const char *const keys[] = {"dataset",
+                                       "format",
+                                       "format_options",
+                                       "kind",
+                                       "metrics",
+                                       "mode",
+                                       "model",
+                                       "numerics_version",
+                                       "part",
+                                       "quantize",
+                                       "leave_one_out_of",
+                                       "tied_embeddings",
+                                       "resources",
+                                       "policy",
+                                       "fuse",
+                                       "method",
+                                       "method_options",
+                                       "calibration",
+                                       "reference_model",
+                                       "sqnr_rows",
+                                       "numerics"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)spec, key, v) {

@@ -213,6 +213,9 @@ qs_status qs_spec_key(const json_t *spec, char hex[65], qs_error *err) {
     json_t *cal = json_object_get(copy, "calibration"); /* a method's token file (method.h) */
     if (json_is_object(cal)) json_object_del(cal, "path");
     json_object_del(copy, "resources");
+    /* "any" asks nothing of the path: the job computes what it computed without the key */
+    const char *numerics = json_string_value(json_object_get(copy, "numerics"));
+    if (numerics && !strcmp(numerics, "any")) json_object_del(copy, "numerics");
     char *canon = copy ? qs_spec_canonical(copy) : NULL;
     json_decref(copy);
     if (!canon) return qs_error_set(err, QS_ENOMEM, "out of memory");

@@ -20,13 +20,19 @@
  *   "resources": {"gpu_count": int, "gpu_memory_mib": int, "native_fp4": bool}   (optional;
  *                plus "gemm": "emulated" when the grid asks for the emulated FP4 GEMMs)
  *   "numerics_version": text
+ *   "numerics":  text (optional): the numerics path the job must run on, as a grid's `numerics`
+ *                key names it ("cpu", "cuda", a path such as "cpu-qsweep-fixed2", or "any");
+ *                the coordinator gives the job only to a worker on that path
+ *                (coordinator/server/scheduler.h qc_sched_on_path)
  *
  * job_key = BLAKE2b-256 (libsodium crypto_generichash, 32 bytes, as 64 lowercase hex digits)
  * of the canonical text of the spec after removing "model.path", "dataset.path",
  * "calibration.path" and a compare job's "reference_model.path" (where a file is, not what it
  * is: the digests are identity) and "resources" (where a job may run, not what
  * it computes: the engine's results are bit-identical across backends, docs/architecture.md
- * "Invariants"). */
+ * "Invariants"), and "numerics" when it is "any". A spec with another "numerics" is keyed with
+ * it: the same grid point on another path is another job; a spec without "numerics" keeps the
+ * key it had before paths were named. */
 #ifndef QS_KINDS_SPEC_H
 #define QS_KINDS_SPEC_H
 

@@ -30,6 +30,7 @@ static qs_status check_root_keys(qc_config *c, struct fy_node *root, const qc_gr
     keys[n++] = "priority";
     keys[n++] = "max_attempts";
     keys[n++] = "resources";
+    keys[n++] = "numerics";
     keys[n] = NULL;
     return qc_config_check_keys(c, root, "the grid", keys);
 }
@@ -87,6 +88,34 @@ static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *
     return QS_OK;
 }
 
+/* The optional `numerics` key (grid.h): "any", "cpu", "cuda", or one path of either backend
+ * ("cpu-..." or "cuda-...", the characters a baseline file name may hold: worker/jobs/jobs.h). A
+ * pipeline's stages name each other by job key, so its keys cannot take the path afterwards. */
+static qs_status parse_numerics(qc_config *c, struct fy_node *n, const qc_grid_kind *kind,
+                                qc_grid *g) {
+    if (!n) return QS_OK;
+    const char *v = NULL;
+    qs_status st = qc_config_string(c, n, "numerics", &v);
+    if (st) return st;
+    if (!strcmp(kind->name, "pipeline"))
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "numerics: not available in a pipeline grid (its stages name each "
+                              "other's jobs by key); the first path to run a job pins it");
+    size_t len = strlen(v);
+    bool named = !strcmp(v, "any") || !strcmp(v, "cpu") || !strcmp(v, "cuda") ||
+                 !strncmp(v, "cpu-", 4) || !strncmp(v, "cuda-", 5);
+    if (!named || len > 128 ||
+        strspn(v, "0123456789abcdefghijklmnopqrstuvwxyz"
+                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ._-") != len)
+        return qc_config_fail(c, n, QS_EINVAL,
+                              "numerics: '%s' is not a numerics path (expected any, cpu, cuda, or "
+                              "a path such as cpu-qsweep-fixed2 or cuda-cc90-auto as `qsweep "
+                              "workers` shows them: [0-9A-Za-z._-], at most 128 characters)",
+                              v);
+    if (!(g->numerics = strdup(v))) return qc_config_error(c, QS_ENOMEM, "out of memory");
+    return QS_OK;
+}
+
 static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g) {
     struct fy_node *root = qc_config_root(c);
     if (!root || !fy_node_is_mapping(root))
@@ -116,6 +145,7 @@ static qs_status parse_root(qc_config *c, const qc_grid_probe *probe, qc_grid *g
         (st = qc_config_int(c, n, "max_attempts", 1, 100, &g->max_attempts)))
         return st;
     if ((st = parse_resources(c, qc_config_lookup(root, "resources"), &g->resources))) return st;
+    if ((st = parse_numerics(c, qc_config_lookup(root, "numerics"), kind, g))) return st;
     return kind->parse(c, root, probe, g);
 }
 
@@ -177,6 +207,8 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         return qs_error_set(err, QS_EINVAL, "qc_grid_expand: NULL argument");
     memset(out, 0, sizeof *out);
     qs_status st = g->kind->expand(g, out, err);
+    for (size_t i = 0; !st && g->numerics && i < out->n; i++)
+        st = qc_job_set_numerics(&out->jobs[i], g->numerics, err);
     for (size_t i = 0; !st && !g->kind->fills_needs && i < out->n; i++) {
         qc_job *j = &out->jobs[i];
         const qc_model_facts *f = j->model < g->n_models ? &g->models[j->model].facts : NULL;
@@ -215,6 +247,7 @@ void qc_grid_free(qc_grid *g) {
     free(g->name);
     free(g->description);
     free(g->source);
+    free(g->numerics);
     free(g->dataset_path);
     free(g->metrics_json);
     free(g);

@@ -189,6 +189,9 @@ typedef struct qc_grid {
     int max_attempts;       /* >= 1 */
     qs_resources resources; /* the optional `resources` key: what every job of the grid needs
                                of a worker (kinds/spec.h); recorded in each spec, not keyed */
+    char *numerics; /* the optional `numerics` key: the path every job runs on ("cpu", "cuda",
+                       a path such as "cpu-qsweep-fixed2", or "any"); recorded in each spec as
+                       "numerics" and keyed (except "any": kinds/spec.h); NULL: none */
     const struct qc_grid_kind *kind; /* the grid kind that parsed it (grid_kind.h) */
     void *kind_data; /* what a grid kind parsed beyond the fields above (sensitivity: the map
                         of mode policy); freed by its kind */
@@ -276,5 +279,9 @@ void qc_job_list_free(qc_job_list *list);
  * canonical text without "model.path", "dataset.path" and "resources"). hex receives 64
  * lowercase hex digits and a NUL. Errors: QS_EFORMAT (spec is not a JSON object), QS_ENOMEM. */
 qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err);
+
+/* Sets job j's spec "numerics" (a grid's `numerics` key) and its job_key to match. Errors:
+ * QS_ENOMEM, those of qs_spec_key. */
+qs_status qc_job_set_numerics(qc_job *j, const char *numerics, qs_error *err);
 
 #endif

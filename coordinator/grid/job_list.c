@@ -113,3 +113,22 @@ void qc_job_list_free(qc_job_list *list) {
 qs_status qc_job_key(const char *spec_json, char hex[65], qs_error *err) {
     return qs_spec_key_text(spec_json, hex, err);
 }
+
+qs_status qc_job_set_numerics(qc_job *j, const char *numerics, qs_error *err) {
+    json_t *spec = json_loads(j->spec, 0, NULL);
+    char *text = NULL;
+    char key[65];
+    qs_status st = spec && !json_object_set_new(spec, "numerics", json_string(numerics)) &&
+                           (text = qs_spec_canonical(spec))
+                       ? qs_spec_key(spec, key, err)
+                       : qs_error_set(err, QS_ENOMEM, "out of memory");
+    json_decref(spec);
+    if (st) {
+        free(text);
+        return st;
+    }
+    free(j->spec);
+    j->spec = text;
+    memcpy(j->key, key, sizeof key);
+    return QS_OK;
+}

@@ -34,13 +34,27 @@ static job *pick(server *s, const worker *w, int64_t now, size_t head) {
                           .n_models = w->n_models,
                           .name = w->name,
                           .kinds = kinds,
-                          .n_kinds = w->n_kinds};
+                          .n_kinds = w->n_kinds,
+                          .numerics_path = w->numerics_path};
     ptrdiff_t k = qc_sched_pick(&sw, s->jobs.pending + head, s->jobs.n_pending - head, now,
                                 deps_met, s, &s->jobs.next_wake);
     return k < 0 ? NULL : (job *)s->jobs.pending[head + (size_t)k];
 }
 
+/* The first job of an experiment handed to a worker on a path pins the experiment to it
+ * (scheduler.h), durable with the attempt that starts. */
+static void pin(server *s, const worker *w, job *j) {
+    if (!j->pin || !w->numerics_path[0] || (j->numerics && !strcmp(j->numerics, "any"))) return;
+    if (!qc_srv_pin_set(j->pin, w->numerics_path)) return;
+    qc_srv_must(s, qc_store_batch_experiment_pin(s->batch, j->pin->experiment, w->numerics_path,
+                                                 &s->batch_err));
+    if (!s->quiet)
+        qc_log("experiment %lld pinned to numerics path %s (job %lld, worker %s)",
+               (long long)j->pin->experiment, w->numerics_path, (long long)j->id, w->name);
+}
+
 static void assign(server *s, worker *w, job *j) {
+    pin(s, w, j);
     qc_srv_set_state(j, J_RUNNING);
     j->attempt++;
     j->worker = w;

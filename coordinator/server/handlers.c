@@ -147,10 +147,14 @@ static void on_hello(server *s, const char *rid, size_t rid_len, const char *key
     for (size_t i = 0; i < h->n_kinds && w->n_kinds < KINDS_MAX; i++)
         if (h->kinds[i][0] && strlen(h->kinds[i]) <= KIND_MAX)
             snprintf(w->kinds[w->n_kinds++], KIND_MAX + 1, "%s", h->kinds[i]);
+    bool path_ok = strlen(h->numerics_path) <= NUMERICS_PATH_MAX && utf8_valid(h->numerics_path);
+    snprintf(w->numerics_path, sizeof w->numerics_path, "%s", path_ok ? h->numerics_path : "");
+    const char *note = utf8_valid(h->backend_note) ? h->backend_note : "";
     char *gj = json_dumps(gpus, JSON_COMPACT);
     json_decref(gpus);
-    qc_srv_must(s, qc_store_batch_worker_seen_key(s->batch, w->name, h->host, (int32_t)h->pid, gj,
-                                                  (int32_t)h->cpu_threads, key, &s->batch_err));
+    qc_srv_must(s, qc_store_batch_worker_seen_path(s->batch, w->name, h->host, (int32_t)h->pid, gj,
+                                                   (int32_t)h->cpu_threads, key, w->numerics_path,
+                                                   note, &s->batch_err));
     free(gj);
 
     job *named = h->running_job_id ? qc_srv_find_job(&s->jobs, h->running_job_id) : NULL;

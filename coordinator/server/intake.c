@@ -27,6 +27,12 @@ static void add_stored_job(server *s, const qc_stored_job *r, const qc_stored_at
     j->q.native_fp4 = r->native_fp4;
     j->q.model_key = j->model_key;
     j->q.kind = j->kind;
+    if (r->numerics && !(j->numerics = strdup(r->numerics))) abort();
+    j->q.numerics = j->numerics;
+    if (r->experiment > 0) {
+        j->pin = qc_srv_pin_get(&s->pins, r->experiment, r->pinned_path);
+        j->q.pinned = (const char *const *)&j->pin->path;
+    }
     j->max_attempts = r->max_attempts;
     j->attempts_used = r->attempts_used;
     j->attempt = (uint32_t)r->last_attempt;

@@ -32,6 +32,7 @@ void qc_srv_job_free(job *j) {
     free(j->job_key);
     free(j->trained_by);
     free(j->model_digest);
+    free(j->numerics);
     qc_srv_chunks_drop(j);
     free(j);
 }

@@ -84,6 +84,8 @@ typedef struct job {
        final RESULT recorded ("model_digest.<hex>") in this process; for a job with trained_by,
        its training job's as the store held it at load. Sent in Assign.model_digest. */
     char *model_digest;
+    char *numerics;     /* q.numerics: the path its spec asks for (owned; NULL: none) */
+    struct qc_pin *pin; /* its experiment's pin (pins.h; q.pinned points into it) */
 } job;
 
 /* Sets j->state, keeping j->q.pending in step (the only way a state changes). */

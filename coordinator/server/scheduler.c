@@ -4,6 +4,8 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "numerics_path.h"
+
 int qc_sched_compare(const void *a, const void *b) {
     const qc_sched_job *x = *(qc_sched_job *const *)a, *y = *(qc_sched_job *const *)b;
     if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
@@ -54,6 +56,22 @@ bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j) {
     return false;
 }
 
+bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j) {
+    if (j->numerics && !strcmp(j->numerics, "any")) return true;
+    const char *pin = j->pinned ? *j->pinned : NULL;
+    if (!j->numerics && !pin) return true;
+    const char *p = w->numerics_path;
+    if (!p || !*p) return false;
+    if (j->numerics && !qs_numerics_path_matches(j->numerics, p)) return false;
+    return !pin || !strcmp(pin, p);
+}
+
+bool qc_sched_on_path_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j) {
+    for (size_t i = 0; i < n; i++)
+        if (qc_sched_on_path(workers[i], j)) return true;
+    return false;
+}
+
 bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j) {
     if (!j->model_key || !j->model_key[0]) return false;
     for (int i = 0; i < w->n_models; i++)
@@ -77,7 +95,8 @@ ptrdiff_t qc_sched_pick(const qc_sched_worker *w, qc_sched_job *const *queue, si
                 *next_wake_ms = j->avoid_until_ms;
             continue;
         }
-        if (!qc_sched_runs_kind(w, j) || !qc_sched_fits(w, j) || (deps_met && !deps_met(j, ctx)))
+        if (!qc_sched_runs_kind(w, j) || !qc_sched_fits(w, j) || !qc_sched_on_path(w, j) ||
+            (deps_met && !deps_met(j, ctx)))
             continue;
         if (qc_sched_holds_model(w, j)) return (ptrdiff_t)i;
         if (first < 0) first = (ptrdiff_t)i;

@@ -9,7 +9,14 @@
  * holds, else the first, in queue order: higher priority first, then older (smaller id).
  * A worker that advertised its job kinds (HELLO kinds) gets only jobs of those kinds; a job
  * whose last attempt failed transiently on a worker goes to another one first: that worker
- * gets it only from avoid_until_ms on. */
+ * gets it only from avoid_until_ms on.
+ *
+ * Numerics paths (qc_sched_on_path), as a cluster scheduler's node constraint: a worker
+ * announces the one path its jobs run on (HELLO numerics_path: "cpu-qsweep-fixed2",
+ * "cuda-cc90-auto", ...). A job may ask for a path (its spec's "numerics": "cpu" or "cuda", any
+ * path of that backend, or one path exactly) and follows its experiment's pin (the path the
+ * experiment's first dispatched job went to, kept in experiment_numerics): it goes only to a
+ * worker whose path matches both. "any" asks for no path and follows no pin. */
 #ifndef QC_SCHEDULER_H
 #define QC_SCHEDULER_H
 
@@ -31,6 +38,10 @@ typedef struct qc_sched_job {
     const char *kind;      /* its job kind; NULL: any worker's */
     const char *avoid;     /* the worker its last attempt failed on transiently, or NULL */
     int64_t avoid_until_ms; /* until when `avoid` does not get it (same clock) */
+    const char *numerics;   /* the path its spec asks for ("cpu", "cuda", a path, "any");
+                               NULL: none (the pin alone decides) */
+    const char *const *pinned; /* where its experiment's pinned path is kept (*pinned NULL: not
+                                  pinned yet); NULL: it follows no pin */
 } qc_sched_job;
 
 /* At most this many GPUs of one worker are kept (a HELLO naming more keeps the first ones). */
@@ -53,6 +64,7 @@ typedef struct qc_sched_worker {
     const char *const *kinds; /* the job kinds it runs (n_kinds); n_kinds 0: not advertised,
                                  any kind */
     int n_kinds;
+    const char *numerics_path; /* the path its jobs run on (HELLO); NULL or "": not announced */
 } qc_sched_worker;
 
 /* Queue order for qsort over an array of qc_sched_job pointers: higher priority first,
@@ -67,6 +79,17 @@ bool qc_sched_fits(const qc_sched_worker *w, const qc_sched_job *j);
 
 /* Whether worker w runs j's kind: it advertised none, j has none, or j's is among them. */
 bool qc_sched_runs_kind(const qc_sched_worker *w, const qc_sched_job *j);
+
+/* Whether worker w is on a numerics path job j may run on (the rule above): j asks for "any";
+ * or j asks for nothing and its experiment is not pinned; or w announced a path that matches
+ * j's request (when it has one: common/numerics_path.h qs_numerics_path_matches) and equals
+ * its experiment's pin (when pinned). A worker that
+ * announced no path gets only jobs of neither request nor pin. */
+bool qc_sched_on_path(const qc_sched_worker *w, const qc_sched_job *j);
+
+/* Whether any of the n workers is on a path j may run on (qsweep status and qsweep run name the
+ * jobs that wait for a path no worker offers). */
+bool qc_sched_on_path_any(const qc_sched_worker *const *workers, size_t n, const qc_sched_job *j);
 
 /* Whether any of the n workers fits j (qsweep status names the pending jobs none can ever
  * take, rather than leaving them silently pending). */
@@ -84,9 +107,9 @@ bool qc_sched_holds_model(const qc_sched_worker *w, const qc_sched_job *j);
 typedef bool (*qc_sched_deps_fn)(const qc_sched_job *j, void *ctx);
 
 /* The job for worker w among queue[0..n) (sorted by qc_sched_compare) at time now_ms, by the
- * rule above; deps_met (NULL: no job has dependencies) is asked only of jobs that are due
- * and fit. Returns its index, or -1 when none. *next_wake_ms (when not NULL) is lowered to
- * the earliest backoff end still ahead among the pending jobs it passed over. */
+ * rule above (on_path included); deps_met (NULL: no job has dependencies) is asked only of jobs
+ * that are due and fit. Returns its index, or -1 when none. *next_wake_ms (when not NULL) is
+ * lowered to the earliest backoff end still ahead among the pending jobs it passed over. */
 ptrdiff_t qc_sched_pick(const qc_sched_worker *w, qc_sched_job *const *queue, size_t n,
                         int64_t now_ms, qc_sched_deps_fn deps_met, void *ctx,
                         int64_t *next_wake_ms);

@@ -152,6 +152,7 @@ static void drain(server *s, int64_t now) {
 static void free_server(server *s) {
     qc_srv_jobs_free(&s->jobs);
     qc_srv_workers_free(&s->workers);
+    qc_srv_pins_free(&s->pins);
     qc_srv_running_free(&s->running);
     qc_writer_stop(s->writer); /* first: it may still hold a batch */
     for (size_t i = 0; i < s->n_actions; i++)

@@ -13,6 +13,7 @@
 #include "identity.h"
 #include "job_table.h"
 #include "log.h"
+#include "pins.h"
 #include "running.h"
 #include "store.h"
 #include "workers.h"
@@ -57,6 +58,7 @@ typedef struct server {
     qc_worker_table workers; /* workers.h */
     qc_running running;      /* running.h */
     qc_owners owners;        /* identity.h */
+    qc_pin_table pins;       /* pins.h */
     bool dirty;              /* something changed that dispatch should look at */
     action *actions;         /* waiting for the open batch */
     size_t n_actions, cap_actions;

@@ -15,6 +15,8 @@ enum { RID_MAX = 255, NAME_MAX_ = 200, MODELS_MAX = 8, KEY_MAX = 127 };
 enum { CURVE_Z85 = 40 };
 /* Job kinds a worker's HELLO may advertise, and the longest name kept. */
 enum { KINDS_MAX = 64, KIND_MAX = 63 };
+/* The longest numerics path a HELLO may announce (a longer one is not kept: not announced). */
+enum { NUMERICS_PATH_MAX = 160 };
 
 struct worker {
     char rid[RID_MAX]; /* ZeroMQ routing id (the DEALER's ZMQ_ROUTING_ID) */
@@ -27,6 +29,7 @@ struct worker {
     int n_models;
     char kinds[KINDS_MAX][KIND_MAX + 1]; /* HELLO kinds; n_kinds 0: not advertised (any) */
     int n_kinds;
+    char numerics_path[NUMERICS_PATH_MAX + 1]; /* HELLO numerics_path; "": not announced */
     bool ready;
     job *job;
     int64_t last_seen;

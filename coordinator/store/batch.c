@@ -45,15 +45,16 @@ qc_store_batch *qc_store_batch_new(void) {
     b->renewed.n = 3;
     b->ended.n = 5;
     b->states.n = 5;
-    b->workers.n = 6;
+    b->workers.n = 8;
     b->alive.n = 2;
+    b->pins.n = 2;
     return b;
 }
 
 static column_group *groups(qc_store_batch *b, int i) {
-    column_group *all[] = {&b->started, &b->renewed, &b->ended,
-                           &b->states,  &b->workers, &b->alive};
-    return i < 6 ? all[i] : NULL;
+    column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states,
+                           &b->workers, &b->alive,   &b->pins};
+    return i < 7 ? all[i] : NULL;
 }
 
 void qc_store_batch_clear(qc_store_batch *b) {
@@ -81,7 +82,7 @@ void qc_store_batch_free(qc_store_batch *b) {
 
 size_t qc_store_batch_size(const qc_store_batch *b) {
     return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
-           b->workers.col[0].n + b->alive.col[0].n + b->n_final + b->n_partial +
+           b->workers.col[0].n + b->alive.col[0].n + b->pins.col[0].n + b->n_final + b->n_partial +
            (b->cancels_upto > 0);
 }
 
@@ -219,6 +220,21 @@ qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, cons
 qs_status qc_store_batch_worker_seen_key(qc_store_batch *b, const char *worker, const char *host,
                                          int32_t pid, const char *gpus_json, int32_t threads,
                                          const char *curve_key, qs_error *err) {
+    return qc_store_batch_worker_seen_path(b, worker, host, pid, gpus_json, threads, curve_key,
+                                           NULL, NULL, err);
+}
+
+qs_status qc_store_batch_worker_seen_path(qc_store_batch *b, const char *worker, const char *host,
+                                          int32_t pid, const char *gpus_json, int32_t threads,
+                                          const char *curve_key, const char *numerics_path,
+                                          const char *backend_note, qs_error *err) {
+    size_t bad_at = 0;
+    if ((numerics_path && !qc_utf8_valid(numerics_path, &bad_at)) ||
+        (backend_note && !qc_utf8_valid(backend_note, &bad_at)))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: worker %s: numerics path or backend note is not valid UTF-8 "
+                            "(byte %zu)",
+                            worker ? worker : "?", bad_at);
     if (curve_key && (strlen(curve_key) != 40 || !qc_utf8_valid(curve_key, NULL)))
         return qs_error_set(err, QS_EINVAL, "batch: worker %s: CURVE key is not 40 Z85 characters",
                             worker ? worker : "?");
@@ -244,7 +260,22 @@ qs_status qc_store_batch_worker_seen_key(qc_store_batch *b, const char *worker, 
     qc_sqlarray_text(&b->workers.col[3], gpus_json ? gpus_json : "[]");
     qc_sqlarray_int(&b->workers.col[4], threads);
     qc_sqlarray_text(&b->workers.col[5], curve_key);
+    qc_sqlarray_text(&b->workers.col[6], numerics_path && *numerics_path ? numerics_path : NULL);
+    qc_sqlarray_text(&b->workers.col[7], backend_note && *backend_note ? backend_note : NULL);
     return commit_or_undo(&b->workers, &m, "a worker", err);
+}
+
+qs_status qc_store_batch_experiment_pin(qc_store_batch *b, int64_t experiment, const char *path,
+                                        qs_error *err) {
+    size_t bad = 0;
+    if (experiment <= 0 || !path || !*path || !qc_utf8_valid(path, &bad))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: experiment %lld: pin needs an id and a non-empty UTF-8 path",
+                            (long long)experiment);
+    group_mark m = mark(&b->pins);
+    qc_sqlarray_int(&b->pins.col[0], experiment);
+    qc_sqlarray_text(&b->pins.col[1], path);
+    return commit_or_undo(&b->pins, &m, "an experiment's numerics pin", err);
 }
 
 qs_status qc_store_batch_worker_alive(qc_store_batch *b, const char *worker, bool left,

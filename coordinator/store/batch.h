@@ -20,7 +20,7 @@ typedef struct result_set {
 } result_set;
 
 /* The columns of one kind of transition; `n` columns of `col`. */
-#define MAX_COLS 6
+#define MAX_COLS 8
 typedef struct column_group {
     qc_sqlarray col[MAX_COLS];
     int n;
@@ -31,8 +31,9 @@ struct qc_store_batch {
     column_group renewed; /* job, attempt, lease_s */
     column_group ended;   /* job, attempt, outcome, error, cause */
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
-    column_group workers; /* id, host, pid, gpus, threads, curve_key */
+    column_group workers; /* id, host, pid, gpus, threads, curve_key, numerics_path, note */
     column_group alive;   /* id, left */
+    column_group pins;    /* experiment, numerics path (experiment_numerics) */
     qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
     result_set *sets; /* one per qc_store_batch_results call, in call order */

@@ -18,14 +18,24 @@
  * table by "= ANY ($1)" (that made the planner put the table's rows on the outer side of a
  * nested loop over the unnest() rows: a cost quadratic in the batch size). */
 static const char *const sql_workers =
-    "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen, curve_key) "
-    "SELECT id, host, pid, gpus::jsonb, threads, now(), now(), ck FROM ("
-    " SELECT DISTINCT ON (id) id, host, pid, gpus, threads, ck FROM unnest($1::text[], $2::text[],"
-    " $3::int[], $4::text[], $5::int[], $6::text[]) WITH ORDINALITY AS u(id, host, pid, gpus,"
-    " threads, ck, ord) ORDER BY id, ord DESC) v "
+    "INSERT INTO workers AS w (id, host, pid, gpus, threads, first_seen, last_seen, curve_key, "
+    "numerics_path, backend_note) "
+    "SELECT id, host, pid, gpus::jsonb, threads, now(), now(), ck, np, note FROM ("
+    " SELECT DISTINCT ON (id) id, host, pid, gpus, threads, ck, np, note FROM unnest($1::text[],"
+    " $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[])"
+    " WITH ORDINALITY AS u(id, host, pid, gpus, threads, ck, np, note, ord) ORDER BY id, ord DESC)"
+    " v "
     "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
     "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now(), left_at = NULL, "
-    "curve_key = COALESCE(w.curve_key, EXCLUDED.curve_key)";
+    "curve_key = COALESCE(w.curve_key, EXCLUDED.curve_key), "
+    "numerics_path = EXCLUDED.numerics_path, backend_note = EXCLUDED.backend_note";
+/* The first pin of an experiment wins (ord ascending), also against one already stored; an
+ * experiment deleted since is skipped (the join on its primary key). */
+static const char *const sql_pins =
+    "INSERT INTO experiment_numerics (experiment, path) "
+    "SELECT v.e, v.p FROM (SELECT DISTINCT ON (e) e, p FROM unnest($1::bigint[], $2::text[])"
+    " WITH ORDINALITY AS u(e, p, ord) ORDER BY e, ord) v JOIN experiments x ON x.id = v.e "
+    "ON CONFLICT (experiment) DO NOTHING";
 /* The last word on each worker wins; a worker the table does not hold (never said HELLO) is
  * skipped. */
 static const char *const sql_alive =
@@ -350,6 +360,7 @@ static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_f
         {&b->renewed, "qc_renewed", "flush: leases renewed", &stats->leases_renewed},
         {&b->ended, "qc_ended", "flush: attempts ended", &stats->attempts_ended},
         {&b->states, "qc_states", "flush: job states", &stats->jobs_changed},
+        {&b->pins, "qc_pins", "flush: experiments pinned to a numerics path", NULL},
     };
     for (size_t k = 0; k < sizeof groups_sql / sizeof groups_sql[0] && !st && transitions; k++) {
         const column_group *g = groups_sql[k].g;
@@ -416,10 +427,9 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
     static const struct {
         const char *name, *sql;
     } stmts[] = {
-        {"qc_workers", sql_workers}, {"qc_alive", sql_alive},     {"qc_started", sql_started},
-        {"qc_renewed", sql_renewed},
-        {"qc_ended", sql_ended},     {"qc_states", sql_states},   {"qc_cancels", sql_cancels},
-        {fresh_name, sql_fresh},
+        {"qc_workers", sql_workers}, {"qc_alive", sql_alive}, {"qc_started", sql_started},
+        {"qc_renewed", sql_renewed}, {"qc_ended", sql_ended}, {"qc_states", sql_states},
+        {"qc_cancels", sql_cancels}, {"qc_pins", sql_pins},   {fresh_name, sql_fresh},
     };
     const char *setup[] = {"DEALLOCATE ALL",
                            "SET random_page_cost = 1.1",

@@ -59,7 +59,8 @@ qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_erro
         "       CASE WHEN w.left_at IS NOT NULL THEN 'left'"
         "            WHEN now() - w.last_seen < make_interval(secs => $1) THEN 'connected'"
         "            WHEN now() - w.last_seen < make_interval(secs => $2) THEN 'silent'"
-        "            ELSE 'lost' END AS state"
+        "            ELSE 'lost' END AS state,"
+        "       coalesce(w.numerics_path, ''), coalesce(w.backend_note, '')"
         " FROM workers w LEFT JOIN attempts a ON a.worker = w.id AND a.outcome = 'running'"
         " GROUP BY w.id ORDER BY w.left_at IS NOT NULL, w.last_seen DESC, w.id",
         2, params, PGRES_TUPLES_OK, "workers", err);
@@ -79,6 +80,43 @@ qs_status qc_store_workers(qc_store *s, qc_worker_row **rows, size_t *n, qs_erro
         w[i].seen_s_ago = strtoll(PQgetvalue(r, i, 5), NULL, 10);
         copy_text(w[i].running, sizeof w[i].running, PQgetvalue(r, i, 6));
         copy_text(w[i].state, sizeof w[i].state, PQgetvalue(r, i, 7));
+        copy_text(w[i].numerics_path, sizeof w[i].numerics_path, PQgetvalue(r, i, 8));
+        copy_text(w[i].backend_note, sizeof w[i].backend_note, PQgetvalue(r, i, 9));
+    }
+    PQclear(r);
+    *rows = w;
+    *n = (size_t)k;
+    return QS_OK;
+}
+
+qs_status qc_store_pending_paths(qc_store *s, const char *experiment, qc_path_need_row **rows,
+                                 size_t *n, qs_error *err) {
+    *rows = NULL;
+    *n = 0;
+    const char *params[1] = {experiment};
+    PGresult *r = qc_store_params(
+        s,
+        "SELECT e.name, coalesce(en.path, ''), coalesce(j.spec ->> 'numerics', ''), count(*)"
+        " FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id"
+        " JOIN experiments e ON e.id = ej.experiment"
+        " LEFT JOIN experiment_numerics en ON en.experiment = e.id"
+        " WHERE j.state = 'pending' AND coalesce(j.spec ->> 'numerics', '') <> 'any'"
+        " AND (en.path IS NOT NULL OR j.spec ->> 'numerics' IS NOT NULL)"
+        " AND ($1::text IS NULL OR e.name = $1)"
+        " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        1, params, PGRES_TUPLES_OK, "pending numerics paths", err);
+    if (!r) return err->code;
+    int k = PQntuples(r);
+    qc_path_need_row *w = k ? calloc((size_t)k, sizeof *w) : NULL;
+    if (k && !w) {
+        PQclear(r);
+        return qs_error_set(err, QS_ENOMEM, "pending numerics paths: %d rows", k);
+    }
+    for (int i = 0; i < k; i++) {
+        copy_text(w[i].experiment, sizeof w[i].experiment, PQgetvalue(r, i, 0));
+        copy_text(w[i].pinned, sizeof w[i].pinned, PQgetvalue(r, i, 1));
+        copy_text(w[i].want, sizeof w[i].want, PQgetvalue(r, i, 2));
+        w[i].n_jobs = strtoll(PQgetvalue(r, i, 3), NULL, 10);
     }
     PQclear(r);
     *rows = w;

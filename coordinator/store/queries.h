@@ -32,6 +32,8 @@ typedef struct qc_worker_row {
     char running[512];  /* ids of the jobs it runs now, comma-separated, "-" for none */
     char state[16];     /* "connected" (seen within QC_WORKER_SILENT_S), "silent", "lost" (not
                            seen for QC_WORKER_LOST_S, no BYE), "left" (BYE or timed out) */
+    char numerics_path[192]; /* the path its HELLO announced, "" for none (schema/180) */
+    char backend_note[384];  /* why its --backend auto runs on the CPU, "" for no fallback */
 } qc_worker_row;
 
 /* A worker not seen for this long is shown "silent" (s): a hang, killed (SIGKILL), or its
@@ -57,6 +59,22 @@ typedef struct qc_need_row {
     bool native_fp4;
     int64_t n_jobs;
 } qc_need_row;
+
+/* Pending jobs by experiment and the numerics path they may run on (schema/180_numerics_pin.sql):
+ * the path the experiment is pinned to and the one its jobs' specs ask for, so `qsweep status`
+ * can name the jobs that wait for a worker on a path none offers. Experiments whose jobs ask
+ * for "any" path are left out. */
+typedef struct qc_path_need_row {
+    char experiment[256];
+    char pinned[192]; /* experiment_numerics.path, "" when not pinned */
+    char want[192];   /* the jobs' spec "numerics", "" when none */
+    int64_t n_jobs;
+} qc_path_need_row;
+
+/* The pending jobs' numerics paths of experiment (NULL: of every experiment), by experiment
+ * name. *rows is malloc'ed (free it). */
+qs_status qc_store_pending_paths(qc_store *s, const char *experiment, qc_path_need_row **rows,
+                                 size_t *n, qs_error *err);
 
 /* The pending GPU needs of experiment (NULL: of every experiment), by experiment name, then
  * need. *rows is malloc'ed (free it). */

@@ -51,8 +51,13 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         "(SELECT substr(r.name, length('model_digest.') + 1) FROM jobs t JOIN results r "
         "ON r.job = t.id WHERE t.job_key = j.spec -> 'model' ->> 'trained_by' "
         "AND t.kind = 'train' AND r.final AND r.name LIKE 'model\\_digest.%' "
-        "ORDER BY r.attempt DESC LIMIT 1) "
-        "FROM jobs j LEFT JOIN LATERAL (SELECT d.id, d.state, d.last_error FROM job_deps jd "
+        "ORDER BY r.attempt DESC LIMIT 1), "
+        /* the numerics pin it follows (schema/180_numerics_pin.sql) */
+        "COALESCE(x.e, 0), (SELECT en.path FROM experiment_numerics en WHERE en.experiment = x.e), "
+        "j.spec ->> 'numerics' "
+        "FROM jobs j LEFT JOIN LATERAL (SELECT min(ej.experiment) AS e FROM experiment_jobs ej "
+        "WHERE ej.job = j.id) x ON true LEFT JOIN LATERAL (SELECT d.id, d.state, d.last_error FROM "
+        "job_deps jd "
         "JOIN jobs d ON d.id = jd.depends_on WHERE jd.job = j.id AND d.state IN ('failed', "
         "'cancelled') ORDER BY d.id LIMIT 1) f ON true "
         "WHERE j.state IN ('pending', 'running') AND j.id > $1 ORDER BY j.id",
@@ -96,6 +101,12 @@ static qs_status load_jobs(qc_store *s, const char *after, qc_store_snapshot *ou
         }
         j->trained_by = dup_or_null(r, i, 22);
         j->trained_digest = dup_or_null(r, i, 23);
+        j->experiment = strtoll(PQgetvalue(r, i, 24), NULL, 10);
+        j->pinned_path = dup_or_null(r, i, 25);
+        j->numerics = dup_or_null(r, i, 26);
+        if (!st && ((!PQgetisnull(r, i, 25) && !j->pinned_path) ||
+                    (!PQgetisnull(r, i, 26) && !j->numerics)))
+            st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
         if (!st && ((!PQgetisnull(r, i, 22) && !j->trained_by) ||
                     (!PQgetisnull(r, i, 23) && !j->trained_digest)))
             st = qs_error_set(err, QS_ENOMEM, "load: out of memory");
@@ -204,6 +215,8 @@ void qc_store_snapshot_free(qc_store_snapshot *snap) {
         free(j->dep_failed_error);
         free(j->trained_by);
         free(j->trained_digest);
+        free(j->pinned_path);
+        free(j->numerics);
     }
     for (size_t i = 0; i < snap->n_running; i++)
         free(snap->running[i].worker);

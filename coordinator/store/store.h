@@ -279,6 +279,11 @@ typedef struct qc_stored_job {
        final metric "model_digest.<hex>", as in v_trained_models); each NULL when none (no
        trained_by; no record yet). */
     char *trained_by, *trained_digest;
+    /* The experiment whose numerics pin the job follows (the smallest id among its
+       experiments; 0: none), that experiment's pinned path (experiment_numerics, NULL: not
+       pinned) and the path its spec asks for (spec "numerics", NULL: none). */
+    int64_t experiment;
+    char *pinned_path, *numerics;
 } qc_stored_job;
 
 /* An attempt still marked running, with the worker and lease the coordinator gave it. */
@@ -389,6 +394,17 @@ qs_status qc_store_batch_worker_seen(qc_store_batch *b, const char *worker, cons
 qs_status qc_store_batch_worker_seen_key(qc_store_batch *b, const char *worker, const char *host,
                                          int32_t pid, const char *gpus_json, int32_t threads,
                                          const char *curve_key, qs_error *err);
+/* Same, with what its HELLO announced (schema/180_numerics_pin.sql): the numerics path its jobs
+ * run on and why `--backend auto` runs them on the CPU (NULL or "": none). */
+qs_status qc_store_batch_worker_seen_path(qc_store_batch *b, const char *worker, const char *host,
+                                          int32_t pid, const char *gpus_json, int32_t threads,
+                                          const char *curve_key, const char *numerics_path,
+                                          const char *backend_note, qs_error *err);
+/* experiment_numerics: pins experiment to numerics path `path` (non-empty); the first pin of an
+ * experiment stays (a later one, in this batch or stored, is ignored); an experiment deleted
+ * meanwhile is skipped. QS_EINVAL for an id <= 0 or an empty or non-UTF-8 path. */
+qs_status qc_store_batch_experiment_pin(qc_store_batch *b, int64_t experiment, const char *path,
+                                        qs_error *err);
 /* workers: last_seen = now for a worker the table holds, and left_at = now when left (it
  * said BYE or timed out), else NULL. Several of one worker in a batch: the last wins.
  * QS_EINVAL for an empty or non-UTF-8 id. */

@@ -5,7 +5,9 @@
 # QSWEEP_CPU_GEMM=openblas and OpenBLAS's Sandybridge kernels
 # ("cpu_path.cpu-openblas-<version>-sandybridge"). Each job records its path
 # (worker/jobs/jobs.c for baseline and eval jobs, worker/train/train_job.c for train jobs); the
-# two GEMMs differ in the last digits. KIND is the experiment:
+# two GEMMs differ in the last digits. The coordinator pins an experiment to the path of its
+# first job (coordinator/server/scheduler.h), so these grids say `numerics: any`, the one way
+# to run an experiment on two paths. KIND is the experiment:
 #   sweep     the tiny NVFP4 W4A16 sweep (8 jobs), scoring 64 chunks of the text (the grid has
 #             8) so a job runs long enough for worker A to be stopped between jobs; the report
 #             page, as headless Chromium renders it, must flag it too.
@@ -29,13 +31,14 @@ case "$KIND" in
 sweep) # experiment, jobs, jobs worker A must finish before it is stopped
   EXP=tiny-mixed N=8 A_MIN=2
   submit=("$SRC/experiments/tiny.yaml" --set name=$EXP --set 'sensitivity.formats=[nvfp4]'
-          --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=64)
+          --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=64 --set +numerics=any)
   ;;
 training)
   EXP=tiny-train-mixed N=2 A_MIN=1
   cat >"$D/grid.yaml" <<YAML
 name: $EXP
 kind: training
+numerics: any
 training:
   shapes: [tiny]
   dataset: {tokens: $SRC/experiments/data/gpl3.bytes.tokens, ctx: 128, val_fraction: 0.05}

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "numerics_path.h"
 #include "scheduler.h"
 
 /* A pending CPU job without model, due at time 0. */
@@ -253,6 +254,57 @@ static void worker_a_job_failed_on_gets_it_only_after_the_others_had_their_turn(
     assert_int_equal(qc_sched_pick(&w1, q, 2, 1000, NULL, NULL, NULL), 0);
 }
 
+/* A request names a backend's paths or one path exactly. */
+static void numerics_request_matches_its_backend_or_its_path(void **state) {
+    (void)state;
+    assert_true(qs_numerics_path_matches("cpu", "cpu-qsweep-fixed2"));
+    assert_true(qs_numerics_path_matches("cpu", "cpu-openblas-0.3.21-haswell"));
+    assert_true(qs_numerics_path_matches("cpu", "cpu"));
+    assert_false(qs_numerics_path_matches("cpu", "cuda-cc90-auto"));
+    assert_false(qs_numerics_path_matches("cpu", "cpux"));
+    assert_true(qs_numerics_path_matches("cuda", "cuda-cc100-auto"));
+    assert_false(qs_numerics_path_matches("cuda", "cpu-qsweep-fixed2"));
+    assert_true(qs_numerics_path_matches("cuda-cc90-auto", "cuda-cc90-auto"));
+    assert_false(qs_numerics_path_matches("cuda-cc90-auto", "cuda-cc90-emulated"));
+    assert_true(qs_numerics_path_matches("any", "cuda-cc90-emulated"));
+}
+
+/* An experiment's jobs go to workers on its pinned path and its requested one; a job asking
+ * for a path, or pinned, goes to no worker that announced none; "any" goes anywhere. */
+static void job_goes_only_to_a_worker_on_its_pinned_and_requested_path(void **state) {
+    (void)state;
+    const char *pin = NULL;
+    qc_sched_job j = job(1, 0);
+    j.pinned = &pin;
+    const qc_sched_worker fixed = {.numerics_path = "cpu-qsweep-fixed2"},
+                          blas = {.numerics_path = "cpu-openblas-0.3.21-haswell"},
+                          gpu = {.numerics_path = "cuda-cc90-auto"}, silent = {0};
+    /* not pinned, no request: any worker (its first job pins it) */
+    assert_true(qc_sched_on_path(&fixed, &j) && qc_sched_on_path(&gpu, &j));
+    assert_true(qc_sched_on_path(&silent, &j));
+    pin = "cpu-qsweep-fixed2"; /* pinned: that path alone */
+    assert_true(qc_sched_on_path(&fixed, &j));
+    assert_false(qc_sched_on_path(&blas, &j) || qc_sched_on_path(&gpu, &j));
+    assert_false(qc_sched_on_path(&silent, &j));
+    qc_sched_job *q[] = {&j};
+    assert_int_equal(qc_sched_pick(&blas, q, 1, 0, NULL, NULL, NULL), -1);
+    assert_int_equal(qc_sched_pick(&fixed, q, 1, 0, NULL, NULL, NULL), 0);
+    const qc_sched_worker *both[] = {&blas, &fixed}; /* what qsweep status asks */
+    assert_true(qc_sched_on_path_any(both, 2, &j));
+    assert_false(qc_sched_on_path_any(both, 1, &j));
+    pin = NULL;
+    j.numerics = "cuda"; /* a request: its backend's workers only, pinned or not */
+    assert_true(qc_sched_on_path(&gpu, &j));
+    assert_false(qc_sched_on_path(&fixed, &j) || qc_sched_on_path(&silent, &j));
+    pin = "cuda-cc100-auto";
+    assert_false(qc_sched_on_path(&gpu, &j));
+    j.numerics = "any"; /* neither request nor pin */
+    assert_true(qc_sched_on_path(&blas, &j) && qc_sched_on_path(&silent, &j));
+    j.pinned = NULL;
+    j.numerics = NULL; /* a job of no experiment */
+    assert_true(qc_sched_on_path(&gpu, &j) && qc_sched_on_path(&silent, &j));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(queue_order_is_priority_then_age),
@@ -269,6 +321,8 @@ int main(void) {
         cmocka_unit_test(gpus_are_read_back_from_the_stored_json),
         cmocka_unit_test(worker_gets_only_the_kinds_it_advertised),
         cmocka_unit_test(worker_a_job_failed_on_gets_it_only_after_the_others_had_their_turn),
+        cmocka_unit_test(numerics_request_matches_its_backend_or_its_path),
+        cmocka_unit_test(job_goes_only_to_a_worker_on_its_pinned_and_requested_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -543,7 +543,7 @@ static void test_unknown_kind_names_the_registered_kinds(void **state) {
                      QS_EINVAL);
     assert_non_null(strstr(err.msg, "unknown key 'training' in the grid (expected one of: name, "
                                     "description, kind, models, dataset, sensitivity, priority, "
-                                    "max_attempts, resources)"));
+                                    "max_attempts, resources, numerics)"));
 }
 
 /* A spec its job kind would refuse fails at expansion, naming the job; so does a kind the
@@ -590,6 +590,44 @@ static void test_resources_are_recorded_but_not_keyed(void **state) {
         load(e, HEAD "sensitivity: {formats: [nvfp4]}\nresources: {gpus: 2}\n", &g, &err),
         QS_EINVAL);
     assert_non_null(strstr(err.msg, ":5:13: unknown key 'gpus' in resources"));
+}
+
+/* A grid's `numerics` is recorded in every spec and keyed, except `any`, which keeps the keys
+ * of a grid without it; a value that names no path is refused at its location. */
+static void test_numerics_is_recorded_and_keyed_unless_any(void **state) {
+    env *e = *state;
+    qc_grid *g = NULL, *h = NULL, *k = NULL;
+    qc_job_list l = {0}, m = {0}, n = {0};
+    expand(e, HEAD "sensitivity: {formats: [nvfp4]}\n", &g, &l);
+    expand(e, HEAD "sensitivity: {formats: [nvfp4]}\nnumerics: cpu\n", &h, &m);
+    expand(e, HEAD "sensitivity: {formats: [nvfp4]}\nnumerics: any\n", &k, &n);
+    assert_int_equal(l.n, m.n);
+    assert_int_equal(l.n, n.n);
+    char b[256];
+    for (size_t i = 0; i < l.n; i++) {
+        assert_string_equal(field(&l.jobs[i], "numerics", b, sizeof b), "(absent)");
+        assert_string_equal(field(&m.jobs[i], "numerics", b, sizeof b), "cpu");
+        assert_string_equal(field(&n.jobs[i], "numerics", b, sizeof b), "any");
+        assert_string_not_equal(l.jobs[i].key, m.jobs[i].key);
+        assert_string_equal(l.jobs[i].key, n.jobs[i].key);
+        char again[65];
+        qs_error err = {0};
+        assert_int_equal(qc_job_key(m.jobs[i].spec, again, &err), QS_OK); /* key of its spec */
+        assert_string_equal(again, m.jobs[i].key);
+    }
+    qc_job_list_free(&l);
+    qc_job_list_free(&m);
+    qc_job_list_free(&n);
+    qc_grid_free(g);
+    qc_grid_free(h);
+    qc_grid_free(k);
+    qs_error err = {0};
+    assert_int_equal(load(e, HEAD "sensitivity: {formats: [nvfp4]}\nnumerics: gpu\n", &g, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, ":5:11: numerics: 'gpu' is not a numerics path"));
+    assert_int_equal(load(e, HEAD "sensitivity: {formats: [nvfp4]}\nnumerics: cpu-a/b\n", &g, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "numerics: 'cpu-a/b' is not a numerics path"));
 }
 
 /* The reader's typed getters a new grid kind uses, each naming file:line:column. */
@@ -645,6 +683,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_model_digest_must_match_its_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_is_recorded_in_every_eval_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resources_are_recorded_but_not_keyed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_numerics_is_recorded_and_keyed_unless_any, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_reader_numbers_and_booleans_name_their_location, setup,
                                         teardown),
     };

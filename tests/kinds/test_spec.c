@@ -91,6 +91,31 @@ static void test_eval_spec_encodes_as_before_with_the_same_key(void **state) {
     qs_sensitivity_clear(&s);
 }
 
+/* A grid's `numerics` joins the key, except "any", which asks nothing of the path: a spec
+ * without it keeps the key it had before paths were named (EVAL_KEY). */
+static void test_numerics_is_in_the_key_unless_any(void **state) {
+    (void)state;
+    qs_error err = {0};
+    char key[65], cpu[65], cuda[65];
+    json_t *o = json_loads(EVAL_TEXT, 0, NULL);
+    assert_non_null(o);
+    json_object_set_new(o, "numerics", json_string("any"));
+    assert_int_equal(qs_spec_key(o, key, &err), QS_OK);
+    assert_string_equal(key, EVAL_KEY);
+    json_object_set_new(o, "numerics", json_string("cpu"));
+    assert_int_equal(qs_spec_key(o, cpu, &err), QS_OK);
+    json_object_set_new(o, "numerics", json_string("cuda"));
+    assert_int_equal(qs_spec_key(o, cuda, &err), QS_OK);
+    assert_string_not_equal(cpu, EVAL_KEY);
+    assert_string_not_equal(cuda, EVAL_KEY);
+    assert_string_not_equal(cpu, cuda);
+    /* the worker's decoder accepts the key it carries */
+    qs_sensitivity_spec s;
+    assert_int_equal(qs_sensitivity_decode(o, &s, &err), QS_OK);
+    qs_sensitivity_clear(&s);
+    json_decref(o);
+}
+
 static void test_stored_specs_decode_and_encode_to_the_same_text(void **state) {
     (void)state;
     const char *texts[] = {BASELINE_TEXT, EVAL_TEXT};
@@ -575,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_stored_specs_decode_and_encode_to_the_same_text),
         cmocka_unit_test(test_policy_and_bos_specs_round_trip),
         cmocka_unit_test(test_key_ignores_paths_and_resources_only),
+        cmocka_unit_test(test_numerics_is_in_the_key_unless_any),
         cmocka_unit_test(test_leave_one_out_by_block_and_by_layer),
         cmocka_unit_test(test_tied_embeddings_are_recorded_in_the_spec),
         cmocka_unit_test(test_decoder_names_the_bad_field),

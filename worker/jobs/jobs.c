@@ -42,8 +42,9 @@ static qs_status parse_spec(const json_t *spec, int is_eval, job_spec *s, qs_err
 /* The result rows that say where the job ran, read after its evaluation (with cuBLASLt the
  * path is the most specific one its linears ran since qw_jobs_get_model reset the count):
  * "gemm_path.<path>" = 1 (jobs_backend.h); on CUDA "gemm_probe.<format>.<outcome>" = 1 for
- * each format the device's probe answered; "backend_fallback.cuda_unavailable" = 1 when the
- * worker's --backend auto could not use CUDA (jobs_backend.h qw_jobs_backend_set); on the CPU
+ * each format the device's probe answered; "backend_fallback.<why>" = 1 when the worker's
+ * --backend auto runs on the CPU (why: no_cuda_build, no_gpu or cuda_unavailable: jobs_backend.h
+ * qw_jobs_backend_set); on the CPU
  * also "cpu_path.<path>" = 1, the BLAS
  * and kernel family its GEMMs ran on (worker/engine/ops.h qw_backend_cpu_path, e.g.
  * "cpu_path.cpu-openblas-0.3.21-haswell"), since results differ in the last bits between
@@ -63,8 +64,11 @@ static qs_status report_backend(qw_job_ctx *ctx, const qw_model *model, qs_error
         qw_jobs_gemm_fallback_metric(status, name, sizeof name);
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
-    if (!st && qw_jobs_backend_get().fallback[0]) /* auto that could not use CUDA */
-        st = qw_job_metric(ctx, "backend_fallback.cuda_unavailable", 1.0, 0, true, err);
+    qw_jobs_backend be = qw_jobs_backend_get();
+    if (!st && be.fallback_code[0]) { /* auto that runs on the CPU, and why */
+        snprintf(name, sizeof name, "backend_fallback.%s", be.fallback_code);
+        st = qw_job_metric(ctx, name, 1.0, 0, true, err);
+    }
     if (!st && strcmp(path, "cpu") == 0) { /* the CPU's own numerics path (ops.h) */
         snprintf(name, sizeof name, "cpu_path.%s", qw_backend_cpu_path());
         st = qw_job_metric(ctx, name, 1.0, 0, true, err);

@@ -133,7 +133,15 @@ static atomic_bool set;
 
 qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err) {
     qw_jobs_backend next = *c;
-    next.fallback[0] = 0;
+    next.fallback[0] = next.fallback_code[0] = 0;
+    if (c->kind == QW_BACKEND_AUTO && !qw_backend_cuda_built()) {
+        snprintf(next.fallback, sizeof next.fallback,
+                 "this build has no CUDA backend (built without nvcc)");
+        snprintf(next.fallback_code, sizeof next.fallback_code, "no_cuda_build");
+    } else if (c->kind == QW_BACKEND_AUTO && c->device < 0) {
+        snprintf(next.fallback, sizeof next.fallback, "the worker offers no GPU");
+        snprintf(next.fallback_code, sizeof next.fallback_code, "no_gpu");
+    }
     char why[sizeof next.fallback - 64];
     const qw_cuda_module *mod = NULL;
     if (c->kind != QW_BACKEND_CPU && c->device >= 0 && qw_backend_cuda_built() &&
@@ -144,6 +152,7 @@ qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err) {
                                 "--backend auto runs on the CPU instead",
                                 why);
         snprintf(next.fallback, sizeof next.fallback, "CUDA backend not available: %s", why);
+        snprintf(next.fallback_code, sizeof next.fallback_code, "cuda_unavailable");
         fprintf(stderr, "qsweep worker: --backend auto: %s: jobs run on the CPU backend\n",
                 next.fallback);
         next.device = -1;

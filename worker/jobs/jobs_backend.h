@@ -58,8 +58,11 @@ typedef struct qw_jobs_backend {
     int n_devices;
     int devices[QW_JOBS_MAX_DEVICES];
     bool no_nccl; /* the loaded CUDA module has no NCCL ranks (qw_jobs_backend_set) */
-    /* "auto" that fell back to the CPU: why ("CUDA backend not available: ..."); "" else */
+    /* "auto" that runs on the CPU: why ("this build has no CUDA backend", "the worker offers
+       no GPU", "CUDA backend not available: ..."); "" else */
     char fallback[320];
+    /* the same as a metric name's tail: "no_cuda_build", "no_gpu", "cuda_unavailable"; "" */
+    char fallback_code[24];
 } qw_jobs_backend;
 
 /* The backend one model runs on: use_cuda, and the device when it does. */
@@ -118,8 +121,10 @@ qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in,
  * cannot be loaded (the module missing or of another ABI, the CUDA runtime refusing the driver):
  * kind "cuda" is refused, QS_EUNSUPPORTED naming why, and nothing is set, so `--backend cuda`
  * never runs a job on the CPU; kind "auto" becomes the CPU (device -1), with why in `fallback`
- * and on stderr. Without a call the choice is "auto" with no GPU offered: the CPU (a worker
- * that never said which GPUs it offers never uses one). */
+ * and on stderr. Kind "auto" in a build without CUDA, or offered no GPU, runs on the CPU too,
+ * and says which in `fallback` and `fallback_code` (the worker's HELLO and every result carry
+ * it: worker/jobs/jobs.c). Without a call the choice is "auto" with no GPU offered: the CPU (a
+ * worker that never said which GPUs it offers never uses one). */
 qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err);
 
 /* The process-wide choice (as set, or the default above). */

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "delivery.h"
 #include "job_ctx.h"
+#include "numerics_path.h"
 #include "outbox.h"
 #include "stop.h"
 #include "wlog.h"
@@ -71,6 +72,19 @@ void qw_loop_start_job(worker *w, const Qsweep__Assign *a) {
                  ctx->spec ? "not an object" : jerr.text);
         qw_loop_job_free(ctx);
         qw_loop_send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__JOB_ERROR, msg);
+        return;
+    }
+    /* a job asking for a numerics path runs only on it (common/numerics_path.h): the
+       coordinator sends none elsewhere, and a worker never computes it on another path */
+    const char *want = json_string_value(json_object_get(ctx->spec, "numerics"));
+    const char *mine = w->o->numerics_path;
+    if (want && mine && *mine && !qs_numerics_path_matches(want, mine)) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "job %lld: its spec asks for numerics path '%.100s'; this worker runs on '%.100s'",
+                 (long long)a->job_id, want, mine);
+        qw_loop_job_free(ctx);
+        qw_loop_send_failed(w, a->job_id, a->attempt, QSWEEP__FAILURE_CLASS__WORKER_ERROR, msg);
         return;
     }
     w->next_seq = 1;

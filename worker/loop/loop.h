@@ -134,6 +134,9 @@ typedef struct qw_options {
        of memory: ..."); sent in every HELLO until this process is assigned a job (proto:
        Hello.previous_exit). NULL: nothing. supervise.h restarts a worker this way itself. */
     const char *previous_worker_id, *previous_exit;
+    /* Announced in HELLO: the numerics path this worker's jobs run on (NULL: none), and why
+       `--backend auto` runs them on the CPU (NULL or "": no fallback). */
+    const char *numerics_path, *backend_note;
 } qw_options;
 
 /* A worker the coordinator keeps refusing at the handshake (its CURVE key not in the

@@ -77,6 +77,8 @@ void qw_loop_send_hello(worker *w) {
         h.previous_worker_id =
             (char *)(w->o->previous_worker_id ? w->o->previous_worker_id : w->id);
     }
+    if (w->o->numerics_path) h.numerics_path = (char *)w->o->numerics_path;
+    if (w->o->backend_note) h.backend_note = (char *)w->o->backend_note;
     const char *kinds[64];
     h.n_kinds = qw_registry_kinds(kinds, 64);
     h.kinds = (char **)kinds;

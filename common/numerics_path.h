@@ -1,0 +1,15 @@
+/* Which numerics paths a request names: the rule the coordinator's scheduler
+ * (coordinator/server/scheduler.h qc_sched_on_path) and the worker's ASSIGN check
+ * (worker/loop/attempt.c) share. A path is where a job's arithmetic runs
+ * (worker/jobs/jobs.h qw_jobs_numerics_path: "cpu-qsweep-fixed2", "cuda-cc90-auto", ...); a
+ * request is a grid's `numerics` key (docs/gpu.md "Numerics paths and baselines"). */
+#ifndef QS_NUMERICS_PATH_H
+#define QS_NUMERICS_PATH_H
+
+#include <stdbool.h>
+
+/* Whether path is one that request want names: "cpu" any path "cpu" or "cpu-..." (the CPU
+ * kernel families), "cuda" any "cuda-...", "any" every path, another text that path exactly. */
+bool qs_numerics_path_matches(const char *want, const char *path);
+
+#endif

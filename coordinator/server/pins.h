@@ -1,0 +1,35 @@
+/* The experiments' numerics pins as the coordinator holds them (coordinator/server only): one
+ * entry per experiment whose jobs it holds, with the path the experiment is pinned to
+ * (experiment_numerics, schema/180_numerics_pin.sql). Each job points at its experiment's
+ * entry, so pinning the experiment at its first dispatch pins every job of it at once
+ * (scheduler.h qc_sched_on_path). */
+#ifndef QC_SERVER_PINS_H
+#define QC_SERVER_PINS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct qc_pin {
+    int64_t experiment; /* experiments.id */
+    char *path;         /* the pinned numerics path (owned); NULL: not pinned yet */
+} qc_pin;
+
+/* Every entry, allocated one by one (a job keeps a pointer to its own). */
+typedef struct qc_pin_table {
+    qc_pin **all;
+    size_t n, cap;
+} qc_pin_table;
+
+/* The entry of experiment (added when missing); stored (NULL: none) is the path the store
+ * holds for it, taken when the entry has none yet (this process may have pinned it first, in a
+ * batch not committed when the store was read). Aborts without memory. */
+qc_pin *qc_srv_pin_get(qc_pin_table *t, int64_t experiment, const char *stored);
+
+/* Pins p to path (a copy) when it has no path yet; returns whether it did. Aborts without
+ * memory. */
+int qc_srv_pin_set(qc_pin *p, const char *path);
+
+/* Frees every entry and the table. */
+void qc_srv_pins_free(qc_pin_table *t);
+
+#endif
