@@ -12,10 +12,21 @@
 # With MODE run instead: `qsweep run` of a `numerics: cuda` grid on this machine's CPU workers
 # stops with exit 5, saying which path its jobs wait for, and leaves them pending, unattempted;
 # and `qsweep worker --backend cuda` refuses to start in this build.
-# Usage: numerics_path_test.sh QSWEEP_BIN SOURCE_DIR [scheduling|run]
+# Usage: QSWEEP_TEST_CUDA_BUILD=0|1 numerics_path_test.sh QSWEEP_BIN SOURCE_DIR [scheduling|run]
+# (1: this qsweep was built with its CUDA module, so a worker falls back for want of a GPU, not
+# of the module; a machine with a GPU skips the test, whose workers must run on the CPU).
 set -euo pipefail
 Q=$1
 SRC=$2
+if [ "${QSWEEP_TEST_CUDA_BUILD:-0}" = 1 ]; then
+  if nvidia-smi -L >/dev/null 2>&1; then
+    echo "numerics_path_test: a GPU is visible, and this test needs workers that fall back to the CPU: skipped"
+    exit 77
+  fi
+  note="the worker offers no GPU" why=no_gpu cuda_refusal="offers no GPU"
+else
+  note="this build has no CUDA backend" why=no_cuda_build cuda_refusal="this build has no CUDA backend"
+fi
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
 pg_test_setup numerics_path_test npath
 PORT=$((28000 + ($$ % 4000)))
@@ -35,7 +46,7 @@ if [ "${3:-scheduling}" = run ]; then
   rc=0
   "$Q" worker --connect "$EP" --id cuda-w --backend cuda >"$D/cuda.log" 2>&1 || rc=$?
   [ $rc = 2 ] || fail "qsweep worker --backend cuda without CUDA exited $rc, want 2"
-  grep -q "this build has no CUDA backend" "$D/cuda.log" || fail "--backend cuda: no reason given"
+  grep -q "$cuda_refusal" "$D/cuda.log" || fail "--backend cuda: no reason given"
   echo "numerics_path_test run: ok"
   exit 0
 fi
@@ -74,7 +85,6 @@ wait_done np-first 8
 fixed=cpu-qsweep-fixed2
 [ "$(pin_of np-first)" = $fixed ] || fail "np-first pinned to '$(pin_of np-first)', want $fixed"
 [ -z "$(pin_of np-cuda)" ] || fail "np-cuda pinned to '$(pin_of np-cuda)' without a job run"
-note="this build has no CUDA backend"
 w=$("$Q" workers) || fail "qsweep workers"
 echo "$w" | grep "^cpu-a " | grep -q "| $fixed (--backend auto on the CPU: $note" ||
   fail "qsweep workers: no path and fallback in the row of cpu-a: $w"
@@ -85,8 +95,8 @@ echo "$st" | grep -q "^np-cuda: 8 pending jobs waiting: no worker on path cuda (
   fail "qsweep status does not name np-cuda's missing path: $st"
 n=$(psql_q "SELECT count(DISTINCT r.job) FROM results r JOIN experiment_jobs ej ON ej.job = r.job
             JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-first' AND r.final
-            AND r.name = 'backend_fallback.no_cuda_build'")
-[ "$n" = 8 ] || fail "$n of np-first's 8 results carry backend_fallback.no_cuda_build"
+            AND r.name = 'backend_fallback.$why'")
+[ "$n" = 8 ] || fail "$n of np-first's 8 results carry backend_fallback.$why"
 kill -TERM $a
 wait $a || true
 # its BYE stored (left_at), so no status below counts it as a live worker of the fixed path
