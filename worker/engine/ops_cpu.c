@@ -354,6 +354,11 @@ static qs_status cpu_rht(qw_backend *b, float *x, size_t rows, size_t k, int d, 
     return qk_rht(x, rows, k, d, seed, 0, b->threads, err);
 }
 
+static qs_status cpu_rht_from(qw_backend *b, float *dst, const float *src, size_t rows, size_t k,
+                              int transpose, int d, uint64_t seed, float *amax, qs_error *err) {
+    return qk_rht_from(dst, src, rows, k, transpose, d, seed, b->threads, amax, err);
+}
+
 static qs_status cpu_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
                                 float *x, size_t rows, size_t k, qs_error *err) {
     (void)b;
@@ -546,6 +551,7 @@ static const qw_ops cpu_ops = {
     .adamw = cpu_adamw,
     .gemm_tt = cpu_gemm_tt,
     .round_bf16_copy = cpu_round_bf16_copy,
+    .rht_from = cpu_rht_from,
 };
 
 const qw_ops *qw_ops_cpu(void) {
