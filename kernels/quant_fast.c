@@ -7,16 +7,37 @@
  * FP8 per tensor with RNE, and the E2M1 formats (NVFP4, MXFP4) with stochastic rounding; in
  * place on row r. Per block: the amax by bits, the block scale (the reference's scale_for;
  * NVFP4 with the fast E4M3 cast and the per-call E_b table), then a branch-free element loop
- * that the compiler vectorises: qk_e2m1_rne_value / qk_e2m1_sr_value for E2M1,
- * qk_minifloat_rne_value for the others; SR bits (one Philox word an element, a block of
- * 4 words per 4 elements) are drawn before the loop from a span of up to 256 words made 16
- * Philox blocks at a time as one vector (sr_words_lanes). The value is (elem * dec) * s_dec with dec = 1 per tensor and
- * s_dec = 1 for MX, both exact, so the bits equal qk_quant_group_ref's (tested).
+ * that the compiler vectorises: qk_e2m1_rne_value / e2m1_sr_value_f32 (qk_e2m1_sr_value's
+ * value) for E2M1, qk_minifloat_rne_value for the others; SR bits (one Philox word an
+ * element, a block of 4 words per 4 elements) are drawn before the loop from a span of up to
+ * 256 words made 64 Philox blocks at a time as one vector (sr_words_lanes). The value is
+ * (elem * dec) * s_dec with dec = 1 per tensor and s_dec = 1 for MX, both exact, so the bits
+ * equal qk_quant_group_ref's (tested).
  * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
  * Statistics, when asked for, keep a copy of the chunk's input. */
-/* SR bits come QK_SR_LANES Philox blocks at a time, QK_SR_SPAN words at most per refill. */
-#define QK_SR_LANES 16
-#define QK_SR_SPAN (4 * 4 * QK_SR_LANES)
+
+/* qk_e2m1_sr_value's decision in single precision and integers, so that it vectorises:
+ * fr = (|s| - lo) / q is exact in [0, 1) (lo the grid multiple below |s|, q a power of two),
+ * fr * 2^32 is exact and below 2^32, so floor(fr * 2^32) is its truncation to 32 bits and
+ * rbits < floor(fr * 2^32) is an integer comparison. A NaN fraction (|s| = Inf) is taken as 0:
+ * such a value saturates to 6 either way. The same value for every input (tested against the
+ * reference quantizer). */
+static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
+    float a = fabsf(s);
+    float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+    float lo = floorf(a / q) * q;
+    float fr = (a - lo) / q;
+    fr = fr == fr ? fr : 0.0f;
+    uint32_t thr = (uint32_t)(fr * 0x1p32f);
+    float v = lo + (rbits < thr ? q : 0.0f);
+    v = v < 6.0f ? v : 6.0f;
+    return (s != s) ? 6.0f : copysignf(v, s);
+}
+
+/* SR bits come QK_SR_LANES Philox blocks (QK_SR_SPAN words) a refill: fewer lanes, and GCC
+ * unrolls the lane loop instead of vectorising it. */
+#define QK_SR_LANES 64
+#define QK_SR_SPAN (4 * QK_SR_LANES)
 
 /* The 4 words of each of QK_SR_LANES consecutive Philox4x32-10 blocks blk0, blk0 + 1, ...
  * of the SR stream (p's seed, tensor id and step; philox.h) into out[4 * QK_SR_LANES]: the
@@ -116,7 +137,7 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
             for (size_t i = 0; i < n; i++)
                 rb[i] = span[i0 - span0 + i];
             for (size_t i = 0; i < n; i++)
-                v[i] = (qk_e2m1_sr_value(v[i] * enc, rb[i]) * dec) * s_dec;
+                v[i] = (e2m1_sr_value_f32(v[i] * enc, rb[i]) * dec) * s_dec;
         } else if (e2m1)
             for (size_t i = 0; i < n; i++)
                 v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;
