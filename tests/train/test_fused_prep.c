@@ -1,12 +1,14 @@
 /* The CPU's fused operand preparation gives the separate passes' bits:
  * - qk_rht_from (transpose or copy, the RHT and the tensor amax in one pass) against the
- *   transpose or copy followed by qk_rht, and its amax against the largest finite |value|, for d 16 and 32,
- *   both layouts, row counts that are not a multiple of 16, NaN and +-Inf, 1 and 2 threads;
- * - a quantized linear's forward and backward (y, dx, dW) with the fused passes (the default)
+ *   transpose or copy followed by qk_rht, and its amax against the largest finite |value|,
+ *   for d 16 and 32, both layouts, row counts that are not a multiple of 16, NaN and +-Inf,
+ *   1 and 2 threads;
+ * - a quantized linear's forward and backward (y, dx, dW) with the fused passes (the default:
+ *   rht_from for the RHT'd inputs, fake_quant_into for the inputs used in their own layout)
  *   against qw_qlinear_env.unfused_prep, for every recipe, on every ISA path of the fixed-order
  *   GEMM the CPU has (forced in turn), 1 and 2 threads, with a gradient holding +-Inf and NaN;
- * - the stochastic-rounding fast path (Philox words made 16 blocks at a time) against the
- *   reference quantizer on rows whose stream index is not a multiple of 4 at the row start. */
+ * - the stochastic-rounding fast path (Philox words made 64 blocks at a time, the decision in
+ *   single precision) against the reference quantizer, rows starting inside a span of words. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,8 +183,8 @@ static void fused_linear_is_unfused_bit_for_bit(void **s) {
 
 static void sr_fast_path_is_the_reference(void **s) {
     (void)s;
-    /* k = 16 * odd and 32 * odd: rows start at stream indices not a multiple of 4 words' span
-     * boundary; 300 x 48 spans several refills of 256 words per row group */
+    /* k = 16 * odd and 32 * odd: rows start at stream indices that are not a multiple of the
+     * 256-word span; 1056 takes several refills within one row */
     static const size_t shapes[][2] = {{5, 48}, {300, 48}, {9, 96}, {3, 1056}};
     const char *fmts[] = {"nvfp4", "mxfp4"};
     for (size_t f = 0; f < 2; f++)

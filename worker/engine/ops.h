@@ -324,6 +324,11 @@ struct qw_ops {
      * (may be NULL). NULL where the backend has none (CUDA: transpose, then rht). */
     qs_status (*rht_from)(qw_backend *b, float *dst, const float *src, size_t rows, size_t k,
                           int transpose, int d, uint64_t seed, float *amax, qs_error *err);
+    /* qk_fake_quant_into: dst [rows x k] = fake_quant of src [rows x k], src unchanged, in one
+     * pass where fake_quant would follow a copy. NULL where the backend has none (CUDA). */
+    qs_status (*fake_quant_into)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                 float *dst, const float *src, size_t rows, size_t k,
+                                 qs_error *err);
 };
 
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats

@@ -365,6 +365,13 @@ static qs_status cpu_fake_quant(qw_backend *b, const qk_format *fmt, const qk_qu
     return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
 }
 
+static qs_status cpu_fake_quant_into(qw_backend *b, const qk_format *fmt,
+                                     const qk_quant_options *opt, float *dst, const float *src,
+                                     size_t rows, size_t k, qs_error *err) {
+    (void)b;
+    return qk_fake_quant_into(fmt, opt, src, dst, rows, k, NULL, err);
+}
+
 static qs_status cpu_embedding_fwd(qw_backend *b, float *out, const uint32_t *tokens,
                                    const float *emb, int N, int D, qs_error *err) {
     (void)b, (void)err;
@@ -552,6 +559,7 @@ static const qw_ops cpu_ops = {
     .gemm_tt = cpu_gemm_tt,
     .round_bf16_copy = cpu_round_bf16_copy,
     .rht_from = cpu_rht_from,
+    .fake_quant_into = cpu_fake_quant_into,
 };
 
 const qw_ops *qw_ops_cpu(void) {

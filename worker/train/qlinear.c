@@ -163,6 +163,21 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
                                    int linear, const gemm_input *in, float *buf, int K, int is_b,
                                    const float **out, int *t, int *ld, qs_error *err) {
     qw_backend *be = env->be;
+    if (spec->mode == QW_MODE_QUANT && !spec->rht && !in->transpose &&
+        be->ops->fake_quant_into && !env->unfused_prep) {
+        /* the copy and the quantization in one pass: the source is read where it lies */
+        qk_quant_options opt = quant_options(env, spec, linear, in->op);
+        double t0 = qs_clock_s();
+        qs_status st = be->ops->fake_quant_into(be, spec->fmt, &opt, buf, in->src,
+                                                (size_t)in->rows, (size_t)K, err);
+        qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
+        *out = buf;
+        *t = is_b;
+        *ld = K;
+        if (st != QS_OK)
+            return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(in->op));
+        return QS_OK;
+    }
     if (spec->mode == QW_MODE_QUANT) {
         float amax;
         int fused = spec->rht && be->ops->rht_from && !env->unfused_prep;
