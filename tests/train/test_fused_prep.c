@@ -139,9 +139,9 @@ static size_t linear_differs(qw_backend *be, const char *name, int N, int in, in
         }
         fill(res[u][2], len[2], 14, 0.5f); /* dW accumulates */
         assert_int_equal(qw_qlinear_forward(&env, 0, 2, res[u][0], x, W, N, in, out, NULL), QS_OK);
-        assert_int_equal(qw_qlinear_backward(&env, 0, 2, res[u][1], 0, res[u][2], dy, x, W, N, in,
-                                             out, NULL),
-                         QS_OK);
+        assert_int_equal(
+            qw_qlinear_backward(&env, 0, 2, res[u][1], 0, res[u][2], dy, x, W, N, in, out, NULL),
+            QS_OK);
     }
     size_t bad = 0;
     for (int j = 0; j < 3; j++) {
@@ -155,8 +155,9 @@ static size_t linear_differs(qw_backend *be, const char *name, int N, int in, in
 static void fused_linear_is_unfused_bit_for_bit(void **s) {
     (void)s;
     qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
-    static const char *recipes[] = {"nvfp4",       "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d",
-                                    "nvfp4-all-blocks", "mxfp4", "bf16", "fp8"};
+    static const char *recipes[] = {
+        "nvfp4", "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "nvfp4-all-blocks",
+        "mxfp4", "bf16",         "fp8"};
     static const int shapes[][3] = {{64, 48, 32}, {96, 40, 56}, {32, 128, 80}}; /* N, in, out */
     static const qw_gemm_isa isas[] = {QW_GEMM_ISA_SCALAR, QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
@@ -204,7 +205,8 @@ static void sr_fast_path_is_the_reference(void **s) {
             o.reference_only = 0;
             assert_int_equal(qk_fake_quant(fmt, &o, b, rows, k, NULL, NULL), QS_OK);
             size_t bad = differing(a, b, n);
-            printf("%s SR %s %zu x %zu: %zu differ\n", bad ? "NOT OK" : "OK", fmts[f], rows, k, bad);
+            printf("%s SR %s %zu x %zu: %zu differ\n", bad ? "NOT OK" : "OK", fmts[f], rows, k,
+                   bad);
             assert_int_equal(bad, 0);
             free(a), free(b);
         }

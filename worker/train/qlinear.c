@@ -69,9 +69,9 @@ static qk_quant_options quant_options(const qw_qlinear_env *env, const qw_operan
 /* Fake-quantizes the staged input dst [r x k] in place (QW_MODE_QUANT only); amax, when not
  * NULL, is dst's tensor amax already known (rht_from's), given to a format with a tensor scale
  * so that the quantizer need not read dst once more for it (the same value, so the same bits). */
-static qs_status fake_quant_amax(const qw_qlinear_env *env, const qw_operand_spec *spec,
-                                 int linear, qw_gemm_operand op, float *dst, int r, int k,
-                                 const float *amax, qs_error *err) {
+static qs_status fake_quant_amax(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                                 qw_gemm_operand op, float *dst, int r, int k, const float *amax,
+                                 qs_error *err) {
     if (spec->mode != QW_MODE_QUANT) return QS_OK;
     qk_quant_options opt = quant_options(env, spec, linear, op);
     if (amax && spec->fmt->tensor_scale) {
@@ -163,13 +163,13 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
                                    int linear, const gemm_input *in, float *buf, int K, int is_b,
                                    const float **out, int *t, int *ld, qs_error *err) {
     qw_backend *be = env->be;
-    if (spec->mode == QW_MODE_QUANT && !spec->rht && !in->transpose &&
-        be->ops->fake_quant_into && !env->unfused_prep) {
+    if (spec->mode == QW_MODE_QUANT && !spec->rht && !in->transpose && be->ops->fake_quant_into &&
+        !env->unfused_prep) {
         /* the copy and the quantization in one pass: the source is read where it lies */
         qk_quant_options opt = quant_options(env, spec, linear, in->op);
         double t0 = qs_clock_s();
-        qs_status st = be->ops->fake_quant_into(be, spec->fmt, &opt, buf, in->src,
-                                                (size_t)in->rows, (size_t)K, err);
+        qs_status st = be->ops->fake_quant_into(be, spec->fmt, &opt, buf, in->src, (size_t)in->rows,
+                                                (size_t)K, err);
         qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
         *out = buf;
         *t = is_b;
