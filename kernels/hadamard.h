@@ -38,6 +38,16 @@ qs_status qk_rht16(float *x, size_t rows, size_t k, uint64_t seed, int inverse, 
 qs_status qk_rht(float *x, size_t rows, size_t k, int d, uint64_t seed, int inverse, int threads,
                  qs_error *err);
 
+/* qk_rht (forward, d = 16 or 32) of a source read in either layout, out of place, in one pass,
+ * with the tensor amax of the result: dst [rows x k] (row-major) = RHT along k of src [rows x
+ * k] (transpose 0) or of src^T where src is [k x rows] (transpose 1: a training operand whose
+ * blocks run along the other axis), and *amax = the largest finite |dst| (NaN and +-Inf
+ * ignored, 0 when none), the value qk_tensor_amax of dst gives. The same operations per tile
+ * as qk_rht, so dst is bit for bit the transpose (or copy) followed by qk_rht, for any thread
+ * count; amax may be NULL. Errors: as qk_rht, and QS_EINVAL for a NULL or overlapping src. */
+qs_status qk_rht_from(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
+                      uint64_t seed, int threads, float *amax, qs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

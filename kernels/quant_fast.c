@@ -7,12 +7,77 @@
  * FP8 per tensor with RNE, and the E2M1 formats (NVFP4, MXFP4) with stochastic rounding; in
  * place on row r. Per block: the amax by bits, the block scale (the reference's scale_for;
  * NVFP4 with the fast E4M3 cast and the per-call E_b table), then a branch-free element loop
- * that the compiler vectorises: qk_e2m1_rne_value / qk_e2m1_sr_value for E2M1,
- * qk_minifloat_rne_value for the others; SR bits come from one Philox block per 4 elements
- * drawn before the loop. The value is (elem * dec) * s_dec with dec = 1 per tensor and
- * s_dec = 1 for MX, both exact, so the bits equal qk_quant_group_ref's (tested).
+ * that the compiler vectorises: qk_e2m1_rne_value / e2m1_sr_value_f32 (qk_e2m1_sr_value's
+ * value) for E2M1, qk_minifloat_rne_value for the others; SR bits (one Philox word an
+ * element, a block of 4 words per 4 elements) are drawn before the loop from a span of up to
+ * 256 words made 64 Philox blocks at a time as one vector (sr_words_lanes). The value is
+ * (elem * dec) * s_dec with dec = 1 per tensor and s_dec = 1 for MX, both exact, so the bits
+ * equal qk_quant_group_ref's (tested).
  * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
  * Statistics, when asked for, keep a copy of the chunk's input. */
+
+/* qk_e2m1_sr_value's decision in single precision and integers, so that it vectorises:
+ * fr = (|s| - lo) / q is exact in [0, 1) (lo the grid multiple below |s|, q a power of two),
+ * fr * 2^32 is exact and below 2^32, so floor(fr * 2^32) is its truncation to 32 bits and
+ * rbits < floor(fr * 2^32) is an integer comparison. A NaN fraction (|s| = Inf) is taken as 0:
+ * such a value saturates to 6 either way. The same value for every input (tested against the
+ * reference quantizer). */
+static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
+    float a = fabsf(s);
+    float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+    float lo = floorf(a / q) * q;
+    float fr = (a - lo) / q;
+    fr = fr == fr ? fr : 0.0f;
+    uint32_t thr = (uint32_t)(fr * 0x1p32f);
+    float v = lo + (rbits < thr ? q : 0.0f);
+    v = v < 6.0f ? v : 6.0f;
+    return (s != s) ? 6.0f : copysignf(v, s);
+}
+
+/* SR bits come QK_SR_LANES Philox blocks (QK_SR_SPAN words) a refill: fewer lanes, and GCC
+ * unrolls the lane loop instead of vectorising it. */
+#define QK_SR_LANES 64
+#define QK_SR_SPAN (4 * QK_SR_LANES)
+
+/* The 4 words of each of QK_SR_LANES consecutive Philox4x32-10 blocks blk0, blk0 + 1, ...
+ * of the SR stream (p's seed, tensor id and step; philox.h) into out[4 * QK_SR_LANES]: the
+ * rounds of qk_philox4x32_10_core lane by lane, so that the compiler runs the lanes as one
+ * vector; the same words as sr_bits_cached. */
+__attribute__((always_inline)) static inline void sr_words_lanes(const qk_plan *p, uint64_t blk0,
+                                                                 uint32_t *out) {
+    uint32_t c0[QK_SR_LANES], c1[QK_SR_LANES], c2[QK_SR_LANES], c3[QK_SR_LANES];
+    for (int j = 0; j < QK_SR_LANES; j++) {
+        uint64_t b = blk0 + (uint64_t)j;
+        c0[j] = (uint32_t)b;
+        c1[j] = (uint32_t)(b >> 32);
+        c2[j] = p->tensor_id;
+        c3[j] = p->step;
+    }
+    uint32_t k0 = (uint32_t)p->seed, k1 = (uint32_t)(p->seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        for (int j = 0; j < QK_SR_LANES; j++) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * c0[j];
+            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[j];
+            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+            uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+            c0[j] = hi1 ^ c1[j] ^ k0;
+            c1[j] = lo1;
+            c2[j] = hi0 ^ c3[j] ^ k1;
+            c3[j] = lo0;
+        }
+    }
+    for (int j = 0; j < QK_SR_LANES; j++) {
+        out[4 * j] = c0[j];
+        out[4 * j + 1] = c1[j];
+        out[4 * j + 2] = c2[j];
+        out[4 * j + 3] = c3[j];
+    }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* Wider vectors where the CPU has them (glibc ifunc dispatch); every clone does the same
  * IEEE operations in the same order (no FMA: -ffp-contract=off), so the bits are equal. */
@@ -23,7 +88,9 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
     const qk_codec *el = p->elem;
     const int sr = p->rounding == QK_ROUND_SR;
     uint32_t rb[QK_FAST_CHUNK];
-    sr_cache cache = {UINT64_MAX, {0, 0, 0, 0}};
+    /* SR words of stream indices [span0, span0 + span_n), refilled as the row moves on */
+    uint32_t span[QK_SR_SPAN];
+    uint64_t span0 = 0, span_n = 0;
     const int e2m1 = el == &qk_codec_e2m1;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
     const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
@@ -57,10 +124,20 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
         }
         if (acc) memcpy(in, v, n * sizeof *v);
         if (sr) {
+            uint64_t i0 = (uint64_t)r * p->k + c0;
+            if (i0 < span0 || i0 + n > span0 + span_n) { /* n <= QK_FAST_CHUNK < span - 3 */
+                span0 = i0 & ~(uint64_t)3;
+                span_n = 0;
+                uint64_t end = (uint64_t)r * p->k + p->k; /* words past the row go unused */
+                while (span_n < QK_SR_SPAN && span0 + span_n < end) {
+                    sr_words_lanes(p, (span0 + span_n) >> 2, span + span_n);
+                    span_n += 4 * QK_SR_LANES;
+                }
+            }
             for (size_t i = 0; i < n; i++)
-                rb[i] = sr_bits_cached(p, &cache, r * p->k + c0 + i);
+                rb[i] = span[i0 - span0 + i];
             for (size_t i = 0; i < n; i++)
-                v[i] = (qk_e2m1_sr_value(v[i] * enc, rb[i]) * dec) * s_dec;
+                v[i] = (e2m1_sr_value_f32(v[i] * enc, rb[i]) * dec) * s_dec;
         } else if (e2m1)
             for (size_t i = 0; i < n; i++)
                 v[i] = (qk_e2m1_rne_value(v[i] * enc) * dec) * s_dec;

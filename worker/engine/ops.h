@@ -319,6 +319,16 @@ struct qw_ops {
     /* dst[n] = src[n] to BF16 (round_bf16's bits); dst may equal src. */
     qs_status (*round_bf16_copy)(qw_backend *b, float *dst, const float *src, size_t n,
                                  qs_error *err);
+    /* qk_rht_from: dst [rows x k] = rht along k (tiles of d, signs from seed) of src [rows x k]
+     * or, transpose 1, of src [k x rows]^T, in one pass; *amax its largest finite |value|
+     * (may be NULL). NULL where the backend has none (CUDA: transpose, then rht). */
+    qs_status (*rht_from)(qw_backend *b, float *dst, const float *src, size_t rows, size_t k,
+                          int transpose, int d, uint64_t seed, float *amax, qs_error *err);
+    /* qk_fake_quant_into: dst [rows x k] = fake_quant of src [rows x k], src unchanged, in one
+     * pass where fake_quant would follow a copy. NULL where the backend has none (CUDA). */
+    qs_status (*fake_quant_into)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                 float *dst, const float *src, size_t rows, size_t k,
+                                 qs_error *err);
 };
 
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats

@@ -354,10 +354,22 @@ static qs_status cpu_rht(qw_backend *b, float *x, size_t rows, size_t k, int d, 
     return qk_rht(x, rows, k, d, seed, 0, b->threads, err);
 }
 
+static qs_status cpu_rht_from(qw_backend *b, float *dst, const float *src, size_t rows, size_t k,
+                              int transpose, int d, uint64_t seed, float *amax, qs_error *err) {
+    return qk_rht_from(dst, src, rows, k, transpose, d, seed, b->threads, amax, err);
+}
+
 static qs_status cpu_fake_quant(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
                                 float *x, size_t rows, size_t k, qs_error *err) {
     (void)b;
     return qk_fake_quant(fmt, opt, x, rows, k, NULL, err);
+}
+
+static qs_status cpu_fake_quant_into(qw_backend *b, const qk_format *fmt,
+                                     const qk_quant_options *opt, float *dst, const float *src,
+                                     size_t rows, size_t k, qs_error *err) {
+    (void)b;
+    return qk_fake_quant_into(fmt, opt, src, dst, rows, k, NULL, err);
 }
 
 static qs_status cpu_embedding_fwd(qw_backend *b, float *out, const uint32_t *tokens,
@@ -554,6 +566,8 @@ static const qw_ops cpu_ops = {
     .adamw = cpu_adamw,
     .gemm_tt = cpu_gemm_tt,
     .round_bf16_copy = cpu_round_bf16_copy,
+    .rht_from = cpu_rht_from,
+    .fake_quant_into = cpu_fake_quant_into,
 };
 
 const qw_ops *qw_ops_cpu(void) {

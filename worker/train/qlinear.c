@@ -6,6 +6,7 @@
 #include "bf16_exact.h"
 #include "clock.h"
 #include "element.h"
+#include "format.h"
 #include "hadamard.h"
 #include "ops.h"
 #include "qk_gemm_path.h"
@@ -65,15 +66,48 @@ static qk_quant_options quant_options(const qw_qlinear_env *env, const qw_operan
     return opt;
 }
 
-/* Fake-quantizes the staged input dst [r x k] in place (QW_MODE_QUANT only). */
-static qs_status fake_quant(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
-                            qw_gemm_operand op, float *dst, int r, int k, qs_error *err) {
+/* Fake-quantizes the staged input dst [r x k] in place (QW_MODE_QUANT only); amax, when not
+ * NULL, is dst's tensor amax already known (rht_from's), given to a format with a tensor scale
+ * so that the quantizer need not read dst once more for it (the same value, so the same bits). */
+static qs_status fake_quant_amax(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                                 qw_gemm_operand op, float *dst, int r, int k, const float *amax,
+                                 qs_error *err) {
     if (spec->mode != QW_MODE_QUANT) return QS_OK;
     qk_quant_options opt = quant_options(env, spec, linear, op);
+    if (amax && spec->fmt->tensor_scale) {
+        opt.tensor_amax_given = 1;
+        opt.tensor_amax = *amax;
+    }
     double t0 = qs_clock_s();
     qs_status st =
         env->be->ops->fake_quant(env->be, spec->fmt, &opt, dst, (size_t)r, (size_t)k, err);
     qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
+    if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
+    return QS_OK;
+}
+
+static qs_status fake_quant(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                            qw_gemm_operand op, float *dst, int r, int k, qs_error *err) {
+    return fake_quant_amax(env, spec, linear, op, dst, r, k, NULL, err);
+}
+
+/* stage() of an input the recipe passes through the RHT, on a backend with rht_from (the
+ * CPU): the transpose or copy and the transform in one pass over the source, which also
+ * gives the tensor amax; the same bits as stage(). */
+static qs_status stage_rht_from(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                                qw_gemm_operand op, float *dst, const float *src, int rows,
+                                int cols, int transpose, float *amax, qs_error *err) {
+    int r = transpose ? cols : rows, k = transpose ? rows : cols;
+    int d = spec->rht_dim ? spec->rht_dim : 16;
+    if (k % d)
+        return qs_error_set(err, QS_EINVAL,
+                            "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
+                            "micro-batch for wgrad)",
+                            linear, qw_gemm_operand_name(op), d, d, k);
+    double t0 = qs_clock_s();
+    qs_status st = env->be->ops->rht_from(env->be, dst, src, (size_t)r, (size_t)k, transpose, d,
+                                          env->seed, amax, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_RHT, t0);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
 }
@@ -129,12 +163,31 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
                                    int linear, const gemm_input *in, float *buf, int K, int is_b,
                                    const float **out, int *t, int *ld, qs_error *err) {
     qw_backend *be = env->be;
+    if (spec->mode == QW_MODE_QUANT && !spec->rht && !in->transpose && be->ops->fake_quant_into &&
+        !env->unfused_prep) {
+        /* the copy and the quantization in one pass: the source is read where it lies */
+        qk_quant_options opt = quant_options(env, spec, linear, in->op);
+        double t0 = qs_clock_s();
+        qs_status st = be->ops->fake_quant_into(be, spec->fmt, &opt, buf, in->src, (size_t)in->rows,
+                                                (size_t)K, err);
+        qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
+        *out = buf;
+        *t = is_b;
+        *ld = K;
+        if (st != QS_OK)
+            return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(in->op));
+        return QS_OK;
+    }
     if (spec->mode == QW_MODE_QUANT) {
-        qs_status st =
-            stage(env, spec, linear, in->op, buf, in->src, in->rows, in->cols, in->transpose, err);
+        float amax;
+        int fused = spec->rht && be->ops->rht_from && !env->unfused_prep;
+        qs_status st = fused ? stage_rht_from(env, spec, linear, in->op, buf, in->src, in->rows,
+                                              in->cols, in->transpose, &amax, err)
+                             : stage(env, spec, linear, in->op, buf, in->src, in->rows, in->cols,
+                                     in->transpose, err);
         if (st == QS_OK)
-            st = fake_quant(env, spec, linear, in->op, buf, in->transpose ? in->cols : in->rows, K,
-                            err);
+            st = fake_quant_amax(env, spec, linear, in->op, buf,
+                                 in->transpose ? in->cols : in->rows, K, fused ? &amax : NULL, err);
         *out = buf;
         *t = is_b;
         *ld = K;

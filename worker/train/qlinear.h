@@ -57,6 +57,8 @@ typedef struct qw_qlinear_env {
     unsigned *ran; /* NULL, or [QW_N_LINEAR_GEMMS] (bf16_exact.h qw_linear_gemm): bit p set
                       when a GEMM of that kind ran on path p (qk_gemm_path.h) */
     qw_tprofile *prof; /* NULL, or where the GEMMs and operand preparation are timed */
+    int unfused_prep;  /* 1: a backend's fused operand passes (ops.h rht_from) are not used,
+                          each step runs on its own: the reference they are tested against */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */
