@@ -501,6 +501,8 @@ static const qw_ops cuda_ops = {
     .adamw = qw_cuda_train_adamw,
     .gemm_tt = NULL, /* optional (ops.h): the trainer copies, transposes and calls gemm_abt */
     .round_bf16_copy = NULL,
+    .rht_from = NULL, /* optional: the trainer transposes, then calls rht */
+    .fake_quant_into = NULL, /* optional: the trainer copies, then calls fake_quant */
 };
 
 /* ---------------------------------------------------------------- set-up */
