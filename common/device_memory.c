@@ -64,7 +64,7 @@ qs_status qs_mem_estimate_of(const qs_model_shape *s, const qs_mem_plan *p, qs_m
     out->reserve = QS_MEM_RESERVE;
     out->total = out->linears + out->packed + out->embed + out->lm_head + out->norms + out->run +
                  out->scratch + out->reserve;
-    out->host = N > 1 ? L * (H * E * D + F * D) * 4 : 0;
+    out->host = N > 1 ? L * (H * E * D + F * D) * b : 0;
     return QS_OK;
 }
 

@@ -29,9 +29,11 @@
  *   total    = the sum; fits a device of M bytes when total <= M.
  *
  *   host     = under tensor parallelism (N > 1), what the process holds besides the mmapped
- *              checkpoint: every rank's row-parallel slices (o and down) as FP32 copies
- *              (worker/engine/shard.h), L (H E D + F D) 4 bytes in all; 0 at N = 1 (the
- *              device copies are made from the mapped file).
+ *              checkpoint: every rank's row-parallel slices (o and down), copied in the
+ *              checkpoint's own dtype (worker/engine/shard.h), L (H E D + F D) b in all: exact
+ *              for BF16, F16 (2) and F32 (4) masters, an upper bound for a GGUF block type
+ *              (its blocks, or FP32 where a slice edge cuts one); 0 at N = 1 (the device copies
+ *              are made from the mapped file).
  *
  * An upper-bound estimate, not an allocator's trace: the cuBLASLt 128x4 scale-tile padding and
  * allocator rounding are below a percent of these sizes for Llama shapes. Pure: no CUDA, tested
