@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "master_gemm.h"
 #include "names.h"
-#include "runstate.h"
 #include "quant.h"
 #include "synthetic.h"
 #include "tmodel.h"
@@ -25,10 +25,13 @@ static qs_model_shape shape_of(const qw_config *c) {
                             .tied_embeddings = c->tied_embeddings != 0};
 }
 
-/* Bytes of every tensor the engine reads, in the dtype the checkpoint stores it (the tensor
- * table only: nothing of the weights is read). */
-static qs_status stored_bytes(qw_checkpoint *ck, const qw_config *c, int64_t *out, qs_error *err) {
+/* Bytes of every tensor the engine reads, in the dtype the checkpoint stores it, and the device
+ * bytes per element of the linears' masters on the CUDA auto path (master_gemm.h: the widest
+ * of them), from the tensor table only: nothing of the weights is read. */
+static qs_status stored_bytes(qw_checkpoint *ck, const qw_config *c, int64_t *out,
+                              int *master_bytes, qs_error *err) {
     *out = 0;
+    *master_bytes = 2;
     char name[128];
     for (int t = -3; t < c->n_layers * 9; t++) {
         if (t == -3) snprintf(name, sizeof name, "model.embed_tokens.weight");
@@ -50,20 +53,11 @@ static qs_status stored_bytes(qw_checkpoint *ck, const qw_config *c, int64_t *ou
         qs_status st = qw_checkpoint_tensor_stored(ck, name, &v, shape, &ndim, err);
         if (st) return st;
         *out += v.rows * (int64_t)v.row_bytes;
+        int linear = t == -1 || (t >= 0 && t % 9 < QS_LINEAR_KINDS);
+        if (linear && qw_master_gemm_bytes(v.dtype) > *master_bytes)
+            *master_bytes = qw_master_gemm_bytes(v.dtype);
     }
     return QS_OK;
-}
-
-static int64_t probe_run_state_bytes(void *user, const qs_model_shape *s, int ctx) {
-    (void)user;
-    qw_config c = {.dim = s->dim,
-                   .hidden_dim = s->hidden_dim,
-                   .n_layers = s->n_layers,
-                   .n_heads = s->n_heads,
-                   .n_kv_heads = s->n_kv_heads,
-                   .head_dim = s->head_dim,
-                   .vocab_size = s->vocab_size};
-    return (int64_t)qw_runstate_bytes(&c, ctx, 1);
 }
 
 /* Parameters of a config, counted by the trainable model's tensor table (worker/train/tmodel.h):
@@ -102,7 +96,10 @@ static qs_status probe_model(void *user, const char *path, qc_model_facts *out, 
     /* best effort: a tensor the loader serves in another way counts as unknown (BF16 masters
        then size the job), never as a refused grid */
     qs_error ignored;
-    if (stored_bytes(ck, cfg, &out->stored_bytes, &ignored)) out->stored_bytes = 0;
+    if (stored_bytes(ck, cfg, &out->stored_bytes, &out->master_bytes, &ignored)) {
+        out->stored_bytes = 0;
+        out->master_bytes = 0;
+    }
     out->n_params = config_params(cfg);
     st = qw_checkpoint_digest(ck, out->digest, err);
     qw_checkpoint_close(ck);
@@ -189,6 +186,7 @@ static qs_status probe_synthetic(void *user, const char *shape, qc_model_facts *
         out->tied_embeddings = s->cfg.tied_embeddings;
         out->shape = shape_of(&s->cfg);
         out->stored_bytes = 0; /* BF16 masters built in memory (synthetic.h) */
+        out->master_bytes = 2;
         out->n_params = config_params(&s->cfg);
         return QS_OK;
     }
@@ -211,7 +209,6 @@ const qc_grid_probe *qsweep_probe(void) {
                                         NULL,
                                         probe_synthetic,
                                         probe_tokens_match_model,
-                                        probe_run_state_bytes,
                                         probe_text_dataset};
     return &probe;
 }

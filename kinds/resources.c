@@ -64,29 +64,8 @@ int64_t qs_packed_bytes(const char *format, int group_size, int64_t rows, int64_
     return -1;
 }
 
-int64_t qs_sensitivity_gpu_bytes(const qs_model_size *m, int64_t packed_block_bytes,
-                                 int64_t packed_other_bytes, int tp) {
-    const qs_model_shape *s = &m->shape;
-    int64_t elements = qs_model_elements(s);
-    int64_t masters = m->stored_bytes > 2 * elements ? m->stored_bytes : 2 * elements;
-    int64_t block_elems = s->n_layers * block_linear_elements(s);
-    /* the block linears' share of the masters, in proportion to their elements (exact for a
-       checkpoint with one dtype; the blocks are >= 90% of a Llama's weights): whole bytes per
-       element exactly, the remainder in double (masters * block_elems overflows int64) */
-    int64_t block_masters = 0;
-    if (elements > 0)
-        block_masters =
-            masters / elements * block_elems +
-            (int64_t)((double)(masters % elements) * (double)block_elems / (double)elements);
-    int64_t sharded = block_masters + packed_block_bytes;
-    int64_t rest = masters - block_masters + packed_other_bytes;
-    if (tp < 1) tp = 1;
-    return (sharded + tp - 1) / tp + rest + m->run_state_bytes;
-}
-
-int64_t qs_gpu_need_mib(int64_t raw_bytes) {
-    int64_t b = raw_bytes + raw_bytes / 8 + ((int64_t)QS_GPU_MARGIN_MIB << 20);
-    return (b + (1 << 20) - 1) >> 20;
+int64_t qs_gpu_need_mib(const qs_mem_estimate *e) {
+    return (e->total + (1 << 20) - 1) >> 20;
 }
 
 /* Bytes packed for the quantized tensors of eval job s: block linears and the rest. */
@@ -221,9 +200,16 @@ qs_status qs_job_resources(const char *kind, const json_t *spec, const qs_model_
                               "job spec: resources: GPU memory of a %s job needs its model's size",
                               kind);
         if (!st) st = sensitivity_packed(&s, &m->shape, &blocks, &other, err);
-        if (!st)
-            out->gpu_mem_mb =
-                qs_gpu_need_mib(qs_sensitivity_gpu_bytes(m, blocks, other, out->gpus));
+        qs_mem_plan plan = {.master_bytes = m ? m->master_bytes : 0,
+                            .packed_block_bytes = blocks,
+                            .packed_other_bytes = other,
+                            .ctx = s.dataset.ctx,
+                            .batch = 1,
+                            .tp = out->gpus};
+        qs_mem_estimate e;
+        if (!st && (st = qs_mem_estimate_of(&m->shape, &plan, &e, err)))
+            qs_error_wrap(err, "job spec: resources");
+        if (!st) out->gpu_mem_mb = qs_gpu_need_mib(&e);
     }
     qs_sensitivity_clear(&s);
     if (st) memset(out, 0, sizeof *out);

@@ -8,30 +8,22 @@
  * nothing: the job runs on any worker, a CPU-only one included, as every sweep did before. A
  * job asks for GPUs with resources.gpu_count (or tensor_parallel) >= 1 or native FP4; then its
  * GPU memory per GPU is the explicit resources.gpu_memory_mib when given, else, for the
- * sensitivity kinds (baseline, eval), computed here (qs_sensitivity_gpu_bytes):
+ * sensitivity kinds (baseline, eval), the device memory estimate (common/device_memory.h
+ * qs_mem_estimate_of, the one the engine's tests check) of its model at the job's dataset.ctx,
+ * one sequence at a time, over gpu_count tensor-parallel ranks, with:
  *
- *   masters = max(stored_bytes, 2 * elements)   every tensor as the checkpoint stores it (the CPU
- *             engine's masters, model.h qw_model_bytes.masters) or as BF16 (the CUDA backend's
- *             masters), whichever is larger: a Q4_0 GGUF is not smaller on
- *             the GPU than its BF16 masters
- *   packed  = sum over the linears the job quantizes of qs_packed_bytes(format, rows, cols)
- *   run     = the engine's run state at the job's ctx (worker/engine/runstate.h
- *             qw_runstate_bytes(cfg, ctx, 1), which the CLI's grid probe computes)
- *   per GPU, for tp = gpu_count ranks (Megatron-LM, arXiv 1909.08053: every block linear
- *   split across the ranks; embeddings, norms, lm_head and the run state kept whole on each,
- *   an upper bound of any split of them):
- *     raw  = ceil(block_part / tp) + rest + run, where block_part is the block linears'
- *            share of masters (their elements' share of all elements) plus their packed
- *            bytes, and rest the remainder of masters + packed
- *     need = raw + raw / 8 + QS_GPU_MARGIN_MIB MiB, in MiB rounded up
- *   The margin (1/8, then 1 GiB) covers the CUDA context, cuBLASLt workspaces and plans, the
- *   128x4 padding of swizzled block scales and allocator slack; the fixed part is about what
- *   a CUDA 12 context and cuBLASLt's recommended 32 MiB workspaces take on an H100/H200.
+ *   master bytes = 2 per element for 16-bit (BF16, F16) masters, 4 for FP32-valued ones (an
+ *                  F32 checkpoint, a GGUF block type: worker/engine/master_gemm.h)
+ *   packed       = sum over the linears the job quantizes of qs_packed_bytes(format, rows,
+ *                  cols): the block linears split across the ranks, a quantized lm_head or
+ *                  embeddings whole on each
+ *   need         = the estimate's total per rank, in MiB rounded up (its 1 GiB reserve covers
+ *                  the CUDA context and the cuBLAS/cuBLASLt workspaces)
  *
  * The model's size comes from what the grid already reads at submission (cli/probe.c): the
  * config and the tensor table of a checkpoint's headers (GGUF or safetensors, nothing of the
  * weights read), the engine's shape table for a synthetic model (worker/engine/synthetic.h:
- * BF16 masters, so stored_bytes = 0 and 2 bytes per element count). A train job's training
+ * BF16 masters, 2 bytes per element). A train job's training
  * state belongs to worker/train: its GPU memory is resources.gpu_memory_mib as given (0 when
  * absent: any GPU). */
 #ifndef QS_KINDS_RESOURCES_H
@@ -42,25 +34,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device_memory.h"
 #include "error.h"
-
-/* Fixed part of the margin, MiB. */
-#define QS_GPU_MARGIN_MIB 1024
-
-/* A Llama model's shape (worker/checkpoint qw_config's fields that size its tensors). */
-typedef struct qs_model_shape {
-    int dim;        /* hidden_size D */
-    int hidden_dim; /* intermediate_size F */
-    int n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
-    bool tied_embeddings; /* lm_head is the embedding matrix (held once) */
-} qs_model_shape;
 
 /* What sizes a model's memory. */
 typedef struct qs_model_size {
     qs_model_shape shape;
-    int64_t stored_bytes;    /* every tensor in its stored dtype, lm_head once when tied;
-                                0: not known (a synthetic model: its masters are BF16) */
-    int64_t run_state_bytes; /* the engine's run state at the job's ctx, bytes */
+    int master_bytes; /* device bytes per master element (2: BF16/F16, 4: FP32-valued;
+                         0: not known, counted as 2) */
 } qs_model_size;
 
 /* What a job needs (jobs.resources; scheduler.h qc_sched_job). */
@@ -94,13 +75,8 @@ int64_t qs_model_elements(const qs_model_shape *s);
  * group_size: int4_group's option (0 = 128). -1 for a format not listed. */
 int64_t qs_packed_bytes(const char *format, int group_size, int64_t rows, int64_t cols);
 
-/* Bytes on each of tp GPUs of a sensitivity job (the formula above) given the bytes packed for
- * its quantized block linears and for its other quantized tensors (lm_head, embeddings). */
-int64_t qs_sensitivity_gpu_bytes(const qs_model_size *m, int64_t packed_block_bytes,
-                                 int64_t packed_other_bytes, int tp);
-
-/* MiB the scheduler asks for raw bytes: raw + raw / 8 + QS_GPU_MARGIN_MIB, rounded up. */
-int64_t qs_gpu_need_mib(int64_t raw_bytes);
+/* MiB the scheduler asks for an estimate: its total per rank, rounded up. */
+int64_t qs_gpu_need_mib(const qs_mem_estimate *e);
 
 /* Whether a model of shape s splits over tp tensor-parallel ranks the way the engine's shard
  * plan splits it (worker/engine/shard.c qw_shard_plan, the same rule; keep the two in step):
@@ -113,7 +89,7 @@ bool qs_tp_splits(const qs_model_shape *s, int tp, char *why, size_t cap);
  * a kind without a model (then only the explicit resources count). A kind that is not a
  * sensitivity kind takes its spec's "resources" as they are. Errors: QS_EINVAL naming the
  * field (a spec its kind refuses; a sensitivity job asking for GPUs without m, or whose format
- * has no packed size here). */
+ * has no packed size here, or whose shape the estimate refuses). */
 qs_status qs_job_resources(const char *kind, const json_t *spec, const qs_model_size *m,
                            qs_job_need *out, qs_error *err);
 

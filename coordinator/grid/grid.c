@@ -187,11 +187,6 @@ qs_status qc_grid_load(const char *path, const char *const *sets, size_t n_sets,
     }
     if (!st) st = parse_root(c, probe, g);
     if (!st) st = qc_grid_check_tensor_parallel(c, g);
-    /* the run state at the grid's ctx sizes each job's GPU memory (kinds/resources.h) */
-    for (size_t i = 0; !st && probe->run_state_bytes && g->ctx > 0 && i < g->n_models; i++)
-        if (g->models[i].facts.shape.dim > 0)
-            g->models[i].facts.run_state_bytes =
-                probe->run_state_bytes(probe->user, &g->models[i].facts.shape, g->ctx);
     if (!st && !(g->source = qc_config_emit(c))) st = qs_error_set(err, QS_ENOMEM, "out of memory");
     qc_config_free(c);
     if (st) {
@@ -215,8 +210,7 @@ qs_status qc_grid_expand(const qc_grid *g, qc_job_list *out, qs_error *err) {
         qs_model_size size = {0};
         if (f && f->shape.dim > 0)
             size = (qs_model_size){.shape = f->shape,
-                                   .stored_bytes = f->stored_bytes,
-                                   .run_state_bytes = f->run_state_bytes};
+                                   .master_bytes = f->master_bytes};
         json_t *spec = json_loads(j->spec, 0, NULL);
         st = spec
                  ? qs_job_resources(j->kind, spec, size.shape.dim > 0 ? &size : NULL, &j->need, err)

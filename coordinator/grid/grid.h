@@ -76,8 +76,9 @@ typedef struct qc_model_facts {
                                     probe does not say (then no GPU memory is computed) */
     int64_t stored_bytes;        /* every tensor in its stored dtype (lm_head once when tied),
                                     from the checkpoint's headers; 0 for a synthetic model */
-    int64_t run_state_bytes;     /* the engine's run state at the grid's ctx (qc_grid_load
-                                    fills it through probe->run_state_bytes); 0: not known */
+    int master_bytes;            /* device bytes per element of its block linears' masters on
+                                    the CUDA auto path (2: BF16/F16, 4: FP32-valued); 0: not
+                                    known (counted as 2) */
     long long n_params;          /* parameters (embeddings, linears, norms, lm_head unless
                                     tied); 0 when the reader does not say */
 } qc_model_facts;
@@ -117,9 +118,6 @@ typedef struct qc_grid_probe {
      * tokenizers when not. NULL: not checked (the vocabulary rules are all there is). */
     qs_status (*tokens_match_model)(void *user, const char *tokens_path, const char *model_path,
                                     qs_error *err);
-    /* Bytes of the engine's run state (worker/engine/runstate.h qw_runstate_bytes, one
-     * thread) for a model of this shape over ctx tokens. NULL: not known (0). */
-    int64_t (*run_state_bytes)(void *user, const qs_model_shape *shape, int ctx);
     /* A text dataset (`dataset: {text: FILE}`) for the model at model_path: the
      * text's ids by that model's own tokenizer (worker/tokenizer qw_text_dataset: tokenized
      * once per tokenizer and text, then cached), their facts in *out (digest: that of the

@@ -307,11 +307,6 @@ static qs_status parse_sweep(qc_config *c, struct fy_node *node, const pipe_data
     if (st) return st;
     if ((st = qc_grid_sensitivity_parse_body(c, node, probe, sweep))) return st;
     if ((st = qc_grid_check_tensor_parallel(c, sweep))) return st;
-    /* the run state at the stage's ctx sizes each job's GPU memory (kinds/resources.h) */
-    for (size_t i = 0; probe->run_state_bytes && i < sweep->n_models; i++)
-        if (sweep->models[i].facts.shape.dim > 0)
-            sweep->models[i].facts.run_state_bytes =
-                probe->run_state_bytes(probe->user, &sweep->models[i].facts.shape, sweep->ctx);
     return QS_OK;
 }
 

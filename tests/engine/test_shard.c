@@ -21,8 +21,10 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "device_memory.h"
 #include "golden.h"
 #include "model.h"
+#include "model_internal.h"
 #include "ops.h"
 #include "policy.h"
 #include "shard.h"
@@ -545,6 +547,43 @@ static void synthetic_shapes_sharded_equal_unsharded(void **state) {
     check_synthetic("tiny-llama3:7");
 }
 
+/* The row-parallel slices (o, down) a rank owns keep the checkpoint's dtype: each is exactly
+ * its master's column range, and the host holds 2 bytes an element of them for BF16 masters
+ * (a synthetic model's) and 4 for F32 ones (llama32_tied), the figure of the memory estimate's
+ * host part (common/device_memory.h); nothing else is copied. */
+static void row_parallel_slices_keep_the_checkpoint_dtype(void **state) {
+    (void)state;
+    struct {
+        const char *model;
+        int synthetic, bytes, n;
+    } cases[] = {{"tiny-llama2:7", 1, 2, 2}, {"tiny-llama3:7", 1, 2, 4}, {"llama32_tied", 0, 4, 2}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        qs_error err = {0};
+        qw_model *m = NULL;
+        qw_checkpoint *ck = NULL;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", engine_data_dir(), cases[k].model);
+        qs_status st = cases[k].synthetic
+                           ? qw_model_create_synthetic(cases[k].model, 48, 2, &m, &err)
+                           : qw_checkpoint_open(dir, &ck, &err);
+        if (!st && ck) st = qw_model_create(ck, 48, 2, &m, &err);
+        if (st) fail_msg("%s: %s", cases[k].model, err.msg);
+        const qw_config *c = qw_model_config(m);
+        if (qw_model_set_tensor_parallel(m, cases[k].n, &err)) fail_msg("%s", err.msg);
+        int64_t D = c->dim, F = c->hidden_dim, HE = (int64_t)c->n_heads * c->head_dim;
+        int64_t want = c->n_layers * (HE * D + F * D) * cases[k].bytes;
+        assert_int_equal(qw_tp_slice_bytes(m->tp), want);
+        qs_model_shape s = {c->dim,        c->hidden_dim, c->n_layers,   c->n_heads,
+                            c->n_kv_heads, c->head_dim,   c->vocab_size, c->tied_embeddings != 0};
+        qs_mem_plan p = {.master_bytes = cases[k].bytes, .ctx = 48, .batch = 1, .tp = cases[k].n};
+        qs_mem_estimate e;
+        assert_int_equal(qs_mem_estimate_of(&s, &p, &e, &err), QS_OK);
+        assert_int_equal(e.host, want);
+        qw_model_destroy(m);
+        qw_checkpoint_close(ck);
+    }
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 /* The error of a forward over n ranks with `fmt` (options from key=value) on linear `kind`
@@ -822,6 +861,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(gqa_sharded_equals_unsharded),
         cmocka_unit_test(tied_sharded_equals_unsharded),
         cmocka_unit_test(synthetic_shapes_sharded_equal_unsharded),
+        cmocka_unit_test(row_parallel_slices_keep_the_checkpoint_dtype),
         cmocka_unit_test(formats_that_cannot_be_sharded_are_refused_by_name),
         cmocka_unit_test(prefix_cache_and_probe_stay_with_the_unsharded_model),
         cmocka_unit_test(ranks_take_their_backends_from_the_models_callback),

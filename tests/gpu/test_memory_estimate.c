@@ -1,4 +1,4 @@
-/* The device memory estimate (worker/engine/memory_estimate.h) on the real Llama shapes
+/* The device memory estimate (common/device_memory.h) on the real Llama shapes
  * (tests/gpu/data/llama_shapes.txt, from their public config.json): its element counts are the
  * published parameter counts, its run part covers the engine's run state, and it says what
  * fits one 80 GB device and what needs tensor parallelism. Pure: runs everywhere. */
@@ -11,11 +11,12 @@
 
 #include <cmocka.h>
 
+#include "device_memory.h"
 #include "master_gemm.h"
-#include "memory_estimate.h"
+#include "ops.h"
 #include "runstate.h"
 
-#define GB80 80000000000ull /* an "80 GB" device, decimal: below an H100's 80 GiB */
+#define GB80 80000000000ll /* an "80 GB" device, decimal: below an H100's 80 GiB */
 
 typedef struct shape {
     char name[64];
@@ -63,12 +64,38 @@ static const shape *find(const char *name) {
     return NULL;
 }
 
-static qw_mem_estimate est(const shape *s, qw_mem_fp4 fp4, int ctx, int tp) {
-    qw_mem_plan p = {s->dtype, fp4, ctx, 1, tp};
-    qw_mem_estimate e;
+/* The estimate's view of a config (as the grid's probe makes it). */
+static qs_model_shape shape_of(const qw_config *c) {
+    return (qs_model_shape){c->dim,     c->hidden_dim, c->n_layers,        c->n_heads,
+                            c->n_kv_heads, c->head_dim, c->vocab_size, c->tied_embeddings != 0};
+}
+
+/* Block-linear elements of the whole model. */
+static int64_t block_elements(const qw_config *c) {
+    int64_t D = c->dim, E = c->head_dim;
+    return (int64_t)c->n_layers * (2 * D * c->n_heads * E + 2 * D * c->n_kv_heads * E +
+                                   3 * D * (int64_t)c->hidden_dim);
+}
+
+enum { NONE, NVFP4, MXFP4 };
+
+/* Every block linear packed in fp4 (NVFP4 4.5 bits a weight, MXFP4 4.25: rows of whole blocks). */
+static qs_mem_estimate est_as(const shape *s, qw_dtype dtype, int fp4, int ctx, int tp) {
+    int64_t n = block_elements(&s->cfg);
+    qs_mem_plan p = {.master_bytes = qw_master_gemm_bytes(dtype),
+                     .packed_block_bytes = fp4 == NVFP4 ? n * 9 / 16 : fp4 == MXFP4 ? n * 17 / 32 : 0,
+                     .ctx = ctx,
+                     .batch = 1,
+                     .tp = tp};
+    qs_model_shape m = shape_of(&s->cfg);
+    qs_mem_estimate e;
     qs_error err = {0};
-    assert_int_equal(qw_mem_estimate_of(&s->cfg, &p, &e, &err), QS_OK);
+    if (qs_mem_estimate_of(&m, &p, &e, &err)) fail_msg("%s: %s", s->name, err.msg);
     return e;
+}
+
+static qs_mem_estimate est(const shape *s, int fp4, int ctx, int tp) {
+    return est_as(s, s->dtype, fp4, ctx, tp);
 }
 
 /* At one rank every weight is counted once: the published parameter counts come back. */
@@ -76,11 +103,11 @@ static void weights_count_the_published_parameters(void **state) {
     (void)state;
     for (int i = 0; i < n_shapes; i++) {
         const shape *s = &shapes[i];
-        qw_mem_estimate e = est(s, QW_MEM_FP4_NONE, 4096, 1);
-        uint64_t b = (uint64_t)qw_master_gemm_bytes(s->dtype), D = (uint64_t)s->cfg.dim;
+        qs_mem_estimate e = est(s, NONE, 4096, 1);
+        int64_t b = qw_master_gemm_bytes(s->dtype), D = s->cfg.dim;
         assert_int_equal(b, 2);
-        uint64_t elems =
-            e.linears / b + e.embed / 4 + e.lm_head / b + (2 * (uint64_t)s->cfg.n_layers + 1) * D;
+        int64_t elems =
+            e.linears / b + e.embed / 4 + e.lm_head / b + (2 * (int64_t)s->cfg.n_layers + 1) * D;
         assert_int_equal(elems, s->params);
     }
 }
@@ -89,9 +116,26 @@ static void weights_count_the_published_parameters(void **state) {
 static void run_part_covers_the_run_state(void **state) {
     (void)state;
     const shape *s = find("Llama-2-7b-hf");
-    qw_mem_estimate e = est(s, QW_MEM_FP4_NONE, 512, 1);
-    uint64_t rope = 512ull * (uint64_t)s->cfg.head_dim * 4;
-    assert_true(e.run + rope >= qw_runstate_bytes(&s->cfg, 512, 1));
+    qs_mem_estimate e = est(s, NONE, 512, 1);
+    assert_int_equal(QS_MEM_ATT_TILE, QW_ATT_TILE);
+    int64_t rope = 512ll * s->cfg.head_dim * 4;
+    assert_true(e.run + rope >= (int64_t)qw_runstate_bytes(&s->cfg, 512, 1));
+}
+
+/* Attention of head_dim <= 128 runs blocked (FlashAttention-2 style) and holds no T x T: the run
+ * part grows linearly in ctx, so doubling ctx at most doubles it. A head wider than the blocked
+ * kernel takes gets the cuBLAS fallback's H T T scores counted. */
+static void run_part_holds_no_t_by_t_scores(void **state) {
+    (void)state;
+    const shape *s = find("Meta-Llama-3-8B");
+    qs_mem_estimate e4 = est(s, NONE, 4096, 1), e8 = est(s, NONE, 8192, 1);
+    assert_int_equal(e8.run, 2 * e4.run);
+    shape wide = *s;
+    wide.cfg.head_dim = 2 * QS_MEM_FLASH_MAX_HEAD_DIM;
+    qs_mem_estimate w = est(&wide, NONE, 4096, 1);
+    int64_t tt = 4096ll * 4096 * 4 * wide.cfg.n_heads;
+    assert_true(w.run >= tt);
+    assert_true(w.run - tt < e8.run);
 }
 
 static void what_fits_one_80gb_device(void **state) {
@@ -99,58 +143,61 @@ static void what_fits_one_80gb_device(void **state) {
     /* 7B, 8B and 13B on one device, quantized (masters and FP4 forms both resident) or not */
     const char *one[] = {"Llama-2-7b-hf", "Meta-Llama-3-8B", "Llama-2-13b-hf"};
     for (int i = 0; i < 3; i++) {
-        qw_mem_estimate u = est(find(one[i]), QW_MEM_FP4_NONE, 4096, 1);
-        assert_true(qw_mem_fits(&u, GB80));
-        qw_mem_estimate q = est(find(one[i]), QW_MEM_FP4_NVFP4, 4096, 1);
-        assert_true(qw_mem_fits(&q, GB80));
-        assert_true(q.fp4 > 0);
+        qs_mem_estimate u = est(find(one[i]), NONE, 4096, 1);
+        assert_true(qs_mem_fits(&u, GB80));
+        qs_mem_estimate q = est(find(one[i]), NVFP4, 4096, 1);
+        assert_true(qs_mem_fits(&q, GB80));
+        assert_true(q.packed > 0);
     }
     /* 70B: not on one device, per rank at tensor parallel 4 and 8 */
     const char *big[] = {"Llama-2-70b-hf", "Meta-Llama-3-70B"};
     for (int i = 0; i < 2; i++) {
-        qw_mem_estimate e1 = est(find(big[i]), QW_MEM_FP4_NVFP4, 4096, 1);
-        qw_mem_estimate e4 = est(find(big[i]), QW_MEM_FP4_NVFP4, 4096, 4);
-        qw_mem_estimate e8 = est(find(big[i]), QW_MEM_FP4_NVFP4, 4096, 8);
-        assert_false(qw_mem_fits(&e1, GB80));
-        assert_true(qw_mem_fits(&e4, GB80));
-        assert_true(qw_mem_fits(&e8, GB80));
+        qs_mem_estimate e1 = est(find(big[i]), NVFP4, 4096, 1);
+        qs_mem_estimate e4 = est(find(big[i]), NVFP4, 4096, 4);
+        qs_mem_estimate e8 = est(find(big[i]), NVFP4, 4096, 8);
+        assert_false(qs_mem_fits(&e1, GB80));
+        assert_true(qs_mem_fits(&e4, GB80));
+        assert_true(qs_mem_fits(&e8, GB80));
         assert_true(e8.total < e4.total && e4.total < e1.total);
-        qw_mem_estimate u1 = est(find(big[i]), QW_MEM_FP4_NONE, 4096, 1);
-        assert_false(qw_mem_fits(&u1, GB80));
+        qs_mem_estimate u1 = est(find(big[i]), NONE, 4096, 1);
+        assert_false(qs_mem_fits(&u1, GB80));
     }
     /* FP32 masters take 4 bytes an element, twice a 16-bit master's */
-    shape f32 = *find("Llama-2-13b-hf");
-    f32.dtype = QW_DT_F32;
-    qw_mem_estimate e32 = est(&f32, QW_MEM_FP4_NONE, 4096, 1);
-    qw_mem_estimate e16 = est(find("Llama-2-13b-hf"), QW_MEM_FP4_NONE, 4096, 1);
+    qs_mem_estimate e32 = est_as(find("Llama-2-13b-hf"), QW_DT_F32, NONE, 4096, 1);
+    qs_mem_estimate e16 = est(find("Llama-2-13b-hf"), NONE, 4096, 1);
     assert_int_equal(e32.linears, 2 * e16.linears);
     /* MXFP4's one E8M0 per 32 is smaller than NVFP4's one E4M3 per 16 */
-    assert_true(est(find("Llama-2-7b-hf"), QW_MEM_FP4_MXFP4, 4096, 1).fp4 <
-                est(find("Llama-2-7b-hf"), QW_MEM_FP4_NVFP4, 4096, 1).fp4);
+    assert_true(est(find("Llama-2-7b-hf"), MXFP4, 4096, 1).packed <
+                est(find("Llama-2-7b-hf"), NVFP4, 4096, 1).packed);
 }
 
 static void bad_input_names_the_field(void **state) {
     (void)state;
-    const shape *s = find("Llama-2-7b-hf");
-    qw_mem_estimate e;
+    qs_model_shape m = shape_of(&find("Llama-2-7b-hf")->cfg);
+    qs_mem_estimate e;
     qs_error err = {0};
-    qw_mem_plan p = {QW_DT_F16, QW_MEM_FP4_NONE, 4096, 1, 3};
-    assert_int_equal(qw_mem_estimate_of(&s->cfg, &p, &e, &err), QS_EINVAL);
+    qs_mem_plan p = {.master_bytes = 2, .ctx = 4096, .batch = 1, .tp = 3};
+    assert_int_equal(qs_mem_estimate_of(&m, &p, &e, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "tensor_parallel 3"));
-    qw_config c = s->cfg;
+    qs_model_shape c = m;
     c.vocab_size = 0;
     p.tp = 1;
-    assert_int_equal(qw_mem_estimate_of(&c, &p, &e, &err), QS_EINVAL);
+    assert_int_equal(qs_mem_estimate_of(&c, &p, &e, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "vocab_size"));
     p.ctx = 0;
-    assert_int_equal(qw_mem_estimate_of(&s->cfg, &p, &e, &err), QS_EINVAL);
+    assert_int_equal(qs_mem_estimate_of(&m, &p, &e, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "ctx"));
+    p.ctx = 4096;
+    p.packed_block_bytes = -1;
+    assert_int_equal(qs_mem_estimate_of(&m, &p, &e, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "packed bytes"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(weights_count_the_published_parameters),
         cmocka_unit_test(run_part_covers_the_run_state),
+        cmocka_unit_test(run_part_holds_no_t_by_t_scores),
         cmocka_unit_test(what_fits_one_80gb_device),
         cmocka_unit_test(bad_input_names_the_field),
     };

@@ -1,6 +1,6 @@
 /* kinds_resources_grid: the resources each job of a grid gets at expansion (grid.h
  * `resources`, kinds/resources.h), through the CLI's real probe (cli/probe.c: checkpoint
- * headers, the engine's run-state formula and synthetic shape table) over a real checkpoint
+ * headers, the master dtype's device bytes and the synthetic shape table) over a real checkpoint
  * and token file, with the figures computed by hand in the comments. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -63,10 +63,8 @@ static void expand(env *e, const char *text, qc_grid **g, qc_job_list *l) {
 /* The fixture checkpoint as the probe reads it:
  *   elements: embeddings 64*8 = 512 (tied: once), a block q 64 + k 32 + v 32 + o 64 + gate 128
  *   + up 128 + down 128 + norms 16 = 592, two blocks, final norm 8: 1704; F32: 6816 bytes;
- *   run state at ctx 16, one thread (worker/engine/runstate.c, each buffer rounded to 64
- *   bytes): rope 2 x 128, x, xb 512 each, q 512, k, v 256 each, att 512, scores 64*16*4 =
- *   4096, hb, hb2 1024 each, ybuf 512, actq 1024, logits 4096: 14592 bytes. */
-static void probe_reads_the_stored_bytes_and_the_engine_run_state(void **state) {
+ *   F32 linears are FP32-valued masters on the GPU: 4 device bytes an element. */
+static void probe_reads_the_stored_bytes_and_the_master_bytes(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
     qs_error err = {0};
@@ -81,15 +79,17 @@ static void probe_reads_the_stored_bytes_and_the_engine_run_state(void **state) 
     assert_int_equal(f->shape.n_kv_heads, 1);
     assert_true(f->shape.tied_embeddings);
     assert_int_equal(f->stored_bytes, 6816);
-    assert_int_equal(f->run_state_bytes, 14592);
+    assert_int_equal(f->master_bytes, 4);
     qc_grid_free(g);
 }
 
-/* Synthetic Llama-2-7B (BF16 masters 13 476 831 232 bytes; tests/kinds/resources_test.c) at
- * ctx 256: run state 4 * 256 * (64 + 64 rope + 2*4096 x, xb + 4*4096 q, k, v, att + 64 scores
- * + 2*11008 hb, hb2 + 4096 ybuf + 11008 actq + 32000 logits) = 96 141 312 bytes.
- *   baseline: raw 13 572 972 544, + raw/8 + 1 GiB = 16 343 335 936 -> 15 587 MiB;
- *   eval down NVFP4: + 811 597 824 packed = 14 384 570 368 -> 16 457 MiB. */
+/* Synthetic Llama-2-7B (BF16 masters, 2 bytes; common/device_memory.h) at ctx 256, one rank:
+ *   linears 32 * 202 375 168 * 2 = 12 952 010 752, embed 32000*4096*4 = 524 288 000, lm_head
+ *   32000*4096*2 = 262 144 000, norms 65*4096*4 + 256*128*4 = 1 196 032, run 256 * (3*4096 +
+ *   128*128 + 2*11008 + 11008 + 32000 + 64) * 4 = 96 010 240, scratch 256*11008*7 + 64 MiB =
+ *   86 835 200, reserve 1 GiB:
+ *   baseline: 14 996 226 048 bytes -> 14 302 MiB;
+ *   eval down NVFP4: + 811 597 824 packed = 15 807 823 872 -> 15 076 MiB. */
 /* Bytes of the data section of a safetensors file: its size less the 8-byte little-endian
  * header length and the JSON header (the format's layout), read from the file itself. */
 static int64_t safetensors_data_bytes(const char *path) {
@@ -136,15 +136,15 @@ static void a_gpu_grid_sizes_each_job_from_its_model_format_and_ctx(void **state
     qc_grid *g = NULL;
     qc_job_list l = {0};
     expand(e, SYNTH_7B "resources: {gpu_count: 1}\n", &g, &l);
-    assert_int_equal(g->models[0].facts.run_state_bytes, 96141312);
+    assert_int_equal(g->models[0].facts.master_bytes, 2);
     assert_int_equal(g->models[0].facts.stored_bytes, 0);
     assert_int_equal(l.n, 2);
     assert_string_equal(l.jobs[0].kind, "baseline");
     assert_int_equal(l.jobs[0].need.gpus, 1);
-    assert_int_equal(l.jobs[0].need.gpu_mem_mb, 15587);
+    assert_int_equal(l.jobs[0].need.gpu_mem_mb, 14302);
     assert_string_equal(l.jobs[1].kind, "eval");
     assert_int_equal(l.jobs[1].need.gpus, 1);
-    assert_int_equal(l.jobs[1].need.gpu_mem_mb, 16457);
+    assert_int_equal(l.jobs[1].need.gpu_mem_mb, 15076);
     assert_false(l.jobs[1].need.native_fp4);
     qc_job_list_free(&l);
     qc_grid_free(g);
@@ -164,16 +164,17 @@ static void a_grid_without_resources_needs_nothing(void **state) {
     qc_grid_free(g);
 }
 
-/* tensor_parallel 2: per GPU (12 952 010 752 + 811 597 824) / 2 + 524 820 480 + 96 141 312
- * = 7 502 766 080, + raw/8 + 1 GiB = 9 514 353 664 -> 9 074 MiB (9073.6 rounded up); gemm
- * native_fp4 asks for Blackwell. */
+/* tensor_parallel 2: per GPU linears 6 476 005 376 and packed 405 798 912 (halves), embed
+ * 524 288 000, lm_head 131 072 000 (half the vocabulary), norms 1 196 032, run 256 * (3*4096 +
+ * 64*128 + 11008 + 11008 + 32000 + 64) * 4 = 76 349 440, scratch 86 835 200, 1 GiB:
+ * 8 775 286 784 bytes -> 8 369 MiB; gemm native_fp4 asks for Blackwell. */
 static void tensor_parallel_and_native_fp4_reach_every_job(void **state) {
     env *e = *state;
     qc_grid *g = NULL;
     qc_job_list l = {0};
     expand(e, SYNTH_7B "resources: {tensor_parallel: 2, gemm: native_fp4}\n", &g, &l);
     assert_int_equal(l.jobs[1].need.gpus, 2);
-    assert_int_equal(l.jobs[1].need.gpu_mem_mb, 9074);
+    assert_int_equal(l.jobs[1].need.gpu_mem_mb, 8369);
     assert_true(l.jobs[1].need.native_fp4);
     assert_true(l.jobs[0].need.native_fp4);
     qc_job_list_free(&l);
@@ -239,7 +240,7 @@ static void tensor_parallel_the_heads_cannot_split_is_refused_at_load(void **sta
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(probe_reads_the_stored_bytes_and_the_engine_run_state),
+        cmocka_unit_test(probe_reads_the_stored_bytes_and_the_master_bytes),
         cmocka_unit_test(stored_bytes_of_committed_checkpoints_are_their_data_sections),
         cmocka_unit_test(a_gpu_grid_sizes_each_job_from_its_model_format_and_ctx),
         cmocka_unit_test(a_grid_without_resources_needs_nothing),

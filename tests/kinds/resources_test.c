@@ -92,36 +92,6 @@ static void packed_sizes_match_the_numeric_core(void **state) {
         }
 }
 
-/* The margin: raw + raw/8 + 1024 MiB, rounded up to MiB. */
-static void margin_is_an_eighth_plus_one_gib(void **state) {
-    (void)state;
-    assert_int_equal(qs_gpu_need_mib(0), 1024);
-    assert_int_equal(qs_gpu_need_mib(8LL << 20), 1024 + 8 + 1);
-    assert_int_equal(qs_gpu_need_mib(1), 1025); /* a byte over rounds up */
-}
-
-/* NVFP4 down in every block of a synthetic (BF16) Llama-2-7B, run state 512 MiB:
- *   raw  = 13 476 831 232 + 811 597 824 + 536 870 912 = 14 825 299 968
- *   need = raw + raw/8 + 2^30 = 17 752 204 288 bytes -> 16 930 MiB (16929.8 rounded up).
- * Two ranks: the block linears' masters (2 * 32 * 202 375 168 = 12 952 010 752) and the
- * packed down split in two, the rest (524 820 480) and the run state on each:
- *   raw  = (12 952 010 752 + 811 597 824) / 2 + 524 820 480 + 536 870 912 = 7 943 495 680
- *   need -> 9 547 MiB. */
-static void gpu_memory_of_a_7b_job_whole_and_over_two_ranks(void **state) {
-    (void)state;
-    qs_model_size m = {.shape = llama2_7b, .stored_bytes = 0, .run_state_bytes = 512LL << 20};
-    assert_int_equal(qs_sensitivity_gpu_bytes(&m, 811597824, 0, 1), 14825299968LL);
-    assert_int_equal(qs_gpu_need_mib(14825299968LL), 16930);
-    assert_int_equal(qs_sensitivity_gpu_bytes(&m, 811597824, 0, 2), 7943495680LL);
-    assert_int_equal(qs_gpu_need_mib(7943495680LL), 9547);
-    /* stored F32 masters (4 bytes an element) count as stored, not as BF16 */
-    m.stored_bytes = 4 * 6738415616LL;
-    assert_int_equal(qs_sensitivity_gpu_bytes(&m, 0, 0, 1), 4 * 6738415616LL + (512LL << 20));
-    /* a Q4_0 GGUF (18 bytes per 32 weights) is held as BF16 on the GPU: 2 bytes an element */
-    m.stored_bytes = 6738415616LL / 32 * 18;
-    assert_int_equal(qs_sensitivity_gpu_bytes(&m, 0, 0, 1), 2 * 6738415616LL + (512LL << 20));
-}
-
 /* A spec the way the grid writes it (kinds/sensitivity.h), with resources r (NULL: none). */
 static json_t *eval_spec(const char *mode, const char *part, const char *resources) {
     char text[2048];
@@ -139,9 +109,57 @@ static json_t *eval_spec(const char *mode, const char *part, const char *resourc
     return j;
 }
 
+/* MiB the estimate asks for a synthetic (BF16) Llama-2-7B job at ctx 256 with these packed bytes
+ * (common/device_memory.h, the one estimate; its parts are checked by hand in
+ * tests/kinds/resources_grid_test.c and on the real shapes in tests/gpu/test_memory_estimate.c). */
+static int64_t need_7b(int64_t packed_block, int64_t packed_other, int tp) {
+    qs_mem_plan p = {.master_bytes = 2,
+                     .packed_block_bytes = packed_block,
+                     .packed_other_bytes = packed_other,
+                     .ctx = 256,
+                     .batch = 1,
+                     .tp = tp};
+    qs_mem_estimate e;
+    qs_error err = {0};
+    if (qs_mem_estimate_of(&llama2_7b, &p, &e, &err)) fail_msg("%s", err.msg);
+    return qs_gpu_need_mib(&e);
+}
+
+/* The need is the estimate's total in MiB, rounded up. */
+static void need_is_the_estimate_in_mib_rounded_up(void **state) {
+    (void)state;
+    qs_mem_estimate e = {.total = 0};
+    assert_int_equal(qs_gpu_need_mib(&e), 0);
+    e.total = 8ll << 20;
+    assert_int_equal(qs_gpu_need_mib(&e), 8);
+    e.total = (8ll << 20) + 1; /* a byte over rounds up */
+    assert_int_equal(qs_gpu_need_mib(&e), 9);
+}
+
+/* NVFP4 down in every block (811 597 824 bytes packed): whole, the packed bytes add to the
+ * baseline's; over two ranks, the block linears and their packed forms split in two. */
+static void gpu_memory_of_a_7b_job_whole_and_over_two_ranks(void **state) {
+    (void)state;
+    assert_int_equal(need_7b(0, 0, 1), 14302); /* resources_grid_test.c, by hand */
+    assert_int_equal(need_7b(811597824, 0, 1), 15076);
+    assert_int_equal(need_7b(811597824, 0, 2), 8369);
+    /* FP32-valued masters (an F32 checkpoint, a GGUF block type) take 4 bytes an element */
+    qs_model_size m32 = {.shape = llama2_7b, .master_bytes = 4};
+    qs_job_need n;
+    qs_error err = {0};
+    json_t *s = eval_spec("component", "down",
+                          "{\"gpu_count\":1,\"gpu_memory_mib\":0,\"native_fp4\":false}");
+    assert_int_equal(qs_job_resources("eval", s, &m32, &n, &err), QS_OK);
+    /* the linears (12 952 010 752) and lm_head (262 144 000) twice over, and the FP32 master's
+       16-bit copy of the largest weight (32000*4096*2) in the scratch */
+    int64_t extra = 12952010752LL + 262144000LL + 32000LL * 4096 * 2;
+    assert_int_equal(n.gpu_mem_mb, (15807823872LL + extra + (1 << 20) - 1) >> 20);
+    json_decref(s);
+}
+
 static void default_resources_need_nothing_so_cpu_workers_run_the_job(void **state) {
     (void)state;
-    qs_model_size m = {.shape = llama2_7b, .run_state_bytes = 512LL << 20};
+    qs_model_size m = {.shape = llama2_7b, .master_bytes = 2};
     qs_job_need n = {.gpus = 9};
     qs_error err = {0};
     json_t *s = eval_spec("component", "down", NULL);
@@ -160,20 +178,20 @@ static void default_resources_need_nothing_so_cpu_workers_run_the_job(void **sta
 
 static void a_gpu_job_gets_its_memory_computed_unless_given(void **state) {
     (void)state;
-    qs_model_size m = {.shape = llama2_7b, .run_state_bytes = 512LL << 20};
+    qs_model_size m = {.shape = llama2_7b, .master_bytes = 2};
     qs_job_need n;
     qs_error err = {0};
     json_t *s = eval_spec("component", "down",
                           "{\"gpu_count\":1,\"gpu_memory_mib\":0,\"native_fp4\":false}");
     assert_int_equal(qs_job_resources("eval", s, &m, &n, &err), QS_OK);
     assert_int_equal(n.gpus, 1);
-    assert_int_equal(n.gpu_mem_mb, 16930); /* the figure above */
+    assert_int_equal(n.gpu_mem_mb, need_7b(811597824, 0, 1));
     json_decref(s);
     s = eval_spec("component", "down",
                   "{\"gpu_count\":2,\"gpu_memory_mib\":0,\"native_fp4\":true}");
     assert_int_equal(qs_job_resources("eval", s, &m, &n, &err), QS_OK);
     assert_int_equal(n.gpus, 2);
-    assert_int_equal(n.gpu_mem_mb, 9547);
+    assert_int_equal(n.gpu_mem_mb, need_7b(811597824, 0, 2));
     assert_true(n.native_fp4);
     json_decref(s);
     /* native FP4 alone asks for one GPU */
@@ -181,7 +199,7 @@ static void a_gpu_job_gets_its_memory_computed_unless_given(void **state) {
                   "{\"gpu_count\":0,\"gpu_memory_mib\":0,\"native_fp4\":true}");
     assert_int_equal(qs_job_resources("eval", s, &m, &n, &err), QS_OK);
     assert_int_equal(n.gpus, 1);
-    assert_int_equal(n.gpu_mem_mb, 16930);
+    assert_int_equal(n.gpu_mem_mb, need_7b(811597824, 0, 1));
     json_decref(s);
     /* an explicit figure wins */
     s = eval_spec("component", "down",
@@ -199,11 +217,11 @@ static void a_gpu_job_gets_its_memory_computed_unless_given(void **state) {
 
 /* Which linears each mode quantizes, in packed bytes of the 7B in NVFP4 (per block: q, k, v,
  * o 4096*(2048+256) = 9 437 184 each; gate, up 11008*2304 = 25 362 432 each; down 25 362 432;
- * a block 113 836 032). tp 1, so the raw bytes are masters + run state + these. */
+ * a block 113 836 032), the block linears' split across ranks, lm_head's whole on each. */
 static void each_mode_packs_the_linears_it_quantizes(void **state) {
     (void)state;
-    qs_model_size m = {.shape = llama2_7b, .run_state_bytes = 0};
-    const int64_t base = 13476831232LL, block = 113836032LL;
+    qs_model_size m = {.shape = llama2_7b, .master_bytes = 2};
+    const int64_t block = 113836032LL;
     struct {
         const char *mode, *part;
         int64_t packed;
@@ -224,7 +242,9 @@ static void each_mode_packs_the_linears_it_quantizes(void **state) {
         qs_job_need n;
         qs_error err = {0};
         if (qs_job_resources("eval", s, &m, &n, &err)) fail_msg("%s: %s", cases[i].mode, err.msg);
-        assert_int_equal(n.gpu_mem_mb, qs_gpu_need_mib(base + cases[i].packed));
+        bool lm_head = !strcmp(cases[i].part, "lm_head");
+        assert_int_equal(n.gpu_mem_mb,
+                         lm_head ? need_7b(0, cases[i].packed, 1) : need_7b(cases[i].packed, 0, 1));
         json_decref(s);
     }
 }
@@ -234,8 +254,7 @@ static void each_mode_packs_the_linears_it_quantizes(void **state) {
  * in NVFP4 (32000 * 2304, its own copy). */
 static void policy_mode_packs_each_linear_in_its_format(void **state) {
     (void)state;
-    qs_model_size m = {.shape = llama2_7b, .run_state_bytes = 0};
-    const int64_t base = 13476831232LL;
+    qs_model_size m = {.shape = llama2_7b, .master_bytes = 2};
     json_t *map = json_pack("{s:s, s:s, s:s}", "3.q", "nvfp4", "3.down", "mxfp4", "lm_head",
                             "nvfp4");
     char id[17];
@@ -251,8 +270,7 @@ static void policy_mode_packs_each_linear_in_its_format(void **state) {
     qs_job_need n;
     if (qs_job_resources("eval", s, &m, &n, &err)) fail_msg("%s", err.msg);
     assert_int_equal(qs_packed_bytes("mxfp4", 0, 4096, 11008), 4096LL * 5848);
-    assert_int_equal(n.gpu_mem_mb,
-                     qs_gpu_need_mib(base + 9437184LL + 4096LL * 5848 + 32000LL * 2304));
+    assert_int_equal(n.gpu_mem_mb, need_7b(9437184LL + 4096LL * 5848, 32000LL * 2304, 1));
     json_decref(s);
 }
 
@@ -307,7 +325,7 @@ int main(void) {
         cmocka_unit_test(llama2_7b_has_the_parameter_count_hugging_face_reports),
         cmocka_unit_test(packed_sizes_are_the_formats_bits_per_weight),
         cmocka_unit_test(packed_sizes_match_the_numeric_core),
-        cmocka_unit_test(margin_is_an_eighth_plus_one_gib),
+        cmocka_unit_test(need_is_the_estimate_in_mib_rounded_up),
         cmocka_unit_test(gpu_memory_of_a_7b_job_whole_and_over_two_ranks),
         cmocka_unit_test(default_resources_need_nothing_so_cpu_workers_run_the_job),
         cmocka_unit_test(a_gpu_job_gets_its_memory_computed_unless_given),

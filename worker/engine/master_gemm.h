@@ -11,9 +11,10 @@
  *
  * "F32" is every master whose values only FP32 holds: an F32 tensor, a GGUF block type
  * (Q8_0 ... IQ4_XS: an FP16 scale times a small integer needs more bits than FP16 has) and a
- * packed non-FP4 weight (its decoded values), and a tensor-parallel rank's FP32 copy of a
- * row-parallel slice (shard.h), whose values are its master's: the exactness rows give such a
- * slice its master's GEMM again (BF16 tried first). Products of BF16 or FP16 operands are exact in
+ * packed non-FP4 weight (its decoded values). A tensor-parallel rank's row-parallel slice keeps
+ * its master's dtype (shard.h), so it takes its master's row; where a slice edge cuts a GGUF
+ * block the slice is an FP32 copy of its master's values, and the exactness rows decide as
+ * for the master (BF16 tried first). Products of BF16 or FP16 operands are exact in
  * FP32, so each row's GEMM is the FP32 dot product of the rounded operands up to summation
  * order. FP32 masters take BF16 activations as every quantized linear of the path does
  * (W4A16 and emulated W4A4 GEMMs are BF16), so their unquantized linears and a baseline of

@@ -13,9 +13,13 @@
 
 #include <math.h>
 
+#include "device_memory.h"
+
 #define FA_BK 32     /* keys per tile: one per lane */
 #define FA_WARPS 4   /* query rows per block */
 #define FA_MAX_E 128 /* K and V tiles of 32 x 128 floats: 32 KiB of static shared memory */
+/* the memory estimate counts no T x T scores for the heads this kernel takes */
+static_assert(FA_MAX_E == QS_MEM_FLASH_MAX_HEAD_DIM, "device_memory.h: flash head dim");
 
 /* EPL = ceil(E/32) elements of a head row per lane: lane l holds elements l, l+32, ... */
 template <int EPL>

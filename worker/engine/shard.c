@@ -15,8 +15,8 @@ struct qw_tp {
     qw_shard sh[QW_TP_MAX]; /* each rank's share */
     qw_rank *rank;          /* [n] */
     qw_rank *rp[QW_TP_MAX]; /* &rank[r], for qw_forward_ranks */
-    qw_weight *masters;     /* [n][n_lin] the ranks' master slices (views or owned FP32) */
-    float **owned;          /* [n][n_lin] FP32 slice storage, or NULL for a view */
+    qw_weight *masters;     /* [n][n_lin] the ranks' master slices (views or owned copies) */
+    void **owned;           /* [n][n_lin] a slice's own storage, or NULL for a view */
     size_t owned_bytes;
     float *gathered;                /* [max_ctx x V] lm_head's slices gathered */
     qw_group group;                 /* the ranks' all-reduce (comm.h); zeroed until made */
@@ -113,7 +113,30 @@ void qw_shard_range(const qw_shard *s, const qw_config *c, int kind, int *axis, 
 
 /* ---------------------------------------------------------------- construction */
 
-/* Rank r's master slice of tensor i (a view, or an FP32 copy into tp->owned). */
+/* Columns [s0, s0+len) of every row of stored tensor v, copied in v's own dtype: the bytes of
+ * the whole blocks they cover (s0 and len are multiples of its block). */
+static qs_status stored_columns(const qw_stored_tensor *v, int64_t s0, int64_t len, int r,
+                                qw_weight *w, void **owned, size_t *owned_bytes, qs_error *err) {
+    int64_t blk = qw_dtype_block(v->dtype), bb = qw_dtype_block_bytes(v->dtype);
+    size_t row_bytes = (size_t)(len / blk * bb), skip = (size_t)(s0 / blk * bb);
+    uint8_t *buf = malloc((size_t)v->rows * row_bytes);
+    if (!buf)
+        return qs_error_set(err, QS_ENOMEM, "tensor parallel: slice [%lld x %lld] of rank %d",
+                            (long long)v->rows, (long long)len, r);
+    for (int64_t j = 0; j < v->rows; j++)
+        memcpy(buf + (size_t)j * row_bytes, v->data + (size_t)j * v->row_bytes + skip, row_bytes);
+    *owned = buf;
+    *owned_bytes += (size_t)v->rows * row_bytes;
+    w->view.data = buf;
+    w->view.cols = len;
+    w->view.row_bytes = row_bytes;
+    w->cols = len;
+    return QS_OK;
+}
+
+/* Rank r's master slice of tensor i: a view of a row range; a column range of a stored tensor
+ * copied in its own dtype; else (a row range permuted per head, columns that cut a GGUF
+ * block, an FP32 master) an FP32 copy into tp->owned. */
 static qs_status make_slice(qw_tp *tp, const qw_weights *wt, int r, int i, qs_error *err) {
     int L = tp->cfg.n_layers, nlin = L * QW_LINEAR_KINDS;
     const qw_weight *m = i < nlin    ? &wt->lin[i % QW_LINEAR_KINDS][i / QW_LINEAR_KINDS]
@@ -137,7 +160,11 @@ static qs_status make_slice(qw_tp *tp, const qw_weights *wt, int r, int i, qs_er
         w->rows = len;
         return QS_OK;
     }
-    /* A column range (strided), or rows permuted per head in the file: an FP32 copy. */
+    if (axis == 1 && m->form == QW_WEIGHT_STORED && !m->view.permute_heads &&
+        s0 % qw_dtype_block(m->view.dtype) == 0 && len % qw_dtype_block(m->view.dtype) == 0)
+        return stored_columns(&m->view, s0, len, r, w, &tp->owned[(size_t)r * tp->n_lin + i],
+                              &tp->owned_bytes, err);
+    /* A column range cutting a block, or rows permuted per head in the file: an FP32 copy. */
     int64_t rows = axis == 0 ? len : m->rows, cols = axis == 0 ? m->cols : len;
     float *buf = malloc((size_t)rows * (size_t)cols * sizeof *buf);
     float *row = axis == 1 ? malloc((size_t)m->cols * sizeof *row) : NULL;
@@ -310,6 +337,10 @@ qw_backend *qw_tp_backend(const qw_tp *tp, int r) {
 
 const qw_shard *qw_tp_shard(const qw_tp *tp, int r) {
     return r >= 0 && r < tp->n ? &tp->sh[r] : NULL;
+}
+
+size_t qw_tp_slice_bytes(const qw_tp *tp) {
+    return tp->owned_bytes;
 }
 
 size_t qw_tp_bytes(const qw_tp *tp) {

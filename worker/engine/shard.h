@@ -3,8 +3,10 @@
  * - q, k, v, gate, up: column-parallel (a row range of [out x in], a view; a GGUF q/k weight,
  *   permuted per head in the file, is converted to FP32). H/N query heads per rank; kv heads
  *   split when N divides G, else replicated (G divides N), as Megatron-LM does for GQA;
- * - o_proj, down_proj: row-parallel (a column range, kept as an exact FP32 copy), partial
- *   outputs summed by the ranks' group (worker/comm/comm.h);
+ * - o_proj, down_proj: row-parallel (a column range, copied in the checkpoint's own dtype:
+ *   BF16 and F16 stay 2 bytes an element, a GGUF block type its blocks when the range falls
+ *   on block edges; an FP32 copy only for an FP32 master or a range that cuts a block),
+ *   partial outputs summed by the ranks' group (worker/comm/comm.h);
  * - lm_head: vocabulary-parallel (a row range), logits slices gathered, no all-reduce;
  * - embeddings and norms replicated.
  * Hidden units split at multiples of 128/64/32/16, the vocabulary at 16, so shard edges fall
@@ -88,7 +90,11 @@ const qw_shard *qw_tp_shard(const qw_tp *tp, int r);
 /* Rank r's backend (NULL for r outside 0..n-1), mutable for its counters. */
 qw_backend *qw_tp_backend(const qw_tp *tp, int r);
 
-/* Bytes of the ranks' FP32 slices, packed forms and run states. */
+/* Bytes of the ranks' owned slices, packed forms and run states. */
 size_t qw_tp_bytes(const qw_tp *tp);
+
+/* Bytes of the slices the ranks own in host memory (the row-parallel column ranges; views of
+ * the checkpoint count nothing): common/device_memory.h's `host` part. */
+size_t qw_tp_slice_bytes(const qw_tp *tp);
 
 #endif
