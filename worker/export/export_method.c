@@ -12,8 +12,7 @@ typedef struct owned_plan {
     uint32_t *calib;
 } owned_plan;
 
-qs_status qw_export_method_from_spec(const char *spec_json, qw_method_plan **out,
-                                     qs_error *err) {
+qs_status qw_export_method_from_spec(const char *spec_json, qw_method_plan **out, qs_error *err) {
     *out = NULL;
     json_error_t je;
     json_t *spec = json_loads(spec_json, 0, &je);

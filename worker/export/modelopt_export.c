@@ -129,9 +129,8 @@ static qs_status mo_check(const ex_linear *L, int tied, qs_error *err) {
 /* Serving engines run q/k/v (and gate/up) as one GEMM with one weight_scale_2 (vLLM keeps
  * the largest of the members', ModelOpt's export makes them share one amax): the members of a
  * group must all be NVFP4 with one decode scale, or all be left as stored. */
-static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, const qw_method_state *ms,
-                                int b, const int *kinds, int nk, const char *group,
-                                qs_error *err) {
+static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, const qw_method_state *ms, int b,
+                                const int *kinds, int nk, const char *group, qs_error *err) {
     const ex_linear *first = &lin[b * QW_LINEAR_KINDS + kinds[0]];
     float s0 = 0.f;
     for (int j = 0; j < nk; j++) {

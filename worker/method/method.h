@@ -32,7 +32,7 @@ typedef struct qw_method_plan {
     qk_gptq_options gptq_opt;
     int smooth; /* SmoothQuant with alpha */
     double alpha;
-    int packed; /* keep GPTQ's packed form of each linear it makes (qw_method_packed) */
+    int packed;            /* keep GPTQ's packed form of each linear it makes (qw_method_packed) */
     const uint32_t *calib; /* calibrated methods: calib_chunks chunks of ctx tokens, each run as
                               a fresh context (its first token already BOS-replaced if the
                               dataset does that) */
