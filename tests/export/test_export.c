@@ -21,6 +21,9 @@
  *        (gguf_check.sh).
  *        FORMAT modelopt: every block linear NVFP4 W4A4, q/k/v and gate/up fused, calibrated
  *        on the last 2 chunks (modelopt_check.sh).
+ *        FORMAT gptq-F (F one of the above): the same job made by GPTQ, calibrated on the last
+ *        2 chunks (ids folded into the model's vocabulary); gptq-modelopt quantizes o and down
+ *        only (GPTQ's own tensor scales fit no fused group) and dumps those.
  *        test_export peer SOURCE OUT TOKENS CTX CHUNKS: SOURCE (a GGUF) with every block linear
  *        in MXFP4 W4A16 exported as GGUF to OUT; prints qsweep's perplexity over the first
  *        CHUNKS chunks of TOKENS of the source, of the job (the policy applied) and of the
@@ -1141,11 +1144,24 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
+    int gptq = strncmp(format, "gptq-", 5) == 0;
+    if (gptq) format += 5;
     int gguf = strcmp(format, "mxfp4-gguf") == 0, mo = strcmp(format, "modelopt") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
     qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : mo ? "nvfp4" : format,
                               mo ? "nvfp4" : NULL);
     if (mo) p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP; /* W4A4, fused groups sharing their amax */
+    if (mo && gptq) { /* GPTQ's own tensor scales: o and down only, no fused group */
+        qw_policy_free(&p);
+        if (qw_policy_init(&p, n_layers(), &err)) {
+            fprintf(stderr, "export_test write: %s\n", err.msg);
+            return 1;
+        }
+        for (int l = 0; l < p.n_layers; l++) {
+            *qw_policy_linear(&p, l, QW_LINEAR_O) = spec_of("nvfp4", "nvfp4");
+            *qw_policy_linear(&p, l, QW_LINEAR_DOWN) = spec_of("nvfp4", "nvfp4");
+        }
+    }
     if (gguf) { /* block 0 in MXFP4, block 1 kept: Q4_0, Q4_1, Q8_0, F16, BF16 */
         qw_quant_spec mx = spec_of("mxfp4", NULL);
         qw_policy_free(&p);
@@ -1155,8 +1171,24 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
             return 1;
         }
     }
+    /* GPTQ calibrated on the last chunks, their ids folded into the model's vocabulary */
+    qw_method_plan g = gptq_plan(0);
+    uint32_t *ids = malloc((size_t)calib_n * (size_t)ctx * sizeof *ids);
+    int vocab = 0;
+    qw_checkpoint *sk = NULL;
+    if (!ids || qw_checkpoint_open(model_path, &sk, &err)) {
+        fprintf(stderr, "export_test write: %s\n", ids ? err.msg : "out of memory");
+        free(ids);
+        return 1;
+    }
+    vocab = qw_checkpoint_config(sk)->vocab_size;
+    qw_checkpoint_close(sk);
+    for (size_t i = 0; i < (size_t)calib_n * (size_t)ctx; i++)
+        ids[i] = g.calib[i] % (uint32_t)vocab;
+    g.calib = ids;
     qw_export_request r = {.model_path = model_path,
                            .policy = &p,
+                           .method = gptq ? &g : NULL,
                            .out_dir = dir,
                            .layout = gguf ? QW_EXPORT_GGUF
                                      : mo ? QW_EXPORT_MODELOPT
@@ -1179,6 +1211,7 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
         size_t len = strlen(name);
         /* GGUF: every tensor (gguf_mxfp4_check.py decodes them all); else the linears */
         if (!gguf && (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0)) continue;
+        if (mo && gptq && !strstr(name, ".o_proj.") && !strstr(name, ".down_proj.")) continue;
         st = qw_checkpoint_tensor(ek, name, &x, shape, &ndim, &err);
         if (!st)
             st = qw_st_writer_add(&w, name, "F32", ndim, shape, x,
@@ -1188,6 +1221,7 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     qw_st_writer_free(&w);
     qw_checkpoint_close(ek);
     qw_policy_free(&p);
+    free(ids);
     free(calib);
     calib = NULL;
     if (st) fprintf(stderr, "export_test write: %s\n", err.msg);
