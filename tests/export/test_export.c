@@ -323,9 +323,7 @@ static void mxfp4_w4a4_reads_back_to_the_jobs_metrics(void **state) {
 
 /* A plan: q/k/v and lm_head NVFP4, gate/up/down MXFP4, o left unquantized, block 1's down
  * unquantized; two config groups and an ignore list. (SmolLM2 ties lm_head: it stays.) */
-static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
-    (void)state;
-    int nl = n_layers();
+static qw_policy mixed_policy(int nl) {
     qw_policy p;
     qs_error err = {0};
     if (qw_policy_init(&p, nl, &err)) fail_msg("%s", err.msg);
@@ -336,6 +334,12 @@ static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
                 spec_of(k <= QW_LINEAR_V ? "nvfp4" : "mxfp4", NULL);
         }
     if (!tied()) p.lm_head = spec_of("nvfp4", NULL); /* a tied head cannot be (export.h) */
+    return p;
+}
+
+static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    qw_policy p = mixed_policy(n_layers());
     round_trip("mixed", &p, NULL);
     qw_policy_free(&p);
 }
@@ -371,25 +375,19 @@ static void gptq_mxfp4_act_order_reads_back_to_the_jobs_weights_and_metrics(void
     qw_policy_free(&p);
 }
 
-/* A per-linear plan: GPTQ on q/k/v (NVFP4) and down (MXFP4), round-to-nearest on gate/up
- * (MXFP4) and lm_head, o unquantized; each written from the codes its own method chose. */
+/* A per-linear plan on the mixed plan's policy: GPTQ on q/k/v (NVFP4) and down (MXFP4),
+ * round-to-nearest on gate/up (MXFP4) and lm_head; each written from the codes its own method
+ * chose. */
 static void gptq_per_linear_plan_reads_back_to_the_jobs_weights_and_metrics(void **state) {
     (void)state;
     int nl = n_layers();
-    qw_policy p;
-    qs_error err = {0};
-    if (qw_policy_init(&p, nl, &err)) fail_msg("%s", err.msg);
+    qw_policy p = mixed_policy(nl);
     qw_method_plan g = gptq_plan(0);
     const qw_method_plan **table = calloc((size_t)nl * QW_LINEAR_KINDS, sizeof *table);
     assert_non_null(table);
     for (int l = 0; l < nl; l++)
-        for (int k = 0; k < QW_LINEAR_KINDS; k++) {
-            if (k == QW_LINEAR_O) continue;
-            *qw_policy_linear(&p, l, (qw_linear_kind)k) =
-                spec_of(k <= QW_LINEAR_V ? "nvfp4" : "mxfp4", NULL);
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
             if (k != QW_LINEAR_GATE && k != QW_LINEAR_UP) table[l * QW_LINEAR_KINDS + k] = &g;
-        }
-    if (!tied()) p.lm_head = spec_of("nvfp4", NULL);
     qw_method_plan per = {.name = "per-linear",
                           .linear = table,
                           .n_linear = nl * QW_LINEAR_KINDS,
