@@ -491,6 +491,15 @@ static void gptq_gguf_reads_back_to_the_jobs_weights(void **state) {
     qw_checkpoint_close(ck);
 }
 
+/* GPTQ over every block linear in MXFP4 as GGUF (the smollm2 run: SmolLM2's GGUF), evaluated. */
+static void gptq_mxfp4_gguf_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "mxfp4", NULL);
+    qw_method_plan g = gptq_plan(0);
+    round_trip_method("gptq-mxfp4-gguf", &p, NULL, QW_EXPORT_GGUF, &g);
+    qw_policy_free(&p);
+}
+
 /* A method whose input transform no layout holds is refused by name, alone or as one linear
  * of a per-linear plan, before anything is written. */
 static void methods_with_an_online_transform_are_refused_by_name(void **state) {
@@ -1300,6 +1309,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(mixed_plan_reads_back_to_the_jobs_metrics),
             cmocka_unit_test(mxfp4_gguf_reads_back_to_the_jobs_metrics),
             cmocka_unit_test(modelopt_w4a4_reads_back_to_the_jobs_metrics),
+            cmocka_unit_test(gptq_mxfp4_gguf_reads_back_to_the_jobs_weights_and_metrics),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
     }

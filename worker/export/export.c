@@ -34,12 +34,6 @@ qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_e
                         name ? name : "");
 }
 
-const qk_packed *qw_export_packed(const qw_model *m, const qw_method_state *ms, int index) {
-    if (qw_method_made(ms, index)) return qw_method_packed(ms, index);
-    int64_t axis, start;
-    return qw_model_packed(m, -1, index, &axis, &start);
-}
-
 /* A method no layout holds: one that transforms each input online, so that the weights alone
  * are not the model the job measured. Errors: QS_EUNSUPPORTED naming the method (and, in a
  * per-linear plan, the linear). */
