@@ -12,7 +12,8 @@
  *     scales written are GPTQ's, not the amax rule's on its output);
  *   - what the format cannot hold is refused naming the linear, and a refused or failed export
  *     leaves nothing behind.
- * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts on SmolLM2-135M's GGUF)
+ * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts on SmolLM2-135M's GGUF,
+ *        and a GPTQ one as GGUF)
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
@@ -491,10 +492,16 @@ static void gptq_gguf_reads_back_to_the_jobs_weights(void **state) {
     qw_checkpoint_close(ck);
 }
 
-/* GPTQ over every block linear in MXFP4 as GGUF (the smollm2 run: SmolLM2's GGUF), evaluated. */
+/* GPTQ over block 0's linears in MXFP4 as GGUF (the smollm2 run: SmolLM2's GGUF; one block
+ * keeps GPTQ to seconds there), evaluated. */
 static void gptq_mxfp4_gguf_reads_back_to_the_jobs_weights_and_metrics(void **state) {
     (void)state;
-    qw_policy p = all_linears(n_layers(), "mxfp4", NULL);
+    qw_policy p;
+    qs_error err = {0};
+    qw_quant_spec mx = spec_of("mxfp4", NULL);
+    if (qw_policy_init(&p, n_layers(), &err) ||
+        qw_policy_isolation(&p, QW_ISO_BLOCK, 0, 0, &mx, &err))
+        fail_msg("%s", err.msg);
     qw_method_plan g = gptq_plan(0);
     round_trip_method("gptq-mxfp4-gguf", &p, NULL, QW_EXPORT_GGUF, &g);
     qw_policy_free(&p);
