@@ -12,8 +12,8 @@
  *     scales written are GPTQ's, not the amax rule's on its output);
  *   - what the format cannot hold is refused naming the linear, and a refused or failed export
  *     leaves nothing behind.
- * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts on SmolLM2-135M's GGUF,
- *        and a GPTQ one as GGUF)
+ * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts, and a GPTQ one
+ *        as GGUF, on SmolLM2-135M's GGUF)
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
