@@ -1,7 +1,8 @@
 /* qsweep export GRID -o DIR: a plan (qsweep plan's grid) or one eval job of a grid written as a
  * checkpoint that serving engines load, with the codes and scales the sweep measured
  * (worker/export/export.h; docs/export.md). The job's policy is the one its worker builds
- * (worker/jobs qw_jobs_policy), applied by the engine to the source checkpoint. */
+ * (worker/jobs qw_jobs_policy), applied by the engine to the source checkpoint, and its method
+ * (GPTQ) applied after it as the worker applies it. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,16 +77,6 @@ static qs_status pick_job(const char *grid, const qc_job_list *jobs, const char 
                                 : "matches no eval job of the grid");
 }
 
-/* The quantization method of a spec: only round-to-nearest codes are exported for now. */
-static qs_status check_method(const json_t *spec, qs_error *err) {
-    const json_t *m = json_object_get(spec, "method");
-    if (!m || (json_is_string(m) && !strcmp(json_string_value(m), "rtn"))) return QS_OK;
-    return qs_error_set(err, QS_EUNSUPPORTED,
-                        "export: method %s: only round-to-nearest (rtn) jobs are exported; their "
-                        "codes are the engine's quantizer's",
-                        json_is_string(m) ? json_string_value(m) : "(not a string)");
-}
-
 /* modelopt's calibration: the last n whole chunks of the job's token file at its ctx (each first
  * token replaced by the dataset's BOS when it has one, as the evaluation does), none of them a
  * chunk the job scores. *ids is heap (free()). */
@@ -146,7 +137,8 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
         spec = json_loads(job->spec, 0, &je);
         if (!spec) st = qs_error_set(err, QS_EFORMAT, "job spec: %s", je.text);
     }
-    if (!st) st = check_method(spec, err);
+    struct qw_method_plan *method = NULL; /* the job's method, NULL for rtn */
+    if (!st) st = qw_export_method_from_spec(job->spec, &method, err);
     if (!st) st = qs_model_ref_read(spec, &ref, err);
     if (!st && !strncmp(ref.path, "synthetic:", 10))
         st = qs_error_set(err, QS_EUNSUPPORTED,
@@ -176,6 +168,7 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
                 src, out_dir);
         qw_export_request r = {.model_path = src,
                                .policy = &policy,
+                               .method = method,
                                .layout = layout,
                                .out_dir = out_dir,
                                .threads = threads,
@@ -186,6 +179,7 @@ static qs_status run_export(const char *grid, const char *const *sets, size_t n_
         st = qw_export_write(&r, err);
     }
     free(calib);
+    qw_export_method_free(method);
     qw_policy_free(&policy);
     qs_model_ref_clear(&ref);
     json_decref(spec);

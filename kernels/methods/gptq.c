@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "element.h"
 #include "group_scale.h"
 
 void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t, int threads) {
@@ -108,6 +109,24 @@ static void sort_by_diag_desc(size_t *perm, size_t n, const double *d) {
     }
 }
 
+/* The packed form's byte of a frozen scale: NVFP4's E4M3 block scale, MX's E8M0 exponent (bias
+ * 127). dec was decoded from that byte (group_scale.c), so encoding it again is exact. */
+static uint8_t scale_byte(const qk_format *fmt, const qk_group_scale *s) {
+    if (fmt->rule == QK_RULE_NVFP4)
+        return (uint8_t)qk_codec_encode(&qk_codec_e4m3, s->dec, QK_ROUND_RNE, 0);
+    return isnan(s->dec) ? 0xFF : (uint8_t)(127 + ilogbf(s->dec));
+}
+
+/* Code c of row r, column j into p's zeroed codes: 4-bit codes two a byte, the even column in
+ * the low nibble (quant.h). */
+static void put_code(qk_packed *p, size_t r, size_t j, uint32_t c) {
+    uint8_t *row = p->codes + r * p->row_bytes;
+    if (p->fmt->elem->bits == 4)
+        row[j / 2] |= (uint8_t)((c & 0xFu) << (j & 1) * 4);
+    else
+        row[j] = (uint8_t)c;
+}
+
 qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, size_t rows,
                   size_t k, const double *h, const qk_gptq_options *g, qs_error *err) {
     if (!w || !h || !rows || !k)
@@ -119,6 +138,8 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
     const int act_order = g && g->act_order;
     const int nt = g && g->threads > 0 ? g->threads : omp_get_max_threads();
     const size_t ngroups = (k + gc - 1) / gc;
+    qk_packed *pk = g ? g->packed : NULL; /* the codes and scales, when asked for */
+    if (pk) memset(pk, 0, sizeof *pk);
     double *hd = malloc(k * k * sizeof *hd);
     float *u = malloc(k * k * sizeof *u), *wp = malloc(rows * k * sizeof *wp);
     float *e = malloc(rows * blk * sizeof *e);
@@ -129,6 +150,21 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
     if (!hd || !u || !wp || !e || !perm || !sc || !diag) {
         st = qs_error_set(err, QS_ENOMEM, "methods: gptq: %zu x %zu weight", rows, k);
         goto done;
+    }
+    if (pk) {
+        if (fmt->rule != QK_RULE_NVFP4 && fmt->rule != QK_RULE_MX) {
+            st = qs_error_set(err, QS_EUNSUPPORTED,
+                              "methods: gptq: %s: packed output for NVFP4 and MX formats only",
+                              qk_format_name(fmt));
+            goto done;
+        }
+        if ((st = qk_packed_init(pk, fmt, opt, rows, k, err))) goto done;
+        if (pk->blocks_per_row != ngroups) {
+            st = qs_error_set(err, QS_EUNSUPPORTED,
+                              "methods: gptq: %s: %zu groups a row, the packed form has %zu",
+                              qk_format_name(fmt), ngroups, pk->blocks_per_row);
+            goto done;
+        }
     }
     float amax = 0.0f; /* the per-tensor scale's amax: the unquantized weight's */
     for (size_t i = 0; i < rows * k; i++)
@@ -143,7 +179,7 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
         diag[j] = hd[j * k + j];
         perm[j] = j;
     }
-    float s_dec = 1.0f;
+    float s_dec = 1.0f, s_dec_out = 1.0f; /* s_dec_out: the tensor scale the rows used */
     if (act_order) { /* static groups: every scale from the unquantized weight, up front */
         for (size_t gi = 0; gi < ngroups && !st; gi++) {
             size_t c0 = gi * gc, n = k - c0 < gc ? k - c0 : gc;
@@ -209,7 +245,11 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
                 for (size_t r = r0; r < r0 + nr; r++) {
                     float *row = wp + r * k;
                     float x = row[i];
-                    float q = qk_group_scale_apply(fmt, opt, &sc[r * ngroups + gi], sd, x);
+                    const qk_group_scale *gs = &sc[r * ngroups + gi];
+                    float q = qk_group_scale_apply(fmt, opt, gs, sd, x);
+                    if (pk) /* the code that value came from (group_scale_apply's operands) */
+                        put_code(pk, r, perm[i],
+                                 qk_codec_encode(fmt->elem, x * gs->enc, opt->rounding, 0));
                     float er = (x - q) / d;
                     row[i] = q;
                     for (size_t j = i + 1; j < i2; j++)
@@ -228,6 +268,7 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
                 }
             }
         }
+        if (sl == 0) s_dec_out = sd; /* every slab's: one amax */
         if (ls) {
 #pragma omp critical(qk_gptq_err)
             if (!st) {
@@ -240,7 +281,17 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
         for (size_t r = 0; r < rows; r++)
             for (size_t j = 0; j < k; j++)
                 w[r * k + perm[j]] = wp[r * k + j];
+    if (!st && pk) {
+        for (size_t r = 0; r < rows; r++)
+            for (size_t gi = 0; gi < ngroups; gi++)
+                pk->scales[r * ngroups + gi] = scale_byte(fmt, &sc[r * ngroups + gi]);
+        if (fmt->tensor_scale) {
+            pk->tensor_scale = s_dec_out;
+            pk->tensor_amax = amax;
+        }
+    }
 done:
+    if (st && pk) qk_packed_release(pk);
     free(hd);
     free(u);
     free(wp);

@@ -33,6 +33,9 @@ typedef struct qk_gptq_options {
     size_t block;  /* lazy batch in columns; 0 = the default 128 */
     int act_order; /* 1: columns by decreasing H_jj (static group scales) */
     int threads;   /* 0 = all; the bits are the same for any value */
+    qk_packed *packed; /* not NULL: gets the packed form GPTQ chose (an NVFP4 or MX rule only):
+                          each element's code, each group's scale, the tensor scale; its decode
+                          (qk_dequantize) is w as returned, bit for bit. Released by the caller */
 } qk_gptq_options;
 
 /* h [k x k] += 2 x^T x for x [t x k] (both triangles), in double, the same bits for any
@@ -40,8 +43,10 @@ typedef struct qk_gptq_options {
 void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t, int threads);
 
 /* Quantizes w [rows x k] in place to fmt's grid (the dequantized values) by GPTQ with the
- * Hessian h [k x k] (read only). Errors: QS_EINVAL (empty shapes, h not positive definite
- * after dampening, naming the column), QS_EUNSUPPORTED (as qk_group_scales), QS_ENOMEM. */
+ * Hessian h [k x k] (read only); with g->packed, also its codes and scales. Errors: QS_EINVAL
+ * (empty shapes, h not positive definite after dampening, naming the column),
+ * QS_EUNSUPPORTED (as qk_group_scales; g->packed for a format of another rule), QS_ENOMEM;
+ * g->packed is then empty. */
 qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, size_t rows,
                   size_t k, const double *h, const qk_gptq_options *g, qs_error *err);
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # qsweep export from the command line: a plan-shaped grid (one policy job) and one job of
-# experiments/tiny.yaml exported, and a W4A4 NVFP4 plan in ModelOpt's layout; the refusals (an
+# experiments/tiny.yaml exported, a W4A4 NVFP4 plan in ModelOpt's layout, a GPTQ job of
+# experiments/tiny-methods.yaml (its codes its own, not rtn's) and a per-linear plan of GPTQ
+# linears; the refusals (an
 # existing folder, an unknown layout, a plan for another model, a grid of several jobs without
-# --job, a method or activations the layout cannot hold, calibration chunks that would overlap
+# --job, a method (a rotation, SmoothQuant, alone or in a per-linear plan) or activations the
+# layout cannot hold, calibration chunks that would overlap
 # the scored ones) exit 2 with the reason and leave nothing; a full disk (the file size limit)
 # fails naming the file and leaves nothing.
 # Usage: cli_export_test.sh QSWEEP SOURCE_DIR
@@ -129,8 +132,49 @@ PY
 expect_refusal "always quantizes the input" "$tmp/plan.yaml" -o "$tmp/out" --to modelopt
 expect_refusal "would overlap them" "$tmp/plan-w4a4.yaml" -o "$tmp/out" --to modelopt \
     --calib-chunks 100000
-expect_refusal "only round-to-nearest" "$src/experiments/tiny-methods.yaml" -o "$tmp/out" \
-    --set sensitivity.method=[gptq] --set sensitivity.formats=[nvfp4] --set sensitivity.parts=[q]
+# GPTQ exports its own codes and scales: the q_proj codes differ from the RTN job's export
+# (a grid of rtn and a calibrated method: the grid refuses calibration no method reads)
+gq=(--set sensitivity.formats=[nvfp4] --set sensitivity.parts=[q])
+for m in rtn gptq; do
+    label="llama3_gqa nvfp4 weights component q"
+    [ $m = rtn ] || label="$label method $m"
+    "$q" export "$src/experiments/tiny-methods.yaml" "${gq[@]}" \
+        --set "sensitivity.method=[rtn,gptq]" --job "$label" -o "$tmp/$m-export" 2> "$tmp/err" > /dev/null || fail "$m: $(cat "$tmp/err")"
+done
+python3 - "$tmp/rtn-export" "$tmp/gptq-export" <<'PY' || fail "the GPTQ job's export"
+import json, struct, sys
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack_from("<Q", raw)[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in h.items() if k != "__metadata__"}
+r, g = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert r.keys() == g.keys(), sorted(r.keys() ^ g.keys())
+q = [f"model.layers.{b}.self_attn.q_proj.weight_packed" for b in range(3)]
+assert all(k in g for k in q), sorted(g)
+assert all(r[k] != g[k] for k in q), "GPTQ's q_proj codes equal round-to-nearest's"
+assert all(r[k] == g[k] for k in r if ".q_proj." not in k), "a tensor GPTQ does not make differs"
+print("OK GPTQ export: 3 q_proj in NVFP4 with codes of their own, every other tensor as rtn's")
+PY
+# the methods whose input transform no layout holds, alone or in a per-linear plan
+for m in rotate16 mr-gptq smoothquant; do
+    expect_refusal "export: method $m: it " "$src/experiments/tiny-methods.yaml" -o "$tmp/out" \
+        "${gq[@]}" --set "sensitivity.method=[gptq,$m]" \
+        --job "llama3_gqa nvfp4 weights component q method $m"
+done
+per_linear='{name: per-linear, options: {linears: {"0.q": gptq, "2.up": rotate32}}}'
+sed -e 's|^  max_chunks: 8$|  max_chunks: 8\n  calibration: {chunks: 4}|' \
+    -e "s|^  quantize: \\[weights\\]\$|  quantize: [weights]\\n  method: [$per_linear]|" \
+    "$tmp/plan.yaml" > "$tmp/plan-rot.yaml"
+grep -q "rotate32" "$tmp/plan-rot.yaml" && grep -q "chunks: 4" "$tmp/plan-rot.yaml" ||
+    fail "plan-rot.yaml: the sed did not apply"
+expect_refusal "export: method rotate32 (model.layers.2.mlp.up_proj): it rotates" \
+    "$tmp/plan-rot.yaml" -o "$tmp/out"
+sed 's|"2.up": rotate32|"2.up": gptq|' "$tmp/plan-rot.yaml" > "$tmp/plan-gptq.yaml"
+"$q" export "$tmp/plan-gptq.yaml" -o "$tmp/plan-gptq-export" 2> "$tmp/err" > /dev/null ||
+    fail "a per-linear plan of gptq linears: $(cat "$tmp/err")"
+echo "OK per-linear plan of gptq linears exported"
 
 # a full disk: the file size limit (SIGXFSZ ignored, so the write fails with EFBIG)
 rc=0

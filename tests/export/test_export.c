@@ -5,9 +5,15 @@
  *   - the export evaluated against the source's baseline gives the eval job's metrics (perplexity,
  *     KL, top-1) digit for digit: W4A16 NVFP4, MXFP4, a mixed plan with lm_head, and MXFP4 W4A4
  *     (the export's activations quantized as the job's were);
+ *   - GPTQ jobs (worker/method) the same way, from GPTQ's own codes and scales: every linear
+ *     GPTQ made reads back to the FP32 weight the job evaluated with, bit for bit, in
+ *     compressed-tensors (NVFP4, MXFP4 with act_order, a per-linear plan), ModelOpt and GGUF;
+ *     in NVFP4, round-to-nearest of those values gives other values on some linears (the
+ *     scales written are GPTQ's, not the amax rule's on its output);
  *   - what the format cannot hold is refused naming the linear, and a refused or failed export
  *     leaves nothing behind.
- * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts on SmolLM2-135M's GGUF)
+ * Usage: test_export [smollm2] (smollm2: the round trips of all three layouts, and a GPTQ one
+ *        as GGUF, on SmolLM2-135M's GGUF)
  *        test_export write FORMAT DIR DUMP: exports every linear of the test model in FORMAT to
  *        DIR and writes what qsweep reads back for them (FP32, HF names and row order) to the
  *        safetensors file DUMP, for the independent readers (ct_check.sh); FORMAT mxfp4-gguf:
@@ -16,6 +22,9 @@
  *        (gguf_check.sh).
  *        FORMAT modelopt: every block linear NVFP4 W4A4, q/k/v and gate/up fused, calibrated
  *        on the last 2 chunks (modelopt_check.sh).
+ *        FORMAT gptq-F (F one of the above): the same job made by GPTQ, calibrated on the last
+ *        2 chunks (ids folded into the model's vocabulary); gptq-modelopt quantizes o and down
+ *        only (GPTQ's own tensor scales fit no fused group) and dumps those.
  *        test_export peer SOURCE OUT TOKENS CTX CHUNKS: SOURCE (a GGUF) with every block linear
  *        in MXFP4 W4A16 exported as GGUF to OUT; prints qsweep's perplexity over the first
  *        CHUNKS chunks of TOKENS of the source, of the job (the policy applied) and of the
@@ -42,6 +51,9 @@
 #include "eval.h"
 #include "export.h"
 #include "format.h"
+#include "forward.h"
+#include "gptq.h"
+#include "method_spec.h"
 #include "model.h"
 #include "policy.h"
 #include "quant.h"
@@ -114,10 +126,38 @@ static qw_eval_metrics compare(qw_model *m, const qw_tokens *t, const char *base
     return r;
 }
 
+/* w [rows x k] of linear i as the model reads it (heap). */
+static float *linear_weights(qw_model *m, int i) {
+    const qw_linear *L = qw_model_linear(m, i);
+    float *w = malloc((size_t)L->out * (size_t)L->in * sizeof *w);
+    qs_error err = {0};
+    assert_non_null(w);
+    if (qw_weight_rows_f32(&L->w, 0, L->out, w, &err)) fail_msg("%s", err.msg);
+    return w;
+}
+
+/* Whether round-to-nearest of linear i's method-made weight w [out x in], in its own format,
+ * gives other values than w: GPTQ's scales are then not what the amax rule picks from them. */
+static int rtn_differs(qw_model *m, int i, const float *w) {
+    const qw_linear *L = qw_model_linear(m, i);
+    size_t n = (size_t)L->out * (size_t)L->in;
+    float *r = malloc(n * sizeof *r);
+    qs_error err = {0};
+    assert_non_null(r);
+    if (qk_fake_quant_into(L->spec.weight, &L->spec.weight_opt, w, r, (size_t)L->out, (size_t)L->in,
+                           NULL, &err))
+        fail_msg("%s", err.msg);
+    int d = memcmp(r, w, n * sizeof *r) != 0;
+    free(r);
+    return d;
+}
+
 /* The round trip of policy p (and the activation-only policy `acts` for the export, NULL for
- * W4A16): export, read back, weights and metrics equal. */
-static void round_trip_in(const char *name, const qw_policy *p, const qw_policy *acts,
-                          qw_export_layout layout) {
+ * W4A16) with the method `plan` (NULL: round-to-nearest) applied after it, as the worker
+ * applies it: export, read back, weights and metrics equal. Returns how many of the linears
+ * the method made round-to-nearest of their own values would change (rtn_differs). */
+static size_t round_trip_method(const char *name, const qw_policy *p, const qw_policy *acts,
+                                qw_export_layout layout, const qw_method_plan *plan) {
     qs_error err = {0};
     qw_checkpoint *ck = NULL;
     qw_model *m = NULL;
@@ -132,10 +172,14 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     qw_eval_metrics base = {0};
     if (qw_eval_baseline(m, &t, &o, baseline, &base, &err)) fail_msg("%s", err.msg);
     if (qw_model_apply_policy(m, p, &err)) fail_msg("%s", err.msg);
+    qw_method_state *ms = NULL;
+    qw_method_info info;
+    if (plan && qw_method_apply(m, plan, &ms, &info, &err)) fail_msg("%s", err.msg);
     qw_eval_metrics job = compare(m, &t, baseline);
 
     qw_export_request r = {.model_path = model_path,
                            .policy = p,
+                           .method = plan,
                            .layout = layout,
                            .out_dir = out,
                            .calib = calibration(),
@@ -149,28 +193,36 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     snprintf(opened, sizeof opened, "%s%s", out, layout == QW_EXPORT_GGUF ? "/model.gguf" : "");
     if (qw_checkpoint_open(opened, &ek, &err) || qw_model_create(ek, ctx, 0, &em, &err))
         fail_msg("%s", err.msg);
-    /* each quantized linear reads back as the engine's dequantized packed form */
-    size_t checked = 0;
+    /* each quantized linear reads back as the engine's dequantized packed form, or as the
+       method's weight where the method made it */
+    size_t checked = 0, made = 0, differs = 0;
     for (int i = 0; i < qw_model_n_linears(m); i++) {
         int64_t axis, start, shape[2];
         const qk_packed *pk = qw_model_packed(m, -1, i, &axis, &start);
         if (!pk) continue;
+        float *want = NULL;
+        if (qw_method_made(ms, i)) {
+            want = linear_weights(m, i);
+            made++;
+            differs += rtn_differs(m, i, want) != 0;
+        }
         char lname[128], tname[160];
         qw_model_linear_name(m, i, lname, sizeof lname);
         snprintf(tname, sizeof tname, "%s.weight", lname);
         const float *got;
         int ndim;
         if (qw_checkpoint_tensor(ek, tname, &got, shape, &ndim, &err)) fail_msg("%s", err.msg);
-        float *want = malloc(pk->rows * pk->k * sizeof *want);
-        assert_non_null(want);
-        if (qk_dequantize(pk, want, 0, &err)) fail_msg("%s", err.msg);
+        if (!want) {
+            want = malloc(pk->rows * pk->k * sizeof *want);
+            assert_non_null(want);
+            if (qk_dequantize(pk, want, 0, &err)) fail_msg("%s", err.msg);
+        }
         assert_int_equal(shape[0], pk->rows);
         assert_int_equal(shape[1], pk->k);
         for (size_t j = 0; j < pk->rows * pk->k; j++) /* GGUF: -0 reads +0 (see below) */
             if (!(got[j] == want[j]) ||
                 ((layout != QW_EXPORT_GGUF || got[j] != 0) && memcmp(&got[j], &want[j], 4) != 0))
-                fail_msg("%s: %s[%zu] differs from the engine's dequantized weights", name, tname,
-                         j);
+                fail_msg("%s: %s[%zu] differs from the job's weights", name, tname, j);
         free(want);
         checked++;
     }
@@ -180,6 +232,12 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     printf("%s: job ppl %.17g kl_mean %.17g top1 %.17g | export ppl %.17g kl_mean %.17g top1 "
            "%.17g (%zu linears)\n",
            name, job.ppl, job.kl_mean, job.top1, back.ppl, back.kl_mean, back.top1, checked);
+    if (plan) {
+        printf("%s: %zu linears made by %s, %zu of them unlike round-to-nearest of their own "
+               "values\n",
+               name, made, plan->name, differs);
+        assert_true(made > 0);
+    }
     assert_true(job.ppl == back.ppl && job.nll == back.nll);
     assert_true(job.kl_mean == back.kl_mean && job.kl_max == back.kl_max);
     assert_true(job.kl_median == back.kl_median && job.kl_p99 == back.kl_p99);
@@ -190,9 +248,16 @@ static void round_trip_in(const char *name, const qw_policy *p, const qw_policy 
     qw_eval_metrics_free(&base);
     qw_model_destroy(em);
     qw_checkpoint_close(ek);
+    qw_method_state_free(ms);
     qw_model_destroy(m);
     qw_checkpoint_close(ck);
     qw_tokens_free(&t);
+    return differs;
+}
+
+static void round_trip_in(const char *name, const qw_policy *p, const qw_policy *acts,
+                          qw_export_layout layout) {
+    round_trip_method(name, p, acts, layout, NULL);
 }
 
 static void round_trip(const char *name, const qw_policy *p, const qw_policy *acts) {
@@ -259,9 +324,7 @@ static void mxfp4_w4a4_reads_back_to_the_jobs_metrics(void **state) {
 
 /* A plan: q/k/v and lm_head NVFP4, gate/up/down MXFP4, o left unquantized, block 1's down
  * unquantized; two config groups and an ignore list. (SmolLM2 ties lm_head: it stays.) */
-static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
-    (void)state;
-    int nl = n_layers();
+static qw_policy mixed_policy(int nl) {
     qw_policy p;
     qs_error err = {0};
     if (qw_policy_init(&p, nl, &err)) fail_msg("%s", err.msg);
@@ -272,8 +335,266 @@ static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
                 spec_of(k <= QW_LINEAR_V ? "nvfp4" : "mxfp4", NULL);
         }
     if (!tied()) p.lm_head = spec_of("nvfp4", NULL); /* a tied head cannot be (export.h) */
+    return p;
+}
+
+static void mixed_plan_reads_back_to_the_jobs_metrics(void **state) {
+    (void)state;
+    qw_policy p = mixed_policy(n_layers());
     round_trip("mixed", &p, NULL);
     qw_policy_free(&p);
+}
+
+/* GPTQ on the calibration chunks (the last calib_n of the token file, none of them scored). */
+static qw_method_plan gptq_plan(int act_order) {
+    qw_method_plan g = {.name = "gptq", .gptq = 1, .calib_chunks = calib_n, .ctx = ctx};
+    g.gptq_opt.act_order = act_order;
+    g.calib = calibration();
+    return g;
+}
+
+static void gptq_nvfp4_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "nvfp4", NULL);
+    qw_method_plan g = gptq_plan(0);
+    /* GPTQ's tensor scale comes from the unquantized weight and its block scales from the
+       columns as they stood when their group began; round-to-nearest would take both from the
+       quantized values, and on some linears lands elsewhere: the written scales are GPTQ's */
+    assert_true(round_trip_method("gptq-nvfp4", &p, NULL, QW_EXPORT_COMPRESSED_TENSORS, &g) > 0);
+    qw_policy_free(&p);
+}
+
+/* act_order: the static group scales (gptq.h), the codes written in the columns' own order.
+ * (Here round-to-nearest of GPTQ's values happens to give them back: an E8M0 scale moves only
+ * when a group's largest value leaves its binade, which GPTQ's updates do not do on this
+ * model.) */
+static void gptq_mxfp4_act_order_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    qw_policy p = all_linears(n_layers(), "mxfp4", NULL);
+    qw_method_plan g = gptq_plan(1);
+    round_trip_method("gptq-mxfp4", &p, NULL, QW_EXPORT_COMPRESSED_TENSORS, &g);
+    qw_policy_free(&p);
+}
+
+/* A per-linear plan on the mixed plan's policy: GPTQ on q/k/v (NVFP4) and down (MXFP4),
+ * round-to-nearest on gate/up (MXFP4) and lm_head; each written from the codes its own method
+ * chose. */
+static void gptq_per_linear_plan_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p = mixed_policy(nl);
+    qw_method_plan g = gptq_plan(0);
+    const qw_method_plan **table = calloc((size_t)nl * QW_LINEAR_KINDS, sizeof *table);
+    assert_non_null(table);
+    for (int l = 0; l < nl; l++)
+        for (int k = 0; k < QW_LINEAR_KINDS; k++)
+            if (k != QW_LINEAR_GATE && k != QW_LINEAR_UP) table[l * QW_LINEAR_KINDS + k] = &g;
+    qw_method_plan per = {.name = "per-linear",
+                          .linear = table,
+                          .n_linear = nl * QW_LINEAR_KINDS,
+                          .calib = g.calib,
+                          .calib_chunks = g.calib_chunks,
+                          .ctx = ctx};
+    round_trip_method("gptq-per-linear", &p, NULL, QW_EXPORT_COMPRESSED_TENSORS, &per);
+    free(table);
+    qw_policy_free(&p);
+}
+
+/* ModelOpt: GPTQ gives each linear its own tensor scale, which a fused q/k/v or gate/up
+ * cannot hold (one weight_scale_2 a GEMM), so o and down, W4A4 NVFP4. */
+static void gptq_modelopt_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p, acts;
+    qs_error err = {0};
+    if (qw_policy_init(&p, nl, &err) || qw_policy_init(&acts, nl, &err)) fail_msg("%s", err.msg);
+    for (int l = 0; l < nl; l++) {
+        *qw_policy_linear(&p, l, QW_LINEAR_O) = spec_of("nvfp4", "nvfp4");
+        *qw_policy_linear(&p, l, QW_LINEAR_DOWN) = spec_of("nvfp4", "nvfp4");
+        *qw_policy_linear(&acts, l, QW_LINEAR_O) = spec_of(NULL, "nvfp4");
+        *qw_policy_linear(&acts, l, QW_LINEAR_DOWN) = spec_of(NULL, "nvfp4");
+    }
+    qw_method_plan g = gptq_plan(0);
+    round_trip_method("gptq-modelopt", &p, &acts, QW_EXPORT_MODELOPT, &g);
+    /* q/k/v by GPTQ: three tensor scales for one GEMM */
+    qw_policy f = all_linears(nl, "nvfp4", "nvfp4");
+    char out[512];
+    snprintf(out, sizeof out, "%s/gptq-modelopt-qkv", workdir);
+    int before = entries();
+    qw_export_request r = {.model_path = model_path,
+                           .policy = &f,
+                           .method = &g,
+                           .out_dir = out,
+                           .layout = QW_EXPORT_MODELOPT,
+                           .calib = calibration(),
+                           .calib_chunks = calib_n,
+                           .calib_ctx = ctx};
+    assert_int_equal(qw_export_write(&r, &err), QS_EUNSUPPORTED);
+    if (!strstr(err.msg, "q_proj and ")) fail_msg("message \"%s\" lacks q_proj", err.msg);
+    assert_int_equal(entries(), before);
+    qw_policy_free(&f);
+    qw_policy_free(&acts);
+    qw_policy_free(&p);
+}
+
+/* GGUF: tiny_quant.gguf with every block linear GPTQ'd in MXFP4 (calibrated on the byte tokens
+ * folded into its vocabulary) reads back as the weights GPTQ made, bit for bit but for the sign
+ * of zero (ggml's levels have no -0, see a_gguf_export_reads_back_to_the_engines_weights). */
+static void gptq_gguf_reads_back_to_the_jobs_weights(void **state) {
+    (void)state;
+    const char *src = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
+    char out[512], file[600];
+    snprintf(out, sizeof out, "%s/gptq-gguf", workdir);
+    snprintf(file, sizeof file, "%s/model.gguf", out);
+    qs_error err = {0};
+    qw_checkpoint *ck = NULL, *ek = NULL;
+    qw_model *m = NULL;
+    if (qw_checkpoint_open(src, &ck, &err) || qw_model_create(ck, ctx, 0, &m, &err))
+        fail_msg("%s", err.msg);
+    const qw_config *cfg = qw_checkpoint_config(ck);
+    uint32_t *ids = malloc((size_t)calib_n * (size_t)ctx * sizeof *ids);
+    assert_non_null(ids);
+    for (size_t i = 0; i < (size_t)calib_n * (size_t)ctx; i++)
+        ids[i] = calibration()[i] % (uint32_t)cfg->vocab_size;
+    qw_method_plan g = gptq_plan(0);
+    g.calib = ids;
+    qw_policy p = all_linears(cfg->n_layers, "mxfp4", NULL);
+    qw_method_state *ms = NULL;
+    qw_method_info info;
+    if (qw_model_apply_policy(m, &p, &err) || qw_method_apply(m, &g, &ms, &info, &err))
+        fail_msg("%s", err.msg);
+    qw_export_request r = {
+        .model_path = src, .policy = &p, .method = &g, .layout = QW_EXPORT_GGUF, .out_dir = out};
+    if (qw_export_write(&r, &err) || qw_checkpoint_open(file, &ek, &err)) fail_msg("%s", err.msg);
+    int n = cfg->n_layers * QW_LINEAR_KINDS;
+    for (int i = 0; i < n; i++) {
+        assert_true(qw_method_made(ms, i));
+        char lname[128], wname[160];
+        qw_model_linear_name(m, i, lname, sizeof lname);
+        snprintf(wname, sizeof wname, "%s.weight", lname);
+        const float *b;
+        int64_t shape[2];
+        int nd;
+        if (qw_checkpoint_tensor(ek, wname, &b, shape, &nd, &err)) fail_msg("%s", err.msg);
+        float *want = linear_weights(m, i);
+        for (int64_t j = 0; j < shape[0] * shape[1]; j++)
+            if (!(b[j] == want[j]) || (b[j] != 0 && memcmp(&b[j], &want[j], sizeof *b) != 0))
+                fail_msg("%s[%lld]: GGUF %a, GPTQ %a", wname, (long long)j, (double)b[j],
+                         (double)want[j]);
+        free(want);
+    }
+    printf("gptq-gguf: %d MXFP4 linears read back as GPTQ made them\n", n);
+    qw_checkpoint_close(ek);
+    qw_method_state_free(ms);
+    qw_policy_free(&p);
+    free(ids);
+    qw_model_destroy(m);
+    qw_checkpoint_close(ck);
+}
+
+/* GPTQ over block 0's linears in MXFP4 as GGUF (the smollm2 run: SmolLM2's GGUF; one block
+ * keeps GPTQ to seconds there), evaluated. */
+static void gptq_mxfp4_gguf_reads_back_to_the_jobs_weights_and_metrics(void **state) {
+    (void)state;
+    qw_policy p;
+    qs_error err = {0};
+    qw_quant_spec mx = spec_of("mxfp4", NULL);
+    if (qw_policy_init(&p, n_layers(), &err) ||
+        qw_policy_isolation(&p, QW_ISO_BLOCK, 0, 0, &mx, &err))
+        fail_msg("%s", err.msg);
+    qw_method_plan g = gptq_plan(0);
+    round_trip_method("gptq-mxfp4-gguf", &p, NULL, QW_EXPORT_GGUF, &g);
+    qw_policy_free(&p);
+}
+
+/* A method whose input transform no layout holds is refused by name, alone or as one linear
+ * of a per-linear plan, before anything is written. */
+static void methods_with_an_online_transform_are_refused_by_name(void **state) {
+    (void)state;
+    int nl = n_layers();
+    qw_policy p = all_linears(nl, "nvfp4", NULL);
+    qw_method_plan rot = {.name = "rotate16", .rotate = 16};
+    qw_method_plan sq = {.name = "smoothquant", .smooth = 1, .alpha = 0.5};
+    qw_method_plan mr = {.name = "mr-gptq", .rotate = -1, .gptq = 1};
+    qw_method_plan g = gptq_plan(0);
+    const qw_method_plan *table[2 * QW_LINEAR_KINDS] = {0};
+    table[0] = &g;
+    table[QW_LINEAR_KINDS + QW_LINEAR_UP] = &mr;
+    qw_method_plan per = {.name = "per-linear", .linear = table, .n_linear = 2 * QW_LINEAR_KINDS};
+    const struct {
+        const qw_method_plan *plan;
+        const char *needle;
+    } cases[] = {
+        {&rot, "export: method rotate16: it rotates each input"},
+        {&sq, "export: method smoothquant: it divides each input"},
+        {&mr, "export: method mr-gptq: it rotates"},
+        {&per, "export: method mr-gptq (model.layers.1.mlp.up_proj): it rotates"},
+    };
+    char out[512];
+    snprintf(out, sizeof out, "%s/refused-method", workdir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int before = entries();
+        qs_error err = {0};
+        qw_export_request r = {
+            .model_path = model_path, .policy = &p, .method = cases[i].plan, .out_dir = out};
+        assert_int_equal(qw_export_write(&r, &err), QS_EUNSUPPORTED);
+        if (!strstr(err.msg, cases[i].needle))
+            fail_msg("message \"%s\" lacks \"%s\"", err.msg, cases[i].needle);
+        assert_int_equal(entries(), before);
+    }
+    qw_policy_free(&p);
+}
+
+/* qk_gptq's packed form decodes (qk_dequantize) to the values it returns, bit for bit: NVFP4,
+ * NVFP4 2D and MXFP4, with and without act_order, on a layer whose Hessian couples its
+ * columns; its NVFP4 tensor scale is the unquantized weight's (2688/amax)^-1. */
+static void gptq_packed_form_decodes_to_its_values(void **state) {
+    (void)state;
+    enum { rows = 32, k = 64, t = 96 };
+    static float w[rows * k], x[t * k], q[rows * k], y[rows * k];
+    static double h[k * k];
+    uint32_t s = 12345;
+    for (size_t i = 0; i < (size_t)t * k; i++) { /* correlated inputs: column j leans on j-1 */
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((double)(s >> 8) / (1 << 24) - 0.5) + (i % k ? 0.5f * x[i - 1] : 0.f);
+    }
+    for (size_t i = 0; i < (size_t)rows * k; i++) {
+        s = s * 1664525u + 1013904223u;
+        w[i] = (float)((double)(s >> 8) / (1 << 24) - 0.5) * (i % 7 == 0 ? 4.f : 1.f);
+    }
+    qk_gptq_hessian_add(h, k, x, t, 1);
+    const char *fmts[] = {"nvfp4", "nvfp4_2d", "mxfp4"};
+    qs_error err = {0};
+    for (size_t f = 0; f < 3; f++)
+        for (int ao = 0; ao < 2; ao++) {
+            const qk_format *fmt = qk_format_by_name(fmts[f]);
+            qk_quant_options o = {0};
+            qk_packed pk;
+            qk_gptq_options g = {.act_order = ao, .packed = &pk};
+            memcpy(q, w, sizeof w);
+            if (qk_gptq(fmt, &o, q, rows, k, h, &g, &err)) fail_msg("%s", err.msg);
+            if (qk_dequantize(&pk, y, 1, &err)) fail_msg("%s", err.msg);
+            for (size_t i = 0; i < (size_t)rows * k; i++)
+                if (memcmp(&y[i], &q[i], sizeof *y) != 0)
+                    fail_msg("%s act_order %d: [%zu] decodes to %a, GPTQ gave %a", fmts[f], ao, i,
+                             (double)y[i], (double)q[i]);
+            if (fmt->tensor_scale) {
+                float amax = 0.f, enc, dec;
+                for (size_t i = 0; i < (size_t)rows * k; i++)
+                    amax = fmaxf(amax, fabsf(w[i]));
+                qk_nvfp4_global_scales(amax, &enc, &dec);
+                assert_true(pk.tensor_amax == amax && pk.tensor_scale == dec);
+            }
+            qk_packed_release(&pk);
+        }
+    /* a format of another rule has no packed form here */
+    qk_packed pk;
+    qk_gptq_options g = {.packed = &pk};
+    memcpy(q, w, sizeof w);
+    assert_int_equal(
+        qk_gptq(qk_format_by_name("int4_group"), &(qk_quant_options){0}, q, rows, k, h, &g, &err),
+        QS_EUNSUPPORTED);
+    assert_null(pk.codes);
 }
 
 /* An export in layout that is refused: the error code and a part of its message; nothing left
@@ -837,11 +1158,24 @@ static void a_gguf_export_reads_back_to_the_engines_weights(void **state) {
 /* test_export write FORMAT DIR DUMP (see the top). */
 static int write_and_dump(const char *format, const char *dir, const char *dump) {
     qs_error err = {0};
+    int gptq = strncmp(format, "gptq-", 5) == 0;
+    if (gptq) format += 5;
     int gguf = strcmp(format, "mxfp4-gguf") == 0, mo = strcmp(format, "modelopt") == 0;
     if (gguf) model_path = QW_SOURCE_DIR "/tests/checkpoint/fixtures/tiny_quant.gguf";
     qw_policy p = all_linears(n_layers(), gguf ? "mxfp4" : mo ? "nvfp4" : format,
                               mo ? "nvfp4" : NULL);
     if (mo) p.fuse = QW_FUSE_QKV | QW_FUSE_GATE_UP; /* W4A4, fused groups sharing their amax */
+    if (mo && gptq) { /* GPTQ's own tensor scales: o and down only, no fused group */
+        qw_policy_free(&p);
+        if (qw_policy_init(&p, n_layers(), &err)) {
+            fprintf(stderr, "export_test write: %s\n", err.msg);
+            return 1;
+        }
+        for (int l = 0; l < p.n_layers; l++) {
+            *qw_policy_linear(&p, l, QW_LINEAR_O) = spec_of("nvfp4", "nvfp4");
+            *qw_policy_linear(&p, l, QW_LINEAR_DOWN) = spec_of("nvfp4", "nvfp4");
+        }
+    }
     if (gguf) { /* block 0 in MXFP4, block 1 kept: Q4_0, Q4_1, Q8_0, F16, BF16 */
         qw_quant_spec mx = spec_of("mxfp4", NULL);
         qw_policy_free(&p);
@@ -851,8 +1185,24 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
             return 1;
         }
     }
+    /* GPTQ calibrated on the last chunks, their ids folded into the model's vocabulary */
+    qw_method_plan g = gptq_plan(0);
+    uint32_t *ids = malloc((size_t)calib_n * (size_t)ctx * sizeof *ids);
+    int vocab = 0;
+    qw_checkpoint *sk = NULL;
+    if (!ids || qw_checkpoint_open(model_path, &sk, &err)) {
+        fprintf(stderr, "export_test write: %s\n", ids ? err.msg : "out of memory");
+        free(ids);
+        return 1;
+    }
+    vocab = qw_checkpoint_config(sk)->vocab_size;
+    qw_checkpoint_close(sk);
+    for (size_t i = 0; i < (size_t)calib_n * (size_t)ctx; i++)
+        ids[i] = g.calib[i] % (uint32_t)vocab;
+    g.calib = ids;
     qw_export_request r = {.model_path = model_path,
                            .policy = &p,
+                           .method = gptq ? &g : NULL,
                            .out_dir = dir,
                            .layout = gguf ? QW_EXPORT_GGUF
                                      : mo ? QW_EXPORT_MODELOPT
@@ -875,6 +1225,7 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
         size_t len = strlen(name);
         /* GGUF: every tensor (gguf_mxfp4_check.py decodes them all); else the linears */
         if (!gguf && (len < 12 || strcmp(name + len - 12, "_proj.weight") != 0)) continue;
+        if (mo && gptq && !strstr(name, ".o_proj.") && !strstr(name, ".down_proj.")) continue;
         st = qw_checkpoint_tensor(ek, name, &x, shape, &ndim, &err);
         if (!st)
             st = qw_st_writer_add(&w, name, "F32", ndim, shape, x,
@@ -884,6 +1235,7 @@ static int write_and_dump(const char *format, const char *dir, const char *dump)
     qw_st_writer_free(&w);
     qw_checkpoint_close(ek);
     qw_policy_free(&p);
+    free(ids);
     free(calib);
     calib = NULL;
     if (st) fprintf(stderr, "export_test write: %s\n", err.msg);
@@ -964,6 +1316,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(mixed_plan_reads_back_to_the_jobs_metrics),
             cmocka_unit_test(mxfp4_gguf_reads_back_to_the_jobs_metrics),
             cmocka_unit_test(modelopt_w4a4_reads_back_to_the_jobs_metrics),
+            cmocka_unit_test(gptq_mxfp4_gguf_reads_back_to_the_jobs_weights_and_metrics),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
     }
@@ -982,6 +1335,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test(malformed_fp4_checkpoints_are_refused_by_name),
         cmocka_unit_test(gguf_mxfp4_blocks_decode_as_gguf_py),
         cmocka_unit_test(a_gguf_export_reads_back_to_the_engines_weights),
+        cmocka_unit_test(gptq_packed_form_decodes_to_its_values),
+        cmocka_unit_test(gptq_nvfp4_reads_back_to_the_jobs_weights_and_metrics),
+        cmocka_unit_test(gptq_mxfp4_act_order_reads_back_to_the_jobs_weights_and_metrics),
+        cmocka_unit_test(gptq_per_linear_plan_reads_back_to_the_jobs_weights_and_metrics),
+        cmocka_unit_test(gptq_modelopt_reads_back_to_the_jobs_weights_and_metrics),
+        cmocka_unit_test(gptq_gguf_reads_back_to_the_jobs_weights),
+        cmocka_unit_test(methods_with_an_online_transform_are_refused_by_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

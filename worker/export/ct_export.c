@@ -150,7 +150,7 @@ static qs_status add_packed(qw_st_writer *w, const ex_linear *L, const qk_packed
 }
 
 qs_status qw_export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
-                       const char *tmp, qs_error *err) {
+                       const qw_method_state *ms, const char *tmp, qs_error *err) {
     const qw_config *cfg = qw_checkpoint_config(ck);
     const qw_policy *p = r->policy;
     if (p->embed.weight || p->embed.act)
@@ -177,8 +177,7 @@ qs_status qw_export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *
     /* the quantized linears first (the slow part), then every other tensor as stored */
     for (int i = 0; i < n_lin && !st; i++) {
         if (lin[i].group >= 0) {
-            int64_t axis, start;
-            const qk_packed *pk = qw_model_packed(m, -1, lin[i].index, &axis, &start);
+            const qk_packed *pk = qw_export_packed(m, ms, lin[i].index);
             if (!pk)
                 st = qs_error_set(err, QS_EINVAL, "export: %s: the engine holds no packed form",
                                   lin[i].name);

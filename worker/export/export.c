@@ -34,6 +34,29 @@ qs_status qw_export_layout_by_name(const char *name, qw_export_layout *out, qs_e
                         name ? name : "");
 }
 
+/* A method no layout holds: one that transforms each input online, so that the weights alone
+ * are not the model the job measured. Errors: QS_EUNSUPPORTED naming the method (and, in a
+ * per-linear plan, the linear). */
+static qs_status check_method(const qw_method_plan *plan, qs_error *err) {
+    int n = !plan ? 0 : plan->linear ? plan->n_linear : 1;
+    for (int i = 0; i < n; i++) {
+        const qw_method_plan *lp = plan->linear ? plan->linear[i] : plan;
+        if (!lp || (!lp->rotate && !lp->smooth)) continue;
+        char where[96] = "";
+        if (plan->linear)
+            snprintf(where, sizeof where, " (model.layers.%d.%s)", i / QW_LINEAR_KINDS,
+                     qw_linear_module_name((qw_linear_kind)(i % QW_LINEAR_KINDS)));
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "export: method %s%s: it %s, a transform of the input at run time "
+                            "that no serving layout holds (its weights alone are not the model "
+                            "the job measured); gptq and rtn export",
+                            lp->name, where,
+                            lp->rotate ? "rotates each input by a Hadamard matrix"
+                                       : "divides each input by SmoothQuant's channel scales");
+    }
+    return QS_OK;
+}
+
 /* Removes the temporary folder: only the plain files this export put there, then the folder. */
 static void remove_tmp(const char *dir) {
     DIR *d = opendir(dir);
@@ -79,23 +102,31 @@ static qs_status check_out_dir(const char *out_dir, char *dir, size_t cap, qs_er
 
 qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
     char out_dir[4096], tmp[sizeof out_dir + sizeof ".tmp-XXXXXX"];
-    qs_status st = check_out_dir(r->out_dir, out_dir, sizeof out_dir, err);
+    qs_status st = check_method(r->method, err);
+    if (!st) st = check_out_dir(r->out_dir, out_dir, sizeof out_dir, err);
     if (st) return st;
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     qw_checkpoint *ck = NULL;
     qw_model *m = NULL;
+    qw_method_state *ms = NULL; /* the linears the job's method made */
     float *amax = NULL; /* modelopt: its inputs' calibration amax per linear */
     int calibrated = r->layout == QW_EXPORT_MODELOPT;
+    int mctx = calibrated && r->calib_ctx > 1 ? r->calib_ctx : 1; /* the longest forward */
+    if (r->method && r->method->ctx > mctx) mctx = r->method->ctx;
     st = qw_checkpoint_open(r->model_path, &ck, err);
-    if (!st)
-        st = qw_model_create(ck, calibrated && r->calib_ctx > 1 ? r->calib_ctx : 1, r->threads, &m,
-                             err);
+    if (!st) st = qw_model_create(ck, mctx, r->threads, &m, err);
     if (!st && r->policy->n_layers != qw_checkpoint_config(ck)->n_layers)
         st = qs_error_set(err, QS_EINVAL,
                           "export: the policy is for a %d-block model, %s has %d blocks",
                           r->policy->n_layers, r->model_path, qw_checkpoint_config(ck)->n_layers);
     if (!st && calibrated) st = qw_export_modelopt_calibrate(r, m, &amax, err);
     if (!st) st = qw_model_apply_policy(m, r->policy, err);
+    if (!st && r->method) { /* as the worker applies it, keeping GPTQ's codes and scales */
+        qw_method_plan plan = *r->method;
+        qw_method_info info;
+        plan.packed = 1;
+        st = qw_method_apply(m, &plan, &ms, &info, err);
+    }
     int made = 0;
     if (!st) {
         if (!mkdtemp(tmp))
@@ -104,11 +135,11 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
             made = 1;
     }
     if (!st && r->layout == QW_EXPORT_GGUF)
-        st = qw_export_gguf(r, ck, m, tmp, err);
+        st = qw_export_gguf(r, ck, m, ms, tmp, err);
     else if (!st && r->layout == QW_EXPORT_MODELOPT)
-        st = qw_export_modelopt(r, ck, m, amax, tmp, err);
+        st = qw_export_modelopt(r, ck, m, ms, amax, tmp, err);
     else if (!st)
-        st = qw_export_ct(r, ck, m, tmp, err);
+        st = qw_export_ct(r, ck, m, ms, tmp, err);
     if (!st && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide it from a serving user */
         st = qs_error_set(err, QS_EIO, "%s: %s", tmp, strerror(errno));
     /* the folder appears under its name complete, or not at all */
@@ -116,6 +147,7 @@ qs_status qw_export_write(const qw_export_request *r, qs_error *err) {
         st = qs_error_set(err, QS_EIO, "renaming %s to %s: %s", tmp, out_dir, strerror(errno));
     if (st && made) remove_tmp(tmp);
     free(amax);
+    qw_method_state_free(ms);
     qw_model_destroy(m);
     qw_checkpoint_close(ck);
     return st;

@@ -16,6 +16,10 @@
  *                       input_scale (FP32, amax/(6*448) of its input over the calibration
  *                       chunks), hf_quant_config.json and quant_method "modelopt".
  *   gguf                (llama.cpp; gguf_export.c): the source GGUF, MXFP4 linears in ggml's type.
+ * A job's method (worker/method) is applied after the policy, as the worker applies it, and
+ * the linears GPTQ made are written from GPTQ's own codes and scales (qw_method_packed); a
+ * method that transforms the input online (a rotation, SmoothQuant) is refused, since no layout
+ * holds that transform.
  * Linears the policy leaves unquantized, norms and embeddings are written in their stored
  * type (F32, F16, BF16; any other type, e.g. a GGUF source's Q4_1, as its exact FP32 values). */
 #ifndef QW_EXPORT_H
@@ -26,6 +30,8 @@
 
 #include "error.h"
 #include "policy.h"
+
+struct qw_method_plan; /* worker/method method.h */
 
 /* Serving layouts. */
 typedef enum qw_export_layout {
@@ -46,6 +52,9 @@ typedef void (*qw_export_progress_fn)(void *ctx, size_t done, size_t total);
 typedef struct qw_export_request {
     const char *model_path;  /* the source checkpoint (HF folder or GGUF file) */
     const qw_policy *policy; /* what to quantize, as an eval job names it (worker/jobs) */
+    const struct qw_method_plan *method; /* the job's method (qw_export_method_from_spec), NULL
+                                            for round-to-nearest: gptq, or per-linear with gptq
+                                            linears only */
     qw_export_layout layout;
     const char *out_dir;            /* the folder to create; must not exist */
     int threads;                    /* 0 = all */
@@ -71,8 +80,17 @@ typedef struct qw_export_request {
  * nvfp4/nvfp4_2d/mxfp4, quantized embeddings, a quantized lm_head tied to the embeddings,
  * NVFP4 activations (measured with a dynamic per-tensor scale that compressed-tensors stores
  * as a calibrated constant), activations quantized without weights, rows that are not whole
- * blocks, an NVFP4 tensor under tiny_amax exact), QS_EIO naming the path (ENOSPC: the disk
+ * blocks, an NVFP4 tensor under tiny_amax exact; naming the method: a rotation or SmoothQuant,
+ * whose online input transform no layout holds), QS_EIO naming the path (ENOSPC: the disk
  * is full), the checkpoint's and engine's errors. */
 qs_status qw_export_write(const qw_export_request *r, qs_error *err);
+
+/* The method of an eval job's spec (JSON; kinds/method.h) as a plan for
+ * qw_export_request.method, its calibration chunks read from their token file as the worker
+ * reads them (method_spec.h); *out NULL for round-to-nearest. Heap: qw_export_method_free.
+ * Errors: QS_EFORMAT (the spec), method_spec.h's. */
+qs_status qw_export_method_from_spec(const char *spec_json, struct qw_method_plan **out,
+                                     qs_error *err);
+void qw_export_method_free(struct qw_method_plan *plan);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "checkpoint.h"
 #include "export.h"
+#include "method_spec.h" /* worker/method's method.h, whichever -I comes first */
 #include "model.h"
 #include "st_writer.h"
 
@@ -21,6 +22,11 @@ typedef struct ex_linear {
  * p; *out is heap (free()), groups 0. Errors: QS_ENOMEM. */
 qs_status qw_export_list_linears(const qw_model *m, const qw_policy *p, ex_linear **out, int *n,
                                  qs_error *err);
+
+/* The packed form written for linear `index` (qw_model_packed's numbering): GPTQ's own codes
+ * and scales where the job's method made the linear (ms, NULL without a method), else the
+ * engine's; NULL where neither holds one. */
+const qk_packed *qw_export_packed(const qw_model *m, const qw_method_state *ms, int index);
 
 /* dir/name into out (cap bytes); 0, or -1 when it does not fit. */
 int qw_export_path_join(char *out, size_t cap, const char *dir, const char *name);
@@ -39,14 +45,16 @@ qs_status qw_export_finish(const qw_export_request *r, qw_checkpoint *ck, qw_st_
 
 /* Writes the compressed-tensors layout of r into the folder tmp (ct_export.c): every linear the
  * policy quantizes in a config group of its (weight, activation) formats, the others in the
- * ignore list as stored. m holds the applied policy. Errors: export.h's. */
-qs_status qw_export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *m, const char *tmp,
-                       qs_error *err);
+ * ignore list as stored. m holds the applied policy, ms its method (or NULL). Errors:
+ * export.h's. */
+qs_status qw_export_ct(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
+                       const qw_method_state *ms, const char *tmp, qs_error *err);
 
 /* Writes the GGUF layout of r into the folder tmp (gguf_export.c): the source GGUF with the
- * policy's MXFP4 linears. m holds the applied policy. Errors: export.h's. */
+ * policy's MXFP4 linears. m holds the applied policy, ms its method (or NULL). Errors:
+ * export.h's. */
 qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
-                         const char *tmp, qs_error *err);
+                         const qw_method_state *ms, const char *tmp, qs_error *err);
 
 /* ModelOpt's layout (modelopt_export.c). Calibration runs on the model before the policy is
  * applied: *amax gets, for each linear the policy puts in NVFP4 (index as ex_linear.index;
@@ -54,8 +62,10 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
  * Errors: QS_EINVAL (no calibration chunks), the forward's, QS_ENOMEM. */
 qs_status qw_export_modelopt_calibrate(const qw_export_request *r, qw_model *m, float **amax,
                                        qs_error *err);
-/* Writes the layout into tmp; m holds the applied policy, amax what calibration found. */
+/* Writes the layout into tmp; m holds the applied policy, ms its method (or NULL), amax what
+ * calibration found. */
 qs_status qw_export_modelopt(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
-                             const float *amax, const char *tmp, qs_error *err);
+                             const qw_method_state *ms, const float *amax, const char *tmp,
+                             qs_error *err);
 
 #endif

@@ -135,7 +135,7 @@ static int write_pad(FILE *f, uint64_t *pos, uint64_t align) {
 }
 
 qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
-                         const char *tmp, qs_error *err) {
+                         const qw_method_state *ms, const char *tmp, qs_error *err) {
     const qw_config *cfg = qw_checkpoint_config(ck);
     const qw_policy *pol = r->policy;
     int nl = cfg->n_layers, nlin = nl * QW_LINEAR_KINDS + 1;
@@ -285,8 +285,7 @@ qs_status qw_export_gguf(const qw_export_request *r, qw_checkpoint *ck, qw_model
         for (uint64_t i = 0; i < n_t && !bad && !st; i++) {
             src_tensor *t = &ts[i];
             if (t->linear >= 0) {
-                int64_t axis, start;
-                const qk_packed *p = qw_model_packed(m, -1, t->linear, &axis, &start);
+                const qk_packed *p = qw_export_packed(m, ms, t->linear);
                 uint8_t *blocks = p ? malloc((size_t)size[i]) : NULL;
                 if (!p || !blocks || p->rows * p->k / 32 * 17 != size[i]) {
                     free(blocks);

@@ -1,5 +1,6 @@
-/* The Hugging Face folder a safetensors layout writes: the linears list, the tensors kept as
- * stored, config.json and the tokenizer files (export_internal.h). */
+/* The Hugging Face folder a safetensors layout writes: the linears list and the packed form each
+ * is written from, the tensors kept as stored, config.json and the tokenizer files
+ * (export_internal.h). */
 #include "export.h"
 
 #include <errno.h>
@@ -123,6 +124,12 @@ qs_status qw_export_list_linears(const qw_model *m, const qw_policy *p, ex_linea
     *out = v;
     *n = count;
     return QS_OK;
+}
+
+const qk_packed *qw_export_packed(const qw_model *m, const qw_method_state *ms, int index) {
+    if (qw_method_made(ms, index)) return qw_method_packed(ms, index);
+    int64_t axis, start;
+    return qw_model_packed(m, -1, index, &axis, &start);
 }
 
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json",

@@ -129,8 +129,8 @@ static qs_status mo_check(const ex_linear *L, int tied, qs_error *err) {
 /* Serving engines run q/k/v (and gate/up) as one GEMM with one weight_scale_2 (vLLM keeps
  * the largest of the members', ModelOpt's export makes them share one amax): the members of a
  * group must all be NVFP4 with one decode scale, or all be left as stored. */
-static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, int b, const int *kinds,
-                                int nk, const char *group, qs_error *err) {
+static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, const qw_method_state *ms, int b,
+                                const int *kinds, int nk, const char *group, qs_error *err) {
     const ex_linear *first = &lin[b * QW_LINEAR_KINDS + kinds[0]];
     float s0 = 0.f;
     for (int j = 0; j < nk; j++) {
@@ -141,8 +141,7 @@ static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, int b, const 
                                 "scheme: quantize all of it or none",
                                 first->name, L->name, group);
         if (L->group < 0) continue;
-        int64_t axis, start;
-        const qk_packed *p = qw_model_packed(m, -1, L->index, &axis, &start);
+        const qk_packed *p = qw_export_packed(m, ms, L->index);
         if (!p) return qs_error_set(err, QS_EINVAL, "export: %s: no packed form", L->name);
         if (j == 0) s0 = p->tensor_scale;
         if (p->tensor_scale != s0)
@@ -191,7 +190,8 @@ static qs_status mo_add(qw_st_writer *w, const ex_linear *L, const qk_packed *p,
 }
 
 qs_status qw_export_modelopt(const qw_export_request *r, qw_checkpoint *ck, qw_model *m,
-                             const float *amax, const char *tmp, qs_error *err) {
+                             const qw_method_state *ms, const float *amax, const char *tmp,
+                             qs_error *err) {
     const qw_config *cfg = qw_checkpoint_config(ck);
     const qw_policy *p = r->policy;
     if (p->embed.weight || p->embed.act)
@@ -209,8 +209,8 @@ qs_status qw_export_modelopt(const qw_export_request *r, qw_checkpoint *ck, qw_m
     static const int qkv[] = {QW_LINEAR_Q, QW_LINEAR_K, QW_LINEAR_V};
     static const int gate_up[] = {QW_LINEAR_GATE, QW_LINEAR_UP};
     for (int b = 0; b < cfg->n_layers && !st; b++) {
-        st = mo_check_fused(lin, m, b, qkv, 3, "q/k/v", err);
-        if (!st) st = mo_check_fused(lin, m, b, gate_up, 2, "gate/up", err);
+        st = mo_check_fused(lin, m, ms, b, qkv, 3, "q/k/v", err);
+        if (!st) st = mo_check_fused(lin, m, ms, b, gate_up, 2, "gate/up", err);
     }
     if (!st && n_q == 0)
         st = qs_error_set(err, QS_EINVAL,
@@ -220,8 +220,7 @@ qs_status qw_export_modelopt(const qw_export_request *r, qw_checkpoint *ck, qw_m
     size_t total = (size_t)n_lin + 4, done = 0;
     for (int i = 0; i < n_lin && !st; i++) {
         if (lin[i].group == 0) {
-            int64_t axis, start;
-            const qk_packed *pk = qw_model_packed(m, -1, lin[i].index, &axis, &start);
+            const qk_packed *pk = qw_export_packed(m, ms, lin[i].index);
             st = pk ? mo_add(&w, &lin[i], pk, amax[lin[i].index], err)
                     : qs_error_set(err, QS_EINVAL, "export: %s: the engine holds no packed form",
                                    lin[i].name);

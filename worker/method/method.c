@@ -22,6 +22,15 @@ void qw_method_state_free(qw_method_state *s) {
     free(s);
 }
 
+int qw_method_made(const qw_method_state *s, int i) {
+    return s && i >= 0 && i < s->n && s->lins[i].w != NULL;
+}
+
+const qk_packed *qw_method_packed(const qw_method_state *s, int i) {
+    if (!qw_method_made(s, i) || !s->lins[i].packed.codes) return NULL;
+    return &s->lins[i].packed;
+}
+
 /* The rotation tile of a linear: the plan's size, the weight format's group (mr-gptq), or K. */
 static qs_status tile_of(const qw_method_plan *plan, const qw_linear *L, int *tile, qs_error *err) {
     *tile = 0;
@@ -109,6 +118,7 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         ml->out = L->out;
         ml->method = lp->name;
         ml->threads = threads;
+        ml->keep_packed = plan->packed;
         ml->w0 = L->w;
         ml->spec0 = L->spec;
         st = tile_of(lp, L, &ml->tile, err);

@@ -32,6 +32,7 @@ typedef struct qw_method_plan {
     qk_gptq_options gptq_opt;
     int smooth; /* SmoothQuant with alpha */
     double alpha;
+    int packed;            /* keep GPTQ's packed form of each linear it makes (qw_method_packed) */
     const uint32_t *calib; /* calibrated methods: calib_chunks chunks of ctx tokens, each run as
                               a fresh context (its first token already BOS-replaced if the
                               dataset does that) */
@@ -67,6 +68,15 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
                           qw_method_info *info, qs_error *err);
 
 void qw_method_state_free(qw_method_state *s);
+
+/* Whether the method made block linear i (block * 7 + kind): its weight is not the policy's. */
+int qw_method_made(const qw_method_state *s, int i);
+
+/* The packed form of block linear i as GPTQ chose it (its codes, group scales and tensor scale:
+ * qk_dequantize gives the weight the model reads, bit for bit) when the plan asked for it
+ * (plan->packed) and the linear's method is GPTQ on an NVFP4 or MX format, unrotated; else
+ * NULL. */
+const qk_packed *qw_method_packed(const qw_method_state *s, int i);
 
 /* Frees what a plan owns (its per-linear table) and clears it. */
 void qw_method_plan_clear(qw_method_plan *plan);

@@ -112,6 +112,9 @@ qs_status qw_method_linear_make(qw_method_linear *ml, const qw_method_plan *plan
         if (plan->gptq) {
             qk_gptq_options g = plan->gptq_opt;
             g.threads = threads;
+            if (ml->keep_packed && !ml->tile && !ml->s &&
+                (f->rule == QK_RULE_NVFP4 || f->rule == QK_RULE_MX))
+                g.packed = &ml->packed;
             st = qk_gptq(f, &opt, ml->w, rows, k, ml->h, &g, err);
         } else {
             st = qk_fake_quant(f, &opt, ml->w, rows, k, NULL, err);
@@ -145,6 +148,7 @@ void qw_method_linear_restore(qw_method_linear *ml) {
 }
 
 void qw_method_linear_free(qw_method_linear *ml) {
+    qk_packed_release(&ml->packed);
     free(ml->s);
     free(ml->w);
     free(ml->h);

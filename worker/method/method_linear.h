@@ -25,6 +25,8 @@ typedef struct qw_method_linear {
     float *buf;    /* the transformed input [cap floats] */
     size_t cap;
     const char *method; /* its name, for messages */
+    int keep_packed;    /* GPTQ: keep the packed form (plan->packed) */
+    qk_packed packed;   /* GPTQ's codes and scales once made (keep_packed), else empty */
     /* what the policy left, restored on error */
     qw_weight w0;
     qw_quant_spec spec0;
