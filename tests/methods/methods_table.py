@@ -2,7 +2,8 @@
 """The method study's tables (docs/methods.md), made from the tables `qsweep run` prints.
 
 A component sweep with a method axis prints one table per (model, format, options, quantize);
-the options name the method ("method": "gptq", ...; round-to-nearest names none). This script
+the options name the method ("method": "gptq", ...; round-to-nearest names none; mr-gptq with
+"scale_search": true is the column "mr-gptq+search"). This script
 reads them with tools/results_table.py's parser and writes one markdown table per (format,
 quantize): a row per component, in round-to-nearest's order of damage (most damaging first), a
 column per method, each cell "KL (+ppl increase %)" (mean KL divergence from the unquantized
@@ -34,7 +35,7 @@ _spec.loader.exec_module(rt)
 BEGIN = "<!-- methods-table:begin -->"
 END = "<!-- methods-table:end -->"
 METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full", "mr-gptq",
-                "smoothquant"]
+                "mr-gptq+search", "smoothquant"]
 
 
 def method_of(opts, path):
@@ -42,7 +43,10 @@ def method_of(opts, path):
         o = json.loads(opts) if opts else {}
     except ValueError:
         raise rt.BadInput(f"{path}: options {opts!r} are not JSON")
-    return o.get("method", "rtn") if isinstance(o, dict) else "rtn"
+    if not isinstance(o, dict):
+        return "rtn"
+    m = o.get("method", "rtn")
+    return m + "+search" if o.get("scale_search") is True else m
 
 
 def render(groups, path):
