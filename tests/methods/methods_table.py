@@ -13,7 +13,8 @@ lowest KL (ties: the first). The block lives between the lines
     <!-- methods-table:end -->
 of a markdown file (docs/methods.md, or tests/methods/data/fp4_methods_tiny.md).
 
-Usage:
+Usage (--block NAME first: the block between <!-- methods-table:NAME:begin --> and
+<!-- methods-table:NAME:end --> instead, a second table of the same file):
     methods_table.py render RUN_OUTPUT            print the block
     methods_table.py update RUN_OUTPUT FILE.md    replace FILE's block with the run's
     methods_table.py check  RUN_OUTPUT FILE.md    exit 1 (with a diff) unless FILE's block is
@@ -115,6 +116,10 @@ def block_of(path):
 
 
 def main(argv):
+    global BEGIN, END
+    if len(argv) > 2 and argv[1] == "--block":  # a second table of one file, by its own markers
+        BEGIN, END = f"<!-- methods-table:{argv[2]}:begin -->", f"<!-- methods-table:{argv[2]}:end -->"
+        argv = argv[:1] + argv[3:]
     return rt.run(argv, "methods_table", render, block_of, __doc__)
 
 

@@ -37,4 +37,8 @@ echo "no table here" >"$dir/none.md"
 rc=0
 python3 "$table" check "$dir/run.txt" "$dir/none.md" 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || { echo "study_table_test: a file without the block passed (rc $rc)"; exit 1; }
+# --block NAME reads and writes a second table's own markers.
+python3 "$table" --block second render "$dir/run.txt" | head -n 1 |
+  grep -qx '<!-- methods-table:second:begin -->' ||
+  { echo "study_table_test: --block did not name its markers"; exit 1; }
 echo "study_table_test: ok"
