@@ -27,14 +27,19 @@ qs_status qk_scale_search(const qk_format *fmt, const qk_quant_options *opt, con
     if (st) return st;
     const size_t unit = fmt->block_rows > 1 ? (size_t)fmt->block_rows : 1; /* rows of one scale */
     const size_t units = (rows + unit - 1) / unit;
-    /* one allocation: the scaled group [rows x cols], a candidate's scales [rows], the best error
-     * and the last candidate's error per unit */
-    char *mem = malloc(rows * cols * sizeof(float) + rows * sizeof(qk_group_scale) +
+    /* one allocation: a candidate's scales [rows], each row's amax and its shrunk copy [rows],
+     * the best error and the last candidate's error per unit */
+    char *mem = malloc(rows * sizeof(qk_group_scale) + 2 * rows * sizeof(float) +
                        2 * units * sizeof(double));
     if (!mem) return qs_error_set(err, QS_ENOMEM, "methods: scale search of %zu x %zu", rows, cols);
-    float *xs = (float *)mem;
-    qk_group_scale *cand = (qk_group_scale *)(xs + rows * cols);
-    double *best = (double *)(cand + rows), *last = best + units;
+    qk_group_scale *cand = (qk_group_scale *)mem;
+    float *am = (float *)(cand + rows), *xs = am + rows;
+    double *best = (double *)(xs + rows), *last = best + units;
+    for (size_t r = 0; r < rows; r++) {
+        am[r] = 0.0f;
+        for (size_t j = 0; j < cols; j++)
+            am[r] = fmaxf(am[r], fabsf(x[r * ld + j]));
+    }
     qk_group_scale *prev = malloc(rows * sizeof *prev);
     if (!prev) {
         free(mem);
@@ -49,11 +54,12 @@ qs_status qk_scale_search(const qk_format *fmt, const qk_quant_options *opt, con
     }
     for (int i = 1; i < QK_SCALE_SEARCH_STEPS && !st; i++) {
         const float f = (float)(1.0 - i * QK_SCALE_SEARCH_SHRINK / QK_SCALE_SEARCH_STEPS);
+        /* a rule reads only the amax: each row's amax * f as a group of one column gives the
+         * scale the group would get with every value times f (rounding is monotone) */
         for (size_t r = 0; r < rows; r++)
-            for (size_t j = 0; j < cols; j++)
-                xs[r * cols + j] = x[r * ld + j] * f; /* amax(xs) = fl32(amax * f) */
+            xs[r] = am[r] * f;
         float sd = *s_dec;
-        st = qk_group_scales(fmt, opt, xs, rows, cols, cols, tensor_amax, cand, &sd, err);
+        st = qk_group_scales(fmt, opt, xs, rows, 1, 1, tensor_amax, cand, &sd, err);
         for (size_t u = 0; u < units && !st; u++) {
             const size_t r0 = u * unit, r1 = r0 + unit < rows ? r0 + unit : rows;
             int changed = 0; /* the same scales as the last candidate give the same error */
