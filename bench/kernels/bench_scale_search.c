@@ -43,8 +43,7 @@ int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const size_t shapes[2][2] = {{576, 1536}, {1536, 576}}, t = 1024;
     const char *formats[] = {"nvfp4", "mxfp4"};
-    printf("%-6s %-11s %12s %12s %8s\n", "format", "rows x k", "amax rule s", "search s",
-           "ratio");
+    printf("%-6s %-11s %12s %12s %8s\n", "format", "rows x k", "amax rule s", "search s", "ratio");
     for (int si = 0; si < 2; si++) {
         size_t rows = shapes[si][0], k = shapes[si][1];
         float *w = malloc(rows * k * sizeof *w), *q = malloc(rows * k * sizeof *q);
