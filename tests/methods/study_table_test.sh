@@ -38,7 +38,8 @@ rc=0
 python3 "$table" check "$dir/run.txt" "$dir/none.md" 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || { echo "study_table_test: a file without the block passed (rc $rc)"; exit 1; }
 # --block NAME reads and writes a second table's own markers.
-python3 "$table" --block second render "$dir/run.txt" | head -n 1 |
-  grep -qx '<!-- methods-table:second:begin -->' ||
+python3 "$table" --block second render "$dir/run.txt" >"$dir/second.md"
+[ "$(head -n 1 "$dir/second.md")" = '<!-- methods-table:second:begin -->' ] &&
+  [ "$(tail -n 1 "$dir/second.md")" = '<!-- methods-table:second:end -->' ] ||
   { echo "study_table_test: --block did not name its markers"; exit 1; }
 echo "study_table_test: ok"
