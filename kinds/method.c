@@ -79,15 +79,31 @@ qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *
     }
     if (m->smooth) json_object_set_new(o, "alpha", json_real(0.5));
     if (m->per_linear) json_object_set_new(o, "linears", json_object());
+    /* mr-gptq's scale_search (per-linear: for its mr-gptq linears) is written only when true,
+     * so grids without it keep their keys */
+    const int searchable = (m->gptq && m->rotate == QS_ROTATE_GROUP) || m->per_linear;
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)given, key, v) {
+        if (searchable && !strcmp(key, "scale_search")) {
+            if (!json_is_boolean(v)) {
+                json_decref(o);
+                return qs_error_set(err, QS_EINVAL,
+                                    "method_options.scale_search: expected true or false (method "
+                                    "%s)",
+                                    m->name);
+            }
+            if (json_is_true(v)) json_object_set_new(o, key, json_true());
+            continue;
+        }
         json_t *have = json_object_get(o, key);
         double x = json_number_value(v);
         const char *bad = NULL;
         char why[160];
         if (!have)
-            bad = m->per_linear ? "unknown option (expected act_order, alpha, damp, linears)"
+            bad = m->per_linear ? "unknown option (expected act_order, alpha, damp, linears, "
+                                  "scale_search)"
+                  : searchable  ? "unknown option (expected act_order, damp, scale_search)"
                   : m->gptq     ? "unknown option (expected act_order, damp)"
                                 : "unknown option (expected alpha)";
         else if (!strcmp(key, "linears"))

@@ -7,7 +7,10 @@ diagonal, U = the upper Cholesky factor of H^-1, columns quantized in order in l
 Group scales come from the group's weights as they are when its first column is reached.
 MR-GPTQ (Egiazarian et al., arXiv 2509.23202), as far as qsweep implements it: the weight and
 the calibration inputs multiplied by the block-diagonal Hadamard matrix R of the format's group
-size (H_b / sqrt(b), H_b built here by Sylvester's doubling), then GPTQ.
+size (H_b / sqrt(b), H_b built here by Sylvester's doubling), then GPTQ; with its scale search
+(the "mse" observer of the authors' FP-Quant, src/quantization/quantizer.py, as qsweep adapts it
+in kernels/methods/scale_search.h): each group's scale the best of the format's rule applied to
+the group's amax shrunk by 1 - i * 0.8 / 100 (i = 0..99), by sum |w - q|^2.4, earlier on ties.
 
 The formats' quantizers are written here from their specifications (OCP MX v1.0 for MXFP4 with
 the RCEIL scale rule; NVIDIA's NVFP4 two-level scaling in TransformerEngine's operand order; the
@@ -64,7 +67,10 @@ class Format:
 
     def scales(self, g):
         """Per-row scale of a group g [rows x group]: (encode, decode) pairs."""
-        amax = np.abs(g).max(axis=1).astype(F32)
+        return self.scales_of_amax(np.abs(g).max(axis=1).astype(F32))
+
+    def scales_of_amax(self, amax):
+        """The format's rule on each row's amax."""
         if self.name == "nvfp4":
             sb = e4m3_rne(amax * F32(self.s_enc * F32(1.0 / 6.0))).astype(F32)
             enc = np.minimum(F32(1.0) / (sb * self.s_dec), np.finfo(F32).max).astype(F32)
@@ -88,6 +94,30 @@ class Format:
         return (y * self.s_dec).astype(F32) if self.name == "nvfp4" else y
 
 
+def search_error(fmt, g, enc, dec):
+    """Per row: sum over the group's columns, in order, of |g - q|^2.4 in float64."""
+    d = g.astype(np.float64) - fmt.quant(g, enc[:, None], dec[:, None]).astype(np.float64)
+    e = np.zeros(g.shape[0])
+    for j in range(g.shape[1]):
+        e += np.abs(d[:, j]) ** 2.4
+    return e
+
+
+def searched_scales(fmt, g):
+    """MR-GPTQ's scale search on a group g [rows x group]: the best of 100 shrunken amax values."""
+    amax = np.abs(g).max(axis=1).astype(F32)
+    enc, dec = fmt.scales_of_amax(amax)
+    best = search_error(fmt, g, enc, dec)
+    for i in range(1, 100):
+        f = F32(1.0 - i * 0.8 / 100)
+        e2, d2 = fmt.scales_of_amax((amax * f).astype(F32))
+        err = search_error(fmt, g, e2, d2)
+        better = err < best
+        best = np.where(better, err, best)
+        enc, dec = np.where(better, e2, enc).astype(F32), np.where(better, d2, dec).astype(F32)
+    return enc, dec
+
+
 def rtn(fmt, w):
     out = np.empty_like(w)
     for c in range(0, w.shape[1], fmt.group):
@@ -97,7 +127,7 @@ def rtn(fmt, w):
     return out
 
 
-def gptq(fmt, w, x, blocksize=128, percdamp=0.01):
+def gptq(fmt, w, x, blocksize=128, percdamp=0.01, search=False):
     W = w.astype(F32).copy()
     rows, k = W.shape
     H = 2.0 * x.astype(np.float64).T @ x.astype(np.float64)
@@ -112,7 +142,8 @@ def gptq(fmt, w, x, blocksize=128, percdamp=0.01):
         U1 = U[i1:i2, i1:i2]
         for i in range(i2 - i1):
             if (i1 + i) % fmt.group == 0:
-                enc, dec = fmt.scales(W1[:, i:i + fmt.group])
+                g = W1[:, i:i + fmt.group]
+                enc, dec = searched_scales(fmt, g) if search else fmt.scales(g)
             wcol = W1[:, i]
             q = fmt.quant(wcol, enc, dec)
             Q[:, i1 + i] = q
@@ -166,12 +197,12 @@ def main(path):
         ref_rtn = rtn(fmt, w)
         same_rtn = np.array_equal(ref_rtn.view(np.uint32), q_rtn.view(np.uint32))
         e_rtn = layer_error(x, w, q_rtn)  # the unrotated problem's RTN
-        if method == "mr-gptq":  # the rotated problem: x R (W R)^T = x W^T
+        if method.startswith("mr-gptq"):  # the rotated problem: x R (W R)^T = x W^T
             r = block_hadamard(k, fmt.group)
             w = (w.astype(np.float64) @ r).astype(F32)
             x = (x.astype(np.float64) @ r).astype(F32)
             fmt = Format(name, np.abs(w).max())
-        ref = gptq(fmt, w, x)
+        ref = gptq(fmt, w, x, search=method == "mr-gptq+search")
         # the same grid point: equal within 1e-6 relative, about 8 FP32 ulps and far below half a
         # grid step (1/14 of a value at least). INT4's FP32 group scale, taken from weights the two
         # sum in different orders, carries their last bits; E4M3 and E8M0 scales round them away.

@@ -8,6 +8,7 @@
 
 #include "element.h"
 #include "group_scale.h"
+#include "scale_search.h"
 
 void qk_gptq_hessian_add(double *h, size_t k, const float *x, size_t t, int threads) {
     /* rows of h in blocks of 32, each block reading x once; every element sums the tokens in
@@ -127,6 +128,16 @@ static void put_code(qk_packed *p, size_t r, size_t j, uint32_t c) {
         row[j] = (uint8_t)c;
 }
 
+/* A group's scales: the amax rule, or MR-GPTQ's search when g asks for it (scale_search.h). */
+static qs_status group_scales(const qk_format *fmt, const qk_quant_options *opt,
+                              const qk_gptq_options *g, const float *x, size_t rows, size_t cols,
+                              size_t ld, float amax, qk_group_scale *out, float *s_dec,
+                              qs_error *err) {
+    if (g && g->scale_search)
+        return qk_scale_search(fmt, opt, x, rows, cols, ld, amax, out, s_dec, err);
+    return qk_group_scales(fmt, opt, x, rows, cols, ld, amax, out, s_dec, err);
+}
+
 qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, size_t rows,
                   size_t k, const double *h, const qk_gptq_options *g, qs_error *err) {
     if (!w || !h || !rows || !k)
@@ -188,7 +199,7 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
                 st = qs_error_set(err, QS_ENOMEM, "methods: gptq: scales");
                 break;
             }
-            st = qk_group_scales(fmt, opt, w + c0, rows, n, k, amax, col, &s_dec, err);
+            st = group_scales(fmt, opt, g, w + c0, rows, n, k, amax, col, &s_dec, err);
             for (size_t r = 0; r < rows; r++)
                 sc[r * ngroups + gi] = col[r];
             free(col);
@@ -235,7 +246,7 @@ qs_status qk_gptq(const qk_format *fmt, const qk_quant_options *opt, float *w, s
                 size_t gi = perm[i] / gc;
                 if (!act_order && i % gc == 0) { /* the group starts: scales from wp as it is */
                     size_t n = k - i < gc ? k - i : gc;
-                    ls = qk_group_scales(fmt, opt, wp + r0 * k + i, nr, n, k, amax, col, &sd, &le);
+                    ls = group_scales(fmt, opt, g, wp + r0 * k + i, nr, n, k, amax, col, &sd, &le);
                     if (ls) break;
                     for (size_t r = 0; r < nr; r++)
                         sc[(r0 + r) * ngroups + gi] = col[r];

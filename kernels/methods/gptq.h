@@ -32,6 +32,7 @@ typedef struct qk_gptq_options {
     double damp;   /* fraction of mean(diag H) added to the diagonal; 0 = the default 0.01 */
     size_t block;  /* lazy batch in columns; 0 = the default 128 */
     int act_order; /* 1: columns by decreasing H_jj (static group scales) */
+    int scale_search; /* 1: group scales by qk_scale_search (MR-GPTQ), else the amax rule */
     int threads;   /* 0 = all; the bits are the same for any value */
     qk_packed *packed; /* not NULL: gets the packed form GPTQ chose (an NVFP4 or MX rule only):
                           each element's code, each group's scale, the tensor scale; its decode

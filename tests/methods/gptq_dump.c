@@ -4,7 +4,8 @@
  *   f32 x[t][k] (calibration inputs); f32 w[rows][k]; f32 rtn[rows][k] (qk_fake_quant of w);
  *   f32 q[rows][k]: gptq: qk_gptq (damp 0.01, block 128, no act_order) of w with H = 2 x^T x;
  *   mr-gptq: the same of w R with H from x R, R the block Hadamard of the format's group
- *   (qk_block_hadamard), as worker/method makes it.
+ *   (qk_block_hadamard), as worker/method makes it; mr-gptq+search: mr-gptq with the group
+ *   scales of MR-GPTQ's scale search (scale_search.h).
  * Usage: methods_gptq_dump OUT */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +42,9 @@ int main(int argc, char **argv) {
     if (!x || !w || !r || !q || !h) return 1;
     float *xr = malloc(sizeof(float) * t * k);
     if (!xr) return 1;
-    for (int c = 0; c < 5; c++) {
-        const int fi = c % 3, mr = c >= 3; /* gptq on 3 formats, then mr-gptq on nvfp4, mxfp4 */
+    for (int c = 0; c < 7; c++) {
+        /* gptq on 3 formats, then mr-gptq on nvfp4, mxfp4, then those with the scale search */
+        const int fi = c < 5 ? c % 3 : c - 5, mr = c >= 3, search = c >= 5;
         uint64_t s = 0x1234567ull + (uint64_t)fi;
         float base[6][256];
         for (int d = 0; d < 6; d++)
@@ -73,13 +75,13 @@ int main(int argc, char **argv) {
         memset(h, 0, sizeof *h * k * k);
         qk_gptq_hessian_add(h, k, xr, t, 0);
         if (qk_fake_quant_into(fmt, &o, w, r, rows, k, NULL, &err) ||
-            qk_gptq(fmt, &o, q, rows, k, h, NULL, &err)) {
+            qk_gptq(fmt, &o, q, rows, k, h, &(qk_gptq_options){.scale_search = search}, &err)) {
             fprintf(stderr, "%s: %s\n", formats[fi], err.msg);
             return 1;
         }
         char name[16] = {0}, method[16] = {0};
         strncpy(name, formats[fi], sizeof name - 1);
-        strncpy(method, mr ? "mr-gptq" : "gptq", sizeof method - 1);
+        strncpy(method, search ? "mr-gptq+search" : mr ? "mr-gptq" : "gptq", sizeof method - 1);
         uint32_t dims[3] = {rows, k, t};
         fwrite(name, 1, 16, f);
         fwrite(method, 1, 16, f);

@@ -2,7 +2,8 @@
 """The method study's tables (docs/methods.md), made from the tables `qsweep run` prints.
 
 A component sweep with a method axis prints one table per (model, format, options, quantize);
-the options name the method ("method": "gptq", ...; round-to-nearest names none). This script
+the options name the method ("method": "gptq", ...; round-to-nearest names none; mr-gptq with
+"scale_search": true is the column "mr-gptq+search"). This script
 reads them with tools/results_table.py's parser and writes one markdown table per (format,
 quantize): a row per component, in round-to-nearest's order of damage (most damaging first), a
 column per method, each cell "KL (+ppl increase %)" (mean KL divergence from the unquantized
@@ -12,7 +13,8 @@ lowest KL (ties: the first). The block lives between the lines
     <!-- methods-table:end -->
 of a markdown file (docs/methods.md, or tests/methods/data/fp4_methods_tiny.md).
 
-Usage:
+Usage (--block NAME first: the block between <!-- methods-table:NAME:begin --> and
+<!-- methods-table:NAME:end --> instead, a second table of the same file):
     methods_table.py render RUN_OUTPUT            print the block
     methods_table.py update RUN_OUTPUT FILE.md    replace FILE's block with the run's
     methods_table.py check  RUN_OUTPUT FILE.md    exit 1 (with a diff) unless FILE's block is
@@ -34,7 +36,7 @@ _spec.loader.exec_module(rt)
 BEGIN = "<!-- methods-table:begin -->"
 END = "<!-- methods-table:end -->"
 METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full", "mr-gptq",
-                "smoothquant"]
+                "mr-gptq+search", "smoothquant"]
 
 
 def method_of(opts, path):
@@ -42,7 +44,10 @@ def method_of(opts, path):
         o = json.loads(opts) if opts else {}
     except ValueError:
         raise rt.BadInput(f"{path}: options {opts!r} are not JSON")
-    return o.get("method", "rtn") if isinstance(o, dict) else "rtn"
+    if not isinstance(o, dict):
+        return "rtn"
+    m = o.get("method", "rtn")
+    return m + "+search" if o.get("scale_search") is True else m
 
 
 def render(groups, path):
@@ -111,6 +116,10 @@ def block_of(path):
 
 
 def main(argv):
+    global BEGIN, END
+    if len(argv) > 2 and argv[1] == "--block":  # a second table of one file, by its own markers
+        BEGIN, END = f"<!-- methods-table:{argv[2]}:begin -->", f"<!-- methods-table:{argv[2]}:end -->"
+        argv = argv[:1] + argv[3:]
     return rt.run(argv, "methods_table", render, block_of, __doc__)
 
 

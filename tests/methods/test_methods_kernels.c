@@ -1,7 +1,8 @@
 /* The numerics of the methods against what the papers define: a block Hadamard rotation is
  * orthonormal and leaves X W^T unchanged, SmoothQuant's scales are the paper's formula and
  * leave X W^T unchanged, GPTQ with no correlation between inputs is round-to-nearest bit for
- * bit, and GPTQ's layer error on its calibration data is never above RTN's. */
+ * bit, GPTQ's layer error on its calibration data is never above RTN's, and MR-GPTQ's scale
+ * search never does worse on a group than the amax rule. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include "gptq.h"
 #include "group_scale.h"
 #include "quant.h"
+#include "scale_search.h"
 #include "smooth.h"
 
 /* xorshift64*: a fixed stream of uniform values in [-1, 1). */
@@ -258,6 +260,90 @@ static void gptq_layer_error_is_never_worse_than_rtn(void **state) {
     }
 }
 
+/* MR-GPTQ's scale search starts from the amax rule (candidate 0) and keeps a candidate only when
+ * it lowers the group's error, so on every group (every 16-row block for a 2D format) its error
+ * is never above the amax rule's; over 4 seeds, groups with outliers and without, and every
+ * block format. On FP4 it must also move some scale, or the search would be the rule again. */
+static void scale_search_is_never_worse_than_the_amax_rule(void **state) {
+    (void)state;
+    const size_t rows = 32, cols = 32;
+    float x[32 * 32];
+    qk_group_scale amax[32], found[32];
+    for (size_t fi = 0; fi < qk_format_count(); fi++) {
+        const qk_format *f = qk_format_at(fi);
+        if (f->rule == QK_RULE_IDENTITY || f->rule == QK_RULE_TENSOR) continue;
+        qk_quant_options o = {0};
+        const size_t gc = qk_group_cols(f, &o, cols), unit = f->block_rows > 1 ? 16 : 1;
+        int moved = 0;
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            fill(x, rows * cols, 300 + seed);
+            if (seed % 2 == 0)
+                for (size_t r = 0; r < rows; r++)
+                    x[r * cols + (r * 7) % gc] *= 8.0f; /* one outlier a row */
+            for (size_t c0 = 0; c0 < cols; c0 += gc) {
+                qs_error err = {0};
+                float sa = 0.0f, ss = 0.0f;
+                assert_int_equal(
+                    qk_group_scales(f, &o, x + c0, rows, gc, cols, 8.0f, amax, &sa, &err), QS_OK);
+                assert_int_equal(
+                    qk_scale_search(f, &o, x + c0, rows, gc, cols, 8.0f, found, &ss, &err), QS_OK);
+                assert_true(sa == ss);
+                for (size_t r0 = 0; r0 < rows; r0 += unit) {
+                    double ea = 0.0, es = 0.0;
+                    for (size_t r = r0; r < r0 + unit; r++) {
+                        ea += qk_scale_search_error(f, &o, &amax[r], sa, x + r * cols + c0, gc);
+                        es += qk_scale_search_error(f, &o, &found[r], ss, x + r * cols + c0, gc);
+                        moved |= found[r].dec != amax[r].dec;
+                    }
+                    if (!(es <= ea))
+                        fail_msg("%s seed %d group %zu rows %zu: searched error %g above the "
+                                 "amax rule's %g",
+                                 qk_format_name(f), (int)seed, c0 / gc, r0, es, ea);
+                }
+            }
+        }
+        if (!moved && f->elem == &qk_codec_e2m1) /* an 8-bit element may keep every amax */
+            fail_msg("%s: the search never left the amax rule", qk_format_name(f));
+    }
+}
+
+/* With a diagonal Hessian GPTQ quantizes each group alone, so GPTQ with the scale search is the
+ * searched scales applied to the unquantized weights, bit for bit (NVFP4, MXFP4, INT4). */
+static void gptq_with_scale_search_and_a_diagonal_hessian_uses_the_searched_scales(void **state) {
+    (void)state;
+    const size_t rows = 16, k = 128;
+    float w[16 * 128], q[16 * 128], r[16 * 128];
+    double *h = calloc(k * k, sizeof *h);
+    assert_non_null(h);
+    fill(w, rows * k, 11);
+    for (size_t j = 0; j < k; j++)
+        h[j * k + j] = 1.0 + (double)(j % 5);
+    const char *names[] = {"nvfp4", "mxfp4", "int4_group"};
+    for (int n = 0; n < 3; n++) {
+        const qk_format *f = qk_format_by_name(names[n]);
+        qk_quant_options o = {0};
+        qs_error err = {0};
+        float amax = 0.0f;
+        for (size_t i = 0; i < rows * k; i++)
+            amax = fmaxf(amax, fabsf(w[i]));
+        const size_t gc = qk_group_cols(f, &o, k);
+        for (size_t c0 = 0; c0 < k; c0 += gc) {
+            qk_group_scale sc[16];
+            float sd = 1.0f;
+            assert_int_equal(qk_scale_search(f, &o, w + c0, rows, gc, k, amax, sc, &sd, &err),
+                             QS_OK);
+            for (size_t i = 0; i < rows; i++)
+                for (size_t j = c0; j < c0 + gc; j++)
+                    r[i * k + j] = qk_group_scale_apply(f, &o, &sc[i], sd, w[i * k + j]);
+        }
+        memcpy(q, w, sizeof q);
+        qk_gptq_options g = {.scale_search = 1};
+        assert_int_equal(qk_gptq(f, &o, q, rows, k, h, &g, &err), QS_OK);
+        if (memcmp(q, r, sizeof q)) fail_msg("%s: GPTQ's searched scales differ", names[n]);
+    }
+    free(h);
+}
+
 /* Stochastic rounding has no frozen scale to reuse: GPTQ refuses it by name. */
 static void gptq_refuses_stochastic_rounding(void **state) {
     (void)state;
@@ -283,6 +369,8 @@ int main(void) {
         cmocka_unit_test(gptq_with_a_diagonal_hessian_is_rtn),
         cmocka_unit_test(gptq_layer_error_is_never_worse_than_rtn),
         cmocka_unit_test(gptq_refuses_stochastic_rounding),
+        cmocka_unit_test(scale_search_is_never_worse_than_the_amax_rule),
+        cmocka_unit_test(gptq_with_scale_search_and_a_diagonal_hessian_uses_the_searched_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

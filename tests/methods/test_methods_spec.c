@@ -223,6 +223,60 @@ static void per_linear_options_name_a_method_per_block_linear(void **state) {
     qs_sensitivity_clear(&s);
 }
 
+/* mr-gptq's scale_search: written only when true, so mr-gptq without it (or with false) keeps
+ * its key, and with it has a key of its own that round-trips; per-linear carries it, gptq and
+ * non-booleans are refused naming the option. */
+static void mr_gptq_scale_search_is_keyed_only_when_true(void **state) {
+    (void)state;
+    qs_error err = {0};
+    int mr = qs_method_by_name("mr-gptq");
+    char plain[65], off[65], on[65], again[65];
+    qs_sensitivity_spec s, back;
+    eval_spec(&s);
+    with_method(&s, "mr-gptq", "/d");
+    key_of(&s, plain, NULL);
+    json_t *given = json_pack("{s:b}", "scale_search", 0);
+    json_decref(s.method_options);
+    assert_int_equal(qs_method_options(mr, given, &s.method_options, &err), QS_OK);
+    json_decref(given);
+    assert_null(json_object_get(s.method_options, "scale_search"));
+    key_of(&s, off, NULL);
+    assert_string_equal(plain, off);
+    given = json_pack("{s:b}", "scale_search", 1);
+    json_decref(s.method_options);
+    assert_int_equal(qs_method_options(mr, given, &s.method_options, &err), QS_OK);
+    json_decref(given);
+    json_t *want = json_pack("{s:b,s:f,s:b}", "act_order", 0, "damp", 0.01, "scale_search", 1);
+    assert_true(json_equal(s.method_options, want));
+    json_decref(want);
+    char *text = NULL;
+    key_of(&s, on, &text);
+    assert_string_not_equal(plain, on);
+    json_t *o = json_loads(text, 0, NULL);
+    assert_int_equal(qs_sensitivity_decode(o, &back, &err), QS_OK);
+    key_of(&back, again, NULL);
+    assert_string_equal(on, again);
+    json_decref(o);
+    free(text);
+    qs_sensitivity_clear(&s);
+    qs_sensitivity_clear(&back);
+    json_t *out = NULL;
+    given = json_pack("{s:b}", "scale_search", 1);
+    assert_int_equal(qs_method_options(qs_method_by_name("gptq"), given, &out, &err), QS_EINVAL);
+    assert_null(out);
+    assert_non_null(strstr(err.msg, "method_options.scale_search: unknown option"));
+    /* per-linear carries it for its mr-gptq linears, as a plan over an mr-gptq sweep does */
+    assert_int_equal(qs_method_options(qs_method_by_name("per-linear"), given, &out, &err), QS_OK);
+    assert_true(json_is_true(json_object_get(out, "scale_search")));
+    json_decref(out);
+    json_decref(given);
+    out = NULL;
+    given = json_pack("{s:s}", "scale_search", "yes");
+    assert_int_equal(qs_method_options(mr, given, &out, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "method_options.scale_search: expected true or false"));
+    json_decref(given);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rtn_keeps_the_recorded_key),
@@ -230,6 +284,7 @@ int main(void) {
         cmocka_unit_test(calibration_counts_in_the_key_but_not_its_path),
         cmocka_unit_test(decoder_refuses_what_encode_never_writes),
         cmocka_unit_test(per_linear_options_name_a_method_per_block_linear),
+        cmocka_unit_test(mr_gptq_scale_search_is_keyed_only_when_true),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,8 @@ static void method_plan(const qs_method *m, const json_t *options, qw_method_pla
     if (m->gptq) {
         plan->gptq_opt.damp = json_number_value(json_object_get(options, "damp"));
         plan->gptq_opt.act_order = json_is_true(json_object_get(options, "act_order"));
+        plan->gptq_opt.scale_search =
+            m->rotate == QS_ROTATE_GROUP && json_is_true(json_object_get(options, "scale_search"));
     }
     if (m->smooth) plan->alpha = json_number_value(json_object_get(options, "alpha"));
 }
