@@ -47,6 +47,15 @@ if [ "${3:-scheduling}" = run ]; then
   "$Q" worker --connect "$EP" --id cuda-w --backend cuda >"$D/cuda.log" 2>&1 || rc=$?
   [ $rc = 2 ] || fail "qsweep worker --backend cuda without CUDA exited $rc, want 2"
   grep -q "$cuda_refusal" "$D/cuda.log" || fail "--backend cuda: no reason given"
+  # one reason, once: without the module the GPU probe's "no CUDA in this build" said it again
+  [ "$(grep -o "built without nvcc" "$D/cuda.log" | wc -l)" -le 1 ] ||
+    fail "--backend cuda: the reason is repeated: $(cat "$D/cuda.log")"
+  # a misspelt --backend is a usage error naming the choices, and nothing about GPUs after it
+  rc=0
+  "$Q" worker --connect "$EP" --id typo-w --backend gpu >"$D/typo.log" 2>&1 || rc=$?
+  [ $rc = 1 ] || fail "qsweep worker --backend gpu exited $rc, want 1"
+  grep -q '^qsweep worker: --backend "gpu": expected auto, cpu or cuda$' "$D/typo.log" ||
+    fail "--backend gpu: $(cat "$D/typo.log")"
   echo "numerics_path_test run: ok"
   exit 0
 fi
