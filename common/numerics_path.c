@@ -40,7 +40,7 @@ bool qs_numerics_request_valid(const char *want) {
     if (strncmp(want, "cuda-cc", 7)) return false;
     const char *d = want + 7;
     size_t digits = strspn(d, "0123456789");
-    if (digits == 0 || digits > 4 || d[digits] != '-') return false;
+    if (digits == 0 || digits > 4 || d[0] == '0' || d[digits] != '-') return false; /* "cc%d" */
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(d + digits + 1, qs_numerics_cuda_gemm[i])) return true;
     return false;

@@ -636,7 +636,8 @@ static void test_numerics_path_no_worker_announces_is_refused(void **state) {
                                       "cpu-openblas-",
                                       "cpu-openblas-0.3.21",
                                       "cpu-openblas-0.3.21-Haswell",
-                                      "cpu-blas"};
+                                      "cpu-blas",
+                                      "cuda-cc090-auto"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         qs_error err = {0};
         if (load_numerics(e, bad[i], &err) != QS_EINVAL) fail_msg("numerics: %s accepted", bad[i]);
