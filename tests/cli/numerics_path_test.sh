@@ -139,6 +139,13 @@ case "$(pin_of np-cpu)" in cpu-openblas-*) ;; *) fail "np-cpu pinned to '$(pin_o
 st=$("$Q" status np-second) || fail "qsweep status np-second"
 echo "$st" | grep -q "^np-second: 7 pending jobs waiting: no worker on path $fixed (the experiment is pinned to it" ||
   fail "qsweep status does not name np-second's pin: $st"
+# np-shared: the same grid, so every job is np-second's and follows the older experiment's pin
+# (the scheduler's rule), which its status names though np-shared itself has no pin row
+"$Q" submit "${tiny[@]}" --set name=np-shared --set 'sensitivity.formats=[mxfp4]' \
+  >>"$D/submit.log" 2>&1 || fail "submit np-shared"
+st=$("$Q" status np-shared) || fail "qsweep status np-shared"
+echo "$st" | grep -q "^np-shared: 7 pending jobs waiting: no worker on path $fixed (its jobs are also experiment np-second's, pinned to it" ||
+  fail "qsweep status does not say np-shared's jobs follow np-second's pin: $st"
 kill -TERM $b
 wait $b || true
 "$Q" worker --connect "$EP" --id cpu-a --threads 1 --exit-when-idle 3 >"$D/a2.log" 2>&1 &
