@@ -356,6 +356,9 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
         if (!in->dataset) {
             in->dataset = json_incref(json_object_get(spec, "dataset"));
             in->metrics = json_incref(json_object_get(spec, "metrics"));
+            /* the path its costs were measured on, which the validation must run on too */
+            const char *np = json_string_value(json_object_get(spec, "numerics"));
+            snprintf(in->numerics, sizeof in->numerics, "%s", np ? np : "");
         }
         /* a format's options are its rtn jobs' (sorted first) where it has some */
         if (!json_object_get(in->options, fmt))

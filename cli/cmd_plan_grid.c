@@ -59,6 +59,7 @@ void qsweep_plan_write_grid(FILE *out, const qsweep_plan_choice *pc, const json_
     snprintf(desc, sizeof desc, "the plan of %s at %g bits per weight (%s), measured whole",
              o->experiment, o->budget, o->objective);
     yaml_string(out, desc);
+    if (in->numerics[0]) fprintf(out, "\nnumerics: %s", in->numerics); /* the sweep's path */
     fprintf(out, "\nkind: sensitivity\nmodels:\n  - ");
     const char *mp = in->model_path;
     if (qw_synthetic_is(mp)) {

@@ -54,6 +54,7 @@ typedef struct qsweep_plan_input {
     json_t *options; /* {format: its format_options in the sweep} */
     json_t *method_options; /* {method: its method_options in the sweep, null without} */
     json_t *calibration;    /* the sweep's "calibration" spec object, NULL when none */
+    char numerics[130];     /* the sweep's grid `numerics` (kinds/spec.h), "" when none */
 } qsweep_plan_input;
 
 /* The cost slot of (block, kind, format f); block -1 in component mode. */
@@ -68,8 +69,8 @@ uint64_t qsweep_plan_kind_weights(const qw_config *c, int k);
 qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
                                  qs_error *err);
 
-/* The sweep's dataset, metrics and each format's options, from the stored specs of the jobs
- * the costs came from, so a validation grid measures the plan under the same conditions.
+/* The sweep's dataset, metrics, numerics and each format's options, from the stored specs of the
+ * jobs the costs came from, so a validation grid measures the plan under the same conditions.
  * Errors: QS_EDB, QS_ENOMEM. */
 qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
                                        qs_error *err);

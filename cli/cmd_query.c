@@ -340,7 +340,13 @@ static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out
         qc_sched_job j = {.numerics = need[i].want[0] ? need[i].want : NULL, .pinned = &pin};
         if (qc_sched_on_path_any(live, n_live, &j)) continue;
         char why[512];
-        if (pin)
+        if (pin && need[i].pinned_by[0])
+            snprintf(why, sizeof why,
+                     "its jobs are also experiment %s's, pinned to it: a shared job follows the "
+                     "oldest experiment's pin%s%s",
+                     need[i].pinned_by, j.numerics ? "; its grid asks for numerics: " : "",
+                     j.numerics ? j.numerics : "");
+        else if (pin)
             snprintf(why, sizeof why, "the experiment is pinned to it: its first job ran there%s%s",
                      j.numerics ? "; its grid asks for numerics: " : "",
                      j.numerics ? j.numerics : "");

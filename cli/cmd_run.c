@@ -378,11 +378,16 @@ static qs_status unrunnable(run_state *r, const char *name, const qc_progress *p
             qc_sched_job j = {.numerics = paths[i].want[0] ? paths[i].want : NULL, .pinned = &pin};
             if (qc_sched_on_path_any(ws, mine, &j)) continue;
             unfit += paths[i].n_jobs;
+            const char *by = paths[i].pinned_by; /* an older experiment sharing the jobs */
             int m = snprintf(msg + k, cap - k,
-                             "%s%lld pending job%s waiting: no worker of this run on path %s (%s)",
+                             "%s%lld pending job%s waiting: no worker of this run on path %s "
+                             "(%s%s%s)",
                              k ? "; " : "", (long long)paths[i].n_jobs,
                              paths[i].n_jobs == 1 ? "" : "s", pin ? pin : paths[i].want,
-                             pin ? "the experiment is pinned to it" : "the grid's numerics");
+                             !pin  ? "the grid's numerics"
+                             : *by ? "they are also the jobs of experiment "
+                                   : "the experiment is pinned to it",
+                             pin && *by ? by : "", pin && *by ? ", pinned to it" : "");
             if (m > 0) k = (size_t)m < cap - k ? k + (size_t)m : cap - 1;
         }
         free(paths);

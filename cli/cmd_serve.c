@@ -260,7 +260,10 @@ int qsweep_cmd_worker(int argc, char **argv) {
     o.gpus = chosen;
     qw_jobs_backend be; /* the job kinds' backend (worker/jobs/jobs_backend.h) */
     if (qw_jobs_backend_config(backend_arg, chosen, o.n_gpus, qw_backend_cuda_built(), &be, &err)) {
-        fprintf(stderr, "qsweep worker: %s%s%s\n", err.msg, *why ? ": " : "", why);
+        /* why no GPU was found explains only a CUDA build's "offers no GPU" */
+        int gpu_why = *why && err.code == QS_EUNSUPPORTED && qw_backend_cuda_built();
+        fprintf(stderr, "qsweep worker: %s%s%s\n", err.msg, gpu_why ? ": " : "",
+                gpu_why ? why : "");
         return err.code == QS_EUNSUPPORTED ? QS_EXIT_INPUT : QS_EXIT_USAGE;
     }
     if (qw_jobs_backend_set(&be, &err)) { /* cuda whose module cannot be used: refused */

@@ -12,4 +12,16 @@
  * kernel families), "cuda" any "cuda-...", "any" every path, another text that path exactly. */
 bool qs_numerics_path_matches(const char *want, const char *path);
 
+/* The CPU's fixed-order kernel family, the path a default CPU worker announces. */
+#define QS_NUMERICS_CPU_FIXED "cpu-qsweep-fixed2"
+
+/* The GEMM request a CUDA path ends with, by the worker's request number (worker/jobs
+ * jobs_backend.h: 0 fp32, 1 bf16, 2 auto, 3 emulated). */
+extern const char *const qs_numerics_cuda_gemm[4];
+
+/* Whether want is a request some worker's path can meet: "any", "cpu", "cuda", or a path in
+ * a shape a worker announces: QS_NUMERICS_CPU_FIXED, "cpu-openblas-<version>-<core>" (lower
+ * case), "cuda-cc<digits>-<qs_numerics_cuda_gemm>". */
+bool qs_numerics_request_valid(const char *want);
+
 #endif

@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "grid_kind.h"
+#include "numerics_path.h"
 
 /* The kind the root names (default sensitivity). */
 static qs_status find_kind(qc_config *c, struct fy_node *root, const qc_grid_kind **out) {
@@ -88,8 +89,8 @@ static qs_status parse_resources(qc_config *c, struct fy_node *n, qs_resources *
     return QS_OK;
 }
 
-/* The optional `numerics` key (grid.h): "any", "cpu", "cuda", or one path of either backend
- * ("cpu-..." or "cuda-...", the characters a baseline file name may hold: worker/jobs/jobs.h). A
+/* The optional `numerics` key (grid.h): "any", "cpu", "cuda", or one path of either backend in
+ * a shape a worker announces (common/numerics_path.h: another would wait for no worker). A
  * pipeline's stages name each other by job key, so its keys cannot take the path afterwards. */
 static qs_status parse_numerics(qc_config *c, struct fy_node *n, const qc_grid_kind *kind,
                                 qc_grid *g) {
@@ -101,17 +102,13 @@ static qs_status parse_numerics(qc_config *c, struct fy_node *n, const qc_grid_k
         return qc_config_fail(c, n, QS_EINVAL,
                               "numerics: not available in a pipeline grid (its stages name each "
                               "other's jobs by key); the first path to run a job pins it");
-    size_t len = strlen(v);
-    bool named = !strcmp(v, "any") || !strcmp(v, "cpu") || !strcmp(v, "cuda") ||
-                 !strncmp(v, "cpu-", 4) || !strncmp(v, "cuda-", 5);
-    if (!named || len > 128 ||
-        strspn(v, "0123456789abcdefghijklmnopqrstuvwxyz"
-                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ._-") != len)
+    if (strlen(v) > 128 || !qs_numerics_request_valid(v))
         return qc_config_fail(c, n, QS_EINVAL,
-                              "numerics: '%s' is not a numerics path (expected any, cpu, cuda, or "
-                              "a path such as cpu-qsweep-fixed2 or cuda-cc90-auto as `qsweep "
-                              "workers` shows them: [0-9A-Za-z._-], at most 128 characters)",
-                              v);
+                              "numerics: '%s' is not a numerics path (expected any, cpu, cuda, "
+                              "%s, cpu-openblas-<version>-<core>, or cuda-cc<compute "
+                              "capability>-<fp32|bf16|auto|emulated>, as `qsweep workers` shows "
+                              "them)",
+                              v, QS_NUMERICS_CPU_FIXED);
     if (!(g->numerics = strdup(v))) return qc_config_error(c, QS_ENOMEM, "out of memory");
     return QS_OK;
 }

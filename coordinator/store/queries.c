@@ -96,14 +96,20 @@ qs_status qc_store_pending_paths(qc_store *s, const char *experiment, qc_path_ne
     const char *params[1] = {experiment};
     PGresult *r = qc_store_params(
         s,
-        "SELECT e.name, coalesce(en.path, ''), coalesce(j.spec ->> 'numerics', ''), count(*)"
+        /* a job follows the pin of its oldest experiment, as the scheduler reads it
+           (coordinator/store/snapshot.c) */
+        "SELECT e.name, coalesce(en.path, ''), coalesce(j.spec ->> 'numerics', ''), count(*),"
+        " CASE WHEN x.e = e.id THEN '' ELSE (SELECT o.name FROM experiments o WHERE o.id = x.e)"
+        " END"
         " FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id"
         " JOIN experiments e ON e.id = ej.experiment"
-        " LEFT JOIN experiment_numerics en ON en.experiment = e.id"
+        " JOIN LATERAL (SELECT min(o.experiment) AS e FROM experiment_jobs o WHERE o.job = j.id)"
+        " x ON true"
+        " LEFT JOIN experiment_numerics en ON en.experiment = x.e"
         " WHERE j.state = 'pending' AND coalesce(j.spec ->> 'numerics', '') <> 'any'"
         " AND (en.path IS NOT NULL OR j.spec ->> 'numerics' IS NOT NULL)"
         " AND ($1::text IS NULL OR e.name = $1)"
-        " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        " GROUP BY 1, 2, 3, 5 ORDER BY 1, 2, 3, 5",
         1, params, PGRES_TUPLES_OK, "pending numerics paths", err);
     if (!r) return err->code;
     int k = PQntuples(r);
@@ -117,6 +123,7 @@ qs_status qc_store_pending_paths(qc_store *s, const char *experiment, qc_path_ne
         copy_text(w[i].pinned, sizeof w[i].pinned, PQgetvalue(r, i, 1));
         copy_text(w[i].want, sizeof w[i].want, PQgetvalue(r, i, 2));
         w[i].n_jobs = strtoll(PQgetvalue(r, i, 3), NULL, 10);
+        copy_text(w[i].pinned_by, sizeof w[i].pinned_by, PQgetvalue(r, i, 4));
     }
     PQclear(r);
     *rows = w;

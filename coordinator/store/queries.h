@@ -66,7 +66,9 @@ typedef struct qc_need_row {
  * for "any" path are left out. */
 typedef struct qc_path_need_row {
     char experiment[256];
-    char pinned[192]; /* experiment_numerics.path, "" when not pinned */
+    char pinned[192];    /* the pin its jobs follow (experiment_numerics.path of their oldest
+                            experiment, as the scheduler reads it), "" when none */
+    char pinned_by[256]; /* that oldest experiment's name when it is another, else "" */
     char want[192];   /* the jobs' spec "numerics", "" when none */
     int64_t n_jobs;
 } qc_path_need_row;

@@ -608,6 +608,59 @@ static void test_set_plus_of_an_existing_key_is_refused(void **state) {
                                     "key; write models.0=ckpt to replace the item)"));
 }
 
+/* GOOD with `--set +numerics=value`: the load's status, its grid freed, its error in err. */
+static qs_status load_numerics(env *e, const char *value, qs_error *err) {
+    char set[96];
+    snprintf(set, sizeof set, "+numerics=%s", value);
+    const char *sets[] = {set};
+    qc_grid *g = NULL;
+    qs_status st = load(e, GOOD, sets, 1, &g, err);
+    if (!st && strcmp(g->numerics, value)) fail_msg("numerics: %s read as %s", value, g->numerics);
+    qc_grid_free(g);
+    return st;
+}
+
+/* A `numerics` path names one a worker can announce (worker/jobs/jobs.h qw_jobs_numerics_path):
+ * a prefix, a CUDA path without its GEMM request, a misspelt CPU family or an upper-case
+ * OpenBLAS core would leave every job pending with no worker able to take it. */
+static void test_numerics_path_no_worker_announces_is_refused(void **state) {
+    env *e = *state;
+    static const char *const bad[] = {"cpu-",
+                                      "cuda-",
+                                      "cuda-cc90",
+                                      "cuda-cc-auto",
+                                      "cuda-cc90-native",
+                                      "cuda-ccx0-auto",
+                                      "cpu-qsweep-fixed",
+                                      "cpu-qsweep-fixed1",
+                                      "cpu-openblas-",
+                                      "cpu-openblas-0.3.21",
+                                      "cpu-openblas-0.3.21-Haswell",
+                                      "cpu-blas",
+                                      "cuda-cc090-auto"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qs_error err = {0};
+        if (load_numerics(e, bad[i], &err) != QS_EINVAL) fail_msg("numerics: %s accepted", bad[i]);
+        char want[128];
+        snprintf(want, sizeof want, "numerics: '%s' is not a numerics path", bad[i]);
+        if (!strstr(err.msg, want)) fail_msg("numerics: %s: %s", bad[i], err.msg);
+    }
+    static const char *const good[] = {"any",
+                                       "cpu",
+                                       "cuda",
+                                       "cpu-qsweep-fixed2",
+                                       "cpu-openblas-0.3.21-haswell",
+                                       "cuda-cc90-auto",
+                                       "cuda-cc100-emulated",
+                                       "cuda-cc80-bf16",
+                                       "cuda-cc120-fp32"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        qs_error err = {0};
+        if (load_numerics(e, good[i], &err) != QS_OK)
+            fail_msg("numerics: %s refused: %s", good[i], err.msg);
+    }
+}
+
 /* A chunk scores positions ctx/2 .. ctx-2 (worker/engine/eval.h): none at ctx 2, one at 3. */
 static void test_ctx_below_three_is_refused(void **state) {
     env *e = *state;
@@ -1040,6 +1093,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_set_plus_of_an_existing_key_is_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ctx_below_three_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_numerics_path_no_worker_announces_is_refused, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_empty_value_names_its_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_second_document_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_control_characters_in_strings_are_refused, setup,

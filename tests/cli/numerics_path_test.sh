@@ -47,6 +47,15 @@ if [ "${3:-scheduling}" = run ]; then
   "$Q" worker --connect "$EP" --id cuda-w --backend cuda >"$D/cuda.log" 2>&1 || rc=$?
   [ $rc = 2 ] || fail "qsweep worker --backend cuda without CUDA exited $rc, want 2"
   grep -q "$cuda_refusal" "$D/cuda.log" || fail "--backend cuda: no reason given"
+  # one reason, once: without the module the GPU probe's "no CUDA in this build" said it again
+  [ "$(grep -o "built without nvcc" "$D/cuda.log" | wc -l)" -le 1 ] ||
+    fail "--backend cuda: the reason is repeated: $(cat "$D/cuda.log")"
+  # a misspelt --backend is a usage error naming the choices, and nothing about GPUs after it
+  rc=0
+  "$Q" worker --connect "$EP" --id typo-w --backend gpu >"$D/typo.log" 2>&1 || rc=$?
+  [ $rc = 1 ] || fail "qsweep worker --backend gpu exited $rc, want 1"
+  grep -q '^qsweep worker: --backend "gpu": expected auto, cpu or cuda$' "$D/typo.log" ||
+    fail "--backend gpu: $(cat "$D/typo.log")"
   echo "numerics_path_test run: ok"
   exit 0
 fi
@@ -130,6 +139,13 @@ case "$(pin_of np-cpu)" in cpu-openblas-*) ;; *) fail "np-cpu pinned to '$(pin_o
 st=$("$Q" status np-second) || fail "qsweep status np-second"
 echo "$st" | grep -q "^np-second: 7 pending jobs waiting: no worker on path $fixed (the experiment is pinned to it" ||
   fail "qsweep status does not name np-second's pin: $st"
+# np-shared: the same grid, so every job is np-second's and follows the older experiment's pin
+# (the scheduler's rule), which its status names though np-shared itself has no pin row
+"$Q" submit "${tiny[@]}" --set name=np-shared --set 'sensitivity.formats=[mxfp4]' \
+  >>"$D/submit.log" 2>&1 || fail "submit np-shared"
+st=$("$Q" status np-shared) || fail "qsweep status np-shared"
+echo "$st" | grep -q "^np-shared: 7 pending jobs waiting: no worker on path $fixed (its jobs are also experiment np-second's, pinned to it" ||
+  fail "qsweep status does not say np-shared's jobs follow np-second's pin: $st"
 kill -TERM $b
 wait $b || true
 "$Q" worker --connect "$EP" --id cpu-a --threads 1 --exit-when-idle 3 >"$D/a2.log" 2>&1 &

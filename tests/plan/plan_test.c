@@ -164,6 +164,30 @@ static void test_budget_below_every_assignment_is_refused(void **state) {
 /* ---- end to end */
 
 #define TINY QSWEEP_SOURCE_DIR "/experiments/tiny.yaml"
+
+/* The private data, cache and state folders under dir, and no QSWEEP_DB: `qsweep run` starts
+ * its own cluster there. */
+static void sandbox(const char *dir) {
+    char buf[700];
+    snprintf(buf, sizeof buf, "%s/data", dir);
+    setenv("XDG_DATA_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/cache", dir);
+    setenv("XDG_CACHE_HOME", buf, 1);
+    snprintf(buf, sizeof buf, "%s/state", dir);
+    setenv("XDG_STATE_HOME", buf, 1);
+    unsetenv("QSWEEP_DB");
+}
+
+/* A connection to the cluster a `qsweep run` in sandbox(dir) left, started again in *pg. */
+static PGconn *sandbox_db(const char *dir, qc_pgserver **pg) {
+    char pg_dir[700];
+    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(pg_dir, pg, &err), QS_OK);
+    PGconn *c = PQconnectdb(qc_pgserver_conninfo(*pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    return c;
+}
 static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
 
 static double view_cost(PGconn *c, int block, int kind, const char *format) {
@@ -204,14 +228,7 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
     (void)state;
     char *dir = fx_tempdir("qsweep-plan");
     assert_non_null(dir);
-    char buf[700];
-    snprintf(buf, sizeof buf, "%s/data", dir);
-    setenv("XDG_DATA_HOME", buf, 1);
-    snprintf(buf, sizeof buf, "%s/cache", dir);
-    setenv("XDG_CACHE_HOME", buf, 1);
-    snprintf(buf, sizeof buf, "%s/state", dir);
-    setenv("XDG_STATE_HOME", buf, 1);
-    unsetenv("QSWEEP_DB");
+    sandbox(dir);
     static char out[1 << 16];
     const char *run[] = {"run",       TINY,
                          "--workers", "2",
@@ -221,14 +238,9 @@ static void test_plan_of_tiny_layer_sweep_is_optimal(void **state) {
                          NULL};
     int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
-    char pg_dir[700];
-    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
     qc_pgserver *pg = NULL;
-    qs_error err = {0};
-    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    PGconn *c = sandbox_db(dir, &pg);
     const char *conninfo = qc_pgserver_conninfo(pg);
-    PGconn *c = PQconnectdb(conninfo);
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
 
     /* the model's shapes, from its config.json (Hugging Face names) */
     json_error_t je;
@@ -510,14 +522,7 @@ static void test_validate_measures_the_plan(void **state) {
     (void)state;
     char *dir = fx_tempdir("qsweep-validate");
     assert_non_null(dir);
-    char buf[700];
-    snprintf(buf, sizeof buf, "%s/data", dir);
-    setenv("XDG_DATA_HOME", buf, 1);
-    snprintf(buf, sizeof buf, "%s/cache", dir);
-    setenv("XDG_CACHE_HOME", buf, 1);
-    snprintf(buf, sizeof buf, "%s/state", dir);
-    setenv("XDG_STATE_HOME", buf, 1);
-    unsetenv("QSWEEP_DB");
+    sandbox(dir);
     static char out[1 << 16];
     const char *run[] = {"run",     TINY,
                          "--workers", "2",
@@ -527,14 +532,9 @@ static void test_validate_measures_the_plan(void **state) {
                          NULL};
     int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
     if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
-    char pg_dir[700];
-    snprintf(pg_dir, sizeof pg_dir, "%s/data/qsweep/pg", dir);
     qc_pgserver *pg = NULL;
-    qs_error err = {0};
-    assert_int_equal(qc_pgserver_start(pg_dir, &pg, &err), QS_OK);
+    PGconn *c = sandbox_db(dir, &pg);
     const char *conninfo = qc_pgserver_conninfo(pg);
-    PGconn *c = PQconnectdb(conninfo);
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
 
     /* before: the plan is not measured; uniform NVFP4 is (the cumulative job over blocks
        0..2 quantizes every linear) */
@@ -679,6 +679,53 @@ static void test_validate_measures_the_plan(void **state) {
     free(dir);
 }
 
+/* A sweep whose grid names its numerics path: the plan's grid names it too, so --validate
+ * measures the plan on the path the costs were measured on (and under its job key), not on
+ * whichever worker takes the job first. */
+static void test_plan_keeps_the_sweeps_numerics(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-plan-numerics");
+    assert_non_null(dir);
+    sandbox(dir);
+    static char out[1 << 16];
+    const char *run[] = {"run",       TINY,
+                         "--workers", "1",
+                         "--set",     "sensitivity.modes=[layer]",
+                         "--set",     "sensitivity.formats=[nvfp4]",
+                         "--set",     "sensitivity.quantize=[weights]",
+                         "--set",     "sensitivity.metrics=[kl]",
+                         "--set",     "dataset.max_chunks=2",
+                         "--set",     "+numerics=cpu",
+                         NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    qc_pgserver *pg = NULL;
+    PGconn *c = sandbox_db(dir, &pg);
+    char yaml[800];
+    snprintf(yaml, sizeof yaml, "%s/plan.yaml", dir);
+    const char *plan[] = {"plan",       "tiny", "--budget-bits",          "6", "-o", yaml,
+                          "--validate", "--db", qc_pgserver_conninfo(pg), NULL};
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan --validate exited %d:\n%s", rc, out);
+    static char text[1 << 14];
+    FILE *f = fopen(yaml, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    if (!strstr(text, "\nnumerics: cpu\n"))
+        fail_msg("the plan's grid has no numerics: cpu:\n%s", text);
+    PGresult *r = PQexec(c, "SELECT coalesce(spec ->> 'numerics', '(none)') FROM jobs "
+                            "WHERE spec ->> 'mode' = 'policy'");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 1);
+    assert_string_equal(PQgetvalue(r, 0, 0), "cpu");
+    PQclear(r);
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+    fx_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_dp_equals_brute_force_on_random_instances),
@@ -687,6 +734,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_budget_below_every_assignment_is_refused),
         cmocka_unit_test(test_plan_of_tiny_layer_sweep_is_optimal),
         cmocka_unit_test(test_validate_measures_the_plan),
+        cmocka_unit_test(test_plan_keeps_the_sweeps_numerics),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

@@ -13,6 +13,7 @@
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
 #include "hadamard.h"
+#include "numerics_path.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -615,7 +616,7 @@ static void cpu_path_init(void) {
 const char *qw_backend_cpu_path(void) {
     /* The fixed path's bits are a function of the shapes and operands alone (gemm_fixed.h,
      * expf_fixed.h): its path names no CPU, ISA or library. */
-    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return "cpu-qsweep-fixed2";
+    if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED) return QS_NUMERICS_CPU_FIXED;
     pthread_once(&cpu_path_once, cpu_path_init);
     return cpu_path;
 }

@@ -144,12 +144,18 @@ static qs_status mo_check_fused(const ex_linear *lin, qw_model *m, const qw_meth
         const qk_packed *p = qw_export_packed(m, ms, L->index);
         if (!p) return qs_error_set(err, QS_EINVAL, "export: %s: no packed form", L->name);
         if (j == 0) s0 = p->tensor_scale;
+        /* a method's job (ms) cannot take fuse (kinds/method.h): name what it can do */
         if (p->tensor_scale != s0)
             return qs_error_set(err, QS_EUNSUPPORTED,
                                 "export: %s and %s: decode scales %g and %g, but serving engines "
-                                "run %s as one GEMM with one weight_scale_2: quantize with "
-                                "sensitivity.fuse (one amax for the group)",
-                                first->name, L->name, (double)s0, (double)p->tensor_scale, group);
+                                "run %s as one GEMM with one weight_scale_2: %s%s%s",
+                                first->name, L->name, (double)s0, (double)p->tensor_scale, group,
+                                ms ? "the job's method gives each linear its own scale and "
+                                     "does not combine with sensitivity.fuse: leave "
+                                   : "quantize with sensitivity.fuse (one amax for the group)",
+                                ms ? group : "",
+                                ms ? " unquantized in the policy, or export as compressed-tensors"
+                                   : "");
     }
     return QS_OK;
 }

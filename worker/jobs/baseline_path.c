@@ -1,5 +1,6 @@
 /* The baseline file's name and the numerics path it is kept per (jobs.h). */
 #include "jobs.h"
+#include "numerics_path.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,10 +10,9 @@
 
 void qw_jobs_numerics_path(bool on_cuda, int cc, int gemm, const char *cpu_path, char *buf,
                            size_t cap) {
-    static const char *const gemm_names[] = {"fp32", "bf16", "auto", "emulated"};
     if (on_cuda)
         snprintf(buf, cap, "cuda-cc%d-%s", cc,
-                 gemm >= 0 && gemm < 4 ? gemm_names[gemm] : "unknown");
+                 gemm >= 0 && gemm < 4 ? qs_numerics_cuda_gemm[gemm] : "unknown");
     else
         snprintf(buf, cap, "%s", cpu_path && *cpu_path ? cpu_path : "cpu");
 }
