@@ -2,7 +2,8 @@
 # The numerics path in scheduling (coordinator/server/scheduler.h qc_sched_on_path), on a
 # private cluster with real workers of this build (no CUDA):
 #   - a worker started with --backend auto says in `qsweep workers` and `qsweep status` that
-#     it runs on the CPU and why, and every result of its jobs carries backend_fallback.<why>;
+#     it runs on the CPU and why, and every result of its jobs, eval and train, carries
+#     backend_fallback.<why>;
 #   - a grid's `numerics: cuda` waits, with `qsweep status` naming the path no worker offers,
 #     while the worker runs the jobs queued behind it; a bad `numerics` is refused at its key;
 #   - an experiment without `numerics` is pinned to the path of its first job, in
@@ -106,6 +107,28 @@ n=$(psql_q "SELECT count(DISTINCT r.job) FROM results r JOIN experiment_jobs ej 
             JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-first' AND r.final
             AND r.name = 'backend_fallback.$why'")
 [ "$n" = 8 ] || fail "$n of np-first's 8 results carry backend_fallback.$why"
+# a training job on the same worker says so too (2 steps of the tiny shape, committed tokens)
+cat >"$D/train.yaml" <<YAML
+name: np-train
+kind: training
+training:
+  shapes: [tiny]
+  dataset: {tokens: $SRC/experiments/data/gpl3.bytes.tokens, ctx: 32, val_fraction: 0.05}
+  recipes: [bf16]
+  lrs: [0.003]
+  seeds: [1]
+  steps: 2
+  batch: 2
+  eval_every: 2
+  eval_batches: 1
+  checkpoint_dir: $D/ckpt
+YAML
+"$Q" submit "$D/train.yaml" >>"$D/submit.log" 2>&1 || fail "submit np-train"
+wait_done np-train 1
+n=$(psql_q "SELECT count(*) FROM results r JOIN experiment_jobs ej ON ej.job = r.job
+            JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-train' AND r.final
+            AND r.name = 'backend_fallback.$why'")
+[ "$n" = 1 ] || fail "np-train's result does not carry backend_fallback.$why"
 kill -TERM $a
 wait $a || true
 # its BYE stored (left_at), so no status below counts it as a live worker of the fixed path

@@ -56,6 +56,7 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
     qw_train_spec t;
     memset(&t, 0, sizeof t);
     qw_checkpoint *ck = NULL;
+    char fallback[sizeof((qw_jobs_backend){0}).fallback_code] = "";
     if (s.shape[0]) {
         st = qw_train_shape_by_name(s.shape, &t.shape, err);
     } else {
@@ -100,6 +101,7 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
          * on the r-th), else the CPU. */
         qw_jobs_backend bc = qw_jobs_backend_get();
         qw_jobs_backend_use u = qw_jobs_backend_pick(&bc, qw_backend_cuda_built(), false);
+        snprintf(fallback, sizeof fallback, "%s", bc.fallback_code);
         t.backend = (qw_backend_choice){.kind = u.use_cuda ? QW_BACKEND_CUDA : QW_BACKEND_CPU,
                                         .device = u.device,
                                         .gemm = u.gemm};
@@ -116,6 +118,11 @@ static qs_status train_job(qw_job_ctx *ctx, qs_error *err) {
         qw_train_hooks h = {on_heartbeat, on_metric, on_stop, ctx};
         qw_train_outcome o;
         st = qw_train_job_run(&t, ids, n, &h, &o, err);
+    }
+    if (!st && fallback[0]) { /* --backend auto on the CPU, and why, as an eval job says it */
+        char name[64];
+        snprintf(name, sizeof name, "backend_fallback.%s", fallback);
+        st = qw_job_metric(ctx, name, 1.0, 0, true, err);
     }
     free(ids);
     qs_train_clear(&s);
