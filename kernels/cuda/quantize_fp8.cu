@@ -4,11 +4,11 @@
 // stream at the element's row-major index), the functions tests/kernels checks on the host.
 #include <cuda_runtime.h>
 
-#include <float.h>
 #include <string.h>
 
 #include "fp8_operand_core.h"
 #include "qk_cuda_fp8.h"
+#include "qk_cuda_options.h"
 #include "launch_setup.cuh"
 
 namespace {
@@ -46,23 +46,16 @@ qs_status qk_cuda_quantize_fp8_async(const qk_format *fmt, const qk_quant_option
                                      const float *x, size_t rows, size_t k, size_t ld,
                                      uint8_t *codes, float *scales, void *stream_, qs_error *err) {
     const char *name = fmt ? qk_format_name(fmt) : "?";
-    if (!fmt || strcmp(name, "fp8_e4m3") != 0 || !opt || opt->reference_only ||
-        opt->tiny_amax != QK_TINY_TE)
+    if (!fmt || strcmp(name, "fp8_e4m3") != 0 || !opt)
         return qs_error_set(err, QS_EUNSUPPORTED,
-                            "kernels/cuda: fp8 operand: format %s%s: not quantized here", name,
-                            opt && (opt->reference_only || opt->tiny_amax != QK_TINY_TE)
-                                ? " with reference_only or tiny_amax exact"
-                                : "");
+                            "kernels/cuda: fp8 operand: format %s: not quantized here", name);
+    qs_status st = qk_cuda_check_options(fmt, opt, err);
+    if (st) return st;
     if (!x || !codes || !scales || ld < k || rows == 0 || k == 0)
         return qs_error_set(err, QS_EINVAL,
                             "kernels/cuda: fp8 operand: %zu x %zu, ld %zu: expected buffers, "
                             "ld >= k, and a non-empty tensor",
                             rows, k, ld);
-    if (opt->tensor_amax_given && !(opt->tensor_amax >= 0.0f && opt->tensor_amax <= FLT_MAX))
-        return qs_error_set(err, QS_EINVAL,
-                            "kernels/cuda: fp8 operand: options.tensor_amax %g: expected finite "
-                            "and >= 0",
-                            (double)opt->tensor_amax);
     cudaStream_t stream = (cudaStream_t)stream_;
     fp8_params p;
     memset(&p, 0, sizeof p);
