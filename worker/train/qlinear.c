@@ -17,6 +17,19 @@ size_t qw_qlinear_scratch_floats(int N, int in, int out) {
     return m > c ? m : c;
 }
 
+/* The RHT's tile d of spec (16 unless it names one) for an operand whose rows have k elements;
+ * QS_EINVAL naming the linear and operand when d does not divide k. */
+static qs_status rht_dim(const qw_operand_spec *spec, int linear, qw_gemm_operand op, int k, int *d,
+                         qs_error *err) {
+    *d = spec->rht_dim ? spec->rht_dim : 16;
+    if (k % *d)
+        return qs_error_set(err, QS_EINVAL,
+                            "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
+                            "micro-batch for wgrad)",
+                            linear, qw_gemm_operand_name(op), *d, *d, k);
+    return QS_OK;
+}
+
 /* The GEMM input before its quantization: transposed or copied, rounded to BF16, or passed
  * through the RHT (QW_MODE_QUANT), into dst. */
 static qs_status stage(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
@@ -38,12 +51,8 @@ static qs_status stage(const qw_qlinear_env *env, const qw_operand_spec *spec, i
         return st;
     }
     if (spec->rht) {
-        int d = spec->rht_dim ? spec->rht_dim : 16;
-        if (k % d)
-            return qs_error_set(err, QS_EINVAL,
-                                "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
-                                "micro-batch for wgrad)",
-                                linear, qw_gemm_operand_name(op), d, d, k);
+        int d;
+        if ((st = rht_dim(spec, linear, op, k, &d, err)) != QS_OK) return st;
         t0 = qs_clock_s();
         st = ops->rht(be, dst, (size_t)r, (size_t)k, d, env->seed, err);
         qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_RHT, t0);
@@ -98,15 +107,12 @@ static qs_status stage_rht_from(const qw_qlinear_env *env, const qw_operand_spec
                                 qw_gemm_operand op, float *dst, const float *src, int rows,
                                 int cols, int transpose, float *amax, qs_error *err) {
     int r = transpose ? cols : rows, k = transpose ? rows : cols;
-    int d = spec->rht_dim ? spec->rht_dim : 16;
-    if (k % d)
-        return qs_error_set(err, QS_EINVAL,
-                            "linear %d %s: RHT%d needs k %% %d == 0, k is %d (tokens per "
-                            "micro-batch for wgrad)",
-                            linear, qw_gemm_operand_name(op), d, d, k);
+    int d;
+    qs_status st = rht_dim(spec, linear, op, k, &d, err);
+    if (st != QS_OK) return st;
     double t0 = qs_clock_s();
-    qs_status st = env->be->ops->rht_from(env->be, dst, src, (size_t)r, (size_t)k, transpose, d,
-                                          env->seed, amax, err);
+    st = env->be->ops->rht_from(env->be, dst, src, (size_t)r, (size_t)k, transpose, d, env->seed,
+                                amax, err);
     qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_RHT, t0);
     if (st != QS_OK) return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(op));
     return QS_OK;
