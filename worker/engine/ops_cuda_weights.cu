@@ -291,16 +291,14 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
 }
 
 const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n) {
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) == cudaSuccess &&
-        (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged))
-        return p;
-    (void)cudaGetLastError(); /* a plain host pointer may leave an error on old drivers */
+    /* a vector uploaded before is a host pointer: its copy is found without asking the driver;
+       any other pointer's kind is asked once (ops_cuda.cu ptr_kind) */
     cuda_weight *e = find(c, 2, p);
     if (e && e->rows == (int64_t)n) {
         c->stats.hits++;
         return e->f32;
     }
+    if (p && (!qw_cuda_host_reads(c, p) || qw_cuda_managed(c, p))) return p;
     if (!e && !(e = add(c, 2, p))) {
         qw_cuda_note_error(c, "vector", "out of host memory");
         return NULL;
