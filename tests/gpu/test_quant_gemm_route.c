@@ -141,8 +141,8 @@ static void every_capability_and_pairing_follows_the_table(void **s) {
  * every pairing. */
 static void the_route_end_to_end_is_its_steps(void **s) {
     (void)s;
-    static const qk_gemm_request reqs[] = {QK_GEMM_REQ_AUTO, QK_GEMM_REQ_EMULATED,
-                                           QK_GEMM_REQ_FP32, QK_GEMM_REQ_BF16};
+    static const qk_gemm_request reqs[] = {QK_GEMM_REQ_AUTO, QK_GEMM_REQ_EMULATED, QK_GEMM_REQ_FP32,
+                                           QK_GEMM_REQ_BF16};
     int cases = 0;
     for (size_t a = 0; a < N_OF(fmts); a++)
         for (size_t b = 0; b < N_OF(fmts); b++)
@@ -165,8 +165,8 @@ static void the_route_end_to_end_is_its_steps(void **s) {
                         int g = qw_quant_gemm_route(fmts[a], fmts[b], 64, &probe, reqs[q], &got);
                         if (g != w || (g && got != want))
                             fail_msg("%s x %s, cc %d, fp8 probe %s, %s: route %d %s, steps %d %s",
-                                     fmts[a] ? fmts[a] : "none", fmts[b] ? fmts[b] : "none",
-                                     ccs[c], qk_probe_outcome_name((qk_probe_outcome)o),
+                                     fmts[a] ? fmts[a] : "none", fmts[b] ? fmts[b] : "none", ccs[c],
+                                     qk_probe_outcome_name((qk_probe_outcome)o),
                                      qk_gemm_request_name(reqs[q]), g, qk_gemm_path_name(got), w,
                                      qk_gemm_path_name(want));
                         cases++;

@@ -63,14 +63,13 @@ static int route_of(const qw_recipe *r, int layer, qw_linear_gemm g, const qk_ge
     qw_recipe_operand(r, layer, N_LAYERS, inputs[g][0], &a);
     qw_recipe_operand(r, layer, N_LAYERS, inputs[g][1], &b);
     if (a.mode != QW_MODE_QUANT || b.mode != QW_MODE_QUANT) return 0;
-    return qw_quant_gemm_route(qk_format_name(a.fmt), qk_format_name(b.fmt), 64, probe, req,
-                               path);
+    return qw_quant_gemm_route(qk_format_name(a.fmt), qk_format_name(b.fmt), 64, probe, req, path);
 }
 
 static void every_recipe_capability_outcome_and_kind(void **s) {
     (void)s;
-    static const qk_gemm_request reqs[] = {QK_GEMM_REQ_AUTO, QK_GEMM_REQ_EMULATED,
-                                           QK_GEMM_REQ_FP32, QK_GEMM_REQ_BF16};
+    static const qk_gemm_request reqs[] = {QK_GEMM_REQ_AUTO, QK_GEMM_REQ_EMULATED, QK_GEMM_REQ_FP32,
+                                           QK_GEMM_REQ_BF16};
     static const int layers[] = {-1, 0, N_LAYERS - 1};
     size_t checked = 0;
     for (size_t i = 0; i < qs_recipe_count(); i++) {

@@ -150,17 +150,18 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     }
     st = qk_lt_pack(p, &e->layout, hc, e->layout.codes_bytes, hs, e->layout.scale_bytes, err);
     if (st == QS_OK)
-        st = qw_cuda_status(c, cudaMallocAsync((void **)&e->codes, e->layout.codes_bytes, c->stream),
+        st =
+            qw_cuda_status(c, cudaMallocAsync((void **)&e->codes, e->layout.codes_bytes, c->stream),
+                           "FP4 weight", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c,
+                            cudaMallocAsync((void **)&e->scales, e->layout.scale_bytes, c->stream),
                             "FP4 weight", err);
     if (st == QS_OK)
         st = qw_cuda_status(
-            c, cudaMallocAsync((void **)&e->scales, e->layout.scale_bytes, c->stream),
-            "FP4 weight", err);
-    if (st == QS_OK)
-        st = qw_cuda_status(c,
-                            cudaMemcpyAsync(e->codes, hc, e->layout.codes_bytes,
-                                            cudaMemcpyHostToDevice, c->stream),
-                            "FP4 weight upload", err);
+            c,
+            cudaMemcpyAsync(e->codes, hc, e->layout.codes_bytes, cudaMemcpyHostToDevice, c->stream),
+            "FP4 weight upload", err);
     if (st == QS_OK)
         st = qw_cuda_status(c,
                             cudaMemcpyAsync(e->scales, hs, e->layout.scale_bytes,
@@ -465,8 +466,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             xin = xq;
         }
         size_t n = (size_t)T * in;
-        if ((st = lt_reserve(c, &s->x16, n * sizeof(uint16_t), err)) != QS_OK)
-            return st;
+        if ((st = lt_reserve(c, &s->x16, n * sizeof(uint16_t), err)) != QS_OK) return st;
         k_lt_to_bf16<<<1024, 256, 0, c->stream>>>((uint16_t *)s->x16.p, xin, n);
         if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
             QS_OK)

@@ -310,10 +310,9 @@ const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n) {
         return NULL;
     /* on the backend's stream, ahead of the op that reads it: the backend's non-blocking stream
        does not wait for a cudaMemcpy's DMA on the legacy stream; p lives as long as the model */
-    if (qw_cuda_status(c,
-                       cudaMemcpyAsync(e->f32, p, n * sizeof(float), cudaMemcpyHostToDevice,
-                                       c->stream),
-                       "vector upload", &err) != QS_OK) {
+    if (qw_cuda_status(
+            c, cudaMemcpyAsync(e->f32, p, n * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+            "vector upload", &err) != QS_OK) {
         entry_free(e);
         return NULL;
     }

@@ -22,8 +22,7 @@ qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_laye
     qw_recipe_operand(r, layer, n_layers, inputs[g][1], &b);
     int both_quant = a.mode == QW_MODE_QUANT && b.mode == QW_MODE_QUANT && a.fmt && b.fmt;
     qk_gemm_path p;
-    if (both_quant &&
-        qw_quant_gemm_route(a.fmt->name, b.fmt->name, ALIGNED_NCOL, probe, req, &p))
+    if (both_quant && qw_quant_gemm_route(a.fmt->name, b.fmt->name, ALIGNED_NCOL, probe, req, &p))
         return (qk_gemm_decision){p, "gemm_abt_quant runs it (quant_gemm_route.h)"};
     /* qlinear.c's fallback: the inputs fake-quantized (or rounded), then gemm_abt_bf16 where
        both are exact in BF16, else gemm_abt, whatever the request */
