@@ -40,6 +40,13 @@ qs_status qw_cuda_scratch_reserve(cuda_scratch *s, size_t bytes, int host, qs_er
     return QS_OK;
 }
 
+/* The one place this file waits for the stream: the host is about to reuse or free memory that
+ * a queued copy reads. Each call names it in a comment; ctest engine_cuda_weights_syncs counts
+ * them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
 /* FNV-1a over bytes. */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const uint8_t *b = (const uint8_t *)p;
@@ -192,9 +199,9 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int hol
             k_f32_to_f16<<<1024, 256, 0, c->stream>>>(e->f16 + off, dst, cnt);
             st = qw_cuda_status(c, cudaGetLastError(), "weight to fp16", err);
         }
-        /* The host piece is reused by the next round: wait for the copy. */
         if (st == QS_OK)
-            st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "weight upload", err);
+            st = qw_cuda_status(c, host_wait(c), /* host read: the piece, reused next round */
+                                "weight upload", err);
     }
     cudaFree(stage);
     e->gemm = qw_master_gemm_of(master_dtype(w), exact, exact_f16);
@@ -213,7 +220,8 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int hol
             st = qw_cuda_status(c, cudaGetLastError(), "weight to 16 bits", err);
         }
         if (st == QS_OK)
-            st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "weight to 16 bits", err);
+            st = qw_cuda_status(c, host_wait(c), /* host read: the FP32 copy, freed below */
+                                "weight to 16 bits", err);
         if (st == QS_OK) {
             cudaFree(e->f32);
             e->f32 = NULL;
