@@ -31,6 +31,9 @@ static int route_probed(const char *fa, const char *fb, int ncol, int cc, int em
     if (cc >= qk_probe_min_cc(QK_PROBE_FP8_TENSOR)) probe.outcome[QK_PROBE_FP8_TENSOR] = fp8_probe;
     qs_error e = {0};
     int ok = qk_gemm_path_select(cc, emulated, t, t, path, &e) == QS_OK;
+    /* a handle with a probe takes an FP4 pairing's path from it (gemm.cu qk_gemm_path_for) */
+    if (ok && !emulated && (t == QK_GEMM_NVFP4 || t == QK_GEMM_MXFP4))
+        *path = qk_gemm_probe_decide(&probe, t, t, 1, QK_GEMM_REQ_AUTO).path;
     return qw_quant_gemm_runs(t, ok, *path, &probe);
 }
 
@@ -133,6 +136,49 @@ static void every_capability_and_pairing_follows_the_table(void **s) {
     printf("%d of %d cases run on the device's quantized GEMM\n", runs, cases);
 }
 
+/* The route end to end (qw_quant_gemm_route) is the steps above for every capability, pairing,
+ * fp8_tensor outcome and handle request; the requests fp32 and bf16 open no handle and decline
+ * every pairing. */
+static void the_route_end_to_end_is_its_steps(void **s) {
+    (void)s;
+    static const qk_gemm_request reqs[] = {QK_GEMM_REQ_AUTO, QK_GEMM_REQ_EMULATED, QK_GEMM_REQ_FP32,
+                                           QK_GEMM_REQ_BF16};
+    int cases = 0;
+    for (size_t a = 0; a < N_OF(fmts); a++)
+        for (size_t b = 0; b < N_OF(fmts); b++)
+            for (size_t c = 0; c < N_OF(ccs); c++)
+                for (int o = 0; o < QK_PROBE_OUTCOMES; o++)
+                    for (size_t q = 0; q < N_OF(reqs); q++) {
+                        qk_gemm_probe probe = {0};
+                        probe.cc = ccs[c];
+                        for (int f = 0; f < QK_PROBE_FORMATS; f++)
+                            probe.outcome[f] = ccs[c] >= qk_probe_min_cc((qk_probe_format)f)
+                                                   ? QK_PROBE_OK
+                                                   : QK_PROBE_UNTRIED;
+                        if (ccs[c] >= qk_probe_min_cc(QK_PROBE_FP8_TENSOR))
+                            probe.outcome[QK_PROBE_FP8_TENSOR] = (qk_probe_outcome)o;
+                        qk_gemm_path want = QK_GEMM_PATH_FP32, got = QK_GEMM_PATH_FP32;
+                        int handle = reqs[q] == QK_GEMM_REQ_AUTO || reqs[q] == QK_GEMM_REQ_EMULATED;
+                        int w = handle && route_probed(fmts[a], fmts[b], 64, ccs[c],
+                                                       reqs[q] == QK_GEMM_REQ_EMULATED,
+                                                       (qk_probe_outcome)o, &want);
+                        int g = qw_quant_gemm_route(fmts[a], fmts[b], 64, &probe, reqs[q], &got);
+                        if (g != w || (g && got != want))
+                            fail_msg("%s x %s, cc %d, fp8 probe %s, %s: route %d %s, steps %d %s",
+                                     fmts[a] ? fmts[a] : "none", fmts[b] ? fmts[b] : "none", ccs[c],
+                                     qk_probe_outcome_name((qk_probe_outcome)o),
+                                     qk_gemm_request_name(reqs[q]), g, qk_gemm_path_name(got), w,
+                                     qk_gemm_path_name(want));
+                        cases++;
+                    }
+    printf("%d cases: the route end to end is its steps\n", cases);
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    assert_int_equal(qw_quant_gemm_route("nvfp4", "nvfp4", 64, NULL, QK_GEMM_REQ_AUTO, &p), 1);
+    assert_int_equal(p, QK_GEMM_PATH_EMULATED_BF16); /* no probe: cc 0, nothing native */
+    assert_int_equal(qw_quant_gemm_route("fp8_e4m3", "fp8_e4m3", 64, NULL, QK_GEMM_REQ_AUTO, &p),
+                     0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fp8_runs_on_fp8_tensor_cores_from_cc_89),
@@ -141,6 +187,7 @@ int main(void) {
         cmocka_unit_test(fp4_runs_native_on_blackwell_emulated_elsewhere),
         cmocka_unit_test(mixed_unquantized_and_misaligned_are_declined),
         cmocka_unit_test(every_capability_and_pairing_follows_the_table),
+        cmocka_unit_test(the_route_end_to_end_is_its_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

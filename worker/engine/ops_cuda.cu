@@ -30,11 +30,18 @@ static int launched(cuda_ctx *c, const char *where) {
     return 0;
 }
 
+/* The one place this file waits for the stream: the host is about to read (or free, or
+ * overwrite) memory that queued work writes (or reads). Each call names that read in a comment;
+ * ctest engine_cuda_ops_syncs counts them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
 /* Waits for the stream (the host is about to read what it computed) and notes an error of the
  * op `where`; returns 0 on success. */
 static int finish(cuda_ctx *c, const char *where) {
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess) e = host_wait(c); /* host read: what the caller reads next */
     if (e != cudaSuccess) {
         qw_cuda_note_error(c, where, cudaGetErrorString(e));
         return -1;
@@ -297,7 +304,8 @@ qs_status qw_cuda_read_amax(cuda_ctx *c, const float *d, float *out, qs_error *e
     qs_status st =
         qw_cuda_status(c, cudaMemcpyAsync(out, d, sizeof *out, cudaMemcpyDeviceToHost, c->stream),
                        "amax read", err);
-    return st != QS_OK ? st : qw_cuda_status(c, cudaStreamSynchronize(c->stream), "amax read", err);
+    if (st != QS_OK) return st;
+    return qw_cuda_status(c, host_wait(c), "amax read", err); /* host read: the amax */
 }
 
 qs_status qw_cuda_host_fake_quant(cuda_ctx *c, const qk_format *fmt, const qk_quant_options *opt,
@@ -308,15 +316,15 @@ qs_status qw_cuda_host_fake_quant(cuda_ctx *c, const qk_format *fmt, const qk_qu
     float *h = (float *)c->hostq.p;
     if ((st = qw_cuda_status(c, cudaMemcpyAsync(h, x, bytes, cudaMemcpyDeviceToHost, c->stream),
                              "host quantizer: fetch", err)) != QS_OK ||
-        (st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "host quantizer: fetch", err)) !=
-            QS_OK)
+        (st = qw_cuda_status(c, host_wait(c), /* host read: the fetched tensor */
+                             "host quantizer: fetch", err)) != QS_OK)
         return st;
     if ((st = qk_fake_quant(fmt, opt, h, rows, k, NULL, err)) != QS_OK) return st;
     if ((st = qw_cuda_status(c, cudaMemcpyAsync(x, h, bytes, cudaMemcpyHostToDevice, c->stream),
                              "host quantizer: upload", err)) != QS_OK)
         return st;
-    /* the host scratch is reused by the next call: the copy must be done with it */
-    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "host quantizer: upload", err);
+    return qw_cuda_status(c, host_wait(c), /* host read: the scratch, reused by the next call */
+                          "host quantizer: upload", err);
 }
 
 /* Fake-quantizes xq [T x in] (backend memory) with act: on the device (qk_cuda_fake_quant has
@@ -561,7 +569,7 @@ extern "C" void qw_backend_cuda_release(qw_backend *b) {
     if (!b) return;
     cuda_ctx *c = b->impl ? cuda_enter(b) : NULL;
     if (c) {
-        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->stream) (void)host_wait(c); /* host read: every buffer is freed below */
         qw_cuda_weights_release(c);
         qw_cuda_lt_release(c);
         cudaFree(c->scores.p);
@@ -617,7 +625,7 @@ extern "C" void qw_backend_cuda_cache_stats(const qw_backend *b, qw_cuda_cache_s
 extern "C" void qw_backend_cuda_forget_weights(qw_backend *b) {
     cuda_ctx *c = b && b->ops == &cuda_ops ? cuda_enter(b) : NULL;
     if (!c) return;
-    cudaStreamSynchronize(c->stream);
+    (void)host_wait(c); /* host read: the cached weights are freed below */
     qw_cuda_weights_release(c);
     qw_cuda_lt_forget(c);
 }

@@ -5,9 +5,10 @@
  * Memory. alloc() gives plain device memory (cudaMalloc): the run state (runstate.h), the
  * SQNR probe's reference and the evaluation's baseline rows are carved from it, and the host
  * reaches them only through the table's upload, fetch, download and score_rows (the RoPE
- * tables at init, the prefix cache's residuals, the logits' scores). Every op waits for its
- * stream before it returns, so a buffer fetched afterwards is complete. The ops also take
- * managed memory (the GPU tests' buffers), never host memory.
+ * tables at init, the prefix cache's residuals, the logits' scores). An op is queued on the
+ * backend's stream and returns; fetch, download and score_rows wait for the stream, so what
+ * they read is complete. The ops also take managed memory (the GPU tests' buffers), never host
+ * memory: an op whose output is managed memory waits before it returns.
  *
  * Weights. The backend keeps device copies of the weights it is given (qw_weight: FP32 in
  * place, the checkpoint's dtype, or packed), made on first use and kept until the backend is
@@ -15,8 +16,8 @@
  * - masters (FP32 in place or the checkpoint's dtype) are keyed by their host data pointer:
  *   the mapped checkpoint (or the synthetic builder's masters) never changes under a model;
  * - a packed weight is keyed by the address of its qk_packed; its contents change when a policy
- *   is applied, so each use compares a fingerprint (format, shape, tensor scale and 64 sampled
- *   windows of the codes and scales, 8 KiB in all) and uploads again when it differs, in place:
+ *   is applied, so each use compares a fingerprint (format, shape, tensor scale and 32 sampled
+ *   windows of 64 bytes of the codes and of the scales) and uploads again when it differs:
  *   one device copy per packed slot, whatever the number of policies;
  * - host FP32 vectors the ops take as plain pointers (RMSNorm weights, RoPE tables when they
  *   are not in backend memory) are uploaded once per host pointer.

@@ -14,8 +14,11 @@
  *   every value is exact in BF16), the activations rounded as that GEMM's operands are;
  * - the per-tensor decode scales go into alpha (qk_gemm folds them).
  * The path of each call is recorded; the backend reports the most specific one it ran
- * (native_fp4 > emulated_bf16 > fp8 > fp32 > fp16 > bf16). Built with the rest of the backend;
- * without kernels/cuda/qk_gemm.h (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
+ * (native_fp4 > emulated_bf16 > fp8 > fp32 > fp16 > bf16). A linear is queued on the backend's
+ * stream and returns: its buffers are allocated and freed in stream order (cudaMallocAsync,
+ * cudaFreeAsync), and the host waits only where it reads or frees what queued work uses
+ * (host_wait). Built with the rest of the backend; without kernels/cuda/qk_gemm.h
+ * (QW_HAVE_QK_GEMM undefined) the path is refused at init. */
 #include "ops_cuda_impl.h"
 
 #include <stdio.h>
@@ -69,10 +72,44 @@ static int is_fp4(const qk_format *f, qk_gemm_type *t) {
     return 0;
 }
 
-static void lt_weight_free(qk_gemm *g, lt_weight *e) {
+/* The one place this file waits for the stream: the host is about to read (or free) memory
+ * that queued work writes (or reads). Each call names that read in a comment; ctest
+ * engine_cuda_lt_syncs counts them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
+/* A linear is queued and returns; it waits only when y is managed memory, which the host may
+ * read directly (cu_linear refuses host memory). A kernel's execution error surfaces at the
+ * next wait, as for the other ops (ops_cuda.cu launched). */
+static qs_status lt_done(cuda_ctx *c, const float *y, qs_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && qw_cuda_host_reads(c, y))
+        e = host_wait(c); /* host read: the output in managed memory */
+    return qw_cuda_status(c, e, "linear", err);
+}
+
+/* s holds at least `bytes` of device memory, grown in stream order: the old buffer is freed
+ * after the queued work that reads it. Errors: QS_ENOMEM. */
+static qs_status lt_reserve(cuda_ctx *c, cuda_scratch *s, size_t bytes, qs_error *err) {
+    if (s->bytes >= bytes) return QS_OK;
+    if (s->p) (void)cudaFreeAsync(s->p, c->stream);
+    s->p = NULL;
+    s->bytes = 0;
+    void *p = NULL;
+    if (cudaMallocAsync(&p, bytes, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qs_error_set(err, QS_ENOMEM, "cuda backend: linear scratch of %zu bytes", bytes);
+    }
+    s->p = p;
+    s->bytes = bytes;
+    return QS_OK;
+}
+
+static void lt_weight_free(cuda_ctx *c, qk_gemm *g, lt_weight *e) {
     if (e->codes) qk_gemm_forget(g, e->codes); /* its BF16 copy, if the GEMM made one */
-    cudaFree(e->codes);
-    cudaFree(e->scales);
+    if (e->codes) (void)cudaFreeAsync(e->codes, c->stream);
+    if (e->scales) (void)cudaFreeAsync(e->scales, c->stream);
     e->codes = e->scales = NULL;
 }
 
@@ -100,7 +137,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
         memset(e, 0, sizeof *e);
         e->key = p;
     }
-    lt_weight_free(s->g, e);
+    lt_weight_free(c, s->g, e);
     qs_status st = qk_lt_layout_init(p->fmt, p->rows, p->k, &e->layout, err);
     if (st != QS_OK) return st;
     uint8_t *hc = (uint8_t *)malloc(e->layout.codes_bytes),
@@ -113,21 +150,31 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
     }
     st = qk_lt_pack(p, &e->layout, hc, e->layout.codes_bytes, hs, e->layout.scale_bytes, err);
     if (st == QS_OK)
-        st = qw_cuda_status(c, cudaMalloc(&e->codes, e->layout.codes_bytes), "FP4 weight", err);
-    if (st == QS_OK)
-        st = qw_cuda_status(c, cudaMalloc(&e->scales, e->layout.scale_bytes), "FP4 weight", err);
+        st =
+            qw_cuda_status(c, cudaMallocAsync((void **)&e->codes, e->layout.codes_bytes, c->stream),
+                           "FP4 weight", err);
     if (st == QS_OK)
         st = qw_cuda_status(c,
-                            cudaMemcpy(e->codes, hc, e->layout.codes_bytes, cudaMemcpyHostToDevice),
-                            "FP4 weight upload", err);
+                            cudaMallocAsync((void **)&e->scales, e->layout.scale_bytes, c->stream),
+                            "FP4 weight", err);
     if (st == QS_OK)
         st = qw_cuda_status(
-            c, cudaMemcpy(e->scales, hs, e->layout.scale_bytes, cudaMemcpyHostToDevice),
+            c,
+            cudaMemcpyAsync(e->codes, hc, e->layout.codes_bytes, cudaMemcpyHostToDevice, c->stream),
             "FP4 weight upload", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c,
+                            cudaMemcpyAsync(e->scales, hs, e->layout.scale_bytes,
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "FP4 weight upload", err);
+    /* once per upload: pageable copies may return before they have read their source */
+    if (st == QS_OK)
+        st = qw_cuda_status(c, host_wait(c), /* host read: hc, hs are freed below */
+                            "FP4 weight upload", err);
     free(hc);
     free(hs);
     if (st != QS_OK) {
-        lt_weight_free(s->g, e);
+        lt_weight_free(c, s->g, e);
         return st;
     }
     e->fingerprint = fp;
@@ -193,12 +240,11 @@ void qw_cuda_lt_release(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(s->g, &s->w[i]);
+        lt_weight_free(c, s->g, &s->w[i]);
     free(s->w);
-    cudaFree(s->xcodes.p);
-    cudaFree(s->xscales.p);
-    cudaFree(s->x16.p);
-    cudaFree(s->xr.p);
+    cuda_scratch *scratch[] = {&s->xcodes, &s->xscales, &s->x16, &s->xr};
+    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
+        if (scratch[i]->p) (void)cudaFreeAsync(scratch[i]->p, c->stream);
     cudaFree(s->d_xscale);
     qk_gemm_destroy(s->g);
     free(s);
@@ -209,7 +255,7 @@ void qw_cuda_lt_forget(cuda_ctx *c) {
     lt_state *s = (lt_state *)c->lt;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++)
-        lt_weight_free(s->g, &s->w[i]);
+        lt_weight_free(c, s->g, &s->w[i]);
     s->n = 0;
 }
 
@@ -319,7 +365,7 @@ static qs_status lt_master_linear(cuda_ctx *c, lt_state *s, float *y, const floa
         /* FP32 values (or a tied embedding's FP32 copy): the FP32 GEMM, no TF32, over the
            activations rounded as the master's GEMM rounds them; with BF16 or FP16 weights the
            products are those of the 16-bit GEMM, exact in FP32 */
-        if ((st = qw_cuda_scratch_reserve(&s->xr, n * sizeof(float), 0, err)) != QS_OK) return st;
+        if ((st = lt_reserve(c, &s->xr, n * sizeof(float), err)) != QS_OK) return st;
         k_lt_round<<<1024, 256, 0, c->stream>>>((float *)s->xr.p, xin, n, f16);
         if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation rounding", err)) !=
             QS_OK)
@@ -328,9 +374,9 @@ static qs_status lt_master_linear(cuda_ctx *c, lt_state *s, float *y, const floa
                                  (int)in, (int)out, "fp32", err)) != QS_OK)
             return st;
         lt_note_path(s, e->gemm.path);
-        return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+        return lt_done(c, y, err);
     }
-    if ((st = qw_cuda_scratch_reserve(&s->x16, n * sizeof(uint16_t), 0, err)) != QS_OK) return st;
+    if ((st = lt_reserve(c, &s->x16, n * sizeof(uint16_t), err)) != QS_OK) return st;
     if (f16)
         k_lt_to_f16<<<1024, 256, 0, c->stream>>>((__half *)s->x16.p, xin, n);
     else
@@ -361,7 +407,7 @@ static qs_status lt_master_linear(cuda_ctx *c, lt_state *s, float *y, const floa
     }
     if (st != QS_OK) return st;
     lt_note_path(s, e->gemm.path);
-    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+    return lt_done(c, y, err);
 }
 
 qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const qw_weight *w,
@@ -388,8 +434,8 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
     if (act && act->fmt && is_fp4(act->fmt, &at) && at == wt) {
         /* W4A4: x quantized on the device straight into cuBLASLt's layout. */
         if ((st = qk_lt_layout_init(act->fmt, (size_t)T, in, &xo.layout, err)) != QS_OK) return st;
-        if ((st = qw_cuda_scratch_reserve(&s->xcodes, xo.layout.codes_bytes, 0, err)) != QS_OK ||
-            (st = qw_cuda_scratch_reserve(&s->xscales, xo.layout.scale_bytes, 0, err)) != QS_OK)
+        if ((st = lt_reserve(c, &s->xcodes, xo.layout.codes_bytes, err)) != QS_OK ||
+            (st = lt_reserve(c, &s->xscales, xo.layout.scale_bytes, err)) != QS_OK)
             return st;
         qk_quant_options o = act->opt;
         if (act->tensor_amax) { /* the group's amax (tensor parallel), in device memory */
@@ -420,8 +466,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
             xin = xq;
         }
         size_t n = (size_t)T * in;
-        if ((st = qw_cuda_scratch_reserve(&s->x16, n * sizeof(uint16_t), 0, err)) != QS_OK)
-            return st;
+        if ((st = lt_reserve(c, &s->x16, n * sizeof(uint16_t), err)) != QS_OK) return st;
         k_lt_to_bf16<<<1024, 256, 0, c->stream>>>((uint16_t *)s->x16.p, xin, n);
         if ((st = qw_cuda_status(c, cudaGetLastError(), "linear: activation to bf16", err)) !=
             QS_OK)
@@ -440,7 +485,7 @@ qs_status qw_cuda_lt_linear(cuda_ctx *c, float *y, const float *x, int T, const 
         snprintf(s->fb_status, sizeof s->fb_status, "%s", qk_gemm_fallback_status(s->g));
         snprintf(s->fb_why, sizeof s->fb_why, "%s", qk_gemm_fallback(s->g));
     }
-    return qw_cuda_status(c, cudaStreamSynchronize(c->stream), "linear", err);
+    return lt_done(c, y, err);
 }
 
 void *qw_cuda_lt_gemm(const cuda_ctx *c) {

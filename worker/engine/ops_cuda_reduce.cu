@@ -10,6 +10,13 @@
 #define SQNR_BLOCKS 256
 #define SQNR_THREADS 256
 
+/* The one place this file waits for the stream: the host reads the sums and scores the queued
+ * kernels wrote. Each call names that read in a comment; ctest engine_cuda_reduce_syncs counts
+ * them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
 /* Block partials of sum(ref^2) and sum((y-ref)^2): part[2*blockIdx.x + {0,1}]. */
 __global__ void k_sqnr_partial(const float *y, const float *ref, size_t n, double *part) {
     __shared__ double s0[SQNR_THREADS], s1[SQNR_THREADS];
@@ -47,7 +54,8 @@ qs_status qw_cuda_sqnr(cuda_ctx *c, const float *y, const float *ref, size_t n, 
              c, cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, c->stream), "sqnr",
              err)) != QS_OK)
         return st;
-    if ((st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "sqnr", err)) != QS_OK) return st;
+    if ((st = qw_cuda_status(c, host_wait(c), "sqnr", err)) != QS_OK) /* host read: the sums */
+        return st;
     double a = 0.0, b = 0.0;
     for (int i = 0; i < SQNR_BLOCKS; i++) {
         a += host[2 * i];
@@ -175,7 +183,8 @@ extern "C" qs_status qw_cuda_score_rows(qw_backend *b, const qw_tensor *logits,
     if (!host) return qs_error_set(err, QS_ENOMEM, "score rows: %lld rows", (long long)R);
     st = qw_cuda_status(c, cudaMemcpyAsync(host, dout, obytes, cudaMemcpyDeviceToHost, c->stream),
                         "score rows", err);
-    if (st == QS_OK) st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "score rows", err);
+    if (st == QS_OK)
+        st = qw_cuda_status(c, host_wait(c), "score rows", err); /* host read: the scores */
     if (st == QS_OK)
         for (int64_t r = 0; r < R; r++) {
             if (nll) nll[r] = host[r].nll;

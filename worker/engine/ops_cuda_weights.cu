@@ -40,6 +40,13 @@ qs_status qw_cuda_scratch_reserve(cuda_scratch *s, size_t bytes, int host, qs_er
     return QS_OK;
 }
 
+/* The one place this file waits for the stream: the host is about to reuse or free memory that
+ * a queued copy reads. Each call names it in a comment; ctest engine_cuda_weights_syncs counts
+ * them. */
+static cudaError_t host_wait(cuda_ctx *c) {
+    return cudaStreamSynchronize(c->stream);
+}
+
 /* FNV-1a over bytes. */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const uint8_t *b = (const uint8_t *)p;
@@ -192,9 +199,9 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int hol
             k_f32_to_f16<<<1024, 256, 0, c->stream>>>(e->f16 + off, dst, cnt);
             st = qw_cuda_status(c, cudaGetLastError(), "weight to fp16", err);
         }
-        /* The host piece is reused by the next round: wait for the copy. */
         if (st == QS_OK)
-            st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "weight upload", err);
+            st = qw_cuda_status(c, host_wait(c), /* host read: the piece, reused next round */
+                                "weight upload", err);
     }
     cudaFree(stage);
     e->gemm = qw_master_gemm_of(master_dtype(w), exact, exact_f16);
@@ -213,7 +220,8 @@ static qs_status upload(cuda_ctx *c, cuda_weight *e, const qw_weight *w, int hol
             st = qw_cuda_status(c, cudaGetLastError(), "weight to 16 bits", err);
         }
         if (st == QS_OK)
-            st = qw_cuda_status(c, cudaStreamSynchronize(c->stream), "weight to 16 bits", err);
+            st = qw_cuda_status(c, host_wait(c), /* host read: the FP32 copy, freed below */
+                                "weight to 16 bits", err);
         if (st == QS_OK) {
             cudaFree(e->f32);
             e->f32 = NULL;
@@ -291,16 +299,14 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
 }
 
 const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n) {
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) == cudaSuccess &&
-        (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged))
-        return p;
-    (void)cudaGetLastError(); /* a plain host pointer may leave an error on old drivers */
+    /* a vector uploaded before is a host pointer: its copy is found without asking the driver;
+       any other pointer's kind is asked once (ops_cuda.cu ptr_kind) */
     cuda_weight *e = find(c, 2, p);
     if (e && e->rows == (int64_t)n) {
         c->stats.hits++;
         return e->f32;
     }
+    if (p && (!qw_cuda_host_reads(c, p) || qw_cuda_managed(c, p))) return p;
     if (!e && !(e = add(c, 2, p))) {
         qw_cuda_note_error(c, "vector", "out of host memory");
         return NULL;
@@ -310,8 +316,11 @@ const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n) {
     qs_error err = {};
     if (qw_cuda_status(c, cudaMalloc(&e->f32, n * sizeof(float)), "vector", &err) != QS_OK)
         return NULL;
-    if (qw_cuda_status(c, cudaMemcpy(e->f32, p, n * sizeof(float), cudaMemcpyHostToDevice),
-                       "vector upload", &err) != QS_OK) {
+    /* on the backend's stream, ahead of the op that reads it: the backend's non-blocking stream
+       does not wait for a cudaMemcpy's DMA on the legacy stream; p lives as long as the model */
+    if (qw_cuda_status(
+            c, cudaMemcpyAsync(e->f32, p, n * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+            "vector upload", &err) != QS_OK) {
         entry_free(e);
         return NULL;
     }

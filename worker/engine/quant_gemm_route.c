@@ -34,3 +34,26 @@ int qw_quant_gemm_runs(qk_gemm_type type, int select_ok, qk_gemm_path path,
         return path == QK_GEMM_PATH_NATIVE_FP4 || path == QK_GEMM_PATH_EMULATED_BF16;
     return 0;
 }
+
+int qw_quant_gemm_handle_path(qk_gemm_type type, const qk_gemm_probe *probe, qk_gemm_request req,
+                              qk_gemm_path *path) {
+    if (req != QK_GEMM_REQ_AUTO && req != QK_GEMM_REQ_EMULATED) return 0;
+    int force = req == QK_GEMM_REQ_EMULATED;
+    qs_error err = {0};
+    if (qk_gemm_path_select(probe ? probe->cc : 0, force, type, type, path, &err) != QS_OK)
+        return 0;
+    if (probe && !force && (type == QK_GEMM_NVFP4 || type == QK_GEMM_MXFP4))
+        *path = qk_gemm_probe_decide(probe, type, type, 1, QK_GEMM_REQ_AUTO).path;
+    return 1;
+}
+
+int qw_quant_gemm_route(const char *fa, const char *fb, int ncol, const qk_gemm_probe *probe,
+                        qk_gemm_request req, qk_gemm_path *path) {
+    qk_gemm_type t;
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    if (!qw_quant_gemm_operands(fa, fb, ncol, &t)) return 0;
+    int select_ok = qw_quant_gemm_handle_path(t, probe, req, &p);
+    if (!qw_quant_gemm_runs(t, select_ok, p, probe)) return 0;
+    *path = p;
+    return 1;
+}

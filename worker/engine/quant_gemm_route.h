@@ -35,4 +35,20 @@ int qw_quant_gemm_operands(const char *fa, const char *fb, int ncol, qk_gemm_typ
 int qw_quant_gemm_runs(qk_gemm_type type, int select_ok, qk_gemm_path path,
                        const qk_gemm_probe *probe);
 
+/* The handle's answer for two operands of type `type` on the device of probe (NULL: cc 0,
+ * nothing proved) under req, restated from the pure parts kernels/cuda qk_gemm_path_for is made
+ * of: qk_gemm_path_select on the probe's capability (emulation forced under req emulated), then
+ * for an FP4 pairing outside forced emulation qk_gemm_probe_decide. 1 with *path, 0 where the
+ * handle refuses the pairing or there is none (requests fp32 and bf16 open no handle). Pure. */
+int qw_quant_gemm_handle_path(qk_gemm_type type, const qk_gemm_probe *probe, qk_gemm_request req,
+                              qk_gemm_path *path);
+
+/* The route end to end: 1 with *path (native_fp4, emulated_bf16 or fp8) where gemm_abt_quant
+ * runs the GEMM of inputs fa, fb with an output of ncol columns on the device of probe under
+ * req (qw_quant_gemm_operands, qw_quant_gemm_handle_path, qw_quant_gemm_runs); 0 where it
+ * declines and the caller fake-quantizes. The table of training paths (worker/train
+ * recipe_path.h) is this function plus the caller's fallback. Pure. */
+int qw_quant_gemm_route(const char *fa, const char *fb, int ncol, const qk_gemm_probe *probe,
+                        qk_gemm_request req, qk_gemm_path *path);
+
 #endif

@@ -4,22 +4,11 @@
 #include <string.h>
 
 #include "format.h"
+#include "quant_gemm_route.h"
 
-qk_gemm_type qw_operand_gemm_type(const qw_operand_spec *spec, int *bf16_exact) {
-    int exact = qw_operand_bf16_exact(spec);
-    qk_gemm_type t = QK_GEMM_BF16;
-    if (spec->mode == QW_MODE_QUANT && spec->fmt) {
-        const char *n = spec->fmt->name;
-        if (!strcmp(n, "nvfp4") || !strcmp(n, "nvfp4_2d"))
-            t = QK_GEMM_NVFP4;
-        else if (!strcmp(n, "mxfp4"))
-            t = QK_GEMM_MXFP4;
-        else if (!strcmp(n, "fp8_e4m3"))
-            t = QK_GEMM_FP8_E4M3;
-    }
-    if (bf16_exact) *bf16_exact = t == QK_GEMM_BF16 ? exact : 1;
-    return t;
-}
+/* The output width the prediction assumes: a multiple of 4, as every linear's in and out
+ * features are in the model shapes trained (the route declines any other, quant_gemm_route.h). */
+#define ALIGNED_NCOL 4
 
 qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_layers,
                                        qw_linear_gemm g, const qk_gemm_probe *probe,
@@ -31,11 +20,22 @@ qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_laye
     qw_operand_spec a, b;
     qw_recipe_operand(r, layer, n_layers, inputs[g][0], &a);
     qw_recipe_operand(r, layer, n_layers, inputs[g][1], &b);
-    int ea, eb;
-    qk_gemm_type ta = qw_operand_gemm_type(&a, &ea), tb = qw_operand_gemm_type(&b, &eb);
-    /* an FP32 input makes the GEMM FP32 whatever the other is (the table reads the weight's
-       exactness only: hand it both) */
-    return qk_gemm_probe_decide(probe, tb, ta, ea && eb, req);
+    int both_quant = a.mode == QW_MODE_QUANT && b.mode == QW_MODE_QUANT && a.fmt && b.fmt;
+    qk_gemm_path p;
+    if (both_quant && qw_quant_gemm_route(a.fmt->name, b.fmt->name, ALIGNED_NCOL, probe, req, &p))
+        return (qk_gemm_decision){p, "gemm_abt_quant runs it (quant_gemm_route.h)"};
+    /* qlinear.c's fallback: the inputs fake-quantized (or rounded), then gemm_abt_bf16 where
+       both are exact in BF16, else gemm_abt, whatever the request */
+    int bf16 = qw_recipe_gemm_bf16(r, layer, n_layers, g);
+    if (both_quant)
+        return bf16 ? (qk_gemm_decision){QK_GEMM_PATH_BF16,
+                                         "gemm_abt_quant declines: fake-quantized, both inputs "
+                                         "exact in BF16"}
+                    : (qk_gemm_decision){QK_GEMM_PATH_FP32,
+                                         "gemm_abt_quant declines: fake-quantized, an input not "
+                                         "exact in BF16"};
+    return bf16 ? (qk_gemm_decision){QK_GEMM_PATH_BF16, "both inputs exact in BF16"}
+                : (qk_gemm_decision){QK_GEMM_PATH_FP32, "an input not exact in BF16"};
 }
 
 /* The more specific of two paths, as results name one per kind. */

@@ -1,14 +1,15 @@
 #!/bin/bash
-# The CUDA training ops are stream-ordered (worker/engine/ops_cuda_train.cu): the host waits for
-# the stream only where it reads what the device wrote. This counts every wait in the file and
-# names the function each is in, against the list below, so a new wait cannot slip in unnamed:
-# - host_wait: the file's one cudaStreamSynchronize;
-# - done: only when an op's output is managed or host memory (the GPU tests' buffers);
-# - qw_cuda_train_copy: a fetch into host memory, or a copy from managed memory;
-# - qw_cuda_train_sumsq: the gradient norm's partial sums, read by the host.
-# Usage: cuda_train_syncs_test.sh SOURCE
+# A stream-ordered CUDA source (worker/engine/ops_cuda*.cu) waits for its stream only where the
+# host reads what the device wrote (or frees or overwrites what it reads). This counts every
+# synchronizing call in the file and names the function each is in, against the list given, so
+# a new wait cannot slip in unnamed:
+# - host_wait: the file's one cudaStreamSynchronize, and no other synchronizing call;
+# - FUNCTION:COUNT, one per function that calls host_wait(c), with how many times;
+# and every host_wait(c) call carries a '/* host read: ... */' comment saying which read it serves.
+# Usage: cuda_syncs_test.sh SOURCE FUNCTION:COUNT...
 set -u
 src=$1
+shift
 [ -r "$src" ] || { echo "FAIL cannot read $src"; exit 1; }
 fails=0
 # every synchronizing CUDA call, by the function it is in (a function starts at a line that
@@ -20,10 +21,7 @@ got=$(awk '
     }
     /host_wait\(c\)/ && fn != "host_wait" { print "wait " fn }
 ' "$src" | sort | uniq -c | awk '{print $2, $3, $1}')
-want="sync host_wait 1
-wait done 1
-wait qw_cuda_train_copy 1
-wait qw_cuda_train_sumsq 1"
+want=$( (echo "sync host_wait 1"; for a in "$@"; do echo "wait ${a%%:*} ${a##*:}"; done) | sort)
 echo "$got" | sed 's/^/found: /'
 if [ "$got" != "$want" ]; then
     echo "FAIL the waits of $src are not the named ones; expected:"
@@ -36,5 +34,5 @@ if [ "$unnamed" != 0 ]; then
     echo "FAIL $unnamed host_wait call(s) without a '/* host read: ... */' comment"
     fails=1
 fi
-[ $fails = 0 ] && echo "ok   the 4 waits named above, each with its host read"
+[ $fails = 0 ] && echo "ok   the $# waiting functions named above, each wait with its host read"
 exit $fails
