@@ -6,7 +6,8 @@
  * method per linear, and the grid it writes (method per-linear) runs through `qsweep run`
  * and is read back as the plan measured. A hand-written per-linear grid that gives one
  * component one method in every block measures exactly what that method's component job
- * measured. */
+ * measured. A sweep of mr-gptq with and without scale_search plans the two as candidates of
+ * their own (mr-gptq, mr-gptq+search), and the grid of its plan runs the variant it chose. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,6 +149,12 @@ static void plan_row(const char *out, const char *part, char *got, size_t cap) {
     line_after(out, "method       format", prefix, row, sizeof row);
     if (sscanf(row, "%*s %*s %31s %31s", m, f) != 2) fail_msg("plan row '%s'", row);
     snprintf(got, cap, "%s %s", m, f);
+}
+
+static void plan_row_method(const char *out, const char *part, char *label, size_t cap) {
+    char got[80];
+    plan_row(out, part, got, sizeof got);
+    snprintf(label, cap, "%.*s", (int)strcspn(got, " "), got);
 }
 
 /* The plan at 12.5 bits per weight needs q and down both in FP4 (bf16 everywhere else, 16
@@ -310,7 +317,8 @@ static void run_methods_grid_end_to_end(void **state) {
     static const char *const bad[][2] = {{"", "an empty method name"},
                                          {"rtn,,gptq", "an empty method name"},
                                          {"per-linear", "not a candidate"},
-                                         {"gptq,foo", "unknown method 'foo'"}};
+                                         {"gptq,foo", "unknown method 'foo'"},
+                                         {"gptq+search", "unknown method 'gptq+search'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *refused[] = {"plan",       "tiny-methods", "--budget-bits", "12.5",
                                  "--methods",  bad[i][0],      "--validate",    "--db",
@@ -392,6 +400,127 @@ static void run_methods_grid_end_to_end(void **state) {
     free(dir);
 }
 
+/* mr-gptq with and without scale_search in one sweep: `qsweep results` and `qsweep plan` name
+ * them mr-gptq and mr-gptq+search (kinds/method.h qs_method_label), the plan takes for q and
+ * down each its lowest-KL (label, format), --methods picks either variant by its label, and
+ * the grid the plan writes runs the variant it chose: its per-linear job names, linear by
+ * linear, the plan's labels and is read back as the plan measured. A per-linear grid giving
+ * down mr-gptq+search in every block measures what the mr-gptq+search component job measured,
+ * bit for bit, and one giving the blocks different variants keeps its labels and runs. */
+static void plan_tells_mr_gptq_from_mr_gptq_search(void **state) {
+    (void)state;
+    char *dir = private_dirs();
+    static char out[1 << 16];
+    const char *run[] = {"run",      GRID,
+                         "--set",    "name=tiny-methods-search",
+                         "--set",    "sensitivity.method=[rtn, mr-gptq, {name: mr-gptq, options: "
+                                     "{scale_search: true}}]",
+                         "--workers", "2",
+                         NULL};
+    qsweep_ok(run, out, sizeof out);
+    if (!strstr(out, "13 jobs: 13 new")) fail_msg("expected 13 new jobs in:\n%s", out);
+    private_db db;
+    db_open(&db, dir);
+    const char *conninfo = qc_pgserver_conninfo(db.pg);
+    const char *results[] = {"results", "tiny-methods-search", "--db", conninfo, NULL};
+    qsweep_ok(results, out, sizeof out);
+    char line[512];
+    line_after(out, "mean KL divergence by method", "  part", line, sizeof line);
+    if (!strstr(line, " mr-gptq ") || !strstr(line, " mr-gptq+search") ||
+        strstr(line, " mr-gptq ") > strstr(line, " mr-gptq+search") || strchr(line, '{'))
+        fail_msg("columns rtn, mr-gptq, mr-gptq+search expected: '%s'", line);
+
+    char plan_path[700];
+    snprintf(plan_path, sizeof plan_path, "%s/plan.yaml", dir);
+    const char *plan[] = {"plan",    "tiny-methods-search", "--budget-bits", "12.5", "-o",
+                          plan_path, "--db",                conninfo,        NULL};
+    qsweep_ok(plan, out, sizeof out);
+    printf("%s", out);
+    assert_non_null(strstr(out, "  mr-gptq/nvfp4 "));
+    assert_non_null(strstr(out, "  mr-gptq+search/nvfp4 "));
+    assert_null(strstr(out, "measured twice"));
+    plan_rows_are_cheapest(db.c, "tiny-methods-search", out);
+    char q_label[32], down_label[32];
+    plan_row_method(out, "q", q_label, sizeof q_label);
+    plan_row_method(out, "down", down_label, sizeof down_label);
+
+    /* --methods by label: mr-gptq alone writes no scale_search, mr-gptq+search alone writes
+       it for every mr-gptq linear */
+    static const char *const pick[][3] = {{"rtn,mr-gptq", "mr-gptq", "\"scale_search\""},
+                                          {"rtn,mr-gptq+search", "mr-gptq+search", NULL}};
+    for (int i = 0; i < 2; i++) {
+        char path[760];
+        snprintf(path, sizeof path, "%s/plan-%d.yaml", dir, i);
+        const char *picked[] = {"plan", "tiny-methods-search", "--budget-bits", "12.5",
+                                "--methods", pick[i][0], "-o", path, "--db", conninfo, NULL};
+        qsweep_ok(picked, out, sizeof out);
+        char got[32];
+        plan_row_method(out, "down", got, sizeof got);
+        assert_string_equal(got, pick[i][1]);
+        static char text[1 << 15];
+        read_text(path, text, sizeof text);
+        if (pick[i][2] ? !!strstr(text, pick[i][2]) : !strstr(text, "\"scale_search\":true"))
+            fail_msg("--methods %s wrote:\n%s", pick[i][0], text);
+    }
+
+    /* the plan's grid runs the variants the plan chose, linear by linear */
+    run_grid_reopen(&db, dir, plan_path, out, sizeof out);
+    conninfo = qc_pgserver_conninfo(db.pg);
+    static const char *const parts[] = {"q", "down"};
+    const char *chosen[] = {q_label, down_label};
+    for (int p = 0; p < 2; p++) {
+        char sql[700];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM jobs j, jsonb_each_text(j.spec -> 'method_options' -> "
+                 "'linears') l WHERE j.spec ->> 'method' = 'per-linear' AND l.key LIKE '%%.%s' "
+                 "AND CASE WHEN l.value = 'mr-gptq' AND (j.spec -> 'method_options' ->> "
+                 "'scale_search') = 'true' THEN 'mr-gptq+search' ELSE l.value END = '%s'",
+                 parts[p], chosen[p]);
+        assert_int_equal(query_long(db.c, sql), 3);
+    }
+    double measured = query_double(db.c, "SELECT s.value FROM v_sensitivity s JOIN jobs j ON "
+                                         "j.id = s.job_id WHERE j.spec ->> 'method' = "
+                                         "'per-linear' AND s.metric = 'kl_mean'");
+    const char *replan[] = {"plan",    "tiny-methods-search", "--budget-bits", "12.5", "-o",
+                            plan_path, "--db",                conninfo,        NULL};
+    qsweep_ok(replan, out, sizeof out);
+    char want[96];
+    snprintf(want, sizeof want, "measured kl_mean of the plan: %.6g (policy", measured);
+    if (!strstr(out, want)) fail_msg("expected '%s' in:\n%s", want, out);
+
+    /* a per-linear grid by label: all of down searched is the +search component job; blocks
+       of both variants keep their labels */
+    char hand[700];
+    snprintf(hand, sizeof hand, "%s/per-linear.yaml", dir);
+    write_per_linear_grid(hand, "tiny-per-linear-search", "mr-gptq+search", "mr-gptq+search",
+                          "mr-gptq+search");
+    run_grid_reopen(&db, dir, hand, out, sizeof out);
+    double by_linear = query_double(db.c, "SELECT s.value FROM v_sensitivity s WHERE "
+                                          "s.experiment = 'tiny-per-linear-search' AND s.metric "
+                                          "= 'kl_mean'");
+    double component = query_double(
+        db.c, "SELECT s.value FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id WHERE "
+              "s.experiment = 'tiny-methods-search' AND s.format = 'mxfp4' AND s.part = 'down' "
+              "AND s.metric = 'kl_mean' AND j.spec -> 'method_options' ->> 'scale_search' = "
+              "'true'");
+    assert_true(by_linear == component);
+    write_per_linear_grid(hand, "tiny-per-linear-mixed", "mr-gptq+search", "mr-gptq",
+                          "mr-gptq+search");
+    run_grid_reopen(&db, dir, hand, out, sizeof out);
+    assert_int_equal(query_long(db.c, "SELECT count(*) FROM jobs WHERE state = 'succeeded' AND "
+                                      "spec -> 'method_options' -> 'linears' = '{\"0.down\": "
+                                      "\"mr-gptq+search\", \"1.down\": \"mr-gptq\", \"2.down\": "
+                                      "\"mr-gptq+search\"}' AND NOT spec -> 'method_options' ? "
+                                      "'scale_search'"),
+                     1);
+    double mixed = query_double(db.c, "SELECT s.value FROM v_sensitivity s WHERE s.experiment = "
+                                      "'tiny-per-linear-mixed' AND s.metric = 'kl_mean'");
+    assert_true(mixed != by_linear);
+    db_close(&db);
+    fx_rmtree(dir);
+    free(dir);
+}
+
 /* GPTQ on each block alone (block mode), NVFP4, through qsweep run with one
  * worker, the prefix cache as cache_mb says ("0": off); into kl[job's block] the KL of each,
  * and the calibration blocks the jobs skipped. */
@@ -453,6 +582,7 @@ static void calibration_is_shared_across_jobs(void **state) {
 
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(run_methods_grid_end_to_end),
+                                       cmocka_unit_test(plan_tells_mr_gptq_from_mr_gptq_search),
                                        cmocka_unit_test(calibration_is_shared_across_jobs)};
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);
