@@ -351,15 +351,15 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
                              in->quantize};
     PGresult *r = PQexecParams(
         c,
-        "SELECT DISTINCT ON (j.spec ->> 'format', j.spec ->> 'method', j.spec -> 'method_options')\n"
-        "       j.spec::text\n"
+        "SELECT DISTINCT ON (j.spec ->> 'format', j.spec ->> 'method',\n"
+        "                    j.spec -> 'method_options') j.spec::text\n"
         "FROM jobs j\n"
         "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
         "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
         "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
         "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
-        "ORDER BY j.spec ->> 'format', j.spec ->> 'method' NULLS FIRST, j.spec -> 'method_options',\n"
-        "         j.id",
+        "ORDER BY j.spec ->> 'format', j.spec ->> 'method' NULLS FIRST,\n"
+        "         j.spec -> 'method_options', j.id",
         4, NULL, params, NULL, NULL, 0);
     qs_status st = QS_OK;
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
