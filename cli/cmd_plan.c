@@ -299,9 +299,9 @@ int qsweep_cmd_plan(int argc, char **argv) {
         char last[16];
         snprintf(last, sizeof last, "%d", in.n_layers - 1);
         if (isnan(um))
-            um = qsweep_plan_measured(qc_store_pgconn(s), &o, &in, "cumulative", last,
-                                      in.formats[f], json_object_get(in.options, in.formats[f]),
-                                      uname, umo);
+            um =
+                qsweep_plan_measured(qc_store_pgconn(s), &o, &in, "cumulative", last, in.formats[f],
+                                     json_object_get(in.options, in.formats[f]), uname, umo);
         char meas[96] = "";
         if (!isnan(um)) snprintf(meas, sizeof meas, ", measured %.6g", um);
         if (!strcmp(labels[f], "nvfp4")) nvfp4_measured = um;

@@ -320,23 +320,24 @@ static void run_methods_grid_end_to_end(void **state) {
                                          {"gptq,foo", "unknown method 'foo'"},
                                          {"gptq+search", "unknown method 'gptq+search'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *refused[] = {"plan",       "tiny-methods", "--budget-bits", "12.5",
-                                 "--methods",  bad[i][0],      "--validate",    "--db",
-                                 conninfo,     NULL};
+        const char *refused[] = {"plan",    "tiny-methods", "--budget-bits", "12.5",   "--methods",
+                                 bad[i][0], "--validate",   "--db",          conninfo, NULL};
         int rc = fx_run(QSWEEP_BIN, refused, out, sizeof out);
         if (rc != 1 || !strstr(out, "--methods '") || !strstr(out, bad[i][1]))
             fail_msg("qsweep plan --methods '%s': exit %d:\n%s", bad[i][0], rc, out);
     }
     /* a method the sweep did not run: exit 2 naming it (not a budget no assignment meets) */
-    const char *unrun[] = {"plan",      "tiny-methods",     "--budget-bits", "12.5", "--methods",
-                           "gptq,smoothquant", "--validate", "--db",          conninfo, NULL};
+    const char *unrun[] = {
+        "plan",       "tiny-methods", "--budget-bits", "12.5", "--methods", "gptq,smoothquant",
+        "--validate", "--db",         conninfo,        NULL};
     int rc = fx_run(QSWEEP_BIN, unrun, out, sizeof out);
     if (rc != 2 || !strstr(out, "no component-mode results of method smoothquant"))
         fail_msg("qsweep plan --methods gptq,smoothquant: exit %d:\n%s", rc, out);
     char mplan_path[700];
     snprintf(mplan_path, sizeof mplan_path, "%s/plan-rtn-gptq.yaml", dir);
-    const char *mplan[] = {"plan", "tiny-methods", "--budget-bits", "12.5", "--methods", "rtn,gptq",
-                           "-o", mplan_path, "--db", conninfo, NULL};
+    const char *mplan[] = {"plan",     "tiny-methods", "--budget-bits", "12.5", "--methods",
+                           "rtn,gptq", "-o",           mplan_path,      "--db", conninfo,
+                           NULL};
     qsweep_ok(mplan, out, sizeof out);
     assert_int_equal(query_long(c, "SELECT count(*) FROM jobs"), n_jobs);
     assert_int_equal(query_long(c, "SELECT count(*) FROM experiments"), n_exps);
@@ -411,11 +412,15 @@ static void plan_tells_mr_gptq_from_mr_gptq_search(void **state) {
     (void)state;
     char *dir = private_dirs();
     static char out[1 << 16];
-    const char *run[] = {"run",      GRID,
-                         "--set",    "name=tiny-methods-search",
-                         "--set",    "sensitivity.method=[rtn, mr-gptq, {name: mr-gptq, options: "
-                                     "{scale_search: true}}]",
-                         "--workers", "2",
+    const char *run[] = {"run",
+                         GRID,
+                         "--set",
+                         "name=tiny-methods-search",
+                         "--set",
+                         "sensitivity.method=[rtn, mr-gptq, {name: mr-gptq, options: "
+                         "{scale_search: true}}]",
+                         "--workers",
+                         "2",
                          NULL};
     qsweep_ok(run, out, sizeof out);
     if (!strstr(out, "13 jobs: 13 new")) fail_msg("expected 13 new jobs in:\n%s", out);
@@ -432,8 +437,9 @@ static void plan_tells_mr_gptq_from_mr_gptq_search(void **state) {
 
     char plan_path[700];
     snprintf(plan_path, sizeof plan_path, "%s/plan.yaml", dir);
-    const char *plan[] = {"plan",    "tiny-methods-search", "--budget-bits", "12.5", "-o",
-                          plan_path, "--db",                conninfo,        NULL};
+    const char *plan[] = {
+        "plan", "tiny-methods-search", "--budget-bits", "12.5", "-o", plan_path, "--db", conninfo,
+        NULL};
     qsweep_ok(plan, out, sizeof out);
     printf("%s", out);
     assert_non_null(strstr(out, "  mr-gptq/nvfp4 "));
@@ -451,8 +457,17 @@ static void plan_tells_mr_gptq_from_mr_gptq_search(void **state) {
     for (int i = 0; i < 2; i++) {
         char path[760];
         snprintf(path, sizeof path, "%s/plan-%d.yaml", dir, i);
-        const char *picked[] = {"plan", "tiny-methods-search", "--budget-bits", "12.5",
-                                "--methods", pick[i][0], "-o", path, "--db", conninfo, NULL};
+        const char *picked[] = {"plan",
+                                "tiny-methods-search",
+                                "--budget-bits",
+                                "12.5",
+                                "--methods",
+                                pick[i][0],
+                                "-o",
+                                path,
+                                "--db",
+                                conninfo,
+                                NULL};
         qsweep_ok(picked, out, sizeof out);
         char got[32];
         plan_row_method(out, "down", got, sizeof got);
@@ -481,8 +496,9 @@ static void plan_tells_mr_gptq_from_mr_gptq_search(void **state) {
     double measured = query_double(db.c, "SELECT s.value FROM v_sensitivity s JOIN jobs j ON "
                                          "j.id = s.job_id WHERE j.spec ->> 'method' = "
                                          "'per-linear' AND s.metric = 'kl_mean'");
-    const char *replan[] = {"plan",    "tiny-methods-search", "--budget-bits", "12.5", "-o",
-                            plan_path, "--db",                conninfo,        NULL};
+    const char *replan[] = {
+        "plan", "tiny-methods-search", "--budget-bits", "12.5", "-o", plan_path, "--db", conninfo,
+        NULL};
     qsweep_ok(replan, out, sizeof out);
     char want[96];
     snprintf(want, sizeof want, "measured kl_mean of the plan: %.6g (policy", measured);

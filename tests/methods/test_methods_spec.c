@@ -302,9 +302,10 @@ static void a_method_with_scale_search_is_labelled_plus_search(void **state) {
     assert_int_equal(qs_method_by_label("mr-gptq+search", &search), mr);
     assert_true(search);
     assert_int_equal(qs_method_by_label("rtn", &search), QS_METHOD_RTN);
-    static const char *const none[] = {"gptq+search", "rtn+search", "per-linear+search",
-                                       "+search",     "mr-gptq+",   "mr-gptq+search+search",
-                                       "mr-gptq+searchx", ""};
+    static const char *const none[] = {"gptq+search",       "rtn+search",
+                                       "per-linear+search", "+search",
+                                       "mr-gptq+",          "mr-gptq+search+search",
+                                       "mr-gptq+searchx",   ""};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         if (qs_method_by_label(none[i], &search) >= 0) fail_msg("'%s' named a method", none[i]);
     assert_int_equal(qs_method_by_label(NULL, &search), -1);
@@ -319,17 +320,17 @@ static void per_linear_writes_each_scale_search_choice_one_way(void **state) {
     int pl = qs_method_by_name("per-linear");
     json_t *old = json_pack("{s:{s:s,s:s,s:s},s:b}", "linears", "0.q", "mr-gptq", "0.down",
                             "mr-gptq", "1.q", "gptq", "scale_search", 1);
-    json_t *by_label = json_pack("{s:{s:s,s:s,s:s}}", "linears", "0.q", "mr-gptq+search",
-                                 "0.down", "mr-gptq+search", "1.q", "gptq");
-    json_t *both = json_pack("{s:{s:s,s:s,s:s},s:b}", "linears", "0.q", "mr-gptq+search",
-                             "0.down", "mr-gptq", "1.q", "gptq", "scale_search", 1);
+    json_t *by_label = json_pack("{s:{s:s,s:s,s:s}}", "linears", "0.q", "mr-gptq+search", "0.down",
+                                 "mr-gptq+search", "1.q", "gptq");
+    json_t *both = json_pack("{s:{s:s,s:s,s:s},s:b}", "linears", "0.q", "mr-gptq+search", "0.down",
+                             "mr-gptq", "1.q", "gptq", "scale_search", 1);
     json_t *a = NULL, *b = NULL, *c = NULL;
     assert_int_equal(qs_method_options(pl, old, &a, &err), QS_OK);
     assert_int_equal(qs_method_options(pl, by_label, &b, &err), QS_OK);
     assert_int_equal(qs_method_options(pl, both, &c, &err), QS_OK);
     json_t *want = json_pack("{s:b,s:f,s:f,s:{s:s,s:s,s:s},s:b}", "act_order", 0, "alpha", 0.5,
-                             "damp", 0.01, "linears", "0.q", "mr-gptq", "0.down", "mr-gptq",
-                             "1.q", "gptq", "scale_search", 1);
+                             "damp", 0.01, "linears", "0.q", "mr-gptq", "0.down", "mr-gptq", "1.q",
+                             "gptq", "scale_search", 1);
     assert_true(json_equal(a, want));
     assert_true(json_equal(b, want));
     /* scale_search true makes a plain "mr-gptq" search too: every mr-gptq linear searches */
