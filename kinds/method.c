@@ -55,9 +55,9 @@ int qs_method_by_label(const char *label, bool *scale_search) {
     static const char suffix[] = "+search";
     size_t n = label ? strlen(label) : 0, s = sizeof suffix - 1;
     *scale_search = n > s && !strcmp(label + n - s, suffix);
+    size_t name = *scale_search ? n - s : n; /* the method's name: the label before "+search" */
     for (int i = 0; i < N_METHODS; i++)
-        if (strlen(methods[i].name) == n - (*scale_search ? s : 0) &&
-            !strncmp(methods[i].name, label, n - (*scale_search ? s : 0)))
+        if (strlen(methods[i].name) == name && !strncmp(methods[i].name, label, name))
             return !*scale_search || searches(&methods[i]) ? i : -1;
     return -1;
 }
