@@ -32,7 +32,8 @@ static void plan_usage(FILE *out) {
             "  --methods LIST     the methods whose measurements are candidates (default: every\n"
             "                     one the sweep ran): a sweep of several methods plans (method,\n"
             "                     format) pairs, and its grid measures them with method\n"
-            "                     per-linear (docs/methods.md)\n"
+            "                     per-linear; mr-gptq+search is mr-gptq with scale_search\n"
+            "                     (docs/methods.md)\n"
             "  --objective        kl_mean (default: mean KL divergence from the baseline) or ppl\n"
             "                     (perplexity increase)\n"
             "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
@@ -49,8 +50,9 @@ static void plan_usage(FILE *out) {
             "  format the job that quantized every linear in it (policy or cumulative mode).\n");
 }
 
-/* --methods: a comma-separated list of one or more method names, each one a sweep can run
- * (per-linear is what a plan's grid runs, never a candidate). 0 after printing why. */
+/* --methods: a comma-separated list of one or more method labels (kinds/method.h), each one a
+ * sweep can run (per-linear is what a plan's grid runs, never a candidate). 0 after printing
+ * why. */
 static int methods_ok(const char *list) {
     const char *p = list;
     do {
@@ -64,14 +66,15 @@ static int methods_ok(const char *list) {
             snprintf(why, sizeof why, "a method name of %zu characters", n);
         else {
             char name[64];
+            bool search;
             snprintf(name, sizeof name, "%.*s", (int)n, p);
-            if (qs_method_by_name(name) < 0)
+            if (qs_method_by_label(name, &search) < 0)
                 snprintf(why, sizeof why, "unknown method '%s'", name);
         }
         if (*why) {
             fprintf(stderr,
                     "qsweep plan: --methods '%s': %s (expected one or more of %s, "
-                    "comma-separated)\n",
+                    "mr-gptq+search, comma-separated)\n",
                     list, why, qs_method_list());
             return 0;
         }
@@ -284,18 +287,21 @@ int qsweep_cmd_plan(int argc, char **argv) {
         /* measured: a policy job with every linear in it, else the cumulative job over
            every block (the same linears) */
         json_t *umap = qsweep_plan_map(&in, qsweep_plan_uniform_format, in.formats[f]);
+        /* the candidate's jobs: its method's name, its label's options */
         const json_t *umo = json_object_get(in.method_options, in.methods[f]);
         umo = json_is_object(umo) ? umo : NULL;
+        bool search;
+        const qs_method *me = qs_method_at(qs_method_by_label(in.methods[f], &search));
+        const char *uname = me ? me->name : in.methods[f];
         char uid[17];
-        double um =
-            qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, umap, in.methods[f], umo, uid);
+        double um = qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, umap, uname, umo, uid);
         json_decref(umap);
         char last[16];
         snprintf(last, sizeof last, "%d", in.n_layers - 1);
         if (isnan(um))
-            um = qsweep_plan_measured(qc_store_pgconn(s), &o, &in, "cumulative", last,
-                                      in.formats[f], json_object_get(in.options, in.formats[f]),
-                                      in.methods[f], umo);
+            um =
+                qsweep_plan_measured(qc_store_pgconn(s), &o, &in, "cumulative", last, in.formats[f],
+                                     json_object_get(in.options, in.formats[f]), uname, umo);
         char meas[96] = "";
         if (!isnan(um)) snprintf(meas, sizeof meas, ", measured %.6g", um);
         if (!strcmp(labels[f], "nvfp4")) nvfp4_measured = um;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cmd_plan_parts.h"
+#include "method.h"
 #include "synthetic.h"
 #include "trained_names.h"
 
@@ -47,17 +48,33 @@ uint64_t qsweep_plan_kind_weights(const qw_config *c, int k) {
     }
 }
 
-/* Every method's jobs but per-linear's (a plan measured whole, not a cost). Within a format, rtn
- * sorts first: among candidates of equal cost and bits the planner keeps the first. */
+/* Every method's jobs but per-linear's (a plan measured whole, not a cost), with the method's
+ * options, which name the candidate with it (qs_method_label). Within a format, rtn sorts
+ * first: among candidates of equal cost and bits the planner keeps the first. */
 static const char *const PLAN_SQL =
     "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
     "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest,\n"
-    "       COALESCE(j.spec ->> 'method', 'rtn') AS method\n"
+    "       COALESCE(j.spec ->> 'method', 'rtn') AS method, j.spec ->> 'method_options'\n"
     "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
     "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
     "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
     "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
-    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8, s.part";
+    "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8,\n"
+    "         coalesce(j.spec -> 'method_options' ? 'scale_search', false), 9, s.part";
+
+/* The candidate label of each row of PLAN_SQL: its method and options (kinds/method.h). */
+typedef char plan_label[32];
+
+static plan_label *row_labels(PGresult *r) {
+    int n = PQntuples(r);
+    plan_label *l = malloc((size_t)(n ? n : 1) * sizeof *l);
+    for (int i = 0; l && i < n; i++) {
+        json_t *mo = PQgetisnull(r, i, 8) ? NULL : json_loads(PQgetvalue(r, i, 8), 0, NULL);
+        qs_method_label(qs_method_by_name(PQgetvalue(r, i, 7)), mo, l[i], sizeof l[i]);
+        json_decref(mo);
+    }
+    return l;
+}
 
 /* Index of candidate (method, format) in *in, n_formats when absent. */
 static size_t candidate_index(const qsweep_plan_input *in, const char *method, const char *format) {
@@ -124,6 +141,8 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
     }
     int n = PQntuples(r);
     qs_status st = QS_OK;
+    plan_label *label = row_labels(r);
+    if (!label) st = qs_error_set(err, QS_ENOMEM, "plan: %d rows", n);
     const char *exists_params[1] = {o->experiment};
     /* the experiment, and how many of its jobs are training runs */
     PGresult *e = PQexecParams(c,
@@ -204,7 +223,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
                 if (!st && (listed(o->methods, "rtn") || !strcmp(t, "bf16")))
                     add_candidate(in, "rtn", t);
                 for (int i = 0; !st && i < n && strcmp(t, "bf16"); i++) {
-                    const char *me = PQgetvalue(r, i, 7);
+                    const char *me = label[i];
                     if (strcmp(me, "rtn") && !strcmp(PQgetvalue(r, i, 1), t) &&
                         !strcmp(PQgetvalue(r, i, 3), mode) && listed(o->methods, me) &&
                         !add_candidate(in, me, t))
@@ -217,7 +236,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
         }
     } else if (!st) {
         for (int i = 0; !st && i < n; i++) {
-            const char *fm = PQgetvalue(r, i, 1), *me = PQgetvalue(r, i, 7);
+            const char *fm = PQgetvalue(r, i, 1), *me = label[i];
             if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
                 strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm) ||
                 !listed(o->methods, me))
@@ -278,7 +297,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
         if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
             strcmp(PQgetvalue(r, i, 2), quant) || PQgetisnull(r, i, 5))
             continue;
-        size_t f = candidate_index(in, PQgetvalue(r, i, 7), PQgetvalue(r, i, 1));
+        size_t f = candidate_index(in, label[i], PQgetvalue(r, i, 1));
         if (f == in->n_formats || !strcmp(in->formats[f], "bf16")) continue;
         const char *part = PQgetvalue(r, i, 4);
         int block = -1, kind;
@@ -321,6 +340,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
     }
     if (!st) snprintf(in->quantize, sizeof in->quantize, "%s", quant);
     qsweep_trained_names_free(&names);
+    free(label);
     PQclear(r);
     return st;
 }
@@ -331,13 +351,15 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
                              in->quantize};
     PGresult *r = PQexecParams(
         c,
-        "SELECT DISTINCT ON (j.spec ->> 'format', j.spec ->> 'method') j.spec::text\n"
+        "SELECT DISTINCT ON (j.spec ->> 'format', j.spec ->> 'method',\n"
+        "                    j.spec -> 'method_options') j.spec::text\n"
         "FROM jobs j\n"
         "JOIN experiment_jobs ej ON ej.job = j.id JOIN experiments e ON e.id = ej.experiment\n"
         "WHERE e.name = $1 AND j.kind = 'eval' AND j.spec ->> 'mode' = $2\n"
         "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
         "  AND j.spec -> 'model' ->> 'path' = $3 AND j.spec ->> 'quantize' = $4\n"
-        "ORDER BY j.spec ->> 'format', j.spec ->> 'method' NULLS FIRST, j.id",
+        "ORDER BY j.spec ->> 'format', j.spec ->> 'method' NULLS FIRST,\n"
+        "         j.spec -> 'method_options', j.id",
         4, NULL, params, NULL, NULL, 0);
     qs_status st = QS_OK;
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -363,9 +385,11 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
         /* a format's options are its rtn jobs' (sorted first) where it has some */
         if (!json_object_get(in->options, fmt))
             json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
+        /* by label, as the candidates go: mr-gptq and mr-gptq+search apart */
         const json_t *mo = json_object_get(spec, "method_options");
-        json_object_set_new(in->method_options, me ? me : "rtn",
-                            mo ? json_deep_copy(mo) : json_null());
+        char label[32];
+        qs_method_label(me ? qs_method_by_name(me) : QS_METHOD_RTN, mo, label, sizeof label);
+        json_object_set_new(in->method_options, label, mo ? json_deep_copy(mo) : json_null());
         if (!in->calibration && json_object_get(spec, "calibration"))
             in->calibration = json_incref(json_object_get(spec, "calibration"));
         json_decref(spec);

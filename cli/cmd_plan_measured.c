@@ -171,7 +171,8 @@ qs_status qsweep_plan_method_options(const qsweep_plan_choice *pc, json_t **out,
             char key[32];
             snprintf(key, sizeof key, "%d.%s", b, qsweep_plan_kinds[k]);
             json_object_set_new(linears, key, json_string(me));
-            static const char *const keys[] = {"act_order", "damp", "alpha", "scale_search"};
+            /* scale_search goes with each linear's label (kinds/method.h per-linear) */
+            static const char *const keys[] = {"act_order", "damp", "alpha"};
             for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++)
                 st = take_option(in, me, keys[i], given, &from, err);
         }

@@ -34,7 +34,8 @@ typedef struct qsweep_plan_opts {
 } qsweep_plan_opts;
 
 /* The measured costs, by (block, kind, candidate): block -1 for component mode. A candidate f
- * is a format (formats[f]) quantized by a method (methods[f], "rtn" when the job named none). */
+ * is a format (formats[f]) quantized by a method, named by its label (methods[f], "rtn" when the
+ * job named none; "mr-gptq+search" for mr-gptq with scale_search, kinds/method.h). */
 typedef struct qsweep_plan_input {
     char *model_path;
     qw_config cfg;     /* the swept model's shape */
@@ -52,7 +53,7 @@ typedef struct qsweep_plan_input {
     json_t *dataset; /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
     json_t *metrics; /* the sweep's "metrics" array */
     json_t *options; /* {format: its format_options in the sweep} */
-    json_t *method_options; /* {method: its method_options in the sweep, null without} */
+    json_t *method_options; /* {method label: its method_options in the sweep, null without} */
     json_t *calibration;    /* the sweep's "calibration" spec object, NULL when none */
     char numerics[130];     /* the sweep's grid `numerics` (kinds/spec.h), "" when none */
 } qsweep_plan_input;

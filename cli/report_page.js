@@ -242,9 +242,12 @@
       var jobs = figs[key], first = jobs[0], cols = [], label = {}, parts = [], byName = {};
       jobs.forEach(function (j) {
         j._col = j.method + ' ' + j.method_options;
+        // the method's label (kinds/method.h qs_method_label): "+search" for scale_search
+        j._name = j.method + (JSON.parse(j.method_options || '{}').scale_search === true ?
+                              '+search' : '');
         if (cols.indexOf(j._col) < 0) {
           cols.push(j._col);
-          byName[j.method] = (byName[j.method] || 0) + 1;
+          byName[j._name] = (byName[j._name] || 0) + 1;
         }
         if (parts.indexOf(j.part) < 0) parts.push(j.part);
       });
@@ -253,7 +256,7 @@
             (a < b ? -1 : a > b ? 1 : 0);
       });
       jobs.forEach(function (j) {
-        label[j._col] = byName[j.method] > 1 ? j.method + ' ' + j.method_options : j.method;
+        label[j._col] = byName[j._name] > 1 ? j._name + ' ' + j.method_options : j._name;
       });
       var pinfo = {};
       jobs.forEach(function (j) {

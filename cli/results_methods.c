@@ -5,11 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "method.h"
 #include "result_rows.h"
 
 /* One row per (group, method and its options, part): the job's mean KL divergence. Policy,
  * compare and fused jobs have no place in a component x method table. rtn (a spec naming no
- * method) sorts first in its group. */
+ * method) sorts first in its group, and a method before its "+search" label. */
 static const char *const METHODS_SQL =
     "SELECT regexp_replace(s.model, '^.*/', '') AS model, s.format,\n"
     "       j.spec ->> 'format_options' AS format_options, s.quantize, s.mode,\n"
@@ -20,7 +21,8 @@ static const char *const METHODS_SQL =
     "WHERE s.experiment = $1 AND s.mode <> 'policy' AND NOT j.spec ? 'reference_model'\n"
     "  AND NOT j.spec ? 'fuse'\n"
     "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8\n"
-    "ORDER BY 1, 2, 3, 4, 5, coalesce(j.spec ->> 'method', 'rtn') <> 'rtn', 6, 7, 8";
+    "ORDER BY 1, 2, 3, 4, 5, coalesce(j.spec ->> 'method', 'rtn') <> 'rtn', 6,\n"
+    "         coalesce(j.spec ->> 'method_options', '{}')::jsonb ? 'scale_search', 7, 8";
 
 enum { M_MODEL, M_FORMAT, M_FOPTS, M_QUANT, M_MODE, M_METHOD, M_MOPTS, M_PART, M_KL, M_GROUP = 5 };
 
@@ -62,17 +64,25 @@ static int by_damage(const void *a, const void *b) {
 /* Prints the table of the group starting at row g0. Errors: QS_ENOMEM. */
 static qs_status print_group(PGresult *r, int g0, FILE *out, const method_table *t, qs_error *err) {
     int nc = t->n_cols;
-    char label[16][64];
+    /* a column is its method's label (kinds/method.h), with its options where two columns
+       share one (another damp, alpha or act_order) */
+    char name[16][32], label[16][64];
     int width[16], pw = 8;
     for (int c = 0; c < nc; c++) {
-        const char *m = PQgetvalue(r, t->col_row[c], M_METHOD);
+        json_t *mo = json_loads(PQgetvalue(r, t->col_row[c], M_MOPTS), 0, NULL);
+        qs_method_label(qs_method_by_name(PQgetvalue(r, t->col_row[c], M_METHOD)), mo, name[c],
+                        sizeof name[c]);
+        json_decref(mo);
+    }
+    for (int c = 0; c < nc; c++) {
         int twice = 0;
         for (int d = 0; d < nc; d++)
-            twice += !strcmp(PQgetvalue(r, t->col_row[d], M_METHOD), m);
+            twice += !strcmp(name[d], name[c]);
         if (twice > 1)
-            snprintf(label[c], sizeof label[c], "%s %s", m, PQgetvalue(r, t->col_row[c], M_MOPTS));
+            snprintf(label[c], sizeof label[c], "%s %s", name[c],
+                     PQgetvalue(r, t->col_row[c], M_MOPTS));
         else
-            snprintf(label[c], sizeof label[c], "%s", m);
+            snprintf(label[c], sizeof label[c], "%s", name[c]);
         width[c] = (int)strlen(label[c]) + 2 > 11 ? (int)strlen(label[c]) + 2 : 11;
     }
     for (int p = 0; p < t->n_parts; p++) {

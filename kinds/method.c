@@ -39,24 +39,78 @@ const char *qs_method_list(void) {
            "per-linear";
 }
 
-/* per-linear's "linears": NULL when it is an object of "<block>.<kind>": a method other than rtn
- * and per-linear, else what is wrong (written into msg when it names a linear). */
+/* Whether method m has MR-GPTQ's scale search (option scale_search). */
+static bool searches(const qs_method *m) {
+    return m->gptq && m->rotate == QS_ROTATE_GROUP && !m->per_linear;
+}
+
+int qs_method_label(int i, const json_t *options, char *out, size_t cap) {
+    const qs_method *m = qs_method_at(i);
+    if (!m) return snprintf(out, cap, "?");
+    bool search = searches(m) && json_is_true(json_object_get(options, "scale_search"));
+    return snprintf(out, cap, "%s%s", m->name, search ? "+search" : "");
+}
+
+int qs_method_by_label(const char *label, bool *scale_search) {
+    static const char suffix[] = "+search";
+    size_t n = label ? strlen(label) : 0, s = sizeof suffix - 1;
+    *scale_search = n > s && !strcmp(label + n - s, suffix);
+    size_t name = *scale_search ? n - s : n; /* the method's name: the label before "+search" */
+    for (int i = 0; i < N_METHODS; i++)
+        if (strlen(methods[i].name) == name && !strncmp(methods[i].name, label, name))
+            return !*scale_search || searches(&methods[i]) ? i : -1;
+    return -1;
+}
+
+/* per-linear's "linears": NULL when it is an object of "<block>.<kind>": a method label other
+ * than rtn and per-linear, else what is wrong (written into msg when it names a linear). */
 static const char *linears_error(const json_t *v, char *msg, size_t cap) {
     if (!json_is_object(v)) return "expected an object of \"<block>.<kind>\": method";
     const char *k;
     json_t *name;
     json_object_foreach((json_t *)v, k, name) {
-        int block, part, i = qs_method_by_name(json_string_value(name));
+        bool search;
+        int block, part, i = qs_method_by_label(json_string_value(name), &search);
         if (qs_block_linear_parse(k, &block, &part)) {
             snprintf(msg, cap, "'%s' is not a block linear (\"<block>.<kind>\")", k);
             return msg;
         }
         if (i <= QS_METHOD_RTN || methods[i].per_linear) {
-            snprintf(msg, cap, "%s: expected a method other than rtn and per-linear", k);
+            snprintf(msg, cap,
+                     "%s: expected a method other than rtn and per-linear (or mr-gptq+search)", k);
             return msg;
         }
     }
     return NULL;
+}
+
+/* per-linear's one form of each scale-search choice (method.h): when every mr-gptq linear
+ * searches, "mr-gptq" in the map and scale_search true; else labels in the map and no flag. */
+static void canonical_search(json_t *o) {
+    json_t *linears = json_object_get(o, "linears");
+    bool flag = json_is_true(json_object_get(o, "scale_search")), plain = false, any = false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(linears, k, v) {
+        bool search;
+        const qs_method *m = qs_method_at(qs_method_by_label(json_string_value(v), &search));
+        if (!m || !searches(m)) continue;
+        any = true;
+        plain |= !search && !flag;
+    }
+    if (!any) return;
+    json_object_foreach(linears, k, v) {
+        bool search;
+        const qs_method *m = qs_method_at(qs_method_by_label(json_string_value(v), &search));
+        if (!m || !searches(m)) continue;
+        char label[40];
+        snprintf(label, sizeof label, "%s%s", m->name, plain && search ? "+search" : "");
+        json_object_set_new(linears, k, json_string(label));
+    }
+    if (plain)
+        json_object_del(o, "scale_search");
+    else
+        json_object_set_new(o, "scale_search", json_true());
 }
 
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err) {
@@ -124,6 +178,7 @@ qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *
                             : json_is_boolean(v) ? json_boolean(json_is_true(v))
                                                  : json_real(json_number_value(v)));
     }
+    if (m->per_linear) canonical_search(o);
     *out = o;
     return QS_OK;
 }

@@ -18,9 +18,12 @@
  * "per-linear" is no method of its own: a mixed plan (`qsweep plan`, docs/plan.md) measured
  * whole, where each linear of the policy has its method. Its options are
  *   {"act_order", "damp", "alpha": the GPTQ and SmoothQuant options of its linears,
- *    "linears": {"<block>.<kind>": method name}}   the linears of the policy not quantized by
+ *    "linears": {"<block>.<kind>": method label}}  the linears of the policy not quantized by
  *                                                  rtn (rtn and per-linear are refused there);
- * it always takes calibration, which its calibrated linears read. */
+ * it always takes calibration, which its calibrated linears read. Its "scale_search": true
+ * searches the scales of every mr-gptq linear; canonically a map holds "mr-gptq+search" only
+ * beside a plain "mr-gptq", and when every mr-gptq linear searches it holds "mr-gptq" and
+ * scale_search true (the form plans wrote before labels, whose keys stay). */
 #ifndef QS_KINDS_METHOD_H
 #define QS_KINDS_METHOD_H
 
@@ -57,11 +60,20 @@ int qs_method_by_name(const char *name);
 /* "rtn, gptq, ..." for error messages. */
 const char *qs_method_list(void);
 
+/* The name under which a user reads and writes method i with its canonical options (the
+ * columns of `qsweep results`, a plan's candidates and their --methods, per-linear's linears):
+ * the method's name, then "+search" for mr-gptq with scale_search ("mr-gptq+search"). Other
+ * options do not enter it. Writes at most cap bytes into out; returns snprintf's count. */
+int qs_method_label(int i, const json_t *options, char *out, size_t cap);
+/* The method a label names, and in *scale_search whether it adds "+search"; -1 when it names
+ * none (an unknown name, "+search" after a method without the scale search). */
+int qs_method_by_label(const char *label, bool *scale_search);
+
 /* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
  * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}, per-linear all three and
  * "linears" (default {}); NULL (no options) for the others. *out is a new reference or NULL.
  * Errors: QS_EINVAL naming the option (unknown key, wrong type, alpha outside [0, 1], damp
- * outside (0, 1), a linears key that is not "<block>.<kind>", a method there that is unknown,
+ * outside (0, 1), a linears key that is not "<block>.<kind>", a label there that is unknown,
  * rtn or per-linear), QS_ENOMEM. */
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err);
 

@@ -1,4 +1,4 @@
-/* Methods on a synthetic Llama (worker/method, method.h). With the identity weight format the
+/* Methods on a synthetic Llama (worker/method, method_apply.h). With the identity weight format the
  * method's transforms are all that changes, so a rotation (block or global) or SmoothQuant must
  * leave the logits as they are up to FP32 rounding: that checks the online input hook against
  * the weight it is paired with in every linear. Then: the policy's reset brings the model back
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "format.h"
-#include "method.h"
+#include "method_apply.h"
 #include "model.h"
 #include "policy.h"
 
@@ -153,7 +153,7 @@ static void every_method_runs_quantized(void **state) {
     qw_model_destroy(m);
 }
 
-/* per-linear (method.h plan->linear): a table giving every linear one plan computes what that
+/* per-linear (method_apply.h plan->linear): a table giving every linear one plan computes what that
  * plan alone computes, bit for bit; a table of none leaves round-to-nearest; a block runs a
  * calibration pass only when one of its linears' methods is calibrated. */
 static void per_linear_tables_apply_each_linears_plan(void **state) {

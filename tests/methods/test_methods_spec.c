@@ -277,6 +277,100 @@ static void mr_gptq_scale_search_is_keyed_only_when_true(void **state) {
     json_decref(given);
 }
 
+/* The label a user reads and writes: the method's name, "+search" after mr-gptq with
+ * scale_search; the label names back that method and flag, and "+search" after any other
+ * method names nothing. */
+static void a_method_with_scale_search_is_labelled_plus_search(void **state) {
+    (void)state;
+    int mr = qs_method_by_name("mr-gptq");
+    char label[32];
+    json_t *on = json_pack("{s:b,s:f,s:b}", "act_order", 0, "damp", 0.01, "scale_search", 1);
+    json_t *off = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.01);
+    qs_method_label(mr, on, label, sizeof label);
+    assert_string_equal(label, "mr-gptq+search");
+    qs_method_label(mr, off, label, sizeof label);
+    assert_string_equal(label, "mr-gptq");
+    qs_method_label(QS_METHOD_RTN, NULL, label, sizeof label);
+    assert_string_equal(label, "rtn");
+    qs_method_label(qs_method_by_name("per-linear"), on, label, sizeof label);
+    assert_string_equal(label, "per-linear");
+    json_decref(on);
+    json_decref(off);
+    bool search = true;
+    assert_int_equal(qs_method_by_label("mr-gptq", &search), mr);
+    assert_false(search);
+    assert_int_equal(qs_method_by_label("mr-gptq+search", &search), mr);
+    assert_true(search);
+    assert_int_equal(qs_method_by_label("rtn", &search), QS_METHOD_RTN);
+    static const char *const none[] = {"gptq+search",       "rtn+search",
+                                       "per-linear+search", "+search",
+                                       "mr-gptq+",          "mr-gptq+search+search",
+                                       "mr-gptq+searchx",   ""};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        if (qs_method_by_label(none[i], &search) >= 0) fail_msg("'%s' named a method", none[i]);
+    assert_int_equal(qs_method_by_label(NULL, &search), -1);
+}
+
+/* per-linear's labels: a map whose mr-gptq linears all search is written as the plans wrote it
+ * before labels ("mr-gptq" and scale_search true: the same job and key, however it was
+ * given); a map of both variants keeps the labels and no flag, and has a key of its own. */
+static void per_linear_writes_each_scale_search_choice_one_way(void **state) {
+    (void)state;
+    qs_error err = {0};
+    int pl = qs_method_by_name("per-linear");
+    json_t *old = json_pack("{s:{s:s,s:s,s:s},s:b}", "linears", "0.q", "mr-gptq", "0.down",
+                            "mr-gptq", "1.q", "gptq", "scale_search", 1);
+    json_t *by_label = json_pack("{s:{s:s,s:s,s:s}}", "linears", "0.q", "mr-gptq+search", "0.down",
+                                 "mr-gptq+search", "1.q", "gptq");
+    json_t *both = json_pack("{s:{s:s,s:s,s:s},s:b}", "linears", "0.q", "mr-gptq+search", "0.down",
+                             "mr-gptq", "1.q", "gptq", "scale_search", 1);
+    json_t *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(qs_method_options(pl, old, &a, &err), QS_OK);
+    assert_int_equal(qs_method_options(pl, by_label, &b, &err), QS_OK);
+    assert_int_equal(qs_method_options(pl, both, &c, &err), QS_OK);
+    json_t *want = json_pack("{s:b,s:f,s:f,s:{s:s,s:s,s:s},s:b}", "act_order", 0, "alpha", 0.5,
+                             "damp", 0.01, "linears", "0.q", "mr-gptq", "0.down", "mr-gptq", "1.q",
+                             "gptq", "scale_search", 1);
+    assert_true(json_equal(a, want));
+    assert_true(json_equal(b, want));
+    /* scale_search true makes a plain "mr-gptq" search too: every mr-gptq linear searches */
+    assert_true(json_equal(c, want));
+    json_decref(want);
+    json_t *mixed = json_pack("{s:{s:s,s:s,s:s}}", "linears", "0.q", "mr-gptq+search", "0.down",
+                              "mr-gptq", "1.q", "gptq");
+    json_t *d = NULL;
+    assert_int_equal(qs_method_options(pl, mixed, &d, &err), QS_OK);
+    want = json_pack("{s:b,s:f,s:f,s:{s:s,s:s,s:s}}", "act_order", 0, "alpha", 0.5, "damp", 0.01,
+                     "linears", "0.q", "mr-gptq+search", "0.down", "mr-gptq", "1.q", "gptq");
+    assert_true(json_equal(d, want));
+    json_decref(want);
+    qs_sensitivity_spec s;
+    eval_spec(&s);
+    with_method(&s, "per-linear", "/d");
+    char k_all[65], k_mixed[65];
+    json_decref(s.method_options);
+    s.method_options = json_incref(a);
+    key_of(&s, k_all, NULL);
+    json_decref(s.method_options);
+    s.method_options = json_incref(d);
+    key_of(&s, k_mixed, NULL);
+    assert_string_not_equal(k_all, k_mixed);
+    qs_sensitivity_clear(&s);
+    json_t *bad = json_pack("{s:{s:s}}", "linears", "0.q", "gptq+search"), *o = NULL;
+    assert_int_equal(qs_method_options(pl, bad, &o, &err), QS_EINVAL);
+    assert_null(o);
+    assert_non_null(strstr(err.msg, "0.q: expected a method other than rtn and per-linear"));
+    json_decref(bad);
+    json_decref(old);
+    json_decref(by_label);
+    json_decref(both);
+    json_decref(mixed);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    json_decref(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rtn_keeps_the_recorded_key),
@@ -285,6 +379,8 @@ int main(void) {
         cmocka_unit_test(decoder_refuses_what_encode_never_writes),
         cmocka_unit_test(per_linear_options_name_a_method_per_block_linear),
         cmocka_unit_test(mr_gptq_scale_search_is_keyed_only_when_true),
+        cmocka_unit_test(a_method_with_scale_search_is_labelled_plus_search),
+        cmocka_unit_test(per_linear_writes_each_scale_search_choice_one_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

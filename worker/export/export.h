@@ -31,7 +31,7 @@
 #include "error.h"
 #include "policy.h"
 
-struct qw_method_plan; /* worker/method method.h */
+struct qw_method_plan; /* worker/method method_apply.h */
 
 /* Serving layouts. */
 typedef enum qw_export_layout {

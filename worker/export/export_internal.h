@@ -6,7 +6,7 @@
 
 #include "checkpoint.h"
 #include "export.h"
-#include "method_spec.h" /* worker/method's method.h, whichever -I comes first */
+#include "method_spec.h"
 #include "model.h"
 #include "st_writer.h"
 

@@ -1,4 +1,4 @@
-/* One linear held by a method (method.h): its calibration statistics while its block is
+/* One linear held by a method (method_apply.h): its calibration statistics while its block is
  * observed, then the weight the method made and the online input transform (forward.h
  * in_hook). Private to worker/method. */
 #ifndef QW_METHOD_LINEAR_H
@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "forward.h"
-#include "method.h"
+#include "method_apply.h"
 
 typedef struct qw_method_linear {
     qw_linear *L;

@@ -21,8 +21,9 @@ static void method_plan(const qs_method *m, const json_t *options, qw_method_pla
     if (m->smooth) plan->alpha = json_number_value(json_object_get(options, "alpha"));
 }
 
-/* per-linear: one plan per method and a table of linear -> plan, in one allocation. The map's
- * linears must be ones the policy quantizes (policy mode: in its map). */
+/* per-linear: one plan per method label (each method, then each with the scale search) and a
+ * table of linear -> plan, in one allocation. The map's linears must be ones the policy
+ * quantizes (policy mode: in its map). */
 static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *plan,
                                  qs_error *err) {
     const json_t *map = json_object_get(s->method_options, "linears");
@@ -40,16 +41,21 @@ static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *p
         if ((block + 1) * QW_LINEAR_KINDS > n) n = (block + 1) * QW_LINEAR_KINDS;
     }
     size_t nm = (size_t)qs_method_count();
-    char *mem = calloc(1, nm * sizeof(qw_method_plan) + (size_t)n * sizeof(qw_method_plan *));
+    char *mem = calloc(1, 2 * nm * sizeof(qw_method_plan) + (size_t)n * sizeof(qw_method_plan *));
     if (!mem) return qs_error_set(err, QS_ENOMEM, "method per-linear: %d linears", n);
     qw_method_plan *plans = (qw_method_plan *)mem;
-    const qw_method_plan **table = (const qw_method_plan **)(mem + nm * sizeof(qw_method_plan));
-    for (size_t i = 0; i < nm; i++)
+    const qw_method_plan **table = (const qw_method_plan **)(mem + 2 * nm * sizeof(qw_method_plan));
+    for (size_t i = 0; i < nm; i++) {
         method_plan(qs_method_at((int)i), s->method_options, &plans[i]);
+        plans[nm + i] = plans[i];
+        plans[nm + i].gptq_opt.scale_search = plans[i].rotate == QS_ROTATE_GROUP && plans[i].gptq;
+    }
     json_object_foreach((json_t *)map, key, v) {
         int block, kind;
+        bool search;
         qs_block_linear_parse(key, &block, &kind);
-        table[block * QW_LINEAR_KINDS + kind] = &plans[qs_method_by_name(json_string_value(v))];
+        int i = qs_method_by_label(json_string_value(v), &search);
+        table[block * QW_LINEAR_KINDS + kind] = &plans[(search ? nm : 0) + (size_t)i];
     }
     plan->linear = table;
     plan->n_linear = n;

@@ -1,11 +1,11 @@
-/* A sensitivity job's method (kinds/method.h) made into a plan (method.h), with its calibration
- * chunks read from their token file: the last calib_chunks whole chunks at the dataset's ctx,
- * the first token of each replaced by the dataset's BOS when it has one, as the evaluation
- * treats its own chunks (eval.h). */
+/* A sensitivity job's method (kinds/method.h) made into a plan (method_apply.h), with its
+ * calibration chunks read from their token file: the last calib_chunks whole chunks at the
+ * dataset's ctx, the first token of each replaced by the dataset's BOS when it has one, as the
+ * evaluation treats its own chunks (eval.h). */
 #ifndef QW_METHOD_SPEC_H
 #define QW_METHOD_SPEC_H
 
-#include "method.h"
+#include "method_apply.h"
 #include "sensitivity.h"
 
 /* *plan from s; plan->calib points into *calib (freed by the caller with free()) for the

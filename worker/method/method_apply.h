@@ -15,8 +15,8 @@
  * lm_head and the embeddings keep the policy's round-to-nearest. A method runs on the CPU
  * backend: on a GPU its linears refuse at the first forward (QS_EUNSUPPORTED), and tensor
  * parallelism is refused here. */
-#ifndef QW_METHOD_H
-#define QW_METHOD_H
+#ifndef QW_METHOD_APPLY_H
+#define QW_METHOD_APPLY_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* A method over a model's quantized block linears, block by block (method.h). */
-#include "method.h"
+/* A method over a model's quantized block linears, block by block (method_apply.h). */
+#include "method_apply.h"
 
 #include <stdlib.h>
 #include <string.h>
