@@ -11,7 +11,8 @@ Checked, for every baseline and eval job of the experiment whose spec.model has 
     ctx, max_chunks and bos_id; same numerics_version first, then the latest) names the same
     training job;
   - v_pipeline_sensitivity: one row per (eval job, final metric), no other, with the value, the
-    baseline's value, delta, rel_delta and the training run's recipe, shape, seed, steps, lr,
+    baseline's value, delta, rel_delta, the options (the format's, fuse, the method and its
+    options, as `qsweep results` groups a plain sweep) and the training run's recipe, shape, seed, steps, lr,
     final_train_loss and final_val_loss;
   - v_pipeline_summary: per (shape, steps, lr, recipe, format, options, quantize, mode, part,
     metric) the seeds, rows, min, max (exactly), mean and sample sd (to 1e-9 relative);
@@ -135,6 +136,9 @@ for e in piped:
         opts = dict(e["spec"].get("format_options") or {})
         if "fuse" in e["spec"]:
             opts["fuse"] = e["spec"]["fuse"]
+        if "method" in e["spec"]:
+            opts["method"] = e["spec"]["method"]
+            opts.update(e["spec"].get("method_options") or {})
         want[(e["id"], metric)] = dict(
             format=e["spec"].get("format"), options=opts, quantize=e["spec"].get("quantize"),
             mode=e["spec"].get("mode"), part=e["spec"].get("part"), value=value,
@@ -164,6 +168,18 @@ for (job, metric), w in want.items():
     groups.setdefault(tuple(w[f] for f in GROUP) + (metric,), []).append(w)
 
 
+def sd_close(x, y, v):
+    """Two sample sds of values v, each summed in float8 in its own order: 1e-9 relative, or
+    their squares within 4 n eps max(v^2), the absolute error of a float8 sum of n squares
+    (the variance of values near 1 that differ by 1e-8 keeps few of its digits, and
+    PostgreSQL's order of the rows is its own)."""
+    if close(x, y, 1e-9):
+        return True
+    if x is None or y is None:
+        return False
+    return abs(x * x - y * y) <= 4 * len(v) * 2.0 ** -52 * max(t * t for t in v)
+
+
 def stats(ws, f):
     v = [w[f] for w in ws if w[f] is not None]
     if not v:
@@ -188,8 +204,8 @@ for k, ws in groups.items():
         ok(close(g["mean_" + col], s["mean"], 1e-9), "summary %s: mean %s %s, want %s"
            % (k, f, g["mean_" + col], s["mean"]))
         if f != "rel_delta":
-            ok(close(g["sd_" + col], s["sd"], 1e-9), "summary %s: sd %s %s, want %s"
-               % (k, f, g["sd_" + col], s["sd"]))
+            ok(sd_close(g["sd_" + col], s["sd"], [w[f] for w in ws if w[f] is not None]),
+               "summary %s: sd %s %s, want %s" % (k, f, g["sd_" + col], s["sd"]))
     fv = stats(ws, "final_val_loss")["mean"]
     ok(close(g["mean_final_val_loss"], fv, 1e-9), "summary %s: mean_final_val_loss" % (k,))
 

@@ -4,7 +4,8 @@
 Experiment NAME: train jobs of shape mini (200 steps, lr 0.003), recipes bf16 and nvfp4 with
 seeds 1, 2, 3 and mxfp4 with seed 1, each with its final metrics; per trained model a baseline
 job and eval jobs (nvfp4 and mxfp4 x weights and weights+activations x the seven components and
-blocks 0..2), every one naming its model's training job in spec.model.trained_by, with the
+blocks 0..2, and the nvfp4 W4A16 down_proj jobs again by gptq and by mr-gptq with
+scale_search), every one naming its model's training job in spec.model.trained_by, with the
 job_deps edges a pipeline has (eval -> baseline, eval and baseline -> train). The values are
 pseudo-random (seeded), so no figure is written down: tests/cli/pipeline_check.py computes
 what the views and the printed tables must hold from these rows.
@@ -20,6 +21,8 @@ import sys
 
 name, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
+# the method jobs' values, from a stream of their own so the others' stay as they were
+method_rng = random.Random(seed + 1)
 out = []
 
 
@@ -107,6 +110,23 @@ for recipe, s in runs:
                 result(ekey, "kl_p99", kl * rng.uniform(5, 9))
                 result(ekey, "ppl", base_ppl * (1 + kl * rng.uniform(0.8, 1.2)))
                 result(ekey, "top1", 1 - kl * rng.uniform(2, 4))
+    # the same down_proj jobs by two more methods, one of them with options: each its own row
+    # of the summary, never averaged with rtn's
+    for method, mopts, gain in (("gptq", None, 0.6), ("mr-gptq", {"scale_search": True}, 0.5)):
+        ekey = "%s-nvfp4-weights-component-down-%s" % (tkey, method)
+        exp_of[ekey] = name
+        spec = {"kind": "eval", "model": model, "dataset": dataset, "format": "nvfp4",
+                "format_options": {"rht": False}, "quantize": "weights", "mode": "component",
+                "part": "down", "method": method, "metrics": ["kl_mean", "ppl"],
+                "numerics_version": "7"}
+        if mopts:
+            spec["method_options"] = mopts
+        job(ekey, "eval", spec)
+        dep(ekey, bkey)
+        dep(ekey, tkey)
+        kl = gain * method_rng.uniform(0.002, 0.03)
+        result(ekey, "kl_mean", kl)
+        result(ekey, "ppl", base_ppl * (1 + kl))
 # a training run no sweep names
 exp_of[name + "-train-unused"] = name
 job(name + "-train-unused", "train", {"kind": "train", "recipe": {"name": "bf16"},
