@@ -10,4 +10,9 @@ qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
 /* Applies the store's unhandled cancel requests (server.h). */
 qs_status qc_srv_poll_cancels(server *s, qs_error *err);
 
+/* Answers the store's unpin requests (store.h qc_store_poll_unpins): an experiment with a job
+ * running on its pinned path keeps its pin and the request is refused, naming the job and
+ * worker; else the pin goes, in memory now and in the store with the answer. */
+qs_status qc_srv_poll_unpins(server *s, qs_error *err);
+
 #endif
