@@ -32,8 +32,7 @@ int qsweep_cmd_unpin(int argc, char **argv) {
             db = optarg;
             break;
         case 'w':
-            if (qsweep_parse_int("unpin", "--wait", optarg, 0, 3600, &wait_s))
-                return QS_EXIT_USAGE;
+            if (qsweep_parse_int("unpin", "--wait", optarg, 0, 3600, &wait_s)) return QS_EXIT_USAGE;
             break;
         case 'h':
             unpin_usage(stdout);

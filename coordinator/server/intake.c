@@ -169,13 +169,13 @@ qs_status qc_srv_poll_unpins(server *s, qs_error *err) {
         } else {
             snprintf(msg, sizeof msg, "unpinned from %s", path);
             if (p) qc_srv_pin_clear(p);
-            qc_srv_must(s, qc_store_batch_experiment_unpin(s->batch, rq[i].experiment,
-                                                           &s->batch_err));
+            qc_srv_must(s,
+                        qc_store_batch_experiment_unpin(s->batch, rq[i].experiment, &s->batch_err));
             qc_log("experiment %lld unpinned from numerics path %s (request %lld)",
                    (long long)rq[i].experiment, path, (long long)rq[i].id);
         }
-        qc_srv_must(s, qc_store_batch_unpin_answer(s->batch, rq[i].id, outcome, msg,
-                                                   &s->batch_err));
+        qc_srv_must(s,
+                    qc_store_batch_unpin_answer(s->batch, rq[i].id, outcome, msg, &s->batch_err));
     }
     free(rq);
     return QS_OK;

@@ -84,8 +84,8 @@ void qc_store_batch_free(qc_store_batch *b) {
 
 size_t qc_store_batch_size(const qc_store_batch *b) {
     return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
-           b->workers.col[0].n + b->alive.col[0].n + b->pins.col[0].n + b->answers.col[0].n + b->n_final + b->n_partial +
-           (b->cancels_upto > 0);
+           b->workers.col[0].n + b->alive.col[0].n + b->pins.col[0].n + b->answers.col[0].n +
+           b->n_final + b->n_partial + (b->cancels_upto > 0);
 }
 
 /* QS_EINVAL naming the field when text (may be NULL) is not valid UTF-8: the database would

@@ -440,9 +440,9 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
     static const struct {
         const char *name, *sql;
     } stmts[] = {
-        {"qc_workers", sql_workers}, {"qc_alive", sql_alive}, {"qc_started", sql_started},
-        {"qc_renewed", sql_renewed}, {"qc_ended", sql_ended}, {"qc_states", sql_states},
-        {"qc_cancels", sql_cancels}, {"qc_pins", sql_pins},   {fresh_name, sql_fresh},
+        {"qc_workers", sql_workers}, {"qc_alive", sql_alive},     {"qc_started", sql_started},
+        {"qc_renewed", sql_renewed}, {"qc_ended", sql_ended},     {"qc_states", sql_states},
+        {"qc_cancels", sql_cancels}, {"qc_pins", sql_pins},       {fresh_name, sql_fresh},
         {"qc_unpins", sql_unpins},   {"qc_answers", sql_answers},
     };
     const char *setup[] = {"DEALLOCATE ALL",

@@ -33,12 +33,12 @@ static qs_status take_lock(qc_store *s, bool *held, qs_error *err) {
 static qs_status unpin_here(qc_store *s, const char *id, const char *path, char *msg, size_t cap,
                             qs_error *err) {
     const char *p[] = {id, path};
-    PGresult *r = qc_store_params(
-        s,
-        "SELECT count(*), string_agg(DISTINCT a.worker, ', ') FROM attempts a "
-        "JOIN experiment_jobs ej ON ej.job = a.job WHERE ej.experiment = $1 "
-        "AND a.outcome = 'running' AND a.numerics_path IS NOT DISTINCT FROM $2",
-        2, p, PGRES_TUPLES_OK, "unpin: looking for running attempts", err);
+    PGresult *r =
+        qc_store_params(s,
+                        "SELECT count(*), string_agg(DISTINCT a.worker, ', ') FROM attempts a "
+                        "JOIN experiment_jobs ej ON ej.job = a.job WHERE ej.experiment = $1 "
+                        "AND a.outcome = 'running' AND a.numerics_path IS NOT DISTINCT FROM $2",
+                        2, p, PGRES_TUPLES_OK, "unpin: looking for running attempts", err);
     if (!r) return QS_EDB;
     long running = strtol(PQgetvalue(r, 0, 0), NULL, 10);
     if (running > 0) {
@@ -161,8 +161,7 @@ qs_status qc_store_poll_unpins(qc_store *s, qc_unpin_request **out, size_t *n, q
     for (int i = 0; i < rows; i++) {
         qc_unpin_request *q = &(*out)[i];
         *q = (qc_unpin_request){strtoll(PQgetvalue(r, i, 0), NULL, 10),
-                                strtoll(PQgetvalue(r, i, 1), NULL, 10),
-                                ""};
+                                strtoll(PQgetvalue(r, i, 1), NULL, 10), ""};
         snprintf(q->stored_path, sizeof q->stored_path, "%s", PQgetvalue(r, i, 2));
     }
     *n = (size_t)rows;

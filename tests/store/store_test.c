@@ -1334,8 +1334,8 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
     ok(qc_store_batch_experiment_pin(bt, 2, "cuda-cc100-auto", &err), &err);
     assert_int_equal(qc_store_batch_unpin_answer(bt, 1, "done", "", &err), QS_EINVAL);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
-    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics WHERE experiment = 1"),
-                     0);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM experiment_numerics WHERE experiment = 1"), 0);
     assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics WHERE experiment = 2 "
                                     "AND path = 'cuda-cc90-auto'"),
                      1);
