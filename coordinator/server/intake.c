@@ -155,7 +155,7 @@ qs_status qc_srv_poll_unpins(server *s, qs_error *err) {
         char path[sizeof rq[i].stored_path]; /* a copy: the unpin frees the pin's own */
         snprintf(path, sizeof path, "%s", p && p->path ? p->path : rq[i].stored_path);
         const job *j = p && *path ? running_on(s, p, path) : NULL;
-        char msg[400];
+        char msg[640];
         const char *outcome = "unpinned";
         if (!*path) {
             outcome = "not_pinned";
@@ -166,6 +166,12 @@ qs_status qc_srv_poll_unpins(server *s, qs_error *err) {
                      "job %lld runs on the pinned path %s (worker %s); unpin once the "
                      "experiment's running jobs have ended (qsweep status)",
                      (long long)j->id, path, j->worker_name ? j->worker_name : "?");
+        } else if (rq[i].running > 0 && !strcmp(path, rq[i].stored_path)) {
+            outcome = "refused";
+            snprintf(msg, sizeof msg,
+                     "%lld attempt(s) of its jobs run on the pinned path %s (worker %s); unpin "
+                     "once the experiment's running jobs have ended (qsweep status)",
+                     (long long)rq[i].running, path, rq[i].running_worker);
         } else {
             snprintf(msg, sizeof msg, "unpinned from %s", path);
             if (p) qc_srv_pin_clear(p);

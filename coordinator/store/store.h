@@ -250,10 +250,14 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
                          qs_error *err);
 
 /* An unanswered numerics_unpin_requests row, with the path its experiment is pinned to in the
- * store ("" when none). */
+ * store ("" when none) and the attempts of the experiment's jobs the store holds running on that
+ * path (a shared job follows the pin of its oldest experiment, so it may be this one's and run
+ * under another's pin): how many, and the worker of one. */
 typedef struct qc_unpin_request {
     int64_t id, experiment;
     char stored_path[160];
+    int64_t running;
+    char running_worker[208];
 } qc_unpin_request;
 
 /* The unanswered unpin requests, oldest first, into *out (malloc'd; NULL when *n = 0); the

@@ -148,9 +148,13 @@ qs_status qc_store_poll_unpins(qc_store *s, qc_unpin_request **out, size_t *n, q
     *out = NULL;
     *n = 0;
     PGresult *r = qc_store_params(s,
-                                  "SELECT r.id, r.experiment, n.path FROM numerics_unpin_requests "
-                                  "r LEFT JOIN experiment_numerics n ON n.experiment = "
-                                  "r.experiment WHERE r.handled_at IS NULL ORDER BY r.id",
+                                  "SELECT r.id, r.experiment, n.path, a.n, a.w "
+                                  "FROM numerics_unpin_requests r LEFT JOIN experiment_numerics n "
+                                  "ON n.experiment = r.experiment LEFT JOIN LATERAL (SELECT "
+                                  "count(*) AS n, min(at.worker) AS w FROM attempts at JOIN "
+                                  "experiment_jobs ej ON ej.job = at.job WHERE ej.experiment = "
+                                  "r.experiment AND at.outcome = 'running' AND at.numerics_path = "
+                                  "n.path) a ON true WHERE r.handled_at IS NULL ORDER BY r.id",
                                   0, NULL, PGRES_TUPLES_OK, "unpin: polling requests", err);
     if (!r) return QS_EDB;
     int rows = PQntuples(r);
@@ -160,9 +164,11 @@ qs_status qc_store_poll_unpins(qc_store *s, qc_unpin_request **out, size_t *n, q
     }
     for (int i = 0; i < rows; i++) {
         qc_unpin_request *q = &(*out)[i];
-        *q = (qc_unpin_request){strtoll(PQgetvalue(r, i, 0), NULL, 10),
-                                strtoll(PQgetvalue(r, i, 1), NULL, 10), ""};
+        *q = (qc_unpin_request){.id = strtoll(PQgetvalue(r, i, 0), NULL, 10),
+                                .experiment = strtoll(PQgetvalue(r, i, 1), NULL, 10),
+                                .running = strtoll(PQgetvalue(r, i, 3), NULL, 10)};
         snprintf(q->stored_path, sizeof q->stored_path, "%s", PQgetvalue(r, i, 2));
+        snprintf(q->running_worker, sizeof q->running_worker, "%s", PQgetvalue(r, i, 4));
     }
     *n = (size_t)rows;
     PQclear(r);

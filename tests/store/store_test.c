@@ -1340,14 +1340,23 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
                                     "AND path = 'cuda-cc90-auto'"),
                      1);
 
-    /* `qsweep unpin` against a coordinator holding the lock: the request waits for an answer */
+    /* `qsweep unpin` against a coordinator holding the lock: the request waits for an answer,
+       polled with the experiment's attempts the store holds running on the pinned path */
     pgtest_exec(qc_store_pgconn(s), "INSERT INTO numerics_unpin_requests (experiment) VALUES (2)");
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO attempts (job, attempt, worker, numerics_path) VALUES (%lld, 1, 'w1', "
+             "'cuda-cc90-auto'), (%lld, 1, 'w2', 'cpu-qsweep-fixed2')",
+             (long long)job_id(s, "b"), (long long)job_id(s, "a"));
+    pgtest_exec(qc_store_pgconn(s), sql);
     qc_unpin_request *rq = NULL;
     size_t n = 0;
     ok(qc_store_poll_unpins(s, &rq, &n, &err), &err);
     assert_int_equal(n, 1);
     assert_int_equal(rq[0].experiment, 2);
     assert_string_equal(rq[0].stored_path, "cuda-cc90-auto");
+    assert_int_equal(rq[0].running, 1);
+    assert_string_equal(rq[0].running_worker, "w1");
     qc_store_batch_clear(bt);
     ok(qc_store_batch_experiment_unpin(bt, 2, &err), &err);
     ok(qc_store_batch_unpin_answer(bt, rq[0].id, "unpinned", "unpinned from cuda-cc90-auto", &err),
