@@ -18,7 +18,8 @@ static void plan_usage(FILE *out) {
             "usage: qsweep plan EXPERIMENT --budget-bits B [--formats F1,F2,...]\n"
             "                   [--methods M1,M2,...] [--objective kl_mean|ppl]\n"
             "                   [--uniform-groups] [--quantize Q]\n"
-            "                   [--model NAME] [-o FILE] [--validate] [--db CONNINFO]\n"
+            "                   [--model NAME] [--numerics PATH] [-o FILE] [--validate]\n"
+            "                   [--db CONNINFO]\n"
             "  From a layer-mode (else component-mode) sensitivity sweep, the format of each\n"
             "  linear that minimizes the summed measured damage under an average of B bits per\n"
             "  weight, block scales counted (nvfp4 4.5, mxfp4 4.25, mxfp8_e4m3 8.25, fp8_e4m3 8,\n"
@@ -40,6 +41,10 @@ static void plan_usage(FILE *out) {
             "  --quantize Q       which sweep setting (weights, weights+activations) when both\n"
             "  --model NAME       which model (path, file name, or a pipeline's name of a\n"
             "                     trained model: train/micro/bf16/seed=1) when the sweep has several\n"
+            "  --numerics PATH    read the results of this numerics path (cpu-qsweep-fixed2,\n"
+            "                     cuda-cc90-auto, ...); default: the only path the experiment's\n"
+            "                     results ran on, else the path it is pinned to; one that ran\n"
+            "                     on several and is pinned to none of them is refused\n"
             "  -o FILE            write the plan as a grid that measures it (the sweep's model\n"
             "                     and dataset, sensitivity mode policy); default: printed after\n"
             "                     the table\n"
@@ -94,6 +99,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                                          {"output", required_argument, 0, 'o'},
                                          {"validate", no_argument, 0, 'V'},
                                          {"db", required_argument, 0, 'd'},
+                                         {"numerics", required_argument, 0, 'N'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     qsweep_plan_opts o = {.objective = "kl_mean", .budget = NAN};
@@ -146,6 +152,9 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'd':
             db = optarg;
             break;
+        case 'N':
+            o.numerics = optarg;
+            break;
         case 'h':
             plan_usage(stdout);
             return QS_EXIT_OK;
@@ -178,6 +187,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     int *choice = NULL;
     json_t *mo = NULL; /* the plan's per-linear method options, NULL when all rtn */
     qs_status st = qsweep_open_existing_store(conninfo, "plan", &s, &err);
+    if (!st) st = qsweep_plan_pick_path(qc_store_pgconn(s), &o, &in, &err);
     if (!st) st = qsweep_plan_load_costs(qc_store_pgconn(s), &o, &in, &err);
     if (!st) st = qsweep_plan_load_sweep_facts(qc_store_pgconn(s), &o, &in, &err);
     if (st) goto done;

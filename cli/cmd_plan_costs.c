@@ -48,9 +48,10 @@ uint64_t qsweep_plan_kind_weights(const qw_config *c, int k) {
     }
 }
 
-/* Every method's jobs but per-linear's (a plan measured whole, not a cost), with the method's
- * options, which name the candidate with it (qs_method_label). Within a format, rtn sorts
- * first: among candidates of equal cost and bits the planner keeps the first. */
+/* Every method's jobs but per-linear's (a plan measured whole, not a cost), with the
+ * method's options, which name the candidate with it (qs_method_label), on the plan's numerics
+ * path ($3), a perplexity delta against a baseline of that path too. Within a format,
+ * rtn sorts first: among candidates of equal cost and bits the planner keeps the first. */
 static const char *const PLAN_SQL =
     "SELECT s.model, s.format, s.quantize, s.mode, s.part,\n"
     "       CASE WHEN $2 = 'ppl' THEN s.delta ELSE s.value END AS cost, s.model_digest,\n"
@@ -58,6 +59,11 @@ static const char *const PLAN_SQL =
     "FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
     "WHERE s.experiment = $1 AND s.mode IN ('layer', 'component')\n"
     "  AND s.metric = CASE WHEN $2 = 'ppl' THEN 'ppl' ELSE $2 END\n"
+    "  AND ($3 = '' OR EXISTS (SELECT 1 FROM v_numerics_path np WHERE np.job_id = s.job_id\n"
+    "       AND COALESCE(np.worker_path, np.path) = $3))\n"
+    "  AND ($3 = '' OR $2 <> 'ppl' OR s.baseline_job_id IS NULL OR EXISTS (SELECT 1\n"
+    "       FROM v_numerics_path nb WHERE nb.job_id = s.baseline_job_id\n"
+    "       AND COALESCE(nb.worker_path, nb.path) = $3))\n"
     "  AND COALESCE(j.spec ->> 'method', 'rtn') <> 'per-linear'\n"
     "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8,\n"
     "         coalesce(j.spec -> 'method_options' ? 'scale_search', false), 9, s.part";
@@ -132,8 +138,8 @@ static qs_status swept_model_config(const char *path, const char *shown, const c
 
 qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
                                  qs_error *err) {
-    const char *params[2] = {o->experiment, o->objective};
-    PGresult *r = PQexecParams(c, PLAN_SQL, 2, NULL, params, NULL, NULL, 0);
+    const char *params[3] = {o->experiment, o->objective, in->path};
+    PGresult *r = PQexecParams(c, PLAN_SQL, 3, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         qs_status st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
         PQclear(r);

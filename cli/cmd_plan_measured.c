@@ -1,5 +1,6 @@
 /* What was measured of a plan whole (cmd_plan_parts.h): its policy map, and the policy or
- * cumulative job that measured it, in any experiment of the database. */
+ * cumulative job that measured it, in any experiment of the database, on the plan's numerics
+ * path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static json_t *map_options(const qsweep_plan_input *in, const json_t *map) {
     return o;
 }
 
-/* The newest job measuring (mode, part, format, method) under the sweep's conditions. */
+/* The newest job measuring (mode, part, format, method) under the sweep's conditions, on the
+ * plan's numerics path. */
 double qsweep_plan_measured(PGconn *c, const qsweep_plan_opts *o, const qsweep_plan_input *in,
                             const char *mode, const char *part, const char *format,
                             const json_t *options, const char *method,
@@ -44,7 +46,7 @@ double qsweep_plan_measured(PGconn *c, const qsweep_plan_opts *o, const qsweep_p
     char *ds = json_dumps(in->dataset, JSON_SORT_KEYS | JSON_COMPACT);
     char *mo = method_options ? json_dumps(method_options, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     const char *metric = !strcmp(o->objective, "ppl") ? "ppl" : o->objective;
-    const char *params[10] = {mode,
+    const char *params[11] = {mode,
                               part,
                               format,
                               in->quantize,
@@ -53,7 +55,8 @@ double qsweep_plan_measured(PGconn *c, const qsweep_plan_opts *o, const qsweep_p
                               opts ? opts : "{}",
                               ds ? ds : "{}",
                               method ? method : "rtn",
-                              mo ? mo : "null"};
+                              mo ? mo : "null",
+                              in->path};
     PGresult *r = PQexecParams(
         c,
         "SELECT s.value, s.delta FROM v_sensitivity s JOIN jobs j ON j.id = s.job_id\n"
@@ -66,8 +69,13 @@ double qsweep_plan_measured(PGconn *c, const qsweep_plan_opts *o, const qsweep_p
         "  AND j.spec -> 'dataset' -> 'ctx' = $8::jsonb -> 'ctx'\n"
         "  AND j.spec -> 'dataset' -> 'max_chunks' = $8::jsonb -> 'max_chunks'\n"
         "  AND j.spec -> 'dataset' -> 'bos_id' IS NOT DISTINCT FROM $8::jsonb -> 'bos_id'\n"
+        "  AND ($11 = '' OR EXISTS (SELECT 1 FROM v_numerics_path np WHERE np.job_id = s.job_id\n"
+        "       AND COALESCE(np.worker_path, np.path) = $11))\n"
+        "  AND ($11 = '' OR $6 <> 'ppl' OR s.baseline_job_id IS NULL OR EXISTS (SELECT 1\n"
+        "       FROM v_numerics_path nb WHERE nb.job_id = s.baseline_job_id\n"
+        "       AND COALESCE(nb.worker_path, nb.path) = $11))\n"
         "ORDER BY s.job_id DESC LIMIT 1",
-        10, NULL, params, NULL, NULL, 0);
+        11, NULL, params, NULL, NULL, 0);
     free(opts);
     free(ds);
     free(mo);

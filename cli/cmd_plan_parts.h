@@ -31,6 +31,7 @@ typedef struct qsweep_plan_opts {
     int uniform_groups;
     int validate; /* --validate: submit the plan's grid (one policy-mode eval job) */
     const char *output;
+    const char *numerics; /* --numerics: the path whose results the plan reads (NULL: pick) */
 } qsweep_plan_opts;
 
 /* The measured costs, by (block, kind, candidate): block -1 for component mode. A candidate f
@@ -56,7 +57,20 @@ typedef struct qsweep_plan_input {
     json_t *method_options; /* {method label: its method_options in the sweep, null without} */
     json_t *calibration;    /* the sweep's "calibration" spec object, NULL when none */
     char numerics[130];     /* the sweep's grid `numerics` (kinds/spec.h), "" when none */
+    /* the numerics path every cost and measurement is read from (qsweep_plan_pick_path, in the
+       vocabulary of pins): a job's is v_numerics_path's worker_path, else its path; "" when
+       the experiment has no result naming one, and then every job is read */
+    char path[160];
 } qsweep_plan_input;
+
+/* Sets in->path, the one numerics path the plan reads: --numerics (o->numerics, one the
+ * experiment has results on), else the only path its results ran on, else, when they ran on
+ * several, the path the experiment is pinned to (experiment_numerics), saying so on stderr.
+ * Errors: QS_EINVAL naming the paths with their job counts and --numerics, when they ran on
+ * several and the experiment is not pinned to one of them, or --numerics names none of them;
+ * QS_EDB. */
+qs_status qsweep_plan_pick_path(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
+                                qs_error *err);
 
 /* The cost slot of (block, kind, format f); block -1 in component mode. */
 double *qsweep_plan_cost_at(qsweep_plan_input *in, int block, int kind, size_t f);

@@ -272,21 +272,29 @@ int qsweep_cmd_worker(int argc, char **argv) {
     }
     be = qw_jobs_backend_get(); /* auto: the CPU when the CUDA module cannot be loaded */
     qw_gpu_probe_native_fp4(chosen, o.n_gpus); /* native FP4 as each device proves it */
+    /* a worker fallen back to the CPU offers no GPU, so no GPU job is fitted on it */
+    qw_jobs_offer offer = qw_jobs_backend_offer(be.kind, o.n_gpus, be.fallback_code);
+    size_t n_listed = o.n_gpus;
+    o.n_gpus = offer.n_gpus;
+    char note[sizeof be.fallback + sizeof offer.why + 2];
+    snprintf(note, sizeof note, "%s%s%s", be.fallback, offer.why[0] ? "; " : "", offer.why);
     /* announced in HELLO: the scheduler pins each experiment to one path (scheduler.h) */
     char npath[160];
     qw_jobs_numerics_path(qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda, be.cc,
                           be.gemm, qw_backend_cpu_path(), npath, sizeof npath);
     o.numerics_path = npath;
-    o.backend_note = be.fallback;
+    o.backend_note = note;
     if (!o.quiet && qw_jobs_backend_pick(&be, qw_backend_cuda_built(), false).use_cuda)
         fprintf(stderr, "qsweep worker: models run on the CUDA backend, GPU %d\n", be.device);
     if (!o.quiet) {
-        for (size_t i = 0; i < o.n_gpus; i++) {
+        for (size_t i = 0; i < n_listed; i++) {
             char d[160];
             qw_gpu_describe(&chosen[i], d, sizeof d);
-            fprintf(stderr, "qsweep worker: GPU %zu: %s\n", i, d);
+            fprintf(stderr, "qsweep worker: GPU %zu: %s%s\n", i, d,
+                    i < o.n_gpus ? "" : " (not offered: jobs run on the CPU backend)");
         }
-        if (o.n_gpus == 0)
+        if (offer.why[0]) fprintf(stderr, "qsweep worker: %s\n", offer.why);
+        if (n_listed == 0)
             fprintf(stderr, "qsweep worker: no GPU (%s): jobs run on the CPU backend\n",
                     gpus_arg && !strcmp(gpus_arg, "none") ? "--gpus none"
                     : *why                                ? why

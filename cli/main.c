@@ -30,6 +30,7 @@ static const struct {
     {"cancel", qsweep_cmd_cancel, "EXPERIMENT | --job JOB_KEY: ask the coordinator to cancel"},
     {"requeue", qsweep_cmd_requeue,
      "EXPERIMENT: queue its failed and cancelled jobs again (coordinator stopped)"},
+    {"unpin", qsweep_cmd_unpin, "EXPERIMENT: remove its numerics pin (its next job pins it again)"},
     {"results", qsweep_cmd_results, "EXPERIMENT: sensitivity tables (--csv, --json)"},
     {"coordinator", qsweep_cmd_coordinator, "serve jobs to workers over ZeroMQ"},
     {"worker", qsweep_cmd_worker, "run jobs from a coordinator"},

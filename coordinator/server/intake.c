@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "intake.h"
+#include "log.h"
 #include "outbox.h"
 #include "transitions.h"
 
@@ -127,5 +128,61 @@ qs_status qc_srv_poll_cancels(server *s, qs_error *err) {
     }
     free(ids);
     if (upto > 0) qc_srv_must(s, qc_store_batch_cancels_handled(s->batch, upto, &s->batch_err));
+    return QS_OK;
+}
+
+/* A job of pin p running on path (its worker's announced path; a job whose worker has not
+ * re-attached since a restart counts as on it), NULL when none. */
+static const job *running_on(const server *s, const qc_pin *p, const char *path) {
+    for (size_t i = 0; i < s->running.n; i++) {
+        const job *j = s->running.all[i];
+        if (j->state != J_RUNNING || j->pin != p) continue;
+        if (!j->worker || !j->worker->numerics_path[0] || !strcmp(j->worker->numerics_path, path))
+            return j;
+    }
+    return NULL;
+}
+
+qs_status qc_srv_poll_unpins(server *s, qs_error *err) {
+    qc_unpin_request *rq = NULL;
+    size_t n = 0;
+    qs_status st = qc_store_poll_unpins(s->store, &rq, &n, err);
+    if (st != QS_OK) return st;
+    for (size_t i = 0; i < n; i++) {
+        if (rq[i].id <= s->unpins_answered) continue; /* its answer is not committed yet */
+        s->unpins_answered = rq[i].id;
+        qc_pin *p = qc_srv_pin_find(&s->pins, rq[i].experiment);
+        char path[sizeof rq[i].stored_path]; /* a copy: the unpin frees the pin's own */
+        snprintf(path, sizeof path, "%s", p && p->path ? p->path : rq[i].stored_path);
+        const job *j = p && *path ? running_on(s, p, path) : NULL;
+        char msg[640];
+        const char *outcome = "unpinned";
+        if (!*path) {
+            outcome = "not_pinned";
+            snprintf(msg, sizeof msg, "not pinned");
+        } else if (j) {
+            outcome = "refused";
+            snprintf(msg, sizeof msg,
+                     "job %lld runs on the pinned path %s (worker %s); unpin once the "
+                     "experiment's running jobs have ended (qsweep status)",
+                     (long long)j->id, path, j->worker_name ? j->worker_name : "?");
+        } else if (rq[i].running > 0 && !strcmp(path, rq[i].stored_path)) {
+            outcome = "refused";
+            snprintf(msg, sizeof msg,
+                     "%lld attempt(s) of its jobs run on the pinned path %s (worker %s); unpin "
+                     "once the experiment's running jobs have ended (qsweep status)",
+                     (long long)rq[i].running, path, rq[i].running_worker);
+        } else {
+            snprintf(msg, sizeof msg, "unpinned from %s", path);
+            if (p) qc_srv_pin_clear(p);
+            qc_srv_must(s,
+                        qc_store_batch_experiment_unpin(s->batch, rq[i].experiment, &s->batch_err));
+            qc_log("experiment %lld unpinned from numerics path %s (request %lld)",
+                   (long long)rq[i].experiment, path, (long long)rq[i].id);
+        }
+        qc_srv_must(s,
+                    qc_store_batch_unpin_answer(s->batch, rq[i].id, outcome, msg, &s->batch_err));
+    }
+    free(rq);
     return QS_OK;
 }

@@ -10,4 +10,10 @@ qs_status qc_srv_load_new_jobs(server *s, qs_error *err);
 /* Applies the store's unhandled cancel requests (server.h). */
 qs_status qc_srv_poll_cancels(server *s, qs_error *err);
 
+/* Answers the store's unpin requests (store.h qc_store_poll_unpins): an experiment with a job
+ * running on its pinned path (one following its pin, in memory, or one of its jobs the store
+ * holds running there) keeps its pin and the request is refused, naming the job or count and
+ * a worker; else the pin goes, in memory now and in the store with the answer. */
+qs_status qc_srv_poll_unpins(server *s, qs_error *err);
+
 #endif

@@ -12,6 +12,9 @@
 typedef struct qc_pin {
     int64_t experiment; /* experiments.id */
     char *path;         /* the pinned numerics path (owned); NULL: not pinned yet */
+    /* unpinned by this process (qc_srv_pin_clear): a path the store held before is stale, so
+       qc_srv_pin_get no longer takes one */
+    int cleared;
 } qc_pin;
 
 /* Every entry, allocated one by one (a job keeps a pointer to its own). */
@@ -28,6 +31,13 @@ qc_pin *qc_srv_pin_get(qc_pin_table *t, int64_t experiment, const char *stored);
 /* Pins p to path (a copy) when it has no path yet; returns whether it did. Aborts without
  * memory. */
 int qc_srv_pin_set(qc_pin *p, const char *path);
+
+/* The entry of experiment, NULL when the table has none. */
+qc_pin *qc_srv_pin_find(const qc_pin_table *t, int64_t experiment);
+
+/* Removes p's path (`qsweep unpin`): the experiment's next dispatched job pins it again.
+ * Returns whether it had one. */
+int qc_srv_pin_clear(qc_pin *p);
 
 /* Frees every entry and the table. */
 void qc_srv_pins_free(qc_pin_table *t);

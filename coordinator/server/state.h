@@ -59,6 +59,7 @@ typedef struct server {
     qc_running running;      /* running.h */
     qc_owners owners;        /* identity.h */
     qc_pin_table pins;       /* pins.h */
+    int64_t unpins_answered; /* the highest unpin request answered (intake.c), 0: none */
     bool dirty;              /* something changed that dispatch should look at */
     action *actions;         /* waiting for the open batch */
     size_t n_actions, cap_actions;

@@ -48,13 +48,14 @@ qc_store_batch *qc_store_batch_new(void) {
     b->workers.n = 8;
     b->alive.n = 2;
     b->pins.n = 2;
+    b->answers.n = 3;
     return b;
 }
 
 static column_group *groups(qc_store_batch *b, int i) {
     column_group *all[] = {&b->started, &b->renewed, &b->ended, &b->states,
-                           &b->workers, &b->alive,   &b->pins};
-    return i < 7 ? all[i] : NULL;
+                           &b->workers, &b->alive,   &b->pins,  &b->answers};
+    return i < 8 ? all[i] : NULL;
 }
 
 void qc_store_batch_clear(qc_store_batch *b) {
@@ -67,6 +68,7 @@ void qc_store_batch_clear(qc_store_batch *b) {
     b->n_final = b->n_partial = 0;
     b->n_sets = 0;
     b->cancels_upto = 0;
+    b->n_unpins = 0;
 }
 
 void qc_store_batch_free(qc_store_batch *b) {
@@ -82,8 +84,8 @@ void qc_store_batch_free(qc_store_batch *b) {
 
 size_t qc_store_batch_size(const qc_store_batch *b) {
     return b->started.col[0].n + b->renewed.col[0].n + b->ended.col[0].n + b->states.col[0].n +
-           b->workers.col[0].n + b->alive.col[0].n + b->pins.col[0].n + b->n_final + b->n_partial +
-           (b->cancels_upto > 0);
+           b->workers.col[0].n + b->alive.col[0].n + b->pins.col[0].n + b->answers.col[0].n +
+           b->n_final + b->n_partial + (b->cancels_upto > 0);
 }
 
 /* QS_EINVAL naming the field when text (may be NULL) is not valid UTF-8: the database would
@@ -276,6 +278,36 @@ qs_status qc_store_batch_experiment_pin(qc_store_batch *b, int64_t experiment, c
     qc_sqlarray_int(&b->pins.col[0], experiment);
     qc_sqlarray_text(&b->pins.col[1], path);
     return commit_or_undo(&b->pins, &m, "an experiment's numerics pin", err);
+}
+
+qs_status qc_store_batch_experiment_unpin(qc_store_batch *b, int64_t experiment, qs_error *err) {
+    if (experiment <= 0)
+        return qs_error_set(err, QS_EINVAL, "batch: unpin of experiment %lld: needs an id",
+                            (long long)experiment);
+    group_mark m = mark(&b->pins);
+    qc_sqlarray_int(&b->pins.col[0], experiment);
+    qc_sqlarray_text(&b->pins.col[1], NULL);
+    qs_status st = commit_or_undo(&b->pins, &m, "an experiment's unpin", err);
+    if (!st) b->n_unpins++;
+    return st;
+}
+
+qs_status qc_store_batch_unpin_answer(qc_store_batch *b, int64_t request, const char *outcome,
+                                      const char *message, qs_error *err) {
+    size_t bad = 0;
+    if (request <= 0 || !outcome ||
+        (strcmp(outcome, "unpinned") && strcmp(outcome, "refused") &&
+         strcmp(outcome, "not_pinned")) ||
+        !message || !qc_utf8_valid(message, &bad))
+        return qs_error_set(err, QS_EINVAL,
+                            "batch: unpin request %lld: needs an id, an outcome of unpinned, "
+                            "refused or not_pinned, and a UTF-8 message",
+                            (long long)request);
+    group_mark m = mark(&b->answers);
+    qc_sqlarray_int(&b->answers.col[0], request);
+    qc_sqlarray_text(&b->answers.col[1], outcome);
+    qc_sqlarray_text(&b->answers.col[2], message);
+    return commit_or_undo(&b->answers, &m, "an unpin request's answer", err);
 }
 
 qs_status qc_store_batch_worker_alive(qc_store_batch *b, const char *worker, bool left,

@@ -33,7 +33,9 @@ struct qc_store_batch {
     column_group states;  /* job, state, attempts_used, backoff_s, last_error */
     column_group workers; /* id, host, pid, gpus, threads, curve_key, numerics_path, note */
     column_group alive;   /* id, left */
-    column_group pins;    /* experiment, numerics path (experiment_numerics) */
+    column_group pins;    /* experiment, numerics path (NULL: unpin) (experiment_numerics) */
+    column_group answers; /* unpin request, outcome, message (numerics_unpin_requests) */
+    size_t n_unpins;      /* NULL paths in pins */
     qc_sbuf results;      /* COPY binary rows: job, attempt, name, value, step, final */
     size_t n_final, n_partial;
     result_set *sets; /* one per qc_store_batch_results call, in call order */

@@ -29,13 +29,24 @@ static const char *const sql_workers =
     "gpus = EXCLUDED.gpus, threads = EXCLUDED.threads, last_seen = now(), left_at = NULL, "
     "curve_key = COALESCE(w.curve_key, EXCLUDED.curve_key), "
     "numerics_path = EXCLUDED.numerics_path, backend_note = EXCLUDED.backend_note";
-/* The first pin of an experiment wins (ord ascending), also against one already stored; an
- * experiment deleted since is skipped (the join on its primary key). */
+/* The first pin of an experiment queued after its last unpin wins (ord ascending), also against
+ * one already stored (which qc_unpins deleted when an unpin was queued); an experiment deleted
+ * since is skipped (the join on its primary key). */
 static const char *const sql_pins =
     "INSERT INTO experiment_numerics (experiment, path) "
-    "SELECT v.e, v.p FROM (SELECT DISTINCT ON (e) e, p FROM unnest($1::bigint[], $2::text[])"
-    " WITH ORDINALITY AS u(e, p, ord) ORDER BY e, ord) v JOIN experiments x ON x.id = v.e "
+    "SELECT v.e, v.p FROM (SELECT DISTINCT ON (e) e, p FROM (SELECT e, p, ord, max(ord) FILTER "
+    "(WHERE p IS NULL) OVER (PARTITION BY e) AS cut FROM unnest($1::bigint[], $2::text[])"
+    " WITH ORDINALITY AS u(e, p, ord)) o WHERE p IS NOT NULL AND ord > COALESCE(cut, 0)"
+    " ORDER BY e, ord) v JOIN experiments x ON x.id = v.e "
     "ON CONFLICT (experiment) DO NOTHING";
+/* The pins of the experiments with an unpin queued, removed before qc_pins runs. */
+static const char *const sql_unpins =
+    "DELETE FROM experiment_numerics n USING (SELECT DISTINCT e FROM unnest($1::bigint[],"
+    " $2::text[]) AS u(e, p) WHERE p IS NULL) v WHERE n.experiment = v.e";
+static const char *const sql_answers =
+    "UPDATE numerics_unpin_requests r SET handled_at = now(), outcome = v.o, message = v.m "
+    "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS v(id, o, m) "
+    "WHERE r.id = v.id AND r.handled_at IS NULL";
 /* The last word on each worker wins; a worker the table does not hold (never said HELLO) is
  * skipped. */
 static const char *const sql_alive =
@@ -342,7 +353,7 @@ static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_f
      * except that the cancel requests are marked handled before the results are written
      * (same transaction, so the same outcome). QC_FLUSH_RESULTS writes no transitions. */
     bool transitions = share != QC_FLUSH_RESULTS;
-    enum { NQ = 12 };
+    enum { NQ = 14 };
     piped q[NQ];
     size_t nq = 0;
     qc_sbuf lit[6 * MAX_COLS] = {{0}};
@@ -360,11 +371,13 @@ static qs_status flush_in_transaction(qc_store *s, const qc_store_batch *b, qc_f
         {&b->renewed, "qc_renewed", "flush: leases renewed", &stats->leases_renewed},
         {&b->ended, "qc_ended", "flush: attempts ended", &stats->attempts_ended},
         {&b->states, "qc_states", "flush: job states", &stats->jobs_changed},
+        {b->n_unpins ? &b->pins : NULL, "qc_unpins", "flush: numerics pins removed", NULL},
         {&b->pins, "qc_pins", "flush: experiments pinned to a numerics path", NULL},
+        {&b->answers, "qc_answers", "flush: unpin requests answered", NULL},
     };
     for (size_t k = 0; k < sizeof groups_sql / sizeof groups_sql[0] && !st && transitions; k++) {
         const column_group *g = groups_sql[k].g;
-        if (g->col[0].n == 0) continue;
+        if (!g || g->col[0].n == 0) continue;
         piped *p = &q[nq++];
         *p = (piped){groups_sql[k].name, groups_sql[k].what, true, g->n, {0}, PGRES_COMMAND_OK,
                      groups_sql[k].count};
@@ -427,9 +440,10 @@ static qs_status prepare_session(qc_store *s, qs_error *err) {
     static const struct {
         const char *name, *sql;
     } stmts[] = {
-        {"qc_workers", sql_workers}, {"qc_alive", sql_alive}, {"qc_started", sql_started},
-        {"qc_renewed", sql_renewed}, {"qc_ended", sql_ended}, {"qc_states", sql_states},
-        {"qc_cancels", sql_cancels}, {"qc_pins", sql_pins},   {fresh_name, sql_fresh},
+        {"qc_workers", sql_workers}, {"qc_alive", sql_alive},     {"qc_started", sql_started},
+        {"qc_renewed", sql_renewed}, {"qc_ended", sql_ended},     {"qc_states", sql_states},
+        {"qc_cancels", sql_cancels}, {"qc_pins", sql_pins},       {fresh_name, sql_fresh},
+        {"qc_unpins", sql_unpins},   {"qc_answers", sql_answers},
     };
     const char *setup[] = {"DEALLOCATE ALL",
                            "SET random_page_cost = 1.1",

@@ -237,6 +237,33 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
  * QS_EINVAL for an empty name, QS_EDB; nothing is written on error. */
 qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeued, qs_error *err);
 
+/* Removes experiment's numerics pin (experiment_numerics), so the next job it dispatches pins
+ * it again (`qsweep unpin`). Without a running coordinator (its lock free) the row is deleted
+ * here, unless an attempt of the experiment is still marked running on the pinned path. With
+ * one, which holds the pins in memory, a numerics_unpin_requests row is queued and its answer
+ * waited for up to wait_ms (the coordinator polls every second: qc_store_poll_unpins). *msg
+ * (cap bytes): "unpinned from PATH", "not pinned". Errors: QS_ENOTFOUND naming the experiment;
+ * QS_ESTATE when refused (a job of the experiment runs on the pinned path: the message names
+ * it) or when the coordinator did not answer in time (the request stays queued); QS_EINVAL
+ * for an empty name; QS_EDB. */
+qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char *msg, size_t cap,
+                         qs_error *err);
+
+/* An unanswered numerics_unpin_requests row, with the path its experiment is pinned to in the
+ * store ("" when none) and the attempts of the experiment's jobs the store holds running on that
+ * path (a shared job follows the pin of its oldest experiment, so it may be this one's and run
+ * under another's pin): how many, and the worker of one. */
+typedef struct qc_unpin_request {
+    int64_t id, experiment;
+    char stored_path[160];
+    int64_t running;
+    char running_worker[208];
+} qc_unpin_request;
+
+/* The unanswered unpin requests, oldest first, into *out (malloc'd; NULL when *n = 0); the
+ * coordinator answers each with qc_store_batch_unpin_answer. Errors: QS_EDB, QS_ENOMEM. */
+qs_status qc_store_poll_unpins(qc_store *s, qc_unpin_request **out, size_t *n, qs_error *err);
+
 /* Asks the coordinator to cancel one job (by job_key) or every unfinished job of an
  * experiment (by name): inserts a cancel_requests row and NOTIFY qsweep_cancel, in one
  * transaction. Exactly one of job_key / experiment is non-NULL. QS_ENOTFOUND naming it when
@@ -401,7 +428,8 @@ qs_status qc_store_batch_worker_seen_path(qc_store_batch *b, const char *worker,
                                           const char *curve_key, const char *numerics_path,
                                           const char *backend_note, qs_error *err);
 /* experiment_numerics: pins experiment to numerics path `path` (non-empty); the first pin of an
- * experiment stays (a later one, in this batch or stored, is ignored); an experiment deleted
+ * experiment stays (a later one, in this batch or stored, is ignored, unless an unpin comes
+ * between: qc_store_batch_experiment_unpin); an experiment deleted
  * meanwhile is skipped. QS_EINVAL for an id <= 0 or an empty or non-UTF-8 path. */
 qs_status qc_store_batch_experiment_pin(qc_store_batch *b, int64_t experiment, const char *path,
                                         qs_error *err);
@@ -419,6 +447,14 @@ qs_status qc_store_batch_worker_alive(qc_store_batch *b, const char *worker, boo
  * QS_EINVAL naming the metric for an empty name or a step that contradicts final. */
 qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt, bool final,
                                  const qc_metric *rows, size_t n, qs_error *err);
+/* experiment_numerics: removes experiment's pin. In one batch the pins and unpins of an
+ * experiment apply in queue order: its row is deleted, then the first pin queued after its
+ * last unpin (if any) is written. QS_EINVAL for an id <= 0. */
+qs_status qc_store_batch_experiment_unpin(qc_store_batch *b, int64_t experiment, qs_error *err);
+/* numerics_unpin_requests: answers request `request` with outcome ("unpinned", "refused",
+ * "not_pinned") and message. QS_EINVAL for an id <= 0, another outcome or non-UTF-8 text. */
+qs_status qc_store_batch_unpin_answer(qc_store_batch *b, int64_t request, const char *outcome,
+                                      const char *message, qs_error *err);
 /* cancel_requests.handled_at = now for every request with id <= upto_request. */
 qs_status qc_store_batch_cancels_handled(qc_store_batch *b, int64_t upto_request, qs_error *err);
 

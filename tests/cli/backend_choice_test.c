@@ -234,6 +234,48 @@ static void test_without_a_set_choice_nothing_but_the_cpu(void **state) {
     unsetenv("QSWEEP_CUDA_MODULE");
 }
 
+/* A worker whose backend falls back to the CPU offers no GPU in its HELLO, for every reason
+ * (jobs_backend.h qw_jobs_backend_offer), and says how many it withholds and why. */
+static void test_a_worker_fallen_back_to_the_cpu_offers_no_gpu(void **state) {
+    (void)state;
+    static const char *const codes[] = {"no_cuda_build", "no_gpu", "cuda_unavailable"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = strcmp(codes[i], "no_gpu") ? 2 : 0; /* no_gpu: the worker offers none */
+        qw_jobs_offer o = qw_jobs_backend_offer(QW_BACKEND_AUTO, n, codes[i]);
+        assert_int_equal(o.n_gpus, 0);
+        char want[160] = "";
+        if (n)
+            snprintf(want, sizeof want, "--backend auto runs on the CPU (%s): 2 GPUs not offered",
+                     codes[i]);
+        assert_string_equal(o.why, want);
+    }
+    assert_string_equal(qw_jobs_backend_offer(QW_BACKEND_AUTO, 1, "cuda_unavailable").why,
+                        "--backend auto runs on the CPU (cuda_unavailable): 1 GPU not offered");
+    /* on CUDA, and under --backend cpu (asked for by name), every offered GPU */
+    qw_jobs_offer o = qw_jobs_backend_offer(QW_BACKEND_AUTO, 2, "");
+    assert_int_equal(o.n_gpus, 2);
+    assert_string_equal(o.why, "");
+    assert_int_equal(qw_jobs_backend_offer(QW_BACKEND_CUDA, 2, "").n_gpus, 2);
+    assert_int_equal(qw_jobs_backend_offer(QW_BACKEND_CPU, 2, "").n_gpus, 2);
+    assert_int_equal(qw_jobs_backend_offer(QW_BACKEND_AUTO, 2, NULL).n_gpus, 2);
+
+    /* through the choice: two GPUs offered, and either no CUDA in this build or a CUDA module
+       that cannot be loaded ($QSWEEP_CUDA_MODULE naming a missing file, cuda_module.h) */
+    setenv("QSWEEP_CUDA_MODULE", "/nonexistent/libqsweep_cuda.so", 1);
+    qs_error err = {0};
+    qw_jobs_backend c;
+    assert_int_equal(qw_jobs_backend_config("auto", two, 2, qw_backend_cuda_built(), &c, &err),
+                     QS_OK);
+    assert_int_equal(qw_jobs_backend_set(&c, &err), QS_OK);
+    c = qw_jobs_backend_get();
+    const char *code = qw_backend_cuda_built() ? "cuda_unavailable" : "no_cuda_build";
+    assert_string_equal(c.fallback_code, code);
+    o = qw_jobs_backend_offer(c.kind, 2, c.fallback_code);
+    assert_int_equal(o.n_gpus, 0);
+    assert_non_null(strstr(o.why, code));
+    unsetenv("QSWEEP_CUDA_MODULE");
+}
+
 static void test_gemm_path_metric_names(void **state) {
     (void)state;
     char buf[64];
@@ -322,6 +364,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_path_metric_names),
         cmocka_unit_test(test_local_workers_share_out_the_gpus_round_robin),
         cmocka_unit_test(test_local_workers_offer_as_many_gpus_as_the_largest_job_asks),
+        cmocka_unit_test(test_a_worker_fallen_back_to_the_cpu_offers_no_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

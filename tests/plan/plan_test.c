@@ -726,6 +726,99 @@ static void test_plan_keeps_the_sweeps_numerics(void **state) {
     free(dir);
 }
 
+/* A plan reads one numerics path (cmd_plan_parts.h qsweep_plan_pick_path). The sweep's mxfp4
+ * jobs are made to look run on a second path, with a KL of 0 that would win every linear if the
+ * plan mixed the paths: the pinned path's plan has no mxfp4, --numerics of the other path has no
+ * nvfp4, and without a pin the plan is refused, naming both paths and --numerics. */
+static void test_plan_reads_one_numerics_path(void **state) {
+    (void)state;
+    char *dir = fx_tempdir("qsweep-plan-path");
+    assert_non_null(dir);
+    sandbox(dir);
+    static char out[1 << 16];
+    const char *run[] = {"run",       TINY,
+                         "--workers", "1",
+                         "--set",     "sensitivity.modes=[layer]",
+                         "--set",     "sensitivity.formats=[nvfp4,mxfp4]",
+                         "--set",     "sensitivity.quantize=[weights]",
+                         "--set",     "sensitivity.metrics=[kl]",
+                         "--set",     "dataset.max_chunks=2",
+                         NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    qc_pgserver *pg = NULL;
+    PGconn *c = sandbox_db(dir, &pg);
+    const char *other = "cpu-openblas-0.3.21-haswell";
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "WITH mx AS (SELECT id FROM jobs WHERE spec ->> 'format' = 'mxfp4') "
+             ", r AS (UPDATE results SET name = 'cpu_path.%s' WHERE name = "
+             "'cpu_path.cpu-qsweep-fixed2' AND job IN (SELECT id FROM mx)) "
+             ", k AS (UPDATE results SET value = 0 WHERE name = 'kl_mean' AND final AND job IN "
+             "(SELECT id FROM mx)) "
+             "UPDATE attempts SET numerics_path = '%s' WHERE job IN (SELECT id FROM mx)",
+             other, other);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQexec(c, "SELECT count(*) FROM experiment_numerics WHERE path = 'cpu-qsweep-fixed2'");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(r, 0, 0), "1");
+    PQclear(r);
+    char yaml[800], text[16384];
+    snprintf(yaml, sizeof yaml, "%s/plan.yaml", dir);
+    const char *conninfo = qc_pgserver_conninfo(pg);
+    const char *plan[] = {"plan", "tiny", "--budget-bits", "8", "-o", yaml, "--db", conninfo, NULL,
+                          NULL,   NULL};
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan exited %d:\n%s", rc, out);
+    char want[400];
+    snprintf(want, sizeof want,
+             "experiment 'tiny' ran on 2 numerics paths, cpu-qsweep-fixed2 (22 jobs), %s (21 "
+             "jobs); the plan reads cpu-qsweep-fixed2 (the path the experiment is pinned to)",
+             other);
+    if (!strstr(out, want)) fail_msg("no '%s' in:\n%s", want, out);
+    FILE *f = fopen(yaml, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    if (strstr(text, "mxfp4") || !strstr(text, "nvfp4"))
+        fail_msg("the pinned path's plan:\n%s", text);
+
+    plan[8] = "--numerics";
+    plan[9] = other;
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep plan --numerics exited %d:\n%s", rc, out);
+    f = fopen(yaml, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    if (!strstr(text, "mxfp4") || strstr(text, "nvfp4"))
+        fail_msg("the plan of --numerics %s:\n%s", other, text);
+
+    plan[9] = "cuda-cc90-auto";
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    assert_int_equal(rc, 2);
+    if (!strstr(out, "--numerics cuda-cc90-auto: experiment 'tiny' has no results on that path"))
+        fail_msg("--numerics of another path:\n%s", out);
+
+    r = PQexec(c, "DELETE FROM experiment_numerics");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    plan[8] = NULL;
+    rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
+    assert_int_equal(rc, 2);
+    snprintf(want, sizeof want,
+             "experiment 'tiny' ran on 2 numerics paths, cpu-qsweep-fixed2 (22 jobs), %s (21 "
+             "jobs), and is not pinned; a plan reads one path: give --numerics PATH",
+             other);
+    if (!strstr(out, want)) fail_msg("no '%s' in:\n%s", want, out);
+    PQfinish(c);
+    qc_pgserver_destroy(pg);
+    fx_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_dp_equals_brute_force_on_random_instances),
@@ -735,6 +828,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_of_tiny_layer_sweep_is_optimal),
         cmocka_unit_test(test_validate_measures_the_plan),
         cmocka_unit_test(test_plan_keeps_the_sweeps_numerics),
+        cmocka_unit_test(test_plan_reads_one_numerics_path),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

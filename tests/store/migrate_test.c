@@ -208,6 +208,59 @@ static void test_reader_role_cannot_write(void **state) {
     PQfinish(r);
 }
 
+/* 200_numerics_unpin.sql applied to a database holding attempts and results of the migrations
+ * before it: no row is lost, a CPU attempt takes the path its result recorded (not the text
+ * its worker announces now), a GPU attempt stays NULL; an attempt inserted afterwards takes its
+ * worker's announced path, which v_numerics_path gives as worker_path beside gpu-<gemm path>. */
+static void test_unpin_migration_keeps_rows_and_names_the_worker_path(void **state) {
+    (void)state;
+    char ci[1024];
+    pgtest_fresh_db(srv, "mig_unpin", ci, sizeof ci);
+    PGconn *c = pgtest_connect(ci);
+    qs_error err = {0};
+    size_t before = 0;
+    while (before < qc_schema_migrations_count && qc_schema_migrations[before].version < 200)
+        before++;
+    assert_true(before < qc_schema_migrations_count);
+    assert_int_equal(qc_schema_migrations[before].version, 200);
+    assert_int_equal(qc_migrate_list(c, qc_schema_migrations, before, NULL, &err), QS_OK);
+    pgtest_exec(c, "INSERT INTO experiments (name, grid) VALUES ('e', 'g')");
+    pgtest_exec(c, "INSERT INTO jobs (job_key, kind, spec) VALUES ('k1', 'eval', '{}'), "
+                   "('k2', 'eval', '{}')");
+    pgtest_exec(c, "INSERT INTO workers (id, numerics_path) VALUES ('w-cpu', "
+                   "'cpu-openblas-0.3.21-haswell'), ('w-gpu', 'cuda-cc90-auto')");
+    pgtest_exec(c, "INSERT INTO attempts (job, attempt, worker, outcome) VALUES "
+                   "(1, 1, 'w-cpu', 'succeeded'), (2, 1, 'w-gpu', 'succeeded')");
+    pgtest_exec(c, "INSERT INTO results (job, attempt, name, value, final) VALUES "
+                   "(1, 1, 'cpu_path.cpu-qsweep-fixed2', 1, true), "
+                   "(1, 1, 'ppl', 12.5, true), (2, 1, 'gemm_path.bf16', 1, true)");
+    int applied = 0;
+    assert_int_equal(qc_migrate(c, &applied, &err), QS_OK);
+    assert_int_equal(applied, (int)(qc_schema_migrations_count - before));
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM attempts"), 2);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM results"), 3);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM attempts WHERE job = 1 AND "
+                                    "numerics_path = 'cpu-qsweep-fixed2'"),
+                     1);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM attempts WHERE job = 2 AND "
+                                    "numerics_path IS NULL"),
+                     1);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM v_numerics_path WHERE job_id = 1 AND "
+                                    "path = 'cpu-qsweep-fixed2' AND worker_path = path"),
+                     1);
+    pgtest_exec(c, "INSERT INTO attempts (job, attempt, worker) VALUES (2, 2, 'w-gpu')");
+    pgtest_exec(c, "INSERT INTO results (job, attempt, name, value, final) VALUES "
+                   "(2, 2, 'gemm_path.native_fp4', 1, true) ON CONFLICT DO NOTHING");
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM attempts WHERE job = 2 AND attempt = 2 "
+                                    "AND numerics_path = 'cuda-cc90-auto'"),
+                     1);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM v_numerics_path WHERE job_id = 2 AND "
+                                    "path = 'gpu-native_fp4' AND worker_path = 'cuda-cc90-auto' "
+                                    "AND attempt = 2"),
+                     1);
+    PQfinish(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrations_apply_once_and_are_recorded),
@@ -217,6 +270,7 @@ int main(void) {
         cmocka_unit_test(test_failing_migration_rolls_back_and_names_its_line),
         cmocka_unit_test(test_unsorted_list_is_refused),
         cmocka_unit_test(test_reader_role_cannot_write),
+        cmocka_unit_test(test_unpin_migration_keeps_rows_and_names_the_worker_path),
     };
     return cmocka_run_group_tests(tests, setup, pgtest_teardown);
 }

@@ -1307,6 +1307,73 @@ static void test_read_only_server_is_a_condition_retried_like_a_lost_session(voi
     qc_store_close(s);
 }
 
+/* Pins and unpins of one experiment in one batch apply in queue order (store.h
+ * qc_store_batch_experiment_unpin): pin then unpin leaves none, unpin then pin leaves the new
+ * path in place of the stored one; an unpin request is answered once and polled no more. */
+static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_unpin", ci, sizeof ci);
+    qs_error err = {0};
+    qc_submit_counts c;
+    char a[512], b[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e2[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "e2", "", "g", NULL, e2, 1, &c, &err), &err);
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_experiment_pin(bt, 2, "cpu-qsweep-fixed2", &err), &err);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    qc_store_batch_clear(bt);
+    ok(qc_store_batch_experiment_pin(bt, 1, "cpu-qsweep-fixed2", &err), &err);
+    ok(qc_store_batch_experiment_unpin(bt, 1, &err), &err);
+    ok(qc_store_batch_experiment_unpin(bt, 2, &err), &err);
+    ok(qc_store_batch_experiment_pin(bt, 2, "cuda-cc90-auto", &err), &err);
+    ok(qc_store_batch_experiment_pin(bt, 2, "cuda-cc100-auto", &err), &err);
+    assert_int_equal(qc_store_batch_unpin_answer(bt, 1, "done", "", &err), QS_EINVAL);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    assert_int_equal(
+        count_where(s, "SELECT count(*) FROM experiment_numerics WHERE experiment = 1"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics WHERE experiment = 2 "
+                                    "AND path = 'cuda-cc90-auto'"),
+                     1);
+
+    /* `qsweep unpin` against a coordinator holding the lock: the request waits for an answer,
+       polled with the experiment's attempts the store holds running on the pinned path */
+    pgtest_exec(qc_store_pgconn(s), "INSERT INTO numerics_unpin_requests (experiment) VALUES (2)");
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO attempts (job, attempt, worker, numerics_path) VALUES (%lld, 1, 'w1', "
+             "'cuda-cc90-auto'), (%lld, 1, 'w2', 'cpu-qsweep-fixed2')",
+             (long long)job_id(s, "b"), (long long)job_id(s, "a"));
+    pgtest_exec(qc_store_pgconn(s), sql);
+    qc_unpin_request *rq = NULL;
+    size_t n = 0;
+    ok(qc_store_poll_unpins(s, &rq, &n, &err), &err);
+    assert_int_equal(n, 1);
+    assert_int_equal(rq[0].experiment, 2);
+    assert_string_equal(rq[0].stored_path, "cuda-cc90-auto");
+    assert_int_equal(rq[0].running, 1);
+    assert_string_equal(rq[0].running_worker, "w1");
+    qc_store_batch_clear(bt);
+    ok(qc_store_batch_experiment_unpin(bt, 2, &err), &err);
+    ok(qc_store_batch_unpin_answer(bt, rq[0].id, "unpinned", "unpinned from cuda-cc90-auto", &err),
+       &err);
+    free(rq);
+    ok(qc_store_flush(s, bt, NULL, &err), &err);
+    ok(qc_store_poll_unpins(s, &rq, &n, &err), &err);
+    assert_int_equal(n, 0);
+    free(rq);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM numerics_unpin_requests WHERE outcome = "
+                                    "'unpinned' AND handled_at IS NOT NULL"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics"), 0);
+    qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
@@ -1322,6 +1389,7 @@ int main(void) {
         cmocka_unit_test(test_text_that_is_not_utf8_is_refused_when_queued),
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_cancel_with_nothing_left_is_handled_at_once),
+        cmocka_unit_test(test_pins_and_unpins_in_one_batch_apply_in_order),
         cmocka_unit_test(test_requeue_resets_failed_and_cancelled_jobs),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),

@@ -200,6 +200,18 @@ void qw_jobs_gemm_fallback_metric(const char *status, char *buf, size_t cap) {
     if (at < cap) buf[at] = 0;
 }
 
+qw_jobs_offer qw_jobs_backend_offer(qw_backend_kind requested, size_t n_gpus,
+                                    const char *fallback_code) {
+    qw_jobs_offer o = {.n_gpus = n_gpus, .why = ""};
+    if (requested == QW_BACKEND_CPU || !fallback_code || !*fallback_code) return o;
+    o.n_gpus = 0;
+    if (n_gpus)
+        snprintf(o.why, sizeof o.why,
+                 "--backend auto runs on the CPU (%.24s): %zu GPU%s not offered", fallback_code,
+                 n_gpus, n_gpus == 1 ? "" : "s");
+    return o;
+}
+
 qw_jobs_backend qw_jobs_backend_get(void) {
     if (atomic_load(&set)) return chosen;
     /* no GPU offered: whatever $QSWEEP_BACKEND says, nothing but the CPU can be picked */

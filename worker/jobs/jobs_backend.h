@@ -127,6 +127,23 @@ qs_status qw_jobs_rank_backend(qw_backend *b, int rank, int threads, int max_in,
  * worker that never said which GPUs it offers never uses one). */
 qs_status qw_jobs_backend_set(const qw_jobs_backend *c, qs_error *err);
 
+/* What a worker offers in its HELLO: the GPUs its jobs may use, and why it withholds the others
+ * its --gpus named. */
+typedef struct qw_jobs_offer {
+    size_t n_gpus; /* the first n_gpus of the --gpus list; 0 withholds them all */
+    char why[160]; /* "" when nothing is withheld */
+} qw_jobs_offer;
+
+/* The GPUs to announce, from the backend asked for (`--backend`), the n_gpus --gpus offers and
+ * the fallback code of the choice qw_jobs_backend_set made (qw_jobs_backend.fallback_code, ""
+ * when none). A worker whose backend falls back to the CPU, for any reason, offers no GPU (its
+ * jobs would run on the CPU, so the scheduler must not fit GPU jobs on it): "--backend auto
+ * runs on the CPU (<code>): 2 GPUs not offered". "cuda" and "auto" on CUDA offer them all, and
+ * so does "cpu", asked for by name (its tensor-parallel ranks are CPU ranks of a job fitted on
+ * its GPUs). Pure. */
+qw_jobs_offer qw_jobs_backend_offer(qw_backend_kind requested, size_t n_gpus,
+                                    const char *fallback_code);
+
 /* The process-wide choice (as set, or the default above). */
 qw_jobs_backend qw_jobs_backend_get(void);
 
