@@ -259,8 +259,8 @@ static void adamw_first_step_follows_its_formula(void **s) {
 
 /* Values that reach the update: ordinary, zero of each sign, subnormal, huge, Inf, NaN. */
 static float odd_value(uint32_t *x, size_t i) {
-    static const float special[] = {0.0f, -0.0f, 1e-40f, -3e-39f, 3e38f, -3e38f, INFINITY,
-                                    -INFINITY, NAN};
+    static const float special[] = {0.0f,   -0.0f,    1e-40f,    -3e-39f, 3e38f,
+                                    -3e38f, INFINITY, -INFINITY, NAN};
     *x ^= *x << 13, *x ^= *x >> 17, *x ^= *x << 5;
     if (i % 37 == 5) return special[(i / 37) % (sizeof special / sizeof special[0])];
     return ((float)(*x >> 8) / 16777216.0f - 0.5f) * (float)(1 << (*x % 12));
@@ -278,8 +278,9 @@ static void adamw_over_an_array_gives_the_update_bits(void **s) {
         m0[i] = odd_value(&x, i + 23) * 1e-2f;
         v0[i] = fabsf(odd_value(&x, i + 29)) * 1e-4f;
     }
-    qw_adamw_hp h = {3e-3f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f - 0.9f * 0.9f * 0.9f,
-                     1.0f - 0.95f * 0.95f * 0.95f, 0.37f};
+    qw_adamw_hp h = {
+        3e-3f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f - 0.9f * 0.9f * 0.9f, 1.0f - 0.95f * 0.95f * 0.95f,
+        0.37f};
     for (int nt = 1; nt <= 2; nt++) {
         p[0] = malloc(n * 4), m[0] = malloc(n * 4), v[0] = malloc(n * 4);
         memcpy(p[0], p0, n * 4), memcpy(m[0], m0, n * 4), memcpy(v[0], v0, n * 4);

@@ -102,8 +102,7 @@ static const uint64_t TAB[256] = {
 
 /* v with its 128-bit lane `lane` replaced by the two doubles at p (AVX-512F's 32x4 insert). */
 #define ins2(v, p, lane)                                                                           \
-    _mm512_castps_pd(                                                                              \
-        _mm512_insertf32x4(_mm512_castpd_ps(v), _mm_castpd_ps(_mm_loadu_pd(p)), lane))
+    _mm512_castps_pd(_mm512_insertf32x4(_mm512_castpd_ps(v), _mm_castpd_ps(_mm_loadu_pd(p)), lane))
 
 /* exp of 8 lanes; *bad gets the lanes outside the main range (their values are not exp). */
 __attribute__((target("avx512f"))) static __m512d exp8(__m512d x, __mmask8 *bad) {

@@ -475,18 +475,18 @@ double qw_train_sumsq(const float *g, size_t n, int nt) {
 /* qw_adamw_update on 16 lanes at a time: the same single-precision operations in the same
  * order, none fused, each correctly rounded (vsqrtps as sqrtf), so the same bits; the scalar
  * loop does not vectorise because sqrtf may set errno. */
-__attribute__((target("avx512f"))) static void adamw_avx512(float *p, const float *g, float *m,
-                                                            float *v, size_t n,
-                                                            const qw_adamw_hp *h) {
+__attribute__((target("avx512f"))) static void
+adamw_avx512(float *p, const float *g, float *m, float *v, size_t n, const qw_adamw_hp *h) {
     const __m512 gs = _mm512_set1_ps(h->grad_scale), b1 = _mm512_set1_ps(h->b1),
                  b2 = _mm512_set1_ps(h->b2), ob1 = _mm512_set1_ps(1.0f - h->b1),
                  ob2 = _mm512_set1_ps(1.0f - h->b2), lrwd = _mm512_set1_ps(h->lr * h->wd),
-                 lr = _mm512_set1_ps(h->lr), c1 = _mm512_set1_ps(h->c1),
-                 c2 = _mm512_set1_ps(h->c2), eps = _mm512_set1_ps(h->eps);
+                 lr = _mm512_set1_ps(h->lr), c1 = _mm512_set1_ps(h->c1), c2 = _mm512_set1_ps(h->c2),
+                 eps = _mm512_set1_ps(h->eps);
     size_t j = 0;
     for (; j + 16 <= n; j += 16) {
         __m512 gj = _mm512_mul_ps(_mm512_loadu_ps(g + j), gs);
-        __m512 mm = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + j)), _mm512_mul_ps(ob1, gj));
+        __m512 mm =
+            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + j)), _mm512_mul_ps(ob1, gj));
         __m512 vv = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + j)),
                                   _mm512_mul_ps(_mm512_mul_ps(ob2, gj), gj));
         _mm512_storeu_ps(m + j, mm);
