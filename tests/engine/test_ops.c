@@ -1,7 +1,8 @@
 /* The engine's ops (ops.h) and weight forms (weights.h): a linear over weights in the
  * checkpoint's dtype or in packed FP4 gives exactly the bits of a GEMM over an FP32 copy (the
  * load-time copy, or the fake-quantized copy the engine held before), for any thread count; the
- * run state is one allocation; the small ops compute their formulas. */
+ * run state is one allocation; the small ops compute their formulas; RMSNorm's rows, summed side
+ * by side, each give the one-row loop's bits. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -210,6 +211,40 @@ static void run_state_is_one_allocation(void **state) {
     qw_backend_release(&b);
 }
 
+/* RMSNorm over T rows (the forward sums several rows' squares in one loop) against the loop of
+ * one row at a time written out, bit for bit, for row counts around the group size, in place
+ * and out of place, at 1 and 2 threads. */
+static void rmsnorm_rows_give_the_one_row_bits(void **state) {
+    (void)state;
+    enum { D = 67, TMAX = 9 };
+    float x[TMAX * D], w[D], want[TMAX * D], got[TMAX * D], rw[TMAX], rg[TMAX];
+    uint32_t u = 7u;
+    for (int i = 0; i < TMAX * D; i++) {
+        u ^= u << 13, u ^= u >> 17, u ^= u << 5;
+        x[i] = ((float)(u >> 8) / 16777216.0f - 0.5f) * (float)(1 << (u % 9));
+    }
+    for (int i = 0; i < D; i++)
+        w[i] = 1.0f + 0.01f * (float)i;
+    for (int T = 1; T <= TMAX; T++) {
+        for (int t = 0; t < T; t++) {
+            double ss = 0.0;
+            for (int i = 0; i < D; i++)
+                ss += (double)x[t * D + i] * x[t * D + i];
+            rw[t] = (float)(1.0 / sqrt(ss / D + 1e-5));
+            for (int i = 0; i < D; i++)
+                want[t * D + i] = w[i] * (x[t * D + i] * rw[t]);
+        }
+        for (int nt = 1; nt <= 2; nt++) {
+            qw_rmsnorm_forward(got, rg, x, w, T, D, 1e-5f, nt);
+            assert_memory_equal(got, want, (size_t)T * D * sizeof *got);
+            assert_memory_equal(rg, rw, (size_t)T * sizeof *rg);
+            memcpy(got, x, sizeof x);
+            qw_rmsnorm_forward(got, NULL, got, w, T, D, 1e-5f, nt);
+            assert_memory_equal(got, want, (size_t)T * D * sizeof *got);
+        }
+    }
+}
+
 /* The small ops against their formulas, values written out. */
 static void small_ops_compute_their_formulas(void **state) {
     (void)state;
@@ -366,6 +401,7 @@ static void cpu_score_rows_give_the_host_scoring_bits(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stored_weights_give_the_bits_of_the_fp32_copy),
+        cmocka_unit_test(rmsnorm_rows_give_the_one_row_bits),
         cmocka_unit_test(packed_weights_give_the_bits_of_fake_quant),
         cmocka_unit_test(activation_format_quantizes_a_copy_of_the_input),
         cmocka_unit_test(run_state_is_one_allocation),

@@ -5,6 +5,8 @@
  * - training is bit-identical for 1 and 2 threads (nvfp4 with SR, accumulation, clipping);
  * - gradient accumulation of 2 micro-batches of 1 equals one batch of 2 (FP32 rounding);
  * - the learning-rate schedule, AdamW's update and the clipping norm follow their formulas;
+ * - the CPU AdamW over an array gives adamw.h's one-parameter update bit for bit, and the
+ *   squared gradient norm is its 64 range sums, each in element order, then in range order;
  * - the data order is a seeded permutation per epoch, resumable by (epoch, position). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +19,9 @@
 
 #include <cmocka.h>
 
+#include "adamw.h"
 #include "data.h"
+#include "ops.h"
 #include "optim.h"
 #include "tmodel.h"
 #include "trainer.h"
@@ -253,6 +257,74 @@ static void adamw_first_step_follows_its_formula(void **s) {
     qw_tmodel_destroy(m);
 }
 
+/* Values that reach the update: ordinary, zero of each sign, subnormal, huge, Inf, NaN. */
+static float odd_value(uint32_t *x, size_t i) {
+    static const float special[] = {0.0f,   -0.0f,    1e-40f,    -3e-39f, 3e38f,
+                                    -3e38f, INFINITY, -INFINITY, NAN};
+    *x ^= *x << 13, *x ^= *x >> 17, *x ^= *x << 5;
+    if (i % 37 == 5) return special[(i / 37) % (sizeof special / sizeof special[0])];
+    return ((float)(*x >> 8) / 16777216.0f - 0.5f) * (float)(1 << (*x % 12));
+}
+
+static void adamw_over_an_array_gives_the_update_bits(void **s) {
+    (void)s;
+    enum { n = 3 * 4096 + 53 }; /* several shares, a tail shorter than a vector */
+    float *p[2], *m[2], *v[2], *g = malloc(n * 4);
+    float *p0 = malloc(n * 4), *m0 = malloc(n * 4), *v0 = malloc(n * 4);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = odd_value(&x, i);
+        p0[i] = odd_value(&x, i + 11);
+        m0[i] = odd_value(&x, i + 23) * 1e-2f;
+        v0[i] = fabsf(odd_value(&x, i + 29)) * 1e-4f;
+    }
+    qw_adamw_hp h = {
+        3e-3f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f - 0.9f * 0.9f * 0.9f, 1.0f - 0.95f * 0.95f * 0.95f,
+        0.37f};
+    for (int nt = 1; nt <= 2; nt++) {
+        p[0] = malloc(n * 4), m[0] = malloc(n * 4), v[0] = malloc(n * 4);
+        memcpy(p[0], p0, n * 4), memcpy(m[0], m0, n * 4), memcpy(v[0], v0, n * 4);
+        qw_train_adamw(p[0], g, m[0], v[0], n, h.lr, h.wd, h.b1, h.b2, h.eps, h.c1, h.c2,
+                       h.grad_scale, nt);
+        p[1] = malloc(n * 4), m[1] = malloc(n * 4), v[1] = malloc(n * 4);
+        memcpy(p[1], p0, n * 4), memcpy(m[1], m0, n * 4), memcpy(v[1], v0, n * 4);
+        for (size_t j = 0; j < n; j++)
+            qw_adamw_update(&p[1][j], &m[1][j], &v[1][j], g[j], &h);
+        assert_memory_equal(p[0], p[1], n * 4);
+        assert_memory_equal(m[0], m[1], n * 4);
+        assert_memory_equal(v[0], v[1], n * 4);
+        for (int k = 0; k < 2; k++)
+            free(p[k]), free(m[k]), free(v[k]);
+    }
+    free(g), free(p0), free(m0), free(v0);
+}
+
+static void sumsq_is_its_range_sums_in_order(void **s) {
+    (void)s;
+    const size_t sizes[] = {1, 63, 64, 65, 1000, 4099 * 7};
+    uint32_t x = 88172645u;
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        size_t n = sizes[t];
+        float *g = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            g[i] = odd_value(&x, i);
+            if (!isfinite(g[i])) g[i] = 1.5f;
+        }
+        double want = 0.0;
+        for (size_t r = 0; r < 64; r++) {
+            double part = 0.0;
+            for (size_t i = n * r / 64; i < n * (r + 1) / 64; i++)
+                part += (double)g[i] * g[i];
+            want += part;
+        }
+        for (int nt = 1; nt <= 3; nt++) {
+            double got = qw_train_sumsq(g, n, nt);
+            assert_memory_equal(&got, &want, sizeof got);
+        }
+        free(g);
+    }
+}
+
 static void data_order_is_a_seeded_permutation(void **s) {
     (void)s;
     enum { n = 16 * 40 + 1 };
@@ -321,6 +393,8 @@ int main(void) {
         cmocka_unit_test(accumulation_matches_a_bigger_batch),
         cmocka_unit_test(lr_schedule_follows_its_formula),
         cmocka_unit_test(adamw_first_step_follows_its_formula),
+        cmocka_unit_test(adamw_over_an_array_gives_the_update_bits),
+        cmocka_unit_test(sumsq_is_its_range_sums_in_order),
         cmocka_unit_test(data_order_is_a_seeded_permutation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

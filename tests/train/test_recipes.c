@@ -411,10 +411,12 @@ static void sr_makes_backward_unbiased(void **s) {
 }
 
 /* The bf16 recipe's inline rounding is the numeric core's BF16 codec (RNE, saturating, NaN to
- * 0x7FC0), bit for bit, over a sweep of FP32 bit patterns and the special values. */
+ * 0x7FC0), bit for bit, over a sweep of FP32 bit patterns and the special values; so is the
+ * array rounding of the CPU operands (qw_train_round_bf16_copy, its vector path included). */
 static void bf16_rounding_is_the_codecs(void **s) {
     (void)s;
-    size_t bad = 0, n = 0;
+    size_t bad = 0, n = 0, cap = (1ull << 32) / 65521 + 1;
+    float *xs = malloc(cap * 4), *ys = malloc(cap * 4);
     for (uint64_t u = 0; u < (1ull << 32); u += 65521) {
         uint32_t b = (uint32_t)u;
         float x, want, got;
@@ -422,8 +424,18 @@ static void bf16_rounding_is_the_codecs(void **s) {
         want = qk_codec_decode(&qk_codec_bf16, qk_codec_encode(&qk_codec_bf16, x, QK_ROUND_RNE, 0));
         got = qw_round_bf16(x);
         bad += memcmp(&want, &got, 4) != 0;
-        n++;
+        xs[n++] = x;
     }
+    for (int nt = 1; nt <= 2; nt++) {
+        qw_train_round_bf16_copy(ys, xs, n, nt);
+        for (size_t i = 0; i < n; i++) {
+            float want = qk_codec_decode(&qk_codec_bf16,
+                                         qk_codec_encode(&qk_codec_bf16, xs[i], QK_ROUND_RNE, 0));
+            bad += memcmp(&want, &ys[i], 4) != 0;
+        }
+    }
+    free(xs);
+    free(ys);
     const uint32_t specials[] = {0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00001u,
                                  0xFFC00000u, 0x00000001u, 0x80000000u, 0x3F808000u, 0x3F818000u};
     for (size_t i = 0; i < sizeof specials / 4; i++) {

@@ -100,6 +100,10 @@ static const uint64_t TAB[256] = {
 
 #if defined(__x86_64__)
 
+/* v with its 128-bit lane `lane` replaced by the two doubles at p (AVX-512F's 32x4 insert). */
+#define ins2(v, p, lane)                                                                           \
+    _mm512_castps_pd(_mm512_insertf32x4(_mm512_castpd_ps(v), _mm_castpd_ps(_mm_loadu_pd(p)), lane))
+
 /* exp of 8 lanes; *bad gets the lanes outside the main range (their values are not exp). */
 __attribute__((target("avx512f"))) static __m512d exp8(__m512d x, __mmask8 *bad) {
     __m512i bits = _mm512_castpd_si512(x);
@@ -112,9 +116,21 @@ __attribute__((target("avx512f"))) static __m512d exp8(__m512d x, __mmask8 *bad)
     kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFT));
     __m512d r = _mm512_fmadd_pd(kd, _mm512_set1_pd(NEG_LN2_HI_N), x);
     r = _mm512_fmadd_pd(kd, _mm512_set1_pd(NEG_LN2_LO_N), r);
-    __m512i idx = _mm512_slli_epi64(_mm512_and_si512(ki, _mm512_set1_epi64(127)), 1);
-    __m512d tail = _mm512_castsi512_pd(_mm512_i64gather_epi64(idx, (const void *)TAB, 8));
-    __m512i sbits = _mm512_add_epi64(_mm512_i64gather_epi64(idx, (const void *)(TAB + 1), 8),
+    /* TAB[2k] and TAB[2k+1] of each lane as one 16-byte load, the pairs of lanes 0, 2, 4, 6
+     * and 1, 3, 5, 7 unpacked into T and H: fewer cycles than two 8-lane gathers */
+    _Alignas(64) int64_t ix[8];
+    _mm512_store_si512(ix, _mm512_and_si512(ki, _mm512_set1_epi64(127)));
+    const double *tab = (const double *)(const void *)TAB;
+    __m512d ev = _mm512_castpd128_pd512(_mm_loadu_pd(tab + 2 * ix[0]));
+    __m512d od = _mm512_castpd128_pd512(_mm_loadu_pd(tab + 2 * ix[1]));
+    ev = ins2(ev, tab + 2 * ix[2], 1);
+    od = ins2(od, tab + 2 * ix[3], 1);
+    ev = ins2(ev, tab + 2 * ix[4], 2);
+    od = ins2(od, tab + 2 * ix[5], 2);
+    ev = ins2(ev, tab + 2 * ix[6], 3);
+    od = ins2(od, tab + 2 * ix[7], 3);
+    __m512d tail = _mm512_unpacklo_pd(ev, od);
+    __m512i sbits = _mm512_add_epi64(_mm512_castpd_si512(_mm512_unpackhi_pd(ev, od)),
                                      _mm512_slli_epi64(ki, 45));
     __m512d r2 = _mm512_mul_pd(r, r);
     __m512d a = _mm512_fmadd_pd(r, _mm512_set1_pd(C3), _mm512_set1_pd(C2));

@@ -14,6 +14,9 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* ---------------------------------------------------------------- GEMM */
 
@@ -435,16 +438,32 @@ void qw_train_linear_backward(float *dx, int dx_accumulate, float *dW, const flo
 /* ---------------------------------------------------------------- optimizer */
 
 #define SUMSQ_RANGES 64
+#define SUMSQ_LANES 4 /* ranges summed side by side by one thread */
 
 double qw_train_sumsq(const float *g, size_t n, int nt) {
     double part[SUMSQ_RANGES];
+    /* Each range is one chain of double adds in element order, bound by the add's latency;
+     * SUMSQ_LANES chains advance in one loop so the core overlaps them: the same chains, the
+     * same bits. */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < SUMSQ_RANGES; r++) {
-        size_t a = n * (size_t)r / SUMSQ_RANGES, b = n * (size_t)(r + 1) / SUMSQ_RANGES;
-        double s = 0.0;
-        for (size_t i = a; i < b; i++)
-            s += (double)g[i] * g[i];
-        part[r] = s;
+    for (int q = 0; q < SUMSQ_RANGES / SUMSQ_LANES; q++) {
+        size_t a[SUMSQ_LANES], len[SUMSQ_LANES], common = n;
+        double s[SUMSQ_LANES];
+        for (int l = 0; l < SUMSQ_LANES; l++) {
+            size_t r = (size_t)(q * SUMSQ_LANES + l);
+            a[l] = n * r / SUMSQ_RANGES;
+            len[l] = n * (r + 1) / SUMSQ_RANGES - a[l];
+            common = len[l] < common ? len[l] : common;
+            s[l] = 0.0;
+        }
+        for (size_t i = 0; i < common; i++)
+            for (int l = 0; l < SUMSQ_LANES; l++)
+                s[l] += (double)g[a[l] + i] * g[a[l] + i];
+        for (int l = 0; l < SUMSQ_LANES; l++) {
+            for (size_t i = common; i < len[l]; i++)
+                s[l] += (double)g[a[l] + i] * g[a[l] + i];
+            part[q * SUMSQ_LANES + l] = s[l];
+        }
     }
     double s = 0.0;
     for (int r = 0; r < SUMSQ_RANGES; r++)
@@ -452,12 +471,61 @@ double qw_train_sumsq(const float *g, size_t n, int nt) {
     return s;
 }
 
+#if defined(__x86_64__)
+/* qw_adamw_update on 16 lanes at a time: the same single-precision operations in the same
+ * order, none fused, each correctly rounded (vsqrtps as sqrtf), so the same bits; the scalar
+ * loop does not vectorise because sqrtf may set errno. */
+__attribute__((target("avx512f"))) static void
+adamw_avx512(float *p, const float *g, float *m, float *v, size_t n, const qw_adamw_hp *h) {
+    const __m512 gs = _mm512_set1_ps(h->grad_scale), b1 = _mm512_set1_ps(h->b1),
+                 b2 = _mm512_set1_ps(h->b2), ob1 = _mm512_set1_ps(1.0f - h->b1),
+                 ob2 = _mm512_set1_ps(1.0f - h->b2), lrwd = _mm512_set1_ps(h->lr * h->wd),
+                 lr = _mm512_set1_ps(h->lr), c1 = _mm512_set1_ps(h->c1), c2 = _mm512_set1_ps(h->c2),
+                 eps = _mm512_set1_ps(h->eps);
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 gj = _mm512_mul_ps(_mm512_loadu_ps(g + j), gs);
+        __m512 mm =
+            _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + j)), _mm512_mul_ps(ob1, gj));
+        __m512 vv = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + j)),
+                                  _mm512_mul_ps(_mm512_mul_ps(ob2, gj), gj));
+        _mm512_storeu_ps(m + j, mm);
+        _mm512_storeu_ps(v + j, vv);
+        __m512 pj = _mm512_loadu_ps(p + j);
+        pj = _mm512_sub_ps(pj, _mm512_mul_ps(lrwd, pj));
+        __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(vv, c2)), eps);
+        pj = _mm512_sub_ps(pj, _mm512_div_ps(_mm512_mul_ps(lr, _mm512_div_ps(mm, c1)), den));
+        _mm512_storeu_ps(p + j, pj);
+    }
+    for (; j < n; j++)
+        qw_adamw_update(&p[j], &m[j], &v[j], g[j], h);
+}
+#endif
+
+/* Elements per share of the AdamW loop: whole vectors, few shares per thread. */
+#define ADAMW_BLOCK 4096
+
 void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float wd,
                     float b1, float b2, float eps, float c1, float c2, float grad_scale, int nt) {
     qw_adamw_hp h = {lr, wd, b1, b2, eps, c1, c2, grad_scale};
+    int vec = 0;
+#if defined(__x86_64__)
+    vec = __builtin_cpu_supports("avx512f");
+#endif
+    size_t blocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+    if ((size_t)nt > blocks) nt = blocks ? (int)blocks : 1;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t j = 0; j < n; j++)
-        qw_adamw_update(&p[j], &m[j], &v[j], g[j], &h);
+    for (size_t b = 0; b < blocks; b++) {
+        size_t j0 = b * ADAMW_BLOCK, k = n - j0 < ADAMW_BLOCK ? n - j0 : ADAMW_BLOCK;
+#if defined(__x86_64__)
+        if (vec) {
+            adamw_avx512(p + j0, g + j0, m + j0, v + j0, k, &h);
+            continue;
+        }
+#endif
+        for (size_t j = j0; j < j0 + k; j++)
+            qw_adamw_update(&p[j], &m[j], &v[j], g[j], &h);
+    }
 }
 
 /* ---------------------------------------------------------------- BF16 */
@@ -481,14 +549,53 @@ float qw_round_bf16(float x) {
     return x;
 }
 
+#if defined(__x86_64__)
+/* round_bf16_bits on 16 lanes, each select a mask move; the tail by the scalar rule. */
+__attribute__((target("avx512f"))) static void round_bf16_avx512(float *dst, const float *src,
+                                                                 size_t n) {
+    const __m512i expo = _mm512_set1_epi32(0x7F800000), one = _mm512_set1_epi32(1);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512(src + i);
+        __m512i sat = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+                                      _mm512_set1_epi32(0x7F7F0000));
+        __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+        __mmask16 r_inf = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r, expo), expo);
+        __m512i fin = _mm512_mask_mov_epi32(
+            _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)), r_inf, sat);
+        __mmask16 u_inf = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, expo), expo);
+        __mmask16 mant = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007FFFFF));
+        __m512i nonfin = _mm512_mask_mov_epi32(sat, mant, _mm512_set1_epi32(0x7FC00000));
+        _mm512_storeu_si512(dst + i, _mm512_mask_mov_epi32(fin, u_inf, nonfin));
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        u = round_bf16_bits(u);
+        memcpy(&dst[i], &u, 4);
+    }
+}
+#endif
+
 void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt) {
     /* ranges of 4096 elements: few threads' worth of work per call on the small operands */
     size_t blocks = (n + 4095) / 4096;
     if ((size_t)nt > blocks) nt = (int)blocks;
     if (nt < 1) nt = 1;
+    int vec = 0;
+#if defined(__x86_64__)
+    vec = __builtin_cpu_supports("avx512f");
+#endif
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t b = 0; b < blocks; b++) {
         size_t i0 = b * 4096, i1 = i0 + 4096 < n ? i0 + 4096 : n;
+#if defined(__x86_64__)
+        if (vec) {
+            round_bf16_avx512(dst + i0, src + i0, i1 - i0);
+            continue;
+        }
+#endif
         for (size_t i = i0; i < i1; i++) {
             uint32_t u;
             memcpy(&u, &src[i], 4);
