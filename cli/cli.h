@@ -118,6 +118,11 @@ qs_status qsweep_load_grid(const char *path, const char *const *sets, size_t n_s
 qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
                              qc_submit_counts *counts, qs_error *err);
 
+/* qsweep_submit_jobs with the experiment pinned to numerics path pin in the same transaction
+ * (qc_store_submit_pinned; NULL: none). */
+qs_status qsweep_submit_jobs_pinned(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
+                                    const char *pin, qc_submit_counts *counts, qs_error *err);
+
 /* Prints one experiment's progress line, without a newline: bar, counts by state, ETA
  * (cmd_query.c). */
 void qsweep_print_progress(qc_store *s, const qc_progress *p, FILE *out);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cmd_plan_parts.h"
+#include "numerics_path.h"
 #include "synthetic.h"
 
 /* The name of the experiment that measures the plan:
@@ -124,6 +125,13 @@ void qsweep_plan_write_grid(FILE *out, const qsweep_plan_choice *pc, const json_
 }
 
 /* --validate (cmd_plan_parts.h): the grid through a private file into the sweep's database. */
+/* The numerics path the validation experiment is pinned to: the path the plan read
+ * (qsweep_plan_pick_path) where a worker can announce it; NULL where the plan read every job
+ * (no result names a path) or a path of results older than attempts' paths ("gpu-<gemm>"). */
+static const char *validation_pin(const qsweep_plan_input *in) {
+    return qs_numerics_path_valid(in->path) ? in->path : NULL;
+}
+
 qs_status qsweep_plan_validate(qc_store *s, const qsweep_plan_choice *pc,
                                const json_t *method_options, double cost, double bits,
                                qs_error *err) {
@@ -157,10 +165,14 @@ qs_status qsweep_plan_validate(qc_store *s, const qsweep_plan_choice *pc,
     qc_job_list jobs = {0};
     qc_submit_counts counts = {0};
     qs_status st = qsweep_load_grid(path, NULL, 0, &g, &jobs, err);
-    if (!st) st = qsweep_submit_jobs(s, g, &jobs, &counts, err);
+    /* pinned to the path the plan read, so its workers measure it where the costs were
+       measured; its job keys, and so the baseline it shares with the sweep, stay the grid's */
+    const char *pin = validation_pin(pc->in);
+    if (!st) st = qsweep_submit_jobs_pinned(s, g, &jobs, pin, &counts, err);
     if (!st) {
         printf("validation: ");
         qsweep_print_submit(g, jobs.n, &counts, stdout);
+        if (pin) printf("validation: pinned to numerics path %s, the one the plan read\n", pin);
         if (counts.jobs_new || counts.reused_pending)
             printf("validation: %s (qsweep worker, or qsweep run on the grid); "
                    "then qsweep plan %s --budget-bits %g%s%s%s%s%s%s prints it measured\n",

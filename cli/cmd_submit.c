@@ -158,6 +158,11 @@ static void print_dry_run(const qc_grid *g, const qc_job_list *jobs, int sample,
 
 qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
                              qc_submit_counts *counts, qs_error *err) {
+    return qsweep_submit_jobs_pinned(db, g, jobs, NULL, counts, err);
+}
+
+qs_status qsweep_submit_jobs_pinned(qc_store *db, const qc_grid *g, const qc_job_list *jobs,
+                                    const char *pin, qc_submit_counts *counts, qs_error *err) {
     qc_job_submit *js = calloc(jobs->n ? jobs->n : 1, sizeof *js);
     const char **deps = calloc(jobs->n ? jobs->n * QC_JOB_DEPS_MAX : 1, sizeof *deps);
     if (!js || !deps) {
@@ -185,7 +190,8 @@ qs_status qsweep_submit_jobs(qc_store *db, const qc_grid *g, const qc_job_list *
         }
     }
     qs_status st =
-        qc_store_submit(db, g->name, g->description, g->source, NULL, js, jobs->n, counts, err);
+        qc_store_submit_pinned(db, g->name, g->description, g->source, NULL, js, jobs->n, pin,
+                               counts, err);
     if (st == QS_ESTATE) {
         /* the name is taken by another grid: bad input, and the way out is a new name */
         char msg[sizeof err->msg];

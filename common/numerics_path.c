@@ -45,3 +45,8 @@ bool qs_numerics_request_valid(const char *want) {
         if (!strcmp(d + digits + 1, qs_numerics_cuda_gemm[i])) return true;
     return false;
 }
+
+bool qs_numerics_path_valid(const char *path) {
+    return qs_numerics_request_valid(path) && strcmp(path, "any") && strcmp(path, "cpu") &&
+           strcmp(path, "cuda");
+}

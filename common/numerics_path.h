@@ -24,4 +24,8 @@ extern const char *const qs_numerics_cuda_gemm[4];
  * case), "cuda-cc<digits>-<qs_numerics_cuda_gemm>". */
 bool qs_numerics_request_valid(const char *want);
 
+/* Whether path is one path a worker may announce (qs_numerics_request_valid less "any" and the
+ * families "cpu" and "cuda"): what an experiment can be pinned to. */
+bool qs_numerics_path_valid(const char *path);
+
 #endif

@@ -225,6 +225,17 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
                           const char *grid_text, const char *grid_json, const qc_job_submit *jobs,
                           size_t n_jobs, qc_submit_counts *out, qs_error *err);
 
+/* qc_store_submit, and in the same transaction the experiment pinned to numerics path pin
+ * (experiment_numerics, schema/180; NULL: no pin) unless it is pinned already, so a coordinator
+ * that loads its jobs holds the pin before it dispatches the first (coordinator/server/pins.h).
+ * QS_EINVAL when pin is not one path a worker announces (common/numerics_path.h
+ * qs_numerics_path_valid: "any" and the families "cpu" and "cuda" are refused too); nothing is
+ * written then. */
+qs_status qc_store_submit_pinned(qc_store *s, const char *name, const char *description,
+                                 const char *grid_text, const char *grid_json,
+                                 const qc_job_submit *jobs, size_t n_jobs, const char *pin,
+                                 qc_submit_counts *out, qs_error *err);
+
 /* Re-queues the failed and cancelled jobs of an experiment (qsweep's answer to "cancelled
  * jobs can never be run again"): in one transaction, each such job linked to the experiment
  * (also one shared with another experiment) gets state pending, attempts_used 0, no

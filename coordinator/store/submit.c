@@ -10,6 +10,7 @@
 
 #include "sqltext.h"
 #include "lock.h"
+#include "numerics_path.h"
 #include "session.h"
 
 /* Checks one job's fields and its spec JSON; QS_EINVAL naming the job and field. */
@@ -304,7 +305,33 @@ static qs_status submit_jobs(qc_store *s, const submit_cols *c, qc_submit_counts
 qs_status qc_store_submit(qc_store *s, const char *name, const char *description,
                           const char *grid_text, const char *grid_json, const qc_job_submit *jobs,
                           size_t n_jobs, qc_submit_counts *out, qs_error *err) {
+    return qc_store_submit_pinned(s, name, description, grid_text, grid_json, jobs, n_jobs, NULL,
+                                  out, err);
+}
+
+/* The experiment's pin, kept where it has one (a pin from its first dispatch, or an earlier
+ * submission's). */
+static qs_status submit_pin(qc_store *s, const qc_submit_counts *out, const char *pin,
+                            qs_error *err) {
+    char id[24];
+    snprintf(id, sizeof id, "%lld", (long long)out->experiment_id);
+    const char *p[] = {id, pin};
+    return qc_store_command(s,
+                            "INSERT INTO experiment_numerics (experiment, path) VALUES ($1, $2) "
+                            "ON CONFLICT (experiment) DO NOTHING",
+                            2, p, "submit: pinning the experiment", err);
+}
+
+qs_status qc_store_submit_pinned(qc_store *s, const char *name, const char *description,
+                                 const char *grid_text, const char *grid_json,
+                                 const qc_job_submit *jobs, size_t n_jobs, const char *pin,
+                                 qc_submit_counts *out, qs_error *err) {
     *out = (qc_submit_counts){0};
+    if (pin && !qs_numerics_path_valid(pin))
+        return qs_error_set(err, QS_EINVAL,
+                            "submit: experiment %s: numerics pin '%s' is no path a worker "
+                            "announces",
+                            name ? name : "", pin);
     if (!name || !*name) return qs_error_set(err, QS_EINVAL, "submit: experiment name is empty");
     if (!grid_text)
         return qs_error_set(err, QS_EINVAL, "submit: experiment %s: grid text is missing", name);
@@ -340,6 +367,7 @@ qs_status qc_store_submit(qc_store *s, const char *name, const char *description
                            "submit: taking the submit lock", err);
     if (!st) st = submit_experiment(s, name, description, grid_text, grid_json, out, err);
     if (!st) st = submit_jobs(s, &c, out, err);
+    if (!st && pin) st = submit_pin(s, out, pin, err);
     if (!st) st = qc_store_exec(s, "NOTIFY qsweep_jobs", "submit: NOTIFY", err);
     if (!st) st = qc_store_exec(s, "COMMIT", "submit: COMMIT", err);
     if (st) {

@@ -561,6 +561,16 @@ static void test_validate_measures_the_plan(void **state) {
         !strstr(out, "2 jobs: 1 new, 1 already done"))
         fail_msg("no validation submit line in\n%s", out);
     double predicted = number_after(out, "predicted kl_mean: ");
+    /* pinned at submission to the path the plan read (the sweep's), so whichever worker is up
+       first cannot measure it on another; the job keys above stay the grid's */
+    if (!strstr(out, "validation: pinned to numerics path cpu-qsweep-fixed2, the one the plan read"))
+        fail_msg("no pin line in\n%s", out);
+    PGresult *pin = PQexec(c, "SELECT n.path FROM experiment_numerics n JOIN experiments e ON "
+                              "e.id = n.experiment WHERE e.name = 'tiny-plan-6b-groups'");
+    assert_int_equal(PQresultStatus(pin), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(pin), 1);
+    assert_string_equal(PQgetvalue(pin, 0, 0), "cpu-qsweep-fixed2");
+    PQclear(pin);
     /* a second --validate before the workers ran it: nothing new, and it says it is queued */
     rc = fx_run(QSWEEP_BIN, plan, out, sizeof out);
     if (rc != 0) fail_msg("second qsweep plan --validate exited %d:\n%s", rc, out);

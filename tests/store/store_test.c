@@ -94,6 +94,39 @@ static void test_submit_twice_adds_nothing(void **state) {
     qc_store_close(s);
 }
 
+/* A pinned submission writes the pin with the experiment, keeps a pin the experiment already
+ * has, and refuses what is not one path (a family, "any", a misspelling) writing nothing. */
+static void test_submit_pinned_pins_in_its_transaction(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_submit_pin", ci, sizeof ci);
+    char spec[512];
+    eval_spec(spec, sizeof spec, "m1", "nvfp4", "block", "0");
+    qc_job_submit jobs[] = {{"k0", "eval", spec, 0, 0, 0, NULL, 3, NULL, 0, false, NULL}};
+    qc_submit_counts c;
+    qs_error err = {0};
+    const char *bad[] = {"cpu", "cuda", "any", "cpu-qsweep-fixed9", "cuda-cc90-fast", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(qc_store_submit_pinned(s, "p", "", "g", NULL, jobs, 1, bad[i], &c, &err),
+                         QS_EINVAL);
+        if (!strstr(err.msg, "numerics pin")) fail_msg("pin '%s': %s", bad[i], err.msg);
+    }
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiments"), 0);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM jobs"), 0);
+    ok(qc_store_submit_pinned(s, "p", "", "g", NULL, jobs, 1, "cuda-cc90-auto", &c, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics n JOIN experiments "
+                                    "e ON e.id = n.experiment WHERE e.name = 'p' AND "
+                                    "n.path = 'cuda-cc90-auto'"),
+                     1);
+    /* submitted again with another pin: the experiment keeps the one it has */
+    ok(qc_store_submit_pinned(s, "p", "", "g", NULL, jobs, 1, "cpu-qsweep-fixed2", &c, &err), &err);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics WHERE path = "
+                                    "'cuda-cc90-auto'"),
+                     1);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics"), 1);
+    qc_store_close(s);
+}
+
 /* Breaker #9: the same grid text over a changed token file gives other job_keys; adding
  * them to the experiment that holds the old ones is refused (the user picks a new name) and
  * nothing is written; the identical submission still adds nothing. */
@@ -1377,6 +1410,7 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
+        cmocka_unit_test(test_submit_pinned_pins_in_its_transaction),
         cmocka_unit_test(test_same_name_with_other_jobs_is_refused),
         cmocka_unit_test(test_job_shared_by_two_experiments_is_linked_not_copied),
         cmocka_unit_test(test_bad_submissions_write_nothing),
