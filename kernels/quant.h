@@ -128,8 +128,8 @@ typedef struct qk_packed {
 /* Versions. qk_packed_init, qk_quantize and qk_quantize_rows give p a version no packed
  * tensor of the process had before, so a device copy keyed by (address, version) is current
  * exactly when both match, even after a release and init at the same address. Code that
- * writes codes, scales or tensor scales itself calls qk_packed_changed before anything reads
- * them. */
+ * writes codes, scales or tensor scales itself calls qk_packed_changed before the tensor is
+ * read again (filling it between qk_packed_init and its first reader needs no call). */
 void qk_packed_changed(qk_packed *p);
 
 /* Allocates p for a [rows x k] tensor of fmt (opt NULL: defaults). Errors, p then empty:
