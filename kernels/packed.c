@@ -1,8 +1,16 @@
 /* Packed storage of one quantized tensor (quant.h qk_packed): allocation, the quantize
  * entry points (whole tensor, or a chunk of rows) and dequantization. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "scale_rules.h"
+
+/* The last version given (quant.h); 0 is never given: it marks an empty packed tensor. */
+static atomic_uint_fast64_t last_version;
+
+void qk_packed_changed(qk_packed *p) {
+    p->version = (uint64_t)atomic_fetch_add(&last_version, 1) + 1;
+}
 
 qs_status qk_packed_init(qk_packed *pk, const qk_format *fmt, const qk_quant_options *opt,
                          size_t rows, size_t k, qs_error *err) {
@@ -38,6 +46,7 @@ qs_status qk_packed_init(qk_packed *pk, const qk_format *fmt, const qk_quant_opt
     if (fmt->storage == QK_STORE_F32) pk->scales_f32 = (float *)(void *)mem;
     if (fmt->storage == QK_STORE_E4M3 || fmt->storage == QK_STORE_E8M0) pk->scales = mem;
     pk->codes = mem + scale_bytes;
+    qk_packed_changed(pk);
     return QS_OK;
 }
 
@@ -81,6 +90,7 @@ qs_status qk_quantize(const qk_format *fmt, const qk_quant_options *opt, const f
     qk_plan_tensor_scales(&p, x, opt);
     set_packed_scales(&p, pk);
     qk_quantize_groups(&p, opt, x, 0, rows, pk);
+    qk_packed_changed(pk);
     return QS_OK;
 }
 
@@ -114,6 +124,7 @@ qs_status qk_quantize_rows(const qk_format *fmt, const qk_quant_options *opt, co
     p.xrow0 = row0;
     set_packed_scales(&p, pk);
     qk_quantize_groups(&p, opt, x, row0, n, pk);
+    qk_packed_changed(pk);
     return QS_OK;
 }
 

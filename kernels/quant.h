@@ -121,8 +121,16 @@ typedef struct qk_packed {
     float tensor_scale;    /* S_dec: NVFP4 amax_t/2688 (ModelOpt's weight_scale_2), FP8 /448; 1 */
     float tensor_amax;     /* amax_t that S_dec came from, given or own (0 when unused) */
     int tensor_scale_exp2; /* <= 0; nonzero only for QK_TINY_EXACT on a tiny tensor */
+    uint64_t version;      /* process-unique stamp of the contents, 0 when empty (below) */
     void *storage_;        /* the one allocation; private */
 } qk_packed;
+
+/* Versions. qk_packed_init, qk_quantize and qk_quantize_rows give p a version no packed
+ * tensor of the process had before, so a device copy keyed by (address, version) is current
+ * exactly when both match, even after a release and init at the same address. Code that
+ * writes codes, scales or tensor scales itself calls qk_packed_changed before the tensor is
+ * read again (filling it between qk_packed_init and its first reader needs no call). */
+void qk_packed_changed(qk_packed *p);
 
 /* Allocates p for a [rows x k] tensor of fmt (opt NULL: defaults). Errors, p then empty:
  * QS_EINVAL (empty, overflow, bad option), QS_EUNSUPPORTED (bf16), QS_ENOMEM. */

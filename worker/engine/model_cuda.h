@@ -25,9 +25,6 @@
  *   3. A `release` entry in the ops table that qw_backend_release calls (the CUDA table's
  *      aggregate initializer needs the member at the same time), so model destroy is right on
  *      either backend without qw_model_use_cpu first.
- *   4. apply_policy.c could call qw_backend_cuda_forget_weights (or a `weights_changed` table
- *      entry, a no-op on the CPU) when it re-quantizes packed slots; today the device cache
- *      notices the change by fingerprint, which costs a hash per use.
  * The host reaches a CUDA model's buffers only through the table (ops.h upload, fetch,
  * download, score_rows): the RoPE tables (runstate.c), the prefix cache's residuals (model.c),
  * the evaluation's logits and baseline rows (eval.c), a tensor-parallel group's amax

@@ -16,9 +16,9 @@
  * - masters (FP32 in place or the checkpoint's dtype) are keyed by their host data pointer:
  *   the mapped checkpoint (or the synthetic builder's masters) never changes under a model;
  * - a packed weight is keyed by the address of its qk_packed; its contents change when a policy
- *   is applied, so each use compares a fingerprint (format, shape, tensor scale and 32 sampled
- *   windows of 64 bytes of the codes and of the scales) and uploads again when it differs:
- *   one device copy per packed slot, whatever the number of policies;
+ *   is applied, and every write gives it a new version (quant.h qk_packed.version), so each
+ *   use compares the version uploaded with the weight's (no pass over its bytes) and uploads
+ *   again when they differ: one device copy per packed slot, whatever the number of policies;
  * - host FP32 vectors the ops take as plain pointers (RMSNorm weights, RoPE tables when they
  *   are not in backend memory) are uploaded once per host pointer.
  * The device copy holds the FP32 values qw_weight_rows_f32 gives (the CPU reference's values

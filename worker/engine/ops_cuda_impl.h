@@ -17,15 +17,16 @@ extern "C" {
 }
 
 /* One cached device copy. kind: 0 master (key = host data pointer), 1 packed (key = the
- * qk_packed address, fingerprint checked on each use), 2 FP32 vector (key = host pointer). */
+ * qk_packed address, current while its version is the one uploaded: quant.h), 2 FP32 vector
+ * (key = host pointer). */
 typedef struct cuda_weight {
     int kind;
     const void *key;
     int64_t rows, cols;
-    uint64_t fingerprint; /* packed only */
-    float *f32;           /* [rows x cols] device, gemm fp32 (and vectors, embeddings) */
-    __nv_bfloat16 *bf16;  /* [rows x cols] device, gemm bf16 */
-    __half *f16;          /* [rows x cols] device, the auto path's FP16 masters */
+    uint64_t version;    /* packed only: the qk_packed version uploaded */
+    float *f32;          /* [rows x cols] device, gemm fp32 (and vectors, embeddings) */
+    __nv_bfloat16 *bf16; /* [rows x cols] device, gemm bf16 */
+    __half *f16;         /* [rows x cols] device, the auto path's FP16 masters */
     size_t bytes;
     int bf16_exact;      /* every value is exact in BF16 (its low 16 bits zero) */
     qw_master_gemm gemm; /* the auto path's GEMM of this master (master_gemm.h), set on upload */
@@ -136,10 +137,6 @@ const float *qw_cuda_vector(cuda_ctx *c, const float *p, size_t n);
  * the diagonal), enqueued on c's stream: the one kernel of evaluation's and training's
  * attention. */
 void qw_cuda_causal_softmax(cuda_ctx *c, float *S, size_t rows, int T);
-
-/* Fingerprint of a packed weight's contents (format, shape, tensor scale, sampled codes and
- * scales): what a packed slot's cache entry is checked against on each use. */
-uint64_t qw_cuda_packed_fingerprint(const qk_packed *p);
 
 /* *out (host) = the one float at d (device memory: a tensor-parallel group's all-reduced
  * amax), read once the stream's work before it is done. Errors: QS_EIO. */

@@ -2,7 +2,7 @@
  * QW_CUDA_GEMM_LT path of ops_cuda.h:
  * - a packed NVFP4 / NVFP4-2D / MXFP4 weight is repacked on the host into cuBLASLt's layout
  *   (qk_lt_pack: codes K-major padded to k_pad, block scales 128x4-tiled) and uploaded once per
- *   packed slot (same fingerprint rule as the device weight cache);
+ *   packed slot and version (qk_packed.version, as the device weight cache);
  * - an activation in the weight's FP4 family (NVFP4 with NVFP4, MXFP4 with MXFP4) is quantized
  *   on the device straight into that layout (qk_cuda_quantize_lt): W4A4 then runs natively on
  *   compute capability 10.x ("native_fp4"), dequantized-exactly to BF16 elsewhere
@@ -38,7 +38,7 @@ extern "C" {
 /* One FP4 weight in cuBLASLt's layout on the device. */
 typedef struct lt_weight {
     const qk_packed *key;
-    uint64_t fingerprint;
+    uint64_t version; /* key->version uploaded */
     qk_lt_layout layout;
     uint8_t *codes, *scales; /* device */
     float tensor_scale;
@@ -116,11 +116,10 @@ static void lt_weight_free(cuda_ctx *c, qk_gemm *g, lt_weight *e) {
 /* The device FP4 operand of packed p (uploaded now when absent or changed). */
 static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_gemm_type type,
                               const lt_weight **out, qs_error *err) {
-    uint64_t fp = qw_cuda_packed_fingerprint(p);
     lt_weight *e = NULL;
     for (size_t i = 0; i < s->n; i++)
         if (s->w[i].key == p) e = &s->w[i];
-    if (e && e->fingerprint == fp && e->codes) {
+    if (e && e->version == p->version && e->codes) {
         c->stats.hits++;
         *out = e;
         return QS_OK;
@@ -177,7 +176,7 @@ static qs_status lt_weight_of(cuda_ctx *c, lt_state *s, const qk_packed *p, qk_g
         lt_weight_free(c, s->g, e);
         return st;
     }
-    e->fingerprint = fp;
+    e->version = p->version;
     e->tensor_scale = p->tensor_scale;
     e->tensor_scale_exp2 = p->tensor_scale_exp2;
     e->type = type;

@@ -47,42 +47,6 @@ static cudaError_t host_wait(cuda_ctx *c) {
     return cudaStreamSynchronize(c->stream);
 }
 
-/* FNV-1a over bytes. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = (const uint8_t *)p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-/* 32 windows of 64 bytes spread evenly over [p, p+n) (all of it when n <= 2 KiB). */
-static uint64_t fnv_sampled(uint64_t h, const uint8_t *p, size_t n) {
-    if (!p || n == 0) return h;
-    if (n <= 2048) return fnv(h, p, n);
-    for (size_t i = 0; i < 32; i++) {
-        size_t off = (n - 64) / 31 * i;
-        h = fnv(h, p + off, 64);
-    }
-    return h;
-}
-
-uint64_t qw_cuda_packed_fingerprint(const qk_packed *p) {
-    uint64_t h = 14695981039346656037ull;
-    h = fnv(h, &p->fmt, sizeof p->fmt);
-    h = fnv(h, &p->rows, sizeof p->rows);
-    h = fnv(h, &p->k, sizeof p->k);
-    h = fnv(h, &p->tensor_scale, sizeof p->tensor_scale);
-    h = fnv(h, &p->tensor_scale_exp2, sizeof p->tensor_scale_exp2);
-    h = fnv_sampled(h, p->codes, p->rows * p->row_bytes);
-    if (p->scales) h = fnv_sampled(h, p->scales, p->rows * p->blocks_per_row);
-    if (p->scales_f32)
-        h = fnv_sampled(h, (const uint8_t *)p->scales_f32,
-                        p->rows * p->blocks_per_row * sizeof(float));
-    return h;
-}
-
 static const void *master_key(const qw_weight *w) {
     return w->form == QW_WEIGHT_F32 ? (const void *)w->f32 : (const void *)w->view.data;
 }
@@ -272,12 +236,12 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
                          qs_error *err) {
     int kind = w->form == QW_WEIGHT_PACKED ? 1 : 0;
     const void *key = kind ? (const void *)w->packed : master_key(w);
-    uint64_t fp = kind ? qw_cuda_packed_fingerprint(w->packed) : 0;
+    uint64_t version = kind ? w->packed->version : 0;
     cuda_weight *e = find(c, kind, key);
     int hold = hold_wanted(c, w, want_f32);
     /* on the auto path an FP32 copy serves every use: a tied lm_head reads its embedding's */
     int auto_path = c->gemm == QW_CUDA_GEMM_LT || c->gemm == QW_CUDA_GEMM_EMULATED;
-    if (e && e->rows == w->rows && e->cols == w->cols && e->fingerprint == fp &&
+    if (e && e->rows == w->rows && e->cols == w->cols && e->version == version &&
         (holds(e, hold) || (auto_path && e->f32))) {
         c->stats.hits++;
         *out = e;
@@ -292,7 +256,7 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
         c->stats.bytes = cache_bytes(c);
         return st;
     }
-    e->fingerprint = fp;
+    e->version = version;
     c->stats.bytes = cache_bytes(c);
     *out = e;
     return QS_OK;
