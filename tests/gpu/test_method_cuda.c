@@ -95,8 +95,9 @@ static void policy_all(qw_model *m, const char *wfmt) {
     qw_policy_free(&p);
 }
 
-/* The method on m in format wfmt, the logits of chunk 0 into out [CTX x V]; *ms kept (its
- * weights stay allocated, so no later weight shares an address with it). */
+/* The method on m in format wfmt, the logits of chunk 0 into out [CTX x V]. *ms is kept until
+ * the end: the device weight cache finds an FP32 weight by its host address, so a later
+ * method's weight must not reuse a freed one's. */
 static void method_logits(qw_model *m, const char *wfmt, const qw_method_plan *plan,
                           qw_method_state **ms, float *out) {
     qs_error err = {0};
