@@ -70,9 +70,9 @@ static void cuda_entry_equals_the_cpu_bit_for_bit(void **state) {
     for (int ti = 0; ti < 5; ti++)
         for (int with_s = 0; with_s < 2; with_s++)
             if (tiles[ti] || with_s) same_bits(7, 1024, tiles[ti], with_s);
-    same_bits(3, 8192, 8192, 1);   /* the largest tile the kernel holds */
-    same_bits(301, 4096, 16, 1);   /* 77056 tiles: more than one grid's 65535 blocks */
-    same_bits(5, 24576, 8192, 0);  /* three 8192-point tiles a row */
+    same_bits(3, 8192, 8192, 1);  /* the largest tile the kernel holds */
+    same_bits(301, 4096, 16, 1);  /* 77056 tiles: more than one grid's 65535 blocks */
+    same_bits(5, 24576, 8192, 0); /* three 8192-point tiles a row */
     qs_error err = {0};
     float *x = qwt_managed(16384 * sizeof *x);
     assert_non_null(x);

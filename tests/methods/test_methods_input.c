@@ -121,8 +121,7 @@ static qs_status dev_upload(qw_backend *b, void *dst, const void *src, size_t by
     n_upload++;
     return qw_ops_cpu()->upload(b, dst, src, bytes, err);
 }
-static qs_status dev_fetch(qw_backend *b, void *dst, const void *src, size_t bytes,
-                           qs_error *err) {
+static qs_status dev_fetch(qw_backend *b, void *dst, const void *src, size_t bytes, qs_error *err) {
     n_fetch++;
     return qw_ops_cpu()->fetch(b, dst, src, bytes, err);
 }
@@ -132,8 +131,7 @@ static qs_status dev_method_input(qw_backend *b, float *y, const float *x, int T
     n_input++;
     last_s = s;
     if (tile > 64)
-        return qs_error_set(err, QS_EUNSUPPORTED, "method input: a %d-point tile is over 64",
-                            tile);
+        return qs_error_set(err, QS_EUNSUPPORTED, "method input: a %d-point tile is over 64", tile);
     return qw_ops_cpu()->method_input(b, y, x, T, k, s, tile, err);
 }
 

@@ -336,8 +336,8 @@ struct qw_ops {
      * may equal x. s backend memory. NULL where a backend has none. Errors: QS_EINVAL (T or K
      * < 1, tile not a power of two >= 2, K not a multiple of tile), QS_EUNSUPPORTED (a tile
      * larger than the backend holds: CUDA 8192), the backend's. */
-    qs_status (*method_input)(qw_backend *b, float *y, const float *x, int T, int K,
-                              const float *s, int tile, qs_error *err);
+    qs_status (*method_input)(qw_backend *b, float *y, const float *x, int T, int K, const float *s,
+                              int tile, qs_error *err);
 };
 
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats

@@ -391,8 +391,7 @@ static qs_status cpu_fake_quant_into(qw_backend *b, const qk_format *fmt,
 static qs_status cpu_method_input(qw_backend *b, float *y, const float *x, int T, int K,
                                   const float *s, int tile, qs_error *err) {
     (void)b;
-    if (T < 1 || K < 1)
-        return qs_error_set(err, QS_EINVAL, "method input: T=%d, K=%d", T, K);
+    if (T < 1 || K < 1) return qs_error_set(err, QS_EINVAL, "method input: T=%d, K=%d", T, K);
     const size_t n = (size_t)T * (size_t)K;
     if (y != x) memcpy(y, x, n * sizeof *y);
     if (s) qk_smooth_apply(y, (size_t)T, (size_t)K, s, 1);

@@ -512,7 +512,7 @@ static const qw_ops cuda_ops = {
     .round_bf16_copy = NULL,
     .rht_from = NULL, /* optional: the trainer transposes, then calls rht */
     .fake_quant_into = NULL, /* optional: the trainer copies, then calls fake_quant */
-    .method_input = qw_cuda_method_input, /* ops_cuda_method.cu */
+    .method_input = qw_cuda_method_input,
 };
 
 /* ---------------------------------------------------------------- set-up */

@@ -79,8 +79,8 @@ extern "C" qs_status qw_cuda_method_input(qw_backend *b, float *y, const float *
         const unsigned threads = tile / 2 < 32 ? 32 : tile / 2 > 256 ? 256 : (unsigned)tile / 2;
         const unsigned grid = (unsigned)(tiles > 65535 ? 65535 : tiles);
         const float norm = (float)(1.0 / sqrt((double)tile)); /* qk_block_hadamard's */
-        k_method_rotate<<<grid, threads, (size_t)tile * sizeof(float), c->stream>>>(
-            y, x, s, tiles, K, tile, norm);
+        k_method_rotate<<<grid, threads, (size_t)tile * sizeof(float), c->stream>>>(y, x, s, tiles,
+                                                                                    K, tile, norm);
     } else if (s) {
         k_method_divide<<<qw_grid_of(n, 256), 256, 0, c->stream>>>(y, x, s, n, K);
     } else if (y != x) {

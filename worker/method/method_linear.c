@@ -95,8 +95,9 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be_in, const
     }
     if (!ml->tile && !ml->s) return QS_OK;
     if (!be->ops->method_input)
-        return qs_error_set(err, QS_EUNSUPPORTED, "method %s: the %s backend has no input transform",
-                            ml->method, be->ops->name);
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "method %s: the %s backend has no input transform", ml->method,
+                            be->ops->name);
     float *y;
     const float *s;
     if (be->impl) {
@@ -110,8 +111,7 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be_in, const
     }
     if ((st = be->ops->method_input(be, y, x, T, ml->in, s, ml->tile, err))) {
         const int i = ml->L->tensor_index;
-        return qs_error_wrap(err, "method %s: model.layers.%d.%s", ml->method,
-                             i / QW_LINEAR_KINDS,
+        return qs_error_wrap(err, "method %s: model.layers.%d.%s", ml->method, i / QW_LINEAR_KINDS,
                              qw_linear_module_name((qw_linear_kind)(i % QW_LINEAR_KINDS)));
     }
     *out = y;

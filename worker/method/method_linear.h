@@ -30,7 +30,7 @@ typedef struct qw_method_linear {
     const void *dev_impl;
     float *dev_y; /* the transformed input [dev_cap floats] */
     size_t dev_cap;
-    float *dev_s; /* s uploaded once, NULL none */
+    float *dev_s;       /* s uploaded once, NULL none */
     const char *method; /* its name, for messages */
     int keep_packed;    /* GPTQ: keep the packed form (plan->packed) */
     qk_packed packed;   /* GPTQ's codes and scales once made (keep_packed), else empty */
