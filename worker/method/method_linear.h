@@ -39,7 +39,10 @@ typedef struct qw_method_linear {
     qw_quant_spec spec0;
 } qw_method_linear;
 
-/* The hook of forward.h on an qw_method_linear. */
+/* The hook of forward.h on an qw_method_linear, on any backend: the transform through the
+ * table's method_input (on a device into memory made through the backend, s uploaded once);
+ * the statistics on the host (a device's x fetched first). Errors: the entry's, naming the
+ * method and the linear; QS_EUNSUPPORTED (a backend without the entry); QS_ENOMEM. */
 qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const float *x, int T,
                                 const float **out, qs_error *err);
 
