@@ -179,7 +179,7 @@ fi
 if [ "$rehearse" = short ]; then
   note "ctest and benchmarks: left out of the short rehearsal"
 else
-  cpu_side='^(gpu_cuda_module_.*|gpu_cuda_archs|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|kernels_cuda_gemm_probe|cli_backend_choice|cli_jobs|engine_backend|engine_master_gemm|engine_memory_estimate|kinds_resources_fit|train_devices|engine_quant_gemm_route|engine_cuda_(train|lt|ops|reduce|weights)_syncs|train_recipe_path|kernels_cuda_fp8_operand|kernels_cuda_options)$'
+  cpu_side='^(gpu_cuda_module_.*|gpu_cuda_archs|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|kernels_cuda_gemm_probe|cli_backend_choice|cli_jobs|engine_backend|engine_master_gemm|engine_memory_estimate|kinds_resources_fit|train_devices|engine_quant_gemm_route|engine_cuda_(train|lt|ops|reduce|weights|method)_syncs|train_recipe_path|kernels_cuda_fp8_operand|kernels_cuda_options)$'
   if capped 120 ctest --test-dir "$build" -R "$cpu_side" --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
     note "cpu-side GPU logic (architectures, GEMM path, probe and master-GEMM tables, memory estimate, GPU list, backend choice and refusal, baseline names, module symbols): ok"
   else

@@ -329,6 +329,15 @@ struct qw_ops {
     qs_status (*fake_quant_into)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
                                  float *dst, const float *src, size_t rows, size_t k,
                                  qs_error *err);
+    /* ---- a quantization method's online input transform (worker/method) */
+    /* y[T x K] = rotate_tile(x / s): every row divided by s [K] elementwise (s NULL: none), then
+     * the block Hadamard of qk_block_hadamard along K in tiles of `tile` (0: none), exactly
+     * qk_smooth_apply (divide) then qk_block_hadamard, so every backend gives the CPU's bits; y
+     * may equal x. s backend memory. NULL where a backend has none. Errors: QS_EINVAL (T or K
+     * < 1, tile not a power of two >= 2, K not a multiple of tile), QS_EUNSUPPORTED (a tile
+     * larger than the backend holds: CUDA 8192), the backend's. */
+    qs_status (*method_input)(qw_backend *b, float *y, const float *x, int T, int K, const float *s,
+                              int tile, qs_error *err);
 };
 
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats

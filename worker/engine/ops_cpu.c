@@ -12,8 +12,10 @@
 #include "clock.h"
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
+#include "block_hadamard.h"
 #include "hadamard.h"
 #include "numerics_path.h"
+#include "smooth.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -386,6 +388,17 @@ static qs_status cpu_fake_quant_into(qw_backend *b, const qk_format *fmt,
     return qk_fake_quant_into(fmt, opt, src, dst, rows, k, NULL, err);
 }
 
+static qs_status cpu_method_input(qw_backend *b, float *y, const float *x, int T, int K,
+                                  const float *s, int tile, qs_error *err) {
+    (void)b;
+    if (T < 1 || K < 1) return qs_error_set(err, QS_EINVAL, "method input: T=%d, K=%d", T, K);
+    const size_t n = (size_t)T * (size_t)K;
+    if (y != x) memcpy(y, x, n * sizeof *y);
+    if (s) qk_smooth_apply(y, (size_t)T, (size_t)K, s, 1);
+    /* one thread: T x K values, a few additions each, cheap beside the GEMM that follows */
+    return tile ? qk_block_hadamard(y, (size_t)T, (size_t)K, (size_t)tile, 1, err) : QS_OK;
+}
+
 static qs_status cpu_embedding_fwd(qw_backend *b, float *out, const uint32_t *tokens,
                                    const float *emb, int N, int D, qs_error *err) {
     (void)b, (void)err;
@@ -582,6 +595,7 @@ static const qw_ops cpu_ops = {
     .round_bf16_copy = cpu_round_bf16_copy,
     .rht_from = cpu_rht_from,
     .fake_quant_into = cpu_fake_quant_into,
+    .method_input = cpu_method_input,
 };
 
 const qw_ops *qw_ops_cpu(void) {

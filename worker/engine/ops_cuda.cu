@@ -12,6 +12,7 @@
 #include "qk_cuda.h"
 
 extern "C" {
+#include "ops_cuda_method.h"
 #include "ops_cuda_train.h"
 #include "quant.h"
 #include "weights.h"
@@ -511,6 +512,7 @@ static const qw_ops cuda_ops = {
     .round_bf16_copy = NULL,
     .rht_from = NULL, /* optional: the trainer transposes, then calls rht */
     .fake_quant_into = NULL, /* optional: the trainer copies, then calls fake_quant */
+    .method_input = qw_cuda_method_input,
 };
 
 /* ---------------------------------------------------------------- set-up */

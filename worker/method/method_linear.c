@@ -8,6 +8,7 @@
 #include "block_hadamard.h"
 #include "clock.h"
 #include "format.h"
+#include "policy.h"
 #include "smooth.h"
 
 /* buf with room for n floats (grown once per larger input; the forward's T is at most ctx). */
@@ -20,19 +21,55 @@ static qs_status room(qw_method_linear *ml, size_t n, qs_error *err) {
     return QS_OK;
 }
 
-qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const float *x, int T,
+/* On a device backend: dev_y with room for n floats and s's copy there, made through be (s is
+ * fixed once the weight is made, so it is uploaded once, not per call). Buffers of a backend
+ * that has since been replaced under the same rank are dropped, not freed through the new one. */
+static qs_status device_room(qw_method_linear *ml, qw_backend *be, size_t n, qs_error *err) {
+    if (ml->dev && ml->dev_impl != be->impl) {
+        ml->dev_y = ml->dev_s = NULL;
+        ml->dev_cap = 0;
+    }
+    ml->dev = be;
+    ml->dev_impl = be->impl;
+    if (ml->s && !ml->dev_s) {
+        const size_t bytes = (size_t)ml->in * sizeof *ml->s;
+        if (!(ml->dev_s = be->ops->alloc(be, bytes)))
+            return qs_error_set(err, QS_ENOMEM, "method %s: scales on the %s backend", ml->method,
+                                be->ops->name);
+        qs_status st = be->ops->upload(be, ml->dev_s, ml->s, bytes, err);
+        if (st) {
+            be->ops->free(be, ml->dev_s);
+            ml->dev_s = NULL;
+            return st;
+        }
+    }
+    if (ml->dev_cap >= n) return QS_OK;
+    be->ops->free(be, ml->dev_y);
+    ml->dev_cap = 0;
+    if (!(ml->dev_y = be->ops->alloc(be, n * sizeof *ml->dev_y)))
+        return qs_error_set(err, QS_ENOMEM, "method %s: input of %zu floats on the %s backend",
+                            ml->method, n, be->ops->name);
+    ml->dev_cap = n;
+    return QS_OK;
+}
+
+qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be_in, const float *x, int T,
                                 const float **out, qs_error *err) {
     qw_method_linear *ml = ctx;
+    /* the rank's own backend (forward.c passes &r->be): its table takes it writable */
+    qw_backend *be = (qw_backend *)be_in;
     *out = x;
-    if (be->impl)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "method %s: runs on the CPU backend only (its weights and input "
-                            "transform are in host memory; this linear's input is on a device)",
-                            ml->method);
     const size_t n = (size_t)T * (size_t)ml->in;
     qs_status st;
     if (ml->observing) {
         double t0 = qs_clock_s();
+        /* the statistics are the CPU's: a device's x is fetched (the backend waits there) */
+        if (be->impl) {
+            if ((st = room(ml, n, err))) return st;
+            if ((st = be->ops->fetch(be, ml->buf, x, n * sizeof *x, err)))
+                return qs_error_wrap(err, "method %s: calibration input", ml->method);
+            x = ml->buf;
+        }
         if (ml->amax)
             for (size_t i = 0; i < n; i++)
                 ml->amax[i % (size_t)ml->in] = fmaxf(ml->amax[i % (size_t)ml->in], fabsf(x[i]));
@@ -40,7 +77,7 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
             const float *xr = x;
             if (ml->tile) {
                 if ((st = room(ml, n, err))) return st;
-                memcpy(ml->buf, x, n * sizeof *x);
+                if (x != ml->buf) memcpy(ml->buf, x, n * sizeof *x);
                 if ((st = qk_block_hadamard(ml->buf, (size_t)T, (size_t)ml->in, (size_t)ml->tile, 1,
                                             err)))
                     return st;
@@ -57,14 +94,27 @@ qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const fl
         return QS_OK; /* observed unquantized: the input as it is */
     }
     if (!ml->tile && !ml->s) return QS_OK;
-    if ((st = room(ml, n, err))) return st;
-    memcpy(ml->buf, x, n * sizeof *x);
-    if (ml->s) qk_smooth_apply(ml->buf, (size_t)T, (size_t)ml->in, ml->s, 1);
-    /* one thread: T x K values, a few additions each, cheap beside the GEMM that follows */
-    if (ml->tile &&
-        (st = qk_block_hadamard(ml->buf, (size_t)T, (size_t)ml->in, (size_t)ml->tile, 1, err)))
-        return st;
-    *out = ml->buf;
+    if (!be->ops->method_input)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "method %s: the %s backend has no input transform", ml->method,
+                            be->ops->name);
+    float *y;
+    const float *s;
+    if (be->impl) {
+        if ((st = device_room(ml, be, n, err))) return st;
+        y = ml->dev_y;
+        s = ml->dev_s;
+    } else {
+        if ((st = room(ml, n, err))) return st;
+        y = ml->buf;
+        s = ml->s;
+    }
+    if ((st = be->ops->method_input(be, y, x, T, ml->in, s, ml->tile, err))) {
+        const int i = ml->L->tensor_index;
+        return qs_error_wrap(err, "method %s: model.layers.%d.%s", ml->method, i / QW_LINEAR_KINDS,
+                             qw_linear_module_name((qw_linear_kind)(i % QW_LINEAR_KINDS)));
+    }
+    *out = y;
     return QS_OK;
 }
 
@@ -148,6 +198,10 @@ void qw_method_linear_restore(qw_method_linear *ml) {
 }
 
 void qw_method_linear_free(qw_method_linear *ml) {
+    if (ml->dev && ml->dev->impl == ml->dev_impl) {
+        ml->dev->ops->free(ml->dev, ml->dev_y);
+        ml->dev->ops->free(ml->dev, ml->dev_s);
+    }
     qk_packed_release(&ml->packed);
     free(ml->s);
     free(ml->w);

@@ -22,8 +22,15 @@ typedef struct qw_method_linear {
     float *amax;   /* SmoothQuant: max |X_j| [in] while observing */
     double stat_s; /* seconds spent on statistics */
     int threads;   /* the model's, for the statistics */
-    float *buf;    /* the transformed input [cap floats] */
+    float *buf;    /* host: the transformed input, or a device's fetched one [cap floats] */
     size_t cap;
+    /* on a device backend (be->impl): memory made through dev, freed through it while it is
+     * still the backend whose impl is dev_impl */
+    struct qw_backend *dev;
+    const void *dev_impl;
+    float *dev_y; /* the transformed input [dev_cap floats] */
+    size_t dev_cap;
+    float *dev_s;       /* s uploaded once, NULL none */
     const char *method; /* its name, for messages */
     int keep_packed;    /* GPTQ: keep the packed form (plan->packed) */
     qk_packed packed;   /* GPTQ's codes and scales once made (keep_packed), else empty */
@@ -32,7 +39,10 @@ typedef struct qw_method_linear {
     qw_quant_spec spec0;
 } qw_method_linear;
 
-/* The hook of forward.h on an qw_method_linear. */
+/* The hook of forward.h on an qw_method_linear, on any backend: the transform through the
+ * table's method_input (on a device into memory made through the backend, s uploaded once);
+ * the statistics on the host (a device's x fetched first). Errors: the entry's, naming the
+ * method and the linear; QS_EUNSUPPORTED (a backend without the entry); QS_ENOMEM. */
 qs_status qw_method_linear_hook(void *ctx, const struct qw_backend *be, const float *x, int T,
                                 const float **out, qs_error *err);
 
