@@ -296,6 +296,12 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
     }
     const char *s = qc_config_scalar(name_n);
     int m = qs_method_by_name(s);
+    bool search = false;
+    if (m < 0 && qs_method_by_label(s, &search) >= 0 && search)
+        return qc_config_fail(c, name_n, QS_EINVAL,
+                              "'%s' is a label; a grid writes {name: %.*s, options: "
+                              "{scale_search: true}}",
+                              s, (int)(strlen(s) - strlen("+search")), s);
     if (m < 0)
         return qc_config_fail(c, name_n, QS_EINVAL, "unknown method '%s' (expected %s)",
                               s ? s : "(not a scalar)", qs_method_list());

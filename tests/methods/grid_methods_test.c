@@ -124,6 +124,13 @@ static void bad_methods_and_calibration_are_refused(void **state) {
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS "  method: [awq]\n",
             "unknown method 'awq'");
+    /* the label results and plans print is no method name: the error names the grid's form */
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [mr-gptq+search]\n",
+            "'mr-gptq+search' is a label; a grid writes {name: mr-gptq, options: {scale_search: "
+            "true}}");
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS "  method: [gptq]\n",
             "needs calibration data");
