@@ -481,6 +481,23 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         sens_data *d = data_of(g);
         if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
         if ((st = qc_config_each(c, me, "method", add_method, d))) return st;
+        /* per-linear's linears are blocks of every model: a job applies no method to a
+           linear the model does not have, so one listed there would go unused unseen */
+        for (size_t i = 0; i < d->n_methods; i++) {
+            const char *key;
+            json_t *v;
+            json_object_foreach(json_object_get(d->method_options[i], "linears"), key, v) {
+                int block, kind;
+                qs_block_linear_parse(key, &block, &kind);
+                for (size_t k = 0; k < g->n_models; k++)
+                    if (block >= g->models[k].facts.n_layers)
+                        return qc_config_fail(c, me, QS_EINVAL,
+                                              "method per-linear: linear '%s': model %s has "
+                                              "blocks 0..%d",
+                                              key, g->models[k].name,
+                                              g->models[k].facts.n_layers - 1);
+            }
+        }
         for (size_t i = 0; d->fuse && i < d->n_methods; i++)
             if (d->methods[i] != QS_METHOD_RTN)
                 return qc_config_fail(c, me, QS_EINVAL,
