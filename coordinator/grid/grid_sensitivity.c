@@ -1,5 +1,6 @@
 /* The sensitivity grid kind (grid.h, grid_kind.h): models x formats x quantize x modes x parts,
  * one baseline per model and one eval job per cell, each spec a kinds/sensitivity.h spec. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,12 +322,14 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
             const char *vs = qc_config_scalar(vn);
             char *end = NULL;
             double x = vs ? strtod(vs, &end) : 0.0;
-            json_t *v = fy_node_is_mapping(vn)          ? scalar_map(vn)
-                        : !vs                           ? json_null()
-                        : !strcmp(vs, "true")           ? json_true()
-                        : !strcmp(vs, "false")          ? json_false()
-                        : end && *end == 0 && end != vs ? json_real(x)
-                                                        : json_string(vs);
+            /* nan and inf stay text, which the option's check refuses: json_real takes no
+               such number, and an option without a value would get its default */
+            json_t *v = fy_node_is_mapping(vn)                         ? scalar_map(vn)
+                        : !vs                                          ? json_null()
+                        : !strcmp(vs, "true")                          ? json_true()
+                        : !strcmp(vs, "false")                         ? json_false()
+                        : end && *end == 0 && end != vs && isfinite(x) ? json_real(x)
+                                                                       : json_string(vs);
             json_object_set_new(given, ks ? ks : "(not a scalar)", v);
         }
     }

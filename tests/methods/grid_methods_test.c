@@ -159,6 +159,17 @@ static void bad_methods_and_calibration_are_refused(void **state) {
             "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
             "  method: [{name: smoothquant, options: {alpha: 2}}]\n",
             "alpha");
+    /* a value strtod reads as no finite number is refused, not dropped for the default */
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [{name: gptq, options: {damp: nan}}]\n",
+            "method_options.damp: expected a number in (0, 1)");
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [{name: smoothquant, options: {alpha: inf}}]\n",
+            "method_options.alpha: expected a number in [0, 1]");
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS
                  "  method: [rtn, rtn]\n",
