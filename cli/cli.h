@@ -40,7 +40,7 @@ void qsweep_redact_conninfo(const char *conninfo, char *out, size_t cap);
  * qsweep_db_arg returned) replaced by its redacted form and its password masked. */
 void qsweep_redact_message(const char *msg, char *out, size_t cap);
 
-/* Opens the store for a command that only reads it (status, results, workers, cancel): never
+/* Opens the store for a command that uses an existing schema (status, results, unpin, ...): never
  * migrates. Errors: QS_EDB when the database has no qsweep schema or an older one (naming
  * qsweep db migrate), and qc_store_open's. */
 qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_store **out,

@@ -77,10 +77,10 @@ static int methods_ok(const char *list) {
                 snprintf(why, sizeof why, "unknown method '%s'", name);
         }
         if (*why) {
-            fprintf(stderr,
-                    "qsweep plan: --methods '%s': %s (expected one or more of %s, "
-                    "mr-gptq+search, comma-separated)\n",
-                    list, why, qs_method_list());
+            fprintf(stderr, "qsweep plan: --methods '%s': %s (expected one or more of ", list, why);
+            for (int i = 0; i < qs_method_count(); i++)
+                if (!qs_method_at(i)->per_linear) fprintf(stderr, "%s, ", qs_method_at(i)->name);
+            fprintf(stderr, "mr-gptq+search, comma-separated)\n");
             return 0;
         }
         p += n;

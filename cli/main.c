@@ -231,8 +231,8 @@ qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_
     qs_status st = QS_OK;
     if (missing) {
         st = qs_error_set(err, QS_EDB,
-                          "the database has no qsweep schema (%s only reads it; create it with "
-                          "%s db migrate, or %s submit)",
+                          "the database has no qsweep schema (%s never creates or migrates it; "
+                          "create it with %s db migrate, or %s submit)",
                           role, invoked, invoked);
     } else if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         st = qs_error_set(err, QS_EDB, "reading schema_migrations: %s", PQerrorMessage(c));
@@ -240,8 +240,8 @@ qs_status qsweep_open_existing_store(const char *conninfo, const char *role, qc_
         long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
         if ((size_t)n < qc_schema_migrations_count)
             st = qs_error_set(err, QS_EDB,
-                              "the database schema has %ld of %zu migrations (%s only reads it; "
-                              "update it with %s db migrate)",
+                              "the database schema has %ld of %zu migrations (%s never creates "
+                              "or migrates it; update it with %s db migrate)",
                               n, qc_schema_migrations_count, role, invoked);
     }
     PQclear(r);

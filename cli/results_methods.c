@@ -65,8 +65,8 @@ static int by_damage(const void *a, const void *b) {
 static qs_status print_group(PGresult *r, int g0, FILE *out, const method_table *t, qs_error *err) {
     int nc = t->n_cols;
     /* a column is its method's label (kinds/method.h), with its options where two columns
-       share one (another damp, alpha or act_order) */
-    char name[16][32], label[16][64];
+       share one (another damp, alpha or act_order), whole so that the columns differ */
+    char name[16][32], label[16][256];
     int width[16], pw = 8;
     for (int c = 0; c < nc; c++) {
         json_t *mo = json_loads(PQgetvalue(r, t->col_row[c], M_MOPTS), 0, NULL);

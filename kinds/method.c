@@ -76,8 +76,11 @@ static const char *linears_error(const json_t *v, char *msg, size_t cap) {
             return msg;
         }
         if (i <= QS_METHOD_RTN || methods[i].per_linear) {
+            const char *given = json_string_value(name);
             snprintf(msg, cap,
-                     "%s: expected a method other than rtn and per-linear (or mr-gptq+search)", k);
+                     "%s: expected a method other than rtn and per-linear (or mr-gptq+search), "
+                     "not %s%.40s%s",
+                     k, given ? "'" : "", given ? given : "a string", given ? "'" : "");
             return msg;
         }
     }

@@ -46,6 +46,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <omp.h>
 #include <stdio.h>
@@ -684,9 +685,18 @@ int main(int argc, char **argv) {
             table_only = 1;
         else if (strcmp(argv[i], "--demo-floor") == 0)
             demo_floor = 1;
-        else if (strncmp(argv[i], "--sqnr-rows=", 12) == 0)
-            sqnr_rows = atoi(argv[i] + 12);
-        else if (npos < 3)
+        else if (strncmp(argv[i], "--sqnr-rows=", 12) == 0) {
+            char *end;
+            long v = strtol(argv[i] + 12, &end, 10);
+            if (end == argv[i] + 12 || *end || v < 0 || v > INT_MAX) {
+                fprintf(stderr, "bench_engine: %s: expected a whole number of rows\n", argv[i]);
+                return 2;
+            }
+            sqnr_rows = (int)v;
+        } else if (strncmp(argv[i], "--", 2) == 0) {
+            fprintf(stderr, "bench_engine: unknown option '%s'\n", argv[i]);
+            npos = 4;
+        } else if (npos < 3)
             pos[npos++] = argv[i];
         else
             npos = 4;

@@ -78,7 +78,17 @@ int main(int argc, char **argv) {
         float *w = malloc(rows * k * sizeof *w), *q = malloc(rows * k * sizeof *q);
         float *x = malloc(t * k * sizeof *x);
         double *h = calloc(k * k, sizeof *h);
-        if (!w || !q || !x || !h) return 1;
+        if (!w || !q || !x || !h) {
+            fprintf(stderr,
+                    "bench_scale_search: out of memory for %zu x %zu weights and %zu calibration "
+                    "rows\n",
+                    rows, k, t);
+            free(w);
+            free(q);
+            free(x);
+            free(h);
+            return 1;
+        }
         uint64_t s = 0x5eed + (uint64_t)si;
         for (size_t i = 0; i < rows * k; i++)
             w[i] = (float)(0.05 * uni(&s));

@@ -1,5 +1,6 @@
 /* The sensitivity grid kind (grid.h, grid_kind.h): models x formats x quantize x modes x parts,
  * one baseline per model and one eval job per cell, each spec a kinds/sensitivity.h spec. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,12 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
     }
     const char *s = qc_config_scalar(name_n);
     int m = qs_method_by_name(s);
+    bool search = false;
+    if (m < 0 && qs_method_by_label(s, &search) >= 0 && search)
+        return qc_config_fail(c, name_n, QS_EINVAL,
+                              "'%s' is a label; a grid writes {name: %.*s, options: "
+                              "{scale_search: true}}",
+                              s, (int)(strlen(s) - strlen("+search")), s);
     if (m < 0)
         return qc_config_fail(c, name_n, QS_EINVAL, "unknown method '%s' (expected %s)",
                               s ? s : "(not a scalar)", qs_method_list());
@@ -315,12 +322,14 @@ static qs_status add_method(qc_config *c, struct fy_node *n, void *ctx) {
             const char *vs = qc_config_scalar(vn);
             char *end = NULL;
             double x = vs ? strtod(vs, &end) : 0.0;
-            json_t *v = fy_node_is_mapping(vn)          ? scalar_map(vn)
-                        : !vs                           ? json_null()
-                        : !strcmp(vs, "true")           ? json_true()
-                        : !strcmp(vs, "false")          ? json_false()
-                        : end && *end == 0 && end != vs ? json_real(x)
-                                                        : json_string(vs);
+            /* nan and inf stay text, which the option's check refuses: json_real takes no
+               such number, and an option without a value would get its default */
+            json_t *v = fy_node_is_mapping(vn)                         ? scalar_map(vn)
+                        : !vs                                          ? json_null()
+                        : !strcmp(vs, "true")                          ? json_true()
+                        : !strcmp(vs, "false")                         ? json_false()
+                        : end && *end == 0 && end != vs && isfinite(x) ? json_real(x)
+                                                                       : json_string(vs);
             json_object_set_new(given, ks ? ks : "(not a scalar)", v);
         }
     }
@@ -475,6 +484,23 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         sens_data *d = data_of(g);
         if (!d) return qc_config_error(c, QS_ENOMEM, "out of memory");
         if ((st = qc_config_each(c, me, "method", add_method, d))) return st;
+        /* per-linear's linears are blocks of every model: a job applies no method to a
+           linear the model does not have, so one listed there would go unused unseen */
+        for (size_t i = 0; i < d->n_methods; i++) {
+            const char *key;
+            json_t *v;
+            json_object_foreach(json_object_get(d->method_options[i], "linears"), key, v) {
+                int block, kind;
+                qs_block_linear_parse(key, &block, &kind);
+                for (size_t k = 0; k < g->n_models; k++)
+                    if (block >= g->models[k].facts.n_layers)
+                        return qc_config_fail(c, me, QS_EINVAL,
+                                              "method per-linear: linear '%s': model %s has "
+                                              "blocks 0..%d",
+                                              key, g->models[k].name,
+                                              g->models[k].facts.n_layers - 1);
+            }
+        }
         for (size_t i = 0; d->fuse && i < d->n_methods; i++)
             if (d->methods[i] != QS_METHOD_RTN)
                 return qc_config_fail(c, me, QS_EINVAL,

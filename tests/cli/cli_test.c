@@ -131,6 +131,25 @@ static void test_exclusive_flags_and_extra_arguments_exit_1(void **state) {
     assert_non_null(strstr(out, "qsweep submit: unexpected argument 'extra'"));
 }
 
+/* plan --methods names, when it refuses a list, the candidates it takes: every method but
+ * per-linear (a plan's grid), and mr-gptq+search. */
+static void test_plan_methods_refusal_lists_the_candidates(void **state) {
+    (void)state;
+    const char *lists[] = {"per-linear", "awq", "rtn,"};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        const char *args[] = {"plan",      "tiny",   "--budget-bits", "4.5",
+                              "--methods", lists[i], "--db",          "host=/nonexistent",
+                              NULL};
+        assert_int_equal(qsweep(args), 1);
+        const char *expected = strstr(out, "(expected one or more of ");
+        if (!expected ||
+            !strstr(expected, "rtn, gptq, rotate16, rotate32, rotate128, rotate-full, mr-gptq, "
+                              "smoothquant, mr-gptq+search, comma-separated)") ||
+            strstr(expected, "per-linear"))
+            fail_msg("--methods %s: %s", lists[i], out);
+    }
+}
+
 /* A connection string's password never reaches a message, in key=value or URI form. */
 static void test_connection_passwords_are_redacted(void **state) {
     (void)state;
@@ -462,6 +481,7 @@ int main(void) {
         cmocka_unit_test(test_bad_grid_exits_2_naming_the_place),
         cmocka_unit_test(test_numeric_flags_are_whole_numbers_in_range),
         cmocka_unit_test(test_exclusive_flags_and_extra_arguments_exit_1),
+        cmocka_unit_test(test_plan_methods_refusal_lists_the_candidates),
         cmocka_unit_test(test_connection_passwords_are_redacted),
         cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
         cmocka_unit_test(test_token_file_of_another_tokenizer_exits_2),

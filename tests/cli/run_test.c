@@ -809,8 +809,9 @@ static void test_run_leaves_an_adopted_cluster_running(void **state) {
                      TINY_JOBS);
 }
 
-/* status, results, workers and cancel only read: on a database without the schema they say
- * so (exit 3) and create nothing. Messages carry one command prefix. */
+/* status, results, workers, cancel, requeue and unpin never migrate: on a database without the
+ * schema they say so (exit 3), without claiming that a command which writes only reads, and
+ * create nothing. Messages carry one command prefix. */
 static void test_read_only_commands_never_migrate(void **state) {
     env *e = *state;
     qs_error err = {0};
@@ -818,13 +819,15 @@ static void test_read_only_commands_never_migrate(void **state) {
     const char *db = qc_pgserver_conninfo(e->pg);
     PGconn *c = e->c = connect_db(db);
     static char out[1 << 12];
-    const char *cmds[][5] = {{"status", "--db", db, NULL},
-                             {"results", "tiny", "--db", db, NULL},
-                             {"workers", "--db", db, NULL},
-                             {"cancel", "tiny", "--db", db, NULL}};
-    for (size_t i = 0; i < 4; i++) {
+    const char *cmds[][5] = {
+        {"status", "--db", db, NULL},          {"results", "tiny", "--db", db, NULL},
+        {"workers", "--db", db, NULL},         {"cancel", "tiny", "--db", db, NULL},
+        {"requeue", "tiny", "--db", db, NULL}, {"unpin", "tiny", "--db", db, NULL}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         int rc = qsweep(out, sizeof out, cmds[i]);
-        if (rc != 3 || !strstr(out, "the database has no qsweep schema"))
+        char want[64];
+        snprintf(want, sizeof want, "(%s never creates or migrates it;", cmds[i][0]);
+        if (rc != 3 || !strstr(out, "the database has no qsweep schema") || !strstr(out, want))
             fail_msg("qsweep %s: expected exit 3 and 'no qsweep schema', got %d:\n%s", cmds[i][0],
                      rc, out);
     }

@@ -55,8 +55,16 @@ def main(bench):
         bad = subprocess.run([bench] + args, capture_output=True, text=True)
         if bad.returncode != 2 or name not in bad.stderr:
             fail(f"arguments {args}: exit {bad.returncode}, stderr {bad.stderr!r}", bad.stdout)
+    # a shape whose buffers cannot be allocated (here under a 1 GiB address-space limit) is
+    # refused naming it, not a silent exit; AddressSanitizer's shadow needs more than the limit
+    with open(bench, "rb") as f:
+        asan = b"__asan_init" in f.read()
+    big = subprocess.run(["sh", "-c", 'ulimit -v 1048576; exec "$0" 1 8192 8192 1024', bench],
+                         capture_output=True, text=True)
+    if not asan and (big.returncode != 1 or "8192 x 8192" not in big.stderr):
+        fail(f"an unallocatable shape: exit {big.returncode}, stderr {big.stderr!r}", big.stdout)
     print("bench_scale_search_smoke: 4 rows, the header and both load averages parse; "
-          "bad arguments refused")
+          "bad arguments and an unallocatable shape refused")
     return 0
 
 

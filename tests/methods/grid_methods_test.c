@@ -124,6 +124,19 @@ static void bad_methods_and_calibration_are_refused(void **state) {
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS "  method: [awq]\n",
             "unknown method 'awq'");
+    /* the label results and plans print is no method name: the error names the grid's form */
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [mr-gptq+search]\n",
+            "'mr-gptq+search' is a label; a grid writes {name: mr-gptq, options: {scale_search: "
+            "true}}");
+    /* per-linear's linears name blocks of the model: the fixture has 3 (0..2) */
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [{name: per-linear, options: {linears: {1.q: gptq, 9.q: gptq}}}]\n",
+            "method per-linear: linear '9.q': model ckpt has blocks 0..2");
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS "  method: [gptq]\n",
             "needs calibration data");
@@ -146,6 +159,17 @@ static void bad_methods_and_calibration_are_refused(void **state) {
             "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
             "  method: [{name: smoothquant, options: {alpha: 2}}]\n",
             "alpha");
+    /* a value strtod reads as no finite number is refused, not dropped for the default */
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [{name: gptq, options: {damp: nan}}]\n",
+            "method_options.damp: expected a number in (0, 1)");
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method: [{name: smoothquant, options: {alpha: inf}}]\n",
+            "method_options.alpha: expected a number in [0, 1]");
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS
                  "  method: [rtn, rtn]\n",
