@@ -8,8 +8,12 @@
 /* The last version given (quant.h); 0 is never given: it marks an empty packed tensor. */
 static atomic_uint_fast64_t last_version;
 
+uint64_t qk_version_new(void) {
+    return (uint64_t)atomic_fetch_add(&last_version, 1) + 1;
+}
+
 void qk_packed_changed(qk_packed *p) {
-    p->version = (uint64_t)atomic_fetch_add(&last_version, 1) + 1;
+    p->version = qk_version_new();
 }
 
 qs_status qk_packed_init(qk_packed *pk, const qk_format *fmt, const qk_quant_options *opt,

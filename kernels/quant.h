@@ -132,6 +132,11 @@ typedef struct qk_packed {
  * read again (filling it between qk_packed_init and its first reader needs no call). */
 void qk_packed_changed(qk_packed *p);
 
+/* A version no packed tensor or weight of the process had before (never 0), from the counter
+ * qk_packed_changed draws on: for values outside a qk_packed that change at one address
+ * (worker/engine/weights.h qw_weight.version). Thread-safe. */
+uint64_t qk_version_new(void);
+
 /* Allocates p for a [rows x k] tensor of fmt (opt NULL: defaults). Errors, p then empty:
  * QS_EINVAL (empty, overflow, bad option), QS_EUNSUPPORTED (bf16), QS_ENOMEM. */
 qs_status qk_packed_init(qk_packed *p, const qk_format *fmt, const qk_quant_options *opt,

@@ -1,4 +1,5 @@
-/* A packed weight's version (kernels/quant.h qk_packed.version) moves whenever its contents do:
+/* A weight's version (kernels/quant.h qk_packed.version; weights.h qw_weight.version for a
+ * method's FP32 weight) moves whenever its contents do:
  * the CUDA backend's device copies are current while the version is the one they were uploaded
  * from (ops_cuda_impl.h), so a writer that changes codes or scales and leaves the version would
  * leave a stale copy on the device. Here a CPU backend whose table also hashes every packed
@@ -28,7 +29,7 @@
 /* ---- the watching backend: the CPU table with linear, lm_head and embedding checking first */
 
 typedef struct seen_packed {
-    const qk_packed *key;
+    const void *key;
     uint64_t version, hash;
 } seen_packed;
 
@@ -69,21 +70,36 @@ static void watch_reset(void) {
     pthread_mutex_unlock(&watch.mu);
 }
 
+/* Packed weights by their qk_packed, FP32 weights by their values' address (as the CUDA
+ * cache keys them, ops_cuda_weights.cu) with qw_weight.version. */
 static void watch_weight(const qw_weight *w) {
-    if (w->form != QW_WEIGHT_PACKED) return;
-    const qk_packed *p = w->packed;
-    uint64_t h = packed_hash(p);
+    const void *key;
+    uint64_t version, h;
+    char what[96];
+    if (w->form == QW_WEIGHT_PACKED) {
+        const qk_packed *p = w->packed;
+        key = p;
+        version = p->version;
+        h = packed_hash(p);
+        snprintf(what, sizeof what, "%s [%zu x %zu]", qk_format_name(p->fmt), p->rows, p->k);
+    } else if (w->form == QW_WEIGHT_F32) {
+        key = w->f32;
+        version = w->version;
+        h = fnv(14695981039346656037ull, w->f32, (size_t)(w->rows * w->cols) * sizeof(float));
+        snprintf(what, sizeof what, "f32 [%lld x %lld]", (long long)w->rows, (long long)w->cols);
+    } else {
+        return;
+    }
     pthread_mutex_lock(&watch.mu);
     seen_packed *e = NULL;
     for (int i = 0; i < watch.n_seen && !e; i++)
-        if (watch.seen[i].key == p) e = &watch.seen[i];
-    if (e && e->version == p->version && e->hash != h && watch.stale++ == 0)
-        snprintf(watch.first, sizeof watch.first, "%s [%zu x %zu] at %p: version %llu kept",
-                 qk_format_name(p->fmt), p->rows, p->k, (const void *)p,
-                 (unsigned long long)p->version);
+        if (watch.seen[i].key == key) e = &watch.seen[i];
+    if (e && e->version == version && e->hash != h && watch.stale++ == 0)
+        snprintf(watch.first, sizeof watch.first, "%s at %p: version %llu kept", what, key,
+                 (unsigned long long)version);
     if (!e && watch.n_seen < (int)(sizeof watch.seen / sizeof watch.seen[0]))
         e = &watch.seen[watch.n_seen++];
-    if (e) *e = (seen_packed){.key = p, .version = p->version, .hash = h};
+    if (e) *e = (seen_packed){.key = key, .version = version, .hash = h};
     watch.checked++;
     pthread_mutex_unlock(&watch.mu);
 }
@@ -178,7 +194,7 @@ static void apply(qw_model *m, const char *fmt, qk_quant_options opt) {
 
 static void assert_nothing_stale(const char *what) {
     if (watch.stale)
-        fail_msg("%s: %ld stale packed weights, first %s", what, watch.stale, watch.first);
+        fail_msg("%s: %ld stale weights, first %s", what, watch.stale, watch.first);
 }
 
 /* One after another on the same slots (each re-quantized at the same address): the same format

@@ -236,7 +236,7 @@ qs_status qw_cuda_weight(cuda_ctx *c, const qw_weight *w, int want_f32, const cu
                          qs_error *err) {
     int kind = w->form == QW_WEIGHT_PACKED ? 1 : 0;
     const void *key = kind ? (const void *)w->packed : master_key(w);
-    uint64_t version = kind ? w->packed->version : 0;
+    uint64_t version = kind ? w->packed->version : w->version;
     cuda_weight *e = find(c, kind, key);
     int hold = hold_wanted(c, w, want_f32);
     /* on the auto path an FP32 copy serves every use: a tied lm_head reads its embedding's */

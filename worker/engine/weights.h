@@ -28,6 +28,11 @@ typedef struct qw_weight {
     const float *f32;        /* QW_WEIGHT_F32 */
     qw_stored_tensor view;   /* QW_WEIGHT_STORED */
     const qk_packed *packed; /* QW_WEIGHT_PACKED */
+    /* QW_WEIGHT_F32 values that are made and freed while the model lives (a method's weight,
+       worker/method): a stamp from qk_version_new for each set, so a device copy keyed by the
+       address is not taken for the values of an earlier buffer at the same address; 0 for
+       values that stay as long as the weight (a checkpoint's or a synthetic master) */
+    uint64_t version;
 } qw_weight;
 
 /* A weight over a stored tensor: FP32 in place when the view allows it (qw_stored_f32),

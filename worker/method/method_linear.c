@@ -181,6 +181,7 @@ qs_status qw_method_linear_make(qw_method_linear *ml, const qw_method_plan *plan
     L->w.rows = rows;
     L->w.cols = k;
     L->w.f32 = ml->w;
+    L->w.version = qk_version_new();
     L->spec = ml->spec0;
     L->in_hook = qw_method_linear_hook;
     L->in_hook_ctx = ml;
