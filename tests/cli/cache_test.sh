@@ -25,10 +25,10 @@ touch -d '100 days ago' "$C/train/run1/ckpt"
 
 out=$("$Q" cache)
 echo "$out"
-echo "$out" | grep -q "^baselines *2 files *4.3 kB  $C/baselines$" || fail "list: baselines"
-echo "$out" | grep -q "^tokens *1 files *2.0 kB  $C/tokens$" || fail "list: tokens"
-echo "$out" | grep -q "^models *1 files *7.0 kB  $C/models$" || fail "list: models"
-echo "$out" | grep -q "^total *13.3 kB$" || fail "list: total"
+grep -q "^baselines *2 files *4.3 kB  $C/baselines$" <<<"$out" || fail "list: baselines"
+grep -q "^tokens *1 files *2.0 kB  $C/tokens$" <<<"$out" || fail "list: tokens"
+grep -q "^models *1 files *7.0 kB  $C/models$" <<<"$out" || fail "list: models"
+grep -q "^total *13.3 kB$" <<<"$out" || fail "list: total"
 
 rc=0; "$Q" cache prune >/dev/null 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "prune without --older-than exited $rc"
@@ -38,14 +38,14 @@ rc=0; "$Q" cache wipe >/dev/null 2>&1 || rc=$?
 
 out=$("$Q" cache prune --older-than 5)
 echo "$out"
-echo "$out" | grep -q "^removed *6.0 kB$" || fail "prune: removed"
+grep -q "^removed *6.0 kB$" <<<"$out" || fail "prune: removed"
 [ ! -e "$C/baselines/old" ] && [ ! -e "$C/tokens/sub/old" ] || fail "prune left an old file"
 [ -f "$C/baselines/new" ] || fail "prune removed a new baseline"
 [ -f "$C/models/m.gguf" ] && [ -f "$C/train/run1/ckpt" ] || fail "prune removed a model or checkpoint"
 
 out=$("$Q" cache clear)
 echo "$out"
-echo "$out" | grep -q "^removed *300 B$" || fail "clear: removed"
+grep -q "^removed *300 B$" <<<"$out" || fail "clear: removed"
 [ -z "$(find "$C/baselines" "$C/tokens" -type f)" ] || fail "clear left a file"
 [ -f "$C/models/m.gguf" ] && [ -f "$C/train/run1/ckpt" ] || fail "clear removed a model or checkpoint"
 echo "cache_test: OK"

@@ -78,8 +78,8 @@ done
 kill -TERM "$a"
 wait "$a" || true
 out=$("$Q" results $EXP) || fail "qsweep results after worker A"
-if echo "$out" | grep -q "mixed numerics"; then fail "a one-path experiment is flagged: $out"; fi
-if echo "$out" | grep -q '"numerics_path": "'; then fail "a one-path experiment's options name its path: $out"; fi
+if grep -q "mixed numerics" <<<"$out"; then fail "a one-path experiment is flagged: $out"; fi
+if grep -q '"numerics_path": "' <<<"$out"; then fail "a one-path experiment's options name its path: $out"; fi
 
 # --- worker B (OpenBLAS, Sandybridge kernels): the rest
 QSWEEP_CPU_GEMM=openblas OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$EP" --id cpu-b --threads 1 \
@@ -99,7 +99,7 @@ pa=$(path_of cpu-a) pb=$(path_of cpu-b)
 case "$pa" in cpu-qsweep-fixed2) ;; *) fail "worker A's path '$pa'" ;; esac
 case "$pb" in cpu-openblas-*-sandybridge) ;; *) fail "worker B's path '$pb'" ;; esac
 out=$("$Q" results $EXP) || fail "qsweep results"
-echo "$out" | grep -q "^mixed numerics: the jobs of experiment $EXP ran on 2 paths" \
+grep -q "^mixed numerics: the jobs of experiment $EXP ran on 2 paths" <<<"$out" \
   || fail "no mixed-numerics flag: $out"
 na=$(jobs_of cpu-a) nb=$(jobs_of cpu-b)
 echo "$out" | grep -Eq "^  $pa: $na jobs?\$" || fail "'$pa: $na' not in: $out"
@@ -109,12 +109,12 @@ if [ "$KIND" = sweep ]; then
   # each path's jobs are a table of their own: every table header names one path, and the
   # rows under the headers of a path number that path's eval jobs
   for p in "$pa" "$pb"; do
-    echo "$out" | grep -q "\"numerics_path\": \"$p\"" || fail "no table of path $p in: $out"
+    grep -q "\"numerics_path\": \"$p\"" <<<"$out" || fail "no table of path $p in: $out"
   done
   heads=$(echo "$out" | grep -c "baseline (unquantized)")
   named=$(echo "$out" | grep "baseline (unquantized)" | grep -c '"numerics_path": ')
   [ "$heads" = "$named" ] || fail "$heads tables, $named of them of one numerics path: $out"
-  echo "$out" | grep -q "no table ranks one path's jobs against another's" ||
+  grep -q "no table ranks one path's jobs against another's" <<<"$out" ||
     fail "the flag does not say the tables are per path: $out"
   rows=$("$Q" results $EXP --csv | grep -c '""numerics_path""') || true
   evals=$(psql_q "SELECT count(*) FROM jobs j JOIN experiment_jobs ej ON ej.job = j.id

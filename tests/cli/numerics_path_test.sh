@@ -83,7 +83,7 @@ pids+=($coord)
 if out=$("$Q" submit "${tiny[@]}" --set name=np-bad --set +numerics=gpu 2>&1); then
   fail "numerics: gpu accepted: $out"
 fi
-echo "$out" | grep -q "numerics: 'gpu' is not a numerics path" || fail "numerics: gpu: $out"
+grep -q "numerics: 'gpu' is not a numerics path" <<<"$out" || fail "numerics: gpu: $out"
 [ "$(psql_q "SELECT count(*) FROM experiments WHERE name = 'np-bad'")" = 0 ] || fail "np-bad stored"
 
 # --- worker A: --backend auto in a build without CUDA
@@ -99,9 +99,9 @@ w=$("$Q" workers) || fail "qsweep workers"
 echo "$w" | grep "^cpu-a " | grep -q "| $fixed (--backend auto on the CPU: $note" ||
   fail "qsweep workers: no path and fallback in the row of cpu-a: $w"
 st=$("$Q" status) || fail "qsweep status"
-echo "$st" | grep -q "^worker cpu-a: numerics path $fixed: --backend auto runs on the CPU: $note" ||
+grep -q "^worker cpu-a: numerics path $fixed: --backend auto runs on the CPU: $note" <<<"$st" ||
   fail "qsweep status does not say cpu-a falls back: $st"
-echo "$st" | grep -q "^np-cuda: 8 pending jobs waiting: no worker on path cuda (its grid asks for numerics: cuda)" ||
+grep -q "^np-cuda: 8 pending jobs waiting: no worker on path cuda (its grid asks for numerics: cuda)" <<<"$st" ||
   fail "qsweep status does not name np-cuda's missing path: $st"
 n=$(psql_q "SELECT count(DISTINCT r.job) FROM results r JOIN experiment_jobs ej ON ej.job = r.job
             JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-first' AND r.final
@@ -160,14 +160,14 @@ case "$(pin_of np-cpu)" in cpu-openblas-*) ;; *) fail "np-cpu pinned to '$(pin_o
      experiment_jobs ej JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-second')")" = 0 ] ||
   fail "the OpenBLAS worker ran a job of np-second, pinned to $fixed"
 st=$("$Q" status np-second) || fail "qsweep status np-second"
-echo "$st" | grep -q "^np-second: 7 pending jobs waiting: no worker on path $fixed (the experiment is pinned to it" ||
+grep -q "^np-second: 7 pending jobs waiting: no worker on path $fixed (the experiment is pinned to it" <<<"$st" ||
   fail "qsweep status does not name np-second's pin: $st"
 # np-shared: the same grid, so every job is np-second's and follows the older experiment's pin
 # (the scheduler's rule), which its status names though np-shared itself has no pin row
 "$Q" submit "${tiny[@]}" --set name=np-shared --set 'sensitivity.formats=[mxfp4]' \
   >>"$D/submit.log" 2>&1 || fail "submit np-shared"
 st=$("$Q" status np-shared) || fail "qsweep status np-shared"
-echo "$st" | grep -q "^np-shared: 7 pending jobs waiting: no worker on path $fixed (its jobs are also experiment np-second's, pinned to it" ||
+grep -q "^np-shared: 7 pending jobs waiting: no worker on path $fixed (its jobs are also experiment np-second's, pinned to it" <<<"$st" ||
   fail "qsweep status does not say np-shared's jobs follow np-second's pin: $st"
 kill -TERM $b
 wait $b || true

@@ -20,9 +20,9 @@ python3 "$SRC/tests/cli/pipeline_check.py" --db "$QSWEEP_DB" --qsweep "$Q" --exp
   || fail "pipeline_check"
 # the plain sweep next to it prints the sensitivity table, not the pipeline's
 out=$("$Q" results plain-study) || fail "qsweep results plain-study"
-echo "$out" | grep -q "^experiment plain-study: 1 eval jobs measured (component 1)$" \
+grep -q "^experiment plain-study: 1 eval jobs measured (component 1)$" <<<"$out" \
   || fail "plain sweep: $out"
-if echo "$out" | grep -q "^experiment plain-study: pipeline"; then fail "a plain sweep printed as a pipeline: $out"; fi
+if grep -q "^experiment plain-study: pipeline" <<<"$out"; then fail "a plain sweep printed as a pipeline: $out"; fi
 # --csv and --json: one row per (table, part, recipe), the same count as the view's groups
 want=$(psql "$QSWEEP_DB" -qAtX -c "SELECT count(DISTINCT (shape, steps, lr, recipe, format,
          options, quantize, mode, part)) FROM v_pipeline_summary WHERE experiment = 'study'")

@@ -77,7 +77,7 @@ fail_stopped() {
 rc=0
 out=$("$Q" unpin np-u 2>&1) || rc=$?
 [ $rc = 4 ] || fail_stopped "unpin while a job runs on the pinned path exited $rc, want 4: $out"
-echo "$out" | grep -q "^qsweep unpin: experiment 'np-u': job [0-9]* runs on the pinned path $fixed (worker cpu-a)" ||
+grep -q "^qsweep unpin: experiment 'np-u': job [0-9]* runs on the pinned path $fixed (worker cpu-a)" <<<"$out" ||
   fail_stopped "the refusal does not name the running job's path and worker: $out"
 [ "$(pin_of np-u)" = $fixed ] || fail_stopped "a refused unpin removed the pin"
 [ "$(psql_q "SELECT outcome FROM numerics_unpin_requests ORDER BY id DESC LIMIT 1")" = refused ] ||
@@ -124,7 +124,7 @@ psql_q "UPDATE attempts SET outcome = 'running', ended_at = NULL WHERE id = (SEL
 rc=0
 out=$("$Q" unpin np-u 2>&1) || rc=$?
 [ $rc = 4 ] || fail "unpin with an attempt left running exited $rc, want 4: $out"
-echo "$out" | grep -q "1 attempt(s) of its jobs are marked running on cpu-openblas-.* (worker cpu-b)" ||
+grep -q "1 attempt(s) of its jobs are marked running on cpu-openblas-.* (worker cpu-b)" <<<"$out" ||
   fail "the refusal without a coordinator: $out"
 psql_q "UPDATE attempts SET outcome = 'succeeded', ended_at = now() WHERE outcome = 'running'" >/dev/null
 out=$("$Q" unpin np-u) || fail "unpin without a coordinator: $out"
@@ -133,5 +133,5 @@ case "$out" in "experiment np-u: unpinned from cpu-openblas-"*) ;; *) fail "unpi
 rc=0
 out=$("$Q" unpin np-none 2>&1) || rc=$?
 [ $rc = 2 ] || fail "unpin of an unknown experiment exited $rc, want 2"
-echo "$out" | grep -q "no experiment named 'np-none'" || fail "unknown experiment: $out"
+grep -q "no experiment named 'np-none'" <<<"$out" || fail "unknown experiment: $out"
 echo "unpin_test: ok"

@@ -32,7 +32,7 @@ fi
 out=$("$Q" run "$SRC/experiments/tiny.yaml" --workers 2 --db "$(as qsweep_coordinator)" \
       --set 'sensitivity.formats=[nvfp4]' --set 'sensitivity.quantize=[weights]' 2>&1) \
   || fail "qsweep run as the coordinator's role: $out"
-echo "$out" | grep -q "8 jobs: 8 new" || fail "run did not submit 8 jobs: $out"
+grep -q "8 jobs: 8 new" <<<"$out" || fail "run did not submit 8 jobs: $out"
 n=$(psql "$(as alice)" -qAtX -c "SELECT succeeded FROM v_experiment_progress WHERE experiment = 'tiny'")
 [ "$n" = 8 ] || fail "alice reads $n succeeded jobs, want 8"
 out=$("$Q" results tiny --db "$(as alice)" 2>&1) || fail "results as alice: $out"
@@ -40,7 +40,7 @@ out=$("$Q" report tiny -o "$D/r.html" --db "$(as alice)" 2>&1) || fail "report a
 if out=$("$Q" submit "$SRC/experiments/tiny.yaml" --set name=alice-grid --db "$(as alice)" 2>&1); then
   fail "alice could submit: $out"
 fi
-echo "$out" | grep -q "permission denied" || fail "submit as alice: unexpected error: $out"
+grep -q "permission denied" <<<"$out" || fail "submit as alice: unexpected error: $out"
 if psql "$(as alice)" -qX -c "UPDATE jobs SET priority = 9" 2>/dev/null; then
   fail "alice could update jobs"
 fi
@@ -49,5 +49,5 @@ fi
 out=$("$Q" submit "$SRC/experiments/tiny.yaml" --set name=queued --db "$(as qsweep_coordinator)" 2>&1) \
   || fail "submit as the coordinator's role: $out"
 if out=$("$Q" cancel queued --db "$(as alice)" 2>&1); then fail "alice could cancel: $out"; fi
-echo "$out" | grep -q "permission denied" || fail "cancel as alice: unexpected error: $out"
+grep -q "permission denied" <<<"$out" || fail "cancel as alice: unexpected error: $out"
 echo "shared_server_roles: OK"

@@ -89,5 +89,5 @@ pts=$(psql_q "SELECT string_agg(r.step || '/' || r.value, ' ' ORDER BY r.step) F
 [ "$pts" = "1/8 2/8 3/8 4/8 5/8 6/8 7/8 8/8" ] || fail "the baseline's chunk points: '$pts'"
 psql_q "UPDATE jobs SET state = 'running' WHERE kind = 'baseline'" >/dev/null
 st=$("$Q" status tiny-compare 2>&1) || fail "qsweep status: $st"
-echo "$st" | grep -q "baseline chunk 8/8" || fail "qsweep status does not show the baseline's chunks: $st"
+grep -q "baseline chunk 8/8" <<<"$st" || fail "qsweep status does not show the baseline's chunks: $st"
 echo "compare_to_test: ok ($n weight SQNR rows; status: baseline chunk 8/8)"

@@ -185,14 +185,14 @@ failed)
 resubmit)
   "$Q" run "$GRID" >"$D/run.log" 2>&1 || fail "qsweep run exited $?"
   out=$("$Q" submit "$GRID") || fail "qsweep submit again"
-  echo "$out" | grep -q ": 64 jobs: 0 new, 64 already done, 0 already queued" ||
+  grep -q ": 64 jobs: 0 new, 64 already done, 0 already queued" <<<"$out" ||
     fail "resubmission: $out"
   "$Q" run "$GRID" >"$D/run-again.log" 2>&1 || fail "qsweep run again exited $?"
   expect "attempts after running it again" 64 "$(psql_q "SELECT count(*) FROM attempts")"
   # one more format: the training stage and the sweep's earlier jobs are reused
   more=(--set name=pipeline-tiny-fp8 --set 'stages.sweep.sensitivity.formats=[nvfp4, mxfp4, fp8_e4m3]')
   out=$("$Q" submit "$GRID" "${more[@]}") || fail "qsweep submit with fp8"
-  echo "$out" | grep -q ": 92 jobs: 28 new, 64 already done, 0 already queued" ||
+  grep -q ": 92 jobs: 28 new, 64 already done, 0 already queued" <<<"$out" ||
     fail "submission with one more format: $out"
   "$Q" run "$GRID" "${more[@]}" >"$D/run-fp8.log" 2>&1 || fail "qsweep run with fp8 exited $?"
   expect "attempts after the fp8 run" 92 "$(psql_q "SELECT count(*) FROM attempts")"
