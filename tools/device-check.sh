@@ -170,7 +170,7 @@ else
 fi
 
 # --- the module boundary: no CUDA library in the qsweep binary, the module's symbols resolve
-if ldd "$build/cli/qsweep" | grep -qE 'libcu|libnccl'; then
+if ldd "$build/cli/qsweep" | grep -E 'libcu|libnccl' >/dev/null; then
   note "module: FAILED: qsweep links a CUDA library: $(ldd "$build/cli/qsweep" | grep -E 'libcu|libnccl' | awk '{print $1}' | tr '\n' ' ')"
   fail=1
 else

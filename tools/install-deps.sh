@@ -70,14 +70,14 @@ for g in $groups; do
 done
 # Debian's llvm-defaults names clang's runtime libclang-rt-dev; where a release lacks that
 # name, the runtime of the installed clang's major version (libclang-rt-14-dev on Debian 12).
-if printf '%s\n' "${pkgs[@]}" | grep -qx libclang-rt-dev && ! apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+if printf '%s\n' "${pkgs[@]}" | grep -x libclang-rt-dev >/dev/null && ! apt-cache show libclang-rt-dev >/dev/null 2>&1; then
   major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n 1)
   major=${major:-$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9]*\)$/\1/p' | head -n 1)}
   pkgs=("${pkgs[@]/#libclang-rt-dev/libclang-rt-${major:?no clang version found}-dev}")
 fi
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps ($groups): installing ${missing[*]}"
@@ -94,7 +94,7 @@ if [[ " $groups " == *" test "* ]]; then
     echo "install-deps (test): pip installing ${missing_py[*]}"
     # Debian 12 marks its Python externally managed (PEP 668): these go to /usr/local, beside it
     brk=()
-    python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages &&
+    python3 -m pip install --help 2>/dev/null | grep -- --break-system-packages >/dev/null &&
       brk=(--break-system-packages)
     $SUDO python3 -m pip install --quiet --no-deps "${brk[@]}" "${missing_py[@]}"
   fi

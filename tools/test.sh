@@ -85,7 +85,7 @@ stage_release_tests() {
 }
 
 stage_exhaustive() {
-  if [ "${QSWEEP_TEST_EXHAUSTIVE:-0}" != 1 ] && ! printf '%s\n' "${selected[@]}" | grep -qx exhaustive; then
+  if [ "${QSWEEP_TEST_EXHAUSTIVE:-0}" != 1 ] && ! printf '%s\n' "${selected[@]}" | grep -x exhaustive >/dev/null; then
     echo "skipped: name the stage (bash tools/test.sh exhaustive) or set QSWEEP_TEST_EXHAUSTIVE=1"
     return 77
   fi
@@ -197,7 +197,7 @@ stage_tmp_clean() {
 
 selected=("$@")
 for s in "${selected[@]}"; do
-  if ! printf '%s\n' "${STAGES[@]}" | awk '{print $1}' | grep -qx "$s"; then
+  if ! printf '%s\n' "${STAGES[@]}" | awk '{print $1}' | grep -x "$s" >/dev/null; then
     echo "test.sh: unknown stage '$s'; stages: $(printf '%s\n' "${STAGES[@]}" | awk '{print $1}' | tr '\n' ' ')" >&2
     exit 2
   fi
@@ -206,7 +206,7 @@ names=() results=() seconds=()
 failed=()
 for line in "${STAGES[@]}"; do
   read -r name desc <<<"$line"
-  if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
+  if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -x "$name" >/dev/null; then
     continue
   fi
   echo

@@ -96,7 +96,7 @@ fixed=cpu-qsweep-fixed2
 [ "$(pin_of np-first)" = $fixed ] || fail "np-first pinned to '$(pin_of np-first)', want $fixed"
 [ -z "$(pin_of np-cuda)" ] || fail "np-cuda pinned to '$(pin_of np-cuda)' without a job run"
 w=$("$Q" workers) || fail "qsweep workers"
-echo "$w" | grep "^cpu-a " | grep -q "| $fixed (--backend auto on the CPU: $note" ||
+echo "$w" | grep "^cpu-a " | grep "| $fixed (--backend auto on the CPU: $note" >/dev/null ||
   fail "qsweep workers: no path and fallback in the row of cpu-a: $w"
 st=$("$Q" status) || fail "qsweep status"
 grep -q "^worker cpu-a: numerics path $fixed: --backend auto runs on the CPU: $note" <<<"$st" ||

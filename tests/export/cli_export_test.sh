@@ -23,7 +23,7 @@ expect_refusal() {
     [ "$rc" = 2 ] || fail "qsweep export $*: exit $rc, expected 2 ($(cat "$tmp/err"))"
     grep -qF -- "$needle" "$tmp/err" || fail "qsweep export $*: no \"$needle\" in: $(cat "$tmp/err")"
     [ ! -e "$tmp/out" ] || [ -z "$(ls -A "$tmp/out")" ] || fail "qsweep export $*: wrote into $tmp/out"
-    ls "$tmp" | grep -q '\.tmp-' && fail "qsweep export $*: left a temporary folder"
+    ls "$tmp" | grep '\.tmp-' >/dev/null && fail "qsweep export $*: left a temporary folder"
     echo "OK refused: $needle"
 }
 
@@ -183,5 +183,5 @@ rc=0
 [ "$rc" != 0 ] || fail "an export past the file size limit succeeded"
 grep -q "model.safetensors" "$tmp/err" || fail "the full disk's error names no file: $(cat "$tmp/err")"
 [ ! -e "$tmp/out" ] || fail "a failed export left $tmp/out"
-ls "$tmp" | grep -q '\.tmp-' && fail "a failed export left a temporary folder"
+ls "$tmp" | grep '\.tmp-' >/dev/null && fail "a failed export left a temporary folder"
 echo "OK full disk: exit $rc, $(tail -n 1 "$tmp/err")"

@@ -63,7 +63,7 @@ pids=()
 # removes its socket (spool/<node>_<job>.<step>) when it ends.
 steps_gone() {
   for _ in $(seq 1 "$1"); do
-    if ! ls "$D/spool" 2>/dev/null | grep -q '_[0-9]*\.[0-9]*$'; then return 0; fi
+    if ! ls "$D/spool" 2>/dev/null | grep '_[0-9]*\.[0-9]*$' >/dev/null; then return 0; fi
     sleep 0.1
   done
   return 1
@@ -101,10 +101,10 @@ printf 'AuthInfo=socket=%s\nKillWait=5\n' "$D/munge/munge.sock" >> "$SLURM_CONF"
 /usr/sbin/slurmd -D > "$D/log/slurmd.out" 2>&1 & pids+=($!)
 # Each wait below is for a state; its limit only bounds a hang, far past a loaded machine's time.
 for _ in $(seq 1 1000); do
-  if sinfo -h -o %T 2>/dev/null | grep -q idle; then break; fi
+  if sinfo -h -o %T 2>/dev/null | grep idle >/dev/null; then break; fi
   sleep 0.2
 done
-sinfo -h -o %T | grep -q idle ||
+sinfo -h -o %T | grep idle >/dev/null ||
   fail "the node did not come up idle within 200 s; sinfo says: $(sinfo -h -o '%P %D %T' 2>&1)"
 log "SLURM up: $(sinfo -h -o '%P %D %T %c')"
 
