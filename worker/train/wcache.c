@@ -40,7 +40,9 @@ qs_status qw_wcache_init(qw_wcache *c, qw_backend *be, const qw_recipe *r, int n
     c->be = be;
     c->n_linears = n_layers * kinds;
     size_t bytes = 0;
-    for (int l = 0; l < n_layers; l++) {
+    /* a backend that quantizes both inputs on the device (ops.h gemm_abt_quant) takes the
+     * source weight, so nothing kept would be read */
+    for (int l = 0; l < n_layers && !be->ops->gemm_abt_quant; l++) {
         int bits = kept(r, l, n_layers);
         for (int k = 0; k < kinds; k++)
             for (int s = 0; s < 2; s++)
@@ -61,7 +63,7 @@ qs_status qw_wcache_init(qw_wcache *c, qw_backend *be, const qw_recipe *r, int n
     }
     c->bytes = bytes;
     char *p = c->mem;
-    for (int l = 0; l < n_layers; l++) {
+    for (int l = 0; l < n_layers && !be->ops->gemm_abt_quant; l++) {
         int bits = kept(r, l, n_layers);
         for (int k = 0; k < kinds; k++)
             for (int s = 0; s < 2; s++)

@@ -14,7 +14,9 @@
  * 2i (Wq, [out x in], FP32 dequantized values) and 2i+1 ((W^T)q, [in x out]); one backend
  * allocation holds them all, sized for the recipe: 4 bytes per quantized weight element, 8
  * where dgrad's copy is kept. A slot is valid from its first use after qw_wcache_invalidate
- * until the next; whoever changes a weight invalidates (tmodel.h qw_tmodel_weights_changed). */
+ * until the next; whoever changes a weight invalidates (tmodel.h qw_tmodel_weights_changed).
+ * A backend with gemm_abt_quant (CUDA) quantizes both inputs of a quantized GEMM on the device
+ * from the source weight, so nothing is kept there (docs/training.md: what a device copy needs). */
 #ifndef QW_TRAIN_WCACHE_H
 #define QW_TRAIN_WCACHE_H
 
