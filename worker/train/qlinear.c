@@ -238,8 +238,9 @@ static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
     }
     if (!slot) return QS_OK;
     unsigned char *valid = &c->valid[2 * linear + (made.op == QW_DGRAD_W)];
+    int k = made.transpose ? made.rows : made.cols; /* the slot's row length */
     if (!*valid) {
-        int k = made.transpose ? made.rows : made.cols, mt, mld;
+        int mt, mld;
         const float *mo;
         qs_status st = prepare_in_layout(env, &fw, linear, &made, slot, k, 1, &mo, &mt, &mld, err);
         if (st != QS_OK) return st;
@@ -249,7 +250,7 @@ static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
     *out = slot;
     /* fprop's Wq [out x in] is B^T of dgrad's B [in x out] */
     *t = !transposed;
-    *ld = transposed ? in->cols : (in->transpose ? in->rows : in->cols);
+    *ld = k;
     return QS_OK;
 }
 
