@@ -34,9 +34,9 @@ static qw_config small_config(void) {
     return small_config_of(64, 128, 2, 4, 2, 16, 64);
 }
 
-static const char *const recipes[] = {"nvfp4",  "nvfp4-no-rht",     "nvfp4-no-sr",
-                                      "nvfp4-no-2d", "nvfp4-all-blocks", "mxfp4",
-                                      "fp8",    "bf16"};
+static const char *const recipes[] = {
+    "nvfp4", "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "nvfp4-all-blocks",
+    "mxfp4", "fp8",          "bf16"};
 #define N_RECIPES (sizeof recipes / sizeof recipes[0])
 
 static uint32_t *tokens(void) {

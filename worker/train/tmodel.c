@@ -65,8 +65,8 @@ struct qw_tmodel {
     uint32_t step;
     qw_recipe recipe;
     qw_qlinear_env env;
-    qw_wcache wcache;   /* the quantized weights of this step (wcache.h), for the recipe */
-    int wcache_off;     /* 1: env.wcache NULL, every GEMM quantizes its weight */
+    qw_wcache wcache; /* the quantized weights of this step (wcache.h), for the recipe */
+    int wcache_off;   /* 1: env.wcache NULL, every GEMM quantizes its weight */
     unsigned gemm_ran[QW_N_LINEAR_GEMMS]; /* env.ran: the paths each GEMM kind ran */
     size_t bytes;
     void *mem; /* the one backend allocation */
