@@ -236,6 +236,7 @@ qs_status qw_train_checkpoint_load(const char *path, qw_trainer *tr, const char 
     }
     if (st == QS_OK) {
         qw_backend *be = qw_tmodel_backend(m);
+        qw_tmodel_weights_changed(m);
         st = be->ops->upload(be, qw_tmodel_params(m), buf + HDR, n * 4, err);
         if (st == QS_OK)
             st = be->ops->upload(be, qw_tmodel_moment(m, 0), buf + HDR + n * 4, n * 4, err);

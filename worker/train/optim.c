@@ -47,6 +47,7 @@ qs_status qw_adamw_step(qw_tmodel *m, const qw_adamw *opt, float lr, float grad_
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     qw_backend *be = qw_tmodel_backend(m);
     double t0 = qs_clock_s();
+    qw_tmodel_weights_changed(m);
     for (int i = 0; i < qw_tmodel_n_tensors(m); i++) {
         qw_tensor_view v;
         qw_tmodel_tensor(m, i, &v);

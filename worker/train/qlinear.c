@@ -214,6 +214,46 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
     return st;
 }
 
+/* The weight input in (fprop's W or dgrad's W^T, quantized under spec) kept in env->wcache,
+ * made there first when this step has not made it yet: *kept 1 and *out, *t, *ld as
+ * prepare_in_layout's for operand B; *kept 0 (nothing else set) when the cache does not keep it.
+ * Dgrad's input whose values are fprop's transposed (wcache.h) is fprop's slot read as B^T. */
+static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
+                             const qw_operand_spec *spec, const gemm_input *in, int *kept,
+                             const float **out, int *t, int *ld, qs_error *err) {
+    *kept = 0;
+    qw_wcache *c = env->wcache;
+    if (!c || (in->op != QW_FPROP_W && in->op != QW_DGRAD_W) || !qw_wcache_keeps(spec))
+        return QS_OK;
+    gemm_input made = *in;
+    qw_operand_spec fw = *spec;
+    int transposed = 0;
+    float *slot = qw_wcache_slot(c, linear, in->op);
+    if (!slot && in->op == QW_DGRAD_W) {
+        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_FPROP_W, &fw);
+        if (!qw_wcache_dgrad_is_transpose(&fw, spec)) return QS_OK;
+        made = (gemm_input){QW_FPROP_W, in->src, in->rows, in->cols, 0};
+        slot = qw_wcache_slot(c, linear, QW_FPROP_W);
+        transposed = 1;
+    }
+    if (!slot) return QS_OK;
+    unsigned char *valid = &c->valid[2 * linear + (made.op == QW_DGRAD_W)];
+    int k = made.transpose ? made.rows : made.cols; /* the slot's row length */
+    if (!*valid) {
+        int mt, mld;
+        const float *mo;
+        qs_status st = prepare_in_layout(env, &fw, linear, &made, slot, k, 1, &mo, &mt, &mld, err);
+        if (st != QS_OK) return st;
+        *valid = 1;
+    }
+    *kept = 1;
+    *out = slot;
+    /* fprop's Wq [out x in] is B^T of dgrad's B [in x out] */
+    *t = !transposed;
+    *ld = k;
+    return QS_OK;
+}
+
 /* linear_gemm on a backend with gemm_tt (the CPU): no operand is copied or transposed that
  * need not be (prepare_in_layout), the same bits as the staged path on the fixed-order GEMM. */
 static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int linear,
@@ -224,8 +264,10 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     qw_backend *be = env->be;
     const float *pa, *pb;
     int ta, tb, lda, ldb;
+    int kept;
     qs_status st = prepare_in_layout(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
-    if (st == QS_OK)
+    if (st == QS_OK) st = kept_weight(env, layer, linear, sb, b, &kept, &pb, &tb, &ldb, err);
+    if (st == QS_OK && !kept)
         st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
     if (st != QS_OK) return st;
     int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
@@ -257,8 +299,25 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
                                      err);
     float *ba = env->buf_a, *bb = env->buf_b;
-    qs_status st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
-    if (st == QS_OK)
+    const float *pb = bb;
+    int kept = 0;
+    qs_status st = QS_OK;
+    if (!env->hook && !(be->ops->gemm_abt_quant && both_quant)) {
+        const float *kb;
+        int tb, ldb;
+        st = kept_weight(env, layer, linear, &sb, b, &kept, &kb, &tb, &ldb, err);
+        if (st == QS_OK && kept && !tb) {
+            /* dgrad's input is fprop's kept Wq [K x Ncol] transposed */
+            double t0 = qs_clock_s();
+            st = be->ops->transpose(be, bb, kb, K, Ncol, err);
+            qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_COPY, t0);
+        } else if (kept) {
+            pb = kb;
+        }
+        if (st != QS_OK) return st;
+    }
+    st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
+    if (st == QS_OK && !kept)
         st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
     if (st != QS_OK) return st;
     if (be->ops->gemm_abt_quant && !env->hook && sa.mode == QW_MODE_QUANT &&
@@ -282,13 +341,13 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     }
     int ra = a->transpose ? a->cols : a->rows, rb = b->transpose ? b->cols : b->rows;
     st = fake_quant(env, &sa, linear, a->op, ba, ra, K, err);
-    if (st == QS_OK) st = fake_quant(env, &sb, linear, b->op, bb, rb, K, err);
+    if (st == QS_OK && !kept) st = fake_quant(env, &sb, linear, b->op, bb, rb, K, err);
     if (st == QS_OK && env->hook) {
         env->hook(env->hook_user, linear, a->op, a->src, a->rows, a->cols, ba, ra, K);
         env->hook(env->hook_user, linear, b->op, b->src, b->rows, b->cols, bb, rb, K);
     }
     if (st != QS_OK) return st;
-    return gemm(env, layer, linear, g, C, ba, bb, M, Ncol, K, beta, err);
+    return gemm(env, layer, linear, g, C, ba, pb, M, Ncol, K, beta, err);
 }
 
 static int all_fp32(const qw_qlinear_env *env, int layer) {

@@ -34,6 +34,7 @@
 #include "ops.h"
 #include "recipe.h"
 #include "tprofile.h"
+#include "wcache.h"
 
 /* Called with every GEMM input a recipe rounds or quantizes, after it is made: linear index,
  * operand, the high-precision source as the model holds it (x [N x in], W [out x in] or
@@ -59,6 +60,10 @@ typedef struct qw_qlinear_env {
     qw_tprofile *prof; /* NULL, or where the GEMMs and operand preparation are timed */
     int unfused_prep;  /* 1: a backend's fused operand passes (ops.h rht_from) are not used,
                           each step runs on its own: the reference they are tested against */
+    qw_wcache *wcache; /* NULL, or the weights' quantized copies (wcache.h), made at their
+                          first use after the weights changed and read by every GEMM until the
+                          next change; not used where a hook watches the inputs or the backend
+                          quantizes on the device (gemm_abt_quant) */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */

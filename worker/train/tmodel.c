@@ -65,6 +65,8 @@ struct qw_tmodel {
     uint32_t step;
     qw_recipe recipe;
     qw_qlinear_env env;
+    qw_wcache wcache; /* the quantized weights of this step (wcache.h), for the recipe */
+    int wcache_off;   /* 1: env.wcache NULL, every GEMM quantizes its weight */
     unsigned gemm_ran[QW_N_LINEAR_GEMMS]; /* env.ran: the paths each GEMM kind ran */
     size_t bytes;
     void *mem; /* the one backend allocation */
@@ -292,6 +294,7 @@ qs_status qw_tmodel_create(const qw_config *cfg, int B, int T, int nt, qw_tmodel
 
 void qw_tmodel_destroy(qw_tmodel *m) {
     if (!m) return;
+    qw_wcache_release(&m->wcache);
     if (m->mem) m->be->ops->free(m->be, m->mem);
     if (m->own_be.ops) qw_backend_release(&m->own_be);
     free(m->tensors);
@@ -346,6 +349,7 @@ qs_status qw_tmodel_fetch(qw_tmodel *m, qw_tmodel_array which, float *host, qs_e
 }
 
 qs_status qw_tmodel_put(qw_tmodel *m, qw_tmodel_array which, const float *host, qs_error *err) {
+    if (which == QW_TMODEL_PARAMS) qw_tmodel_weights_changed(m);
     return m->be->ops->upload(m->be, array_of(m, which), host, m->n_params * sizeof(float), err);
 }
 
@@ -390,6 +394,7 @@ qs_status qw_tmodel_init_random(qw_tmodel *m, uint64_t seed, float std, qs_error
 }
 
 qs_status qw_tmodel_load(qw_tmodel *m, qw_checkpoint *ck, qs_error *err) {
+    qw_tmodel_weights_changed(m);
     for (int i = 0; i < m->n_tensors; i++) {
         qw_tensor_view *t = &m->tensors[i];
         const float *src = NULL;
@@ -411,10 +416,33 @@ qs_status qw_tmodel_load(qw_tmodel *m, qw_checkpoint *ck, qs_error *err) {
 qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, qs_error *err) {
     qs_status st = qw_recipe_check(r, m->cfg.n_layers, err);
     if (st != QS_OK) return st;
+    const qw_config *c = &m->cfg;
+    int HE = c->n_heads * c->head_dim, GE = c->n_kv_heads * c->head_dim;
+    int ins[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, HE, c->dim, c->dim, c->hidden_dim};
+    int outs[QW_TMODEL_KINDS] = {HE, GE, GE, c->dim, c->hidden_dim, c->hidden_dim, c->dim};
+    qw_wcache_release(&m->wcache);
+    m->env.wcache = NULL;
+    st = qw_wcache_init(&m->wcache, m->be, r, c->n_layers, QW_TMODEL_KINDS, ins, outs, err);
+    if (st != QS_OK) return qs_error_wrap(err, "recipe %s", r->name);
     m->recipe = *r;
     m->env.recipe = &m->recipe;
     m->env.seed = seed;
+    m->env.wcache = m->wcache_off ? NULL : &m->wcache;
     return QS_OK;
+}
+
+void qw_tmodel_set_weight_cache(qw_tmodel *m, int on) {
+    m->wcache_off = !on;
+    qw_wcache_invalidate(&m->wcache);
+    m->env.wcache = on && m->wcache.slot ? &m->wcache : NULL;
+}
+
+void qw_tmodel_weights_changed(qw_tmodel *m) {
+    qw_wcache_invalidate(&m->wcache);
+}
+
+size_t qw_tmodel_weight_cache_bytes(const qw_tmodel *m) {
+    return m->wcache.bytes;
 }
 
 void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user) {

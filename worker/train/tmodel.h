@@ -114,8 +114,21 @@ const float *qw_tmodel_logits(const qw_tmodel *m);
 qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err);
 
 /* Sets the recipe of the FP32 model's linears (copied) and the run seed of its SR streams and
- * RHT signs. Errors: qw_recipe_check's. */
+ * RHT signs, and sizes the weight cache for it (below). Errors: qw_recipe_check's, QS_ENOMEM
+ * (the cache's bytes); the model keeps its recipe, without a cache, on error. */
 qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, qs_error *err);
+
+/* The quantized weights of a step (wcache.h), on by default: each weight the recipe quantizes
+ * with deterministic rounding is quantized at its first GEMM after it changed and read from there
+ * by every micro-batch until it changes again; the same bits as quantizing it at every GEMM
+ * (on 0: the reference). Its memory (qw_tmodel_weight_cache_bytes) is allocated by
+ * qw_tmodel_set_recipe for the recipe, beside the model's one allocation. */
+void qw_tmodel_set_weight_cache(qw_tmodel *m, int on);
+size_t qw_tmodel_weight_cache_bytes(const qw_tmodel *m);
+/* Drops the kept quantized weights: for a caller that wrote parameters through
+ * qw_tmodel_params or a tensor view. The model's own writers (qw_tmodel_put of the parameters,
+ * _init_random, _load) and qw_adamw_step call it. */
+void qw_tmodel_weights_changed(qw_tmodel *m);
 
 /* Calls hook with every GEMM input the recipe rounds or quantizes (qlinear.h: backend memory);
  * NULL: none. */
