@@ -247,3 +247,54 @@ qs_status qc_store_check_coordinator_lock(qc_store *s, int holder_pid, qs_error 
 PGconn *qc_store_lock_pgconn(qc_store *s) {
     return s->lock_conn;
 }
+
+/* Whether the coordinator lock's holder is a coordinator: its lock session, named
+ * "qsweep <role>-lock <host>:<pid>" (above), keeps the lock while it runs; holder names it. */
+static qs_status holder_is_coordinator(qc_store *s, bool *coordinator, char *holder, size_t cap,
+                                       qs_error *err) {
+    PGresult *r = qc_store_params(s,
+                                  "SELECT count(*) FILTER (WHERE a.application_name LIKE "
+                                  "'qsweep %-lock %'), coalesce(string_agg(a.application_name, "
+                                  "', '), '') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = "
+                                  "l.pid WHERE " COORD_LOCK_HELD,
+                                  0, NULL, PGRES_TUPLES_OK,
+                                  "looking for the coordinator lock's holder", err);
+    if (!r) return QS_EDB;
+    *coordinator = strtol(PQgetvalue(r, 0, 0), NULL, 10) > 0;
+    snprintf(holder, cap, "%s", PQgetvalue(r, 0, 1));
+    PQclear(r);
+    return QS_OK;
+}
+
+#define COMMAND_LOCK_WAIT_MS 2000
+#define COMMAND_LOCK_POLL_MS 50
+qs_status qc_store_lock_for_command(qc_store *s, const char *what, bool *held, qs_error *err) {
+    *held = false;
+    if (s->holds_lock) return QS_OK;
+    for (int waited = 0;; waited += COMMAND_LOCK_POLL_MS) {
+        PGresult *r = PQexec(s->conn, "LOCK TABLE " COORD_LOCK_TABLE " IN EXCLUSIVE MODE NOWAIT");
+        const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        bool busy = code && !strcmp(code, "55P03");
+        qs_status st = QS_OK;
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && !busy)
+            st = qc_store_fail(s, r, "probing the coordinator lock", err);
+        PQclear(r);
+        if (!st && !busy) return QS_OK;
+        qc_store_rollback(s);
+        if (st) return st;
+        char holder[400];
+        bool coordinator;
+        if ((st = holder_is_coordinator(s, &coordinator, holder, sizeof holder, err))) return st;
+        if (coordinator) {
+            *held = true;
+            return QS_OK;
+        }
+        if (waited >= COMMAND_LOCK_WAIT_MS)
+            return qs_error_set(err, QS_ESTATE,
+                                "%s: the coordinator lock is held by '%s', no coordinator, "
+                                "for %d s: %s once it ends",
+                                what, holder, COMMAND_LOCK_WAIT_MS / 1000, what);
+        nanosleep(&(struct timespec){0, COMMAND_LOCK_POLL_MS * 1000 * 1000}, NULL);
+        if ((st = qc_store_exec(s, "BEGIN", "BEGIN", err))) return st;
+    }
+}

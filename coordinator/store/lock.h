@@ -35,4 +35,12 @@ qs_status qc_store_lock_alive(qc_store *s, qs_error *err);
  * query failed); *found (may be NULL): whether anyone does. False when the query failed. */
 bool qc_store_describe_lock_holder(qc_store *s, char *out, size_t cap, bool *found);
 
+/* In this session's open transaction, takes the coordinator lock for a command that changes
+ * what a coordinator holds in memory (unpin, requeue) when no coordinator runs; *held: a
+ * coordinator holds it (the transaction is rolled back, and the caller asks the coordinator or
+ * refuses). Another command's short transaction holding it answers nothing, so it is waited
+ * for, up to 2 s, then QS_ESTATE naming it and `what`. A store holding the lock itself (its
+ * lock session) needs nothing. Rolls back on error. QS_EDB. */
+qs_status qc_store_lock_for_command(qc_store *s, const char *what, bool *held, qs_error *err);
+
 #endif

@@ -418,27 +418,17 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
     qs_status st = qc_store_exec(s, "BEGIN", "requeue: BEGIN", err);
     if (st) return st;
     /* The coordinator lock, held for this transaction: a running coordinator holds its jobs
-     * in memory and reads only new ones, so it would never see the re-queued rows. A store
-     * that holds the lock itself (its lock session) needs no probe. */
+     * in memory and reads only new ones, so it would never see the re-queued rows. */
     PGresult *r = NULL;
-    if (!s->holds_lock) {
-        r = PQexec(s->conn, "LOCK TABLE " COORD_LOCK_TABLE " IN EXCLUSIVE MODE NOWAIT");
-        const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        if (PQresultStatus(r) == PGRES_COMMAND_OK) {
-            PQclear(r);
-        } else if (code && strcmp(code, "55P03") == 0) {
-            PQclear(r);
-            qc_store_rollback(s);
-            char holder[400];
-            qc_store_describe_lock_holder(s, holder, sizeof holder, NULL);
-            return qs_error_set(err, QS_ESTATE,
-                                "requeue: experiment '%s': a coordinator is running on database "
-                                "'%s' (%s); stop it first, it reads the jobs when it starts",
-                                experiment, PQdb(s->conn), holder);
-        } else {
-            st = qc_store_fail(s, r, "requeue: probing the coordinator lock", err);
-            PQclear(r);
-        }
+    bool coordinator = false;
+    if ((st = qc_store_lock_for_command(s, "requeue", &coordinator, err))) return st;
+    if (coordinator) {
+        char holder[400];
+        qc_store_describe_lock_holder(s, holder, sizeof holder, NULL);
+        return qs_error_set(err, QS_ESTATE,
+                            "requeue: experiment '%s': a coordinator is running on database "
+                            "'%s' (%s); stop it first, it reads the jobs when it starts",
+                            experiment, PQdb(s->conn), holder);
     }
     int64_t exp_id = 0;
     if (!st) {

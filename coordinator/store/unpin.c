@@ -9,61 +9,6 @@
 #include "session.h"
 #include "store.h"
 
-/* Whether the coordinator lock's holder is a coordinator: its lock session, named
- * "qsweep <role>-lock <host>:<pid>" (lock.c), keeps the lock while it runs; holder names it. */
-static qs_status holder_is_coordinator(qc_store *s, bool *coordinator, char *holder, size_t cap,
-                                       qs_error *err) {
-    PGresult *r = qc_store_params(s,
-                                  "SELECT count(*) FILTER (WHERE a.application_name LIKE "
-                                  "'qsweep %-lock %'), coalesce(string_agg(a.application_name, "
-                                  "', '), '') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = "
-                                  "l.pid WHERE " COORD_LOCK_HELD,
-                                  0, NULL, PGRES_TUPLES_OK,
-                                  "unpin: looking for the coordinator lock's holder", err);
-    if (!r) return QS_EDB;
-    *coordinator = strtol(PQgetvalue(r, 0, 0), NULL, 10) > 0;
-    snprintf(holder, cap, "%s", PQgetvalue(r, 0, 1));
-    PQclear(r);
-    return QS_OK;
-}
-
-/* Whether this transaction took the coordinator lock (no coordinator runs); *held: a
- * coordinator holds it. Another command's transaction (requeue, an unpin) holds it for a
- * moment and answers no request, so it is waited for, up to UNPIN_LOCK_WAIT_MS. Rolls back on
- * error and when held. */
-#define UNPIN_LOCK_WAIT_MS 2000
-#define UNPIN_LOCK_POLL_MS 50
-static qs_status take_lock(qc_store *s, bool *held, qs_error *err) {
-    *held = false;
-    if (s->holds_lock) return QS_OK;
-    for (int waited = 0;; waited += UNPIN_LOCK_POLL_MS) {
-        PGresult *r = PQexec(s->conn, "LOCK TABLE " COORD_LOCK_TABLE " IN EXCLUSIVE MODE NOWAIT");
-        const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        bool busy = code && !strcmp(code, "55P03");
-        qs_status st = QS_OK;
-        if (PQresultStatus(r) != PGRES_COMMAND_OK && !busy)
-            st = qc_store_fail(s, r, "unpin: probing the coordinator lock", err);
-        PQclear(r);
-        if (!st && !busy) return QS_OK;
-        qc_store_rollback(s);
-        if (st) return st;
-        char holder[400];
-        bool coordinator;
-        if ((st = holder_is_coordinator(s, &coordinator, holder, sizeof holder, err))) return st;
-        if (coordinator) {
-            *held = true;
-            return QS_OK;
-        }
-        if (waited >= UNPIN_LOCK_WAIT_MS)
-            return qs_error_set(err, QS_ESTATE,
-                                "the coordinator lock is held by '%s', no coordinator, for "
-                                "%d s: unpin once it ends",
-                                holder, UNPIN_LOCK_WAIT_MS / 1000);
-        nanosleep(&(struct timespec){0, UNPIN_LOCK_POLL_MS * 1000 * 1000}, NULL);
-        if ((st = qc_store_exec(s, "BEGIN", "unpin: BEGIN", err))) return st;
-    }
-}
-
 /* Without a coordinator: the pin goes unless an attempt of the experiment is still marked
  * running on its path (a coordinator that starts waits for its worker to re-attach). */
 static qs_status unpin_here(qc_store *s, const char *id, const char *path, char *msg, size_t cap,
@@ -146,7 +91,7 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
     qs_status st = qc_store_exec(s, "BEGIN", "unpin: BEGIN", err);
     if (st) return st;
     bool held = false;
-    if ((st = take_lock(s, &held, err))) return st;
+    if ((st = qc_store_lock_for_command(s, "unpin", &held, err))) return st;
     const char *p[] = {experiment};
     /* FOR UPDATE: a second unpin of the same experiment waits for this one */
     PGresult *r = qc_store_params(s,

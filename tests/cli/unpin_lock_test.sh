@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# qsweep unpin without a coordinator while another command's transaction holds the coordinator
-# lock for a moment (requeue, another unpin: coordinator/store/unpin.c): the unpin waits for it
+# qsweep unpin (and requeue) without a coordinator while another command's transaction holds the
+# coordinator lock for a moment (requeue, another unpin: coordinator/store/lock.c): it waits for it
 # and removes the pin here, instead of queueing a request that no coordinator answers and the
 # next one to start would apply; a holder that is no coordinator and keeps the lock is named in
 # a refusal, and no request is queued either way.
@@ -35,6 +35,15 @@ out=$("$Q" unpin ul --wait 0 2>&1) || fail "unpin while a command held the lock:
 wait $holder
 [ "$(psql_q "SELECT count(*) FROM numerics_unpin_requests")" = 0 ] ||
   fail "a request was queued for a coordinator that does not run"
+# requeue waits for such a holder the same way (coordinator/store/lock.c
+# qc_store_lock_for_command) instead of calling it a running coordinator
+hold 0.5 &
+holder=$!
+pids+=($holder)
+wait_held
+out=$("$Q" requeue ul 2>&1) || fail "requeue while a command held the lock: $out"
+[ "$out" = "0 job(s) of experiment ul queued again" ] || fail "requeue: $out"
+wait $holder
 # a holder that keeps the lock and is no coordinator: refused, naming it
 psql_q "INSERT INTO experiment_numerics (experiment, path)
         SELECT id, 'cpu-qsweep-fixed2' FROM experiments WHERE name = 'ul'"
