@@ -264,7 +264,7 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     qw_backend *be = env->be;
     const float *pa, *pb;
     int ta, tb, lda, ldb;
-    int kept;
+    int kept = 0;
     qs_status st = prepare_in_layout(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
     if (st == QS_OK) st = kept_weight(env, layer, linear, sb, b, &kept, &pb, &tb, &ldb, err);
     if (st == QS_OK && !kept)
