@@ -665,6 +665,19 @@ static int run_throughput(qw_model *m, const qw_tokens *toks, int ctx, int chunk
     return 0;
 }
 
+/* A positional argument as a whole number in [lo, INT_MAX] into *out; 0 after naming it. */
+static int whole_arg(const char *name, const char *text, long lo, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno || v < lo || v > INT_MAX) {
+        fprintf(stderr, "bench_engine: %s '%s': expected a whole number >= %ld\n", name, text, lo);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is measured, also into a file */
     char def[1024];
@@ -702,9 +715,11 @@ int main(int argc, char **argv) {
             npos = 4;
     }
     const char *gguf = pos[0] ? pos[0] : def;
-    int ctx = pos[1] ? atoi(pos[1]) : 512;
-    int chunks = pos[2] ? atoi(pos[2]) : 2;
-    if (ctx < 3 || chunks < 1 || npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
+    int ctx = 512, chunks = 2;
+    if ((pos[1] && !whole_arg("ctx", pos[1], 3, &ctx)) ||
+        (pos[2] && !whole_arg("chunks", pos[2], 1, &chunks)))
+        return 2;
+    if (npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
         fprintf(stderr, "usage: bench_engine [--profile | --table-only | --demo-floor "
                         "[--sqnr-rows=N]] [gguf | hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
                         "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
