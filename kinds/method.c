@@ -116,6 +116,32 @@ static void canonical_search(json_t *o) {
         json_object_set_new(o, "scale_search", json_true());
 }
 
+bool qs_method_linear_quantized(const char *linear, qs_mode mode, int block, int part,
+                                unsigned loo_of, const json_t *policy) {
+    int b, k;
+    if (qs_block_linear_parse(linear, &b, &k)) return false;
+    switch (mode) {
+    case QS_MODE_COMPONENT:
+        return k == part;
+    case QS_MODE_LEAVE_ONE_OUT:
+        return (loo_of >> k & 1u) && k != part;
+    case QS_MODE_BLOCK:
+        return b == block;
+    case QS_MODE_LAYER:
+        return b == block && k == part;
+    case QS_MODE_CUMULATIVE:
+        return b <= block;
+    case QS_MODE_LEAVE_ONE_OUT_BLOCK:
+        return b != block;
+    case QS_MODE_LEAVE_ONE_OUT_LAYER:
+        return b != block || k != part;
+    case QS_MODE_POLICY:
+        return json_object_get(policy, linear) != NULL;
+    default:
+        return false;
+    }
+}
+
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err) {
     *out = NULL;
     const qs_method *m = qs_method_at(i);

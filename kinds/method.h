@@ -31,6 +31,7 @@
 #include <stdbool.h>
 
 #include "error.h"
+#include "names.h"
 
 /* The rotation a method applies along K to a linear's weight and input. */
 enum {
@@ -76,5 +77,13 @@ int qs_method_by_label(const char *label, bool *scale_search);
  * outside (0, 1), a linears key that is not "<block>.<kind>", a label there that is unknown,
  * rtn or per-linear), QS_ENOMEM. */
 qs_status qs_method_options(int i, const json_t *given, json_t **out, qs_error *err);
+
+/* Whether a sensitivity job of mode quantizes linear ("<block>.<kind>"): its block and part
+ * (-1 when the mode names none), loo_of its leave-one-out set of parts and policy its map in
+ * policy mode, as a job spec holds them (sensitivity.h). A per-linear linear must be one its job
+ * quantizes: a job applies no method to a linear it leaves unquantized, so one listed there would
+ * go unused unseen. 0 for a key that is not a block linear. */
+bool qs_method_linear_quantized(const char *linear, qs_mode mode, int block, int part,
+                                unsigned loo_of, const json_t *policy);
 
 #endif

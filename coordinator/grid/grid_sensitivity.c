@@ -414,6 +414,8 @@ static int only_compare(const qc_grid *g) {
     return all;
 }
 
+static qs_status check_per_linear(qc_config *c, struct fy_node *me, const qc_grid *g);
+
 static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                qc_grid *g) {
     if (!n && only_compare(g)) {
@@ -523,6 +525,7 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
         for (int k = 0; k < QS_LINEAR_KINDS; k++)
             g->parts[g->n_parts++] = k;
     }
+    if (me && (st = check_per_linear(c, me, g))) return st;
     unsigned mask = 0;
     struct fy_node *mt = qc_config_lookup(n, "metrics");
     if (mt) {
@@ -637,6 +640,66 @@ static void job_part(const qc_grid *g, qs_mode mode, size_t i, qs_sensitivity_sp
     } else {
         s->block = (int)i;
     }
+}
+
+/* The node of linear key in the options of the i-th entry of the `method` sequence me, me when
+ * the entry has no such node (an override's value). */
+static struct fy_node *linear_node(struct fy_node *me, size_t i, const char *key) {
+    struct fy_node *entry =
+        fy_node_is_sequence(me) ? fy_node_sequence_get_by_index(me, (int)i) : me;
+    struct fy_node *lin = qc_config_lookup(qc_config_lookup(entry, "options"), "linears");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while (lin && fy_node_is_mapping(lin) && (pair = fy_node_mapping_iterate(lin, &it))) {
+        const char *k = qc_config_scalar(fy_node_pair_key(pair));
+        if (k && !strcmp(k, key)) return fy_node_pair_key(pair);
+    }
+    return entry ? entry : me;
+}
+
+/* Every linear a per-linear method of the grid names is one each of its jobs quantizes
+ * (kinds/method.h): refused at the linear's line, naming the job that leaves it unquantized. */
+static qs_status check_per_linear(qc_config *c, struct fy_node *me, const qc_grid *g) {
+    const sens_data *d = g->kind_data;
+    unsigned loo_of = 0;
+    for (size_t i = 0; i < g->n_parts; i++)
+        loo_of |= 1u << g->parts[i];
+    for (size_t i = 0; d && i < d->n_methods; i++) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_object_get(d->method_options[i], "linears"), key, v) {
+            for (size_t oi = 0; oi < g->n_modes; oi++) {
+                qs_mode mode = g->modes[oi];
+                if (mode == QS_MODE_POLICY) {
+                    if (!qs_method_linear_quantized(key, mode, -1, -1, 0, d->policy))
+                        return qc_config_fail(c, linear_node(me, i, key), QS_EINVAL,
+                                              "method per-linear: linear '%s' is not quantized "
+                                              "by the policy-mode job: its policy does not list "
+                                              "it (a bf16 linear takes no method)",
+                                              key);
+                    continue;
+                }
+                for (size_t mi = 0; mi < g->n_models; mi++)
+                    for (size_t pi = 0; pi < mode_jobs(g, mode, g->models[mi].facts.n_layers);
+                         pi++) {
+                        qs_sensitivity_spec s = {.eval = true, .mode = mode};
+                        job_part(g, mode, pi, &s);
+                        if (qs_method_linear_quantized(key, mode, s.block, s.part, loo_of, NULL))
+                            continue;
+                        char part[64];
+                        qs_sensitivity_part_text(&s, part, sizeof part);
+                        return qc_config_fail(c, linear_node(me, i, key), QS_EINVAL,
+                                              "method per-linear: linear '%s' is not quantized "
+                                              "by the %s-mode job of part %s (model %s), which "
+                                              "would leave its method unused: a per-linear "
+                                              "method names only linears every job of the grid "
+                                              "quantizes (mode policy measures a plan)",
+                                              key, qs_mode_name(mode), part, g->models[mi].name);
+                    }
+            }
+        }
+    }
+    return QS_OK;
 }
 
 /* Method `me` of the grid's axis on s (borrowed from d), with the calibration when the method

@@ -181,11 +181,64 @@ static void bad_methods_and_calibration_are_refused(void **state) {
             "fused groups are round-to-nearest only");
 }
 
+/* A per-linear linear that a job of the grid does not quantize would be silently unused by
+ * that job: the grid refuses it at its line, naming the linear and the job's mode and part. */
+#define CALIB "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n"
+static void per_linear_linears_a_job_does_not_quantize_are_refused(void **state) {
+    env *e = *state;
+    refused(e,
+            HEAD CALIB "sensitivity:\n  formats: [nvfp4]\n  modes: [component]\n"
+                       "  parts: [q, down]\n"
+                       "  method: [{name: per-linear, options: {linears: {0.q: gptq}}}]\n",
+            "method per-linear: linear '0.q' is not quantized by the component-mode job of part "
+            "down");
+    refused(e,
+            HEAD CALIB
+            "sensitivity:\n  formats: [nvfp4]\n  modes: [component]\n"
+            "  parts: [q]\n"
+            "  method: [{name: per-linear, options: {linears: {0.q: gptq, 1.k: gptq}}}]\n",
+            "method per-linear: linear '1.k' is not quantized by the component-mode job of part q");
+    refused(e,
+            HEAD CALIB "sensitivity:\n  formats: [nvfp4]\n  modes: [block]\n"
+                       "  method: [{name: per-linear, options: {linears: {0.q: gptq}}}]\n",
+            "method per-linear: linear '0.q' is not quantized by the block-mode job of part 1");
+    refused(e,
+            HEAD CALIB "sensitivity:\n  modes: [policy]\n"
+                       "  method: [{name: per-linear, options: {linears: {0.q: gptq}}}]\n"
+                       "  policy: {0.down: nvfp4}\n",
+            "method per-linear: linear '0.q' is not quantized by the policy-mode job");
+    /* the line of the entry in a block mapping */
+    refused(e,
+            HEAD CALIB "sensitivity:\n  formats: [nvfp4]\n  modes: [component]\n"
+                       "  parts: [q]\n  method:\n    - name: per-linear\n      options:\n"
+                       "        linears:\n          0.q: gptq\n          2.up: gptq\n",
+            "grid.yaml:13:");
+    /* every job quantizes every linear named: q of each block in component mode of q, a plan's
+       linears in its policy */
+    qc_job_list l = {0};
+    expand(e,
+           HEAD CALIB "sensitivity:\n  formats: [nvfp4]\n  modes: [component]\n  parts: [q]\n"
+                      "  method: [{name: per-linear, options: {linears: {0.q: gptq, 2.q: "
+                      "mr-gptq}}}]\n",
+           &l);
+    assert_int_equal(l.n, 2);
+    qc_job_list_free(&l);
+    expand(e,
+           HEAD CALIB "sensitivity:\n  modes: [policy]\n"
+                      "  method: [{name: per-linear, options: {linears: {0.q: gptq}}}]\n"
+                      "  policy: {0.q: nvfp4, 0.down: mxfp4}\n",
+           &l);
+    assert_int_equal(l.n, 2);
+    qc_job_list_free(&l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(rtn_alone_is_the_grid_without_a_method, setup, teardown),
         cmocka_unit_test_setup_teardown(each_method_is_a_job_of_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_methods_and_calibration_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(per_linear_linears_a_job_does_not_quantize_are_refused,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
