@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "names.h"
@@ -60,6 +61,94 @@ int qs_method_by_label(const char *label, bool *scale_search) {
         if (strlen(methods[i].name) == name && !strncmp(methods[i].name, label, name))
             return !*scale_search || searches(&methods[i]) ? i : -1;
     return -1;
+}
+
+/* The options a setting label may spell out, in label order. */
+static const char *const label_options[] = {"act_order", "alpha", "damp"};
+#define N_LABEL_OPTIONS (sizeof label_options / sizeof label_options[0])
+
+/* Whether method m has option key (one of label_options). */
+static bool has_option(const qs_method *m, const char *key) {
+    return !strcmp(key, "alpha") ? m->smooth : m->gptq;
+}
+
+/* v as a label value: true/false, an integer, the shortest decimal that reads back as the same
+ * double, or a string as it is. */
+static void option_text(const json_t *v, char *out, size_t cap) {
+    if (json_is_boolean(v)) {
+        snprintf(out, cap, "%s", json_is_true(v) ? "true" : "false");
+    } else if (json_is_integer(v)) {
+        snprintf(out, cap, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        double x = json_real_value(v);
+        for (int p = 1; p <= 17; p++) {
+            snprintf(out, cap, "%.*g", p, x);
+            if (strtod(out, NULL) == x) break;
+        }
+    } else {
+        snprintf(out, cap, "%s", json_is_string(v) ? json_string_value(v) : "null");
+    }
+}
+
+int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting *all, size_t n,
+                            char *out, size_t cap) {
+    char label[64], other[64];
+    int len = qs_method_label(s->method, s->options, label, sizeof label);
+    if (len < 0 || !qs_method_at(s->method)) return len;
+    len = snprintf(out, cap, "%s", label);
+    for (size_t k = 0; k < N_LABEL_OPTIONS; k++) {
+        const json_t *v = json_object_get(s->options, label_options[k]);
+        bool differs = false;
+        for (size_t i = 0; v && !differs && i < n; i++) {
+            qs_method_label(all[i].method, all[i].options, other, sizeof other);
+            const json_t *w = json_object_get(all[i].options, label_options[k]);
+            differs = !strcmp(label, other) && !(w && json_equal((json_t *)v, (json_t *)w));
+        }
+        if (!differs) continue;
+        char value[40];
+        option_text(v, value, sizeof value);
+        len +=
+            snprintf(out + ((size_t)len < cap ? (size_t)len : cap),
+                     (size_t)len < cap ? cap - (size_t)len : 0, "+%s=%s", label_options[k], value);
+    }
+    return len;
+}
+
+int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *label_len) {
+    *scale_search = false;
+    *label_len = 0;
+    if (!text) return -1;
+    /* the label ends at the first "+<option>=" */
+    const char *end = text;
+    for (const char *p = strchr(text, '+');; p = strchr(p + 1, '+')) {
+        size_t k = 0;
+        while (p && k < N_LABEL_OPTIONS &&
+               (strncmp(p + 1, label_options[k], strlen(label_options[k])) ||
+                p[1 + strlen(label_options[k])] != '='))
+            k++;
+        if (!p || k < N_LABEL_OPTIONS) {
+            end = p ? p : text + strlen(text);
+            break;
+        }
+    }
+    char label[64];
+    if ((size_t)(end - text) >= sizeof label) return -1;
+    snprintf(label, sizeof label, "%.*s", (int)(end - text), text);
+    int i = qs_method_by_label(label, scale_search);
+    if (i < 0) return -1;
+    /* each option part: "+<option of the method>=<value>" */
+    for (const char *p = end; *p;) {
+        size_t n = strcspn(p + 1, "+"), k = 0;
+        while (k < N_LABEL_OPTIONS && (strncmp(p + 1, label_options[k], strlen(label_options[k])) ||
+                                       p[1 + strlen(label_options[k])] != '='))
+            k++;
+        if (k == N_LABEL_OPTIONS || !has_option(&methods[i], label_options[k]) ||
+            n <= strlen(label_options[k]) + 1)
+            return -1;
+        p += 1 + n;
+    }
+    *label_len = (size_t)(end - text);
+    return i;
 }
 
 /* per-linear's "linears": NULL when it is an object of "<block>.<kind>": a method label other

@@ -70,6 +70,27 @@ int qs_method_label(int i, const json_t *options, char *out, size_t cap);
  * none (an unknown name, "+search" after a method without the scale search). */
 int qs_method_by_label(const char *label, bool *scale_search);
 
+/* A setting a sweep measured: a method with its canonical options (NULL when it has none). */
+typedef struct qs_method_setting {
+    int method;
+    const json_t *options;
+} qs_method_setting;
+
+/* The label of setting s among the settings of a sweep (all, n of them; s among them or not),
+ * which tells two settings of one label apart: qs_method_label, then "+<option>=<value>" for each
+ * option (act_order, alpha, damp, in that order) whose value differs between the settings of that
+ * label in all ("gptq+damp=0.01" and "gptq+damp=0.1"; a label measured in one setting stays as it
+ * is, so job keys and the columns of one-setting sweeps do not change). A number is written in
+ * the shortest form that reads back as the same double. Writes at most cap bytes into out;
+ * returns snprintf's count. */
+int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting *all, size_t n,
+                            char *out, size_t cap);
+/* The method a setting label names: a label (qs_method_by_label), then zero or more
+ * "+<option>=<value>" naming options of that method with a value; *scale_search as for
+ * qs_method_by_label, *label_len the length of the label before the first option. -1 when it
+ * names none. */
+int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *label_len);
+
 /* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
  * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}, per-linear all three and
  * "linears" (default {}); NULL (no options) for the others. *out is a new reference or NULL.

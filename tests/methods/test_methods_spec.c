@@ -311,6 +311,70 @@ static void a_method_with_scale_search_is_labelled_plus_search(void **state) {
     assert_int_equal(qs_method_by_label(NULL, &search), -1);
 }
 
+/* Two settings of one label measured in one sweep are told apart by the options that differ
+ * between them ("gptq+damp=0.1"), in the shortest decimal; a label measured once, or options
+ * equal across its settings, stay out. The setting label names back the method, the length of
+ * its label and the scale search; an option the method has not, or one without a value, names
+ * nothing. */
+static void two_settings_of_one_label_are_labelled_by_their_options(void **state) {
+    (void)state;
+    int gq = qs_method_by_name("gptq"), mr = qs_method_by_name("mr-gptq");
+    int sq = qs_method_by_name("smoothquant");
+    json_t *d01 = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.01);
+    json_t *d1 = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.1);
+    json_t *d01a = json_pack("{s:b,s:f}", "act_order", 1, "damp", 0.01);
+    json_t *s01 = json_pack("{s:b,s:f,s:b}", "act_order", 0, "damp", 0.01, "scale_search", 1);
+    json_t *s02 = json_pack("{s:b,s:f,s:b}", "act_order", 0, "damp", 0.02, "scale_search", 1);
+    json_t *a5 = json_pack("{s:f}", "alpha", 0.5);
+    const qs_method_setting all[] = {
+        {QS_METHOD_RTN, NULL}, {gq, d01}, {gq, d1}, {mr, s01}, {mr, s02}, {mr, d01}, {sq, a5}};
+    static const char *const want[] = {"rtn",
+                                       "gptq+damp=0.01",
+                                       "gptq+damp=0.1",
+                                       "mr-gptq+search+damp=0.01",
+                                       "mr-gptq+search+damp=0.02",
+                                       "mr-gptq",
+                                       "smoothquant"};
+    char label[64];
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        int n =
+            qs_method_setting_label(&all[i], all, sizeof all / sizeof all[0], label, sizeof label);
+        assert_string_equal(label, want[i]);
+        assert_int_equal(n, (int)strlen(want[i]));
+        bool search;
+        size_t len;
+        assert_int_equal(qs_method_by_setting_label(label, &search, &len), all[i].method);
+        assert_int_equal(search, strstr(want[i], "+search") != NULL);
+        assert_int_equal(len, strcspn(want[i], "+") + (search ? strlen("+search") : 0));
+    }
+    /* two options that differ: both, in label order; alone in its sweep, a setting is its label */
+    const qs_method_setting three[] = {{gq, d01}, {gq, d1}, {gq, d01a}};
+    qs_method_setting_label(&three[2], three, 3, label, sizeof label);
+    assert_string_equal(label, "gptq+act_order=true+damp=0.01");
+    qs_method_setting_label(&three[1], &three[1], 1, label, sizeof label);
+    assert_string_equal(label, "gptq");
+    /* a short buffer: the whole count, the text cut */
+    char small[8];
+    assert_int_equal(qs_method_setting_label(&all[2], all, 3, small, sizeof small), 13);
+    assert_string_equal(small, "gptq+da");
+    static const char *const none[] = {
+        "gptq+damp=",         "gptq+alpha=0.5",    "smoothquant+damp=1", "rotate16+damp=0.1",
+        "gptq+search+damp=1", "gptq+damp=0.1+foo", "gptq+dampx=0.1",     "awq+damp=0.1"};
+    bool search;
+    size_t len;
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        if (qs_method_by_setting_label(none[i], &search, &len) >= 0)
+            fail_msg("'%s' named a method", none[i]);
+    assert_int_equal(qs_method_by_setting_label("gptq+act_order=true+damp=0.1", &search, &len), gq);
+    assert_int_equal(len, 4);
+    json_decref(d01);
+    json_decref(d1);
+    json_decref(d01a);
+    json_decref(s01);
+    json_decref(s02);
+    json_decref(a5);
+}
+
 /* per-linear's labels: a map whose mr-gptq linears all search is written as the plans wrote it
  * before labels ("mr-gptq" and scale_search true: the same job and key, however it was
  * given); a map of both variants keeps the labels and no flag, and has a key of its own. */
@@ -382,6 +446,7 @@ int main(void) {
         cmocka_unit_test(per_linear_options_name_a_method_per_block_linear),
         cmocka_unit_test(mr_gptq_scale_search_is_keyed_only_when_true),
         cmocka_unit_test(a_method_with_scale_search_is_labelled_plus_search),
+        cmocka_unit_test(two_settings_of_one_label_are_labelled_by_their_options),
         cmocka_unit_test(per_linear_writes_each_scale_search_choice_one_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
