@@ -33,8 +33,9 @@ static void plan_usage(FILE *out) {
             "  --methods LIST     the methods whose measurements are candidates (default: every\n"
             "                     one the sweep ran): a sweep of several methods plans (method,\n"
             "                     format) pairs, and its grid measures them with method\n"
-            "                     per-linear; mr-gptq+search is mr-gptq with scale_search\n"
-            "                     (docs/methods.md)\n"
+            "                     per-linear; mr-gptq+search is mr-gptq with scale_search,\n"
+            "                     gptq+damp=0.1 the setting of gptq with damp 0.1 where the\n"
+            "                     sweep measured another (docs/methods.md)\n"
             "  --objective        kl_mean (default: mean KL divergence from the baseline) or ppl\n"
             "                     (perplexity increase)\n"
             "  --uniform-groups   q/k/v and gate/up of a block share one format (fused GEMMs)\n"
@@ -72,15 +73,17 @@ static int methods_ok(const char *list) {
         else {
             char name[64];
             bool search;
+            size_t len;
             snprintf(name, sizeof name, "%.*s", (int)n, p);
-            if (qs_method_by_label(name, &search) < 0)
+            if (qs_method_by_setting_label(name, &search, &len) < 0)
                 snprintf(why, sizeof why, "unknown method '%s'", name);
         }
         if (*why) {
             fprintf(stderr, "qsweep plan: --methods '%s': %s (expected one or more of ", list, why);
             for (int i = 0; i < qs_method_count(); i++)
                 if (!qs_method_at(i)->per_linear) fprintf(stderr, "%s, ", qs_method_at(i)->name);
-            fprintf(stderr, "mr-gptq+search, comma-separated)\n");
+            fprintf(stderr, "mr-gptq+search, or a setting label such as gptq+damp=0.1, "
+                            "comma-separated)\n");
             return 0;
         }
         p += n;
@@ -203,7 +206,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
     }
     unsigned qbits[QSWEEP_PLAN_MAX_FORMATS];
     /* a candidate's name: its format, "method/format" when a method other than rtn makes it */
-    char labels[QSWEEP_PLAN_MAX_FORMATS][72];
+    char labels[QSWEEP_PLAN_MAX_FORMATS][100];
     for (size_t f = 0; f < in.n_formats; f++) {
         qbits[f] = qsweep_plan_quarter_bits(in.formats[f]);
         if (strcmp(in.methods[f], "rtn"))
@@ -301,7 +304,9 @@ int qsweep_cmd_plan(int argc, char **argv) {
         const json_t *umo = json_object_get(in.method_options, in.methods[f]);
         umo = json_is_object(umo) ? umo : NULL;
         bool search;
-        const qs_method *me = qs_method_at(qs_method_by_label(in.methods[f], &search));
+        size_t len;
+        const qs_method *me =
+            qs_method_at(qs_method_by_setting_label(in.methods[f], &search, &len));
         const char *uname = me ? me->name : in.methods[f];
         char uid[17];
         double um = qsweep_plan_measured_map(qc_store_pgconn(s), &o, &in, umap, uname, umo, uid);

@@ -68,18 +68,78 @@ static const char *const PLAN_SQL =
     "ORDER BY s.mode DESC, s.model, s.quantize, s.format, j.spec ? 'method', 8,\n"
     "         coalesce(j.spec -> 'method_options' ? 'scale_search', false), 9, s.part";
 
-/* The candidate label of each row of PLAN_SQL: its method and options (kinds/method.h). */
-typedef char plan_label[32];
+/* The candidate label of each row of PLAN_SQL: its setting's label among the settings the
+ * sweep measured (kinds/method.h qs_method_setting_label: gptq+damp=0.1 beside gptq+damp=0.01),
+ * and in *options {label: that setting's method_options, null without}. NULL when out of memory. */
+typedef char plan_label[64];
 
-static plan_label *row_labels(PGresult *r) {
+static plan_label *row_labels(PGresult *r, json_t **options) {
     int n = PQntuples(r);
     plan_label *l = malloc((size_t)(n ? n : 1) * sizeof *l);
-    for (int i = 0; l && i < n; i++) {
-        json_t *mo = PQgetisnull(r, i, 8) ? NULL : json_loads(PQgetvalue(r, i, 8), 0, NULL);
-        qs_method_label(qs_method_by_name(PQgetvalue(r, i, 7)), mo, l[i], sizeof l[i]);
-        json_decref(mo);
+    int *setting = malloc((size_t)(n ? n : 1) * sizeof *setting); /* row -> its distinct one */
+    qs_method_setting *all = malloc((size_t)(n ? n : 1) * sizeof *all);
+    json_t **mo = calloc((size_t)(n ? n : 1), sizeof *mo);
+    *options = json_object();
+    size_t k = 0; /* distinct settings: the first row of each (method, options text) */
+    int *first = malloc((size_t)(n ? n : 1) * sizeof *first);
+    int ok = l && setting && all && mo && first && *options;
+    for (int i = 0; ok && i < n; i++) {
+        size_t j = 0;
+        while (j < k && (strcmp(PQgetvalue(r, first[j], 7), PQgetvalue(r, i, 7)) ||
+                         strcmp(PQgetvalue(r, first[j], 8), PQgetvalue(r, i, 8)) ||
+                         PQgetisnull(r, first[j], 8) != PQgetisnull(r, i, 8)))
+            j++;
+        if (j == k) {
+            first[k] = i;
+            mo[k] = PQgetisnull(r, i, 8) ? NULL : json_loads(PQgetvalue(r, i, 8), 0, NULL);
+            all[k] = (qs_method_setting){qs_method_by_name(PQgetvalue(r, i, 7)), mo[k]};
+            k++;
+        }
+        setting[i] = (int)j;
+    }
+    for (size_t j = 0; ok && j < k; j++) {
+        plan_label label;
+        qs_method_setting_label(&all[j], all, k, label, sizeof label);
+        json_object_set_new(*options, label, mo[j] ? json_deep_copy(mo[j]) : json_null());
+        for (int i = 0; i < n; i++)
+            if (setting[i] == (int)j) snprintf(l[i], sizeof l[i], "%s", label);
+    }
+    for (size_t j = 0; mo && j < k; j++)
+        json_decref(mo[j]);
+    free(mo);
+    free(all);
+    free(first);
+    free(setting);
+    if (!ok) {
+        free(l);
+        json_decref(*options);
+        *options = NULL;
+        return NULL;
     }
     return l;
+}
+
+/* The labels of the settings of label base (the first len bytes of a setting label) among
+ * labels [0, n), ", "-separated into out; returns how many. */
+static int settings_of(const plan_label *labels, int n, const char *base, size_t len, char *out,
+                       size_t cap) {
+    int count = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        bool search;
+        size_t ll;
+        if (qs_method_by_setting_label(labels[i], &search, &ll) < 0 || ll != len ||
+            strncmp(labels[i], base, len) || !labels[i][len])
+            continue;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = !strcmp(labels[j], labels[i]);
+        if (seen) continue;
+        size_t used = strlen(out);
+        snprintf(out + used, cap - used, "%s%s", count ? ", " : "", labels[i]);
+        count++;
+    }
+    return count;
 }
 
 /* Index of candidate (method, format) in *in, n_formats when absent. */
@@ -147,7 +207,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
     }
     int n = PQntuples(r);
     qs_status st = QS_OK;
-    plan_label *label = row_labels(r);
+    plan_label *label = row_labels(r, &in->method_options);
     if (!label) st = qs_error_set(err, QS_ENOMEM, "plan: %d rows", n);
     const char *exists_params[1] = {o->experiment};
     /* the experiment, and how many of its jobs are training runs */
@@ -268,11 +328,45 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
                                      strlen(in->methods[k]) != len ||
                                      strncmp(in->methods[k], p, len) != 0))
             k++;
-        if (k == in->n_formats)
+        char settings[512];
+        if (k == in->n_formats && settings_of(label, n, p, len, settings, sizeof settings) > 1)
+            st = qs_error_set(err, QS_EINVAL,
+                              "--methods %s: %.*s was measured with several settings: %s; name "
+                              "one of them",
+                              o->methods, (int)len, p, settings);
+        else if (k == in->n_formats)
             st = qs_error_set(err, QS_EINVAL,
                               "--methods %s: %s has no %s-mode results of method %.*s for %s "
                               "(quantize %s) in the formats considered",
                               o->methods, o->experiment, mode, (int)len, p, model, quant);
+    }
+    /* a plan's grid (method per-linear) holds one value of each option: two settings of one
+       label are for the user to choose between, by their setting labels */
+    for (size_t f = 0; !st && f < in->n_formats; f++) {
+        bool search;
+        size_t len;
+        qs_method_by_setting_label(in->methods[f], &search, &len);
+        char chosen[512] = "";
+        int among = 0;
+        for (size_t g = 0; g < in->n_formats; g++) {
+            size_t lg, h = 0;
+            if (qs_method_by_setting_label(in->methods[g], &search, &lg) < 0 || lg != len ||
+                strncmp(in->methods[g], in->methods[f], len))
+                continue;
+            while (h < g && strcmp(in->methods[h], in->methods[g]))
+                h++;
+            if (h < g) continue; /* the label of another format's candidate */
+            size_t used = strlen(chosen);
+            snprintf(chosen + used, sizeof chosen - used, "%s%s", among++ ? ", " : "",
+                     in->methods[g]);
+        }
+        if (among > 1) {
+            st = qs_error_set(err, QS_EINVAL,
+                              "%.*s was measured with %d settings: %s; a plan's grid holds one "
+                              "setting of a method: choose one with --methods (e.g. --methods "
+                              "rtn,%s)",
+                              (int)len, in->methods[f], among, chosen, in->methods[f]);
+        }
     }
     /* a trained model: the weights are those its training job recorded (the spec's digest is
        a stand-in, docs/pipelines.md) */
@@ -330,8 +424,8 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
         if (!isnan(*slot))
             st = strcmp(in->methods[f], "rtn")
                      ? qs_error_set(err, QS_EINVAL,
-                                    "part %s in %s by %s measured twice (format or method "
-                                    "options differ?): keep one setting per format and method",
+                                    "part %s in %s by %s measured twice (format options "
+                                    "differ?): keep one setting per format",
                                     part, in->formats[f], in->methods[f])
                      : qs_error_set(err, QS_EINVAL,
                                     "part %s in %s measured twice (format options "
@@ -371,12 +465,10 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         st = qs_error_set(err, QS_EDB, "plan: %s", PQerrorMessage(c));
     in->options = json_object();
-    in->method_options = json_object();
     for (int i = 0; !st && i < PQntuples(r); i++) {
         json_t *spec = json_loads(PQgetvalue(r, i, 0), 0, NULL);
         const char *fmt = json_string_value(json_object_get(spec, "format"));
-        const char *me = json_string_value(json_object_get(spec, "method"));
-        if (!spec || !fmt || !in->options || !in->method_options) {
+        if (!spec || !fmt || !in->options) {
             json_decref(spec);
             st = qs_error_set(err, QS_ENOMEM, "plan: a stored spec is not JSON");
             break;
@@ -391,11 +483,6 @@ qs_status qsweep_plan_load_sweep_facts(PGconn *c, const qsweep_plan_opts *o, qsw
         /* a format's options are its rtn jobs' (sorted first) where it has some */
         if (!json_object_get(in->options, fmt))
             json_object_set(in->options, fmt, json_object_get(spec, "format_options"));
-        /* by label, as the candidates go: mr-gptq and mr-gptq+search apart */
-        const json_t *mo = json_object_get(spec, "method_options");
-        char label[32];
-        qs_method_label(me ? qs_method_by_name(me) : QS_METHOD_RTN, mo, label, sizeof label);
-        json_object_set_new(in->method_options, label, mo ? json_deep_copy(mo) : json_null());
         if (!in->calibration && json_object_get(spec, "calibration"))
             in->calibration = json_incref(json_object_get(spec, "calibration"));
         json_decref(spec);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmd_plan_parts.h"
+#include "method.h"
 #include "sensitivity.h"
 
 /* The policy map (cmd_plan_parts.h). */
@@ -178,7 +179,11 @@ qs_status qsweep_plan_method_options(const qsweep_plan_choice *pc, json_t **out,
             if (!strcmp(me, "rtn") || !strcmp(in->formats[f], "bf16")) continue;
             char key[32];
             snprintf(key, sizeof key, "%d.%s", b, qsweep_plan_kinds[k]);
-            json_object_set_new(linears, key, json_string(me));
+            /* the linear takes the method's label; its setting's options are per-linear's */
+            bool search;
+            size_t len;
+            qs_method_by_setting_label(me, &search, &len);
+            json_object_set_new(linears, key, json_stringn(me, len));
             /* scale_search goes with each linear's label (kinds/method.h per-linear) */
             static const char *const keys[] = {"act_order", "damp", "alpha"};
             for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++)

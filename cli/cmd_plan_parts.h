@@ -35,8 +35,9 @@ typedef struct qsweep_plan_opts {
 } qsweep_plan_opts;
 
 /* The measured costs, by (block, kind, candidate): block -1 for component mode. A candidate f
- * is a format (formats[f]) quantized by a method, named by its label (methods[f], "rtn" when the
- * job named none; "mr-gptq+search" for mr-gptq with scale_search, kinds/method.h). */
+ * is a format (formats[f]) quantized by a method, named by its setting label (methods[f], "rtn"
+ * when the job named none; "mr-gptq+search" for mr-gptq with scale_search; "gptq+damp=0.1" where
+ * the sweep measured another damp too: kinds/method.h qs_method_setting_label). */
 typedef struct qsweep_plan_input {
     char *model_path;
     qw_config cfg;     /* the swept model's shape */
@@ -46,7 +47,7 @@ typedef struct qsweep_plan_input {
     int n_layers;
     size_t n_formats;
     char formats[QSWEEP_PLAN_MAX_FORMATS][32];
-    char methods[QSWEEP_PLAN_MAX_FORMATS][32];
+    char methods[QSWEEP_PLAN_MAX_FORMATS][64];
     int any_method; /* a candidate's method is not rtn */
     double *cost; /* [n_layers or 1][7][n_formats], NAN when not measured */
     char model_digest[65]; /* the swept spec's (a trained model's stand-in, docs/pipelines.md) */
@@ -54,7 +55,7 @@ typedef struct qsweep_plan_input {
     json_t *dataset; /* the sweep's "dataset" spec object (path, digest, ctx, max_chunks) */
     json_t *metrics; /* the sweep's "metrics" array */
     json_t *options; /* {format: its format_options in the sweep} */
-    json_t *method_options; /* {method label: its method_options in the sweep, null without} */
+    json_t *method_options; /* {setting label: its method_options in the sweep, null without} */
     json_t *calibration;    /* the sweep's "calibration" spec object, NULL when none */
     char numerics[130];     /* the sweep's grid `numerics` (kinds/spec.h), "" when none */
     /* the numerics path every cost and measurement is read from (qsweep_plan_pick_path, in the
@@ -78,9 +79,11 @@ double *qsweep_plan_cost_at(qsweep_plan_input *in, int block, int kind, size_t f
 /* Weights of linear kind k (HF shapes, worker/engine/policy.h). */
 uint64_t qsweep_plan_kind_weights(const qw_config *c, int k);
 
-/* Reads the sweep's costs into *in. Errors: QS_ENOTFOUND (no layer/component results),
- * QS_EINVAL (several models or quantize settings and no choice, an unknown format, a part
- * that is not a linear), QS_EDB, QS_ENOMEM; checkpoint errors for the model. */
+/* Reads the sweep's costs into *in, and the method options of each setting label. Errors:
+ * QS_ENOTFOUND (no layer/component results), QS_EINVAL (several models or quantize settings and
+ * no choice, an unknown format, a part that is not a linear, two settings of one label among
+ * the candidates: the message names their setting labels), QS_EDB, QS_ENOMEM; checkpoint errors
+ * for the model. */
 qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_plan_input *in,
                                  qs_error *err);
 

@@ -64,27 +64,23 @@ static int by_damage(const void *a, const void *b) {
 /* Prints the table of the group starting at row g0. Errors: QS_ENOMEM. */
 static qs_status print_group(PGresult *r, int g0, FILE *out, const method_table *t, qs_error *err) {
     int nc = t->n_cols;
-    /* a column is its method's label (kinds/method.h), with its options where two columns
-       share one (another damp, alpha or act_order), whole so that the columns differ */
-    char name[16][32], label[16][256];
+    /* a column is its setting's label (kinds/method.h): its method's label, with the options
+       that tell it from another column of that label (gptq+damp=0.1 beside gptq+damp=0.01) */
+    char label[16][96];
+    json_t *mo[16];
+    qs_method_setting set[16];
     int width[16], pw = 8;
     for (int c = 0; c < nc; c++) {
-        json_t *mo = json_loads(PQgetvalue(r, t->col_row[c], M_MOPTS), 0, NULL);
-        qs_method_label(qs_method_by_name(PQgetvalue(r, t->col_row[c], M_METHOD)), mo, name[c],
-                        sizeof name[c]);
-        json_decref(mo);
+        mo[c] = json_loads(PQgetvalue(r, t->col_row[c], M_MOPTS), 0, NULL);
+        set[c] =
+            (qs_method_setting){qs_method_by_name(PQgetvalue(r, t->col_row[c], M_METHOD)), mo[c]};
     }
     for (int c = 0; c < nc; c++) {
-        int twice = 0;
-        for (int d = 0; d < nc; d++)
-            twice += !strcmp(name[d], name[c]);
-        if (twice > 1)
-            snprintf(label[c], sizeof label[c], "%s %s", name[c],
-                     PQgetvalue(r, t->col_row[c], M_MOPTS));
-        else
-            snprintf(label[c], sizeof label[c], "%s", name[c]);
+        qs_method_setting_label(&set[c], set, (size_t)nc, label[c], sizeof label[c]);
         width[c] = (int)strlen(label[c]) + 2 > 11 ? (int)strlen(label[c]) + 2 : 11;
     }
+    for (int c = 0; c < nc; c++)
+        json_decref(mo[c]);
     for (int p = 0; p < t->n_parts; p++) {
         int w = (int)strlen(PQgetvalue(r, t->part_row[p], M_PART));
         pw = w > pw ? w : pw;
