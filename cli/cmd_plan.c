@@ -48,7 +48,8 @@ static void plan_usage(FILE *out) {
             "                     on several and is pinned to none of them is refused\n"
             "  -o FILE            write the plan as a grid that measures it (the sweep's model\n"
             "                     and dataset, sensitivity mode policy); default: printed after\n"
-            "                     the table\n"
+            "                     the table. A plan that keeps every linear bf16 has no grid:\n"
+            "                     with -o or --validate it is refused (exit 2), nothing written\n"
             "  --validate         submit that grid (experiment <EXPERIMENT>-plan-<B>b...): one\n"
             "                     eval job of the whole plan, run by the workers; once it is\n"
             "                     done, plan prints its measured damage beside the prediction\n"
@@ -350,6 +351,18 @@ int qsweep_cmd_plan(int argc, char **argv) {
         printf("measured %s of the plan: %.6g (policy %s; predicted %.6g; uniform nvfp4 "
                "measured %.6g)\n",
                o.objective, pm, id, cost, nvfp4_measured);
+    /* the plan is the baseline: its grid, an all-bf16 policy, is one submit refuses */
+    if (!id[0] && (o.output || o.validate)) {
+        st = qs_error_set(&err, QS_EINVAL,
+                          "the budget keeps every linear unquantized: nothing to validate (no "
+                          "grid %s; a smaller --budget-bits quantizes some linear)",
+                          o.output ? "written" : "submitted");
+        goto done;
+    }
+    if (!id[0]) {
+        printf("\nno grid: the budget keeps every linear unquantized: nothing to validate\n");
+        goto done;
+    }
     FILE *out = stdout;
     if (o.output && !(out = fopen(o.output, "w"))) {
         st = qs_error_set(&err, QS_EIO, "cannot write %s: %s", o.output, strerror(errno));

@@ -4,7 +4,8 @@
 # format. qsweep results (cli/results_methods.c) gives each setting a column under its setting
 # label (kinds/method.h qs_method_setting_label: gptq+damp=0.1), holding that setting's KL;
 # qsweep plan refuses to choose between two settings, naming their labels, and --methods with a
-# setting label plans that setting, its grid holding its options.
+# setting label plans that setting, its grid holding its options. A plan whose budget keeps
+# every linear bf16 writes no grid (submit would refuse it) and exits 2 saying so.
 # Usage: results_columns_test.sh QSWEEP_BIN SOURCE_DIR
 set -euo pipefail
 Q=$1
@@ -77,4 +78,12 @@ grep -qF '"damp":0.02,' "$D/plan.out" && grep -qF '"scale_search":true' "$D/plan
   fail "the grid does not hold mr-gptq+search with damp 0.02: $(cat "$D/plan.out")"
 echo "OK plan --methods by setting label"
 
+# a budget that keeps every linear bf16: nothing to validate, no grid written
+rc=0
+"$Q" plan rcols --budget-bits 16 --methods rtn -o "$D/p16.yaml" >"$D/plan.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "plan --budget-bits 16 -o: exit $rc: $(cat "$D/plan.out")"
+grep -qF "the budget keeps every linear unquantized: nothing to validate" "$D/plan.out" ||
+  fail "plan --budget-bits 16: $(cat "$D/plan.out")"
+[ ! -e "$D/p16.yaml" ] || fail "plan --budget-bits 16 wrote $D/p16.yaml"
+echo "OK plan --budget-bits 16: $(grep -F "nothing to validate" "$D/plan.out")"
 echo "methods_results_columns: OK"
