@@ -138,14 +138,19 @@ static qw_tphase gemm_phase(int layer, int linear, qw_linear_gemm g) {
     return qw_tphase_gemm(layer < 0 ? kinds : linear % kinds, g);
 }
 
+/* 1 when GEMM g of a linear of block `layer` runs on BF16 operands: both inputs BF16-exact
+ * under the recipe (bf16_exact.h) and no FP32 asked for (env->gemm_fp32). */
+static int gemm_bf16(const qw_qlinear_env *env, int layer, qw_linear_gemm g) {
+    return !env->gemm_fp32 && qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+}
+
 /* C = A B^T + beta C for GEMM g of a linear of block `layer`: with BF16 operands
- * (gemm_abt_bf16) when both inputs are BF16-exact under the recipe (bf16_exact.h), else FP32
- * (gemm_abt). */
+ * (gemm_abt_bf16) where gemm_bf16 says, else FP32 (gemm_abt). */
 static qs_status gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g, float *C,
                       const float *A, const float *Bm, int M, int Ncol, int K, float beta,
                       qs_error *err) {
     qw_backend *be = env->be;
-    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    int bf16 = gemm_bf16(env, layer, g);
     note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
     double t0 = qs_clock_s();
     qs_status st = bf16 ? be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err)
@@ -312,7 +317,7 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     if (st == QS_OK && !kept)
         st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
     if (st != QS_OK) return st;
-    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    int bf16 = gemm_bf16(env, layer, g);
     note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
     double t0 = qs_clock_s();
     st = be->ops->gemm_tt(be, bf16, C, ta, pa, lda, tb, pb, ldb, M, Ncol, K, beta, err);
@@ -336,14 +341,16 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
     int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
+    /* the block-scaled GEMM is not FP32: under gemm_fp32 the inputs are fake-quantized */
+    int quant_gemm = be->ops->gemm_abt_quant && !env->hook && both_quant && !env->gemm_fp32;
     /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
-    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant) &&
+    if (be->ops->gemm_tt && !env->hook && !quant_gemm &&
         be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
                                      err);
     float *ba = env->buf_a, *bb = env->buf_b;
     const float *pb = bb;
-    int kept = 0, quant_gemm = be->ops->gemm_abt_quant && !env->hook && both_quant;
+    int kept = 0;
     const void *packed = NULL;
     qs_status st = QS_OK;
     if (quant_gemm && be->ops->gemm_abt_quant_kept)

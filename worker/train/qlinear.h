@@ -65,6 +65,8 @@ typedef struct qw_qlinear_env {
                           first use after the weights changed and read by every GEMM until the
                           next change; not used where a hook watches the inputs. In the
                           backend's packed form (CUDA) gemm_abt_quant_kept reads them */
+    int gemm_fp32;     /* 1: every GEMM FP32 (gemm_abt; neither gemm_abt_bf16 nor
+                          gemm_abt_quant), as $QSWEEP_CUDA_GEMM=fp32 asks (tmodel.h) */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */
