@@ -691,8 +691,8 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     return done(c, "gemm_abt_quant", err, C);
 }
 
-/* FP4 formats only: a kept FP8 operand would need its padded codes and the GEMM's scale
- * pointers, and the fp8 recipe's weights are not worth it at one byte per element. */
+/* FP4 formats only: FP8 operands (padded codes, the scale pointers of tr_fp8_gemm) are made at
+ * each call, so the fp8 recipe's weights are quantized per GEMM. */
 extern "C" size_t qw_cuda_train_quant_operand_bytes(qw_backend *b, const qk_format *fmt,
                                                     size_t rows, size_t k) {
     qs_error err = {};
