@@ -3,9 +3,11 @@
  * the bytes tokenizer, 8 steps of fp32 and bf16, once on each backend. The final train and
  * validation losses agree within 1e-3 relative (cuBLAS SGEMM and the device reductions sum in
  * another order than the CPU: float rounding, compounded over 8 AdamW steps), and each run
- * reports the path its linears' GEMMs took: gemm_path.cpu on the CPU; on CUDA gemm_path.fp32 for
- * fp32 (every GEMM FP32 SGEMM) and gemm_path.bf16 for bf16 (every GEMM with BF16 operands on the
- * tensor cores, bf16_exact.h), with the per-micro-step counts. Skipped (77) without a device. */
+ * reports the path its linears' GEMMs took: gemm_path.cpu on the CPU; on CUDA (the worker's
+ * default GEMM request, auto) gemm_path.fp32 for fp32 (every GEMM FP32 SGEMM) and gemm_path.bf16
+ * for bf16 (every GEMM with BF16 operands on the tensor cores, bf16_exact.h), with the
+ * per-micro-step counts; under request fp32 bf16's GEMMs all run FP32 too (gemm_path.fp32, no
+ * BF16 GEMM counted). Skipped (77) without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 
 #include "backend_cuda.h"
 #include "gpu_test_util.h"
+#include "ops_cuda.h"
 #include "train_job.h"
 
 typedef struct finals {
@@ -37,7 +40,7 @@ static void on_metric(void *u, const char *name, int64_t step, double v) {
     if (!strcmp(name, "gemm_fp32_count")) f->n_fp32 = v;
 }
 
-static void run(const char *recipe, qw_backend_kind kind, const uint32_t *ids, size_t n,
+static void run(const char *recipe, qw_backend_kind kind, int gemm, const uint32_t *ids, size_t n,
                 finals *f) {
     qs_error err = {0};
     qw_train_spec t;
@@ -56,6 +59,7 @@ static void run(const char *recipe, qw_backend_kind kind, const uint32_t *ids, s
     t.val_fraction = 0.05;
     t.threads = 2;
     t.backend.kind = kind;
+    t.backend.gemm = gemm;
     memset(f, 0, sizeof *f);
     f->n_bf16 = f->n_fp32 = -1;
     qw_train_hooks h = {NULL, on_metric, NULL, f};
@@ -72,8 +76,8 @@ static void cuda_training_matches_cpu(void **s) {
     const char *recipes[] = {"fp32", "bf16"};
     for (int i = 0; i < 2; i++) {
         finals c, g;
-        run(recipes[i], QW_BACKEND_CPU, ids, n, &c);
-        run(recipes[i], QW_BACKEND_CUDA, ids, n, &g);
+        run(recipes[i], QW_BACKEND_CPU, QW_CUDA_GEMM_LT, ids, n, &c);
+        run(recipes[i], QW_BACKEND_CUDA, QW_CUDA_GEMM_LT, ids, n, &g);
         double dt = fabs(g.train - c.train) / c.train, dv = fabs(g.val - c.val) / c.val;
         printf("%s: train loss cpu %.9g cuda %.9g (rel %.2e), val %.9g / %.9g (rel %.2e)\n",
                recipes[i], c.train, g.train, dt, c.val, g.val, dv);
@@ -87,6 +91,12 @@ static void cuda_training_matches_cpu(void **s) {
         assert_true(dt < 1e-3);
         assert_true(dv < 1e-3);
     }
+    finals f;
+    run("bf16", QW_BACKEND_CUDA, QW_CUDA_GEMM_FP32, ids, n, &f);
+    printf("bf16 under request fp32: cuda %s, linear GEMMs per micro-step %g BF16, %g FP32\n",
+           f.path, f.n_bf16, f.n_fp32);
+    assert_string_equal(f.path, "gemm_path.fp32");
+    assert_true(f.n_bf16 == 0 && f.n_fp32 > 0);
     free(ids);
 }
 

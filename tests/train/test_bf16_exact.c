@@ -9,6 +9,8 @@
  *   fake quantization) exactly when qw_operand_bf16_exact says so;
  * - the per-recipe GEMM paths, written out, and the counts qw_tmodel_gemm_paths gives are the
  *   calls a training step makes to gemm_abt_bf16 and gemm_abt (a counting CPU table);
+ * - under gemm_fp32 ($QSWEEP_CUDA_GEMM=fp32) every linear GEMM calls gemm_abt and every GEMM
+ *   kind records the path fp32;
  * - the gemm_path a training result names: the CPU's "cpu", on a GPU "bf16" or "fp32" by the
  *   count of FP32 linear GEMMs;
  * - the CPU's gemm_abt_bf16 is gemm_abt (the CPU training results do not change). */
@@ -26,6 +28,7 @@
 #include "bf16_exact.h"
 #include "format.h"
 #include "ops.h"
+#include "qk_gemm_path.h"
 #include "qlinear.h"
 #include "quant.h"
 #include "recipe.h"
@@ -339,6 +342,71 @@ static void recipe_gemm_paths_are_the_table_and_the_calls(void **s) {
     qw_backend_release(&be);
 }
 
+/* $QSWEEP_CUDA_GEMM=fp32 (qw_tmodel_set_gemm_fp32, set by train_job.c for a CUDA backend of
+ * that request): every linear GEMM of a step calls gemm_abt, none gemm_abt_bf16, the counts say
+ * 0 BF16 and 3 (7 L + 1) FP32, and the path recorded per GEMM kind is fp32 alone, for every
+ * recipe; the CPU's losses keep their bits (its two entries are one GEMM). */
+static void gemm_fp32_runs_every_linear_gemm_fp32(void **s) {
+    (void)s;
+    qw_config c = small_config();
+    enum { B = 2, T = 16 };
+    counting = *qw_ops_cpu();
+    counting.gemm_abt_bf16 = count_bf16;
+    counting.gemm_abt = count_fp32;
+    counting.linear_bwd = count_linear_bwd;
+    counting.gemm_tt = count_tt;
+    qw_backend be;
+    assert_int_equal(qw_backend_cpu_init(&be, 1, c.hidden_dim, NULL), QS_OK);
+    const qw_ops *cpu_ops = be.ops;
+    be.ops = &counting;
+    uint32_t in[B * T], tg[B * T];
+    for (int k = 0; k < B * T; k++) {
+        in[k] = (uint32_t)(k * 5 % c.vocab_size);
+        tg[k] = (uint32_t)((k * 7 + 1) % c.vocab_size);
+    }
+    const int all = 3 * (7 * c.n_layers + 1);
+    for (size_t i = 0; i < N_RECIPES; i++) {
+        qw_recipe r;
+        qs_error err = {0};
+        assert_int_equal(qw_recipe_by_name(PATHS[i].recipe, &r, &err), QS_OK);
+        double loss[2];
+        unsigned ran[2][QW_N_LINEAR_GEMMS];
+        int nb[2], nf[2], cb[2], cf[2];
+        for (int fp32 = 0; fp32 < 2; fp32++) {
+            qw_tmodel *m = NULL;
+            assert_int_equal(qw_tmodel_create_on(&c, B, T, &be, &m, &err), QS_OK);
+            assert_int_equal(qw_tmodel_init_random(m, 3, 0.2f, &err), QS_OK);
+            assert_int_equal(qw_tmodel_set_recipe(m, &r, SEED, &err), QS_OK);
+            qw_tmodel_set_gemm_fp32(m, fp32);
+            qw_tmodel_gemm_paths(m, &nb[fp32], &nf[fp32]);
+            calls_bf16 = calls_fp32 = 0;
+            assert_int_equal(qw_tmodel_zero_grad(m, &err), QS_OK);
+            if (qw_tmodel_forward(m, in, tg, 0, &loss[fp32], &err) != QS_OK ||
+                qw_tmodel_backward(m, 1.0f, &err) != QS_OK)
+                fail_msg("%s", err.msg);
+            cb[fp32] = calls_bf16, cf[fp32] = calls_fp32;
+            qw_tmodel_gemm_ran(m, ran[fp32]);
+            qw_tmodel_destroy(m);
+        }
+        int kinds_fp32 = 1, kinds_bf16 = 0;
+        for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
+            kinds_fp32 &= ran[1][g] == 1u << QK_GEMM_PATH_FP32;
+            kinds_bf16 |= (ran[0][g] >> QK_GEMM_PATH_BF16) & 1;
+        }
+        int ok = nb[1] == 0 && nf[1] == all && cb[1] == 0 && cf[1] == all && kinds_fp32 &&
+                 kinds_bf16 == (PATHS[i].n_bf16 > 0) && nb[0] == PATHS[i].n_bf16 &&
+                 loss[0] == loss[1];
+        printf("%s %-16s gemm_fp32: BF16 GEMMs %d (called %d), FP32 %d (called %d) of %d, "
+               "every kind fp32 %s; without: BF16 %d, a kind bf16 %s; loss %s\n",
+               ok ? "OK" : "NOT OK", PATHS[i].recipe, nb[1], cb[1], nf[1], cf[1], all,
+               kinds_fp32 ? "yes" : "NO", nb[0], kinds_bf16 ? "yes" : "no",
+               loss[0] == loss[1] ? "equal" : "DIFFERS");
+        assert_true(ok);
+    }
+    be.ops = cpu_ops;
+    qw_backend_release(&be);
+}
+
 /* What a training result names: the CPU backend's "cpu" whatever the recipe; on a GPU "bf16"
  * when no linear GEMM runs FP32, else "fp32". */
 static void train_gemm_path_is_the_cpus_or_the_linears(void **s) {
@@ -379,6 +447,7 @@ int main(void) {
         cmocka_unit_test(recipe_list_is_the_shipped_one),
         cmocka_unit_test(recipe_operands_agree_with_brute_force),
         cmocka_unit_test(recipe_gemm_paths_are_the_table_and_the_calls),
+        cmocka_unit_test(gemm_fp32_runs_every_linear_gemm_fp32),
         cmocka_unit_test(train_gemm_path_is_the_cpus_or_the_linears),
         cmocka_unit_test(cpu_gemm_abt_bf16_is_gemm_abt),
     };

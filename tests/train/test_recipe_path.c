@@ -31,9 +31,10 @@ static const int CCS[] = {80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
  * on a handle (requests auto and emulated): FP4 native under auto from cc 10.0 where the probe
  * matched, else emulated; FP8 on FP8 tensor cores under auto from cc 8.9 where the probe
  * matched, else declined (no emulated FP8 GEMM). Declined or unquantized: BF16 when both inputs
- * are exact in BF16 (BF16-rounded, MXFP4), else FP32, whatever the request. */
+ * are exact in BF16 (BF16-rounded, MXFP4), else FP32. Request fp32: FP32 for every GEMM. */
 static qk_gemm_path expected(const qs_recipe_row *row, int layer, int cc, qk_probe_outcome o,
                              qk_gemm_request req) {
+    if (req == QK_GEMM_REQ_FP32) return QK_GEMM_PATH_FP32;
     int quantized = layer >= row->bf16_first && layer < N_LAYERS - row->bf16_last &&
                     strcmp(row->format, "none") != 0;
     if (!quantized) return row->hp_bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32;

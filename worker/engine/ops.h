@@ -275,6 +275,27 @@ struct qw_ops {
                                 const qk_quant_options *oa, const float *Bm, const qk_format *fb,
                                 const qk_quant_options *ob, int M, int Ncol, int K, float beta,
                                 int *path, qs_error *err);
+    /* ---- kept operands: a GEMM input quantized once into memory the caller keeps (a weight
+     * from one optimizer step to the next, worker/train/wcache.h); NULL where a backend has
+     * none */
+    /* Bytes of backend memory quant_operand writes for x [rows x k] under fmt; 0 where the
+     * backend keeps no operand of that format and shape (CUDA: where gemm_abt_quant would
+     * decline it as B of an output rows wide). */
+    size_t (*quant_operand_bytes)(qw_backend *b, const qk_format *fmt, size_t rows, size_t k);
+    /* mem = x [rows x k] quantized along k under (fmt, opt), in the form this backend's GEMMs
+     * read: without gemm_abt_quant_kept (the CPU) the fake-quantized FP32 values [rows x k],
+     * an FP32 input of any GEMM (qk_fake_quant_into's bits); with it (CUDA) codes, block scales
+     * and decode scale in cuBLASLt's layout, read only by gemm_abt_quant_kept. Errors: those of
+     * the quantizer. */
+    qs_status (*quant_operand)(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                               void *mem, const float *x, size_t rows, size_t k, qs_error *err);
+    /* gemm_abt_quant with B [Ncol x K] already quantized by quant_operand into bq under fb: the
+     * same C bits as gemm_abt_quant of the source B with its options. QS_EUNSUPPORTED, C
+     * untouched, where gemm_abt_quant would decline (the caller quantizes B anew). */
+    qs_status (*gemm_abt_quant_kept)(qw_backend *b, float *C, const float *A, const qk_format *fa,
+                                     const qk_quant_options *oa, const void *bq,
+                                     const qk_format *fb, int M, int Ncol, int K, float beta,
+                                     int *path, qs_error *err);
     /* tokens [N] backend memory. */
     qs_status (*embedding_fwd)(qw_backend *b, float *out, const uint32_t *tokens, const float *emb,
                                int N, int D, qs_error *err);

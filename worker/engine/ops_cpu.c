@@ -388,6 +388,19 @@ static qs_status cpu_fake_quant_into(qw_backend *b, const qk_format *fmt,
     return qk_fake_quant_into(fmt, opt, src, dst, rows, k, NULL, err);
 }
 
+/* The CPU's kept operand is the fake-quantized FP32 copy, read as any FP32 GEMM input. */
+static size_t cpu_quant_operand_bytes(qw_backend *b, const qk_format *fmt, size_t rows, size_t k) {
+    (void)b, (void)fmt;
+    return rows * k * sizeof(float);
+}
+
+static qs_status cpu_quant_operand(qw_backend *b, const qk_format *fmt, const qk_quant_options *opt,
+                                   void *mem, const float *x, size_t rows, size_t k,
+                                   qs_error *err) {
+    (void)b;
+    return qk_fake_quant_into(fmt, opt, x, mem, rows, k, NULL, err);
+}
+
 static qs_status cpu_method_input(qw_backend *b, float *y, const float *x, int T, int K,
                                   const float *s, int tile, qs_error *err) {
     (void)b;
@@ -595,6 +608,8 @@ static const qw_ops cpu_ops = {
     .round_bf16_copy = cpu_round_bf16_copy,
     .rht_from = cpu_rht_from,
     .fake_quant_into = cpu_fake_quant_into,
+    .quant_operand_bytes = cpu_quant_operand_bytes,
+    .quant_operand = cpu_quant_operand,
     .method_input = cpu_method_input,
 };
 

@@ -578,9 +578,81 @@ static qs_status tr_fp8_gemm(cuda_ctx *c, qk_gemm *g, float *C, const float *A,
     return qw_cuda_status(c, fe, "gemm_abt_quant: free fp8 operand buffers", err);
 }
 
-/* The route (quant_gemm_route.h, tested on the CPU): FP4 operands block-scaled (native or
- * emulated, as the handle chose), FP8 operands on FP8 tensor cores where the handle has the
- * FP8 path; anything else declined, and the caller fake-quantizes. */
+/* Whether gemm_abt_quant runs A in fa times B in fb with an output Ncol wide on c's handle g
+ * (quant_gemm_route.h, tested on the CPU): 1 with the operands' type *t and the handle's path *p;
+ * 0 with why (may be empty) where it declines. b may be a timed copy of the CUDA table. */
+static int tr_route(qw_backend *b, qk_gemm *g, const qk_format *fa, const qk_format *fb, int Ncol,
+                    qk_gemm_type *t, qk_gemm_path *p, qs_error *why) {
+    if (!g || !qw_quant_gemm_operands(fa ? qk_format_name(fa) : NULL,
+                                      fb ? qk_format_name(fb) : NULL, Ncol, t))
+        return 0;
+    /* the device's probe, read through the plain CUDA table */
+    qw_backend self = *b;
+    self.ops = qw_ops_cuda();
+    qk_gemm_probe probe;
+    int proved = qw_backend_cuda_gemm_probe(&self, &probe);
+    return qw_quant_gemm_runs(*t, qk_gemm_path_for(g, *t, *t, p, why) == QS_OK, *p,
+                              proved ? &probe : NULL);
+}
+
+static qs_status tr_declined(qk_gemm *g, const char *op, const qk_format *fa, const qk_format *fb,
+                             int M, int Ncol, int K, const qs_error *why, qs_error *err) {
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "cuda train op: %s: %s x %s, %d x %d x %d: not run here "
+                        "(cuBLASLt handle %s%s%s)",
+                        op, fa ? qk_format_name(fa) : "?", fb ? qk_format_name(fb) : "?", M, Ncol,
+                        K, g ? "present" : "absent: gemm request fp32 or bf16",
+                        why->msg[0] ? "; " : "", why->msg);
+}
+
+/* Bytes of an FP4 operand [rows x k] in mem: codes, block scales (each from a 256-byte
+ * boundary), then the FP32 decode scale in a 256-byte tail. */
+static size_t tr_fp4_bytes(const qk_lt_layout *l) {
+    return tr_up256(l->codes_bytes) + tr_up256(l->scale_bytes) + 256;
+}
+
+/* The operand of an FP4 [rows x k] that tr_quant_operand wrote into mem (tr_fp4_bytes). */
+static qs_status tr_kept_operand(const qk_format *f, size_t rows, size_t k, qk_gemm_type t,
+                                 const void *mem, qk_gemm_operand *op, qs_error *err) {
+    memset(op, 0, sizeof *op);
+    qs_status st = qk_lt_layout_init(f, rows, k, &op->layout, err);
+    if (st != QS_OK) return st;
+    const uint8_t *codes = (const uint8_t *)mem;
+    op->type = t;
+    op->data = codes;
+    op->scales = codes + tr_up256(op->layout.codes_bytes);
+    op->tensor_scale = 1.0f;
+    op->d_tensor_scale = (const float *)(op->scales + tr_up256(op->layout.scale_bytes));
+    return QS_OK;
+}
+
+/* A's operand quantized into a stream-ordered buffer, then the GEMM with w: the common end of
+ * gemm_abt_quant and gemm_abt_quant_kept for FP4 operands. */
+static qs_status tr_fp4_gemm(cuda_ctx *c, qk_gemm *g, float *C, const float *A, const qk_format *fa,
+                             const qk_quant_options *oa, int M, int Ncol, int K, float beta,
+                             qk_gemm_type t, const qk_gemm_operand *w, qk_gemm_path *p,
+                             qs_error *err) {
+    qk_lt_layout la;
+    qs_status st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
+    if (st != QS_OK) return st;
+    uint8_t *mem = NULL;
+    st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, tr_fp4_bytes(&la), c->stream),
+                        "gemm_abt_quant: operand buffers", err);
+    if (st != QS_OK) return st;
+    float *d_scale = (float *)(mem + tr_up256(la.codes_bytes) + tr_up256(la.scale_bytes));
+    qk_gemm_operand x;
+    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, t, mem, d_scale, &x, err);
+    if (st == QS_OK)
+        st = qk_gemm_linear(g, &x, w, (size_t)M, (size_t)Ncol, (size_t)K, 1.0f, beta, C,
+                            QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, p, err);
+    cudaError_t fe = cudaFreeAsync(mem, c->stream);
+    if (st != QS_OK) return st;
+    return qw_cuda_status(c, fe, "gemm_abt_quant: free operand buffers", err);
+}
+
+/* FP4 operands block-scaled (native or emulated, as the handle chose), FP8 operands on FP8
+ * tensor cores where the handle has the FP8 path; anything else declined, and the caller
+ * fake-quantizes. */
 extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
                                                   const qk_format *fa, const qk_quant_options *oa,
                                                   const float *Bm, const qk_format *fb,
@@ -591,25 +663,8 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     qk_gemm_type t = QK_GEMM_BF16;
     qk_gemm_path p = QK_GEMM_PATH_FP32;
     qs_error why = {};
-    int run = g && ((uintptr_t)C & 15) == 0 && M > 0 && K > 0 &&
-              qw_quant_gemm_operands(fa ? qk_format_name(fa) : NULL,
-                                     fb ? qk_format_name(fb) : NULL, Ncol, &t);
-    if (run) {
-        /* the device's probe, read through the plain CUDA table (b may be a timed copy) */
-        qw_backend self = *b;
-        self.ops = qw_ops_cuda();
-        qk_gemm_probe probe;
-        int proved = qw_backend_cuda_gemm_probe(&self, &probe);
-        run = qw_quant_gemm_runs(t, qk_gemm_path_for(g, t, t, &p, &why) == QS_OK, p,
-                                 proved ? &probe : NULL);
-    }
-    if (!run)
-        return qs_error_set(err, QS_EUNSUPPORTED,
-                            "cuda train op: gemm_abt_quant: %s x %s, %d x %d x %d: not run here "
-                            "(cuBLASLt handle %s%s%s)",
-                            fa ? qk_format_name(fa) : "?", fb ? qk_format_name(fb) : "?", M, Ncol,
-                            K, g ? "present" : "absent: gemm request fp32 or bf16",
-                            why.msg[0] ? "; " : "", why.msg);
+    if (((uintptr_t)C & 15) != 0 || M <= 0 || K <= 0 || !tr_route(b, g, fa, fb, Ncol, &t, &p, &why))
+        return tr_declined(g, "gemm_abt_quant", fa, fb, M, Ncol, K, &why, err);
     qs_status st;
     if (t == QK_GEMM_FP8_E4M3) {
         st = tr_fp8_gemm(c, g, C, A, fa, oa, Bm, fb, ob, M, Ncol, K, beta, &p, err);
@@ -617,32 +672,81 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
         if (path) *path = (int)p;
         return done(c, "gemm_abt_quant", err, C);
     }
-    qk_lt_layout la, lb;
-    st = qk_lt_layout_init(fa, (size_t)M, (size_t)K, &la, err);
-    if (st == QS_OK) st = qk_lt_layout_init(fb, (size_t)Ncol, (size_t)K, &lb, err);
+    qk_lt_layout lb;
+    st = qk_lt_layout_init(fb, (size_t)Ncol, (size_t)K, &lb, err);
     if (st != QS_OK) return st;
-    /* one stream-ordered allocation: A's codes and scales, B's, the two decode scales */
-    size_t na = tr_up256(la.codes_bytes) + tr_up256(la.scale_bytes);
-    size_t nb = tr_up256(lb.codes_bytes) + tr_up256(lb.scale_bytes);
     uint8_t *mem = NULL;
-    st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, na + nb + 256, c->stream),
+    st = qw_cuda_status(c, cudaMallocAsync((void **)&mem, tr_fp4_bytes(&lb), c->stream),
                         "gemm_abt_quant: operand buffers", err);
     if (st != QS_OK) return st;
-    float *d_scales = (float *)(mem + na + nb);
-    qk_gemm_operand x, w;
-    st = tr_quant_operand(c, fa, oa, A, (size_t)M, (size_t)K, t, mem, d_scales, &x, err);
-    if (st == QS_OK)
-        st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, t, mem + na, d_scales + 1,
-                              &w, err);
-    if (st == QS_OK)
-        st = qk_gemm_linear(g, &x, &w, (size_t)M, (size_t)Ncol, (size_t)K, 1.0f, beta, C,
-                            QK_GEMM_OUT_F32, (size_t)Ncol, c->stream, &p, err);
+    float *d_scale = (float *)(mem + tr_up256(lb.codes_bytes) + tr_up256(lb.scale_bytes));
+    qk_gemm_operand w;
+    st = tr_quant_operand(c, fb, ob, Bm, (size_t)Ncol, (size_t)K, t, mem, d_scale, &w, err);
+    if (st == QS_OK) st = tr_fp4_gemm(c, g, C, A, fa, oa, M, Ncol, K, beta, t, &w, &p, err);
     cudaError_t fe = cudaFreeAsync(mem, c->stream);
     if (st != QS_OK) return st;
     st = qw_cuda_status(c, fe, "gemm_abt_quant: free operand buffers", err);
     if (st != QS_OK) return st;
     if (path) *path = (int)p;
     return done(c, "gemm_abt_quant", err, C);
+}
+
+/* FP4 formats only: FP8 operands (padded codes, the scale pointers of tr_fp8_gemm) are made at
+ * each call, so the fp8 recipe's weights are quantized per GEMM. */
+extern "C" size_t qw_cuda_train_quant_operand_bytes(qw_backend *b, const qk_format *fmt,
+                                                    size_t rows, size_t k) {
+    qs_error err = {};
+    cuda_ctx *c = ctx_or_err(b, &err);
+    if (!c || rows == 0 || k == 0 || rows > INT32_MAX) return 0;
+    qk_gemm_type t;
+    qk_gemm_path p;
+    if (!tr_route(b, (qk_gemm *)qw_cuda_lt_gemm(c), fmt, fmt, (int)rows, &t, &p, &err) ||
+        t == QK_GEMM_FP8_E4M3)
+        return 0;
+    qk_lt_layout l;
+    return qk_lt_layout_init(fmt, rows, k, &l, &err) == QS_OK ? tr_fp4_bytes(&l) : 0;
+}
+
+extern "C" qs_status qw_cuda_train_quant_operand(qw_backend *b, const qk_format *fmt,
+                                                 const qk_quant_options *opt, void *mem,
+                                                 const float *x, size_t rows, size_t k,
+                                                 qs_error *err) {
+    CTX;
+    qk_gemm_type t = QK_GEMM_BF16;
+    if (rows > INT32_MAX ||
+        !qw_quant_gemm_operands(qk_format_name(fmt), qk_format_name(fmt), (int)rows, &t) ||
+        t == QK_GEMM_FP8_E4M3)
+        return qs_error_set(err, QS_EUNSUPPORTED, "cuda train op: quant_operand: %s [%zu x %zu]",
+                            qk_format_name(fmt), rows, k);
+    qk_lt_layout l;
+    qs_status st = qk_lt_layout_init(fmt, rows, k, &l, err);
+    if (st != QS_OK) return st;
+    uint8_t *m = (uint8_t *)mem;
+    float *d_scale = (float *)(m + tr_up256(l.codes_bytes) + tr_up256(l.scale_bytes));
+    qk_gemm_operand op;
+    st = tr_quant_operand(c, fmt, opt, x, rows, k, t, m, d_scale, &op, err);
+    return st != QS_OK ? st : done(c, "quant_operand", err, mem);
+}
+
+extern "C" qs_status qw_cuda_train_gemm_abt_quant_kept(qw_backend *b, float *C, const float *A,
+                                                       const qk_format *fa,
+                                                       const qk_quant_options *oa, const void *bq,
+                                                       const qk_format *fb, int M, int Ncol, int K,
+                                                       float beta, int *path, qs_error *err) {
+    CTX;
+    qk_gemm *g = (qk_gemm *)qw_cuda_lt_gemm(c);
+    qk_gemm_type t = QK_GEMM_BF16;
+    qk_gemm_path p = QK_GEMM_PATH_FP32;
+    qs_error why = {};
+    if (((uintptr_t)C & 15) != 0 || M <= 0 || K <= 0 ||
+        !tr_route(b, g, fa, fb, Ncol, &t, &p, &why) || t == QK_GEMM_FP8_E4M3)
+        return tr_declined(g, "gemm_abt_quant_kept", fa, fb, M, Ncol, K, &why, err);
+    qk_gemm_operand w;
+    qs_status st = tr_kept_operand(fb, (size_t)Ncol, (size_t)K, t, bq, &w, err);
+    if (st == QS_OK) st = tr_fp4_gemm(c, g, C, A, fa, oa, M, Ncol, K, beta, t, &w, &p, err);
+    if (st != QS_OK) return st;
+    if (path) *path = (int)p;
+    return done(c, "gemm_abt_quant_kept", err, C);
 }
 #else
 extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A,
@@ -654,6 +758,32 @@ extern "C" qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const
     (void)Ncol, (void)K, (void)beta, (void)path;
     return qs_error_set(err, QS_EUNSUPPORTED,
                         "cuda train op: gemm_abt_quant: built without kernels/cuda/qk_gemm.h");
+}
+
+extern "C" size_t qw_cuda_train_quant_operand_bytes(qw_backend *b, const qk_format *fmt,
+                                                    size_t rows, size_t k) {
+    (void)b, (void)fmt, (void)rows, (void)k;
+    return 0; /* nothing is kept: gemm_abt_quant declines every GEMM */
+}
+
+extern "C" qs_status qw_cuda_train_quant_operand(qw_backend *b, const qk_format *fmt,
+                                                 const qk_quant_options *opt, void *mem,
+                                                 const float *x, size_t rows, size_t k,
+                                                 qs_error *err) {
+    (void)b, (void)fmt, (void)opt, (void)mem, (void)x, (void)rows, (void)k;
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "cuda train op: quant_operand: built without kernels/cuda/qk_gemm.h");
+}
+
+extern "C" qs_status qw_cuda_train_gemm_abt_quant_kept(qw_backend *b, float *C, const float *A,
+                                                       const qk_format *fa,
+                                                       const qk_quant_options *oa, const void *bq,
+                                                       const qk_format *fb, int M, int Ncol, int K,
+                                                       float beta, int *path, qs_error *err) {
+    (void)b, (void)C, (void)A, (void)fa, (void)oa, (void)bq, (void)fb, (void)M, (void)Ncol;
+    (void)K, (void)beta, (void)path;
+    return qs_error_set(err, QS_EUNSUPPORTED,
+                        "cuda train op: gemm_abt_quant_kept: built without kernels/cuda/qk_gemm.h");
 }
 #endif
 

@@ -101,6 +101,24 @@ qs_status qw_cuda_train_gemm_abt_quant(qw_backend *b, float *C, const float *A, 
                                        const qk_quant_options *oa, const float *Bm,
                                        const qk_format *fb, const qk_quant_options *ob, int M,
                                        int Ncol, int K, float beta, int *path, qs_error *err);
+/* ops.h quant_operand_bytes: the bytes of an FP4 operand [rows x k] in cuBLASLt's layout
+ * (codes, block scales, the FP32 decode scale, each from a 256-byte boundary) where
+ * gemm_abt_quant runs that format as B of an output rows wide; 0 otherwise (FP8, no cuBLASLt
+ * handle, rows not a multiple of 4, another format). */
+size_t qw_cuda_train_quant_operand_bytes(qw_backend *b, const qk_format *fmt, size_t rows,
+                                         size_t k);
+/* ops.h quant_operand: x [rows x k] quantized along k as gemm_abt_quant quantizes its B
+ * (qk_cuda_quantize_lt_async) into mem [quant_operand_bytes]. Errors: QS_EUNSUPPORTED (a format
+ * it does not keep), the quantizer's. */
+qs_status qw_cuda_train_quant_operand(qw_backend *b, const qk_format *fmt,
+                                      const qk_quant_options *opt, void *mem, const float *x,
+                                      size_t rows, size_t k, qs_error *err);
+/* ops.h gemm_abt_quant_kept: gemm_abt_quant with B the operand quant_operand wrote into bq; A
+ * quantized on the device as there. Errors: as gemm_abt_quant (QS_EUNSUPPORTED for FP8). */
+qs_status qw_cuda_train_gemm_abt_quant_kept(qw_backend *b, float *C, const float *A,
+                                            const qk_format *fa, const qk_quant_options *oa,
+                                            const void *bq, const qk_format *fb, int M, int Ncol,
+                                            int K, float beta, int *path, qs_error *err);
 qs_status qw_cuda_train_sumsq(qw_backend *b, const float *g, size_t n, double *out, qs_error *err);
 qs_status qw_cuda_train_adamw(qw_backend *b, float *p, const float *g, float *m, float *v, size_t n,
                               float lr, float wd, float b1, float b2, float eps, float c1, float c2,

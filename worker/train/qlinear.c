@@ -138,14 +138,19 @@ static qw_tphase gemm_phase(int layer, int linear, qw_linear_gemm g) {
     return qw_tphase_gemm(layer < 0 ? kinds : linear % kinds, g);
 }
 
+/* 1 when GEMM g of a linear of block `layer` runs on BF16 operands: both inputs BF16-exact
+ * under the recipe (bf16_exact.h) and no FP32 asked for (env->gemm_fp32). */
+static int gemm_bf16(const qw_qlinear_env *env, int layer, qw_linear_gemm g) {
+    return !env->gemm_fp32 && qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+}
+
 /* C = A B^T + beta C for GEMM g of a linear of block `layer`: with BF16 operands
- * (gemm_abt_bf16) when both inputs are BF16-exact under the recipe (bf16_exact.h), else FP32
- * (gemm_abt). */
+ * (gemm_abt_bf16) where gemm_bf16 says, else FP32 (gemm_abt). */
 static qs_status gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g, float *C,
                       const float *A, const float *Bm, int M, int Ncol, int K, float beta,
                       qs_error *err) {
     qw_backend *be = env->be;
-    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    int bf16 = gemm_bf16(env, layer, g);
     note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
     double t0 = qs_clock_s();
     qs_status st = bf16 ? be->ops->gemm_abt_bf16(be, C, A, Bm, M, Ncol, K, beta, err)
@@ -214,35 +219,57 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
     return st;
 }
 
-/* The weight input in (fprop's W or dgrad's W^T, quantized under spec) kept in env->wcache,
- * made there first when this step has not made it yet: *kept 1 and *out, *t, *ld as
- * prepare_in_layout's for operand B; *kept 0 (nothing else set) when the cache does not keep it.
- * Dgrad's input whose values are fprop's transposed (wcache.h) is fprop's slot read as B^T. */
+/* Weight input `in` quantized under spec by the backend's quant_operand (ops.h) into its kept
+ * slot: W as it lies for fprop; W^T for dgrad, transposed into buf_b first (free at this
+ * point of every GEMM: B is staged there only where nothing is kept). */
+static qs_status make_kept(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                           const gemm_input *in, void *slot, qs_error *err) {
+    qw_backend *be = env->be;
+    const float *src = in->src;
+    int r = in->transpose ? in->cols : in->rows, k = in->transpose ? in->rows : in->cols;
+    qs_status st = QS_OK;
+    double t0 = qs_clock_s();
+    if (in->transpose) {
+        st = be->ops->transpose(be, env->buf_b, in->src, in->rows, in->cols, err);
+        src = env->buf_b;
+        qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_COPY, t0);
+        t0 = qs_clock_s();
+    }
+    if (st != QS_OK) return st;
+    qk_quant_options opt = quant_options(env, spec, linear, in->op);
+    st = be->ops->quant_operand(be, spec->fmt, &opt, slot, src, (size_t)r, (size_t)k, err);
+    qw_tprofile_add_since(env->prof, QW_TPHASE_PREP_QUANT, t0);
+    if (st != QS_OK)
+        return qs_error_wrap(err, "linear %d %s", linear, qw_gemm_operand_name(in->op));
+    return QS_OK;
+}
+
+/* The weight input in (fprop's W or dgrad's W^T, quantized under spec) kept in env->wcache as
+ * FP32 values (a backend without gemm_abt_quant_kept: the CPU), made there first when this step
+ * has not made it yet: *kept 1 and *out, *t, *ld as prepare_in_layout's for operand B; *kept 0
+ * (nothing else set) when the cache does not keep it. Dgrad's input whose values are fprop's
+ * transposed (wcache.h) is fprop's slot read as B^T. */
 static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
                              const qw_operand_spec *spec, const gemm_input *in, int *kept,
                              const float **out, int *t, int *ld, qs_error *err) {
     *kept = 0;
     qw_wcache *c = env->wcache;
-    if (!c || (in->op != QW_FPROP_W && in->op != QW_DGRAD_W) || !qw_wcache_keeps(spec))
+    if (!c || c->packed || (in->op != QW_FPROP_W && in->op != QW_DGRAD_W) || !qw_wcache_keeps(spec))
         return QS_OK;
     gemm_input made = *in;
     qw_operand_spec fw = *spec;
     int transposed = 0;
-    float *slot = qw_wcache_slot(c, linear, in->op);
-    if (!slot && in->op == QW_DGRAD_W) {
+    if (!qw_wcache_slot(c, linear, in->op) && in->op == QW_DGRAD_W) {
         qw_recipe_operand(env->recipe, layer, env->n_layers, QW_FPROP_W, &fw);
         if (!qw_wcache_dgrad_is_transpose(&fw, spec)) return QS_OK;
         made = (gemm_input){QW_FPROP_W, in->src, in->rows, in->cols, 0};
-        slot = qw_wcache_slot(c, linear, QW_FPROP_W);
         transposed = 1;
     }
+    float *slot = qw_wcache_slot(c, linear, made.op);
+    unsigned char *valid = qw_wcache_valid(c, linear, made.op);
     if (!slot) return QS_OK;
-    unsigned char *valid = &c->valid[2 * linear + (made.op == QW_DGRAD_W)];
-    int k = made.transpose ? made.rows : made.cols; /* the slot's row length */
     if (!*valid) {
-        int mt, mld;
-        const float *mo;
-        qs_status st = prepare_in_layout(env, &fw, linear, &made, slot, k, 1, &mo, &mt, &mld, err);
+        qs_status st = make_kept(env, &fw, linear, &made, slot, err);
         if (st != QS_OK) return st;
         *valid = 1;
     }
@@ -250,7 +277,27 @@ static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
     *out = slot;
     /* fprop's Wq [out x in] is B^T of dgrad's B [in x out] */
     *t = !transposed;
-    *ld = k;
+    *ld = made.transpose ? made.rows : made.cols; /* the slot's row length */
+    return QS_OK;
+}
+
+/* Weight input `in` of a GEMM that gemm_abt_quant_kept runs, kept in env->wcache in the
+ * backend's packed form, made there first when this step has not made it yet: *bq the kept
+ * operand, NULL when the cache does not keep it. */
+static qs_status kept_packed(const qw_qlinear_env *env, int linear, const qw_operand_spec *spec,
+                             const gemm_input *in, const void **bq, qs_error *err) {
+    *bq = NULL;
+    qw_wcache *c = env->wcache;
+    if (!c || !c->packed || !qw_wcache_keeps(spec)) return QS_OK;
+    void *slot = qw_wcache_slot(c, linear, in->op);
+    unsigned char *valid = qw_wcache_valid(c, linear, in->op);
+    if (!slot) return QS_OK;
+    if (!*valid) {
+        qs_status st = make_kept(env, spec, linear, in, slot, err);
+        if (st != QS_OK) return st;
+        *valid = 1;
+    }
+    *bq = slot;
     return QS_OK;
 }
 
@@ -270,7 +317,7 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     if (st == QS_OK && !kept)
         st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
     if (st != QS_OK) return st;
-    int bf16 = qw_recipe_gemm_bf16(env->recipe, layer, env->n_layers, g);
+    int bf16 = gemm_bf16(env, layer, g);
     note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
     double t0 = qs_clock_s();
     st = be->ops->gemm_tt(be, bf16, C, ta, pa, lda, tb, pb, ldb, M, Ncol, K, beta, err);
@@ -281,7 +328,8 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
 /* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
  * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
  * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
- * BF16) and no hook watches the inputs, the staged inputs go to it; where it declines
+ * BF16) and no hook watches the inputs, the staged inputs go to it, or A with the weight the
+ * cache keeps in the backend's packed form to gemm_abt_quant_kept; where it declines
  * (QS_EUNSUPPORTED: a format or shape it does not run) or is absent (the CPU), the staged
  * inputs are fake-quantized and multiplied by gemm. A backend with gemm_tt (the CPU) takes
  * linear_gemm_in_layout instead unless a hook watches the staged inputs. */
@@ -293,16 +341,21 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
     int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
+    /* the block-scaled GEMM is not FP32: under gemm_fp32 the inputs are fake-quantized */
+    int quant_gemm = be->ops->gemm_abt_quant && !env->hook && both_quant && !env->gemm_fp32;
     /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
-    if (be->ops->gemm_tt && !env->hook && !(be->ops->gemm_abt_quant && both_quant) &&
+    if (be->ops->gemm_tt && !env->hook && !quant_gemm &&
         be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
                                      err);
     float *ba = env->buf_a, *bb = env->buf_b;
     const float *pb = bb;
     int kept = 0;
+    const void *packed = NULL;
     qs_status st = QS_OK;
-    if (!env->hook && !(be->ops->gemm_abt_quant && both_quant)) {
+    if (quant_gemm && be->ops->gemm_abt_quant_kept)
+        st = kept_packed(env, linear, &sb, b, &packed, err);
+    if (st == QS_OK && !env->hook && !quant_gemm) {
         const float *kb;
         int tb, ldb;
         st = kept_weight(env, layer, linear, &sb, b, &kept, &kb, &tb, &ldb, err);
@@ -314,21 +367,22 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         } else if (kept) {
             pb = kb;
         }
-        if (st != QS_OK) return st;
     }
+    if (st != QS_OK) return st;
     st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
-    if (st == QS_OK && !kept)
+    if (st == QS_OK && !kept && !packed)
         st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
     if (st != QS_OK) return st;
-    if (be->ops->gemm_abt_quant && !env->hook && sa.mode == QW_MODE_QUANT &&
-        sb.mode == QW_MODE_QUANT) {
+    if (quant_gemm) {
         qk_quant_options oa = quant_options(env, &sa, linear, a->op);
         qk_quant_options ob = quant_options(env, &sb, linear, b->op);
         int path = -1;
         qs_error declined = {0};
         double t0 = qs_clock_s();
-        st = be->ops->gemm_abt_quant(be, C, ba, sa.fmt, &oa, bb, sb.fmt, &ob, M, Ncol, K, beta,
-                                     &path, &declined);
+        st = packed ? be->ops->gemm_abt_quant_kept(be, C, ba, sa.fmt, &oa, packed, sb.fmt, M, Ncol,
+                                                   K, beta, &path, &declined)
+                    : be->ops->gemm_abt_quant(be, C, ba, sa.fmt, &oa, bb, sb.fmt, &ob, M, Ncol, K,
+                                              beta, &path, &declined);
         qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, g), t0);
         if (st == QS_OK) {
             note(env, g, path);
@@ -337,6 +391,11 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         if (st != QS_EUNSUPPORTED) {
             if (err) *err = declined;
             return qs_error_wrap(err, "linear %d %s", linear, qw_linear_gemm_name(g));
+        }
+        /* declined: B is made from its source as on a backend without the op */
+        if (packed) {
+            st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
+            if (st != QS_OK) return st;
         }
     }
     int ra = a->transpose ? a->cols : a->rows, rb = b->transpose ? b->cols : b->rows;

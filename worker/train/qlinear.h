@@ -14,16 +14,17 @@
  * transpose and the RHT, unquantized: it quantizes them along k on the device (the same codes
  * and scales as the numeric core) and runs a block-scaled GEMM, natively where the device's
  * probe proved the format, else the exact BF16 emulation with the tensor scales in alpha
- * (recipe_path.h, recipe_emul.h); where it declines, or a hook is set, or on the CPU (no
- * gemm_abt_quant), the fake-quantized inputs go to gemm_abt as above. Every step goes through the
- * ops table of env->be (worker/engine/ops.h: copy, transpose, round_bf16, rht, fake_quant,
- * gemm_abt, gemm_abt_bf16, linear_bwd), so the one code runs on any backend; every pointer is that
- * backend's memory. Because the RHT is orthogonal and applied to both wgrad inputs along the
- * reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake quantization is
- * exact emulation of an FP4 GEMM: the dequantized values are exact in FP32 (docs/numerics.md 4.5).
- * Stochastic rounding streams: seed = env->seed, tensor id = linear * QW_N_OPERANDS + operand, step
- * = env->step, so a run is reproducible and no two tensors or steps share random bits. Nothing here
- * allocates. */
+ * (recipe_path.h, recipe_emul.h); a weight the cache keeps (wcache.h) goes to it already
+ * quantized, once per optimizer step (gemm_abt_quant_kept); where it declines, or a hook is set,
+ * or on the CPU (no gemm_abt_quant), the fake-quantized inputs go to gemm_abt as above. Every step
+ * goes through the ops table of env->be (worker/engine/ops.h: copy, transpose, round_bf16, rht,
+ * fake_quant, gemm_abt, gemm_abt_bf16, linear_bwd), so the one code runs on any backend; every
+ * pointer is that backend's memory. Because the RHT is orthogonal and applied to both wgrad inputs
+ * along the reduction axis, it cancels in the product (arXiv 2509.25149 section 4.2). Fake
+ * quantization is exact emulation of an FP4 GEMM: the dequantized values are exact in FP32
+ * (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed, tensor id = linear *
+ * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two tensors or steps
+ * share random bits. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
@@ -62,8 +63,10 @@ typedef struct qw_qlinear_env {
                           each step runs on its own: the reference they are tested against */
     qw_wcache *wcache; /* NULL, or the weights' quantized copies (wcache.h), made at their
                           first use after the weights changed and read by every GEMM until the
-                          next change; not used where a hook watches the inputs or the backend
-                          quantizes on the device (gemm_abt_quant) */
+                          next change; not used where a hook watches the inputs. In the
+                          backend's packed form (CUDA) gemm_abt_quant_kept reads them */
+    int gemm_fp32;     /* 1: every GEMM FP32 (gemm_abt; neither gemm_abt_bf16 nor
+                          gemm_abt_quant), as $QSWEEP_CUDA_GEMM=fp32 asks (tmodel.h) */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */

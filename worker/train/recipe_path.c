@@ -17,6 +17,8 @@ qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_laye
         {QW_FPROP_X, QW_FPROP_W}, {QW_DGRAD_DY, QW_DGRAD_W}, {QW_WGRAD_DY, QW_WGRAD_X}};
     if ((unsigned)g >= QW_N_LINEAR_GEMMS)
         return (qk_gemm_decision){QK_GEMM_PATH_FP32, "unknown GEMM kind"};
+    if (req == QK_GEMM_REQ_FP32) /* train_job.c: qw_tmodel_set_gemm_fp32 */
+        return (qk_gemm_decision){QK_GEMM_PATH_FP32, "request fp32: every GEMM FP32"};
     qw_operand_spec a, b;
     qw_recipe_operand(r, layer, n_layers, inputs[g][0], &a);
     qw_recipe_operand(r, layer, n_layers, inputs[g][1], &b);
@@ -25,7 +27,7 @@ qk_gemm_decision qw_recipe_gemm_decide(const qw_recipe *r, int layer, int n_laye
     if (both_quant && qw_quant_gemm_route(a.fmt->name, b.fmt->name, ALIGNED_NCOL, probe, req, &p))
         return (qk_gemm_decision){p, "gemm_abt_quant runs it (quant_gemm_route.h)"};
     /* qlinear.c's fallback: the inputs fake-quantized (or rounded), then gemm_abt_bf16 where
-       both are exact in BF16, else gemm_abt, whatever the request */
+       both are exact in BF16, else gemm_abt */
     int bf16 = qw_recipe_gemm_bf16(r, layer, n_layers, g);
     if (both_quant)
         return bf16 ? (qk_gemm_decision){QK_GEMM_PATH_BF16,

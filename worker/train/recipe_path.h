@@ -12,10 +12,11 @@
  *   both quantized, the route declines (FP8    fake-quantized inputs, then bf16 when both are
  *   below 8.9, with a probe not ok or under    exact in BF16 (MXFP4), else fp32 (NVFP4, FP8:
  *   request emulated; formats of two families; their FP32 tensor scale, bf16_exact.h)
- *   anything under requests fp32 and bf16,
- *   which open no handle)
+ *   anything under request bf16, which opens
+ *   no handle)
  *   any input unquantized                      bf16 when both are exact in BF16 (BF16-rounded
- *                                              operands), else fp32, whatever the request
+ *                                              operands), else fp32
+ *   any GEMM under request fp32                fp32 (qlinear.h gemm_fp32)
  * The emulated and the native FP4 paths multiply the same exact values and differ only in FP32
  * summation order, which is what lets a CPU run (recipe_emul.h) judge a GPU run. The table
  * assumes every output width a multiple of 4 (the route declines others). */

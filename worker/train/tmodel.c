@@ -437,6 +437,10 @@ void qw_tmodel_set_weight_cache(qw_tmodel *m, int on) {
     m->env.wcache = on && m->wcache.slot ? &m->wcache : NULL;
 }
 
+void qw_tmodel_set_gemm_fp32(qw_tmodel *m, int on) {
+    m->env.gemm_fp32 = on;
+}
+
 void qw_tmodel_weights_changed(qw_tmodel *m) {
     qw_wcache_invalidate(&m->wcache);
 }
@@ -456,7 +460,8 @@ void qw_tmodel_gemm_paths(const qw_tmodel *m, int *n_bf16, int *n_fp32) {
         int linears = layer < 0 ? 1 : QW_TMODEL_KINDS;
         for (int g = 0; g < QW_N_LINEAR_GEMMS; g++) {
             all += linears;
-            if (qw_recipe_gemm_bf16(&m->recipe, layer, L, (qw_linear_gemm)g)) bf16 += linears;
+            if (!m->env.gemm_fp32 && qw_recipe_gemm_bf16(&m->recipe, layer, L, (qw_linear_gemm)g))
+                bf16 += linears;
         }
     }
     *n_bf16 = bf16;

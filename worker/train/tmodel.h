@@ -130,6 +130,12 @@ size_t qw_tmodel_weight_cache_bytes(const qw_tmodel *m);
  * _init_random, _load) and qw_adamw_step call it. */
 void qw_tmodel_weights_changed(qw_tmodel *m);
 
+/* on 1: every linear GEMM runs FP32 (qlinear.h gemm_fp32: gemm_abt, quantized inputs
+ * fake-quantized), not on BF16 operands where both inputs are BF16-exact nor block-scaled: what
+ * $QSWEEP_CUDA_GEMM=fp32 asks of a CUDA backend (train_job.c). Default 0. The CPU's GEMMs are
+ * FP32 either way (the same bits); the paths recorded (qw_tmodel_gemm_paths, _gemm_ran) follow. */
+void qw_tmodel_set_gemm_fp32(qw_tmodel *m, int on);
+
 /* Calls hook with every GEMM input the recipe rounds or quantizes (qlinear.h: backend memory);
  * NULL: none. */
 void qw_tmodel_set_gemm_hook(qw_tmodel *m, qw_gemm_hook hook, void *user);

@@ -20,6 +20,7 @@
 #include "ckpt.h"
 #include "replace_file.h"
 #include "hfsave.h"
+#include "ops_cuda.h"
 #include "synthetic.h"
 #include "threads.h"
 
@@ -210,8 +211,12 @@ qs_status qw_train_job_run(const qw_train_spec *spec, const uint32_t *tokens, si
                                        err);
         }
     }
-    for (int r = 0; r < R && st == QS_OK; r++)
+    for (int r = 0; r < R && st == QS_OK; r++) {
         st = qw_tmodel_set_recipe(models[r], &spec->recipe, spec->seed, err);
+        /* $QSWEEP_CUDA_GEMM=fp32 asks FP32 of every GEMM, the linears' BF16-exact ones too */
+        qw_tmodel_set_gemm_fp32(models[r],
+                                bc.kind == QW_BACKEND_CUDA && bc.gemm == QW_CUDA_GEMM_FP32);
+    }
     if (st == QS_OK) {
         st = qw_data_init(&d, tokens, n, spec->val_fraction, spec->ctx, spec->seed, err);
         have_data = st == QS_OK;

@@ -11,12 +11,17 @@
  * operands are never kept (they are the gradients, never a weight, under every recipe).
  *
  * Slots: linear i (qlinear.h index, block linears only; lm_head is never quantized) has slot
- * 2i (Wq, [out x in], FP32 dequantized values) and 2i+1 ((W^T)q, [in x out]); one backend
- * allocation holds them all, sized for the recipe: 4 bytes per quantized weight element, 8
- * where dgrad's copy is kept. A slot is valid from its first use after qw_wcache_invalidate
- * until the next; whoever changes a weight invalidates (tmodel.h qw_tmodel_weights_changed).
- * A backend with gemm_abt_quant (CUDA) quantizes both inputs of a quantized GEMM on the device
- * from the source weight, so nothing is kept there (docs/training.md: what a device copy needs). */
+ * 2i (Wq, [out x in] quantized along in) and 2i+1 ((W^T)q, [in x out] along out), each made by
+ * the backend's quant_operand (ops.h) in the form its GEMMs read: on the CPU the dequantized
+ * FP32 values (4 bytes per element, read by any FP32 GEMM); on CUDA codes, block scales and
+ * the decode scale in cuBLASLt's layout (NVFP4: half a byte of code and 1/16 of a scale byte
+ * per element, plus padding), read by gemm_abt_quant_kept. A packed operand is laid out along
+ * its k, so on CUDA dgrad always has its own copy, and a slot is kept only where the GEMM's
+ * other input is quantized too (the block-scaled GEMM needs both) and the backend runs that
+ * format and shape (quant_operand_bytes > 0). One backend allocation, owned by the cache, holds
+ * every slot. A slot is valid from its first use after qw_wcache_invalidate until the next; whoever
+ * changes a weight invalidates (tmodel.h qw_tmodel_weights_changed). A backend without
+ * quant_operand keeps nothing. */
 #ifndef QW_TRAIN_WCACHE_H
 #define QW_TRAIN_WCACHE_H
 
@@ -29,8 +34,10 @@
 typedef struct qw_wcache {
     qw_backend *be;       /* where the slots live (not owned) */
     int n_linears;        /* block linears: n_layers * kinds */
-    float **slot;         /* [2 * n_linears], host array of backend pointers; NULL: not kept */
+    void **slot;          /* [2 * n_linears], host array of backend pointers; NULL: not kept */
     unsigned char *valid; /* [2 * n_linears], host: 1 while the slot holds this step's values */
+    int packed;           /* 1: slots in the backend's packed form (ops.h gemm_abt_quant_kept);
+                             0: FP32 values */
     void *mem;            /* the one backend allocation; NULL when nothing is kept */
     size_t bytes;         /* its size */
 } qw_wcache;
@@ -53,6 +60,9 @@ void qw_wcache_invalidate(qw_wcache *c);
 
 /* Slot of linear `linear` for weight input op (QW_FPROP_W: 0, QW_DGRAD_W: 1); NULL when not kept
  * or out of range. */
-float *qw_wcache_slot(const qw_wcache *c, int linear, qw_gemm_operand op);
+void *qw_wcache_slot(const qw_wcache *c, int linear, qw_gemm_operand op);
+
+/* Its validity flag (1 while the slot holds this step's operand); NULL where qw_wcache_slot is. */
+unsigned char *qw_wcache_valid(const qw_wcache *c, int linear, qw_gemm_operand op);
 
 #endif
