@@ -180,6 +180,7 @@ static void answer_unpin(server *s, const qc_pin_request *rq) {
     } else {
         snprintf(msg, sizeof msg, "unpinned from %s", path);
         if (p) qc_srv_pin_clear(p);
+        s->dirty = true; /* an idle worker of any path may take its jobs now */
         qc_srv_must(s, qc_store_batch_experiment_unpin(s->batch, rq->experiment, &s->batch_err));
         qc_log("experiment %lld unpinned from numerics path %s (request %lld)",
                (long long)rq->experiment, path, (long long)rq->id);
@@ -229,6 +230,7 @@ static qs_status answer_pin(server *s, const qc_pin_request *rq, qs_error *err) 
         p = qc_srv_pin_get(&s->pins, rq->experiment, NULL);
         if (p->path) qc_srv_pin_clear(p);
         qc_srv_pin_set(p, rq->path);
+        s->dirty = true; /* an idle worker of the new path may take its jobs now */
         /* an unpin first: the store keeps the first pin queued after an experiment's last unpin */
         qc_srv_must(s, qc_store_batch_experiment_unpin(s->batch, rq->experiment, &s->batch_err));
         qc_srv_must(
