@@ -154,6 +154,18 @@ static const job *running_off(const server *s, const qc_pin *p, const char *path
     return NULL;
 }
 
+/* A job of pin p that succeeded in this process on a worker, still registered, of a path other
+ * than path, NULL when none: its result may not be committed yet, so the store does not show it. */
+static const job *succeeded_off(const server *s, const qc_pin *p, const char *path) {
+    for (size_t i = 0; i < s->jobs.n; i++) {
+        const job *j = s->jobs.all[i];
+        if (j->state != J_SUCCEEDED || j->pin != p || !j->worker_name) continue;
+        const worker *w = qc_srv_find_worker_named(&s->workers, j->worker_name, NULL);
+        if (w && w->numerics_path[0] && strcmp(w->numerics_path, path)) return j;
+    }
+    return NULL;
+}
+
 /* Answers an unpin request (intake.h). */
 static void answer_unpin(server *s, const qc_pin_request *rq) {
     qc_pin *p = qc_srv_pin_find(&s->pins, rq->experiment);
@@ -209,6 +221,16 @@ static qs_status answer_pin(server *s, const qc_pin_request *rq, qs_error *err) 
         qs_status st = qc_store_pin_conflict(s->store, rq->experiment, rq->path, msg, sizeof msg,
                                              &refused, err);
         if (st) return st;
+        if (!refused && p && (j = succeeded_off(s, p, rq->path))) {
+            refused = true;
+            snprintf(msg, sizeof msg,
+                     "job %lld of it has a result computed on another path, %s (worker %s), and "
+                     "pinning it to %s would mix two paths in one experiment; submit the grid as "
+                     "a new experiment with numerics: %s to measure it there",
+                     (long long)j->id,
+                     qc_srv_find_worker_named(&s->workers, j->worker_name, NULL)->numerics_path,
+                     j->worker_name, rq->path, rq->path);
+        }
         if (!refused && p && (j = running_off(s, p, rq->path))) {
             refused = true;
             snprintf(msg, sizeof msg,

@@ -16,9 +16,10 @@ qs_status qc_srv_poll_cancels(server *s, qs_error *err);
  *     memory, or one of its jobs the store holds running there) keeps its pin and the request
  *     is refused, naming the job or count and a worker; else the pin goes.
  *   pin: a request for the path the experiment is pinned to changes nothing; one that
- *     qc_store_pin_conflict refuses, or while a job following its pin runs on another path,
- *     is refused naming them; else the experiment is pinned to the path (replacing its pin),
- *     and its pending jobs go only to workers of that path. */
+ *     qc_store_pin_conflict refuses, or while a job following its pin runs on another path or
+ *     succeeded here on one (its result may not be committed yet), is refused naming them;
+ *     else the experiment is pinned to the path (replacing its pin), and its pending jobs go
+ *     only to workers of that path. */
 qs_status qc_srv_poll_pin_requests(server *s, qs_error *err);
 
 #endif
