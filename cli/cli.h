@@ -194,6 +194,7 @@ int qsweep_cmd_submit(int argc, char **argv);
 int qsweep_cmd_status(int argc, char **argv);
 int qsweep_cmd_cancel(int argc, char **argv);
 int qsweep_cmd_requeue(int argc, char **argv);
+int qsweep_cmd_pin(int argc, char **argv);
 int qsweep_cmd_unpin(int argc, char **argv);
 int qsweep_cmd_results(int argc, char **argv);
 int qsweep_cmd_coordinator(int argc, char **argv);

@@ -347,7 +347,8 @@ static qs_status print_path_waits(qc_store *s, const char *experiment, FILE *out
                      need[i].pinned_by, j.numerics ? "; its grid asks for numerics: " : "",
                      j.numerics ? j.numerics : "");
         else if (pin)
-            snprintf(why, sizeof why, "the experiment is pinned to it: its first job ran there%s%s",
+            snprintf(why, sizeof why,
+                     "the experiment is pinned to it: its first job ran there, or qsweep pin%s%s",
                      j.numerics ? "; its grid asks for numerics: " : "",
                      j.numerics ? j.numerics : "");
         else

@@ -30,6 +30,8 @@ static const struct {
     {"cancel", qsweep_cmd_cancel, "EXPERIMENT | --job JOB_KEY: ask the coordinator to cancel"},
     {"requeue", qsweep_cmd_requeue,
      "EXPERIMENT: queue its failed and cancelled jobs again (coordinator stopped)"},
+    {"pin", qsweep_cmd_pin,
+     "EXPERIMENT PATH: pin it to one numerics path (its jobs go only to workers of it)"},
     {"unpin", qsweep_cmd_unpin, "EXPERIMENT: remove its numerics pin (its next job pins it again)"},
     {"results", qsweep_cmd_results, "EXPERIMENT: sensitivity tables (--csv, --json)"},
     {"coordinator", qsweep_cmd_coordinator, "serve jobs to workers over ZeroMQ"},
@@ -45,7 +47,8 @@ static const struct {
     {"plan", qsweep_cmd_plan,
      "EXPERIMENT --budget-bits B: per-linear formats under a bits budget, from a sweep"},
     {"tokenize", qsweep_cmd_tokenize, "MODEL TEXT -o FILE: a text through the model's tokenizer"},
-    {"export", qsweep_cmd_export, "GRID -o DIR: a plan or job as a serving checkpoint (vLLM, llama.cpp)"},
+    {"export", qsweep_cmd_export,
+     "GRID -o DIR: a plan or job as a serving checkpoint (vLLM, llama.cpp)"},
 };
 
 static void usage(FILE *out) {

@@ -143,46 +143,140 @@ static const job *running_on(const server *s, const qc_pin *p, const char *path)
     return NULL;
 }
 
-qs_status qc_srv_poll_unpins(server *s, qs_error *err) {
-    qc_unpin_request *rq = NULL;
-    size_t n = 0;
-    qs_status st = qc_store_poll_unpins(s->store, &rq, &n, err);
-    if (st != QS_OK) return st;
-    for (size_t i = 0; i < n; i++) {
-        if (rq[i].id <= s->unpins_answered) continue; /* its answer is not committed yet */
-        s->unpins_answered = rq[i].id;
-        qc_pin *p = qc_srv_pin_find(&s->pins, rq[i].experiment);
-        char path[sizeof rq[i].stored_path]; /* a copy: the unpin frees the pin's own */
-        snprintf(path, sizeof path, "%s", p && p->path ? p->path : rq[i].stored_path);
-        const job *j = p && *path ? running_on(s, p, path) : NULL;
-        char msg[640];
-        const char *outcome = "unpinned";
-        if (!*path) {
-            outcome = "not_pinned";
-            snprintf(msg, sizeof msg, "not pinned");
-        } else if (j) {
-            outcome = "refused";
+/* A job of pin p running on a path other than path (its worker's announced path; a job whose
+ * worker has not re-attached since a restart is left to the store's attempts), NULL when none. */
+static const job *running_off(const server *s, const qc_pin *p, const char *path) {
+    for (size_t i = 0; i < s->running.n; i++) {
+        const job *j = s->running.all[i];
+        if (j->state != J_RUNNING || j->pin != p || !j->worker) continue;
+        if (strcmp(j->worker->numerics_path, path)) return j;
+    }
+    return NULL;
+}
+
+/* A job of pin p that succeeded in this process on a worker, still registered, of a path other
+ * than path, NULL when none: its result may not be committed yet, so the store does not show it. */
+static const job *succeeded_off(const server *s, const qc_pin *p, const char *path) {
+    for (size_t i = 0; i < s->jobs.n; i++) {
+        const job *j = s->jobs.all[i];
+        if (j->state != J_SUCCEEDED || j->pin != p || !j->worker_name) continue;
+        const worker *w = qc_srv_find_worker_named(&s->workers, j->worker_name, NULL);
+        if (w && w->numerics_path[0] && strcmp(w->numerics_path, path)) return j;
+    }
+    return NULL;
+}
+
+/* Answers an unpin request (intake.h). */
+static void answer_unpin(server *s, const qc_pin_request *rq) {
+    qc_pin *p = qc_srv_pin_find(&s->pins, rq->experiment);
+    char path[sizeof rq->stored_path]; /* a copy: the unpin frees the pin's own */
+    snprintf(path, sizeof path, "%s", p && p->path ? p->path : rq->stored_path);
+    const job *j = p && *path ? running_on(s, p, path) : NULL;
+    char msg[640];
+    const char *outcome = "unpinned";
+    if (!*path) {
+        outcome = "not_pinned";
+        snprintf(msg, sizeof msg, "not pinned");
+    } else if (j) {
+        outcome = "refused";
+        snprintf(msg, sizeof msg,
+                 "job %lld runs on the pinned path %s (worker %s); unpin once the "
+                 "experiment's running jobs have ended (qsweep status)",
+                 (long long)j->id, path, j->worker_name ? j->worker_name : "?");
+    } else if (rq->running > 0 && !strcmp(path, rq->stored_path)) {
+        outcome = "refused";
+        snprintf(msg, sizeof msg,
+                 "%lld attempt(s) of its jobs run on the pinned path %s (worker %s); unpin "
+                 "once the experiment's running jobs have ended (qsweep status)",
+                 (long long)rq->running, path, rq->running_worker);
+    } else {
+        snprintf(msg, sizeof msg, "unpinned from %s", path);
+        if (p) qc_srv_pin_clear(p);
+        s->dirty = true; /* an idle worker of any path may take its jobs now */
+        qc_srv_must(s, qc_store_batch_experiment_unpin(s->batch, rq->experiment, &s->batch_err));
+        qc_log("experiment %lld unpinned from numerics path %s (request %lld)",
+               (long long)rq->experiment, path, (long long)rq->id);
+    }
+    qc_srv_must(s, qc_store_batch_unpin_answer(s->batch, rq->id, outcome, msg, &s->batch_err));
+}
+
+/* Answers a pin request (intake.h). The entry is made when the coordinator holds no job of the
+ * experiment yet, so jobs it loads later follow the new pin before the store shows it. */
+static qs_status answer_pin(server *s, const qc_pin_request *rq, qs_error *err) {
+    qc_pin *p = qc_srv_pin_find(&s->pins, rq->experiment);
+    char was[sizeof rq->stored_path];
+    snprintf(was, sizeof was, "%s",
+             p && p->path      ? p->path
+             : p && p->cleared ? ""
+                               : rq->stored_path);
+    char msg[1024];
+    const char *outcome = "pinned";
+    bool refused = false;
+    const job *j = NULL;
+    if (!strcmp(was, rq->path)) {
+        outcome = "unchanged";
+        snprintf(msg, sizeof msg, "already pinned to %s", rq->path);
+        if (p && !p->path) qc_srv_pin_set(p, rq->path);
+    } else {
+        qs_status st = qc_store_pin_conflict(s->store, rq->experiment, rq->path, msg, sizeof msg,
+                                             &refused, err);
+        if (st) return st;
+        if (!refused && p && (j = succeeded_off(s, p, rq->path))) {
+            refused = true;
             snprintf(msg, sizeof msg,
-                     "job %lld runs on the pinned path %s (worker %s); unpin once the "
-                     "experiment's running jobs have ended (qsweep status)",
-                     (long long)j->id, path, j->worker_name ? j->worker_name : "?");
-        } else if (rq[i].running > 0 && !strcmp(path, rq[i].stored_path)) {
-            outcome = "refused";
-            snprintf(msg, sizeof msg,
-                     "%lld attempt(s) of its jobs run on the pinned path %s (worker %s); unpin "
-                     "once the experiment's running jobs have ended (qsweep status)",
-                     (long long)rq[i].running, path, rq[i].running_worker);
-        } else {
-            snprintf(msg, sizeof msg, "unpinned from %s", path);
-            if (p) qc_srv_pin_clear(p);
-            qc_srv_must(s,
-                        qc_store_batch_experiment_unpin(s->batch, rq[i].experiment, &s->batch_err));
-            qc_log("experiment %lld unpinned from numerics path %s (request %lld)",
-                   (long long)rq[i].experiment, path, (long long)rq[i].id);
+                     "job %lld of it has a result computed on another path, %s (worker %s), and "
+                     "pinning it to %s would mix two paths in one experiment; submit the grid as "
+                     "a new experiment with numerics: %s to measure it there",
+                     (long long)j->id,
+                     qc_srv_find_worker_named(&s->workers, j->worker_name, NULL)->numerics_path,
+                     j->worker_name, rq->path, rq->path);
         }
-        qc_srv_must(s,
-                    qc_store_batch_unpin_answer(s->batch, rq[i].id, outcome, msg, &s->batch_err));
+        if (!refused && p && (j = running_off(s, p, rq->path))) {
+            refused = true;
+            snprintf(msg, sizeof msg,
+                     "job %lld runs on another path, %s (worker %s); pin once the experiment's "
+                     "running jobs have ended (qsweep status) or cancel them",
+                     (long long)j->id, j->worker->numerics_path,
+                     j->worker_name ? j->worker_name : "?");
+        }
+    }
+    if (refused) {
+        outcome = "refused";
+    } else if (strcmp(outcome, "unchanged")) {
+        if (*was)
+            snprintf(msg, sizeof msg,
+                     "pinned to %s, replacing its pin to %s (no result of it was computed there)",
+                     rq->path, was);
+        else
+            snprintf(msg, sizeof msg, "pinned to %s", rq->path);
+        p = qc_srv_pin_get(&s->pins, rq->experiment, NULL);
+        if (p->path) qc_srv_pin_clear(p);
+        qc_srv_pin_set(p, rq->path);
+        s->dirty = true; /* an idle worker of the new path may take its jobs now */
+        /* an unpin first: the store keeps the first pin queued after an experiment's last unpin */
+        qc_srv_must(s, qc_store_batch_experiment_unpin(s->batch, rq->experiment, &s->batch_err));
+        qc_srv_must(
+            s, qc_store_batch_experiment_pin(s->batch, rq->experiment, rq->path, &s->batch_err));
+        qc_log("experiment %lld pinned to numerics path %s by request %lld%s%s",
+               (long long)rq->experiment, rq->path, (long long)rq->id, *was ? ", was " : "", was);
+    }
+    qc_srv_must(s, qc_store_batch_unpin_answer(s->batch, rq->id, outcome, msg, &s->batch_err));
+    return QS_OK;
+}
+
+qs_status qc_srv_poll_pin_requests(server *s, qs_error *err) {
+    qc_pin_request *rq = NULL;
+    size_t n = 0;
+    qs_status st = qc_store_poll_pin_requests(s->store, &rq, &n, err);
+    if (st != QS_OK) return st;
+    for (size_t i = 0; i < n && !st; i++) {
+        if (rq[i].id <= s->unpins_answered) continue; /* its answer is not committed yet */
+        if (rq[i].path[0])
+            st = answer_pin(s, &rq[i], err);
+        else
+            answer_unpin(s, &rq[i]);
+        if (!st) s->unpins_answered = rq[i].id;
     }
     free(rq);
-    return QS_OK;
+    return st;
 }

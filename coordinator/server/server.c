@@ -284,7 +284,7 @@ qs_status qc_server_run(const qc_server_options *opts, qs_error *err) {
         }
         if (!s.db_down && now >= next_cancel_poll) {
             qs_error e;
-            if (qc_srv_poll_cancels(&s, &e) != QS_OK || qc_srv_poll_unpins(&s, &e) != QS_OK) {
+            if (qc_srv_poll_cancels(&s, &e) != QS_OK || qc_srv_poll_pin_requests(&s, &e) != QS_OK) {
                 if (!qc_store_connection_lost(s.store)) {
                     *err = e;
                     st = QS_EDB;

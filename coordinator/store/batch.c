@@ -297,11 +297,12 @@ qs_status qc_store_batch_unpin_answer(qc_store_batch *b, int64_t request, const 
     size_t bad = 0;
     if (request <= 0 || !outcome ||
         (strcmp(outcome, "unpinned") && strcmp(outcome, "refused") &&
-         strcmp(outcome, "not_pinned")) ||
+         strcmp(outcome, "not_pinned") && strcmp(outcome, "pinned") &&
+         strcmp(outcome, "unchanged")) ||
         !message || !qc_utf8_valid(message, &bad))
         return qs_error_set(err, QS_EINVAL,
-                            "batch: unpin request %lld: needs an id, an outcome of unpinned, "
-                            "refused or not_pinned, and a UTF-8 message",
+                            "batch: pin request %lld: needs an id, an outcome of unpinned, "
+                            "not_pinned, pinned, unchanged or refused, and a UTF-8 message",
                             (long long)request);
     group_mark m = mark(&b->answers);
     qc_sqlarray_int(&b->answers.col[0], request);

@@ -252,7 +252,7 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
  * it again (`qsweep unpin`). Without a running coordinator (its lock free) the row is deleted
  * here, unless an attempt of the experiment is still marked running on the pinned path. With
  * one, which holds the pins in memory, a numerics_unpin_requests row is queued and its answer
- * waited for up to wait_ms (the coordinator polls every second: qc_store_poll_unpins). *msg
+ * waited for up to wait_ms (the coordinator polls every second: qc_store_poll_pin_requests). *msg
  * (cap bytes): "unpinned from PATH", "not pinned". Errors: QS_ENOTFOUND naming the experiment;
  * QS_ESTATE when refused (a job of the experiment runs on the pinned path: the message names
  * it) or when the coordinator did not answer in time (the request stays queued); QS_EINVAL
@@ -260,20 +260,45 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
 qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char *msg, size_t cap,
                          qs_error *err);
 
-/* An unanswered numerics_unpin_requests row, with the path its experiment is pinned to in the
- * store ("" when none) and the attempts of the experiment's jobs the store holds running on that
- * path (a shared job follows the pin of its oldest experiment, so it may be this one's and run
- * under another's pin): how many, and the worker of one. */
-typedef struct qc_unpin_request {
+/* Pins experiment to numerics path `path` by hand (`qsweep pin`), before or between its jobs'
+ * dispatches: from then on its jobs go only to workers announcing that path. Without a running
+ * coordinator (its lock free) the experiment_numerics row is written here, under the lock;
+ * with one, which holds the pins in memory, a numerics_unpin_requests row carrying the path is
+ * queued and its answer waited for up to wait_ms (qc_store_poll_pin_requests). *msg (cap
+ * bytes): "pinned to PATH", "pinned to PATH, replacing its pin to OLD (...)", "already pinned
+ * to PATH". Refused (QS_ESTATE, the message naming the jobs, paths and workers; nothing
+ * changes) by qc_store_pin_conflict, by a running coordinator whose jobs of the experiment run
+ * on another path, or when the coordinator did not answer in time (the request stays
+ * queued). QS_EINVAL when path is not one path a worker announces (common/numerics_path.h
+ * qs_numerics_path_valid: "any", "cpu", "cuda" and misspellings), or for an empty name;
+ * QS_ENOTFOUND naming an unknown experiment; QS_EDB. */
+qs_status qc_store_pin(qc_store *s, const char *experiment, const char *path, int wait_ms,
+                       char *msg, size_t cap, qs_error *err);
+
+/* Whether the store says pinning experiment (experiments.id) to path would mix numerics paths
+ * or strand its jobs; *refused, and why (cap bytes) names the jobs, paths and workers: its
+ * grid's `numerics` is `any` (follows no pin) or a request path does not meet; a job of it has
+ * final results from an attempt on another path (attempts.numerics_path, NULL counting as
+ * another); an attempt of it is marked running on another path. QS_EDB. */
+qs_status qc_store_pin_conflict(qc_store *s, int64_t experiment, const char *path, char *why,
+                                size_t cap, bool *refused, qs_error *err);
+
+/* An unanswered numerics_unpin_requests row: path is the path a `qsweep pin` asks for ("" for
+ * an unpin). With it, the path its experiment is pinned to in the store ("" when none) and the
+ * attempts of the experiment's jobs the store holds running on that stored path (a shared job
+ * follows the pin of its oldest experiment, so it may be this one's and run under another's
+ * pin): how many, and the worker of one. */
+typedef struct qc_pin_request {
     int64_t id, experiment;
+    char path[160];
     char stored_path[160];
     int64_t running;
     char running_worker[208];
-} qc_unpin_request;
+} qc_pin_request;
 
-/* The unanswered unpin requests, oldest first, into *out (malloc'd; NULL when *n = 0); the
- * coordinator answers each with qc_store_batch_unpin_answer. Errors: QS_EDB, QS_ENOMEM. */
-qs_status qc_store_poll_unpins(qc_store *s, qc_unpin_request **out, size_t *n, qs_error *err);
+/* The unanswered pin and unpin requests, oldest first, into *out (malloc'd; NULL when *n = 0);
+ * the coordinator answers each with qc_store_batch_unpin_answer. Errors: QS_EDB, QS_ENOMEM. */
+qs_status qc_store_poll_pin_requests(qc_store *s, qc_pin_request **out, size_t *n, qs_error *err);
 
 /* Asks the coordinator to cancel one job (by job_key) or every unfinished job of an
  * experiment (by name): inserts a cancel_requests row and NOTIFY qsweep_cancel, in one
@@ -462,8 +487,9 @@ qs_status qc_store_batch_results(qc_store_batch *b, int64_t job, int32_t attempt
  * experiment apply in queue order: its row is deleted, then the first pin queued after its
  * last unpin (if any) is written. QS_EINVAL for an id <= 0. */
 qs_status qc_store_batch_experiment_unpin(qc_store_batch *b, int64_t experiment, qs_error *err);
-/* numerics_unpin_requests: answers request `request` with outcome ("unpinned", "refused",
- * "not_pinned") and message. QS_EINVAL for an id <= 0, another outcome or non-UTF-8 text. */
+/* numerics_unpin_requests: answers request `request` with outcome (an unpin's "unpinned",
+ * "not_pinned"; a pin's "pinned", "unchanged"; "refused") and message. QS_EINVAL for an id <= 0,
+ * another outcome or non-UTF-8 text. */
 qs_status qc_store_batch_unpin_answer(qc_store_batch *b, int64_t request, const char *outcome,
                                       const char *message, qs_error *err);
 /* cancel_requests.handled_at = now for every request with id <= upto_request. */

@@ -261,6 +261,61 @@ static void test_unpin_migration_keeps_rows_and_names_the_worker_path(void **sta
     PQfinish(c);
 }
 
+/* 220_numerics_pin_requests.sql applied to a database holding unpin requests of the migrations
+ * before it: no row is lost, each stays an unpin (path NULL) with its answer; a pin request
+ * carries its path and takes the pin's outcomes, an unpin keeps its own, and neither takes the
+ * other's. */
+static void test_pin_request_migration_keeps_unpin_requests(void **state) {
+    (void)state;
+    char ci[1024];
+    pgtest_fresh_db(srv, "mig_pin", ci, sizeof ci);
+    PGconn *c = pgtest_connect(ci);
+    qs_error err = {0};
+    size_t before = 0;
+    while (before < qc_schema_migrations_count && qc_schema_migrations[before].version < 220)
+        before++;
+    assert_true(before < qc_schema_migrations_count);
+    assert_int_equal(qc_schema_migrations[before].version, 220);
+    assert_int_equal(qc_migrate_list(c, qc_schema_migrations, before, NULL, &err), QS_OK);
+    pgtest_exec(c, "INSERT INTO experiments (name, grid) VALUES ('e', 'g')");
+    pgtest_exec(c, "INSERT INTO numerics_unpin_requests (experiment, handled_at, outcome, message) "
+                   "VALUES (1, now(), 'unpinned', 'unpinned from cpu-qsweep-fixed2')");
+    pgtest_exec(c, "INSERT INTO numerics_unpin_requests (experiment) VALUES (1)");
+    int applied = 0;
+    assert_int_equal(qc_migrate(c, &applied, &err), QS_OK);
+    assert_int_equal(applied, (int)(qc_schema_migrations_count - before));
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM numerics_unpin_requests WHERE path IS "
+                                    "NULL"),
+                     2);
+    assert_int_equal(pgtest_long(c, "SELECT count(*) FROM numerics_unpin_requests WHERE id = 1 "
+                                    "AND outcome = 'unpinned' AND message = 'unpinned from "
+                                    "cpu-qsweep-fixed2'"),
+                     1);
+    pgtest_exec(c, "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = "
+                   "'not_pinned', message = 'not pinned' WHERE id = 2");
+    pgtest_exec(c, "INSERT INTO numerics_unpin_requests (experiment, path) VALUES (1, "
+                   "'cuda-cc90-auto'), (1, 'cuda-cc90-auto'), (1, 'cuda-cc90-auto')");
+    pgtest_exec(c, "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = 'pinned', "
+                   "message = 'pinned to cuda-cc90-auto' WHERE id = 3");
+    pgtest_exec(c, "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = "
+                   "'unchanged', message = 'already pinned to cuda-cc90-auto' WHERE id = 4");
+    const char *bad[] = {
+        "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = 'unpinned', message "
+        "= '' WHERE id = 5",
+        "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = 'pinned', message = "
+        "'' WHERE id = 2",
+        "INSERT INTO numerics_unpin_requests (experiment, path) VALUES (1, '')",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        PGresult *res = PQexec(c, bad[i]);
+        assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+        /* SQLSTATE 23514 check_violation (PostgreSQL docs, Appendix A). */
+        assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "23514");
+        PQclear(res);
+    }
+    PQfinish(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrations_apply_once_and_are_recorded),
@@ -271,6 +326,7 @@ int main(void) {
         cmocka_unit_test(test_unsorted_list_is_refused),
         cmocka_unit_test(test_reader_role_cannot_write),
         cmocka_unit_test(test_unpin_migration_keeps_rows_and_names_the_worker_path),
+        cmocka_unit_test(test_pin_request_migration_keeps_unpin_requests),
     };
     return cmocka_run_group_tests(tests, setup, pgtest_teardown);
 }

@@ -1382,9 +1382,9 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
              "'cuda-cc90-auto'), (%lld, 1, 'w2', 'cpu-qsweep-fixed2')",
              (long long)job_id(s, "b"), (long long)job_id(s, "a"));
     pgtest_exec(qc_store_pgconn(s), sql);
-    qc_unpin_request *rq = NULL;
+    qc_pin_request *rq = NULL;
     size_t n = 0;
-    ok(qc_store_poll_unpins(s, &rq, &n, &err), &err);
+    ok(qc_store_poll_pin_requests(s, &rq, &n, &err), &err);
     assert_int_equal(n, 1);
     assert_int_equal(rq[0].experiment, 2);
     assert_string_equal(rq[0].stored_path, "cuda-cc90-auto");
@@ -1396,7 +1396,7 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
        &err);
     free(rq);
     ok(qc_store_flush(s, bt, NULL, &err), &err);
-    ok(qc_store_poll_unpins(s, &rq, &n, &err), &err);
+    ok(qc_store_poll_pin_requests(s, &rq, &n, &err), &err);
     assert_int_equal(n, 0);
     free(rq);
     assert_int_equal(count_where(s, "SELECT count(*) FROM numerics_unpin_requests WHERE outcome = "
@@ -1404,6 +1404,180 @@ static void test_pins_and_unpins_in_one_batch_apply_in_order(void **state) {
                      1);
     assert_int_equal(count_where(s, "SELECT count(*) FROM experiment_numerics"), 0);
     qc_store_batch_free(bt);
+    qc_store_close(s);
+}
+
+/* The pin of experiment name, "" when none. */
+static void pin_of(qc_store *s, const char *name, char *out, size_t cap) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce((SELECT n.path FROM experiment_numerics n JOIN experiments e ON "
+             "e.id = n.experiment WHERE e.name = '%s'), '')",
+             name);
+    PGresult *r = PQexec(qc_store_pgconn(s), sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+static void assert_pin(qc_store *s, const char *name, const char *want) {
+    char got[160];
+    pin_of(s, name, got, sizeof got);
+    assert_string_equal(got, want);
+}
+
+/* `qsweep pin` without a coordinator (store.h qc_store_pin): a pin is written before any job
+ * ran, the same pin again changes nothing, another path replaces a pin no result was computed
+ * on and says so; a family, `any` or a misspelling, and an unknown experiment, change nothing. */
+static void test_pin_without_coordinator_writes_keeps_and_replaces(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_pin", ci, sizeof ci);
+    qs_error err = {0};
+    qc_submit_counts c;
+    char a[512], msg[1024];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 1, &c, &err), &err);
+    ok(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err), &err);
+    assert_string_equal(msg, "pinned to cuda-cc90-auto");
+    assert_pin(s, "e1", "cuda-cc90-auto");
+    ok(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err), &err);
+    assert_string_equal(msg, "already pinned to cuda-cc90-auto");
+    ok(qc_store_pin(s, "e1", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+    assert_string_equal(msg, "pinned to cpu-qsweep-fixed2, replacing its pin to cuda-cc90-auto "
+                             "(no result of it was computed there)");
+    assert_pin(s, "e1", "cpu-qsweep-fixed2");
+    const char *bad[] = {"cuda", "cpu", "any", "cuda-cc90-autoo", "", "CPU-qsweep-fixed2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(qc_store_pin(s, "e1", bad[i], 0, msg, sizeof msg, &err), QS_EINVAL);
+        if (!strstr(err.msg, "is no numerics path a worker announces"))
+            fail_msg("pin '%s': %s", bad[i], err.msg);
+    }
+    assert_int_equal(qc_store_pin(s, "nope", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err),
+                     QS_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "no experiment named 'nope'"));
+    assert_pin(s, "e1", "cpu-qsweep-fixed2");
+    assert_int_equal(count_where(s, "SELECT count(*) FROM numerics_unpin_requests"), 0);
+    qc_store_close(s);
+}
+
+/* A pin that would mix paths in one experiment, or strand its jobs, is refused naming the
+ * jobs, paths and workers, and nothing changes (store.h qc_store_pin_conflict): final results
+ * from an attempt on another path; an attempt running on another path; a grid whose numerics
+ * the path does not meet, or `any`. Results on the pinned path itself are no conflict. */
+static void test_pin_refuses_to_mix_paths(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_pin_mix", ci, sizeof ci);
+    qs_error err = {0};
+    qc_submit_counts c;
+    char a[512], b[512], g[640], h[640], msg[1024], sql[512];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    eval_spec(g, sizeof g, "m1", "nvfp4", "layer", "0.v");
+    eval_spec(h, sizeof h, "m1", "nvfp4", "layer", "0.o");
+    snprintf(g + strlen(g) - 1, sizeof g - strlen(g) + 1, ", \"numerics\": \"cuda\"}");
+    snprintf(h + strlen(h) - 1, sizeof h - strlen(h) + 1, ", \"numerics\": \"any\"}");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e2[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e3[] = {{"g", "eval", g, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e4[] = {{"h", "eval", h, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "e2", "", "g", NULL, e2, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "e3", "", "g", NULL, e3, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "e4", "", "g", NULL, e4, 1, &c, &err), &err);
+    long ja = job_id(s, "a"), jb = job_id(s, "b");
+    snprintf(sql, sizeof sql,
+             "INSERT INTO attempts (job, attempt, worker, numerics_path, outcome) VALUES "
+             "(%ld, 1, 'cpu-a', 'cpu-qsweep-fixed2', 'succeeded'), "
+             "(%ld, 1, 'gpu-1', 'cuda-cc90-auto', 'running')",
+             ja, jb);
+    pgtest_exec(qc_store_pgconn(s), sql);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO results (job, attempt, name, value, final) VALUES (%ld, 1, 'ppl', 9.5, "
+             "true)",
+             ja);
+    pgtest_exec(qc_store_pgconn(s), sql);
+    ok(qc_store_pin(s, "e1", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+
+    assert_int_equal(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err),
+                     QS_ESTATE);
+    snprintf(sql, sizeof sql,
+             "pin: experiment 'e1': 1 job(s) of it have results computed on another path, "
+             "cpu-qsweep-fixed2 (job %ld, worker(s) cpu-a), and pinning it to cuda-cc90-auto "
+             "would mix two paths in one experiment; submit the grid as a new experiment with "
+             "numerics: cuda-cc90-auto to measure it there",
+             ja);
+    assert_string_equal(err.msg, sql);
+    assert_pin(s, "e1", "cpu-qsweep-fixed2");
+
+    assert_int_equal(qc_store_pin(s, "e2", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err),
+                     QS_ESTATE);
+    snprintf(sql, sizeof sql,
+             "pin: experiment 'e2': 1 job(s) of it run on another path, cuda-cc90-auto (job %ld, "
+             "worker(s) gpu-1); pin once they have ended (qsweep status) or cancel them",
+             jb);
+    assert_string_equal(err.msg, sql);
+    assert_pin(s, "e2", "");
+    ok(qc_store_pin(s, "e2", "cuda-cc90-auto", 0, msg, sizeof msg, &err), &err);
+
+    assert_int_equal(qc_store_pin(s, "e3", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err),
+                     QS_ESTATE);
+    assert_non_null(strstr(err.msg, "its grid asks for numerics: cuda, which cpu-qsweep-fixed2 "
+                                     "is not on"));
+    ok(qc_store_pin(s, "e3", "cuda-cc100-emulated", 0, msg, sizeof msg, &err), &err);
+    assert_int_equal(qc_store_pin(s, "e4", "cuda-cc90-auto", 0, msg, sizeof msg, &err),
+                     QS_ESTATE);
+    assert_non_null(strstr(err.msg, "its grid asks for numerics: any, which follows no pin"));
+    assert_pin(s, "e4", "");
+    qc_store_close(s);
+}
+
+/* With a coordinator holding the lock, `qsweep pin` is a request carrying the path, polled
+ * with the stored pin, and its answers (pinned, unchanged) are accepted. */
+static void test_pin_with_a_coordinator_is_a_request(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_pin_req", ci, sizeof ci);
+    qs_error err = {0};
+    qc_submit_counts c;
+    char a[512], msg[1024];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 1, &c, &err), &err);
+    ok(qc_store_pin(s, "e1", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+    qc_store *coord = NULL;
+    ok(qc_store_open(ci, "coordinator", &coord, &err), &err);
+    ok(qc_store_lock_coordinator(coord, &err), &err);
+    assert_int_equal(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err),
+                     QS_ESTATE);
+    assert_non_null(strstr(err.msg, "the coordinator has not answered in 0 s; request 1 stays "
+                                    "queued"));
+    assert_pin(s, "e1", "cpu-qsweep-fixed2");
+    qc_pin_request *rq = NULL;
+    size_t n = 0;
+    ok(qc_store_poll_pin_requests(coord, &rq, &n, &err), &err);
+    assert_int_equal(n, 1);
+    assert_int_equal(rq[0].experiment, 1);
+    assert_string_equal(rq[0].path, "cuda-cc90-auto");
+    assert_string_equal(rq[0].stored_path, "cpu-qsweep-fixed2");
+    qc_store_batch *bt = qc_store_batch_new();
+    ok(qc_store_batch_experiment_unpin(bt, 1, &err), &err);
+    ok(qc_store_batch_experiment_pin(bt, 1, "cuda-cc90-auto", &err), &err);
+    ok(qc_store_batch_unpin_answer(bt, rq[0].id, "pinned", "pinned to cuda-cc90-auto", &err),
+       &err);
+    free(rq);
+    ok(qc_store_flush(coord, bt, NULL, &err), &err);
+    assert_pin(s, "e1", "cuda-cc90-auto");
+    assert_int_equal(count_where(s, "SELECT count(*) FROM numerics_unpin_requests WHERE outcome "
+                                    "= 'pinned' AND path = 'cuda-cc90-auto'"),
+                     1);
+    ok(qc_store_poll_pin_requests(coord, &rq, &n, &err), &err);
+    assert_int_equal(n, 0);
+    free(rq);
+    qc_store_batch_free(bt);
+    qc_store_close(coord);
     qc_store_close(s);
 }
 
@@ -1424,6 +1598,9 @@ int main(void) {
         cmocka_unit_test(test_cancel_requests_reach_the_coordinator_once),
         cmocka_unit_test(test_cancel_with_nothing_left_is_handled_at_once),
         cmocka_unit_test(test_pins_and_unpins_in_one_batch_apply_in_order),
+        cmocka_unit_test(test_pin_without_coordinator_writes_keeps_and_replaces),
+        cmocka_unit_test(test_pin_refuses_to_mix_paths),
+        cmocka_unit_test(test_pin_with_a_coordinator_is_a_request),
         cmocka_unit_test(test_requeue_resets_failed_and_cancelled_jobs),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),

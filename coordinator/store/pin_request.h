@@ -1,0 +1,18 @@
+/* The queue of pin changes a running coordinator applies (internal to qc_store;
+ * schema/200_numerics_unpin.sql, schema/220_numerics_pin_requests.sql): `qsweep pin` and
+ * `qsweep unpin` ask through it while a coordinator, which holds the pins in memory, runs. */
+#ifndef QC_STORE_PIN_REQUEST_H
+#define QC_STORE_PIN_REQUEST_H
+
+#include <stddef.h>
+
+#include "session.h"
+
+/* Queues a request for experiment id (experiments.id as text) to be pinned to path (NULL: to
+ * be unpinned), NOTIFY qsweep_unpin, and waits up to wait_ms for the coordinator's answer
+ * (qc_store_poll_pin_requests), copied to msg (cap bytes). QS_ESTATE with the answer when refused,
+ * or when none came in time (the request stays queued); QS_EDB. */
+qs_status qc_store_ask_coordinator_pin(qc_store *s, const char *id, const char *path, int wait_ms,
+                                       char *msg, size_t cap, qs_error *err);
+
+#endif
