@@ -809,7 +809,7 @@ static void test_run_leaves_an_adopted_cluster_running(void **state) {
                      TINY_JOBS);
 }
 
-/* status, results, workers, cancel, requeue and unpin never migrate: on a database without the
+/* status, results, workers, cancel, requeue, unpin and pin never migrate: on a database without the
  * schema they say so (exit 3), without claiming that a command which writes only reads, and
  * create nothing. Messages carry one command prefix. */
 static void test_read_only_commands_never_migrate(void **state) {
@@ -819,10 +819,11 @@ static void test_read_only_commands_never_migrate(void **state) {
     const char *db = qc_pgserver_conninfo(e->pg);
     PGconn *c = e->c = connect_db(db);
     static char out[1 << 12];
-    const char *cmds[][5] = {
+    const char *cmds[][6] = {
         {"status", "--db", db, NULL},          {"results", "tiny", "--db", db, NULL},
         {"workers", "--db", db, NULL},         {"cancel", "tiny", "--db", db, NULL},
-        {"requeue", "tiny", "--db", db, NULL}, {"unpin", "tiny", "--db", db, NULL}};
+        {"requeue", "tiny", "--db", db, NULL}, {"unpin", "tiny", "--db", db, NULL},
+        {"pin", "tiny", "cpu-qsweep-fixed2", "--db", db, NULL}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         int rc = qsweep(out, sizeof out, cmds[i]);
         char want[64];
