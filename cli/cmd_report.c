@@ -314,8 +314,8 @@ static qs_status label_method_settings(char **val, qs_error *err) {
     qs_method_setting *set = calloc(n, sizeof *set);
     json_t **opts = calloc(n, sizeof *opts);
     size_t *first = calloc(n, sizeof *first), *which = calloc(n, sizeof *which);
-    qs_status st = set && opts && first && which ? QS_OK
-                                                 : qs_error_set(err, QS_ENOMEM, "report: methods");
+    qs_status st =
+        set && opts && first && which ? QS_OK : qs_error_set(err, QS_ENOMEM, "report: methods");
     for (size_t g0 = 0, g1; !st && g0 < n; g0 = g1) {
         size_t ns = 0;
         for (g1 = g0; g1 < n && same_figure(json_array_get(rows, g0), json_array_get(rows, g1));

@@ -233,7 +233,7 @@
       if (!figs[key]) { figs[key] = []; forder.push(key); }
       figs[key].push(j);
     });
-    // a column per (method, options)
+    // the figures drawn: groups that hold more than one setting (method and options)
     var shown = forder.filter(function (key) {
       var m = {};
       figs[key].forEach(function (j) { m[j.method + ' ' + j.method_options] = true; });

@@ -101,10 +101,14 @@ static void per_linear_linears_a_job_quantizes_pass(void **state) {
     static const struct {
         const char *mode, *part, *linear;
     } cases[] = {
-        {"component", "down", "1.down"},   {"leave_one_out", "q", "1.k"},
-        {"block", "1", "1.q"},             {"layer", "0.k", "0.k"},
-        {"cumulative", "0", "0.gate"},     {"leave_one_out_block", "0", "1.up"},
-        {"leave_one_out_layer", "1.v", "1.k"}, {"policy", NULL, "0.k"},
+        {"component", "down", "1.down"},
+        {"leave_one_out", "q", "1.k"},
+        {"block", "1", "1.q"},
+        {"layer", "0.k", "0.k"},
+        {"cumulative", "0", "0.gate"},
+        {"leave_one_out_block", "0", "1.up"},
+        {"leave_one_out_layer", "1.v", "1.k"},
+        {"policy", NULL, "0.k"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qs_error err = {0};

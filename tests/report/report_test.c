@@ -485,8 +485,8 @@ static void test_report_names_two_settings_of_a_method_apart(void **state) {
         const char *method = PQgetvalue(r, i, 1);
         double damp = strtod(PQgetvalue(r, i, 2), NULL);
         bool search = !strcmp(PQgetvalue(r, i, 3), "true");
-        int want = !strcmp(method, "rtn")                ? 0
-                   : !strcmp(method, "gptq") && !search  ? (damp == 0.1 ? 2 : 1)
+        int want = !strcmp(method, "rtn")                 ? 0
+                   : !strcmp(method, "gptq") && !search   ? (damp == 0.1 ? 2 : 1)
                    : !strcmp(method, "mr-gptq") && search ? (damp == 0.02 ? 4 : 3)
                                                           : -1;
         if (want < 0) fail_msg("job %ld: unexpected setting %s damp %g", job, method, damp);
