@@ -10,6 +10,7 @@
  * (report_page.js, report_page.css) are embedded in the binary at build time. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "method.h"
 #include "replace_file.h"
 #include "report_page.h"
 #include "trained_names.h"
@@ -102,7 +104,8 @@ static const report_query QUERIES[] = {
     /* the sensitivity jobs by method (kinds/method.h; rtn when the spec names none), for the
      * component x method heatmaps: format options and method apart, so the page puts the
      * methods of one (format, options, quantize, mode) side by side. Policy, compare and fused
-     * jobs have no place there. */
+     * jobs have no place there. Each row then gets its column's name, "label"
+     * (label_method_settings). */
     {"methods",
      "SELECT coalesce(json_agg(c ORDER BY c.model, c.format, c.format_options, c.quantize,\n"
      "                         c.mode, c.job), '[]')\n"
@@ -279,6 +282,87 @@ static qs_status name_trained_models(const qsweep_trained_names *names, const ch
     return QS_OK;
 }
 
+/* Whether "methods" rows a and b are in one figure: the same model, format, format options,
+ * quantize and mode. */
+static bool same_figure(const json_t *a, const json_t *b) {
+    static const char *const keys[] = {"model", "format", "format_options", "quantize", "mode"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (!json_equal(json_object_get(a, keys[k]), json_object_get(b, keys[k]))) return false;
+    return true;
+}
+
+/* Whether "methods" rows a and b are one column: the same method with the same options. */
+static bool same_setting(const json_t *a, const json_t *b) {
+    return json_equal(json_object_get(a, "method"), json_object_get(b, "method")) &&
+           json_equal(json_object_get(a, "method_options"), json_object_get(b, "method_options"));
+}
+
+/* Adds to each "methods" row (a figure's rows are adjacent, in the query's order) "label": its
+ * setting label among the settings of its figure (kinds/method.h qs_method_setting_label), as
+ * `qsweep results` heads its columns, so two settings of one method are two columns named by
+ * the options that differ (gptq+damp=0.01, gptq+damp=0.1). A method the build does not know
+ * keeps its name. *val is replaced. Errors: QS_ENOMEM. */
+static qs_status label_method_settings(char **val, qs_error *err) {
+    json_t *rows = json_loads(*val, JSON_DECODE_ANY, NULL);
+    size_t n = json_array_size(rows);
+    if (!n) {
+        json_decref(rows);
+        return QS_OK;
+    }
+    /* per figure [g0, g1): its distinct settings in set[g0 ..), the first row of each in
+       first[g0 ..), and which[i] the setting of row i */
+    qs_method_setting *set = calloc(n, sizeof *set);
+    json_t **opts = calloc(n, sizeof *opts);
+    size_t *first = calloc(n, sizeof *first), *which = calloc(n, sizeof *which);
+    qs_status st =
+        set && opts && first && which ? QS_OK : qs_error_set(err, QS_ENOMEM, "report: methods");
+    for (size_t g0 = 0, g1; !st && g0 < n; g0 = g1) {
+        size_t ns = 0;
+        for (g1 = g0; g1 < n && same_figure(json_array_get(rows, g0), json_array_get(rows, g1));
+             g1++) {
+            json_t *row = json_array_get(rows, g1);
+            size_t c = 0;
+            while (c < ns && !same_setting(json_array_get(rows, first[g0 + c]), row))
+                c++;
+            if (c == ns) {
+                const char *o = json_string_value(json_object_get(row, "method_options"));
+                opts[g0 + c] = o ? json_loads(o, 0, NULL) : NULL;
+                set[g0 + c] = (qs_method_setting){
+                    qs_method_by_name(json_string_value(json_object_get(row, "method"))),
+                    opts[g0 + c]};
+                first[g0 + c] = g1;
+                ns++;
+            }
+            which[g1] = c;
+        }
+        for (size_t i = g0; !st && i < g1; i++) {
+            json_t *row = json_array_get(rows, i), *label = NULL;
+            const qs_method_setting *me = &set[g0 + which[i]];
+            char text[160];
+            if (me->method < 0)
+                label = json_incref(json_object_get(row, "method"));
+            else if (qs_method_setting_label(me, &set[g0], ns, text, sizeof text) >= 0)
+                label = json_string(text);
+            if (!label || json_object_set_new(row, "label", label))
+                st = qs_error_set(err, QS_ENOMEM, "report: methods");
+        }
+        for (size_t c = 0; c < ns; c++)
+            json_decref(opts[g0 + c]);
+    }
+    char *out = st ? NULL : json_dumps(rows, JSON_ENCODE_ANY);
+    if (!st && !out) st = qs_error_set(err, QS_ENOMEM, "report: methods");
+    if (out) {
+        free(*val);
+        *val = out;
+    }
+    free(set);
+    free(opts);
+    free(first);
+    free(which);
+    json_decref(rows);
+    return st;
+}
+
 /* Writes the page for experiment `name` to out. Errors: QS_ENOTFOUND (no such experiment),
  * QS_EDB, QS_ENOMEM. */
 static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *err) {
@@ -303,6 +387,8 @@ static qs_status write_report(PGconn *c, const char *name, FILE *out, qs_error *
         if (!strcmp(QUERIES[i].name, "conditions") || !strcmp(QUERIES[i].name, "sensitivity") ||
             !strcmp(QUERIES[i].name, "methods") || !strcmp(QUERIES[i].name, "failed"))
             st = name_trained_models(&names, QUERIES[i].name, &vals[i], err);
+    for (size_t i = 0; !st && i < NQ; i++)
+        if (!strcmp(QUERIES[i].name, "methods")) st = label_method_settings(&vals[i], err);
     qsweep_trained_names_free(&names);
     int train = has_relation(c, "v_train_curves") && has_relation(c, "v_train_final");
     char *train_error = NULL;

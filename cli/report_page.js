@@ -172,18 +172,21 @@
 
   // ---- methods side by side (the "methods" query): one figure per (model, format, format
   // options, quantize, mode) that holds more than one method, a row per part and a column per
-  // method; a cell ("mcell") is that job. Colours share one scale per mode across every method
-  // and format (whatever #scale says), so a method's repair reads against every other's.
+  // method setting, headed by its label (j.label, kinds/method.h qs_method_setting_label: two
+  // settings of one method are two columns, gptq+damp=0.01 and gptq+damp=0.1); a cell ("mcell")
+  // is that job. Colours share one scale per mode across every method and format (whatever
+  // #scale says), so a method's repair reads against every other's.
   var mcells = [];
   function mhover(j) {
-    return j.part + '  ' + j.method + '  ' + j.format + ' ' + j.quantize + ' (job ' + j.job +
+    return j.part + '  ' + j.label + '  ' + j.format + ' ' + j.quantize + ' (job ' + j.job +
         ')\n' + Object.keys(METRICS).map(function (k) {
           return (k === metric ? '> ' : '  ') + k + ' = ' + fmt(j[k]);
         }).join('\n');
   }
   function mcell(x, y, w, h, j) {
     var a = {x: x, y: y, width: w, height: h, class: 'mcell', 'data-job': j.job,
-             'data-part': j.part, 'data-method': j.method, 'data-format': j.format,
+             'data-part': j.part, 'data-method': j.method, 'data-label': j.label,
+             'data-format': j.format,
              'data-quantize': j.quantize, 'data-mode': j.mode};
     Object.keys(METRICS).forEach(function (k) {
       a['data-' + k] = j[k] === null || j[k] === undefined ? '' : String(j[k]);
@@ -230,7 +233,7 @@
       if (!figs[key]) { figs[key] = []; forder.push(key); }
       figs[key].push(j);
     });
-    // a column per (method, options): the options join the name only where one method has two
+    // the figures drawn: groups that hold more than one setting (method and options)
     var shown = forder.filter(function (key) {
       var m = {};
       figs[key].forEach(function (j) { m[j.method + ' ' + j.method_options] = true; });
@@ -239,24 +242,26 @@
     if (!shown.length) return;
     root.appendChild(el('h3', {}, 'Methods side by side (component x method)'));
     shown.forEach(function (key) {
-      var jobs = figs[key], first = jobs[0], cols = [], label = {}, parts = [], byName = {};
+      var jobs = figs[key], first = jobs[0], cols = [], label = {}, order = {}, parts = [];
       jobs.forEach(function (j) {
         j._col = j.method + ' ' + j.method_options;
-        // the method's label (kinds/method.h qs_method_label): "+search" for scale_search
-        j._name = j.method + (JSON.parse(j.method_options || '{}').scale_search === true ?
-                              '+search' : '');
         if (cols.indexOf(j._col) < 0) {
           cols.push(j._col);
-          byName[j._name] = (byName[j._name] || 0) + 1;
+          label[j._col] = j.label;
+          // as the columns of qsweep results: rtn first, then by method, a method before its
+          // "+search", then by options
+          order[j._col] = [j.method !== 'rtn', j.method,
+                           JSON.parse(j.method_options || '{}').scale_search === true,
+                           j.method_options];
         }
         if (parts.indexOf(j.part) < 0) parts.push(j.part);
       });
-      cols.sort(function (a, b) {  // rtn first, then by name
-        return (a.indexOf('rtn ') !== 0) - (b.indexOf('rtn ') !== 0) ||
-            (a < b ? -1 : a > b ? 1 : 0);
-      });
-      jobs.forEach(function (j) {
-        label[j._col] = byName[j._name] > 1 ? j._name + ' ' + j.method_options : j._name;
+      cols.sort(function (a, b) {
+        for (var i = 0; i < 4; i++) {
+          var x = order[a][i], y = order[b][i];
+          if (x !== y) return x < y ? -1 : 1;
+        }
+        return 0;
       });
       var pinfo = {};
       jobs.forEach(function (j) {

@@ -3,7 +3,11 @@
 
 A component sweep with a method axis prints one table per (model, format, options, quantize);
 the options name the method ("method": "gptq", ...; round-to-nearest names none; mr-gptq with
-"scale_search": true is the column "mr-gptq+search"). This script
+"scale_search": true is the column "mr-gptq+search"). Where one (format, quantize) holds a
+method label in two settings (gptq with "damp" 0.01 and 0.1), each is a column of its own under
+its setting label, as `qsweep results` names it (kinds/method.h qs_method_setting_label): the
+label, then "+<option>=<value>" for each of act_order, alpha, damp whose value differs between
+those settings ("gptq+damp=0.01", "gptq+damp=0.1"). This script
 reads them with tools/results_table.py's parser and writes one markdown table per (format,
 quantize): a row per component, in round-to-nearest's order of damage (most damaging first), a
 column per method, each cell "KL (+ppl increase %)" (mean KL divergence from the unquantized
@@ -39,15 +43,53 @@ METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full
                 "mr-gptq+search", "smoothquant"]
 
 
-def method_of(opts, path):
+# The options a setting label may spell out, in label order (kinds/method.c label_options).
+LABEL_OPTIONS = ["act_order", "alpha", "damp"]
+
+
+def setting_of(opts, path):
+    """(method label, {option: value} of LABEL_OPTIONS) of a table's options."""
     try:
         o = json.loads(opts) if opts else {}
     except ValueError:
         raise rt.BadInput(f"{path}: options {opts!r} are not JSON")
-    if not isinstance(o, dict):
-        return "rtn"
-    m = o.get("method", "rtn")
-    return m + "+search" if o.get("scale_search") is True else m
+    if not isinstance(o, dict) or "method" not in o:
+        return "rtn", {}
+    m = o["method"]
+    label = m + "+search" if o.get("scale_search") is True else m
+    return label, {k: o[k] for k in LABEL_OPTIONS if k in o}
+
+
+def option_text(v):
+    """A label value as kinds/method.c writes it: true/false, an integer, the shortest %g that
+    reads back as the same double."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        for p in range(1, 18):
+            t = f"{v:.{p}g}"
+            if float(t) == v:
+                return t
+    return str(v)
+
+
+def setting_labels(settings):
+    """The setting label of each (label, options) in settings, among them all."""
+    out = []
+    for label, opts in settings:
+        text = label
+        for k in LABEL_OPTIONS:
+            if k in opts and any(l == label and o.get(k) != opts[k] for l, o in settings):
+                text += f"+{k}={option_text(opts[k])}"
+        out.append(text)
+    return out
+
+
+def setting_order(label, opts):
+    """Columns as `qsweep results` orders them: by method label, then by option values."""
+    base = METHOD_ORDER.index(label) if label in METHOD_ORDER else len(METHOD_ORDER)
+    return (base, label) + tuple((0, opts[k], "") if isinstance(opts.get(k), (int, float))
+                                 else (1, 0, str(opts.get(k, ""))) for k in LABEL_OPTIONS)
 
 
 def render(groups, path):
@@ -69,15 +111,14 @@ def render(groups, path):
         cols = sorted({(rt.column_key(g)[:4]) for g in gs})
         for ckey in cols:
             fmt, quant = ckey[1], ckey[3]
-            by_method = {}
-            for g in gs:
-                if g[1] == fmt and g[3] == quant:
-                    m = method_of(g[2], path)
-                    if m in by_method:
-                        raise rt.BadInput(f"{path}: {fmt} {quant}: method {m} has two tables")
-                    by_method[m] = g
-            methods = sorted(by_method, key=lambda m: (METHOD_ORDER.index(m)
-                                                       if m in METHOD_ORDER else len(METHOD_ORDER), m))
+            tables = [g for g in gs if g[1] == fmt and g[3] == quant]
+            settings = [setting_of(g[2], path) for g in tables]
+            by_method, order = {}, {}
+            for g, st, m in zip(tables, settings, setting_labels(settings)):
+                if m in by_method:
+                    raise rt.BadInput(f"{path}: {fmt} {quant}: method {m} has two tables")
+                by_method[m], order[m] = g, setting_order(*st)
+            methods = sorted(by_method, key=lambda m: order[m])
             first = by_method["rtn"] if "rtn" in by_method else by_method[methods[0]]
             parts = [p[0] for p in first[6]]
             for m in methods:

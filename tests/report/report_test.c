@@ -11,13 +11,16 @@
  *   - an unknown experiment is refused with exit code 2 and no file written;
  *   - a grid of three methods (experiments/tiny-methods.yaml) gets its component x method
  *     heatmaps: one "mcell" per job, each carrying the view's values, the colours on one
- *     scale across methods and formats. */
+ *     scale across methods and formats;
+ *   - two settings of one method (two damps) are two columns, each headed by its setting label
+ *     (gptq+damp=0.01, gptq+damp=0.1), each job's cell in its own setting's column. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -417,6 +420,98 @@ static void test_report_puts_methods_side_by_side(void **state) {
     free(dom);
 }
 
+/* Two settings of one method in one figure (experiments/tiny-methods.yaml cut to q in NVFP4,
+ * gptq with damp 0.01 and 0.1, mr-gptq+search with damp 0.01 and 0.02): each setting is a column
+ * of its own, headed by its setting label as `qsweep results` heads it (kinds/method.h
+ * qs_method_setting_label), in the order of its columns, and each job's cell sits in the column
+ * of its own method and damp, carrying its own KL. */
+static void test_report_names_two_settings_of_a_method_apart(void **state) {
+    env *e = *state;
+    static char out[1 << 16];
+    const char *run[] = {"run",
+                         TINY_METHODS,
+                         "--workers",
+                         "1",
+                         "--set",
+                         "name=rsettings",
+                         "--set",
+                         "sensitivity.parts=[q]",
+                         "--set",
+                         "sensitivity.formats=[nvfp4]",
+                         "--set",
+                         "sensitivity.method=[rtn, gptq, {name: gptq, options: {damp: 0.1}},"
+                         " {name: mr-gptq, options: {scale_search: true}},"
+                         " {name: mr-gptq, options: {scale_search: true, damp: 0.02}}]",
+                         NULL};
+    int rc = fx_run(QSWEEP_BIN, run, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep run exited %d:\n%s", rc, out);
+    qs_error err = {0};
+    assert_int_equal(qc_pgserver_start(e->pg_dir, &e->pg, &err), QS_OK);
+    const char *conninfo = qc_pgserver_conninfo(e->pg);
+    e->c = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(e->c), CONNECTION_OK);
+    char html[600], dom_path[600];
+    snprintf(html, sizeof html, "%s/settings.html", e->dir);
+    snprintf(dom_path, sizeof dom_path, "%s/settings-dom.html", e->dir);
+    const char *rep[] = {"report", "rsettings", "-o", html, "--db", conninfo, NULL};
+    rc = fx_run(QSWEEP_BIN, rep, out, sizeof out);
+    if (rc != 0) fail_msg("qsweep report exited %d:\n%s", rc, out);
+    chromium(e, html, "", dom_path, NULL);
+    char *dom = slurp(dom_path, NULL);
+    assert_int_equal((long)count(dom, "class=\"method-heatmap\""), 1);
+    assert_int_equal((long)count(dom, "class=\"mcell\""), 5);
+    static const char *const labels[] = {"rtn", "gptq+damp=0.01", "gptq+damp=0.1",
+                                         "mr-gptq+search+damp=0.01", "mr-gptq+search+damp=0.02"};
+    /* the column heads, left to right */
+    const char *p = strstr(dom, "class=\"method-heatmap\"");
+    for (size_t i = 0; i < 5; i++) {
+        p = strstr(p, "text-anchor=\"middle\">");
+        if (!p) fail_msg("the heatmap has %zu column heads, expected 5", i);
+        p += strlen("text-anchor=\"middle\">");
+        size_t n = strcspn(p, "<");
+        if (n != strlen(labels[i]) || strncmp(p, labels[i], n))
+            fail_msg("column %zu is headed '%.*s', expected '%s'", i, (int)n, p, labels[i]);
+    }
+    /* each job's cell: the label of its own setting, in that label's column, its own KL */
+    PGresult *r = PQexec(e->c, "SELECT id, coalesce(spec ->> 'method', 'rtn'),"
+                               " coalesce((spec -> 'method_options' ->> 'damp')::float8, 0),"
+                               " coalesce(spec -> 'method_options' ->> 'scale_search', 'false')"
+                               " FROM jobs WHERE kind = 'eval' ORDER BY id");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 5);
+    double x_of[5] = {0};
+    for (int i = 0; i < PQntuples(r); i++) {
+        long job = strtol(PQgetvalue(r, i, 0), NULL, 10);
+        const char *method = PQgetvalue(r, i, 1);
+        double damp = strtod(PQgetvalue(r, i, 2), NULL);
+        bool search = !strcmp(PQgetvalue(r, i, 3), "true");
+        int want = !strcmp(method, "rtn")                 ? 0
+                   : !strcmp(method, "gptq") && !search   ? (damp == 0.1 ? 2 : 1)
+                   : !strcmp(method, "mr-gptq") && search ? (damp == 0.02 ? 4 : 3)
+                                                          : -1;
+        if (want < 0) fail_msg("job %ld: unexpected setting %s damp %g", job, method, damp);
+        char key[64], got[128];
+        snprintf(key, sizeof key, "class=\"mcell\" data-job=\"%ld\"", job);
+        const char *tag = strstr(dom, key);
+        if (!tag) fail_msg("no mcell for job %ld", job);
+        tag_attr(tag, " data-label=\"", got, sizeof got);
+        assert_string_equal(got, labels[want]);
+        const char *rect = tag;
+        while (rect > dom && strncmp(rect, "<rect", 5))
+            rect--;
+        tag_attr(rect, " x=\"", got, sizeof got);
+        x_of[want] = strtod(got, NULL);
+        assert_cell_near_view_of(e->c, "rsettings", tag, job, "data-kl_mean",
+                                 "max(value) FILTER (WHERE metric = 'kl_mean')", 0.0);
+    }
+    PQclear(r);
+    for (int i = 1; i < 5; i++)
+        if (!(x_of[i] > x_of[i - 1]))
+            fail_msg("the cell of %s (x %g) is not right of %s's (x %g)", labels[i], x_of[i],
+                     labels[i - 1], x_of[i - 1]);
+    free(dom);
+}
+
 static void test_report_of_unknown_experiment_writes_nothing(void **state) {
     env *e = *state;
     static char out[1 << 14];
@@ -594,6 +689,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_report_output_that_is_not_a_regular_file_is_refused,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_puts_methods_side_by_side, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_names_two_settings_of_a_method_apart, setup,
+                                        teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

@@ -22,8 +22,9 @@ static void method_plan(const qs_method *m, const json_t *options, qw_method_pla
 }
 
 /* per-linear: one plan per method label (each method, then each with the scale search) and a
- * table of linear -> plan, in one allocation. The map's linears must be ones the policy
- * quantizes (policy mode: in its map). */
+ * table of linear -> plan, in one allocation. The map's linears must be ones the job quantizes
+ * (kinds/method.h qs_method_linear_quantized, the grid's rule), checked here too because a job
+ * spec can reach the worker without passing a grid. */
 static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *plan,
                                  qs_error *err) {
     const json_t *map = json_object_get(s->method_options, "linears");
@@ -35,9 +36,15 @@ static qs_status per_linear_plan(const qs_sensitivity_spec *s, qw_method_plan *p
         if (qs_block_linear_parse(key, &block, &kind))
             return qs_error_set(err, QS_EINVAL, "method_options.linears: '%s' is not a linear",
                                 key);
-        if (s->mode == QS_MODE_POLICY && !json_object_get(s->policy, key))
+        if (!qs_method_linear_quantized(key, s->mode, s->block, s->part, s->loo_of, s->policy)) {
+            char part[64];
+            qs_sensitivity_part_text(s, part, sizeof part);
             return qs_error_set(err, QS_EINVAL,
-                                "method_options.linears.%s: the policy does not quantize it", key);
+                                "method_options.linears.%s: linear '%s' is not quantized by this "
+                                "%s-mode job (%s %s), which would leave its method unused",
+                                key, key, qs_mode_name(s->mode),
+                                s->mode == QS_MODE_POLICY ? "policy" : "part", part);
+        }
         if ((block + 1) * QW_LINEAR_KINDS > n) n = (block + 1) * QW_LINEAR_KINDS;
     }
     size_t nm = (size_t)qs_method_count();

@@ -12,7 +12,8 @@
  * calibrated methods; per-linear gets one plan per method of its map, each linear pointing at
  * its own (freed by qw_method_plan_clear). Errors: QS_EIO / QS_EFORMAT reading the token file,
  * QS_EINVAL when its digest is not the spec's (naming both) or it holds fewer whole chunks
- * than asked, or a per-linear linear that the policy does not quantize; QS_ENOMEM. */
+ * than asked, or a per-linear linear that the job does not quantize (naming the linear and
+ * the job's mode); QS_ENOMEM. */
 qs_status qw_method_plan_from_spec(const qs_sensitivity_spec *s, qw_method_plan *plan,
                                    uint32_t **calib, qs_error *err);
 
