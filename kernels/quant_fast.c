@@ -10,7 +10,7 @@
  * that the compiler vectorises: qk_e2m1_rne_value / e2m1_sr_value_f32 (qk_e2m1_sr_value's
  * value) for E2M1, qk_minifloat_rne_value for the others; SR bits (one Philox word an
  * element, a block of 4 words per 4 elements) are drawn before the loop from a span of up to
- * 256 words made 64 Philox blocks at a time as one vector (sr_words_lanes). The value is
+ * 256 words that ends with the row's last Philox block (qk_sr_words). The value is
  * (elem * dec) * s_dec with dec = 1 per tensor and s_dec = 1 for MX, both exact, so the bits
  * equal qk_quant_group_ref's (tested).
  * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
@@ -25,8 +25,9 @@
 static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
     float a = fabsf(s);
     float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
-    float lo = floorf(a / q) * q;
-    float fr = (a - lo) / q;
+    float iq = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f); /* 1 / q, exact: x * iq is x / q */
+    float lo = floorf(a * iq) * q;
+    float fr = (a - lo) * iq;
     fr = fr == fr ? fr : 0.0f;
     uint32_t thr = (uint32_t)(fr * 0x1p32f);
     float v = lo + (rbits < thr ? q : 0.0f);
@@ -34,49 +35,8 @@ static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
-/* SR bits come QK_SR_LANES Philox blocks (QK_SR_SPAN words) a refill: fewer lanes, and GCC
- * unrolls the lane loop instead of vectorising it. */
-#define QK_SR_LANES 64
-#define QK_SR_SPAN (4 * QK_SR_LANES)
-
-/* The 4 words of each of QK_SR_LANES consecutive Philox4x32-10 blocks blk0, blk0 + 1, ...
- * of the SR stream (p's seed, tensor id and step; philox.h) into out[4 * QK_SR_LANES]: the
- * rounds of qk_philox4x32_10_core lane by lane, so that the compiler runs the lanes as one
- * vector; the same words as sr_bits_cached. */
-__attribute__((always_inline)) static inline void sr_words_lanes(const qk_plan *p, uint64_t blk0,
-                                                                 uint32_t *out) {
-    uint32_t c0[QK_SR_LANES], c1[QK_SR_LANES], c2[QK_SR_LANES], c3[QK_SR_LANES];
-    for (int j = 0; j < QK_SR_LANES; j++) {
-        uint64_t b = blk0 + (uint64_t)j;
-        c0[j] = (uint32_t)b;
-        c1[j] = (uint32_t)(b >> 32);
-        c2[j] = p->tensor_id;
-        c3[j] = p->step;
-    }
-    uint32_t k0 = (uint32_t)p->seed, k1 = (uint32_t)(p->seed >> 32);
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        for (int j = 0; j < QK_SR_LANES; j++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0[j];
-            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[j];
-            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-            uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-            c0[j] = hi1 ^ c1[j] ^ k0;
-            c1[j] = lo1;
-            c2[j] = hi0 ^ c3[j] ^ k1;
-            c3[j] = lo0;
-        }
-    }
-    for (int j = 0; j < QK_SR_LANES; j++) {
-        out[4 * j] = c0[j];
-        out[4 * j + 1] = c1[j];
-        out[4 * j + 2] = c2[j];
-        out[4 * j + 3] = c3[j];
-    }
-}
+/* SR words are drawn up to QK_SR_SPAN at a time (qk_sr_words). */
+#define QK_SR_SPAN 256
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* Wider vectors where the CPU has them (glibc ifunc dispatch); every clone does the same
@@ -127,12 +87,10 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
             uint64_t i0 = (uint64_t)r * p->k + c0;
             if (i0 < span0 || i0 + n > span0 + span_n) { /* n <= QK_FAST_CHUNK < span - 3 */
                 span0 = i0 & ~(uint64_t)3;
-                span_n = 0;
-                uint64_t end = (uint64_t)r * p->k + p->k; /* words past the row go unused */
-                while (span_n < QK_SR_SPAN && span0 + span_n < end) {
-                    sr_words_lanes(p, (span0 + span_n) >> 2, span + span_n);
-                    span_n += 4 * QK_SR_LANES;
-                }
+                uint64_t end = (uint64_t)r * p->k + p->k; /* no words past the row's block */
+                span_n = end - span0 < QK_SR_SPAN ? (end - span0 + 3) & ~(uint64_t)3 : QK_SR_SPAN;
+                qk_sr_words(p->seed, p->tensor_id, p->step, span0 >> 2, (size_t)(span_n >> 2),
+                            span);
             }
             for (size_t i = 0; i < n; i++)
                 rb[i] = span[i0 - span0 + i];
