@@ -122,23 +122,25 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
     }
 }
 
-/* RNE fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of
- * 32), the hot case, in batches of QK_BATCH blocks: the QK_BATCH block amaxes (by bits,
- * NaN and +-Inf ignored; MX also notes whether a block holds one), then the QK_BATCH block
- * scales at once, then the element loop over whole blocks with qk_minifloat_rne_value
- * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs).
+/* Fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of 32),
+ * RNE and, for E2M1, SR: the hot case, in batches of up to QK_BATCH whole blocks: the block
+ * amaxes (by bits, NaN and +-Inf ignored; MX also notes whether a block holds one), then the
+ * QK_BATCH block scales at once (a short batch's missing blocks get the scale of amax 0,
+ * unused), then the element loop over the batch's blocks with qk_minifloat_rne_value
+ * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs) or
+ * e2m1_sr_value_f32 on the batch's SR words, drawn at once (qk_sr_words, the Philox blocks
+ * from the one holding the batch's first element to the one holding its last).
  * NVFP4 scales use branch-free arithmetic the compiler vectorises across the blocks: the E4M3
  * cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b = min(1 / (sb * S_dec),
  * FLT_MAX), the very expression of the plan's nv_enc table. MX scales are
  * qk_mx_scale_code_core per block (0xFF, NaN, for a block holding Inf or NaN) and the powers
  * of two built from the code. Same operations on the same operands as qk_quant_row_fast and
- * the reference, so the same bits (tested). Returns the first column it did not do (a
- * multiple of B * QK_BATCH); qk_quant_row_fast does the rest of the row. */
+ * the reference, so the same bits (tested). Works on row r; returns the first column it did
+ * not do (the end of the row's last whole block); qk_quant_row_fast does the rest. */
 
 __attribute__((always_inline)) static inline size_t
-quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
-    const size_t span = B * QK_BATCH;
-    const size_t full = p->k / span * span;
+quant_row_batched_body(const qk_plan *p, size_t r, float *row, const size_t B, const int sr) {
+    const size_t whole = p->k / B * B;
     const qk_codec *el = p->elem;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
     const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
@@ -146,14 +148,16 @@ quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
     const float s_enc_6 = p->s_enc_6, s_dec_nv = p->s_dec;
     const float s_dec = nv ? p->s_dec : 1.0f;
     const qk_nvfp4_clamp clamp = p->clamp;
-    for (size_t c0 = 0; c0 < full; c0 += span) {
+    uint32_t words[QK_BATCH * 32 + 4]; /* a batch's SR words and up to 3 before it */
+    for (size_t c0 = 0; c0 < whole; c0 += B * QK_BATCH) {
+        const size_t nb = (whole - c0) / B < QK_BATCH ? (whole - c0) / B : QK_BATCH;
         float *v = row + c0;
-        int32_t m[QK_BATCH], any[QK_BATCH];
+        int32_t m[QK_BATCH] = {0}, any[QK_BATCH] = {0};
         float enc[QK_BATCH], dec[QK_BATCH];
-        for (int j = 0; j < QK_BATCH; j++) {
+        for (size_t j = 0; j < nb; j++) {
             int32_t mx = 0, an = 0;
             for (size_t i = 0; i < B; i++) {
-                int32_t b = (int32_t)(qk_bits_of(v[B * (size_t)j + i]) & 0x7FFFFFFFu);
+                int32_t b = (int32_t)(qk_bits_of(v[B * j + i]) & 0x7FFFFFFFu);
                 an = b > an ? b : an;
                 b = b >= 0x7F800000 ? 0 : b;
                 mx = b > mx ? b : mx;
@@ -179,30 +183,46 @@ quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
                 dec[j] = code == 0xFF ? NAN : qk_pow2f((int)code - 127);
             }
         }
-        for (int j = 0; j < QK_BATCH; j++) {
-            const float e = enc[j], d = dec[j];
-            float *w = v + B * (size_t)j;
-            for (size_t i = 0; i < B; i++)
-                w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
+        if (sr) {
+            const uint64_t i0 = (uint64_t)r * p->k + c0, w0 = i0 & ~(uint64_t)3;
+            const uint32_t *rb = words + (i0 - w0);
+            qk_sr_words(p->seed, p->tensor_id, p->step, w0 >> 2,
+                        (size_t)((i0 + nb * B - w0 + 3) >> 2), words);
+            for (size_t j = 0; j < nb; j++) {
+                const float e = enc[j], d = dec[j];
+                float *w = v + B * j;
+                for (size_t i = 0; i < B; i++)
+                    w[i] = (e2m1_sr_value_f32(w[i] * e, rb[B * j + i]) * d) * s_dec;
+            }
+        } else {
+            for (size_t j = 0; j < nb; j++) {
+                const float e = enc[j], d = dec[j];
+                float *w = v + B * j;
+                for (size_t i = 0; i < B; i++)
+                    w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) *
+                           s_dec;
+            }
         }
     }
-    return full;
+    return whole;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 size_t
-qk_quant_row_batched16(const qk_plan *p, float *row) {
-    return quant_row_batched_body(p, row, 16);
+qk_quant_row_batched16(const qk_plan *p, size_t r, float *row) {
+    return p->rounding == QK_ROUND_SR ? quant_row_batched_body(p, r, row, 16, 1)
+                                      : quant_row_batched_body(p, r, row, 16, 0);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 size_t
-qk_quant_row_batched32(const qk_plan *p, float *row) {
-    return quant_row_batched_body(p, row, 32);
+qk_quant_row_batched32(const qk_plan *p, size_t r, float *row) {
+    return p->rounding == QK_ROUND_SR ? quant_row_batched_body(p, r, row, 32, 1)
+                                      : quant_row_batched_body(p, r, row, 32, 0);
 }
 
 /* NVFP4 2D (16x16 blocks, weights) RNE fake-quant without statistics, in place on the h <= 16
