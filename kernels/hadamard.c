@@ -222,11 +222,9 @@ __attribute__((target("avx512f"), always_inline)) static inline void transpose16
 /* rht_item_portable with the tile in AVX-512F vectors, t[j] = lane c for output row r0 + c:
  * loaded directly (transpose 1) or as 16 x 16 transposes of the rows (transpose 0), the same
  * multiplications, butterfly and norm on each element, then stored as 16 x 16 transposes. */
-__attribute__((target("avx512f"))) static int32_t rht_item_avx512(float *dst, const float *src,
-                                                                  size_t rows, size_t k,
-                                                                  int transpose, int d,
-                                                                  const float *s, float norm,
-                                                                  size_t r0, size_t nr, size_t k0) {
+__attribute__((target("avx512f"))) static int32_t
+rht_item_avx512(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
+                const float *s, float norm, size_t r0, size_t nr, size_t k0) {
     __m512 t[32];
     const __mmask16 live = (__mmask16)((1u << nr) - 1u);
     for (int h = 0; h < d; h += 16) {

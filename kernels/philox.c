@@ -81,9 +81,8 @@ static void sr_words_portable(uint64_t seed, uint32_t tensor_id, uint32_t step, 
 #if QK_PHILOX_AVX512
 /* hi and lo 32 bits of the 16 products a[j] * m (32 x 32 -> 64 bits, unsigned): even lanes
  * from one vpmuludq, odd lanes from another on a shifted down by 32. */
-__attribute__((target("avx512f"), always_inline)) static inline void mul_hi_lo(__m512i a, __m512i m,
-                                                                             __m512i *hi,
-                                                                             __m512i *lo) {
+__attribute__((target("avx512f"), always_inline)) static inline void
+mul_hi_lo(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
     __m512i even = _mm512_mul_epu32(a, m);
     __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
     *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
@@ -95,7 +94,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void mul_hi_lo(_
 __attribute__((target("avx512f"))) static void sr_words_avx512(uint64_t seed, uint32_t tensor_id,
                                                                uint32_t step, uint64_t blk0,
                                                                size_t nblk, uint32_t *out) {
-    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u), m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u),
+                  m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i one = _mm512_set1_epi32(1);
     for (size_t b = 0; b < nblk; b += 16) {

@@ -199,8 +199,8 @@ quant_row_batched_body(const qk_plan *p, size_t r, float *row, const size_t B, c
                 const float e = enc[j], d = dec[j];
                 float *w = v + B * j;
                 for (size_t i = 0; i < B; i++)
-                    w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) *
-                           s_dec;
+                    w[i] =
+                        (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
             }
         }
     }

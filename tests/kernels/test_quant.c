@@ -561,8 +561,8 @@ static void batched_path_matches_reference(void **state) {
  * several tensor ids and steps, and 1, 2 and 3 threads. */
 static void batched_sr_path_matches_reference(void **state) {
     (void)state;
-    const size_t shapes[][2] = {{9, 64},  {6, 128}, {5, 384},     {3, 1024},
-                                {7, 17},  {5, 250}, {2, 4096 + 48}};
+    const size_t shapes[][2] = {{9, 64}, {6, 128}, {5, 384},      {3, 1024},
+                                {7, 17}, {5, 250}, {2, 4096 + 48}};
     const char *names[] = {"nvfp4", "mxfp4"};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t rows = shapes[s][0], k = shapes[s][1], n = rows * k;

@@ -104,7 +104,8 @@ static void rht_from_is_transpose_then_rht_on_every_path(void **state) {
     int ran = 0;
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
         size_t rows = shapes[sh][0], k = shapes[sh][1], n = rows * k;
-        float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *x), *got = malloc(n * sizeof *x);
+        float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *x),
+              *got = malloc(n * sizeof *x);
         assert_non_null(x);
         assert_non_null(want);
         assert_non_null(got);
