@@ -79,64 +79,59 @@ static void sr_words_portable(uint64_t seed, uint32_t tensor_id, uint32_t step, 
 }
 
 #if QK_PHILOX_AVX512
-/* hi and lo 32 bits of the 16 products a[j] * m (32 x 32 -> 64 bits, unsigned): even lanes
- * from one vpmuludq, odd lanes from another on a shifted down by 32. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-mul_hi_lo(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
-    __m512i even = _mm512_mul_epu32(a, m);
-    __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-
-/* 16 blocks a vector: lane j holds block blk0 + j's counter words, the rounds run on the
- * four words as four vectors, then a 4 x 16 transpose puts each block's 4 words together. */
+/* 16 blocks a call as two vectors of 8, one block to a 64-bit lane, each counter word in the
+ * low half of its lane: vpmuludq reads only the low halves, so a round is two products, two
+ * shifts (the high words) and two three-way xors, and the low words of the products go on
+ * as they are (their high halves are never read). The counter blk0 + j is a 64-bit add, its
+ * high word a shift. At the end each block's four words are packed into two 64-bit lanes and
+ * the lanes put in block order. */
 __attribute__((target("avx512f"))) static void sr_words_avx512(uint64_t seed, uint32_t tensor_id,
                                                                uint32_t step, uint64_t blk0,
                                                                size_t nblk, uint32_t *out) {
-    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u),
-                  m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i m0 = _mm512_set1_epi64(0xD2511F53u), m1 = _mm512_set1_epi64(0xCD9E8D57u);
+    const __m512i iota = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i low = _mm512_set1_epi64(0xFFFFFFFFu);
+    /* blocks 0-3 and 4-7 from the unpacked halves (lo: blocks 0, 2, 4, 6; hi: 1, 3, 5, 7) */
+    const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
     for (size_t b = 0; b < nblk; b += 16) {
-        uint64_t base = blk0 + b;
-        __m512i lo = _mm512_set1_epi32((int)(uint32_t)base);
-        __m512i hi = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
-        __m512i c0 = _mm512_add_epi32(lo, iota);
-        __m512i c1 = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(c0, lo), hi, one);
-        __m512i c2 = _mm512_set1_epi32((int)tensor_id), c3 = _mm512_set1_epi32((int)step);
+        __m512i c0[2], c1[2], c2[2], c3[2];
+        for (int h = 0; h < 2; h++) {
+            __m512i blk =
+                _mm512_add_epi64(_mm512_set1_epi64((long long)(blk0 + b + 8 * (size_t)h)), iota);
+            c0[h] = blk;
+            c1[h] = _mm512_srli_epi64(blk, 32);
+            c2[h] = _mm512_set1_epi64(tensor_id);
+            c3[h] = _mm512_set1_epi64(step);
+        }
         uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
         for (int round = 0; round < 10; round++) {
             if (round > 0) {
                 k0 += 0x9E3779B9u;
                 k1 += 0xBB67AE85u;
             }
-            __m512i hi0, lo0, hi1, lo1;
-            mul_hi_lo(c0, m0, &hi0, &lo0);
-            mul_hi_lo(c2, m1, &hi1, &lo1);
-            c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0), 0x96); /* xor3 */
-            c1 = lo1;
-            c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1), 0x96);
-            c3 = lo0;
+            const __m512i vk0 = _mm512_set1_epi64(k0), vk1 = _mm512_set1_epi64(k1);
+            for (int h = 0; h < 2; h++) {
+                __m512i p0 = _mm512_mul_epu32(c0[h], m0), p1 = _mm512_mul_epu32(c2[h], m1);
+                c0[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[h], vk0, 0x96);
+                c1[h] = p1;
+                c2[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3[h], vk1, 0x96);
+                c3[h] = p0;
+            }
         }
-        /* in each 128-bit lane L, u0..u3 are blocks 4L..4L+3; then lane L of each to vector L */
-        __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-        __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-        __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-        __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-        __m512i w0 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(1, 0, 1, 0));
-        __m512i w1 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(1, 0, 1, 0));
-        __m512i w2 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 2, 3, 2));
-        __m512i w3 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(3, 2, 3, 2));
-        __m512i v[4] = {_mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
-                        _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)),
-                        _mm512_shuffle_i32x4(w2, w3, _MM_SHUFFLE(2, 0, 2, 0)),
-                        _mm512_shuffle_i32x4(w2, w3, _MM_SHUFFLE(3, 1, 3, 1))};
-        size_t left = nblk - b < 16 ? nblk - b : 16; /* blocks to store, 4 to a vector */
-        for (size_t i = 0; i < 4 && 4 * i < left; i++) {
-            size_t nb = left - 4 * i < 4 ? left - 4 * i : 4;
-            _mm512_mask_storeu_epi32(out + 4 * b + 16 * i, (__mmask16)((1u << (4 * nb)) - 1u),
-                                     v[i]);
+        for (int h = 0; h < 2 && b + 8 * (size_t)h < nblk; h++) {
+            /* words (c0, c1) and (c2, c3) of a block as one 64-bit lane each: hi << 32 | lo */
+            __m512i c01 = _mm512_ternarylogic_epi64(_mm512_slli_epi64(c1[h], 32), c0[h], low, 0xF8);
+            __m512i c23 = _mm512_ternarylogic_epi64(_mm512_slli_epi64(c3[h], 32), c2[h], low, 0xF8);
+            __m512i lo = _mm512_unpacklo_epi64(c01, c23), hi = _mm512_unpackhi_epi64(c01, c23);
+            size_t left = nblk - b - 8 * (size_t)h; /* blocks to store, 4 to a vector */
+            uint32_t *o = out + 4 * (b + 8 * (size_t)h);
+            size_t n0 = left < 4 ? left : 4, n1 = left < 4 ? 0 : (left < 8 ? left - 4 : 4);
+            _mm512_mask_storeu_epi64(o, (__mmask8)((1u << (2 * n0)) - 1u),
+                                     _mm512_permutex2var_epi64(lo, first, hi));
+            if (n1)
+                _mm512_mask_storeu_epi64(o + 16, (__mmask8)((1u << (2 * n1)) - 1u),
+                                         _mm512_permutex2var_epi64(lo, second, hi));
         }
     }
 }

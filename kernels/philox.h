@@ -30,7 +30,7 @@ uint32_t qk_sr_bits(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t i
 
 /* The stochastic-rounding words of blocks blk0 .. blk0 + nblk - 1 of tensor `tensor_id` at
  * `step`, into out[4 * nblk]: out[i] = qk_sr_bits(seed, tensor_id, step, 4 * blk0 + i), in
- * AVX-512F vectors of 16 blocks where the CPU has them. */
+ * AVX-512F vectors of 8 blocks where the CPU has them. */
 void qk_sr_words(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t blk0, size_t nblk,
                  uint32_t *out);
 /* qk_sr_words on one path, "portable" or "avx512f" (for tests); -1 when the CPU lacks it. */
