@@ -53,7 +53,7 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
     uint64_t span0 = 0, span_n = 0;
     const int e2m1 = el == &qk_codec_e2m1;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
-    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const float maxv = el->max_value, nanv = p->elem_nan;
     const float s_dec = p->fmt->tensor_scale ? p->s_dec : 1.0f;
     const qk_scale_rule rule = p->fmt->rule;
     const size_t chunk = rule == QK_RULE_TENSOR ? QK_FAST_CHUNK : p->block;
@@ -143,7 +143,7 @@ quant_row_batched_body(const qk_plan *p, size_t r, float *row, const size_t B, c
     const size_t whole = p->k / B * B;
     const qk_codec *el = p->elem;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
-    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const float maxv = el->max_value, nanv = p->elem_nan;
     const int nv = p->fmt->rule == QK_RULE_NVFP4;
     const float s_enc_6 = p->s_enc_6, s_dec_nv = p->s_dec;
     const float s_dec = nv ? p->s_dec : 1.0f;

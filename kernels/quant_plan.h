@@ -31,6 +31,7 @@ typedef struct qk_plan {
     float s_enc;       /* tensor encode scale */
     float s_dec;       /* tensor decode scale */
     float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (docs/numerics.md 3.3 step 4) */
+    float elem_nan;    /* minifloat elements: the value of the codec's NaN code */
     float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
                           (step 5), tabulated once per call for the fast path */
     int tiny;          /* the tensor amax is tiny (qk_tiny_amax) */
