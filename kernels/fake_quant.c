@@ -40,7 +40,7 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
     int int_fast = !opt->reference_only && qk_int_fast_path_applies(&p);
     int fast_2d = !opt->reference_only && !accs && p.rounding == QK_ROUND_RNE &&
                   fmt->rule == QK_RULE_NVFP4 && p.brows == 16 && p.block == 16 && !p.exp2;
-    int batched = fast && !accs && p.rounding == QK_ROUND_RNE &&
+    int batched = fast && !accs &&
                   ((fmt->rule == QK_RULE_NVFP4 && p.block == 16) ||
                    (fmt->rule == QK_RULE_MX && p.block == 32));
 #pragma omp parallel for schedule(static) num_threads(p.threads)
@@ -50,12 +50,11 @@ qs_status qk_fake_quant_into(const qk_format *fmt, const qk_quant_options *opt, 
         float *out = y + r0 * k;
         if ((batched || fast || int_fast || fast_2d) && y != x)
             memcpy(out, x + r0 * k, h * k * sizeof *out);
-        if (batched)
-            qk_quant_row_fast(&p, r0, out,
-                              p.block == 16 ? qk_quant_row_batched16(&p, out)
-                                            : qk_quant_row_batched32(&p, out),
-                              NULL);
-        else if (fast)
+        if (batched) {
+            size_t done = p.block == 16 ? qk_quant_row_batched16(&p, r0, out)
+                                        : qk_quant_row_batched32(&p, r0, out);
+            if (done < k) qk_quant_row_fast(&p, r0, out, done, NULL);
+        } else if (fast)
             qk_quant_row_fast(&p, r0, out, 0, accs ? &accs[g] : NULL);
         else if (int_fast)
             qk_quant_row_int_fast(&p, out, accs ? &accs[g] : NULL);

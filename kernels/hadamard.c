@@ -1,10 +1,17 @@
-/* 16- and 32-point random Hadamard transforms; formulas and sources in hadamard.h. */
+/* 16- and 32-point random Hadamard transforms; formulas and sources in hadamard.h. qk_rht_from
+ * has a portable path and an AVX-512F one, chosen at run time as the fixed-order GEMM chooses
+ * its ISA; they give the same bits (tested). */
 #include "hadamard.h"
 
 #include <omp.h>
 #include <string.h>
 
 #include "philox.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QK_HADAMARD_AVX512 1
+#endif
 
 void qk_rht16_signs(uint64_t seed, float signs[16]) {
     const uint32_t ctr[4] = {0, 0, 0xFFFFFFFFu, 0xFFFFFFFFu};
@@ -158,8 +165,109 @@ rht_tile_columns(float t[32][16], int d, const float *s, float norm) {
     return m;
 }
 
-qs_status qk_rht_from(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
-                      uint64_t seed, int threads, float *amax, qs_error *err) {
+/* One work item of qk_rht_from, portable: the d x 16 tile t[j][c] (element k0 + j of output
+ * row r0 + c, zero past the nr rows) gathered from src, transformed by rht_tile_columns, and
+ * the nr rows stored. Returns the largest finite |result| bits. */
+static int32_t rht_item_portable(float *dst, const float *src, size_t rows, size_t k, int transpose,
+                                 int d, const float *s, float norm, size_t r0, size_t nr,
+                                 size_t k0) {
+    float t[32][16];
+    for (int j = 0; j < d; j++) {
+        if (transpose) { /* src [k x rows]: row k0 + j, columns r0.. are contiguous */
+            const float *sr = src + (k0 + (size_t)j) * rows + r0;
+            for (size_t c = 0; c < nr; c++)
+                t[j][c] = sr[c];
+        } else {
+            for (size_t c = 0; c < nr; c++)
+                t[j][c] = src[(r0 + c) * k + k0 + (size_t)j];
+        }
+        for (size_t c = nr; c < 16; c++)
+            t[j][c] = 0.0f; /* columns past the last row: transformed, never stored */
+    }
+    int32_t m = rht_tile_columns(t, d, s, norm);
+    for (size_t c = 0; c < nr; c++) {
+        float *o = dst + (r0 + c) * k + k0;
+        for (int j = 0; j < d; j++)
+            o[j] = t[j][c];
+    }
+    return m;
+}
+
+#if QK_HADAMARD_AVX512
+/* r[i][j] <- r[j][i] for 16 vectors of 16 floats: pairs, then quadruples within 128-bit lanes,
+ * then the 128-bit lanes themselves in two steps. */
+__attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+}
+
+/* rht_item_portable with the tile in AVX-512F vectors, t[j] = lane c for output row r0 + c:
+ * loaded directly (transpose 1) or as 16 x 16 transposes of the rows (transpose 0), the same
+ * multiplications, butterfly and norm on each element, then stored as 16 x 16 transposes. */
+__attribute__((target("avx512f"))) static int32_t
+rht_item_avx512(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
+                const float *s, float norm, size_t r0, size_t nr, size_t k0) {
+    __m512 t[32];
+    const __mmask16 live = (__mmask16)((1u << nr) - 1u);
+    for (int h = 0; h < d; h += 16) {
+        if (transpose) {
+            for (int j = 0; j < 16; j++)
+                t[h + j] = _mm512_maskz_loadu_ps(live, src + (k0 + (size_t)(h + j)) * rows + r0);
+        } else {
+            for (size_t c = 0; c < 16; c++)
+                t[h + c] = c < nr ? _mm512_loadu_ps(src + (r0 + c) * k + k0 + (size_t)h)
+                                  : _mm512_setzero_ps();
+            transpose16(t + h);
+        }
+    }
+    for (int j = 0; j < d; j++)
+        t[j] = _mm512_mul_ps(t[j], _mm512_set1_ps(s[j]));
+    for (int h = 1; h < d; h <<= 1)
+        for (int i = 0; i < d; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                __m512 a = t[j], b = t[j + h];
+                t[j] = _mm512_add_ps(a, b);
+                t[j + h] = _mm512_sub_ps(a, b);
+            }
+    const __m512 vn = _mm512_set1_ps(norm);
+    const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __m512i m = _mm512_setzero_si512();
+    for (int j = 0; j < d; j++) {
+        t[j] = _mm512_mul_ps(t[j], vn);
+        __m512i b = _mm512_and_si512(_mm512_castps_si512(t[j]), abs);
+        m = _mm512_mask_max_epi32(m, _mm512_cmplt_epi32_mask(b, inf), m, b);
+    }
+    for (int h = 0; h < d; h += 16) {
+        transpose16(t + h);
+        for (size_t c = 0; c < nr; c++)
+            _mm512_storeu_ps(dst + (r0 + c) * k + k0 + (size_t)h, t[h + c]);
+    }
+    return _mm512_reduce_max_epi32(m);
+}
+#endif
+
+/* qk_rht_from's checks and work, its tiles on the AVX-512F path when avx512 is set. */
+static qs_status rht_from(int avx512, float *dst, const float *src, size_t rows, size_t k,
+                          int transpose, int d, uint64_t seed, int threads, float *amax,
+                          qs_error *err) {
     if (d != 16 && d != 32)
         return qs_error_set(err, QS_EINVAL, "kernels: rht_from: d=%d, expected 16 or 32", d);
     if (!dst || !src || rows == 0 || k == 0)
@@ -185,28 +293,40 @@ qs_status qk_rht_from(float *dst, const float *src, size_t rows, size_t k, int t
         size_t kt = w / rblocks, r0 = (w % rblocks) * 16;
         size_t nr = rows - r0 < 16 ? rows - r0 : 16;
         size_t k0 = kt * (size_t)d;
-        float t[32][16];
-        /* t[j][c] = input element k0 + j of output row r0 + c */
-        for (int j = 0; j < d; j++) {
-            if (transpose) { /* src [k x rows]: row k0 + j, columns r0.. are contiguous */
-                const float *sr = src + (k0 + (size_t)j) * rows + r0;
-                for (size_t c = 0; c < nr; c++)
-                    t[j][c] = sr[c];
-            } else {
-                for (size_t c = 0; c < nr; c++)
-                    t[j][c] = src[(r0 + c) * k + k0 + (size_t)j];
-            }
-            for (size_t c = nr; c < 16; c++)
-                t[j][c] = 0.0f; /* columns past the last row: transformed, never stored */
-        }
-        int32_t tm = rht_tile_columns(t, d, s, norm);
+        int32_t tm;
+#if QK_HADAMARD_AVX512
+        if (avx512)
+            tm = rht_item_avx512(dst, src, rows, k, transpose, d, s, norm, r0, nr, k0);
+        else
+#endif
+            tm = rht_item_portable(dst, src, rows, k, transpose, d, s, norm, r0, nr, k0);
         m = tm > m ? tm : m;
-        for (size_t c = 0; c < nr; c++) {
-            float *o = dst + (r0 + c) * k + k0;
-            for (int j = 0; j < d; j++)
-                o[j] = t[j][c];
-        }
     }
     if (amax) memcpy(amax, &m, sizeof *amax);
     return QS_OK;
+}
+
+/* Whether this CPU runs rht_from's AVX-512F path. */
+static int have_avx512(void) {
+#if QK_HADAMARD_AVX512
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+qs_status qk_rht_from(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
+                      uint64_t seed, int threads, float *amax, qs_error *err) {
+    return rht_from(have_avx512(), dst, src, rows, k, transpose, d, seed, threads, amax, err);
+}
+
+qs_status qk_rht_from_on(const char *path, float *dst, const float *src, size_t rows, size_t k,
+                         int transpose, int d, uint64_t seed, int threads, float *amax,
+                         qs_error *err) {
+    if (!strcmp(path, "portable"))
+        return rht_from(0, dst, src, rows, k, transpose, d, seed, threads, amax, err);
+    if (!strcmp(path, "avx512f") && have_avx512())
+        return rht_from(1, dst, src, rows, k, transpose, d, seed, threads, amax, err);
+    return qs_error_set(err, QS_EINVAL, "kernels: rht_from: path \"%s\" is not available here",
+                        path);
 }

@@ -47,6 +47,11 @@ qs_status qk_rht(float *x, size_t rows, size_t k, int d, uint64_t seed, int inve
  * count; amax may be NULL. Errors: as qk_rht, and QS_EINVAL for a NULL or overlapping src. */
 qs_status qk_rht_from(float *dst, const float *src, size_t rows, size_t k, int transpose, int d,
                       uint64_t seed, int threads, float *amax, qs_error *err);
+/* qk_rht_from on one path, "portable" or "avx512f" (for tests); QS_EINVAL when the CPU lacks
+ * it. */
+qs_status qk_rht_from_on(const char *path, float *dst, const float *src, size_t rows, size_t k,
+                         int transpose, int d, uint64_t seed, int threads, float *amax,
+                         qs_error *err);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #ifndef QK_PHILOX_H
 #define QK_PHILOX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -26,6 +27,15 @@ void qk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
  * above). Calling it for 4 consecutive indices costs 4 blocks; bulk users call
  * qk_philox4x32_10 once per 4 elements. */
 uint32_t qk_sr_bits(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t index);
+
+/* The stochastic-rounding words of blocks blk0 .. blk0 + nblk - 1 of tensor `tensor_id` at
+ * `step`, into out[4 * nblk]: out[i] = qk_sr_bits(seed, tensor_id, step, 4 * blk0 + i), in
+ * AVX-512F vectors of 8 blocks where the CPU has them. */
+void qk_sr_words(uint64_t seed, uint32_t tensor_id, uint32_t step, uint64_t blk0, size_t nblk,
+                 uint32_t *out);
+/* qk_sr_words on one path, "portable" or "avx512f" (for tests); -1 when the CPU lacks it. */
+int qk_sr_words_on(const char *path, uint64_t seed, uint32_t tensor_id, uint32_t step,
+                   uint64_t blk0, size_t nblk, uint32_t *out);
 
 #ifdef __cplusplus
 }

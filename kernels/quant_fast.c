@@ -10,7 +10,7 @@
  * that the compiler vectorises: qk_e2m1_rne_value / e2m1_sr_value_f32 (qk_e2m1_sr_value's
  * value) for E2M1, qk_minifloat_rne_value for the others; SR bits (one Philox word an
  * element, a block of 4 words per 4 elements) are drawn before the loop from a span of up to
- * 256 words made 64 Philox blocks at a time as one vector (sr_words_lanes). The value is
+ * 256 words that ends with the row's last Philox block (qk_sr_words). The value is
  * (elem * dec) * s_dec with dec = 1 per tensor and s_dec = 1 for MX, both exact, so the bits
  * equal qk_quant_group_ref's (tested).
  * Per-tensor scaling runs over the row in chunks of QK_FAST_CHUNK with one scale.
@@ -25,8 +25,9 @@
 static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
     float a = fabsf(s);
     float q = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
-    float lo = floorf(a / q) * q;
-    float fr = (a - lo) / q;
+    float iq = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f); /* 1 / q, exact: x * iq is x / q */
+    float lo = floorf(a * iq) * q;
+    float fr = (a - lo) * iq;
     fr = fr == fr ? fr : 0.0f;
     uint32_t thr = (uint32_t)(fr * 0x1p32f);
     float v = lo + (rbits < thr ? q : 0.0f);
@@ -34,49 +35,8 @@ static inline float e2m1_sr_value_f32(float s, uint32_t rbits) {
     return (s != s) ? 6.0f : copysignf(v, s);
 }
 
-/* SR bits come QK_SR_LANES Philox blocks (QK_SR_SPAN words) a refill: fewer lanes, and GCC
- * unrolls the lane loop instead of vectorising it. */
-#define QK_SR_LANES 64
-#define QK_SR_SPAN (4 * QK_SR_LANES)
-
-/* The 4 words of each of QK_SR_LANES consecutive Philox4x32-10 blocks blk0, blk0 + 1, ...
- * of the SR stream (p's seed, tensor id and step; philox.h) into out[4 * QK_SR_LANES]: the
- * rounds of qk_philox4x32_10_core lane by lane, so that the compiler runs the lanes as one
- * vector; the same words as sr_bits_cached. */
-__attribute__((always_inline)) static inline void sr_words_lanes(const qk_plan *p, uint64_t blk0,
-                                                                 uint32_t *out) {
-    uint32_t c0[QK_SR_LANES], c1[QK_SR_LANES], c2[QK_SR_LANES], c3[QK_SR_LANES];
-    for (int j = 0; j < QK_SR_LANES; j++) {
-        uint64_t b = blk0 + (uint64_t)j;
-        c0[j] = (uint32_t)b;
-        c1[j] = (uint32_t)(b >> 32);
-        c2[j] = p->tensor_id;
-        c3[j] = p->step;
-    }
-    uint32_t k0 = (uint32_t)p->seed, k1 = (uint32_t)(p->seed >> 32);
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        for (int j = 0; j < QK_SR_LANES; j++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0[j];
-            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[j];
-            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-            uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-            c0[j] = hi1 ^ c1[j] ^ k0;
-            c1[j] = lo1;
-            c2[j] = hi0 ^ c3[j] ^ k1;
-            c3[j] = lo0;
-        }
-    }
-    for (int j = 0; j < QK_SR_LANES; j++) {
-        out[4 * j] = c0[j];
-        out[4 * j + 1] = c1[j];
-        out[4 * j + 2] = c2[j];
-        out[4 * j + 3] = c3[j];
-    }
-}
+/* SR words are drawn up to QK_SR_SPAN at a time (qk_sr_words). */
+#define QK_SR_SPAN 256
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* Wider vectors where the CPU has them (glibc ifunc dispatch); every clone does the same
@@ -93,7 +53,7 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
     uint64_t span0 = 0, span_n = 0;
     const int e2m1 = el == &qk_codec_e2m1;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
-    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const float maxv = el->max_value, nanv = p->elem_nan;
     const float s_dec = p->fmt->tensor_scale ? p->s_dec : 1.0f;
     const qk_scale_rule rule = p->fmt->rule;
     const size_t chunk = rule == QK_RULE_TENSOR ? QK_FAST_CHUNK : p->block;
@@ -127,12 +87,10 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
             uint64_t i0 = (uint64_t)r * p->k + c0;
             if (i0 < span0 || i0 + n > span0 + span_n) { /* n <= QK_FAST_CHUNK < span - 3 */
                 span0 = i0 & ~(uint64_t)3;
-                span_n = 0;
-                uint64_t end = (uint64_t)r * p->k + p->k; /* words past the row go unused */
-                while (span_n < QK_SR_SPAN && span0 + span_n < end) {
-                    sr_words_lanes(p, (span0 + span_n) >> 2, span + span_n);
-                    span_n += 4 * QK_SR_LANES;
-                }
+                uint64_t end = (uint64_t)r * p->k + p->k; /* no words past the row's block */
+                span_n = end - span0 < QK_SR_SPAN ? (end - span0 + 3) & ~(uint64_t)3 : QK_SR_SPAN;
+                qk_sr_words(p->seed, p->tensor_id, p->step, span0 >> 2, (size_t)(span_n >> 2),
+                            span);
             }
             for (size_t i = 0; i < n; i++)
                 rb[i] = span[i0 - span0 + i];
@@ -164,38 +122,42 @@ qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_
     }
 }
 
-/* RNE fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of
- * 32), the hot case, in batches of QK_BATCH blocks: the QK_BATCH block amaxes (by bits,
- * NaN and +-Inf ignored; MX also notes whether a block holds one), then the QK_BATCH block
- * scales at once, then the element loop over whole blocks with qk_minifloat_rne_value
- * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs).
+/* Fake-quant without statistics of NVFP4 (blocks of 16) and the MX formats (blocks of 32),
+ * RNE and, for E2M1, SR: the hot case, in batches of up to QK_BATCH whole blocks: the block
+ * amaxes (by bits, NaN and +-Inf ignored; MX also notes whether a block holds one), then the
+ * QK_BATCH block scales at once (a short batch's missing blocks get the scale of amax 0,
+ * unused), then the element loop over the batch's blocks with qk_minifloat_rne_value
+ * (add-and-subtract rounding; for E2M1 checked equal to the codec on all 2^32 inputs) or
+ * e2m1_sr_value_f32 on the batch's SR words, drawn at once (qk_sr_words, the Philox blocks
+ * from the one holding the batch's first element to the one holding its last).
  * NVFP4 scales use branch-free arithmetic the compiler vectorises across the blocks: the E4M3
  * cast of qk_e4m3_rne_nonneg on the bit pattern, its value, and E_b = min(1 / (sb * S_dec),
  * FLT_MAX), the very expression of the plan's nv_enc table. MX scales are
  * qk_mx_scale_code_core per block (0xFF, NaN, for a block holding Inf or NaN) and the powers
  * of two built from the code. Same operations on the same operands as qk_quant_row_fast and
- * the reference, so the same bits (tested). Returns the first column it did not do (a
- * multiple of B * QK_BATCH); qk_quant_row_fast does the rest of the row. */
+ * the reference, so the same bits (tested). Works on row r; returns the first column it did
+ * not do (the end of the row's last whole block); qk_quant_row_fast does the rest. */
 
 __attribute__((always_inline)) static inline size_t
-quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
-    const size_t span = B * QK_BATCH;
-    const size_t full = p->k / span * span;
+quant_row_batched_body(const qk_plan *p, size_t r, float *row, const size_t B, const int sr) {
+    const size_t whole = p->k / B * B;
     const qk_codec *el = p->elem;
     const int man = el->man_bits, emin = 1 - el->bias, e_hi = el->emax + 1;
-    const float maxv = el->max_value, nanv = qk_codec_decode(el, el->nan_code);
+    const float maxv = el->max_value, nanv = p->elem_nan;
     const int nv = p->fmt->rule == QK_RULE_NVFP4;
     const float s_enc_6 = p->s_enc_6, s_dec_nv = p->s_dec;
     const float s_dec = nv ? p->s_dec : 1.0f;
     const qk_nvfp4_clamp clamp = p->clamp;
-    for (size_t c0 = 0; c0 < full; c0 += span) {
+    uint32_t words[QK_BATCH * 32 + 4]; /* a batch's SR words and up to 3 before it */
+    for (size_t c0 = 0; c0 < whole; c0 += B * QK_BATCH) {
+        const size_t nb = (whole - c0) / B < QK_BATCH ? (whole - c0) / B : QK_BATCH;
         float *v = row + c0;
-        int32_t m[QK_BATCH], any[QK_BATCH];
+        int32_t m[QK_BATCH] = {0}, any[QK_BATCH] = {0};
         float enc[QK_BATCH], dec[QK_BATCH];
-        for (int j = 0; j < QK_BATCH; j++) {
+        for (size_t j = 0; j < nb; j++) {
             int32_t mx = 0, an = 0;
             for (size_t i = 0; i < B; i++) {
-                int32_t b = (int32_t)(qk_bits_of(v[B * (size_t)j + i]) & 0x7FFFFFFFu);
+                int32_t b = (int32_t)(qk_bits_of(v[B * j + i]) & 0x7FFFFFFFu);
                 an = b > an ? b : an;
                 b = b >= 0x7F800000 ? 0 : b;
                 mx = b > mx ? b : mx;
@@ -221,30 +183,46 @@ quant_row_batched_body(const qk_plan *p, float *row, const size_t B) {
                 dec[j] = code == 0xFF ? NAN : qk_pow2f((int)code - 127);
             }
         }
-        for (int j = 0; j < QK_BATCH; j++) {
-            const float e = enc[j], d = dec[j];
-            float *w = v + B * (size_t)j;
-            for (size_t i = 0; i < B; i++)
-                w[i] = (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
+        if (sr) {
+            const uint64_t i0 = (uint64_t)r * p->k + c0, w0 = i0 & ~(uint64_t)3;
+            const uint32_t *rb = words + (i0 - w0);
+            qk_sr_words(p->seed, p->tensor_id, p->step, w0 >> 2,
+                        (size_t)((i0 + nb * B - w0 + 3) >> 2), words);
+            for (size_t j = 0; j < nb; j++) {
+                const float e = enc[j], d = dec[j];
+                float *w = v + B * j;
+                for (size_t i = 0; i < B; i++)
+                    w[i] = (e2m1_sr_value_f32(w[i] * e, rb[B * j + i]) * d) * s_dec;
+            }
+        } else {
+            for (size_t j = 0; j < nb; j++) {
+                const float e = enc[j], d = dec[j];
+                float *w = v + B * j;
+                for (size_t i = 0; i < B; i++)
+                    w[i] =
+                        (qk_minifloat_rne_value(w[i] * e, man, emin, e_hi, maxv, nanv) * d) * s_dec;
+            }
         }
     }
-    return full;
+    return whole;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 size_t
-qk_quant_row_batched16(const qk_plan *p, float *row) {
-    return quant_row_batched_body(p, row, 16);
+qk_quant_row_batched16(const qk_plan *p, size_t r, float *row) {
+    return p->rounding == QK_ROUND_SR ? quant_row_batched_body(p, r, row, 16, 1)
+                                      : quant_row_batched_body(p, r, row, 16, 0);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 size_t
-qk_quant_row_batched32(const qk_plan *p, float *row) {
-    return quant_row_batched_body(p, row, 32);
+qk_quant_row_batched32(const qk_plan *p, size_t r, float *row) {
+    return p->rounding == QK_ROUND_SR ? quant_row_batched_body(p, r, row, 32, 1)
+                                      : quant_row_batched_body(p, r, row, 32, 0);
 }
 
 /* NVFP4 2D (16x16 blocks, weights) RNE fake-quant without statistics, in place on the h <= 16

@@ -98,6 +98,8 @@ qs_status qk_plan_shape(qk_plan *p, const qk_format *fmt, const qk_quant_options
     p->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     p->s_enc = 1.0f;
     p->s_dec = 1.0f;
+    if (p->elem->kind == QK_CODEC_MINIFLOAT)
+        p->elem_nan = qk_codec_decode(p->elem, p->elem->nan_code);
     pthread_once(&e4m3_once, e4m3_table_build);
     return QS_OK;
 }

@@ -31,6 +31,7 @@ typedef struct qk_plan {
     float s_enc;       /* tensor encode scale */
     float s_dec;       /* tensor decode scale */
     float s_enc_6;     /* NVFP4: S_enc * (1/6), TE's operand order (docs/numerics.md 3.3 step 4) */
+    float elem_nan;    /* minifloat elements: the value of the codec's NaN code */
     float nv_enc[128]; /* NVFP4: E_b = min(1 / (float(sb) * S_dec), FLT_MAX) per scale code sb
                           (step 5), tabulated once per call for the fast path */
     int tiny;          /* the tensor amax is tiny (qk_tiny_amax) */
@@ -167,8 +168,8 @@ void qk_quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h, q
 int qk_fast_path_applies(const qk_plan *p);
 int qk_int_fast_path_applies(const qk_plan *p);
 void qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc *acc);
-size_t qk_quant_row_batched16(const qk_plan *p, float *row);
-size_t qk_quant_row_batched32(const qk_plan *p, float *row);
+size_t qk_quant_row_batched16(const qk_plan *p, size_t r, float *row);
+size_t qk_quant_row_batched32(const qk_plan *p, size_t r, float *row);
 void qk_quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h);
 void qk_quant_row_int_fast(const qk_plan *p, float *row, stats_acc *acc);
 

@@ -52,6 +52,40 @@ static void sr_bits_follow_the_documented_counter_layout(void **state) {
     }
 }
 
+/* qk_sr_words, on each path the CPU has and on the default one, gives qk_sr_bits's words: 1 to
+ * 70 blocks (whole vectors of 16 and parts), starts whose block counters carry into the high
+ * word (2^32 - 5) or sit in it, seeds with both key words set, the last tensor id before the
+ * RHT's reserved one; nothing is written past the last block. */
+static void sr_words_are_the_sr_bits_on_every_path(void **state) {
+    (void)state;
+    const char *paths[] = {"default", "portable", "avx512f"};
+    const uint64_t starts[] = {0, 1, 4093, 0xFFFFFFFFull - 5, 0x7FFFFFFF0ull};
+    const uint64_t seeds[] = {0, 0xFEDCBA9876543210ull};
+    uint32_t out[4 * 70 + 1];
+    int ran = 0;
+    for (size_t pi = 0; pi < 3; pi++)
+        for (size_t si = 0; si < 5; si++)
+            for (size_t ki = 0; ki < 2; ki++)
+                for (size_t nblk = 1; nblk <= 70; nblk += (nblk < 20 ? 1 : 17)) {
+                    uint32_t tid = ki ? 0xFFFFFFFEu : 3, step = (uint32_t)(7 * nblk);
+                    out[4 * nblk] = 0xA5A5A5A5u;
+                    if (pi == 0)
+                        qk_sr_words(seeds[ki], tid, step, starts[si], nblk, out);
+                    else if (qk_sr_words_on(paths[pi], seeds[ki], tid, step, starts[si], nblk,
+                                            out) != 0)
+                        continue;
+                    ran++;
+                    for (size_t i = 0; i < 4 * nblk; i++)
+                        if (out[i] != qk_sr_bits(seeds[ki], tid, step, 4 * starts[si] + i))
+                            fail_msg("%s: block %llu + %zu word %zu: %08x, expected %08x",
+                                     paths[pi], (unsigned long long)starts[si], i / 4, i & 3,
+                                     out[i], qk_sr_bits(seeds[ki], tid, step, 4 * starts[si] + i));
+                    assert_int_equal(out[4 * nblk], 0xA5A5A5A5u);
+                }
+    assert_true(ran >= 2 * 5 * 2 * 22); /* the default and portable paths at least */
+    assert_int_equal(qk_sr_words_on("sse9", 0, 0, 0, 1, 1, out), -1);
+}
+
 /* x/s = 0.75 lies halfway between the E2M1 neighbours 0.5 and 1.0: over 10^5 draws the
  * mean is 0.75 +- 0.003 and only those two values appear. */
 static void stochastic_rounding_is_unbiased(void **state) {
@@ -182,6 +216,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(philox_matches_random123_known_answers),
         cmocka_unit_test(sr_bits_follow_the_documented_counter_layout),
+        cmocka_unit_test(sr_words_are_the_sr_bits_on_every_path),
         cmocka_unit_test(stochastic_rounding_is_unbiased),
         cmocka_unit_test(stochastic_rounding_is_reproducible),
         cmocka_unit_test(block_quantizer_draws_the_documented_sr_bits),

@@ -553,6 +553,55 @@ static void batched_path_matches_reference(void **state) {
     }
 }
 
+/* SR fake-quant without statistics of NVFP4 and MXFP4 takes the batched path (up to 16 blocks
+ * at a time, their Philox words drawn together): bit-identical to the scalar reference for the
+ * training shapes' row lengths (64, 128, 384, 1024), ragged ones (17, 250: rows starting
+ * inside a Philox block) and one past a batch (4096 + 48), specials in the data, overall
+ * scales 2^-60 .. 2^60, given and computed tensor amax, fixed seeds with both key words set,
+ * several tensor ids and steps, and 1, 2 and 3 threads. */
+static void batched_sr_path_matches_reference(void **state) {
+    (void)state;
+    const size_t shapes[][2] = {{9, 64}, {6, 128}, {5, 384},      {3, 1024},
+                                {7, 17}, {5, 250}, {2, 4096 + 48}};
+    const char *names[] = {"nvfp4", "mxfp4"};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s][0], k = shapes[s][1], n = rows * k;
+        float *x = make_matrix(rows, k, 70 + s, 1);
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int cfg = 0; cfg < 4; cfg++) {
+            const char *name = names[cfg / 2];
+            for (int e = -60; e <= 60; e += 40) {
+                for (size_t i = 0; i < n; i++)
+                    a[i] = ldexpf(x[i], e);
+                memcpy(b, a, n * sizeof *a);
+                qk_quant_options o = {.rounding = QK_ROUND_SR,
+                                      .seed = 0x9E3779B97F4A7C15ull + (uint64_t)cfg,
+                                      .tensor_id = (uint32_t)(3 * s + 1),
+                                      .step = (uint32_t)(e + 61),
+                                      .threads = 1 + (int)((s + (size_t)cfg) % 3)};
+                if (cfg == 1) {
+                    o.tensor_amax_given = 1;
+                    o.tensor_amax = ldexpf(3.0f, e);
+                }
+                qs_error err = {0};
+                o.reference_only = 1;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, a, rows, k, NULL, &err), QS_OK);
+                o.reference_only = 0;
+                assert_int_equal(qk_fake_quant(fmt(name), &o, b, rows, k, NULL, &err), QS_OK);
+                for (size_t i = 0; i < n; i++)
+                    if (bits_of_f32(a[i]) != bits_of_f32(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+                        fail_msg("%s SR k %zu cfg %d scale 2^%d: element %zu: %a vs %a", name, k,
+                                 cfg, e, i, (double)a[i], (double)b[i]);
+            }
+        }
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
 /* Statistics against a direct computation from the input and the fake-quant output. */
 static void statistics_match_direct_computation(void **state) {
     (void)state;
@@ -666,6 +715,7 @@ int main(void) {
         cmocka_unit_test(out_of_place_equals_in_place_for_every_format),
         cmocka_unit_test(fast_path_matches_reference),
         cmocka_unit_test(batched_path_matches_reference),
+        cmocka_unit_test(batched_sr_path_matches_reference),
         cmocka_unit_test(statistics_match_direct_computation),
         cmocka_unit_test(invalid_calls_are_refused_with_a_message),
         cmocka_unit_test(integer_formats_use_absmax_scales),

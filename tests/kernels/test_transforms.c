@@ -1,4 +1,5 @@
-/* The 16-point random Hadamard transform and the cuBLASLt 128x4 scale swizzle. */
+/* The 16-point random Hadamard transform, the fused transpose-RHT pass and the cuBLASLt
+ * 128x4 scale swizzle. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -83,6 +84,82 @@ static void rht16_matrix_is_orthogonal_and_seeded(void **state) {
     assert_non_null(strstr(err.msg, "k=20"));
 }
 
+/* The bits of v, so that NaNs compare by payload and -0 differs from +0. */
+static uint32_t bits_of(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+/* qk_rht_from on each path the CPU has (and the default) equals the transpose or copy
+ * followed by qk_rht, bit for bit but for a NaN's sign and payload (which NaN a sum of two
+ * keeps is the compiler's operand order; the quantizer reads every NaN alike), and its amax is
+ * the largest finite |result|: d 16 and 32, both layouts, row counts below, at and past 16 and
+ * not a multiple of it, inputs with NaN, +-Inf, -0, FP32 subnormals and huge values (sums
+ * that overflow), 1 and 3 threads. */
+static void rht_from_is_transpose_then_rht_on_every_path(void **state) {
+    (void)state;
+    const char *paths[] = {"default", "portable", "avx512f"};
+    const size_t shapes[][2] = {{1, 32}, {5, 64}, {16, 96}, {33, 128}, {47, 64}};
+    int ran = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        size_t rows = shapes[sh][0], k = shapes[sh][1], n = rows * k;
+        float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *x),
+              *got = malloc(n * sizeof *x);
+        assert_non_null(x);
+        assert_non_null(want);
+        assert_non_null(got);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t r = qk_sr_bits(9, (uint32_t)sh, 0, i);
+            float v = (float)(r * 0x1p-32 * 2.0 - 1.0);
+            static const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 1e-42f, 3e38f};
+            x[i] = r % 61 < 6 ? special[r % 61] : v;
+        }
+        for (int tr = 0; tr < 2; tr++)
+            for (int d = 16; d <= 32; d += 16) {
+                /* the separate passes: want [rows x k] = x^T (x read as [k x rows]) or x */
+                for (size_t r = 0; r < rows; r++)
+                    for (size_t c = 0; c < k; c++)
+                        want[r * k + c] = tr ? x[c * rows + r] : x[r * k + c];
+                qs_error err = {0};
+                assert_int_equal(qk_rht(want, rows, k, d, 77, 0, 1, &err), QS_OK);
+                uint32_t m = 0;
+                for (size_t i = 0; i < n; i++) {
+                    uint32_t b = bits_of(want[i]) & 0x7FFFFFFFu;
+                    m = b < 0x7F800000u && b > m ? b : m;
+                }
+                for (size_t pi = 0; pi < 3; pi++)
+                    for (int nt = 1; nt <= 3; nt += 2) {
+                        float amax = -1.0f;
+                        memset(got, 0xFF, n * sizeof *got);
+                        qs_status st =
+                            pi == 0 ? qk_rht_from(got, x, rows, k, tr, d, 77, nt, &amax, &err)
+                                    : qk_rht_from_on(paths[pi], got, x, rows, k, tr, d, 77, nt,
+                                                     &amax, &err);
+                        if (pi == 2 && st == QS_EINVAL) continue; /* no AVX-512F here */
+                        assert_int_equal(st, QS_OK);
+                        ran++;
+                        for (size_t i = 0; i < n; i++)
+                            if (bits_of(got[i]) != bits_of(want[i]) &&
+                                !(isnan(got[i]) && isnan(want[i])))
+                                fail_msg("%s rows %zu k %zu transpose %d d %d: element %zu: %a, "
+                                         "expected %a",
+                                         paths[pi], rows, k, tr, d, i, (double)got[i],
+                                         (double)want[i]);
+                        assert_int_equal(bits_of(amax), m);
+                    }
+            }
+        free(x);
+        free(want);
+        free(got);
+    }
+    assert_true(ran >= 5 * 2 * 2 * 2 * 2); /* the default and portable paths at least */
+    qs_error err = {0};
+    float a[32], b[32];
+    assert_int_equal(qk_rht_from_on("sse9", a, b, 1, 32, 0, 16, 1, 1, NULL, &err), QS_EINVAL);
+    assert_non_null(strstr(err.msg, "sse9"));
+}
+
 /* Every row of scale_swizzle_128x4.tsv (R = 256, C = 8). */
 static void swizzle_offsets_match_testdata(void **state) {
     (void)state;
@@ -136,6 +213,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rht16_round_trip_is_within_1e6),
         cmocka_unit_test(rht16_matrix_is_orthogonal_and_seeded),
+        cmocka_unit_test(rht_from_is_transpose_then_rht_on_every_path),
         cmocka_unit_test(swizzle_offsets_match_testdata),
         cmocka_unit_test(swizzle_pads_with_zeros_and_is_a_permutation),
     };
