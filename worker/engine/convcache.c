@@ -320,12 +320,16 @@ qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0,
         float *out = dst + (size_t)(r - r0) * cols;
         const float *piece = find_panels(c, w, p0, pn);
         if (piece) {
-            /* row q of the piece is column q of the packed op(B): panel q/16, lane q%16 */
-            for (int64_t q = r - p0; q < end - p0; q++) {
-                const float *src = piece + (size_t)(q / 16) * cols * 16 + (size_t)(q % 16);
-                float *o = out + (size_t)(q - (r - p0)) * cols;
+            /* row q of the piece is column q of the packed op(B): panel q/16, lane q%16; a
+             * panel's rows are read in order, its lanes written to up to 16 rows */
+            for (int64_t qa = r - p0; qa < end - p0;) {
+                int64_t qb = (qa / 16 + 1) * 16 < end - p0 ? (qa / 16 + 1) * 16 : end - p0;
+                const float *src = piece + (size_t)(qa / 16) * cols * 16;
+                float *o = out + (size_t)(qa - (r - p0)) * cols;
                 for (size_t e = 0; e < cols; e++)
-                    o[e] = src[e * 16];
+                    for (int64_t q = qa; q < qb; q++)
+                        o[(size_t)(q - qa) * cols + e] = src[e * 16 + (size_t)(q % 16)];
+                qa = qb;
             }
             qw_convcache_release(c, piece);
             r = end;
