@@ -413,8 +413,8 @@ static void test_every_tile_gives_the_chain_bit_for_bit(void **state) {
  * included), for both transposes of A and of the B it was packed from. */
 static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
     (void)state;
-    static const qw_gemm_tile tiles[] = {{6, 4, 256}, {6, 4, 7}, {8, 3, 128}, {12, 2, 33},
-                                         {6, 1, 256}, {4, 2, 1}};
+    static const qw_gemm_tile tiles[] = {{6, 4, 256}, {6, 4, 7},   {8, 3, 128},
+                                         {12, 2, 33}, {6, 1, 256}, {4, 2, 1}};
     enum { NT = sizeof tiles / sizeof tiles[0] };
     int ran = 0;
     for (int tb = 0; tb < 2; tb++)
@@ -459,8 +459,8 @@ static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
                                 assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
                             }
                             memcpy(got, q.C0, n * sizeof *got);
-                            qw_gemm_fixed_packed(ta, q.M, q.N, q.K, q.alpha, q.A, q.lda, Bp,
-                                                 q.beta, got, q.ldc);
+                            qw_gemm_fixed_packed(ta, q.M, q.N, q.K, q.alpha, q.A, q.lda, Bp, q.beta,
+                                                 got, q.ldc);
                             if (memcmp(got, want, n * sizeof *got) != 0)
                                 fail_msg("%s tile %d: ta %d tb %d M %d N %d K %d alpha %g beta "
                                          "%g: packed operand not the chain's bits",

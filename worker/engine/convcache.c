@@ -221,8 +221,8 @@ static const float *get_piece(qw_convcache *c, const qw_weight *w, int64_t r0, i
                               float *scratch) {
     if (!c || w->form == QW_WEIGHT_F32) return NULL;
     piece_key k = key_of(w, r0, n, scratch != NULL);
-    size_t floats = scratch ? qw_gemm_fixed_packed_floats((int)n, (int)w->cols)
-                            : (size_t)n * (size_t)w->cols;
+    size_t floats =
+        scratch ? qw_gemm_fixed_packed_floats((int)n, (int)w->cols) : (size_t)n * (size_t)w->cols;
     size_t bytes = floats * sizeof(float);
     pthread_mutex_lock(&c->mu);
     piece *p = find(c, &k);
@@ -246,8 +246,8 @@ static const float *get_piece(qw_convcache *c, const qw_weight *w, int64_t r0, i
     if (!fits) return NULL;
     p = calloc(1, sizeof *p);
     if (p && !data) data = malloc(bytes);
-    qs_status st = p && data ? qw_weight_rows_f32(w, r0, n, scratch ? scratch : data, NULL)
-                             : QS_ENOMEM;
+    qs_status st =
+        p && data ? qw_weight_rows_f32(w, r0, n, scratch ? scratch : data, NULL) : QS_ENOMEM;
     if (st == QS_OK && scratch)
         qw_gemm_fixed_pack_b(1, (int)n, (int)w->cols, scratch, (int)w->cols, data);
     pthread_mutex_lock(&c->mu);

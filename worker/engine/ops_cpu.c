@@ -219,11 +219,11 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
         }
         double t1 = qs_clock_s();
         if (Wk)
-            qw_gemm_fixed_packed(0, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wk,
-                                 0.0f, y + (size_t)r0 * out + c0, out);
+            qw_gemm_fixed_packed(0, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wk, 0.0f,
+                                 y + (size_t)r0 * out + c0, out);
         else
-            qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in,
-                         Wc ? Wc : Wp, in, 0.0f, y + (size_t)r0 * out + c0, out);
+            qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wc ? Wc : Wp,
+                         in, 0.0f, y + (size_t)r0 * out + c0, out);
         qw_convcache_release(cache, Wk ? Wk : Wc);
         conv += t1 - t0;
         gemm += qs_clock_s() - t1;
