@@ -4,7 +4,8 @@
  * never a pinned piece; drop_packed drops the packed pieces only; and a model's forwards and
  * evaluations (perplexity, KL, top-1, per-linear SQNR) give the same bits with the cache off,
  * with a budget of two pieces, and with room for every piece, where the second chunk's forward
- * converts nothing. */
+ * converts nothing; a piece kept as the fixed GEMM's panels is the packed conversion, keyed by
+ * the tensor's version. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 
 #include "convcache.h"
 #include "eval.h"
+#include "gemm_fixed.h"
 #include "format.h"
 #include "golden.h"
 #include "model.h"
@@ -188,6 +190,112 @@ static void packed_pieces_are_dequantized_and_dropped_alone(void **state) {
     qw_model_destroy(m);
 }
 
+/* Fails unless panels hold qw_gemm_fixed_pack_b of rows [r0, r0+n) of w as qw_weight_rows_f32
+ * converts them. */
+static void assert_panels_are_packed_conversion(const qw_weight *w, int64_t r0, int64_t n,
+                                                const float *panels) {
+    assert_non_null(panels);
+    int cols = (int)w->cols;
+    size_t floats = qw_gemm_fixed_packed_floats((int)n, cols);
+    float *rows = malloc((size_t)n * (size_t)cols * sizeof *rows), *ref = malloc(floats * 4);
+    assert_non_null(rows);
+    assert_non_null(ref);
+    assert_int_equal(qw_weight_rows_f32(w, r0, n, rows, NULL), QS_OK);
+    qw_gemm_fixed_pack_b(1, (int)n, cols, rows, cols, ref);
+    if (memcmp(ref, panels, floats * sizeof *ref) != 0)
+        fail_msg("panels of rows %lld..%lld differ from the packed conversion", (long long)r0,
+                 (long long)(r0 + n - 1));
+    free(rows);
+    free(ref);
+}
+
+/* A piece kept as the fixed GEMM's panels is the packed conversion bit for bit, found again by
+ * the next get; a packed tensor quantized again in place (same address, same codes buffer, a
+ * new version) and a stored master under a new qw_weight.version miss instead of returning the
+ * old values, without drop_packed; and reading rows through the cache where only panels are
+ * held gives qw_weight_rows_f32's rows from them, converting nothing. */
+static void panels_are_packed_conversions_keyed_by_version(void **state) {
+    (void)state;
+    qw_model *m = model_of(16);
+    const qw_weight *master = m->lin[QW_LINEAR_UP].master;
+    size_t rows = (size_t)master->rows, k = (size_t)master->cols;
+    float *x = malloc(rows * k * sizeof *x), *scratch = malloc(rows * k * sizeof *scratch);
+    float *got = malloc(rows * k * sizeof *got), *want = malloc(rows * k * sizeof *want);
+    assert_non_null(x);
+    assert_non_null(scratch);
+    assert_non_null(got);
+    assert_non_null(want);
+    qs_error err = {0};
+    assert_int_equal(qw_weight_rows_f32(master, 0, (int64_t)rows, x, &err), QS_OK);
+    const qk_format *f = qk_format_by_name("nvfp4");
+    assert_non_null(f);
+    qk_quant_options o = {0};
+    qk_packed p;
+    assert_int_equal(qk_packed_init(&p, f, &o, rows, k, &err), QS_OK);
+    assert_int_equal(qk_quantize(f, &o, x, rows, k, &p, &err), QS_OK);
+    qw_weight w = qw_weight_from_packed(&p);
+    qw_convcache *c;
+    assert_int_equal(qw_convcache_create((size_t)64 << 20, &c, &err), QS_OK);
+    assert_null(qw_convcache_get_panels(c, &w, 0, 16, NULL));
+    assert_null(qw_convcache_get_panels(NULL, &w, 0, 16, scratch));
+
+    const float *a = qw_convcache_get_panels(c, &w, 0, 16, scratch);
+    assert_panels_are_packed_conversion(&w, 0, 16, a);
+    qw_convcache_release(c, a);
+    const float *b = qw_convcache_get_panels(c, &w, 16, 9, scratch); /* a part-filled panel */
+    assert_panels_are_packed_conversion(&w, 16, 9, b);
+    qw_convcache_release(c, b);
+    assert_ptr_equal(qw_convcache_get_panels(c, &w, 0, 16, scratch), a);
+    qw_convcache_release(c, a);
+    qw_convcache_stats s;
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.bytes, (16 + 16) * k * sizeof(float)); /* 9 rows take a whole panel */
+
+    /* rows 3..15 from the first panel piece: a hit, nothing converted */
+    assert_int_equal(qw_convcache_rows_f32(c, &w, 3, 13, 16, got, &err), QS_OK);
+    assert_int_equal(qw_weight_rows_f32(&w, 3, 13, want, &err), QS_OK);
+    assert_memory_equal(got, want, 13 * k * sizeof *got);
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hits, 2);
+
+    /* The same tensor quantized again from other values: a new version, so a miss. */
+    uint64_t v0 = p.version;
+    for (size_t i = 0; i < rows * k; i++)
+        x[i] = -2.0f * x[i];
+    assert_int_equal(qk_quantize(f, &o, x, rows, k, &p, &err), QS_OK);
+    assert_true(p.version != v0);
+    const float *a2 = qw_convcache_get_panels(c, &w, 0, 16, scratch);
+    assert_panels_are_packed_conversion(&w, 0, 16, a2);
+    qw_convcache_release(c, a2);
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.misses, 3);
+
+    /* A stored master's pieces, then the same view under a new version. */
+    qw_weight mv = *master;
+    const float *r = qw_convcache_get_panels(c, &mv, 0, 16, scratch);
+    assert_panels_are_packed_conversion(&mv, 0, 16, r);
+    qw_convcache_release(c, r);
+    mv.version = qk_version_new();
+    r = qw_convcache_get_panels(c, &mv, 0, 16, scratch);
+    assert_panels_are_packed_conversion(&mv, 0, 16, r);
+    qw_convcache_release(c, r);
+    qw_convcache_get_stats(c, &s);
+    assert_int_equal(s.misses, 5);
+    printf("ok panels: %llu hits %llu misses, %zu pieces\n", (unsigned long long)s.hits,
+           (unsigned long long)s.misses, s.entries);
+
+    qw_convcache_destroy(c);
+    qk_packed_release(&p);
+    free(x);
+    free(scratch);
+    free(got);
+    free(want);
+    qw_model_destroy(m);
+}
+
 typedef struct run_result {
     float *logits; /* [ctx x vocab] of the second chunk's forward */
     qw_eval_metrics base, cmp;
@@ -306,6 +414,7 @@ int main(void) {
         cmocka_unit_test(lru_counts_hits_misses_evictions_and_keeps_pinned_pieces),
         cmocka_unit_test(packed_pieces_are_dequantized_and_dropped_alone),
         cmocka_unit_test(results_are_identical_with_and_without_the_cache),
+        cmocka_unit_test(panels_are_packed_conversions_keyed_by_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

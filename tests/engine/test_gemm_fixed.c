@@ -407,6 +407,81 @@ static void test_every_tile_gives_the_chain_bit_for_bit(void **state) {
     assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
 }
 
+/* op(B) packed once by qw_gemm_fixed_pack_b holds op(B)[k][j] at panel j/16, row k, lane j%16
+ * and zeros past N; qw_gemm_fixed_packed over it gives the written-out chain's bits on every
+ * path, under every tile of the table above's kinds (K blocks that split the packed panels
+ * included), for both transposes of A and of the B it was packed from. */
+static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
+    (void)state;
+    static const qw_gemm_tile tiles[] = {{6, 4, 256}, {6, 4, 7},   {8, 3, 128},
+                                         {12, 2, 33}, {6, 1, 256}, {4, 2, 1}};
+    enum { NT = sizeof tiles / sizeof tiles[0] };
+    int ran = 0;
+    for (int tb = 0; tb < 2; tb++)
+        for (int s = 0; s < N_SHAPES; s++) {
+            problem p;
+            problem_make(&p, 0, tb, shapes[s], 1.0f, 0.0f);
+            size_t floats = qw_gemm_fixed_packed_floats(p.N, p.K);
+            assert_int_equal(floats, (size_t)((p.N + 15) / 16) * 16 * p.K);
+            float *Bp = malloc(floats * sizeof *Bp);
+            assert_non_null(Bp);
+            memset(Bp, 0xff, floats * sizeof *Bp); /* NaN: a lane left unwritten would show */
+            qw_gemm_fixed_pack_b(tb, p.N, p.K, p.B, p.ldb, Bp);
+            for (int j = 0; j < (p.N + 15) / 16 * 16; j++)
+                for (int k = 0; k < p.K; k++) {
+                    float want = j >= p.N ? 0.0f
+                                 : tb     ? p.B[(size_t)j * p.ldb + k]
+                                          : p.B[(size_t)k * p.ldb + j];
+                    float got = Bp[(size_t)(j / 16) * p.K * 16 + (size_t)k * 16 + j % 16];
+                    if (memcmp(&got, &want, sizeof got) != 0)
+                        fail_msg("tb %d N %d K %d: packed (k %d, j %d) is %a, op(B) %a", tb, p.N,
+                                 p.K, k, j, (double)got, (double)want);
+                }
+            for (int ta = 0; ta < 2; ta++)
+                for (int c = 0; c < N_SCALARS; c++) {
+                    problem q;
+                    rng = 777u + (uint32_t)(s * 8 + c);
+                    problem_make(&q, ta, tb, shapes[s], scalars[c][0], scalars[c][1]);
+                    memcpy(q.B, p.B, (size_t)(tb ? p.N : p.K) * p.ldb * sizeof *q.B);
+                    float *want = run_chain(&q);
+                    size_t n = (size_t)q.M * q.ldc;
+                    float *got = malloc(n * sizeof *got);
+                    assert_non_null(got);
+                    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+                        if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
+                        assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
+                        for (int t = -1; t < NT; t++) {
+                            if (t >= 0) {
+                                qw_gemm_tile tl = tiles[t];
+                                if (isas[ii] == QW_GEMM_ISA_SCALAR ||
+                                    !qw_gemm_fixed_tile_supported(isas[ii], &tl))
+                                    continue;
+                                assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
+                            }
+                            memcpy(got, q.C0, n * sizeof *got);
+                            qw_gemm_fixed_packed(ta, q.M, q.N, q.K, q.alpha, q.A, q.lda, Bp, q.beta,
+                                                 got, q.ldc);
+                            if (memcmp(got, want, n * sizeof *got) != 0)
+                                fail_msg("%s tile %d: ta %d tb %d M %d N %d K %d alpha %g beta "
+                                         "%g: packed operand not the chain's bits",
+                                         qw_gemm_isa_name(isas[ii]), t, ta, tb, q.M, q.N, q.K,
+                                         (double)q.alpha, (double)q.beta);
+                            assert_int_equal(qw_gemm_fixed_force_tile(NULL, NULL), QS_OK);
+                            ran++;
+                        }
+                    }
+                    free(got);
+                    free(want);
+                    problem_free(&q);
+                }
+            free(Bp);
+            problem_free(&p);
+        }
+    printf("ok packed operand: %d problems bit for bit\n", ran);
+    assert_true(ran >= 2 * N_SHAPES * 2 * N_SCALARS);
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
 /* The tile choice is a pure function of (path, 512-bit FMA ports), and every tile it names has a
  * microkernel: enough independent chains for FMA latency 4 times the ports (16 floats a zmm
  * chain, 8 a ymm one, two 256-bit pipes on every AVX2 core), a K block within the buffer, and on
@@ -472,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_row_blocks_under_every_chosen_tile),
         cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
         cmocka_unit_test(test_every_tile_gives_the_chain_bit_for_bit),
+        cmocka_unit_test(test_a_packed_operand_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_the_tile_choice_is_a_function_of_path_and_ports),
         cmocka_unit_test(test_forcing_a_missing_tile_is_refused),
     };

@@ -2,6 +2,8 @@
  * LRU list (most recent at the head), under one mutex. */
 #include "convcache.h"
 
+#include "gemm_fixed.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 /* What a piece's values are a function of (convcache.h). */
 typedef struct piece_key {
     int form;          /* QW_WEIGHT_STORED or QW_WEIGHT_PACKED */
+    int panels;        /* 1: qw_gemm_fixed_pack_b's panels; 0: rows */
+    uint64_t version;  /* packed: its version; stored: qw_weight.version */
     const void *data;  /* stored: view.data; packed: the qk_packed */
     const void *codes; /* packed: its codes; stored: NULL */
     int64_t rows, cols, r0, n;
@@ -43,10 +47,11 @@ struct qw_convcache {
     qw_convcache_stats st;
 };
 
-static piece_key key_of(const qw_weight *w, int64_t r0, int64_t n) {
+static piece_key key_of(const qw_weight *w, int64_t r0, int64_t n, int panels) {
     piece_key k;
     memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
     k.form = (int)w->form;
+    k.panels = panels;
     k.rows = w->rows;
     k.cols = w->cols;
     k.r0 = r0;
@@ -54,7 +59,9 @@ static piece_key key_of(const qw_weight *w, int64_t r0, int64_t n) {
     if (w->form == QW_WEIGHT_PACKED) {
         k.data = w->packed;
         k.codes = w->packed->codes;
+        k.version = w->packed->version;
     } else {
+        k.version = w->version;
         k.data = w->view.data;
         k.dtype = (int)w->view.dtype;
         k.permute = w->view.permute_heads;
@@ -208,10 +215,15 @@ static int make_room(qw_convcache *c, size_t bytes) {
     return c->st.bytes + bytes <= c->st.budget;
 }
 
-const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n) {
+/* qw_convcache_get (scratch NULL) or qw_convcache_get_panels (the rows converted into scratch,
+ * then packed into the piece). */
+static const float *get_piece(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
+                              float *scratch) {
     if (!c || w->form == QW_WEIGHT_F32) return NULL;
-    piece_key k = key_of(w, r0, n);
-    size_t bytes = (size_t)n * (size_t)w->cols * sizeof(float);
+    piece_key k = key_of(w, r0, n, scratch != NULL);
+    size_t floats =
+        scratch ? qw_gemm_fixed_packed_floats((int)n, (int)w->cols) : (size_t)n * (size_t)w->cols;
+    size_t bytes = floats * sizeof(float);
     pthread_mutex_lock(&c->mu);
     piece *p = find(c, &k);
     if (p) {
@@ -234,7 +246,10 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
     if (!fits) return NULL;
     p = calloc(1, sizeof *p);
     if (p && !data) data = malloc(bytes);
-    qs_status st = p && data ? qw_weight_rows_f32(w, r0, n, data, NULL) : QS_ENOMEM;
+    qs_status st =
+        p && data ? qw_weight_rows_f32(w, r0, n, scratch ? scratch : data, NULL) : QS_ENOMEM;
+    if (st == QS_OK && scratch)
+        qw_gemm_fixed_pack_b(1, (int)n, (int)w->cols, scratch, (int)w->cols, data);
     pthread_mutex_lock(&c->mu);
     piece *other = st == QS_OK ? find(c, &k) : NULL; /* converted meanwhile by another thread */
     if (st != QS_OK || other) {
@@ -265,6 +280,31 @@ const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, i
     return data;
 }
 
+const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n) {
+    return get_piece(c, w, r0, n, NULL);
+}
+
+const float *qw_convcache_get_panels(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
+                                     float *scratch) {
+    return scratch ? get_piece(c, w, r0, n, scratch) : NULL;
+}
+
+/* The panels piece of rows [p0, p0+pn) of w, pinned, when the cache holds it (no conversion). */
+static const float *find_panels(qw_convcache *c, const qw_weight *w, int64_t p0, int64_t pn) {
+    if (!c || w->form == QW_WEIGHT_F32) return NULL;
+    piece_key k = key_of(w, p0, pn, 1);
+    pthread_mutex_lock(&c->mu);
+    piece *p = find(c, &k);
+    if (p) {
+        p->pins++;
+        lru_unlink(c, p);
+        lru_push_head(c, p);
+        c->st.hits++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return p ? p->data : NULL;
+}
+
 qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
                                 int64_t piece_rows, float *dst, qs_error *err) {
     if (piece_rows < 1)
@@ -278,7 +318,24 @@ qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0,
         int64_t pn = p0 + piece_rows < w->rows ? piece_rows : w->rows - p0;
         int64_t end = p0 + pn < r0 + n ? p0 + pn : r0 + n; /* rows r..end-1 from this piece */
         float *out = dst + (size_t)(r - r0) * cols;
-        const float *piece = qw_convcache_get(c, w, p0, pn);
+        const float *piece = find_panels(c, w, p0, pn);
+        if (piece) {
+            /* row q of the piece is column q of the packed op(B): panel q/16, lane q%16; a
+             * panel's rows are read in order, its lanes written to up to 16 rows */
+            for (int64_t qa = r - p0; qa < end - p0;) {
+                int64_t qb = (qa / 16 + 1) * 16 < end - p0 ? (qa / 16 + 1) * 16 : end - p0;
+                const float *src = piece + (size_t)(qa / 16) * cols * 16;
+                float *o = out + (size_t)(qa - (r - p0)) * cols;
+                for (size_t e = 0; e < cols; e++)
+                    for (int64_t q = qa; q < qb; q++)
+                        o[(size_t)(q - qa) * cols + e] = src[e * 16 + (size_t)(q % 16)];
+                qa = qb;
+            }
+            qw_convcache_release(c, piece);
+            r = end;
+            continue;
+        }
+        piece = qw_convcache_get(c, w, p0, pn);
         if (piece) {
             memcpy(out, piece + (size_t)(r - p0) * cols, (size_t)(end - r) * cols * sizeof *out);
             qw_convcache_release(c, piece);

@@ -1,10 +1,12 @@
 /* FP32 copies of weight pieces (the QW_GEMM_COLS-row slices a linear multiplies, ops.h) kept
  * between forwards within a byte budget, LRU, so BF16, F16, GGUF or packed weights are
  * converted once. A piece holds qw_weight_rows_f32's values and the GEMM reads it with the same
- * dimensions, so results are the same bits (tests/engine test_convcache). Keys: form, data,
- * shape, first row, rows. Packed pieces are dropped when a policy replaces the packed tensors
- * (their memory may be reused). get and release are thread-safe; a pinned piece is never
- * evicted. */
+ * dimensions, so results are the same bits (tests/engine test_convcache). A piece is held as
+ * rows or as the fixed GEMM's packed panels (qw_convcache_get_panels). Keys: layout, form, data,
+ * version (qk_packed.version, qw_weight.version), shape, first row, rows: a tensor replaced at
+ * the same address under a new version misses. Packed pieces are dropped when a policy
+ * replaces the packed tensors (their memory may be reused). get and release are thread-safe; a
+ * pinned piece is never evicted. */
 #ifndef QW_CONVCACHE_H
 #define QW_CONVCACHE_H
 
@@ -38,8 +40,15 @@ void qw_convcache_destroy(qw_convcache *c);
  * caller converts into its own scratch. c NULL keeps nothing. */
 const float *qw_convcache_get(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n);
 
+/* The same rows as op(B) of qw_gemm_fixed_packed: qw_gemm_fixed_pack_b(1, n, cols, rows, cols),
+ * pinned until qw_convcache_release, so that the fixed GEMM reads a weight's panels packed once
+ * for every forward instead of packing them per call; converted through scratch [n x cols]
+ * (the caller's) on a miss. NULL as qw_convcache_get, or for scratch NULL. */
+const float *qw_convcache_get_panels(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
+                                     float *scratch);
+
 /* dst [n x cols] = FP32 rows [r0, r0+n) of w through pieces of piece_rows rows, kept where
- * they fit (a policy reading a whole master reuses its GEMMs' pieces). Serial.
+ * they fit (a policy reading a whole master reuses its GEMMs' pieces, panels or rows). Serial.
  * Errors: QS_EINVAL (rows outside the weight, piece_rows < 1). */
 qs_status qw_convcache_rows_f32(qw_convcache *c, const qw_weight *w, int64_t r0, int64_t n,
                                 int64_t piece_rows, float *dst, qs_error *err);

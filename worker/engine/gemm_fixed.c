@@ -99,7 +99,6 @@ static void gemm_scalar(int transa, int transb, int M, int N, int K, float alpha
 /* ---------------------------------------------------------------- packing */
 
 #if defined(__x86_64__)
-
 /* 16 rows of 16 floats at src (row stride lds) into dst as their transpose, [16][16]: a data
  * move, so the GEMM's bits do not depend on it; it packs a full panel of a K-contiguous op(B)
  * in about a quarter of the scalar copy's time (unpack, then shuffles across 128-bit lanes). */
@@ -128,6 +127,7 @@ __attribute__((target("avx512f"))) static void transpose16(float *dst, const flo
         _mm512_storeu_ps(dst + (j + 8) * PW, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
     }
 }
+#endif
 
 /* op(B) rows k0 .. k0+kc-1, columns j0 .. j0+nb-1 into ceil(nb/16) panels of [kc][16] floats
  * at dst (panel p at dst + p*kc*16), columns past nb zero. wide: full panels of a
@@ -143,9 +143,13 @@ static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int 
             for (int jj = 0; jj < jn; jj++)
                 s[jj] = B + (size_t)(jb + jj) * ldb + k0;
             int k = 0;
+#if defined(__x86_64__)
             if (wide && jn == PW)
                 for (; k + PW <= kc; k += PW)
                     transpose16(d + (size_t)k * PW, s[0] + k, (size_t)ldb);
+#else
+            (void)wide;
+#endif
             for (; k < kc; k++) {
                 for (int jj = 0; jj < jn; jj++)
                     d[(size_t)k * PW + jj] = s[jj][k];
@@ -164,18 +168,20 @@ static void pack_b(float *dst, int transb, const float *B, int ldb, int k0, int 
 
 /* ---------------------------------------------------------------- microkernels */
 
+#if defined(__x86_64__)
+
 /* A microkernel: C tile [MR x np*16] at c (row stride ldc) over one K block of kc, op(A)'s rows
  * at a + r*rs (r < mr; rows mr..MR-1 repeat row mr-1, their results land in the caller's
- * discarded tile rows), element k of a row at k*ks; packed panels at b (panel p at
- * b + p*kc*16). load: 0 starts every chain at 0, 1 at C, 2 at beta * C; post != 1 multiplies
- * the final chain value (alpha, on the last K block). MR is the kernel's own. */
+ * discarded tile rows), element k of a row at k*ks; packed panels at b (panel p at b + p*ps,
+ * its row k at k*16). load: 0 starts every chain at 0, 1 at C, 2 at beta * C; post != 1
+ * multiplies the final chain value (alpha, on the last K block). MR is the kernel's own. */
 typedef void (*kern_fn)(int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
-                        float *c, ptrdiff_t ldc, int load, float beta, float post);
+                        ptrdiff_t ps, float *c, ptrdiff_t ldc, int load, float beta, float post);
 
 /* AVX-512: MR rows x np zmm (np <= 4), MR x np accumulators, each one chain. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 kern512(const int MR, const int np, int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks,
-        const float *b, float *c, ptrdiff_t ldc, int load, float beta, float post) {
+        const float *b, ptrdiff_t ps, float *c, ptrdiff_t ldc, int load, float beta, float post) {
     const float *ar[MAX_MR];
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++)
@@ -191,7 +197,6 @@ kern512(const int MR, const int np, int kc, int mr, const float *a, ptrdiff_t rs
             if (load == 2) v = _mm512_mul_ps(vb, v);
             acc[r][p] = v;
         }
-    size_t ps = (size_t)kc * PW;
     /* The hot loop: per k, np panel vectors times MR broadcasts, one FMA per accumulator. */
     for (int k = 0; k < kc; k++) {
         __m512 bv[MAX_PANELS];
@@ -220,9 +225,9 @@ kern512(const int MR, const int np, int kc, int mr, const float *a, ptrdiff_t rs
 
 #define KERN512(R, NP)                                                                             \
     __attribute__((target("avx512f"))) static void kern512_##R##_##NP(                             \
-        int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b, float *c,      \
-        ptrdiff_t ldc, int load, float beta, float post) {                                         \
-        kern512(R, NP, kc, mr, a, rs, ks, b, c, ldc, load, beta, post);                            \
+        int kc, int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b, ptrdiff_t ps,  \
+        float *c, ptrdiff_t ldc, int load, float beta, float post) {                               \
+        kern512(R, NP, kc, mr, a, rs, ks, b, ps, c, ldc, load, beta, post);                        \
     }
 KERN512(4, 1)
 KERN512(4, 2)
@@ -241,9 +246,10 @@ KERN512(12, 2)
 /* AVX2: 6 rows x one panel (2 ymm), 12 accumulators. */
 __attribute__((target("avx2,fma"))) static void kern256(int kc, int mr, const float *a,
                                                         ptrdiff_t rs, ptrdiff_t ks, const float *b,
-                                                        float *c, ptrdiff_t ldc, int load,
-                                                        float beta, float post) {
+                                                        ptrdiff_t ps, float *c, ptrdiff_t ldc,
+                                                        int load, float beta, float post) {
     enum { MR = 6 };
+    (void)ps;
     const float *ar[MR];
     for (int r = 0; r < MR; r++)
         ar[r] = a + (r < mr ? r : mr - 1) * rs;
@@ -308,14 +314,14 @@ static const kern_set *kern_set_for(qw_gemm_isa isa, const qw_gemm_tile *t) {
 
 /* ---------------------------------------------------------------- blocked driver */
 
-/* The vector paths: per N block of NC columns and K block of kc, op(B) packed once, then per
- * group of t.panels panels every t.mr-row block of A over it: the group's packed panels
- * (t.panels x kc x 64 bytes) stay in L1, where they fit, while op(A)'s rows stream past.
- * Edge tiles (fewer than mr rows or a partly filled last panel) run in a local tile and are
- * copied out. */
+/* The vector paths: per N block of NC columns and K block of kc, op(B) packed once (or read
+ * from Bp, op(B) already packed whole: panel p at Bp + p*K*16), then per group of t.panels
+ * panels every t.mr-row block of A over it: the group's packed panels (t.panels x kc x 64
+ * bytes) stay in L1, where they fit, while op(A)'s rows stream past. Edge tiles (fewer than mr
+ * rows or a partly filled last panel) run in a local tile and are copied out. */
 static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int transa, int transb,
                          int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                         int ldb, float beta, float *C, int ldc) {
+                         int ldb, const float *Bp, float beta, float *C, int ldc) {
     _Alignas(64) float pack[QW_GEMM_FIXED_KC * QW_GEMM_FIXED_NC];
     _Alignas(64) float tile[MAX_MR * MAX_PANELS * PW];
     const int MR = t.mr, kw = t.panels;
@@ -325,20 +331,27 @@ static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int tran
         int np = (nb + PW - 1) / PW;
         for (int k0 = 0; k0 < K; k0 += t.kc) {
             int kc = K - k0 < t.kc ? K - k0 : t.kc;
-            pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
+            const float *bk = pack;
+            ptrdiff_t ps = (ptrdiff_t)kc * PW;
+            if (Bp) {
+                ps = (ptrdiff_t)K * PW;
+                bk = Bp + (size_t)(j0 / PW) * ps + (size_t)k0 * PW;
+            } else {
+                pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
+            }
             int load = k0 > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
             float post = k0 + kc == K ? alpha : 1.0f;
             for (int p0 = 0; p0 < np; p0 += kw) {
                 int pn = np - p0 < kw ? np - p0 : kw;
                 int cols = nb - p0 * PW < pn * PW ? nb - p0 * PW : pn * PW;
-                const float *bp = pack + (size_t)p0 * kc * PW;
+                const float *bp = bk + (size_t)p0 * ps;
                 kern_fn kern = set->kern[pn - 1];
                 for (int i0 = 0; i0 < M; i0 += MR) {
                     int mr = M - i0 < MR ? M - i0 : MR;
                     const float *a = A + (size_t)i0 * rs + (size_t)k0 * ks;
                     float *cp = C + (size_t)i0 * ldc + j0 + p0 * PW;
                     if (mr == MR && cols == pn * PW) {
-                        kern(kc, mr, a, rs, ks, bp, cp, ldc, load, beta, post);
+                        kern(kc, mr, a, rs, ks, bp, ps, cp, ldc, load, beta, post);
                         continue;
                     }
                     int tw = pn * PW;
@@ -346,7 +359,7 @@ static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int tran
                         for (int j = 0; j < tw; j++)
                             tile[r * tw + j] =
                                 load && r < mr && j < cols ? cp[(size_t)r * ldc + j] : 0.0f;
-                    kern(kc, mr, a, rs, ks, bp, tile, tw, load, beta, post);
+                    kern(kc, mr, a, rs, ks, bp, ps, tile, tw, load, beta, post);
                     for (int r = 0; r < mr; r++)
                         memcpy(cp + (size_t)r * ldc, tile + r * tw, (size_t)cols * sizeof *cp);
                 }
@@ -425,10 +438,46 @@ void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, con
         const kern_set *set = kern_set_for(isa, &t);
         if (set) {
             gemm_blocked(set, t, isa == QW_GEMM_ISA_AVX512, transa, transb, M, N, K, alpha, A, lda,
-                         B, ldb, beta, C, ldc);
+                         B, ldb, NULL, beta, C, ldc);
             return;
         }
     }
 #endif
     gemm_scalar(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+size_t qw_gemm_fixed_packed_floats(int N, int K) {
+    return N > 0 && K > 0 ? (size_t)((N + PW - 1) / PW) * (size_t)K * PW : 0;
+}
+
+void qw_gemm_fixed_pack_b(int transb, int N, int K, const float *B, int ldb, float *dst) {
+    if (N <= 0 || K <= 0) return;
+    pack_b(dst, transb, B, ldb, 0, K, 0, N, qw_gemm_fixed_isa_supported(QW_GEMM_ISA_AVX512));
+}
+
+void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *Bp, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    qw_gemm_isa isa = qw_gemm_fixed_isa();
+#if defined(__x86_64__)
+    if (K > 0 && isa != QW_GEMM_ISA_SCALAR) {
+        qw_gemm_tile t = qw_gemm_fixed_tile();
+        const kern_set *set = kern_set_for(isa, &t);
+        if (set) {
+            gemm_blocked(set, t, 0, transa, 0, M, N, K, alpha, A, lda, NULL, 0, Bp, beta, C, ldc);
+            return;
+        }
+    }
+#endif
+    /* The definition, element (k, j) of op(B) at panel j/16, row k, lane j%16. */
+    ptrdiff_t ars = transa ? 1 : lda, aks = transa ? lda : 1;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float *cij = C + (size_t)i * ldc + j;
+            float c = beta == 0.0f ? 0.0f : beta * *cij;
+            const float *a = A + i * ars, *b = Bp + (size_t)(j / PW) * K * PW + j % PW;
+            for (int k = 0; k < K; k++)
+                c = fmaf(a[k * aks], b[(size_t)k * PW], c);
+            *cij = alpha == 1.0f ? c : alpha * c;
+        }
 }

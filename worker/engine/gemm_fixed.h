@@ -33,6 +33,21 @@ typedef enum qw_gemm_isa {
 void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Floats of op(B) [K x N] packed whole by qw_gemm_fixed_pack_b: ceil(N/16) panels of K x 16
+ * (0 when N or K is 0). */
+size_t qw_gemm_fixed_packed_floats(int N, int K);
+
+/* dst [qw_gemm_fixed_packed_floats(N, K)] = op(B) [K x N] (transb as qw_gemm_fixed) in 16-column
+ * panels, panel p at dst + p*K*16 holding op(B)[k][16p + l] at k*16 + l, columns past N zero: a
+ * data move, made once for an operand that many GEMMs multiply (a weight piece across chunks),
+ * so that qw_gemm_fixed_packed skips the packing qw_gemm_fixed does per call. */
+void qw_gemm_fixed_pack_b(int transb, int N, int K, const float *B, int ldb, float *dst);
+
+/* qw_gemm_fixed(transa, ., M, N, K, alpha, A, lda, op(B), ., beta, C, ldc) with op(B) given
+ * packed by qw_gemm_fixed_pack_b: the same bits on every path and tile. Single-threaded. */
+void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *Bp, float beta, float *C, int ldc);
+
 /* The path qw_gemm_fixed takes now (never AUTO). */
 qw_gemm_isa qw_gemm_fixed_isa(void);
 

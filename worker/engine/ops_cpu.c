@@ -190,14 +190,15 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
         return QS_OK;
     }
     /* The hot loop of a model whose masters are not FP32: each piece's rows are taken from the
-     * conversion cache, or converted into this thread's scratch (it stays in cache for the GEMM)
-     * when the cache has no room, then multiplied as qw_matmul_forward multiplies them, with the
-     * same dimensions and leading dimension either way, so the bits are those of an FP32 copy
-     * (convcache.h). Two clock reads per piece time the conversion against the GEMM
-     * (profile.h). */
+     * conversion cache (under the fixed GEMM as its packed panels, so no forward packs a weight
+     * again), or converted into this thread's scratch (it stays in cache for the GEMM) when the
+     * cache has no room, then multiplied as qw_matmul_forward multiplies them, with the same
+     * dimensions either way, so the bits are those of an FP32 copy (convcache.h, gemm_fixed.h).
+     * Two clock reads per piece time the conversion against the GEMM (profile.h). */
     int pieces = (out + QW_GEMM_COLS - 1) / QW_GEMM_COLS;
     int nb = row_blocks(T, pieces, nt);
     if (nt > pieces * nb) nt = pieces * nb;
+    int fixed = qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED;
     qs_status st = QS_OK;
     double conv = 0.0, gemm = 0.0, t_start = qs_clock_s();
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(+ : conv, gemm)
@@ -209,16 +210,21 @@ static qs_status linear_timed(float *y, const float *x, int T, const qw_weight *
         float *Wp = wscratch + (size_t)omp_get_thread_num() * QW_GEMM_COLS * in;
         qs_error e = {0};
         double t0 = qs_clock_s();
-        const float *Wc = qw_convcache_get(cache, w, c0, c1 - c0);
-        if (!Wc && qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
+        const float *Wk = fixed ? qw_convcache_get_panels(cache, w, c0, c1 - c0, Wp) : NULL;
+        const float *Wc = Wk ? NULL : qw_convcache_get(cache, w, c0, c1 - c0);
+        if (!Wk && !Wc && qw_weight_rows_f32(w, c0, c1 - c0, Wp, &e) != QS_OK) {
 #pragma omp critical(qw_linear_err)
             if (st == QS_OK) st = qs_error_set(err, e.code, "%s", e.msg);
             continue;
         }
         double t1 = qs_clock_s();
-        qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wc ? Wc : Wp,
-                     in, 0.0f, y + (size_t)r0 * out + c0, out);
-        qw_convcache_release(cache, Wc);
+        if (Wk)
+            qw_gemm_fixed_packed(0, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wk, 0.0f,
+                                 y + (size_t)r0 * out + c0, out);
+        else
+            qw_cpu_sgemm(0, 1, r1 - r0, c1 - c0, in, 1.0f, xin + (size_t)r0 * in, in, Wc ? Wc : Wp,
+                         in, 0.0f, y + (size_t)r0 * out + c0, out);
+        qw_convcache_release(cache, Wk ? Wk : Wc);
         conv += t1 - t0;
         gemm += qs_clock_s() - t1;
     }

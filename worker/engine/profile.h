@@ -8,7 +8,7 @@
 #include "policy.h"
 
 typedef enum qw_phase {
-    QW_PHASE_CONVERT = 0, /* weight pieces converted or dequantized to FP32 for the GEMM */
+    QW_PHASE_CONVERT = 0, /* weight pieces converted to FP32 (and packed) for the GEMM */
     QW_PHASE_ACT_QUANT,   /* activations fake-quantized before a linear (W4A4) */
     QW_PHASE_GEMM_Q,      /* the GEMMs of each linear kind, QW_PHASE_GEMM_Q + qw_linear_kind */
     QW_PHASE_GEMM_K,
