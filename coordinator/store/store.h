@@ -270,9 +270,9 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
  * to PATH". Refused (QS_ESTATE, the message naming the jobs, paths and workers; nothing
  * changes) by qc_store_pin_conflict, by a running coordinator whose jobs of the experiment run
  * on another path, or when the coordinator did not answer in time (the request stays
- * queued; a pin or unpin without a coordinator answers it superseded). QS_EINVAL when path is not one path a worker announces (common/numerics_path.h
- * qs_numerics_path_valid: "any", "cpu", "cuda" and misspellings), or for an empty name;
- * QS_ENOTFOUND naming an unknown experiment; QS_EDB. */
+ * queued; a pin or unpin without a coordinator answers it superseded). QS_EINVAL when path is not
+ * one path a worker announces (common/numerics_path.h qs_numerics_path_valid: "any", "cpu", "cuda"
+ * and misspellings), or for an empty name; QS_ENOTFOUND naming an unknown experiment; QS_EDB. */
 qs_status qc_store_pin(qc_store *s, const char *experiment, const char *path, int wait_ms,
                        char *msg, size_t cap, qs_error *err);
 

@@ -1601,8 +1601,7 @@ static void test_pin_without_coordinator_supersedes_a_queued_request(void **stat
     qc_store *coord = NULL;
     ok(qc_store_open(ci, "coordinator", &coord, &err), &err);
     ok(qc_store_lock_coordinator(coord, &err), &err);
-    assert_int_equal(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err),
-                     QS_ESTATE);
+    assert_int_equal(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err), QS_ESTATE);
     assert_int_equal(qc_store_unpin(s, "e2", 0, msg, sizeof msg, &err), QS_ESTATE);
     qc_store_close(coord); /* the coordinator stops with both requests queued */
     ok(qc_store_pin(s, "e1", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
