@@ -67,8 +67,6 @@ static int methods_ok(const char *list) {
         char why[160] = "";
         if (!n)
             snprintf(why, sizeof why, "an empty method name");
-        else if (n == strlen("per-linear") && !strncmp(p, "per-linear", n))
-            snprintf(why, sizeof why, "per-linear is the method of a plan's grid, not a candidate");
         else if (n >= 64)
             snprintf(why, sizeof why, "a method name of %zu characters", n);
         else {
@@ -76,8 +74,12 @@ static int methods_ok(const char *list) {
             bool search;
             size_t len;
             snprintf(name, sizeof name, "%.*s", (int)n, p);
-            if (qs_method_by_setting_label(name, &search, &len) < 0)
+            const qs_method *m = qs_method_at(qs_method_by_setting_label(name, &search, &len));
+            if (!m)
                 snprintf(why, sizeof why, "unknown method '%s'", name);
+            else if (m->per_linear) /* its setting labels too: per-linear+0.q=gptq */
+                snprintf(why, sizeof why,
+                         "per-linear is the method of a plan's grid, not a candidate");
         }
         if (*why) {
             fprintf(stderr, "qsweep plan: --methods '%s': %s (expected one or more of ", list, why);

@@ -1,6 +1,7 @@
 /* The method table (method.h). */
 #include "method.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,51 @@ static void option_text(const json_t *v, char *out, size_t cap) {
     }
 }
 
+/* The method label per-linear's options o give linear key, its map's scale_search folded into
+ * an mr-gptq linear ("mr-gptq+search"); "" when o has no such linear. */
+static void linear_label(const json_t *o, const char *key, char *out, size_t cap) {
+    const char *v = json_string_value(json_object_get(json_object_get(o, "linears"), key));
+    bool search;
+    const qs_method *m = qs_method_at(qs_method_by_label(v, &search));
+    bool folded = m && searches(m) && !search && json_is_true(json_object_get(o, "scale_search"));
+    snprintf(out, cap, "%s%s", v ? v : "", folded ? "+search" : "");
+}
+
+static int by_text(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Appends to out at len (snprintf's count) "+<block>.<kind>=<method label>" for each linear of
+ * per-linear setting s, in key order, whose method differs from that of another per-linear
+ * setting of all[0, n); returns the new count. */
+static int append_linears(const qs_method_setting *s, const qs_method_setting *all, size_t n,
+                          char *out, size_t cap, int len) {
+    const json_t *lin = json_object_get(s->options, "linears");
+    size_t nk = json_object_size(lin), k = 0;
+    const char **keys = nk ? malloc(nk * sizeof *keys) : NULL;
+    if (!keys) return len;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)lin, key, v) keys[k++] = key;
+    qsort(keys, nk, sizeof *keys, by_text);
+    for (k = 0; k < nk; k++) {
+        char mine[64], other[64];
+        linear_label(s->options, keys[k], mine, sizeof mine);
+        bool differs = false;
+        for (size_t i = 0; !differs && i < n; i++) {
+            const qs_method *m = qs_method_at(all[i].method);
+            if (!m || !m->per_linear) continue;
+            linear_label(all[i].options, keys[k], other, sizeof other);
+            differs = strcmp(mine, other) != 0;
+        }
+        if (differs)
+            len += snprintf(out + ((size_t)len < cap ? (size_t)len : cap),
+                            (size_t)len < cap ? cap - (size_t)len : 0, "+%s=%s", keys[k], mine);
+    }
+    free(keys);
+    return len;
+}
+
 int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting *all, size_t n,
                             char *out, size_t cap) {
     char label[64], other[64];
@@ -111,14 +157,35 @@ int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting 
             snprintf(out + ((size_t)len < cap ? (size_t)len : cap),
                      (size_t)len < cap ? cap - (size_t)len : 0, "+%s=%s", label_options[k], value);
     }
+    if (qs_method_at(s->method)->per_linear) len = append_linears(s, all, n, out, cap, len);
     return len;
+}
+
+/* The length of "+<block>.<kind>=<method label>" at p, one linear of a per-linear setting label
+ * (the label's "+search" included); 0 when p starts none. */
+static size_t linear_part(const char *p) {
+    size_t n = strcspn(p + 1, "+");
+    const char *eq = memchr(p + 1, '=', n);
+    char key[32], value[64];
+    int block, kind;
+    bool search;
+    if (!eq || (size_t)(eq - p) >= sizeof key) return 0;
+    snprintf(key, sizeof key, "%.*s", (int)(eq - p - 1), p + 1);
+    size_t end = 1 + n;
+    if (!strncmp(p + end, "+search", 7) && (!p[end + 7] || p[end + 7] == '+')) end += 7;
+    if ((size_t)(p + end - eq) > sizeof value) return 0;
+    snprintf(value, sizeof value, "%.*s", (int)(p + end - eq - 1), eq + 1);
+    int i = qs_method_by_label(value, &search);
+    if (qs_block_linear_parse(key, &block, &kind) || i <= QS_METHOD_RTN || methods[i].per_linear)
+        return 0;
+    return end;
 }
 
 int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *label_len) {
     *scale_search = false;
     *label_len = 0;
     if (!text) return -1;
-    /* the label ends at the first "+<option>=" */
+    /* the label ends at the first "+<option>=" or "+<block>." (per-linear's linears) */
     const char *end = text;
     for (const char *p = strchr(text, '+');; p = strchr(p + 1, '+')) {
         size_t k = 0;
@@ -126,7 +193,7 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
                (strncmp(p + 1, label_options[k], strlen(label_options[k])) ||
                 p[1 + strlen(label_options[k])] != '='))
             k++;
-        if (!p || k < N_LABEL_OPTIONS) {
+        if (!p || k < N_LABEL_OPTIONS || isdigit((unsigned char)p[1])) {
             end = p ? p : text + strlen(text);
             break;
         }
@@ -138,7 +205,11 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
     if (i < 0) return -1;
     /* each option part: "+<option of the method>=<value>" */
     for (const char *p = end; *p;) {
-        size_t n = strcspn(p + 1, "+"), k = 0;
+        size_t n = strcspn(p + 1, "+"), k = 0, linear = methods[i].per_linear ? linear_part(p) : 0;
+        if (linear) {
+            p += linear;
+            continue;
+        }
         while (k < N_LABEL_OPTIONS && (strncmp(p + 1, label_options[k], strlen(label_options[k])) ||
                                        p[1 + strlen(label_options[k])] != '='))
             k++;

@@ -80,13 +80,16 @@ typedef struct qs_method_setting {
  * which tells two settings of one label apart: qs_method_label, then "+<option>=<value>" for each
  * option (act_order, alpha, damp, in that order) whose value differs between the settings of that
  * label in all ("gptq+damp=0.01" and "gptq+damp=0.1"; a label measured in one setting stays as it
- * is, so job keys and the columns of one-setting sweeps do not change). A number is written in
+ * is, so job keys and the columns of one-setting sweeps do not change); per-linear then adds
+ * "+<block>.<kind>=<method label>" for each linear, in key order, whose method (its map's
+ * scale_search folded in) differs from another per-linear setting's. A number is written in
  * the shortest form that reads back as the same double. Writes at most cap bytes into out;
  * returns snprintf's count. */
 int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting *all, size_t n,
                             char *out, size_t cap);
 /* The method a setting label names: a label (qs_method_by_label), then zero or more
- * "+<option>=<value>" naming options of that method with a value; *scale_search as for
+ * "+<option>=<value>" naming options of that method with a value (per-linear's also
+ * "+<block>.<kind>=<method label>"); *scale_search as for
  * qs_method_by_label, *label_len the length of the label before the first option. -1 when it
  * names none. */
 int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *label_len);

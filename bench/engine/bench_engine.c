@@ -44,6 +44,7 @@
  * FLOPs and memory traffic, no download), for machines without the GGUF; its tokens are
  * pseudo-random too. */
 #include <cblas.h>
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -688,6 +689,7 @@ int main(int argc, char **argv) {
         snprintf(def, sizeof def, "%s/.cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  home ? home : "");
     int profile = 0, synthetic = 0, table_only = 0, demo_floor = 0, sqnr_rows = 0, npos = 0;
+    int help = 0;
     const char *pos[3] = {NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0)
@@ -706,7 +708,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
             sqnr_rows = (int)v;
-        } else if (strncmp(argv[i], "--", 2) == 0) {
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help = 1;
+        } else if (!strncmp(argv[i], "--", 2) ||
+                   (argv[i][0] == '-' && isalpha((unsigned char)argv[i][1]))) {
             fprintf(stderr, "bench_engine: unknown option '%s'\n", argv[i]);
             npos = 4;
         } else if (npos < 3)
@@ -714,16 +719,23 @@ int main(int argc, char **argv) {
         else
             npos = 4;
     }
+    if (profile + table_only + demo_floor > 1) {
+        fprintf(stderr, "bench_engine: %s%s%s: one mode at a time\n",
+                profile ? "--profile and " : "", table_only ? "--table-only" : "",
+                demo_floor ? (table_only ? " and --demo-floor" : "--demo-floor") : "");
+        return 2;
+    }
     const char *gguf = pos[0] ? pos[0] : def;
     int ctx = 512, chunks = 2;
     if ((pos[1] && !whole_arg("ctx", pos[1], 3, &ctx)) ||
         (pos[2] && !whole_arg("chunks", pos[2], 1, &chunks)))
         return 2;
-    if (npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
-        fprintf(stderr, "usage: bench_engine [--profile | --table-only | --demo-floor "
-                        "[--sqnr-rows=N]] [gguf | hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
-                        "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
-        return 2;
+    if (help || npos > 3 || (synthetic && !pos[0]) || sqnr_rows < 0) {
+        fprintf(help && npos <= 3 ? stdout : stderr,
+                "usage: bench_engine [--profile | --table-only | --demo-floor "
+                "[--sqnr-rows=N]] [gguf | hf-dir | synthetic:SHAPE] [ctx>=3] [chunks>=1]\n"
+                "       bench_engine [--profile] --synthetic DIR [ctx>=3] [chunks>=1]\n");
+        return help && npos <= 3 ? 0 : 2;
     }
     int synthetic_spec = strncmp(gguf, "synthetic:", 10) == 0;
     if (synthetic && write_synthetic(gguf) != 0) return 1;

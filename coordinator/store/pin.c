@@ -103,6 +103,9 @@ static qs_status pin_here(qc_store *s, const char *id, const char *path, const c
         qc_store_pin_conflict(s, strtoll(id, NULL, 10), path, why, sizeof why, &refused, err);
     if (!st && refused) st = qs_error_set(err, QS_ESTATE, "%s", why);
     const char *p[] = {id, path};
+    char change[192];
+    snprintf(change, sizeof change, "the pin to %s", path);
+    if (!st) st = qc_store_supersede_pin_requests(s, id, change, err);
     if (!st)
         st = qc_store_command(s,
                               "INSERT INTO experiment_numerics (experiment, path) VALUES ($1, $2) "
@@ -163,8 +166,12 @@ qs_status qc_store_pin(qc_store *s, const char *experiment, const char *path, in
         qc_store_rollback(s);
         st = qc_store_ask_coordinator_pin(s, id, path, wait_ms, msg, cap, err);
     } else if (!strcmp(was, path)) {
-        qc_store_rollback(s);
-        snprintf(msg, cap, "already pinned to %s", path);
+        char change[192];
+        snprintf(change, sizeof change, "the pin to %s", path);
+        st = qc_store_supersede_pin_requests(s, id, change, err);
+        if (!st) st = qc_store_exec(s, "COMMIT", "COMMIT", err);
+        if (st) qc_store_rollback(s);
+        if (!st) snprintf(msg, cap, "already pinned to %s", path);
     } else {
         st = pin_here(s, id, path, was, msg, cap, err);
     }

@@ -44,10 +44,21 @@ qs_status qc_store_ask_coordinator_pin(qc_store *s, const char *id, const char *
         if (waited >= wait_ms)
             return qs_error_set(err, QS_ESTATE,
                                 "the coordinator has not answered in %d s; request %s stays "
-                                "queued and is applied when it does",
+                                "queued and is applied when it does, unless a pin or unpin "
+                                "made without a coordinator supersedes it first",
                                 wait_ms / 1000, req);
         nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
     }
+}
+
+qs_status qc_store_supersede_pin_requests(qc_store *s, const char *id, const char *change,
+                                          qs_error *err) {
+    const char *p[] = {id, change};
+    return qc_store_command(s,
+                            "UPDATE numerics_unpin_requests SET handled_at = now(), outcome = "
+                            "'refused', message = 'superseded by ' || $2 || ' made without a "
+                            "coordinator' WHERE experiment = $1 AND handled_at IS NULL",
+                            2, p, "answering the requests it supersedes", err);
 }
 
 qs_status qc_store_poll_pin_requests(qc_store *s, qc_pin_request **out, size_t *n, qs_error *err) {

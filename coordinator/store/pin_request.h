@@ -15,4 +15,10 @@
 qs_status qc_store_ask_coordinator_pin(qc_store *s, const char *id, const char *path, int wait_ms,
                                        char *msg, size_t cap, qs_error *err);
 
+/* In the caller's transaction, without a coordinator: answers every request still queued for
+ * experiment id refused, "superseded by <change> made without a coordinator", since a
+ * coordinator started later would apply it over that newer change. QS_EDB. */
+qs_status qc_store_supersede_pin_requests(qc_store *s, const char *id, const char *change,
+                                          qs_error *err);
+
 #endif

@@ -255,7 +255,8 @@ qs_status qc_store_requeue(qc_store *s, const char *experiment, size_t *n_requeu
  * waited for up to wait_ms (the coordinator polls every second: qc_store_poll_pin_requests). *msg
  * (cap bytes): "unpinned from PATH", "not pinned". Errors: QS_ENOTFOUND naming the experiment;
  * QS_ESTATE when refused (a job of the experiment runs on the pinned path: the message names
- * it) or when the coordinator did not answer in time (the request stays queued); QS_EINVAL
+ * it) or when the coordinator did not answer in time (the request stays queued). Without a
+ * coordinator it answers the experiment's queued requests superseded (pin_request.h). QS_EINVAL
  * for an empty name; QS_EDB. */
 qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char *msg, size_t cap,
                          qs_error *err);
@@ -269,9 +270,9 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
  * to PATH". Refused (QS_ESTATE, the message naming the jobs, paths and workers; nothing
  * changes) by qc_store_pin_conflict, by a running coordinator whose jobs of the experiment run
  * on another path, or when the coordinator did not answer in time (the request stays
- * queued). QS_EINVAL when path is not one path a worker announces (common/numerics_path.h
- * qs_numerics_path_valid: "any", "cpu", "cuda" and misspellings), or for an empty name;
- * QS_ENOTFOUND naming an unknown experiment; QS_EDB. */
+ * queued; a pin or unpin without a coordinator answers it superseded). QS_EINVAL when path is not
+ * one path a worker announces (common/numerics_path.h qs_numerics_path_valid: "any", "cpu", "cuda"
+ * and misspellings), or for an empty name; QS_ENOTFOUND naming an unknown experiment; QS_EDB. */
 qs_status qc_store_pin(qc_store *s, const char *experiment, const char *path, int wait_ms,
                        char *msg, size_t cap, qs_error *err);
 

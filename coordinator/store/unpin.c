@@ -32,8 +32,10 @@ static qs_status unpin_here(qc_store *s, const char *id, const char *path, char 
         return qs_error_set(err, QS_ESTATE, "%s", msg);
     }
     PQclear(r);
-    qs_status st = qc_store_command(s, "DELETE FROM experiment_numerics WHERE experiment = $1", 1,
-                                    p, "unpin: deleting the pin", err);
+    qs_status st = qc_store_supersede_pin_requests(s, id, "an unpin", err);
+    if (!st)
+        st = qc_store_command(s, "DELETE FROM experiment_numerics WHERE experiment = $1", 1, p,
+                              "unpin: deleting the pin", err);
     if (!st) st = qc_store_exec(s, "COMMIT", "unpin: COMMIT", err);
     if (st) qc_store_rollback(s);
     if (!st) snprintf(msg, cap, "unpinned from %s", path);
@@ -73,8 +75,10 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
         qc_store_rollback(s);
         st = qc_store_ask_coordinator_pin(s, id, NULL, wait_ms, msg, cap, err);
     } else if (!*path) {
-        qc_store_rollback(s);
-        snprintf(msg, cap, "not pinned");
+        st = qc_store_supersede_pin_requests(s, id, "an unpin", err);
+        if (!st) st = qc_store_exec(s, "COMMIT", "unpin: COMMIT", err);
+        if (st) qc_store_rollback(s);
+        if (!st) snprintf(msg, cap, "not pinned");
     } else {
         st = unpin_here(s, id, path, msg, cap, err);
     }

@@ -375,6 +375,50 @@ static void two_settings_of_one_label_are_labelled_by_their_options(void **state
     json_decref(a5);
 }
 
+/* Two per-linear settings of one sweep differ in their linears, which no option of the label
+ * spells: each is told apart by the linears whose method differs from another setting's, in key
+ * order, as "+<block>.<kind>=<method label>" (a map's scale_search folded into its mr-gptq
+ * linears), and the setting label names back per-linear. */
+static void two_per_linear_settings_are_labelled_by_their_linears(void **state) {
+    (void)state;
+    int pl = qs_method_by_name("per-linear");
+    json_t *a = json_pack("{s:b,s:f,s:f,s:{s:s,s:s}}", "act_order", 0, "alpha", 0.5, "damp", 0.01,
+                          "linears", "0.q", "gptq", "1.q", "gptq");
+    json_t *b = json_pack("{s:b,s:f,s:f,s:{s:s,s:s},s:b}", "act_order", 0, "alpha", 0.5, "damp",
+                          0.01, "linears", "0.q", "mr-gptq", "1.q", "gptq", "scale_search", 1);
+    json_t *c = json_pack("{s:b,s:f,s:f,s:{s:s,s:s,s:s}}", "act_order", 0, "alpha", 0.5, "damp",
+                          0.01, "linears", "1.q", "gptq", "0.q", "gptq", "0.down", "smoothquant");
+    const qs_method_setting all[] = {{QS_METHOD_RTN, NULL}, {pl, a}, {pl, b}, {pl, c}};
+    static const char *const want[] = {"rtn", "per-linear+0.q=gptq",
+                                       "per-linear+0.q=mr-gptq+search",
+                                       "per-linear+0.down=smoothquant+0.q=gptq"};
+    char label[96];
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        int n =
+            qs_method_setting_label(&all[i], all, sizeof all / sizeof all[0], label, sizeof label);
+        assert_string_equal(label, want[i]);
+        assert_int_equal(n, (int)strlen(want[i]));
+        bool search;
+        size_t len;
+        assert_int_equal(qs_method_by_setting_label(label, &search, &len), all[i].method);
+        assert_false(search);
+        assert_int_equal(len, strcspn(want[i], "+"));
+    }
+    /* alone in its sweep, per-linear is its label */
+    qs_method_setting_label(&all[1], &all[1], 1, label, sizeof label);
+    assert_string_equal(label, "per-linear");
+    static const char *const none[] = {"per-linear+0.q=", "per-linear+q=gptq", "gptq+0.q=gptq",
+                                       "per-linear+0.q=gptq+foo", "per-linear+search"};
+    bool search;
+    size_t len;
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        if (qs_method_by_setting_label(none[i], &search, &len) >= 0)
+            fail_msg("'%s' named a method", none[i]);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+}
+
 /* per-linear's labels: a map whose mr-gptq linears all search is written as the plans wrote it
  * before labels ("mr-gptq" and scale_search true: the same job and key, however it was
  * given); a map of both variants keeps the labels and no flag, and has a key of its own. */
@@ -447,6 +491,7 @@ int main(void) {
         cmocka_unit_test(mr_gptq_scale_search_is_keyed_only_when_true),
         cmocka_unit_test(a_method_with_scale_search_is_labelled_plus_search),
         cmocka_unit_test(two_settings_of_one_label_are_labelled_by_their_options),
+        cmocka_unit_test(two_per_linear_settings_are_labelled_by_their_linears),
         cmocka_unit_test(per_linear_writes_each_scale_search_choice_one_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

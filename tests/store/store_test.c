@@ -1581,6 +1581,49 @@ static void test_pin_with_a_coordinator_is_a_request(void **state) {
     qc_store_close(s);
 }
 
+/* A request left queued by a coordinator that stopped before answering it is superseded by a
+ * pin or unpin made without a coordinator: the next coordinator would otherwise apply the older
+ * request over the newer change. The request is answered refused, naming what superseded it. */
+static void test_pin_without_coordinator_supersedes_a_queued_request(void **state) {
+    (void)state;
+    char ci[1024];
+    qc_store *s = fresh_store("st_pin_stale", ci, sizeof ci);
+    qs_error err = {0};
+    qc_submit_counts c;
+    char a[512], b[512], msg[1024];
+    eval_spec(a, sizeof a, "m1", "nvfp4", "layer", "0.q");
+    eval_spec(b, sizeof b, "m1", "nvfp4", "layer", "0.k");
+    qc_job_submit e1[] = {{"a", "eval", a, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    qc_job_submit e2[] = {{"b", "eval", b, 0, 0, 0, "", 3, NULL, 0, false, NULL}};
+    ok(qc_store_submit(s, "e1", "", "g", NULL, e1, 1, &c, &err), &err);
+    ok(qc_store_submit(s, "e2", "", "g", NULL, e2, 1, &c, &err), &err);
+    ok(qc_store_pin(s, "e2", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+    qc_store *coord = NULL;
+    ok(qc_store_open(ci, "coordinator", &coord, &err), &err);
+    ok(qc_store_lock_coordinator(coord, &err), &err);
+    assert_int_equal(qc_store_pin(s, "e1", "cuda-cc90-auto", 0, msg, sizeof msg, &err), QS_ESTATE);
+    assert_int_equal(qc_store_unpin(s, "e2", 0, msg, sizeof msg, &err), QS_ESTATE);
+    qc_store_close(coord); /* the coordinator stops with both requests queued */
+    ok(qc_store_pin(s, "e1", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+    assert_string_equal(msg, "pinned to cpu-qsweep-fixed2");
+    ok(qc_store_pin(s, "e2", "cpu-qsweep-fixed2", 0, msg, sizeof msg, &err), &err);
+    assert_string_equal(msg, "already pinned to cpu-qsweep-fixed2");
+    ok(qc_store_open(ci, "coordinator", &coord, &err), &err);
+    ok(qc_store_lock_coordinator(coord, &err), &err);
+    qc_pin_request *rq = NULL;
+    size_t n = 1;
+    ok(qc_store_poll_pin_requests(coord, &rq, &n, &err), &err);
+    assert_int_equal(n, 0);
+    free(rq);
+    assert_int_equal(count_where(s, "SELECT count(*) FROM numerics_unpin_requests WHERE outcome "
+                                    "= 'refused' AND message LIKE 'superseded by %'"),
+                     2);
+    assert_pin(s, "e1", "cpu-qsweep-fixed2");
+    assert_pin(s, "e2", "cpu-qsweep-fixed2");
+    qc_store_close(coord);
+    qc_store_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_twice_adds_nothing),
@@ -1601,6 +1644,7 @@ int main(void) {
         cmocka_unit_test(test_pin_without_coordinator_writes_keeps_and_replaces),
         cmocka_unit_test(test_pin_refuses_to_mix_paths),
         cmocka_unit_test(test_pin_with_a_coordinator_is_a_request),
+        cmocka_unit_test(test_pin_without_coordinator_supersedes_a_queued_request),
         cmocka_unit_test(test_requeue_resets_failed_and_cancelled_jobs),
         cmocka_unit_test(test_concurrent_submits_of_one_grid_store_it_once),
         cmocka_unit_test(test_connection_names_itself_and_bounds_connect_time),
