@@ -24,7 +24,9 @@
  * quantization is exact emulation of an FP4 GEMM: the dequantized values are exact in FP32
  * (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed, tensor id = linear *
  * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two tensors or steps
- * share random bits. Nothing here allocates. */
+ * share random bits. An X input that the linears of a group read alike (q, k, v; gate, up) is made
+ * once per micro-batch where its rounding is deterministic (qw_shared_input). Nothing here
+ * allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
