@@ -91,8 +91,8 @@ static void recipe_case(const char *name, int layer) {
         dy[i] = urand() * 0.01f;
     float *ga = mbuf(sc), *gb = mbuf(sc), *ca = malloc(sc * 4), *cb = malloc(sc * 4);
     hooklog hc = {{0}, 0}, hg = {{0}, 0};
-    qw_qlinear_env ec = {&cpu, &r, L, 42, 7, ca, cb, hook, &hc, NULL, NULL, 0, NULL, 0};
-    qw_qlinear_env eg = {&gpu, &r, L, 42, 7, ga, gb, hook, &hg, NULL, NULL, 0, NULL, 0};
+    qw_qlinear_env ec = {&cpu, &r, L, 42, 7, ca, cb, hook, &hc, NULL, NULL, 0, NULL, 0, NULL, -1};
+    qw_qlinear_env eg = {&gpu, &r, L, 42, 7, ga, gb, hook, &hg, NULL, NULL, 0, NULL, 0, NULL, -1};
     float *yc = malloc((size_t)N * out * 4), *yg = mbuf((size_t)N * out);
     assert_int_equal(qw_qlinear_forward(&ec, layer, lin, yc, x, W, N, in, out, &err), QS_OK);
     qs_status st = qw_qlinear_forward(&eg, layer, lin, yg, x, W, N, in, out, &err);

@@ -213,8 +213,8 @@ static void qlinear_nvfp4_matches_the_cpu(void **s) {
     unsigned ran[2][QW_N_LINEAR_GEMMS] = {{0}};
     qw_backend *bes[2] = {&cpu, &lt};
     for (int i = 0; i < 2; i++) {
-        qw_qlinear_env e = {bes[i], &r,   L,      42,   7, ba[i], bb[i],
-                            NULL,   NULL, ran[i], NULL, 0, NULL,  0};
+        qw_qlinear_env e = {bes[i], &r,     L,    42, 7,    ba[i], bb[i], NULL,
+                            NULL,   ran[i], NULL, 0,  NULL, 0,     NULL,  -1};
         if (qw_qlinear_forward(&e, 0, lin, y[i], x, W, N, in, out, &err) != QS_OK ||
             qw_qlinear_backward(&e, 0, lin, dx[i], 0, dW[i], dy, x, W, N, in, out, &err) != QS_OK)
             fail_msg("%s: %s", i ? "gpu" : "cpu", err.msg);

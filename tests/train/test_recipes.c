@@ -346,7 +346,8 @@ static void sr_makes_backward_unbiased(void **s) {
     assert_int_equal(qw_recipe_by_name("nvfp4-all-blocks", &r, NULL), QS_OK);
     assert_int_equal(qw_recipe_by_name("nvfp4-all-blocks", &rne, NULL), QS_OK);
     assert_int_equal(qw_recipe_set(&rne, "sr", "0", NULL), QS_OK);
-    qw_qlinear_env env = {&cpu1, &r, 1, SEED, 0, ba, bb, NULL, NULL, NULL, NULL, 0, NULL, 0};
+    qw_qlinear_env env = {&cpu1, &r,   1,    SEED, 0,    ba, bb,   NULL,
+                          NULL,  NULL, NULL, 0,    NULL, 0,  NULL, -1};
     /* references: dY unrounded (RHT'd for wgrad), the other input quantized as the recipe says */
     qw_operand_spec spec, fp = {0};
     fp.mode = QW_MODE_FP32;

@@ -219,6 +219,95 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
     return st;
 }
 
+/* 1 when input in under spec goes through env->shared: an X input of a grouped linear, made
+ * deterministically (RNE, RZ or BF16; an FP32 input is read where it lies), that fits. */
+static int shareable(const qw_qlinear_env *env, const qw_operand_spec *spec, const gemm_input *in) {
+    const qw_shared_input *s = env->shared;
+    if (!s || !s->buf || env->group < 0 || env->hook) return 0;
+    if (in->op != QW_FPROP_X && in->op != QW_WGRAD_X) return 0;
+    if (spec->mode == QW_MODE_FP32) return 0;
+    if (spec->mode == QW_MODE_QUANT && spec->rounding == QK_ROUND_SR) return 0;
+    return (size_t)in->rows * in->cols <= s->cap;
+}
+
+static int same_spec(const qw_operand_spec *a, const qw_operand_spec *b) {
+    return a->mode == b->mode && a->fmt == b->fmt && a->rounding == b->rounding &&
+           a->rht == b->rht && a->rht_dim == b->rht_dim;
+}
+
+/* 1 when env->shared holds input in made under spec for this group. */
+static int shared_holds(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                        const gemm_input *in) {
+    const qw_shared_input *s = env->shared;
+    return s->valid && s->group == env->group && s->op == in->op && s->src == in->src &&
+           s->rows == in->rows && s->cols == in->cols && s->transpose == in->transpose &&
+           s->seed == env->seed && same_spec(&s->spec, spec);
+}
+
+/* Records that env->shared now holds input in made under spec, read as gemm_tt's t and ld. */
+static void shared_keep(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                        const gemm_input *in, int t, int ld) {
+    qw_shared_input *s = env->shared;
+    s->valid = 1;
+    s->group = env->group;
+    s->op = in->op;
+    s->src = in->src;
+    s->rows = in->rows;
+    s->cols = in->cols;
+    s->transpose = in->transpose;
+    s->spec = *spec;
+    s->seed = env->seed;
+    s->t = t;
+    s->ld = ld;
+    s->made++;
+}
+
+/* prepare_in_layout through env->shared: a shareable input read from there when the group made
+ * it already, else made there; any other input made into buf. */
+static qs_status prepare_or_share(const qw_qlinear_env *env, const qw_operand_spec *spec,
+                                  int linear, const gemm_input *in, float *buf, int K, int is_b,
+                                  const float **out, int *t, int *ld, qs_error *err) {
+    if (!shareable(env, spec, in))
+        return prepare_in_layout(env, spec, linear, in, buf, K, is_b, out, t, ld, err);
+    qw_shared_input *s = env->shared;
+    if (shared_holds(env, spec, in)) {
+        *out = s->buf;
+        *t = s->t;
+        *ld = s->ld;
+        s->reused++;
+        return QS_OK;
+    }
+    s->valid = 0;
+    qs_status st = prepare_in_layout(env, spec, linear, in, s->buf, K, is_b, out, t, ld, err);
+    if (st == QS_OK) shared_keep(env, spec, in, *t, *ld);
+    return st;
+}
+
+/* Input in of the staged path (stage, then fake_quant: [r x K] row-major) through
+ * env->shared: *done 1 and *p the shared buffer when it holds the input that way or has just
+ * made it; *done 0 (the caller stages it) when in is not shareable. */
+static qs_status staged_shared(const qw_qlinear_env *env, const qw_operand_spec *spec, int linear,
+                               const gemm_input *in, int K, int is_b, const float **p, int *done,
+                               qs_error *err) {
+    *done = 0;
+    if (!shareable(env, spec, in)) return QS_OK;
+    qw_shared_input *s = env->shared;
+    *p = s->buf;
+    *done = 1;
+    if (shared_holds(env, spec, in) && s->t == is_b && s->ld == K) {
+        s->reused++;
+        return QS_OK;
+    }
+    s->valid = 0;
+    qs_status st =
+        stage(env, spec, linear, in->op, s->buf, in->src, in->rows, in->cols, in->transpose, err);
+    if (st == QS_OK)
+        st = fake_quant(env, spec, linear, in->op, s->buf, in->transpose ? in->cols : in->rows, K,
+                        err);
+    if (st == QS_OK) shared_keep(env, spec, in, is_b, K);
+    return st;
+}
+
 /* Weight input `in` quantized under spec by the backend's quant_operand (ops.h) into its kept
  * slot: W as it lies for fprop; W^T for dgrad, transposed into buf_b first (free at this
  * point of every GEMM: B is staged there only where nothing is kept). */
@@ -312,10 +401,10 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     const float *pa, *pb;
     int ta, tb, lda, ldb;
     int kept = 0;
-    qs_status st = prepare_in_layout(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
+    qs_status st = prepare_or_share(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
     if (st == QS_OK) st = kept_weight(env, layer, linear, sb, b, &kept, &pb, &tb, &ldb, err);
     if (st == QS_OK && !kept)
-        st = prepare_in_layout(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
+        st = prepare_or_share(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
     if (st != QS_OK) return st;
     int bf16 = gemm_bf16(env, layer, g);
     note(env, g, bf16 ? QK_GEMM_PATH_BF16 : QK_GEMM_PATH_FP32);
@@ -369,8 +458,17 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         }
     }
     if (st != QS_OK) return st;
-    st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
-    if (st == QS_OK && !kept && !packed)
+    const float *pa = ba;
+    int a_shared = 0, b_shared = 0;
+    if (!quant_gemm) {
+        st = staged_shared(env, &sa, linear, a, K, 0, &pa, &a_shared, err);
+        if (st == QS_OK && !kept)
+            st = staged_shared(env, &sb, linear, b, K, 1, &pb, &b_shared, err);
+        if (st != QS_OK) return st;
+    }
+    if (!a_shared)
+        st = stage(env, &sa, linear, a->op, ba, a->src, a->rows, a->cols, a->transpose, err);
+    if (st == QS_OK && !kept && !packed && !b_shared)
         st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
     if (st != QS_OK) return st;
     if (quant_gemm) {
@@ -399,14 +497,14 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
         }
     }
     int ra = a->transpose ? a->cols : a->rows, rb = b->transpose ? b->cols : b->rows;
-    st = fake_quant(env, &sa, linear, a->op, ba, ra, K, err);
-    if (st == QS_OK && !kept) st = fake_quant(env, &sb, linear, b->op, bb, rb, K, err);
+    if (!a_shared) st = fake_quant(env, &sa, linear, a->op, ba, ra, K, err);
+    if (st == QS_OK && !kept && !b_shared) st = fake_quant(env, &sb, linear, b->op, bb, rb, K, err);
     if (st == QS_OK && env->hook) {
         env->hook(env->hook_user, linear, a->op, a->src, a->rows, a->cols, ba, ra, K);
         env->hook(env->hook_user, linear, b->op, b->src, b->rows, b->cols, bb, rb, K);
     }
     if (st != QS_OK) return st;
-    return gemm(env, layer, linear, g, C, ba, pb, M, Ncol, K, beta, err);
+    return gemm(env, layer, linear, g, C, pa, pb, M, Ncol, K, beta, err);
 }
 
 static int all_fp32(const qw_qlinear_env *env, int layer) {

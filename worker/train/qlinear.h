@@ -24,7 +24,9 @@
  * quantization is exact emulation of an FP4 GEMM: the dequantized values are exact in FP32
  * (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed, tensor id = linear *
  * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two tensors or steps
- * share random bits. Nothing here allocates. */
+ * share random bits. An X input that the linears of a group read alike (q, k, v; gate, up) is made
+ * once per micro-batch where its rounding is deterministic (qw_shared_input). Nothing here
+ * allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
@@ -44,6 +46,27 @@
  * numeric core. */
 typedef void (*qw_gemm_hook)(void *user, int linear, qw_gemm_operand op, const float *src,
                              int src_rows, int src_cols, const float *in, int rows, int k);
+
+/* The one prepared X input (fprop's Xq [N x in] or wgrad's (X^T)q [in x N]) that the linears
+ * of a group (q, k, v of a block; gate, up) read from the same tensor: made by the group's first
+ * GEMM and read by the others, where the recipe gives every linear of the group the same spec
+ * and it is deterministic (RNE, RZ or BF16 rounding: the SR stream is per linear, so an SR input
+ * is never shared). The record names what buf holds (group, operand, source, shape, spec, RHT
+ * seed, layout); whoever writes a group's source drops it (valid 0). made and reused count the
+ * preparations and the reads that skipped one. */
+typedef struct qw_shared_input {
+    float *buf; /* backend memory, cap floats; NULL: nothing is shared */
+    size_t cap;
+    int valid;
+    int group;
+    qw_gemm_operand op;
+    const float *src;
+    int rows, cols, transpose;
+    qw_operand_spec spec;
+    uint64_t seed;
+    int t, ld; /* where the GEMM reads it: gemm_tt's transpose flag and row length */
+    unsigned long made, reused;
+} qw_shared_input;
 
 /* What the linears of one step share. buf_a and buf_b each hold at least
  * qw_qlinear_scratch_floats() floats for the largest linear. */
@@ -67,6 +90,10 @@ typedef struct qw_qlinear_env {
                           backend's packed form (CUDA) gemm_abt_quant_kept reads them */
     int gemm_fp32;     /* 1: every GEMM FP32 (gemm_abt; neither gemm_abt_bf16 nor
                           gemm_abt_quant), as $QSWEEP_CUDA_GEMM=fp32 asks (tmodel.h) */
+    qw_shared_input *shared; /* NULL, or the group's shared X input (above); not used where a
+                                hook watches the inputs or gemm_abt_quant quantizes them */
+    int group;               /* the group of the linear now running (the caller sets it before
+                                each call); -1: its X is its own */
 } qw_qlinear_env;
 
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */

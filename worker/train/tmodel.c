@@ -67,6 +67,8 @@ struct qw_tmodel {
     qw_qlinear_env env;
     qw_wcache wcache; /* the quantized weights of this step (wcache.h), for the recipe */
     int wcache_off;   /* 1: env.wcache NULL, every GEMM quantizes its weight */
+    qw_shared_input shared; /* the X input a group of linears shares (qlinear.h), [N x D] */
+    int shared_off;         /* 1: env.shared NULL, every GEMM makes its X input */
     unsigned gemm_ran[QW_N_LINEAR_GEMMS]; /* env.ran: the paths each GEMM kind ran */
     size_t bytes;
     void *mem; /* the one backend allocation */
@@ -147,6 +149,9 @@ static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats, size_t sav
         CARVE(m->env.buf_a, float, s);
         CARVE(m->env.buf_b, float, s);
     }
+    /* q, k, v read ln1 and gate, up read ln2, both [N x D]: Xq or (X^T)q, N D floats */
+    CARVE(m->shared.buf, float, N *D);
+    if (base) m->shared.cap = N * D;
 #undef CARVE
     return off;
 }
@@ -265,6 +270,8 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
     m->env.recipe = &m->recipe;
     m->env.n_layers = cfg->n_layers;
     m->env.ran = m->gemm_ran;
+    m->env.shared = &m->shared;
+    m->env.group = -1;
     *out = m;
     return QS_OK;
 }
@@ -428,6 +435,7 @@ qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, 
     m->env.recipe = &m->recipe;
     m->env.seed = seed;
     m->env.wcache = m->wcache_off ? NULL : &m->wcache;
+    m->shared.valid = 0;
     return QS_OK;
 }
 
@@ -435,6 +443,17 @@ void qw_tmodel_set_weight_cache(qw_tmodel *m, int on) {
     m->wcache_off = !on;
     qw_wcache_invalidate(&m->wcache);
     m->env.wcache = on && m->wcache.slot ? &m->wcache : NULL;
+}
+
+void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on) {
+    m->shared_off = !on;
+    m->shared.valid = 0;
+    m->env.shared = on ? &m->shared : NULL;
+}
+
+void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused) {
+    *made = m->shared.made;
+    *reused = m->shared.reused;
 }
 
 void qw_tmodel_set_gemm_fp32(qw_tmodel *m, int on) {
@@ -529,12 +548,29 @@ static qw_tensor_view *block_linear(qw_tmodel *m, int l, int kind, int *in, int 
     return &m->tensors[TIDX(l, tensor_of[kind])];
 }
 
+/* The group of linears of block l reading one X (qlinear.h env.group): q, k, v read ln1 (2l),
+ * gate, up read ln2 (2l + 1); -1 for the others and lm_head. */
+static int input_group(int l, int kind) {
+    switch (kind) {
+    case QW_BLOCK_Q:
+    case QW_BLOCK_K:
+    case QW_BLOCK_V:
+        return 2 * l;
+    case QW_BLOCK_GATE:
+    case QW_BLOCK_UP:
+        return 2 * l + 1;
+    default:
+        return -1;
+    }
+}
+
 /* The block's and the head's linears: the recipe's (qlinear.h), linear index l*7 + kind;
  * lm_head (kind QW_BLOCK_LM_HEAD, l = n_layers) is index n_layers*7 with layer -1. */
 static qs_status hook_linear(void *user, int rank, int l, int kind, float *y, const float *x,
                              int rows, qs_error *err) {
     (void)rank;
     qw_tmodel *m = user;
+    m->env.group = kind == QW_BLOCK_LM_HEAD ? -1 : input_group(l, kind);
     if (kind == QW_BLOCK_LM_HEAD)
         return qw_qlinear_forward(&m->env, -1, l * QW_TMODEL_KINDS, y, x, lm_head_w(m), rows,
                                   m->cfg.dim, m->cfg.vocab_size, err);
@@ -547,6 +583,7 @@ static qs_status hook_linear(void *user, int rank, int l, int kind, float *y, co
 static qs_status hook_linear_bwd(void *user, int l, int kind, float *dx, int acc, const float *dy,
                                  const float *x, int rows, qs_error *err) {
     qw_tmodel *m = user;
+    m->env.group = kind == QW_BLOCK_LM_HEAD ? -1 : input_group(l, kind);
     if (kind == QW_BLOCK_LM_HEAD)
         return qw_qlinear_backward(&m->env, -1, l * QW_TMODEL_KINDS, dx, acc, lm_head_g(m), dy, x,
                                    lm_head_w(m), rows, m->cfg.dim, m->cfg.vocab_size, err);
@@ -627,6 +664,7 @@ qs_status qw_tmodel_forward(qw_tmodel *m, const uint32_t *tokens, const uint32_t
     if (targets) TRY(ops->upload(be, m->targets, targets, (size_t)N * sizeof *targets, err));
     m->step = step;
     m->env.step = step;
+    m->shared.valid = 0; /* ln1 and ln2 are made anew */
     qw_head_io hio = head_io(m);
     qw_head_io *hiop = &hio;
     TRY(qw_head_embed(&hiop, 1, err));
@@ -660,6 +698,7 @@ qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err) {
     qw_backend *be = &m->tbe.b;
     const qw_ops *ops = be->ops;
     int N = m->N, V = c->vocab_size, L = c->n_layers;
+    m->shared.valid = 0;
     TRY(ops->crossentropy_bwd(be, m->logits, m->targets, N, V, scale / (float)N, err));
     qw_head_io hio = head_io(m);
     qw_block_hooks h = block_hooks(m);

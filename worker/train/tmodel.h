@@ -130,6 +130,16 @@ size_t qw_tmodel_weight_cache_bytes(const qw_tmodel *m);
  * _init_random, _load) and qw_adamw_step call it. */
 void qw_tmodel_weights_changed(qw_tmodel *m);
 
+/* The shared X inputs (qlinear.h qw_shared_input), on by default: q, k and v read one input
+ * (ln1), gate and up another (ln2); where the recipe prepares it the same way for each linear
+ * of the group and deterministically (not SR), fprop's Xq and wgrad's (X^T)q are made once per
+ * group per micro-batch, by the group's first GEMM, and read by the others; the same bits as
+ * making them at every GEMM (on 0: the reference). Their buffer is N x D floats of the model's
+ * one allocation (qw_tmodel_bytes). made and reused count the preparations and the GEMMs that
+ * read one made before, since the model was made. */
+void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on);
+void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused);
+
 /* on 1: every linear GEMM runs FP32 (qlinear.h gemm_fp32: gemm_abt, quantized inputs
  * fake-quantized), not on BF16 operands where both inputs are BF16-exact nor block-scaled: what
  * $QSWEEP_CUDA_GEMM=fp32 asks of a CUDA backend (train_job.c). Default 0. The CPU's GEMMs are
