@@ -25,41 +25,54 @@ static void pin_usage(FILE *out) {
             "  long to wait for its answer. Without a coordinator the pin is written at once.\n");
 }
 
-int qsweep_cmd_pin(int argc, char **argv) {
+/* Options of `qsweep <cmd>` (pin, unpin): --db into *db, --wait into *wait_s (default 10), then
+ * exactly nargs operands from argv[optind]. -1 when the command goes on, else the exit status
+ * (--help: usage on stdout, 0; a bad option or operand count: usage on stderr, 1). */
+static int pin_options(int argc, char **argv, const char *cmd, void (*usage)(FILE *), int nargs,
+                       const char **db, int *wait_s) {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"wait", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *db = NULL;
-    int wait_s = 10, c;
+    int c;
+    *db = NULL;
+    *wait_s = 10;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:w:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd':
-            db = optarg;
+            *db = optarg;
             break;
         case 'w':
-            if (qsweep_parse_int("pin", "--wait", optarg, 0, 3600, &wait_s)) return QS_EXIT_USAGE;
+            if (qsweep_parse_int(cmd, "--wait", optarg, 0, 3600, wait_s)) return QS_EXIT_USAGE;
             break;
         case 'h':
-            pin_usage(stdout);
+            usage(stdout);
             return QS_EXIT_OK;
         default:
-            pin_usage(stderr);
+            usage(stderr);
             return QS_EXIT_USAGE;
         }
     }
-    if (argc - optind != 2) {
-        pin_usage(stderr);
+    if (argc - optind != nargs) {
+        usage(stderr);
         return QS_EXIT_USAGE;
     }
+    return -1;
+}
+
+int qsweep_cmd_pin(int argc, char **argv) {
+    const char *db;
+    int wait_s;
+    int rc = pin_options(argc, argv, "pin", pin_usage, 2, &db, &wait_s);
+    if (rc >= 0) return rc;
     const char *exp = argv[optind], *path = argv[optind + 1];
     if (!qs_numerics_path_valid(path)) { /* before any database: a typo needs none */
         fprintf(stderr,
                 "qsweep pin: '%s' is no numerics path a worker announces: give one path, "
-                "%s, cpu-openblas-<version>-<core> or cuda-cc<NN>-<fp32|bf16|auto|emulated> "
-                "(cpu, cuda and any are requests a grid's numerics key makes, not pins)\n",
-                path, QS_NUMERICS_CPU_FIXED);
+                QS_NUMERICS_PATH_FORMS " (cpu, cuda and any are requests a grid's numerics key "
+                "makes, not pins)\n",
+                path);
         return QS_EXIT_INPUT;
     }
     if (!(db = qsweep_find_db(db, "pin"))) return QS_EXIT_USAGE;
@@ -85,33 +98,10 @@ static void unpin_usage(FILE *out) {
 }
 
 int qsweep_cmd_unpin(int argc, char **argv) {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"wait", required_argument, 0, 'w'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *db = NULL;
-    int wait_s = 10, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "d:w:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            db = optarg;
-            break;
-        case 'w':
-            if (qsweep_parse_int("unpin", "--wait", optarg, 0, 3600, &wait_s)) return QS_EXIT_USAGE;
-            break;
-        case 'h':
-            unpin_usage(stdout);
-            return QS_EXIT_OK;
-        default:
-            unpin_usage(stderr);
-            return QS_EXIT_USAGE;
-        }
-    }
-    if (argc - optind != 1) {
-        unpin_usage(stderr);
-        return QS_EXIT_USAGE;
-    }
+    const char *db;
+    int wait_s;
+    int rc = pin_options(argc, argv, "unpin", unpin_usage, 1, &db, &wait_s);
+    if (rc >= 0) return rc;
     const char *exp = argv[optind];
     if (!(db = qsweep_find_db(db, "unpin"))) return QS_EXIT_USAGE;
     qs_error err = {0};

@@ -28,4 +28,9 @@ bool qs_numerics_request_valid(const char *want);
  * families "cpu" and "cuda"): what an experiment can be pinned to. */
 bool qs_numerics_path_valid(const char *path);
 
+/* The forms qs_numerics_path_valid accepts, for messages that refuse another. */
+#define QS_NUMERICS_PATH_FORMS                                                                     \
+    QS_NUMERICS_CPU_FIXED ", cpu-openblas-<version>-<core> or "                                    \
+                          "cuda-cc<NN>-<fp32|bf16|auto|emulated>"
+
 #endif

@@ -67,7 +67,9 @@ static qs_status attempts_off_path(qc_store *s, const char *id, const char *path
         *refused = true;
         snprintf(why, cap,
                  "%ld job(s) of it run on another path, %s (job %s, worker(s) %s); pin once "
-                 "they have ended (qsweep status) or cancel them",
+                 "they have ended (qsweep status) or cancel them (an attempt left marked "
+                 "running by a coordinator that stopped ends when a coordinator starts and its "
+                 "worker does not re-attach)",
                  n, PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 3));
     } else if (n > 0) {
         *refused = true;
@@ -134,34 +136,13 @@ qs_status qc_store_pin(qc_store *s, const char *experiment, const char *path, in
     if (!path || !qs_numerics_path_valid(path))
         return qs_error_set(err, QS_EINVAL,
                             "pin: '%s' is no numerics path a worker announces: give one path, "
-                            "cpu-qsweep-fixed2, cpu-openblas-<version>-<core> or "
-                            "cuda-cc<NN>-<fp32|bf16|auto|emulated> (cpu, cuda and any are "
-                            "requests a grid's numerics key makes, not pins)",
+                            QS_NUMERICS_PATH_FORMS " (cpu, cuda and any are requests a grid's "
+                            "numerics key makes, not pins)",
                             path ? path : "");
-    qs_status st = qc_store_exec(s, "BEGIN", "pin: BEGIN", err);
-    if (st) return st;
     bool held = false;
-    if ((st = qc_store_lock_for_command(s, "pin", &held, err))) return st;
-    const char *p[] = {experiment};
-    /* FOR UPDATE: a second pin or unpin of the same experiment waits for this one */
-    PGresult *r = qc_store_params(s,
-                                  "SELECT e.id, n.path FROM experiments e LEFT JOIN "
-                                  "experiment_numerics n ON n.experiment = e.id WHERE e.name = "
-                                  "$1 FOR UPDATE OF e",
-                                  1, p, PGRES_TUPLES_OK, "pin: looking up the experiment", err);
-    if (!r) {
-        qc_store_rollback(s);
-        return QS_EDB;
-    }
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        qc_store_rollback(s);
-        return qs_error_set(err, QS_ENOTFOUND, "pin: no experiment named '%s'", experiment);
-    }
     char id[32], was[160];
-    snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
-    snprintf(was, sizeof was, "%s", PQgetisnull(r, 0, 1) ? "" : PQgetvalue(r, 0, 1));
-    PQclear(r);
+    qs_status st = qc_store_pin_command_begin(s, "pin", experiment, &held, id, was, err);
+    if (st) return st;
     if (held) {
         qc_store_rollback(s);
         st = qc_store_ask_coordinator_pin(s, id, path, wait_ms, msg, cap, err);

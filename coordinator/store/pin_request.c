@@ -5,8 +5,38 @@
 #include <string.h>
 #include <time.h>
 
+#include "lock.h"
 #include "pin_request.h"
 #include "store.h"
+
+qs_status qc_store_pin_command_begin(qc_store *s, const char *cmd, const char *name, bool *held,
+                                     char id[32], char path[160], qs_error *err) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: BEGIN", cmd);
+    qs_status st = qc_store_exec(s, "BEGIN", what, err);
+    if (st) return st;
+    if ((st = qc_store_lock_for_command(s, cmd, held, err))) return st;
+    const char *p[] = {name};
+    snprintf(what, sizeof what, "%s: looking up the experiment", cmd);
+    PGresult *r = qc_store_params(s,
+                                  "SELECT e.id, n.path FROM experiments e LEFT JOIN "
+                                  "experiment_numerics n ON n.experiment = e.id WHERE e.name = "
+                                  "$1 FOR UPDATE OF e",
+                                  1, p, PGRES_TUPLES_OK, what, err);
+    if (!r) {
+        qc_store_rollback(s);
+        return QS_EDB;
+    }
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        qc_store_rollback(s);
+        return qs_error_set(err, QS_ENOTFOUND, "%s: no experiment named '%s'", cmd, name);
+    }
+    snprintf(id, 32, "%s", PQgetvalue(r, 0, 0));
+    snprintf(path, 160, "%s", PQgetisnull(r, 0, 1) ? "" : PQgetvalue(r, 0, 1));
+    PQclear(r);
+    return QS_OK;
+}
 
 qs_status qc_store_ask_coordinator_pin(qc_store *s, const char *id, const char *path, int wait_ms,
                                        char *msg, size_t cap, qs_error *err) {

@@ -4,9 +4,18 @@
 #ifndef QC_STORE_PIN_REQUEST_H
 #define QC_STORE_PIN_REQUEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "session.h"
+
+/* Begins the transaction of `qsweep <cmd>` (cmd "pin" or "unpin") on the experiment named
+ * name: takes the coordinator lock as a command does (lock.h; *held true: a running coordinator
+ * holds it and must be asked) and reads the experiment's id (text) and its pin (path, "" when
+ * none) FOR UPDATE, so a second pin or unpin of it waits for this one. On error the transaction
+ * is rolled back. QS_ENOTFOUND (no experiment of that name), QS_EDB. */
+qs_status qc_store_pin_command_begin(qc_store *s, const char *cmd, const char *name, bool *held,
+                                     char id[32], char path[160], qs_error *err);
 
 /* Queues a request for experiment id (experiments.id as text) to be pinned to path (NULL: to
  * be unpinned), NOTIFY qsweep_unpin, and waits up to wait_ms for the coordinator's answer

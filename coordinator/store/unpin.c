@@ -47,30 +47,10 @@ qs_status qc_store_unpin(qc_store *s, const char *experiment, int wait_ms, char 
     snprintf(msg, cap, "%s", "");
     if (!experiment || !*experiment)
         return qs_error_set(err, QS_EINVAL, "unpin: experiment name is empty");
-    qs_status st = qc_store_exec(s, "BEGIN", "unpin: BEGIN", err);
-    if (st) return st;
     bool held = false;
-    if ((st = qc_store_lock_for_command(s, "unpin", &held, err))) return st;
-    const char *p[] = {experiment};
-    /* FOR UPDATE: a second unpin of the same experiment waits for this one */
-    PGresult *r = qc_store_params(s,
-                                  "SELECT e.id, n.path FROM experiments e LEFT JOIN "
-                                  "experiment_numerics n ON n.experiment = e.id WHERE e.name = "
-                                  "$1 FOR UPDATE OF e",
-                                  1, p, PGRES_TUPLES_OK, "unpin: looking up the experiment", err);
-    if (!r) {
-        qc_store_rollback(s);
-        return QS_EDB;
-    }
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        qc_store_rollback(s);
-        return qs_error_set(err, QS_ENOTFOUND, "unpin: no experiment named '%s'", experiment);
-    }
     char id[32], path[160];
-    snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
-    snprintf(path, sizeof path, "%s", PQgetisnull(r, 0, 1) ? "" : PQgetvalue(r, 0, 1));
-    PQclear(r);
+    qs_status st = qc_store_pin_command_begin(s, "unpin", experiment, &held, id, path, err);
+    if (st) return st;
     if (held) {
         qc_store_rollback(s);
         st = qc_store_ask_coordinator_pin(s, id, NULL, wait_ms, msg, cap, err);

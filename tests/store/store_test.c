@@ -1516,7 +1516,9 @@ static void test_pin_refuses_to_mix_paths(void **state) {
                      QS_ESTATE);
     snprintf(sql, sizeof sql,
              "pin: experiment 'e2': 1 job(s) of it run on another path, cuda-cc90-auto (job %ld, "
-             "worker(s) gpu-1); pin once they have ended (qsweep status) or cancel them",
+             "worker(s) gpu-1); pin once they have ended (qsweep status) or cancel them (an "
+             "attempt left marked running by a coordinator that stopped ends when a coordinator "
+             "starts and its worker does not re-attach)",
              jb);
     assert_string_equal(err.msg, sql);
     assert_pin(s, "e2", "");
