@@ -30,20 +30,10 @@
 #include "train_job.h"
 #include "trainer.h"
 #include "small_config.h"
+#include "train_fixture.h"
 
 static qw_config small_config(void) {
     return small_config_of(64, 128, 2, 4, 2, 16, 64);
-}
-
-static qw_train_config train_config(int steps, int accum) {
-    qw_train_config t = {0};
-    t.steps = steps;
-    t.accum = accum;
-    t.sched = (qw_lr_schedule){3e-3f, 3e-4f, 1, steps, QW_DECAY_COSINE};
-    t.adamw = (qw_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
-    t.clip = 1.0f;
-    t.diverge_loss = 20.0;
-    return t;
 }
 
 enum { B = 2, T = 32, STEPS = 6, NTOK = 8192 };
@@ -65,7 +55,7 @@ static double run(int ranks, int accum, const uint32_t *stream, float *p, int si
     assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
     qw_group g;
     assert_int_equal(qw_group_cpu(&g, ranks, 2, &err), QS_OK);
-    qw_train_config tc = train_config(STEPS, accum);
+    qw_train_config tc = fixture_train_config(STEPS, accum);
     qw_trainer tr;
     if (single)
         assert_int_equal(qw_trainer_create(&tr, m[0], &d, &tc, 2, &err), QS_OK);
@@ -91,21 +81,10 @@ static double run(int ranks, int accum, const uint32_t *stream, float *p, int si
     return mt.train_loss;
 }
 
-static uint32_t *tokens(void) {
-    uint32_t *t = malloc(NTOK * sizeof *t);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < NTOK; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        t[i] = (uint32_t)(x % 64);
-    }
-    return t;
-}
-
 static void two_ranks_match_one_rank_with_twice_the_accumulation(void **s) {
     (void)s;
-    uint32_t *stream = tokens();
+    uint32_t *stream = fixture_tokens(NTOK, 64);
+    assert_non_null(stream);
     qw_config c = small_config();
     size_t n = 0, bytes = 0;
     qw_tmodel_plan(&c, B, T, 2, &n, &bytes);
@@ -132,7 +111,8 @@ static void two_ranks_match_one_rank_with_twice_the_accumulation(void **s) {
 
 static void one_rank_is_the_plain_trainer(void **s) {
     (void)s;
-    uint32_t *stream = tokens();
+    uint32_t *stream = fixture_tokens(NTOK, 64);
+    assert_non_null(stream);
     qw_config c = small_config();
     size_t n = 0, bytes = 0;
     qw_tmodel_plan(&c, B, T, 2, &n, &bytes);
@@ -197,7 +177,7 @@ static finals job(int dp, int accum, const uint32_t *ids, size_t n) {
     memset(&t, 0, sizeof t);
     assert_int_equal(qw_train_shape_by_name("micro", &t.shape, &err), QS_OK);
     assert_int_equal(qw_recipe_by_name("fp32", &t.recipe, &err), QS_OK);
-    t.train = train_config(4, accum);
+    t.train = fixture_train_config(4, accum);
     t.batch = 2;
     t.ctx = 32;
     t.seed = 1;

@@ -31,6 +31,7 @@
 #include "qk_gemm_path.h"
 #include "quant.h"
 #include "small_config.h"
+#include "train_fixture.h"
 #include "tmodel.h"
 #include "trainer.h"
 
@@ -178,19 +179,6 @@ static void tables(void) {
     packed.gemm_abt_quant_kept = p_gemm_abt_quant_kept;
 }
 
-static uint32_t *tokens(void) {
-    uint32_t *t = malloc(NTOK * sizeof *t);
-    assert_non_null(t);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < NTOK; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        t[i] = (uint32_t)(x % 64);
-    }
-    return t;
-}
-
 /* One training run of STEPS steps of ACCUM micro-batches under recipe name on a CPU backend
  * with table ops (NULL: the plain CPU), the cache on or off: each step's loss into loss, the
  * kept operands made during each step into made[STEPS] (may be NULL), the final parameters into
@@ -213,13 +201,7 @@ static void run(const char *name, const qw_ops *ops, int cache, const uint32_t *
     assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
     qw_group g;
     assert_int_equal(qw_group_cpu(&g, 1, 1, &err), QS_OK);
-    qw_train_config tc = {0};
-    tc.steps = STEPS;
-    tc.accum = ACCUM;
-    tc.sched = (qw_lr_schedule){3e-3f, 3e-4f, 1, STEPS, QW_DECAY_COSINE};
-    tc.adamw = (qw_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
-    tc.clip = 1.0f;
-    tc.diverge_loss = 20.0;
+    qw_train_config tc = fixture_train_config(STEPS, ACCUM);
     qw_trainer tr;
     assert_int_equal(qw_trainer_create_dp(&tr, &m, 1, &g, &d, &tc, 1, &err), QS_OK);
     qw_step_metrics mt = {0};
@@ -258,7 +240,8 @@ static void linear_shapes(int ins[7], int outs[7]) {
  * `per_step` kept operands made in every step, none with SR, and no weight quantized by a GEMM
  * unless declined; returns the cache's bytes. */
 static size_t check(const char *name, const qw_ops *ops, int per_step, int declined) {
-    uint32_t *stream = tokens();
+    uint32_t *stream = fixture_tokens(NTOK, 64);
+    assert_non_null(stream);
     qw_config c = small_config();
     size_t n = 0, model_bytes = 0, bytes = 0, ref_bytes = 0;
     qw_tmodel_plan(&c, B, T, 1, &n, &model_bytes);

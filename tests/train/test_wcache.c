@@ -26,6 +26,7 @@
 #include "tmodel.h"
 #include "trainer.h"
 #include "small_config.h"
+#include "train_fixture.h"
 
 enum { B = 2, T = 32, STEPS = 3, NTOK = 8192, SEED = 77 };
 
@@ -38,30 +39,6 @@ static const char *const recipes[] = {
     "nvfp4", "nvfp4-no-rht", "nvfp4-no-sr", "nvfp4-no-2d", "nvfp4-all-blocks",
     "mxfp4", "fp8",          "bf16"};
 #define N_RECIPES (sizeof recipes / sizeof recipes[0])
-
-static uint32_t *tokens(void) {
-    uint32_t *t = malloc(NTOK * sizeof *t);
-    assert_non_null(t);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < NTOK; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        t[i] = (uint32_t)(x % 64);
-    }
-    return t;
-}
-
-static qw_train_config train_config(int accum) {
-    qw_train_config t = {0};
-    t.steps = STEPS;
-    t.accum = accum;
-    t.sched = (qw_lr_schedule){3e-3f, 3e-4f, 1, STEPS, QW_DECAY_COSINE};
-    t.adamw = (qw_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
-    t.clip = 1.0f;
-    t.diverge_loss = 20.0;
-    return t;
-}
 
 /* Trains `ranks` replicas of nt threads each under recipe name, the cache on or off: every
  * step's loss into loss[STEPS], rank 0's final parameters into p; *bytes the cache's size. */
@@ -82,7 +59,7 @@ static void run(const char *name, int nt, int ranks, int accum, int cache, const
     assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
     qw_group g;
     assert_int_equal(qw_group_cpu(&g, ranks, nt, &err), QS_OK);
-    qw_train_config tc = train_config(accum);
+    qw_train_config tc = fixture_train_config(STEPS, accum);
     qw_trainer tr;
     assert_int_equal(qw_trainer_create_dp(&tr, m, ranks, &g, &d, &tc, nt, &err), QS_OK);
     qw_step_metrics mt = {0};
@@ -115,7 +92,8 @@ static size_t expected_bytes(const char *name) {
 
 static void cached_training_is_uncached_bit_for_bit(void **s) {
     (void)s;
-    uint32_t *stream = tokens();
+    uint32_t *stream = fixture_tokens(NTOK, 64);
+    assert_non_null(stream);
     qw_config c = small_config();
     size_t n = 0, model_bytes = 0;
     qw_tmodel_plan(&c, B, T, 2, &n, &model_bytes);
@@ -165,7 +143,8 @@ static double loss_of(qw_tmodel *m, const uint32_t *stream) {
 static void a_weight_change_drops_the_kept_weights(void **s) {
     (void)s;
     qs_error err = {0};
-    uint32_t *stream = tokens();
+    uint32_t *stream = fixture_tokens(NTOK, 64);
+    assert_non_null(stream);
     qw_config c = small_config();
     qw_recipe r;
     assert_int_equal(qw_recipe_by_name("nvfp4-all-blocks", &r, &err), QS_OK);
