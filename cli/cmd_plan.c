@@ -61,7 +61,7 @@ static void plan_usage(FILE *out) {
  * sweep can run (per-linear is what a plan's grid runs, never a candidate), written into out
  * with each setting label in its canonical form (qs_method_setting_label_canonical), which the
  * labels of the measured settings are compared with. QS_EXIT_OK, else the exit status after
- * printing why. */
+ * printing why: usage for a name that is no method, bad input for a malformed setting label. */
 static int methods_read(const char *list, char *out, size_t cap) {
     const char *p = list;
     size_t used = 0;
@@ -87,8 +87,6 @@ static int methods_read(const char *list, char *out, size_t cap) {
             else if (m && m->per_linear) /* its setting labels too: per-linear+0.q=gptq */
                 snprintf(why, sizeof why,
                          "per-linear is the method of a plan's grid, not a candidate");
-            else if (st)
-                snprintf(why, sizeof why, "%.120s", err.msg);
         }
         if (*why) {
             fprintf(stderr, "qsweep plan: --methods '%s': %s (expected one or more of ", list, why);
@@ -97,6 +95,11 @@ static int methods_read(const char *list, char *out, size_t cap) {
             fprintf(stderr, "mr-gptq+search, or a setting label such as gptq+damp=0.1, "
                             "comma-separated)\n");
             return QS_EXIT_USAGE;
+        }
+        if (st) {
+            fprintf(stderr, "qsweep plan: --methods '%s': malformed setting label '%s': %s\n",
+                    list, name, err.msg);
+            return QS_EXIT_INPUT;
         }
         used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", label);
         if (used >= cap) {

@@ -79,6 +79,16 @@ for typed in gptq+damp=0.10 gptq+damp=1e-1; do
   grep -qE "^  q +[0-9]+  gptq\+damp=0\.1 +nvfp4 " "$D/plan.out" ||
     fail "q is not planned by gptq+damp=0.1 for --methods $typed: $(cat "$D/plan.out")"
 done
+# a well-formed setting the sweep did not measure has no results; a malformed one is refused
+rc=0
+"$Q" plan rcols --budget-bits 15.2 --methods gptq+damp=0.2 >"$D/plan.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -qF "has no component-mode results of method gptq+damp=0.2" "$D/plan.out" ||
+  fail "--methods gptq+damp=0.2: exit $rc: $(cat "$D/plan.out")"
+rc=0
+"$Q" plan rcols --budget-bits 15.2 --methods gptq+damp=abc >"$D/plan.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -qF "malformed setting label 'gptq+damp=abc': 'damp=abc'" "$D/plan.out" &&
+  ! grep -qF "no component-mode results" "$D/plan.out" ||
+  fail "--methods gptq+damp=abc: exit $rc: $(cat "$D/plan.out")"
 "$Q" plan rcols --budget-bits 15.2 --methods mr-gptq+search+damp=0.02 >"$D/plan.out" 2>&1 ||
   fail "plan --methods mr-gptq+search+damp=0.02: $(cat "$D/plan.out")"
 grep -qF '"damp":0.02,' "$D/plan.out" && grep -qF '"scale_search":true' "$D/plan.out" ||
