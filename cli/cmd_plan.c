@@ -97,8 +97,8 @@ static int methods_read(const char *list, char *out, size_t cap) {
             return QS_EXIT_USAGE;
         }
         if (st) {
-            fprintf(stderr, "qsweep plan: --methods '%s': malformed setting label '%s': %s\n",
-                    list, name, err.msg);
+            fprintf(stderr, "qsweep plan: --methods '%s': malformed setting label '%s': %s\n", list,
+                    name, err.msg);
             return QS_EXIT_INPUT;
         }
         used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", label);

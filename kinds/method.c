@@ -244,8 +244,7 @@ static qs_status read_label_parts(int i, char *const *part, size_t np, json_t *g
     for (size_t j = 0; j < np; j++) {
         char *eq = strchr(part[j], '=');
         if (!eq)
-            return qs_error_set(err, QS_EINVAL, "'+%s': expected \"+<option>=<value>\"",
-                                part[j]);
+            return qs_error_set(err, QS_EINVAL, "'+%s': expected \"+<option>=<value>\"", part[j]);
         *eq = 0;
         const char *key = part[j], *text = eq + 1;
         int block, kind;
@@ -281,16 +280,16 @@ static qs_status read_label_parts(int i, char *const *part, size_t np, json_t *g
             int li = qs_method_by_label(label, &search);
             if (li <= QS_METHOD_RTN || methods[li].per_linear)
                 return qs_error_set(err, QS_EINVAL,
-                                    "'%s=%s': expected a method other than rtn and per-linear",
-                                    key, label);
+                                    "'%s=%s': expected a method other than rtn and per-linear", key,
+                                    label);
             if (json_object_get(linears, key))
                 return qs_error_set(err, QS_EINVAL, "'%s=%s': the linear is given twice", key,
                                     label);
             json_object_set_new(linears, key, json_string(label));
             j += searched;
         } else {
-            return qs_error_set(err, QS_EINVAL, "'%s=%s': %s has no option %s (expected %s)",
-                                key, text, m->name, key,
+            return qs_error_set(err, QS_EINVAL, "'%s=%s': %s has no option %s (expected %s)", key,
+                                text, m->name, key,
                                 m->per_linear ? "act_order, alpha, damp or <block>.<kind>"
                                 : m->gptq     ? "act_order or damp"
                                 : m->smooth   ? "alpha"
@@ -337,8 +336,8 @@ qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t 
         char value[40];
         if (!v) continue;
         option_text(v, value, sizeof value);
-        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0,
-                                "+%s=%s", label_options[k], value);
+        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
+                                label_options[k], value);
     }
     size_t nk = json_object_size(linears), k = 0;
     const char **keys = !st && nk ? malloc(nk * sizeof *keys) : NULL;
@@ -350,9 +349,8 @@ qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t 
         qsort(keys, nk, sizeof *keys, by_text);
     }
     for (k = 0; keys && k < nk; k++)
-        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0,
-                                "+%s=%s", keys[k],
-                                json_string_value(json_object_get(linears, keys[k])));
+        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
+                                keys[k], json_string_value(json_object_get(linears, keys[k])));
     if (!st && len >= cap)
         st = qs_error_set(err, QS_EINVAL, "a setting label of %zu characters (at most %zu)", len,
                           cap ? cap - 1 : 0);

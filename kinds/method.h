@@ -102,8 +102,7 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
  * part (an option the method lacks, a value missing, malformed or refused by
  * qs_method_options, an option or linear given twice, a label longer than cap), QS_ENOTFOUND
  * when the text before its first "+<key>=" names no method, QS_ENOMEM. */
-qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap,
-                                            qs_error *err);
+qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap, qs_error *err);
 
 /* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
  * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}, per-linear all three and

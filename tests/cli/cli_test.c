@@ -174,9 +174,8 @@ static void test_plan_methods_malformed_setting_label_names_its_bad_part(void **
         {"gptq+damp=0.1+x", "'+x': expected \"+<option>=<value>\""},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-        const char *args[] = {"plan",      "tiny",      "--budget-bits", "4.5",
-                              "--methods", lists[i][0], "--db",          "host=/nonexistent",
-                              NULL};
+        const char *args[] = {"plan",      "tiny", "--budget-bits",     "4.5", "--methods",
+                              lists[i][0], "--db", "host=/nonexistent", NULL};
         int rc = qsweep(args);
         char want[256];
         snprintf(want, sizeof want, "qsweep plan: --methods '%s': malformed setting label '",
