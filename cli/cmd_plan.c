@@ -58,26 +58,33 @@ static void plan_usage(FILE *out) {
 }
 
 /* --methods: a comma-separated list of one or more method labels (kinds/method.h), each one a
- * sweep can run (per-linear is what a plan's grid runs, never a candidate). 0 after printing
- * why. */
-static int methods_ok(const char *list) {
+ * sweep can run (per-linear is what a plan's grid runs, never a candidate), written into out
+ * with each setting label in its canonical form (qs_method_setting_label_canonical), which the
+ * labels of the measured settings are compared with. QS_EXIT_OK, else the exit status after
+ * printing why: usage for a name that is no method, bad input for a malformed setting label. */
+static int methods_read(const char *list, char *out, size_t cap) {
     const char *p = list;
+    size_t used = 0;
+    out[0] = 0;
     do {
         size_t n = strcspn(p, ",");
-        char why[160] = "";
+        char why[160] = "", name[256], label[64];
+        qs_error err = {0};
+        qs_status st = QS_OK;
+        const qs_method *m = NULL;
         if (!n)
             snprintf(why, sizeof why, "an empty method name");
-        else if (n >= 64)
+        else if (n >= sizeof name)
             snprintf(why, sizeof why, "a method name of %zu characters", n);
         else {
-            char name[64];
             bool search;
             size_t len;
             snprintf(name, sizeof name, "%.*s", (int)n, p);
-            const qs_method *m = qs_method_at(qs_method_by_setting_label(name, &search, &len));
-            if (!m)
-                snprintf(why, sizeof why, "unknown method '%s'", name);
-            else if (m->per_linear) /* its setting labels too: per-linear+0.q=gptq */
+            st = qs_method_setting_label_canonical(name, label, sizeof label, &err);
+            m = st ? NULL : qs_method_at(qs_method_by_setting_label(label, &search, &len));
+            if (st == QS_ENOTFOUND)
+                snprintf(why, sizeof why, "unknown method '%.64s'", name);
+            else if (m && m->per_linear) /* its setting labels too: per-linear+0.q=gptq */
                 snprintf(why, sizeof why,
                          "per-linear is the method of a plan's grid, not a candidate");
         }
@@ -87,11 +94,22 @@ static int methods_ok(const char *list) {
                 if (!qs_method_at(i)->per_linear) fprintf(stderr, "%s, ", qs_method_at(i)->name);
             fprintf(stderr, "mr-gptq+search, or a setting label such as gptq+damp=0.1, "
                             "comma-separated)\n");
-            return 0;
+            return QS_EXIT_USAGE;
+        }
+        if (st) {
+            fprintf(stderr, "qsweep plan: --methods '%s': malformed setting label '%s': %s\n", list,
+                    name, err.msg);
+            return QS_EXIT_INPUT;
+        }
+        used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", label);
+        if (used >= cap) {
+            fprintf(stderr, "qsweep plan: --methods '%s': a list of more than %zu characters\n",
+                    list, cap - 1);
+            return QS_EXIT_USAGE;
         }
         p += n;
     } while (*p++ == ',');
-    return 1;
+    return QS_EXIT_OK;
 }
 
 int qsweep_cmd_plan(int argc, char **argv) {
@@ -110,6 +128,7 @@ int qsweep_cmd_plan(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     qsweep_plan_opts o = {.objective = "kl_mean", .budget = NAN};
     const char *db = NULL;
+    char methods[4096]; /* --methods, its setting labels canonical */
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:f:j:uq:m:o:d:h", opts, NULL)) != -1) {
@@ -129,10 +148,12 @@ int qsweep_cmd_plan(int argc, char **argv) {
         case 'f':
             o.formats = optarg;
             break;
-        case 'M':
-            if (!methods_ok(optarg)) return QS_EXIT_USAGE;
-            o.methods = optarg;
+        case 'M': {
+            int rc = methods_read(optarg, methods, sizeof methods);
+            if (rc) return rc;
+            o.methods = methods;
             break;
+        }
         case 'j':
             if (strcmp(optarg, "kl_mean") && strcmp(optarg, "ppl")) {
                 fprintf(stderr, "qsweep plan: --objective %s: expected kl_mean or ppl\n", optarg);

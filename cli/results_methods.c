@@ -66,21 +66,30 @@ static qs_status print_group(PGresult *r, int g0, FILE *out, const method_table 
     int nc = t->n_cols;
     /* a column is its setting's label (kinds/method.h): its method's label, with the options
        that tell it from another column of that label (gptq+damp=0.1 beside gptq+damp=0.01) */
-    char label[16][96];
+    char *label[16] = {0}; /* whole: a per-linear label grows with the linears that differ */
     json_t *mo[16];
     qs_method_setting set[16];
-    int width[16], pw = 8;
+    int width[16], pw = 8, ok = 1;
     for (int c = 0; c < nc; c++) {
         mo[c] = json_loads(PQgetvalue(r, t->col_row[c], M_MOPTS), 0, NULL);
         set[c] =
             (qs_method_setting){qs_method_by_name(PQgetvalue(r, t->col_row[c], M_METHOD)), mo[c]};
     }
-    for (int c = 0; c < nc; c++) {
-        qs_method_setting_label(&set[c], set, (size_t)nc, label[c], sizeof label[c]);
-        width[c] = (int)strlen(label[c]) + 2 > 11 ? (int)strlen(label[c]) + 2 : 11;
+    for (int c = 0; ok && c < nc; c++) {
+        char probe[1];
+        int n = qs_method_setting_label(&set[c], set, (size_t)nc, probe, sizeof probe);
+        label[c] = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        ok = label[c] != NULL;
+        if (ok) qs_method_setting_label(&set[c], set, (size_t)nc, label[c], (size_t)n + 1);
+        width[c] = ok && n + 2 > 11 ? n + 2 : 11;
     }
     for (int c = 0; c < nc; c++)
         json_decref(mo[c]);
+    if (!ok) {
+        for (int c = 0; c < nc; c++)
+            free(label[c]);
+        return qs_error_set(err, QS_ENOMEM, "results by method");
+    }
     for (int p = 0; p < t->n_parts; p++) {
         int w = (int)strlen(PQgetvalue(r, t->part_row[p], M_PART));
         pw = w > pw ? w : pw;
@@ -92,6 +101,8 @@ static qs_status print_group(PGresult *r, int g0, FILE *out, const method_table 
     for (int c = 0; c < nc; c++)
         fprintf(out, " %*s", width[c], label[c]);
     fprintf(out, "\n");
+    for (int c = 0; c < nc; c++)
+        free(label[c]);
     part_rank *order = malloc((size_t)t->n_parts * sizeof *order);
     if (!order) return qs_error_set(err, QS_ENOMEM, "results by method");
     for (int p = 0; p < t->n_parts; p++)

@@ -2,6 +2,7 @@
 #include "method.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,145 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
     }
     *label_len = (size_t)(end - text);
     return i;
+}
+
+/* The value of option key in a setting label, as the grid reads it: true or false for
+ * act_order, else a finite decimal number; NULL when text is neither. */
+static json_t *label_value(const char *key, const char *text) {
+    if (!strcmp(key, "act_order"))
+        return !strcmp(text, "true") ? json_true() : !strcmp(text, "false") ? json_false() : NULL;
+    char *end;
+    errno = 0;
+    double x = strtod(text, &end);
+    bool decimal = *text && strspn(text, "0123456789.eE-") == strlen(text);
+    return decimal && !*end && !errno && isfinite(x) ? json_real(x) : NULL;
+}
+
+/* The "+<key>=<value>" parts of setting label text after its label, read into given (its
+ * options, per-linear's linears under "linears") and checked by qs_method_options. */
+static qs_status read_label_parts(int i, char *const *part, size_t np, json_t *given,
+                                  qs_error *err) {
+    const qs_method *m = &methods[i];
+    json_t *linears = json_object_get(given, "linears");
+    for (size_t j = 0; j < np; j++) {
+        char *eq = strchr(part[j], '=');
+        if (!eq)
+            return qs_error_set(err, QS_EINVAL, "'+%s': expected \"+<option>=<value>\"", part[j]);
+        *eq = 0;
+        const char *key = part[j], *text = eq + 1;
+        int block, kind;
+        size_t k = 0;
+        while (k < N_LABEL_OPTIONS && strcmp(key, label_options[k]))
+            k++;
+        if (k < N_LABEL_OPTIONS && has_option(m, key)) {
+            if (json_object_get(given, key))
+                return qs_error_set(err, QS_EINVAL, "'%s=%s': the option is given twice", key,
+                                    text);
+            json_t *v = label_value(key, text);
+            if (!v)
+                return qs_error_set(err, QS_EINVAL, "'%s=%s': expected %s", key, text,
+                                    !strcmp(key, "act_order") ? "true or false" : "a number");
+            /* the range the grid allows: qs_method_options over this one option */
+            json_t *one = json_pack("{sO}", key, v), *checked = NULL;
+            qs_error why = {0};
+            qs_status st = one ? qs_method_options(i, one, &checked, &why) : QS_ENOMEM;
+            json_decref(checked);
+            json_decref(one);
+            if (st) {
+                json_decref(v);
+                return qs_error_set(err, st, "'%s=%s': %s", key, text,
+                                    st == QS_ENOMEM ? "out of memory" : why.msg);
+            }
+            json_object_set_new(given, key, v);
+        } else if (m->per_linear && !qs_block_linear_parse(key, &block, &kind)) {
+            char label[64];
+            bool search;
+            /* a linear's "+search" is a part of its own */
+            bool searched = j + 1 < np && !strcmp(part[j + 1], "search");
+            snprintf(label, sizeof label, "%s%s", text, searched ? "+search" : "");
+            int li = qs_method_by_label(label, &search);
+            if (li <= QS_METHOD_RTN || methods[li].per_linear)
+                return qs_error_set(err, QS_EINVAL,
+                                    "'%s=%s': expected a method other than rtn and per-linear", key,
+                                    label);
+            if (json_object_get(linears, key))
+                return qs_error_set(err, QS_EINVAL, "'%s=%s': the linear is given twice", key,
+                                    label);
+            json_object_set_new(linears, key, json_string(label));
+            j += searched;
+        } else {
+            return qs_error_set(err, QS_EINVAL, "'%s=%s': %s has no option %s (expected %s)", key,
+                                text, m->name, key,
+                                m->per_linear ? "act_order, alpha, damp or <block>.<kind>"
+                                : m->gptq     ? "act_order or damp"
+                                : m->smooth   ? "alpha"
+                                              : "none");
+        }
+    }
+    return QS_OK;
+}
+
+qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap,
+                                            qs_error *err) {
+    if (cap) out[0] = 0;
+    size_t n = text ? strlen(text) : 0, np = 1;
+    for (size_t c = 0; c < n; c++)
+        np += text[c] == '+';
+    char *buf = malloc(n + 1), **part = malloc(np * sizeof *part);
+    json_t *given = json_object(), *linears = json_object();
+    if (!buf || !part || !given || !linears || json_object_set(given, "linears", linears)) {
+        free(buf);
+        free(part);
+        json_decref(given);
+        json_decref(linears);
+        return qs_error_set(err, QS_ENOMEM, "out of memory");
+    }
+    memcpy(buf, text ? text : "", n + 1);
+    part[0] = buf;
+    for (size_t c = 0, p = 1; c < n; c++)
+        if (buf[c] == '+') buf[c] = 0, part[p++] = buf + c + 1;
+    /* the label: the parts before the first holding '=' ("mr-gptq+search") */
+    size_t nl = 0;
+    while (nl < np && !strchr(part[nl], '='))
+        nl++;
+    char label[64] = "";
+    for (size_t j = 0; j < nl; j++)
+        snprintf(label + strlen(label), sizeof label - strlen(label), "%s%s", j ? "+" : "",
+                 part[j]);
+    bool search;
+    int i = qs_method_by_label(label, &search);
+    qs_status st = i < 0 ? qs_error_set(err, QS_ENOTFOUND, "unknown method '%s'", label)
+                         : read_label_parts(i, part + nl, np - nl, given, err);
+    size_t len = st ? 0 : (size_t)snprintf(out, cap, "%s", label);
+    for (size_t k = 0; !st && k < N_LABEL_OPTIONS; k++) {
+        const json_t *v = json_object_get(given, label_options[k]);
+        char value[40];
+        if (!v) continue;
+        option_text(v, value, sizeof value);
+        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
+                                label_options[k], value);
+    }
+    size_t nk = json_object_size(linears), k = 0;
+    const char **keys = !st && nk ? malloc(nk * sizeof *keys) : NULL;
+    if (!st && nk && !keys) st = qs_error_set(err, QS_ENOMEM, "out of memory");
+    const char *key;
+    json_t *v;
+    if (keys) {
+        json_object_foreach(linears, key, v) keys[k++] = key;
+        qsort(keys, nk, sizeof *keys, by_text);
+    }
+    for (k = 0; keys && k < nk; k++)
+        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
+                                keys[k], json_string_value(json_object_get(linears, keys[k])));
+    if (!st && len >= cap)
+        st = qs_error_set(err, QS_EINVAL, "a setting label of %zu characters (at most %zu)", len,
+                          cap ? cap - 1 : 0);
+    free(keys);
+    free(part);
+    free(buf);
+    json_decref(linears);
+    json_decref(given);
+    return st;
 }
 
 /* per-linear's "linears": NULL when it is an object of "<block>.<kind>": a method label other

@@ -94,6 +94,16 @@ int qs_method_setting_label(const qs_method_setting *s, const qs_method_setting 
  * names none. */
 int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *label_len);
 
+/* Setting label text as the user types it (`qsweep plan --methods`), written into out as
+ * qs_method_setting_label writes a measured one, so that the two compare as text: the label,
+ * its options in label order, each value read as the grid reads it (true or false, a number)
+ * and written in the shortest form ("gptq+damp=0.10" and "gptq+damp=1e-1" read
+ * "gptq+damp=0.1"), then per-linear's linears in key order. Errors: QS_EINVAL naming the bad
+ * part (an option the method lacks, a value missing, malformed or refused by
+ * qs_method_options, an option or linear given twice, a label longer than cap), QS_ENOTFOUND
+ * when the text before its first "+<key>=" names no method, QS_ENOMEM. */
+qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap, qs_error *err);
+
 /* The canonical options object of method i from `given` (an object or NULL): gptq and mr-gptq
  * {"act_order": false, "damp": 0.01}, smoothquant {"alpha": 0.5}, per-linear all three and
  * "linears" (default {}); NULL (no options) for the others. *out is a new reference or NULL.

@@ -415,6 +415,7 @@ static int only_compare(const qc_grid *g) {
 }
 
 static qs_status check_per_linear(qc_config *c, struct fy_node *me, const qc_grid *g);
+static struct fy_node *linear_node(struct fy_node *me, size_t i, const char *key);
 
 static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_probe *probe,
                                qc_grid *g) {
@@ -496,7 +497,7 @@ static qs_status parse_section(qc_config *c, struct fy_node *n, const qc_grid_pr
                 qs_block_linear_parse(key, &block, &kind);
                 for (size_t k = 0; k < g->n_models; k++)
                     if (block >= g->models[k].facts.n_layers)
-                        return qc_config_fail(c, me, QS_EINVAL,
+                        return qc_config_fail(c, linear_node(me, i, key), QS_EINVAL,
                                               "method per-linear: linear '%s': model %s has "
                                               "blocks 0..%d",
                                               key, g->models[k].name,

@@ -159,6 +159,33 @@ static void test_plan_methods_refusal_lists_the_candidates(void **state) {
     }
 }
 
+/* plan --methods refuses a malformed setting label as bad input, before any database, naming
+ * the part that is wrong; "no results of method" is left to well-formed labels. */
+static void test_plan_methods_malformed_setting_label_names_its_bad_part(void **state) {
+    (void)state;
+    static const char *const lists[][2] = {
+        {"gptq+damp=abc", "'damp=abc': expected a number"},
+        {"gptq+damp=", "'damp=': expected a number"},
+        {"rtn,gptq+damp=0.1+damp=0.1", "'damp=0.1': the option is given twice"},
+        {"gptq+nosuch=1", "'nosuch=1': gptq has no option nosuch (expected act_order or damp)"},
+        {"gptq+damp=1.5", "'damp=1.5': method_options.damp: expected a number in (0, 1)"},
+        {"gptq+act_order=yes", "'act_order=yes': expected true or false"},
+        {"smoothquant+damp=0.1", "'damp=0.1': smoothquant has no option damp"},
+        {"gptq+damp=0.1+x", "'+x': expected \"+<option>=<value>\""},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        const char *args[] = {"plan",      "tiny", "--budget-bits",     "4.5", "--methods",
+                              lists[i][0], "--db", "host=/nonexistent", NULL};
+        int rc = qsweep(args);
+        char want[256];
+        snprintf(want, sizeof want, "qsweep plan: --methods '%s': malformed setting label '",
+                 lists[i][0]);
+        if (rc != 2 || !strstr(out, want) || !strstr(out, lists[i][1]) ||
+            strstr(out, "no results") || strstr(out, "(expected one or more of "))
+            fail_msg("--methods %s: exit %d: %s", lists[i][0], rc, out);
+    }
+}
+
 /* A connection string's password never reaches a message, in key=value or URI form. */
 static void test_connection_passwords_are_redacted(void **state) {
     (void)state;
@@ -491,6 +518,7 @@ int main(void) {
         cmocka_unit_test(test_numeric_flags_are_whole_numbers_in_range),
         cmocka_unit_test(test_exclusive_flags_and_extra_arguments_exit_1),
         cmocka_unit_test(test_plan_methods_refusal_lists_the_candidates),
+        cmocka_unit_test(test_plan_methods_malformed_setting_label_names_its_bad_part),
         cmocka_unit_test(test_connection_passwords_are_redacted),
         cmocka_unit_test(test_paths_that_are_not_regular_files_exit_2),
         cmocka_unit_test(test_token_file_of_another_tokenizer_exits_2),

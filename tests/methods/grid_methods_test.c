@@ -131,12 +131,19 @@ static void bad_methods_and_calibration_are_refused(void **state) {
             "  method: [mr-gptq+search]\n",
             "'mr-gptq+search' is a label; a grid writes {name: mr-gptq, options: {scale_search: "
             "true}}");
-    /* per-linear's linears name blocks of the model: the fixture has 3 (0..2) */
+    /* per-linear's linears name blocks of the model: the fixture has 3 (0..2); the error points
+       at the linear's entry (line 8, column 62), not at the method key */
     refused(e,
             HEAD
             "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
             "  method: [{name: per-linear, options: {linears: {1.q: gptq, 9.q: gptq}}}]\n",
-            "method per-linear: linear '9.q': model ckpt has blocks 0..2");
+            "grid.yaml:8:62: method per-linear: linear '9.q': model ckpt has blocks 0..2");
+    refused(e,
+            HEAD
+            "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2, calibration: {chunks: 3}}\n" SENS
+            "  method:\n    - rtn\n    - name: per-linear\n      options:\n        linears:\n"
+            "          1.q: gptq\n          99.down: gptq\n",
+            "grid.yaml:14:11: method per-linear: linear '99.down': model ckpt has blocks 0..2");
     refused(e,
             HEAD "dataset: {tokens: toks.bin, ctx: 16, max_chunks: 2}\n" SENS "  method: [gptq]\n",
             "needs calibration data");

@@ -72,6 +72,23 @@ grep -qE '"damp":0\.1(0000000000000001)?,' "$D/plan.yaml" && grep -qF '"0.q":"gp
   fail "the grid does not hold gptq with damp 0.1: $(cat "$D/plan.yaml")"
 "$Q" submit "$D/plan.yaml" --dry-run >"$D/submit.out" 2>&1 ||
   fail "submit refuses the plan's grid: $(cat "$D/submit.out")"
+# a value typed in another form is the same setting: 0.10 and 1e-1 are the 0.1 measured
+for typed in gptq+damp=0.10 gptq+damp=1e-1; do
+  "$Q" plan rcols --budget-bits 15.2 --methods "$typed" >"$D/plan.out" 2>&1 ||
+    fail "plan --methods $typed: $(cat "$D/plan.out")"
+  grep -qE "^  q +[0-9]+  gptq\+damp=0\.1 +nvfp4 " "$D/plan.out" ||
+    fail "q is not planned by gptq+damp=0.1 for --methods $typed: $(cat "$D/plan.out")"
+done
+# a well-formed setting the sweep did not measure has no results; a malformed one is refused
+rc=0
+"$Q" plan rcols --budget-bits 15.2 --methods gptq+damp=0.2 >"$D/plan.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -qF "has no component-mode results of method gptq+damp=0.2" "$D/plan.out" ||
+  fail "--methods gptq+damp=0.2: exit $rc: $(cat "$D/plan.out")"
+rc=0
+"$Q" plan rcols --budget-bits 15.2 --methods gptq+damp=abc >"$D/plan.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -qF "malformed setting label 'gptq+damp=abc': 'damp=abc'" "$D/plan.out" &&
+  ! grep -qF "no component-mode results" "$D/plan.out" ||
+  fail "--methods gptq+damp=abc: exit $rc: $(cat "$D/plan.out")"
 "$Q" plan rcols --budget-bits 15.2 --methods mr-gptq+search+damp=0.02 >"$D/plan.out" 2>&1 ||
   fail "plan --methods mr-gptq+search+damp=0.02: $(cat "$D/plan.out")"
 grep -qF '"damp":0.02,' "$D/plan.out" && grep -qF '"scale_search":true' "$D/plan.out" ||

@@ -419,6 +419,52 @@ static void two_per_linear_settings_are_labelled_by_their_linears(void **state) 
     json_decref(c);
 }
 
+/* A setting label the user types (`qsweep plan --methods`) compares with the measured one by
+ * value: each option read as the grid reads it and written as qs_method_setting_label writes
+ * it, options in label order, per-linear's linears in key order. */
+static void a_typed_setting_label_reads_its_values_as_the_grid_does(void **state) {
+    (void)state;
+    int gq = qs_method_by_name("gptq"), sq = qs_method_by_name("smoothquant");
+    json_t *d01 = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.01);
+    json_t *d1 = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.1);
+    json_t *a5 = json_pack("{s:f}", "alpha", 0.5), *a1 = json_pack("{s:f}", "alpha", 1.0);
+    const qs_method_setting all[] = {{gq, d01}, {gq, d1}, {sq, a5}, {sq, a1}};
+    char measured[64], typed[64];
+    qs_error err = {0};
+    qs_method_setting_label(&all[1], all, 4, measured, sizeof measured);
+    assert_string_equal(measured, "gptq+damp=0.1");
+    static const char *const damp[] = {"gptq+damp=0.1", "gptq+damp=0.10", "gptq+damp=1e-1",
+                                       "gptq+damp=.1", "gptq+damp=0.100000000000000005"};
+    for (size_t i = 0; i < sizeof damp / sizeof damp[0]; i++) {
+        assert_int_equal(qs_method_setting_label_canonical(damp[i], typed, sizeof typed, &err),
+                         QS_OK);
+        assert_string_equal(typed, measured);
+    }
+    qs_method_setting_label(&all[3], all, 4, measured, sizeof measured);
+    assert_string_equal(measured, "smoothquant+alpha=1");
+    assert_int_equal(
+        qs_method_setting_label_canonical("smoothquant+alpha=1.0", typed, sizeof typed, &err),
+        QS_OK);
+    assert_string_equal(typed, measured);
+    static const char *const in[] = {"gptq+damp=0.020+act_order=true", "mr-gptq+search+damp=2e-2",
+                                     "rtn", "mr-gptq+search",
+                                     "per-linear+1.q=gptq+0.q=mr-gptq+search+damp=0.05"};
+    static const char *const want[] = {"gptq+act_order=true+damp=0.02", "mr-gptq+search+damp=0.02",
+                                       "rtn", "mr-gptq+search",
+                                       "per-linear+damp=0.05+0.q=mr-gptq+search+1.q=gptq"};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        assert_int_equal(qs_method_setting_label_canonical(in[i], typed, sizeof typed, &err),
+                         QS_OK);
+        assert_string_equal(typed, want[i]);
+    }
+    assert_int_equal(qs_method_setting_label_canonical("awq", typed, sizeof typed, &err),
+                     QS_ENOTFOUND);
+    json_decref(d01);
+    json_decref(d1);
+    json_decref(a5);
+    json_decref(a1);
+}
+
 /* per-linear's labels: a map whose mr-gptq linears all search is written as the plans wrote it
  * before labels ("mr-gptq" and scale_search true: the same job and key, however it was
  * given); a map of both variants keeps the labels and no flag, and has a key of its own. */
@@ -492,6 +538,7 @@ int main(void) {
         cmocka_unit_test(a_method_with_scale_search_is_labelled_plus_search),
         cmocka_unit_test(two_settings_of_one_label_are_labelled_by_their_options),
         cmocka_unit_test(two_per_linear_settings_are_labelled_by_their_linears),
+        cmocka_unit_test(a_typed_setting_label_reads_its_values_as_the_grid_does),
         cmocka_unit_test(per_linear_writes_each_scale_search_choice_one_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
