@@ -12,6 +12,7 @@
 
 #include "cmd_plan_parts.h"
 #include "method.h"
+#include "method_label.h"
 
 static void plan_usage(FILE *out) {
     fprintf(out,

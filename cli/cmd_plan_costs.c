@@ -16,6 +16,7 @@
 
 #include "cmd_plan_parts.h"
 #include "method.h"
+#include "method_label.h"
 #include "synthetic.h"
 #include "trained_names.h"
 
@@ -69,7 +70,7 @@ static const char *const PLAN_SQL =
     "         coalesce(j.spec -> 'method_options' ? 'scale_search', false), 9, s.part";
 
 /* The candidate label of each row of PLAN_SQL: its setting's label among the settings the
- * sweep measured (kinds/method.h qs_method_setting_label: gptq+damp=0.1 beside gptq+damp=0.01),
+ * sweep measured (kinds/method_label.h qs_method_setting_label: gptq+damp=0.1 beside gptq+damp=0.01),
  * and in *options {label: that setting's method_options, null without}. NULL when out of memory. */
 typedef char plan_label[64];
 

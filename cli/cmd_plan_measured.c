@@ -8,6 +8,7 @@
 
 #include "cmd_plan_parts.h"
 #include "method.h"
+#include "method_label.h"
 #include "sensitivity.h"
 
 /* The policy map (cmd_plan_parts.h). */

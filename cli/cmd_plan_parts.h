@@ -37,7 +37,7 @@ typedef struct qsweep_plan_opts {
 /* The measured costs, by (block, kind, candidate): block -1 for component mode. A candidate f
  * is a format (formats[f]) quantized by a method, named by its setting label (methods[f], "rtn"
  * when the job named none; "mr-gptq+search" for mr-gptq with scale_search; "gptq+damp=0.1" where
- * the sweep measured another damp too: kinds/method.h qs_method_setting_label). */
+ * the sweep measured another damp too: kinds/method_label.h qs_method_setting_label). */
 typedef struct qsweep_plan_input {
     char *model_path;
     qw_config cfg;     /* the swept model's shape */

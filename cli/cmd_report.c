@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "method.h"
+#include "method_label.h"
 #include "replace_file.h"
 #include "report_page.h"
 #include "trained_names.h"
@@ -298,7 +299,7 @@ static bool same_setting(const json_t *a, const json_t *b) {
 }
 
 /* Adds to each "methods" row (a figure's rows are adjacent, in the query's order) "label": its
- * setting label among the settings of its figure (kinds/method.h qs_method_setting_label), as
+ * setting label among the settings of its figure (kinds/method_label.h qs_method_setting_label), as
  * `qsweep results` heads its columns, so two settings of one method are two columns named by
  * the options that differ (gptq+damp=0.01, gptq+damp=0.1). A method the build does not know
  * keeps its name. *val is replaced. Errors: QS_ENOMEM. */

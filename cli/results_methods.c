@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "method.h"
+#include "method_label.h"
 #include "result_rows.h"
 
 /* One row per (group, method and its options, part): the job's mean KL divergence. Policy,

@@ -7,6 +7,7 @@
 
 #include "grid_kind.h"
 #include "method.h"
+#include "method_label.h"
 #include "sensitivity.h"
 
 /* One format: a name, or {name, options}. options: every option that applies to the format

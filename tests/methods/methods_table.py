@@ -5,7 +5,7 @@ A component sweep with a method axis prints one table per (model, format, option
 the options name the method ("method": "gptq", ...; round-to-nearest names none; mr-gptq with
 "scale_search": true is the column "mr-gptq+search"). Where one (format, quantize) holds a
 method label in two settings (gptq with "damp" 0.01 and 0.1), each is a column of its own under
-its setting label, as `qsweep results` names it (kinds/method.h qs_method_setting_label): the
+its setting label, as `qsweep results` names it (kinds/method_label.h qs_method_setting_label): the
 label, then "+<option>=<value>" for each of act_order, alpha, damp whose value differs between
 those settings ("gptq+damp=0.01", "gptq+damp=0.1"). This script
 reads them with tools/results_table.py's parser and writes one markdown table per (format,

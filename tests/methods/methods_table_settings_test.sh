@@ -2,7 +2,7 @@
 # tests/methods/methods_table.py over one method in several settings, on a synthetic run output
 # (the header and row layout `qsweep run` prints; round numbers, so each cell can be checked by
 # hand): each setting is a column under its setting label, as `qsweep results` names it
-# (kinds/method.h qs_method_setting_label): the options that differ between the settings of one
+# (kinds/method_label.h qs_method_setting_label): the options that differ between the settings of one
 # label (gptq: act_order and damp; smoothquant: alpha, 1.0 written "1"), a label measured in one
 # setting as it is (mr-gptq), the columns ordered by label then option values. Two tables of one
 # setting label are refused, naming it.

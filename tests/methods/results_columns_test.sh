@@ -2,7 +2,7 @@
 # Two settings of one method label in one sweep (gptq with damp 0.01 and 0.1, mr-gptq+search with
 # damp 0.01 and 0.02), on a private cluster with the tiny methods grid cut to one part and one
 # format. qsweep results (cli/results_methods.c) gives each setting a column under its setting
-# label (kinds/method.h qs_method_setting_label: gptq+damp=0.1), holding that setting's KL;
+# label (kinds/method_label.h qs_method_setting_label: gptq+damp=0.1), holding that setting's KL;
 # qsweep plan refuses to choose between two settings, naming their labels, and --methods with a
 # setting label plans that setting, its grid holding its options. A plan whose budget keeps
 # every linear bf16 writes no grid (submit would refuse it) and exits 2 saying so.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two per-linear settings whose setting labels (kinds/method.h qs_method_setting_label) run past
+# Two per-linear settings whose setting labels (kinds/method_label.h qs_method_setting_label) run past
 # 95 characters, on a private cluster with the tiny methods grid cut to q in NVFP4: qsweep
 # results (cli/results_methods.c) heads each column with its whole label, however long, so two
 # settings never print one text, and each cell sits under its label.

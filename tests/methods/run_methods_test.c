@@ -402,7 +402,7 @@ static void run_methods_grid_end_to_end(void **state) {
 }
 
 /* mr-gptq with and without scale_search in one sweep: `qsweep results` and `qsweep plan` name
- * them mr-gptq and mr-gptq+search (kinds/method.h qs_method_label), the plan takes for q and
+ * them mr-gptq and mr-gptq+search (kinds/method_label.h qs_method_label), the plan takes for q and
  * down each its lowest-KL (label, format), --methods picks either variant by its label, and
  * the grid the plan writes runs the variant it chose: its per-linear job names, linear by
  * linear, the plan's labels and is read back as the plan measured. A per-linear grid giving

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "method.h"
+#include "method_label.h"
 #include "sensitivity.h"
 #include "spec.h"
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "method_label.h"
 #include "tokens.h"
 
 /* The plan of method m alone, options from the spec's (a per-linear spec holds every method's). */
