@@ -168,6 +168,8 @@ void qk_quant_group_ref(const qk_plan *p, const float *x, size_t r0, size_t h, q
 int qk_fast_path_applies(const qk_plan *p);
 int qk_int_fast_path_applies(const qk_plan *p);
 void qk_quant_row_fast(const qk_plan *p, size_t r, float *row, size_t c_begin, stats_acc *acc);
+/* Row r's whole blocks of 16 (NVFP4) or 32 (MX), RNE or E2M1 SR (the SR words of row r), in
+ * place in batches; returns the first column not done, which qk_quant_row_fast starts at. */
 size_t qk_quant_row_batched16(const qk_plan *p, size_t r, float *row);
 size_t qk_quant_row_batched32(const qk_plan *p, size_t r, float *row);
 void qk_quant_group_nvfp4_2d_fast(const qk_plan *p, float *g, size_t h);
