@@ -422,6 +422,43 @@ static void forward_rows_matches_full_forward(void **state) {
     fixture_close(&f);
 }
 
+/* Blocks run one range at a time, the residual carried through host memory between the calls,
+ * give the bits of one call over all of them (GPTQ's calibration carries its chunks so), under
+ * W4A4 on every block; a range outside the model and a carry without its residual are refused. */
+static void blocks_carried_range_by_range_give_one_forwards_bits(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, "llama3_gqa");
+    qs_error err = {0};
+    const qw_config *c = qw_model_config(f.m);
+    int L = c->n_layers;
+    qw_policy p;
+    assert_int_equal(qw_policy_init(&p, L, &err), QS_OK);
+    qw_quant_spec s = {.weight = qk_format_by_name("nvfp4"), .act = qk_format_by_name("nvfp4")};
+    assert_int_equal(qw_policy_isolation(&p, QW_ISO_ALL, 0, 0, &s, &err), QS_OK);
+    if (qw_model_apply_policy(f.m, &p, &err) != QS_OK) fail_msg("%s", err.msg);
+    size_t nd = (size_t)f.n * c->dim;
+    float *whole = malloc(nd * sizeof(float)), *carried = malloc(nd * sizeof(float));
+    assert_non_null(whole);
+    assert_non_null(carried);
+    if (qw_model_forward_blocks(f.m, f.tokens, f.n, 0, L, NULL, whole, &err) != QS_OK)
+        fail_msg("%s", err.msg);
+    for (int b = 0; b < L; b++)
+        if (qw_model_forward_blocks(f.m, f.tokens, f.n, b, b + 1, carried, carried, &err) != QS_OK)
+            fail_msg("block %d: %s", b, err.msg);
+    assert_memory_equal(whole, carried, nd * sizeof(float));
+    assert_int_equal(qw_model_forward_blocks(f.m, f.tokens, f.n, 1, L + 1, carried, NULL, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "blocks 1..4 of 3"));
+    assert_int_equal(qw_model_forward_blocks(f.m, f.tokens, f.n, 1, 2, NULL, NULL, &err),
+                     QS_EINVAL);
+    assert_non_null(strstr(err.msg, "without the residual"));
+    free(whole);
+    free(carried);
+    qw_policy_free(&p);
+    fixture_close(&f);
+}
+
 static void policy_that_does_not_fit_the_model_is_refused(void **state) {
     (void)state;
     fixture f;
@@ -453,6 +490,7 @@ int main(void) {
         cmocka_unit_test(lm_head_and_embeddings_are_quantized_on_request),
         cmocka_unit_test(prefix_cache_reuses_unquantized_blocks_bit_exactly),
         cmocka_unit_test(forward_rows_matches_full_forward),
+        cmocka_unit_test(blocks_carried_range_by_range_give_one_forwards_bits),
         cmocka_unit_test(policy_that_does_not_fit_the_model_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -161,17 +161,18 @@ static qs_status hook_row_linear(void *user, int n, int layer, int kind, float *
                         fh->nm, err);
 }
 
-/* One forward's state shared by its rank threads (each reads its own entries). */
+/* One forward's state shared by its rank threads (each reads its own entries): blocks
+ * start..end-1, then the final norm and lm_head when head is set. */
 typedef struct fwd_run {
     qw_rank *const *ranks;
-    int n, L, fq, start;
+    int n, end, head, fq, start;
     qw_prefix_cache *pc;
     const fwd_names *nm;
     qw_head_io *hio;
     qw_block_io *io;
 } fwd_run;
 
-/* Rank i's whole forward: embeddings, the blocks, the final norm and its lm_head slice. */
+/* Rank i's part: embeddings (from block 0), the blocks, the final norm and its lm_head slice. */
 static qs_status rank_forward(void *ctx, int i, qs_error *err) {
     const fwd_run *fr = ctx;
     qw_rank *r = fr->ranks[i];
@@ -184,7 +185,7 @@ static qs_status rank_forward(void *ctx, int i, qs_error *err) {
         st = qw_head_embed(&hio, 1, err);
         if (st != QS_OK) return st;
     }
-    for (int l = fr->start; l < fr->L; l++) {
+    for (int l = fr->start; l < fr->end; l++) {
         st = qw_prefix_cache_reached(fr->pc, &r->be, l, fr->fq, r->rs.x, err);
         if (st != QS_OK) return st;
         io->norm1 = r->attn_norm[l];
@@ -192,9 +193,57 @@ static qs_status rank_forward(void *ctx, int i, qs_error *err) {
         st = qw_block_forward(&io, 1, l, &hooks, err);
         if (st != QS_OK) return st;
     }
-    st = qw_prefix_cache_reached(fr->pc, &r->be, fr->L, fr->fq, r->rs.x, err);
-    if (st != QS_OK) return st;
+    st = qw_prefix_cache_reached(fr->pc, &r->be, fr->end, fr->fq, r->rs.x, err);
+    if (st != QS_OK || !fr->head) return st;
     return qw_head_forward(&hio, 1, &hooks, err);
+}
+
+/* The model's ends (llama_head.h) on rank r: the host tokens, the embeddings in their form, the
+ * final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
+static qw_head_io head_io(qw_rank *r, const uint32_t *tokens, int T, int row0, float *gathered,
+                          int vocab_full) {
+    int L = r->cfg.n_layers;
+    return (qw_head_io){.be = &r->be,
+                        .cfg = &r->cfg,
+                        .N = T,
+                        .row0 = row0,
+                        .tokens = tokens,
+                        .table = &r->lin[L * QW_LINEAR_KINDS + 1].w,
+                        .x = r->rs.x,
+                        .xf = r->rs.x,
+                        .norm = r->final_norm,
+                        .ln = r->rs.xb,
+                        .logits = r->rs.logits,
+                        .gathered = gathered,
+                        .ld = (size_t)vocab_full,
+                        .col0 = r->vocab0,
+                        .prof = r->prof};
+}
+
+/* The block's buffers on rank r: the evaluation's in-place residual stream. */
+static qw_block_io block_io(qw_rank *r, int T) {
+    qw_runstate *rs = &r->rs;
+    return (qw_block_io){.be = &r->be,
+                         .cfg = &r->cfg,
+                         .B = 1,
+                         .T = T,
+                         .rope_cos = rs->rope_cos,
+                         .rope_sin = rs->rope_sin,
+                         .res = rs->x,
+                         .ln1 = rs->xb,
+                         .q = rs->q,
+                         .k = rs->k,
+                         .v = rs->v,
+                         .scores = rs->scores,
+                         .att = rs->att,
+                         .mid = rs->x,
+                         .ln2 = rs->xb,
+                         .g = rs->hb,
+                         .u = rs->hb2,
+                         .h = rs->hb,
+                         .ybuf = rs->ybuf,
+                         .out = rs->x,
+                         .prof = r->prof};
 }
 
 qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens, int T, int row0,
@@ -222,55 +271,14 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
             qw_profile_reset(&local[i]);
             ranks[i]->prof = &local[i];
         }
-    /* The model's ends (llama_head.h) on each rank: the host tokens, the embeddings in their
-     * form, the final norm of the rows from row0 into xb, lm_head's vocabulary slice. */
     qw_head_io hio[n];
-    for (int i = 0; i < n; i++) {
-        qw_rank *r = ranks[i];
-        hio[i] = (qw_head_io){.be = &r->be,
-                              .cfg = &r->cfg,
-                              .N = T,
-                              .row0 = row0,
-                              .tokens = tokens,
-                              .table = &r->lin[L * QW_LINEAR_KINDS + 1].w,
-                              .x = r->rs.x,
-                              .xf = r->rs.x,
-                              .norm = r->final_norm,
-                              .ln = r->rs.xb,
-                              .logits = r->rs.logits,
-                              .gathered = n > 1 ? gathered : NULL,
-                              .ld = (size_t)vocab_full,
-                              .col0 = r->vocab0,
-                              .prof = r->prof};
-    }
-    /* The block's buffers on each rank: the evaluation's in-place residual stream. */
     qw_block_io io[n];
     for (int i = 0; i < n; i++) {
-        qw_runstate *rs = &ranks[i]->rs;
-        io[i] = (qw_block_io){.be = &ranks[i]->be,
-                              .cfg = &ranks[i]->cfg,
-                              .B = 1,
-                              .T = T,
-                              .rope_cos = rs->rope_cos,
-                              .rope_sin = rs->rope_sin,
-                              .res = rs->x,
-                              .ln1 = rs->xb,
-                              .q = rs->q,
-                              .k = rs->k,
-                              .v = rs->v,
-                              .scores = rs->scores,
-                              .att = rs->att,
-                              .mid = rs->x,
-                              .ln2 = rs->xb,
-                              .g = rs->hb,
-                              .u = rs->hb2,
-                              .h = rs->hb,
-                              .ybuf = rs->ybuf,
-                              .out = rs->x,
-                              .prof = ranks[i]->prof};
+        hio[i] = head_io(ranks[i], tokens, T, row0, n > 1 ? gathered : NULL, vocab_full);
+        io[i] = block_io(ranks[i], T);
     }
     /* One host thread per rank (rank 0 on this one), meeting at the all-reduces. */
-    fwd_run fr = {ranks, n, L, fq, start, pc, &nm, hio, io};
+    fwd_run fr = {ranks, n, L, 1, fq, start, pc, &nm, hio, io};
     st = qw_ranks_run(ranks[0]->group, n, rank_forward, &fr, err);
     if (n > 1 && shared)
         for (int i = 0; i < n; i++) {
@@ -281,4 +289,33 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
     if (st != QS_OK) return st;
     *logits = n > 1 ? gathered : ranks[0]->rs.logits;
     return QS_OK;
+}
+
+qs_status qw_forward_blocks(qw_rank *r, const uint32_t *tokens, int T, int first, int end,
+                            const float *in, float *out, qw_prefix_cache *pc,
+                            const char *(*name_of)(const void *ctx, int index, char *buf,
+                                                   size_t cap),
+                            const void *name_ctx, qs_error *err) {
+    int L = r->cfg.n_layers;
+    if (first < 0 || end < first || end > L || (first > 0 && !in))
+        return qs_error_set(err, QS_EINVAL, "forward: blocks %d..%d of %d%s", first, end, L,
+                            first > 0 && !in ? " without the residual at the first" : "");
+    fwd_names nm = {name_of, name_ctx};
+    size_t bytes = (size_t)T * (size_t)r->cfg.dim * sizeof(float);
+    int fq = qw_forward_first_quantized_block(r), start = first;
+    if (fq > end) fq = end; /* boundaries past `end` are not this forward's to store */
+    qs_status st;
+    if (first == 0) {
+        st = qw_prefix_cache_begin(pc, &r->be, tokens, T, fq, r->rs.x, &start, err);
+    } else {
+        pc = NULL; /* the cache holds unquantized prefixes from the embeddings, not this one */
+        st = r->be.ops->upload(&r->be, r->rs.x, in, bytes, err);
+    }
+    if (st != QS_OK) return st;
+    qw_head_io hio = head_io(r, tokens, T, 0, NULL, r->cfg.vocab_size);
+    qw_block_io io = block_io(r, T);
+    fwd_run fr = {&r, 1, end, 0, fq, start, pc, &nm, &hio, &io};
+    st = rank_forward(&fr, 0, err);
+    if (st == QS_OK && out) st = r->be.ops->fetch(&r->be, out, r->rs.x, bytes, err);
+    return st;
 }

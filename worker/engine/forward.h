@@ -75,4 +75,16 @@ qs_status qw_forward_ranks(qw_rank *const *ranks, int n, const uint32_t *tokens,
                                                   size_t cap),
                            const void *name_ctx, const float **logits, qs_error *err);
 
+/* Blocks first..end-1 of the unsharded rank r over tokens[T], without lm_head: the residual
+ * stream starts as the embeddings (first == 0, prefix cache pc usable for the unquantized
+ * leading blocks) or as `in` [T x D] host memory (first > 0), and `out` [T x D] (host, may be
+ * `in`; NULL: not read back) gets block end's input. The blocks compute what they compute inside
+ * a whole forward, bit for bit. Errors: QS_EINVAL (a range outside 0..n_layers), the ops' and
+ * hooks' (QS_ECANCELLED from a hook ends the pass there). */
+qs_status qw_forward_blocks(qw_rank *r, const uint32_t *tokens, int T, int first, int end,
+                            const float *in, float *out, qw_prefix_cache *pc,
+                            const char *(*name_of)(const void *ctx, int index, char *buf,
+                                                   size_t cap),
+                            const void *name_ctx, qs_error *err);
+
 #endif

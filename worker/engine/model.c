@@ -307,18 +307,25 @@ qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const flo
     return qw_model_forward_rows(m, tokens, n, 0, logits, err);
 }
 
-qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int row0,
-                                const float **logits, qs_error *err) {
-    const qw_config *c = &m->cfg;
+/* tokens[n] a forward of m accepts. Errors: QS_EINVAL naming the count or the token. */
+static qs_status check_tokens(const qw_model *m, const uint32_t *tokens, int n, qs_error *err) {
     if (n < 1 || n > m->max_ctx)
         return qs_error_set(err, QS_EINVAL, "forward: %d tokens, model built for 1..%d", n,
                             m->max_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] >= (uint32_t)m->cfg.vocab_size)
+            return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t,
+                                tokens[t], m->cfg.vocab_size);
+    return QS_OK;
+}
+
+qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int row0,
+                                const float **logits, qs_error *err) {
+    const qw_config *c = &m->cfg;
+    qs_status cs = check_tokens(m, tokens, n, err);
+    if (cs != QS_OK) return cs;
     if (row0 < 0 || row0 >= n)
         return qs_error_set(err, QS_EINVAL, "forward: row0 %d outside 0..%d", row0, n - 1);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] >= (uint32_t)c->vocab_size)
-            return qs_error_set(err, QS_EINVAL, "forward: token %d = %u outside vocab %d", t,
-                                tokens[t], c->vocab_size);
     if (m->tp) {
         qs_status st = qw_tp_sync(m->tp, m->lin, err);
         if (st != QS_OK) return st;
@@ -327,6 +334,18 @@ qs_status qw_model_forward_rows(qw_model *m, const uint32_t *tokens, int n, int 
     qw_rank *r = &m->rank;
     return qw_forward_ranks(&r, 1, tokens, n, row0, &m->prefix, NULL, c->vocab_size, name_of_linear,
                             m, logits, err);
+}
+
+qs_status qw_model_forward_blocks(qw_model *m, const uint32_t *tokens, int n, int first, int end,
+                                  const float *in, float *out, qs_error *err) {
+    qs_status cs = check_tokens(m, tokens, n, err);
+    if (cs != QS_OK) return cs;
+    if (m->tp)
+        return qs_error_set(err, QS_EUNSUPPORTED,
+                            "forward of blocks %d..%d: tensor parallelism (unsharded model only)",
+                            first, end);
+    return qw_forward_blocks(&m->rank, tokens, n, first, end, in, out, &m->prefix, name_of_linear,
+                             m, err);
 }
 
 qw_backend *qw_model_logits_backend(qw_model *m) {

@@ -82,6 +82,15 @@ qs_status qw_model_apply_policy(qw_model *m, const qw_policy *p, qs_error *err);
 qs_status qw_model_forward(qw_model *m, const uint32_t *tokens, int n, const float **logits,
                            qs_error *err);
 
+/* Blocks first..end-1 of the unsharded model over tokens[n], without lm_head (forward.h
+ * qw_forward_blocks): from the embeddings (first == 0, the prefix cache serving the unquantized
+ * leading blocks) or from `in` [n x dim] (first > 0), block end's input written to `out` [n x
+ * dim] (NULL: not read back; may be `in`). Host memory. A caller that runs a model block by
+ * block, carrying the residual, gets the bits of one whole forward. Errors: those of
+ * qw_model_forward, QS_EINVAL (the range), QS_EUNSUPPORTED (tensor parallelism). */
+qs_status qw_model_forward_blocks(qw_model *m, const uint32_t *tokens, int n, int first, int end,
+                                  const float *in, float *out, qs_error *err);
+
 /* The backend whose memory holds the logits (for score_rows, logsoftmax, fetch): the model's
  * own, or with tensor_parallel > 1 a CPU table over the gathered host logits. */
 qw_backend *qw_model_logits_backend(qw_model *m);

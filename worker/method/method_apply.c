@@ -64,21 +64,35 @@ static const qw_method_plan *linear_plan(const qw_method_plan *plan, int i) {
     return i < plan->n_linear ? plan->linear[i] : NULL;
 }
 
-/* One forward of every calibration chunk: the observing linears collect their statistics. The
- * pass stops at `last`, the block's last observed linear (in forward order q, k, v, o, gate, up,
- * down), whose hook ends it: the blocks after it and lm_head would compute what nobody reads. */
-static qs_status calibrate(qw_model *m, const qw_method_plan *plan, qw_method_linear *last,
-                           qw_method_info *info, qs_error *err) {
-    for (size_t c = 0; c < plan->calib_chunks; c++) {
-        const float *logits;
-        /* the logits are not read: lm_head for the last position only */
-        qs_status st = qw_model_forward_rows(m, plan->calib + c * (size_t)plan->ctx, plan->ctx,
-                                             plan->ctx - 1, &logits, err);
+/* The calibration chunks' residual streams, carried block to block as GPTQ's reference code
+ * carries its inputs: resid [chunks][ctx x D] holds each chunk's input to block `at`, made by the
+ * blocks before it as they stand (already their method's weights). */
+typedef struct calib_carry {
+    float *resid;
+    int at;
+} calib_carry;
+
+/* Every calibration chunk through block b, the block's observing linears collecting their
+ * statistics: each chunk's residual is first carried from block c->at to b (blocks at..b-1, or
+ * from the embeddings with the prefix cache serving an unquantized lead), then block b runs on it
+ * up to `last`, the block's last observed linear (forward order q, k, v, o, gate, up, down), whose
+ * hook ends the pass: the rest would compute what nobody reads. Block by block, a chunk costs
+ * about two forwards, where a pass from the embeddings per block would cost n_layers / 2. */
+static qs_status calibrate(qw_model *m, const qw_method_plan *plan, int b, qw_method_linear *last,
+                           calib_carry *c, qw_method_info *info, qs_error *err) {
+    const size_t D = (size_t)qw_model_config(m)->dim, T = (size_t)plan->ctx;
+    for (size_t k = 0; k < plan->calib_chunks; k++) {
+        const uint32_t *tokens = plan->calib + k * T;
+        float *r = c->resid + k * T * D;
+        qs_status st = QS_OK;
+        if (c->at < b) st = qw_model_forward_blocks(m, tokens, plan->ctx, c->at, b, r, r, err);
+        if (!st) st = qw_model_forward_blocks(m, tokens, plan->ctx, b, b + 1, r, NULL, err);
         if (st == QS_ECANCELLED && last->stopped) st = QS_OK;
         last->stopped = 0;
-        if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, c);
-        info->calib_tokens += (size_t)plan->ctx;
+        if (st) return qs_error_wrap(err, "method %s: calibration chunk %zu", plan->name, k);
+        info->calib_tokens += T;
     }
+    c->at = b;
     return QS_OK;
 }
 
@@ -107,6 +121,16 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
         return qs_error_set(err, QS_ENOMEM, "method %s: %d linears", plan->name, n);
     }
     s->n = n;
+    calib_carry carry = {NULL, 0};
+    size_t carry_bytes = calibrated ? plan->calib_chunks * (size_t)plan->ctx *
+                                          (size_t)qw_model_config(m)->dim * sizeof(float)
+                                    : 0;
+    if (carry_bytes && !(carry.resid = malloc(carry_bytes))) {
+        qw_method_state_free(s);
+        return qs_error_set(err, QS_ENOMEM,
+                            "method %s: %zu bytes for the calibration chunks' residuals",
+                            plan->name, carry_bytes);
+    }
     qs_status st = QS_OK;
     for (int i = 0; i < n && !st; i++) {
         qw_linear *L = qw_model_linear(m, i);
@@ -148,7 +172,7 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
             double c0 = qs_clock_s();
             size_t hits0, skipped0, hits1, skipped1;
             qw_model_prefix_cache_stats(m, &hits0, &skipped0);
-            if (!st) st = calibrate(m, plan, &blk[last], info, err);
+            if (!st) st = calibrate(m, plan, b, &blk[last], &carry, info, err);
             qw_model_prefix_cache_stats(m, &hits1, &skipped1);
             info->calib_blocks_skipped += skipped1 - skipped0;
             blk[last].last = 0;
@@ -165,6 +189,7 @@ qs_status qw_method_apply(qw_model *m, const qw_method_plan *plan, qw_method_sta
                 info->linears++;
         }
     }
+    free(carry.resid);
     if (st) {
         for (int i = 0; i < n; i++)
             qw_method_linear_restore(&s->lins[i]);
