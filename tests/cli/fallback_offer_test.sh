@@ -18,7 +18,6 @@ EP=tcp://127.0.0.1:$PORT
 pg_db_start
 tiny=("$SRC/experiments/tiny.yaml" --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=2
       --set 'sensitivity.formats=[nvfp4]')
-succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
 
 "$Q" coordinator --bind "$EP" >"$D/coordinator.log" 2>&1 &
 pids+=($!)
@@ -31,11 +30,7 @@ LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   QSWEEP_CUDA_MODULE=/nonexistent/libqsweep_cuda.so \
   "$Q" worker --connect "$EP" --id fb-a --threads 1 --backend auto >"$D/worker.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 1200); do
-  [ "$(succeeded fb-cpu)" = 8 ] && break
-  sleep 0.25
-done
-[ "$(succeeded fb-cpu)" = 8 ] || fail "fb-cpu: $(succeeded fb-cpu) of 8 jobs succeeded"
+wait_for "fb-cpu done" '[ "$(succeeded fb-cpu)" = 8 ]'
 [ "$(psql_q "SELECT count(*) FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job
              JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'fb-gpu'")" = 0 ] ||
   fail "a job asking for a GPU ran on the worker that falls back to the CPU"

@@ -60,18 +60,8 @@ if [ "${3:-scheduling}" = run ]; then
   echo "numerics_path_test run: ok"
   exit 0
 fi
-succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
-wait_done() { # experiment, jobs: the limit only bounds a hang
-  for _ in $(seq 1 3000); do
-    [ "$(succeeded "$1")" = "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "$1: $(succeeded "$1") of $2 jobs succeeded in 300 s"
-}
 attempts_of() { psql_q "SELECT count(a.*) FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job
                         JOIN experiments e ON e.id = ej.experiment WHERE e.name = '$1'"; }
-pin_of() { psql_q "SELECT n.path FROM experiment_numerics n JOIN experiments e ON e.id = n.experiment
-                   WHERE e.name = '$1'"; }
 
 "$Q" coordinator --bind "$EP" >"$D/coordinator.log" 2>&1 &
 coord=$!
@@ -90,7 +80,7 @@ grep -q "numerics: 'gpu' is not a numerics path" <<<"$out" || fail "numerics: gp
 "$Q" worker --connect "$EP" --id cpu-a --threads 1 --backend auto >"$D/a.log" 2>&1 &
 a=$!
 pids+=($a)
-wait_done np-first 8
+wait_for "np-first done" '[ "$(succeeded np-first)" = 8 ]'
 [ "$(attempts_of np-cuda)" = 0 ] || fail "np-cuda (numerics: cuda) ran on the CPU worker"
 fixed=cpu-qsweep-fixed2
 [ "$(pin_of np-first)" = $fixed ] || fail "np-first pinned to '$(pin_of np-first)', want $fixed"
@@ -124,7 +114,7 @@ training:
   checkpoint_dir: $D/ckpt
 YAML
 "$Q" submit "$D/train.yaml" >>"$D/submit.log" 2>&1 || fail "submit np-train"
-wait_done np-train 1
+wait_for "np-train done" '[ "$(succeeded np-train)" = 1 ]'
 n=$(psql_q "SELECT count(*) FROM results r JOIN experiment_jobs ej ON ej.job = r.job
             JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-train' AND r.final
             AND r.name = 'backend_fallback.$why'")
@@ -154,7 +144,7 @@ pids+=($!)
 QSWEEP_CPU_GEMM=openblas "$Q" worker --connect "$EP" --id cpu-b --threads 1 >"$D/b.log" 2>&1 &
 b=$!
 pids+=($b)
-wait_done np-cpu 8
+wait_for "np-cpu done" '[ "$(succeeded np-cpu)" = 8 ]'
 case "$(pin_of np-cpu)" in cpu-openblas-*) ;; *) fail "np-cpu pinned to '$(pin_of np-cpu)'" ;; esac
 [ "$(psql_q "SELECT count(*) FROM attempts WHERE worker = 'cpu-b' AND job IN (SELECT ej.job FROM
      experiment_jobs ej JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-second')")" = 0 ] ||
@@ -173,7 +163,7 @@ kill -TERM $b
 wait $b || true
 "$Q" worker --connect "$EP" --id cpu-a --threads 1 --exit-when-idle 3 >"$D/a2.log" 2>&1 &
 pids+=($!)
-wait_done np-second 8
+wait_for "np-second done" '[ "$(succeeded np-second)" = 8 ]'
 ran=$(psql_q "SELECT string_agg(DISTINCT a.worker, ',') FROM attempts a JOIN experiment_jobs ej
               ON ej.job = a.job JOIN experiments e ON e.id = ej.experiment WHERE e.name = 'np-second'")
 [ "$ran" = cpu-a ] || fail "np-second's jobs ran on '$ran', want cpu-a alone"

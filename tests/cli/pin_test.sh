@@ -22,22 +22,12 @@ pg_db_start
 # one format, weights only: 8 jobs; each experiment its own max_chunks, so no job is shared
 tiny=("$SRC/experiments/tiny.yaml" --set 'sensitivity.quantize=[weights]' --set 'sensitivity.formats=[nvfp4]')
 fixed=cpu-qsweep-fixed2
-pin_of() { psql_q "SELECT n.path FROM experiment_numerics n JOIN experiments e ON e.id = n.experiment
-                   WHERE e.name = '$1'"; }
-succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
 # the attempts of experiment $1 not on worker $2 with path $3
 attempts_off() { psql_q "SELECT count(*) FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job
                          JOIN experiments e ON e.id = ej.experiment WHERE e.name = '$1'
                          AND (a.worker <> '$2' OR a.numerics_path IS DISTINCT FROM '$3')"; }
 attempts_of() { psql_q "SELECT count(*) FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job
                         JOIN experiments e ON e.id = ej.experiment WHERE e.name = '$1'"; }
-wait_for() { # what, command: the limit only bounds a hang
-  for _ in $(seq 1 3000); do
-    eval "$2" && return 0
-    sleep 0.1
-  done
-  fail "$1: not so after 3000 tries"
-}
 
 "$Q" coordinator --bind "$EP" --lease-ms 120000 >"$D/coordinator.log" 2>&1 &
 coord=$!

@@ -23,19 +23,9 @@ pg_db_start
 # 64 chunks: each job runs long enough (about a second) to be caught running
 tiny=("$SRC/experiments/tiny.yaml" --set 'sensitivity.quantize=[weights]' --set dataset.max_chunks=64)
 fixed=cpu-qsweep-fixed2
-pin_of() { psql_q "SELECT n.path FROM experiment_numerics n JOIN experiments e ON e.id = n.experiment
-                   WHERE e.name = '$1'"; }
-succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
 running_of() { psql_q "SELECT count(*) FROM attempts a JOIN experiment_jobs ej ON ej.job = a.job
                        JOIN experiments e ON e.id = ej.experiment
                        WHERE e.name = '$1' AND a.outcome = 'running'"; }
-wait_for() { # what, command: the limit only bounds a hang
-  for _ in $(seq 1 1200); do
-    eval "$2" && return 0
-    sleep 0.1
-  done
-  fail "$1: not so after 1200 tries"
-}
 
 "$Q" coordinator --bind "$EP" --lease-ms 120000 >"$D/coordinator.log" 2>&1 &
 coord=$!

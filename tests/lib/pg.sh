@@ -14,6 +14,12 @@
 #   an EXIT trap that ends the processes in pids, stops the private cluster and removes D.
 # Then pg_db_start starts the cluster (qsweep db start; QSWEEP_DB exported), and
 # psql_q SQL prints SQL's result unaligned, tuples only. Both need Q, the qsweep binary.
+# On the started cluster:
+#   pin_of EXP      the numerics path experiment EXP is pinned to (empty: none)
+#   succeeded EXP   how many of EXP's jobs succeeded
+#   wait_for WHAT COND   evaluates the shell condition COND every 0.1 s until it holds; after
+#             3000 tries (the limit only bounds a hang) fails with WHAT and COND as it last
+#             expanded ("[ 5 = 8 ]"), so the log says what was seen.
 pg_test_setup() {
   PG_TEST_NAME=$1
   D=$(mktemp -d "${TMPDIR:-/tmp}/qsweep-$2-XXXXXX")
@@ -47,3 +53,16 @@ pg_db_start() {
 }
 
 psql_q() { psql "$QSWEEP_DB" -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
+
+pin_of() { psql_q "SELECT n.path FROM experiment_numerics n JOIN experiments e ON e.id = n.experiment
+                   WHERE e.name = '$1'"; }
+
+succeeded() { psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$1'"; }
+
+wait_for() {
+  for _ in $(seq 1 3000); do
+    eval "$2" && return 0
+    sleep 0.1
+  done
+  fail "$1: not so after 3000 tries; last seen: $(eval "echo \"$2\"" 2>&1)"
+}
