@@ -31,6 +31,7 @@
 #include "trainer.h"
 #include "small_config.h"
 #include "train_fixture.h"
+#include "train_run.h"
 
 static qw_config small_config(void) {
     return small_config_of(64, 128, 2, 4, 2, 16, 64);
@@ -40,45 +41,22 @@ enum { B = 2, T = 32, STEPS = 6, NTOK = 8192 };
 
 /* Trains `ranks` replicas with accumulation accum; returns the last loss, params into p. */
 static double run(int ranks, int accum, const uint32_t *stream, float *p, int single) {
-    qs_error err = {0};
-    qw_config c = small_config();
-    qw_tmodel *m[2] = {NULL, NULL};
-    qw_recipe r;
-    assert_int_equal(qw_recipe_by_name("fp32", &r, &err), QS_OK);
-    for (int i = 0; i < ranks; i++) {
-        assert_int_equal(qw_tmodel_create(&c, B, T, 2, &m[i], &err), QS_OK);
-        assert_int_equal(qw_tmodel_set_recipe(m[i], &r, 99, &err), QS_OK);
-    }
-    /* only rank 0 is initialised: the trainer copies it to the others */
-    assert_int_equal(qw_tmodel_init_random(m[0], 5, 0.05f, &err), QS_OK);
-    qw_data d;
-    assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
-    qw_group g;
-    assert_int_equal(qw_group_cpu(&g, ranks, 2, &err), QS_OK);
-    qw_train_config tc = fixture_train_config(STEPS, accum);
-    qw_trainer tr;
-    if (single)
-        assert_int_equal(qw_trainer_create(&tr, m[0], &d, &tc, 2, &err), QS_OK);
-    else
-        assert_int_equal(qw_trainer_create_dp(&tr, m, ranks, &g, &d, &tc, 2, &err), QS_OK);
-    qw_step_metrics mt = {0};
-    while (tr.step < STEPS)
-        if (qw_trainer_step(&tr, &mt, &err) != QS_OK) fail_msg("%s", err.msg);
-    assert_int_equal(qw_tmodel_fetch(m[0], QW_TMODEL_PARAMS, p, &err), QS_OK);
-    if (ranks == 2) { /* the replicas stay equal */
-        size_t n = qw_tmodel_n_params(m[0]);
-        float *q = malloc(n * sizeof *q);
-        assert_int_equal(qw_tmodel_fetch(m[1], QW_TMODEL_PARAMS, q, &err), QS_OK);
-        assert_memory_equal(p, q, n * sizeof *q);
-        free(q);
-    }
-    assert_int_equal(tr.tokens_seen, (size_t)STEPS * ranks * accum * B * T);
-    qw_trainer_free(&tr);
-    qw_data_free(&d);
-    qw_group_destroy(&g);
-    for (int i = 0; i < ranks; i++)
-        qw_tmodel_destroy(m[i]);
-    return mt.train_loss;
+    fixture_run r = {.recipe = "fp32",
+                     .cfg = small_config(),
+                     .B = B,
+                     .T = T,
+                     .steps = STEPS,
+                     .accum = accum,
+                     .threads = 2,
+                     .ranks = ranks,
+                     .seed = 99,
+                     .stream = stream,
+                     .ntok = NTOK,
+                     .single = single};
+    fixture_outcome o;
+    fixture_train(&r, p, &o);
+    assert_int_equal(o.tokens_seen, (size_t)STEPS * ranks * accum * B * T);
+    return o.loss[STEPS - 1];
 }
 
 static void two_ranks_match_one_rank_with_twice_the_accumulation(void **s) {

@@ -32,6 +32,7 @@
 #include "quant.h"
 #include "small_config.h"
 #include "train_fixture.h"
+#include "train_run.h"
 #include "tmodel.h"
 #include "trainer.h"
 
@@ -179,45 +180,54 @@ static void tables(void) {
     packed.gemm_abt_quant_kept = p_gemm_abt_quant_kept;
 }
 
+typedef struct kept_run {
+    int cache;
+    int *made; /* [STEPS] or NULL */
+    int before;
+} kept_run;
+
+static void kept_setup(qw_tmodel *m, void *ctx) {
+    qw_tmodel_set_weight_cache(m, ((kept_run *)ctx)->cache);
+}
+
+static void kept_before_step(int step, void *ctx) {
+    (void)step;
+    ((kept_run *)ctx)->before = seen.quant_operand;
+}
+
+static void kept_after_step(int step, void *ctx) {
+    kept_run *k = ctx;
+    if (k->made) k->made[step - 1] = seen.quant_operand - k->before;
+}
+
 /* One training run of STEPS steps of ACCUM micro-batches under recipe name on a CPU backend
  * with table ops (NULL: the plain CPU), the cache on or off: each step's loss into loss, the
  * kept operands made during each step into made[STEPS] (may be NULL), the final parameters into
  * p, the cache's bytes into *bytes. */
+
 static void run(const char *name, const qw_ops *ops, int cache, const uint32_t *stream,
                 double *loss, int *made, float *p, size_t *bytes) {
-    qs_error err = {0};
-    qw_config c = small_config();
-    qw_backend be;
-    assert_int_equal(qw_backend_cpu_init(&be, 1, c.hidden_dim, &err), QS_OK);
-    if (ops) be.ops = ops;
-    qw_tmodel *m = NULL;
-    qw_recipe r;
-    assert_int_equal(qw_recipe_by_name(name, &r, &err), QS_OK);
-    assert_int_equal(qw_tmodel_create_on(&c, B, T, &be, &m, &err), QS_OK);
-    if (qw_tmodel_set_recipe(m, &r, SEED, &err) != QS_OK) fail_msg("%s", err.msg);
-    qw_tmodel_set_weight_cache(m, cache);
-    assert_int_equal(qw_tmodel_init_random(m, 5, 0.05f, &err), QS_OK);
-    qw_data d;
-    assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
-    qw_group g;
-    assert_int_equal(qw_group_cpu(&g, 1, 1, &err), QS_OK);
-    qw_train_config tc = fixture_train_config(STEPS, ACCUM);
-    qw_trainer tr;
-    assert_int_equal(qw_trainer_create_dp(&tr, &m, 1, &g, &d, &tc, 1, &err), QS_OK);
-    qw_step_metrics mt = {0};
-    while (tr.step < STEPS) {
-        int before = seen.quant_operand;
-        if (qw_trainer_step(&tr, &mt, &err) != QS_OK) fail_msg("%s", err.msg);
-        loss[tr.step - 1] = mt.train_loss;
-        if (made) made[tr.step - 1] = seen.quant_operand - before;
-    }
-    assert_int_equal(qw_tmodel_fetch(m, QW_TMODEL_PARAMS, p, &err), QS_OK);
-    *bytes = qw_tmodel_weight_cache_bytes(m);
-    qw_trainer_free(&tr);
-    qw_data_free(&d);
-    qw_group_destroy(&g);
-    qw_tmodel_destroy(m);
-    qw_backend_release(&be);
+    kept_run k = {cache, made, 0};
+    fixture_run r = {.recipe = name,
+                     .cfg = small_config(),
+                     .B = B,
+                     .T = T,
+                     .steps = STEPS,
+                     .accum = ACCUM,
+                     .threads = 1,
+                     .ranks = 1,
+                     .seed = SEED,
+                     .stream = stream,
+                     .ntok = NTOK,
+                     .ops = ops,
+                     .setup = kept_setup,
+                     .before_step = kept_before_step,
+                     .after_step = kept_after_step,
+                     .ctx = &k};
+    fixture_outcome o;
+    fixture_train(&r, p, &o);
+    memcpy(loss, o.loss, STEPS * sizeof *loss);
+    *bytes = o.cache_bytes;
 }
 
 /* Blocks whose linears recipe name quantizes. */

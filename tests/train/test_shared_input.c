@@ -28,6 +28,7 @@
 #include "trainer.h"
 #include "small_config.h"
 #include "train_fixture.h"
+#include "train_run.h"
 
 enum { B = 2, T = 32, STEPS = 3, NTOK = 8192, SEED = 77 };
 
@@ -44,37 +45,28 @@ static const char *const recipes[] = {
 
 /* Trains `ranks` replicas of nt threads each under recipe name, sharing on or off: every step's
  * loss into loss[STEPS], rank 0's final parameters into p. */
+static void set_share(qw_tmodel *m, void *ctx) {
+    qw_tmodel_set_shared_inputs(m, *(const int *)ctx);
+}
+
 static void run(const char *name, int nt, int ranks, int accum, int share, const uint32_t *stream,
                 double *loss, float *p) {
-    qs_error err = {0};
-    qw_config c = small_config();
-    qw_tmodel *m[2] = {NULL, NULL};
-    qw_recipe r;
-    assert_int_equal(qw_recipe_by_name(name, &r, &err), QS_OK);
-    for (int i = 0; i < ranks; i++) {
-        assert_int_equal(qw_tmodel_create(&c, B, T, nt, &m[i], &err), QS_OK);
-        if (qw_tmodel_set_recipe(m[i], &r, SEED, &err) != QS_OK) fail_msg("%s", err.msg);
-        qw_tmodel_set_shared_inputs(m[i], share);
-    }
-    assert_int_equal(qw_tmodel_init_random(m[0], 5, 0.05f, &err), QS_OK);
-    qw_data d;
-    assert_int_equal(qw_data_init(&d, stream, NTOK, 0.0, T, 3, &err), QS_OK);
-    qw_group g;
-    assert_int_equal(qw_group_cpu(&g, ranks, nt, &err), QS_OK);
-    qw_train_config tc = fixture_train_config(STEPS, accum);
-    qw_trainer tr;
-    assert_int_equal(qw_trainer_create_dp(&tr, m, ranks, &g, &d, &tc, nt, &err), QS_OK);
-    qw_step_metrics mt = {0};
-    while (tr.step < STEPS) {
-        if (qw_trainer_step(&tr, &mt, &err) != QS_OK) fail_msg("%s", err.msg);
-        loss[tr.step - 1] = mt.train_loss;
-    }
-    assert_int_equal(qw_tmodel_fetch(m[0], QW_TMODEL_PARAMS, p, &err), QS_OK);
-    qw_trainer_free(&tr);
-    qw_data_free(&d);
-    qw_group_destroy(&g);
-    for (int i = 0; i < ranks; i++)
-        qw_tmodel_destroy(m[i]);
+    fixture_run r = {.recipe = name,
+                     .cfg = small_config(),
+                     .B = B,
+                     .T = T,
+                     .steps = STEPS,
+                     .accum = accum,
+                     .threads = nt,
+                     .ranks = ranks,
+                     .seed = SEED,
+                     .stream = stream,
+                     .ntok = NTOK,
+                     .setup = set_share,
+                     .ctx = &share};
+    fixture_outcome o;
+    fixture_train(&r, p, &o);
+    memcpy(loss, o.loss, STEPS * sizeof *loss);
 }
 
 static void shared_training_is_unshared_bit_for_bit(void **s) {
