@@ -70,8 +70,9 @@ static const char *const PLAN_SQL =
     "         coalesce(j.spec -> 'method_options' ? 'scale_search', false), 9, s.part";
 
 /* The candidate label of each row of PLAN_SQL: its setting's label among the settings the
- * sweep measured (kinds/method_label.h qs_method_setting_label: gptq+damp=0.1 beside gptq+damp=0.01),
- * and in *options {label: that setting's method_options, null without}. NULL when out of memory. */
+ * sweep measured (kinds/method_label.h qs_method_setting_label: gptq+damp=0.1 beside
+ * gptq+damp=0.01), and in *options {label: that setting's method_options, null without}. NULL when
+ * out of memory. */
 typedef char plan_label[64];
 
 static plan_label *row_labels(PGresult *r, json_t **options) {
@@ -161,12 +162,28 @@ static int add_candidate(qsweep_plan_input *in, const char *method, const char *
     return 1;
 }
 
-/* Whether a comma-separated list holds name (a NULL list holds every name). */
-static int listed(const char *list, const char *name) {
+/* Whether entry p[0, len) of --methods (canonical setting labels) names the candidate of
+ * setting label `label`, whose options are options[label] (row_labels): the label itself, or,
+ * when the entry spells out options, a setting they all agree with
+ * (kinds/method_label.h qs_method_setting_named: "gptq+damp=0.01" names the one gptq setting
+ * measured, labelled "gptq", when its damp is 0.01). */
+static int names_candidate(const char *p, size_t len, const char *label, const json_t *options) {
+    if (strlen(label) == len && !strncmp(p, label, len)) return 1;
+    if (!memchr(p, '=', len)) return 0; /* a bare label names its own candidates only */
+    bool search;
+    size_t ll;
+    qs_method_setting set = {qs_method_by_setting_label(label, &search, &ll),
+                             json_object_get(options, label)};
+    if (json_is_null(set.options)) set.options = NULL;
+    return set.method >= 0 && qs_method_setting_named(p, len, &set);
+}
+
+/* Whether a comma-separated list (NULL: every name) names the candidate of setting label
+ * `label` (names_candidate). */
+static int listed(const char *list, const char *label, const json_t *options) {
     if (!list) return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; (p = strstr(p, name)); p += n)
-        if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n])) return 1;
+    for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+        if (names_candidate(p, strcspn(p, ","), label, options)) return 1;
     return 0;
 }
 
@@ -258,8 +275,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
                               "the sweep has several models (%s, %s): choose one "
                               "with --model",
                               a ? a : model, trained ? trained : m);
-        }
-        else if (strcmp(quant, q))
+        } else if (strcmp(quant, q))
             st = qs_error_set(err, QS_EINVAL,
                               "the sweep quantizes %s and %s: choose one with "
                               "--quantize",
@@ -287,13 +303,13 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
                 for (size_t k = 0; !st && k < in->n_formats; k++)
                     if (!strcmp(in->formats[k], t))
                         st = qs_error_set(err, QS_EINVAL, "--formats: %s listed twice", t);
-                if (!st && (listed(o->methods, "rtn") || !strcmp(t, "bf16")))
+                if (!st && (listed(o->methods, "rtn", NULL) || !strcmp(t, "bf16")))
                     add_candidate(in, "rtn", t);
                 for (int i = 0; !st && i < n && strcmp(t, "bf16"); i++) {
                     const char *me = label[i];
                     if (strcmp(me, "rtn") && !strcmp(PQgetvalue(r, i, 1), t) &&
-                        !strcmp(PQgetvalue(r, i, 3), mode) && listed(o->methods, me) &&
-                        !add_candidate(in, me, t))
+                        !strcmp(PQgetvalue(r, i, 3), mode) &&
+                        listed(o->methods, me, in->method_options) && !add_candidate(in, me, t))
                         st = qs_error_set(err, QS_EINVAL,
                                           "more than %d (method, format) candidates: choose "
                                           "fewer with --methods or --formats",
@@ -306,7 +322,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
             const char *fm = PQgetvalue(r, i, 1), *me = label[i];
             if (strcmp(PQgetvalue(r, i, 3), mode) || strcmp(PQgetvalue(r, i, 0), model) ||
                 strcmp(PQgetvalue(r, i, 2), quant) || !qsweep_plan_quarter_bits(fm) ||
-                !listed(o->methods, me))
+                !listed(o->methods, me, in->method_options))
                 continue;
             /* one slot stays for bf16; past it, rtn-only sweeps keep their first formats */
             int fresh = candidate_index(in, me, fm) == in->n_formats;
@@ -326,8 +342,7 @@ qs_status qsweep_plan_load_costs(PGconn *c, const qsweep_plan_opts *o, qsweep_pl
     for (const char *p = o->methods; !st && p && *p; p += strcspn(p, ","), p += *p == ',') {
         size_t len = strcspn(p, ","), k = 0;
         while (k < in->n_formats && (strcmp(in->formats[k], "bf16") == 0 ||
-                                     strlen(in->methods[k]) != len ||
-                                     strncmp(in->methods[k], p, len) != 0))
+                                     !names_candidate(p, len, in->methods[k], in->method_options)))
             k++;
         char settings[512];
         if (k == in->n_formats && settings_of(label, n, p, len, settings, sizeof settings) > 1)

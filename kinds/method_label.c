@@ -11,7 +11,8 @@
 int qs_method_label(int i, const json_t *options, char *out, size_t cap) {
     const qs_method *m = qs_method_at(i);
     if (!m) return snprintf(out, cap, "?");
-    bool search = qs_method_scale_search(m) && json_is_true(json_object_get(options, "scale_search"));
+    bool search =
+        qs_method_scale_search(m) && json_is_true(json_object_get(options, "scale_search"));
     return snprintf(out, cap, "%s%s", m->name, search ? "+search" : "");
 }
 
@@ -61,7 +62,8 @@ static void linear_label(const json_t *o, const char *key, char *out, size_t cap
     const char *v = json_string_value(json_object_get(json_object_get(o, "linears"), key));
     bool search;
     const qs_method *m = qs_method_at(qs_method_by_label(v, &search));
-    bool folded = m && qs_method_scale_search(m) && !search && json_is_true(json_object_get(o, "scale_search"));
+    bool folded = m && qs_method_scale_search(m) && !search &&
+                  json_is_true(json_object_get(o, "scale_search"));
     snprintf(out, cap, "%s%s", v ? v : "", folded ? "+search" : "");
 }
 
@@ -140,7 +142,8 @@ static size_t linear_part(const char *p) {
     if ((size_t)(p + end - eq) > sizeof value) return 0;
     snprintf(value, sizeof value, "%.*s", (int)(p + end - eq - 1), eq + 1);
     int i = qs_method_by_label(value, &search);
-    if (qs_block_linear_parse(key, &block, &kind) || i <= QS_METHOD_RTN || qs_method_at(i)->per_linear)
+    if (qs_block_linear_parse(key, &block, &kind) || i <= QS_METHOD_RTN ||
+        qs_method_at(i)->per_linear)
         return 0;
     return end;
 }
@@ -169,7 +172,8 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
     if (i < 0) return -1;
     /* each option part: "+<option of the method>=<value>" */
     for (const char *p = end; *p;) {
-        size_t n = strcspn(p + 1, "+"), k = 0, linear = qs_method_at(i)->per_linear ? linear_part(p) : 0;
+        size_t n = strcspn(p + 1, "+"), k = 0,
+               linear = qs_method_at(i)->per_linear ? linear_part(p) : 0;
         if (linear) {
             p += linear;
             continue;
@@ -325,3 +329,68 @@ qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t 
     return st;
 }
 
+/* The "+"-separated parts of text[0, len) into part (at most cap), a part without '=' after the
+ * first one holding '=' joined to the one before it (a linear's "+search"); returns how many.
+ * buf (len + 1 bytes) holds them. */
+static size_t label_parts(const char *text, size_t len, char *buf, char **part, size_t cap) {
+    memcpy(buf, text, len);
+    buf[len] = 0;
+    size_t np = 0;
+    bool opts = false;
+    for (char *p = buf, *next; p && np < cap; p = next) {
+        next = strchr(p, '+');
+        if (next) *next++ = 0;
+        if (opts && !strchr(p, '=') && np) {
+            p[-1] = '+'; /* a continuation: back into the part before it */
+            continue;
+        }
+        opts |= strchr(p, '=') != NULL;
+        part[np++] = p;
+    }
+    return np;
+}
+
+bool qs_method_setting_named(const char *text, size_t len, const qs_method_setting *s) {
+    const qs_method *m = qs_method_at(s->method);
+    if (!m || len > 255) return false;
+    /* s's label with every option it has and every linear spelled out */
+    char full[512], label[64];
+    int n = qs_method_label(s->method, s->options, label, sizeof label);
+    if (n < 0 || (size_t)n >= sizeof label) return false;
+    size_t fl = (size_t)snprintf(full, sizeof full, "%s", label);
+    for (size_t k = 0; k < N_LABEL_OPTIONS && fl < sizeof full; k++) {
+        const json_t *v = json_object_get(s->options, label_options[k]);
+        char value[40];
+        if (!v) continue;
+        option_text(v, value, sizeof value);
+        fl += (size_t)snprintf(full + fl, sizeof full - fl, "+%s=%s", label_options[k], value);
+    }
+    const json_t *lin = json_object_get(s->options, "linears");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)lin, key, v) {
+        char ll[64];
+        linear_label(s->options, key, ll, sizeof ll);
+        if (fl < sizeof full)
+            fl += (size_t)snprintf(full + fl, sizeof full - fl, "+%s=%s", key, ll);
+    }
+    if (fl >= sizeof full) return false;
+    char tb[256], fb[512], *tp[64], *fp[64];
+    size_t nt = label_parts(text, len, tb, tp, 64), nf = label_parts(full, fl, fb, fp, 64);
+    /* the label: the parts before the first holding '=' */
+    size_t lt = 0, lf = 0;
+    while (lt < nt && !strchr(tp[lt], '='))
+        lt++;
+    while (lf < nf && !strchr(fp[lf], '='))
+        lf++;
+    if (lt != lf) return false;
+    for (size_t j = 0; j < lt; j++)
+        if (strcmp(tp[j], fp[j])) return false;
+    for (size_t j = lt; j < nt; j++) {
+        size_t k = lf;
+        while (k < nf && strcmp(tp[j], fp[k]))
+            k++;
+        if (k == nf) return false;
+    }
+    return true;
+}

@@ -55,4 +55,11 @@ int qs_method_by_setting_label(const char *text, bool *scale_search, size_t *lab
  * when the text before its first "+<key>=" names no method, QS_ENOMEM. */
 qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap, qs_error *err);
 
+/* Whether canonical setting label text[0, len) (qs_method_setting_label_canonical) names setting
+ * s: the same label (qs_method_label), and every "+<option>=<value>" and per-linear
+ * "+<block>.<kind>=<method label>" it spells out equal to s's own, written as labels write
+ * them. So "gptq+damp=0.01" names the setting whose label, measured in that one setting, is
+ * "gptq" when its damp is 0.01, and "gptq" names every gptq setting. */
+bool qs_method_setting_named(const char *text, size_t len, const qs_method_setting *s);
+
 #endif

@@ -347,6 +347,29 @@ static void run_methods_grid_end_to_end(void **state) {
         assert_non_null(strstr(text, "--objective kl_mean --methods rtn,gptq\n"));
         assert_non_null(strstr(text, "\nname: tiny-methods-plan-12.5b-methods-rtn+gptq\n"));
     }
+    {
+        /* gptq ran in one setting, labelled "gptq": naming it by an option it has (damp 0.01,
+         * the default) is the same candidate and the same plan; another value names none */
+        static char by_label[1 << 15], by_option[1 << 15];
+        const char *a[] = {"plan",     "tiny-methods", "--budget-bits", "12.5", "--methods",
+                           "rtn,gptq", "--db",         conninfo,        NULL};
+        const char *b[] = {"plan", "tiny-methods", "--budget-bits",
+                           "12.5", "--methods",    "rtn,gptq+damp=0.010",
+                           "--db", conninfo,       NULL};
+        qsweep_ok(a, by_label, sizeof by_label);
+        qsweep_ok(b, by_option, sizeof by_option);
+        const char *pa = strstr(by_label, "\npredicted "), *pb = strstr(by_option, "\npredicted ");
+        assert_non_null(pa);
+        assert_non_null(pb);
+        if (strcspn(pa + 1, "\n") != strcspn(pb + 1, "\n") ||
+            strncmp(pa, pb, strcspn(pa + 1, "\n")))
+            fail_msg("--methods gptq+damp=0.010 planned otherwise than gptq:\n%s\n---\n%s",
+                     by_label, by_option);
+        b[5] = "rtn,gptq+damp=0.5";
+        rc = fx_run(QSWEEP_BIN, b, out, sizeof out);
+        if (rc != 2 || !strstr(out, "no component-mode results of method gptq+damp=0.5"))
+            fail_msg("qsweep plan --methods rtn,gptq+damp=0.5: exit %d:\n%s", rc, out);
+    }
     assert_non_null(strstr(grid, "\nname: tiny-methods-plan-12.5b\n"));
     run_grid_reopen(&db, dir, plan_path, out, sizeof out);
     c = db.c;

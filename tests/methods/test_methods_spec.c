@@ -466,6 +466,42 @@ static void a_typed_setting_label_reads_its_values_as_the_grid_does(void **state
     json_decref(a1);
 }
 
+/* A typed setting label that spells out options names every setting whose options agree, even
+ * where the sweep measured that label in one setting and so labels it without them
+ * ("gptq+damp=0.01" names the one gptq setting, labelled "gptq"); a bare label names every
+ * setting of it; a value, an option or a linear that differs names none. */
+static void a_typed_setting_label_names_the_settings_it_agrees_with(void **state) {
+    (void)state;
+    int gq = qs_method_by_name("gptq"), mr = qs_method_by_name("mr-gptq");
+    int pl = qs_method_by_name("per-linear");
+    json_t *d01 = json_pack("{s:b,s:f}", "act_order", 0, "damp", 0.01);
+    json_t *srch = json_pack("{s:b,s:f,s:b}", "act_order", 0, "damp", 0.01, "scale_search", 1);
+    json_t *lin = json_pack("{s:f,s:{s:s,s:s}}", "damp", 0.05, "linears", "0.q", "mr-gptq+search",
+                            "1.q", "gptq");
+    const qs_method_setting g = {gq, d01}, m = {mr, srch}, p = {pl, lin};
+    static const char *const yes[] = {"gptq", "gptq+damp=0.01", "gptq+act_order=false",
+                                      "gptq+act_order=false+damp=0.01"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        if (!qs_method_setting_named(yes[i], strlen(yes[i]), &g))
+            fail_msg("'%s' does not name gptq with damp 0.01", yes[i]);
+    static const char *const no[] = {"gptq+damp=0.1", "gptq+act_order=true", "mr-gptq",
+                                     "smoothquant+alpha=0.5", "gptq+search"};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (qs_method_setting_named(no[i], strlen(no[i]), &g))
+            fail_msg("'%s' names gptq with damp 0.01", no[i]);
+    assert_true(qs_method_setting_named("mr-gptq+search+damp=0.01", 24, &m));
+    assert_false(qs_method_setting_named("mr-gptq+damp=0.01", 17, &m));
+    const char *one = "per-linear+damp=0.05+0.q=mr-gptq+search";
+    assert_true(qs_method_setting_named(one, strlen(one), &p));
+    const char *other = "per-linear+1.q=mr-gptq+search";
+    assert_false(qs_method_setting_named(other, strlen(other), &p));
+    /* the length bounds the text: a list's entry */
+    assert_true(qs_method_setting_named("gptq+damp=0.01,rtn", 14, &g));
+    json_decref(d01);
+    json_decref(srch);
+    json_decref(lin);
+}
+
 /* per-linear's labels: a map whose mr-gptq linears all search is written as the plans wrote it
  * before labels ("mr-gptq" and scale_search true: the same job and key, however it was
  * given); a map of both variants keeps the labels and no flag, and has a key of its own. */
@@ -540,6 +576,7 @@ int main(void) {
         cmocka_unit_test(two_settings_of_one_label_are_labelled_by_their_options),
         cmocka_unit_test(two_per_linear_settings_are_labelled_by_their_linears),
         cmocka_unit_test(a_typed_setting_label_reads_its_values_as_the_grid_does),
+        cmocka_unit_test(a_typed_setting_label_names_the_settings_it_agrees_with),
         cmocka_unit_test(per_linear_writes_each_scale_search_choice_one_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
