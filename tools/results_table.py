@@ -124,16 +124,16 @@ def block_of(path):
     return lines[:b], lines[b : e + 1], lines[e + 1 :]
 
 
-def run(argv, prog, render_fn, block_fn, doc):
-    """render|update|check over a run's output: the command line of this tool and of the
-    table tools built on its parser (tests/methods/methods_table.py)."""
+def run(argv, prog, render_fn, block_fn, doc, parse_fn=parse):
+    """render|update|check over a run's output (read by parse_fn): the command line of this
+    tool and of the table tools built on its parser (tests/methods/methods_table.py)."""
     if len(argv) < 3 or argv[1] not in ("render", "update", "check") or (
         argv[1] != "render" and len(argv) != 4
     ):
         sys.stderr.write(doc)
         return 2
     try:
-        new = render_fn(parse(argv[2]), argv[2])
+        new = render_fn(parse_fn(argv[2]), argv[2])
         if argv[1] == "render":
             print("\n".join(new))
             return 0

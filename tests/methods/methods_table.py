@@ -17,8 +17,14 @@ lowest KL (ties: the first). The block lives between the lines
     <!-- methods-table:end -->
 of a markdown file (docs/methods.md, or tests/methods/data/fp4_methods_tiny.md).
 
+A pipeline's sweep prints its tables another way (cli/results.c: the trained model's name, one
+column per training recipe, "KL mean" and "ppl increase" without the perplexities); a run
+output without the tables above is read as that, one recipe and one seed per table, and its
+block has no perplexity line.
+
 Usage (--block NAME first: the block between <!-- methods-table:NAME:begin --> and
-<!-- methods-table:NAME:end --> instead, a second table of the same file):
+<!-- methods-table:NAME:end --> instead, a second table of the same file; then --decimals N:
+the KL to N decimals instead of 4, for a model FP4 barely moves; a pipeline prints 6):
     methods_table.py render RUN_OUTPUT            print the block
     methods_table.py update RUN_OUTPUT FILE.md    replace FILE's block with the run's
     methods_table.py check  RUN_OUTPUT FILE.md    exit 1 (with a diff) unless FILE's block is
@@ -28,6 +34,7 @@ Exit status: 0 ok, 1 check found a difference, 2 bad input (names the file and l
 import importlib.util
 import json
 import os
+import re
 import sys
 
 _spec = importlib.util.spec_from_file_location(
@@ -39,6 +46,11 @@ _spec.loader.exec_module(rt)
 
 BEGIN = "<!-- methods-table:begin -->"
 END = "<!-- methods-table:end -->"
+DECIMALS = 4
+# a pipeline sweep's table (cli/results.c): its header, then one recipe line, then its rows
+PIPE_HEADER = re.compile(r"^(\S.*?)  (\S+) (\{.*\})  (\S+)  (\S+)-wise$")
+PIPE_RECIPE = re.compile(r"^\s+(\S+), (\d+) seeds?, val loss \S+$")
+PIPE_ROW = re.compile(r"^  (\S+)\s+(\S+)\s+([+-]\S+)%$")
 METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full", "mr-gptq",
                 "mr-gptq+search", "smoothquant"]
 
@@ -92,6 +104,43 @@ def setting_order(label, opts):
                                  else (1, 0, str(opts.get(k, ""))) for k in LABEL_OPTIONS)
 
 
+def parse_pipeline(path):
+    """A pipeline sweep's tables as rt.parse's groups: (model, format, options, quantize, mode,
+    None, [(part, ppl increase %, kl)])."""
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    groups = []
+    for no, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        h = PIPE_HEADER.match(line)
+        if h:
+            model, fmt, opts, quant, mode = h.groups()
+            groups.append((model, fmt, opts, quant, mode, None, []))
+            continue
+        r = PIPE_RECIPE.match(line)
+        if r and groups and r.group(2) != "1":
+            raise rt.BadInput(f"{path}:{no}: {r.group(2)} seeds: one seed per table expected")
+        if line.startswith("  part") and groups and len(line.split()) != 5:
+            raise rt.BadInput(f"{path}:{no}: more than one recipe in a table")
+        r = PIPE_ROW.match(line)
+        if r and groups and r.group(1) != "part":
+            try:
+                groups[-1][6].append((r.group(1), float(r.group(3)), float(r.group(2))))
+            except ValueError:
+                raise rt.BadInput(f"{path}:{no}: row {line.strip()!r}: KL or increase not a number")
+    if not groups:
+        raise rt.BadInput(f"{path}: no results table (qsweep run / qsweep results output expected)")
+    return groups
+
+
+def parse_any(path):
+    """rt.parse's tables, or a pipeline's where the output has none of those."""
+    try:
+        return rt.parse(path)
+    except rt.BadInput as e:
+        if "no results table" not in str(e):
+            raise
+        return parse_pipeline(path)
+
+
 def render(groups, path):
     out = [BEGIN]
     models = []
@@ -102,12 +151,14 @@ def render(groups, path):
         gs = [g for g in groups if g[0] == model and g[4] == "component"]
         if not gs:
             raise rt.BadInput(f"{path}: model {model}: no component-wise table")
-        bases = {f"{g[5]:.4f}" for g in gs}
+        bases = {f"{g[5]:.4f}" if g[5] is not None else None for g in gs}
         if len(bases) != 1:
             raise rt.BadInput(f"{path}: model {model}: the tables disagree on the baseline ({bases})")
         if len(models) > 1:
             out += ["", f"{model}:"]
-        out += ["", f"Unquantized perplexity {bases.pop()}."]
+        base = bases.pop()
+        if base is not None:
+            out += ["", f"Unquantized perplexity {base}."]
         cols = sorted({(rt.column_key(g)[:4]) for g in gs})
         for ckey in cols:
             fmt, quant = ckey[1], ckey[3]
@@ -137,8 +188,9 @@ def render(groups, path):
                         cells.append("")
                         continue
                     _, ppl, kl = row[0]
-                    pct = 100.0 * (ppl - g[5]) / g[5]
-                    cells.append(f"{kl:.4f} ({pct:+.1f}%)")
+                    # a pipeline's row holds the increase itself (parse_pipeline)
+                    pct = ppl if g[5] is None else 100.0 * (ppl - g[5]) / g[5]
+                    cells.append(f"{kl:.{DECIMALS}f} ({pct:+.1f}%)")
                     if best is None or kl < best[1]:
                         best = (m, kl)
                 out.append(f"| {part} | " + " | ".join(cells) + f" | {best[0]} |")
@@ -157,11 +209,17 @@ def block_of(path):
 
 
 def main(argv):
-    global BEGIN, END
+    global BEGIN, END, DECIMALS
     if len(argv) > 2 and argv[1] == "--block":  # a second table of one file, by its own markers
         BEGIN, END = f"<!-- methods-table:{argv[2]}:begin -->", f"<!-- methods-table:{argv[2]}:end -->"
         argv = argv[:1] + argv[3:]
-    return rt.run(argv, "methods_table", render, block_of, __doc__)
+    if len(argv) > 2 and argv[1] == "--decimals":
+        if not argv[2].isdigit() or not 1 <= int(argv[2]) <= 9:
+            sys.stderr.write(f"methods_table: --decimals {argv[2]!r}: expected 1 to 9\n")
+            return 2
+        DECIMALS = int(argv[2])
+        argv = argv[:1] + argv[3:]
+    return rt.run(argv, "methods_table", render, block_of, __doc__, parse_any)
 
 
 if __name__ == "__main__":
