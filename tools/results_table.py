@@ -42,9 +42,15 @@ class BadInput(Exception):
     pass
 
 
-def parse(path):
-    """[(model, format, options, quantize, mode, baseline, [(part, ppl, kl)])] in print order."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+def read_text(path):
+    """The run output at path ("-": standard input, read once)."""
+    return sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+
+
+def parse(path, text=None):
+    """[(model, format, options, quantize, mode, baseline, [(part, ppl, kl)])] in print order,
+    from text when given (path then only names it), else from path."""
+    text = read_text(path) if text is None else text
     groups = []
     # progress lines end in \r: split on both
     for no, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):

@@ -124,6 +124,11 @@ int main(int argc, char **argv) {
     }
     qs_error err = {0};
     qw_config c;
+    qw_recipe known;
+    if (qw_recipe_by_name(recipe, &known, &err) != QS_OK) {
+        fprintf(stderr, "bench_dp: %s\n", err.msg);
+        return 2;
+    }
     if (qw_train_shape_by_name(shape, &c, &err) != QS_OK) {
         fprintf(stderr, "bench_dp: %s\n", err.msg);
         return 2;

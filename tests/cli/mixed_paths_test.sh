@@ -57,9 +57,6 @@ YAML
   ;;
 *) fail "KIND is sweep or training, not '$KIND'" ;;
 esac
-succeeded() {
-  psql_q "SELECT succeeded FROM v_experiment_progress WHERE experiment = '$EXP'"
-}
 
 "$Q" coordinator --bind "$EP" >"$D/coordinator.log" 2>&1 &
 pids+=($!)
@@ -71,10 +68,10 @@ a=$!
 pids+=($a)
 # the limits of the waits below only bound a hang, far past a loaded machine's time
 for _ in $(seq 1 6000); do
-  [ "$(succeeded)" -ge $A_MIN ] 2>/dev/null && break
+  [ "$(succeeded "$EXP")" -ge $A_MIN ] 2>/dev/null && break
   sleep 0.1
 done
-[ "$(succeeded)" -ge $A_MIN ] || fail "worker A finished $(succeeded) jobs in 600 s, fewer than $A_MIN"
+[ "$(succeeded "$EXP")" -ge $A_MIN ] || fail "worker A finished $(succeeded "$EXP") jobs in 600 s, fewer than $A_MIN"
 kill -TERM "$a"
 wait "$a" || true
 out=$("$Q" results $EXP) || fail "qsweep results after worker A"
@@ -86,10 +83,10 @@ QSWEEP_CPU_GEMM=openblas OPENBLAS_CORETYPE=Sandybridge "$Q" worker --connect "$E
   --exit-when-idle 3 >"$D/b.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 12000); do
-  [ "$(succeeded)" = $N ] && break
+  [ "$(succeeded "$EXP")" = $N ] && break
   sleep 0.1
 done
-[ "$(succeeded)" = $N ] || fail "only $(succeeded) of $N jobs succeeded within 1200 s"
+[ "$(succeeded "$EXP")" = $N ] || fail "only $(succeeded "$EXP") of $N jobs succeeded within 1200 s"
 
 path_of() { psql_q "SELECT DISTINCT substr(r.name, 10) FROM results r JOIN attempts a
                     ON a.job = r.job AND a.attempt = r.attempt

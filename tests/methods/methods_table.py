@@ -24,7 +24,8 @@ block has no perplexity line.
 
 Usage (--block NAME first: the block between <!-- methods-table:NAME:begin --> and
 <!-- methods-table:NAME:end --> instead, a second table of the same file; then --decimals N:
-the KL to N decimals instead of 4, for a model FP4 barely moves; a pipeline prints 6):
+the KL to N decimals instead of 4, for a model FP4 barely moves, at most the 6 qsweep prints;
+a pipeline's increase comes with 2 decimals, rounded here to 1 like every table's):
     methods_table.py render RUN_OUTPUT            print the block
     methods_table.py update RUN_OUTPUT FILE.md    replace FILE's block with the run's
     methods_table.py check  RUN_OUTPUT FILE.md    exit 1 (with a diff) unless FILE's block is
@@ -48,7 +49,8 @@ BEGIN = "<!-- methods-table:begin -->"
 END = "<!-- methods-table:end -->"
 DECIMALS = 4
 # a pipeline sweep's table (cli/results.c): its header, then one recipe line, then its rows
-PIPE_HEADER = re.compile(r"^(\S.*?)  (\S+) (\{.*\})  (\S+)  (\S+)-wise$")
+# (options absent when they are {}: cli/pipeline_results.c)
+PIPE_HEADER = re.compile(r"^(\S.*?)  (\S+)(?: (\{.*\}))?  (\S+)  (\S+)-wise$")
 PIPE_RECIPE = re.compile(r"^\s+(\S+), (\d+) seeds?, val loss \S+$")
 PIPE_ROW = re.compile(r"^  (\S+)\s+(\S+)\s+([+-]\S+)%$")
 METHOD_ORDER = ["rtn", "gptq", "rotate16", "rotate32", "rotate128", "rotate-full", "mr-gptq",
@@ -104,17 +106,18 @@ def setting_order(label, opts):
                                  else (1, 0, str(opts.get(k, ""))) for k in LABEL_OPTIONS)
 
 
-def parse_pipeline(path):
-    """A pipeline sweep's tables as rt.parse's groups: (model, format, options, quantize, mode,
-    None, [(part, ppl increase %, kl)])."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+def parse_pipeline(path, text):
+    """A pipeline sweep's tables in text (read from path) as rt.parse's groups: (model, format,
+    options, quantize, mode, None, [(part, ppl increase %, kl)])."""
     groups = []
     for no, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
         h = PIPE_HEADER.match(line)
         if h:
             model, fmt, opts, quant, mode = h.groups()
-            groups.append((model, fmt, opts, quant, mode, None, []))
+            groups.append((model, fmt, opts or "{}", quant, mode, None, []))
             continue
+        if line.endswith("-wise") and not line.startswith(" "):
+            raise rt.BadInput(f"{path}:{no}: a table header not read: {line!r}")
         r = PIPE_RECIPE.match(line)
         if r and groups and r.group(2) != "1":
             raise rt.BadInput(f"{path}:{no}: {r.group(2)} seeds: one seed per table expected")
@@ -132,13 +135,14 @@ def parse_pipeline(path):
 
 
 def parse_any(path):
-    """rt.parse's tables, or a pipeline's where the output has none of those."""
+    """rt.parse's tables, or a pipeline's where the output has none of those (read once)."""
+    text = rt.read_text(path)
     try:
-        return rt.parse(path)
+        return rt.parse(path, text)
     except rt.BadInput as e:
         if "no results table" not in str(e):
             raise
-        return parse_pipeline(path)
+        return parse_pipeline(path, text)
 
 
 def render(groups, path):
@@ -214,8 +218,9 @@ def main(argv):
         BEGIN, END = f"<!-- methods-table:{argv[2]}:begin -->", f"<!-- methods-table:{argv[2]}:end -->"
         argv = argv[:1] + argv[3:]
     if len(argv) > 2 and argv[1] == "--decimals":
-        if not argv[2].isdigit() or not 1 <= int(argv[2]) <= 9:
-            sys.stderr.write(f"methods_table: --decimals {argv[2]!r}: expected 1 to 9\n")
+        if not argv[2].isdigit() or not 1 <= int(argv[2]) <= 6:
+            sys.stderr.write(f"methods_table: --decimals {argv[2]!r}: expected 1 to 6 (qsweep "
+                             "prints the KL to 6)\n")
             return 2
         DECIMALS = int(argv[2])
         argv = argv[:1] + argv[3:]

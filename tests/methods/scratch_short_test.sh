@@ -56,8 +56,23 @@ python3 "$table" --block scratch --decimals 6 check "$D/run.log" "$expected" ||
 # Every method's table came back: 4 methods, MXFP4 weights, each naming its method (rtn: none).
 n=$(grep -c '^mini (30 steps, lr 0.003)  mxfp4 .* weights  component-wise$' "$D/run.log" || true)
 [ "$n" -eq 4 ] || fail "$n method tables in the run, 4 expected"
-# a --decimals outside 1..9 is refused
-rc=0
-python3 "$table" --decimals 0 render "$D/run.log" >/dev/null 2>&1 || rc=$?
-[ "$rc" -eq 2 ] || fail "--decimals 0 was taken (rc $rc)"
+# a --decimals outside 1..6 is refused
+for d in 0 7; do
+  rc=0
+  python3 "$table" --decimals $d render "$D/run.log" >/dev/null 2>&1 || rc=$?
+  [ "$rc" -eq 2 ] || fail "--decimals $d was taken (rc $rc)"
+done
+# standard input is read once, for either kind of table
+python3 "$table" --block scratch --decimals 6 render - <"$D/run.log" >"$D/stdin.md" ||
+  fail "methods_table.py could not read the run from standard input"
+diff -u "$expected" "$D/stdin.md" || fail "the tables read from standard input differ"
+# a table whose options are {} (the header then names none) is a table of its own
+sed -E '0,/^mini .* mxfp4 \{"rounding": "rne", "scale_rule": "rceil"\}  weights  component-wise$/s//mini (30 steps, lr 0.003)  mxfp4  weights  component-wise/' \
+  "$D/run.log" >"$D/noopts.log"
+grep -q '^mini (30 steps, lr 0.003)  mxfp4  weights  component-wise$' "$D/noopts.log" ||
+  fail "the options-less header was not made"
+python3 "$table" --block scratch --decimals 6 render "$D/noopts.log" >"$D/noopts.md" ||
+  fail "methods_table.py refused a table without options"
+diff -u "$expected" "$D/noopts.md" ||
+  fail "a table without options (rtn's, above) was read otherwise than with them"
 echo "scratch_short_test: ok"
