@@ -46,22 +46,21 @@ typedef struct dp_result {
     float *p;    /* rank 0's final parameters (malloc'd) */
 } dp_result;
 
-/* Trains `steps` + 1 steps of recipe on R ranks of one thread each, accumulation 2 / R, from
+/* Trains `steps` + 1 steps of recipe r on R ranks of one thread each, accumulation 2 / R, from
  * stream. Returns 0, or 1 after printing the error. */
-static int run(const qw_config *c, const char *recipe, int B, int T, int R, int steps,
+static int run(const qw_config *c, const qw_recipe *r, int B, int T, int R, int steps,
                const uint32_t *stream, size_t ntok, dp_result *out) {
     qs_error err = {0};
     qw_tmodel *m[2] = {NULL, NULL};
-    qw_recipe r;
     qw_data d = {0};
     qw_group g = {0};
     qw_trainer tr = {0};
     int have_d = 0, have_g = 0, have_tr = 0;
     memset(out, 0, sizeof *out);
-    qs_status st = qw_recipe_by_name(recipe, &r, &err);
+    qs_status st = QS_OK;
     for (int i = 0; i < R && st == QS_OK; i++) {
         st = qw_tmodel_create(c, B, T, 1, &m[i], &err);
-        if (st == QS_OK) st = qw_tmodel_set_recipe(m[i], &r, 1, &err);
+        if (st == QS_OK) st = qw_tmodel_set_recipe(m[i], r, 1, &err);
     }
     /* rank 0 only: the trainer copies it to the others */
     if (st == QS_OK) st = qw_tmodel_init_random(m[0], 1, 0.02f, &err);
@@ -95,7 +94,7 @@ static int run(const qw_config *c, const char *recipe, int B, int T, int R, int 
         else
             st = qw_tmodel_fetch(m[0], QW_TMODEL_PARAMS, out->p, &err);
     }
-    if (st != QS_OK) fprintf(stderr, "bench_dp: %s, %d ranks: %s\n", recipe, R, err.msg);
+    if (st != QS_OK) fprintf(stderr, "bench_dp: %s, %d ranks: %s\n", r->name, R, err.msg);
     if (have_tr) qw_trainer_free(&tr);
     if (have_g) qw_group_destroy(&g);
     if (have_d) qw_data_free(&d);
@@ -124,8 +123,8 @@ int main(int argc, char **argv) {
     }
     qs_error err = {0};
     qw_config c;
-    qw_recipe known;
-    if (qw_recipe_by_name(recipe, &known, &err) != QS_OK) {
+    qw_recipe r;
+    if (qw_recipe_by_name(recipe, &r, &err) != QS_OK) {
         fprintf(stderr, "bench_dp: %s\n", err.msg);
         return 2;
     }
@@ -141,8 +140,8 @@ int main(int argc, char **argv) {
         stream[i] = (uint32_t)((i * 2654435761u) >> 7) % (uint32_t)c.vocab_size;
     bench_print_loadavg("at start");
     dp_result one = {0}, two = {0};
-    int rc = run(&c, recipe, B, T, 1, steps, stream, ntok, &one);
-    if (rc == 0) rc = run(&c, recipe, B, T, 2, steps, stream, ntok, &two);
+    int rc = run(&c, &r, B, T, 1, steps, stream, ntok, &one);
+    if (rc == 0) rc = run(&c, &r, B, T, 2, steps, stream, ntok, &two);
     if (rc == 0) {
         size_t n = 0, bytes = 0;
         qw_tmodel_plan(&c, B, T, 1, &n, &bytes);
@@ -160,7 +159,8 @@ int main(int argc, char **argv) {
         printf("1 rank, accumulation 2: %.1f tokens/s, %.2f CPU s per wall s\n", one.tps, one.util);
         printf("2 ranks, accumulation 1: %.1f tokens/s, %.2f CPU s per wall s\n", two.tps,
                two.util);
-        int bounded = !strcmp(recipe, "fp32");
+        /* FP32 operands throughout (hp_bf16 0, no format): only the summation order differs */
+        int bounded = !r.hp_bf16 && !r.fmt;
         printf("2 ranks over 1 rank: %.2fx (target 1.5; weights ||diff|| / ||w|| %.2e, last loss "
                "relative difference %.2e, %s)\n",
                one.tps > 0 ? two.tps / one.tps : 0.0, wrel, lrel,
