@@ -266,6 +266,21 @@ static qs_status read_label_parts(int i, char *const *part, size_t np, json_t *g
     return QS_OK;
 }
 
+/* Appends "+<option>=<value>" to out at len for each label option opts holds, in label order
+ * (act_order, alpha, damp), values written as labels write them; returns the new length
+ * (snprintf's count: at least cap when cut). */
+static size_t append_options(const json_t *opts, char *out, size_t cap, size_t len) {
+    for (size_t k = 0; k < N_LABEL_OPTIONS; k++) {
+        const json_t *v = json_object_get(opts, label_options[k]);
+        char value[40];
+        if (!v) continue;
+        option_text(v, value, sizeof value);
+        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
+                                label_options[k], value);
+    }
+    return len;
+}
+
 qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t cap,
                                             qs_error *err) {
     if (cap) out[0] = 0;
@@ -298,14 +313,7 @@ qs_status qs_method_setting_label_canonical(const char *text, char *out, size_t 
     qs_status st = i < 0 ? qs_error_set(err, QS_ENOTFOUND, "unknown method '%s'", label)
                          : read_label_parts(i, part + nl, np - nl, given, err);
     size_t len = st ? 0 : (size_t)snprintf(out, cap, "%s", label);
-    for (size_t k = 0; !st && k < N_LABEL_OPTIONS; k++) {
-        const json_t *v = json_object_get(given, label_options[k]);
-        char value[40];
-        if (!v) continue;
-        option_text(v, value, sizeof value);
-        len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "+%s=%s",
-                                label_options[k], value);
-    }
+    if (!st) len = append_options(given, out, cap, len);
     size_t nk = json_object_size(linears), k = 0;
     const char **keys = !st && nk ? malloc(nk * sizeof *keys) : NULL;
     if (!st && nk && !keys) st = qs_error_set(err, QS_ENOMEM, "out of memory");
@@ -358,13 +366,7 @@ bool qs_method_setting_named(const char *text, size_t len, const qs_method_setti
     int n = qs_method_label(s->method, s->options, label, sizeof label);
     if (n < 0 || (size_t)n >= sizeof label) return false;
     size_t fl = (size_t)snprintf(full, sizeof full, "%s", label);
-    for (size_t k = 0; k < N_LABEL_OPTIONS && fl < sizeof full; k++) {
-        const json_t *v = json_object_get(s->options, label_options[k]);
-        char value[40];
-        if (!v) continue;
-        option_text(v, value, sizeof value);
-        fl += (size_t)snprintf(full + fl, sizeof full - fl, "+%s=%s", label_options[k], value);
-    }
+    fl = append_options(s->options, full, sizeof full, fl);
     const json_t *lin = json_object_get(s->options, "linears");
     const char *key;
     json_t *v;
