@@ -18,20 +18,8 @@ src=$(realpath "$2")
 update=${3:-}
 expected=$src/tests/methods/data/fp4_methods_scratch_short.md
 table=$src/tests/methods/methods_table.py
-gguf=${QSWEEP_SMOLLM2_GGUF:-${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-if ! command -v bible >/dev/null; then
-  echo "scratch_short_test: skipped: no 'bible' command (tools/install-deps.sh installs bible-kjv)"
-  exit 77
-fi
-if [ ! -s "$gguf" ]; then
-  echo "scratch_short_test: skipped: $gguf missing (bash tools/fetch_smollm2.sh)"
-  exit 77
-fi
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
-pg_test_setup scratch_short_test scratch
-mkdir -p "$D/cache/qsweep/models"
-ln -s "$gguf" "$D/cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-QSWEEP=$Q bash "$src/tools/study_data.sh" >"$D/study_data.log" 2>&1 || fail "tools/study_data.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/study_data.sh"
+study_data_setup scratch_short_test scratch
 short=(
   --set name=fp4-methods-scratch-short
   --set stages.train.training.steps=30 --set stages.train.training.batch=4

@@ -18,20 +18,8 @@ Q=$(realpath "$1")
 src=$(realpath "$2")
 update=${3:-}
 expected=$src/tests/pipeline/data/study-short.txt
-gguf=${QSWEEP_SMOLLM2_GGUF:-${XDG_CACHE_HOME:-$HOME/.cache}/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-if ! command -v bible >/dev/null; then
-  echo "study_short_test: skipped: no 'bible' command (tools/install-deps.sh installs bible-kjv)"
-  exit 77
-fi
-if [ ! -s "$gguf" ]; then
-  echo "study_short_test: skipped: $gguf missing (bash tools/fetch_smollm2.sh)"
-  exit 77
-fi
-. "$(dirname "${BASH_SOURCE[0]}")/../lib/pg.sh"
-pg_test_setup study_short_test study
-mkdir -p "$D/cache/qsweep/models"
-ln -s "$gguf" "$D/cache/qsweep/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-QSWEEP=$Q bash "$src/tools/study_data.sh" >/dev/null 2>&1
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/study_data.sh"
+study_data_setup study_short_test study
 short=(
   --set name=fp4-trained-vs-bf16-short
   --set stages.train.training.steps=10 --set 'stages.train.training.seeds=[1]'
