@@ -482,6 +482,81 @@ static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
     assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
 }
 
+/* A K range of an operand packed once (qw_gemm_fixed_packed_rows, as attention's query tiles
+ * use the keys up to their last): rows k0 .. k0+K-1 of op(B) [Kw x Nw] packed whole, the first N
+ * of its columns, give the written-out chain's bits over that range on every path and tile, for
+ * both transposes of A and of the B it was packed from, the range starting in and across K
+ * blocks and ending before, on or past a panel's last filled column. */
+static void test_a_k_range_of_a_packing_gives_the_chain_bit_for_bit(void **state) {
+    (void)state;
+    static const qw_gemm_tile tiles[] = {{6, 4, 256}, {6, 4, 7}, {8, 3, 128}, {6, 1, 256}};
+    static const int ranges[][4] = {/* Kw, Nw, k0 K, N (M 13) */
+                                    {128, 40, 0}, {128, 40, 32},  {128, 40, 96},
+                                    {300, 33, 7}, {300, 33, 260}, {19, 17, 5}};
+    enum { NT = sizeof tiles / sizeof tiles[0], NR = sizeof ranges / sizeof ranges[0] };
+    const int M = 13;
+    int ran = 0;
+    for (int tb = 0; tb < 2; tb++)
+        for (int r = 0; r < NR; r++) {
+            int Kw = ranges[r][0], Nw = ranges[r][1], k0 = ranges[r][2];
+            int ldb = tb ? Kw : Nw;
+            float *B = malloc((size_t)Kw * Nw * sizeof *B);
+            float *Bp = malloc(qw_gemm_fixed_packed_floats(Nw, Kw) * sizeof *Bp);
+            assert_non_null(B);
+            assert_non_null(Bp);
+            fill(B, (size_t)Kw * Nw);
+            qw_gemm_fixed_pack_b(tb, Nw, Kw, B, ldb, Bp);
+            for (int K = 1; k0 + K <= Kw; K = K < 16 ? K + 15 : K * 2)
+                for (int N = Nw; N >= 1; N = N > 16 ? 16 : N > 9 ? 9 : 0)
+                    for (int ta = 0; ta < 2; ta++) {
+                        int lda = ta ? M : K;
+                        float *A = malloc((size_t)M * K * sizeof *A);
+                        float *want = malloc((size_t)M * N * sizeof *want);
+                        float *got = malloc((size_t)M * N * sizeof *got);
+                        assert_non_null(A);
+                        assert_non_null(want);
+                        assert_non_null(got);
+                        fill(A, (size_t)M * K);
+                        fill(want, (size_t)M * N);
+                        memcpy(got, want, (size_t)M * N * sizeof *got);
+                        /* op(B) rows k0..: B's rows k0.. (no transpose) or columns k0.. */
+                        const float *Bk = tb ? B + k0 : B + (size_t)k0 * ldb;
+                        chain_reference(ta, tb, M, N, K, 0.5f, A, lda, Bk, ldb, 1.0f, want, N);
+                        float *c0 = malloc((size_t)M * N * sizeof *c0);
+                        assert_non_null(c0);
+                        memcpy(c0, got, (size_t)M * N * sizeof *c0);
+                        for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+                            if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
+                            assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
+                            for (int t = -1; t < NT; t++) {
+                                if (t >= 0) {
+                                    qw_gemm_tile tl = tiles[t];
+                                    if (isas[ii] == QW_GEMM_ISA_SCALAR ||
+                                        !qw_gemm_fixed_tile_supported(isas[ii], &tl))
+                                        continue;
+                                    assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
+                                }
+                                memcpy(got, c0, (size_t)M * N * sizeof *got);
+                                qw_gemm_fixed_packed_rows(ta, M, N, K, 0.5f, A, lda,
+                                                          Bp + (size_t)k0 * 16, Kw, 1.0f, got, N);
+                                if (memcmp(got, want, (size_t)M * N * sizeof *got) != 0)
+                                    fail_msg("%s tile %d: ta %d tb %d rows %d..%d of %d, N %d of "
+                                             "%d: not the chain's bits",
+                                             qw_gemm_isa_name(isas[ii]), t, ta, tb, k0, k0 + K - 1,
+                                             Kw, N, Nw);
+                                assert_int_equal(qw_gemm_fixed_force_tile(NULL, NULL), QS_OK);
+                                ran++;
+                            }
+                        }
+                        free(A), free(want), free(got), free(c0);
+                    }
+            free(B), free(Bp);
+        }
+    printf("ok K ranges of a packing: %d problems bit for bit\n", ran);
+    assert_true(ran >= 2 * NR * 2);
+    assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
+}
+
 /* The tile choice is a pure function of (path, 512-bit FMA ports), and every tile it names has a
  * microkernel: enough independent chains for FMA latency 4 times the ports (16 floats a zmm
  * chain, 8 a ymm one, two 256-bit pipes on every AVX2 core), a K block within the buffer, and on
@@ -548,6 +623,7 @@ int main(void) {
         cmocka_unit_test(test_forcing_a_missing_isa_is_refused),
         cmocka_unit_test(test_every_tile_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_a_packed_operand_gives_the_chain_bit_for_bit),
+        cmocka_unit_test(test_a_k_range_of_a_packing_gives_the_chain_bit_for_bit),
         cmocka_unit_test(test_the_tile_choice_is_a_function_of_path_and_ports),
         cmocka_unit_test(test_forcing_a_missing_tile_is_refused),
     };

@@ -172,7 +172,7 @@ static void attention_case(int B, int T, int H, int G, int E) {
     float *q = buf(nq, 1.0f), *k = buf(nk, 1.0f), *v = buf(nk, 1.0f), *out = buf(nq, 0.0f),
           *lse = buf(nl, 0.0f);
     float *ro = malloc(nq * 4), *rp = malloc(np * 4), *ro2 = malloc(nq * 4);
-    float *rs = malloc(qw_train_attention_tiled_saved_floats(B, T, H, 1) * 4);
+    float *rs = malloc(qw_train_attention_tiled_saved_floats(B, T, H, E, 1) * 4);
     qw_train_attention_forward(ro, rp, q, k, v, B, T, H, G, E, 1);
     qw_train_attention_forward_tiled(ro2, rs, q, k, v, B, T, H, G, E, 1);
     OK(qw_cuda_train_attention_forward(&gpu, out, lse, q, k, v, B, T, H, G, E, ERR));

@@ -315,13 +315,13 @@ static const kern_set *kern_set_for(qw_gemm_isa isa, const qw_gemm_tile *t) {
 /* ---------------------------------------------------------------- blocked driver */
 
 /* The vector paths: per N block of NC columns and K block of kc, op(B) packed once (or read
- * from Bp, op(B) already packed whole: panel p at Bp + p*K*16), then per group of t.panels
- * panels every t.mr-row block of A over it: the group's packed panels (t.panels x kc x 64
- * bytes) stay in L1, where they fit, while op(A)'s rows stream past. Edge tiles (fewer than mr
- * rows or a partly filled last panel) run in a local tile and are copied out. */
+ * from Bp, op(B) already packed whole with bkw >= K rows a panel: panel p at Bp + p*bkw*16), then
+ * per group of t.panels panels every t.mr-row block of A over it: the group's packed panels
+ * (t.panels x kc x 64 bytes) stay in L1, where they fit, while op(A)'s rows stream past. Edge tiles
+ * (fewer than mr rows or a partly filled last panel) run in a local tile and are copied out. */
 static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int transa, int transb,
                          int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                         int ldb, const float *Bp, float beta, float *C, int ldc) {
+                         int ldb, const float *Bp, int bkw, float beta, float *C, int ldc) {
     _Alignas(64) float pack[QW_GEMM_FIXED_KC * QW_GEMM_FIXED_NC];
     _Alignas(64) float tile[MAX_MR * MAX_PANELS * PW];
     const int MR = t.mr, kw = t.panels;
@@ -334,7 +334,7 @@ static void gemm_blocked(const kern_set *set, qw_gemm_tile t, int wide, int tran
             const float *bk = pack;
             ptrdiff_t ps = (ptrdiff_t)kc * PW;
             if (Bp) {
-                ps = (ptrdiff_t)K * PW;
+                ps = (ptrdiff_t)bkw * PW;
                 bk = Bp + (size_t)(j0 / PW) * ps + (size_t)k0 * PW;
             } else {
                 pack_b(pack, transb, B, ldb, k0, kc, j0, nb, wide);
@@ -438,7 +438,7 @@ void qw_gemm_fixed(int transa, int transb, int M, int N, int K, float alpha, con
         const kern_set *set = kern_set_for(isa, &t);
         if (set) {
             gemm_blocked(set, t, isa == QW_GEMM_ISA_AVX512, transa, transb, M, N, K, alpha, A, lda,
-                         B, ldb, NULL, beta, C, ldc);
+                         B, ldb, NULL, 0, beta, C, ldc);
             return;
         }
     }
@@ -457,6 +457,11 @@ void qw_gemm_fixed_pack_b(int transb, int N, int K, const float *B, int ldb, flo
 
 void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *Bp, float beta, float *C, int ldc) {
+    qw_gemm_fixed_packed_rows(transa, M, N, K, alpha, A, lda, Bp, K, beta, C, ldc);
+}
+
+void qw_gemm_fixed_packed_rows(int transa, int M, int N, int K, float alpha, const float *A,
+                               int lda, const float *Bp, int bkw, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     qw_gemm_isa isa = qw_gemm_fixed_isa();
 #if defined(__x86_64__)
@@ -464,7 +469,8 @@ void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const fl
         qw_gemm_tile t = qw_gemm_fixed_tile();
         const kern_set *set = kern_set_for(isa, &t);
         if (set) {
-            gemm_blocked(set, t, 0, transa, 0, M, N, K, alpha, A, lda, NULL, 0, Bp, beta, C, ldc);
+            gemm_blocked(set, t, 0, transa, 0, M, N, K, alpha, A, lda, NULL, 0, Bp, bkw, beta, C,
+                         ldc);
             return;
         }
     }
@@ -475,7 +481,7 @@ void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const fl
         for (int j = 0; j < N; j++) {
             float *cij = C + (size_t)i * ldc + j;
             float c = beta == 0.0f ? 0.0f : beta * *cij;
-            const float *a = A + i * ars, *b = Bp + (size_t)(j / PW) * K * PW + j % PW;
+            const float *a = A + i * ars, *b = Bp + (size_t)(j / PW) * bkw * PW + j % PW;
             for (int k = 0; k < K; k++)
                 c = fmaf(a[k * aks], b[(size_t)k * PW], c);
             *cij = alpha == 1.0f ? c : alpha * c;

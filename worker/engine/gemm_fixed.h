@@ -48,6 +48,13 @@ void qw_gemm_fixed_pack_b(int transb, int N, int K, const float *B, int ldb, flo
 void qw_gemm_fixed_packed(int transa, int M, int N, int K, float alpha, const float *A, int lda,
                           const float *Bp, float beta, float *C, int ldc);
 
+/* qw_gemm_fixed_packed over rows k0 .. k0+K-1 of an op(B) packed whole with bkw >= k0+K rows
+ * (qw_gemm_fixed_pack_b(., N', bkw, ...), N <= N'), Bp pointing at row k0 of its first panel
+ * (packing + k0*16): a K range of an operand packed once, as attention's query tiles multiply
+ * the keys up to their last. The same bits as qw_gemm_fixed on that range. Single-threaded. */
+void qw_gemm_fixed_packed_rows(int transa, int M, int N, int K, float alpha, const float *A,
+                               int lda, const float *Bp, int bkw, float beta, float *C, int ldc);
+
 /* The path qw_gemm_fixed takes now (never AUTO). */
 qw_gemm_isa qw_gemm_fixed_isa(void);
 

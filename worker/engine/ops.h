@@ -135,8 +135,9 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
 /* Query rows per tile of the tiled training attention below. */
 #define QW_TRAIN_ATT_TILE 32
 /* Floats of saved for qw_train_attention_forward_tiled: per query row of every (sequence, head)
- * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch [nt x TILE x T]. */
-size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt);
+ * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch, per thread a tile's
+ * probabilities [TILE x T] and a head's K^T and V packed for the fixed GEMM (2 x ~T x E). */
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int E, int nt);
 /* qw_train_attention_forward's out, bit for bit on the fixed-order GEMM, by query tiles of
  * QW_TRAIN_ATT_TILE rows: each tile's scores only up to its last query (key tiles above the
  * diagonal never computed), the same softmax of each row over the same keys in the same order,
@@ -144,8 +145,9 @@ size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt);
  * arXiv 2307.08691, saves the logsumexp; its two parts give back the same bits). */
 void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
                                       const float *v, int B, int T, int H, int G, int E, int nt);
-/* Floats of dscratch for qw_train_attention_backward_tiled: [nt x 2 x TILE x T]. */
-size_t qw_train_attention_tiled_scratch_floats(int T, int nt);
+/* Floats of dscratch for qw_train_attention_backward_tiled: per thread a tile's P and dS
+ * [2 x TILE x T] and K^T, V^T, K, Q, dO packed for the fixed GEMM (5 x ~T x E). */
+size_t qw_train_attention_tiled_scratch_floats(int T, int E, int nt);
 /* qw_train_attention_backward's dq, dk, dv, bit for bit on the fixed-order GEMM, from the saved
  * state of qw_train_attention_forward_tiled: each tile's probabilities recomputed, then its
  * dQ rows, and its dK, dV added in the query order of the whole-T x T backward. */
@@ -308,7 +310,7 @@ struct qw_ops {
     qs_status (*attention_fwd)(qw_backend *b, float *out, float *probs, const float *q,
                                const float *k, const float *v, int B, int T, int H, int G, int E,
                                qs_error *err);
-    /* dscratch: qw_train_attention_scratch_floats(b, T, H) floats. */
+    /* dscratch: qw_train_attention_scratch_floats(b, T, H, E) floats. */
     qs_status (*attention_bwd)(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
                                const float *dout, const float *q, const float *k, const float *v,
                                const float *probs, int B, int T, int H, int G, int E,
@@ -364,12 +366,12 @@ struct qw_ops {
 /* Floats of the attention backward's scratch: CPU qw_train_attention_tiled_scratch_floats
  * (on the openblas path, which runs the whole-T kernels, [max(threads, H) x T x T], one T x T
  * per thread or head); CUDA [H x T], each row's D of one sequence. */
-size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H);
+size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H, int E);
 
 /* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
- * T and H heads: CPU qw_train_attention_tiled_saved_floats, the CPU's openblas path the
+ * T and H heads of E: CPU qw_train_attention_tiled_saved_floats, the CPU's openblas path the
  * probabilities [B x H x T x T], CUDA each row's logsumexp [B x H x T]. */
-size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H, int E);
 
 /* The CPU backend's table, the reference every other backend is checked against. */
 const qw_ops *qw_ops_cpu(void);

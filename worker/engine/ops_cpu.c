@@ -558,16 +558,16 @@ static int cuda_attention(const qw_backend *b) {
     return b->ops && b->ops->name && strcmp(b->ops->name, "cuda") == 0;
 }
 
-size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H) {
+size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H, int E) {
     if (cuda_attention(b)) return (size_t)H * (size_t)T;
-    if (tiled_attention(b)) return qw_train_attention_tiled_scratch_floats(T, b->threads);
+    if (tiled_attention(b)) return qw_train_attention_tiled_scratch_floats(T, E, b->threads);
     int n = b->threads > H ? b->threads : H;
     return (size_t)n * (size_t)T * (size_t)T;
 }
 
-size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H) {
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H, int E) {
     if (cuda_attention(b)) return (size_t)B * (size_t)H * (size_t)T;
-    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, b->threads);
+    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, E, b->threads);
     return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }
 

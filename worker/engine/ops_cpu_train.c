@@ -11,6 +11,7 @@
 #include "adamw.h"
 
 #include "gemm_cpu.h"
+#include "gemm_fixed.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -225,22 +226,40 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
 
 /* ---------------------------------------------------------------- attention, tiled */
 
-size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int nt) {
-    return (size_t)B * H * T * 2 + (size_t)nt * QW_TRAIN_ATT_TILE * T;
+/* Floats of one packing of a [T x E] head slice, as op(B) of either orientation: K^T for the
+ * scores (N T, K E) or V, K, Q, dO for the products over keys or queries (N E, K T). */
+static size_t pack_keys_floats(int T, int E) {
+    return qw_gemm_fixed_packed_floats(T, E);
+}
+static size_t pack_rows_floats(int T, int E) {
+    return qw_gemm_fixed_packed_floats(E, T);
 }
 
-size_t qw_train_attention_tiled_scratch_floats(int T, int nt) {
-    return (size_t)nt * 2 * QW_TRAIN_ATT_TILE * T;
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int E, int nt) {
+    size_t per_thread =
+        (size_t)QW_TRAIN_ATT_TILE * T + pack_keys_floats(T, E) + pack_rows_floats(T, E);
+    return (size_t)B * H * T * 2 + (size_t)nt * per_thread;
 }
+
+size_t qw_train_attention_tiled_scratch_floats(int T, int E, int nt) {
+    size_t per_thread =
+        (size_t)2 * QW_TRAIN_ATT_TILE * T + 2 * pack_keys_floats(T, E) + 3 * pack_rows_floats(T, E);
+    return (size_t)nt * per_thread;
+}
+
+/* Rows of one causal softmax row set taken together in the backward's row sums: independent
+ * serial chains the core overlaps (each row's sum keeps its own order). */
+#define ATT_ROWS_TOGETHER 8
 
 /* P [rows x t1] = the causal softmax of query rows t0.. over keys 0..t1-1 (zeros after each
- * row's own position), the scores S = scale Q K^T of those rows computed into P first: as
- * qw_cpu_causal_softmax does it, each row's max and 1/sum into stats [rows x 2] (save), or
- * taken from there (recompute; qw_cpu_exp_shift_sum then gives the same exponentials and its
- * sum is not needed). */
-static void softmax_tile(float *P, float *stats, int save, const float *qh, const float *kg, int HE,
-                         int GE, int E, float scale, int t0, int rows, int t1) {
-    qw_cpu_sgemm(0, 1, rows, t1, E, scale, qh + (size_t)t0 * HE, HE, kg, GE, (float)0, P, t1);
+ * row's own position), the scores S = scale Q K^T of those rows computed into P first from
+ * K^T packed whole (Kt, qw_gemm_fixed_pack_b of E rows): as qw_cpu_causal_softmax does it, each
+ * row's max and 1/sum into stats [rows x 2] (save), or taken from there (recompute;
+ * qw_cpu_exp_shift_sum then gives the same exponentials and its sum is not needed). */
+static void softmax_tile(float *P, float *stats, int save, const float *qh, const float *Kt, int HE,
+                         int E, float scale, int t0, int rows, int t1) {
+    qw_gemm_fixed_packed_rows(0, rows, t1, E, scale, qh + (size_t)t0 * HE, HE, Kt, E, (float)0, P,
+                              t1);
     for (int r = 0; r < rows; r++) {
         float *row = P + (size_t)r * t1;
         int last = t0 + r;
@@ -269,25 +288,65 @@ void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, 
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E));
     float *scratch = saved + (size_t)B * H * T * 2;
-    /* One (sequence, head) per task; per query tile [t0, t1): P = softmax(scale Q K[0..t1)^T),
-     * O = P V[0..t1). An element's FMA chain is the whole-T kernel's less trailing zero terms. */
+    size_t per_thread =
+        (size_t)QW_TRAIN_ATT_TILE * T + pack_keys_floats(T, E) + pack_rows_floats(T, E);
+    /* One (sequence, head) per task, its K^T and V packed once for all its tiles; per query tile
+     * [t0, t1): P = softmax(scale Q K[0..t1)^T), O = P V[0..t1). An element's FMA chain is the
+     * whole-T kernel's less trailing zero terms. */
 #pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             int g = h / rep;
-            float *P = scratch + (size_t)omp_get_thread_num() * QW_TRAIN_ATT_TILE * T;
+            float *P = scratch + (size_t)omp_get_thread_num() * per_thread;
+            float *Kt = P + (size_t)QW_TRAIN_ATT_TILE * T, *Vn = Kt + pack_keys_floats(T, E);
             float *stats = saved + ((size_t)b * H + h) * T * 2;
             const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
             float *oh = out + (size_t)b * T * HE + (size_t)h * E;
+            qw_gemm_fixed_pack_b(1, T, E, kg, GE, Kt);
+            qw_gemm_fixed_pack_b(0, E, T, vg, GE, Vn);
             for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
                 int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE, t1 = t0 + rows;
-                softmax_tile(P, stats + (size_t)t0 * 2, 1, qh, kg, HE, GE, E, scale, t0, rows, t1);
-                qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, P, t1, vg, GE, (float)0,
-                             oh + (size_t)t0 * HE, HE);
+                softmax_tile(P, stats + (size_t)t0 * 2, 1, qh, Kt, HE, E, scale, t0, rows, t1);
+                qw_gemm_fixed_packed_rows(0, rows, E, t1, (float)1, P, t1, Vn, T, (float)0,
+                                          oh + (size_t)t0 * HE, HE);
             }
         }
+}
+
+/* dS [rows x t1] = P (dP - rowsum(P dP)) scale in place of dP, query rows t0.. (zeros after each
+ * row's position). Each row's sum runs over its keys in order; ATT_ROWS_TOGETHER rows at a time
+ * over their common keys, then each row's own tail, so the chains overlap and stay the same. */
+static void softmax_backward_tile(float *dS, const float *P, int t0, int rows, int t1,
+                                  float scale) {
+    for (int r0 = 0; r0 < rows; r0 += ATT_ROWS_TOGETHER) {
+        int n = rows - r0 < ATT_ROWS_TOGETHER ? rows - r0 : ATT_ROWS_TOGETHER;
+        float acc[ATT_ROWS_TOGETHER] = {0};
+        int common = t0 + r0 + 1; /* keys of the group's first row */
+        if (n == ATT_ROWS_TOGETHER) {
+            for (int s2 = 0; s2 < common; s2++)
+#pragma GCC unroll 8
+                for (int r = 0; r < ATT_ROWS_TOGETHER; r++)
+                    acc[r] += dS[(size_t)(r0 + r) * t1 + s2] * P[(size_t)(r0 + r) * t1 + s2];
+        } else {
+            for (int s2 = 0; s2 < common; s2++)
+                for (int r = 0; r < n; r++)
+                    acc[r] += dS[(size_t)(r0 + r) * t1 + s2] * P[(size_t)(r0 + r) * t1 + s2];
+        }
+        for (int r = 0; r < n; r++) {
+            int t = t0 + r0 + r;
+            const float *prow = P + (size_t)(r0 + r) * t1;
+            float *drow = dS + (size_t)(r0 + r) * t1;
+            float a = acc[r];
+            for (int s2 = common; s2 <= t; s2++)
+                a += drow[s2] * prow[s2];
+            for (int s2 = 0; s2 <= t; s2++)
+                drow[s2] = prow[s2] * (drow[s2] - a) * scale;
+            for (int s2 = t + 1; s2 < t1; s2++)
+                drow[s2] = 0;
+        }
+    }
 }
 
 void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *dscratch,
@@ -296,15 +355,20 @@ void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *d
                                        int G, int E, int nt) {
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E));
+    size_t nkeys = pack_keys_floats(T, E), nrows = pack_rows_floats(T, E);
+    size_t per_thread = (size_t)2 * QW_TRAIN_ATT_TILE * T + 2 * nkeys + 3 * nrows;
     /* One (sequence, kv head) per task, its query heads in order and each head's query tiles
      * in order, so dK and dV rows take their terms in the whole-T backward's order (its terms
-     * above the diagonal are zeros, which leave a sum as it is). Per tile: P recomputed,
-     * dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q, dV += P^T dO. */
+     * above the diagonal are zeros, which leave a sum as it is). K^T, V^T and K packed once a
+     * task, Q and dO once a head. Per tile: P recomputed, dP = dO V^T,
+     * dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q, dV += P^T dO. */
 #pragma omp parallel for num_threads(nt) schedule(static) collapse(2)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
-            float *P = dscratch + (size_t)omp_get_thread_num() * 2 * QW_TRAIN_ATT_TILE * T;
+            float *P = dscratch + (size_t)omp_get_thread_num() * per_thread;
             float *dS = P + (size_t)QW_TRAIN_ATT_TILE * T;
+            float *Kt = dS + (size_t)QW_TRAIN_ATT_TILE * T, *Vt = Kt + nkeys;
+            float *Kn = Vt + nkeys, *Qn = Kn + nrows, *dOn = Qn + nrows;
             float *dkg = dk + (size_t)b * T * GE + (size_t)g * E;
             float *dvg = dv + (size_t)b * T * GE + (size_t)g * E;
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
@@ -313,36 +377,30 @@ void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *d
                 memset(dkg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
                 memset(dvg + (size_t)s2 * GE, 0, (size_t)E * sizeof(float));
             }
+            qw_gemm_fixed_pack_b(1, T, E, kg, GE, Kt);
+            qw_gemm_fixed_pack_b(1, T, E, vg, GE, Vt);
+            qw_gemm_fixed_pack_b(0, E, T, kg, GE, Kn);
             for (int h = g * rep; h < (g + 1) * rep; h++) {
                 const float *stats = saved + ((size_t)b * H + h) * T * 2;
                 const float *doh = dout + (size_t)b * T * HE + (size_t)h * E;
                 const float *qh = q + (size_t)b * T * HE + (size_t)h * E;
                 float *dqh = dq + (size_t)b * T * HE + (size_t)h * E;
+                qw_gemm_fixed_pack_b(0, E, T, qh, HE, Qn);
+                qw_gemm_fixed_pack_b(0, E, T, doh, HE, dOn);
                 for (int t0 = 0; t0 < T; t0 += QW_TRAIN_ATT_TILE) {
                     int rows = T - t0 < QW_TRAIN_ATT_TILE ? T - t0 : QW_TRAIN_ATT_TILE;
                     int t1 = t0 + rows;
-                    softmax_tile(P, (float *)stats + (size_t)t0 * 2, 0, qh, kg, HE, GE, E, scale,
-                                 t0, rows, t1);
-                    qw_cpu_sgemm(0, 1, rows, t1, E, (float)1, doh + (size_t)t0 * HE, HE, vg, GE,
-                                 (float)0, dS, t1);
-                    for (int r = 0; r < rows; r++) {
-                        int t = t0 + r;
-                        const float *prow = P + (size_t)r * t1;
-                        float *drow = dS + (size_t)r * t1;
-                        float acc = 0;
-                        for (int s2 = 0; s2 <= t; s2++)
-                            acc += drow[s2] * prow[s2];
-                        for (int s2 = 0; s2 <= t; s2++)
-                            drow[s2] = prow[s2] * (drow[s2] - acc) * scale;
-                        for (int s2 = t + 1; s2 < t1; s2++)
-                            drow[s2] = 0;
-                    }
-                    qw_cpu_sgemm(0, 0, rows, E, t1, (float)1, dS, t1, kg, GE, (float)0,
-                                 dqh + (size_t)t0 * HE, HE);
-                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, dS, t1, qh + (size_t)t0 * HE, HE,
-                                 (float)1, dkg, GE);
-                    qw_cpu_sgemm(1, 0, t1, E, rows, (float)1, P, t1, doh + (size_t)t0 * HE, HE,
-                                 (float)1, dvg, GE);
+                    softmax_tile(P, (float *)stats + (size_t)t0 * 2, 0, qh, Kt, HE, E, scale, t0,
+                                 rows, t1);
+                    qw_gemm_fixed_packed_rows(0, rows, t1, E, (float)1, doh + (size_t)t0 * HE, HE,
+                                              Vt, E, (float)0, dS, t1);
+                    softmax_backward_tile(dS, P, t0, rows, t1, scale);
+                    qw_gemm_fixed_packed_rows(0, rows, E, t1, (float)1, dS, t1, Kn, T, (float)0,
+                                              dqh + (size_t)t0 * HE, HE);
+                    qw_gemm_fixed_packed_rows(1, t1, E, rows, (float)1, dS, t1,
+                                              Qn + (size_t)t0 * 16, T, (float)1, dkg, GE);
+                    qw_gemm_fixed_packed_rows(1, t1, E, rows, (float)1, P, t1,
+                                              dOn + (size_t)t0 * 16, T, (float)1, dvg, GE);
                 }
             }
         }
