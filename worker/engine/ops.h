@@ -27,6 +27,11 @@
 void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_weight *table,
                           int nt);
 
+/* Rows whose double sums one thread runs side by side (the RMSNorm forward's sums of squares,
+ * its backward's dot products): independent serial chains the core overlaps, each in its own
+ * element order, so the bits are one row's alone. */
+#define QW_NORM_ROWS 4
+
 /* out[N x D] = x / sqrt(mean(x^2) + eps) * w per row (HF LlamaRMSNorm; sum of squares in
  * double); w [D]; rstd[N] = 1/rms kept for the backward unless NULL. out may equal x. */
 void qw_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,

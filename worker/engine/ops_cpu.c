@@ -35,24 +35,21 @@ void qw_embedding_forward(float *out, const uint32_t *tokens, int T, const qw_we
         (void)qw_weight_rows_f32(table, tokens[t], 1, out + (size_t)t * D, NULL);
 }
 
-/* Rows whose sums of squares one thread runs side by side (qw_rmsnorm_forward). */
-#define NORM_ROWS 4
-
 void qw_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int T, int D,
                         float eps, int nt) {
-    /* Each row's sum of squares is a chain of double adds in element order; NORM_ROWS rows'
+    /* Each row's sum of squares is a chain of double adds in element order; QW_NORM_ROWS rows'
      * chains advance in one loop so that the core overlaps them, each in its own order. A last
      * group of fewer rows repeats its last row, whose copies are not written. */
-    int groups = (T + NORM_ROWS - 1) / NORM_ROWS;
+    int groups = (T + QW_NORM_ROWS - 1) / QW_NORM_ROWS;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int g = 0; g < groups; g++) {
-        int t0 = g * NORM_ROWS, nr = T - t0 < NORM_ROWS ? T - t0 : NORM_ROWS;
-        const float *xr[NORM_ROWS];
-        for (int q = 0; q < NORM_ROWS; q++)
+        int t0 = g * QW_NORM_ROWS, nr = T - t0 < QW_NORM_ROWS ? T - t0 : QW_NORM_ROWS;
+        const float *xr[QW_NORM_ROWS];
+        for (int q = 0; q < QW_NORM_ROWS; q++)
             xr[q] = x + (size_t)(t0 + (q < nr ? q : nr - 1)) * D;
-        double ss[NORM_ROWS] = {0.0};
+        double ss[QW_NORM_ROWS] = {0.0};
         for (int i = 0; i < D; i++)
-            for (int q = 0; q < NORM_ROWS; q++)
+            for (int q = 0; q < QW_NORM_ROWS; q++)
                 ss[q] += (double)xr[q][i] * xr[q][i];
         for (int q = 0; q < nr; q++) {
             float *o = out + (size_t)(t0 + q) * D;

@@ -91,18 +91,29 @@ void qw_train_embedding_backward(float *demb, const float *dout, const uint32_t 
 void qw_train_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                const float *w, const float *rstd, int N, int D, int nt) {
     /* y_i = w_i x_i r, r = (mean(x^2) + eps)^-1/2; dr/dx_j = -r^3 x_j / D, so
-     * dx_j = r w_j dy_j - x_j r^3 / D * sum_i(w_i dy_i x_i). */
+     * dx_j = r w_j dy_j - x_j r^3 / D * sum_i(w_i dy_i x_i). The dot products of QW_NORM_ROWS
+     * rows advance together (a last group repeats its last row, whose copies are not used). */
+    int groups = (N + QW_NORM_ROWS - 1) / QW_NORM_ROWS;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < N; t++) {
-        const float *xr = x + (size_t)t * D, *g = dout + (size_t)t * D;
-        float *d = dx + (size_t)t * D;
-        float r = rstd[t];
-        double dot = 0.0;
+    for (int gi = 0; gi < groups; gi++) {
+        int t0 = gi * QW_NORM_ROWS, nr = N - t0 < QW_NORM_ROWS ? N - t0 : QW_NORM_ROWS;
+        const float *xr[QW_NORM_ROWS], *gr[QW_NORM_ROWS];
+        for (int q = 0; q < QW_NORM_ROWS; q++) {
+            size_t t = (size_t)t0 + (size_t)(q < nr ? q : nr - 1);
+            xr[q] = x + t * D;
+            gr[q] = dout + t * D;
+        }
+        double dot[QW_NORM_ROWS] = {0.0};
         for (int i = 0; i < D; i++)
-            dot += (double)w[i] * g[i] * xr[i];
-        float c = (float)(dot * (double)r * r * r / D);
-        for (int i = 0; i < D; i++)
-            d[i] += r * w[i] * g[i] - xr[i] * c;
+            for (int q = 0; q < QW_NORM_ROWS; q++)
+                dot[q] += (double)w[i] * gr[q][i] * xr[q][i];
+        for (int q = 0; q < nr; q++) {
+            float *d = dx + (size_t)(t0 + q) * D;
+            float r = rstd[t0 + q];
+            float c = (float)(dot[q] * (double)r * r * r / D);
+            for (int i = 0; i < D; i++)
+                d[i] += r * w[i] * gr[q][i] - xr[q][i] * c;
+        }
     }
     /* dw_i = sum_t dy_ti x_ti r_t: ranges of 64 columns split across threads, each column's
      * rows summed in order, a range's columns side by side as the rows stream past. */
