@@ -6,7 +6,8 @@
  * - each group's input is made once per micro-batch: q, k, v share ln1's and gate, up share
  *   ln2's, fprop's Xq and wgrad's (X^T)q, so 4 preparations and 6 reads of one per block and
  *   micro-batch wherever the block's X inputs are rounded (every recipe but fp32), none with
- *   sharing off;
+ *   sharing off; on the fixed GEMM a linear whose dgrad and wgrad both take dY in BF16 rounds
+ *   it once (wgrad reads dgrad's), none with sharing off;
  * - linears whose specs differ do not share: the same X under block 0's BF16 spec and block 1's
  *   NVFP4 spec, one group id, is made twice and each GEMM's output is the unshared one's.
  * Data: random tokens. */
@@ -107,10 +108,10 @@ static void shared_training_is_unshared_bit_for_bit(void **s) {
     free(stream);
 }
 
-/* Preparations and reads of the shared input in `micro` forwards and backwards of a fresh
- * model under recipe name, sharing on or off. */
+/* Preparations and reads of the shared input, and wgrad GEMMs that read dgrad's BF16 dY, in
+ * `micro` forwards and backwards of a fresh model under recipe name, sharing on or off. */
 static void count(const char *name, int share, int micro, const uint32_t *stream,
-                  unsigned long *made, unsigned long *reused) {
+                  unsigned long *made, unsigned long *reused, unsigned long *dy_reused) {
     qs_error err = {0};
     qw_config c = small_config();
     qw_recipe r;
@@ -126,7 +127,7 @@ static void count(const char *name, int share, int micro, const uint32_t *stream
         if (qw_tmodel_forward(m, x, x + 1, (uint32_t)i, &l, &err) != QS_OK) fail_msg("%s", err.msg);
         if (qw_tmodel_backward(m, 1.0f, &err) != QS_OK) fail_msg("%s", err.msg);
     }
-    qw_tmodel_shared_input_counts(m, made, reused);
+    qw_tmodel_shared_input_counts(m, made, reused, dy_reused);
     qw_tmodel_destroy(m);
 }
 
@@ -145,14 +146,27 @@ static void each_group_prepares_its_input_once_per_micro_batch(void **s) {
              * reads gate's) */
             unsigned long want_made = rounded ? 4ul * c.n_layers * MICRO : 0;
             unsigned long want_reused = rounded ? 6ul * c.n_layers * MICRO : 0;
-            unsigned long made, reused, off_made, off_reused;
-            count(recipes[ri], 1, MICRO, stream, &made, &reused);
-            count(recipes[ri], 0, MICRO, stream, &off_made, &off_reused);
-            int ok = made == want_made && reused == want_reused && !off_made && !off_reused;
+            /* on the fixed GEMM (operands in their own layout), every linear whose dgrad and
+             * wgrad both take dY in BF16 rounds it once: 7 a block, 1 for lm_head */
+            unsigned long want_dy = 0;
+            qw_recipe r;
+            assert_int_equal(qw_recipe_by_name(recipes[ri], &r, NULL), QS_OK);
+            for (int layer = -1; layer < c.n_layers && gemms[gi] == QW_CPU_GEMM_FIXED; layer++) {
+                qw_operand_spec d, w;
+                qw_recipe_operand(&r, layer, c.n_layers, QW_DGRAD_DY, &d);
+                qw_recipe_operand(&r, layer, c.n_layers, QW_WGRAD_DY, &w);
+                if (d.mode == QW_MODE_BF16 && w.mode == QW_MODE_BF16)
+                    want_dy += (layer < 0 ? 1ul : 7ul) * MICRO;
+            }
+            unsigned long made, reused, dy, off_made, off_reused, off_dy;
+            count(recipes[ri], 1, MICRO, stream, &made, &reused, &dy);
+            count(recipes[ri], 0, MICRO, stream, &off_made, &off_reused, &off_dy);
+            int ok = made == want_made && reused == want_reused && dy == want_dy && !off_made &&
+                     !off_reused && !off_dy;
             printf("%s %-8s %-16s %d micro-batches: made %lu (expected %lu), read again %lu "
-                   "(expected %lu); sharing off: %lu, %lu\n",
+                   "(expected %lu), dY read again %lu (expected %lu); sharing off: %lu, %lu, %lu\n",
                    ok ? "OK" : "NOT OK", gi ? "openblas" : "fixed", recipes[ri], MICRO, made,
-                   want_made, reused, want_reused, off_made, off_reused);
+                   want_made, reused, want_reused, dy, want_dy, off_made, off_reused, off_dy);
             assert_true(ok);
         }
     }

@@ -159,11 +159,14 @@ static qs_status gemm(const qw_qlinear_env *env, int layer, int linear, qw_linea
     return st;
 }
 
-/* One GEMM input: which operand, its high-precision source [rows x cols], transposed or not. */
+/* One GEMM input: which operand, its high-precision source [rows x cols], transposed or not;
+ * bf16, when not NULL, src already rounded to BF16 in its own layout (the previous GEMM's input
+ * made from the same source, which the in-layout path reads rather than rounding it again). */
 typedef struct gemm_input {
     qw_gemm_operand op;
     const float *src;
     int rows, cols, transpose;
+    const float *bf16;
 } gemm_input;
 
 /* Input in of a gemm_tt (ops.h) made as spec says into buf: a quantized one staged [r x K] and
@@ -209,6 +212,10 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
     *ld = in->cols;
     *out = in->src;
     if (spec->mode == QW_MODE_FP32) return QS_OK;
+    if (in->bf16) {
+        *out = in->bf16;
+        return QS_OK;
+    }
     size_t n = (size_t)in->rows * in->cols;
     double t0 = qs_clock_s();
     qs_status st = be->ops->round_bf16_copy ? be->ops->round_bf16_copy(be, buf, in->src, n, err)
@@ -351,7 +358,7 @@ static qs_status kept_weight(const qw_qlinear_env *env, int layer, int linear,
     if (!qw_wcache_slot(c, linear, in->op) && in->op == QW_DGRAD_W) {
         qw_recipe_operand(env->recipe, layer, env->n_layers, QW_FPROP_W, &fw);
         if (!qw_wcache_dgrad_is_transpose(&fw, spec)) return QS_OK;
-        made = (gemm_input){QW_FPROP_W, in->src, in->rows, in->cols, 0};
+        made = (gemm_input){QW_FPROP_W, in->src, in->rows, in->cols, 0, NULL};
         transposed = 1;
     }
     float *slot = qw_wcache_slot(c, linear, made.op);
@@ -414,6 +421,26 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     return st;
 }
 
+/* 1 when the inputs of specs sa and sb go to the backend's block-scaled GEMM (gemm_abt_quant):
+ * both quantized, no hook watching, and no FP32 GEMM asked for (the block-scaled GEMM is not
+ * FP32: under gemm_fp32 the inputs are fake-quantized). */
+static int quant_gemm(const qw_qlinear_env *env, const qw_operand_spec *sa,
+                      const qw_operand_spec *sb) {
+    return env->be->ops->gemm_abt_quant && !env->hook && sa->mode == QW_MODE_QUANT &&
+           sb->mode == QW_MODE_QUANT && !env->gemm_fp32;
+}
+
+/* 1 when linear_gemm runs a GEMM whose inputs are specs sa and sb on linear_gemm_in_layout:
+ * the backend has gemm_tt and runs it now (ops.h: gemm_tt of nothing), no hook watches the
+ * staged inputs, and the block-scaled GEMM (gemm_abt_quant) does not take them. */
+static int in_layout(const qw_qlinear_env *env, const qw_operand_spec *sa,
+                     const qw_operand_spec *sb, float *C, const float *a, const float *b,
+                     float beta) {
+    qw_backend *be = env->be;
+    return be->ops->gemm_tt && !env->hook && !quant_gemm(env, sa, sb) &&
+           be->ops->gemm_tt(be, 0, C, 0, a, 1, 0, b, 1, 0, 0, 0, beta, NULL) == QS_OK;
+}
+
 /* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
  * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
  * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
@@ -429,12 +456,8 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     qw_operand_spec sa, sb;
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
-    int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
-    /* the block-scaled GEMM is not FP32: under gemm_fp32 the inputs are fake-quantized */
-    int quant_gemm = be->ops->gemm_abt_quant && !env->hook && both_quant && !env->gemm_fp32;
-    /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
-    if (be->ops->gemm_tt && !env->hook && !quant_gemm &&
-        be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
+    int qgemm = quant_gemm(env, &sa, &sb);
+    if (in_layout(env, &sa, &sb, C, a->src, b->src, beta))
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
                                      err);
     float *ba = env->buf_a, *bb = env->buf_b;
@@ -442,9 +465,9 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     int kept = 0;
     const void *packed = NULL;
     qs_status st = QS_OK;
-    if (quant_gemm && be->ops->gemm_abt_quant_kept)
+    if (qgemm && be->ops->gemm_abt_quant_kept)
         st = kept_packed(env, linear, &sb, b, &packed, err);
-    if (st == QS_OK && !env->hook && !quant_gemm) {
+    if (st == QS_OK && !env->hook && !qgemm) {
         const float *kb;
         int tb, ldb;
         st = kept_weight(env, layer, linear, &sb, b, &kept, &kb, &tb, &ldb, err);
@@ -460,7 +483,7 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     if (st != QS_OK) return st;
     const float *pa = ba;
     int a_shared = 0, b_shared = 0;
-    if (!quant_gemm) {
+    if (!qgemm) {
         st = staged_shared(env, &sa, linear, a, K, 0, &pa, &a_shared, err);
         if (st == QS_OK && !kept)
             st = staged_shared(env, &sb, linear, b, K, 1, &pb, &b_shared, err);
@@ -471,7 +494,7 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     if (st == QS_OK && !kept && !packed && !b_shared)
         st = stage(env, &sb, linear, b->op, bb, b->src, b->rows, b->cols, b->transpose, err);
     if (st != QS_OK) return st;
-    if (quant_gemm) {
+    if (qgemm) {
         qk_quant_options oa = quant_options(env, &sa, linear, a->op);
         qk_quant_options ob = quant_options(env, &sb, linear, b->op);
         int path = -1;
@@ -524,7 +547,7 @@ qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, f
         qw_tprofile_add_since(env->prof, gemm_phase(layer, linear, QW_GEMM_FPROP), t0);
         return st;
     }
-    gemm_input a = {QW_FPROP_X, x, N, in, 0}, b = {QW_FPROP_W, W, out, in, 0};
+    gemm_input a = {QW_FPROP_X, x, N, in, 0, NULL}, b = {QW_FPROP_W, W, out, in, 0, NULL};
     return linear_gemm(env, layer, linear, QW_GEMM_FPROP, y, &a, &b, N, out, in, 0.0f, err);
 }
 
@@ -549,12 +572,27 @@ qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, 
         return st;
     }
     qs_status st = QS_OK;
+    /* dgrad's dY rounded to BF16 in its layout (buf_a, which nothing else writes before wgrad)
+     * is wgrad's too when both are BF16 on the in-layout path: rounded once, not twice (with
+     * the sharing of made inputs on, env->shared; its dy_reused counts it) */
+    const float *dy_bf16 = NULL;
     if (dx) {
-        gemm_input a = {QW_DGRAD_DY, dy, N, out, 0}, b = {QW_DGRAD_W, W, out, in, 1};
+        gemm_input a = {QW_DGRAD_DY, dy, N, out, 0, NULL}, b = {QW_DGRAD_W, W, out, in, 1, NULL};
         st = linear_gemm(env, layer, linear, QW_GEMM_DGRAD, dx, &a, &b, N, in, out,
                          dx_accumulate ? 1.0f : 0.0f, err);
         if (st != QS_OK) return st;
+        qw_operand_spec da, db, wa, wb;
+        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_DGRAD_DY, &da);
+        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_DGRAD_W, &db);
+        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_DY, &wa);
+        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_X, &wb);
+        if (env->shared && da.mode == QW_MODE_BF16 && wa.mode == QW_MODE_BF16 &&
+            in_layout(env, &da, &db, dx, dy, W, 0.0f) &&
+            in_layout(env, &wa, &wb, dW, dy, x, 1.0f)) {
+            dy_bf16 = env->buf_a;
+            env->shared->dy_reused++;
+        }
     }
-    gemm_input a = {QW_WGRAD_DY, dy, N, out, 1}, b = {QW_WGRAD_X, x, N, in, 1};
+    gemm_input a = {QW_WGRAD_DY, dy, N, out, 1, dy_bf16}, b = {QW_WGRAD_X, x, N, in, 1, NULL};
     return linear_gemm(env, layer, linear, QW_GEMM_WGRAD, dW, &a, &b, out, in, N, 1.0f, err);
 }

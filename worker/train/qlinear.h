@@ -25,8 +25,8 @@
  * (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed, tensor id = linear *
  * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two tensors or steps
  * share random bits. An X input that the linears of a group read alike (q, k, v; gate, up) is made
- * once per micro-batch where its rounding is deterministic (qw_shared_input). Nothing here
- * allocates. */
+ * once per micro-batch where its rounding is deterministic (qw_shared_input), and a dY that dgrad
+ * and wgrad both take in BF16 is rounded once, by dgrad. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 
@@ -66,6 +66,7 @@ typedef struct qw_shared_input {
     uint64_t seed;
     int t, ld; /* where the GEMM reads it: gemm_tt's transpose flag and row length */
     unsigned long made, reused;
+    unsigned long dy_reused; /* wgrad GEMMs that read dgrad's BF16 dY (qw_qlinear_backward) */
 } qw_shared_input;
 
 /* What the linears of one step share. buf_a and buf_b each hold at least

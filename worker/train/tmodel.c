@@ -451,9 +451,11 @@ void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on) {
     m->env.shared = on ? &m->shared : NULL;
 }
 
-void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused) {
+void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused,
+                                   unsigned long *dy_reused) {
     *made = m->shared.made;
     *reused = m->shared.reused;
+    *dy_reused = m->shared.dy_reused;
 }
 
 void qw_tmodel_set_gemm_fp32(qw_tmodel *m, int on) {

@@ -136,9 +136,11 @@ void qw_tmodel_weights_changed(qw_tmodel *m);
  * group per micro-batch, by the group's first GEMM, and read by the others; the same bits as
  * making them at every GEMM (on 0: the reference). Their buffer is N x D floats of the model's
  * one allocation (qw_tmodel_bytes). made and reused count the preparations and the GEMMs that
- * read one made before, since the model was made. */
+ * read one made before, since the model was made. With it on, a linear whose dgrad and wgrad
+ * both take dY in BF16 rounds dY once (dy_reused counts the wgrad GEMMs that read dgrad's). */
 void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on);
-void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused);
+void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused,
+                                   unsigned long *dy_reused);
 
 /* on 1: every linear GEMM runs FP32 (qlinear.h gemm_fp32: gemm_abt, quantized inputs
  * fake-quantized), not on BF16 operands where both inputs are BF16-exact nor block-scaled: what
