@@ -62,10 +62,11 @@ static void tiled_attention_is_the_whole_t_kernel_bit_for_bit(void **s) {
     qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
     static const int shapes[][5] = {
         /* B, T, H, G, E */
-        {2, 64, 4, 2, 16}, /* T a multiple of the tile */
-        {1, 45, 4, 1, 8},  /* a last tile of 13 rows, one kv head for all */
-        {3, 7, 2, 2, 32},  /* shorter than one tile */
-        {1, 97, 6, 3, 24}, /* E not a multiple of the vector width */
+        {2, 96, 4, 2, 16},  /* T a multiple of the tile (48) */
+        {1, 77, 4, 1, 8},   /* a last tile of 29 rows, one kv head for all */
+        {3, 7, 2, 2, 32},   /* shorter than one tile */
+        {1, 97, 6, 3, 24},  /* a last tile of 1 row; E not a multiple of the vector width */
+        {2, 128, 4, 2, 32}, /* bench_train's tiny shape */
     };
     static const qw_gemm_isa isas[] = {QW_GEMM_ISA_SCALAR, QW_GEMM_ISA_AVX2, QW_GEMM_ISA_AVX512};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {

@@ -137,8 +137,10 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
 void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratch,
                                  const float *dout, const float *q, const float *k, const float *v,
                                  const float *probs, int B, int T, int H, int G, int E, int nt);
-/* Query rows per tile of the tiled training attention below. */
-#define QW_TRAIN_ATT_TILE 32
+/* Query rows per tile of the tiled training attention below: a multiple of the fixed GEMM's
+ * register tiles (6 and 8 rows) and of its 16-column panels, so that a tile's GEMMs have no edge
+ * rows and, up to the last tile, no partial panel of keys. */
+#define QW_TRAIN_ATT_TILE 48
 /* Floats of saved for qw_train_attention_forward_tiled: per query row of every (sequence, head)
  * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch, per thread a tile's
  * probabilities [TILE x T] and a head's K^T and V packed for the fixed GEMM (2 x ~T x E). */
