@@ -45,9 +45,15 @@ void qw_cpu_exp_shift_n(float *y, const float *x, size_t n, float shift);
 /* out[i] = g[i] / (1 + e^-g[i]) * u[i] (out may be g or u): qw_silu_mul_n, or libc's expf. */
 void qw_cpu_silu_mul(float *out, const float *g, const float *u, size_t n);
 
+/* The maximum of x[0..n-1] (n >= 1) exactly as the scan m = x[0]; m = x[j] > m ? x[j] : m
+ * finds it: a NaN counts only as x[0], and a zero maximum has the sign of the first zero. 16
+ * lanes at a time on AVX-512F CPUs, the same value. Serial. */
+float qw_cpu_row_max(const float *x, size_t n);
+
 /* Causal softmax in place of S [rows x ncols], row r = query position t0 + r keeping columns
- * 0..t0+r (zeros after): e^(s - max) by qw_cpu_exp_shift_sum, times 1 / their sum. Serial. The
- * one softmax of evaluation's tiles and training's whole T x T rows (t0 0). */
-void qw_cpu_causal_softmax(float *S, int rows, int ncols, int t0);
+ * 0..t0+r (zeros after): e^(s - max) by qw_cpu_exp_shift_sum, times 1 / their sum; each row's
+ * max and 1/sum into stats [rows x 2] unless NULL. Serial. The one softmax of evaluation's tiles
+ * and training's (whole T x T rows, t0 0, and the tiled forward's query tiles). */
+void qw_cpu_causal_softmax(float *S, int rows, int ncols, int t0, float *stats);
 
 #endif

@@ -106,7 +106,7 @@ void qw_attention_forward(float *att, const float *q, const float *k, const floa
         float *S = scores + (size_t)omp_get_thread_num() * QW_ATT_TILE * T;
         qw_cpu_sgemm(0, 1, rows, ncols, E, scale, q + (size_t)t0 * H * E + (size_t)h * E, H * E,
                      k + (size_t)g * E, G * E, 0.0f, S, ncols);
-        qw_cpu_causal_softmax(S, rows, ncols, t0);
+        qw_cpu_causal_softmax(S, rows, ncols, t0, NULL);
         qw_cpu_sgemm(0, 0, rows, E, ncols, 1.0f, S, ncols, v + (size_t)g * E, G * E, 0.0f,
                      att + (size_t)t0 * H * E + (size_t)h * E, H * E);
     }

@@ -184,7 +184,7 @@ void qw_train_attention_forward(float *out, float *probs, const float *q, const 
             const float *kg = k + (size_t)b * T * GE + (size_t)g * E;
             const float *vg = v + (size_t)b * T * GE + (size_t)g * E;
             qw_cpu_sgemm(0, 1, T, T, E, scale, qh, HE, kg, GE, (float)0, P, T);
-            qw_cpu_causal_softmax(P, T, T, 0); /* the evaluation's softmax */
+            qw_cpu_causal_softmax(P, T, T, 0, NULL); /* the evaluation's softmax */
             qw_cpu_sgemm(0, 0, T, E, T, (float)1, P, T, vg, GE, (float)0,
                          out + (size_t)b * T * HE + (size_t)h * E, HE);
         }
@@ -264,29 +264,22 @@ size_t qw_train_attention_tiled_scratch_floats(int T, int E, int nt) {
 
 /* P [rows x t1] = the causal softmax of query rows t0.. over keys 0..t1-1 (zeros after each
  * row's own position), the scores S = scale Q K^T of those rows computed into P first from
- * K^T packed whole (Kt, qw_gemm_fixed_pack_b of E rows): as qw_cpu_causal_softmax does it, each
- * row's max and 1/sum into stats [rows x 2] (save), or taken from there (recompute;
- * qw_cpu_exp_shift_sum then gives the same exponentials and its sum is not needed). */
+ * K^T packed whole (Kt, qw_gemm_fixed_pack_b of E rows): qw_cpu_causal_softmax, each row's max
+ * and 1/sum into stats [rows x 2] (save), or taken from there (recompute; qw_cpu_exp_shift_sum
+ * then gives the same exponentials and its sum is not needed). */
 static void softmax_tile(float *P, float *stats, int save, const float *qh, const float *Kt, int HE,
                          int E, float scale, int t0, int rows, int t1) {
     qw_gemm_fixed_packed_rows(0, rows, t1, E, scale, qh + (size_t)t0 * HE, HE, Kt, E, (float)0, P,
                               t1);
+    if (save) {
+        qw_cpu_causal_softmax(P, rows, t1, t0, stats);
+        return;
+    }
     for (int r = 0; r < rows; r++) {
         float *row = P + (size_t)r * t1;
         int last = t0 + r;
-        float mx, inv;
-        if (save) {
-            mx = row[0];
-            for (int j = 1; j <= last; j++)
-                mx = row[j] > mx ? row[j] : mx;
-            inv = 1.0f / qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
-            stats[2 * r] = mx;
-            stats[2 * r + 1] = inv;
-        } else {
-            mx = stats[2 * r];
-            inv = stats[2 * r + 1];
-            qw_cpu_exp_shift_sum(row, (size_t)last + 1, mx);
-        }
+        float inv = stats[2 * r + 1];
+        qw_cpu_exp_shift_sum(row, (size_t)last + 1, stats[2 * r]);
         for (int j = 0; j <= last; j++)
             row[j] *= inv;
         for (int j = last + 1; j < t1; j++)
