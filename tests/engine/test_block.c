@@ -154,7 +154,9 @@ static void eval_and_training_modes_agree(void **state) {
     assert_int_equal(qw_block_forward(&evp, 1, 0, &hooks, &err), QS_OK);
 
     size_t nd = (size_t)T * D, nh = (size_t)T * H * E, ng = (size_t)T * G * E, nf = (size_t)T * F;
-    float *mem = calloc(nd * 6 + nh * 2 + ng * 2 + nf * 3 + (size_t)H * T * T + 2 * (size_t)T,
+    size_t nsaved = qw_train_attention_saved_floats(&be, 1, T, H),
+           nscratch = qw_train_attention_scratch_floats(&be, T, H, E);
+    float *mem = calloc(nd * 6 + nh * 2 + ng * 2 + nf * 3 + nsaved + nscratch + 2 * (size_t)T,
                         sizeof(float));
     float *p = mem;
 #define TAKE(n) (p += (n), p - (n))
@@ -173,7 +175,8 @@ static void eval_and_training_modes_agree(void **state) {
     tr.q = TAKE(nh);
     tr.k = TAKE(ng);
     tr.v = TAKE(ng);
-    tr.probs = TAKE((size_t)H * T * T);
+    tr.probs = TAKE(nsaved);
+    tr.scores = TAKE(nscratch);
     tr.att = TAKE(nh);
     tr.mid = TAKE(nd);
     tr.ln2 = TAKE(nd);

@@ -172,10 +172,11 @@ static void attention_case(int B, int T, int H, int G, int E) {
     float *q = buf(nq, 1.0f), *k = buf(nk, 1.0f), *v = buf(nk, 1.0f), *out = buf(nq, 0.0f),
           *lse = buf(nl, 0.0f);
     float *ro = malloc(nq * 4), *rp = malloc(np * 4), *ro2 = malloc(nq * 4);
-    float *rs = malloc(qw_train_attention_tiled_saved_floats(B, T, H, E, 1) * 4);
+    float *rs = malloc(qw_train_attention_tiled_saved_floats(B, T, H) * 4);
+    float *rsc = malloc(qw_train_attention_tiled_scratch_floats(T, E, 1) * 4);
     qw_train_attention_forward(ro, rp, q, k, v, B, T, H, G, E, 1);
-    qw_train_attention_forward_tiled(ro2, rs, q, k, v, B, T, H, G, E, 1);
-    OK(qw_cuda_train_attention_forward(&gpu, out, lse, q, k, v, B, T, H, G, E, ERR));
+    qw_train_attention_forward_tiled(ro2, rs, rsc, q, k, v, B, T, H, G, E, 1);
+    OK(qw_cuda_train_attention_forward(&gpu, out, lse, NULL, q, k, v, B, T, H, G, E, ERR));
     assert_true(close_to("attention out", out, ro, nq, 1e-5));
     double mdl = 0.0;
     for (size_t r = 0; r < nl; r++) {
@@ -196,7 +197,7 @@ static void attention_case(int B, int T, int H, int G, int E) {
     assert_true(close_to("attention dq", dq, rdq, nq, 1e-5));
     assert_true(close_to("attention dk (overwritten)", dk, rdk, nk, 1e-5));
     assert_true(close_to("attention dv (overwritten)", dv, rdv, nk, 1e-5));
-    free(ro), free(ro2), free(rp), free(rs), free(rdq), free(rdk), free(rdv), free(rdS);
+    free(ro), free(ro2), free(rp), free(rs), free(rsc), free(rdq), free(rdk), free(rdv), free(rdS);
     float *m[] = {q, k, v, out, lse, dout, dq, dk, dv, dS};
     for (size_t i = 0; i < sizeof m / sizeof *m; i++)
         qwt_managed_free(m[i]);
@@ -216,8 +217,9 @@ static void test_attention_rejects_wide_heads(void **state) {
     (void)state;
     float *x = buf(4 * 2 * 160, 0.0f), *lse = buf(4 * 2, 0.0f);
     qs_error e = {0};
-    assert_int_equal(qw_cuda_train_attention_forward(&gpu, x, lse, x, x, x, 1, 4, 2, 2, 160, &e),
-                     QS_EINVAL);
+    assert_int_equal(
+        qw_cuda_train_attention_forward(&gpu, x, lse, NULL, x, x, x, 1, 4, 2, 2, 160, &e),
+        QS_EINVAL);
     assert_non_null(strstr(e.msg, "head_dim 160"));
     qwt_managed_free(x);
     qwt_managed_free(lse);

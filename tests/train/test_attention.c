@@ -31,7 +31,7 @@ static size_t differing(int B, int T, int H, int G, int E, int nt) {
     size_t N = (size_t)B * T, nq = N * H * E, nk = N * G * E;
     float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
     float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4), *probs = malloc((size_t)B * H * T * T * 4);
-    float *saved = malloc(qw_train_attention_tiled_saved_floats(B, T, H, E, nt) * 4);
+    float *saved = malloc(qw_train_attention_tiled_saved_floats(B, T, H) * 4);
     float *s1 = malloc((size_t)nt * T * T * 4);
     float *s2 = malloc(qw_train_attention_tiled_scratch_floats(T, E, nt) * 4);
     float *g1 = malloc((nq + 2 * nk) * 4), *g2 = malloc((nq + 2 * nk) * 4);
@@ -40,7 +40,7 @@ static size_t differing(int B, int T, int H, int G, int E, int nt) {
     fill(v, nk, 3, 1.0f);
     fill(dout, nq, 4, 0.1f);
     qw_train_attention_forward(o1, probs, q, k, v, B, T, H, G, E, nt);
-    qw_train_attention_forward_tiled(o2, saved, q, k, v, B, T, H, G, E, nt);
+    qw_train_attention_forward_tiled(o2, saved, s2, q, k, v, B, T, H, G, E, nt);
     qw_train_attention_backward(g1, g1 + nq, g1 + nq + nk, s1, dout, q, k, v, probs, B, T, H, G, E,
                                 nt);
     qw_train_attention_backward_tiled(g2, g2 + nq, g2 + nq + nk, s2, dout, q, k, v, saved, B, T, H,
@@ -87,26 +87,26 @@ static void tiled_attention_is_the_whole_t_kernel_bit_for_bit(void **s) {
 
 static void tiled_attention_saves_two_floats_a_row(void **s) {
     (void)s;
-    /* B 8 x T 2048, 32 heads of 128, 2 threads: 4 MiB of row statistics and per-thread scratch
-     * of a few tiles and head slices where the probabilities were 4 GiB */
+    /* B 8 x T 2048, 32 heads of 128, 2 threads: 4 MiB of row statistics a layer where the
+     * probabilities were 4 GiB, and one scratch of a few tiles and head slices per thread, the
+     * backward's, which the forward borrows */
     qw_cpu_gemm_force(QW_CPU_GEMM_FIXED);
-    size_t saved = qw_train_attention_tiled_saved_floats(8, 2048, 32, 128, 2);
+    size_t saved = qw_train_attention_tiled_saved_floats(8, 2048, 32);
+    assert_int_equal(saved, (size_t)8 * 32 * 2048 * 2);
     size_t slice = (size_t)2048 * 128; /* one head's packed K^T, V, Q, ... (E a multiple of 16) */
-    assert_int_equal(saved, (size_t)8 * 32 * 2048 * 2 +
-                                (size_t)2 * ((size_t)QW_TRAIN_ATT_TILE * 2048 + 2 * slice));
     assert_int_equal(qw_train_attention_tiled_scratch_floats(2048, 128, 2),
                      (size_t)2 * ((size_t)2 * QW_TRAIN_ATT_TILE * 2048 + 5 * slice));
-    /* a head of 24 packs in 2 panels of 16 columns, 32 of them */
+    /* E 24 packs as 2 panels of 16 columns over T 100 rows; T 100 as 7 panels over E 24 rows */
     assert_int_equal(qw_train_attention_tiled_scratch_floats(100, 24, 1),
                      (size_t)2 * QW_TRAIN_ATT_TILE * 100 + 2 * (7 * 16 * 24) + 3 * (2 * 16 * 100));
     qw_backend be;
     assert_int_equal(qw_backend_cpu_init(&be, 2, 16, NULL), QS_OK);
-    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32, 128), saved);
+    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32), saved);
     assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32, 128),
                      qw_train_attention_tiled_scratch_floats(2048, 128, 2));
     /* the openblas path keeps the whole-T kernels (their results unchanged), and their sizes */
     qw_cpu_gemm_force(QW_CPU_GEMM_OPENBLAS);
-    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32, 128),
+    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32),
                      (size_t)8 * 32 * 2048 * 2048);
     assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32, 128),
                      (size_t)32 * 2048 * 2048);
@@ -125,7 +125,7 @@ static void cuda_attention_saves_one_float_a_row(void **s) {
     named.name = "cuda";
     const qw_ops *cpu = be.ops;
     be.ops = &named;
-    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32, 128), (size_t)8 * 32 * 2048);
+    assert_int_equal(qw_train_attention_saved_floats(&be, 8, 2048, 32), (size_t)8 * 32 * 2048);
     assert_int_equal(qw_train_attention_scratch_floats(&be, 2048, 32, 128), (size_t)32 * 2048);
     be.ops = cpu;
     qw_backend_release(&be);

@@ -38,7 +38,8 @@ static qs_status rope_attention(const qw_block_io *io, qs_error *err) {
     TRY(ops->rope(be, io->k, io->rope_cos, io->rope_sin, B, T, G, E, err));
     qw_profile_add_since(io->prof, QW_PHASE_ELEMENTWISE, t0);
     if (io->save)
-        return ops->attention_fwd(be, io->att, io->probs, io->q, io->k, io->v, B, T, H, G, E, err);
+        return ops->attention_fwd(be, io->att, io->probs, io->scores, io->q, io->k, io->v, B, T, H,
+                                  G, E, err);
     qw_tensor q = {io->q, N, H * E}, k = {io->k, N, G * E}, v = {io->v, N, G * E},
               att = {io->att, N, H * E};
     t0 = qs_clock_s();

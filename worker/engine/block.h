@@ -23,7 +23,8 @@ enum { QW_BLOCK_Q, QW_BLOCK_K, QW_BLOCK_V, QW_BLOCK_O, QW_BLOCK_GATE, QW_BLOCK_U
 
 /* One rank's block buffers (backend memory). Without save res, mid and out are one residual
  * stream x [N x D] updated in place, ln2 may equal ln1, h equals g, and scores is the tiled
- * attention's scratch; with save each is its own and kept for qw_block_backward. */
+ * attention's scratch; with save each is its own and kept for qw_block_backward, scores
+ * excepted (the backward's attention scratch, free while the forward runs). */
 typedef struct qw_block_io {
     qw_backend *be;
     const qw_config *cfg;
@@ -35,7 +36,8 @@ typedef struct qw_block_io {
     float *ln1, *rstd1;               /* [N x D], [N] */
     float *q, *k, *v;                 /* [N x H*E], [N x G*E] x2; q and k after RoPE */
     float *probs;                     /* save: attention_fwd's state (ops.h saved_floats) */
-    float *scores;                    /* no save: the tiled attention's scratch */
+    float *scores;                    /* the attention's scratch (no save: the tiled kernel's;
+                                       * save: attention_fwd's, qw_train_attention_scratch_floats) */
     float *att;                       /* [N x H*E] attention output, o_proj input */
     float *mid;                       /* [N x D] residual after attention */
     float *ln2, *rstd2;               /* [N x D], [N] */

@@ -142,18 +142,20 @@ void qw_train_attention_backward(float *dq, float *dk, float *dv, float *dscratc
  * rows and, up to the last tile, no partial panel of keys. */
 #define QW_TRAIN_ATT_TILE 48
 /* Floats of saved for qw_train_attention_forward_tiled: per query row of every (sequence, head)
- * its softmax's max and 1/sum [B x H x T x 2], then the forward's scratch, per thread a tile's
- * probabilities [TILE x T] and a head's K^T and V packed for the fixed GEMM (2 x ~T x E). */
-size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int E, int nt);
+ * its softmax's max and 1/sum [B x H x T x 2]. */
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H);
 /* qw_train_attention_forward's out, bit for bit on the fixed-order GEMM, by query tiles of
  * QW_TRAIN_ATT_TILE rows: each tile's scores only up to its last query (key tiles above the
  * diagonal never computed), the same softmax of each row over the same keys in the same order,
  * and no T x T kept: the rows' max and 1/sum go to saved for the backward (FlashAttention-2,
- * arXiv 2307.08691, saves the logsumexp; its two parts give back the same bits). */
-void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
-                                      const float *v, int B, int T, int H, int G, int E, int nt);
-/* Floats of dscratch for qw_train_attention_backward_tiled: per thread a tile's P and dS
- * [2 x TILE x T] and K^T, V^T, K, Q, dO packed for the fixed GEMM (5 x ~T x E). */
+ * arXiv 2307.08691, saves the logsumexp; its two parts give back the same bits). scratch:
+ * qw_train_attention_tiled_scratch_floats(T, E, nt) floats. */
+void qw_train_attention_forward_tiled(float *out, float *saved, float *scratch, const float *q,
+                                      const float *k, const float *v, int B, int T, int H, int G,
+                                      int E, int nt);
+/* Floats of dscratch for qw_train_attention_backward_tiled, and of the forward's scratch: per
+ * thread a tile's P and dS [2 x TILE x T] and K^T, V^T, K, Q, dO packed for the fixed GEMM
+ * (5 x ~T x E); the forward uses a tile's P and K^T, V of each thread's share. */
 size_t qw_train_attention_tiled_scratch_floats(int T, int E, int nt);
 /* qw_train_attention_backward's dq, dk, dv, bit for bit on the fixed-order GEMM, from the saved
  * state of qw_train_attention_forward_tiled: each tile's probabilities recomputed, then its
@@ -314,9 +316,11 @@ struct qw_ops {
                              const float *w, const float *rstd, int N, int D, qs_error *err);
     qs_status (*rope_bwd)(qw_backend *b, float *dx, const float *cosb, const float *sinb, int B,
                           int T, int nh, int E, qs_error *err);
-    qs_status (*attention_fwd)(qw_backend *b, float *out, float *probs, const float *q,
-                               const float *k, const float *v, int B, int T, int H, int G, int E,
-                               qs_error *err);
+    /* scratch: qw_train_attention_scratch_floats(b, T, H, E) floats, the backward's (free
+     * while the forward runs), so that a layer's saved state is only what the backward reads. */
+    qs_status (*attention_fwd)(qw_backend *b, float *out, float *probs, float *scratch,
+                               const float *q, const float *k, const float *v, int B, int T, int H,
+                               int G, int E, qs_error *err);
     /* dscratch: qw_train_attention_scratch_floats(b, T, H, E) floats. */
     qs_status (*attention_bwd)(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
                                const float *dout, const float *q, const float *k, const float *v,
@@ -376,9 +380,9 @@ struct qw_ops {
 size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H, int E);
 
 /* Floats of what attention_fwd saves for attention_bwd (its probs argument) for B sequences of
- * T and H heads of E: CPU qw_train_attention_tiled_saved_floats, the CPU's openblas path the
+ * T and H heads: CPU qw_train_attention_tiled_saved_floats, the CPU's openblas path the
  * probabilities [B x H x T x T], CUDA each row's logsumexp [B x H x T]. */
-size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H, int E);
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H);
 
 /* The CPU backend's table, the reference every other backend is checked against. */
 const qw_ops *qw_ops_cpu(void);

@@ -458,14 +458,14 @@ static qs_status cpu_rope_bwd(qw_backend *b, float *dx, const float *cosb, const
     return QS_OK;
 }
 
-static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, const float *q,
-                                   const float *k, const float *v, int B, int T, int H, int G,
-                                   int E, qs_error *err) {
+static qs_status cpu_attention_fwd(qw_backend *b, float *out, float *probs, float *scratch,
+                                   const float *q, const float *k, const float *v, int B, int T,
+                                   int H, int G, int E, qs_error *err) {
     (void)err;
     /* the tiled kernel's bits are the whole-T kernel's on the fixed-order GEMM only: OpenBLAS
        sums other shapes in other orders, and its path keeps the results it has */
     if (qw_cpu_gemm_kind() == QW_CPU_GEMM_FIXED)
-        qw_train_attention_forward_tiled(out, probs, q, k, v, B, T, H, G, E, b->threads);
+        qw_train_attention_forward_tiled(out, probs, scratch, q, k, v, B, T, H, G, E, b->threads);
     else
         qw_train_attention_forward(out, probs, q, k, v, B, T, H, G, E, b->threads);
     return QS_OK;
@@ -562,9 +562,9 @@ size_t qw_train_attention_scratch_floats(const qw_backend *b, int T, int H, int 
     return (size_t)n * (size_t)T * (size_t)T;
 }
 
-size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H, int E) {
+size_t qw_train_attention_saved_floats(const qw_backend *b, int B, int T, int H) {
     if (cuda_attention(b)) return (size_t)B * (size_t)H * (size_t)T;
-    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H, E, b->threads);
+    if (tiled_attention(b)) return qw_train_attention_tiled_saved_floats(B, T, H);
     return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }
 

@@ -4,8 +4,9 @@
  *
  * Determinism: every parallel loop gives each output element to one thread and sums in a fixed
  * order, and GEMMs are cut into pieces fixed by the shape (never by the thread count), each a
- * single-threaded qw_cpu_sgemm (gemm_cpu.h: OpenBLAS, or the fixed-order GEMM), so results are
- * bit-identical for any thread count. */
+ * single-threaded qw_cpu_sgemm (gemm_cpu.h: OpenBLAS, or the fixed-order GEMM) or, in the tiled
+ * attention that runs only on the fixed-order path, the fixed GEMM's packed entry itself, so
+ * results are bit-identical for any thread count. */
 #include "ops.h"
 
 #include "adamw.h"
@@ -246,16 +247,18 @@ static size_t pack_rows_floats(int T, int E) {
     return qw_gemm_fixed_packed_floats(E, T);
 }
 
-size_t qw_train_attention_tiled_saved_floats(int B, int T, int H, int E, int nt) {
-    size_t per_thread =
-        (size_t)QW_TRAIN_ATT_TILE * T + pack_keys_floats(T, E) + pack_rows_floats(T, E);
-    return (size_t)B * H * T * 2 + (size_t)nt * per_thread;
+size_t qw_train_attention_tiled_saved_floats(int B, int T, int H) {
+    return (size_t)B * H * T * 2;
+}
+
+/* One thread's share of the scratch: the backward's P, dS, K^T, V^T, K, Q, dO. */
+static size_t scratch_per_thread(int T, int E) {
+    return (size_t)2 * QW_TRAIN_ATT_TILE * T + 2 * pack_keys_floats(T, E) +
+           3 * pack_rows_floats(T, E);
 }
 
 size_t qw_train_attention_tiled_scratch_floats(int T, int E, int nt) {
-    size_t per_thread =
-        (size_t)2 * QW_TRAIN_ATT_TILE * T + 2 * pack_keys_floats(T, E) + 3 * pack_rows_floats(T, E);
-    return (size_t)nt * per_thread;
+    return (size_t)nt * scratch_per_thread(T, E);
 }
 
 /* Rows of one causal softmax row set taken together in the backward's row sums: independent
@@ -287,13 +290,12 @@ static void softmax_tile(float *P, float *stats, int save, const float *qh, cons
     }
 }
 
-void qw_train_attention_forward_tiled(float *out, float *saved, const float *q, const float *k,
-                                      const float *v, int B, int T, int H, int G, int E, int nt) {
+void qw_train_attention_forward_tiled(float *out, float *saved, float *scratch, const float *q,
+                                      const float *k, const float *v, int B, int T, int H, int G,
+                                      int E, int nt) {
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E));
-    float *scratch = saved + (size_t)B * H * T * 2;
-    size_t per_thread =
-        (size_t)QW_TRAIN_ATT_TILE * T + pack_keys_floats(T, E) + pack_rows_floats(T, E);
+    size_t per_thread = scratch_per_thread(T, E);
     /* One (sequence, head) per task, its K^T and V packed once for all its tiles; per query tile
      * [t0, t1): P = softmax(scale Q K[0..t1)^T), O = P V[0..t1). An element's FMA chain is the
      * whole-T kernel's less trailing zero terms. */
@@ -360,7 +362,7 @@ void qw_train_attention_backward_tiled(float *dq, float *dk, float *dv, float *d
     int rep = H / G, HE = H * E, GE = G * E;
     float scale = (float)(1.0 / sqrt((double)E));
     size_t nkeys = pack_keys_floats(T, E), nrows = pack_rows_floats(T, E);
-    size_t per_thread = (size_t)2 * QW_TRAIN_ATT_TILE * T + 2 * nkeys + 3 * nrows;
+    size_t per_thread = scratch_per_thread(T, E);
     /* One (sequence, kv head) per task, its query heads in order and each head's query tiles
      * in order, so dK and dV rows take their terms in the whole-T backward's order (its terms
      * above the diagonal are zeros, which leave a sum as it is). K^T, V^T and K packed once a
@@ -439,9 +441,8 @@ void qw_train_swiglu_backward(float *dg, float *du, const float *dh, const float
      * e^-g of a block into a stack buffer (qw_cpu_exp_shift_n, the forward's e^x), then the
      * elementwise formulas (16 lanes at a time on AVX-512F: the same bits). */
     size_t blocks = (n + 1023) / 1024;
-    int vec = 0;
 #if defined(__x86_64__)
-    vec = __builtin_cpu_supports("avx512f");
+    int vec = __builtin_cpu_supports("avx512f");
 #endif
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t b = 0; b < blocks; b++) {
@@ -599,9 +600,8 @@ adamw_avx512(float *p, const float *g, float *m, float *v, size_t n, const qw_ad
 void qw_train_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float wd,
                     float b1, float b2, float eps, float c1, float c2, float grad_scale, int nt) {
     qw_adamw_hp h = {lr, wd, b1, b2, eps, c1, c2, grad_scale};
-    int vec = 0;
 #if defined(__x86_64__)
-    vec = __builtin_cpu_supports("avx512f");
+    int vec = __builtin_cpu_supports("avx512f");
 #endif
     size_t blocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
     if ((size_t)nt > blocks) nt = blocks ? (int)blocks : 1;
@@ -674,9 +674,8 @@ void qw_train_round_bf16_copy(float *dst, const float *src, size_t n, int nt) {
     size_t blocks = (n + 4095) / 4096;
     if ((size_t)nt > blocks) nt = (int)blocks;
     if (nt < 1) nt = 1;
-    int vec = 0;
 #if defined(__x86_64__)
-    vec = __builtin_cpu_supports("avx512f");
+    int vec = __builtin_cpu_supports("avx512f");
 #endif
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t b = 0; b < blocks; b++) {

@@ -198,9 +198,10 @@ extern "C" qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const
  * backward recomputing the probabilities from it (ops_cuda_train_attention.cu); neither
  * writes T x T, and neither computes a tile above the diagonal. */
 extern "C" qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *saved,
-                                                     const float *q, const float *k, const float *v,
-                                                     int B, int T, int H, int G, int E,
-                                                     qs_error *err) {
+                                                     float *scratch, const float *q, const float *k,
+                                                     const float *v, int B, int T, int H, int G,
+                                                     int E, qs_error *err) {
+    (void)scratch;
     CTX;
     size_t sq = (size_t)T * H * E, sk = (size_t)T * G * E, sl = (size_t)H * T;
     qs_status st = QS_OK;

@@ -39,11 +39,11 @@ qs_status qw_cuda_train_rope_backward(qw_backend *b, float *dx, const float *cos
                                       const float *sinb, int B, int T, int nh, int E,
                                       qs_error *err);
 /* Causal GQA attention, blocked (FlashAttention-2): out[N x H*E]; saved[B x H x T] each query
- * row's logsumexp, what the backward recomputes the probabilities from (no T x T). head_dim
- * 1..128 (QS_EINVAL otherwise). */
-qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *saved, const float *q,
-                                          const float *k, const float *v, int B, int T, int H,
-                                          int G, int E, qs_error *err);
+ * row's logsumexp, what the backward recomputes the probabilities from (no T x T); scratch
+ * unused (the ops table's argument). head_dim 1..128 (QS_EINVAL otherwise). */
+qs_status qw_cuda_train_attention_forward(qw_backend *b, float *out, float *saved, float *scratch,
+                                          const float *q, const float *k, const float *v, int B,
+                                          int T, int H, int G, int E, qs_error *err);
 /* dq[N x H*E], dk, dv [N x G*E] overwritten from the forward's saved; dscratch: device [H x T]
  * floats. */
 qs_status qw_cuda_train_attention_backward(qw_backend *b, float *dq, float *dk, float *dv,

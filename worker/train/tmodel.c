@@ -236,7 +236,7 @@ qs_status qw_tmodel_create_on(const qw_config *cfg, int B, int T, qw_backend *be
     m->blocks = calloc((size_t)cfg->n_layers, sizeof *m->blocks);
     m->host_losses = malloc((size_t)m->N * sizeof *m->host_losses);
     size_t sf = qw_train_attention_scratch_floats(be, T, cfg->n_heads, cfg->head_dim),
-           vf = qw_train_attention_saved_floats(be, B, T, cfg->n_heads, cfg->head_dim);
+           vf = qw_train_attention_saved_floats(be, B, T, cfg->n_heads);
     m->bytes = layout(m, NULL, sf, vf);
     m->mem = m->tensors && m->blocks && m->host_losses ? ops->alloc(be, m->bytes) : NULL;
     if (!m->mem) {
@@ -519,7 +519,7 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     qw_backend cpu = {.ops = qw_ops_cpu(), .threads = m.nt};
     *bytes =
         layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads, cfg->head_dim),
-               qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads, cfg->head_dim));
+               qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads));
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -637,6 +637,7 @@ static qw_block_io block_io(qw_tmodel *m, int l) {
                          .k = a->k,
                          .v = a->v,
                          .probs = a->probs,
+                         .scores = m->att_scratch,
                          .att = a->atty,
                          .mid = a->mid,
                          .ln2 = a->ln2,

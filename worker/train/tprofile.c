@@ -83,10 +83,10 @@ static qs_status t_embedding_bwd(qw_backend *b, float *demb, const float *dout,
                                  const uint32_t *tokens, int N, int D, qs_error *err) {
     TIMED(QW_TPHASE_EMBED_ADD, embedding_bwd, demb, dout, tokens, N, D, err);
 }
-static qs_status t_attention_fwd(qw_backend *b, float *out, float *probs, const float *q,
-                                 const float *k, const float *v, int B, int T, int H, int G, int E,
-                                 qs_error *err) {
-    TIMED(QW_TPHASE_ATTN_FWD, attention_fwd, out, probs, q, k, v, B, T, H, G, E, err);
+static qs_status t_attention_fwd(qw_backend *b, float *out, float *probs, float *scratch,
+                                 const float *q, const float *k, const float *v, int B, int T,
+                                 int H, int G, int E, qs_error *err) {
+    TIMED(QW_TPHASE_ATTN_FWD, attention_fwd, out, probs, scratch, q, k, v, B, T, H, G, E, err);
 }
 static qs_status t_attention_bwd(qw_backend *b, float *dq, float *dk, float *dv, float *dscratch,
                                  const float *dout, const float *q, const float *k, const float *v,
