@@ -490,7 +490,7 @@ static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
 static void test_a_k_range_of_a_packing_gives_the_chain_bit_for_bit(void **state) {
     (void)state;
     static const qw_gemm_tile tiles[] = {{6, 4, 256}, {6, 4, 7}, {8, 3, 128}, {6, 1, 256}};
-    static const int ranges[][4] = {/* Kw, Nw, k0 K, N (M 13) */
+    static const int ranges[][3] = {/* Kw, Nw, k0 (K and N run over several values; M 13) */
                                     {128, 40, 0}, {128, 40, 32},  {128, 40, 96},
                                     {300, 33, 7}, {300, 33, 260}, {19, 17, 5}};
     enum { NT = sizeof tiles / sizeof tiles[0], NR = sizeof ranges / sizeof ranges[0] };

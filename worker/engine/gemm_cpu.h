@@ -1,6 +1,7 @@
-/* The CPU engine's numerics path: qw_cpu_sgemm (every CPU GEMM of the engine) and the softmax and
- * SiLU exponentials, behind one per-process choice, QSWEEP_CPU_GEMM: unset/""/"fixed" the
- * fixed-order GEMM and exponential (gemm_fixed.h, expf_fixed.h: the same bits on every x86-64
+/* The CPU engine's numerics path: qw_cpu_sgemm (every CPU GEMM of the engine but the tiled
+ * training attention's, which runs only on the fixed path and calls its packed entry) and the
+ * softmax and SiLU exponentials, behind one per-process choice, QSWEEP_CPU_GEMM: unset/""/"fixed"
+ * the fixed-order GEMM and exponential (gemm_fixed.h, expf_fixed.h: the same bits on every x86-64
  * CPU, "cpu-qsweep-fixed2"), "openblas" cblas_sgemm and libc's expf (the numerics of results
  * before the fixed path; last bits depend on OpenBLAS's kernel family). Any other value is
  * refused by qw_cpu_gemm_check, so a typo never runs the other numerics. */

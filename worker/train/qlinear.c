@@ -587,7 +587,7 @@ qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, 
         qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_DY, &wa);
         qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_X, &wb);
         if (env->shared && da.mode == QW_MODE_BF16 && wa.mode == QW_MODE_BF16 &&
-            in_layout(env, &da, &db, dx, dy, W, 0.0f) &&
+            in_layout(env, &da, &db, dx, dy, W, dx_accumulate ? 1.0f : 0.0f) &&
             in_layout(env, &wa, &wb, dW, dy, x, 1.0f)) {
             dy_bf16 = env->buf_a;
             env->shared->dy_reused++;

@@ -25,8 +25,9 @@
  * (docs/numerics.md 4.5). Stochastic rounding streams: seed = env->seed, tensor id = linear *
  * QW_N_OPERANDS + operand, step = env->step, so a run is reproducible and no two tensors or steps
  * share random bits. An X input that the linears of a group read alike (q, k, v; gate, up) is made
- * once per micro-batch where its rounding is deterministic (qw_shared_input), and a dY that dgrad
- * and wgrad both take in BF16 is rounded once, by dgrad. Nothing here allocates. */
+ * once per micro-batch where its rounding is deterministic (qw_shared_input), and with sharing on
+ * a dY that dgrad and wgrad both take in BF16 on the in-layout path (gemm_tt: the CPU's
+ * fixed-order GEMM), no hook watching, is rounded once, by dgrad. Nothing here allocates. */
 #ifndef QW_TRAIN_QLINEAR_H
 #define QW_TRAIN_QLINEAR_H
 

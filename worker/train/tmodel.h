@@ -137,7 +137,8 @@ void qw_tmodel_weights_changed(qw_tmodel *m);
  * making them at every GEMM (on 0: the reference). Their buffer is N x D floats of the model's
  * one allocation (qw_tmodel_bytes). made and reused count the preparations and the GEMMs that
  * read one made before, since the model was made. With it on, a linear whose dgrad and wgrad
- * both take dY in BF16 rounds dY once (dy_reused counts the wgrad GEMMs that read dgrad's). */
+ * both take dY in BF16 on the fixed-order GEMM's in-layout path rounds dY once (dy_reused counts
+ * the wgrad GEMMs that read dgrad's). */
 void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on);
 void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused,
                                    unsigned long *dy_reused);
