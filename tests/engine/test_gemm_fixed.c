@@ -407,6 +407,17 @@ static void test_every_tile_gives_the_chain_bit_for_bit(void **state) {
     assert_int_equal(qw_gemm_fixed_force_isa(QW_GEMM_ISA_AUTO, NULL), QS_OK);
 }
 
+/* Forces path isa and, t >= 0, tiles[t] (t -1: the path's own tile); 0 when this CPU lacks the
+ * path or the path has no such tile (the scalar path has none), nothing forced then. */
+static int force_path_tile(qw_gemm_isa isa, int t, const qw_gemm_tile *tiles) {
+    if (!qw_gemm_fixed_isa_supported(isa)) return 0;
+    if (t >= 0 && (isa == QW_GEMM_ISA_SCALAR || !qw_gemm_fixed_tile_supported(isa, &tiles[t])))
+        return 0;
+    assert_int_equal(qw_gemm_fixed_force_isa(isa, NULL), QS_OK);
+    if (t >= 0) assert_int_equal(qw_gemm_fixed_force_tile(&tiles[t], NULL), QS_OK);
+    return 1;
+}
+
 /* op(B) packed once by qw_gemm_fixed_pack_b holds op(B)[k][j] at panel j/16, row k, lane j%16
  * and zeros past N; qw_gemm_fixed_packed over it gives the written-out chain's bits on every
  * path, under every tile of the table above's kinds (K blocks that split the packed panels
@@ -448,16 +459,8 @@ static void test_a_packed_operand_gives_the_chain_bit_for_bit(void **state) {
                     float *got = malloc(n * sizeof *got);
                     assert_non_null(got);
                     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
-                        if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
-                        assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
                         for (int t = -1; t < NT; t++) {
-                            if (t >= 0) {
-                                qw_gemm_tile tl = tiles[t];
-                                if (isas[ii] == QW_GEMM_ISA_SCALAR ||
-                                    !qw_gemm_fixed_tile_supported(isas[ii], &tl))
-                                    continue;
-                                assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
-                            }
+                            if (!force_path_tile(isas[ii], t, tiles)) continue;
                             memcpy(got, q.C0, n * sizeof *got);
                             qw_gemm_fixed_packed(ta, q.M, q.N, q.K, q.alpha, q.A, q.lda, Bp, q.beta,
                                                  got, q.ldc);
@@ -526,16 +529,8 @@ static void test_a_k_range_of_a_packing_gives_the_chain_bit_for_bit(void **state
                         assert_non_null(c0);
                         memcpy(c0, got, (size_t)M * N * sizeof *c0);
                         for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
-                            if (!qw_gemm_fixed_isa_supported(isas[ii])) continue;
-                            assert_int_equal(qw_gemm_fixed_force_isa(isas[ii], NULL), QS_OK);
                             for (int t = -1; t < NT; t++) {
-                                if (t >= 0) {
-                                    qw_gemm_tile tl = tiles[t];
-                                    if (isas[ii] == QW_GEMM_ISA_SCALAR ||
-                                        !qw_gemm_fixed_tile_supported(isas[ii], &tl))
-                                        continue;
-                                    assert_int_equal(qw_gemm_fixed_force_tile(&tl, NULL), QS_OK);
-                                }
+                                if (!force_path_tile(isas[ii], t, tiles)) continue;
                                 memcpy(got, c0, (size_t)M * N * sizeof *got);
                                 qw_gemm_fixed_packed_rows(ta, M, N, K, 0.5f, A, lda,
                                                           Bp + (size_t)k0 * 16, Kw, 1.0f, got, N);
