@@ -439,12 +439,25 @@ static void bytes_tokenizer_and_shapes(void **s) {
     qw_tmodel_plan(&c, 1, 128, 1, &np, &bytes);
     assert_int_equal(np, 8030261248ull); /* meta-llama/Meta-Llama-3-8B's */
     /* the small named shapes train: micro through the table runs in the tests above; its plan
-       is the allocation qw_tmodel_create makes */
+       is what qw_tmodel_create allocates and a recipe that rounds its inputs adds (the GEMM
+       input buffers, which an all-FP32 recipe does without) */
     assert_int_equal(qw_train_shape_by_name("micro", &c, &err), QS_OK);
     qw_tmodel_plan(&c, 2, 32, 2, &np, &bytes);
     qw_tmodel *m = NULL;
     assert_int_equal(qw_tmodel_create(&c, 2, 32, 2, &m, &err), QS_OK);
+    qw_recipe rc;
+    assert_int_equal(qw_recipe_by_name("fp32", &rc, &err), QS_OK);
+    assert_int_equal(qw_tmodel_set_recipe(m, &rc, 1, &err), QS_OK);
+    size_t fp32_bytes = qw_tmodel_bytes(m);
+    assert_true(fp32_bytes < bytes);
+    assert_int_equal(qw_recipe_by_name("nvfp4", &rc, &err), QS_OK);
+    assert_int_equal(qw_tmodel_set_recipe(m, &rc, 1, &err), QS_OK);
     assert_int_equal(qw_tmodel_bytes(m), bytes);
+    assert_int_equal(qw_recipe_by_name("fp32", &rc, &err), QS_OK);
+    assert_int_equal(qw_tmodel_set_recipe(m, &rc, 1, &err), QS_OK);
+    assert_int_equal(qw_tmodel_bytes(m), fp32_bytes);
+    printf("micro B 2 x T 32: %zu bytes under fp32, %zu under nvfp4 (the plan)\n", fp32_bytes,
+           bytes);
     assert_int_equal(qw_tmodel_n_params(m), np);
     qw_tmodel_destroy(m);
     /* data beyond the vocabulary is refused before anything runs */

@@ -71,7 +71,9 @@ struct qw_tmodel {
     int shared_off;         /* 1: env.shared NULL, every GEMM makes its X input */
     unsigned gemm_ran[QW_N_LINEAR_GEMMS]; /* env.ran: the paths each GEMM kind ran */
     size_t bytes;
-    void *mem; /* the one backend allocation */
+    void *mem;           /* the one backend allocation */
+    void *recipe_mem;    /* buf_a, buf_b and the shared input, held while the recipe rounds */
+    size_t recipe_bytes; /* its bytes; 0 under an all-FP32 recipe */
 };
 
 /* Tensor index of block l's tensor j (0 attn_norm, 1..4 q k v o, 5 ffn_norm, 6..8 gate up down). */
@@ -135,25 +137,78 @@ static size_t layout(qw_tmodel *m, char *base, size_t scratch_floats, size_t sav
     CARVE(m->att_scratch, float, scratch_floats);
     CARVE(m->tokens, uint32_t, N);
     CARVE(m->targets, uint32_t, N);
-    {
-        size_t s = 0;
-        int ins[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, (int)HE, c->dim, c->dim, c->hidden_dim};
-        int outs[QW_TMODEL_KINDS] = {(int)HE,       (int)GE,       (int)GE, c->dim,
-                                     c->hidden_dim, c->hidden_dim, c->dim};
-        for (int k = 0; k < QW_TMODEL_KINDS; k++) {
-            size_t x = qw_qlinear_scratch_floats(m->N, ins[k], outs[k]);
-            s = x > s ? x : s;
-        }
-        size_t x = qw_qlinear_scratch_floats(m->N, c->dim, c->vocab_size);
-        s = x > s ? x : s;
-        CARVE(m->env.buf_a, float, s);
-        CARVE(m->env.buf_b, float, s);
-    }
-    /* q, k, v read ln1 and gate, up read ln2, both [N x D]: Xq or (X^T)q, N D floats */
-    CARVE(m->shared.buf, float, N *D);
-    if (base) m->shared.cap = N * D;
 #undef CARVE
     return off;
+}
+
+/* in and out of each block linear kind (q, k, v, o, gate, up, down). */
+static void linear_dims(const qw_config *c, int *ins, int *outs) {
+    int HE = c->n_heads * c->head_dim, GE = c->n_kv_heads * c->head_dim;
+    const int in[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, HE, c->dim, c->dim, c->hidden_dim};
+    const int out[QW_TMODEL_KINDS] = {HE, GE, GE, c->dim, c->hidden_dim, c->hidden_dim, c->dim};
+    memcpy(ins, in, sizeof in);
+    memcpy(outs, out, sizeof out);
+}
+
+/* Floats of each of buf_a and buf_b (qw_qlinear_scratch_floats of the largest linear, lm_head
+ * included) and of the shared input (q, k, v read ln1 and gate, up read ln2, both [N x D]: Xq or
+ * (X^T)q). */
+static void recipe_floats(const qw_tmodel *m, size_t *each_buf, size_t *shared) {
+    const qw_config *c = &m->cfg;
+    int ins[QW_TMODEL_KINDS], outs[QW_TMODEL_KINDS];
+    linear_dims(c, ins, outs);
+    size_t s = qw_qlinear_scratch_floats(m->N, c->dim, c->vocab_size);
+    for (int k = 0; k < QW_TMODEL_KINDS; k++) {
+        size_t x = qw_qlinear_scratch_floats(m->N, ins[k], outs[k]);
+        s = x > s ? x : s;
+    }
+    *each_buf = s;
+    *shared = (size_t)m->N * (size_t)c->dim;
+}
+
+/* Bytes of the recipe's buffers laid out one after another (64-byte aligned). */
+static size_t recipe_buffer_bytes(const qw_tmodel *m) {
+    size_t each, shared;
+    recipe_floats(m, &each, &shared);
+    return 2 * align64(each * sizeof(float)) + align64(shared * sizeof(float));
+}
+
+/* 1 when r rounds or quantizes some linear's inputs (a layer, or lm_head, whose fprop X is not
+ * FP32: qlinear.c's all_fp32 test), so that its GEMMs prepare inputs into buffers. */
+static int recipe_rounds(const qw_recipe *r, int n_layers) {
+    for (int layer = -1; layer < n_layers; layer++) {
+        qw_operand_spec s;
+        qw_recipe_operand(r, layer, n_layers, QW_FPROP_X, &s);
+        if (s.mode != QW_MODE_FP32) return 1;
+    }
+    return 0;
+}
+
+/* Holds the recipe's buffers where r rounds (recipe_rounds), none under an all-FP32 recipe:
+ * the old ones are kept until the new ones are made. Errors: QS_ENOMEM naming the bytes. */
+static qs_status set_recipe_buffers(qw_tmodel *m, const qw_recipe *r, qs_error *err) {
+    size_t bytes = recipe_rounds(r, m->cfg.n_layers) ? recipe_buffer_bytes(m) : 0;
+    if (bytes == m->recipe_bytes) return QS_OK;
+    void *mem = NULL;
+    if (bytes) {
+        mem = m->be->ops->alloc(m->be, bytes);
+        if (!mem)
+            return qs_error_set(err, QS_ENOMEM,
+                                "train model: %zu bytes of %s memory for recipe %s's inputs", bytes,
+                                m->be->ops->name, r->name);
+    }
+    if (m->recipe_mem) m->be->ops->free(m->be, m->recipe_mem);
+    m->recipe_mem = mem;
+    m->recipe_bytes = bytes;
+    size_t each, shared;
+    recipe_floats(m, &each, &shared);
+    char *p = mem;
+    m->env.buf_a = mem ? (float *)(void *)p : NULL;
+    m->env.buf_b = mem ? (float *)(void *)(p + align64(each * sizeof(float))) : NULL;
+    m->shared.buf = mem ? (float *)(void *)(p + 2 * align64(each * sizeof(float))) : NULL;
+    m->shared.cap = mem ? shared : 0;
+    m->shared.valid = 0;
+    return QS_OK;
 }
 
 /* The tensor table (fill 0: count only); offsets into the flat parameter array. */
@@ -302,6 +357,7 @@ qs_status qw_tmodel_create(const qw_config *cfg, int B, int T, int nt, qw_tmodel
 void qw_tmodel_destroy(qw_tmodel *m) {
     if (!m) return;
     qw_wcache_release(&m->wcache);
+    if (m->recipe_mem) m->be->ops->free(m->be, m->recipe_mem);
     if (m->mem) m->be->ops->free(m->be, m->mem);
     if (m->own_be.ops) qw_backend_release(&m->own_be);
     free(m->tensors);
@@ -424,9 +480,9 @@ qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, 
     qs_status st = qw_recipe_check(r, m->cfg.n_layers, err);
     if (st != QS_OK) return st;
     const qw_config *c = &m->cfg;
-    int HE = c->n_heads * c->head_dim, GE = c->n_kv_heads * c->head_dim;
-    int ins[QW_TMODEL_KINDS] = {c->dim, c->dim, c->dim, HE, c->dim, c->dim, c->hidden_dim};
-    int outs[QW_TMODEL_KINDS] = {HE, GE, GE, c->dim, c->hidden_dim, c->hidden_dim, c->dim};
+    int ins[QW_TMODEL_KINDS], outs[QW_TMODEL_KINDS];
+    linear_dims(c, ins, outs);
+    if ((st = set_recipe_buffers(m, r, err)) != QS_OK) return st;
     qw_wcache_release(&m->wcache);
     m->env.wcache = NULL;
     st = qw_wcache_init(&m->wcache, m->be, r, c->n_layers, QW_TMODEL_KINDS, ins, outs, err);
@@ -494,7 +550,7 @@ void qw_tmodel_gemm_ran(const qw_tmodel *m, unsigned ran[QW_N_LINEAR_GEMMS]) {
 }
 
 size_t qw_tmodel_bytes(const qw_tmodel *m) {
-    return m->bytes;
+    return m->bytes + m->recipe_bytes;
 }
 int qw_tmodel_batch(const qw_tmodel *m) {
     return m->B;
@@ -519,7 +575,8 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     qw_backend cpu = {.ops = qw_ops_cpu(), .threads = m.nt};
     *bytes =
         layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads, cfg->head_dim),
-               qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads));
+               qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads)) +
+        recipe_buffer_bytes(&m);
 }
 
 /* ---------------------------------------------------------------- forward */

@@ -114,8 +114,9 @@ const float *qw_tmodel_logits(const qw_tmodel *m);
 qs_status qw_tmodel_backward(qw_tmodel *m, float scale, qs_error *err);
 
 /* Sets the recipe of the FP32 model's linears (copied) and the run seed of its SR streams and
- * RHT signs, and sizes the weight cache for it (below). Errors: qw_recipe_check's, QS_ENOMEM
- * (the cache's bytes); the model keeps its recipe, without a cache, on error. */
+ * RHT signs, and sizes the weight cache (below) and the GEMM input buffers (qw_tmodel_bytes)
+ * for it. Errors: qw_recipe_check's, QS_ENOMEM (the buffers' bytes: the model keeps its recipe
+ * and buffers; the cache's: it keeps its recipe, without a cache). */
 qs_status qw_tmodel_set_recipe(qw_tmodel *m, const qw_recipe *r, uint64_t seed, qs_error *err);
 
 /* The quantized weights of a step (wcache.h), on by default: each weight the recipe quantizes
@@ -134,11 +135,11 @@ void qw_tmodel_weights_changed(qw_tmodel *m);
  * (ln1), gate and up another (ln2); where the recipe prepares it the same way for each linear
  * of the group and deterministically (not SR), fprop's Xq and wgrad's (X^T)q are made once per
  * group per micro-batch, by the group's first GEMM, and read by the others; the same bits as
- * making them at every GEMM (on 0: the reference). Their buffer is N x D floats of the model's
- * one allocation (qw_tmodel_bytes). made and reused count the preparations and the GEMMs that
- * read one made before, since the model was made. With it on, a linear whose dgrad and wgrad
- * both take dY in BF16 on the fixed-order GEMM's in-layout path rounds dY once (dy_reused counts
- * the wgrad GEMMs that read dgrad's). */
+ * making them at every GEMM (on 0: the reference). Their buffer is N x D floats, held with the
+ * GEMMs' input buffers while the recipe rounds some input (qw_tmodel_set_recipe). made and reused
+ * count the preparations and the GEMMs that read one made before, since the model was made. With it
+ * on, a linear whose dgrad and wgrad both take dY in BF16 on the fixed-order GEMM's in-layout path
+ * rounds dY once (dy_reused counts the wgrad GEMMs that read dgrad's). */
 void qw_tmodel_set_shared_inputs(qw_tmodel *m, int on);
 void qw_tmodel_shared_input_counts(const qw_tmodel *m, unsigned long *made, unsigned long *reused,
                                    unsigned long *dy_reused);
@@ -170,14 +171,18 @@ int qw_tmodel_batch(const qw_tmodel *m);
 int qw_tmodel_ctx(const qw_tmodel *m);
 size_t qw_tmodel_rows(const qw_tmodel *m);
 
-/* Bytes of the model's one backend allocation. */
+/* Bytes of backend memory the model holds: its one allocation, and the GEMM input buffers (two
+ * of the largest linear's qw_qlinear_scratch_floats, and the shared N x D input) that
+ * qw_tmodel_set_recipe allocates for a recipe that rounds or quantizes some linear's inputs. */
 size_t qw_tmodel_bytes(const qw_tmodel *m);
 
 /* What qw_tmodel_create(cfg, B, T, nt) would hold, without allocating: its parameter count
  * (embeddings, every block's linears and norms, the final norm, lm_head unless tied: the
  * tensor table above) and the bytes of its one allocation (FP32 parameters, gradients and
  * AdamW moments, 16 bytes per parameter, plus activations and scratch for B x T, with nt the
- * CPU threads the attention scratch is sized for). cfg must pass create's checks. */
+ * CPU threads the attention scratch is sized for) with the GEMM input buffers a rounding recipe
+ * adds (qw_tmodel_bytes under such a recipe; an all-FP32 one holds less). cfg must pass create's
+ * checks. */
 void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params, size_t *bytes);
 
 #endif
