@@ -214,6 +214,7 @@ static qs_status prepare_in_layout(const qw_qlinear_env *env, const qw_operand_s
     if (spec->mode == QW_MODE_FP32) return QS_OK;
     if (in->bf16) {
         *out = in->bf16;
+        if (env->shared) env->shared->dy_reused++;
         return QS_OK;
     }
     size_t n = (size_t)in->rows * in->cols;
@@ -398,17 +399,20 @@ static qs_status kept_packed(const qw_qlinear_env *env, int linear, const qw_ope
 }
 
 /* linear_gemm on a backend with gemm_tt (the CPU): no operand is copied or transposed that
- * need not be (prepare_in_layout), the same bits as the staged path on the fixed-order GEMM. */
+ * need not be (prepare_in_layout), the same bits as the staged path on the fixed-order GEMM.
+ * *bf16_a (unless bf16_a is NULL): buf_a when A is rounded to BF16 there in its source's layout
+ * (what a later GEMM of the same source may read as its gemm_input.bf16), else NULL. */
 static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int linear,
                                        qw_linear_gemm g, float *C, const gemm_input *a,
                                        const qw_operand_spec *sa, const gemm_input *b,
                                        const qw_operand_spec *sb, int M, int Ncol, int K,
-                                       float beta, qs_error *err) {
+                                       float beta, const float **bf16_a, qs_error *err) {
     qw_backend *be = env->be;
     const float *pa, *pb;
     int ta, tb, lda, ldb;
     int kept = 0;
     qs_status st = prepare_or_share(env, sa, linear, a, env->buf_a, K, 0, &pa, &ta, &lda, err);
+    if (bf16_a && st == QS_OK && sa->mode == QW_MODE_BF16 && pa == env->buf_a) *bf16_a = pa;
     if (st == QS_OK) st = kept_weight(env, layer, linear, sb, b, &kept, &pb, &tb, &ldb, err);
     if (st == QS_OK && !kept)
         st = prepare_or_share(env, sb, linear, b, env->buf_b, K, 1, &pb, &tb, &ldb, err);
@@ -421,26 +425,6 @@ static qs_status linear_gemm_in_layout(const qw_qlinear_env *env, int layer, int
     return st;
 }
 
-/* 1 when the inputs of specs sa and sb go to the backend's block-scaled GEMM (gemm_abt_quant):
- * both quantized, no hook watching, and no FP32 GEMM asked for (the block-scaled GEMM is not
- * FP32: under gemm_fp32 the inputs are fake-quantized). */
-static int quant_gemm(const qw_qlinear_env *env, const qw_operand_spec *sa,
-                      const qw_operand_spec *sb) {
-    return env->be->ops->gemm_abt_quant && !env->hook && sa->mode == QW_MODE_QUANT &&
-           sb->mode == QW_MODE_QUANT && !env->gemm_fp32;
-}
-
-/* 1 when linear_gemm runs a GEMM whose inputs are specs sa and sb on linear_gemm_in_layout:
- * the backend has gemm_tt and runs it now (ops.h: gemm_tt of nothing), no hook watches the
- * staged inputs, and the block-scaled GEMM (gemm_abt_quant) does not take them. */
-static int in_layout(const qw_qlinear_env *env, const qw_operand_spec *sa,
-                     const qw_operand_spec *sb, float *C, const float *a, const float *b,
-                     float beta) {
-    qw_backend *be = env->be;
-    return be->ops->gemm_tt && !env->hook && !quant_gemm(env, sa, sb) &&
-           be->ops->gemm_tt(be, 0, C, 0, a, 1, 0, b, 1, 0, 0, 0, beta, NULL) == QS_OK;
-}
-
 /* C[M x Ncol] = A B^T + beta C, GEMM g of linear `linear` of block `layer`, its inputs a (into
  * buf_a) and b (into buf_b) made as the recipe says. Where both are quantized and the backend
  * quantizes along K itself (ops.h gemm_abt_quant: a block-scaled GEMM, native or emulated in
@@ -448,18 +432,24 @@ static int in_layout(const qw_qlinear_env *env, const qw_operand_spec *sa,
  * cache keeps in the backend's packed form to gemm_abt_quant_kept; where it declines
  * (QS_EUNSUPPORTED: a format or shape it does not run) or is absent (the CPU), the staged
  * inputs are fake-quantized and multiplied by gemm. A backend with gemm_tt (the CPU) takes
- * linear_gemm_in_layout instead unless a hook watches the staged inputs. */
+ * linear_gemm_in_layout instead unless a hook watches the staged inputs. bf16_a, unless NULL:
+ * linear_gemm_in_layout's, else NULL. */
 static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, qw_linear_gemm g,
                              float *C, const gemm_input *a, const gemm_input *b, int M, int Ncol,
-                             int K, float beta, qs_error *err) {
+                             int K, float beta, const float **bf16_a, qs_error *err) {
     qw_backend *be = env->be;
+    if (bf16_a) *bf16_a = NULL;
     qw_operand_spec sa, sb;
     qw_recipe_operand(env->recipe, layer, env->n_layers, a->op, &sa);
     qw_recipe_operand(env->recipe, layer, env->n_layers, b->op, &sb);
-    int qgemm = quant_gemm(env, &sa, &sb);
-    if (in_layout(env, &sa, &sb, C, a->src, b->src, beta))
+    int both_quant = sa.mode == QW_MODE_QUANT && sb.mode == QW_MODE_QUANT;
+    /* the block-scaled GEMM is not FP32: under gemm_fp32 the inputs are fake-quantized */
+    int qgemm = be->ops->gemm_abt_quant && !env->hook && both_quant && !env->gemm_fp32;
+    /* gemm_tt of nothing: whether the backend runs it now (ops.h) */
+    if (be->ops->gemm_tt && !env->hook && !qgemm &&
+        be->ops->gemm_tt(be, 0, C, 0, a->src, 1, 0, b->src, 1, 0, 0, 0, beta, NULL) == QS_OK)
         return linear_gemm_in_layout(env, layer, linear, g, C, a, &sa, b, &sb, M, Ncol, K, beta,
-                                     err);
+                                     bf16_a, err);
     float *ba = env->buf_a, *bb = env->buf_b;
     const float *pb = bb;
     int kept = 0;
@@ -530,10 +520,14 @@ static qs_status linear_gemm(const qw_qlinear_env *env, int layer, int linear, q
     return gemm(env, layer, linear, g, C, pa, pb, M, Ncol, K, beta, err);
 }
 
-static int all_fp32(const qw_qlinear_env *env, int layer) {
+int qw_qlinear_layer_fp32(const qw_recipe *r, int layer, int n_layers) {
     qw_operand_spec s;
-    qw_recipe_operand(env->recipe, layer, env->n_layers, QW_FPROP_X, &s);
+    qw_recipe_operand(r, layer, n_layers, QW_FPROP_X, &s);
     return s.mode == QW_MODE_FP32;
+}
+
+static int all_fp32(const qw_qlinear_env *env, int layer) {
+    return qw_qlinear_layer_fp32(env->recipe, layer, env->n_layers);
 }
 
 qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, float *y,
@@ -548,7 +542,7 @@ qs_status qw_qlinear_forward(const qw_qlinear_env *env, int layer, int linear, f
         return st;
     }
     gemm_input a = {QW_FPROP_X, x, N, in, 0, NULL}, b = {QW_FPROP_W, W, out, in, 0, NULL};
-    return linear_gemm(env, layer, linear, QW_GEMM_FPROP, y, &a, &b, N, out, in, 0.0f, err);
+    return linear_gemm(env, layer, linear, QW_GEMM_FPROP, y, &a, &b, N, out, in, 0.0f, NULL, err);
 }
 
 qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, float *dx,
@@ -572,27 +566,20 @@ qs_status qw_qlinear_backward(const qw_qlinear_env *env, int layer, int linear, 
         return st;
     }
     qs_status st = QS_OK;
-    /* dgrad's dY rounded to BF16 in its layout (buf_a, which nothing else writes before wgrad)
-     * is wgrad's too when both are BF16 on the in-layout path: rounded once, not twice (with
-     * the sharing of made inputs on, env->shared; its dy_reused counts it) */
+    /* dgrad's dY, where it rounded it to BF16 in its own layout (buf_a, which nothing writes
+     * before wgrad), is wgrad's too when wgrad takes dY in BF16 (BF16 rounding has no options):
+     * rounded once, not twice, with the sharing of made inputs on (env->shared; the in-layout
+     * path reads it and counts it in dy_reused, the staged path rounds its own) */
     const float *dy_bf16 = NULL;
     if (dx) {
         gemm_input a = {QW_DGRAD_DY, dy, N, out, 0, NULL}, b = {QW_DGRAD_W, W, out, in, 1, NULL};
         st = linear_gemm(env, layer, linear, QW_GEMM_DGRAD, dx, &a, &b, N, in, out,
-                         dx_accumulate ? 1.0f : 0.0f, err);
+                         dx_accumulate ? 1.0f : 0.0f, env->shared ? &dy_bf16 : NULL, err);
         if (st != QS_OK) return st;
-        qw_operand_spec da, db, wa, wb;
-        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_DGRAD_DY, &da);
-        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_DGRAD_W, &db);
+        qw_operand_spec wa;
         qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_DY, &wa);
-        qw_recipe_operand(env->recipe, layer, env->n_layers, QW_WGRAD_X, &wb);
-        if (env->shared && da.mode == QW_MODE_BF16 && wa.mode == QW_MODE_BF16 &&
-            in_layout(env, &da, &db, dx, dy, W, dx_accumulate ? 1.0f : 0.0f) &&
-            in_layout(env, &wa, &wb, dW, dy, x, 1.0f)) {
-            dy_bf16 = env->buf_a;
-            env->shared->dy_reused++;
-        }
+        if (wa.mode != QW_MODE_BF16) dy_bf16 = NULL;
     }
     gemm_input a = {QW_WGRAD_DY, dy, N, out, 1, dy_bf16}, b = {QW_WGRAD_X, x, N, in, 1, NULL};
-    return linear_gemm(env, layer, linear, QW_GEMM_WGRAD, dW, &a, &b, out, in, N, 1.0f, err);
+    return linear_gemm(env, layer, linear, QW_GEMM_WGRAD, dW, &a, &b, out, in, N, 1.0f, NULL, err);
 }

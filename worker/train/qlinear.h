@@ -101,6 +101,10 @@ typedef struct qw_qlinear_env {
 /* Floats each scratch buffer needs for a linear [out x in] over N rows. */
 size_t qw_qlinear_scratch_floats(int N, int in, int out);
 
+/* 1 when r keeps the linears of block `layer` (-1: lm_head) in FP32 (its fprop X is FP32): their
+ * GEMMs multiply every input where it lies, using neither scratch buffer nor the shared input. */
+int qw_qlinear_layer_fp32(const qw_recipe *r, int layer, int n_layers);
+
 /* Forward of linear `linear` (its index for SR streams) of block `layer` (-1: lm_head).
  * Errors: QS_EINVAL (RHT with k not a multiple of its tile, naming the linear and operand), errors
  * of the numeric core wrapped with the linear and operand. */

@@ -173,14 +173,11 @@ static size_t recipe_buffer_bytes(const qw_tmodel *m) {
     return 2 * align64(each * sizeof(float)) + align64(shared * sizeof(float));
 }
 
-/* 1 when r rounds or quantizes some linear's inputs (a layer, or lm_head, whose fprop X is not
- * FP32: qlinear.c's all_fp32 test), so that its GEMMs prepare inputs into buffers. */
+/* 1 when r rounds or quantizes some linear's inputs (a block, or lm_head, not kept in FP32),
+ * so that its GEMMs prepare inputs into buffers. */
 static int recipe_rounds(const qw_recipe *r, int n_layers) {
-    for (int layer = -1; layer < n_layers; layer++) {
-        qw_operand_spec s;
-        qw_recipe_operand(r, layer, n_layers, QW_FPROP_X, &s);
-        if (s.mode != QW_MODE_FP32) return 1;
-    }
+    for (int layer = -1; layer < n_layers; layer++)
+        if (!qw_qlinear_layer_fp32(r, layer, n_layers)) return 1;
     return 0;
 }
 
