@@ -323,26 +323,27 @@ void qw_train_attention_forward_tiled(float *out, float *saved, float *scratch, 
 
 /* dS [rows x t1] = P (dP - rowsum(P dP)) scale in place of dP, query rows t0.. (zeros after each
  * row's position). Each row's sum runs over its keys in order; ATT_ROWS_TOGETHER rows at a time
- * over their common keys, then each row's own tail, so the chains overlap and stay the same. */
+ * over their common keys (a last group of fewer rows repeats its last row, whose copies are not
+ * used), then each row's own tail, so the chains overlap and stay the same. */
 static void softmax_backward_tile(float *dS, const float *P, int t0, int rows, int t1,
                                   float scale) {
     for (int r0 = 0; r0 < rows; r0 += ATT_ROWS_TOGETHER) {
         int n = rows - r0 < ATT_ROWS_TOGETHER ? rows - r0 : ATT_ROWS_TOGETHER;
+        const float *dr[ATT_ROWS_TOGETHER], *pr[ATT_ROWS_TOGETHER];
+        for (int r = 0; r < ATT_ROWS_TOGETHER; r++) {
+            size_t o = (size_t)(r0 + (r < n ? r : n - 1)) * t1;
+            dr[r] = dS + o;
+            pr[r] = P + o;
+        }
         float acc[ATT_ROWS_TOGETHER] = {0};
         int common = t0 + r0 + 1; /* keys of the group's first row */
-        if (n == ATT_ROWS_TOGETHER) {
-            for (int s2 = 0; s2 < common; s2++)
+        for (int s2 = 0; s2 < common; s2++)
 #pragma GCC unroll 8
-                for (int r = 0; r < ATT_ROWS_TOGETHER; r++)
-                    acc[r] += dS[(size_t)(r0 + r) * t1 + s2] * P[(size_t)(r0 + r) * t1 + s2];
-        } else {
-            for (int s2 = 0; s2 < common; s2++)
-                for (int r = 0; r < n; r++)
-                    acc[r] += dS[(size_t)(r0 + r) * t1 + s2] * P[(size_t)(r0 + r) * t1 + s2];
-        }
+            for (int r = 0; r < ATT_ROWS_TOGETHER; r++)
+                acc[r] += dr[r][s2] * pr[r][s2];
         for (int r = 0; r < n; r++) {
             int t = t0 + r0 + r;
-            const float *prow = P + (size_t)(r0 + r) * t1;
+            const float *prow = pr[r];
             float *drow = dS + (size_t)(r0 + r) * t1;
             float a = acc[r];
             for (int s2 = common; s2 <= t; s2++)
