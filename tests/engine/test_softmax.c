@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "../lib/floats.h"
+
 #include "gemm_cpu.h"
 
 static float scan_max(const float *x, size_t n) {
@@ -28,14 +30,6 @@ static int same_bits(float a, float b) {
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
-/* x[n] in [-a, a) from a 32-bit LCG of seed. */
-static void fill(float *x, size_t n, uint32_t seed, float a) {
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = a * ((float)(seed >> 8) / 8388608.0f - 1.0f);
-    }
-}
-
 static void row_max_is_the_scan_bit_for_bit(void **st) {
     (void)st;
     enum { LONG = 1000 };
@@ -44,7 +38,7 @@ static void row_max_is_the_scan_bit_for_bit(void **st) {
     for (size_t n = 1; n <= LONG; n = n < 70 ? n + 1 : LONG) {
         for (int kind = 0; kind < 8; kind++)
             for (size_t at = 0; at < n; at += n < 40 ? 1 : 7) {
-                fill(x, n, (uint32_t)(n * 131 + at * 7 + (size_t)kind), 3.0f);
+                qwt_fill(x, n, (uint32_t)(n * 131 + at * 7 + (size_t)kind), 3.0f);
                 switch (kind) {
                 case 0:
                     x[at] = 10.0f;
@@ -96,13 +90,13 @@ static void causal_softmax_stats_are_the_rows_max_and_inverse_sum(void **st) {
     (void)st;
     enum { ROWS = 21, T0 = 37, NCOLS = T0 + ROWS };
     float S[ROWS * NCOLS], S2[ROWS * NCOLS], stats[2 * ROWS];
-    fill(S, ROWS * NCOLS, 5, 6.0f);
+    qwt_fill(S, ROWS * NCOLS, 5, 6.0f);
     memcpy(S2, S, sizeof S);
     float e[NCOLS];
     qw_cpu_causal_softmax(S, ROWS, NCOLS, T0, stats);
     qw_cpu_causal_softmax(S2, ROWS, NCOLS, T0, NULL);
     assert_memory_equal(S, S2, sizeof S);
-    fill(S2, ROWS * NCOLS, 5, 6.0f); /* the scores again */
+    qwt_fill(S2, ROWS * NCOLS, 5, 6.0f); /* the scores again */
     for (int r = 0; r < ROWS; r++) {
         size_t keep = (size_t)T0 + (size_t)r + 1;
         const float *row = S2 + (size_t)r * NCOLS;

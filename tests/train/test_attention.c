@@ -13,17 +13,11 @@
 
 #include <cmocka.h>
 
+#include "../lib/floats.h"
+
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
 #include "ops.h"
-
-/* x[n] in [-a, a) from a 32-bit LCG of seed. */
-static void fill(float *x, size_t n, uint32_t seed, float a) {
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = a * ((float)(seed >> 8) / 8388608.0f - 1.0f);
-    }
-}
 
 /* One shape: B sequences of T, H heads over G kv heads of E, nt threads; both kernels, the
  * number of differing elements of out, dq, dk, dv. */
@@ -35,10 +29,10 @@ static size_t differing(int B, int T, int H, int G, int E, int nt) {
     float *s1 = malloc((size_t)nt * T * T * 4);
     float *s2 = malloc(qw_train_attention_tiled_scratch_floats(T, E, nt) * 4);
     float *g1 = malloc((nq + 2 * nk) * 4), *g2 = malloc((nq + 2 * nk) * 4);
-    fill(q, nq, 1, 2.0f);
-    fill(k, nk, 2, 2.0f);
-    fill(v, nk, 3, 1.0f);
-    fill(dout, nq, 4, 0.1f);
+    qwt_fill(q, nq, 1, 2.0f);
+    qwt_fill(k, nk, 2, 2.0f);
+    qwt_fill(v, nk, 3, 1.0f);
+    qwt_fill(dout, nq, 4, 0.1f);
     qw_train_attention_forward(o1, probs, q, k, v, B, T, H, G, E, nt);
     qw_train_attention_forward_tiled(o2, saved, s2, q, k, v, B, T, H, G, E, nt);
     qw_train_attention_backward(g1, g1 + nq, g1 + nq + nk, s1, dout, q, k, v, probs, B, T, H, G, E,
@@ -47,11 +41,7 @@ static size_t differing(int B, int T, int H, int G, int E, int nt) {
                                       G, E, nt);
     /* real values to compare: the last query's output, the first key's gradient */
     assert_true(o2[nq - 1] != 0.0f && g2[nq] != 0.0f && g2[nq + nk] != 0.0f);
-    size_t bad = 0;
-    for (size_t i = 0; i < nq; i++)
-        bad += memcmp(&o1[i], &o2[i], 4) != 0;
-    for (size_t i = 0; i < nq + 2 * nk; i++)
-        bad += memcmp(&g1[i], &g2[i], 4) != 0;
+    size_t bad = qwt_differing(o1, o2, nq) + qwt_differing(g1, g2, nq + 2 * nk);
     free(q), free(k), free(v), free(dout), free(o1), free(o2), free(probs), free(saved);
     free(s1), free(s2), free(g1), free(g2);
     return bad;

@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "../lib/floats.h"
+
 #include "gemm_cpu.h"
 #include "gemm_fixed.h"
 #include "hadamard.h"
@@ -29,22 +31,6 @@
 #include "recipe.h"
 
 #define SEED 0xF05Eull
-
-/* x[i] in [-scale, scale) from a small LCG, so that the test needs no data file. */
-static void fill(float *x, size_t n, uint32_t seed, float scale) {
-    uint32_t s = seed * 2654435761u + 1u;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        x[i] = scale * ((float)(s >> 8) / 8388608.0f - 1.0f);
-    }
-}
-
-static size_t differing(const float *a, const float *b, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += memcmp(&a[i], &b[i], sizeof *a) != 0;
-    return bad;
-}
 
 /* The largest finite |x[i]|, 0 when none: what the quantizer's tensor amax is. */
 static float finite_amax(const float *x, size_t n) {
@@ -69,7 +55,7 @@ static void rht_from_is_transpose_then_rht(void **s) {
                         assert_non_null(src);
                         assert_non_null(a);
                         assert_non_null(b);
-                        fill(src, n, (uint32_t)(i * 8 + d + tr), 3.0f);
+                        qwt_fill(src, n, (uint32_t)(i * 8 + d + tr), 3.0f);
                         if (special) { /* Inf and NaN never enter the amax */
                             src[n / 3] = INFINITY;
                             src[n / 2] = -INFINITY;
@@ -84,7 +70,7 @@ static void rht_from_is_transpose_then_rht(void **s) {
                         float amax = -1.0f;
                         assert_int_equal(qk_rht_from(b, src, rows, k, tr, d, SEED, nt, &amax, NULL),
                                          QS_OK);
-                        size_t bad = differing(a, b, n);
+                        size_t bad = qwt_differing(a, b, n);
                         float want = finite_amax(a, n);
                         printf("%s rht_from d %d rows %2zu k %3zu transpose %d threads %d%s: %zu "
                                "differ, amax %a (want %a)\n",
@@ -96,7 +82,7 @@ static void rht_from_is_transpose_then_rht(void **s) {
                     }
     qs_error err = {0};
     float x[32], y[32];
-    fill(x, 32, 1, 1.0f);
+    qwt_fill(x, 32, 1, 1.0f);
     assert_int_equal(qk_rht_from(y, x, 1, 24, 0, 16, SEED, 1, NULL, &err), QS_EINVAL);
     assert_non_null(strstr(err.msg, "k=24"));
     assert_int_equal(qk_rht_from(x, x, 2, 16, 0, 16, SEED, 1, NULL, &err), QS_EINVAL);
@@ -115,9 +101,9 @@ static size_t linear_differs(qw_backend *be, const char *name, int N, int in, in
           *bb = malloc(nb * sizeof *bb);
     float *res[2][3];
     size_t len[3] = {(size_t)N * out, (size_t)N * in, (size_t)out * in};
-    fill(x, (size_t)N * in, 11, 2.0f);
-    fill(W, (size_t)out * in, 12, 0.3f);
-    fill(dy, (size_t)N * out, 13, 0.01f);
+    qwt_fill(x, (size_t)N * in, 11, 2.0f);
+    qwt_fill(W, (size_t)out * in, 12, 0.3f);
+    qwt_fill(dy, (size_t)N * out, 13, 0.01f);
     if (special) {
         dy[5] = INFINITY;
         dy[(size_t)N * out / 2] = NAN;
@@ -137,7 +123,7 @@ static size_t linear_differs(qw_backend *be, const char *name, int N, int in, in
             res[u][j] = malloc(len[j] * sizeof(float));
             assert_non_null(res[u][j]);
         }
-        fill(res[u][2], len[2], 14, 0.5f); /* dW accumulates */
+        qwt_fill(res[u][2], len[2], 14, 0.5f); /* dW accumulates */
         assert_int_equal(qw_qlinear_forward(&env, 0, 2, res[u][0], x, W, N, in, out, NULL), QS_OK);
         assert_int_equal(
             qw_qlinear_backward(&env, 0, 2, res[u][1], 0, res[u][2], dy, x, W, N, in, out, NULL),
@@ -145,7 +131,7 @@ static size_t linear_differs(qw_backend *be, const char *name, int N, int in, in
     }
     size_t bad = 0;
     for (int j = 0; j < 3; j++) {
-        bad += differing(res[0][j], res[1][j], len[j]);
+        bad += qwt_differing(res[0][j], res[1][j], len[j]);
         free(res[0][j]), free(res[1][j]);
     }
     free(x), free(W), free(dy), free(ba), free(bb);
@@ -197,14 +183,14 @@ static void sr_fast_path_is_the_reference(void **s) {
             float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
             assert_non_null(a);
             assert_non_null(b);
-            fill(a, n, (uint32_t)(i + 40 * f), 1.5f);
+            qwt_fill(a, n, (uint32_t)(i + 40 * f), 1.5f);
             memcpy(b, a, n * sizeof *a);
             qk_quant_options o = {.rounding = QK_ROUND_SR, .seed = SEED, .tensor_id = 9, .step = 7};
             o.reference_only = 1;
             assert_int_equal(qk_fake_quant(fmt, &o, a, rows, k, NULL, NULL), QS_OK);
             o.reference_only = 0;
             assert_int_equal(qk_fake_quant(fmt, &o, b, rows, k, NULL, NULL), QS_OK);
-            size_t bad = differing(a, b, n);
+            size_t bad = qwt_differing(a, b, n);
             printf("%s SR %s %zu x %zu: %zu differ\n", bad ? "NOT OK" : "OK", fmts[f], rows, k,
                    bad);
             assert_int_equal(bad, 0);
