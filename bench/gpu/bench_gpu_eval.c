@@ -141,15 +141,25 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
           *v = o->alloc(b, (size_t)T * G * E * 4), *att = o->alloc(b, (size_t)T * H * E * 4),
           *hb = o->alloc(b, (size_t)T * F * 4), *hb2 = o->alloc(b, (size_t)T * F * 4),
           *yb = o->alloc(b, (size_t)T * D * 4), *lg = o->alloc(b, (size_t)T / 2 * V * 4),
-          *cs = o->alloc(b, (size_t)T * E / 2 * 4), *sn = o->alloc(b, (size_t)T * E / 2 * 4),
           *actq = o->alloc(b, big * 4);
-    if (!x || !xb || !q || !k || !v || !att || !hb || !hb2 || !yb || !lg || !cs || !sn || !actq) {
-        fprintf(stderr, "bench: out of device memory\n");
+    /* cudaMalloc'd buffers are not host-writable: x goes up through the table's upload, and the
+     * RoPE tables stay on the host (the rope op keeps a device copy, ops.h) */
+    float *cs = malloc((size_t)T * E / 2 * 4), *sn = malloc((size_t)T * E / 2 * 4),
+          *xh = malloc((size_t)T * D * 4);
+    if (!x || !xb || !q || !k || !v || !att || !hb || !hb2 || !yb || !lg || !actq || !cs || !sn ||
+        !xh) {
+        fprintf(stderr, "bench: out of memory\n");
         return -1;
     }
     qw_rope_tables(c, T, cs, sn);
     for (size_t i = 0; i < (size_t)T * D; i++)
-        x[i] = urand();
+        xh[i] = urand();
+    qs_error uerr = {0};
+    if (o->upload(b, x, xh, (size_t)T * D * 4, &uerr) != QS_OK) {
+        fprintf(stderr, "bench: upload: %s\n", uerr.msg);
+        return -1;
+    }
+    free(xh);
     qw_tensor txb = {xb, T, D}, tq = {q, T, H * E}, tk = {k, T, G * E}, tv = {v, T, G * E},
               ta = {att, T, H * E}, th = {hb, T, F}, th2 = {hb2, T, F}, ty = {yb, T, D},
               txbr = {xb, T / 2, D}, tl = {lg, T / 2, V};
@@ -189,9 +199,11 @@ static int eval_ms(qw_backend *b, const qw_config *c, int T, int fp4, double *ms
     f += 2.0 * (T / 2) * (double)D * V + 2.0 * T * (double)T * H * E * c->n_layers;
     *ms_out = best;
     *flops = f;
-    float *bufs[] = {x, xb, q, k, v, att, hb, hb2, yb, lg, cs, sn, actq};
+    float *bufs[] = {x, xb, q, k, v, att, hb, hb2, yb, lg, actq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         o->free(b, bufs[i]);
+    free(cs);
+    free(sn);
     for (int i = 0; i < 8; i++)
         free(keep[i]);
     for (int i = 0; i < 7; i++)
