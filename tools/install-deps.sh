@@ -79,10 +79,14 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
+# Short network timeouts and no retries: a machine that reaches no archive (a GPU machine lent
+# without network) fails in seconds instead of waiting out apt's defaults for every source.
+apt_net=(-o Acquire::Retries=0 -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps ($groups): installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO apt-get "${apt_net[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${apt_net[@]}" install -y -qq \
+    --no-install-recommends "${missing[@]}"
 fi
 if [[ " $groups " == *" test "* ]]; then
   missing_py=()
