@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device check, the first command on a bare GPU machine (Debian 12 or 13 with an NVIDIA
-# driver and the CUDA toolkit in /usr/local/cuda): installs what it needs
-# (tools/install-deps.sh --only build,run,gpu), configures a CUDA build and builds it (nvcc,
+# driver and the CUDA toolkit in /usr/local/cuda): gets what it needs and the machine lacks
+# (from the tarball of tools/offline-bundle.sh where one is beside it, which needs no package
+# archive; else tools/install-deps.sh --only build,run,gpu), configures a CUDA build and builds it (nvcc,
 # -Werror on host and device code, every architecture of CMAKE_CUDA_ARCHITECTURES), fetches
 # SmolLM2-135M (tools/fetch_smollm2.sh), checks the module boundary (the qsweep binary links no
 # CUDA library; the CUDA backend module's symbols resolve against it; docs/gpu.md), runs every
@@ -32,6 +33,9 @@
 #                    shape (BF16, deterministic weights) written with bench_engine --synthetic.
 #   DEVICE_CHECK_JOBS  build parallelism (default: all cores).
 #   DEVICE_CHECK_BUDGET  seconds from the start, the install included (default 540).
+#   DEVICE_CHECK_OFFLINE  the tarball of tools/offline-bundle.sh (default
+#                    build/offline/qsweep-offline.tar.xz), unpacked by tools/offline-prefix.sh
+#                    into a private prefix when something is missing.
 #   DEVICE_CHECK_SKIP_INSTALL  non-empty: do not run tools/install-deps.sh.
 #   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is.
 # Exit status: 0 when the build passed and no test, comparison or benchmark failed (skipped is
@@ -84,15 +88,48 @@ budget="${DEVICE_CHECK_BUDGET:-540}"
 # a command limit that ends the check (TERM, INT) still gets the summary of what ran
 trap 'note "stopped by a signal at $(elapsed)s: the summary holds what ran before it"; print_summary; exit 1' TERM INT
 
-# --- install what the check needs (apt, Debian 12 or 13), inside the budget. A machine that
-# reaches no package archive fails it fast (install-deps.sh's apt timeouts); the check goes on,
-# and the configure step names what is missing.
+# missing_prereqs: what the build (CMakeLists.txt's pkg-config modules, protoc-c) and the
+# sweep and training (PostgreSQL's initdb and psql) need and cannot find, as " name name...".
+missing_prereqs() {
+  local m="" mod
+  if command -v pkg-config >/dev/null 2>&1; then
+    for mod in libzmq libprotobuf-c libpq jansson libfyaml libsodium libpcre2-8 cmocka openblas; do
+      pkg-config --exists "$mod" || m="$m $mod"
+    done
+  else
+    m=" pkg-config"
+  fi
+  command -v protoc-c >/dev/null 2>&1 || m="$m protoc-c"
+  command -v psql >/dev/null 2>&1 || m="$m psql"
+  if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null &&
+     ! { command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir 2>/dev/null)/initdb" ]; }; then
+    m="$m initdb"
+  fi
+  echo "$m"
+}
+
+# --- what the check needs, inside the budget. With the tarball of tools/offline-bundle.sh
+# (DEVICE_CHECK_OFFLINE, default build/offline/qsweep-offline.tar.xz), on a machine that lacks
+# some of it: unpacked into a private prefix (tools/offline-prefix.sh), no package archive
+# needed. Otherwise apt (Debian 12 or 13; tools/install-deps.sh, whose short apt timeouts fail
+# fast where no archive answers); the check goes on either way, and the configure step names
+# what is still missing.
+offline="${DEVICE_CHECK_OFFLINE:-$root/build/offline/qsweep-offline.tar.xz}"
 install_log="${TMPDIR:-/tmp}/qsweep-device-check-install.log"
-if [ -z "$rehearse" ] && [ -z "${DEVICE_CHECK_SKIP_INSTALL:-}" ]; then
+missing="$(missing_prereqs)"
+if [ -n "$missing" ] && [ -f "$offline" ]; then
+  if env_lines=$(timeout --kill-after=10 120 bash "$root/tools/offline-prefix.sh" "$offline" 2>"$install_log"); then
+    eval "$env_lines"
+    note "install: $(tail -n 1 "$install_log" | sed 's/^offline-prefix: //') ($(elapsed)s)"
+  else
+    note "install: tools/offline-prefix.sh $offline FAILED: $(tail -n 1 "$install_log")"
+    fail=1
+  fi
+elif [ -n "$missing" ] && [ -z "$rehearse" ] && [ -z "${DEVICE_CHECK_SKIP_INSTALL:-}" ]; then
   if timeout --kill-after=10 240 bash "$root/tools/install-deps.sh" --only build,run,gpu >"$install_log" 2>&1; then
     note "install: tools/install-deps.sh --only build,run,gpu: ok ($(elapsed)s)"
   else
-    note "install: FAILED (exit $?, $(elapsed)s; $install_log): going on with what is installed"
+    note "install: FAILED (exit $?, $(elapsed)s; $install_log): going on with what is installed (tools/offline-bundle.sh makes $offline on a machine with an archive)"
     fail=1
     tail -n 20 "$install_log" >&2
   fi
@@ -122,23 +159,20 @@ if [ -z "$rehearse" ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/
   exit 1
 fi
 export PATH="$PATH:/usr/local/cuda/bin"
-# What the build (CMakeLists.txt's pkg-config modules, protoc-c) and the sweep and training
-# (PostgreSQL) need, named in one line before the configure stops at the first one missing.
-if [ -z "$rehearse" ]; then
-  missing=""
-  if command -v pkg-config >/dev/null 2>&1; then
-    for m in libzmq libprotobuf-c libpq jansson libfyaml libsodium libpcre2-8 cmocka openblas; do
-      pkg-config --exists "$m" || missing="$missing $m"
-    done
-  else
-    missing=" pkg-config"
-  fi
-  command -v protoc-c >/dev/null 2>&1 || missing="$missing protoc-c"
-  command -v psql >/dev/null 2>&1 || missing="$missing psql"
-  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v pg_config >/dev/null 2>&1 ||
-    missing="$missing initdb"
-  [ -n "$missing" ] && note "prerequisites missing:$missing (tools/install-deps.sh --only build,run)"
+# The toolkit's libraries (cuBLAS, cuBLASLt, cuDNN, NCCL): CMake leaves nvcc's own library
+# folder out of the binaries' RPATH, so where the loader's cache does not list them the CUDA
+# module and the GPU tests could not load; the toolkit's folder is then searched first.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -e "$d/libcublasLt.so" ] || compgen -G "$d/libcublasLt.so.*" >/dev/null; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      note "CUDA libraries: $d (the loader's cache lists no libcublasLt)"
+      break
+    fi
+  done
 fi
+missing="$(missing_prereqs)"
+[ -n "$missing" ] && note "prerequisites missing:$missing (tools/install-deps.sh --only build,run, or tools/offline-bundle.sh's tarball)"
 mkdir -p "$build"
 build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
 log="$build/device-check.log"
