@@ -38,6 +38,9 @@
 #                    into a private prefix when something is missing.
 #   DEVICE_CHECK_SKIP_INSTALL  non-empty: do not run tools/install-deps.sh.
 #   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is.
+#   DEVICE_CHECK_STAGES  which of tests, bench, sweep, train run after the build (comma-
+#                    separated; default all), so that a second command can run what the
+#                    budget cut from the first.
 # Exit status: 0 when the build passed and no test, comparison or benchmark failed (skipped is
 # not failed), or when there is no GPU (and no rehearsal); 1 otherwise.
 set -uo pipefail
@@ -144,6 +147,16 @@ capped() {
   if [ "$want" -le 0 ]; then return 125; fi
   timeout --kill-after=10 "$want" "$@"
 }
+# stage NAME: whether DEVICE_CHECK_STAGES (default: all) names NAME; a stage left out says so.
+stages="${DEVICE_CHECK_STAGES:-tests,bench,sweep,train}"
+for st in ${stages//,/ }; do
+  case "$st" in tests|bench|sweep|train) ;; *) echo "device-check: DEVICE_CHECK_STAGES: unknown stage '$st' (tests, bench, sweep, train)" >&2; exit 2 ;; esac
+done
+stage() {
+  case ",$stages," in *",$1,"*) return 0 ;; esac
+  note "$1: left out (DEVICE_CHECK_STAGES=$stages)"
+  return 1
+}
 # why_failed RC: the words for a capped step's exit status.
 why_failed() {
   case "$1" in
@@ -234,82 +247,86 @@ fi
 if [ "$rehearse" = short ]; then
   note "ctest and benchmarks: left out of the short rehearsal"
 else
-  cpu_side='^(gpu_cuda_module_.*|gpu_cuda_archs|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|kernels_cuda_gemm_probe|cli_backend_choice|cli_jobs|engine_backend|engine_master_gemm|engine_memory_estimate|kinds_resources_fit|train_devices|engine_quant_gemm_route|engine_cuda_(train|lt|ops|reduce|weights|method)_syncs|train_recipe_path|kernels_cuda_fp8_operand|kernels_cuda_options)$'
-  if capped 120 ctest --test-dir "$build" -R "$cpu_side" --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
-    note "cpu-side GPU logic (architectures, GEMM path, probe and master-GEMM tables, memory estimate, GPU list, backend choice and refusal, baseline names, module symbols): ok"
-  else
-    note "cpu-side GPU logic: FAILED ($(why_failed $?); $build/ctest-cpu-side.txt)"
-    fail=1
-  fi
-  if [ -x /usr/bin/time ]; then # GNU time (Debian's package time), absent from some images
-    help_ms=$( { /usr/bin/time -f '%e %M' "$build/cli/qsweep" --help >/dev/null; } 2>&1 | tail -1)
-    note "startup: qsweep --help $(echo "$help_ms" | awk '{printf "%.0f ms, %.1f MB RSS", $1*1000, $2/1024}')"
-  fi
-
-  # --- GPU tests: ctest's own --timeout does not cap a test with a TIMEOUT property, so the
-  # whole run is capped from outside as well
-  [ "$gpu" = "none" ] && note "gpu tests: no GPU: they exit 77 (skipped); bench_gpu_*/bench_cuda_* not run"
-  ctest_out="$build/ctest-gpu.txt"
-  # -V: every test's output is kept (the SmolLM2 comparison's figures below come from it)
-  if capped 240 ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 200 >"$ctest_out" 2>&1; then
-    res=ok
-  else
-    res="FAILED ($(why_failed $?))"
-    fail=1
-  fi
-  # One line per test: "1/2 Test #44: name ....   Passed  0.30 sec".
-  per_test='^ *[0-9]+/[0-9]+ Test +#[0-9]+: '
-  passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
-  skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
-  failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
-  note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
-  # the SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
-  # gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
-  while IFS= read -r l; do
-    note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"
-  done < <(grep -E '^[0-9]+: (OK|NOT OK): cpu ppl .* cuda fp32 ppl' "$ctest_out")
-  # the worker's GEMM probe lines (gemm_probe.<format>.<outcome>), when a test printed them
-  while IFS= read -r l; do note "probe: $l"; done < <(grep -oE 'gemm_probe\.[a-z0-9_]+\.[a-z_]+' "$ctest_out" | sort -u)
-  mark "gpu tests"
-
-  # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
-  # bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
-  if [ "$gpu" != "none" ]; then
-    while IFS= read -r b; do
-      name="$(basename "$b")"
-      out="$build/$name.txt"
-      if capped 90 "$b" >"$out" 2>&1; then
-        if grep -q '^summary:' "$out"; then
-          while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
-        else # a benchmark without summary lines: its last lines
-          while IFS= read -r l; do note "$name: $l"; done < <(tail -n 4 "$out")
-        fi
-      else
-        rc=$?
-        if [ "$rc" = 77 ]; then
-          note "$name: skipped: $(tail -1 "$out")"
-        else
-          note "$name: FAILED ($(why_failed $rc), see $out)"
-          fail=1
-        fi
-      fi
-    done < <(find "$build/bench" -type f -executable \( -name 'bench_gpu_*' -o -name 'bench_cuda_*' \) | sort)
-  fi
-  # bench_train's CUDA mode (the trainer on the GPU, bf16 and nvfp4, against cuBLAS BF16 GEMMs
-  # of the step's shapes). Without a GPU it says so and exits 0, which the summary shows.
-  tf="$build/bench_train_cuda.txt"
-  if [ -x "$build/bench/train/bench_train" ]; then
-    if capped 90 "$build/bench/train/bench_train" --backend cuda >"$tf" 2>&1; then
-      while IFS= read -r l; do note "bench_train --backend cuda: ${l#summary: }"; done < <(grep '^summary:' "$tf")
+  if stage tests; then
+    cpu_side='^(gpu_cuda_module_.*|gpu_cuda_archs|gpu_info|gpu_info_hidden|kernels_cuda_gemm_path|kernels_cuda_gemm_probe|cli_backend_choice|cli_jobs|engine_backend|engine_master_gemm|engine_memory_estimate|kinds_resources_fit|train_devices|engine_quant_gemm_route|engine_cuda_(train|lt|ops|reduce|weights|method)_syncs|train_recipe_path|kernels_cuda_fp8_operand|kernels_cuda_options)$'
+    if capped 120 ctest --test-dir "$build" -R "$cpu_side" --output-on-failure >"$build/ctest-cpu-side.txt" 2>&1; then
+      note "cpu-side GPU logic (architectures, GEMM path, probe and master-GEMM tables, memory estimate, GPU list, backend choice and refusal, baseline names, module symbols): ok"
     else
-      note "bench_train --backend cuda: FAILED ($(why_failed $?), see $tf)"
+      note "cpu-side GPU logic: FAILED ($(why_failed $?); $build/ctest-cpu-side.txt)"
       fail=1
     fi
-  else
-    note "bench_train --backend cuda: FAILED: $build/bench/train/bench_train not built"
-    fail=1
+    if [ -x /usr/bin/time ]; then # GNU time (Debian's package time), absent from some images
+      help_ms=$( { /usr/bin/time -f '%e %M' "$build/cli/qsweep" --help >/dev/null; } 2>&1 | tail -1)
+      note "startup: qsweep --help $(echo "$help_ms" | awk '{printf "%.0f ms, %.1f MB RSS", $1*1000, $2/1024}')"
+    fi
+
+    # --- GPU tests: ctest's own --timeout does not cap a test with a TIMEOUT property, so the
+    # whole run is capped from outside as well
+    [ "$gpu" = "none" ] && note "gpu tests: no GPU: they exit 77 (skipped); bench_gpu_*/bench_cuda_* not run"
+    ctest_out="$build/ctest-gpu.txt"
+    # -V: every test's output is kept (the SmolLM2 comparison's figures below come from it)
+    if capped 240 ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 200 >"$ctest_out" 2>&1; then
+      res=ok
+    else
+      res="FAILED ($(why_failed $?))"
+      fail=1
+    fi
+    # One line per test: "1/2 Test #44: name ....   Passed  0.30 sec".
+    per_test='^ *[0-9]+/[0-9]+ Test +#[0-9]+: '
+    passed=$(grep -cE "$per_test.* Passed " "$ctest_out" || true)
+    skipped=$(grep -cE "$per_test.*Skipped " "$ctest_out" || true)
+    failed=$(grep -E "$per_test" "$ctest_out" | grep -cvE " Passed |Skipped " || true)
+    note "ctest -L gpu: $res: $passed passed, $skipped skipped, $failed failed ($ctest_out)"
+    # the SmolLM2 criterion (perplexity within 1e-4 relative, top-1 agreement >= 99.5%) is
+    # gpu_smollm2_cuda's; its figures go into the summary ("NN: OK: cpu ppl ..." under -V)
+    while IFS= read -r l; do
+      note "smollm2 eval cuda vs cpu (gpu_smollm2_cuda): ${l#*: }"
+    done < <(grep -E '^[0-9]+: (OK|NOT OK): cpu ppl .* cuda fp32 ppl' "$ctest_out")
+    # the worker's GEMM probe lines (gemm_probe.<format>.<outcome>), when a test printed them
+    while IFS= read -r l; do note "probe: $l"; done < <(grep -oE 'gemm_probe\.[a-z0-9_]+\.[a-z_]+' "$ctest_out" | sort -u)
+    mark "gpu tests"
   fi
-  mark benchmarks
+
+  if stage bench; then
+    # --- GPU benchmarks: every executable named bench_gpu_* or bench_cuda_* under the build's
+    # bench/; their lines starting "summary:" (else their last 4 lines) go into the summary.
+    if [ "$gpu" != "none" ]; then
+      while IFS= read -r b; do
+        name="$(basename "$b")"
+        out="$build/$name.txt"
+        if capped 90 "$b" >"$out" 2>&1; then
+          if grep -q '^summary:' "$out"; then
+            while IFS= read -r l; do note "$name: ${l#summary: }"; done < <(grep '^summary:' "$out")
+          else # a benchmark without summary lines: its last lines
+            while IFS= read -r l; do note "$name: $l"; done < <(tail -n 4 "$out")
+          fi
+        else
+          rc=$?
+          if [ "$rc" = 77 ]; then
+            note "$name: skipped: $(tail -1 "$out")"
+          else
+            note "$name: FAILED ($(why_failed $rc), see $out)"
+            fail=1
+          fi
+        fi
+      done < <(find "$build/bench" -type f -executable \( -name 'bench_gpu_*' -o -name 'bench_cuda_*' \) | sort)
+    fi
+    # bench_train's CUDA mode (the trainer on the GPU, bf16 and nvfp4, against cuBLAS BF16 GEMMs
+    # of the step's shapes). Without a GPU it says so and exits 0, which the summary shows.
+    tf="$build/bench_train_cuda.txt"
+    if [ -x "$build/bench/train/bench_train" ]; then
+      if capped 90 "$build/bench/train/bench_train" --backend cuda >"$tf" 2>&1; then
+        while IFS= read -r l; do note "bench_train --backend cuda: ${l#summary: }"; done < <(grep '^summary:' "$tf")
+      else
+        note "bench_train --backend cuda: FAILED ($(why_failed $?), see $tf)"
+        fail=1
+      fi
+    else
+      note "bench_train --backend cuda: FAILED: $build/bench/train/bench_train not built"
+      fail=1
+    fi
+    mark benchmarks
+  fi
 fi
 
 # --- a shortened NVFP4 W4A16 component sweep of SmolLM2 (or its synthetic stand-in) through
@@ -395,7 +412,7 @@ if [ "$rehearse" = short ]; then # the committed tiny Llama-3 checkpoint, 1 chun
   sweep_model="$root/tests/engine/data/llama3_gqa"
   sweep_tokens="$root/experiments/data/gpl3.bytes.tokens" sweep_ctx=64
 fi
-if [ -n "$sweep_model" ]; then
+if [ -n "$sweep_model" ] && stage sweep; then
   : >"$build/sweep.txt"
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
@@ -480,7 +497,7 @@ steps=30 seeds='[1, 2, 3]'
 [ "$rehearse" = short ] && steps=5 seeds='[1]'
 ngpu=0
 [ "$gpu" != "none" ] && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-if [ -x "$build/cli/qsweep" ]; then
+if [ -x "$build/cli/qsweep" ] && stage train; then
   : >"$build/train.txt"
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
@@ -530,7 +547,7 @@ mark "train and data_parallel"
 # its rate as a ratio of the cuBLAS BF16 GEMM rate, target 0.6 (bench_gpu_eval's summary); a
 # training step of SmolLM2-135M's shape (bf16 and nvfp4 recipes): its FLOP/s as a ratio of the
 # cuBLAS BF16 GEMM rate on the step's GEMM shapes, target 0.5 (bench_train --backend cuda).
-if [ "$gpu" != "none" ]; then
+if [ "$gpu" != "none" ] && case ",$stages," in *,bench,*) true ;; *) false ;; esac; then
   qf="$build/bench_cuda_quantize.txt"
   if [ -f "$qf" ]; then
     note "target quantize/D2D >= 0.85: $(awk '/^(fake|packed) / {r = $NF; if (min == "" || r < min) {min = r; k = $0}} END {if (min == "") print "no rows"; else printf "slowest %.2f (%s): %s", min, k, (min >= 0.85 ? "met" : "missed")}' "$qf")"
