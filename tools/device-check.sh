@@ -365,7 +365,10 @@ sweep_side() (
   export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
   q="$build/cli/qsweep"
-  eval "$(capped 60 "$q" db start 2>>"$build/sweep.txt")" || exit 1
+  # (the exports of db start, or its status: 125 when the budget is spent, which the caller
+  # reports as such)
+  dbenv=$(capped 60 "$q" db start 2>>"$build/sweep.txt") || exit $?
+  eval "$dbenv"
   QSWEEP_BACKEND=$1 capped 240 "$q" run "$sweep_grid" --workers 1 \
     --set name="dc-$1" --set "models=[$sweep_model]" --set "sensitivity.formats=[nvfp4]" \
     --set "sensitivity.quantize=[weights]" --set "sensitivity.modes=[component]" \
@@ -482,7 +485,10 @@ train_side() ( # name backend recipes seeds data_parallel accum
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
   q="$build/cli/qsweep"
   train_grid "$1" "$3" "$4" "$5" "$6" >"$home/grid.yaml"
-  eval "$(capped 60 "$q" db start 2>>"$build/train.txt")" || exit 1
+  # (the exports of db start, or its status: 125 when the budget is spent, which the caller
+  # reports as such)
+  dbenv=$(capped 60 "$q" db start 2>>"$build/train.txt") || exit $?
+  eval "$dbenv"
   QSWEEP_BACKEND=$2 capped 240 "$q" run "$home/grid.yaml" --workers 1 >>"$build/train.txt" 2>&1
   rc=$?
   psql "$QSWEEP_DB" -XAt -F ' ' -c "SELECT recipe, seed, value FROM v_train_final
