@@ -22,9 +22,10 @@ die() { echo "offline-prefix: $*" >&2; exit 1; }
 tarball="$1"
 prefix="${2:-${TMPDIR:-/tmp}/qsweep-offline}"
 [ -f "$tarball" ] || die "$tarball: no such file (tools/offline-bundle.sh makes it)"
-for t in tar ldconfig; do
-  command -v "$t" >/dev/null 2>&1 || die "needs $t"
-done
+command -v tar >/dev/null 2>&1 || die "needs tar"
+# ldconfig lives in /sbin, which a non-root PATH may leave out
+ldconfig=$(command -v ldconfig || ls /sbin/ldconfig /usr/sbin/ldconfig 2>/dev/null | awk 'NR == 1')
+[ -n "$ldconfig" ] || die "needs ldconfig (the C library's)"
 # xz, else Python's tarfile (a machine may have either without the other)
 unpack() {
   if command -v xz >/dev/null 2>&1; then
@@ -59,7 +60,7 @@ if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | awk 'NR 
 fi
 
 # bundled libraries the machine has: links to the machine's own
-cache=$(ldconfig -p)
+cache=$("$ldconfig" -p)
 libdirs=("$prefix/usr/lib/x86_64-linux-gnu" "$prefix/usr/lib/x86_64-linux-gnu/openblas-pthread"
   "$prefix/lib/x86_64-linux-gnu")
 shared=0

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # a soname this machine has (the C library's zlib user: libz.so.1 is everywhere qsweep builds)
 sys_so=libz.so.1
-sys_path=$(ldconfig -p | awk -v s="$sys_so" '$1 == s && /x86-64/ {print $NF; exit}')
+sys_path=$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p | awk -v s="$sys_so" '$1 == s && /x86-64/ {print $NF; exit}')
 [ -n "$sys_path" ] || fail "ldconfig -p lists no $sys_so"
 glibc=$(ldd --version | head -n 1 | awk '{print $NF}')
 
