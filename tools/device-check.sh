@@ -444,12 +444,18 @@ if [ -n "$sweep_model" ] && stage sweep; then
 fi
 mark sweep
 
-# --- tiny training (30 steps; 10 in the short rehearsal), GPU against CPU: the same grid through qsweep run with a CPU
-# worker and with a GPU worker, each in its own private cluster. bf16: final training loss
-# within 1e-3 relative. nvfp4 (stochastic rounding, whose streams the two backends draw
-# differently): within twice the standard deviation of the CPU's final losses over seeds 1-3,
-# an upper bound of the rounding spread (it holds the initialization's spread too). The data
-# is the committed bytes-tokenized GPL-3 text, so the check needs no network.
+# --- tiny training (30 steps; 5 in the short rehearsal), GPU against CPU: the same grid through
+# qsweep run with a CPU worker and with a GPU worker, each in its own private cluster, seed 1
+# compared. The data is the committed bytes-tokenized GPL-3 text, so the check needs no network.
+# The limits, measured from the numerics first: the GPU draws the CPU's stochastic-rounding bits
+# (the same Philox streams keyed by seed, tensor and step; docs/training.md) and rounds as it
+# does, so the two sides part only where another FP32 summation order (and exponential) moves
+# a value across a rounding boundary. A third side, a CPU worker on cblas_sgemm and the C
+# library's expf (QSWEEP_CPU_GEMM=openblas: another order), trains the same recipes and seeds
+# 1-3 as the fixed-order CPU side; D, per recipe, is the largest |final loss difference| of the
+# two over the seeds, and the GPU's difference must be within 2 D (D for the order, as much
+# again for what the GPU's GEMMs do beyond another order, as the sweep's KL bound). bf16 is
+# also held to 1e-3 relative, whichever is larger.
 # Then data_parallel over the GPUs present: G ranks against 1 rank with G times the
 # accumulation (the same samples), fp32 recipe, final loss within 1e-6 relative (train_dp's
 # criterion on the CPU ranks).
@@ -508,17 +514,23 @@ if [ -x "$build/cli/qsweep" ] && stage train; then
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
   if c=$(train_side dct-cpu cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
+     o=$(QSWEEP_CPU_GEMM=openblas train_side dct-cpu-openblas cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
      g=$(train_side "dct-$second" "$second" '[bf16, nvfp4]' '[1]' 1 1); then
     cb=$(train_value "$c" bf16 1) gb=$(train_value "$g" bf16 1)
     cn=$(train_value "$c" nvfp4 1) gn=$(train_value "$g" nvfp4 1)
-    sd=$(awk '$1 == "nvfp4" {n++; s += $3; q += $3 * $3} END {if (n > 1) printf "%.9g", sqrt((q - s * s / n) / (n - 1))}' <<<"$c")
-    # the short rehearsal trains one seed: its two CPU sides must agree exactly
-    [ "$rehearse" = short ] && [ -z "$sd" ] && sd=0
-    verdict=$(awk -v b="$second" -v cb="$cb" -v gb="$gb" -v cn="$cn" -v gn="$gn" -v sd="$sd" 'BEGIN {
-      if (cb == "" || gb == "" || cn == "" || gn == "" || sd == "") { print "FAILED: missing losses"; exit }
-      rb = (gb - cb) / cb; if (rb < 0) rb = -rb; dn = gn - cn; if (dn < 0) dn = -dn
-      ok = (rb <= 1e-3 && dn <= 2 * sd) ? "ok" : "FAILED"
-      printf "%s: bf16 cpu %.6f %s %.6f (rel %.2e, limit 1e-3); nvfp4 cpu %.6f %s %.6f (|d| %.2e, limit 2 sd = %.2e)", ok, cb, b, gb, rb, cn, b, gn, dn, 2 * sd }')
+    # D per recipe: the largest |openblas - fixed| over the seeds both sides trained
+    order_d() {
+      awk -v r="$1" 'FNR == NR && $1 == r {a[$2] = $3; next} $1 == r && ($2 in a) {
+        n++; d = $3 - a[$2]; if (d < 0) d = -d; if (d > m) m = d }
+        END {if (n > 0) printf "%.9g", m}' <(printf '%s\n' "$c") <(printf '%s\n' "$o")
+    }
+    db=$(order_d bf16) dn=$(order_d nvfp4)
+    verdict=$(awk -v b="$second" -v cb="$cb" -v gb="$gb" -v cn="$cn" -v gn="$gn" -v db="$db" -v dn="$dn" 'BEGIN {
+      if (cb == "" || gb == "" || cn == "" || gn == "" || db == "" || dn == "") { print "FAILED: missing losses"; exit }
+      xb = gb - cb; if (xb < 0) xb = -xb; xn = gn - cn; if (xn < 0) xn = -xn
+      lb = 2 * db; if (lb < 1e-3 * cb) lb = 1e-3 * cb; ln = 2 * dn
+      ok = (xb <= lb && xn <= ln) ? "ok" : "FAILED"
+      printf "%s: bf16 cpu %.6f %s %.6f (|d| %.2e, limit %.2e: 2 D = %.2e or 1e-3 relative); nvfp4 cpu %.6f %s %.6f (|d| %.2e, limit 2 D = %.2e); D: the largest |openblas - fixed| of the CPU over the seeds", ok, cb, b, gb, xb, lb, 2 * db, cn, b, gn, xn, ln, 2 * dn }')
     note "train (tiny, $steps steps, $second vs cpu): $verdict"
     case "$verdict" in ok*) ;; *) fail=1 ;; esac
   else
