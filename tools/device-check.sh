@@ -185,6 +185,18 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so'; then
   done
 fi
 missing="$(missing_prereqs)"
+# CMake's generator: its default, Unix Makefiles, needs make; an image that has CMake and ninja
+# but no make (pip's cmake and ninja, say) gets Ninja. A CMAKE_GENERATOR of the caller's, or
+# the generator of an existing build, is left to CMake (-G on a build of another one fails).
+gen=()
+if [ -z "${CMAKE_GENERATOR:-}" ] && [ ! -f "$build/CMakeCache.txt" ] &&
+   ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+  gen=(-G Ninja)
+fi
+command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
+if [ -z "${CMAKE_GENERATOR:-}" ] && ! command -v make >/dev/null 2>&1 && ! command -v ninja >/dev/null 2>&1; then
+  missing="$missing make-or-ninja"
+fi
 [ -n "$missing" ] && note "prerequisites missing:$missing (tools/install-deps.sh --only build,run, or tools/offline-bundle.sh's tarball)"
 mkdir -p "$build"
 build="$(cd "$build" && pwd)" # absolute: ctest runs each test in its own directory
@@ -194,10 +206,10 @@ log="$build/device-check.log"
 # --- configure and build
 if { [ -n "${DEVICE_CHECK_SKIP_BUILD:-}" ] || [ -n "$rehearse" ]; } && [ -f "$build/CMakeCache.txt" ]; then
   note "build: the existing build in $build, as it is"
-elif capped 420 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQSWEEP_CUDA=ON >>"$log" 2>&1 &&
+elif capped 420 cmake "${gen[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQSWEEP_CUDA=ON >>"$log" 2>&1 &&
    grep -q "CUDA kernels ON" "$log" &&
    capped 420 cmake --build "$build" -j"$jobs" >>"$log" 2>&1; then
-  note "build: ok (CUDA, -Werror; $(grep -o 'CUDA architectures [^(]*' "$log" | head -1)), $(elapsed)s"
+  note "build: ok (CUDA, -Werror; $(grep -o 'CUDA architectures [^(]*' "$log" | head -1)${gen[1]:+; ${gen[1]}, no make}), $(elapsed)s"
 else
   rc=$?
   note "build: FAILED ($(why_failed $rc); see $log)"
