@@ -19,8 +19,10 @@
 #
 # Usage: tools/device-check.sh [--rehearse | --rehearse=short] [build-dir]  (default build/device)
 #   --rehearse        the same script with every GPU step replaced by a CPU run, on a machine
-#                     with or without a GPU: no install; the build in build-dir is used as it is
-#                     when it exists; the sweep's and the training's second side run on the CPU.
+#                     with or without a GPU: no apt install (the offline tarball is still
+#                     unpacked where something is missing); the build in build-dir is used as
+#                     it is when it exists; the sweep's and the training's second side run on
+#                     the CPU.
 #   --rehearse=short  the rehearsal CI runs (ctest device_check_rehearsal, label pg): no ctest
 #                     or benchmark steps, the sweep on the committed tiny Llama-3 checkpoint
 #                     (1 chunk of 64 tokens) instead of SmolLM2, 5 training steps on 1 seed
@@ -36,7 +38,8 @@
 #   DEVICE_CHECK_OFFLINE  the tarball of tools/offline-bundle.sh (default
 #                    build/offline/qsweep-offline.tar.xz), unpacked by tools/offline-prefix.sh
 #                    into a private prefix when something is missing.
-#   DEVICE_CHECK_SKIP_INSTALL  non-empty: do not run tools/install-deps.sh.
+#   DEVICE_CHECK_SKIP_INSTALL  non-empty: do not run tools/install-deps.sh (the offline
+#                    tarball is still unpacked where something is missing).
 #   DEVICE_CHECK_SKIP_BUILD  non-empty: use the existing build in build-dir as it is.
 #   DEVICE_CHECK_STAGES  which of tests, bench, sweep, train run after the build (comma-
 #                    separated; default all), so that a second command can run what the
