@@ -382,6 +382,9 @@ sweep_side() (
   rm -rf "$home" && mkdir -p "$home" || exit 1
   export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
+  # a CPU worker's numerics: the fixed order, whatever the caller's environment says, unless
+  # the side asks for another (cpu_gemm=openblas: the training limits' third side)
+  export QSWEEP_CPU_GEMM="${cpu_gemm:-fixed}"
   q="$build/cli/qsweep"
   # (the exports of db start, or its status: 125 when the budget is spent, which the caller
   # reports as such)
@@ -508,6 +511,9 @@ train_side() ( # name backend recipes seeds data_parallel accum
   rm -rf "$home" "$build/train-ckpt/$1" && mkdir -p "$home" "$build/train-ckpt/$1" || exit 1
   export XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" XDG_CACHE_HOME="$home/cache"
   unset QSWEEP_DB QSWEEP_BASELINE_DIR QSWEEP_CUDA_GEMM
+  # a CPU worker's numerics: the fixed order, whatever the caller's environment says, unless
+  # the side asks for another (cpu_gemm=openblas: the training limits' third side)
+  export QSWEEP_CPU_GEMM="${cpu_gemm:-fixed}"
   q="$build/cli/qsweep"
   train_grid "$1" "$3" "$4" "$5" "$6" >"$home/grid.yaml"
   # (the exports of db start, or its status: 125 when the budget is spent, which the caller
@@ -533,7 +539,7 @@ if [ -x "$build/cli/qsweep" ] && stage train; then
   second=cuda
   [ "$gpu" = "none" ] && second=cpu
   if c=$(train_side dct-cpu cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
-     o=$(QSWEEP_CPU_GEMM=openblas train_side dct-cpu-openblas cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
+     o=$(cpu_gemm=openblas train_side dct-cpu-openblas cpu '[bf16, nvfp4]' "$seeds" 1 1) &&
      g=$(train_side "dct-$second" "$second" '[bf16, nvfp4]' '[1]' 1 1); then
     cb=$(train_value "$c" bf16 1) gb=$(train_value "$g" bf16 1)
     cn=$(train_value "$c" nvfp4 1) gn=$(train_value "$g" nvfp4 1)
