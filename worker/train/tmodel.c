@@ -166,10 +166,9 @@ static void recipe_floats(const qw_tmodel *m, size_t *each_buf, size_t *shared) 
     *shared = (size_t)m->N * (size_t)c->dim;
 }
 
-/* Bytes of the recipe's buffers laid out one after another (64-byte aligned). */
-static size_t recipe_buffer_bytes(const qw_tmodel *m) {
-    size_t each, shared;
-    recipe_floats(m, &each, &shared);
+/* Bytes of the recipe's buffers (recipe_floats' each and shared) laid out one after another,
+ * each from a 64-byte boundary. */
+static size_t recipe_buffer_bytes(size_t each, size_t shared) {
     return 2 * align64(each * sizeof(float)) + align64(shared * sizeof(float));
 }
 
@@ -184,7 +183,9 @@ static int recipe_rounds(const qw_recipe *r, int n_layers) {
 /* Holds the recipe's buffers where r rounds (recipe_rounds), none under an all-FP32 recipe:
  * the old ones are kept until the new ones are made. Errors: QS_ENOMEM naming the bytes. */
 static qs_status set_recipe_buffers(qw_tmodel *m, const qw_recipe *r, qs_error *err) {
-    size_t bytes = recipe_rounds(r, m->cfg.n_layers) ? recipe_buffer_bytes(m) : 0;
+    size_t each, shared;
+    recipe_floats(m, &each, &shared);
+    size_t bytes = recipe_rounds(r, m->cfg.n_layers) ? recipe_buffer_bytes(each, shared) : 0;
     if (bytes == m->recipe_bytes) return QS_OK;
     void *mem = NULL;
     if (bytes) {
@@ -197,8 +198,6 @@ static qs_status set_recipe_buffers(qw_tmodel *m, const qw_recipe *r, qs_error *
     if (m->recipe_mem) m->be->ops->free(m->be, m->recipe_mem);
     m->recipe_mem = mem;
     m->recipe_bytes = bytes;
-    size_t each, shared;
-    recipe_floats(m, &each, &shared);
     char *p = mem;
     m->env.buf_a = mem ? (float *)(void *)p : NULL;
     m->env.buf_b = mem ? (float *)(void *)(p + align64(each * sizeof(float))) : NULL;
@@ -570,10 +569,12 @@ void qw_tmodel_plan(const qw_config *cfg, int B, int T, int nt, size_t *n_params
     tensor_table(&m, 0);
     *n_params = m.n_params;
     qw_backend cpu = {.ops = qw_ops_cpu(), .threads = m.nt};
+    size_t each, shared;
+    recipe_floats(&m, &each, &shared);
     *bytes =
         layout(&m, NULL, qw_train_attention_scratch_floats(&cpu, T, cfg->n_heads, cfg->head_dim),
                qw_train_attention_saved_floats(&cpu, B, T, cfg->n_heads)) +
-        recipe_buffer_bytes(&m);
+        recipe_buffer_bytes(each, shared);
 }
 
 /* ---------------------------------------------------------------- forward */
