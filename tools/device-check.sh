@@ -178,10 +178,9 @@ export PATH="$PATH:/usr/local/cuda/bin"
 # The toolkit's libraries (cuBLAS, cuBLASLt, cuDNN, NCCL): CMake leaves nvcc's own library
 # folder out of the binaries' RPATH, so where the loader's cache does not list them the CUDA
 # module and the GPU tests could not load; the toolkit's folder is then searched first.
-# (ldconfig from /sbin where a non-root PATH leaves it out; grep -c reads the whole cache: under
-# pipefail, grep -q's early exit would SIGPIPE ldconfig and read as "not listed")
-ldconfig_bin=$(command -v ldconfig || ls /sbin/ldconfig /usr/sbin/ldconfig 2>/dev/null | awk 'NR == 1')
-if [ "$(${ldconfig_bin:-ldconfig} -p 2>/dev/null | grep -c 'libcublasLt\.so')" = 0 ]; then
+. "$root/tools/lib/ldcache.sh"
+# (grep -c reads all of the cache: ld_cache.sh)
+if [ "$(ld_cache 2>/dev/null | grep -c 'libcublasLt\.so')" = 0 ]; then
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     if [ -e "$d/libcublasLt.so" ] || compgen -G "$d/libcublasLt.so.*" >/dev/null; then
       export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -23,9 +23,8 @@ die() { echo "offline-bundle: $*" >&2; exit 1; }
 for t in apt-get apt-cache dpkg-deb dpkg readelf xz; do
   command -v "$t" >/dev/null 2>&1 || die "needs $t (Debian's apt, dpkg, binutils and xz-utils)"
 done
-# ldconfig lives in /sbin, which a non-root PATH may leave out
-ldconfig=$(command -v ldconfig || ls /sbin/ldconfig /usr/sbin/ldconfig 2>/dev/null | awk 'NR == 1')
-[ -n "$ldconfig" ] || die "needs ldconfig (the C library's)"
+. "$(dirname "$0")/lib/ldcache.sh"
+cache=$(ld_cache) || die "needs ldconfig (the C library's)"
 # the PostgreSQL major version Debian's "postgresql" depends on in this release
 pg=$(apt-cache depends postgresql 2>/dev/null | sed -n 's/.*Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | awk 'NR == 1')
 [ -n "$pg" ] || die "apt-cache knows no postgresql package (apt-get update?)"
@@ -103,14 +102,13 @@ while :; do
 done
 
 # Follow DT_NEEDED until every soname is in the stage or in the base set.
-cache=$("$ldconfig" -p)
 while :; do
   provided=$(find "$stage/root" \( -type f -o -type l \) -name '*.so*' -printf '%f\n' | sort -u)
   new=0
   while IFS= read -r so; do
     [[ "$so" =~ $base_re ]] && continue
     grep -qxF "$so" <<<"$provided" && continue
-    path=$(awk -v s="$so" '$1 == s && /x86-64/ {print $NF; exit}' <<<"$cache")
+    path=$(ld_cache_path "$cache" "$so")
     [ -n "$path" ] || die "no library on this machine provides $so (needed by the bundle)"
     owner=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null || dpkg -S "$path" 2>/dev/null || true)
     owner=${owner%%:*}

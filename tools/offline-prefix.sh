@@ -23,9 +23,8 @@ tarball="$1"
 prefix="${2:-${TMPDIR:-/tmp}/qsweep-offline}"
 [ -f "$tarball" ] || die "$tarball: no such file (tools/offline-bundle.sh makes it)"
 command -v tar >/dev/null 2>&1 || die "needs tar"
-# ldconfig lives in /sbin, which a non-root PATH may leave out
-ldconfig=$(command -v ldconfig || ls /sbin/ldconfig /usr/sbin/ldconfig 2>/dev/null | awk 'NR == 1')
-[ -n "$ldconfig" ] || die "needs ldconfig (the C library's)"
+. "$(dirname "$0")/lib/ldcache.sh"
+cache=$(ld_cache) || die "needs ldconfig (the C library's)"
 # xz, else Python's tarfile (a machine may have either without the other)
 unpack() {
   if command -v xz >/dev/null 2>&1; then
@@ -60,7 +59,6 @@ if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | awk 'NR 
 fi
 
 # bundled libraries the machine has: links to the machine's own
-cache=$("$ldconfig" -p)
 libdirs=("$prefix/usr/lib/x86_64-linux-gnu" "$prefix/usr/lib/x86_64-linux-gnu/openblas-pthread"
   "$prefix/lib/x86_64-linux-gnu")
 shared=0
@@ -68,7 +66,7 @@ for d in "${libdirs[@]}"; do
   [ -d "$d" ] || continue
   while IFS= read -r -d '' f; do
     so=$(basename "$f")
-    sys=$(awk -v s="$so" '$1 == s && /x86-64/ {print $NF; exit}' <<<"$cache")
+    sys=$(ld_cache_path "$cache" "$so")
     [ -n "$sys" ] || continue
     case "$sys" in "$prefix"/*) continue ;; esac
     rm -f "$f"
